@@ -1,0 +1,27 @@
+# Two entry points a new user needs (see README): `make run` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup setup-test run test bench
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+setup: $(BIN)/python
+	$(BIN)/pip install -q -e .
+
+# torch==2.13.0 is pinned so pip takes the CPU build (an unpinned torch pulls a multi-GB CUDA build).
+setup-test: $(BIN)/python
+	$(BIN)/pip install -q torch==2.13.0 "triton==3.6.0"
+	$(BIN)/pip install -q -e '.[test,kernels,notebooks,ray,lmsys,hf]'
+
+run: setup
+	$(BIN)/marconi run
+
+test: setup-test
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: setup-test
+	$(BIN)/python benchmarks/sim_bench.py

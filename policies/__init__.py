@@ -1,0 +1,1 @@
+"""Pluggable admission and eviction policies, and named presets that combine them."""
