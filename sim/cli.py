@@ -32,7 +32,7 @@ def _register() -> None:
     from sim import cli_run
 
     cli_run.register(main)
-    for module in ("traces.cli", "kernels.cli", "sim.cli_sweep"):
+    for module in ("sim.cli_models", "traces.cli", "kernels.cli", "sim.cli_sweep"):
         try:
             mod = __import__(module, fromlist=["register"])
         except ImportError:

@@ -1,0 +1,86 @@
+"""Simulation settings: one dataclass whose fields become ``marconi run`` / ``marconi sweep`` flags
+and the knob columns of every result row."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, fields
+
+from sim.errors import UsageError
+
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+_UNITS = {
+    None: 1, "b": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+    "ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20, "gi": 2**30, "gib": 2**30, "ti": 2**40, "tib": 2**40,
+}
+
+
+def parse_size(text: str | int | float) -> int:
+    """'5GB' -> 5e9 bytes (decimal, as the Marconi artifact uses); '5GiB' -> 5 * 2**30."""
+    if isinstance(text, (int, float)):
+        return int(text)
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise UsageError(f"cannot read size {text!r} (examples: 5GB, 512MiB, 1e9)")
+    unit = m.group(2).lower() if m.group(2) else None
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def format_size(n: int) -> str:
+    for unit, scale in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n}B"
+
+
+@dataclass
+class SimConfig:
+    policy: str = "marconi"
+    model: str = "marconi-7b"
+    capacity_bytes: int = 5 * 10**9
+    alpha: float | str = 0.0  # float, or "auto" once tuning exists
+    state_alignment: str = "exact"  # exact | chunk
+    chunk_size: int = 64  # kernel chunk: state checkpoints land on multiples of it in `chunk` mode
+    mode: str = "des"  # des | sequential
+    compat: str = "corrected"  # corrected | paper (the artifact's two bugs and its logical clock)
+    sessions_per_second: float = 1.0
+    arrival: str = "uniform"  # uniform (session i at i / rate) | poisson
+    time_scale: float = 1.0  # open-loop traces: arrival times are multiplied by this
+    servers: int = 1  # simpy resources serving prefill + decode
+    ttft_model: str = "flops"  # flops (FLOPs / throughput + overhead) | jamba (the paper's fitted table)
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.capacity_bytes <= 0:
+            raise UsageError("capacity must be positive")
+        if self.state_alignment not in ("exact", "chunk"):
+            raise UsageError(f"--state-alignment must be exact or chunk, not {self.state_alignment!r}")
+        if self.mode not in ("des", "sequential"):
+            raise UsageError(f"--mode must be des or sequential, not {self.mode!r}")
+        if self.compat not in ("corrected", "paper"):
+            raise UsageError(f"--compat must be corrected or paper, not {self.compat!r}")
+        if self.arrival not in ("uniform", "poisson"):
+            raise UsageError(f"--arrival must be uniform or poisson, not {self.arrival!r}")
+        if self.ttft_model not in ("flops", "jamba"):
+            raise UsageError(f"--ttft-model must be flops or jamba, not {self.ttft_model!r}")
+        if self.sessions_per_second <= 0:
+            raise UsageError("--sessions-per-second must be positive")
+        if self.time_scale <= 0:
+            raise UsageError("--time-scale must be positive")
+        if self.servers < 1:
+            raise UsageError("--servers must be >= 1")
+        if self.chunk_size < 1:
+            raise UsageError("--chunk-size must be >= 1")
+        if isinstance(self.alpha, str):
+            if self.alpha != "auto":
+                raise UsageError(f"--alpha must be a number or 'auto', not {self.alpha!r}")
+        elif self.alpha < 0:
+            raise UsageError("--alpha must be >= 0")
+
+    def as_row(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
