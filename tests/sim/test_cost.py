@@ -1,0 +1,144 @@
+"""Cost-model numbers against hand computation (marconi.md §4, §7, §8, §10; kernel.md §9, §12)."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+from sim.cost import MODELS, TimingModel, default_timing, get_model
+from sim.errors import UsageError
+
+D, N = 4096, 128
+
+
+@pytest.fixture
+def m7():
+    return get_model("marconi-7b")
+
+
+def test_marconi_7b_bytes(m7):
+    assert m7.state_bytes() == 24 * (D * N * 2 + (2 * D + 2 * N) * 4 * 2) == 26_787_840
+    assert m7.kv_bytes_per_token() == 4 * 2 * D * 2 == 65_536
+    assert round(m7.state_kv_tokens()) == 409  # break-even
+    assert m7.is_hybrid
+    assert m7.node_bytes(100) == 26_787_840 + 65_536 * 100
+
+
+def test_marconi_7b_flops_paper_formulas(m7):
+    def attn(L): return 8 * L * D**2 + 4 * L**2 * D
+    def mlp(L): return 16 * L * D**2
+    def mamba(L): return 12 * L * D**2 + 16 * L * D * N + 10 * L * D
+    assert mamba(1) == 209_756_160
+    for L in (1, 100, 4096, 30_000):
+        assert m7.flops(L) == pytest.approx(24 * mamba(L) + 4 * attn(L) + 28 * mlp(L), rel=1e-12)
+    assert m7.prefill_flops(1000, 3000) == pytest.approx(m7.flops(3000) - m7.flops(1000), rel=1e-12)
+    assert m7.prefill_flops(3000, 3000) == 0.0
+    # marginal node FLOPs: SSM part on the edge only, attention/MLP as differences
+    Lp, Ln = 5000, 5300
+    want = 24 * mamba(Ln - Lp) + 4 * (attn(Ln) - attn(Lp)) + 28 * (mlp(Ln) - mlp(Lp))
+    assert m7.node_flops(Lp, Ln) == pytest.approx(want, rel=1e-12)
+    bug = 24 * mamba(Ln - Lp) + 4 * (attn(Ln) - attn(Lp)) + 28 * (mlp(Ln) - attn(Lp))
+    assert m7.node_flops(Lp, Ln, paper_bug=True) == pytest.approx(bug, rel=1e-12)
+
+
+@pytest.mark.parametrize("L,eff", [(100, 3.9e4), (1_000, 1.43e5), (10_000, 2.02e5), (30_000, 2.27e5)])
+def test_marconi_7b_root_efficiency(m7, L, eff):
+    assert m7.node_flops(0, L) / m7.node_bytes(L) == pytest.approx(eff, rel=0.01)
+
+
+def test_bug1_term_sign_flips_at_2d(m7):
+    def bug_term(Lp):  # what the artifact adds on top of the corrected marginal
+        return m7.node_flops(Lp, Lp + 1, paper_bug=True) - m7.node_flops(Lp, Lp + 1)
+    assert bug_term(0) == 0
+    assert bug_term(4_000) > 0          # short parent: savings overstated
+    assert bug_term(8_192) == pytest.approx(0, abs=1e3)  # 4Ld(2d - L) = 0
+    assert bug_term(10_000) < 0 and bug_term(30_000) < 0
+    assert m7.node_flops(30_000, 30_100, paper_bug=True) < 0  # the whole marginal goes negative
+
+
+def test_qwen3_next_sizes():
+    q = get_model("qwen3-next-80b-a3b")
+    assert q.kv_bytes_per_token() == 12 * 2 * 2 * 256 * 2 == 24 * 1024
+    per_layer = 32 * 128 * 128 * 4 + (2 * 16 * 128 + 32 * 128) * 3 * 2  # 2 MiB + 48 KiB
+    assert per_layer == 2 * 2**20 + 48 * 2**10
+    assert q.state_bytes() == 36 * per_layer == 77_266_944
+    assert q.state_bytes() / 2**20 == pytest.approx(73.7, abs=0.05)
+    assert q.state_bytes() // q.kv_bytes_per_token() == 3144
+
+
+def test_qwen3_next_flops_by_hand():
+    q = get_model("qwen3-next-80b-a3b")
+    # full attention layer (d=2048, 16 q heads x 256 with output gate, 2 kv heads):
+    # q 2048*8192 + k,v 2*2048*512 + o 4096*2048 = 27,262,976 weights -> 54,525,952 FLOP/token;
+    # causal QK^T + AV: 2*H*hd*(L^2 + L) with H*hd = 4096
+    attn_lin, attn_sq = 54_525_952 + 8192, 8192
+    # gated delta layer: qkvz 2048*12288 + ba 2048*64 + out 4096*2048 = 33,685,504 weights,
+    # conv 2*8192*4 = 65,536, core 32 heads * (6*128^2 + 9.25*64*128) = 32 * 174,080
+    gdn = 2 * 33_685_504 + 65_536 + 32 * 174_080
+    assert gdn == 73_007_104
+    # MoE: 11 SwiGLU experts of 3*2048*512 (top-10 + shared) + router 2048*512 = 35,651,584
+    moe = 2 * 35_651_584
+    for L in (1, 1024, 32_768):
+        want = 12 * (attn_lin * L + attn_sq * L * L) + 36 * gdn * L + 48 * moe * L
+        assert q.flops(L) == pytest.approx(want, rel=1e-12)
+    # active params cross-check: ~3.3B non-embedding (the name says A3B)
+    assert (q.active_params() - 2 * 151_936 * 2048) / 1e9 == pytest.approx(3.35, abs=0.05)
+
+
+@pytest.mark.parametrize("name,kv_kib,state_mib,n_tok", [
+    ("qwen3.5-397b-a17b", 30, 183, 6252), ("qwen3.5-122b-a10b", 24, 147, 6252),
+    ("qwen3.5-35b-a3b", 20, 61, 3144), ("qwen3.5-27b", 64, 147, 2349), ("qwen3.5-9b", 32, 49, 1572),
+])
+def test_qwen35_sizes_match_kernel_table(name, kv_kib, state_mib, n_tok):
+    s = get_model(name)
+    assert s.kv_bytes_per_token() == kv_kib * 1024
+    assert s.state_bytes() / 2**20 == pytest.approx(state_mib, abs=0.5)
+    assert int(s.state_kv_tokens()) == n_tok
+    assert s.is_hybrid
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_active_params_near_nominal(name):
+    s = get_model(name)
+    assert s.active_params() == pytest.approx(s.nominal_active_params, rel=0.35)
+
+
+def test_llama_pure_transformer():
+    s = get_model("llama-7b")
+    assert not s.is_hybrid and s.state_bytes() == 0
+    assert s.kv_bytes_per_token() == 32 * 2 * 4096 * 2
+    assert s.node_bytes(10) == 10 * s.kv_bytes_per_token()
+
+
+def test_get_model_unknown():
+    with pytest.raises(UsageError, match="marconi-7b"):
+        get_model("gpt-5")
+
+
+def test_timing():
+    m7 = get_model("marconi-7b")
+    t = default_timing("marconi-7b")
+    assert TimingModel.jamba_ttft_s(8192) == pytest.approx(0.0178 + 0.0530e-3 * 8192)
+    assert t.prefill_time_s(m7, 0, 8192) == pytest.approx(TimingModel.jamba_ttft_s(8192), rel=0.01)
+    assert t.prefill_time_s(m7, 8192, 8192) == pytest.approx(0.0178)
+    assert t.decode_time_s(10) == pytest.approx(10 * t.decode_ms_per_token / 1e3)
+    custom = TimingModel(effective_tflops=100.0, overhead_ms=0.0, decode_ms_per_token=1.0)
+    assert custom.prefill_time_s(m7, 0, 1000) == pytest.approx(m7.flops(1000) / 1e14)
+    for name in MODELS:
+        assert default_timing(name).effective_tflops > 0
+    with pytest.raises(UsageError):
+        TimingModel(effective_tflops=0.0, overhead_ms=1.0, decode_ms_per_token=1.0)
+
+
+def test_cli_models_table_and_json():
+    r = CliRunner().invoke(main, ["models"])
+    assert r.exit_code == 0, r.output
+    assert "qwen3-next-80b-a3b" in r.output and "26,787,840" in r.output and "65,536" in r.output
+    r = CliRunner().invoke(main, ["models", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rows = {row["name"]: row for row in json.loads(r.output)}
+    assert set(rows) == set(MODELS)
+    assert rows["marconi-7b"]["state_bytes"] == 26_787_840
+    assert rows["qwen3-next-80b-a3b"]["kv_bytes_per_token"] == 24_576
+    assert rows["llama-7b"]["is_hybrid"] is False
