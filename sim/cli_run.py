@@ -1,7 +1,147 @@
-"""`marconi run` and `marconi models` (filled in by the simulator core)."""
+"""`marconi run`: replay one trace under one or more policies and print the comparison."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import click
 
+from sim.config import SimConfig, format_size, parse_size
+from sim.errors import UsageError
+from sim.metrics import SUMMARY_KEYS
+
+DEFAULT_POLICIES = "vllm+,sglang+,marconi"
+
+
+def parse_alpha(text: str) -> float | str:
+    if text == "auto":
+        return "auto"
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"--alpha must be a number or 'auto', not {text!r}") from None
+    if value < 0:
+        raise UsageError("--alpha must be >= 0")
+    return value
+
+
+def sim_options(fn):
+    """The simulation knobs shared by `run` and `sweep` (single values here)."""
+    opts = [
+        click.option("--model", default="marconi-7b", show_default=True, help="Model preset (see `marconi models`)."),
+        click.option("--state-alignment", type=click.Choice(["exact", "chunk"]), default="exact", show_default=True,
+                     help="exact: states at any token (paper); chunk: branch states at kernel chunk boundaries."),
+        click.option("--chunk-size", type=int, default=64, show_default=True, help="Kernel chunk for --state-alignment chunk."),
+        click.option("--mode", type=click.Choice(["des", "sequential"]), default="des", show_default=True,
+                     help="des: discrete-event with servers and pinning; sequential: the artifact's replay."),
+        click.option("--compat", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True,
+                     help="paper: reproduce the Marconi artifact's two bugs and logical clock."),
+        click.option("--arrival", type=click.Choice(["uniform", "poisson"]), default="uniform", show_default=True,
+                     help="Session starts: i / rate (paper) or Poisson."),
+        click.option("--servers", type=int, default=1, show_default=True, help="Prefill servers (simpy resources)."),
+        click.option("--ttft-model", type=click.Choice(["flops", "jamba"]), default="flops", show_default=True,
+                     help="flops: FLOPs / throughput + overhead; jamba: the paper's fitted Jamba-1.5-Mini table."),
+        click.option("--seed", type=int, default=0, show_default=True),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def build_configs(policies: str, capacity: str, alpha: str, sessions_per_second: float, **knobs) -> list[SimConfig]:
+    from policies.presets import get_preset
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    if not names:
+        raise UsageError("--policy needs at least one name")
+    for name in names:
+        get_preset(name)
+    cap = parse_size(capacity)
+    configs = []
+    for name in names:
+        cfg = SimConfig(policy=name, capacity_bytes=cap, alpha=parse_alpha(alpha),
+                        sessions_per_second=sessions_per_second, **knobs)
+        cfg.validate()
+        configs.append(cfg)
+    return configs
+
+
+def format_table(rows: list[dict]) -> str:
+    head = ["policy", "token hit", "request hit", "FLOPs saved", "TTFT p50 ms", "TTFT p95 ms", "evictions", "rejected"]
+    lines = []
+    for r in rows:
+        lines.append([
+            r["policy"], f"{r['token_hit_rate'] * 100:.2f}%", f"{r['request_hit_rate'] * 100:.2f}%",
+            f"{r['flops_saved']:.3e}", f"{r['ttft_p50_ms']:.1f}", f"{r['ttft_p95_ms']:.1f}",
+            str(r["evictions"]), str(r.get("rejected_inserts", 0)),
+        ])
+    widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    out += [fmt.format(*l) for l in lines]
+    return "\n".join(out)
+
 
 def register(main: click.Group) -> None:
-    pass
+    from traces.cli import trace_from_cli, trace_options
+
+    @main.command("run")
+    @trace_options
+    @click.option("--policy", "policies", default=DEFAULT_POLICIES, show_default=True,
+                  help="Comma-separated policies (vanilla, vllm+, sglang+, marconi, ...).")
+    @click.option("--capacity", default="5GB", show_default=True, help="Cache capacity (5GB = 5e9 B, 5GiB = 5*2^30 B).")
+    @click.option("--alpha", default="0.0", show_default=True, help="Marconi's FLOP-efficiency weight.")
+    @click.option("--sessions-per-second", type=float, default=1.0, show_default=True)
+    @sim_options
+    @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+                  help="Write summary.json and per-request requests.parquet here.")
+    @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+    @click.option("--progress/--no-progress", default=True, show_default=True)
+    def run(policies, capacity, alpha, sessions_per_second, out, fmt, progress, **kwargs):
+        """Replay a trace (default: 100 real ShareGPT sessions) under each policy."""
+        from tqdm import tqdm
+
+        from sim.engine import Simulation
+
+        trace = trace_from_cli(kwargs)
+        configs = build_configs(policies, capacity, alpha, sessions_per_second, **kwargs)
+        results = []
+        bar = tqdm(total=len(trace.requests) * len(configs), unit="req", disable=not progress,
+                   desc="simulating", leave=False)
+        try:
+            for cfg in configs:
+                bar.set_postfix_str(cfg.policy)
+                results.append((cfg, Simulation(trace, cfg, progress=bar).run()))
+        finally:
+            bar.close()
+        rows = [res.summary for _, res in results]
+        if fmt == "json":
+            click.echo(json.dumps([{k: r[k] for k in SUMMARY_KEYS} for r in rows], indent=2))
+        else:
+            cfg0 = configs[0]
+            click.echo(f"trace {trace.name}: {len(trace.requests)} requests, {trace.n_sessions} sessions | "
+                       f"model {cfg0.model} | capacity {format_size(cfg0.capacity_bytes)} | "
+                       f"{cfg0.mode} | {sessions_per_second:g} sessions/s | alpha {cfg0.alpha}")
+            click.echo(format_table(rows))
+        if out is not None:
+            _write_outputs(out, trace, results)
+
+    def _write_outputs(out: Path, trace, results) -> None:
+        import pandas as pd
+
+        out.mkdir(parents=True, exist_ok=True)
+        summary = [{**cfg.as_row(), "trace": trace.name, **res.summary} for cfg, res in results]
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        frames = []
+        for cfg, res in results:
+            df = res.requests.copy()
+            df.insert(0, "policy", cfg.policy)
+            frames.append(df)
+        pd.concat(frames, ignore_index=True).to_parquet(out / "requests.parquet", index=False)
+        occ = []
+        for cfg, res in results:
+            o = res.occupancy.copy()
+            o.insert(0, "policy", cfg.policy)
+            occ.append(o)
+        pd.concat(occ, ignore_index=True).to_parquet(out / "occupancy.parquet", index=False)

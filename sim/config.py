@@ -46,7 +46,6 @@ class SimConfig:
     compat: str = "corrected"  # corrected | paper (the artifact's two bugs and its logical clock)
     sessions_per_second: float = 1.0
     arrival: str = "uniform"  # uniform (session i at i / rate) | poisson
-    time_scale: float = 1.0  # open-loop traces: arrival times are multiplied by this
     servers: int = 1  # simpy resources serving prefill + decode
     ttft_model: str = "flops"  # flops (FLOPs / throughput + overhead) | jamba (the paper's fitted table)
     seed: int = 0
@@ -66,8 +65,6 @@ class SimConfig:
             raise UsageError(f"--ttft-model must be flops or jamba, not {self.ttft_model!r}")
         if self.sessions_per_second <= 0:
             raise UsageError("--sessions-per-second must be positive")
-        if self.time_scale <= 0:
-            raise UsageError("--time-scale must be positive")
         if self.servers < 1:
             raise UsageError("--servers must be >= 1")
         if self.chunk_size < 1:

@@ -1,0 +1,290 @@
+"""Replay a trace through one policy: the discrete-event engine (simpy) and the sequential mode.
+
+Request lifecycle in ``des`` mode (one simpy process per session, or per request for open-loop
+traces):
+1. arrival: look the input up, refresh per the policy, lock the matched path;
+2. queue for a server (a simpy Resource), prefill the non-hit part (time from the cost model),
+   insert the input's KV with the prefill-time checkpoints (branch state), release the server;
+3. decode (continuous batching is approximated by letting decode run off the server),
+   insert input + output with the tail state, unlock.
+The next turn of a closed-loop session arrives ``think_time`` after the response finished.
+
+``sequential`` mode is the Marconi artifact's semantics: requests in timestamp order (session
+start + cumulative think times; generation time not added), lookup then immediately one insert
+of input + output with every checkpoint, no concurrency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from policies.admission import AdmissionContext
+from policies.presets import PolicyPreset, get_preset
+from sim.blocks import block_symbols
+from sim.config import SimConfig, format_size
+from sim.cost import ModelSpec, TimingModel, default_timing, get_model
+from sim.errors import UsageError
+from sim.metrics import Recorder, SimResult
+from sim.tree import HybridRadixTree, Node
+from traces.base import Request, Trace
+
+
+@dataclass(slots=True)
+class _Flight:
+    """A request between its lookup and its last insert."""
+
+    req: Request
+    seq_in: np.ndarray  # symbols inserted at prefill end
+    seq_full: np.ndarray  # symbols inserted at decode end
+    tok_in: int
+    tok_full: int
+    hit_tokens: int
+    prefill_cps: list[int]
+    decode_cps: list[int]
+    locked: Node | None
+
+
+def session_start_times(n: int, rate: float, kind: str, seed: int) -> np.ndarray:
+    """Paper: session i starts at i / rate; or Poisson arrivals at that rate (seeded)."""
+    if kind == "uniform":
+        return np.arange(n) / rate
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n)
+    gaps[0] = 0.0
+    return np.cumsum(gaps)
+
+
+class Simulation:
+    def __init__(self, trace: Trace, config: SimConfig, *, spec: ModelSpec | None = None,
+                 timing: TimingModel | None = None, progress=None) -> None:
+        config.validate()
+        self.trace = trace
+        self.config = config
+        self.spec = spec or get_model(config.model)
+        self.timing = timing or default_timing(config.model)
+        self.preset: PolicyPreset = get_preset(config.policy)
+        self.progress = progress
+        self.paper = config.compat == "paper"
+        if isinstance(config.alpha, str):
+            raise UsageError("--alpha auto needs the tuner (policies.tuning); pass a number")
+        self._check_grid()
+        hybrid = self.spec.is_hybrid
+        if hybrid and self.preset.caching and config.capacity_bytes < self.spec.state_bytes():
+            raise UsageError(
+                f"capacity {format_size(config.capacity_bytes)} is smaller than one state checkpoint of "
+                f"{config.model} ({format_size(self.spec.state_bytes())})")
+        admission, eviction = self.preset.build(self.spec, float(config.alpha), self.paper)
+        self.admission = admission
+        self.tree = HybridRadixTree(
+            capacity_bytes=config.capacity_bytes,
+            kv_bytes_per_token=self.spec.kv_bytes_per_token(),
+            state_bytes=self.spec.state_bytes(),
+            block_tokens=self.grid,
+            policy=eviction,
+            hybrid=hybrid,
+            exact_capacity=not self.paper,
+        )
+        self.tree.logical_clock = self.paper
+        self.refresh_path = eviction.refresh == "path"
+        self.chunk_tokens = config.chunk_size if config.state_alignment == "chunk" else None
+        self.rec = Recorder(len(trace.requests), self.spec)
+        self._clock = 0  # paper mode: logical clock, one tick per lookup / insert / eviction call
+
+    def _check_grid(self) -> None:
+        B = self.trace.block_tokens
+        grid = max(self.preset.grid_tokens, B)
+        if self.preset.grid_tokens > 1 and (self.preset.grid_tokens < B or self.preset.grid_tokens % B):
+            raise UsageError(
+                f"policy {self.preset.name} checkpoints every {self.preset.grid_tokens} tokens, finer than "
+                f"(or not a multiple of) the trace's {B}-token blocks")
+        if self.config.state_alignment == "chunk" and B > 1 and max(B, self.config.chunk_size) % min(B, self.config.chunk_size):
+            raise UsageError(f"--chunk-size {self.config.chunk_size} does not line up with the trace's {B}-token blocks")
+        self.grid = grid
+        self.regrid = grid // B  # > 1: symbols are re-hashed into coarser blocks
+
+    # ------------------------------------------------------------------ per-request steps
+    def _symbols(self, r: Request) -> tuple[np.ndarray, np.ndarray, int, int]:
+        B = self.trace.block_tokens
+        tok_in = r.n_input_tokens(B)
+        tok_full = tok_in + r.n_output_tokens(B)
+        full = np.concatenate((r.input_tokens, r.output_tokens)) if len(r.output_tokens) else r.input_tokens
+        if self.regrid == 1:
+            return r.input_tokens, full, tok_in, tok_full
+        g = self.regrid
+        sym_full = block_symbols(full, g)
+        # only whole input blocks are cached at prefill end; the partial one ends inside a block
+        sym_in = sym_full[: len(r.input_tokens) // g]
+        return sym_in, sym_full, (len(sym_in) * self.grid), tok_full
+
+    def _now(self, t: float) -> float:
+        if self.paper:
+            self._clock += 1
+            self.tree.now = self._clock
+        else:
+            self.tree.now = t
+        return self.tree.now
+
+    def lookup(self, r: Request, t: float, lock: bool) -> _Flight:
+        seq_in, seq_full, tok_in, tok_full = self._symbols(r)
+        if self.regrid == 1 and r.input_len >= 0:
+            tok_in = r.input_len  # hash-block traces: exact token counts
+        if not self.preset.caching:
+            self.rec.lookup(r, t, 0, tok_in)
+            return _Flight(r, seq_in, seq_full, tok_in, tok_full, 0, [], [], None)
+        tree = self.tree
+        now = self._now(t)
+        cap = None
+        if self.preset.lookup_cap_minus_one:
+            cap = max(len(seq_in) - 1, 0)
+        m = tree.match(seq_in, max_hit_sym=cap)
+        hit_tokens = min(m.hit_tokens, r.n_input_tokens(self.trace.block_tokens))
+        if m.hit_sym > 0:
+            if self.refresh_path:
+                for node in m.path:
+                    tree.touch(node, now)
+            else:
+                tree.touch(m.hit_node, now)
+        n_in = len(seq_in)
+        ctx = AdmissionContext(n_in, len(seq_full), self.grid, self.chunk_tokens, self.paper)
+        if self.paper and self.admission.needs_full_divergence and m.match_sym > m.hit_sym:
+            ctx.divergence_full = tree.match(seq_full).match_sym
+        prefill_cps = self.admission.prefill_checkpoints(m, ctx)
+        decode_cps = self.admission.decode_checkpoints(m, ctx)
+        locked = None
+        if lock and m.hit_sym > 0:
+            locked = m.hit_node
+            tree.lock(locked)
+        self.rec.lookup(r, t, hit_tokens, tok_in, m.hit_sym > 0 and self.spec.is_hybrid)
+        return _Flight(r, seq_in, seq_full, tok_in, tok_full, hit_tokens, prefill_cps, decode_cps, locked)
+
+    def insert_prefill(self, f: _Flight, t: float) -> None:
+        if not self.preset.caching or len(f.seq_in) == 0:
+            return
+        now = self._now(t)
+        res = self.tree.insert(f.seq_in, f.tok_in if self.regrid == 1 else len(f.seq_in) * self.grid,
+                               f.prefill_cps, now, lock=True, protect=f.locked)
+        if f.locked is not None:
+            self.tree.unlock(f.locked)
+        f.locked = res.end_node if res.inserted else None
+        self._after_insert(res, t)
+
+    def insert_decode(self, f: _Flight, t: float) -> None:
+        if not self.preset.caching:
+            return
+        now = self._now(t)
+        cps = f.decode_cps if not f.prefill_cps else sorted(set(f.prefill_cps) | set(f.decode_cps))
+        res = self.tree.insert(f.seq_full, f.tok_full, cps, now, protect=f.locked)
+        if f.locked is not None:
+            self.tree.unlock(f.locked)
+            f.locked = None
+        if self.refresh_path and res.inserted and res.end_node is not None:
+            self.tree.touch_path(res.end_node, now)
+        self._after_insert(res, t)
+
+    def _after_insert(self, res, t: float) -> None:
+        tree = self.tree
+        self.rec.occupancy(t, tree.kv_tokens * tree.kv_bytes_per_token, tree.n_states * tree.state_bytes)
+
+    # ------------------------------------------------------------------ drivers
+    def run(self) -> SimResult:
+        if self.config.mode == "sequential":
+            self._run_sequential()
+        else:
+            self._run_des()
+        return self.rec.result(self)
+
+    def _timestamps(self) -> np.ndarray:
+        reqs = self.trace.requests
+        if not self.trace.closed_loop:
+            return np.array([r.arrival for r in reqs], dtype=float)
+        sessions = self.trace.sessions()
+        starts = session_start_times(len(sessions), self.config.sessions_per_second,
+                                     self.config.arrival, self.config.seed)
+        ts = np.zeros(len(reqs))
+        for start, turns in zip(starts, sessions.values()):
+            t = start
+            for r in turns:
+                t += r.think_time
+                ts[r.request_id] = t
+        return ts
+
+    def _run_sequential(self) -> None:
+        ts = self._timestamps()
+        order = np.argsort(ts, kind="stable")
+        reqs = self.trace.requests
+        for i in order:
+            r = reqs[i]
+            t = float(ts[i])
+            f = self.lookup(r, t, lock=not self.paper)
+            f.decode_cps = sorted(set(f.prefill_cps) | set(f.decode_cps))
+            f.prefill_cps = []
+            self.rec.timing(r, t, 0.0, self._prefill_s(f), self._decode_s(f))
+            self.insert_decode(f, t)
+            self._tick()
+
+    def _prefill_s(self, f: _Flight) -> float:
+        if self.config.ttft_model == "jamba":
+            return self.timing.jamba_ttft_s(f.tok_in - f.hit_tokens)
+        return self.timing.prefill_time_s(self.spec, f.hit_tokens, f.tok_in)
+
+    def _decode_s(self, f: _Flight) -> float:
+        return self.timing.decode_time_s(f.tok_full - f.tok_in)
+
+    def _tick(self) -> None:
+        if self.progress is not None:
+            self.progress.update(1)
+
+    def _run_des(self) -> None:
+        env = simpy.Environment()
+        servers = simpy.Resource(env, capacity=self.config.servers)
+
+        def serve(r: Request):
+            arrival = env.now
+            f = self.lookup(r, arrival, lock=True)
+            with servers.request() as slot:
+                yield slot
+                start = env.now
+                prefill = self._prefill_s(f)
+                yield env.timeout(prefill)
+                self.insert_prefill(f, env.now)
+            decode = self._decode_s(f)
+            yield env.timeout(decode)
+            self.insert_decode(f, env.now)
+            self.rec.timing(r, arrival, start - arrival, prefill, decode)
+            self._tick()
+
+        if self.trace.closed_loop:
+            sessions = self.trace.sessions()
+            starts = session_start_times(len(sessions), self.config.sessions_per_second,
+                                         self.config.arrival, self.config.seed)
+
+            def session(start: float, turns: list[Request]):
+                yield env.timeout(start)
+                for r in turns:
+                    if r.think_time > 0:
+                        yield env.timeout(r.think_time)
+                    yield env.process(serve(r))
+
+            for start, turns in zip(starts, sessions.values()):
+                env.process(session(float(start), turns))
+        else:
+            ts = self._timestamps()
+            order = np.argsort(ts, kind="stable")
+            reqs = self.trace.requests
+
+            def feeder():
+                for i in order:
+                    wait = float(ts[i]) - env.now
+                    if wait > 0:
+                        yield env.timeout(wait)
+                    env.process(serve(reqs[i]))
+
+            env.process(feeder())
+        env.run()
+
+
+def simulate(trace: Trace, config: SimConfig, progress=None) -> SimResult:
+    """Replay ``trace`` under ``config``; the one entry point the CLI and sweeps call."""
+    return Simulation(trace, config, progress=progress).run()

@@ -1,0 +1,128 @@
+"""Per-request records and the summary of one simulation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from traces.base import Request
+
+if TYPE_CHECKING:  # pragma: no cover
+    from sim.cost import ModelSpec
+    from sim.engine import Simulation
+
+#: keys of the JSON summary `marconi run --format json` prints, in table order
+SUMMARY_KEYS = ["policy", "token_hit_rate", "request_hit_rate", "flops_saved", "ttft_p50_ms",
+                "ttft_p95_ms", "requests", "evictions"]
+
+_OCCUPANCY_POINTS = 2000  # occupancy series kept at most this many samples (reservoir by stride)
+
+
+@dataclass
+class SimResult:
+    summary: dict
+    requests: pd.DataFrame
+    occupancy: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+class Recorder:
+    """Columnar per-request arrays, filled in place (no per-request dicts)."""
+
+    def __init__(self, n: int, spec: "ModelSpec") -> None:
+        self.spec = spec
+        self.arrival = np.full(n, np.nan)
+        self.input_tokens = np.zeros(n, dtype=np.int64)
+        self.hit_tokens = np.zeros(n, dtype=np.int64)
+        self.state_hit = np.zeros(n, dtype=bool)
+        self.queue_s = np.zeros(n)
+        self.prefill_s = np.zeros(n)
+        self.decode_s = np.zeros(n)
+        self.done = np.zeros(n, dtype=bool)
+        self._occ_t: list[float] = []
+        self._occ_kv: list[int] = []
+        self._occ_state: list[int] = []
+        self._occ_every = 1
+        self._occ_seen = 0
+
+    def lookup(self, r: Request, t: float, hit_tokens: int, input_tokens: int, state_hit: bool = False) -> None:
+        i = r.request_id
+        self.arrival[i] = t
+        self.hit_tokens[i] = hit_tokens
+        self.input_tokens[i] = input_tokens
+        self.state_hit[i] = state_hit
+
+    def timing(self, r: Request, arrival: float, queue: float, prefill: float, decode: float) -> None:
+        i = r.request_id
+        self.queue_s[i] = queue
+        self.prefill_s[i] = prefill
+        self.decode_s[i] = decode
+        self.done[i] = True
+
+    def occupancy(self, t: float, kv_bytes: int, state_bytes: int) -> None:
+        self._occ_seen += 1
+        if self._occ_seen % self._occ_every:
+            return
+        self._occ_t.append(t)
+        self._occ_kv.append(kv_bytes)
+        self._occ_state.append(state_bytes)
+        if len(self._occ_t) >= 2 * _OCCUPANCY_POINTS:  # halve the resolution, keep the span
+            self._occ_t = self._occ_t[::2]
+            self._occ_kv = self._occ_kv[::2]
+            self._occ_state = self._occ_state[::2]
+            self._occ_every *= 2
+
+    def result(self, sim: "Simulation") -> SimResult:
+        spec = self.spec
+        reqs = sim.trace.requests
+        flops_total = np.array([spec.flops(int(L)) for L in self.input_tokens])
+        flops_saved = np.array([spec.flops(int(h)) if h else 0.0 for h in self.hit_tokens])
+        ttft = self.queue_s + self.prefill_s
+        df = pd.DataFrame({
+            "request_id": np.arange(len(reqs)),
+            "session_id": [r.session_id for r in reqs],
+            "turn": [r.turn for r in reqs],
+            "arrival_s": self.arrival,
+            "input_tokens": self.input_tokens,
+            "hit_tokens": self.hit_tokens,
+            "state_hit": self.state_hit,
+            "flops": flops_total,
+            "flops_saved": flops_saved,
+            "queue_s": self.queue_s,
+            "prefill_s": self.prefill_s,
+            "ttft_s": ttft,
+            "decode_s": self.decode_s,
+        })
+        tree = sim.tree
+        st = tree.stats
+        total_in = int(self.input_tokens.sum())
+        done = self.done
+        t_ms = ttft[done] * 1e3 if done.any() else np.zeros(1)
+        summary = {
+            "policy": sim.config.policy,
+            "token_hit_rate": float(self.hit_tokens.sum() / total_in) if total_in else 0.0,
+            "request_hit_rate": float((self.hit_tokens > 0).mean()),
+            "flops_saved": float(flops_saved.sum()),
+            "flops_saved_frac": float(flops_saved.sum() / flops_total.sum()) if flops_total.sum() else 0.0,
+            "ttft_p5_ms": float(np.percentile(t_ms, 5)),
+            "ttft_p50_ms": float(np.percentile(t_ms, 50)),
+            "ttft_p95_ms": float(np.percentile(t_ms, 95)),
+            "ttft_mean_ms": float(t_ms.mean()),
+            "requests": int(len(reqs)),
+            "input_tokens": total_in,
+            "hit_tokens": int(self.hit_tokens.sum()),
+            "evictions": int(st.evictions),
+            "checkpoints_admitted": int(st.states_admitted),
+            "checkpoints_hit": int(self.state_hit.sum()),
+            "checkpoints_evicted": int(st.states_evicted),
+            "kv_tokens_evicted": int(st.kv_tokens_evicted),
+            "rejected_inserts": int(st.rejected_inserts),
+            "peak_bytes": int(st.peak_bytes),
+            "capacity_overshoots": int(st.overshoots),
+            "final_kv_bytes": int(tree.kv_tokens * tree.kv_bytes_per_token),
+            "final_state_bytes": int(tree.n_states * tree.state_bytes),
+        }
+        occ = pd.DataFrame({"t_s": self._occ_t, "kv_bytes": self._occ_kv, "state_bytes": self._occ_state})
+        return SimResult(summary, df, occ)

@@ -1,0 +1,488 @@
+"""Hybrid radix tree: attention KV on edges, recurrent-state checkpoints at node ends.
+
+Topology. A compressed radix tree over symbols (token ids, or prefix-block hashes standing for
+``block_tokens`` tokens each). A node's edge ``key`` holds the KV of its symbols for every
+attention layer; ``has_state`` means the node holds one checkpoint (recurrent + conv state of
+every linear layer) taken exactly after its last symbol.
+
+Hit rule. A hybrid model can reuse a prefix only where a state exists: the hit is the deepest
+fully matched node that holds a state (its ancestors' KV is on the path by construction). A
+partial-edge match gives no hybrid hit. A model without linear layers reuses the longest KV
+match, partial edges included.
+
+Invariants (checked by ``check_invariants``; the property tests drive random operations):
+- ``used_bytes == kv_tokens * kv_bytes_per_token + n_states * state_bytes`` and, outside
+  paper-compatible mode, never exceeds ``capacity_bytes``.
+- Every non-root node with exactly one child holds a state or a lock (stateless single-child
+  nodes are merged away: they free nothing and cost a level).
+- A node's end position (``depth_tokens``) survives splits and merges; only a stateless leaf
+  grows, when a later insert extends it.
+- A locked node (``lock > 0``) is never evicted or merged; locks cover whole root paths, so a
+  node's lock count is >= each child's.
+
+Bookkeeping is incremental: cached depths, token counts and byte totals; the eviction policy
+is told about every node whose candidacy or priority may have changed (``policy.update``) so it
+can keep its own heap or arrays, and never scans the tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from policies.eviction import EvictionPolicy
+
+
+class Node:
+    __slots__ = (
+        "key", "parent", "children", "n_tokens", "depth_sym", "depth_tokens",
+        "has_state", "last_access", "lock", "slot", "version", "created",
+    )
+
+    def __init__(self, key: np.ndarray, parent: "Node | None", n_tokens: int, depth_sym: int,
+                 depth_tokens: int, now: float, created: int) -> None:
+        self.key = key
+        self.parent = parent
+        self.children: dict[int, Node] = {}
+        self.n_tokens = n_tokens  # tokens on this node's edge (KV held by this node)
+        self.depth_sym = depth_sym  # symbols from root to the end of this edge
+        self.depth_tokens = depth_tokens  # tokens from root to the end of this edge
+        self.has_state = False
+        self.last_access = now
+        self.lock = 0
+        self.slot = -1  # index in the eviction policy's arrays, if it keeps any
+        self.version = 0  # bumped on every change, invalidates stale heap entries
+        self.created = created  # creation order: deterministic tie-break
+
+    @property
+    def parent_depth_tokens(self) -> int:
+        return self.depth_tokens - self.n_tokens
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return (f"Node(end={self.depth_tokens}, edge={self.n_tokens}, state={self.has_state}, "
+                f"children={len(self.children)}, lock={self.lock})")
+
+
+@dataclass(slots=True)
+class MatchResult:
+    hit_node: Node  # deepest matched node with a state (root when none)
+    hit_sym: int
+    hit_tokens: int
+    match_sym: int  # symbols matched token by token (may end inside an edge)
+    match_tokens: int
+    path: list[Node]  # fully matched nodes, root excluded, top-down
+    split_node: Node | None  # node whose edge the match ended inside (None: ended at a node end)
+    split_offset: int  # symbols of split_node's edge that matched
+
+
+@dataclass(slots=True)
+class InsertResult:
+    inserted: bool
+    new_kv_tokens: int = 0
+    new_states: int = 0
+    end_node: Node | None = None  # node ending at the last inserted symbol (locked if asked)
+    evicted_states: int = 0
+    evicted_kv_tokens: int = 0
+
+
+@dataclass
+class TreeStats:
+    inserts: int = 0
+    rejected_inserts: int = 0
+    states_admitted: int = 0
+    states_evicted: int = 0
+    kv_tokens_evicted: int = 0
+    evictions: int = 0  # eviction actions (a leaf removed or a state dropped)
+    peak_bytes: int = 0
+    overshoots: int = 0  # paper mode: inserts that left the cache above capacity
+    peak_overshoot_bytes: int = 0
+    hit_states: dict = field(default_factory=dict)
+
+
+class HybridRadixTree:
+    def __init__(self, *, capacity_bytes: int, kv_bytes_per_token: int, state_bytes: int,
+                 block_tokens: int, policy: "EvictionPolicy", hybrid: bool = True,
+                 exact_capacity: bool = True) -> None:
+        self.capacity_bytes = int(capacity_bytes)
+        self.kv_bytes_per_token = int(kv_bytes_per_token)
+        self.state_bytes = int(state_bytes) if hybrid else 0
+        self.block_tokens = int(block_tokens)
+        self.hybrid = hybrid
+        # False reproduces the Marconi artifact: bytes credited by eviction may be wrong, so the
+        # cache may end above capacity (reported in stats.overshoots).
+        self.exact_capacity = exact_capacity
+        self.policy = policy
+        self.now = 0.0  # set by the engine before each operation; the eviction policy reads it
+        self.logical_clock = False  # paper mode: every eviction call advances the clock by one
+        self._created = 0
+        self.root = self._new_node(np.empty(0, dtype=np.int64), None, 0, 0, 0, 0.0)
+        self.root.lock = 1  # the root is never a candidate
+        self.kv_tokens = 0
+        self.n_states = 0
+        self.stats = TreeStats()
+        policy.attach(self)
+
+    # ------------------------------------------------------------------ accounting
+    @property
+    def used_bytes(self) -> int:
+        return self.kv_tokens * self.kv_bytes_per_token + self.n_states * self.state_bytes
+
+    def _new_node(self, key, parent, n_tokens, depth_sym, depth_tokens, now) -> Node:
+        self._created += 1
+        return Node(key, parent, n_tokens, depth_sym, depth_tokens, now, self._created)
+
+    # ------------------------------------------------------------------ lookup
+    def match(self, seq: np.ndarray, max_hit_sym: int | None = None) -> MatchResult:
+        """Walk ``seq`` down the tree. ``max_hit_sym`` caps the usable hit (e.g. SGLang's
+        input_len - 1 rule); states deeper than it are not used."""
+        node = self.root
+        hit = self.root
+        pos = 0
+        n = len(seq)
+        path: list[Node] = []
+        split_node, split_off = None, 0
+        limit = n if max_hit_sym is None else max_hit_sym
+        while pos < n:
+            child = node.children.get(int(seq[pos]))
+            if child is None:
+                break
+            key = child.key
+            klen = len(key)
+            seg = seq[pos:pos + klen]
+            if len(seg) == klen and (klen == 1 or np.array_equal(key, seg)):
+                pos += klen
+                node = child
+                path.append(child)
+                if child.has_state and child.depth_sym <= limit:
+                    hit = child
+                continue
+            diff = np.flatnonzero(key[:len(seg)] != seg)
+            m = int(diff[0]) if diff.size else len(seg)
+            split_node, split_off = child, m
+            pos += m
+            break
+        match_tokens = self._tokens_at(node, split_node, split_off)
+        if self.hybrid:
+            hit_sym, hit_tokens = hit.depth_sym, hit.depth_tokens
+        else:  # pure transformer: longest KV match, partial edges included
+            hit_sym = min(pos, limit)
+            hit_tokens = min(match_tokens, hit_sym * self.block_tokens)
+            hit = node if split_node is None else split_node
+        return MatchResult(hit, hit_sym, hit_tokens, pos, match_tokens, path, split_node, split_off)
+
+    def _tokens_at(self, node: Node, split_node: Node | None, split_off: int) -> int:
+        if split_node is None:
+            return node.depth_tokens
+        return node.depth_tokens + min(split_off * self.block_tokens, split_node.n_tokens)
+
+    # ------------------------------------------------------------------ refresh / locks
+    def touch(self, node: Node, now: float) -> None:
+        if node is self.root:
+            return
+        node.last_access = now
+        self._changed(node)
+
+    def touch_path(self, node: Node, now: float) -> None:
+        while node is not None and node is not self.root:
+            node.last_access = now
+            self._changed(node)
+            node = node.parent
+
+    def lock(self, node: Node) -> None:
+        while node is not None and node is not self.root:
+            node.lock += 1
+            if node.lock == 1:
+                self._changed(node)
+            node = node.parent
+
+    def unlock(self, node: Node) -> None:
+        freed: list[Node] = []
+        while node is not None and node is not self.root:
+            node.lock -= 1
+            assert node.lock >= 0, "unbalanced unlock"
+            if node.lock == 0:
+                self._changed(node)
+                if not node.has_state and len(node.children) == 1:
+                    freed.append(node)
+            node = node.parent
+        # merges deferred while these stateless single-child nodes were locked
+        for node in freed:
+            if node.parent is not None and node.lock == 0 and len(node.children) == 1 and not node.has_state:
+                self._merge_into_child(node)
+
+    def _changed(self, node: Node) -> None:
+        node.version += 1
+        self.policy.update(node)
+
+    # ------------------------------------------------------------------ insert
+    def insert(self, seq: np.ndarray, seq_tokens: int, checkpoints: list[int], now: float,
+               *, lock: bool = False, protect: Node | None = None) -> InsertResult:
+        """Insert ``seq`` (KV for every symbol) with states at the symbol positions
+        ``checkpoints`` (sorted, each in 1..len(seq)). Evicts as needed; if the insert cannot
+        fit after evicting every candidate, nothing is inserted and it is counted as rejected.
+
+        ``protect``: a node whose root path must survive the evictions of this insert (the
+        request's matched path); in exact-capacity mode the path of ``seq`` is always protected.
+        """
+        self.stats.inserts += 1
+        n = len(seq)
+        if n == 0:
+            return InsertResult(True, end_node=self.root)
+        pad = n * self.block_tokens - seq_tokens  # tokens missing from a partial last symbol
+        need_kv, need_states, walk_end = self._plan(seq, pad, checkpoints)
+        need = need_kv * self.kv_bytes_per_token + need_states * self.state_bytes
+        ev_states = ev_kv = 0
+        if self.used_bytes + need > self.capacity_bytes:
+            guard = walk_end if self.exact_capacity else None
+            if guard is not None:
+                self.lock(guard)
+            if protect is not None:
+                self.lock(protect)
+            try:
+                ok, ev_states, ev_kv = self._evict_for(need)
+            finally:
+                if guard is not None:
+                    self.unlock(guard)
+                if protect is not None:
+                    self.unlock(protect)
+            if not ok:
+                self.stats.rejected_inserts += 1
+                return InsertResult(False, evicted_states=ev_states, evicted_kv_tokens=ev_kv)
+        kv_before, st_before = self.kv_tokens, self.n_states
+        end = self._apply(seq, pad, checkpoints, now)
+        used = self.used_bytes
+        if used > self.capacity_bytes:
+            if self.exact_capacity:  # pragma: no cover - a bug, never expected
+                raise AssertionError(f"capacity exceeded: {used} > {self.capacity_bytes}")
+            self.stats.overshoots += 1
+            self.stats.peak_overshoot_bytes = max(self.stats.peak_overshoot_bytes, used - self.capacity_bytes)
+        self.stats.peak_bytes = max(self.stats.peak_bytes, used)
+        new_states = self.n_states - st_before
+        self.stats.states_admitted += new_states
+        if lock:
+            self.lock(end)
+        return InsertResult(True, self.kv_tokens - kv_before, new_states, end, ev_states, ev_kv)
+
+    def _plan(self, seq: np.ndarray, pad: int, checkpoints: list[int]) -> tuple[int, int, Node]:
+        """Tokens of new KV and number of new states the insert would add (no mutation).
+        Returns the deepest node the walk reached (its root path must survive eviction)."""
+        node = self.root
+        pos = 0
+        n = len(seq)
+        ends_with_state: set[int] = set()
+        while pos < n:
+            child = node.children.get(int(seq[pos]))
+            if child is None:
+                break
+            key = child.key
+            klen = len(key)
+            seg = seq[pos:pos + klen]
+            if len(seg) == klen and (klen == 1 or np.array_equal(key, seg)):
+                pos += klen
+                node = child
+                if child.has_state:
+                    ends_with_state.add(pos)
+                continue
+            diff = np.flatnonzero(key[:len(seg)] != seg)
+            pos += int(diff[0]) if diff.size else len(seg)
+            node = child  # protect the edge the insert will split, and its root path
+            break
+        matched_tokens = min(pos * self.block_tokens, n * self.block_tokens - pad)
+        need_kv = n * self.block_tokens - pad - matched_tokens
+        need_states = sum(1 for c in checkpoints if c not in ends_with_state) if self.hybrid else 0
+        return need_kv, need_states, node
+
+    def _apply(self, seq: np.ndarray, pad: int, checkpoints: list[int], now: float) -> Node:
+        B = self.block_tokens
+        n = len(seq)
+        cps = checkpoints if self.hybrid else []
+        ci = 0
+        node = self.root
+        pos = 0
+        while pos < n:
+            child = node.children.get(int(seq[pos]))
+            if child is None:
+                break
+            key = child.key
+            klen = len(key)
+            seg = seq[pos:pos + klen]
+            if len(seg) == klen and (klen == 1 or np.array_equal(key, seg)):
+                m = klen
+            else:
+                diff = np.flatnonzero(key[:len(seg)] != seg)
+                m = int(diff[0]) if diff.size else len(seg)
+            while ci < len(cps) and cps[ci] <= pos:
+                ci += 1
+            c = cps[ci] if ci < len(cps) else -1
+            if pos < c < pos + m:  # a checkpoint inside an already cached edge: cut it there
+                node = self._split(child, c - pos, now)
+                pos = c
+                self._add_state(node)
+                continue
+            if m == klen:
+                pos += klen
+                node = child
+                if pos == c and not child.has_state:
+                    self._add_state(child)
+                continue
+            if pos + m == n and c != n:
+                return child  # seq ends inside a cached edge and needs no state there
+            node = self._split(child, m, now)
+            pos += m
+            if pos == c:
+                self._add_state(node)
+            break
+        while pos < n:  # the missing part: new edges, cut at every checkpoint
+            while ci < len(cps) and cps[ci] <= pos:
+                ci += 1
+            nxt = min(cps[ci], n) if ci < len(cps) else n
+            tokens = (nxt - pos) * B - (pad if nxt == n else 0)
+            if not node.children and not node.has_state and node is not self.root:
+                # extend a stateless leaf rather than hang a child under it
+                self._extend_leaf(node, seq[pos:nxt], tokens)
+            else:
+                leaf = self._new_node(seq[pos:nxt], node, tokens, node.depth_sym + (nxt - pos),
+                                      node.depth_tokens + tokens, now)
+                node.children[int(seq[pos])] = leaf
+                self.kv_tokens += tokens
+                self._changed(node)
+                node = leaf
+                self.policy.add(leaf)
+            pos = nxt
+            if ci < len(cps) and pos == cps[ci]:
+                self._add_state(node)
+        return node
+
+    def _extend_leaf(self, leaf: Node, key: np.ndarray, tokens: int) -> None:
+        leaf.key = np.concatenate((leaf.key, key))
+        leaf.n_tokens += tokens
+        leaf.depth_sym += len(key)
+        leaf.depth_tokens += tokens
+        self.kv_tokens += tokens
+        self._changed(leaf)
+
+    def _add_state(self, node: Node) -> None:
+        node.has_state = True
+        self.n_states += 1
+        self._changed(node)
+
+    def _split(self, child: Node, m: int, now: float) -> Node:
+        """Cut ``child``'s edge after ``m`` symbols; return the new upper node."""
+        parent = child.parent
+        B = self.block_tokens
+        up_tokens = m * B
+        upper = self._new_node(child.key[:m], parent, up_tokens, child.depth_sym - len(child.key) + m,
+                               child.depth_tokens - child.n_tokens + up_tokens, now)
+        upper.lock = child.lock  # locks cover whole root paths
+        parent.children[int(child.key[0])] = upper
+        child.key = child.key[m:]
+        child.n_tokens -= up_tokens
+        child.parent = upper
+        upper.children[int(child.key[0])] = child
+        self.policy.add(upper)
+        self._changed(child)
+        return upper
+
+    # ------------------------------------------------------------------ eviction
+    def _evict_for(self, need: int) -> tuple[bool, int, int]:
+        """Evict until ``need`` more bytes fit. Returns (fits, states evicted, KV tokens evicted)."""
+        ev_states = ev_kv = 0
+        credited = 0
+        if self.logical_clock:
+            self.now += 1
+        to_free = self.used_bytes + need - self.capacity_bytes
+        while True:
+            if self.exact_capacity:
+                if self.used_bytes + need <= self.capacity_bytes:
+                    return True, ev_states, ev_kv
+            elif credited >= to_free:
+                return True, ev_states, ev_kv
+            victim = self.policy.pop_victim()
+            if victim is None:
+                return self.used_bytes + need <= self.capacity_bytes, ev_states, ev_kv
+            s, kv = self.evict(victim)
+            ev_states += s
+            ev_kv += kv
+            credited += self.policy.credited_bytes(s, kv, self)
+
+    def evict(self, node: Node) -> tuple[int, int]:
+        """Evict one candidate: a leaf goes with its KV and state; a single-child node loses its
+        state and is merged into its child. Returns (states freed, KV tokens freed)."""
+        assert node.lock == 0 and node is not self.root and len(node.children) <= 1
+        self.stats.evictions += 1
+        parent = node.parent
+        if not node.children:
+            freed_states = 1 if node.has_state else 0
+            freed_kv = node.n_tokens
+            del parent.children[int(node.key[0])]
+            self.kv_tokens -= freed_kv
+            self.n_states -= freed_states
+            node.has_state = False
+            self.policy.remove(node)
+            node.parent = None
+            self._after_child_removed(parent)
+        else:
+            if not node.has_state:  # nothing to free: only structure
+                self._merge_into_child(node)
+                return 0, 0
+            node.has_state = False
+            self.n_states -= 1
+            freed_states, freed_kv = 1, 0
+            self._merge_into_child(node)
+        self.stats.states_evicted += freed_states
+        self.stats.kv_tokens_evicted += freed_kv
+        return freed_states, freed_kv
+
+    def _after_child_removed(self, parent: Node) -> None:
+        if parent is self.root:
+            return
+        if len(parent.children) == 1 and not parent.has_state and parent.lock == 0:
+            self._merge_into_child(parent)
+        else:
+            self._changed(parent)
+
+    def _merge_into_child(self, node: Node) -> None:
+        """Remove single-child ``node``; its only child absorbs its edge (KV moves, nothing freed)."""
+        (child,) = node.children.values()
+        parent = node.parent
+        child.key = np.concatenate((node.key, child.key))
+        child.n_tokens += node.n_tokens
+        child.parent = parent
+        parent.children[int(child.key[0])] = child
+        self.policy.remove(node)
+        node.parent = None
+        node.children = {}
+        self._changed(child)
+
+    # ------------------------------------------------------------------ introspection
+    def iter_nodes(self):
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
+
+    def check_invariants(self) -> None:
+        """Full recount (tests only): bytes, depths, locks, compression, capacity."""
+        kv = states = 0
+        for node in self.iter_nodes():
+            if node is self.root:
+                continue
+            kv += node.n_tokens
+            states += node.has_state
+            p = node.parent
+            assert p is not None and p.children.get(int(node.key[0])) is node, "broken parent link"
+            assert node.depth_tokens == p.depth_tokens + node.n_tokens, "stale depth"
+            assert node.depth_sym == p.depth_sym + len(node.key), "stale symbol depth"
+            assert len(node.key) >= 1
+            if p is not self.root:
+                assert p.lock >= node.lock, "lock does not cover the root path"
+            if len(node.children) == 1:
+                assert node.has_state or node.lock > 0, "stateless single-child node not merged"
+        assert kv == self.kv_tokens, (kv, self.kv_tokens)
+        assert states == self.n_states, (states, self.n_states)
+        if self.exact_capacity:
+            assert self.used_bytes <= self.capacity_bytes, "capacity exceeded"
