@@ -1,0 +1,165 @@
+"""Shared helpers: interpreter detection, config selection, chunk metadata."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+import triton
+
+CHUNK = 64
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def autotuned(configs, key, fixed):
+    """Autotune on GPU; under TRITON_INTERPRET=1 one fixed config (``fixed``: constexpr kwargs).
+
+    Returns ``(kernel, extra_kwargs)``: pass ``extra_kwargs`` at every launch."""
+
+    def deco(fn):
+        jitted = triton.jit(fn)
+        if INTERPRET:
+            return jitted, dict(fixed)
+        return triton.autotune(configs=configs, key=key)(jitted), {}
+
+    return deco
+
+
+def chunk_bucket(n: int) -> int:
+    """Power-of-two bucket of a chunk count (autotune key)."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _as_list(x) -> list[int]:
+    if x is None:
+        return None
+    if torch.is_tensor(x):
+        x = x.tolist()   # a device tensor costs one sync here, once per step
+    return [int(v) for v in x]
+
+
+@dataclass
+class ChunkMetadata:
+    """Chunk layout of one call, prepared once per step and reused across layers.
+
+    The tensors live on ``device``; the kernels read them, so a call that receives this object
+    does no device-to-host synchronisation.
+    """
+
+    num_seqs: int
+    total_tokens: int
+    num_chunks: int
+    chunk_info: torch.Tensor        # [NT, 4] int32: seq id, first (virtual) token, lo, hi
+    seq_info: torch.Tensor          # [N, 4] int32: bos, eos, first chunk, end chunk
+    store_slot: torch.Tensor        # [NT] int32: boundary slot of the chunk's end, or -1
+    num_boundaries: int
+    boundary_offsets: list          # [N + 1] host ints: sequence n owns slots [off[n], off[n+1])
+    boundary_positions: list        # per sequence, absolute positions of the emitted boundaries
+    cu_seqlens: list
+    start_positions: list
+    max_chunks: int
+    has_empty: bool = False
+    device: Optional[torch.device] = field(default=None)
+
+    @property
+    def bucket(self) -> int:
+        return chunk_bucket(self.max_chunks)
+
+
+def prepare_chunk_metadata(cu_seqlens, start_positions=None, *, boundary_stride: int = 1,
+                           boundary_indices=None, device=None) -> ChunkMetadata:
+    """Build the chunk grid for sequences ``[cu[n], cu[n+1])`` starting at absolute positions
+    ``start_positions[n]`` (default 0).
+
+    Chunks are aligned to absolute multiples of 64: a sequence that starts at ``p`` with
+    ``p % 64 != 0`` gets a ragged first chunk of ``64 - p % 64`` tokens. A chunk whose end is an
+    absolute multiple of 64 ends at a boundary; boundary ``b`` is emitted when
+    ``(b // 64) % boundary_stride == 0`` or, if ``boundary_indices`` is given (a list of absolute
+    positions, or one such list per sequence), when ``b`` is listed.
+    Pass ``cu_seqlens`` as a list or CPU tensor to avoid a sync.
+    """
+    cu = _as_list(cu_seqlens)
+    N = len(cu) - 1
+    starts = _as_list(start_positions) if start_positions is not None else [0] * N
+    if len(starts) != N:
+        raise ValueError(f"start_positions has {len(starts)} entries for {N} sequences")
+    if boundary_stride < 1:
+        raise ValueError("boundary_stride must be >= 1")
+    wanted = None
+    if boundary_indices is not None:
+        bi = boundary_indices
+        if torch.is_tensor(bi):
+            bi = bi.tolist()
+        if N == 1 and (len(bi) == 0 or not isinstance(bi[0], (list, tuple))):
+            bi = [bi]
+        if len(bi) != N:
+            raise ValueError("boundary_indices needs one list of positions per sequence")
+        wanted = []
+        for n, lst in enumerate(bi):
+            s = set()
+            for p in lst:
+                p = int(p)
+                if p % CHUNK:
+                    raise ValueError(f"boundary position {p} is not a multiple of {CHUNK}")
+                if not (starts[n] < p <= starts[n] + cu[n + 1] - cu[n]):
+                    raise ValueError(f"boundary position {p} is outside sequence {n}'s call range")
+                s.add(p)
+            wanted.append(s)
+    chunk_info, seq_info, slots = [], [], []
+    offs, positions = [0], []
+    nb = 0
+    max_chunks = 0
+    has_empty = False
+    for n in range(N):
+        bos, eos = cu[n], cu[n + 1]
+        L = eos - bos
+        p = starts[n]
+        r = p % CHUNK
+        nc = 0 if L == 0 else (L + r + CHUNK - 1) // CHUNK
+        has_empty |= L == 0
+        max_chunks = max(max_chunks, nc)
+        c0 = len(chunk_info)
+        pos_n = []
+        for c in range(nc):
+            ts = bos + c * CHUNK - r
+            lo, hi = max(ts, bos), min(ts + CHUNK, eos)
+            chunk_info.append((n, ts, lo, hi))
+            b_abs = p - r + (c + 1) * CHUNK
+            full = ts + CHUNK <= eos
+            emit = full and (wanted[n].__contains__(b_abs) if wanted is not None
+                             else (b_abs // CHUNK) % boundary_stride == 0)
+            if emit:
+                slots.append(nb)
+                nb += 1
+                pos_n.append(b_abs)
+            else:
+                slots.append(-1)
+        seq_info.append((bos, eos, c0, len(chunk_info)))
+        offs.append(nb)
+        positions.append(pos_n)
+    if device is None:
+        device = cu_seqlens.device if torch.is_tensor(cu_seqlens) else torch.device("cpu")
+    ci = torch.tensor(chunk_info, dtype=torch.int32).reshape(-1, 4).to(device)
+    si = torch.tensor(seq_info, dtype=torch.int32).reshape(-1, 4).to(device)
+    ss = torch.tensor(slots, dtype=torch.int32).to(device)
+    return ChunkMetadata(num_seqs=N, total_tokens=cu[-1], num_chunks=len(chunk_info),
+                         chunk_info=ci, seq_info=si, store_slot=ss, num_boundaries=nb,
+                         boundary_offsets=offs, boundary_positions=positions, cu_seqlens=cu,
+                         start_positions=starts, max_chunks=max_chunks, has_empty=has_empty,
+                         device=torch.device(device))
+
+
+def resolve_metadata(B, T, device, cu_seqlens, start_positions, boundary_stride,
+                     boundary_indices, chunk_metadata) -> ChunkMetadata:
+    if chunk_metadata is not None:
+        return chunk_metadata
+    if cu_seqlens is None:
+        cu = [b * T for b in range(B + 1)]
+    else:
+        if B != 1:
+            raise ValueError("cu_seqlens needs B == 1")
+        cu = cu_seqlens
+    return prepare_chunk_metadata(cu, start_positions, boundary_stride=boundary_stride,
+                                  boundary_indices=boundary_indices, device=device)
