@@ -1,0 +1,112 @@
+"""Turning text conversations into a closed-loop chat trace (ShareGPT, LMSys-Chat-1M).
+
+Each conversation becomes one session rendered with the Qwen chat template
+(``traces.tokenizers.render_conversation``); all of its turns are views into one buffer. Think
+times follow the Marconi paper: the user's typing time at 90 words per minute (number of spaces in
+the user message / 1.5 s). The first turn's think time is 0: it arrives at its session's start
+(the paper leaves this unstated; session start times are drawn at simulation time by
+``traces.arrivals``).
+
+Tokenization runs in a process pool (all cores by default) once there are enough conversations
+to pay for starting it, in bounded batches, so a streamed source never sits whole in memory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from multiprocessing import get_context
+
+import numpy as np
+
+from traces.packing import PackedTrace, TraceBuilder
+from traces.tokenizers import get_tokenizer, render_conversation, typing_time
+
+# Below this many conversations a pool costs more than it saves.
+POOL_MIN_CONVERSATIONS = 400
+BATCH = 2048
+
+_worker_state: dict = {}
+
+
+def _init_worker(tokenizer_spec: str, max_input: int | None, max_total: int | None, wpm: float) -> None:
+    _worker_state.update(tok=get_tokenizer(tokenizer_spec), max_input=max_input, max_total=max_total, wpm=wpm)
+
+
+def _tokenize_one(messages: list[tuple[str, str]]):
+    st = _worker_state
+    buf, turns = render_conversation(st["tok"], messages, st["max_input"], st["max_total"])
+    if buf.size and buf.max() <= np.iinfo(np.int32).max and buf.min() >= 0:
+        buf = buf.astype(np.int32)  # halves what travels back from a worker
+    rows = [(t.input_end, t.output_end, 0.0 if k == 0 else typing_time(t.user_text, st["wpm"]))
+            for k, t in enumerate(turns)]
+    return buf, rows
+
+
+def _batches(items: Iterable, n: int) -> Iterator[list]:
+    batch: list = []
+    for it in items:
+        batch.append(it)
+        if len(batch) >= n:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def build_chat_trace(
+    name: str,
+    conversations: Iterable[tuple[str, list[tuple[str, str]]]],
+    tokenizer: str,
+    max_input_tokens: int | None = None,
+    max_total_tokens: int | None = None,
+    words_per_minute: float = 90.0,
+    num_proc: int | None = None,
+    expected: int | None = None,
+    progress: bool = False,
+) -> PackedTrace:
+    """``conversations`` yields ``(conversation_id, [(role, text), ...])`` already filtered and
+    limited; each becomes one session (sessions left with no request after the token cap are
+    dropped and counted in ``meta['dropped_sessions']``)."""
+    builder = TraceBuilder(name, block_tokens=1, closed_loop=True)
+    procs = num_proc if num_proc and num_proc > 0 else (os.cpu_count() or 1)
+    init_args = (tokenizer, max_input_tokens, max_total_tokens, words_per_minute)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=expected, desc=f"tokenizing {name}", unit="conv", leave=False, dynamic_ncols=True)
+    ids: list[str] = []
+    dropped = 0
+    pool = None
+    try:
+        for batch in _batches(conversations, BATCH):
+            if pool is None and procs > 1 and (len(batch) >= POOL_MIN_CONVERSATIONS):
+                pool = get_context("fork" if os.name == "posix" else "spawn").Pool(
+                    procs, initializer=_init_worker, initargs=init_args)
+            msgs = [m for _, m in batch]
+            if pool is not None:
+                results = pool.map(_tokenize_one, msgs, chunksize=max(1, len(msgs) // (procs * 8)))
+            else:
+                if not _worker_state or _worker_state.get("args") != init_args:
+                    _init_worker(*init_args)
+                    _worker_state["args"] = init_args
+                results = [_tokenize_one(m) for m in msgs]
+            for (cid, _), (buf, rows) in zip(batch, results):
+                if not rows:
+                    dropped += 1
+                    continue
+                sid = len(ids)
+                ids.append(cid)
+                builder.add_chain(buf, sid, [(k, ie, oe, think, None, -1, -1) for k, (ie, oe, think) in enumerate(rows)])
+            if bar is not None:
+                bar.update(len(batch))
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+        if bar is not None:
+            bar.close()
+    builder.meta.update(conversation_ids=ids, dropped_sessions=dropped, tokenizer=tokenizer,
+                        max_input_tokens=max_input_tokens, max_total_tokens=max_total_tokens)
+    return builder.build()

@@ -1,0 +1,204 @@
+"""Compact storage of a trace: one symbol buffer plus per-request offsets.
+
+Chat turns of one session are views into one per-session chain (turn k+1's input starts with turn
+k's input + output), so a 30K-request trace holds each session's tokens once. The same arrays are
+what the on-disk cache stores (``save_packed`` / ``load_packed``), so a cached load is one
+``np.load`` and a list of views.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from traces.base import SYMBOL_DTYPE, Request, Trace, TraceError
+
+# Bump when the rendering, filtering or storage of any cached trace changes.
+FORMAT_VERSION = 1
+
+
+@dataclass
+class PackedTrace:
+    name: str
+    tokens: np.ndarray  # int64 (or int32 on disk) symbol buffer
+    session_id: np.ndarray
+    turn: np.ndarray
+    in_off: np.ndarray
+    in_len: np.ndarray
+    out_off: np.ndarray
+    out_len: np.ndarray
+    think_time: np.ndarray
+    arrival: np.ndarray  # NaN where absent
+    input_len: np.ndarray  # tokens (-1: symbols * block_tokens)
+    output_len: np.ndarray
+    block_tokens: int = 1
+    closed_loop: bool = True
+    meta: dict = field(default_factory=dict)
+
+    def to_trace(self) -> Trace:
+        buf = self.tokens if self.tokens.dtype == SYMBOL_DTYPE else self.tokens.astype(SYMBOL_DTYPE)
+        reqs = []
+        arr = self.arrival
+        for i in range(len(self.session_id)):
+            io, il, oo, ol = int(self.in_off[i]), int(self.in_len[i]), int(self.out_off[i]), int(self.out_len[i])
+            a = float(arr[i])
+            reqs.append(Request(
+                session_id=int(self.session_id[i]), turn=int(self.turn[i]),
+                input_tokens=buf[io:io + il], output_tokens=buf[oo:oo + ol],
+                think_time=float(self.think_time[i]), arrival=None if np.isnan(a) else a,
+                input_len=int(self.input_len[i]), output_len=int(self.output_len[i]),
+            ))
+        return Trace(self.name, reqs, block_tokens=self.block_tokens, closed_loop=self.closed_loop,
+                     meta=dict(self.meta))
+
+
+class TraceBuilder:
+    """Accumulates sessions into a PackedTrace."""
+
+    def __init__(self, name: str, block_tokens: int = 1, closed_loop: bool = True):
+        self.name = name
+        self.block_tokens = block_tokens
+        self.closed_loop = closed_loop
+        self._chunks: list[np.ndarray] = []
+        self._size = 0
+        self._rows: list[tuple] = []
+        self.meta: dict = {}
+
+    @property
+    def n_requests(self) -> int:
+        return len(self._rows)
+
+    def _append(self, arr: np.ndarray) -> int:
+        off = self._size
+        self._chunks.append(arr)
+        self._size += len(arr)
+        return off
+
+    def add_chain(self, buffer: np.ndarray, session_id: int, turns: list[tuple]) -> None:
+        """A session whose every input is a prefix of ``buffer``: ``turns`` are tuples
+        ``(turn, input_end, output_end, think_time, arrival, input_len, output_len)``, input =
+        buffer[:input_end], output = buffer[input_end:output_end]."""
+        base = self._append(np.asarray(buffer))
+        for turn, ie, oe, think, arrival, il, ol in turns:
+            self._rows.append((session_id, turn, base, ie, base + ie, oe - ie, think,
+                               np.nan if arrival is None else arrival, il, ol))
+
+    def add_session(self, session_id: int, requests: list[tuple]) -> None:
+        """Generic session: ``requests`` are tuples ``(turn, input, output, think_time, arrival,
+        input_len, output_len)``. Consecutive requests whose input extends the previous request's
+        input + output share one chain (views), others start a new chain."""
+        chain: np.ndarray | None = None
+        pending: list[tuple] = []
+
+        def flush():
+            if chain is not None:
+                self.add_chain(chain, session_id, pending)
+
+        for turn, inp, out, think, arrival, il, ol in requests:
+            inp = np.asarray(inp)
+            out = np.asarray(out)
+            n = len(inp)
+            if chain is not None and n >= len(chain) and np.array_equal(inp[:len(chain)], chain):
+                chain = np.concatenate([chain, inp[len(chain):], out])
+            else:
+                flush()
+                chain = np.concatenate([inp, out])
+                pending = []
+            pending.append((turn, n, n + len(out), think, arrival, il, ol))
+        flush()
+
+    def build(self) -> PackedTrace:
+        if not self._rows:
+            raise TraceError(f"trace {self.name!r} has no requests (after filtering)")
+        tokens = np.concatenate(self._chunks).astype(SYMBOL_DTYPE, copy=False) if self._chunks else np.zeros(0, SYMBOL_DTYPE)
+        cols = list(zip(*self._rows))
+        i64 = lambda c: np.asarray(c, dtype=np.int64)  # noqa: E731
+        return PackedTrace(
+            name=self.name, tokens=tokens, session_id=i64(cols[0]), turn=i64(cols[1]),
+            in_off=i64(cols[2]), in_len=i64(cols[3]), out_off=i64(cols[4]), out_len=i64(cols[5]),
+            think_time=np.asarray(cols[6], dtype=np.float64), arrival=np.asarray(cols[7], dtype=np.float64),
+            input_len=i64(cols[8]), output_len=i64(cols[9]), block_tokens=self.block_tokens,
+            closed_loop=self.closed_loop, meta=dict(self.meta),
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Disk cache
+
+_ARRAYS = ("session_id", "turn", "in_off", "in_len", "out_off", "out_len", "think_time", "arrival",
+           "input_len", "output_len")
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    if cache_dir:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("MARCONI_CACHE_DIR")
+    if env:
+        return Path(env).expanduser() / "traces"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "marconi-sim" / "traces"
+
+
+def cache_key(parts: dict) -> str:
+    blob = json.dumps({**parts, "format_version": FORMAT_VERSION}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def file_identity(path: Path) -> dict:
+    """Identity of a local source file or folder for cache keys (path, size, mtime)."""
+    p = Path(path).expanduser().resolve()
+    if not p.exists():
+        raise TraceError(f"trace file not found: {p}")
+    if p.is_dir():
+        files = sorted(q for q in p.rglob("*") if q.is_file())
+        h = hashlib.sha256()
+        for q in files:
+            st = q.stat()
+            h.update(f"{q.relative_to(p)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+        return {"path": str(p), "tree": h.hexdigest()[:16]}
+    st = p.stat()
+    return {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def save_packed(packed: PackedTrace, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tokens = packed.tokens
+    if len(tokens) and tokens.min() >= np.iinfo(np.int32).min and tokens.max() <= np.iinfo(np.int32).max:
+        tokens = tokens.astype(np.int32)
+    header = {"name": packed.name, "block_tokens": packed.block_tokens, "closed_loop": packed.closed_loop,
+              "meta": packed.meta, "format_version": FORMAT_VERSION}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, tokens=tokens, header=np.asarray(json.dumps(header, default=str)),
+                     **{k: getattr(packed, k) for k in _ARRAYS})
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load_packed(path: Path) -> PackedTrace | None:
+    """The cached trace at ``path``, or None when absent or unreadable (it is then rebuilt)."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            header = json.loads(str(z["header"]))
+            if header.get("format_version") != FORMAT_VERSION:
+                return None
+            arrays = {k: z[k] for k in _ARRAYS}
+            tokens = z["tokens"].astype(SYMBOL_DTYPE, copy=False)
+    except (OSError, ValueError, KeyError):
+        return None
+    meta = header["meta"]
+    return PackedTrace(name=header["name"], tokens=tokens, block_tokens=header["block_tokens"],
+                       closed_loop=header["closed_loop"], meta=meta, **arrays)

