@@ -1,0 +1,148 @@
+"""End-to-end replays of tiny hand-built traces: the exact hit tokens of each policy are worked
+out by hand in each test."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.config import SimConfig
+from sim.engine import Simulation, simulate
+from sim.errors import UsageError
+from traces.base import Request, Trace
+
+BIG = 10**12  # capacity that never evicts
+
+
+def toks(start, n):
+    return np.arange(start, start + n, dtype=np.int64)
+
+
+def shared_prompt_trace(n_req=3, prompt=100, unique=20, out=10):
+    """n_req single-turn sessions: the same 100-token system prompt + 20 own tokens."""
+    reqs = []
+    for i in range(n_req):
+        inp = np.concatenate((toks(0, prompt), toks(1000 + 100 * i, unique)))
+        reqs.append(Request(session_id=i, turn=0, input_tokens=inp, output_tokens=toks(5000 + 100 * i, out)))
+    return Trace("shared-prompt", reqs)
+
+
+def hits(trace, **cfg):
+    res = simulate(trace, SimConfig(**{"capacity_bytes": BIG, "mode": "sequential", **cfg}))
+    return list(res.requests["hit_tokens"]), res
+
+
+@pytest.mark.parametrize("mode", ["sequential", "des"])
+def test_branch_state_is_first_reused_on_third_occurrence(mode):
+    # r1 leaves only its tail state; r2's speculative insertion finds the branch at 100 and
+    # stores it (no hit itself); r3 hits it.
+    for policy in ("sglang+", "marconi"):
+        got, _ = hits(shared_prompt_trace(), policy=policy, mode=mode)
+        assert got == [0, 0, 100], policy
+
+
+def test_vllm_plus_hits_whole_32_token_blocks_from_the_second_request():
+    # every block has a state; the 4th block mixes prompt and own tokens -> 3 blocks = 96
+    got, _ = hits(shared_prompt_trace(), policy="vllm+")
+    assert got == [0, 96, 96]
+
+
+def test_vanilla_never_hits_and_pure_transformer_reuses_every_kv_token():
+    got, _ = hits(shared_prompt_trace(), policy="vanilla")
+    assert got == [0, 0, 0]
+    got, _ = hits(shared_prompt_trace(), policy="sglang+", model="llama-7b")
+    assert got == [0, 100, 100]
+
+
+def test_chunk_alignment_moves_branch_state_down_to_the_chunk_boundary():
+    got, _ = hits(shared_prompt_trace(), policy="marconi", state_alignment="chunk", chunk_size=64)
+    assert got == [0, 0, 64]
+
+
+def multi_turn_trace(turns=4, user=30, out=20):
+    """One session: each turn's input = previous input + output + new user message."""
+    reqs, hist = [], np.empty(0, dtype=np.int64)
+    for t in range(turns):
+        inp = np.concatenate((hist, toks(100 * t, user)))
+        o = toks(10_000 + 100 * t, out)
+        reqs.append(Request(0, t, inp, o, think_time=1.0))
+        hist = np.concatenate((inp, o))
+    return Trace("multi-turn", reqs)
+
+
+@pytest.mark.parametrize("mode", ["sequential", "des"])
+def test_multi_turn_chain_reuses_previous_input_and_output(mode):
+    # turn t hits the tail state of turn t-1: 50 * t tokens
+    for policy in ("sglang+", "marconi"):
+        got, res = hits(multi_turn_trace(), policy=policy, mode=mode)
+        assert got == [0, 50, 100, 150]
+        assert res.summary["token_hit_rate"] == pytest.approx(300 / (30 + 80 + 130 + 180))
+
+
+def test_eviction_under_pressure_marconi_frees_old_turn_states_sglang_cannot():
+    """Two sessions of 3 turns interleaved; capacity for the KV plus 3 states of marconi-7b.
+
+    Inner (single-child) states of old turns are never candidates under LRU-on-leaves, so
+    sglang+ must evict whole leaves (the other session's latest turn) and loses its hits,
+    while marconi drops the stale inner states and keeps both chains alive."""
+    from sim.cost import get_model
+
+    spec = get_model("marconi-7b")
+    reqs = []
+    for s in range(2):
+        hist = np.empty(0, dtype=np.int64)
+        for t in range(3):
+            inp = np.concatenate((hist, toks(100_000 * (s + 1) + 100 * t, 30)))
+            o = toks(100_000 * (s + 1) + 50 + 100 * t, 20)
+            reqs.append(Request(s, t, inp, o, think_time=1.0))
+            hist = np.concatenate((inp, o))
+    trace = Trace("pressure", reqs)
+    kv = 2 * 150 * spec.kv_bytes_per_token()  # final KV of both sessions
+    cap = kv + 3 * spec.state_bytes()
+    common = dict(capacity_bytes=cap, mode="sequential", sessions_per_second=10.0)
+    m = simulate(trace, SimConfig(policy="marconi", **common)).requests
+    g = simulate(trace, SimConfig(policy="sglang+", **common)).requests
+    # sessions interleave: s0t0, s1t0 (t=0.1), s0t1 (t=1), s1t1, s0t2, s1t2
+    order = m.sort_values(["arrival_s", "request_id"])
+    assert list(order["hit_tokens"]) == [0, 0, 50, 50, 100, 100]
+    assert m["hit_tokens"].sum() == 300
+    assert g["hit_tokens"].sum() < 300
+
+
+def test_same_seed_same_result_and_poisson_arrivals_change_with_seed():
+    trace = shared_prompt_trace(n_req=6)
+    a = simulate(trace, SimConfig(capacity_bytes=BIG, arrival="poisson", seed=1)).requests
+    b = simulate(trace, SimConfig(capacity_bytes=BIG, arrival="poisson", seed=1)).requests
+    c = simulate(trace, SimConfig(capacity_bytes=BIG, arrival="poisson", seed=2)).requests
+    assert a.equals(b)
+    assert not np.allclose(a["arrival_s"], c["arrival_s"])
+
+
+def test_ttft_includes_queueing_behind_one_server():
+    trace = shared_prompt_trace(n_req=2)
+    res = simulate(trace, SimConfig(capacity_bytes=BIG, policy="vanilla", sessions_per_second=1e6))
+    q = res.requests["queue_s"].to_numpy()
+    p = res.requests["prefill_s"].to_numpy()
+    assert q[0] == 0 and q[1] == pytest.approx(p[0] - 1e-6, abs=1e-5)
+    assert (res.requests["ttft_s"] == res.requests["queue_s"] + res.requests["prefill_s"]).all()
+
+
+def test_impossible_capacity_and_unknown_names_are_usage_errors():
+    trace = shared_prompt_trace()
+    with pytest.raises(UsageError, match="smaller than one state checkpoint"):
+        Simulation(trace, SimConfig(capacity_bytes=10**6))
+    with pytest.raises(UsageError, match="unknown policy"):
+        Simulation(trace, SimConfig(policy="lfu-magic"))
+    with pytest.raises(UsageError, match="unknown model"):
+        Simulation(trace, SimConfig(model="gpt-9"))
+    with pytest.raises(UsageError):
+        Simulation(trace, SimConfig(sessions_per_second=-1))
+
+
+def test_hash_block_trace_refuses_finer_checkpoint_grid():
+    reqs = [Request(0, 0, np.array([1, 2, 3]), np.array([-1]), arrival=0.0, input_len=1500, output_len=10)]
+    trace = Trace("mooncake-like", reqs, block_tokens=512, closed_loop=False)
+    with pytest.raises(UsageError, match="finer"):
+        Simulation(trace, SimConfig(policy="vllm+"))
+    res = simulate(trace, SimConfig(policy="marconi"))
+    assert res.summary["input_tokens"] == 1500
