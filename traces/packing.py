@@ -58,72 +58,101 @@ class PackedTrace:
                      meta=dict(self.meta))
 
 
+class _Chain:
+    """A growable symbol array (capacity doubling) holding one session's input + output chain."""
+
+    __slots__ = ("data", "n")
+
+    def __init__(self, first: np.ndarray):
+        self.data = np.array(first, dtype=SYMBOL_DTYPE)
+        self.n = len(first)
+
+    def extends(self, inp: np.ndarray) -> bool:
+        return len(inp) >= self.n and np.array_equal(inp[:self.n], self.data[:self.n])
+
+    def append(self, arr: np.ndarray) -> None:
+        need = self.n + len(arr)
+        if need > len(self.data):
+            grown = np.empty(max(need, 2 * len(self.data)), dtype=SYMBOL_DTYPE)
+            grown[:self.n] = self.data[:self.n]
+            self.data = grown
+        self.data[self.n:need] = arr
+        self.n = need
+
+    def final(self) -> np.ndarray:
+        return self.data[:self.n]
+
+
 class TraceBuilder:
-    """Accumulates sessions into a PackedTrace."""
+    """Accumulates requests into a PackedTrace, keeping the order in which they are added.
+
+    ``add_chain`` takes a session already laid out as one buffer (chat rendering);
+    ``add_request`` takes one request at a time (any order across sessions) and stores it in its
+    session's current chain when its input extends that chain's input + output, else it starts a
+    new chain for the session.
+    """
 
     def __init__(self, name: str, block_tokens: int = 1, closed_loop: bool = True):
         self.name = name
         self.block_tokens = block_tokens
         self.closed_loop = closed_loop
-        self._chunks: list[np.ndarray] = []
-        self._size = 0
-        self._rows: list[tuple] = []
+        self._chunks: list = []  # np.ndarray or _Chain
+        self._rows: list[tuple] = []  # (session, turn, chunk, in_rel, in_len, out_rel, out_len, think, arrival, il, ol)
+        self._open: dict[int, int] = {}  # session -> index of its current _Chain in _chunks
         self.meta: dict = {}
 
     @property
     def n_requests(self) -> int:
         return len(self._rows)
 
-    def _append(self, arr: np.ndarray) -> int:
-        off = self._size
-        self._chunks.append(arr)
-        self._size += len(arr)
-        return off
-
     def add_chain(self, buffer: np.ndarray, session_id: int, turns: list[tuple]) -> None:
-        """A session whose every input is a prefix of ``buffer``: ``turns`` are tuples
-        ``(turn, input_end, output_end, think_time, arrival, input_len, output_len)``, input =
-        buffer[:input_end], output = buffer[input_end:output_end]."""
-        base = self._append(np.asarray(buffer))
+        """``turns``: tuples ``(turn, input_end, output_end, think_time, arrival, input_len,
+        output_len)`` with input = buffer[:input_end], output = buffer[input_end:output_end]."""
+        c = len(self._chunks)
+        self._chunks.append(np.asarray(buffer))
         for turn, ie, oe, think, arrival, il, ol in turns:
-            self._rows.append((session_id, turn, base, ie, base + ie, oe - ie, think,
+            self._rows.append((session_id, turn, c, 0, ie, ie, oe - ie, think,
                                np.nan if arrival is None else arrival, il, ol))
 
+    def add_request(self, session_id: int, turn: int, inp, out, think: float = 0.0,
+                    arrival: float | None = None, input_len: int = -1, output_len: int = -1) -> None:
+        inp = np.asarray(inp, dtype=SYMBOL_DTYPE)
+        out = np.asarray(out, dtype=SYMBOL_DTYPE)
+        ci = self._open.get(session_id)
+        chain = self._chunks[ci] if ci is not None else None
+        if chain is not None and chain.extends(inp):
+            chain.append(inp[chain.n:])
+        else:
+            chain = _Chain(inp)
+            ci = len(self._chunks)
+            self._chunks.append(chain)
+            self._open[session_id] = ci
+        n = len(inp)
+        chain.append(out)
+        self._rows.append((session_id, turn, ci, 0, n, n, len(out), think,
+                           np.nan if arrival is None else arrival, input_len, output_len))
+
     def add_session(self, session_id: int, requests: list[tuple]) -> None:
-        """Generic session: ``requests`` are tuples ``(turn, input, output, think_time, arrival,
-        input_len, output_len)``. Consecutive requests whose input extends the previous request's
-        input + output share one chain (views), others start a new chain."""
-        chain: np.ndarray | None = None
-        pending: list[tuple] = []
-
-        def flush():
-            if chain is not None:
-                self.add_chain(chain, session_id, pending)
-
+        """``requests``: tuples ``(turn, input, output, think_time, arrival, input_len, output_len)``."""
         for turn, inp, out, think, arrival, il, ol in requests:
-            inp = np.asarray(inp)
-            out = np.asarray(out)
-            n = len(inp)
-            if chain is not None and n >= len(chain) and np.array_equal(inp[:len(chain)], chain):
-                chain = np.concatenate([chain, inp[len(chain):], out])
-            else:
-                flush()
-                chain = np.concatenate([inp, out])
-                pending = []
-            pending.append((turn, n, n + len(out), think, arrival, il, ol))
-        flush()
+            self.add_request(session_id, turn, inp, out, think, arrival, il, ol)
 
     def build(self) -> PackedTrace:
         if not self._rows:
             raise TraceError(f"trace {self.name!r} has no requests (after filtering)")
-        tokens = np.concatenate(self._chunks).astype(SYMBOL_DTYPE, copy=False) if self._chunks else np.zeros(0, SYMBOL_DTYPE)
+        arrays = [c.final() if isinstance(c, _Chain) else c for c in self._chunks]
+        bases = np.zeros(len(arrays) + 1, dtype=np.int64)
+        np.cumsum([len(a) for a in arrays], out=bases[1:])
+        tokens = np.concatenate(arrays).astype(SYMBOL_DTYPE, copy=False) if arrays else np.zeros(0, SYMBOL_DTYPE)
+        self._chunks = []
         cols = list(zip(*self._rows))
         i64 = lambda c: np.asarray(c, dtype=np.int64)  # noqa: E731
+        base = bases[i64(cols[2])]
         return PackedTrace(
             name=self.name, tokens=tokens, session_id=i64(cols[0]), turn=i64(cols[1]),
-            in_off=i64(cols[2]), in_len=i64(cols[3]), out_off=i64(cols[4]), out_len=i64(cols[5]),
-            think_time=np.asarray(cols[6], dtype=np.float64), arrival=np.asarray(cols[7], dtype=np.float64),
-            input_len=i64(cols[8]), output_len=i64(cols[9]), block_tokens=self.block_tokens,
+            in_off=base + i64(cols[3]), in_len=i64(cols[4]), out_off=base + i64(cols[5]), out_len=i64(cols[6]),
+            think_time=np.asarray(cols[7], dtype=np.float64), arrival=np.asarray(cols[8], dtype=np.float64),
+            input_len=i64(cols[9]), output_len=i64(cols[10]), block_tokens=self.block_tokens,
             closed_loop=self.closed_loop, meta=dict(self.meta),
         )
 

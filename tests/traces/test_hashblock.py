@@ -1,0 +1,107 @@
+import json
+import math
+
+import numpy as np
+import pytest
+
+from traces.base import TraceError
+from traces.registry import TraceOptions, load_trace
+
+
+def _write(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+MOONCAKE = [
+    {"timestamp": 0, "input_length": 1100, "output_length": 10, "hash_ids": [0, 1, 2]},
+    {"timestamp": 500, "input_length": 1024, "output_length": 513, "hash_ids": [0, 1]},
+    {"timestamp": 2500, "input_length": 600, "output_length": 0, "hash_ids": [0, 3]},
+]
+
+
+def test_mooncake_small(tmp_path):
+    p = _write(tmp_path / "m.jsonl", MOONCAKE)
+    tr = load_trace(f"mooncake:{p}", TraceOptions(time_scale=2.0))
+    assert tr.block_tokens == 512 and not tr.closed_loop
+    assert len(tr.requests) == 3 and tr.n_sessions == 3
+    r0, r1, r2 = tr.requests
+    assert r0.input_tokens.tolist() == [0, 1, 2] and r0.input_len == 1100 and r0.output_len == 10
+    assert [r.arrival for r in tr.requests] == [0.0, 1.0, 5.0]  # ms -> s, times time_scale
+    # outputs: ceil(len / 512) fresh negative symbols, unique across the trace
+    assert r0.output_tokens.tolist() == [-1]
+    assert r1.output_tokens.tolist() == [-2, -3]
+    assert r2.output_tokens.tolist() == []
+    assert tr.input_tokens_total() == 1100 + 1024 + 600
+    assert tr.output_tokens_total() == 10 + 513 + 0
+
+
+BAILIAN = [
+    {"chat_id": 10, "parent_chat_id": -1, "timestamp": 1.0, "input_length": 40, "output_length": 20,
+     "type": "text", "turn": 1, "hash_ids": [5, 6, 7]},
+    {"chat_id": 11, "parent_chat_id": -1, "timestamp": 1.5, "input_length": 16, "output_length": 1,
+     "type": "image", "turn": 1, "hash_ids": [5]},
+    {"chat_id": 12, "parent_chat_id": 10, "timestamp": 3.0, "input_length": 70, "output_length": 33,
+     "type": "text", "turn": 2, "hash_ids": [5, 6, 7, 8, 9]},
+    {"chat_id": 13, "parent_chat_id": 99, "timestamp": 4.0, "input_length": 1, "output_length": 0,
+     "type": "file", "turn": 3, "hash_ids": [1]},
+    {"chat_id": 14, "parent_chat_id": 12, "timestamp": 4.0, "input_length": 100, "output_length": 2,
+     "type": "text", "turn": 3, "hash_ids": [5, 6, 7, 8, 9, 10, 11]},
+]
+
+
+def test_bailian_sessions(tmp_path):
+    p = _write(tmp_path / "b.jsonl", BAILIAN)
+    tr = load_trace(f"bailian:{p}", TraceOptions())
+    assert tr.block_tokens == 16 and len(tr.requests) == 5
+    assert [r.session_id for r in tr.requests] == [0, 1, 0, 2, 0]
+    assert [r.turn for r in tr.requests] == [1, 1, 2, 3, 3]
+    assert [r.arrival for r in tr.requests] == [0.0, 0.5, 2.0, 3.0, 3.0]
+    assert [len(r.output_tokens) for r in tr.requests] == [2, 1, 3, 0, 1]
+    outs = np.concatenate([r.output_tokens for r in tr.requests])
+    assert len(set(outs.tolist())) == len(outs) and (outs < 0).all()
+    assert tr.meta["types"] == {"text": 3, "image": 1, "file": 1}
+    assert [r.turn for r in tr.sessions()[0]] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("row, message", [
+    ('{"timestamp": 0, "input_length": 5', r"m\.jsonl:2: bad JSON"),
+    ({"timestamp": 0, "input_length": 5, "hash_ids": [0]}, r"m\.jsonl:2: missing field 'output_length'"),
+    ({"timestamp": 0, "input_length": -5, "output_length": 1, "hash_ids": []}, r"m\.jsonl:2: negative input_length -5"),
+    ({"timestamp": 0, "input_length": 1025, "output_length": 1, "hash_ids": [0, 1]},
+     r"m\.jsonl:2: 2 hash_ids for input_length 1025 \(expected ceil\(1025/512\) = 3\)"),
+    ({"timestamp": -1, "input_length": 5, "output_length": 1, "hash_ids": [0]},
+     r"m\.jsonl:2: timestamp -1 goes backwards \(previous 0\)"),
+    ({"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": ["a"]},
+     r"m\.jsonl:2: field 'hash_ids' must be a list of integers"),
+])
+def test_mooncake_bad_rows(tmp_path, row, message):
+    p = _write(tmp_path / "m.jsonl", [MOONCAKE[0], row, MOONCAKE[1]])
+    with pytest.raises(TraceError, match=message):
+        load_trace(f"mooncake:{p}", TraceOptions())
+    tr = load_trace(f"mooncake:{p}", TraceOptions(skip_bad_rows=True))
+    assert len(tr.requests) == 2 and tr.meta["skipped_rows"] == 1
+
+
+def test_bailian_missing_field_and_empty(tmp_path):
+    row = dict(BAILIAN[0])
+    del row["parent_chat_id"]
+    p = _write(tmp_path / "b.jsonl", [row])
+    with pytest.raises(TraceError, match=r"b\.jsonl:1: missing field 'parent_chat_id'"):
+        load_trace(f"bailian:{p}", TraceOptions())
+    with pytest.raises(TraceError, match="has no requests"):
+        load_trace(f"bailian:{p}", TraceOptions(skip_bad_rows=True))
+    with pytest.raises(TraceError, match="mooncake file not found"):
+        load_trace(f"mooncake:{tmp_path / 'none.jsonl'}", TraceOptions())
+
+
+@pytest.mark.parametrize("name, n, n_in, duration", [
+    ("mooncake_conversation_trace.jsonl", 12031, 144_793_823, 3536.999),
+    ("mooncake_synthetic_trace.jsonl", 3993, 61_194_628, 1022.025),
+])
+def test_real_mooncake(shared_dir, name, n, n_in, duration):
+    tr = load_trace(f"mooncake:{shared_dir / 'traces' / name}", TraceOptions())
+    assert len(tr.requests) == n and tr.meta["skipped_rows"] == 0
+    assert tr.input_tokens_total() == n_in
+    assert tr.requests[-1].arrival == pytest.approx(duration)
+    assert all(len(r.input_tokens) == math.ceil(r.input_len / 512) for r in tr.requests)
