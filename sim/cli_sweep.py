@@ -1,0 +1,197 @@
+"""`marconi sweep` (and `marconi plot`): every `marconi run` knob takes lists and ranges.
+
+The sweep's options are derived from the `run` command: each valued option of `run` becomes a
+list option here (comma lists, inclusive ``start:stop[:step]`` ranges, or the flag repeated);
+on/off flags pass through unchanged. A knob added to `run` (and to SimConfig) is thus sweepable
+without touching this file.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from sim.errors import UsageError
+
+# `run` options that are about printing / writing one run, not knobs
+_NOT_KNOBS = {"out", "fmt", "progress"}
+# run option name -> SimConfig field
+_RENAME = {"policies": "policy", "capacity": "capacity_bytes"}
+
+
+def _kind(param: click.Option) -> str:
+    if param.name == "capacity":
+        return "size"
+    if param.name == "alpha":
+        return "alpha"
+    if param.name == "trace":
+        return "trace"
+    if isinstance(param.type, click.types.IntParamType):
+        return "int"
+    if isinstance(param.type, click.types.FloatParamType):
+        return "float"
+    return "str"
+
+
+def _flag(param: click.Option) -> str:
+    return max(param.opts, key=len)
+
+
+def _default(param: click.Option):
+    d = param.default
+    return d() if callable(d) else d
+
+
+class SweepSpec:
+    """The run command's knobs, split into list options and pass-through flags."""
+
+    def __init__(self, run_cmd: click.Command) -> None:
+        from sim.config import SimConfig
+        from traces.cli import TRACE_OPTION_KEYS
+
+        self.trace_keys = set(TRACE_OPTION_KEYS)
+        self.sim_fields = set(SimConfig.field_names())
+        self.listed: list[click.Option] = []
+        self.passed: list[click.Option] = []
+        for p in run_cmd.params:
+            if not isinstance(p, click.Option) or p.name in _NOT_KNOBS:
+                continue
+            (self.passed if p.is_flag or p.count else self.listed).append(p)
+
+    def click_params(self) -> list[click.Option]:
+        params = []
+        for p in self.listed:
+            default = _default(p)
+            help_ = (p.help or "").rstrip(".")
+            form = "a,b,c" if _kind(p) in ("str", "trace") else "a,b,c or start:stop[:step]"
+            params.append(click.Option(
+                [*p.opts, p.name], multiple=True, metavar="LIST", show_default=False,
+                help=f"{help_}. Values: {form} [default: {default}]"))
+        return params + self.passed
+
+    def axes(self, kwargs: dict) -> tuple[dict, dict]:
+        """(trace axes, sim axes): knob name -> list of typed values."""
+        from sim.sweep import parse_values
+
+        trace_axes, sim_axes = {}, {}
+        for p in self.listed:
+            raw = kwargs.get(p.name) or ()
+            flag = _flag(p)
+            if raw:
+                values = parse_values(list(raw), _kind(p), flag)
+                values = [self._convert(p, v, flag) for v in values]
+            else:
+                values = [_default(p)]
+                if _kind(p) == "size":
+                    values = parse_values(str(values[0]), "size", flag)
+                elif _kind(p) == "alpha":
+                    values = parse_values(str(values[0]), "alpha", flag)
+                elif p.name == "policies":
+                    values = parse_values(str(values[0]), "str", flag)
+            self._place(p, flag, values, raw, trace_axes, sim_axes)
+        for p in self.passed:
+            self._place(p, _flag(p), [kwargs.get(p.name, _default(p))], (), trace_axes, sim_axes)
+        return trace_axes, sim_axes
+
+    def _convert(self, p: click.Option, v, flag: str):
+        if _kind(p) in ("size", "alpha", "trace"):
+            return v
+        try:
+            return p.type.convert(v, p, None)
+        except click.BadParameter as exc:
+            raise UsageError(f"{flag}: {exc.format_message()}") from None
+
+    def _place(self, p, flag, values, raw, trace_axes, sim_axes) -> None:
+        name = _RENAME.get(p.name, p.name)
+        if p.name in self.trace_keys:
+            trace_axes[p.name] = values
+        elif name in self.sim_fields:
+            sim_axes[name] = values
+        elif raw or values != [_default(p)]:
+            raise UsageError(f"{flag} is not supported by `marconi sweep` yet")
+
+
+def grid_summary(trace_axes: dict, sim_axes: dict, n_configs: int) -> str:
+    axes = {**trace_axes, **sim_axes}
+    varying = [f"{k}({len(v)})" for k, v in axes.items() if len(v) > 1]
+    points = 1
+    for v in axes.values():
+        points *= len(v)
+    head = " x ".join(varying) if varying else "one point"
+    note = "" if points == n_configs else f" ({points:,} grid points; policies that ignore alpha run once)"
+    return f"grid: {head} = {n_configs:,} configurations{note}"
+
+
+def register(main: click.Group) -> None:
+    run_cmd = main.commands.get("run")
+    if run_cmd is None:  # pragma: no cover - `run` failed to register (e.g. traces.cli missing)
+        return
+    spec = SweepSpec(run_cmd)
+
+    def sweep(out, engine, workers, ray_address, dry_run, save_requests, progress, limit, **kwargs):
+        """Run every combination of the given knob values; one parquet row per configuration under OUT.
+
+        \b
+        Examples:
+          marconi sweep --out results/ --capacity 1GB,2GB,5GB --sessions-per-second 0.25,1,5
+          marconi sweep --out results/ --policy marconi --alpha 0:2:0.1 --capacity 1GB:5GB:1GB
+          marconi sweep --out results/ --engine ray --ray-address auto ...
+
+        Rerunning the same command skips finished configurations.
+        """
+        from sim.sweep import expand_grid, is_done, run_sweep
+
+        trace_axes, sim_axes = spec.axes(kwargs)
+        tasks = expand_grid(trace_axes, sim_axes)
+        if workers is not None and workers < 1:
+            raise UsageError("--workers must be >= 1")
+        if limit is not None and limit < 0:
+            raise UsageError("--limit must be >= 0")
+        done = sum(is_done(out, t, save_requests) for t in tasks) if out.exists() else 0
+        click.echo(grid_summary(trace_axes, sim_axes, len(tasks)))
+        click.echo(f"already done: {done:,}, to run: {len(tasks) - done:,} -> {out}")
+        if dry_run:
+            return
+        if engine == "ray":
+            try:
+                import ray  # noqa: F401
+            except ImportError:
+                raise UsageError("--engine ray needs Ray: pip install 'marconi-sim[ray]'") from None
+        report = run_sweep(tasks, out, engine=engine, workers=workers, ray_address=ray_address,
+                           save_requests=save_requests, progress=progress, limit=limit)
+        click.echo(f"ran {report.ran:,} configurations in {report.wall_s:.1f} s "
+                   f"({report.skipped:,} skipped as done, {len(report.failed):,} failed) -> {out}")
+        for task, err in report.failed:
+            from sim.sweep import _describe
+
+            click.echo(f"failed: {_describe(task)}: {err}", err=True)
+        if report.interrupted:
+            click.echo("interrupted: rerun the same command to finish", err=True)
+            sys.exit(130)
+        if report.failed:
+            sys.exit(1)
+
+    params = spec.click_params() + [
+        click.Option(["--out"], type=click.Path(file_okay=False, path_type=Path), required=True,
+                     help="Results folder (parquet rows; rerunning resumes)."),
+        click.Option(["--engine"], type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                     help="local: a process pool; ray: Ray tasks (a cluster with --ray-address, else a local Ray)."),
+        click.Option(["--workers"], type=int, default=None,
+                     help="Processes (local) or CPUs of a local Ray [default: all cores]."),
+        click.Option(["--ray-address"], default=None, help="Address of an existing Ray cluster (e.g. auto, ray://host:10001)."),
+        click.Option(["--dry-run"], is_flag=True, help="Print the grid size and what is left to run, then stop."),
+        click.Option(["--save-requests/--no-save-requests"], default=False, show_default=True,
+                     help="Also write per-request records and occupancy (needed by plot --kind ttft|occupancy)."),
+        click.Option(["--progress/--no-progress"], default=True, show_default=True),
+        click.Option(["--limit"], type=int, default=None, help="Run at most this many configurations, then stop."),
+    ]
+    main.add_command(click.Command("sweep", callback=sweep, params=params, help=sweep.__doc__,
+                                   short_help="Run a grid of configurations (lists and ranges for every knob)."))
+
+    try:
+        from sim import plot
+    except ImportError:  # pragma: no cover
+        return
+    plot.register(main)

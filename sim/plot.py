@@ -1,0 +1,1 @@
+def register(main): pass
