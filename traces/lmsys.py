@@ -1,0 +1,146 @@
+"""LMSys-Chat-1M (``lmsys`` from the Hugging Face hub, ``lmsys:PATH`` for local parquet).
+
+Rows: ``conversation_id, model, conversation [{role, content}], turn, language, ...``. Selection
+(the Marconi paper's): conversations with ``turn >= min_rounds`` (default 10), drop sessions whose
+text is more than ``max_non_ascii`` (default 50%) non-ASCII characters, the first ``sessions`` in
+file order (0 = all). A session stops at its first turn whose history + input + output exceeds
+``max_tokens`` (32,768; output counted, unlike ShareGPT). Rendering and think times: see
+``traces.chat``.
+
+The hub dataset is gated: accept its licence on huggingface.co and put a token in ``HF_TOKEN``.
+It is read in streaming mode, and local parquet is read batch by batch, so only the selected
+conversations are ever held in memory; tokenization runs on all cores (``traces.chat``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from traces.base import TraceError
+from traces.chat import build_chat_trace
+from traces.packing import PackedTrace, file_identity
+
+HUB_ID = "lmsys/lmsys-chat-1m"
+COLUMNS = ("conversation_id", "conversation", "turn")
+
+
+def parquet_files(path: str) -> list[Path]:
+    p = Path(path).expanduser()
+    if p.is_file():
+        return [p]
+    if p.is_dir():
+        files = sorted(q for q in p.rglob("*.parquet") if q.is_file())
+        if files:
+            return files
+        raise TraceError(f"no .parquet files under {p}")
+    raise TraceError(f"LMSys path not found: {p}")
+
+
+def source_identity(path: str | None) -> dict:
+    if path is None:
+        return {"hub": HUB_ID}
+    parquet_files(path)
+    return file_identity(Path(path).expanduser())
+
+
+def _iter_local(path: str) -> Iterator[tuple[str, int, dict]]:
+    import pyarrow.parquet as pq
+
+    for f in parquet_files(path):
+        try:
+            pf = pq.ParquetFile(f)
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several types
+            raise TraceError(f"cannot read parquet file {f}: {exc}") from exc
+        names = set(pf.schema_arrow.names)
+        missing = [c for c in ("conversation",) if c not in names]
+        if missing:
+            raise TraceError(f"{f}: missing column {missing[0]!r} (columns: {', '.join(sorted(names))})")
+        cols = [c for c in COLUMNS if c in names]
+        row = 0
+        for batch in pf.iter_batches(columns=cols, batch_size=1024):
+            for rec in batch.to_pylist():
+                yield str(f), row, rec
+                row += 1
+
+
+def _iter_hub() -> Iterator[tuple[str, int, dict]]:
+    try:
+        import datasets
+    except ImportError as exc:
+        raise TraceError("lmsys from the hub needs the 'datasets' package: pip install 'marconi-sim[lmsys]' "
+                         "(or give a local copy: --trace lmsys:PATH)") from exc
+    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    try:
+        ds = datasets.load_dataset(HUB_ID, split="train", streaming=True, token=token)
+        for row, rec in enumerate(ds):
+            yield HUB_ID, row, rec
+    except TraceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - network, auth and dataset errors alike
+        raise TraceError(f"cannot load {HUB_ID} from the Hugging Face hub ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}); it is gated: accept its licence "
+                         f"and set HF_TOKEN, or download it and use --trace lmsys:PATH") from exc
+
+
+def non_ascii_fraction(texts: list[str]) -> float:
+    total = sum(len(t) for t in texts)
+    if not total:
+        return 0.0
+    ascii_chars = sum(len(t.encode("ascii", "ignore")) for t in texts)
+    return 1.0 - ascii_chars / total
+
+
+def _messages(rec: dict) -> list[tuple[str, str]]:
+    conv = rec.get("conversation")
+    if not isinstance(conv, list):
+        raise ValueError("'conversation' is not a list of messages")
+    out = []
+    for k, m in enumerate(conv):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise ValueError(f"message {k} lacks a string 'role' or 'content'")
+        out.append((m["role"], m["content"]))
+    return out
+
+
+def iter_selected(path: str | None, options, stats: dict) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+    source = _iter_hub() if path is None else _iter_local(path)
+    kept = 0
+    stats.update(skipped_rows=0, rows=0, non_ascii_dropped=0)
+    for fname, row, rec in source:
+        stats["rows"] += 1
+        try:
+            msgs = _messages(rec)
+            turn = rec.get("turn")
+            if turn is None:
+                turn = len(msgs) // 2
+            if not isinstance(turn, int) or turn < 0:
+                raise ValueError(f"bad turn {turn!r}")
+        except ValueError as exc:
+            if not options.skip_bad_rows:
+                raise TraceError(f"{fname}: row {row}: {exc}") from None
+            stats["skipped_rows"] += 1
+            continue
+        if turn < options.min_rounds:
+            continue
+        if non_ascii_fraction([t for _, t in msgs]) > options.max_non_ascii:
+            stats["non_ascii_dropped"] += 1
+            continue
+        yield str(rec.get("conversation_id", f"{fname}#{row}")), msgs
+        kept += 1
+        if options.sessions and kept >= options.sessions:
+            return
+
+
+def load_packed(path: str | None, options) -> PackedTrace:
+    stats: dict = {}
+    name = "lmsys" if path is None else f"lmsys:{path}"
+    packed = build_chat_trace(
+        name, iter_selected(path, options, stats), options.tokenizer, max_total_tokens=options.max_tokens,
+        words_per_minute=options.words_per_minute, num_proc=options.num_proc,
+        expected=options.sessions or None, progress=options.progress,
+    )
+    packed.meta.update(source=name, min_rounds=options.min_rounds, sessions_requested=options.sessions,
+                       max_non_ascii=options.max_non_ascii, think_time="typing at 90 wpm; first turn 0", **stats)
+    return packed
