@@ -1,0 +1,57 @@
+import numpy as np
+import pytest
+
+from traces.base import TraceError
+from traces.registry import TraceOptions, load_trace
+
+
+@pytest.mark.parametrize("kind, sessions, requests", [
+    ("system-prompt", 100, 100), ("few-shot", 100, 100), ("chat", 100, 800), ("agent", 100, 3000),
+])
+def test_kinds_default_sizes(kind, sessions, requests):
+    tr = load_trace(f"synthetic:{kind}", TraceOptions())
+    assert tr.n_sessions == sessions and len(tr.requests) == requests and tr.closed_loop
+
+
+def test_parameters_and_seed():
+    tr = load_trace("synthetic:chat:sessions=5,turns=3,prompts=1,prompt_tokens=100,think=2", TraceOptions(seed=7))
+    assert tr.n_sessions == 5 and len(tr.requests) == 15
+    first = [s[0].input_tokens[:100] for s in tr.sessions().values()]
+    assert all(np.array_equal(first[0], f) for f in first)  # one shared system prompt
+    for reqs in tr.sessions().values():
+        assert reqs[0].think_time == 0.0
+        for a, b in zip(reqs, reqs[1:]):
+            n = len(a.input_tokens)
+            assert np.array_equal(b.input_tokens[:n], a.input_tokens)
+            assert np.array_equal(b.input_tokens[n:n + len(a.output_tokens)], a.output_tokens)
+    same = load_trace("synthetic:chat:sessions=5,turns=3,prompts=1,prompt_tokens=100,think=2", TraceOptions(seed=7))
+    other = load_trace("synthetic:chat:sessions=5,turns=3,prompts=1,prompt_tokens=100,think=2", TraceOptions(seed=8))
+    assert all(np.array_equal(a.input_tokens, b.input_tokens) and a.think_time == b.think_time
+               for a, b in zip(tr.requests, same.requests))
+    assert not np.array_equal(tr.requests[-1].input_tokens, other.requests[-1].input_tokens)
+
+
+def test_system_prompt_sharing():
+    tr = load_trace("synthetic:system-prompt:sessions=20,prompts=2,prompt_tokens=50", TraceOptions())
+    heads = {tuple(r.input_tokens[:50].tolist()) for r in tr.requests}
+    assert len(heads) <= 2
+
+
+def test_agent_think_times_poisson():
+    tr = load_trace("synthetic:agent:sessions=2,turns=5", TraceOptions(response_time=10.0))
+    thinks = [r.think_time for r in tr.requests]
+    assert thinks[0] == 0.0 and thinks[5] == 0.0
+    assert all(float(t).is_integer() for t in thinks)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("synthetic:nope", "unknown synthetic kind 'nope'"),
+    ("synthetic:chat:turns", "bad parameter 'turns'"),
+    ("synthetic:chat:colour=3", r"bad parameter 'colour=3' \(valid: output_tokens"),
+    ("synthetic:chat:turns=x", "turns must be a number"),
+    ("synthetic:chat:turns=-1", "turns must be >= 0"),
+    ("synthetic:chat:sessions=0", "sessions must be >= 1"),
+])
+def test_bad_specs(spec, message):
+    with pytest.raises(TraceError, match=message):
+        load_trace(spec, TraceOptions())
