@@ -22,6 +22,8 @@ class AdmissionContext:
     chunk_tokens: int | None  # state alignment: states only at multiples of this (None: exact)
     paper_compat: bool = False
     divergence_full: int | None = None  # paper mode: where input + output leaves the tree
+    prefill_chunk_tokens: int = 8192  # chunked prefill: token budget of one scheduled prefill step
+    input_tokens: int = -1  # exact prompt tokens (-1: n_input * block_tokens)
 
 
 class AdmissionPolicy(ABC):

@@ -46,7 +46,8 @@ class EvictionPolicy(ABC):
 
     @abstractmethod
     def pop_victim(self) -> "Node | None":
-        """The next node to evict, or None when nothing is evictable."""
+        """The next node to evict, or None when nothing is evictable. A policy may also return
+        ``(node, "drop-state")``: free the node's state only and keep its KV (a tombstone)."""
 
     def credited_bytes(self, states: int, kv_tokens: int, tree: "HybridRadixTree") -> int:
         """Bytes the eviction loop believes it freed (only paper mode ever lies here)."""

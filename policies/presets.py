@@ -37,6 +37,11 @@ class PolicyPreset:
     caching: bool = True  # False: no prefix cache at all (the vanilla baseline)
     lookup_cap_minus_one: bool = False  # SGLang: a lookup matches at most input_len - 1 tokens
     uses_alpha: bool = False
+    unlimited: bool = False  # a bound: the cache never evicts (capacity ignored)
+
+    def grid_for(self, spec, config) -> int:
+        """Tree granularity for this model and config (engine presets derive it per model)."""
+        return self.grid_tokens
 
     def build(self, spec, alpha: float, paper_bugs: bool) -> tuple[AdmissionPolicy, EvictionPolicy]:
         return ADMISSION[self.admission](), EVICTION[self.eviction](spec, alpha, paper_bugs)
@@ -71,3 +76,5 @@ register(PolicyPreset(
 register(PolicyPreset(
     "marconi", "Marconi: judicious admission + FLOP-aware eviction (recency + alpha * FLOP efficiency)",
     admission="judicious", eviction="marconi", uses_alpha=True))
+
+import policies.engines  # noqa: E402,F401  (registers the engine presets)

@@ -43,6 +43,10 @@ def sim_options(fn):
         click.option("--ttft-model", type=click.Choice(["flops", "jamba"]), default="flops", show_default=True,
                      help="flops: FLOPs / throughput + overhead; jamba: the paper's fitted Jamba-1.5-Mini table."),
         click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--prefill-chunk", "prefill_chunk_tokens", type=int, default=8192, show_default=True,
+                     help="Chunked prefill: tokens per scheduled prefill step (engine presets place states at chunk ends)."),
+        click.option("--block-size", type=int, default=0, show_default=True,
+                     help="Block of block-based engine presets (vllm-align, vllm-all) in tokens; 0 = derived per model."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)

@@ -16,10 +16,18 @@ _UNITS = {
 }
 
 
+UNLIMITED = 2**62  # `--capacity inf`: a cache that never evicts (the `infinite` bound)
+
+
 def parse_size(text: str | int | float) -> int:
-    """'5GB' -> 5e9 bytes (decimal, as the Marconi artifact uses); '5GiB' -> 5 * 2**30."""
+    """'5GB' -> 5e9 bytes (decimal, as the Marconi artifact uses); '5GiB' -> 5 * 2**30;
+    'inf' -> UNLIMITED."""
+    if isinstance(text, float) and text == float("inf"):
+        return UNLIMITED
     if isinstance(text, (int, float)):
         return int(text)
+    if str(text).strip().lower() in ("inf", "infinite", "unlimited"):
+        return UNLIMITED
     m = _SIZE_RE.match(str(text))
     if not m:
         raise UsageError(f"cannot read size {text!r} (examples: 5GB, 512MiB, 1e9)")
@@ -28,6 +36,8 @@ def parse_size(text: str | int | float) -> int:
 
 
 def format_size(n: int) -> str:
+    if n >= UNLIMITED:
+        return "inf"
     for unit, scale in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
         if abs(n) >= scale:
             return f"{n / scale:.3g}{unit}"
@@ -49,6 +59,8 @@ class SimConfig:
     servers: int = 1  # simpy resources serving prefill + decode
     ttft_model: str = "flops"  # flops (FLOPs / throughput + overhead) | jamba (the paper's fitted table)
     seed: int = 0
+    prefill_chunk_tokens: int = 8192  # chunked prefill: token budget of one scheduled prefill step
+    block_size: int = 0  # engine presets' block in tokens (vllm-*: KV/state block); 0 = per model
 
     def validate(self) -> None:
         if self.capacity_bytes <= 0:
@@ -67,6 +79,10 @@ class SimConfig:
             raise UsageError("--sessions-per-second must be positive")
         if self.servers < 1:
             raise UsageError("--servers must be >= 1")
+        if self.prefill_chunk_tokens < 1:
+            raise UsageError("--prefill-chunk must be >= 1")
+        if self.block_size < 0:
+            raise UsageError("--block-size must be >= 0")
         if self.chunk_size < 1:
             raise UsageError("--chunk-size must be >= 1")
         if isinstance(self.alpha, str):

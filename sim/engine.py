@@ -24,7 +24,7 @@ import simpy
 from policies.admission import AdmissionContext
 from policies.presets import PolicyPreset, get_preset
 from sim.blocks import block_symbols
-from sim.config import SimConfig, format_size
+from sim.config import UNLIMITED, SimConfig, format_size
 from sim.cost import ModelSpec, TimingModel, default_timing, get_model
 from sim.errors import UsageError
 from sim.metrics import Recorder, SimResult
@@ -78,7 +78,7 @@ class Simulation:
         admission, eviction = self.preset.build(self.spec, float(config.alpha), self.paper)
         self.admission = admission
         self.tree = HybridRadixTree(
-            capacity_bytes=config.capacity_bytes,
+            capacity_bytes=UNLIMITED if self.preset.unlimited else config.capacity_bytes,
             kv_bytes_per_token=self.spec.kv_bytes_per_token(),
             state_bytes=self.spec.state_bytes(),
             block_tokens=self.grid,
@@ -94,10 +94,11 @@ class Simulation:
 
     def _check_grid(self) -> None:
         B = self.trace.block_tokens
-        grid = max(self.preset.grid_tokens, B)
-        if self.preset.grid_tokens > 1 and (self.preset.grid_tokens < B or self.preset.grid_tokens % B):
+        pg = self.preset.grid_for(self.spec, self.config)
+        grid = max(pg, B)
+        if pg > 1 and (pg < B or pg % B):
             raise UsageError(
-                f"policy {self.preset.name} checkpoints every {self.preset.grid_tokens} tokens, finer than "
+                f"policy {self.preset.name} checkpoints every {pg} tokens, finer than "
                 f"(or not a multiple of) the trace's {B}-token blocks")
         if self.config.state_alignment == "chunk" and B > 1 and max(B, self.config.chunk_size) % min(B, self.config.chunk_size):
             raise UsageError(f"--chunk-size {self.config.chunk_size} does not line up with the trace's {B}-token blocks")
@@ -137,7 +138,8 @@ class Simulation:
         now = self._now(t)
         cap = None
         if self.preset.lookup_cap_minus_one:
-            cap = max(len(seq_in) - 1, 0)
+            # at least one prompt token is recomputed: hit <= input_len - 1 tokens, in grid symbols
+            cap = max((r.n_input_tokens(self.trace.block_tokens) - 1) // self.grid, 0)
         m = tree.match(seq_in, max_hit_sym=cap)
         hit_tokens = min(m.hit_tokens, r.n_input_tokens(self.trace.block_tokens))
         if m.hit_sym > 0:
@@ -147,7 +149,9 @@ class Simulation:
             else:
                 tree.touch(m.hit_node, now)
         n_in = len(seq_in)
-        ctx = AdmissionContext(n_in, len(seq_full), self.grid, self.chunk_tokens, self.paper)
+        ctx = AdmissionContext(n_in, len(seq_full), self.grid, self.chunk_tokens, self.paper,
+                               prefill_chunk_tokens=self.config.prefill_chunk_tokens,
+                               input_tokens=r.n_input_tokens(self.trace.block_tokens))
         if self.paper and self.admission.needs_full_divergence and m.match_sym > m.hit_sym:
             ctx.divergence_full = tree.match(seq_full).match_sym
         prefill_cps = self.admission.prefill_checkpoints(m, ctx)

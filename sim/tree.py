@@ -403,7 +403,11 @@ class HybridRadixTree:
             victim = self.policy.pop_victim()
             if victim is None:
                 return self.used_bytes + need <= self.capacity_bytes, ev_states, ev_kv
-            s, kv = self.evict(victim)
+            if type(victim) is tuple:  # (node, action): "drop-state" keeps the node's KV
+                node, action = victim
+                s, kv = self.drop_state(node) if action == "drop-state" else self.evict(node)
+            else:
+                s, kv = self.evict(victim)
             ev_states += s
             ev_kv += kv
             credited += self.policy.credited_bytes(s, kv, self)
@@ -435,6 +439,21 @@ class HybridRadixTree:
         self.stats.states_evicted += freed_states
         self.stats.kv_tokens_evicted += freed_kv
         return freed_states, freed_kv
+
+    def drop_state(self, node: Node) -> tuple[int, int]:
+        """Free ``node``'s state and keep its KV (a tombstone). A single-child node is merged
+        into its child (the compression invariant); a leaf stays as a stateless leaf; a branch
+        node stays as a stateless branch. Returns (states freed, KV tokens freed) = (1, 0)."""
+        assert node.lock == 0 and node is not self.root and node.has_state
+        self.stats.evictions += 1
+        self.stats.states_evicted += 1
+        node.has_state = False
+        self.n_states -= 1
+        if len(node.children) == 1:
+            self._merge_into_child(node)
+        else:
+            self._changed(node)
+        return 1, 0
 
     def _after_child_removed(self, parent: Node) -> None:
         if parent is self.root:
