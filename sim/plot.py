@@ -1,1 +1,215 @@
-def register(main): pass
+"""Figures of sweep results and `marconi plot RESULTS --kind hit-rate|alpha|ttft|occupancy`.
+
+matplotlib is the optional extra ``notebooks``; it is imported only when a figure is drawn.
+Each ``fig_*`` function takes the rows of :func:`sim.report.load` (and per-request / occupancy
+records where needed) and returns a matplotlib Figure; the CLI saves it as PNG and SVG.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import numpy as np
+
+from sim.errors import UsageError
+
+KINDS = ("hit-rate", "alpha", "ttft", "occupancy")
+
+
+def _plt():
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("plots need matplotlib: pip install 'marconi-sim[notebooks]'") from None
+    return plt
+
+
+def _facets(df, col: str, limit: int = 6) -> list:
+    vals = sorted(df[col].dropna().unique()) if col in df.columns else []
+    return vals if 1 < len(vals) <= limit else [None]
+
+
+def _short(trace: str) -> str:
+    return trace if len(trace) <= 28 else "…" + trace[-27:]
+
+
+def fig_hit_rate(df, metric: str = "token_hit_rate"):
+    """Metric vs capacity, one line per policy variant; a panel per trace (rows) and session rate
+    (columns, when it varies); other knobs averaged. Expects a condensed frame (report.condense)."""
+    plt = _plt()
+    traces = sorted(df["trace"].unique())
+    rates = _facets(df, "sessions_per_second")
+    fig, axes = plt.subplots(len(traces), len(rates), figsize=(3.6 * len(rates) + 1, 3.0 * len(traces)),
+                             squeeze=False, sharey=True)
+    from sim.report import order_variants
+
+    variants = order_variants(df["variant"])
+    for i, trace in enumerate(traces):
+        for j, rate in enumerate(rates):
+            ax = axes[i][j]
+            sub = df[df["trace"] == trace]
+            if rate is not None:
+                sub = sub[sub["sessions_per_second"] == rate]
+            for v in variants:
+                g = sub[sub["variant"] == v].groupby("capacity_gb")[metric].mean()
+                if len(g):
+                    ax.plot(g.index, g.values * 100, marker="o", label=v)
+            title = _short(trace) + (f", {rate:g} sessions/s" if rate is not None else "")
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel("cache capacity (GB)")
+            if j == 0:
+                ax.set_ylabel(metric.replace("_", " ") + " (%)")
+            ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 5), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
+    return fig
+
+
+def fig_alpha(df, policy: str = "marconi", metrics=("token_hit_rate", "flops_saved_frac")):
+    """Heatmaps over alpha x capacity (static-alpha rows, other knobs averaged); auto-tuned alphas
+    marked with a star where the tuner reports the chosen alpha."""
+    from sim.report import alpha_grid, auto_alphas
+
+    plt = _plt()
+    grids = [alpha_grid(df, m, policy) for m in metrics]
+    if grids[0].empty:
+        raise UsageError(f"no static-alpha rows of policy {policy!r} to plot (sweep --alpha a:b:step)")
+    auto = auto_alphas(df, policy)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 0.22 * len(grids[0]) + 2.6), squeeze=False)
+    for ax, m, grid in zip(axes[0], metrics, grids):
+        im = ax.imshow(grid.values * 100, aspect="auto", origin="lower", cmap="viridis")
+        ax.set_xticks(range(grid.shape[1]), [f"{c:g}" for c in grid.columns])
+        step = max(1, len(grid.index) // 10)
+        ax.set_yticks(range(0, len(grid.index), step), [f"{a:g}" for a in grid.index[::step]])
+        ax.set_xlabel("cache capacity (GB)")
+        ax.set_ylabel("alpha")
+        ax.set_title(f"{policy}: {m.replace('_', ' ')} (%)", fontsize=10)
+        fig.colorbar(im, ax=ax)
+        best = np.nanargmax(grid.values, axis=0)
+        ax.scatter(range(grid.shape[1]), best, marker="s", facecolors="none", edgecolors="white", s=60,
+                   label="best static α")
+        if not auto.empty and auto["alpha_chosen"].notna().any():
+            cols = list(grid.columns)
+            xs, ys = [], []
+            for cap, a in zip(auto["capacity_gb"], auto["alpha_chosen"]):
+                if cap in cols and not np.isnan(a):
+                    xs.append(cols.index(cap))
+                    ys.append(np.interp(a, grid.index.to_numpy(dtype=float), np.arange(len(grid.index))))
+            ax.scatter(xs, ys, marker="*", color="red", s=120, label="auto-tuned α")
+        ax.legend(loc="upper right", fontsize=7, framealpha=0.6)
+    fig.tight_layout()
+    return fig
+
+
+def fig_ttft(rows, requests):
+    """Empirical CDF of TTFT per policy variant (requests pooled over the selected configurations),
+    a panel per trace."""
+    from sim.report import ttft_cdf
+
+    plt = _plt()
+    traces = sorted(rows["trace"].unique())
+    fig, axes = plt.subplots(1, len(traces), figsize=(5.0 * len(traces), 3.6), squeeze=False)
+    for ax, trace in zip(axes[0], traces):
+        for variant, (x, y) in ttft_cdf(rows[rows["trace"] == trace], requests).items():
+            ax.step(np.maximum(x, 1e-3), y, where="post", label=variant)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
+        ax.set_xlabel("TTFT (ms)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_title(_short(trace), fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def fig_occupancy(rows, occupancy):
+    """Cache occupancy (KV + states, fraction of capacity) over time, a panel per policy variant and
+    a line per configuration (labelled by capacity and session rate)."""
+    from sim.report import order_variants
+
+    plt = _plt()
+    variants = order_variants(rows["variant"])
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.4), squeeze=False, sharey=True)
+    occ = occupancy.merge(rows[["config_id", "variant", "capacity_bytes", "capacity_gb", "sessions_per_second"]],
+                          on="config_id")
+    for ax, v in zip(axes[0], variants):
+        sub = occ[occ["variant"] == v].sort_values(["capacity_bytes", "sessions_per_second", "config_id", "t_s"],
+                                                  kind="stable")
+        for cid, g in sub.groupby("config_id", sort=False):
+            frac = (g["kv_bytes"] + g["state_bytes"]) / g["capacity_bytes"]
+            ax.plot(g["t_s"], frac, lw=1, label=f"{g['capacity_gb'].iat[0]:g} GB, {g['sessions_per_second'].iat[0]:g}/s")
+        ax.set_title(v, fontsize=10)
+        ax.set_xlabel("time (s)")
+        ax.grid(alpha=0.3)
+        if 0 < len(ax.lines) <= 8:
+            ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("occupancy (fraction of capacity)")
+    fig.tight_layout()
+    return fig
+
+
+def save(fig, out: str | Path, name: str, formats=("png", "svg")) -> list[Path]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        p = out / f"{name}.{fmt}"
+        fig.savefig(p, dpi=120, bbox_inches="tight")
+        paths.append(p)
+    return paths
+
+
+def make_figure(results: str | Path, kind: str, where: str | None = None, static: str = "best"):
+    """The figure of ``kind`` for a results folder; ``where`` filters rows (pandas query)."""
+    from sim import report
+    from sim.sweep import load_details
+
+    rows = report.load(results)
+    if where:
+        try:
+            rows = rows.query(where)
+        except Exception as exc:  # noqa: BLE001 - pandas raises many kinds
+            raise UsageError(f"--where {where!r}: {exc}") from None
+        if rows.empty:
+            raise UsageError(f"--where {where!r} selects no rows")
+    if kind == "hit-rate":
+        return fig_hit_rate(report.condense(rows, static))
+    if kind == "alpha":
+        return fig_alpha(rows)
+    selected = report.condense(rows, static)
+    if kind == "ttft":
+        return fig_ttft(selected, load_details(results, "requests", selected["config_id"]))
+    if kind == "occupancy":
+        return fig_occupancy(selected, load_details(results, "occupancy", selected["config_id"]))
+    raise UsageError(f"--kind must be one of {', '.join(KINDS)}")
+
+
+def register(main: click.Group) -> None:
+    @main.command("plot")
+    @click.argument("results", type=click.Path(exists=True, file_okay=False, path_type=Path))
+    @click.option("--kind", "kinds", type=click.Choice(KINDS + ("all",)), multiple=True, default=("hit-rate",),
+                  show_default=True, help="Figure(s) to draw (repeat the flag, or all).")
+    @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("figures"), show_default=True)
+    @click.option("--where", default=None, help="Row filter, a pandas query: \"capacity_bytes == 5e9 and trace == 'sharegpt'\".")
+    @click.option("--alpha", "static", default="best", show_default=True,
+                  help="Static-alpha grids: best (best alpha in hindsight per configuration), all, or one value.")
+    def plot_cmd(results, kinds, out, where, static):
+        """Draw figures (PNG and SVG) from a `marconi sweep` results folder."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        plt = _plt()
+        if static not in ("best", "all"):
+            try:
+                static = float(static)
+            except ValueError:
+                raise UsageError(f"--alpha must be best, all or a number, not {static!r}") from None
+        todo = KINDS if "all" in kinds else tuple(dict.fromkeys(kinds))
+        for kind in todo:
+            fig = make_figure(results, kind, where, static)
+            for p in save(fig, out, kind):
+                click.echo(str(p))
+            plt.close(fig)

@@ -1,0 +1,229 @@
+"""Turning sweep results into the paper's condensed numbers (pandas only; figures are in sim.plot).
+
+The notebooks call these functions so they stay short and the logic stays tested:
+
+- :func:`results_dir` picks the folder (``RESULTS_DIR`` / a parameter cell) or runs a small sweep;
+- :func:`load` reads the rows and labels each policy variant (``marconi α=0.5``, ``marconi (auto α)``);
+- :func:`condense` collapses a static-alpha grid per configuration (best alpha in hindsight, or one
+  alpha) so policies compare one row per configuration;
+- :func:`ratio_table` / :func:`headline` give Fig. 7's mean ratio (Marconi / vLLM+) and Fig. 8's
+  P95 relative gain over SGLang+ (marconi.md §8).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim.config import SimConfig
+
+#: the columns that are neither knobs of the configuration nor metrics
+_NON_KNOBS = {"config_id", "policy", "alpha", "alpha_mode", "variant", "capacity_gb"}
+
+#: small sweeps the notebooks run when no results folder is given
+SMALL = {
+    "hit_rates": dict(trace_axes={"trace": ["sharegpt"], "sessions": [10]},
+                      sim_axes={"policy": ["vllm+", "sglang+", "marconi"], "capacity_bytes": [10**9, 3 * 10**9],
+                                "sessions_per_second": [1.0, 5.0], "alpha": [0.0, 1.0]}),
+    "alpha_sweep": dict(trace_axes={"trace": ["sharegpt"], "sessions": [10]},
+                        sim_axes={"policy": ["marconi"], "capacity_bytes": [10**9, 2 * 10**9],
+                                  "sessions_per_second": [5.0], "alpha": [0.0, 0.5, 1.0, 1.5, 2.0]}),
+    "ttft": dict(trace_axes={"trace": ["sharegpt"], "sessions": [10]},
+                 sim_axes={"policy": ["vanilla", "vllm+", "sglang+", "marconi"], "capacity_bytes": [10**9, 3 * 10**9],
+                           "sessions_per_second": [5.0]}),
+}
+
+
+def trace_option_keys() -> list[str]:
+    from traces.cli import TRACE_OPTION_KEYS
+
+    return list(TRACE_OPTION_KEYS)
+
+
+def knob_columns(df: pd.DataFrame) -> list[str]:
+    """Columns identifying a configuration apart from the policy and its alpha."""
+    knobs = trace_option_keys() + SimConfig.field_names()
+    return [c for c in knobs if c in df.columns and c not in _NON_KNOBS]
+
+
+def run_small(kind: str, out: str | os.PathLike | None = None, **overrides) -> Path:
+    """Run the small sweep of notebook ``kind`` (see SMALL) into ``out`` (a temp folder if None)."""
+    from sim.sweep import expand_grid, run_sweep
+
+    spec = SMALL[kind]
+    trace_axes = {**spec["trace_axes"], **overrides.pop("trace_axes", {})}
+    sim_axes = {**spec["sim_axes"], **overrides.pop("sim_axes", {})}
+    out = Path(out) if out else Path(tempfile.mkdtemp(prefix=f"marconi-{kind}-"))
+    tasks = expand_grid(trace_axes, sim_axes)
+    run_sweep(tasks, out, workers=1, save_requests=(kind == "ttft"), progress=False, **overrides)
+    return out
+
+
+def results_dir(given: str | os.PathLike | None, kind: str) -> Path:
+    """The results folder: ``given`` (a notebook parameter), else ``$RESULTS_DIR``, else a small
+    sweep run now (``$SMALL_SWEEP_DIR`` or a temp folder)."""
+    given = given or os.environ.get("RESULTS_DIR") or None
+    if given:
+        return Path(given)
+    return run_small(kind, os.environ.get("SMALL_SWEEP_DIR") or None)
+
+
+_POLICY_ORDER = ["vanilla", "vllm+", "sglang+", "marconi"]
+
+
+def order_variants(variants) -> list[str]:
+    """Baselines first (vanilla, vllm+, sglang+, marconi...), then the rest as they come."""
+    vs = list(dict.fromkeys(variants))
+
+    def key(v: str):
+        base = v.split(" ")[0]
+        return (_POLICY_ORDER.index(base) if base in _POLICY_ORDER else len(_POLICY_ORDER), vs.index(v))
+    return sorted(vs, key=key)
+
+
+def variant_label(policy: str, alpha_mode: str, alpha: float) -> str:
+    if alpha_mode == "none":
+        return policy
+    if alpha_mode == "auto":
+        return f"{policy} (auto α)"
+    return f"{policy} α={alpha:g}"
+
+
+def load(path: str | os.PathLike) -> pd.DataFrame:
+    """Rows of a results folder with ``variant`` (policy + alpha) and ``capacity_gb`` columns."""
+    from sim.sweep import load_results
+
+    df = load_results(path)
+    df["variant"] = [variant_label(p, m, a) for p, m, a in zip(df["policy"], df["alpha_mode"], df["alpha"])]
+    df["capacity_gb"] = df["capacity_bytes"] / 1e9
+    return df
+
+
+def condense(df: pd.DataFrame, static: str | float = "best", metric: str = "token_hit_rate") -> pd.DataFrame:
+    """One row per configuration and policy variant.
+
+    Static-alpha rows of a policy are collapsed per configuration: ``"best"`` keeps the best alpha in
+    hindsight (variant ``marconi (best α)``; a single static alpha keeps plain ``marconi``),
+    ``"all"`` keeps every alpha as its own variant, a number keeps that alpha only. Rows without
+    alpha and auto-tuned rows are kept as they are."""
+    if static == "all":
+        return df.copy()
+    keep = df[df["alpha_mode"] != "static"]
+    stat = df[df["alpha_mode"] == "static"]
+    if stat.empty:
+        return keep.copy()
+    if static == "best":
+        parts = []
+        for policy, g in stat.groupby("policy", sort=False):
+            if g["alpha"].nunique() == 1:
+                g = g.assign(variant=policy)
+            else:
+                idx = g.groupby(knob_columns(g), dropna=False)[metric].idxmax()
+                g = g.loc[idx].assign(variant=f"{policy} (best α)")
+            parts.append(g)
+        stat = pd.concat(parts)
+    else:
+        stat = stat[np.isclose(stat["alpha"], float(static))]
+    return pd.concat([keep, stat]).reset_index(drop=True)
+
+
+def paired(df: pd.DataFrame, num: str, den: str, metric: str = "token_hit_rate") -> pd.DataFrame:
+    """Per configuration: metric of variant ``num`` beside that of ``den`` (from a condensed frame)."""
+    keys = knob_columns(df)
+    a = df[df["variant"] == num][keys + [metric]]
+    b = df[df["variant"] == den][keys + [metric]]
+    return a.merge(b, on=keys, suffixes=("_num", "_den"))
+
+
+def ratio_table(df: pd.DataFrame, den: str = "vllm+", metric: str = "token_hit_rate") -> pd.DataFrame:
+    """Fig. 7 style: for every variant, the mean over configurations of its metric / ``den``'s
+    (configurations where ``den`` is 0 are counted apart), per trace and overall."""
+    rows = []
+    for variant in df["variant"].unique():
+        if variant == den:
+            continue
+        p = paired(df, variant, den, metric)
+        for trace, g in [("all", p)] + list(p.groupby("trace")):
+            ok = g[f"{metric}_den"] > 0
+            ratio = g.loc[ok, f"{metric}_num"] / g.loc[ok, f"{metric}_den"]
+            rows.append({"variant": variant, "trace": trace, "configs": len(g), "den_zero": int((~ok).sum()),
+                         f"mean_ratio_vs_{den}": ratio.mean() if len(ratio) else np.nan})
+    return pd.DataFrame(rows)
+
+
+def headline(df: pd.DataFrame, marconi: str | None = None, metric: str = "token_hit_rate") -> dict:
+    """The paper's two hit-rate numbers (marconi.md §8) for one marconi variant: mean over configs
+    of marconi / vllm+, and the 95th percentile over configs of (marconi - sglang+) / sglang+."""
+    variants = list(df["variant"].unique())
+    if marconi is None:
+        for cand in ("marconi (auto α)", "marconi", "marconi (best α)"):
+            if cand in variants:
+                marconi = cand
+                break
+        else:
+            marconi = next((v for v in variants if v.startswith("marconi")), None)
+    out = {"marconi": marconi}
+    if marconi is None:
+        return out
+    pv = paired(df, marconi, "vllm+", metric)
+    ok = pv[f"{metric}_den"] > 0
+    out["configs"] = int(len(pv))
+    out["ratio_vs_vllm+"] = float((pv.loc[ok, f"{metric}_num"] / pv.loc[ok, f"{metric}_den"]).mean()) if ok.any() else float("nan")
+    ps = paired(df, marconi, "sglang+", metric)
+    ok = ps[f"{metric}_den"] > 0
+    gain = (ps.loc[ok, f"{metric}_num"] - ps.loc[ok, f"{metric}_den"]) / ps.loc[ok, f"{metric}_den"]
+    out["p95_gain_vs_sglang+"] = float(np.percentile(gain, 95)) if len(gain) else float("nan")
+    return out
+
+
+def hit_rate_table(df: pd.DataFrame, metric: str = "token_hit_rate") -> pd.DataFrame:
+    """Mean metric by trace and capacity (rows) and variant (columns)."""
+    return df.pivot_table(index=["trace", "capacity_gb"], columns="variant", values=metric, aggfunc="mean")
+
+
+def chosen_alpha_column(df: pd.DataFrame) -> str | None:
+    """The summary column holding the alpha an auto-tuned run adopted, if the tuner reports one."""
+    for c in df.columns:
+        lc = c.lower()
+        if "alpha" in lc and any(w in lc for w in ("chosen", "tuned", "adopted", "selected", "best")):
+            return c
+    return None
+
+
+def alpha_grid(df: pd.DataFrame, metric: str = "token_hit_rate", policy: str = "marconi") -> pd.DataFrame:
+    """Mean metric over the other knobs, alpha (rows) x capacity in GB (columns), static rows."""
+    g = df[(df["policy"] == policy) & (df["alpha_mode"] == "static")]
+    return g.pivot_table(index="alpha", columns="capacity_gb", values=metric, aggfunc="mean").sort_index()
+
+
+def auto_alphas(df: pd.DataFrame, policy: str = "marconi") -> pd.DataFrame:
+    """Auto-tuned rows: capacity, mean chosen alpha (NaN if the tuner reports none) and hit rate."""
+    g = df[(df["policy"] == policy) & (df["alpha_mode"] == "auto")]
+    if g.empty:
+        return pd.DataFrame(columns=["capacity_gb", "alpha_chosen", "token_hit_rate"])
+    col = chosen_alpha_column(g)
+    g = g.assign(alpha_chosen=g[col] if col else np.nan)
+    return g.groupby("capacity_gb", as_index=False)[["alpha_chosen", "token_hit_rate", "flops_saved_frac"]].mean()
+
+
+def ttft_cdf(rows: pd.DataFrame, requests: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """variant -> (sorted TTFT in ms over all its requests, cumulative fraction)."""
+    lab = rows[["config_id", "variant"]]
+    req = requests.merge(lab, on="config_id")
+    out = {}
+    groups = dict(list(req.groupby("variant", sort=False)))
+    for variant in order_variants(groups):
+        g = groups[variant]
+        x = np.sort(g["ttft_s"].to_numpy() * 1e3)
+        out[variant] = (x, np.arange(1, len(x) + 1) / len(x))
+    return out
+
+
+def ttft_table(rows: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """P5 / P50 / P95 TTFT (ms) per variant over the pooled requests."""
+    data = {v: np.percentile(x, [5, 50, 95]) for v, (x, _) in ttft_cdf(rows, requests).items()}
+    return pd.DataFrame(data, index=["p5_ms", "p50_ms", "p95_ms"]).T
