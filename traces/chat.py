@@ -75,7 +75,9 @@ def build_chat_trace(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=expected, desc=f"tokenizing {name}", unit="conv", leave=False, dynamic_ncols=True)
+        # shown only when tokenizing takes more than a second
+        bar = tqdm(total=expected, desc=f"tokenizing {name}", unit="conv", leave=False, dynamic_ncols=True,
+                   delay=1.0)
     ids: list[str] = []
     dropped = 0
     pool = None
