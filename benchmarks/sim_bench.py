@@ -1,0 +1,97 @@
+"""Simulator throughput and memory on the largest ShareGPT trace the package holds.
+
+Every conversation with >= 2 rounds (about 30,000 requests, tokenization cached), each policy,
+``sequential`` and ``des`` mode, one process pinned to one core. Then the same trace grown 10x
+(repeated with fresh session ids and token ids) to show how speed and memory scale.
+
+    python benchmarks/sim_bench.py [--repeat 3] [--grow 10] [--capacity 5GB]
+
+Prints requests/s (median of --repeat runs) and the peak resident memory of a fresh child
+process per configuration (so one run's garbage does not inflate the next one's figure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+POLICIES = ["vllm+", "sglang+", "marconi"]
+
+
+def _load(grow: int):
+    import numpy as np
+
+    from traces.base import Request, Trace
+    from traces.registry import TraceOptions, load_trace
+
+    base = load_trace("sharegpt", TraceOptions(sessions=0, min_rounds=2))
+    if grow == 1:
+        return base
+    # fresh session ids and token ids per copy: copies never share prefixes with each other
+    vocab = 1 + max(int(max(r.input_tokens.max(initial=0), r.output_tokens.max(initial=0))) for r in base.requests)
+    reqs = []
+    n_sess = 1 + max(r.session_id for r in base.requests)
+    for k in range(grow):
+        off = k * vocab
+        for r in base.requests:
+            reqs.append(Request(r.session_id + k * n_sess, r.turn, r.input_tokens + off, r.output_tokens + off,
+                                think_time=r.think_time))
+    return Trace(f"sharegpt-x{grow}", reqs)
+
+
+def child(policy: str, mode: str, grow: int, capacity: str, alpha: float) -> None:
+    """Run one configuration and print a JSON line (runs in a fresh process)."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    from sim.config import SimConfig, parse_size
+    from sim.engine import simulate
+
+    trace = _load(grow)
+    cfg = SimConfig(policy=policy, mode=mode, capacity_bytes=parse_size(capacity), alpha=alpha)
+    t0 = time.perf_counter()
+    res = simulate(trace, cfg)
+    wall = time.perf_counter() - t0
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"policy": policy, "mode": mode, "grow": grow, "requests": len(trace.requests),
+                      "seconds": wall, "req_per_s": len(trace.requests) / wall, "peak_mb": peak_mb,
+                      "token_hit_rate": res.summary["token_hit_rate"]}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--grow", type=int, default=10)
+    ap.add_argument("--capacity", default="5GB")
+    ap.add_argument("--alpha", type=float, default=1.0)
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--child", nargs=4, metavar=("POLICY", "MODE", "GROW", "CAPACITY"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        policy, mode, grow, capacity = args.child
+        child(policy, mode, int(grow), capacity, args.alpha)
+        return
+    _load(1)  # tokenize once (cached on disk) before timing anything
+    print(f"{'policy':8} {'mode':10} {'x':>3} {'requests':>9} {'req/s (median)':>15} {'peak MB':>8} {'hit':>7}")
+    for grow in (1, args.grow):
+        for policy in args.policies.split(","):
+            for mode in ("sequential", "des"):
+                runs = []
+                for _ in range(args.repeat if grow == 1 else 1):
+                    out = subprocess.run([sys.executable, __file__, "--alpha", str(args.alpha), "--child", policy,
+                                          mode, str(grow), args.capacity], capture_output=True, text=True, check=True)
+                    runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+                rate = statistics.median(r["req_per_s"] for r in runs)
+                peak = max(r["peak_mb"] for r in runs)
+                r0 = runs[0]
+                print(f"{policy:8} {mode:10} {grow:>3} {r0['requests']:>9} {rate:>15,.0f} {peak:>8,.0f} "
+                      f"{r0['token_hit_rate']:>7.2%}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
