@@ -119,6 +119,9 @@ class MarconiEviction(EvictionPolicy):
         self.spec = spec
         self.alpha = float(alpha)
         self.paper_bugs = paper_bugs  # bug 1 (MLP marginal FLOPs) and bug 2 (bytes credited)
+        # paper mode: candidates are enumerated as the artifact does (depth-first pre-order,
+        # children in insertion order); a tie goes to the first, bug 2 credits the last
+        self.artifact_order = paper_bugs
         self._last_scored_tokens = 0
 
     def attach(self, tree):
@@ -195,15 +198,31 @@ class MarconiEviction(EvictionPolicy):
                 score = score + self.alpha * _minmax(self._eff[idx])
             low = score.min()
             ties = idx[score <= low]
-            best = int(ties[np.argmin(self._created[ties])]) if ties.size > 1 else int(ties[0])
+            order = self._dfs_rank() if self.artifact_order else self._created
+            best = int(ties[np.argmin(order[ties])]) if ties.size > 1 else int(ties[0])
             if self.paper_bugs:
                 # bug 2: the artifact credits a leaf eviction with the edge of the last candidate
-                # it scored (enumeration order ~ creation order here), not the evicted one.
-                last = int(idx[np.argmax(self._created[idx])])
+                # it scored (in its enumeration order), not the evicted one.
+                last = int(idx[np.argmax(order[idx])])
                 self._last_scored_tokens = self._nodes[last].n_tokens
         if self.paper_bugs and idx.size == 1:
             self._last_scored_tokens = self._nodes[best].n_tokens
         return self._nodes[best]
+
+    def _dfs_rank(self) -> np.ndarray:
+        """Position of each slot in a depth-first pre-order walk (children in insertion order),
+        the order the artifact lists its candidates in. O(nodes); paper mode only."""
+        rank = np.zeros(len(self._t), dtype=np.int64)
+        i = 0
+        stack = [self.tree.root]
+        while stack:
+            node = stack.pop()
+            if node.slot >= 0:
+                rank[node.slot] = i
+                i += 1
+            if node.children:
+                stack.extend(reversed(node.children.values()))
+        return rank
 
     def credited_bytes(self, states, kv_tokens, tree):
         if self.paper_bugs and kv_tokens:

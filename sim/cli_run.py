@@ -35,8 +35,10 @@ def sim_options(fn):
         click.option("--chunk-size", type=int, default=64, show_default=True, help="Kernel chunk for --state-alignment chunk."),
         click.option("--mode", type=click.Choice(["des", "sequential"]), default="des", show_default=True,
                      help="des: discrete-event with servers and pinning; sequential: the artifact's replay."),
-        click.option("--compat", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True,
-                     help="paper: reproduce the Marconi artifact's two bugs and logical clock."),
+        click.option("--compat", type=click.Choice(["corrected", "paper", "paper-fixed"]), default="corrected",
+                     show_default=True,
+                     help="paper: the Marconi artifact as published (its replay, logical clock and two bugs); "
+                          "paper-fixed: the same with its two bugs fixed; corrected: exact capacity, pinning."),
         click.option("--arrival", type=click.Choice(["uniform", "poisson"]), default="uniform", show_default=True,
                      help="Session starts: i / rate (paper) or Poisson."),
         click.option("--servers", type=int, default=1, show_default=True, help="Prefill servers (simpy resources)."),
@@ -47,6 +49,29 @@ def sim_options(fn):
                      help="Chunked prefill: tokens per scheduled prefill step (engine presets place states at chunk ends)."),
         click.option("--block-size", type=int, default=0, show_default=True,
                      help="Block of block-based engine presets (vllm-align, vllm-all) in tokens; 0 = derived per model."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def tuning_options(fn):
+    """Knobs of `--alpha auto` and `marconi-oracle` (policies/tuning.py)."""
+    opts = [
+        click.option("--alpha-grid", default="0:2:0.1", show_default=True,
+                     help="Alphas the tuner and marconi-oracle try (lo:hi:step or a comma list)."),
+        click.option("--bootstrap-multiplier", type=int, default=5, show_default=True,
+                     help="Tuning window = this x the requests seen before the first eviction (paper: 15 for LMSys)."),
+        click.option("--tuning-objective", type=click.Choice(["flops", "hit-rate"]), default="flops", show_default=True,
+                     help="flops: FLOPs saved over the last 500 replayed requests (artifact); hit-rate: token hit rate (paper)."),
+        click.option("--tuning-start", type=click.Choice(["empty", "snapshot"]), default="empty", show_default=True,
+                     help="empty: replay from the trace start on an empty cache (artifact); snapshot: from the cache at the first eviction."),
+        click.option("--tuning-workers", type=int, default=0, show_default=True,
+                     help="Replay processes (0 = all cores, 1 = serial)."),
+        click.option("--retune-every", type=int, default=0, show_default=True,
+                     help="Tune again every N requests (0: once, as the artifact)."),
+        click.option("--tuning-lru/--no-tuning-lru", default=None,
+                     help="Let the tuner adopt SGLang+'s LRU when it beats every alpha [default: on, off in paper compat]."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -98,6 +123,7 @@ def register(main: click.Group) -> None:
     @click.option("--alpha", default="0.0", show_default=True, help="Marconi's FLOP-efficiency weight.")
     @click.option("--sessions-per-second", type=float, default=1.0, show_default=True)
     @sim_options
+    @tuning_options
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
                   help="Write summary.json and per-request requests.parquet here.")
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)

@@ -53,12 +53,22 @@ class SimConfig:
     state_alignment: str = "exact"  # exact | chunk
     chunk_size: int = 64  # kernel chunk: state checkpoints land on multiples of it in `chunk` mode
     mode: str = "des"  # des | sequential
-    compat: str = "corrected"  # corrected | paper (the artifact's two bugs and its logical clock)
+    # corrected | paper (the artifact as published: its replay semantics, logical clock and two
+    # bugs) | paper-fixed (the artifact's semantics with exactly its two bugs fixed)
+    compat: str = "corrected"
     sessions_per_second: float = 1.0
     arrival: str = "uniform"  # uniform (session i at i / rate) | poisson
     servers: int = 1  # simpy resources serving prefill + decode
     ttft_model: str = "flops"  # flops (FLOPs / throughput + overhead) | jamba (the paper's fitted table)
     seed: int = 0
+    # alpha tuning (--alpha auto, marconi-oracle; policies/tuning.py)
+    alpha_grid: str = "0:2:0.1"  # candidate alphas: lo:hi:step (inclusive) or a comma list
+    bootstrap_multiplier: int = 5  # tuning window = k x requests seen before the first eviction
+    tuning_objective: str = "flops"  # flops (artifact: FLOPs saved, last 500 replayed) | hit-rate (paper)
+    tuning_start: str = "empty"  # empty (artifact: replay from the trace start) | snapshot (from the first eviction)
+    tuning_workers: int = 0  # replay processes; 0 = all cores, 1 = serial
+    retune_every: int = 0  # tune again every N requests (0: once, as the artifact)
+    tuning_lru: bool | None = None  # SGLang+'s LRU as a tuning candidate (None: on unless paper compat)
     prefill_chunk_tokens: int = 8192  # chunked prefill: token budget of one scheduled prefill step
     block_size: int = 0  # engine presets' block in tokens (vllm-*: KV/state block); 0 = per model
 
@@ -69,8 +79,8 @@ class SimConfig:
             raise UsageError(f"--state-alignment must be exact or chunk, not {self.state_alignment!r}")
         if self.mode not in ("des", "sequential"):
             raise UsageError(f"--mode must be des or sequential, not {self.mode!r}")
-        if self.compat not in ("corrected", "paper"):
-            raise UsageError(f"--compat must be corrected or paper, not {self.compat!r}")
+        if self.compat not in ("corrected", "paper", "paper-fixed"):
+            raise UsageError(f"--compat must be corrected, paper or paper-fixed, not {self.compat!r}")
         if self.arrival not in ("uniform", "poisson"):
             raise UsageError(f"--arrival must be uniform or poisson, not {self.arrival!r}")
         if self.ttft_model not in ("flops", "jamba"):
@@ -85,6 +95,17 @@ class SimConfig:
             raise UsageError("--block-size must be >= 0")
         if self.chunk_size < 1:
             raise UsageError("--chunk-size must be >= 1")
+        if self.bootstrap_multiplier < 1:
+            raise UsageError("--bootstrap-multiplier must be >= 1")
+        if self.tuning_objective not in ("flops", "hit-rate"):
+            raise UsageError(f"--tuning-objective must be flops or hit-rate, not {self.tuning_objective!r}")
+        if self.tuning_start not in ("empty", "snapshot"):
+            raise UsageError(f"--tuning-start must be empty or snapshot, not {self.tuning_start!r}")
+        if self.tuning_workers < 0 or self.retune_every < 0:
+            raise UsageError("--tuning-workers and --retune-every must be >= 0")
+        from policies.tuning import parse_grid
+
+        parse_grid(self.alpha_grid)
         if isinstance(self.alpha, str):
             if self.alpha != "auto":
                 raise UsageError(f"--alpha must be a number or 'auto', not {self.alpha!r}")

@@ -66,16 +66,20 @@ class Simulation:
         self.timing = timing or default_timing(config.model)
         self.preset: PolicyPreset = get_preset(config.policy)
         self.progress = progress
-        self.paper = config.compat == "paper"
-        if isinstance(config.alpha, str):
-            raise UsageError("--alpha auto needs the tuner (policies.tuning); pass a number")
+        # paper / paper-fixed: the artifact's replay semantics; only "paper" keeps its two bugs
+        self.paper = config.compat in ("paper", "paper-fixed")
+        self.paper_bugs = config.compat == "paper"
+        auto = isinstance(config.alpha, str)  # "auto": start at 0, the tuner sets it (policies.tuning)
+        alpha0 = 0.0 if auto else float(config.alpha)
         self._check_grid()
         hybrid = self.spec.is_hybrid
         if hybrid and self.preset.caching and config.capacity_bytes < self.spec.state_bytes():
             raise UsageError(
                 f"capacity {format_size(config.capacity_bytes)} is smaller than one state checkpoint of "
                 f"{config.model} ({format_size(self.spec.state_bytes())})")
-        admission, eviction = self.preset.build(self.spec, float(config.alpha), self.paper)
+        admission, eviction = self.preset.build(self.spec, alpha0, self.paper_bugs)
+        if self.paper and hasattr(eviction, "artifact_order"):
+            eviction.artifact_order = True
         self.admission = admission
         self.tree = HybridRadixTree(
             capacity_bytes=UNLIMITED if self.preset.unlimited else config.capacity_bytes,
@@ -87,7 +91,15 @@ class Simulation:
             exact_capacity=not self.paper,
         )
         self.tree.logical_clock = self.paper
+        # the artifact's tree: every split gets a (branch) state; its vLLM+ fills partial blocks
+        self.tree.split_states = self.paper and admission.name == "judicious"
+        self.tree.fill_block = self.paper_block
         self.refresh_path = eviction.refresh == "path"
+        self.tuner = None
+        if auto and self.preset.uses_alpha and self.preset.caching:
+            from policies.tuning import AlphaTuner
+
+            self.tuner = AlphaTuner(self)
         self.chunk_tokens = config.chunk_size if config.state_alignment == "chunk" else None
         self.rec = Recorder(len(trace.requests), self.spec)
         self._clock = 0  # paper mode: logical clock, one tick per lookup / insert / eviction call
@@ -102,6 +114,11 @@ class Simulation:
                 f"(or not a multiple of) the trace's {B}-token blocks")
         if self.config.state_alignment == "chunk" and B > 1 and max(B, self.config.chunk_size) % min(B, self.config.chunk_size):
             raise UsageError(f"--chunk-size {self.config.chunk_size} does not line up with the trace's {B}-token blocks")
+        # paper vLLM+ on a token trace: a token tree with a state every block (and at the end),
+        # partial blocks matched as prefixes and filled later, as the artifact's block tree does
+        self.paper_block = 0
+        if self.paper and self.preset.admission == "every-block" and B == 1 and grid > 1:
+            self.paper_block, grid = grid, 1
         self.grid = grid
         self.regrid = grid // B  # > 1: symbols are re-hashed into coarser blocks
 
@@ -120,9 +137,8 @@ class Simulation:
         return sym_in, sym_full, (len(sym_in) * self.grid), tok_full
 
     def _now(self, t: float) -> float:
-        if self.paper:
-            self._clock += 1
-            self.tree.now = self._clock
+        if self.paper:  # the tree's clock also ticks on every eviction call
+            self.tree.now += 1
         else:
             self.tree.now = t
         return self.tree.now
@@ -193,11 +209,27 @@ class Simulation:
 
     # ------------------------------------------------------------------ drivers
     def run(self) -> SimResult:
+        if self.preset.name == "marconi-oracle":
+            from policies.tuning import run_oracle
+
+            return run_oracle(self.trace, self.config, self.progress)
         if self.config.mode == "sequential":
             self._run_sequential()
         else:
             self._run_des()
-        return self.rec.result(self)
+        res = self.rec.result(self)
+        if self.tuner is not None:
+            res.summary.update(self.tuner.summary())
+        return res
+
+    def _tune_before(self, r: Request, t: float) -> None:
+        if self.tuner is not None:
+            self.tuner.seen(r, t)
+            self.tuner.before_insert(len(self.tuner.order))
+
+    def _tune_after(self) -> None:
+        if self.tuner is not None:
+            self.tuner.after_insert(len(self.tuner.order))
 
     def _timestamps(self) -> np.ndarray:
         reqs = self.trace.requests
@@ -221,12 +253,79 @@ class Simulation:
         for i in order:
             r = reqs[i]
             t = float(ts[i])
+            if self.paper and self.preset.caching:
+                self._paper_step(r, t)
+                self._tick()
+                continue
             f = self.lookup(r, t, lock=not self.paper)
             f.decode_cps = sorted(set(f.prefill_cps) | set(f.decode_cps))
             f.prefill_cps = []
             self.rec.timing(r, t, 0.0, self._prefill_s(f), self._decode_s(f))
+            self._tune_before(r, t)
             self.insert_decode(f, t)
+            self._tune_after()
             self._tick()
+
+    # ------------------------------------------------------------------ the artifact's replay
+    def _paper_step(self, r: Request, t: float) -> None:
+        """One request as the Marconi artifact replays it (marconi.md §3-§5, §8).
+
+        Logical clock: +1 for the lookup, +1 for the insert call, +1 for the insert's own match of
+        input + output, +1 for the eviction call (inside the tree). Refresh: Marconi touches the
+        deepest matched node on both matches; the LRU baselines touch the whole matched path (and
+        SGLang+ the edge the match ends inside), and the inserted path after the insert. Room is
+        made for the artifact's estimate of the insert's bytes (``_paper_need``), not the exact
+        bytes. Nothing is pinned.
+        """
+        seq_in, seq_full, tok_in, tok_full = self._symbols(r)
+        tree = self.tree
+        now = self._now(t)
+        m = tree.match(seq_in)
+        hit_tokens = min(m.hit_tokens, tok_in)
+        self._paper_refresh(m, now)
+        self.rec.lookup(r, t, hit_tokens, tok_in, m.hit_sym > 0 and self.spec.is_hybrid)
+        f = _Flight(r, seq_in, seq_full, tok_in, tok_full, hit_tokens, [], [], None)
+        self.rec.timing(r, t, 0.0, self._prefill_s(f), self._decode_s(f))
+        self._tune_before(r, t)  # the artifact tunes inside insert(), before its match and eviction
+        self._now(t)  # insert()
+        now = self._now(t)  # insert's match of input + output
+        mf = tree.match(seq_full)
+        self._paper_refresh(mf, now)
+        n = len(seq_full)
+        if self.paper_block:
+            cps = list(range(self.paper_block, n + 1, self.paper_block))
+            if n % self.paper_block:
+                cps.append(n)
+        else:  # judicious: the tail state; the branch state comes with the split (tree.split_states)
+            cps = [n]
+        res = tree.insert(seq_full, tok_full, cps, now, need_bytes=self._paper_need(mf, tok_full))
+        if self.refresh_path and res.inserted and res.end_node is not None:
+            tree.touch_path(res.end_node, tree.now)
+        self._after_insert(res, t)
+        self._tune_after()
+
+    def _paper_refresh(self, m, now: float) -> None:
+        tree = self.tree
+        if not self.refresh_path:
+            if m.hit_sym > 0:
+                tree.touch(m.hit_node, now)
+            return
+        for node in m.path:
+            tree.touch(node, now)
+        if m.split_node is not None and not self.paper_block:
+            tree.touch(m.split_node, now)  # SGLang+'s match also walks into the split edge
+
+    def _paper_need(self, mf, tok_full: int) -> float:
+        """The artifact's estimate of the bytes an insert needs (it decides how much to evict)."""
+        S, K = self.tree.state_bytes, self.tree.kv_bytes_per_token
+        if self.paper_block:
+            # vLLM+: (tokens beyond the matched blocks, counting the root as one block) / block
+            # states plus their KV; may be negative
+            pb = self.paper_block
+            extra = tok_full - pb * (1 + -(-mf.hit_tokens // pb))
+            return extra * S / pb + extra * K
+        branch = mf.match_tokens > mf.hit_tokens
+        return (2 if branch else 1) * S + (tok_full - mf.match_tokens) * K
 
     def _prefill_s(self, f: _Flight) -> float:
         if self.config.ttft_model == "jamba":
@@ -247,6 +346,7 @@ class Simulation:
         def serve(r: Request):
             arrival = env.now
             f = self.lookup(r, arrival, lock=True)
+            self._tune_before(r, arrival)  # des: the window counts arrivals
             with servers.request() as slot:
                 yield slot
                 start = env.now
@@ -256,6 +356,7 @@ class Simulation:
             decode = self._decode_s(f)
             yield env.timeout(decode)
             self.insert_decode(f, env.now)
+            self._tune_after()
             self.rec.timing(r, arrival, start - arrival, prefill, decode)
             self._tick()
 

@@ -96,6 +96,7 @@ class TreeStats:
     states_evicted: int = 0
     kv_tokens_evicted: int = 0
     evictions: int = 0  # eviction actions (a leaf removed or a state dropped)
+    eviction_calls: int = 0  # inserts that had to make room (the alpha tuner starts at the first)
     peak_bytes: int = 0
     overshoots: int = 0  # paper mode: inserts that left the cache above capacity
     peak_overshoot_bytes: int = 0
@@ -117,6 +118,13 @@ class HybridRadixTree:
         self.policy = policy
         self.now = 0.0  # set by the engine before each operation; the eviction policy reads it
         self.logical_clock = False  # paper mode: every eviction call advances the clock by one
+        # paper mode (the artifact's tree): a split made where an insert diverges inside an edge
+        # gets a state (the artifact always passes a branch state), and a merged node keeps the
+        # newer of the two access times
+        self.split_states = False
+        # paper vLLM+ (token tree, a state every ``fill_block`` tokens): a leaf whose state ends
+        # inside a block is a partial block; a longer insert fills it (its state moves on)
+        self.fill_block = 0
         self._created = 0
         self.root = self._new_node(np.empty(0, dtype=np.int64), None, 0, 0, 0, 0.0)
         self.root.lock = 1  # the root is never a candidate
@@ -219,13 +227,16 @@ class HybridRadixTree:
 
     # ------------------------------------------------------------------ insert
     def insert(self, seq: np.ndarray, seq_tokens: int, checkpoints: list[int], now: float,
-               *, lock: bool = False, protect: Node | None = None) -> InsertResult:
+               *, lock: bool = False, protect: Node | None = None,
+               need_bytes: float | None = None) -> InsertResult:
         """Insert ``seq`` (KV for every symbol) with states at the symbol positions
         ``checkpoints`` (sorted, each in 1..len(seq)). Evicts as needed; if the insert cannot
         fit after evicting every candidate, nothing is inserted and it is counted as rejected.
 
         ``protect``: a node whose root path must survive the evictions of this insert (the
         request's matched path); in exact-capacity mode the path of ``seq`` is always protected.
+        ``need_bytes``: paper mode passes the artifact's own estimate of the bytes to free room
+        for (it may be off, even negative); eviction then stops on the bytes it credits.
         """
         self.stats.inserts += 1
         n = len(seq)
@@ -234,6 +245,8 @@ class HybridRadixTree:
         pad = n * self.block_tokens - seq_tokens  # tokens missing from a partial last symbol
         need_kv, need_states, walk_end = self._plan(seq, pad, checkpoints)
         need = need_kv * self.kv_bytes_per_token + need_states * self.state_bytes
+        if need_bytes is not None and not self.exact_capacity:
+            need = need_bytes
         ev_states = ev_kv = 0
         if self.used_bytes + need > self.capacity_bytes:
             guard = walk_end if self.exact_capacity else None
@@ -251,6 +264,8 @@ class HybridRadixTree:
             if not ok:
                 self.stats.rejected_inserts += 1
                 return InsertResult(False, evicted_states=ev_states, evicted_kv_tokens=ev_kv)
+        if self.logical_clock:
+            now = self.now  # the eviction call advanced the clock; new nodes get its time
         kv_before, st_before = self.kv_tokens, self.n_states
         end = self._apply(seq, pad, checkpoints, now)
         used = self.used_bytes
@@ -332,7 +347,7 @@ class HybridRadixTree:
                 return child  # seq ends inside a cached edge and needs no state there
             node = self._split(child, m, now)
             pos += m
-            if pos == c:
+            if pos == c or self.split_states:
                 self._add_state(node)
             break
         while pos < n:  # the missing part: new edges, cut at every checkpoint
@@ -340,6 +355,10 @@ class HybridRadixTree:
                 ci += 1
             nxt = min(cps[ci], n) if ci < len(cps) else n
             tokens = (nxt - pos) * B - (pad if nxt == n else 0)
+            if (self.fill_block and node.has_state and not node.children and node is not self.root
+                    and node.depth_tokens % self.fill_block):
+                node.has_state = False  # paper vLLM+: fill the partial block, its state moves on
+                self.n_states -= 1
             if not node.children and not node.has_state and node is not self.root:
                 # extend a stateless leaf rather than hang a child under it
                 self._extend_leaf(node, seq[pos:nxt], tokens)
@@ -391,6 +410,7 @@ class HybridRadixTree:
         """Evict until ``need`` more bytes fit. Returns (fits, states evicted, KV tokens evicted)."""
         ev_states = ev_kv = 0
         credited = 0
+        self.stats.eviction_calls += 1
         if self.logical_clock:
             self.now += 1
         to_free = self.used_bytes + need - self.capacity_bytes
@@ -402,7 +422,9 @@ class HybridRadixTree:
                 return True, ev_states, ev_kv
             victim = self.policy.pop_victim()
             if victim is None:
-                return self.used_bytes + need <= self.capacity_bytes, ev_states, ev_kv
+                # paper mode inserts anyway once nothing is left (the artifact never refuses)
+                ok = self.used_bytes + need <= self.capacity_bytes or not self.exact_capacity
+                return ok, ev_states, ev_kv
             if type(victim) is tuple:  # (node, action): "drop-state" keeps the node's KV
                 node, action = victim
                 s, kv = self.drop_state(node) if action == "drop-state" else self.evict(node)
@@ -435,6 +457,9 @@ class HybridRadixTree:
             node.has_state = False
             self.n_states -= 1
             freed_states, freed_kv = 1, 0
+            if self.split_states:  # the artifact's merged node keeps the newer access time
+                (child,) = node.children.values()
+                child.last_access = max(child.last_access, node.last_access)
             self._merge_into_child(node)
         self.stats.states_evicted += freed_states
         self.stats.kv_tokens_evicted += freed_kv
