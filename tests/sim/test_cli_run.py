@@ -1,0 +1,67 @@
+"""`marconi run` end to end through click: table, JSON keys, --out files, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+
+JSON_KEYS = ["policy", "token_hit_rate", "request_hit_rate", "flops_saved", "ttft_p50_ms", "ttft_p95_ms",
+             "requests", "evictions"]
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return CliRunner()
+
+
+def test_default_sharegpt_run_orders_policies_as_the_paper(runner, tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    res = runner.invoke(main, ["run", "--sessions", "20", "--format", "json", "--no-progress"],
+                        env={"MARCONI_CACHE_DIR": str(cache)})
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    assert [r["policy"] for r in rows] == ["vllm+", "sglang+", "marconi"]
+    assert all(list(r) == JSON_KEYS for r in rows)
+    hit = {r["policy"]: r["token_hit_rate"] for r in rows}
+    assert hit["marconi"] >= hit["sglang+"] > hit["vllm+"] > 0
+    assert len({r["requests"] for r in rows}) == 1
+
+
+def test_out_writes_summary_and_per_request_parquet(runner, tmp_path):
+    out = tmp_path / "res"
+    res = runner.invoke(main, ["run", "--trace", "synthetic:chat", "--policy", "sglang+,marconi",
+                               "--capacity", "2GB", "--out", str(out), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "sglang+" in res.stdout and "token hit" in res.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["policy"] for s in summary] == ["sglang+", "marconi"]
+    assert summary[0]["capacity_bytes"] == 2 * 10**9
+    df = pd.read_parquet(out / "requests.parquet")
+    assert set(df["policy"]) == {"sglang+", "marconi"}
+    for s in summary:
+        part = df[df["policy"] == s["policy"]]
+        assert len(part) == s["requests"]
+        assert part["hit_tokens"].sum() / part["input_tokens"].sum() == pytest.approx(s["token_hit_rate"])
+    occ = pd.read_parquet(out / "occupancy.parquet")
+    assert (occ["kv_bytes"] + occ["state_bytes"] <= 2 * 10**9).all()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--policy", "nope"], "unknown policy"),
+    (["--capacity", "1MB"], "smaller than one state checkpoint"),
+    (["--capacity", "lots"], "cannot read size"),
+    (["--sessions-per-second", "-2"], "must be positive"),
+    (["--model", "gpt-9"], "unknown model"),
+    (["--alpha", "-1"], "alpha"),
+    (["--trace", "mooncake:/does/not/exist.jsonl"], "not found"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(runner, args, message):
+    res = runner.invoke(main, ["run", "--trace", "synthetic:chat", "--no-progress", *args])
+    assert res.exit_code == 2, res.output
+    assert message in res.output
+    assert "Traceback" not in res.output
