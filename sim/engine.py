@@ -73,7 +73,7 @@ class Simulation:
         alpha0 = 0.0 if auto else float(config.alpha)
         self._check_grid()
         hybrid = self.spec.is_hybrid
-        if hybrid and self.preset.caching and config.capacity_bytes < self.spec.state_bytes():
+        if hybrid and self.preset.caching and not self.preset.unlimited and config.capacity_bytes < self.spec.state_bytes():
             raise UsageError(
                 f"capacity {format_size(config.capacity_bytes)} is smaller than one state checkpoint of "
                 f"{config.model} ({format_size(self.spec.state_bytes())})")
