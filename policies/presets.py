@@ -76,5 +76,9 @@ register(PolicyPreset(
 register(PolicyPreset(
     "marconi", "Marconi: judicious admission + FLOP-aware eviction (recency + alpha * FLOP efficiency)",
     admission="judicious", eviction="marconi", uses_alpha=True))
+register(PolicyPreset(
+    "marconi-oracle", "bound: Marconi with the best static alpha in hindsight over --alpha-grid (one run per "
+    "alpha, best token hit rate; reported as tuned_alpha)",
+    admission="judicious", eviction="marconi"))
 
 import policies.engines  # noqa: E402,F401  (registers the engine presets)

@@ -120,7 +120,8 @@ def register(main: click.Group) -> None:
     @click.option("--policy", "policies", default=DEFAULT_POLICIES, show_default=True,
                   help="Comma-separated policies (vanilla, vllm+, sglang+, marconi, ...).")
     @click.option("--capacity", default="5GB", show_default=True, help="Cache capacity (5GB = 5e9 B, 5GiB = 5*2^30 B).")
-    @click.option("--alpha", default="0.0", show_default=True, help="Marconi's FLOP-efficiency weight.")
+    @click.option("--alpha", default="auto", show_default=True,
+                  help="Marconi's FLOP-efficiency weight, or auto (tuned on a replay of the first requests).")
     @click.option("--sessions-per-second", type=float, default=1.0, show_default=True)
     @sim_options
     @tuning_options
