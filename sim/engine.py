@@ -134,7 +134,9 @@ class Simulation:
         sym_full = block_symbols(full, g)
         # only whole input blocks are cached at prefill end; the partial one ends inside a block
         sym_in = sym_full[: len(r.input_tokens) // g]
-        return sym_in, sym_full, (len(sym_in) * self.grid), tok_full
+        # tok_in stays the real prompt length (hit-rate denominator, prefill time); the prefill
+        # insert covers the whole blocks only (insert_prefill)
+        return sym_in, sym_full, tok_in, tok_full
 
     def _now(self, t: float) -> float:
         if self.paper:  # the tree's clock also ticks on every eviction call
