@@ -414,6 +414,8 @@ def run_sweep(tasks: list[Task], out: str | os.PathLike, *, engine: str = "local
     try:
         for task, result, exc in results:
             if exc is not None:
+                if isinstance(exc, KeyboardInterrupt):  # Ctrl-C reached a worker first
+                    raise KeyboardInterrupt
                 if isinstance(exc, UsageError):
                     raise UsageError(f"{_describe(task)}: {exc}") from exc
                 report.failed.append((task, f"{type(exc).__name__}: {exc}"))
@@ -435,11 +437,16 @@ def run_sweep(tasks: list[Task], out: str | os.PathLike, *, engine: str = "local
 
 # ---------------------------------------------------------------------------------- reading
 
+def row_files(out: str | os.PathLike) -> list[Path]:
+    """Finished row files (temp files of running writers start with '.')."""
+    return sorted(p for p in Path(out).glob("*.parquet") if not p.name.startswith("."))
+
+
 def load_results(out: str | os.PathLike):
     """All rows of a results folder as one DataFrame (columns unioned across files)."""
     import pandas as pd
 
-    files = sorted(Path(out).glob("*.parquet"))
+    files = row_files(out)
     if not files:
         raise UsageError(f"no results in {out} (expected <config_id>.parquet files from `marconi sweep`)")
     frames = [pd.read_parquet(f) for f in files]
@@ -452,7 +459,7 @@ def load_details(out: str | os.PathLike, kind: str = "requests", config_ids: Ite
 
     folder = Path(out) / (REQUESTS_DIR if kind == "requests" else OCCUPANCY_DIR)
     if config_ids is None:
-        files = sorted(folder.glob("*.parquet"))
+        files = row_files(folder)
     else:
         files = [folder / f"{c}.parquet" for c in config_ids]
         files = [f for f in files if f.exists()]

@@ -1,0 +1,103 @@
+"""Range / list parsing, grid expansion, config ids, and the CLI's flag errors and --dry-run."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sim.errors import UsageError
+from sim.sweep import expand_grid, make_task, parse_values
+
+from .conftest import marconi
+
+
+def test_float_range_is_inclusive_and_exact():
+    vals = parse_values("0:2:0.1", "float")
+    assert len(vals) == 21
+    assert vals[0] == 0.0 and vals[-1] == 2.0
+    assert vals[3] == 0.3  # decimal steps: no 0.30000000000000004
+    assert parse_values("0:1:0.3", "float") == [0.0, 0.3, 0.6, 0.9]  # stop off the grid: not included
+
+
+def test_lists_ranges_and_repeats_combine_in_order_without_duplicates():
+    assert parse_values(["0.25,1", "1:3:1", "0.25"], "float") == [0.25, 1.0, 2.0, 3.0]
+    assert parse_values("1:5", "int") == [1, 2, 3, 4, 5]
+    assert parse_values("1GB,2GB,5GB", "size") == [10**9, 2 * 10**9, 5 * 10**9]
+    assert parse_values("1GB:3GB:1GB,10GB", "size") == [10**9, 2 * 10**9, 3 * 10**9, 10 * 10**9]
+    assert parse_values("512MiB", "size") == [512 * 2**20]
+    assert parse_values("0:1:0.5,auto", "alpha") == [0.0, 0.5, 1.0, "auto"]
+    assert parse_values("vllm+,sglang+,marconi", "str") == ["vllm+", "sglang+", "marconi"]
+    # a synthetic spec's k=v list stays with its spec
+    assert parse_values("synthetic:chat:sessions=5,seed=2,sharegpt", "trace") == ["synthetic:chat:sessions=5,seed=2", "sharegpt"]
+
+
+@pytest.mark.parametrize("text,kind", [
+    ("2:1", "float"), ("0:1:0", "float"), ("0:1:-1", "float"), ("a:b", "float"), ("1:2:3:4", "int"),
+    ("1.5", "int"), ("x", "float"), ("", "float"), ("1GB:5GB", "size"), ("0:1e9:1e-9", "float"),
+])
+def test_bad_values_are_usage_errors(text, kind):
+    with pytest.raises(UsageError):
+        parse_values(text, kind, "--knob")
+
+
+def test_grid_product_and_alpha_only_multiplies_alpha_policies(trace_files):
+    tasks = expand_grid({"trace": trace_files}, {
+        "policy": ["vllm+", "sglang+", "marconi"], "capacity_bytes": [10**8, 3 * 10**8],
+        "alpha": parse_values("0:2:0.5", "float"), "sessions_per_second": [1.0, 5.0]})
+    per_trace_cap_rate = 2 * 2 * 2
+    assert len(tasks) == per_trace_cap_rate * (1 + 1 + 5)
+    by_policy = {p: [t for t in tasks if t.config.policy == p] for p in ("vllm+", "sglang+", "marconi")}
+    assert len(by_policy["vllm+"]) == len(by_policy["sglang+"]) == per_trace_cap_rate
+    assert len(by_policy["marconi"]) == 5 * per_trace_cap_rate
+    assert all(math.isnan(t.knobs["alpha"]) and t.alpha_mode == "none" for t in by_policy["vllm+"])
+    assert sorted({t.knobs["alpha"] for t in by_policy["marconi"]}) == [0.0, 0.5, 1.0, 1.5, 2.0]
+    assert len({t.config_id for t in tasks}) == len(tasks)
+    # grouped by trace: all tasks of the first trace come first
+    assert [t.trace_kwargs["trace"] for t in tasks] == sorted([t.trace_kwargs["trace"] for t in tasks],
+                                                              key=trace_files.index)
+
+
+def test_config_id_is_stable_and_tracks_every_knob():
+    a = make_task({"trace": "sharegpt", "sessions": 5}, policy="marconi", alpha=1, sessions_per_second=1)
+    b = make_task({"trace": "sharegpt", "sessions": 5}, policy="marconi", alpha=1.0, sessions_per_second=1.0)
+    assert a.config_id == b.config_id  # 1 and 1.0 are the same knob value
+    assert a.config_id == make_task({"trace": "sharegpt", "sessions": 5, "response_time": 7.5},
+                                    policy="marconi", alpha=1.0).config_id  # explicit default
+    others = [
+        make_task({"trace": "sharegpt", "sessions": 5, "response_time": 5}, policy="marconi", alpha=1.0),
+        make_task({"trace": "sharegpt", "sessions": 6}, policy="marconi", alpha=1.0),
+        make_task({"trace": "sharegpt", "sessions": 5}, policy="marconi", alpha=0.5),
+        make_task({"trace": "sharegpt", "sessions": 5}, policy="marconi", alpha=1.0, seed=1),
+        make_task({"trace": "sharegpt", "sessions": 5}, policy="marconi", alpha=1.0, capacity_bytes=10**9),
+    ]
+    assert len({a.config_id, *(t.config_id for t in others)}) == 6
+    # alpha means nothing to sglang+: one id whatever alpha is given
+    assert make_task({}, policy="sglang+", alpha=0.5).config_id == make_task({}, policy="sglang+", alpha=2.0).config_id
+
+
+def test_dry_run_counts_the_grid_and_writes_nothing(tmp_path, trace_files):
+    out = tmp_path / "res"
+    p = marconi("sweep", "--out", out, "--dry-run", "--trace", ",".join(trace_files),
+                "--policy", "vllm+,sglang+,marconi", "--alpha", "0:2:0.1", "--capacity", "1GB,2GB,3GB,4GB,5GB,10GB",
+                "--sessions-per-second", "0.25,0.5,1,2,5,10", "--response-time", "5,7.5,10")
+    # per trace x response time: 6 x 6 x (1 + 1 + 21) configurations
+    assert "= 4,968 configurations" in p.stdout, p.stdout
+    assert "to run: 4,968" in p.stdout
+    assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--alpha", "0:2:x"], "--alpha"),
+    (["--capacity", "5GB:1GB:1GB"], "runs backwards"),
+    (["--policy", "nope"], "unknown policy"),
+    (["--mode", "des,fast"], "--mode"),
+    (["--sessions-per-second", "0,1"], "sessions-per-second"),
+    (["--sessions", "1.5"], "--sessions"),
+    (["--workers", "0"], "--workers"),
+])
+def test_bad_flags_exit_2_with_one_line(tmp_path, args, msg):
+    p = marconi("sweep", "--out", tmp_path / "res", "--dry-run", *args, check=False)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    err = p.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("Error:") and msg in err[0], p.stderr
