@@ -270,3 +270,24 @@ def test_every_preset_keeps_the_tree_invariants_under_pressure(policy, mode):
     assert res.summary["requests"] == len(reqs)
     if policy != "infinite":
         assert res.summary["evictions"] > 0
+
+
+def test_cli_prefill_chunk_block_size_and_capacity_inf():
+    import json
+
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    def hit(*args):
+        res = CliRunner().invoke(main, ["run", "--trace", "synthetic:chat", "--sessions", "10", "--model", "qwen3.5-9b",
+                                        "--format", "json", "--no-progress", *args])
+        assert res.exit_code == 0, res.output
+        return {r["policy"]: r for r in json.loads(res.stdout)}
+
+    # unchunked prompts leave vllm-align no state; 2,048-token steps leave some
+    assert hit("--policy", "vllm-align")["vllm-align"]["token_hit_rate"] == 0.0
+    assert hit("--policy", "vllm-align", "--prefill-chunk", "2048")["vllm-align"]["token_hit_rate"] > 0.2
+    rows = hit("--policy", "vllm-all,sglang-v1", "--block-size", "64", "--capacity", "inf")
+    assert all(r["evictions"] == 0 for r in rows.values())
+    assert rows["vllm-all"]["token_hit_rate"] > 0.5
