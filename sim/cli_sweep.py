@@ -19,9 +19,13 @@ from sim.errors import UsageError
 _NOT_KNOBS = {"out", "fmt", "progress"}
 # run option name -> SimConfig field
 _RENAME = {"policies": "policy", "capacity": "capacity_bytes"}
+# string knobs whose value is itself a list or range: taken verbatim (repeat the flag to sweep them)
+_VERBATIM = {"alpha_grid"}
 
 
 def _kind(param: click.Option) -> str:
+    if param.name in _VERBATIM:
+        return "raw"
     if param.name == "capacity":
         return "size"
     if param.name == "alpha":
@@ -65,7 +69,8 @@ class SweepSpec:
         for p in self.listed:
             default = _default(p)
             help_ = (p.help or "").rstrip(".")
-            form = "a,b,c" if _kind(p) in ("str", "trace") else "a,b,c or start:stop[:step]"
+            form = {"str": "a,b,c", "trace": "a,b,c", "raw": "one value; repeat the flag to sweep"}.get(
+                _kind(p), "a,b,c or start:stop[:step]")
             params.append(click.Option(
                 [*p.opts, p.name], multiple=True, metavar="LIST", show_default=False,
                 help=f"{help_}. Values: {form} [default: {default}]"))
@@ -79,7 +84,9 @@ class SweepSpec:
         for p in self.listed:
             raw = kwargs.get(p.name) or ()
             flag = _flag(p)
-            if raw:
+            if raw and _kind(p) == "raw":
+                values = list(dict.fromkeys(raw))
+            elif raw:
                 values = parse_values(list(raw), _kind(p), flag)
                 values = [self._convert(p, v, flag) for v in values]
             else:
@@ -90,13 +97,15 @@ class SweepSpec:
                     values = parse_values(str(values[0]), "alpha", flag)
                 elif p.name == "policies":
                     values = parse_values(str(values[0]), "str", flag)
+            if p.name == "tuning_workers" and not raw:
+                continue  # make_task runs the tuner serially inside each sweep worker
             self._place(p, flag, values, raw, trace_axes, sim_axes)
         for p in self.passed:
             self._place(p, _flag(p), [kwargs.get(p.name, _default(p))], (), trace_axes, sim_axes)
         return trace_axes, sim_axes
 
     def _convert(self, p: click.Option, v, flag: str):
-        if _kind(p) in ("size", "alpha", "trace"):
+        if _kind(p) in ("size", "alpha", "trace", "raw"):
             return v
         try:
             return p.type.convert(v, p, None)

@@ -28,10 +28,10 @@ _NON_KNOBS = {"config_id", "policy", "alpha", "alpha_mode", "variant", "capacity
 SMALL = {
     "hit_rates": dict(trace_axes={"trace": ["sharegpt"], "sessions": [10]},
                       sim_axes={"policy": ["vllm+", "sglang+", "marconi"], "capacity_bytes": [10**9, 3 * 10**9],
-                                "sessions_per_second": [1.0, 5.0], "alpha": [0.0, 1.0]}),
+                                "sessions_per_second": [1.0, 5.0], "alpha": ["auto", 0.0, 1.0]}),
     "alpha_sweep": dict(trace_axes={"trace": ["sharegpt"], "sessions": [10]},
                         sim_axes={"policy": ["marconi"], "capacity_bytes": [10**9, 2 * 10**9],
-                                  "sessions_per_second": [5.0], "alpha": [0.0, 0.5, 1.0, 1.5, 2.0]}),
+                                  "sessions_per_second": [5.0], "alpha": [0.0, 0.5, 1.0, 1.5, 2.0, "auto"]}),
     "ttft": dict(trace_axes={"trace": ["sharegpt"], "sessions": [10]},
                  sim_axes={"policy": ["vanilla", "vllm+", "sglang+", "marconi"], "capacity_bytes": [10**9, 3 * 10**9],
                            "sessions_per_second": [5.0]}),

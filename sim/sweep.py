@@ -42,7 +42,14 @@ REQUESTS_DIR = "_requests"
 OCCUPANCY_DIR = "_occupancy"
 TRACE_CACHE_SIZE = 4  # traces kept per worker process
 #: row columns that depend on the run, not the configuration (excluded when comparing engines)
-RUNTIME_COLUMNS = ("wall_s", "trace_load_s", "worker_pid")
+RUNTIME_COLUMNS = ("wall_s", "trace_load_s", "worker_pid", "tuning_seconds")
+#: knobs that change speed, not results: kept out of the config id
+SPEED_KNOBS = ("tuning_workers",)
+#: knobs read only by alpha tuning (--alpha auto) and marconi-oracle: reset to their defaults for
+#: other policies so those do not multiply with a tuning grid
+TUNING_KNOBS = ("alpha_grid", "bootstrap_multiplier", "tuning_objective", "tuning_start", "retune_every",
+                "tuning_lru")
+TUNED_POLICIES = ("marconi-oracle",)
 
 # ---------------------------------------------------------------------------------- value lists
 
@@ -172,6 +179,8 @@ def make_task(trace_kwargs: dict, **knobs) -> Task:
     if bad:
         raise UsageError(f"unknown simulation knobs {sorted(bad)}")
     knobs = {k: _norm(v, getattr(base, k)) for k, v in knobs.items()}
+    if "tuning_workers" in SimConfig.field_names():
+        knobs.setdefault("tuning_workers", 1)  # the sweep already runs configurations in parallel
     cfg = SimConfig(**knobs)
     preset = get_preset(cfg.policy)
     if not preset.uses_alpha:
@@ -182,11 +191,16 @@ def make_task(trace_kwargs: dict, **knobs) -> Task:
     else:
         cfg.alpha = float(cfg.alpha)
         mode = "static"
+    if mode != "auto" and cfg.policy not in TUNED_POLICIES:
+        for k in TUNING_KNOBS:
+            if hasattr(base, k):
+                setattr(cfg, k, getattr(base, k))
     cfg.validate()
     row = cfg.as_row()
     if mode != "static":
         row["alpha"] = float("nan")
-    identity = {"v": ROW_VERSION, "trace": tk, "config": {**cfg.as_row(), "alpha": None if mode == "none" else cfg.alpha}}
+    ident = {k: v for k, v in cfg.as_row().items() if k not in SPEED_KNOBS}
+    identity = {"v": ROW_VERSION, "trace": tk, "config": {**ident, "alpha": None if mode == "none" else cfg.alpha}}
     cid = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
     knob_row = {"config_id": cid, **tk, **row, "alpha_mode": mode}
     return Task(tk, cfg, mode, cid, knob_row)
@@ -250,6 +264,9 @@ def execute(task: Task, save_requests: bool = False) -> dict:
     wall = time.perf_counter() - t0
     summary = dict(res.summary)
     summary.pop("policy", None)
+    for k, v in summary.items():  # nested values (e.g. the oracle's per-alpha hit rates) as JSON text
+        if isinstance(v, (dict, list, tuple)):
+            summary[k] = json.dumps(v, sort_keys=True, default=str)
     row = {**task.knobs, "trace_name": trace.name, **summary, "wall_s": wall, "trace_load_s": load_s,
            "worker_pid": os.getpid()}
     out = {"row": row, "requests": None, "occupancy": None}
@@ -312,7 +329,10 @@ class SweepReport:
 
 def _describe(task: Task) -> str:
     k = task.knobs
-    alpha = {"none": "", "auto": " alpha=auto"}.get(task.alpha_mode, f" alpha={task.config.alpha:g}")
+    if task.alpha_mode == "static":
+        alpha = f" alpha={task.config.alpha:g}"
+    else:
+        alpha = " alpha=auto" if task.alpha_mode == "auto" else ""
     return (f"{k['trace']} {task.config.policy}{alpha} cap={task.config.capacity_bytes / 1e9:g}GB "
             f"sps={task.config.sessions_per_second:g} [{task.config_id}]")
 
