@@ -184,6 +184,8 @@ class Simulation:
     def insert_prefill(self, f: _Flight, t: float) -> None:
         if not self.preset.caching or len(f.seq_in) == 0:
             return
+        if not f.prefill_cps and self.spec.is_hybrid:
+            return  # KV without a state at its end cannot serve a hybrid hit; decode-end insert stores it
         now = self._now(t)
         res = self.tree.insert(f.seq_in, f.tok_in if self.regrid == 1 else len(f.seq_in) * self.grid,
                                f.prefill_cps, now, lock=True, protect=f.locked)

@@ -160,7 +160,7 @@ class HybridRadixTree:
             key = child.key
             klen = len(key)
             seg = seq[pos:pos + klen]
-            if len(seg) == klen and (klen == 1 or np.array_equal(key, seg)):
+            if len(seg) == klen and (klen == 1 or key.tobytes() == seg.tobytes()):
                 pos += klen
                 node = child
                 path.append(child)
@@ -295,7 +295,7 @@ class HybridRadixTree:
             key = child.key
             klen = len(key)
             seg = seq[pos:pos + klen]
-            if len(seg) == klen and (klen == 1 or np.array_equal(key, seg)):
+            if len(seg) == klen and (klen == 1 or key.tobytes() == seg.tobytes()):
                 pos += klen
                 node = child
                 if child.has_state:
@@ -324,7 +324,7 @@ class HybridRadixTree:
             key = child.key
             klen = len(key)
             seg = seq[pos:pos + klen]
-            if len(seg) == klen and (klen == 1 or np.array_equal(key, seg)):
+            if len(seg) == klen and (klen == 1 or key.tobytes() == seg.tobytes()):
                 m = klen
             else:
                 diff = np.flatnonzero(key[:len(seg)] != seg)
