@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup setup-test run test bench
+.PHONY: setup setup-test run test bench bench-sweep bench-tuning
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,5 +23,12 @@ run: setup
 test: setup-test
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider
 
+# benchmarks print figures; they are not part of the test suite (kernel_bench.py needs a GPU)
 bench: setup-test
 	$(BIN)/python benchmarks/sim_bench.py
+
+bench-sweep: setup-test
+	$(BIN)/python benchmarks/sweep_bench.py
+
+bench-tuning: setup-test
+	$(BIN)/python benchmarks/tuning_report.py
