@@ -20,6 +20,7 @@ Two kernels:
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import torch
@@ -60,14 +61,25 @@ def _load_rows(ptr, tc, m, i_h, st, sh, offs, NORM: tl.constexpr):
 
 
 @triton.jit
-def _kkt_block(ki, kj, gi, gj, bi, DIAG: tl.constexpr, PREC: tl.constexpr):
+def _load_cols(ptr, tc, m, i_h, st, sh, offs, NORM: tl.constexpr):
+    """Rows ``tc`` loaded transposed, as a [dim, rows] block (no register transpose: a
+    register-transposed wgmma operand gave wrong results on an H200 with triton 3.6)."""
+    x = tl.load(ptr + tc[None, :] * st + i_h * sh + offs[:, None], mask=m[None, :], other=0.)
+    x = x.to(tl.float32)
+    if NORM:
+        x = x / tl.sqrt(tl.sum(x * x, 0) + 1e-6)[None, :]
+    return x
+
+
+@triton.jit
+def _kkt_block(ki, kjT, gi, gj, bi, DIAG: tl.constexpr, PREC: tl.constexpr):
     r = tl.arange(0, 16)
     if DIAG:
         keep = r[:, None] > r[None, :]
     else:
         keep = r[:, None] >= 0
     d = tl.exp(tl.where(keep, gi[:, None] - gj[None, :], float("-inf")))
-    return tl.dot(ki, tl.trans(kj), input_precision=PREC) * bi[:, None] * d
+    return tl.dot(ki, kjT, input_precision=PREC) * bi[:, None] * d
 
 
 @triton.jit
@@ -91,7 +103,7 @@ def _store_blk(base, X, bi: tl.constexpr, bj: tl.constexpr):
 @triton.jit
 def _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, gc_out, a_scr,
                 chunk_info, scale, sqt, sqh, skt, skh, svt, svh, sgt, sgh, sbt, sbh,
-                HV: tl.constexpr, GROUP: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                HV, GROUP, K: tl.constexpr, V: tl.constexpr,
                 USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr, L2NORM: tl.constexpr,
                 PREC: tl.constexpr):
     i_c = tl.program_id(0)
@@ -136,16 +148,20 @@ def _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, 
     k2 = _load_rows(k, t2, m2, i_h, skt, skh, oK, L2NORM).to(dt)
     k3 = _load_rows(k, t3, m3, i_h, skt, skh, oK, L2NORM).to(dt)
 
-    L00 = _kkt_block(k0, k0, g0, g0, b0, True, PREC)
-    L11 = _kkt_block(k1, k1, g1, g1, b1, True, PREC)
-    L22 = _kkt_block(k2, k2, g2, g2, b2, True, PREC)
-    L33 = _kkt_block(k3, k3, g3, g3, b3, True, PREC)
-    L10 = _kkt_block(k1, k0, g1, g0, b1, False, PREC)
-    L20 = _kkt_block(k2, k0, g2, g0, b2, False, PREC)
-    L21 = _kkt_block(k2, k1, g2, g1, b2, False, PREC)
-    L30 = _kkt_block(k3, k0, g3, g0, b3, False, PREC)
-    L31 = _kkt_block(k3, k1, g3, g1, b3, False, PREC)
-    L32 = _kkt_block(k3, k2, g3, g2, b3, False, PREC)
+    k0T = _load_cols(k, t0, m0, i_h, skt, skh, oK, L2NORM).to(dt)
+    k1T = _load_cols(k, t1, m1, i_h, skt, skh, oK, L2NORM).to(dt)
+    k2T = _load_cols(k, t2, m2, i_h, skt, skh, oK, L2NORM).to(dt)
+    k3T = _load_cols(k, t3, m3, i_h, skt, skh, oK, L2NORM).to(dt)
+    L00 = _kkt_block(k0, k0T, g0, g0, b0, True, PREC)
+    L11 = _kkt_block(k1, k1T, g1, g1, b1, True, PREC)
+    L22 = _kkt_block(k2, k2T, g2, g2, b2, True, PREC)
+    L33 = _kkt_block(k3, k3T, g3, g3, b3, True, PREC)
+    L10 = _kkt_block(k1, k0T, g1, g0, b1, False, PREC)
+    L20 = _kkt_block(k2, k0T, g2, g0, b2, False, PREC)
+    L21 = _kkt_block(k2, k1T, g2, g1, b2, False, PREC)
+    L30 = _kkt_block(k3, k0T, g3, g0, b3, False, PREC)
+    L31 = _kkt_block(k3, k1T, g3, g1, b3, False, PREC)
+    L32 = _kkt_block(k3, k2T, g3, g2, b3, False, PREC)
 
     # ---- A = (I + L)^-1 by block forward substitution (fp32, IEEE) ----------------------------
     A00 = _inv16(L00)
@@ -192,7 +208,8 @@ def _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, 
     u = tl.dot(A, (vv * bt[:, None]).to(dt), input_precision=PREC)
     qq = _load_rows(q, t, m, i_h, sqt, sqh, oK, L2NORM) * scale
     causal = r64[:, None] >= r64[None, :]
-    P = tl.dot(qq.to(dt), tl.trans(kk.to(dt)), input_precision=PREC)
+    kkT = _load_cols(k, t, m, i_h, skt, skh, oK, L2NORM)
+    P = tl.dot(qq.to(dt), kkT.to(dt), input_precision=PREC)
     P = P * tl.exp(tl.where(causal, gc[:, None] - gc[None, :], float("-inf")))
     Pd = P.to(dt)
     wd = w.to(dt)
@@ -208,13 +225,13 @@ def _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, 
 
 
 @autotuned(
-    configs=[triton.Config({}, num_warps=nw, num_stages=ns) for nw in (4, 8) for ns in (1, 2)],
+    configs=[triton.Config({}, num_warps=nw, num_stages=1) for nw in (4, 8)],
     key=["HV", "K", "V", "NT_BUCKET", "PREC"],
     fixed={},
 )
 def _intra_kernel(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, gc_out, a_scr,
                   chunk_info, scale, sqt, sqh, skt, skh, svt, svh, sgt, sgh, sbt, sbh, NT_BUCKET,
-                  HV: tl.constexpr, GROUP: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                  HV, GROUP, K: tl.constexpr, V: tl.constexpr,
                   USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr, L2NORM: tl.constexpr,
                   PREC: tl.constexpr):
     _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, gc_out, a_scr,
@@ -227,7 +244,7 @@ _intra_kernel, _INTRA_KW = _intra_kernel
 
 @triton.jit
 def _state_step(c, S, k, w, u, qp, oi, gc, o, hb, chunk_info, store_slot, skt, skh, i_hv, i_h,
-                oK, oV, r64, sidx, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                oK, oV, r64, sidx, HV, K: tl.constexpr, V: tl.constexpr,
                 L2NORM: tl.constexpr, STORE_B: tl.constexpr, PREC: tl.constexpr):
     dt = w.dtype.element_ty
     tstart = tl.load(chunk_info + c * 4 + 1)
@@ -242,15 +259,15 @@ def _state_step(c, S, k, w, u, qp, oi, gc, o, hb, chunk_info, store_slot, skt, s
     q_c = tl.load(qp + rowK, mask=m[:, None], other=0.)
     u_c = tl.load(u + rowV, mask=m[:, None], other=0.).to(tl.float32)
     oi_c = tl.load(oi + rowV, mask=m[:, None], other=0.).to(tl.float32)
-    k_c = _load_rows(k, t, m, i_h, skt, skh, oK, L2NORM)
+    kT_c = _load_cols(k, t, m, i_h, skt, skh, oK, L2NORM)
     g_c = tl.load(gc + t * HV + i_hv, mask=m, other=0.)
     g_last = tl.load(gc + (hi - 1) * HV + i_hv)
     Sd = S.to(dt)
     vn = u_c - tl.dot(w_c, Sd, input_precision=PREC)
     o_c = tl.dot(q_c, Sd, input_precision=PREC) + oi_c
     tl.store(o + rowV, o_c.to(o.dtype.element_ty), mask=m[:, None])
-    kd = tl.where(m[:, None], k_c * tl.exp(g_last - g_c)[:, None], 0.).to(dt)
-    S = S * tl.exp(g_last) + tl.dot(tl.trans(kd), vn.to(dt), input_precision=PREC)
+    kdT = tl.where(m[None, :], kT_c * tl.exp(g_last - g_c)[None, :], 0.).to(dt)
+    S = S * tl.exp(g_last) + tl.dot(kdT, vn.to(dt), input_precision=PREC)
     if STORE_B:
         slot = tl.load(store_slot + c)
         tl.store(hb + (tl.maximum(slot, 0) * HV + i_hv).to(tl.int64) * K * V + sidx,
@@ -259,14 +276,16 @@ def _state_step(c, S, k, w, u, qp, oi, gc, o, hb, chunk_info, store_slot, skt, s
 
 
 @autotuned(
-    configs=[triton.Config({"BV": bv}, num_warps=nw, num_stages=ns)
-             for bv in (32, 64) for nw in (4, 8) for ns in (1, 2, 3)],
+    # KERNELS_STATE_CONFIGS="BV,num_warps,num_stages;..." overrides the list (validated configs)
+    configs=[triton.Config({"BV": int(bv)}, num_warps=int(nw), num_stages=int(ns)) for bv, nw, ns in
+             (c.split(",") for c in os.environ.get("KERNELS_STATE_CONFIGS",
+                                                   "32,4,2;32,4,3;64,4,2;64,4,3").split(";"))],
     key=["HV", "K", "V", "NT_BUCKET", "N_BUCKET", "PREC", "STORE_B"],
     fixed={"BV": 32},
 )
 def _state_kernel(k, w, u, qp, oi, gc, o, h0, ht, hb, seq_info, chunk_info, store_slot,
                   skt, skh, NT_BUCKET, N_BUCKET,
-                  HV: tl.constexpr, GROUP: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                  HV, GROUP, K: tl.constexpr, V: tl.constexpr,
                   BV: tl.constexpr, L2NORM: tl.constexpr, HAS_H0: tl.constexpr,
                   STORE_B: tl.constexpr, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr):
     i_n = tl.program_id(0)
@@ -377,23 +396,32 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
             dt_bias_t = dt_bias.float().contiguous()
         else:
             A_log_t = dt_bias_t = gcum
-        _intra_kernel[(NT, HV)](
+        intra_kernel, intra_kw = _intra_kernel, _INTRA_KW
+        forced_i = os.environ.get("KERNELS_FORCE_INTRA_CONFIG")   # "num_warps" (debug)
+        if forced_i and not INTERPRET:
+            intra_kernel, intra_kw = _intra_kernel.fn, dict(num_warps=int(forced_i), num_stages=1)
+        intra_kernel[(NT, HV)](
             q2, k2, v2, g2, b2, A_log_t, dt_bias_t, w, u, qp, oi, gcum, a_scr, meta.chunk_info,
             float(scale), q2.stride(0), q2.stride(1), k2.stride(0), k2.stride(1), v2.stride(0),
             v2.stride(1), g2.stride(0), g2.stride(1), b2.stride(0), b2.stride(1), meta.bucket,
             HV=HV, GROUP=HV // H, K=K, V=V, USE_GATE=bool(use_gate_in_kernel),
             BETA_SIGMOID=bool(use_beta_sigmoid), L2NORM=bool(use_qk_l2norm), PREC=prec,
-            **_INTRA_KW)
+            **intra_kw)
     else:
         w = qp = u = oi = gcum = o
     h0 = initial_state.float().contiguous() if initial_state is not None else ht
     grid = lambda META: (N, HV, triton.cdiv(V, META["BV"]))   # noqa: E731
+    state_kernel, state_kw = _state_kernel, _STATE_KW
+    forced = os.environ.get("KERNELS_FORCE_STATE_CONFIG")   # "BV,num_warps,num_stages" (debug)
+    if forced and not INTERPRET:
+        bv, nw, ns = (int(x) for x in forced.split(","))
+        state_kernel, state_kw = _state_kernel.fn, dict(BV=bv, num_warps=nw, num_stages=ns)
     if N > 0:
-        _state_kernel[grid](
+        state_kernel[grid](
             k2, w, u, qp, oi, gcum, o, h0, ht, hb if store_b else ht, meta.seq_info,
             meta.chunk_info, meta.store_slot, k2.stride(0), k2.stride(1), meta.bucket,
             1 << max(0, N * HV - 1).bit_length(),
             HV=HV, GROUP=HV // H, K=K, V=V, L2NORM=bool(use_qk_l2norm),
             HAS_H0=initial_state is not None, STORE_B=store_b and meta.num_boundaries > 0,
-            PREC=prec, WHILE_LOOP=INTERPRET, **_STATE_KW)
+            PREC=prec, WHILE_LOOP=INTERPRET, **state_kw)
     return o.reshape(B, T, HV, V), ht, hb

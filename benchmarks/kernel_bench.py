@@ -1,0 +1,109 @@
+"""Benchmark: the project's chunked gated-delta kernel vs FLA 0.6.0 on a CUDA GPU.
+
+    FLA_DISABLE_BACKEND_DISPATCH=1 python benchmarks/kernel_bench.py [--small] [--json out.json]
+
+bf16 q/k/v, fp32 log-decay g, bf16 beta, in-kernel q/k l2norm, K = V = 128, one sequence.
+Modes: ours with fp32 states at every 64-token boundary ("states"), ours with boundary states off
+("nostates"), FLA (`chunk_gated_delta_rule`, output_final_state=True, emits no chunk states).
+Timing: triton.testing.do_bench (median) and do_bench_cudagraph (median; short shapes are
+launch-bound without graphs). TFLOP/s uses 174,080 FLOP per token x value head.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
+
+FLOP_PER_TOKEN_HEAD = 174_080
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    ap.add_argument("--small", action="store_true", help="quick run: T=4096 and 8192 only")
+    ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    ap.add_argument("--no-fla", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        import torch
+        import torch.nn.functional as F
+        import triton
+        from triton.testing import do_bench, do_bench_cudagraph
+    except ImportError:
+        print("needs torch and triton: pip install 'marconi-sim[kernels]'", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return 2
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from kernels.chunk_gdn import chunk_gated_delta_rule, prepare_chunk_metadata
+
+    fla = None
+    if not args.no_fla:
+        try:
+            from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla
+        except Exception as exc:   # noqa: BLE001
+            print(f"# FLA not importable ({type(exc).__name__}: {exc}); ours only")
+    shapes = [(16, 32), (4, 8)]
+    Ts = [4096, 8192] if args.small else [32768, 8192, 4096]
+    rows = []
+    print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}"
+          f" fla {'yes' if fla else 'no'}")
+    for h, hv in shapes:
+        for T in Ts:
+            torch.manual_seed(0)
+            dev = "cuda"
+            q = torch.randn(1, T, h, 128, device=dev, dtype=torch.bfloat16)
+            k = torch.randn(1, T, h, 128, device=dev, dtype=torch.bfloat16)
+            v = torch.randn(1, T, hv, 128, device=dev, dtype=torch.bfloat16)
+            g = F.logsigmoid(torch.randn(1, T, hv, device=dev)) * 0.5
+            beta = torch.rand(1, T, hv, device=dev).to(torch.bfloat16)
+            meta_all = prepare_chunk_metadata([0, T], device=dev)
+            flop = FLOP_PER_TOKEN_HEAD * T * hv
+            fns = {
+                "states": lambda: chunk_gated_delta_rule(
+                    q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta_all),
+                "nostates": lambda: chunk_gated_delta_rule(
+                    q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta_all,
+                    boundary_states=False),
+            }
+            if fla is not None:
+                fns["fla"] = lambda: fla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True,
+                                         output_final_state=True)
+            res = {}
+            for name, fn in fns.items():
+                fn()
+                torch.cuda.synchronize()    # autotune outside the timed / captured region
+                plain = do_bench(fn, warmup=25, rep=200, return_mode="median")
+                graph = do_bench_cudagraph(fn, rep=200, return_mode="median")
+                res[name] = (plain, graph)
+            sbytes = meta_all.num_boundaries * hv * 128 * 128 * 4
+            for name, (plain, graph) in res.items():
+                row = dict(H=h, HV=hv, T=T, mode=name, ms_plain=plain, ms_graph=graph,
+                           tflops_graph=flop / graph / 1e9,
+                           state_bytes=sbytes if name == "states" else 0)
+                if "fla" in res:
+                    row["ratio_plain"] = plain / res["fla"][0]
+                    row["ratio_graph"] = graph / res["fla"][1]
+                rows.append(row)
+                print("#", json.dumps(row), flush=True)
+    hdr = (f"{'H/HV':>6} {'T':>6} {'mode':>9} {'ms plain':>9} {'ms graph':>9} {'TFLOP/s':>8} "
+           f"{'states GB':>9} {'x FLA plain':>11} {'x FLA graph':>11}")
+    print(hdr)
+    for r in rows:
+        rp = f"{r['ratio_plain']:.2f}" if "ratio_plain" in r else "-"
+        rg = f"{r['ratio_graph']:.2f}" if "ratio_graph" in r else "-"
+        print(f"{r['H']:>2}/{r['HV']:<3} {r['T']:>6} {r['mode']:>9} {r['ms_plain']:>9.3f} "
+              f"{r['ms_graph']:>9.3f} {r['tflops_graph']:>8.1f} {r['state_bytes'] / 1e9:>9.3f} "
+              f"{rp:>11} {rg:>11}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
