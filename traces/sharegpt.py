@@ -136,32 +136,27 @@ class JsonRecordReader:
             lines = data.split("\n")
             pending = lines.pop()
             for text in lines:
-                s = text.strip()
-                if s:
-                    try:
-                        obj = json.loads(s)
-                    except json.JSONDecodeError as exc:
-                        if not self.skip_bad_rows:
-                            raise self.error(line_no, f"bad JSON: {exc.msg}") from None
-                        self.skipped += 1
-                    else:
-                        self.records += 1
-                        yield obj, line_no
+                yield from self._json_line(text, line_no)
                 line_no += 1
             rest = self._r.read(_READ)
             if not rest:
                 break
-        s = pending.strip()
-        if s:
-            try:
-                obj = json.loads(s)
-            except json.JSONDecodeError as exc:
-                if not self.skip_bad_rows:
-                    raise self.error(line_no, f"bad JSON: {exc.msg}") from None
-                self.skipped += 1
-            else:
-                self.records += 1
-                yield obj, line_no
+        yield from self._json_line(pending, line_no)
+
+    def _json_line(self, text: str, line_no: int):
+        """One JSON Lines record (nothing for a blank line; a bad one is an error or skipped)."""
+        s = text.strip()
+        if not s:
+            return
+        try:
+            obj = json.loads(s)
+        except json.JSONDecodeError as exc:
+            if not self.skip_bad_rows:
+                raise self.error(line_no, f"bad JSON: {exc.msg}") from None
+            self.skipped += 1
+            return
+        self.records += 1
+        yield obj, line_no
 
 
 @contextmanager
