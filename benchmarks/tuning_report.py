@@ -3,13 +3,15 @@
 For every configuration (capacity 1,2,3,4,5,10 GB x 0.25,0.5,1,2,5,10 sessions/s, 100 sessions) it runs
 
 - ``sglang+``;
-- ``marconi --alpha auto`` as the artifact tunes (FLOPs objective, replay from the trace start, alphas
-  only: ``--no-tuning-lru``), the "artifact tuner";
-- ``marconi --alpha auto`` with the defaults (the same plus SGLang+'s LRU as a candidate), the
-  "robust tuner";
+- ``marconi --alpha auto --tuner replay`` as the artifact tunes (FLOPs objective, replay of the bootstrap
+  window from the trace start, alphas only: ``--no-tuning-lru``), the "artifact tuner";
+- ``marconi --alpha auto`` with the defaults (``--tuner duel``: shadow caches for SGLang+'s LRU and a few
+  alphas on the live stream, the best over the trailing window adopted), the "robust tuner"; its choice
+  column is the candidate in use at the end of the run;
 - every static alpha of the grid (``marconi-oracle``'s runs): the best in hindsight and its alpha;
 
-and prints one row per configuration (token hit rates in %) plus where each tuner falls below SGLang+.
+and prints one row per configuration (token hit rates in %) plus where each tuner falls below SGLang+,
+and the simulator time of the robust tuner beside one static-alpha run.
 
     python benchmarks/tuning_report.py                 # sequential mode, corrected compat
     python benchmarks/tuning_report.py --mode des --workers 2
@@ -48,24 +50,31 @@ def one_config(args) -> dict:
     from sim.config import SimConfig
     from sim.engine import Simulation
 
-    spec, sessions, cap_gb, rate, mode, compat, objective, grid = args
+    spec, sessions, cap_gb, rate, mode, compat, objective, grid, tuner = args
     trace = _trace(spec, sessions)
     base = SimConfig(policy="marconi", capacity_bytes=int(cap_gb * 1e9), sessions_per_second=rate, mode=mode,
-                     compat=compat, tuning_objective=objective, tuning_workers=1, alpha_grid=grid)
+                     compat=compat, tuning_workers=1, alpha_grid=grid)
     t0 = time.perf_counter()
     row = {"cap_gb": cap_gb, "rate": rate}
     row["sglang+"] = Simulation(trace, dataclasses.replace(base, policy="sglang+")).run().summary["token_hit_rate"]
-    art = Simulation(trace, dataclasses.replace(base, alpha="auto", tuning_lru=False)).run().summary
-    rob = Simulation(trace, dataclasses.replace(base, alpha="auto", tuning_lru=True)).run().summary
+    art = Simulation(trace, dataclasses.replace(base, alpha="auto", tuner="replay", tuning_lru=False,
+                                                tuning_objective=objective or "flops")).run().summary
+    t1 = time.perf_counter()
+    rob = Simulation(trace, dataclasses.replace(base, alpha="auto", tuner=tuner, tuning_objective=objective)).run().summary
+    row["robust_s"] = time.perf_counter() - t1
     row["artifact"], row["artifact_choice"] = art["token_hit_rate"], art.get("tuned_choice")
     row["robust"], row["robust_choice"] = rob["token_hit_rate"], rob.get("tuned_choice")
     row["tuned_at"] = rob.get("tuned_at_request")
-    best_a, best = None, -1.0
-    for a in parse_grid(grid):
+    best_a, best, static_s = None, -1.0, 0.0
+    grid_alphas = parse_grid(grid)
+    for a in grid_alphas:
+        t1 = time.perf_counter()
         h = Simulation(trace, dataclasses.replace(base, alpha=a)).run().summary["token_hit_rate"]
+        static_s += time.perf_counter() - t1
         if h > best:
             best_a, best = a, h
     row["static"], row["static_alpha"] = best, best_a
+    row["static_s"] = static_s / len(grid_alphas)
     row["seconds"] = time.perf_counter() - t0
     return row
 
@@ -76,7 +85,10 @@ def main(argv=None) -> int:
     ap.add_argument("--sessions", type=int, default=100)
     ap.add_argument("--mode", default="sequential", choices=["sequential", "des"])
     ap.add_argument("--compat", default="corrected", choices=["corrected", "paper", "paper-fixed"])
-    ap.add_argument("--objective", default="flops", choices=["flops", "hit-rate"])
+    ap.add_argument("--objective", default=None, choices=["flops", "hit-rate"],
+                    help="both tuners' objective [default: flops for the artifact tuner, the robust tuner's own]")
+    ap.add_argument("--tuner", default=None, choices=["duel", "replay"],
+                    help="the robust tuner [default: marconi's default for the compat mode]")
     ap.add_argument("--alpha-grid", default="0:2:0.1")
     ap.add_argument("--capacities", default=",".join(map(str, CAPACITIES_GB)))
     ap.add_argument("--rates", default=",".join(map(str, RATES)))
@@ -84,14 +96,15 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     caps = [float(x) for x in a.capacities.split(",")]
     rates = [float(x) for x in a.rates.split(",")]
-    jobs = [(a.trace, a.sessions, c, r, a.mode, a.compat, a.objective, a.alpha_grid) for c in caps for r in rates]
+    jobs = [(a.trace, a.sessions, c, r, a.mode, a.compat, a.objective, a.alpha_grid, a.tuner) for c in caps for r in rates]
     t0 = time.perf_counter()
     if a.workers <= 1:
         rows = [one_config(j) for j in jobs]
     else:
         with ProcessPoolExecutor(max_workers=a.workers) as ex:
             rows = list(ex.map(one_config, jobs))
-    print(f"trace {a.trace} ({a.sessions} sessions), mode {a.mode}, compat {a.compat}, objective {a.objective}; "
+    print(f"trace {a.trace} ({a.sessions} sessions), mode {a.mode}, compat {a.compat}, objective "
+          f"{a.objective or 'default'}, robust tuner {a.tuner or 'default'}; "
           f"token hit rate %")
     head = f"{'cap':>4} {'sps':>5} | {'sglang+':>7} | {'artifact tuner':>16} | {'robust tuner':>16} | {'best static':>14}"
     print(head)
@@ -115,6 +128,10 @@ def main(argv=None) -> int:
           f"best static {mean('static'):.2f}")
     print(f"below sglang+: artifact tuner {len(lose_art)}/{n}, robust tuner {len(lose_rob)}/{n} "
           f"(worst {min((r['robust'] - r['sglang+'] for r in rows), default=0) * 100:+.2f} pp)")
+    if lose_rob:
+        print("robust tuner below sglang+ at (GB, sps): " + ", ".join(f"({r['cap_gb']:g}, {r['rate']:g})" for r in lose_rob))
+    print(f"simulator time per run: robust tuner {sum(r['robust_s'] for r in rows) / n:.2f}s, "
+          f"one static alpha {sum(r['static_s'] for r in rows) / n:.2f}s")
     print(f"wall time {time.perf_counter() - t0:.1f}s on {a.workers} worker(s)")
     return 0
 

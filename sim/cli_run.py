@@ -62,8 +62,9 @@ def tuning_options(fn):
                      help="Alphas the tuner and marconi-oracle try (lo:hi:step or a comma list)."),
         click.option("--bootstrap-multiplier", type=int, default=5, show_default=True,
                      help="Tuning window = this x the requests seen before the first eviction (paper: 15 for LMSys)."),
-        click.option("--tuning-objective", type=click.Choice(["flops", "hit-rate"]), default="flops", show_default=True,
-                     help="flops: FLOPs saved over the last 500 replayed requests (artifact); hit-rate: token hit rate (paper)."),
+        click.option("--tuning-objective", type=click.Choice(["flops", "hit-rate"]), default=None,
+                     help="flops: FLOPs saved (artifact; replay: over the last 500 replayed requests); hit-rate: token "
+                          "hit rate (paper) [default: hit-rate for --tuner duel, flops for replay]."),
         click.option("--tuning-start", type=click.Choice(["empty", "snapshot"]), default="empty", show_default=True,
                      help="empty: replay from the trace start on an empty cache (artifact); snapshot: from the cache at the first eviction."),
         click.option("--tuning-workers", type=int, default=0, show_default=True,
@@ -72,6 +73,17 @@ def tuning_options(fn):
                      help="Tune again every N requests (0: once, as the artifact)."),
         click.option("--tuning-lru/--no-tuning-lru", default=None,
                      help="Let the tuner adopt SGLang+'s LRU when it beats every alpha [default: on, off in paper compat]."),
+        click.option("--tuner", type=click.Choice(["duel", "replay"]), default=None,
+                     help="duel: shadow caches per candidate on the live stream, adopt the best over a trailing window; "
+                          "replay: the artifact's bootstrap-window replay [default: duel, replay in paper compat]."),
+        click.option("--duel-candidates", default="lru,0,0.1,0.2,0.4,0.7,1,1.5,2", show_default=True,
+                     help="Duel tuner: one shadow cache per candidate (lru = SGLang+'s eviction, or an alpha)."),
+        click.option("--duel-every", type=int, default=25, show_default=True,
+                     help="Duel tuner: re-decide every N finished requests."),
+        click.option("--duel-window", type=int, default=200, show_default=True,
+                     help="Duel tuner: score candidates over the last N finished requests."),
+        click.option("--duel-margin", type=float, default=0.02, show_default=True,
+                     help="Duel tuner: a challenger must beat the incumbent's score by this fraction."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)

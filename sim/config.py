@@ -64,11 +64,19 @@ class SimConfig:
     # alpha tuning (--alpha auto, marconi-oracle; policies/tuning.py)
     alpha_grid: str = "0:2:0.1"  # candidate alphas: lo:hi:step (inclusive) or a comma list
     bootstrap_multiplier: int = 5  # tuning window = k x requests seen before the first eviction
-    tuning_objective: str = "flops"  # flops (artifact: FLOPs saved, last 500 replayed) | hit-rate (paper)
+    # flops (artifact: FLOPs saved) | hit-rate (paper); None: hit-rate for the duel tuner, flops for replay
+    tuning_objective: str | None = None
     tuning_start: str = "empty"  # empty (artifact: replay from the trace start) | snapshot (from the first eviction)
     tuning_workers: int = 0  # replay processes; 0 = all cores, 1 = serial
     retune_every: int = 0  # tune again every N requests (0: once, as the artifact)
     tuning_lru: bool | None = None  # SGLang+'s LRU as a tuning candidate (None: on unless paper compat)
+    # which tuner --alpha auto runs: duel (shadow caches on the live stream) | replay (the artifact's
+    # bootstrap-window replay); None: duel, or replay in paper / paper-fixed compat
+    tuner: str | None = None
+    duel_candidates: str = "lru,0,0.1,0.2,0.4,0.7,1,1.5,2"  # one shadow cache each
+    duel_every: int = 25  # re-decide every N finished requests
+    duel_window: int = 200  # score the last N finished requests
+    duel_margin: float = 0.02  # a challenger must beat the incumbent by this fraction
     prefill_chunk_tokens: int = 8192  # chunked prefill: token budget of one scheduled prefill step
     block_size: int = 0  # engine presets' block in tokens (vllm-*: KV/state block); 0 = per model
 
@@ -97,15 +105,20 @@ class SimConfig:
             raise UsageError("--chunk-size must be >= 1")
         if self.bootstrap_multiplier < 1:
             raise UsageError("--bootstrap-multiplier must be >= 1")
-        if self.tuning_objective not in ("flops", "hit-rate"):
+        if self.tuning_objective not in (None, "flops", "hit-rate"):
             raise UsageError(f"--tuning-objective must be flops or hit-rate, not {self.tuning_objective!r}")
         if self.tuning_start not in ("empty", "snapshot"):
             raise UsageError(f"--tuning-start must be empty or snapshot, not {self.tuning_start!r}")
         if self.tuning_workers < 0 or self.retune_every < 0:
             raise UsageError("--tuning-workers and --retune-every must be >= 0")
-        from policies.tuning import parse_grid
+        if self.tuner not in (None, "duel", "replay"):
+            raise UsageError(f"--tuner must be duel or replay, not {self.tuner!r}")
+        if self.duel_every < 1 or self.duel_window < 1 or self.duel_margin < 0:
+            raise UsageError("--duel-every and --duel-window must be >= 1, --duel-margin >= 0")
+        from policies.tuning import parse_candidates, parse_grid
 
         parse_grid(self.alpha_grid)
+        parse_candidates(self.duel_candidates)
         if isinstance(self.alpha, str):
             if self.alpha != "auto":
                 raise UsageError(f"--alpha must be a number or 'auto', not {self.alpha!r}")

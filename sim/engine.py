@@ -97,9 +97,9 @@ class Simulation:
         self.refresh_path = eviction.refresh == "path"
         self.tuner = None
         if auto and self.preset.uses_alpha and self.preset.caching:
-            from policies.tuning import AlphaTuner
+            from policies.tuning import make_tuner
 
-            self.tuner = AlphaTuner(self)
+            self.tuner = make_tuner(self)
         self.chunk_tokens = config.chunk_size if config.state_alignment == "chunk" else None
         self.rec = Recorder(len(trace.requests), self.spec)
         self._clock = 0  # paper mode: logical clock, one tick per lookup / insert / eviction call
@@ -231,9 +231,9 @@ class Simulation:
             self.tuner.seen(r, t)
             self.tuner.before_insert(len(self.tuner.order))
 
-    def _tune_after(self) -> None:
-        if self.tuner is not None:
-            self.tuner.after_insert(len(self.tuner.order))
+    def _tune_after(self, r: Request, t: float) -> None:
+        if self.tuner is not None:  # r: the request whose last insert just finished
+            self.tuner.after_insert(len(self.tuner.order), r, t)
 
     def _timestamps(self) -> np.ndarray:
         reqs = self.trace.requests
@@ -267,7 +267,7 @@ class Simulation:
             self.rec.timing(r, t, 0.0, self._prefill_s(f), self._decode_s(f))
             self._tune_before(r, t)
             self.insert_decode(f, t)
-            self._tune_after()
+            self._tune_after(r, t)
             self._tick()
 
     # ------------------------------------------------------------------ the artifact's replay
@@ -306,7 +306,7 @@ class Simulation:
         if self.refresh_path and res.inserted and res.end_node is not None:
             tree.touch_path(res.end_node, tree.now)
         self._after_insert(res, t)
-        self._tune_after()
+        self._tune_after(r, t)
 
     def _paper_refresh(self, m, now: float) -> None:
         tree = self.tree
@@ -360,7 +360,7 @@ class Simulation:
             decode = self._decode_s(f)
             yield env.timeout(decode)
             self.insert_decode(f, env.now)
-            self._tune_after()
+            self._tune_after(r, env.now)
             self.rec.timing(r, arrival, start - arrival, prefill, decode)
             self._tick()
 

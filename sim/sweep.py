@@ -48,7 +48,7 @@ SPEED_KNOBS = ("tuning_workers",)
 #: knobs read only by alpha tuning (--alpha auto) and marconi-oracle: reset to their defaults for
 #: other policies so those do not multiply with a tuning grid
 TUNING_KNOBS = ("alpha_grid", "bootstrap_multiplier", "tuning_objective", "tuning_start", "retune_every",
-                "tuning_lru")
+                "tuning_lru", "tuner", "duel_candidates", "duel_every", "duel_window", "duel_margin")
 TUNED_POLICIES = ("marconi-oracle",)
 
 # ---------------------------------------------------------------------------------- value lists

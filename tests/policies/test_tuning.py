@@ -1,15 +1,17 @@
-"""`--alpha auto` (policies/tuning.py) on traces where the best alpha is known by construction, replay
-determinism, serial vs worker processes, the marconi-oracle bound, and `marconi run --alpha auto`."""
+"""`--alpha auto` (policies/tuning.py) on traces where the best alpha is known by construction: the replay
+tuner (the artifact's; determinism, serial vs worker processes) and the duel tuner (shadow caches; adapts
+when the best policy changes half-way), the marconi-oracle bound, and `marconi run --alpha auto`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from policies.tuning import LRU, parse_grid, pick
+from policies.tuning import LRU, parse_candidates, parse_grid, pick
 from sim.config import SimConfig
 from sim.engine import Simulation
 from traces.base import Request, Trace
@@ -77,13 +79,15 @@ def test_flop_aware_trace_tunes_to_positive_alpha():
     lru = _run(trace, alpha=0.0, capacity_bytes=GB)
     flop = _run(trace, alpha=1.0, capacity_bytes=GB)
     assert flop["token_hit_rate"] > lru["token_hit_rate"] + 0.2  # the construction works
-    auto = _run(trace, alpha="auto", capacity_bytes=GB)
-    assert auto["tuned_at_request"] is not None
-    assert auto["tuned_alpha"] >= 0.1
-    # tuned after the bootstrap window: most of the static alpha=1 gain, far above alpha 0
-    assert auto["token_hit_rate"] > lru["token_hit_rate"] + 0.1
+    for tuner in ("replay", "duel"):
+        auto = _run(trace, alpha="auto", capacity_bytes=GB, tuner=tuner)
+        assert auto["tuned_at_request"] is not None
+        assert auto["tuned_alpha"] >= 0.1, tuner
+        # tuned after the bootstrap window: most of the static alpha=1 gain, far above alpha 0
+        assert auto["token_hit_rate"] > lru["token_hit_rate"] + 0.1, tuner
     for objective in ("flops", "hit-rate"):
-        s = _run(trace, alpha="auto", capacity_bytes=GB, tuning_objective=objective, tuning_start="snapshot")
+        s = _run(trace, alpha="auto", capacity_bytes=GB, tuner="replay", tuning_objective=objective,
+                 tuning_start="snapshot")
         assert s["tuned_alpha"] >= 0.1, objective
 
 
@@ -92,20 +96,21 @@ def test_recency_trace_tunes_to_recency():
     rec = _run(trace, alpha=0.0, capacity_bytes=GB)
     flop = _run(trace, alpha=2.0, capacity_bytes=GB)
     assert rec["token_hit_rate"] > flop["token_hit_rate"]  # the construction works
-    auto = _run(trace, alpha="auto", capacity_bytes=GB, tuning_objective="hit-rate")
-    assert auto["tuned_at_request"] is not None
-    assert auto["tuned_choice"] == "lru" or auto["tuned_alpha"] <= 0.5
-    assert auto["token_hit_rate"] >= flop["token_hit_rate"]
+    for tuner in ("replay", "duel"):
+        auto = _run(trace, alpha="auto", capacity_bytes=GB, tuning_objective="hit-rate", tuner=tuner)
+        assert auto["tuned_at_request"] is not None
+        assert auto["tuned_choice"] == "lru" or auto["tuned_alpha"] <= 0.5
+        assert auto["token_hit_rate"] >= flop["token_hit_rate"]
 
 
 def test_tuning_is_deterministic_serial_vs_workers_and_snapshot_replay():
     trace = _flop_wins_trace(rounds=12)
-    runs = [_run(trace, alpha="auto", capacity_bytes=GB, tuning_start=start, tuning_workers=w)
+    runs = [_run(trace, alpha="auto", capacity_bytes=GB, tuner="replay", tuning_start=start, tuning_workers=w)
             for start in ("empty", "snapshot") for w in (1, 2)]
     for a, b in ((runs[0], runs[1]), (runs[2], runs[3])):
         for k in ("tuned_alpha", "tuned_at_request", "token_hit_rate", "flops_saved"):
             assert a[k] == b[k], k
-    again = _run(trace, alpha="auto", capacity_bytes=GB, tuning_start="snapshot")
+    again = _run(trace, alpha="auto", capacity_bytes=GB, tuner="replay", tuning_start="snapshot")
     assert again["token_hit_rate"] == runs[2]["token_hit_rate"]
 
 
@@ -115,7 +120,7 @@ def test_snapshot_replay_does_not_touch_the_live_cache():
 
     trace = _flop_wins_trace(rounds=8)
     sim = Simulation(trace, SimConfig(policy="marconi", alpha="auto", mode="sequential", capacity_bytes=GB,
-                                      tuning_workers=1, tuning_start="snapshot"))
+                                      tuning_workers=1, tuning_start="snapshot", tuner="replay"))
     seen = []
     orig = tuning.evaluate
 
@@ -135,8 +140,78 @@ def test_snapshot_replay_does_not_touch_the_live_cache():
 
 def test_retune_every_runs_more_rounds():
     trace = _flop_wins_trace(rounds=16)
-    s = _run(trace, alpha="auto", capacity_bytes=GB, retune_every=60)
+    s = _run(trace, alpha="auto", capacity_bytes=GB, tuner="replay", retune_every=60)
     assert s["tuning_rounds"] >= 2
+
+
+def _phase_trace() -> Trace:
+    """The FLOP-wins trace (alpha > 0 keeps the documents; alpha 0 gets nothing), then the recency-wins
+    trace (alpha 2 keeps finished sessions' long histories over live ones): the best alpha flips
+    half-way, at request 480."""
+    a, b = _flop_wins_trace(), _recency_wins_trace()
+    t0 = a.requests[-1].arrival + 1
+    reqs = [dataclasses.replace(r, request_id=-1) for r in a.requests]
+    reqs += [dataclasses.replace(r, session_id=r.session_id + 1, arrival=r.arrival + t0, request_id=-1)
+             for r in b.requests]
+    return Trace("phases", reqs, closed_loop=False)
+
+
+@pytest.mark.parametrize("mode", ["sequential", "des"])
+def test_duel_adapts_when_the_best_policy_changes_half_way(mode):
+    trace = _phase_trace()
+    half = len(_flop_wins_trace().requests)
+    cfg = dict(policy="marconi", mode=mode, capacity_bytes=GB, tuning_workers=1)
+    static = {a: Simulation(trace, SimConfig(alpha=a, **cfg)).run().summary["token_hit_rate"] for a in (0.0, 2.0)}
+    sim = Simulation(trace, SimConfig(alpha="auto", duel_candidates="0,2", **cfg))
+    s = sim.run().summary
+    switches = [(h["at_request"], h["choice"]) for h in sim.tuner.history if h["switched"]]
+    # alpha 2 early in the first half, back to alpha 0 in the second
+    assert switches[0][1] == 2.0 and switches[0][0] < half / 4
+    assert switches[-1][1] == 0.0 and half < switches[-1][0] < half + 300
+    assert s["tuned_choice"] == "0"
+    # following the change beats both static alphas (and the replay tuner, which tunes once on phase 1)
+    assert s["token_hit_rate"] > max(static.values()) + 0.02
+    replay = _run(trace, alpha="auto", capacity_bytes=GB, tuner="replay", alpha_grid="0,2", tuning_objective="hit-rate")
+    assert replay["tuned_choice"] == "2"
+    assert s["token_hit_rate"] > replay["token_hit_rate"]
+
+
+def test_duel_shadows_reproduce_static_runs_and_are_deterministic():
+    """A shadow cache is the live policy's run: with one candidate, the live run is that static run and
+    every shadow's hits equal the static run's; two identical runs give identical rows."""
+    trace = _phase_trace()
+    for cand, static_kw in (("0.5", dict(alpha=0.5)), ("lru", dict(policy="sglang+"))):
+        sim = Simulation(trace, SimConfig(policy="marconi", alpha="auto", mode="sequential", capacity_bytes=GB,
+                                          duel_candidates=cand))
+        s = sim.run().summary
+        ref = Simulation(trace, SimConfig(mode="sequential", capacity_bytes=GB, **static_kw)).run()
+        assert s["token_hit_rate"] == ref.summary["token_hit_rate"]
+        assert np.array_equal(sim.tuner.shadows[0].rec.hit_tokens, ref.requests["hit_tokens"].to_numpy())
+    a = _run(trace, alpha="auto", capacity_bytes=GB)
+    b = _run(trace, alpha="auto", capacity_bytes=GB)
+    for k in ("token_hit_rate", "flops_saved", "tuned_choice", "tuning_rounds", "tuning_switches"):
+        assert a[k] == b[k], k
+
+
+def test_duel_margin_is_hysteresis():
+    """With a huge margin only a landslide switches: alpha 0 scores nothing in the first half (so 2 wins),
+    but alpha 0's second-half lead is not 100x, so the tuner stays at 2; margin 0 follows the best shadow."""
+    trace = _phase_trace()
+    stay = _run(trace, alpha="auto", capacity_bytes=GB, duel_candidates="0,2", duel_margin=100.0)
+    assert stay["tuning_switches"] == 1 and stay["tuned_choice"] == "2"
+    move = _run(trace, alpha="auto", capacity_bytes=GB, duel_candidates="0,2", duel_margin=0.0)
+    assert move["tuning_switches"] >= 2
+
+
+def test_parse_candidates_and_default_tuner():
+    assert parse_candidates("1,lru,0") == [LRU, 0.0, 1.0]
+    assert parse_candidates("0:1:0.5") == [0.0, 0.5, 1.0]
+    from policies.tuning import AlphaTuner, DuelTuner
+
+    trace = _flop_wins_trace(rounds=2)
+    corrected = Simulation(trace, SimConfig(policy="marconi", alpha="auto", capacity_bytes=GB))
+    paper = Simulation(trace, SimConfig(policy="marconi", alpha="auto", capacity_bytes=GB, compat="paper"))
+    assert isinstance(corrected.tuner, DuelTuner) and isinstance(paper.tuner, AlphaTuner)
 
 
 def test_oracle_is_an_upper_bound_of_static_alphas():
