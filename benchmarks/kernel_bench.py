@@ -21,11 +21,31 @@ os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
 FLOP_PER_TOKEN_HEAD = 174_080
 
 
+def _profile(torch, fns, h, hv, T, reps=5):
+    from torch.profiler import ProfilerActivity, profile
+
+    for name, fn in fns.items():
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                fn()
+            torch.cuda.synchronize()
+        evs = [e for e in prof.key_averages() if getattr(e, "self_device_time_total", 0) > 0]
+        evs.sort(key=lambda e: -e.self_device_time_total)
+        total = sum(e.self_device_time_total for e in evs) / reps / 1e3
+        print(f"# profile H={h} HV={hv} T={T} {name}: {total:.3f} ms of kernels per call")
+        for e in evs[:8]:
+            print(f"#   {e.self_device_time_total / reps / 1e3:8.3f} ms  x{e.count // reps:<3} {e.key[:70]}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--small", action="store_true", help="quick run: T=4096 and 8192 only")
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
     ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="per-kernel device times (torch.profiler) at the longest T")
     args = ap.parse_args(argv)
     try:
         import torch
@@ -80,6 +100,8 @@ def main(argv=None) -> int:
                 plain = do_bench(fn, warmup=25, rep=200, return_mode="median")
                 graph = do_bench_cudagraph(fn, rep=200, return_mode="median")
                 res[name] = (plain, graph)
+            if args.profile and T == max(Ts):
+                _profile(torch, fns, h, hv, T)
             sbytes = meta_all.num_boundaries * hv * 128 * 128 * 4
             for name, (plain, graph) in res.items():
                 row = dict(H=h, HV=hv, T=T, mode=name, ms_plain=plain, ms_graph=graph,

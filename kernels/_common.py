@@ -13,7 +13,7 @@ CHUNK = 64
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def autotuned(configs, key, fixed):
+def autotuned(configs, key, fixed, prune=None):
     """Autotune on GPU; under TRITON_INTERPRET=1 one fixed config (``fixed``: constexpr kwargs).
 
     Returns ``(kernel, extra_kwargs)``: pass ``extra_kwargs`` at every launch."""
@@ -22,7 +22,8 @@ def autotuned(configs, key, fixed):
         jitted = triton.jit(fn)
         if INTERPRET:
             return jitted, dict(fixed)
-        return triton.autotune(configs=configs, key=key)(jitted), {}
+        extra = {"prune_configs_by": {"early_config_prune": prune}} if prune else {}
+        return triton.autotune(configs=configs, key=key, **extra)(jitted), {}
 
     return deco
 

@@ -101,7 +101,8 @@ def _store_blk(base, X, bi: tl.constexpr, bj: tl.constexpr):
 
 
 @triton.jit
-def _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, gc_out, a_scr,
+def _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, kd_out, gl_out,
+                a_scr,
                 chunk_info, scale, sqt, sqh, skt, skh, svt, svh, sgt, sgh, sbt, sbh,
                 HV, GROUP, K: tl.constexpr, V: tl.constexpr,
                 USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr, L2NORM: tl.constexpr,
@@ -200,7 +201,8 @@ def _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, 
                 mask=(r64[:, None] // 16) >= (r64[None, :] // 16), other=0.).to(dt)
     gr, bt = _load_gate_beta(g, beta, A_log_h, dt_bias_h, t, m, i_hv, sgt, sgh, sbt, sbh, USE_GATE, BETA_SIGMOID)
     gc = tl.cumsum(gr, 0)
-    tl.store(gc_out + t * HV + i_hv, gc, mask=m)
+    g_last = tl.sum(tl.where(r64 == 63, gc, 0.), 0)   # masked tail tokens carry g = 0
+    tl.store(gl_out + i_c * HV + i_hv, g_last)
     eg = tl.exp(gc)
     kk = _load_rows(k, t, m, i_h, skt, skh, oK, L2NORM)
     w = tl.dot(A, (kk * (bt * eg)[:, None]).to(dt), input_precision=PREC)
@@ -222,6 +224,9 @@ def _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, 
     tl.store(qp_out + rowK, qp.to(dt), mask=m[:, None])
     tl.store(u_out + rowV, ud, mask=m[:, None])
     tl.store(oi_out + rowV, oi.to(dt), mask=m[:, None])
+    # keys decayed to the chunk end, for the state update of the sequential kernel
+    kdec = tl.where(m[:, None], kk * tl.exp(g_last - gc)[:, None], 0.)
+    tl.store(kd_out + rowK, kdec.to(dt), mask=m[:, None])
 
 
 @autotuned(
@@ -229,12 +234,14 @@ def _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, 
     key=["HV", "K", "V", "NT_BUCKET", "PREC"],
     fixed={},
 )
-def _intra_kernel(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, gc_out, a_scr,
+def _intra_kernel(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, kd_out, gl_out,
+                  a_scr,
                   chunk_info, scale, sqt, sqh, skt, skh, svt, svh, sgt, sgh, sbt, sbh, NT_BUCKET,
                   HV, GROUP, K: tl.constexpr, V: tl.constexpr,
                   USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr, L2NORM: tl.constexpr,
                   PREC: tl.constexpr):
-    _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, gc_out, a_scr,
+    _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, kd_out, gl_out,
+                a_scr,
                 chunk_info, scale, sqt, sqh, skt, skh, svt, svh, sgt, sgh, sbt, sbh,
                 HV, GROUP, K, V, USE_GATE, BETA_SIGMOID, L2NORM, PREC)
 
@@ -243,30 +250,26 @@ _intra_kernel, _INTRA_KW = _intra_kernel
 
 
 @triton.jit
-def _state_step(c, S, k, w, u, qp, oi, gc, o, hb, chunk_info, store_slot, skt, skh, i_hv, i_h,
+def _state_step(c, j, S, kd, w, u, qp, oi, gl, o, hb, store_slot, ts0, bos, eos, i_hv,
                 oK, oV, r64, sidx, HV, K: tl.constexpr, V: tl.constexpr,
-                L2NORM: tl.constexpr, STORE_B: tl.constexpr, PREC: tl.constexpr):
+                STORE_B: tl.constexpr, PREC: tl.constexpr):
     dt = w.dtype.element_ty
-    tstart = tl.load(chunk_info + c * 4 + 1)
-    lo = tl.load(chunk_info + c * 4 + 2)
-    hi = tl.load(chunk_info + c * 4 + 3)
-    t = tstart + r64
-    m = (t >= lo) & (t < hi)
+    t = ts0 + j * 64 + r64
+    m = (t >= bos) & (t < eos)
     t = tl.where(m, t, 0)
     rowK = (t[:, None] * HV + i_hv).to(tl.int64) * K + oK[None, :]
     rowV = (t[:, None] * HV + i_hv).to(tl.int64) * V + oV[None, :]
     w_c = tl.load(w + rowK, mask=m[:, None], other=0.)
     q_c = tl.load(qp + rowK, mask=m[:, None], other=0.)
+    kdT = tl.load(kd + (t[None, :] * HV + i_hv).to(tl.int64) * K + oK[:, None], mask=m[None, :],
+                  other=0.)
     u_c = tl.load(u + rowV, mask=m[:, None], other=0.).to(tl.float32)
     oi_c = tl.load(oi + rowV, mask=m[:, None], other=0.).to(tl.float32)
-    kT_c = _load_cols(k, t, m, i_h, skt, skh, oK, L2NORM)
-    g_c = tl.load(gc + t * HV + i_hv, mask=m, other=0.)
-    g_last = tl.load(gc + (hi - 1) * HV + i_hv)
+    g_last = tl.load(gl + c * HV + i_hv)
     Sd = S.to(dt)
     vn = u_c - tl.dot(w_c, Sd, input_precision=PREC)
     o_c = tl.dot(q_c, Sd, input_precision=PREC) + oi_c
     tl.store(o + rowV, o_c.to(o.dtype.element_ty), mask=m[:, None])
-    kdT = tl.where(m[None, :], kT_c * tl.exp(g_last - g_c)[None, :], 0.).to(dt)
     S = S * tl.exp(g_last) + tl.dot(kdT, vn.to(dt), input_precision=PREC)
     if STORE_B:
         slot = tl.load(store_slot + c)
@@ -282,19 +285,24 @@ def _state_step(c, S, k, w, u, qp, oi, gc, o, hb, chunk_info, store_slot, skt, s
                                                    "32,4,2;32,4,3;64,4,2;64,4,3").split(";"))],
     key=["HV", "K", "V", "NT_BUCKET", "N_BUCKET", "PREC", "STORE_B"],
     fixed={"BV": 32},
+    prune=lambda configs, nargs, **kw: ([c for c in configs if c.kwargs["BV"] <= kw.get("V", nargs.get("V", 1 << 30))]
+                                        or configs[:1]),
 )
-def _state_kernel(k, w, u, qp, oi, gc, o, h0, ht, hb, seq_info, chunk_info, store_slot,
-                  skt, skh, NT_BUCKET, N_BUCKET,
+def _state_kernel(kd, w, u, qp, oi, gl, o, h0, ht, hb, seq_info, chunk_info, store_slot,
+                  NT_BUCKET, N_BUCKET,
                   HV, GROUP, K: tl.constexpr, V: tl.constexpr,
-                  BV: tl.constexpr, L2NORM: tl.constexpr, HAS_H0: tl.constexpr,
+                  BV: tl.constexpr, HAS_H0: tl.constexpr,
                   STORE_B: tl.constexpr, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr):
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_v = tl.program_id(2)
     i_h = i_hv // GROUP
     dt = w.dtype.element_ty
+    bos = tl.load(seq_info + i_n * 4)
+    eos = tl.load(seq_info + i_n * 4 + 1)
     c0 = tl.load(seq_info + i_n * 4 + 2)
     c1 = tl.load(seq_info + i_n * 4 + 3)
+    ts0 = tl.load(chunk_info + c0 * 4 + 1, mask=c0 < c1, other=0)   # first (virtual) token
     oK = tl.arange(0, K)
     oV = i_v * BV + tl.arange(0, BV)
     r64 = tl.arange(0, 64)
@@ -306,13 +314,13 @@ def _state_kernel(k, w, u, qp, oi, gc, o, h0, ht, hb, seq_info, chunk_info, stor
         # the interpreter keeps scalars as 1-element arrays, which range() cannot take
         c = c0
         while c < c1:
-            S = _state_step(c, S, k, w, u, qp, oi, gc, o, hb, chunk_info, store_slot, skt, skh,
-                            i_hv, i_h, oK, oV, r64, sidx, HV, K, V, L2NORM, STORE_B, PREC)
+            S = _state_step(c, c - c0, S, kd, w, u, qp, oi, gl, o, hb, store_slot, ts0, bos, eos,
+                            i_hv, oK, oV, r64, sidx, HV, K, V, STORE_B, PREC)
             c += 1
     else:
         for c in range(c0, c1):
-            S = _state_step(c, S, k, w, u, qp, oi, gc, o, hb, chunk_info, store_slot, skt, skh,
-                            i_hv, i_h, oK, oV, r64, sidx, HV, K, V, L2NORM, STORE_B, PREC)
+            S = _state_step(c, c - c0, S, kd, w, u, qp, oi, gl, o, hb, store_slot, ts0, bos, eos,
+                            i_hv, oK, oV, r64, sidx, HV, K, V, STORE_B, PREC)
     tl.store(ht + (i_n * HV + i_hv).to(tl.int64) * K * V + sidx, S)
 
 
@@ -389,26 +397,27 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
         qp = torch.empty(TT, HV, K, dtype=dt, device=dev)
         u = torch.empty(TT, HV, V, dtype=dt, device=dev)
         oi = torch.empty(TT, HV, V, dtype=dt, device=dev)
-        gcum = torch.empty(TT, HV, dtype=torch.float32, device=dev)
+        kd = torch.empty(TT, HV, K, dtype=dt, device=dev)
+        glast = torch.empty(NT, HV, dtype=torch.float32, device=dev)
         a_scr = torch.empty(NT, HV, 64, 64, dtype=dt, device=dev)
         if use_gate_in_kernel:
             A_log_t = A_log.float().contiguous()
             dt_bias_t = dt_bias.float().contiguous()
         else:
-            A_log_t = dt_bias_t = gcum
+            A_log_t = dt_bias_t = glast
         intra_kernel, intra_kw = _intra_kernel, _INTRA_KW
         forced_i = os.environ.get("KERNELS_FORCE_INTRA_CONFIG")   # "num_warps" (debug)
         if forced_i and not INTERPRET:
             intra_kernel, intra_kw = _intra_kernel.fn, dict(num_warps=int(forced_i), num_stages=1)
         intra_kernel[(NT, HV)](
-            q2, k2, v2, g2, b2, A_log_t, dt_bias_t, w, u, qp, oi, gcum, a_scr, meta.chunk_info,
+            q2, k2, v2, g2, b2, A_log_t, dt_bias_t, w, u, qp, oi, kd, glast, a_scr, meta.chunk_info,
             float(scale), q2.stride(0), q2.stride(1), k2.stride(0), k2.stride(1), v2.stride(0),
             v2.stride(1), g2.stride(0), g2.stride(1), b2.stride(0), b2.stride(1), meta.bucket,
             HV=HV, GROUP=HV // H, K=K, V=V, USE_GATE=bool(use_gate_in_kernel),
             BETA_SIGMOID=bool(use_beta_sigmoid), L2NORM=bool(use_qk_l2norm), PREC=prec,
             **intra_kw)
     else:
-        w = qp = u = oi = gcum = o
+        w = qp = u = oi = kd = glast = o
     h0 = initial_state.float().contiguous() if initial_state is not None else ht
     grid = lambda META: (N, HV, triton.cdiv(V, META["BV"]))   # noqa: E731
     state_kernel, state_kw = _state_kernel, _STATE_KW
@@ -416,12 +425,14 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
     if forced and not INTERPRET:
         bv, nw, ns = (int(x) for x in forced.split(","))
         state_kernel, state_kw = _state_kernel.fn, dict(BV=bv, num_warps=nw, num_stages=ns)
+    if "BV" in state_kw:
+        state_kw = dict(state_kw, BV=min(state_kw["BV"], V))
     if N > 0:
         state_kernel[grid](
-            k2, w, u, qp, oi, gcum, o, h0, ht, hb if store_b else ht, meta.seq_info,
-            meta.chunk_info, meta.store_slot, k2.stride(0), k2.stride(1), meta.bucket,
+            kd, w, u, qp, oi, glast, o, h0, ht, hb if store_b else ht, meta.seq_info,
+            meta.chunk_info, meta.store_slot, meta.bucket,
             1 << max(0, N * HV - 1).bit_length(),
-            HV=HV, GROUP=HV // H, K=K, V=V, L2NORM=bool(use_qk_l2norm),
+            HV=HV, GROUP=HV // H, K=K, V=V,
             HAS_H0=initial_state is not None, STORE_B=store_b and meta.num_boundaries > 0,
             PREC=prec, WHILE_LOOP=INTERPRET, **state_kw)
     return o.reshape(B, T, HV, V), ht, hb
