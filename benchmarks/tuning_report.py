@@ -60,6 +60,10 @@ Measured (2 cores, ``--workers 2``; token hit rate %, "<" = below SGLang+; stati
     (des) vs 0.09 / 0.16 s for one static alpha, i.e. about (1 + 9 shadows) x a static run.
     Also measured (sequential): the replay tuner re-tuned every 200 requests from a snapshot, hit-rate or
     FLOPs objective, LRU candidate: mean 58.7, 1/36 below SGLang+ ((2 GB, 2/s), -0.14 pp), ~2 s per run.
+    Duel variants (mean, sequential / des): margin 0: 59.93 / 57.78; window 400: 59.40 (seq); every 50:
+    59.67 (seq); FLOPs objective: 59.76 (seq); 5 candidates (lru,0,0.2,0.5,1): 57.64 des at 0.6x the time.
+    Other settings, duel 0/36 below SGLang+: --compat paper-fixed --tuner duel (58.85 vs 53.57, artifact
+    12/36 below); Poisson arrivals seed 7, sequential (59.28 vs 53.18) and des (57.51 vs 51.19).
 
     python benchmarks/tuning_report.py                 # sequential mode, corrected compat
     python benchmarks/tuning_report.py --mode des --workers 2
