@@ -136,12 +136,16 @@ def naive_causal_conv1d(x, weight, bias=None, *, conv_state=None, cu_seqlens=Non
         prev = (conv_state[n].float() if conv_state is not None
                 else torch.zeros(D, W - 1, device=x.device))
         xs = torch.cat([prev, x[b, bos:eos].float().t()], dim=1)           # [D, W-1+L]
+        L = eos - bos
+        if L == 0:
+            finals.append(prev.clone())
+            bpos.append([])
+            continue
         out = F.conv1d(xs[None], weight.float()[:, None, :],
                        None if bias is None else bias.float(), groups=D)[0]  # [D, L]
         if activation in ("silu", "swish"):
             out = F.silu(out)
         y[b, bos:eos] = out.t()
-        L = eos - bos
         finals.append(xs[:, L:L + W - 1].clone())
         pl = []
         for j in range(1, L + 1):

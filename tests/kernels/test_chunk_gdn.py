@@ -272,6 +272,20 @@ def test_metadata_reuse_and_validation():
         chunk_gated_delta_rule(q, k[:, :, :1], v, g, beta)
 
 
+def test_empty_sequence_in_varlen_keeps_its_state():
+    cu = [0, 70, 70, 100]
+    q, k, v, g, beta = make_inputs(100, seed=61)
+    h0 = rand_state(3, seed=62)
+    o, ht, hb = chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, cu_seqlens=cu,
+                                       use_qk_l2norm=True)
+    ro, rf, rb, _ = naive_gated_delta_rule(q, k, v, g, beta, initial_state=h0, cu_seqlens=cu,
+                                           use_qk_l2norm=True)
+    close(o, ro)
+    close(ht, rf)
+    assert torch.equal(ht[1], h0[1])
+    close(hb, rb)
+
+
 # ----------------------------------------------------------------------------------------------
 # GPU: production shapes, bf16 and fp32, against the oracle and FLA (when importable)
 # ----------------------------------------------------------------------------------------------
