@@ -33,14 +33,30 @@ def _load(grow: int):
     base = load_trace("sharegpt", TraceOptions(sessions=0, min_rounds=2))
     if grow == 1:
         return base
-    # fresh session ids and token ids per copy: copies never share prefixes with each other
+    # fresh session ids and token ids per copy: copies never share prefixes with each other.
+    # Requests are views into per-trace token buffers; each copy shifts the buffers once and
+    # re-creates the same views, so the grown trace is stored as compactly as the base one.
     vocab = 1 + max(int(max(r.input_tokens.max(initial=0), r.output_tokens.max(initial=0))) for r in base.requests)
-    reqs = []
     n_sess = 1 + max(r.session_id for r in base.requests)
+
+    def locate(a):
+        root = a if a.base is None else a.base
+        offset = (a.__array_interface__["data"][0] - root.__array_interface__["data"][0]) // a.itemsize
+        return root, offset, len(a)
+
+    reqs = []
     for k in range(grow):
-        off = k * vocab
+        shifted: dict[int, np.ndarray] = {}
+
+        def view(a):
+            root, offset, n = locate(a)
+            buf = shifted.get(id(root))
+            if buf is None:
+                buf = shifted[id(root)] = root + k * vocab
+            return buf[offset:offset + n]
+
         for r in base.requests:
-            reqs.append(Request(r.session_id + k * n_sess, r.turn, r.input_tokens + off, r.output_tokens + off,
+            reqs.append(Request(r.session_id + k * n_sess, r.turn, view(r.input_tokens), view(r.output_tokens),
                                 think_time=r.think_time))
     return Trace(f"sharegpt-x{grow}", reqs)
 
