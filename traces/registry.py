@@ -6,6 +6,7 @@ Specs::
     sharegpt:PATH             a local ShareGPT JSON (array or JSON Lines, .gz allowed)
     lmsys                     LMSys-Chat-1M from the Hugging Face hub (gated: HF_TOKEN)
     lmsys:PATH                local LMSys-Chat-1M parquet file or folder of shards
+    swebench:hf:NAME[:SPLIT]  SWE-agent trajectories from a Hugging Face dataset (streamed)
     swebench:PATH             SWE-agent trajectories: folder of .traj files, one .traj, or a
                               dataset of trajectories (.jsonl / .parquet)
     mooncake:PATH             Mooncake JSONL (512-token hash blocks, timestamp in ms)
@@ -32,6 +33,7 @@ SPECS = {
     "lmsys": "LMSys-Chat-1M from the Hugging Face hub (gated: set HF_TOKEN)",
     "lmsys:PATH": "local LMSys-Chat-1M parquet file or folder",
     "swebench:PATH": "SWE-agent trajectories (.traj folder/file, or .jsonl/.parquet dataset)",
+    "swebench:hf:DATASET[:SPLIT]": "SWE-agent trajectories from a Hugging Face dataset (streamed)",
     "mooncake:PATH": "Mooncake JSONL (512-token hash blocks)",
     "bailian:PATH": "Alibaba Bailian JSONL (16-token hash blocks, sessions)",
     "marconi-jsonl:PATH": "Marconi artifact pre-tokenized JSONL (.gz ok)",

@@ -2,7 +2,8 @@
 
 Sources: a folder of SWE-agent ``.traj`` files (sorted by name, searched recursively), a single
 ``.traj``, or a dataset of trajectories: ``.jsonl`` (one trajectory object per line) or
-``.parquet`` (one per row; list or JSON-string columns). Accepted trajectory shapes:
+``.parquet`` (one per row; list or JSON-string columns), or a Hugging Face dataset of trajectories
+(``swebench:hf:DATASET[:SPLIT]``, streamed; ``HF_TOKEN`` honoured). Accepted trajectory shapes:
 
 - SWE-agent ``.traj``: ``history`` = the full message list (system prompt, demonstrations, the
   instance prompt, then assistant actions and user observations) next to ``trajectory`` =
@@ -25,6 +26,7 @@ of mean ``response_time`` seconds per step after the first (the paper: numpy see
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,7 +41,12 @@ PLACEHOLDER = "Old environment output: ({n} lines omitted)"
 ASSISTANT = {"assistant", "ai", "gpt", "model"}
 
 
+HUB_PREFIX = "hf:"
+
+
 def source_identity(path: str) -> dict:
+    if path.startswith(HUB_PREFIX):
+        return {"hub": path[len(HUB_PREFIX):]}
     p = Path(path).expanduser()
     if not p.exists():
         raise TraceError(f"SWE-bench trajectory path not found: {p}")
@@ -109,7 +116,41 @@ def _parse(obj) -> tuple[list[tuple[str, str]], list[tuple[str, str | None]]]:
     raise ValueError("neither a 'history'/'messages' list nor 'trajectory' steps")
 
 
+def _decode_json_columns(rec: dict) -> dict:
+    """Datasets often store nested lists as JSON strings: decode those columns."""
+    for k, v in list(rec.items()):
+        if isinstance(v, str) and v[:1] in "[{":
+            try:
+                rec[k] = json.loads(v)
+            except json.JSONDecodeError:
+                pass
+    return rec
+
+
+def _iter_hub(spec: str) -> Iterator[tuple[str, object]]:
+    name, _, split = spec.partition(":")
+    try:
+        import datasets
+    except ImportError as exc:
+        raise TraceError("swebench from the hub needs the 'datasets' package: pip install 'marconi-sim[lmsys]' "
+                         "(or give a local folder: --trace swebench:PATH)") from exc
+    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    try:
+        ds = datasets.load_dataset(name, split=split or "train", streaming=True, token=token)
+        for row, rec in enumerate(ds):
+            yield f"{name}: row {row}", _decode_json_columns(dict(rec))
+    except TraceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - network, auth and dataset errors alike
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise TraceError(f"cannot load trajectories {name!r} from the Hugging Face hub "
+                         f"({type(exc).__name__}: {first}); download them and use --trace swebench:PATH") from exc
+
+
 def iter_trajectories(path: str, skip_bad_rows: bool, stats: dict) -> Iterator[tuple[str, object]]:
+    if path.startswith(HUB_PREFIX):
+        yield from _iter_hub(path[len(HUB_PREFIX):])
+        return
     p = Path(path).expanduser()
     if p.is_dir():
         files = sorted((q for q in p.rglob("*.traj") if q.is_file()), key=lambda q: q.name)
@@ -134,13 +175,7 @@ def iter_trajectories(path: str, skip_bad_rows: bool, stats: dict) -> Iterator[t
             import pyarrow.parquet as pq
 
             for row, rec in enumerate(pq.read_table(f).to_pylist()):
-                for k, v in list(rec.items()):
-                    if isinstance(v, str) and v[:1] in "[{":
-                        try:
-                            rec[k] = json.loads(v)
-                        except json.JSONDecodeError:
-                            pass
-                yield f"{f}: row {row}", rec
+                yield f"{f}: row {row}", _decode_json_columns(rec)
         else:
             try:
                 with open(f, encoding="utf-8") as fh:

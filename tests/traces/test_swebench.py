@@ -124,3 +124,32 @@ def test_bad_inputs(tmp_path, trajs):
         load_trace(f"swebench:{tmp_path / 'none'}", TraceOptions())
     with pytest.raises(TraceError, match="needs a path"):
         load_trace("swebench", TraceOptions())
+
+
+def test_hub_dataset_of_trajectories_streams_rows(monkeypatch, qwen):
+    """`swebench:hf:NAME[:SPLIT]` goes through datasets.load_dataset (streamed, token honoured);
+    rows may hold their message lists as JSON strings, as hub datasets often do."""
+    datasets = pytest.importorskip("datasets")
+    calls = {}
+
+    def fake_load_dataset(name, split=None, streaming=False, token=None):
+        calls.update(name=name, split=split, streaming=streaming, token=token)
+        return iter([{"instance_id": "a", "trajectory": json.dumps(_traj(3)["trajectory"])},
+                     dict(_traj(2), instance_id="b")])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    tr = load_trace("swebench:hf:org/swe-trajs:test", TraceOptions(use_cache=False))
+    assert calls == {"name": "org/swe-trajs", "split": "test", "streaming": True, "token": "hf_test"}
+    assert tr.n_sessions == 2 and [len(s) for s in tr.sessions().values()] == [3, 2]
+
+
+def test_hub_errors_are_one_line(monkeypatch):
+    datasets = pytest.importorskip("datasets")
+
+    def offline(*a, **k):
+        raise ConnectionError("no network\nmore detail")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(TraceError, match="cannot load trajectories 'org/x' from the Hugging Face hub"):
+        load_trace("swebench:hf:org/x", TraceOptions(use_cache=False))
