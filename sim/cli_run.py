@@ -167,6 +167,15 @@ def register(main: click.Group) -> None:
                        f"model {cfg0.model} | capacity {format_size(cfg0.capacity_bytes)} | "
                        f"{cfg0.mode} | {sessions_per_second:g} sessions/s | alpha {cfg0.alpha}")
             click.echo(format_table(rows))
+            for r in rows:
+                if r.get("tuned_choice") is None:
+                    continue
+                if r.get("tuning_rounds"):
+                    click.echo(f"{r['policy']}: alpha auto -> {r['tuned_choice']} (adopted at request "
+                               f"{r.get('tuned_at_request')}; {r.get('tuning_switches', 0)} switches in "
+                               f"{r['tuning_rounds']} tuning rounds)")
+                else:
+                    click.echo(f"{r['policy']}: best static alpha in hindsight {r['tuned_choice']}")
         if out is not None:
             _write_outputs(out, trace, results)
 
