@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import (CHUNK, INTERPRET, ChunkMetadata, autotuned, prepare_chunk_metadata,
+from kernels._common import (INTERPRET, ChunkMetadata, autotuned, prepare_chunk_metadata,
                              resolve_metadata)
 
 __all__ = ["chunk_gated_delta_rule", "prepare_chunk_metadata", "ChunkMetadata"]
@@ -296,8 +296,6 @@ def _state_kernel(kd, w, u, qp, oi, gl, o, h0, ht, hb, seq_info, chunk_info, sto
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_v = tl.program_id(2)
-    i_h = i_hv // GROUP
-    dt = w.dtype.element_ty
     bos = tl.load(seq_info + i_n * 4)
     eos = tl.load(seq_info + i_n * 4 + 1)
     c0 = tl.load(seq_info + i_n * 4 + 2)

@@ -26,6 +26,12 @@ def parse_alpha(text: str) -> float | str:
     return value
 
 
+def _with_options(fn, opts):
+    for opt in reversed(opts):  # reversed: click lists options in decoration order
+        fn = opt(fn)
+    return fn
+
+
 def sim_options(fn):
     """The simulation knobs shared by `run` and `sweep` (single values here)."""
     opts = [
@@ -50,9 +56,7 @@ def sim_options(fn):
         click.option("--block-size", type=int, default=0, show_default=True,
                      help="Block of block-based engine presets (vllm-align, vllm-all) in tokens; 0 = derived per model."),
     ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
+    return _with_options(fn, opts)
 
 
 def tuning_options(fn):
@@ -85,9 +89,7 @@ def tuning_options(fn):
         click.option("--duel-margin", type=float, default=0.02, show_default=True,
                      help="Duel tuner: a challenger must beat the incumbent's score by this fraction."),
     ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
+    return _with_options(fn, opts)
 
 
 def build_configs(policies: str, capacity: str, alpha: str, sessions_per_second: float, **knobs) -> list[SimConfig]:

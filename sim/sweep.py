@@ -27,7 +27,7 @@ import os
 import sys
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from itertools import product
 from pathlib import Path

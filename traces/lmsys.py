@@ -14,11 +14,11 @@ conversations are ever held in memory; tokenization runs on all cores (``traces.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from traces.base import TraceError
+from traces.hub import stream_dataset
 from traces.chat import build_chat_trace
 from traces.packing import PackedTrace, file_identity
 
@@ -66,22 +66,9 @@ def _iter_local(path: str) -> Iterator[tuple[str, int, dict]]:
 
 
 def _iter_hub() -> Iterator[tuple[str, int, dict]]:
-    try:
-        import datasets
-    except ImportError as exc:
-        raise TraceError("lmsys from the hub needs the 'datasets' package: pip install 'marconi-sim[lmsys]' "
-                         "(or give a local copy: --trace lmsys:PATH)") from exc
-    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
-    try:
-        ds = datasets.load_dataset(HUB_ID, split="train", streaming=True, token=token)
-        for row, rec in enumerate(ds):
-            yield HUB_ID, row, rec
-    except TraceError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - network, auth and dataset errors alike
-        raise TraceError(f"cannot load {HUB_ID} from the Hugging Face hub ({type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''}); it is gated: accept its licence "
-                         f"and set HF_TOKEN, or download it and use --trace lmsys:PATH") from exc
+    hint = "it is gated: accept its licence and set HF_TOKEN, or download it and use --trace lmsys:PATH"
+    for row, rec in stream_dataset(HUB_ID, "train", what="LMSys-Chat-1M", local_hint=hint):
+        yield HUB_ID, row, rec
 
 
 def non_ascii_fraction(texts: list[str]) -> float:

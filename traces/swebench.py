@@ -26,7 +26,6 @@ of mean ``response_time`` seconds per step after the first (the paper: numpy see
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +33,7 @@ import numpy as np
 
 from traces.arrivals import poisson_response_times
 from traces.base import TraceError
+from traces.hub import stream_dataset
 from traces.packing import PackedTrace, TraceBuilder, file_identity
 from traces.tokenizers import get_tokenizer
 
@@ -129,22 +129,9 @@ def _decode_json_columns(rec: dict) -> dict:
 
 def _iter_hub(spec: str) -> Iterator[tuple[str, object]]:
     name, _, split = spec.partition(":")
-    try:
-        import datasets
-    except ImportError as exc:
-        raise TraceError("swebench from the hub needs the 'datasets' package: pip install 'marconi-sim[lmsys]' "
-                         "(or give a local folder: --trace swebench:PATH)") from exc
-    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
-    try:
-        ds = datasets.load_dataset(name, split=split or "train", streaming=True, token=token)
-        for row, rec in enumerate(ds):
-            yield f"{name}: row {row}", _decode_json_columns(dict(rec))
-    except TraceError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - network, auth and dataset errors alike
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        raise TraceError(f"cannot load trajectories {name!r} from the Hugging Face hub "
-                         f"({type(exc).__name__}: {first}); download them and use --trace swebench:PATH") from exc
+    hint = "download them and use --trace swebench:PATH"
+    for row, rec in stream_dataset(name, split or "train", what="trajectories", local_hint=hint):
+        yield f"{name}: row {row}", _decode_json_columns(dict(rec))
 
 
 def iter_trajectories(path: str, skip_bad_rows: bool, stats: dict) -> Iterator[tuple[str, object]]:
