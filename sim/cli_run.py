@@ -165,9 +165,11 @@ def register(main: click.Group) -> None:
             click.echo(json.dumps([{k: r[k] for k in SUMMARY_KEYS} for r in rows], indent=2))
         else:
             cfg0 = configs[0]
+            arrivals = (f"{sessions_per_second:g} sessions/s ({cfg0.arrival})" if trace.closed_loop
+                        else "open-loop arrivals from the trace")
             click.echo(f"trace {trace.name}: {len(trace.requests)} requests, {trace.n_sessions} sessions | "
                        f"model {cfg0.model} | capacity {format_size(cfg0.capacity_bytes)} | "
-                       f"{cfg0.mode} | {sessions_per_second:g} sessions/s | alpha {cfg0.alpha}")
+                       f"{cfg0.mode} | {arrivals} | alpha {cfg0.alpha}")
             click.echo(format_table(rows))
             for r in rows:
                 if r.get("tuned_choice") is None:
