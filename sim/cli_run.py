@@ -189,15 +189,8 @@ def register(main: click.Group) -> None:
         out.mkdir(parents=True, exist_ok=True)
         summary = [{**cfg.as_row(), "trace": trace.name, **res.summary} for cfg, res in results]
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
-        frames = []
-        for cfg, res in results:
-            df = res.requests.copy()
-            df.insert(0, "policy", cfg.policy)
-            frames.append(df)
-        pd.concat(frames, ignore_index=True).to_parquet(out / "requests.parquet", index=False)
-        occ = []
-        for cfg, res in results:
-            o = res.occupancy.copy()
-            o.insert(0, "policy", cfg.policy)
-            occ.append(o)
-        pd.concat(occ, ignore_index=True).to_parquet(out / "occupancy.parquet", index=False)
+        for name in ("requests", "occupancy"):  # one table each, all policies, policy column first
+            frames = [getattr(res, name).assign(policy=cfg.policy) for cfg, res in results]
+            table = pd.concat(frames, ignore_index=True)
+            table = table[["policy", *[c for c in table.columns if c != "policy"]]]
+            table.to_parquet(out / f"{name}.parquet", index=False)

@@ -146,9 +146,7 @@ class Simulation:
         return self.tree.now
 
     def lookup(self, r: Request, t: float, lock: bool) -> _Flight:
-        seq_in, seq_full, tok_in, tok_full = self._symbols(r)
-        if self.regrid == 1 and r.input_len >= 0:
-            tok_in = r.input_len  # hash-block traces: exact token counts
+        seq_in, seq_full, tok_in, tok_full = self._symbols(r)  # tok_in: the real prompt length
         if not self.preset.caching:
             self.rec.lookup(r, t, 0, tok_in)
             return _Flight(r, seq_in, seq_full, tok_in, tok_full, 0, [], [], None)
@@ -157,9 +155,9 @@ class Simulation:
         cap = None
         if self.preset.lookup_cap_minus_one:
             # at least one prompt token is recomputed: hit <= input_len - 1 tokens, in grid symbols
-            cap = max((r.n_input_tokens(self.trace.block_tokens) - 1) // self.grid, 0)
+            cap = max((tok_in - 1) // self.grid, 0)
         m = tree.match(seq_in, max_hit_sym=cap)
-        hit_tokens = min(m.hit_tokens, r.n_input_tokens(self.trace.block_tokens))
+        hit_tokens = min(m.hit_tokens, tok_in)
         if m.hit_sym > 0:
             if self.refresh_path:
                 for node in m.path:
@@ -169,7 +167,7 @@ class Simulation:
         n_in = len(seq_in)
         ctx = AdmissionContext(n_in, len(seq_full), self.grid, self.chunk_tokens, self.paper,
                                prefill_chunk_tokens=self.config.prefill_chunk_tokens,
-                               input_tokens=r.n_input_tokens(self.trace.block_tokens))
+                               input_tokens=tok_in)
         if self.paper and self.admission.needs_full_divergence and m.match_sym > m.hit_sym:
             ctx.divergence_full = tree.match(seq_full).match_sym
         prefill_cps = self.admission.prefill_checkpoints(m, ctx)

@@ -251,10 +251,11 @@ class HybridRadixTree:
         if n == 0:
             return InsertResult(True, end_node=self.root)
         pad = n * self.block_tokens - seq_tokens  # tokens missing from a partial last symbol
-        need_kv, need_states, walk_end = self._plan(seq, pad, checkpoints)
-        need = need_kv * self.kv_bytes_per_token + need_states * self.state_bytes
         if need_bytes is not None and not self.exact_capacity:
-            need = need_bytes
+            need, walk_end = need_bytes, None  # the artifact's own estimate: no planning walk
+        else:
+            need_kv, need_states, walk_end = self._plan(seq, pad, checkpoints)
+            need = need_kv * self.kv_bytes_per_token + need_states * self.state_bytes
         ev_states = ev_kv = 0
         if self.used_bytes + need > self.capacity_bytes:
             guard = walk_end if self.exact_capacity else None
