@@ -21,7 +21,7 @@ run: setup
 	$(BIN)/marconi run
 
 test: setup-test
-	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/lint-imports && TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider
 
 # benchmarks print figures; they are not part of the test suite (kernel_bench.py needs a GPU)
 bench: setup-test

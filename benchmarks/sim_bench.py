@@ -66,7 +66,7 @@ def child(policy: str, mode: str, grow: int, capacity: str, alpha: float) -> Non
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     from sim.config import SimConfig, parse_size
-    from sim.engine import simulate
+    from sim.simulate import simulate
 
     trace = _load(grow)
     cfg = SimConfig(policy=policy, mode=mode, capacity_bytes=parse_size(capacity), alpha=alpha)

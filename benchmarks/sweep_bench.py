@@ -26,14 +26,15 @@ TARGET_S = 600
 
 def auto_alpha_available() -> bool:
     from sim.config import SimConfig
-    from sim.engine import Simulation
+    from sim.engine.drivers import run
+from sim.simulate import build, simulate
     from sim.errors import UsageError
     from traces.base import Request, Trace
     import numpy as np
 
     tiny = Trace("probe", [Request(0, 0, np.arange(8), np.arange(2), arrival=0.0)], closed_loop=False)
     try:
-        Simulation(tiny, SimConfig(policy="marconi", alpha="auto", capacity_bytes=10**9))
+        build(tiny, SimConfig(policy="marconi", alpha="auto", capacity_bytes=10**9))
         return True
     except UsageError:
         return False
@@ -48,7 +49,9 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
-    from sim.sweep import _load_trace, expand_grid, load_results, run_sweep
+    from sim.experiments.grid import expand_grid
+    from sim.experiments.runners import _load_trace, run_sweep
+    from sim.experiments.store import load_results
 
     alpha = args.alpha
     if alpha is None:

@@ -98,9 +98,10 @@ def _trace(spec: str, sessions: int):
 
 
 def one_config(args) -> dict:
-    from policies.tuning import parse_grid
+    from sim.config import parse_grid
     from sim.config import SimConfig
-    from sim.engine import Simulation
+    from sim.engine.drivers import run
+from sim.simulate import build, simulate
 
     spec, sessions, cap_gb, rate, mode, compat, objective, grid, tuner = args
     trace = _trace(spec, sessions)
@@ -108,11 +109,11 @@ def one_config(args) -> dict:
                      compat=compat, tuning_workers=1, alpha_grid=grid)
     t0 = time.perf_counter()
     row = {"cap_gb": cap_gb, "rate": rate}
-    row["sglang+"] = Simulation(trace, dataclasses.replace(base, policy="sglang+")).run().summary["token_hit_rate"]
-    art = Simulation(trace, dataclasses.replace(base, alpha="auto", tuner="replay", tuning_lru=False,
-                                                tuning_objective=objective or "flops")).run().summary
+    row["sglang+"] = simulate(trace, dataclasses.replace(base, policy="sglang+")).summary["token_hit_rate"]
+    art = simulate(trace, dataclasses.replace(base, alpha="auto", tuner="replay", tuning_lru=False,
+                                                tuning_objective=objective or "flops")).summary
     t1 = time.perf_counter()
-    rob = Simulation(trace, dataclasses.replace(base, alpha="auto", tuner=tuner, tuning_objective=objective)).run().summary
+    rob = simulate(trace, dataclasses.replace(base, alpha="auto", tuner=tuner, tuning_objective=objective)).summary
     row["robust_s"] = time.perf_counter() - t1
     row["artifact"], row["artifact_choice"] = art["token_hit_rate"], art.get("tuned_choice")
     row["robust"], row["robust_choice"] = rob["token_hit_rate"], rob.get("tuned_choice")
@@ -121,7 +122,7 @@ def one_config(args) -> dict:
     grid_alphas = parse_grid(grid)
     for a in grid_alphas:
         t1 = time.perf_counter()
-        h = Simulation(trace, dataclasses.replace(base, alpha=a)).run().summary["token_hit_rate"]
+        h = simulate(trace, dataclasses.replace(base, alpha=a)).summary["token_hit_rate"]
         static_s += time.perf_counter() - t1
         if h > best:
             best_a, best = a, h

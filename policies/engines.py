@@ -46,9 +46,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from policies.admission import AdmissionContext, AdmissionPolicy
+from policies.base import AdmissionContext, AdmissionPolicy, PolicyPreset, Victim, admission, eviction
+from policies.base import register_preset as register
 from policies.eviction import HeapEviction
-from policies.presets import ADMISSION, EVICTION, PolicyPreset, register
 
 VLLM_KERNEL_ALIGN = 16  # vLLM rounds the raised attention block to this many tokens
 SGLANG_CAPTURE_CHUNK = 64  # SGLang V2: states at kernel-chunk boundaries (max(64, page))
@@ -101,14 +101,13 @@ def _down(pos_sym: int, step_tokens: int, ctx: AdmissionContext) -> int:
 
 # ---------------------------------------------------------------------------------- admission
 
+@admission("vllm-align")
 class VllmAlignAdmission(AdmissionPolicy):
     """``--mamba-cache-mode align``: prefill runs in steps of whole blocks from the hit; the
     kernel's final state is kept at the end of each step that ends on a block boundary. The
     last step ends at the prompt end, a boundary only if the prompt is a block multiple; so an
     unchunked prompt (concurrency 1, prompt <= the step budget) gets no intermediate state
     (vLLM #42317). Decode captures nothing."""
-
-    name = "vllm-align"
 
     def prefill_checkpoints(self, match, ctx):
         B = ctx.block_tokens
@@ -130,10 +129,9 @@ class VllmAlignAdmission(AdmissionPolicy):
         return []
 
 
+@admission("vllm-all")
 class VllmAllAdmission(AdmissionPolicy):
     """``--mamba-cache-mode all``: a state at every block boundary of the prompt."""
-
-    name = "vllm-all"
 
     def prefill_checkpoints(self, match, ctx):
         return list(range(match.hit_sym + 1, ctx.n_input + 1))
@@ -142,11 +140,10 @@ class VllmAllAdmission(AdmissionPolicy):
         return []
 
 
+@admission("sglang-v1")
 class SGLangV1Admission(AdmissionPolicy):
     """``no_buffer``: the state at the end of every chunked-prefill chunk but the last, and the
     request's final state."""
-
-    name = "sglang-v1"
 
     def prefill_checkpoints(self, match, ctx):
         step = max(ctx.prefill_chunk_tokens // ctx.block_tokens, 1)
@@ -156,12 +153,11 @@ class SGLangV1Admission(AdmissionPolicy):
         return [ctx.n_full]
 
 
+@admission("sglang-v2")
 class SGLangV2Admission(AdmissionPolicy):
     """``extra_buffer``: at each prefill forward end the state at its last 64-token boundary;
     the branch point found by the lookup (``mamba_branching_seqlen``), rounded down to 64; in
     decode the state tracked at the last multiple of the 256-token track interval."""
-
-    name = "sglang-v2"
 
     def prefill_checkpoints(self, match, ctx):
         step = max(ctx.prefill_chunk_tokens // ctx.block_tokens, 1)
@@ -176,11 +172,10 @@ class SGLangV2Admission(AdmissionPolicy):
         return [last] if last > ctx.n_input else []
 
 
+@admission("lmdeploy")
 class LmdeployAdmission(AdmissionPolicy):
     """PyTorch engine: a state at every prefill forward end (chunk ends and the prompt end, at
     any position); decode states off (``prefix_cache_decode_state_interval`` 0)."""
-
-    name = "lmdeploy"
 
     def prefill_checkpoints(self, match, ctx):
         step = max(ctx.prefill_chunk_tokens // ctx.block_tokens, 1)
@@ -190,10 +185,9 @@ class LmdeployAdmission(AdmissionPolicy):
         return []
 
 
+@admission("trtllm")
 class TrtllmAdmission(AdmissionPolicy):
     """A state every 256 prompt tokens (context chunks are cut there) and at the prompt end."""
-
-    name = "trtllm"
 
     def prefill_checkpoints(self, match, ctx):
         step = max(TRTLLM_INTERVAL // ctx.block_tokens, 1)
@@ -206,18 +200,19 @@ class TrtllmAdmission(AdmissionPolicy):
 
 # ---------------------------------------------------------------------------------- eviction
 
+@eviction("lru-tail-first")
 class TailFirstLRUEviction(HeapEviction):
     """One LRU over cached leaves (vLLM's shared free-block queue, TensorRT-LLM's KV pool): a
     finished request's blocks are released tail first, so among equally recent leaves the
     deepest goes first."""
 
-    name = "lru-tail-first"
     refresh = "path"
 
     def priority(self, node):
         return (node.last_access, -node.depth_tokens)
 
 
+@eviction("two-list")
 class TwoListLRUEviction(HeapEviction):
     """SGLang's ``MambaRadixCache``: an LRU list of state holders and an LRU list of KV leaves,
     merged here by recency because the simulator has one byte budget. Evicting an inner state
@@ -225,7 +220,6 @@ class TwoListLRUEviction(HeapEviction):
     stateless leaf (a tombstone leaf) goes before anything else. Ties go to the shallower node
     (in SGLang's list a child is always newer than its parent)."""
 
-    name = "two-list"
     refresh = "path"
 
     def is_candidate(self, node):
@@ -237,22 +231,21 @@ class TwoListLRUEviction(HeapEviction):
         return (node.last_access, node.depth_tokens)
 
     def pop_victim(self):
-        node = super().pop_victim()
-        if node is not None and node.children:
-            return node, "drop-state"
-        return node
+        node = self.pop_node()
+        if node is None:
+            return None
+        return Victim(node, drop_state_only=bool(node.children))
 
 
+@eviction("lmdeploy-tiered")
 class TieredLRUEviction(HeapEviction):
     """LMDeploy's order: frozen partial checkpoints (a state not on a ``block`` boundary: its
     partial block was copied aside) drop first, then KV leaves with their states, then
     checkpoint-only drops that keep the node and its KV; LRU within each tier."""
 
-    name = "lmdeploy-tiered"
     refresh = "path"
 
-    def __init__(self, block: int = LMDEPLOY_BLOCK) -> None:
-        self.block = block
+    block = LMDEPLOY_BLOCK
 
     def is_candidate(self, node):
         return node.lock == 0 and node.parent is not None and (not node.children or node.has_state)
@@ -266,32 +259,18 @@ class TieredLRUEviction(HeapEviction):
         return (self._tier(node), node.last_access, -node.depth_tokens)
 
     def pop_victim(self):
-        node = super().pop_victim()
-        if node is not None and (node.children or self._tier(node) == 0):
-            return node, "drop-state"
-        return node
+        node = self.pop_node()
+        if node is None:
+            return None
+        return Victim(node, drop_state_only=bool(node.children) or self._tier(node) == 0)
 
 
-def _consumed_two_list(spec, alpha, paper):
-    policy = TwoListLRUEviction()
-    policy.refresh = "consumed"
-    return policy
+@eviction("two-list-consumed")
+class TwoListConsumedEviction(TwoListLRUEviction):
+    """``two-list`` with consumed-node refresh (SGLang #31643 / #31648)."""
 
+    refresh = "consumed"
 
-ADMISSION.update({
-    "vllm-align": VllmAlignAdmission,
-    "vllm-all": VllmAllAdmission,
-    "sglang-v1": SGLangV1Admission,
-    "sglang-v2": SGLangV2Admission,
-    "lmdeploy": LmdeployAdmission,
-    "trtllm": TrtllmAdmission,
-})
-EVICTION.update({
-    "lru-tail-first": lambda spec, alpha, paper: TailFirstLRUEviction(),
-    "two-list": lambda spec, alpha, paper: TwoListLRUEviction(),
-    "two-list-consumed": _consumed_two_list,
-    "lmdeploy-tiered": lambda spec, alpha, paper: TieredLRUEviction(),
-})
 
 register(VllmPreset(
     "vllm-align", "vLLM --mamba-cache-mode align: a state at the block boundary ending each scheduled prefill "

@@ -1,8 +1,4 @@
-"""Eviction policies: which cached node goes next when an insert needs room.
-
-The tree tells the policy about every node whose candidacy or priority may have changed
-(``add``, ``update``, ``remove``); the policy keeps its own index and answers ``pop_victim``
-without scanning the tree.
+"""Eviction policies of the paper: LRU over leaves and Marconi's FLOP-aware eviction.
 
 - ``HeapEviction``: a static priority per node (``priority(node)``), popped from a heap with
   lazy invalidation (each entry carries the node's version; stale entries are skipped).
@@ -16,43 +12,12 @@ without scanning the tree.
 from __future__ import annotations
 
 import heapq
-from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from abc import abstractmethod
+from dataclasses import dataclass
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from sim.cost import ModelSpec
-    from sim.tree import HybridRadixTree, Node
-
-
-class EvictionPolicy(ABC):
-    name = "base"
-    #: "path": a hit or insert refreshes every node on its path (LRU engines, SGLang+, vLLM+);
-    #: "consumed": only the node whose state is consumed (Marconi, SGLang after #31643).
-    refresh = "path"
-
-    def attach(self, tree: "HybridRadixTree") -> None:
-        self.tree = tree
-
-    @abstractmethod
-    def add(self, node: "Node") -> None: ...
-
-    @abstractmethod
-    def update(self, node: "Node") -> None: ...
-
-    @abstractmethod
-    def remove(self, node: "Node") -> None: ...
-
-    @abstractmethod
-    def pop_victim(self) -> "Node | None":
-        """The next node to evict, or None when nothing is evictable. A policy may also return
-        ``(node, "drop-state")``: free the node's state only and keep its KV (a tombstone)."""
-
-    def credited_bytes(self, states: int, kv_tokens: int, tree: "HybridRadixTree") -> int:
-        """Bytes the eviction loop believes it freed (only paper mode ever lies here)."""
-        return states * tree.state_bytes + kv_tokens * tree.kv_bytes_per_token
-
+from policies.base import EvictionPolicy, Victim, eviction, knob
 
 class HeapEviction(EvictionPolicy):
     """Pop the lowest ``priority(node)`` among ``is_candidate`` nodes."""
@@ -87,7 +52,8 @@ class HeapEviction(EvictionPolicy):
         self._heap = [e for e in self._heap if e[3].version == e[2] and e[3].parent is not None]
         heapq.heapify(self._heap)
 
-    def pop_victim(self):
+    def pop_node(self):
+        """The lowest-priority candidate, taken off the heap (None when there is none)."""
         heap = self._heap
         while heap:
             _, _, version, node = heapq.heappop(heap)
@@ -95,34 +61,37 @@ class HeapEviction(EvictionPolicy):
                 return node
         return None
 
+    def pop_victim(self):
+        node = self.pop_node()
+        return None if node is None else Victim(node)
 
+
+@eviction("lru-leaf")
 class LRULeafEviction(HeapEviction):
     """LRU over leaves (SGLang+ and vLLM+ in the paper): inner nodes are never candidates, so
     an old turn's state under a newer turn stays until it becomes a leaf again."""
 
-    name = "lru-leaf"
     refresh = "path"
 
     def priority(self, node):
         return node.last_access
 
 
+@eviction("marconi")
 class MarconiEviction(EvictionPolicy):
     """FLOP-aware eviction. Candidates: non-root nodes with at most one child that hold
     something (leaves; single-child nodes with a state). Evicting a single-child node drops its
     state only; its KV merges into the child."""
 
-    name = "marconi"
     refresh = "consumed"
 
-    def __init__(self, spec: "ModelSpec", alpha: float = 0.0, paper_bugs: bool = False) -> None:
-        self.spec = spec
-        self.alpha = float(alpha)
-        self.paper_bugs = paper_bugs  # bug 1 (MLP marginal FLOPs) and bug 2 (bytes credited)
-        # paper mode: candidates are enumerated as the artifact does (depth-first pre-order,
-        # children in insertion order); a tie goes to the first, bug 2 credits the last
-        self.artifact_order = paper_bugs
-        self._last_scored_tokens = 0
+    @dataclass(frozen=True)
+    class Params:
+        alpha: float = knob(0.0, "Marconi's FLOP-efficiency weight, or auto (tuned on the live request stream).")
+
+    def __init__(self, cost, params=None) -> None:
+        super().__init__(cost, params)
+        self.alpha = float(self.params.alpha)  # the tuner may change it on the fly
 
     def attach(self, tree):
         super().attach(tree)
@@ -172,8 +141,8 @@ class MarconiEviction(EvictionPolicy):
         if self._geom[slot] != geom:
             self._geom[slot] = geom
             L_n = node.depth_tokens
-            flops = self.spec.node_flops(L_n - node.n_tokens, L_n, paper_bug=self.paper_bugs)
-            self._eff[slot] = flops / self.spec.node_bytes(L_n)
+            flops = self.cost.node_flops(L_n - node.n_tokens, L_n)
+            self._eff[slot] = flops / self.cost.node_bytes(L_n)
 
     def remove(self, node):
         slot = node.slot
@@ -185,49 +154,29 @@ class MarconiEviction(EvictionPolicy):
         self._free.append(slot)
 
     def pop_victim(self):
-        hi = self._hi
-        idx = np.flatnonzero(self._cand[:hi])
+        idx = np.flatnonzero(self._cand[:self._hi])
         if idx.size == 0:
             return None
+        return Victim(self._nodes[self.choose(idx)])
+
+    def scores(self, idx: np.ndarray) -> np.ndarray:
+        """Scores of candidate slots ``idx``; the lowest is evicted."""
+        age = np.maximum(self.tree.now - self._t[idx], 1e-9)
+        score = _minmax(1.0 / age)
+        if self.alpha:
+            score = score + self.alpha * _minmax(self._eff[idx])
+        return score
+
+    def choose(self, idx: np.ndarray) -> int:
+        """The slot to evict among candidate slots ``idx`` (ties: the oldest node)."""
         if idx.size == 1:
-            best = int(idx[0])
-        else:
-            age = np.maximum(self.tree.now - self._t[idx], 1e-9)
-            score = _minmax(1.0 / age)
-            if self.alpha:
-                score = score + self.alpha * _minmax(self._eff[idx])
-            low = score.min()
-            ties = idx[score <= low]
-            order = self._dfs_rank() if self.artifact_order else self._created
-            best = int(ties[np.argmin(order[ties])]) if ties.size > 1 else int(ties[0])
-            if self.paper_bugs:
-                # bug 2: the artifact credits a leaf eviction with the edge of the last candidate
-                # it scored (in its enumeration order), not the evicted one.
-                last = int(idx[np.argmax(order[idx])])
-                self._last_scored_tokens = self._nodes[last].n_tokens
-        if self.paper_bugs and idx.size == 1:
-            self._last_scored_tokens = self._nodes[best].n_tokens
-        return self._nodes[best]
+            return int(idx[0])
+        score = self.scores(idx)
+        ties = idx[score <= score.min()]
+        return int(ties[np.argmin(self._created[ties])]) if ties.size > 1 else int(ties[0])
 
-    def _dfs_rank(self) -> np.ndarray:
-        """Position of each slot in a depth-first pre-order walk (children in insertion order),
-        the order the artifact lists its candidates in. O(nodes); paper mode only."""
-        rank = np.zeros(len(self._t), dtype=np.int64)
-        i = 0
-        stack = [self.tree.root]
-        while stack:
-            node = stack.pop()
-            if node.slot >= 0:
-                rank[node.slot] = i
-                i += 1
-            if node.children:
-                stack.extend(reversed(node.children.values()))
-        return rank
-
-    def credited_bytes(self, states, kv_tokens, tree):
-        if self.paper_bugs and kv_tokens:
-            return states * tree.state_bytes + self._last_scored_tokens * tree.kv_bytes_per_token
-        return super().credited_bytes(states, kv_tokens, tree)
+    def node_at(self, slot: int):
+        return self._nodes[slot]
 
 
 def _minmax(x: np.ndarray) -> np.ndarray:

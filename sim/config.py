@@ -115,8 +115,6 @@ class SimConfig:
             raise UsageError(f"--tuner must be duel or replay, not {self.tuner!r}")
         if self.duel_every < 1 or self.duel_window < 1 or self.duel_margin < 0:
             raise UsageError("--duel-every and --duel-window must be >= 1, --duel-margin >= 0")
-        from policies.tuning import parse_candidates, parse_grid
-
         parse_grid(self.alpha_grid)
         parse_candidates(self.duel_candidates)
         if isinstance(self.alpha, str):
@@ -131,3 +129,45 @@ class SimConfig:
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
+
+
+# ---------------------------------------------------------------------------------- tuning candidates
+
+LRU = "lru"  # the tuning candidate that stands for SGLang+'s eviction
+
+
+def parse_grid(text: str | list | tuple) -> tuple[float, ...]:
+    """'0:2:0.1' (inclusive range) or '0,0.5,1' -> sorted unique alphas."""
+    if isinstance(text, (list, tuple)):
+        vals = [float(v) for v in text]
+    else:
+        text = str(text).strip()
+        try:
+            if ":" in text:
+                lo, hi, step = (float(x) for x in text.split(":"))
+                if step <= 0 or hi < lo:
+                    raise ValueError
+                n = int(round((hi - lo) / step))
+                vals = [round(lo + i * step, 10) for i in range(n + 1)]
+            else:
+                vals = [float(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--alpha-grid must look like 0:2:0.1 or 0,0.5,1, not {text!r}") from None
+    if not vals or min(vals) < 0:
+        raise UsageError("--alpha-grid needs alphas >= 0")
+    return tuple(sorted(set(vals)))
+
+
+def parse_candidates(text: str) -> list:
+    """'lru,0,0.5,1' -> [LRU, 0.0, 0.5, 1.0]: LRU first, then alphas ascending (the preference order:
+    ties go to the earlier one). Alphas may also be given as a grid, 'lru,0:2:0.5'."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    lru = any(p.lower() == LRU for p in parts)
+    rest = [p for p in parts if p.lower() != LRU]
+    alphas: tuple = ()
+    if rest:
+        alphas = parse_grid(rest[0] if len(rest) == 1 and ":" in rest[0] else ",".join(rest))
+    cands = ([LRU] if lru else []) + list(alphas)
+    if len(cands) < 1:
+        raise UsageError("--duel-candidates needs at least one of lru or an alpha")
+    return cands

@@ -76,8 +76,11 @@ class ModelSpec:
     # precomputed (see __post_init__)
     _a: float = field(init=False, repr=False, compare=False, default=0.0)
     _b: float = field(init=False, repr=False, compare=False, default=0.0)
-    _bug_a: float = field(init=False, repr=False, compare=False, default=0.0)
-    _bug_b: float = field(init=False, repr=False, compare=False, default=0.0)
+    # per-layer FLOP coefficients (per token; attention also per token squared), for variants of
+    # the cost model such as the artifact's (sim.compat)
+    attn_layer_a: float = field(init=False, repr=False, compare=False, default=0.0)
+    attn_layer_b: float = field(init=False, repr=False, compare=False, default=0.0)
+    mlp_layer_a: float = field(init=False, repr=False, compare=False, default=0.0)
     _kv: int = field(init=False, repr=False, compare=False, default=0)
     _state: int = field(init=False, repr=False, compare=False, default=0)
 
@@ -108,10 +111,9 @@ class ModelSpec:
         b = self.n_attn * attn1_b
         set_(self, "_a", a)
         set_(self, "_b", b)
-        # artifact bug 1 (marconi.md §10): the MLP term subtracts one attention layer's F(L_p)
-        # instead of one MLP layer's, i.e. adds n_mlp * (F_mlp(L_p) - F_attn(L_p)) to the marginal
-        set_(self, "_bug_a", self.n_mlp * (mlp1_a - attn1_a))
-        set_(self, "_bug_b", -self.n_mlp * attn1_b)
+        set_(self, "attn_layer_a", attn1_a)
+        set_(self, "attn_layer_b", attn1_b)
+        set_(self, "mlp_layer_a", mlp1_a)
 
         set_(self, "_kv", self.n_attn * 2 * KVH * hd * self.kv_dtype_bytes)
         gdn_state = Hv * dk * dv * self.state_dtype_bytes + gdn_conv_dim * (self.gdn_conv_width - 1) * self.conv_dtype_bytes
@@ -146,16 +148,13 @@ class ModelSpec:
             return 0.0
         return self._a * (L - p) + self._b * (L * L - p * p)
 
-    def node_flops(self, L_parent: int, L_node: int, paper_bug: bool = False) -> float:
+    def node_flops(self, L_parent: int, L_node: int) -> float:
         """Eviction numerator: FLOPs saved by reusing the node's prefix, marginal to its parent.
 
         Linear/SSM layers contribute F(e) with e = L_node - L_parent, which equals F(L_n) - F(L_p)
         because they are linear in L; so the corrected value is just F(L_n) - F(L_p).
         """
-        v = self._a * (L_node - L_parent) + self._b * (L_node * L_node - L_parent * L_parent)
-        if paper_bug:
-            v += self._bug_a * L_parent + self._bug_b * L_parent * L_parent
-        return v
+        return self._a * (L_node - L_parent) + self._b * (L_node * L_node - L_parent * L_parent)
 
     # ---- descriptive helpers (CLI, tests)
     def layers_by_type(self) -> dict[str, int]:

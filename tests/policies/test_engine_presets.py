@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from policies.engines import TwoListLRUEviction, vllm_block_tokens
-from policies.presets import get_preset
+from policies.base import get_preset
 from sim.config import UNLIMITED, SimConfig, parse_size
 from sim.cost import ModelSpec, TimingModel, get_model
-from sim.engine import Simulation
-from sim.tree import HybridRadixTree
+from sim.engine.drivers import run as run_sim
+from sim.simulate import build, simulate
+from sim.cache.tree import HybridRadixTree
 from traces.base import Request, Trace
 
 BIG = 10**15
@@ -44,8 +45,8 @@ def one_per_session(*pairs):
 
 def run(trace, policy, *, spec=None, capacity=BIG, model="qwen3.5-9b", **cfg):
     config = SimConfig(policy=policy, model=model, capacity_bytes=capacity, mode="sequential", **cfg)
-    sim = Simulation(trace, config, spec=spec, timing=TIMING if spec is not None else None)
-    res = sim.run()
+    sim = build(trace, config, spec=spec, timing=TIMING if spec is not None else None)
+    res = run_sim(sim)
     return [int(h) for h in res.requests["hit_tokens"]], sim
 
 
@@ -264,8 +265,8 @@ def test_every_preset_keeps_the_tree_invariants_under_pressure(policy, mode):
     trace = Trace("pressure", reqs)
     config = SimConfig(policy=policy, capacity_bytes=9000, mode=mode, block_size=64, prefill_chunk_tokens=512,
                        sessions_per_second=4.0)
-    sim = Simulation(trace, config, spec=TINY, timing=TIMING)
-    res = sim.run()
+    sim = build(trace, config, spec=TINY, timing=TIMING)
+    res = run_sim(sim)
     sim.tree.check_invariants()
     assert res.summary["requests"] == len(reqs)
     if policy != "infinite":

@@ -76,12 +76,12 @@ def _trace(name):
 
 def run_row(r, **extra):
     from sim.config import SimConfig
-    from sim.engine import Simulation
+    from sim.simulate import simulate
 
     alpha = r["alpha"] if r["alpha"] is not None else 0.0
     cfg = SimConfig(policy=r["policy"], model="marconi-7b", capacity_bytes=r["capacity_bytes"], alpha=alpha,
                     mode="sequential", compat="paper" if r["variant"] == "published" else "paper-fixed", **extra)
-    return Simulation(_trace(r["trace"]), cfg).run().summary
+    return simulate(_trace(r["trace"]), cfg).summary
 
 
 def _check(r, s):

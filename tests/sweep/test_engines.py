@@ -5,7 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sim.sweep import RUNTIME_COLUMNS, expand_grid, load_results, row_files, run_sweep
+from sim.experiments.grid import expand_grid
+from sim.experiments.runners import run_sweep
+from sim.experiments.store import RUNTIME_COLUMNS, load_results, row_files
 
 
 def _grid(trace_files):

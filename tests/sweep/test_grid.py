@@ -7,7 +7,7 @@ import math
 import pytest
 
 from sim.errors import UsageError
-from sim.sweep import expand_grid, make_task, parse_values
+from sim.experiments.grid import expand_grid, make_task, parse_values
 
 from .conftest import marconi
 

@@ -1,4 +1,4 @@
-"""`marconi plot` writes PNG + SVG for every kind; sim.report's condensed numbers; the notebooks
+"""`marconi plot` writes PNG + SVG for every kind; sim.analysis.report's condensed numbers; the notebooks
 execute (nbclient) on a results folder and on their own small sweep, and draw figures."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim import report
-from sim.sweep import expand_grid, run_sweep
+from sim.analysis import report
+from sim.experiments.grid import expand_grid
+from sim.experiments.runners import run_sweep
 
 from .conftest import ROOT, marconi
 

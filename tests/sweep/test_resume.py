@@ -7,7 +7,7 @@ import time
 
 import pandas as pd
 
-from sim.sweep import RUNTIME_COLUMNS, load_results, row_files
+from sim.experiments.store import RUNTIME_COLUMNS, load_results, row_files
 
 from .conftest import marconi, marconi_popen
 

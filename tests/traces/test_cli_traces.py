@@ -4,7 +4,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from traces.cli import TRACE_OPTION_KEYS, trace_from_cli, trace_options
+from sim.cli.traces import trace_from_cli, trace_options
+from sim.trace_options import TRACE_OPTION_KEYS
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Turning sweep results into the paper's condensed numbers (pandas only; figures are in sim.plot).
+"""Turning sweep results into the paper's condensed numbers (pandas only; figures are in sim.analysis.plot).
 
 The notebooks call these functions so they stay short and the logic stays tested:
 
@@ -20,6 +20,10 @@ import numpy as np
 import pandas as pd
 
 from sim.config import SimConfig
+from sim.experiments.grid import expand_grid
+from sim.experiments.runners import run_sweep
+from sim.experiments.store import load_results
+from sim.trace_options import TRACE_OPTION_KEYS
 
 #: the columns that are neither knobs of the configuration nor metrics
 _NON_KNOBS = {"config_id", "policy", "alpha", "alpha_mode", "variant", "capacity_gb"}
@@ -39,8 +43,6 @@ SMALL = {
 
 
 def trace_option_keys() -> list[str]:
-    from traces.cli import TRACE_OPTION_KEYS
-
     return list(TRACE_OPTION_KEYS)
 
 
@@ -52,8 +54,6 @@ def knob_columns(df: pd.DataFrame) -> list[str]:
 
 def run_small(kind: str, out: str | os.PathLike | None = None, **overrides) -> Path:
     """Run the small sweep of notebook ``kind`` (see SMALL) into ``out`` (a temp folder if None)."""
-    from sim.sweep import expand_grid, run_sweep
-
     spec = SMALL[kind]
     trace_axes = {**spec["trace_axes"], **overrides.pop("trace_axes", {})}
     sim_axes = {**spec["sim_axes"], **overrides.pop("sim_axes", {})}
@@ -95,8 +95,6 @@ def variant_label(policy: str, alpha_mode: str, alpha: float) -> str:
 
 def load(path: str | os.PathLike) -> pd.DataFrame:
     """Rows of a results folder with ``variant`` (policy + alpha) and ``capacity_gb`` columns."""
-    from sim.sweep import load_results
-
     df = load_results(path)
     df["variant"] = [variant_label(p, m, a) for p, m, a in zip(df["policy"], df["alpha_mode"], df["alpha"])]
     df["capacity_gb"] = df["capacity_bytes"] / 1e9

@@ -11,8 +11,8 @@ partial-edge match gives no hybrid hit. A model without linear layers reuses the
 match, partial edges included.
 
 Invariants (checked by ``check_invariants``; the property tests drive random operations):
-- ``used_bytes == kv_tokens * kv_bytes_per_token + n_states * state_bytes`` and, outside
-  paper-compatible mode, never exceeds ``capacity_bytes``.
+- ``used_bytes == kv_tokens * kv_bytes_per_token + n_states * state_bytes`` and never exceeds
+  ``capacity_bytes`` (``sim.compat`` reproduces an artifact that may).
 - Every non-root node with exactly one child holds a state or a lock (stateless single-child
   nodes are merged away: they free nothing and cost a level).
 - A node's end position (``depth_tokens``) survives splits and merges; only a stateless leaf
@@ -23,17 +23,17 @@ Invariants (checked by ``check_invariants``; the property tests drive random ope
 Bookkeeping is incremental: cached depths, token counts and byte totals; the eviction policy
 is told about every node whose candidacy or priority may have changed (``policy.update``) so it
 can keep its own heap or arrays, and never scans the tree.
+
+Variants (``sim.compat``) subclass the tree and override the hooks marked "hook" below; the core
+path carries no compatibility switches.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from policies.eviction import EvictionPolicy
+from policies.base import EvictionPolicy
 
 
 def _edge_match(key: np.ndarray, seq: np.ndarray, pos: int) -> int:
@@ -117,26 +117,14 @@ class TreeStats:
 
 class HybridRadixTree:
     def __init__(self, *, capacity_bytes: int, kv_bytes_per_token: int, state_bytes: int,
-                 block_tokens: int, policy: "EvictionPolicy", hybrid: bool = True,
-                 exact_capacity: bool = True) -> None:
+                 block_tokens: int, policy: EvictionPolicy, hybrid: bool = True) -> None:
         self.capacity_bytes = int(capacity_bytes)
         self.kv_bytes_per_token = int(kv_bytes_per_token)
         self.state_bytes = int(state_bytes) if hybrid else 0
         self.block_tokens = int(block_tokens)
         self.hybrid = hybrid
-        # False reproduces the Marconi artifact: bytes credited by eviction may be wrong, so the
-        # cache may end above capacity (reported in stats.overshoots).
-        self.exact_capacity = exact_capacity
         self.policy = policy
-        self.now = 0.0  # set by the engine before each operation; the eviction policy reads it
-        self.logical_clock = False  # paper mode: every eviction call advances the clock by one
-        # paper mode (the artifact's tree): a split made where an insert diverges inside an edge
-        # gets a state (the artifact always passes a branch state), and a merged node keeps the
-        # newer of the two access times
-        self.split_states = False
-        # paper vLLM+ (token tree, a state every ``fill_block`` tokens): a leaf whose state ends
-        # inside a block is a partial block; a longer insert fills it (its state moves on)
-        self.fill_block = 0
+        self.now = 0.0  # set by the engine before each operation (set_time); policies read it
         self._created = 0
         self.root = self._new_node(np.empty(0, dtype=np.int64), None, 0, 0, 0, 0.0)
         self.root.lock = 1  # the root is never a candidate
@@ -149,6 +137,11 @@ class HybridRadixTree:
     @property
     def used_bytes(self) -> int:
         return self.kv_tokens * self.kv_bytes_per_token + self.n_states * self.state_bytes
+
+    def set_time(self, t: float) -> float:
+        """Hook: the clock before an operation at simulated time ``t``; returns the node time."""
+        self.now = t
+        return t
 
     def _new_node(self, key, parent, n_tokens, depth_sym, depth_tokens, now) -> Node:
         self._created += 1
@@ -242,23 +235,18 @@ class HybridRadixTree:
         fit after evicting every candidate, nothing is inserted and it is counted as rejected.
 
         ``protect``: a node whose root path must survive the evictions of this insert (the
-        request's matched path); in exact-capacity mode the path of ``seq`` is always protected.
-        ``need_bytes``: paper mode passes the artifact's own estimate of the bytes to free room
-        for (it may be off, even negative); eviction then stops on the bytes it credits.
+        request's matched path); the path of ``seq`` is always protected.
+        ``need_bytes``: a variant's own estimate of the bytes to make room for (the core plans
+        the exact bytes and ignores it).
         """
         self.stats.inserts += 1
         n = len(seq)
         if n == 0:
             return InsertResult(True, end_node=self.root)
         pad = n * self.block_tokens - seq_tokens  # tokens missing from a partial last symbol
-        if need_bytes is not None and not self.exact_capacity:
-            need, walk_end = need_bytes, None  # the artifact's own estimate: no planning walk
-        else:
-            need_kv, need_states, walk_end = self._plan(seq, pad, checkpoints)
-            need = need_kv * self.kv_bytes_per_token + need_states * self.state_bytes
+        need, guard = self._room_needed(seq, pad, checkpoints, need_bytes)
         ev_states = ev_kv = 0
         if self.used_bytes + need > self.capacity_bytes:
-            guard = walk_end if self.exact_capacity else None
             if guard is not None:
                 self.lock(guard)
             if protect is not None:
@@ -273,22 +261,27 @@ class HybridRadixTree:
             if not ok:
                 self.stats.rejected_inserts += 1
                 return InsertResult(False, evicted_states=ev_states, evicted_kv_tokens=ev_kv)
-        if self.logical_clock:
-            now = self.now  # the eviction call advanced the clock; new nodes get its time
         kv_before, st_before = self.kv_tokens, self.n_states
         end = self._apply(seq, pad, checkpoints, now)
         used = self.used_bytes
         if used > self.capacity_bytes:
-            if self.exact_capacity:  # pragma: no cover - a bug, never expected
-                raise AssertionError(f"capacity exceeded: {used} > {self.capacity_bytes}")
-            self.stats.overshoots += 1
-            self.stats.peak_overshoot_bytes = max(self.stats.peak_overshoot_bytes, used - self.capacity_bytes)
+            self._over_capacity(used)
         self.stats.peak_bytes = max(self.stats.peak_bytes, used)
         new_states = self.n_states - st_before
         self.stats.states_admitted += new_states
         if lock:
             self.lock(end)
         return InsertResult(True, self.kv_tokens - kv_before, new_states, end, ev_states, ev_kv)
+
+    def _room_needed(self, seq: np.ndarray, pad: int, checkpoints: list[int],
+                     need_bytes: float | None) -> tuple[float, Node | None]:
+        """Hook: (bytes the insert needs, node whose root path eviction must spare)."""
+        need_kv, need_states, walk_end = self._plan(seq, pad, checkpoints)
+        return need_kv * self.kv_bytes_per_token + need_states * self.state_bytes, walk_end
+
+    def _over_capacity(self, used: int) -> None:
+        """Hook: an insert left the cache above capacity (never expected of the core)."""
+        raise AssertionError(f"capacity exceeded: {used} > {self.capacity_bytes}")
 
     def _plan(self, seq: np.ndarray, pad: int, checkpoints: list[int]) -> tuple[int, int, Node]:
         """Tokens of new KV and number of new states the insert would add (no mutation).
@@ -345,18 +338,14 @@ class HybridRadixTree:
                 return child  # seq ends inside a cached edge and needs no state there
             node = self._split(child, m, now)
             pos += m
-            if pos == c or self.split_states:
-                self._add_state(node)
+            self._after_split(node, pos == c)
             break
         while pos < n:  # the missing part: new edges, cut at every checkpoint
             while ci < len(cps) and cps[ci] <= pos:
                 ci += 1
             nxt = min(cps[ci], n) if ci < len(cps) else n
             tokens = (nxt - pos) * B - (pad if nxt == n else 0)
-            if (self.fill_block and node.has_state and not node.children and node is not self.root
-                    and node.depth_tokens % self.fill_block):
-                node.has_state = False  # paper vLLM+: fill the partial block, its state moves on
-                self.n_states -= 1
+            self._before_extend(node)
             if not node.children and not node.has_state and node is not self.root:
                 # extend a stateless leaf rather than hang a child under it
                 self._extend_leaf(node, seq[pos:nxt], tokens)
@@ -372,6 +361,14 @@ class HybridRadixTree:
             if ci < len(cps) and pos == cps[ci]:
                 self._add_state(node)
         return node
+
+    def _after_split(self, node: Node, at_checkpoint: bool) -> None:
+        """Hook: an insert diverged inside an edge and split it; ``node`` ends at the divergence."""
+        if at_checkpoint:
+            self._add_state(node)
+
+    def _before_extend(self, node: Node) -> None:
+        """Hook: new symbols are about to hang under (or extend) ``node``."""
 
     def _extend_leaf(self, leaf: Node, key: np.ndarray, tokens: int) -> None:
         leaf.key = np.concatenate((leaf.key, key))
@@ -404,33 +401,22 @@ class HybridRadixTree:
         return upper
 
     # ------------------------------------------------------------------ eviction
-    def _evict_for(self, need: int) -> tuple[bool, int, int]:
+    def _evict_for(self, need: float) -> tuple[bool, int, int]:
         """Evict until ``need`` more bytes fit. Returns (fits, states evicted, KV tokens evicted)."""
         ev_states = ev_kv = 0
-        credited = 0
         self.stats.eviction_calls += 1
-        if self.logical_clock:
-            self.now += 1
-        to_free = self.used_bytes + need - self.capacity_bytes
-        while True:
-            if self.exact_capacity:
-                if self.used_bytes + need <= self.capacity_bytes:
-                    return True, ev_states, ev_kv
-            elif credited >= to_free:
-                return True, ev_states, ev_kv
-            victim = self.policy.pop_victim()
+        policy = self.policy
+        while self.used_bytes + need > self.capacity_bytes:
+            victim = policy.pop_victim()
             if victim is None:
-                # paper mode inserts anyway once nothing is left (the artifact never refuses)
-                ok = self.used_bytes + need <= self.capacity_bytes or not self.exact_capacity
-                return ok, ev_states, ev_kv
-            if type(victim) is tuple:  # (node, action): "drop-state" keeps the node's KV
-                node, action = victim
-                s, kv = self.drop_state(node) if action == "drop-state" else self.evict(node)
+                return False, ev_states, ev_kv
+            if victim.drop_state_only:
+                s, kv = self.drop_state(victim.node)
             else:
-                s, kv = self.evict(victim)
+                s, kv = self.evict(victim.node)
             ev_states += s
             ev_kv += kv
-            credited += self.policy.credited_bytes(s, kv, self)
+        return True, ev_states, ev_kv
 
     def evict(self, node: Node) -> tuple[int, int]:
         """Evict one candidate: a leaf goes with its KV and state; a single-child node loses its
@@ -455,9 +441,6 @@ class HybridRadixTree:
             node.has_state = False
             self.n_states -= 1
             freed_states, freed_kv = 1, 0
-            if self.split_states:  # the artifact's merged node keeps the newer access time
-                (child,) = node.children.values()
-                child.last_access = max(child.last_access, node.last_access)
             self._merge_into_child(node)
         self.stats.states_evicted += freed_states
         self.stats.kv_tokens_evicted += freed_kv
@@ -526,5 +509,8 @@ class HybridRadixTree:
                 assert node.has_state or node.lock > 0, "stateless single-child node not merged"
         assert kv == self.kv_tokens, (kv, self.kv_tokens)
         assert states == self.n_states, (states, self.n_states)
-        if self.exact_capacity:
-            assert self.used_bytes <= self.capacity_bytes, "capacity exceeded"
+        self._check_capacity()
+
+    def _check_capacity(self) -> None:
+        """Hook: the capacity invariant."""
+        assert self.used_bytes <= self.capacity_bytes, "capacity exceeded"

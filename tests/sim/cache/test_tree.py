@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from policies.eviction import LRULeafEviction, MarconiEviction
 from sim.cost import get_model
-from sim.tree import HybridRadixTree
+from sim.cache.tree import HybridRadixTree
 
 KV, STATE = 1, 10  # bytes per token and per checkpoint: easy hand arithmetic
 
@@ -79,7 +79,7 @@ def test_lru_leaf_evicts_oldest_leaf_and_never_inner_states():
 
 def test_marconi_evicts_single_child_state_and_merges_kv():
     spec = get_model("marconi-7b")
-    t = make_tree(capacity=12 + 2 * STATE, policy=MarconiEviction(spec, alpha=0.0))
+    t = make_tree(capacity=12 + 2 * STATE, policy=MarconiEviction(spec, MarconiEviction.Params(alpha=0.0)))
     t.insert(seq(1, 2, 3, 4), 4, [4], now=1)  # turn 1 (state at 4)
     t.insert(seq(1, 2, 3, 4, 5, 6, 7, 8), 8, [8], now=2)  # turn 2 extends it: node 4 is single-child
     assert t.n_states == 2 and t.kv_tokens == 8
@@ -137,7 +137,7 @@ ops = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(ops=ops, capacity=st.integers(15, 120), marconi=st.booleans(), alpha=st.sampled_from([0.0, 1.0]))
 def test_random_operations_keep_invariants(ops, capacity, marconi, alpha):
-    policy = MarconiEviction(get_model("marconi-7b"), alpha=alpha) if marconi else LRULeafEviction()
+    policy = MarconiEviction(get_model("marconi-7b"), MarconiEviction.Params(alpha=alpha)) if marconi else LRULeafEviction()
     t = make_tree(capacity=capacity, policy=policy)
     inserted: list[np.ndarray] = []
     locks = []
@@ -175,14 +175,15 @@ def test_random_operations_keep_invariants(ops, capacity, marconi, alpha):
 
 @pytest.mark.parametrize("policy", ["lru", "marconi"])
 def test_evicting_everything_returns_to_empty(policy):
-    pol = MarconiEviction(get_model("marconi-7b"), alpha=1.0) if policy == "marconi" else LRULeafEviction()
+    pol = MarconiEviction(get_model("marconi-7b"), MarconiEviction.Params(alpha=1.0)) if policy == "marconi" else LRULeafEviction()
     t = make_tree(policy=pol)
     rng = np.random.default_rng(0)
     for i in range(50):
         s = rng.integers(0, 4, size=rng.integers(1, 20))
         t.insert(s, len(s), [len(s)], now=i)
     while (victim := pol.pop_victim()) is not None:
-        t.evict(victim)
+        assert not victim.drop_state_only
+        t.evict(victim.node)
         t.check_invariants()
     if policy == "marconi":  # marconi can empty the tree completely
         assert t.kv_tokens == 0 and t.n_states == 0

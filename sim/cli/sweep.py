@@ -13,7 +13,12 @@ from pathlib import Path
 
 import click
 
+from sim.config import SimConfig
 from sim.errors import UsageError
+from sim.experiments.grid import expand_grid, parse_values
+from sim.experiments.runners import describe, run_sweep
+from sim.experiments.store import is_done
+from sim.trace_options import TRACE_OPTION_KEYS
 
 # `run` options that are about printing / writing one run, not knobs
 _NOT_KNOBS = {"out", "fmt", "progress"}
@@ -52,9 +57,6 @@ class SweepSpec:
     """The run command's knobs, split into list options and pass-through flags."""
 
     def __init__(self, run_cmd: click.Command) -> None:
-        from sim.config import SimConfig
-        from traces.cli import TRACE_OPTION_KEYS
-
         self.trace_keys = set(TRACE_OPTION_KEYS)
         self.sim_fields = set(SimConfig.field_names())
         self.listed: list[click.Option] = []
@@ -78,8 +80,6 @@ class SweepSpec:
 
     def axes(self, kwargs: dict) -> tuple[dict, dict]:
         """(trace axes, sim axes): knob name -> list of typed values."""
-        from sim.sweep import parse_values
-
         trace_axes, sim_axes = {}, {}
         for p in self.listed:
             raw = kwargs.get(p.name) or ()
@@ -134,10 +134,7 @@ def grid_summary(trace_axes: dict, sim_axes: dict, n_configs: int) -> str:
 
 
 def register(main: click.Group) -> None:
-    run_cmd = main.commands.get("run")
-    if run_cmd is None:  # pragma: no cover - `run` failed to register (e.g. traces.cli missing)
-        return
-    spec = SweepSpec(run_cmd)
+    spec = SweepSpec(main.commands["run"])  # registered after `run`: its knobs are derived from it
 
     def sweep(out, engine, workers, ray_address, dry_run, save_requests, progress, limit, **kwargs):
         """Run every combination of the given knob values; one parquet row per configuration under OUT.
@@ -150,8 +147,6 @@ def register(main: click.Group) -> None:
 
         Rerunning the same command skips finished configurations.
         """
-        from sim.sweep import expand_grid, is_done, run_sweep
-
         trace_axes, sim_axes = spec.axes(kwargs)
         tasks = expand_grid(trace_axes, sim_axes)
         if workers is not None and workers < 1:
@@ -165,7 +160,7 @@ def register(main: click.Group) -> None:
             return
         if engine == "ray":
             try:
-                import ray  # noqa: F401
+                import ray  # noqa: F401,PLC0415 - optional extra: checked before the sweep starts
             except ImportError:
                 raise UsageError("--engine ray needs Ray: pip install 'marconi-sim[ray]'") from None
         report = run_sweep(tasks, out, engine=engine, workers=workers, ray_address=ray_address,
@@ -173,9 +168,7 @@ def register(main: click.Group) -> None:
         click.echo(f"ran {report.ran:,} configurations in {report.wall_s:.1f} s "
                    f"({report.skipped:,} skipped as done, {len(report.failed):,} failed) -> {out}")
         for task, err in report.failed:
-            from sim.sweep import _describe
-
-            click.echo(f"failed: {_describe(task)}: {err}", err=True)
+            click.echo(f"failed: {describe(task)}: {err}", err=True)
         if report.interrupted:
             click.echo("interrupted: rerun the same command to finish", err=True)
             sys.exit(130)
@@ -198,9 +191,3 @@ def register(main: click.Group) -> None:
     ]
     main.add_command(click.Command("sweep", callback=sweep, params=params, help=sweep.__doc__,
                                    short_help="Run a grid of configurations (lists and ranges for every knob)."))
-
-    try:
-        from sim import plot
-    except ImportError:  # pragma: no cover
-        return
-    plot.register(main)

@@ -11,8 +11,9 @@ import pandas as pd
 from traces.base import Request
 
 if TYPE_CHECKING:  # pragma: no cover
+    from sim.cache.tree import HybridRadixTree
     from sim.cost import ModelSpec
-    from sim.engine import Simulation
+    from traces.base import Trace
 
 #: keys of the JSON summary `marconi run --format json` prints, in table order
 SUMMARY_KEYS = ["policy", "token_hit_rate", "request_hit_rate", "flops_saved", "ttft_p50_ms",
@@ -74,9 +75,9 @@ class Recorder:
             self._occ_state = self._occ_state[::2]
             self._occ_every *= 2
 
-    def result(self, sim: "Simulation") -> SimResult:
+    def result(self, trace: "Trace", tree: "HybridRadixTree", policy: str) -> SimResult:
         spec = self.spec
-        reqs = sim.trace.requests
+        reqs = trace.requests
         flops_total = np.array([spec.flops(int(L)) for L in self.input_tokens])
         flops_saved = np.array([spec.flops(int(h)) if h else 0.0 for h in self.hit_tokens])
         ttft = self.queue_s + self.prefill_s
@@ -95,13 +96,12 @@ class Recorder:
             "ttft_s": ttft,
             "decode_s": self.decode_s,
         })
-        tree = sim.tree
         st = tree.stats
         total_in = int(self.input_tokens.sum())
         done = self.done
         t_ms = ttft[done] * 1e3 if done.any() else np.zeros(1)
         summary = {
-            "policy": sim.config.policy,
+            "policy": policy,
             "token_hit_rate": float(self.hit_tokens.sum() / total_in) if total_in else 0.0,
             "request_hit_rate": float((self.hit_tokens > 0).mean()),
             "flops_saved": float(flops_saved.sum()),

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from sim.config import SimConfig
-from sim.engine import Simulation, simulate
+from sim.simulate import build, simulate
+from policies.base import PolicyError
 from sim.errors import UsageError
 from traces.base import Request, Trace
 
@@ -130,19 +131,19 @@ def test_ttft_includes_queueing_behind_one_server():
 def test_impossible_capacity_and_unknown_names_are_usage_errors():
     trace = shared_prompt_trace()
     with pytest.raises(UsageError, match="smaller than one state checkpoint"):
-        Simulation(trace, SimConfig(capacity_bytes=10**6))
-    with pytest.raises(UsageError, match="unknown policy"):
-        Simulation(trace, SimConfig(policy="lfu-magic"))
+        build(trace, SimConfig(capacity_bytes=10**6))
+    with pytest.raises(PolicyError, match="unknown policy"):
+        build(trace, SimConfig(policy="lfu-magic"))
     with pytest.raises(UsageError, match="unknown model"):
-        Simulation(trace, SimConfig(model="gpt-9"))
+        build(trace, SimConfig(model="gpt-9"))
     with pytest.raises(UsageError):
-        Simulation(trace, SimConfig(sessions_per_second=-1))
+        build(trace, SimConfig(sessions_per_second=-1))
 
 
 def test_hash_block_trace_refuses_finer_checkpoint_grid():
     reqs = [Request(0, 0, np.array([1, 2, 3]), np.array([-1]), arrival=0.0, input_len=1500, output_len=10)]
     trace = Trace("mooncake-like", reqs, block_tokens=512, closed_loop=False)
     with pytest.raises(UsageError, match="finer"):
-        Simulation(trace, SimConfig(policy="vllm+"))
+        build(trace, SimConfig(policy="vllm+"))
     res = simulate(trace, SimConfig(policy="marconi"))
     assert res.summary["input_tokens"] == 1500

@@ -1,4 +1,4 @@
-"""``marconi traces list|prepare|stats`` and the ``--trace`` options shared by ``run`` / ``sweep``."""
+"""``marconi traces list|prepare|stats``, and the ``--trace`` options as click options for ``run`` / ``sweep``."""
 
 from __future__ import annotations
 
@@ -7,51 +7,25 @@ import time
 
 import click
 
-from traces.registry import SPECS, TraceOptions, load_trace
+from sim.trace_options import TRACE_OPTIONS, options_from_kwargs
+from traces.base import TraceError
+from traces.registry import SPECS, load_trace
+from traces.stats import trace_stats
 from traces.tokenizers import TOKENIZERS
-
-_DEFAULTS = TraceOptions()
-
-# (option flags, kwargs key, click kwargs)
-_OPTIONS = [
-    (("--trace",), "trace", dict(default="sharegpt", show_default=True,
-                                 help="Trace spec: " + ", ".join(SPECS) + " (see `marconi traces list`).")),
-    (("--sessions",), "sessions", dict(type=int, default=_DEFAULTS.sessions, show_default=True,
-                                       help="First N sessions of a text or synthetic trace (0 = all).")),
-    (("--min-rounds",), "min_rounds", dict(type=int, default=_DEFAULTS.min_rounds, show_default=True,
-                                           help="Chat traces: keep conversations with at least this many rounds.")),
-    (("--max-tokens",), "max_tokens", dict(type=int, default=_DEFAULTS.max_tokens, show_default=True,
-                                           help="Per-session token cap of text traces.")),
-    (("--tokenizer",), "tokenizer", dict(default=_DEFAULTS.tokenizer, show_default=True,
-                                         help="Tokenizer: " + ", ".join(TOKENIZERS) + ".")),
-    (("--skip-bad-rows",), "skip_bad_rows", dict(is_flag=True, default=False,
-                                                 help="Skip malformed trace rows (counted) instead of stopping.")),
-    (("--response-time",), "response_time", dict(type=float, default=_DEFAULTS.response_time, show_default=True,
-                                                 help="SWE-bench: mean Poisson think time in seconds.")),
-    (("--time-scale",), "time_scale", dict(type=float, default=_DEFAULTS.time_scale, show_default=True,
-                                           help="Open-loop traces: multiply inter-arrival times by this factor.")),
-    (("--trace-seed",), "trace_seed", dict(type=int, default=_DEFAULTS.seed, show_default=True,
-                                           help="Seed of every random draw made while building the trace.")),
-]
-TRACE_OPTION_KEYS = tuple(key for _, key, _ in _OPTIONS)
 
 
 def trace_options(func):
     """Click decorator adding ``--trace`` and the trace-building options to a command."""
-    for flags, key, kw in reversed(_OPTIONS):
-        func = click.option(*flags, key, **kw)(func)
+    for opt in reversed(TRACE_OPTIONS):
+        kw = dict(default=opt.default, help=opt.help)
+        if opt.is_flag:
+            kw["is_flag"] = True
+        else:
+            kw["show_default"] = True
+            if opt.type is not None:
+                kw["type"] = opt.type
+        func = click.option(opt.flag, opt.key, **kw)(func)
     return func
-
-
-def options_from_kwargs(kwargs: dict, pop: bool = True) -> tuple[str, TraceOptions]:
-    get = kwargs.pop if pop else kwargs.get
-    vals = {key: get(key, None) for key in TRACE_OPTION_KEYS}
-    spec = vals.pop("trace") or "sharegpt"
-    seed = vals.pop("trace_seed")
-    opts = TraceOptions(**{k: v for k, v in vals.items() if v is not None})
-    if seed is not None:
-        opts.seed = seed
-    return spec, opts
 
 
 def trace_from_cli(kwargs: dict, progress: bool = True):
@@ -111,11 +85,7 @@ def register(main: click.Group) -> None:
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
     def stats_cmd(spec, rate, fmt, **kwargs) -> None:
         """Sessions, requests, tokens and infinite-cache hit-rate upper bounds of SPEC."""
-        from traces.stats import trace_stats
-
         if not rate > 0:
-            from traces.base import TraceError
-
             raise TraceError(f"--sessions-per-second must be > 0 (got {rate})")
         kwargs["trace"] = spec
         trace = trace_from_cli(kwargs)
@@ -130,4 +100,4 @@ def register(main: click.Group) -> None:
             click.echo(f"{k:<{width}}  {_fmt(v)}")
 
 
-__all__ = ["register", "trace_options", "trace_from_cli", "options_from_kwargs", "TRACE_OPTION_KEYS"]
+__all__ = ["register", "trace_options", "trace_from_cli"]

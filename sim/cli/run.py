@@ -7,9 +7,12 @@ from pathlib import Path
 
 import click
 
+from policies.base import get_preset
+from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, format_size, parse_size
+from sim.engine.metrics import SUMMARY_KEYS
 from sim.errors import UsageError
-from sim.metrics import SUMMARY_KEYS
+from sim.simulate import simulate
 
 DEFAULT_POLICIES = "vllm+,sglang+,marconi"
 
@@ -60,7 +63,7 @@ def sim_options(fn):
 
 
 def tuning_options(fn):
-    """Knobs of `--alpha auto` and `marconi-oracle` (policies/tuning.py)."""
+    """Knobs of `--alpha auto` and `marconi-oracle` (sim/tuning)."""
     opts = [
         click.option("--alpha-grid", default="0:2:0.1", show_default=True,
                      help="Alphas the tuner and marconi-oracle try (lo:hi:step or a comma list)."),
@@ -93,8 +96,6 @@ def tuning_options(fn):
 
 
 def build_configs(policies: str, capacity: str, alpha: str, sessions_per_second: float, **knobs) -> list[SimConfig]:
-    from policies.presets import get_preset
-
     names = [p.strip() for p in policies.split(",") if p.strip()]
     if not names:
         raise UsageError("--policy needs at least one name")
@@ -127,8 +128,6 @@ def format_table(rows: list[dict]) -> str:
 
 
 def register(main: click.Group) -> None:
-    from traces.cli import trace_from_cli, trace_options
-
     @main.command("run")
     @trace_options
     @click.option("--policy", "policies", default=DEFAULT_POLICIES, show_default=True,
@@ -145,9 +144,7 @@ def register(main: click.Group) -> None:
     @click.option("--progress/--no-progress", default=True, show_default=True)
     def run(policies, capacity, alpha, sessions_per_second, out, fmt, progress, **kwargs):
         """Replay a trace (default: 100 real ShareGPT sessions) under each policy."""
-        from tqdm import tqdm
-
-        from sim.engine import Simulation
+        from tqdm import tqdm  # noqa: PLC0415 - progress bar, loaded only when running
 
         trace = trace_from_cli(kwargs)
         configs = build_configs(policies, capacity, alpha, sessions_per_second, **kwargs)
@@ -157,7 +154,7 @@ def register(main: click.Group) -> None:
         try:
             for cfg in configs:
                 bar.set_postfix_str(cfg.policy)
-                results.append((cfg, Simulation(trace, cfg, progress=bar).run()))
+                results.append((cfg, simulate(trace, cfg, progress=bar)))
         finally:
             bar.close()
         rows = [res.summary for _, res in results]
@@ -184,7 +181,7 @@ def register(main: click.Group) -> None:
             _write_outputs(out, trace, results)
 
     def _write_outputs(out: Path, trace, results) -> None:
-        import pandas as pd
+        import pandas as pd  # noqa: PLC0415 - only --out writes tables
 
         out.mkdir(parents=True, exist_ok=True)
         summary = [{**cfg.as_row(), "trace": trace.name, **res.summary} for cfg, res in results]

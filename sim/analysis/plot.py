@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import click
 import numpy as np
 
+from sim.analysis import report
+from sim.analysis.report import alpha_grid, auto_alphas, order_variants, ttft_cdf
 from sim.errors import UsageError
+from sim.experiments.store import load_details
 
 KINDS = ("hit-rate", "alpha", "ttft", "occupancy")
 
 
-def _plt():
+def pyplot():
     try:
         import matplotlib.pyplot as plt
     except ImportError:
@@ -37,13 +39,11 @@ def _short(trace: str) -> str:
 def fig_hit_rate(df, metric: str = "token_hit_rate"):
     """Metric vs capacity, one line per policy variant; a panel per trace (rows) and session rate
     (columns, when it varies); other knobs averaged. Expects a condensed frame (report.condense)."""
-    plt = _plt()
+    plt = pyplot()
     traces = sorted(df["trace"].unique())
     rates = _facets(df, "sessions_per_second")
     fig, axes = plt.subplots(len(traces), len(rates), figsize=(3.6 * len(rates) + 1, 3.0 * len(traces)),
                              squeeze=False, sharey=True)
-    from sim.report import order_variants
-
     variants = order_variants(df["variant"])
     for i, trace in enumerate(traces):
         for j, rate in enumerate(rates):
@@ -70,9 +70,7 @@ def fig_hit_rate(df, metric: str = "token_hit_rate"):
 def fig_alpha(df, policy: str = "marconi", metrics=("token_hit_rate", "flops_saved_frac")):
     """Heatmaps over alpha x capacity (static-alpha rows, other knobs averaged); auto-tuned alphas
     marked with a star where the tuner reports the chosen alpha."""
-    from sim.report import alpha_grid, auto_alphas
-
-    plt = _plt()
+    plt = pyplot()
     grids = [alpha_grid(df, m, policy) for m in metrics]
     if grids[0].empty:
         raise UsageError(f"no static-alpha rows of policy {policy!r} to plot (sweep --alpha a:b:step)")
@@ -106,9 +104,7 @@ def fig_alpha(df, policy: str = "marconi", metrics=("token_hit_rate", "flops_sav
 def fig_ttft(rows, requests):
     """Empirical CDF of TTFT per policy variant (requests pooled over the selected configurations),
     a panel per trace."""
-    from sim.report import ttft_cdf
-
-    plt = _plt()
+    plt = pyplot()
     traces = sorted(rows["trace"].unique())
     fig, axes = plt.subplots(1, len(traces), figsize=(5.0 * len(traces), 3.6), squeeze=False)
     for ax, trace in zip(axes[0], traces):
@@ -128,9 +124,7 @@ def fig_ttft(rows, requests):
 def fig_occupancy(rows, occupancy):
     """Cache occupancy (KV + states, fraction of capacity) over time, a panel per policy variant and
     a line per configuration (labelled by capacity and session rate)."""
-    from sim.report import order_variants
-
-    plt = _plt()
+    plt = pyplot()
     variants = order_variants(rows["variant"])
     fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.4), squeeze=False, sharey=True)
     occ = occupancy.merge(rows[["config_id", "variant", "capacity_bytes", "capacity_gb", "sessions_per_second"]],
@@ -164,9 +158,6 @@ def save(fig, out: str | Path, name: str, formats=("png", "svg")) -> list[Path]:
 
 def make_figure(results: str | Path, kind: str, where: str | None = None, static: str = "best"):
     """The figure of ``kind`` for a results folder; ``where`` filters rows (pandas query)."""
-    from sim import report
-    from sim.sweep import load_details
-
     rows = report.load(results)
     if where:
         try:
@@ -185,31 +176,3 @@ def make_figure(results: str | Path, kind: str, where: str | None = None, static
     if kind == "occupancy":
         return fig_occupancy(selected, load_details(results, "occupancy", selected["config_id"]))
     raise UsageError(f"--kind must be one of {', '.join(KINDS)}")
-
-
-def register(main: click.Group) -> None:
-    @main.command("plot")
-    @click.argument("results", type=click.Path(exists=True, file_okay=False, path_type=Path))
-    @click.option("--kind", "kinds", type=click.Choice(KINDS + ("all",)), multiple=True, default=("hit-rate",),
-                  show_default=True, help="Figure(s) to draw (repeat the flag, or all).")
-    @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("figures"), show_default=True)
-    @click.option("--where", default=None, help="Row filter, a pandas query: \"capacity_bytes == 5e9 and trace == 'sharegpt'\".")
-    @click.option("--alpha", "static", default="best", show_default=True,
-                  help="Static-alpha grids: best (best alpha in hindsight per configuration), all, or one value.")
-    def plot_cmd(results, kinds, out, where, static):
-        """Draw figures (PNG and SVG) from a `marconi sweep` results folder."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        plt = _plt()
-        if static not in ("best", "all"):
-            try:
-                static = float(static)
-            except ValueError:
-                raise UsageError(f"--alpha must be best, all or a number, not {static!r}") from None
-        todo = KINDS if "all" in kinds else tuple(dict.fromkeys(kinds))
-        for kind in todo:
-            fig = make_figure(results, kind, where, static)
-            for p in save(fig, out, kind):
-                click.echo(str(p))
-            plt.close(fig)

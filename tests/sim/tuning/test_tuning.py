@@ -11,9 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from policies.tuning import LRU, parse_candidates, parse_grid, pick
+from sim.config import LRU, parse_candidates, parse_grid
+from sim.tuning.replay import pick
 from sim.config import SimConfig
-from sim.engine import Simulation
+from sim.engine.drivers import run as run_sim
+from sim.simulate import build, simulate
 from traces.base import Request, Trace
 
 GB = 10**9
@@ -60,7 +62,7 @@ def _recency_wins_trace(sessions: int = 60, turns: int = 6) -> Trace:
 def _run(trace, **kw):
     kw.setdefault("tuning_workers", 1)
     cfg = SimConfig(policy=kw.pop("policy", "marconi"), mode="sequential", **kw)
-    return Simulation(trace, cfg).run().summary
+    return simulate(trace, cfg).summary
 
 
 def test_parse_grid():
@@ -116,10 +118,10 @@ def test_tuning_is_deterministic_serial_vs_workers_and_snapshot_replay():
 
 def test_snapshot_replay_does_not_touch_the_live_cache():
     """A replay unpickles its own copy: the live tree's bytes and clock are unchanged by tuning."""
-    from policies import tuning
+    from sim.tuning import replay as tuning
 
     trace = _flop_wins_trace(rounds=8)
-    sim = Simulation(trace, SimConfig(policy="marconi", alpha="auto", mode="sequential", capacity_bytes=GB,
+    sim = build(trace, SimConfig(policy="marconi", alpha="auto", mode="sequential", capacity_bytes=GB,
                                       tuning_workers=1, tuning_start="snapshot", tuner="replay"))
     seen = []
     orig = tuning.evaluate
@@ -132,7 +134,7 @@ def test_snapshot_replay_does_not_touch_the_live_cache():
 
     tuning.evaluate = spy
     try:
-        sim.run()
+        run_sim(sim)
     finally:
         tuning.evaluate = orig
     assert seen and all(a == b for a, b in seen)
@@ -161,9 +163,9 @@ def test_duel_adapts_when_the_best_policy_changes_half_way(mode):
     trace = _phase_trace()
     half = len(_flop_wins_trace().requests)
     cfg = dict(policy="marconi", mode=mode, capacity_bytes=GB, tuning_workers=1)
-    static = {a: Simulation(trace, SimConfig(alpha=a, **cfg)).run().summary["token_hit_rate"] for a in (0.0, 2.0)}
-    sim = Simulation(trace, SimConfig(alpha="auto", duel_candidates="0,2", **cfg))
-    s = sim.run().summary
+    static = {a: simulate(trace, SimConfig(alpha=a, **cfg)).summary["token_hit_rate"] for a in (0.0, 2.0)}
+    sim = build(trace, SimConfig(alpha="auto", duel_candidates="0,2", **cfg))
+    s = run_sim(sim).summary
     switches = [(h["at_request"], h["choice"]) for h in sim.tuner.history if h["switched"]]
     # alpha 2 early in the first half, back to alpha 0 in the second
     assert switches[0][1] == 2.0 and switches[0][0] < half / 4
@@ -181,10 +183,10 @@ def test_duel_shadows_reproduce_static_runs_and_are_deterministic():
     every shadow's hits equal the static run's; two identical runs give identical rows."""
     trace = _phase_trace()
     for cand, static_kw in (("0.5", dict(alpha=0.5)), ("lru", dict(policy="sglang+"))):
-        sim = Simulation(trace, SimConfig(policy="marconi", alpha="auto", mode="sequential", capacity_bytes=GB,
+        sim = build(trace, SimConfig(policy="marconi", alpha="auto", mode="sequential", capacity_bytes=GB,
                                           duel_candidates=cand))
-        s = sim.run().summary
-        ref = Simulation(trace, SimConfig(mode="sequential", capacity_bytes=GB, **static_kw)).run()
+        s = run_sim(sim).summary
+        ref = simulate(trace, SimConfig(mode="sequential", capacity_bytes=GB, **static_kw))
         assert s["token_hit_rate"] == ref.summary["token_hit_rate"]
         assert np.array_equal(sim.tuner.shadows[0].rec.hit_tokens, ref.requests["hit_tokens"].to_numpy())
     a = _run(trace, alpha="auto", capacity_bytes=GB)
@@ -206,11 +208,12 @@ def test_duel_margin_is_hysteresis():
 def test_parse_candidates_and_default_tuner():
     assert parse_candidates("1,lru,0") == [LRU, 0.0, 1.0]
     assert parse_candidates("0:1:0.5") == [0.0, 0.5, 1.0]
-    from policies.tuning import AlphaTuner, DuelTuner
+    from sim.tuning.duel import DuelTuner
+    from sim.tuning.replay import AlphaTuner
 
     trace = _flop_wins_trace(rounds=2)
-    corrected = Simulation(trace, SimConfig(policy="marconi", alpha="auto", capacity_bytes=GB))
-    paper = Simulation(trace, SimConfig(policy="marconi", alpha="auto", capacity_bytes=GB, compat="paper"))
+    corrected = build(trace, SimConfig(policy="marconi", alpha="auto", capacity_bytes=GB))
+    paper = build(trace, SimConfig(policy="marconi", alpha="auto", capacity_bytes=GB, compat="paper"))
     assert isinstance(corrected.tuner, DuelTuner) and isinstance(paper.tuner, AlphaTuner)
 
 
@@ -228,7 +231,7 @@ def test_cli_run_alpha_auto(tmp_path):
 
     from sim.cli import main
 
-    golden = Path(__file__).resolve().parents[2].parent / "shared" / "golden" / "tiny_chat.jsonl.gz"
+    golden = Path(__file__).resolve().parents[3].parent / "shared" / "golden" / "tiny_chat.jsonl.gz"
     if not golden.exists():
         pytest.skip("../shared/golden is absent")
     out = tmp_path / "run"

@@ -1,0 +1,244 @@
+"""What a caching policy is, and what it may see.
+
+A policy never imports the simulator: it gets read-only views (Protocols below) of the tree's
+nodes, of the cache as a whole, of a lookup's match and of the cost model, and answers in its own
+types (checkpoint positions, ``Victim``). Policies register themselves by name with the
+decorators ``admission`` / ``eviction``; a ``PolicyPreset`` names one of each (``register_preset``).
+
+A policy owns its knobs: a nested frozen ``Params`` dataclass whose fields carry ``help`` (and
+``choices``) in ``field(metadata=...)`` via :func:`knob`. The simulator's settings, CLI options and
+sweep axes are generated from those fields, so each default and choice is written once.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Callable, ClassVar, Iterable, Protocol
+
+
+class PolicyError(ValueError):
+    """A bad policy name or setting; the CLI prints it on one line and exits with code 2."""
+
+
+# ---------------------------------------------------------------------------------- knobs
+
+def knob(default: Any, help: str, *, choices: Iterable[str] | None = None, flag: str | None = None) -> Any:
+    """A ``Params`` field: its default, its help text and (for strings) its allowed values."""
+    meta = {"help": help}
+    if choices is not None:
+        meta["choices"] = tuple(choices)
+    if flag is not None:
+        meta["flag"] = flag
+    return field(default=default, metadata=meta)
+
+
+def knob_default(params_cls: type, name: str) -> Any:
+    """The default of field ``name`` of a ``Params`` dataclass."""
+    for f in fields(params_cls):
+        if f.name == name:
+            return f.default if f.default is not MISSING else f.default_factory()
+    raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class NoParams:
+    """The knobs of a policy that has none."""
+
+
+# ---------------------------------------------------------------------------------- views
+
+class NodeView(Protocol):
+    """What a policy may read of a tree node (it must not write any of it)."""
+
+    children: dict
+    parent: Any
+    lock: int
+    has_state: bool
+    last_access: float
+    n_tokens: int  # tokens on the node's edge
+    depth_tokens: int  # tokens from the root to the end of the edge
+    created: int  # creation order (a deterministic tie-break)
+    version: int  # bumped on every change (invalidates stale heap entries)
+    slot: int  # the one field a policy may write: its own index for the node (-1: none)
+
+
+class CacheView(Protocol):
+    """What an eviction policy may read of the cache it serves."""
+
+    now: float
+    root: Any
+    state_bytes: int
+    kv_bytes_per_token: int
+
+
+class MatchView(Protocol):
+    """A lookup as admission sees it (positions in symbols of the tree's grid)."""
+
+    hit_sym: int  # end of the deepest usable checkpoint (0: none)
+    match_sym: int  # end of the token-by-token match (may lie inside an edge)
+
+
+class CostView(Protocol):
+    """The cost model as a cost-aware policy sees it."""
+
+    def node_flops(self, L_parent: int, L_node: int) -> float:
+        """FLOPs a hit on a node ending at ``L_node`` saves beyond its parent at ``L_parent``."""
+
+    def node_bytes(self, L_node: int) -> int:
+        """Bytes of one checkpoint plus the KV of the root-to-node path."""
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """The eviction policy's answer: evict ``node`` (a leaf goes with its KV; a single-child node
+    loses its state and merges into its child), or with ``drop_state_only`` free only its state and
+    keep its KV (a tombstone)."""
+
+    node: Any
+    drop_state_only: bool = False
+
+
+# ---------------------------------------------------------------------------------- admission
+
+@dataclass(slots=True)
+class AdmissionContext:
+    n_input: int  # symbols of the input (prefill part inserted at prefill end)
+    n_full: int  # symbols of input + output
+    block_tokens: int  # tokens per symbol
+    chunk_tokens: int | None  # state alignment: states only at multiples of this (None: exact)
+    prefill_chunk_tokens: int = 8192  # chunked prefill: token budget of one scheduled prefill step
+    input_tokens: int = -1  # exact prompt tokens (-1: n_input * block_tokens)
+
+
+class AdmissionPolicy(ABC):
+    """At which positions a request's states are checkpointed: two lists of symbol positions,
+    states captured during prefill (inserted with the input's KV when prefill ends) and states
+    captured after decode (inserted with input + output when the request ends)."""
+
+    name: ClassVar[str] = "base"
+    Params: ClassVar[type] = NoParams
+
+    def __init__(self, params: Any = None) -> None:
+        self.params = params if params is not None else self.Params()
+
+    @abstractmethod
+    def prefill_checkpoints(self, match: MatchView, ctx: AdmissionContext) -> list[int]: ...
+
+    @abstractmethod
+    def decode_checkpoints(self, match: MatchView, ctx: AdmissionContext) -> list[int]: ...
+
+    @staticmethod
+    def align_down(pos: int, ctx: AdmissionContext) -> int:
+        """Largest chunk boundary <= pos (in symbols); exact when no alignment is asked."""
+        if not ctx.chunk_tokens:
+            return pos
+        step_tokens = ctx.chunk_tokens
+        tokens = (pos * ctx.block_tokens) // step_tokens * step_tokens
+        return tokens // ctx.block_tokens
+
+
+# ---------------------------------------------------------------------------------- eviction
+
+class EvictionPolicy(ABC):
+    """Which cached node goes next when an insert needs room.
+
+    The tree tells the policy about every node whose candidacy or priority may have changed
+    (``add``, ``update``, ``remove``); the policy keeps its own index and answers ``pop_victim``
+    without scanning the tree."""
+
+    name: ClassVar[str] = "base"
+    Params: ClassVar[type] = NoParams
+    #: "path": a hit or insert refreshes every node on its path (LRU engines, SGLang+, vLLM+);
+    #: "consumed": only the node whose state is consumed (Marconi, SGLang after #31643).
+    refresh: ClassVar[str] = "path"
+
+    def __init__(self, cost: CostView | None = None, params: Any = None) -> None:
+        self.cost = cost
+        self.params = params if params is not None else self.Params()
+
+    def attach(self, cache: CacheView) -> None:
+        self.tree = cache
+
+    @abstractmethod
+    def add(self, node: NodeView) -> None: ...
+
+    @abstractmethod
+    def update(self, node: NodeView) -> None: ...
+
+    @abstractmethod
+    def remove(self, node: NodeView) -> None: ...
+
+    @abstractmethod
+    def pop_victim(self) -> Victim | None:
+        """The next victim, or None when nothing is evictable."""
+
+
+# ---------------------------------------------------------------------------------- registries
+
+ADMISSION: dict[str, type[AdmissionPolicy]] = {}
+EVICTION: dict[str, type[EvictionPolicy]] = {}
+
+
+def admission(name: str) -> Callable[[type], type]:
+    """Class decorator: register an admission policy under ``name``."""
+    def deco(cls):
+        cls.name = name
+        ADMISSION[name] = cls
+        return cls
+    return deco
+
+
+def eviction(name: str) -> Callable[[type], type]:
+    """Class decorator: register an eviction policy under ``name``."""
+    def deco(cls):
+        cls.name = name
+        EVICTION[name] = cls
+        return cls
+    return deco
+
+
+@dataclass(frozen=True)
+class PolicyPreset:
+    """A named policy: an admission policy, an eviction policy and the grid they work on."""
+
+    name: str
+    description: str
+    admission: str = "judicious"
+    eviction: str = "lru-leaf"
+    grid_tokens: int = 1  # tree granularity in tokens (block-based engines match whole blocks)
+    caching: bool = True  # False: no prefix cache at all (the vanilla baseline)
+    lookup_cap_minus_one: bool = False  # SGLang: a lookup matches at most input_len - 1 tokens
+    uses_alpha: bool = False
+    unlimited: bool = False  # a bound: the cache never evicts (capacity ignored)
+
+    def grid_for(self, spec: Any, config: Any) -> int:
+        """Tree granularity for this model and config (engine presets derive it per model)."""
+        return self.grid_tokens
+
+    @property
+    def admission_cls(self) -> type[AdmissionPolicy]:
+        return ADMISSION[self.admission]
+
+    @property
+    def eviction_cls(self) -> type[EvictionPolicy]:
+        return EVICTION[self.eviction]
+
+
+PRESETS: dict[str, PolicyPreset] = {}
+
+
+def register_preset(preset: PolicyPreset) -> PolicyPreset:
+    if preset.admission not in ADMISSION:
+        raise PolicyError(f"unknown admission {preset.admission!r}")
+    if preset.eviction not in EVICTION:
+        raise PolicyError(f"unknown eviction {preset.eviction!r}")
+    PRESETS[preset.name] = preset
+    return preset
+
+
+def get_preset(name: str) -> PolicyPreset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise PolicyError(f"unknown policy {name!r}; choose from: {', '.join(PRESETS)}") from None

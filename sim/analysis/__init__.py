@@ -1,0 +1,1 @@
+"""Analysis of sweep results: condensed numbers (``report``, pandas only) and figures (``plot``)."""

@@ -1,0 +1,40 @@
+"""The ``marconi`` command line: parse -> config -> library -> print.
+
+Every command is listed in ``COMMANDS`` (a module per command group, each with ``register(main)``);
+a module that fails to import fails the CLI loudly. ``Main`` is the one place that turns a user
+error (``sim.errors.USER_ERRORS``: bad flags, bad trace, bad policy) into one line on stderr and
+exit code 2. Library code never imports this package or click.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from kernels import cli as kernels_cli
+from sim.cli import models, plot, run, sweep, traces
+from sim.errors import USER_ERRORS
+
+
+class Main(click.Group):
+    """Turns our known user errors into one clear line and exit code 2 (no traceback)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except USER_ERRORS as exc:
+            click.echo(f"Error: {exc}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=Main)
+@click.version_option(package_name="marconi-sim")
+def main() -> None:
+    """Simulate prefix caching of recurrent state for hybrid LLMs (Marconi and baselines)."""
+
+
+#: command groups in registration order (``sweep`` derives its options from ``run``)
+COMMANDS = (run, models, traces, kernels_cli, sweep, plot)
+for _module in COMMANDS:
+    _module.register(main)

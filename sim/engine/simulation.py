@@ -1,0 +1,250 @@
+"""Replay a trace through one policy: the discrete-event engine (simpy) and the sequential mode.
+
+Request lifecycle in ``des`` mode (one simpy process per session, or per request for open-loop
+traces):
+1. arrival: look the input up, refresh per the policy, lock the matched path;
+2. queue for a server (a simpy Resource), prefill the non-hit part (time from the cost model),
+   insert the input's KV with the prefill-time checkpoints (branch state), release the server;
+3. decode (continuous batching is approximated by letting decode run off the server),
+   insert input + output with the tail state, unlock.
+The next turn of a closed-loop session arrives ``think_time`` after the response finished.
+
+``sequential`` mode is the Marconi artifact's semantics: requests in timestamp order (session
+start + cumulative think times; generation time not added), lookup then immediately one insert
+of input + output with every checkpoint, no concurrency.
+
+This module holds the per-request steps; ``sim.engine.drivers`` runs them in either mode. Variants
+(``sim.compat``) subclass ``Simulation`` and override its ``make_*`` factories and step hooks; a
+tuner (``sim.tuning``) is attached from outside (``sim.simulate``) and switches the eviction policy
+through ``set_eviction``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from policies.base import EVICTION, AdmissionContext, AdmissionPolicy, EvictionPolicy, PolicyPreset, get_preset
+from sim.cache.blocks import block_symbols
+from sim.cache.tree import HybridRadixTree, MatchResult, Node
+from sim.config import UNLIMITED, SimConfig, format_size
+from sim.cost import ModelSpec, TimingModel, default_timing, get_model
+from sim.engine.metrics import Recorder
+from sim.errors import UsageError
+from traces.base import Request, Trace
+
+
+class Tuner(Protocol):
+    """What the drivers call on an attached tuner (``sim.tuning``), around each request's insert."""
+
+    def seen(self, r: Request, t: float) -> None: ...
+    def before_insert(self, k: int) -> None: ...
+    def after_insert(self, k: int, r: Request, t: float) -> None: ...
+    def summary(self) -> dict: ...
+
+
+@dataclass(slots=True)
+class Flight:
+    """A request between its lookup and its last insert."""
+
+    req: Request
+    seq_in: np.ndarray  # symbols inserted at prefill end
+    seq_full: np.ndarray  # symbols inserted at decode end
+    tok_in: int
+    tok_full: int
+    hit_tokens: int
+    prefill_cps: list[int]
+    decode_cps: list[int]
+    locked: Node | None
+
+
+class Simulation:
+    def __init__(self, trace: Trace, config: SimConfig, *, spec: ModelSpec | None = None,
+                 timing: TimingModel | None = None, progress=None) -> None:
+        config.validate()
+        self.trace = trace
+        self.config = config
+        self.spec = spec or get_model(config.model)
+        self.timing = timing or default_timing(config.model)
+        self.preset: PolicyPreset = get_preset(config.policy)
+        self.progress = progress
+        self.auto_alpha = isinstance(config.alpha, str)  # "auto": start at 0, a tuner sets it
+        self.alpha0 = 0.0 if self.auto_alpha else float(config.alpha)
+        self._check_grid()
+        hybrid = self.spec.is_hybrid
+        if hybrid and self.preset.caching and not self.preset.unlimited and config.capacity_bytes < self.spec.state_bytes():
+            raise UsageError(
+                f"capacity {format_size(config.capacity_bytes)} is smaller than one state checkpoint of "
+                f"{config.model} ({format_size(self.spec.state_bytes())})")
+        self.admission = self.make_admission(self.preset.admission)
+        self.tree = self.make_tree(self.make_eviction(self.preset.eviction, self.alpha0))
+        self.refresh_path = self.tree.policy.refresh == "path"
+        self.tuner: Tuner | None = None
+        self.chunk_tokens = config.chunk_size if config.state_alignment == "chunk" else None
+        self.rec = Recorder(len(trace.requests), self.spec)
+
+    # ------------------------------------------------------------------ factories (variants override)
+    def make_admission(self, name: str) -> AdmissionPolicy:
+        return self.preset.admission_cls()
+
+    def make_eviction(self, name: str, alpha: float) -> EvictionPolicy:
+        """A fresh eviction policy by registered name (``alpha``: Marconi's weight)."""
+        cls = EVICTION[name]
+        params = cls.Params(alpha=alpha) if hasattr(cls.Params, "alpha") else None
+        return cls(self.spec, params)
+
+    def tree_settings(self) -> dict:
+        """Sizes and grid of the tree, as keyword arguments of ``HybridRadixTree``."""
+        return dict(
+            capacity_bytes=UNLIMITED if self.preset.unlimited else self.config.capacity_bytes,
+            kv_bytes_per_token=self.spec.kv_bytes_per_token(),
+            state_bytes=self.spec.state_bytes(),
+            block_tokens=self.grid,
+            hybrid=self.spec.is_hybrid,
+        )
+
+    def make_tree(self, eviction: EvictionPolicy) -> HybridRadixTree:
+        return HybridRadixTree(policy=eviction, **self.tree_settings())
+
+    def set_eviction(self, policy: EvictionPolicy) -> None:
+        """Evict with ``policy`` from now on, keeping the cache (tuners switch candidates so)."""
+        tree = self.tree
+        tree.policy = policy
+        policy.attach(tree)
+        for node in tree.iter_nodes():
+            if node is not tree.root:
+                node.slot = -1
+                policy.add(node)
+        self.refresh_path = policy.refresh == "path"
+
+    def _check_grid(self) -> None:
+        B = self.trace.block_tokens
+        pg = self.preset.grid_for(self.spec, self.config)
+        grid = max(pg, B)
+        if pg > 1 and (pg < B or pg % B):
+            raise UsageError(
+                f"policy {self.preset.name} checkpoints every {pg} tokens, finer than "
+                f"(or not a multiple of) the trace's {B}-token blocks")
+        if self.config.state_alignment == "chunk" and B > 1 and max(B, self.config.chunk_size) % min(B, self.config.chunk_size):
+            raise UsageError(f"--chunk-size {self.config.chunk_size} does not line up with the trace's {B}-token blocks")
+        self.grid = self.tree_grid(grid)
+        self.regrid = self.grid // B  # > 1: symbols are re-hashed into coarser blocks
+
+    def tree_grid(self, grid: int) -> int:
+        """Hook: the tree's granularity in tokens, given the policy's."""
+        return grid
+
+    # ------------------------------------------------------------------ per-request steps
+    def symbols(self, r: Request) -> tuple[np.ndarray, np.ndarray, int, int]:
+        B = self.trace.block_tokens
+        tok_in = r.n_input_tokens(B)
+        tok_full = tok_in + r.n_output_tokens(B)
+        full = np.concatenate((r.input_tokens, r.output_tokens)) if len(r.output_tokens) else r.input_tokens
+        if self.regrid == 1:
+            return r.input_tokens, full, tok_in, tok_full
+        g = self.regrid
+        sym_full = block_symbols(full, g)
+        # only whole input blocks are cached at prefill end; the partial one ends inside a block
+        sym_in = sym_full[: len(r.input_tokens) // g]
+        # tok_in stays the real prompt length (hit-rate denominator, prefill time); the prefill
+        # insert covers the whole blocks only (insert_prefill)
+        return sym_in, sym_full, tok_in, tok_full
+
+    def lookup(self, r: Request, t: float, lock: bool) -> Flight:
+        seq_in, seq_full, tok_in, tok_full = self.symbols(r)  # tok_in: the real prompt length
+        if not self.preset.caching:
+            self.rec.lookup(r, t, 0, tok_in)
+            return Flight(r, seq_in, seq_full, tok_in, tok_full, 0, [], [], None)
+        tree = self.tree
+        now = tree.set_time(t)
+        cap = None
+        if self.preset.lookup_cap_minus_one:
+            # at least one prompt token is recomputed: hit <= input_len - 1 tokens, in grid symbols
+            cap = max((tok_in - 1) // self.grid, 0)
+        m = tree.match(seq_in, max_hit_sym=cap)
+        hit_tokens = min(m.hit_tokens, tok_in)
+        if m.hit_sym > 0:
+            if self.refresh_path:
+                for node in m.path:
+                    tree.touch(node, now)
+            else:
+                tree.touch(m.hit_node, now)
+        ctx = self.admission_context(m, seq_in, seq_full, tok_in)
+        prefill_cps = self.admission.prefill_checkpoints(m, ctx)
+        decode_cps = self.admission.decode_checkpoints(m, ctx)
+        locked = None
+        if lock and m.hit_sym > 0:
+            locked = m.hit_node
+            tree.lock(locked)
+        self.rec.lookup(r, t, hit_tokens, tok_in, m.hit_sym > 0 and self.spec.is_hybrid)
+        return Flight(r, seq_in, seq_full, tok_in, tok_full, hit_tokens, prefill_cps, decode_cps, locked)
+
+    def admission_context(self, m: MatchResult, seq_in: np.ndarray, seq_full: np.ndarray,
+                          tok_in: int) -> AdmissionContext:
+        """Hook: what admission is told about the request besides its match."""
+        return AdmissionContext(len(seq_in), len(seq_full), self.grid, self.chunk_tokens,
+                                prefill_chunk_tokens=self.config.prefill_chunk_tokens, input_tokens=tok_in)
+
+    def insert_prefill(self, f: Flight, t: float) -> None:
+        if not self.preset.caching or len(f.seq_in) == 0:
+            return
+        if not f.prefill_cps and self.spec.is_hybrid:
+            return  # KV without a state at its end cannot serve a hybrid hit; decode-end insert stores it
+        now = self.tree.set_time(t)
+        res = self.tree.insert(f.seq_in, f.tok_in if self.regrid == 1 else len(f.seq_in) * self.grid,
+                               f.prefill_cps, now, lock=True, protect=f.locked)
+        if f.locked is not None:
+            self.tree.unlock(f.locked)
+        f.locked = res.end_node if res.inserted else None
+        self._after_insert(res, t)
+
+    def insert_decode(self, f: Flight, t: float) -> None:
+        if not self.preset.caching:
+            return
+        now = self.tree.set_time(t)
+        cps = f.decode_cps if not f.prefill_cps else sorted(set(f.prefill_cps) | set(f.decode_cps))
+        res = self.tree.insert(f.seq_full, f.tok_full, cps, now, protect=f.locked)
+        if f.locked is not None:
+            self.tree.unlock(f.locked)
+            f.locked = None
+        if self.refresh_path and res.inserted and res.end_node is not None:
+            self.tree.touch_path(res.end_node, now)
+        self._after_insert(res, t)
+
+    def _after_insert(self, res, t: float) -> None:
+        tree = self.tree
+        self.rec.occupancy(t, tree.kv_tokens * tree.kv_bytes_per_token, tree.n_states * tree.state_bytes)
+
+    # ------------------------------------------------------------------ one sequential request
+    def sequential_lookup(self, r: Request, t: float) -> Flight:
+        """Sequential mode, first half: the lookup, timed as if served at once."""
+        f = self.lookup(r, t, lock=True)
+        f.decode_cps = sorted(set(f.prefill_cps) | set(f.decode_cps))
+        f.prefill_cps = []
+        self.rec.timing(r, t, 0.0, self.prefill_s(f), self.decode_s(f))
+        return f
+
+    def sequential_insert(self, f: Flight, t: float) -> None:
+        """Sequential mode, second half: one insert of input + output with every checkpoint."""
+        self.insert_decode(f, t)
+
+    def shadow_lookup(self, r: Request, t: float) -> Flight | None:
+        """A shadow cache (duel tuner) sees a request arrive: look it up and pin the match."""
+        return self.lookup(r, t, lock=True)
+
+    def shadow_finish(self, f: Flight | None, r: Request, t: float) -> None:
+        """A shadow cache sees the request finish: one insert of input + output."""
+        f.decode_cps = sorted(set(f.prefill_cps) | set(f.decode_cps))
+        f.prefill_cps = []
+        self.insert_decode(f, t)
+
+    def prefill_s(self, f: Flight) -> float:
+        if self.config.ttft_model == "jamba":
+            return self.timing.jamba_ttft_s(f.tok_in - f.hit_tokens)
+        return self.timing.prefill_time_s(self.spec, f.hit_tokens, f.tok_in)
+
+    def decode_s(self, f: Flight) -> float:
+        return self.timing.decode_time_s(f.tok_full - f.tok_in)
+

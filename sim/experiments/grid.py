@@ -1,0 +1,198 @@
+"""Sweep grids: every knob takes lists and ranges; a grid expands into Tasks with stable ids.
+
+Values of a knob are a comma list (``1GB,2GB``) and/or inclusive ranges ``start:stop[:step]``
+(``0:2:0.1``), see :func:`parse_values`. ``config_id`` is a stable hash of everything that
+determines the result (trace spec, trace options, simulation knobs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from itertools import product
+from typing import Iterable
+
+from policies.base import get_preset
+from sim.config import SimConfig, parse_size
+from sim.errors import UsageError
+from sim.trace_options import TRACE_OPTIONS
+
+#: bump when the meaning of a row changes so old results are not mistaken for new ones
+ROW_VERSION = 1
+#: knobs that change speed, not results: kept out of the config id
+SPEED_KNOBS = ("tuning_workers",)
+#: knobs read only by alpha tuning (--alpha auto) and marconi-oracle: reset to their defaults for
+#: other policies so those do not multiply with a tuning grid
+TUNING_KNOBS = ("alpha_grid", "bootstrap_multiplier", "tuning_objective", "tuning_start", "retune_every",
+                "tuning_lru", "tuner", "duel_candidates", "duel_every", "duel_window", "duel_margin")
+TUNED_POLICIES = ("marconi-oracle",)
+
+# ---------------------------------------------------------------------------------- value lists
+
+MAX_RANGE_VALUES = 100_000
+
+
+def _split_list(text: str, kind: str) -> list[str]:
+    parts = [p.strip() for p in str(text).split(",")]
+    if kind == "trace":
+        # synthetic:KIND:k=v,k2=v2 -> keep the k=v continuations with their spec
+        merged: list[str] = []
+        for p in parts:
+            if merged and "=" in p and ":" not in p:
+                merged[-1] += "," + p
+            else:
+                merged.append(p)
+        parts = merged
+    return [p for p in parts if p]
+
+
+def _number(text: str, kind: str, flag: str):
+    if kind == "size":
+        return parse_size(text)
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        raise UsageError(f"{flag}: cannot read number {text!r}") from None
+
+
+def _expand_range(text: str, kind: str, flag: str) -> list:
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not all(p.strip() for p in parts):
+        raise UsageError(f"{flag}: a range is start:stop[:step], not {text!r}")
+    start, stop = (_number(p.strip(), kind, flag) for p in parts[:2])
+    step = _number(parts[2].strip(), kind, flag) if len(parts) == 3 else (Decimal(1) if kind != "size" else None)
+    if step is None:
+        raise UsageError(f"{flag}: a size range needs a step, e.g. 1GB:5GB:1GB")
+    if step <= 0:
+        raise UsageError(f"{flag}: range step must be positive in {text!r}")
+    if stop < start:
+        raise UsageError(f"{flag}: range {text!r} runs backwards")
+    count = int((stop - start) / step) + 1  # exact in Decimal; inclusive of stop when it lands on the grid
+    if count > MAX_RANGE_VALUES:
+        raise UsageError(f"{flag}: range {text!r} has {count} values (more than {MAX_RANGE_VALUES})")
+    return [start + i * step for i in range(count)]
+
+
+def parse_values(texts: str | Iterable[str], kind: str = "str", flag: str = "value") -> list:
+    """Values of one knob from comma lists and inclusive ``start:stop[:step]`` ranges.
+
+    ``kind``: ``int``, ``float``, ``size`` (``1GB``; ranges ``1GB:5GB:1GB``), ``alpha`` (floats
+    and ``auto``), ``str`` (comma list only) or ``trace`` (comma list keeping ``k=v`` suffixes of
+    synthetic specs). ``texts`` may be a list (a repeated flag). Order is kept, duplicates dropped.
+    >>> parse_values("0:1:0.25", "float")
+    [0.0, 0.25, 0.5, 0.75, 1.0]
+    """
+    if isinstance(texts, str):
+        texts = [texts]
+    out: list = []
+    for text in texts:
+        for item in _split_list(text, kind):
+            if kind in ("str", "trace") or (kind == "alpha" and item == "auto"):
+                vals = [item]
+            elif ":" in item:
+                vals = _expand_range(item, kind, flag)
+            else:
+                vals = [_number(item, kind, flag)]
+            for v in vals:
+                if kind == "int":
+                    if v != int(v):
+                        raise UsageError(f"{flag}: {v} is not an integer")
+                    v = int(v)
+                elif kind in ("float", "alpha") and isinstance(v, Decimal):
+                    v = float(v)
+                elif kind == "size":
+                    v = int(v)
+                if v not in out:
+                    out.append(v)
+    if not out:
+        raise UsageError(f"{flag}: no values given")
+    return out
+
+
+# ---------------------------------------------------------------------------------- the grid
+
+def _trace_defaults() -> dict:
+    return {opt.key: opt.default for opt in TRACE_OPTIONS}
+
+
+def _norm(value, like):
+    """Normalise a value to the type of the field default (1 -> 1.0 for float knobs) for hashing."""
+    if isinstance(like, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+@dataclass
+class Task:
+    """One configuration: a trace (spec + options, ``marconi run`` option names) and a SimConfig."""
+
+    trace_kwargs: dict
+    config: SimConfig
+    alpha_mode: str  # static | auto | none (policy ignores alpha)
+    config_id: str = ""
+    knobs: dict = field(default_factory=dict)
+
+    @property
+    def trace_key(self) -> str:
+        return json.dumps(self.trace_kwargs, sort_keys=True, default=str)
+
+
+def make_task(trace_kwargs: dict, **knobs) -> Task:
+    """A Task from trace options (``trace``, ``sessions``, ... as `marconi run` names them; missing
+    ones take the CLI defaults) and SimConfig fields. A policy that ignores alpha gets alpha 0 to
+    run with and NaN in its row, so it does not multiply with an alpha grid."""
+    defaults = _trace_defaults()
+    unknown = set(trace_kwargs) - set(defaults)
+    if unknown:
+        raise UsageError(f"unknown trace options {sorted(unknown)}")
+    tk = {k: _norm(trace_kwargs.get(k, d), d) for k, d in defaults.items()}
+    base = SimConfig()
+    bad = set(knobs) - set(SimConfig.field_names())
+    if bad:
+        raise UsageError(f"unknown simulation knobs {sorted(bad)}")
+    knobs = {k: _norm(v, getattr(base, k)) for k, v in knobs.items()}
+    if "tuning_workers" in SimConfig.field_names():
+        knobs.setdefault("tuning_workers", 1)  # the sweep already runs configurations in parallel
+    cfg = SimConfig(**knobs)
+    preset = get_preset(cfg.policy)
+    if not preset.uses_alpha:
+        cfg.alpha = 0.0
+        mode = "none"
+    elif cfg.alpha == "auto":
+        mode = "auto"
+    else:
+        cfg.alpha = float(cfg.alpha)
+        mode = "static"
+    if mode != "auto" and cfg.policy not in TUNED_POLICIES:
+        for k in TUNING_KNOBS:
+            if hasattr(base, k):
+                setattr(cfg, k, getattr(base, k))
+    cfg.validate()
+    row = cfg.as_row()
+    if mode != "static":
+        row["alpha"] = float("nan")
+    ident = {k: v for k, v in cfg.as_row().items() if k not in SPEED_KNOBS}
+    identity = {"v": ROW_VERSION, "trace": tk, "config": {**ident, "alpha": None if mode == "none" else cfg.alpha}}
+    cid = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    knob_row = {"config_id": cid, **tk, **row, "alpha_mode": mode}
+    return Task(tk, cfg, mode, cid, knob_row)
+
+
+def expand_grid(trace_axes: dict[str, list], sim_axes: dict[str, list]) -> list[Task]:
+    """The cartesian product of every axis (each a list of values; one value = fixed), as Tasks in
+    a deterministic order grouped by trace. Duplicates (a policy without alpha over an alpha grid)
+    appear once."""
+    t_names = list(trace_axes)
+    s_names = list(sim_axes)
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    for t_vals in product(*(trace_axes[n] for n in t_names)):
+        tk = dict(zip(t_names, t_vals))
+        for s_vals in product(*(sim_axes[n] for n in s_names)):
+            task = make_task(tk, **dict(zip(s_names, s_vals)))
+            if task.config_id not in seen:
+                seen.add(task.config_id)
+                tasks.append(task)
+    return tasks

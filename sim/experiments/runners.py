@@ -1,0 +1,204 @@
+"""Running sweep Tasks: on local processes or Ray, each result written as it finishes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from sim.errors import USER_ERRORS, UsageError
+from sim.experiments.grid import Task
+from sim.experiments.store import is_done, write_result
+from sim.simulate import simulate
+from sim.trace_options import options_from_kwargs
+from traces.registry import load_trace
+
+TRACE_CACHE_SIZE = 4  # traces kept per worker process
+
+
+_TRACES: "OrderedDict[str, Any]" = OrderedDict()
+
+
+def _load_trace(trace_kwargs: dict):
+    key = json.dumps(trace_kwargs, sort_keys=True, default=str)
+    trace = _TRACES.get(key)
+    if trace is not None:
+        _TRACES.move_to_end(key)
+        return trace, 0.0
+    t0 = time.perf_counter()
+    spec, opts = options_from_kwargs(dict(trace_kwargs), pop=True)
+    opts.progress = False
+    trace = load_trace(spec, opts)
+    _TRACES[key] = trace
+    while len(_TRACES) > TRACE_CACHE_SIZE:
+        _TRACES.popitem(last=False)
+    return trace, time.perf_counter() - t0
+
+
+def loaded_trace_keys() -> list[str]:
+    """Traces held by this process's cache (tests check that each is loaded once)."""
+    return list(_TRACES)
+
+
+def execute(task: Task, save_requests: bool = False) -> dict:
+    """Run one configuration; returns {"row": dict, "requests": DataFrame|None, "occupancy": ...}.
+    Runs in worker processes (local pool or Ray); writes nothing."""
+    trace, load_s = _load_trace(task.trace_kwargs)
+    t0 = time.perf_counter()
+    res = simulate(trace, task.config)
+    wall = time.perf_counter() - t0
+    summary = dict(res.summary)
+    summary.pop("policy", None)
+    for k, v in summary.items():  # nested values (e.g. the oracle's per-alpha hit rates) as JSON text
+        if isinstance(v, (dict, list, tuple)):
+            summary[k] = json.dumps(v, sort_keys=True, default=str)
+    row = {**task.knobs, "trace_name": trace.name, **summary, "wall_s": wall, "trace_load_s": load_s,
+           "worker_pid": os.getpid()}
+    out = {"row": row, "requests": None, "occupancy": None}
+    if save_requests:
+        out["requests"] = res.requests
+        out["occupancy"] = res.occupancy
+    return out
+
+
+@dataclass
+class SweepReport:
+    total: int
+    skipped: int
+    ran: int
+    failed: list = field(default_factory=list)  # (Task, error text)
+    wall_s: float = 0.0
+    interrupted: bool = False
+
+
+def describe(task: Task) -> str:
+    k = task.knobs
+    if task.alpha_mode == "static":
+        alpha = f" alpha={task.config.alpha:g}"
+    else:
+        alpha = " alpha=auto" if task.alpha_mode == "auto" else ""
+    return (f"{k['trace']} {task.config.policy}{alpha} cap={task.config.capacity_bytes / 1e9:g}GB "
+            f"sps={task.config.sessions_per_second:g} [{task.config_id}]")
+
+
+def _local_results(todo: list[Task], workers: int, save_requests: bool):
+    if workers <= 1:
+        for task in todo:
+            try:
+                yield task, execute(task, save_requests), None
+            except Exception as exc:  # noqa: BLE001 - reported per configuration
+                yield task, None, exc
+        return
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["sim.experiments.runners", "sim.simulate", "traces.registry"])
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    futures = {}
+    try:
+        # keep a bounded queue so a Ctrl-C has few configurations in flight
+        it = iter(todo)
+        for task in it:
+            futures[pool.submit(execute, task, save_requests)] = task
+            if len(futures) >= 2 * workers:
+                break
+        while futures:
+            done, _ = wait(futures, return_when=FIRST_COMPLETED)
+            for fut in done:
+                task = futures.pop(fut)
+                exc = fut.exception()
+                yield task, (None if exc else fut.result()), exc
+                nxt = next(it, None)
+                if nxt is not None:
+                    futures[pool.submit(execute, nxt, save_requests)] = nxt
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _ray_results(todo: list[Task], workers: int, save_requests: bool, address: str | None):
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--engine ray needs Ray: pip install 'marconi-sim[ray]'") from None
+    started = False
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        started = True
+    remote = ray.remote(num_cpus=1)(execute)
+    pending = {remote.remote(task, save_requests): task for task in todo}
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                task = pending.pop(ref)
+                try:
+                    yield task, ray.get(ref), None
+                except Exception as exc:  # noqa: BLE001
+                    cause = getattr(exc, "cause", None)
+                    yield task, None, cause if isinstance(cause, Exception) else exc
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        if started:
+            ray.shutdown()
+
+
+def run_sweep(tasks: list[Task], out: str | os.PathLike, *, engine: str = "local", workers: int | None = None,
+              ray_address: str | None = None, save_requests: bool = False, progress: bool = True,
+              limit: int | None = None, on_result: Callable | None = None) -> SweepReport:
+    """Run the tasks not yet done under ``out``; writes each row as it finishes.
+
+    A UsageError in any configuration stops the sweep (bad settings); other failures are
+    reported per configuration and the rest carries on. ``limit`` runs at most that many
+    configurations (then stops, as an interrupted sweep would)."""
+    from tqdm import tqdm
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    todo = [t for t in tasks if not is_done(out, t, save_requests)]
+    report = SweepReport(total=len(tasks), skipped=len(tasks) - len(todo), ran=0)
+    if limit is not None:
+        todo = todo[:limit]
+    workers = max(1, min(workers or os.cpu_count() or 1, max(1, len(todo))))
+    t0 = time.perf_counter()
+    if not todo:
+        return report
+    if engine == "local":
+        results = _local_results(todo, workers, save_requests)
+    elif engine == "ray":
+        results = _ray_results(todo, workers, save_requests, ray_address)
+    else:
+        raise UsageError(f"--engine must be local or ray, not {engine!r}")
+    bar = tqdm(total=len(tasks), initial=report.skipped, unit="cfg", desc="sweep", disable=not progress,
+               file=sys.stderr, dynamic_ncols=True)
+    try:
+        for task, result, exc in results:
+            if exc is not None:
+                if isinstance(exc, KeyboardInterrupt):  # Ctrl-C reached a worker first
+                    raise KeyboardInterrupt
+                if isinstance(exc, USER_ERRORS):
+                    raise UsageError(f"{describe(task)}: {exc}") from exc
+                report.failed.append((task, f"{type(exc).__name__}: {exc}"))
+            else:
+                write_result(out, task, result)
+                report.ran += 1
+                if on_result is not None:
+                    on_result(task, result)
+            bar.update(1)
+            bar.set_postfix_str(describe(task), refresh=False)
+    except KeyboardInterrupt:
+        report.interrupted = True
+    finally:
+        bar.close()
+        results.close()
+        report.wall_s = time.perf_counter() - t0
+    return report

@@ -1,0 +1,107 @@
+"""The results folder of a sweep: one parquet row per configuration, written atomically.
+
+Layout of a results folder (``--out``)::
+
+    OUT/<config_id>.parquet              one row: every knob + every summary metric + wall time
+    OUT/_requests/<config_id>.parquet    per-request records (``--save-requests``)
+    OUT/_occupancy/<config_id>.parquet   cache occupancy over time (``--save-requests``)
+
+A row file is written last, atomically (temp file + rename), so its presence means the
+configuration is complete: a rerun skips it, a crash loses only what was running, and nothing is
+written twice. ``pandas.read_parquet(OUT)`` reads the rows (pyarrow skips the ``_``/``.``-prefixed
+detail folders and temp files); :func:`load_results` is a schema-tolerant reader.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Iterable
+
+from sim.errors import UsageError
+from sim.experiments.grid import Task
+
+REQUESTS_DIR = "_requests"
+OCCUPANCY_DIR = "_occupancy"
+#: row columns that depend on the run, not the configuration (excluded when comparing engines)
+RUNTIME_COLUMNS = ("wall_s", "trace_load_s", "worker_pid", "tuning_seconds")
+
+
+def _atomic_parquet(df, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".tmp-{path.stem}-{os.getpid()}-{time.monotonic_ns()}.parquet"
+    try:
+        df.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def row_path(out: Path, config_id: str) -> Path:
+    return Path(out) / f"{config_id}.parquet"
+
+
+def _detail_paths(out: Path, config_id: str) -> tuple[Path, Path]:
+    out = Path(out)
+    return out / REQUESTS_DIR / f"{config_id}.parquet", out / OCCUPANCY_DIR / f"{config_id}.parquet"
+
+
+def is_done(out: Path, task: Task, save_requests: bool) -> bool:
+    if not row_path(out, task.config_id).exists():
+        return False
+    return not save_requests or all(p.exists() for p in _detail_paths(out, task.config_id))
+
+
+def write_result(out: Path, task: Task, result: dict) -> None:
+    """Details first, the row last: the row file marks the configuration complete."""
+    import pandas as pd  # noqa: PLC0415 - pandas is slow to import; only writers need it
+
+    req_p, occ_p = _detail_paths(out, task.config_id)
+    for df, p in ((result["requests"], req_p), (result["occupancy"], occ_p)):
+        if df is not None and not p.exists():
+            df = df.copy()
+            df.insert(0, "config_id", task.config_id)
+            _atomic_parquet(df, p)
+    rp = row_path(out, task.config_id)
+    if not rp.exists():
+        _atomic_parquet(pd.DataFrame([result["row"]]), rp)
+
+
+# ---------------------------------------------------------------------------------- reading
+
+def row_files(out: str | os.PathLike) -> list[Path]:
+    """Finished row files (temp files of running writers start with '.')."""
+    return sorted(p for p in Path(out).glob("*.parquet") if not p.name.startswith("."))
+
+
+def load_results(out: str | os.PathLike):
+    """All rows of a results folder as one DataFrame (columns unioned across files)."""
+    import pandas as pd
+
+    files = row_files(out)
+    if not files:
+        raise UsageError(f"no results in {out} (expected <config_id>.parquet files from `marconi sweep`)")
+    frames = [pd.read_parquet(f) for f in files]
+    return pd.concat(frames, ignore_index=True, sort=False)
+
+
+def load_details(out: str | os.PathLike, kind: str = "requests", config_ids: Iterable[str] | None = None):
+    """Per-request (``kind="requests"``) or occupancy records of the given configurations."""
+    import pandas as pd
+
+    folder = Path(out) / (REQUESTS_DIR if kind == "requests" else OCCUPANCY_DIR)
+    if config_ids is None:
+        files = row_files(folder)
+    else:
+        files = [folder / f"{c}.parquet" for c in config_ids]
+        files = [f for f in files if f.exists()]
+    if not files:
+        raise UsageError(f"no {kind} records in {folder}: rerun the sweep with --save-requests")
+    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+
+
+def is_nan(x) -> bool:
+    return isinstance(x, float) and math.isnan(x)

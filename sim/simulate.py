@@ -1,0 +1,51 @@
+"""The one assembly point: a config becomes a Simulation with its compat variant and its tuner.
+
+``build`` picks the engine variant (``--compat``: the core engine, or ``sim.compat``'s artifact
+replay) and attaches the alpha tuner (``--alpha auto``); ``simulate`` builds and runs one
+configuration (``marconi-oracle`` runs one simulation per alpha). The CLI, the sweeps and the
+tuners' own replays all go through here.
+"""
+
+from __future__ import annotations
+
+from sim.compat.artifact import ArtifactSimulation
+from sim.config import SimConfig
+from sim.cost import ModelSpec, TimingModel
+from sim.engine.drivers import run
+from sim.engine.metrics import SimResult
+from sim.engine.simulation import Simulation
+from sim.tuning.duel import DuelTuner
+from sim.tuning.oracle import run_oracle
+from sim.tuning.replay import AlphaTuner
+from traces.base import Trace
+
+ORACLE = "marconi-oracle"
+
+
+def build(trace: Trace, config: SimConfig, *, spec: ModelSpec | None = None, timing: TimingModel | None = None,
+          progress=None) -> Simulation:
+    """A ready-to-run Simulation of ``trace`` under ``config``."""
+    config.validate()
+    kw = dict(spec=spec, timing=timing, progress=progress)
+    if config.compat == "corrected":
+        sim = Simulation(trace, config, **kw)
+    else:  # paper: the artifact as published; paper-fixed: its two bugs fixed
+        sim = ArtifactSimulation(trace, config, bugs=config.compat == "paper", **kw)
+    if sim.auto_alpha and sim.preset.uses_alpha and sim.preset.caching:
+        paper = config.compat != "corrected"
+        kind = config.tuner or ("replay" if paper else "duel")
+        if kind == "duel":
+            sim.tuner = DuelTuner(sim, build)
+        else:
+            lru = config.tuning_lru if config.tuning_lru is not None else not paper
+            sim.tuner = AlphaTuner(sim, build, lru)
+    return sim
+
+
+def simulate(trace: Trace, config: SimConfig, progress=None, *, spec: ModelSpec | None = None,
+             timing: TimingModel | None = None) -> SimResult:
+    """Replay ``trace`` under ``config``; the one entry point the CLI and sweeps call."""
+    if config.policy == ORACLE:
+        config.validate()
+        return run_oracle(trace, config, build, progress)
+    return run(build(trace, config, spec=spec, timing=timing, progress=progress))

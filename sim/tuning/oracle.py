@@ -1,0 +1,38 @@
+"""``marconi-oracle``: the best static alpha in hindsight (a bound for the tuners, not a policy)."""
+
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import ProcessPoolExecutor
+
+from sim.config import parse_grid
+from sim.engine.drivers import run
+from sim.engine.metrics import SimResult
+from sim.tuning.replay import Builder, default_workers
+
+
+def _oracle_one(args) -> tuple[float, SimResult]:
+    trace, cfg, alpha, build = args
+    return alpha, run(build(trace, dataclasses.replace(cfg, policy="marconi", alpha=alpha)))
+
+
+def run_oracle(trace, config, build: Builder, progress=None) -> SimResult:
+    """Best static alpha in hindsight over the grid, by token hit rate (ties: smallest alpha)."""
+    grid = parse_grid(config.alpha_grid)
+    workers = min(default_workers(config), len(grid))
+    jobs = [(trace, config, a, build) for a in grid]
+    if workers <= 1:
+        results = [_oracle_one(j) for j in jobs]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as ex:
+            results = list(ex.map(_oracle_one, jobs))
+    best_alpha, best = results[0]
+    for a, res in results[1:]:
+        if res.summary["token_hit_rate"] > best.summary["token_hit_rate"]:
+            best_alpha, best = a, res
+    summary = dict(best.summary)
+    summary.update(policy=config.policy, tuned_alpha=float(best_alpha), tuned_choice=f"{best_alpha:g}",
+                   tuned_at_request=None, oracle_hit_rates={f"{a:g}": r.summary["token_hit_rate"] for a, r in results})
+    if progress is not None:
+        progress.update(len(trace.requests))
+    return dataclasses.replace(best, summary=summary)
