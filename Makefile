@@ -32,3 +32,9 @@ bench-sweep: setup-test
 
 bench-tuning: setup-test
 	$(BIN)/python benchmarks/tuning_report.py
+
+# plant seeded one-line bugs in the core modules and print how many the tests catch (no ../shared):
+# make mutation MUTATION_ARGS="-m tree --per-module 5"
+.PHONY: mutation
+mutation: setup-test
+	$(BIN)/python benchmarks/mutation.py $(MUTATION_ARGS)

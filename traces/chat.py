@@ -14,6 +14,8 @@ to pay for starting it, in bounded batches, so a streamed source never sits whol
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import Iterable, Iterator
 from multiprocessing import get_context
 
@@ -31,6 +33,25 @@ _worker_state: dict = {}
 
 def _init_worker(tokenizer_spec: str, max_input: int | None, max_total: int | None, wpm: float) -> None:
     _worker_state.update(tok=get_tokenizer(tokenizer_spec), max_input=max_input, max_total=max_total, wpm=wpm)
+
+
+def _init_pool_worker(*args) -> None:
+    # Ctrl-C in a terminal reaches the whole process group: only the parent reacts (it terminates
+    # the pool); a worker that died of it would leave pool.map waiting forever for its task.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _init_worker(*args)
+
+
+def _start_pool(procs: int, init_args: tuple):
+    ctx = get_context("fork" if os.name == "posix" else "spawn")
+    if threading.current_thread() is not threading.main_thread():
+        return ctx.Pool(procs, initializer=_init_pool_worker, initargs=init_args)
+    # forked workers inherit SIG_IGN at once (no window before their initializer runs)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return ctx.Pool(procs, initializer=_init_pool_worker, initargs=init_args)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _tokenize_one(messages: list[tuple[str, str]]):
@@ -81,11 +102,11 @@ def build_chat_trace(
     ids: list[str] = []
     dropped = 0
     pool = None
+    finished = False
     try:
         for batch in _batches(conversations, BATCH):
             if pool is None and procs > 1 and (len(batch) >= POOL_MIN_CONVERSATIONS):
-                pool = get_context("fork" if os.name == "posix" else "spawn").Pool(
-                    procs, initializer=_init_worker, initargs=init_args)
+                pool = _start_pool(procs, init_args)
             msgs = [m for _, m in batch]
             if pool is not None:
                 results = pool.map(_tokenize_one, msgs, chunksize=max(1, len(msgs) // (procs * 8)))
@@ -103,9 +124,13 @@ def build_chat_trace(
                 builder.add_chain(buf, sid, [(k, ie, oe, think, None, -1, -1) for k, (ie, oe, think) in enumerate(rows)])
             if bar is not None:
                 bar.update(len(batch))
+        finished = True
     finally:
         if pool is not None:
-            pool.close()
+            if finished:
+                pool.close()
+            else:  # Ctrl-C or an error: drop the queued work instead of waiting for it
+                pool.terminate()
             pool.join()
         if bar is not None:
             bar.close()
