@@ -1,10 +1,14 @@
 """The request table every loader produces and the simulator consumes.
 
-A trace is a list of requests grouped into sessions. Token sequences are numpy int64 arrays of
+A trace is a list of requests grouped into sessions. Token sequences are numpy integer arrays of
 *symbols*: token ids for tokenized traces (``block_tokens == 1``) or prefix-block hash ids for
 hash-block traces (Mooncake: 512 tokens per symbol, Bailian: 16). Two requests share a prefix of
 k symbols iff their first k symbols are equal; the cache tree never needs to know which kind it
 holds.
+
+Symbols are int32 when every symbol of the trace fits (any tokenizer's vocabulary does: half the
+memory of int64), else int64; all arrays of one trace share one dtype, because the cache tree
+compares raw bytes.
 
 Timing comes in one of two shapes:
 - closed loop (``Trace.closed_loop``): sessions start on a schedule chosen at simulation time
@@ -16,15 +20,23 @@ Timing comes in one of two shapes:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-SYMBOL_DTYPE = np.int64
+SYMBOL_DTYPE = np.int64  # the wide symbol type (hash ids that do not fit int32)
+COMPACT_DTYPE = np.int32  # what a trace uses when all of its symbols fit
+_I32 = np.iinfo(np.int32)
 
 
 class TraceError(ValueError):
     """Bad trace input: reported to the user as one line (CLI exit code 2)."""
+
+
+class RowProblem(ValueError):
+    """A malformed row: becomes ``TraceError('FILE:LINE: message')`` or a skipped row."""
 
 
 @dataclass(slots=True)
@@ -59,14 +71,21 @@ class Trace:
             raise TraceError(f"trace {self.name!r} has no requests (after filtering)")
         if self.block_tokens < 1:
             raise TraceError(f"trace {self.name!r}: block_tokens must be >= 1")
+        # int32 when every array already is (packed traces), else int64 throughout, as before
+        dtype = COMPACT_DTYPE if all(r.input_tokens.dtype == COMPACT_DTYPE and r.output_tokens.dtype == COMPACT_DTYPE
+                                     for r in self.requests) else SYMBOL_DTYPE
         for i, r in enumerate(self.requests):
             r.request_id = i
-            if r.input_tokens.dtype != SYMBOL_DTYPE:
-                r.input_tokens = np.asarray(r.input_tokens, dtype=SYMBOL_DTYPE)
-            if r.output_tokens.dtype != SYMBOL_DTYPE:
-                r.output_tokens = np.asarray(r.output_tokens, dtype=SYMBOL_DTYPE)
+            if r.input_tokens.dtype != dtype:
+                r.input_tokens = np.asarray(r.input_tokens, dtype=dtype)
+            if r.output_tokens.dtype != dtype:
+                r.output_tokens = np.asarray(r.output_tokens, dtype=dtype)
             if not self.closed_loop and r.arrival is None:
                 raise TraceError(f"trace {self.name!r}: open-loop request {i} has no arrival time")
+
+    @property
+    def symbol_dtype(self) -> np.dtype:
+        return self.requests[0].input_tokens.dtype
 
     @property
     def n_sessions(self) -> int:
@@ -90,3 +109,83 @@ class Trace:
 
 def as_symbols(tokens) -> np.ndarray:
     return np.asarray(tokens, dtype=SYMBOL_DTYPE)
+
+
+def compact_dtype(lo: int, hi: int) -> type:
+    """int32 when every symbol in [lo, hi] fits, else int64."""
+    return COMPACT_DTYPE if _I32.min <= lo and hi <= _I32.max else SYMBOL_DTYPE
+
+
+def compact(symbols: np.ndarray) -> np.ndarray:
+    """``symbols`` as int32 when they all fit (a copy only when the dtype changes)."""
+    if symbols.dtype == COMPACT_DTYPE or not len(symbols):
+        return symbols.astype(COMPACT_DTYPE, copy=False)
+    return symbols.astype(compact_dtype(int(symbols.min()), int(symbols.max())), copy=False)
+
+
+def require_file(path: str | os.PathLike, what: str) -> Path:
+    """``path`` as a Path when it is a readable file, else TraceError saying what is wrong."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise TraceError(f"{what} path is a directory, not a file: {p}")
+    if not p.exists():
+        raise TraceError(f"{what} file not found: {p}")
+    if not p.is_file():
+        raise TraceError(f"{what} path is not a regular file: {p}")
+    return p
+
+
+# --------------------------------------------------------------------------------------------
+# Limits that protect memory from a malformed or hostile trace
+
+DEFAULT_MAX_REQUEST_TOKENS = 10_000_000
+
+
+def available_memory() -> int:
+    """Bytes of memory available to a new allocation (physical memory when unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return 1 << 40
+
+
+class SizeBudget:
+    """Checks, row by row while a trace is read, that one request stays within
+    ``max_request_tokens`` and that the symbol buffer the trace will need fits in memory, so a
+    row claiming 10^12 tokens is an error naming its row instead of an out-of-memory kill."""
+
+    def __init__(self, max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS, memory_bytes: int | None = None,
+                 bytes_per_symbol: int = 8):
+        self.max_request_tokens = max_request_tokens
+        self.memory_bytes = available_memory() if memory_bytes is None else memory_bytes
+        self.bytes_per_symbol = bytes_per_symbol
+        self.symbols = 0
+
+    def check_request(self, n_tokens: int) -> None:
+        """RowProblem when one request's ``n_tokens`` (input + output) is over the limit."""
+        if n_tokens > self.max_request_tokens:
+            raise RowProblem(f"{n_tokens:,} tokens in one request, more than the limit of "
+                             f"{self.max_request_tokens:,} (max_request_tokens)")
+
+    def add(self, n_symbols: int, where: str) -> None:
+        """Counts ``n_symbols`` more; TraceError naming ``where`` (FILE:LINE) once the trace's
+        symbol buffer would not fit in the memory available (fatal even when skipping bad rows)."""
+        need = (self.symbols + n_symbols) * self.bytes_per_symbol
+        if need > self.memory_bytes:
+            raise TraceError(f"{where}: the trace would need {_size(need)} for its symbols up to this row, "
+                             f"more than the {_size(self.memory_bytes)} of memory available")
+        self.symbols += n_symbols
+
+
+def _size(n_bytes: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:,.1f} {unit}"
+    return f"{n_bytes:,} bytes"

@@ -23,8 +23,9 @@ from collections import Counter
 
 import numpy as np
 
-from traces.base import SYMBOL_DTYPE, Request, Trace, TraceError
-from traces.jsonl import JsonlReader, RowProblem, require, require_int_list, require_length
+from traces.base import Request, SizeBudget, Trace, TraceError, compact_dtype
+from traces.jsonl import (INT64_MAX, JsonlReader, RowProblem, require, require_int, require_int_list,
+                          require_length, require_time)
 
 BLOCK_TOKENS = {"mooncake": 512, "bailian": 16}
 TIME_UNIT = {"mooncake": 1e-3, "bailian": 1.0}
@@ -36,26 +37,31 @@ def load(kind: str, path: str, options) -> Trace:
     block = BLOCK_TOKENS[kind]
     unit = TIME_UNIT[kind]
     reader = JsonlReader(path, options.skip_bad_rows, what=kind)
-    rows: list[tuple] = []  # (session, turn, hash array, ts, input_length, output_length)
+    budget = SizeBudget(options.max_request_tokens)
+    rows: list[tuple] = []  # (session, turn, hash array, ts, input_length, output_length, line)
     session_of: dict[int, int] = {}
     types: Counter = Counter()
     last_ts = None
     n_sessions = 0
+    max_hash = 0
     for line_no, row in reader:
         try:
-            ts = require(row, "timestamp")
+            ts = require_time(row, "timestamp")
             il = require_length(row, "input_length")
             ol = require_length(row, "output_length")
-            hashes = require_int_list(row, "hash_ids")
-            if len(hashes) != math.ceil(il / block):
+            budget.check_request(il + ol)
+            # ids >= 0: negative symbols stand for the outputs (below)
+            hashes = require_int_list(row, "hash_ids", lo=0, hi=INT64_MAX)
+            n_blocks = -(-il // block)
+            if len(hashes) != n_blocks:
                 raise RowProblem(f"{len(hashes)} hash_ids for input_length {il} "
-                                 f"(expected ceil({il}/{block}) = {math.ceil(il / block)})")
+                                 f"(expected ceil({il}/{block}) = {n_blocks})")
             if last_ts is not None and ts < last_ts:
                 raise RowProblem(f"timestamp {ts} goes backwards (previous {last_ts})")
             if kind == "bailian":
-                chat = require(row, "chat_id", int)
-                parent = require(row, "parent_chat_id", int)
-                turn = require(row, "turn", int)
+                chat = require_int(row, "chat_id")
+                parent = require_int(row, "parent_chat_id")
+                turn = require_int(row, "turn")
                 rtype = str(require(row, "type", None))
                 if chat in session_of:
                     raise RowProblem(f"duplicate chat_id {chat}")
@@ -66,7 +72,10 @@ def load(kind: str, path: str, options) -> Trace:
         except RowProblem as exc:
             reader.bad(line_no, str(exc))
             continue
+        budget.add(len(hashes) + -(-ol // block), reader.where(line_no))
         last_ts = ts
+        if hashes:
+            max_hash = max(max_hash, max(hashes))
         if kind == "bailian":
             sid = session_of.get(parent) if parent != -1 else None
             if sid is None:  # a root, or a parent outside the file: a new session
@@ -76,29 +85,36 @@ def load(kind: str, path: str, options) -> Trace:
             types[rtype] += 1
         else:
             sid = len(rows)
-        rows.append((sid, turn, hashes, ts, il, ol))
+        rows.append((sid, turn, hashes, ts, il, ol, line_no))
     if not rows:
         raise TraceError(f"trace {kind}:{path} has no requests (after filtering)")
     t0 = rows[0][3]
-    n_out = [math.ceil(ol / block) for *_, ol in rows]
+    n_out = [-(-ol // block) for *_, ol, _ in rows]
     n_in = [len(h) for _, _, h, *_ in rows]
-    buf = np.empty(sum(n_in) + sum(n_out), dtype=SYMBOL_DTYPE)
+    # int32 when the hash ids and the output symbols (-1 .. -total outputs) all fit
+    buf = np.empty(sum(n_in) + sum(n_out), dtype=compact_dtype(-sum(n_out), max_hash))
     reqs: list[Request] = []
     pos = 0
     next_out = -1
-    for (sid, turn, hashes, ts, il, ol), ni, no in zip(rows, n_in, n_out):
+    for (sid, turn, hashes, ts, il, ol, line_no), ni, no in zip(rows, n_in, n_out):
+        try:
+            arrival = (ts - t0) * unit * options.time_scale
+        except OverflowError:  # integer timestamps whose difference is beyond a float
+            arrival = math.inf
+        if not math.isfinite(arrival):
+            raise TraceError(f"{reader.where(line_no)}: timestamp {ts} gives an arrival beyond a float "
+                             f"(first timestamp {t0}, time scale {options.time_scale})")
         buf[pos:pos + ni] = hashes
         inp = buf[pos:pos + ni]
         pos += ni
-        buf[pos:pos + no] = np.arange(next_out, next_out - no, -1, dtype=SYMBOL_DTYPE)
+        buf[pos:pos + no] = np.arange(next_out, next_out - no, -1, dtype=buf.dtype)
         next_out -= no
         out = buf[pos:pos + no]
         pos += no
         reqs.append(Request(session_id=sid, turn=turn, input_tokens=inp, output_tokens=out,
-                            arrival=(ts - t0) * unit * options.time_scale, input_len=il, output_len=ol))
+                            arrival=arrival, input_len=il, output_len=ol))
     meta = {"source": f"{kind}:{path}", "skipped_rows": reader.skipped, "t0": t0 * unit,
             "time_scale": options.time_scale}
     if types:
         meta["types"] = dict(types)
     return Trace(f"{kind}:{path}", reqs, block_tokens=block, closed_loop=False, meta=meta)
-

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from traces.base import TraceError
+from traces.base import RowProblem, TraceError, require_file
 
+__all__ = ["JsonlReader", "RowProblem", "require", "require_int", "require_length", "require_int_list",
+           "require_time", "INT64_MAX"]
 
-class RowProblem(ValueError):
-    """A malformed row: becomes ``TraceError('FILE:LINE: message')`` or a skipped row."""
+INT64_MAX = 2**63 - 1
 
 
 class JsonlReader:
@@ -22,15 +25,16 @@ class JsonlReader:
     """
 
     def __init__(self, path: str | Path, skip_bad_rows: bool = False, what: str = "trace"):
-        self.path = Path(path).expanduser()
-        if not self.path.is_file():
-            raise TraceError(f"{what} file not found: {self.path}")
+        self.path = require_file(path, what)
         self.skip_bad_rows = skip_bad_rows
         self.skipped = 0
 
+    def where(self, line_no: int) -> str:
+        return f"{self.path}:{line_no}"
+
     def bad(self, line_no: int, msg: str) -> None:
         if not self.skip_bad_rows:
-            raise TraceError(f"{self.path}:{line_no}: {msg}")
+            raise TraceError(f"{self.where(line_no)}: {msg}")
         self.skipped += 1
 
     def __iter__(self) -> Iterator[tuple[int, object]]:
@@ -45,11 +49,14 @@ class JsonlReader:
                     except json.JSONDecodeError as exc:
                         self.bad(line_no, f"bad JSON: {exc.msg} (column {exc.colno})")
                         continue
+                    except (ValueError, RecursionError) as exc:  # a 5,000-digit number, deep nesting
+                        self.bad(line_no, f"bad JSON: {str(exc).splitlines()[0] or type(exc).__name__}")
+                        continue
                     if not isinstance(obj, dict):
                         self.bad(line_no, "row is not a JSON object")
                         continue
                     yield line_no, obj
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise TraceError(f"cannot read {self.path}: {exc}") from exc
 
 
@@ -62,15 +69,53 @@ def require(row: dict, name: str, kind=(int, float)):
     return v
 
 
+def require_int(row: dict, name: str, lo: int = -INT64_MAX - 1, hi: int = INT64_MAX) -> int:
+    """An integer field within [lo, hi] (by default: what a 64-bit integer holds)."""
+    v = require(row, name, int)
+    if not lo <= v <= hi:
+        raise RowProblem(f"{name} {_short(v)} out of range {_range(lo, hi)}")
+    return v
+
+
 def require_length(row: dict, name: str) -> int:
     v = require(row, name, int)
     if v < 0:
-        raise RowProblem(f"negative {name} {v}")
+        raise RowProblem(f"negative {name} {_short(v)}")
+    if v > INT64_MAX:
+        raise RowProblem(f"{name} {_short(v)} out of range {_range(0, INT64_MAX)}")
     return v
 
 
-def require_int_list(row: dict, name: str) -> list:
+def require_time(row: dict, name: str) -> int | float:
+    """A timestamp: a finite number (JSON's NaN / Infinity and integers beyond a float refused)."""
+    v = require(row, name)
+    try:
+        finite = math.isfinite(v)
+    except OverflowError:
+        finite = False
+    if not finite:
+        raise RowProblem(f"{name} {_short(v)} is not a finite number")
+    return v
+
+
+def require_int_list(row: dict, name: str, lo: int = -INT64_MAX - 1, hi: int = INT64_MAX) -> list:
+    """A list of integers, each within [lo, hi]."""
     v = require(row, name, list)
-    if any(not isinstance(x, int) or isinstance(x, bool) for x in v):
-        raise RowProblem(f"field {name!r} must be a list of integers")
+    for x in v:
+        if not isinstance(x, int) or isinstance(x, bool):
+            raise RowProblem(f"field {name!r} must be a list of integers")
+        if not lo <= x <= hi:
+            raise RowProblem(f"{name} holds {_short(x)}, out of range {_range(lo, hi)}")
     return v
+
+
+def _short(v) -> str:
+    """A number for an error message (a 10^30 id stays readable)."""
+    if isinstance(v, int) and abs(v) >= 10**15:
+        return f"{v:.3e}" if abs(v) < 10**300 else f"an integer of {v.bit_length()} bits"
+    return repr(v)
+
+
+def _range(lo: int, hi: int) -> str:
+    names = {INT64_MAX: "2^63-1", -INT64_MAX - 1: "-2^63", 2**31 - 1: "2^31-1"}
+    return f"[{names.get(lo, lo)}, {names.get(hi, hi)}]"

@@ -9,33 +9,46 @@ extends the previous input + output share one buffer, so the repeated history is
 
 from __future__ import annotations
 
-from traces.base import Trace
-from traces.jsonl import JsonlReader, RowProblem, require, require_int_list, require_length
+import math
+
+from traces.base import SizeBudget, Trace
+from traces.jsonl import JsonlReader, RowProblem, require, require_int, require_int_list, require_length, require_time
 from traces.packing import TraceBuilder
+
+TOKEN_ID_MAX = 2**31 - 1  # no tokenizer's vocabulary comes near; token buffers are int32
 
 
 def load(path: str, options) -> Trace:
     reader = JsonlReader(path, options.skip_bad_rows, what="marconi-jsonl")
     name = f"marconi-jsonl:{path}"
     builder = TraceBuilder(name, block_tokens=1, closed_loop=False)
+    budget = SizeBudget(options.max_request_tokens)
     sessions: dict = {}
     last_ts = None
     t0 = None
     for line_no, row in reader:
         try:
             sid_raw = require(row, "session_id", (int, str))
-            turn = require(row, "turn_id", int)
-            ts = require(row, "ts")
+            turn = require_int(row, "turn_id")
+            ts = require_time(row, "ts")
             n_in = require_length(row, "num_input_tokens")
             n_out = require_length(row, "num_output_tokens")
-            inp = require_int_list(row, "input_tokens")
-            out = require_int_list(row, "output_tokens")
+            budget.check_request(n_in + n_out)
+            inp = require_int_list(row, "input_tokens", lo=0, hi=TOKEN_ID_MAX)
+            out = require_int_list(row, "output_tokens", lo=0, hi=TOKEN_ID_MAX)
             if len(inp) != n_in:
                 raise RowProblem(f"num_input_tokens {n_in} but {len(inp)} input_tokens")
             if len(out) != n_out:
                 raise RowProblem(f"num_output_tokens {n_out} but {len(out)} output_tokens")
             if last_ts is not None and ts < last_ts:
                 raise RowProblem(f"ts {ts} goes backwards (previous {last_ts})")
+            try:
+                arrival = (ts - (ts if t0 is None else t0)) * options.time_scale
+            except OverflowError:  # integer timestamps whose difference is beyond a float
+                arrival = math.inf
+            if not math.isfinite(arrival):
+                raise RowProblem(f"ts {ts} gives an arrival beyond a float (first ts {t0}, "
+                                 f"time scale {options.time_scale})")
         except RowProblem as exc:
             reader.bad(line_no, str(exc))
             continue
@@ -43,7 +56,9 @@ def load(path: str, options) -> Trace:
         if t0 is None:
             t0 = ts
         sid = sessions.setdefault(sid_raw, len(sessions))
-        builder.add_request(sid, turn, inp, out, arrival=(ts - t0) * options.time_scale)
+        before = builder.n_symbols
+        builder.add_request(sid, turn, inp, out, arrival=arrival)
+        budget.add(builder.n_symbols - before, reader.where(line_no))
     builder.meta.update(source=name, skipped_rows=reader.skipped, t0=t0, time_scale=options.time_scale,
                         session_ids=list(sessions))
     return builder.build().to_trace()

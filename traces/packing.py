@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from traces.base import SYMBOL_DTYPE, Request, Trace, TraceError
+from traces.base import SYMBOL_DTYPE, Request, Trace, TraceError, compact, compact_dtype
 
 # Bump when the rendering, filtering or storage of any cached trace changes.
 FORMAT_VERSION = 1
@@ -26,7 +26,7 @@ FORMAT_VERSION = 1
 @dataclass
 class PackedTrace:
     name: str
-    tokens: np.ndarray  # int64 (or int32 on disk) symbol buffer
+    tokens: np.ndarray  # symbol buffer: int32 when every symbol fits (always for token ids), else int64
     session_id: np.ndarray
     turn: np.ndarray
     in_off: np.ndarray
@@ -42,7 +42,7 @@ class PackedTrace:
     meta: dict = field(default_factory=dict)
 
     def to_trace(self) -> Trace:
-        buf = self.tokens if self.tokens.dtype == SYMBOL_DTYPE else self.tokens.astype(SYMBOL_DTYPE)
+        buf = compact(self.tokens)
         reqs = []
         arr = self.arrival
         for i in range(len(self.session_id)):
@@ -100,16 +100,23 @@ class TraceBuilder:
         self._rows: list[tuple] = []  # (session, turn, chunk, in_rel, in_len, out_rel, out_len, think, arrival, il, ol)
         self._open: dict[int, int] = {}  # session -> index of its current _Chain in _chunks
         self.meta: dict = {}
+        self._n_symbols = 0
 
     @property
     def n_requests(self) -> int:
         return len(self._rows)
+
+    @property
+    def n_symbols(self) -> int:
+        """Symbols stored so far (what ``build`` will concatenate)."""
+        return self._n_symbols
 
     def add_chain(self, buffer: np.ndarray, session_id: int, turns: list[tuple]) -> None:
         """``turns``: tuples ``(turn, input_end, output_end, think_time, arrival, input_len,
         output_len)`` with input = buffer[:input_end], output = buffer[input_end:output_end]."""
         c = len(self._chunks)
         self._chunks.append(np.asarray(buffer))
+        self._n_symbols += len(buffer)
         for turn, ie, oe, think, arrival, il, ol in turns:
             self._rows.append((session_id, turn, c, 0, ie, ie, oe - ie, think,
                                np.nan if arrival is None else arrival, il, ol))
@@ -121,14 +128,17 @@ class TraceBuilder:
         ci = self._open.get(session_id)
         chain = self._chunks[ci] if ci is not None else None
         if chain is not None and chain.extends(inp):
+            self._n_symbols += len(inp) - chain.n
             chain.append(inp[chain.n:])
         else:
             chain = _Chain(inp)
             ci = len(self._chunks)
             self._chunks.append(chain)
             self._open[session_id] = ci
+            self._n_symbols += len(inp)
         n = len(inp)
         chain.append(out)
+        self._n_symbols += len(out)
         self._rows.append((session_id, turn, ci, 0, n, n, len(out), think,
                            np.nan if arrival is None else arrival, input_len, output_len))
 
@@ -143,7 +153,11 @@ class TraceBuilder:
         arrays = [c.final() if isinstance(c, _Chain) else c for c in self._chunks]
         bases = np.zeros(len(arrays) + 1, dtype=np.int64)
         np.cumsum([len(a) for a in arrays], out=bases[1:])
-        tokens = np.concatenate(arrays).astype(SYMBOL_DTYPE, copy=False) if arrays else np.zeros(0, SYMBOL_DTYPE)
+        nonempty = [a for a in arrays if len(a)]
+        lo = min((int(a.min()) for a in nonempty), default=0)
+        hi = max((int(a.max()) for a in nonempty), default=0)
+        # straight into int32 when every symbol fits: no int64 copy of the whole trace on the way
+        tokens = np.concatenate(arrays, dtype=compact_dtype(lo, hi)) if arrays else np.zeros(0, compact_dtype(0, 0))
         self._chunks = []
         cols = list(zip(*self._rows))
         i64 = lambda c: np.asarray(c, dtype=np.int64)  # noqa: E731
@@ -225,7 +239,9 @@ def load_packed(path: Path) -> PackedTrace | None:
             if header.get("format_version") != FORMAT_VERSION:
                 return None
             arrays = {k: z[k] for k in _ARRAYS}
-            tokens = z["tokens"].astype(SYMBOL_DTYPE, copy=False)
+            tokens = z["tokens"]
+            if tokens.dtype not in (np.int32, SYMBOL_DTYPE):
+                return None
     except (OSError, ValueError, KeyError):
         return None
     meta = header["meta"]

