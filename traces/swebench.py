@@ -94,6 +94,8 @@ def split_spec(path: str) -> tuple[str, str]:
 
 def source_identity(path: str) -> dict:
     construction, src = split_spec(path)
+    if not src:
+        raise TraceError(f"swebench:{construction}: needs a path: --trace swebench:marconi:PATH")
     if src.startswith(HUB_PREFIX):
         ident = {"hub": src[len(HUB_PREFIX):]}
     else:

@@ -455,6 +455,8 @@ def test_bad_inputs(tmp_path):
         load_trace(f"swebench:{tmp_path / 'none'}", TraceOptions())
     with pytest.raises(TraceError, match="needs a path"):
         load_trace("swebench", TraceOptions())
+    with pytest.raises(TraceError, match=r"swebench:marconi: needs a path"):
+        load_trace("swebench:marconi:", TraceOptions())
 
 
 def test_hub_dataset_of_trajectories_streams_rows(monkeypatch, qwen):
