@@ -8,7 +8,9 @@ Positions are counted in symbols of the policy's grid (tokens, or blocks of ``gr
 
 from __future__ import annotations
 
-from policies.base import AdmissionPolicy, admission
+from dataclasses import dataclass
+
+from policies.base import AdmissionPolicy, admission, knob
 
 @admission("judicious")
 class JudiciousAdmission(AdmissionPolicy):
@@ -22,11 +24,30 @@ class JudiciousAdmission(AdmissionPolicy):
     down to the kernel's last chunk boundary before it.
     """
 
+    @dataclass(frozen=True)
+    class Params:
+        state_alignment: str = knob("exact", "exact: states at any token (paper); chunk: branch states at kernel "
+                                    "chunk boundaries.", choices=("exact", "chunk"))
+        chunk_size: int = knob(64, "Kernel chunk for --state-alignment chunk.")
+
+    def __init__(self, params=None) -> None:
+        super().__init__(params)
+        # state alignment: branch states only at multiples of this many tokens (None: exact)
+        self.chunk_tokens = self.params.chunk_size if self.params.state_alignment == "chunk" else None
+
     def prefill_checkpoints(self, match, ctx):
         if match.match_sym <= match.hit_sym:
             return []
-        pos = self.align_down(min(match.match_sym, ctx.n_input), ctx)
+        pos = self.align_down(min(match.match_sym, ctx.n_input), ctx.block_tokens)
         return [pos] if pos > match.hit_sym else []
+
+    def align_down(self, pos: int, block_tokens: int) -> int:
+        """Largest chunk boundary <= pos (in symbols); exact when no alignment is asked."""
+        step_tokens = self.chunk_tokens
+        if not step_tokens:
+            return pos
+        tokens = (pos * block_tokens) // step_tokens * step_tokens
+        return tokens // block_tokens
 
     def decode_checkpoints(self, match, ctx):
         return [ctx.n_full]

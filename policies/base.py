@@ -13,7 +13,7 @@ sweep axes are generated from those fields, so each default and choice is writte
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar, Iterable, Protocol
 
 
@@ -24,7 +24,8 @@ class PolicyError(ValueError):
 # ---------------------------------------------------------------------------------- knobs
 
 def knob(default: Any, help: str, *, choices: Iterable[str] | None = None, flag: str | None = None) -> Any:
-    """A ``Params`` field: its default, its help text and (for strings) its allowed values."""
+    """A ``Params`` field: its default, its help text, (for strings) its allowed values and (when
+    it is not ``--`` + the field name with dashes) its command-line flag."""
     meta = {"help": help}
     if choices is not None:
         meta["choices"] = tuple(choices)
@@ -33,12 +34,13 @@ def knob(default: Any, help: str, *, choices: Iterable[str] | None = None, flag:
     return field(default=default, metadata=meta)
 
 
-def knob_default(params_cls: type, name: str) -> Any:
-    """The default of field ``name`` of a ``Params`` dataclass."""
-    for f in fields(params_cls):
-        if f.name == name:
-            return f.default if f.default is not MISSING else f.default_factory()
-    raise KeyError(name)
+def params_from(params_cls: type, settings: Any, **override: Any) -> Any:
+    """A ``Params`` instance whose fields are read from the same-named attributes of ``settings``
+    (the simulator's config; defaults where it has none), then from ``override`` where named."""
+    names = [f.name for f in fields(params_cls)]
+    values = {n: getattr(settings, n) for n in names if hasattr(settings, n)}
+    values.update({k: v for k, v in override.items() if k in names})
+    return params_cls(**values)
 
 
 @dataclass(frozen=True)
@@ -106,8 +108,6 @@ class AdmissionContext:
     n_input: int  # symbols of the input (prefill part inserted at prefill end)
     n_full: int  # symbols of input + output
     block_tokens: int  # tokens per symbol
-    chunk_tokens: int | None  # state alignment: states only at multiples of this (None: exact)
-    prefill_chunk_tokens: int = 8192  # chunked prefill: token budget of one scheduled prefill step
     input_tokens: int = -1  # exact prompt tokens (-1: n_input * block_tokens)
 
 
@@ -127,15 +127,6 @@ class AdmissionPolicy(ABC):
 
     @abstractmethod
     def decode_checkpoints(self, match: MatchView, ctx: AdmissionContext) -> list[int]: ...
-
-    @staticmethod
-    def align_down(pos: int, ctx: AdmissionContext) -> int:
-        """Largest chunk boundary <= pos (in symbols); exact when no alignment is asked."""
-        if not ctx.chunk_tokens:
-            return pos
-        step_tokens = ctx.chunk_tokens
-        tokens = (pos * ctx.block_tokens) // step_tokens * step_tokens
-        return tokens // ctx.block_tokens
 
 
 # ---------------------------------------------------------------------------------- eviction

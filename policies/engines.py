@@ -7,7 +7,7 @@ used. Positions are symbols of the preset's grid (tokens, or blocks for the vLLM
 
 Common to every engine preset: a lookup reuses at most ``input_len - 1`` tokens (an engine must
 compute at least one prompt token to produce logits), so a state at the very end of a repeated
-prompt is never usable. Chunked prefill is ``SimConfig.prefill_chunk_tokens`` (``--prefill-chunk``)
+prompt is never usable. Chunked prefill is ``ChunkedPrefill.prefill_chunk_tokens`` (``--prefill-chunk``)
 tokens per scheduled step, counted from the hit position; the simulator runs one request's
 prefill at a time, so a step is never shared with another request (``concurrency 1``).
 
@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from policies.base import AdmissionContext, AdmissionPolicy, PolicyPreset, Victim, admission, eviction
+from policies.base import AdmissionContext, AdmissionPolicy, PolicyPreset, Victim, admission, eviction, knob
 from policies.base import register_preset as register
 from policies.eviction import HeapEviction
 
@@ -68,6 +68,22 @@ def vllm_block_tokens(spec) -> int:
     state_page = math.ceil(spec.state_bytes() / n_lin)
     attn_page_1 = spec.kv_bytes_per_token() // spec.n_attn
     return VLLM_KERNEL_ALIGN * math.ceil(state_page / (VLLM_KERNEL_ALIGN * attn_page_1))
+
+
+@dataclass(frozen=True)
+class ChunkedPrefill:
+    """Knobs of every engine admission: the chunked-prefill step."""
+
+    prefill_chunk_tokens: int = knob(8192, "Chunked prefill: tokens per scheduled prefill step (engine presets "
+                                     "place states at chunk ends).", flag="--prefill-chunk")
+
+
+@dataclass(frozen=True)
+class VllmBlocks(ChunkedPrefill):
+    """Knobs of the vLLM admissions: chunked prefill and the block."""
+
+    block_size: int = knob(0, "Block of block-based engine presets (vllm-align, vllm-all) in tokens; 0 = "
+                           "derived per model.")
 
 
 @dataclass(frozen=True)
@@ -109,10 +125,12 @@ class VllmAlignAdmission(AdmissionPolicy):
     unchunked prompt (concurrency 1, prompt <= the step budget) gets no intermediate state
     (vLLM #42317). Decode captures nothing."""
 
+    Params = VllmBlocks
+
     def prefill_checkpoints(self, match, ctx):
         B = ctx.block_tokens
         tok_in = _input_tokens(ctx)
-        budget = ctx.prefill_chunk_tokens
+        budget = self.params.prefill_chunk_tokens
         step = max(budget // B, 1)  # blocks per non-final step
         pos = match.hit_sym
         remaining = tok_in - pos * B
@@ -133,6 +151,8 @@ class VllmAlignAdmission(AdmissionPolicy):
 class VllmAllAdmission(AdmissionPolicy):
     """``--mamba-cache-mode all``: a state at every block boundary of the prompt."""
 
+    Params = VllmBlocks
+
     def prefill_checkpoints(self, match, ctx):
         return list(range(match.hit_sym + 1, ctx.n_input + 1))
 
@@ -145,8 +165,10 @@ class SGLangV1Admission(AdmissionPolicy):
     """``no_buffer``: the state at the end of every chunked-prefill chunk but the last, and the
     request's final state."""
 
+    Params = ChunkedPrefill
+
     def prefill_checkpoints(self, match, ctx):
-        step = max(ctx.prefill_chunk_tokens // ctx.block_tokens, 1)
+        step = max(self.params.prefill_chunk_tokens // ctx.block_tokens, 1)
         return _chunk_ends(match.hit_sym, ctx.n_input, step)
 
     def decode_checkpoints(self, match, ctx):
@@ -159,8 +181,10 @@ class SGLangV2Admission(AdmissionPolicy):
     the branch point found by the lookup (``mamba_branching_seqlen``), rounded down to 64; in
     decode the state tracked at the last multiple of the 256-token track interval."""
 
+    Params = ChunkedPrefill
+
     def prefill_checkpoints(self, match, ctx):
-        step = max(ctx.prefill_chunk_tokens // ctx.block_tokens, 1)
+        step = max(self.params.prefill_chunk_tokens // ctx.block_tokens, 1)
         ends = _chunk_ends(match.hit_sym, ctx.n_input, step) + [ctx.n_input]
         cps = {_down(e, SGLANG_CAPTURE_CHUNK, ctx) for e in ends}
         if match.match_sym > match.hit_sym:
@@ -177,8 +201,10 @@ class LmdeployAdmission(AdmissionPolicy):
     """PyTorch engine: a state at every prefill forward end (chunk ends and the prompt end, at
     any position); decode states off (``prefix_cache_decode_state_interval`` 0)."""
 
+    Params = ChunkedPrefill
+
     def prefill_checkpoints(self, match, ctx):
-        step = max(ctx.prefill_chunk_tokens // ctx.block_tokens, 1)
+        step = max(self.params.prefill_chunk_tokens // ctx.block_tokens, 1)
         return _chunk_ends(match.hit_sym, ctx.n_input, step) + [ctx.n_input]
 
     def decode_checkpoints(self, match, ctx):

@@ -87,7 +87,7 @@ class MarconiEviction(EvictionPolicy):
 
     @dataclass(frozen=True)
     class Params:
-        alpha: float = knob(0.0, "Marconi's FLOP-efficiency weight, or auto (tuned on the live request stream).")
+        alpha: float = knob(0.0, "Marconi's FLOP-efficiency weight, or auto (tuned while the trace runs; see --tuner).")
 
     def __init__(self, cost, params=None) -> None:
         super().__init__(cost, params)

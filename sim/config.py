@@ -4,8 +4,11 @@ and the knob columns of every result row."""
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
+from policies.admission import JudiciousAdmission
+from policies.engines import ChunkedPrefill, VllmBlocks
+from policies.eviction import MarconiEviction
 from sim.errors import UsageError
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
@@ -44,55 +47,88 @@ def format_size(n: int) -> str:
     return f"{n}B"
 
 
+def setting(default, help: str, *, choices=None, flag: str | None = None, group: str | None = "sim"):
+    """A SimConfig field with its help, allowed values and flag (``--`` + the name with dashes
+    unless given). ``group``: "sim" (a knob of `run` and `sweep`), "tuning" (read only by
+    ``--alpha auto`` and ``marconi-oracle``) or None (an option the CLI declares itself)."""
+    meta = {"help": help, "choices": tuple(choices) if choices else None, "flag": flag, "group": group}
+    return field(default=default, metadata=meta)
+
+
+def policy_knob(params_cls: type, name: str, group: str | None = "sim"):
+    """A SimConfig field that is a policy's knob: default, help and choices come from the policy's
+    ``Params`` (written there once)."""
+    f = {f.name: f for f in fields(params_cls)}[name]
+    return setting(f.default, f.metadata["help"], choices=f.metadata.get("choices"), flag=f.metadata.get("flag"),
+                   group=group)
+
+
+def flag_of(f) -> str:
+    """The command-line flag of a SimConfig field."""
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def _either(choices: tuple) -> str:
+    return ", ".join(choices[:-1]) + " or " + choices[-1]
+
+
 @dataclass
 class SimConfig:
-    policy: str = "marconi"
-    model: str = "marconi-7b"
-    capacity_bytes: int = 5 * 10**9
-    alpha: float | str = 0.0  # float, or "auto" once tuning exists
-    state_alignment: str = "exact"  # exact | chunk
-    chunk_size: int = 64  # kernel chunk: state checkpoints land on multiples of it in `chunk` mode
-    mode: str = "des"  # des | sequential
+    policy: str = setting("marconi", "Comma-separated policies (vanilla, vllm+, sglang+, marconi, ...).", group=None)
+    model: str = setting("marconi-7b", "Model preset (see `marconi models`).")
+    capacity_bytes: int = setting(5 * 10**9, "Cache capacity (5GB = 5e9 B, 5GiB = 5*2^30 B).", group=None)
+    alpha: float | str = policy_knob(MarconiEviction.Params, "alpha", group=None)  # a float, or "auto"
+    state_alignment: str = policy_knob(JudiciousAdmission.Params, "state_alignment")
+    chunk_size: int = policy_knob(JudiciousAdmission.Params, "chunk_size")
+    mode: str = setting("des", "des: discrete-event with servers and pinning; sequential: the artifact's replay.",
+                        choices=("des", "sequential"))
     # corrected | paper (the artifact as published: its replay semantics, logical clock and two
-    # bugs) | paper-fixed (the artifact's semantics with exactly its two bugs fixed)
-    compat: str = "corrected"
-    sessions_per_second: float = 1.0
-    arrival: str = "uniform"  # uniform (session i at i / rate) | poisson
-    servers: int = 1  # simpy resources serving prefill + decode
-    ttft_model: str = "flops"  # flops (FLOPs / throughput + overhead) | jamba (the paper's fitted table)
-    seed: int = 0
-    # alpha tuning (--alpha auto, marconi-oracle; policies/tuning.py)
-    alpha_grid: str = "0:2:0.1"  # candidate alphas: lo:hi:step (inclusive) or a comma list
-    bootstrap_multiplier: int = 5  # tuning window = k x requests seen before the first eviction
-    # flops (artifact: FLOPs saved) | hit-rate (paper); None: hit-rate for the duel tuner, flops for replay
-    tuning_objective: str | None = None
-    tuning_start: str = "empty"  # empty (artifact: replay from the trace start) | snapshot (from the first eviction)
-    tuning_workers: int = 0  # replay processes; 0 = all cores, 1 = serial
-    retune_every: int = 0  # tune again every N requests (0: once, as the artifact)
-    tuning_lru: bool | None = None  # SGLang+'s LRU as a tuning candidate (None: on unless paper compat)
-    # which tuner --alpha auto runs: duel (shadow caches on the live stream) | replay (the artifact's
-    # bootstrap-window replay); None: duel, or replay in paper / paper-fixed compat
-    tuner: str | None = None
-    duel_candidates: str = "lru,0,0.1,0.2,0.4,0.7,1,1.5,2"  # one shadow cache each
-    duel_every: int = 25  # re-decide every N finished requests
-    duel_window: int = 200  # score the last N finished requests
-    duel_margin: float = 0.02  # a challenger must beat the incumbent by this fraction
-    prefill_chunk_tokens: int = 8192  # chunked prefill: token budget of one scheduled prefill step
-    block_size: int = 0  # engine presets' block in tokens (vllm-*: KV/state block); 0 = per model
+    # bugs) | paper-fixed (the artifact's semantics with exactly its two bugs fixed): sim.compat
+    compat: str = setting("corrected", "paper: the Marconi artifact as published (its replay, logical clock and two "
+                          "bugs); paper-fixed: the same with its two bugs fixed; corrected: exact capacity, pinning.",
+                          choices=("corrected", "paper", "paper-fixed"))
+    sessions_per_second: float = setting(1.0, "", group=None)
+    arrival: str = setting("uniform", "Session starts: i / rate (paper) or Poisson.", choices=("uniform", "poisson"))
+    servers: int = setting(1, "Prefill servers (simpy resources).")
+    ttft_model: str = setting("flops", "flops: FLOPs / throughput + overhead; jamba: the paper's fitted "
+                              "Jamba-1.5-Mini table.", choices=("flops", "jamba"))
+    seed: int = setting(0, "")
+    # alpha tuning (--alpha auto, marconi-oracle; sim/tuning)
+    alpha_grid: str = setting("0:2:0.1", "Alphas the tuner and marconi-oracle try (lo:hi:step or a comma list).",
+                              group="tuning")
+    bootstrap_multiplier: int = setting(5, "Tuning window = this x the requests seen before the first eviction "
+                                        "(paper: 15 for LMSys).", group="tuning")
+    tuning_objective: str | None = setting(
+        None, "flops: FLOPs saved (artifact; replay: over the last 500 replayed requests); hit-rate: token hit rate "
+        "(paper) [default: hit-rate for --tuner duel, flops for replay].", choices=("flops", "hit-rate"), group="tuning")
+    tuning_start: str = setting("empty", "empty: replay from the trace start on an empty cache (artifact); snapshot: "
+                                "from the cache at the first eviction.", choices=("empty", "snapshot"), group="tuning")
+    tuning_workers: int = setting(0, "Replay processes (0 = all cores, 1 = serial).", group="tuning")
+    retune_every: int = setting(0, "Tune again every N requests (0: once, as the artifact).", group="tuning")
+    tuning_lru: bool | None = setting(
+        None, "Let the tuner adopt SGLang+'s LRU when it beats every alpha [default: on, off in paper compat].",
+        flag="--tuning-lru/--no-tuning-lru", group="tuning")
+    tuner: str | None = setting(
+        None, "duel: shadow caches per candidate on the live stream, adopt the best over a trailing window; replay: "
+        "the artifact's bootstrap-window replay [default: duel, replay in paper compat].", choices=("duel", "replay"),
+        group="tuning")
+    duel_candidates: str = setting("lru,0,0.1,0.2,0.4,0.7,1,1.5,2", "Duel tuner: one shadow cache per candidate "
+                                   "(lru = SGLang+'s eviction, or an alpha).", group="tuning")
+    duel_every: int = setting(25, "Duel tuner: re-decide every N finished requests.", group="tuning")
+    duel_window: int = setting(200, "Duel tuner: score candidates over the last N finished requests.", group="tuning")
+    duel_margin: float = setting(0.02, "Duel tuner: a challenger must beat the incumbent's score by this fraction.",
+                                 group="tuning")
+    prefill_chunk_tokens: int = policy_knob(ChunkedPrefill, "prefill_chunk_tokens")
+    block_size: int = policy_knob(VllmBlocks, "block_size")
 
     def validate(self) -> None:
+        for f in fields(self):
+            choices = f.metadata.get("choices")
+            value = getattr(self, f.name)
+            if choices and value not in choices and not (value is None and f.default is None):
+                raise UsageError(f"{flag_of(f)} must be {_either(choices)}, not {value!r}")
         if self.capacity_bytes <= 0:
             raise UsageError("capacity must be positive")
-        if self.state_alignment not in ("exact", "chunk"):
-            raise UsageError(f"--state-alignment must be exact or chunk, not {self.state_alignment!r}")
-        if self.mode not in ("des", "sequential"):
-            raise UsageError(f"--mode must be des or sequential, not {self.mode!r}")
-        if self.compat not in ("corrected", "paper", "paper-fixed"):
-            raise UsageError(f"--compat must be corrected, paper or paper-fixed, not {self.compat!r}")
-        if self.arrival not in ("uniform", "poisson"):
-            raise UsageError(f"--arrival must be uniform or poisson, not {self.arrival!r}")
-        if self.ttft_model not in ("flops", "jamba"):
-            raise UsageError(f"--ttft-model must be flops or jamba, not {self.ttft_model!r}")
         if self.sessions_per_second <= 0:
             raise UsageError("--sessions-per-second must be positive")
         if self.servers < 1:
@@ -105,14 +141,8 @@ class SimConfig:
             raise UsageError("--chunk-size must be >= 1")
         if self.bootstrap_multiplier < 1:
             raise UsageError("--bootstrap-multiplier must be >= 1")
-        if self.tuning_objective not in (None, "flops", "hit-rate"):
-            raise UsageError(f"--tuning-objective must be flops or hit-rate, not {self.tuning_objective!r}")
-        if self.tuning_start not in ("empty", "snapshot"):
-            raise UsageError(f"--tuning-start must be empty or snapshot, not {self.tuning_start!r}")
         if self.tuning_workers < 0 or self.retune_every < 0:
             raise UsageError("--tuning-workers and --retune-every must be >= 0")
-        if self.tuner not in (None, "duel", "replay"):
-            raise UsageError(f"--tuner must be duel or replay, not {self.tuner!r}")
         if self.duel_every < 1 or self.duel_window < 1 or self.duel_margin < 0:
             raise UsageError("--duel-every and --duel-window must be >= 1, --duel-margin >= 0")
         parse_grid(self.alpha_grid)
@@ -122,6 +152,11 @@ class SimConfig:
                 raise UsageError(f"--alpha must be a number or 'auto', not {self.alpha!r}")
         elif self.alpha < 0:
             raise UsageError("--alpha must be >= 0")
+
+    @classmethod
+    def settings(cls, group: str) -> list:
+        """The fields of ``group`` ("sim" or "tuning"), in declaration order."""
+        return [f for f in fields(cls) if f.metadata.get("group") == group]
 
     def as_row(self) -> dict:
         return asdict(self)

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from pathlib import Path
+from typing import Callable
 
 import click
 
 from policies.base import get_preset
 from sim.cli.traces import trace_from_cli, trace_options
-from sim.config import SimConfig, format_size, parse_size
+from sim.config import SimConfig, flag_of, format_size, parse_size
 from sim.engine.metrics import SUMMARY_KEYS
 from sim.errors import UsageError
 from sim.simulate import simulate
 
 DEFAULT_POLICIES = "vllm+,sglang+,marconi"
+_HELP = {f.name: f.metadata["help"] for f in fields(SimConfig)}
 
 
 def parse_alpha(text: str) -> float | str:
@@ -29,70 +32,35 @@ def parse_alpha(text: str) -> float | str:
     return value
 
 
-def _with_options(fn, opts):
-    for opt in reversed(opts):  # reversed: click lists options in decoration order
-        fn = opt(fn)
+def _option(f) -> Callable:
+    """A click option generated from a SimConfig field (default, help, choices written there once)."""
+    meta = f.metadata
+    kw: dict = {"default": f.default}
+    if meta["help"]:
+        kw["help"] = meta["help"]
+    if meta["choices"]:
+        kw["type"] = click.Choice(list(meta["choices"]))
+    elif type(f.default) in (int, float):
+        kw["type"] = type(f.default)
+    if f.default is not None:
+        kw["show_default"] = True
+    return click.option(flag_of(f), f.name, **kw)
+
+
+def _with_options(fn, fields_: list):
+    for f in reversed(fields_):  # reversed: click lists options in decoration order
+        fn = _option(f)(fn)
     return fn
 
 
 def sim_options(fn):
-    """The simulation knobs shared by `run` and `sweep` (single values here)."""
-    opts = [
-        click.option("--model", default="marconi-7b", show_default=True, help="Model preset (see `marconi models`)."),
-        click.option("--state-alignment", type=click.Choice(["exact", "chunk"]), default="exact", show_default=True,
-                     help="exact: states at any token (paper); chunk: branch states at kernel chunk boundaries."),
-        click.option("--chunk-size", type=int, default=64, show_default=True, help="Kernel chunk for --state-alignment chunk."),
-        click.option("--mode", type=click.Choice(["des", "sequential"]), default="des", show_default=True,
-                     help="des: discrete-event with servers and pinning; sequential: the artifact's replay."),
-        click.option("--compat", type=click.Choice(["corrected", "paper", "paper-fixed"]), default="corrected",
-                     show_default=True,
-                     help="paper: the Marconi artifact as published (its replay, logical clock and two bugs); "
-                          "paper-fixed: the same with its two bugs fixed; corrected: exact capacity, pinning."),
-        click.option("--arrival", type=click.Choice(["uniform", "poisson"]), default="uniform", show_default=True,
-                     help="Session starts: i / rate (paper) or Poisson."),
-        click.option("--servers", type=int, default=1, show_default=True, help="Prefill servers (simpy resources)."),
-        click.option("--ttft-model", type=click.Choice(["flops", "jamba"]), default="flops", show_default=True,
-                     help="flops: FLOPs / throughput + overhead; jamba: the paper's fitted Jamba-1.5-Mini table."),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--prefill-chunk", "prefill_chunk_tokens", type=int, default=8192, show_default=True,
-                     help="Chunked prefill: tokens per scheduled prefill step (engine presets place states at chunk ends)."),
-        click.option("--block-size", type=int, default=0, show_default=True,
-                     help="Block of block-based engine presets (vllm-align, vllm-all) in tokens; 0 = derived per model."),
-    ]
-    return _with_options(fn, opts)
+    """The simulation knobs shared by `run` and `sweep` (single values here), from SimConfig."""
+    return _with_options(fn, SimConfig.settings("sim"))
 
 
 def tuning_options(fn):
-    """Knobs of `--alpha auto` and `marconi-oracle` (sim/tuning)."""
-    opts = [
-        click.option("--alpha-grid", default="0:2:0.1", show_default=True,
-                     help="Alphas the tuner and marconi-oracle try (lo:hi:step or a comma list)."),
-        click.option("--bootstrap-multiplier", type=int, default=5, show_default=True,
-                     help="Tuning window = this x the requests seen before the first eviction (paper: 15 for LMSys)."),
-        click.option("--tuning-objective", type=click.Choice(["flops", "hit-rate"]), default=None,
-                     help="flops: FLOPs saved (artifact; replay: over the last 500 replayed requests); hit-rate: token "
-                          "hit rate (paper) [default: hit-rate for --tuner duel, flops for replay]."),
-        click.option("--tuning-start", type=click.Choice(["empty", "snapshot"]), default="empty", show_default=True,
-                     help="empty: replay from the trace start on an empty cache (artifact); snapshot: from the cache at the first eviction."),
-        click.option("--tuning-workers", type=int, default=0, show_default=True,
-                     help="Replay processes (0 = all cores, 1 = serial)."),
-        click.option("--retune-every", type=int, default=0, show_default=True,
-                     help="Tune again every N requests (0: once, as the artifact)."),
-        click.option("--tuning-lru/--no-tuning-lru", default=None,
-                     help="Let the tuner adopt SGLang+'s LRU when it beats every alpha [default: on, off in paper compat]."),
-        click.option("--tuner", type=click.Choice(["duel", "replay"]), default=None,
-                     help="duel: shadow caches per candidate on the live stream, adopt the best over a trailing window; "
-                          "replay: the artifact's bootstrap-window replay [default: duel, replay in paper compat]."),
-        click.option("--duel-candidates", default="lru,0,0.1,0.2,0.4,0.7,1,1.5,2", show_default=True,
-                     help="Duel tuner: one shadow cache per candidate (lru = SGLang+'s eviction, or an alpha)."),
-        click.option("--duel-every", type=int, default=25, show_default=True,
-                     help="Duel tuner: re-decide every N finished requests."),
-        click.option("--duel-window", type=int, default=200, show_default=True,
-                     help="Duel tuner: score candidates over the last N finished requests."),
-        click.option("--duel-margin", type=float, default=0.02, show_default=True,
-                     help="Duel tuner: a challenger must beat the incumbent's score by this fraction."),
-    ]
-    return _with_options(fn, opts)
+    """Knobs of `--alpha auto` and `marconi-oracle` (sim/tuning), from SimConfig."""
+    return _with_options(fn, SimConfig.settings("tuning"))
 
 
 def build_configs(policies: str, capacity: str, alpha: str, sessions_per_second: float, **knobs) -> list[SimConfig]:
@@ -132,9 +100,8 @@ def register(main: click.Group) -> None:
     @trace_options
     @click.option("--policy", "policies", default=DEFAULT_POLICIES, show_default=True,
                   help="Comma-separated policies (vanilla, vllm+, sglang+, marconi, ...).")
-    @click.option("--capacity", default="5GB", show_default=True, help="Cache capacity (5GB = 5e9 B, 5GiB = 5*2^30 B).")
-    @click.option("--alpha", default="auto", show_default=True,
-                  help="Marconi's FLOP-efficiency weight, or auto (tuned on a replay of the first requests).")
+    @click.option("--capacity", default="5GB", show_default=True, help=_HELP["capacity_bytes"])
+    @click.option("--alpha", default="auto", show_default=True, help=_HELP["alpha"])
     @click.option("--sessions-per-second", type=float, default=1.0, show_default=True)
     @sim_options
     @tuning_options

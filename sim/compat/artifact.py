@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from policies.admission import JudiciousAdmission
-from policies.base import AdmissionContext, AdmissionPolicy, EvictionPolicy
+from policies.base import AdmissionContext, AdmissionPolicy, EvictionPolicy, params_from
 from policies.eviction import MarconiEviction
 from sim.cache.tree import HybridRadixTree, MatchResult, Node
 from sim.cost import ModelSpec
@@ -200,13 +200,14 @@ class ArtifactSimulation(Simulation):
     # ---- parts
     def make_admission(self, name: str) -> AdmissionPolicy:
         if name == "judicious":
-            return ArtifactJudiciousAdmission()
+            return ArtifactJudiciousAdmission(params_from(JudiciousAdmission.Params, self.config))
         return super().make_admission(name)
 
     def make_eviction(self, name: str, alpha: float) -> EvictionPolicy:
         if name == "marconi":
             cost = ArtifactCost(self.spec) if self.bugs else self.spec
-            return ArtifactMarconiEviction(cost, MarconiEviction.Params(alpha=alpha), bugs=self.bugs)
+            return ArtifactMarconiEviction(cost, params_from(MarconiEviction.Params, self.config, alpha=alpha),
+                                           bugs=self.bugs)
         return super().make_eviction(name, alpha)
 
     def tree_grid(self, grid: int) -> int:
@@ -222,8 +223,7 @@ class ArtifactSimulation(Simulation):
                             policy=eviction, **self.tree_settings())
 
     def admission_context(self, m: MatchResult, seq_in, seq_full, tok_in) -> AdmissionContext:
-        ctx = ArtifactContext(len(seq_in), len(seq_full), self.grid, self.chunk_tokens,
-                              prefill_chunk_tokens=self.config.prefill_chunk_tokens, input_tokens=tok_in)
+        ctx = ArtifactContext(len(seq_in), len(seq_full), self.grid, input_tokens=tok_in)
         if isinstance(self.admission, ArtifactJudiciousAdmission) and m.match_sym > m.hit_sym:
             ctx.divergence_full = self.tree.match(seq_full).match_sym
         return ctx

@@ -26,7 +26,8 @@ from typing import Protocol
 
 import numpy as np
 
-from policies.base import EVICTION, AdmissionContext, AdmissionPolicy, EvictionPolicy, PolicyPreset, get_preset
+from policies.base import (ADMISSION, EVICTION, AdmissionContext, AdmissionPolicy, EvictionPolicy, PolicyPreset,
+                           get_preset, params_from)
 from sim.cache.blocks import block_symbols
 from sim.cache.tree import HybridRadixTree, MatchResult, Node
 from sim.config import UNLIMITED, SimConfig, format_size
@@ -82,18 +83,19 @@ class Simulation:
         self.tree = self.make_tree(self.make_eviction(self.preset.eviction, self.alpha0))
         self.refresh_path = self.tree.policy.refresh == "path"
         self.tuner: Tuner | None = None
-        self.chunk_tokens = config.chunk_size if config.state_alignment == "chunk" else None
         self.rec = Recorder(len(trace.requests), self.spec)
 
     # ------------------------------------------------------------------ factories (variants override)
     def make_admission(self, name: str) -> AdmissionPolicy:
-        return self.preset.admission_cls()
+        """The admission policy registered as ``name``, its knobs read from the config."""
+        cls = ADMISSION[name]
+        return cls(params_from(cls.Params, self.config))
 
     def make_eviction(self, name: str, alpha: float) -> EvictionPolicy:
-        """A fresh eviction policy by registered name (``alpha``: Marconi's weight)."""
+        """A fresh eviction policy registered as ``name``, its knobs read from the config
+        (``alpha``: Marconi's weight, which a tuner may choose)."""
         cls = EVICTION[name]
-        params = cls.Params(alpha=alpha) if hasattr(cls.Params, "alpha") else None
-        return cls(self.spec, params)
+        return cls(self.spec, params_from(cls.Params, self.config, alpha=alpha))
 
     def tree_settings(self) -> dict:
         """Sizes and grid of the tree, as keyword arguments of ``HybridRadixTree``."""
@@ -184,8 +186,7 @@ class Simulation:
     def admission_context(self, m: MatchResult, seq_in: np.ndarray, seq_full: np.ndarray,
                           tok_in: int) -> AdmissionContext:
         """Hook: what admission is told about the request besides its match."""
-        return AdmissionContext(len(seq_in), len(seq_full), self.grid, self.chunk_tokens,
-                                prefill_chunk_tokens=self.config.prefill_chunk_tokens, input_tokens=tok_in)
+        return AdmissionContext(len(seq_in), len(seq_full), self.grid, input_tokens=tok_in)
 
     def insert_prefill(self, f: Flight, t: float) -> None:
         if not self.preset.caching or len(f.seq_in) == 0:

@@ -25,8 +25,7 @@ ROW_VERSION = 1
 SPEED_KNOBS = ("tuning_workers",)
 #: knobs read only by alpha tuning (--alpha auto) and marconi-oracle: reset to their defaults for
 #: other policies so those do not multiply with a tuning grid
-TUNING_KNOBS = ("alpha_grid", "bootstrap_multiplier", "tuning_objective", "tuning_start", "retune_every",
-                "tuning_lru", "tuner", "duel_candidates", "duel_every", "duel_window", "duel_margin")
+TUNING_KNOBS = tuple(f.name for f in SimConfig.settings("tuning") if f.name not in SPEED_KNOBS)
 TUNED_POLICIES = ("marconi-oracle",)
 
 # ---------------------------------------------------------------------------------- value lists
