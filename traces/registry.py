@@ -9,6 +9,7 @@ Specs::
     swebench:hf:NAME[:SPLIT]  SWE-agent trajectories from a Hugging Face dataset (streamed)
     swebench:PATH             SWE-agent trajectories: folder of .traj files, one .traj, or a
                               dataset of trajectories (.jsonl / .parquet)
+    swebench:marconi:PATH     the Marconi paper's SWE-bench construction of the same files
     mooncake:PATH             Mooncake JSONL (512-token hash blocks, timestamp in ms)
     bailian:PATH              Alibaba Bailian JSONL (16-token hash blocks, timestamp in s)
     marconi-jsonl:PATH        the Marconi artifact's pre-tokenized JSONL (.gz allowed)
@@ -34,6 +35,7 @@ SPECS = {
     "lmsys:PATH": "local LMSys-Chat-1M parquet file or folder",
     "swebench:PATH": "SWE-agent trajectories (.traj folder/file, or .jsonl/.parquet dataset)",
     "swebench:hf:DATASET[:SPLIT]": "SWE-agent trajectories from a Hugging Face dataset (streamed)",
+    "swebench:marconi:PATH": "the Marconi paper's SWE-bench construction (JSON messages paired by position)",
     "mooncake:PATH": "Mooncake JSONL (512-token hash blocks)",
     "bailian:PATH": "Alibaba Bailian JSONL (16-token hash blocks, sessions)",
     "marconi-jsonl:PATH": "Marconi artifact pre-tokenized JSONL (.gz ok)",

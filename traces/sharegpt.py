@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -234,6 +235,8 @@ def iter_conversations(path: str | None = None, skip_bad_rows: bool = False, sta
                 msgs = _messages(rec, reader, line)
                 if msgs is not None:
                     yield str(rec.get("id", reader.records - 1)), msgs
+        except (OSError, EOFError, zlib.error) as exc:  # a corrupt or cut .gz stream
+            raise TraceError(f"cannot read {source}: {exc}") from exc
         finally:
             if stats is not None:
                 stats.update(records=reader.records, skipped_rows=reader.skipped, truncated=reader.truncated)

@@ -73,7 +73,7 @@ from pathlib import Path
 import numpy as np
 
 from traces.arrivals import poisson_response_times
-from traces.base import TraceError
+from traces.base import SizeBudget, TraceError
 from traces.hub import stream_dataset
 from traces.packing import PackedTrace, TraceBuilder, file_identity
 from traces.tokenizers import get_tokenizer
@@ -519,6 +519,7 @@ def load_packed(path: str, options) -> PackedTrace:
     builder = TraceBuilder(name, block_tokens=1, closed_loop=True)
     sessions: list[tuple[str, list, int]] = []  # (where, requests, Poisson draws consumed)
     dropped = read = 0
+    budget = SizeBudget(options.max_request_tokens)
     for where, obj in iter_trajectories(src, options.skip_bad_rows, stats, construction):
         try:
             if construction == "marconi":
@@ -530,12 +531,16 @@ def load_packed(path: str, options) -> PackedTrace:
                 reqs = build_session(tpl, prompt, steps, options.keep_observations, options.max_turns,
                                      options.max_tokens)
                 draws = max(len(reqs) - 1, 0)
+            for inp, out in reqs:
+                budget.check_request(len(inp) + len(out))
         except (ValueError, TypeError, AttributeError) as exc:
             if not options.skip_bad_rows:
                 raise TraceError(f"{where}: {exc}") from None
             stats["skipped_rows"] += 1
             continue
         read += 1
+        # an upper bound of what the builder stores: requests that extend their predecessor share it
+        budget.add(sum(len(inp) + len(out) for inp, out in reqs), where)
         if reqs:
             sessions.append((where, reqs, draws))
         else:

@@ -528,3 +528,19 @@ def test_cli_offline_hub_one_line_exit_2(monkeypatch, spec, name):
     assert res.exit_code == 2
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and f"cannot load {name} from the Hugging Face hub: offline mode (HF_HUB_OFFLINE=1)" in lines[0]
+
+
+def test_request_and_memory_limits(tmp_path, monkeypatch):
+    import traces.base
+
+    with pytest.raises(TraceError, match=r"fc__marshmallow-1867\.traj: .* tokens in one request, more than the limit "
+                                         r"of 300 \(max_request_tokens\)"):
+        load_trace(f"swebench:{FC}", TraceOptions(max_request_tokens=300, use_cache=False))
+    d = _one_file_dir(tmp_path, FC)
+    (d / "z__tiny.traj").write_text(json.dumps({"history": [{"role": "user", "content": "hi"},
+                                                            {"role": "assistant", "content": "ok"}]}))
+    tr = load_trace(f"swebench:{d}", TraceOptions(max_request_tokens=300, skip_bad_rows=True, use_cache=False))
+    assert tr.meta["skipped_rows"] == 1 and tr.meta["trajectories"] == [str(d / "z__tiny.traj")]
+    monkeypatch.setattr(traces.base, "available_memory", lambda: 1000)
+    with pytest.raises(TraceError, match=r"fc__marshmallow-1867\.traj: the trace would need .* more than the"):
+        load_trace(f"swebench:{FC}", TraceOptions(use_cache=False))
