@@ -6,7 +6,6 @@ import pytest
 from click.testing import CliRunner
 
 from sim.cli import main
-from sim.compat.artifact import ArtifactCost
 from sim.cost import MODELS, TimingModel, default_timing, get_model
 from sim.errors import UsageError
 
@@ -39,23 +38,11 @@ def test_marconi_7b_flops_paper_formulas(m7):
     Lp, Ln = 5000, 5300
     want = 24 * mamba(Ln - Lp) + 4 * (attn(Ln) - attn(Lp)) + 28 * (mlp(Ln) - mlp(Lp))
     assert m7.node_flops(Lp, Ln) == pytest.approx(want, rel=1e-12)
-    bug = 24 * mamba(Ln - Lp) + 4 * (attn(Ln) - attn(Lp)) + 28 * (mlp(Ln) - attn(Lp))
-    assert ArtifactCost(m7).node_flops(Lp, Ln) == pytest.approx(bug, rel=1e-12)
 
 
 @pytest.mark.parametrize("L,eff", [(100, 3.9e4), (1_000, 1.43e5), (10_000, 2.02e5), (30_000, 2.27e5)])
 def test_marconi_7b_root_efficiency(m7, L, eff):
     assert m7.node_flops(0, L) / m7.node_bytes(L) == pytest.approx(eff, rel=0.01)
-
-
-def test_bug1_term_sign_flips_at_2d(m7):
-    def bug_term(Lp):  # what the artifact adds on top of the corrected marginal
-        return ArtifactCost(m7).node_flops(Lp, Lp + 1) - m7.node_flops(Lp, Lp + 1)
-    assert bug_term(0) == 0
-    assert bug_term(4_000) > 0          # short parent: savings overstated
-    assert bug_term(8_192) == pytest.approx(0, abs=1e3)  # 4Ld(2d - L) = 0
-    assert bug_term(10_000) < 0 and bug_term(30_000) < 0
-    assert ArtifactCost(m7).node_flops(30_000, 30_100) < 0  # the whole marginal goes negative
 
 
 def test_qwen3_next_sizes():

@@ -14,7 +14,7 @@ import pytest
 
 from traces.base import Request, Trace
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def synthetic_trace(sessions: int = 6, turns: int = 4, system: int = 700, seed: int = 0) -> Trace:
