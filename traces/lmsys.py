@@ -51,18 +51,33 @@ def _iter_local(path: str) -> Iterator[tuple[str, int, dict]]:
     for f in parquet_files(path):
         try:
             pf = pq.ParquetFile(f)
+            names = set(pf.schema_arrow.names)
         except Exception as exc:  # noqa: BLE001 - pyarrow raises several types
-            raise TraceError(f"cannot read parquet file {f}: {exc}") from exc
-        names = set(pf.schema_arrow.names)
+            raise _unreadable(f, exc) from exc
         missing = [c for c in ("conversation",) if c not in names]
         if missing:
             raise TraceError(f"{f}: missing column {missing[0]!r} (columns: {', '.join(sorted(names))})")
         cols = [c for c in COLUMNS if c in names]
         row = 0
-        for batch in pf.iter_batches(columns=cols, batch_size=1024):
-            for rec in batch.to_pylist():
+        batches = pf.iter_batches(columns=cols, batch_size=1024)
+        while True:
+            try:  # a corrupt page shows only when its batch is read
+                batch = next(batches, None)
+                recs = batch.to_pylist() if batch is not None else None
+            except Exception as exc:  # noqa: BLE001 - pyarrow raises OSError, ArrowInvalid, UnicodeDecodeError...
+                raise _unreadable(f, exc, row) from exc
+            if recs is None:
+                break
+            for rec in recs:
                 yield str(f), row, rec
                 row += 1
+
+
+def _unreadable(f: Path, exc: Exception, row: int | None = None) -> TraceError:
+    first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+    if row is None:
+        return TraceError(f"cannot read parquet file {f}: {first}")
+    return TraceError(f"{f}: row {row}: cannot read the file from here on: {first}")
 
 
 def _iter_hub() -> Iterator[tuple[str, int, dict]]:

@@ -21,6 +21,7 @@ source identity, filter, tokenizer and format version.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, fields
@@ -70,10 +71,12 @@ class TraceOptions:
             raise TraceError(f"--min-rounds must be >= 0 (got {self.min_rounds})")
         if self.max_tokens < 1:
             raise TraceError(f"--max-tokens must be >= 1 (got {self.max_tokens})")
-        if self.response_time < 0:
-            raise TraceError(f"--response-time must be >= 0 (got {self.response_time})")
-        if not self.time_scale > 0:
-            raise TraceError(f"--time-scale must be > 0 (got {self.time_scale})")
+        if not 0 <= self.response_time < math.inf:
+            raise TraceError(f"--response-time must be a finite number >= 0 (got {self.response_time})")
+        if not 0 < self.time_scale < math.inf:
+            raise TraceError(f"--time-scale must be a finite number > 0 (got {self.time_scale})")
+        if not 0 < self.words_per_minute < math.inf:
+            raise TraceError(f"words_per_minute must be a finite number > 0 (got {self.words_per_minute})")
         if self.max_request_tokens < 1:
             raise TraceError(f"--max-request-tokens must be >= 1 (got {self.max_request_tokens})")
         if not 0 <= self.max_non_ascii <= 1:

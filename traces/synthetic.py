@@ -20,9 +20,11 @@ by the simulator's session schedule.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from traces.base import Trace, TraceError
+from traces.base import Trace, TraceError, available_memory
 from traces.packing import TraceBuilder
 
 KINDS = ("system-prompt", "few-shot", "chat", "agent")
@@ -51,10 +53,43 @@ def parse_spec(arg: str) -> tuple[str, dict]:
             num = float(val)
         except ValueError:
             raise TraceError(f"synthetic:{kind}: {key} must be a number (got {val!r})") from None
+        if not math.isfinite(num):
+            raise TraceError(f"synthetic:{kind}: {key} must be a finite number (got {val})")
         if num < 0:
             raise TraceError(f"synthetic:{kind}: {key} must be >= 0 (got {val})")
+        if key == "vocab" and num > 2**31:
+            raise TraceError(f"synthetic:{kind}: vocab must be <= 2^31 (got {val})")
         out[key] = num if key == "think" else int(num)
     return kind, out
+
+
+def _session_tokens(kind: str, p: dict) -> tuple[int, int]:
+    """Upper bounds of (tokens of one session, tokens of one shared prefix) for parameters ``p``
+    ("~n" draws at most 3n/2; every message has at least one token)."""
+    up = lambda n: n * 3 // 2 + 1  # noqa: E731
+    if kind == "few-shot":
+        prefix = p["shots"] * up(p["shot_tokens"])
+    else:
+        prefix = p["prompt_tokens"]
+    if kind in ("system-prompt", "few-shot"):
+        return prefix + up(p["user_tokens"]) + up(p["output_tokens"]), prefix
+    turns = max(1, p["turns"])
+    if kind == "chat":
+        return prefix + turns * (up(p["user_tokens"]) + up(p["output_tokens"])), prefix
+    return prefix + up(p["task_tokens"]) + turns * (up(p["obs_tokens"]) + up(p["output_tokens"])), prefix
+
+
+def _check_size(kind: str, p: dict, max_request_tokens: int) -> None:
+    """Refuses parameters whose requests or whole trace could not be held, before drawing any."""
+    session, prefix = _session_tokens(kind, p)
+    if session > max_request_tokens:
+        raise TraceError(f"synthetic:{kind}: a request can reach {session:,} tokens, more than the limit of "
+                         f"{max_request_tokens:,} (max_request_tokens)")
+    need = (p["sessions"] * session + max(1, p["prompts"]) * prefix) * 8  # int64 while drawing
+    memory = available_memory()
+    if need > memory:
+        raise TraceError(f"synthetic:{kind}: {p['sessions']:,} sessions need up to {need / 1e9:,.1f} GB, more "
+                         f"than the {memory / 1e9:,.1f} GB of memory available")
 
 
 def load(arg: str, options) -> Trace:
@@ -62,6 +97,7 @@ def load(arg: str, options) -> Trace:
     p = {**COMMON, **DEFAULTS[kind], "sessions": options.sessions or 100, "seed": options.seed, **given}
     if p["sessions"] < 1:
         raise TraceError(f"synthetic:{kind}: sessions must be >= 1")
+    _check_size(kind, p, options.max_request_tokens)
     rng = np.random.default_rng(p["seed"])
     vocab = max(2, p["vocab"])
 

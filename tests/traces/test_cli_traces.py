@@ -54,6 +54,14 @@ def test_prepare_and_mooncake_stats(main, shared_dir):
     (["traces", "stats", "mooncake:/nonexistent/x.jsonl"], "Error: mooncake file not found: /nonexistent/x.jsonl"),
     (["traces", "stats", "synthetic:chat", "--sessions", "-1"], "Error: --sessions must be >= 0 (got -1)"),
     (["traces", "stats", "sharegpt", "--tokenizer", "gpt2"], "Error: unknown tokenizer 'gpt2'"),
+    (["traces", "stats", "synthetic:agent", "--response-time", "nan"],
+     "Error: --response-time must be a finite number >= 0 (got nan)"),
+    (["traces", "stats", "synthetic:agent", "--response-time", "inf"],
+     "Error: --response-time must be a finite number >= 0 (got inf)"),
+    (["traces", "stats", "synthetic:agent", "--time-scale", "inf"],
+     "Error: --time-scale must be a finite number > 0 (got inf)"),
+    (["traces", "stats", "synthetic:agent", "--time-scale", "0"],
+     "Error: --time-scale must be a finite number > 0 (got 0.0)"),
 ])
 def test_bad_input_one_line_exit_2(main, args, message):
     res = CliRunner().invoke(main, args)

@@ -246,3 +246,26 @@ def test_lmsys_random_bytes(fuzz_dir, magic, blob):
     path = fuzz_dir / "lmsys-bytes.parquet"
     path.write_bytes(b"PAR1" + blob + b"PAR1" if magic else blob)
     _check(path, f"lmsys:{path}", _opts(), row_label=r" row \d+")
+
+
+@pytest.fixture(scope="module")
+def parquet_bytes(fuzz_dir):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    conv = [{"role": "user", "content": "hello " * 40}, {"role": "assistant", "content": "hi " * 40}]
+    path = fuzz_dir / "valid.parquet"
+    pq.write_table(pa.table({"conversation": [conv] * 50, "turn": [1] * 50}), path)
+    return path.read_bytes()
+
+
+@FUZZ
+@given(flips=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255)), min_size=1, max_size=8))
+def test_lmsys_corrupted_parquet(fuzz_dir, qwen, parquet_bytes, flips):
+    """A valid file with a few bytes flipped: corrupt pages surface only while batches are read."""
+    data = bytearray(parquet_bytes)
+    for pos, xor in flips:
+        data[4 + int(pos * (len(data) - 8))] ^= xor  # keep the PAR1 magic at both ends
+    path = fuzz_dir / "corrupt.parquet"
+    path.write_bytes(bytes(data))
+    _check(path, f"lmsys:{path}", _opts(max_non_ascii=1.0), row_label=r" row \d+")

@@ -51,6 +51,12 @@ def test_agent_think_times_poisson():
     ("synthetic:chat:turns=x", "turns must be a number"),
     ("synthetic:chat:turns=-1", "turns must be >= 0"),
     ("synthetic:chat:sessions=0", "sessions must be >= 1"),
+    ("synthetic:chat:turns=nan", "turns must be a finite number"),
+    ("synthetic:chat:think=inf", "think must be a finite number"),
+    ("synthetic:chat:vocab=1e30", r"vocab must be <= 2\^31"),
+    # chat: 10^12 prompt + 8 turns of at most 226 + 451 tokens
+    ("synthetic:chat:prompt_tokens=1e12", "a request can reach 1,000,000,005,416 tokens, more than the limit of 10,000,000"),
+    ("synthetic:system-prompt:sessions=1e12", r"1,000,000,000,000 sessions need up to [\d,.]+ GB, more than the"),
 ])
 def test_bad_specs(spec, message):
     with pytest.raises(TraceError, match=message):

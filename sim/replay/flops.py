@@ -1,0 +1,56 @@
+"""Executed FLOPs of replayed gated-delta layers (plain arithmetic, no torch).
+
+Same conventions as ``sim.cost`` (2 FLOPs per multiply-add; gated-delta core per token per value
+head ``6*dk*dv + C*(5.25*dk + 4*dv)``, kernel.md §12), but counted over what the kernel actually
+computes: every chunk it touches is a full 64-token block of work, so the padding of ragged
+chunks (a call starting or ending off a 64-multiple, e.g. exact-alignment splits) is included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sim.cost import GDN_CHUNK
+
+
+def chunks_of(start: int, end: int, chunk: int = GDN_CHUNK) -> int:
+    """Chunks of a call over absolute positions ``[start, end)`` (chunks are absolute-aligned)."""
+    if end <= start:
+        return 0
+    return (end - 1) // chunk - start // chunk + 1
+
+
+def layer_flops(spec, tokens: int, chunks: int) -> float:
+    """FLOPs of one gated-delta layer of ``spec``'s shapes over ``tokens`` tokens in ``chunks``
+    kernel chunks: projections and conv per token, the chunked core per chunk."""
+    D = spec.d_model
+    Hk, Hv, dk, dv = spec.gdn_k_heads, spec.gdn_v_heads, spec.gdn_head_k_dim, spec.gdn_head_v_dim
+    conv_dim = 2 * Hk * dk + Hv * dv
+    params = D * (2 * Hk * dk + 2 * Hv * dv) + D * 2 * Hv + Hv * dv * D
+    per_token = 2.0 * params + 2.0 * conv_dim * spec.gdn_conv_width
+    core_per_token = Hv * (6.0 * dk * dv + GDN_CHUNK * (5.25 * dk + 4.0 * dv))
+    return per_token * tokens + core_per_token * GDN_CHUNK * chunks
+
+
+def segments_flops(spec, segments, layers: int) -> float:
+    """FLOPs of ``layers`` replayed layers over calls ``[(start, end), ...]``."""
+    return layers * sum(layer_flops(spec, e - s, chunks_of(s, e)) for s, e in segments)
+
+
+def model_flops(spec, segments, replayed_layers: int) -> float:
+    """Executed FLOPs scaled to the whole model: the replayed gated-delta layers scaled to the
+    preset's gated-delta layer count, plus the analytic attention / MLP / Mamba FLOPs of the
+    tokens the calls computed (each call's tokens attend to everything before them)."""
+    gdn = segments_flops(spec, segments, 1) * spec.n_gdn
+    rest = sum(_non_gdn(spec, s, e) for s, e in segments)
+    return gdn + rest
+
+
+def _non_gdn(spec, start: int, end: int) -> float:
+    other = _NON_GDN.get(spec)
+    if other is None:
+        other = _NON_GDN[spec] = replace(spec, n_gdn=0)
+    return other.prefill_flops(start, end)
+
+
+_NON_GDN: dict = {}

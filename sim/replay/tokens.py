@@ -1,0 +1,53 @@
+"""Token ids for replay (numpy only, no torch).
+
+Tokenized traces carry token ids (``block_tokens == 1``) and are used as they are. Hash-block
+traces (Mooncake, Bailian) carry one hash id per block of ``block_tokens`` tokens and no tokens:
+each block's tokens are drawn from its hash id with a seed (a SplitMix64 stream keyed by
+``(seed, hash id, index in block)``), so equal hashes give equal tokens and a partial last block
+is a prefix of the full block. Also the prefix hash the checkpoint store keeps per checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64 finaliser, elementwise on uint64 (wrapping arithmetic is intended)."""
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def block_tokens_for(symbols: np.ndarray, block_tokens: int, seed: int, vocab: int) -> np.ndarray:
+    """``len(symbols) * block_tokens`` token ids in ``[0, vocab)``: block i's tokens depend only
+    on ``(seed, symbols[i])``."""
+    sym = np.asarray(symbols, dtype=np.int64).view(np.uint64)
+    key = _splitmix64(sym ^ _splitmix64(np.full(sym.shape, seed, dtype=np.uint64)))
+    j = np.arange(block_tokens, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        mixed = _splitmix64(key[:, None] * np.uint64(0x100000001B3) + j[None, :])
+    return (mixed % np.uint64(vocab)).astype(np.int64).reshape(-1)
+
+
+def request_tokens(input_symbols, output_symbols, *, block_tokens: int, input_len: int,
+                   output_len: int, seed: int = 0, vocab: int = 1 << 17) -> np.ndarray:
+    """The token ids of prompt + response for one request (prompt first, ``input_len`` tokens)."""
+    if block_tokens == 1:
+        return np.concatenate([np.asarray(input_symbols, dtype=np.int64),
+                               np.asarray(output_symbols, dtype=np.int64)])
+    inp = block_tokens_for(input_symbols, block_tokens, seed, vocab)[:input_len]
+    out = block_tokens_for(output_symbols, block_tokens, seed, vocab)[:output_len]
+    return np.concatenate([inp, out])
+
+
+def prefix_hash(tokens: np.ndarray, p: int) -> bytes:
+    """16-byte digest of the first ``p`` token ids (what a checkpoint at position p summarises)."""
+    return hashlib.blake2b(np.ascontiguousarray(tokens[:p], dtype=np.int64).tobytes(),
+                           digest_size=16).digest()
