@@ -20,6 +20,12 @@ Invariants (checked by ``check_invariants``; the property tests drive random ope
 - A locked node (``lock > 0``) is never evicted or merged; locks cover whole root paths, so a
   node's lock count is >= each child's.
 
+Checkpoint ids. Every admitted state gets a fresh id (``node.ckpt``) that it keeps until it is
+evicted: a split creates a stateless upper node and a merge removes a stateless (or just evicted)
+node, so the node holding a state, and its end position, never change while the state lives. A
+``listener`` (the engine's event stream, or None) hears every admitted and evicted checkpoint and
+every run of evicted KV tokens.
+
 Bookkeeping is incremental: cached depths, token counts and byte totals; the eviction policy
 is told about every node whose candidacy or priority may have changed (``policy.update``) so it
 can keep its own heap or arrays, and never scans the tree.
@@ -31,6 +37,7 @@ path carries no compatibility switches.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 import numpy as np
 
 from policies.base import EvictionPolicy
@@ -48,10 +55,18 @@ def _edge_match(key: np.ndarray, seq: np.ndarray, pos: int) -> int:
     return int(diff[0]) if diff.size else len(seg)
 
 
+class CacheListener(Protocol):
+    """What the tree reports as it changes (the engine turns it into events)."""
+
+    def state_added(self, node: "Node") -> None: ...
+    def state_removed(self, node: "Node") -> None: ...
+    def kv_removed(self, tokens: int) -> None: ...
+
+
 class Node:
     __slots__ = (
         "key", "parent", "children", "n_tokens", "depth_sym", "depth_tokens",
-        "has_state", "last_access", "lock", "slot", "version", "created",
+        "has_state", "last_access", "lock", "slot", "version", "created", "ckpt",
     )
 
     def __init__(self, key: np.ndarray, parent: "Node | None", n_tokens: int, depth_sym: int,
@@ -68,6 +83,7 @@ class Node:
         self.slot = -1  # index in the eviction policy's arrays, if it keeps any
         self.version = 0  # bumped on every change, invalidates stale heap entries
         self.created = created  # creation order: deterministic tie-break
+        self.ckpt = -1  # id of the checkpoint this node holds (kept through splits and merges)
 
     @property
     def parent_depth_tokens(self) -> int:
@@ -125,7 +141,9 @@ class HybridRadixTree:
         self.hybrid = hybrid
         self.policy = policy
         self.now = 0.0  # set by the engine before each operation (set_time); policies read it
+        self.listener: CacheListener | None = None
         self._created = 0
+        self._next_ckpt = 0
         self.root = self._new_node(np.empty(0, dtype=np.int64), None, 0, 0, 0, 0.0)
         self.root.lock = 1  # the root is never a candidate
         self.kv_tokens = 0
@@ -380,8 +398,18 @@ class HybridRadixTree:
 
     def _add_state(self, node: Node) -> None:
         node.has_state = True
+        node.ckpt = self._next_ckpt
+        self._next_ckpt += 1
         self.n_states += 1
         self._changed(node)
+        if self.listener is not None:
+            self.listener.state_added(node)
+
+    def _state_gone(self, node: Node) -> None:
+        """``node``'s state was just freed (its ``has_state`` already False)."""
+        if self.listener is not None:
+            self.listener.state_removed(node)
+        node.ckpt = -1
 
     def _split(self, child: Node, m: int, now: float) -> Node:
         """Cut ``child``'s edge after ``m`` symbols; return the new upper node."""
@@ -431,6 +459,10 @@ class HybridRadixTree:
             self.kv_tokens -= freed_kv
             self.n_states -= freed_states
             node.has_state = False
+            if freed_states:
+                self._state_gone(node)
+            if self.listener is not None:
+                self.listener.kv_removed(freed_kv)
             self.policy.remove(node)
             node.parent = None
             self._after_child_removed(parent)
@@ -440,6 +472,7 @@ class HybridRadixTree:
                 return 0, 0
             node.has_state = False
             self.n_states -= 1
+            self._state_gone(node)
             freed_states, freed_kv = 1, 0
             self._merge_into_child(node)
         self.stats.states_evicted += freed_states
@@ -455,6 +488,7 @@ class HybridRadixTree:
         self.stats.states_evicted += 1
         node.has_state = False
         self.n_states -= 1
+        self._state_gone(node)
         if len(node.children) == 1:
             self._merge_into_child(node)
         else:
@@ -483,6 +517,10 @@ class HybridRadixTree:
         self._changed(child)
 
     # ------------------------------------------------------------------ introspection
+    def checkpoints(self) -> dict[int, int]:
+        """Live checkpoints: id -> end position in tokens (a full walk; tests and tools)."""
+        return {n.ckpt: n.depth_tokens for n in self.iter_nodes() if n.has_state}
+
     def iter_nodes(self):
         stack = [self.root]
         while stack:
@@ -507,6 +545,7 @@ class HybridRadixTree:
                 assert p.lock >= node.lock, "lock does not cover the root path"
             if len(node.children) == 1:
                 assert node.has_state or node.lock > 0, "stateless single-child node not merged"
+            assert (node.ckpt >= 0) == node.has_state, "checkpoint id out of step with the state"
         assert kv == self.kv_tokens, (kv, self.kv_tokens)
         assert states == self.n_states, (states, self.n_states)
         self._check_capacity()

@@ -157,6 +157,7 @@ class ArtifactTree(HybridRadixTree):
                 and node.depth_tokens % self.fill_block):
             node.has_state = False  # fill the partial block: its state moves on
             self.n_states -= 1
+            self._state_gone(node)
 
     def _evict_for(self, need: float) -> tuple[bool, int, int]:
         ev_states = ev_kv = 0
@@ -239,9 +240,11 @@ class ArtifactSimulation(Simulation):
         m = tree.match(seq_in)
         hit_tokens = min(m.hit_tokens, tok_in)
         self._refresh(m, now)
-        self.rec.lookup(r, t, hit_tokens, tok_in, m.hit_sym > 0 and self.spec.is_hybrid)
-        f = Flight(r, seq_in, seq_full, tok_in, tok_full, hit_tokens, [], [], None)
-        self.rec.timing(r, t, 0.0, self.prefill_s(f), self.decode_s(f))
+        hit_ckpt = m.hit_node.ckpt if m.hit_sym > 0 and self.spec.is_hybrid else None
+        for fn in self._on_lookup:
+            fn(r, t, hit_ckpt, hit_tokens, tok_in)
+        f = Flight(r, seq_in, seq_full, tok_in, tok_full, hit_tokens, [], [], None, m.match_tokens)
+        self.served_at_once(f, t)
         return f
 
     def sequential_insert(self, f: Flight, t: float) -> None:
@@ -263,6 +266,7 @@ class ArtifactSimulation(Simulation):
                 cps.append(n)
         else:
             cps = [n]
+        self.inserting = (f, t)
         res = tree.insert(seq_full, tok_full, cps, now, need_bytes=self._need(mf, tok_full))
         if self.refresh_path and res.inserted and res.end_node is not None:
             tree.touch_path(res.end_node, tree.now)

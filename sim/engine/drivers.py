@@ -100,12 +100,14 @@ def run_des(sim: Simulation) -> None:
             start = env.now
             prefill = sim.prefill_s(f)
             yield env.timeout(prefill)
+            sim.served(f, start, prefill, env.now, 0.0, None)
             sim.insert_prefill(f, env.now)
         decode = sim.decode_s(f)
+        decode_start = env.now
         yield env.timeout(decode)
+        sim.decoded(f, decode_start, decode, env.now)
         sim.insert_decode(f, env.now)
         _tune_after(sim, r, env.now)
-        sim.rec.timing(r, arrival, start - arrival, prefill, decode)
         _tick(sim)
 
     if sim.trace.closed_loop:

@@ -1,4 +1,4 @@
-"""Per-request records and the summary of one simulation."""
+"""Per-request records (an observer of the engine's events) and the summary of one simulation."""
 
 from __future__ import annotations
 
@@ -48,18 +48,25 @@ class Recorder:
         self._occ_every = 1
         self._occ_seen = 0
 
-    def lookup(self, r: Request, t: float, hit_tokens: int, input_tokens: int, state_hit: bool = False) -> None:
-        i = r.request_id
+    # ---- the engine's events this observer listens to (sim.engine.events)
+    def lookup(self, request: Request, t: float, hit_checkpoint: int | None, hit_tokens: int,
+               input_tokens: int) -> None:
+        i = request.request_id
         self.arrival[i] = t
         self.hit_tokens[i] = hit_tokens
         self.input_tokens[i] = input_tokens
-        self.state_hit[i] = state_hit
+        self.state_hit[i] = hit_checkpoint is not None
 
-    def timing(self, r: Request, arrival: float, queue: float, prefill: float, decode: float) -> None:
-        i = r.request_id
-        self.queue_s[i] = queue
-        self.prefill_s[i] = prefill
-        self.decode_s[i] = decode
+    def prefill(self, request: Request, t_start: float, t_end: float, start_pos: int, end_pos: int,
+                seconds: float) -> None:
+        i = request.request_id
+        self.queue_s[i] = t_start - self.arrival[i]
+        self.prefill_s[i] = seconds
+
+    def decode(self, request: Request, t_start: float, t_end: float, start_pos: int, end_pos: int,
+               seconds: float) -> None:
+        i = request.request_id
+        self.decode_s[i] = seconds
         self.done[i] = True
 
     def occupancy(self, t: float, kv_bytes: int, state_bytes: int) -> None:

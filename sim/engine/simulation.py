@@ -32,6 +32,7 @@ from sim.cache.blocks import block_symbols
 from sim.cache.tree import HybridRadixTree, MatchResult, Node
 from sim.config import UNLIMITED, SimConfig, format_size
 from sim.cost import ModelSpec, TimingModel, default_timing, get_model
+from sim.engine.events import EVENTS, listeners
 from sim.engine.metrics import Recorder
 from sim.errors import UsageError
 from traces.base import Request, Trace
@@ -59,11 +60,48 @@ class Flight:
     prefill_cps: list[int]
     decode_cps: list[int]
     locked: Node | None
+    match_tokens: int = 0  # tokens the lookup matched (a state up to here sits on a branch point)
+
+
+class TreeEvents:
+    """Turns the tree's reports into admit / evict / evict_kv events of the request being inserted."""
+
+    __slots__ = ("sim", "on_admit", "on_evict", "on_evict_kv")
+
+    def __init__(self, sim: "Simulation", on_admit: tuple, on_evict: tuple, on_evict_kv: tuple) -> None:
+        self.sim = sim
+        self.on_admit, self.on_evict, self.on_evict_kv = on_admit, on_evict, on_evict_kv
+
+    def state_added(self, node: Node) -> None:
+        f, t = self.sim.inserting
+        pos = node.depth_tokens
+        if pos >= f.tok_full:
+            phase = "tail"
+        elif pos > f.tok_in:
+            phase = "decode"
+        elif pos == f.tok_in:
+            phase = "prompt-end"
+        elif pos <= f.match_tokens:
+            phase = "prefill-branch"
+        else:
+            phase = "chunk"
+        for fn in self.on_admit:
+            fn(t, node.ckpt, f.req, pos, phase)
+
+    def state_removed(self, node: Node) -> None:
+        t = self.sim.inserting[1]
+        for fn in self.on_evict:
+            fn(t, node.ckpt, node.depth_tokens)
+
+    def kv_removed(self, tokens: int) -> None:
+        t = self.sim.inserting[1]
+        for fn in self.on_evict_kv:
+            fn(t, tokens)
 
 
 class Simulation:
     def __init__(self, trace: Trace, config: SimConfig, *, spec: ModelSpec | None = None,
-                 timing: TimingModel | None = None, progress=None) -> None:
+                 timing: TimingModel | None = None, progress=None, observers=()) -> None:
         config.validate()
         self.trace = trace
         self.config = config
@@ -84,6 +122,18 @@ class Simulation:
         self.refresh_path = self.tree.policy.refresh == "path"
         self.tuner: Tuner | None = None
         self.rec = Recorder(len(trace.requests), self.spec)
+        self.inserting: tuple[Flight, float] | None = None  # the insert the tree is doing (events)
+        self.observe(observers)
+
+    def observe(self, observers=()) -> None:
+        """Send the event stream (``sim.engine.events``) to the recorder and ``observers``; each
+        event goes only to the observers that define its method."""
+        self.observers = (self.rec, *observers)
+        on = {e: listeners(self.observers, e) for e in EVENTS}
+        self._on_lookup, self._on_prefill, self._on_decode = on["lookup"], on["prefill"], on["decode"]
+        self._on_reject, self._on_occupancy = on["reject"], on["occupancy"]
+        tree_events = on["admit"] or on["evict"] or on["evict_kv"]
+        self.tree.listener = TreeEvents(self, on["admit"], on["evict"], on["evict_kv"]) if tree_events else None
 
     # ------------------------------------------------------------------ factories (variants override)
     def make_admission(self, name: str) -> AdmissionPolicy:
@@ -157,7 +207,8 @@ class Simulation:
     def lookup(self, r: Request, t: float, lock: bool) -> Flight:
         seq_in, seq_full, tok_in, tok_full = self.symbols(r)  # tok_in: the real prompt length
         if not self.preset.caching:
-            self.rec.lookup(r, t, 0, tok_in)
+            for fn in self._on_lookup:
+                fn(r, t, None, 0, tok_in)
             return Flight(r, seq_in, seq_full, tok_in, tok_full, 0, [], [], None)
         tree = self.tree
         now = tree.set_time(t)
@@ -180,8 +231,11 @@ class Simulation:
         if lock and m.hit_sym > 0:
             locked = m.hit_node
             tree.lock(locked)
-        self.rec.lookup(r, t, hit_tokens, tok_in, m.hit_sym > 0 and self.spec.is_hybrid)
-        return Flight(r, seq_in, seq_full, tok_in, tok_full, hit_tokens, prefill_cps, decode_cps, locked)
+        hit_ckpt = m.hit_node.ckpt if m.hit_sym > 0 and self.spec.is_hybrid else None
+        for fn in self._on_lookup:
+            fn(r, t, hit_ckpt, hit_tokens, tok_in)
+        return Flight(r, seq_in, seq_full, tok_in, tok_full, hit_tokens, prefill_cps, decode_cps, locked,
+                      m.match_tokens)
 
     def admission_context(self, m: MatchResult, seq_in: np.ndarray, seq_full: np.ndarray,
                           tok_in: int) -> AdmissionContext:
@@ -194,6 +248,7 @@ class Simulation:
         if not f.prefill_cps and self.spec.is_hybrid:
             return  # KV without a state at its end cannot serve a hybrid hit; decode-end insert stores it
         now = self.tree.set_time(t)
+        self.inserting = (f, t)
         res = self.tree.insert(f.seq_in, f.tok_in if self.regrid == 1 else len(f.seq_in) * self.grid,
                                f.prefill_cps, now, lock=True, protect=f.locked)
         if f.locked is not None:
@@ -206,6 +261,7 @@ class Simulation:
             return
         now = self.tree.set_time(t)
         cps = f.decode_cps if not f.prefill_cps else sorted(set(f.prefill_cps) | set(f.decode_cps))
+        self.inserting = (f, t)
         res = self.tree.insert(f.seq_full, f.tok_full, cps, now, protect=f.locked)
         if f.locked is not None:
             self.tree.unlock(f.locked)
@@ -216,7 +272,26 @@ class Simulation:
 
     def _after_insert(self, res, t: float) -> None:
         tree = self.tree
-        self.rec.occupancy(t, tree.kv_tokens * tree.kv_bytes_per_token, tree.n_states * tree.state_bytes)
+        if not res.inserted:
+            for fn in self._on_reject:
+                fn(self.inserting[0].req, t, "no room")
+        if self._on_occupancy:
+            kv, st = tree.kv_tokens * tree.kv_bytes_per_token, tree.n_states * tree.state_bytes
+            for fn in self._on_occupancy:
+                fn(t, kv, st)
+
+    def served(self, f: Flight, t_start: float, prefill_s: float, t_prefilled: float, decode_s: float,
+               t_done: float | None) -> None:
+        """Emit the request's prefill event and, when ``t_done`` is known, its decode event."""
+        r = f.req
+        for fn in self._on_prefill:
+            fn(r, t_start, t_prefilled, f.hit_tokens, f.tok_in, prefill_s)
+        if t_done is not None:
+            self.decoded(f, t_prefilled, decode_s, t_done)
+
+    def decoded(self, f: Flight, t_start: float, decode_s: float, t_done: float) -> None:
+        for fn in self._on_decode:
+            fn(f.req, t_start, t_done, f.tok_in, f.tok_full, decode_s)
 
     # ------------------------------------------------------------------ one sequential request
     def sequential_lookup(self, r: Request, t: float) -> Flight:
@@ -224,8 +299,13 @@ class Simulation:
         f = self.lookup(r, t, lock=True)
         f.decode_cps = sorted(set(f.prefill_cps) | set(f.decode_cps))
         f.prefill_cps = []
-        self.rec.timing(r, t, 0.0, self.prefill_s(f), self.decode_s(f))
+        self.served_at_once(f, t)
         return f
+
+    def served_at_once(self, f: Flight, t: float) -> None:
+        """Sequential mode: the request is served at its arrival (prefill, then decode)."""
+        p, d = self.prefill_s(f), self.decode_s(f)
+        self.served(f, t, p, t + p, d, t + p + d)
 
     def sequential_insert(self, f: Flight, t: float) -> None:
         """Sequential mode, second half: one insert of input + output with every checkpoint."""
