@@ -23,10 +23,11 @@ ORACLE = "marconi-oracle"
 
 
 def build(trace: Trace, config: SimConfig, *, spec: ModelSpec | None = None, timing: TimingModel | None = None,
-          progress=None) -> Simulation:
-    """A ready-to-run Simulation of ``trace`` under ``config``."""
+          progress=None, observers=()) -> Simulation:
+    """A ready-to-run Simulation of ``trace`` under ``config``; ``observers`` receive its event
+    stream (``sim.engine.events``)."""
     config.validate()
-    kw = dict(spec=spec, timing=timing, progress=progress)
+    kw = dict(spec=spec, timing=timing, progress=progress, observers=observers)
     if config.compat == "corrected":
         sim = Simulation(trace, config, **kw)
     else:  # paper: the artifact as published; paper-fixed: its two bugs fixed
@@ -43,9 +44,10 @@ def build(trace: Trace, config: SimConfig, *, spec: ModelSpec | None = None, tim
 
 
 def simulate(trace: Trace, config: SimConfig, progress=None, *, spec: ModelSpec | None = None,
-             timing: TimingModel | None = None) -> SimResult:
-    """Replay ``trace`` under ``config``; the one entry point the CLI and sweeps call."""
+             timing: TimingModel | None = None, observers=()) -> SimResult:
+    """Replay ``trace`` under ``config``; the one entry point the CLI and sweeps call.
+    (``marconi-oracle`` runs one simulation per alpha; observers are not supported there.)"""
     if config.policy == ORACLE:
         config.validate()
         return run_oracle(trace, config, build, progress)
-    return run(build(trace, config, spec=spec, timing=timing, progress=progress))
+    return run(build(trace, config, spec=spec, timing=timing, progress=progress, observers=observers))

@@ -14,7 +14,8 @@ from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, flag_of, format_size, parse_size
 from sim.engine.metrics import SUMMARY_KEYS
 from sim.errors import UsageError
-from sim.simulate import simulate
+from sim.engine.events import EventLog, event_row, write_events
+from sim.simulate import ORACLE, simulate
 
 DEFAULT_POLICIES = "vllm+,sglang+,marconi"
 _HELP = {f.name: f.metadata["help"] for f in fields(SimConfig)}
@@ -107,21 +108,32 @@ def register(main: click.Group) -> None:
     @tuning_options
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
                   help="Write summary.json and per-request requests.parquet here.")
+    @click.option("--events", "events_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                  help="Write the engine's event stream (lookup, prefill, decode, admit, evict, evict_kv, "
+                       "reject; one row per event, a policy column) as JSON Lines (.jsonl) or parquet (.parquet).")
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
     @click.option("--progress/--no-progress", default=True, show_default=True)
-    def run(policies, capacity, alpha, sessions_per_second, out, fmt, progress, **kwargs):
+    def run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, progress, **kwargs):
         """Replay a trace (default: 100 real ShareGPT sessions) under each policy."""
         from tqdm import tqdm  # noqa: PLC0415 - progress bar, loaded only when running
 
+        if events_path is not None and events_path.suffix not in (".jsonl", ".json", ".parquet"):
+            raise UsageError(f"--events {events_path}: the name must end in .jsonl or .parquet")
         trace = trace_from_cli(kwargs)
         configs = build_configs(policies, capacity, alpha, sessions_per_second, **kwargs)
+        if events_path is not None and any(c.policy == ORACLE for c in configs):
+            raise UsageError(f"--events does not apply to {ORACLE} (it runs one simulation per alpha)")
         results = []
+        event_rows: list[dict] = []
         bar = tqdm(total=len(trace.requests) * len(configs), unit="req", disable=not progress,
                    desc="simulating", leave=False)
         try:
             for cfg in configs:
                 bar.set_postfix_str(cfg.policy)
-                results.append((cfg, simulate(trace, cfg, progress=bar)))
+                log = EventLog() if events_path is not None else None
+                results.append((cfg, simulate(trace, cfg, progress=bar, observers=(log,) if log else ())))
+                if log is not None:
+                    event_rows.extend(event_row(ev, policy=cfg.policy) for ev in log.events)
         finally:
             bar.close()
         rows = [res.summary for _, res in results]
@@ -146,6 +158,8 @@ def register(main: click.Group) -> None:
                     click.echo(f"{r['policy']}: best static alpha in hindsight {r['tuned_choice']}")
         if out is not None:
             _write_outputs(out, trace, results)
+        if events_path is not None:
+            write_events(event_rows, events_path)
 
     def _write_outputs(out: Path, trace, results) -> None:
         import pandas as pd  # noqa: PLC0415 - only --out writes tables

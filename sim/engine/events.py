@@ -169,13 +169,20 @@ def event_row(ev, **extra) -> dict:
     return row
 
 
+_INT_COLUMNS = {"request_id", "checkpoint", "hit_checkpoint", "hit_tokens", "input_tokens", "start_pos", "end_pos",
+                "position", "tokens"}
+
+
 def write_events(rows: list[dict], path: str | Path) -> None:
     """Write event rows as JSON Lines (``.jsonl``, ``.json``) or parquet (``.parquet``)."""
     path = Path(path)
     if path.suffix == ".parquet":
         import pandas as pd  # noqa: PLC0415 - only parquet output needs it
 
-        pd.DataFrame(rows).to_parquet(path, index=False)
+        table = pd.DataFrame(rows)
+        for col in _INT_COLUMNS.intersection(table.columns):  # ids and positions stay integers
+            table[col] = table[col].astype("Int64")
+        table.to_parquet(path, index=False)
         return
     with path.open("w") as fh:
         for row in rows:
