@@ -160,6 +160,12 @@ class Simulation:
     def make_tree(self, eviction: EvictionPolicy) -> HybridRadixTree:
         return HybridRadixTree(policy=eviction, **self.tree_settings())
 
+    def restore_tree(self, tree: HybridRadixTree) -> None:
+        """Continue from ``tree`` (a snapshot of a cache, e.g. the tuner's) instead of the empty one."""
+        tree.listener = self.tree.listener
+        self.tree = tree
+        self.refresh_path = tree.policy.refresh == "path"
+
     def set_eviction(self, policy: EvictionPolicy) -> None:
         """Evict with ``policy`` from now on, keeping the cache (tuners switch candidates so)."""
         tree = self.tree

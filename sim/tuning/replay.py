@@ -85,7 +85,7 @@ def replay(payload: dict, cand) -> tuple[float, float]:
     cfg = dataclasses.replace(payload["config"], alpha=0.0, mode="sequential")
     sim = payload["build"](trace, cfg)
     if payload["snapshot"] is not None:
-        sim.tree = pickle.loads(payload["snapshot"])
+        sim.restore_tree(pickle.loads(payload["snapshot"]))
     set_candidate(sim, cand)
     run_sequential(sim)
     rec = sim.rec
