@@ -1,7 +1,7 @@
-"""Figures of sweep results and `marconi plot RESULTS --kind hit-rate|alpha|ttft|occupancy`.
+"""Figures of sweep results (``marconi plot RESULTS --kind hit-rate|alpha|ttft|occupancy`` draws them).
 
 matplotlib is the optional extra ``notebooks``; it is imported only when a figure is drawn.
-Each ``fig_*`` function takes the rows of :func:`sim.report.load` (and per-request / occupancy
+Each ``fig_*`` function takes the rows of :func:`sim.analysis.report.load` (and per-request / occupancy
 records where needed) and returns a matplotlib Figure; the CLI saves it as PNG and SVG.
 """
 

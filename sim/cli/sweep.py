@@ -1,4 +1,4 @@
-"""`marconi sweep` (and `marconi plot`): every `marconi run` knob takes lists and ranges.
+"""`marconi sweep`: every `marconi run` knob takes lists and ranges.
 
 The sweep's options are derived from the `run` command: each valued option of `run` becomes a
 list option here (comma lists, inclusive ``start:stop[:step]`` ranges, or the flag repeated);

@@ -1,4 +1,4 @@
-"""Replay a trace through one policy: the discrete-event engine (simpy) and the sequential mode.
+"""One simulation of a trace under one policy: the per-request steps (lookup, inserts, timing).
 
 Request lifecycle in ``des`` mode (one simpy process per session, or per request for open-loop
 traces):

@@ -1,4 +1,4 @@
-"""Alpha tuning for Marconi's eviction (``--alpha auto``) and the static-alpha oracle (``marconi-oracle``).
+"""The replay tuner (the artifact's), and how the tuners compare (``--alpha auto``; ``marconi-oracle``).
 
 Two tuners (``--tuner``):
 
