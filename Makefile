@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup setup-test run test bench bench-sweep bench-tuning
+.PHONY: setup setup-test run test test-triton-latest bench bench-sweep bench-tuning
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -20,8 +20,21 @@ setup-test: $(BIN)/python
 run: setup
 	$(BIN)/marconi run
 
-test: setup-test
+test: setup-test test-triton-latest
 	$(BIN)/lint-imports && TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The kernels' interpreter tests again on the newest Triton the `kernels` extra allows (.venv pins
+# the oldest, 3.6.0): its own venv, CPU torch, only what tests/kernels imports.
+TRITON_LATEST ?= 3.9.0
+VENV_TL ?= .venv-triton-latest
+
+$(VENV_TL)/bin/python:
+	$(PY) -m venv $(VENV_TL)
+	$(VENV_TL)/bin/pip install -q --upgrade pip
+
+test-triton-latest: $(VENV_TL)/bin/python
+	$(VENV_TL)/bin/pip install -q torch==2.13.0 "triton==$(TRITON_LATEST)" pytest hypothesis click numpy
+	TRITON_INTERPRET=1 PYTHONPATH=. $(VENV_TL)/bin/python -m pytest -q -p no:cacheprovider tests/kernels
 
 # benchmarks print figures; they are not part of the test suite (kernel_bench.py needs a GPU)
 bench: setup-test

@@ -1,4 +1,4 @@
-"""Shared helpers: interpreter detection, config selection, chunk metadata."""
+"""Shared helpers: interpreter detection, chunk metadata."""
 
 from __future__ import annotations
 
@@ -7,25 +7,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
-import triton
 
 CHUNK = 64
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-
-
-def autotuned(configs, key, fixed, prune=None):
-    """Autotune on GPU; under TRITON_INTERPRET=1 one fixed config (``fixed``: constexpr kwargs).
-
-    Returns ``(kernel, extra_kwargs)``: pass ``extra_kwargs`` at every launch."""
-
-    def deco(fn):
-        jitted = triton.jit(fn)
-        if INTERPRET:
-            return jitted, dict(fixed)
-        extra = {"prune_configs_by": {"early_config_prune": prune}} if prune else {}
-        return triton.autotune(configs=configs, key=key, **extra)(jitted), {}
-
-    return deco
 
 
 def chunk_bucket(n: int) -> int:

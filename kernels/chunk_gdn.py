@@ -4,18 +4,21 @@ Math (per value head, C = 64 tokens per chunk, state S is K x V, gamma = chunk-l
   L   = strict_tril(diag(beta) (K K^T o exp(gamma_i - gamma_j)))
   A   = (I + L)^-1                       (block forward substitution on 16 x 16 blocks)
   w   = A diag(beta exp(gamma)) K,   u = A diag(beta) V
-  P   = tril(Q K^T o exp(gamma_i - gamma_j))            (Q already l2-normalised and scaled)
-  v'  = u - w S
-  O   = diag(exp(gamma)) Q S + P v'  =  (diag(exp(gamma)) Q - P w) S + P u  =  Q' S + O_intra
+  v'  = u - w S_c
   S  <- exp(gamma_last) S + (K o exp(gamma_last - gamma))^T v'
+  O   = diag(exp(gamma)) Q S_c + tril(Q K^T o exp(gamma_i - gamma_j)) v'     (Q l2-normed, scaled)
 
-Two kernels:
-  1. ``_intra_kernel`` (one program per chunk x value head, fully parallel): gate / beta, cumsum,
-     kkt + solve, w, u, Q' and O_intra.
+Three kernels, split where the work changes shape (the split FLA uses, written from the math):
+  1. ``_prep_kernel`` (one program per chunk x value head, fully parallel): gate / beta, the
+     chunk-local cumsum gamma, kkt + solve, w and u.
   2. ``_state_kernel`` (one program per sequence x value head x V block, sequential over chunks):
-     v', the output O = Q' S + O_intra, the state update, the fp32 boundary stores and the final
-     state. Folding the output into the state loop means no per-chunk state ``h`` ever goes
-     through HBM unless the caller asked for it as a boundary state.
+     stores the chunk-start state h_c (input dtype, read by kernel 3), v' = u - w S, the state
+     update, the boundary states (``state_dtype``, default fp32) and the final state (fp32).
+     Two matrix products per chunk.
+  3. ``_output_kernel`` (one program per chunk x value head x V block, fully parallel): O.
+
+Head dims K, V may be any size in [16, 256]: tiles are padded to the next power of two and every
+load / store is masked on the real size.
 """
 
 from __future__ import annotations
@@ -27,17 +30,36 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import (INTERPRET, ChunkMetadata, autotuned, prepare_chunk_metadata,
-                             resolve_metadata)
+from kernels._common import INTERPRET, ChunkMetadata, prepare_chunk_metadata, resolve_metadata
 
-__all__ = ["chunk_gated_delta_rule", "prepare_chunk_metadata", "ChunkMetadata"]
+__all__ = ["chunk_gated_delta_rule", "prepare_chunk_metadata", "ChunkMetadata", "CONFIGS",
+           "MAX_HEAD_DIM", "MIN_HEAD_DIM"]
+
+MIN_HEAD_DIM, MAX_HEAD_DIM = 1, 256
+
+# Launch configurations (fixed, no autotuning: every new shape would otherwise re-benchmark
+# the candidates, which dominates the cold start of a replay). ``BV`` is the V block of the
+# state and output kernels; it is clamped to the padded V. Overridable for experiments, e.g.
+# KERNELS_CONFIG_STATE="BV=32,num_warps=4,num_stages=2".
+CONFIGS = {
+    "prep": dict(num_warps=4, num_stages=1),
+    "state": dict(BV=32, num_warps=4, num_stages=2),
+    "out": dict(BV=64, num_warps=4, num_stages=2),
+}
 
 
-@triton.jit
-def _l2n(x, USE: tl.constexpr):
-    if USE:
-        x = x / tl.sqrt(tl.sum(x * x, 1) + 1e-6)[:, None]
-    return x
+def _config(name: str) -> dict:
+    env = os.environ.get(f"KERNELS_CONFIG_{name.upper()}")
+    cfg = dict(CONFIGS[name])
+    if env:
+        for item in env.split(","):
+            key, val = item.split("=")
+            cfg[key.strip()] = int(val)
+    return cfg
+
+
+def _pow2(n: int) -> int:
+    return max(16, triton.next_power_of_2(int(n)))
 
 
 @triton.jit
@@ -55,17 +77,21 @@ def _load_gate_beta(g, beta, A_log_h, dt_bias_h, tc, m, i_hv, sgt, sgh, sbt, sbh
 
 
 @triton.jit
-def _load_rows(ptr, tc, m, i_h, st, sh, offs, NORM: tl.constexpr):
-    x = tl.load(ptr + tc[:, None] * st + i_h * sh + offs[None, :], mask=m[:, None], other=0.)
-    return _l2n(x.to(tl.float32), NORM)
+def _load_rows(ptr, tc, m, i_h, st, sh, offs, D, NORM: tl.constexpr):
+    """Rows ``tc`` as a [rows, BD] fp32 block (columns past ``D`` are zero), l2-normed if asked."""
+    x = tl.load(ptr + tc[:, None] * st + i_h * sh + offs[None, :],
+                mask=m[:, None] & (offs < D)[None, :], other=0.).to(tl.float32)
+    if NORM:
+        x = x / tl.sqrt(tl.sum(x * x, 1) + 1e-6)[:, None]
+    return x
 
 
 @triton.jit
-def _load_cols(ptr, tc, m, i_h, st, sh, offs, NORM: tl.constexpr):
-    """Rows ``tc`` loaded transposed, as a [dim, rows] block (no register transpose: a
+def _load_cols(ptr, tc, m, i_h, st, sh, offs, D, NORM: tl.constexpr):
+    """Rows ``tc`` loaded transposed, as a [BD, rows] block (no register transpose: a
     register-transposed wgmma operand gave wrong results on an H200 with triton 3.6)."""
-    x = tl.load(ptr + tc[None, :] * st + i_h * sh + offs[:, None], mask=m[None, :], other=0.)
-    x = x.to(tl.float32)
+    x = tl.load(ptr + tc[None, :] * st + i_h * sh + offs[:, None],
+                mask=m[None, :] & (offs < D)[:, None], other=0.).to(tl.float32)
     if NORM:
         x = x / tl.sqrt(tl.sum(x * x, 0) + 1e-6)[None, :]
     return x
@@ -101,12 +127,18 @@ def _store_blk(base, X, bi: tl.constexpr, bj: tl.constexpr):
 
 
 @triton.jit
-def _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, kd_out, gl_out,
-                a_scr,
-                chunk_info, scale, sqt, sqh, skt, skh, svt, svh, sgt, sgh, sbt, sbh,
-                HV, GROUP, K: tl.constexpr, V: tl.constexpr,
-                USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr, L2NORM: tl.constexpr,
-                PREC: tl.constexpr):
+def _rows16(tstart, lo, hi, blk: tl.constexpr):
+    t = tstart + blk * 16 + tl.arange(0, 16)
+    m = (t >= lo) & (t < hi)
+    return tl.where(m, t, 0), m
+
+
+@triton.jit
+def _prep_kernel(k, v, g, beta, A_log, dt_bias, w_out, u_out, gc_out, gl_out, a_scr, chunk_info,
+                 skt, skh, svt, svh, sgt, sgh, sbt, sbh,
+                 HV, GROUP, K, V, BK: tl.constexpr, BVF: tl.constexpr,
+                 USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr, L2NORM: tl.constexpr,
+                 PREC: tl.constexpr):
     i_c = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_h = i_hv // GROUP
@@ -119,23 +151,15 @@ def _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, 
     if USE_GATE:
         A_log_h = tl.load(A_log + i_hv).to(tl.float32)
         dt_bias_h = tl.load(dt_bias + i_hv).to(tl.float32)
-    oK = tl.arange(0, K)
-    oV = tl.arange(0, V)
+    oK = tl.arange(0, BK)
+    oV = tl.arange(0, BVF)
     r16 = tl.arange(0, 16)
 
     # ---- 16-row blocks: gate, cumsum, kkt blocks ---------------------------------------------
-    t0 = tstart + r16
-    m0 = (t0 >= lo) & (t0 < hi)
-    t0 = tl.where(m0, t0, 0)
-    t1 = tstart + 16 + r16
-    m1 = (t1 >= lo) & (t1 < hi)
-    t1 = tl.where(m1, t1, 0)
-    t2 = tstart + 32 + r16
-    m2 = (t2 >= lo) & (t2 < hi)
-    t2 = tl.where(m2, t2, 0)
-    t3 = tstart + 48 + r16
-    m3 = (t3 >= lo) & (t3 < hi)
-    t3 = tl.where(m3, t3, 0)
+    t0, m0 = _rows16(tstart, lo, hi, 0)
+    t1, m1 = _rows16(tstart, lo, hi, 1)
+    t2, m2 = _rows16(tstart, lo, hi, 2)
+    t3, m3 = _rows16(tstart, lo, hi, 3)
     g0, b0 = _load_gate_beta(g, beta, A_log_h, dt_bias_h, t0, m0, i_hv, sgt, sgh, sbt, sbh, USE_GATE, BETA_SIGMOID)
     g1, b1 = _load_gate_beta(g, beta, A_log_h, dt_bias_h, t1, m1, i_hv, sgt, sgh, sbt, sbh, USE_GATE, BETA_SIGMOID)
     g2, b2 = _load_gate_beta(g, beta, A_log_h, dt_bias_h, t2, m2, i_hv, sgt, sgh, sbt, sbh, USE_GATE, BETA_SIGMOID)
@@ -144,15 +168,14 @@ def _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, 
     g1 = tl.cumsum(g1, 0) + tl.sum(tl.where(r16 == 15, g0, 0.), 0)
     g2 = tl.cumsum(g2, 0) + tl.sum(tl.where(r16 == 15, g1, 0.), 0)
     g3 = tl.cumsum(g3, 0) + tl.sum(tl.where(r16 == 15, g2, 0.), 0)
-    k0 = _load_rows(k, t0, m0, i_h, skt, skh, oK, L2NORM).to(dt)
-    k1 = _load_rows(k, t1, m1, i_h, skt, skh, oK, L2NORM).to(dt)
-    k2 = _load_rows(k, t2, m2, i_h, skt, skh, oK, L2NORM).to(dt)
-    k3 = _load_rows(k, t3, m3, i_h, skt, skh, oK, L2NORM).to(dt)
-
-    k0T = _load_cols(k, t0, m0, i_h, skt, skh, oK, L2NORM).to(dt)
-    k1T = _load_cols(k, t1, m1, i_h, skt, skh, oK, L2NORM).to(dt)
-    k2T = _load_cols(k, t2, m2, i_h, skt, skh, oK, L2NORM).to(dt)
-    k3T = _load_cols(k, t3, m3, i_h, skt, skh, oK, L2NORM).to(dt)
+    k0 = _load_rows(k, t0, m0, i_h, skt, skh, oK, K, L2NORM).to(dt)
+    k1 = _load_rows(k, t1, m1, i_h, skt, skh, oK, K, L2NORM).to(dt)
+    k2 = _load_rows(k, t2, m2, i_h, skt, skh, oK, K, L2NORM).to(dt)
+    k3 = _load_rows(k, t3, m3, i_h, skt, skh, oK, K, L2NORM).to(dt)
+    k0T = _load_cols(k, t0, m0, i_h, skt, skh, oK, K, L2NORM).to(dt)
+    k1T = _load_cols(k, t1, m1, i_h, skt, skh, oK, K, L2NORM).to(dt)
+    k2T = _load_cols(k, t2, m2, i_h, skt, skh, oK, K, L2NORM).to(dt)
+    k3T = _load_cols(k, t3, m3, i_h, skt, skh, oK, K, L2NORM).to(dt)
     L00 = _kkt_block(k0, k0T, g0, g0, b0, True, PREC)
     L11 = _kkt_block(k1, k1T, g1, g1, b1, True, PREC)
     L22 = _kkt_block(k2, k2T, g2, g2, b2, True, PREC)
@@ -192,7 +215,7 @@ def _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, 
     _store_blk(base, A33, 3, 3)
     tl.debug_barrier()
 
-    # ---- full 64-row chunk: w, u, Q', O_intra ----------------------------------------------------
+    # ---- full 64-row chunk: gamma, w, u ---------------------------------------------------------
     r64 = tl.arange(0, 64)
     t = tstart + r64
     m = (t >= lo) & (t < hi)
@@ -201,128 +224,120 @@ def _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, 
                 mask=(r64[:, None] // 16) >= (r64[None, :] // 16), other=0.).to(dt)
     gr, bt = _load_gate_beta(g, beta, A_log_h, dt_bias_h, t, m, i_hv, sgt, sgh, sbt, sbh, USE_GATE, BETA_SIGMOID)
     gc = tl.cumsum(gr, 0)
-    g_last = tl.sum(tl.where(r64 == 63, gc, 0.), 0)   # masked tail tokens carry g = 0
-    tl.store(gl_out + i_c * HV + i_hv, g_last)
-    eg = tl.exp(gc)
-    kk = _load_rows(k, t, m, i_h, skt, skh, oK, L2NORM)
-    w = tl.dot(A, (kk * (bt * eg)[:, None]).to(dt), input_precision=PREC)
-    vv = tl.load(v + t[:, None] * svt + i_hv * svh + oV[None, :], mask=m[:, None], other=0.).to(tl.float32)
+    tl.store(gl_out + i_c * HV + i_hv, tl.sum(tl.where(r64 == 63, gc, 0.), 0))   # tail g = 0
+    tl.store(gc_out + t.to(tl.int64) * HV + i_hv, gc, mask=m)
+    kk = _load_rows(k, t, m, i_h, skt, skh, oK, K, L2NORM)
+    w = tl.dot(A, (kk * (bt * tl.exp(gc))[:, None]).to(dt), input_precision=PREC)
+    vv = tl.load(v + t[:, None] * svt + i_hv * svh + oV[None, :],
+                 mask=m[:, None] & (oV < V)[None, :], other=0.).to(tl.float32)
     u = tl.dot(A, (vv * bt[:, None]).to(dt), input_precision=PREC)
-    qq = _load_rows(q, t, m, i_h, sqt, sqh, oK, L2NORM) * scale
-    causal = r64[:, None] >= r64[None, :]
-    kkT = _load_cols(k, t, m, i_h, skt, skh, oK, L2NORM)
-    P = tl.dot(qq.to(dt), kkT.to(dt), input_precision=PREC)
-    P = P * tl.exp(tl.where(causal, gc[:, None] - gc[None, :], float("-inf")))
-    Pd = P.to(dt)
-    wd = w.to(dt)
-    ud = u.to(dt)
-    qp = qq * eg[:, None] - tl.dot(Pd, wd, input_precision=PREC)
-    oi = tl.dot(Pd, ud, input_precision=PREC)
-    rowK = (t[:, None] * HV + i_hv).to(tl.int64) * K + oK[None, :]
-    rowV = (t[:, None] * HV + i_hv).to(tl.int64) * V + oV[None, :]
-    tl.store(w_out + rowK, wd, mask=m[:, None])
-    tl.store(qp_out + rowK, qp.to(dt), mask=m[:, None])
-    tl.store(u_out + rowV, ud, mask=m[:, None])
-    tl.store(oi_out + rowV, oi.to(dt), mask=m[:, None])
-    # keys decayed to the chunk end, for the state update of the sequential kernel
-    kdec = tl.where(m[:, None], kk * tl.exp(g_last - gc)[:, None], 0.)
-    tl.store(kd_out + rowK, kdec.to(dt), mask=m[:, None])
-
-
-@autotuned(
-    configs=[triton.Config({}, num_warps=nw, num_stages=1) for nw in (4, 8)],
-    key=["HV", "K", "V", "NT_BUCKET", "PREC"],
-    fixed={},
-)
-def _intra_kernel(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, kd_out, gl_out,
-                  a_scr,
-                  chunk_info, scale, sqt, sqh, skt, skh, svt, svh, sgt, sgh, sbt, sbh, NT_BUCKET,
-                  HV, GROUP, K: tl.constexpr, V: tl.constexpr,
-                  USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr, L2NORM: tl.constexpr,
-                  PREC: tl.constexpr):
-    _intra_body(q, k, v, g, beta, A_log, dt_bias, w_out, u_out, qp_out, oi_out, kd_out, gl_out,
-                a_scr,
-                chunk_info, scale, sqt, sqh, skt, skh, svt, svh, sgt, sgh, sbt, sbh,
-                HV, GROUP, K, V, USE_GATE, BETA_SIGMOID, L2NORM, PREC)
-
-
-_intra_kernel, _INTRA_KW = _intra_kernel
+    row = (t[:, None] * HV + i_hv).to(tl.int64)
+    tl.store(w_out + row * K + oK[None, :], w.to(dt), mask=m[:, None] & (oK < K)[None, :])
+    tl.store(u_out + row * V + oV[None, :], u.to(dt), mask=m[:, None] & (oV < V)[None, :])
 
 
 @triton.jit
-def _state_step(c, j, S, kd, w, u, qp, oi, gl, o, hb, store_slot, ts0, bos, eos, i_hv,
-                oK, oV, r64, sidx, HV, K: tl.constexpr, V: tl.constexpr,
-                STORE_B: tl.constexpr, PREC: tl.constexpr):
+def _state_step(c, j, S, k, w, u, gc, gl, h_out, vn_out, hb, store_slot, ts0, bos, eos, i_hv,
+                i_h, skt, skh, oK, oV, mKV, r64, sidx, HV, K, V,
+                L2NORM: tl.constexpr, STORE_B: tl.constexpr, PREC: tl.constexpr):
     dt = w.dtype.element_ty
+    # chunk-start state for the output kernel (always in the input dtype, like FLA's h)
+    tl.store(h_out + (c * HV + i_hv).to(tl.int64) * K * V + sidx, S.to(dt), mask=mKV)
     t = ts0 + j * 64 + r64
     m = (t >= bos) & (t < eos)
     t = tl.where(m, t, 0)
-    rowK = (t[:, None] * HV + i_hv).to(tl.int64) * K + oK[None, :]
-    rowV = (t[:, None] * HV + i_hv).to(tl.int64) * V + oV[None, :]
-    w_c = tl.load(w + rowK, mask=m[:, None], other=0.)
-    q_c = tl.load(qp + rowK, mask=m[:, None], other=0.)
-    kdT = tl.load(kd + (t[None, :] * HV + i_hv).to(tl.int64) * K + oK[:, None], mask=m[None, :],
-                  other=0.)
-    u_c = tl.load(u + rowV, mask=m[:, None], other=0.).to(tl.float32)
-    oi_c = tl.load(oi + rowV, mask=m[:, None], other=0.).to(tl.float32)
-    g_last = tl.load(gl + c * HV + i_hv)
+    row = (t[:, None] * HV + i_hv).to(tl.int64)
+    mV = oV < V
+    w_c = tl.load(w + row * K + oK[None, :], mask=m[:, None] & (oK < K)[None, :], other=0.)
+    u_c = tl.load(u + row * V + oV[None, :], mask=m[:, None] & mV[None, :], other=0.)
     Sd = S.to(dt)
-    vn = u_c - tl.dot(w_c, Sd, input_precision=PREC)
-    o_c = tl.dot(q_c, Sd, input_precision=PREC) + oi_c
-    tl.store(o + rowV, o_c.to(o.dtype.element_ty), mask=m[:, None])
-    S = S * tl.exp(g_last) + tl.dot(kdT, vn.to(dt), input_precision=PREC)
+    vn = u_c.to(tl.float32) - tl.dot(w_c, Sd, input_precision=PREC)
+    vnd = vn.to(dt)
+    tl.store(vn_out + row * V + oV[None, :], vnd, mask=m[:, None] & mV[None, :])
+    g_last = tl.load(gl + c * HV + i_hv)
+    gam = tl.load(gc + t.to(tl.int64) * HV + i_hv, mask=m, other=0.)
+    kT = _load_cols(k, t, m, i_h, skt, skh, oK, K, L2NORM)
+    kd = (kT * tl.exp(g_last - gam)[None, :]).to(dt)
+    S = S * tl.exp(g_last) + tl.dot(kd, vnd, input_precision=PREC)
     if STORE_B:
         slot = tl.load(store_slot + c)
-        tl.store(hb + (tl.maximum(slot, 0) * HV + i_hv).to(tl.int64) * K * V + sidx,
-                 S.to(hb.dtype.element_ty), mask=(slot >= 0) & (sidx >= 0))
+        ok = ((sidx * 0 + slot) >= 0) & mKV      # full-shape boolean mask (triton 3.9's
+        tl.store(hb + (tl.maximum(slot, 0) * HV + i_hv).to(tl.int64) * K * V + sidx,   # interpreter)
+                 S.to(hb.dtype.element_ty), mask=ok)
     return S
 
 
-@autotuned(
-    # KERNELS_STATE_CONFIGS="BV,num_warps,num_stages;..." overrides the list (validated configs)
-    configs=[triton.Config({"BV": int(bv)}, num_warps=int(nw), num_stages=int(ns)) for bv, nw, ns in
-             (c.split(",") for c in os.environ.get("KERNELS_STATE_CONFIGS",
-                                                   "32,4,2;32,4,3;64,4,2;64,4,3").split(";"))],
-    key=["HV", "K", "V", "NT_BUCKET", "N_BUCKET", "PREC", "STORE_B"],
-    fixed={"BV": 32},
-    prune=lambda configs, nargs, **kw: ([c for c in configs if c.kwargs["BV"] <= kw.get("V", nargs.get("V", 1 << 30))]
-                                        or configs[:1]),
-)
-def _state_kernel(kd, w, u, qp, oi, gl, o, h0, ht, hb, seq_info, chunk_info, store_slot,
-                  NT_BUCKET, N_BUCKET,
-                  HV, GROUP, K: tl.constexpr, V: tl.constexpr,
-                  BV: tl.constexpr, HAS_H0: tl.constexpr,
-                  STORE_B: tl.constexpr, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr):
+@triton.jit
+def _state_kernel(k, w, u, gc, gl, h_out, vn_out, h0, ht, hb, seq_info, chunk_info, store_slot,
+                  skt, skh, HV, GROUP, K, V, BK: tl.constexpr, BV: tl.constexpr,
+                  HAS_H0: tl.constexpr, L2NORM: tl.constexpr, STORE_B: tl.constexpr,
+                  PREC: tl.constexpr, WHILE_LOOP: tl.constexpr):
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_v = tl.program_id(2)
+    i_h = i_hv // GROUP
     bos = tl.load(seq_info + i_n * 4)
     eos = tl.load(seq_info + i_n * 4 + 1)
     c0 = tl.load(seq_info + i_n * 4 + 2)
     c1 = tl.load(seq_info + i_n * 4 + 3)
     ts0 = tl.load(chunk_info + c0 * 4 + 1, mask=c0 < c1, other=0)   # first (virtual) token
-    oK = tl.arange(0, K)
+    oK = tl.arange(0, BK)
     oV = i_v * BV + tl.arange(0, BV)
     r64 = tl.arange(0, 64)
-    sidx = (oK[:, None] * V + oV[None, :])
-    S = tl.zeros([K, BV], dtype=tl.float32)
+    sidx = oK[:, None] * V + oV[None, :]
+    mKV = (oK < K)[:, None] & (oV < V)[None, :]
+    S = tl.zeros([BK, BV], dtype=tl.float32)
     if HAS_H0:
-        S += tl.load(h0 + (i_n * HV + i_hv).to(tl.int64) * K * V + sidx).to(tl.float32)
+        S += tl.load(h0 + (i_n * HV + i_hv).to(tl.int64) * K * V + sidx, mask=mKV,
+                     other=0.).to(tl.float32)
     if WHILE_LOOP:
         # the interpreter keeps scalars as 1-element arrays, which range() cannot take
         c = c0
         while c < c1:
-            S = _state_step(c, c - c0, S, kd, w, u, qp, oi, gl, o, hb, store_slot, ts0, bos, eos,
-                            i_hv, oK, oV, r64, sidx, HV, K, V, STORE_B, PREC)
+            S = _state_step(c, c - c0, S, k, w, u, gc, gl, h_out, vn_out, hb, store_slot, ts0,
+                            bos, eos, i_hv, i_h, skt, skh, oK, oV, mKV, r64, sidx, HV, K, V,
+                            L2NORM, STORE_B, PREC)
             c += 1
     else:
         for c in range(c0, c1):
-            S = _state_step(c, c - c0, S, kd, w, u, qp, oi, gl, o, hb, store_slot, ts0, bos, eos,
-                            i_hv, oK, oV, r64, sidx, HV, K, V, STORE_B, PREC)
-    tl.store(ht + (i_n * HV + i_hv).to(tl.int64) * K * V + sidx, S)
+            S = _state_step(c, c - c0, S, k, w, u, gc, gl, h_out, vn_out, hb, store_slot, ts0,
+                            bos, eos, i_hv, i_h, skt, skh, oK, oV, mKV, r64, sidx, HV, K, V,
+                            L2NORM, STORE_B, PREC)
+    tl.store(ht + (i_n * HV + i_hv).to(tl.int64) * K * V + sidx, S, mask=mKV)
 
 
-_state_kernel, _STATE_KW = _state_kernel
+@triton.jit
+def _output_kernel(q, k, gc, h, vn, o, chunk_info, scale, sqt, sqh, skt, skh,
+                   HV, GROUP, K, V, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
+                   PREC: tl.constexpr):
+    i_c = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_v = tl.program_id(2)
+    i_h = i_hv // GROUP
+    dt = vn.dtype.element_ty
+    tstart = tl.load(chunk_info + i_c * 4 + 1)
+    lo = tl.load(chunk_info + i_c * 4 + 2)
+    hi = tl.load(chunk_info + i_c * 4 + 3)
+    r64 = tl.arange(0, 64)
+    t = tstart + r64
+    m = (t >= lo) & (t < hi)
+    t = tl.where(m, t, 0)
+    oK = tl.arange(0, BK)
+    oV = i_v * BV + tl.arange(0, BV)
+    mV = oV < V
+    gam = tl.load(gc + t.to(tl.int64) * HV + i_hv, mask=m, other=0.)
+    qq = _load_rows(q, t, m, i_h, sqt, sqh, oK, K, L2NORM) * scale
+    kT = _load_cols(k, t, m, i_h, skt, skh, oK, K, L2NORM)
+    P = tl.dot(qq.to(dt), kT.to(dt), input_precision=PREC)
+    causal = r64[:, None] >= r64[None, :]
+    P = P * tl.exp(tl.where(causal, gam[:, None] - gam[None, :], float("-inf")))
+    hc = tl.load(h + (i_c * HV + i_hv).to(tl.int64) * K * V + oK[:, None] * V + oV[None, :],
+                 mask=(oK < K)[:, None] & mV[None, :], other=0.)
+    row = (t[:, None] * HV + i_hv).to(tl.int64) * V + oV[None, :]
+    vc = tl.load(vn + row, mask=m[:, None] & mV[None, :], other=0.)
+    acc = tl.dot((qq * tl.exp(gam)[:, None]).to(dt), hc.to(dt), input_precision=PREC)
+    acc += tl.dot(P.to(dt), vc.to(dt), input_precision=PREC)
+    tl.store(o + row, acc.to(o.dtype.element_ty), mask=m[:, None] & mV[None, :])
 
 
 def _rows(x: torch.Tensor, TT: int, heads: int, dim: Optional[int]):
@@ -332,6 +347,32 @@ def _rows(x: torch.Tensor, TT: int, heads: int, dim: Optional[int]):
     if dim is not None and x.stride(2) != 1:
         x = x.contiguous()
     return x
+
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def check_args(q, k, v, g, beta):
+    """Raise ValueError for anything the kernels cannot run (one clear line)."""
+    if q.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"q, k, v must be 4-d [B, T, heads, dim]; got q{tuple(q.shape)} "
+                         f"v{tuple(v.shape)}")
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    if k.shape != q.shape or v.shape[:2] != (B, T) or H == 0 or HV % H:
+        raise ValueError(f"bad shapes q{tuple(q.shape)} k{tuple(k.shape)} v{tuple(v.shape)} "
+                         f"(need k == q, v [B, T, HV, V] with HV a multiple of H)")
+    if g.shape != (B, T, HV) or beta.shape != (B, T, HV):
+        raise ValueError(f"g and beta must be [B, T, HV] = {(B, T, HV)}; got "
+                         f"g{tuple(g.shape)} beta{tuple(beta.shape)}")
+    for name, d in (("K", K), ("V", V)):
+        if not MIN_HEAD_DIM <= d <= MAX_HEAD_DIM:
+            raise ValueError(f"head dim {name}={d} is not supported (need "
+                             f"{MIN_HEAD_DIM} <= {name} <= {MAX_HEAD_DIM})")
+    if q.dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"q dtype {q.dtype} is not supported (float32, float16, bfloat16)")
+    if not (q.device == k.device == v.device == g.device == beta.device):
+        raise ValueError("q, k, v, g, beta must be on one device")
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None,
@@ -344,7 +385,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
 
     q, k ``[B, T, H, K]``; v ``[B, T, HV, V]``; g (natural-log decay, or the raw ``a`` when
     ``use_gate_in_kernel``) and beta (or its logit when ``use_beta_sigmoid``) ``[B, T, HV]``.
-    Varlen: ``B == 1`` and ``cu_seqlens``. Batched inputs (B > 1) are treated as B sequences.
+    K and V may be any size up to 256. Varlen: ``B == 1`` and ``cu_seqlens``. Batched inputs
+    (B > 1) are treated as B sequences.
 
     Returns ``(o [B, T, HV, V], final_state [N, HV, K, V] fp32, boundary_states)`` where
     ``boundary_states`` is ``[NB, HV, K, V]`` in ``state_dtype`` (None when
@@ -354,15 +396,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
     the call does no device-to-host sync and the metadata's boundary selection is used.
     ``input_precision`` applies to fp32 inputs on GPU ("ieee" default, "tf32", "tf32x3").
     """
+    check_args(q, k, v, g, beta)
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
-    if k.shape != q.shape or v.shape[:2] != (B, T) or HV % H:
-        raise ValueError(f"bad shapes q{tuple(q.shape)} k{tuple(k.shape)} v{tuple(v.shape)}")
-    if g.shape != (B, T, HV) or beta.shape != (B, T, HV):
-        raise ValueError("g and beta must be [B, T, HV]")
-    for d in (K, V):
-        if d < 16 or d > 256 or d & (d - 1):
-            raise ValueError("K and V must be powers of two in [16, 256]")
     if use_gate_in_kernel and (A_log is None or dt_bias is None):
         raise ValueError("use_gate_in_kernel needs A_log and dt_bias")
     dev = q.device
@@ -376,8 +412,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
     N, TT, NT = meta.num_seqs, B * T, meta.num_chunks
     if meta.total_tokens != TT:
         raise ValueError(f"metadata covers {meta.total_tokens} tokens, inputs have {TT}")
-    if initial_state is not None and initial_state.shape != (N, HV, K, V):
-        raise ValueError(f"initial_state must be {(N, HV, K, V)}")
+    if initial_state is not None and tuple(initial_state.shape) != (N, HV, K, V):
+        raise ValueError(f"initial_state must be {(N, HV, K, V)}, got {tuple(initial_state.shape)}")
     q2, k2 = _rows(q, TT, H, K), _rows(k, TT, H, K)
     v2 = _rows(v, TT, HV, V)
     g2, b2 = _rows(g, TT, HV, None), _rows(beta, TT, HV, None)
@@ -386,51 +422,40 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
     ht = torch.empty(N, HV, K, V, dtype=torch.float32, device=dev)
     hb = (torch.empty(meta.num_boundaries, HV, K, V, dtype=state_dtype, device=dev)
           if store_b else None)
-    if dt == torch.float32:
-        prec = input_precision or "ieee"
-    else:
-        prec = "tf32"
-    if NT > 0:
-        w = torch.empty(TT, HV, K, dtype=dt, device=dev)
-        qp = torch.empty(TT, HV, K, dtype=dt, device=dev)
-        u = torch.empty(TT, HV, V, dtype=dt, device=dev)
-        oi = torch.empty(TT, HV, V, dtype=dt, device=dev)
-        kd = torch.empty(TT, HV, K, dtype=dt, device=dev)
-        glast = torch.empty(NT, HV, dtype=torch.float32, device=dev)
-        a_scr = torch.empty(NT, HV, 64, 64, dtype=dt, device=dev)
-        if use_gate_in_kernel:
-            A_log_t = A_log.float().contiguous()
-            dt_bias_t = dt_bias.float().contiguous()
-        else:
-            A_log_t = dt_bias_t = glast
-        intra_kernel, intra_kw = _intra_kernel, _INTRA_KW
-        forced_i = os.environ.get("KERNELS_FORCE_INTRA_CONFIG")   # "num_warps" (debug)
-        if forced_i and not INTERPRET:
-            intra_kernel, intra_kw = _intra_kernel.fn, dict(num_warps=int(forced_i), num_stages=1)
-        intra_kernel[(NT, HV)](
-            q2, k2, v2, g2, b2, A_log_t, dt_bias_t, w, u, qp, oi, kd, glast, a_scr, meta.chunk_info,
-            float(scale), q2.stride(0), q2.stride(1), k2.stride(0), k2.stride(1), v2.stride(0),
-            v2.stride(1), g2.stride(0), g2.stride(1), b2.stride(0), b2.stride(1), meta.bucket,
-            HV=HV, GROUP=HV // H, K=K, V=V, USE_GATE=bool(use_gate_in_kernel),
-            BETA_SIGMOID=bool(use_beta_sigmoid), L2NORM=bool(use_qk_l2norm), PREC=prec,
-            **intra_kw)
-    else:
-        w = qp = u = oi = kd = glast = o
+    prec = (input_precision or "ieee") if dt == torch.float32 else "tf32"
+    BK, BVF = _pow2(K), _pow2(V)
+    common = dict(HV=HV, GROUP=HV // H, K=K, V=V, BK=BK, L2NORM=bool(use_qk_l2norm), PREC=prec)
     h0 = initial_state.float().contiguous() if initial_state is not None else ht
-    grid = lambda META: (N, HV, triton.cdiv(V, META["BV"]))   # noqa: E731
-    state_kernel, state_kw = _state_kernel, _STATE_KW
-    forced = os.environ.get("KERNELS_FORCE_STATE_CONFIG")   # "BV,num_warps,num_stages" (debug)
-    if forced and not INTERPRET:
-        bv, nw, ns = (int(x) for x in forced.split(","))
-        state_kernel, state_kw = _state_kernel.fn, dict(BV=bv, num_warps=nw, num_stages=ns)
-    if "BV" in state_kw:
-        state_kw = dict(state_kw, BV=min(state_kw["BV"], V))
-    if N > 0:
-        state_kernel[grid](
-            kd, w, u, qp, oi, glast, o, h0, ht, hb if store_b else ht, meta.seq_info,
-            meta.chunk_info, meta.store_slot, meta.bucket,
-            1 << max(0, N * HV - 1).bit_length(),
-            HV=HV, GROUP=HV // H, K=K, V=V,
-            HAS_H0=initial_state is not None, STORE_B=store_b and meta.num_boundaries > 0,
-            PREC=prec, WHILE_LOOP=INTERPRET, **state_kw)
+    if NT == 0:
+        if N > 0:
+            ht.copy_(h0) if initial_state is not None else ht.zero_()
+        return o.reshape(B, T, HV, V), ht, hb
+    w = torch.empty(TT, HV, K, dtype=dt, device=dev)
+    u = torch.empty(TT, HV, V, dtype=dt, device=dev)
+    vn = torch.empty(TT, HV, V, dtype=dt, device=dev)
+    gcum = torch.empty(TT, HV, dtype=torch.float32, device=dev)
+    glast = torch.empty(NT, HV, dtype=torch.float32, device=dev)
+    a_scr = torch.empty(NT, HV, 64, 64, dtype=dt, device=dev)
+    hbuf = torch.empty(NT, HV, K, V, dtype=dt, device=dev)
+    if use_gate_in_kernel:
+        A_log_t, dt_bias_t = A_log.float().contiguous(), dt_bias.float().contiguous()
+    else:
+        A_log_t = dt_bias_t = glast
+    _prep_kernel[(NT, HV)](
+        k2, v2, g2, b2, A_log_t, dt_bias_t, w, u, gcum, glast, a_scr, meta.chunk_info,
+        k2.stride(0), k2.stride(1), v2.stride(0), v2.stride(1), g2.stride(0), g2.stride(1),
+        b2.stride(0), b2.stride(1), BVF=BVF, USE_GATE=bool(use_gate_in_kernel),
+        BETA_SIGMOID=bool(use_beta_sigmoid), **common, **_config("prep"))
+    sc = _config("state")
+    sc["BV"] = min(sc["BV"], BVF)
+    _state_kernel[(N, HV, triton.cdiv(V, sc["BV"]))](
+        k2, w, u, gcum, glast, hbuf, vn, h0, ht, hb if store_b else ht, meta.seq_info,
+        meta.chunk_info, meta.store_slot, k2.stride(0), k2.stride(1),
+        HAS_H0=initial_state is not None, STORE_B=store_b and meta.num_boundaries > 0,
+        WHILE_LOOP=INTERPRET, **common, **sc)
+    oc = _config("out")
+    oc["BV"] = min(oc["BV"], BVF)
+    _output_kernel[(NT, HV, triton.cdiv(V, oc["BV"]))](
+        q2, k2, gcum, hbuf, vn, o, meta.chunk_info, float(scale), q2.stride(0), q2.stride(1),
+        k2.stride(0), k2.stride(1), **common, **oc)
     return o.reshape(B, T, HV, V), ht, hb

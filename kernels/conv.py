@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import ChunkMetadata, autotuned, resolve_metadata
+from kernels._common import ChunkMetadata, resolve_metadata
 
 __all__ = ["causal_conv1d"]
 
@@ -34,13 +34,9 @@ def _xload(x, cs, src, rowm, d, md, bos, n, sxt, D, W: tl.constexpr, HAS_STATE: 
     return val
 
 
-@autotuned(
-    configs=[triton.Config({"BD": bd}, num_warps=nw) for bd in (64, 128, 256) for nw in (2, 4)],
-    key=["D", "W", "NT_BUCKET"],
-    fixed={"BD": 64},
-)
+@triton.jit
 def _conv_kernel(x, wt, bias, cs_in, y, cs_out, cb, chunk_info, seq_info, store_slot, sxt, D,
-                 NT_BUCKET, W: tl.constexpr, BD: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 W: tl.constexpr, BD: tl.constexpr, HAS_BIAS: tl.constexpr,
                  HAS_STATE: tl.constexpr, SILU: tl.constexpr, STORE_B: tl.constexpr):
     i_c = tl.program_id(0)
     i_d = tl.program_id(1)
@@ -73,13 +69,17 @@ def _conv_kernel(x, wt, bias, cs_in, y, cs_out, cb, chunk_info, seq_info, store_
     widx = d[None, :] * (W - 1) + j[:, None]
     if STORE_B:
         slot = tl.load(store_slot + i_c)
+        # full-shape boolean masks: triton 3.9's interpreter rejects a scalar & block mask
+        ok = ((widx * 0 + slot) >= 0) & jm[:, None] & md[None, :]
         tl.store(cb + tl.maximum(slot, 0).to(tl.int64) * D * (W - 1) + widx,
-                 win.to(cb.dtype.element_ty), mask=(slot >= 0) & jm[:, None] & md[None, :])
+                 win.to(cb.dtype.element_ty), mask=ok)
+    last = ((widx * 0 + hi) == eos) & jm[:, None] & md[None, :]
     tl.store(cs_out + n.to(tl.int64) * D * (W - 1) + widx, win.to(cs_out.dtype.element_ty),
-             mask=(hi == eos) & jm[:, None] & md[None, :])
+             mask=last)
 
 
-_conv_kernel, _CONV_KW = _conv_kernel
+# One fixed launch configuration (no autotuning: a new shape must not re-benchmark candidates).
+CONV_CONFIG = dict(BD=128, num_warps=4)
 
 
 def causal_conv1d(x, weight, bias=None, *, conv_state=None, cu_seqlens=None, start_positions=None,
@@ -122,7 +122,7 @@ def causal_conv1d(x, weight, bias=None, *, conv_state=None, cu_seqlens=None, sta
             x2, weight.contiguous(), bias if bias is not None else x2,
             conv_state if conv_state is not None else x2, y, cs_out,
             cb if store_b else cs_out, meta.chunk_info, meta.seq_info, meta.store_slot,
-            x2.stride(0), D, meta.bucket, W=W, HAS_BIAS=bias is not None,
+            x2.stride(0), D, W=W, HAS_BIAS=bias is not None,
             HAS_STATE=conv_state is not None, SILU=activation in ("silu", "swish"),
-            STORE_B=store_b and meta.num_boundaries > 0, **_CONV_KW)
+            STORE_B=store_b and meta.num_boundaries > 0, **CONV_CONFIG)
     return y.reshape(B, T, D), cs_out, cb

@@ -15,7 +15,6 @@ in ``late_admits``. Needs torch.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
@@ -23,6 +22,7 @@ import torch
 
 from sim.replay.checks import Failure, rel_error, state_error, tolerance_for
 from sim.replay.model import GDNStack, StackState
+from sim.replay.records import RequestRecord
 from sim.replay.store import CheckpointStore
 from sim.replay.tokens import prefix_hash
 
@@ -56,32 +56,6 @@ class Stopwatch:
             b.synchronize()
             return float(a.elapsed_time(b))
         return float(handle)
-
-
-@dataclass
-class RequestRecord:
-    """What replay did for one request (one row of the per-request table)."""
-
-    request: int
-    input_tokens: int
-    output_tokens: int
-    hit_checkpoint: int = -1
-    hit_tokens: int = 0               # the simulator's claim
-    restored: bool = False            # a state was restored and the suffix ran from it
-    validated: bool = False           # the numerical check ran
-    failed: bool = False
-    max_rec_error: float = 0.0
-    max_conv_error: float = 0.0
-    max_out_error: float = 0.0
-    suffix_segments: list = field(default_factory=list)   # kernel calls [(start, end)] of the prefill
-    full_segments: list = field(default_factory=list)     # of the from-scratch prefill, if run
-    suffix_ms: float = float("nan")
-    full_ms: float = float("nan")
-    tail_ms: float = float("nan")
-    late_admits: int = 0
-    _suffix_h: object = None
-    _full_h: object = None
-    _tail_h: list = field(default_factory=list)
 
 
 class _Flight:

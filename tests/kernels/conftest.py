@@ -21,5 +21,5 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU and compiled Triton (TRITON_INTERPRET unset)")
     for item in items:
-        if item.get_closest_marker("gpu") is not None:
+        if item.get_closest_marker("gpu") or item.get_closest_marker("gpu_long"):
             item.add_marker(skip)

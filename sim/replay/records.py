@@ -1,0 +1,31 @@
+"""What replay did for each request (no torch: the measurement side reads these)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RequestRecord:
+    """What replay did for one request (one row of the per-request table)."""
+
+    request: int
+    input_tokens: int
+    output_tokens: int
+    hit_checkpoint: int = -1
+    hit_tokens: int = 0               # the simulator's claim
+    restored: bool = False            # a state was restored and the suffix ran from it
+    validated: bool = False           # the numerical check ran
+    failed: bool = False
+    max_rec_error: float = 0.0
+    max_conv_error: float = 0.0
+    max_out_error: float = 0.0
+    suffix_segments: list = field(default_factory=list)   # kernel calls [(start, end)] of the prefill
+    full_segments: list = field(default_factory=list)     # of the from-scratch prefill, if run
+    suffix_ms: float = float("nan")
+    full_ms: float = float("nan")
+    tail_ms: float = float("nan")
+    late_admits: int = 0
+    _suffix_h: object = None
+    _full_h: object = None
+    _tail_h: list = field(default_factory=list)

@@ -1,0 +1,138 @@
+"""Package API: lazy exports, argument checks, head dims that are not powers of two, warmup."""
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+import torch.nn.functional as F  # noqa: E402
+
+import kernels  # noqa: E402
+from kernels import (causal_conv1d, chunk_gated_delta_rule, naive_gated_delta_rule,  # noqa: E402
+                     prepare_chunk_metadata, warmup)
+
+
+def test_package_exports_are_the_module_functions():
+    from kernels import chunk_gdn, conv
+    from kernels import _common
+    assert chunk_gated_delta_rule is chunk_gdn.chunk_gated_delta_rule
+    assert causal_conv1d is conv.causal_conv1d
+    assert prepare_chunk_metadata is _common.prepare_chunk_metadata
+    assert set(kernels.__all__) <= set(dir(kernels))
+    with pytest.raises(AttributeError):
+        kernels.no_such_function   # noqa: B018
+
+
+def test_import_without_torch_fails_only_on_use():
+    code = ("import builtins\n"
+            "real = builtins.__import__\n"
+            "def imp(name, *a, **k):\n"
+            "    if name.split('.')[0] in ('torch', 'triton'):\n"
+            "        raise ImportError(name, name=name.split('.')[0])\n"
+            "    return real(name, *a, **k)\n"
+            "builtins.__import__ = imp\n"
+            "import kernels, kernels.cli\n"
+            "try:\n"
+            "    from kernels import chunk_gated_delta_rule\n"
+            "except ImportError as e:\n"
+            "    print('ERR', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "ERR kernels.chunk_gated_delta_rule needs torch and triton" in out.stdout
+    assert "pip install 'marconi-sim[kernels]'" in out.stdout
+
+
+def _inputs(T, H, HV, K, V, seed, dtype=torch.float32, device="cpu"):
+    gen = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(1, T, H, K, generator=gen), torch.randn(1, T, H, K, generator=gen)
+    v = torch.randn(1, T, HV, V, generator=gen)
+    g = F.logsigmoid(torch.randn(1, T, HV, generator=gen))
+    beta = torch.rand(1, T, HV, generator=gen)
+    h0 = 0.1 * torch.randn(1, HV, K, V, generator=gen)
+    return [x.to(device=device, dtype=dtype) for x in (q, k, v)] + [g.to(device),
+                                                                   beta.to(device=device, dtype=dtype),
+                                                                   h0.to(device)]
+
+
+@pytest.mark.parametrize("K,V,T", [(100, 100, 70), (8, 24, 65), (40, 200, 130)])
+def test_head_dims_not_powers_of_two(K, V, T):
+    """Masked tiles: K and V are padded to the next power of two inside the kernels."""
+    q, k, v, g, beta, h0 = _inputs(T, 2, 4, K, V, seed=K + V)
+    o, ht, hb = chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True)
+    ro, rf, rb, _ = naive_gated_delta_rule(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True)
+    assert o.shape == (1, T, 4, V) and ht.shape == (1, 4, K, V) and hb.shape == rb.shape
+    for a, b in ((o, ro), (ht, rf), (hb, rb)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(K=257), "head dim K=257"),
+    (dict(V=300), "head dim V=300"),
+    (dict(HV=3), "HV a multiple of H"),
+    (dict(dtype=torch.float64), "dtype"),
+])
+def test_refuses_what_it_cannot_run(bad, match):
+    args = dict(T=4, H=2, HV=4, K=16, V=16, dtype=torch.float32)
+    args.update(bad)
+    dtype = args.pop("dtype")
+    q, k, v, g, beta, _ = _inputs(**args, seed=0)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    with pytest.raises(ValueError, match=match):
+        chunk_gated_delta_rule(q, k, v, g, beta)
+
+
+def test_refuses_bad_initial_state_shape():
+    q, k, v, g, beta, h0 = _inputs(4, 2, 4, 16, 16, seed=0)
+    with pytest.raises(ValueError, match="initial_state"):
+        chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0[:, :2])
+
+
+def test_warmup_runs_every_bucket_on_cpu():
+    secs = warmup([(30, 40)], num_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=16,
+                  dtype=torch.float32, device="cpu", conv_dim=16)
+    assert secs > 0
+
+
+# ---- GPU -------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("D", [16, 32])
+@pytest.mark.parametrize("T", [1, 15, 64])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_gpu_small_head_dims(dtype, T, D):
+    """Regression for the illegal memory access (issue 11: B=1, T=1, H=2, HV=4, K=V=32, bf16, no
+    initial state): small head dims in half precision, against the oracle."""
+    if dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        pytest.skip("bf16 is not supported on this GPU")
+    q, k, v, g, beta, _ = _inputs(T, 2, 4, D, D, seed=T, dtype=dtype, device="cuda")
+    o, ht, hb = chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True)
+    torch.cuda.synchronize()
+    ro, rf, rb, _ = naive_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True)
+    for a, b in ((o, ro), (ht, rf), (hb, rb)):
+        if b.numel():
+            assert ((a.float() - b).norm() / b.norm()).item() < 2e-2
+
+
+@pytest.mark.gpu
+def test_gpu_warmup_then_new_lengths_compile_nothing():
+    """After ``warmup`` a call with a length never seen before compiles no kernel."""
+    from kernels import chunk_gdn, conv
+    jits = (chunk_gdn._prep_kernel, chunk_gdn._state_kernel, chunk_gdn._output_kernel,
+            conv._conv_kernel)
+
+    def compiled():
+        return sum(len(c) for j in jits for c in j.device_caches.values()) \
+            if hasattr(jits[0], "device_caches") else sum(len(j.cache.get(0, {})) for j in jits)
+
+    warmup(num_heads=2, num_v_heads=4, head_k_dim=64, head_v_dim=64, dtype=torch.bfloat16,
+           conv_dim=64)
+    before = compiled()
+    assert before > 0
+    for T, h0 in ((1000, True), (37, False), (4097, True)):
+        q, k, v, g, beta, s0 = _inputs(T, 2, 4, 64, 64, seed=T, dtype=torch.bfloat16,
+                                       device="cuda")
+        chunk_gated_delta_rule(q, k, v, g, beta, initial_state=s0 if h0 else None,
+                               use_qk_l2norm=True)
+    torch.cuda.synchronize()
+    assert compiled() == before
