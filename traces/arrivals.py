@@ -6,6 +6,8 @@ Every random draw takes an explicit seed. The Marconi paper starts session i at 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from traces.base import Trace, TraceError
@@ -17,8 +19,8 @@ def session_starts(n: int, rate: float, poisson: bool = False, seed: int = 0) ->
     """Start times (s) of ``n`` sessions at ``rate`` sessions per second."""
     if n < 0:
         raise TraceError("number of sessions must be >= 0")
-    if not rate > 0:
-        raise TraceError(f"session rate must be > 0 (got {rate})")
+    if not 0 < rate < math.inf:
+        raise TraceError(f"session rate must be a finite number > 0 (got {rate})")
     if not poisson:
         return np.arange(n, dtype=np.float64) / rate
     rng = np.random.default_rng(seed)
@@ -33,8 +35,8 @@ def session_starts(n: int, rate: float, poisson: bool = False, seed: int = 0) ->
 def poisson_response_times(n: int, mean: float, seed: int = PAPER_RESPONSE_SEED) -> np.ndarray:
     """``n`` integer-valued Poisson(mean) draws in seconds, as the paper's
     ``np.random.seed(42); np.random.poisson(lam=avg_response_time)`` (legacy generator)."""
-    if mean < 0:
-        raise TraceError(f"mean response time must be >= 0 (got {mean})")
+    if not 0 <= mean < math.inf:
+        raise TraceError(f"mean response time must be a finite number >= 0 (got {mean})")
     rng = np.random.RandomState(seed)
     return rng.poisson(lam=mean, size=n).astype(np.float64)
 

@@ -12,16 +12,18 @@ def test_session_starts():
     assert p[-1] / 999 == pytest.approx(0.25, rel=0.1)
     assert np.array_equal(p, session_starts(1000, 4.0, poisson=True, seed=3))
     assert not np.array_equal(p, session_starts(1000, 4.0, poisson=True, seed=4))
-    with pytest.raises(TraceError, match="rate must be > 0"):
-        session_starts(3, 0)
+    for bad in (0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(TraceError, match=r"rate must be a finite number > 0 \(got "):
+            session_starts(3, bad)
 
 
 def test_poisson_response_times_match_paper_draw():
     np.random.seed(42)
     paper = [np.random.poisson(lam=7.5) for _ in range(20)]
     assert poisson_response_times(20, 7.5).tolist() == paper
-    with pytest.raises(TraceError):
-        poisson_response_times(3, -1.0)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(TraceError, match="mean response time must be a finite number >= 0"):
+            poisson_response_times(3, bad)
 
 
 def test_sequential_timestamps():
