@@ -266,11 +266,12 @@ class ArtifactSimulation(Simulation):
                 cps.append(n)
         else:
             cps = [n]
-        self.inserting = (f, t)
+        if tree.listener is not None:
+            self.inserting = (f, t)
         res = tree.insert(seq_full, tok_full, cps, now, need_bytes=self._need(mf, tok_full))
         if self.refresh_path and res.inserted and res.end_node is not None:
             tree.touch_path(res.end_node, tree.now)
-        self._after_insert(res, t)
+        self._after_insert(res, f, t)
 
     def shadow_lookup(self, r: Request, t: float) -> Flight | None:
         return None  # shadows replay the whole artifact step when the request finishes

@@ -254,33 +254,35 @@ class Simulation:
         if not f.prefill_cps and self.spec.is_hybrid:
             return  # KV without a state at its end cannot serve a hybrid hit; decode-end insert stores it
         now = self.tree.set_time(t)
-        self.inserting = (f, t)
+        if self.tree.listener is not None:
+            self.inserting = (f, t)
         res = self.tree.insert(f.seq_in, f.tok_in if self.regrid == 1 else len(f.seq_in) * self.grid,
                                f.prefill_cps, now, lock=True, protect=f.locked)
         if f.locked is not None:
             self.tree.unlock(f.locked)
         f.locked = res.end_node if res.inserted else None
-        self._after_insert(res, t)
+        self._after_insert(res, f, t)
 
     def insert_decode(self, f: Flight, t: float) -> None:
         if not self.preset.caching:
             return
         now = self.tree.set_time(t)
         cps = f.decode_cps if not f.prefill_cps else sorted(set(f.prefill_cps) | set(f.decode_cps))
-        self.inserting = (f, t)
+        if self.tree.listener is not None:
+            self.inserting = (f, t)
         res = self.tree.insert(f.seq_full, f.tok_full, cps, now, protect=f.locked)
         if f.locked is not None:
             self.tree.unlock(f.locked)
             f.locked = None
         if self.refresh_path and res.inserted and res.end_node is not None:
             self.tree.touch_path(res.end_node, now)
-        self._after_insert(res, t)
+        self._after_insert(res, f, t)
 
-    def _after_insert(self, res, t: float) -> None:
+    def _after_insert(self, res, f: Flight, t: float) -> None:
         tree = self.tree
         if not res.inserted:
             for fn in self._on_reject:
-                fn(self.inserting[0].req, t, "no room")
+                fn(f.req, t, "no room")
         if self._on_occupancy:
             kv, st = tree.kv_tokens * tree.kv_bytes_per_token, tree.n_states * tree.state_bytes
             for fn in self._on_occupancy:

@@ -17,7 +17,7 @@ from sim.cli import main
 from sim.config import SimConfig
 from sim.cost import default_timing, get_model
 from sim.engine.drivers import run
-from sim.engine.events import Admit, Decode, EventLog, Evict, EvictKV, Lookup, Prefill
+from sim.engine.events import Admit, Decode, EventLog, Evict, EvictKV, Lookup, Prefill, Reject
 from sim.simulate import build
 from traces.base import Request, Trace
 
@@ -163,3 +163,15 @@ def test_events_file_with_a_wrong_suffix_is_one_line(tmp_path):
     res = CliRunner().invoke(main, ["run", "--events", str(tmp_path / "ev.txt"), "--no-progress"])
     assert res.exit_code == 2
     assert "must end in .jsonl or .parquet" in res.output
+
+
+def test_an_insert_without_room_is_a_reject_event_and_admits_nothing():
+    # capacity: one state + 50 KV tokens; the request needs 130 KV tokens + its tail state
+    trace = Trace("one", three_requests().requests[:1])
+    log = EventLog()
+    res = run(build(trace, SimConfig(policy="sglang+", mode="sequential", capacity_bytes=S + 50 * K),
+                    observers=(log,)))
+    r0 = trace.requests[0]
+    assert [type(e).__name__ for e in log.events] == ["Lookup", "Prefill", "Decode", "Reject"]
+    assert log.events[-1] == Reject(r0, 0.0, "no room")
+    assert res.summary["rejected_inserts"] == 1
