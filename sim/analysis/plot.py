@@ -21,7 +21,7 @@ KINDS = ("hit-rate", "alpha", "ttft", "occupancy")
 
 def pyplot():
     try:
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # noqa: PLC0415 - optional extra (notebooks), loaded only to draw
     except ImportError:
         raise UsageError("plots need matplotlib: pip install 'marconi-sim[notebooks]'") from None
     return plt

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import os
 import sys
 import time
 from collections import OrderedDict
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -94,9 +96,6 @@ def _local_results(todo: list[Task], workers: int, save_requests: bool):
             except Exception as exc:  # noqa: BLE001 - reported per configuration
                 yield task, None, exc
         return
-    import multiprocessing as mp
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["sim.experiments.runners", "sim.simulate", "traces.registry"])
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
@@ -123,7 +122,7 @@ def _local_results(todo: list[Task], workers: int, save_requests: bool):
 
 def _ray_results(todo: list[Task], workers: int, save_requests: bool, address: str | None):
     try:
-        import ray
+        import ray  # noqa: PLC0415 - optional extra (marconi-sim[ray]), loaded only for --engine ray
     except ImportError:
         raise UsageError("--engine ray needs Ray: pip install 'marconi-sim[ray]'") from None
     started = False
@@ -160,7 +159,7 @@ def run_sweep(tasks: list[Task], out: str | os.PathLike, *, engine: str = "local
     A UsageError in any configuration stops the sweep (bad settings); other failures are
     reported per configuration and the rest carries on. ``limit`` runs at most that many
     configurations (then stops, as an interrupted sweep would)."""
-    from tqdm import tqdm
+    from tqdm import tqdm  # noqa: PLC0415 - progress bar, loaded only when a sweep runs
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

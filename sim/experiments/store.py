@@ -79,7 +79,7 @@ def row_files(out: str | os.PathLike) -> list[Path]:
 
 def load_results(out: str | os.PathLike):
     """All rows of a results folder as one DataFrame (columns unioned across files)."""
-    import pandas as pd
+    import pandas as pd  # noqa: PLC0415 - pandas is slow to import; only readers need it
 
     files = row_files(out)
     if not files:
@@ -90,7 +90,7 @@ def load_results(out: str | os.PathLike):
 
 def load_details(out: str | os.PathLike, kind: str = "requests", config_ids: Iterable[str] | None = None):
     """Per-request (``kind="requests"``) or occupancy records of the given configurations."""
-    import pandas as pd
+    import pandas as pd  # noqa: PLC0415 - pandas is slow to import; only readers need it
 
     folder = Path(out) / (REQUESTS_DIR if kind == "requests" else OCCUPANCY_DIR)
     if config_ids is None:
