@@ -127,8 +127,6 @@ class SimConfig:
     block_size: int = policy_knob(VllmBlocks, "block_size")
     state_pool: str = setting("", "States' own pool for engine presets that have one (sglang-*, lmdeploy): a count of "
                               "states, or bytes with a unit, carved out of --capacity; empty = one budget.")
-    state_pool: str = setting("", "States' own pool for engine presets that have one (sglang-*, lmdeploy): a count of "
-                              "states, or bytes with a unit, carved out of --capacity; empty = one budget.")
 
     def validate(self) -> None:
         for f in fields(self):
