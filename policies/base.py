@@ -207,6 +207,12 @@ class PolicyPreset:
         """Tree granularity for this model and config (engine presets derive it per model)."""
         return self.grid_tokens
 
+    def cache_options(self, spec: Any, config: Any) -> dict:
+        """Engine rules the cache must follow (keyword arguments of ``sim.cache.engine_tree``'s
+        ``EngineTree``); empty: the core tree. ``"pools": True`` lets ``--state-pool`` give
+        states their own pool."""
+        return {}
+
     @property
     def admission_cls(self) -> type[AdmissionPolicy]:
         return ADMISSION[self.admission]

@@ -264,7 +264,7 @@ class HybridRadixTree:
         pad = n * self.block_tokens - seq_tokens  # tokens missing from a partial last symbol
         need, guard = self._room_needed(seq, pad, checkpoints, need_bytes)
         ev_states = ev_kv = 0
-        if self.used_bytes + need > self.capacity_bytes:
+        if not self._fits(need):
             if guard is not None:
                 self.lock(guard)
             if protect is not None:
@@ -296,6 +296,10 @@ class HybridRadixTree:
         """Hook: (bytes the insert needs, node whose root path eviction must spare)."""
         need_kv, need_states, walk_end = self._plan(seq, pad, checkpoints)
         return need_kv * self.kv_bytes_per_token + need_states * self.state_bytes, walk_end
+
+    def _fits(self, need: float) -> bool:
+        """Hook: whether ``need`` more bytes fit without evicting (a pooled cache checks each pool)."""
+        return self.used_bytes + need <= self.capacity_bytes
 
     def _over_capacity(self, used: int) -> None:
         """Hook: an insert left the cache above capacity (never expected of the core)."""

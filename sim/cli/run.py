@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import fields
 from pathlib import Path
 from typing import Callable
@@ -10,6 +11,7 @@ from typing import Callable
 import click
 
 from policies.base import get_preset
+from sim.cli.outdir import output_folder
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, flag_of, format_size, parse_size
 from sim.engine.metrics import SUMMARY_KEYS
@@ -28,8 +30,8 @@ def parse_alpha(text: str) -> float | str:
         value = float(text)
     except ValueError:
         raise UsageError(f"--alpha must be a number or 'auto', not {text!r}") from None
-    if value < 0:
-        raise UsageError("--alpha must be >= 0")
+    if not 0 <= value < math.inf:  # NaN fails both comparisons
+        raise UsageError(f"--alpha must be a finite number >= 0 or 'auto', not {text!r}")
     return value
 
 
@@ -115,6 +117,11 @@ def register(main: click.Group) -> None:
     @click.option("--progress/--no-progress", default=True, show_default=True)
     def run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, progress, **kwargs):
         """Replay a trace (default: 100 real ShareGPT sessions) under each policy."""
+        # output folders are created (or refused) before the trace is loaded and simulated
+        with output_folder(out), output_folder(events_path.parent if events_path else None, "--events"):
+            _run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, progress, **kwargs)
+
+    def _run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, progress, **kwargs):
         from tqdm import tqdm  # noqa: PLC0415 - progress bar, loaded only when running
 
         if events_path is not None and events_path.suffix not in (".jsonl", ".json", ".parquet"):

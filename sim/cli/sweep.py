@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from sim.cli.outdir import output_folder
 from sim.config import SimConfig
 from sim.errors import UsageError
 from sim.experiments.grid import expand_grid, parse_values
@@ -130,7 +131,12 @@ def grid_summary(trace_axes: dict, sim_axes: dict, n_configs: int) -> str:
         points *= len(v)
     head = " x ".join(varying) if varying else "one point"
     note = "" if points == n_configs else f" ({points:,} grid points; policies that ignore alpha run once)"
-    return f"grid: {head} = {n_configs:,} configurations{note}"
+    return f"grid: {head} = {_count(n_configs, 'configuration')}{note}"
+
+
+def _count(n: int, noun: str) -> str:
+    """'1 configuration', '2 configurations'."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def register(main: click.Group) -> None:
@@ -153,6 +159,14 @@ def register(main: click.Group) -> None:
             raise UsageError("--workers must be >= 1")
         if limit is not None and limit < 0:
             raise UsageError("--limit must be >= 0")
+        # the folder is created (or refused) before any configuration runs, and removed again
+        # when the sweep stops with nothing in it (or after a dry run)
+        with output_folder(out, keep=not dry_run):
+            _execute(tasks, trace_axes, sim_axes, out, engine, workers, ray_address, dry_run, save_requests,
+                     progress, limit)
+
+    def _execute(tasks, trace_axes, sim_axes, out, engine, workers, ray_address, dry_run, save_requests,
+                 progress, limit):
         done = sum(is_done(out, t, save_requests) for t in tasks) if out.exists() else 0
         click.echo(grid_summary(trace_axes, sim_axes, len(tasks)))
         click.echo(f"already done: {done:,}, to run: {len(tasks) - done:,} -> {out}")
@@ -165,7 +179,7 @@ def register(main: click.Group) -> None:
                 raise UsageError("--engine ray needs Ray: pip install 'marconi-sim[ray]'") from None
         report = run_sweep(tasks, out, engine=engine, workers=workers, ray_address=ray_address,
                            save_requests=save_requests, progress=progress, limit=limit)
-        click.echo(f"ran {report.ran:,} configurations in {report.wall_s:.1f} s "
+        click.echo(f"ran {_count(report.ran, 'configuration')} in {report.wall_s:.1f} s "
                    f"({report.skipped:,} skipped as done, {len(report.failed):,} failed) -> {out}")
         for task, err in report.failed:
             click.echo(f"failed: {describe(task)}: {err}", err=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
+from sim.cache.future import NextUse
 from sim.engine.metrics import SimResult
 from sim.engine.simulation import Simulation
 from traces.base import Request
@@ -43,8 +44,18 @@ def timestamps(sim: Simulation) -> np.ndarray:
     return ts
 
 
+def next_use_index(sim: Simulation) -> NextUse:
+    """The trace's future as ``sim`` will see it, for an offline bound (``belady``): every
+    request's input symbols in nominal arrival order (``sim.cache.future``)."""
+    order = np.argsort(timestamps(sim), kind="stable")
+    seqs = [sim.symbols(sim.trace.requests[i]) for i in order]
+    return NextUse([s[0] for s in seqs], max((len(s[1]) for s in seqs), default=0))
+
+
 def run(sim: Simulation) -> SimResult:
     """Run ``sim`` in its configured mode and summarise it."""
+    if getattr(sim.tree, "wants_future", False) and sim.tree.future is None:
+        sim.tree.future = next_use_index(sim)
     if sim.config.mode == "sequential":
         run_sequential(sim)
     else:

@@ -29,6 +29,7 @@ import numpy as np
 from policies.base import (ADMISSION, EVICTION, AdmissionContext, AdmissionPolicy, EvictionPolicy, PolicyPreset,
                            get_preset, params_from)
 from sim.cache.blocks import block_symbols
+from sim.cache.engine_tree import EngineTree, engine_tree_options
 from sim.cache.tree import HybridRadixTree, MatchResult, Node
 from sim.config import UNLIMITED, SimConfig, format_size
 from sim.cost import ModelSpec, TimingModel, default_timing, get_model
@@ -158,6 +159,10 @@ class Simulation:
         )
 
     def make_tree(self, eviction: EvictionPolicy) -> HybridRadixTree:
+        options = self.preset.cache_options(self.spec, self.config)
+        if options:  # an engine preset: the engines' cache variant
+            return EngineTree(policy=eviction, **self.tree_settings(),
+                              **engine_tree_options(options, self.spec.state_bytes(), self.config.state_pool))
         return HybridRadixTree(policy=eviction, **self.tree_settings())
 
     def restore_tree(self, tree: HybridRadixTree) -> None:

@@ -33,7 +33,7 @@ TUNED_POLICIES = ("marconi-oracle",)
 MAX_RANGE_VALUES = 100_000
 
 
-def _split_list(text: str, kind: str) -> list[str]:
+def _split_list(text: str, kind: str, flag: str = "value") -> list[str]:
     parts = [p.strip() for p in str(text).split(",")]
     if kind == "trace":
         # synthetic:KIND:k=v,k2=v2 -> keep the k=v continuations with their spec
@@ -44,6 +44,8 @@ def _split_list(text: str, kind: str) -> list[str]:
             else:
                 merged.append(p)
         parts = merged
+    if len(parts) > 1 and not all(parts):  # "1GB,,5GB" or a trailing comma: a value left out
+        raise UsageError(f"{flag}: empty value in the list {text!r}")
     return [p for p in parts if p]
 
 
@@ -87,7 +89,7 @@ def parse_values(texts: str | Iterable[str], kind: str = "str", flag: str = "val
         texts = [texts]
     out: list = []
     for text in texts:
-        for item in _split_list(text, kind):
+        for item in _split_list(text, kind, flag):
             if kind in ("str", "trace") or (kind == "alpha" and item == "auto"):
                 vals = [item]
             elif ":" in item:

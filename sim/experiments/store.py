@@ -84,8 +84,20 @@ def load_results(out: str | os.PathLike):
     files = row_files(out)
     if not files:
         raise UsageError(f"no results in {out} (expected <config_id>.parquet files from `marconi sweep`)")
-    frames = [pd.read_parquet(f) for f in files]
+    frames = [_read(f) for f in files]
     return pd.concat(frames, ignore_index=True, sort=False)
+
+
+def _read(path: Path):
+    """One results file; a corrupt or foreign one is a one-line UsageError naming it."""
+    import pandas as pd
+
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ... for a bad file
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        raise UsageError(f"cannot read results file {path}: {first} (delete it and rerun the sweep to "
+                         f"recompute it)") from None
 
 
 def load_details(out: str | os.PathLike, kind: str = "requests", config_ids: Iterable[str] | None = None):
@@ -100,7 +112,7 @@ def load_details(out: str | os.PathLike, kind: str = "requests", config_ids: Ite
         files = [f for f in files if f.exists()]
     if not files:
         raise UsageError(f"no {kind} records in {folder}: rerun the sweep with --save-requests")
-    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    return pd.concat([_read(f) for f in files], ignore_index=True)
 
 
 def is_nan(x) -> bool:

@@ -55,7 +55,7 @@ def test_out_writes_summary_and_per_request_parquet(runner, tmp_path):
     (["--policy", "nope"], "unknown policy"),
     (["--capacity", "1MB"], "smaller than one state checkpoint"),
     (["--capacity", "lots"], "cannot read size"),
-    (["--sessions-per-second", "-2"], "must be positive"),
+    (["--sessions-per-second", "-2"], "must be a finite number > 0"),
     (["--model", "gpt-9"], "unknown model"),
     (["--alpha", "-1"], "alpha"),
     (["--trace", "mooncake:/does/not/exist.jsonl"], "not found"),

@@ -1,0 +1,133 @@
+"""What the engine presets share: prefill step arithmetic, a two-heap LRU base, tail-first LRU.
+
+Positions handed to the tree are symbols of the preset's grid (``ctx.block_tokens`` tokens each);
+the engines' rules are stated in tokens, so each helper converts.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from policies.base import AdmissionContext, EvictionPolicy, PolicyPreset, eviction, knob
+from policies.eviction import HeapEviction
+
+
+@dataclass(frozen=True)
+class ChunkedPrefill:
+    """Knobs of every engine admission: the chunked-prefill step."""
+
+    prefill_chunk_tokens: int = knob(8192, "Chunked prefill: tokens per scheduled prefill step (engine presets "
+                                     "place states at chunk ends).", flag="--prefill-chunk")
+
+
+@dataclass(frozen=True)
+class VllmBlocks(ChunkedPrefill):
+    """Knobs of the block-based admissions: chunked prefill and the engine's block."""
+
+    block_size: int = knob(0, "Block of block-based engine presets in tokens (vllm-align, vllm-all: 0 = derived "
+                           "per model; lmdeploy: 0 = 64).")
+
+
+def input_tokens(ctx: AdmissionContext) -> int:
+    """The prompt's length in tokens."""
+    return ctx.input_tokens if ctx.input_tokens >= 0 else ctx.n_input * ctx.block_tokens
+
+
+def chunk_ends(start: int, end: int, step: int) -> list[int]:
+    """Ends of the non-final chunks of a prefill from ``start`` to ``end`` in steps of ``step``
+    (same unit); the final chunk ends at ``end`` and is not listed."""
+    step = max(step, 1)
+    return list(range(start + step, end, step))
+
+
+def down(pos_sym: int, step_tokens: int, ctx: AdmissionContext) -> int:
+    """Largest multiple of ``step_tokens`` tokens at or below symbol position ``pos_sym``, in
+    symbols (a step finer than a symbol is rounded up to one symbol)."""
+    step_sym = max(step_tokens // ctx.block_tokens, 1)
+    return pos_sym // step_sym * step_sym
+
+
+@dataclass(frozen=True)
+class EnginePreset(PolicyPreset):
+    """An engine preset: the rules its cache follows (``sim.cache.engine_tree``), as
+    ``(name, value)`` pairs; ``pools``: the engine keeps states in their own pool, so
+    ``--state-pool`` applies."""
+
+    options: tuple = ()
+    pools: bool = False
+
+    def cache_options(self, spec: Any, config: Any) -> dict:
+        opts = dict(self.options)
+        if self.pools:
+            opts["pools"] = True
+        return opts
+
+
+class TwoHeapLRU(EvictionPolicy):
+    """Lazily invalidated min-heaps of (key, created, version, node), one per list an engine keeps;
+    a subclass says which lists a node belongs to and with what key (``keys``)."""
+
+    refresh = "path"
+    lists: tuple[str, ...] = ()
+
+    def attach(self, tree):
+        super().attach(tree)
+        self._heaps: dict[str, list] = {name: [] for name in self.lists}
+        self._alive = 0
+
+    def keys(self, node) -> dict[str, tuple]:
+        """The lists ``node`` is a candidate of now, with its sort key in each (lowest goes first)."""
+        raise NotImplementedError
+
+    def add(self, node):
+        self._alive += 1
+        self.update(node)
+
+    def update(self, node):
+        if node.parent is None:
+            return
+        for name, key in self.keys(node).items():
+            heap = self._heaps[name]
+            heapq.heappush(heap, (key, node.created, node.version, node))
+            if len(heap) > 4 * self._alive + 1024:
+                self._heaps[name] = heap = [e for e in heap if e[3].version == e[2] and e[3].parent is not None]
+                heapq.heapify(heap)
+
+    def remove(self, node):
+        self._alive -= 1
+        node.version += 1
+
+    def top(self, name: str):
+        """The valid head entry of list ``name`` (stale entries dropped), or None."""
+        heap = self._heaps[name]
+        while heap:
+            key, _, version, node = heap[0]
+            if version == node.version and node.parent is not None and name in self.keys(node):
+                return heap[0]
+            heapq.heappop(heap)
+        return None
+
+    def take(self, name: str):
+        entry = self.top(name)
+        if entry is None:
+            return None
+        heapq.heappop(self._heaps[name])
+        return entry[3]
+
+
+@eviction("lru-tail-first")
+class TailFirstLRUEviction(HeapEviction):
+    """One LRU over cached leaves (vLLM's shared free-block queue, TensorRT-LLM's KV pool): a
+    finished request's blocks are released tail first, so among equally recent leaves the
+    deepest goes first."""
+
+    refresh = "path"
+
+    def priority(self, node):
+        return (node.last_access, -node.depth_tokens)
+
+
+STATELESS_FIRST = -math.inf  # sort key of a stateless leaf: nothing can hit it, it goes first

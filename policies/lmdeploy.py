@@ -1,0 +1,118 @@
+"""LMDeploy's PyTorch engine prefix cache (``lmdeploy/pytorch/paging/block_trie``).
+
+Models InternLM/lmdeploy's ``checkpoint_lifecycle.py`` (stored version 24d02506abc6),
+``kv_lifecycle.py`` and ``BlockTrie.evict``, with non-aligned checkpoints (#4799) and decode
+checkpoints off (``prefix_cache_decode_state_interval`` 0, the default).
+
+- Block: the engine's ``block_size`` (``--block-size``; LMDeploy's default 64). The trie holds
+  whole blocks only; the tokens of a prompt's partial last block stay only in the frozen copy a
+  partial checkpoint owns.
+- Placement: a checkpoint at every prefill forward end (each chunk end and the prompt end, any
+  position). A checkpoint at step ``s`` is anchored on the trie node at ``s - s % B``
+  (``checkpoint_anchor_step``) and each anchor holds one: a later one replaces it
+  (``_reserve_checkpoint``). A checkpoint off the block grid owns a frozen copy of its partial
+  block: one more KV block.
+- Eviction. KV pressure (``BlockTrie.evict``): frozen partial checkpoints first (each frees its
+  frozen block; the anchor stays), then KV leaves (LRU, a leaf's checkpoint goes with it). State
+  pressure (the checkpoint-slot budget, ``--state-pool``): checkpoint-only eviction, LRU on the
+  checkpoint's ``last_access_time``, node and KV kept. One budget: frozen, then leaves, then
+  checkpoint-only.
+- Refresh: a hit refreshes the matched blocks and the restored checkpoint (``pin_restore``).
+
+Reproduces (tests/pytorch/paging/test_block_trie/): ``test_checkpoint_step_geometry``,
+``test_ssm_checkpoint_save_owns_and_releases_partial_tail``,
+``test_ssm_checkpoint_replaces_partial_variant_at_same_anchor``,
+``test_kv_pressure_evicts_unpinned_frozen_tail``,
+``test_ssm_checkpoint_save_evicts_unpinned_state_only``. Not modelled: pins of in-flight copies
+(a request's own matched path is locked instead), the exact-token verification behind hashes
+(tokens are compared exactly anyway), TurboMind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies.base import AdmissionPolicy, Victim, admission, eviction, register_preset
+from policies.engine_common import ChunkedPrefill, EnginePreset, TwoHeapLRU, chunk_ends
+
+LMDEPLOY_BLOCK = 64  # LMDeploy's default block_size
+
+
+def anchor_step(step: int, block: int) -> int:
+    """The trie anchor of a checkpoint at ``step`` (``checkpoint_anchor_step``)."""
+    return step - step % block
+
+
+@dataclass(frozen=True)
+class LmdeployPreset(EnginePreset):
+    """LMDeploy: the block size comes from the engine config (``--block-size``, default 64)."""
+
+    def block(self, config) -> int:
+        return config.block_size or LMDEPLOY_BLOCK
+
+    def cache_options(self, spec, config) -> dict:
+        B = self.block(config)
+        return {"match_refresh": "split", "kv_extent": "blocks", "extent_block": B,
+                "frozen_block": B, "anchor_block": B, "pools": True}
+
+
+@admission("lmdeploy")
+class LmdeployAdmission(AdmissionPolicy):
+    """A checkpoint at every prefill forward end (chunk ends and the prompt end, any position);
+    decode checkpoints off."""
+
+    Params = ChunkedPrefill
+
+    def prefill_checkpoints(self, match, ctx):
+        step = max(self.params.prefill_chunk_tokens // ctx.block_tokens, 1)
+        return chunk_ends(match.hit_sym, ctx.n_input, step) + [ctx.n_input]
+
+    def decode_checkpoints(self, match, ctx):
+        return []
+
+
+@eviction("lmdeploy-tiered")
+class TieredLRUEviction(TwoHeapLRU):
+    """LMDeploy's lists: ``frozen`` (checkpoints off the block grid, by checkpoint recency),
+    ``leaf`` (KV leaves, by block recency) and ``state`` (every checkpoint, by its recency).
+    Ties: the deeper node first (a sequence's blocks are freed tail first)."""
+
+    lists = ("frozen", "leaf", "state")
+
+    def attach(self, tree):
+        super().attach(tree)
+        self.block = getattr(tree, "frozen_block", 0) or LMDEPLOY_BLOCK
+
+    def keys(self, node):
+        out = {}
+        if node.lock or node.parent is None:
+            return out
+        state_t = getattr(node, "state_access", node.last_access)
+        if node.has_state:
+            out["state"] = (state_t, -node.depth_tokens)
+            if node.depth_tokens % self.block:
+                out["frozen"] = (state_t, -node.depth_tokens)
+        if not node.children:
+            out["leaf"] = (node.last_access, -node.depth_tokens)
+        return out
+
+    def pop_kv_victim(self):
+        node = self.take("frozen")
+        if node is not None:
+            return Victim(node, drop_state_only=True)
+        node = self.take("leaf")
+        return None if node is None else Victim(node)
+
+    def pop_state_victim(self):
+        node = self.take("state")
+        return None if node is None else Victim(node, drop_state_only=True)
+
+    def pop_victim(self):
+        return self.pop_kv_victim() or self.pop_state_victim()
+
+
+register_preset(LmdeployPreset(
+    "lmdeploy", "LMDeploy PyTorch engine: a checkpoint at each prefill forward end, one per block anchor "
+    "(a later one replaces it), a frozen block per partial checkpoint, whole blocks in the trie; evicts "
+    "frozen checkpoints, then KV leaves, then checkpoint-only (a state pool with --state-pool)",
+    admission="lmdeploy", eviction="lmdeploy-tiered", lookup_cap_minus_one=True))

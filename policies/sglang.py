@@ -1,0 +1,155 @@
+"""SGLang's ``MambaRadixCache``: V1 (``no_buffer``) and V2 (``extra_buffer``), today's refresh rule.
+
+Models sgl-project/sglang's ``python/sglang/srt/mem_cache/mamba_radix_cache.py`` (stored versions
+00df707e8de4 / c1eb00f9a08b), ``ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend``
+(``managers/schedule_batch.py``) and the consumed-node refresh of PRs #31643 / #31648 (merged
+2026-07; test ``test_mamba_lru_match_refreshes_only_used_node``). The older whole-path refresh
+is the versioned preset ``sglang-v1-pathrefresh`` (``policies/sglang_pathrefresh.py``).
+
+- Grid: tokens (page 1). A lookup reuses at most ``input_len - 1`` tokens.
+- V1 placement: ``cache_unfinished_req`` after every chunked-prefill chunk and after the prefill
+  ("This updates radix so others can match": no_buffer copies the running state at the end of
+  the filled ids), and ``cache_finished_req`` at the request end: states at every chunk end, at
+  the prompt end and at input + output.
+- V2 placement: one tracked state per extend step of >= 64 tokens (``mamba_cache_chunk_size`` =
+  max(64, page)): the step end rounded down to 64 from the step start, replaced (not joined) by
+  the lookup's branch point (``mamba_branching_seqlen``: the KV match rounded down to 64, when it
+  is deeper than the deepest state) when that lies inside the step, 64-aligned from its start.
+  Decode tracks the state at each multiple of ``--mamba-track-interval`` (256); the request end
+  inserts up to the last decode track, or nothing. Each insert keeps KV only up to its tracked
+  state (``key[:mamba_last_track_seqlen]``).
+- Pools (``--state-pool``): a KV pool and a mamba pool. KV pressure (``evict_full``): least
+  recent leaves (by KV recency) go with their KV and state, and tombstone leaves left behind go
+  too. State pressure (``evict_mamba``): the least recent state (by state recency) goes; an inner
+  node keeps its KV (tombstone), a leaf goes whole. One budget: the two lists merged by recency.
+- Refresh: a lookup moves the KV path (root .. the hit) to most recent and only the hit's state;
+  an insert moves its path to most recent (KV) and a new or revived state; a split leaves its
+  lower half most recent (``_insert_helper`` / ``_split_node``).
+
+Reproduces: test_mamba_unittest.py ``test_mamba_radix_cache_1`` (pools: matches 0, 7, 7, 0) and
+``test_mamba_lru_match_refreshes_only_used_node``; #21158 (an identical prompt reuses the
+prompt-end state one token short of its end: hits 0, 10, 10). Not modelled: the mamba lock on a
+single node (locks here cover the root path), per-request ping-pong slots, page > 1 for V1.
+"""
+
+from __future__ import annotations
+
+import math
+
+from policies.base import AdmissionPolicy, Victim, admission, eviction, register_preset
+from policies.engine_common import STATELESS_FIRST, ChunkedPrefill, EnginePreset, TwoHeapLRU, chunk_ends, input_tokens
+
+SGLANG_CAPTURE_CHUNK = 64  # V2: mamba_cache_chunk_size = max(FLA chunk 64, page)
+SGLANG_TRACK_INTERVAL = 256  # V2: --mamba-track-interval (decode tracking)
+
+#: the engine rules of today's SGLang (sim.cache.engine_tree)
+SGLANG_CACHE = (("match_refresh", "split"), ("split_refresh", True), ("cascade", True))
+
+
+@admission("sglang-v1")
+class SGLangV1Admission(AdmissionPolicy):
+    """``no_buffer``: the state at every chunked-prefill chunk end and at the prompt end
+    (``cache_unfinished_req``), and at the request end (``cache_finished_req``)."""
+
+    Params = ChunkedPrefill
+
+    def prefill_checkpoints(self, match, ctx):
+        step = max(self.params.prefill_chunk_tokens // ctx.block_tokens, 1)
+        return chunk_ends(match.hit_sym, ctx.n_input, step) + [ctx.n_input]
+
+    def decode_checkpoints(self, match, ctx):
+        return [ctx.n_full]
+
+
+def v2_tracks(hit: int, n: int, budget: int, branch: int | None, chunk: int) -> list[int]:
+    """Token positions SGLang V2 tracks in a prefill from ``hit`` through an ``n``-token prompt in
+    steps of ``budget`` tokens: one per step of >= ``chunk`` tokens, the branch point replacing
+    the step end when it falls inside the step on the chunk grid."""
+    tracks = []
+    start = hit
+    while start < n:
+        end = min(start + budget, n)
+        extend = end - start
+        if extend >= chunk:
+            track = start + extend // chunk * chunk
+            if branch is not None and start < branch < end and (branch - start) % chunk == 0:
+                track = branch
+            tracks.append(track)
+        start = end
+    return tracks
+
+
+@admission("sglang-v2")
+class SGLangV2Admission(AdmissionPolicy):
+    """``extra_buffer``: one tracked state per extend step (the branch point replaces the step end)
+    and the last state tracked in decode on the 256-token grid."""
+
+    Params = ChunkedPrefill
+
+    def chunk(self, ctx) -> int:
+        return max(SGLANG_CAPTURE_CHUNK, ctx.block_tokens)
+
+    def prefill_checkpoints(self, match, ctx):
+        G = ctx.block_tokens
+        chunk = self.chunk(ctx)
+        n = input_tokens(ctx)
+        branch = None
+        if match.match_sym > match.hit_sym:  # KV matched deeper than the deepest state
+            aligned = min(match.match_sym * G, n - 1) // chunk * chunk
+            branch = aligned if aligned > 0 else None
+        tracks = v2_tracks(match.hit_sym * G, n, self.params.prefill_chunk_tokens, branch, chunk)
+        return [t // G for t in tracks if t % G == 0 and t > match.hit_sym * G]
+
+    def decode_checkpoints(self, match, ctx):
+        G = ctx.block_tokens
+        grid = math.lcm(self.chunk(ctx), SGLANG_TRACK_INTERVAL)
+        last = ctx.n_full * G // grid * grid
+        return [last // G] if last > input_tokens(ctx) else []
+
+
+@eviction("two-list")
+class TwoListLRUEviction(TwoHeapLRU):
+    """SGLang's two LRU lists. ``kv``: unlocked leaves by KV recency (a stateless leaf, a tombstone
+    left behind, first); evicting one frees its KV and state. ``state``: unlocked state holders by
+    state recency; an inner one loses only its state (a tombstone), a leaf goes whole. Ties go to
+    the shallower node (in SGLang's lists a child is newer than its parent). With one budget the
+    two lists are merged by recency."""
+
+    lists = ("kv", "state")
+
+    def keys(self, node):
+        out = {}
+        if node.lock or node.parent is None:
+            return out
+        if not node.children:
+            out["kv"] = (node.last_access if node.has_state else STATELESS_FIRST, node.depth_tokens)
+        if node.has_state:
+            out["state"] = (getattr(node, "state_access", node.last_access), node.depth_tokens)
+        return out
+
+    def pop_kv_victim(self):
+        node = self.take("kv")
+        return None if node is None else Victim(node)
+
+    def pop_state_victim(self):
+        node = self.take("state")
+        return None if node is None else Victim(node, drop_state_only=bool(node.children))
+
+    def pop_victim(self):
+        kv, st = self.top("kv"), self.top("state")
+        if kv is None and st is None:
+            return None
+        if st is None or (kv is not None and kv[:2] <= st[:2]):
+            return self.pop_kv_victim()
+        return self.pop_state_victim()
+
+
+register_preset(EnginePreset(
+    "sglang-v1", "SGLang no_buffer (today: consumed-node state refresh, #31643): states at chunk ends, "
+    "prompt end and request end; KV and mamba lists (pools with --state-pool); lookup cap input_len - 1",
+    admission="sglang-v1", eviction="two-list", lookup_cap_minus_one=True, options=SGLANG_CACHE, pools=True))
+register_preset(EnginePreset(
+    "sglang-v2", "SGLang extra_buffer: one 64-aligned tracked state per prefill step (a branch point "
+    "replaces it), 256-token decode tracking, KV kept up to the tracked state; KV and mamba lists",
+    admission="sglang-v2", eviction="two-list", lookup_cap_minus_one=True,
+    options=SGLANG_CACHE + (("kv_extent", "state"),), pools=True))

@@ -1,0 +1,389 @@
+"""The serving engines' cache: the hybrid radix tree plus what SGLang and LMDeploy do differently.
+
+The paper's policies run on the core ``HybridRadixTree``. An engine preset asks for this variant
+through ``PolicyPreset.cache_options`` (a dict of the keyword arguments below); each option
+reproduces one engine rule, named after the engine code it follows:
+
+- ``state_capacity`` (pools): the engine keeps states in their own pool. SGLang: a KV pool and a
+  mamba pool (``--max-mamba-cache-size``); LMDeploy: trie KV blocks and a checkpoint-slot budget
+  (``prefix_cache_state_budget``). KV pressure asks the policy for ``pop_kv_victim``, state
+  pressure for ``pop_state_victim``. ``capacity_bytes`` stays the total; the KV pool is the total
+  minus ``state_capacity`` states. None: one shared budget (the policy's ``pop_victim``).
+- ``match_refresh``: the lookup refreshes recency itself, as SGLang's ``match_prefix`` and
+  LMDeploy's restore pin do: ``"split"`` moves the KV path (root .. the hit) to most recent and
+  only the hit's state (SGLang after #31643 / #31648, test
+  ``test_mamba_lru_match_refreshes_only_used_node``; LMDeploy's checkpoint ``last_access_time``);
+  ``"path"`` moves both along the path (SGLang's ``reset_node_and_parents_mru`` on both lists).
+  Inserts then refresh the inserted path (``_insert_helper`` walks it root to leaf). Each node
+  carries two recencies: ``last_access`` (KV list) and ``state_access`` (state list).
+- ``split_refresh``: an insert that splits an edge leaves the lower half most recent
+  (``_insert_helper`` refreshes the node it walks into, then ``_split_node`` re-inserts it).
+- ``cascade``: a leaf's eviction also removes ancestors left as stateless leaves (SGLang's
+  ``_iteratively_delete_tombstone_leaf``).
+- ``kv_extent``: how much of an inserted sequence's KV the engine keeps. ``"all"``; ``"state"``:
+  only up to its last state (SGLang extra_buffer: ``cache_unfinished_req`` / ``cache_finished_req``
+  insert ``key[:mamba_last_track_seqlen]``); ``"blocks"``: whole ``extent_block``-token blocks, and
+  up to its last state (vLLM caches full blocks; LMDeploy's trie holds full blocks, a partial
+  checkpoint keeps its own copy of the partial block).
+- ``frozen_block`` (LMDeploy): a state not on a block boundary owns a frozen copy of its partial
+  block, charged as KV up to the block's end (test
+  ``test_ssm_checkpoint_save_owns_and_releases_partial_tail``: one block and one state slot).
+- ``anchor_block`` (LMDeploy ``_reserve_checkpoint``): one state per full-block anchor
+  (``checkpoint_anchor_step``); a new state replaces the one anchored on the same block (test
+  ``test_ssm_checkpoint_replaces_partial_variant_at_same_anchor``).
+- ``future``: an offline next-use index (``sim.cache.future``) the ``belady`` bound reads; lookups
+  tell it which request arrived.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.cache.tree import HybridRadixTree, InsertResult, MatchResult, Node, _edge_match
+from sim.config import format_size, parse_size
+from sim.errors import UsageError
+
+
+class EngineNode(Node):
+    __slots__ = ("state_access",)
+
+
+class EngineTree(HybridRadixTree):
+    def __init__(self, *, state_capacity: int | None = None, match_refresh: str | None = None,
+                 split_refresh: bool = False, cascade: bool = False, kv_extent: str = "all",
+                 extent_block: int = 0, frozen_block: int = 0, anchor_block: int = 0, future=None,
+                 **settings) -> None:
+        self.state_capacity = state_capacity
+        self.match_refresh = match_refresh
+        self.split_refresh = split_refresh
+        self.cascade = cascade
+        self.kv_extent = kv_extent
+        self.extent_block = extent_block
+        self.frozen_block = frozen_block
+        self.anchor_block = anchor_block
+        self.wants_future = future is True  # the driver (sim.engine.drivers.run) attaches the index
+        self.future = None if future is True else future
+        self.frozen_tokens = 0  # KV charged for frozen partial blocks (LMDeploy)
+        self.states_replaced = 0  # states given up to a later one on the same anchor
+        self._pending = (0, 0)  # (KV bytes, states) the insert being planned needs
+        super().__init__(**settings)
+        if state_capacity is not None:
+            self.kv_capacity_bytes = self.capacity_bytes - state_capacity * self.state_bytes
+            if state_capacity < 1 or self.kv_capacity_bytes <= 0:
+                raise UsageError(f"--state-pool of {state_capacity} states leaves no room for KV in "
+                                 f"{format_size(self.capacity_bytes)}")
+
+    # ------------------------------------------------------------------ nodes and bytes
+    def _new_node(self, key, parent, n_tokens, depth_sym, depth_tokens, now) -> Node:
+        self._created += 1
+        node = EngineNode(key, parent, n_tokens, depth_sym, depth_tokens, now, self._created)
+        node.state_access = now
+        return node
+
+    def _frozen_charge(self, depth_tokens: int) -> int:
+        """KV tokens a state at ``depth_tokens`` charges for its frozen partial block."""
+        B = self.frozen_block
+        return B - depth_tokens % B if B and depth_tokens % B else 0
+
+    @property
+    def kv_bytes(self) -> int:
+        return (self.kv_tokens + self.frozen_tokens) * self.kv_bytes_per_token
+
+    @property
+    def used_bytes(self) -> int:
+        return self.kv_bytes + self.n_states * self.state_bytes
+
+    def _fits(self, need: float) -> bool:
+        if self.state_capacity is None:
+            return self.used_bytes + need <= self.capacity_bytes
+        need_kv, need_states = self._pending
+        return (self.kv_bytes + need_kv <= self.kv_capacity_bytes
+                and self.n_states + need_states <= self.state_capacity)
+
+    def _room_needed(self, seq, pad, checkpoints, need_bytes):
+        need_kv, need_states, walk_end = self._plan(seq, pad, checkpoints)
+        need_kv += sum(self._frozen_charge(c * self.block_tokens) for c in checkpoints)
+        kv_bytes = need_kv * self.kv_bytes_per_token
+        self._pending = (kv_bytes, need_states)
+        return kv_bytes + need_states * self.state_bytes, walk_end
+
+    def _check_capacity(self) -> None:
+        if self.state_capacity is None:
+            super()._check_capacity()
+            return
+        assert self.kv_bytes <= self.kv_capacity_bytes, "KV pool exceeded"
+        assert self.n_states <= self.state_capacity, "state pool exceeded"
+
+    # ------------------------------------------------------------------ lookup and refresh
+    def match(self, seq: np.ndarray, max_hit_sym: int | None = None) -> MatchResult:
+        if self.future is not None:
+            self.future.arrived(seq)
+        m = super().match(seq, max_hit_sym)
+        if self.match_refresh is not None and m.hit_sym > 0:
+            now = self.now
+            both = self.match_refresh == "path"
+            for node in m.path:
+                if node.depth_sym > m.hit_sym:
+                    break
+                node.last_access = now
+                if both and node.has_state:
+                    node.state_access = now
+                self._changed(node)
+            if not both:
+                m.hit_node.state_access = now
+                self._changed(m.hit_node)
+        return m
+
+    def touch(self, node: Node, now: float) -> None:
+        if self.match_refresh is None:  # otherwise the lookup itself refreshed (match)
+            super().touch(node, now)
+
+    def touch_path(self, node: Node, now: float) -> None:
+        both = self.match_refresh in (None, "path")
+        while node is not None and node is not self.root:
+            node.last_access = now
+            if both:
+                node.state_access = now
+            self._changed(node)
+            node = node.parent
+
+    def _add_state(self, node: Node) -> None:
+        node.state_access = self.now  # a new or revived state is the most recent
+        self.frozen_tokens += self._frozen_charge(node.depth_tokens)
+        super()._add_state(node)
+
+    def _split(self, child: Node, m: int, now: float) -> Node:
+        upper = super()._split(child, m, now)
+        if self.split_refresh:
+            child.last_access = now
+            if self.match_refresh == "path" and child.has_state:
+                child.state_access = now
+            self._changed(child)
+        return upper
+
+    # ------------------------------------------------------------------ insert
+    def insert(self, seq, seq_tokens, checkpoints, now, *, lock=False, protect=None, need_bytes=None):
+        keep = self._extent(len(seq), seq_tokens, checkpoints)
+        if keep < len(seq):
+            seq = seq[:keep]
+            seq_tokens = keep * self.block_tokens
+            checkpoints = [c for c in checkpoints if c <= keep]
+        if self.anchor_block and checkpoints:
+            checkpoints = self._take_anchors(seq, checkpoints)
+        if len(seq) == 0:
+            return InsertResult(True, end_node=self.root)
+        res = super().insert(seq, seq_tokens, checkpoints, now, lock=lock, protect=protect, need_bytes=need_bytes)
+        if self.match_refresh is not None and res.inserted and res.end_node is not None:
+            self.touch_path(res.end_node, now)
+        return res
+
+    def _extent(self, n: int, seq_tokens: int, checkpoints: list[int]) -> int:
+        """Symbols of an inserted sequence whose KV the engine keeps."""
+        last = checkpoints[-1] if checkpoints else 0
+        if self.kv_extent == "state":
+            return last
+        if self.kv_extent == "blocks":
+            B = self.extent_block
+            whole = seq_tokens // B * B // self.block_tokens
+            return max(whole, last) if self.frozen_block else whole  # a frozen block keeps its tail
+        return n
+
+    def _take_anchors(self, seq: np.ndarray, checkpoints: list[int]) -> list[int]:
+        """LMDeploy's one checkpoint per anchor: keep the last new state per block and give up any
+        older state anchored on the same block (the engine's pins last only while a restore copy
+        is queued, so a request's own hit is replaceable too). Returns the checkpoints to insert."""
+        B = self.anchor_block
+        G = self.block_tokens
+        last_per_anchor: dict[int, int] = {}
+        for c in checkpoints:
+            last_per_anchor[c * G // B] = c
+        for anchor, c in last_per_anchor.items():
+            for old in self._states_in_block(seq, anchor * B, c):
+                self.states_replaced += 1
+                self._release_state(old)
+        return sorted(last_per_anchor.values())
+
+    def _states_in_block(self, seq: np.ndarray, start_tokens: int, keep_sym: int) -> list[Node]:
+        """States whose root path shares ``seq``'s first ``start_tokens`` tokens and that end inside
+        the block starting there, except one exactly at ``keep_sym`` on ``seq``'s own path (the
+        same step: nothing to replace)."""
+        a_sym = start_tokens // self.block_tokens
+        end_tokens = start_tokens + self.anchor_block
+        node, pos = self.root, 0
+        while node.depth_sym < a_sym:  # down to the node whose edge reaches the anchor
+            child = node.children.get(int(seq[pos])) if pos < len(seq) else None
+            if child is None:
+                return []
+            m = _edge_match(child.key, seq, pos)
+            if m < len(child.key) and pos + m < a_sym:
+                return []  # the tree leaves seq before the anchor: nothing shares it
+            node, pos = child, pos + m
+            if m < len(child.key):
+                break
+        stack = list(node.children.values()) if node is self.root else [node]
+        found = []
+        while stack:
+            n = stack.pop()
+            if n.depth_tokens >= end_tokens:
+                continue
+            if n.has_state and n.depth_tokens >= start_tokens and not (
+                    n.depth_sym == keep_sym and self._on_path(n, seq)):
+                found.append(n)
+            stack.extend(n.children.values())
+        return found
+
+    def _on_path(self, node: Node, seq: np.ndarray) -> bool:
+        d = node.depth_sym
+        if d > len(seq):
+            return False
+        keys = []
+        while node is not self.root:
+            keys.append(node.key)
+            node = node.parent
+        path = np.concatenate(keys[::-1]) if keys else np.empty(0, dtype=seq.dtype)
+        return path.tobytes() == seq[:d].tobytes()
+
+    def _release_state(self, node: Node) -> None:
+        """Give up ``node``'s state to a later one on the same anchor (not an eviction)."""
+        self._forget_frozen(node)
+        node.has_state = False
+        self.n_states -= 1
+        self._state_gone(node)
+        if len(node.children) == 1 and node.lock == 0:
+            self._merge_into_child(node)
+        else:  # a locked single-child node is merged when its lock goes (unlock)
+            self._changed(node)
+            self._trim_tail(node)
+
+    def _forget_frozen(self, node: Node) -> None:
+        if node.has_state:
+            self.frozen_tokens -= self._frozen_charge(node.depth_tokens)
+
+    def _trim_tail(self, node: Node) -> None:
+        """A leaf that lost its partial-block state loses the tokens only its frozen block held
+        (the trie keeps whole blocks): back to the last block boundary or to its parent."""
+        B = self.frozen_block
+        if not B or node.children or node.has_state or node.lock or node.depth_tokens % B == 0:
+            return
+        parent = node.parent
+        keep = max(parent.depth_tokens, node.depth_tokens // B * B)
+        if self.listener is not None:
+            self.listener.kv_removed(node.depth_tokens - keep)
+        if keep == parent.depth_tokens:
+            del parent.children[int(node.key[0])]
+            self.kv_tokens -= node.n_tokens
+            self.policy.remove(node)
+            node.parent = None
+            self._after_child_removed(parent)
+            return
+        k_sym = (keep - parent.depth_tokens) // self.block_tokens
+        self.kv_tokens -= node.depth_tokens - keep
+        node.key = node.key[:k_sym]
+        node.n_tokens = keep - parent.depth_tokens
+        node.depth_sym = parent.depth_sym + k_sym
+        node.depth_tokens = keep
+        self._changed(node)
+
+    # ------------------------------------------------------------------ eviction
+    def evict(self, node: Node) -> tuple[int, int]:
+        self._forget_frozen(node)
+        parent = node.parent
+        leaf = not node.children
+        s, kv = super().evict(node)
+        if self.cascade and leaf:
+            while (parent is not None and parent is not self.root and parent.parent is not None
+                   and not parent.children and not parent.has_state and parent.lock == 0):
+                up = parent.parent
+                s2, kv2 = super().evict(parent)
+                s, kv = s + s2, kv + kv2
+                parent = up
+        return s, kv
+
+    def drop_state(self, node: Node) -> tuple[int, int]:
+        self._forget_frozen(node)
+        s, kv = super().drop_state(node)
+        if node.parent is not None:
+            before = self.kv_tokens
+            self._trim_tail(node)
+            kv += before - self.kv_tokens
+            self.stats.kv_tokens_evicted += before - self.kv_tokens
+        return s, kv
+
+    def _apply_victim(self, victim) -> tuple[int, int]:
+        if victim.drop_state_only:
+            return self.drop_state(victim.node)
+        return self.evict(victim.node)
+
+    def _evict_for(self, need: float) -> tuple[bool, int, int]:
+        if self.state_capacity is None:
+            return super()._evict_for(need)
+        self.stats.eviction_calls += 1
+        need_kv, need_states = self._pending
+        ev_states = ev_kv = 0
+        while self.kv_bytes + need_kv > self.kv_capacity_bytes:
+            victim = self.policy.pop_kv_victim()
+            if victim is None:
+                return False, ev_states, ev_kv
+            s, kv = self._apply_victim(victim)
+            ev_states, ev_kv = ev_states + s, ev_kv + kv
+        while self.n_states + need_states > self.state_capacity:
+            victim = self.policy.pop_state_victim()
+            if victim is None:
+                return False, ev_states, ev_kv
+            s, kv = self._apply_victim(victim)
+            ev_states, ev_kv = ev_states + s, ev_kv + kv
+        return True, ev_states, ev_kv
+
+    def evict_kv(self, tokens: int) -> int:
+        """Free at least ``tokens`` KV tokens from the KV list (SGLang ``evict_full``); returns
+        the tokens freed (fewer when nothing is left to evict)."""
+        freed = 0
+        while freed < tokens:
+            victim = self.policy.pop_kv_victim()
+            if victim is None:
+                break
+            before = self.kv_tokens + self.frozen_tokens
+            self._apply_victim(victim)
+            freed += before - self.kv_tokens - self.frozen_tokens
+        return freed
+
+    def evict_states(self, n: int) -> int:
+        """Free ``n`` states from the state list (SGLang ``evict_mamba``, LMDeploy's
+        checkpoint-only eviction); returns the states freed."""
+        freed = 0
+        while freed < n:
+            victim = self.policy.pop_state_victim()
+            if victim is None:
+                break
+            s, _ = self._apply_victim(victim)
+            freed += s
+        return freed
+
+    def check_invariants(self) -> None:
+        frozen = sum(self._frozen_charge(n.depth_tokens) for n in self.iter_nodes()
+                     if n is not self.root and n.has_state)
+        assert frozen == self.frozen_tokens, (frozen, self.frozen_tokens)
+        super().check_invariants()
+
+
+def parse_state_pool(text: str, state_bytes: int) -> int:
+    """``--state-pool``: how many states the engines' state pool holds. A bare integer is a count
+    (as SGLang's ``--max-mamba-cache-size``); a size with a unit (4GB, 512MiB, 1000B) is bytes,
+    floored to whole states."""
+    text = str(text).strip()
+    try:
+        n = int(text) if text.isdigit() else parse_size(text) // max(state_bytes, 1)
+    except UsageError:
+        raise UsageError(f"--state-pool must be a number of states or a size (200, 4GB), not {text!r}") from None
+    if n < 1:
+        raise UsageError(f"--state-pool {text!r} holds no state (one state is {format_size(state_bytes)})")
+    return n
+
+
+def engine_tree_options(options: dict, state_bytes: int, state_pool: str) -> dict:
+    """``EngineTree`` keyword arguments from a preset's ``cache_options``: ``pools`` becomes a
+    state capacity when ``--state-pool`` is given (bytes with a unit, or a count of states)."""
+    options = dict(options)
+    if options.pop("pools", False) and state_pool:
+        options["state_capacity"] = parse_state_pool(state_pool, state_bytes)
+    return options

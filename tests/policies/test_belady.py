@@ -1,0 +1,82 @@
+"""The ``belady`` offline bound (``policies/belady.py``) and its next-use index
+(``sim/cache/future.py``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from engine_cases import TINY, cat, one_per_session, run, toks
+
+from sim.cache.future import NEVER, NextUse
+
+
+class _Node:
+    """Just what NextUse reads of a tree node."""
+
+    def __init__(self, key, parent, created):
+        self.key = np.asarray(key, dtype=np.int64)
+        self.parent = parent
+        self.created = created
+        self.children = {}
+        self.has_state = True
+        if parent is not None:
+            parent.children[int(self.key[0]) if len(self.key) else -1] = self
+        self.depth_sym = len(self.key) + (parent.depth_sym if parent is not None else 0)
+
+
+def test_next_use_is_the_first_unserved_request_holding_the_path():
+    inputs = [toks(0, 10), toks(100, 5), cat(toks(0, 6), toks(50, 4)), toks(0, 12)]
+    nu = NextUse(inputs, max_depth=20)
+    root = _Node([], None, 0)
+    a = _Node(toks(0, 6), root, 1)  # [0, 6): in requests 0, 2 and 3
+    b = _Node(toks(6, 4), a, 2)  # [0, 10): in requests 0 and 3
+    c = _Node(toks(100, 5), root, 3)  # request 1 only
+    d = _Node(toks(500, 3), root, 4)  # nobody
+    # a's state serves request 2 first: requests 0 and 3 reach b's deeper state
+    assert [nu.next_use(n) for n in (a, b, c, d)] == [2, 0, 1, NEVER]
+    b.has_state = False  # without b's state, request 0 would use a's
+    assert nu.next_use(a) == 0
+    b.has_state = True
+    nu.arrived(toks(0, 10))  # request 0
+    assert [nu.next_use(n) for n in (a, b, c)] == [2, 3, 1]
+    nu.arrived(cat(toks(0, 6), toks(50, 4)))  # request 2 arrives before request 1 (des)
+    assert nu.next_use(a) == NEVER and nu.next_use(b) == 3 and nu.first_unserved == 1
+    nu.arrived(toks(100, 5))
+    nu.arrived(toks(0, 12))
+    assert [nu.next_use(n) for n in (a, b, c)] == [NEVER, NEVER, NEVER] and nu.first_unserved == 4
+    nu.arrived(toks(7, 3))  # not a request of the trace: ignored
+
+
+@pytest.mark.parametrize("policy", ["belady", "belady-size"])
+@pytest.mark.parametrize("mode", ["sequential", "des"])
+def test_belady_keeps_the_state_needed_next(mode, policy):
+    # 36 B per 10-token request (20 B KV + a 16-B state) in 80 B: the third request evicts one.
+    # LRU (sglang+) evicts A, the oldest; belady evicts B, never used again, and A's follow-up
+    # hits 10.
+    trace = one_per_session((toks(0, 10), toks(0, 0)), (toks(100, 10), toks(0, 0)), (toks(200, 10), toks(0, 0)),
+                            (cat(toks(0, 10), toks(50, 5)), toks(0, 0)))
+    got, sim = run(trace, policy, spec=TINY, capacity=80, mode=mode)
+    assert got == [0, 0, 0, 10]
+    assert sim.tree.match(toks(100, 11)).hit_tokens == 0
+    sim.tree.check_invariants()
+    assert run(trace, "sglang+", spec=TINY, capacity=80, mode=mode)[0] == [0, 0, 0, 0]
+
+
+def test_belady_size_weighs_distance_by_bytes():
+    # Room for 130 B. r0 = A (30 tokens: 76 B), r1 = B (5 tokens: 26 B); r2 = C (36 B) needs
+    # room. A is next used by r3 (1 request ahead), B by r4 (2 ahead): distance x bytes is
+    # 1 x 76 for A against 2 x 26 for B, so belady-size drops A: r3 misses, r4 reuses B's 5
+    # tokens. belady drops B, the farther: r3 reuses A's 30 tokens, r4 misses.
+    trace = one_per_session((toks(0, 30), toks(0, 0)), (toks(100, 5), toks(0, 0)), (toks(200, 10), toks(0, 0)),
+                            (cat(toks(0, 30), toks(70, 2)), toks(0, 0)),
+                            (cat(toks(100, 5), toks(60, 2)), toks(0, 0)))
+    assert run(trace, "belady-size", spec=TINY, capacity=130)[0] == [0, 0, 0, 0, 5]
+    assert run(trace, "belady", spec=TINY, capacity=130)[0] == [0, 0, 0, 30, 0]
+
+
+def test_belady_needs_the_corrected_engine():
+    from policies.base import PolicyError
+
+    trace = one_per_session((toks(0, 10), toks(0, 0)), (toks(100, 10), toks(0, 0)), (toks(200, 10), toks(0, 0)))
+    with pytest.raises(PolicyError, match="--compat corrected"):
+        run(trace, "belady", spec=TINY, capacity=80, compat="paper")

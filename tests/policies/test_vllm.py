@@ -1,0 +1,119 @@
+"""vLLM presets against vLLM's own tests and issues (``policies/vllm.py``).
+
+Sources: vllm-project/vllm ``tests/v1/core/test_mamba_align_chunk_split.py`` (stored version
+09f730d09235), ``vllm/v1/core/sched/scheduler.py::_mamba_block_aligned_split`` (00024d314514),
+PR #30877 (decode caching) and issues #40696, #42317.
+"""
+
+from __future__ import annotations
+
+from engine_cases import one_per_session, run, state_depths, toks
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies.base import get_preset
+from policies.vllm import align_step_ends, vllm_block_tokens
+from sim.config import SimConfig
+from sim.cost import get_model
+from traces.base import Request, Trace
+
+
+def test_vllm_block_is_the_attention_block_raised_to_the_state_page():
+    # Qwen3.5-9B-like: state page 32 x 128 x 128 x 4 + (2*16*128 + 32*128) x 3 x 2 = 2,146,304 B;
+    # attention page per token 2 x 4 x 256 x 2 = 4,096 B -> 524 tokens -> 16 x 33 = 528
+    assert vllm_block_tokens(get_model("qwen3.5-9b")) == 528
+    assert vllm_block_tokens(get_model("qwen3-next-80b-a3b")) == 1056  # 2 KV heads: 1,048 -> 1,056
+    assert vllm_block_tokens(get_model("llama-7b")) == 16  # no state: the attention block
+    cfg = SimConfig(policy="vllm-align", model="qwen3.5-9b")
+    assert get_preset("vllm-align").grid_for(get_model("qwen3.5-9b"), cfg) == 528
+    cfg.block_size = 64
+    assert get_preset("vllm-all").grid_for(get_model("qwen3.5-9b"), cfg) == 64
+
+
+def test_disabling_eagle_block_drop_keeps_the_trailing_cache_boundary():
+    """vLLM test_mamba_align_chunk_split.py::test_disabling_eagle_block_drop_keeps_the_trailing_cache_boundary:
+    block 1600, a 3,602-token prompt scheduled whole: the first step is cut at 2 x 1600 = 3200
+    (``last = n - n % B``), so its state is kept; the 402-token tail keeps none."""
+    assert align_step_ends(0, 3602, 1600, 16384) == [3200, 3602]
+    # the repeat reuses 3200 (block 1600's state was never taken: one step ran through it)
+    same = [(toks(0, 3602), toks(10_000 + 10 * i, 5)) for i in range(2)]
+    got, sim = run(one_per_session(*same), "vllm-align", block_size=1600)
+    assert got == [0, 3200] and state_depths(sim.tree) == [3200]
+
+
+@settings(max_examples=200, deadline=None)
+@given(B=st.sampled_from([16, 528, 1600]), hit_blocks=st.integers(0, 4), n=st.integers(1, 9000),
+       budget=st.integers(1, 5000))
+def test_intermediate_chunk_ends_stay_block_aligned(B, hit_blocks, n, budget):
+    """vLLM test_mamba_align_chunk_split.py::test_intermediate_chunk_ends_stay_block_aligned (and
+    test_unaligned_resume_never_runs_past_its_block's grid rule): every non-final prefill step
+    ends on the block grid, the prompt's last full block is always a step end, the last step
+    ends at the prompt end."""
+    hit = min(hit_blocks * B, (n - 1) // B * B)
+    ends = align_step_ends(hit, n, B, budget)
+    assert ends[-1] == n and ends == sorted(set(ends))
+    assert all(e % B == 0 for e in ends[:-1] if e <= n - n % B)
+    last = n - n % B
+    if last > hit:
+        assert last in ends
+    assert all(b - a <= max(budget, B) for a, b in zip([hit] + ends, ends))
+
+
+def test_block_528_prompt_of_979_tokens_reuses_its_first_block():
+    # vLLM #40696 (Qwen3.5-4B, block 528): "prompts under 528 get 0 % hits, a 979-token prompt
+    # about 54 %": the prefill is cut at 528 (its last full block): 528 / 979 = 54 %
+    same = [(toks(0, 979), toks(10_000 + 10 * i, 5)) for i in range(3)]
+    got, sim = run(one_per_session(*same), "vllm-align")
+    assert got == [0, 528, 528] and state_depths(sim.tree) == [528]
+    assert run(one_per_session(*same), "vllm-all")[0] == [0, 528, 528]
+    short = [(toks(0, 500), toks(10_000 + 10 * i, 5)) for i in range(3)]
+    for policy in ("vllm-align", "vllm-all"):
+        got, sim = run(one_per_session(*short), policy)
+        assert got == [0, 0, 0] and sim.grid == 528 and sim.tree.n_states == 0, policy
+
+
+def _two_turns():
+    # turn 1: 1,000-token prompt + 100 output; turn 2: turn 1 + its output + 500 new tokens
+    t1 = Request(session_id=0, turn=0, input_tokens=toks(0, 1000), output_tokens=toks(1000, 100))
+    t2 = Request(session_id=0, turn=1, input_tokens=toks(0, 1600), output_tokens=toks(5000, 10), think_time=1.0)
+    return Trace("two-turns", [t1, t2])
+
+
+def test_vllm_align_keeps_the_prompts_last_block_and_the_blocks_decode_crosses():
+    # vLLM #42317 ("0 % at concurrency 1") is about intermediate states: an unchunked prompt has
+    # none, but it keeps the state at its last full block. Turn 1 (1000 tokens, block 528):
+    # one step cut at 528, then the tail; decode 1000 -> 1100 crosses 1056 (PR #30877 decode
+    # caching). Turn 2 reuses 1056 (its input holds turn 1's output), cuts at 1584 = 3 x 528.
+    got, sim = run(_two_turns(), "vllm-align")
+    assert got == [0, 1056] and state_depths(sim.tree) == [528, 1056, 1584]
+    # chunked at 528 tokens the same states appear (every step ends on the grid)
+    got, sim = run(_two_turns(), "vllm-align", prefill_chunk_tokens=528)
+    assert got == [0, 1056] and state_depths(sim.tree) == [528, 1056, 1584]
+    # vllm-all: every block boundary of the prompt and of decode, the same ones here
+    got, sim = run(_two_turns(), "vllm-all")
+    assert got == [0, 1056] and state_depths(sim.tree) == [528, 1056, 1584]
+
+
+def test_decode_capture_serves_a_follow_up_turn():
+    # PR #30877: a 600-token prompt (state at 528) decodes 500 tokens across 1056; a prompt that
+    # continues the whole conversation reuses 1056, not just 528
+    r0 = (toks(0, 600), toks(600, 500))
+    r1 = (toks(0, 1300), toks(9000, 5))
+    got, sim = run(one_per_session(r0, r1), "vllm-align")
+    assert got == [0, 1056]
+    assert 1056 in state_depths(sim.tree)
+
+
+def test_vllm_block_aligned_repeat_hits_one_block_short():
+    # a 1,056-token prompt (2 blocks) ends on a boundary -> one step, a state at block 2; a repeat
+    # may reuse at most 1,055 tokens (one token is recomputed) -> block 1, which has no state -> 0
+    same = [(toks(0, 1056), toks(10_000 + 10 * i, 5)) for i in range(2)]
+    got, sim = run(one_per_session(*same), "vllm-align")
+    assert got == [0, 0] and state_depths(sim.tree) == [1056]
+
+
+def test_only_whole_blocks_are_cached():
+    # 1,100 tokens of input + output at block 528: two whole blocks (1,056 tokens) of KV, the
+    # 44-token tail is not cached
+    got, sim = run(one_per_session((toks(0, 1000), toks(1000, 100))), "vllm-align")
+    assert sim.tree.kv_tokens == 1056

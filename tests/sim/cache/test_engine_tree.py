@@ -1,0 +1,92 @@
+"""The engines' cache variant (``sim/cache/engine_tree.py``): random operation sequences under
+every combination of engine rules keep the tree's invariants and the pools' bounds; plus the
+exact accounting of each rule on a hand-checked case."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies.lmdeploy import TieredLRUEviction
+from policies.sglang import TwoListLRUEviction
+from sim.cache.engine_tree import EngineTree
+
+KV, STATE = 2, 16
+
+
+def _tree(policy, **options):
+    return EngineTree(capacity_bytes=options.pop("capacity", 600), kv_bytes_per_token=KV, state_bytes=STATE,
+                      block_tokens=1, policy=policy, **options)
+
+
+op = st.one_of(
+    st.tuples(st.just("insert"), st.lists(st.integers(0, 3), min_size=1, max_size=40),
+              st.lists(st.integers(1, 40), max_size=4), st.booleans()),
+    st.tuples(st.just("match"), st.lists(st.integers(0, 3), min_size=1, max_size=40)),
+    st.tuples(st.just("evict_kv"), st.integers(1, 30)),
+    st.tuples(st.just("evict_states"), st.integers(1, 3)),
+)
+engines = st.sampled_from([
+    ("sglang", dict(match_refresh="split", split_refresh=True, cascade=True)),
+    ("sglang", dict(match_refresh="path", split_refresh=True, cascade=True, kv_extent="state")),
+    ("lmdeploy", dict(match_refresh="split", kv_extent="blocks", extent_block=8, frozen_block=8, anchor_block=8)),
+])
+
+
+@settings(max_examples=150, deadline=None)
+@given(engine=engines, pool=st.sampled_from([None, 3, 8]), ops=st.lists(op, max_size=25))
+def test_random_operations_keep_the_invariants_and_the_pools(engine, pool, ops):
+    kind, options = engine
+    policy = TwoListLRUEviction() if kind == "sglang" else TieredLRUEviction()
+    tree = _tree(policy, state_capacity=pool, **options)
+    locked = []
+    for t, o in enumerate(ops, start=1):
+        tree.set_time(float(t))
+        if o[0] == "insert":
+            seq = np.array(o[1], dtype=np.int64)
+            cps = sorted({c for c in o[2] if c <= len(seq)})
+            res = tree.insert(seq, len(seq), cps, float(t), lock=o[3])
+            if res.inserted and o[3]:
+                locked.append(res.end_node)
+        elif o[0] == "match":
+            tree.match(np.array(o[1], dtype=np.int64))
+        elif pool is not None or o[0] == "evict_kv":
+            if o[0] == "evict_kv":
+                tree.evict_kv(o[1])
+            else:
+                tree.evict_states(o[1])
+        tree.check_invariants()
+        if len(locked) > 2:
+            tree.unlock(locked.pop(0))
+            tree.check_invariants()
+    for node in locked:
+        tree.unlock(node)
+    tree.check_invariants()
+    if pool is not None:
+        assert tree.n_states <= pool and tree.kv_bytes <= tree.kv_capacity_bytes
+
+
+def test_frozen_block_and_kv_extent_accounting():
+    # block 8: a 21-token sequence with a checkpoint at 21 keeps [0, 16) as whole blocks and the
+    # frozen tail [16, 21): 21 tokens + 3 more for its frozen block = 3 blocks; an insert of 30
+    # tokens with no state past 24 keeps 24 (whole blocks), the checkpoint at 21 stays (covered)
+    tree = _tree(TieredLRUEviction(), capacity=10**6, kv_extent="blocks", extent_block=8, frozen_block=8,
+                 anchor_block=8)
+    tree.insert(np.arange(21), 21, [21], 1.0)
+    assert (tree.kv_tokens, tree.frozen_tokens, tree.n_states) == (21, 3, 1)
+    tree.insert(np.arange(30), 30, [], 2.0)
+    assert (tree.kv_tokens, tree.frozen_tokens, tree.n_states) == (24, 3, 1)
+    assert tree.used_bytes == (24 + 3) * KV + STATE
+    # a checkpoint at 23 (same anchor 16) replaces the one at 21
+    tree.insert(np.arange(23), 23, [23], 3.0)
+    assert tree.states_replaced == 1 and tree.n_states == 1 and tree.frozen_tokens == 1
+    assert tree.match(np.arange(24)).hit_tokens == 23
+    tree.check_invariants()
+
+
+def test_state_extent_keeps_kv_up_to_the_last_state():
+    tree = _tree(TwoListLRUEviction(), capacity=10**6, kv_extent="state")
+    assert tree.insert(np.arange(30), 30, [], 1.0).end_node is tree.root  # no state: nothing kept
+    tree.insert(np.arange(30), 30, [12], 1.0)
+    assert tree.kv_tokens == 12 and tree.n_states == 1

@@ -1,0 +1,149 @@
+"""Issue 12, the CLI rows: each bad input through the real CLI gives exit code 2 and one line
+naming the option (no traceback); output folders are checked before any simulation."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+
+SMALL = ["--trace", "synthetic:chat:sessions=3,turns=2", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return CliRunner()
+
+
+def _one_line_error(res, message: str) -> None:
+    assert res.exit_code == 2, res.output
+    text = res.output.strip()
+    assert text.splitlines() == [text], text
+    assert text == f"Error: {message}", text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--alpha", "nan"], "--alpha must be a finite number >= 0 or 'auto', not 'nan'"),
+    (["--alpha", "inf"], "--alpha must be a finite number >= 0 or 'auto', not 'inf'"),
+    (["--alpha", "-1"], "--alpha must be a finite number >= 0 or 'auto', not '-1'"),
+    (["--sessions-per-second", "nan"], "--sessions-per-second must be a finite number > 0, not nan"),
+    (["--sessions-per-second", "inf"], "--sessions-per-second must be a finite number > 0, not inf"),
+    (["--capacity", "1GB,,5GB"],
+     "cannot read size '1GB,,5GB' (examples: 5GB, 512MiB, 1e9); one capacity per run, lists are for `marconi sweep`"),
+    (["--capacity", "1e999"], "size '1e999' is too large (use inf for a cache that never evicts)"),
+    (["--duel-candidates", "lru,x"], "--duel-candidates must look like 0:2:0.1 or 0,0.5,1, not 'x'"),
+    (["--duel-candidates", "lru,nan"], "--duel-candidates needs finite alphas >= 0, not 'nan'"),
+    (["--alpha-grid", "0,inf"], "--alpha-grid needs finite alphas >= 0, not '0,inf'"),
+])
+def test_run_bad_values(runner, args, message):
+    _one_line_error(runner.invoke(main, ["run", *SMALL, *args]), message)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--alpha", "nan"], "--alpha must be a finite number >= 0 or 'auto', not nan"),
+    (["--sessions-per-second", "1,nan"], "--sessions-per-second must be a finite number > 0, not nan"),
+    (["--capacity", "1GB,,5GB"], "--capacity: empty value in the list '1GB,,5GB'"),
+    (["--capacity", "1GB,"], "--capacity: empty value in the list '1GB,'"),
+])
+def test_sweep_bad_values_before_running(runner, tmp_path, args, message):
+    out = tmp_path / "res"
+    _one_line_error(runner.invoke(main, ["sweep", *SMALL, "--out", str(out), *args]), message)
+    assert not out.exists()
+
+
+def test_capacity_in_scientific_notation_is_accepted(runner):
+    res = runner.invoke(main, ["run", *SMALL, "--policy", "sglang+", "--capacity", "1e9", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    res2 = runner.invoke(main, ["run", *SMALL, "--policy", "sglang+", "--capacity", "1GB", "--format", "json"])
+    assert json.loads(res.stdout) == json.loads(res2.stdout)
+
+
+@pytest.fixture
+def a_file(tmp_path):
+    f = tmp_path / "somefile"
+    f.write_text("x")
+    return f
+
+
+@pytest.mark.parametrize("cmd", ["run", "sweep", "plot"])
+def test_out_that_cannot_be_a_folder_is_refused_before_any_work(runner, tmp_path, a_file, cmd):
+    # the trace does not exist: reaching the error about --out proves nothing was loaded or run
+    head = {"run": ["run", "--trace", "mooncake:/nonexistent.jsonl"],
+            "sweep": ["sweep", "--trace", "mooncake:/nonexistent.jsonl"],
+            "plot": ["plot", str(tmp_path)]}[cmd]
+    res = runner.invoke(main, [*head, "--out", "/proc/x"])
+    _one_line_error(res, "--out /proc/x: cannot create or write the folder (No such file or directory)")
+    sub = a_file / "sub"
+    res = runner.invoke(main, [*head, "--out", str(sub)])
+    _one_line_error(res, f"--out {sub}: is inside {a_file}, which is a file, not a folder")
+
+
+def test_failed_sweep_leaves_no_empty_out_folder(runner, tmp_path):
+    out = tmp_path / "deep" / "res"
+    res = runner.invoke(main, ["sweep", "--trace", "mooncake:/nonexistent.jsonl", "--out", str(out), "--no-progress"])
+    assert res.exit_code != 0
+    assert not (tmp_path / "deep").exists()
+    res = runner.invoke(main, ["sweep", *SMALL, "--policy", "sglang+", "--out", str(out), "--dry-run"])
+    assert res.exit_code == 0 and "1 configuration ->" not in res.output and "= 1 configuration" in res.output
+    assert not (tmp_path / "deep").exists()  # a dry run creates nothing
+
+
+def test_plot_corrupt_results_file(runner, tmp_path):
+    pytest.importorskip("matplotlib")
+    results = tmp_path / "results"
+    results.mkdir()
+    bad = results / "0123abcd.parquet"
+    bad.write_bytes(b"PAR1 this is not a parquet file PAR1")
+    res = runner.invoke(main, ["plot", str(results), "--out", str(tmp_path / "fig")])
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(f"Error: cannot read results file {bad}: ")
+    assert res.output.strip().endswith("(delete it and rerun the sweep to recompute it)")
+    assert len(res.output.strip().splitlines()) == 1
+    assert not (tmp_path / "fig").exists()
+
+
+def test_plot_without_matplotlib_names_the_extra(tmp_path):
+    """A real interpreter in which matplotlib cannot be imported (as in a base install)."""
+    code = ("import sys; sys.modules['matplotlib'] = None; sys.modules['matplotlib.pyplot'] = None\n"
+            "from sim.cli import main\n"
+            f"main(['plot', {str(tmp_path)!r}, '--out', {str(tmp_path / 'fig')!r}])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == "Error: marconi plot needs matplotlib: pip install 'marconi-sim[notebooks]'"
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    assert "marconi-sim[notebooks]" in readme
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals to a process group")
+def test_ctrl_c_in_run_exits_130(tmp_path):
+    marconi = Path(sys.executable).parent / "marconi"
+    proc = subprocess.Popen([str(marconi), "run", "--trace", "synthetic:agent:sessions=400", "--progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            env=dict(os.environ, MARCONI_CACHE_DIR=str(tmp_path)))
+    try:
+        os.set_blocking(proc.stderr.fileno(), False)
+        err = b""
+        t0 = time.monotonic()
+        while b"simulating" not in err:  # the simulation is running
+            assert proc.poll() is None and time.monotonic() - t0 < 120, err[-500:]
+            time.sleep(0.05)
+            err += proc.stderr.read() or b""
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=30)
+        time.sleep(0.1)
+        err += proc.stderr.read() or b""
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    lines = [ln for ln in err.decode().replace("\r", "\n").splitlines() if ln.strip() and "simulating" not in ln]
+    assert proc.returncode == 130 and lines == ["Interrupted."], (proc.returncode, err[-1000:])
