@@ -13,13 +13,12 @@ import sys
 import click
 
 from kernels import cli as kernels_cli
-from sim.cli import models, plot, run, sweep, traces
+from sim.cli import models, plot, replay, run, sweep, traces
 from sim.errors import USER_ERRORS
 
 
 class Main(click.Group):
-    """Turns our known user errors into one clear line and exit code 2 (no traceback), and Ctrl-C
-    into one line and exit code 130 (128 + SIGINT, what shells report)."""
+    """Turns our known user errors into one clear line and exit code 2 (no traceback)."""
 
     def invoke(self, ctx):
         try:
@@ -27,9 +26,6 @@ class Main(click.Group):
         except USER_ERRORS as exc:
             click.echo(f"Error: {exc}", err=True)
             sys.exit(2)
-        except KeyboardInterrupt:
-            click.echo("Interrupted.", err=True)
-            sys.exit(130)
 
 
 @click.group(cls=Main)
@@ -39,6 +35,6 @@ def main() -> None:
 
 
 #: command groups in registration order (``sweep`` derives its options from ``run``)
-COMMANDS = (run, models, traces, kernels_cli, sweep, plot)
+COMMANDS = (run, models, traces, kernels_cli, sweep, plot, replay)
 for _module in COMMANDS:
     _module.register(main)
