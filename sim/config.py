@@ -3,6 +3,7 @@ and the knob columns of every result row."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field, fields
 
@@ -11,7 +12,7 @@ from policies.engines import ChunkedPrefill, VllmBlocks
 from policies.eviction import MarconiEviction
 from sim.errors import UsageError
 
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _UNITS = {
     None: 1, "b": 1,
     "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
@@ -33,9 +34,13 @@ def parse_size(text: str | int | float) -> int:
         return UNLIMITED
     m = _SIZE_RE.match(str(text))
     if not m:
-        raise UsageError(f"cannot read size {text!r} (examples: 5GB, 512MiB, 1e9)")
+        hint = "; one capacity per run, lists are for `marconi sweep`" if "," in str(text) else ""
+        raise UsageError(f"cannot read size {text!r} (examples: 5GB, 512MiB, 1e9){hint}")
     unit = m.group(2).lower() if m.group(2) else None
-    return int(float(m.group(1)) * _UNITS[unit])
+    value = float(m.group(1)) * _UNITS[unit]
+    if not value < UNLIMITED:  # 1e999 reads as inf: say so instead of an OverflowError
+        raise UsageError(f"size {text!r} is too large (use inf for a cache that never evicts)")
+    return int(value)
 
 
 def format_size(n: int) -> str:
@@ -134,8 +139,8 @@ class SimConfig:
                 raise UsageError(f"{flag_of(f)} must be {_either(choices)}, not {value!r}")
         if self.capacity_bytes <= 0:
             raise UsageError("capacity must be positive")
-        if self.sessions_per_second <= 0:
-            raise UsageError("--sessions-per-second must be positive")
+        if not 0 < self.sessions_per_second < math.inf:  # NaN fails both comparisons
+            raise UsageError(f"--sessions-per-second must be a finite number > 0, not {self.sessions_per_second!r}")
         if self.servers < 1:
             raise UsageError("--servers must be >= 1")
         if self.prefill_chunk_tokens < 1:
@@ -155,8 +160,8 @@ class SimConfig:
         if isinstance(self.alpha, str):
             if self.alpha != "auto":
                 raise UsageError(f"--alpha must be a number or 'auto', not {self.alpha!r}")
-        elif self.alpha < 0:
-            raise UsageError("--alpha must be >= 0")
+        elif not 0 <= self.alpha < math.inf:  # NaN fails both comparisons
+            raise UsageError(f"--alpha must be a finite number >= 0 or 'auto', not {self.alpha!r}")
 
     @classmethod
     def settings(cls, group: str) -> list:
@@ -176,8 +181,9 @@ class SimConfig:
 LRU = "lru"  # the tuning candidate that stands for SGLang+'s eviction
 
 
-def parse_grid(text: str | list | tuple) -> tuple[float, ...]:
-    """'0:2:0.1' (inclusive range) or '0,0.5,1' -> sorted unique alphas."""
+def parse_grid(text: str | list | tuple, flag: str = "--alpha-grid") -> tuple[float, ...]:
+    """'0:2:0.1' (inclusive range) or '0,0.5,1' -> sorted unique alphas (``flag`` names the option
+    in error messages)."""
     if isinstance(text, (list, tuple)):
         vals = [float(v) for v in text]
     else:
@@ -192,9 +198,9 @@ def parse_grid(text: str | list | tuple) -> tuple[float, ...]:
             else:
                 vals = [float(x) for x in text.split(",") if x.strip()]
         except ValueError:
-            raise UsageError(f"--alpha-grid must look like 0:2:0.1 or 0,0.5,1, not {text!r}") from None
-    if not vals or min(vals) < 0:
-        raise UsageError("--alpha-grid needs alphas >= 0")
+            raise UsageError(f"{flag} must look like 0:2:0.1 or 0,0.5,1, not {text!r}") from None
+    if not vals or not all(0 <= v < math.inf for v in vals):
+        raise UsageError(f"{flag} needs finite alphas >= 0, not {text!r}")
     return tuple(sorted(set(vals)))
 
 
@@ -206,7 +212,8 @@ def parse_candidates(text: str) -> list:
     rest = [p for p in parts if p.lower() != LRU]
     alphas: tuple = ()
     if rest:
-        alphas = parse_grid(rest[0] if len(rest) == 1 and ":" in rest[0] else ",".join(rest))
+        alphas = parse_grid(rest[0] if len(rest) == 1 and ":" in rest[0] else ",".join(rest),
+                            flag="--duel-candidates")
     cands = ([LRU] if lru else []) + list(alphas)
     if len(cands) < 1:
         raise UsageError("--duel-candidates needs at least one of lru or an alpha")

@@ -18,7 +18,8 @@ from sim.errors import USER_ERRORS
 
 
 class Main(click.Group):
-    """Turns our known user errors into one clear line and exit code 2 (no traceback)."""
+    """Turns our known user errors into one clear line and exit code 2 (no traceback), and Ctrl-C
+    into one line and exit code 130 (128 + SIGINT, what shells report)."""
 
     def invoke(self, ctx):
         try:
@@ -26,6 +27,9 @@ class Main(click.Group):
         except USER_ERRORS as exc:
             click.echo(f"Error: {exc}", err=True)
             sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("Interrupted.", err=True)
+            sys.exit(130)
 
 
 @click.group(cls=Main)

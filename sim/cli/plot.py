@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from sim.analysis.plot import KINDS, pyplot, make_figure, save
+from sim.cli.outdir import output_folder
 from sim.errors import UsageError
 
 
@@ -30,8 +31,12 @@ def register(main: click.Group) -> None:
     @click.option("--alpha", "static", default="best", show_default=True,
                   help="Static-alpha grids: best (best alpha in hindsight per configuration), all, or one value.")
     def plot_cmd(results, kinds, out, where, static):
-        """Draw figures (PNG and SVG) from a `marconi sweep` results folder."""
-        import matplotlib  # noqa: PLC0415 - optional heavy extra, loaded only when drawing
+        """Draw figures (PNG and SVG) from a `marconi sweep` results folder (needs matplotlib:
+        pip install 'marconi-sim[notebooks]')."""
+        try:
+            import matplotlib  # noqa: PLC0415 - optional heavy extra, loaded only when drawing
+        except ImportError:
+            raise UsageError("marconi plot needs matplotlib: pip install 'marconi-sim[notebooks]'") from None
 
         matplotlib.use("Agg")
         plt = pyplot()
@@ -41,8 +46,9 @@ def register(main: click.Group) -> None:
             except ValueError:
                 raise UsageError(f"--alpha must be best, all or a number, not {static!r}") from None
         todo = KINDS if "all" in kinds else tuple(dict.fromkeys(kinds))
-        for kind in todo:
-            fig = _figure(results, kind, where, static)
-            for p in save(fig, out, kind):
-                click.echo(str(p))
-            plt.close(fig)
+        with output_folder(out):  # created (or refused) before the results are read
+            for kind in todo:
+                fig = _figure(results, kind, where, static)
+                for p in save(fig, out, kind):
+                    click.echo(str(p))
+                plt.close(fig)
