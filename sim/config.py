@@ -97,6 +97,9 @@ class SimConfig:
     servers: int = setting(1, "Prefill servers (simpy resources).")
     ttft_model: str = setting("flops", "flops: FLOPs / throughput + overhead; jamba: the paper's fitted "
                               "Jamba-1.5-Mini table.", choices=("flops", "jamba"))
+    timing_file: str | None = setting(
+        None, "Timing file written by `marconi replay --calibrate FILE` (prefill throughput and overhead measured "
+        "with the project's kernels) [default: the preset's estimate].", flag="--timing")
     seed: int = setting(0, "")
     # alpha tuning (--alpha auto, marconi-oracle; sim/tuning)
     alpha_grid: str = setting("0:2:0.1", "Alphas the tuner and marconi-oracle try (lo:hi:step or a comma list).",

@@ -26,7 +26,7 @@ Conventions
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sim.errors import UsageError
 
@@ -255,6 +255,21 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+def _replay_tiny() -> ModelSpec:
+    """Toy shapes of the Qwen3.5 layout for CPU replay tests under the Triton interpreter: 3
+    gated-delta layers (Hk 1, Hv 2, head dims 16) and 1 attention layer, hidden size 32."""
+    spec = ModelSpec(
+        name="replay-tiny", d_model=32,
+        n_attn=1, attn_heads=2, attn_kv_heads=1, attn_head_dim=16, attn_causal=True, attn_output_gate=True,
+        n_gdn=3, gdn_k_heads=1, gdn_v_heads=2, gdn_head_k_dim=16, gdn_head_v_dim=16, gdn_conv_width=4,
+        n_mlp=4, mlp_active_params=3 * 32 * 64, kv_dtype_bytes=2, state_dtype_bytes=4, conv_dtype_bytes=2,
+        embedding_params=512 * 32, source="toy shapes for CPU replay tests (marconi replay --device cpu)")
+    return replace(spec, nominal_active_params=float(spec.active_params()))
+
+
+MODELS["replay-tiny"] = _replay_tiny()
+
+
 def get_model(name: str) -> ModelSpec:
     try:
         return MODELS[name.strip().lower()]
@@ -302,7 +317,7 @@ _MFU = 0.40  # assumed prefill model-FLOPs utilisation on H200 (estimate)
 _BW_EFF = 0.60  # assumed fraction of HBM bandwidth reached by batch-1 decode (estimate)
 _GPUS = {  # smallest tensor-parallel group that holds bf16 weights with room for cache (estimate)
     "qwen3.5-9b": 1, "qwen3.5-27b": 1, "qwen3.5-35b-a3b": 1, "qwen3-next-80b-a3b": 2,
-    "qwen3.5-122b-a10b": 4, "qwen3.5-397b-a17b": 8,
+    "qwen3.5-122b-a10b": 4, "qwen3.5-397b-a17b": 8, "replay-tiny": 1,
 }
 
 

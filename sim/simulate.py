@@ -14,6 +14,7 @@ from sim.cost import ModelSpec, TimingModel
 from sim.engine.drivers import run
 from sim.engine.metrics import SimResult
 from sim.engine.simulation import Simulation
+from sim.replay.measure import read_timing
 from sim.tuning.duel import DuelTuner
 from sim.tuning.oracle import run_oracle
 from sim.tuning.replay import AlphaTuner
@@ -27,6 +28,8 @@ def build(trace: Trace, config: SimConfig, *, spec: ModelSpec | None = None, tim
     """A ready-to-run Simulation of ``trace`` under ``config``; ``observers`` receive its event
     stream (``sim.engine.events``)."""
     config.validate()
+    if timing is None and config.timing_file:
+        timing = read_timing(config.timing_file, model=config.model)
     kw = dict(spec=spec, timing=timing, progress=progress, observers=observers)
     if config.compat == "corrected":
         sim = Simulation(trace, config, **kw)

@@ -13,7 +13,7 @@ import sys
 import click
 
 from kernels import cli as kernels_cli
-from sim.cli import models, plot, run, sweep, traces
+from sim.cli import models, plot, replay, run, sweep, traces
 from sim.errors import USER_ERRORS
 
 
@@ -39,6 +39,6 @@ def main() -> None:
 
 
 #: command groups in registration order (``sweep`` derives its options from ``run``)
-COMMANDS = (run, models, traces, kernels_cli, sweep, plot)
+COMMANDS = (run, models, traces, kernels_cli, sweep, plot, replay)
 for _module in COMMANDS:
     _module.register(main)

@@ -11,11 +11,21 @@ from sim.cli.outdir import output_folder
 from sim.errors import UsageError
 
 
+def _figure(results, kind, where, static):
+    if kind == "replay":  # measured vs modelled prefill time of a `marconi replay --out` folder
+        from sim.replay import output  # noqa: PLC0415
+
+        _, summary, requests = output.load(results)
+        return output.fig_replay(requests, summary)
+    return make_figure(results, kind, where, static)
+
+
 def register(main: click.Group) -> None:
     @main.command("plot")
     @click.argument("results", type=click.Path(exists=True, file_okay=False, path_type=Path))
-    @click.option("--kind", "kinds", type=click.Choice(KINDS + ("all",)), multiple=True, default=("hit-rate",),
-                  show_default=True, help="Figure(s) to draw (repeat the flag, or all).")
+    @click.option("--kind", "kinds", type=click.Choice(KINDS + ("all", "replay")), multiple=True,
+                  default=("hit-rate",), show_default=True,
+                  help="Figure(s) to draw (repeat the flag, or all); replay: RESULTS is a `marconi replay --out` folder.")
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("figures"), show_default=True)
     @click.option("--where", default=None, help="Row filter, a pandas query: \"capacity_bytes == 5e9 and trace == 'sharegpt'\".")
     @click.option("--alpha", "static", default="best", show_default=True,
@@ -38,7 +48,7 @@ def register(main: click.Group) -> None:
         todo = KINDS if "all" in kinds else tuple(dict.fromkeys(kinds))
         with output_folder(out):  # created (or refused) before the results are read
             for kind in todo:
-                fig = make_figure(results, kind, where, static)
+                fig = _figure(results, kind, where, static)
                 for p in save(fig, out, kind):
                     click.echo(str(p))
                 plt.close(fig)

@@ -155,14 +155,16 @@ def calibrate(df: pd.DataFrame, spec: ModelSpec, base: TimingModel, layers: int,
 
 
 def write_timing(path, timing: TimingModel, spec: ModelSpec, info: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(dict(
         format=TIMING_FORMAT, model=spec.name, effective_tflops=timing.effective_tflops,
         overhead_ms=timing.overhead_ms, decode_ms_per_token=timing.decode_ms_per_token,
         source=timing.source, fit=info), indent=2) + "\n")
 
 
-def read_timing(path) -> TimingModel:
-    """A timing file written by ``marconi replay --calibrate`` (bad input: UsageError)."""
+def read_timing(path, model: str | None = None) -> TimingModel:
+    """A timing file written by ``marconi replay --calibrate`` (bad input, or a file fitted for
+    another model than ``model``: UsageError)."""
     try:
         d = json.loads(Path(path).read_text())
     except OSError as exc:
@@ -172,6 +174,8 @@ def read_timing(path) -> TimingModel:
     if not isinstance(d, dict) or d.get("format") != TIMING_FORMAT:
         raise UsageError(f"timing file {path} is not a {TIMING_FORMAT} file "
                          "(write one with marconi replay --calibrate FILE)")
+    if model is not None and d.get("model") != model:
+        raise UsageError(f"timing file {path} was calibrated for {d.get('model')}, not {model}")
     try:
         return TimingModel(float(d["effective_tflops"]), float(d["overhead_ms"]),
                            float(d["decode_ms_per_token"]), source=str(d.get("source", path)))

@@ -3,9 +3,11 @@
 ``Replayer`` receives the simulator's events (lookup / prefill / decode / admit / evict / reject)
 with positions in tokens and executes them lazily per request: a request's prefill runs only
 once everything it must produce is known (its prefill-phase admits), so exact-alignment splits
-are part of the timed call, as they would be in an engine. What forces a request's work to run:
-its decode, an admit after its prompt (the tail, produced at once), a lookup that hits one of its pending
-checkpoints, the next event of another request once it has decoded, and ``finish``.
+are part of the timed call, as they would be in an engine. What forces a request's work to run
+(``eager``, for DES streams): its decode, an admit after its prompt (produced at once), a lookup
+that hits one of its pending checkpoints, the next event of another request once it has
+decoded, and ``finish``; for sequential streams (a request's admits follow its decode) the next
+lookup.
 
 An admit for a position the request has already run past (the stream announced it late) is
 produced by recomputing from the request's restored state (or from scratch), untimed, and counted
@@ -89,7 +91,7 @@ class Replayer:
     def __init__(self, model: GDNStack, store: CheckpointStore,
                  tokens_of: Callable[[int], tuple[np.ndarray, int]], *, validate_every: int = 1,
                  tolerance: Optional[float] = None, check_hash: bool = True,
-                 max_open: int = 16) -> None:
+                 max_open: int = 16, eager: bool = True) -> None:
         if validate_every < 1:
             raise ValueError("validate_every must be >= 1")
         self.model = model
@@ -99,6 +101,9 @@ class Replayer:
         self.tolerance = tolerance if tolerance is not None else tolerance_for(model.dtype)
         self.check_hash = check_hash
         self.max_open = max_open
+        # eager (DES streams): a prompt runs at its decode, a decode-time state when admitted;
+        # lazy (sequential streams, where admits follow the decode): at the next lookup
+        self.eager = eager
         self.clock = Stopwatch(model.device)
         self.flights: dict[int, _Flight] = {}
         self.pending: dict[int, _Flight] = {}     # checkpoint id -> flight that will produce it
@@ -109,6 +114,9 @@ class Replayer:
 
     # ---- events ------------------------------------------------------------------------------
     def lookup(self, request: int, checkpoint: Optional[int], hit_tokens: int) -> None:
+        if not self.eager:
+            for other in list(self.flights.values()):
+                self._finalize(other)
         self._settle(request)
         f = self._flight(request, fresh=True)
         rec = f.record
@@ -116,8 +124,9 @@ class Replayer:
         if checkpoint is None:
             return
         rec.hit_checkpoint = int(checkpoint)
-        if checkpoint in self.pending:
-            self._finalize(self.pending[checkpoint])
+        if checkpoint in self.pending:      # produce it now (its request stays open)
+            owner = self.pending[checkpoint]
+            self._run(owner, self.store.info(checkpoint).position)
         self.hits += 1
         if checkpoint not in self.store:
             self._fail("missing", f, checkpoint, -1, rec.hit_tokens, "not in the store")
@@ -143,7 +152,8 @@ class Replayer:
     def decode(self, request: int) -> None:
         self._settle(request)
         f = self._flight(request)
-        self._run(f, f.n_in)
+        if self.eager:
+            self._run(f, f.n_in)
         f.decoded = True
 
     def admit(self, checkpoint: int, request: int, position: int, phase: str = "") -> None:
@@ -158,8 +168,8 @@ class Replayer:
         if p > f.pos:
             f.wanted.setdefault(p, []).append(checkpoint)
             self.pending[checkpoint] = f
-            if p > f.n_in:           # a tail state: the prompt's admits are all known by now;
-                self._run(f, p)      # produce it now (later tail admits continue from here)
+            if p > f.n_in and self.eager:   # a decode-time state: the prompt's admits are all
+                self._run(f, p)             # known by now; later ones continue from here
         elif p == f.pos and current is not None:
             self.store.put(checkpoint, current)
         else:
@@ -206,6 +216,8 @@ class Replayer:
 
     def _settle(self, request: int) -> None:
         """Finish requests that have decoded once another request's event arrives."""
+        if not self.eager:
+            return
         for f in [f for r, f in self.flights.items() if r != request and f.decoded]:
             self._finalize(f)
 

@@ -1,0 +1,56 @@
+"""Replay as an observer of the engine's event stream (``sim.engine.events``).
+
+Maps each event to the ``Replayer``: ``lookup`` restores and checks a hit, ``admit`` reserves a
+store slot and schedules its state, ``evict`` frees it, ``decode`` forces the request's prompt
+(DES mode), ``reject`` drops the request. Positions arrive in tokens. Needs torch (imported
+lazily by the CLI).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sim.replay.runner import Replayer
+
+
+class ReplayObserver:
+    """``sequential``: the engine emits a request's events together (its admits after its
+    decode), so the request's work runs at the next lookup; ``des``: the prompt runs at its
+    decode, once its prefill-time admits are known, and decode-time states as admitted."""
+
+    def __init__(self, replayer: Replayer, *, mode: str, progress=None,
+                 after_event: Optional[callable] = None) -> None:
+        self.replayer = replayer
+        replayer.eager = mode == "des"
+        self.progress = progress
+        self.after_event = after_event   # tests: called after every event
+
+    def _done(self, name: str) -> None:
+        if self.after_event is not None:
+            self.after_event(name)
+
+    def lookup(self, request, t, hit_checkpoint, hit_tokens, input_tokens) -> None:
+        self.replayer.lookup(request.request_id, hit_checkpoint, hit_tokens)
+        if self.progress is not None:
+            self.progress.update(1)
+        self._done("lookup")
+
+    def prefill(self, request, t_start, t_end, start_pos, end_pos, seconds) -> None:
+        self.replayer.prefill(request.request_id, start_pos, end_pos)
+        self._done("prefill")
+
+    def decode(self, request, t_start, t_end, start_pos, end_pos, seconds) -> None:
+        self.replayer.decode(request.request_id)
+        self._done("decode")
+
+    def admit(self, t, checkpoint, request, position, phase) -> None:
+        self.replayer.admit(checkpoint, request.request_id, position, phase)
+        self._done("admit")
+
+    def evict(self, t, checkpoint, position) -> None:
+        self.replayer.evict(checkpoint)
+        self._done("evict")
+
+    def reject(self, request, t, reason) -> None:
+        self.replayer.reject(request.request_id)
+        self._done("reject")

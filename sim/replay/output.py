@@ -1,0 +1,74 @@
+"""A replay output folder (no torch): ``summary.json`` (the run's settings and summary) and
+``requests.parquet`` (one row per request), written by ``marconi replay --out DIR`` and read by
+``marconi plot --kind replay`` and ``notebooks/replay.ipynb``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from sim.errors import UsageError
+
+SUMMARY = "summary.json"
+REQUESTS = "requests.parquet"
+
+
+def write(out, summary: dict, settings: dict, requests: pd.DataFrame) -> list[Path]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    s = out / SUMMARY
+    s.write_text(json.dumps({"settings": settings, "summary": summary}, indent=2, default=str) + "\n")
+    r = out / REQUESTS
+    requests.to_parquet(r, index=False)
+    return [s, r]
+
+
+def load(path) -> tuple[dict, dict, pd.DataFrame]:
+    """``(settings, summary, requests)`` of a replay output folder (bad input: UsageError)."""
+    p = Path(path)
+    if not (p / SUMMARY).is_file() or not (p / REQUESTS).is_file():
+        raise UsageError(f"{path} is not a replay output folder (no {SUMMARY} / {REQUESTS}; "
+                         "write one with marconi replay --out DIR)")
+    try:
+        d = json.loads((p / SUMMARY).read_text())
+        return d["settings"], d["summary"], pd.read_parquet(p / REQUESTS)
+    except (ValueError, KeyError, OSError) as exc:
+        raise UsageError(f"cannot read replay output {path}: {exc}") from None
+
+
+def fig_replay(requests: pd.DataFrame, summary: dict | None = None):
+    """Measured vs modelled suffix-prefill time per request (log-log, hits and misses apart) and
+    the histogram of the relative time-model error."""
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("plots need matplotlib: pip install 'marconi-sim[notebooks]'") from None
+    import numpy as np
+
+    df = requests[requests["suffix_ms"].notna() & (requests["suffix_ms"] > 0)]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for label, sub, m in (("miss", df[df["hit_tokens"] == 0], "o"), ("hit", df[df["hit_tokens"] > 0], "x")):
+        if len(sub):
+            a.scatter(sub["modelled_ms"], sub["suffix_ms"], s=10, marker=m, label=label, alpha=0.7)
+    if len(df):
+        lo = float(min(df["modelled_ms"].min(), df["suffix_ms"].min()))
+        hi = float(max(df["modelled_ms"].max(), df["suffix_ms"].max()))
+        a.plot([lo, hi], [lo, hi], "k--", lw=1, label="measured = modelled")
+        a.set_xscale("log")
+        a.set_yscale("log")
+    a.set_xlabel("modelled prefill time (ms)")
+    a.set_ylabel("measured prefill time (ms)")
+    a.set_title("suffix prefill per request", fontsize=10)
+    a.legend(fontsize=8)
+    err = df["model_error"].replace([np.inf, -np.inf], np.nan).dropna() * 100 if len(df) else []
+    b.hist(err, bins=40)
+    b.set_xlabel("(modelled - measured) / measured (%)")
+    b.set_ylabel("requests")
+    title = "time-model error"
+    if summary and summary.get("time_model_median_error") == summary.get("time_model_median_error"):
+        title += f" (median |err| {summary['time_model_median_error'] * 100:.1f} %)"
+    b.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig

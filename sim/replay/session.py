@@ -1,0 +1,221 @@
+"""One replay run: simulate a trace with the replay observer attached, then measure.
+
+``run_replay`` is what ``marconi replay`` and the benchmark call. torch is imported here, inside
+functions, so that importing this module (the CLI does, to show ``--help``) needs no torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.cost import ModelSpec, TimingModel, default_timing, get_model
+from sim.errors import UsageError
+from sim.replay import measure
+from sim.replay.tokens import request_tokens
+from traces.base import Trace
+
+VOCAB_ROWS = 1 << 16   # embedding rows of the replayed model (token ids index it modulo this)
+
+
+@dataclass
+class ReplaySettings:
+    layers: Optional[int] = None          # None: all gated-delta layers of the preset
+    validate_every: int = 1
+    store: str = "gpu"                    # gpu | host
+    dtype: str = "bf16"                   # bf16 | fp16 | fp32 (fp32 on a CPU)
+    device: str = "cuda"                  # cuda | cpu
+    requests: Optional[int] = None        # replay the first N requests of the trace
+    seed: int = 0                         # weights and hash-block tokens
+    tolerance: Optional[float] = None     # None: by dtype (sim.replay.checks.TOLERANCE)
+    warmup: bool = True
+
+    def validate(self) -> None:
+        if self.validate_every < 1:
+            raise UsageError("--validate-every must be >= 1")
+        if self.store not in ("gpu", "host"):
+            raise UsageError(f"--store must be gpu or host, not {self.store!r}")
+        if self.dtype not in ("bf16", "fp16", "fp32"):
+            raise UsageError(f"--dtype must be bf16, fp16 or fp32, not {self.dtype!r}")
+        if self.device not in ("cuda", "cpu"):
+            raise UsageError(f"--device must be cuda or cpu, not {self.device!r}")
+        if self.layers is not None and self.layers < 1:
+            raise UsageError("--layers must be >= 1")
+        if self.requests is not None and self.requests < 1:
+            raise UsageError("--requests must be >= 1")
+
+
+@dataclass
+class ReplayResult:
+    summary: dict
+    requests: object                      # pandas DataFrame, one row per request
+    failures: list
+    settings: dict
+    sim_result: object = None
+    timing: Optional[TimingModel] = None
+    calibrated: Optional[TimingModel] = None
+    calibration: dict = field(default_factory=dict)
+
+
+def check_model(spec: ModelSpec, layers: Optional[int]) -> int:
+    """The number of layers to replay; a preset without gated-delta layers is refused."""
+    if spec.n_gdn == 0:
+        kind = "Mamba2" if spec.n_mamba else "attention-only"
+        raise UsageError(f"model {spec.name} has no gated-delta layers ({kind}): replay runs the "
+                         "gated-delta kernel only (no Mamba2 kernel yet); pick a qwen3.5-* / "
+                         "qwen3-next-* preset or replay-tiny")
+    n = spec.n_gdn if layers is None else layers
+    if n > spec.n_gdn:
+        raise UsageError(f"--layers {n} is more than {spec.name}'s {spec.n_gdn} gated-delta layers")
+    return n
+
+
+def first_requests(trace: Trace, n: Optional[int]) -> Trace:
+    """The trace cut to its first ``n`` requests (whole trace when ``n`` is None)."""
+    if n is None or n >= len(trace.requests):
+        return trace
+    return Trace(trace.name, trace.requests[:n], block_tokens=trace.block_tokens,
+                 closed_loop=trace.closed_loop, meta=dict(trace.meta, requests_cut=n))
+
+
+def token_source(trace: Trace, seed: int):
+    """``tokens_of(request id) -> (prompt + response token ids, prompt length)``."""
+    B = trace.block_tokens
+    reqs = trace.requests
+
+    def tokens_of(rid: int):
+        r = reqs[rid]
+        n_in, n_out = r.n_input_tokens(B), r.n_output_tokens(B)
+        toks = request_tokens(r.input_tokens, r.output_tokens, block_tokens=B, input_len=n_in,
+                              output_len=n_out, seed=seed, vocab=VOCAB_ROWS)
+        return toks, n_in
+
+    return tokens_of
+
+
+def _warm(model, device) -> float:
+    """Compile every kernel specialisation a replay meets before anything is timed: the
+    kernels' own ``warmup`` (where the kernels package provides it) at the stack's shapes and
+    flags, then the stack itself from scratch and from a state, with and without boundary
+    states and with a split (the stack's strided q/k/v/gate views are specialisations too)."""
+    import torch
+
+    t0 = time.perf_counter()
+    s = model.shape
+    try:
+        from kernels import warmup as kernel_warmup
+    except ImportError:
+        kernel_warmup = None
+    if kernel_warmup is not None:
+        try:
+            kernel_warmup((63, 64, 200), num_heads=s.k_heads, num_v_heads=s.v_heads,
+                          head_k_dim=s.head_k_dim, head_v_dim=s.head_v_dim, dtype=model.dtype,
+                          device=device, use_gate_in_kernel=True, use_beta_sigmoid=True,
+                          conv_dim=s.conv_dim, conv_width=s.conv_width)
+        except TypeError:   # another signature: the stack's own run below covers it
+            pass
+    toks = torch.arange(300, device=device)
+    st, _, _ = model.run(toks[:130], None, 0, [64, 100, 130], lambda *a: None, keep_outputs=True)
+    model.run(toks[130:300], st, 130, [192, 250], lambda *a: None, keep_outputs=True)
+    model.run(toks[:63], None, 0)
+    model.run(toks[:64], None, 0, [64], lambda *a: None)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def run_replay(trace: Trace, config: SimConfig, settings: ReplaySettings, *, build,
+               timing: Optional[TimingModel] = None, progress=None, after_event=None,
+               on_ready=None) -> ReplayResult:
+    """Simulate ``trace`` under ``config`` with replay attached; measure and summarise.
+
+    ``build``: the assembly point's ``sim.simulate.build`` (passed in by the caller: replay sits
+    below the assembly layer and observes the Simulation it builds).
+    ``after_event(name, simulation, replayer)`` (tests) is called after every event;
+    ``on_ready(replayer)`` before the simulation starts (tests plant faults there)."""
+    settings.validate()
+    spec = get_model(config.model)
+    layers = check_model(spec, settings.layers)
+    if config.policy == "marconi-oracle":
+        raise UsageError("replay follows one simulation: marconi-oracle (one per alpha) is not replayable")
+    trace = first_requests(trace, settings.requests)
+    if settings.device == "cpu":
+        # kernels on a CPU run in the Triton interpreter, chosen before triton is first imported
+        if "triton" not in sys.modules:
+            os.environ.setdefault("TRITON_INTERPRET", "1")
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            raise UsageError("--device cpu needs TRITON_INTERPRET=1 (set it before starting)")
+    import torch  # noqa: PLC0415 - the simulator must not need torch: only replay imports it
+
+    from sim.replay.model import DTYPES, GDNStack, ReplayShape
+    from sim.replay.observer import ReplayObserver
+    from sim.replay.runner import Replayer
+    from sim.replay.store import CheckpointStore
+    from sim.engine.drivers import run as run_simulation
+
+    if settings.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA GPU is visible (use --device cpu with "
+                         "TRITON_INTERPRET=1 and a tiny preset)")
+    device = torch.device(settings.device)
+    dtype = DTYPES[settings.dtype]
+    timing = timing or default_timing(config.model)
+    shape = ReplayShape.from_spec(spec, layers, vocab_rows=VOCAB_ROWS)
+    model = GDNStack(shape, device=device, dtype=dtype, seed=settings.seed)
+    store = CheckpointStore(shape, dtype, where=settings.store, device=device)
+    replayer = Replayer(model, store, token_source(trace, settings.seed),
+                        validate_every=settings.validate_every, tolerance=settings.tolerance)
+    warm_s = _warm(model, device) if settings.warmup and device.type == "cuda" else 0.0
+    sim = build(trace, config, timing=timing)
+    hook = None
+    if after_event is not None:
+        def hook(name):
+            after_event(name, sim, replayer)
+    obs = ReplayObserver(replayer, mode=config.mode, progress=progress, after_event=hook)
+    sim.observe([obs])
+    if on_ready is not None:
+        on_ready(replayer)
+    t0 = time.perf_counter()
+    sim_result = run_simulation(sim)
+    records = replayer.finish()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    table = measure.request_table(records, spec, timing, layers)
+    summary = measure.summary(table, failures=len(replayer.failures),
+                              store_peak_bytes=store.peak_bytes, wall_s=wall,
+                              late_admits=replayer.late_admits)
+    summary["warmup_s"] = warm_s
+    summary["simulated_hit_tokens"] = int(sum(r.hit_tokens for r in records))
+    info = dict(asdict(settings), layers=layers, model=spec.name, policy=config.policy,
+                capacity_bytes=config.capacity_bytes, state_alignment=config.state_alignment,
+                mode=config.mode, trace=trace.name, tolerance=replayer.tolerance,
+                timing=dict(effective_tflops=timing.effective_tflops,
+                            overhead_ms=timing.overhead_ms, source=timing.source),
+                device_name=(torch.cuda.get_device_name(device) if device.type == "cuda"
+                             else "cpu"))
+    return ReplayResult(summary, table, replayer.failures, info, sim_result, timing)
+
+
+def calibrate(result: ReplayResult, config: SimConfig, path=None) -> ReplayResult:
+    """Fit the timing model to ``result``'s measurements; write the timing file to ``path``."""
+    spec = get_model(config.model)
+    layers = result.settings["layers"]
+    t, info = measure.calibrate(result.requests, spec, result.timing, layers,
+                                device=result.settings.get("device_name", ""))
+    result.calibrated = t
+    result.calibration = info
+    result.summary["time_model_median_error_calibrated"] = info["median_error"]
+    result.summary["time_model_p95_error_calibrated"] = info["p95_error"]
+    if path is not None:
+        measure.write_timing(path, t, spec, info)
+    return result
+
+
+def tokens_total(trace: Trace) -> int:
+    return int(np.sum([r.n_input_tokens(trace.block_tokens) for r in trace.requests]))
