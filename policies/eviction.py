@@ -87,7 +87,9 @@ class MarconiEviction(EvictionPolicy):
 
     @dataclass(frozen=True)
     class Params:
-        alpha: float = knob(0.0, "Marconi's FLOP-efficiency weight, or auto (tuned while the trace runs; see --tuner).")
+        alpha: float = knob(0.0, "Marconi's FLOP-efficiency weight (a number >= 0), or auto: tuned while the trace "
+                            "runs, by default by the duel tuner (shadow caches for SGLang+'s LRU and each "
+                            "--duel-candidates alpha, the best over a trailing window; --tuner replay: the paper's).")
 
     def __init__(self, cost, params=None) -> None:
         super().__init__(cost, params)

@@ -92,7 +92,9 @@ class SimConfig:
     compat: str = setting("corrected", "paper: the Marconi artifact as published (its replay, logical clock and two "
                           "bugs); paper-fixed: the same with its two bugs fixed; corrected: exact capacity, pinning.",
                           choices=("corrected", "paper", "paper-fixed"))
-    sessions_per_second: float = setting(1.0, "", group=None)
+    sessions_per_second: float = setting(
+        1.0, "Closed-loop traces: sessions started per second (session i at i / rate, or Poisson with --arrival "
+        "poisson); open-loop traces (mooncake, bailian, marconi-jsonl) keep their own timestamps.", group=None)
     arrival: str = setting("uniform", "Session starts: i / rate (paper) or Poisson.", choices=("uniform", "poisson"))
     servers: int = setting(1, "Prefill servers (simpy resources).")
     ttft_model: str = setting("flops", "flops: FLOPs / throughput + overhead; jamba: the paper's fitted "
@@ -100,7 +102,7 @@ class SimConfig:
     timing_file: str | None = setting(
         None, "Timing file written by `marconi replay --calibrate FILE` (prefill throughput and overhead measured "
         "with the project's kernels) [default: the preset's estimate].", flag="--timing")
-    seed: int = setting(0, "")
+    seed: int = setting(0, "Seed of the Poisson session starts (--arrival poisson); uniform arrivals draw nothing.")
     # alpha tuning (--alpha auto, marconi-oracle; sim/tuning)
     alpha_grid: str = setting("0:2:0.1", "Alphas the tuner and marconi-oracle try (lo:hi:step or a comma list).",
                               group="tuning")

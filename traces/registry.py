@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from traces.base import DEFAULT_MAX_REQUEST_TOKENS, Trace, TraceError
 from traces.packing import PackedTrace, cache_key, cache_root, load_packed, save_packed
@@ -62,7 +62,9 @@ class TraceOptions:
     max_turns: int = 50  # swebench: steps per trajectory
     keep_observations: int = 5  # swebench: observations kept in full (older ones collapsed)
     words_per_minute: float = 90.0  # chat think time: typing speed
-    max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS  # rows of file traces: input + output tokens
+    # rows of file traces: input + output tokens (MARCONI_MAX_REQUEST_TOKENS overrides the default)
+    max_request_tokens: int | str = field(default_factory=lambda: os.environ.get("MARCONI_MAX_REQUEST_TOKENS",
+                                                                                 DEFAULT_MAX_REQUEST_TOKENS))
 
     def validate(self) -> None:
         if self.sessions < 0:
@@ -77,8 +79,14 @@ class TraceOptions:
             raise TraceError(f"--time-scale must be a finite number > 0 (got {self.time_scale})")
         if not 0 < self.words_per_minute < math.inf:
             raise TraceError(f"words_per_minute must be a finite number > 0 (got {self.words_per_minute})")
-        if self.max_request_tokens < 1:
-            raise TraceError(f"--max-request-tokens must be >= 1 (got {self.max_request_tokens})")
+        try:
+            limit = int(self.max_request_tokens)
+        except ValueError:
+            limit = 0
+        if limit < 1:
+            raise TraceError(f"max_request_tokens (MARCONI_MAX_REQUEST_TOKENS) must be an integer >= 1 "
+                             f"(got {self.max_request_tokens!r})")
+        self.max_request_tokens = limit
         if not 0 <= self.max_non_ascii <= 1:
             raise TraceError(f"max_non_ascii must be in [0, 1] (got {self.max_non_ascii})")
 

@@ -31,6 +31,20 @@ class Main(click.Group):
             click.echo("Interrupted.", err=True)
             sys.exit(130)
 
+    def format_commands(self, ctx, formatter) -> None:
+        """Each command with the whole first paragraph of its help, wrapped (click cuts it at 45
+        characters or so)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is None or cmd.hidden:
+                continue
+            text = cmd.short_help or (cmd.help or "").split("\n\n")[0]
+            rows.append((name, " ".join(text.replace("\b", "").split())))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
 
 @click.group(cls=Main)
 @click.version_option(package_name="marconi-sim")

@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Callable
 
 import click
+from click.core import ParameterSource
 
 from policies.base import get_preset
 from sim.cli.outdir import output_folder
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, flag_of, format_size, parse_size
+from sim.cost import get_model
 from sim.engine.metrics import SUMMARY_KEYS
 from sim.errors import UsageError
 from sim.engine.events import EventLog, event_row, write_events
@@ -82,6 +84,51 @@ def build_configs(policies: str, capacity: str, alpha: str, sessions_per_second:
     return configs
 
 
+def fits_trace_blocks(cfg: SimConfig, block_tokens: int) -> bool:
+    """Whether ``cfg.policy`` can place its checkpoints on a trace whose symbols stand for
+    ``block_tokens`` tokens (its checkpoint step is one token, or a multiple of the block)."""
+    step = get_preset(cfg.policy).grid_for(get_model(cfg.model), cfg)
+    return step <= 1 or (step >= block_tokens and step % block_tokens == 0)
+
+
+def _fitting_default_policies(configs: list[SimConfig], trace) -> tuple[list[SimConfig], str]:
+    """The default policy list on a hash-block trace: policies whose checkpoints are finer than
+    the trace's blocks (vllm+ every 32 tokens vs Mooncake's 512) are left out, and said so."""
+    keep = [c for c in configs if fits_trace_blocks(c, trace.block_tokens)]
+    dropped = [c.policy for c in configs if c not in keep]
+    if not dropped or not keep:
+        return configs, ""
+    return keep, (f"{', '.join(dropped)} left out: checkpoints finer than the trace's {trace.block_tokens}-token "
+                  f"blocks")
+
+
+def json_row(cfg: SimConfig, summary: dict) -> dict:
+    """One policy's `--format json` record: the table's columns by name, rejected inserts, and the
+    alpha used (the static one, or the one the tuner chose; null where alpha does not apply or the
+    tuner chose SGLang+'s LRU, see ``tuned_choice``)."""
+    row = {k: summary[k] for k in SUMMARY_KEYS}
+    row["rejected"] = int(summary.get("rejected_inserts", 0))
+    if not get_preset(cfg.policy).uses_alpha:
+        alpha = None
+    elif summary.get("tuned_choice") is not None:
+        tuned = summary.get("tuned_alpha")
+        alpha = None if tuned is None or math.isnan(tuned) else float(tuned)
+    else:
+        alpha = None if isinstance(cfg.alpha, str) else float(cfg.alpha)
+    row["alpha"] = alpha
+    row["tuned_choice"] = summary.get("tuned_choice")
+    return row
+
+
+def _finite(value):
+    """NaN (a tuned alpha when the tuner chose LRU) as null: summary.json stays standard JSON."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
 def format_table(rows: list[dict]) -> str:
     head = ["policy", "token hit", "request hit", "FLOPs saved", "TTFT p50 ms", "TTFT p95 ms", "evictions", "rejected"]
     lines = []
@@ -105,7 +152,8 @@ def register(main: click.Group) -> None:
                   help="Comma-separated policies (vanilla, vllm+, sglang+, marconi, ...).")
     @click.option("--capacity", default="5GB", show_default=True, help=_HELP["capacity_bytes"])
     @click.option("--alpha", default="auto", show_default=True, help=_HELP["alpha"])
-    @click.option("--sessions-per-second", type=float, default=1.0, show_default=True)
+    @click.option("--sessions-per-second", type=float, default=1.0, show_default=True,
+                  help=_HELP["sessions_per_second"])
     @sim_options
     @tuning_options
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -116,7 +164,13 @@ def register(main: click.Group) -> None:
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
     @click.option("--progress/--no-progress", default=True, show_default=True)
     def run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, progress, **kwargs):
-        """Replay a trace (default: 100 real ShareGPT sessions) under each policy."""
+        """Replay a trace (default: 100 real ShareGPT sessions) under each policy.
+
+        Table columns: token hit = prompt tokens served from the cache / all prompt tokens;
+        request hit = share of requests that reuse at least one cached token; FLOPs saved = prefill
+        FLOPs not recomputed; TTFT = time to first token (p50, p95); evictions = cache entries evicted;
+        rejected = inserts that did not fit in the cache.
+        """
         # output folders are created (or refused) before the trace is loaded and simulated
         with output_folder(out), output_folder(events_path.parent if events_path else None, "--events"):
             _run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, progress, **kwargs)
@@ -128,6 +182,9 @@ def register(main: click.Group) -> None:
             raise UsageError(f"--events {events_path}: the name must end in .jsonl or .parquet")
         trace = trace_from_cli(kwargs)
         configs = build_configs(policies, capacity, alpha, sessions_per_second, **kwargs)
+        left_out = ""
+        if click.get_current_context().get_parameter_source("policies") == ParameterSource.DEFAULT:
+            configs, left_out = _fitting_default_policies(configs, trace)
         if events_path is not None and any(c.policy == ORACLE for c in configs):
             raise UsageError(f"--events does not apply to {ORACLE} (it runs one simulation per alpha)")
         results = []
@@ -145,14 +202,16 @@ def register(main: click.Group) -> None:
             bar.close()
         rows = [res.summary for _, res in results]
         if fmt == "json":
-            click.echo(json.dumps([{k: r[k] for k in SUMMARY_KEYS} for r in rows], indent=2))
+            click.echo(json.dumps([json_row(cfg, res.summary) for cfg, res in results], indent=2))
+            if left_out:
+                click.echo(f"note: {left_out}", err=True)
         else:
             cfg0 = configs[0]
-            arrivals = (f"{sessions_per_second:g} sessions/s ({cfg0.arrival})" if trace.closed_loop
-                        else "open-loop arrivals from the trace")
+            rate = f"{sessions_per_second:g} session{'' if sessions_per_second == 1 else 's'}/s"
+            arrivals = f"{rate} ({cfg0.arrival})" if trace.closed_loop else "open-loop arrivals from the trace"
             click.echo(f"trace {trace.name}: {len(trace.requests)} requests, {trace.n_sessions} sessions | "
                        f"model {cfg0.model} | capacity {format_size(cfg0.capacity_bytes)} | "
-                       f"{cfg0.mode} | {arrivals} | alpha {cfg0.alpha}")
+                       f"{cfg0.mode} | {arrivals} | alpha {cfg0.alpha}" + (f" | {left_out}" if left_out else ""))
             click.echo(format_table(rows))
             for r in rows:
                 if r.get("tuned_choice") is None:
@@ -172,8 +231,8 @@ def register(main: click.Group) -> None:
         import pandas as pd  # noqa: PLC0415 - only --out writes tables
 
         out.mkdir(parents=True, exist_ok=True)
-        summary = [{**cfg.as_row(), "trace": trace.name, **res.summary} for cfg, res in results]
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        summary = [_finite({**cfg.as_row(), "trace": trace.name, **res.summary}) for cfg, res in results]
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
         for name in ("requests", "occupancy"):  # one table each, all policies, policy column first
             frames = [getattr(res, name).assign(policy=cfg.policy) for cfg, res in results]
             table = pd.concat(frames, ignore_index=True)

@@ -22,7 +22,7 @@ from sim.experiments.store import is_done
 from sim.trace_options import TRACE_OPTION_KEYS
 
 # `run` options that are about printing / writing one run, not knobs
-_NOT_KNOBS = {"out", "fmt", "progress"}
+_NOT_KNOBS = {"out", "events_path", "fmt", "progress"}
 # run option name -> SimConfig field
 _RENAME = {"policies": "policy", "capacity": "capacity_bytes"}
 # string knobs whose value is itself a list or range: taken verbatim (repeat the flag to sweep them)
@@ -72,11 +72,13 @@ class SweepSpec:
         for p in self.listed:
             default = _default(p)
             help_ = (p.help or "").rstrip(".")
+            # one default in the help: the one the knob's own help states, else the value
+            shown = "" if "[default:" in help_ or default in (None, "") else f" [default: {default}]"
             form = {"str": "a,b,c", "trace": "a,b,c", "raw": "one value; repeat the flag to sweep"}.get(
                 _kind(p), "a,b,c or start:stop[:step]")
             params.append(click.Option(
                 [*p.opts, p.name], multiple=True, metavar="LIST", show_default=False,
-                help=f"{help_}. Values: {form} [default: {default}]"))
+                help=f"{help_}. Values: {form}{shown}"))
         return params + self.passed
 
     def axes(self, kwargs: dict) -> tuple[dict, dict]:

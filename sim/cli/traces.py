@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import click
+from click.core import ParameterSource
 
+from sim.errors import UsageError
 from sim.trace_options import TRACE_OPTIONS, options_from_kwargs
 from traces.base import TraceError
 from traces.registry import SPECS, load_trace
@@ -34,6 +37,16 @@ def trace_from_cli(kwargs: dict, progress: bool = True):
     spec, opts = options_from_kwargs(kwargs)
     opts.progress = progress
     return load_trace(spec, opts)
+
+
+def _one_trace(spec: str, kwargs: dict) -> None:
+    """SPEC or --trace names the trace (either, not both: one of them would be silently ignored)."""
+    ctx = click.get_current_context()
+    given = {name: ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None) for name in ("spec", "trace")}
+    if given["spec"] and given["trace"]:
+        raise UsageError(f"the trace is given twice ({spec!r} and --trace {kwargs['trace']!r}): give one of them")
+    if not given["trace"]:
+        kwargs["trace"] = spec
 
 
 def _fmt(v) -> str:
@@ -65,7 +78,7 @@ def register(main: click.Group) -> None:
     @trace_options
     def prepare_cmd(spec, **kwargs) -> None:
         """Load (tokenize) SPEC and store it in the trace cache."""
-        kwargs["trace"] = spec
+        _one_trace(spec, kwargs)
         t0 = time.perf_counter()
         trace = trace_from_cli(kwargs)
         dt = time.perf_counter() - t0
@@ -85,9 +98,9 @@ def register(main: click.Group) -> None:
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
     def stats_cmd(spec, rate, fmt, **kwargs) -> None:
         """Sessions, requests, tokens and infinite-cache hit-rate upper bounds of SPEC."""
-        if not rate > 0:
-            raise TraceError(f"--sessions-per-second must be > 0 (got {rate})")
-        kwargs["trace"] = spec
+        if not 0 < rate < math.inf:
+            raise TraceError(f"--sessions-per-second must be a finite number > 0 (got {rate})")
+        _one_trace(spec, kwargs)
         trace = trace_from_cli(kwargs)
         st = trace_stats(trace, rate)
         if trace.meta.get("skipped_rows"):

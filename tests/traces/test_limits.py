@@ -99,8 +99,20 @@ def test_request_token_limit_counts_input_plus_output(tmp_path):
     mj = _write(tmp_path / "j.jsonl", [_mj(inp=(1, 2, 3), out=(4,))])
     with pytest.raises(TraceError, match=r"j.jsonl:1: 4 tokens in one request, more than the limit of 3"):
         load_trace(f"marconi-jsonl:{mj}", TraceOptions(max_request_tokens=3))
-    with pytest.raises(TraceError, match="max-request-tokens must be >= 1"):
+    with pytest.raises(TraceError, match=r"max_request_tokens \(MARCONI_MAX_REQUEST_TOKENS\) must be an integer >= 1"):
         load_trace(f"marconi-jsonl:{mj}", TraceOptions(max_request_tokens=0))
+
+
+def test_request_token_limit_from_the_environment(main, tmp_path):
+    path = _write(tmp_path / "m.jsonl", [_moon(il=1000, ol=24), _moon(ts=1, il=1000, ol=25)])
+    res = CliRunner().invoke(main, ["traces", "stats", f"mooncake:{path}"], env={"MARCONI_MAX_REQUEST_TOKENS": "1024"})
+    assert res.exit_code == 2
+    assert res.output.strip() == (f"Error: {path}:2: 1,025 tokens in one request, more than the limit of 1,024 "
+                                  "(max_request_tokens)")
+    res = CliRunner().invoke(main, ["traces", "stats", f"mooncake:{path}"], env={"MARCONI_MAX_REQUEST_TOKENS": "lots"})
+    assert res.exit_code == 2 and res.output.strip() == (
+        "Error: max_request_tokens (MARCONI_MAX_REQUEST_TOKENS) must be an integer >= 1 (got 'lots')")
+    assert CliRunner().invoke(main, ["traces", "stats", f"mooncake:{path}"]).exit_code == 0
 
 
 @pytest.mark.parametrize("kind", ["mooncake", "marconi-jsonl"])

@@ -147,3 +147,74 @@ def test_ctrl_c_in_run_exits_130(tmp_path):
             proc.wait()
     lines = [ln for ln in err.decode().replace("\r", "\n").splitlines() if ln.strip() and "simulating" not in ln]
     assert proc.returncode == 130 and lines == ["Interrupted."], (proc.returncode, err[-1000:])
+
+
+def test_traces_stats_refuses_two_traces(runner):
+    res = runner.invoke(main, ["traces", "stats", "synthetic:chat", "--trace", "sharegpt"])
+    _one_line_error(res, "the trace is given twice ('synthetic:chat' and --trace 'sharegpt'): give one of them")
+    res = runner.invoke(main, ["traces", "prepare", "synthetic:chat", "--trace", "sharegpt"])
+    _one_line_error(res, "the trace is given twice ('synthetic:chat' and --trace 'sharegpt'): give one of them")
+    res = runner.invoke(main, ["traces", "stats", "--trace", "synthetic:chat:sessions=2", "--format", "json"])
+    assert res.exit_code == 0 and json.loads(res.output)["sessions"] == 2  # --trace alone is the trace
+    res = runner.invoke(main, ["traces", "stats", "synthetic:chat", "--sessions-per-second", "nan"])
+    _one_line_error(res, "--sessions-per-second must be a finite number > 0 (got nan)")
+
+
+MOONCAKE_ROWS = [
+    {"timestamp": 0, "input_length": 1100, "output_length": 10, "hash_ids": [0, 1, 2]},
+    {"timestamp": 500, "input_length": 1024, "output_length": 513, "hash_ids": [0, 1]},
+    {"timestamp": 2500, "input_length": 1600, "output_length": 0, "hash_ids": [0, 1, 3, 4]},
+]
+
+
+def test_default_policies_on_a_hash_block_trace_leave_vllm_out(runner, tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in MOONCAKE_ROWS))
+    res = runner.invoke(main, ["run", "--trace", f"mooncake:{path}", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    header, *rest = res.stdout.splitlines()
+    assert header.endswith("| vllm+ left out: checkpoints finer than the trace's 512-token blocks")
+    assert [ln.split()[0] for ln in rest[2:4]] == ["sglang+", "marconi"]
+    res = runner.invoke(main, ["run", "--trace", f"mooncake:{path}", "--no-progress", "--format", "json"])
+    assert res.exit_code == 0 and [r["policy"] for r in json.loads(res.stdout)] == ["sglang+", "marconi"]
+    assert res.stderr.strip() == "note: vllm+ left out: checkpoints finer than the trace's 512-token blocks"
+    # named explicitly, it is still refused with the reason
+    res = runner.invoke(main, ["run", "--trace", f"mooncake:{path}", "--no-progress", "--policy", "vllm+"])
+    _one_line_error(res, "policy vllm+ checkpoints every 32 tokens, finer than (or not a multiple of) the "
+                         "trace's 512-token blocks")
+
+
+def test_json_has_rejected_and_alpha_and_summary_stores_numbers(runner, tmp_path):
+    out = tmp_path / "res"
+    res = runner.invoke(main, ["run", *SMALL, "--policy", "vanilla,sglang+,marconi", "--capacity", "30MB",
+                               "--format", "json", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    rows = {r["policy"]: r for r in json.loads(res.stdout)}
+    assert rows["vanilla"]["alpha"] is None and rows["sglang+"]["alpha"] is None
+    assert rows["marconi"]["tuned_choice"] is not None  # alpha auto (the default) was tuned
+    assert rows["marconi"]["alpha"] == (None if rows["marconi"]["tuned_choice"] == "lru"
+                                        else float(rows["marconi"]["tuned_choice"]))
+    summary = {s["policy"]: s for s in json.loads((out / "summary.json").read_text())}  # standard JSON: no NaN
+    for policy, row in rows.items():
+        assert row["rejected"] == summary[policy]["rejected_inserts"]
+    tuned = summary["marconi"]["tuned_alpha"]
+    assert tuned is None or isinstance(tuned, float)
+    res = runner.invoke(main, ["run", *SMALL, "--policy", "marconi", "--alpha", "1.5", "--format", "json"])
+    assert json.loads(res.stdout)[0]["alpha"] == 1.5 and json.loads(res.stdout)[0]["tuned_choice"] is None
+
+
+def test_help_texts(runner):
+    run_help = runner.invoke(main, ["run", "--help"]).output
+    flat = " ".join(run_help.split())
+    assert "--seed INTEGER Seed of the Poisson session starts (--arrival poisson)" in flat
+    assert "--sessions-per-second FLOAT Closed-loop traces: sessions started per second" in flat
+    assert "by default by the duel tuner" in flat
+    assert "request hit = share of requests that reuse at least one cached token" in flat
+    sweep_help = runner.invoke(main, ["sweep", "--help"]).output
+    options = " ".join(sweep_help.split()).split(" --")
+    assert options and all(o.count("[default:") <= 1 for o in options), [o for o in options if o.count("[default:") > 1]
+    assert "--events" not in sweep_help  # writing an event stream is not a sweep knob
+    top = runner.invoke(main, ["--help"]).output
+    commands = top.split("Commands:")[1]
+    assert "..." not in commands  # descriptions are wrapped, not cut
+    assert "Replay a trace (default: 100 real ShareGPT sessions) under each policy." in " ".join(top.split())

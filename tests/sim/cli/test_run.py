@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from sim.cli import main
 
 JSON_KEYS = ["policy", "token_hit_rate", "request_hit_rate", "flops_saved", "ttft_p50_ms", "ttft_p95_ms",
-             "requests", "evictions"]
+             "requests", "evictions", "rejected", "alpha", "tuned_choice"]
 
 
 @pytest.fixture(scope="module")
