@@ -9,13 +9,21 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-setup: $(BIN)/python
+# The editable install follows code changes by itself: pip runs again only when pyproject.toml
+# changes (the stamp files record the last install), so `make run` starts at once after the first.
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e .
+	touch $@
 
 # torch==2.13.0 is pinned so pip takes the CPU build (an unpinned torch pulls a multi-GB CUDA build).
-setup-test: $(BIN)/python
+setup-test: $(VENV)/.installed-test
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0 "triton==3.6.0"
 	$(BIN)/pip install -q -e '.[test,kernels,notebooks,ray,lmsys,hf]'
+	touch $@ $(VENV)/.installed
 
 run: setup
 	$(BIN)/marconi run
