@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from engine_cases import TINY, cat, one_per_session, run, state_depths, toks
+from engine_cases import TINY, one_per_session, run, state_depths, toks
 
 from policies.lmdeploy import TieredLRUEviction, anchor_step
 from sim.cache.engine_tree import EngineTree
