@@ -65,6 +65,20 @@ def test_mamba_radix_cache_1():
     c.tree.check_invariants()
 
 
+def test_mamba_radix_cache_kv_events():
+    """SGLang test_mamba_unittest.py::test_mamba_radix_cache_kv_events (its KV accounting): evicting
+    an inner state tombstones it and frees no KV; then one KV token of pressure removes the leaf
+    and the tombstone left above it, every stored token."""
+    c = _Tree()
+    c.insert([1, 2, 3])
+    c.insert([1, 2, 3, 4, 5])
+    assert c.tree.evict_states(1) == 1 and c.tree.kv_tokens == 5
+    assert c.match([1, 2, 3, 9]).hit_tokens == 0
+    assert c.tree.evict_kv(1) == 5
+    assert c.tree.kv_tokens == 0 and c.tree.n_states == 0 and not c.tree.root.children
+    c.tree.check_invariants()
+
+
 @pytest.mark.parametrize("refresh", ["split", "path"])
 def test_mamba_lru_match_refreshes_only_used_node(refresh):
     """SGLang test_mamba_unittest.py::test_mamba_lru_match_refreshes_only_used_node: re-matching
