@@ -46,6 +46,12 @@ def main(argv=None) -> int:
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="per-kernel device times (torch.profiler) at the longest T")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="extra 'states' run with launch configs from the environment, e.g. "
+                         "'s64:KERNELS_CONFIG_STATE=BV=64,num_warps=4,num_stages=2' "
+                         "(several VAR=... joined by ';')")
+    ap.add_argument("--shapes", default="16/32,4/8", help="H/HV list")
+    ap.add_argument("--T", default=None, help="comma-separated token counts")
     args = ap.parse_args(argv)
     try:
         import torch
@@ -59,7 +65,7 @@ def main(argv=None) -> int:
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from kernels.chunk_gdn import chunk_gated_delta_rule, prepare_chunk_metadata
+    from kernels import chunk_gated_delta_rule, prepare_chunk_metadata
 
     fla = None
     if not args.no_fla:
@@ -67,8 +73,14 @@ def main(argv=None) -> int:
             from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla
         except Exception as exc:   # noqa: BLE001
             print(f"# FLA not importable ({type(exc).__name__}: {exc}); ours only")
-    shapes = [(16, 32), (4, 8)]
+    shapes = [tuple(int(x) for x in s.split("/")) for s in args.shapes.split(",")]
     Ts = [4096, 8192] if args.small else [32768, 8192, 4096]
+    if args.T:
+        Ts = [int(x) for x in args.T.split(",")]
+    variants = {}
+    for spec in args.variant:
+        name, _, envs = spec.partition(":")
+        variants[name] = dict(e.split("=", 1) for e in envs.split(";") if e)
     rows = []
     print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}"
           f" fla {'yes' if fla else 'no'}")
@@ -90,35 +102,48 @@ def main(argv=None) -> int:
                     q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta_all,
                     boundary_states=False),
             }
+            for vname in variants:
+                fns[f"states[{vname}]"] = fns["states"]
             if fla is not None:
                 fns["fla"] = lambda: fla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True,
                                          output_final_state=True)
             res = {}
             for name, fn in fns.items():
-                fn()
-                torch.cuda.synchronize()    # autotune outside the timed / captured region
-                plain = do_bench(fn, warmup=25, rep=200, return_mode="median")
-                graph = do_bench_cudagraph(fn, rep=200, return_mode="median")
+                env = variants.get(name[7:-1], {}) if name.startswith("states[") else {}
+                saved = {key: os.environ.get(key) for key in env}
+                os.environ.update(env)
+                try:
+                    fn()
+                    torch.cuda.synchronize()    # compile outside the timed / captured region
+                    plain = do_bench(fn, warmup=25, rep=200, return_mode="median")
+                    graph = do_bench_cudagraph(fn, rep=200, return_mode="median")
+                finally:
+                    for key, val in saved.items():
+                        if val is None:
+                            os.environ.pop(key, None)
+                        else:
+                            os.environ[key] = val
                 res[name] = (plain, graph)
             if args.profile and T == max(Ts):
-                _profile(torch, fns, h, hv, T)
+                _profile(torch, {n: f for n, f in fns.items() if n in ("states", "nostates", "fla")},
+                         h, hv, T)
             sbytes = meta_all.num_boundaries * hv * 128 * 128 * 4
             for name, (plain, graph) in res.items():
                 row = dict(H=h, HV=hv, T=T, mode=name, ms_plain=plain, ms_graph=graph,
                            tflops_graph=flop / graph / 1e9,
-                           state_bytes=sbytes if name == "states" else 0)
+                           state_bytes=sbytes if name.startswith("states") else 0)
                 if "fla" in res:
                     row["ratio_plain"] = plain / res["fla"][0]
                     row["ratio_graph"] = graph / res["fla"][1]
                 rows.append(row)
                 print("#", json.dumps(row), flush=True)
-    hdr = (f"{'H/HV':>6} {'T':>6} {'mode':>9} {'ms plain':>9} {'ms graph':>9} {'TFLOP/s':>8} "
+    hdr = (f"{'H/HV':>6} {'T':>6} {'mode':>14} {'ms plain':>9} {'ms graph':>9} {'TFLOP/s':>8} "
            f"{'states GB':>9} {'x FLA plain':>11} {'x FLA graph':>11}")
     print(hdr)
     for r in rows:
         rp = f"{r['ratio_plain']:.2f}" if "ratio_plain" in r else "-"
         rg = f"{r['ratio_graph']:.2f}" if "ratio_graph" in r else "-"
-        print(f"{r['H']:>2}/{r['HV']:<3} {r['T']:>6} {r['mode']:>9} {r['ms_plain']:>9.3f} "
+        print(f"{r['H']:>2}/{r['HV']:<3} {r['T']:>6} {r['mode']:>14} {r['ms_plain']:>9.3f} "
               f"{r['ms_graph']:>9.3f} {r['tflops_graph']:>8.1f} {r['state_bytes'] / 1e9:>9.3f} "
               f"{rp:>11} {rg:>11}")
     if args.json:

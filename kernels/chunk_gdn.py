@@ -7,6 +7,7 @@ Math (per value head, C = 64 tokens per chunk, state S is K x V, gamma = chunk-l
   v'  = u - w S_c
   S  <- exp(gamma_last) S + (K o exp(gamma_last - gamma))^T v'
   O   = diag(exp(gamma)) Q S_c + tril(Q K^T o exp(gamma_i - gamma_j)) v'     (Q l2-normed, scaled)
+(q and k l2-normalised when asked; the norms and the scale multiply fp32 matrix-product results.)
 
 Three kernels, split where the work changes shape (the split FLA uses, written from the math):
   1. ``_prep_kernel`` (one program per chunk x value head, fully parallel): gate / beta, the
@@ -77,35 +78,41 @@ def _load_gate_beta(g, beta, A_log_h, dt_bias_h, tc, m, i_hv, sgt, sgh, sbt, sbh
 
 
 @triton.jit
-def _load_rows(ptr, tc, m, i_h, st, sh, offs, D, NORM: tl.constexpr):
-    """Rows ``tc`` as a [rows, BD] fp32 block (columns past ``D`` are zero), l2-normed if asked."""
-    x = tl.load(ptr + tc[:, None] * st + i_h * sh + offs[None, :],
-                mask=m[:, None] & (offs < D)[None, :], other=0.).to(tl.float32)
-    if NORM:
-        x = x / tl.sqrt(tl.sum(x * x, 1) + 1e-6)[:, None]
-    return x
+def _load_rows(ptr, tc, m, i_h, st, sh, offs, D):
+    """Rows ``tc`` as a [rows, BD] fp32 block (columns past ``D`` are zero)."""
+    return tl.load(ptr + tc[:, None] * st + i_h * sh + offs[None, :],
+                   mask=m[:, None] & (offs < D)[None, :], other=0.).to(tl.float32)
 
 
 @triton.jit
-def _load_cols(ptr, tc, m, i_h, st, sh, offs, D, NORM: tl.constexpr):
+def _load_cols(ptr, tc, m, i_h, st, sh, offs, D):
     """Rows ``tc`` loaded transposed, as a [BD, rows] block (no register transpose: a
     register-transposed wgmma operand gave wrong results on an H200 with triton 3.6)."""
-    x = tl.load(ptr + tc[None, :] * st + i_h * sh + offs[:, None],
-                mask=m[None, :] & (offs < D)[:, None], other=0.).to(tl.float32)
-    if NORM:
-        x = x / tl.sqrt(tl.sum(x * x, 0) + 1e-6)[None, :]
-    return x
+    return tl.load(ptr + tc[None, :] * st + i_h * sh + offs[:, None],
+                   mask=m[None, :] & (offs < D)[:, None], other=0.).to(tl.float32)
 
 
 @triton.jit
-def _kkt_block(ki, kjT, gi, gj, bi, DIAG: tl.constexpr, PREC: tl.constexpr):
+def _rnorm(x, axis: tl.constexpr, l2norm):
+    """1 / ||x|| along ``axis`` (the l2norm of the math, eps 1e-6 under the root), or 1.
+
+    The kernels never round an l2-normalised (or scaled) q / k to the input dtype: the raw
+    half-precision rows go into the matrix products and these factors are applied to the fp32
+    results. When q.k cancels (|q.k| << |q||k|) a rounded normalised copy would carry a
+    relative error of 2^-9 |q||k| / |q.k| (bf16) into the output."""
+    n = 1. / tl.sqrt(tl.sum(x * x, axis) + 1e-6)
+    return tl.where(l2norm != 0, n, 1.)
+
+
+@triton.jit
+def _kkt_block(ki, kjT, gi, gj, bi, ri, rj, DIAG: tl.constexpr, PREC: tl.constexpr):
     r = tl.arange(0, 16)
     if DIAG:
         keep = r[:, None] > r[None, :]
     else:
         keep = r[:, None] >= 0
     d = tl.exp(tl.where(keep, gi[:, None] - gj[None, :], float("-inf")))
-    return tl.dot(ki, kjT, input_precision=PREC) * bi[:, None] * d
+    return tl.dot(ki, kjT, input_precision=PREC) * (bi * ri)[:, None] * rj[None, :] * d
 
 
 @triton.jit
@@ -133,11 +140,13 @@ def _rows16(tstart, lo, hi, blk: tl.constexpr):
     return tl.where(m, t, 0), m
 
 
-@triton.jit
+# Runtime flags are kept out of Triton's "== 1" integer specialisation: one compiled kernel
+# serves calls with and without l2norm / initial state / boundary states.
+@triton.jit(do_not_specialize=["l2norm"])
 def _prep_kernel(k, v, g, beta, A_log, dt_bias, w_out, u_out, gc_out, gl_out, a_scr, chunk_info,
                  skt, skh, svt, svh, sgt, sgh, sbt, sbh,
-                 HV, GROUP, K, V, BK: tl.constexpr, BVF: tl.constexpr,
-                 USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr, L2NORM: tl.constexpr,
+                 HV, GROUP, K, V, BK: tl.constexpr, BVF: tl.constexpr, BC: tl.constexpr,
+                 USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr, l2norm,
                  PREC: tl.constexpr):
     i_c = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -152,7 +161,6 @@ def _prep_kernel(k, v, g, beta, A_log, dt_bias, w_out, u_out, gc_out, gl_out, a_
         A_log_h = tl.load(A_log + i_hv).to(tl.float32)
         dt_bias_h = tl.load(dt_bias + i_hv).to(tl.float32)
     oK = tl.arange(0, BK)
-    oV = tl.arange(0, BVF)
     r16 = tl.arange(0, 16)
 
     # ---- 16-row blocks: gate, cumsum, kkt blocks ---------------------------------------------
@@ -168,24 +176,27 @@ def _prep_kernel(k, v, g, beta, A_log, dt_bias, w_out, u_out, gc_out, gl_out, a_
     g1 = tl.cumsum(g1, 0) + tl.sum(tl.where(r16 == 15, g0, 0.), 0)
     g2 = tl.cumsum(g2, 0) + tl.sum(tl.where(r16 == 15, g1, 0.), 0)
     g3 = tl.cumsum(g3, 0) + tl.sum(tl.where(r16 == 15, g2, 0.), 0)
-    k0 = _load_rows(k, t0, m0, i_h, skt, skh, oK, K, L2NORM).to(dt)
-    k1 = _load_rows(k, t1, m1, i_h, skt, skh, oK, K, L2NORM).to(dt)
-    k2 = _load_rows(k, t2, m2, i_h, skt, skh, oK, K, L2NORM).to(dt)
-    k3 = _load_rows(k, t3, m3, i_h, skt, skh, oK, K, L2NORM).to(dt)
-    k0T = _load_cols(k, t0, m0, i_h, skt, skh, oK, K, L2NORM).to(dt)
-    k1T = _load_cols(k, t1, m1, i_h, skt, skh, oK, K, L2NORM).to(dt)
-    k2T = _load_cols(k, t2, m2, i_h, skt, skh, oK, K, L2NORM).to(dt)
-    k3T = _load_cols(k, t3, m3, i_h, skt, skh, oK, K, L2NORM).to(dt)
-    L00 = _kkt_block(k0, k0T, g0, g0, b0, True, PREC)
-    L11 = _kkt_block(k1, k1T, g1, g1, b1, True, PREC)
-    L22 = _kkt_block(k2, k2T, g2, g2, b2, True, PREC)
-    L33 = _kkt_block(k3, k3T, g3, g3, b3, True, PREC)
-    L10 = _kkt_block(k1, k0T, g1, g0, b1, False, PREC)
-    L20 = _kkt_block(k2, k0T, g2, g0, b2, False, PREC)
-    L21 = _kkt_block(k2, k1T, g2, g1, b2, False, PREC)
-    L30 = _kkt_block(k3, k0T, g3, g0, b3, False, PREC)
-    L31 = _kkt_block(k3, k1T, g3, g1, b3, False, PREC)
-    L32 = _kkt_block(k3, k2T, g3, g2, b3, False, PREC)
+    k0 = _load_rows(k, t0, m0, i_h, skt, skh, oK, K)
+    k1 = _load_rows(k, t1, m1, i_h, skt, skh, oK, K)
+    k2 = _load_rows(k, t2, m2, i_h, skt, skh, oK, K)
+    k3 = _load_rows(k, t3, m3, i_h, skt, skh, oK, K)
+    r0, r1 = _rnorm(k0, 1, l2norm), _rnorm(k1, 1, l2norm)
+    r2, r3 = _rnorm(k2, 1, l2norm), _rnorm(k3, 1, l2norm)
+    k0, k1, k2, k3 = k0.to(dt), k1.to(dt), k2.to(dt), k3.to(dt)
+    k0T = _load_cols(k, t0, m0, i_h, skt, skh, oK, K).to(dt)
+    k1T = _load_cols(k, t1, m1, i_h, skt, skh, oK, K).to(dt)
+    k2T = _load_cols(k, t2, m2, i_h, skt, skh, oK, K).to(dt)
+    k3T = _load_cols(k, t3, m3, i_h, skt, skh, oK, K).to(dt)
+    L00 = _kkt_block(k0, k0T, g0, g0, b0, r0, r0, True, PREC)
+    L11 = _kkt_block(k1, k1T, g1, g1, b1, r1, r1, True, PREC)
+    L22 = _kkt_block(k2, k2T, g2, g2, b2, r2, r2, True, PREC)
+    L33 = _kkt_block(k3, k3T, g3, g3, b3, r3, r3, True, PREC)
+    L10 = _kkt_block(k1, k0T, g1, g0, b1, r1, r0, False, PREC)
+    L20 = _kkt_block(k2, k0T, g2, g0, b2, r2, r0, False, PREC)
+    L21 = _kkt_block(k2, k1T, g2, g1, b2, r2, r1, False, PREC)
+    L30 = _kkt_block(k3, k0T, g3, g0, b3, r3, r0, False, PREC)
+    L31 = _kkt_block(k3, k1T, g3, g1, b3, r3, r1, False, PREC)
+    L32 = _kkt_block(k3, k2T, g3, g2, b3, r3, r2, False, PREC)
 
     # ---- A = (I + L)^-1 by block forward substitution (fp32, IEEE) ----------------------------
     A00 = _inv16(L00)
@@ -226,20 +237,31 @@ def _prep_kernel(k, v, g, beta, A_log, dt_bias, w_out, u_out, gc_out, gl_out, a_
     gc = tl.cumsum(gr, 0)
     tl.store(gl_out + i_c * HV + i_hv, tl.sum(tl.where(r64 == 63, gc, 0.), 0))   # tail g = 0
     tl.store(gc_out + t.to(tl.int64) * HV + i_hv, gc, mask=m)
-    kk = _load_rows(k, t, m, i_h, skt, skh, oK, K, L2NORM)
-    w = tl.dot(A, (kk * (bt * tl.exp(gc))[:, None]).to(dt), input_precision=PREC)
-    vv = tl.load(v + t[:, None] * svt + i_hv * svh + oV[None, :],
-                 mask=m[:, None] & (oV < V)[None, :], other=0.).to(tl.float32)
-    u = tl.dot(A, (vv * bt[:, None]).to(dt), input_precision=PREC)
+    # w and u in column blocks of at most 64 (keeps the live fp32 tiles small: no spills)
+    ksq = tl.zeros([64], dtype=tl.float32)
+    for kb in tl.static_range(0, BK, BC):
+        kc = _load_rows(k, t, m, i_h, skt, skh, kb + tl.arange(0, BC), K)
+        ksq += tl.sum(kc * kc, 1)
+    rk = tl.where(l2norm != 0, 1. / tl.sqrt(ksq + 1e-6), 1.)
+    fk = bt * tl.exp(gc) * rk
     row = (t[:, None] * HV + i_hv).to(tl.int64)
-    tl.store(w_out + row * K + oK[None, :], w.to(dt), mask=m[:, None] & (oK < K)[None, :])
-    tl.store(u_out + row * V + oV[None, :], u.to(dt), mask=m[:, None] & (oV < V)[None, :])
+    for kb in tl.static_range(0, BK, BC):
+        oc = kb + tl.arange(0, BC)
+        kc = _load_rows(k, t, m, i_h, skt, skh, oc, K)
+        w = tl.dot(A, (kc * fk[:, None]).to(dt), input_precision=PREC)
+        tl.store(w_out + row * K + oc[None, :], w.to(dt), mask=m[:, None] & (oc < K)[None, :])
+    for vb in tl.static_range(0, BVF, BC):
+        oc = vb + tl.arange(0, BC)
+        vv = tl.load(v + t[:, None] * svt + i_hv * svh + oc[None, :],
+                     mask=m[:, None] & (oc < V)[None, :], other=0.).to(tl.float32)
+        u = tl.dot(A, (vv * bt[:, None]).to(dt), input_precision=PREC)
+        tl.store(u_out + row * V + oc[None, :], u.to(dt), mask=m[:, None] & (oc < V)[None, :])
 
 
 @triton.jit
 def _state_step(c, j, S, k, w, u, gc, gl, h_out, vn_out, hb, store_slot, ts0, bos, eos, i_hv,
-                i_h, skt, skh, oK, oV, mKV, r64, sidx, HV, K, V,
-                L2NORM: tl.constexpr, STORE_B: tl.constexpr, PREC: tl.constexpr):
+                i_h, skt, skh, oK, oV, mKV, r64, sidx, HV, K, V, l2norm, store_b,
+                PREC: tl.constexpr):
     dt = w.dtype.element_ty
     # chunk-start state for the output kernel (always in the input dtype, like FLA's h)
     tl.store(h_out + (c * HV + i_hv).to(tl.int64) * K * V + sidx, S.to(dt), mask=mKV)
@@ -256,22 +278,23 @@ def _state_step(c, j, S, k, w, u, gc, gl, h_out, vn_out, hb, store_slot, ts0, bo
     tl.store(vn_out + row * V + oV[None, :], vnd, mask=m[:, None] & mV[None, :])
     g_last = tl.load(gl + c * HV + i_hv)
     gam = tl.load(gc + t.to(tl.int64) * HV + i_hv, mask=m, other=0.)
-    kT = _load_cols(k, t, m, i_h, skt, skh, oK, K, L2NORM)
-    kd = (kT * tl.exp(g_last - gam)[None, :]).to(dt)
+    kT = _load_cols(k, t, m, i_h, skt, skh, oK, K)
+    kd = (kT * (_rnorm(kT, 0, l2norm) * tl.exp(g_last - gam))[None, :]).to(dt)
     S = S * tl.exp(g_last) + tl.dot(kd, vnd, input_precision=PREC)
-    if STORE_B:
-        slot = tl.load(store_slot + c)
-        ok = ((sidx * 0 + slot) >= 0) & mKV      # full-shape boolean mask (triton 3.9's
-        tl.store(hb + (tl.maximum(slot, 0) * HV + i_hv).to(tl.int64) * K * V + sidx,   # interpreter)
-                 S.to(hb.dtype.element_ty), mask=ok)
+    # boundary state; a runtime flag (not constexpr) so calls with and without boundaries share
+    # one compiled kernel. Full-shape boolean mask: triton 3.9's interpreter rejects scalar masks.
+    slot = tl.load(store_slot + c)
+    slot = tl.where(store_b != 0, slot, -1)
+    ok = ((sidx * 0 + slot) >= 0) & mKV
+    tl.store(hb + (tl.maximum(slot, 0) * HV + i_hv).to(tl.int64) * K * V + sidx,
+             S.to(hb.dtype.element_ty), mask=ok)
     return S
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["has_h0", "l2norm", "store_b"])
 def _state_kernel(k, w, u, gc, gl, h_out, vn_out, h0, ht, hb, seq_info, chunk_info, store_slot,
                   skt, skh, HV, GROUP, K, V, BK: tl.constexpr, BV: tl.constexpr,
-                  HAS_H0: tl.constexpr, L2NORM: tl.constexpr, STORE_B: tl.constexpr,
-                  PREC: tl.constexpr, WHILE_LOOP: tl.constexpr):
+                  has_h0, l2norm, store_b, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr):
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_v = tl.program_id(2)
@@ -286,30 +309,29 @@ def _state_kernel(k, w, u, gc, gl, h_out, vn_out, h0, ht, hb, seq_info, chunk_in
     r64 = tl.arange(0, 64)
     sidx = oK[:, None] * V + oV[None, :]
     mKV = (oK < K)[:, None] & (oV < V)[None, :]
-    S = tl.zeros([BK, BV], dtype=tl.float32)
-    if HAS_H0:
-        S += tl.load(h0 + (i_n * HV + i_hv).to(tl.int64) * K * V + sidx, mask=mKV,
-                     other=0.).to(tl.float32)
+    # masked load instead of a constexpr branch: one compiled kernel with or without h0
+    S = tl.load(h0 + (i_n * HV + i_hv).to(tl.int64) * K * V + sidx,
+                mask=mKV & ((sidx * 0 + has_h0) != 0), other=0.).to(tl.float32)
     if WHILE_LOOP:
         # the interpreter keeps scalars as 1-element arrays, which range() cannot take
         c = c0
         while c < c1:
             S = _state_step(c, c - c0, S, k, w, u, gc, gl, h_out, vn_out, hb, store_slot, ts0,
                             bos, eos, i_hv, i_h, skt, skh, oK, oV, mKV, r64, sidx, HV, K, V,
-                            L2NORM, STORE_B, PREC)
+                            l2norm, store_b, PREC)
             c += 1
     else:
         for c in range(c0, c1):
             S = _state_step(c, c - c0, S, k, w, u, gc, gl, h_out, vn_out, hb, store_slot, ts0,
                             bos, eos, i_hv, i_h, skt, skh, oK, oV, mKV, r64, sidx, HV, K, V,
-                            L2NORM, STORE_B, PREC)
+                            l2norm, store_b, PREC)
     tl.store(ht + (i_n * HV + i_hv).to(tl.int64) * K * V + sidx, S, mask=mKV)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["l2norm"])
 def _output_kernel(q, k, gc, h, vn, o, chunk_info, scale, sqt, sqh, skt, skh,
-                   HV, GROUP, K, V, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
-                   PREC: tl.constexpr):
+                   HV, GROUP, K, V, BK: tl.constexpr, BV: tl.constexpr, BC: tl.constexpr,
+                   l2norm, PREC: tl.constexpr):
     i_c = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_v = tl.program_id(2)
@@ -322,20 +344,34 @@ def _output_kernel(q, k, gc, h, vn, o, chunk_info, scale, sqt, sqh, skt, skh,
     t = tstart + r64
     m = (t >= lo) & (t < hi)
     t = tl.where(m, t, 0)
-    oK = tl.arange(0, BK)
     oV = i_v * BV + tl.arange(0, BV)
     mV = oV < V
     gam = tl.load(gc + t.to(tl.int64) * HV + i_hv, mask=m, other=0.)
-    qq = _load_rows(q, t, m, i_h, sqt, sqh, oK, K, L2NORM) * scale
-    kT = _load_cols(k, t, m, i_h, skt, skh, oK, K, L2NORM)
-    P = tl.dot(qq.to(dt), kT.to(dt), input_precision=PREC)
+    # Q K^T and Q h over K blocks of at most 64; the l2norm and the scale are applied to the
+    # fp32 products afterwards, never to rounded copies of q / k
+    qsq = tl.zeros([64], dtype=tl.float32)
+    ksq = tl.zeros([64], dtype=tl.float32)
+    P = tl.zeros([64, 64], dtype=tl.float32)
+    qh = tl.zeros([64, BV], dtype=tl.float32)
+    hbase = h + (i_c * HV + i_hv).to(tl.int64) * K * V
+    for kb in tl.static_range(0, BK, BC):
+        oc = kb + tl.arange(0, BC)
+        qc = _load_rows(q, t, m, i_h, sqt, sqh, oc, K)
+        kc = _load_cols(k, t, m, i_h, skt, skh, oc, K)
+        qsq += tl.sum(qc * qc, 1)
+        ksq += tl.sum(kc * kc, 0)
+        hc = tl.load(hbase + oc[:, None] * V + oV[None, :], mask=(oc < K)[:, None] & mV[None, :],
+                     other=0.)
+        P += tl.dot(qc.to(dt), kc.to(dt), input_precision=PREC)
+        qh += tl.dot(qc.to(dt), hc.to(dt), input_precision=PREC)
+    rq = tl.where(l2norm != 0, 1. / tl.sqrt(qsq + 1e-6), 1.) * scale
+    rk = tl.where(l2norm != 0, 1. / tl.sqrt(ksq + 1e-6), 1.)
     causal = r64[:, None] >= r64[None, :]
-    P = P * tl.exp(tl.where(causal, gam[:, None] - gam[None, :], float("-inf")))
-    hc = tl.load(h + (i_c * HV + i_hv).to(tl.int64) * K * V + oK[:, None] * V + oV[None, :],
-                 mask=(oK < K)[:, None] & mV[None, :], other=0.)
+    P = P * rq[:, None] * rk[None, :] * tl.exp(
+        tl.where(causal, gam[:, None] - gam[None, :], float("-inf")))
     row = (t[:, None] * HV + i_hv).to(tl.int64) * V + oV[None, :]
     vc = tl.load(vn + row, mask=m[:, None] & mV[None, :], other=0.)
-    acc = tl.dot((qq * tl.exp(gam)[:, None]).to(dt), hc.to(dt), input_precision=PREC)
+    acc = qh * (rq * tl.exp(gam))[:, None]
     acc += tl.dot(P.to(dt), vc.to(dt), input_precision=PREC)
     tl.store(o + row, acc.to(o.dtype.element_ty), mask=m[:, None] & mV[None, :])
 
@@ -424,7 +460,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
           if store_b else None)
     prec = (input_precision or "ieee") if dt == torch.float32 else "tf32"
     BK, BVF = _pow2(K), _pow2(V)
-    common = dict(HV=HV, GROUP=HV // H, K=K, V=V, BK=BK, L2NORM=bool(use_qk_l2norm), PREC=prec)
+    common = dict(HV=HV, GROUP=HV // H, K=K, V=V, BK=BK, l2norm=int(bool(use_qk_l2norm)),
+                  PREC=prec)
     h0 = initial_state.float().contiguous() if initial_state is not None else ht
     if NT == 0:
         if N > 0:
@@ -444,18 +481,18 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
     _prep_kernel[(NT, HV)](
         k2, v2, g2, b2, A_log_t, dt_bias_t, w, u, gcum, glast, a_scr, meta.chunk_info,
         k2.stride(0), k2.stride(1), v2.stride(0), v2.stride(1), g2.stride(0), g2.stride(1),
-        b2.stride(0), b2.stride(1), BVF=BVF, USE_GATE=bool(use_gate_in_kernel),
+        b2.stride(0), b2.stride(1), BVF=BVF, BC=min(BK, BVF, 64), USE_GATE=bool(use_gate_in_kernel),
         BETA_SIGMOID=bool(use_beta_sigmoid), **common, **_config("prep"))
     sc = _config("state")
     sc["BV"] = min(sc["BV"], BVF)
     _state_kernel[(N, HV, triton.cdiv(V, sc["BV"]))](
         k2, w, u, gcum, glast, hbuf, vn, h0, ht, hb if store_b else ht, meta.seq_info,
         meta.chunk_info, meta.store_slot, k2.stride(0), k2.stride(1),
-        HAS_H0=initial_state is not None, STORE_B=store_b and meta.num_boundaries > 0,
-        WHILE_LOOP=INTERPRET, **common, **sc)
+        has_h0=int(initial_state is not None),
+        store_b=int(store_b and meta.num_boundaries > 0), WHILE_LOOP=INTERPRET, **common, **sc)
     oc = _config("out")
     oc["BV"] = min(oc["BV"], BVF)
     _output_kernel[(NT, HV, triton.cdiv(V, oc["BV"]))](
         q2, k2, gcum, hbuf, vn, o, meta.chunk_info, float(scale), q2.stride(0), q2.stride(1),
-        k2.stride(0), k2.stride(1), **common, **oc)
+        k2.stride(0), k2.stride(1), BC=min(BK, 64), **common, **oc)
     return o.reshape(B, T, HV, V), ht, hb

@@ -11,7 +11,10 @@ with the same shapes only loads them.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from typing import Iterable, Optional, Sequence, Union
 
 import torch
@@ -31,12 +34,14 @@ def warmup(buckets: Iterable[Bucket] = (63, 64), *, num_heads: int, num_v_heads:
            device: Union[str, torch.device] = "cuda", use_qk_l2norm: bool = True,
            use_gate_in_kernel: bool = False, use_beta_sigmoid: bool = False,
            boundary_states: bool = True, state_dtype: torch.dtype = torch.float32,
-           conv_dim: Optional[int] = None, conv_width: int = 4, seed: int = 0) -> float:
+           conv_dim: Optional[int] = None, conv_width: int = 4, conv_bias: bool = False,
+           seed: int = 0) -> float:
     """Run the kernels once per bucket (a token count, or a list of sequence lengths for one
     varlen call), with and without initial states; returns the seconds spent.
 
     The default buckets (63 and 64 tokens) cover a call without and with a boundary state; pass
-    the lengths your workload uses if their strides or batch layout differ.
+    the lengths your workload uses if their strides or batch layout differ. The conv kernel is
+    warmed with weights (and bias, if ``conv_bias``) in ``dtype``, as a model holds them.
     """
     gen = torch.Generator(device="cpu").manual_seed(seed)
     H, HV, K, V = num_heads, num_v_heads, head_k_dim, head_v_dim
@@ -65,9 +70,35 @@ def warmup(buckets: Iterable[Bucket] = (63, 64), *, num_heads: int, num_v_heads:
                                    **gate)
             if conv_dim:
                 cs = None if h0 is None else rnd(len(lens), conv_dim, conv_width - 1)
-                causal_conv1d(rnd(1, T, conv_dim), rnd(conv_dim, conv_width), rnd(conv_dim),
+                causal_conv1d(rnd(1, T, conv_dim), rnd(conv_dim, conv_width),
+                              rnd(conv_dim) if conv_bias else None,
                               conv_state=cs, cu_seqlens=cu,
                               boundary_conv_states=boundary_states)
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def _warm_one(kwargs: dict) -> float:
+    kwargs = dict(kwargs)
+    if isinstance(kwargs.get("dtype"), str):
+        kwargs["dtype"] = getattr(torch, kwargs["dtype"])
+    return warmup(**kwargs)
+
+
+def warmup_in_processes(configs: Sequence[dict], processes: Optional[int] = None) -> float:
+    """Run ``warmup(**config)`` for each config in parallel worker processes (spawned, so each
+    has its own CUDA context) and return the wall seconds.
+
+    Compilation is CPU work; the workers fill Triton's on-disk cache, and this process (and any
+    later one with the same ``TRITON_CACHE_DIR``) then only loads the binaries. ``dtype`` may be
+    given as a torch dtype or its name."""
+    start = time.perf_counter()
+    configs = [dict(c, dtype=str(c["dtype"]).replace("torch.", "")) if "dtype" in c else dict(c)
+               for c in configs]
+    if not configs:
+        return 0.0
+    workers = processes or max(1, min(len(configs), (os.cpu_count() or 2) - 1, 8))
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as ex:
+        list(ex.map(_warm_one, configs))
     return time.perf_counter() - start

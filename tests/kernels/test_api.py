@@ -116,23 +116,24 @@ def test_gpu_small_head_dims(dtype, T, D):
 
 @pytest.mark.gpu
 def test_gpu_warmup_then_new_lengths_compile_nothing():
-    """After ``warmup`` a call with a length never seen before compiles no kernel."""
+    """After ``warmup`` a call with a length never seen before compiles no kernel (nor does
+    switching l2norm, initial state or boundary output: those are runtime flags)."""
     from kernels import chunk_gdn, conv
     jits = (chunk_gdn._prep_kernel, chunk_gdn._state_kernel, chunk_gdn._output_kernel,
             conv._conv_kernel)
 
     def compiled():
-        return sum(len(c) for j in jits for c in j.device_caches.values()) \
-            if hasattr(jits[0], "device_caches") else sum(len(j.cache.get(0, {})) for j in jits)
+        # JITFunction.device_caches[device] = (kernel_cache, ...) in triton 3.6 .. 3.9
+        return sum(len(c[0]) for j in jits for c in j.device_caches.values())
 
     warmup(num_heads=2, num_v_heads=4, head_k_dim=64, head_v_dim=64, dtype=torch.bfloat16,
            conv_dim=64)
     before = compiled()
     assert before > 0
-    for T, h0 in ((1000, True), (37, False), (4097, True)):
+    for T, h0, norm in ((1000, True, True), (37, False, True), (4097, True, False)):
         q, k, v, g, beta, s0 = _inputs(T, 2, 4, 64, 64, seed=T, dtype=torch.bfloat16,
                                        device="cuda")
         chunk_gated_delta_rule(q, k, v, g, beta, initial_state=s0 if h0 else None,
-                               use_qk_l2norm=True)
+                               use_qk_l2norm=norm, boundary_states=T > 100)
     torch.cuda.synchronize()
     assert compiled() == before
