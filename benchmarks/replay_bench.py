@@ -62,7 +62,6 @@ def row(name, res, before, after):
 
 def errors_with(res, spec, timing, layers):
     from sim.replay import measure
-    from sim.replay.records import RequestRecord  # noqa: F401 - records live in the table
 
     df = res.requests.copy()
     df["modelled_ms"] = [measure.modelled_ms(spec, timing, layers, h if r else 0, n)
@@ -88,7 +87,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=None)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bf16")
-    ap.add_argument("--out", default=None, help="folder for bench.json, the timing file and per-run outputs")
+    ap.add_argument("--out", default=None, help="folder for bench.json, the timing file and the first run's output")
+    ap.add_argument("--save-all", action="store_true", help="write every run's output folder (not only the first)")
     args = ap.parse_args()
 
     if args.prepare:
@@ -107,7 +107,7 @@ def main() -> None:
 
     from sim.config import SimConfig, parse_size
     from sim.cost import get_model
-    from sim.replay import measure, output
+    from sim.replay import output
     from sim.replay.session import ReplaySettings, calibrate, run_replay
     from sim.simulate import build
 
@@ -141,7 +141,7 @@ def main() -> None:
             print(json.dumps(r), flush=True)
             for f in res.failures[:5]:
                 print("  FAIL", f.message(), flush=True)
-            if out:
+            if out and (args.save_all or len(runs) == 1):
                 output.write(out / name.replace("/", "-").replace("+", "plus"), res.summary,
                              res.settings, res.requests)
     total = time.perf_counter() - t_all
@@ -154,8 +154,9 @@ def main() -> None:
             ("executed_flops_saved", "{:.3e}"), ("simulated_flops_saved", "{:.3e}"),
             ("err_median_before", "{:.1%}"), ("err_p95_before", "{:.1%}"),
             ("err_median_after", "{:.1%}"), ("err_p95_after", "{:.1%}"), ("store_peak_gb", "{:.2f}")]
-    print(f"\n=== replay benchmark: {trace.name}, {args.model}, {args.capacity}, mode {args.mode}, "
-          f"total {total:.0f} s")
+    dev = next(iter(results.values())).settings.get("device_name", "")
+    print(f"\n=== replay benchmark: {trace.name}, {args.model} ({layers} gated-delta layers), {args.capacity}, "
+          f"mode {args.mode}, {args.dtype} on {dev}, total {total:.0f} s")
     for key, fmt in cols:
         print(f"{key:>30} " + " ".join(f"{fmt.format(r[key]):>16}" for r in runs))
     if out:
@@ -163,7 +164,6 @@ def main() -> None:
                                                         calibrated=dict(tflops=calibrated.effective_tflops,
                                                                         overhead_ms=calibrated.overhead_ms)),
                                                    indent=2) + "\n")
-    _ = measure
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ One block (Qwen3-Next / Qwen3.5 linear-attention layer, without its MLP):
   qkv -> causal conv1d (width W, window state) + SiLU -> q, k, v
   o = chunk_gated_delta_rule(q, k, v, a, b)  (gate -exp(A_log) softplus(a + dt_bias), beta
       sigmoid(b) and q/k l2norm inside the kernel; fp32 recurrent state)
-  x <- x + (rmsnorm_per_head(o) * w_norm * silu(z)) W_out
+  x <- x + (rmsnorm_per_head(o) * w_norm * silu(z)) W_out      (x, the residual stream, in fp32)
 Each block feeds the next, so layer l's state after a prefix depends on the whole prefix, as in a
 real model. Token ids index the embedding modulo ``vocab_rows`` (a smaller table than the real
 vocabulary: the state is still a deterministic function of the token ids).
@@ -136,13 +136,15 @@ class GDNStack:
                                       device=self.device))
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.embedding[tokens % self.shape.vocab_rows]
+        """The residual stream is kept in fp32 (matmul and kernel inputs are in ``dtype``), so the
+        restore-vs-scratch comparison sees the kernels' differences, not residual rounding."""
+        return self.embedding[tokens % self.shape.vocab_rows].float()
 
     # ---- forward -----------------------------------------------------------------------------
     def _layer(self, l: int, x: torch.Tensor, meta, rec0, conv0, want_boundaries: bool):
         s, w = self.shape, self.layers[l]
         T = x.shape[0]
-        h = F.rms_norm(x.float(), (s.hidden,), eps=1e-6).to(self.dtype)
+        h = F.rms_norm(x, (s.hidden,), eps=1e-6).to(self.dtype)
         proj = h @ w["w_in"]
         c, v = s.conv_dim, s.value_dim
         qkv = proj[:, :c]
@@ -163,7 +165,7 @@ class GDNStack:
             use_gate_in_kernel=True, use_beta_sigmoid=True, boundary_states=want_boundaries)
         o = F.rms_norm(o[0].float(), (s.head_v_dim,), weight=w["norm_w"], eps=1e-6)
         o = o * F.silu(z.float().view(T, s.v_heads, s.head_v_dim))
-        x = x + o.to(self.dtype).reshape(T, v) @ w["w_out"]
+        x = x + (o.to(self.dtype).reshape(T, v) @ w["w_out"]).float()
         return x, rec_end[0], conv_end[0], rec_b, conv_b
 
     def forward_segment(self, x: torch.Tensor, state: Optional[StackState], start: int,

@@ -40,3 +40,4 @@ def tiny_model(tiny_shape):
     from sim.replay.model import GDNStack
 
     return GDNStack(tiny_shape, device="cpu", dtype=torch.float32, seed=7)
+

@@ -1,0 +1,116 @@
+"""`marconi replay` end to end on the CPU (replay-tiny, Triton interpreter): JSON summary and output
+folder, --calibrate's timing file used by `marconi run --timing`, `marconi plot --kind replay`,
+the notebook on that folder, and exit code 2 for presets without gated-delta layers."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def marconi(*args, check: bool = True, timeout: float = 1200):
+    """Run the real CLI in a subprocess (the Triton interpreter for CPU replays)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", "from sim.cli import main; main()", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"marconi {' '.join(map(str, args))} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+TRACE = "synthetic:chat:sessions=3,turns=3,prompt_tokens=40,user_tokens=24,output_tokens=16,prompts=1"
+KEYS = ("requests", "hits", "hits_validated", "failures", "max_restore_error", "measured_ms_with_cache",
+        "measured_ms_without_cache", "measured_flops_saved", "simulated_flops_saved",
+        "time_model_median_error", "store_peak_bytes")
+
+
+@pytest.mark.parametrize("model", ["marconi-7b", "llama-7b"])
+def test_presets_without_gated_delta_layers_are_refused(model):
+    p = marconi("replay", "--model", model, "--device", "cpu", check=False)
+    assert p.returncode == 2
+    assert "no gated-delta layers" in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_bad_options_exit_2():
+    p = marconi("replay", "--model", "replay-tiny", "--layers", "9", "--device", "cpu", check=False)
+    assert p.returncode == 2 and "more than replay-tiny's 3" in p.stderr
+    p = marconi("replay", "--model", "replay-tiny", "--validate-every", "0", "--device", "cpu", check=False)
+    assert p.returncode == 2 and "--validate-every" in p.stderr
+
+
+@pytest.fixture(scope="module")
+def replay_out(tmp_path_factory):
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    out = tmp_path_factory.mktemp("replay")
+    p = marconi("replay", "--device", "cpu", "--model", "replay-tiny", "--layers", "1", "--requests", "8",
+                "--trace", TRACE, "--capacity", "40KB", "--alpha", "0.5", "--out", out,
+                "--calibrate", out / "timing.json", "--format", "json", "--no-progress")
+    return out, json.loads(p.stdout)
+
+
+def test_replay_summary_and_outputs(replay_out):
+    out, s = replay_out
+    for k in KEYS:
+        assert k in s
+    assert s["requests"] == 8 and s["failures"] == 0
+    assert s["hits"] > 0 and s["hits_validated"] == s["hits"]
+    assert 0 < s["max_restore_error"] < 1e-4
+    assert s["measured_ms_with_cache"] < s["measured_ms_without_cache"]
+    df = pd.read_parquet(out / "requests.parquet")
+    assert len(df) == 8 and df["restored"].sum() == s["hits"]
+    # the simulator's claim and what replay restored agree request by request
+    assert (df.loc[df["restored"], "hit_tokens"] > 0).all()
+    saved = (df["simulated_full_flops"] - df["simulated_flops"]).sum()
+    assert saved == pytest.approx(s["simulated_flops_saved"])
+    assert json.loads((out / "summary.json").read_text())["summary"]["failures"] == 0
+
+
+def test_timing_file_drives_marconi_run(replay_out, tmp_path):
+    out, _ = replay_out
+    timing = json.loads((out / "timing.json").read_text())
+    assert timing["model"] == "replay-tiny" and timing["effective_tflops"] > 0
+    # sequential mode: prefill times do not move arrivals, so the cache behaves the same
+    args = ("run", "--model", "replay-tiny", "--trace", TRACE, "--policy", "marconi", "--alpha", "0.5",
+            "--mode", "sequential", "--format", "json", "--no-progress")
+    default = json.loads(marconi(*args).stdout)[0]
+    timed = json.loads(marconi(*args, "--timing", out / "timing.json").stdout)[0]
+    assert default["token_hit_rate"] == timed["token_hit_rate"]      # same cache behaviour
+    assert timed["ttft_p50_ms"] != default["ttft_p50_ms"]             # other prefill times
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    p = marconi(*args, "--timing", bad, check=False)
+    assert p.returncode == 2 and "timing file" in p.stderr
+    p = marconi("run", "--model", "qwen3.5-9b", "--trace", TRACE, "--timing", out / "timing.json", check=False)
+    assert p.returncode == 2 and "calibrated for replay-tiny" in p.stderr
+
+
+def test_plot_kind_replay(replay_out, tmp_path):
+    out, _ = replay_out
+    p = marconi("plot", out, "--kind", "replay", "--out", tmp_path / "figs")
+    png = tmp_path / "figs" / "replay.png"
+    assert str(png) in p.stdout and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    p = marconi("plot", tmp_path, "--kind", "replay", "--out", tmp_path / "f2", check=False)
+    assert p.returncode == 2 and "not a replay output folder" in p.stderr
+
+
+def test_notebook_runs_on_replay_output(replay_out, tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    out, _ = replay_out
+    monkeypatch.setenv("REPLAY_DIR", str(out))
+    nb = nbformat.read(ROOT / "notebooks" / "replay.ipynb", as_version=4)
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert [o for o in outputs if "image/png" in o.get("data", {})]
+    text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    assert str(out) in text
