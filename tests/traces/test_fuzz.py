@@ -4,6 +4,8 @@ never another exception and never a hang (each example has a deadline).
 
 Rows are drawn as a valid row with 0-3 fields replaced by junk (huge or negative integers, NaN,
 Infinity, strings, lists, nulls), so both valid traces and every kind of bad field are reached.
+A hang fails the example: each load runs under a 30 s alarm (an example takes milliseconds); the
+hypothesis deadline (10 s) flags a slow one without flaking on a loaded machine.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ import gzip
 import json
 import math
 import re
+import signal
+import threading
+from contextlib import contextmanager
 from datetime import timedelta
 
 import numpy as np
@@ -22,7 +27,7 @@ from hypothesis import strategies as st
 from traces.base import Trace, TraceError
 from traces.registry import TraceOptions, load_trace
 
-FUZZ = settings(max_examples=40, deadline=timedelta(seconds=3), derandomize=True,
+FUZZ = settings(max_examples=40, deadline=timedelta(seconds=10), derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                        HealthCheck.data_too_large])
 
@@ -106,9 +111,32 @@ def _file_level(msg: str) -> bool:
     return bool(re.search(r"has no requests \(after filtering\)$|: empty file$|^cannot read |: missing column ", msg))
 
 
+class Hang(BaseException):
+    """Raised by the alarm; a BaseException so no loader's ``except Exception`` can swallow it."""
+
+
+@contextmanager
+def no_hang(seconds: float = 30.0):
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def alarm(*_):
+        raise Hang(f"the loader ran for more than {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _check(path, spec: str, options: TraceOptions, row_label: str = r"\d+") -> Trace | None:
     try:
-        tr = load_trace(spec, options)
+        with no_hang():
+            tr = load_trace(spec, options)
     except TraceError as exc:
         msg = str(exc)
         assert "\n" not in msg, msg
