@@ -45,7 +45,9 @@ def row(name, res, before, after):
     return dict(
         run=name, requests=s["requests"], input_tokens=s["input_tokens"], hits=s["hits"],
         hit_tokens=s["hit_tokens"], hits_validated=s["hits_validated"], failures=s["failures"],
-        max_restore_error=s["max_restore_error"], wall_s=s["wall_s"], tokens_per_s=s["tokens_per_s"],
+        max_restore_error=s["max_restore_error"], max_rec_error=s["max_rec_error"],
+        max_conv_error=s["max_conv_error"], max_out_error=s["max_out_error"],
+        wall_s=s["wall_s"], tokens_per_s=s["tokens_per_s"],
         warmup_s=s["warmup_s"],
         measured_ms_with_cache=s["measured_ms_with_cache"],
         measured_ms_without_cache=s["measured_ms_without_cache"],
@@ -147,6 +149,8 @@ def main() -> None:
     total = time.perf_counter() - t_all
     cols = [("run", "{}"), ("requests", "{}"), ("hits", "{}"), ("hit_tokens", "{:,}"),
             ("hits_validated", "{}"), ("failures", "{}"), ("max_restore_error", "{:.2e}"),
+            ("max_rec_error", "{:.2e}"), ("max_conv_error", "{:.2e}"), ("max_out_error", "{:.2e}"),
+            ("late_admits", "{}"),
             ("wall_s", "{:.1f}"), ("tokens_per_s", "{:,.0f}"),
             ("measured_ms_with_cache", "{:,.0f}"), ("measured_ms_without_cache", "{:,.0f}"),
             ("measured_ms_saved", "{:,.0f}"), ("modelled_ms_saved_default", "{:,.0f}"),

@@ -7,8 +7,12 @@ from dataclasses import dataclass
 
 import torch
 
-# relative error allowed between a restored run and a from-scratch run (row-wise, see rel_error)
-TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 3e-2}
+# relative error allowed between a restored run and a from-scratch run (row-wise, see rel_error).
+# bf16 keeps 8 mantissa bits: the two runs chunk the prompt differently (a restore at an
+# unaligned position starts a ragged chunk), so A, w, u and the projections of the next layers
+# round differently, ~0.4 % per rounding, compounding over layers; 5e-2 leaves room for a deep
+# stack while a wrong state (another position, a corrupted head) is off by far more.
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 
 
 def tolerance_for(dtype: torch.dtype) -> float:
