@@ -145,6 +145,8 @@ class SimConfig:
             raise UsageError(f"--sessions-per-second must be a finite number > 0, not {self.sessions_per_second!r}")
         if self.servers < 1:
             raise UsageError("--servers must be >= 1")
+        if self.seed < 0:  # numpy's generators take non-negative seeds only
+            raise UsageError(f"--seed must be >= 0, not {self.seed}")
         if self.prefill_chunk_tokens < 1:
             raise UsageError("--prefill-chunk must be >= 1")
         if self.block_size < 0:

@@ -21,6 +21,8 @@ def session_starts(n: int, rate: float, poisson: bool = False, seed: int = 0) ->
         raise TraceError("number of sessions must be >= 0")
     if not 0 < rate < math.inf:
         raise TraceError(f"session rate must be a finite number > 0 (got {rate})")
+    if seed < 0:
+        raise TraceError(f"seed must be >= 0 (got {seed})")
     if not poisson:
         return np.arange(n, dtype=np.float64) / rate
     rng = np.random.default_rng(seed)

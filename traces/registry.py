@@ -69,6 +69,8 @@ class TraceOptions:
     def validate(self) -> None:
         if self.sessions < 0:
             raise TraceError(f"--sessions must be >= 0 (got {self.sessions})")
+        if self.seed < 0:
+            raise TraceError(f"--trace-seed must be >= 0 (got {self.seed})")
         if self.min_rounds < 0:
             raise TraceError(f"--min-rounds must be >= 0 (got {self.min_rounds})")
         if self.max_tokens < 1:

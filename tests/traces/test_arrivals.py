@@ -15,6 +15,8 @@ def test_session_starts():
     for bad in (0, -1.0, float("nan"), float("inf")):
         with pytest.raises(TraceError, match=r"rate must be a finite number > 0 \(got "):
             session_starts(3, bad)
+    with pytest.raises(TraceError, match=r"seed must be >= 0 \(got -1\)"):
+        session_starts(3, 1.0, poisson=True, seed=-1)
 
 
 def test_poisson_response_times_match_paper_draw():

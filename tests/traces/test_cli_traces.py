@@ -62,6 +62,7 @@ def test_prepare_and_mooncake_stats(main, shared_dir):
      "Error: --time-scale must be a finite number > 0 (got inf)"),
     (["traces", "stats", "synthetic:agent", "--time-scale", "0"],
      "Error: --time-scale must be a finite number > 0 (got 0.0)"),
+    (["traces", "stats", "synthetic:chat", "--trace-seed", "-1"], "Error: --trace-seed must be >= 0 (got -1)"),
 ])
 def test_bad_input_one_line_exit_2(main, args, message):
     res = CliRunner().invoke(main, args)

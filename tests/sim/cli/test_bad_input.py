@@ -43,6 +43,8 @@ def _one_line_error(res, message: str) -> None:
     (["--duel-candidates", "lru,x"], "--duel-candidates must look like 0:2:0.1 or 0,0.5,1, not 'x'"),
     (["--duel-candidates", "lru,nan"], "--duel-candidates needs finite alphas >= 0, not 'nan'"),
     (["--alpha-grid", "0,inf"], "--alpha-grid needs finite alphas >= 0, not '0,inf'"),
+    (["--seed", "-1", "--arrival", "poisson"], "--seed must be >= 0, not -1"),
+    (["--trace-seed", "-1"], "--trace-seed must be >= 0 (got -1)"),
 ])
 def test_run_bad_values(runner, args, message):
     _one_line_error(runner.invoke(main, ["run", *SMALL, *args]), message)
