@@ -130,3 +130,53 @@ def test_cli_models_table_and_json():
     assert rows["marconi-7b"]["state_bytes"] == 26_787_840
     assert rows["qwen3-next-80b-a3b"]["kv_bytes_per_token"] == 24_576
     assert rows["llama-7b"]["is_hybrid"] is False
+
+
+# Active parameters counted by hand from each model's configuration: weights per token, plus what
+# ``active_params`` documents it also carries (half the non-weight linear FLOPs: the causal
+# attention's 2*H*hd, GDN core and conv, Mamba scan), plus two vocab tables.
+def _qwen35_27b_by_hand() -> int:
+    D, layers, H, KVH, hd, Hv = 5120, 64, 24, 4, 256, 48
+    attn = D * H * hd * 2 + 2 * D * KVH * hd + H * hd * D + H * hd  # q (+ output gate), k, v, o; causal term
+    gdn_w = D * (2 * 16 * 128 + 2 * Hv * 128) + D * 2 * Hv + Hv * 128 * D  # qkvz, ba, out
+    gdn = gdn_w + (2 * 16 * 128 + Hv * 128) * 4 + Hv * (6 * 128 * 128 + 64 * (5.25 * 128 + 4 * 128)) / 2
+    mlp = 3 * D * 17408
+    return int(layers // 4 * attn + layers * 3 // 4 * gdn + layers * mlp + 2 * 248_320 * D)
+
+
+ACTIVE_BY_HAND = {
+    # paper 7B: (24 Mamba2 + 4 attention + 28 MLP) linear FLOP coefficients / 2, no vocab counted
+    "marconi-7b": (24 * (12 * D**2 + 16 * D * N + 10 * D) + 4 * 8 * D**2 + 28 * 16 * D**2) // 2,
+    # Llama-2-7B: 32 x (4 D^2 attention + H*hd causal term + 3 x 4096 x 11008 SwiGLU) + 2 x 32000 x 4096
+    "llama-7b": 32 * (4 * 4096**2 + 4096 + 3 * 4096 * 11008) + 2 * 32_000 * 4096,
+    # Qwen3-Next: the per-layer FLOPs of test_qwen3_next_flops_by_hand, halved, + 2 x 151936 x 2048
+    "qwen3-next-80b-a3b": (12 * (54_525_952 + 8192) + 36 * 73_007_104 + 48 * 2 * 35_651_584) // 2
+    + 2 * 151_936 * 2048,
+    "qwen3.5-27b": _qwen35_27b_by_hand(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVE_BY_HAND))
+def test_active_params_counted_by_hand(name):
+    assert get_model(name).active_params() == ACTIVE_BY_HAND[name]
+
+
+def test_mamba_state_defaults_to_what_engines_keep():
+    # d_inner channels x N fp32 state, and W - 1 conv columns of (d_inner + 2 * groups * N) bf16
+    from sim.cost import ModelSpec
+
+    s = ModelSpec(name="tiny-mamba", d_model=256, n_mamba=2, mamba_d_inner=512, mamba_d_state=16,
+                  mamba_conv_width=4, n_attn=1, attn_heads=4, attn_kv_heads=2, attn_head_dim=64)
+    assert s.state_bytes() == 2 * (512 * 16 * 4 + (512 + 2 * 16) * 3 * 2) == 72_064
+    assert s.kv_bytes_per_token() == 1 * 2 * 2 * 64 * 2
+
+
+@pytest.mark.parametrize("name, gpus", [("qwen3.5-9b", 1), ("qwen3-next-80b-a3b", 2), ("qwen3.5-397b-a17b", 8)])
+def test_h200_timing_estimate_by_hand(name, gpus):
+    # prefill: 40% of 989 TFLOP/s per GPU; decode: the active bf16 weights read once per token at
+    # 60% of 4.8 TB/s per GPU; 10 ms fixed overhead
+    t = default_timing(name)
+    assert t.effective_tflops == pytest.approx(gpus * 989 * 0.4, abs=0.05)
+    assert t.overhead_ms == 10.0
+    want_ms = get_model(name).active_params() * 2 / (gpus * 4.8e12 * 0.6) * 1e3
+    assert t.decode_ms_per_token == pytest.approx(want_ms, abs=0.005)

@@ -189,3 +189,31 @@ def test_evicting_everything_returns_to_empty(policy):
         assert t.kv_tokens == 0 and t.n_states == 0
     else:  # LRU over leaves also cascades up to the root
         assert t.kv_tokens == 0 and t.n_states == 0
+
+
+def test_planning_counts_the_pad_of_a_partial_last_block_and_evicts_exactly_one_leaf():
+    """4-token blocks. A and B: 2 full blocks (8 tokens) + a state = 18 bytes each. C: 3 symbols for
+    10 tokens (its last block holds 2) + a state = 20 bytes. Capacity 38 leaves 2 free: evicting
+    the LRU leaf A frees 18, exactly enough (38 used after). A plan that ignored the pad would ask
+    for 22 bytes and evict B too."""
+    t = make_tree(capacity=38, block=4)
+    t.insert(seq(1, 2), 8, [2], now=1)
+    t.insert(seq(3, 4), 8, [2], now=2)
+    assert t.used_bytes == 36
+    t.set_time(3)
+    res = t.insert(seq(5, 6, 7), 10, [3], now=3)
+    t.check_invariants()
+    assert res.inserted and (res.evicted_states, res.evicted_kv_tokens) == (1, 8)
+    assert t.used_bytes == 38 == t.capacity_bytes and t.stats.evictions == 1
+    assert t.match(seq(1, 2)).hit_tokens == 0
+    assert t.match(seq(3, 4)).hit_tokens == 8
+    assert t.match(seq(5, 6, 7)).hit_tokens == 10
+
+
+def test_partial_last_block_insert_that_fits_exactly_evicts_nothing():
+    t = make_tree(capacity=20, block=4)
+    res = t.insert(seq(5, 6, 7), 10, [3], now=1)  # 10 tokens + a state = 20 bytes = the capacity
+    assert res.inserted and t.stats.eviction_calls == 0 and t.used_bytes == 20
+    # one more block under it (4 tokens + a state) must evict it: nothing else is there
+    res = t.insert(seq(8, 9), 8, [2], now=2)
+    assert res.inserted and res.evicted_kv_tokens == 10 and t.used_bytes == 18

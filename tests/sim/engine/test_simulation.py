@@ -147,3 +147,66 @@ def test_hash_block_trace_refuses_finer_checkpoint_grid():
         build(trace, SimConfig(policy="vllm+"))
     res = simulate(trace, SimConfig(policy="marconi"))
     assert res.summary["input_tokens"] == 1500
+
+
+# ---------------------------------------------------------------- TTFT credit for hits, by hand
+# marconi-7b with the paper's formulas (marconi.md §7), written out here, not taken from sim.cost
+D7, N7 = 4096, 128
+
+
+def paper_flops(L: int) -> float:
+    mamba = 12 * L * D7**2 + 16 * L * D7 * N7 + 10 * L * D7
+    return 24 * mamba + 4 * (8 * L * D7**2 + 4 * L**2 * D7) + 28 * 16 * L * D7**2
+
+
+def _timing():
+    from sim.cost import TimingModel
+
+    # 100 TFLOP/s, 5 ms fixed overhead, 2 ms per decoded token: round numbers for hand arithmetic
+    return TimingModel(effective_tflops=100.0, overhead_ms=5.0, decode_ms_per_token=2.0)
+
+
+@pytest.mark.parametrize("mode", ["des", "sequential"])
+def test_hit_request_prefills_only_its_uncached_tokens(mode):
+    # r1, r2 miss (r2 stores the branch state at 100), r3 hits the 100-token system prompt and
+    # prefills tokens [100, 120) only: F(120) - F(100) FLOPs at 1e14 FLOP/s, plus the overhead
+    cfg = SimConfig(policy="marconi", capacity_bytes=BIG, mode=mode)
+    res = simulate(shared_prompt_trace(), cfg, timing=_timing()).requests
+    assert list(res["hit_tokens"]) == [0, 0, 100]
+    miss = 5e-3 + paper_flops(120) / 1e14
+    hit = 5e-3 + (paper_flops(120) - paper_flops(100)) / 1e14
+    # ~13.1 GFLOP per token x 20 tokens + the attention's quadratic part: 2.62 ms of compute
+    assert hit == pytest.approx(5e-3 + 2.6203e-3, rel=1e-4)
+    assert list(res["prefill_s"]) == pytest.approx([miss, miss, hit], rel=1e-12)
+    assert list(res["decode_s"]) == pytest.approx([10 * 2e-3] * 3, rel=1e-12)
+    if mode == "des":  # sessions start 1 s apart: nobody queues, the TTFT is the prefill time
+        assert list(res["queue_s"]) == [0.0, 0.0, 0.0]
+        assert list(res["ttft_s"]) == pytest.approx([miss, miss, hit], rel=1e-12)
+
+
+def test_hit_request_ttft_with_the_jamba_fit():
+    # marconi.md §8: TTFT = 17.8 ms + 0.0530 ms per prefilled token; r3 prefills 20 of its 120
+    res = simulate(shared_prompt_trace(), SimConfig(policy="marconi", capacity_bytes=BIG, ttft_model="jamba"))
+    want = [(17.8 + 0.0530 * 120) * 1e-3] * 2 + [(17.8 + 0.0530 * 20) * 1e-3]
+    assert list(res.requests["ttft_s"]) == pytest.approx(want, rel=1e-12)
+
+
+def test_requests_arriving_together_queue_behind_each_prefill():
+    # 1e6 sessions/s: r2 and r3 arrive 1 and 2 us after r1, look up before anything is stored
+    # (no hit), and wait on the one server: TTFT = queue + own prefill
+    cfg = SimConfig(policy="marconi", capacity_bytes=BIG, sessions_per_second=1e6)
+    res = simulate(shared_prompt_trace(), cfg, timing=_timing()).requests
+    miss = 5e-3 + paper_flops(120) / 1e14
+    assert list(res["hit_tokens"]) == [0, 0, 0]
+    assert list(res["queue_s"]) == pytest.approx([0.0, miss - 1e-6, 2 * miss - 2e-6], abs=1e-12)
+    assert list(res["ttft_s"]) == pytest.approx(list(res["queue_s"] + miss), rel=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["des", "sequential"])
+def test_vanilla_records_every_request_with_a_full_prefill(mode):
+    res = simulate(shared_prompt_trace(), SimConfig(policy="vanilla", capacity_bytes=BIG, mode=mode), timing=_timing())
+    assert res.summary["input_tokens"] == 3 * 120 and res.summary["hit_tokens"] == 0
+    assert list(res.requests["input_tokens"]) == [120, 120, 120]
+    assert list(res.requests["arrival_s"]) == [0.0, 1.0, 2.0]  # one session per second
+    assert list(res.requests["prefill_s"]) == pytest.approx([5e-3 + paper_flops(120) / 1e14] * 3, rel=1e-12)
+    assert res.summary["flops_saved"] == 0.0 and res.summary["evictions"] == 0
