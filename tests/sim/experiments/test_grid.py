@@ -101,3 +101,86 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, args, msg):
     assert p.returncode == 2, (p.stdout, p.stderr)
     err = p.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("Error:") and msg in err[0], p.stderr
+
+
+# ---------------------------------------------------------------- row identity: every field counts
+# a value other than the default for every field of the run configuration; a field not listed
+# here gets one derived from its choices or its type, and a field whose value cannot be derived
+# fails test_id_alternatives_cover_every_field until it is listed (and its effect on the id decided)
+SIM_ALTERNATIVES = {
+    "policy": "sglang+", "model": "qwen3.5-9b", "capacity_bytes": 10**9, "alpha": 0.5, "state_alignment": "chunk",
+    "chunk_size": 128, "mode": "sequential", "compat": "paper-fixed", "sessions_per_second": 2.0,
+    "arrival": "poisson", "servers": 2, "ttft_model": "jamba", "seed": 3, "alpha_grid": "0:1:0.5",
+    "bootstrap_multiplier": 3, "tuning_objective": "hit-rate", "tuning_start": "snapshot", "tuning_workers": 2,
+    "retune_every": 100, "tuning_lru": False, "tuner": "replay", "duel_candidates": "lru,0,1",
+    "duel_every": 10, "duel_window": 50, "duel_margin": 0.1, "prefill_chunk_tokens": 4096, "block_size": 64,
+    "state_pool": "4", "timing_file": "timing.json",
+}
+TRACE_ALTERNATIVES = {
+    "trace": "synthetic:chat", "sessions": 7, "min_rounds": 2, "max_tokens": 4096, "tokenizer": "qwen3",
+    "skip_bad_rows": True, "response_time": 5.0, "time_scale": 2.0, "trace_seed": 1,
+}
+
+
+def _sim_fields():
+    from dataclasses import fields
+
+    from sim.config import SimConfig
+
+    return {f.name: f for f in fields(SimConfig)}
+
+
+def sim_alternative(name: str):
+    """A non-default value of SimConfig field ``name``: listed, or from its choices, or its type."""
+    if name in SIM_ALTERNATIVES:
+        return SIM_ALTERNATIVES[name]
+    f = _sim_fields()[name]
+    choices = f.metadata.get("choices")
+    if choices:
+        return next(c for c in choices if c != f.default)
+    if isinstance(f.default, bool):
+        return not f.default
+    if isinstance(f.default, (int, float)):
+        return f.default + 1
+    pytest.fail(f"SimConfig.{name}: list a non-default value in SIM_ALTERNATIVES")
+
+
+def test_id_alternatives_cover_every_field_of_the_run_configuration():
+    from sim.experiments.grid import _trace_defaults
+
+    assert set(TRACE_ALTERNATIVES) == set(_trace_defaults())
+    assert all(v != _trace_defaults()[k] for k, v in TRACE_ALTERNATIVES.items())
+    for name, f in _sim_fields().items():
+        assert sim_alternative(name) != f.default, name
+
+
+@pytest.mark.parametrize("knob", sorted(_sim_fields()))
+def test_every_simulation_knob_is_part_of_the_config_id_except_speed_knobs(knob):
+    from sim.experiments.grid import SPEED_KNOBS, TUNING_KNOBS
+
+    # tuning knobs count only for an auto-tuned policy (they are reset otherwise: next test); the
+    # artifact's replay (--compat paper-fixed) runs in sequential mode
+    base = {"policy": "marconi", "alpha": "auto" if knob in TUNING_KNOBS else 1.0}
+    if knob == "compat":
+        base["mode"] = "sequential"
+    a = make_task({}, **base)
+    b = make_task({}, **{**base, knob: sim_alternative(knob)})
+    if knob in SPEED_KNOBS:
+        assert a.config_id == b.config_id  # changes how fast, not what
+    else:
+        assert a.config_id != b.config_id, knob
+
+
+def test_tuning_knobs_do_not_split_static_alpha_rows():
+    from sim.experiments.grid import TUNING_KNOBS
+
+    a = make_task({}, policy="marconi", alpha=1.0)
+    for knob in TUNING_KNOBS:
+        assert make_task({}, policy="marconi", alpha=1.0, **{knob: sim_alternative(knob)}).config_id == a.config_id
+
+
+@pytest.mark.parametrize("knob", sorted(TRACE_ALTERNATIVES))
+def test_every_trace_option_is_part_of_the_config_id(knob):
+    a = make_task({}, policy="marconi", alpha=1.0)
+    b = make_task({knob: TRACE_ALTERNATIVES[knob]}, policy="marconi", alpha=1.0)
+    assert a.config_id != b.config_id and b.knobs[knob] == TRACE_ALTERNATIVES[knob]
