@@ -1,6 +1,6 @@
 import gzip
 import json
-import time
+import os
 
 import numpy as np
 import pytest
@@ -58,14 +58,19 @@ def test_think_time_is_typing_time(default_sharegpt, qwen):
     assert r.think_time == pytest.approx(user.count(" ") / 1.5)
 
 
-def test_cached_second_load(default_sharegpt):
-    t0 = time.perf_counter()
+def test_cached_second_load(default_sharegpt, monkeypatch):
+    # a cache hit must not read or tokenize the source again: make that impossible (no wall clock)
+    def no_rebuild(*a, **k):
+        raise AssertionError("the cached trace was rebuilt")
+
+    monkeypatch.setattr(sharegpt, "load_packed", no_rebuild)
     again = load_trace("sharegpt", TraceOptions())
     assert again.meta["cache"] == "hit"
-    assert time.perf_counter() - t0 < 2.0
+    assert again.meta["cache_path"].startswith(os.environ["MARCONI_CACHE_DIR"])  # the tests' own cache
     assert len(again.requests) == len(default_sharegpt.requests)
-    for a, b in zip(again.requests[:50], default_sharegpt.requests[:50]):
-        assert np.array_equal(a.input_tokens, b.input_tokens) and a.think_time == b.think_time
+    for a, b in zip(again.requests, default_sharegpt.requests):
+        assert np.array_equal(a.input_tokens, b.input_tokens) and np.array_equal(a.output_tokens, b.output_tokens)
+        assert (a.session_id, a.turn, a.think_time) == (b.session_id, b.turn, b.think_time)
 
 
 def test_options_change_selection():

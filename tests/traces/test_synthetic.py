@@ -1,3 +1,5 @@
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -31,17 +33,39 @@ def test_parameters_and_seed():
     assert not np.array_equal(tr.requests[-1].input_tokens, other.requests[-1].input_tokens)
 
 
-def test_system_prompt_sharing():
-    tr = load_trace("synthetic:system-prompt:sessions=20,prompts=2,prompt_tokens=50", TraceOptions())
-    heads = {tuple(r.input_tokens[:50].tolist()) for r in tr.requests}
-    assert len(heads) <= 2
+@pytest.mark.parametrize("prompts", [1, 2, 4])
+def test_system_prompt_sharing(prompts):
+    tr = load_trace(f"synthetic:system-prompt:sessions=40,prompts={prompts},prompt_tokens=50,user_tokens=20",
+                    TraceOptions())
+    heads = Counter(tuple(r.input_tokens[:50].tolist()) for r in tr.requests)
+    assert len(heads) == prompts  # every prompt is drawn (40 sessions), no other head appears
+    assert min(heads.values()) >= 2  # and each is shared
+    # after its prompt, every session's user message is its own
+    assert len({tuple(r.input_tokens[50:].tolist()) for r in tr.requests}) == len(tr.requests)
 
 
-def test_agent_think_times_poisson():
-    tr = load_trace("synthetic:agent:sessions=2,turns=5", TraceOptions(response_time=10.0))
-    thinks = [r.think_time for r in tr.requests]
-    assert thinks[0] == 0.0 and thinks[5] == 0.0
-    assert all(float(t).is_integer() for t in thinks)
+def _agent_thinks(response_time: float, seed: int = 0) -> list[list[float]]:
+    tr = load_trace("synthetic:agent:sessions=20,turns=30", TraceOptions(response_time=response_time, seed=seed))
+    return [[r.think_time for r in turns] for turns in tr.sessions().values()]
+
+
+@pytest.mark.parametrize("mean", [10.0, 3.0])
+def test_agent_think_times_are_poisson_with_the_response_time_as_mean(mean):
+    sessions = _agent_thinks(mean)
+    assert len(sessions) == 20 and all(len(s) == 30 for s in sessions)
+    assert all(s[0] == 0.0 for s in sessions)  # a session starts at once
+    draws = np.array([t for s in sessions for t in s[1:]])  # 580 draws
+    assert np.all(draws >= 0) and np.all(draws == np.round(draws))
+    # Poisson: mean = variance = the response time. Over 580 draws one standard error is
+    # sqrt(mean / 580) for the mean and ~sqrt((mean + 3 mean^2) / 580) for the variance: allow 5
+    assert abs(draws.mean() - mean) < 5 * np.sqrt(mean / 580)
+    assert abs(draws.var(ddof=1) - mean) < 5 * np.sqrt((mean + 3 * mean**2) / 580)
+    assert len(np.unique(draws)) > 5  # not a constant
+
+
+def test_agent_think_times_follow_the_seed():
+    assert _agent_thinks(10.0, seed=1) == _agent_thinks(10.0, seed=1)
+    assert _agent_thinks(10.0, seed=1) != _agent_thinks(10.0, seed=2)
 
 
 @pytest.mark.parametrize("spec, message", [
