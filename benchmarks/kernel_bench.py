@@ -1,6 +1,7 @@
 """Benchmark: the project's chunked gated-delta kernel vs FLA 0.6.0 on a CUDA GPU.
 
     FLA_DISABLE_BACKEND_DISPATCH=1 python benchmarks/kernel_bench.py [--small] [--json out.json]
+    TRITON_CACHE_DIR=$(mktemp -d) python benchmarks/kernel_bench.py --coldstart plain|warmup
 
 bf16 q/k/v, fp32 log-decay g, bf16 beta, in-kernel q/k l2norm, K = V = 128, one sequence.
 Modes: ours with fp32 states at every 64-token boundary ("states"), ours with boundary states off
@@ -39,6 +40,52 @@ def _profile(torch, fns, h, hv, T, reps=5):
             print(f"#   {e.self_device_time_total / reps / 1e3:8.3f} ms  x{e.count // reps:<3} {e.key[:70]}")
 
 
+def _coldstart(torch, mode: str) -> None:
+    """40 replay-like requests (random lengths 1..8192, seed 0): causal conv1d + gated delta rule
+    with fp32 boundary states, bf16, H=16, HV=32, K=V=128, every other request with initial
+    states. Times the first pass (compilations included) and a second pass; with mode "warmup"
+    ``kernels.warmup`` runs first. Run it in a fresh process with an empty TRITON_CACHE_DIR."""
+    import random
+    import time
+
+    import torch.nn.functional as F
+
+    from kernels import causal_conv1d, chunk_gated_delta_rule, warmup
+
+    H, HV, K, V = 16, 32, 128, 128
+    CD = 2 * H * K + HV * V
+    rng = random.Random(0)
+    lens = [rng.randint(1, 8192) for _ in range(40)]
+    dev = "cuda"
+    wconv = torch.randn(CD, 4, device=dev, dtype=torch.bfloat16)
+
+    def replay():
+        t0 = time.perf_counter()
+        for i, T in enumerate(lens):
+            first = i % 2 == 1
+            x = torch.randn(1, T, CD, device=dev, dtype=torch.bfloat16)
+            cs = None if first else torch.zeros(1, CD, 3, device=dev, dtype=torch.bfloat16)
+            y, _, _ = causal_conv1d(x, wconv, conv_state=cs)
+            q = y[..., :H * K].view(1, T, H, K)
+            k = y[..., H * K:2 * H * K].view(1, T, H, K)
+            v = y[..., 2 * H * K:].view(1, T, HV, V)
+            g = F.logsigmoid(torch.randn(1, T, HV, device=dev))
+            b = torch.rand(1, T, HV, device=dev).bfloat16()
+            h0 = None if first else torch.zeros(1, HV, K, V, device=dev)
+            chunk_gated_delta_rule(q, k, v, g, b, initial_state=h0, use_qk_l2norm=True)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    torch.zeros(1, device=dev)
+    torch.cuda.synchronize()
+    if mode == "warmup":
+        w = warmup(num_heads=H, num_v_heads=HV, dtype=torch.bfloat16, conv_dim=CD)
+        print(f"coldstart warmup() {w:.2f} s")
+    first, second = replay(), replay()
+    print(f"coldstart mode={mode} cache={os.environ.get('TRITON_CACHE_DIR')}: first 40 requests "
+          f"{first:.2f} s, again {second:.3f} s")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--small", action="store_true", help="quick run: T=4096 and 8192 only")
@@ -52,6 +99,9 @@ def main(argv=None) -> int:
                          "(several VAR=... joined by ';')")
     ap.add_argument("--shapes", default="16/32,4/8", help="H/HV list")
     ap.add_argument("--T", default=None, help="comma-separated token counts")
+    ap.add_argument("--rep", type=int, default=200, help="timing window per measurement (ms)")
+    ap.add_argument("--coldstart", choices=["plain", "warmup"], default=None,
+                    help="instead of the table: time 40 replay-like requests from a cold start")
     args = ap.parse_args(argv)
     try:
         import torch
@@ -65,6 +115,9 @@ def main(argv=None) -> int:
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    if args.coldstart:
+        _coldstart(torch, args.coldstart)
+        return 0
     from kernels import chunk_gated_delta_rule, prepare_chunk_metadata
 
     fla = None
@@ -115,8 +168,8 @@ def main(argv=None) -> int:
                 try:
                     fn()
                     torch.cuda.synchronize()    # compile outside the timed / captured region
-                    plain = do_bench(fn, warmup=25, rep=200, return_mode="median")
-                    graph = do_bench_cudagraph(fn, rep=200, return_mode="median")
+                    plain = do_bench(fn, warmup=25, rep=args.rep, return_mode="median")
+                    graph = do_bench_cudagraph(fn, rep=args.rep, return_mode="median")
                 finally:
                     for key, val in saved.items():
                         if val is None:

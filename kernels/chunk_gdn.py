@@ -143,7 +143,8 @@ def _rows16(tstart, lo, hi, blk: tl.constexpr):
 # Runtime flags are kept out of Triton's "== 1" integer specialisation: one compiled kernel
 # serves calls with and without l2norm / initial state / boundary states.
 @triton.jit(do_not_specialize=["l2norm"])
-def _prep_kernel(k, v, g, beta, A_log, dt_bias, w_out, u_out, gc_out, gl_out, a_scr, chunk_info,
+def _prep_kernel(k, v, g, beta, A_log, dt_bias, w_out, u_out, kd_out, gc_out, gl_out, a_scr,
+                 chunk_info,
                  skt, skh, svt, svh, sgt, sgh, sbt, sbh,
                  HV, GROUP, K, V, BK: tl.constexpr, BVF: tl.constexpr, BC: tl.constexpr,
                  USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr, l2norm,
@@ -235,7 +236,8 @@ def _prep_kernel(k, v, g, beta, A_log, dt_bias, w_out, u_out, gc_out, gl_out, a_
                 mask=(r64[:, None] // 16) >= (r64[None, :] // 16), other=0.).to(dt)
     gr, bt = _load_gate_beta(g, beta, A_log_h, dt_bias_h, t, m, i_hv, sgt, sgh, sbt, sbh, USE_GATE, BETA_SIGMOID)
     gc = tl.cumsum(gr, 0)
-    tl.store(gl_out + i_c * HV + i_hv, tl.sum(tl.where(r64 == 63, gc, 0.), 0))   # tail g = 0
+    g_last = tl.sum(tl.where(r64 == 63, gc, 0.), 0)          # masked tail tokens carry g = 0
+    tl.store(gl_out + i_c * HV + i_hv, g_last)
     tl.store(gc_out + t.to(tl.int64) * HV + i_hv, gc, mask=m)
     # w and u in column blocks of at most 64 (keeps the live fp32 tiles small: no spills)
     ksq = tl.zeros([64], dtype=tl.float32)
@@ -244,12 +246,15 @@ def _prep_kernel(k, v, g, beta, A_log, dt_bias, w_out, u_out, gc_out, gl_out, a_
         ksq += tl.sum(kc * kc, 1)
     rk = tl.where(l2norm != 0, 1. / tl.sqrt(ksq + 1e-6), 1.)
     fk = bt * tl.exp(gc) * rk
+    fd = rk * tl.exp(g_last - gc)        # keys decayed to the chunk end, for the state update
     row = (t[:, None] * HV + i_hv).to(tl.int64)
     for kb in tl.static_range(0, BK, BC):
         oc = kb + tl.arange(0, BC)
         kc = _load_rows(k, t, m, i_h, skt, skh, oc, K)
         w = tl.dot(A, (kc * fk[:, None]).to(dt), input_precision=PREC)
-        tl.store(w_out + row * K + oc[None, :], w.to(dt), mask=m[:, None] & (oc < K)[None, :])
+        mk = m[:, None] & (oc < K)[None, :]
+        tl.store(w_out + row * K + oc[None, :], w.to(dt), mask=mk)
+        tl.store(kd_out + row * K + oc[None, :], (kc * fd[:, None]).to(dt), mask=mk)
     for vb in tl.static_range(0, BVF, BC):
         oc = vb + tl.arange(0, BC)
         vv = tl.load(v + t[:, None] * svt + i_hv * svh + oc[None, :],
@@ -259,9 +264,8 @@ def _prep_kernel(k, v, g, beta, A_log, dt_bias, w_out, u_out, gc_out, gl_out, a_
 
 
 @triton.jit
-def _state_step(c, j, S, k, w, u, gc, gl, h_out, vn_out, hb, store_slot, ts0, bos, eos, i_hv,
-                i_h, skt, skh, oK, oV, mKV, r64, sidx, HV, K, V, l2norm, store_b,
-                PREC: tl.constexpr):
+def _state_step(c, j, S, kd, w, u, gl, h_out, vn_out, hb, store_slot, ts0, bos, eos, i_hv,
+                oK, oV, mKV, r64, sidx, HV, K, V, store_b, PREC: tl.constexpr):
     dt = w.dtype.element_ty
     # chunk-start state for the output kernel (always in the input dtype, like FLA's h)
     tl.store(h_out + (c * HV + i_hv).to(tl.int64) * K * V + sidx, S.to(dt), mask=mKV)
@@ -277,10 +281,10 @@ def _state_step(c, j, S, k, w, u, gc, gl, h_out, vn_out, hb, store_slot, ts0, bo
     vnd = vn.to(dt)
     tl.store(vn_out + row * V + oV[None, :], vnd, mask=m[:, None] & mV[None, :])
     g_last = tl.load(gl + c * HV + i_hv)
-    gam = tl.load(gc + t.to(tl.int64) * HV + i_hv, mask=m, other=0.)
-    kT = _load_cols(k, t, m, i_h, skt, skh, oK, K)
-    kd = (kT * (_rnorm(kT, 0, l2norm) * tl.exp(g_last - gam))[None, :]).to(dt)
-    S = S * tl.exp(g_last) + tl.dot(kd, vnd, input_precision=PREC)
+    # decayed (and l2-normed) keys from the prep kernel, loaded as [K, 64]
+    kdT = tl.load(kd + (t[None, :] * HV + i_hv).to(tl.int64) * K + oK[:, None],
+                  mask=m[None, :] & (oK < K)[:, None], other=0.)
+    S = S * tl.exp(g_last) + tl.dot(kdT, vnd, input_precision=PREC)
     # boundary state; a runtime flag (not constexpr) so calls with and without boundaries share
     # one compiled kernel. Full-shape boolean mask: triton 3.9's interpreter rejects scalar masks.
     slot = tl.load(store_slot + c)
@@ -291,14 +295,13 @@ def _state_step(c, j, S, k, w, u, gc, gl, h_out, vn_out, hb, store_slot, ts0, bo
     return S
 
 
-@triton.jit(do_not_specialize=["has_h0", "l2norm", "store_b"])
-def _state_kernel(k, w, u, gc, gl, h_out, vn_out, h0, ht, hb, seq_info, chunk_info, store_slot,
-                  skt, skh, HV, GROUP, K, V, BK: tl.constexpr, BV: tl.constexpr,
-                  has_h0, l2norm, store_b, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr):
+@triton.jit(do_not_specialize=["has_h0", "store_b"])
+def _state_kernel(kd, w, u, gl, h_out, vn_out, h0, ht, hb, seq_info, chunk_info, store_slot,
+                  HV, K, V, BK: tl.constexpr, BV: tl.constexpr,
+                  has_h0, store_b, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr):
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_v = tl.program_id(2)
-    i_h = i_hv // GROUP
     bos = tl.load(seq_info + i_n * 4)
     eos = tl.load(seq_info + i_n * 4 + 1)
     c0 = tl.load(seq_info + i_n * 4 + 2)
@@ -316,15 +319,13 @@ def _state_kernel(k, w, u, gc, gl, h_out, vn_out, h0, ht, hb, seq_info, chunk_in
         # the interpreter keeps scalars as 1-element arrays, which range() cannot take
         c = c0
         while c < c1:
-            S = _state_step(c, c - c0, S, k, w, u, gc, gl, h_out, vn_out, hb, store_slot, ts0,
-                            bos, eos, i_hv, i_h, skt, skh, oK, oV, mKV, r64, sidx, HV, K, V,
-                            l2norm, store_b, PREC)
+            S = _state_step(c, c - c0, S, kd, w, u, gl, h_out, vn_out, hb, store_slot, ts0,
+                            bos, eos, i_hv, oK, oV, mKV, r64, sidx, HV, K, V, store_b, PREC)
             c += 1
     else:
         for c in range(c0, c1):
-            S = _state_step(c, c - c0, S, k, w, u, gc, gl, h_out, vn_out, hb, store_slot, ts0,
-                            bos, eos, i_hv, i_h, skt, skh, oK, oV, mKV, r64, sidx, HV, K, V,
-                            l2norm, store_b, PREC)
+            S = _state_step(c, c - c0, S, kd, w, u, gl, h_out, vn_out, hb, store_slot, ts0,
+                            bos, eos, i_hv, oK, oV, mKV, r64, sidx, HV, K, V, store_b, PREC)
     tl.store(ht + (i_n * HV + i_hv).to(tl.int64) * K * V + sidx, S, mask=mKV)
 
 
@@ -468,6 +469,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
             ht.copy_(h0) if initial_state is not None else ht.zero_()
         return o.reshape(B, T, HV, V), ht, hb
     w = torch.empty(TT, HV, K, dtype=dt, device=dev)
+    kd = torch.empty(TT, HV, K, dtype=dt, device=dev)
     u = torch.empty(TT, HV, V, dtype=dt, device=dev)
     vn = torch.empty(TT, HV, V, dtype=dt, device=dev)
     gcum = torch.empty(TT, HV, dtype=torch.float32, device=dev)
@@ -479,17 +481,17 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
     else:
         A_log_t = dt_bias_t = glast
     _prep_kernel[(NT, HV)](
-        k2, v2, g2, b2, A_log_t, dt_bias_t, w, u, gcum, glast, a_scr, meta.chunk_info,
+        k2, v2, g2, b2, A_log_t, dt_bias_t, w, u, kd, gcum, glast, a_scr, meta.chunk_info,
         k2.stride(0), k2.stride(1), v2.stride(0), v2.stride(1), g2.stride(0), g2.stride(1),
         b2.stride(0), b2.stride(1), BVF=BVF, BC=min(BK, BVF, 64), USE_GATE=bool(use_gate_in_kernel),
         BETA_SIGMOID=bool(use_beta_sigmoid), **common, **_config("prep"))
     sc = _config("state")
     sc["BV"] = min(sc["BV"], BVF)
     _state_kernel[(N, HV, triton.cdiv(V, sc["BV"]))](
-        k2, w, u, gcum, glast, hbuf, vn, h0, ht, hb if store_b else ht, meta.seq_info,
-        meta.chunk_info, meta.store_slot, k2.stride(0), k2.stride(1),
+        kd, w, u, glast, hbuf, vn, h0, ht, hb if store_b else ht, meta.seq_info,
+        meta.chunk_info, meta.store_slot, HV=HV, K=K, V=V, BK=BK, PREC=prec,
         has_h0=int(initial_state is not None),
-        store_b=int(store_b and meta.num_boundaries > 0), WHILE_LOOP=INTERPRET, **common, **sc)
+        store_b=int(store_b and meta.num_boundaries > 0), WHILE_LOOP=INTERPRET, **sc)
     oc = _config("out")
     oc["BV"] = min(oc["BV"], BVF)
     _output_kernel[(NT, HV, triton.cdiv(V, oc["BV"]))](
