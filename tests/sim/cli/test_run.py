@@ -59,6 +59,8 @@ def test_out_writes_summary_and_per_request_parquet(runner, tmp_path):
     (["--model", "gpt-9"], "unknown model"),
     (["--alpha", "-1"], "alpha"),
     (["--trace", "mooncake:/does/not/exist.jsonl"], "not found"),
+    (["--compat", "paper"], "use it with --mode sequential"),  # the default --mode is des
+    (["--compat", "paper-fixed", "--mode", "des"], "use it with --mode sequential"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(runner, args, message):
     res = runner.invoke(main, ["run", "--trace", "synthetic:chat", "--no-progress", *args])

@@ -131,6 +131,8 @@ def small_traces(draw):
 def test_admits_minus_evicts_are_the_trees_checkpoints_after_every_insert(trace, mode, policy, compat, states, kv):
     if compat == "paper" and policy not in ("sglang+", "marconi", "vllm+"):
         compat = "corrected"
+    if compat == "paper":
+        mode = "sequential"  # the artifact's replay has no des mode (SimConfig refuses it)
     cfg = SimConfig(policy=policy, mode=mode, compat=compat, alpha=1.0, capacity_bytes=states * S + kv * K,
                     prefill_chunk_tokens=16)
     rep = Replayer()

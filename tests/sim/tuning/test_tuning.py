@@ -213,7 +213,8 @@ def test_parse_candidates_and_default_tuner():
 
     trace = _flop_wins_trace(rounds=2)
     corrected = build(trace, SimConfig(policy="marconi", alpha="auto", capacity_bytes=GB))
-    paper = build(trace, SimConfig(policy="marconi", alpha="auto", capacity_bytes=GB, compat="paper"))
+    paper = build(trace, SimConfig(policy="marconi", alpha="auto", capacity_bytes=GB, compat="paper",
+                                   mode="sequential"))
     assert isinstance(corrected.tuner, DuelTuner) and isinstance(paper.tuner, AlphaTuner)
 
 
