@@ -11,6 +11,12 @@ except ImportError:  # the modules themselves call pytest.importorskip
 
 HAS_CUDA = torch is not None and torch.cuda.is_available()
 
+
+def bf16_kernels_supported() -> bool:
+    """bf16 tensor-core products need compute capability 8.0 (a T4 is 7.5; torch may still call
+    bf16 "supported" there through emulation, which Triton's dots do not have)."""
+    return HAS_CUDA and torch.cuda.get_device_capability() >= (8, 0)
+
 if not HAS_CUDA:
     # The interpreter must be chosen before triton is first imported by the kernels.
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -46,7 +52,7 @@ def _precompile_gpu_kernels(request):
     configs = [dict(num_heads=h, num_v_heads=hv, head_k_dim=d, head_v_dim=d, dtype=dt,
                     conv_dim=64 if d == 64 else None)
                for dt, d, h, hv in GPU_VARIANTS
-               if dt != "bfloat16" or torch.cuda.is_bf16_supported()]
+               if dt != "bfloat16" or bf16_kernels_supported()]
     try:
         warmup_in_processes(configs)
     except Exception as exc:   # noqa: BLE001 - only the speed-up is lost
