@@ -162,7 +162,7 @@ class SimConfig:
             raise UsageError("--bootstrap-multiplier must be >= 1")
         if self.tuning_workers < 0 or self.retune_every < 0:
             raise UsageError("--tuning-workers and --retune-every must be >= 0")
-        if self.duel_every < 1 or self.duel_window < 1 or self.duel_margin < 0:
+        if self.duel_every < 1 or self.duel_window < 1 or not 0 <= self.duel_margin < math.inf:
             raise UsageError("--duel-every and --duel-window must be >= 1, --duel-margin >= 0")
         parse_grid(self.alpha_grid)
         parse_candidates(self.duel_candidates)
@@ -190,6 +190,9 @@ class SimConfig:
 LRU = "lru"  # the tuning candidate that stands for SGLang+'s eviction
 
 
+MAX_ALPHAS = 1000
+
+
 def parse_grid(text: str | list | tuple, flag: str = "--alpha-grid") -> tuple[float, ...]:
     """'0:2:0.1' (inclusive range) or '0,0.5,1' -> sorted unique alphas (``flag`` names the option
     in error messages)."""
@@ -200,12 +203,16 @@ def parse_grid(text: str | list | tuple, flag: str = "--alpha-grid") -> tuple[fl
         try:
             if ":" in text:
                 lo, hi, step = (float(x) for x in text.split(":"))
-                if step <= 0 or hi < lo:
+                if not (0 < step < math.inf and lo <= hi < math.inf):  # NaN fails too
                     raise ValueError
                 n = int(round((hi - lo) / step))
+                if n >= MAX_ALPHAS:  # each alpha is a shadow cache or a replay: refuse before building
+                    raise UsageError(f"{flag} {text!r} has {n + 1:,} alphas (at most {MAX_ALPHAS:,})")
                 vals = [round(lo + i * step, 10) for i in range(n + 1)]
             else:
                 vals = [float(x) for x in text.split(",") if x.strip()]
+        except UsageError:
+            raise
         except ValueError:
             raise UsageError(f"{flag} must look like 0:2:0.1 or 0,0.5,1, not {text!r}") from None
     if not vals or not all(0 <= v < math.inf for v in vals):

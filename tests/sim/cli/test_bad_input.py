@@ -44,6 +44,9 @@ def _one_line_error(res, message: str) -> None:
     (["--duel-candidates", "lru,nan"], "--duel-candidates needs finite alphas >= 0, not 'nan'"),
     (["--alpha-grid", "0,inf"], "--alpha-grid needs finite alphas >= 0, not '0,inf'"),
     (["--seed", "-1", "--arrival", "poisson"], "--seed must be >= 0, not -1"),
+    (["--alpha-grid", "0:1e9:1e-9"], "--alpha-grid '0:1e9:1e-9' has 1,000,000,000,000,000,001 alphas (at most 1,000)"),
+    (["--alpha-grid", "0:inf:1"], "--alpha-grid must look like 0:2:0.1 or 0,0.5,1, not '0:inf:1'"),
+    (["--duel-margin", "nan"], "--duel-every and --duel-window must be >= 1, --duel-margin >= 0"),
     (["--trace-seed", "-1"], "--trace-seed must be >= 0 (got -1)"),
 ])
 def test_run_bad_values(runner, args, message):
