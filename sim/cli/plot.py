@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -42,9 +43,12 @@ def register(main: click.Group) -> None:
         plt = pyplot()
         if static not in ("best", "all"):
             try:
-                static = float(static)
+                value = float(static)
             except ValueError:
-                raise UsageError(f"--alpha must be best, all or a number, not {static!r}") from None
+                value = math.nan
+            if not 0 <= value < math.inf:  # NaN fails both comparisons
+                raise UsageError(f"--alpha must be best, all or a finite number >= 0, not {static!r}") from None
+            static = value
         todo = KINDS if "all" in kinds else tuple(dict.fromkeys(kinds))
         with output_folder(out):  # created (or refused) before the results are read
             for kind in todo:

@@ -116,6 +116,13 @@ def test_plot_corrupt_results_file(runner, tmp_path):
     assert not (tmp_path / "fig").exists()
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "x"])
+def test_plot_static_alpha_must_be_finite(runner, tmp_path, value):
+    pytest.importorskip("matplotlib")
+    res = runner.invoke(main, ["plot", str(tmp_path), "--alpha", value, "--out", str(tmp_path / "fig")])
+    _one_line_error(res, f"--alpha must be best, all or a finite number >= 0, not {value!r}")
+
+
 def test_plot_without_matplotlib_names_the_extra(tmp_path):
     """A real interpreter in which matplotlib cannot be imported (as in a base install)."""
     code = ("import sys; sys.modules['matplotlib'] = None; sys.modules['matplotlib.pyplot'] = None\n"
