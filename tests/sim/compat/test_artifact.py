@@ -133,3 +133,51 @@ def test_paper_replay_counts_state_hits_of_a_multi_turn_chain():
         assert list(res.requests["hit_tokens"]) == [0, 50, 100, 150]
         assert list(res.requests["state_hit"]) == [False, True, True, True]
         assert res.summary["checkpoints_hit"] == 3 and res.summary["capacity_overshoots"] == 0
+
+
+def test_marconi_refreshes_the_hit_node_on_the_artifacts_logical_clock():
+    """r1 = 30 + 10 tokens; r2 extends it (hits its 40-token tail state). The clock ticks on every
+    lookup, insert call and insert's own match: r1 1, 2, 3 (its node is created at 3); r2's lookup
+    (4) and its insert's match (6) both touch the hit node; r2's new node is created at 6."""
+    from sim.config import SimConfig
+    from sim.engine.drivers import run
+    from sim.simulate import build
+    from traces.base import Request, Trace
+
+    r1 = Request(0, 0, np.arange(0, 30), np.arange(100, 110))
+    r2 = Request(1, 0, np.concatenate((np.arange(0, 30), np.arange(100, 110), np.arange(200, 220))),
+                 np.arange(300, 305))
+    sim = build(Trace("two", [r1, r2]), SimConfig(policy="marconi", compat="paper", mode="sequential",
+                                                 capacity_bytes=10**12))
+    res = run(sim)
+    assert list(res.requests["hit_tokens"]) == [0, 40] and sim.tree.now == 6
+    times = {n.depth_tokens: n.last_access for n in sim.tree.iter_nodes() if n is not sim.tree.root}
+    assert times == {40: 6.0, 65: 6.0}
+    # a lookup that misses touches nothing: r1's node keeps its creation time
+    sim = build(Trace("one", [r1, Request(1, 0, np.arange(500, 520), np.arange(600, 602))]),
+                SimConfig(policy="marconi", compat="paper", mode="sequential", capacity_bytes=10**12))
+    run(sim)
+    assert {n.depth_tokens: n.last_access for n in sim.tree.iter_nodes() if n.depth_tokens == 40} == {40: 3.0}
+
+
+def test_artifact_merge_keeps_the_newer_access_time():
+    """Evicting a single-child node's state merges it into its child; the artifact's tree (with
+    split states) gives the merged node the newer of the two access times, the core tree keeps
+    the child's own."""
+    from sim.cache.tree import HybridRadixTree
+
+    def merged_time(tree_cls, **kw):
+        pol = MarconiEviction(get_model("marconi-7b"), MarconiEviction.Params(alpha=0.0))
+        t = tree_cls(capacity_bytes=10**9, kv_bytes_per_token=KV, state_bytes=STATE, block_tokens=1, policy=pol, **kw)
+        t.insert(np.arange(0, 4), 4, [4], now=1)
+        t.insert(np.arange(0, 8), 8, [8], now=2)  # the 4-token node is now single-child with a state
+        inner = t.match(np.arange(0, 4)).hit_node
+        t.touch(inner, 9)
+        assert t.evict(inner) == (1, 0)
+        t.check_invariants()
+        (leaf,) = [n for n in t.iter_nodes() if n is not t.root]
+        assert leaf.n_tokens == 8 and t.n_states == 1
+        return leaf.last_access
+
+    assert merged_time(ArtifactTree, split_states=True, fill_block=0) == 9
+    assert merged_time(HybridRadixTree) == 2
