@@ -121,6 +121,8 @@ class JsonRecordReader:
                         self.truncated = True
                         return
                     raise self.error(line, f"bad JSON: {exc.msg}") from None
+                except (ValueError, RecursionError) as exc:  # a 5,000-digit number, nesting too deep
+                    raise self.error(self._line, f"bad JSON: {_first_line(exc)}") from None
             line = self._line
             self._advance(end)
             self.records += 1
@@ -151,13 +153,18 @@ class JsonRecordReader:
             return
         try:
             obj = json.loads(s)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, a 5,000-digit number, deep nesting
             if not self.skip_bad_rows:
-                raise self.error(line_no, f"bad JSON: {exc.msg}") from None
+                msg = exc.msg if isinstance(exc, json.JSONDecodeError) else _first_line(exc)
+                raise self.error(line_no, f"bad JSON: {msg}") from None
             self.skipped += 1
             return
         self.records += 1
         yield obj, line_no
+
+
+def _first_line(exc: BaseException) -> str:
+    return next((ln for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
 
 
 @contextmanager

@@ -297,3 +297,27 @@ def test_lmsys_corrupted_parquet(fuzz_dir, qwen, parquet_bytes, flips):
     path = fuzz_dir / "corrupt.parquet"
     path.write_bytes(bytes(data))
     _check(path, f"lmsys:{path}", _opts(max_non_ascii=1.0), row_label=r" row \d+")
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # beyond Python's recursion limit
+HUGE = "9" * 5000  # beyond Python's 4,300-digit int conversion limit
+
+
+@pytest.mark.parametrize("kind, text, line", [
+    ("sharegpt", "[\n" + DEEP + "\n]", 2),  # the record starts on line 2
+    ("sharegpt", '{"conversations": ' + DEEP + "}\n", 1),
+    ("sharegpt", '[{"id": ' + HUGE + ', "conversations": []}]', 1),
+    ("sharegpt", '{"id": ' + HUGE + ', "conversations": []}\n', 1),
+    ("mooncake", '{"timestamp": ' + DEEP + "}\n", 1),
+    ("mooncake", '\n{"timestamp": ' + HUGE + "}\n", 2),
+    ("bailian", '{"chat_id": ' + HUGE + "}\n", 1),
+    ("marconi-jsonl", '{"input_tokens": ' + DEEP + "}\n", 1),
+], ids=["sharegpt-array-deep", "sharegpt-jsonl-deep", "sharegpt-array-huge-int", "sharegpt-jsonl-huge-int",
+        "mooncake-deep", "mooncake-huge-int", "bailian-huge-int", "marconi-jsonl-deep"])
+def test_pathological_json(fuzz_dir, kind, text, line):
+    """Nesting deeper than the recursion limit and integers longer than Python converts: bad JSON
+    on their line, not a RecursionError or ValueError traceback."""
+    path = fuzz_dir / f"pathological-{kind}.json"
+    path.write_text(text)
+    with pytest.raises(TraceError, match=rf"^{re.escape(str(path))}:{line}: bad JSON: "):
+        load_trace(f"{kind}:{path}", _opts())
