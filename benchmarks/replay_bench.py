@@ -75,6 +75,26 @@ def errors_with(res, spec, timing, layers):
     return dict(median=med, p95=p95, saved=float((val["modelled_full_ms"] - val["modelled_ms"]).sum()))
 
 
+def print_table(runs, trace, args, results, total, final=False):
+    cols = [("run", "{}"), ("requests", "{}"), ("hits", "{}"), ("hit_tokens", "{:,}"),
+            ("hits_validated", "{}"), ("failures", "{}"), ("max_restore_error", "{:.2e}"),
+            ("max_rec_error", "{:.2e}"), ("max_conv_error", "{:.2e}"), ("max_out_error", "{:.2e}"),
+            ("late_admits", "{}"),
+            ("wall_s", "{:.1f}"), ("tokens_per_s", "{:,.0f}"),
+            ("measured_ms_with_cache", "{:,.0f}"), ("measured_ms_without_cache", "{:,.0f}"),
+            ("measured_ms_saved", "{:,.0f}"), ("modelled_ms_saved_default", "{:,.0f}"),
+            ("modelled_ms_saved_calibrated", "{:,.0f}"),
+            ("executed_flops_saved", "{:.3e}"), ("simulated_flops_saved", "{:.3e}"),
+            ("err_median_before", "{:.1%}"), ("err_p95_before", "{:.1%}"),
+            ("err_median_after", "{:.1%}"), ("err_p95_after", "{:.1%}"), ("store_peak_gb", "{:.2f}")]
+    first = next(iter(results.values()))
+    dev, layers = first.settings.get("device_name", ""), first.settings["layers"]
+    print(f"\n=== replay benchmark: {trace.name}, {args.model} ({layers} gated-delta layers), {args.capacity}, "
+          f"mode {args.mode}, {args.dtype} on {dev}, {'total' if final else 'so far'} {total:.0f} s", flush=True)
+    for key, fmt in cols:
+        print(f"{key:>30} " + " ".join(f"{fmt.format(r[key]):>16}" for r in runs))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prepare", help="export the tokenized trace into this folder and stop")
@@ -91,6 +111,8 @@ def main() -> None:
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--out", default=None, help="folder for bench.json, the timing file and the first run's output")
     ap.add_argument("--save-all", action="store_true", help="write every run's output folder (not only the first)")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="skip the runs that would end past this many seconds (estimated from the last run)")
     args = ap.parse_args()
 
     if args.prepare:
@@ -126,6 +148,10 @@ def main() -> None:
             settings = ReplaySettings(layers=args.layers, device=args.device, dtype=args.dtype,
                                       requests=args.requests, warmup=not results)
             name = f"{policy}/{align}"
+            elapsed = time.perf_counter() - t_all
+            if args.budget_s and runs and elapsed + 1.15 * runs[-1]["wall_s"] > args.budget_s:
+                print(f"--- {name}: skipped (time budget {args.budget_s:.0f} s)", flush=True)
+                continue
             print(f"--- {name}", flush=True)
             res = run_replay(trace, config, settings, build=build)
             layers = res.settings["layers"]
@@ -143,28 +169,13 @@ def main() -> None:
             print(json.dumps(r), flush=True)
             for f in res.failures[:5]:
                 print("  FAIL", f.message(), flush=True)
+            print_table(runs, trace, args, results, time.perf_counter() - t_all)
             if out and (args.save_all or len(runs) == 1):
                 output.write(out / name.replace("/", "-").replace("+", "plus"), res.summary,
                              res.settings, res.requests)
-    total = time.perf_counter() - t_all
-    cols = [("run", "{}"), ("requests", "{}"), ("hits", "{}"), ("hit_tokens", "{:,}"),
-            ("hits_validated", "{}"), ("failures", "{}"), ("max_restore_error", "{:.2e}"),
-            ("max_rec_error", "{:.2e}"), ("max_conv_error", "{:.2e}"), ("max_out_error", "{:.2e}"),
-            ("late_admits", "{}"),
-            ("wall_s", "{:.1f}"), ("tokens_per_s", "{:,.0f}"),
-            ("measured_ms_with_cache", "{:,.0f}"), ("measured_ms_without_cache", "{:,.0f}"),
-            ("measured_ms_saved", "{:,.0f}"), ("modelled_ms_saved_default", "{:,.0f}"),
-            ("modelled_ms_saved_calibrated", "{:,.0f}"),
-            ("executed_flops_saved", "{:.3e}"), ("simulated_flops_saved", "{:.3e}"),
-            ("err_median_before", "{:.1%}"), ("err_p95_before", "{:.1%}"),
-            ("err_median_after", "{:.1%}"), ("err_p95_after", "{:.1%}"), ("store_peak_gb", "{:.2f}")]
-    dev = next(iter(results.values())).settings.get("device_name", "")
-    print(f"\n=== replay benchmark: {trace.name}, {args.model} ({layers} gated-delta layers), {args.capacity}, "
-          f"mode {args.mode}, {args.dtype} on {dev}, total {total:.0f} s")
-    for key, fmt in cols:
-        print(f"{key:>30} " + " ".join(f"{fmt.format(r[key]):>16}" for r in runs))
+    print_table(runs, trace, args, results, time.perf_counter() - t_all, final=True)
     if out:
-        (out / "bench.json").write_text(json.dumps(dict(runs=runs, total_s=total,
+        (out / "bench.json").write_text(json.dumps(dict(runs=runs, total_s=time.perf_counter() - t_all,
                                                         calibrated=dict(tflops=calibrated.effective_tflops,
                                                                         overhead_ms=calibrated.overhead_ms)),
                                                    indent=2) + "\n")
