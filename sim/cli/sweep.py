@@ -9,17 +9,21 @@ without touching this file.
 from __future__ import annotations
 
 import sys
+from itertools import product
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from sim.cli.outdir import output_folder
+from sim.cli.run import fits_trace_blocks
 from sim.config import SimConfig
 from sim.errors import UsageError
 from sim.experiments.grid import expand_grid, parse_values
 from sim.experiments.runners import describe, run_sweep
 from sim.experiments.store import is_done
 from sim.trace_options import TRACE_OPTION_KEYS
+from traces.hashblock import BLOCK_TOKENS
 
 # `run` options that are about printing / writing one run, not knobs
 _NOT_KNOBS = {"out", "events_path", "fmt", "progress"}
@@ -125,6 +129,27 @@ class SweepSpec:
             raise UsageError(f"{flag} is not supported by `marconi sweep` yet")
 
 
+def _fit_default_policies(trace_axes: dict, sim_axes: dict) -> str:
+    """On hash-block traces only (Mooncake, Bailian), the default policy list leaves out policies
+    whose checkpoints are finer than the blocks (vllm+), as `marconi run` does; returns the note."""
+    blocks = set()
+    for spec in trace_axes.get("trace", []):
+        kind = str(spec).partition(":")[0].strip().lower()
+        if kind not in BLOCK_TOKENS:
+            return ""  # a token trace in the grid: every default policy applies to it
+        blocks.add(BLOCK_TOKENS[kind])
+    base = SimConfig()
+    combos = list(product(sim_axes.get("model", [base.model]), sim_axes.get("block_size", [base.block_size]), blocks))
+    names = sim_axes.get("policy", [])
+    keep = [p for p in names if all(fits_trace_blocks(SimConfig(policy=p, model=m, block_size=b), B)
+                                    for m, b, B in combos)]
+    if not keep or len(keep) == len(names):
+        return ""
+    sim_axes["policy"] = keep
+    dropped = [p for p in names if p not in keep]
+    return f"{', '.join(dropped)} left out: checkpoints finer than the trace's {'/'.join(map(str, sorted(blocks)))}-token blocks"
+
+
 def grid_summary(trace_axes: dict, sim_axes: dict, n_configs: int) -> str:
     axes = {**trace_axes, **sim_axes}
     varying = [f"{k}({len(v)})" for k, v in axes.items() if len(v) > 1]
@@ -156,6 +181,9 @@ def register(main: click.Group) -> None:
         Rerunning the same command skips finished configurations.
         """
         trace_axes, sim_axes = spec.axes(kwargs)
+        left_out = ""
+        if click.get_current_context().get_parameter_source("policies") == ParameterSource.DEFAULT:
+            left_out = _fit_default_policies(trace_axes, sim_axes)
         tasks = expand_grid(trace_axes, sim_axes)
         if workers is not None and workers < 1:
             raise UsageError("--workers must be >= 1")
@@ -164,6 +192,8 @@ def register(main: click.Group) -> None:
         # the folder is created (or refused) before any configuration runs, and removed again
         # when the sweep stops with nothing in it (or after a dry run)
         with output_folder(out, keep=not dry_run):
+            if left_out:
+                click.echo(left_out)
             _execute(tasks, trace_axes, sim_axes, out, engine, workers, ray_address, dry_run, save_requests,
                      progress, limit)
 

@@ -196,6 +196,22 @@ def test_default_policies_on_a_hash_block_trace_leave_vllm_out(runner, tmp_path)
                          "trace's 512-token blocks")
 
 
+def test_default_sweep_on_a_hash_block_trace_leaves_vllm_out(runner, tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in MOONCAKE_ROWS))
+    out = tmp_path / "res"
+    res = runner.invoke(main, ["sweep", "--trace", f"mooncake:{path}", "--out", str(out), "--capacity", "1GB,5GB",
+                               "--no-progress"])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert lines[0] == "vllm+ left out: checkpoints finer than the trace's 512-token blocks"
+    assert lines[1] == "grid: policy(2) x capacity_bytes(2) = 4 configurations"
+    # a token trace in the grid keeps the whole default list
+    res = runner.invoke(main, ["sweep", "--trace", f"mooncake:{path},synthetic:chat:sessions=2", "--out",
+                               str(tmp_path / "res2"), "--dry-run"])
+    assert res.exit_code == 0 and res.stdout.splitlines()[0] == "grid: trace(2) x policy(3) = 6 configurations"
+
+
 def test_json_has_rejected_and_alpha_and_summary_stores_numbers(runner, tmp_path):
     out = tmp_path / "res"
     res = runner.invoke(main, ["run", *SMALL, "--policy", "vanilla,sglang+,marconi", "--capacity", "30MB",
