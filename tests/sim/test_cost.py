@@ -180,3 +180,16 @@ def test_h200_timing_estimate_by_hand(name, gpus):
     assert t.overhead_ms == 10.0
     want_ms = get_model(name).active_params() * 2 / (gpus * 4.8e12 * 0.6) * 1e3
     assert t.decode_ms_per_token == pytest.approx(want_ms, abs=0.005)
+
+
+def test_marconi_7b_timing_by_hand():
+    # prefill calibrated to the Jamba fit: F(8192) FLOPs in 0.0530 ms x 8192 (~257 TFLOP/s), 17.8 ms
+    # overhead; decode reads ~6.5B bf16 weights at 70% of an A100's 1.555 TB/s: ~12 ms per token
+    D, N = 4096, 128
+    f8k = 8192 * (24 * (12 * D**2 + 16 * D * N + 10 * D) + 4 * 8 * D**2 + 28 * 16 * D**2) + 4 * 4 * 8192**2 * D
+    t = default_timing("marconi-7b")
+    assert t.effective_tflops == pytest.approx(f8k / (0.0530e-3 * 8192) / 1e12, abs=0.05)
+    assert t.effective_tflops == pytest.approx(257, abs=1)
+    assert t.overhead_ms == 17.8
+    assert t.decode_ms_per_token == pytest.approx(6.5e9 * 2 / (0.7 * 1.555e12) * 1e3, abs=0.1)
+    assert default_timing("llama-7b") == t  # the same A100 calibration, like for like
