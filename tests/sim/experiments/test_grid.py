@@ -184,3 +184,11 @@ def test_every_trace_option_is_part_of_the_config_id(knob):
     a = make_task({}, policy="marconi", alpha=1.0)
     b = make_task({knob: TRACE_ALTERNATIVES[knob]}, policy="marconi", alpha=1.0)
     assert a.config_id != b.config_id and b.knobs[knob] == TRACE_ALTERNATIVES[knob]
+
+
+def test_parsed_values_have_the_knobs_types():
+    # Decimal(1) == 1, so compare types too: an int knob must get ints, a float knob floats
+    assert [type(v) for v in parse_values("1:3,7", "int")] == [int] * 4
+    assert [type(v) for v in parse_values("0:1:0.5,2", "float")] == [float] * 4
+    assert [type(v) for v in parse_values("1GB:2GB:1GB", "size")] == [int] * 2
+    assert [type(v) for v in parse_values("0.5,auto", "alpha")] == [float, str]
