@@ -70,8 +70,11 @@ class Recorder:
         self.done[i] = True
 
     def occupancy(self, t: float, kv_bytes: int, state_bytes: int) -> None:
+        # sample k is kept when k is a multiple of the stride (k from 0: the first sample always
+        # stays, and a halving keeps exactly the multiples of the doubled stride)
+        seen = self._occ_seen
         self._occ_seen += 1
-        if self._occ_seen % self._occ_every:
+        if seen % self._occ_every:
             return
         self._occ_t.append(t)
         self._occ_kv.append(kv_bytes)
