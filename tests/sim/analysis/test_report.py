@@ -95,3 +95,23 @@ def test_headline_falls_back_to_any_marconi_variant():
     df.loc[df["variant"] == "marconi", "variant"] = "marconi α=1"  # condense(static="all") labels
     h = report.headline(df)
     assert h["marconi"] == "marconi α=1" and h["ratio_vs_vllm+"] == pytest.approx(1.275)
+
+
+def test_auto_alphas_and_alpha_grid_by_hand():
+    rows = []
+    for policy, mode, alpha, cap, tuned, rate in [
+        ("marconi", "auto", float("nan"), 1, 0.5, 0.30), ("marconi", "auto", float("nan"), 1, 1.5, 0.40),
+        ("marconi", "auto", float("nan"), 2, 2.0, 0.60), ("other", "auto", float("nan"), 1, 9.0, 0.90),
+        ("marconi", "static", 0.0, 1, float("nan"), 0.10), ("marconi", "static", 0.0, 1, float("nan"), 0.20),
+        ("marconi", "static", 1.0, 1, float("nan"), 0.50), ("marconi", "static", 1.0, 2, float("nan"), 0.70),
+    ]:
+        rows.append({"policy": policy, "alpha_mode": mode, "alpha": alpha, "capacity_gb": cap, "tuned_alpha": tuned,
+                     "token_hit_rate": rate, "flops_saved_frac": rate / 2})
+    df = pd.DataFrame(rows)
+    auto = report.auto_alphas(df).set_index("capacity_gb")
+    # marconi's auto rows only (the other policy's 9.0 is not mixed in), averaged per capacity
+    assert auto.loc[1, "alpha_chosen"] == pytest.approx(1.0) and auto.loc[2, "alpha_chosen"] == pytest.approx(2.0)
+    assert auto.loc[1, "token_hit_rate"] == pytest.approx(0.35) and auto.loc[1, "flops_saved_frac"] == pytest.approx(0.175)
+    grid = report.alpha_grid(df)  # static rows: mean per alpha (rows) and capacity (columns)
+    assert grid.loc[0.0, 1] == pytest.approx(0.15) and grid.loc[1.0, 1] == pytest.approx(0.5)
+    assert grid.loc[1.0, 2] == pytest.approx(0.7) and math.isnan(grid.loc[0.0, 2])
