@@ -115,3 +115,8 @@ def test_auto_alphas_and_alpha_grid_by_hand():
     grid = report.alpha_grid(df)  # static rows: mean per alpha (rows) and capacity (columns)
     assert grid.loc[0.0, 1] == pytest.approx(0.15) and grid.loc[1.0, 1] == pytest.approx(0.5)
     assert grid.loc[1.0, 2] == pytest.approx(0.7) and math.isnan(grid.loc[0.0, 2])
+
+
+def test_order_variants_puts_the_paper_baselines_first():
+    got = report.order_variants(["x", "marconi α=1", "vllm+", "belady", "vanilla", "sglang+", "marconi (auto α)", "x"])
+    assert got == ["vanilla", "vllm+", "sglang+", "marconi α=1", "marconi (auto α)", "x", "belady"]

@@ -210,3 +210,14 @@ def test_vanilla_records_every_request_with_a_full_prefill(mode):
     assert list(res.requests["arrival_s"]) == [0.0, 1.0, 2.0]  # one session per second
     assert list(res.requests["prefill_s"]) == pytest.approx([5e-3 + paper_flops(120) / 1e14] * 3, rel=1e-12)
     assert res.summary["flops_saved"] == 0.0 and res.summary["evictions"] == 0
+
+
+@pytest.mark.parametrize("mode", ["des", "sequential"])
+def test_occupancy_after_each_insert_by_hand(mode):
+    # the chain stores 50 more tokens and one more tail state per turn, nothing evicted:
+    # KV 50, 100, 150, 200 tokens x 65,536 B; states 1..4 x 26,787,840 B (marconi-7b)
+    res = simulate(multi_turn_trace(), SimConfig(policy="marconi", capacity_bytes=BIG, mode=mode))
+    occ = res.occupancy
+    assert list(occ["kv_bytes"]) == [50 * k * 65_536 for k in (1, 2, 3, 4)]
+    assert list(occ["state_bytes"]) == [k * 26_787_840 for k in (1, 2, 3, 4)]
+    assert (res.summary["final_kv_bytes"], res.summary["final_state_bytes"]) == (200 * 65_536, 4 * 26_787_840)
