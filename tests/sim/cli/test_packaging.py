@@ -44,7 +44,10 @@ def test_make_run_installs_once(tmp_path):
     (tmp_path / ".venv" / "bin" / "python").symlink_to(sys.executable)
 
     def planned() -> list[str]:
-        out = subprocess.run(["make", "-n", "run"], cwd=tmp_path, capture_output=True, text=True, check=True)
+        # under `make test` the parent's MAKELEVEL/MAKEFLAGS would make the child print "Entering directory"
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+        out = subprocess.run(["make", "--no-print-directory", "-n", "run"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, check=True)
         return out.stdout.splitlines()
 
     assert planned() == [".venv/bin/pip install -q -e .", "touch .venv/.installed", ".venv/bin/marconi run"]
