@@ -22,7 +22,9 @@ def format_summary(s: dict, settings: dict) -> str:
         ("requests", f"{s['requests']:,} ({s['input_tokens']:,} input tokens)"),
         ("hits (validated)", f"{s['hits']:,} ({s['hits_validated']:,})"),
         ("failures", f"{s['failures']}"),
-        ("worst restore error", f"{s['max_restore_error']:.3g} (tolerance {settings['tolerance']:.3g})"),
+        ("worst restore error", f"recurrent {s['max_rec_error']:.3g}, conv {s['max_conv_error']:.3g}, outputs "
+                                f"{s['max_out_error']:.3g} (tolerances {settings['tolerance'][0]:.3g} / "
+                                f"{settings['tolerance'][1]:.3g})"),
         ("measured prefill with cache", f"{s['measured_ms_with_cache']:,.1f} ms"),
         ("measured prefill without cache", f"{s['measured_ms_without_cache']:,.1f} ms "
                                            f"({s['requests_full_measured']} requests timed in full)"),
@@ -64,7 +66,8 @@ def register(main: click.Group) -> None:
                   help="cpu runs the kernels in the Triton interpreter (tiny presets only in practice).")
     @click.option("--requests", type=int, default=None, help="Replay the first N requests.")
     @click.option("--seed", type=int, default=0, show_default=True, help="Weights and hash-block tokens.")
-    @click.option("--tolerance", type=float, default=None, help="Relative error allowed [default: by dtype].")
+    @click.option("--tolerance", type=float, default=None,
+                  help="Relative error allowed in states and outputs [default: by dtype, see sim.replay.checks].")
     @click.option("--calibrate", "calibrate_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="Fit the time model to the measurements; write a timing file for `marconi run --timing`.")
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,

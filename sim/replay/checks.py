@@ -7,15 +7,19 @@ from dataclasses import dataclass
 
 import torch
 
-# relative error allowed between a restored run and a from-scratch run (row-wise, see rel_error).
-# bf16 keeps 8 mantissa bits: the two runs chunk the prompt differently (a restore at an
-# unaligned position starts a ragged chunk), so A, w, u and the projections of the next layers
-# round differently, ~0.4 % per rounding, compounding over layers; 5e-2 leaves room for a deep
-# stack while a wrong state (another position, a corrupted head) is off by far more.
-TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+# Relative error allowed between a restored run and a from-scratch run (row-wise, see rel_error):
+# (recurrent states, outputs and conv windows). The two runs chunk the prompt differently (a
+# restore at an unaligned position starts a ragged chunk), so in half precision A, w, u and the
+# next layers' projections round differently, ~0.4 % per bf16 rounding. Outputs (normalised per
+# head) and conv windows stay within ~2.5 % at 24 qwen3.5-9b layers on ShareGPT; a recurrent state
+# is a decayed sum over the whole prefix of bf16 products and its per-head error measured 2.2 %
+# (min) / 2.9 % (median) / 7.7 % (max) over 1,231 restores (H200, benchmarks/replay_bench.py).
+# A wrong state (another position, a corrupted head) is off by far more.
+TOLERANCE = {torch.float32: (1e-4, 1e-4), torch.float16: (3e-2, 1e-2), torch.bfloat16: (1.5e-1, 5e-2)}
 
 
-def tolerance_for(dtype: torch.dtype) -> float:
+def tolerance_for(dtype: torch.dtype) -> tuple[float, float]:
+    """``(recurrent-state tolerance, output and conv-window tolerance)`` of ``dtype``."""
     return TOLERANCE[dtype]
 
 
