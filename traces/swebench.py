@@ -160,7 +160,7 @@ def _arguments(args):
     if isinstance(args, str):
         try:
             args = json.loads(args)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # bad JSON, a 5,000-digit number, nesting too deep
             return None
     return args if isinstance(args, dict) else None
 
@@ -169,7 +169,10 @@ def _tool_calls(calls, k: int) -> tuple:
     if calls is None:
         return ()
     if isinstance(calls, str):
-        calls = json.loads(calls) if calls.strip() else []
+        try:
+            calls = json.loads(calls) if calls.strip() else []
+        except RecursionError:  # surfaces as the row's ValueError, with its location
+            raise ValueError(f"message {k}: tool_calls nested too deep") from None
     if not isinstance(calls, list):
         raise ValueError(f"message {k}: tool_calls is not a list")
     out = []
@@ -253,13 +256,17 @@ def parse_trajectory(obj) -> tuple[list[Message], list[tuple[Message, list[Messa
 # Sources
 
 
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 def _decode_json_columns(rec: dict) -> dict:
     """Datasets often store nested lists as JSON strings: decode those columns."""
     for k, v in list(rec.items()):
         if isinstance(v, str) and v[:1] in "[{":
             try:
                 rec[k] = json.loads(v)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # not JSON after all: keep the string
                 pass
     return rec
 
@@ -297,9 +304,10 @@ def iter_trajectories(path: str, skip_bad_rows: bool, stats: dict,
                     if line.strip():
                         try:
                             yield f"{f}:{line_no}", json.loads(line)
-                        except json.JSONDecodeError as exc:
+                        except (ValueError, RecursionError) as exc:  # also a 5,000-digit number, deep nesting
                             if not skip_bad_rows:
-                                raise TraceError(f"{f}:{line_no}: bad JSON: {exc.msg}") from None
+                                msg = exc.msg if isinstance(exc, json.JSONDecodeError) else _first_line(exc)
+                                raise TraceError(f"{f}:{line_no}: bad JSON: {msg}") from None
                             stats["skipped_rows"] += 1
         elif f.suffix == ".parquet":
             import pyarrow.parquet as pq
@@ -310,11 +318,13 @@ def iter_trajectories(path: str, skip_bad_rows: bool, stats: dict,
             try:
                 with open(f, encoding="utf-8") as fh:
                     obj = json.load(fh)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            except (ValueError, RecursionError) as exc:  # JSON and UTF-8 errors, huge numbers, deep nesting
                 if not skip_bad_rows:
                     if isinstance(exc, json.JSONDecodeError):
                         raise TraceError(f"{f}:{exc.lineno}: bad JSON: {exc.msg}") from None
-                    raise TraceError(f"{f}: not UTF-8 text ({exc.reason})") from None
+                    if isinstance(exc, UnicodeDecodeError):
+                        raise TraceError(f"{f}: not UTF-8 text ({exc.reason})") from None
+                    raise TraceError(f"{f}: bad JSON: {_first_line(exc)}") from None
                 stats["skipped_rows"] += 1
                 continue
             yield str(f), obj

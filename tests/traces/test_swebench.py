@@ -544,3 +544,23 @@ def test_request_and_memory_limits(tmp_path, monkeypatch):
     monkeypatch.setattr(traces.base, "available_memory", lambda: 1000)
     with pytest.raises(TraceError, match=r"fc__marshmallow-1867\.traj: the trace would need .* more than the"):
         load_trace(f"swebench:{FC}", TraceOptions(use_cache=False))
+
+
+@pytest.mark.parametrize("body", ["[" * 100_000 + "]" * 100_000, '{"history": [' + "9" * 5000 + "]}"],
+                         ids=["nested-too-deep", "5000-digit-number"])
+@pytest.mark.parametrize("suffix", [".traj", ".jsonl"])
+def test_json_python_cannot_parse_is_one_trace_error(tmp_path, body, suffix):
+    """Deep nesting raises RecursionError and a 5,000-digit number ValueError inside json: both must
+    be a TraceError naming the file (the CLI prints it as one line), and --skip-bad-rows skips them."""
+    if suffix == ".traj":  # a folder of .traj files: one good, one bad
+        d = _one_file_dir(tmp_path, FC)
+        (d / "z__bad.traj").write_text(body + "\n")
+        spec, where = f"swebench:{d}", r"z__bad\.traj"
+    else:  # one dataset file: a bad row, then a good one
+        f = tmp_path / "rows.jsonl"
+        f.write_text(body + "\n" + json.dumps(json.loads(FC.read_text())) + "\n")
+        spec, where = f"swebench:{f}", r"rows\.jsonl:1"
+    with pytest.raises(TraceError, match=rf"{where}: bad JSON"):
+        load_trace(spec, TraceOptions())
+    tr = load_trace(spec, TraceOptions(skip_bad_rows=True))
+    assert tr.meta["skipped_rows"] == 1 and tr.n_sessions == 1
