@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.base import EvictionPolicy, PolicyError, Victim, eviction, register_preset
+from policies.base import PolicyError, Victim, eviction, register_preset
 from policies.engine_common import EnginePreset
+from policies.eviction import DenseSlotEviction
 
 NEVER = np.iinfo(np.int64).max
 
 
 @eviction("belady")
-class BeladyEviction(EvictionPolicy):
+class BeladyEviction(DenseSlotEviction):
     """Farthest next use first (Belady's MIN); among equals (never used again) the most bytes."""
 
     refresh = "path"
@@ -43,42 +44,13 @@ class BeladyEviction(EvictionPolicy):
         bytes; the highest goes."""
         return dist + size / (size.max() + 1.0)
 
-    def attach(self, tree):
-        super().attach(tree)
-        cap = 1024
-        self._next = np.full(cap, NEVER, dtype=np.int64)
-        self._size = np.zeros(cap)
-        self._cand = np.zeros(cap, dtype=bool)
-        self._created = np.zeros(cap, dtype=np.int64)
-        self._nodes: list = [None] * cap
-        self._free = list(range(cap - 1, -1, -1))
-        self._hi = 0
-
-    def _grow(self) -> None:
-        cap = len(self._next)
-        self._next = np.concatenate((self._next, np.full(cap, NEVER, dtype=np.int64)))
-        self._size = np.concatenate((self._size, np.zeros(cap)))
-        self._cand = np.concatenate((self._cand, np.zeros(cap, dtype=bool)))
-        self._created = np.concatenate((self._created, np.zeros(cap, dtype=np.int64)))
-        self._nodes.extend([None] * cap)
-        self._free.extend(range(2 * cap - 1, cap - 1, -1))
+    _columns = {"_next": (NEVER, np.int64), "_size": (0.0, np.float64)}  # next use, bytes freed
 
     def _future(self):
         future = getattr(self.tree, "future", None)
         if future is None:
             raise PolicyError("belady needs the trace's future: run it with --compat corrected")
         return future
-
-    def add(self, node):
-        if not self._free:
-            self._grow()
-        slot = self._free.pop()
-        node.slot = slot
-        self._nodes[slot] = node
-        self._created[slot] = node.created
-        if slot >= self._hi:
-            self._hi = slot + 1
-        self.update(node)
 
     def update(self, node):
         slot = node.slot
@@ -102,15 +74,6 @@ class BeladyEviction(EvictionPolicy):
         if not node.has_state and not node.children:
             return NEVER  # KV no hybrid hit can reach
         return self._future().next_use(node)
-
-    def remove(self, node):
-        slot = node.slot
-        if slot < 0:
-            return
-        self._cand[slot] = False
-        self._nodes[slot] = None
-        node.slot = -1
-        self._free.append(slot)
 
     def pop_victim(self):
         idx = np.flatnonzero(self._cand[:self._hi])

@@ -77,8 +77,67 @@ class LRULeafEviction(HeapEviction):
         return node.last_access
 
 
+class DenseSlotEviction(EvictionPolicy):
+    """Candidates in dense numpy arrays, one slot per node (a free list reuses slots), for policies
+    whose victim depends on every candidate at once and is found by one vectorised pass.
+
+    Every slot has ``_cand`` (is it a candidate now), ``_created`` (tie-break: the oldest node) and
+    ``_nodes``; a subclass names its own per-slot arrays in ``_columns`` (name -> (fill, dtype)) and
+    per-slot Python lists in ``_lists`` (reset to None when a slot is reused), and fills them in
+    ``update``. Candidate slots are all below ``_hi``."""
+
+    _columns: dict = {}
+    _lists: tuple = ()
+
+    def attach(self, tree):
+        super().attach(tree)
+        cap = 1024
+        for name, (fill, dtype) in self._columns.items():
+            setattr(self, name, np.full(cap, fill, dtype=dtype))
+        for name in self._lists:
+            setattr(self, name, [None] * cap)
+        self._cand = np.zeros(cap, dtype=bool)
+        self._created = np.zeros(cap, dtype=np.int64)
+        self._nodes: list = [None] * cap
+        self._free = list(range(cap - 1, -1, -1))
+        self._hi = 0
+
+    def _grow(self) -> None:
+        cap = len(self._nodes)
+        for name, (fill, dtype) in self._columns.items():
+            setattr(self, name, np.concatenate((getattr(self, name), np.full(cap, fill, dtype=dtype))))
+        for name in self._lists:
+            getattr(self, name).extend([None] * cap)
+        self._cand = np.concatenate((self._cand, np.zeros(cap, dtype=bool)))
+        self._created = np.concatenate((self._created, np.zeros(cap, dtype=np.int64)))
+        self._nodes.extend([None] * cap)
+        self._free.extend(range(2 * cap - 1, cap - 1, -1))
+
+    def add(self, node):
+        if not self._free:
+            self._grow()
+        slot = self._free.pop()
+        node.slot = slot
+        self._nodes[slot] = node
+        for name in self._lists:
+            getattr(self, name)[slot] = None
+        self._created[slot] = node.created
+        if slot >= self._hi:
+            self._hi = slot + 1
+        self.update(node)
+
+    def remove(self, node):
+        slot = node.slot
+        if slot < 0:
+            return
+        self._cand[slot] = False
+        self._nodes[slot] = None
+        node.slot = -1
+        self._free.append(slot)
+
+
 @eviction("marconi")
-class MarconiEviction(EvictionPolicy):
+class MarconiEviction(DenseSlotEviction):
     """FLOP-aware eviction. Candidates: non-root nodes with at most one child that hold
     something (leaves; single-child nodes with a state). Evicting a single-child node drops its
     state only; its KV merges into the child."""
@@ -95,39 +154,8 @@ class MarconiEviction(EvictionPolicy):
         super().__init__(cost, params)
         self.alpha = float(self.params.alpha)  # the tuner may change it on the fly
 
-    def attach(self, tree):
-        super().attach(tree)
-        cap = 1024
-        self._t = np.zeros(cap)
-        self._eff = np.zeros(cap)
-        self._cand = np.zeros(cap, dtype=bool)
-        self._created = np.zeros(cap, dtype=np.int64)
-        self._nodes: list = [None] * cap
-        self._geom = [None] * cap  # (edge tokens, end tokens) the cached efficiency was computed for
-        self._free = list(range(cap - 1, -1, -1))
-        self._hi = 0  # slots in use are < _hi
-
-    def _grow(self) -> None:
-        cap = len(self._t)
-        self._t = np.concatenate((self._t, np.zeros(cap)))
-        self._eff = np.concatenate((self._eff, np.zeros(cap)))
-        self._cand = np.concatenate((self._cand, np.zeros(cap, dtype=bool)))
-        self._created = np.concatenate((self._created, np.zeros(cap, dtype=np.int64)))
-        self._nodes.extend([None] * cap)
-        self._geom.extend([None] * cap)
-        self._free.extend(range(2 * cap - 1, cap - 1, -1))
-
-    def add(self, node):
-        if not self._free:
-            self._grow()
-        slot = self._free.pop()
-        node.slot = slot
-        self._nodes[slot] = node
-        self._geom[slot] = None
-        self._created[slot] = node.created
-        if slot >= self._hi:
-            self._hi = slot + 1
-        self.update(node)
+    _columns = {"_t": (0.0, np.float64), "_eff": (0.0, np.float64)}  # last access, FLOP efficiency
+    _lists = ("_geom",)  # (edge tokens, end tokens) the cached efficiency was computed for
 
     def update(self, node):
         slot = node.slot
@@ -145,15 +173,6 @@ class MarconiEviction(EvictionPolicy):
             L_n = node.depth_tokens
             flops = self.cost.node_flops(L_n - node.n_tokens, L_n)
             self._eff[slot] = flops / self.cost.node_bytes(L_n)
-
-    def remove(self, node):
-        slot = node.slot
-        if slot < 0:
-            return
-        self._cand[slot] = False
-        self._nodes[slot] = None
-        node.slot = -1
-        self._free.append(slot)
 
     def pop_victim(self):
         idx = np.flatnonzero(self._cand[:self._hi])
