@@ -1,6 +1,6 @@
 """``marconi kernels ...``: correctness checks of the Triton kernels.
 
-Imported by ``sim/cli.py`` at startup, so nothing here may import torch or triton at module level:
+Imported by ``sim/cli/__init__.py`` at startup, so nothing here may import torch or triton at module level:
 the simulator runs without the ``kernels`` extra.
 """
 
