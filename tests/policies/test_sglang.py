@@ -8,6 +8,8 @@ version 024f9a6860ce), ``python/sglang/srt/mem_cache/mamba_radix_cache.py`` (00d
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from engine_cases import TINY, cat, one_per_session, run, state_depths, toks
@@ -220,3 +222,38 @@ def test_sglang_v2_keeps_one_state_per_step_and_kv_up_to_it():
     assert state_depths(sim.tree) == [192, 256, 256, 256, 512, 576, 640]
     # KV stops at each insert's last state: no stateless leaf
     assert all(n.has_state for n in sim.tree.iter_nodes() if not n.children and n is not sim.tree.root)
+
+
+def _node(parent, *, state, access, depth, created):
+    node = SimpleNamespace(parent=parent, children={}, lock=0, has_state=state, last_access=access,
+                           state_access=access, depth_tokens=depth, created=created, version=0)
+    if parent is not None:
+        parent.children[created] = node
+    return node
+
+
+def test_two_lists_on_one_budget_evict_the_least_recent_of_kv_leaves_and_states():
+    """SGLang's MambaRadixCache keeps a full (KV) LRU list of leaves and a mamba LRU list of states
+    (python/sglang/srt/mem_cache/mamba_radix_cache.py, evict_full / evict_mamba); on one shared
+    budget the least recently used head of the two goes. Hand-built: an inner node whose state was
+    used at t=1 and a leaf used at t=5, so the inner state goes (state only: its KV stays for the
+    leaf); with no state left anywhere the KV leaf goes."""
+    pol = TwoListLRUEviction()
+    pol.attach(SimpleNamespace())
+    root = SimpleNamespace(parent=None, children={}, lock=0, has_state=False, last_access=0.0,
+                           depth_tokens=0, created=0, version=0)
+    inner = _node(root, state=True, access=1.0, depth=10, created=1)
+    leaf = _node(inner, state=True, access=5.0, depth=20, created=2)
+    for node in (inner, leaf):
+        pol.add(node)
+    victim = pol.pop_victim()
+    assert victim.node is inner and victim.drop_state_only
+
+    lone = SimpleNamespace(parent=None, children={}, lock=0, has_state=False, last_access=0.0,
+                           depth_tokens=0, created=0, version=0)
+    pol2 = TwoListLRUEviction()
+    pol2.attach(SimpleNamespace())
+    kv_only = _node(lone, state=False, access=3.0, depth=8, created=1)
+    pol2.add(kv_only)
+    victim = pol2.pop_victim()
+    assert victim.node is kv_only and not victim.drop_state_only
