@@ -309,11 +309,6 @@ class EngineTree(HybridRadixTree):
             self.stats.kv_tokens_evicted += before - self.kv_tokens
         return s, kv
 
-    def _apply_victim(self, victim) -> tuple[int, int]:
-        if victim.drop_state_only:
-            return self.drop_state(victim.node)
-        return self.evict(victim.node)
-
     def _evict_for(self, need: float) -> tuple[bool, int, int]:
         if self.state_capacity is None:
             return super()._evict_for(need)

@@ -433,6 +433,13 @@ class HybridRadixTree:
         return upper
 
     # ------------------------------------------------------------------ eviction
+    def _apply_victim(self, victim) -> tuple[int, int]:
+        """Free what the policy chose: an inner node's state only, or the node with its KV.
+        Returns (states freed, KV tokens freed)."""
+        if victim.drop_state_only:
+            return self.drop_state(victim.node)
+        return self.evict(victim.node)
+
     def _evict_for(self, need: float) -> tuple[bool, int, int]:
         """Evict until ``need`` more bytes fit. Returns (fits, states evicted, KV tokens evicted)."""
         ev_states = ev_kv = 0
@@ -442,10 +449,7 @@ class HybridRadixTree:
             victim = policy.pop_victim()
             if victim is None:
                 return False, ev_states, ev_kv
-            if victim.drop_state_only:
-                s, kv = self.drop_state(victim.node)
-            else:
-                s, kv = self.evict(victim.node)
+            s, kv = self._apply_victim(victim)
             ev_states += s
             ev_kv += kv
         return True, ev_states, ev_kv

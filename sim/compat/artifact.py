@@ -170,10 +170,7 @@ class ArtifactTree(HybridRadixTree):
             victim = policy.pop_victim()
             if victim is None:
                 break  # the artifact inserts anyway once nothing is left (it never refuses)
-            if victim.drop_state_only:
-                s, kv = self.drop_state(victim.node)
-            else:
-                s, kv = self.evict(victim.node)
+            s, kv = self._apply_victim(victim)
             ev_states += s
             ev_kv += kv
             credit = getattr(policy, "credited_kv_tokens", None)
