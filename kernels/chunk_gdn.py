@@ -43,8 +43,9 @@ MIN_HEAD_DIM, MAX_HEAD_DIM = 1, 256
 # state and output kernels; it is clamped to the padded V. Overridable for experiments, e.g.
 # KERNELS_CONFIG_STATE="BV=32,num_warps=4,num_stages=2".
 CONFIGS = {
-    "prep": dict(num_warps=4, num_stages=1),
-    "state": dict(BV=32, num_warps=4, num_stages=2),
+    "solve": dict(num_warps=2, num_stages=1),
+    "wu": dict(num_warps=4, num_stages=1),
+    "state": dict(BV=32, num_warps=4, num_stages=3),
     "out": dict(BV=64, num_warps=4, num_stages=2),
 }
 
@@ -64,95 +65,138 @@ def _pow2(n: int) -> int:
 
 
 @triton.jit
-def _load_gate_beta(g, beta, A_log_h, dt_bias_h, tc, m, i_hv, sgt, sgh, sbt, sbh,
+def _load_gate_beta(g, beta, A_log_h, dt_bias_h, gbase, bbase, r, m, sgt, sbt,
                     USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr):
-    gr = tl.load(g + tc * sgt + i_hv * sgh, mask=m, other=0.).to(tl.float32)
+    gr = tl.load(gbase + r * sgt, mask=m, other=0.).to(tl.float32)
     if USE_GATE:
         x = gr + dt_bias_h
         sp = tl.where(x > 20., x, tl.log(1. + tl.exp(tl.minimum(x, 20.))))
         gr = tl.where(m, -tl.exp(A_log_h) * sp, 0.)
-    b = tl.load(beta + tc * sbt + i_hv * sbh, mask=m, other=0.).to(tl.float32)
+    b = tl.load(bbase + r * sbt, mask=m, other=0.).to(tl.float32)
     if BETA_SIGMOID:
         b = tl.where(m, tl.sigmoid(b), 0.)
     return gr, b
 
 
 @triton.jit
-def _load_rows(ptr, tc, m, i_h, st, sh, offs, D):
-    """Rows ``tc`` as a [rows, BD] fp32 block (columns past ``D`` are zero)."""
-    return tl.load(ptr + tc[:, None] * st + i_h * sh + offs[None, :],
-                   mask=m[:, None] & (offs < D)[None, :], other=0.).to(tl.float32)
+def _rowmask(m, offs, D: tl.constexpr, FULL: tl.constexpr, W: tl.constexpr):
+    """[rows, W] mask of a tile with columns ``offs`` (W of them): rows ``m``, columns below the
+    head dim ``D``. FULL (every tile of the launch lies inside D) makes the column part a
+    compile-time constant, so the loads stay 16-byte vectors (and can be pipelined). Full-shape
+    boolean: triton 3.9's interpreter rejects scalar / broadcast masks."""
+    if FULL:
+        return m[:, None] & tl.full([1, W], 1, tl.int1)
+    else:
+        return m[:, None] & (offs < D)[None, :]
 
 
 @triton.jit
-def _load_cols(ptr, tc, m, i_h, st, sh, offs, D):
-    """Rows ``tc`` loaded transposed, as a [BD, rows] block (no register transpose: a
-    register-transposed wgmma operand gave wrong results on an H200 with triton 3.6)."""
-    return tl.load(ptr + tc[None, :] * st + i_h * sh + offs[:, None],
-                   mask=m[None, :] & (offs < D)[:, None], other=0.).to(tl.float32)
+def _dimmask(offs, D: tl.constexpr, FULL: tl.constexpr, W: tl.constexpr):
+    """1-d ``offs < D``, a compile-time constant when FULL."""
+    if FULL:
+        return tl.full([W], 1, tl.int1)
+    else:
+        return offs < D
 
 
 @triton.jit
-def _rnorm(x, axis: tl.constexpr, l2norm):
-    """1 / ||x|| along ``axis`` (the l2norm of the math, eps 1e-6 under the root), or 1.
-
-    The kernels never round an l2-normalised (or scaled) q / k to the input dtype: the raw
-    half-precision rows go into the matrix products and these factors are applied to the fp32
-    results. When q.k cancels (|q.k| << |q||k|) a rounded normalised copy would carry a
-    relative error of 2^-9 |q||k| / |q.k| (bf16) into the output."""
-    n = 1. / tl.sqrt(tl.sum(x * x, axis) + 1e-6)
-    return tl.where(l2norm != 0, n, 1.)
+def _colmask(m, offs, D: tl.constexpr, FULL: tl.constexpr, W: tl.constexpr):
+    """The transposed layout of ``_rowmask``: [W, rows]."""
+    if FULL:
+        return tl.full([W, 1], 1, tl.int1) & m[None, :]
+    else:
+        return (offs < D)[:, None] & m[None, :]
 
 
 @triton.jit
-def _kkt_block(ki, kjT, gi, gj, bi, ri, rj, DIAG: tl.constexpr, PREC: tl.constexpr):
+def _sub_row(L, A, i, r):
+    """Row ``i`` of (I + L)^-1 by forward substitution: e_i - sum_m L[i, m] A[m, :]."""
+    li = tl.sum(tl.where(r[:, None] == i, L, 0.), 0)
+    row = -tl.sum(li[:, None] * A, 0) + tl.where(r == i, 1., 0.)
+    return tl.where(r[:, None] == i, row[None, :], A)
+
+
+@triton.jit
+def _inv16x4(L0, L1, L2, L3):
+    """(I + L)^-1 of four strictly lower-triangular 16 x 16 blocks. One loop carries the four
+    independent substitutions, so their reductions overlap: 15 dependent steps, not 60."""
+    r = tl.arange(0, 16)
+    eye = tl.where(r[:, None] == r[None, :], 1., 0.)
+    A0, A1, A2, A3 = eye, eye, eye, eye
+    for i in range(1, 16):
+        A0 = _sub_row(L0, A0, i, r)
+        A1 = _sub_row(L1, A1, i, r)
+        A2 = _sub_row(L2, A2, i, r)
+        A3 = _sub_row(L3, A3, i, r)
+    return A0, A1, A2, A3
+
+
+@triton.jit
+def _mm(a, b):
+    return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
+def _rows16(kbase, skt, tstart, lo, hi, blk: tl.constexpr, oc, K: tl.constexpr,
+            FULL: tl.constexpr, W: tl.constexpr):
+    """Key rows of 16-row block ``blk`` of a chunk, [16, W] and transposed [W, 16]."""
+    r = blk * 16 + tl.arange(0, 16)
+    m = (tstart + r >= lo) & (tstart + r < hi)
+    kr = tl.load(kbase + r[:, None] * skt + oc[None, :], mask=_rowmask(m, oc, K, FULL, W),
+                 other=0.)
+    kT = tl.load(kbase + r[None, :] * skt + oc[:, None], mask=_colmask(m, oc, K, FULL, W),
+                 other=0.)
+    return kr, kT
+
+
+@triton.jit
+def _scale_blk(P, gi, gj, bi, ri, rj, DIAG: tl.constexpr):
+    """beta_i * (k_i . k_j) / (|k_i| |k_j|) * exp(gamma_i - gamma_j), strictly lower on the
+    diagonal blocks."""
     r = tl.arange(0, 16)
     if DIAG:
         keep = r[:, None] > r[None, :]
     else:
         keep = r[:, None] >= 0
     d = tl.exp(tl.where(keep, gi[:, None] - gj[None, :], float("-inf")))
-    return tl.dot(ki, kjT, input_precision=PREC) * (bi * ri)[:, None] * rj[None, :] * d
-
-
-@triton.jit
-def _inv16(L):
-    """(I + L)^-1 for a strictly lower-triangular 16 x 16 L, by forward substitution."""
-    r = tl.arange(0, 16)
-    A = tl.where(r[:, None] == r[None, :], 1., 0.)
-    for i in range(1, 16):
-        li = tl.sum(tl.where(r[:, None] == i, L, 0.), 0)          # L[i, m]
-        row = -tl.sum(li[:, None] * A, 0) + tl.where(r == i, 1., 0.)
-        A = tl.where(r[:, None] == i, row[None, :], A)
-    return A
+    return P * (bi * ri)[:, None] * rj[None, :] * d
 
 
 @triton.jit
 def _store_blk(base, X, bi: tl.constexpr, bj: tl.constexpr):
     r = tl.arange(0, 16)
-    tl.store(base + (bi * 16 + r)[:, None] * 64 + (bj * 16 + r)[None, :], X.to(base.dtype.element_ty))
+    tl.store(base + (bi * 16 + r)[:, None] * 64 + (bj * 16 + r)[None, :],
+             X.to(base.dtype.element_ty))
 
 
 @triton.jit
-def _rows16(tstart, lo, hi, blk: tl.constexpr):
-    t = tstart + blk * 16 + tl.arange(0, 16)
-    m = (t >= lo) & (t < hi)
-    return tl.where(m, t, 0), m
+def _gate16(g, beta, A_log_h, dt_bias_h, gbase, bbase, tstart, lo, hi, blk: tl.constexpr,
+            sgt, sbt, USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr):
+    r = blk * 16 + tl.arange(0, 16)
+    m = (tstart + r >= lo) & (tstart + r < hi)
+    return _load_gate_beta(g, beta, A_log_h, dt_bias_h, gbase, bbase, r, m, sgt, sbt,
+                           USE_GATE, BETA_SIGMOID)
+
+
+@triton.jit
+def _store16(base, x, blk: tl.constexpr, tstart, lo, hi, HV):
+    r = blk * 16 + tl.arange(0, 16)
+    tl.store(base + r * HV, x, mask=(tstart + r >= lo) & (tstart + r < hi))
 
 
 # Runtime flags are kept out of Triton's "== 1" integer specialisation: one compiled kernel
 # serves calls with and without l2norm / initial state / boundary states.
 @triton.jit(do_not_specialize=["l2norm"])
-def _prep_kernel(k, v, g, beta, A_log, dt_bias, w_out, u_out, kd_out, gc_out, gl_out, a_scr,
-                 chunk_info,
-                 skt, skh, svt, svh, sgt, sgh, sbt, sbh,
-                 HV, GROUP, K, V, BK: tl.constexpr, BVF: tl.constexpr, BC: tl.constexpr,
-                 USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr, l2norm,
-                 PREC: tl.constexpr):
+def _solve_kernel(k, g, beta, A_log, dt_bias, a_out, gc_out, gl_out, chunk_info,
+                  skt, skh, sgt, sgh, sbt, sbh, HV, GROUP,
+                  K: tl.constexpr, BK: tl.constexpr, BKS: tl.constexpr,
+                  USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr, l2norm,
+                  PREC: tl.constexpr):
+    """Gate, chunk-local cumsum, L = strict_tril(diag(beta) K K^T o decay) as ten 16 x 16
+    blocks in registers, and A = (I + L)^-1 (fp32, IEEE), stored in the input dtype."""
     i_c = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_h = i_hv // GROUP
-    dt = w_out.dtype.element_ty
     tstart = tl.load(chunk_info + i_c * 4 + 1)
     lo = tl.load(chunk_info + i_c * 4 + 2)
     hi = tl.load(chunk_info + i_c * 4 + 3)
@@ -161,60 +205,76 @@ def _prep_kernel(k, v, g, beta, A_log, dt_bias, w_out, u_out, kd_out, gc_out, gl
     if USE_GATE:
         A_log_h = tl.load(A_log + i_hv).to(tl.float32)
         dt_bias_h = tl.load(dt_bias + i_hv).to(tl.float32)
-    oK = tl.arange(0, BK)
+    t0 = tstart.to(tl.int64)
+    gbase = g + t0 * sgt + i_hv * sgh
+    bbase = beta + t0 * sbt + i_hv * sbh
     r16 = tl.arange(0, 16)
-
-    # ---- 16-row blocks: gate, cumsum, kkt blocks ---------------------------------------------
-    t0, m0 = _rows16(tstart, lo, hi, 0)
-    t1, m1 = _rows16(tstart, lo, hi, 1)
-    t2, m2 = _rows16(tstart, lo, hi, 2)
-    t3, m3 = _rows16(tstart, lo, hi, 3)
-    g0, b0 = _load_gate_beta(g, beta, A_log_h, dt_bias_h, t0, m0, i_hv, sgt, sgh, sbt, sbh, USE_GATE, BETA_SIGMOID)
-    g1, b1 = _load_gate_beta(g, beta, A_log_h, dt_bias_h, t1, m1, i_hv, sgt, sgh, sbt, sbh, USE_GATE, BETA_SIGMOID)
-    g2, b2 = _load_gate_beta(g, beta, A_log_h, dt_bias_h, t2, m2, i_hv, sgt, sgh, sbt, sbh, USE_GATE, BETA_SIGMOID)
-    g3, b3 = _load_gate_beta(g, beta, A_log_h, dt_bias_h, t3, m3, i_hv, sgt, sgh, sbt, sbh, USE_GATE, BETA_SIGMOID)
+    g0, b0 = _gate16(g, beta, A_log_h, dt_bias_h, gbase, bbase, tstart, lo, hi, 0, sgt, sbt, USE_GATE, BETA_SIGMOID)
+    g1, b1 = _gate16(g, beta, A_log_h, dt_bias_h, gbase, bbase, tstart, lo, hi, 1, sgt, sbt, USE_GATE, BETA_SIGMOID)
+    g2, b2 = _gate16(g, beta, A_log_h, dt_bias_h, gbase, bbase, tstart, lo, hi, 2, sgt, sbt, USE_GATE, BETA_SIGMOID)
+    g3, b3 = _gate16(g, beta, A_log_h, dt_bias_h, gbase, bbase, tstart, lo, hi, 3, sgt, sbt, USE_GATE, BETA_SIGMOID)
     g0 = tl.cumsum(g0, 0)
     g1 = tl.cumsum(g1, 0) + tl.sum(tl.where(r16 == 15, g0, 0.), 0)
     g2 = tl.cumsum(g2, 0) + tl.sum(tl.where(r16 == 15, g1, 0.), 0)
     g3 = tl.cumsum(g3, 0) + tl.sum(tl.where(r16 == 15, g2, 0.), 0)
-    k0 = _load_rows(k, t0, m0, i_h, skt, skh, oK, K)
-    k1 = _load_rows(k, t1, m1, i_h, skt, skh, oK, K)
-    k2 = _load_rows(k, t2, m2, i_h, skt, skh, oK, K)
-    k3 = _load_rows(k, t3, m3, i_h, skt, skh, oK, K)
-    r0, r1 = _rnorm(k0, 1, l2norm), _rnorm(k1, 1, l2norm)
-    r2, r3 = _rnorm(k2, 1, l2norm), _rnorm(k3, 1, l2norm)
-    k0, k1, k2, k3 = k0.to(dt), k1.to(dt), k2.to(dt), k3.to(dt)
-    k0T = _load_cols(k, t0, m0, i_h, skt, skh, oK, K).to(dt)
-    k1T = _load_cols(k, t1, m1, i_h, skt, skh, oK, K).to(dt)
-    k2T = _load_cols(k, t2, m2, i_h, skt, skh, oK, K).to(dt)
-    k3T = _load_cols(k, t3, m3, i_h, skt, skh, oK, K).to(dt)
-    L00 = _kkt_block(k0, k0T, g0, g0, b0, r0, r0, True, PREC)
-    L11 = _kkt_block(k1, k1T, g1, g1, b1, r1, r1, True, PREC)
-    L22 = _kkt_block(k2, k2T, g2, g2, b2, r2, r2, True, PREC)
-    L33 = _kkt_block(k3, k3T, g3, g3, b3, r3, r3, True, PREC)
-    L10 = _kkt_block(k1, k0T, g1, g0, b1, r1, r0, False, PREC)
-    L20 = _kkt_block(k2, k0T, g2, g0, b2, r2, r0, False, PREC)
-    L21 = _kkt_block(k2, k1T, g2, g1, b2, r2, r1, False, PREC)
-    L30 = _kkt_block(k3, k0T, g3, g0, b3, r3, r0, False, PREC)
-    L31 = _kkt_block(k3, k1T, g3, g1, b3, r3, r1, False, PREC)
-    L32 = _kkt_block(k3, k2T, g3, g2, b3, r3, r2, False, PREC)
+    obase = gc_out + t0 * HV + i_hv
+    _store16(obase, g0, 0, tstart, lo, hi, HV)
+    _store16(obase, g1, 1, tstart, lo, hi, HV)
+    _store16(obase, g2, 2, tstart, lo, hi, HV)
+    _store16(obase, g3, 3, tstart, lo, hi, HV)
+    tl.store(gl_out + i_c * HV + i_hv, tl.sum(tl.where(r16 == 15, g3, 0.), 0))
+
+    # ---- the ten 16 x 16 blocks of K K^T and the key norms, over K blocks of BKS --------------
+    kbase = k + t0 * skt + i_h * skh
+    z = tl.zeros([16, 16], dtype=tl.float32)
+    P00, P11, P22, P33, P10, P20, P21, P30, P31, P32 = z, z, z, z, z, z, z, z, z, z
+    s0 = tl.zeros([16], dtype=tl.float32)
+    s1, s2, s3 = s0, s0, s0
+    for kb in tl.static_range(0, BK, BKS):
+        oc = kb + tl.arange(0, BKS)
+        k0, k0T = _rows16(kbase, skt, tstart, lo, hi, 0, oc, K, K == BK, BKS)
+        k1, k1T = _rows16(kbase, skt, tstart, lo, hi, 1, oc, K, K == BK, BKS)
+        k2, k2T = _rows16(kbase, skt, tstart, lo, hi, 2, oc, K, K == BK, BKS)
+        k3, k3T = _rows16(kbase, skt, tstart, lo, hi, 3, oc, K, K == BK, BKS)
+        f0, f1, f2, f3 = k0.to(tl.float32), k1.to(tl.float32), k2.to(tl.float32), k3.to(tl.float32)
+        s0 += tl.sum(f0 * f0, 1)
+        s1 += tl.sum(f1 * f1, 1)
+        s2 += tl.sum(f2 * f2, 1)
+        s3 += tl.sum(f3 * f3, 1)
+        P00 = tl.dot(k0, k0T, P00, input_precision=PREC)
+        P11 = tl.dot(k1, k1T, P11, input_precision=PREC)
+        P22 = tl.dot(k2, k2T, P22, input_precision=PREC)
+        P33 = tl.dot(k3, k3T, P33, input_precision=PREC)
+        P10 = tl.dot(k1, k0T, P10, input_precision=PREC)
+        P20 = tl.dot(k2, k0T, P20, input_precision=PREC)
+        P21 = tl.dot(k2, k1T, P21, input_precision=PREC)
+        P30 = tl.dot(k3, k0T, P30, input_precision=PREC)
+        P31 = tl.dot(k3, k1T, P31, input_precision=PREC)
+        P32 = tl.dot(k3, k2T, P32, input_precision=PREC)
+    r0 = tl.where(l2norm != 0, 1. / tl.sqrt(s0 + 1e-6), 1.)
+    r1 = tl.where(l2norm != 0, 1. / tl.sqrt(s1 + 1e-6), 1.)
+    r2 = tl.where(l2norm != 0, 1. / tl.sqrt(s2 + 1e-6), 1.)
+    r3 = tl.where(l2norm != 0, 1. / tl.sqrt(s3 + 1e-6), 1.)
+    L00 = _scale_blk(P00, g0, g0, b0, r0, r0, True)
+    L11 = _scale_blk(P11, g1, g1, b1, r1, r1, True)
+    L22 = _scale_blk(P22, g2, g2, b2, r2, r2, True)
+    L33 = _scale_blk(P33, g3, g3, b3, r3, r3, True)
+    L10 = _scale_blk(P10, g1, g0, b1, r1, r0, False)
+    L20 = _scale_blk(P20, g2, g0, b2, r2, r0, False)
+    L21 = _scale_blk(P21, g2, g1, b2, r2, r1, False)
+    L30 = _scale_blk(P30, g3, g0, b3, r3, r0, False)
+    L31 = _scale_blk(P31, g3, g1, b3, r3, r1, False)
+    L32 = _scale_blk(P32, g3, g2, b3, r3, r2, False)
 
     # ---- A = (I + L)^-1 by block forward substitution (fp32, IEEE) ----------------------------
-    A00 = _inv16(L00)
-    A11 = _inv16(L11)
-    A22 = _inv16(L22)
-    A33 = _inv16(L33)
-    A10 = -tl.dot(A11, tl.dot(L10, A00, input_precision="ieee"), input_precision="ieee")
-    A21 = -tl.dot(A22, tl.dot(L21, A11, input_precision="ieee"), input_precision="ieee")
-    A32 = -tl.dot(A33, tl.dot(L32, A22, input_precision="ieee"), input_precision="ieee")
-    A20 = -tl.dot(A22, tl.dot(L20, A00, input_precision="ieee")
-                  + tl.dot(L21, A10, input_precision="ieee"), input_precision="ieee")
-    A31 = -tl.dot(A33, tl.dot(L31, A11, input_precision="ieee")
-                  + tl.dot(L32, A21, input_precision="ieee"), input_precision="ieee")
-    A30 = -tl.dot(A33, tl.dot(L30, A00, input_precision="ieee")
-                  + tl.dot(L31, A10, input_precision="ieee")
-                  + tl.dot(L32, A20, input_precision="ieee"), input_precision="ieee")
-    base = a_scr + (i_c * HV + i_hv).to(tl.int64) * 4096
+    A00, A11, A22, A33 = _inv16x4(L00, L11, L22, L33)
+    A10 = -_mm(A11, _mm(L10, A00))
+    A21 = -_mm(A22, _mm(L21, A11))
+    A32 = -_mm(A33, _mm(L32, A22))
+    A20 = -_mm(A22, _mm(L20, A00) + _mm(L21, A10))
+    A31 = -_mm(A33, _mm(L31, A11) + _mm(L32, A21))
+    A30 = -_mm(A33, _mm(L30, A00) + _mm(L31, A10) + _mm(L32, A20))
+    base = a_out + (i_c * HV + i_hv).to(tl.int64) * 4096
     _store_blk(base, A00, 0, 0)
     _store_blk(base, A10, 1, 0)
     _store_blk(base, A11, 1, 1)
@@ -225,79 +285,96 @@ def _prep_kernel(k, v, g, beta, A_log, dt_bias, w_out, u_out, kd_out, gc_out, gl
     _store_blk(base, A31, 3, 1)
     _store_blk(base, A32, 3, 2)
     _store_blk(base, A33, 3, 3)
-    tl.debug_barrier()
 
-    # ---- full 64-row chunk: gamma, w, u ---------------------------------------------------------
+
+@triton.jit(do_not_specialize=["l2norm"])
+def _wu_kernel(k, v, beta, a_in, gc, gl, w_out, u_out, kd_out, chunk_info,
+               skt, skh, svt, svh, sbt, sbh, HV, GROUP, K: tl.constexpr, V: tl.constexpr,
+               BK: tl.constexpr, BVF: tl.constexpr, BC: tl.constexpr,
+               BETA_SIGMOID: tl.constexpr, l2norm, PREC: tl.constexpr):
+    """w = A diag(beta exp(gamma)) K, u = A diag(beta) V, and the keys decayed to the chunk end
+    (K o exp(gamma_last - gamma)) for the state kernel."""
+    i_c = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_h = i_hv // GROUP
+    dt = w_out.dtype.element_ty
+    tstart = tl.load(chunk_info + i_c * 4 + 1)
+    lo = tl.load(chunk_info + i_c * 4 + 2)
+    hi = tl.load(chunk_info + i_c * 4 + 3)
     r64 = tl.arange(0, 64)
-    t = tstart + r64
-    m = (t >= lo) & (t < hi)
-    t = tl.where(m, t, 0)
-    A = tl.load(base + r64[:, None] * 64 + r64[None, :],
-                mask=(r64[:, None] // 16) >= (r64[None, :] // 16), other=0.).to(dt)
-    gr, bt = _load_gate_beta(g, beta, A_log_h, dt_bias_h, t, m, i_hv, sgt, sgh, sbt, sbh, USE_GATE, BETA_SIGMOID)
-    gc = tl.cumsum(gr, 0)
-    g_last = tl.sum(tl.where(r64 == 63, gc, 0.), 0)          # masked tail tokens carry g = 0
-    tl.store(gl_out + i_c * HV + i_hv, g_last)
-    tl.store(gc_out + t.to(tl.int64) * HV + i_hv, gc, mask=m)
-    # w and u in column blocks of at most 64 (keeps the live fp32 tiles small: no spills)
+    m = (tstart + r64 >= lo) & (tstart + r64 < hi)
+    t0 = tstart.to(tl.int64)
+    obase = t0 * HV + i_hv                       # row of token tstart in [TT, HV] tensors
+    kbase = k + t0 * skt + i_h * skh
+    vbase = v + t0 * svt + i_hv * svh
+    gam = tl.load(gc + obase + r64 * HV, mask=m, other=0.)
+    g_last = tl.load(gl + i_c * HV + i_hv)
+    bt = tl.load(beta + t0 * sbt + i_hv * sbh + r64 * sbt, mask=m, other=0.).to(tl.float32)
+    if BETA_SIGMOID:
+        bt = tl.where(m, tl.sigmoid(bt), 0.)
+    A = tl.load(a_in + (i_c * HV + i_hv).to(tl.int64) * 4096 + r64[:, None] * 64 + r64[None, :],
+                mask=(r64[:, None] // 16) >= (r64[None, :] // 16), other=0.)
     ksq = tl.zeros([64], dtype=tl.float32)
     for kb in tl.static_range(0, BK, BC):
-        kc = _load_rows(k, t, m, i_h, skt, skh, kb + tl.arange(0, BC), K)
+        oc = kb + tl.arange(0, BC)
+        kc = tl.load(kbase + r64[:, None] * skt + oc[None, :], mask=_rowmask(m, oc, K, K == BK, BC),
+                     other=0.).to(tl.float32)
         ksq += tl.sum(kc * kc, 1)
     rk = tl.where(l2norm != 0, 1. / tl.sqrt(ksq + 1e-6), 1.)
-    fk = bt * tl.exp(gc) * rk
-    fd = rk * tl.exp(g_last - gc)        # keys decayed to the chunk end, for the state update
-    row = (t[:, None] * HV + i_hv).to(tl.int64)
+    fk = bt * tl.exp(gam) * rk
+    fd = rk * tl.exp(g_last - gam)        # keys decayed to the chunk end, for the state update
+    # column blocks of at most 64 keep the live fp32 tiles small
     for kb in tl.static_range(0, BK, BC):
         oc = kb + tl.arange(0, BC)
-        kc = _load_rows(k, t, m, i_h, skt, skh, oc, K)
-        w = tl.dot(A, (kc * fk[:, None]).to(dt), input_precision=PREC)
-        mk = m[:, None] & (oc < K)[None, :]
-        tl.store(w_out + row * K + oc[None, :], w.to(dt), mask=mk)
-        tl.store(kd_out + row * K + oc[None, :], (kc * fd[:, None]).to(dt), mask=mk)
+        mk = _rowmask(m, oc, K, K == BK, BC)
+        kc = tl.load(kbase + r64[:, None] * skt + oc[None, :], mask=mk, other=0.).to(tl.float32)
+        wv = tl.dot(A, (kc * fk[:, None]).to(dt), input_precision=PREC)
+        off = r64[:, None] * (HV * K) + oc[None, :]
+        tl.store(w_out + obase * K + off, wv.to(dt), mask=mk)
+        tl.store(kd_out + obase * K + off, (kc * fd[:, None]).to(dt), mask=mk)
     for vb in tl.static_range(0, BVF, BC):
         oc = vb + tl.arange(0, BC)
-        vv = tl.load(v + t[:, None] * svt + i_hv * svh + oc[None, :],
-                     mask=m[:, None] & (oc < V)[None, :], other=0.).to(tl.float32)
-        u = tl.dot(A, (vv * bt[:, None]).to(dt), input_precision=PREC)
-        tl.store(u_out + row * V + oc[None, :], u.to(dt), mask=m[:, None] & (oc < V)[None, :])
+        mv = _rowmask(m, oc, V, V == BVF, BC)
+        vv = tl.load(vbase + r64[:, None] * svt + oc[None, :], mask=mv, other=0.).to(tl.float32)
+        uv = tl.dot(A, (vv * bt[:, None]).to(dt), input_precision=PREC)
+        tl.store(u_out + obase * V + r64[:, None] * (HV * V) + oc[None, :], uv.to(dt), mask=mv)
 
 
 @triton.jit
-def _state_step(c, j, S, kd, w, u, gl, h_out, vn_out, hb, store_slot, ts0, bos, eos, i_hv,
-                oK, oV, mKV, r64, sidx, HV, K, V, store_b, PREC: tl.constexpr):
+def _state_step(c, ts, S, kd, w, u, gl, h_out, vn_out, hb, store_slot, bos, eos, i_hv,
+                oK, oV, r64, sidx, mKV, HV, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
+                BV: tl.constexpr, store_b, PREC: tl.constexpr):
     dt = w.dtype.element_ty
     # chunk-start state for the output kernel (always in the input dtype, like FLA's h)
-    tl.store(h_out + (c * HV + i_hv).to(tl.int64) * K * V + sidx, S.to(dt), mask=mKV)
-    t = ts0 + j * 64 + r64
-    m = (t >= bos) & (t < eos)
-    t = tl.where(m, t, 0)
-    row = (t[:, None] * HV + i_hv).to(tl.int64)
-    mV = oV < V
-    w_c = tl.load(w + row * K + oK[None, :], mask=m[:, None] & (oK < K)[None, :], other=0.)
-    u_c = tl.load(u + row * V + oV[None, :], mask=m[:, None] & mV[None, :], other=0.)
-    Sd = S.to(dt)
-    vn = u_c.to(tl.float32) - tl.dot(w_c, Sd, input_precision=PREC)
-    vnd = vn.to(dt)
-    tl.store(vn_out + row * V + oV[None, :], vnd, mask=m[:, None] & mV[None, :])
-    g_last = tl.load(gl + c * HV + i_hv)
+    tl.store(h_out + (c * HV + i_hv).to(tl.int64) * (K * V) + sidx, S.to(dt), mask=mKV)
+    m = (ts + r64 >= bos) & (ts + r64 < eos)
+    row0 = ts.to(tl.int64) * HV + i_hv           # scalar: row of token ts in [TT, HV, .]
+    mw = _rowmask(m, oK, K, K == BK, BK)
+    mu = _rowmask(m, oV, V, V % BV == 0, BV)
+    w_c = tl.load(w + row0 * K + r64[:, None] * (HV * K) + oK[None, :], mask=mw, other=0.)
+    uoff = r64[:, None] * (HV * V) + oV[None, :]
+    u_c = tl.load(u + row0 * V + uoff, mask=mu, other=0.)
     # decayed (and l2-normed) keys from the prep kernel, loaded as [K, 64]
-    kdT = tl.load(kd + (t[None, :] * HV + i_hv).to(tl.int64) * K + oK[:, None],
-                  mask=m[None, :] & (oK < K)[:, None], other=0.)
+    kdT = tl.load(kd + row0 * K + r64[None, :] * (HV * K) + oK[:, None],
+                  mask=_colmask(m, oK, K, K == BK, BK), other=0.)
+    g_last = tl.load(gl + c * HV + i_hv)
+    vn = u_c.to(tl.float32) - tl.dot(w_c, S.to(dt), input_precision=PREC)
+    vnd = vn.to(dt)
+    tl.store(vn_out + row0 * V + uoff, vnd, mask=mu)
     S = S * tl.exp(g_last) + tl.dot(kdT, vnd, input_precision=PREC)
     # boundary state; a runtime flag (not constexpr) so calls with and without boundaries share
     # one compiled kernel. Full-shape boolean mask: triton 3.9's interpreter rejects scalar masks.
     slot = tl.load(store_slot + c)
     slot = tl.where(store_b != 0, slot, -1)
-    ok = ((sidx * 0 + slot) >= 0) & mKV
-    tl.store(hb + (tl.maximum(slot, 0) * HV + i_hv).to(tl.int64) * K * V + sidx,
+    ok = ((tl.zeros([BK, BV], tl.int32) + slot) >= 0) & mKV
+    tl.store(hb + (tl.maximum(slot, 0) * HV + i_hv).to(tl.int64) * (K * V) + sidx,
              S.to(hb.dtype.element_ty), mask=ok)
     return S
 
 
 @triton.jit(do_not_specialize=["has_h0", "store_b"])
 def _state_kernel(kd, w, u, gl, h_out, vn_out, h0, ht, hb, seq_info, chunk_info, store_slot,
-                  HV, K, V, BK: tl.constexpr, BV: tl.constexpr,
+                  HV, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                   has_h0, store_b, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr):
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -311,28 +388,31 @@ def _state_kernel(kd, w, u, gl, h_out, vn_out, h0, ht, hb, seq_info, chunk_info,
     oV = i_v * BV + tl.arange(0, BV)
     r64 = tl.arange(0, 64)
     sidx = oK[:, None] * V + oV[None, :]
-    mKV = (oK < K)[:, None] & (oV < V)[None, :]
+    mKV = _dimmask(oK, K, K == BK, BK)[:, None] & _dimmask(oV, V, V % BV == 0, BV)[None, :]
     # masked load instead of a constexpr branch: one compiled kernel with or without h0
-    S = tl.load(h0 + (i_n * HV + i_hv).to(tl.int64) * K * V + sidx,
-                mask=mKV & ((sidx * 0 + has_h0) != 0), other=0.).to(tl.float32)
+    S = tl.load(h0 + (i_n * HV + i_hv).to(tl.int64) * (K * V) + sidx,
+                mask=mKV & ((tl.zeros([BK, BV], tl.int32) + has_h0) != 0),
+                other=0.).to(tl.float32)
     if WHILE_LOOP:
         # the interpreter keeps scalars as 1-element arrays, which range() cannot take
         c = c0
         while c < c1:
-            S = _state_step(c, c - c0, S, kd, w, u, gl, h_out, vn_out, hb, store_slot, ts0,
-                            bos, eos, i_hv, oK, oV, mKV, r64, sidx, HV, K, V, store_b, PREC)
+            S = _state_step(c, ts0 + (c - c0) * 64, S, kd, w, u, gl, h_out, vn_out, hb,
+                            store_slot, bos, eos, i_hv, oK, oV, r64, sidx, mKV, HV, K, V, BK,
+                            BV, store_b, PREC)
             c += 1
     else:
         for c in range(c0, c1):
-            S = _state_step(c, c - c0, S, kd, w, u, gl, h_out, vn_out, hb, store_slot, ts0,
-                            bos, eos, i_hv, oK, oV, mKV, r64, sidx, HV, K, V, store_b, PREC)
-    tl.store(ht + (i_n * HV + i_hv).to(tl.int64) * K * V + sidx, S, mask=mKV)
+            S = _state_step(c, ts0 + (c - c0) * 64, S, kd, w, u, gl, h_out, vn_out, hb,
+                            store_slot, bos, eos, i_hv, oK, oV, r64, sidx, mKV, HV, K, V, BK,
+                            BV, store_b, PREC)
+    tl.store(ht + (i_n * HV + i_hv).to(tl.int64) * (K * V) + sidx, S, mask=mKV)
 
 
 @triton.jit(do_not_specialize=["l2norm"])
 def _output_kernel(q, k, gc, h, vn, o, chunk_info, scale, sqt, sqh, skt, skh,
-                   HV, GROUP, K, V, BK: tl.constexpr, BV: tl.constexpr, BC: tl.constexpr,
-                   l2norm, PREC: tl.constexpr):
+                   HV, GROUP, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
+                   BV: tl.constexpr, BC: tl.constexpr, l2norm, PREC: tl.constexpr):
     i_c = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_v = tl.program_id(2)
@@ -342,39 +422,46 @@ def _output_kernel(q, k, gc, h, vn, o, chunk_info, scale, sqt, sqh, skt, skh,
     lo = tl.load(chunk_info + i_c * 4 + 2)
     hi = tl.load(chunk_info + i_c * 4 + 3)
     r64 = tl.arange(0, 64)
-    t = tstart + r64
-    m = (t >= lo) & (t < hi)
-    t = tl.where(m, t, 0)
+    m = (tstart + r64 >= lo) & (tstart + r64 < hi)
+    t0 = tstart.to(tl.int64)
+    row0 = t0 * HV + i_hv
     oV = i_v * BV + tl.arange(0, BV)
-    mV = oV < V
-    gam = tl.load(gc + t.to(tl.int64) * HV + i_hv, mask=m, other=0.)
+    mV = _rowmask(m, oV, V, V % BV == 0, BV)
+    gam = tl.load(gc + row0 + r64 * HV, mask=m, other=0.)
+    qbase = q + t0 * sqt + i_h * sqh
+    kbase = k + t0 * skt + i_h * skh
+    hbase = h + (i_c * HV + i_hv).to(tl.int64) * (K * V)
     # Q K^T and Q h over K blocks of at most 64; the l2norm and the scale are applied to the
     # fp32 products afterwards, never to rounded copies of q / k
     qsq = tl.zeros([64], dtype=tl.float32)
     ksq = tl.zeros([64], dtype=tl.float32)
     P = tl.zeros([64, 64], dtype=tl.float32)
     qh = tl.zeros([64, BV], dtype=tl.float32)
-    hbase = h + (i_c * HV + i_hv).to(tl.int64) * K * V
     for kb in tl.static_range(0, BK, BC):
         oc = kb + tl.arange(0, BC)
-        qc = _load_rows(q, t, m, i_h, sqt, sqh, oc, K)
-        kc = _load_cols(k, t, m, i_h, skt, skh, oc, K)
-        qsq += tl.sum(qc * qc, 1)
-        ksq += tl.sum(kc * kc, 0)
-        hc = tl.load(hbase + oc[:, None] * V + oV[None, :], mask=(oc < K)[:, None] & mV[None, :],
+        qc = tl.load(qbase + r64[:, None] * sqt + oc[None, :], mask=_rowmask(m, oc, K, K == BK, BC),
                      other=0.)
+        kc = tl.load(kbase + r64[None, :] * skt + oc[:, None], mask=_colmask(m, oc, K, K == BK, BC),
+                     other=0.)
+        hc = tl.load(hbase + oc[:, None] * V + oV[None, :],
+                     mask=_dimmask(oc, K, K == BK, BC)[:, None] & _dimmask(oV, V, V % BV == 0, BV)[None, :],
+                     other=0.)
+        qf = qc.to(tl.float32)
+        kf = kc.to(tl.float32)
+        qsq += tl.sum(qf * qf, 1)
+        ksq += tl.sum(kf * kf, 0)
         P += tl.dot(qc.to(dt), kc.to(dt), input_precision=PREC)
-        qh += tl.dot(qc.to(dt), hc.to(dt), input_precision=PREC)
+        qh += tl.dot(qc.to(dt), hc, input_precision=PREC)
     rq = tl.where(l2norm != 0, 1. / tl.sqrt(qsq + 1e-6), 1.) * scale
     rk = tl.where(l2norm != 0, 1. / tl.sqrt(ksq + 1e-6), 1.)
     causal = r64[:, None] >= r64[None, :]
     P = P * rq[:, None] * rk[None, :] * tl.exp(
         tl.where(causal, gam[:, None] - gam[None, :], float("-inf")))
-    row = (t[:, None] * HV + i_hv).to(tl.int64) * V + oV[None, :]
-    vc = tl.load(vn + row, mask=m[:, None] & mV[None, :], other=0.)
+    off = r64[:, None] * (HV * V) + oV[None, :]
+    vc = tl.load(vn + row0 * V + off, mask=mV, other=0.)
     acc = qh * (rq * tl.exp(gam))[:, None]
-    acc += tl.dot(P.to(dt), vc.to(dt), input_precision=PREC)
-    tl.store(o + row, acc.to(o.dtype.element_ty), mask=m[:, None] & mV[None, :])
+    acc += tl.dot(P.to(dt), vc, input_precision=PREC)
+    tl.store(o + row0 * V + off, acc.to(o.dtype.element_ty), mask=mV)
 
 
 def _rows(x: torch.Tensor, TT: int, heads: int, dim: Optional[int]):
@@ -474,17 +561,23 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
     vn = torch.empty(TT, HV, V, dtype=dt, device=dev)
     gcum = torch.empty(TT, HV, dtype=torch.float32, device=dev)
     glast = torch.empty(NT, HV, dtype=torch.float32, device=dev)
-    a_scr = torch.empty(NT, HV, 64, 64, dtype=dt, device=dev)
+    A = torch.empty(NT, HV, 64, 64, dtype=dt, device=dev)
     hbuf = torch.empty(NT, HV, K, V, dtype=dt, device=dev)
     if use_gate_in_kernel:
         A_log_t, dt_bias_t = A_log.float().contiguous(), dt_bias.float().contiguous()
     else:
         A_log_t = dt_bias_t = glast
-    _prep_kernel[(NT, HV)](
-        k2, v2, g2, b2, A_log_t, dt_bias_t, w, u, kd, gcum, glast, a_scr, meta.chunk_info,
-        k2.stride(0), k2.stride(1), v2.stride(0), v2.stride(1), g2.stride(0), g2.stride(1),
-        b2.stride(0), b2.stride(1), BVF=BVF, BC=min(BK, BVF, 64), USE_GATE=bool(use_gate_in_kernel),
-        BETA_SIGMOID=bool(use_beta_sigmoid), **common, **_config("prep"))
+    flags = dict(BETA_SIGMOID=bool(use_beta_sigmoid), l2norm=common["l2norm"], HV=HV,
+                 GROUP=HV // H, K=K, BK=BK)
+    _solve_kernel[(NT, HV)](
+        k2, g2, b2, A_log_t, dt_bias_t, A, gcum, glast, meta.chunk_info,
+        k2.stride(0), k2.stride(1), g2.stride(0), g2.stride(1), b2.stride(0), b2.stride(1),
+        BKS=min(BK, 64), USE_GATE=bool(use_gate_in_kernel), PREC=prec, **flags,
+        **_config("solve"))
+    _wu_kernel[(NT, HV)](
+        k2, v2, b2, A, gcum, glast, w, u, kd, meta.chunk_info,
+        k2.stride(0), k2.stride(1), v2.stride(0), v2.stride(1), b2.stride(0), b2.stride(1),
+        V=V, BVF=BVF, BC=min(BK, BVF, 64), PREC=prec, **flags, **_config("wu"))
     sc = _config("state")
     sc["BV"] = min(sc["BV"], BVF)
     _state_kernel[(N, HV, triton.cdiv(V, sc["BV"]))](

@@ -119,7 +119,8 @@ def test_gpu_warmup_then_new_lengths_compile_nothing():
     """After ``warmup`` a call with a length never seen before compiles no kernel (nor does
     switching l2norm, initial state or boundary output: those are runtime flags)."""
     from kernels import chunk_gdn, conv
-    jits = (chunk_gdn._prep_kernel, chunk_gdn._state_kernel, chunk_gdn._output_kernel,
+    jits = (chunk_gdn._solve_kernel, chunk_gdn._wu_kernel, chunk_gdn._state_kernel,
+            chunk_gdn._output_kernel,
             conv._conv_kernel)
 
     def compiled():
