@@ -9,17 +9,22 @@ Math (per value head, C = 64 tokens per chunk, state S is K x V, gamma = chunk-l
   O   = diag(exp(gamma)) Q S_c + tril(Q K^T o exp(gamma_i - gamma_j)) v'     (Q l2-normed, scaled)
 (q and k l2-normalised when asked; the norms and the scale multiply fp32 matrix-product results.)
 
-Three kernels, split where the work changes shape (the split FLA uses, written from the math):
-  1. ``_prep_kernel`` (one program per chunk x value head, fully parallel): gate / beta, the
-     chunk-local cumsum gamma, kkt + solve, w and u.
-  2. ``_state_kernel`` (one program per sequence x value head x V block, sequential over chunks):
-     stores the chunk-start state h_c (input dtype, read by kernel 3), v' = u - w S, the state
+Four kernels, split where the work changes shape (the split FLA uses, written from the math):
+  1. ``_solve_kernel`` (one program per chunk x value head, fully parallel, 2 warps): gate /
+     beta, the chunk-local cumsum gamma, the ten 16 x 16 blocks of kkt in registers, A.
+  2. ``_wu_kernel`` (same grid, 4 warps): w, u and the keys decayed to the chunk end.
+  3. ``_state_kernel`` (one program per sequence x value head x V block, sequential over chunks):
+     stores the chunk-start state h_c (input dtype, read by kernel 4), v' = u - w S, the state
      update, the boundary states (``state_dtype``, default fp32) and the final state (fp32).
-     Two matrix products per chunk.
-  3. ``_output_kernel`` (one program per chunk x value head x V block, fully parallel): O.
+     Two matrix products per chunk; its loads are pipelined (cp.async, 3 stages).
+  4. ``_output_kernel`` (one program per chunk x value head x V block, fully parallel): O.
 
-Head dims K, V may be any size in [16, 256]: tiles are padded to the next power of two and every
-load / store is masked on the real size.
+Head dims K, V are compile-time constants (a model has one pair; ``kernels.warmup`` compiles
+it). Any size in [1, 256] works: tiles are padded to the next power of two and loads / stores
+are masked on the real size; at a power of two the column masks fold away, which keeps the
+loads 16-byte vectors that Triton can pipeline. Inside a chunk the kernels address tiles with
+32-bit offsets from one 64-bit base per chunk (no per-element 64-bit arithmetic: the earlier
+version spilled registers in every kernel).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ MIN_HEAD_DIM, MAX_HEAD_DIM = 1, 256
 CONFIGS = {
     "solve": dict(num_warps=2, num_stages=1),
     "wu": dict(num_warps=4, num_stages=1),
-    "state": dict(BV=32, num_warps=4, num_stages=3),
+    "state": dict(BV=16, num_warps=4, num_stages=3),
     "out": dict(BV=64, num_warps=4, num_stages=2),
 }
 
@@ -354,7 +359,7 @@ def _state_step(c, ts, S, kd, w, u, gl, h_out, vn_out, hb, store_slot, bos, eos,
     w_c = tl.load(w + row0 * K + r64[:, None] * (HV * K) + oK[None, :], mask=mw, other=0.)
     uoff = r64[:, None] * (HV * V) + oV[None, :]
     u_c = tl.load(u + row0 * V + uoff, mask=mu, other=0.)
-    # decayed (and l2-normed) keys from the prep kernel, loaded as [K, 64]
+    # decayed (and l2-normed) keys from the w/u kernel, loaded as [K, 64]
     kdT = tl.load(kd + row0 * K + r64[None, :] * (HV * K) + oK[:, None],
                   mask=_colmask(m, oK, K, K == BK, BK), other=0.)
     g_last = tl.load(gl + c * HV + i_hv)
