@@ -5,14 +5,15 @@ Math (per value head, C = 64 tokens per chunk, state S is K x V, gamma = chunk-l
   A   = (I + L)^-1                       (block forward substitution on 16 x 16 blocks)
   w   = A diag(beta exp(gamma)) K,   u = A diag(beta) V
   v'  = u - w S_c
-  S  <- exp(gamma_last) S + (K o exp(gamma_last - gamma))^T v'
+  S  <- exp(gamma_last) S + K^T diag(exp(gamma_last - gamma)) v'
   O   = diag(exp(gamma)) Q S_c + tril(Q K^T o exp(gamma_i - gamma_j)) v'     (Q l2-normed, scaled)
 (q and k l2-normalised when asked; the norms and the scale multiply fp32 matrix-product results.)
 
 Four kernels, split where the work changes shape (the split FLA uses, written from the math):
   1. ``_solve_kernel`` (one program per chunk x value head, fully parallel, 2 warps): gate /
      beta, the chunk-local cumsum gamma, the ten 16 x 16 blocks of kkt in registers, A.
-  2. ``_wu_kernel`` (same grid, 4 warps): w, u and the keys decayed to the chunk end.
+  2. ``_wu_kernel`` (same grid, 4 warps): w, u and the state update's row factors (key norm x
+     decay to the chunk end: S += K^T diag(f) v', the decay applied to v' as FLA does).
   3. ``_state_kernel`` (one program per sequence x value head x V block, sequential over chunks):
      stores the chunk-start state h_c (input dtype, read by kernel 4), v' = u - w S, the state
      update, the boundary states (``state_dtype``, default fp32) and the final state (fp32).
@@ -293,12 +294,13 @@ def _solve_kernel(k, g, beta, A_log, dt_bias, a_out, gc_out, gl_out, chunk_info,
 
 
 @triton.jit(do_not_specialize=["l2norm"])
-def _wu_kernel(k, v, beta, a_in, gc, gl, w_out, u_out, kd_out, chunk_info,
+def _wu_kernel(k, v, beta, a_in, gc, gl, w_out, u_out, fd_out, chunk_info,
                skt, skh, svt, svh, sbt, sbh, HV, GROUP, K: tl.constexpr, V: tl.constexpr,
                BK: tl.constexpr, BVF: tl.constexpr, BC: tl.constexpr,
                BETA_SIGMOID: tl.constexpr, l2norm, PREC: tl.constexpr):
-    """w = A diag(beta exp(gamma)) K, u = A diag(beta) V, and the keys decayed to the chunk end
-    (K o exp(gamma_last - gamma)) for the state kernel."""
+    """w = A diag(beta exp(gamma)) K, u = A diag(beta) V, and the row factors of the state
+    update, rk exp(gamma_last - gamma) (key norm and decay to the chunk end), for the state
+    kernel."""
     i_c = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_h = i_hv // GROUP
@@ -327,7 +329,8 @@ def _wu_kernel(k, v, beta, a_in, gc, gl, w_out, u_out, kd_out, chunk_info,
         ksq += tl.sum(kc * kc, 1)
     rk = tl.where(l2norm != 0, 1. / tl.sqrt(ksq + 1e-6), 1.)
     fk = bt * tl.exp(gam) * rk
-    fd = rk * tl.exp(g_last - gam)        # keys decayed to the chunk end, for the state update
+    # the state update's row factors: S += K^T diag(fd) v' (key norm, decay to the chunk end)
+    tl.store(fd_out + obase + r64 * HV, rk * tl.exp(g_last - gam), mask=m)
     # column blocks of at most 64 keep the live fp32 tiles small
     for kb in tl.static_range(0, BK, BC):
         oc = kb + tl.arange(0, BC)
@@ -336,7 +339,6 @@ def _wu_kernel(k, v, beta, a_in, gc, gl, w_out, u_out, kd_out, chunk_info,
         wv = tl.dot(A, (kc * fk[:, None]).to(dt), input_precision=PREC)
         off = r64[:, None] * (HV * K) + oc[None, :]
         tl.store(w_out + obase * K + off, wv.to(dt), mask=mk)
-        tl.store(kd_out + obase * K + off, (kc * fd[:, None]).to(dt), mask=mk)
     for vb in tl.static_range(0, BVF, BC):
         oc = vb + tl.arange(0, BC)
         mv = _rowmask(m, oc, V, V == BVF, BC)
@@ -346,7 +348,8 @@ def _wu_kernel(k, v, beta, a_in, gc, gl, w_out, u_out, kd_out, chunk_info,
 
 
 @triton.jit
-def _state_step(c, ts, S, kd, w, u, gl, h_out, vn_out, hb, store_slot, bos, eos, i_hv,
+def _state_step(c, ts, S, k, fd, w, u, gl, h_out, vn_out, hb, store_slot, bos, eos, i_hv, i_h,
+                skt, skh,
                 oK, oV, r64, sidx, mKV, HV, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
                 BV: tl.constexpr, store_b, PREC: tl.constexpr):
     dt = w.dtype.element_ty
@@ -359,14 +362,15 @@ def _state_step(c, ts, S, kd, w, u, gl, h_out, vn_out, hb, store_slot, bos, eos,
     w_c = tl.load(w + row0 * K + r64[:, None] * (HV * K) + oK[None, :], mask=mw, other=0.)
     uoff = r64[:, None] * (HV * V) + oV[None, :]
     u_c = tl.load(u + row0 * V + uoff, mask=mu, other=0.)
-    # decayed (and l2-normed) keys from the w/u kernel, loaded as [K, 64]
-    kdT = tl.load(kd + row0 * K + r64[None, :] * (HV * K) + oK[:, None],
-                  mask=_colmask(m, oK, K, K == BK, BK), other=0.)
+    # raw keys as [K, 64] (shared by the GROUP value heads of a key head: L2 hits) and the row
+    # factors key norm x decay to the chunk end, applied to v' (64 x BV) rather than the keys
+    kT = tl.load(k + ts.to(tl.int64) * skt + i_h * skh + r64[None, :] * skt + oK[:, None],
+                 mask=_colmask(m, oK, K, K == BK, BK), other=0.)
+    f = tl.load(fd + row0 + r64 * HV, mask=m, other=0.)
     g_last = tl.load(gl + c * HV + i_hv)
     vn = u_c.to(tl.float32) - tl.dot(w_c, S.to(dt), input_precision=PREC)
-    vnd = vn.to(dt)
-    tl.store(vn_out + row0 * V + uoff, vnd, mask=mu)
-    S = S * tl.exp(g_last) + tl.dot(kdT, vnd, input_precision=PREC)
+    tl.store(vn_out + row0 * V + uoff, vn.to(dt), mask=mu)
+    S = S * tl.exp(g_last) + tl.dot(kT, (vn * f[:, None]).to(dt), input_precision=PREC)
     # boundary state; a runtime flag (not constexpr) so calls with and without boundaries share
     # one compiled kernel. Full-shape boolean mask: triton 3.9's interpreter rejects scalar masks.
     slot = tl.load(store_slot + c)
@@ -378,12 +382,13 @@ def _state_step(c, ts, S, kd, w, u, gl, h_out, vn_out, hb, store_slot, bos, eos,
 
 
 @triton.jit(do_not_specialize=["has_h0", "store_b"])
-def _state_kernel(kd, w, u, gl, h_out, vn_out, h0, ht, hb, seq_info, chunk_info, store_slot,
-                  HV, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+def _state_kernel(k, fd, w, u, gl, h_out, vn_out, h0, ht, hb, seq_info, chunk_info,
+                  store_slot, skt, skh, HV, GROUP, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                   has_h0, store_b, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr):
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_v = tl.program_id(2)
+    i_h = i_hv // GROUP
     bos = tl.load(seq_info + i_n * 4)
     eos = tl.load(seq_info + i_n * 4 + 1)
     c0 = tl.load(seq_info + i_n * 4 + 2)
@@ -402,14 +407,14 @@ def _state_kernel(kd, w, u, gl, h_out, vn_out, h0, ht, hb, seq_info, chunk_info,
         # the interpreter keeps scalars as 1-element arrays, which range() cannot take
         c = c0
         while c < c1:
-            S = _state_step(c, ts0 + (c - c0) * 64, S, kd, w, u, gl, h_out, vn_out, hb,
-                            store_slot, bos, eos, i_hv, oK, oV, r64, sidx, mKV, HV, K, V, BK,
+            S = _state_step(c, ts0 + (c - c0) * 64, S, k, fd, w, u, gl, h_out, vn_out, hb,
+                            store_slot, bos, eos, i_hv, i_h, skt, skh, oK, oV, r64, sidx, mKV, HV, K, V, BK,
                             BV, store_b, PREC)
             c += 1
     else:
         for c in range(c0, c1):
-            S = _state_step(c, ts0 + (c - c0) * 64, S, kd, w, u, gl, h_out, vn_out, hb,
-                            store_slot, bos, eos, i_hv, oK, oV, r64, sidx, mKV, HV, K, V, BK,
+            S = _state_step(c, ts0 + (c - c0) * 64, S, k, fd, w, u, gl, h_out, vn_out, hb,
+                            store_slot, bos, eos, i_hv, i_h, skt, skh, oK, oV, r64, sidx, mKV, HV, K, V, BK,
                             BV, store_b, PREC)
     tl.store(ht + (i_n * HV + i_hv).to(tl.int64) * (K * V) + sidx, S, mask=mKV)
 
@@ -561,7 +566,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
             ht.copy_(h0) if initial_state is not None else ht.zero_()
         return o.reshape(B, T, HV, V), ht, hb
     w = torch.empty(TT, HV, K, dtype=dt, device=dev)
-    kd = torch.empty(TT, HV, K, dtype=dt, device=dev)
+    fd = torch.empty(TT, HV, dtype=torch.float32, device=dev)
     u = torch.empty(TT, HV, V, dtype=dt, device=dev)
     vn = torch.empty(TT, HV, V, dtype=dt, device=dev)
     gcum = torch.empty(TT, HV, dtype=torch.float32, device=dev)
@@ -580,14 +585,14 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
         BKS=min(BK, 64), USE_GATE=bool(use_gate_in_kernel), PREC=prec, **flags,
         **_config("solve"))
     _wu_kernel[(NT, HV)](
-        k2, v2, b2, A, gcum, glast, w, u, kd, meta.chunk_info,
+        k2, v2, b2, A, gcum, glast, w, u, fd, meta.chunk_info,
         k2.stride(0), k2.stride(1), v2.stride(0), v2.stride(1), b2.stride(0), b2.stride(1),
         V=V, BVF=BVF, BC=min(BK, BVF, 64), PREC=prec, **flags, **_config("wu"))
     sc = _config("state")
     sc["BV"] = min(sc["BV"], BVF)
     _state_kernel[(N, HV, triton.cdiv(V, sc["BV"]))](
-        kd, w, u, glast, hbuf, vn, h0, ht, hb if store_b else ht, meta.seq_info,
-        meta.chunk_info, meta.store_slot, HV=HV, K=K, V=V, BK=BK, PREC=prec,
+        k2, fd, w, u, glast, hbuf, vn, h0, ht, hb if store_b else ht, meta.seq_info,
+        meta.chunk_info, meta.store_slot, k2.stride(0), k2.stride(1), HV=HV, GROUP=HV // H, K=K, V=V, BK=BK, PREC=prec,
         has_h0=int(initial_state is not None),
         store_b=int(store_b and meta.num_boundaries > 0), WHILE_LOOP=INTERPRET, **sc)
     oc = _config("out")
