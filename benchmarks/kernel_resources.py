@@ -1,0 +1,178 @@
+"""Registers, spills, shared memory and load pipelining of the gated-delta kernels on Hopper,
+without a GPU: each kernel is compiled for sm_90a at the launch configuration the library uses,
+and the PTX goes through the ptxas that ships inside the triton wheel.
+
+    python benchmarks/kernel_resources.py [--dtype bf16] [--head-dim 128] [--check]
+
+Why it exists: the first three-kernel version spilled registers in every kernel (per-element
+64-bit address arithmetic, runtime head dims that defeated 16-byte vector loads and hence Triton's
+cp.async pipelining). None of that shows in a CPU test, and GPU time is scarce; this shows it in
+seconds. ``--check`` exits 1 when a kernel spills or the state kernel's loop is not pipelined
+(tests/kernels/test_resources.py runs it). Needs a compiled-mode Triton: TRITON_INTERPRET must be
+unset, since the interpreter replaces the kernels by Python functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+# parameter name -> Triton type; the pointer element type of the half-precision tensors follows
+# --dtype. A kernel parameter missing here is reported (the table must follow the kernels).
+HALF_PTRS = {"q", "k", "v", "beta", "w", "u", "w_out", "u_out", "a_out", "a_in", "h_out",
+             "vn_out", "vn", "h", "o"}
+FP32_PTRS = {"g", "A_log", "dt_bias", "gc", "gc_out", "gl", "gl_out", "fd", "fd_out", "h0", "ht",
+             "hb"}
+INT_PTRS = {"chunk_info", "seq_info", "store_slot"}
+FP32_SCALARS = {"scale"}
+# integer arguments the library passes as multiples of 16 at the production shapes (strides of
+# [T, heads, dim] tensors, HV = 32): Triton specialises those, so the compile does too
+DIV16_INTS = {"skt", "skh", "svt", "svh", "sqt", "sqh", "HV"}
+
+
+def _pow2(n: int) -> int:
+    return max(16, 1 << (int(n) - 1).bit_length())
+
+
+def kernel_specs(dim: int, dtype: str):
+    """(name, jit function, constexprs, launch options) as ``chunk_gated_delta_rule`` launches
+    them for head dims K = V = ``dim`` (the constexpr rules are the host code's)."""
+    from kernels import chunk_gdn as m
+
+    BK = BVF = _pow2(dim)
+    prec = "ieee" if dtype == "fp32" else "tf32"
+
+    def cfg(name):
+        c = m._config(name)
+        return {key: c.pop(key) for key in list(c) if key in ("BV",)}, c
+
+    sc, sopt = cfg("state")
+    oc, oopt = cfg("out")
+    sc["BV"] = min(sc["BV"], BVF)
+    oc["BV"] = min(oc["BV"], BVF)
+    return [
+        ("solve", m._solve_kernel, dict(K=dim, BK=BK, BKS=min(BK, 64), USE_GATE=False,
+                                        BETA_SIGMOID=False, PREC=prec), m._config("solve")),
+        ("wu", m._wu_kernel, dict(K=dim, V=dim, BK=BK, BVF=BVF, BC=min(BK, BVF, 64),
+                                  BETA_SIGMOID=False, PREC=prec), m._config("wu")),
+        ("state", m._state_kernel, dict(K=dim, V=dim, BK=BK, PREC=prec, WHILE_LOOP=False, **sc),
+         sopt),
+        ("output", m._output_kernel, dict(K=dim, V=dim, BK=BK, BC=min(BK, 64), PREC=prec, **oc),
+         oopt),
+    ]
+
+
+def _signature(fn, consts: dict, dtype: str):
+    half = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32"}[dtype]
+    sig, attrs = {}, {}
+    for i, p in enumerate(fn.params):
+        name = p.name
+        if name in consts:
+            sig[name] = "constexpr"
+            continue
+        if name in HALF_PTRS:
+            sig[name] = half
+        elif name in FP32_PTRS:
+            sig[name] = "*fp32"
+        elif name in INT_PTRS:
+            sig[name] = "*i32"
+        elif name in FP32_SCALARS:
+            sig[name] = "fp32"
+        elif name in ("GROUP", "l2norm", "has_h0", "store_b", "sgt", "sgh", "sbt", "sbh"):
+            sig[name] = "i32"
+        elif name in DIV16_INTS:
+            sig[name] = "i32"
+        else:
+            raise SystemExit(f"kernel_resources: no type for parameter {name!r} of "
+                             f"the {fn.fn.__name__} kernel; add it to the tables at the top of this script")
+        if sig[name].startswith("*") or name in DIV16_INTS:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    cst = {(fn.arg_names.index(n),): v for n, v in consts.items()}
+    return sig, cst, attrs
+
+
+def _ptxas_info(ptx_path: str, out_path: str) -> str:
+    """``ptxas -v`` output from the first ptxas in the triton wheel that accepts this PTX (triton
+    3.9 writes PTX 9.x, which only its CUDA 13 ``ptxas-blackwell`` reads)."""
+    import triton
+
+    bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    errors = []
+    for exe in ("ptxas", "ptxas-blackwell"):
+        path = os.path.join(bindir, exe)
+        if not os.path.exists(path):
+            continue
+        run = subprocess.run([path, "-v", "-arch=sm_90a", ptx_path, "-o", out_path],
+                             capture_output=True, text=True)
+        if run.returncode == 0:
+            return run.stderr
+        errors.append(f"{exe}: {run.stderr.strip().splitlines()[0] if run.stderr else run.returncode}")
+    raise SystemExit("kernel_resources: no ptxas in the triton wheel could assemble the PTX "
+                     f"({'; '.join(errors) or bindir})")
+
+
+def measure(name, fn, consts, opts, dtype):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig, cst, attrs = _signature(fn, consts, dtype)
+    src = ASTSource(fn=fn, signature=sig, constexprs=cst, attrs=attrs)
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(opts))
+    ptx = compiled.asm["ptx"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, f"{name}.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        out = _ptxas_info(path, os.path.join(tmp, "o"))
+    regs = int(re.search(r"Used (\d+) registers", out).group(1))
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
+    return dict(kernel=name, warps=opts.get("num_warps"), stages=opts.get("num_stages"),
+                registers=regs, spill_stores=int(spill.group(1)), spill_loads=int(spill.group(2)),
+                shared_kb=compiled.metadata.shared / 1024, cp_async=ptx.count("cp.async.cg"),
+                wgmma=ptx.count("wgmma.mma_async"), mma_sync=ptx.count("mma.sync"))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 on spills or an unpipelined state loop")
+    args = ap.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        print("kernel_resources: unset TRITON_INTERPRET (it needs compiled-mode Triton)",
+              file=sys.stderr)
+        return 2
+    try:
+        import triton
+    except ImportError:
+        print("needs triton: pip install 'marconi-sim[kernels]'", file=sys.stderr)
+        return 2
+    print(f"# sm_90a, triton {triton.__version__}, {args.dtype}, K = V = {args.head_dim}")
+    print(f"{'kernel':>8} {'warps':>5} {'stages':>6} {'regs':>5} {'spill st/ld B':>14} "
+          f"{'smem KB':>8} {'cp.async':>8} {'wgmma':>6} {'mma.sync':>8}")
+    bad = []
+    for name, fn, consts, opts in kernel_specs(args.head_dim, args.dtype):
+        r = measure(name, fn, consts, opts, args.dtype)
+        print(f"{r['kernel']:>8} {r['warps']:>5} {r['stages']:>6} {r['registers']:>5} "
+              f"{r['spill_stores']:>6}/{r['spill_loads']:<7} {r['shared_kb']:>8.1f} "
+              f"{r['cp_async']:>8} {r['wgmma']:>6} {r['mma_sync']:>8}")
+        if r["spill_stores"] or r["spill_loads"]:
+            bad.append(f"{name} spills {r['spill_stores']} B")
+        if name == "state" and r["cp_async"] == 0:
+            bad.append("the state kernel's loads are not pipelined (no cp.async)")
+    if bad and args.check:
+        print("check failed: " + "; ".join(bad), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
