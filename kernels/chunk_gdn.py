@@ -115,6 +115,15 @@ def _colmask(m, offs, D: tl.constexpr, FULL: tl.constexpr, W: tl.constexpr):
 
 
 @triton.jit
+def _chunk(chunk_info, i_c):
+    """Chunk ``i_c``: its first (virtual) token and the real tokens [lo, hi) it holds."""
+    tstart = tl.load(chunk_info + i_c * 4 + 1)
+    lo = tl.load(chunk_info + i_c * 4 + 2)
+    hi = tl.load(chunk_info + i_c * 4 + 3)
+    return tstart, lo, hi
+
+
+@triton.jit
 def _sub_row(L, A, i, r):
     """Row ``i`` of (I + L)^-1 by forward substitution: e_i - sum_m L[i, m] A[m, :]."""
     li = tl.sum(tl.where(r[:, None] == i, L, 0.), 0)
@@ -203,9 +212,7 @@ def _solve_kernel(k, g, beta, A_log, dt_bias, a_out, gc_out, gl_out, chunk_info,
     i_c = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_h = i_hv // GROUP
-    tstart = tl.load(chunk_info + i_c * 4 + 1)
-    lo = tl.load(chunk_info + i_c * 4 + 2)
-    hi = tl.load(chunk_info + i_c * 4 + 3)
+    tstart, lo, hi = _chunk(chunk_info, i_c)
     A_log_h = 0.
     dt_bias_h = 0.
     if USE_GATE:
@@ -305,9 +312,7 @@ def _wu_kernel(k, v, beta, a_in, gc, gl, w_out, u_out, fd_out, chunk_info,
     i_hv = tl.program_id(1)
     i_h = i_hv // GROUP
     dt = w_out.dtype.element_ty
-    tstart = tl.load(chunk_info + i_c * 4 + 1)
-    lo = tl.load(chunk_info + i_c * 4 + 2)
-    hi = tl.load(chunk_info + i_c * 4 + 3)
+    tstart, lo, hi = _chunk(chunk_info, i_c)
     r64 = tl.arange(0, 64)
     m = (tstart + r64 >= lo) & (tstart + r64 < hi)
     t0 = tstart.to(tl.int64)
@@ -428,9 +433,7 @@ def _output_kernel(q, k, gc, h, vn, o, chunk_info, scale, sqt, sqh, skt, skh,
     i_v = tl.program_id(2)
     i_h = i_hv // GROUP
     dt = vn.dtype.element_ty
-    tstart = tl.load(chunk_info + i_c * 4 + 1)
-    lo = tl.load(chunk_info + i_c * 4 + 2)
-    hi = tl.load(chunk_info + i_c * 4 + 3)
+    tstart, lo, hi = _chunk(chunk_info, i_c)
     r64 = tl.arange(0, 64)
     m = (tstart + r64 >= lo) & (tstart + r64 < hi)
     t0 = tstart.to(tl.int64)
