@@ -36,36 +36,28 @@ FP32_SCALARS = {"scale"}
 DIV16_INTS = {"skt", "skh", "svt", "svh", "sqt", "sqh", "HV"}
 
 
-def _pow2(n: int) -> int:
-    return max(16, 1 << (int(n) - 1).bit_length())
+# constexprs that select code paths rather than shapes; the check compiles the common path
+FLAGS = {"solve": dict(USE_GATE=False, BETA_SIGMOID=False), "wu": dict(BETA_SIGMOID=False),
+         "state": dict(WHILE_LOOP=False), "out": {}}
+NAMES = {"solve": "solve", "wu": "wu", "state": "state", "out": "output"}
 
 
 def kernel_specs(dim: int, dtype: str):
     """(name, jit function, constexprs, launch options) as ``chunk_gated_delta_rule`` launches
-    them for head dims K = V = ``dim`` (the constexpr rules are the host code's)."""
+    them for head dims K = V = ``dim`` (from the library's own ``launch_params``)."""
+    import torch
+
     from kernels import chunk_gdn as m
 
-    BK = BVF = _pow2(dim)
-    prec = "ieee" if dtype == "fp32" else "tf32"
-
-    def cfg(name):
-        c = m._config(name)
-        return {key: c.pop(key) for key in list(c) if key in ("BV",)}, c
-
-    sc, sopt = cfg("state")
-    oc, oopt = cfg("out")
-    sc["BV"] = min(sc["BV"], BVF)
-    oc["BV"] = min(oc["BV"], BVF)
-    return [
-        ("solve", m._solve_kernel, dict(K=dim, BK=BK, BKS=min(BK, 64), USE_GATE=False,
-                                        BETA_SIGMOID=False, PREC=prec), m._config("solve")),
-        ("wu", m._wu_kernel, dict(K=dim, V=dim, BK=BK, BVF=BVF, BC=min(BK, BVF, 64),
-                                  BETA_SIGMOID=False, PREC=prec), m._config("wu")),
-        ("state", m._state_kernel, dict(K=dim, V=dim, BK=BK, PREC=prec, WHILE_LOOP=False, **sc),
-         sopt),
-        ("output", m._output_kernel, dict(K=dim, V=dim, BK=BK, BC=min(BK, 64), PREC=prec, **oc),
-         oopt),
-    ]
+    fns = {"solve": m._solve_kernel, "wu": m._wu_kernel, "state": m._state_kernel,
+           "out": m._output_kernel}
+    tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    specs = []
+    for key, params in m.launch_params(dim, dim, tdtype).items():
+        opts = {k: v for k, v in params.items() if k in m.LAUNCH_OPTIONS}
+        consts = {k: v for k, v in params.items() if k not in m.LAUNCH_OPTIONS}
+        specs.append((NAMES[key], fns[key], {**consts, **FLAGS[key]}, opts))
+    return specs
 
 
 def _signature(fn, consts: dict, dtype: str):

@@ -40,7 +40,7 @@ import triton.language as tl
 from kernels._common import INTERPRET, ChunkMetadata, prepare_chunk_metadata, resolve_metadata
 
 __all__ = ["chunk_gated_delta_rule", "prepare_chunk_metadata", "ChunkMetadata", "CONFIGS",
-           "MAX_HEAD_DIM", "MIN_HEAD_DIM"]
+           "launch_params", "MAX_HEAD_DIM", "MIN_HEAD_DIM"]
 
 MIN_HEAD_DIM, MAX_HEAD_DIM = 1, 256
 
@@ -68,6 +68,28 @@ def _config(name: str) -> dict:
 
 def _pow2(n: int) -> int:
     return max(16, triton.next_power_of_2(int(n)))
+
+
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "maxnreg")
+
+
+def launch_params(K: int, V: int, dtype: torch.dtype,
+                  input_precision: Optional[str] = None) -> dict:
+    """Compile-time parameters and launch options of the four kernels for head dims K, V and
+    input ``dtype``: ``{"solve" | "wu" | "state" | "out": {name: value}}`` (``LAUNCH_OPTIONS``
+    keys are launch options, the rest constexprs; ``BV`` of state / out sets their grids).
+    ``benchmarks/kernel_resources.py`` compiles from the same table."""
+    BK, BVF = _pow2(K), _pow2(V)
+    prec = (input_precision or "ieee") if dtype == torch.float32 else "tf32"
+    state, out = _config("state"), _config("out")
+    state["BV"] = min(state["BV"], BVF)
+    out["BV"] = min(out["BV"], BVF)
+    return {
+        "solve": dict(K=K, BK=BK, BKS=min(BK, 64), PREC=prec, **_config("solve")),
+        "wu": dict(K=K, V=V, BK=BK, BVF=BVF, BC=min(BK, BVF, 64), PREC=prec, **_config("wu")),
+        "state": dict(K=K, V=V, BK=BK, PREC=prec, **state),
+        "out": dict(K=K, V=V, BK=BK, BC=min(BK, 64), PREC=prec, **out),
+    }
 
 
 @triton.jit
@@ -115,6 +137,12 @@ def _colmask(m, offs, D: tl.constexpr, FULL: tl.constexpr, W: tl.constexpr):
 
 
 @triton.jit
+def _inside(tstart, r, lo, hi):
+    """Which rows ``tstart + r`` are real tokens of the range [lo, hi)."""
+    return (tstart + r >= lo) & (tstart + r < hi)
+
+
+@triton.jit
 def _chunk(chunk_info, i_c):
     """Chunk ``i_c``: its first (virtual) token and the real tokens [lo, hi) it holds."""
     tstart = tl.load(chunk_info + i_c * 4 + 1)
@@ -156,7 +184,7 @@ def _rows16(kbase, skt, tstart, lo, hi, blk: tl.constexpr, oc, K: tl.constexpr,
             FULL: tl.constexpr, W: tl.constexpr):
     """Key rows of 16-row block ``blk`` of a chunk, [16, W] and transposed [W, 16]."""
     r = blk * 16 + tl.arange(0, 16)
-    m = (tstart + r >= lo) & (tstart + r < hi)
+    m = _inside(tstart, r, lo, hi)
     kr = tl.load(kbase + r[:, None] * skt + oc[None, :], mask=_rowmask(m, oc, K, FULL, W),
                  other=0.)
     kT = tl.load(kbase + r[None, :] * skt + oc[:, None], mask=_colmask(m, oc, K, FULL, W),
@@ -188,7 +216,7 @@ def _store_blk(base, X, bi: tl.constexpr, bj: tl.constexpr):
 def _gate16(g, beta, A_log_h, dt_bias_h, gbase, bbase, tstart, lo, hi, blk: tl.constexpr,
             sgt, sbt, USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr):
     r = blk * 16 + tl.arange(0, 16)
-    m = (tstart + r >= lo) & (tstart + r < hi)
+    m = _inside(tstart, r, lo, hi)
     return _load_gate_beta(g, beta, A_log_h, dt_bias_h, gbase, bbase, r, m, sgt, sbt,
                            USE_GATE, BETA_SIGMOID)
 
@@ -196,7 +224,7 @@ def _gate16(g, beta, A_log_h, dt_bias_h, gbase, bbase, tstart, lo, hi, blk: tl.c
 @triton.jit
 def _store16(base, x, blk: tl.constexpr, tstart, lo, hi, HV):
     r = blk * 16 + tl.arange(0, 16)
-    tl.store(base + r * HV, x, mask=(tstart + r >= lo) & (tstart + r < hi))
+    tl.store(base + r * HV, x, mask=_inside(tstart, r, lo, hi))
 
 
 # Runtime flags are kept out of Triton's "== 1" integer specialisation: one compiled kernel
@@ -314,7 +342,7 @@ def _wu_kernel(k, v, beta, a_in, gc, gl, w_out, u_out, fd_out, chunk_info,
     dt = w_out.dtype.element_ty
     tstart, lo, hi = _chunk(chunk_info, i_c)
     r64 = tl.arange(0, 64)
-    m = (tstart + r64 >= lo) & (tstart + r64 < hi)
+    m = _inside(tstart, r64, lo, hi)
     t0 = tstart.to(tl.int64)
     obase = t0 * HV + i_hv                       # row of token tstart in [TT, HV] tensors
     kbase = k + t0 * skt + i_h * skh
@@ -360,7 +388,7 @@ def _state_step(c, ts, S, k, fd, w, u, gl, h_out, vn_out, hb, store_slot, bos, e
     dt = w.dtype.element_ty
     # chunk-start state for the output kernel (always in the input dtype, like FLA's h)
     tl.store(h_out + (c * HV + i_hv).to(tl.int64) * (K * V) + sidx, S.to(dt), mask=mKV)
-    m = (ts + r64 >= bos) & (ts + r64 < eos)
+    m = _inside(ts, r64, bos, eos)
     row0 = ts.to(tl.int64) * HV + i_hv           # scalar: row of token ts in [TT, HV, .]
     mw = _rowmask(m, oK, K, K == BK, BK)
     mu = _rowmask(m, oV, V, V % BV == 0, BV)
@@ -435,7 +463,7 @@ def _output_kernel(q, k, gc, h, vn, o, chunk_info, scale, sqt, sqh, skt, skh,
     dt = vn.dtype.element_ty
     tstart, lo, hi = _chunk(chunk_info, i_c)
     r64 = tl.arange(0, 64)
-    m = (tstart + r64 >= lo) & (tstart + r64 < hi)
+    m = _inside(tstart, r64, lo, hi)
     t0 = tstart.to(tl.int64)
     row0 = t0 * HV + i_hv
     oV = i_v * BV + tl.arange(0, BV)
@@ -559,10 +587,6 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
     ht = torch.empty(N, HV, K, V, dtype=torch.float32, device=dev)
     hb = (torch.empty(meta.num_boundaries, HV, K, V, dtype=state_dtype, device=dev)
           if store_b else None)
-    prec = (input_precision or "ieee") if dt == torch.float32 else "tf32"
-    BK, BVF = _pow2(K), _pow2(V)
-    common = dict(HV=HV, GROUP=HV // H, K=K, V=V, BK=BK, l2norm=int(bool(use_qk_l2norm)),
-                  PREC=prec)
     h0 = initial_state.float().contiguous() if initial_state is not None else ht
     if NT == 0:
         if N > 0:
@@ -580,27 +604,24 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
         A_log_t, dt_bias_t = A_log.float().contiguous(), dt_bias.float().contiguous()
     else:
         A_log_t = dt_bias_t = glast
-    flags = dict(BETA_SIGMOID=bool(use_beta_sigmoid), l2norm=common["l2norm"], HV=HV,
-                 GROUP=HV // H, K=K, BK=BK)
+    lp = launch_params(K, V, dt, input_precision)
+    heads = dict(HV=HV, GROUP=HV // H)
+    l2 = int(bool(use_qk_l2norm))
     _solve_kernel[(NT, HV)](
         k2, g2, b2, A_log_t, dt_bias_t, A, gcum, glast, meta.chunk_info,
         k2.stride(0), k2.stride(1), g2.stride(0), g2.stride(1), b2.stride(0), b2.stride(1),
-        BKS=min(BK, 64), USE_GATE=bool(use_gate_in_kernel), PREC=prec, **flags,
-        **_config("solve"))
+        USE_GATE=bool(use_gate_in_kernel), BETA_SIGMOID=bool(use_beta_sigmoid), l2norm=l2,
+        **heads, **lp["solve"])
     _wu_kernel[(NT, HV)](
         k2, v2, b2, A, gcum, glast, w, u, fd, meta.chunk_info,
         k2.stride(0), k2.stride(1), v2.stride(0), v2.stride(1), b2.stride(0), b2.stride(1),
-        V=V, BVF=BVF, BC=min(BK, BVF, 64), PREC=prec, **flags, **_config("wu"))
-    sc = _config("state")
-    sc["BV"] = min(sc["BV"], BVF)
-    _state_kernel[(N, HV, triton.cdiv(V, sc["BV"]))](
+        BETA_SIGMOID=bool(use_beta_sigmoid), l2norm=l2, **heads, **lp["wu"])
+    _state_kernel[(N, HV, triton.cdiv(V, lp["state"]["BV"]))](
         k2, fd, w, u, glast, hbuf, vn, h0, ht, hb if store_b else ht, meta.seq_info,
-        meta.chunk_info, meta.store_slot, k2.stride(0), k2.stride(1), HV=HV, GROUP=HV // H, K=K, V=V, BK=BK, PREC=prec,
-        has_h0=int(initial_state is not None),
-        store_b=int(store_b and meta.num_boundaries > 0), WHILE_LOOP=INTERPRET, **sc)
-    oc = _config("out")
-    oc["BV"] = min(oc["BV"], BVF)
-    _output_kernel[(NT, HV, triton.cdiv(V, oc["BV"]))](
+        meta.chunk_info, meta.store_slot, k2.stride(0), k2.stride(1),
+        has_h0=int(initial_state is not None), store_b=int(store_b and meta.num_boundaries > 0),
+        WHILE_LOOP=INTERPRET, **heads, **lp["state"])
+    _output_kernel[(NT, HV, triton.cdiv(V, lp["out"]["BV"]))](
         q2, k2, gcum, hbuf, vn, o, meta.chunk_info, float(scale), q2.stride(0), q2.stride(1),
-        k2.stride(0), k2.stride(1), BC=min(BK, 64), **common, **oc)
+        k2.stride(0), k2.stride(1), l2norm=l2, **heads, **lp["out"])
     return o.reshape(B, T, HV, V), ht, hb

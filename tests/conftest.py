@@ -1,4 +1,5 @@
-"""Fixtures for every test package: no test reads or writes the user's caches or result folders."""
+"""Fixtures for every test package: no test reads or writes the user's caches or result folders;
+GPU-marked tests are skipped where the kernels are interpreted."""
 
 from __future__ import annotations
 
@@ -17,3 +18,16 @@ def _private_trace_cache(tmp_path_factory):
     mp.undo()
 
 
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu = [it for it in items if it.get_closest_marker("gpu") or it.get_closest_marker("gpu_long")]
+    if not gpu:
+        return
+    from gpu_env import compiled_gpu   # imports torch: only when GPU-marked tests were collected
+
+    if compiled_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU and compiled Triton (TRITON_INTERPRET unset)")
+    for item in gpu:
+        item.add_marker(skip)

@@ -314,20 +314,24 @@ class EngineTree(HybridRadixTree):
             return super()._evict_for(need)
         self.stats.eviction_calls += 1
         need_kv, need_states = self._pending
-        ev_states = ev_kv = 0
-        while self.kv_bytes + need_kv > self.kv_capacity_bytes:
-            victim = self.policy.pop_kv_victim()
+        evicted = [0, 0]     # states, KV tokens
+        ok = (self._drain(lambda: self.kv_bytes + need_kv > self.kv_capacity_bytes,
+                          self.policy.pop_kv_victim, evicted)
+              and self._drain(lambda: self.n_states + need_states > self.state_capacity,
+                              self.policy.pop_state_victim, evicted))
+        return ok, evicted[0], evicted[1]
+
+    def _drain(self, over, pop, evicted: list) -> bool:
+        """Apply ``pop()``'s victims while ``over()``, adding to ``evicted``; False when the
+        pool runs dry first."""
+        while over():
+            victim = pop()
             if victim is None:
-                return False, ev_states, ev_kv
+                return False
             s, kv = self._apply_victim(victim)
-            ev_states, ev_kv = ev_states + s, ev_kv + kv
-        while self.n_states + need_states > self.state_capacity:
-            victim = self.policy.pop_state_victim()
-            if victim is None:
-                return False, ev_states, ev_kv
-            s, kv = self._apply_victim(victim)
-            ev_states, ev_kv = ev_states + s, ev_kv + kv
-        return True, ev_states, ev_kv
+            evicted[0] += s
+            evicted[1] += kv
+        return True
 
     def evict_kv(self, tokens: int) -> int:
         """Free at least ``tokens`` KV tokens from the KV list (SGLang ``evict_full``); returns

@@ -50,7 +50,8 @@ class Lookup:
 
 
 @dataclass(frozen=True, slots=True)
-class Prefill:
+class _Compute:
+    """A span of tokens computed for one request (the fields of prefill and decode)."""
     request: Request
     t_start: float
     t_end: float
@@ -60,13 +61,13 @@ class Prefill:
 
 
 @dataclass(frozen=True, slots=True)
-class Decode:
-    request: Request
-    t_start: float
-    t_end: float
-    start_pos: int
-    end_pos: int
-    seconds: float
+class Prefill(_Compute):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Decode(_Compute):
+    pass
 
 
 @dataclass(frozen=True, slots=True)

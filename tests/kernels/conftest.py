@@ -1,15 +1,9 @@
 """Shared setup for the kernel tests. Each module skips cleanly without torch/triton."""
 
-import os
-
 import pytest
+from gpu_env import HAS_CUDA, compiled_gpu, torch, use_interpreter_without_cuda
 
-try:
-    import torch
-except ImportError:  # the modules themselves call pytest.importorskip
-    torch = None
-
-HAS_CUDA = torch is not None and torch.cuda.is_available()
+use_interpreter_without_cuda()
 
 
 def bf16_kernels_supported() -> bool:
@@ -17,22 +11,9 @@ def bf16_kernels_supported() -> bool:
     bf16 "supported" there through emulation, which Triton's dots do not have)."""
     return HAS_CUDA and torch.cuda.get_device_capability() >= (8, 0)
 
-if not HAS_CUDA:
-    # The interpreter must be chosen before triton is first imported by the kernels.
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-
-def pytest_collection_modifyitems(config, items):
-    if HAS_CUDA and os.environ.get("TRITON_INTERPRET", "0") != "1":
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU and compiled Triton (TRITON_INTERPRET unset)")
-    for item in items:
-        if item.get_closest_marker("gpu") or item.get_closest_marker("gpu_long"):
-            item.add_marker(skip)
-
 
 # ---- GPU: compile the suite's kernel variants in parallel processes before the tests ---------
-# The GPU suite needs ~40 kernel compilations (5 head dims x 2 half dtypes x 3 kernels, plus
+# The GPU suite needs ~50 kernel compilations (6 head dims x 2 half dtypes x 4 kernels, plus
 # fp32 and the small dims); one after another they take longer than the tests themselves.
 # Worker processes each run ``kernels.warmup`` for one variant and fill Triton's on-disk cache;
 # the test process then loads the binaries from that cache. Failures only cost the speed-up.
@@ -43,7 +24,7 @@ GPU_VARIANTS = ([(dt, d, 2, 4) for dt in ("float16", "bfloat16") for d in (16, 3
 @pytest.fixture(scope="session", autouse=True)
 def _precompile_gpu_kernels(request):
     items = request.session.items
-    if not HAS_CUDA or os.environ.get("TRITON_INTERPRET", "0") == "1" or not any(
+    if not compiled_gpu() or not any(
             it.get_closest_marker("gpu") or it.get_closest_marker("gpu_long") for it in items):
         yield
         return

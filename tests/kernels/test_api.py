@@ -1,14 +1,12 @@
 """Package API: lazy exports, argument checks, head dims that are not powers of two, warmup."""
 
-import subprocess
-import sys
-
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 import torch.nn.functional as F  # noqa: E402
+from without_torch import run_without_torch  # noqa: E402
 
 import kernels  # noqa: E402
 from kernels import (causal_conv1d, chunk_gated_delta_rule, naive_gated_delta_rule,  # noqa: E402
@@ -27,21 +25,13 @@ def test_package_exports_are_the_module_functions():
 
 
 def test_import_without_torch_fails_only_on_use():
-    code = ("import builtins\n"
-            "real = builtins.__import__\n"
-            "def imp(name, *a, **k):\n"
-            "    if name.split('.')[0] in ('torch', 'triton'):\n"
-            "        raise ImportError(name, name=name.split('.')[0])\n"
-            "    return real(name, *a, **k)\n"
-            "builtins.__import__ = imp\n"
-            "import kernels, kernels.cli\n"
-            "try:\n"
-            "    from kernels import chunk_gated_delta_rule\n"
-            "except ImportError as e:\n"
-            "    print('ERR', e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "ERR kernels.chunk_gated_delta_rule needs torch and triton" in out.stdout
-    assert "pip install 'marconi-sim[kernels]'" in out.stdout
+    out = run_without_torch("import kernels, kernels.cli\n"
+                            "try:\n"
+                            "    from kernels import chunk_gated_delta_rule\n"
+                            "except ImportError as e:\n"
+                            "    print('ERR', e)\n")
+    assert "ERR kernels.chunk_gated_delta_rule needs torch and triton" in out
+    assert "pip install 'marconi-sim[kernels]'" in out
 
 
 def _inputs(T, H, HV, K, V, seed, dtype=torch.float32, device="cpu"):

@@ -2,12 +2,11 @@
 kernels extra is missing. The module itself must import without torch (the simulator imports it)."""
 
 import builtins
-import subprocess
-import sys
 
 import click
 import pytest
 from click.testing import CliRunner
+from without_torch import run_without_torch
 
 
 def _group():
@@ -19,19 +18,11 @@ def _group():
 
 
 def test_cli_module_imports_without_torch():
-    code = ("import sys, builtins\n"
-            "real = builtins.__import__\n"
-            "def imp(name, *a, **k):\n"
-            "    if name.split('.')[0] in ('torch', 'triton'):\n"
-            "        raise ImportError(name)\n"
-            "    return real(name, *a, **k)\n"
-            "builtins.__import__ = imp\n"
-            "import click\n"
-            "from kernels.cli import register\n"
-            "g = click.Group(); register(g)\n"
-            "print(sorted(g.commands['kernels'].commands))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "['check']" in out.stdout
+    out = run_without_torch("import click\n"
+                            "from kernels.cli import register\n"
+                            "g = click.Group(); register(g)\n"
+                            "print(sorted(g.commands['kernels'].commands))\n")
+    assert "['check']" in out
 
 
 def test_check_exits_2_without_torch(monkeypatch):

@@ -1,29 +1,10 @@
-"""Shared setup for the replay tests: the Triton interpreter on CPU-only hosts, the gpu marker,
-and a tiny replay stack (fp32, interpreter-friendly shapes)."""
-
-import os
+"""Shared setup for the replay tests: the Triton interpreter on CPU-only hosts and a tiny replay
+stack (fp32, interpreter-friendly shapes)."""
 
 import pytest
+from gpu_env import torch, use_interpreter_without_cuda
 
-try:
-    import torch
-except ImportError:  # torch-free modules still run; the torch ones call pytest.importorskip
-    torch = None
-
-HAS_CUDA = torch is not None and torch.cuda.is_available()
-
-if not HAS_CUDA:
-    # must be chosen before triton is first imported by the kernels
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-
-def pytest_collection_modifyitems(config, items):
-    if HAS_CUDA and os.environ.get("TRITON_INTERPRET", "0") != "1":
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU and compiled Triton (TRITON_INTERPRET unset)")
-    for item in items:
-        if item.get_closest_marker("gpu") is not None:
-            item.add_marker(skip)
+use_interpreter_without_cuda()
 
 
 @pytest.fixture(scope="session")
