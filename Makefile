@@ -22,7 +22,7 @@ setup-test: $(VENV)/.installed-test
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0 "triton==3.6.0"
-	$(BIN)/pip install -q -e '.[test,kernels,notebooks,ray,lmsys,hf]'
+	$(BIN)/pip install -q -e '.[test,kernels,notebooks,ray,lmsys,hf,advise]'
 	touch $@ $(VENV)/.installed
 
 run: setup

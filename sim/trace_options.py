@@ -38,6 +38,9 @@ TRACE_OPTIONS = (
                 "Open-loop traces: multiply inter-arrival times by this factor.", float),
     TraceOption("--trace-seed", "trace_seed", _DEFAULTS.seed,
                 "Seed of every random draw made while building the trace.", int),
+    TraceOption("--session-range", "session_range", _DEFAULTS.session_range,
+                "Keep sessions START:STOP of the trace (0-based, in order of first appearance; STOP exclusive "
+                "or left out); empty = all."),
 )
 TRACE_OPTION_KEYS = tuple(opt.key for opt in TRACE_OPTIONS)
 

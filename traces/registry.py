@@ -59,6 +59,7 @@ class TraceOptions:
     num_proc: int | None = None  # tokenization processes (None: all cores)
     progress: bool = False  # progress bar while tokenizing
     max_non_ascii: float = 0.5  # lmsys: drop sessions with a larger non-ASCII character fraction
+    session_range: str = ""  # START:STOP: keep these sessions (0-based, order of first appearance)
     max_turns: int = 50  # swebench: steps per trajectory
     keep_observations: int = 5  # swebench: observations kept in full (older ones collapsed)
     words_per_minute: float = 90.0  # chat think time: typing speed
@@ -89,6 +90,10 @@ class TraceOptions:
             raise TraceError(f"max_request_tokens (MARCONI_MAX_REQUEST_TOKENS) must be an integer >= 1 "
                              f"(got {self.max_request_tokens!r})")
         self.max_request_tokens = limit
+        if self.session_range:
+            from traces.sessions import parse_session_range
+
+            parse_session_range(self.session_range)
         if not 0 <= self.max_non_ascii <= 1:
             raise TraceError(f"max_non_ascii must be in [0, 1] (got {self.max_non_ascii})")
 
@@ -180,6 +185,10 @@ def load_trace(spec: str, options: TraceOptions | None = None) -> Trace:
     else:
         raise _unknown(spec)
     trace.meta.setdefault("spec", spec)
+    if options.session_range:
+        from traces.sessions import select_sessions
+
+        trace = select_sessions(trace, options.session_range)
     return trace
 
 

@@ -27,6 +27,8 @@ SPEED_KNOBS = ("tuning_workers",)
 #: other policies so those do not multiply with a tuning grid
 TUNING_KNOBS = tuple(f.name for f in SimConfig.settings("tuning") if f.name not in SPEED_KNOBS)
 TUNED_POLICIES = ("marconi-oracle",)
+#: trace options newer than ROW_VERSION 1: left out of the config id while at their default
+LATER_TRACE_OPTIONS = ("session_range",)
 
 # ---------------------------------------------------------------------------------- value lists
 
@@ -175,7 +177,9 @@ def make_task(trace_kwargs: dict, **knobs) -> Task:
     if mode != "static":
         row["alpha"] = float("nan")
     ident = {k: v for k, v in cfg.as_row().items() if k not in SPEED_KNOBS}
-    identity = {"v": ROW_VERSION, "trace": tk, "config": {**ident, "alpha": None if mode == "none" else cfg.alpha}}
+    # trace options added later count only when set, so earlier results folders keep their ids
+    tk_id = {k: v for k, v in tk.items() if not (k in LATER_TRACE_OPTIONS and v == defaults[k])}
+    identity = {"v": ROW_VERSION, "trace": tk_id, "config": {**ident, "alpha": None if mode == "none" else cfg.alpha}}
     cid = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
     knob_row = {"config_id": cid, **tk, **row, "alpha_mode": mode}
     return Task(tk, cfg, mode, cid, knob_row)

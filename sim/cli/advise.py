@@ -1,0 +1,169 @@
+"""`marconi advise`: recommend an engine's cache settings for a workload (sim.experiments.advise)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from click.core import ParameterSource
+
+from sim.cli.outdir import output_folder
+from sim.cli.run import _with_options
+from sim.cli.traces import trace_options
+from sim.config import SimConfig, format_size
+from sim.errors import UsageError
+from sim.experiments.advise import ENGINES, OBJECTIVES, Problem, advice_json, advise, differences
+from sim.experiments.advise.search import cpu_count
+from sim.trace_options import TRACE_OPTION_KEYS
+
+#: the simulation settings advise takes (as `marconi run`), less --seed: here the study's seed
+_SIM_FIELDS = {f.name: f for f in SimConfig.settings("sim") if f.name != "seed"}
+
+
+def sim_options(fn):
+    return _with_options(fn, list(_SIM_FIELDS.values()))
+
+
+def _fixed(kwargs: dict) -> dict:
+    """The simulation settings the user gave (they are kept fixed; a knob they set is not searched)."""
+    ctx = click.get_current_context()
+    out = {}
+    for name in list(kwargs):
+        if name in _SIM_FIELDS:
+            value = kwargs.pop(name)
+            if name != "model" and ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None):
+                out[name] = value
+    return out
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v * 100:.2f}%"
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def format_advice(adv, out: Path) -> str:
+    from sim.analysis.advise import explain_rows  # noqa: PLC0415
+
+    p, sp = adv.problem, adv.space
+    mem = sp.engine.memory
+    lines = [
+        f"advise --for {p.engine} | model {p.model} | --gpu-memory {format_size(adv.gpu_bytes)}: bf16 weights "
+        f"{format_size(adv.weight_bytes)}, {mem.flag} {mem.fraction:g} -> cache {format_size(sp.ctx.capacity_bytes)} | "
+        f"objective {p.objective} | {adv.trials} trials" +
+        (f" | tuned on sessions {adv.parts[0]}, held out {adv.parts[1]}" if adv.parts else ""),
+        "",
+        "recommended: " + adv.command(),
+        "",
+    ]
+    head = ("", "engine defaults", "recommended", "difference")
+    diff = differences(adv)
+    rows = []
+    for part, label in (("tuned", "tuned" if adv.parts else "whole trace"), ("held_out", "held out")):
+        d, r = getattr(adv.defaults, part), getattr(adv.recommended, part)
+        if d is None:
+            continue
+        dd = diff[part]
+        rows.append((f"token hit ({label})", _pct(d["token_hit_rate"]), _pct(r["token_hit_rate"]),
+                     f"{dd['token_hit_rate'] * 100:+.2f} pts ({_rel(dd['token_hit_rel'])})"))
+        rows.append((f"TTFT p95 ms ({label})", _ms(d["ttft_p95_ms"]), _ms(r["ttft_p95_ms"]),
+                     f"{dd['ttft_p95_ms']:+.1f} ms ({_rel(dd['ttft_p95_rel'])})"))
+    lines += _table(head, rows)
+    lines += ["engine defaults: " + " ".join(f"{f} {v}" for f, v in adv.defaults.flags)]
+    lines += ["", "why (tuned part):"]
+    lines += _table(("", "engine defaults", "recommended"), explain_rows(adv, "tuned"))
+    lines += ["", "reproduce the prediction:", "  " + adv.recommended.run_tuned]
+    if adv.recommended.run_held_out:
+        lines += ["  " + adv.recommended.run_held_out + "   # held out"]
+    lines += ["engine defaults:", "  " + adv.defaults.run_tuned]
+    lines += ["", f"Pareto front (token hit vs TTFT p95), {len(adv.front)} of {adv.trials} trials"
+              + (f" -> {adv.figure}" if adv.figure else "") + ":"]
+    for r in adv.front:
+        flags = " ".join(f"{f} {v}" for f, v in adv.space.flags(r.params))
+        lines.append(f"  trial {r.number:>3}: {_pct(r.metrics['token_hit_rate']):>7}  {_ms(r.metrics['ttft_p95_ms']):>7} ms  "
+                     f"{flags}")
+    lines += [f"study: {out / 'study.journal'} (rerun the same command to add trials with a larger --trials)"]
+    return "\n".join(lines)
+
+
+def _rel(x) -> str:
+    return "n/a" if x is None or x != x or x in (float("inf"), float("-inf")) else f"{x * 100:+.1f}%"
+
+
+def _table(head, rows) -> list[str]:
+    widths = [max(len(str(x[i])) for x in [head, *rows]) for i in range(len(head))]
+    fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    return out + [fmt.format(*r) for r in rows]
+
+
+def register(main: click.Group) -> None:
+    @main.command("advise")
+    @trace_options
+    @click.option("--for", "engine_name", type=click.Choice(list(ENGINES)), required=True,
+                  help="The engine to tune (its own knobs, named as it names them).")
+    @click.option("--gpu-memory", default="80GB", show_default=True,
+                  help="Memory of the serving instance (80GB; 2x80GB for two GPUs); the engine's memory fraction "
+                       "and the bf16 weights are taken off (docs/advise.md).")
+    @click.option("--objective", type=click.Choice(list(OBJECTIVES)), default="token-hit", show_default=True,
+                  help="What to optimise (throughput needs a scheduler that measures it).")
+    @click.option("--trials", type=int, default=50, show_default=True, help="Finished trials the study ends with.")
+    @click.option("--seed", "study_seed", type=int, default=0, show_default=True, help="Seed of the TPE sampler.")
+    @click.option("--holdout", type=float, default=0.0, show_default=True,
+                  help="Tune on the first 1 - H of the sessions and report both settings on the rest (0 = off).")
+    @click.option("--sessions-per-second", type=float, default=1.0, show_default=True,
+                  help="Closed-loop traces: sessions started per second.")
+    @sim_options
+    @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("advise"),
+                  show_default=True, help="Study folder (study.journal, advice.json, pareto.png); rerunning resumes.")
+    @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                  help="local: a process pool; ray: Ray tasks (as `marconi sweep`).")
+    @click.option("--workers", type=int, default=None, help="Trials run at once [default: all cores].")
+    @click.option("--ray-address", default=None, help="Address of an existing Ray cluster.")
+    @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+    @click.option("--progress/--no-progress", default=True, show_default=True)
+    def advise_cmd(engine_name, gpu_memory, objective, trials, study_seed, holdout, sessions_per_second, out, engine,
+                   workers, ray_address, fmt, progress, **kwargs):
+        """Recommend an engine's cache settings for a workload: an Optuna search of the engine's own
+        knobs, each trial simulated; prints the flags, the predicted metrics beside the engine's
+        defaults, a `marconi run` line that reproduces them, and the Pareto front (DIR/pareto.png).
+        """
+        if workers is not None and workers < 1:
+            raise UsageError("--workers must be >= 1")
+        if trials < 1:
+            raise UsageError("--trials must be >= 1")
+        if not 0 <= holdout < 1:
+            raise UsageError(f"--holdout must be in [0, 1), not {holdout}")
+        model = kwargs.get("model")
+        fixed = _fixed(kwargs)
+        if sessions_per_second != 1.0:
+            fixed["sessions_per_second"] = sessions_per_second
+        trace_kwargs = {k: kwargs.pop(k) for k in TRACE_OPTION_KEYS if k in kwargs}
+        problem = Problem(trace_kwargs, engine_name, model, gpu_memory, objective, holdout, study_seed, fixed)
+        with output_folder(out):
+            adv = advise(problem, out, trials, workers=workers or min(cpu_count(), trials), engine=engine,
+                         ray_address=ray_address, progress=progress)
+            if adv.report is not None and adv.report.interrupted:
+                click.echo(f"interrupted after {adv.trials} finished trials (kept in {out / 'study.journal'}): "
+                           f"rerun the same command to resume", err=True)
+                sys.exit(130)
+            if adv.figure:
+                from sim.analysis.advise import save_pareto  # noqa: PLC0415
+
+                try:
+                    save_pareto(adv, adv.figure)
+                except UsageError as exc:  # matplotlib missing: the advice stands without its figure
+                    click.echo(f"note: no figure: {exc}", err=True)
+                    adv.figure = None
+            data = advice_json(adv)
+            (out / "advice.json").write_text(json.dumps(data, indent=2))
+        for number, err in adv.report.failed if adv.report else ():
+            click.echo(f"trial {number} failed: {err}", err=True)
+        if fmt == "json":
+            click.echo(json.dumps(data, indent=2))
+        else:
+            click.echo(format_advice(adv, out))

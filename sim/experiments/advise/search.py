@@ -1,0 +1,579 @@
+"""The search of `marconi advise`: an Optuna study (TPE, seeded) stored in the output folder,
+trials simulated in parallel on local processes or Ray, and the answer with its evidence.
+
+- Storage: ``DIR/study.journal`` (Optuna's journal file). A rerun of the same command loads it:
+  finished trials are kept and never run again; trials an interrupt left running are run again
+  with the parameters they were given; then the search goes on up to ``--trials``. A folder that
+  holds the study of another problem (trace, model, engine, memory, objective, holdout, seed) is
+  refused.
+- Determinism: trials are asked in batches of ``workers`` and told in trial order, each ask with
+  a TPE sampler seeded by (seed, trial number), so the same seed (and worker count) gives the
+  same study, interrupted or not.
+- Trial 0 is the engine's defaults, so the recommendation is never worse than them on the
+  tuned part.
+- Evaluation: each trial is a sweep Task (``sim.experiments.grid``) run by the sweep's
+  ``execute`` (``sim.experiments.runners``), so a `marconi run` line rebuilt from its
+  SimConfig reproduces it exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing as mp
+import os
+import shlex
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from policies.base import get_preset
+from sim.config import SimConfig, flag_of, format_size
+from sim.cost import get_model
+from sim.errors import UsageError
+from sim.experiments.advise.space import Space, build_space, state_pool_states
+from sim.experiments.grid import Task, make_task
+from sim.experiments.runners import execute
+from sim.trace_options import TRACE_OPTIONS
+
+STUDY_FILE = "study.journal"
+STUDY_NAME = "advise"
+
+#: objective -> (summary key, direction)
+OBJECTIVES = {"token-hit": ("token_hit_rate", "maximize"), "ttft-p95": ("ttft_p95_ms", "minimize"),
+              "throughput": ("throughput", "maximize")}
+#: what each scheduler of the simulator measures (SimConfig ``scheduler``; today's DES is fcfs)
+MEASURED = {"fcfs": ("token-hit", "ttft-p95"), "continuous": ("token-hit", "ttft-p95", "throughput")}
+#: summary keys a scheduler may report throughput under (the first present is used)
+THROUGHPUT_KEYS = ("throughput_tokens_per_s", "output_tokens_per_s", "throughput")
+#: summary keys kept with every trial
+METRICS = ("token_hit_rate", "request_hit_rate", "flops_saved", "flops_saved_frac", "ttft_p50_ms", "ttft_p95_ms",
+           "ttft_mean_ms", "requests", "evictions", "checkpoints_admitted", "checkpoints_hit", "checkpoints_evicted",
+           "kv_tokens_evicted", "rejected_inserts", "peak_bytes", "final_kv_bytes", "final_state_bytes",
+           "hit_tokens", "input_tokens", *THROUGHPUT_KEYS)
+
+
+@dataclass
+class Problem:
+    """What is being advised; a study folder belongs to one Problem."""
+
+    trace_kwargs: dict  # trace options as `marconi run` names them (the whole trace)
+    engine: str
+    model: str
+    gpu_memory: str
+    objective: str = "token-hit"
+    holdout: float = 0.0
+    seed: int = 0
+    fixed: dict = field(default_factory=dict)  # SimConfig fields the user set (sessions_per_second, ...)
+
+    def identity(self) -> dict:
+        return json.loads(json.dumps({k: getattr(self, k) for k in
+                                      ("trace_kwargs", "engine", "model", "gpu_memory", "objective", "holdout",
+                                       "seed", "fixed")}, sort_keys=True, default=str))
+
+
+def check_objective(objective: str, fixed: dict) -> None:
+    """UsageError when the simulator's scheduler cannot measure ``objective``."""
+    if objective not in OBJECTIVES:
+        raise UsageError(f"--objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
+    scheduler = fixed.get("scheduler", getattr(SimConfig(), "scheduler", "fcfs"))
+    if objective not in MEASURED.get(scheduler, ("token-hit", "ttft-p95")):
+        raise UsageError(f"--objective {objective}: the {scheduler} scheduler does not measure it "
+                         f"(it measures {', '.join(MEASURED.get(scheduler, ()))})")
+
+
+def objective_value(objective: str, metrics: dict) -> float:
+    key, _ = OBJECTIVES[objective]
+    if objective == "throughput":
+        key = next((k for k in THROUGHPUT_KEYS if k in metrics), None)
+        if key is None:
+            raise UsageError("--objective throughput: the simulation reports no throughput")
+    return float(metrics[key])
+
+
+# ---------------------------------------------------------------------------------- trace split
+
+
+def split_ranges(n_sessions: int, holdout: float) -> tuple[str, str]:
+    """Session ranges (``--session-range``) of the tuned part and the held-out part."""
+    if not 0 < holdout < 1:
+        raise UsageError(f"--holdout must be in (0, 1), not {holdout}")
+    k = int(round(n_sessions * (1 - holdout)))
+    if k < 1 or k >= n_sessions:
+        raise UsageError(f"--holdout {holdout:g} of {n_sessions} sessions leaves a part without sessions")
+    return f"0:{k}", f"{k}:"
+
+
+# ---------------------------------------------------------------------------------- tasks and run lines
+
+
+def make_trial_task(trace_kwargs: dict, space: Space, point: dict, problem: Problem) -> Task:
+    knobs = {"model": problem.model, **problem.fixed, **space.sim_fields(point)}
+    return make_task(trace_kwargs, **knobs)
+
+
+def run_line(task: Task) -> str:
+    """The `marconi run` command that replays ``task`` (same trace, same SimConfig)."""
+    words = ["marconi", "run"]
+    defaults = {opt.key: opt.default for opt in TRACE_OPTIONS}
+    for opt in TRACE_OPTIONS:
+        v = task.trace_kwargs.get(opt.key, opt.default)
+        if opt.is_flag:
+            if v:
+                words.append(opt.flag)
+        elif v != defaults[opt.key] or opt.key == "trace":
+            words += [opt.flag, _word(v)]
+    cfg = task.config
+    base = SimConfig()
+    preset = get_preset(cfg.policy)
+    for f in fields(SimConfig):
+        v = getattr(cfg, f.name)
+        name = f.name
+        if name in ("tuning_workers",):
+            continue
+        if name == "policy":
+            words += ["--policy", v]
+        elif name == "capacity_bytes":
+            words += ["--capacity", str(int(v))]
+        elif name == "alpha":
+            if preset.uses_alpha:
+                words += ["--alpha", _word(v)]
+        elif name == "sessions_per_second":
+            if v != base.sessions_per_second:
+                words += ["--sessions-per-second", _word(v)]
+        elif v != getattr(base, name):
+            flag = flag_of(f)
+            if "/" in flag:  # --x/--no-x
+                on, off = flag.split("/")
+                words.append(on if v else off)
+            else:
+                words += [flag, _word(v)]
+    words += ["--format", "json", "--no-progress"]
+    return " ".join(shlex.quote(w) if i > 1 else w for i, w in enumerate(words))
+
+
+def _word(v) -> str:
+    if isinstance(v, float):
+        return repr(v) if v != int(v) else str(int(v)) if abs(v) < 1e15 else repr(v)
+    return str(v)
+
+
+# ---------------------------------------------------------------------------------- evaluation
+
+
+class Evaluator:
+    """Runs Tasks in a persistent pool: local processes (forkserver, as the sweep) or Ray."""
+
+    def __init__(self, engine: str = "local", workers: int = 1, ray_address: str | None = None) -> None:
+        self.engine, self.workers, self.ray_address = engine, max(1, workers), ray_address
+        self._pool = None
+        self._ray = None
+        self._ray_started = False
+
+    def __enter__(self) -> "Evaluator":
+        if self.engine == "ray":
+            try:
+                import ray  # noqa: PLC0415 - optional extra (marconi-sim[ray])
+            except ImportError:
+                raise UsageError("--engine ray needs Ray: pip install 'marconi-sim[ray]'") from None
+            if not ray.is_initialized():
+                if self.ray_address:
+                    ray.init(address=self.ray_address, log_to_driver=False)
+                else:
+                    ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False)
+                self._ray_started = True
+            self._ray = ray
+            self._remote = ray.remote(num_cpus=1)(execute)
+        elif self.engine != "local":
+            raise UsageError(f"--engine must be local or ray, not {self.engine!r}")
+        elif self.workers > 1:
+            ctx = mp.get_context("forkserver")
+            ctx.set_forkserver_preload(["sim.experiments.runners", "sim.simulate", "traces.registry"])
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._ray_started:
+            self._ray.shutdown()
+
+    def map(self, tasks: list[Task]) -> list:
+        """One result (or exception) per task, in order."""
+        if self._ray is not None:
+            refs = [self._remote.remote(t) for t in tasks]
+            out = []
+            try:
+                for ref in refs:
+                    try:
+                        out.append(self._ray.get(ref))
+                    except Exception as exc:  # noqa: BLE001 - reported per trial
+                        cause = getattr(exc, "cause", None)
+                        out.append(cause if isinstance(cause, Exception) else exc)
+            except KeyboardInterrupt:
+                for ref in refs:
+                    self._ray.cancel(ref, force=True)
+                raise
+            return out
+        if self._pool is None:
+            out = []
+            for t in tasks:
+                try:
+                    out.append(execute(t))
+                except Exception as exc:  # noqa: BLE001 - reported per trial
+                    out.append(exc)
+            return out
+        futures = [self._pool.submit(execute, t) for t in tasks]
+        try:
+            return [f.exception() or f.result() for f in futures]
+        except KeyboardInterrupt:
+            for f in futures:
+                f.cancel()
+            raise
+
+
+def metrics_of(result: dict) -> dict:
+    row = result["row"]
+    return {k: float(row[k]) for k in METRICS if k in row and row[k] is not None}
+
+
+# ---------------------------------------------------------------------------------- the study
+
+
+@dataclass
+class StudyReport:
+    ran: int = 0
+    resumed: int = 0  # trials an interrupt had left running, run again
+    kept: int = 0  # finished trials found in the folder
+    failed: list = field(default_factory=list)
+    interrupted: bool = False
+
+
+def _optuna():
+    try:
+        import optuna  # noqa: PLC0415 - optional extra (marconi-sim[advise])
+    except ImportError:
+        raise UsageError("marconi advise needs Optuna: pip install 'marconi-sim[advise]'") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def open_study(out: Path, problem: Problem, direction: str):
+    """The study in ``out`` (created, or loaded when it is this problem's)."""
+    optuna = _optuna()
+    from optuna.storages.journal import JournalFileBackend, JournalStorage  # noqa: PLC0415
+
+    out.mkdir(parents=True, exist_ok=True)
+    storage = JournalStorage(JournalFileBackend(str(out / STUDY_FILE)))
+    ident = problem.identity()
+    names = [s.study_name for s in storage.get_all_studies()]
+    if STUDY_NAME in names:
+        study = optuna.load_study(study_name=STUDY_NAME, storage=storage)
+        if study.user_attrs.get("problem") != ident:
+            raise UsageError(f"--out {out} holds the study of another search (different trace, model, engine, "
+                             f"memory, objective, holdout or seed): choose another folder")
+        return study, False
+    study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction=direction)
+    study.set_user_attr("problem", ident)
+    return study, True
+
+
+def _sampler(seed: int, number: int, n_trials: int):
+    optuna = _optuna()
+    startup = min(10, max(3, n_trials // 5))
+    return optuna.samplers.TPESampler(seed=(seed * 1_000_003 + number) % 2**32, n_startup_trials=startup,
+                                      multivariate=True, constant_liar=True)
+
+
+def run_study(study, space: Space, problem: Problem, trace_kwargs: dict, n_trials: int, evaluator: Evaluator,
+              progress: bool = True) -> StudyReport:
+    """Run the study up to ``n_trials`` finished trials (resuming what the folder holds)."""
+    optuna = _optuna()
+    from optuna.trial import TrialState  # noqa: PLC0415
+    from tqdm import tqdm  # noqa: PLC0415
+
+    report = StudyReport()
+    dists = space.distributions()
+    direction = OBJECTIVES[problem.objective][1]
+    trials = study.get_trials(deepcopy=False)
+    if not trials:
+        study.enqueue_trial(space.defaults())
+    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.FAIL)]
+    report.kept = len(finished)
+    stale = [t for t in trials if t.state == TrialState.RUNNING]
+    best = _best_value([t for t in finished if t.state == TrialState.COMPLETE], direction)
+    bar = tqdm(total=n_trials, initial=min(len(finished), n_trials), unit="trial", desc=f"advise {space.engine.name}",
+               disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    if best is not None:
+        bar.set_postfix_str(f"best {problem.objective} {_fmt(problem.objective, best)}")
+    try:
+        # trials an interrupt left running: run them again with the parameters they were given
+        pending = [(optuna.trial.Trial(study, t._trial_id), dict(t.params)) for t in stale]
+        report.resumed = len(pending)
+        done = len(finished)
+        while True:
+            if not pending:
+                want = min(evaluator.workers, n_trials - done)
+                if want <= 0:
+                    break
+                for _ in range(want):
+                    study.sampler = _sampler(problem.seed, len(study.get_trials(deepcopy=False)), n_trials)
+                    trial = study.ask(dists)
+                    pending.append((trial, dict(trial.params)))
+            tasks = [make_trial_task(trace_kwargs, space, params, problem) for _, params in pending]
+            results = evaluator.map(tasks)
+            for (trial, params), task, res in zip(pending, tasks, results):
+                if isinstance(res, BaseException):
+                    if isinstance(res, KeyboardInterrupt):
+                        raise KeyboardInterrupt
+                    if isinstance(res, UsageError):
+                        raise res
+                    study.tell(trial, state=TrialState.FAIL)
+                    report.failed.append((trial.number, f"{type(res).__name__}: {res}"))
+                else:
+                    m = metrics_of(res)
+                    value = objective_value(problem.objective, m)
+                    trial.set_user_attr("metrics", m)
+                    trial.set_user_attr("config", _config_attrs(task))
+                    study.tell(trial, value)
+                    if best is None or (value > best if direction == "maximize" else value < best):
+                        best = value
+                report.ran += 1
+                done += 1
+                bar.update(1)
+                if best is not None:
+                    bar.set_postfix_str(f"best {problem.objective} {_fmt(problem.objective, best)}")
+            pending = []
+            if done >= n_trials:
+                break
+    except KeyboardInterrupt:
+        report.interrupted = True
+    finally:
+        bar.close()
+    return report
+
+
+def _config_attrs(task: Task) -> dict:
+    return json.loads(json.dumps({"config": task.config.as_row(), "trace_kwargs": task.trace_kwargs}, default=str))
+
+
+def _best_value(trials, direction: str):
+    vals = [t.value for t in trials if t.value is not None]
+    if not vals:
+        return None
+    return max(vals) if direction == "maximize" else min(vals)
+
+
+def _fmt(objective: str, v: float) -> str:
+    return f"{v * 100:.2f}%" if objective == "token-hit" else f"{v:.4g}"
+
+
+# ---------------------------------------------------------------------------------- the answer
+
+
+@dataclass
+class TrialRow:
+    number: int
+    params: dict
+    value: float
+    metrics: dict
+
+
+def completed(study) -> list[TrialRow]:
+    from optuna.trial import TrialState  # noqa: PLC0415
+
+    return [TrialRow(t.number, dict(t.params), float(t.value), dict(t.user_attrs.get("metrics", {})))
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+
+
+def pick_best(rows: list[TrialRow], objective: str) -> TrialRow:
+    """The recommendation: best objective; ties go to the better other metric (TTFT p95 for
+    token hit, token hit for the others), then to the earlier trial (the defaults first)."""
+    sign = 1 if OBJECTIVES[objective][1] == "maximize" else -1
+    if objective == "token-hit":
+        key = lambda r: (-r.value, r.metrics.get("ttft_p95_ms", math.inf), r.number)  # noqa: E731
+    else:
+        key = lambda r: (-sign * r.value, -r.metrics.get("token_hit_rate", 0.0), r.number)  # noqa: E731
+    return min(rows, key=key)
+
+
+def pareto_front(rows: list[TrialRow]) -> list[TrialRow]:
+    """Trials no other trial beats on both token hit (higher) and TTFT p95 (lower), by token hit."""
+    pts = sorted(rows, key=lambda r: (-r.metrics["token_hit_rate"], r.metrics["ttft_p95_ms"], r.number))
+    front, best_ttft = [], math.inf
+    for r in pts:
+        if r.metrics["ttft_p95_ms"] < best_ttft:
+            front.append(r)
+            best_ttft = r.metrics["ttft_p95_ms"]
+    return front
+
+
+@dataclass
+class Side:
+    """One configuration (the defaults or the recommendation) with its metrics."""
+
+    params: dict
+    flags: list  # (engine flag, value)
+    sim_fields: dict
+    tuned: dict  # metrics on the tuned part (the whole trace without --holdout)
+    run_tuned: str
+    held_out: dict | None = None
+    run_held_out: str | None = None
+    state_pool: int | None = None
+
+
+@dataclass
+class Advice:
+    problem: Problem
+    space: Space
+    gpu_bytes: int
+    weight_bytes: int
+    trials: int
+    recommended: Side
+    defaults: Side
+    front: list  # TrialRow
+    history: list  # TrialRow, by trial number
+    parts: tuple | None  # (tuned range, held-out range) with --holdout
+    figure: str | None = None
+    report: StudyReport | None = None
+
+    def command(self) -> str:
+        """The engine started with the recommendation, as its own command line."""
+        flags = " ".join(f"{f} {v}" for f, v in self.recommended.flags)
+        return f"{self.space.engine.command} {flags}".strip()
+
+
+def side(space: Space, problem: Problem, row: TrialRow, tune_kwargs: dict, hold_kwargs: dict | None,
+         evaluator: Evaluator | None) -> Side:
+    task = make_trial_task(tune_kwargs, space, row.params, problem)
+    fields_ = space.sim_fields(row.params)
+    s = Side(row.params, space.flags(row.params), fields_, row.metrics, run_line(task),
+             state_pool=state_pool_states(fields_))
+    if hold_kwargs is not None:
+        htask = make_trial_task(hold_kwargs, space, row.params, problem)
+        (res,) = evaluator.map([htask])
+        if isinstance(res, BaseException):
+            raise res
+        s.held_out = metrics_of(res)
+        s.run_held_out = run_line(htask)
+    return s
+
+
+def advise(problem: Problem, out: Path, n_trials: int = 50, *, workers: int = 1, engine: str = "local",
+           ray_address: str | None = None, progress: bool = True, trace=None, figure: bool = True) -> Advice:
+    """Search, then compare the recommendation with the engine's defaults (and on the held-out
+    part with ``problem.holdout``); writes the study and the Pareto figure into ``out``."""
+    from traces.registry import load_trace  # noqa: PLC0415
+    from sim.trace_options import options_from_kwargs  # noqa: PLC0415
+
+    check_objective(problem.objective, problem.fixed)
+    if n_trials < 1:
+        raise UsageError("--trials must be >= 1")
+    spec = get_model(problem.model)
+    from sim.experiments.advise.space import parse_gpu_memory, weight_bytes  # noqa: PLC0415
+
+    gpu = parse_gpu_memory(problem.gpu_memory)
+    space = build_space(problem.engine, spec, gpu, problem.fixed)
+    if trace is None:
+        tspec, opts = options_from_kwargs(dict(problem.trace_kwargs), pop=True)
+        opts.progress = progress
+        trace = load_trace(tspec, opts)
+    _check_one_request(trace, space)
+    parts = None
+    tune_kwargs, hold_kwargs = dict(problem.trace_kwargs), None
+    if problem.holdout:
+        if problem.trace_kwargs.get("session_range"):
+            raise UsageError("--holdout splits the whole trace: leave --session-range out")
+        parts = split_ranges(trace.n_sessions, problem.holdout)
+        tune_kwargs = {**problem.trace_kwargs, "session_range": parts[0]}
+        hold_kwargs = {**problem.trace_kwargs, "session_range": parts[1]}
+    direction = OBJECTIVES[problem.objective][1]
+    study, _ = open_study(out, problem, direction)
+    with Evaluator(engine, workers, ray_address) as ev:
+        rep = run_study(study, space, problem, tune_kwargs, n_trials, ev, progress)
+        rows = completed(study)
+        if not rows:
+            raise UsageError(f"no trial finished in {out} (rerun the same command to resume)")
+        if rep.interrupted:
+            return Advice(problem, space, gpu, weight_bytes(spec), len(rows), None, None, [], rows, parts,
+                          report=rep)
+        best = pick_best(rows, problem.objective)
+        default_row = next((r for r in rows if r.params == space.defaults()), rows[0])
+        rec = side(space, problem, best, tune_kwargs, hold_kwargs, ev)
+        dflt = side(space, problem, default_row, tune_kwargs, hold_kwargs, ev)
+    adv = Advice(problem, space, gpu, weight_bytes(spec), len(rows), rec, dflt, pareto_front(rows),
+                 sorted(rows, key=lambda r: r.number), parts, report=rep)
+    if figure:
+        adv.figure = str(out / "pareto.png")
+    return adv
+
+
+def _check_one_request(trace, space: Space) -> None:
+    """UsageError when the cache cannot hold the largest request with one state."""
+    spec, cap = space.ctx.spec, space.ctx.capacity_bytes
+    B = trace.block_tokens
+    longest = max(r.n_input_tokens(B) + r.n_output_tokens(B) for r in trace.requests)
+    need = spec.kv_bytes_per_token() * longest + (spec.state_bytes() if spec.is_hybrid else 0)
+    if need > cap:
+        raise UsageError(f"the cache {space.engine.name} gets ({format_size(cap)} of {space.engine.memory.flag} "
+                         f"{space.engine.memory.fraction:g} after the weights) cannot hold one request of the trace "
+                         f"({longest:,} tokens need {format_size(need)})")
+
+
+def advice_json(adv: Advice) -> dict:
+    """The advice as plain data (`--format json`, DIR/advice.json)."""
+    def sd(s: Side) -> dict:
+        return {"flags": dict(s.flags), "params": s.params, "state_pool_states": s.state_pool,
+                "policy": s.sim_fields["policy"], "tuned": s.tuned, "held_out": s.held_out,
+                "marconi_run": s.run_tuned, "marconi_run_held_out": s.run_held_out}
+
+    p = adv.problem
+    return _finite({
+        "engine": p.engine, "model": p.model, "objective": p.objective, "trials": adv.trials,
+        "gpu_memory_bytes": adv.gpu_bytes, "weight_bytes": adv.weight_bytes,
+        "cache_bytes": adv.space.ctx.capacity_bytes, "memory_rule": {
+            "flag": adv.space.engine.memory.flag, "fraction": adv.space.engine.memory.fraction,
+            "of": adv.space.engine.memory.of},
+        "parts": list(adv.parts) if adv.parts else None, "command": adv.command(),
+        "recommended": sd(adv.recommended), "defaults": sd(adv.defaults),
+        "difference": differences(adv),
+        "pareto_front": [{"trial": r.number, "params": r.params, "token_hit_rate": r.metrics["token_hit_rate"],
+                          "ttft_p95_ms": r.metrics["ttft_p95_ms"]} for r in adv.front],
+        "figure": adv.figure,
+    })
+
+
+def differences(adv: Advice) -> dict:
+    """Recommendation minus defaults (token hit in points, TTFT p95 relative), per part."""
+    out = {}
+    for part in ("tuned", "held_out"):
+        r, d = getattr(adv.recommended, part), getattr(adv.defaults, part)
+        if r is None or d is None:
+            continue
+        out[part] = {
+            "token_hit_rate": r["token_hit_rate"] - d["token_hit_rate"],
+            "token_hit_rel": _rel(r["token_hit_rate"], d["token_hit_rate"]),
+            "ttft_p95_ms": r["ttft_p95_ms"] - d["ttft_p95_ms"],
+            "ttft_p95_rel": _rel(r["ttft_p95_ms"], d["ttft_p95_ms"]),
+        }
+    return out
+
+
+def _rel(a: float, b: float) -> float:
+    return (a - b) / b if b else (0.0 if a == b else math.inf)
+
+
+def _finite(v: Any):
+    if isinstance(v, dict):
+        return {str(k): _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def cpu_count() -> int:
+    return os.cpu_count() or 1

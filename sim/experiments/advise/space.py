@@ -1,0 +1,370 @@
+"""What `marconi advise` searches: each engine's own knobs, and how GPU memory becomes cache.
+
+``ENGINES`` is the one table that maps ``--for ENGINE`` to the simulator: which presets stand for
+the engine (and the engine flag that picks between them), the knobs searched (engine flag, values
+or range, the engine's default, the SimConfig fields a value sets) and the engine's memory rule.
+Besides the knobs written here, every knob of a preset's policies whose ``Params`` metadata
+carries ``choices`` or a ``range`` (``(low, high)`` or ``(low, high, "log")``) is searched too
+(:func:`derived_knobs`), provided SimConfig has a field of that name for the value to reach the
+policy through: a knob added to a preset and to SimConfig later needs no change here.
+
+Memory (docs/advise.md): ``--gpu-memory`` is the memory of the serving instance (``2x80GB`` for two
+GPUs). The engine's memory fraction is applied either to the whole memory (SGLang
+``--mem-fraction-static``, vLLM ``--gpu-memory-utilization``) or to what the weights leave free
+(LMDeploy ``--cache-max-entry-count``, TensorRT-LLM ``free_gpu_memory_fraction``), the bf16
+weights (total parameters x 2 bytes) are subtracted, and the rest is the prefix cache
+(``--capacity``). Knobs that split it (SGLang ``--mamba-full-memory-ratio``, LMDeploy's state
+budget) become ``--state-pool`` counts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable
+
+from policies.base import get_preset
+from policies.vllm import vllm_block_tokens
+from sim.config import SimConfig, format_size, parse_size
+from sim.cost import ModelSpec
+from sim.errors import UsageError
+
+WEIGHT_BYTES_PER_PARAM = 2  # bf16 weights
+
+#: total parameters of the model presets (MoE: every expert, not only the active ones); a preset
+#: not listed here is dense and its active parameters are its total. A ``total_params`` attribute
+#: of the ModelSpec, where the cost model has one, wins.
+TOTAL_PARAMS = {
+    "marconi-7b": 7e9,
+    "llama-7b": 6.74e9,
+    "qwen3.5-9b": 9e9,
+    "qwen3.5-27b": 27e9,
+    "qwen3.5-35b-a3b": 35e9,
+    "qwen3-next-80b-a3b": 80e9,
+    "qwen3.5-122b-a10b": 122e9,
+    "qwen3.5-397b-a17b": 397e9,
+}
+
+#: Params fields that are modelling choices of the simulator, not engine settings: never searched
+NOT_ENGINE_KNOBS = ("state_alignment", "chunk_size")
+
+PREFILL_CHUNKS = (2048, 4096, 8192, 16384)
+MARCONI_ALPHAS = ("auto", "0", "0.1", "0.2", "0.4", "0.7", "1", "1.5", "2", "3")
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the knobs' values and bounds depend on: the model and the cache the memory leaves."""
+
+    spec: ModelSpec
+    capacity_bytes: int
+
+    @property
+    def max_states(self) -> int:
+        return max(self.capacity_bytes // max(self.spec.state_bytes(), 1), 1)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One searched setting, named as the engine names it.
+
+    ``choices`` (values as the engine takes them, or a function of the Context) or a numeric range
+    ``low``..``high`` (``high`` may be a function of the Context; ``integer``, ``log``). ``apply``
+    turns a value into SimConfig fields (default: the field ``name``). ``hybrid_only``: meaningless
+    for a model without recurrent state."""
+
+    name: str
+    flag: str
+    default: Any
+    choices: tuple | Callable | None = None
+    low: float | None = None
+    high: float | Callable | None = None
+    integer: bool = False
+    log: bool = False
+    apply: Callable | None = None
+    hybrid_only: bool = True
+    help: str = ""
+    sets: tuple = ()  # SimConfig fields ``apply`` sets (default: the field ``name``)
+
+    @property
+    def fields_set(self) -> tuple:
+        return self.sets or (self.name,)
+
+    def values(self, ctx: Context) -> tuple | None:
+        return self.choices(ctx) if callable(self.choices) else self.choices
+
+    def bounds(self, ctx: Context) -> tuple[float, float]:
+        high = self.high(ctx) if callable(self.high) else self.high
+        return self.low, high
+
+    def distribution(self, ctx: Context):
+        """The Optuna distribution of this knob under ``ctx``."""
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+        vals = self.values(ctx)
+        if vals is not None:
+            return CategoricalDistribution(list(vals))
+        low, high = self.bounds(ctx)
+        if self.integer:
+            return IntDistribution(int(low), int(max(high, low)), log=self.log)
+        return FloatDistribution(float(low), float(max(high, low)), log=self.log)
+
+    def searchable(self, ctx: Context) -> bool:
+        """More than one value to choose from."""
+        vals = self.values(ctx)
+        if vals is not None:
+            return len(vals) > 1
+        low, high = self.bounds(ctx)
+        return high > low
+
+    def sim_fields(self, value, ctx: Context) -> dict:
+        return self.apply(value, ctx) if self.apply else {self.name: value}
+
+
+# ---------------------------------------------------------------------------------- memory
+
+
+@dataclass(frozen=True)
+class Memory:
+    """How an engine sizes its cache: ``fraction`` of the whole memory (``of="total"``) or of what
+    the weights leave (``of="free"``), named by the engine's ``flag``."""
+
+    flag: str
+    fraction: float
+    of: str = "total"
+
+    def cache_bytes(self, gpu_bytes: int, weight_bytes: int) -> int:
+        if self.of == "total":
+            return int(gpu_bytes * self.fraction) - weight_bytes
+        return int((gpu_bytes - weight_bytes) * self.fraction)
+
+
+_GPU_RE = re.compile(r"^\s*(?:(\d+)\s*[x*]\s*)?(.+)$", re.IGNORECASE)
+
+
+def parse_gpu_memory(text: str) -> int:
+    """'80GB' -> 80e9 bytes; '2x80GB' -> 160e9 (the instance's GPUs together)."""
+    m = _GPU_RE.match(str(text))
+    n = int(m.group(1)) if m and m.group(1) else 1
+    if n < 1:
+        raise UsageError(f"--gpu-memory {text!r}: the GPU count must be >= 1")
+    size = parse_size(m.group(2) if m else text)
+    if size <= 0 or size >= 2**60:
+        raise UsageError(f"--gpu-memory must be a finite size > 0, not {text!r}")
+    return n * size
+
+
+def weight_bytes(spec: ModelSpec) -> int:
+    """bf16 weights of the model: total parameters x 2 bytes."""
+    total = getattr(spec, "total_params", 0) or TOTAL_PARAMS.get(spec.name) or spec.active_params()
+    return int(total * WEIGHT_BYTES_PER_PARAM)
+
+
+# ---------------------------------------------------------------------------------- engines
+
+
+def _sglang_ratio(value, ctx: Context) -> dict:
+    """``--mamba-full-memory-ratio r``: the mamba pool is r times the full-attention (KV) pool, so
+    states get r / (1 + r) of the cache, counted in whole states."""
+    states = int(ctx.capacity_bytes * value / (1 + value) // max(ctx.spec.state_bytes(), 1))
+    return {"state_pool": str(max(states, 1))}
+
+
+def _state_budget(value, ctx: Context) -> dict:
+    """LMDeploy ``prefix_cache_state_budget``: 0 shares one budget, N > 0 is a pool of N states."""
+    return {"state_pool": str(int(value)) if int(value) > 0 else ""}
+
+
+def _vllm_blocks(ctx: Context) -> tuple:
+    """vLLM's block: 0 = the hybrid block derived per model (its default), or 2x / 4x it."""
+    B = vllm_block_tokens(ctx.spec)
+    return (0, 2 * B, 4 * B)
+
+
+def _lmdeploy_budget_high(ctx: Context) -> int:
+    return max(ctx.max_states * 3 // 4, 1)  # leave the KV pool at least a quarter
+
+
+def _prefill_knob(flag: str, default: int = 8192) -> Knob:
+    return Knob("prefill_chunk_tokens", flag, default, choices=PREFILL_CHUNKS,
+                help="chunked prefill: where no_buffer / align / LMDeploy place prefill states")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One ``--for`` target: the engine flag choosing between ``presets`` (engine value -> preset
+    name; its first entry the engine's default), its knobs and its memory rule."""
+
+    name: str
+    presets: dict
+    memory: Memory
+    mode_flag: str | None = None
+    knobs: tuple = ()
+    command: str = ""  # how the engine is started (the recommendation's first words)
+    fixed: dict = field(default_factory=dict)  # SimConfig fields every trial of this engine sets
+
+
+ENGINES: dict[str, Engine] = {
+    "sglang": Engine(
+        "sglang", {"no_buffer": "sglang-v1", "extra_buffer": "sglang-v2"},
+        Memory("--mem-fraction-static", 0.88), mode_flag="--mamba-scheduler-strategy",
+        knobs=(Knob("mamba_full_memory_ratio", "--mamba-full-memory-ratio", 0.9, low=0.05, high=9.0, log=True,
+                    apply=_sglang_ratio, sets=("state_pool",), help="mamba pool / full-attention KV pool"),
+               _prefill_knob("--chunked-prefill-size")),
+        command="python -m sglang.launch_server"),
+    "vllm": Engine(
+        "vllm", {"align": "vllm-align", "all": "vllm-all"},
+        Memory("--gpu-memory-utilization", 0.9), mode_flag="--mamba-cache-mode",
+        knobs=(Knob("block_size", "--block-size", 0, choices=_vllm_blocks, help="0: derived per model"),
+               _prefill_knob("--max-num-batched-tokens")),
+        command="vllm serve --enable-prefix-caching"),
+    "lmdeploy": Engine(
+        "lmdeploy", {"block_trie": "lmdeploy"},
+        Memory("--cache-max-entry-count", 0.8, of="free"),
+        knobs=(Knob("block_size", "--cache-block-seq-len", 64, choices=(16, 32, 64, 128, 256), hybrid_only=False),
+               Knob("prefix_cache_state_budget", "--prefix-cache-state-budget", 0, low=0, high=_lmdeploy_budget_high,
+                    integer=True, apply=_state_budget, sets=("state_pool",), help="0: states share the KV budget"),
+               _prefill_knob("--max-prefill-token-num")),
+        command="lmdeploy serve api_server --backend pytorch --enable-prefix-caching"),
+    "trtllm": Engine(
+        "trtllm", {"default": "trtllm"},
+        Memory("free_gpu_memory_fraction", 0.9, of="free"),
+        command="trtllm-serve  # kv_cache_config.enable_block_reuse: true"),
+    "marconi": Engine(
+        "marconi", {"marconi": "marconi"},
+        Memory("--gpu-memory-utilization", 0.9),
+        knobs=(Knob("alpha", "--alpha", "auto", choices=MARCONI_ALPHAS,
+                    apply=lambda v, ctx: {"alpha": v if v == "auto" else float(v)},
+                    help="FLOP-efficiency weight of the eviction score"),),
+        command="marconi"),
+}
+
+
+def get_engine(name: str) -> Engine:
+    try:
+        return ENGINES[name]
+    except KeyError:
+        raise UsageError(f"--for must be one of {', '.join(ENGINES)}, not {name!r}") from None
+
+
+def _metadata_knob(f) -> Knob | None:
+    """A Knob from a Params field whose metadata says what values it takes (``choices``, or
+    ``range``: (low, high[, "log"]))."""
+    meta = f.metadata
+    flag = meta.get("flag") or "--" + f.name.replace("_", "-")
+    flag = flag.split("/")[0]
+    if meta.get("choices"):
+        return Knob(f.name, flag, f.default, choices=tuple(meta["choices"]), help=meta.get("help", ""))
+    rng = meta.get("range")
+    if rng:
+        low, high, *rest = rng
+        integer = isinstance(f.default, int) and not isinstance(f.default, bool)
+        return Knob(f.name, flag, f.default, low=low, high=high, integer=integer, log="log" in rest,
+                    help=meta.get("help", ""))
+    return None
+
+
+def derived_knobs(engine: Engine) -> list[Knob]:
+    """Knobs read from the engine presets' Params metadata (choices or a range) that the table
+    does not name and SimConfig can carry."""
+    named = {k.name for k in engine.knobs}
+    sim_fields = set(SimConfig.field_names())
+    out: dict[str, Knob] = {}
+    for preset in engine.presets.values():
+        p = get_preset(preset)
+        for cls in (p.admission_cls, p.eviction_cls):
+            for f in fields(cls.Params):
+                if f.name in named or f.name in out or f.name in NOT_ENGINE_KNOBS or f.name not in sim_fields:
+                    continue
+                knob = _metadata_knob(f)
+                if knob is not None:
+                    out[f.name] = knob
+    return list(out.values())
+
+
+# ---------------------------------------------------------------------------------- the space
+
+
+@dataclass(frozen=True)
+class Space:
+    """The searched knobs of one engine for one model and memory, and how a point becomes a
+    SimConfig."""
+
+    engine: Engine
+    ctx: Context
+    knobs: tuple  # Knob, in order; the first is the preset choice when the engine has several
+    mode: Knob | None
+
+    @property
+    def all_knobs(self) -> tuple:
+        return ((self.mode,) if self.mode else ()) + self.knobs
+
+    def distributions(self) -> dict:
+        return {k.name: k.distribution(self.ctx) for k in self.all_knobs}
+
+    def defaults(self) -> dict:
+        """The engine's defaults as a point of the space."""
+        return {k.name: k.default for k in self.all_knobs}
+
+    def preset_of(self, point: dict) -> str:
+        if self.mode is None:
+            return next(iter(self.engine.presets.values()))
+        return self.engine.presets[point[self.mode.name]]
+
+    def sim_fields(self, point: dict) -> dict:
+        """SimConfig fields of a point (preset, capacity and every knob's fields)."""
+        out = {"policy": self.preset_of(point), "capacity_bytes": self.ctx.capacity_bytes, **self.engine.fixed}
+        for k in self.knobs:
+            if k.name in point:
+                out.update(k.sim_fields(point[k.name], self.ctx))
+        return out
+
+    def flags(self, point: dict) -> list[tuple[str, str]]:
+        """(engine flag, value) of every setting of ``point``, as the engine takes them."""
+        out = []
+        for k in self.all_knobs:
+            v = point.get(k.name, k.default)
+            if k.name == "block_size" and self.engine.name == "vllm" and v == 0:
+                v = vllm_block_tokens(self.ctx.spec)
+            out.append((k.flag, _show(v)))
+        return out
+
+
+def _show(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def build_space(engine_name: str, spec: ModelSpec, gpu_bytes: int, fixed: dict | None = None) -> Space:
+    """The search space of ``engine_name`` for ``spec`` on ``gpu_bytes`` of memory, less the knobs
+    whose SimConfig fields ``fixed`` sets; UsageError when the weights leave no cache or nothing
+    is left to tune."""
+    fixed = fixed or {}
+    engine = get_engine(engine_name)
+    weights = weight_bytes(spec)
+    cache = engine.memory.cache_bytes(gpu_bytes, weights)
+    if cache <= 0:
+        raise UsageError(f"--gpu-memory {format_size(gpu_bytes)} leaves no cache for {spec.name} under {engine.name}: "
+                         f"bf16 weights {format_size(weights)}, {engine.memory.flag} {engine.memory.fraction:g}")
+    ctx = Context(spec, cache)
+    knobs = [k for k in (*engine.knobs, *derived_knobs(engine)) if spec.is_hybrid or not k.hybrid_only]
+    knobs = [k for k in knobs if k.searchable(ctx) and not set(k.fields_set) & set(fixed)]
+    mode = None
+    if engine.mode_flag and len(engine.presets) > 1 and spec.is_hybrid:
+        mode = Knob("mode", engine.mode_flag, next(iter(engine.presets)), choices=tuple(engine.presets))
+    if not knobs and mode is None:
+        why = "" if spec.is_hybrid else f" ({spec.name} has no recurrent state)"
+        raise UsageError(f"--for {engine.name}: nothing to tune for {spec.name}{why}")
+    return Space(engine, ctx, tuple(knobs), mode)
+
+
+def state_pool_states(fields_: dict) -> int | None:
+    """The state pool of a point's SimConfig fields in states (None: one shared budget)."""
+    pool = fields_.get("state_pool") or ""
+    return int(pool) if str(pool).isdigit() else None
+
+
+def isfinite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
