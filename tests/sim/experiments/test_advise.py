@@ -1,0 +1,276 @@
+"""`marconi advise`: the search finds a setting known by construction, its `marconi run` line
+reproduces the prediction exactly, an interrupted study resumes without repeating a trial, the
+same seed gives the same study, and bad input is one line with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.config import SimConfig
+from sim.cost import get_model
+from sim.errors import UsageError
+from sim.experiments.advise import search, space
+from sim.experiments.advise.search import Evaluator, Problem, advise, open_study, run_study
+from sim.experiments.advise.space import ENGINES, Engine, Knob, Memory, build_space, parse_gpu_memory, weight_bytes
+from sim.simulate import simulate
+from traces.base import Request, Trace
+
+from .conftest import marconi, synthetic_trace, write_marconi_jsonl
+
+pytest.importorskip("optuna")
+
+TINY = get_model("replay-tiny")
+PREFIX, N_PREFIXES, POOL_RANGE = 256, 8, (1, 40)
+KV_TOKENS, NEEDED_STATES = 2000, 24
+
+
+def pool_trace(seed: int = 0) -> Trace:
+    """80 single-request sessions over 8 prefixes of 256 tokens, drawn with Zipf weights (prefix i
+    with weight 1/(i+1)), each with a fresh 32-token suffix and 16 output tokens, one a second.
+
+    Under SGLang no_buffer with 256-token prefill chunks every request keeps three states (the
+    prefix, the prompt end, the request end) and the mamba list is LRU, so the state pool must
+    hold about three states per prefix: fewer and a popular prefix's state is evicted before its
+    next use, more and the KV pool (the rest of the cache) cannot hold the prefixes. With the
+    cache of KV_TOKENS tokens + NEEDED_STATES states the hit rate peaks at exactly
+    NEEDED_STATES states (the exhaustive oracle below checks it)."""
+    rng = np.random.default_rng(seed)
+    prefixes = [rng.integers(0, 50_000, PREFIX) for _ in range(N_PREFIXES)]
+    w = 1 / np.arange(1, N_PREFIXES + 1)
+    w /= w.sum()
+    reqs = []
+    for k in range(80):
+        i = int(rng.choice(N_PREFIXES, p=w))
+        inp = np.concatenate([prefixes[i], rng.integers(0, 50_000, 32)])
+        reqs.append(Request(session_id=k, turn=0, input_tokens=inp, output_tokens=rng.integers(0, 50_000, 16),
+                            arrival=float(k)))
+    return Trace("pool", reqs, closed_loop=False)
+
+
+POOL_CAPACITY = KV_TOKENS * TINY.kv_bytes_per_token() + NEEDED_STATES * TINY.state_bytes()
+
+
+@pytest.fixture
+def pool_engine(monkeypatch):
+    """An engine whose one knob is the state pool in states (SGLang's --max-mamba-cache-size),
+    with the whole memory left by the weights as cache and the prefill chunk at the prefix."""
+    eng = Engine("pool-test", {"no_buffer": "sglang-v1"}, Memory("--mem-fraction", 1.0, of="free"),
+                 knobs=(Knob("state_pool", "--max-mamba-cache-size", 4, low=POOL_RANGE[0], high=POOL_RANGE[1],
+                             integer=True, apply=lambda v, ctx: {"state_pool": str(v)}),),
+                 fixed={"prefill_chunk_tokens": PREFIX})
+    monkeypatch.setitem(ENGINES, "pool-test", eng)
+    return eng
+
+
+@pytest.fixture(scope="module")
+def pool_spec(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("pool") / "pool.jsonl"
+    return f"marconi-jsonl:{write_marconi_jsonl(pool_trace(), path)}"
+
+
+def pool_problem(spec: str, **kw) -> Problem:
+    gpu = POOL_CAPACITY + weight_bytes(TINY)
+    return Problem({"trace": spec}, "pool-test", "replay-tiny", f"{gpu}B", **kw)
+
+
+def test_oracle_peaks_at_the_constructed_split(pool_spec):
+    """The construction holds: over every pool size, the best hit rate is at NEEDED_STATES alone."""
+    trace = pool_trace()
+    hits = {}
+    for n in range(POOL_RANGE[0], POOL_RANGE[1] + 1):
+        cfg = SimConfig(policy="sglang-v1", model="replay-tiny", capacity_bytes=POOL_CAPACITY, state_pool=str(n),
+                        prefill_chunk_tokens=PREFIX)
+        hits[n] = simulate(trace, cfg).summary["token_hit_rate"]
+    best = max(hits.values())
+    assert [n for n, h in hits.items() if h == best] == [NEEDED_STATES]
+    assert hits[NEEDED_STATES - 4] < best and hits[NEEDED_STATES + 4] < best
+
+
+def test_advise_finds_the_split_within_the_budget(pool_engine, pool_spec, tmp_path):
+    adv = advise(pool_problem(pool_spec), tmp_path / "study", 25, progress=False)
+    assert adv.space.ctx.capacity_bytes == POOL_CAPACITY
+    assert adv.recommended.params == {"state_pool": NEEDED_STATES}
+    assert adv.recommended.state_pool == NEEDED_STATES
+    assert adv.recommended.tuned["token_hit_rate"] > adv.defaults.tuned["token_hit_rate"]
+    assert adv.defaults.params == {"state_pool": 4}  # trial 0: the engine's defaults
+    assert ("--max-mamba-cache-size", str(NEEDED_STATES)) in adv.recommended.flags
+
+
+def cli(*args):
+    """The `marconi` command in this process (click's runner: stdout and stderr apart)."""
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def _run_json(line: str) -> dict:
+    words = shlex.split(line)
+    assert words[:2] == ["marconi", "run"]
+    res = cli(*words[1:])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(res.stdout)
+    return row
+
+
+def test_printed_run_line_reproduces_the_prediction_exactly(tmp_path):
+    """The CLI end to end on a small chat trace: the `marconi run` lines it prints (tuned part and
+    held-out part, recommendation and defaults) give exactly the metrics it predicted."""
+    spec = f"marconi-jsonl:{write_marconi_jsonl(synthetic_trace(sessions=8, turns=3), tmp_path / 't.jsonl')}"
+    out = tmp_path / "adv"
+    p = marconi("advise", "--trace", spec, "--for", "sglang", "--model", "replay-tiny", "--gpu-memory", "2MB",
+                "--trials", "6", "--holdout", "0.5", "--workers", "1", "--out", out, "--format", "json",
+                "--no-progress")
+    data = json.loads(p.stdout)
+    assert data == json.loads((out / "advice.json").read_text())
+    assert (out / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert data["parts"] == ["0:4", "4:"] and data["trials"] == 6
+    for who in ("recommended", "defaults"):
+        for part, line in (("tuned", "marconi_run"), ("held_out", "marconi_run_held_out")):
+            row = _run_json(data[who][line])
+            for key in ("token_hit_rate", "ttft_p95_ms", "ttft_p50_ms", "request_hit_rate", "evictions"):
+                assert row[key] == data[who][part][key], (who, part, key)
+    assert "--session-range 4:" in data["recommended"]["marconi_run_held_out"]
+    # the table says the same (a rerun: the study is complete, no trial runs again)
+    table = cli("advise", "--trace", spec, "--for", "sglang", "--model", "replay-tiny", "--gpu-memory", "2MB",
+                "--trials", "6", "--holdout", "0.5", "--workers", "1", "--out", out, "--no-progress").stdout
+    assert data["command"] in table and data["recommended"]["marconi_run"] in table
+    assert "token hit (held out)" in table and "Pareto front" in table
+
+
+def _params(study) -> list:
+    return [(t.number, t.params, t.value, t.state.name) for t in study.get_trials(deepcopy=False)]
+
+
+def test_same_seed_same_study_and_resume_repeats_no_trial(pool_engine, pool_spec, tmp_path, monkeypatch):
+    problem = pool_problem(pool_spec, seed=3)
+    spec = get_model("replay-tiny")
+    sp = build_space("pool-test", spec, parse_gpu_memory(problem.gpu_memory))
+    kw = {"trace": pool_spec}
+
+    def fresh(name, n, ev):
+        study, new = open_study(tmp_path / name, problem, "maximize")
+        assert new
+        run_study(study, sp, problem, kw, n, ev, progress=False)
+        return study
+
+    calls = []
+    real = Evaluator.map
+    interrupt = False
+
+    def counting(self, tasks):
+        calls.append([t.config.state_pool for t in tasks])
+        if len(calls) == 3 and interrupt:
+            raise KeyboardInterrupt
+        return real(self, tasks)
+
+    monkeypatch.setattr(Evaluator, "map", counting)
+    with Evaluator("local", 2) as ev:  # two worker processes, batches of two trials
+        a = fresh("a", 8, ev)
+        b = fresh("b", 8, ev)
+        assert _params(a) == _params(b)
+        assert len({json.dumps(t.params) for t in a.get_trials()}) > 3
+
+        # an interrupt in the third batch (trials 4 and 5 asked, not told), then a resume
+        calls.clear()
+        interrupt = True
+        study, _ = open_study(tmp_path / "c", problem, "maximize")
+        rep = run_study(study, sp, problem, kw, 8, ev, progress=False)
+        assert rep.interrupted and rep.ran == 4
+        states = [t.state.name for t in study.get_trials()]
+        assert states == ["COMPLETE"] * 4 + ["RUNNING"] * 2
+        before = _params(study)[:4]
+        interrupt = False
+        calls.clear()
+        study, new = open_study(tmp_path / "c", problem, "maximize")
+        assert not new
+        rep = run_study(study, sp, problem, kw, 8, ev, progress=False)
+        assert rep.kept == 4 and rep.resumed == 2 and rep.ran == 4 and not rep.interrupted
+        assert sum(len(c) for c in calls) == 4  # the 4 finished trials were not run again
+        assert _params(study)[:4] == before
+        assert _params(study) == _params(a)  # the same study as without the interrupt
+        # the same budget again adds nothing
+        assert run_study(study, sp, problem, kw, 8, ev, progress=False).ran == 0
+
+
+def test_other_problem_in_the_folder_is_refused(pool_engine, pool_spec, tmp_path):
+    advise(pool_problem(pool_spec), tmp_path / "s", 2, progress=False)
+    with pytest.raises(UsageError, match="holds the study of another search"):
+        advise(pool_problem(pool_spec, seed=1), tmp_path / "s", 2, progress=False)
+
+
+def test_memory_rule_and_spaces():
+    spec = get_model("qwen3.5-9b")
+    assert weight_bytes(spec) == 18 * 10**9
+    assert parse_gpu_memory("2x80GB") == 160 * 10**9
+    sg = build_space("sglang", spec, 80 * 10**9)
+    assert sg.ctx.capacity_bytes == int(80e9 * 0.88) - 18 * 10**9
+    assert [k.flag for k in sg.all_knobs] == ["--mamba-scheduler-strategy", "--mamba-full-memory-ratio",
+                                              "--chunked-prefill-size"]
+    # --mamba-full-memory-ratio r: the mamba pool is r x the KV pool
+    fields_ = sg.sim_fields({"mode": "extra_buffer", "mamba_full_memory_ratio": 1.0, "prefill_chunk_tokens": 4096})
+    assert fields_["policy"] == "sglang-v2"
+    assert int(fields_["state_pool"]) == sg.ctx.capacity_bytes // 2 // spec.state_bytes()
+    lm = build_space("lmdeploy", spec, 80 * 10**9)  # a fraction of what the weights leave
+    assert lm.ctx.capacity_bytes == int((80e9 - 18e9) * 0.8)
+    assert lm.sim_fields({"prefix_cache_state_budget": 0})["state_pool"] == ""
+    # a knob the user fixed is not searched
+    assert "prefill_chunk_tokens" not in [k.name for k in build_space("sglang", spec, 80 * 10**9,
+                                                                      {"prefill_chunk_tokens": 2048}).knobs]
+    # MoE: every expert's weights count
+    assert weight_bytes(get_model("qwen3.5-35b-a3b")) == 70 * 10**9
+
+
+def test_derived_knobs_come_from_params_metadata(monkeypatch):
+    """A preset knob whose Params metadata carries choices or a range is searched without an
+    entry in the engine table (here: a range added to the chunked-prefill knob)."""
+    from dataclasses import fields as dc_fields
+
+    from policies.engine_common import ChunkedPrefill
+
+    f = {x.name: x for x in dc_fields(ChunkedPrefill)}["prefill_chunk_tokens"]
+    monkeypatch.setattr(f, "metadata", {**f.metadata, "range": (512, 8192, "log")})
+    eng = Engine("t", {"v": "sglang-v1"}, Memory("--m", 0.9))
+    (k,) = space.derived_knobs(eng)
+    assert (k.name, k.flag, k.low, k.high, k.log, k.integer) == ("prefill_chunk_tokens", "--prefill-chunk", 512,
+                                                                 8192, True, True)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--for", "sglang", "--model", "llama-7b"), "nothing to tune for llama-7b"),
+    (("--for", "trtllm", "--model", "qwen3.5-9b"), "nothing to tune"),
+    (("--for", "sglang", "--model", "qwen3.5-9b", "--gpu-memory", "20GB"), "leaves no cache"),
+    (("--for", "sglang", "--model", "qwen3.5-9b", "--gpu-memory", "20.5GB"), "cannot hold one request"),
+    (("--for", "vllm", "--model", "qwen3.5-9b", "--objective", "throughput"), "does not measure it"),
+    (("--for", "vllm", "--model", "qwen3.5-9b", "--gpu-memory", "lots"), "cannot read size"),
+    (("--for", "vllm", "--model", "qwen3.5-9b", "--holdout", "1.5"), "--holdout"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
+    out = tmp_path / "o"
+    p = cli("advise", "--trace", "synthetic:chat", "--sessions", "4", *args, "--out", out, "--no-progress")
+    assert p.exit_code == 2, p.output
+    assert len(p.stderr.strip().splitlines()) == 1 and message in p.stderr, p.stderr
+    assert not out.exists()  # nothing left behind
+
+
+def test_session_range_selects_sessions_in_order():
+    from traces.sessions import select_sessions
+
+    t = synthetic_trace(sessions=6, turns=2)
+    part = select_sessions(t, "2:4")
+    order = list(dict.fromkeys(r.session_id for r in t.requests))
+    assert list(dict.fromkeys(r.session_id for r in part.requests)) == order[2:4]
+    assert [r.request_id for r in part.requests] == list(range(len(part.requests)))
+    assert len(select_sessions(t, "4:").requests) + len(select_sessions(t, "0:4").requests) == len(t.requests)
+
+
+def test_study_folder_holds_the_journal(pool_engine, pool_spec, tmp_path):
+    advise(pool_problem(pool_spec), tmp_path / "s", 2, progress=False)
+    assert (tmp_path / "s" / search.STUDY_FILE).stat().st_size > 0
+    assert isinstance(Path(tmp_path / "s"), Path)
