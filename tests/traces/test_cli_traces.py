@@ -97,4 +97,4 @@ def test_trace_options_decorator():
     tr = seen["trace"]
     assert tr.n_sessions == 3 and len(tr.requests) == 12
     assert set(TRACE_OPTION_KEYS) == {"trace", "sessions", "min_rounds", "max_tokens", "tokenizer", "skip_bad_rows",
-                                      "response_time", "time_scale", "trace_seed"}
+                                      "response_time", "time_scale", "trace_seed", "session_range"}
