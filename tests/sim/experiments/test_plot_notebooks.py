@@ -4,6 +4,7 @@ those of the rows they read (recomputed here with plain pandas, not with sim.ana
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -231,3 +232,23 @@ def test_alpha_figure_heatmap_holds_the_alpha_grid(results):
     for ax, metric in zip([a for a in fig.axes if a.images], ("token_hit_rate", "flops_saved_frac")):
         want = stat.pivot_table(index="alpha", columns="capacity_bytes", values=metric, aggfunc="mean")
         assert np.allclose(ax.images[0].get_array(), want.values * 100)
+
+
+def test_advise_notebook_prints_the_numbers_of_its_studies(tmp_path, monkeypatch):
+    """notebooks/advise.ipynb: two workloads tuned and held out; the comparison table and the
+    'why' rows show the numbers of the advice each study wrote (advice.json)."""
+    pytest.importorskip("optuna")
+    folder = tmp_path / "adv"
+    monkeypatch.setenv("ADVISE_DIR", str(folder))
+    shown = _run_notebook("advise", tmp_path)
+    table = _cell(shown, "table = pd.DataFrame(rows)")
+    why = _cell(shown, "explain_rows(adv")
+    for name in ("sharegpt", "agent"):
+        adv = json.loads((folder / name / "advice.json").read_text())
+        assert adv["trials"] == 10 and adv["parts"]
+        for who in ("defaults", "recommended"):
+            for part in ("tuned", "held_out"):
+                assert_shown(table, [adv[who][part]["token_hit_rate"] * 100], 2)
+                assert_shown(table, [adv[who][part]["ttft_p95_ms"]], 1)
+            assert_shown(why, [adv[who]["tuned"]["checkpoints_evicted"]], 0)
+        assert adv["recommended"]["marconi_run_held_out"] in _cell(shown, "run_held_out")
