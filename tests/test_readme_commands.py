@@ -32,6 +32,7 @@ SMALL = {
     "sweep": [("--sessions", "2"), ("--save-requests", None), ("--no-progress", None)],
     "stats": [("--sessions", "2")],
     "prepare": [("--sessions", "2")],
+    "advise": [("--sessions", "4"), ("--trials", "3"), ("--workers", "1"), ("--no-progress", None)],
 }
 
 
