@@ -151,14 +151,14 @@ def register(main: click.Group) -> None:
                 click.echo(f"interrupted after {adv.trials} finished trials (kept in {out / 'study.journal'}): "
                            f"rerun the same command to resume", err=True)
                 sys.exit(130)
-            if adv.figure:
-                from sim.analysis.advise import save_pareto  # noqa: PLC0415
+            from sim.analysis.advise import save_pareto  # noqa: PLC0415
 
-                try:
-                    save_pareto(adv, adv.figure)
-                except UsageError as exc:  # matplotlib missing: the advice stands without its figure
-                    click.echo(f"note: no figure: {exc}", err=True)
-                    adv.figure = None
+            adv.figure = str(out / "pareto.png")
+            try:
+                save_pareto(adv, adv.figure)
+            except UsageError as exc:  # matplotlib missing: the advice stands without its figure
+                click.echo(f"note: no figure: {exc}", err=True)
+                adv.figure = None
             data = advice_json(adv)
             (out / "advice.json").write_text(json.dumps(data, indent=2))
         for number, err in adv.report.failed if adv.report else ():

@@ -23,6 +23,7 @@ import math
 import multiprocessing as mp
 import os
 import shlex
+import signal
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields
@@ -163,6 +164,12 @@ def _word(v) -> str:
 # ---------------------------------------------------------------------------------- evaluation
 
 
+def _ignore_sigint() -> None:
+    """Worker processes leave Ctrl-C to the parent, which finishes the running trials' batch
+    cleanly (no traceback from each worker)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class Evaluator:
     """Runs Tasks in a persistent pool: local processes (forkserver, as the sweep) or Ray."""
 
@@ -191,7 +198,7 @@ class Evaluator:
         elif self.workers > 1:
             ctx = mp.get_context("forkserver")
             ctx.set_forkserver_preload(["sim.experiments.runners", "sim.simulate", "traces.registry"])
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_ignore_sigint)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -462,9 +469,10 @@ def side(space: Space, problem: Problem, row: TrialRow, tune_kwargs: dict, hold_
 
 
 def advise(problem: Problem, out: Path, n_trials: int = 50, *, workers: int = 1, engine: str = "local",
-           ray_address: str | None = None, progress: bool = True, trace=None, figure: bool = True) -> Advice:
+           ray_address: str | None = None, progress: bool = True, trace=None) -> Advice:
     """Search, then compare the recommendation with the engine's defaults (and on the held-out
-    part with ``problem.holdout``); writes the study and the Pareto figure into ``out``."""
+    part with ``problem.holdout``); the study is kept in ``out`` (the CLI also writes advice.json
+    and the Pareto figure there)."""
     from traces.registry import load_trace  # noqa: PLC0415
     from sim.trace_options import options_from_kwargs  # noqa: PLC0415
 
@@ -503,11 +511,8 @@ def advise(problem: Problem, out: Path, n_trials: int = 50, *, workers: int = 1,
         default_row = next((r for r in rows if r.params == space.defaults()), rows[0])
         rec = side(space, problem, best, tune_kwargs, hold_kwargs, ev)
         dflt = side(space, problem, default_row, tune_kwargs, hold_kwargs, ev)
-    adv = Advice(problem, space, gpu, weight_bytes(spec), len(rows), rec, dflt, pareto_front(rows),
-                 sorted(rows, key=lambda r: r.number), parts, report=rep)
-    if figure:
-        adv.figure = str(out / "pareto.png")
-    return adv
+    return Advice(problem, space, gpu, weight_bytes(spec), len(rows), rec, dflt, pareto_front(rows),
+                  sorted(rows, key=lambda r: r.number), parts, report=rep)
 
 
 def _check_one_request(trace, space: Space) -> None:
