@@ -274,3 +274,60 @@ def test_study_folder_holds_the_journal(pool_engine, pool_spec, tmp_path):
     advise(pool_problem(pool_spec), tmp_path / "s", 2, progress=False)
     assert (tmp_path / "s" / search.STUDY_FILE).stat().st_size > 0
     assert isinstance(Path(tmp_path / "s"), Path)
+
+
+def test_ctrl_c_keeps_finished_trials_and_the_rerun_finishes(tmp_path):
+    """A real `marconi advise` (two worker processes) gets SIGINT on its process group after its
+    first finished trials: one line, exit 130, the finished trials kept; the same command again
+    finishes the study without running them again."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from .conftest import ROOT
+
+    spec = f"marconi-jsonl:{write_marconi_jsonl(synthetic_trace(sessions=4, turns=2), tmp_path / 't.jsonl')}"
+    out = tmp_path / "adv"
+    args = ["advise", "--trace", spec, "--for", "sglang", "--model", "replay-tiny", "--gpu-memory", "2MB",
+            "--trials", "400", "--workers", "2", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", "from sim.cli import main; main()", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        os.set_blocking(proc.stderr.fileno(), False)
+        buf, t0 = b"", time.monotonic()
+        while b"best token-hit" not in buf:  # the progress bar shows the best after the first trial
+            assert time.monotonic() - t0 < 120 and proc.poll() is None, buf[-500:]
+            time.sleep(0.05)
+            buf += proc.stderr.read() or b""
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+        time.sleep(0.2)
+        buf += proc.stderr.read() or b""
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = buf.decode(errors="replace")
+    lines = [ln for ln in text.replace("\r", "\n").splitlines() if ln.strip() and "advise sglang" not in ln]
+    assert proc.returncode == 130 and len(lines) == 1 and "rerun the same command to resume" in lines[0], text[-2000:]
+    assert "Traceback" not in text
+    import optuna
+
+    from sim.experiments.advise.search import STUDY_FILE, STUDY_NAME
+
+    def trials():
+        storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / STUDY_FILE)))
+        return optuna.load_study(study_name=STUDY_NAME, storage=storage).get_trials()
+
+    first = [(t.number, t.params, t.value) for t in trials() if t.state.name == "COMPLETE"]
+    n = len(first)
+    assert n >= 1
+    args[args.index("--trials") + 1] = str(n + 2)
+    res = cli(*args[:-4], "--workers", "1", "--out", out, "--no-progress", "--format", "json")
+    assert res.exit_code == 0, res.output
+    after = trials()
+    assert [(t.number, t.params, t.value) for t in after][:n] == first  # kept, not run again
+    assert len(after) <= n + 4 and sum(t.state.name == "COMPLETE" for t in after) == n + 2
