@@ -92,8 +92,15 @@ def explain_rows(adv: Advice, part: str = "tuned") -> list[tuple[str, str, str]]
     for label, key, fmt in EXPLAIN_ROWS:
         out.append((label, _fmt(d.get(key), fmt), _fmt(r.get(key), fmt)))
     state = adv.space.ctx.spec.state_bytes()
-    pool = [("state pool (states)", _pool(adv.defaults.state_pool, state), _pool(adv.recommended.state_pool, state))]
+    cap = adv.space.ctx.capacity_bytes
+    pool = [("state pool (states)", _pool(adv.defaults.state_pool, state), _pool(adv.recommended.state_pool, state)),
+            ("KV pool (GB)", _kv_pool(adv.defaults.state_pool, state, cap), _kv_pool(adv.recommended.state_pool, state,
+                                                                                     cap))]
     return pool + out
+
+
+def _kv_pool(n, state_bytes: int, capacity: int) -> str:
+    return "shared budget" if n is None else f"{(capacity - n * state_bytes) / 1e9:.3g}"
 
 
 def _pool(n, state_bytes: int) -> str:
