@@ -406,6 +406,17 @@ def pick_best(rows: list[TrialRow], objective: str) -> TrialRow:
     return min(rows, key=key)
 
 
+#: the recommendation must beat the defaults' objective by this fraction, else the defaults stay
+MIN_GAIN = 0.01
+
+
+def beats(value: float, default: float, objective: str) -> bool:
+    """``value`` improves on ``default`` by more than MIN_GAIN (relative)."""
+    if OBJECTIVES[objective][1] == "minimize":
+        return value < default * (1 - MIN_GAIN)
+    return value > default * (1 + MIN_GAIN) if default > 0 else value > 0
+
+
 def pareto_front(rows: list[TrialRow]) -> list[TrialRow]:
     """Trials no other trial beats on both token hit (higher) and TTFT p95 (lower), by token hit."""
     pts = sorted(rows, key=lambda r: (-r.metrics["token_hit_rate"], r.metrics["ttft_p95_ms"], r.number))
@@ -509,6 +520,8 @@ def advise(problem: Problem, out: Path, n_trials: int = 50, *, workers: int = 1,
                           report=rep)
         best = pick_best(rows, problem.objective)
         default_row = next((r for r in rows if r.params == space.defaults()), rows[0])
+        if not beats(best.value, default_row.value, problem.objective):
+            best = default_row  # a gain within noise is no reason to change the engine's settings
         rec = side(space, problem, best, tune_kwargs, hold_kwargs, ev)
         dflt = side(space, problem, default_row, tune_kwargs, hold_kwargs, ev)
     return Advice(problem, space, gpu, weight_bytes(spec), len(rows), rec, dflt, pareto_front(rows),

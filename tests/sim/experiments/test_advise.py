@@ -331,3 +331,12 @@ def test_ctrl_c_keeps_finished_trials_and_the_rerun_finishes(tmp_path):
     after = trials()
     assert [(t.number, t.params, t.value) for t in after][:n] == first  # kept, not run again
     assert len(after) <= n + 4 and sum(t.state.name == "COMPLETE" for t in after) == n + 2
+
+
+def test_a_gain_within_min_gain_keeps_the_defaults():
+    from sim.experiments.advise.search import MIN_GAIN, beats
+
+    assert MIN_GAIN == 0.01
+    assert beats(0.52, 0.50, "token-hit") and not beats(0.504, 0.50, "token-hit")
+    assert beats(90.0, 100.0, "ttft-p95") and not beats(99.5, 100.0, "ttft-p95")
+    assert beats(0.1, 0.0, "token-hit") and not beats(0.0, 0.0, "token-hit")
