@@ -26,6 +26,7 @@ import shlex
 import signal
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,47 @@ def _word(v) -> str:
 # ---------------------------------------------------------------------------------- evaluation
 
 
+class _Interrupts:
+    """Ctrl-C held back while the study's journal is written: Optuna's journal file takes a lock
+    by renaming a file, and an interrupt between its steps leaves the lock half taken (the next
+    write fails). Inside ``critical()`` a SIGINT is recorded and raised as KeyboardInterrupt when
+    the write is done; elsewhere it is raised at once (in the main thread; other threads cannot
+    take signals and are left as they are)."""
+
+    def __init__(self) -> None:
+        self.pending = False
+        self.depth = 0
+        self.previous = None
+
+    def __enter__(self) -> "_Interrupts":
+        try:
+            self.previous = signal.signal(signal.SIGINT, self._handler)
+        except ValueError:  # not the main thread
+            self.previous = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def _handler(self, signum, frame) -> None:
+        if self.depth:
+            self.pending = True
+        else:
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def critical(self):
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if not self.depth and self.pending:
+                self.pending = False
+                raise KeyboardInterrupt
+
+
 def _ignore_sigint() -> None:
     """Worker processes leave Ctrl-C to the parent, which finishes the running trials' batch
     cleanly (no traceback from each worker)."""
@@ -282,8 +324,9 @@ def open_study(out: Path, problem: Problem, direction: str):
             raise UsageError(f"--out {out} holds the study of another search (different trace, model, engine, "
                              f"memory, objective, holdout or seed): choose another folder")
         return study, False
-    study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction=direction)
-    study.set_user_attr("problem", ident)
+    with _Interrupts() as guard, guard.critical():
+        study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction=direction)
+        study.set_user_attr("problem", ident)
     return study, True
 
 
@@ -304,9 +347,8 @@ def run_study(study, space: Space, problem: Problem, trace_kwargs: dict, n_trial
     report = StudyReport()
     dists = space.distributions()
     direction = OBJECTIVES[problem.objective][1]
+    guard = _Interrupts()
     trials = study.get_trials(deepcopy=False)
-    if not trials:
-        study.enqueue_trial(space.defaults())
     finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.FAIL)]
     report.kept = len(finished)
     stale = [t for t in trials if t.state == TrialState.RUNNING]
@@ -316,8 +358,12 @@ def run_study(study, space: Space, problem: Problem, trace_kwargs: dict, n_trial
     if best is not None:
         bar.set_postfix_str(f"best {problem.objective} {_fmt(problem.objective, best)}")
     try:
-        # trials an interrupt left running: run them again with the parameters they were given
-        pending = [(optuna.trial.Trial(study, t._trial_id), dict(t.params)) for t in stale]
+        guard.__enter__()
+        with guard.critical():
+            if not trials:
+                study.enqueue_trial(space.defaults())
+            # trials an interrupt left running: run them again with the parameters they were given
+            pending = [(optuna.trial.Trial(study, t._trial_id), dict(t.params)) for t in stale]
         report.resumed = len(pending)
         done = len(finished)
         while True:
@@ -326,9 +372,10 @@ def run_study(study, space: Space, problem: Problem, trace_kwargs: dict, n_trial
                 if want <= 0:
                     break
                 for _ in range(want):
-                    study.sampler = _sampler(problem.seed, len(study.get_trials(deepcopy=False)), n_trials)
-                    trial = study.ask(dists)
-                    pending.append((trial, dict(trial.params)))
+                    with guard.critical():
+                        study.sampler = _sampler(problem.seed, len(study.get_trials(deepcopy=False)), n_trials)
+                        trial = study.ask(dists)
+                        pending.append((trial, dict(trial.params)))
             tasks = [make_trial_task(trace_kwargs, space, params, problem) for _, params in pending]
             results = evaluator.map(tasks)
             for (trial, params), task, res in zip(pending, tasks, results):
@@ -337,14 +384,16 @@ def run_study(study, space: Space, problem: Problem, trace_kwargs: dict, n_trial
                         raise KeyboardInterrupt
                     if isinstance(res, UsageError):
                         raise res
-                    study.tell(trial, state=TrialState.FAIL)
+                    with guard.critical():
+                        study.tell(trial, state=TrialState.FAIL)
                     report.failed.append((trial.number, f"{type(res).__name__}: {res}"))
                 else:
                     m = metrics_of(res)
                     value = objective_value(problem.objective, m)
-                    trial.set_user_attr("metrics", m)
-                    trial.set_user_attr("config", _config_attrs(task))
-                    study.tell(trial, value)
+                    with guard.critical():
+                        trial.set_user_attr("metrics", m)
+                        trial.set_user_attr("config", _config_attrs(task))
+                        study.tell(trial, value)
                     if best is None or (value > best if direction == "maximize" else value < best):
                         best = value
                 report.ran += 1
@@ -358,6 +407,7 @@ def run_study(study, space: Space, problem: Problem, trace_kwargs: dict, n_trial
     except KeyboardInterrupt:
         report.interrupted = True
     finally:
+        guard.__exit__()
         bar.close()
     return report
 
