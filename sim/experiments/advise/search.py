@@ -157,9 +157,8 @@ def run_line(task: Task) -> str:
 
 
 def _word(v) -> str:
-    if isinstance(v, float):
-        return repr(v) if v != int(v) else str(int(v)) if abs(v) < 1e15 else repr(v)
-    return str(v)
+    """A value as a command-line word that reads back exactly (floats by repr)."""
+    return repr(v) if isinstance(v, float) else str(v)
 
 
 # ---------------------------------------------------------------------------------- evaluation
