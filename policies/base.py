@@ -109,6 +109,11 @@ class AdmissionContext:
     n_full: int  # symbols of input + output
     block_tokens: int  # tokens per symbol
     input_tokens: int = -1  # exact prompt tokens (-1: n_input * block_tokens)
+    #: token positions where this request's scheduled prefill steps ended, in order (the last one
+    #: is the prompt's end): given by a batching scheduler (``--scheduler continuous``), which knows
+    #: the chunks only when the prefill is done. None: the policy derives its own steps from its
+    #: ``--prefill-chunk`` knob (one request prefilling at a time).
+    prefill_steps: tuple[int, ...] | None = None
 
 
 class AdmissionPolicy(ABC):
@@ -127,6 +132,16 @@ class AdmissionPolicy(ABC):
 
     @abstractmethod
     def decode_checkpoints(self, match: MatchView, ctx: AdmissionContext) -> list[int]: ...
+
+    #: whether ``prefill_checkpoints`` depends on where prefill steps end (``ctx.prefill_steps``):
+    #: a batching scheduler then asks for the checkpoints again once the prefill is done
+    uses_prefill_steps: ClassVar[bool] = False
+
+    def schedule_chunk(self, start: int, end: int, budget: int, step_budget: int, ctx: AdmissionContext) -> int:
+        """Tokens of a prefill at token ``start`` (of ``end``) the engine schedules in a step with
+        ``budget`` tokens left of ``step_budget``: an engine that cuts its chunks on a grid
+        overrides this (0: the request waits for the next step). Default: as many as fit."""
+        return min(budget, end - start)
 
 
 # ---------------------------------------------------------------------------------- eviction
@@ -202,6 +217,9 @@ class PolicyPreset:
     lookup_cap_minus_one: bool = False  # SGLang: a lookup matches at most input_len - 1 tokens
     uses_alpha: bool = False
     unlimited: bool = False  # a bound: the cache never evicts (capacity ignored)
+    #: state slots a running request holds outside the cache (hybrid models, ``--scheduler
+    #: continuous``): SGLang no_buffer 1, extra_buffer 3 (1 + 2 ping-pong), vLLM align 2
+    running_state_slots: int = 1
 
     def grid_for(self, spec: Any, config: Any) -> int:
         """Tree granularity for this model and config (engine presets derive it per model)."""

@@ -89,11 +89,30 @@ class VllmAlignAdmission(AdmissionPolicy):
     cut by ``_mamba_block_aligned_split``) and at each block boundary crossed in decode."""
 
     Params = VllmBlocks
+    uses_prefill_steps = True
 
     def prefill_checkpoints(self, match, ctx):
         B = ctx.block_tokens
-        ends = align_step_ends(match.hit_sym * B, input_tokens(ctx), B, self.params.prefill_chunk_tokens)
+        if ctx.prefill_steps is not None:
+            ends = [e for e in ctx.prefill_steps if e > match.hit_sym * B]
+        else:
+            ends = align_step_ends(match.hit_sym * B, input_tokens(ctx), B, self.params.prefill_chunk_tokens)
         return [e // B for e in ends if e % B == 0 and e // B <= ctx.n_input]
+
+    def schedule_chunk(self, start, end, budget, step_budget, ctx):
+        """``_mamba_block_aligned_split``: a step ending before the prompt's last full block is a
+        whole number of blocks, a step crossing it is cut there (a budget left under one block:
+        the request waits, unless the whole step budget is under a block)."""
+        B = ctx.block_tokens
+        n = input_tokens(ctx)
+        last = n - n % B
+        step = min(budget, end - start)
+        if start + step < last:
+            whole = step // B * B
+            return whole if whole or budget < step_budget else step
+        if start < last < start + step:
+            return last - start
+        return step
 
     def decode_checkpoints(self, match, ctx):
         return decode_boundaries(ctx)
@@ -116,8 +135,8 @@ register_preset(VllmPreset(
     "vllm-align", "vLLM --mamba-cache-mode align (PR #30877): states at the block boundary ending each "
     "block-aligned prefill step (always the prompt's last full block) and every block crossed in decode; "
     "full blocks only, LRU tail first",
-    admission="vllm-align", eviction="lru-tail-first", lookup_cap_minus_one=True))
+    admission="vllm-align", eviction="lru-tail-first", lookup_cap_minus_one=True, running_state_slots=2))
 register_preset(VllmPreset(
     "vllm-all", "vLLM --mamba-cache-mode all: a state at every block boundary (prefill and decode), "
     "LRU tail first",
-    admission="vllm-all", eviction="lru-tail-first", lookup_cap_minus_one=True))
+    admission="vllm-all", eviction="lru-tail-first", lookup_cap_minus_one=True, running_state_slots=2))

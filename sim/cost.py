@@ -27,6 +27,7 @@ Conventions
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Sequence
 
 from sim.errors import UsageError
 
@@ -303,6 +304,30 @@ class TimingModel:
 
     def decode_time_s(self, n_tokens: int) -> float:
         return n_tokens * self.decode_ms_per_token * 1e-3
+
+    def step_time_s(self, spec: ModelSpec, prefills: Sequence[tuple[int, int]],
+                    decode_contexts: Sequence[int]) -> float:
+        """Modelled time of one engine step (a continuous-batching iteration).
+
+        ``prefills``: ``(start, end)`` token positions of each request's prefill chunk in this step
+        (attention sees ``0..end``); ``decode_contexts``: the context length of each request
+        decoding one token. A step with prefill work pays the fixed overhead once plus the batch's
+        FLOPs at the effective throughput; decode is memory-bound: the weights are read once per
+        step however many requests decode (``decode_ms_per_token``), so a step takes the larger of
+        its compute time and that read. One request alone: ``step_time_s(spec, [(p, L)], [])``
+        equals ``prefill_time_s(spec, p, L)`` and ``step_time_s(spec, [], [c])`` equals
+        ``decode_time_s(1)``."""
+        flops = 0.0
+        for p, L in prefills:
+            flops += spec.prefill_flops(p, L)
+        for c in decode_contexts:
+            flops += spec.prefill_flops(c, c + 1)
+        compute = flops * self._inv
+        if prefills:
+            compute += self.overhead_ms * 1e-3
+        if decode_contexts:
+            return max(compute, self.decode_ms_per_token * 1e-3)
+        return compute
 
     @staticmethod
     def jamba_ttft_s(n_tokens: int) -> float:
