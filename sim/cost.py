@@ -149,6 +149,11 @@ class ModelSpec:
             return 0.0
         return self._a * (L - p) + self._b * (L * L - p * p)
 
+    def decode_flops(self, n: int, context_sum: int) -> float:
+        """FLOPs of ``n`` decode tokens whose contexts sum to ``context_sum`` (each token at
+        position c costs ``prefill_flops(c, c + 1)``)."""
+        return self._a * n + self._b * (2 * context_sum + n)
+
     def node_flops(self, L_parent: int, L_node: int) -> float:
         """Eviction numerator: FLOPs saved by reusing the node's prefix, marginal to its parent.
 
@@ -317,11 +322,9 @@ class TimingModel:
         its compute time and that read. One request alone: ``step_time_s(spec, [(p, L)], [])``
         equals ``prefill_time_s(spec, p, L)`` and ``step_time_s(spec, [], [c])`` equals
         ``decode_time_s(1)``."""
-        flops = 0.0
+        flops = spec.decode_flops(len(decode_contexts), sum(decode_contexts)) if decode_contexts else 0.0
         for p, L in prefills:
             flops += spec.prefill_flops(p, L)
-        for c in decode_contexts:
-            flops += spec.prefill_flops(c, c + 1)
         compute = flops * self._inv
         if prefills:
             compute += self.overhead_ms * 1e-3

@@ -75,7 +75,7 @@ class ContinuousEngine:
         cfg = sim.config
         self.budget = cfg.max_num_batched_tokens
         self.max_seqs = cfg.max_num_seqs
-        self.slots = sim.preset.running_state_slots if sim.spec.is_hybrid and sim.preset.caching else 0
+        self.slots = sim.preset.running_state_slots if sim.spec.is_hybrid else 0
         self.B = sim.trace.block_tokens
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
@@ -85,8 +85,9 @@ class ContinuousEngine:
         self.held_bytes = 0
         self.charged_per_kv = sim.tree.kv_bytes_per_token
         self.charged_per_state = sim.tree.state_bytes
-        on = {e: listeners(sim.observers, e) for e in ("arrive", "step")}
-        self._on_arrive, self._on_step = on["arrive"], on["step"]
+        self._on_arrive = listeners(sim.observers, "arrive")
+        # the recorder's step statistics are kept directly (no event objects built for it)
+        self._on_step = tuple(fn for fn in listeners(sim.observers, "step") if getattr(fn, "__self__", None) is not sim.rec)
         self.proc = env.process(self.loop())
 
     # ------------------------------------------------------------------ arrivals
@@ -120,6 +121,8 @@ class ContinuousEngine:
         s.held_kv += kv
         s.held_states += states
         self.held_bytes += kv * self.charged_per_kv + states * self.charged_per_state
+
+    def _peak(self) -> None:
         rec = self.sim.rec
         used = self.held_bytes + self.sim.tree.used_bytes
         if used > rec.peak_charged_bytes:
@@ -174,7 +177,34 @@ class ContinuousEngine:
         decodes: list = []
         preempted: list = []
         running = self.running
-        i = 0
+        # fast path: the running requests' tokens, charged in one reservation
+        for s in running:
+            if budget <= 0:
+                break
+            if s.pos < s.target:
+                n = self._chunk(s, budget)
+                if n > 0:
+                    prefills.append((s, s.pos, s.pos + n))
+                    budget -= n
+            else:
+                decodes.append(s)
+                budget -= 1
+        total = self.budget - budget
+        tree = self.sim.tree
+        if total and tree.listener is not None:
+            self.sim.inserting = ((prefills[0][0] if prefills else decodes[0]).f, self.env.now)
+        if not total or tree.reserve(total, 0):
+            for s, a, b in prefills:
+                s.held_kv += b - a
+            for s in decodes:
+                s.held_kv += 1
+            self.held_bytes += total * self.charged_per_kv
+            i = len(running)
+        else:  # no room for all: request by request, preempting the newest when one does not fit
+            prefills.clear()
+            decodes.clear()
+            budget = self.budget
+            i = 0
         while i < len(running) and budget > 0:
             s = running[i]
             prefill = s.pos < s.target
@@ -199,6 +229,7 @@ class ContinuousEngine:
             budget -= n
             i += 1
         if preempted:  # vLLM admits no new request in a step that preempted
+            self._peak()
             return prefills, decodes, preempted
         waiting = self.waiting
         while waiting and budget > 0 and len(running) < self.max_seqs:
@@ -218,6 +249,7 @@ class ContinuousEngine:
                 s.t_first = self.env.now
             prefills.append((s, s.pos, s.pos + n))
             budget -= n
+        self._peak()
         return prefills, decodes, preempted
 
     # ------------------------------------------------------------------ the loop
@@ -251,7 +283,7 @@ class ContinuousEngine:
                 k = yield from self._coast(decodes, dt, k)
             self._emit(t0, env.now, env.now - t0, k, prefills, decodes,
                        sum(b - a for _, a, b in prefills) + len(decodes), preempted)
-            self._apply(prefills, decodes, k)
+            self._apply(prefills, decodes, k, t0, dt)
 
     def _run_length(self, decodes: list, contexts: list, dt: float) -> int:
         """How many identical decode-only steps can go as one event (1: just this one)."""
@@ -262,11 +294,12 @@ class ContinuousEngine:
         if last != dt:
             return 1
         extra = k - 1  # this step's token is charged already; charge the rest of the run now
-        for j, s in enumerate(decodes):
-            if not self._reserve(s, extra, 0):
-                for t in decodes[:j]:
-                    self._release(t, extra, 0)
-                return 1
+        if not self.sim.tree.reserve(extra * len(decodes), 0):
+            return 1
+        for s in decodes:
+            s.held_kv += extra
+        self.held_bytes += extra * len(decodes) * self.charged_per_kv
+        self._peak()
         return k
 
     def _coast(self, decodes: list, dt: float, k: int):
@@ -285,11 +318,19 @@ class ContinuousEngine:
                 yield env.timeout(end - env.now)
         self.coasting = False
         if done < k:
+            self.sim.tree.release((k - done) * len(decodes), 0)
             for s in decodes:
-                self._release(s, k - done, 0)
+                s.held_kv -= k - done
+            self.held_bytes -= (k - done) * len(decodes) * self.charged_per_kv
         return done
 
     def _emit(self, t0, t1, seconds, k, prefills, decodes, tokens, preempted) -> None:
+        rec = self.sim.rec
+        rec.steps += k
+        b = len(prefills) + len(decodes)
+        rec.batch_hist[b] = rec.batch_hist.get(b, 0) + k
+        rec.token_hist[tokens] = rec.token_hist.get(tokens, 0) + k
+        rec.preemptions += len(preempted)
         if not self._on_step:
             return
         p = tuple((s.req.request_id, a, b) for s, a, b in prefills)
@@ -297,7 +338,7 @@ class ContinuousEngine:
         for fn in self._on_step:
             fn(t0, t1, seconds, k, p, d, tokens, tuple(preempted))
 
-    def _apply(self, prefills: list, decodes: list, k: int) -> None:
+    def _apply(self, prefills: list, decodes: list, k: int, t0: float, dt: float) -> None:
         now = self.env.now
         finished = []
         for s, a, b in prefills:
@@ -308,7 +349,8 @@ class ContinuousEngine:
             if b >= s.target:
                 if math.isnan(s.t_token):
                     s.t_token = now
-                    self.sim.served(s.f, s.t_first, now - s.t_first, now, 0.0, None)
+                    # a prefill done in the step it started in took exactly that step's time
+                    self.sim.served(s.f, s.t_first, dt if s.t_first == t0 else now - s.t_first, now, 0.0, None)
                 if s.decoded < s.n_out:
                     s.decoded += 1
                 if s.decoded >= s.n_out:
