@@ -27,6 +27,8 @@ SPEED_KNOBS = ("tuning_workers",)
 #: other policies so those do not multiply with a tuning grid
 TUNING_KNOBS = tuple(f.name for f in SimConfig.settings("tuning") if f.name not in SPEED_KNOBS)
 TUNED_POLICIES = ("marconi-oracle",)
+#: knobs read only by --scheduler continuous
+BATCHING_KNOBS = ("max_num_batched_tokens", "max_num_seqs")
 
 # ---------------------------------------------------------------------------------- value lists
 
@@ -170,11 +172,17 @@ def make_task(trace_kwargs: dict, **knobs) -> Task:
         for k in TUNING_KNOBS:
             if hasattr(base, k):
                 setattr(cfg, k, getattr(base, k))
+    if cfg.scheduler == "fcfs":  # the batching knobs mean nothing to fcfs: one run, not one per value
+        for k in BATCHING_KNOBS:
+            setattr(cfg, k, getattr(base, k))
     cfg.validate()
     row = cfg.as_row()
     if mode != "static":
         row["alpha"] = float("nan")
     ident = {k: v for k, v in cfg.as_row().items() if k not in SPEED_KNOBS}
+    if cfg.scheduler == "fcfs":  # config ids of fcfs runs stay those of before the scheduler existed
+        for k in ("scheduler", *BATCHING_KNOBS):
+            ident.pop(k)
     identity = {"v": ROW_VERSION, "trace": tk, "config": {**ident, "alpha": None if mode == "none" else cfg.alpha}}
     cid = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
     knob_row = {"config_id": cid, **tk, **row, "alpha_mode": mode}
