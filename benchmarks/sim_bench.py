@@ -1,10 +1,12 @@
 """Simulator throughput and memory on the largest ShareGPT trace the package holds.
 
 Every conversation with >= 2 rounds (about 30,000 requests, tokenization cached), each policy,
-``sequential`` and ``des`` mode, one process pinned to one core. Then the same trace grown 10x
-(repeated with fresh session ids and token ids) to show how speed and memory scale.
+``sequential`` and ``des`` mode and ``des`` with ``--scheduler continuous`` (row ``continuous``),
+one process pinned to one core. Then the same trace grown 10x (repeated with fresh session ids and
+token ids) to show how speed and memory scale. ``--default-trace`` times the `marconi run` default
+trace (ShareGPT, 100 sessions) instead.
 
-    python benchmarks/sim_bench.py [--repeat 3] [--grow 10] [--capacity 5GB]
+    python benchmarks/sim_bench.py [--repeat 3] [--grow 10] [--capacity 5GB] [--modes sequential,des,continuous]
 
 Prints requests/s (median of --repeat runs) and the peak resident memory of a fresh child
 process per configuration (so one run's garbage does not inflate the next one's figure).
@@ -24,13 +26,19 @@ import time
 POLICIES = ["vllm+", "sglang+", "marconi"]
 
 
+MODES = ["sequential", "des", "continuous"]  # continuous: des with --scheduler continuous
+
+
 def _load(grow: int):
     import numpy as np
 
     from traces.base import Request, Trace
     from traces.registry import TraceOptions, load_trace
 
-    base = load_trace("sharegpt", TraceOptions(sessions=0, min_rounds=2))
+    if os.environ.get("SIM_BENCH_DEFAULT_TRACE"):
+        base = load_trace("sharegpt", TraceOptions())
+    else:
+        base = load_trace("sharegpt", TraceOptions(sessions=0, min_rounds=2))
     if grow == 1:
         return base
     # fresh session ids and token ids per copy: copies never share prefixes with each other.
@@ -69,7 +77,9 @@ def child(policy: str, mode: str, grow: int, capacity: str, alpha: float) -> Non
     from sim.simulate import simulate
 
     trace = _load(grow)
-    cfg = SimConfig(policy=policy, mode=mode, capacity_bytes=parse_size(capacity), alpha=alpha)
+    sched = "continuous" if mode == "continuous" else "fcfs"
+    cfg = SimConfig(policy=policy, mode="des" if sched == "continuous" else mode, scheduler=sched,
+                    capacity_bytes=parse_size(capacity), alpha=alpha)
     t0 = time.perf_counter()
     res = simulate(trace, cfg)
     wall = time.perf_counter() - t0
@@ -86,17 +96,21 @@ def main() -> None:
     ap.add_argument("--capacity", default="5GB")
     ap.add_argument("--alpha", type=float, default=1.0)
     ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--default-trace", action="store_true", help="the `marconi run` default trace (100 sessions)")
     ap.add_argument("--child", nargs=4, metavar=("POLICY", "MODE", "GROW", "CAPACITY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         policy, mode, grow, capacity = args.child
         child(policy, mode, int(grow), capacity, args.alpha)
         return
+    if args.default_trace:
+        os.environ["SIM_BENCH_DEFAULT_TRACE"] = "1"  # children inherit it
     _load(1)  # tokenize once (cached on disk) before timing anything
     print(f"{'policy':8} {'mode':10} {'x':>3} {'requests':>9} {'req/s (median)':>15} {'peak MB':>8} {'hit':>7}")
     for grow in (1, args.grow):
         for policy in args.policies.split(","):
-            for mode in ("sequential", "des"):
+            for mode in args.modes.split(","):
                 runs = []
                 for _ in range(args.repeat if grow == 1 else 1):
                     out = subprocess.run([sys.executable, __file__, "--alpha", str(args.alpha), "--child", policy,
