@@ -370,9 +370,11 @@ class ContinuousEngine:
         f = s.f
         s.inserted = True
         sim.replan_prefill(f, [min(e, s.n_in) for e in s.step_ends])
+        if not sim.preset.caching or (sim.spec.is_hybrid and not f.prefill_cps):
+            return  # nothing inserted now (insert_prefill's own rule): the request keeps its KV
         covered = min(s.n_in - f.hit_tokens, s.held_kv)
         self._release(s, covered, 0)
-        if not sim.insert_prefill(f, now):
+        if not sim.insert_prefill(f, now):  # no room: the KV stays the request's (the room is still free)
             self._charged(s, covered, 0) if sim.tree.reserve(covered, 0) else self._force(s, covered, 0)
 
     def _finish(self, s: Seq, now: float) -> None:
