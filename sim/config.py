@@ -161,6 +161,8 @@ class SimConfig:
             raise UsageError("--max-num-batched-tokens and --max-num-seqs must be >= 1")
         if self.scheduler == "continuous" and self.mode != "des":
             raise UsageError("--scheduler continuous steps a discrete-event engine: use it with --mode des")
+        if self.scheduler == "continuous" and self.servers != 1:
+            raise UsageError("--servers applies to --scheduler fcfs; continuous batching models one engine")
         if self.scheduler == "continuous" and self.ttft_model != "flops":
             raise UsageError("--scheduler continuous times whole steps with the FLOPs model: use --ttft-model flops")
         if self.seed < 0:  # numpy's generators take non-negative seeds only
