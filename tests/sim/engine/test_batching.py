@@ -213,3 +213,37 @@ def test_one_request_at_a_time_with_an_infinite_budget_equals_fcfs(turns, policy
     for col in ("hit_tokens", "queue_s", "prefill_s", "ttft_s", "state_hit"):
         assert list(fcfs[col]) == list(cont[col]), col
     assert logs[0] == logs[1]
+
+
+def test_events_file_carries_the_steps_replay_needs(tmp_path):
+    import json
+
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    jl, pq = tmp_path / "ev.jsonl", tmp_path / "ev.parquet"
+    for path in (jl, pq):
+        res = CliRunner().invoke(main, ["run", "--trace", "synthetic:chat", "--sessions", "3", "--policy", "sglang-v1",
+                                        "--scheduler", "continuous", "--max-num-batched-tokens", "512",
+                                        "--events", str(path), "--no-progress"])
+        assert res.exit_code == 0, res.output
+        assert "continuous batching (512 tokens, 256 seqs per step)" in res.output
+    rows = [json.loads(line) for line in jl.read_text().splitlines()]
+    steps = [r for r in rows if r["event"] == "step"]
+    assert steps and all(r["tokens"] <= 512 for r in steps)
+    # every prompt token of every request is computed by exactly the prefill spans of the steps
+    # (no preemption at 5GB: one pass each), from its hit to its prompt's end
+    spans = {}
+    for r in steps:
+        for rid, a, b in r["prefills"]:
+            spans.setdefault(rid, []).append((a, b))
+    look = {r["request_id"]: r for r in rows if r["event"] == "lookup"}
+    for rid, sp in spans.items():
+        assert sp[0][0] == look[rid]["hit_tokens"] and sp[-1][1] == look[rid]["input_tokens"]
+        assert all(b0 == a1 for (_, b0), (a1, _) in zip(sp, sp[1:]))
+    assert {r["event"] for r in rows} >= {"arrive", "lookup", "step", "prefill", "decode", "admit"}
+    table = pd.read_parquet(pq)
+    assert len(table) == len(rows) and json.loads(table[table["event"] == "step"]["prefills"].iloc[0]) == \
+        steps[0]["prefills"]
