@@ -96,7 +96,7 @@ class ContinuousEngine:
         now = self.env.now
         B = self.B
         s = Seq(r, self.env.event(), r.n_input_tokens(B), r.n_output_tokens(B))
-        s.target = s.n_in
+        s.target = max(s.n_in, 1)  # an engine computes at least one token to produce logits
         self.waiting.append(s)
         for fn in self._on_arrive:
             fn(r, now)
@@ -165,7 +165,7 @@ class ContinuousEngine:
         sim, now = self.sim, self.env.now
         first = s.f is None and s.decoded == 0 and math.isnan(s.t_first)
         s.f = f = sim.lookup(s.req, now, lock=True)
-        s.pos = min(f.hit_tokens, s.target)
+        s.pos = min(f.hit_tokens, s.target - 1)  # a whole-prompt hit still recomputes the last token
         if first:
             self.tune_before(sim, s.req, now)
 
@@ -268,6 +268,9 @@ class ContinuousEngine:
             if carried:
                 preempted = carried + preempted
             if not prefills and not decodes:
+                if not preempted:  # nothing ran, nothing changed: the loop would spin forever
+                    raise RuntimeError(f"continuous scheduler stalled at t={env.now} with "
+                                       f"{len(self.running)} running, {len(self.waiting)} waiting")
                 carried = preempted  # reported with the next step that runs
                 continue
             carried = []

@@ -247,3 +247,14 @@ def test_events_file_carries_the_steps_replay_needs(tmp_path):
     table = pd.read_parquet(pq)
     assert len(table) == len(rows) and json.loads(table[table["event"] == "step"]["prefills"].iloc[0]) == \
         steps[0]["prefills"]
+
+
+def test_a_whole_prompt_hit_still_computes_its_last_token():
+    # the same 64-token prompt twice (llama-7b: every KV token is reusable); the second request
+    # hits all 64 tokens but runs one step computing token 63 (the logits), like an engine
+    prompt = toks(0, 64)
+    reqs = [Request(session_id=i, turn=0, input_tokens=prompt, output_tokens=toks(1000 + 10 * i, 3), arrival=10.0 * i)
+            for i in range(2)]
+    res, ev = go(Trace("same", reqs, closed_loop=False), policy="sglang+", model="llama-7b")
+    assert list(res.requests["hit_tokens"]) == [0, 64]
+    assert [p for s in steps_of(ev) for p in s.prefills] == [(0, 0, 64), (1, 63, 64)]
