@@ -148,7 +148,7 @@ class ContinuousEngine:
             self.sim.tree.unlock(f.locked)
         s.f = None
         s.pos = 0
-        s.target = s.n_in + s.decoded
+        s.target = max(s.n_in + s.decoded, 1)
         s.step_ends = []
         s.inserted = False
         self.waiting.appendleft(s)
@@ -297,6 +297,8 @@ class ContinuousEngine:
         if last != dt:
             return 1
         extra = k - 1  # this step's token is charged already; charge the rest of the run now
+        if self.sim.tree.listener is not None:  # evictions it causes are stamped now
+            self.sim.inserting = (decodes[0].f, self.env.now)
         if not self.sim.tree.reserve(extra * len(decodes), 0):
             return 1
         for s in decodes:
