@@ -99,6 +99,18 @@ def test_sglang_v1_states_land_on_the_scheduler_chunk_ends():
     assert admits[1][:2] == [(500, "chunk"), (1500, "prompt-end")]
 
 
+def test_sglang_v2_tracks_one_state_per_scheduled_step():
+    # the same steps under extra_buffer: one tracked state per step, the step end rounded down to
+    # 64 tokens from the step start: A (0-1000, 1000-1500) at 960 and 1448; B (0-500, 500-1500)
+    # at 448 and 500 + 960 = 1460
+    res, ev = go(open_trace([(0.0, 1500, 1), (0.0, 1500, 2)]), policy="sglang-v2", max_num_batched_tokens=1000)
+    admits = {}
+    for e in ev:
+        if isinstance(e, Admit):
+            admits.setdefault(e.request.request_id, []).append(e.position)
+    assert admits[0][:2] == [960, 1448] and admits[1][:2] == [448, 1460]
+
+
 def test_vllm_align_chunks_are_cut_on_the_block_grid():
     # block 256, budget 600, a 1,000-token prompt: 512 (whole blocks under the budget), then cut
     # at the last full block 768, then the 232-token tail; states at 512 and 768
