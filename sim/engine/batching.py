@@ -95,7 +95,7 @@ class ContinuousEngine:
         """``r`` joins the waiting queue; the returned event fires when it has finished."""
         now = self.env.now
         B = self.B
-        s = Seq(r, self.env.event(), r.n_input_tokens(B), r.n_output_tokens(B))
+        s = Seq(r, self.env.event(), int(r.n_input_tokens(B)), int(r.n_output_tokens(B)))  # numpy ints are slow
         s.target = max(s.n_in, 1)  # an engine computes at least one token to produce logits
         self.waiting.append(s)
         for fn in self._on_arrive:
@@ -165,7 +165,7 @@ class ContinuousEngine:
         sim, now = self.sim, self.env.now
         first = s.f is None and s.decoded == 0 and math.isnan(s.t_first)
         s.f = f = sim.lookup(s.req, now, lock=True)
-        s.pos = min(f.hit_tokens, s.target - 1)  # a whole-prompt hit still recomputes the last token
+        s.pos = int(min(f.hit_tokens, s.target - 1))  # a whole-prompt hit still recomputes the last token
         if first:
             self.tune_before(sim, s.req, now)
 
