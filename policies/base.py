@@ -136,6 +136,17 @@ class AdmissionPolicy(ABC):
     #: whether ``prefill_checkpoints`` depends on where prefill steps end (``ctx.prefill_steps``):
     #: a batching scheduler then asks for the checkpoints again once the prefill is done
     uses_prefill_steps: ClassVar[bool] = False
+    #: state slots a running request holds outside the cache on a hybrid model (``--scheduler
+    #: continuous`` charges them): SGLang no_buffer 1, extra_buffer 3 (1 + 2 ping-pong), vLLM 2
+    #: (running state + the last step's checkpoint), LMDeploy 2 (runtime + reserved save slot)
+    running_state_slots: ClassVar[int] = 1
+
+    @staticmethod
+    def scheduled_ends(match: MatchView, ctx: AdmissionContext) -> list[int]:
+        """Symbol positions of the non-final prefill step ends a batching scheduler reported
+        (``ctx.prefill_steps``) that lie on the grid, past the hit and before the prompt's end."""
+        G = ctx.block_tokens
+        return [e // G for e in ctx.prefill_steps if e % G == 0 and match.hit_sym < e // G < ctx.n_input]
 
     def schedule_chunk(self, start: int, end: int, budget: int, step_budget: int, ctx: AdmissionContext) -> int:
         """Tokens of a prefill at token ``start`` (of ``end``) the engine schedules in a step with
@@ -217,9 +228,6 @@ class PolicyPreset:
     lookup_cap_minus_one: bool = False  # SGLang: a lookup matches at most input_len - 1 tokens
     uses_alpha: bool = False
     unlimited: bool = False  # a bound: the cache never evicts (capacity ignored)
-    #: state slots a running request holds outside the cache (hybrid models, ``--scheduler
-    #: continuous``): SGLang no_buffer 1, extra_buffer 3 (1 + 2 ping-pong), vLLM align 2
-    running_state_slots: int = 1
 
     def grid_for(self, spec: Any, config: Any) -> int:
         """Tree granularity for this model and config (engine presets derive it per model)."""

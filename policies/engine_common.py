@@ -43,13 +43,6 @@ def chunk_ends(start: int, end: int, step: int) -> list[int]:
     return list(range(start + step, end, step))
 
 
-def scheduled_ends(match, ctx: AdmissionContext) -> list[int]:
-    """Symbol positions of the non-final prefill step ends a batching scheduler reported
-    (``ctx.prefill_steps``) that lie on the grid, past the hit and before the prompt's end."""
-    G = ctx.block_tokens
-    return [e // G for e in ctx.prefill_steps if e % G == 0 and match.hit_sym < e // G < ctx.n_input]
-
-
 def down(pos_sym: int, step_tokens: int, ctx: AdmissionContext) -> int:
     """Largest multiple of ``step_tokens`` tokens at or below symbol position ``pos_sym``, in
     symbols (a step finer than a symbol is rounded up to one symbol)."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from policies.base import AdmissionPolicy, Victim, admission, eviction, register_preset
-from policies.engine_common import ChunkedPrefill, EnginePreset, TwoHeapLRU, chunk_ends, scheduled_ends
+from policies.engine_common import ChunkedPrefill, EnginePreset, TwoHeapLRU, chunk_ends
 
 LMDEPLOY_BLOCK = 64  # LMDeploy's default block_size
 
@@ -63,10 +63,11 @@ class LmdeployAdmission(AdmissionPolicy):
 
     Params = ChunkedPrefill
     uses_prefill_steps = True
+    running_state_slots = 2  # the runtime slot + the reserved save slot
 
     def prefill_checkpoints(self, match, ctx):
         if ctx.prefill_steps is not None:
-            return scheduled_ends(match, ctx) + [ctx.n_input]
+            return self.scheduled_ends(match, ctx) + [ctx.n_input]
         step = max(self.params.prefill_chunk_tokens // ctx.block_tokens, 1)
         return chunk_ends(match.hit_sym, ctx.n_input, step) + [ctx.n_input]
 
@@ -118,4 +119,4 @@ register_preset(LmdeployPreset(
     "lmdeploy", "LMDeploy PyTorch engine: a checkpoint at each prefill forward end, one per block anchor "
     "(a later one replaces it), a frozen block per partial checkpoint, whole blocks in the trie; evicts "
     "frozen checkpoints, then KV leaves, then checkpoint-only (a state pool with --state-pool)",
-    admission="lmdeploy", eviction="lmdeploy-tiered", lookup_cap_minus_one=True, running_state_slots=2))
+    admission="lmdeploy", eviction="lmdeploy-tiered", lookup_cap_minus_one=True))

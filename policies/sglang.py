@@ -37,8 +37,7 @@ from __future__ import annotations
 import math
 
 from policies.base import AdmissionPolicy, Victim, admission, eviction, register_preset
-from policies.engine_common import (STATELESS_FIRST, ChunkedPrefill, EnginePreset, TwoHeapLRU, chunk_ends, input_tokens,
-                                    scheduled_ends)
+from policies.engine_common import STATELESS_FIRST, ChunkedPrefill, EnginePreset, TwoHeapLRU, chunk_ends, input_tokens
 
 SGLANG_CAPTURE_CHUNK = 64  # V2: mamba_cache_chunk_size = max(FLA chunk 64, page)
 SGLANG_TRACK_INTERVAL = 256  # V2: --mamba-track-interval (decode tracking)
@@ -57,7 +56,7 @@ class SGLangV1Admission(AdmissionPolicy):
 
     def prefill_checkpoints(self, match, ctx):
         if ctx.prefill_steps is not None:
-            return scheduled_ends(match, ctx) + [ctx.n_input]
+            return self.scheduled_ends(match, ctx) + [ctx.n_input]
         step = max(self.params.prefill_chunk_tokens // ctx.block_tokens, 1)
         return chunk_ends(match.hit_sym, ctx.n_input, step) + [ctx.n_input]
 
@@ -98,6 +97,7 @@ class SGLangV2Admission(AdmissionPolicy):
 
     Params = ChunkedPrefill
     uses_prefill_steps = True
+    running_state_slots = 3  # the working slot + 2 ping-pong track buffers (PR #19002)
 
     def chunk(self, ctx) -> int:
         return max(SGLANG_CAPTURE_CHUNK, ctx.block_tokens)
@@ -165,4 +165,4 @@ register_preset(EnginePreset(
     "sglang-v2", "SGLang extra_buffer: one 64-aligned tracked state per prefill step (a branch point "
     "replaces it), 256-token decode tracking, KV kept up to the tracked state; KV and mamba lists",
     admission="sglang-v2", eviction="two-list", lookup_cap_minus_one=True,
-    options=SGLANG_CACHE + (("kv_extent", "state"),), pools=True, running_state_slots=3))
+    options=SGLANG_CACHE + (("kv_extent", "state"),), pools=True))

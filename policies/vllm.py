@@ -90,6 +90,7 @@ class VllmAlignAdmission(AdmissionPolicy):
 
     Params = VllmBlocks
     uses_prefill_steps = True
+    running_state_slots = 2  # the running state + the last step's checkpoint
 
     def prefill_checkpoints(self, match, ctx):
         B = ctx.block_tokens
@@ -123,6 +124,7 @@ class VllmAllAdmission(AdmissionPolicy):
     """``--mamba-cache-mode all``: a state at every block boundary of the prompt and of decode."""
 
     Params = VllmBlocks
+    running_state_slots = 2
 
     def prefill_checkpoints(self, match, ctx):
         return list(range(match.hit_sym + 1, ctx.n_input + 1))
@@ -135,8 +137,8 @@ register_preset(VllmPreset(
     "vllm-align", "vLLM --mamba-cache-mode align (PR #30877): states at the block boundary ending each "
     "block-aligned prefill step (always the prompt's last full block) and every block crossed in decode; "
     "full blocks only, LRU tail first",
-    admission="vllm-align", eviction="lru-tail-first", lookup_cap_minus_one=True, running_state_slots=2))
+    admission="vllm-align", eviction="lru-tail-first", lookup_cap_minus_one=True))
 register_preset(VllmPreset(
     "vllm-all", "vLLM --mamba-cache-mode all: a state at every block boundary (prefill and decode), "
     "LRU tail first",
-    admission="vllm-all", eviction="lru-tail-first", lookup_cap_minus_one=True, running_state_slots=2))
+    admission="vllm-all", eviction="lru-tail-first", lookup_cap_minus_one=True))

@@ -13,7 +13,7 @@ decodes one more token. A request whose prefill ended learns where its chunks en
 (``Simulation.replan_prefill``), so the states an engine preset places at chunk ends sit where this
 scheduler cut the chunks.
 
-Memory: every running request holds ``preset.running_state_slots`` state slots (hybrid models)
+Memory: every running request holds ``admission.running_state_slots`` state slots (hybrid models)
 and the KV of the tokens it computed beyond its hit, charged against the cache's capacity
 (``HybridRadixTree.reserve``: cached entries are evicted to make room; with ``--state-pool`` the
 slots come from the state pool and the KV from the KV pool). When a running request's next tokens
@@ -75,7 +75,7 @@ class ContinuousEngine:
         cfg = sim.config
         self.budget = cfg.max_num_batched_tokens
         self.max_seqs = cfg.max_num_seqs
-        self.slots = sim.preset.running_state_slots if sim.spec.is_hybrid else 0
+        self.slots = sim.admission.running_state_slots if sim.spec.is_hybrid else 0
         self.B = sim.trace.block_tokens
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
@@ -346,7 +346,7 @@ class ContinuousEngine:
     def _apply(self, prefills: list, decodes: list, k: int, t0: float, dt: float) -> None:
         now = self.env.now
         finished = []
-        for s, a, b in prefills:
+        for s, _, b in prefills:
             s.pos = b
             s.step_ends.append(b)
             if not s.inserted and b >= s.n_in:

@@ -125,7 +125,8 @@ class Step:
     preempted: tuple  # request ids
 
 
-EVENT_NAMES = {Arrive: "arrive", Step: "step", Lookup: "lookup", Prefill: "prefill", Decode: "decode", Admit: "admit", Evict: "evict",
+EVENT_NAMES = {Arrive: "arrive", Step: "step", Lookup: "lookup", Prefill: "prefill", Decode: "decode", Admit: "admit",
+               Evict: "evict",
                EvictKV: "evict_kv", Reject: "reject"}
 
 

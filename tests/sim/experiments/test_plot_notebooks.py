@@ -92,8 +92,8 @@ def best_alpha_rows(rows: pd.DataFrame) -> pd.DataFrame:
     keep = []
     if "scheduler" not in rows.columns:
         rows = rows.assign(scheduler="fcfs")
-    for (policy, cap, rate, mode, _), g in rows.groupby(["policy", "capacity_bytes", "sessions_per_second", "alpha_mode",
-                                                         "scheduler"]):
+    for (_, _, _, mode, _), g in rows.groupby(["policy", "capacity_bytes", "sessions_per_second", "alpha_mode",
+                                               "scheduler"]):
         if mode == "auto":
             continue
         keep.append(g.loc[[g["token_hit_rate"].idxmax()]] if mode == "static" else g)
@@ -170,7 +170,7 @@ def check_notebook_numbers(name: str, shown: dict, folder: Path) -> None:
         picked = req[req["config_id"].isin(best["config_id"])]
         assert f"{len(best)} configurations, {len(picked)} requests from {folder}" in text
         table = _cell(shown, "report.ttft_table")
-        for policy, g in best.groupby(["policy", "scheduler"]):
+        for _, g in best.groupby(["policy", "scheduler"]):
             x = picked[picked["config_id"].isin(g["config_id"])]["ttft_s"].to_numpy() * 1e3
             assert_shown(table, np.percentile(x, [5, 50, 95]), 1)
         # fcfs vs continuous under load: the rows' own TTFT percentiles, averaged over capacities
