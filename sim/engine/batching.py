@@ -24,10 +24,10 @@ that does not fit waits. A request too large to fit even alone is run anyway and
 ``memory_overshoots`` (no request is ever dropped).
 
 Speed: per-step work is O(batch). A run of decode-only steps in which nothing changes (no prefill,
-no request finishing, no arrival) is advanced in one event when the timing model gives its first
-and last step the same time: each step is then that long (the memory-bound decode time); an
-arrival in the middle ends the run at the next step boundary. Such a run is one ``step`` event
-with ``steps`` > 1.
+no request finishing, no arrival) is advanced in one event: when the timing model gives its first
+and last step the same time (the memory-bound decode time) every step is that long, otherwise up
+to ``VARIABLE_RUN`` steps are timed one by one; an arrival in the middle ends the run at the next
+step boundary. Such a run is one ``step`` event with ``steps`` > 1.
 
 Simplifications: KV is charged per token (no block rounding); a request's prompt KV, once
 inserted into the cache at prefill end, is the cache's (locked until the request ends), not the
@@ -37,6 +37,7 @@ request's; the KV of a decode run is charged at the run's start.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -45,6 +46,10 @@ import simpy
 from sim.engine.events import listeners
 from sim.engine.simulation import Flight, Simulation
 from traces.base import Request
+
+
+#: decode steps timed one by one in a run when the timing model's step time varies along it
+VARIABLE_RUN = 64
 
 
 @dataclass(slots=True, eq=False)
@@ -81,6 +86,7 @@ class ContinuousEngine:
         self.running: list[Seq] = []
         self.wake: simpy.Event | None = None  # the idle loop waits on it
         self.coasting = False  # a decode run in progress that an arrival may cut short
+        self._ends: list[float] | None = None  # cumulative step ends of a run whose steps vary
         self.tune_before, self.tune_after, self.tick = tune_before, tune_after, tick
         self.held_bytes = 0
         self.charged_per_kv = sim.tree.kv_bytes_per_token
@@ -289,13 +295,21 @@ class ContinuousEngine:
             self._apply(prefills, decodes, k, t0, dt)
 
     def _run_length(self, decodes: list, contexts: list, dt: float) -> int:
-        """How many identical decode-only steps can go as one event (1: just this one)."""
+        """How many decode-only steps of this batch can go as one event (1: just this one). When
+        the timing model gives the run's first and last step the same time every step takes
+        ``dt``; otherwise each step is timed (at most ``VARIABLE_RUN`` of them) into ``_ends``."""
         k = min(s.n_out - s.decoded for s in decodes)
         if k <= 1 or self.waiting and len(self.running) < self.max_seqs:
             return 1
-        last = self.sim.timing.step_time_s(self.sim.spec, (), [c + k - 1 for c in contexts])
-        if last != dt:
-            return 1
+        timing, spec = self.sim.timing, self.sim.spec
+        self._ends = None
+        if timing.step_time_s(spec, (), [c + k - 1 for c in contexts]) != dt:
+            k = min(k, VARIABLE_RUN)
+            ends, t = [], 0.0
+            for i in range(k):
+                t += dt if i == 0 else timing.step_time_s(spec, (), [c + i for c in contexts])
+                ends.append(t)
+            self._ends = ends
         extra = k - 1  # this step's token is charged already; charge the rest of the run now
         if self.sim.tree.listener is not None:  # evictions it causes are stamped now
             self.sim.inserting = (decodes[0].f, self.env.now)
@@ -312,13 +326,19 @@ class ContinuousEngine:
         boundary. Returns the steps done (the KV of the steps not done is given back)."""
         env = self.env
         t0 = env.now
+        ends = self._ends
         self.coasting = True
         try:
-            yield env.timeout(k * dt)
+            yield env.timeout(k * dt if ends is None else ends[-1])
             done = k
         except simpy.Interrupt:
-            done = min(int((env.now - t0) / dt) + 1, k)
-            end = t0 + done * dt
+            elapsed = env.now - t0
+            if ends is None:
+                done = min(int(elapsed / dt) + 1, k)
+                end = t0 + done * dt
+            else:
+                done = min(bisect_right(ends, elapsed) + 1, k)
+                end = t0 + ends[done - 1]
             if end > env.now:
                 yield env.timeout(end - env.now)
         self.coasting = False

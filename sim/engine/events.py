@@ -19,9 +19,9 @@ evict_kv   t, tokens (KV of that many tokens freed with an evicted leaf)
 reject     request, t, reason (an insert that found no room: nothing of it was cached)
 arrive     request, t (``--scheduler continuous`` only: the request joined the engine's queue;
            its lookup comes when it is first scheduled, and again after a preemption)
-step       t_start, t_end, seconds (modelled time of one step), steps (> 1: that many identical
-           decode-only steps in a row, each ``seconds / steps`` long, every context one longer than
-           the last), prefills ((request_id, start, end) per prefill chunk: tokens start..end
+step       t_start, t_end, seconds (modelled time), steps (> 1: that many decode-only steps of the
+           same requests in a row, every context one longer than in the step before, ``seconds``
+           their total), prefills ((request_id, start, end) per prefill chunk: tokens start..end
            computed, attention over 0..end), decodes ((request_id, context) per decode token),
            tokens (per step), preempted (request ids preempted while the step was built)
            (``--scheduler continuous`` only: what replay needs to execute the step)

@@ -272,3 +272,32 @@ def test_a_whole_prompt_hit_still_computes_its_last_token():
     res, ev = go(Trace("same", reqs, closed_loop=False), policy="sglang+", model="llama-7b")
     assert list(res.requests["hit_tokens"]) == [0, 64]
     assert [p for s in steps_of(ev) for p in s.prefills] == [(0, 0, 64), (1, 63, 64)]
+
+
+class ContextTiming(type(TIMING)):
+    """The default timing plus a KV-read term that grows with each decode's context, so decode
+    steps differ along a run (as a calibrated hardware model's do)."""
+
+    def step_time_s(self, spec, prefills, decode_contexts):
+        return super().step_time_s(spec, prefills, decode_contexts) + 1e-6 * sum(decode_contexts)
+
+
+def test_decode_steps_whose_time_varies_are_timed_one_by_one():
+    timing = ContextTiming(TIMING.effective_tflops, TIMING.overhead_ms, TIMING.decode_ms_per_token)
+    trace = open_trace([(0.0, 100, 150), (0.5, 80, 3)])  # the second arrives inside a decode run
+    log = EventLog()
+    res = simulate(trace, SimConfig(policy="sglang+", capacity_bytes=BIG, scheduler="continuous"), timing=timing,
+                   observers=(log,))
+    st_ = steps_of(log.events)
+    for s in st_:  # every event's time is the sum of its steps' times, each context one longer
+        want = sum(timing.step_time_s(SPEC, [(a, b) for _, a, b in s.prefills], [c + i for _, c in s.decodes])
+                   for i in range(s.steps))
+        assert s.seconds == pytest.approx(want, rel=1e-12)
+        assert s.t_end - s.t_start == pytest.approx(s.seconds, rel=1e-12)
+    assert max(s.steps for s in st_) > 1
+    cut = [s for s in st_ if s.t_start < 0.5 < s.t_end]
+    assert len(cut) == 1 and cut[0].decodes == ((0, cut[0].decodes[0][1]),)  # cut at the boundary after 0.5
+    nxt = st_[st_.index(cut[0]) + 1]
+    assert nxt.prefills == ((1, 0, 80),) and nxt.t_start - 0.5 < timing.decode_time_s(1) * 1.01
+    # request 0: its prefill step, then 149 decode steps at contexts 100..248 (plus the shared step)
+    assert list(res.requests["output_tokens"]) == [150, 3]
