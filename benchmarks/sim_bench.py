@@ -1,13 +1,16 @@
 """Simulator throughput and memory on the largest ShareGPT trace the package holds.
 
 Every conversation with >= 2 rounds (about 30,000 requests, tokenization cached), each policy,
-``sequential`` and ``des`` mode, one process pinned to one core. Then the same trace grown 10x
-(repeated with fresh session ids and token ids) to show how speed and memory scale.
+``sequential`` and ``des`` mode and ``des`` with ``--scheduler continuous`` (row ``continuous``),
+one process pinned to one core. Then the same trace grown 10x (repeated with fresh session ids and
+token ids) to show how speed and memory scale. ``--default-trace`` times the `marconi run` default
+trace (ShareGPT, 100 sessions) instead.
 
-    python benchmarks/sim_bench.py [--repeat 3] [--grow 10] [--capacity 5GB]
+    python benchmarks/sim_bench.py [--repeat 3] [--grow 10] [--capacity 5GB] [--modes sequential,des,continuous]
 
-Prints requests/s (median of --repeat runs) and the peak resident memory of a fresh child
-process per configuration (so one run's garbage does not inflate the next one's figure).
+Prints requests/s (median of --repeat runs; wall clock, and CPU time of the process, which a machine
+shared with other jobs inflates less) and the peak resident memory of a fresh child process per
+configuration (so one run's garbage does not inflate the next one's figure).
 """
 
 from __future__ import annotations
@@ -24,13 +27,19 @@ import time
 POLICIES = ["vllm+", "sglang+", "marconi"]
 
 
+MODES = ["sequential", "des", "continuous"]  # continuous: des with --scheduler continuous
+
+
 def _load(grow: int):
     import numpy as np
 
     from traces.base import Request, Trace
     from traces.registry import TraceOptions, load_trace
 
-    base = load_trace("sharegpt", TraceOptions(sessions=0, min_rounds=2))
+    if os.environ.get("SIM_BENCH_DEFAULT_TRACE"):
+        base = load_trace("sharegpt", TraceOptions())
+    else:
+        base = load_trace("sharegpt", TraceOptions(sessions=0, min_rounds=2))
     if grow == 1:
         return base
     # fresh session ids and token ids per copy: copies never share prefixes with each other.
@@ -69,13 +78,16 @@ def child(policy: str, mode: str, grow: int, capacity: str, alpha: float) -> Non
     from sim.simulate import simulate
 
     trace = _load(grow)
-    cfg = SimConfig(policy=policy, mode=mode, capacity_bytes=parse_size(capacity), alpha=alpha)
-    t0 = time.perf_counter()
+    sched = "continuous" if mode == "continuous" else "fcfs"
+    cfg = SimConfig(policy=policy, mode="des" if sched == "continuous" else mode, scheduler=sched,
+                    capacity_bytes=parse_size(capacity), alpha=alpha)
+    t0, c0 = time.perf_counter(), time.process_time()
     res = simulate(trace, cfg)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"policy": policy, "mode": mode, "grow": grow, "requests": len(trace.requests),
-                      "seconds": wall, "req_per_s": len(trace.requests) / wall, "peak_mb": peak_mb,
+                      "seconds": wall, "req_per_s": len(trace.requests) / wall,
+                      "cpu_req_per_s": len(trace.requests) / cpu, "peak_mb": peak_mb,
                       "token_hit_rate": res.summary["token_hit_rate"]}))
 
 
@@ -86,27 +98,33 @@ def main() -> None:
     ap.add_argument("--capacity", default="5GB")
     ap.add_argument("--alpha", type=float, default=1.0)
     ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--default-trace", action="store_true", help="the `marconi run` default trace (100 sessions)")
     ap.add_argument("--child", nargs=4, metavar=("POLICY", "MODE", "GROW", "CAPACITY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         policy, mode, grow, capacity = args.child
         child(policy, mode, int(grow), capacity, args.alpha)
         return
+    if args.default_trace:
+        os.environ["SIM_BENCH_DEFAULT_TRACE"] = "1"  # children inherit it
     _load(1)  # tokenize once (cached on disk) before timing anything
-    print(f"{'policy':8} {'mode':10} {'x':>3} {'requests':>9} {'req/s (median)':>15} {'peak MB':>8} {'hit':>7}")
+    print(f"{'policy':8} {'mode':10} {'x':>3} {'requests':>9} {'req/s (median)':>15} {'CPU req/s':>10} {'peak MB':>8} "
+          f"{'hit':>7}")
     for grow in (1, args.grow):
         for policy in args.policies.split(","):
-            for mode in ("sequential", "des"):
+            for mode in args.modes.split(","):
                 runs = []
                 for _ in range(args.repeat if grow == 1 else 1):
                     out = subprocess.run([sys.executable, __file__, "--alpha", str(args.alpha), "--child", policy,
                                           mode, str(grow), args.capacity], capture_output=True, text=True, check=True)
                     runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
                 rate = statistics.median(r["req_per_s"] for r in runs)
+                cpu_rate = statistics.median(r["cpu_req_per_s"] for r in runs)
                 peak = max(r["peak_mb"] for r in runs)
                 r0 = runs[0]
-                print(f"{policy:8} {mode:10} {grow:>3} {r0['requests']:>9} {rate:>15,.0f} {peak:>8,.0f} "
-                      f"{r0['token_hit_rate']:>7.2%}", flush=True)
+                print(f"{policy:8} {mode:10} {grow:>3} {r0['requests']:>9} {rate:>15,.0f} {cpu_rate:>10,.0f} "
+                      f"{peak:>8,.0f} {r0['token_hit_rate']:>7.2%}", flush=True)
 
 
 if __name__ == "__main__":

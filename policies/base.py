@@ -109,6 +109,11 @@ class AdmissionContext:
     n_full: int  # symbols of input + output
     block_tokens: int  # tokens per symbol
     input_tokens: int = -1  # exact prompt tokens (-1: n_input * block_tokens)
+    #: token positions where this request's scheduled prefill steps ended, in order (the last one
+    #: is the prompt's end): given by a batching scheduler (``--scheduler continuous``), which knows
+    #: the chunks only when the prefill is done. None: the policy derives its own steps from its
+    #: ``--prefill-chunk`` knob (one request prefilling at a time).
+    prefill_steps: tuple[int, ...] | None = None
 
 
 class AdmissionPolicy(ABC):
@@ -127,6 +132,27 @@ class AdmissionPolicy(ABC):
 
     @abstractmethod
     def decode_checkpoints(self, match: MatchView, ctx: AdmissionContext) -> list[int]: ...
+
+    #: whether ``prefill_checkpoints`` depends on where prefill steps end (``ctx.prefill_steps``):
+    #: a batching scheduler then asks for the checkpoints again once the prefill is done
+    uses_prefill_steps: ClassVar[bool] = False
+    #: state slots a running request holds outside the cache on a hybrid model (``--scheduler
+    #: continuous`` charges them): SGLang no_buffer 1, extra_buffer 3 (1 + 2 ping-pong), vLLM 2
+    #: (running state + the last step's checkpoint), LMDeploy 2 (runtime + reserved save slot)
+    running_state_slots: ClassVar[int] = 1
+
+    @staticmethod
+    def scheduled_ends(match: MatchView, ctx: AdmissionContext) -> list[int]:
+        """Symbol positions of the non-final prefill step ends a batching scheduler reported
+        (``ctx.prefill_steps``) that lie on the grid, past the hit and before the prompt's end."""
+        G = ctx.block_tokens
+        return [e // G for e in ctx.prefill_steps if e % G == 0 and match.hit_sym < e // G < ctx.n_input]
+
+    def schedule_chunk(self, start: int, end: int, budget: int, step_budget: int, ctx: AdmissionContext) -> int:
+        """Tokens of a prefill at token ``start`` (of ``end``) the engine schedules in a step with
+        ``budget`` tokens left of ``step_budget``: an engine that cuts its chunks on a grid
+        overrides this (0: the request waits for the next step). Default: as many as fit."""
+        return min(budget, end - start)
 
 
 # ---------------------------------------------------------------------------------- eviction

@@ -62,8 +62,12 @@ class LmdeployAdmission(AdmissionPolicy):
     decode checkpoints off."""
 
     Params = ChunkedPrefill
+    uses_prefill_steps = True
+    running_state_slots = 2  # the runtime slot + the reserved save slot
 
     def prefill_checkpoints(self, match, ctx):
+        if ctx.prefill_steps is not None:
+            return self.scheduled_ends(match, ctx) + [ctx.n_input]
         step = max(self.params.prefill_chunk_tokens // ctx.block_tokens, 1)
         return chunk_ends(match.hit_sym, ctx.n_input, step) + [ctx.n_input]
 

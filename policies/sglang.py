@@ -52,8 +52,11 @@ class SGLangV1Admission(AdmissionPolicy):
     (``cache_unfinished_req``), and at the request end (``cache_finished_req``)."""
 
     Params = ChunkedPrefill
+    uses_prefill_steps = True
 
     def prefill_checkpoints(self, match, ctx):
+        if ctx.prefill_steps is not None:
+            return self.scheduled_ends(match, ctx) + [ctx.n_input]
         step = max(self.params.prefill_chunk_tokens // ctx.block_tokens, 1)
         return chunk_ends(match.hit_sym, ctx.n_input, step) + [ctx.n_input]
 
@@ -61,14 +64,20 @@ class SGLangV1Admission(AdmissionPolicy):
         return [ctx.n_full]
 
 
-def v2_tracks(hit: int, n: int, budget: int, branch: int | None, chunk: int) -> list[int]:
+def v2_tracks(hit: int, n: int, budget: int, branch: int | None, chunk: int,
+              ends: tuple[int, ...] | None = None) -> list[int]:
     """Token positions SGLang V2 tracks in a prefill from ``hit`` through an ``n``-token prompt in
-    steps of ``budget`` tokens: one per step of >= ``chunk`` tokens, the branch point replacing
-    the step end when it falls inside the step on the chunk grid."""
+    steps of ``budget`` tokens (or ending at ``ends``, a scheduler's step ends): one per step of
+    >= ``chunk`` tokens, the branch point replacing the step end when it falls inside the step on
+    the chunk grid."""
+    if ends is None:
+        ends = range(hit + budget, n + budget, budget)
     tracks = []
     start = hit
-    while start < n:
-        end = min(start + budget, n)
+    for end in ends:
+        end = min(end, n)
+        if end <= start:
+            continue
         extend = end - start
         if extend >= chunk:
             track = start + extend // chunk * chunk
@@ -76,6 +85,8 @@ def v2_tracks(hit: int, n: int, budget: int, branch: int | None, chunk: int) -> 
                 track = branch
             tracks.append(track)
         start = end
+        if start >= n:
+            break
     return tracks
 
 
@@ -85,6 +96,8 @@ class SGLangV2Admission(AdmissionPolicy):
     and the last state tracked in decode on the 256-token grid."""
 
     Params = ChunkedPrefill
+    uses_prefill_steps = True
+    running_state_slots = 3  # the working slot + 2 ping-pong track buffers (PR #19002)
 
     def chunk(self, ctx) -> int:
         return max(SGLANG_CAPTURE_CHUNK, ctx.block_tokens)
@@ -97,7 +110,7 @@ class SGLangV2Admission(AdmissionPolicy):
         if match.match_sym > match.hit_sym:  # KV matched deeper than the deepest state
             aligned = min(match.match_sym * G, n - 1) // chunk * chunk
             branch = aligned if aligned > 0 else None
-        tracks = v2_tracks(match.hit_sym * G, n, self.params.prefill_chunk_tokens, branch, chunk)
+        tracks = v2_tracks(match.hit_sym * G, n, self.params.prefill_chunk_tokens, branch, chunk, ctx.prefill_steps)
         return [t // G for t in tracks if t % G == 0 and t > match.hit_sym * G]
 
     def decode_checkpoints(self, match, ctx):

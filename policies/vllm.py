@@ -89,11 +89,31 @@ class VllmAlignAdmission(AdmissionPolicy):
     cut by ``_mamba_block_aligned_split``) and at each block boundary crossed in decode."""
 
     Params = VllmBlocks
+    uses_prefill_steps = True
+    running_state_slots = 2  # the running state + the last step's checkpoint
 
     def prefill_checkpoints(self, match, ctx):
         B = ctx.block_tokens
-        ends = align_step_ends(match.hit_sym * B, input_tokens(ctx), B, self.params.prefill_chunk_tokens)
+        if ctx.prefill_steps is not None:
+            ends = [e for e in ctx.prefill_steps if e > match.hit_sym * B]
+        else:
+            ends = align_step_ends(match.hit_sym * B, input_tokens(ctx), B, self.params.prefill_chunk_tokens)
         return [e // B for e in ends if e % B == 0 and e // B <= ctx.n_input]
+
+    def schedule_chunk(self, start, end, budget, step_budget, ctx):
+        """``_mamba_block_aligned_split``: a step ending before the prompt's last full block is a
+        whole number of blocks, a step crossing it is cut there (a budget left under one block:
+        the request waits, unless the whole step budget is under a block)."""
+        B = ctx.block_tokens
+        n = input_tokens(ctx)
+        last = n - n % B
+        step = min(budget, end - start)
+        if start + step < last:
+            whole = step // B * B
+            return whole if whole or budget < step_budget else step
+        if start < last < start + step:
+            return last - start
+        return step
 
     def decode_checkpoints(self, match, ctx):
         return decode_boundaries(ctx)
@@ -104,6 +124,7 @@ class VllmAllAdmission(AdmissionPolicy):
     """``--mamba-cache-mode all``: a state at every block boundary of the prompt and of decode."""
 
     Params = VllmBlocks
+    running_state_slots = 2
 
     def prefill_checkpoints(self, match, ctx):
         return list(range(match.hit_sym + 1, ctx.n_input + 1))

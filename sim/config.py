@@ -96,7 +96,14 @@ class SimConfig:
         1.0, "Closed-loop traces: sessions started per second (session i at i / rate, or Poisson with --arrival "
         "poisson); open-loop traces (mooncake, bailian, marconi-jsonl) keep their own timestamps.", group=None)
     arrival: str = setting("uniform", "Session starts: i / rate (paper) or Poisson.", choices=("uniform", "poisson"))
-    servers: int = setting(1, "Prefill servers (simpy resources).")
+    servers: int = setting(1, "Prefill servers (simpy resources; --scheduler fcfs).")
+    scheduler: str = setting("fcfs", "fcfs: each request prefills alone on one of --servers, FIFO, then decodes off the "
+                             "server; continuous: one engine stepping batches of decode tokens and prefill chunks "
+                             "(vLLM-style chunked prefill), running requests' KV and states charged to --capacity.",
+                             choices=("fcfs", "continuous"))
+    max_num_batched_tokens: int = setting(8192, "--scheduler continuous: tokens per engine step (decode tokens plus "
+                                          "prefill chunks).")
+    max_num_seqs: int = setting(256, "--scheduler continuous: requests running at once.")
     ttft_model: str = setting("flops", "flops: FLOPs / throughput + overhead; jamba: the paper's fitted "
                               "Jamba-1.5-Mini table.", choices=("flops", "jamba"))
     timing_file: str | None = setting(
@@ -150,6 +157,14 @@ class SimConfig:
             raise UsageError(f"--sessions-per-second must be a finite number > 0, not {self.sessions_per_second!r}")
         if self.servers < 1:
             raise UsageError("--servers must be >= 1")
+        if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
+            raise UsageError("--max-num-batched-tokens and --max-num-seqs must be >= 1")
+        if self.scheduler == "continuous" and self.mode != "des":
+            raise UsageError("--scheduler continuous steps a discrete-event engine: use it with --mode des")
+        if self.scheduler == "continuous" and self.servers != 1:
+            raise UsageError("--servers applies to --scheduler fcfs; continuous batching models one engine")
+        if self.scheduler == "continuous" and self.ttft_model != "flops":
+            raise UsageError("--scheduler continuous times whole steps with the FLOPs model: use --ttft-model flops")
         if self.seed < 0:  # numpy's generators take non-negative seeds only
             raise UsageError(f"--seed must be >= 0, not {self.seed}")
         if self.prefill_chunk_tokens < 1:

@@ -27,6 +27,7 @@ Conventions
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Sequence
 
 from sim.errors import UsageError
 
@@ -147,6 +148,11 @@ class ModelSpec:
         if p >= L:
             return 0.0
         return self._a * (L - p) + self._b * (L * L - p * p)
+
+    def decode_flops(self, n: int, context_sum: int) -> float:
+        """FLOPs of ``n`` decode tokens whose contexts sum to ``context_sum`` (each token at
+        position c costs ``prefill_flops(c, c + 1)``)."""
+        return self._a * n + self._b * (2 * context_sum + n)
 
     def node_flops(self, L_parent: int, L_node: int) -> float:
         """Eviction numerator: FLOPs saved by reusing the node's prefix, marginal to its parent.
@@ -303,6 +309,28 @@ class TimingModel:
 
     def decode_time_s(self, n_tokens: int) -> float:
         return n_tokens * self.decode_ms_per_token * 1e-3
+
+    def step_time_s(self, spec: ModelSpec, prefills: Sequence[tuple[int, int]],
+                    decode_contexts: Sequence[int]) -> float:
+        """Modelled time of one engine step (a continuous-batching iteration).
+
+        ``prefills``: ``(start, end)`` token positions of each request's prefill chunk in this step
+        (attention sees ``0..end``); ``decode_contexts``: the context length of each request
+        decoding one token. A step with prefill work pays the fixed overhead once plus the batch's
+        FLOPs at the effective throughput; decode is memory-bound: the weights are read once per
+        step however many requests decode (``decode_ms_per_token``), so a step takes the larger of
+        its compute time and that read. One request alone: ``step_time_s(spec, [(p, L)], [])``
+        equals ``prefill_time_s(spec, p, L)`` and ``step_time_s(spec, [], [c])`` equals
+        ``decode_time_s(1)``."""
+        flops = spec.decode_flops(len(decode_contexts), sum(decode_contexts)) if decode_contexts else 0.0
+        for p, L in prefills:
+            flops += spec.prefill_flops(p, L)
+        compute = flops * self._inv
+        if prefills:
+            compute += self.overhead_ms * 1e-3
+        if decode_contexts:
+            return max(compute, self.decode_ms_per_token * 1e-3)
+        return compute
 
     @staticmethod
     def jamba_ttft_s(n_tokens: int) -> float:

@@ -16,7 +16,7 @@ from sim.analysis.report import alpha_grid, auto_alphas, order_variants, ttft_cd
 from sim.errors import UsageError
 from sim.experiments.store import load_details
 
-KINDS = ("hit-rate", "alpha", "ttft", "occupancy")
+KINDS = ("hit-rate", "alpha", "ttft", "occupancy", "ttft-load")
 
 
 def pyplot():
@@ -121,6 +121,31 @@ def fig_ttft(rows, requests):
     return fig
 
 
+def fig_ttft_load(rows):
+    """TTFT p95 (solid) and p50 (dashed) against the session rate, a line per policy variant and
+    scheduler (fcfs vs continuous batching), a panel per trace."""
+    plt = pyplot()
+    traces = sorted(rows["trace"].unique())
+    fig, axes = plt.subplots(1, len(traces), figsize=(5.0 * len(traces), 3.6), squeeze=False)
+    for ax, trace in zip(axes[0], traces):
+        table = report.ttft_under_load(rows[rows["trace"] == trace])
+        for i, variant in enumerate(table.index.get_level_values(0).unique()):
+            t = table.loc[variant]
+            for col in t.columns:
+                pct, sched = col.split()[:2]
+                ax.plot(t.index, t[col], marker="o" if sched == "fcfs" else "s", color=f"C{i}",
+                        linestyle="-" if pct == "ttft_p95" else "--", alpha=1.0 if sched == "continuous" else 0.55,
+                        label=f"{variant} {sched} {pct.split('_')[1]}")
+        ax.set_yscale("log")
+        ax.set_xlabel("sessions per second")
+        ax.set_ylabel("TTFT (ms)")
+        ax.set_title(_short(trace), fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def fig_occupancy(rows, occupancy):
     """Cache occupancy (KV + states, fraction of capacity) over time, a panel per policy variant and
     a line per configuration (labelled by capacity and session rate)."""
@@ -175,4 +200,6 @@ def make_figure(results: str | Path, kind: str, where: str | None = None, static
         return fig_ttft(selected, load_details(results, "requests", selected["config_id"]))
     if kind == "occupancy":
         return fig_occupancy(selected, load_details(results, "occupancy", selected["config_id"]))
+    if kind == "ttft-load":
+        return fig_ttft_load(selected)
     raise UsageError(f"--kind must be one of {', '.join(KINDS)}")

@@ -37,8 +37,8 @@ SMALL = {
                         sim_axes={"policy": ["marconi"], "capacity_bytes": [10**9, 2 * 10**9],
                                   "sessions_per_second": [5.0], "alpha": [0.0, 0.5, 1.0, 1.5, 2.0, "auto"]}),
     "ttft": dict(trace_axes={"trace": ["sharegpt"], "sessions": [10]},
-                 sim_axes={"policy": ["vanilla", "vllm+", "sglang+", "marconi"], "capacity_bytes": [10**9, 3 * 10**9],
-                           "sessions_per_second": [5.0]}),
+                 sim_axes={"policy": ["sglang+", "marconi"], "capacity_bytes": [10**9, 3 * 10**9],
+                           "sessions_per_second": [1.0, 5.0, 10.0], "scheduler": ["fcfs", "continuous"]}),
 }
 
 
@@ -96,7 +96,10 @@ def variant_label(policy: str, alpha_mode: str, alpha: float) -> str:
 def load(path: str | os.PathLike) -> pd.DataFrame:
     """Rows of a results folder with ``variant`` (policy + alpha) and ``capacity_gb`` columns."""
     df = load_results(path)
-    df["variant"] = [variant_label(p, m, a) for p, m, a in zip(df["policy"], df["alpha_mode"], df["alpha"])]
+    if "scheduler" not in df.columns:  # results written before --scheduler existed
+        df["scheduler"] = "fcfs"
+    df["variant"] = [variant_label(p, m, a) + (" [continuous]" if s == "continuous" else "")
+                     for p, m, a, s in zip(df["policy"], df["alpha_mode"], df["alpha"], df["scheduler"])]
     df["capacity_gb"] = df["capacity_bytes"] / 1e9
     return df
 
@@ -122,6 +125,9 @@ def condense(df: pd.DataFrame, static: str | float = "best", metric: str = "toke
             else:
                 idx = g.groupby(knob_columns(g), dropna=False)[metric].idxmax()
                 g = g.loc[idx].assign(variant=f"{policy} (best α)")
+            if "scheduler" in g.columns:
+                g = g.assign(variant=[v + (" [continuous]" if s == "continuous" else "")
+                                      for v, s in zip(g["variant"], g["scheduler"])])
             parts.append(g)
         stat = pd.concat(parts)
     else:
@@ -225,3 +231,13 @@ def ttft_table(rows: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """P5 / P50 / P95 TTFT (ms) per variant over the pooled requests."""
     data = {v: np.percentile(x, [5, 50, 95]) for v, (x, _) in ttft_cdf(rows, requests).items()}
     return pd.DataFrame(data, index=["p5_ms", "p50_ms", "p95_ms"]).T
+
+
+def ttft_under_load(rows: pd.DataFrame) -> pd.DataFrame:
+    """TTFT p50 / p95 (ms) per policy variant and session rate, fcfs beside continuous batching
+    (the rows' own percentiles, averaged over the other knobs, e.g. capacities)."""
+    df = rows.assign(policy_variant=[v.replace(" [continuous]", "") for v in rows["variant"]])
+    table = df.groupby(["policy_variant", "sessions_per_second", "scheduler"])[["ttft_p50_ms", "ttft_p95_ms"]].mean()
+    table = table.unstack("scheduler")
+    table.columns = [f"{m.replace('_ms', '')} {s} ms" for m, s in table.columns]
+    return table[sorted(table.columns, key=lambda c: (c.split()[0], c.split()[1] != "fcfs"))]

@@ -107,6 +107,12 @@ class EngineTree(HybridRadixTree):
         self._pending = (kv_bytes, need_states)
         return kv_bytes + need_states * self.state_bytes, walk_end
 
+    def _hold(self, kv_bytes: int, states: int) -> None:
+        super()._hold(kv_bytes, states)
+        if self.state_capacity is not None:  # pools: KV from the KV pool, slots from the state pool
+            self.kv_capacity_bytes -= kv_bytes
+            self.state_capacity -= states
+
     def _check_capacity(self) -> None:
         if self.state_capacity is None:
             super()._check_capacity()

@@ -432,6 +432,30 @@ class HybridRadixTree:
         self._changed(child)
         return upper
 
+    # ------------------------------------------------------------------ memory held outside the cache
+    def reserve(self, kv_tokens: int, states: int) -> bool:
+        """Charge memory held outside the cache against its capacity: ``kv_tokens`` of KV and
+        ``states`` state slots of running requests (``--scheduler continuous``). Evicts cached
+        entries to make room; returns False, charging nothing, when the unlocked entries cannot
+        free enough. The charge lowers the capacity the cache itself may use until ``release``."""
+        kv_bytes = kv_tokens * self.kv_bytes_per_token
+        need = kv_bytes + states * self.state_bytes
+        if need <= 0:
+            return True
+        self._pending = (kv_bytes, states)
+        if not self._fits(need) and not self._evict_for(need)[0]:
+            return False
+        self._hold(kv_bytes, states)
+        return True
+
+    def release(self, kv_tokens: int, states: int) -> None:
+        """Give back a charge made by ``reserve``."""
+        self._hold(-kv_tokens * self.kv_bytes_per_token, -states)
+
+    def _hold(self, kv_bytes: int, states: int) -> None:
+        """Hook: lower (raise, for negative amounts) the capacity left to the cache."""
+        self.capacity_bytes -= kv_bytes + states * self.state_bytes
+
     # ------------------------------------------------------------------ eviction
     def _apply_victim(self, victim) -> tuple[int, int]:
         """Free what the policy chose: an inner node's state only, or the node with its KV.

@@ -129,6 +129,13 @@ def _finite(value):
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
+def _scheduler(cfg: SimConfig) -> str:
+    """The header's word on a continuous-batching run (nothing for fcfs, the default)."""
+    if cfg.scheduler == "fcfs":
+        return ""
+    return f", continuous batching ({cfg.max_num_batched_tokens} tokens, {cfg.max_num_seqs} seqs per step)"
+
+
 def format_table(rows: list[dict]) -> str:
     head = ["policy", "token hit", "request hit", "FLOPs saved", "TTFT p50 ms", "TTFT p95 ms", "evictions", "rejected"]
     lines = []
@@ -211,7 +218,8 @@ def register(main: click.Group) -> None:
             arrivals = f"{rate} ({cfg0.arrival})" if trace.closed_loop else "open-loop arrivals from the trace"
             click.echo(f"trace {trace.name}: {len(trace.requests)} requests, {trace.n_sessions} sessions | "
                        f"model {cfg0.model} | capacity {format_size(cfg0.capacity_bytes)} | "
-                       f"{cfg0.mode} | {arrivals} | alpha {cfg0.alpha}" + (f" | {left_out}" if left_out else ""))
+                       f"{cfg0.mode}{_scheduler(cfg0)} | {arrivals} | alpha {cfg0.alpha}"
+                       + (f" | {left_out}" if left_out else ""))
             click.echo(format_table(rows))
             for r in rows:
                 if r.get("tuned_choice") is None:

@@ -2,7 +2,9 @@
 
 - ``run_sequential``: requests in timestamp order, each looked up and inserted at once (the
   Marconi artifact's replay).
-- ``run_des``: a simpy discrete-event run: servers, queueing, prefill then decode, pinned paths.
+- ``run_des``: a simpy discrete-event run: servers, queueing, prefill then decode, pinned paths
+  (``--scheduler fcfs``), or one engine stepping continuous batches (``--scheduler continuous``,
+  ``sim.engine.batching``).
 
 An attached tuner (``sim.tuning``) is called around each request's insert.
 """
@@ -13,6 +15,7 @@ import numpy as np
 import simpy
 
 from sim.cache.future import NextUse
+from sim.engine.batching import run_continuous
 from sim.engine.metrics import SimResult
 from sim.engine.simulation import Simulation
 from traces.base import Request
@@ -100,6 +103,18 @@ def run_sequential(sim: Simulation) -> None:
 
 def run_des(sim: Simulation) -> None:
     env = simpy.Environment()
+    if sim.config.scheduler == "continuous":
+        if sim.trace.closed_loop:
+            sessions = sim.trace.sessions()
+            starts = session_start_times(len(sessions), sim.config.sessions_per_second,
+                                         sim.config.arrival, sim.config.seed)
+            run_continuous(sim, env, list(zip(starts, sessions.values())), None, _tune_before, _tune_after, _tick)
+        else:
+            ts = timestamps(sim)
+            order = np.argsort(ts, kind="stable")
+            run_continuous(sim, env, None, (ts[order], [sim.trace.requests[i] for i in order]),
+                           _tune_before, _tune_after, _tick)
+        return
     servers = simpy.Resource(env, capacity=sim.config.servers)
 
     def serve(r: Request):

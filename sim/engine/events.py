@@ -17,6 +17,14 @@ admit      t, checkpoint, request, position, phase: prefill-branch (a state insi
 evict      t, checkpoint, position (the checkpoint's state is freed; its id is never reused)
 evict_kv   t, tokens (KV of that many tokens freed with an evicted leaf)
 reject     request, t, reason (an insert that found no room: nothing of it was cached)
+arrive     request, t (``--scheduler continuous`` only: the request joined the engine's queue;
+           its lookup comes when it is first scheduled, and again after a preemption)
+step       t_start, t_end, seconds (modelled time), steps (> 1: that many decode-only steps of the
+           same requests in a row, every context one longer than in the step before, ``seconds``
+           their total), prefills ((request_id, start, end) per prefill chunk: tokens start..end
+           computed, attention over 0..end), decodes ((request_id, context) per decode token),
+           tokens (per step), preempted (request ids preempted while the step was built)
+           (``--scheduler continuous`` only: what replay needs to execute the step)
 =========  =====================================================================================
 
 ``request`` is the trace's ``Request`` (``request.request_id``; its tokens are
@@ -99,7 +107,26 @@ class Reject:
     reason: str
 
 
-EVENT_NAMES = {Lookup: "lookup", Prefill: "prefill", Decode: "decode", Admit: "admit", Evict: "evict",
+@dataclass(frozen=True, slots=True)
+class Arrive:
+    request: Request
+    t: float
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    t_start: float
+    t_end: float
+    seconds: float
+    steps: int
+    prefills: tuple  # ((request_id, start, end), ...)
+    decodes: tuple  # ((request_id, context), ...)
+    tokens: int
+    preempted: tuple  # request ids
+
+
+EVENT_NAMES = {Arrive: "arrive", Step: "step", Lookup: "lookup", Prefill: "prefill", Decode: "decode", Admit: "admit",
+               Evict: "evict",
                EvictKV: "evict_kv", Reject: "reject"}
 
 
@@ -117,9 +144,12 @@ class Observer:
     def evict_kv(self, t: float, tokens: int) -> None: ...
     def reject(self, request: Request, t: float, reason: str) -> None: ...
     def occupancy(self, t: float, kv_bytes: int, state_bytes: int) -> None: ...
+    def arrive(self, request: Request, t: float) -> None: ...
+    def step(self, t_start: float, t_end: float, seconds: float, steps: int, prefills: tuple, decodes: tuple,
+             tokens: int, preempted: tuple) -> None: ...
 
 
-EVENTS = ("lookup", "prefill", "decode", "admit", "evict", "evict_kv", "reject", "occupancy")
+EVENTS = ("lookup", "prefill", "decode", "admit", "evict", "evict_kv", "reject", "occupancy", "arrive", "step")
 
 
 def listeners(observers, event: str) -> tuple:
@@ -160,6 +190,12 @@ class EventLog:
     def reject(self, request, t, reason):
         self.events.append(Reject(request, t, reason))
 
+    def arrive(self, request, t):
+        self.events.append(Arrive(request, t))
+
+    def step(self, t_start, t_end, seconds, steps, prefills, decodes, tokens, preempted):
+        self.events.append(Step(t_start, t_end, seconds, steps, prefills, decodes, tokens, preempted))
+
 
 def event_row(ev, **extra) -> dict:
     """One event as a flat dict (the request as its id), for JSON Lines or a table."""
@@ -171,7 +207,7 @@ def event_row(ev, **extra) -> dict:
 
 
 _INT_COLUMNS = {"request_id", "checkpoint", "hit_checkpoint", "hit_tokens", "input_tokens", "start_pos", "end_pos",
-                "position", "tokens"}
+                "position", "tokens", "steps"}
 
 
 def write_events(rows: list[dict], path: str | Path) -> None:
@@ -180,7 +216,8 @@ def write_events(rows: list[dict], path: str | Path) -> None:
     if path.suffix == ".parquet":
         import pandas as pd  # noqa: PLC0415 - only parquet output needs it
 
-        table = pd.DataFrame(rows)
+        table = pd.DataFrame([{k: json.dumps(v) if isinstance(v, (tuple, list)) else v for k, v in row.items()}
+                              for row in rows])  # a step's batch as JSON text (one column type)
         for col in _INT_COLUMNS.intersection(table.columns):  # ids and positions stay integers
             table[col] = table[col].astype("Int64")
         table.to_parquet(path, index=False)
@@ -190,5 +227,5 @@ def write_events(rows: list[dict], path: str | Path) -> None:
             fh.write(json.dumps(row) + "\n")
 
 
-__all__ = ["Lookup", "Prefill", "Decode", "Admit", "Evict", "EvictKV", "Reject", "Observer", "EventLog",
+__all__ = ["Arrive", "Step", "Lookup", "Prefill", "Decode", "Admit", "Evict", "EvictKV", "Reject", "Observer", "EventLog",
            "listeners", "event_row", "write_events", "PHASES", "EVENTS"]

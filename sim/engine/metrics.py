@@ -42,6 +42,16 @@ class Recorder:
         self.prefill_s = np.zeros(n)
         self.decode_s = np.zeros(n)
         self.done = np.zeros(n, dtype=bool)
+        self.first_token = np.full(n, np.nan)  # time of the first output token (prefill end)
+        self.finish = np.full(n, np.nan)  # time of the last output token
+        self.output_tokens = np.zeros(n, dtype=np.int64)
+        # --scheduler continuous: steps as histograms (batch size -> steps, tokens -> steps)
+        self.steps = 0
+        self.batch_hist: dict[int, int] = {}
+        self.token_hist: dict[int, int] = {}
+        self.preemptions = 0
+        self.memory_overshoots = 0
+        self.peak_charged_bytes = 0
         self._occ_t: list[float] = []
         self._occ_kv: list[int] = []
         self._occ_state: list[int] = []
@@ -52,7 +62,8 @@ class Recorder:
     def lookup(self, request: Request, t: float, hit_checkpoint: int | None, hit_tokens: int,
                input_tokens: int) -> None:
         i = request.request_id
-        self.arrival[i] = t
+        if self.arrival[i] != self.arrival[i]:  # NaN: no arrive event came first (fcfs)
+            self.arrival[i] = t
         self.hit_tokens[i] = hit_tokens
         self.input_tokens[i] = input_tokens
         self.state_hit[i] = hit_checkpoint is not None
@@ -62,12 +73,25 @@ class Recorder:
         i = request.request_id
         self.queue_s[i] = t_start - self.arrival[i]
         self.prefill_s[i] = seconds
+        self.first_token[i] = t_end
 
     def decode(self, request: Request, t_start: float, t_end: float, start_pos: int, end_pos: int,
                seconds: float) -> None:
         i = request.request_id
         self.decode_s[i] = seconds
         self.done[i] = True
+        self.finish[i] = t_end
+        self.output_tokens[i] = end_pos - start_pos
+
+    def arrive(self, request: Request, t: float) -> None:
+        self.arrival[request.request_id] = t
+
+    def step(self, t_start, t_end, seconds, steps, prefills, decodes, tokens, preempted) -> None:
+        self.steps += steps
+        b = len(prefills) + len(decodes)
+        self.batch_hist[b] = self.batch_hist.get(b, 0) + steps
+        self.token_hist[tokens] = self.token_hist.get(tokens, 0) + steps
+        self.preemptions += len(preempted)
 
     def occupancy(self, t: float, kv_bytes: int, state_bytes: int) -> None:
         # sample k is kept when k is a multiple of the stride (k from 0: the first sample always
@@ -91,6 +115,10 @@ class Recorder:
         flops_total = np.array([spec.flops(int(L)) for L in self.input_tokens])
         flops_saved = np.array([spec.flops(int(h)) if h else 0.0 for h in self.hit_tokens])
         ttft = self.queue_s + self.prefill_s
+        e2e = self.finish - self.arrival
+        n_out = self.output_tokens
+        with np.errstate(invalid="ignore", divide="ignore"):  # TPOT: (e2e - TTFT) / (output - 1)
+            tpot = np.where(n_out > 1, (self.finish - self.first_token) / (n_out - 1), np.nan)
         df = pd.DataFrame({
             "request_id": np.arange(len(reqs)),
             "session_id": [r.session_id for r in reqs],
@@ -105,6 +133,9 @@ class Recorder:
             "prefill_s": self.prefill_s,
             "ttft_s": ttft,
             "decode_s": self.decode_s,
+            "output_tokens": n_out,
+            "tpot_s": tpot,
+            "e2e_s": e2e,
         })
         st = tree.stats
         total_in = int(self.input_tokens.sum())
@@ -133,6 +164,42 @@ class Recorder:
             "capacity_overshoots": int(st.overshoots),
             "final_kv_bytes": int(tree.kv_tokens * tree.kv_bytes_per_token),
             "final_state_bytes": int(tree.n_states * tree.state_bytes),
+            **self._latency(done, e2e, tpot),
+            **self._steps(),
         }
         occ = pd.DataFrame({"t_s": self._occ_t, "kv_bytes": self._occ_kv, "state_bytes": self._occ_state})
         return SimResult(summary, df, occ)
+
+    def _latency(self, done: np.ndarray, e2e: np.ndarray, tpot: np.ndarray) -> dict:
+        """End-to-end latency, TPOT, queueing delay and throughput of the finished requests."""
+        out = {}
+        for name, v in (("e2e", e2e[done]), ("tpot", tpot[done]), ("queue", self.queue_s[done])):
+            v = v[~np.isnan(v)] * 1e3
+            out[f"{name}_p50_ms"] = float(np.percentile(v, 50)) if len(v) else 0.0
+            out[f"{name}_p95_ms"] = float(np.percentile(v, 95)) if len(v) else 0.0
+        span = float(np.nanmax(self.finish) - np.nanmin(self.arrival)) if done.any() else 0.0
+        out["throughput_rps"] = float(done.sum() / span) if span > 0 else 0.0
+        out["output_tokens_per_s"] = float(self.output_tokens[done].sum() / span) if span > 0 else 0.0
+        return out
+
+    def _steps(self) -> dict:
+        """Engine steps (``--scheduler continuous``; zeros otherwise): batch size and tokens per
+        step as distributions, preemptions, memory charged."""
+        return {"steps": self.steps, **_hist_stats("batch_size", self.batch_hist),
+                **_hist_stats("step_tokens", self.token_hist), "preemptions": self.preemptions,
+                "memory_overshoots": self.memory_overshoots, "peak_charged_bytes": self.peak_charged_bytes}
+
+
+def _hist_stats(name: str, hist: dict[int, int]) -> dict:
+    """Mean, p50, p95 and max of a histogram {value: count}."""
+    if not hist:
+        return {f"{name}_mean": 0.0, f"{name}_p50": 0.0, f"{name}_p95": 0.0, f"{name}_max": 0}
+    vals = np.array(sorted(hist), dtype=float)
+    counts = np.array([hist[int(v)] for v in vals], dtype=float)
+    cum = np.cumsum(counts) / counts.sum()
+
+    def pct(q: float) -> float:
+        return float(vals[min(int(np.searchsorted(cum, q)), len(vals) - 1)])
+
+    return {f"{name}_mean": float((vals * counts).sum() / counts.sum()), f"{name}_p50": pct(0.5),
+            f"{name}_p95": pct(0.95), f"{name}_max": int(vals[-1])}

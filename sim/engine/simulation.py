@@ -62,6 +62,8 @@ class Flight:
     decode_cps: list[int]
     locked: Node | None
     match_tokens: int = 0  # tokens the lookup matched (a state up to here sits on a branch point)
+    match: MatchResult | None = None  # the lookup (admission is asked again when a scheduler's chunks are known)
+    ctx: AdmissionContext | None = None  # what admission was told about the request
 
 
 class TreeEvents:
@@ -246,18 +248,27 @@ class Simulation:
         for fn in self._on_lookup:
             fn(r, t, hit_ckpt, hit_tokens, tok_in)
         return Flight(r, seq_in, seq_full, tok_in, tok_full, hit_tokens, prefill_cps, decode_cps, locked,
-                      m.match_tokens)
+                      m.match_tokens, m, ctx)
+
+    def replan_prefill(self, f: Flight, step_ends: list[int]) -> None:
+        """A batching scheduler reports where ``f``'s prefill steps ended (token positions, the
+        last at the prompt's end): an admission that places states at step ends chooses them again."""
+        if f.ctx is None or not self.admission.uses_prefill_steps:
+            return
+        f.ctx.prefill_steps = tuple(step_ends)
+        f.prefill_cps = self.admission.prefill_checkpoints(f.match, f.ctx)
 
     def admission_context(self, m: MatchResult, seq_in: np.ndarray, seq_full: np.ndarray,
                           tok_in: int) -> AdmissionContext:
         """Hook: what admission is told about the request besides its match."""
         return AdmissionContext(len(seq_in), len(seq_full), self.grid, input_tokens=tok_in)
 
-    def insert_prefill(self, f: Flight, t: float) -> None:
+    def insert_prefill(self, f: Flight, t: float) -> bool:
+        """Insert the input's KV with the prefill-time states; returns whether anything was inserted."""
         if not self.preset.caching or len(f.seq_in) == 0:
-            return
+            return False
         if not f.prefill_cps and self.spec.is_hybrid:
-            return  # KV without a state at its end cannot serve a hybrid hit; decode-end insert stores it
+            return False  # KV without a state at its end cannot serve a hybrid hit; decode-end insert stores it
         now = self.tree.set_time(t)
         if self.tree.listener is not None:
             self.inserting = (f, t)
@@ -267,6 +278,7 @@ class Simulation:
             self.tree.unlock(f.locked)
         f.locked = res.end_node if res.inserted else None
         self._after_insert(res, f, t)
+        return res.inserted
 
     def insert_decode(self, f: Flight, t: float) -> None:
         if not self.preset.caching:

@@ -29,6 +29,8 @@ TUNING_KNOBS = tuple(f.name for f in SimConfig.settings("tuning") if f.name not 
 TUNED_POLICIES = ("marconi-oracle",)
 #: trace options newer than ROW_VERSION 1: left out of the config id while at their default
 LATER_TRACE_OPTIONS = ("session_range",)
+#: knobs read only by --scheduler continuous
+BATCHING_KNOBS = ("max_num_batched_tokens", "max_num_seqs")
 
 # ---------------------------------------------------------------------------------- value lists
 
@@ -172,11 +174,17 @@ def make_task(trace_kwargs: dict, **knobs) -> Task:
         for k in TUNING_KNOBS:
             if hasattr(base, k):
                 setattr(cfg, k, getattr(base, k))
+    if cfg.scheduler == "fcfs":  # the batching knobs mean nothing to fcfs: one run, not one per value
+        for k in BATCHING_KNOBS:
+            setattr(cfg, k, getattr(base, k))
     cfg.validate()
     row = cfg.as_row()
     if mode != "static":
         row["alpha"] = float("nan")
     ident = {k: v for k, v in cfg.as_row().items() if k not in SPEED_KNOBS}
+    if cfg.scheduler == "fcfs":  # config ids of fcfs runs stay those of before the scheduler existed
+        for k in ("scheduler", *BATCHING_KNOBS):
+            ident.pop(k)
     # trace options added later count only when set, so earlier results folders keep their ids
     tk_id = {k: v for k, v in tk.items() if not (k in LATER_TRACE_OPTIONS and v == defaults[k])}
     identity = {"v": ROW_VERSION, "trace": tk_id, "config": {**ident, "alpha": None if mode == "none" else cfg.alpha}}

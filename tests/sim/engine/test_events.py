@@ -124,7 +124,7 @@ def small_traces(draw):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(trace=small_traces(), mode=st.sampled_from(["sequential", "des"]),
+@given(trace=small_traces(), mode=st.sampled_from(["sequential", "des", "continuous"]),
        policy=st.sampled_from(["sglang+", "marconi", "vllm+", "sglang-v1", "lmdeploy", "trtllm"]),
        compat=st.sampled_from(["corrected", "corrected", "paper"]),
        states=st.integers(1, 6), kv=st.integers(0, 150))
@@ -133,8 +133,9 @@ def test_admits_minus_evicts_are_the_trees_checkpoints_after_every_insert(trace,
         compat = "corrected"
     if compat == "paper":
         mode = "sequential"  # the artifact's replay has no des mode (SimConfig refuses it)
-    cfg = SimConfig(policy=policy, mode=mode, compat=compat, alpha=1.0, capacity_bytes=states * S + kv * K,
-                    prefill_chunk_tokens=16)
+    sched = "continuous" if mode == "continuous" else "fcfs"  # des with continuous batching
+    cfg = SimConfig(policy=policy, mode="des" if sched == "continuous" else mode, scheduler=sched, compat=compat,
+                    alpha=1.0, capacity_bytes=states * S + kv * K, prefill_chunk_tokens=16, max_num_batched_tokens=24)
     rep = Replayer()
     sim = build(trace, cfg, observers=(rep,))
     rep.sim = sim

@@ -156,19 +156,30 @@ def test_id_alternatives_cover_every_field_of_the_run_configuration():
 
 @pytest.mark.parametrize("knob", sorted(_sim_fields()))
 def test_every_simulation_knob_is_part_of_the_config_id_except_speed_knobs(knob):
-    from sim.experiments.grid import SPEED_KNOBS, TUNING_KNOBS
+    from sim.experiments.grid import BATCHING_KNOBS, SPEED_KNOBS, TUNING_KNOBS
 
     # tuning knobs count only for an auto-tuned policy (they are reset otherwise: next test); the
-    # artifact's replay (--compat paper-fixed) runs in sequential mode
+    # artifact's replay (--compat paper-fixed) runs in sequential mode; batching knobs count only
+    # for --scheduler continuous
     base = {"policy": "marconi", "alpha": "auto" if knob in TUNING_KNOBS else 1.0}
     if knob == "compat":
         base["mode"] = "sequential"
+    if knob in BATCHING_KNOBS:
+        base["scheduler"] = "continuous"
     a = make_task({}, **base)
     b = make_task({}, **{**base, knob: sim_alternative(knob)})
     if knob in SPEED_KNOBS:
         assert a.config_id == b.config_id  # changes how fast, not what
     else:
         assert a.config_id != b.config_id, knob
+
+
+def test_batching_knobs_do_not_split_fcfs_rows():
+    from sim.experiments.grid import BATCHING_KNOBS
+
+    a = make_task({}, policy="marconi", alpha=1.0)
+    for knob in BATCHING_KNOBS:
+        assert make_task({}, policy="marconi", alpha=1.0, **{knob: sim_alternative(knob)}).config_id == a.config_id
 
 
 def test_tuning_knobs_do_not_split_static_alpha_rows():
@@ -204,6 +215,8 @@ def test_a_later_trace_option_at_its_default_keeps_earlier_config_ids():
 
     task = make_task({}, policy="marconi", alpha=1.0)
     tk = {k: v for k, v in _trace_defaults().items() if k != "session_range"}
-    ident = {k: v for k, v in task.config.as_row().items() if k != "tuning_workers"}
+    # fcfs runs also leave the scheduler's knobs out (they predate it)
+    dropped = ("tuning_workers", "scheduler", "max_num_batched_tokens", "max_num_seqs")
+    ident = {k: v for k, v in task.config.as_row().items() if k not in dropped}
     identity = {"v": ROW_VERSION, "trace": tk, "config": {**ident, "alpha": 1.0}}
     assert task.config_id == hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]

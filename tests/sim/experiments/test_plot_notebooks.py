@@ -36,7 +36,7 @@ def results(tmp_path_factory, trace_files) -> Path:
 def test_plot_cli_writes_png_and_svg(results, tmp_path):
     figs = tmp_path / "figs"
     p = marconi("plot", results, "--kind", "all", "--out", figs)
-    for kind in ("hit-rate", "alpha", "ttft", "occupancy"):
+    for kind in ("hit-rate", "alpha", "ttft", "occupancy", "ttft-load"):
         for ext in ("png", "svg"):
             f = figs / f"{kind}.{ext}"
             assert f.stat().st_size > 1000 and str(f) in p.stdout
@@ -91,7 +91,10 @@ def best_alpha_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per policy and configuration: for a static-alpha grid, the alpha with the best token
     hit rate (what the notebooks call 'marconi (best α)'); auto-tuned rows are left out."""
     keep = []
-    for (policy, cap, rate, mode), g in rows.groupby(["policy", "capacity_bytes", "sessions_per_second", "alpha_mode"]):
+    if "scheduler" not in rows.columns:
+        rows = rows.assign(scheduler="fcfs")
+    for (_, _, _, mode, _), g in rows.groupby(["policy", "capacity_bytes", "sessions_per_second", "alpha_mode",
+                                               "scheduler"]):
         if mode == "auto":
             continue
         keep.append(g.loc[[g["token_hit_rate"].idxmax()]] if mode == "static" else g)
@@ -168,9 +171,12 @@ def check_notebook_numbers(name: str, shown: dict, folder: Path) -> None:
         picked = req[req["config_id"].isin(best["config_id"])]
         assert f"{len(best)} configurations, {len(picked)} requests from {folder}" in text
         table = _cell(shown, "report.ttft_table")
-        for policy, g in best.groupby("policy"):
+        for _, g in best.groupby(["policy", "scheduler"]):
             x = picked[picked["config_id"].isin(g["config_id"])]["ttft_s"].to_numpy() * 1e3
             assert_shown(table, np.percentile(x, [5, 50, 95]), 1)
+        # fcfs vs continuous under load: the rows' own TTFT percentiles, averaged over capacities
+        load = best.groupby(["policy", "sessions_per_second", "scheduler"])[["ttft_p50_ms", "ttft_p95_ms"]].mean()
+        assert_shown(_cell(shown, "report.ttft_under_load"), load.to_numpy().ravel(), 1)
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

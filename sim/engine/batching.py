@@ -1,0 +1,448 @@
+"""``--scheduler continuous``: one engine stepping batches, vLLM v1-style chunked prefill.
+
+Each step the engine packs, up to ``--max-num-batched-tokens`` tokens and ``--max-num-seqs``
+running requests:
+1. the running requests in the order they were admitted: one decode token each, or the next
+   chunk of a prefill still under way (as many tokens as the budget has left; an engine that cuts
+   its chunks on a grid says so through its admission's ``schedule_chunk``);
+2. then waiting requests, oldest first: a request's prefix lookup happens here, when it is first
+   scheduled (not at its arrival), and its first chunk starts after the hit.
+The step lasts ``timing.step_time_s(spec, prefills, decode_contexts)`` (the whole batch). The step
+that computes a prompt's last token also samples its first output token (TTFT); each later step
+decodes one more token. A request whose prefill ended learns where its chunks ended
+(``Simulation.replan_prefill``), so the states an engine preset places at chunk ends sit where this
+scheduler cut the chunks.
+
+Memory: every running request holds ``admission.running_state_slots`` state slots (hybrid models)
+and the KV of the tokens it computed beyond its hit, charged against the cache's capacity
+(``HybridRadixTree.reserve``: cached entries are evicted to make room; with ``--state-pool`` the
+slots come from the state pool and the KV from the KV pool). When a running request's next tokens
+do not fit, the newest running request is preempted (vLLM's recompute preemption): it gives back
+its memory and its locks and goes to the front of the waiting queue, to be looked up and
+prefilled again (prompt plus the tokens already generated) when there is room. A waiting request
+that does not fit waits. A request too large to fit even alone is run anyway and counted in
+``memory_overshoots`` (no request is ever dropped).
+
+Speed: per-step work is O(batch). A run of decode-only steps in which nothing changes (no prefill,
+no request finishing, no arrival) is advanced in one event: when the timing model gives its first
+and last step the same time (the memory-bound decode time) every step is that long, otherwise up
+to ``VARIABLE_RUN`` steps are timed one by one; an arrival in the middle ends the run at the next
+step boundary. Such a run is one ``step`` event with ``steps`` > 1.
+
+Simplifications: KV is charged per token (no block rounding); a request's prompt KV, once
+inserted into the cache at prefill end, is the cache's (locked until the request ends), not the
+request's; the KV of a decode run is charged at the run's start.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections import deque
+from dataclasses import dataclass, field
+
+import simpy
+
+from sim.engine.events import listeners
+from sim.engine.simulation import Flight, Simulation
+from traces.base import Request
+
+
+#: decode steps timed one by one in a run when the timing model's step time varies along it
+VARIABLE_RUN = 64
+
+
+@dataclass(slots=True, eq=False)
+class Seq:
+    """A request inside the engine."""
+
+    req: Request
+    done: simpy.Event
+    n_in: int = 0  # prompt tokens
+    n_out: int = 0  # output tokens to produce
+    f: Flight | None = None  # its lookup (None: waiting for one)
+    target: int = 0  # tokens the (re)prefill computes: prompt + tokens already generated
+    pos: int = 0  # tokens whose KV is computed
+    decoded: int = 0  # output tokens produced
+    held_kv: int = 0  # KV tokens charged to the cache's capacity
+    held_states: int = 0  # state slots charged
+    step_ends: list[int] = field(default_factory=list)  # where this prefill's chunks ended
+    inserted: bool = False  # the prompt's insert of this prefill is done
+    t_first: float = math.nan  # first scheduled (queueing delay ends)
+    t_token: float = math.nan  # first output token
+
+
+class ContinuousEngine:
+    """The step loop (a simpy process) and its queues."""
+
+    def __init__(self, sim: Simulation, env: simpy.Environment, tune_before, tune_after, tick) -> None:
+        self.sim, self.env = sim, env
+        cfg = sim.config
+        self.budget = cfg.max_num_batched_tokens
+        self.max_seqs = cfg.max_num_seqs
+        self.slots = sim.admission.running_state_slots if sim.spec.is_hybrid else 0
+        self.B = sim.trace.block_tokens
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+        self.wake: simpy.Event | None = None  # the idle loop waits on it
+        self.coasting = False  # a decode run in progress that an arrival may cut short
+        self._ends: list[float] | None = None  # cumulative step ends of a run whose steps vary
+        self.tune_before, self.tune_after, self.tick = tune_before, tune_after, tick
+        self.held_bytes = 0
+        self.charged_per_kv = sim.tree.kv_bytes_per_token
+        self.charged_per_state = sim.tree.state_bytes
+        self._on_arrive = listeners(sim.observers, "arrive")
+        # the recorder's step statistics are kept directly (no event objects built for it)
+        self._on_step = tuple(fn for fn in listeners(sim.observers, "step") if getattr(fn, "__self__", None) is not sim.rec)
+        self.proc = env.process(self.loop())
+
+    # ------------------------------------------------------------------ arrivals
+    def arrive(self, r: Request) -> simpy.Event:
+        """``r`` joins the waiting queue; the returned event fires when it has finished."""
+        now = self.env.now
+        B = self.B
+        s = Seq(r, self.env.event(), int(r.n_input_tokens(B)), int(r.n_output_tokens(B)))  # numpy ints are slow
+        s.target = max(s.n_in, 1)  # an engine computes at least one token to produce logits
+        self.waiting.append(s)
+        for fn in self._on_arrive:
+            fn(r, now)
+        if self.wake is not None and not self.wake.triggered:
+            self.wake.succeed()
+        elif self.coasting:
+            self.coasting = False
+            self.proc.interrupt()
+        return s.done
+
+    # ------------------------------------------------------------------ memory
+    def _reserve(self, s: Seq, kv: int, states: int) -> bool:
+        sim = self.sim
+        if s.f is not None and sim.tree.listener is not None:
+            sim.inserting = (s.f, self.env.now)
+        if not sim.tree.reserve(kv, states):
+            return False
+        self._charged(s, kv, states)
+        return True
+
+    def _charged(self, s: Seq, kv: int, states: int) -> None:
+        s.held_kv += kv
+        s.held_states += states
+        self.held_bytes += kv * self.charged_per_kv + states * self.charged_per_state
+
+    def _peak(self) -> None:
+        rec = self.sim.rec
+        used = self.held_bytes + self.sim.tree.used_bytes
+        if used > rec.peak_charged_bytes:
+            rec.peak_charged_bytes = used
+
+    def _force(self, s: Seq, kv: int, states: int) -> None:
+        """Charge without room (a request too large to fit alone): counted, never dropped."""
+        self.sim.tree._hold(kv * self.charged_per_kv, states)
+        self.sim.rec.memory_overshoots += 1
+        self._charged(s, kv, states)
+
+    def _release(self, s: Seq, kv: int, states: int) -> None:
+        self.sim.tree.release(kv, states)
+        s.held_kv -= kv
+        s.held_states -= states
+        self.held_bytes -= kv * self.charged_per_kv + states * self.charged_per_state
+
+    def _preempt(self, s: Seq, preempted: list) -> None:
+        """vLLM's recompute preemption: free everything, back to the front of the queue."""
+        self._release(s, s.held_kv, s.held_states)
+        f = s.f
+        if f is not None and f.locked is not None:
+            self.sim.tree.unlock(f.locked)
+        s.f = None
+        s.pos = 0
+        s.target = max(s.n_in + s.decoded, 1)
+        s.step_ends = []
+        s.inserted = False
+        self.waiting.appendleft(s)
+        preempted.append(s.req.request_id)
+
+    # ------------------------------------------------------------------ scheduling
+    def _chunk(self, s: Seq, budget: int) -> int:
+        ctx = s.f.ctx if s.f is not None else None
+        if ctx is None:
+            return min(budget, s.target - s.pos)
+        return self.sim.admission.schedule_chunk(s.pos, s.target, budget, self.budget, ctx)
+
+    def _lookup(self, s: Seq) -> None:
+        sim, now = self.sim, self.env.now
+        first = s.f is None and s.decoded == 0 and math.isnan(s.t_first)
+        s.f = f = sim.lookup(s.req, now, lock=True)
+        s.pos = int(min(f.hit_tokens, s.target - 1))  # a whole-prompt hit still recomputes the last token
+        if first:
+            self.tune_before(sim, s.req, now)
+
+    def schedule(self) -> tuple[list, list, list]:
+        """This step's batch: ``(prefills, decodes, preempted)``; prefills as (seq, start, end),
+        decodes as seqs."""
+        budget = self.budget
+        prefills: list = []
+        decodes: list = []
+        preempted: list = []
+        running = self.running
+        # fast path: the running requests' tokens, charged in one reservation
+        for s in running:
+            if budget <= 0:
+                break
+            if s.pos < s.target:
+                n = self._chunk(s, budget)
+                if n > 0:
+                    prefills.append((s, s.pos, s.pos + n))
+                    budget -= n
+            else:
+                decodes.append(s)
+                budget -= 1
+        total = self.budget - budget
+        tree = self.sim.tree
+        if total and tree.listener is not None:
+            self.sim.inserting = ((prefills[0][0] if prefills else decodes[0]).f, self.env.now)
+        if not total or tree.reserve(total, 0):
+            for s, a, b in prefills:
+                s.held_kv += b - a
+            for s in decodes:
+                s.held_kv += 1
+            self.held_bytes += total * self.charged_per_kv
+            i = len(running)
+        else:  # no room for all: request by request, preempting the newest when one does not fit
+            prefills.clear()
+            decodes.clear()
+            budget = self.budget
+            i = 0
+        while i < len(running) and budget > 0:
+            s = running[i]
+            prefill = s.pos < s.target
+            n = self._chunk(s, budget) if prefill else 1
+            if n <= 0:
+                i += 1
+                continue
+            while not self._reserve(s, n, 0):
+                if len(running) == 1:  # alone and still no room: run it anyway
+                    self._force(s, n, 0)
+                    break
+                victim = running.pop()
+                self._preempt(victim, preempted)
+                if victim is s:
+                    break
+            if i >= len(running) or running[i] is not s:
+                break  # s preempted itself (it was the newest)
+            if prefill:
+                prefills.append((s, s.pos, s.pos + n))
+            else:
+                decodes.append(s)
+            budget -= n
+            i += 1
+        if preempted:  # vLLM admits no new request in a step that preempted
+            self._peak()
+            return prefills, decodes, preempted
+        waiting = self.waiting
+        while waiting and budget > 0 and len(running) < self.max_seqs:
+            s = waiting[0]
+            if s.f is None:
+                self._lookup(s)
+            n = self._chunk(s, budget)
+            if n <= 0:
+                break
+            if not self._reserve(s, n, self.slots):
+                if running:
+                    break  # waits for room
+                self._force(s, n, self.slots)
+            waiting.popleft()
+            running.append(s)
+            if math.isnan(s.t_first):
+                s.t_first = self.env.now
+            prefills.append((s, s.pos, s.pos + n))
+            budget -= n
+        self._peak()
+        return prefills, decodes, preempted
+
+    # ------------------------------------------------------------------ the loop
+    def loop(self):
+        env = self.env
+        sim = self.sim
+        timing, spec = sim.timing, sim.spec
+        carried: list = []
+        while True:
+            if not self.running and not self.waiting:
+                self.wake = env.event()
+                yield self.wake
+                self.wake = None
+                continue
+            prefills, decodes, preempted = self.schedule()
+            if carried:
+                preempted = carried + preempted
+            if not prefills and not decodes:
+                if not preempted:  # nothing ran, nothing changed: the loop would spin forever
+                    raise RuntimeError(f"continuous scheduler stalled at t={env.now} with "
+                                       f"{len(self.running)} running, {len(self.waiting)} waiting")
+                carried = preempted  # reported with the next step that runs
+                continue
+            carried = []
+            contexts = [s.pos for s in decodes]
+            dt = timing.step_time_s(spec, [(a, b) for _, a, b in prefills], contexts)
+            k = 1
+            if not prefills:
+                k = self._run_length(decodes, contexts, dt)
+            t0 = env.now
+            if k == 1:
+                yield env.timeout(dt)
+            else:
+                k = yield from self._coast(decodes, dt, k)
+            self._emit(t0, env.now, env.now - t0, k, prefills, decodes,
+                       sum(b - a for _, a, b in prefills) + len(decodes), preempted)
+            self._apply(prefills, decodes, k, t0, dt)
+
+    def _run_length(self, decodes: list, contexts: list, dt: float) -> int:
+        """How many decode-only steps of this batch can go as one event (1: just this one). When
+        the timing model gives the run's first and last step the same time every step takes
+        ``dt``; otherwise each step is timed (at most ``VARIABLE_RUN`` of them) into ``_ends``."""
+        k = min(s.n_out - s.decoded for s in decodes)
+        if k <= 1 or self.waiting and len(self.running) < self.max_seqs:
+            return 1
+        timing, spec = self.sim.timing, self.sim.spec
+        self._ends = None
+        if timing.step_time_s(spec, (), [c + k - 1 for c in contexts]) != dt:
+            k = min(k, VARIABLE_RUN)
+            ends, t = [], 0.0
+            for i in range(k):
+                t += dt if i == 0 else timing.step_time_s(spec, (), [c + i for c in contexts])
+                ends.append(t)
+            self._ends = ends
+        extra = k - 1  # this step's token is charged already; charge the rest of the run now
+        if self.sim.tree.listener is not None:  # evictions it causes are stamped now
+            self.sim.inserting = (decodes[0].f, self.env.now)
+        if not self.sim.tree.reserve(extra * len(decodes), 0):
+            return 1
+        for s in decodes:
+            s.held_kv += extra
+        self.held_bytes += extra * len(decodes) * self.charged_per_kv
+        self._peak()
+        return k
+
+    def _coast(self, decodes: list, dt: float, k: int):
+        """Sleep through ``k`` decode steps of ``dt``; an arrival ends the run at the next step
+        boundary. Returns the steps done (the KV of the steps not done is given back)."""
+        env = self.env
+        t0 = env.now
+        ends = self._ends
+        self.coasting = True
+        try:
+            yield env.timeout(k * dt if ends is None else ends[-1])
+            done = k
+        except simpy.Interrupt:
+            elapsed = env.now - t0
+            if ends is None:
+                done = min(int(elapsed / dt) + 1, k)
+                end = t0 + done * dt
+            else:
+                done = min(bisect_right(ends, elapsed) + 1, k)
+                end = t0 + ends[done - 1]
+            if end > env.now:
+                yield env.timeout(end - env.now)
+        self.coasting = False
+        if done < k:
+            self.sim.tree.release((k - done) * len(decodes), 0)
+            for s in decodes:
+                s.held_kv -= k - done
+            self.held_bytes -= (k - done) * len(decodes) * self.charged_per_kv
+        return done
+
+    def _emit(self, t0, t1, seconds, k, prefills, decodes, tokens, preempted) -> None:
+        rec = self.sim.rec
+        rec.steps += k
+        b = len(prefills) + len(decodes)
+        rec.batch_hist[b] = rec.batch_hist.get(b, 0) + k
+        rec.token_hist[tokens] = rec.token_hist.get(tokens, 0) + k
+        rec.preemptions += len(preempted)
+        if not self._on_step:
+            return
+        p = tuple((s.req.request_id, a, b) for s, a, b in prefills)
+        d = tuple((s.req.request_id, s.pos) for s in decodes)
+        for fn in self._on_step:
+            fn(t0, t1, seconds, k, p, d, tokens, tuple(preempted))
+
+    def _apply(self, prefills: list, decodes: list, k: int, t0: float, dt: float) -> None:
+        now = self.env.now
+        finished = []
+        for s, _, b in prefills:
+            s.pos = b
+            s.step_ends.append(b)
+            if not s.inserted and b >= s.n_in:
+                self._prompt_done(s, now)
+            if b >= s.target:
+                if math.isnan(s.t_token):
+                    s.t_token = now
+                    # a prefill done in the step it started in took exactly that step's time
+                    self.sim.served(s.f, s.t_first, dt if s.t_first == t0 else now - s.t_first, now, 0.0, None)
+                if s.decoded < s.n_out:
+                    s.decoded += 1
+                if s.decoded >= s.n_out:
+                    finished.append(s)
+        for s in decodes:
+            s.pos += k
+            s.decoded += k
+            if s.decoded >= s.n_out:
+                finished.append(s)
+        for s in finished:
+            self._finish(s, now)
+
+    def _prompt_done(self, s: Seq, now: float) -> None:
+        """The prompt's last token is computed: states at the chunk ends the preset keeps, the
+        prompt's KV handed to the cache (no longer charged to the request)."""
+        sim = self.sim
+        f = s.f
+        s.inserted = True
+        sim.replan_prefill(f, [min(e, s.n_in) for e in s.step_ends])
+        if not sim.preset.caching or (sim.spec.is_hybrid and not f.prefill_cps):
+            return  # nothing inserted now (insert_prefill's own rule): the request keeps its KV
+        covered = min(s.n_in - f.hit_tokens, s.held_kv)
+        self._release(s, covered, 0)
+        if not sim.insert_prefill(f, now):  # no room: the KV stays the request's (the room is still free)
+            self._charged(s, covered, 0) if sim.tree.reserve(covered, 0) else self._force(s, covered, 0)
+
+    def _finish(self, s: Seq, now: float) -> None:
+        sim = self.sim
+        self.running.remove(s)
+        self._release(s, s.held_kv, s.held_states)
+        f = s.f
+        sim.decoded(f, s.t_token, now - s.t_token, now)
+        sim.insert_decode(f, now)
+        self.tune_after(sim, s.req, now)
+        self.tick(sim)
+        s.done.succeed()
+
+
+def run_continuous(sim: Simulation, env: simpy.Environment, sessions, open_loop, tune_before, tune_after,
+                   tick) -> None:
+    """Drive ``sim`` through one ``ContinuousEngine``: ``sessions`` (start, turns) for a
+    closed-loop trace, or ``open_loop`` (arrival times, requests in order)."""
+    engine = ContinuousEngine(sim, env, tune_before, tune_after, tick)
+
+    if sessions is not None:
+        def session(start: float, turns: list[Request]):
+            yield env.timeout(start)
+            for r in turns:
+                if r.think_time > 0:
+                    yield env.timeout(r.think_time)
+                yield engine.arrive(r)
+
+        for start, turns in sessions:
+            env.process(session(float(start), turns))
+    else:
+        ts, reqs = open_loop
+
+        def feeder():
+            for t, r in zip(ts, reqs):
+                wait = float(t) - env.now
+                if wait > 0:
+                    yield env.timeout(wait)
+                engine.arrive(r)
+
+        env.process(feeder())
+    env.run()
+    assert not engine.running and not engine.waiting, "requests left in the engine"
+
+
+__all__ = ["ContinuousEngine", "Seq", "run_continuous"]
