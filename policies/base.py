@@ -181,6 +181,7 @@ class AdmissionContext:
     n_full: int  # symbols of input + output
     block_tokens: int  # tokens per symbol
     input_tokens: int = -1  # exact prompt tokens (-1: n_input * block_tokens)
+    full_tokens: int = -1  # exact tokens a finished request stores (-1: n_full * block_tokens)
 
 
 class AdmissionPolicy(ABC):

@@ -36,6 +36,11 @@ def input_tokens(ctx: AdmissionContext) -> int:
     return ctx.input_tokens if ctx.input_tokens >= 0 else ctx.n_input * ctx.block_tokens
 
 
+def full_tokens(ctx: AdmissionContext) -> int:
+    """The tokens a finished request leaves in the cache (a partial last symbol counts its own)."""
+    return ctx.full_tokens if ctx.full_tokens >= 0 else ctx.n_full * ctx.block_tokens
+
+
 def chunk_ends(start: int, end: int, step: int) -> list[int]:
     """Ends of the non-final chunks of a prefill from ``start`` to ``end`` in steps of ``step``
     (same unit); the final chunk ends at ``end`` and is not listed."""

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from policies.base import AdmissionPolicy, EngineRules, PolicyError, RefreshRule, Victim, admission, eviction, knob
-from policies.engine_common import ChunkedPrefill, EnginePreset, TwoHeapLRU, chunk_ends, input_tokens
+from policies.engine_common import ChunkedPrefill, EnginePreset, TwoHeapLRU, chunk_ends, full_tokens, input_tokens
 
 LMDEPLOY_BLOCK = 64  # LMDeploy's default block_size
 #: a hit refreshes the matched blocks and the restored checkpoint only (pin_restore); each
@@ -94,7 +94,7 @@ class LmdeployAdmission(AdmissionPolicy):
         if every <= 0:
             return []
         G = ctx.block_tokens
-        last = ctx.n_full * G // every * every
+        last = full_tokens(ctx) // every * every
         return [last // G] if last > input_tokens(ctx) and last % G == 0 else []
 
 

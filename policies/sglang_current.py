@@ -50,21 +50,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from policies.base import (
-    AdmissionPolicy,
-    EngineRules,
-    PolicyError,
-    admission,
-    knob,
-    register_preset,
-)
-from policies.engine_common import (
-    ChunkedPrefill,
-    EnginePreset,
-    StatePool,
-    chunk_ends,
-    input_tokens,
-)
+from policies.base import AdmissionPolicy, EngineRules, PolicyError, admission, knob, register_preset
+from policies.engine_common import ChunkedPrefill, EnginePreset, StatePool, chunk_ends, full_tokens, input_tokens
 from policies.sglang import SGLANG_CAPTURE_CHUNK, SGLANG_RULES, v2_tracks
 
 VERSION = "main 2026-09"  # newest code read (see the docstring); no release number yet
@@ -138,7 +125,7 @@ class SglangAdmission(AdmissionPolicy):
             return [ctx.n_full]
         G = ctx.block_tokens
         grid = math.lcm(p.page_size, p.mamba_track_interval)
-        last = ctx.n_full * G // grid * grid
+        last = full_tokens(ctx) // grid * grid
         return [last // G] if last > input_tokens(ctx) else []
 
 

@@ -28,14 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policies.base import (
-    AdmissionPolicy,
-    PolicyPreset,
-    admission,
-    knob,
-    register_preset,
-)
-from policies.engine_common import input_tokens
+from policies.base import AdmissionPolicy, PolicyPreset, admission, knob, register_preset
+from policies.engine_common import full_tokens, input_tokens
 
 
 @dataclass(frozen=True)
@@ -68,7 +62,7 @@ class TrtllmAdmission(AdmissionPolicy):
     def decode_checkpoints(self, match, ctx):
         G = ctx.block_tokens
         N = self.params.periodic_snapshot_interval
-        return [t // G for t in multiples(input_tokens(ctx), ctx.n_full * G, N) if t % G == 0]
+        return [t // G for t in multiples(input_tokens(ctx), full_tokens(ctx), N) if t % G == 0]
 
 
 register_preset(PolicyPreset(

@@ -47,7 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from policies.base import AdmissionPolicy, PolicyError, admission, knob, register_preset
-from policies.engine_common import VllmBlocks, input_tokens
+from policies.engine_common import VllmBlocks, full_tokens, input_tokens
 from policies.vllm import VllmPreset, align_step_ends
 
 VERSION = "main 2026-09"  # newest code read (see the docstring); no release number yet
@@ -116,7 +116,7 @@ class VllmAdmission(AdmissionPolicy):
     def decode_checkpoints(self, match, ctx):
         B = ctx.block_tokens
         n = input_tokens(ctx)
-        states = [s * B for s in range(n // B + 1, ctx.n_full + 1)]
+        states = list(range((n // B + 1) * B, full_tokens(ctx) + 1, B))
         newest = {states[-1]} if states else set()
         kept = self.shift(retained(states, newest, self.interval()), B, n // B * B)
         return [s // B for s in kept]

@@ -249,6 +249,7 @@ class Simulation:
         m = tree.lookup(seq_in, max_hit_sym=cap, now=now)
         hit_tokens = min(m.hit_tokens, tok_in)
         ctx = self.admission_context(m, seq_in, seq_full, tok_in)
+        ctx.full_tokens = tok_full
         prefill_cps = self.admission.prefill_checkpoints(m, ctx)
         decode_cps = self.admission.decode_checkpoints(m, ctx)
         locked = None
