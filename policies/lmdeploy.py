@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from policies.base import AdmissionPolicy, EngineRules, PolicyError, RefreshRule, Victim, admission, eviction, knob
-from policies.engine_common import ChunkedPrefill, EnginePreset, TwoHeapLRU, chunk_ends, full_tokens, input_tokens
+from policies.engine_common import EnginePreset, TwoHeapLRU, VllmBlocks, chunk_ends, full_tokens, input_tokens
 
 LMDEPLOY_BLOCK = 64  # LMDeploy's default block_size
 #: a hit refreshes the matched blocks and the restored checkpoint only (pin_restore); each
@@ -70,7 +70,7 @@ class LmdeployPreset(EnginePreset):
 
 
 @dataclass(frozen=True)
-class LmdeployParams(ChunkedPrefill):
+class LmdeployParams(VllmBlocks):
     """LMDeploy's own knobs (PyTorch engine config names)."""
 
     prefix_cache_decode_state_interval: int = knob(

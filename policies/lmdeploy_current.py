@@ -5,7 +5,12 @@ Follows InternLM/lmdeploy at v0.16.0 (commit 1263d5cd8, 2026-08-21), the newest 
 ``BlockTrie.match`` caps a hit at ``seq.num_valid_ids - 1`` and ``allocate`` caches only the
 ``num_valid_ids`` tokens whose KV exists, so a finished request leaves input + output - 1 tokens
 (the last sampled token was never run through the model). Placement, the one-checkpoint-per-anchor
-rule, frozen partial blocks and the tiered eviction are those of ``policies/lmdeploy.py``.
+rule, frozen partial blocks and the tiered eviction are those of ``policies/lmdeploy.py``, plus
+one rule the differential check against the engine's own code found (``trie.py``
+``_extend_trie_path``: a block in ``recompute_overlap.fresh_block_range`` with no trie child ends
+the path extension before the forward): after a hit on a checkpoint off the block grid, the first
+prefill forward's end checkpoint is lost when it is anchored beyond the blocks the trie already
+holds on that path.
 
 Knobs (LMDeploy's PyTorch engine config names): ``--block-size`` (``block_size``, 64),
 ``--prefix-cache-decode-state-interval`` (``prefix_cache_decode_state_interval``, 0 = off; a
@@ -20,12 +25,35 @@ one replaceable decode checkpoint per sequence). Not modelled: TurboMind, pins o
 
 from __future__ import annotations
 
-from policies.base import register_preset
+from policies.base import admission, register_preset
 from policies.engine_common import StatePool
-from policies.lmdeploy import LmdeployPreset
+from policies.lmdeploy import LMDEPLOY_BLOCK, LmdeployAdmission, LmdeployPreset
+
+
+@admission("lmdeploy-0.16")
+class Lmdeploy016Admission(LmdeployAdmission):
+    """``lmdeploy``'s placement plus the fresh-block rule of ``BlockTrie.allocate``: a request
+    restored from a checkpoint off the block grid recomputes the blocks from the restored one on
+    into private blocks (``recompute_overlap.fresh_block_range``); before the forward the trie
+    path extends over those the trie already holds and stops at the first it does not, so the
+    first forward's end checkpoint, when anchored beyond that point, finds no attached anchor
+    node and is not saved (``reserve_save`` returns -1)."""
+
+    def prefill_checkpoints(self, match, ctx):
+        cps = super().prefill_checkpoints(match, ctx)
+        G = ctx.block_tokens
+        B = self.params.block_size or LMDEPLOY_BLOCK
+        hit = match.hit_sym * G
+        if cps and hit % B:
+            # blocks from the restored one on are recomputed ("fresh"): the trie path extends
+            # over those the trie already holds, and stops at the first it does not
+            attached = max(hit // B * B, match.match_sym * G // B * B)
+            if cps[0] * G // B * B > attached:
+                cps = cps[1:]
+        return cps
 
 register_preset(LmdeployPreset(
     "lmdeploy", "LMDeploy 0.16 PyTorch engine: a checkpoint at each prefill forward end, one per block anchor, "
     "frozen partial blocks, tiered eviction, --prefix-cache-decode-state-interval; stores input + output - 1 tokens",
-    admission="lmdeploy", eviction="lmdeploy-tiered", lookup_cap_minus_one=True, engine="lmdeploy",
+    admission="lmdeploy-0.16", eviction="lmdeploy-tiered", lookup_cap_minus_one=True, engine="lmdeploy",
     version="0.16.0", stores_last_token=False, extra_knobs=(StatePool,)))

@@ -241,6 +241,26 @@ def test_lmdeploy_decode_checkpoint_with_the_last_token_rule():
         run(trace, "lmdeploy", prefix_cache_decode_state_interval=100)
 
 
+def test_lmdeploy_loses_the_prompt_end_checkpoint_after_an_unaligned_restore():
+    """LMDeploy v0.16.0 ``BlockTrie.allocate`` / ``_extend_trie_path`` (trie.py at 1263d5cd8): a
+    request restored from a checkpoint off the block grid recomputes the blocks from the restored
+    one on into private blocks; the trie path stops at the first block the trie does not hold, so
+    a prompt-end checkpoint anchored beyond it is not saved (``reserve_save`` -> -1). Found by
+    benchmarks/differential_lmdeploy.py against the engine's own scheduler. Block 64: r0 = 35 +
+    29 tokens (63 stored, no full block), r1 = r0's 64 tokens + 12 restores 35 and cannot save
+    76; r2 = r1's prompt + 3 reuses 35, not 76 (the earlier preset: 76)."""
+    r1 = cat(toks(0, 35), toks(1000, 29), toks(3000, 12))
+    trace = one_per_session((toks(0, 35), toks(1000, 29)), (r1, toks(4000, 5)), (cat(r1, toks(5000, 3)), toks(6000, 2)))
+    got, sim = run(trace, "lmdeploy")
+    assert got == [0, 35, 35] and 76 not in state_depths(sim.tree)
+    assert run(trace, "lmdeploy-0.16-pytorch")[0] == [0, 35, 76]
+    # the same restore when the trie already holds the block: the checkpoint is saved
+    trace = one_per_session((toks(0, 35), toks(1000, 40)), (cat(toks(0, 35), toks(1000, 39), toks(3000, 2)),
+                                                            toks(4000, 5)),
+                            (cat(toks(0, 35), toks(1000, 39), toks(3000, 5)), toks(6000, 2)))
+    assert run(trace, "lmdeploy")[0] == [0, 35, 76]
+
+
 # ---------------------------------------------------------------------------------- listing, aliases, CLI
 
 def _cli(*args):
@@ -259,6 +279,8 @@ def test_marconi_policies_lists_engine_version_and_knobs():
     assert knobs["mamba_track_interval"]["min"] == 1 and knobs["mamba_track_interval"]["type"] == "int"
     assert {"prefix_cache_retention_interval", "enable_mamba_shared_prefix_checkpoint", "block_size"} <= {
         k["name"] for k in rows["vllm"]["knobs"]}
+    assert {"block_size", "prefix_cache_decode_state_interval", "state_pool"} <= {
+        k["name"] for k in rows["lmdeploy"]["knobs"]}
     assert rows["sglang-0.5.9-no-buffer"]["aliases"] == ["sglang-v1"]
     assert rows["vllm"]["stores"] == "input + output - 1" and rows["marconi"]["stores"] == "input + output"
 
