@@ -39,10 +39,13 @@ interval that is not a multiple of the page; ``--mamba-full-memory-ratio`` witho
 The earlier behaviours are versioned presets: ``policies/sglang_0_5_9.py`` (``MambaRadixCache``
 no_buffer / extra_buffer with the consumed refresh) and ``policies/sglang_pathrefresh.py``
 (before #31643). Placement and eviction code: ``policies/sglang.py``. Reproduces
-(``tests/policies/test_current_presets.py``): test_mamba_unittest.py ``test_mamba_radix_cache_1``
-under today's strategy; the memory split of ``model_runner_kv_cache_mixin.py``; #21158 with the
-last-token rule; #38000's fork workload (a chain prefilled in 2,048-token chunks, forked at
-8,192, reuses 8,192 tokens).
+(``tests/policies/test_current_presets.py``): the consumed-state refresh of
+``MambaComponent.refresh_lru`` (the same ``EngineRules`` on which ``tests/policies/test_sglang.py``
+runs test_mamba_unittest.py's ``test_mamba_radix_cache_1`` and
+``test_mamba_lru_match_refreshes_only_used_node``); the memory split of
+``model_runner_kv_cache_mixin.py``; #21158 under the last-token rule; the extra_buffer track
+positions with page size and track interval. Not reproduced: #38000's fork table (its 0 hits
+come from the mamba pool's running-request slots, which are not modelled).
 """
 
 from __future__ import annotations
