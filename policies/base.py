@@ -272,7 +272,8 @@ class EngineRules:
     - ``kv_extent``: how much of an inserted sequence's KV is kept: ``"all"``, ``"state"`` (up
       to its last state) or ``"blocks"`` (whole ``extent_block``-token blocks).
     - ``frozen_block`` / ``anchor_block``: LMDeploy's frozen partial blocks and one state per
-      block anchor (0: off).
+      block anchor (0: off); ``anchor_refusals``: a new state does not replace one at the same
+      step on another path (LMDeploy 0.16's ``_reserve_checkpoint``).
     - ``state_pool``: states live in their own pool, so ``--state-pool`` (or the engine's own
       memory knobs, through ``state_capacity``) sizes it; False: one budget.
     - ``state_capacity``: states the pool holds when the preset's engine knobs fix it (SGLang's
@@ -289,6 +290,7 @@ class EngineRules:
     extent_block: int = 0
     frozen_block: int = 0
     anchor_block: int = 0
+    anchor_refusals: bool = False
     state_pool: bool = False
     state_capacity: int | None = None
     memory: str = ""

@@ -10,7 +10,9 @@ one rule the differential check against the engine's own code found (``trie.py``
 ``_extend_trie_path``: a block in ``recompute_overlap.fresh_block_range`` with no trie child ends
 the path extension before the forward): after a hit on a checkpoint off the block grid, the first
 prefill forward's end checkpoint is lost when it is anchored beyond the blocks the trie already
-holds on that path.
+holds on that path; and ``_reserve_checkpoint``'s refusal of a checkpoint at the step an
+anchor's checkpoint already has (that one stays, whichever path it is on: the root anchor is
+shared by every prompt shorter than a block).
 
 Knobs (LMDeploy's PyTorch engine config names): ``--block-size`` (``block_size``, 64),
 ``--prefix-cache-decode-state-interval`` (``prefix_cache_decode_state_interval``, 0 = off; a
@@ -25,7 +27,9 @@ one replaceable decode checkpoint per sequence). Not modelled: TurboMind, pins o
 
 from __future__ import annotations
 
-from policies.base import admission, register_preset
+from dataclasses import dataclass, replace
+
+from policies.base import EngineRules, admission, register_preset
 from policies.engine_common import StatePool
 from policies.lmdeploy import LMDEPLOY_BLOCK, LmdeployAdmission, LmdeployPreset
 
@@ -52,7 +56,15 @@ class Lmdeploy016Admission(LmdeployAdmission):
                 cps = cps[1:]
         return cps
 
-register_preset(LmdeployPreset(
+@dataclass(frozen=True)
+class Lmdeploy016Preset(LmdeployPreset):
+    """``lmdeploy``: the block trie's rules plus ``_reserve_checkpoint``'s refusals."""
+
+    def engine_rules(self, spec, config) -> EngineRules:
+        return replace(super().engine_rules(spec, config), anchor_refusals=True)
+
+
+register_preset(Lmdeploy016Preset(
     "lmdeploy", "LMDeploy 0.16 PyTorch engine: a checkpoint at each prefill forward end, one per block anchor, "
     "frozen partial blocks, tiered eviction, --prefix-cache-decode-state-interval; stores input + output - 1 tokens",
     admission="lmdeploy-0.16", eviction="lmdeploy-tiered", lookup_cap_minus_one=True, engine="lmdeploy",

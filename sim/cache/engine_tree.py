@@ -170,18 +170,26 @@ class EngineTree(HybridRadixTree):
 
     def _take_anchors(self, seq: np.ndarray, checkpoints: list[int]) -> list[int]:
         """LMDeploy's one checkpoint per anchor: keep the last new state per block and give up any
-        older state anchored on the same block (the engine's pins last only while a restore copy
-        is queued, so a request's own hit is replaceable too). Returns the checkpoints to insert."""
+        older state anchored on the same block (a request's own hit is replaceable too: its
+        restore pin does not block the save). With ``EngineRules.anchor_refusals`` (LMDeploy
+        0.16's ``_reserve_checkpoint``: ``checkpoint.step == step`` refuses) an older state at the
+        same step stays, whichever path it is on, and the new one is not saved. Returns the
+        checkpoints to insert."""
         B = self.anchor_block
         G = self.block_tokens
         last_per_anchor: dict[int, int] = {}
         for c in checkpoints:
             last_per_anchor[c * G // B] = c
+        keep = []
         for anchor, c in last_per_anchor.items():
-            for old in self._states_in_block(seq, anchor * B, c):
+            olds = self._states_in_block(seq, anchor * B, c)
+            if self.rules.anchor_refusals and any(o.depth_tokens == c * G for o in olds):
+                continue
+            for old in olds:
                 self.states_replaced += 1
                 self._release_state(old)
-        return sorted(last_per_anchor.values())
+            keep.append(c)
+        return sorted(keep)
 
     def _states_in_block(self, seq: np.ndarray, start_tokens: int, keep_sym: int) -> list[Node]:
         """States whose root path shares ``seq``'s first ``start_tokens`` tokens and that end inside

@@ -261,6 +261,19 @@ def test_lmdeploy_loses_the_prompt_end_checkpoint_after_an_unaligned_restore():
     assert run(trace, "lmdeploy")[0] == [0, 35, 76]
 
 
+def test_lmdeploy_keeps_the_anchors_checkpoint_at_the_same_step():
+    """LMDeploy v0.16.0 ``CheckpointLifecycle._reserve_checkpoint`` (checkpoint_lifecycle.py at
+    1263d5cd8): an anchor's published checkpoint at the same step is not replaced, whichever path
+    it is on. Block 16: two different 12-token prompts both anchor on the root; the second one's
+    checkpoint is refused, so a follow-up of the first reuses 12 and one of the second nothing
+    (engine, driven by benchmarks/differential_lmdeploy.py: hits 0, 0, 0, 12). The earlier preset
+    replaced the first checkpoint instead."""
+    trace = one_per_session((toks(0, 12), toks(100, 2)), (toks(500, 12), toks(600, 2)),
+                            (cat(toks(500, 12), toks(700, 5)), toks(800, 2)), (cat(toks(0, 12), toks(900, 5)), toks(950, 2)))
+    assert run(trace, "lmdeploy", block_size=16)[0] == [0, 0, 0, 12]
+    assert run(trace, "lmdeploy-0.16-pytorch", block_size=16)[0] == [0, 0, 12, 0]
+
+
 # ---------------------------------------------------------------------------------- listing, aliases, CLI
 
 def _cli(*args):
