@@ -49,7 +49,8 @@ def engine_hits(order, requests, block: int) -> list[int]:
     total = sum(len(r.input_tokens) + len(r.output_tokens) for r in requests)
     longest = max(len(r.input_tokens) + len(r.output_tokens) for r in requests)
     budget = len(requests) + 8
-    cache = CacheConfig(max_batches=4, block_size=block, num_cpu_blocks=4, num_gpu_blocks=total // block + 3 * len(requests) + 64,
+    n_blocks = total // block + 3 * len(requests) + 64  # never evicts: partial, frozen and private blocks
+    cache = CacheConfig(max_batches=4, block_size=block, num_cpu_blocks=4, num_gpu_blocks=n_blocks,
                         enable_prefix_caching=True, num_state_caches=4 + 1 + budget,
                         prefix_cache_state_budget=budget, states_shapes=[((1,), torch.float32)])
     sched = Scheduler(scheduler_config=SchedulerConfig(max_batches=4, max_session_len=longest + 8,

@@ -28,7 +28,8 @@ Models sgl-project/sglang's ``python/sglang/srt/mem_cache/mamba_radix_cache.py``
   an insert moves its path to most recent (KV) and a new or revived state; a split leaves its
   lower half most recent (``_insert_helper`` / ``_split_node``).
 
-Reproduced by the presets (``tests/policies/test_sglang.py``): test_mamba_unittest.py ``test_mamba_radix_cache_1`` (pools: matches 0, 7, 7, 0) and
+Reproduced by the presets (``tests/policies/test_sglang.py``): test_mamba_unittest.py
+``test_mamba_radix_cache_1`` (pools: matches 0, 7, 7, 0) and
 ``test_mamba_lru_match_refreshes_only_used_node``; #21158 (an identical prompt reuses the
 prompt-end state one token short of its end: hits 0, 10, 10). Not modelled: the mamba lock on a
 single node (locks here cover the root path), per-request ping-pong slots, page > 1 for V1.

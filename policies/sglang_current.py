@@ -61,6 +61,7 @@ VERSION = "main 2026-09"  # newest code read (see the docstring); no release num
 STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
 AUTO_STRATEGY = "extra_buffer"  # what auto resolves to for hybrid GDN / Mamba models (#30127, #39430)
 DEFAULT_MEMORY_RATIO = 0.9
+DEFAULT_TRACK_INTERVAL = 256
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,8 @@ class SglangParams(ChunkedPrefill):
 
     mamba_radix_cache_strategy: str = knob(
         "auto", "sglang: --mamba-radix-cache-strategy (auto = extra_buffer for hybrid models).", choices=STRATEGIES)
-    mamba_track_interval: int = knob(256, "sglang: --mamba-track-interval, tokens between decode-time state tracks "
-                                     "(extra_buffer; a multiple of --page-size).", min=1)
+    mamba_track_interval: int = knob(DEFAULT_TRACK_INTERVAL, "sglang: --mamba-track-interval, tokens between "
+                                     "decode-time state tracks (extra_buffer; a multiple of --page-size).", min=1)
     page_size: int = knob(1, "sglang: --page-size, tokens per KV page (the radix tree's grid; no_buffer needs 1).",
                           min=1)
     mamba_full_memory_ratio: float = knob(
@@ -144,6 +145,8 @@ class SglangPreset(EnginePreset):
         if strategy == "no_buffer" and config.page_size > 1:
             raise PolicyError(f"--mamba-radix-cache-strategy no_buffer needs --page-size 1, not {config.page_size} "
                               "(SGLang's mamba component asserts it)")
+        if strategy == "no_buffer" and config.mamba_track_interval != DEFAULT_TRACK_INTERVAL:
+            raise PolicyError("--mamba-track-interval is read by extra_buffer only; no_buffer tracks no decode states")
         if config.mamba_track_interval % config.page_size:
             raise PolicyError(f"--mamba-track-interval {config.mamba_track_interval} must be a multiple of "
                               f"--page-size {config.page_size}")

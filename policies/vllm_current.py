@@ -131,6 +131,9 @@ class VllmCurrentPreset(VllmPreset):
         if config.prefix_cache_retention_interval < DENSE:
             raise PolicyError(f"--prefix-cache-retention-interval must be >= 0 (or -1 for every state), not "
                               f"{config.prefix_cache_retention_interval}")
+        if config.speculative_method != "none" and config.prefix_cache_retention_interval not in (0, DENSE):
+            raise PolicyError("--prefix-cache-retention-interval has no effect with --speculative-method "
+                              f"{config.speculative_method}: vLLM keeps every state under EAGLE / MTP (#55760)")
         if not spec.is_hybrid and config.enable_mamba_shared_prefix_checkpoint:
             raise PolicyError(f"--enable-mamba-shared-prefix-checkpoint needs a hybrid model; {spec.name} has no "
                               "linear-attention layers")

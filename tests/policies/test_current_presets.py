@@ -121,6 +121,7 @@ def test_sglang_memory_split_follows_the_engine():
     ({"page_size": 64, "mamba_track_interval": 100}, "multiple of --page-size"),
     ({"mamba_full_memory_ratio": 0.5}, "--gpu-memory"),
     ({"max_mamba_cache_size": 8, "state_pool": "8"}, "give one"),
+    ({"mamba_radix_cache_strategy": "no_buffer", "mamba_track_interval": 512}, "extra_buffer only"),
 ])
 def test_sglang_refuses_combinations_the_engine_cannot_run(knobs, words):
     trace = one_per_session((toks(0, 50), toks(100, 5)))
@@ -203,6 +204,8 @@ def test_vllm_refuses_meaningless_knobs():
     trace = one_per_session((toks(0, 50), toks(100, 5)))
     with pytest.raises(UsageError, match="--prefix-cache-retention-interval"):
         run(trace, "vllm", prefix_cache_retention_interval=-2)
+    with pytest.raises(PolicyError, match="no effect"):
+        run(trace, "vllm", speculative_method="eagle", prefix_cache_retention_interval=4096)
     with pytest.raises(PolicyError, match="hybrid"):
         run(trace, "vllm", model="llama-7b", enable_mamba_shared_prefix_checkpoint=True)
     with pytest.raises(PolicyError, match="larger than"):
@@ -269,7 +272,8 @@ def test_lmdeploy_keeps_the_anchors_checkpoint_at_the_same_step():
     (engine, driven by benchmarks/differential_lmdeploy.py: hits 0, 0, 0, 12). The earlier preset
     replaced the first checkpoint instead."""
     trace = one_per_session((toks(0, 12), toks(100, 2)), (toks(500, 12), toks(600, 2)),
-                            (cat(toks(500, 12), toks(700, 5)), toks(800, 2)), (cat(toks(0, 12), toks(900, 5)), toks(950, 2)))
+                            (cat(toks(500, 12), toks(700, 5)), toks(800, 2)),
+                            (cat(toks(0, 12), toks(900, 5)), toks(950, 2)))
     assert run(trace, "lmdeploy", block_size=16)[0] == [0, 0, 0, 12]
     assert run(trace, "lmdeploy-0.16-pytorch", block_size=16)[0] == [0, 0, 12, 0]
 
