@@ -36,8 +36,9 @@ every state), ``--enable-mamba-shared-prefix-checkpoint``, ``--block-size``,
 Reproduces (``tests/policies/test_current_presets.py``): test_mamba_align_retention_grid.py
 (grid blocks kept, none without an interval, the rolling newest boundary); vLLM #40696's
 528-token cliff (prompts under 528 tokens never hit; a 979-token prompt hits 528); #45238's
-workload shape with junction checkpoints (requests sharing a prefix that ends inside their
-unique tokens hit at the junction from the second request on). Not modelled: per-block (rather
+workload shape with junction checkpoints (prompts sharing a prefix that ends inside a block: 0
+hits without them; with them the second request keeps the junction state and the third reuses
+it); the EAGLE block drop of test_mamba_align_chunk_split.py both ways. Not modelled: per-block (rather
 than per-edge) eviction of a leaf, the step budget shared with other requests, the
 full-attention side of the EAGLE block drop, ``max_model_len`` (#48401's inert cache).
 """
