@@ -4,7 +4,7 @@ last-token rule, and the behaviours their trackers report, each worked by hand o
 Sources (each test names its own): sgl-project/sglang
 ``python/sglang/srt/mem_cache/unified_cache_components/mamba_component.py`` (008c2fbbb588),
 ``python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py`` (226149ac457b),
-``test/registered/unit/mem_cache/test_mamba_unittest.py``; vllm-project/vllm
+``test/registered/unit/mem_cache/test_mamba_unittest.py`` (54ac12ace81e); vllm-project/vllm
 ``tests/v1/core/test_mamba_align_retention_grid.py`` (9ab07979812c),
 ``tests/v1/core/test_mamba_align_chunk_split.py`` (09f730d09235), issues #40696, #45238, PR #37898;
 NVIDIA/TensorRT-LLM PR #16598 (``mamba_state_config.periodic_snapshot_interval``);
