@@ -72,6 +72,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
                    "tests/sim/test_engine.py", "tests/sim/test_tree.py"]),
     "engines": (["policies/engines.py", "policies/engine_common.py", "policies/vllm.py", "policies/sglang.py",
                  "policies/sglang_pathrefresh.py", "policies/lmdeploy.py", "policies/belady.py",
+                 "policies/*_current.py", "policies/*_0_*.py", "policies/trtllm_1_2.py",
                  "policies/gdsf.py", "sim/cache/engine_tree.py", "sim/cache/future.py"],
                 ["tests/policies", "tests/sim/cache", "tests/sim/engine", "tests/sim/test_engine.py"]),
     "cost": (["sim/cost.py"],

@@ -23,15 +23,51 @@ class PolicyError(ValueError):
 
 # ---------------------------------------------------------------------------------- knobs
 
-def knob(default: Any, help: str, *, choices: Iterable[str] | None = None, flag: str | None = None) -> Any:
-    """A ``Params`` field: its default, its help text, (for strings) its allowed values and (when
-    it is not ``--`` + the field name with dashes) its command-line flag."""
-    meta = {"help": help}
+def knob(default: Any, help: str, *, choices: Iterable[str] | None = None, flag: str | None = None,
+         min: float | None = None, max: float | None = None) -> Any:
+    """A ``Params`` field: its default, its help text, (for strings) its allowed values, (for
+    numbers) its inclusive range ``min`` .. ``max`` and (when it is not ``--`` + the field name with
+    dashes) its command-line flag. ``knob_space`` reads these back as a search space."""
+    meta: dict = {"help": help}
     if choices is not None:
         meta["choices"] = tuple(choices)
     if flag is not None:
         meta["flag"] = flag
+    if min is not None:
+        meta["min"] = min
+    if max is not None:
+        meta["max"] = max
     return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class KnobSpec:
+    """One knob as a search space sees it: name, flag, type, default and its allowed values
+    (``choices``) or range (``min`` .. ``max``, None: open)."""
+
+    name: str
+    flag: str
+    type: str  # "int", "float", "bool" or "str"
+    default: Any
+    choices: tuple | None = None
+    min: float | None = None
+    max: float | None = None
+    help: str = ""
+
+
+def knob_specs(params_cls: type) -> list[KnobSpec]:
+    """The knobs of a ``Params`` dataclass, machine-readable (``marconi policies --format json``)."""
+    out = []
+    for f in fields(params_cls):
+        meta = f.metadata
+        kind = type(f.default).__name__ if f.default is not None else "str"
+        flag = meta.get("flag") or "--" + f.name.replace("_", "-")
+        choices = meta.get("choices")
+        if kind == "bool":
+            choices = (False, True)
+        out.append(KnobSpec(f.name, flag.split("/")[0], kind, f.default, choices, meta.get("min"),
+                            meta.get("max"), meta.get("help", "")))
+    return out
 
 
 def params_from(params_cls: type, settings: Any, **override: Any) -> Any:
@@ -91,6 +127,42 @@ class CostView(Protocol):
         """Bytes of one checkpoint plus the KV of the root-to-node path."""
 
 
+@dataclass(frozen=True)
+class RefreshRule:
+    """How a lookup and an insert move recency: the one place the rule is written.
+
+    - ``hit``: the nodes whose (KV) recency a hit moves: ``"walked"`` every node the lookup walked
+      down (LRU engines, SGLang+, vLLM+), ``"to-hit"`` the path from the root to the node whose
+      state is used (SGLang's ``match_prefix``, LMDeploy's matched blocks), ``"consumed"`` only
+      that node (Marconi).
+    - ``state``: trees with a separate state recency (``sim.cache.engine_tree``): ``"with-kv"`` a
+      state's recency moves with its node's, ``"consumed"`` only the used state moves (SGLang
+      after #31643, LMDeploy's restored checkpoint).
+    - ``insert``: when an insert refreshes its root path: ``"final"`` after the request's last
+      insert (input + output), ``"every"`` after each insert (the engines' insert walk),
+      ``"none"`` never (a new node is created recent anyway).
+    - ``split``: an insert that splits an edge leaves the lower half most recent (SGLang's
+      ``_insert_helper`` refreshes the node it walks into, then ``_split_node`` re-inserts it).
+    """
+
+    hit: str = "walked"
+    state: str = "with-kv"
+    insert: str = "final"
+    split: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.hit not in ("walked", "to-hit", "consumed") or self.state not in ("with-kv", "consumed")
+                or self.insert not in ("final", "every", "none")):
+            raise PolicyError(f"bad refresh rule {self}")
+
+
+#: LRU engines and the paper's baselines: a hit refreshes the walked path, the request's last
+#: insert its whole path
+PATH_REFRESH = RefreshRule()
+#: Marconi (and GDSF): a hit refreshes only the node whose state it uses
+CONSUMED_REFRESH = RefreshRule(hit="consumed", insert="none")
+
+
 @dataclass(frozen=True, slots=True)
 class Victim:
     """The eviction policy's answer: evict ``node`` (a leaf goes with its KV; a single-child node
@@ -109,6 +181,7 @@ class AdmissionContext:
     n_full: int  # symbols of input + output
     block_tokens: int  # tokens per symbol
     input_tokens: int = -1  # exact prompt tokens (-1: n_input * block_tokens)
+    full_tokens: int = -1  # exact tokens a finished request stores (-1: n_full * block_tokens)
     #: token positions where this request's scheduled prefill steps ended, in order (the last one
     #: is the prompt's end): given by a batching scheduler (``--scheduler continuous``), which knows
     #: the chunks only when the prefill is done. None: the policy derives its own steps from its
@@ -166,9 +239,8 @@ class EvictionPolicy(ABC):
 
     name: ClassVar[str] = "base"
     Params: ClassVar[type] = NoParams
-    #: "path": a hit or insert refreshes every node on its path (LRU engines, SGLang+, vLLM+);
-    #: "consumed": only the node whose state is consumed (Marconi, SGLang after #31643).
-    refresh: ClassVar[str] = "path"
+    #: how hits and inserts move recency (an engine preset's ``EngineRules.refresh`` overrides it)
+    refresh: ClassVar[RefreshRule] = PATH_REFRESH
 
     def __init__(self, cost: CostView | None = None, params: Any = None) -> None:
         self.cost = cost
@@ -216,8 +288,55 @@ def eviction(name: str) -> Callable[[type], type]:
 
 
 @dataclass(frozen=True)
+class EngineRules:
+    """The rules an engine's cache follows beyond the core tree, one typed record
+    (``sim.cache.engine_tree.EngineTree`` reads it; its module docstring says which engine code
+    each rule follows).
+
+    - ``refresh``: the engine's own refresh rule (None: the eviction policy's).
+    - ``cascade``: a leaf's eviction also removes ancestors left as stateless leaves.
+    - ``kv_extent``: how much of an inserted sequence's KV is kept: ``"all"``, ``"state"`` (up
+      to its last state) or ``"blocks"`` (whole ``extent_block``-token blocks).
+    - ``frozen_block`` / ``anchor_block``: LMDeploy's frozen partial blocks and one state per
+      block anchor (0: off); ``anchor_refusals``: a new state does not replace one at the same
+      step on another path (LMDeploy 0.16's ``_reserve_checkpoint``).
+    - ``state_pool``: states live in their own pool, so ``--state-pool`` (or the engine's own
+      memory knobs, through ``state_capacity``) sizes it; False: one budget.
+    - ``state_capacity``: states the pool holds when the preset's engine knobs fix it (SGLang's
+      ``--max-mamba-cache-size``); None: ``split``, else ``--state-pool`` decides.
+    - ``memory``: the engine's whole cache memory (a size, SGLang's ``--gpu-memory``), which
+      replaces ``--capacity``; ``split(memory_bytes, state_bytes)``: the states the engine's own
+      split of it gives the state pool.
+    - ``future``: the offline bound's next-use index (``belady``).
+    """
+
+    refresh: RefreshRule | None = None
+    cascade: bool = False
+    kv_extent: str = "all"
+    extent_block: int = 0
+    frozen_block: int = 0
+    anchor_block: int = 0
+    anchor_refusals: bool = False
+    state_pool: bool = False
+    state_capacity: int | None = None
+    memory: str = ""
+    split: Callable[[int, int], int] | None = None
+    future: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kv_extent not in ("all", "state", "blocks"):
+            raise PolicyError(f"bad kv_extent {self.kv_extent!r}")
+
+
+@dataclass(frozen=True)
 class PolicyPreset:
-    """A named policy: an admission policy, an eviction policy and the grid they work on."""
+    """A named policy: an admission policy, an eviction policy and the grid they work on.
+
+    ``engine`` and ``version`` say what it reproduces (``marconi policies`` lists them);
+    ``stores_last_token``: a finished request's whole input + output goes into the cache (the
+    Marconi paper's rule); False: input + output - 1 tokens, as every serving engine stores (the
+    last sampled token is never run through the model, so neither its KV nor a state after it
+    exists)."""
 
     name: str
     description: str
@@ -228,16 +347,40 @@ class PolicyPreset:
     lookup_cap_minus_one: bool = False  # SGLang: a lookup matches at most input_len - 1 tokens
     uses_alpha: bool = False
     unlimited: bool = False  # a bound: the cache never evicts (capacity ignored)
+    engine: str = "paper"
+    version: str = ""
+    stores_last_token: bool = True
+    extra_knobs: tuple = ()  # Params classes the preset itself reads (beyond its policies')
 
     def grid_for(self, spec: Any, config: Any) -> int:
         """Tree granularity for this model and config (engine presets derive it per model)."""
         return self.grid_tokens
 
-    def cache_options(self, spec: Any, config: Any) -> dict:
-        """Engine rules the cache must follow (keyword arguments of ``sim.cache.engine_tree``'s
-        ``EngineTree``); empty: the core tree. ``"pools": True`` lets ``--state-pool`` give
-        states their own pool."""
-        return {}
+    def engine_rules(self, spec: Any, config: Any) -> EngineRules | None:
+        """The engine rules the cache must follow (``sim.cache.engine_tree``); None: the core
+        tree."""
+        return None
+
+    def check(self, spec: Any, config: Any) -> None:
+        """Refuse knob values this preset cannot honour (one ``PolicyError`` line)."""
+
+    def knob_classes(self) -> list[type]:
+        """Every ``Params`` class whose knobs this preset reads (admission, eviction, its own)."""
+        out = []
+        for cls in (self.admission_cls.Params, self.eviction_cls.Params, *self.extra_knobs):
+            if cls is not NoParams and cls not in out:
+                out.append(cls)
+        return out
+
+    def knobs(self) -> list[KnobSpec]:
+        """The knobs this preset reads, machine-readable (name, flag, type, default, range)."""
+        seen, out = set(), []
+        for cls in self.knob_classes():
+            for spec in knob_specs(cls):
+                if spec.name not in seen:
+                    seen.add(spec.name)
+                    out.append(spec)
+        return out
 
     @property
     def admission_cls(self) -> type[AdmissionPolicy]:
@@ -251,17 +394,25 @@ class PolicyPreset:
 PRESETS: dict[str, PolicyPreset] = {}
 
 
-def register_preset(preset: PolicyPreset) -> PolicyPreset:
+#: old preset names kept working: alias -> the versioned preset it now names
+ALIASES: dict[str, str] = {}
+
+
+def register_preset(preset: PolicyPreset, *, aliases: Iterable[str] = ()) -> PolicyPreset:
+    """Register ``preset`` by name; each of ``aliases`` (an older name) finds it too."""
     if preset.admission not in ADMISSION:
         raise PolicyError(f"unknown admission {preset.admission!r}")
     if preset.eviction not in EVICTION:
         raise PolicyError(f"unknown eviction {preset.eviction!r}")
     PRESETS[preset.name] = preset
+    for alias in aliases:
+        ALIASES[alias] = preset.name
     return preset
 
 
 def get_preset(name: str) -> PolicyPreset:
+    """The preset called ``name`` (or an alias of it)."""
     try:
-        return PRESETS[name]
+        return PRESETS[ALIASES.get(name, name)]
     except KeyError:
         raise PolicyError(f"unknown policy {name!r}; choose from: {', '.join(PRESETS)}") from None

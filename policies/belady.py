@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.base import PolicyError, Victim, eviction, register_preset
+from policies.base import PATH_REFRESH, EngineRules, PolicyError, Victim, eviction, register_preset
 from policies.engine_common import EnginePreset
 from policies.eviction import DenseSlotEviction
 
@@ -36,7 +36,7 @@ NEVER = np.iinfo(np.int64).max
 class BeladyEviction(DenseSlotEviction):
     """Farthest next use first (Belady's MIN); among equals (never used again) the most bytes."""
 
-    refresh = "path"
+    refresh = PATH_REFRESH
 
     @staticmethod
     def score(dist: np.ndarray, size: np.ndarray) -> np.ndarray:
@@ -108,7 +108,7 @@ class BeladySizeEviction(BeladyEviction):
 register_preset(EnginePreset(
     "belady", "bound: judicious admission + offline eviction of the state whose next use (from the trace's "
     "future) is farthest",
-    admission="judicious", eviction="belady", options=(("future", True),)))
+    admission="judicious", eviction="belady", rules=EngineRules(future=True), engine="bound"))
 register_preset(EnginePreset(
     "belady-size", "bound, size-aware: like belady, evicting the largest (requests to next use x bytes freed)",
-    admission="judicious", eviction="belady-size", options=(("future", True),)))
+    admission="judicious", eviction="belady-size", rules=EngineRules(future=True), engine="bound"))

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from policies.base import AdmissionContext, EvictionPolicy, PolicyPreset, eviction, knob
+from policies.base import PATH_REFRESH, AdmissionContext, EngineRules, EvictionPolicy, PolicyPreset, eviction, knob
 from policies.eviction import HeapEviction
 
 
@@ -36,6 +36,11 @@ def input_tokens(ctx: AdmissionContext) -> int:
     return ctx.input_tokens if ctx.input_tokens >= 0 else ctx.n_input * ctx.block_tokens
 
 
+def full_tokens(ctx: AdmissionContext) -> int:
+    """The tokens a finished request leaves in the cache (a partial last symbol counts its own)."""
+    return ctx.full_tokens if ctx.full_tokens >= 0 else ctx.n_full * ctx.block_tokens
+
+
 def chunk_ends(start: int, end: int, step: int) -> list[int]:
     """Ends of the non-final chunks of a prefill from ``start`` to ``end`` in steps of ``step``
     (same unit); the final chunk ends at ``end`` and is not listed."""
@@ -51,26 +56,30 @@ def down(pos_sym: int, step_tokens: int, ctx: AdmissionContext) -> int:
 
 
 @dataclass(frozen=True)
+class StatePool:
+    """Knob of the engine presets that keep states in their own pool."""
+
+    state_pool: str = knob("", "States' own pool for engine presets that have one (sglang*, lmdeploy*): a count of "
+                           "states, or bytes with a unit, carved out of --capacity; empty = one budget.")
+
+
+@dataclass(frozen=True)
 class EnginePreset(PolicyPreset):
-    """An engine preset: the rules its cache follows (``sim.cache.engine_tree``), as
-    ``(name, value)`` pairs; ``pools``: the engine keeps states in their own pool, so
-    ``--state-pool`` applies."""
+    """An engine preset: the rules its cache follows (``rules``, read by
+    ``sim.cache.engine_tree``)."""
 
-    options: tuple = ()
-    pools: bool = False
+    rules: EngineRules = field(default_factory=EngineRules)
+    engine: str = "engine"
 
-    def cache_options(self, spec: Any, config: Any) -> dict:
-        opts = dict(self.options)
-        if self.pools:
-            opts["pools"] = True
-        return opts
+    def engine_rules(self, spec: Any, config: Any) -> EngineRules:
+        return self.rules
 
 
 class TwoHeapLRU(EvictionPolicy):
     """Lazily invalidated min-heaps of (key, created, version, node), one per list an engine keeps;
     a subclass says which lists a node belongs to and with what key (``keys``)."""
 
-    refresh = "path"
+    refresh = PATH_REFRESH
     lists: tuple[str, ...] = ()
 
     def attach(self, tree):
@@ -124,7 +133,7 @@ class TailFirstLRUEviction(HeapEviction):
     finished request's blocks are released tail first, so among equally recent leaves the
     deepest goes first."""
 
-    refresh = "path"
+    refresh = PATH_REFRESH
 
     def priority(self, node):
         return (node.last_access, -node.depth_tokens)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policies.base import EvictionPolicy, Victim, eviction, knob
+from policies.base import CONSUMED_REFRESH, PATH_REFRESH, EvictionPolicy, Victim, eviction, knob
 
 class HeapEviction(EvictionPolicy):
     """Pop the lowest ``priority(node)`` among ``is_candidate`` nodes."""
@@ -71,7 +71,7 @@ class LRULeafEviction(HeapEviction):
     """LRU over leaves (SGLang+ and vLLM+ in the paper): inner nodes are never candidates, so
     an old turn's state under a newer turn stays until it becomes a leaf again."""
 
-    refresh = "path"
+    refresh = PATH_REFRESH
 
     def priority(self, node):
         return node.last_access
@@ -142,7 +142,7 @@ class MarconiEviction(DenseSlotEviction):
     something (leaves; single-child nodes with a state). Evicting a single-child node drops its
     state only; its KV merges into the child."""
 
-    refresh = "consumed"
+    refresh = CONSUMED_REFRESH
 
     @dataclass(frozen=True)
     class Params:

@@ -18,13 +18,13 @@ the clock instead of min-max-normalised recency, so a heap keeps it O(log n) per
 
 from __future__ import annotations
 
-from policies.base import PolicyPreset, eviction, register_preset
+from policies.base import CONSUMED_REFRESH, PolicyPreset, eviction, register_preset
 from policies.eviction import HeapEviction
 
 
 @eviction("gdsf")
 class GDSFEviction(HeapEviction):
-    refresh = "consumed"  # a hit references the node whose state it uses
+    refresh = CONSUMED_REFRESH  # a hit references the node whose state it uses
 
     def attach(self, tree):
         super().attach(tree)
@@ -69,4 +69,4 @@ class GDSFEviction(HeapEviction):
 
 register_preset(PolicyPreset(
     "gdsf", "GreedyDual-Size-Frequency eviction (Cherkasova 1998): clock + frequency x FLOPs saved / bytes; "
-    "judicious admission", admission="judicious", eviction="gdsf"))
+    "judicious admission", admission="judicious", eviction="gdsf", engine="baseline"))

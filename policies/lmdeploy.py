@@ -1,8 +1,12 @@
-"""LMDeploy's PyTorch engine prefix cache (``lmdeploy/pytorch/paging/block_trie``).
+"""LMDeploy's PyTorch engine prefix cache (``lmdeploy/pytorch/paging/block_trie``): the shared machinery.
+
+Used by ``policies/lmdeploy_current.py`` (``lmdeploy``, v0.16.0 with the engine's last-token
+rule) and ``policies/lmdeploy_0_16.py`` (``lmdeploy-0.16-pytorch``, the project's earlier preset).
 
 Models InternLM/lmdeploy's ``checkpoint_lifecycle.py`` (stored version 24d02506abc6),
 ``kv_lifecycle.py`` and ``BlockTrie.evict``, with non-aligned checkpoints (#4799) and decode
-checkpoints off (``prefix_cache_decode_state_interval`` 0, the default).
+checkpoints off by default (``prefix_cache_decode_state_interval`` 0; N > 0: the sequence's one
+replaceable decode checkpoint, block-aligned, at the last multiple of N it decoded past).
 
 - Block: the engine's ``block_size`` (``--block-size``; LMDeploy's default 64). The trie holds
   whole blocks only; the tokens of a prompt's partial last block stay only in the frozen copy a
@@ -32,10 +36,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policies.base import AdmissionPolicy, Victim, admission, eviction, register_preset
-from policies.engine_common import ChunkedPrefill, EnginePreset, TwoHeapLRU, chunk_ends
+from policies.base import AdmissionPolicy, EngineRules, PolicyError, RefreshRule, Victim, admission, eviction, knob
+from policies.engine_common import EnginePreset, TwoHeapLRU, VllmBlocks, chunk_ends, full_tokens, input_tokens
 
 LMDEPLOY_BLOCK = 64  # LMDeploy's default block_size
+#: a hit refreshes the matched blocks and the restored checkpoint only (pin_restore); each
+#: insert refreshes its blocks
+LMDEPLOY_REFRESH = RefreshRule(hit="to-hit", state="consumed", insert="every")
 
 
 def anchor_step(step: int, block: int) -> int:
@@ -50,18 +57,33 @@ class LmdeployPreset(EnginePreset):
     def block(self, config) -> int:
         return config.block_size or LMDEPLOY_BLOCK
 
-    def cache_options(self, spec, config) -> dict:
+    def engine_rules(self, spec, config) -> EngineRules:
         B = self.block(config)
-        return {"match_refresh": "split", "kv_extent": "blocks", "extent_block": B,
-                "frozen_block": B, "anchor_block": B, "pools": True}
+        return EngineRules(refresh=LMDEPLOY_REFRESH, kv_extent="blocks", extent_block=B, frozen_block=B,
+                           anchor_block=B, state_pool=True)
+
+    def check(self, spec, config) -> None:
+        B = self.block(config)
+        if config.prefix_cache_decode_state_interval % B:
+            raise PolicyError(f"--prefix-cache-decode-state-interval {config.prefix_cache_decode_state_interval} "
+                              f"must be a multiple of the {B}-token block")
+
+
+@dataclass(frozen=True)
+class LmdeployParams(VllmBlocks):
+    """LMDeploy's own knobs (PyTorch engine config names)."""
+
+    prefix_cache_decode_state_interval: int = knob(
+        0, "lmdeploy: prefix_cache_decode_state_interval, decode tokens between SSM checkpoints (a multiple of the "
+        "block; 0 = off).", min=0)
 
 
 @admission("lmdeploy")
 class LmdeployAdmission(AdmissionPolicy):
     """A checkpoint at every prefill forward end (chunk ends and the prompt end, any position);
-    decode checkpoints off."""
+    with a decode interval, one decode checkpoint at the last multiple of it decode passed."""
 
-    Params = ChunkedPrefill
+    Params = LmdeployParams
     uses_prefill_steps = True
     running_state_slots = 2  # the runtime slot + the reserved save slot
 
@@ -72,7 +94,12 @@ class LmdeployAdmission(AdmissionPolicy):
         return chunk_ends(match.hit_sym, ctx.n_input, step) + [ctx.n_input]
 
     def decode_checkpoints(self, match, ctx):
-        return []
+        every = self.params.prefix_cache_decode_state_interval
+        if every <= 0:
+            return []
+        G = ctx.block_tokens
+        last = full_tokens(ctx) // every * every
+        return [last // G] if last > input_tokens(ctx) and last % G == 0 else []
 
 
 @eviction("lmdeploy-tiered")
@@ -113,10 +140,3 @@ class TieredLRUEviction(TwoHeapLRU):
 
     def pop_victim(self):
         return self.pop_kv_victim() or self.pop_state_victim()
-
-
-register_preset(LmdeployPreset(
-    "lmdeploy", "LMDeploy PyTorch engine: a checkpoint at each prefill forward end, one per block anchor "
-    "(a later one replaces it), a frozen block per partial checkpoint, whole blocks in the trie; evicts "
-    "frozen checkpoints, then KV leaves, then checkpoint-only (a state pool with --state-pool)",
-    admission="lmdeploy", eviction="lmdeploy-tiered", lookup_cap_minus_one=True))

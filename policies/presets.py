@@ -19,6 +19,7 @@ register_preset(PolicyPreset(
     "marconi", "Marconi: judicious admission + FLOP-aware eviction (recency + alpha * FLOP efficiency)",
     admission="judicious", eviction="marconi", uses_alpha=True))
 register_preset(PolicyPreset(
-    "marconi-oracle", "bound: Marconi with the best static alpha in hindsight over --alpha-grid (one run per "
-    "alpha, best token hit rate; reported as tuned_alpha)",
+    "marconi-oracle", engine="bound",
+    description="bound: Marconi with the best static alpha in hindsight over --alpha-grid (one run per alpha, "
+    "best token hit rate; reported as tuned_alpha)",
     admission="judicious", eviction="marconi"))

@@ -1,10 +1,12 @@
-"""SGLang's ``MambaRadixCache``: V1 (``no_buffer``) and V2 (``extra_buffer``), today's refresh rule.
+"""SGLang's placement and eviction: V1 (``no_buffer``) and V2 (``extra_buffer``) states, two LRU lists.
 
+The machinery every SGLang preset shares (``policies/sglang_current.py``: ``sglang``, today's
+engine with its knobs; ``policies/sglang_0_5_9.py`` and ``policies/sglang_pathrefresh.py``: the
+earlier behaviours). 
 Models sgl-project/sglang's ``python/sglang/srt/mem_cache/mamba_radix_cache.py`` (stored versions
 00df707e8de4 / c1eb00f9a08b), ``ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend``
 (``managers/schedule_batch.py``) and the consumed-node refresh of PRs #31643 / #31648 (merged
-2026-07; test ``test_mamba_lru_match_refreshes_only_used_node``). The older whole-path refresh
-is the versioned preset ``sglang-v1-pathrefresh`` (``policies/sglang_pathrefresh.py``).
+2026-07; test ``test_mamba_lru_match_refreshes_only_used_node``).
 
 - Grid: tokens (page 1). A lookup reuses at most ``input_len - 1`` tokens.
 - V1 placement: ``cache_unfinished_req`` after every chunked-prefill chunk and after the prefill
@@ -26,7 +28,8 @@ is the versioned preset ``sglang-v1-pathrefresh`` (``policies/sglang_pathrefresh
   an insert moves its path to most recent (KV) and a new or revived state; a split leaves its
   lower half most recent (``_insert_helper`` / ``_split_node``).
 
-Reproduces: test_mamba_unittest.py ``test_mamba_radix_cache_1`` (pools: matches 0, 7, 7, 0) and
+Reproduced by the presets (``tests/policies/test_sglang.py``): test_mamba_unittest.py
+``test_mamba_radix_cache_1`` (pools: matches 0, 7, 7, 0) and
 ``test_mamba_lru_match_refreshes_only_used_node``; #21158 (an identical prompt reuses the
 prompt-end state one token short of its end: hits 0, 10, 10). Not modelled: the mamba lock on a
 single node (locks here cover the root path), per-request ping-pong slots, page > 1 for V1.
@@ -36,14 +39,20 @@ from __future__ import annotations
 
 import math
 
-from policies.base import AdmissionPolicy, Victim, admission, eviction, register_preset
-from policies.engine_common import STATELESS_FIRST, ChunkedPrefill, EnginePreset, TwoHeapLRU, chunk_ends, input_tokens
+from policies.base import AdmissionPolicy, EngineRules, RefreshRule, Victim, admission, eviction
+from policies.engine_common import STATELESS_FIRST, ChunkedPrefill, TwoHeapLRU, chunk_ends, input_tokens
 
 SGLANG_CAPTURE_CHUNK = 64  # V2: mamba_cache_chunk_size = max(FLA chunk 64, page)
 SGLANG_TRACK_INTERVAL = 256  # V2: --mamba-track-interval (decode tracking)
 
-#: the engine rules of today's SGLang (sim.cache.engine_tree)
-SGLANG_CACHE = (("match_refresh", "split"), ("split_refresh", True), ("cascade", True))
+#: SGLang after #31643 / #31648: a hit moves the KV path and only the used state; the insert walk
+#: refreshes its path (KV); a split leaves its lower half most recent
+SGLANG_REFRESH = RefreshRule(hit="to-hit", state="consumed", insert="every", split=True)
+#: SGLang before #31643: ``reset_node_and_parents_mru`` on both lists
+SGLANG_PATH_REFRESH = RefreshRule(hit="to-hit", state="with-kv", insert="every", split=True)
+#: the engine rules of SGLang's no_buffer cache (sim.cache.engine_tree); extra_buffer adds
+#: kv_extent="state"
+SGLANG_RULES = EngineRules(refresh=SGLANG_REFRESH, cascade=True, state_pool=True)
 
 
 @admission("sglang-v1")
@@ -157,12 +166,3 @@ class TwoListLRUEviction(TwoHeapLRU):
         return self.pop_state_victim()
 
 
-register_preset(EnginePreset(
-    "sglang-v1", "SGLang no_buffer (today: consumed-node state refresh, #31643): states at chunk ends, "
-    "prompt end and request end; KV and mamba lists (pools with --state-pool); lookup cap input_len - 1",
-    admission="sglang-v1", eviction="two-list", lookup_cap_minus_one=True, options=SGLANG_CACHE, pools=True))
-register_preset(EnginePreset(
-    "sglang-v2", "SGLang extra_buffer: one 64-aligned tracked state per prefill step (a branch point "
-    "replaces it), 256-token decode tracking, KV kept up to the tracked state; KV and mamba lists",
-    admission="sglang-v2", eviction="two-list", lookup_cap_minus_one=True,
-    options=SGLANG_CACHE + (("kv_extent", "state"),), pools=True))

@@ -1,4 +1,7 @@
-"""vLLM's hybrid prefix caching: ``--mamba-cache-mode align`` and ``all``.
+"""vLLM's hybrid prefix caching machinery: ``--mamba-cache-mode align`` and ``all`` placement, the block.
+
+Shared by ``policies/vllm_current.py`` (``vllm``, today's engine with its knobs) and
+``policies/vllm_0_11.py`` (the earlier behaviour, ``vllm-0.11-align`` / ``vllm-0.11-all``).
 
 Models vllm-project/vllm as of PR #30877 (align mode, merged 2025-12) and the scheduler's
 ``_mamba_block_aligned_split`` (``vllm/v1/core/sched/scheduler.py``, stored version 00024d314514),
@@ -30,10 +33,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from policies.base import AdmissionPolicy, admission, register_preset
+from policies.base import AdmissionPolicy, EngineRules, PolicyError, admission
 from policies.engine_common import EnginePreset, VllmBlocks, input_tokens
 
 VLLM_KERNEL_ALIGN = 16  # vLLM rounds the raised attention block to this many tokens
+MAX_BLOCK = 4096  # the largest block sim.cache.blocks hashes into one symbol
 
 
 def vllm_block_tokens(spec) -> int:
@@ -57,8 +61,13 @@ class VllmPreset(EnginePreset):
     def grid_for(self, spec, config) -> int:
         return config.block_size or vllm_block_tokens(spec)
 
-    def cache_options(self, spec, config) -> dict:
-        return {"kv_extent": "blocks", "extent_block": self.grid_for(spec, config)}
+    def engine_rules(self, spec, config) -> EngineRules:
+        return EngineRules(kv_extent="blocks", extent_block=self.grid_for(spec, config))
+
+    def check(self, spec, config) -> None:
+        block = self.grid_for(spec, config)
+        if block > MAX_BLOCK:
+            raise PolicyError(f"a {block}-token block is larger than the simulator hashes ({MAX_BLOCK} tokens)")
 
 
 def align_step_ends(hit_tokens: int, n: int, B: int, budget: int) -> list[int]:
@@ -131,14 +140,3 @@ class VllmAllAdmission(AdmissionPolicy):
 
     def decode_checkpoints(self, match, ctx):
         return decode_boundaries(ctx)
-
-
-register_preset(VllmPreset(
-    "vllm-align", "vLLM --mamba-cache-mode align (PR #30877): states at the block boundary ending each "
-    "block-aligned prefill step (always the prompt's last full block) and every block crossed in decode; "
-    "full blocks only, LRU tail first",
-    admission="vllm-align", eviction="lru-tail-first", lookup_cap_minus_one=True))
-register_preset(VllmPreset(
-    "vllm-all", "vLLM --mamba-cache-mode all: a state at every block boundary (prefill and decode), "
-    "LRU tail first",
-    admission="vllm-all", eviction="lru-tail-first", lookup_cap_minus_one=True))

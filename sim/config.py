@@ -8,7 +8,12 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 
 from policies.admission import JudiciousAdmission
+from policies.engine_common import StatePool
 from policies.engines import ChunkedPrefill, VllmBlocks
+from policies.lmdeploy import LmdeployParams
+from policies.sglang_current import SglangParams
+from policies.trtllm_current import TrtllmParams
+from policies.vllm_current import VllmParams
 from policies.eviction import MarconiEviction
 from sim.errors import UsageError
 
@@ -52,20 +57,22 @@ def format_size(n: int) -> str:
     return f"{n}B"
 
 
-def setting(default, help: str, *, choices=None, flag: str | None = None, group: str | None = "sim"):
+def setting(default, help: str, *, choices=None, flag: str | None = None, group: str | None = "sim",
+            min: float | None = None, max: float | None = None):
     """A SimConfig field with its help, allowed values and flag (``--`` + the name with dashes
     unless given). ``group``: "sim" (a knob of `run` and `sweep`), "tuning" (read only by
     ``--alpha auto`` and ``marconi-oracle``) or None (an option the CLI declares itself)."""
     meta = {"help": help, "choices": tuple(choices) if choices else None, "flag": flag, "group": group}
+    meta.update({k: v for k, v in (("min", min), ("max", max)) if v is not None})
     return field(default=default, metadata=meta)
 
 
 def policy_knob(params_cls: type, name: str, group: str | None = "sim"):
-    """A SimConfig field that is a policy's knob: default, help and choices come from the policy's
-    ``Params`` (written there once)."""
+    """A SimConfig field that is a policy's knob: default, help, choices and range come from the
+    policy's ``Params`` (written there once)."""
     f = {f.name: f for f in fields(params_cls)}[name]
     return setting(f.default, f.metadata["help"], choices=f.metadata.get("choices"), flag=f.metadata.get("flag"),
-                   group=group)
+                   group=group, min=f.metadata.get("min"), max=f.metadata.get("max"))
 
 
 def flag_of(f) -> str:
@@ -137,8 +144,19 @@ class SimConfig:
                                  group="tuning")
     prefill_chunk_tokens: int = policy_knob(ChunkedPrefill, "prefill_chunk_tokens")
     block_size: int = policy_knob(VllmBlocks, "block_size")
-    state_pool: str = setting("", "States' own pool for engine presets that have one (sglang-*, lmdeploy): a count of "
-                              "states, or bytes with a unit, carved out of --capacity; empty = one budget.")
+    state_pool: str = policy_knob(StatePool, "state_pool")
+    # the engines' own knobs (policies/*_current.py), named as the engines name them
+    mamba_radix_cache_strategy: str = policy_knob(SglangParams, "mamba_radix_cache_strategy")
+    mamba_track_interval: int = policy_knob(SglangParams, "mamba_track_interval")
+    page_size: int = policy_knob(SglangParams, "page_size")
+    mamba_full_memory_ratio: float = policy_knob(SglangParams, "mamba_full_memory_ratio")
+    gpu_memory: str = policy_knob(SglangParams, "gpu_memory")
+    max_mamba_cache_size: int = policy_knob(SglangParams, "max_mamba_cache_size")
+    prefix_cache_retention_interval: int = policy_knob(VllmParams, "prefix_cache_retention_interval")
+    enable_mamba_shared_prefix_checkpoint: bool = policy_knob(VllmParams, "enable_mamba_shared_prefix_checkpoint")
+    speculative_method: str = policy_knob(VllmParams, "speculative_method")
+    periodic_snapshot_interval: int = policy_knob(TrtllmParams, "periodic_snapshot_interval")
+    prefix_cache_decode_state_interval: int = policy_knob(LmdeployParams, "prefix_cache_decode_state_interval")
 
     def validate(self) -> None:
         for f in fields(self):
@@ -171,6 +189,14 @@ class SimConfig:
             raise UsageError("--prefill-chunk must be >= 1")
         if self.block_size < 0:
             raise UsageError("--block-size must be >= 0")
+        for f in fields(self):  # a knob's own range (policies' Params: min / max)
+            lo, hi, value = f.metadata.get("min"), f.metadata.get("max"), getattr(self, f.name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                    (lo is not None and not value >= lo) or (hi is not None and not value <= hi)):
+                bound = f">= {lo:g}" if hi is None else f"in {lo:g}..{hi:g}" if lo is not None else f"<= {hi:g}"
+                raise UsageError(f"{flag_of(f)} must be {bound}, not {value!r}")
+        if self.gpu_memory:
+            parse_size(self.gpu_memory)
         if self.chunk_size < 1:
             raise UsageError("--chunk-size must be >= 1")
         if self.bootstrap_multiplier < 1:

@@ -1,22 +1,22 @@
 """The serving engines' cache: the hybrid radix tree plus what SGLang and LMDeploy do differently.
 
 The paper's policies run on the core ``HybridRadixTree``. An engine preset asks for this variant
-through ``PolicyPreset.cache_options`` (a dict of the keyword arguments below); each option
-reproduces one engine rule, named after the engine code it follows:
+through ``PolicyPreset.engine_rules`` (a ``policies.base.EngineRules``); each rule reproduces one
+engine behaviour, named after the engine code it follows:
 
-- ``state_capacity`` (pools): the engine keeps states in their own pool. SGLang: a KV pool and a
-  mamba pool (``--max-mamba-cache-size``); LMDeploy: trie KV blocks and a checkpoint-slot budget
+- ``state_capacity`` (``EngineRules.state_pool``): the engine keeps states in their own pool.
+  SGLang: a KV pool and a mamba pool (``--max-mamba-cache-size``, or the split of
+  ``--mamba-full-memory-ratio``); LMDeploy: trie KV blocks and a checkpoint-slot budget
   (``prefix_cache_state_budget``). KV pressure asks the policy for ``pop_kv_victim``, state
   pressure for ``pop_state_victim``. ``capacity_bytes`` stays the total; the KV pool is the total
   minus ``state_capacity`` states. None: one shared budget (the policy's ``pop_victim``).
-- ``match_refresh``: the lookup refreshes recency itself, as SGLang's ``match_prefix`` and
-  LMDeploy's restore pin do: ``"split"`` moves the KV path (root .. the hit) to most recent and
-  only the hit's state (SGLang after #31643 / #31648, test
+- ``refresh`` (a ``RefreshRule``): ``hit="to-hit", state="consumed"`` moves the KV path (root ..
+  the hit) to most recent and only the hit's state (SGLang after #31643 / #31648, test
   ``test_mamba_lru_match_refreshes_only_used_node``; LMDeploy's checkpoint ``last_access_time``);
-  ``"path"`` moves both along the path (SGLang's ``reset_node_and_parents_mru`` on both lists).
-  Inserts then refresh the inserted path (``_insert_helper`` walks it root to leaf). Each node
-  carries two recencies: ``last_access`` (KV list) and ``state_access`` (state list).
-- ``split_refresh``: an insert that splits an edge leaves the lower half most recent
+  ``state="with-kv"`` moves both along the path (SGLang's ``reset_node_and_parents_mru`` on both
+  lists). ``insert="every"``: each insert refreshes the inserted path (``_insert_helper`` walks it
+  root to leaf). Each node carries two recencies: ``last_access`` (KV list) and ``state_access``
+  (state list). ``split``: an insert that splits an edge leaves the lower half most recent
   (``_insert_helper`` refreshes the node it walks into, then ``_split_node`` re-inserts it).
 - ``cascade``: a leaf's eviction also removes ancestors left as stateless leaves (SGLang's
   ``_iteratively_delete_tombstone_leaf``).
@@ -39,9 +39,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from policies.base import EngineRules, RefreshRule
 from sim.cache.tree import HybridRadixTree, InsertResult, MatchResult, Node, _edge_match
 from sim.config import format_size, parse_size
 from sim.errors import UsageError
+
+NO_RULES = EngineRules()  # the core tree's behaviour
 
 
 class EngineNode(Node):
@@ -49,20 +52,17 @@ class EngineNode(Node):
 
 
 class EngineTree(HybridRadixTree):
-    def __init__(self, *, state_capacity: int | None = None, match_refresh: str | None = None,
-                 split_refresh: bool = False, cascade: bool = False, kv_extent: str = "all",
-                 extent_block: int = 0, frozen_block: int = 0, anchor_block: int = 0, future=None,
+    def __init__(self, rules: EngineRules = NO_RULES, *, state_capacity: int | None = None, future=None,
                  **settings) -> None:
+        self.rules = rules
         self.state_capacity = state_capacity
-        self.match_refresh = match_refresh
-        self.split_refresh = split_refresh
-        self.cascade = cascade
-        self.kv_extent = kv_extent
-        self.extent_block = extent_block
-        self.frozen_block = frozen_block
-        self.anchor_block = anchor_block
-        self.wants_future = future is True  # the driver (sim.engine.drivers.run) attaches the index
-        self.future = None if future is True else future
+        self.cascade = rules.cascade
+        self.kv_extent = rules.kv_extent
+        self.extent_block = rules.extent_block
+        self.frozen_block = rules.frozen_block
+        self.anchor_block = rules.anchor_block
+        self.wants_future = rules.future and future is None  # the driver (sim.engine.drivers.run) attaches it
+        self.future = future
         self.frozen_tokens = 0  # KV charged for frozen partial blocks (LMDeploy)
         self.states_replaced = 0  # states given up to a later one on the same anchor
         self._pending = (0, 0)  # (KV bytes, states) the insert being planned needs
@@ -70,8 +70,12 @@ class EngineTree(HybridRadixTree):
         if state_capacity is not None:
             self.kv_capacity_bytes = self.capacity_bytes - state_capacity * self.state_bytes
             if state_capacity < 1 or self.kv_capacity_bytes <= 0:
-                raise UsageError(f"--state-pool of {state_capacity} states leaves no room for KV in "
+                raise UsageError(f"a state pool of {state_capacity} states leaves no room for KV in "
                                  f"{format_size(self.capacity_bytes)}")
+
+    @property
+    def refresh(self) -> RefreshRule:
+        return self.rules.refresh or self.policy.refresh
 
     # ------------------------------------------------------------------ nodes and bytes
     def _new_node(self, key, parent, n_tokens, depth_sym, depth_tokens, now) -> Node:
@@ -124,34 +128,10 @@ class EngineTree(HybridRadixTree):
     def match(self, seq: np.ndarray, max_hit_sym: int | None = None) -> MatchResult:
         if self.future is not None:
             self.future.arrived(seq)
-        m = super().match(seq, max_hit_sym)
-        if self.match_refresh is not None and m.hit_sym > 0:
-            now = self.now
-            both = self.match_refresh == "path"
-            for node in m.path:
-                if node.depth_sym > m.hit_sym:
-                    break
-                node.last_access = now
-                if both and node.has_state:
-                    node.state_access = now
-                self._changed(node)
-            if not both:
-                m.hit_node.state_access = now
-                self._changed(m.hit_node)
-        return m
+        return super().match(seq, max_hit_sym)
 
-    def touch(self, node: Node, now: float) -> None:
-        if self.match_refresh is None:  # otherwise the lookup itself refreshed (match)
-            super().touch(node, now)
-
-    def touch_path(self, node: Node, now: float) -> None:
-        both = self.match_refresh in (None, "path")
-        while node is not None and node is not self.root:
-            node.last_access = now
-            if both:
-                node.state_access = now
-            self._changed(node)
-            node = node.parent
+    def _touch_state(self, node: Node, now: float) -> None:
+        node.state_access = now
 
     def _add_state(self, node: Node) -> None:
         node.state_access = self.now  # a new or revived state is the most recent
@@ -160,9 +140,10 @@ class EngineTree(HybridRadixTree):
 
     def _split(self, child: Node, m: int, now: float) -> Node:
         upper = super()._split(child, m, now)
-        if self.split_refresh:
+        rule = self.refresh
+        if rule.split:
             child.last_access = now
-            if self.match_refresh == "path" and child.has_state:
+            if rule.state == "with-kv" and child.has_state:
                 child.state_access = now
             self._changed(child)
         return upper
@@ -179,8 +160,7 @@ class EngineTree(HybridRadixTree):
         if len(seq) == 0:
             return InsertResult(True, end_node=self.root)
         res = super().insert(seq, seq_tokens, checkpoints, now, lock=lock, protect=protect, need_bytes=need_bytes)
-        if self.match_refresh is not None and res.inserted and res.end_node is not None:
-            self.touch_path(res.end_node, now)
+        self.refresh_inserted(res, now, final=False)
         return res
 
     def _extent(self, n: int, seq_tokens: int, checkpoints: list[int]) -> int:
@@ -196,18 +176,26 @@ class EngineTree(HybridRadixTree):
 
     def _take_anchors(self, seq: np.ndarray, checkpoints: list[int]) -> list[int]:
         """LMDeploy's one checkpoint per anchor: keep the last new state per block and give up any
-        older state anchored on the same block (the engine's pins last only while a restore copy
-        is queued, so a request's own hit is replaceable too). Returns the checkpoints to insert."""
+        older state anchored on the same block (a request's own hit is replaceable too: its
+        restore pin does not block the save). With ``EngineRules.anchor_refusals`` (LMDeploy
+        0.16's ``_reserve_checkpoint``: ``checkpoint.step == step`` refuses) an older state at the
+        same step stays, whichever path it is on, and the new one is not saved. Returns the
+        checkpoints to insert."""
         B = self.anchor_block
         G = self.block_tokens
         last_per_anchor: dict[int, int] = {}
         for c in checkpoints:
             last_per_anchor[c * G // B] = c
+        keep = []
         for anchor, c in last_per_anchor.items():
-            for old in self._states_in_block(seq, anchor * B, c):
+            olds = self._states_in_block(seq, anchor * B, c)
+            if self.rules.anchor_refusals and any(o.depth_tokens == c * G for o in olds):
+                continue
+            for old in olds:
                 self.states_replaced += 1
                 self._release_state(old)
-        return sorted(last_per_anchor.values())
+            keep.append(c)
+        return sorted(keep)
 
     def _states_in_block(self, seq: np.ndarray, start_tokens: int, keep_sym: int) -> list[Node]:
         """States whose root path shares ``seq``'s first ``start_tokens`` tokens and that end inside
@@ -385,10 +373,17 @@ def parse_state_pool(text: str, state_bytes: int) -> int:
     return n
 
 
-def engine_tree_options(options: dict, state_bytes: int, state_pool: str) -> dict:
-    """``EngineTree`` keyword arguments from a preset's ``cache_options``: ``pools`` becomes a
-    state capacity when ``--state-pool`` is given (bytes with a unit, or a count of states)."""
-    options = dict(options)
-    if options.pop("pools", False) and state_pool:
-        options["state_capacity"] = parse_state_pool(state_pool, state_bytes)
-    return options
+def state_capacity(rules: EngineRules, state_bytes: int, state_pool: str, memory_bytes: int) -> int | None:
+    """States the engine's state pool holds: fixed by the preset's engine knobs, or their split of
+    ``memory_bytes``, else ``--state-pool`` where the engine has a pool; None: one budget."""
+    if not rules.state_pool:
+        return None
+    if rules.state_capacity is not None:
+        return rules.state_capacity
+    if rules.split is not None and rules.memory:
+        n = rules.split(memory_bytes, state_bytes)
+        if n < 1:
+            raise UsageError(f"the engine's split of {format_size(memory_bytes)} leaves no room for one state "
+                             f"({format_size(state_bytes)})")
+        return n
+    return parse_state_pool(state_pool, state_bytes) if state_pool else None

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 import numpy as np
 
-from policies.base import EvictionPolicy
+from policies.base import EvictionPolicy, RefreshRule
 
 
 def _edge_match(key: np.ndarray, seq: np.ndarray, pos: int) -> int:
@@ -206,6 +206,48 @@ class HybridRadixTree:
         return node.depth_tokens + min(split_off * self.block_tokens, split_node.n_tokens)
 
     # ------------------------------------------------------------------ refresh / locks
+    @property
+    def refresh(self) -> RefreshRule:
+        """The refresh rule in force: the eviction policy's (a tuner may switch policies)."""
+        return self.policy.refresh
+
+    def lookup(self, seq: np.ndarray, max_hit_sym: int | None = None, now: float | None = None) -> MatchResult:
+        """A lookup as an engine does it: ``match``, then the refresh rule's hit refresh (at
+        ``now``, default the tree's clock)."""
+        m = self.match(seq, max_hit_sym)
+        self.refresh_hit(m, self.now if now is None else now)
+        return m
+
+    def refresh_hit(self, m: MatchResult, now: float) -> None:
+        """Move recency after a lookup that hit ``m`` (``RefreshRule.hit`` / ``.state``)."""
+        if m.hit_sym <= 0:
+            return
+        rule = self.refresh
+        if rule.hit == "consumed":
+            nodes = [m.hit_node]
+        elif rule.hit == "walked":
+            nodes = m.path
+        else:
+            nodes = [n for n in m.path if n.depth_sym <= m.hit_sym]
+        with_kv = rule.state == "with-kv"
+        for node in nodes:
+            node.last_access = now
+            if with_kv:
+                self._touch_state(node, now)
+            self._changed(node)
+        if not with_kv:
+            self._touch_state(m.hit_node, now)
+            self._changed(m.hit_node)
+
+    def refresh_inserted(self, res: "InsertResult", now: float, final: bool) -> None:
+        """Move recency after an insert (``RefreshRule.insert``); ``final``: the request's last."""
+        when = self.refresh.insert
+        if res.inserted and res.end_node is not None and (when == "every" or (final and when == "final")):
+            self.touch_path(res.end_node, now)
+
+    def _touch_state(self, node: Node, now: float) -> None:
+        """Hook: move a node's state recency (the core tree has one recency per node)."""
+
     def touch(self, node: Node, now: float) -> None:
         if node is self.root:
             return
@@ -213,8 +255,11 @@ class HybridRadixTree:
         self._changed(node)
 
     def touch_path(self, node: Node, now: float) -> None:
+        with_kv = self.refresh.state == "with-kv"
         while node is not None and node is not self.root:
             node.last_access = now
+            if with_kv:
+                self._touch_state(node, now)
             self._changed(node)
             node = node.parent
 

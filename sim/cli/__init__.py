@@ -13,7 +13,7 @@ import sys
 import click
 
 from kernels import cli as kernels_cli
-from sim.cli import advise, models, plot, replay, run, sweep, traces
+from sim.cli import advise, models, plot, policies, replay, run, sweep, traces
 from sim.errors import USER_ERRORS
 
 
@@ -53,6 +53,6 @@ def main() -> None:
 
 
 #: command groups in registration order (``sweep`` derives its options from ``run``)
-COMMANDS = (run, models, traces, kernels_cli, sweep, plot, replay, advise)
+COMMANDS = (run, models, policies, traces, kernels_cli, sweep, plot, replay, advise)
 for _module in COMMANDS:
     _module.register(main)

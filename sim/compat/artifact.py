@@ -266,8 +266,7 @@ class ArtifactSimulation(Simulation):
         if tree.listener is not None:
             self.inserting = (f, t)
         res = tree.insert(seq_full, tok_full, cps, now, need_bytes=self._need(mf, tok_full))
-        if self.refresh_path and res.inserted and res.end_node is not None:
-            tree.touch_path(res.end_node, tree.now)
+        tree.refresh_inserted(res, tree.now, final=True)
         self._after_insert(res, f, t)
 
     def shadow_lookup(self, r: Request, t: float) -> Flight | None:

@@ -29,9 +29,9 @@ import numpy as np
 from policies.base import (ADMISSION, EVICTION, AdmissionContext, AdmissionPolicy, EvictionPolicy, PolicyPreset,
                            get_preset, params_from)
 from sim.cache.blocks import block_symbols
-from sim.cache.engine_tree import EngineTree, engine_tree_options
+from sim.cache.engine_tree import EngineTree, state_capacity
 from sim.cache.tree import HybridRadixTree, MatchResult, Node
-from sim.config import UNLIMITED, SimConfig, format_size
+from sim.config import UNLIMITED, SimConfig, format_size, parse_size
 from sim.cost import ModelSpec, TimingModel, default_timing, get_model
 from sim.engine.events import EVENTS, listeners
 from sim.engine.metrics import Recorder
@@ -62,6 +62,7 @@ class Flight:
     decode_cps: list[int]
     locked: Node | None
     match_tokens: int = 0  # tokens the lookup matched (a state up to here sits on a branch point)
+    tok_done: int = -1  # input + output tokens served (-1: tok_full; engines store one token less)
     match: MatchResult | None = None  # the lookup (admission is asked again when a scheduler's chunks are known)
     ctx: AdmissionContext | None = None  # what admission was told about the request
 
@@ -111,6 +112,7 @@ class Simulation:
         self.spec = spec or get_model(config.model)
         self.timing = timing or default_timing(config.model)
         self.preset: PolicyPreset = get_preset(config.policy)
+        self.preset.check(self.spec, config)
         self.progress = progress
         self.auto_alpha = isinstance(config.alpha, str)  # "auto": start at 0, a tuner sets it
         self.alpha0 = 0.0 if self.auto_alpha else float(config.alpha)
@@ -122,7 +124,6 @@ class Simulation:
                 f"{config.model} ({format_size(self.spec.state_bytes())})")
         self.admission = self.make_admission(self.preset.admission)
         self.tree = self.make_tree(self.make_eviction(self.preset.eviction, self.alpha0))
-        self.refresh_path = self.tree.policy.refresh == "path"
         self.tuner: Tuner | None = None
         self.rec = Recorder(len(trace.requests), self.spec)
         self.inserting: tuple[Flight, float] | None = None  # the insert the tree is doing (events)
@@ -161,17 +162,19 @@ class Simulation:
         )
 
     def make_tree(self, eviction: EvictionPolicy) -> HybridRadixTree:
-        options = self.preset.cache_options(self.spec, self.config)
-        if options:  # an engine preset: the engines' cache variant
-            return EngineTree(policy=eviction, **self.tree_settings(),
-                              **engine_tree_options(options, self.spec.state_bytes(), self.config.state_pool))
-        return HybridRadixTree(policy=eviction, **self.tree_settings())
+        rules = self.preset.engine_rules(self.spec, self.config)
+        if rules is None:
+            return HybridRadixTree(policy=eviction, **self.tree_settings())
+        settings = self.tree_settings()  # an engine preset: the engines' cache variant
+        if rules.memory:  # the engine's own memory knob (--gpu-memory) replaces --capacity
+            settings["capacity_bytes"] = parse_size(rules.memory)
+        pool = state_capacity(rules, self.spec.state_bytes(), self.config.state_pool, settings["capacity_bytes"])
+        return EngineTree(rules, state_capacity=pool, policy=eviction, **settings)
 
     def restore_tree(self, tree: HybridRadixTree) -> None:
         """Continue from ``tree`` (a snapshot of a cache, e.g. the tuner's) instead of the empty one."""
         tree.listener = self.tree.listener
         self.tree = tree
-        self.refresh_path = tree.policy.refresh == "path"
 
     def set_eviction(self, policy: EvictionPolicy) -> None:
         """Evict with ``policy`` from now on, keeping the cache (tuners switch candidates so)."""
@@ -182,7 +185,11 @@ class Simulation:
             if node is not tree.root:
                 node.slot = -1
                 policy.add(node)
-        self.refresh_path = policy.refresh == "path"
+
+    @property
+    def refresh_path(self) -> bool:
+        """Whether the refresh rule in force moves the walked path (the artifact's replay)."""
+        return self.tree.refresh.hit != "consumed"
 
     def _check_grid(self) -> None:
         B = self.trace.block_tokens
@@ -217,27 +224,34 @@ class Simulation:
         # insert covers the whole blocks only (insert_prefill)
         return sym_in, sym_full, tok_in, tok_full
 
+    def stored(self, r: Request, seq_full: np.ndarray, tok_full: int) -> tuple[np.ndarray, int]:
+        """What a finished request leaves in the cache: input + output (the paper's rule), or,
+        for engine presets, input + output - 1 tokens: the last sampled token is never run
+        through the model, so neither its KV nor a state after it exists."""
+        if self.preset.stores_last_token or tok_full <= r.n_input_tokens(self.trace.block_tokens):
+            return seq_full, tok_full
+        if self.trace.block_tokens == 1 and len(r.output_tokens):
+            full = np.concatenate((r.input_tokens, r.output_tokens[:-1]))
+            return (full if self.regrid == 1 else block_symbols(full, self.regrid)), tok_full - 1
+        return seq_full, tok_full - 1  # hash blocks: outputs carry no symbols, only the count drops
+
     def lookup(self, r: Request, t: float, lock: bool) -> Flight:
-        seq_in, seq_full, tok_in, tok_full = self.symbols(r)  # tok_in: the real prompt length
+        seq_in, seq_full, tok_in, tok_done = self.symbols(r)  # tok_in: the real prompt length
+        seq_full, tok_full = self.stored(r, seq_full, tok_done)
         if not self.preset.caching:
             for fn in self._on_lookup:
                 fn(r, t, None, 0, tok_in)
-            return Flight(r, seq_in, seq_full, tok_in, tok_full, 0, [], [], None)
+            return Flight(r, seq_in, seq_full, tok_in, tok_full, 0, [], [], None, 0, tok_done)
         tree = self.tree
         now = tree.set_time(t)
         cap = None
         if self.preset.lookup_cap_minus_one:
             # at least one prompt token is recomputed: hit <= input_len - 1 tokens, in grid symbols
             cap = max((tok_in - 1) // self.grid, 0)
-        m = tree.match(seq_in, max_hit_sym=cap)
+        m = tree.lookup(seq_in, max_hit_sym=cap, now=now)
         hit_tokens = min(m.hit_tokens, tok_in)
-        if m.hit_sym > 0:
-            if self.refresh_path:
-                for node in m.path:
-                    tree.touch(node, now)
-            else:
-                tree.touch(m.hit_node, now)
         ctx = self.admission_context(m, seq_in, seq_full, tok_in)
+        ctx.full_tokens = tok_full
         prefill_cps = self.admission.prefill_checkpoints(m, ctx)
         decode_cps = self.admission.decode_checkpoints(m, ctx)
         locked = None
@@ -248,7 +262,7 @@ class Simulation:
         for fn in self._on_lookup:
             fn(r, t, hit_ckpt, hit_tokens, tok_in)
         return Flight(r, seq_in, seq_full, tok_in, tok_full, hit_tokens, prefill_cps, decode_cps, locked,
-                      m.match_tokens, m, ctx)
+                      m.match_tokens, tok_done, m, ctx)
 
     def replan_prefill(self, f: Flight, step_ends: list[int]) -> None:
         """A batching scheduler reports where ``f``'s prefill steps ended (token positions, the
@@ -291,8 +305,7 @@ class Simulation:
         if f.locked is not None:
             self.tree.unlock(f.locked)
             f.locked = None
-        if self.refresh_path and res.inserted and res.end_node is not None:
-            self.tree.touch_path(res.end_node, now)
+        self.tree.refresh_inserted(res, now, final=True)
         self._after_insert(res, f, t)
 
     def _after_insert(self, res, f: Flight, t: float) -> None:
@@ -315,8 +328,9 @@ class Simulation:
             self.decoded(f, t_prefilled, decode_s, t_done)
 
     def decoded(self, f: Flight, t_start: float, decode_s: float, t_done: float) -> None:
+        end = f.tok_done if f.tok_done >= 0 else f.tok_full
         for fn in self._on_decode:
-            fn(f.req, t_start, t_done, f.tok_in, f.tok_full, decode_s)
+            fn(f.req, t_start, t_done, f.tok_in, end, decode_s)
 
     # ------------------------------------------------------------------ one sequential request
     def sequential_lookup(self, r: Request, t: float) -> Flight:
@@ -333,8 +347,9 @@ class Simulation:
         r = f.req
         for fn in self._on_prefill:  # inlined (one call per request less): the sequential hot path
             fn(r, t, t + p, f.hit_tokens, f.tok_in, p)
+        end = f.tok_done if f.tok_done >= 0 else f.tok_full
         for fn in self._on_decode:
-            fn(r, t + p, t + p + d, f.tok_in, f.tok_full, d)
+            fn(r, t + p, t + p + d, f.tok_in, end, d)
 
     #: sequential mode, second half: one insert of input + output with every checkpoint
     sequential_insert = insert_decode
@@ -355,5 +370,6 @@ class Simulation:
         return self.timing.prefill_time_s(self.spec, f.hit_tokens, f.tok_in)
 
     def decode_s(self, f: Flight) -> float:
-        return self.timing.decode_time_s(f.tok_full - f.tok_in)
+        end = f.tok_done if f.tok_done >= 0 else f.tok_full
+        return self.timing.decode_time_s(end - f.tok_in)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from engine_cases import TIMING, TINY, cat, one_per_session, run, state_depths, toks
 
-from policies.base import PRESETS
+from policies.base import ALIASES, PRESETS
 from sim.cache.engine_tree import parse_state_pool
 from sim.config import UNLIMITED, SimConfig, parse_size
 from sim.engine.drivers import run as drive
@@ -16,22 +16,27 @@ from sim.errors import UsageError
 from sim.simulate import build
 from traces.base import Request, Trace
 
-ENGINE_PRESETS = ["vllm-align", "vllm-all", "sglang-v1", "sglang-v1-pathrefresh", "sglang-v2", "lmdeploy",
-                  "trtllm", "infinite", "belady", "belady-size"]
+ENGINE_PRESETS = ["sglang", "vllm", "trtllm", "lmdeploy", "vllm-align", "vllm-all", "sglang-v1",
+                  "sglang-v1-pathrefresh", "sglang-v2", "lmdeploy-0.16-pytorch", "trtllm-1.2-interval", "infinite",
+                  "belady", "belady-size"]
+POOLED = ("sglang", "lmdeploy", "sglang-v1", "sglang-v1-pathrefresh", "sglang-v2", "lmdeploy-0.16-pytorch")
 
 
 def test_every_engine_preset_is_registered():
-    assert set(ENGINE_PRESETS) <= set(PRESETS)
+    assert set(ENGINE_PRESETS) <= set(PRESETS) | set(ALIASES)
+    assert {ALIASES[a] for a in ENGINE_PRESETS if a in ALIASES} <= set(PRESETS)
 
 
 def test_trtllm_states_every_256_tokens_and_at_prompt_end():
+    """The earlier TensorRT-LLM preset (``trtllm-1.2-interval``, the project's ``trtllm`` before
+    issue 19): states every 256 prompt tokens and at the prompt end."""
     trace = one_per_session(
         (toks(0, 600), toks(600, 10)),                     # states at 256, 512, 600
         (cat(toks(0, 550), toks(5000, 20)), toks(6000, 10)),  # hits 512; its own end 570
         (toks(0, 600), toks(7000, 5)),                     # same prompt: capped at 599 -> 512
         (toks(0, 610), toks(8000, 5)),                     # prompt + r0's output -> 600
     )
-    got, sim = run(trace, "trtllm")
+    got, sim = run(trace, "trtllm-1.2-interval")
     assert got == [0, 512, 512, 600]
     assert state_depths(sim.tree) == [256, 512, 570, 600, 610]
 
@@ -87,7 +92,7 @@ def test_every_preset_keeps_the_tree_invariants_under_pressure(policy, mode, poo
     assert res.summary["requests"] == len(trace.requests)
     if policy != "infinite":
         assert res.summary["evictions"] > 0
-    pooled = pool and policy in ("sglang-v1", "sglang-v1-pathrefresh", "sglang-v2", "lmdeploy")
+    pooled = pool and policy in POOLED
     assert getattr(sim.tree, "state_capacity", None) == (40 if pooled else None)
     if pooled:
         assert sim.tree.n_states <= 40 and sim.tree.kv_bytes <= 9000 - 40 * 16

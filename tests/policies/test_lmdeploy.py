@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from engine_cases import TINY, one_per_session, run, state_depths, toks
 
-from policies.lmdeploy import TieredLRUEviction, anchor_step
+from policies.base import EngineRules
+from policies.lmdeploy import LMDEPLOY_REFRESH, TieredLRUEviction, anchor_step
 from sim.cache.engine_tree import EngineTree
 
 B = 16
@@ -21,8 +22,9 @@ B = 16
 def _trie(states=None, kv_blocks=64):
     cap = kv_blocks * B * 2 + (states or 0) * 16
     return EngineTree(capacity_bytes=cap, kv_bytes_per_token=2, state_bytes=16, block_tokens=1,
-                      policy=TieredLRUEviction(), state_capacity=states, match_refresh="split", kv_extent="blocks",
-                      extent_block=B, frozen_block=B, anchor_block=B)
+                      policy=TieredLRUEviction(), state_capacity=states,
+                      rules=EngineRules(refresh=LMDEPLOY_REFRESH, kv_extent="blocks", extent_block=B, frozen_block=B,
+                                        anchor_block=B, state_pool=True))
 
 
 def _save(tree, ids, step, t=1.0):
@@ -65,8 +67,8 @@ def test_ssm_checkpoint_replaces_partial_variant_at_same_anchor():
     _save(tree, ids[:2 * B + 3], 2 * B + 3, t=2.0)
     assert state_depths(tree) == [2 * B + 3] and tree.states_replaced == 1
     assert _blocks(tree) == blocks == 3
-    assert tree.match(np.array(ids[:2 * B + 2])).hit_tokens == 0  # only 2B + 3 is left
-    assert tree.match(np.array(ids[:2 * B + 4])).hit_tokens == 2 * B + 3
+    assert tree.lookup(np.array(ids[:2 * B + 2])).hit_tokens == 0  # only 2B + 3 is left
+    assert tree.lookup(np.array(ids[:2 * B + 4])).hit_tokens == 2 * B + 3
     tree.check_invariants()
 
 
@@ -92,8 +94,8 @@ def test_ssm_checkpoint_save_evicts_unpinned_state_only():
     _save(tree, a, 2 * B)
     _save(tree, b, 2 * B, t=2.0)
     assert tree.n_states == 1 and tree.kv_tokens == 4 * B  # A's KV kept
-    assert tree.match(np.array(a + [3])).hit_tokens == 0
-    assert tree.match(np.array(b + [3])).hit_tokens == 2 * B
+    assert tree.lookup(np.array(a + [3])).hit_tokens == 0
+    assert tree.lookup(np.array(b + [3])).hit_tokens == 2 * B
     tree.check_invariants()
 
 
@@ -106,7 +108,7 @@ def test_match_ssm_partial_checkpoint_uses_private_destination():
         ids = list(range(step))
         tree = _trie(states=4)
         _save(tree, ids, step)
-        assert tree.match(np.array(ids + [999])).hit_tokens == step
+        assert tree.lookup(np.array(ids + [999])).hit_tokens == step
 
 
 def test_lmdeploy_preset_block_from_config_and_anchor_replacement():

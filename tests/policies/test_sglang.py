@@ -8,13 +8,14 @@ version 024f9a6860ce), ``python/sglang/srt/mem_cache/mamba_radix_cache.py`` (00d
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from engine_cases import TINY, cat, one_per_session, run, state_depths, toks
 
-from policies.sglang import TwoListLRUEviction, v2_tracks
+from policies.sglang import SGLANG_PATH_REFRESH, SGLANG_REFRESH, SGLANG_RULES, TwoListLRUEviction, v2_tracks
 from sim.cache.engine_tree import EngineTree
 from sim.cache.tree import HybridRadixTree
 
@@ -27,7 +28,8 @@ class _Tree:
         self.t = 0.0
         self.tree = EngineTree(capacity_bytes=kv_tokens * 2 + states * 16, kv_bytes_per_token=2, state_bytes=16,
                                block_tokens=1, policy=TwoListLRUEviction(), state_capacity=states,
-                               match_refresh=refresh, split_refresh=True, cascade=True)
+                               rules=replace(SGLANG_RULES, refresh=SGLANG_REFRESH if refresh == "split"
+                                             else SGLANG_PATH_REFRESH))
 
     def tick(self):
         self.t += 1
@@ -39,7 +41,7 @@ class _Tree:
 
     def match(self, ids):
         self.tick()
-        return self.tree.match(np.array(ids, dtype=np.int64))
+        return self.tree.lookup(np.array(ids, dtype=np.int64))
 
     def node(self, ids):  # a lookup that refreshes nothing (inspection only)
         return HybridRadixTree.match(self.tree, np.array(ids, dtype=np.int64)).hit_node
@@ -150,7 +152,7 @@ def test_whole_path_and_consumed_node_state_refresh_evict_different_nodes():
     assert got == [0, 10, 0, 20, 0]
     st = sim.tree.stats
     assert (st.evictions, st.states_evicted, st.kv_tokens_evicted) == (1, 1, 10)
-    assert sim.tree.match(toks(0, 15)).hit_tokens == 10 and sim.tree.match(toks(100, 11)).hit_tokens == 0
+    assert sim.tree.lookup(toks(0, 15)).hit_tokens == 10 and sim.tree.lookup(toks(100, 11)).hit_tokens == 0
     # Today (sglang-v1): a hit refreshes only the consumed state -> A's state is t1 (its hit),
     # older than C (t2): A is tombstoned (KV kept, merged into B), C survives; as Marconi does.
     for policy in ("sglang-v1", "marconi"):
@@ -158,9 +160,9 @@ def test_whole_path_and_consumed_node_state_refresh_evict_different_nodes():
         assert got == [0, 10, 0, 20, 0], policy
         st = sim.tree.stats
         assert (st.evictions, st.states_evicted, st.kv_tokens_evicted) == (1, 1, 0), policy
-        assert sim.tree.match(toks(0, 15)).hit_tokens == 0
-        assert sim.tree.match(toks(0, 25)).hit_tokens == 20  # B still reachable: A's KV was kept
-        assert sim.tree.match(toks(100, 11)).hit_tokens == 10
+        assert sim.tree.lookup(toks(0, 15)).hit_tokens == 0
+        assert sim.tree.lookup(toks(0, 25)).hit_tokens == 20  # B still reachable: A's KV was kept
+        assert sim.tree.lookup(toks(100, 11)).hit_tokens == 10
         sim.tree.check_invariants()
 
 

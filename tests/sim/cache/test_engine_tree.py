@@ -4,20 +4,23 @@ exact accounting of each rule on a hand-checked case."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.lmdeploy import TieredLRUEviction
-from policies.sglang import TwoListLRUEviction
+from policies.base import EngineRules
+from policies.lmdeploy import LMDEPLOY_REFRESH, TieredLRUEviction
+from policies.sglang import SGLANG_PATH_REFRESH, SGLANG_RULES, TwoListLRUEviction
 from sim.cache.engine_tree import EngineTree
 
 KV, STATE = 2, 16
 
 
-def _tree(policy, **options):
-    return EngineTree(capacity_bytes=options.pop("capacity", 600), kv_bytes_per_token=KV, state_bytes=STATE,
-                      block_tokens=1, policy=policy, **options)
+def _tree(policy, rules=EngineRules(), capacity=600, state_capacity=None):
+    return EngineTree(rules, capacity_bytes=capacity, kv_bytes_per_token=KV, state_bytes=STATE, block_tokens=1,
+                      policy=policy, state_capacity=state_capacity)
 
 
 op = st.one_of(
@@ -28,18 +31,19 @@ op = st.one_of(
     st.tuples(st.just("evict_states"), st.integers(1, 3)),
 )
 engines = st.sampled_from([
-    ("sglang", dict(match_refresh="split", split_refresh=True, cascade=True)),
-    ("sglang", dict(match_refresh="path", split_refresh=True, cascade=True, kv_extent="state")),
-    ("lmdeploy", dict(match_refresh="split", kv_extent="blocks", extent_block=8, frozen_block=8, anchor_block=8)),
+    ("sglang", SGLANG_RULES),
+    ("sglang", replace(SGLANG_RULES, refresh=SGLANG_PATH_REFRESH, kv_extent="state")),
+    ("lmdeploy", EngineRules(refresh=LMDEPLOY_REFRESH, kv_extent="blocks", extent_block=8, frozen_block=8,
+                             anchor_block=8, state_pool=True)),
 ])
 
 
 @settings(max_examples=150, deadline=None)
 @given(engine=engines, pool=st.sampled_from([None, 3, 8]), ops=st.lists(op, max_size=25))
 def test_random_operations_keep_the_invariants_and_the_pools(engine, pool, ops):
-    kind, options = engine
+    kind, rules = engine
     policy = TwoListLRUEviction() if kind == "sglang" else TieredLRUEviction()
-    tree = _tree(policy, state_capacity=pool, **options)
+    tree = _tree(policy, rules, state_capacity=pool)
     locked = []
     for t, o in enumerate(ops, start=1):
         tree.set_time(float(t))
@@ -50,7 +54,7 @@ def test_random_operations_keep_the_invariants_and_the_pools(engine, pool, ops):
             if res.inserted and o[3]:
                 locked.append(res.end_node)
         elif o[0] == "match":
-            tree.match(np.array(o[1], dtype=np.int64))
+            tree.lookup(np.array(o[1], dtype=np.int64))
         elif pool is not None or o[0] == "evict_kv":
             if o[0] == "evict_kv":
                 tree.evict_kv(o[1])
@@ -71,8 +75,8 @@ def test_frozen_block_and_kv_extent_accounting():
     # block 8: a 21-token sequence with a checkpoint at 21 keeps [0, 16) as whole blocks and the
     # frozen tail [16, 21): 21 tokens + 3 more for its frozen block = 3 blocks; an insert of 30
     # tokens with no state past 24 keeps 24 (whole blocks), the checkpoint at 21 stays (covered)
-    tree = _tree(TieredLRUEviction(), capacity=10**6, kv_extent="blocks", extent_block=8, frozen_block=8,
-                 anchor_block=8)
+    tree = _tree(TieredLRUEviction(), EngineRules(kv_extent="blocks", extent_block=8, frozen_block=8, anchor_block=8),
+                 capacity=10**6)
     tree.insert(np.arange(21), 21, [21], 1.0)
     assert (tree.kv_tokens, tree.frozen_tokens, tree.n_states) == (21, 3, 1)
     tree.insert(np.arange(30), 30, [], 2.0)
@@ -81,12 +85,12 @@ def test_frozen_block_and_kv_extent_accounting():
     # a checkpoint at 23 (same anchor 16) replaces the one at 21
     tree.insert(np.arange(23), 23, [23], 3.0)
     assert tree.states_replaced == 1 and tree.n_states == 1 and tree.frozen_tokens == 1
-    assert tree.match(np.arange(24)).hit_tokens == 23
+    assert tree.lookup(np.arange(24)).hit_tokens == 23
     tree.check_invariants()
 
 
 def test_state_extent_keeps_kv_up_to_the_last_state():
-    tree = _tree(TwoListLRUEviction(), capacity=10**6, kv_extent="state")
+    tree = _tree(TwoListLRUEviction(), EngineRules(kv_extent="state"), capacity=10**6)
     assert tree.insert(np.arange(30), 30, [], 1.0).end_node is tree.root  # no state: nothing kept
     tree.insert(np.arange(30), 30, [12], 1.0)
     assert tree.kv_tokens == 12 and tree.n_states == 1

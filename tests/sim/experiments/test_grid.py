@@ -114,7 +114,7 @@ SIM_ALTERNATIVES = {
     "bootstrap_multiplier": 3, "tuning_objective": "hit-rate", "tuning_start": "snapshot", "tuning_workers": 2,
     "retune_every": 100, "tuning_lru": False, "tuner": "replay", "duel_candidates": "lru,0,1",
     "duel_every": 10, "duel_window": 50, "duel_margin": 0.1, "prefill_chunk_tokens": 4096, "block_size": 64,
-    "state_pool": "4", "timing_file": "timing.json",
+    "state_pool": "4", "timing_file": "timing.json", "gpu_memory": "80GB",
 }
 TRACE_ALTERNATIVES = {
     "trace": "synthetic:chat", "sessions": 7, "min_rounds": 2, "max_tokens": 4096, "tokenizer": "qwen3",

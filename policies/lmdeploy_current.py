@@ -1,0 +1,71 @@
+"""LMDeploy today: the PyTorch engine's ``block_trie`` with the engine's last-token rule (``lmdeploy``).
+
+Follows InternLM/lmdeploy at v0.16.0 (commit 1263d5cd8, 2026-08-21), the newest release read:
+``lmdeploy/pytorch/paging/block_trie/`` is as of PR #4799 (non-aligned checkpoints) and #4788,
+``BlockTrie.match`` caps a hit at ``seq.num_valid_ids - 1`` and ``allocate`` caches only the
+``num_valid_ids`` tokens whose KV exists, so a finished request leaves input + output - 1 tokens
+(the last sampled token was never run through the model). Placement, the one-checkpoint-per-anchor
+rule, frozen partial blocks and the tiered eviction are those of ``policies/lmdeploy.py``, plus
+one rule the differential check against the engine's own code found (``trie.py``
+``_extend_trie_path``: a block in ``recompute_overlap.fresh_block_range`` with no trie child ends
+the path extension before the forward): after a hit on a checkpoint off the block grid, the first
+prefill forward's end checkpoint is lost when it is anchored beyond the blocks the trie already
+holds on that path; and ``_reserve_checkpoint``'s refusal of a checkpoint at the step an
+anchor's checkpoint already has (that one stays, whichever path it is on: the root anchor is
+shared by every prompt shorter than a block).
+
+Knobs (LMDeploy's PyTorch engine config names): ``--block-size`` (``block_size``, 64),
+``--prefix-cache-decode-state-interval`` (``prefix_cache_decode_state_interval``, 0 = off; a
+multiple of the block), ``--state-pool`` (``prefix_cache_state_budget``), ``--prefill-chunk``.
+
+Reproduces (``tests/policies/test_current_presets.py``, tests/pytorch/paging/test_block_trie/ at
+1263d5cd8): ``test_checkpoint_step_geometry`` under the last-token rule (a follow-up turn reuses
+the state at input + output - 1, anchored on its block); the decode checkpoint at the last
+multiple of the interval (``test_ssm_decode_checkpoint_keeps_old_state_when_new_node_is_pending``'s
+one replaceable decode checkpoint per sequence). Not modelled: TurboMind, pins of in-flight copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from policies.base import EngineRules, admission, register_preset
+from policies.engine_common import StatePool
+from policies.lmdeploy import LMDEPLOY_BLOCK, LmdeployAdmission, LmdeployPreset
+
+
+@admission("lmdeploy-0.16")
+class Lmdeploy016Admission(LmdeployAdmission):
+    """``lmdeploy``'s placement plus the fresh-block rule of ``BlockTrie.allocate``: a request
+    restored from a checkpoint off the block grid recomputes the blocks from the restored one on
+    into private blocks (``recompute_overlap.fresh_block_range``); before the forward the trie
+    path extends over those the trie already holds and stops at the first it does not, so the
+    first forward's end checkpoint, when anchored beyond that point, finds no attached anchor
+    node and is not saved (``reserve_save`` returns -1)."""
+
+    def prefill_checkpoints(self, match, ctx):
+        cps = super().prefill_checkpoints(match, ctx)
+        G = ctx.block_tokens
+        B = self.params.block_size or LMDEPLOY_BLOCK
+        hit = match.hit_sym * G
+        if cps and hit % B:
+            # blocks from the restored one on are recomputed ("fresh"): the trie path extends
+            # over those the trie already holds, and stops at the first it does not
+            attached = max(hit // B * B, match.match_sym * G // B * B)
+            if cps[0] * G // B * B > attached:
+                cps = cps[1:]
+        return cps
+
+@dataclass(frozen=True)
+class Lmdeploy016Preset(LmdeployPreset):
+    """``lmdeploy``: the block trie's rules plus ``_reserve_checkpoint``'s refusals."""
+
+    def engine_rules(self, spec, config) -> EngineRules:
+        return replace(super().engine_rules(spec, config), anchor_refusals=True)
+
+
+register_preset(Lmdeploy016Preset(
+    "lmdeploy", "LMDeploy 0.16 PyTorch engine: a checkpoint at each prefill forward end, one per block anchor, "
+    "frozen partial blocks, tiered eviction, --prefix-cache-decode-state-interval; stores input + output - 1 tokens",
+    admission="lmdeploy-0.16", eviction="lmdeploy-tiered", lookup_cap_minus_one=True, engine="lmdeploy",
+    version="0.16.0", stores_last_token=False, extra_knobs=(StatePool,)))

@@ -1,0 +1,188 @@
+"""SGLang today: ``UnifiedRadixCache`` with a mamba component, and the engine's own knobs (``sglang``).
+
+Follows sgl-project/sglang at the newest stored versions read for this preset:
+``python/sglang/srt/mem_cache/unified_cache_components/mamba_component.py`` (commit 008c2fbbb588:
+``refresh_lru`` refreshes only the consumed state at ``MATCH_END``; extra_buffer caches up to
+``req.mamba_last_track_seqlen``; the branching length is the KV match rounded down to
+``mamba_cache_chunk_size``; no_buffer asserts ``page_size == 1``; a split's upper half holds no
+state), ``python/sglang/srt/server_args.py`` (``MAMBA_RADIX_CACHE_STRATEGY_CHOICES`` auto /
+no_buffer / extra_buffer / extra_buffer_lazy, defaults ``mamba_full_memory_ratio`` 0.9,
+``mamba_track_interval`` 256, ``max_mamba_cache_size`` None; ``auto`` resolves to extra_buffer,
+PRs #30127 / #39430; the flag renamed from ``--mamba-scheduler-strategy`` in #27418) and
+``python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py`` (the memory split: with
+``--max-mamba-cache-size`` unset, the mamba pool gets ``rest x ratio / (1 + ratio)`` of the memory
+left after weights and holds ``floor(that / per-request state bytes)`` states; the KV pool gets
+the rest). PRs #21206 / #30468 / #40313 moved hybrid models from ``MambaRadixCache`` to
+``UnifiedRadixCache``; #31648 (merged 2026-07-18) is the consumed-state refresh there.
+
+Knobs (named as the engine names them): ``--mamba-radix-cache-strategy``, ``--mamba-track-interval``,
+``--page-size``, ``--mamba-full-memory-ratio`` with ``--gpu-memory`` (the memory the engine splits
+between its KV and mamba pools, which then replaces ``--capacity``), ``--max-mamba-cache-size``
+(states in the mamba pool), ``--prefill-chunk`` (``--chunked-prefill-size``).
+
+- Grid: ``--page-size`` tokens. A lookup reuses at most ``input_len - 1`` tokens. A finished
+  request stores input + output - 1 tokens (the last sampled token never ran through the model).
+- no_buffer: a state at every chunked-prefill chunk end, at the prompt end and at the request end.
+- extra_buffer / extra_buffer_lazy / auto: one tracked state per extend step of at least one
+  ``mamba_cache_chunk_size`` (= max(64, page)), replaced by the lookup's branch point when that
+  falls inside the step; decode tracks at multiples of ``--mamba-track-interval``; an insert keeps
+  KV only up to its last tracked state. ``extra_buffer_lazy`` (#27118) allocates the ping-pong
+  buffers lazily: the same placement, fewer slots per running request (not modelled: running
+  requests' slots are not charged).
+- Eviction: a KV list and a mamba list (``two-list``), tombstones, cascade; pools when
+  ``--max-mamba-cache-size``, ``--gpu-memory`` or ``--state-pool`` say how many states.
+
+Refused (one line, exit 2): no_buffer with ``--page-size`` > 1 (the engine asserts it); a track
+interval that is not a multiple of the page; ``--mamba-full-memory-ratio`` without
+``--gpu-memory``; ``--state-pool`` together with the engine's own pool knobs.
+
+The earlier behaviours are versioned presets: ``policies/sglang_0_5_9.py`` (``MambaRadixCache``
+no_buffer / extra_buffer with the consumed refresh) and ``policies/sglang_pathrefresh.py``
+(before #31643). Placement and eviction code: ``policies/sglang.py``. Reproduces
+(``tests/policies/test_current_presets.py``): the consumed-state refresh of
+``MambaComponent.refresh_lru`` (the same ``EngineRules`` on which ``tests/policies/test_sglang.py``
+runs test_mamba_unittest.py's ``test_mamba_radix_cache_1`` and
+``test_mamba_lru_match_refreshes_only_used_node``); the memory split of
+``model_runner_kv_cache_mixin.py``; #21158 under the last-token rule; the extra_buffer track
+positions with page size and track interval. Not reproduced: #38000's fork table (its 0 hits
+come from the mamba pool's running-request slots, which are not modelled).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from policies.base import AdmissionPolicy, EngineRules, PolicyError, admission, knob, register_preset
+from policies.engine_common import ChunkedPrefill, EnginePreset, StatePool, chunk_ends, full_tokens, input_tokens
+from policies.sglang import SGLANG_CAPTURE_CHUNK, SGLANG_RULES, v2_tracks
+
+VERSION = "main 2026-09"  # newest code read (see the docstring); no release number yet
+STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
+AUTO_STRATEGY = "extra_buffer"  # what auto resolves to for hybrid GDN / Mamba models (#30127, #39430)
+DEFAULT_MEMORY_RATIO = 0.9
+DEFAULT_TRACK_INTERVAL = 256
+
+
+@dataclass(frozen=True)
+class SglangParams(ChunkedPrefill):
+    """SGLang's own cache knobs, as its server flags name them."""
+
+    mamba_radix_cache_strategy: str = knob(
+        "auto", "sglang: --mamba-radix-cache-strategy (auto = extra_buffer for hybrid models).", choices=STRATEGIES)
+    mamba_track_interval: int = knob(DEFAULT_TRACK_INTERVAL, "sglang: --mamba-track-interval, tokens between "
+                                     "decode-time state tracks (extra_buffer; a multiple of --page-size).", min=1)
+    page_size: int = knob(1, "sglang: --page-size, tokens per KV page (the radix tree's grid; no_buffer needs 1).",
+                          min=1)
+    mamba_full_memory_ratio: float = knob(
+        DEFAULT_MEMORY_RATIO, "sglang: --mamba-full-memory-ratio, mamba pool : KV pool of --gpu-memory "
+        "(the pool gets ratio / (1 + ratio)).", min=0.0)
+    gpu_memory: str = knob("", "sglang: the memory the engine splits between its KV and mamba pools (after weights; "
+                           "bytes with a unit); replaces --capacity. Empty: --capacity, no split.")
+    max_mamba_cache_size: int = knob(0, "sglang: --max-mamba-cache-size, states in the mamba pool (0 = unset: the "
+                                     "split of --gpu-memory, or one budget).", min=0)
+
+
+def resolved_strategy(params) -> str:
+    """The strategy the engine runs (``auto`` resolves to extra_buffer)."""
+    s = params.mamba_radix_cache_strategy
+    return AUTO_STRATEGY if s == "auto" else s
+
+
+def capture_chunk(page_size: int) -> int:
+    """``mamba_cache_chunk_size``: the FLA chunk (64) or the page, whichever is larger."""
+    return max(SGLANG_CAPTURE_CHUNK, page_size)
+
+
+def mamba_pool_states(memory_bytes: int, ratio: float, state_bytes: int) -> int:
+    """States in SGLang's mamba pool when ``--max-mamba-cache-size`` is unset: the pool gets
+    ``memory x ratio / (1 + ratio)`` bytes, floored to whole states (no speculative decoding)."""
+    return int(memory_bytes * ratio / (1 + ratio) // max(state_bytes, 1))
+
+
+@admission("sglang")
+class SglangAdmission(AdmissionPolicy):
+    """Today's SGLang: no_buffer places a state at every chunk end, the prompt end and the request
+    end; extra_buffer (and auto, extra_buffer_lazy) one tracked state per extend step and decode
+    tracks every ``--mamba-track-interval`` tokens."""
+
+    Params = SglangParams
+    uses_prefill_steps = True
+
+    @property
+    def running_state_slots(self) -> int:
+        """no_buffer: the request's working slot; extra_buffer: plus two ping-pong track buffers."""
+        return 1 if resolved_strategy(self.params) == "no_buffer" else 3
+
+    def prefill_checkpoints(self, match, ctx):
+        p = self.params
+        if resolved_strategy(p) == "no_buffer":
+            if ctx.prefill_steps is not None:
+                return self.scheduled_ends(match, ctx) + [ctx.n_input]
+            step = max(p.prefill_chunk_tokens // ctx.block_tokens, 1)
+            return chunk_ends(match.hit_sym, ctx.n_input, step) + [ctx.n_input]
+        G = ctx.block_tokens
+        chunk = capture_chunk(p.page_size)
+        n = input_tokens(ctx)
+        branch = None
+        if match.match_sym > match.hit_sym:  # KV matched deeper than the deepest state
+            aligned = min(match.match_sym * G, n - 1) // chunk * chunk
+            branch = aligned if aligned > 0 else None
+        tracks = v2_tracks(match.hit_sym * G, n, p.prefill_chunk_tokens, branch, chunk, ctx.prefill_steps)
+        return [t // G for t in tracks if t % G == 0 and t > match.hit_sym * G]
+
+    def decode_checkpoints(self, match, ctx):
+        p = self.params
+        if resolved_strategy(p) == "no_buffer":
+            return [ctx.n_full]
+        G = ctx.block_tokens
+        grid = math.lcm(p.page_size, p.mamba_track_interval)
+        last = full_tokens(ctx) // grid * grid
+        return [last // G] if last > input_tokens(ctx) else []
+
+
+@dataclass(frozen=True)
+class SglangPreset(EnginePreset):
+    """Today's SGLang: grid = page, pools from the engine's memory knobs."""
+
+    def grid_for(self, spec, config) -> int:
+        return config.page_size
+
+    def check(self, spec, config) -> None:
+        strategy = resolved_strategy(config)
+        if strategy == "no_buffer" and config.page_size > 1:
+            raise PolicyError(f"--mamba-radix-cache-strategy no_buffer needs --page-size 1, not {config.page_size} "
+                              "(SGLang's mamba component asserts it)")
+        if strategy == "no_buffer" and config.mamba_track_interval != DEFAULT_TRACK_INTERVAL:
+            raise PolicyError("--mamba-track-interval is read by extra_buffer only; no_buffer tracks no decode states")
+        if config.mamba_track_interval % config.page_size:
+            raise PolicyError(f"--mamba-track-interval {config.mamba_track_interval} must be a multiple of "
+                              f"--page-size {config.page_size}")
+        own_pool = config.max_mamba_cache_size > 0 or bool(config.gpu_memory)
+        if own_pool and config.state_pool:
+            raise PolicyError("--state-pool and SGLang's own pool knobs (--max-mamba-cache-size, --gpu-memory) "
+                              "both size the mamba pool: give one")
+        if config.mamba_full_memory_ratio != DEFAULT_MEMORY_RATIO and not config.gpu_memory:
+            raise PolicyError("--mamba-full-memory-ratio splits --gpu-memory: give --gpu-memory too")
+        if not 0 < config.mamba_full_memory_ratio < math.inf:
+            raise PolicyError(f"--mamba-full-memory-ratio must be > 0, not {config.mamba_full_memory_ratio}")
+
+    def engine_rules(self, spec, config) -> EngineRules:
+        rules = SGLANG_RULES
+        if resolved_strategy(config) != "no_buffer":
+            rules = replace(rules, kv_extent="state")
+        if config.max_mamba_cache_size > 0:
+            rules = replace(rules, state_capacity=config.max_mamba_cache_size)
+        if config.gpu_memory:
+            ratio = config.mamba_full_memory_ratio
+            rules = replace(rules, memory=config.gpu_memory,
+                            split=lambda memory, state: mamba_pool_states(memory, ratio, state))
+        return rules
+
+
+register_preset(SglangPreset(
+    "sglang", "SGLang today (UnifiedRadixCache, mamba component): --mamba-radix-cache-strategy (auto = "
+    "extra_buffer), track interval, page size, mamba pool from --max-mamba-cache-size or the "
+    "--mamba-full-memory-ratio split of --gpu-memory; stores input + output - 1 tokens",
+    admission="sglang", eviction="two-list", lookup_cap_minus_one=True, rules=SGLANG_RULES,
+    engine="sglang", version=VERSION, stores_last_token=False, extra_knobs=(StatePool,)))

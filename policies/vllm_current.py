@@ -1,0 +1,158 @@
+"""vLLM today: align-mode hybrid prefix caching on by default, sparse retention, junction checkpoints (``vllm``).
+
+Follows vllm-project/vllm as read for this preset: hybrid prefix caching on by default in
+``align`` mode (PR #50991; ``all`` deprecated in #55041, so this preset is align only: the
+``vllm-0.11-all`` preset keeps ``all``); ``vllm/v1/core/single_type_kv_cache_manager.py``
+``MambaManager`` with ``retention_interval`` and ``reachable_block_mask`` and its test
+``tests/v1/core/test_mamba_align_retention_grid.py`` (commit 9ab07979812c: with an interval of
+three 1,600-token blocks the states kept sit at 4,800, 9,600, ...; without an interval none of
+the interior blocks is kept; the newest frozen boundary is registered as the rolling checkpoint);
+``vllm/v1/core/kv_cache_manager.py`` ``get_computed_blocks`` (a hit is at most ``num_tokens - 1``
+tokens; ``shared_prefix_boundary`` is where a detected shared prefix ends, pinned against the
+retention mask); the junction checkpoint of PR #37898 (``--enable-mamba-shared-prefix-checkpoint``)
+and the retention interval of PR #52216 (``--prefix-cache-retention-interval``, default 0),
+dense when EAGLE is on (#55760). The block: the attention block raised to the mamba page
+(``vllm_block_tokens``; 528 tokens for Qwen3.5-4B / 9B shapes, #40696), ``--block-size``
+overrides it.
+
+Knobs (named as the engine names them): ``--prefix-cache-retention-interval`` (tokens; 0 keeps
+only the semantic states: the prompt's last full block, the junction and the request's newest
+boundary; N > 0 also the block boundaries on multiples of N; -1 stands for the Python API's None:
+every state), ``--enable-mamba-shared-prefix-checkpoint``, ``--block-size``,
+``--speculative-method`` (``none``, ``eagle``, ``eagle3``, ``mtp``: the ``method`` of
+``--speculative-config``), ``--prefill-chunk`` (``--max-num-batched-tokens``).
+
+- Prefill: steps cut by ``_mamba_block_aligned_split`` (``align_step_ends``); with junction
+  checkpoints on and the KV match deeper than the deepest state, the step is also cut at the
+  match's last block boundary (below ``input_len``), and that state is kept.
+- Decode: the block boundaries decode crosses; under retention only the newest (the request's
+  last block boundary) and those on the retention grid.
+- EAGLE / MTP on: every kept state sits one block earlier (the block dropped for the draft
+  model's hidden states; ``reachable_block_mask`` shifts by one block), and retention is dense.
+- A finished request stores input + output - 1 tokens (the last sampled token never ran through
+  the model). Eviction and grid as ``vllm-0.11-align``: one LRU free-block queue, tail first,
+  full blocks only.
+
+Reproduces (``tests/policies/test_current_presets.py``): test_mamba_align_retention_grid.py
+(grid blocks kept, none without an interval, the rolling newest boundary); vLLM #40696's
+528-token cliff (prompts under 528 tokens never hit; a 979-token prompt hits 528); #45238's
+workload shape with junction checkpoints (prompts sharing a prefix that ends inside a block: 0
+hits without them; with them the second request keeps the junction state and the third reuses
+it); the EAGLE block drop of test_mamba_align_chunk_split.py both ways. Not modelled: per-block (rather
+than per-edge) eviction of a leaf, the step budget shared with other requests, the
+full-attention side of the EAGLE block drop, ``max_model_len`` (#48401's inert cache).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies.base import AdmissionPolicy, PolicyError, admission, knob, register_preset
+from policies.engine_common import VllmBlocks, full_tokens, input_tokens
+from policies.vllm import VllmAlignAdmission, VllmPreset, align_step_ends
+
+VERSION = "main 2026-09"  # newest code read (see the docstring); no release number yet
+SPECULATIVE = ("none", "eagle", "eagle3", "mtp")
+DENSE = -1  # --prefix-cache-retention-interval -1: the Python API's None (every state kept)
+
+
+@dataclass(frozen=True)
+class VllmParams(VllmBlocks):
+    """vLLM's own hybrid-cache knobs, as its server flags name them."""
+
+    prefix_cache_retention_interval: int = knob(
+        0, "vllm: --prefix-cache-retention-interval in tokens (0: only the semantic states; N: also every block "
+        "boundary on a multiple of N; -1: every state, the Python API's None).", min=DENSE)
+    enable_mamba_shared_prefix_checkpoint: bool = knob(
+        False, "vllm: keep a state where a detected shared prefix ends (junction checkpoint, PR #37898).",
+        flag="--enable-mamba-shared-prefix-checkpoint/--no-enable-mamba-shared-prefix-checkpoint")
+    speculative_method: str = knob("none", "vllm: --speculative-config's method (EAGLE / MTP drop one block: states "
+                                   "one block earlier, retention dense).", choices=SPECULATIVE)
+
+
+def retained(positions: list[int], semantic: set[int], interval: int) -> list[int]:
+    """The state positions (tokens) vLLM's retention mask keeps: every one when dense, else the
+    semantic ones plus those on the interval's grid."""
+    if interval == DENSE:
+        return positions
+    return [p for p in positions if p in semantic or (interval > 0 and p % interval == 0)]
+
+
+@admission("vllm")
+class VllmAdmission(AdmissionPolicy):
+    """Today's vLLM align mode: block-aligned step ends (and the junction), thinned by the
+    retention interval, shifted one block earlier under EAGLE / MTP."""
+
+    Params = VllmParams
+    uses_prefill_steps = True
+    running_state_slots = 2  # the running state + the last step's checkpoint
+
+    def schedule_chunk(self, start, end, budget, step_budget, ctx):
+        """Steps cut by ``_mamba_block_aligned_split``, as in align mode since 0.11."""
+        return VllmAlignAdmission.schedule_chunk(self, start, end, budget, step_budget, ctx)
+
+    def interval(self) -> int:
+        p = self.params
+        return DENSE if p.speculative_method != "none" else p.prefix_cache_retention_interval
+
+    def shift(self, positions: list[int], B: int, floor: int) -> list[int]:
+        """EAGLE / MTP: each state one block earlier (kept only above ``floor``)."""
+        if self.params.speculative_method == "none":
+            return positions
+        return [p - B for p in positions if p - B > floor]
+
+    def prefill_checkpoints(self, match, ctx):
+        p = self.params
+        B = ctx.block_tokens
+        n = input_tokens(ctx)
+        hit = match.hit_sym * B
+        junction = 0
+        if p.enable_mamba_shared_prefix_checkpoint and match.match_sym > match.hit_sym:
+            junction = min(match.match_sym * B, n - 1) // B * B
+        if ctx.prefill_steps is not None:  # a batching scheduler's step ends
+            ends = [e for e in ctx.prefill_steps if e > hit]
+            if not junction > hit:
+                junction = 0
+        elif junction > hit:
+            ends = align_step_ends(hit, junction, B, p.prefill_chunk_tokens)
+            ends += align_step_ends(junction, n, B, p.prefill_chunk_tokens)
+        else:
+            junction = 0
+            ends = align_step_ends(hit, n, B, p.prefill_chunk_tokens)
+        states = [e for e in ends if e % B == 0 and e // B <= ctx.n_input]
+        semantic = {n - n % B, junction}
+        kept = self.shift(retained(states, semantic, self.interval()), B, hit)
+        return [s // B for s in kept]
+
+    def decode_checkpoints(self, match, ctx):
+        B = ctx.block_tokens
+        n = input_tokens(ctx)
+        states = list(range((n // B + 1) * B, full_tokens(ctx) + 1, B))
+        newest = {states[-1]} if states else set()
+        kept = self.shift(retained(states, newest, self.interval()), B, n // B * B)
+        return [s // B for s in kept]
+
+
+@dataclass(frozen=True)
+class VllmCurrentPreset(VllmPreset):
+    """Today's vLLM: the derived block, refusing combinations the engine cannot run."""
+
+    def check(self, spec, config) -> None:
+        super().check(spec, config)
+        if config.prefix_cache_retention_interval < DENSE:
+            raise PolicyError(f"--prefix-cache-retention-interval must be >= 0 (or -1 for every state), not "
+                              f"{config.prefix_cache_retention_interval}")
+        if config.speculative_method != "none" and config.prefix_cache_retention_interval not in (0, DENSE):
+            raise PolicyError("--prefix-cache-retention-interval has no effect with --speculative-method "
+                              f"{config.speculative_method}: vLLM keeps every state under EAGLE / MTP (#55760)")
+        if not spec.is_hybrid and config.enable_mamba_shared_prefix_checkpoint:
+            raise PolicyError(f"--enable-mamba-shared-prefix-checkpoint needs a hybrid model; {spec.name} has no "
+                              "linear-attention layers")
+
+
+register_preset(VllmCurrentPreset(
+    "vllm", "vLLM today: align mode on by default; --prefix-cache-retention-interval (0: semantic states only), "
+    "--enable-mamba-shared-prefix-checkpoint, block derived from the model (--block-size), EAGLE/MTP one-block "
+    "drop; stores input + output - 1 tokens",
+    admission="vllm", eviction="lru-tail-first", lookup_cap_minus_one=True, engine="vllm", version=VERSION,
+    stores_last_token=False))

@@ -1,0 +1,326 @@
+"""Today's engine presets (``sglang``, ``vllm``, ``trtllm``, ``lmdeploy``): the engines' knobs, the
+last-token rule, and the behaviours their trackers report, each worked by hand on a tiny trace.
+
+Sources (each test names its own): sgl-project/sglang
+``python/sglang/srt/mem_cache/unified_cache_components/mamba_component.py`` (008c2fbbb588),
+``python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py`` (226149ac457b),
+``test/registered/unit/mem_cache/test_mamba_unittest.py`` (54ac12ace81e); vllm-project/vllm
+``tests/v1/core/test_mamba_align_retention_grid.py`` (9ab07979812c),
+``tests/v1/core/test_mamba_align_chunk_split.py`` (09f730d09235), issues #40696, #45238, PR #37898;
+NVIDIA/TensorRT-LLM PR #16598 (``mamba_state_config.periodic_snapshot_interval``);
+InternLM/lmdeploy v0.16.0 (1263d5cd8) ``tests/pytorch/paging/test_block_trie/``.
+
+Sequential mode: request i is its own session at t = i (``engine_cases``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from engine_cases import TINY, cat, one_per_session, run, state_depths, toks
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies.base import ALIASES, PRESETS, PolicyError, get_preset
+from sim.cli import main
+from sim.config import SimConfig
+from sim.cost import get_model
+from sim.errors import UsageError
+
+CURRENT = ("sglang", "vllm", "trtllm", "lmdeploy")
+
+
+# ---------------------------------------------------------------------------------- the last-token rule
+
+@settings(max_examples=40, deadline=None)
+@given(n_in=st.integers(2, 300), n_out=st.integers(1, 300))
+def test_a_finished_request_stores_input_plus_output_minus_one(n_in, n_out):
+    """Every engine stores input + output - 1 tokens (issue 19): the last sampled token is never
+    run through the model. SGLang no_buffer keeps all KV and a state at the request end, so both
+    show it exactly; the paper's rule (sglang+) keeps input + output."""
+    trace = one_per_session((toks(0, n_in), toks(10_000, n_out)))
+    _, sim = run(trace, "sglang", mamba_radix_cache_strategy="no_buffer")
+    assert sim.tree.kv_tokens == n_in + n_out - 1 and max(state_depths(sim.tree)) == n_in + n_out - 1
+    _, paper = run(trace, "sglang+")
+    assert paper.tree.kv_tokens == n_in + n_out
+
+
+def test_every_current_preset_follows_the_engine_rule_and_every_earlier_one_keeps_the_projects():
+    for name, preset in PRESETS.items():
+        if name in CURRENT:
+            assert not preset.stores_last_token, name
+        elif preset.engine in ("paper", "bound", "baseline") or name in ALIASES.values():
+            assert preset.stores_last_token, name  # golden outputs and old results unchanged
+
+
+def test_a_follow_up_turn_hits_one_token_short_of_the_old_rule():
+    """SGLang no_buffer, X = 10 prompt tokens, Y = 5 output tokens; the next turn sends X + Y + Z.
+    The engine stored 14 tokens (state at 14), so the follow-up reuses 14; the earlier preset
+    (input + output stored) reused 15."""
+    trace = one_per_session((toks(0, 10), toks(10, 5)), (cat(toks(0, 15), toks(500, 4)), toks(100, 5)))
+    got, sim = run(trace, "sglang", mamba_radix_cache_strategy="no_buffer")
+    assert got == [0, 14] and state_depths(sim.tree)[:2] == [10, 14]
+    assert run(trace, "sglang-v1")[0] == [0, 15]
+
+
+def test_identical_prompt_with_the_last_token_rule_21158():
+    """SGLang #21158 under today's no_buffer: an identical 10-token prompt sent twice reuses
+    nothing (the lookup stops at 9 tokens, the only states are at 10 and 14), the engine's
+    reported 0 % for identical prompts."""
+    trace = one_per_session((toks(0, 10), toks(10, 5)), (toks(0, 10), toks(100, 5)))
+    assert run(trace, "sglang", mamba_radix_cache_strategy="no_buffer")[0] == [0, 0]
+
+
+# ---------------------------------------------------------------------------------- SGLang
+
+def test_sglang_auto_is_extra_buffer_and_tracks_decode_on_the_interval():
+    """``auto`` resolves to extra_buffer (#30127, #39430). r0: 300 prompt tokens, 212 output
+    tokens: the prefill track is 256 (300 rounded down to mamba_cache_chunk_size 64); the engine
+    stored 511 tokens, so the 256-token decode grid reaches no new track (the earlier preset
+    stored 512 and tracked 512). r1 (600 tokens, sharing 512) reuses 256, not 512."""
+    trace = one_per_session((toks(0, 300), toks(300, 212)), (cat(toks(0, 512), toks(900, 88)), toks(2000, 3)))
+    got, sim = run(trace, "sglang")
+    assert got == [0, 256] and state_depths(sim.tree)[0] == 256
+    assert run(trace, "sglang", mamba_radix_cache_strategy="extra_buffer")[0] == [0, 256]
+    assert run(trace, "sglang", mamba_radix_cache_strategy="extra_buffer_lazy")[0] == [0, 256]
+    assert run(trace, "sglang-v2")[0] == [0, 512]
+    # a 128-token track interval: the decode track at 384 (511 // 128 x 128) now exists
+    assert run(trace, "sglang", mamba_track_interval=128)[0] == [0, 384]
+
+
+def test_sglang_page_size_sets_the_grid_and_the_capture_chunk():
+    """``--page-size 128``: the radix tree matches whole pages and mamba_cache_chunk_size =
+    max(64, page) = 128, so a 200-token prompt is tracked at 128 (page 1: 192)."""
+    trace = one_per_session((toks(0, 200), toks(1000, 5)), (toks(0, 200), toks(2000, 5)))
+    assert run(trace, "sglang")[0] == [0, 192]
+    got, sim = run(trace, "sglang", page_size=128)
+    assert got == [0, 128] and sim.grid == 128
+
+
+def test_sglang_memory_split_follows_the_engine():
+    """model_runner_kv_cache_mixin.py (226149ac457b): with --max-mamba-cache-size unset the mamba
+    pool gets rest x ratio / (1 + ratio) and int(that // per-request state bytes) states.
+    Qwen3.5-9B: 51,511,296 B a state; 10 GB at 0.9 -> 4.737 GB -> 91 states; KV gets the rest."""
+    trace = one_per_session((toks(0, 50), toks(100, 5)))
+    state = get_model("qwen3.5-9b").state_bytes()
+    _, sim = run(trace, "sglang", gpu_memory="10GB")
+    assert sim.tree.state_capacity == 91 == int(10e9 * 0.9 / 1.9 // state)
+    assert sim.tree.capacity_bytes == 10**10 and sim.tree.kv_capacity_bytes == 10**10 - 91 * state
+    _, sim = run(trace, "sglang", gpu_memory="10GB", mamba_full_memory_ratio=0.5)
+    assert sim.tree.state_capacity == int(10e9 * 0.5 / 1.5 // state) == 64
+    _, sim = run(trace, "sglang", max_mamba_cache_size=7)
+    assert sim.tree.state_capacity == 7
+    _, sim = run(trace, "sglang")
+    assert sim.tree.state_capacity is None  # no knob: one budget, as before
+
+
+@pytest.mark.parametrize(("knobs", "words"), [
+    ({"mamba_radix_cache_strategy": "no_buffer", "page_size": 2}, "--page-size 1"),
+    ({"page_size": 64, "mamba_track_interval": 100}, "multiple of --page-size"),
+    ({"mamba_full_memory_ratio": 0.5}, "--gpu-memory"),
+    ({"max_mamba_cache_size": 8, "state_pool": "8"}, "give one"),
+    ({"mamba_radix_cache_strategy": "no_buffer", "mamba_track_interval": 512}, "extra_buffer only"),
+])
+def test_sglang_refuses_combinations_the_engine_cannot_run(knobs, words):
+    trace = one_per_session((toks(0, 50), toks(100, 5)))
+    with pytest.raises(PolicyError, match=words):
+        run(trace, "sglang", **knobs)
+
+
+def test_sglang_refresh_is_the_consumed_state_with_a_kv_path():
+    """mamba_component.py ``refresh_lru`` (008c2fbbb588): MATCH_END refreshes only the consumed
+    mamba state; the full component refreshes the matched path. Same rule as sglang-v1."""
+    rules = get_preset("sglang").engine_rules(get_model("qwen3.5-9b"), SimConfig(policy="sglang"))
+    assert rules.refresh == get_preset("sglang-v1").engine_rules(None, None).refresh
+    assert (rules.refresh.hit, rules.refresh.state) == ("to-hit", "consumed")
+    assert rules.kv_extent == "state"  # extra_buffer inserts key[:mamba_last_track_seqlen]
+
+
+# ---------------------------------------------------------------------------------- vLLM
+
+def test_vllm_528_token_cliff_40696():
+    """vLLM #40696 (Qwen3.5-4B; the 9B preset has the same 528-token block): prompts under 528
+    tokens never hit, a repeated 979-token prompt hits 528 (54 %)."""
+    trace = one_per_session((toks(0, 500), toks(9000, 5)), (toks(0, 500), toks(9100, 5)),
+                            (toks(0, 979), toks(9200, 5)), (toks(0, 979), toks(9300, 5)))
+    got, sim = run(trace, "vllm")
+    assert sim.grid == 528 and got == [0, 0, 0, 528]
+
+
+@pytest.mark.parametrize(("interval", "kept"), [
+    (4800, [4800, 9600]),                          # the grid: blocks 2, 5 (states at 4800, 9600)
+    (0, [9600]),                                   # semantic only: the prompt's last full block
+    (-1, [1600, 3200, 4800, 6400, 8000, 9600]),    # None: every step end kept
+])
+def test_vllm_retention_grid(interval, kept):
+    """vLLM test_mamba_align_retention_grid.py (9ab07979812c): block 1600, interval 3 x 1600;
+    one block per scheduled step. test_grid_blocks_survive_relocation: only grid blocks are kept;
+    -1 stands for retention_interval None (the dense mask)."""
+    trace = one_per_session((toks(0, 9700), toks(20_000, 5)))
+    _, sim = run(trace, "vllm", block_size=1600, prefill_chunk_tokens=1600, prefix_cache_retention_interval=interval)
+    assert state_depths(sim.tree) == kept
+
+
+@pytest.mark.parametrize(("interval", "kept"), [
+    (0, [64, 384]), (128, [64, 128, 256, 384]), (-1, [64, 128, 192, 256, 320, 384]),
+])
+def test_vllm_decode_keeps_the_rolling_newest_boundary(interval, kept):
+    """test_mamba_align_retention_grid.py::test_rolling_checkpoint_registers_newest_boundary:
+    under retention the newest frozen boundary is the request's resume point. Block 64, 100
+    prompt tokens, 300 output tokens: the engine stored 399 tokens, boundaries 128 .. 384."""
+    trace = one_per_session((toks(0, 100), toks(5000, 300)))
+    _, sim = run(trace, "vllm", block_size=64, prefix_cache_retention_interval=interval)
+    assert state_depths(sim.tree) == kept
+
+
+def test_vllm_junction_checkpoint_45238():
+    """PR #37898 (``--enable-mamba-shared-prefix-checkpoint``) on #45238's workload shape: prompts
+    share 300 tokens, then differ. Block 64: the single state of each prompt (384) lies in its
+    own tokens, so nothing is ever reused; with junction checkpoints the second request ends a
+    prefill step at the shared part's last block boundary (256) and keeps that state, and the
+    third reuses it."""
+    trace = one_per_session(*[(cat(toks(0, 300), toks(1000 * (i + 1), 100)), toks(50_000 + 10 * i, 5))
+                              for i in range(3)])
+    assert run(trace, "vllm", block_size=64)[0] == [0, 0, 0]
+    got, sim = run(trace, "vllm", block_size=64, enable_mamba_shared_prefix_checkpoint=True)
+    assert got == [0, 0, 256] and 256 in state_depths(sim.tree)
+
+
+def test_vllm_eagle_drops_one_block():
+    """test_mamba_align_chunk_split.py::test_disabling_eagle_block_drop_keeps_the_trailing_cache_boundary
+    (09f730d09235) both ways: block 1600, a 3,602-token prompt. Without a draft model the state
+    at 3200 is kept and reused; with EAGLE (or MTP) the kept state is one block earlier."""
+    same = one_per_session(*[(toks(0, 3602), toks(10_000 + 10 * i, 5)) for i in range(2)])
+    got, sim = run(same, "vllm", block_size=1600)
+    assert got == [0, 3200] and state_depths(sim.tree) == [3200]
+    for method in ("eagle", "mtp"):
+        got, sim = run(same, "vllm", block_size=1600, speculative_method=method)
+        assert got == [0, 1600] and state_depths(sim.tree) == [1600], method
+
+
+def test_vllm_refuses_meaningless_knobs():
+    trace = one_per_session((toks(0, 50), toks(100, 5)))
+    with pytest.raises(UsageError, match="--prefix-cache-retention-interval"):
+        run(trace, "vllm", prefix_cache_retention_interval=-2)
+    with pytest.raises(PolicyError, match="no effect"):
+        run(trace, "vllm", speculative_method="eagle", prefix_cache_retention_interval=4096)
+    with pytest.raises(PolicyError, match="hybrid"):
+        run(trace, "vllm", model="llama-7b", enable_mamba_shared_prefix_checkpoint=True)
+    with pytest.raises(PolicyError, match="larger than"):
+        run(trace, "vllm", block_size=8320)  # NemotronH's block (#48401): more than the simulator hashes
+
+
+# ---------------------------------------------------------------------------------- TensorRT-LLM
+
+def test_trtllm_without_a_snapshot_policy_reuses_nothing():
+    """TensorRT-LLM's V2 manager: a hybrid model with block reuse on and no snapshot policy gets
+    reuse disabled (0 % hits by configuration)."""
+    trace = one_per_session((toks(0, 600), toks(600, 10)), (toks(0, 600), toks(700, 10)))
+    got, sim = run(trace, "trtllm")
+    assert got == [0, 0] and state_depths(sim.tree) == []
+
+
+def test_trtllm_periodic_snapshots():
+    """periodic_snapshot_interval 256: snapshots at 256 and 512 in the prompt, at 768 and 1024 in
+    decode (input + output - 1 = 1099 stored); a 1,100-token follow-up reuses 1024."""
+    trace = one_per_session((toks(0, 600), toks(600, 500)), (toks(0, 1100), toks(5000, 3)))
+    got, sim = run(trace, "trtllm", periodic_snapshot_interval=256)
+    assert got == [0, 1024] and state_depths(sim.tree)[:4] == [256, 512, 768, 1024]
+
+
+# ---------------------------------------------------------------------------------- LMDeploy
+
+def test_lmdeploy_decode_checkpoint_with_the_last_token_rule():
+    """LMDeploy v0.16.0: one replaceable decode checkpoint per sequence, block-aligned, at the last
+    multiple of prefix_cache_decode_state_interval (64 here, block 64). A 100 + 28-token request
+    stores 127 tokens, so no decode checkpoint (the earlier preset stored 128 and checkpointed
+    there); a 140-token follow-up reuses the prompt-end checkpoint at 100 instead of 128."""
+    trace = one_per_session((toks(0, 100), toks(100, 28)), (toks(0, 140), toks(900, 3)))
+    assert run(trace, "lmdeploy", prefix_cache_decode_state_interval=64)[0] == [0, 100]
+    assert run(trace, "lmdeploy-0.16-pytorch", prefix_cache_decode_state_interval=64)[0] == [0, 128]
+    with pytest.raises(PolicyError, match="multiple of the 64-token block"):
+        run(trace, "lmdeploy", prefix_cache_decode_state_interval=100)
+
+
+def test_lmdeploy_loses_the_prompt_end_checkpoint_after_an_unaligned_restore():
+    """LMDeploy v0.16.0 ``BlockTrie.allocate`` / ``_extend_trie_path`` (trie.py at 1263d5cd8): a
+    request restored from a checkpoint off the block grid recomputes the blocks from the restored
+    one on into private blocks; the trie path stops at the first block the trie does not hold, so
+    a prompt-end checkpoint anchored beyond it is not saved (``reserve_save`` -> -1). Found by
+    benchmarks/differential_lmdeploy.py against the engine's own scheduler. Block 64: r0 = 35 +
+    29 tokens (63 stored, no full block), r1 = r0's 64 tokens + 12 restores 35 and cannot save
+    76; r2 = r1's prompt + 3 reuses 35, not 76 (the earlier preset: 76)."""
+    r1 = cat(toks(0, 35), toks(1000, 29), toks(3000, 12))
+    trace = one_per_session((toks(0, 35), toks(1000, 29)), (r1, toks(4000, 5)), (cat(r1, toks(5000, 3)), toks(6000, 2)))
+    got, sim = run(trace, "lmdeploy")
+    assert got == [0, 35, 35] and 76 not in state_depths(sim.tree)
+    assert run(trace, "lmdeploy-0.16-pytorch")[0] == [0, 35, 76]
+    # the same restore when the trie already holds the block: the checkpoint is saved
+    trace = one_per_session((toks(0, 35), toks(1000, 40)), (cat(toks(0, 35), toks(1000, 39), toks(3000, 2)),
+                                                            toks(4000, 5)),
+                            (cat(toks(0, 35), toks(1000, 39), toks(3000, 5)), toks(6000, 2)))
+    assert run(trace, "lmdeploy")[0] == [0, 35, 76]
+
+
+def test_lmdeploy_keeps_the_anchors_checkpoint_at_the_same_step():
+    """LMDeploy v0.16.0 ``CheckpointLifecycle._reserve_checkpoint`` (checkpoint_lifecycle.py at
+    1263d5cd8): an anchor's published checkpoint at the same step is not replaced, whichever path
+    it is on. Block 16: two different 12-token prompts both anchor on the root; the second one's
+    checkpoint is refused, so a follow-up of the first reuses 12 and one of the second nothing
+    (engine, driven by benchmarks/differential_lmdeploy.py: hits 0, 0, 0, 12). The earlier preset
+    replaced the first checkpoint instead."""
+    trace = one_per_session((toks(0, 12), toks(100, 2)), (toks(500, 12), toks(600, 2)),
+                            (cat(toks(500, 12), toks(700, 5)), toks(800, 2)),
+                            (cat(toks(0, 12), toks(900, 5)), toks(950, 2)))
+    assert run(trace, "lmdeploy", block_size=16)[0] == [0, 0, 0, 12]
+    assert run(trace, "lmdeploy-0.16-pytorch", block_size=16)[0] == [0, 0, 12, 0]
+
+
+# ---------------------------------------------------------------------------------- listing, aliases, CLI
+
+def _cli(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_marconi_policies_lists_engine_version_and_knobs():
+    res = _cli("policies")
+    assert res.exit_code == 0
+    for name, preset in PRESETS.items():
+        line = next(ln for ln in res.output.splitlines() if ln.startswith(name + " "))
+        assert preset.engine in line and (preset.version or "-") in line
+    rows = {r["name"]: r for r in json.loads(_cli("policies", "--format", "json").output)}
+    knobs = {k["name"]: k for k in rows["sglang"]["knobs"]}
+    assert knobs["mamba_radix_cache_strategy"]["choices"] == ["auto", "no_buffer", "extra_buffer", "extra_buffer_lazy"]
+    assert knobs["mamba_track_interval"]["min"] == 1 and knobs["mamba_track_interval"]["type"] == "int"
+    assert {"prefix_cache_retention_interval", "enable_mamba_shared_prefix_checkpoint", "block_size"} <= {
+        k["name"] for k in rows["vllm"]["knobs"]}
+    assert {"block_size", "prefix_cache_decode_state_interval", "state_pool"} <= {
+        k["name"] for k in rows["lmdeploy"]["knobs"]}
+    assert rows["sglang-0.5.9-no-buffer"]["aliases"] == ["sglang-v1"]
+    assert rows["vllm"]["stores"] == "input + output - 1" and rows["marconi"]["stores"] == "input + output"
+
+
+def test_old_names_print_the_same_results():
+    base = ["run", "--trace", "synthetic:chat", "--sessions", "6", "--model", "qwen3.5-9b", "--format", "json",
+            "--no-progress", "--block-size", "64", "--policy"]
+    for old, new in ALIASES.items():
+        a, b = json.loads(_cli(*base, old).output), json.loads(_cli(*base, new).output)
+        assert a[0].pop("policy") == old and b[0].pop("policy") == new
+        assert a == b, old
+
+
+def test_engine_knobs_on_the_command_line():
+    base = ["run", "--trace", "synthetic:chat", "--sessions", "4", "--model", "qwen3.5-9b", "--no-progress",
+            "--format", "json"]
+    ok = _cli(*base, "--policy", "sglang,vllm,trtllm,lmdeploy", "--mamba-radix-cache-strategy", "no_buffer",
+              "--enable-mamba-shared-prefix-checkpoint", "--periodic-snapshot-interval", "256",
+              "--prefix-cache-retention-interval", "0", "--gpu-memory", "80GB", "--mamba-full-memory-ratio", "0.5")
+    assert ok.exit_code == 0, ok.output
+    assert {r["policy"] for r in json.loads(ok.stdout)} == set(CURRENT)
+    bad = _cli(*base, "--policy", "sglang", "--mamba-radix-cache-strategy", "no_buffer", "--page-size", "16")
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
+    assert len(bad.output.strip().splitlines()) == 1 and "--page-size 1" in bad.output
+    bad = _cli(*base, "--policy", "sglang", "--mamba-track-interval", "0")
+    assert bad.exit_code == 2 and "--mamba-track-interval must be >= 1" in bad.output
