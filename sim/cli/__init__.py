@@ -8,13 +8,25 @@ exit code 2. Library code never imports this package or click.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
-import click
 
-from kernels import cli as kernels_cli
-from sim.cli import models, plot, replay, run, sweep, traces
-from sim.errors import USER_ERRORS
+def _interrupted_while_starting(signum, frame) -> None:
+    """Ctrl-C while the CLI's modules load (a second or two): the same one line and exit code as
+    later, not a traceback from inside an import."""
+    sys.stderr.write("Interrupted.\n")
+    os._exit(130)
+
+
+_DEFAULT_SIGINT = signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import click  # noqa: E402 - after the handler above
+
+from kernels import cli as kernels_cli  # noqa: E402
+from sim.cli import models, plot, replay, run, sweep, traces  # noqa: E402
+from sim.errors import USER_ERRORS  # noqa: E402
 
 
 class Main(click.Group):
@@ -56,3 +68,4 @@ def main() -> None:
 COMMANDS = (run, models, traces, kernels_cli, sweep, plot, replay)
 for _module in COMMANDS:
     _module.register(main)
+signal.signal(signal.SIGINT, _DEFAULT_SIGINT)  # loaded: Ctrl-C is a KeyboardInterrupt again (Main)

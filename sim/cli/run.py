@@ -12,7 +12,7 @@ import click
 from click.core import ParameterSource
 
 from policies.base import get_preset
-from sim.cli.outdir import output_folder
+from sim.cli.outdir import atomic_write, check_output_files, input_paths, output_folder
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, flag_of, format_size, parse_size
 from sim.cost import get_model
@@ -22,6 +22,8 @@ from sim.engine.events import EventLog, event_row, write_events
 from sim.simulate import ORACLE, simulate
 
 DEFAULT_POLICIES = "vllm+,sglang+,marconi"
+#: the files ``run --out DIR`` writes (refused when they exist, unless --force)
+RUN_OUTPUTS = ("summary.json", "requests.parquet", "occupancy.parquet")
 _HELP = {f.name: f.metadata["help"] for f in fields(SimConfig)}
 
 
@@ -161,9 +163,11 @@ def register(main: click.Group) -> None:
     @click.option("--events", "events_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="Write the engine's event stream (lookup, prefill, decode, admit, evict, evict_kv, "
                        "reject; one row per event, a policy column) as JSON Lines (.jsonl) or parquet (.parquet).")
+    @click.option("--force", is_flag=True, help="Replace the files of --out and --events when they exist "
+                  "(never an input of the run).")
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
     @click.option("--progress/--no-progress", default=True, show_default=True)
-    def run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, progress, **kwargs):
+    def run(policies, capacity, alpha, sessions_per_second, out, events_path, force, fmt, progress, **kwargs):
         """Replay a trace (default: 100 real ShareGPT sessions) under each policy.
 
         Table columns: token hit = prompt tokens served from the cache / all prompt tokens;
@@ -171,7 +175,12 @@ def register(main: click.Group) -> None:
         FLOPs not recomputed; TTFT = time to first token (p50, p95); evictions = cache entries evicted;
         rejected = inserts that did not fit in the cache.
         """
-        # output folders are created (or refused) before the trace is loaded and simulated
+        # outputs are checked (existing files, inputs) and their folders created (or refused) before
+        # the trace is loaded and simulated
+        files = {out / name: "--out" for name in RUN_OUTPUTS} if out is not None else {}
+        if events_path is not None:
+            files[events_path] = "--events"
+        check_output_files(files, force=force, inputs=input_paths(kwargs.get("trace"), kwargs.get("timing_file")))
         with output_folder(out), output_folder(events_path.parent if events_path else None, "--events"):
             _run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, progress, **kwargs)
 
@@ -225,16 +234,17 @@ def register(main: click.Group) -> None:
         if out is not None:
             _write_outputs(out, trace, results)
         if events_path is not None:
-            write_events(event_rows, events_path)
+            atomic_write(events_path, lambda tmp: write_events(event_rows, tmp))
 
     def _write_outputs(out: Path, trace, results) -> None:
         import pandas as pd  # noqa: PLC0415 - only --out writes tables
 
         out.mkdir(parents=True, exist_ok=True)
         summary = [_finite({**cfg.as_row(), "trace": trace.name, **res.summary}) for cfg, res in results]
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
+        text = json.dumps(summary, indent=2, allow_nan=False)
+        atomic_write(out / "summary.json", lambda tmp: tmp.write_text(text))
         for name in ("requests", "occupancy"):  # one table each, all policies, policy column first
             frames = [getattr(res, name).assign(policy=cfg.policy) for cfg, res in results]
             table = pd.concat(frames, ignore_index=True)
             table = table[["policy", *[c for c in table.columns if c != "policy"]]]
-            table.to_parquet(out / f"{name}.parquet", index=False)
+            atomic_write(out / f"{name}.parquet", lambda tmp, t=table: t.to_parquet(tmp, index=False))

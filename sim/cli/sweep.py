@@ -21,12 +21,12 @@ from sim.config import SimConfig
 from sim.errors import UsageError
 from sim.experiments.grid import expand_grid, parse_values
 from sim.experiments.runners import describe, run_sweep
-from sim.experiments.store import is_done
+from sim.experiments.store import BAD, DONE, stored_status
 from sim.trace_options import TRACE_OPTION_KEYS
 from traces.hashblock import BLOCK_TOKENS
 
 # `run` options that are about printing / writing one run, not knobs
-_NOT_KNOBS = {"out", "events_path", "fmt", "progress"}
+_NOT_KNOBS = {"out", "events_path", "force", "fmt", "progress"}
 # run option name -> SimConfig field
 _RENAME = {"policies": "policy", "capacity": "capacity_bytes"}
 # string knobs whose value is itself a list or range: taken verbatim (repeat the flag to sweep them)
@@ -199,9 +199,13 @@ def register(main: click.Group) -> None:
 
     def _execute(tasks, trace_axes, sim_axes, out, engine, workers, ray_address, dry_run, save_requests,
                  progress, limit):
-        done = sum(is_done(out, t, save_requests) for t in tasks) if out.exists() else 0
+        status = [stored_status(out, t, save_requests) for t in tasks] if out.exists() else []
+        done = status.count(DONE)
         click.echo(grid_summary(trace_axes, sim_axes, len(tasks)))
         click.echo(f"already done: {done:,}, to run: {len(tasks) - done:,} -> {out}")
+        if status.count(BAD):
+            click.echo(f"note: {_count(status.count(BAD), 'stored result')} unreadable or incomplete (truncated, "
+                       "emptied, another configuration's): recomputed and replaced", err=True)
         if dry_run:
             return
         if engine == "ray":
