@@ -202,10 +202,31 @@ class PolicyPreset:
     lookup_cap_minus_one: bool = False  # SGLang: a lookup matches at most input_len - 1 tokens
     uses_alpha: bool = False
     unlimited: bool = False  # a bound: the cache never evicts (capacity ignored)
+    #: simulator settings the preset itself reads (in ``grid_for``, ``cache_options``...), beyond
+    #: the fields of its policies' ``Params``, which it reads anyway (see ``reads``)
+    knobs: tuple[str, ...] = ()
+
+    def reads(self) -> frozenset[str]:
+        """The simulator settings (``SimConfig`` field names) this preset reads: its admission's and
+        eviction's ``Params`` fields (alpha only when ``uses_alpha``; none without caching) and
+        ``knobs``. The CLI refuses a policy knob set explicitly that no chosen preset reads, so a new
+        preset declares here (through its ``Params`` or ``knobs``) every knob it honours."""
+        names = set(self.knobs)
+        if self.caching:
+            names |= {f.name for f in fields(self.admission_cls.Params)}
+            names |= {f.name for f in fields(self.eviction_cls.Params)}
+            if not self.uses_alpha:
+                names.discard("alpha")
+        return frozenset(names)
 
     def grid_for(self, spec: Any, config: Any) -> int:
         """Tree granularity for this model and config (engine presets derive it per model)."""
         return self.grid_tokens
+
+    def unit_tokens(self, spec: Any, config: Any) -> int:
+        """The smallest amount of KV the cache stores, in tokens (a block-based engine's block):
+        one unit's KV plus a state must fit in the capacity."""
+        return self.grid_for(spec, config)
 
     def cache_options(self, spec: Any, config: Any) -> dict:
         """Engine rules the cache must follow (keyword arguments of ``sim.cache.engine_tree``'s
@@ -232,6 +253,16 @@ def register_preset(preset: PolicyPreset) -> PolicyPreset:
         raise PolicyError(f"unknown eviction {preset.eviction!r}")
     PRESETS[preset.name] = preset
     return preset
+
+
+def policy_knobs() -> dict[str, list[str]]:
+    """Every setting some preset reads and others do not (a "policy knob") -> the presets that read
+    it, in registration order."""
+    readers: dict[str, list[str]] = {}
+    for preset in PRESETS.values():
+        for name in sorted(preset.reads()):
+            readers.setdefault(name, []).append(preset.name)
+    return readers
 
 
 def get_preset(name: str) -> PolicyPreset:

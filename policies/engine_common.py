@@ -15,6 +15,11 @@ from policies.base import AdmissionContext, EvictionPolicy, PolicyPreset, evicti
 from policies.eviction import HeapEviction
 
 
+#: the largest block a preset or ``--block-size`` may use, in tokens (``sim.cache.blocks`` hashes
+#: blocks of up to this many tokens)
+MAX_BLOCK_TOKENS = 4096
+
+
 @dataclass(frozen=True)
 class ChunkedPrefill:
     """Knobs of every engine admission: the chunked-prefill step."""
@@ -58,6 +63,9 @@ class EnginePreset(PolicyPreset):
 
     options: tuple = ()
     pools: bool = False
+
+    def reads(self) -> frozenset[str]:
+        return super().reads() | ({"state_pool"} if self.pools else set())
 
     def cache_options(self, spec: Any, config: Any) -> dict:
         opts = dict(self.options)

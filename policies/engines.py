@@ -31,7 +31,7 @@ from policies import sglang  # noqa: F401,I001  (in this order: the order of --p
 from policies import sglang_pathrefresh  # noqa: F401
 from policies import lmdeploy  # noqa: F401
 from policies.base import AdmissionPolicy, PolicyPreset, admission, register_preset
-from policies.engine_common import ChunkedPrefill, TailFirstLRUEviction, VllmBlocks  # noqa: F401  (re-exported)
+from policies.engine_common import MAX_BLOCK_TOKENS, ChunkedPrefill, TailFirstLRUEviction, VllmBlocks  # noqa: F401  (re-exported)
 from policies.vllm import vllm_block_tokens  # noqa: F401  (re-exported)
 
 TRTLLM_INTERVAL = 256  # TensorRT-LLM mamba_state_cache_interval in shipped configs

@@ -47,8 +47,13 @@ def anchor_step(step: int, block: int) -> int:
 class LmdeployPreset(EnginePreset):
     """LMDeploy: the block size comes from the engine config (``--block-size``, default 64)."""
 
+    knobs: tuple[str, ...] = ("block_size", "state_pool")
+
     def block(self, config) -> int:
         return config.block_size or LMDEPLOY_BLOCK
+
+    def unit_tokens(self, spec, config) -> int:
+        return self.block(config)
 
     def cache_options(self, spec, config) -> dict:
         B = self.block(config)

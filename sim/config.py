@@ -8,7 +8,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 
 from policies.admission import JudiciousAdmission
-from policies.engines import ChunkedPrefill, VllmBlocks
+from policies.engines import MAX_BLOCK_TOKENS, ChunkedPrefill, VllmBlocks
 from policies.eviction import MarconiEviction
 from sim.errors import UsageError
 
@@ -154,8 +154,9 @@ class SimConfig:
             raise UsageError(f"--seed must be >= 0, not {self.seed}")
         if self.prefill_chunk_tokens < 1:
             raise UsageError("--prefill-chunk must be >= 1")
-        if self.block_size < 0:
-            raise UsageError("--block-size must be >= 0")
+        if not 0 <= self.block_size <= MAX_BLOCK_TOKENS:
+            raise UsageError(f"--block-size must be 0 (the engine's default) or 1 to {MAX_BLOCK_TOKENS} tokens, "
+                             f"not {self.block_size}")
         if self.chunk_size < 1:
             raise UsageError("--chunk-size must be >= 1")
         if self.bootstrap_multiplier < 1:

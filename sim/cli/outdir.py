@@ -96,6 +96,9 @@ def check_output_files(files: dict[Path, str], *, force: bool, inputs: list[Path
             raise UsageError(f"{flag} {path}: {what} an input of this command; write the output elsewhere")
         if Path(path).is_dir():
             raise UsageError(f"{flag} {path}: is a folder, not a file")
+        above = next((p for p in Path(path).parents if p.exists()), None)
+        if above is not None and not above.is_dir():
+            raise UsageError(f"{flag} {path}: is inside {above}, which is a file, not a folder")
         if Path(path).exists():
             existing.append((flag, Path(path)))
     if existing and not force:

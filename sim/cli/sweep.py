@@ -16,7 +16,7 @@ import click
 from click.core import ParameterSource
 
 from sim.cli.outdir import output_folder
-from sim.cli.run import fits_trace_blocks
+from sim.cli.run import explicit_settings, fits_trace_blocks, refuse_unread_knobs
 from sim.config import SimConfig
 from sim.errors import UsageError
 from sim.experiments.grid import expand_grid, parse_values
@@ -181,6 +181,7 @@ def register(main: click.Group) -> None:
         Rerunning the same command skips finished configurations.
         """
         trace_axes, sim_axes = spec.axes(kwargs)
+        refuse_unread_knobs(sim_axes["policy"], explicit_settings(click.get_current_context(), _RENAME))
         left_out = ""
         if click.get_current_context().get_parameter_source("policies") == ParameterSource.DEFAULT:
             left_out = _fit_default_policies(trace_axes, sim_axes)

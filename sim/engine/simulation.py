@@ -28,6 +28,7 @@ import numpy as np
 
 from policies.base import (ADMISSION, EVICTION, AdmissionContext, AdmissionPolicy, EvictionPolicy, PolicyPreset,
                            get_preset, params_from)
+from policies.engine_common import MAX_BLOCK_TOKENS
 from sim.cache.blocks import block_symbols
 from sim.cache.engine_tree import EngineTree, engine_tree_options
 from sim.cache.tree import HybridRadixTree, MatchResult, Node
@@ -118,6 +119,13 @@ class Simulation:
             raise UsageError(
                 f"capacity {format_size(config.capacity_bytes)} is smaller than one state checkpoint of "
                 f"{config.model} ({format_size(self.spec.state_bytes())})")
+        unit = self.preset.unit_tokens(self.spec, config)
+        unit_bytes = unit * self.spec.kv_bytes_per_token() + self.spec.state_bytes()
+        if self.preset.caching and not self.preset.unlimited and unit > 1 and config.capacity_bytes < unit_bytes:
+            raise UsageError(
+                f"capacity {format_size(config.capacity_bytes)} cannot hold one {unit}-token block of {config.model} "
+                f"with its state ({format_size(unit_bytes)}): every insert would be rejected; use a smaller "
+                "--block-size or a larger --capacity")
         self.admission = self.make_admission(self.preset.admission)
         self.tree = self.make_tree(self.make_eviction(self.preset.eviction, self.alpha0))
         self.refresh_path = self.tree.policy.refresh == "path"
@@ -194,6 +202,9 @@ class Simulation:
             raise UsageError(f"--chunk-size {self.config.chunk_size} does not line up with the trace's {B}-token blocks")
         self.grid = self.tree_grid(grid)
         self.regrid = self.grid // B  # > 1: symbols are re-hashed into coarser blocks
+        if self.regrid > MAX_BLOCK_TOKENS:
+            raise UsageError(f"policy {self.preset.name} needs {self.grid}-token blocks on this trace, more than the "
+                             f"{MAX_BLOCK_TOKENS} the simulator hashes")
 
     def tree_grid(self, grid: int) -> int:
         """Hook: the tree's granularity in tokens, given the policy's."""

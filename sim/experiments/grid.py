@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from itertools import product
@@ -103,6 +104,8 @@ def parse_values(texts: str | Iterable[str], kind: str = "str", flag: str = "val
                     v = int(v)
                 elif kind in ("float", "alpha") and isinstance(v, Decimal):
                     v = float(v)
+                    if kind == "alpha" and not 0 <= v < math.inf:  # NaN fails both comparisons
+                        raise UsageError(f"{flag} must be a finite number >= 0 or 'auto', not {v}")
                 elif kind == "size":
                     v = int(v)
                 if v not in out:
