@@ -59,8 +59,8 @@ class JsonRecordReader:
                 chunk = ""  # cut inside a character at the very end: a truncated file, as below
             else:
                 near = self._line + self._buf.count("\n", self._pos)
-                raise TraceError(f"{self.source}: not UTF-8 text ({exc.reason}, after line {near}); "
-                                 "convert the file to UTF-8") from None
+                raise TraceError(f"{self.source}:{near}: not UTF-8 text ({exc.reason}, on this line or within "
+                                 f"{_READ:,} characters after it); convert the file to UTF-8") from None
         if not chunk:
             self._eof = True
             return False

@@ -19,7 +19,7 @@ from sim.cli.outdir import output_folder
 from sim.cli.run import explicit_settings, fits_trace_blocks, refuse_unread_knobs
 from sim.config import SimConfig
 from sim.errors import UsageError
-from sim.experiments.grid import expand_grid, parse_values
+from sim.experiments.grid import check_grid_size, expand_grid, grid_size, parse_values
 from sim.experiments.runners import describe, run_sweep
 from sim.experiments.store import BAD, DONE, stored_status
 from sim.trace_options import TRACE_OPTION_KEYS
@@ -29,6 +29,8 @@ from traces.hashblock import BLOCK_TOKENS
 _NOT_KNOBS = {"out", "events_path", "force", "fmt", "progress"}
 # run option name -> SimConfig field
 _RENAME = {"policies": "policy", "capacity": "capacity_bytes"}
+# grids at least this large print a line before they are built (about a second per thousand)
+SLOW_GRID = 2_000
 # string knobs whose value is itself a list or range: taken verbatim (repeat the flag to sweep them)
 _VERBATIM = {"alpha_grid"}
 
@@ -185,6 +187,8 @@ def register(main: click.Group) -> None:
         left_out = ""
         if click.get_current_context().get_parameter_source("policies") == ParameterSource.DEFAULT:
             left_out = _fit_default_policies(trace_axes, sim_axes)
+        if check_grid_size(trace_axes, sim_axes) > SLOW_GRID:  # counted before building: say what takes a while
+            click.echo(f"building {grid_size(trace_axes, sim_axes):,} configurations...", err=True)
         tasks = expand_grid(trace_axes, sim_axes)
         if workers is not None and workers < 1:
             raise UsageError("--workers must be >= 1")
