@@ -30,14 +30,19 @@ from sim.errors import USER_ERRORS  # noqa: E402
 
 
 class Main(click.Group):
-    """Turns our known user errors into one clear line and exit code 2 (no traceback), and Ctrl-C
-    into one line and exit code 130 (128 + SIGINT, what shells report)."""
+    """Turns our known user errors, and click's own usage errors of a command (a bad type, a
+    missing value), into one clear line and exit code 2 (no traceback), and Ctrl-C into one line
+    and exit code 130 (128 + SIGINT, what shells report)."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except USER_ERRORS as exc:
             click.echo(f"Error: {exc}", err=True)
+            sys.exit(2)
+        except click.UsageError as exc:  # click's own (a bad type, a missing value): one line as well
+            where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+            click.echo(f"Error: {' '.join(exc.format_message().split())}{where}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
