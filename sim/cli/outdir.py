@@ -84,6 +84,17 @@ def _is_input(path: Path, inputs: list[Path]) -> Path | None:
     return None
 
 
+def check_output_folder(path: Path | None, flag: str, inputs: list[Path]) -> None:
+    """Refuses an output folder that is an input of the command, or lies inside an input folder
+    (a sweep's rows would become part of a trace folder)."""
+    if path is None:
+        return
+    src = _is_input(path, inputs)
+    if src is not None:
+        what = "is" if Path(path).expanduser().resolve() == src else f"is inside {src}, which is"
+        raise UsageError(f"{flag} {path}: {what} an input of this command; write the output elsewhere")
+
+
 def check_output_files(files: dict[Path, str], *, force: bool, inputs: list[Path]) -> None:
     """Refuses, before any work, to write a file of ``files`` (path -> the flag that names it)
     that is an input of the command (or inside an input folder), even with ``--force``, or that

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from sim.cli.outdir import output_folder
+from sim.cli.outdir import check_output_folder, input_paths, output_folder
 from sim.cli.run import explicit_settings, fits_trace_blocks, refuse_unread_knobs
 from sim.config import SimConfig
 from sim.errors import UsageError
@@ -195,7 +195,10 @@ def register(main: click.Group) -> None:
         if limit is not None and limit < 0:
             raise UsageError("--limit must be >= 0")
         # the folder is created (or refused) before any configuration runs, and removed again
-        # when the sweep stops with nothing in it (or after a dry run)
+        # when the sweep stops with nothing in it (or after a dry run); never inside an input
+        inputs = [p for spec in trace_axes.get("trace", []) for p in input_paths(spec)]
+        inputs += input_paths(None, *[t for t in sim_axes.get("timing_file", []) if t])
+        check_output_folder(out, "--out", inputs)
         with output_folder(out, keep=not dry_run):
             if left_out:
                 click.echo(left_out)

@@ -143,3 +143,15 @@ def test_sweep_resume_recomputes_truncated_empty_and_foreign_results(runner, tmp
     assert len(pd.read_parquet(req)) == int(pd.read_parquet(rows[0])["requests"].iloc[0])
     res = runner.invoke(main, ["plot", str(out), "--out", str(tmp_path / "fig")])
     assert res.exit_code == 0, res.output
+
+
+def test_sweep_out_inside_a_trace_folder_is_refused(runner, tmp_path):
+    folder = tmp_path / "traj"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text("{}\n")
+    before = _snapshot(tmp_path)
+    for out in (folder, folder / "res"):
+        res = runner.invoke(main, ["sweep", "--trace", f"swebench:{folder}", "--out", str(out), "--no-progress"])
+        what = "is" if out == folder else f"is inside {folder.resolve()}, which is"
+        _one_line(res, f"--out {out}: {what} an input of this command; write the output elsewhere")
+    assert _snapshot(tmp_path) == before and sorted(p.name for p in folder.iterdir()) == ["a.jsonl"]
