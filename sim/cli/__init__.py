@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 
 
 def _interrupted_while_starting(signum, frame) -> None:
@@ -20,7 +21,8 @@ def _interrupted_while_starting(signum, frame) -> None:
     os._exit(130)
 
 
-_DEFAULT_SIGINT = signal.signal(signal.SIGINT, _interrupted_while_starting)
+_MAIN_THREAD = threading.current_thread() is threading.main_thread()  # only it may set handlers
+_DEFAULT_SIGINT = signal.signal(signal.SIGINT, _interrupted_while_starting) if _MAIN_THREAD else None
 
 import click  # noqa: E402 - after the handler above
 
@@ -73,4 +75,5 @@ def main() -> None:
 COMMANDS = (run, models, traces, kernels_cli, sweep, plot, replay)
 for _module in COMMANDS:
     _module.register(main)
-signal.signal(signal.SIGINT, _DEFAULT_SIGINT)  # loaded: Ctrl-C is a KeyboardInterrupt again (Main)
+if _MAIN_THREAD:  # loaded: Ctrl-C is a KeyboardInterrupt again (Main turns it into one line)
+    signal.signal(signal.SIGINT, _DEFAULT_SIGINT)
