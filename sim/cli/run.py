@@ -116,6 +116,22 @@ def explicit_settings(ctx: click.Context, rename: dict | None = None) -> list[st
     return out
 
 
+def refuse_unusable_blocks(cfg: SimConfig) -> None:
+    """Refuses a configuration whose cache cannot hold one block of its preset (KV of the block plus
+    a state): every insert would be rejected, a run that means nothing (``--policy lmdeploy
+    --block-size 4096`` on a small capacity). The library still runs it (tests probe that corner)."""
+    preset = get_preset(cfg.policy)
+    if not preset.caching or preset.unlimited:
+        return
+    spec = get_model(cfg.model)
+    unit = preset.unit_tokens(spec, cfg)
+    need = unit * spec.kv_bytes_per_token() + spec.state_bytes()
+    if unit > 1 and cfg.capacity_bytes < need:
+        raise UsageError(f"capacity {format_size(cfg.capacity_bytes)} cannot hold one {unit}-token block of "
+                         f"{cfg.model} with its state ({format_size(need)}) for {cfg.policy}: every insert would be "
+                         "rejected; use a smaller --block-size or a larger --capacity")
+
+
 def build_configs(policies: str, capacity: str, alpha: str, sessions_per_second: float, **knobs) -> list[SimConfig]:
     names = policy_names(policies)
     cap = parse_size(capacity)
@@ -124,6 +140,7 @@ def build_configs(policies: str, capacity: str, alpha: str, sessions_per_second:
         cfg = SimConfig(policy=name, capacity_bytes=cap, alpha=parse_alpha(alpha),
                         sessions_per_second=sessions_per_second, **knobs)
         cfg.validate()
+        refuse_unusable_blocks(cfg)
         configs.append(cfg)
     return configs
 

@@ -16,7 +16,7 @@ import click
 from click.core import ParameterSource
 
 from sim.cli.outdir import check_output_folder, input_paths, output_folder
-from sim.cli.run import explicit_settings, fits_trace_blocks, refuse_unread_knobs
+from sim.cli.run import explicit_settings, fits_trace_blocks, refuse_unread_knobs, refuse_unusable_blocks
 from sim.config import SimConfig
 from sim.errors import UsageError
 from sim.experiments.grid import check_grid_size, expand_grid, grid_size, parse_values
@@ -190,6 +190,8 @@ def register(main: click.Group) -> None:
         if check_grid_size(trace_axes, sim_axes) > SLOW_GRID:  # counted before building: say what takes a while
             click.echo(f"building {grid_size(trace_axes, sim_axes):,} configurations...", err=True)
         tasks = expand_grid(trace_axes, sim_axes)
+        for task in tasks:
+            refuse_unusable_blocks(task.config)
         if workers is not None and workers < 1:
             raise UsageError("--workers must be >= 1")
         if limit is not None and limit < 0:

@@ -119,13 +119,6 @@ class Simulation:
             raise UsageError(
                 f"capacity {format_size(config.capacity_bytes)} is smaller than one state checkpoint of "
                 f"{config.model} ({format_size(self.spec.state_bytes())})")
-        unit = self.preset.unit_tokens(self.spec, config)
-        unit_bytes = unit * self.spec.kv_bytes_per_token() + self.spec.state_bytes()
-        if self.preset.caching and not self.preset.unlimited and unit > 1 and config.capacity_bytes < unit_bytes:
-            raise UsageError(
-                f"capacity {format_size(config.capacity_bytes)} cannot hold one {unit}-token block of {config.model} "
-                f"with its state ({format_size(unit_bytes)}): every insert would be rejected; use a smaller "
-                "--block-size or a larger --capacity")
         self.admission = self.make_admission(self.preset.admission)
         self.tree = self.make_tree(self.make_eviction(self.preset.eviction, self.alpha0))
         self.refresh_path = self.tree.policy.refresh == "path"

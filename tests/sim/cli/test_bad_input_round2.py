@@ -101,11 +101,14 @@ def test_absurd_block_sizes(runner, policy, size):
               f"--block-size must be 0 (the engine's default) or 1 to 4096 tokens, not {size}")
 
 
-def test_block_that_cannot_fit_the_capacity(runner):
+def test_block_that_cannot_fit_the_capacity(runner, tmp_path):
     res = runner.invoke(main, ["run", *SMALL, "--policy", "lmdeploy", "--block-size", "4096", "--model",
                                "qwen3.5-9b", "--capacity", "100MB"])
     _one_line(res, "capacity 100MB cannot hold one 4096-token block of qwen3.5-9b with its state", prefix=True)
-    assert "every insert would be rejected" in res.output
+    assert "for lmdeploy: every insert would be rejected" in res.output
+    res = runner.invoke(main, ["sweep", *SMALL, "--policy", "sglang+,vllm-all", "--block-size", "4096", "--model",
+                               "qwen3.5-9b", "--capacity", "100MB,10GB", "--out", str(tmp_path / "s"), "--dry-run"])
+    _one_line(res, "capacity 100MB cannot hold one 4096-token block of qwen3.5-9b with its state", prefix=True)
 
 
 # ------------------------------------------------------------------ files the run reads
