@@ -126,7 +126,7 @@ def refuse_unusable_blocks(cfg: SimConfig) -> None:
     spec = get_model(cfg.model)
     unit = preset.unit_tokens(spec, cfg)
     need = unit * spec.kv_bytes_per_token() + spec.state_bytes()
-    if unit > 1 and cfg.capacity_bytes < need:
+    if unit > 1 and spec.state_bytes() <= cfg.capacity_bytes < need:  # below one state: the simulator says so
         raise UsageError(f"capacity {format_size(cfg.capacity_bytes)} cannot hold one {unit}-token block of "
                          f"{cfg.model} with its state ({format_size(need)}) for {cfg.policy}: every insert would be "
                          "rejected; use a smaller --block-size or a larger --capacity")
