@@ -8,6 +8,7 @@ without touching this file.
 
 from __future__ import annotations
 
+import signal
 import sys
 from itertools import product
 from pathlib import Path
@@ -230,6 +231,7 @@ def register(main: click.Group) -> None:
         for task, err in report.failed:
             click.echo(f"failed: {describe(task)}: {err}", err=True)
         if report.interrupted:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further Ctrl-C cannot cut the exit short
             click.echo("interrupted: rerun the same command to finish", err=True)
             sys.exit(130)
         if report.failed:
