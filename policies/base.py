@@ -351,6 +351,23 @@ class PolicyPreset:
     version: str = ""
     stores_last_token: bool = True
     extra_knobs: tuple = ()  # Params classes the preset itself reads (beyond its policies')
+    #: simulator settings the preset itself reads (in ``grid_for``, ``engine_rules``...), beyond
+    #: the fields of its ``knob_classes``, which it reads anyway (see ``reads``)
+    reads_also: tuple[str, ...] = ()
+
+    def reads(self) -> frozenset[str]:
+        """The simulator settings (``SimConfig`` field names) this preset reads: the fields of its
+        ``knob_classes`` (alpha only when ``uses_alpha``; none without caching) and
+        ``reads_also``. The CLI refuses a policy knob set explicitly that no chosen preset reads, so a
+        new preset declares here (through its ``Params``, ``extra_knobs`` or ``reads_also``) every
+        knob it honours."""
+        names = set(self.reads_also)
+        if self.caching:
+            for cls in self.knob_classes():
+                names |= {f.name for f in fields(cls)}
+            if not self.uses_alpha:
+                names.discard("alpha")
+        return frozenset(names)
 
     def grid_for(self, spec: Any, config: Any) -> int:
         """Tree granularity for this model and config (engine presets derive it per model)."""
@@ -382,6 +399,11 @@ class PolicyPreset:
                     out.append(spec)
         return out
 
+    def unit_tokens(self, spec: Any, config: Any) -> int:
+        """The smallest amount of KV the cache stores, in tokens (a block-based engine's block):
+        one unit's KV plus a state must fit in the capacity."""
+        return self.grid_for(spec, config)
+
     @property
     def admission_cls(self) -> type[AdmissionPolicy]:
         return ADMISSION[self.admission]
@@ -408,6 +430,16 @@ def register_preset(preset: PolicyPreset, *, aliases: Iterable[str] = ()) -> Pol
     for alias in aliases:
         ALIASES[alias] = preset.name
     return preset
+
+
+def policy_knobs() -> dict[str, list[str]]:
+    """Every setting some preset reads and others do not (a "policy knob") -> the presets that read
+    it, in registration order."""
+    readers: dict[str, list[str]] = {}
+    for preset in PRESETS.values():
+        for name in sorted(preset.reads()):
+            readers.setdefault(name, []).append(preset.name)
+    return readers
 
 
 def get_preset(name: str) -> PolicyPreset:

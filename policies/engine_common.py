@@ -15,6 +15,11 @@ from policies.base import PATH_REFRESH, AdmissionContext, EngineRules, EvictionP
 from policies.eviction import HeapEviction
 
 
+#: the largest block a preset or ``--block-size`` may use, in tokens (``sim.cache.blocks`` hashes
+#: blocks of up to this many tokens)
+MAX_BLOCK_TOKENS = 4096
+
+
 @dataclass(frozen=True)
 class ChunkedPrefill:
     """Knobs of every engine admission: the chunked-prefill step."""

@@ -46,7 +46,7 @@ from policies import vllm_0_11  # noqa: F401
 from policies import lmdeploy_0_16  # noqa: F401
 from policies import trtllm_1_2  # noqa: F401
 from policies.base import PolicyPreset, register_preset
-from policies.engine_common import ChunkedPrefill, TailFirstLRUEviction, VllmBlocks  # noqa: F401  (re-exported)
+from policies.engine_common import MAX_BLOCK_TOKENS, ChunkedPrefill, TailFirstLRUEviction, VllmBlocks  # noqa: F401  (re-exported)
 from policies.vllm import vllm_block_tokens  # noqa: F401  (re-exported)
 
 register_preset(PolicyPreset(

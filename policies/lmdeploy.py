@@ -57,6 +57,9 @@ class LmdeployPreset(EnginePreset):
     def block(self, config) -> int:
         return config.block_size or LMDEPLOY_BLOCK
 
+    def unit_tokens(self, spec, config) -> int:
+        return self.block(config)
+
     def engine_rules(self, spec, config) -> EngineRules:
         B = self.block(config)
         return EngineRules(refresh=LMDEPLOY_REFRESH, kv_extent="blocks", extent_block=B, frozen_block=B,

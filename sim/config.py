@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from policies.admission import JudiciousAdmission
 from policies.engine_common import StatePool
-from policies.engines import ChunkedPrefill, VllmBlocks
+from policies.engines import MAX_BLOCK_TOKENS, ChunkedPrefill, VllmBlocks
 from policies.lmdeploy import LmdeployParams
 from policies.sglang_current import SglangParams
 from policies.trtllm_current import TrtllmParams
@@ -187,8 +187,9 @@ class SimConfig:
             raise UsageError(f"--seed must be >= 0, not {self.seed}")
         if self.prefill_chunk_tokens < 1:
             raise UsageError("--prefill-chunk must be >= 1")
-        if self.block_size < 0:
-            raise UsageError("--block-size must be >= 0")
+        if not 0 <= self.block_size <= MAX_BLOCK_TOKENS:
+            raise UsageError(f"--block-size must be 0 (the engine's default) or 1 to {MAX_BLOCK_TOKENS} tokens, "
+                             f"not {self.block_size}")
         for f in fields(self):  # a knob's own range (policies' Params: min / max)
             lo, hi, value = f.metadata.get("min"), f.metadata.get("max"), getattr(self, f.name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and (

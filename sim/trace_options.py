@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sim.errors import UsageError
 from traces.registry import SPECS, TraceOptions
 from traces.tokenizers import TOKENIZERS
 
@@ -49,7 +50,10 @@ def options_from_kwargs(kwargs: dict, pop: bool = True) -> tuple[str, TraceOptio
     """(trace spec, TraceOptions) from a command's or a sweep row's keyword arguments."""
     get = kwargs.pop if pop else kwargs.get
     vals = {key: get(key, None) for key in TRACE_OPTION_KEYS}
-    spec = vals.pop("trace") or "sharegpt"
+    spec = vals.pop("trace")
+    if spec is not None and not str(spec).strip():  # `--trace ''` is a mistake, not the default trace
+        raise UsageError("--trace is empty: give a trace spec (see `marconi traces list`), or leave the option out")
+    spec = spec or "sharegpt"
     seed = vals.pop("trace_seed")
     opts = TraceOptions(**{k: v for k, v in vals.items() if v is not None})
     if seed is not None:

@@ -40,6 +40,7 @@ def load(kind: str, path: str, options) -> Trace:
     budget = SizeBudget(options.max_request_tokens)
     rows: list[tuple] = []  # (session, turn, hash array, ts, input_length, output_length, line)
     session_of: dict[int, int] = {}
+    orphans: list[tuple] = []  # (line, chat, parent) of rows whose parent had not been seen yet
     types: Counter = Counter()
     last_ts = None
     n_sessions = 0
@@ -48,6 +49,8 @@ def load(kind: str, path: str, options) -> Trace:
         try:
             ts = require_time(row, "timestamp")
             il = require_length(row, "input_length")
+            if il == 0:
+                raise RowProblem("input_length 0: a request needs at least one input token")
             ol = require_length(row, "output_length")
             budget.check_request(il + ol)
             # ids >= 0: negative symbols stand for the outputs (below)
@@ -65,6 +68,8 @@ def load(kind: str, path: str, options) -> Trace:
                 rtype = str(require(row, "type", None))
                 if chat in session_of:
                     raise RowProblem(f"duplicate chat_id {chat}")
+                if parent == chat:
+                    raise RowProblem(f"chat_id {chat} is its own parent (a cycle)")
             else:
                 chat = parent = None
                 turn = 0
@@ -78,6 +83,8 @@ def load(kind: str, path: str, options) -> Trace:
             max_hash = max(max_hash, max(hashes))
         if kind == "bailian":
             sid = session_of.get(parent) if parent != -1 else None
+            if sid is None and parent != -1:
+                orphans.append((line_no, chat, parent))  # checked below: a parent later in the file
             if sid is None:  # a root, or a parent outside the file: a new session
                 sid = n_sessions
                 n_sessions += 1
@@ -86,6 +93,13 @@ def load(kind: str, path: str, options) -> Trace:
         else:
             sid = len(rows)
         rows.append((sid, turn, hashes, ts, il, ol, line_no))
+    late = [(ln, chat, parent) for ln, chat, parent in orphans if parent in session_of]
+    for ln, chat, parent in late:  # its parent comes later: a parent cycle, or rows out of order
+        reader.bad(ln, f"parent_chat_id {parent} of chat_id {chat} appears later in the file (a parent cycle, "
+                       "or rows out of order): a parent must come before its child")
+    if late:  # --skip-bad-rows: those rows left out (their children keep the session they started)
+        drop = {ln for ln, _, _ in late}
+        rows = [r for r in rows if r[-1] not in drop]
     if not rows:
         raise TraceError(f"trace {kind}:{path} has no requests (after filtering)")
     t0 = rows[0][3]

@@ -24,6 +24,7 @@ def load(path: str, options) -> Trace:
     builder = TraceBuilder(name, block_tokens=1, closed_loop=False)
     budget = SizeBudget(options.max_request_tokens)
     sessions: dict = {}
+    seen: dict = {}  # (session_id, turn_id) -> line: a turn appears once
     last_ts = None
     t0 = None
     for line_no, row in reader:
@@ -32,6 +33,8 @@ def load(path: str, options) -> Trace:
             turn = require_int(row, "turn_id")
             ts = require_time(row, "ts")
             n_in = require_length(row, "num_input_tokens")
+            if n_in == 0:
+                raise RowProblem("num_input_tokens 0: a request needs at least one input token")
             n_out = require_length(row, "num_output_tokens")
             budget.check_request(n_in + n_out)
             inp = require_int_list(row, "input_tokens", lo=0, hi=TOKEN_ID_MAX)
@@ -42,6 +45,8 @@ def load(path: str, options) -> Trace:
                 raise RowProblem(f"num_output_tokens {n_out} but {len(out)} output_tokens")
             if last_ts is not None and ts < last_ts:
                 raise RowProblem(f"ts {ts} goes backwards (previous {last_ts})")
+            if (sid_raw, turn) in seen:
+                raise RowProblem(f"session_id {sid_raw!r} turn_id {turn} again (first on line {seen[sid_raw, turn]})")
             try:
                 arrival = (ts - (ts if t0 is None else t0)) * options.time_scale
             except OverflowError:  # integer timestamps whose difference is beyond a float
@@ -53,6 +58,7 @@ def load(path: str, options) -> Trace:
             reader.bad(line_no, str(exc))
             continue
         last_ts = ts
+        seen[sid_raw, turn] = line_no
         if t0 is None:
             t0 = ts
         sid = sessions.setdefault(sid_raw, len(sessions))

@@ -189,6 +189,29 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     return base / "marconi-sim" / "traces"
 
 
+def cache_explicit(cache_dir: str | os.PathLike | None = None) -> str | None:
+    """How the user chose the cache folder (``MARCONI_CACHE_DIR=...`` or the cache_dir option), or
+    None for the default folder."""
+    if cache_dir:
+        return f"cache folder {cache_dir}"
+    env = os.environ.get("MARCONI_CACHE_DIR")
+    return f"MARCONI_CACHE_DIR={env}" if env else None
+
+
+def cache_unwritable(root: Path) -> str | None:
+    """Why traces cannot be cached under ``root`` (created here when missing), or None."""
+    above = next((p for p in [root, *root.parents] if p.exists()), None)
+    if above is not None and not above.is_dir():
+        return f"{above} is a file, not a folder"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=root):
+            pass
+    except OSError as exc:
+        return f"cannot write to {root} ({exc.strerror or exc})"
+    return None
+
+
 def cache_key(parts: dict) -> str:
     blob = json.dumps({**parts, "format_version": FORMAT_VERSION}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]

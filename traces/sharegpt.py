@@ -38,7 +38,7 @@ class JsonRecordReader:
     """
 
     def __init__(self, binary, source: str, skip_bad_rows: bool = False):
-        self._r = io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline="")
+        self._r = io.TextIOWrapper(binary, encoding="utf-8", errors="strict", newline="")
         self.source = source
         self.skip_bad_rows = skip_bad_rows
         self.truncated = False
@@ -52,7 +52,15 @@ class JsonRecordReader:
     def _more(self) -> bool:
         if self._eof:
             return False
-        chunk = self._r.read(_READ)
+        try:
+            chunk = self._r.read(_READ)
+        except UnicodeDecodeError as exc:
+            if exc.reason == "unexpected end of data" and exc.end == len(exc.object):
+                chunk = ""  # cut inside a character at the very end: a truncated file, as below
+            else:
+                near = self._line + self._buf.count("\n", self._pos)
+                raise TraceError(f"{self.source}:{near}: not UTF-8 text ({exc.reason}, on this line or within "
+                                 f"{_READ:,} characters after it); convert the file to UTF-8") from None
         if not chunk:
             self._eof = True
             return False

@@ -312,7 +312,11 @@ def iter_trajectories(path: str, skip_bad_rows: bool, stats: dict,
         elif f.suffix == ".parquet":
             import pyarrow.parquet as pq
 
-            for row, rec in enumerate(pq.read_table(f).to_pylist()):
+            try:
+                table = pq.read_table(f)
+            except Exception as exc:  # noqa: BLE001 - pyarrow's ArrowInvalid, OSError... for a bad file
+                raise TraceError(f"cannot read parquet file {f}: {_first_line(exc)}") from None
+            for row, rec in enumerate(table.to_pylist()):
                 yield f"{f}: row {row}", _decode_json_columns(rec)
         else:
             try:

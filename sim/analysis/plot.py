@@ -176,7 +176,9 @@ def save(fig, out: str | Path, name: str, formats=("png", "svg")) -> list[Path]:
     paths = []
     for fmt in formats:
         p = out / f"{name}.{fmt}"
-        fig.savefig(p, dpi=120, bbox_inches="tight")
+        tmp = out / f".tmp-{name}.{fmt}"  # renamed when complete: never a truncated figure
+        fig.savefig(tmp, dpi=120, bbox_inches="tight", format=fmt)
+        tmp.replace(p)
         paths.append(p)
     return paths
 

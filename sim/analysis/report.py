@@ -12,7 +12,9 @@ The notebooks call these functions so they stay short and the logic stays tested
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -20,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from sim.config import SimConfig
+from sim.errors import UsageError
 from sim.experiments.grid import expand_grid
 from sim.experiments.runners import run_sweep
 from sim.experiments.store import load_results
@@ -53,11 +56,16 @@ def knob_columns(df: pd.DataFrame) -> list[str]:
 
 
 def run_small(kind: str, out: str | os.PathLike | None = None, **overrides) -> Path:
-    """Run the small sweep of notebook ``kind`` (see SMALL) into ``out`` (a temp folder if None)."""
+    """Run the small sweep of notebook ``kind`` (see SMALL) into ``out`` (if None: a temp folder,
+    removed when the process exits)."""
     spec = SMALL[kind]
     trace_axes = {**spec["trace_axes"], **overrides.pop("trace_axes", {})}
     sim_axes = {**spec["sim_axes"], **overrides.pop("sim_axes", {})}
-    out = Path(out) if out else Path(tempfile.mkdtemp(prefix=f"marconi-{kind}-"))
+    if out:
+        out = Path(out)
+    else:  # a temp folder of this process: removed when it exits (a notebook's kernel), not left behind
+        out = Path(tempfile.mkdtemp(prefix=f"marconi-{kind}-"))
+        atexit.register(shutil.rmtree, out, ignore_errors=True)
     tasks = expand_grid(trace_axes, sim_axes)
     run_sweep(tasks, out, workers=1, save_requests=(kind == "ttft"), progress=False, **overrides)
     return out
@@ -131,7 +139,13 @@ def condense(df: pd.DataFrame, static: str | float = "best", metric: str = "toke
             parts.append(g)
         stat = pd.concat(parts)
     else:
-        stat = stat[np.isclose(stat["alpha"], float(static))]
+        want = float(static)
+        for policy, g in stat.groupby("policy", sort=False):  # a line would vanish without a word
+            if not np.isclose(g["alpha"], want).any():
+                grid = ", ".join(f"{a:g}" for a in sorted(g["alpha"].unique()))
+                raise UsageError(f"--alpha {want:g} is not in the static-alpha grid of {policy} in these results "
+                                 f"({grid}): pick one of those, best or all")
+        stat = stat[np.isclose(stat["alpha"], want)]
     return pd.concat([keep, stat]).reset_index(drop=True)
 
 

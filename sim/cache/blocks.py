@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from policies.engine_common import MAX_BLOCK_TOKENS
+
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 _rng = np.random.default_rng(0x5EED)  # fixed: the same tokens always hash to the same symbol
-_COEFFS = _rng.integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
+_COEFFS = _rng.integers(1, 2**63, size=MAX_BLOCK_TOKENS, dtype=np.uint64) | np.uint64(1)
 
 
 def block_symbols(tokens: np.ndarray, block: int) -> np.ndarray:

@@ -8,24 +8,43 @@ exit code 2. Library code never imports this package or click.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 
-import click
 
-from kernels import cli as kernels_cli
-from sim.cli import advise, models, plot, policies, replay, run, sweep, traces
-from sim.errors import USER_ERRORS
+def _interrupted_while_starting(signum, frame) -> None:
+    """Ctrl-C while the CLI's modules load (a second or two): the same one line and exit code as
+    later, not a traceback from inside an import."""
+    sys.stderr.write("Interrupted.\n")
+    os._exit(130)
+
+
+_MAIN_THREAD = threading.current_thread() is threading.main_thread()  # only it may set handlers
+_DEFAULT_SIGINT = signal.signal(signal.SIGINT, _interrupted_while_starting) if _MAIN_THREAD else None
+
+import click  # noqa: E402 - after the handler above
+
+from kernels import cli as kernels_cli  # noqa: E402
+from sim.cli import advise, models, plot, policies, replay, run, sweep, traces  # noqa: E402
+from sim.errors import USER_ERRORS  # noqa: E402
 
 
 class Main(click.Group):
-    """Turns our known user errors into one clear line and exit code 2 (no traceback), and Ctrl-C
-    into one line and exit code 130 (128 + SIGINT, what shells report)."""
+    """Turns our known user errors, and click's own usage errors of a command (a bad type, a
+    missing value), into one clear line and exit code 2 (no traceback), and Ctrl-C into one line
+    and exit code 130 (128 + SIGINT, what shells report)."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except USER_ERRORS as exc:
             click.echo(f"Error: {exc}", err=True)
+            sys.exit(2)
+        except click.UsageError as exc:  # click's own (a bad type, a missing value): one line as well
+            where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+            click.echo(f"Error: {' '.join(exc.format_message().split())}{where}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
@@ -56,3 +75,5 @@ def main() -> None:
 COMMANDS = (run, models, policies, traces, kernels_cli, sweep, plot, replay, advise)
 for _module in COMMANDS:
     _module.register(main)
+if _MAIN_THREAD:  # loaded: Ctrl-C is a KeyboardInterrupt again (Main turns it into one line)
+    signal.signal(signal.SIGINT, _DEFAULT_SIGINT)

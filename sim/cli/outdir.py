@@ -1,10 +1,12 @@
-"""Output folders of ``run``, ``sweep`` and ``plot``: checked (created and written to) before any
-work starts, and removed again when the command fails before putting anything in them."""
+"""Outputs of every command: folders checked (created and written to) before any work starts and
+removed again when the command fails before putting anything in them; files refused when they are
+an input or exist already (unless ``--force``), and written under a temporary name then renamed."""
 
 from __future__ import annotations
 
+import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -54,3 +56,78 @@ def _remove_empty(created: list[Path]) -> None:
             d.rmdir()  # only when empty: results already written stay
         except OSError:
             return
+
+
+# ---------------------------------------------------------------------------------- files a command writes
+
+def input_paths(trace_spec: str | None = None, *files: str | os.PathLike | None) -> list[Path]:
+    """The files and folders a command reads: the path inside a trace spec (``mooncake:PATH``,
+    ``swebench:marconi:PATH``; every ``:``-separated tail that exists on disk) and ``files``
+    (``--timing``), resolved. Outputs are checked against them: nothing is ever written onto (or
+    into) an input."""
+    found: list[Path] = []
+    parts = str(trace_spec or "").split(":")
+    for i in range(1, len(parts)):
+        tail = ":".join(parts[i:])
+        if tail and Path(tail).expanduser().exists():
+            found.append(Path(tail).expanduser().resolve())
+    found += [Path(f).expanduser().resolve() for f in files if f]
+    return found
+
+
+def _is_input(path: Path, inputs: list[Path]) -> Path | None:
+    """The input that ``path`` is, or lies inside, or None."""
+    p = Path(path).expanduser().resolve()
+    for src in inputs:
+        if p == src or (src.is_dir() and src in p.parents):
+            return src
+    return None
+
+
+def check_output_folder(path: Path | None, flag: str, inputs: list[Path]) -> None:
+    """Refuses an output folder that is an input of the command, or lies inside an input folder
+    (a sweep's rows would become part of a trace folder)."""
+    if path is None:
+        return
+    src = _is_input(path, inputs)
+    if src is not None:
+        what = "is" if Path(path).expanduser().resolve() == src else f"is inside {src}, which is"
+        raise UsageError(f"{flag} {path}: {what} an input of this command; write the output elsewhere")
+
+
+def check_output_files(files: dict[Path, str], *, force: bool, inputs: list[Path]) -> None:
+    """Refuses, before any work, to write a file of ``files`` (path -> the flag that names it)
+    that is an input of the command (or inside an input folder), even with ``--force``, or that
+    exists already, unless ``force``: one line naming the flag and what to do."""
+    existing = []
+    for path, flag in files.items():
+        src = _is_input(path, inputs)
+        if src is not None:
+            what = "is" if Path(path).expanduser().resolve() == src else f"is inside {src}, which is"
+            raise UsageError(f"{flag} {path}: {what} an input of this command; write the output elsewhere")
+        if Path(path).is_dir():
+            raise UsageError(f"{flag} {path}: is a folder, not a file")
+        above = next((p for p in Path(path).parents if p.exists()), None)
+        if above is not None and not above.is_dir():
+            raise UsageError(f"{flag} {path}: is inside {above}, which is a file, not a folder")
+        if Path(path).exists():
+            existing.append((flag, Path(path)))
+    if existing and not force:
+        flags = sorted({flag for flag, _ in existing})
+        names = ", ".join(str(p) for _, p in existing)
+        raise UsageError(f"{' and '.join(flags)}: {names} already exist{'s' if len(existing) == 1 else ''}; "
+                         "pass --force to replace, or choose another name")
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` to a hidden temporary name beside ``path``, then rename it onto ``path``: a
+    crash or Ctrl-C leaves either the old file or the complete new one, never a truncated file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".tmp-{path.stem}-", suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -5,16 +5,38 @@ and timed."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import click
 
+from sim.cli.outdir import check_output_files, input_paths, output_folder
 from sim.cli.run import parse_alpha
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, format_size, parse_size
 from sim.errors import UsageError
 
 INSTALL_HINT = "marconi replay needs torch and triton: pip install 'marconi-sim[kernels]'"
+#: widest model `--device cpu` replays: a wider one takes minutes per request there (refused up front)
+CPU_MAX_D_MODEL = 1024
+
+
+def check_before_work(spec, device: str, tolerance, calibrate_path, out, force: bool, trace_spec) -> None:
+    """Everything about the settings and outputs of a replay that can fail, checked before the trace is
+    loaded and replayed: the tolerance, a model too wide for the CPU, the output files (not an input,
+    not existing unless --force) and their folders (created now, or refused)."""
+    if tolerance is not None and not 0 < tolerance < math.inf:  # NaN fails both comparisons
+        raise UsageError(f"--tolerance must be a finite number > 0, not {tolerance}")
+    if device == "cpu" and spec.d_model > CPU_MAX_D_MODEL:
+        raise UsageError(f"--device cpu: {spec.name} (d_model {spec.d_model}) would take minutes per request on the "
+                         f"CPU; replay models up to d_model {CPU_MAX_D_MODEL} there (replay-tiny), or use --device cuda")
+    files = {Path(out) / name: "--out" for name in ("summary.json", "requests.parquet")} if out is not None else {}
+    if calibrate_path is not None:
+        files[Path(calibrate_path)] = "--calibrate"
+    check_output_files(files, force=force, inputs=input_paths(trace_spec))
+    for folder, flag in ((out, "--out"), (Path(calibrate_path).parent if calibrate_path else None, "--calibrate")):
+        with output_folder(folder, flag):
+            pass  # created now (kept: the replay writes there at the end)
 
 
 def format_summary(s: dict, settings: dict) -> str:
@@ -72,10 +94,11 @@ def register(main: click.Group) -> None:
                   help="Fit the time model to the measurements; write a timing file for `marconi run --timing`.")
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
                   help="Write summary.json and requests.parquet here.")
+    @click.option("--force", is_flag=True, help="Replace the files of --out and --calibrate when they exist.")
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
     @click.option("--progress/--no-progress", default=True, show_default=True)
     def replay(policy, capacity, alpha, model, layers, state_alignment, chunk_size, mode, sessions_per_second,
-               validate_every, store, dtype, device, requests, seed, tolerance, calibrate_path, out, fmt,
+               validate_every, store, dtype, device, requests, seed, tolerance, calibrate_path, out, force, fmt,
                progress, **kwargs):
         """Simulate a trace with GPU replay attached: every hit restored from a real checkpoint store,
         checked (prefix hash, numerics vs a from-scratch prefill) and timed."""
@@ -86,6 +109,7 @@ def register(main: click.Group) -> None:
         from sim.simulate import build
 
         check_model(get_model(model), layers)   # refuse non-GDN presets before loading a trace
+        check_before_work(get_model(model), device, tolerance, calibrate_path, out, force, kwargs.get("trace"))
         if dtype is None:
             dtype = "fp32" if device == "cpu" else "bf16"
         settings = ReplaySettings(layers=layers, validate_every=validate_every, store=store, dtype=dtype,

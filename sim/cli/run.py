@@ -11,18 +11,22 @@ from typing import Callable
 import click
 from click.core import ParameterSource
 
-from policies.base import get_preset
-from sim.cli.outdir import output_folder
+from policies.base import get_preset, policy_knobs
+from sim.cli.outdir import atomic_write, check_output_files, input_paths, output_folder
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, flag_of, format_size, parse_size
 from sim.cost import get_model
 from sim.engine.metrics import SUMMARY_KEYS
 from sim.errors import UsageError
 from sim.engine.events import EventLog, event_row, write_events
+from sim.replay.measure import read_timing
 from sim.simulate import ORACLE, simulate
 
 DEFAULT_POLICIES = "vllm+,sglang+,marconi"
+#: the files ``run --out DIR`` writes (refused when they exist, unless --force)
+RUN_OUTPUTS = ("summary.json", "requests.parquet", "occupancy.parquet")
 _HELP = {f.name: f.metadata["help"] for f in fields(SimConfig)}
+_FIELDS = {f.name: f for f in fields(SimConfig)}
 
 
 def parse_alpha(text: str) -> float | str:
@@ -68,18 +72,75 @@ def tuning_options(fn):
     return _with_options(fn, SimConfig.settings("tuning"))
 
 
-def build_configs(policies: str, capacity: str, alpha: str, sessions_per_second: float, **knobs) -> list[SimConfig]:
+#: settings that some presets' policies declare but the simulator reads for every policy (e.g. a
+#: scheduler's prefill chunk): never refused as "does nothing for this policy"
+ALWAYS_READ: frozenset[str] = frozenset()
+
+
+def policy_names(policies: str) -> list[str]:
+    """The names of ``--policy a,b,c``: each a known preset, none twice."""
     names = [p.strip() for p in policies.split(",") if p.strip()]
     if not names:
         raise UsageError("--policy needs at least one name")
     for name in names:
         get_preset(name)
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UsageError(f"--policy lists {', '.join(twice)} more than once (each policy is one row)")
+    return names
+
+
+def refuse_unread_knobs(names: list[str], given: list[str]) -> None:
+    """Refuses a policy knob that the user set (``given``: SimConfig field names set explicitly)
+    when none of the presets ``names`` reads it (``PolicyPreset.reads``): --alpha with sglang+,
+    --block-size with marconi. Knobs every policy reads are never refused."""
+    readers = policy_knobs()
+    chosen = {get_preset(n).name for n in names}  # an alias reads what its preset reads
+    for name in given:
+        if name in ALWAYS_READ or name not in readers or chosen & set(readers[name]):
+            continue
+        flag = flag_of(_FIELDS[name])
+        who = ", ".join(readers[name])
+        raise UsageError(f"{flag} does nothing for {', '.join(names)} (it is read by {who}): leave it out "
+                         f"or add a policy that reads it")
+
+
+def explicit_settings(ctx: click.Context, rename: dict | None = None) -> list[str]:
+    """SimConfig field names whose option the user gave (not left at its default), in option order."""
+    rename = rename or {}
+    out = []
+    for p in ctx.command.params:
+        name = rename.get(p.name, p.name)
+        if name in _FIELDS and ctx.get_parameter_source(p.name) not in (ParameterSource.DEFAULT, None):
+            out.append(name)
+    return out
+
+
+def refuse_unusable_blocks(cfg: SimConfig) -> None:
+    """Refuses a configuration whose cache cannot hold one block of its preset (KV of the block plus
+    a state): every insert would be rejected, a run that means nothing (``--policy lmdeploy
+    --block-size 4096`` on a small capacity). The library still runs it (tests probe that corner)."""
+    preset = get_preset(cfg.policy)
+    if not preset.caching or preset.unlimited:
+        return
+    spec = get_model(cfg.model)
+    unit = preset.unit_tokens(spec, cfg)
+    need = unit * spec.kv_bytes_per_token() + spec.state_bytes()
+    if unit > 1 and spec.state_bytes() <= cfg.capacity_bytes < need:  # below one state: the simulator says so
+        raise UsageError(f"capacity {format_size(cfg.capacity_bytes)} cannot hold one {unit}-token block of "
+                         f"{cfg.model} with its state ({format_size(need)}) for {cfg.policy}: every insert would be "
+                         "rejected; use a smaller --block-size or a larger --capacity")
+
+
+def build_configs(policies: str, capacity: str, alpha: str, sessions_per_second: float, **knobs) -> list[SimConfig]:
+    names = policy_names(policies)
     cap = parse_size(capacity)
     configs = []
     for name in names:
         cfg = SimConfig(policy=name, capacity_bytes=cap, alpha=parse_alpha(alpha),
                         sessions_per_second=sessions_per_second, **knobs)
         cfg.validate()
+        refuse_unusable_blocks(cfg)
         configs.append(cfg)
     return configs
 
@@ -168,9 +229,11 @@ def register(main: click.Group) -> None:
     @click.option("--events", "events_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="Write the engine's event stream (lookup, prefill, decode, admit, evict, evict_kv, "
                        "reject; one row per event, a policy column) as JSON Lines (.jsonl) or parquet (.parquet).")
+    @click.option("--force", is_flag=True, help="Replace the files of --out and --events when they exist "
+                  "(never an input of the run).")
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
     @click.option("--progress/--no-progress", default=True, show_default=True)
-    def run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, progress, **kwargs):
+    def run(policies, capacity, alpha, sessions_per_second, out, events_path, force, fmt, progress, **kwargs):
         """Replay a trace (default: 100 real ShareGPT sessions) under each policy.
 
         Table columns: token hit = prompt tokens served from the cache / all prompt tokens;
@@ -178,8 +241,15 @@ def register(main: click.Group) -> None:
         FLOPs not recomputed; TTFT = time to first token (p50, p95); evictions = cache entries evicted;
         rejected = inserts that did not fit in the cache.
         """
-        # output folders are created (or refused) before the trace is loaded and simulated
+        # outputs are checked (existing files, inputs) and their folders created (or refused) before
+        # the trace is loaded and simulated
+        files = {out / name: "--out" for name in RUN_OUTPUTS} if out is not None else {}
+        if events_path is not None:
+            files[events_path] = "--events"
         with output_folder(out), output_folder(events_path.parent if events_path else None, "--events"):
+            check_output_files(files, force=force, inputs=input_paths(kwargs.get("trace"), kwargs.get("timing_file")))
+            if kwargs.get("timing_file"):  # a bad timing file is refused before the trace is loaded
+                read_timing(kwargs["timing_file"], model=kwargs.get("model"))
             _run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, progress, **kwargs)
 
     def _run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, progress, **kwargs):
@@ -187,6 +257,7 @@ def register(main: click.Group) -> None:
 
         if events_path is not None and events_path.suffix not in (".jsonl", ".json", ".parquet"):
             raise UsageError(f"--events {events_path}: the name must end in .jsonl or .parquet")
+        refuse_unread_knobs(policy_names(policies), explicit_settings(click.get_current_context()))
         trace = trace_from_cli(kwargs)
         configs = build_configs(policies, capacity, alpha, sessions_per_second, **kwargs)
         left_out = ""
@@ -216,9 +287,10 @@ def register(main: click.Group) -> None:
             cfg0 = configs[0]
             rate = f"{sessions_per_second:g} session{'' if sessions_per_second == 1 else 's'}/s"
             arrivals = f"{rate} ({cfg0.arrival})" if trace.closed_loop else "open-loop arrivals from the trace"
+            alpha_used = any(get_preset(c.policy).uses_alpha for c in configs)
             click.echo(f"trace {trace.name}: {len(trace.requests)} requests, {trace.n_sessions} sessions | "
                        f"model {cfg0.model} | capacity {format_size(cfg0.capacity_bytes)} | "
-                       f"{cfg0.mode}{_scheduler(cfg0)} | {arrivals} | alpha {cfg0.alpha}"
+                       f"{cfg0.mode}{_scheduler(cfg0)} | {arrivals}" + (f" | alpha {cfg0.alpha}" if alpha_used else "")
                        + (f" | {left_out}" if left_out else ""))
             click.echo(format_table(rows))
             for r in rows:
@@ -233,16 +305,17 @@ def register(main: click.Group) -> None:
         if out is not None:
             _write_outputs(out, trace, results)
         if events_path is not None:
-            write_events(event_rows, events_path)
+            atomic_write(events_path, lambda tmp: write_events(event_rows, tmp))
 
     def _write_outputs(out: Path, trace, results) -> None:
         import pandas as pd  # noqa: PLC0415 - only --out writes tables
 
         out.mkdir(parents=True, exist_ok=True)
         summary = [_finite({**cfg.as_row(), "trace": trace.name, **res.summary}) for cfg, res in results]
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
+        text = json.dumps(summary, indent=2, allow_nan=False)
+        atomic_write(out / "summary.json", lambda tmp: tmp.write_text(text))
         for name in ("requests", "occupancy"):  # one table each, all policies, policy column first
             frames = [getattr(res, name).assign(policy=cfg.policy) for cfg, res in results]
             table = pd.concat(frames, ignore_index=True)
             table = table[["policy", *[c for c in table.columns if c != "policy"]]]
-            table.to_parquet(out / f"{name}.parquet", index=False)
+            atomic_write(out / f"{name}.parquet", lambda tmp, t=table: t.to_parquet(tmp, index=False))

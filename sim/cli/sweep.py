@@ -8,6 +8,7 @@ without touching this file.
 
 from __future__ import annotations
 
+import signal
 import sys
 from itertools import product
 from pathlib import Path
@@ -15,20 +16,22 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from sim.cli.outdir import output_folder
-from sim.cli.run import fits_trace_blocks
+from sim.cli.outdir import check_output_folder, input_paths, output_folder
+from sim.cli.run import explicit_settings, fits_trace_blocks, refuse_unread_knobs, refuse_unusable_blocks
 from sim.config import SimConfig
 from sim.errors import UsageError
-from sim.experiments.grid import expand_grid, parse_values
+from sim.experiments.grid import check_grid_size, expand_grid, grid_size, parse_values
 from sim.experiments.runners import describe, run_sweep
-from sim.experiments.store import is_done
+from sim.experiments.store import BAD, DONE, stored_status
 from sim.trace_options import TRACE_OPTION_KEYS
 from traces.hashblock import BLOCK_TOKENS
 
 # `run` options that are about printing / writing one run, not knobs
-_NOT_KNOBS = {"out", "events_path", "fmt", "progress"}
+_NOT_KNOBS = {"out", "events_path", "force", "fmt", "progress"}
 # run option name -> SimConfig field
 _RENAME = {"policies": "policy", "capacity": "capacity_bytes"}
+# grids at least this large print a line before they are built (about a second per thousand)
+SLOW_GRID = 2_000
 # string knobs whose value is itself a list or range: taken verbatim (repeat the flag to sweep them)
 _VERBATIM = {"alpha_grid"}
 
@@ -181,16 +184,24 @@ def register(main: click.Group) -> None:
         Rerunning the same command skips finished configurations.
         """
         trace_axes, sim_axes = spec.axes(kwargs)
+        refuse_unread_knobs(sim_axes["policy"], explicit_settings(click.get_current_context(), _RENAME))
         left_out = ""
         if click.get_current_context().get_parameter_source("policies") == ParameterSource.DEFAULT:
             left_out = _fit_default_policies(trace_axes, sim_axes)
+        if check_grid_size(trace_axes, sim_axes) > SLOW_GRID:  # counted before building: say what takes a while
+            click.echo(f"building {grid_size(trace_axes, sim_axes):,} configurations...", err=True)
         tasks = expand_grid(trace_axes, sim_axes)
+        for task in tasks:
+            refuse_unusable_blocks(task.config)
         if workers is not None and workers < 1:
             raise UsageError("--workers must be >= 1")
         if limit is not None and limit < 0:
             raise UsageError("--limit must be >= 0")
         # the folder is created (or refused) before any configuration runs, and removed again
-        # when the sweep stops with nothing in it (or after a dry run)
+        # when the sweep stops with nothing in it (or after a dry run); never inside an input
+        inputs = [p for spec in trace_axes.get("trace", []) for p in input_paths(spec)]
+        inputs += input_paths(None, *[t for t in sim_axes.get("timing_file", []) if t])
+        check_output_folder(out, "--out", inputs)
         with output_folder(out, keep=not dry_run):
             if left_out:
                 click.echo(left_out)
@@ -199,9 +210,13 @@ def register(main: click.Group) -> None:
 
     def _execute(tasks, trace_axes, sim_axes, out, engine, workers, ray_address, dry_run, save_requests,
                  progress, limit):
-        done = sum(is_done(out, t, save_requests) for t in tasks) if out.exists() else 0
+        status = [stored_status(out, t, save_requests) for t in tasks] if out.exists() else []
+        done = status.count(DONE)
         click.echo(grid_summary(trace_axes, sim_axes, len(tasks)))
         click.echo(f"already done: {done:,}, to run: {len(tasks) - done:,} -> {out}")
+        if status.count(BAD):
+            click.echo(f"note: {_count(status.count(BAD), 'stored result')} unreadable or incomplete (truncated, "
+                       "emptied, another configuration's): recomputed and replaced", err=True)
         if dry_run:
             return
         if engine == "ray":
@@ -216,6 +231,7 @@ def register(main: click.Group) -> None:
         for task, err in report.failed:
             click.echo(f"failed: {describe(task)}: {err}", err=True)
         if report.interrupted:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further Ctrl-C cannot cut the exit short
             click.echo("interrupted: rerun the same command to finish", err=True)
             sys.exit(130)
         if report.failed:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from pathlib import Path
 
 import click
 from click.core import ParameterSource
@@ -85,7 +86,7 @@ def register(main: click.Group) -> None:
         click.echo(f"{trace.name}: {trace.n_sessions:,} sessions, {len(trace.requests):,} requests, "
                    f"{trace.input_tokens_total():,} input / {trace.output_tokens_total():,} output tokens "
                    f"({trace.meta.get('cache', 'no cache')}, {dt:.2f} s)")
-        if "cache_path" in trace.meta:
+        if "cache_path" in trace.meta and Path(trace.meta["cache_path"]).is_file():  # only a file that exists
             click.echo(f"cache: {trace.meta['cache_path']}")
         if trace.meta.get("skipped_rows"):
             click.echo(f"skipped rows: {trace.meta['skipped_rows']}")

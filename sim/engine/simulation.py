@@ -28,6 +28,7 @@ import numpy as np
 
 from policies.base import (ADMISSION, EVICTION, AdmissionContext, AdmissionPolicy, EvictionPolicy, PolicyPreset,
                            get_preset, params_from)
+from policies.engine_common import MAX_BLOCK_TOKENS
 from sim.cache.blocks import block_symbols
 from sim.cache.engine_tree import EngineTree, state_capacity
 from sim.cache.tree import HybridRadixTree, MatchResult, Node
@@ -203,6 +204,9 @@ class Simulation:
             raise UsageError(f"--chunk-size {self.config.chunk_size} does not line up with the trace's {B}-token blocks")
         self.grid = self.tree_grid(grid)
         self.regrid = self.grid // B  # > 1: symbols are re-hashed into coarser blocks
+        if self.regrid > MAX_BLOCK_TOKENS:
+            raise UsageError(f"policy {self.preset.name} needs {self.grid}-token blocks on this trace, more than the "
+                             f"{MAX_BLOCK_TOKENS} the simulator hashes")
 
     def tree_grid(self, grid: int) -> int:
         """Hook: the tree's granularity in tokens, given the policy's."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from itertools import product
@@ -107,6 +108,8 @@ def parse_values(texts: str | Iterable[str], kind: str = "str", flag: str = "val
                     v = int(v)
                 elif kind in ("float", "alpha") and isinstance(v, Decimal):
                     v = float(v)
+                    if kind == "alpha" and not 0 <= v < math.inf:  # NaN fails both comparisons
+                        raise UsageError(f"{flag} must be a finite number >= 0 or 'auto', not {v}")
                 elif kind == "size":
                     v = int(v)
                 if v not in out:
@@ -193,10 +196,35 @@ def make_task(trace_kwargs: dict, **knobs) -> Task:
     return Task(tk, cfg, mode, cid, knob_row)
 
 
+#: the most configurations one sweep may have (counted before the grid is built: building takes
+#: about a millisecond per configuration, and each is a simulation)
+MAX_GRID = 50_000
+
+
+def grid_size(trace_axes: dict[str, list], sim_axes: dict[str, list]) -> int:
+    """The number of configurations ``expand_grid`` builds at most, counted from the axis lengths
+    alone (a policy that ignores alpha counts once over the alpha axis, as it runs once)."""
+    others = math.prod(len(v) for k, v in {**trace_axes, **sim_axes}.items() if k not in ("policy", "alpha"))
+    alphas = len(sim_axes.get("alpha", [None]))
+    per_policy = [alphas if get_preset(p).uses_alpha else 1 for p in sim_axes.get("policy", [SimConfig().policy])]
+    return others * sum(per_policy)
+
+
+def check_grid_size(trace_axes: dict[str, list], sim_axes: dict[str, list]) -> int:
+    """``grid_size``, refused (one line naming the axes) above MAX_GRID."""
+    n = grid_size(trace_axes, sim_axes)
+    if n > MAX_GRID:
+        axes = " x ".join(f"{k}({len(v)})" for k, v in {**trace_axes, **sim_axes}.items() if len(v) > 1)
+        raise UsageError(f"the grid has {n:,} configurations ({axes}), more than {MAX_GRID:,}: use fewer values "
+                         "or split it into several sweeps")
+    return n
+
+
 def expand_grid(trace_axes: dict[str, list], sim_axes: dict[str, list]) -> list[Task]:
     """The cartesian product of every axis (each a list of values; one value = fixed), as Tasks in
     a deterministic order grouped by trace. Duplicates (a policy without alpha over an alpha grid)
-    appear once."""
+    appear once. A grid larger than MAX_GRID is refused before anything is built."""
+    check_grid_size(trace_axes, sim_axes)
     t_names = list(trace_axes)
     s_names = list(sim_axes)
     tasks: list[Task] = []

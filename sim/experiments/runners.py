@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import signal
 import sys
+import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,6 +24,7 @@ from sim.trace_options import options_from_kwargs
 from traces.registry import load_trace
 
 TRACE_CACHE_SIZE = 4  # traces kept per worker process
+WORKER_GRACE_S = 5.0  # an interrupted sweep's workers: seconds between SIGTERM and SIGKILL
 
 
 _TRACES: "OrderedDict[str, Any]" = OrderedDict()
@@ -88,6 +92,27 @@ def describe(task: Task) -> str:
             f"sps={task.config.sessions_per_second:g} [{task.config_id}]")
 
 
+def _ignore_sigint() -> None:
+    """Worker initializer: Ctrl-C (SIGINT to the terminal's process group) is the parent's to
+    handle; a worker that died of it mid-queue-read would leave the pool's lock held (a hang) and
+    print a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop_workers(procs: list, grace_s: float = WORKER_GRACE_S) -> None:
+    """Terminates (then kills) the pool's worker processes and reaps them: an interrupted sweep
+    leaves no process behind and does not wait for running configurations (rerun resumes)."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
 def _local_results(todo: list[Task], workers: int, save_requests: bool):
     if workers <= 1:
         for task in todo:
@@ -98,15 +123,31 @@ def _local_results(todo: list[Task], workers: int, save_requests: bool):
         return
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["sim.experiments.runners", "sim.simulate", "traces.registry"])
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
-    futures = {}
+    # While the pool starts, SIGINT is blocked in this thread, so the fork server (when started
+    # now) and the workers forked from it inherit the mask and no Ctrl-C reaches a worker before its
+    # initializer ignores it; a Ctrl-C delivered meanwhile (to another thread) is only noted, and
+    # raised once the cleanup below is armed.
+    main = threading.current_thread() is threading.main_thread()  # signals are the main thread's
+    resource_tracker.ensure_running()  # started first: starting it unblocks SIGINT again
+    pending: list[int] = []
+    if main:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint)
+    finished = False
     try:
+        futures = {}
         # keep a bounded queue so a Ctrl-C has few configurations in flight
         it = iter(todo)
         for task in it:
             futures[pool.submit(execute, task, save_requests)] = task
             if len(futures) >= 2 * workers:
                 break
+        if main:  # a Ctrl-C pending since the pool started is raised here, inside the cleanup's try
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            signal.signal(signal.SIGINT, previous)
+            if pending:
+                raise KeyboardInterrupt
         while futures:
             done, _ = wait(futures, return_when=FIRST_COMPLETED)
             for fut in done:
@@ -116,8 +157,21 @@ def _local_results(todo: list[Task], workers: int, save_requests: bool):
                 nxt = next(it, None)
                 if nxt is not None:
                     futures[pool.submit(execute, nxt, save_requests)] = nxt
+        finished = True
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if finished:
+            pool.shutdown(wait=True)
+        else:  # Ctrl-C, a stopping error or --limit reached: stop now, a second Ctrl-C cannot cut this short
+            if main:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                procs = list((getattr(pool, "_processes", None) or {}).values())
+                pool.shutdown(wait=False, cancel_futures=True)
+                _stop_workers(procs)
+            finally:
+                if main:
+                    signal.signal(signal.SIGINT, previous)
+                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _ray_results(todo: list[Task], workers: int, save_requests: bool, address: str | None):

@@ -6,9 +6,10 @@ Layout of a results folder (``--out``)::
     OUT/_requests/<config_id>.parquet    per-request records (``--save-requests``)
     OUT/_occupancy/<config_id>.parquet   cache occupancy over time (``--save-requests``)
 
-A row file is written last, atomically (temp file + rename), so its presence means the
-configuration is complete: a rerun skips it, a crash loses only what was running, and nothing is
-written twice. ``pandas.read_parquet(OUT)`` reads the rows (pyarrow skips the ``_``/``.``-prefixed
+Every file is written atomically (temp file + rename) and the row file last, so a row file means
+the configuration is complete; a rerun still verifies each stored result before skipping it
+(:func:`stored_status`: readable, one row, the configuration's id, detail files with the row's
+request count), so a file truncated or emptied outside the sweep is recomputed, never counted done. ``pandas.read_parquet(OUT)`` reads the rows (pyarrow skips the ``_``/``.``-prefixed
 detail folders and temp files); :func:`load_results` is a schema-tolerant reader.
 """
 
@@ -49,24 +50,69 @@ def _detail_paths(out: Path, config_id: str) -> tuple[Path, Path]:
     return out / REQUESTS_DIR / f"{config_id}.parquet", out / OCCUPANCY_DIR / f"{config_id}.parquet"
 
 
+DONE, MISSING, BAD = "done", "missing", "bad"
+
+
+def _config_ids(path: Path) -> tuple[int, set] | None:
+    """(rows, distinct config_id values) of a stored parquet file; None when it cannot be read."""
+    import pyarrow.parquet as pq  # noqa: PLC0415 - only resumes and readers need it
+
+    try:
+        table = pq.read_table(path, columns=["config_id"])
+    except Exception:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, KeyError... for a bad file
+        return None
+    return table.num_rows, set(table.column("config_id").to_pylist())
+
+
+def stored_status(out: Path, task: Task, save_requests: bool) -> str:
+    """DONE when ``task``'s stored result is complete and sound: its row file reads, holds one row
+    with the task's config id, and (``save_requests``) both detail files read, hold only that id,
+    and the requests file has the row's request count. MISSING when there is no row file, BAD
+    otherwise (it is recomputed and replaced)."""
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    rp = row_path(out, task.config_id)
+    if not rp.exists():
+        return MISSING
+    ids = _config_ids(rp)
+    if ids is None or ids != (1, {task.config_id}):
+        return BAD
+    if not save_requests:
+        return DONE
+    req_p, occ_p = _detail_paths(out, task.config_id)
+    req, occ = _config_ids(req_p), _config_ids(occ_p)
+    if req is None or occ is None or req[1] - {task.config_id} or occ[1] - {task.config_id}:
+        return MISSING if not req_p.exists() or not occ_p.exists() else BAD
+    try:
+        expected = pq.read_table(rp, columns=["requests"]).column("requests")[0].as_py()
+    except Exception:  # noqa: BLE001 - a row of an older layout without the count: trust the ids
+        expected = None
+    return BAD if expected is not None and req[0] != expected else DONE
+
+
 def is_done(out: Path, task: Task, save_requests: bool) -> bool:
-    if not row_path(out, task.config_id).exists():
-        return False
-    return not save_requests or all(p.exists() for p in _detail_paths(out, task.config_id))
+    return stored_status(out, task, save_requests) == DONE
+
+
+def _sound(path: Path, config_id: str, rows: int) -> bool:
+    """Whether ``path`` already holds exactly what would be written: ``rows`` rows of ``config_id``."""
+    ids = _config_ids(path) if path.exists() else None
+    return ids is not None and ids[0] == rows and ids[1] <= {config_id}
 
 
 def write_result(out: Path, task: Task, result: dict) -> None:
-    """Details first, the row last: the row file marks the configuration complete."""
+    """Details first, the row last: the row file marks the configuration complete. A sound file of
+    an earlier attempt is kept as it is (written once); an unsound one is replaced (atomically)."""
     import pandas as pd  # noqa: PLC0415 - pandas is slow to import; only writers need it
 
     req_p, occ_p = _detail_paths(out, task.config_id)
     for df, p in ((result["requests"], req_p), (result["occupancy"], occ_p)):
-        if df is not None and not p.exists():
+        if df is not None and not _sound(p, task.config_id, len(df)):
             df = df.copy()
             df.insert(0, "config_id", task.config_id)
             _atomic_parquet(df, p)
     rp = row_path(out, task.config_id)
-    if not rp.exists():
+    if not _sound(rp, task.config_id, 1):
         _atomic_parquet(pd.DataFrame([result["row"]]), rp)
 
 

@@ -12,6 +12,7 @@ are not executed: that they run at the linear layers' throughput is an assumptio
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -159,10 +160,12 @@ def calibrate(df: pd.DataFrame, spec: ModelSpec, base: TimingModel, layers: int,
 
 def write_timing(path, timing: TimingModel, spec: ModelSpec, info: dict) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(dict(
+    tmp = Path(path).with_name(f".tmp-{Path(path).name}")  # renamed when complete: never a truncated file
+    tmp.write_text(json.dumps(dict(
         format=TIMING_FORMAT, model=spec.name, effective_tflops=timing.effective_tflops,
         overhead_ms=timing.overhead_ms, decode_ms_per_token=timing.decode_ms_per_token,
         source=timing.source, fit=info), indent=2) + "\n")
+    tmp.replace(path)
 
 
 def read_timing(path, model: str | None = None) -> TimingModel:
@@ -179,8 +182,19 @@ def read_timing(path, model: str | None = None) -> TimingModel:
                          "(write one with marconi replay --calibrate FILE)")
     if model is not None and d.get("model") != model:
         raise UsageError(f"timing file {path} was calibrated for {d.get('model')}, not {model}")
-    try:
-        return TimingModel(float(d["effective_tflops"]), float(d["overhead_ms"]),
-                           float(d["decode_ms_per_token"]), source=str(d.get("source", path)))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"timing file {path}: missing or bad field {exc}") from None
+    values = {}
+    for key, lowest in (("effective_tflops", None), ("overhead_ms", 0.0), ("decode_ms_per_token", 0.0)):
+        try:
+            v = d[key]
+            if isinstance(v, bool):
+                raise TypeError
+            values[key] = float(v)
+        except (KeyError, TypeError, ValueError, OverflowError):
+            raise UsageError(f"timing file {path}: missing or bad field {key!r}") from None
+        # NaN, Infinity and "nan" read as floats: refused, as are a zero throughput and negative times
+        ok = 0 < values[key] < math.inf if lowest is None else lowest <= values[key] < math.inf
+        if not ok:
+            need = "a finite number > 0" if lowest is None else "a finite number >= 0"
+            raise UsageError(f"timing file {path}: {key} must be {need}, not {v!r}")
+    return TimingModel(values["effective_tflops"], values["overhead_ms"], values["decode_ms_per_token"],
+                       source=str(d.get("source", path)))

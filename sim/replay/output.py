@@ -18,10 +18,13 @@ REQUESTS = "requests.parquet"
 def write(out, summary: dict, settings: dict, requests: pd.DataFrame) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    s = out / SUMMARY
-    s.write_text(json.dumps({"settings": settings, "summary": summary}, indent=2, default=str) + "\n")
-    r = out / REQUESTS
-    requests.to_parquet(r, index=False)
+    s, r = out / SUMMARY, out / REQUESTS
+    # each written under a temporary name and renamed when complete: never a truncated file
+    requests.to_parquet(out / f".tmp-{REQUESTS}", index=False)
+    (out / f".tmp-{REQUESTS}").replace(r)
+    (out / f".tmp-{SUMMARY}").write_text(json.dumps({"settings": settings, "summary": summary}, indent=2,
+                                                    default=str) + "\n")
+    (out / f".tmp-{SUMMARY}").replace(s)
     return [s, r]
 
 
