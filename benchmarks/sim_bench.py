@@ -5,6 +5,7 @@ Every conversation with >= 2 rounds (about 30,000 requests, tokenization cached)
 (repeated with fresh session ids and token ids) to show how speed and memory scale.
 
     python benchmarks/sim_bench.py [--repeat 3] [--grow 10] [--capacity 5GB]
+    python benchmarks/sim_bench.py --smoke          # 2 sessions, one policy, once: does it run?
 
 Prints requests/s (median of --repeat runs) and the peak resident memory of a fresh child
 process per configuration (so one run's garbage does not inflate the next one's figure).
@@ -24,13 +25,13 @@ import time
 POLICIES = ["vllm+", "sglang+", "marconi"]
 
 
-def _load(grow: int):
+def _load(grow: int, sessions: int = 0):
     import numpy as np
 
     from traces.base import Request, Trace
     from traces.registry import TraceOptions, load_trace
 
-    base = load_trace("sharegpt", TraceOptions(sessions=0, min_rounds=2))
+    base = load_trace("sharegpt", TraceOptions(sessions=sessions, min_rounds=2))
     if grow == 1:
         return base
     # fresh session ids and token ids per copy: copies never share prefixes with each other.
@@ -61,14 +62,14 @@ def _load(grow: int):
     return Trace(f"sharegpt-x{grow}", reqs)
 
 
-def child(policy: str, mode: str, grow: int, capacity: str, alpha: float) -> None:
+def child(policy: str, mode: str, grow: int, capacity: str, alpha: float, sessions: int = 0) -> None:
     """Run one configuration and print a JSON line (runs in a fresh process)."""
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     from sim.config import SimConfig, parse_size
     from sim.simulate import simulate
 
-    trace = _load(grow)
+    trace = _load(grow, sessions)
     cfg = SimConfig(policy=policy, mode=mode, capacity_bytes=parse_size(capacity), alpha=alpha)
     t0 = time.perf_counter()
     res = simulate(trace, cfg)
@@ -86,21 +87,27 @@ def main() -> None:
     ap.add_argument("--capacity", default="5GB")
     ap.add_argument("--alpha", type=float, default=1.0)
     ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--sessions", type=int, default=0, help="first N conversations (0 = all)")
+    ap.add_argument("--smoke", action="store_true", help="smallest run: --sessions 2 --repeat 1 --grow 2 "
+                                                         "--policies marconi (checks that the script runs)")
     ap.add_argument("--child", nargs=4, metavar=("POLICY", "MODE", "GROW", "CAPACITY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.smoke:
+        args.sessions, args.repeat, args.grow, args.policies = 2, 1, 2, "marconi"
     if args.child:
         policy, mode, grow, capacity = args.child
-        child(policy, mode, int(grow), capacity, args.alpha)
+        child(policy, mode, int(grow), capacity, args.alpha, args.sessions)
         return
-    _load(1)  # tokenize once (cached on disk) before timing anything
+    _load(1, args.sessions)  # tokenize once (cached on disk) before timing anything
     print(f"{'policy':8} {'mode':10} {'x':>3} {'requests':>9} {'req/s (median)':>15} {'peak MB':>8} {'hit':>7}")
     for grow in (1, args.grow):
         for policy in args.policies.split(","):
             for mode in ("sequential", "des"):
                 runs = []
                 for _ in range(args.repeat if grow == 1 else 1):
-                    out = subprocess.run([sys.executable, __file__, "--alpha", str(args.alpha), "--child", policy,
-                                          mode, str(grow), args.capacity], capture_output=True, text=True, check=True)
+                    cmd = [sys.executable, __file__, "--alpha", str(args.alpha), "--sessions", str(args.sessions),
+                           "--child", policy, mode, str(grow), args.capacity]
+                    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
                     runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
                 rate = statistics.median(r["req_per_s"] for r in runs)
                 peak = max(r["peak_mb"] for r in runs)

@@ -1,7 +1,7 @@
 """Engine presets: how today's serving engines place, admit and evict hybrid-model states.
 
 One module per engine reimplements, from the engine's own code and tests (read, never copied;
-``shared/reference/engines.md``), its checkpoint placement, eviction order and refresh rule on
+``docs/presets.md`` sections 6-10), its checkpoint placement, eviction order and refresh rule on
 the simulator's hybrid radix tree; each module's docstring names the engine version it models
 and the engine tests it reproduces (``tests/policies/test_engine_presets.py`` ports them).
 Rules the core tree does not have (state pools, refresh of the lookup path, frozen partial

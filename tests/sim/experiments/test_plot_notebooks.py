@@ -90,7 +90,7 @@ def best_alpha_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per policy and configuration: for a static-alpha grid, the alpha with the best token
     hit rate (what the notebooks call 'marconi (best α)'); auto-tuned rows are left out."""
     keep = []
-    for (policy, cap, rate, mode), g in rows.groupby(["policy", "capacity_bytes", "sessions_per_second", "alpha_mode"]):
+    for (_policy, _cap, _rate, mode), g in rows.groupby(["policy", "capacity_bytes", "sessions_per_second", "alpha_mode"]):
         if mode == "auto":
             continue
         keep.append(g.loc[[g["token_hit_rate"].idxmax()]] if mode == "static" else g)
@@ -167,7 +167,7 @@ def check_notebook_numbers(name: str, shown: dict, folder: Path) -> None:
         picked = req[req["config_id"].isin(best["config_id"])]
         assert f"{len(best)} configurations, {len(picked)} requests from {folder}" in text
         table = _cell(shown, "report.ttft_table")
-        for policy, g in best.groupby("policy"):
+        for _policy, g in best.groupby("policy"):
             x = picked[picked["config_id"].isin(g["config_id"])]["ttft_s"].to_numpy() * 1e3
             assert_shown(table, np.percentile(x, [5, 50, 95]), 1)
 
