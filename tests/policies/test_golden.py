@@ -1,6 +1,7 @@
 """Golden cross-check: `--compat paper` against the public Marconi artifact's own results.
 
-``golden/expected.jsonl`` in the ``shared`` folder beside the checkout (not part of the repository) holds what the artifact (ruipeterpan/marconi) reports on two small
+``golden/expected.jsonl`` in the ``shared`` folder beside the checkout (not part of the repository)
+holds what the artifact (ruipeterpan/marconi) reports on two small
 pre-tokenized traces (tiny_chat: 240 requests, tiny_agent: 168) at 0.5 / 1 / 2 GB for vllm+, sglang+ and
 marconi (static alpha 0 and 1, and its one-shot tuner "auto"), both as published and with exactly its two
 bugs fixed. We replay each trace in `sequential` mode on `marconi-7b` with
@@ -47,7 +48,8 @@ import pytest
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 GOLDEN = SHARED / "golden"
 
-pytestmark = pytest.mark.skipif(not (GOLDEN / "expected.jsonl").exists(), reason="the golden rows (a shared folder beside the checkout) are absent")
+pytestmark = pytest.mark.skipif(not (GOLDEN / "expected.jsonl").exists(),
+                                reason="the golden rows (a shared folder beside the checkout) are absent")
 
 RATE_TOL = 1e-4
 FLOPS_RTOL = 1e-4
