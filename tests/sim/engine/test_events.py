@@ -211,6 +211,9 @@ def test_event_log_keeps_every_field_under_its_name_and_rows_round_trip(tmp_path
     assert [json.loads(line) for line in (tmp_path / "e.jsonl").read_text().splitlines()] == rows
     write_events(rows, tmp_path / "e.parquet")
     table = pd.read_parquet(tmp_path / "e.parquet")
+    import pyarrow.parquet as pq
+
+    assert pq.read_schema(tmp_path / "e.parquet").names == list(dict.fromkeys(k for row in rows for k in row))
     assert list(table["event"]) == [row["event"] for row in rows]
     assert str(table["checkpoint"].dtype) == "Int64" and table["checkpoint"].iloc[3] == 11
     assert table["hit_checkpoint"].iloc[0] == 3 and table["tokens"].iloc[5] == 17
