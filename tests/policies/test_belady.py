@@ -103,3 +103,14 @@ def test_belady_score_puts_distance_first_and_bytes_second():
     # equal distance: the bigger goes; a nearer use never outranks a farther one, whatever its size
     assert list(np.argsort(-BeladyEviction.score(dist, size))) == [1, 0, 2]
     assert list(BeladySizeEviction.score(dist, size)) == [30.0, 90.0, 2000.0]
+
+
+@pytest.mark.parametrize("policy", ["belady", "belady-size"])
+def test_ties_go_to_the_oldest_node_even_in_a_reused_slot(policy):
+    # Room for two 36-B requests, none ever reused: every candidate ties. r2 evicts A (the oldest)
+    # and C takes A's freed slot; r3 must then evict B (older than C), not the lower slot (C).
+    trace = one_per_session(*[(toks(100 * i, 10), toks(0, 0)) for i in range(4)])
+    got, sim = run(trace, policy, spec=TINY, capacity=80, mode="sequential")
+    assert got == [0, 0, 0, 0]
+    kept = sorted(int(n.key[0]) for n in sim.tree.iter_nodes() if n is not sim.tree.root)
+    assert kept == [200, 300]
