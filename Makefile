@@ -28,21 +28,28 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 run: setup
 	$(BIN)/marconi run
 
-test: setup-test test-triton-latest
-	$(BIN)/lint-imports && TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider
-
 # The kernels' interpreter tests again on the newest Triton the `kernels` extra allows (.venv pins
-# the oldest, 3.6.0): its own venv, CPU torch, only what tests/kernels imports.
+# the oldest, 3.6.0): only the triton wheel, installed into a folder inside .venv that goes first
+# on PYTHONPATH (the venv's torch, pytest and numpy serve both runs; no second venv).
 TRITON_LATEST ?= 3.9.0
-VENV_TL ?= .venv-triton-latest
+TRITON_LATEST_DIR ?= $(VENV)/triton-$(TRITON_LATEST)
 
-$(VENV_TL)/bin/python:
-	$(PY) -m venv $(VENV_TL)
-	$(VENV_TL)/bin/pip install -q --upgrade pip
+# xdist workers: 2 (CI's machine has 2 cores); `make test PYTEST_WORKERS=auto` uses every core.
+PYTEST_WORKERS ?= 2
+PYTEST := TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS)
 
-test-triton-latest: $(VENV_TL)/bin/python
-	$(VENV_TL)/bin/pip install -q torch==2.13.0 "triton==$(TRITON_LATEST)" pytest hypothesis click numpy
-	TRITON_INTERPRET=1 PYTHONPATH=. $(VENV_TL)/bin/python -m pytest -q -p no:cacheprovider tests/kernels
+test: setup-test $(TRITON_LATEST_DIR)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(PYTEST)
+	PYTHONPATH=$(abspath $(TRITON_LATEST_DIR)):$(CURDIR) $(PYTEST) tests/kernels
+
+$(TRITON_LATEST_DIR)/.installed: | $(BIN)/python
+	$(BIN)/pip install -q --no-deps --target $(TRITON_LATEST_DIR) "triton==$(TRITON_LATEST)"
+	touch $@
+
+test-triton-latest: setup-test $(TRITON_LATEST_DIR)/.installed
+	PYTHONPATH=$(abspath $(TRITON_LATEST_DIR)):$(CURDIR) $(PYTEST) tests/kernels
 
 # benchmarks print figures; they are not part of the test suite (kernel_bench.py needs a GPU)
 bench: setup-test

@@ -7,6 +7,7 @@ token ids) to show how speed and memory scale. ``--default-trace`` times the `ma
 trace (ShareGPT, 100 sessions) instead.
 
     python benchmarks/sim_bench.py [--repeat 3] [--grow 10] [--capacity 5GB] [--modes sequential,des,continuous]
+    python benchmarks/sim_bench.py --smoke          # 2 sessions, one policy, once: does it run?
 
 Prints requests/s (median of --repeat runs; wall clock, and CPU time of the process, which a machine
 shared with other jobs inflates less) and the peak resident memory of a fresh child process per
@@ -30,7 +31,7 @@ POLICIES = ["vllm+", "sglang+", "marconi"]
 MODES = ["sequential", "des", "continuous"]  # continuous: des with --scheduler continuous
 
 
-def _load(grow: int):
+def _load(grow: int, sessions: int = 0):
     import numpy as np
 
     from traces.base import Request, Trace
@@ -39,7 +40,7 @@ def _load(grow: int):
     if os.environ.get("SIM_BENCH_DEFAULT_TRACE"):
         base = load_trace("sharegpt", TraceOptions())
     else:
-        base = load_trace("sharegpt", TraceOptions(sessions=0, min_rounds=2))
+        base = load_trace("sharegpt", TraceOptions(sessions=sessions, min_rounds=2))
     if grow == 1:
         return base
     # fresh session ids and token ids per copy: copies never share prefixes with each other.
@@ -70,14 +71,14 @@ def _load(grow: int):
     return Trace(f"sharegpt-x{grow}", reqs)
 
 
-def child(policy: str, mode: str, grow: int, capacity: str, alpha: float) -> None:
+def child(policy: str, mode: str, grow: int, capacity: str, alpha: float, sessions: int = 0) -> None:
     """Run one configuration and print a JSON line (runs in a fresh process)."""
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     from sim.config import SimConfig, parse_size
     from sim.simulate import simulate
 
-    trace = _load(grow)
+    trace = _load(grow, sessions)
     sched = "continuous" if mode == "continuous" else "fcfs"
     cfg = SimConfig(policy=policy, mode="des" if sched == "continuous" else mode, scheduler=sched,
                     capacity_bytes=parse_size(capacity), alpha=alpha)
@@ -100,15 +101,20 @@ def main() -> None:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--default-trace", action="store_true", help="the `marconi run` default trace (100 sessions)")
+    ap.add_argument("--sessions", type=int, default=0, help="first N conversations (0 = all)")
+    ap.add_argument("--smoke", action="store_true", help="smallest run: --sessions 2 --repeat 1 --grow 2 "
+                                                         "--policies marconi (checks that the script runs)")
     ap.add_argument("--child", nargs=4, metavar=("POLICY", "MODE", "GROW", "CAPACITY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.smoke:
+        args.sessions, args.repeat, args.grow, args.policies = 2, 1, 2, "marconi"
     if args.child:
         policy, mode, grow, capacity = args.child
-        child(policy, mode, int(grow), capacity, args.alpha)
+        child(policy, mode, int(grow), capacity, args.alpha, args.sessions)
         return
     if args.default_trace:
         os.environ["SIM_BENCH_DEFAULT_TRACE"] = "1"  # children inherit it
-    _load(1)  # tokenize once (cached on disk) before timing anything
+    _load(1, args.sessions)  # tokenize once (cached on disk) before timing anything
     print(f"{'policy':8} {'mode':10} {'x':>3} {'requests':>9} {'req/s (median)':>15} {'CPU req/s':>10} {'peak MB':>8} "
           f"{'hit':>7}")
     for grow in (1, args.grow):
@@ -116,8 +122,9 @@ def main() -> None:
             for mode in args.modes.split(","):
                 runs = []
                 for _ in range(args.repeat if grow == 1 else 1):
-                    out = subprocess.run([sys.executable, __file__, "--alpha", str(args.alpha), "--child", policy,
-                                          mode, str(grow), args.capacity], capture_output=True, text=True, check=True)
+                    cmd = [sys.executable, __file__, "--alpha", str(args.alpha), "--sessions", str(args.sessions),
+                           "--child", policy, mode, str(grow), args.capacity]
+                    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
                     runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
                 rate = statistics.median(r["req_per_s"] for r in runs)
                 cpu_rate = statistics.median(r["cpu_req_per_s"] for r in runs)

@@ -1,10 +1,11 @@
-"""Wall time of the paper's ShareGPT grid through `marconi sweep`'s engine (marconi.md §8).
+"""Wall time of the paper's ShareGPT grid through `marconi sweep`'s engine.
 
 Grid: ShareGPT (100 sessions) x capacities 1,2,3,4,5,10 GB x session rates 0.25,0.5,1,2,5,10 x
 policies vllm+, sglang+, marconi (alpha auto once the tuner exists, else --alpha) = 108
 configurations. Target: under 10 minutes on 2 cores (CI's machine).
 
     python benchmarks/sweep_bench.py [--workers 2] [--alpha auto|0.5] [--engine local|ray] [--out DIR]
+    python benchmarks/sweep_bench.py --smoke    # 2 sessions, 1 GB, 1 session/s: does it run?
 
 The trace is tokenized (or read from the trace cache) once before the clock starts; that time is
 reported apart. A fresh temp folder is used unless --out is given (then finished rows are skipped,
@@ -25,12 +26,12 @@ TARGET_S = 600
 
 
 def auto_alpha_available() -> bool:
-    from sim.config import SimConfig
-    from sim.engine.drivers import run
-from sim.simulate import build, simulate
-    from sim.errors import UsageError
-    from traces.base import Request, Trace
     import numpy as np
+
+    from sim.config import SimConfig
+    from sim.errors import UsageError
+    from sim.simulate import build
+    from traces.base import Request, Trace
 
     tiny = Trace("probe", [Request(0, 0, np.arange(8), np.arange(2), arrival=0.0)], closed_loop=False)
     try:
@@ -47,7 +48,11 @@ def main() -> None:
     ap.add_argument("--engine", default="local", choices=["local", "ray"])
     ap.add_argument("--sessions", type=int, default=100)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--smoke", action="store_true", help="smallest grid: --sessions 2, 1 GB, 1 session/s, 1 worker")
     args = ap.parse_args()
+    capacities, rates = CAPACITIES_GB, RATES
+    if args.smoke:
+        args.sessions, args.workers, capacities, rates = 2, 1, [1], [1]
 
     from sim.experiments.grid import expand_grid
     from sim.experiments.runners import _load_trace, run_sweep
@@ -62,8 +67,8 @@ def main() -> None:
     trace, _ = _load_trace(trace_kwargs)  # fills the on-disk trace cache the workers read
     prep = time.perf_counter() - t0
     tasks = expand_grid({k: [v] for k, v in trace_kwargs.items()}, {
-        "policy": POLICIES, "capacity_bytes": [c * 10**9 for c in CAPACITIES_GB],
-        "sessions_per_second": [float(r) for r in RATES], "alpha": [alpha_val]})
+        "policy": POLICIES, "capacity_bytes": [c * 10**9 for c in capacities],
+        "sessions_per_second": [float(r) for r in rates], "alpha": [alpha_val]})
     out = args.out or tempfile.mkdtemp(prefix="sweep-bench-")
     print(f"ShareGPT grid: {len(tasks)} configurations ({len(trace.requests)} requests, "
           f"{trace.input_tokens_total():,} input tokens), marconi alpha={alpha}, {args.workers} workers "

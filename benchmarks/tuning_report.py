@@ -98,10 +98,8 @@ def _trace(spec: str, sessions: int):
 
 
 def one_config(args) -> dict:
-    from sim.config import parse_grid
-    from sim.config import SimConfig
-    from sim.engine.drivers import run
-from sim.simulate import build, simulate
+    from sim.config import SimConfig, parse_grid
+    from sim.simulate import simulate
 
     spec, sessions, cap_gb, rate, mode, compat, objective, grid, tuner = args
     trace = _trace(spec, sessions)

@@ -72,7 +72,7 @@ def naive_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
     # Sequences of equal length advance in lockstep (a batched token loop; still one token at a
     # time, no chunking), which keeps the oracle usable on a GPU at T = 32K.
     groups: dict = {}
-    for n, (b, bos, eos) in enumerate(seqs):
+    for n, (_b, bos, eos) in enumerate(seqs):
         groups.setdefault(eos - bos, []).append(n)
     finals = [None] * N
     per_seq_b = [[] for _ in range(N)]

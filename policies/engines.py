@@ -1,8 +1,9 @@
 """Engine presets: how the serving engines place, admit and evict hybrid-model states, by version.
 
 Each engine has a machinery module (placement and eviction code read from the engine's own code
-and tests, never copied), a module for today's engine with the engine's own knobs (named as the
-engine names them), and one module per earlier behaviour the project modelled, named by version.
+and tests, never copied; ``docs/presets.md`` and ``docs/presets-engines.md``), a module for
+today's engine with the engine's own knobs (named as the engine names them), and one module per
+earlier behaviour the project modelled, named by version.
 Each preset module's docstring names the engine version, the files and the tests it reproduces
 (``tests/policies/``). Rules the core tree does not have (state pools, refresh of the lookup path,
 frozen partial blocks, one state per block anchor) are ``EngineRules`` that

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policies.base import CONSUMED_REFRESH, PATH_REFRESH, EvictionPolicy, Victim, eviction, knob
+from policies.base import CONSUMED_REFRESH, PATH_REFRESH, EvictionPolicy, NodeView, Victim, eviction, knob
 
 class HeapEviction(EvictionPolicy):
     """Pop the lowest ``priority(node)`` among ``is_candidate`` nodes."""
@@ -27,11 +27,11 @@ class HeapEviction(EvictionPolicy):
         self._heap: list = []
         self._alive = 0
 
-    def is_candidate(self, node: "Node") -> bool:
+    def is_candidate(self, node: NodeView) -> bool:
         return node.lock == 0 and not node.children and node.parent is not None
 
     @abstractmethod
-    def priority(self, node: "Node"):
+    def priority(self, node: NodeView):
         """Sortable key; lower is evicted first."""
 
     def add(self, node):

@@ -2,7 +2,7 @@
 
 The machinery every SGLang preset shares (``policies/sglang_current.py``: ``sglang``, today's
 engine with its knobs; ``policies/sglang_0_5_9.py`` and ``policies/sglang_pathrefresh.py``: the
-earlier behaviours). 
+earlier behaviours).
 Models sgl-project/sglang's ``python/sglang/srt/mem_cache/mamba_radix_cache.py`` (stored versions
 00df707e8de4 / c1eb00f9a08b), ``ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend``
 (``managers/schedule_batch.py``) and the consumed-node refresh of PRs #31643 / #31648 (merged

@@ -165,7 +165,7 @@ class SimConfig:
             if choices and value not in choices and not (value is None and f.default is None):
                 raise UsageError(f"{flag_of(f)} must be {_either(choices)}, not {value!r}")
         if self.compat != "corrected" and self.mode != "sequential":
-            # the artifact replays requests one at a time in timestamp order (marconi.md §10): it has
+            # the artifact replays requests one at a time in timestamp order (docs/presets.md §5): it has
             # no servers, queues or pinning to reproduce in a discrete-event run
             raise UsageError(f"--compat {self.compat} reproduces the Marconi artifact's sequential replay: "
                              "use it with --mode sequential")

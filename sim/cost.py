@@ -9,15 +9,15 @@ Conventions
 * FLOPs are 2 per multiply-add. A projection with P weights costs 2*P FLOPs per token.
 * ``F(L)`` = FLOPs to prefill L tokens from scratch. Every term is linear in L except the
   attention score/value products (QK^T, AV), which are quadratic:
-  - ``attn_causal=False`` (the Marconi paper's convention, marconi.md §7): ``4*L^2*D`` per layer,
+  - ``attn_causal=False`` (the Marconi paper's convention, docs/cost-model.md §2): ``4*L^2*D`` per layer,
     i.e. every query against every key;
   - ``attn_causal=True`` (real models): token t attends to t keys, so per layer
     ``sum_t 4*H*hd*t = 2*H*hd*(L^2 + L)``; then ``F(L) - F(p)`` is exactly the work of tokens
     [p, L) attending to the whole prefix.
-* Gated-delta (GDN) core per token per value head (kernel.md §12, chunk C = 64):
+* Gated-delta (GDN) core per token per value head (docs/cost-model.md §2, chunk C = 64):
   ``6*dk*dv + C*(5.25*dk + 4*dv)`` = ``6d^2 + 9.25*C*d`` for dk = dv = d (174,080 at d = 128),
   plus projections and the depthwise causal conv (2*conv_dim*W).
-* Mamba2 per layer (paper, marconi.md §7): projections in D->2*d_inner, out d_inner->D
+* Mamba2 per layer (paper, docs/cost-model.md §2): projections in D->2*d_inner, out d_inner->D
   (12*D^2 at expand 2), scan ``8*d_inner*N`` (= 16*D*N), elementwise ``5*d_inner`` (= 10*D).
 * MLP / MoE: 2 x active parameters per token per layer. Embedding lookup and the LM head are not
   counted: a prefill computes logits only for its last position.
@@ -31,7 +31,7 @@ from typing import Sequence
 
 from sim.errors import UsageError
 
-GDN_CHUNK = 64  # FLA chunk length the kernel.md §12 per-token cost is derived for
+GDN_CHUNK = 64  # chunk length the per-token cost of docs/cost-model.md §2 is derived for
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class ModelSpec:
     mamba_conv_width: int = 4
     mamba_n_groups: int = 1
     # the paper stores a D x N state per layer (not d_inner x N) and all W conv columns; keep both
-    # configurable so paper numbers are exact (marconi.md §7 "known simplifications")
+    # configurable so paper numbers are exact (docs/cost-model.md §3)
     mamba_state_channels: int = 0  # 0 -> d_inner
     mamba_conv_cols: int = 0  # 0 -> W - 1 (what engines keep)
     # -- MLP / MoE blocks
@@ -182,7 +182,7 @@ class ModelSpec:
 # ---------------------------------------------------------------------------------------------
 
 def _qwen_hybrid(name, *, layers, d, hv, heads, kv_heads, mlp_params, vocab, nominal, source):
-    """Qwen3-Next / Qwen3.5 layout (kernel.md §9): 3 GDN : 1 full attention, Hk = 16, head dims
+    """Qwen3-Next / Qwen3.5 layout (docs/cost-model.md §4): 3 GDN : 1 full attention, Hk = 16, head dims
     128 (GDN) and 256 (attention, output-gated), conv width 4, fp32 SSM state, bf16 conv and KV;
     every layer has an MLP/MoE block."""
     return ModelSpec(
@@ -207,7 +207,7 @@ _D7 = 4096
 _QWEN_VOCAB = 248_320  # Qwen3.5 (slime Megatron scripts); Qwen3-Next uses 151,936
 
 MODELS: dict[str, ModelSpec] = {
-    # The paper's 7B hybrid with the paper's formulas exactly (marconi.md §7): MHA fp16 KV, state
+    # The paper's 7B hybrid with the paper's formulas exactly (docs/cost-model.md §2-§3): MHA fp16 KV, state
     # D*N fp16 + conv (2D + 2N) x 4 columns fp16, non-causal 4*L^2*D attention term.
     "marconi-7b": ModelSpec(
         name="marconi-7b", d_model=_D7,
@@ -217,7 +217,7 @@ MODELS: dict[str, ModelSpec] = {
         n_mlp=28, mlp_active_params=8 * _D7 * _D7,  # 2 x D x 4D -> 16*L*D^2 FLOPs
         kv_dtype_bytes=2, state_dtype_bytes=2, conv_dtype_bytes=2,
         nominal_active_params=7e9,
-        source="Marconi paper/artifact formulas (marconi.md §7)",
+        source="Marconi paper/artifact formulas (docs/cost-model.md §2-§3)",
     ),
     "qwen3-next-80b-a3b": _qwen_hybrid(
         "qwen3-next-80b-a3b", layers=48, d=2048, hv=32, heads=16, kv_heads=2,
@@ -227,28 +227,28 @@ MODELS: dict[str, ModelSpec] = {
     "qwen3.5-9b": _qwen_hybrid(
         "qwen3.5-9b", layers=32, d=4096, hv=32, heads=16, kv_heads=4,
         mlp_params=3 * 4096 * 12288, vocab=_QWEN_VOCAB, nominal=9e9,
-        source="kernel.md §9; dense SwiGLU intermediate 12288 (third-party transcription, unverified)",
+        source="docs/cost-model.md §4; dense SwiGLU intermediate 12288 (third-party transcription, unverified)",
     ),
     "qwen3.5-27b": _qwen_hybrid(
         "qwen3.5-27b", layers=64, d=5120, hv=48, heads=24, kv_heads=4,
         mlp_params=3 * 5120 * 17408, vocab=_QWEN_VOCAB, nominal=27e9,
-        source="kernel.md §9; dense SwiGLU intermediate 17408 (slime Megatron script)",
+        source="docs/cost-model.md §4; dense SwiGLU intermediate 17408 (slime Megatron script)",
     ),
     "qwen3.5-35b-a3b": _qwen_hybrid(
         "qwen3.5-35b-a3b", layers=40, d=2048, hv=32, heads=16, kv_heads=2,
         mlp_params=_moe(2048, 512, 8, 512, 256), vocab=_QWEN_VOCAB, nominal=3e9,
-        source="kernel.md §9; MoE 256 experts top-8 x 512 + shared 512 (slime Megatron script)",
+        source="docs/cost-model.md §4; MoE 256 experts top-8 x 512 + shared 512 (slime Megatron script)",
     ),
     "qwen3.5-122b-a10b": _qwen_hybrid(
         "qwen3.5-122b-a10b", layers=48, d=3072, hv=64, heads=32, kv_heads=2,
         mlp_params=_moe(3072, 1024, 8, 1024, 256), vocab=_QWEN_VOCAB, nominal=10e9,
-        source="kernel.md §9; MoE 256 x top-8 x 1024 + shared 1024 is an ESTIMATE (not seen in a "
+        source="docs/cost-model.md §4; MoE 256 x top-8 x 1024 + shared 1024 is an ESTIMATE (not seen in a "
                "config; chosen so total active params ~ the name's 10B)",
     ),
     "qwen3.5-397b-a17b": _qwen_hybrid(
         "qwen3.5-397b-a17b", layers=60, d=4096, hv=64, heads=32, kv_heads=2,
         mlp_params=_moe(4096, 1024, 10, 1024, 512), vocab=_QWEN_VOCAB, nominal=17e9,
-        source="kernel.md §9; MoE 512 experts top-10 x 1024 + shared 1024 (slime Megatron script)",
+        source="docs/cost-model.md §4; MoE 512 experts top-10 x 1024 + shared 1024 (slime Megatron script)",
     ),
     # Pure transformer sanity preset: Llama-2-7B shapes (MHA, SwiGLU 11008), fp16 KV, causal.
     "llama-7b": ModelSpec(
@@ -287,7 +287,7 @@ def get_model(name: str) -> ModelSpec:
 # Timing
 # ---------------------------------------------------------------------------------------------
 
-JAMBA_TTFT_INTERCEPT_MS = 17.8  # marconi.md §8: linear fit to the artifact's Jamba-1.5-Mini table
+JAMBA_TTFT_INTERCEPT_MS = 17.8  # docs/cost-model.md §5: linear fit to the paper's Jamba-1.5-Mini TTFT profile
 JAMBA_TTFT_SLOPE_MS = 0.0530
 
 
@@ -338,7 +338,7 @@ class TimingModel:
 
 
 # Hardware: (dense bf16 peak TFLOP/s, HBM bytes/s). A100-40GB: 312 TFLOP/s, 1.555 TB/s (spec sheet);
-# H200: ~989 TFLOP/s, 4.8 TB/s (kernel.md §13).
+# H200: ~989 TFLOP/s, 4.8 TB/s (spec sheet; docs/cost-model.md §5).
 _A100 = (312.0, 1.555e12)
 _H200 = (989.0, 4.8e12)
 _MFU = 0.40  # assumed prefill model-FLOPs utilisation on H200 (estimate)
@@ -365,7 +365,10 @@ def default_timing(name: str) -> TimingModel:
     if spec.name in ("marconi-7b", "llama-7b"):
         # llama-7b shares the paper's A100 calibration so 7B comparisons are like for like
         return _marconi_7b_timing()
-    g = _GPUS[spec.name]
+    g = _GPUS.get(spec.name)
+    if g is None:
+        raise UsageError(f"model {spec.name!r} has no GPU count for its default timing (sim/cost.py _GPUS); "
+                         f"give a timing file: --timing FILE")
     tflops = g * _H200[0] * _MFU
     # batch-1 decode reads the active weights (incl. LM head) once per token
     decode_ms = spec.active_params() * 2 / (g * _H200[1] * _BW_EFF) * 1e3

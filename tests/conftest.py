@@ -3,15 +3,30 @@ GPU-marked tests are skipped where the kernels are interpreted."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
+
+
+def _session_cache_dir(tmp_path_factory) -> Path:
+    """The test run's trace cache: under pytest-xdist one folder for all workers (beside their own
+    base temp folders), so a trace is tokenized once per run, not once per worker. Cache writes are
+    atomic (a temp file renamed into place), so workers filling the same entry is safe."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        path = base.parent / "marconi-cache"
+        path.mkdir(exist_ok=True)
+        return path
+    return tmp_path_factory.mktemp("marconi-cache")
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_trace_cache(tmp_path_factory):
-    """One private trace cache per test session (``MARCONI_CACHE_DIR``); subprocesses and notebook
+    """One private trace cache per test run (``MARCONI_CACHE_DIR``); subprocesses and notebook
     kernels inherit it. Notebook folders come only from what a test sets."""
     mp = pytest.MonkeyPatch()
-    mp.setenv("MARCONI_CACHE_DIR", str(tmp_path_factory.mktemp("marconi-cache")))
+    mp.setenv("MARCONI_CACHE_DIR", str(_session_cache_dir(tmp_path_factory)))
     for name in ("RESULTS_DIR", "SMALL_SWEEP_DIR"):
         mp.delenv(name, raising=False)
     yield

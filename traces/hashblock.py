@@ -5,7 +5,9 @@ partial): two requests share their first k blocks iff their first k hash ids are
 satisfy ``len(hash_ids) == ceil(input_length / block_tokens)``.
 
 - ``mooncake:PATH``: ``{timestamp (ms), input_length, output_length, hash_ids}``; no session
-  information, so every request is its own session (turn 0).
+  information, so every request is its own session (turn 0). ``mooncake:sample`` and
+  ``mooncake:sample-synthetic`` are the first 300 rows of Mooncake's two public traces, shipped in
+  ``traces/data/`` (Apache-2.0; source in its README).
 - ``bailian:PATH``: ``{chat_id, parent_chat_id (-1 = root), turn, timestamp (s), input_length,
   output_length, type, hash_ids}``; a request joins the session of its parent chat (a parent
   missing from the file starts a new session).
@@ -19,7 +21,9 @@ symbols, unique in the trace, so an answer is only ever reused through a later r
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
@@ -28,6 +32,19 @@ from traces.jsonl import (INT64_MAX, JsonlReader, RowProblem, require, require_i
                           require_length, require_time)
 
 BLOCK_TOKENS = {"mooncake": 512, "bailian": 16}
+# samples shipped in the package (traces/data/, with their source and license in its README):
+# `mooncake:sample` and `mooncake:sample-synthetic` (a file of that name in the working folder wins)
+DATA_DIR = Path(__file__).resolve().parent / "data"
+SAMPLES = {("mooncake", "sample"): "mooncake_conversation_300.jsonl",
+           ("mooncake", "sample-synthetic"): "mooncake_synthetic_300.jsonl"}
+
+
+def resolve_path(kind: str, path: str) -> str:
+    """A bundled sample's file for its short name; any other path unchanged."""
+    name = SAMPLES.get((kind, path))
+    if name is not None and not os.path.exists(path):
+        return str(DATA_DIR / name)
+    return path
 TIME_UNIT = {"mooncake": 1e-3, "bailian": 1.0}
 
 
@@ -36,7 +53,7 @@ def load(kind: str, path: str, options) -> Trace:
         raise TraceError(f"unknown hash-block trace kind {kind!r}")
     block = BLOCK_TOKENS[kind]
     unit = TIME_UNIT[kind]
-    reader = JsonlReader(path, options.skip_bad_rows, what=kind)
+    reader = JsonlReader(resolve_path(kind, path), options.skip_bad_rows, what=kind)
     budget = SizeBudget(options.max_request_tokens)
     rows: list[tuple] = []  # (session, turn, hash array, ts, input_length, output_length, line)
     session_of: dict[int, int] = {}

@@ -11,6 +11,8 @@ Specs::
                               dataset of trajectories (.jsonl / .parquet)
     swebench:marconi:PATH     the Marconi paper's SWE-bench construction of the same files
     mooncake:PATH             Mooncake JSONL (512-token hash blocks, timestamp in ms)
+    mooncake:sample           300 rows of Mooncake's conversation trace, shipped in traces/data/
+                              (mooncake:sample-synthetic: of its synthetic trace)
     bailian:PATH              Alibaba Bailian JSONL (16-token hash blocks, timestamp in s)
     marconi-jsonl:PATH        the Marconi artifact's pre-tokenized JSONL (.gz allowed)
     synthetic:KIND[:k=v,...]  seeded generator, KIND in system-prompt|few-shot|chat|agent
@@ -39,6 +41,7 @@ SPECS = {
     "swebench:hf:DATASET[:SPLIT]": "SWE-agent trajectories from a Hugging Face dataset (streamed)",
     "swebench:marconi:PATH": "the Marconi paper's SWE-bench construction (JSON messages paired by position)",
     "mooncake:PATH": "Mooncake JSONL (512-token hash blocks)",
+    "mooncake:sample": "300 rows of Mooncake's conversation trace, shipped with the package",
     "bailian:PATH": "Alibaba Bailian JSONL (16-token hash blocks, sessions)",
     "marconi-jsonl:PATH": "Marconi artifact pre-tokenized JSONL (.gz ok)",
     "synthetic:KIND": "seeded synthetic workload: system-prompt, few-shot, chat, agent",

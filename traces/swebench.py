@@ -469,7 +469,7 @@ def build_session(tpl: QwenAgentTemplate, prompt: list[Message], steps, keep: in
             short[i] = tpl.message(m.role, text, prev_r, next_r)
     obs_pos = [i for i, m in enumerate(seq) if m.role != "assistant" and m.is_observation()]
     out = []
-    for k, end in enumerate(step_at):
+    for end in step_at:
         visible = [i for i in obs_pos if i < end]
         elided = set(visible[1:max(1, len(visible) - keep)])
         last_query = -1

@@ -157,7 +157,7 @@ def fig_occupancy(rows, occupancy):
     for ax, v in zip(axes[0], variants):
         sub = occ[occ["variant"] == v].sort_values(["capacity_bytes", "sessions_per_second", "config_id", "t_s"],
                                                   kind="stable")
-        for cid, g in sub.groupby("config_id", sort=False):
+        for _cid, g in sub.groupby("config_id", sort=False):
             frac = (g["kv_bytes"] + g["state_bytes"]) / g["capacity_bytes"]
             ax.plot(g["t_s"], frac, lw=1, label=f"{g['capacity_gb'].iat[0]:g} GB, {g['sessions_per_second'].iat[0]:g}/s")
         ax.set_title(v, fontsize=10)

@@ -7,7 +7,7 @@ The notebooks call these functions so they stay short and the logic stays tested
 - :func:`condense` collapses a static-alpha grid per configuration (best alpha in hindsight, or one
   alpha) so policies compare one row per configuration;
 - :func:`ratio_table` / :func:`headline` give Fig. 7's mean ratio (Marconi / vLLM+) and Fig. 8's
-  P95 relative gain over SGLang+ (marconi.md §8).
+  P95 relative gain over SGLang+ (docs/cost-model.md §6).
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def ratio_table(df: pd.DataFrame, den: str = "vllm+", metric: str = "token_hit_r
 
 
 def headline(df: pd.DataFrame, marconi: str | None = None, metric: str = "token_hit_rate") -> dict:
-    """The paper's two hit-rate numbers (marconi.md §8) for one marconi variant: mean over configs
+    """The paper's two hit-rate numbers (docs/cost-model.md §6) for one marconi variant: mean over configs
     of marconi / vllm+, and the 95th percentile over configs of (marconi - sglang+) / sglang+."""
     variants = list(df["variant"].unique())
     if marconi is None:
@@ -190,7 +190,8 @@ def headline(df: pd.DataFrame, marconi: str | None = None, metric: str = "token_
     pv = paired(df, marconi, "vllm+", metric)
     ok = pv[f"{metric}_den"] > 0
     out["configs"] = int(len(pv))
-    out["ratio_vs_vllm+"] = float((pv.loc[ok, f"{metric}_num"] / pv.loc[ok, f"{metric}_den"]).mean()) if ok.any() else float("nan")
+    ratio = pv.loc[ok, f"{metric}_num"] / pv.loc[ok, f"{metric}_den"]
+    out["ratio_vs_vllm+"] = float(ratio.mean()) if ok.any() else float("nan")
     ps = paired(df, marconi, "sglang+", metric)
     ok = ps[f"{metric}_den"] > 0
     gain = (ps.loc[ok, f"{metric}_num"] - ps.loc[ok, f"{metric}_den"]) / ps.loc[ok, f"{metric}_den"]

@@ -1,6 +1,6 @@
 """The Marconi artifact as published (``--compat paper``) and with its two bugs fixed (``paper-fixed``).
 
-What it reproduces (marconi.md §3-§5, §8, §10; learned from the artifact's behaviour, none of its
+What it reproduces (docs/presets.md §2-§5; learned from the artifact's behaviour, none of its
 code copied):
 
 - replay: each request is one lookup, then one insert of input + output (sequential mode);

@@ -9,7 +9,8 @@ Layout of a results folder (``--out``)::
 Every file is written atomically (temp file + rename) and the row file last, so a row file means
 the configuration is complete; a rerun still verifies each stored result before skipping it
 (:func:`stored_status`: readable, one row, the configuration's id, detail files with the row's
-request count), so a file truncated or emptied outside the sweep is recomputed, never counted done. ``pandas.read_parquet(OUT)`` reads the rows (pyarrow skips the ``_``/``.``-prefixed
+request count), so a file truncated or emptied outside the sweep is recomputed, never counted done.
+``pandas.read_parquet(OUT)`` reads the rows (pyarrow skips the ``_``/``.``-prefixed
 detail folders and temp files); :func:`load_results` is a schema-tolerant reader.
 """
 

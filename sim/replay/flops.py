@@ -1,7 +1,7 @@
 """Executed FLOPs of replayed gated-delta layers (plain arithmetic, no torch).
 
 Same conventions as ``sim.cost`` (2 FLOPs per multiply-add; gated-delta core per token per value
-head ``6*dk*dv + C*(5.25*dk + 4*dv)``, kernel.md §12), but counted over what the kernel actually
+head ``6*dk*dv + C*(5.25*dk + 4*dv)``, docs/cost-model.md §2), but counted over what the kernel actually
 computes: every chunk it touches is a full 64-token block of work, so the padding of ragged
 chunks (a call starting or ending off a 64-multiple, e.g. exact-alignment splits) is included.
 """

@@ -20,7 +20,7 @@ Two tuners (``--tuner``):
   alpha 1.7 and the best static alpha is 0.1); the LRU candidate does not help, since the tuned alpha does
   beat LRU on the window.
 
-Replay tuner (marconi.md §6). The run starts with alpha 0. When the first eviction happens after ``n`` requests,
+Replay tuner (docs/presets.md §4). The run starts with alpha 0. When the first eviction happens after ``n`` requests,
 a bootstrap window of ``k * n`` requests is set (``--bootstrap-multiplier``, 5 by default, 15 for LMSys in
 the paper). When the ``k*n``-th request arrives (before its insert, as the artifact does), the window is
 replayed once per candidate, in worker processes (``--tuning-workers``; serial when 1), and the best
@@ -35,8 +35,8 @@ candidate is adopted for the rest of the run:
   window; it never wins on the ShareGPT grid (see above). Paper compat (``--compat paper``/``paper-fixed``)
   leaves it out unless asked (the artifact has none).
 - objective (``--tuning-objective``, default ``flops`` for this tuner): ``flops`` = FLOPs saved over the
-  last 500 replayed requests (the artifact), or ``hit-rate`` = token hit rate over those requests (what the paper states). Ties go to the
-  smallest alpha, so results never depend on which worker finishes first.
+  last 500 replayed requests (the artifact), or ``hit-rate`` = token hit rate over those requests (what the
+  paper states). Ties go to the smallest alpha, so results never depend on which worker finishes first.
 - ``--retune-every N``: tune again every N requests after the first round, replaying the requests since
   the previous round from a snapshot of the cache taken then.
 

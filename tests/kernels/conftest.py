@@ -39,3 +39,12 @@ def _precompile_gpu_kernels(request):
     except Exception as exc:   # noqa: BLE001 - only the speed-up is lost
         print(f"kernel precompile skipped: {type(exc).__name__}: {exc}")
     yield
+
+
+def pytest_report_header(config):
+    """Which Triton the run uses (`make test` runs tests/kernels on two versions)."""
+    try:
+        import triton
+    except ImportError:
+        return "triton: not installed"
+    return f"triton {triton.__version__} ({triton.__file__})"

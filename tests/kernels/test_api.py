@@ -46,7 +46,7 @@ def _inputs(T, H, HV, K, V, seed, dtype=torch.float32, device="cpu"):
                                                                    h0.to(device)]
 
 
-@pytest.mark.parametrize("K,V,T", [(100, 100, 70), (8, 24, 65), (40, 200, 130)])
+@pytest.mark.parametrize("K,V,T", [(100, 100, 70), (8, 24, 65), (40, 200, 65)])
 def test_head_dims_not_powers_of_two(K, V, T):
     """Masked tiles: K and V are padded to the next power of two inside the kernels."""
     q, k, v, g, beta, h0 = _inputs(T, 2, 4, K, V, seed=K + V)

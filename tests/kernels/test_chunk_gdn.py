@@ -46,7 +46,8 @@ def close(a, b, atol=ATOL, rtol=RTOL):
     torch.testing.assert_close(a.float(), b.float(), atol=atol, rtol=rtol)
 
 
-@pytest.mark.parametrize("T", [1, 63, 64, 65, 130, 200])
+# one token, a partial chunk, exactly one chunk, one past it, two boundaries and a partial chunk
+@pytest.mark.parametrize("T", [1, 63, 64, 65, 130])
 def test_matches_oracle(T):
     q, k, v, g, beta = make_inputs(T, seed=T)
     h0 = rand_state(1, seed=T + 1) if T % 2 else None
@@ -92,17 +93,15 @@ def test_boundary_stride_and_index_list():
     assert meta.boundary_positions == [[128]]
     _, _, hb = chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta)
     close(hb, rb[1:2])
-    o, ht, hb = chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True,
-                                       boundary_indices=[64, 192])
-    close(hb, rb[[0, 2]])
+    # an index list, stored in bf16 (one call checks both: the bf16 copy is rounded on store only)
+    o, ht, hb16 = chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True,
+                                         boundary_indices=[64, 192], state_dtype=torch.bfloat16)
+    assert hb16.dtype == torch.bfloat16 and hb16.shape[0] == 2
+    close(hb16, rb[[0, 2]], atol=1e-2, rtol=1e-2)
     o2, ht2, none = chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True,
                                            boundary_states=False)
     assert none is None
     assert torch.equal(o, o2) and torch.equal(ht, ht2)
-    _, _, hb16 = chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True,
-                                        state_dtype=torch.bfloat16)
-    assert hb16.dtype == torch.bfloat16
-    close(hb16, rb, atol=1e-2, rtol=1e-2)       # bf16 rounding of the stored copy only
     with pytest.raises(ValueError):
         prepare_chunk_metadata([0, 200], boundary_indices=[100])
 
@@ -142,12 +141,13 @@ def test_noncontiguous_fused_qkv_views():
 
 
 def test_ragged_first_chunk_nonaligned_start():
-    """Split at p=30 and p=100: the second call starts mid-chunk, its first chunk is ragged and
-    its boundaries land on the absolute multiples of 64."""
+    """Split at p=100: the second call starts mid-chunk, its first chunk is ragged and its
+    boundaries land on the absolute multiples of 64. (A start inside the first chunk, p=30, is
+    covered by test_restore_invariant_every_boundary.)"""
     T = 200
     q, k, v, g, beta = make_inputs(T, seed=21)
     ro, rf, rb, _ = naive_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True)
-    for p in (30, 100):
+    for p in (100,):
         sl = lambda x, a, b: x[:, a:b]   # noqa: E731
         _, h1, _ = chunk_gated_delta_rule(*(sl(x, 0, p) for x in (q, k, v, g, beta)),
                                           use_qk_l2norm=True)
@@ -193,15 +193,15 @@ def test_restore_invariant_every_boundary():
     """Restore (boundary state, boundary conv window) at each boundary, run the suffix, and
     reproduce the suffix output and the terminal states bit-exactly. Also from the boundaries of
     a call that itself started at a non-aligned position (ragged first chunk)."""
-    T, D = 200, 2 * H * K + HV * V
+    T, D = 130, 2 * H * K + HV * V
     gen = torch.Generator().manual_seed(41)
     x = torch.randn(1, T, D, generator=gen)
     conv_w = torch.randn(D, 4, generator=gen) * 0.5
     g = F.logsigmoid(torch.randn(1, T, HV, generator=gen))
     beta = torch.rand(1, T, HV, generator=gen)
     o, ht, hb, cs, cb = _layer(x, conv_w, g, beta)
-    assert hb.shape[0] == cb.shape[0] == 3
-    for i, b in enumerate((64, 128, 192)):
+    assert hb.shape[0] == cb.shape[0] == 2
+    for i, b in enumerate((64, 128)):
         o2, ht2, hb2, cs2, cb2 = _layer(x[:, b:], conv_w, g[:, b:], beta[:, b:],
                                         conv_state=cb[i:i + 1], h0=hb[i:i + 1], start=b)
         assert torch.equal(o2, o[:, b:])
@@ -224,7 +224,7 @@ def test_restore_invariant_every_boundary():
                                     h0=h30, start=p)
     close(o3, ro[:, p:])
     close(hb3, rb)
-    for i, b in enumerate((64, 128, 192)):
+    for i, b in ((1, 128),):  # the restore loop above covers each boundary; one from this call
         o4, ht4, _, cs4, _ = _layer(x[:, b:], conv_w, g[:, b:], beta[:, b:],
                                     conv_state=cb3[i:i + 1], h0=hb3[i:i + 1], start=b)
         assert torch.equal(o4, o3[:, b - p:])

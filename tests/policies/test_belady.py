@@ -80,3 +80,37 @@ def test_belady_needs_the_corrected_engine():
     trace = one_per_session((toks(0, 10), toks(0, 0)), (toks(100, 10), toks(0, 0)), (toks(200, 10), toks(0, 0)))
     with pytest.raises(PolicyError, match="--compat corrected"):
         run(trace, "belady", spec=TINY, capacity=80, compat="paper")
+
+
+@pytest.mark.parametrize("policy", ["belady", "belady-size"])
+def test_slot_sizes_are_the_bytes_each_victim_frees(policy):
+    """A leaf frees its edge's KV and its state (5 tokens x 2 B + 16 B = 26 B on TINY); an inner
+    state holder frees its state only (16 B), its KV staying for its child."""
+    trace = one_per_session((toks(0, 10), toks(0, 0)), (cat(toks(0, 10), toks(50, 5)), toks(0, 0)))
+    got, sim = run(trace, policy, spec=TINY, capacity=10**6)
+    assert got == [0, 10]
+    pol = sim.tree.policy
+    sizes = {n.depth_tokens: pol._size[n.slot] for n in sim.tree.iter_nodes() if n is not sim.tree.root}
+    assert sizes == {10: 16.0, 15: 26.0}
+    assert all(pol._cand[n.slot] for n in sim.tree.iter_nodes() if n is not sim.tree.root)
+
+
+def test_belady_score_puts_distance_first_and_bytes_second():
+    from policies.belady import BeladyEviction, BeladySizeEviction
+
+    dist = np.array([3.0, 3.0, 2.0])
+    size = np.array([10.0, 30.0, 1000.0])
+    # equal distance: the bigger goes; a nearer use never outranks a farther one, whatever its size
+    assert list(np.argsort(-BeladyEviction.score(dist, size))) == [1, 0, 2]
+    assert list(BeladySizeEviction.score(dist, size)) == [30.0, 90.0, 2000.0]
+
+
+@pytest.mark.parametrize("policy", ["belady", "belady-size"])
+def test_ties_go_to_the_oldest_node_even_in_a_reused_slot(policy):
+    # Room for two 36-B requests, none ever reused: every candidate ties. r2 evicts A (the oldest)
+    # and C takes A's freed slot; r3 must then evict B (older than C), not the lower slot (C).
+    trace = one_per_session(*[(toks(100 * i, 10), toks(0, 0)) for i in range(4)])
+    got, sim = run(trace, policy, spec=TINY, capacity=80, mode="sequential")
+    assert got == [0, 0, 0, 0]
+    kept = sorted(int(n.key[0]) for n in sim.tree.iter_nodes() if n is not sim.tree.root)
+    assert kept == [200, 300]

@@ -19,7 +19,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from engine_cases import TINY, cat, one_per_session, run, state_depths, toks
+from engine_cases import cat, one_per_session, run, state_depths, toks
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -1,4 +1,4 @@
-"""Marconi's eviction utility against victims chosen by hand (marconi.md §6): a few candidates
+"""Marconi's eviction utility against victims chosen by hand (docs/presets.md §3): a few candidates
 with known access times, lengths and bytes, at alpha 0, 1 and 2.
 
 S(n) = minmax(1 / age) + alpha * minmax(FLOPs saved / bytes) over the current candidates; the
@@ -14,7 +14,7 @@ from policies.eviction import MarconiEviction
 from sim.cache.tree import HybridRadixTree
 from sim.cost import get_model
 
-# marconi-7b with the paper's formulas (marconi.md §7), written out here, not taken from sim.cost
+# marconi-7b with the paper's formulas (docs/cost-model.md §2), written out here, not taken from sim.cost
 D, N = 4096, 128
 STATE_7B = 24 * (D * N * 2 + (2 * D + 2 * N) * 4 * 2)  # 26,787,840 bytes
 KV_7B = 4 * 2 * D * 2  # 65,536 bytes per token

@@ -1,6 +1,7 @@
 """Golden cross-check: `--compat paper` against the public Marconi artifact's own results.
 
-``../shared/golden/expected.jsonl`` holds what the artifact (ruipeterpan/marconi) reports on two small
+``golden/expected.jsonl`` in the ``shared`` folder beside the checkout (not part of the repository)
+holds what the artifact (ruipeterpan/marconi) reports on two small
 pre-tokenized traces (tiny_chat: 240 requests, tiny_agent: 168) at 0.5 / 1 / 2 GB for vllm+, sglang+ and
 marconi (static alpha 0 and 1, and its one-shot tuner "auto"), both as published and with exactly its two
 bugs fixed. We replay each trace in `sequential` mode on `marconi-7b` with
@@ -13,7 +14,7 @@ bugs fixed. We replay each trace in `sequential` mode on `marconi-7b` with
   refresh without the split edge, vLLM+ as hashed 32-token blocks). A user comparing "paper numbers with
   the bugs fixed" wants the artifact's semantics, so that is its own mode.
 
-What paper mode reproduces of the artifact (learned from its code, none copied; marconi.md §3-§5, §8):
+What paper mode reproduces of the artifact (learned from its code, none copied; docs/presets.md §2-§5):
 
 - clock: +1 per lookup, +1 per insert call, +1 for the insert's own match of input + output, +1 per
   eviction call; new nodes take the time after the eviction;
@@ -47,7 +48,8 @@ import pytest
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 GOLDEN = SHARED / "golden"
 
-pytestmark = pytest.mark.skipif(not (GOLDEN / "expected.jsonl").exists(), reason="../shared/golden is absent")
+pytestmark = pytest.mark.skipif(not (GOLDEN / "expected.jsonl").exists(),
+                                reason="the golden rows (a shared folder beside the checkout) are absent")
 
 RATE_TOL = 1e-4
 FLOPS_RTOL = 1e-4

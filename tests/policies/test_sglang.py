@@ -259,3 +259,55 @@ def test_two_lists_on_one_budget_evict_the_least_recent_of_kv_leaves_and_states(
     pol2.add(kv_only)
     victim = pol2.pop_victim()
     assert victim.node is kv_only and not victim.drop_state_only
+
+
+# ---- admission lists on hand-counted cases (each guards one comparison or offset) ------------
+from policies.base import ADMISSION, AdmissionContext  # noqa: E402
+
+
+def test_v2_step_of_exactly_one_chunk_tracks_and_one_token_less_does_not():
+    """``extend >= chunk``: a 64-token step tracks its end, a 63-token step tracks nothing."""
+    assert v2_tracks(0, 64, 8192, None, 64) == [64]
+    assert v2_tracks(0, 63, 8192, None, 64) == []
+    assert v2_tracks(0, 128, 64, None, 64) == [64, 128]          # budget = chunk: every step tracks
+    assert v2_tracks(0, 200, 100, None, 64) == [64, 164]         # steps [0,100) and [100,200): 64 from each start
+    assert v2_tracks(10, 200, 8192, 128, 64) == [138]            # branch off the step's 64-grid: end kept
+
+
+def _v2(hit, match, n_input, G=1, input_tokens=-1, budget=8192):
+    pol = ADMISSION["sglang-v2"](ADMISSION["sglang-v2"].Params(prefill_chunk_tokens=budget))
+    ctx = AdmissionContext(n_input=n_input, n_full=n_input, block_tokens=G, input_tokens=input_tokens)
+    return pol.prefill_checkpoints(SimpleNamespace(hit_sym=hit, match_sym=match), ctx)
+
+
+def test_v2_prefill_branch_point_and_hit_offsets():
+    # KV matched to 130 tokens, no state: branch 130 // 64 * 64 = 128 replaces the step end 192
+    assert _v2(0, 130, 200) == [128]
+    assert _v2(0, 0, 200) == [192]
+    # 16-token symbols: a hit at symbol 4 (64 tokens), 208-token prompt: 64 + 128 = 192 = symbol 12
+    assert _v2(4, 4, 13, G=16) == [12]
+
+
+def test_v1_chunk_ends_when_the_chunk_is_finer_than_a_symbol():
+    """A prefill step shorter than one symbol (hash-block traces) still advances one symbol."""
+    pol = ADMISSION["sglang-v1"](ADMISSION["sglang-v1"].Params(prefill_chunk_tokens=8))
+    ctx = AdmissionContext(n_input=3, n_full=5, block_tokens=16)
+    assert pol.prefill_checkpoints(SimpleNamespace(hit_sym=0, match_sym=0), ctx) == [1, 2, 3]
+    assert pol.decode_checkpoints(SimpleNamespace(hit_sym=0, match_sym=0), ctx) == [5]
+    pol = ADMISSION["sglang-v1"](ADMISSION["sglang-v1"].Params(prefill_chunk_tokens=32))
+    assert pol.prefill_checkpoints(SimpleNamespace(hit_sym=1, match_sym=1), AdmissionContext(7, 8, 16)) == [3, 5, 7]
+
+
+def test_two_list_keys_leave_the_root_and_locked_nodes_out_and_list_states():
+    pol = TwoListLRUEviction()
+    root = SimpleNamespace(parent=None, children={}, lock=0, has_state=False, last_access=0.0,
+                           depth_tokens=0, created=0, version=0)
+    inner = _node(root, state=True, access=1.0, depth=10, created=1)
+    leaf = _node(inner, state=True, access=5.0, depth=20, created=2)
+    bare = _node(root, state=False, access=2.0, depth=5, created=3)
+    assert pol.keys(root) == {}
+    assert pol.keys(inner) == {"state": (1.0, 10)}
+    assert pol.keys(leaf) == {"kv": (5.0, 20), "state": (5.0, 20)}
+    assert set(pol.keys(bare)) == {"kv"} and pol.keys(bare)["kv"][1] == 5
+    leaf.lock = 1
+    assert pol.keys(leaf) == {}

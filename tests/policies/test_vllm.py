@@ -117,3 +117,46 @@ def test_only_whole_blocks_are_cached():
     # 44-token tail is not cached
     got, sim = run(one_per_session((toks(0, 1000), toks(1000, 100))), "vllm-align")
     assert sim.tree.kv_tokens == 1056
+
+
+# ---- the admission lists on hand-counted cases (each line guards one boundary) ----------------
+from types import SimpleNamespace  # noqa: E402
+
+from policies.base import ADMISSION, AdmissionContext  # noqa: E402
+from policies.vllm import decode_boundaries  # noqa: E402
+
+
+def _ctx(n_input, n_full, B, input_tokens=-1):
+    return AdmissionContext(n_input=n_input, n_full=n_full, block_tokens=B, input_tokens=input_tokens)
+
+
+def test_decode_boundaries_are_the_blocks_decode_completes():
+    # a 100-token prompt on 16-token blocks is 6 full blocks + 4 tokens: decode crosses boundaries
+    # 7, 8, ... up to the last full block of input + output (block 7 is the first decode completes)
+    assert decode_boundaries(_ctx(7, 9, 16, input_tokens=100)) == [7, 8, 9]
+    assert decode_boundaries(_ctx(7, 7, 16, input_tokens=100)) == [7]  # exactly one block completed
+    assert decode_boundaries(_ctx(7, 6, 16, input_tokens=100)) == []  # decode completes no block
+    # a prompt ending on a boundary: its own block is prefill's, decode starts with the next one
+    assert decode_boundaries(_ctx(4, 6, 16, input_tokens=64)) == [5, 6]
+
+
+def test_align_prefill_states_from_a_hit_and_at_a_prompt_ending_on_a_block():
+    align = ADMISSION["vllm-align"]
+    pol = align(align.Params(prefill_chunk_tokens=10_000))
+    # hit at block 2 of 16 tokens; a 64-token prompt (4 whole blocks) prefilled in one step: the
+    # state at its end (block 4) is kept, since it lies on the grid
+    assert pol.prefill_checkpoints(SimpleNamespace(hit_sym=2, match_sym=2), _ctx(4, 5, 16)) == [4]
+    # 70 tokens: the step is cut at the last full block (64 = block 4); the 6-token tail keeps none
+    assert pol.prefill_checkpoints(SimpleNamespace(hit_sym=2, match_sym=2), _ctx(5, 5, 16, 70)) == [4]
+    # budget 32 from a hit at block 1 (16 tokens): steps end at 48, 64 (blocks 3 and 4)
+    pol = align(align.Params(prefill_chunk_tokens=32))
+    assert pol.prefill_checkpoints(SimpleNamespace(hit_sym=1, match_sym=1), _ctx(4, 4, 16)) == [3, 4]
+    assert align_step_ends(16, 64, 16, 32) == [48, 64]
+    assert align_step_ends(0, 70, 16, 32) == [32, 64, 70]
+
+
+def test_all_mode_keeps_every_block_after_the_hit():
+    pol = ADMISSION["vllm-all"]()
+    assert pol.prefill_checkpoints(SimpleNamespace(hit_sym=2, match_sym=2), _ctx(5, 7, 16)) == [3, 4, 5]
+    assert pol.prefill_checkpoints(SimpleNamespace(hit_sym=0, match_sym=0), _ctx(2, 2, 16)) == [1, 2]
+    assert pol.decode_checkpoints(SimpleNamespace(hit_sym=0, match_sym=0), _ctx(2, 4, 16)) == [3, 4]

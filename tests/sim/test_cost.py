@@ -1,4 +1,4 @@
-"""Cost-model numbers against hand computation (marconi.md §4, §7, §8, §10; kernel.md §9, §12)."""
+"""Cost-model numbers against hand computation (docs/cost-model.md; docs/presets.md §3, §5)."""
 
 import json
 
@@ -193,3 +193,17 @@ def test_marconi_7b_timing_by_hand():
     assert t.overhead_ms == 17.8
     assert t.decode_ms_per_token == pytest.approx(6.5e9 * 2 / (0.7 * 1.555e12) * 1e3, abs=0.1)
     assert default_timing("llama-7b") == t  # the same A100 calibration, like for like
+
+
+def test_a_preset_without_a_gpu_count_is_a_usage_error_not_a_key_error(monkeypatch):
+    """A new model preset that nobody gave a GPU count gets one clear line (exit 2 in the CLI)."""
+    import dataclasses
+
+    from sim import cost
+    from sim.errors import UsageError
+
+    new = dataclasses.replace(cost.MODELS["qwen3.5-9b"], name="qwen-new")
+    monkeypatch.setitem(cost.MODELS, "qwen-new", new)
+    with pytest.raises(UsageError, match="no GPU count.*--timing"):
+        cost.default_timing("qwen-new")
+    assert cost.default_timing("qwen3.5-9b").effective_tflops > 0

@@ -38,12 +38,11 @@ def test_stats_default_table(main, default_sharegpt):
     assert "kv_hit_rate" in res.output and "hybrid_64_hit_rate" in res.output
 
 
-def test_prepare_and_mooncake_stats(main, shared_dir):
-    path = shared_dir / "traces" / "mooncake_synthetic_trace.jsonl"
-    res = CliRunner().invoke(main, ["traces", "stats", f"mooncake:{path}", "--format", "json"])
+def test_prepare_and_mooncake_stats(main):
+    res = CliRunner().invoke(main, ["traces", "stats", "mooncake:sample-synthetic", "--format", "json"])
     assert res.exit_code == 0, res.output
     st = json.loads(res.output)
-    assert st["requests"] == 3993 and st["block_tokens"] == 512
+    assert st["requests"] == 300 and st["block_tokens"] == 512
     res = CliRunner().invoke(main, ["traces", "prepare", "sharegpt", "--sessions", "2"])
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith("sharegpt: 2 sessions,")

@@ -95,6 +95,27 @@ def test_bailian_missing_field_and_empty(tmp_path):
         load_trace(f"mooncake:{tmp_path / 'none.jsonl'}", TraceOptions())
 
 
+@pytest.mark.parametrize("spec, n, n_in, duration", [
+    ("mooncake:sample", 300, 4_269_971, 102.0),
+    ("mooncake:sample-synthetic", 300, 3_853_165, 86.79),
+])
+def test_bundled_mooncake_samples(spec, n, n_in, duration, tmp_path, monkeypatch):
+    """The first 300 rows of either public trace ship in traces/data/ (figures from the rows, summed
+    with json); the short name works from any folder and never needs ../shared."""
+    monkeypatch.chdir(tmp_path)
+    tr = load_trace(spec, TraceOptions())
+    assert len(tr.requests) == n and tr.meta["skipped_rows"] == 0
+    assert tr.input_tokens_total() == n_in
+    assert tr.requests[-1].arrival == pytest.approx(duration)
+
+
+def test_a_local_file_named_sample_wins_over_the_bundled_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sample").write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n')
+    tr = load_trace("mooncake:sample", TraceOptions())
+    assert len(tr.requests) == 1 and tr.input_tokens_total() == 600
+
+
 @pytest.mark.parametrize("name, n, n_in, duration", [
     ("mooncake_conversation_trace.jsonl", 12031, 144_793_823, 3536.999),
     ("mooncake_synthetic_trace.jsonl", 3993, 61_194_628, 1022.025),

@@ -377,7 +377,7 @@ def run_study(study, space: Space, problem: Problem, trace_kwargs: dict, n_trial
                         pending.append((trial, dict(trial.params)))
             tasks = [make_trial_task(trace_kwargs, space, params, problem) for _, params in pending]
             results = evaluator.map(tasks)
-            for (trial, params), task, res in zip(pending, tasks, results):
+            for (trial, _params), task, res in zip(pending, tasks, results):
                 if isinstance(res, BaseException):
                     if isinstance(res, KeyboardInterrupt):
                         raise KeyboardInterrupt

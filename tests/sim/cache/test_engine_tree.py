@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,8 +19,8 @@ from sim.cache.engine_tree import EngineTree
 KV, STATE = 2, 16
 
 
-def _tree(policy, rules=EngineRules(), capacity=600, state_capacity=None):
-    return EngineTree(rules, capacity_bytes=capacity, kv_bytes_per_token=KV, state_bytes=STATE, block_tokens=1,
+def _tree(policy, rules=None, capacity=600, state_capacity=None):
+    return EngineTree(rules or EngineRules(), capacity_bytes=capacity, kv_bytes_per_token=KV, state_bytes=STATE, block_tokens=1,
                       policy=policy, state_capacity=state_capacity)
 
 
@@ -94,3 +95,47 @@ def test_state_extent_keeps_kv_up_to_the_last_state():
     assert tree.insert(np.arange(30), 30, [], 1.0).end_node is tree.root  # no state: nothing kept
     tree.insert(np.arange(30), 30, [12], 1.0)
     assert tree.kv_tokens == 12 and tree.n_states == 1
+
+
+def test_each_pool_pressure_pops_from_its_own_list():
+    """Two pools (SGLang's --max-mamba-cache-size): KV pressure takes the KV list's victim (a
+    stateless leaf goes first, SGLang's evict_full), state pressure the state list's (the least
+    recent state; an inner one leaves its KV behind, evict_mamba). 2 B of KV per token, 16 B per
+    state, room for 2 states and 30 KV tokens."""
+    # KV pressure: A (10 tokens, state at 10), then E (15 tokens, no state): 25 tokens. D needs 10
+    # more: the KV list gives the stateless E (the state list would have given A's state, whole leaf)
+    tree = _tree(TwoListLRUEviction(), capacity=30 * KV + 2 * STATE, state_capacity=2)
+    tree.set_time(1.0)
+    tree.insert(np.arange(10), 10, [10], 1.0)
+    tree.set_time(2.0)
+    tree.insert(np.arange(500, 515), 15, [], 2.0)
+    tree.set_time(3.0)
+    tree.insert(np.arange(300, 310), 10, [10], 3.0)
+    assert (tree.kv_tokens, tree.n_states) == (20, 2)
+    assert tree.match(np.arange(10)).hit_tokens == 10 and tree.match(np.arange(500, 515)).match_sym == 0
+    tree.check_invariants()
+
+    # state pressure: A with states at 5 and 10 fills the state pool; B needs one: the state list
+    # gives A's shallower state (ties: the shallower), which goes alone; its KV stays (15 tokens)
+    tree = _tree(TwoListLRUEviction(), capacity=30 * KV + 2 * STATE, state_capacity=2)
+    tree.set_time(1.0)
+    tree.insert(np.arange(10), 10, [5, 10], 1.0)
+    tree.set_time(2.0)
+    tree.insert(np.arange(100, 105), 5, [5], 2.0)
+    assert (tree.kv_tokens, tree.n_states) == (15, 2)
+    assert tree.match(np.arange(10)).hit_tokens == 10
+    assert tree.match(np.concatenate([np.arange(5), [77]])).hit_tokens == 0  # the state at 5 is gone
+    tree.check_invariants()
+
+
+def test_state_pool_parses_counts_and_sizes():
+    from sim.cache.engine_tree import parse_state_pool
+    from sim.errors import UsageError
+
+    assert parse_state_pool(" 7 ", 16) == 7            # a count (spaces as a shell may leave them)
+    assert parse_state_pool(7, 16) == 7
+    assert parse_state_pool("160B", 16) == 10          # a size: whole states
+    assert parse_state_pool("170B", 16) == 10
+    for bad in ("0", "8B", "many"):
+        with pytest.raises(UsageError):
+            parse_state_pool(bad, 16)

@@ -175,7 +175,8 @@ def test_random_operations_keep_invariants(ops, capacity, marconi, alpha):
 
 @pytest.mark.parametrize("policy", ["lru", "marconi"])
 def test_evicting_everything_returns_to_empty(policy):
-    pol = MarconiEviction(get_model("marconi-7b"), MarconiEviction.Params(alpha=1.0)) if policy == "marconi" else LRULeafEviction()
+    marconi = policy == "marconi"
+    pol = MarconiEviction(get_model("marconi-7b"), MarconiEviction.Params(alpha=1.0)) if marconi else LRULeafEviction()
     t = make_tree(policy=pol)
     rng = np.random.default_rng(0)
     for i in range(50):

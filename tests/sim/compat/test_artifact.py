@@ -1,4 +1,4 @@
-"""The artifact as ``sim.compat`` reproduces it (marconi.md §10), against hand computation: its
+"""The artifact as ``sim.compat`` reproduces it (docs/presets.md §5), against hand computation: its
 cost-model bug (1), its tree's eviction that stops on the bytes it *credits* (bug 2 can leave the
 cache above capacity; the overshoot is counted), its byte estimate, its replay's state hits. The
 artifact's whole replay is checked against its own results in tests/policies/test_golden.py."""

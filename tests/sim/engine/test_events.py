@@ -8,7 +8,6 @@ import json
 
 import numpy as np
 import pandas as pd
-import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -178,3 +177,53 @@ def test_an_insert_without_room_is_a_reject_event_and_admits_nothing():
     assert [type(e).__name__ for e in log.events] == ["Lookup", "Prefill", "Decode", "Reject"]
     assert log.events[-1] == Reject(r0, 0.0, "no room")
     assert res.summary["rejected_inserts"] == 1
+
+
+def test_event_log_keeps_every_field_under_its_name_and_rows_round_trip(tmp_path):
+    """Each EventLog method stores each argument in the field of the same name (distinct values, so
+    a swapped or dropped field shows), event_row flattens the request to its id, and both file
+    formats give back the same rows (ids and positions as integers)."""
+    from sim.engine.events import EVENTS, Observer, event_row, listeners, write_events
+
+    r = Request(0, 0, toks(0, 4), toks(4, 2), request_id=7)
+    log = EventLog()
+    log.lookup(r, 1.5, 3, 40, 50)
+    log.prefill(r, 2.0, 2.5, 40, 50, 0.5)
+    log.decode(r, 2.5, 3.25, 50, 52, 0.75)
+    log.admit(2.5, 11, r, 50, "prompt-end")
+    log.evict(4.0, 11, 50)
+    log.evict_kv(4.5, 17)
+    log.reject(r, 5.0, "too big")
+    rows = [event_row(ev, run="x") for ev in log.events]
+    assert rows == [
+        {"run": "x", "event": "lookup", "request_id": 7, "t": 1.5, "hit_checkpoint": 3, "hit_tokens": 40,
+         "input_tokens": 50},
+        {"run": "x", "event": "prefill", "request_id": 7, "t_start": 2.0, "t_end": 2.5, "start_pos": 40,
+         "end_pos": 50, "seconds": 0.5},
+        {"run": "x", "event": "decode", "request_id": 7, "t_start": 2.5, "t_end": 3.25, "start_pos": 50,
+         "end_pos": 52, "seconds": 0.75},
+        {"run": "x", "event": "admit", "t": 2.5, "checkpoint": 11, "request_id": 7, "position": 50,
+         "phase": "prompt-end"},
+        {"run": "x", "event": "evict", "t": 4.0, "checkpoint": 11, "position": 50},
+        {"run": "x", "event": "evict_kv", "t": 4.5, "tokens": 17},
+        {"run": "x", "event": "reject", "request_id": 7, "t": 5.0, "reason": "too big"},
+    ]
+    write_events(rows, tmp_path / "e.jsonl")
+    assert [json.loads(line) for line in (tmp_path / "e.jsonl").read_text().splitlines()] == rows
+    write_events(rows, tmp_path / "e.parquet")
+    table = pd.read_parquet(tmp_path / "e.parquet")
+    import pyarrow.parquet as pq
+
+    assert pq.read_schema(tmp_path / "e.parquet").names == list(dict.fromkeys(k for row in rows for k in row))
+    assert list(table["event"]) == [row["event"] for row in rows]
+    assert str(table["checkpoint"].dtype) == "Int64" and table["checkpoint"].iloc[3] == 11
+    assert table["hit_checkpoint"].iloc[0] == 3 and table["tokens"].iloc[5] == 17
+
+    class OnlyEvicts(Observer):
+        def evict(self, t, checkpoint, position):
+            pass
+
+    plain = type("Plain", (), {"admit": lambda self, *a: None})()
+    assert [fn.__name__ for fn in listeners([OnlyEvicts(), plain], "evict")] == ["evict"]
+    assert listeners([OnlyEvicts()], "admit") == () and len(listeners([plain], "admit")) == 1
+    assert set(EVENTS) >= {"lookup", "prefill", "decode", "admit", "evict", "evict_kv", "reject"}

@@ -25,3 +25,38 @@ def test_occupancy_series_keeps_every_stride_th_sample(samples):
     assert t[-1] > samples - 1 - stride  # the span reaches the last stride
     assert len(t) < 2 * metrics._OCCUPANCY_POINTS
     assert list(occ["kv_bytes"]) == list(10 * t) and list(occ["state_bytes"]) == list(20 * t)
+
+
+def test_summary_from_hand_fed_events_counts_a_one_token_hit_as_a_request_hit():
+    """Three requests of 10 prompt tokens hitting 0, 1 and 5 tokens: two of three reused at least
+    one cached token (a single token counts), 6 of 30 tokens hit; queueing is prefill start minus
+    arrival; TTFT percentiles cover finished requests only; final bytes are count x size."""
+    from types import SimpleNamespace
+
+    from sim.cost import get_model
+    from sim.engine.metrics import Recorder
+
+    spec = get_model("marconi-7b")
+    reqs = [Request(s, 0, np.arange(10), np.arange(2), request_id=s) for s in range(3)]
+    rec = Recorder(3, spec)
+    for r, hit, cp in zip(reqs, (0, 1, 5), (None, 4, 9)):
+        t = float(r.request_id)
+        rec.lookup(r, t, cp, hit, 10)
+        rec.prefill(r, t + 0.5, t + 0.75, hit, 10, 0.25)
+        if r.request_id < 2:  # the third never finishes decoding
+            rec.decode(r, t + 0.75, t + 1.0, 10, 12, 0.25)
+    stats = SimpleNamespace(evictions=4, states_admitted=6, states_evicted=3, kv_tokens_evicted=12,
+                            rejected_inserts=1, peak_bytes=99, overshoots=0)
+    tree = SimpleNamespace(stats=stats, kv_tokens=7, kv_bytes_per_token=3, n_states=2, state_bytes=5)
+    res = rec.result(SimpleNamespace(requests=reqs), tree, "p")
+    s = res.summary
+    assert s["request_hit_rate"] == pytest.approx(2 / 3)
+    assert s["token_hit_rate"] == pytest.approx(6 / 30) and s["hit_tokens"] == 6 and s["input_tokens"] == 30
+    assert s["checkpoints_hit"] == 2 and s["checkpoints_admitted"] == 6 and s["checkpoints_evicted"] == 3
+    assert s["flops_saved"] == pytest.approx(spec.flops(1) + spec.flops(5))
+    assert s["ttft_p50_ms"] == pytest.approx(750.0) and s["ttft_mean_ms"] == pytest.approx(750.0)
+    assert (s["final_kv_bytes"], s["final_state_bytes"]) == (21, 10)
+    assert (s["evictions"], s["kv_tokens_evicted"], s["rejected_inserts"], s["peak_bytes"]) == (4, 12, 1, 99)
+    assert list(res.requests["queue_s"]) == [0.5, 0.5, 0.5]
+    assert list(res.requests["hit_tokens"]) == [0, 1, 5] and list(res.requests["state_hit"]) == [False, True, True]
+    assert list(res.requests["arrival_s"]) == [0.0, 1.0, 2.0]

@@ -150,7 +150,7 @@ def test_hash_block_trace_refuses_finer_checkpoint_grid():
 
 
 # ---------------------------------------------------------------- TTFT credit for hits, by hand
-# marconi-7b with the paper's formulas (marconi.md §7), written out here, not taken from sim.cost
+# marconi-7b with the paper's formulas (docs/cost-model.md §2), written out here, not taken from sim.cost
 D7, N7 = 4096, 128
 
 
@@ -185,7 +185,7 @@ def test_hit_request_prefills_only_its_uncached_tokens(mode):
 
 
 def test_hit_request_ttft_with_the_jamba_fit():
-    # marconi.md §8: TTFT = 17.8 ms + 0.0530 ms per prefilled token; r3 prefills 20 of its 120
+    # docs/cost-model.md §5: TTFT = 17.8 ms + 0.0530 ms per prefilled token; r3 prefills 20 of its 120
     res = simulate(shared_prompt_trace(), SimConfig(policy="marconi", capacity_bytes=BIG, ttft_model="jamba"))
     want = [(17.8 + 0.0530 * 120) * 1e-3] * 2 + [(17.8 + 0.0530 * 20) * 1e-3]
     assert list(res.requests["ttft_s"]) == pytest.approx(want, rel=1e-12)

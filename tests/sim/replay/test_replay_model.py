@@ -88,5 +88,5 @@ def test_shape_from_a_preset_and_state_bytes():
     spec = get_model("qwen3.5-9b")
     shape = ReplayShape.from_spec(spec)
     assert (shape.layers, shape.hidden, shape.k_heads, shape.v_heads) == (24, 4096, 16, 32)
-    # kernel.md §9: 2 MiB fp32 recurrent + 48 KiB bf16 conv per layer
+    # docs/cost-model.md §4: 2 MiB fp32 recurrent + 48 KiB bf16 conv per layer
     assert shape.state_bytes(torch.bfloat16) == 24 * (2 * 2**20 + 48 * 2**10)

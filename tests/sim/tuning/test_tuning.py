@@ -234,7 +234,7 @@ def test_cli_run_alpha_auto(tmp_path):
 
     golden = Path(__file__).resolve().parents[3].parent / "shared" / "golden" / "tiny_chat.jsonl.gz"
     if not golden.exists():
-        pytest.skip("../shared/golden is absent")
+        pytest.skip("the golden rows (a shared folder beside the checkout) are absent")
     out = tmp_path / "run"
     res = CliRunner().invoke(main, ["run", "--trace", f"marconi-jsonl:{golden}", "--policy", "marconi",
                                     "--alpha", "auto", "--capacity", "1GB", "--mode", "sequential",
