@@ -27,6 +27,8 @@ SMALLEST = {
     "kernel_bench.py": (["--help"], "usage"),
     "replay_bench.py": (["--help"], "usage"),
     "kernel_resources.py": (["--help"], "usage"),
+    # needs an LMDeploy checkout and its dependencies (fetched outside CI)
+    "differential_lmdeploy.py": (["--help"], "usage"),
 }
 
 

@@ -18,8 +18,10 @@ from sim.experiments.advise import ENGINES, OBJECTIVES, Problem, advice_json, ad
 from sim.experiments.advise.search import cpu_count
 from sim.trace_options import TRACE_OPTION_KEYS
 
-#: the simulation settings advise takes (as `marconi run`), less --seed: here the study's seed
-_SIM_FIELDS = {f.name: f for f in SimConfig.settings("sim") if f.name != "seed"}
+#: the simulation settings advise takes (as `marconi run`), less --seed (here the study's seed) and
+#: the sglang preset's --gpu-memory (here advise's own option: the serving instance's memory, from
+#: which the search derives every engine's cache)
+_SIM_FIELDS = {f.name: f for f in SimConfig.settings("sim") if f.name not in ("seed", "gpu_memory")}
 
 
 def sim_options(fn):
