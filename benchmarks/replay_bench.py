@@ -1,11 +1,17 @@
-"""GPU replay benchmark: the default ShareGPT trace (1,235 requests, 1.12M input tokens) replayed
-with qwen3.5-9b shapes (all 24 gated-delta layers), marconi and sglang+ at 5 GB, exact and chunk
-state alignment; every hit validated.
+"""GPU replay benchmark: whole-model replay (attention with a paged KV store, gated-delta layers,
+MLP) at a preset's full depth, every hit validated; the hardware cost model fitted on one trace
+and checked on traces the fit did not see.
 
-Prints per run: replay wall time and tokens/s, hits validated and failures, measured prefill time
-saved vs the simulator's modelled claim, executed vs simulated FLOPs saved, the time model's
-median / P95 error before and after calibration (the fit comes from the first run and is then
-applied to every run, so later runs are out-of-sample), and exact vs chunk hit tokens and time.
+Steps (each writes its results under --out as it goes, so a run cut short keeps what it did):
+1. the device's ceilings: a large bf16 matrix product (TFLOP/s) and a device-to-device copy
+   (bytes read + written per second);
+2. the fit run: replay of the fit trace (a synthetic chat trace by default: long and short
+   prompts, hits at every depth), ``--calibrate``: per-layer-type terms, each term's fraction of
+   the device's peak; decode per token = the active bf16 weights over the measured copy rate;
+3. held-out runs on the main trace (ShareGPT by default, packed with --prepare): per policy and
+   state alignment, the per-request prefill error of the old estimate and of the calibrated
+   model, measured vs modelled time saved, TTFT p50 / p95 (sequential mode: TTFT = the prefill),
+   time shares per layer type, executed TFLOP/s over timed prefills and over the wall time.
 
     python benchmarks/replay_bench.py --prepare .replay_bench   # here: export the packed trace
     python benchmarks/replay_bench.py --packed .replay_bench/sharegpt.npz --out DIR   # on a GPU
@@ -21,78 +27,144 @@ import json
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+# the fit traces (';'-separated): next-turn messages of a few dozen tokens on 2K-token prompts
+# (launch-bound calls), and long documents with longer questions (compute-bound calls, contexts
+# to ~10K tokens for the attention's quadratic term)
+FIT_TRACE = ("synthetic:chat:sessions=24,turns=6,prompt_tokens=2000,user_tokens=30,output_tokens=150,prompts=4;"
+             "synthetic:chat:sessions=12,turns=4,prompt_tokens=6000,user_tokens=600,output_tokens=100,prompts=6")
 
-def load(args):
-    if args.packed:
+
+def load(spec, packed=None):
+    if packed:
         from traces.packing import load_packed
 
-        packed = load_packed(Path(args.packed))
-        if packed is None:
-            raise SystemExit(f"cannot read packed trace {args.packed}")
-        return packed.to_trace()
-    from traces.registry import load_trace
+        p = load_packed(Path(packed))
+        if p is None:
+            raise SystemExit(f"cannot read packed trace {packed}")
+        return p.to_trace()
+    from traces.registry import TraceOptions, load_trace
 
-    return load_trace(args.trace)
+    return load_trace(spec, TraceOptions())
+
+
+def ceilings(dev="cuda") -> dict:
+    """Measured bf16 matmul rate and copy bandwidth (medians of timed repeats)."""
+    import torch
+
+    n = 8192
+    a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    ts = []
+    for _ in range(10):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        a @ b
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    ts.sort()
+    tflops = 2 * n ** 3 / (ts[len(ts) // 2] * 1e-3) / 1e12
+    x = torch.empty(2 << 30, dtype=torch.uint8, device=dev)
+    y = torch.empty_like(x)
+    y.copy_(x)
+    ts = []
+    for _ in range(10):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        y.copy_(x)
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    ts.sort()
+    bw = 2 * x.numel() / (ts[len(ts) // 2] * 1e-3)
+    del x, y
+    return dict(matmul_tflops=tflops, copy_bytes_per_s=bw, device=torch.cuda.get_device_name(),
+                torch=torch.__version__, triton=__import__("triton").__version__)
+
+
+def old_estimate(spec):
+    """The estimate the simulator used before calibration (40 % of 989 TFLOP/s + 10 ms)."""
+    from sim.cost import TimingModel
+
+    return TimingModel(round(989.0 * 0.4, 1), 10.0, 1.0, source="estimate (before calibration)")
+
+
+def errors_with(res, spec, timing, counts):
+    import numpy as np
+
+    from sim.replay import measure
+
+    df = res.requests
+    mod = np.array([measure.modelled_ms(spec, timing, counts, h if r else 0, n, s)
+                    for h, r, n, s in zip(df["hit_tokens"], df["restored"], df["input_tokens"], df["splits"])])
+    full = np.array([measure.modelled_ms(spec, timing, counts, 0, n) for n in df["input_tokens"]])
+    meas = df["suffix_ms"].to_numpy()
+    ok = np.isfinite(meas) & (meas > 0)
+    err = np.abs(mod[ok] - meas[ok]) / meas[ok]
+    val = (df["validated"] & df["full_ms"].notna()).to_numpy()
+    saved_mod = float((full[val] - mod[val]).sum())
+    saved_meas = float((df["full_ms"].to_numpy()[val] - meas[val]).sum())
+    return dict(median=float(np.median(err)), p95=float(np.quantile(err, 0.95)),
+                saved_modelled=saved_mod, saved_measured=saved_meas,
+                saved_error=(saved_mod - saved_meas) / saved_meas if saved_meas else float("nan"),
+                ttft_p50_measured=float(np.quantile(meas[ok], 0.5)),
+                ttft_p95_measured=float(np.quantile(meas[ok], 0.95)),
+                ttft_p50_modelled=float(np.quantile(mod[ok], 0.5)),
+                ttft_p95_modelled=float(np.quantile(mod[ok], 0.95)))
 
 
 def row(name, res, before, after):
     s = res.summary
+    by = s["measured_ms_by_layer_type"]
+    tot = sum(by.values()) or 1.0
+    split = res.requests[res.requests["splits"] > 0]["suffix_ms"]
+    one = res.requests[(res.requests["splits"] == 0) & res.requests["suffix_ms"].notna()]["suffix_ms"]
     return dict(
         run=name, requests=s["requests"], input_tokens=s["input_tokens"], hits=s["hits"],
-        hit_tokens=s["hit_tokens"], hits_validated=s["hits_validated"], failures=s["failures"],
-        max_restore_error=s["max_restore_error"], max_rec_error=s["max_rec_error"],
-        max_conv_error=s["max_conv_error"], max_out_error=s["max_out_error"],
-        wall_s=s["wall_s"], tokens_per_s=s["tokens_per_s"],
-        warmup_s=s["warmup_s"],
+        hit_tokens=s["hit_tokens"], hits_validated=s["hits_validated"],
+        kv_hits_validated=s["kv_hits_validated"], failures=s["failures"], kv_failures=s["kv_failures"],
+        max_rec_error=s["max_rec_error"], max_conv_error=s["max_conv_error"],
+        max_out_error=s["max_out_error"], max_kv_error=s["max_kv_error"],
+        wall_s=s["wall_s"], warmup_s=s["warmup_s"], tokens_per_s=s["tokens_per_s"],
+        tflops_timed=s["replay_tflops_timed"], tflops_wall=s["replay_tflops_wall"],
+        share_attention=by["attention"] / tot, share_gated_delta=by["gated_delta"] / tot,
+        share_mlp=by["mlp"] / tot, share_other=by["other"] / tot,
         measured_ms_with_cache=s["measured_ms_with_cache"],
         measured_ms_without_cache=s["measured_ms_without_cache"],
-        measured_ms_saved=s["measured_ms_saved_validated"],
-        modelled_ms_saved_default=s["modelled_ms_saved_validated"],
-        modelled_ms_saved_calibrated=after["saved"],
-        executed_flops_saved=s["measured_flops_saved"], simulated_flops_saved=s["simulated_flops_saved"],
-        replay_flops_executed=s["replay_flops_executed"], replay_flops_simulated=s["replay_flops_simulated"],
+        splits=s["splits"], split_median_ms=float(split.median()) if len(split) else float("nan"),
+        one_call_median_ms=float(one.median()) if len(one) else float("nan"),
+        measured_ms_saved=before["saved_measured"],
+        modelled_ms_saved_before=before["saved_modelled"], modelled_ms_saved_after=after["saved_modelled"],
+        saved_error_before=before["saved_error"], saved_error_after=after["saved_error"],
         err_median_before=before["median"], err_p95_before=before["p95"],
         err_median_after=after["median"], err_p95_after=after["p95"],
-        store_peak_gb=s["store_peak_bytes"] / 1e9, late_admits=s["late_admits"],
+        ttft_p50_measured=after["ttft_p50_measured"], ttft_p50_modelled=after["ttft_p50_modelled"],
+        ttft_p95_measured=after["ttft_p95_measured"], ttft_p95_modelled=after["ttft_p95_modelled"],
+        executed_flops_saved=s["measured_flops_saved"], simulated_flops_saved=s["simulated_flops_saved"],
+        store_peak_gb=s["store_peak_bytes"] / 1e9, kv_tokens_live=s["kv_tokens_live"],
+        late_admits=s["late_admits"],
     )
 
 
-def errors_with(res, spec, timing, layers):
-    from sim.replay import measure
-
-    df = res.requests.copy()
-    df["modelled_ms"] = [measure.modelled_ms(spec, timing, layers, h if r else 0, n)
-                         for h, r, n in zip(df["hit_tokens"], df["restored"], df["input_tokens"])]
-    df["modelled_full_ms"] = [measure.modelled_ms(spec, timing, layers, 0, n) for n in df["input_tokens"]]
-    df["model_error"] = (df["modelled_ms"] - df["suffix_ms"]) / df["suffix_ms"]
-    med, p95 = measure.error_stats(df)
-    val = df[df["validated"] & df["full_ms"].notna()]
-    return dict(median=med, p95=p95, saved=float((val["modelled_full_ms"] - val["modelled_ms"]).sum()))
-
-
-def print_table(runs, trace, args, results, total, final=False):
-    cols = [("run", "{}"), ("requests", "{}"), ("hits", "{}"), ("hit_tokens", "{:,}"),
-            ("hits_validated", "{}"), ("failures", "{}"), ("max_restore_error", "{:.2e}"),
-            ("max_rec_error", "{:.2e}"), ("max_conv_error", "{:.2e}"), ("max_out_error", "{:.2e}"),
-            ("late_admits", "{}"),
-            ("wall_s", "{:.1f}"), ("tokens_per_s", "{:,.0f}"),
-            ("measured_ms_with_cache", "{:,.0f}"), ("measured_ms_without_cache", "{:,.0f}"),
-            ("measured_ms_saved", "{:,.0f}"), ("modelled_ms_saved_default", "{:,.0f}"),
-            ("modelled_ms_saved_calibrated", "{:,.0f}"),
-            ("executed_flops_saved", "{:.3e}"), ("simulated_flops_saved", "{:.3e}"),
-            ("err_median_before", "{:.1%}"), ("err_p95_before", "{:.1%}"),
-            ("err_median_after", "{:.1%}"), ("err_p95_after", "{:.1%}"), ("store_peak_gb", "{:.2f}")]
-    first = next(iter(results.values()))
-    dev, layers = first.settings.get("device_name", ""), first.settings["layers"]
-    print(f"\n=== replay benchmark: {trace.name}, {args.model} ({layers} gated-delta layers), {args.capacity}, "
-          f"mode {args.mode}, {args.dtype} on {dev}, {'total' if final else 'so far'} {total:.0f} s", flush=True)
-    for key, fmt in cols:
-        print(f"{key:>30} " + " ".join(f"{fmt.format(r[key]):>16}" for r in runs))
+def print_table(runs, header):
+    print(f"\n=== {header}", flush=True)
+    keys = list(runs[0].keys())
+    for k in keys:
+        vals = []
+        for r in runs:
+            v = r[k]
+            if isinstance(v, float):
+                v = f"{v:.3g}" if abs(v) < 1e5 else f"{v:.4g}"
+            vals.append(f"{v:>22}")
+        print(f"{k:>28} " + " ".join(vals), flush=True)
 
 
 def main() -> None:
@@ -100,17 +172,17 @@ def main() -> None:
     ap.add_argument("--prepare", help="export the tokenized trace into this folder and stop")
     ap.add_argument("--trace", default="sharegpt")
     ap.add_argument("--packed", help="a packed trace (.npz) written by --prepare")
+    ap.add_argument("--fit-trace", default=FIT_TRACE)
+    ap.add_argument("--fit-requests", type=int, default=None)
+    ap.add_argument("--timing", help="use this timing file instead of fitting one (skips step 2)")
     ap.add_argument("--model", default="qwen3.5-9b")
-    ap.add_argument("--layers", type=int, default=None, help="replayed layers (default: all)")
+    ap.add_argument("--layers", type=int, default=None, help="mixer layers replayed (default: all)")
     ap.add_argument("--capacity", default="5GB")
-    ap.add_argument("--policies", default="marconi,sglang+")
-    ap.add_argument("--alignments", default="exact,chunk")
-    ap.add_argument("--mode", default="des")
+    ap.add_argument("--runs", default="marconi/exact/sequential,marconi/chunk/sequential,"
+                                      "sglang+/exact/des,marconi/exact/des")
     ap.add_argument("--requests", type=int, default=None)
-    ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bf16")
-    ap.add_argument("--out", default=None, help="folder for bench.json, the timing file and the first run's output")
-    ap.add_argument("--save-all", action="store_true", help="write every run's output folder (not only the first)")
+    ap.add_argument("--out", default=None)
     ap.add_argument("--budget-s", type=float, default=None,
                     help="skip the runs that would end past this many seconds (estimated from the last run)")
     args = ap.parse_args()
@@ -130,55 +202,90 @@ def main() -> None:
         return
 
     from sim.config import SimConfig, parse_size
-    from sim.cost import get_model
-    from sim.replay import output
-    from sim.replay.session import ReplaySettings, calibrate, run_replay
+    from sim.cost import get_model, read_timing_file
+    from sim.replay import measure, output
+    from sim.replay.session import ReplaySettings, run_replay
     from sim.simulate import build
 
-    trace = load(args)
-    spec = get_model(args.model)
     out = Path(args.out) if args.out else None
-    runs, results = [], {}
-    calibrated = None
-    t_all = time.perf_counter()
-    for policy in args.policies.split(","):
-        for align in args.alignments.split(","):
-            config = SimConfig(policy=policy, model=args.model, capacity_bytes=parse_size(args.capacity),
-                               state_alignment=align, mode=args.mode)
-            settings = ReplaySettings(layers=args.layers, device=args.device, dtype=args.dtype,
-                                      requests=args.requests, warmup=not results)
-            name = f"{policy}/{align}"
-            elapsed = time.perf_counter() - t_all
-            if args.budget_s and runs and elapsed + 1.15 * runs[-1]["wall_s"] > args.budget_s:
-                print(f"--- {name}: skipped (time budget {args.budget_s:.0f} s)", flush=True)
-                continue
-            print(f"--- {name}", flush=True)
-            res = run_replay(trace, config, settings, build=build)
-            layers = res.settings["layers"]
-            if calibrated is None:
-                calibrate(res, config, out / "timing.json" if out else None)
-                calibrated = res.calibrated
-                print(f"calibrated on {name}: {calibrated.effective_tflops:.1f} TFLOP/s, "
-                      f"{calibrated.overhead_ms:.2f} ms overhead (whole model); "
-                      f"in-sample median error {res.calibration['median_error']:.1%}", flush=True)
-            before = errors_with(res, spec, res.timing, layers)
-            after = errors_with(res, spec, calibrated, layers)
-            r = row(name, res, before, after)
-            runs.append(r)
-            results[name] = res
-            print(json.dumps(r), flush=True)
-            for f in res.failures[:5]:
-                print("  FAIL", f.message(), flush=True)
-            print_table(runs, trace, args, results, time.perf_counter() - t_all)
-            if out and (args.save_all or len(runs) == 1):
-                output.write(out / name.replace("/", "-").replace("+", "plus"), res.summary,
-                             res.settings, res.requests)
-    print_table(runs, trace, args, results, time.perf_counter() - t_all, final=True)
     if out:
-        (out / "bench.json").write_text(json.dumps(dict(runs=runs, total_s=time.perf_counter() - t_all,
-                                                        calibrated=dict(tflops=calibrated.effective_tflops,
-                                                                        overhead_ms=calibrated.overhead_ms)),
-                                                   indent=2) + "\n")
+        out.mkdir(parents=True, exist_ok=True)
+    spec = get_model(args.model)
+    t_all = time.perf_counter()
+    dev = ceilings()
+    print("device:", json.dumps(dev), flush=True)
+    bw = dev["copy_bytes_per_s"]
+    # batch-1 decode reads the active weights (embedding row aside, the LM head included) once
+    decode_ms = spec.active_params() * 2 / bw * 1e3
+    if out:
+        (out / "device.json").write_text(json.dumps(dict(dev, decode_ms_per_token=decode_ms), indent=2) + "\n")
+    warmed = False
+    if args.timing:
+        calibrated = read_timing_file(args.timing)
+        fit_info = {}
+    else:
+        import pandas as pd
+
+        cfg = SimConfig(policy="marconi", model=args.model, capacity_bytes=parse_size("inf"),
+                        state_alignment="exact", mode="sequential")
+        tables, names = [], []
+        for i, spec_fit in enumerate(args.fit_trace.split(";")):
+            fit = load(spec_fit)
+            st = ReplaySettings(layers=args.layers, dtype=args.dtype, requests=args.fit_requests,
+                                warmup=not warmed)
+            print(f"--- fit run {i} on {spec_fit}", flush=True)
+            res = run_replay(fit, cfg, st, build=build)
+            warmed = True
+            tables.append(res.requests)
+            names.append(spec_fit)
+            print("fit run summary:", json.dumps(res.summary, default=float), flush=True)
+            if out:
+                output.write(out / f"fit-run-{i}", res.summary, res.settings, res.requests)
+        counts = res.settings["layers_replayed"]
+        calibrated, fit_info = measure.calibrate(
+            pd.concat(tables, ignore_index=True), spec, res.timing, counts, device=dev["device"],
+            peak_tflops=measure.device_peak(dev["device"], args.dtype), decode_ms_per_token=decode_ms)
+        calibrated = replace(calibrated, source=(
+            f"marconi replay --calibrate on {dev['device']} (torch {dev['torch']}, triton {dev['triton']}), "
+            f"{args.model} full depth {counts}, {args.dtype}, fit traces: {' + '.join(names)}; decode = "
+            f"active bf16 weights / measured copy rate {bw / 1e12:.2f} TB/s"))
+        if out:
+            measure.write_timing(out / "timing.json", calibrated, spec,
+                                 dict(fit_info, fit_traces=names, device=dev, measured_matmul_tflops=dev["matmul_tflops"]))
+        print("fit:", json.dumps(dict(fit_info, ms_per_tflop=calibrated.ms_per_tflop,
+                                      layer_call_ms=calibrated.layer_call_ms,
+                                      layer_floor_ms=calibrated.layer_floor_ms), default=float), flush=True)
+    runs = []
+    trace = load(args.trace, args.packed)
+    for spec_run in args.runs.split(","):
+        policy, align, mode = spec_run.split("/")
+        elapsed = time.perf_counter() - t_all
+        if args.budget_s and runs and elapsed + 1.1 * runs[-1]["wall_s"] > args.budget_s:
+            print(f"--- {spec_run}: skipped (time budget {args.budget_s:.0f} s)", flush=True)
+            continue
+        print(f"--- {spec_run}", flush=True)
+        config = SimConfig(policy=policy, model=args.model, capacity_bytes=parse_size(args.capacity),
+                           state_alignment=align, mode=mode)
+        settings = ReplaySettings(layers=args.layers, dtype=args.dtype, requests=args.requests,
+                                  warmup=not warmed)
+        res = run_replay(trace, config, settings, build=build, timing=calibrated)
+        warmed = True
+        counts = res.settings["layers_replayed"]
+        before = errors_with(res, spec, old_estimate(spec), counts)
+        after = errors_with(res, spec, calibrated, counts)
+        r = row(spec_run, res, before, after)
+        runs.append(r)
+        print(json.dumps(r, default=float), flush=True)
+        for f in res.failures[:5]:
+            print("  FAIL", f.message(), flush=True)
+        if out:
+            output.write(out / spec_run.replace("/", "-").replace("+", "plus"), res.summary,
+                         res.settings, res.requests)
+            (out / "bench.json").write_text(json.dumps(dict(device=dev, fit=fit_info, runs=runs,
+                                                            total_s=time.perf_counter() - t_all),
+                                                       indent=2, default=float) + "\n")
+        print_table(runs, f"{trace.name}, {args.model}, {args.capacity}, {args.dtype} on {dev['device']}, "
+                          f"{time.perf_counter() - t_all:.0f} s")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,10 @@ Conventions
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Sequence
 
 from sim.errors import UsageError
@@ -82,6 +85,11 @@ class ModelSpec:
     attn_layer_a: float = field(init=False, repr=False, compare=False, default=0.0)
     attn_layer_b: float = field(init=False, repr=False, compare=False, default=0.0)
     mlp_layer_a: float = field(init=False, repr=False, compare=False, default=0.0)
+    # gated delta split into what runs per token (projections, conv) and what runs per 64-token
+    # chunk of the kernel (the chunked core: GDN_CHUNK x its per-token FLOPs), for HardwareTiming
+    gdn_layer_a: float = field(init=False, repr=False, compare=False, default=0.0)
+    gdn_chunk_flops: float = field(init=False, repr=False, compare=False, default=0.0)
+    mamba_layer_a: float = field(init=False, repr=False, compare=False, default=0.0)
     _kv: int = field(init=False, repr=False, compare=False, default=0)
     _state: int = field(init=False, repr=False, compare=False, default=0)
 
@@ -115,6 +123,9 @@ class ModelSpec:
         set_(self, "attn_layer_a", attn1_a)
         set_(self, "attn_layer_b", attn1_b)
         set_(self, "mlp_layer_a", mlp1_a)
+        set_(self, "gdn_layer_a", gdn1_a - gdn_core)
+        set_(self, "gdn_chunk_flops", gdn_core * GDN_CHUNK)
+        set_(self, "mamba_layer_a", mamba1_a)
 
         set_(self, "_kv", self.n_attn * 2 * KVH * hd * self.kv_dtype_bytes)
         gdn_state = Hv * dk * dv * self.state_dtype_bytes + gdn_conv_dim * (self.gdn_conv_width - 1) * self.conv_dtype_bytes
@@ -304,7 +315,9 @@ class TimingModel:
             raise UsageError("timing: throughput must be positive and times non-negative")
         object.__setattr__(self, "_inv", 1.0 / (self.effective_tflops * 1e12))
 
-    def prefill_time_s(self, spec: ModelSpec, p: int, L: int) -> float:
+    def prefill_time_s(self, spec: ModelSpec, p: int, L: int, splits: int = 0) -> float:
+        """One request's prefill of tokens [p, L); ``splits`` (extra kernel calls of an
+        exact-alignment split) are not charged by this FLOPs-only model."""
         return self.overhead_ms * 1e-3 + spec.prefill_flops(p, L) * self._inv
 
     def decode_time_s(self, n_tokens: int) -> float:
@@ -337,6 +350,143 @@ class TimingModel:
         return (JAMBA_TTFT_INTERCEPT_MS + JAMBA_TTFT_SLOPE_MS * n_tokens) * 1e-3
 
 
+def gdn_chunks(start: int, end: int) -> int:
+    """Kernel chunks of one call over absolute positions [start, end) (chunks are aligned to
+    absolute multiples of GDN_CHUNK, so a call starting or ending off one has a ragged chunk)."""
+    if end <= start:
+        return 0
+    return (end - 1) // GDN_CHUNK - start // GDN_CHUNK + 1
+
+
+TERMS = ("attn_linear", "attn_quadratic", "gdn_linear", "gdn_chunk", "mlp_linear")
+LAYER_KINDS = ("attention", "gated_delta", "mlp")
+
+
+@dataclass(frozen=True)
+class HardwareTiming:
+    """Prefill / decode / step time from terms that exist in hardware (``marconi replay
+    --calibrate`` fits them to per-layer-type measurements):
+
+    * per FLOP term, ``ms_per_tflop[term]``: milliseconds per 1e12 FLOPs of that work
+      (achieved fraction of the device's peak = 1000 / (ms_per_tflop * peak_tflops)):
+      attention projections (linear in tokens) and score/value products (context-quadratic);
+      gated-delta projections + conv (linear) and the chunked core (per 64-token kernel chunk,
+      ragged chunks counted whole); MLP (linear);
+    * ``layer_call_ms[kind]``: fixed device time of one call of one layer of that kind (its
+      weights read, small kernels), plus ``call_ms`` per call of the whole model (embedding,
+      chunk metadata);
+    * ``layer_floor_ms[kind]``: the host's time to issue one layer of that kind (Python and
+      kernel launches). Launches are asynchronous, so a layer takes
+      ``max(floor, call + FLOP terms)``: short prefills are launch-bound, long ones compute-bound.
+      A prefill pays all of it once per call, so an exact-alignment split (a second call) pays
+      it again, with its ragged chunk;
+    * ``decode_ms_per_token``: one decode step (the weights read once; batch-1 decode).
+    Compute terms are divided by ``gpus`` (tensor parallel, ideal scaling assumed)."""
+
+    ms_per_tflop: dict
+    layer_call_ms: dict
+    call_ms: float
+    decode_ms_per_token: float
+    peak_tflops: float = 0.0
+    gpus: int = 1
+    source: str = field(default="", compare=False)
+    layer_floor_ms: dict = field(default_factory=lambda: dict.fromkeys(LAYER_KINDS, 0.0))
+    charges_splits = True
+
+    def __post_init__(self) -> None:
+        if set(self.ms_per_tflop) != set(TERMS) or set(self.layer_call_ms) != set(LAYER_KINDS):
+            raise UsageError(f"timing: terms must be {', '.join(TERMS)} and per-call times "
+                             f"{', '.join(LAYER_KINDS)}")
+        if set(self.layer_floor_ms) != set(LAYER_KINDS):
+            raise UsageError(f"timing: per-layer floors must be {', '.join(LAYER_KINDS)}")
+        vals = (list(self.ms_per_tflop.values()) + list(self.layer_call_ms.values())
+                + list(self.layer_floor_ms.values()))
+        if min(vals + [self.call_ms, self.decode_ms_per_token]) < 0 or self.gpus < 1:
+            raise UsageError("timing: every term must be non-negative")
+        if self.peak_tflops > 0:
+            for term, c in self.ms_per_tflop.items():
+                if c > 0 and 1e3 / (c * self.peak_tflops) > 1.0 + 1e-9:
+                    raise UsageError(f"timing: term {term} runs at {1e3 / (c * self.peak_tflops):.0%} of "
+                                     f"the device's {self.peak_tflops:g} TFLOP/s peak (over 100 %: not physical)")
+
+    # the old single-rate fields, for callers that print them
+    @property
+    def effective_tflops(self) -> float:
+        c = self.ms_per_tflop["mlp_linear"] or self.ms_per_tflop["gdn_linear"]
+        return 1e3 / c * self.gpus if c > 0 else float("inf")
+
+    @property
+    def overhead_ms(self) -> float:
+        return self.call_ms
+
+    def fraction_of_peak(self) -> dict:
+        """Achieved fraction of ``peak_tflops`` of every FLOP term (None where not known)."""
+        return {t: (1e3 / (c * self.peak_tflops) if c > 0 and self.peak_tflops > 0 else None)
+                for t, c in self.ms_per_tflop.items()}
+
+    def _layers(self, spec: ModelSpec) -> dict:
+        return {"attention": spec.n_attn, "gated_delta": spec.n_gdn + spec.n_mamba, "mlp": spec.n_mlp}
+
+    def fixed_ms(self, spec: ModelSpec) -> float:
+        """Time of one call of the whole model that computes nothing (every layer at its floor)."""
+        n = self._layers(spec)
+        return self.call_ms + sum(n[k] * max(self.layer_floor_ms[k], self.layer_call_ms[k]) for k in LAYER_KINDS)
+
+    def work_tflop(self, spec: ModelSpec, p: int, L: int, chunks: int) -> dict:
+        """Per layer of each kind: its FLOP terms' time in ms for tokens [p, L) in ``chunks``
+        kernel chunks (tensor parallel applied)."""
+        if L <= p:
+            return dict.fromkeys(LAYER_KINDS, 0.0)
+        n = L - p
+        c = self.ms_per_tflop
+        attn = c["attn_linear"] * spec.attn_layer_a * n + c["attn_quadratic"] * spec.attn_layer_b * (L * L - p * p)
+        gdn = c["gdn_linear"] * (spec.gdn_layer_a if spec.n_gdn else spec.mamba_layer_a) * n \
+            + c["gdn_chunk"] * (spec.gdn_chunk_flops if spec.n_gdn else 0.0) * chunks
+        mlp = c["mlp_linear"] * spec.mlp_layer_a * n
+        g = 1e-12 / self.gpus
+        return {"attention": attn * g, "gated_delta": gdn * g, "mlp": mlp * g}
+
+    def call_ms_for(self, spec: ModelSpec, work: dict) -> float:
+        """One call of the model doing ``work`` (per-layer ms by kind)."""
+        n = self._layers(spec)
+        return self.call_ms + sum(
+            n[k] * max(self.layer_floor_ms[k], self.layer_call_ms[k] + work[k]) for k in LAYER_KINDS)
+
+    def compute_ms(self, spec: ModelSpec, p: int, L: int, chunks: int) -> float:
+        """The FLOP terms of tokens [p, L) in ``chunks`` kernel chunks over every layer."""
+        n = self._layers(spec)
+        return sum(n[k] * v for k, v in self.work_tflop(spec, p, L, chunks).items())
+
+    def prefill_time_s(self, spec: ModelSpec, p: int, L: int, splits: int = 0) -> float:
+        """One request's prefill of [p, L) in ``1 + splits`` calls: the split-off calls are taken
+        as short (a call at its floor and fixed time, plus a ragged chunk each)."""
+        work = self.work_tflop(spec, p, L, gdn_chunks(p, L) + splits)
+        return (self.call_ms_for(spec, work) + splits * self.fixed_ms(spec)) * 1e-3
+
+    def decode_time_s(self, n_tokens: int) -> float:
+        return n_tokens * self.decode_ms_per_token * 1e-3
+
+    def step_time_s(self, spec: ModelSpec, prefills, decode_contexts) -> float:
+        """One engine step (one call of the model): every prefill chunk's work and, for the
+        decoding requests, their attention over their contexts, issued once per layer; plus one
+        decode step (the weights read once for the batch) when anything decodes."""
+        if not prefills and not decode_contexts:
+            return 0.0
+        work = dict.fromkeys(LAYER_KINDS, 0.0)
+        for p, L in prefills:
+            for k, v in self.work_tflop(spec, p, L, gdn_chunks(p, L)).items():
+                work[k] += v
+        ms = 0.0
+        if decode_contexts:
+            ctx = sum(int(c) for c in decode_contexts)
+            work["attention"] += self.ms_per_tflop["attn_quadratic"] * spec.attn_layer_b * 2 * ctx * 1e-12 / self.gpus
+            ms += self.decode_ms_per_token
+        return (ms + self.call_ms_for(spec, work)) * 1e-3
+
+    def with_gpus(self, gpus: int, source: str = "") -> "HardwareTiming":
+        return replace(self, gpus=int(gpus), source=source or self.source)
+
+
 # Hardware: (dense bf16 peak TFLOP/s, HBM bytes/s). A100-40GB: 312 TFLOP/s, 1.555 TB/s (spec sheet);
 # H200: ~989 TFLOP/s, 4.8 TB/s (spec sheet; docs/cost-model.md §5).
 _A100 = (312.0, 1.555e12)
@@ -360,7 +510,7 @@ def _marconi_7b_timing() -> TimingModel:
                        source="calibrated to the paper's Jamba-1.5-Mini TTFT fit at 8K (A100)")
 
 
-def default_timing(name: str) -> TimingModel:
+def default_timing(name: str):
     spec = get_model(name)
     if spec.name in ("marconi-7b", "llama-7b"):
         # llama-7b shares the paper's A100 calibration so 7B comparisons are like for like
@@ -369,9 +519,98 @@ def default_timing(name: str) -> TimingModel:
     if g is None:
         raise UsageError(f"model {spec.name!r} has no GPU count for its default timing (sim/cost.py _GPUS); "
                          f"give a timing file: --timing FILE")
+    calibrated = _h200_calibrated()
+    if calibrated is not None:
+        # the H200 terms, fitted on qwen3.5-9b shapes, priced per FLOP and per layer call, so
+        # they carry over to the other Qwen3.5 / Qwen3-Next presets (MoE at its active width)
+        return calibrated.with_gpus(g, f"{calibrated.source}; {g}x H200 (ideal tensor parallel)"
+                                    if g > 1 else calibrated.source)
     tflops = g * _H200[0] * _MFU
     # batch-1 decode reads the active weights (incl. LM head) once per token
     decode_ms = spec.active_params() * 2 / (g * _H200[1] * _BW_EFF) * 1e3
     return TimingModel(round(tflops, 1), 10.0, round(decode_ms, 2),
                        source=f"estimate: {g}x H200 at {_MFU:.0%} of 989 TFLOP/s; decode = active bf16 "
                               f"weights / {_BW_EFF:.0%} of 4.8 TB/s per GPU; 10 ms fixed overhead")
+
+
+H200_TIMING_FILE = Path(__file__).parent / "data" / "h200-timing.json"   # provenance inside
+TIMING_FORMAT = "marconi-timing/1"        # one rate + a per-prefill overhead (TimingModel)
+HARDWARE_FORMAT = "marconi-timing/2"      # HardwareTiming's terms
+
+
+def _h200_calibrated():
+    """The committed calibrated H200 timing (None before one was committed)."""
+    if not H200_TIMING_FILE.is_file():
+        return None
+    return read_timing_file(H200_TIMING_FILE)
+
+
+def timing_to_dict(timing) -> dict:
+    if isinstance(timing, HardwareTiming):
+        return dict(format=HARDWARE_FORMAT, ms_per_tflop=dict(timing.ms_per_tflop),
+                    layer_call_ms=dict(timing.layer_call_ms), layer_floor_ms=dict(timing.layer_floor_ms),
+                    call_ms=timing.call_ms,
+                    decode_ms_per_token=timing.decode_ms_per_token, peak_tflops=timing.peak_tflops,
+                    gpus=timing.gpus, source=timing.source)
+    return dict(format=TIMING_FORMAT, effective_tflops=timing.effective_tflops,
+                overhead_ms=timing.overhead_ms, decode_ms_per_token=timing.decode_ms_per_token,
+                source=timing.source)
+
+
+def _check_finite(d: dict, path) -> None:
+    """Refuse NaN, Infinity, "nan", a zero or negative throughput and negative times in a timing
+    file before anything runs (one line each, naming the field)."""
+    rules = [("effective_tflops", True), ("overhead_ms", False), ("decode_ms_per_token", False), ("call_ms", False)]
+    for key, positive in rules:
+        if key not in d:
+            continue
+        v = d[key]
+        try:
+            x = float(v) if not isinstance(v, bool) else math.nan
+        except (TypeError, ValueError):
+            x = math.nan
+        ok = 0 < x < math.inf if positive else 0 <= x < math.inf
+        if not ok:
+            need = "a finite number > 0" if positive else "a finite number >= 0"
+            raise UsageError(f"timing file {path}: {key} must be {need}, not {v!r}")
+    for group in ("ms_per_tflop", "layer_call_ms", "layer_floor_ms"):
+        for k, v in (d.get(group) or {}).items() if isinstance(d.get(group), dict) else ():
+            try:
+                x = float(v) if not isinstance(v, bool) else math.nan
+            except (TypeError, ValueError):
+                x = math.nan
+            if not 0 <= x < math.inf:
+                raise UsageError(f"timing file {path}: {group}.{k} must be a finite number >= 0, not {v!r}")
+
+
+def read_timing_file(path, model: str | None = None):
+    """A timing file written by ``marconi replay --calibrate`` (bad input, or a file fitted for
+    another model than ``model``: UsageError). A hardware-term file's terms are priced per FLOP
+    and per layer call, so ``default_timing`` carries the committed H200 file to every Qwen
+    preset; a user's file is held to the model it was fitted on."""
+    try:
+        d = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read timing file {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"timing file {path} is not JSON: {exc}") from None
+    fmt = d.get("format") if isinstance(d, dict) else None
+    if fmt not in (TIMING_FORMAT, HARDWARE_FORMAT):
+        raise UsageError(f"timing file {path} is not a {TIMING_FORMAT} or {HARDWARE_FORMAT} file "
+                         "(write one with marconi replay --calibrate FILE)")
+    if model is not None and d.get("model") not in (None, model):
+        raise UsageError(f"timing file {path} was calibrated for {d.get('model')}, not {model}")
+    _check_finite(d, path)
+    try:
+        if fmt == HARDWARE_FORMAT:
+            return HardwareTiming({k: float(v) for k, v in d["ms_per_tflop"].items()},
+                                  {k: float(v) for k, v in d["layer_call_ms"].items()},
+                                  float(d["call_ms"]), float(d["decode_ms_per_token"]),
+                                  float(d.get("peak_tflops", 0.0)), int(d.get("gpus", 1)),
+                                  source=str(d.get("source", path)),
+                                  layer_floor_ms={k: float(v) for k, v in
+                                                  d.get("layer_floor_ms", dict.fromkeys(LAYER_KINDS, 0.0)).items()})
+        return TimingModel(float(d["effective_tflops"]), float(d["overhead_ms"]),
+                           float(d["decode_ms_per_token"]), source=str(d.get("source", path)))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UsageError(f"timing file {path}: missing or bad field {exc}") from None

@@ -42,12 +42,17 @@ def check_before_work(spec, device: str, tolerance, calibrate_path, out, force: 
 def format_summary(s: dict, settings: dict) -> str:
     rows = [
         ("requests", f"{s['requests']:,} ({s['input_tokens']:,} input tokens)"),
-        ("hits (validated)", f"{s['hits']:,} ({s['hits_validated']:,})"),
-        ("failures", f"{s['failures']}"),
+        ("layers replayed", ", ".join(f"{k} {v}" for k, v in s.get("layers_replayed", {}).items())
+         + (f" ({settings['mlp_note']})" if settings.get("mlp_note") else "")),
+        ("hits (validated, KV validated)", f"{s['hits']:,} ({s['hits_validated']:,}, {s.get('kv_hits_validated', 0):,})"),
+        ("failures (KV)", f"{s['failures']} ({s.get('kv_failures', 0)})"),
         ("worst restore error", f"recurrent {s['max_rec_error']:.3g}, conv {s['max_conv_error']:.3g}, outputs "
-                                f"{s['max_out_error']:.3g} (tolerances {settings['tolerance'][0]:.3g} / "
+                                f"{s['max_out_error']:.3g}, KV {s.get('max_kv_error', 0):.3g} "
+                                f"(tolerances {settings['tolerance'][0]:.3g} / "
                                 f"{settings['tolerance'][1]:.3g})"),
-        ("measured prefill with cache", f"{s['measured_ms_with_cache']:,.1f} ms"),
+        ("measured prefill with cache", f"{s['measured_ms_with_cache']:,.1f} ms ("
+                                        + ", ".join(f"{k} {v:,.0f}" for k, v in s.get("measured_ms_by_layer_type", {}).items())
+                                        + ")"),
         ("measured prefill without cache", f"{s['measured_ms_without_cache']:,.1f} ms "
                                            f"({s['requests_full_measured']} requests timed in full)"),
         ("saved on validated hits", f"measured {s['measured_ms_saved_validated']:,.1f} ms, "
@@ -55,7 +60,9 @@ def format_summary(s: dict, settings: dict) -> str:
         ("FLOPs saved", f"executed {s['measured_flops_saved']:.3e}, simulated {s['simulated_flops_saved']:.3e}"),
         ("time model error", f"median {s['time_model_median_error']:.1%}, P95 {s['time_model_p95_error']:.1%}"),
         ("store peak", format_size(s["store_peak_bytes"])),
-        ("wall", f"{s['wall_s']:.1f} s ({s['tokens_per_s']:,.0f} input tokens/s)"),
+        ("wall", f"{s['wall_s']:.1f} s ({s['tokens_per_s']:,.0f} input tokens/s; executed "
+                 f"{s.get('replay_tflops_timed', float('nan')):.1f} TFLOP/s over timed prefills, "
+                 f"{s.get('replay_tflops_wall', float('nan')):.1f} over the wall time)"),
     ]
     if "time_model_median_error_calibrated" in s:
         rows.append(("time model error, calibrated",
@@ -73,7 +80,9 @@ def register(main: click.Group) -> None:
     @click.option("--alpha", default="auto", show_default=True, help="Marconi's alpha (a number or auto).")
     @click.option("--model", default="qwen3.5-9b", show_default=True,
                   help="Model preset with gated-delta layers (replay-tiny for CPU runs).")
-    @click.option("--layers", type=int, default=None, help="Gated-delta layers to replay [default: all].")
+    @click.option("--layers", type=int, default=None,
+                  help="Mixer layers to replay, subsampled evenly per type (attention / gated delta), each with "
+                       "its MLP; times are scaled to the model [default: the preset's full depth].")
     @click.option("--state-alignment", type=click.Choice(["exact", "chunk"]), default="exact", show_default=True)
     @click.option("--chunk-size", type=int, default=64, show_default=True)
     @click.option("--mode", type=click.Choice(["sequential", "des"]), default="des", show_default=True)
@@ -140,14 +149,19 @@ def register(main: click.Group) -> None:
             click.echo(json.dumps(res.summary, indent=2))
         else:
             click.echo(f"replay {trace.name} | {config.policy} | {config.model}, {res.settings['layers']} "
-                       f"gated-delta layers | {format_size(config.capacity_bytes)} | {config.state_alignment} "
+                       f"layers | {format_size(config.capacity_bytes)} | {config.state_alignment} "
                        f"alignment | {config.mode} | {settings.dtype} on {res.settings['device_name']} | "
                        f"store {settings.store}")
             click.echo(format_summary(res.summary, res.settings))
             if calibrate_path is not None:
                 t = res.calibrated
-                click.echo(f"timing file {calibrate_path}: {t.effective_tflops:.1f} TFLOP/s, "
-                           f"{t.overhead_ms:.2f} ms per prefill (whole model)")
+                frac = t.fraction_of_peak()
+                terms = ", ".join(f"{k} {v:.1f} ms/TFLOP" + (f" ({frac[k]:.0%} of peak)" if frac[k] else "")
+                                  for k, v in t.ms_per_tflop.items())
+                calls = ", ".join(f"{k} {v:.3f}" for k, v in t.layer_call_ms.items())
+                click.echo(f"timing file {calibrate_path}: {terms}; per layer call (ms): {calls}; "
+                           f"fit median / P95 error {res.calibration['median_error']:.1%} / "
+                           f"{res.calibration['p95_error']:.1%}")
         for f in res.failures[:20]:
             click.echo(f.message(), err=True)
         if res.failures:

@@ -33,7 +33,7 @@ from sim.cache.blocks import block_symbols
 from sim.cache.engine_tree import EngineTree, state_capacity
 from sim.cache.tree import HybridRadixTree, MatchResult, Node
 from sim.config import UNLIMITED, SimConfig, format_size, parse_size
-from sim.cost import ModelSpec, TimingModel, default_timing, get_model
+from sim.cost import GDN_CHUNK, ModelSpec, TimingModel, default_timing, get_model
 from sim.engine.events import EVENTS, listeners
 from sim.engine.metrics import Recorder
 from sim.errors import UsageError
@@ -371,7 +371,18 @@ class Simulation:
     def prefill_s(self, f: Flight) -> float:
         if self.config.ttft_model == "jamba":
             return self.timing.jamba_ttft_s(f.tok_in - f.hit_tokens)
+        if getattr(self.timing, "charges_splits", False):
+            return self.timing.prefill_time_s(self.spec, f.hit_tokens, f.tok_in, splits=self.prefill_splits(f))
         return self.timing.prefill_time_s(self.spec, f.hit_tokens, f.tok_in)
+
+    def prefill_splits(self, f: Flight) -> int:
+        """Extra kernel calls of the prefill: a state admitted inside the computed part of the
+        prompt off a kernel chunk boundary splits the call there (exact alignment)."""
+        if not self.spec.n_gdn:
+            return 0
+        g = self.grid
+        cps = f.prefill_cps or [c for c in f.decode_cps if c * g < f.tok_in]
+        return sum(1 for c in cps if f.hit_tokens < c * g < f.tok_in and (c * g) % GDN_CHUNK)
 
     def decode_s(self, f: Flight) -> float:
         end = f.tok_done if f.tok_done >= 0 else f.tok_full

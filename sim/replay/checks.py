@@ -54,7 +54,7 @@ def state_error(rec_a, conv_a, rec_b, conv_b) -> tuple[float, float]:
 class Failure:
     """One failed check, reported with request id, checkpoint id and both positions."""
 
-    kind: str          # "hash" (bookkeeping) | "numerics" | "missing" (restore of an absent id)
+    kind: str          # "hash" | "kv-hash" (bookkeeping) | "numerics" | "kv-numerics" | "missing"
     request: int
     checkpoint: int
     stored_position: int

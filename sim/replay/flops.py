@@ -37,19 +37,34 @@ def segments_flops(spec, segments, layers: int) -> float:
     return layers * sum(layer_flops(spec, e - s, chunks_of(s, e)) for s, e in segments)
 
 
-def model_flops(spec, segments, replayed_layers: int) -> float:
-    """Executed FLOPs scaled to the whole model: the replayed gated-delta layers scaled to the
-    preset's gated-delta layer count, plus the analytic attention / MLP / Mamba FLOPs of the
-    tokens the calls computed (each call's tokens attend to everything before them)."""
-    gdn = segments_flops(spec, segments, 1) * spec.n_gdn
-    rest = sum(_non_gdn(spec, s, e) for s, e in segments)
-    return gdn + rest
+def replayed_flops(spec, counts, segments) -> float:
+    """FLOPs of ``counts`` layers of each type (``{"attention", "gated_delta", "mlp"}``) over
+    calls ``[(start, end), ...]``: attention projections and causal score/value products (each
+    call's tokens attend to everything before them), gated-delta per token and per kernel chunk
+    (ragged chunks whole), MLP per token."""
+    total = 0.0
+    for s, e in segments:
+        if e <= s:
+            continue
+        total += counts.get("attention", 0) * (spec.attn_layer_a * (e - s) + spec.attn_layer_b * (e * e - s * s))
+        total += counts.get("gated_delta", 0) * (spec.gdn_layer_a * (e - s)
+                                                 + spec.gdn_chunk_flops * chunks_of(s, e))
+        total += counts.get("mlp", 0) * spec.mlp_layer_a * (e - s)
+    return total
+
+
+def model_flops(spec, segments, replayed_layers=None) -> float:
+    """Executed FLOPs of the calls scaled to the whole model: every layer of the preset over the
+    calls (gated-delta chunk padding included), plus Mamba layers analytically."""
+    counts = {"attention": spec.n_attn, "gated_delta": spec.n_gdn, "mlp": spec.n_mlp}
+    rest = sum(_non_gdn(spec, s, e) for s, e in segments) if spec.n_mamba else 0.0
+    return replayed_flops(spec, counts, segments) + rest
 
 
 def _non_gdn(spec, start: int, end: int) -> float:
     other = _NON_GDN.get(spec)
     if other is None:
-        other = _NON_GDN[spec] = replace(spec, n_gdn=0)
+        other = _NON_GDN[spec] = replace(spec, n_gdn=0, n_attn=0, n_mlp=0)
     return other.prefill_flops(start, end)
 
 

@@ -1,29 +1,57 @@
 """Replay measurements (no torch): the per-request table, the summary, the time-model error and
 the ``--calibrate`` fit with its timing file.
 
-Modelled vs measured time compares like with like: the replay executes ``L`` gated-delta layers,
-so the modelled time of a request is the timing model applied to those layers' FLOPs, with the
-per-call overhead shared by layer (``overhead_ms * L / layers of the model``). A calibrated
-timing file goes the other way: the fitted overhead of the L replayed layers is scaled to the
-model's layer count and the fitted throughput is taken for every layer (attention and MLP layers
-are not executed: that they run at the linear layers' throughput is an assumption).
+Replay executes ``counts`` layers of each type (``layers_replayed``: the preset's full depth by
+default, or an even subsample per type with ``--layers``). Modelled vs measured compares like with
+like: the modelled time of a request is the timing model applied to the replayed layers (a
+``HardwareTiming`` prices each type and each call; the one-rate ``TimingModel`` its overhead
+shared by mixer layer). Measured times are also scaled to the whole model, type by type
+(``measured_model_ms``).
+
+``--calibrate`` fits a ``HardwareTiming`` to the per-layer-type times of every timed call (the
+suffix prefills and the from-scratch reference prefills of validated hits): per type, time of one
+layer = per-call time + FLOP terms, a non-negative least-squares fit of relative residuals. With
+the device's peak known, no FLOP term may run above it: a fit whose data put a term that matters
+above 100 % of peak is refused; a term the data cannot resolve is pinned at the peak.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-import math
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from sim.cost import ModelSpec, TimingModel
+from sim.cost import (LAYER_KINDS, HardwareTiming, ModelSpec,
+                      gdn_chunks, read_timing_file, timing_to_dict)
 from sim.errors import UsageError
-from sim.replay.flops import model_flops, segments_flops
+from sim.replay.flops import model_flops, replayed_flops
 
-TIMING_FORMAT = "marconi-timing/1"
+# dense peak TFLOP/s by (device name fragment, dtype): the datasheets (H100 / H200 SXM bf16 989,
+# fp32 67; A100 312 / 19.5); an unknown device has no peak (no bound on the fit)
+PEAKS = {("H200", "bf16"): 989.0, ("H100", "bf16"): 989.0, ("H200", "fp16"): 989.0,
+         ("H100", "fp16"): 989.0, ("H200", "fp32"): 67.0, ("H100", "fp32"): 67.0,
+         ("A100", "bf16"): 312.0, ("A100", "fp16"): 312.0, ("A100", "fp32"): 19.5}
+#: a FLOP term whose share of its layer type's modelled time is below this may be pinned at the
+#: peak when the data would put it above; above it the fit is refused
+MATTERS = 0.05
+#: calls of at most this many tokens time the host floor (their device work is far below it)
+SHORT_CALL = 64
+MIN_SHORT = 10
+#: calls this far above the floor are device-bound: they alone fit the device terms
+ABOVE_FLOOR = 1.25
+TYPE_TERMS = {"attention": ("attn_linear", "attn_quadratic"), "gated_delta": ("gdn_linear", "gdn_chunk"),
+              "mlp": ("mlp_linear",)}
+
+
+def device_peak(device_name: str, dtype: str) -> float:
+    for (frag, dt), peak in PEAKS.items():
+        if frag in (device_name or "") and dt == dtype:
+            return peak
+    return 0.0
 
 
 def mixing_layers(spec: ModelSpec) -> int:
@@ -31,41 +59,70 @@ def mixing_layers(spec: ModelSpec) -> int:
     return spec.n_attn + spec.n_gdn + spec.n_mamba
 
 
-def replayed_spec(spec: ModelSpec, layers: int) -> ModelSpec:
-    """The cost model of what replay executes: ``layers`` gated-delta layers and nothing else."""
-    return replace(spec, n_attn=0, n_mlp=0, n_mamba=0, n_gdn=layers)
+def model_counts(spec: ModelSpec) -> dict:
+    return {"attention": spec.n_attn, "gated_delta": spec.n_gdn, "mlp": spec.n_mlp}
 
 
-def modelled_ms(spec: ModelSpec, timing: TimingModel, layers: int, hit: int, n: int) -> float:
-    share = layers / max(1, mixing_layers(spec))
-    return timing.overhead_ms * share + replayed_spec(spec, layers).prefill_flops(hit, n) * 1e3 / (
-        timing.effective_tflops * 1e12)
+def replayed_spec(spec: ModelSpec, counts) -> ModelSpec:
+    """The cost model of what replay executes: ``counts`` layers by type (an int: that many
+    gated-delta layers alone)."""
+    if isinstance(counts, int):
+        counts = {"attention": 0, "gated_delta": counts, "mlp": 0}
+    return replace(spec, n_attn=counts["attention"], n_mlp=counts["mlp"], n_mamba=0,
+                   n_gdn=counts["gated_delta"])
 
 
-def request_table(records, spec: ModelSpec, timing: TimingModel, layers: int) -> pd.DataFrame:
-    """One row per request: what the simulator claimed, what replay executed and measured."""
+def modelled_ms(spec: ModelSpec, timing, counts, hit: int, n: int, splits: int = 0) -> float:
+    """Modelled prefill time of tokens [hit, n) on the replayed layers."""
+    rspec = replayed_spec(spec, counts)
+    if isinstance(timing, HardwareTiming):
+        return timing.prefill_time_s(rspec, hit, n, splits) * 1e3
+    share = (rspec.n_attn + rspec.n_gdn) / max(1, mixing_layers(spec))
+    return timing.overhead_ms * share + rspec.prefill_flops(hit, n) * 1e3 / (timing.effective_tflops * 1e12)
+
+
+def _scale(spec: ModelSpec, counts) -> dict:
+    full = model_counts(spec)
+    return {k: (full[k] / counts[k] if counts.get(k) else 0.0) for k in LAYER_KINDS}
+
+
+def request_table(records, spec: ModelSpec, timing, counts) -> pd.DataFrame:
+    """One row per request: what the simulator claimed, what replay executed and measured
+    (per layer type too)."""
+    if isinstance(counts, int):
+        counts = {"attention": 0, "gated_delta": counts, "mlp": 0}
     rows = []
-    rspec = replayed_spec(spec, layers)
+    rspec = replayed_spec(spec, counts)
+    scale = _scale(spec, counts)
     for r in records:
         n, hit = r.input_tokens, r.hit_tokens if r.restored else 0
         sim_hit = r.hit_tokens
-        rows.append(dict(
+        splits = max(0, len(r.suffix_segments) - 1)
+        row = dict(
             request=r.request, input_tokens=n, output_tokens=r.output_tokens,
             hit_checkpoint=r.hit_checkpoint, hit_tokens=sim_hit, restored=r.restored,
-            validated=r.validated, failed=r.failed, max_rec_error=r.max_rec_error,
-            max_conv_error=r.max_conv_error, max_out_error=r.max_out_error,
-            kernel_calls=len(r.suffix_segments), late_admits=r.late_admits,
+            validated=r.validated, kv_validated=r.kv_validated, failed=r.failed,
+            max_rec_error=r.max_rec_error, max_conv_error=r.max_conv_error,
+            max_out_error=r.max_out_error, max_kv_error=r.max_kv_error,
+            kernel_calls=len(r.suffix_segments), splits=splits, late_admits=r.late_admits,
+            segments=[list(x) for x in r.suffix_segments],
             suffix_ms=r.suffix_ms, full_ms=r.full_ms, tail_ms=r.tail_ms,
-            replay_flops=segments_flops(spec, r.suffix_segments, layers),
-            replay_full_flops=segments_flops(spec, [(0, n)], layers),
+            replay_flops=replayed_flops(spec, counts, r.suffix_segments),
+            replay_full_flops=replayed_flops(spec, counts, [(0, n)]),
             replay_flops_simulated=rspec.prefill_flops(hit, n),
-            executed_flops=model_flops(spec, r.suffix_segments, layers),
-            executed_full_flops=model_flops(spec, [(0, n)], layers),
+            executed_flops=model_flops(spec, r.suffix_segments),
+            executed_full_flops=model_flops(spec, [(0, n)]),
             simulated_flops=spec.prefill_flops(sim_hit, n),
             simulated_full_flops=spec.flops(n),
-            modelled_ms=modelled_ms(spec, timing, layers, hit, n),
-            modelled_full_ms=modelled_ms(spec, timing, layers, 0, n),
-        ))
+            modelled_ms=modelled_ms(spec, timing, counts, hit, n, splits),
+            modelled_full_ms=modelled_ms(spec, timing, counts, 0, n),
+        )
+        for which, by in (("suffix", r.suffix_ms_by_type), ("full", r.full_ms_by_type)):
+            for k in LAYER_KINDS + ("other",):
+                row[f"{which}_ms_{k}"] = by.get(k, float("nan")) if by else float("nan")
+        row["measured_model_ms"] = (sum(row[f"suffix_ms_{k}"] * scale[k] for k in LAYER_KINDS)
+                                    + row["suffix_ms_other"]) if r.suffix_ms_by_type else float("nan")
+        rows.append(row)
     df = pd.DataFrame(rows)
     if len(df):
         df["model_error"] = (df["modelled_ms"] - df["suffix_ms"]) / df["suffix_ms"]
@@ -80,27 +137,33 @@ def error_stats(df: pd.DataFrame, column: str = "model_error") -> tuple[float, f
     return float(e.median()), float(e.quantile(0.95))
 
 
-def summary(df: pd.DataFrame, *, failures: int, store_peak_bytes: int, wall_s: float,
-            late_admits: int = 0) -> dict:
+def summary(df: pd.DataFrame, *, failures, store_peak_bytes: int, wall_s: float,
+            late_admits: int = 0, counts=None, spec: ModelSpec | None = None,
+            kv_hits_validated: int = 0) -> dict:
     hits = df[df["hit_tokens"] > 0] if len(df) else df
     val = df[df["validated"]] if len(df) else df
     paired = val[val["full_ms"].notna() & val["suffix_ms"].notna()]
     measured_full = df[df["full_ms"].notna()] if len(df) else df
     med, p95 = error_stats(df)
-    worst = float(val[["max_rec_error", "max_conv_error", "max_out_error"]].to_numpy().max()) \
+    worst = float(val[["max_rec_error", "max_conv_error", "max_out_error", "max_kv_error"]].to_numpy().max()) \
         if len(val) else 0.0
     tokens = int(df["input_tokens"].sum()) if len(df) else 0
-    return dict(
+    kinds = [getattr(f, "kind", "") for f in failures] if not isinstance(failures, int) else []
+    n_fail = failures if isinstance(failures, int) else len(failures)
+    out = dict(
         requests=int(len(df)),
         input_tokens=tokens,
         hits=int(len(hits)),
         hit_tokens=int(hits["hit_tokens"].sum()) if len(hits) else 0,
         hits_validated=int(len(val)),
-        failures=int(failures),
+        kv_hits_validated=int(kv_hits_validated),
+        failures=int(n_fail),
+        kv_failures=int(sum(k.startswith("kv") for k in kinds)),
         max_restore_error=worst,
         max_rec_error=float(val["max_rec_error"].max()) if len(val) else 0.0,
         max_conv_error=float(val["max_conv_error"].max()) if len(val) else 0.0,
         max_out_error=float(val["max_out_error"].max()) if len(val) else 0.0,
+        max_kv_error=float(val["max_kv_error"].max()) if len(val) else 0.0,
         measured_ms_with_cache=float(df["suffix_ms"].sum()) if len(df) else 0.0,
         measured_ms_without_cache=float(measured_full["full_ms"].sum()) if len(df) else 0.0,
         requests_full_measured=int(len(measured_full)),
@@ -116,15 +179,47 @@ def summary(df: pd.DataFrame, *, failures: int, store_peak_bytes: int, wall_s: f
         late_admits=int(late_admits),
         wall_s=float(wall_s),
         tokens_per_s=tokens / wall_s if wall_s > 0 else float("nan"),
+        splits=int(df["splits"].sum()) if len(df) else 0,
     )
+    if counts is not None:
+        out["layers_replayed"] = dict(counts)
+        by = {k: float(df[f"suffix_ms_{k}"].sum()) if len(df) else 0.0 for k in LAYER_KINDS + ("other",)}
+        out["measured_ms_by_layer_type"] = by
+        if spec is not None:
+            sc = _scale(spec, counts)
+            out["measured_model_ms_by_layer_type"] = {k: by[k] * sc.get(k, 1.0) for k in by}
+        # executed FLOPs of the replayed layers over the timed prefills' device time
+        t = float(df["suffix_ms"].sum()) if len(df) else 0.0
+        out["replay_tflops_timed"] = out["replay_flops_executed"] / (t * 1e-3) / 1e12 if t > 0 else float("nan")
+        flops_all = out["replay_flops_executed"] + float(
+            df.loc[df["full_ms"].notna() & (df["hit_tokens"] > 0), "replay_full_flops"].sum()) if len(df) else 0.0
+        out["replay_tflops_wall"] = flops_all / wall_s / 1e12 if wall_s > 0 else float("nan")
+    return out
 
 
 # ---- calibration ------------------------------------------------------------------------------
 
+def nnls(A: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative least squares ``min ||A x - y||, x >= 0`` for a few columns: the best
+    unconstrained solution over every subset of free columns (exact for the few terms here)."""
+    k = A.shape[1]
+    best, best_r = np.zeros(k), float(np.sum(y * y))
+    for m in range(1, k + 1):
+        for cols in itertools.combinations(range(k), m):
+            sub = A[:, cols]
+            x, *_ = np.linalg.lstsq(sub, y, rcond=None)
+            if np.any(x < 0):
+                continue
+            r = float(np.sum((sub @ x - y) ** 2))
+            if r < best_r - 1e-15 * max(1.0, best_r):
+                best, best_r = np.zeros(k), r
+                best[list(cols)] = x
+    return best
+
+
 def fit_linear(flops: np.ndarray, ms: np.ndarray) -> tuple[float, float]:
-    """Fit ``ms = overhead + flops / throughput`` minimising the squared *relative* residuals
-    (rows weighted by 1 / measured ms, so short requests count as much as long ones);
-    returns ``(overhead_ms, tflops)``. The overhead is kept >= 0."""
+    """Fit ``ms = overhead + flops / throughput`` minimising the squared *relative* residuals;
+    returns ``(overhead_ms, tflops)`` (both non-negative)."""
     flops = np.asarray(flops, dtype=float)
     ms = np.asarray(ms, dtype=float)
     ok = np.isfinite(ms) & (ms > 0) & np.isfinite(flops)
@@ -132,69 +227,166 @@ def fit_linear(flops: np.ndarray, ms: np.ndarray) -> tuple[float, float]:
     if len(ms) < 2 or np.ptp(flops) == 0:
         raise UsageError("calibration needs at least two timed requests of different sizes")
     w = 1.0 / ms
-    A = np.stack([w, flops * w], axis=1)
-    (a, b), *_ = np.linalg.lstsq(A, np.ones_like(ms), rcond=None)
-    if a < 0 or b <= 0:   # refit through the origin for the throughput alone
-        a = 0.0
-        b = float(np.sum(flops * w * 1.0) / np.sum((flops * w) ** 2))
-    return float(a), float(1.0 / b / 1e9)   # b: ms per FLOP -> TFLOP/s = 1e-9 / b
+    a, b = nnls(np.stack([w, flops * w], axis=1), np.ones_like(ms))
+    if b <= 0:
+        raise UsageError("calibration: time does not grow with FLOPs in these measurements")
+    return float(a), float(1.0 / b / 1e9)
 
 
-def calibrate(df: pd.DataFrame, spec: ModelSpec, base: TimingModel, layers: int,
-              device: str = "") -> tuple[TimingModel, dict]:
-    """A timing model for the whole preset fitted to the measured suffix prefills. The fit's
-    x is the cost model's FLOPs of each request (not the executed ones, which include chunk
-    padding): the simulator will apply the timing to its own FLOPs."""
-    timed = df[df["suffix_ms"].notna() & (df["suffix_ms"] > 0)]
-    a, tflops = fit_linear(timed["replay_flops_simulated"].to_numpy(), timed["suffix_ms"].to_numpy())
-    overhead_model = a * mixing_layers(spec) / layers
-    t = TimingModel(tflops, overhead_model, base.decode_ms_per_token,
-                    source=f"marconi replay --calibrate ({layers} {spec.name} gated-delta layers"
-                           f"{' on ' + device if device else ''}, {len(timed)} requests)")
-    fitted = timed["replay_flops_simulated"] * 1e3 / (tflops * 1e12) + a
-    err = ((fitted - timed["suffix_ms"]) / timed["suffix_ms"]).abs()
-    info = dict(overhead_ms_replayed=a, tflops=tflops, requests=int(len(timed)),
-                median_error=float(err.median()), p95_error=float(err.quantile(0.95)))
+def _features(spec: ModelSpec, kind: str, segments) -> list[float]:
+    """Per-layer features of one timed call list of ``kind``: [calls, FLOPs of each term]."""
+    calls = len(segments)
+    if kind == "attention":
+        lin = sum(spec.attn_layer_a * (e - s) for s, e in segments)
+        quad = sum(spec.attn_layer_b * (e * e - s * s) for s, e in segments)
+        return [calls, lin, quad]
+    if kind == "gated_delta":
+        lin = sum(spec.gdn_layer_a * (e - s) for s, e in segments)
+        chunk = sum(spec.gdn_chunk_flops * gdn_chunks(s, e) for s, e in segments)
+        return [calls, lin, chunk]
+    return [calls, sum(spec.mlp_layer_a * (e - s) for s, e in segments)]
+
+
+def timed_calls(df: pd.DataFrame) -> list[tuple[list, dict]]:
+    """Every timed prefill of the table as ``(segments, {kind: ms over the replayed layers})``:
+    the suffix prefills and the from-scratch references of validated hits."""
+    out = []
+    for row in df.itertuples(index=False):
+        d = row._asdict()
+        if np.isfinite(d["suffix_ms_mlp"]) or np.isfinite(d["suffix_ms_gated_delta"]) or \
+                np.isfinite(d["suffix_ms_attention"]):
+            segs = [tuple(x) for x in d["segments"]]
+            if segs:
+                out.append((segs, {k: d[f"suffix_ms_{k}"] for k in LAYER_KINDS + ("other",)}))
+        if d["hit_tokens"] > 0 and d["validated"] and np.isfinite(d["full_ms_other"]):
+            out.append(([(0, d["input_tokens"])], {k: d[f"full_ms_{k}"] for k in LAYER_KINDS + ("other",)}))
+    return out
+
+
+def _tokens(spec: ModelSpec, kind: str, X: np.ndarray) -> np.ndarray:
+    """Tokens of each one-call row, from its linear-FLOPs feature."""
+    per = {"attention": spec.attn_layer_a, "gated_delta": spec.gdn_layer_a, "mlp": spec.mlp_layer_a}[kind]
+    return X[:, 1] / per
+
+
+def _fit_kind(Xs: np.ndarray, y: np.ndarray, cap: float, terms) -> tuple[np.ndarray, list, list]:
+    """Relative-residual NNLS of ``y = call + sum(c_t x_t)`` (x in TFLOPs); with ``cap`` (ms per
+    TFLOP at the peak) the terms the data put above the peak are returned as ``bad`` (those that
+    matter) or pinned at the peak (those that do not), and the rest refitted."""
+    w = 1.0 / y
+    A, b = Xs * w[:, None], np.ones_like(y)
+    x = nnls(A, b)
+    bad, pinned = [], []
+    if cap:
+        for j, t in enumerate(terms, start=1):
+            if x[j] < cap:
+                share = float(np.median(cap * Xs[:, j] / y))
+                if x[j] > 0 and share >= MATTERS:
+                    bad.append((t, 1e3 / x[j]))
+                else:
+                    pinned.append(t)
+        lo = np.array([0.0] + [cap] * len(terms))
+        x = lo + nnls(A, b - A @ lo)
+    return x, bad, pinned
+
+
+def fit_hardware(spec: ModelSpec, counts: dict, calls, *, peak_tflops: float = 0.0,
+                 decode_ms_per_token: float = 0.0, source: str = "") -> tuple[HardwareTiming, dict]:
+    """Fit a HardwareTiming to timed calls ``[(segments, {kind: ms over counts[kind] layers})]``:
+    per kind, the host floor ``h`` (a layer takes ``max(h, call + FLOP terms)``) chosen among
+    the measured per-layer times' low quantiles (or none) to minimise the relative error, the
+    rest by ``_fit_kind`` on the calls above the floor."""
+    ms_per_tflop, layer_ms, floor_ms = {}, {}, {}
+    info = {"terms": {}, "pinned": []}
+    cap = 1e3 / peak_tflops if peak_tflops > 0 else 0.0          # ms per TFLOP at the peak
+    for kind in LAYER_KINDS:
+        terms = TYPE_TERMS[kind]
+        if not counts.get(kind):
+            layer_ms[kind] = floor_ms[kind] = 0.0
+            for t in terms:
+                ms_per_tflop[t] = cap
+            continue
+        X, y = [], []
+        for segs, by in calls:
+            v = by.get(kind)
+            # one-call prefills only: a split request's two calls are timed together, and the
+            # floor applies per call
+            if len(segs) == 1 and v is not None and np.isfinite(v) and v > 0:
+                X.append(_features(spec, kind, segs))
+                y.append(v / counts[kind])
+        if len(y) < len(terms) + 1:
+            raise UsageError(f"calibration needs at least {len(terms) + 1} timed calls with {kind} layers")
+        X, y = np.asarray(X, float), np.asarray(y, float)
+        Xs = X.copy()
+        Xs[:, 1:] *= 1e-12                                         # FLOPs -> TFLOPs
+        # the host floor: the median time of calls that compute next to nothing (at most
+        # SHORT_CALL tokens), where it exists; the device terms from the calls clearly above it
+        short = _tokens(spec, kind, X) <= SHORT_CALL
+        cands = [0.0] + ([float(np.median(y[short]))] if short.sum() >= MIN_SHORT else [])
+        best = None
+        for h in cands:
+            sel = y > ABOVE_FLOOR * h if h > 0 else np.ones(len(y), bool)
+            if sel.sum() < len(terms) + 1:
+                continue
+            x, bad, pinned = _fit_kind(Xs[sel], y[sel], cap, terms)
+            pred = np.maximum(h, Xs @ x)
+            e = float(np.mean(((pred - y) / y) ** 2))
+            if best is None or e < best[0] - 1e-15:
+                best = (e, h, x, bad, pinned, pred)
+        _, h, x, bad, pinned, pred = best
+        if bad:
+            t, rate = bad[0]
+            raise UsageError(
+                f"calibration refused: the measurements put {t} at {rate / peak_tflops:.0%} of the device's "
+                f"{peak_tflops:g} TFLOP/s peak (over 100 % is not physical: check the timer and "
+                "that the work was really executed)")
+        info["pinned"] += pinned
+        layer_ms[kind], floor_ms[kind] = float(x[0]), h
+        for j, t in enumerate(terms, start=1):
+            ms_per_tflop[t] = float(x[j])
+        err = np.abs(pred - y) / y
+        info["terms"][kind] = dict(calls=int(len(y)), layer_call_ms=float(x[0]), layer_floor_ms=h,
+                                   calls_above_floor=int((y > ABOVE_FLOOR * h).sum()) if h else int(len(y)),
+                                   median_error=float(np.median(err)), p95_error=float(np.quantile(err, 0.95)))
+    other = [by.get("other", float("nan")) / len(segs) for segs, by in calls]
+    other = [v for v in other if np.isfinite(v)]
+    call_ms = float(np.median(other)) if other else 0.0
+    t = HardwareTiming(ms_per_tflop, layer_ms, call_ms, decode_ms_per_token, peak_tflops, 1, source=source,
+                       layer_floor_ms=floor_ms)
+    info["fraction_of_peak"] = t.fraction_of_peak()
+    info["call_ms"] = call_ms
     return t, info
 
 
-def write_timing(path, timing: TimingModel, spec: ModelSpec, info: dict) -> None:
+def calibrate(df: pd.DataFrame, spec: ModelSpec, base, counts, device: str = "",
+              peak_tflops: float = 0.0, decode_ms_per_token: float | None = None):
+    """A HardwareTiming for the whole preset fitted to the measured per-layer-type times."""
+    if isinstance(counts, int):
+        counts = {"attention": 0, "gated_delta": counts, "mlp": 0}
+    calls = timed_calls(df)
+    decode = base.decode_ms_per_token if decode_ms_per_token is None else decode_ms_per_token
+    src = (f"marconi replay --calibrate ({', '.join(f'{v} {k}' for k, v in counts.items() if v)} layers of "
+           f"{spec.name}{' on ' + device if device else ''}, {len(calls)} timed calls)")
+    t, info = fit_hardware(spec, counts, calls, peak_tflops=peak_tflops, decode_ms_per_token=decode,
+                           source=src)
+    timed = df[df["suffix_ms"].notna() & (df["suffix_ms"] > 0)]
+    fitted = np.array([modelled_ms(spec, t, counts, h if r else 0, n, s) for h, r, n, s in
+                       zip(timed["hit_tokens"], timed["restored"], timed["input_tokens"], timed["splits"])])
+    err = np.abs(fitted - timed["suffix_ms"].to_numpy()) / timed["suffix_ms"].to_numpy()
+    info.update(requests=int(len(timed)), calls=len(calls),
+                median_error=float(np.median(err)) if len(err) else float("nan"),
+                p95_error=float(np.quantile(err, 0.95)) if len(err) else float("nan"))
+    return t, info
+
+
+def write_timing(path, timing, spec: ModelSpec, info: dict) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(path).with_name(f".tmp-{Path(path).name}")  # renamed when complete: never a truncated file
-    tmp.write_text(json.dumps(dict(
-        format=TIMING_FORMAT, model=spec.name, effective_tflops=timing.effective_tflops,
-        overhead_ms=timing.overhead_ms, decode_ms_per_token=timing.decode_ms_per_token,
-        source=timing.source, fit=info), indent=2) + "\n")
+    tmp.write_text(json.dumps(dict(timing_to_dict(timing), model=spec.name, fit=info),
+                                     indent=2, default=float) + "\n")
     tmp.replace(path)
 
 
-def read_timing(path, model: str | None = None) -> TimingModel:
-    """A timing file written by ``marconi replay --calibrate`` (bad input, or a file fitted for
-    another model than ``model``: UsageError)."""
-    try:
-        d = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise UsageError(f"cannot read timing file {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise UsageError(f"timing file {path} is not JSON: {exc}") from None
-    if not isinstance(d, dict) or d.get("format") != TIMING_FORMAT:
-        raise UsageError(f"timing file {path} is not a {TIMING_FORMAT} file "
-                         "(write one with marconi replay --calibrate FILE)")
-    if model is not None and d.get("model") != model:
-        raise UsageError(f"timing file {path} was calibrated for {d.get('model')}, not {model}")
-    values = {}
-    for key, lowest in (("effective_tflops", None), ("overhead_ms", 0.0), ("decode_ms_per_token", 0.0)):
-        try:
-            v = d[key]
-            if isinstance(v, bool):
-                raise TypeError
-            values[key] = float(v)
-        except (KeyError, TypeError, ValueError, OverflowError):
-            raise UsageError(f"timing file {path}: missing or bad field {key!r}") from None
-        # NaN, Infinity and "nan" read as floats: refused, as are a zero throughput and negative times
-        ok = 0 < values[key] < math.inf if lowest is None else lowest <= values[key] < math.inf
-        if not ok:
-            need = "a finite number > 0" if lowest is None else "a finite number >= 0"
-            raise UsageError(f"timing file {path}: {key} must be {need}, not {v!r}")
-    return TimingModel(values["effective_tflops"], values["overhead_ms"], values["decode_ms_per_token"],
-                       source=str(d.get("source", path)))
+def read_timing(path, model: str | None = None):
+    """A timing file written by ``marconi replay --calibrate`` (see ``sim.cost.read_timing_file``)."""
+    return read_timing_file(path, model=model)

@@ -1,53 +1,107 @@
-"""The replayed model: a stack of gated-delta-net blocks at a preset's shapes, weights from a seed.
+"""The replayed model: every layer type of a hybrid preset at its shapes, weights from a seed.
 
 Needs torch and the project's Triton kernels; the CLI imports this module lazily so that the
 simulator never needs torch.
 
-One block (Qwen3-Next / Qwen3.5 linear-attention layer, without its MLP):
-  h = rmsnorm(x); [qkv | z | a | b] = h W_in
-  qkv -> causal conv1d (width W, window state) + SiLU -> q, k, v
-  o = chunk_gated_delta_rule(q, k, v, a, b)  (gate -exp(A_log) softplus(a + dt_bias), beta
-      sigmoid(b) and q/k l2norm inside the kernel; fp32 recurrent state)
-  x <- x + (rmsnorm_per_head(o) * w_norm * silu(z)) W_out      (x, the residual stream, in fp32)
-Each block feeds the next, so layer l's state after a prefix depends on the whole prefix, as in a
-real model. Token ids index the embedding modulo ``vocab_rows`` (a smaller table than the real
-vocabulary: the state is still a deterministic function of the token ids).
+A Qwen3-Next / Qwen3.5 layer is a token mixer (gated-delta linear attention, or gated full
+attention every fourth layer) followed by an MLP, each behind an RMSNorm and a residual add:
+
+  gated delta: h = rmsnorm(x); [qkv | z | a | b] = h W_in
+               qkv -> causal conv1d (width W, window state) + SiLU -> q, k, v
+               o = chunk_gated_delta_rule(q, k, v, a, b)  (gate -exp(A_log) softplus(a + dt_bias),
+                   beta sigmoid(b), q/k l2norm in the kernel; fp32 recurrent state)
+               x <- x + (rmsnorm_per_head(o) * w_norm * silu(z)) W_out
+  attention:   h = rmsnorm(x); [q | gate] = h W_q, k = h W_k, v = h W_v; per-head RMSNorm of q, k;
+               rotary embedding on a quarter of the head dim at absolute positions; the new keys
+               and values are appended to the prefix's KV (restored from the paged KV store on a
+               hit); o = SDPA(q, K, V) with a lower-right causal mask (the suffix attends to the
+               whole prefix); x <- x + (o * sigmoid(gate)) W_o
+  MLP:         x <- x + (silu(h W_gate) * h W_up) W_down, h = rmsnorm(x) (MoE presets: one dense
+               SwiGLU at the active width: routed top-k + shared experts' intermediate sizes)
+
+The residual stream is fp32 (matmul and kernel inputs in ``dtype``). Each layer feeds the next,
+so every state and every key after a prefix depends on the whole prefix, as in a real model.
+Token ids index the embedding modulo ``vocab_rows`` (a smaller table than the real vocabulary).
+
+Every gated-delta call (conv + chunked core) goes through ``gated_delta``: the one place where
+another backend of the same math can be chosen.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
 
 from kernels._common import CHUNK, prepare_chunk_metadata
 from kernels.chunk_gdn import chunk_gated_delta_rule
 from kernels.conv import causal_conv1d
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+ATTN, GDN, MLP = "attention", "gated_delta", "mlp"
+LAYER_TYPES = (ATTN, GDN, MLP)
+ROPE_THETA = 1e7
+ROTARY_FRACTION = 4      # rotary embedding on head_dim / 4 dimensions (Qwen3.5: factor 0.25)
+SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def spread(n_attn: int, n_gdn: int) -> list[str]:
+    """Mixer types of ``n_attn + n_gdn`` layers, attention spread evenly and last in its group
+    (Qwen3.5's 3 gated delta : 1 attention gives attention at layers 3, 7, 11, ...)."""
+    n = n_attn + n_gdn
+    at = {round((k + 1) * n / n_attn) - 1 for k in range(n_attn)} if n_attn else set()
+    return [ATTN if i in at else GDN for i in range(n)]
+
+
+def subsample(n_attn: int, n_gdn: int, layers: Optional[int]) -> tuple[int, int]:
+    """``(attention, gated delta)`` layers to replay when ``layers`` mixer layers of the
+    ``n_attn + n_gdn`` are asked for: each type in proportion, at least one of each present type
+    when ``layers`` allows (None: all)."""
+    n = n_attn + n_gdn
+    if layers is None or layers >= n:
+        return n_attn, n_gdn
+    a = round(layers * n_attn / n) if n else 0
+    if n_attn and layers >= 2:
+        a = max(1, a)
+    if n_gdn:
+        a = min(a, layers - 1)
+    return a, layers - a
 
 
 @dataclass(frozen=True)
 class ReplayShape:
-    """Shapes of the replayed stack (one gated-delta layer repeated ``layers`` times)."""
+    """Shapes of the replayed model: ``layers`` gated-delta layers, ``attn_layers`` attention
+    layers and an MLP after every mixer when ``mlp_inter`` > 0."""
 
     hidden: int
-    layers: int
+    layers: int                 # gated-delta layers (their states are the checkpoints)
     k_heads: int
     v_heads: int
     head_k_dim: int = 128
     head_v_dim: int = 128
     conv_width: int = 4
     vocab_rows: int = 1 << 16
+    attn_layers: int = 0
+    attn_heads: int = 0
+    attn_kv_heads: int = 0
+    attn_head_dim: int = 0
+    attn_output_gate: bool = True
+    mlp_inter: int = 0          # SwiGLU intermediate size (0: no MLP blocks)
+    mlp_moe: bool = False       # the preset's MLP is a MoE replayed dense at its active width
 
     def __post_init__(self) -> None:
-        if self.layers < 1 or self.hidden < 1:
-            raise ValueError("a replay stack needs at least one layer and a positive hidden size")
-        if self.v_heads % self.k_heads:
+        if self.layers < 0 or self.attn_layers < 0 or self.layers + self.attn_layers < 1 or self.hidden < 1:
+            raise ValueError("a replay model needs at least one layer and a positive hidden size")
+        if self.layers and self.v_heads % self.k_heads:
             raise ValueError("v_heads must be a multiple of k_heads")
+        if self.attn_layers and (self.attn_heads % max(1, self.attn_kv_heads) or self.attn_head_dim < 4):
+            raise ValueError("attention heads must be a multiple of kv heads")
 
     @property
     def conv_dim(self) -> int:
@@ -61,14 +115,36 @@ class ReplayShape:
     def proj_dim(self) -> int:
         return self.conv_dim + self.value_dim + 2 * self.v_heads
 
+    @property
+    def order(self) -> list[str]:
+        """The mixer type of every replayed layer, in order."""
+        return spread(self.attn_layers, self.layers)
+
+    def counts(self) -> dict[str, int]:
+        """Replayed layers by type (``layers_replayed``)."""
+        n = self.layers + self.attn_layers
+        return {ATTN: self.attn_layers, GDN: self.layers, MLP: n if self.mlp_inter else 0}
+
     @classmethod
-    def from_spec(cls, spec, layers: Optional[int] = None, vocab_rows: int = 1 << 16) -> "ReplayShape":
-        """Shapes of a cost-model preset's gated-delta layers (``spec``: ``sim.cost.ModelSpec``)."""
-        n = spec.n_gdn if layers is None else layers
-        return cls(hidden=spec.d_model, layers=n, k_heads=spec.gdn_k_heads,
-                   v_heads=spec.gdn_v_heads, head_k_dim=spec.gdn_head_k_dim,
-                   head_v_dim=spec.gdn_head_v_dim, conv_width=spec.gdn_conv_width,
-                   vocab_rows=vocab_rows)
+    def from_spec(cls, spec, layers: Optional[int] = None, vocab_rows: int = 1 << 16,
+                  gdn_only: bool = False) -> "ReplayShape":
+        """Shapes of a cost-model preset (``spec``: ``sim.cost.ModelSpec``); ``layers``: mixer
+        layers to replay, subsampled evenly per type (None: the preset's full depth).
+        ``gdn_only``: gated-delta layers alone (``layers`` of them), no attention, no MLP."""
+        if gdn_only:
+            a, g = 0, spec.n_gdn if layers is None else layers
+        else:
+            a, g = subsample(spec.n_attn, spec.n_gdn, layers)
+        inter = 0
+        if not gdn_only and spec.n_mlp and spec.mlp_active_params:
+            inter = max(1, int(round(spec.mlp_active_params / (3 * spec.d_model))))
+        moe = bool(spec.nominal_active_params and "-a" in spec.name)
+        return cls(hidden=spec.d_model, layers=g, k_heads=spec.gdn_k_heads or 1,
+                   v_heads=spec.gdn_v_heads or 1, head_k_dim=spec.gdn_head_k_dim or 16,
+                   head_v_dim=spec.gdn_head_v_dim or 16, conv_width=spec.gdn_conv_width,
+                   vocab_rows=vocab_rows, attn_layers=a, attn_heads=spec.attn_heads,
+                   attn_kv_heads=spec.attn_kv_heads, attn_head_dim=spec.attn_head_dim,
+                   attn_output_gate=spec.attn_output_gate, mlp_inter=inter, mlp_moe=moe)
 
     def state_bytes(self, act_dtype: torch.dtype) -> int:
         """Bytes of one stack checkpoint: fp32 recurrent states + conv windows in ``act_dtype``."""
@@ -77,32 +153,126 @@ class ReplayShape:
         conv = self.conv_dim * (self.conv_width - 1) * elt
         return self.layers * (rec + conv)
 
+    def kv_bytes_per_token(self, act_dtype: torch.dtype) -> int:
+        elt = torch.empty((), dtype=act_dtype).element_size()
+        return self.attn_layers * 2 * self.attn_kv_heads * self.attn_head_dim * elt
+
 
 @dataclass
 class StackState:
-    """The state of every replayed layer after ``pos`` tokens: recurrent ``[L, Hv, K, V]`` fp32,
-    conv windows ``[L, conv_dim, W-1]`` in the activation dtype."""
+    """The model's state after ``pos`` tokens: recurrent ``[L, Hv, K, V]`` fp32 and conv windows
+    ``[L, conv_dim, W-1]`` of the gated-delta layers, and the keys and values of the attention
+    layers ``[A, 2, pos, KVH, hd]`` (None without attention layers)."""
 
     pos: int
     rec: torch.Tensor
     conv: torch.Tensor
+    kv: Optional[torch.Tensor] = None
 
     def clone(self) -> "StackState":
-        return StackState(self.pos, self.rec.clone(), self.conv.clone())
+        return StackState(self.pos, self.rec.clone(), self.conv.clone(),
+                          None if self.kv is None else self.kv.clone())
 
 
 # on_state(position, layer, recurrent [Hv, K, V] fp32, conv window [conv_dim, W-1])
 StateSink = Callable[[int, int, torch.Tensor, torch.Tensor], None]
 
 
-class GDNStack:
-    """Weights of the replayed stack, drawn from ``seed`` on ``device``, and its forward pass."""
+def gated_delta(qkv, a, b, *, conv_w, A_log, dt_bias, rec0, conv0, meta, boundaries: bool,
+                k_heads: int, head_k_dim: int, v_heads: int, head_v_dim: int):
+    """One gated-delta layer's conv + chunked core over ``T`` tokens (``qkv [T, conv_dim]``,
+    ``a``, ``b`` ``[T, Hv]``) from ``rec0 [Hv, K, V]`` / ``conv0 [conv_dim, W-1]`` (None: zeros).
+    Returns ``(o [T, Hv, V], rec_end, conv_end, boundary recurrent states, boundary conv
+    windows)``. The one call site of the gated-delta kernels."""
+    T = qkv.shape[0]
+    y, conv_end, conv_b = causal_conv1d(
+        qkv[None], conv_w, None, conv_state=None if conv0 is None else conv0[None],
+        chunk_metadata=meta, activation="silu", boundary_conv_states=boundaries)
+    y = y[0]
+    nk = k_heads * head_k_dim
+    q = y[:, :nk].view(1, T, k_heads, head_k_dim)
+    k = y[:, nk:2 * nk].view(1, T, k_heads, head_k_dim)
+    v = y[:, 2 * nk:].view(1, T, v_heads, head_v_dim)
+    o, rec_end, rec_b = chunk_gated_delta_rule(
+        q, k, v, a[None], b[None], initial_state=None if rec0 is None else rec0[None],
+        chunk_metadata=meta, use_qk_l2norm=True, A_log=A_log, dt_bias=dt_bias,
+        use_gate_in_kernel=True, use_beta_sigmoid=True, boundary_states=boundaries)
+    return o[0], rec_end[0], conv_end[0], rec_b, conv_b
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding (rotate-half) on the first ``2 * cos.shape[-1]`` dims of ``x [T, heads,
+    hd]``; ``cos``, ``sin`` ``[T, 1, rot / 2]`` fp32 (one table per call, shared by the layers)."""
+    half = cos.shape[-1]
+    xf = x.float()
+    x1, x2 = xf[..., :half], xf[..., half:2 * half]
+    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, xf[..., 2 * half:]], dim=-1)
+    return out.to(x.dtype)
+
+
+def _attend(q, k, v):
+    """SDPA of queries ``[Tq, H, hd]`` (the last Tq positions) over keys and values
+    ``[Tk, KVH, hd]``: causal, aligned to the bottom right (query i sees keys ``<= Tk - Tq + i``)."""
+    Tq, H, _ = q.shape
+    Tk, KVH, _ = k.shape
+    rep = H // KVH
+    qh = q.transpose(0, 1)[None]
+    kh = k.repeat_interleave(rep, dim=1).transpose(0, 1)[None] if rep > 1 else k.transpose(0, 1)[None]
+    vh = v.repeat_interleave(rep, dim=1).transpose(0, 1)[None] if rep > 1 else v.transpose(0, 1)[None]
+    # flash / memory-efficient kernels only: cuDNN's SDPA builds a plan per new sequence length
+    # (measured ~5 ms per layer on an H200 for every new prompt length)
+    with sdpa_kernel(SDPA_BACKENDS):
+        if Tq == Tk:
+            o = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
+        else:
+            o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=causal_lower_right(Tq, Tk))
+    return o[0].transpose(0, 1)
+
+
+class Marks:
+    """Per-layer-type elapsed time of one call: CUDA events (resolved lazily, no sync on the hot
+    path) on a GPU, ``perf_counter`` on the CPU (where every op is synchronous)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.points: list = []
+        self.labels: list[str] = []
+
+    def _now(self):
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def start(self) -> None:
+        self.points.append(self._now())
+
+    def mark(self, label: str) -> None:
+        self.labels.append(label)
+        self.points.append(self._now())
+
+    def ms_by_type(self) -> dict[str, float]:
+        out = {t: 0.0 for t in LAYER_TYPES}
+        out["other"] = 0.0
+        if self.cuda and self.points:
+            self.points[-1].synchronize()
+        for i, lab in enumerate(self.labels):
+            a, b = self.points[i], self.points[i + 1]
+            ms = float(a.elapsed_time(b)) if self.cuda else (b - a) * 1e3
+            out[lab if lab in out else "other"] += ms
+        return out
+
+
+class HybridModel:
+    """Weights of the replayed model, drawn from ``seed`` on ``device``, and its forward pass."""
 
     def __init__(self, shape: ReplayShape, *, device="cpu", dtype: torch.dtype = torch.float32,
                  seed: int = 0) -> None:
         self.shape = shape
         self.device = torch.device(device)
         self.dtype = dtype
+        self.marks: Optional[Marks] = None     # set by the runner around a timed call
         gen = torch.Generator(device=self.device)
         gen.manual_seed(int(seed))
         s = shape
@@ -112,62 +282,111 @@ class GDNStack:
                     * std).to(dtype)
 
         self.embedding = randn(s.vocab_rows, s.hidden, std=1.0)
-        self.layers = []
-        for _ in range(s.layers):
-            u = torch.rand(s.v_heads, generator=gen, device=self.device)
-            dt = torch.exp(math.log(1e-3) + u * (math.log(0.1) - math.log(1e-3)))
-            self.layers.append(dict(
-                w_in=randn(s.hidden, s.proj_dim, std=s.hidden ** -0.5),
-                conv_w=randn(s.conv_dim, s.conv_width, std=0.5),
-                # Mamba2 / FLA-style initialisation: A in [1, 16], dt in [1e-3, 0.1]
-                A_log=torch.log(1 + 15 * torch.rand(s.v_heads, generator=gen, device=self.device)),
-                dt_bias=dt + torch.log(-torch.expm1(-dt)),   # softplus^-1(dt)
-                norm_w=torch.ones(s.head_v_dim, device=self.device, dtype=torch.float32),
-                w_out=randn(s.value_dim, s.hidden, std=0.5 * s.value_dim ** -0.5),
-            ))
+        self.layers = []        # gated-delta layers' weights (in model order)
+        self.attn = []          # attention layers' weights
+        self.mlp = []           # one MLP per mixer layer, in model order
+        for kind in s.order:
+            if kind == GDN:
+                u = torch.rand(s.v_heads, generator=gen, device=self.device)
+                dt = torch.exp(math.log(1e-3) + u * (math.log(0.1) - math.log(1e-3)))
+                self.layers.append(dict(
+                    w_in=randn(s.hidden, s.proj_dim, std=s.hidden ** -0.5),
+                    conv_w=randn(s.conv_dim, s.conv_width, std=0.5),
+                    # Mamba2 / FLA-style initialisation: A in [1, 16], dt in [1e-3, 0.1]
+                    A_log=torch.log(1 + 15 * torch.rand(s.v_heads, generator=gen, device=self.device)),
+                    dt_bias=dt + torch.log(-torch.expm1(-dt)),   # softplus^-1(dt)
+                    norm_w=torch.ones(s.head_v_dim, device=self.device, dtype=torch.float32),
+                    w_out=randn(s.value_dim, s.hidden, std=0.5 * s.value_dim ** -0.5),
+                ))
+            else:
+                H, KVH, hd = s.attn_heads, s.attn_kv_heads, s.attn_head_dim
+                qw = H * hd * (2 if s.attn_output_gate else 1)
+                self.attn.append(dict(
+                    w_q=randn(s.hidden, qw, std=s.hidden ** -0.5),
+                    w_kv=randn(s.hidden, 2 * KVH * hd, std=s.hidden ** -0.5),
+                    q_norm=torch.ones(hd, device=self.device, dtype=torch.float32),
+                    k_norm=torch.ones(hd, device=self.device, dtype=torch.float32),
+                    w_o=randn(H * hd, s.hidden, std=0.5 * (H * hd) ** -0.5),
+                ))
+            if s.mlp_inter:
+                self.mlp.append(dict(
+                    w_gu=randn(s.hidden, 2 * s.mlp_inter, std=s.hidden ** -0.5),
+                    w_down=randn(s.mlp_inter, s.hidden, std=0.5 * s.mlp_inter ** -0.5),
+                ))
 
     # ---- states ------------------------------------------------------------------------------
     def zero_state(self) -> StackState:
         s = self.shape
+        kv = None
+        if s.attn_layers:
+            kv = torch.zeros(s.attn_layers, 2, 0, s.attn_kv_heads, s.attn_head_dim,
+                             dtype=self.dtype, device=self.device)
         return StackState(0,
                           torch.zeros(s.layers, s.v_heads, s.head_k_dim, s.head_v_dim,
                                       dtype=torch.float32, device=self.device),
                           torch.zeros(s.layers, s.conv_dim, s.conv_width - 1, dtype=self.dtype,
-                                      device=self.device))
+                                      device=self.device), kv)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """The residual stream is kept in fp32 (matmul and kernel inputs are in ``dtype``), so the
         restore-vs-scratch comparison sees the kernels' differences, not residual rounding."""
         return self.embedding[tokens % self.shape.vocab_rows].float()
 
-    # ---- forward -----------------------------------------------------------------------------
-    def _layer(self, l: int, x: torch.Tensor, meta, rec0, conv0, want_boundaries: bool):
+    # ---- blocks ------------------------------------------------------------------------------
+    def _gdn(self, l: int, x: torch.Tensor, meta, rec0, conv0, want_boundaries: bool):
         s, w = self.shape, self.layers[l]
         T = x.shape[0]
         h = F.rms_norm(x, (s.hidden,), eps=1e-6).to(self.dtype)
         proj = h @ w["w_in"]
         c, v = s.conv_dim, s.value_dim
-        qkv = proj[:, :c]
         z = proj[:, c:c + v]
-        a = proj[:, c + v:c + v + s.v_heads]
-        b = proj[:, c + v + s.v_heads:]
-        y, conv_end, conv_b = causal_conv1d(
-            qkv[None], w["conv_w"], None, conv_state=None if conv0 is None else conv0[None],
-            chunk_metadata=meta, activation="silu", boundary_conv_states=want_boundaries)
-        y = y[0]
-        nk = s.k_heads * s.head_k_dim
-        q = y[:, :nk].view(1, T, s.k_heads, s.head_k_dim)
-        k = y[:, nk:2 * nk].view(1, T, s.k_heads, s.head_k_dim)
-        vv = y[:, 2 * nk:].view(1, T, s.v_heads, s.head_v_dim)
-        o, rec_end, rec_b = chunk_gated_delta_rule(
-            q, k, vv, a[None], b[None], initial_state=None if rec0 is None else rec0[None],
-            chunk_metadata=meta, use_qk_l2norm=True, A_log=w["A_log"], dt_bias=w["dt_bias"],
-            use_gate_in_kernel=True, use_beta_sigmoid=True, boundary_states=want_boundaries)
-        o = F.rms_norm(o[0].float(), (s.head_v_dim,), weight=w["norm_w"], eps=1e-6)
+        o, rec_end, conv_end, rec_b, conv_b = gated_delta(
+            proj[:, :c], proj[:, c + v:c + v + s.v_heads], proj[:, c + v + s.v_heads:],
+            conv_w=w["conv_w"], A_log=w["A_log"], dt_bias=w["dt_bias"], rec0=rec0, conv0=conv0,
+            meta=meta, boundaries=want_boundaries, k_heads=s.k_heads, head_k_dim=s.head_k_dim,
+            v_heads=s.v_heads, head_v_dim=s.head_v_dim)
+        o = F.rms_norm(o.float(), (s.head_v_dim,), weight=w["norm_w"], eps=1e-6)
         o = o * F.silu(z.float().view(T, s.v_heads, s.head_v_dim))
         x = x + (o.to(self.dtype).reshape(T, v) @ w["w_out"]).float()
-        return x, rec_end[0], conv_end[0], rec_b, conv_b
+        return x, rec_end, conv_end, rec_b, conv_b
 
+    def _rope_tables(self, start: int, T: int):
+        hd = self.shape.attn_head_dim
+        half = max(2, hd // ROTARY_FRACTION // 2 * 2) // 2
+        inv = ROPE_THETA ** (-torch.arange(half, device=self.device, dtype=torch.float32) / half)
+        ang = torch.arange(start, start + T, device=self.device, dtype=torch.float32)[:, None] * inv[None]
+        return ang.cos()[:, None, :], ang.sin()[:, None, :]
+
+    def _attention(self, l: int, x: torch.Tensor, start: int, kv0, rope=None):
+        """One attention layer over tokens at ``[start, start + T)``; ``kv0 [2, start, KVH, hd]``
+        is the prefix's KV. Returns ``(x, kv [2, start + T, KVH, hd])``."""
+        s, w = self.shape, self.attn[l]
+        T = x.shape[0]
+        H, KVH, hd = s.attn_heads, s.attn_kv_heads, s.attn_head_dim
+        h = F.rms_norm(x, (s.hidden,), eps=1e-6).to(self.dtype)
+        qg = h @ w["w_q"]
+        kvp = (h @ w["w_kv"]).view(T, 2, KVH, hd)
+        q = qg.view(T, H, -1)[..., :hd]
+        cos, sin = rope if rope is not None else self._rope_tables(start, T)
+        q = _rope(F.rms_norm(q.float(), (hd,), weight=w["q_norm"], eps=1e-6).to(self.dtype), cos, sin)
+        k = _rope(F.rms_norm(kvp[:, 0].float(), (hd,), weight=w["k_norm"], eps=1e-6).to(self.dtype),
+                  cos, sin)
+        new = torch.stack([k, kvp[:, 1]])
+        kv = new if kv0 is None or kv0.shape[1] == 0 else torch.cat([kv0, new], dim=1)
+        o = _attend(q, kv[0], kv[1])
+        if s.attn_output_gate:
+            o = o * torch.sigmoid(qg.view(T, H, 2 * hd)[..., hd:])
+        x = x + (o.reshape(T, H * hd) @ w["w_o"]).float()
+        return x, kv
+
+    def _mlp(self, l: int, x: torch.Tensor) -> torch.Tensor:
+        s, w = self.shape, self.mlp[l]
+        h = F.rms_norm(x, (s.hidden,), eps=1e-6).to(self.dtype)
+        gu = h @ w["w_gu"]
+        act = F.silu(gu[:, :s.mlp_inter]) * gu[:, s.mlp_inter:]
+        return x + (act @ w["w_down"]).float()
+
+    # ---- forward -----------------------------------------------------------------------------
     def forward_segment(self, x: torch.Tensor, state: Optional[StackState], start: int,
                         boundaries: list[int], on_state: Optional[StateSink] = None,
                         keep_outputs: bool = False):
@@ -176,23 +395,46 @@ class GDNStack:
         in ``(start, start + T)`` whose states go to ``on_state`` (from the kernels' boundary
         outputs). Returns ``(x_out, final StackState, per-layer outputs or None)``."""
         T = x.shape[0]
-        L = self.shape.layers
-        meta = prepare_chunk_metadata([0, T], [start], boundary_indices=list(boundaries),
-                                      device=self.device)
+        s = self.shape
+        marks = self.marks
+        if marks is not None:
+            marks.start()
+        meta = (prepare_chunk_metadata([0, T], [start], boundary_indices=list(boundaries),
+                                       device=self.device) if s.layers else None)
+        rope = self._rope_tables(start, T) if s.attn_layers else None
         want = bool(boundaries)
-        recs, convs, outs = [], [], [] if keep_outputs else None
-        for l in range(L):
-            r0 = None if state is None else state.rec[l]
-            c0 = None if state is None else state.conv[l]
-            x, r1, c1, rb, cb = self._layer(l, x, meta, r0, c0, want)
-            recs.append(r1)
-            convs.append(c1)
+        recs, convs, kvs, outs = [], [], [], [] if keep_outputs else None
+        if marks is not None:
+            marks.mark("other")
+        gi = ai = 0
+        for mi, kind in enumerate(s.order):
+            if kind == GDN:
+                r0 = None if state is None else state.rec[gi]
+                c0 = None if state is None else state.conv[gi]
+                x, r1, c1, rb, cb = self._gdn(gi, x, meta, r0, c0, want)
+                recs.append(r1)
+                convs.append(c1)
+                if want and on_state is not None:
+                    for j, p in enumerate(meta.boundary_positions[0]):
+                        on_state(p, gi, rb[j], cb[j])
+                gi += 1
+            else:
+                kv0 = None if state is None or state.kv is None else state.kv[ai]
+                x, kv = self._attention(ai, x, start, kv0, rope)
+                kvs.append(kv)
+                ai += 1
+            if marks is not None:
+                marks.mark(kind)
+            if s.mlp_inter:
+                x = self._mlp(mi, x)
+                if marks is not None:
+                    marks.mark(MLP)
             if keep_outputs:
                 outs.append(x)
-            if want and on_state is not None:
-                for j, p in enumerate(meta.boundary_positions[0]):
-                    on_state(p, l, rb[j], cb[j])
-        final = StackState(start + T, torch.stack(recs), torch.stack(convs))
+        z = self.zero_state() if not recs or not kvs else None
+        final = StackState(start + T, torch.stack(recs) if recs else z.rec,
+                           torch.stack(convs) if convs else z.conv,
+                           torch.stack(kvs) if kvs else None)
         return x, final, outs
 
     def run(self, tokens: torch.Tensor, state: Optional[StackState], start: int,
@@ -201,21 +443,22 @@ class GDNStack:
         ``state`` and hand the state at every position of ``wanted`` in ``(start, start + T]``
         to ``on_state``: 64-aligned positions come from the kernels' boundary states; others
         split the call there (the state is handed over between the two calls); the end comes
-        from the final state. Returns ``(final StackState, per-layer outputs [L][T, hidden]
-        or None, number of kernel calls per layer)``."""
+        from the final state. Returns ``(final StackState (with the KV of every position so
+        far), per-layer outputs [layers][T, hidden] or None, number of calls)``."""
         T = int(tokens.shape[0])
         end = start + T
         wanted = sorted({int(p) for p in wanted})
         for p in wanted:
             if not start < p <= end:
                 raise ValueError(f"position {p} is outside the call range ({start}, {end}]")
+        n_layers = len(self.shape.order)
         if T == 0:
             st = state if state is not None else self.zero_state()
-            empty = [self.embed(tokens)] * self.shape.layers if keep_outputs else None
-            return StackState(start, st.rec, st.conv), empty, 0
+            empty = [self.embed(tokens)] * n_layers if keep_outputs else None
+            return StackState(start, st.rec, st.conv, st.kv), empty, 0
         cuts = [p for p in wanted if p % CHUNK and p < end] + [end]
         x_all = self.embed(tokens)
-        outs = [[] for _ in range(self.shape.layers)] if keep_outputs else None
+        outs = [[] for _ in range(n_layers)] if keep_outputs else None
         s0 = start
         calls = 0
         for cut in cuts:
@@ -224,7 +467,7 @@ class GDNStack:
                                                on_state, keep_outputs)
             calls += 1
             if keep_outputs:
-                for l in range(self.shape.layers):
+                for l in range(n_layers):
                     outs[l].append(o[l])
             if cut in wanted and on_state is not None:
                 for l in range(self.shape.layers):
@@ -233,3 +476,6 @@ class GDNStack:
         if keep_outputs:
             outs = [torch.cat(o) for o in outs]
         return state, outs, calls
+
+
+GDNStack = HybridModel     # the name of the gated-delta-only stack this model grew from

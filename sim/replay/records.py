@@ -20,12 +20,18 @@ class RequestRecord:
     max_rec_error: float = 0.0
     max_conv_error: float = 0.0
     max_out_error: float = 0.0
+    max_kv_error: float = 0.0
+    kv_validated: bool = False        # the restored KV was checked too (attention layers replayed)
     suffix_segments: list = field(default_factory=list)   # kernel calls [(start, end)] of the prefill
     full_segments: list = field(default_factory=list)     # of the from-scratch prefill, if run
     suffix_ms: float = float("nan")
     full_ms: float = float("nan")
     tail_ms: float = float("nan")
     late_admits: int = 0
+    suffix_ms_by_type: dict = field(default_factory=dict)  # layer type -> ms of the timed prefill
+    full_ms_by_type: dict = field(default_factory=dict)
     _suffix_h: object = None
     _full_h: object = None
     _tail_h: list = field(default_factory=list)
+    _suffix_marks: object = None
+    _full_marks: object = None

@@ -23,10 +23,10 @@ import numpy as np
 import torch
 
 from sim.replay.checks import Failure, rel_error, state_error, tolerance_for
-from sim.replay.model import GDNStack, StackState
+from sim.replay.model import HybridModel, Marks, StackState
 from sim.replay.records import RequestRecord
 from sim.replay.store import CheckpointStore
-from sim.replay.tokens import prefix_hash
+from sim.replay.tokens import page_keys, prefix_hash
 
 
 class Stopwatch:
@@ -88,7 +88,7 @@ class Replayer:
     a shifted position).
     """
 
-    def __init__(self, model: GDNStack, store: CheckpointStore,
+    def __init__(self, model: HybridModel, store: CheckpointStore,
                  tokens_of: Callable[[int], tuple[np.ndarray, int]], *, validate_every: int = 1,
                  tolerance: Optional[float] = None, check_hash: bool = True,
                  max_open: int = 16, eager: bool = True) -> None:
@@ -113,6 +113,7 @@ class Replayer:
         self.failures: list[Failure] = []
         self.hits = 0
         self.late_admits = 0
+        self.kv_hits_validated = 0
 
     # ---- events ------------------------------------------------------------------------------
     def lookup(self, request: int, checkpoint: Optional[int], hit_tokens: int) -> None:
@@ -140,6 +141,11 @@ class Replayer:
             if info.position != p or info.prefix_hash != want:
                 self._fail("hash", f, checkpoint, info.position, p,
                            "position differs" if info.position != p else "prefix hash differs")
+                return
+            if self.store.has_kv and self.store.page_keys_of(checkpoint) != page_keys(
+                    f.tokens, p, self.store.page_tokens):
+                self._fail("kv-hash", f, checkpoint, info.position, p,
+                           "KV page keys differ from the prompt's prefix")
                 return
         f.start = self.store.restore(checkpoint)
         f.hit = f.pos = p
@@ -174,6 +180,7 @@ class Replayer:
                 self._run(f, p)             # known by now; later ones continue from here
         elif p == f.pos and current is not None:
             self.store.put(checkpoint, current)
+            self._put_kv(f, checkpoint, current)
         else:
             self._late(f, checkpoint, p)
 
@@ -229,6 +236,11 @@ class Replayer:
         r = f.record
         r.suffix_ms = self.clock.ms(r._suffix_h) if r._suffix_h is not None else r.suffix_ms
         r.full_ms = self.clock.ms(r._full_h) if r._full_h is not None else r.full_ms
+        if r._suffix_marks is not None:
+            r.suffix_ms_by_type = r._suffix_marks.ms_by_type()
+        if r._full_marks is not None:
+            r.full_ms_by_type = r._full_marks.ms_by_type()
+        r._suffix_marks = r._full_marks = None
         if r._tail_h:
             r.tail_ms = sum(self.clock.ms(h) for h in r._tail_h)
         r._suffix_h = r._full_h = None
@@ -250,6 +262,18 @@ class Replayer:
         for p in [p for p in f.wanted if p <= upto]:
             for cp in f.wanted.pop(p):
                 self.pending.pop(cp, None)
+                self._put_kv(f, cp, f.running)
+
+    def _put_kv(self, f: _Flight, cp: int, state: Optional[StackState]) -> None:
+        """The KV pages of checkpoint ``cp``'s prefix, from the request's KV so far."""
+        if not self.store.has_kv or cp not in self.store:
+            return
+        p = self.store.info(cp).position
+        kv = state.kv if state is not None else None
+        if kv is None or kv.shape[2] < p:
+            raise RuntimeError(f"checkpoint {cp} at {p}: request {f.rid}'s KV covers only "
+                               f"{0 if kv is None else kv.shape[2]} tokens")
+        self.store.put_kv(cp, page_keys(f.tokens, p, self.store.page_tokens), kv)
 
     def _run(self, f: _Flight, upto: int) -> None:
         """Advance the request from ``f.pos`` to ``upto``: the prompt part always as a whole
@@ -264,15 +288,19 @@ class Replayer:
         if f.pos < end1:
             wanted = [p for p in f.wanted if f.pos < p <= end1]
             timed = f.pos == f.hit and end1 == f.n_in
+            marks = self.model.marks = Marks(self.model.device) if timed else None
             t0 = self.clock.start()
             state, outs, _ = self.model.run(tok[f.pos:end1], state, f.pos, wanted, self._sink(f),
                                             keep_outputs=timed and f.validate)
             h = self.clock.stop(t0)
+            self.model.marks = None
             rec.suffix_segments += self._segments(f.pos, end1, wanted)
             if timed:
                 rec._suffix_h = h
+                rec._suffix_marks = marks
                 if f.hit == 0:
                     rec._full_h = h
+                    rec._full_marks = marks
                     rec.full_segments = list(rec.suffix_segments)
             f.pos = end1
             f.running = state
@@ -314,26 +342,39 @@ class Replayer:
         def capture(p, layer, r, c):
             at_b[layer] = (r.clone(), c.clone())
 
+        marks = self.model.marks = Marks(self.model.device)
         t0 = self.clock.start()
         ref, ref_outs, _ = self.model.run(tok[:f.n_in], None, 0, [b] if b > 0 else [], capture,
                                           keep_outputs=True)
         rec._full_h = self.clock.stop(t0)
+        self.model.marks = None
+        rec._full_marks = marks
         rec.full_segments = [(0, f.n_in)]
         rec.validated = True
-        base = (StackState(b, torch.stack([at_b[i][0] for i in range(L)]),
-                           torch.stack([at_b[i][1] for i in range(L)])) if b > 0 else None)
+        kv_b = ref.kv[:, :, :b] if ref.kv is not None else None
+        base = (StackState(b, torch.stack([at_b[i][0] for i in range(L)]) if L else ref.rec,
+                           torch.stack([at_b[i][1] for i in range(L)]) if L else ref.conv, kv_b)
+                if b > 0 else None)
         if f.hit > b:
             base, _, _ = self.model.run(tok[b:f.hit], base, b)
-        e_rec, e_conv = state_error(f.running.rec, f.running.conv, ref.rec, ref.conv)
+        e_rec, e_conv = state_error(f.running.rec, f.running.conv, ref.rec, ref.conv) if L else (0.0, 0.0)
         e_out = max(rel_error(o, r[f.hit:]) for o, r in zip(outs, ref_outs))
-        a, c = state_error(f.start.rec, f.start.conv, base.rec, base.conv)
+        a, c = state_error(f.start.rec, f.start.conv, base.rec, base.conv) if L else (0.0, 0.0)
         e_rec, e_conv = max(e_rec, a), max(e_conv, c)
+        # the restored keys and values against the from-scratch prefill's, every layer and head
+        e_kv = rel_error(f.start.kv, ref.kv[:, :, :f.hit]) if ref.kv is not None else 0.0
         rec.max_rec_error, rec.max_conv_error, rec.max_out_error = e_rec, e_conv, e_out
+        rec.max_kv_error = e_kv
+        if ref.kv is not None:
+            rec.kv_validated = True
+            self.kv_hits_validated += 1
         tol_state, tol_out = self.tolerance
-        if not (e_rec <= tol_state and max(e_conv, e_out) <= tol_out):
-            self._fail("numerics", f, rec.hit_checkpoint, f.start.pos, f.hit,
+        if not (e_rec <= tol_state and max(e_conv, e_out, e_kv) <= tol_out):
+            kind = "kv-numerics" if e_kv > tol_out and e_rec <= tol_state and e_conv <= tol_out \
+                else "numerics"
+            self._fail(kind, f, rec.hit_checkpoint, f.start.pos, f.hit,
                        f"relative error recurrent {e_rec:.3g} (tolerance {tol_state:.3g}), conv "
-                       f"{e_conv:.3g}, outputs {e_out:.3g} (tolerance {tol_out:.3g})")
+                       f"{e_conv:.3g}, KV {e_kv:.3g}, outputs {e_out:.3g} (tolerance {tol_out:.3g})")
 
     def _late(self, f: _Flight, checkpoint: int, p: int) -> None:
         """Produce a state for a position already run past: recompute up to it (untimed)."""
@@ -348,6 +389,7 @@ class Replayer:
             def sink(q, layer, r, c):
                 self.store.write(checkpoint, layer, r, c)
             self.model.run(tok[s0:p], base, s0, [p], sink)
+        self._put_kv(f, checkpoint, f.running if f.running is not None else f.start)
         f.record.late_admits += 1
         self.late_admits += 1
 

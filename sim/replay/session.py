@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 
 from sim.config import SimConfig
-from sim.cost import ModelSpec, TimingModel, default_timing, get_model
+from sim.cost import ModelSpec, TimingModel, default_timing, get_model, timing_to_dict
 from sim.errors import UsageError
 from sim.replay import measure
 from sim.replay.tokens import request_tokens
@@ -64,15 +64,18 @@ class ReplayResult:
 
 
 def check_model(spec: ModelSpec, layers: Optional[int]) -> int:
-    """The number of layers to replay; a preset without gated-delta layers is refused."""
+    """The number of mixer layers (attention + gated delta) to replay; a preset without
+    gated-delta layers is refused."""
     if spec.n_gdn == 0:
         kind = "Mamba2" if spec.n_mamba else "attention-only"
         raise UsageError(f"model {spec.name} has no gated-delta layers ({kind}): replay runs the "
                          "gated-delta kernel only (no Mamba2 kernel yet); pick a qwen3.5-* / "
                          "qwen3-next-* preset or replay-tiny")
-    n = spec.n_gdn if layers is None else layers
-    if n > spec.n_gdn:
-        raise UsageError(f"--layers {n} is more than {spec.name}'s {spec.n_gdn} gated-delta layers")
+    total = spec.n_gdn + spec.n_attn
+    n = total if layers is None else layers
+    if n > total:
+        raise UsageError(f"--layers {n} is more than {spec.name}'s {total} layers "
+                         f"({spec.n_attn} attention + {spec.n_gdn} gated-delta)")
     return n
 
 
@@ -121,6 +124,7 @@ def _warm(model, device) -> float:
         except (TypeError, ValueError, RuntimeError):   # another signature or a refused shape:
             pass                                         # the stack's own runs below cover it
     toks = torch.arange(300, device=device)
+    model.run(toks[:200], None, 0, [64, 128], lambda *a: None, keep_outputs=True)
     st, _, _ = model.run(toks[:130], None, 0, [64, 100, 130], lambda *a: None, keep_outputs=True)
     model.run(toks[130:300], st, 130, [192, 250], lambda *a: None, keep_outputs=True)
     model.run(toks[:63], None, 0)
@@ -153,7 +157,7 @@ def run_replay(trace: Trace, config: SimConfig, settings: ReplaySettings, *, bui
             raise UsageError("--device cpu needs TRITON_INTERPRET=1 (set it before starting)")
     import torch  # noqa: PLC0415 - the simulator must not need torch: only replay imports it
 
-    from sim.replay.model import DTYPES, GDNStack, ReplayShape
+    from sim.replay.model import DTYPES, HybridModel, ReplayShape
     from sim.replay.observer import ReplayObserver
     from sim.replay.runner import Replayer
     from sim.replay.store import CheckpointStore
@@ -166,7 +170,8 @@ def run_replay(trace: Trace, config: SimConfig, settings: ReplaySettings, *, bui
     dtype = DTYPES[settings.dtype]
     timing = timing or default_timing(config.model)
     shape = ReplayShape.from_spec(spec, layers, vocab_rows=VOCAB_ROWS)
-    model = GDNStack(shape, device=device, dtype=dtype, seed=settings.seed)
+    counts = shape.counts()
+    model = HybridModel(shape, device=device, dtype=dtype, seed=settings.seed)
     store = CheckpointStore(shape, dtype, where=settings.store, device=device)
     replayer = Replayer(model, store, token_source(trace, settings.seed),
                         validate_every=settings.validate_every, tolerance=settings.tolerance)
@@ -184,34 +189,45 @@ def run_replay(trace: Trace, config: SimConfig, settings: ReplaySettings, *, bui
     if device.type == "cuda":
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
-    table = measure.request_table(records, spec, timing, layers)
-    summary = measure.summary(table, failures=len(replayer.failures),
+    table = measure.request_table(records, spec, timing, counts)
+    summary = measure.summary(table, failures=replayer.failures,
                               store_peak_bytes=store.peak_bytes, wall_s=wall,
-                              late_admits=replayer.late_admits)
+                              late_admits=replayer.late_admits, counts=counts, spec=spec,
+                              kv_hits_validated=replayer.kv_hits_validated)
+    summary["kv_tokens_live"] = int(store.kv_tokens)
+    summary["mlp_moe_at_active_width"] = bool(shape.mlp_moe)
     summary["warmup_s"] = warm_s
     summary["simulated_hit_tokens"] = int(sum(r.hit_tokens for r in records))
-    info = dict(asdict(settings), layers=layers, model=spec.name, policy=config.policy,
+    info = dict(asdict(settings), layers=layers, layers_replayed=counts,
+                mlp_note=(f"MoE MLP replayed dense at its active width ({shape.mlp_inter})"
+                          if shape.mlp_moe else f"dense MLP ({shape.mlp_inter})"),
+                model=spec.name, policy=config.policy,
                 capacity_bytes=config.capacity_bytes, state_alignment=config.state_alignment,
                 mode=config.mode, trace=trace.name, tolerance=replayer.tolerance,
-                timing=dict(effective_tflops=timing.effective_tflops,
-                            overhead_ms=timing.overhead_ms, source=timing.source),
+                timing=timing_to_dict(timing),
                 device_name=(torch.cuda.get_device_name(device) if device.type == "cuda"
                              else "cpu"))
     return ReplayResult(summary, table, replayer.failures, info, sim_result, timing)
 
 
-def calibrate(result: ReplayResult, config: SimConfig, path=None) -> ReplayResult:
-    """Fit the timing model to ``result``'s measurements; write the timing file to ``path``."""
+def calibrate(result: ReplayResult, config: SimConfig, path=None,
+              decode_ms_per_token: Optional[float] = None) -> ReplayResult:
+    """Fit the hardware cost model to ``result``'s per-layer-type measurements; write the timing
+    file to ``path``. A fit that puts a term above the device's peak is refused (UsageError)."""
     spec = get_model(config.model)
-    layers = result.settings["layers"]
-    t, info = measure.calibrate(result.requests, spec, result.timing, layers,
-                                device=result.settings.get("device_name", ""))
+    counts = result.settings["layers_replayed"]
+    dev = result.settings.get("device_name", "")
+    peak = measure.device_peak(dev, result.settings.get("dtype", "bf16"))
+    t, info = measure.calibrate(result.requests, spec, result.timing, counts, device=dev,
+                                peak_tflops=peak, decode_ms_per_token=decode_ms_per_token)
     result.calibrated = t
     result.calibration = info
     result.summary["time_model_median_error_calibrated"] = info["median_error"]
     result.summary["time_model_p95_error_calibrated"] = info["p95_error"]
     if path is not None:
-        measure.write_timing(path, t, spec, info)
+        measure.write_timing(path, t, spec, dict(info, trace=result.settings.get("trace"),
+                                                 device=dev, policy=config.policy,
+                                                 state_alignment=config.state_alignment))
     return result
 
 

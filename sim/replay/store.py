@@ -1,10 +1,17 @@
-"""The replay checkpoint store: one slot per live checkpoint id of the simulator's event stream.
+"""The replay checkpoint store: one slot per live checkpoint id of the simulator's event stream,
+and a paged KV store for the attention layers.
 
-A slot holds the fp32 recurrent state and the conv window of every replayed layer, the position
-and a hash of the token prefix it summarises. Slots live on the GPU (default) or in pinned host
-memory (``where="host"``, as engines offload); freed slots are reused, so the pool grows to the
-peak number of live checkpoints, which is what ``peak_bytes`` reports. Needs torch (imported
-lazily by the CLI).
+A slot holds the fp32 recurrent state and the conv window of every replayed gated-delta layer,
+the position and a hash of the token prefix it summarises. Slots live on the GPU (default) or in
+pinned host memory (``where="host"``, as engines offload); freed slots are reused, so the pool
+grows to the peak number of live checkpoints, which is what ``peak_bytes`` reports.
+
+KV pages: a checkpoint at position p also needs the keys and values of tokens [0, p) of every
+attention layer (a hybrid hit restores both). They live in pages of ``page_tokens`` tokens keyed
+by a chained digest of the prefix up to the page's end (``tokens.page_keys``), shared between
+checkpoints with a common prefix (reference counted, as a radix tree shares its edges), so the
+store holds the KV of exactly the union of the live checkpoints' prefixes. A checkpoint's page
+list is its block table; ``restore`` gathers it. Needs torch (imported lazily by the CLI).
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from dataclasses import dataclass, field
 import torch
 
 from sim.replay.model import ReplayShape, StackState
+
+PAGE_TOKENS = 64
 
 
 class StoreError(RuntimeError):
@@ -27,17 +36,20 @@ class SlotInfo:
     prefix_hash: bytes
     request: int
     layers_written: set = field(default_factory=set)
+    pages: list = field(default_factory=list)      # KV block table: [(key, page slot)]
+    kv_written: bool = False
 
     @property
     def filled(self) -> bool:
-        return bool(self.layers_written) and len(self.layers_written) == self._layers
+        return len(self.layers_written) == self._layers and (self.kv_written or not self._kv)
 
     _layers: int = 0
+    _kv: bool = False
 
 
 class CheckpointStore:
     def __init__(self, shape: ReplayShape, act_dtype: torch.dtype, *, where: str = "gpu",
-                 device="cpu") -> None:
+                 device="cpu", page_tokens: int = PAGE_TOKENS) -> None:
         if where not in ("gpu", "host"):
             raise ValueError(f"store must be gpu or host, not {where!r}")
         self.shape = shape
@@ -53,6 +65,15 @@ class CheckpointStore:
         self._info: dict[int, SlotInfo] = {}
         self.slot_bytes = shape.state_bytes(act_dtype)
         self.peak_slots = 0
+        # KV pages: pool [pages, A, 2, page_tokens, KVH, hd], key -> [slot, refs, tokens]
+        self.page_tokens = int(page_tokens)
+        self.has_kv = shape.attn_layers > 0
+        self._pool: torch.Tensor | None = None
+        self._pages: dict[bytes, list] = {}
+        self._free_pages: list[int] = []
+        self.kv_tokens = 0
+        self.peak_pages = 0
+        self.page_bytes = shape.kv_bytes_per_token(act_dtype) * self.page_tokens
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def __contains__(self, cp: int) -> bool:
@@ -76,7 +97,11 @@ class CheckpointStore:
 
     @property
     def peak_bytes(self) -> int:
-        return self.peak_slots * self.slot_bytes
+        return self.peak_slots * self.slot_bytes + self.peak_pages * self.page_bytes
+
+    @property
+    def live_pages(self) -> int:
+        return len(self._pages)
 
     # ---- slots -------------------------------------------------------------------------------
     def _new_slot(self) -> int:
@@ -96,6 +121,7 @@ class CheckpointStore:
         slot = self._free.pop() if self._free else self._new_slot()
         info = SlotInfo(slot, int(position), prefix_hash, request)
         info._layers = self.shape.layers
+        info._kv = self.has_kv
         self._info[cp] = info
         self.peak_slots = max(self.peak_slots, len(self._info))
         return info
@@ -108,7 +134,7 @@ class CheckpointStore:
         info.layers_written.add(layer)
 
     def put(self, cp: int, state: StackState) -> None:
-        """Fill every layer of ``cp`` from a whole stack state."""
+        """Fill every gated-delta layer of ``cp`` from a whole stack state."""
         info = self.info(cp)
         self._rec[info.slot].copy_(state.rec, non_blocking=self._pin)
         self._conv[info.slot].copy_(state.conv, non_blocking=self._pin)
@@ -119,6 +145,75 @@ class CheckpointStore:
         if info is None:
             raise StoreError(f"evict of checkpoint {cp}, which is not in the store")
         self._free.append(info.slot)
+        for key, _ in info.pages:
+            self._unref(key)
+        info.pages = []
+
+    # ---- KV pages ----------------------------------------------------------------------------
+    def _page_slot(self) -> int:
+        if self._free_pages:
+            return self._free_pages.pop()
+        s = self.shape
+        n = 0 if self._pool is None else self._pool.shape[0]
+        grow = max(16, n)
+        more = torch.empty(grow, s.attn_layers, 2, self.page_tokens, s.attn_kv_heads,
+                           s.attn_head_dim, dtype=self.act_dtype, device=self.device,
+                           pin_memory=self._pin)
+        self._pool = more if self._pool is None else torch.cat([self._pool, more])
+        self._free_pages.extend(range(n + grow - 1, n, -1))
+        return n
+
+    def _unref(self, key: bytes) -> None:
+        page = self._pages[key]
+        page[1] -= 1
+        if page[1] == 0:
+            del self._pages[key]
+            self._free_pages.append(page[0])
+            self.kv_tokens -= page[2]
+
+    def put_kv(self, cp: int, keys: list, kv: torch.Tensor) -> None:
+        """Give ``cp`` the KV pages of its prefix: ``keys`` from ``tokens.page_keys``, ``kv``
+        ``[A, 2, >= position, KVH, hd]`` (pages already held are shared, not copied)."""
+        info = self.info(cp)
+        if not self.has_kv:
+            return
+        if info.pages:
+            raise StoreError(f"KV of checkpoint {cp} written twice")
+        P = self.page_tokens
+        for i, key in enumerate(keys):
+            page = self._pages.get(key)
+            if page is None:
+                s, e = i * P, min(info.position, (i + 1) * P)
+                slot = self._page_slot()
+                self._pool[slot, :, :, :e - s].copy_(kv[:, :, s:e], non_blocking=self._pin)
+                page = self._pages[key] = [slot, 0, e - s]
+                self.kv_tokens += e - s
+            page[1] += 1
+            info.pages.append((key, page[0]))
+        self.peak_pages = max(self.peak_pages, len(self._pages))
+        info.kv_written = True
+
+    def page_keys_of(self, cp: int) -> list:
+        return [k for k, _ in self.info(cp).pages]
+
+    def restore_kv(self, cp: int) -> torch.Tensor | None:
+        """The KV of ``cp``'s prefix ``[A, 2, position, KVH, hd]``, gathered from its pages."""
+        info = self.info(cp)
+        if not self.has_kv:
+            return None
+        s = self.shape
+        if not info.pages:
+            return torch.empty(s.attn_layers, 2, 0, s.attn_kv_heads, s.attn_head_dim,
+                               dtype=self.act_dtype, device=self.compute_device)
+        idx = torch.tensor([slot for _, slot in info.pages], device=self.device)
+        g = self._pool.index_select(0, idx)                  # [n, A, 2, P, KVH, hd]
+        g = g.permute(1, 2, 0, 3, 4, 5).reshape(s.attn_layers, 2, -1, s.attn_kv_heads,
+                                                s.attn_head_dim)
+        return g[:, :, :info.position].to(self.compute_device, copy=True, non_blocking=self._pin)
+
+    def page(self, cp: int, i: int) -> torch.Tensor:
+        """Page ``i`` of ``cp``'s block table itself (tests plant faults here)."""
+        return self._pool[self.info(cp).pages[i][1]]
 
     def restore(self, cp: int) -> StackState:
         """A copy of ``cp``'s state on the compute device (the stored slot stays untouched)."""
@@ -127,7 +222,7 @@ class CheckpointStore:
             raise StoreError(f"checkpoint {cp} was restored before its state was produced")
         rec = self._rec[info.slot].to(self.compute_device, copy=True, non_blocking=self._pin)
         conv = self._conv[info.slot].to(self.compute_device, copy=True, non_blocking=self._pin)
-        return StackState(info.position, rec, conv)
+        return StackState(info.position, rec, conv, self.restore_kv(cp))
 
     def tensors(self, cp: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The stored ``(recurrent, conv)`` tensors of ``cp`` themselves (tests plant faults here)."""

@@ -51,3 +51,17 @@ def prefix_hash(tokens: np.ndarray, p: int) -> bytes:
     """16-byte digest of the first ``p`` token ids (what a checkpoint at position p summarises)."""
     return hashlib.blake2b(np.ascontiguousarray(tokens[:p], dtype=np.int64).tobytes(),
                            digest_size=16).digest()
+
+
+def page_keys(tokens: np.ndarray, p: int, page_tokens: int) -> list[bytes]:
+    """Keys of the KV pages that hold the first ``p`` tokens: page k covers
+    ``[k * page_tokens, min(p, (k + 1) * page_tokens))`` and its key is a chained digest of every
+    token up to its end, so equal keys mean equal prefixes (a partial last page keys its length)."""
+    keys, h = [], b""
+    t = np.ascontiguousarray(tokens[:p], dtype=np.int64)
+    for s in range(0, p, page_tokens):
+        e = min(p, s + page_tokens)
+        h = hashlib.blake2b(h + t[s:e].tobytes() + (e - s).to_bytes(4, "little"),
+                            digest_size=16).digest()
+        keys.append(h)
+    return keys

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from policies.base import PRESETS, PolicyPreset
 from sim.cli import main
-from sim.replay.measure import TIMING_FORMAT
+from sim.cost import TIMING_FORMAT
 
 TINY = "synthetic:chat:sessions=2,turns=2"
 SMALL = ["--trace", TINY, "--no-progress"]

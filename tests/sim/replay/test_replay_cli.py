@@ -27,7 +27,8 @@ def marconi(*args, check: bool = True, timeout: float = 1200):
 TRACE = "synthetic:chat:sessions=3,turns=3,prompt_tokens=40,user_tokens=24,output_tokens=16,prompts=1"
 KEYS = ("requests", "hits", "hits_validated", "failures", "max_restore_error", "measured_ms_with_cache",
         "measured_ms_without_cache", "measured_flops_saved", "simulated_flops_saved",
-        "time_model_median_error", "store_peak_bytes")
+        "time_model_median_error", "store_peak_bytes", "layers_replayed", "kv_hits_validated", "kv_failures",
+        "measured_ms_by_layer_type")
 
 
 @pytest.mark.parametrize("model", ["marconi-7b", "llama-7b"])
@@ -40,7 +41,7 @@ def test_presets_without_gated_delta_layers_are_refused(model):
 
 def test_bad_options_exit_2():
     p = marconi("replay", "--model", "replay-tiny", "--layers", "9", "--device", "cpu", check=False)
-    assert p.returncode == 2 and "more than replay-tiny's 3" in p.stderr
+    assert p.returncode == 2 and "more than replay-tiny's 4 layers" in p.stderr
     p = marconi("replay", "--model", "replay-tiny", "--validate-every", "0", "--device", "cpu", check=False)
     assert p.returncode == 2 and "--validate-every" in p.stderr
 
@@ -76,7 +77,8 @@ def test_replay_summary_and_outputs(replay_out):
 def test_timing_file_drives_marconi_run(replay_out, tmp_path):
     out, _ = replay_out
     timing = json.loads((out / "timing.json").read_text())
-    assert timing["model"] == "replay-tiny" and timing["effective_tflops"] > 0
+    assert timing["model"] == "replay-tiny" and timing["format"] == "marconi-timing/2"
+    assert set(timing["ms_per_tflop"]) == {"attn_linear", "attn_quadratic", "gdn_linear", "gdn_chunk", "mlp_linear"}
     # sequential mode: prefill times do not move arrivals, so the cache behaves the same
     args = ("run", "--model", "replay-tiny", "--trace", TRACE, "--policy", "marconi", "--alpha", "0.5",
             "--mode", "sequential", "--format", "json", "--no-progress")

@@ -1,6 +1,8 @@
-"""Replay on a CUDA GPU at qwen3.5-9b shapes (run with `pytest -m gpu`): every hit validated with
-no failure in both alignments and both modes, bf16 and fp32, GPU and pinned-host stores; a planted
-corruption of one stored state is caught; every prefill is timed."""
+"""Replay on a CUDA GPU at qwen3.5-9b shapes (run with `pytest -m gpu`): the whole model at full
+depth (8 attention + 24 gated-delta layers, 32 MLPs), every hit's states and KV validated with no
+failure; subsampled models in both alignments and both modes, bf16 and fp32, GPU and pinned-host
+stores; a planted corruption of one stored state and of one KV page are caught; every prefill is
+timed, per layer type."""
 
 import numpy as np
 import pytest
@@ -35,7 +37,7 @@ def test_qwen_shapes_all_hits_validated(chat, alignment, mode, dtype, store):
 
     cfg = SimConfig(policy="marconi", model="qwen3.5-9b", capacity_bytes=2 * 10**9, alpha=0.5,
                     state_alignment=alignment, mode=mode)
-    res = run_replay(chat, cfg, ReplaySettings(layers=2, dtype=dtype, store=store, device="cuda"),
+    res = run_replay(chat, cfg, ReplaySettings(layers=4, dtype=dtype, store=store, device="cuda"),
                      build=build, after_event=after)
     s = res.summary
     assert res.failures == [], [f.message() for f in res.failures[:5]]
@@ -48,12 +50,26 @@ def test_qwen_shapes_all_hits_validated(chat, alignment, mode, dtype, store):
     print(alignment, mode, dtype, store, {k: s[k] for k in ("hits", "max_restore_error", "wall_s")})
 
 
+def test_full_depth_whole_model(chat):
+    cfg = SimConfig(policy="marconi", model="qwen3.5-9b", capacity_bytes=5 * 10**9, alpha=0.5,
+                    state_alignment="exact", mode="des")
+    res = run_replay(chat, cfg, ReplaySettings(dtype="bf16", device="cuda", requests=8), build=build)
+    s = res.summary
+    assert s["layers_replayed"] == {"attention": 8, "gated_delta": 24, "mlp": 32}
+    assert res.failures == [], [f.message() for f in res.failures[:5]]
+    assert s["hits"] > 0 and s["kv_hits_validated"] == s["hits_validated"] == s["hits"]
+    by = s["measured_ms_by_layer_type"]
+    assert by["attention"] > 0 and by["gated_delta"] > 0 and by["mlp"] > 0
+    print("full depth", {k: s[k] for k in ("hits", "max_restore_error", "max_kv_error", "wall_s",
+                                           "replay_tflops_timed")}, by)
+
+
 def test_planted_corruption_is_caught_on_gpu():
     from sim.replay.model import GDNStack, ReplayShape
     from sim.replay.runner import Replayer
     from sim.replay.store import CheckpointStore
 
-    shape = ReplayShape.from_spec(get_model("qwen3.5-9b"), layers=2)
+    shape = ReplayShape.from_spec(get_model("qwen3.5-9b"), layers=4)
     model = GDNStack(shape, device="cuda", dtype=torch.bfloat16, seed=1)
     store = CheckpointStore(shape, torch.bfloat16, device="cuda")
     rng = np.random.default_rng(0)
@@ -77,3 +93,12 @@ def test_planted_corruption_is_caught_on_gpu():
     rp.finish()
     assert len(rp.failures) == 1 and rp.failures[0].kind == "numerics"
     assert (rp.failures[0].request, rp.failures[0].checkpoint) == (2, 1)
+    # a KV page of the tail checkpoint's prefix, shifted by one token, is caught too
+    page = store.page(2, 3)
+    page.copy_(torch.roll(page, 1, dims=2))
+    toks[3] = (np.concatenate([a, rng.integers(0, 100_000, 100)]), 800)
+    rp.lookup(3, 2, 700)
+    rp.decode(3)
+    rp.finish()
+    assert len(rp.failures) == 2 and rp.failures[1].kind in ("kv-numerics", "numerics")
+    assert rp.failures[1].request == 3

@@ -1,0 +1,180 @@
+"""The hardware cost model's fit (``marconi replay --calibrate``): per-layer-type timings made by
+a known HardwareTiming are fitted back to its terms; timings faster than the device's peak are
+refused; the model's interface (prefill with splits, step_time_s, timing files)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from sim.cost import HardwareTiming, TimingModel, default_timing, get_model, gdn_chunks, read_timing_file
+from sim.errors import UsageError
+from sim.replay.measure import _features, calibrate, nnls, request_table, write_timing
+from sim.replay.records import RequestRecord
+
+SPEC = get_model("qwen3.5-9b")
+COUNTS = {"attention": 8, "gated_delta": 24, "mlp": 32}
+TRUE = HardwareTiming(
+    ms_per_tflop={"attn_linear": 2.0, "attn_quadratic": 4.0, "gdn_linear": 2.5, "gdn_chunk": 9.0,
+                  "mlp_linear": 1.6},
+    layer_call_ms={"attention": 0.05, "gated_delta": 0.09, "mlp": 0.03}, call_ms=0.4,
+    decode_ms_per_token=5.0, peak_tflops=989.0)
+CALLS = [[(0, 300)], [(128, 2000)], [(0, 5000)], [(1024, 9000)], [(0, 50)], [(0, 90), (90, 700)],
+         [(3000, 3025)], [(0, 12000)], [(600, 650)], [(0, 100), (100, 4000)]]
+
+
+def per_type(segs, timing, counts):
+    """Per-layer-type time of one call list under ``timing`` (the measurement a replay makes)."""
+    terms = {"attention": ("attn_linear", "attn_quadratic"), "gated_delta": ("gdn_linear", "gdn_chunk"),
+             "mlp": ("mlp_linear",)}
+    out = {}
+    for kind, ts in terms.items():
+        f = _features(SPEC, kind, segs)
+        per_layer = timing.layer_call_ms[kind] * f[0] + sum(
+            timing.ms_per_tflop[t] * x * 1e-12 for t, x in zip(ts, f[1:]))
+        out[kind] = per_layer * counts[kind]
+    out["other"] = timing.call_ms * len(segs)
+    return out
+
+
+def records(timing, calls=CALLS):
+    recs = []
+    for i, segs in enumerate(calls):
+        hit, n = segs[0][0], segs[-1][1]
+        r = RequestRecord(i, n, 10, hit_tokens=hit, restored=hit > 0)
+        r.suffix_segments = segs
+        r.suffix_ms_by_type = per_type(segs, timing, COUNTS)
+        r.suffix_ms = sum(r.suffix_ms_by_type.values())
+        recs.append(r)
+    return recs
+
+
+def test_nnls_matches_a_hand_solution():
+    A = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    assert np.allclose(nnls(A, np.array([1.0, 2.0, 3.0])), [1.0, 2.0])
+    # the unconstrained solution has a negative entry: the best non-negative one drops it
+    x = nnls(np.array([[1.0, 1.0], [1.0, 2.0]]), np.array([1.0, 0.0]))
+    assert x[1] == 0 and x[0] == pytest.approx(0.5)
+
+
+def test_fit_recovers_known_terms_and_the_model_reproduces_the_measurements():
+    df = request_table(records(TRUE), SPEC, TRUE, COUNTS)
+    t, info = calibrate(df, SPEC, TRUE, COUNTS, peak_tflops=989.0)
+    for term, c in TRUE.ms_per_tflop.items():
+        assert t.ms_per_tflop[term] == pytest.approx(c, rel=1e-6), term
+    for kind, c in TRUE.layer_call_ms.items():
+        assert t.layer_call_ms[kind] == pytest.approx(c, rel=1e-6, abs=1e-9), kind
+    assert t.call_ms == pytest.approx(0.4)
+    assert info["median_error"] < 1e-6 and info["p95_error"] < 1e-6
+    # achieved fraction of peak: 1000 / (ms per TFLOP x peak), e.g. MLP 1.6 ms/TFLOP = 63 %
+    assert info["fraction_of_peak"]["mlp_linear"] == pytest.approx(1e3 / (1.6 * 989))
+    assert all(0 < f <= 1 for f in info["fraction_of_peak"].values())
+
+
+def test_fit_refuses_terms_faster_than_the_peak():
+    fast = HardwareTiming(dict(TRUE.ms_per_tflop, mlp_linear=0.5), TRUE.layer_call_ms, 0.4, 5.0)  # 2,000 TFLOP/s
+    df = request_table(records(fast), SPEC, TRUE, COUNTS)
+    with pytest.raises(UsageError, match="mlp_linear at 202% of the device's 989 TFLOP/s peak"):
+        calibrate(df, SPEC, TRUE, COUNTS, peak_tflops=989.0)
+    # with no peak known (a CPU) the same data fit without a bound
+    t, _ = calibrate(df, SPEC, TRUE, COUNTS)
+    assert t.ms_per_tflop["mlp_linear"] == pytest.approx(0.5, rel=1e-6)
+    # and a timing file claiming such a term is refused when read
+    with pytest.raises(UsageError, match="not physical"):
+        HardwareTiming(fast.ms_per_tflop, TRUE.layer_call_ms, 0.4, 5.0, peak_tflops=989.0)
+
+
+def test_prefill_splits_and_step_time():
+    p, L = 1000, 3000
+    one = TRUE.prefill_time_s(SPEC, p, L)
+    split = TRUE.prefill_time_s(SPEC, p, L, splits=1)
+    # a split pays the whole model's per-call time again and one more (ragged) chunk
+    extra = TRUE.fixed_ms(SPEC) + TRUE.ms_per_tflop["gdn_chunk"] * 24 * SPEC.gdn_chunk_flops * 1e-12
+    assert (split - one) * 1e3 == pytest.approx(extra)
+    assert TRUE.fixed_ms(SPEC) == pytest.approx(0.4 + 8 * 0.05 + 24 * 0.09 + 32 * 0.03)
+    # the shared interface: one request alone is its prefill; an empty step costs nothing
+    for t in (TRUE, default_timing("qwen3.5-9b"), default_timing("marconi-7b"), TimingModel(100.0, 5.0, 2.0)):
+        spec = SPEC if t is not default_timing("marconi-7b") else get_model("marconi-7b")
+        assert t.step_time_s(spec, [(p, L)], []) == pytest.approx(t.prefill_time_s(spec, p, L))
+        assert t.step_time_s(spec, [], []) == 0.0
+        both = t.step_time_s(spec, [(p, L), (0, 500)], [800, 1200])
+        assert both > t.step_time_s(spec, [(p, L)], []) + t.step_time_s(spec, [(0, 500)], []) - \
+            t.prefill_time_s(spec, 0, 0) - 1e-12
+    assert gdn_chunks(60, 70) == 2 and gdn_chunks(0, 64) == 1
+
+
+def test_timing_file_round_trip(tmp_path):
+    f = tmp_path / "t.json"
+    write_timing(f, TRUE, SPEC, {"median_error": 0.01})
+    back = read_timing_file(f)
+    assert back == TRUE
+    assert json.loads(f.read_text())["format"] == "marconi-timing/2"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(dict(json.loads(f.read_text()), ms_per_tflop={"x": 1.0})))
+    with pytest.raises(UsageError):
+        read_timing_file(bad)
+
+
+def test_fit_finds_a_launch_floor():
+    """Per-layer times made by max(floor, call + FLOPs): many short calls sit on the floor, long
+    calls above it; the fit recovers the floor and the device terms."""
+    floored = HardwareTiming(TRUE.ms_per_tflop, TRUE.layer_call_ms, 0.4, 5.0, 989.0,
+                             layer_floor_ms={"attention": 0.9, "gated_delta": 0.7, "mlp": 0.35})
+    calls = [[(h, h + n)] for h in (0, 500, 3000) for n in (5, 12, 20, 33, 47, 60)]
+    calls += [[(0, n)] for n in (3000, 5000, 8000, 12000, 16000, 24000)] + [[(4000, 9000)], [(100, 7000)]]
+
+    def per_type_floored(segs, t, counts):
+        out = {}
+        for kind, ts in {"attention": ("attn_linear", "attn_quadratic"),
+                         "gated_delta": ("gdn_linear", "gdn_chunk"), "mlp": ("mlp_linear",)}.items():
+            f = _features(SPEC, kind, segs)
+            work = t.layer_call_ms[kind] + sum(t.ms_per_tflop[x] * v * 1e-12 for x, v in zip(ts, f[1:]))
+            out[kind] = max(t.layer_floor_ms[kind], work) * counts[kind]
+        out["other"] = t.call_ms
+        return out
+
+    recs = []
+    for i, segs in enumerate(calls):
+        r = RequestRecord(i, segs[0][1], 10, hit_tokens=segs[0][0], restored=segs[0][0] > 0)
+        r.suffix_segments = segs
+        r.suffix_ms_by_type = per_type_floored(segs, floored, COUNTS)
+        r.suffix_ms = sum(r.suffix_ms_by_type.values())
+        recs.append(r)
+    df = request_table(recs, SPEC, floored, COUNTS)
+    t, info = calibrate(df, SPEC, floored, COUNTS, peak_tflops=989.0)
+    for kind, h in floored.layer_floor_ms.items():
+        assert t.layer_floor_ms[kind] == pytest.approx(h, rel=1e-6), kind
+    assert t.ms_per_tflop["mlp_linear"] == pytest.approx(1.6, rel=1e-3)
+    assert info["median_error"] < 1e-6
+    # a short prefill is the floor of every layer, a long one is not
+    assert floored.prefill_time_s(SPEC, 0, 10) * 1e3 == pytest.approx(0.4 + 8 * 0.9 + 24 * 0.7 + 32 * 0.35)
+
+
+def test_simulator_charges_exact_alignment_splits():
+    """The DES prefill time of each request is the model's prefill with one extra call per state
+    admitted inside the computed part of the prompt off a 64-token boundary (what replay splits)."""
+    from sim.config import SimConfig
+    from sim.engine.drivers import run
+    from sim.engine.events import EventLog
+    from sim.simulate import build
+    from traces.registry import TraceOptions, load_trace
+
+    trace = load_trace("synthetic:chat:sessions=6,turns=3,prompt_tokens=300,user_tokens=40,output_tokens=30,"
+                       "prompts=2", TraceOptions())
+    for align in ("exact", "chunk"):
+        log = EventLog()
+        cfg = SimConfig(policy="marconi", model="qwen3.5-9b", capacity_bytes=10**12, alpha=0.5,
+                        state_alignment=align, mode="des")
+        run(build(trace, cfg, timing=TRUE, observers=(log,)))
+        admits = {}
+        for ev in log.events:
+            if type(ev).__name__ == "Admit":
+                admits.setdefault(ev.request.request_id, []).append(ev.position)
+        n_split = 0
+        for ev in log.events:
+            if type(ev).__name__ == "Prefill":
+                rid = ev.request.request_id
+                k = sum(1 for p in admits.get(rid, []) if ev.start_pos < p < ev.end_pos and p % 64)
+                n_split += k
+                assert ev.seconds == pytest.approx(TRUE.prefill_time_s(SPEC, ev.start_pos, ev.end_pos, splits=k))
+        assert (n_split > 0) == (align == "exact")
