@@ -39,6 +39,21 @@ def check_before_work(spec, device: str, tolerance, calibrate_path, out, force: 
             pass  # created now (kept: the replay writes there at the end)
 
 
+def _validation_line(s: dict) -> str:
+    mode = s.get("validation", "tolerance")
+    text = mode
+    if mode != "tolerance":
+        text += f": {s.get('integrity_checked', 0):,} restores bit-exact-checked, {s.get('integrity_failures', 0)} differ"
+    if mode == "shadow":
+        e = s.get("shadow_restore_errors", {}).get("rec", {})
+        text += (f"; fp32 shadow {s.get('shadow_hits_validated', 0):,} hits, {s.get('shadow_failures', 0)} failures"
+                 + (f", recurrent error p95 {e['p95']:.2g}" if e else ""))
+    e = s.get("restore_errors", {})
+    if e:
+        text += "; error p50 / p95: " + ", ".join(f"{k} {v['p50']:.2g} / {v['p95']:.2g}" for k, v in e.items())
+    return text
+
+
 def format_summary(s: dict, settings: dict) -> str:
     rows = [
         ("requests", f"{s['requests']:,} ({s['input_tokens']:,} input tokens)"),
@@ -50,6 +65,7 @@ def format_summary(s: dict, settings: dict) -> str:
                                 f"{s['max_out_error']:.3g}, KV {s.get('max_kv_error', 0):.3g} "
                                 f"(tolerances {settings['tolerance'][0]:.3g} / "
                                 f"{settings['tolerance'][1]:.3g})"),
+        ("validation", _validation_line(s)),
         ("measured prefill with cache", f"{s['measured_ms_with_cache']:,.1f} ms ("
                                         + ", ".join(f"{k} {v:,.0f}" for k, v in s.get("measured_ms_by_layer_type", {}).items())
                                         + ")"),
@@ -97,6 +113,11 @@ def register(main: click.Group) -> None:
                   help="cpu runs the kernels in the Triton interpreter (tiny presets only in practice).")
     @click.option("--requests", type=int, default=None, help="Replay the first N requests.")
     @click.option("--seed", type=int, default=0, show_default=True, help="Weights and hash-block tokens.")
+    @click.option("--validate", "validation", type=click.Choice(["exact", "shadow", "tolerance"]), default="exact",
+                  show_default=True,
+                  help="exact: every restored state, conv window and KV page bit for bit against what the kernels "
+                       "produced, then the numerics check; shadow: also an fp32 replay of the same stream checked at "
+                       "fp32 tolerance (slower); tolerance: the numerics check alone (docs/replay.md).")
     @click.option("--tolerance", type=float, default=None,
                   help="Relative error allowed in states and outputs [default: by dtype, see sim.replay.checks].")
     @click.option("--calibrate", "calibrate_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -107,8 +128,8 @@ def register(main: click.Group) -> None:
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
     @click.option("--progress/--no-progress", default=True, show_default=True)
     def replay(policy, capacity, alpha, model, layers, state_alignment, chunk_size, mode, sessions_per_second,
-               validate_every, store, dtype, device, requests, seed, tolerance, calibrate_path, out, force, fmt,
-               progress, **kwargs):
+               validate_every, store, dtype, device, requests, seed, validation, tolerance, calibrate_path, out, force,
+               fmt, progress, **kwargs):
         """Simulate a trace with GPU replay attached: every hit restored from a real checkpoint store,
         checked (prefix hash, numerics vs a from-scratch prefill) and timed."""
         from tqdm import tqdm  # noqa: PLC0415 - progress bar, loaded only when running
@@ -122,7 +143,8 @@ def register(main: click.Group) -> None:
         if dtype is None:
             dtype = "fp32" if device == "cpu" else "bf16"
         settings = ReplaySettings(layers=layers, validate_every=validate_every, store=store, dtype=dtype,
-                                  device=device, requests=requests, seed=seed, tolerance=tolerance)
+                                  device=device, requests=requests, seed=seed, tolerance=tolerance,
+                                  validation=validation)
         settings.validate()
         config = SimConfig(policy=policy, model=model, capacity_bytes=parse_size(capacity),
                            alpha=parse_alpha(alpha), state_alignment=state_alignment, chunk_size=chunk_size,

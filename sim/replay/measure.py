@@ -86,11 +86,16 @@ def _scale(spec: ModelSpec, counts) -> dict:
     return {k: (full[k] / counts[k] if counts.get(k) else 0.0) for k in LAYER_KINDS}
 
 
-def request_table(records, spec: ModelSpec, timing, counts) -> pd.DataFrame:
+ERROR_COLUMNS = ("max_rec_error", "max_conv_error", "max_out_error", "max_kv_error")
+
+
+def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.DataFrame:
     """One row per request: what the simulator claimed, what replay executed and measured
-    (per layer type too)."""
+    (per layer type too); ``shadow``: the fp32 shadow replay's records (``--validate shadow``),
+    whose errors become ``shadow_*`` columns."""
     if isinstance(counts, int):
         counts = {"attention": 0, "gated_delta": counts, "mlp": 0}
+    shadow_of = {r.request: r for r in shadow} if shadow is not None else None
     rows = []
     rspec = replayed_spec(spec, counts)
     scale = _scale(spec, counts)
@@ -116,7 +121,14 @@ def request_table(records, spec: ModelSpec, timing, counts) -> pd.DataFrame:
             simulated_full_flops=spec.flops(n),
             modelled_ms=modelled_ms(spec, timing, counts, hit, n, splits),
             modelled_full_ms=modelled_ms(spec, timing, counts, 0, n),
+            integrity_checked=r.integrity_checked,
         )
+        if shadow_of is not None:
+            sh = shadow_of.get(r.request)
+            row["shadow_validated"] = bool(sh is not None and sh.validated)
+            row["shadow_failed"] = bool(sh is not None and sh.failed)
+            for c in ERROR_COLUMNS:
+                row["shadow_" + c] = getattr(sh, c) if sh is not None else float("nan")
         for which, by in (("suffix", r.suffix_ms_by_type), ("full", r.full_ms_by_type)):
             for k in LAYER_KINDS + ("other",):
                 row[f"{which}_ms_{k}"] = by.get(k, float("nan")) if by else float("nan")
@@ -135,6 +147,11 @@ def error_stats(df: pd.DataFrame, column: str = "model_error") -> tuple[float, f
     if e.empty:
         return float("nan"), float("nan")
     return float(e.median()), float(e.quantile(0.95))
+
+
+def _quantiles(x: pd.Series) -> dict:
+    x = x.astype(float)
+    return dict(p50=float(x.quantile(0.5)), p95=float(x.quantile(0.95)), max=float(x.max()))
 
 
 def summary(df: pd.DataFrame, *, failures, store_peak_bytes: int, wall_s: float,
@@ -181,6 +198,17 @@ def summary(df: pd.DataFrame, *, failures, store_peak_bytes: int, wall_s: float,
         tokens_per_s=tokens / wall_s if wall_s > 0 else float("nan"),
         splits=int(df["splits"].sum()) if len(df) else 0,
     )
+    # the per-hit error distribution (validated hits): p50 / p95 / max of each kind
+    out["restore_errors"] = {c[4:-6]: _quantiles(val[c]) for c in ERROR_COLUMNS} if len(val) else {}
+    if len(df) and "integrity_checked" in df:
+        out["integrity_checked"] = int(df["integrity_checked"].sum())
+        out["integrity_failures"] = int(sum(k.endswith("integrity") and not k.startswith("shadow") for k in kinds))
+    if len(df) and "shadow_validated" in df:
+        sv = df[df["shadow_validated"]]
+        out["shadow_hits_validated"] = int(len(sv))
+        out["shadow_failures"] = int(sum(k.startswith("shadow") for k in kinds))
+        out["shadow_restore_errors"] = ({c[4:-6]: _quantiles(sv["shadow_" + c]) for c in ERROR_COLUMNS}
+                                        if len(sv) else {})
     if counts is not None:
         out["layers_replayed"] = dict(counts)
         by = {k: float(df[f"suffix_ms_{k}"].sum()) if len(df) else 0.0 for k in LAYER_KINDS + ("other",)}

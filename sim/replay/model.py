@@ -314,6 +314,23 @@ class HybridModel:
                     w_down=randn(s.mlp_inter, s.hidden, std=0.5 * s.mlp_inter ** -0.5),
                 ))
 
+    def upcast(self, dtype: torch.dtype = torch.float32) -> "HybridModel":
+        """The same model (the same weights, exactly: ``dtype`` holds every ``self.dtype``
+        value) computing in ``dtype``: the fp32 shadow of ``--validate shadow``."""
+        m = object.__new__(type(self))
+        m.__dict__.update(self.__dict__)
+        m.dtype = dtype
+        m.marks = None
+
+        def up(d: dict) -> dict:
+            return {k: v.to(dtype) if v.is_floating_point() else v for k, v in d.items()}
+
+        m.embedding = self.embedding.to(dtype)
+        m.layers = [up(w) for w in self.layers]
+        m.attn = [up(w) for w in self.attn]
+        m.mlp = [up(w) for w in self.mlp]
+        return m
+
     # ---- states ------------------------------------------------------------------------------
     def zero_state(self) -> StackState:
         s = self.shape

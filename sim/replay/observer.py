@@ -19,9 +19,12 @@ class ReplayObserver:
     decode, once its prefill-time admits are known, and decode-time states as admitted."""
 
     def __init__(self, replayer: Replayer, *, mode: str, progress=None,
-                 after_event: Optional[callable] = None) -> None:
+                 after_event: Optional[callable] = None, shadows=()) -> None:
         self.replayer = replayer
-        replayer.eager = mode == "des"
+        # shadows (``--validate shadow``: an fp32 replay) receive every event after the replayer
+        self.replayers = [replayer, *shadows]
+        for r in self.replayers:
+            r.eager = mode == "des"
         self.progress = progress
         self.after_event = after_event   # tests: called after every event
 
@@ -30,27 +33,33 @@ class ReplayObserver:
             self.after_event(name)
 
     def lookup(self, request, t, hit_checkpoint, hit_tokens, input_tokens) -> None:
-        self.replayer.lookup(request.request_id, hit_checkpoint, hit_tokens)
+        for r in self.replayers:
+            r.lookup(request.request_id, hit_checkpoint, hit_tokens)
         if self.progress is not None:
             self.progress.update(1)
         self._done("lookup")
 
     def prefill(self, request, t_start, t_end, start_pos, end_pos, seconds) -> None:
-        self.replayer.prefill(request.request_id, start_pos, end_pos)
+        for r in self.replayers:
+            r.prefill(request.request_id, start_pos, end_pos)
         self._done("prefill")
 
     def decode(self, request, t_start, t_end, start_pos, end_pos, seconds) -> None:
-        self.replayer.decode(request.request_id)
+        for r in self.replayers:
+            r.decode(request.request_id)
         self._done("decode")
 
     def admit(self, t, checkpoint, request, position, phase) -> None:
-        self.replayer.admit(checkpoint, request.request_id, position, phase)
+        for r in self.replayers:
+            r.admit(checkpoint, request.request_id, position, phase)
         self._done("admit")
 
     def evict(self, t, checkpoint, position) -> None:
-        self.replayer.evict(checkpoint)
+        for r in self.replayers:
+            r.evict(checkpoint)
         self._done("evict")
 
     def reject(self, request, t, reason) -> None:
-        self.replayer.reject(request.request_id)
+        for r in self.replayers:
+            r.reject(request.request_id)
         self._done("reject")

@@ -22,6 +22,7 @@ class RequestRecord:
     max_out_error: float = 0.0
     max_kv_error: float = 0.0
     kv_validated: bool = False        # the restored KV was checked too (attention layers replayed)
+    integrity_checked: bool = False   # the restored bits were compared with the produced ones
     suffix_segments: list = field(default_factory=list)   # kernel calls [(start, end)] of the prefill
     full_segments: list = field(default_factory=list)     # of the from-scratch prefill, if run
     suffix_ms: float = float("nan")

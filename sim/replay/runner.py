@@ -22,7 +22,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from sim.replay.checks import Failure, rel_error, state_error, tolerance_for
+from sim.replay.checks import VALIDATE_MODES, Failure, rel_error, state_error, tolerance_for
 from sim.replay.model import HybridModel, Marks, StackState
 from sim.replay.records import RequestRecord
 from sim.replay.store import CheckpointStore
@@ -83,17 +83,27 @@ class Replayer:
     """Executes an event stream against ``model`` and ``store``.
 
     ``tokens_of(request_id) -> (token ids of prompt + response, prompt length)``.
-    ``validate_every``: numerically check every k-th hit (the bookkeeping check runs on every
-    hit). ``check_hash=False`` skips the bookkeeping check (tests show numerics alone also catch
-    a shifted position).
+    ``validate_every``: check every k-th hit's bits and numerics (the bookkeeping check runs on
+    every hit). ``validate``: ``exact`` (default; the restored bits against the produced ones, then
+    numerics within the dtype's tolerance), ``shadow`` (the same here; the session adds an fp32
+    shadow replayer), ``tolerance`` (numerics only). ``check_hash=False`` skips the bookkeeping
+    check (tests show numerics alone also catch a shifted position).
     """
 
     def __init__(self, model: HybridModel, store: CheckpointStore,
                  tokens_of: Callable[[int], tuple[np.ndarray, int]], *, validate_every: int = 1,
                  tolerance: Optional[float] = None, check_hash: bool = True,
-                 max_open: int = 16, eager: bool = True) -> None:
+                 max_open: int = 16, eager: bool = True, validate: str = "exact") -> None:
         if validate_every < 1:
             raise ValueError("validate_every must be >= 1")
+        if validate not in VALIDATE_MODES:
+            raise ValueError(f"validate must be one of {', '.join(VALIDATE_MODES)}, not {validate!r}")
+        self.validate_mode = validate
+        self.exact = validate != "tolerance"
+        if self.exact:
+            if len(store):
+                raise ValueError("exact validation needs a store that digests from its first write")
+            store.digests = True
         self.model = model
         self.store = store
         self.tokens_of = tokens_of
@@ -114,6 +124,7 @@ class Replayer:
         self.hits = 0
         self.late_admits = 0
         self.kv_hits_validated = 0
+        self.integrity_checked = 0
 
     # ---- events ------------------------------------------------------------------------------
     def lookup(self, request: int, checkpoint: Optional[int], hit_tokens: int) -> None:
@@ -147,10 +158,29 @@ class Replayer:
                 self._fail("kv-hash", f, checkpoint, info.position, p,
                            "KV page keys differ from the prompt's prefix")
                 return
-        f.start = self.store.restore(checkpoint)
+        if not info.filled:     # a partly written slot is never restored (any mode)
+            missing = [f"layer {i}" for i in self.store.unwritten(checkpoint)]
+            if not info.kv_written and self.store.has_kv:
+                missing.append("KV")
+            self._fail("integrity", f, checkpoint, info.position, p,
+                       "never written: " + ", ".join(missing))
+            return
+        validate = (self.hits - 1) % self.validate_every == 0
+        start = self.store.restore(checkpoint)
+        if validate and self.exact:
+            bad = self.store.verify(checkpoint, start)
+            self.integrity_checked += 1
+            rec.integrity_checked = True
+            if bad:
+                kind = "kv-integrity" if all(b.startswith("KV") for b in bad) else "integrity"
+                more = f" (+{len(bad) - 8} more)" if len(bad) > 8 else ""
+                self._fail(kind, f, checkpoint, info.position, p,
+                           "restored bits differ from the produced ones: " + ", ".join(bad[:8]) + more)
+                return
+        f.start = start
         f.hit = f.pos = p
         rec.restored = True
-        f.validate = (self.hits - 1) % self.validate_every == 0
+        f.validate = validate
 
     def prefill(self, request: int, start: int, end: int) -> None:
         self._settle(request)

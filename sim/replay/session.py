@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
 import numpy as np
@@ -35,6 +35,7 @@ class ReplaySettings:
     seed: int = 0                         # weights and hash-block tokens
     tolerance: Optional[float] = None     # None: by dtype (sim.replay.checks.TOLERANCE)
     warmup: bool = True
+    validation: str = "exact"             # exact | shadow | tolerance (sim.replay.checks)
 
     def validate(self) -> None:
         if self.validate_every < 1:
@@ -49,6 +50,10 @@ class ReplaySettings:
             raise UsageError("--layers must be >= 1")
         if self.requests is not None and self.requests < 1:
             raise UsageError("--requests must be >= 1")
+        if self.validation not in ("exact", "shadow", "tolerance"):
+            raise UsageError(f"--validate must be exact, shadow or tolerance, not {self.validation!r}")
+        if self.tolerance is not None and not 0 < self.tolerance < float("inf"):
+            raise UsageError(f"--tolerance must be a finite number > 0, not {self.tolerance}")
 
 
 @dataclass
@@ -173,12 +178,21 @@ def run_replay(trace: Trace, config: SimConfig, settings: ReplaySettings, *, bui
     counts = shape.counts()
     model = HybridModel(shape, device=device, dtype=dtype, seed=settings.seed)
     store = CheckpointStore(shape, dtype, where=settings.store, device=device)
-    replayer = Replayer(model, store, token_source(trace, settings.seed),
-                        validate_every=settings.validate_every, tolerance=settings.tolerance)
+    tokens_of = token_source(trace, settings.seed)
+    replayer = Replayer(model, store, tokens_of, validate_every=settings.validate_every,
+                        tolerance=settings.tolerance, validate=settings.validation)
+    shadows = ()
+    if settings.validation == "shadow":
+        # the same event stream replayed by the same weights in fp32 arithmetic, untimed, every
+        # validated hit checked at fp32 tolerance: what bf16 rounding hides from the main check
+        shadow_model = model.upcast(torch.float32)
+        shadow_store = CheckpointStore(shape, torch.float32, where="gpu", device=device)
+        shadows = (Replayer(shadow_model, shadow_store, tokens_of, validate_every=settings.validate_every,
+                            validate="tolerance"),)
     warm_s = _warm(model, device) if settings.warmup and device.type == "cuda" else 0.0
     built = []   # the Simulation, for the tests' hook (it exists once events flow)
     hook = (lambda name: after_event(name, built[0], replayer)) if after_event is not None else None
-    obs = ReplayObserver(replayer, mode=config.mode, progress=progress, after_event=hook)
+    obs = ReplayObserver(replayer, mode=config.mode, progress=progress, after_event=hook, shadows=shadows)
     sim = build(trace, config, timing=timing, observers=(obs,))
     built.append(sim)
     if on_ready is not None:
@@ -186,14 +200,21 @@ def run_replay(trace: Trace, config: SimConfig, settings: ReplaySettings, *, bui
     t0 = time.perf_counter()
     sim_result = run_simulation(sim)
     records = replayer.finish()
+    failures = list(replayer.failures)
+    shadow_records = None
+    for sh in shadows:
+        shadow_records = sh.finish()
+        failures += [replace(f, kind="shadow-" + f.kind) for f in sh.failures]
     if device.type == "cuda":
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
-    table = measure.request_table(records, spec, timing, counts)
-    summary = measure.summary(table, failures=replayer.failures,
+    table = measure.request_table(records, spec, timing, counts, shadow=shadow_records)
+    summary = measure.summary(table, failures=failures,
                               store_peak_bytes=store.peak_bytes, wall_s=wall,
                               late_admits=replayer.late_admits, counts=counts, spec=spec,
                               kv_hits_validated=replayer.kv_hits_validated)
+    summary["validation"] = settings.validation
+    summary["integrity_checked"] = int(replayer.integrity_checked)
     summary["kv_tokens_live"] = int(store.kv_tokens)
     summary["mlp_moe_at_active_width"] = bool(shape.mlp_moe)
     summary["warmup_s"] = warm_s
@@ -207,7 +228,7 @@ def run_replay(trace: Trace, config: SimConfig, settings: ReplaySettings, *, bui
                 timing=timing_to_dict(timing),
                 device_name=(torch.cuda.get_device_name(device) if device.type == "cuda"
                              else "cpu"))
-    return ReplayResult(summary, table, replayer.failures, info, sim_result, timing)
+    return ReplayResult(summary, table, failures, info, sim_result, timing)
 
 
 def calibrate(result: ReplayResult, config: SimConfig, path=None,

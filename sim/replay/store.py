@@ -12,6 +12,12 @@ by a chained digest of the prefix up to the page's end (``tokens.page_keys``), s
 checkpoints with a common prefix (reference counted, as a radix tree shares its edges), so the
 store holds the KV of exactly the union of the live checkpoints' prefixes. A checkpoint's page
 list is its block table; ``restore`` gathers it. Needs torch (imported lazily by the CLI).
+
+Integrity (``digests=True``, replay's ``--validate exact|shadow``): every layer's state and conv
+window and every KV page is digested (``checks.digest``) from the tensor the kernels produced,
+before the store copies it; ``verify`` digests what a restore returned and lists every layer, head
+and page whose bits differ, and every layer never written. Invariants: a slot is restorable only
+when every layer was written (``filled``); a page's bits never change while it is referenced.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from sim.replay.checks import digest
 from sim.replay.model import ReplayShape, StackState
 
 PAGE_TOKENS = 64
@@ -38,6 +45,8 @@ class SlotInfo:
     layers_written: set = field(default_factory=set)
     pages: list = field(default_factory=list)      # KV block table: [(key, page slot)]
     kv_written: bool = False
+    rec_digest: dict = field(default_factory=dict)   # layer -> int64 [Hv] (digests=True)
+    conv_digest: dict = field(default_factory=dict)  # layer -> int64 scalar
 
     @property
     def filled(self) -> bool:
@@ -49,7 +58,7 @@ class SlotInfo:
 
 class CheckpointStore:
     def __init__(self, shape: ReplayShape, act_dtype: torch.dtype, *, where: str = "gpu",
-                 device="cpu", page_tokens: int = PAGE_TOKENS) -> None:
+                 device="cpu", page_tokens: int = PAGE_TOKENS, digests: bool = False) -> None:
         if where not in ("gpu", "host"):
             raise ValueError(f"store must be gpu or host, not {where!r}")
         self.shape = shape
@@ -74,6 +83,7 @@ class CheckpointStore:
         self.kv_tokens = 0
         self.peak_pages = 0
         self.page_bytes = shape.kv_bytes_per_token(act_dtype) * self.page_tokens
+        self.digests = bool(digests)
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def __contains__(self, cp: int) -> bool:
@@ -129,6 +139,9 @@ class CheckpointStore:
     def write(self, cp: int, layer: int, rec: torch.Tensor, conv: torch.Tensor) -> None:
         info = self.info(cp)
         nb = self._pin
+        if self.digests:     # of the produced tensors, before the copy (a lossy copy shows)
+            info.rec_digest[layer] = digest(rec, 1)
+            info.conv_digest[layer] = digest(conv, 0)
         self._rec[info.slot][layer].copy_(rec, non_blocking=nb)
         self._conv[info.slot][layer].copy_(conv, non_blocking=nb)
         info.layers_written.add(layer)
@@ -136,9 +149,54 @@ class CheckpointStore:
     def put(self, cp: int, state: StackState) -> None:
         """Fill every gated-delta layer of ``cp`` from a whole stack state."""
         info = self.info(cp)
+        if self.digests:
+            rd, cd = digest(state.rec, 2), digest(state.conv, 1)
+            for layer in range(self.shape.layers):
+                info.rec_digest[layer] = rd[layer]
+                info.conv_digest[layer] = cd[layer]
         self._rec[info.slot].copy_(state.rec, non_blocking=self._pin)
         self._conv[info.slot].copy_(state.conv, non_blocking=self._pin)
         info.layers_written.update(range(self.shape.layers))
+
+    def unwritten(self, cp: int) -> list[int]:
+        """The gated-delta layers of ``cp`` never written (a slot is restorable without any)."""
+        info = self.info(cp)
+        return [layer for layer in range(self.shape.layers) if layer not in info.layers_written]
+
+    def verify(self, cp: int, state: StackState) -> list[str]:
+        """Every difference between the bits ``restore(cp)`` returned (``state``) and the bits the
+        kernels produced for ``cp``: ``"layer L head H"``, ``"layer L conv"``, ``"KV page I"``,
+        ``"layer L never written"``; empty when they are the same (``digests=True`` only)."""
+        if not self.digests:
+            raise StoreError("verify needs a store with digests=True")
+        info = self.info(cp)
+        out = [f"layer {layer} never written" for layer in self.unwritten(cp)]
+        L = self.shape.layers
+        if L and not out:
+            got_r, got_c = digest(state.rec, 2), digest(state.conv, 1)
+            want_r = torch.stack([info.rec_digest[i] for i in range(L)]).to(got_r.device)
+            want_c = torch.stack([info.conv_digest[i] for i in range(L)]).to(got_c.device)
+            bad = (got_r != want_r).nonzero().tolist()
+            out += [f"layer {layer} head {h}" for layer, h in bad]
+            out += [f"layer {layer} conv" for layer in (got_c != want_c).nonzero().flatten().tolist()]
+        if self.has_kv and state.kv is not None:
+            P = self.page_tokens
+            got, want, where = [], [], []
+            for i, (key, _) in enumerate(info.pages):
+                page = self._pages.get(key)
+                if page is None or page[3] is None:
+                    out.append(f"KV page {i} not held")
+                    continue
+                s, e = i * P, min(info.position, (i + 1) * P)
+                got.append(digest(state.kv[:, :, s:e].transpose(0, 2), 0))
+                want.append(page[3])
+                where.append(i)
+            if got:     # one comparison, one device-to-host sync
+                bad = (torch.stack(got) != torch.stack(want).to(got[0].device)).nonzero().flatten().tolist()
+                out += [f"KV page {where[j]}" for j in bad]
+            if not info.kv_written:
+                out.append("KV never written")
+        return out
 
     def free(self, cp: int) -> None:
         info = self._info.pop(cp, None)
@@ -185,8 +243,10 @@ class CheckpointStore:
             if page is None:
                 s, e = i * P, min(info.position, (i + 1) * P)
                 slot = self._page_slot()
+                # digest of the tokens' KV as produced, token-major ([tokens, A, 2, KVH, hd])
+                d = digest(kv[:, :, s:e].transpose(0, 2), 0) if self.digests else None
                 self._pool[slot, :, :, :e - s].copy_(kv[:, :, s:e], non_blocking=self._pin)
-                page = self._pages[key] = [slot, 0, e - s]
+                page = self._pages[key] = [slot, 0, e - s, d]
                 self.kv_tokens += e - s
             page[1] += 1
             info.pages.append((key, page[0]))

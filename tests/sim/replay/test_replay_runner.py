@@ -93,8 +93,9 @@ def test_aligned_hit_compares_the_restored_state_itself(tiny_model, tiny_shape):
     assert store2.ids() == set() and rp2.pending == {}
 
 
-def test_planted_corruption_is_caught(tiny_model, tiny_shape):
-    rp, store = make(tiny_model, tiny_shape)
+@pytest.mark.parametrize("validate, kind", [("exact", "integrity"), ("tolerance", "numerics")])
+def test_planted_corruption_is_caught(tiny_model, tiny_shape, validate, kind):
+    rp, store = make(tiny_model, tiny_shape, validate=validate)
     first_turn(rp)
     assert store.info(4).filled         # the tail state was produced when admitted
     rec, _ = store.tensors(4)
@@ -105,7 +106,9 @@ def test_planted_corruption_is_caught(tiny_model, tiny_shape):
     assert len(rp.failures) == 1
     f = rp.failures[0]
     assert (f.kind, f.request, f.checkpoint, f.stored_position, f.hit_position) == \
-        ("numerics", 1, 4, 130, 130)
+        (kind, 1, 4, 130, 130)
+    if validate == "exact":             # the layer and head are named
+        assert "layer 1 head 0" in f.detail
     assert "request 1, checkpoint 4" in f.message()
 
 
