@@ -22,6 +22,8 @@ SMALLEST = {
                           "--workers", "1"], "below sglang+"),
     "trace_memory.py": (["--trace", "synthetic:chat", "--sessions", "2"], "cached load"),
     "mutation.py": (["--list", "-m", "cost", "--per-module", "2"], "cost"),
+    "validation_sensitivity.py": (["--dtype", "fp32", "--scales", "0.01", "--prompt", "70", "--kernel", "torch"],
+                                  "caught"),
     # need a GPU (kernel_bench, replay_bench) or compile kernels for minutes (kernel_resources is run
     # by tests/kernels/test_resources.py): their command line at least
     "kernel_bench.py": (["--help"], "usage"),

@@ -64,7 +64,8 @@ def test_full_depth_whole_model(chat):
                                            "replay_tflops_timed")}, by)
 
 
-def test_planted_corruption_is_caught_on_gpu():
+@pytest.mark.parametrize("validate", ["tolerance", "exact"])
+def test_planted_corruption_is_caught_on_gpu(validate):
     from sim.replay.model import GDNStack, ReplayShape
     from sim.replay.runner import Replayer
     from sim.replay.store import CheckpointStore
@@ -76,7 +77,7 @@ def test_planted_corruption_is_caught_on_gpu():
     a = rng.integers(0, 100_000, 700)
     b = np.concatenate([a, rng.integers(0, 100_000, 300)])
     toks = {0: (a, 600), 1: (b, 900)}
-    rp = Replayer(model, store, lambda r: toks[r])
+    rp = Replayer(model, store, lambda r: toks[r], validate=validate)
     rp.lookup(0, None, 0)
     rp.admit(1, 0, 450, "branch")
     rp.decode(0)
@@ -91,7 +92,7 @@ def test_planted_corruption_is_caught_on_gpu():
     rp.lookup(2, 1, 450)
     rp.decode(2)
     rp.finish()
-    assert len(rp.failures) == 1 and rp.failures[0].kind == "numerics"
+    assert len(rp.failures) == 1 and rp.failures[0].kind == ("numerics" if validate == "tolerance" else "integrity")
     assert (rp.failures[0].request, rp.failures[0].checkpoint) == (2, 1)
     # a KV page of the tail checkpoint's prefix, shifted by one token, is caught too
     page = store.page(2, 3)
@@ -100,5 +101,6 @@ def test_planted_corruption_is_caught_on_gpu():
     rp.lookup(3, 2, 700)
     rp.decode(3)
     rp.finish()
-    assert len(rp.failures) == 2 and rp.failures[1].kind in ("kv-numerics", "numerics")
+    assert len(rp.failures) == 2 and rp.failures[1].kind in (
+        ("kv-numerics", "numerics") if validate == "tolerance" else ("kv-integrity",))
     assert rp.failures[1].request == 3
