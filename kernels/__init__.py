@@ -1,11 +1,13 @@
 """Triton kernels (chunked gated delta rule with chunk-boundary states, causal conv1d with
-boundary conv windows), their plain-torch reference oracles, and ``warmup``.
+boundary conv windows), the same two in plain torch (``kernels.torch_gdn``: no triton, fast on a
+CPU), their naive reference oracles, and ``warmup``.
 
     from kernels import chunk_gated_delta_rule, causal_conv1d, prepare_chunk_metadata, warmup
+    from kernels import torch_chunk_gated_delta_rule, torch_causal_conv1d
 
-The functions need the ``kernels`` extra (torch, triton). ``import kernels`` itself does not:
-the simulator imports ``kernels.cli`` without torch, so the names below are resolved lazily and
-raise a one-line ImportError naming the extra only when used.
+The functions need the ``kernels`` extra (torch, and triton for the Triton ones). ``import
+kernels`` itself does not: the simulator imports ``kernels.cli`` without torch, so the names below
+are resolved lazily and raise a one-line ImportError naming the extra only when used.
 """
 
 from __future__ import annotations
@@ -20,12 +22,16 @@ _EXPORTS = {
     "prepare_chunk_metadata": "kernels._common",
     "ChunkMetadata": "kernels._common",
     "causal_conv1d": "kernels.conv",
+    "torch_chunk_gated_delta_rule": "kernels.torch_gdn",
+    "torch_causal_conv1d": "kernels.torch_gdn",
     "warmup": "kernels.warmup",
     "naive_gated_delta_rule": "kernels.reference",
     "naive_recurrent_step": "kernels.reference",
     "naive_causal_conv1d": "kernels.reference",
     "naive_gdn_gate": "kernels.reference",
 }
+
+TORCH_ONLY = {"kernels._common", "kernels.torch_gdn", "kernels.reference"}   # no triton import
 
 __all__ = sorted(_EXPORTS)
 
@@ -38,7 +44,8 @@ def __getattr__(name: str):
         mod = importlib.import_module(module)
     except ImportError as exc:
         if (exc.name or "").split(".")[0] in ("torch", "triton"):
-            raise ImportError(f"kernels.{name} needs torch and triton: {INSTALL_HINT}") from exc
+            needs = "torch" if module in TORCH_ONLY else "torch and triton"
+            raise ImportError(f"kernels.{name} needs {needs}: {INSTALL_HINT}") from exc
         raise
     value = getattr(mod, name)
     globals()[name] = value          # later lookups skip __getattr__

@@ -1,4 +1,4 @@
-"""Shared helpers: interpreter detection, chunk metadata."""
+"""Shared helpers (torch only, no triton): interpreter detection, chunk metadata, argument checks."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import torch
 
 CHUNK = 64
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+MIN_HEAD_DIM, MAX_HEAD_DIM = 1, 256          # the Triton kernels' head dims (padded tiles)
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def chunk_bucket(n: int) -> int:
@@ -148,3 +150,28 @@ def resolve_metadata(B, T, device, cu_seqlens, start_positions, boundary_stride,
         cu = cu_seqlens
     return prepare_chunk_metadata(cu, start_positions, boundary_stride=boundary_stride,
                                   boundary_indices=boundary_indices, device=device)
+
+
+def check_args(q, k, v, g, beta, *, max_head_dim: Optional[int] = MAX_HEAD_DIM):
+    """Raise ValueError for anything the kernels cannot run (one clear line). ``max_head_dim``:
+    the largest K / V (None: no limit, the plain-torch implementation)."""
+    if q.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"q, k, v must be 4-d [B, T, heads, dim]; got q{tuple(q.shape)} "
+                         f"v{tuple(v.shape)}")
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    if k.shape != q.shape or v.shape[:2] != (B, T) or H == 0 or HV % H:
+        raise ValueError(f"bad shapes q{tuple(q.shape)} k{tuple(k.shape)} v{tuple(v.shape)} "
+                         f"(need k == q, v [B, T, HV, V] with HV a multiple of H)")
+    if g.shape != (B, T, HV) or beta.shape != (B, T, HV):
+        raise ValueError(f"g and beta must be [B, T, HV] = {(B, T, HV)}; got "
+                         f"g{tuple(g.shape)} beta{tuple(beta.shape)}")
+    top = max_head_dim if max_head_dim is not None else float("inf")
+    for name, d in (("K", K), ("V", V)):
+        if not MIN_HEAD_DIM <= d <= top:
+            raise ValueError(f"head dim {name}={d} is not supported (need "
+                             f"{MIN_HEAD_DIM} <= {name} <= {max_head_dim})")
+    if q.dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"q dtype {q.dtype} is not supported (float32, float16, bfloat16)")
+    if not (q.device == k.device == v.device == g.device == beta.device):
+        raise ValueError("q, k, v, g, beta must be on one device")

@@ -37,12 +37,11 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import INTERPRET, ChunkMetadata, prepare_chunk_metadata, resolve_metadata
+from kernels._common import (INTERPRET, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_DTYPES, ChunkMetadata,  # noqa: F401
+                             check_args, prepare_chunk_metadata, resolve_metadata)
 
 __all__ = ["chunk_gated_delta_rule", "prepare_chunk_metadata", "ChunkMetadata", "CONFIGS",
            "launch_params", "MAX_HEAD_DIM", "MIN_HEAD_DIM"]
-
-MIN_HEAD_DIM, MAX_HEAD_DIM = 1, 256
 
 # Launch configurations (fixed, no autotuning: every new shape would otherwise re-benchmark
 # the candidates, which dominates the cold start of a replay). ``BV`` is the V block of the
@@ -512,32 +511,6 @@ def _rows(x: torch.Tensor, TT: int, heads: int, dim: Optional[int]):
     if dim is not None and x.stride(2) != 1:
         x = x.contiguous()
     return x
-
-
-SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def check_args(q, k, v, g, beta):
-    """Raise ValueError for anything the kernels cannot run (one clear line)."""
-    if q.dim() != 4 or v.dim() != 4:
-        raise ValueError(f"q, k, v must be 4-d [B, T, heads, dim]; got q{tuple(q.shape)} "
-                         f"v{tuple(v.shape)}")
-    B, T, H, K = q.shape
-    HV, V = v.shape[2], v.shape[3]
-    if k.shape != q.shape or v.shape[:2] != (B, T) or H == 0 or HV % H:
-        raise ValueError(f"bad shapes q{tuple(q.shape)} k{tuple(k.shape)} v{tuple(v.shape)} "
-                         f"(need k == q, v [B, T, HV, V] with HV a multiple of H)")
-    if g.shape != (B, T, HV) or beta.shape != (B, T, HV):
-        raise ValueError(f"g and beta must be [B, T, HV] = {(B, T, HV)}; got "
-                         f"g{tuple(g.shape)} beta{tuple(beta.shape)}")
-    for name, d in (("K", K), ("V", V)):
-        if not MIN_HEAD_DIM <= d <= MAX_HEAD_DIM:
-            raise ValueError(f"head dim {name}={d} is not supported (need "
-                             f"{MIN_HEAD_DIM} <= {name} <= {MAX_HEAD_DIM})")
-    if q.dtype not in SUPPORTED_DTYPES:
-        raise ValueError(f"q dtype {q.dtype} is not supported (float32, float16, bfloat16)")
-    if not (q.device == k.device == v.device == g.device == beta.device):
-        raise ValueError("q, k, v, g, beta must be on one device")
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None,

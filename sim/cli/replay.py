@@ -1,6 +1,6 @@
 """`marconi replay`: run the simulator with GPU replay attached (sim.replay): every claimed
-restore is executed with the project's Triton kernels against a real checkpoint store, checked
-and timed."""
+restore is executed with the whole model (gated-delta layers on the project's Triton kernels, or
+their plain-torch twin on a CPU) against a real checkpoint store, checked and timed."""
 
 from __future__ import annotations
 
@@ -15,21 +15,56 @@ from sim.cli.run import parse_alpha
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, format_size, parse_size
 from sim.errors import UsageError
+from sim.replay.backends import kernel_choices
 
-INSTALL_HINT = "marconi replay needs torch and triton: pip install 'marconi-sim[kernels]'"
-#: widest model `--device cpu` replays: a wider one takes minutes per request there (refused up front)
+INSTALL_HINT = "marconi replay needs torch (and triton for --kernel triton): pip install 'marconi-sim[kernels]'"
+#: widest model `--device cpu` replays without a warning: a wider one takes minutes per request there
 CPU_MAX_D_MODEL = 1024
+#: executed TFLOP/s of a CPU replay, for the warning's estimate (plain-torch backend, fp32, measured
+#: at qwen3.5-9b shapes on a 2-core machine: 0.11 over the wall time, 0.13 over the timed prefills)
+CPU_TFLOPS = 0.1
 
 
-def check_before_work(spec, device: str, tolerance, calibrate_path, out, force: bool, trace_spec) -> None:
+def cpu_time_warning(spec, trace, requests, layers: int, kernel: str):
+    """One line for stderr when ``--device cpu`` replays a preset wider than ``CPU_MAX_D_MODEL``:
+    the expected wall time (None for narrower presets). Estimate: every request prefilled once from
+    scratch (a miss, or a hit's validation) by ``layers`` of the preset's mixer layers with their
+    MLPs, at ``CPU_TFLOPS``; the suffixes after restores come on top (at most as much again)."""
+    if spec.d_model <= CPU_MAX_D_MODEL:
+        return None
+    from sim.replay.flops import replayed_flops
+    from sim.replay.measure import model_counts
+
+    reqs = trace.requests[:requests] if requests else trace.requests
+    share = layers / (spec.n_attn + spec.n_gdn)          # --layers subsamples every type alike
+    B = trace.block_tokens
+    flops = share * sum(replayed_flops(spec, model_counts(spec), [(0, r.n_input_tokens(B))]) for r in reqs)
+    secs = flops / (CPU_TFLOPS * 1e12)
+    how = (f"at ~{CPU_TFLOPS:g} TFLOP/s" if kernel != "triton"
+           else "plus the Triton interpreter's slowdown of the gated-delta layers (many times that)")
+    n, tf = len(reqs), flops / 1e12
+    tflop = f"{tf:,.0f}" if tf >= 10 else f"{tf:.2g}"
+    return (f"warning: --device cpu: {spec.name} (d_model {spec.d_model}) will take about {_duration(secs)} "
+            f"to {_duration(2 * secs)} for {n:,} request{'s' if n != 1 else ''} of {layers} layer"
+            f"{'s' if layers != 1 else ''} ({tflop} TFLOP of from-scratch prefills {how}); "
+            "--layers, --requests or --device cuda cut it")
+
+
+def _duration(secs: float) -> str:
+    if secs < 90:
+        return f"{max(1, round(secs))} s"
+    if secs < 5400:
+        return f"{secs / 60:.0f} min"
+    return f"{secs / 3600:,.1f} h"
+
+
+def check_before_work(spec, tolerance, calibrate_path, out, force: bool, trace_spec) -> None:
     """Everything about the settings and outputs of a replay that can fail, checked before the trace is
-    loaded and replayed: the tolerance, a model too wide for the CPU, the output files (not an input,
-    not existing unless --force) and their folders (created now, or refused)."""
+    loaded and replayed: the tolerance, the output files (not an input, not existing unless --force) and
+    their folders (created now, or refused). (A model too wide for the CPU is warned of, not refused:
+    ``cpu_time_warning`` once the trace is loaded.)"""
     if tolerance is not None and not 0 < tolerance < math.inf:  # NaN fails both comparisons
         raise UsageError(f"--tolerance must be a finite number > 0, not {tolerance}")
-    if device == "cpu" and spec.d_model > CPU_MAX_D_MODEL:
-        raise UsageError(f"--device cpu: {spec.name} (d_model {spec.d_model}) would take minutes per request on the "
-                         f"CPU; replay models up to d_model {CPU_MAX_D_MODEL} there (replay-tiny), or use --device cuda")
     files = {Path(out) / name: "--out" for name in ("summary.json", "requests.parquet")} if out is not None else {}
     if calibrate_path is not None:
         files[Path(calibrate_path)] = "--calibrate"
@@ -110,7 +145,10 @@ def register(main: click.Group) -> None:
     @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default=None,
                   help="Activations and weights [default: bf16 on cuda, fp32 on cpu].")
     @click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
-                  help="cpu runs the kernels in the Triton interpreter (tiny presets only in practice).")
+                  help="cpu runs the gated-delta layers in plain torch by default (small presets in practice).")
+    @click.option("--kernel", type=click.Choice(list(kernel_choices())), default="auto", show_default=True,
+                  help="Gated-delta backend: triton (the project's kernels; the interpreter on a CPU), torch (the "
+                       "same math in plain torch ops); auto: triton on cuda, torch on cpu.")
     @click.option("--requests", type=int, default=None, help="Replay the first N requests.")
     @click.option("--seed", type=int, default=0, show_default=True, help="Weights and hash-block tokens.")
     @click.option("--validate", "validation", type=click.Choice(["exact", "shadow", "tolerance"]), default="exact",
@@ -128,7 +166,8 @@ def register(main: click.Group) -> None:
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
     @click.option("--progress/--no-progress", default=True, show_default=True)
     def replay(policy, capacity, alpha, model, layers, state_alignment, chunk_size, mode, sessions_per_second,
-               validate_every, store, dtype, device, requests, seed, validation, tolerance, calibrate_path, out, force,
+               validate_every, store, dtype, device, kernel, requests, seed, validation, tolerance, calibrate_path, out,
+               force,
                fmt, progress, **kwargs):
         """Simulate a trace with GPU replay attached: every hit restored from a real checkpoint store,
         checked (prefix hash, numerics vs a from-scratch prefill) and timed."""
@@ -139,11 +178,11 @@ def register(main: click.Group) -> None:
         from sim.simulate import build
 
         check_model(get_model(model), layers)   # refuse non-GDN presets before loading a trace
-        check_before_work(get_model(model), device, tolerance, calibrate_path, out, force, kwargs.get("trace"))
+        check_before_work(get_model(model), tolerance, calibrate_path, out, force, kwargs.get("trace"))
         if dtype is None:
             dtype = "fp32" if device == "cpu" else "bf16"
         settings = ReplaySettings(layers=layers, validate_every=validate_every, store=store, dtype=dtype,
-                                  device=device, requests=requests, seed=seed, tolerance=tolerance,
+                                  device=device, requests=requests, seed=seed, tolerance=tolerance, kernel=kernel,
                                   validation=validation)
         settings.validate()
         config = SimConfig(policy=policy, model=model, capacity_bytes=parse_size(capacity),
@@ -151,6 +190,11 @@ def register(main: click.Group) -> None:
                            mode=mode, sessions_per_second=sessions_per_second, seed=seed)
         config.validate()
         trace = trace_from_cli(kwargs)
+        if device == "cpu":
+            warning = cpu_time_warning(get_model(model), trace, requests, check_model(get_model(model), layers),
+                                       settings.backend)
+            if warning:
+                click.echo(warning, err=True)
         total = min(len(trace.requests), requests or len(trace.requests))
         bar = tqdm(total=total, unit="req", disable=not progress, desc="replaying", leave=False)
         try:
@@ -173,7 +217,7 @@ def register(main: click.Group) -> None:
             click.echo(f"replay {trace.name} | {config.policy} | {config.model}, {res.settings['layers']} "
                        f"layers | {format_size(config.capacity_bytes)} | {config.state_alignment} "
                        f"alignment | {config.mode} | {settings.dtype} on {res.settings['device_name']} | "
-                       f"store {settings.store}")
+                       f"{res.settings['kernel']} kernels | store {settings.store}")
             click.echo(format_summary(res.summary, res.settings))
             if calibrate_path is not None:
                 t = res.calibrated

@@ -1,7 +1,7 @@
 """The replayed model: every layer type of a hybrid preset at its shapes, weights from a seed.
 
-Needs torch and the project's Triton kernels; the CLI imports this module lazily so that the
-simulator never needs torch.
+Needs torch, and triton for the ``triton`` gated-delta backend only; the CLI imports this module
+lazily so that the simulator never needs torch.
 
 A Qwen3-Next / Qwen3.5 layer is a token mixer (gated-delta linear attention, or gated full
 attention every fourth layer) followed by an MLP, each behind an RMSNorm and a residual add:
@@ -23,8 +23,10 @@ The residual stream is fp32 (matmul and kernel inputs in ``dtype``). Each layer 
 so every state and every key after a prefix depends on the whole prefix, as in a real model.
 Token ids index the embedding modulo ``vocab_rows`` (a smaller table than the real vocabulary).
 
-Every gated-delta call (conv + chunked core) goes through ``gated_delta``: the one place where
-another backend of the same math can be chosen.
+Every gated-delta call (conv + chunked core) goes through ``gated_delta`` with the model's
+backend (``sim.replay.backends``): ``triton``, the project's kernels (compiled on a GPU, Triton's
+interpreter on a CPU), or ``torch``, the same math in plain torch ops (``kernels.torch_gdn``: what
+a CPU runs by default).
 """
 
 from __future__ import annotations
@@ -40,8 +42,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 from kernels._common import CHUNK, prepare_chunk_metadata
-from kernels.chunk_gdn import chunk_gated_delta_rule
-from kernels.conv import causal_conv1d
+from sim.replay.backends import GDN_BACKENDS, resolve_kernel
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 ATTN, GDN, MLP = "attention", "gated_delta", "mlp"
@@ -179,11 +180,14 @@ StateSink = Callable[[int, int, torch.Tensor, torch.Tensor], None]
 
 
 def gated_delta(qkv, a, b, *, conv_w, A_log, dt_bias, rec0, conv0, meta, boundaries: bool,
-                k_heads: int, head_k_dim: int, v_heads: int, head_v_dim: int):
+                k_heads: int, head_k_dim: int, v_heads: int, head_v_dim: int,
+                backend: Optional[tuple[Callable, Callable]] = None):
     """One gated-delta layer's conv + chunked core over ``T`` tokens (``qkv [T, conv_dim]``,
     ``a``, ``b`` ``[T, Hv]``) from ``rec0 [Hv, K, V]`` / ``conv0 [conv_dim, W-1]`` (None: zeros).
     Returns ``(o [T, Hv, V], rec_end, conv_end, boundary recurrent states, boundary conv
-    windows)``. The one call site of the gated-delta kernels."""
+    windows)``. The one call site of the gated-delta kernels; ``backend``: a loaded
+    ``(conv, core)`` pair (``GDNBackend.load``; None: the Triton kernels)."""
+    causal_conv1d, chunk_gated_delta_rule = backend or GDN_BACKENDS["triton"].load()
     T = qkv.shape[0]
     y, conv_end, conv_b = causal_conv1d(
         qkv[None], conv_w, None, conv_state=None if conv0 is None else conv0[None],
@@ -265,13 +269,17 @@ class Marks:
 
 
 class HybridModel:
-    """Weights of the replayed model, drawn from ``seed`` on ``device``, and its forward pass."""
+    """Weights of the replayed model, drawn from ``seed`` on ``device``, and its forward pass.
+    ``kernel``: the gated-delta backend (``GDN_BACKENDS``; None or "auto": ``triton`` on CUDA,
+    ``torch`` elsewhere)."""
 
     def __init__(self, shape: ReplayShape, *, device="cpu", dtype: torch.dtype = torch.float32,
-                 seed: int = 0) -> None:
+                 seed: int = 0, kernel: Optional[str] = None) -> None:
         self.shape = shape
         self.device = torch.device(device)
         self.dtype = dtype
+        self.kernel = resolve_kernel(kernel, self.device)       # the gated-delta backend's name
+        self._backend = GDN_BACKENDS[self.kernel].load()
         self.marks: Optional[Marks] = None     # set by the runner around a timed call
         gen = torch.Generator(device=self.device)
         gen.manual_seed(int(seed))
@@ -361,7 +369,7 @@ class HybridModel:
             proj[:, :c], proj[:, c + v:c + v + s.v_heads], proj[:, c + v + s.v_heads:],
             conv_w=w["conv_w"], A_log=w["A_log"], dt_bias=w["dt_bias"], rec0=rec0, conv0=conv0,
             meta=meta, boundaries=want_boundaries, k_heads=s.k_heads, head_k_dim=s.head_k_dim,
-            v_heads=s.v_heads, head_v_dim=s.head_v_dim)
+            v_heads=s.v_heads, head_v_dim=s.head_v_dim, backend=self._backend)
         o = F.rms_norm(o.float(), (s.head_v_dim,), weight=w["norm_w"], eps=1e-6)
         o = o * F.silu(z.float().view(T, s.v_heads, s.head_v_dim))
         x = x + (o.to(self.dtype).reshape(T, v) @ w["w_out"]).float()

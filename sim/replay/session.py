@@ -18,6 +18,7 @@ from sim.config import SimConfig
 from sim.cost import ModelSpec, TimingModel, default_timing, get_model, timing_to_dict
 from sim.errors import UsageError
 from sim.replay import measure
+from sim.replay.backends import GDN_BACKENDS, kernel_choices, resolve_kernel
 from sim.replay.tokens import request_tokens
 from traces.base import Trace
 
@@ -36,6 +37,7 @@ class ReplaySettings:
     tolerance: Optional[float] = None     # None: by dtype (sim.replay.checks.TOLERANCE)
     warmup: bool = True
     validation: str = "exact"             # exact | shadow | tolerance (sim.replay.checks)
+    kernel: str = "auto"                  # gated-delta backend (sim.replay.backends); auto: by device
 
     def validate(self) -> None:
         if self.validate_every < 1:
@@ -54,6 +56,13 @@ class ReplaySettings:
             raise UsageError(f"--validate must be exact, shadow or tolerance, not {self.validation!r}")
         if self.tolerance is not None and not 0 < self.tolerance < float("inf"):
             raise UsageError(f"--tolerance must be a finite number > 0, not {self.tolerance}")
+        if self.kernel not in kernel_choices():
+            raise UsageError(f"--kernel must be one of {', '.join(kernel_choices())}, not {self.kernel!r}")
+
+    @property
+    def backend(self) -> str:
+        """The gated-delta backend these settings run (``kernel`` with auto resolved)."""
+        return resolve_kernel(self.kernel, self.device)
 
 
 @dataclass
@@ -109,17 +118,19 @@ def token_source(trace: Trace, seed: int):
 
 def _warm(model, device) -> float:
     """Compile every kernel specialisation a replay meets before anything is timed: the
-    kernels' own ``warmup`` (where the kernels package provides it) at the stack's shapes and
-    flags, then the stack itself from scratch and from a state, with and without boundary
+    kernels' own ``warmup`` (Triton backend) at the stack's shapes and flags, then the stack
+    itself from scratch and from a state, with and without boundary
     states and with a split (the stack's strided q/k/v/gate views are specialisations too)."""
     import torch
 
     t0 = time.perf_counter()
     s = model.shape
-    try:
-        from kernels import warmup as kernel_warmup
-    except ImportError:
-        kernel_warmup = None
+    kernel_warmup = None
+    if model.kernel == "triton":            # kernels.warmup imports triton
+        try:
+            from kernels import warmup as kernel_warmup
+        except ImportError:
+            pass
     if kernel_warmup is not None:
         try:
             kernel_warmup((63, 64, 200), num_heads=s.k_heads, num_v_heads=s.v_heads,
@@ -154,12 +165,14 @@ def run_replay(trace: Trace, config: SimConfig, settings: ReplaySettings, *, bui
     if config.policy == "marconi-oracle":
         raise UsageError("replay follows one simulation: marconi-oracle (one per alpha) is not replayable")
     trace = first_requests(trace, settings.requests)
-    if settings.device == "cpu":
-        # kernels on a CPU run in the Triton interpreter, chosen before triton is first imported
+    kernel = settings.backend
+    if settings.device == "cpu" and GDN_BACKENDS[kernel].triton:
+        # Triton kernels on a CPU run in the interpreter, chosen before triton is first imported
         if "triton" not in sys.modules:
             os.environ.setdefault("TRITON_INTERPRET", "1")
         if os.environ.get("TRITON_INTERPRET") != "1":
-            raise UsageError("--device cpu needs TRITON_INTERPRET=1 (set it before starting)")
+            raise UsageError(f"--device cpu --kernel {kernel} needs TRITON_INTERPRET=1 (set it before "
+                             "starting), or use --kernel torch")
     import torch  # noqa: PLC0415 - the simulator must not need torch: only replay imports it
 
     from sim.replay.model import DTYPES, HybridModel, ReplayShape
@@ -169,14 +182,13 @@ def run_replay(trace: Trace, config: SimConfig, settings: ReplaySettings, *, bui
     from sim.engine.drivers import run as run_simulation
 
     if settings.device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA GPU is visible (use --device cpu with "
-                         "TRITON_INTERPRET=1 and a tiny preset)")
+        raise UsageError("--device cuda: no CUDA GPU is visible (use --device cpu and a tiny preset)")
     device = torch.device(settings.device)
     dtype = DTYPES[settings.dtype]
     timing = timing or default_timing(config.model)
     shape = ReplayShape.from_spec(spec, layers, vocab_rows=VOCAB_ROWS)
     counts = shape.counts()
-    model = HybridModel(shape, device=device, dtype=dtype, seed=settings.seed)
+    model = HybridModel(shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel)
     store = CheckpointStore(shape, dtype, where=settings.store, device=device)
     tokens_of = token_source(trace, settings.seed)
     replayer = Replayer(model, store, tokens_of, validate_every=settings.validate_every,
@@ -219,7 +231,9 @@ def run_replay(trace: Trace, config: SimConfig, settings: ReplaySettings, *, bui
     summary["mlp_moe_at_active_width"] = bool(shape.mlp_moe)
     summary["warmup_s"] = warm_s
     summary["simulated_hit_tokens"] = int(sum(r.hit_tokens for r in records))
-    info = dict(asdict(settings), layers=layers, layers_replayed=counts,
+    summary["kernel"] = model.kernel
+    info = dict(asdict(settings), layers=layers, layers_replayed=counts, kernel=model.kernel,
+                kernel_requested=settings.kernel,
                 mlp_note=(f"MoE MLP replayed dense at its active width ({shape.mlp_inter})"
                           if shape.mlp_moe else f"dense MLP ({shape.mlp_inter})"),
                 model=spec.name, policy=config.policy,

@@ -254,13 +254,28 @@ def test_replay_checks_before_work(runner, tmp_path):
     for tol in ("-1", "0", "nan", "inf"):
         _one_line(runner.invoke(main, [*base, "--tolerance", tol]),
                   f"--tolerance must be a finite number > 0, not {float(tol)}")
-    _one_line(runner.invoke(main, ["replay", "--device", "cpu", "--model", "qwen3.5-9b", "--requests", "1"]),
-              "--device cpu: qwen3.5-9b (d_model 4096) would take minutes per request on the CPU; replay models "
-              "up to d_model 1024 there (replay-tiny), or use --device cuda")
     trace = _write_jsonl(tmp_path / "t.jsonl", [BAILIAN])
     _one_line(runner.invoke(main, ["replay", "--trace", f"bailian:{trace}", "--device", "cpu", "--model",
                                    "replay-tiny", "--calibrate", str(trace), "--force"]),
               f"--calibrate {trace}: is an input of this command; write the output elsewhere")
+
+
+def test_replay_on_cpu_warns_of_a_wide_model(tmp_path):
+    """--device cpu with a preset wider than d_model 1024 runs, after one line on stderr with the
+    expected time (it used to be refused); narrower presets get no warning."""
+    pytest.importorskip("torch")
+    trace = _write_jsonl(tmp_path / "t.jsonl", [BAILIAN])
+    args = ["replay", "--trace", f"bailian:{trace}", "--device", "cpu", "--layers", "1", "--no-progress",
+            "--format", "json"]
+    res = CliRunner().invoke(main, [*args, "--model", "qwen3.5-9b"])
+    assert res.exit_code == 0, res.output
+    warning = res.stderr.strip().splitlines()
+    assert len(warning) == 1 and warning[0].startswith(
+        "warning: --device cpu: qwen3.5-9b (d_model 4096) will take about 1 s to 1 s for 1 request of 1 layer ("), warning
+    assert "TFLOP of from-scratch prefills at ~0.1 TFLOP/s); --layers, --requests or --device cuda cut it" in warning[0]
+    assert json.loads(res.stdout)["requests"] == 1
+    res = CliRunner().invoke(main, [*args, "--model", "replay-tiny"])
+    assert res.exit_code == 0 and res.stderr == "", res.output
 
 
 # ------------------------------------------------------------------ notebooks

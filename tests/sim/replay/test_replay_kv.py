@@ -2,8 +2,8 @@
 states (page keys against the prompt's prefix, then the restored keys / values and the suffix's
 outputs against a from-scratch prefill). A planted corruption of one KV page, a page shifted by
 one token, a block table pointing at the wrong page and a page keyed for another prefix are each
-caught. The model here has attention and MLP layers only (no Triton kernel: fast on a CPU); the
-whole tiny preset, gated-delta layers included, runs in test_replay_whole.py."""
+caught. The model here has attention and MLP layers only; the whole tiny preset, gated-delta
+layers included, runs in test_replay_whole.py."""
 
 import numpy as np
 import pytest

@@ -1,18 +1,19 @@
-"""The replayed stack (Triton kernels, interpreter on CPU) against a plain-torch oracle built from
-kernels/reference.py, and the resumability it exists for: a state handed over at any position
-(64-aligned from the kernels' boundary states, or anywhere by splitting the call) continues to
-the same result as one from-scratch call."""
+"""The replayed stack against a plain-torch oracle built from kernels/reference.py, on both
+gated-delta backends (torch, the CPU's default; the Triton kernels, in the interpreter on a CPU),
+and the resumability it exists for: a state handed over at any position (64-aligned from the
+kernels' boundary states, or anywhere by splitting the call) continues to the same result as one
+from-scratch call. The backend registry: defaults by device, unknown names refused."""
 
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("triton")
 
 import torch.nn.functional as F  # noqa: E402
 
 from kernels.reference import naive_causal_conv1d, naive_gated_delta_rule, naive_gdn_gate  # noqa: E402
 from sim.replay.checks import rel_error, state_error  # noqa: E402
-from sim.replay.model import ReplayShape  # noqa: E402
+from sim.replay.backends import GDN_BACKENDS, default_kernel, kernel_choices, resolve_kernel  # noqa: E402
+from sim.replay.model import GDNStack, ReplayShape  # noqa: E402
 
 
 def oracle(model, tokens):
@@ -42,14 +43,53 @@ def oracle(model, tokens):
     return x, torch.stack(recs), torch.stack(convs)
 
 
-def test_stack_matches_the_oracle(tiny_model):
+@pytest.fixture(scope="module")
+def triton_model(tiny_shape):
+    """The tiny stack on the Triton kernels (the interpreter on a CPU), same weights."""
+    pytest.importorskip("triton")
+    return GDNStack(tiny_shape, device="cpu", dtype=torch.float32, seed=7, kernel="triton")
+
+
+@pytest.mark.parametrize("kernel", ["torch", "triton"])
+def test_stack_matches_the_oracle(kernel, tiny_model, request):
+    model = tiny_model if kernel == "torch" else request.getfixturevalue("triton_model")
+    assert model.kernel == kernel
     tokens = torch.randint(0, 10_000, (100,), generator=torch.Generator().manual_seed(1))
-    final, outs, calls = tiny_model.run(tokens, None, 0, keep_outputs=True)
-    x, rec, conv = oracle(tiny_model, tokens)
+    final, outs, calls = model.run(tokens, None, 0, keep_outputs=True)
+    x, rec, conv = oracle(model, tokens)
     assert calls == 1
     assert rel_error(outs[-1], x) < 1e-5
     r, c = state_error(final.rec, final.conv, rec, conv)
     assert r < 1e-5 and c < 1e-6
+
+
+def test_backends_agree_on_boundary_states(tiny_model, triton_model):
+    """From a state at a ragged start (130), both backends hand over the same boundary states and
+    the same end state (the Triton kernels in the interpreter: a short call)."""
+    tokens = torch.randint(0, 10_000, (200,), generator=torch.Generator().manual_seed(3))
+    st, _, _ = tiny_model.run(tokens[:130], None, 0)
+    got = {}
+    for name, model in (("torch", tiny_model), ("triton", triton_model)):
+        sink = got.setdefault(name, {})
+        end, outs, _ = model.run(tokens[130:], st, 130, [192, 200],
+                                 lambda p, l, r, c, sink=sink: sink.__setitem__((p, l), (r.clone(), c.clone())),
+                                 keep_outputs=True)
+        sink["outs"] = outs[-1]
+    assert set(got["torch"]) == set(got["triton"]) == {(p, l) for p in (192, 200) for l in (0, 1)} | {"outs"}
+    assert rel_error(got["torch"]["outs"], got["triton"]["outs"]) < 1e-5
+    for key in ((192, 0), (192, 1), (200, 0), (200, 1)):
+        r, c = state_error(*got["torch"][key], *got["triton"][key])
+        assert r < 1e-5 and c < 1e-6, key
+
+
+def test_backend_registry():
+    assert kernel_choices() == ("auto", "triton", "torch") and set(GDN_BACKENDS) == {"triton", "torch"}
+    assert default_kernel("cpu") == resolve_kernel("auto", "cpu") == resolve_kernel(None, torch.device("cpu")) == "torch"
+    assert default_kernel("cuda:0") == resolve_kernel("auto", torch.device("cuda", 0)) == "triton"
+    assert resolve_kernel("triton", "cpu") == "triton" and resolve_kernel("torch", "cuda") == "torch"
+    assert GDN_BACKENDS["triton"].triton and not GDN_BACKENDS["torch"].triton
+    with pytest.raises(ValueError, match="unknown gated-delta kernel 'fla'"):
+        resolve_kernel("fla", "cpu")
 
 
 @pytest.mark.parametrize("p", [64, 100])

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("triton")
 
 from sim.replay.checks import state_error  # noqa: E402
 from sim.replay.runner import Replayer  # noqa: E402

@@ -1,15 +1,20 @@
-"""Replay attached to the real simulator (replay-tiny preset, Triton interpreter on CPU): every hit
-restored, checked and passing in both state alignments and both modes on a synthetic chat trace,
-a tiny ShareGPT slice and a hash-block (Bailian-format) trace; after every event the store holds
-exactly the simulator's live checkpoints."""
+"""Replay attached to the real simulator (replay-tiny preset on the CPU's default gated-delta
+backend, plain torch): every hit restored, checked and passing in both state alignments and both
+modes on a synthetic chat trace, a tiny ShareGPT slice and a hash-block (Bailian-format) trace;
+after every event the store holds exactly the simulator's live checkpoints. One small replay runs
+the Triton kernels (the interpreter on a CPU), which keeps replay's wiring to them covered; one
+runs where triton cannot be imported."""
 
 import json
+import os
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("triton")
 
 from sim.config import SimConfig  # noqa: E402
 from sim.replay.session import ReplaySettings, run_replay  # noqa: E402
@@ -19,7 +24,7 @@ from traces.registry import TraceOptions, load_trace  # noqa: E402
 CHAT = "synthetic:chat:sessions=6,turns=4,prompt_tokens=40,user_tokens=24,output_tokens=16,prompts=2"
 
 
-def replay(trace, alignment, mode, *, capacity=40_000, requests=24, policy="marconi"):
+def replay(trace, alignment, mode, *, capacity=40_000, requests=24, policy="marconi", kernel="auto"):
     events = Counter()
 
     def after(name, sim, replayer):
@@ -29,7 +34,7 @@ def replay(trace, alignment, mode, *, capacity=40_000, requests=24, policy="marc
 
     cfg = SimConfig(policy=policy, model="replay-tiny", capacity_bytes=capacity, alpha=0.5,
                     state_alignment=alignment, mode=mode)
-    settings = ReplaySettings(layers=1, device="cpu", dtype="fp32", requests=requests)
+    settings = ReplaySettings(layers=1, device="cpu", dtype="fp32", requests=requests, kernel=kernel)
     return run_replay(trace, cfg, settings, build=build, after_event=after), events
 
 
@@ -75,6 +80,49 @@ def test_sharegpt_slice_all_hits_validated(sharegpt_slice, alignment, mode):
     res, events = replay(sharegpt_slice, alignment, mode, capacity=10**6, requests=None,
                          policy="sglang+" if mode == "des" else "marconi")
     check(res, events)
+
+
+def test_cpu_default_is_the_torch_backend(chat):
+    res, events = replay(chat, "chunk", "des", requests=6)
+    check(res, events)
+    assert res.settings["kernel"] == res.summary["kernel"] == "torch"
+    assert res.settings["kernel_requested"] == "auto"
+
+
+def test_triton_interpreter_backend_end_to_end(chat):
+    """The wiring of replay to the project's Triton kernels (interpreted on a CPU): a few requests
+    of the chat trace, every hit validated."""
+    pytest.importorskip("triton")
+    res, events = replay(chat, "exact", "des", requests=5, kernel="triton")
+    check(res, events)
+    assert res.settings["kernel"] == res.summary["kernel"] == "triton"
+
+
+def test_cpu_replay_needs_no_triton():
+    """With triton unimportable, a CPU replay on the default backend runs and validates its hits."""
+    code = ("import builtins\n"
+            "real = builtins.__import__\n"
+            "def imp(name, *a, **k):\n"
+            "    if name.split('.')[0] == 'triton':\n"
+            "        raise ImportError(name, name='triton')\n"
+            "    return real(name, *a, **k)\n"
+            "builtins.__import__ = imp\n"
+            "import sys\n"
+            "from sim.config import SimConfig\n"
+            "from sim.replay.session import ReplaySettings, run_replay\n"
+            "from sim.simulate import build\n"
+            "from traces.registry import TraceOptions, load_trace\n"
+            f"trace = load_trace({CHAT!r}, TraceOptions())\n"
+            "cfg = SimConfig(policy='marconi', model='replay-tiny', capacity_bytes=40_000, alpha=0.5)\n"
+            "res = run_replay(trace, cfg, ReplaySettings(device='cpu', dtype='fp32', requests=6), build=build)\n"
+            "s = res.summary\n"
+            "print(s['kernel'], s['hits'] > 0, s['hits_validated'] == s['hits'], s['failures'], 'triton' in sys.modules)\n")
+    root = Path(__file__).resolve().parents[3]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["torch", "True", "True", "0", "False"]
 
 
 def test_hash_block_trace_replayed(tmp_path):

@@ -1,12 +1,11 @@
 """The whole tiny preset (replay-tiny: 1 attention + 3 gated-delta layers, 4 MLPs) replayed
-against the real simulator on the CPU (Triton interpreter): every hit's states and KV restored
+against the real simulator on the CPU (plain-torch gated delta): every hit's states and KV restored
 and validated, per-layer-type times in the summary and the per-request table, and after every
 event the store holds exactly the simulator's live checkpoints and the KV of their prefixes."""
 
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("triton")
 
 from sim.config import SimConfig  # noqa: E402
 from sim.replay.session import ReplaySettings, run_replay, token_source  # noqa: E402
