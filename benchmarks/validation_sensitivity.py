@@ -81,7 +81,7 @@ def main() -> None:
                           scale if site == "produced" else None)]
         if mode == "shadow":
             pairs.append(replayer(shadow_model, "tolerance", scale if site == "produced" else None))
-        for rp, store in pairs:
+        for rp, _store in pairs:
             rp.lookup(0, None, 0)
             rp.prefill(0, 0, P)
             rp.admit(1, 0, inner, "chunk")
@@ -104,7 +104,8 @@ def main() -> None:
         return kinds, pairs[0][0].records[1]
 
     t0 = time.perf_counter()
-    print(f"model {args.model} {shape.counts()} {args.dtype} on {dev}, backend {getattr(model, 'kernel', 'triton')}, prompt {P} tokens")
+    backend = getattr(model, 'kernel', 'triton')
+    print(f"model {args.model} {shape.counts()} {args.dtype} on {dev}, backend {backend}, prompt {P} tokens")
     for mode in MODES:
         fails, r = run(mode)
         print(f"clean {mode:>9}: failures {len(fails)}; errors recurrent {r.max_rec_error:.2e}, conv "
