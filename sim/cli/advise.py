@@ -10,7 +10,7 @@ import click
 from click.core import ParameterSource
 
 from sim.cli.outdir import output_folder
-from sim.cli.run import _with_options
+from sim.cli.run import _with_options, refuse_unread_knobs
 from sim.cli.traces import trace_options
 from sim.config import SimConfig, format_size
 from sim.errors import UsageError
@@ -142,6 +142,8 @@ def register(main: click.Group) -> None:
             raise UsageError(f"--holdout must be in [0, 1), not {holdout}")
         model = kwargs.get("model")
         fixed = _fixed(kwargs)
+        if engine_name in ENGINES:  # a knob none of the engine's presets reads would be dropped silently
+            refuse_unread_knobs(list(ENGINES[engine_name].presets.values()), list(fixed))
         if sessions_per_second != 1.0:
             fixed["sessions_per_second"] = sessions_per_second
         trace_kwargs = {k: kwargs.pop(k) for k in TRACE_OPTION_KEYS if k in kwargs}

@@ -250,6 +250,10 @@ def test_derived_knobs_come_from_params_metadata(monkeypatch):
     (("--for", "vllm", "--model", "qwen3.5-9b", "--objective", "throughput"), "does not measure it"),
     (("--for", "vllm", "--model", "qwen3.5-9b", "--gpu-memory", "lots"), "cannot read size"),
     (("--for", "vllm", "--model", "qwen3.5-9b", "--holdout", "1.5"), "--holdout"),
+    # a fixed knob the engine's presets do not read: refused, as `marconi run` would refuse the printed line
+    (("--for", "sglang", "--model", "qwen3.5-9b", "--mamba-track-interval", "512"),
+     "--mamba-track-interval does nothing for sglang-v1, sglang-v2 (it is read by sglang)"),
+    (("--for", "marconi", "--model", "qwen3.5-9b", "--block-size", "64"), "--block-size does nothing for marconi"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     out = tmp_path / "o"
