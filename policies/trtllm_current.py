@@ -1,44 +1,111 @@
-"""TensorRT-LLM today: ``MambaHybridCacheManagerV2`` with periodic snapshots (``trtllm``).
+"""TensorRT-LLM today: ``MambaHybridCacheManagerV2`` with its snapshot placements (``trtllm``).
 
-Follows NVIDIA/TensorRT-LLM's V2 hybrid cache manager (PR #16598;
-``tensorrt_llm/_torch/pyexecutor/mamba_cache_manager.py`` ``MambaHybridCacheManagerV2``) and its
-snapshot policy ``kv_cache_config.mamba_state_config.periodic_snapshot_interval`` as the 1.3.0rc
-releases document it: off by default, and with no snapshot policy a hybrid model's block reuse is
-disabled ("attention KV blocks alone cannot restore" the recurrent state), so every hit is 0 by
-configuration; with an interval N, the scheduler ends context chunks only at snapshot points
-(``prepare_expect_snapshot_points``: "a snapshot can only be taken where an iteration ends") and
-"reuse only lands on multiples of the interval". Test read: the manager factory's
-``test_hybrid_cache_manager_factory_honors_v2_setting`` (``MambaStateConfig(periodic_snapshot_interval=256)``
-with ``use_kv_cache_manager_v2`` selects the V2 manager).
+Follows NVIDIA/TensorRT-LLM's V2 hybrid cache manager (PR #16598, which added both the periodic
+interval and the fixed offsets; ``MambaHybridCacheManagerV2``, first in
+``tensorrt_llm/_torch/pyexecutor/mamba_cache_manager.py``, now
+``tensorrt_llm/_torch/pyexecutor/kv_cache/mamba_cache_manager/{common,mamba_cache_manager_v2}.py``
+at commit 28295084972c) and ``kv_cache_config.mamba_state_config`` (``MambaStateConfig`` in
+``tensorrt_llm/llmapi/llm_args.py``, commit 000439672005):
 
-Knobs (TensorRT-LLM's names): ``--periodic-snapshot-interval`` (``periodic_snapshot_interval``, 0
-= off).
+- ``periodic_snapshot_interval`` (a non-negative int, 0 = off, the default).
+- ``additional_snapshot_offsets_from_start`` (a list of strictly positive ints, default empty):
+  snapshot points measured from each prompt's start; an offset beyond the prompt is ignored.
+- ``additional_snapshot_offsets_from_end`` (a list of non-negative ints, default empty): points
+  measured backward from each prompt's end, 0 = the prompt end; one that does not land inside the
+  prompt (``prompt_len - offset <= 0``) is ignored.
 
-- A state at every multiple of N the prompt passes (above the hit) and at every multiple decode
-  passes, up to input + output - 1 tokens (the last sampled token never ran through the model);
-  none at the prompt end unless it is a multiple (likely: snapshots are periodic only).
+The three are not alternatives: ``MambaHybridCacheManager.prepare_expect_snapshot_points``
+(``common.py``) takes the union, per request, of ``range(N, prompt_len + 1, N)``, the start
+offsets ``<= prompt_len`` and ``prompt_len - offset`` for the end offsets with a positive result,
+sorted and deduplicated; the offsets only count on managers with
+``_supports_additional_snapshot_offsets`` (the V2 manager; the factory refuses them without
+``use_kv_cache_manager_v2=True``). The scheduler ends context chunks at those points (FORCE_CHUNK)
+and ``try_commit_blocks`` commits KV + the recurrent state there and only there, up to the last
+point, so a later request's hybrid reuse lands only on a snapshot point. No block alignment is
+required: an unaligned point is committed as a partial block (``_mamba_snapshot_rule_counts``
+counts the unaligned rules; every end offset is assumed unaligned). With no placement at all,
+hybrid block reuse is off ("at least one snapshot policy", the factory), so every hit is 0.
+
+Engine tests read (``tests/unittest/_torch/executor/test_mamba_cache_manager.py``, two stored
+versions the search index gave no commit for, naming the manager ``V2MambaHybridCacheManager`` and
+``MambaHybridCacheManagerV2``): ``test_v2_hybrid_prepare_expect_snapshot_points`` (interval 64,
+start [128, 999], end [0, 22, 999]: prompts 150 / 128 / 32 -> [64, 128, 150] / [64, 106, 128] /
+[10, 32]), ``..._without_periodic_snapshots`` (start [128], end [0, 13], prompt 150 -> [128, 137,
+150]), ``test_v2_block_reuse_commit_saves_ssm_snapshot_at_snapshot_point`` (the unaligned point
+137 of a 150-token prompt is committed, nothing past it), ``test_hybrid_cache_manager_factory_*``
+(explicit offsets route to V2 and need it). Ported in ``tests/policies/test_current_presets.py``.
+
+Knobs (TensorRT-LLM's names): ``--periodic-snapshot-interval``,
+``--additional-snapshot-offsets-from-start`` and ``--additional-snapshot-offsets-from-end`` (token
+offsets, comma-separated: ``1024,4096``; empty = none). Refused (one line, exit 2), as the
+engine's fields (``StrictPositiveInt`` / ``StrictNonNegativeInt`` lists) refuse them: a start
+offset < 1, an end offset < 0, an entry that is not a decimal integer; and an empty entry of the
+comma list (``1024,,4096``). Duplicates are dropped, as the engine's set does.
+
+- A state at every snapshot point above the hit (prefill) and, with an interval N, at every
+  multiple of N decode passes, up to input + output - 1 tokens (the last sampled token never ran
+  through the model). The fixed offsets place prompt states only. None at the prompt end unless a
+  placement lands there (end offset 0, a start offset = the prompt length, a multiple of N).
 - Eviction: the KV manager's LRU over leaves, tail first (unverified, as before).
 
-Not modelled: fixed-offset snapshot policies (offsets from the start or end of a conversation),
-branch snapshots, ``tokens_per_block`` (reuse is per token here), the V2 manager's pool sizing
-from ``avg_seq_len``.
+Not modelled: ``enable_branch_snapshot`` (#18272, #18724: a snapshot where a request leaves the
+reuse tree, and the prompt end when no placement applies), ``block_reuse_config.policy``
+``per_conversation`` (which turns the periodic interval off), ``tokens_per_block`` (reuse is per
+token here; the engine keeps one recurrent page per radix-tree block, so two points inside one
+block can replace each other there), the V2 manager's pool sizing from ``avg_seq_len``. The
+decode-time periodic states are the earlier reading of the 1.3.0rc docs; in the newest V2 code
+``try_commit_blocks`` stops committing once the context ends (``stop_committing``), which would
+leave no decode states (kept as it was, so the periodic results do not change here).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from policies.base import AdmissionPolicy, PolicyPreset, admission, knob, register_preset
+from policies.base import AdmissionPolicy, PolicyError, PolicyPreset, admission, knob, register_preset
 from policies.engine_common import full_tokens, input_tokens
+
+FROM_START_FLAG = "--additional-snapshot-offsets-from-start"
+FROM_END_FLAG = "--additional-snapshot-offsets-from-end"
+_INT = re.compile(r"[+-]?[0-9]+")
 
 
 @dataclass(frozen=True)
 class TrtllmParams:
-    """TensorRT-LLM's snapshot knob (``kv_cache_config.mamba_state_config``)."""
+    """TensorRT-LLM's snapshot knobs (``kv_cache_config.mamba_state_config``)."""
 
     periodic_snapshot_interval: int = knob(
         0, "trtllm: mamba_state_config.periodic_snapshot_interval, tokens between recurrent-state snapshots (0 = no "
-        "snapshots: hybrid block reuse off).", min=0)
+        "periodic snapshots; with no offsets either, hybrid block reuse is off).", min=0)
+    additional_snapshot_offsets_from_start: str = knob(
+        "", "trtllm: mamba_state_config.additional_snapshot_offsets_from_start, comma-separated token offsets from "
+        "each prompt's start where a snapshot is taken (each >= 1; one beyond the prompt is ignored; empty = none).")
+    additional_snapshot_offsets_from_end: str = knob(
+        "", "trtllm: mamba_state_config.additional_snapshot_offsets_from_end, comma-separated token offsets back from "
+        "each prompt's end where a snapshot is taken (each >= 0, 0 = the prompt end; one reaching the prompt's "
+        "start or before is ignored; empty = none).")
+
+
+def snapshot_offsets(text: str, flag: str, least: int) -> tuple[int, ...]:
+    """``'4096,1024'`` -> ``(1024, 4096)`` (sorted, duplicates dropped, as the engine's set);
+    ``''`` -> ``()`` (the engine's default, an empty list). Each entry must be a decimal integer
+    ``>= least`` (1 for the start offsets, 0 for the end ones: TensorRT-LLM's StrictPositiveInt /
+    StrictNonNegativeInt); anything else is one ``PolicyError`` line naming ``flag``."""
+    text = str(text).strip()
+    if not text:
+        return ()
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        if not _INT.fullmatch(part):
+            raise PolicyError(f"{flag} takes comma-separated integer token offsets (e.g. 1024,4096), not {text!r}")
+        value = int(part)
+        if value < least:
+            kind = "positive" if least == 1 else "non-negative"
+            raise PolicyError(f"{flag} offsets must be {kind} (>= {least}), not {value}")
+        values.append(value)
+    return tuple(sorted(set(values)))
 
 
 def multiples(lo: int, hi: int, step: int) -> list[int]:
@@ -48,16 +115,33 @@ def multiples(lo: int, hi: int, step: int) -> list[int]:
     return list(range((lo // step + 1) * step, hi + 1, step))
 
 
+def snapshot_points(prompt: int, interval: int, from_start: tuple[int, ...], from_end: tuple[int, ...]) -> list[int]:
+    """Where the V2 manager snapshots a ``prompt``-token prompt (tokens, ascending): the union of
+    the interval's multiples up to the prompt end, the start offsets inside the prompt and the end
+    offsets that land after its first token (``prepare_expect_snapshot_points``)."""
+    points = set(multiples(0, prompt, interval))
+    points.update(o for o in from_start if o <= prompt)
+    points.update(prompt - o for o in from_end if prompt - o > 0)
+    return sorted(points)
+
+
 @admission("trtllm")
 class TrtllmAdmission(AdmissionPolicy):
-    """Periodic snapshots: every multiple of the interval in the prompt and in decode."""
+    """Snapshot points in the prompt (periodic and fixed offsets), periodic ones in decode."""
 
     Params = TrtllmParams
 
+    def __init__(self, params=None) -> None:
+        super().__init__(params)
+        self.from_start = snapshot_offsets(self.params.additional_snapshot_offsets_from_start, FROM_START_FLAG, 1)
+        self.from_end = snapshot_offsets(self.params.additional_snapshot_offsets_from_end, FROM_END_FLAG, 0)
+
     def prefill_checkpoints(self, match, ctx):
         G = ctx.block_tokens
-        N = self.params.periodic_snapshot_interval
-        return [t // G for t in multiples(match.hit_sym * G, input_tokens(ctx), N) if t % G == 0]
+        hit = match.hit_sym * G
+        points = snapshot_points(input_tokens(ctx), self.params.periodic_snapshot_interval, self.from_start,
+                                 self.from_end)
+        return [t // G for t in points if t > hit and t % G == 0]
 
     def decode_checkpoints(self, match, ctx):
         G = ctx.block_tokens
@@ -67,6 +151,7 @@ class TrtllmAdmission(AdmissionPolicy):
 
 register_preset(PolicyPreset(
     "trtllm", "TensorRT-LLM today (MambaHybridCacheManagerV2, #16598): a snapshot every "
-    "--periodic-snapshot-interval tokens (0, the default, turns hybrid reuse off); stores input + output - 1 tokens",
+    "--periodic-snapshot-interval tokens and at --additional-snapshot-offsets-from-start / -from-end of each "
+    "prompt (none of them, the default: hybrid reuse off); stores input + output - 1 tokens",
     admission="trtllm", eviction="lru-tail-first", lookup_cap_minus_one=True, engine="trtllm",
     version="1.3.0rc", stores_last_token=False))

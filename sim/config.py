@@ -8,11 +8,12 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 
 from policies.admission import JudiciousAdmission
+from policies.base import PolicyError
 from policies.engine_common import StatePool
 from policies.engines import MAX_BLOCK_TOKENS, ChunkedPrefill, VllmBlocks
 from policies.lmdeploy import LmdeployParams
 from policies.sglang_current import SglangParams
-from policies.trtllm_current import TrtllmParams
+from policies.trtllm_current import FROM_END_FLAG, FROM_START_FLAG, TrtllmParams, snapshot_offsets
 from policies.vllm_current import VllmParams
 from policies.eviction import MarconiEviction
 from sim.errors import UsageError
@@ -156,6 +157,8 @@ class SimConfig:
     enable_mamba_shared_prefix_checkpoint: bool = policy_knob(VllmParams, "enable_mamba_shared_prefix_checkpoint")
     speculative_method: str = policy_knob(VllmParams, "speculative_method")
     periodic_snapshot_interval: int = policy_knob(TrtllmParams, "periodic_snapshot_interval")
+    additional_snapshot_offsets_from_start: str = policy_knob(TrtllmParams, "additional_snapshot_offsets_from_start")
+    additional_snapshot_offsets_from_end: str = policy_knob(TrtllmParams, "additional_snapshot_offsets_from_end")
     prefix_cache_decode_state_interval: int = policy_knob(LmdeployParams, "prefix_cache_decode_state_interval")
 
     def validate(self) -> None:
@@ -198,6 +201,11 @@ class SimConfig:
                 raise UsageError(f"{flag_of(f)} must be {bound}, not {value!r}")
         if self.gpu_memory:
             parse_size(self.gpu_memory)
+        try:  # TensorRT-LLM's offset lists: refused before anything is loaded
+            snapshot_offsets(self.additional_snapshot_offsets_from_start, FROM_START_FLAG, 1)
+            snapshot_offsets(self.additional_snapshot_offsets_from_end, FROM_END_FLAG, 0)
+        except PolicyError as exc:
+            raise UsageError(str(exc)) from None
         if self.chunk_size < 1:
             raise UsageError("--chunk-size must be >= 1")
         if self.bootstrap_multiplier < 1:

@@ -33,7 +33,8 @@ _RENAME = {"policies": "policy", "capacity": "capacity_bytes"}
 # grids at least this large print a line before they are built (about a second per thousand)
 SLOW_GRID = 2_000
 # string knobs whose value is itself a list or range: taken verbatim (repeat the flag to sweep them)
-_VERBATIM = {"alpha_grid"}
+# (TensorRT-LLM's snapshot offsets are one comma list each)
+_VERBATIM = {"alpha_grid", "additional_snapshot_offsets_from_start", "additional_snapshot_offsets_from_end"}
 
 
 def _kind(param: click.Option) -> str:

@@ -7,7 +7,9 @@ Sources (each test names its own): sgl-project/sglang
 ``test/registered/unit/mem_cache/test_mamba_unittest.py`` (54ac12ace81e); vllm-project/vllm
 ``tests/v1/core/test_mamba_align_retention_grid.py`` (9ab07979812c),
 ``tests/v1/core/test_mamba_align_chunk_split.py`` (09f730d09235), issues #40696, #45238, PR #37898;
-NVIDIA/TensorRT-LLM PR #16598 (``mamba_state_config.periodic_snapshot_interval``);
+NVIDIA/TensorRT-LLM PR #16598 (``mamba_state_config.periodic_snapshot_interval``,
+``additional_snapshot_offsets_from_start`` / ``_from_end``) and
+``tests/unittest/_torch/executor/test_mamba_cache_manager.py``;
 InternLM/lmdeploy v0.16.0 (1263d5cd8) ``tests/pytorch/paging/test_block_trie/``.
 
 Sequential mode: request i is its own session at t = i (``engine_cases``).
@@ -16,6 +18,7 @@ Sequential mode: request i is its own session at t = i (``engine_cases``).
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -24,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.base import ALIASES, PRESETS, PolicyError, get_preset
+from policies.trtllm_current import snapshot_offsets, snapshot_points
 from sim.cli import main
 from sim.config import SimConfig
 from sim.cost import get_model
@@ -230,6 +234,94 @@ def test_trtllm_periodic_snapshots():
     assert got == [0, 1024] and state_depths(sim.tree)[:4] == [256, 512, 768, 1024]
 
 
+def test_trtllm_snapshot_points_port_the_engines_test():
+    """Ported from TensorRT-LLM's ``tests/unittest/_torch/executor/test_mamba_cache_manager.py``
+    ``test_v2_hybrid_prepare_expect_snapshot_points``: interval 64, offsets from the start [128,
+    999], from the end [0, 22, 999]; prompts of 150, 128 and 32 tokens. Periodic and fixed points
+    are one union; an offset beyond the prompt (999) is ignored, end offset 0 is the prompt end."""
+    got = [snapshot_points(n, 64, (128, 999), (0, 22, 999)) for n in (150, 128, 32)]
+    assert got == [[64, 128, 150], [64, 106, 128], [10, 32]]
+    # ``..._without_periodic_snapshots``: interval 0, start [128], end [0, 13], a 150-token prompt
+    assert snapshot_points(150, 0, (128,), (0, 13)) == [128, 137, 150]
+
+
+def test_trtllm_fixed_offsets_place_the_engines_points_in_the_tree():
+    """The same case through the simulator: a 150-token prompt and one output token (150 tokens
+    stored, no decode multiple of 64 above 150) holds states at 64, 128 and 150; the 128- and
+    32-token prompts of the engine's test, each alone, hold [64, 106, 128] and [10, 32]."""
+    offsets = {"periodic_snapshot_interval": 64, "additional_snapshot_offsets_from_start": "128,999",
+               "additional_snapshot_offsets_from_end": "0,22,999"}
+    for n, want in ((150, [64, 128, 150]), (128, [64, 106, 128]), (32, [10, 32])):
+        _, sim = run(one_per_session((toks(0, n), toks(5000, 1))), "trtllm", **offsets)
+        assert state_depths(sim.tree) == want, n
+
+
+def test_trtllm_unaligned_end_offset_is_the_only_reuse_point():
+    """Ported from ``test_v2_block_reuse_commit_saves_ssm_snapshot_at_snapshot_point``: end offset
+    13 on a 150-token prompt commits at 137 (not a multiple of the 32-token block: no alignment is
+    required) and nothing past it, so the prompt end holds no state; a follow-up that extends the
+    prompt reuses 137 tokens."""
+    trace = one_per_session((toks(0, 150), toks(5000, 5)), (cat(toks(0, 150), toks(900, 40)), toks(6000, 3)))
+    got, sim = run(trace, "trtllm", additional_snapshot_offsets_from_end="13")
+    assert got == [0, 137]
+    assert state_depths(sim.tree) == [137, 177]  # r1: 190 - 13; its 137 was the hit, not stored again
+
+
+def test_trtllm_fixed_offsets_hits_by_hand():
+    """Offsets from the start [300], from the end [0, 100]; no interval (the engine's default).
+    r0 (1,000-token prompt): states at 300, 900 (1000 - 100) and 1000 (the prompt end); none in
+    decode. r1 sends the same 1,000 tokens: the lookup stops at 999, so it reuses 900 and adds
+    nothing (its points above 900 are 1000, held). r2 extends the prompt to 1,050 tokens: it reuses
+    the prompt-end state at 1000 and snapshots 1050 only (950 lies below its hit). r3 shares 500
+    tokens: it reuses 300 and snapshots 500 (600 - 100) and 600."""
+    trace = one_per_session((toks(0, 1000), toks(5000, 10)), (toks(0, 1000), toks(6000, 10)),
+                            (cat(toks(0, 1000), toks(7000, 50)), toks(8000, 10)),
+                            (cat(toks(0, 500), toks(9000, 100)), toks(9500, 10)))
+    got, sim = run(trace, "trtllm", additional_snapshot_offsets_from_start="300",
+                   additional_snapshot_offsets_from_end="0,100")
+    assert got == [0, 900, 1000, 300]
+    assert state_depths(sim.tree) == [300, 500, 600, 900, 1000, 1050]
+
+
+def test_trtllm_fixed_offsets_combine_with_the_interval():
+    """Interval 256 and a start offset 100: r0 (600 prompt, 500 output, 1,099 stored) holds 100,
+    256 and 512 from the prompt and 768, 1024 from decode (the periodic interval only: the offsets
+    are measured on the prompt); a 1,100-token follow-up reuses 1024, a 200-token one 100."""
+    trace = one_per_session((toks(0, 600), toks(600, 500)), (toks(0, 1100), toks(5000, 3)),
+                            (cat(toks(0, 200), toks(9000, 20)), toks(9500, 3)))
+    got, sim = run(trace, "trtllm", periodic_snapshot_interval=256, additional_snapshot_offsets_from_start="100")
+    assert got == [0, 1024, 100]
+    assert state_depths(sim.tree)[:5] == [100, 256, 512, 768, 1024]
+
+
+def test_trtllm_offsets_outside_the_prompt_are_ignored():
+    """A start offset beyond the prompt and an end offset equal to its length (point 0) place
+    nothing, as the engine ignores them: no state, no hit."""
+    trace = one_per_session((toks(0, 600), toks(600, 10)), (toks(0, 700), toks(900, 10)))
+    got, sim = run(trace, "trtllm", additional_snapshot_offsets_from_start="5000",
+                   additional_snapshot_offsets_from_end="600,5000")
+    assert got == [0, 0] and state_depths(sim.tree)[:1] == [100]  # r1: 700 - 600 = 100, its own
+
+
+@pytest.mark.parametrize("knob, value, message", [
+    ("additional_snapshot_offsets_from_start", "0", "must be positive (>= 1), not 0"),
+    ("additional_snapshot_offsets_from_start", "1024,,4096", "comma-separated integer"),
+    ("additional_snapshot_offsets_from_start", "1.5", "comma-separated integer"),
+    ("additional_snapshot_offsets_from_end", "-1", "must be non-negative (>= 0), not -1"),
+    ("additional_snapshot_offsets_from_end", "0,", "comma-separated integer"),
+])
+def test_trtllm_refuses_bad_offsets(knob, value, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        run(one_per_session((toks(0, 50), toks(100, 5))), "trtllm", **{knob: value})
+
+
+def test_trtllm_offsets_parse_as_the_engines_lists():
+    assert snapshot_offsets("", "--x", 1) == () and snapshot_offsets(" 4096, 1024,1024 ", "--x", 1) == (1024, 4096)
+    assert snapshot_offsets("0", "--x", 0) == (0,)
+    with pytest.raises(PolicyError, match="--x"):
+        snapshot_offsets("1e3", "--x", 1)
+
+
 # ---------------------------------------------------------------------------------- LMDeploy
 
 def test_lmdeploy_decode_checkpoint_with_the_last_token_rule():
@@ -298,6 +390,8 @@ def test_marconi_policies_lists_engine_version_and_knobs():
         k["name"] for k in rows["vllm"]["knobs"]}
     assert {"block_size", "prefix_cache_decode_state_interval", "state_pool"} <= {
         k["name"] for k in rows["lmdeploy"]["knobs"]}
+    assert {"periodic_snapshot_interval", "additional_snapshot_offsets_from_start",
+            "additional_snapshot_offsets_from_end"} <= {k["name"] for k in rows["trtllm"]["knobs"]}
     assert rows["sglang-0.5.9-no-buffer"]["aliases"] == ["sglang-v1"]
     assert rows["vllm"]["stores"] == "input + output - 1" and rows["marconi"]["stores"] == "input + output"
 

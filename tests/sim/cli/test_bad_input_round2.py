@@ -205,6 +205,48 @@ def test_cache_dir_that_is_a_file_or_cannot_be_written(runner, tmp_path):
     assert res.exit_code == 0 and Path(path).is_file() and Path(path).parent == cache / "traces", res.output
 
 
+# ------------------------------------------------------------------ TensorRT-LLM's snapshot offsets
+
+@pytest.mark.parametrize("cmd", ["run", "sweep"])
+@pytest.mark.parametrize("args, message", [
+    (["--additional-snapshot-offsets-from-start", "0"],
+     "--additional-snapshot-offsets-from-start offsets must be positive (>= 1), not 0"),
+    (["--additional-snapshot-offsets-from-start", "-1024"],
+     "--additional-snapshot-offsets-from-start offsets must be positive (>= 1), not -1024"),
+    (["--additional-snapshot-offsets-from-start", "1024,,4096"],
+     "--additional-snapshot-offsets-from-start takes comma-separated integer token offsets (e.g. 1024,4096), "
+     "not '1024,,4096'"),
+    (["--additional-snapshot-offsets-from-start", "512.5"],
+     "--additional-snapshot-offsets-from-start takes comma-separated integer token offsets (e.g. 1024,4096), "
+     "not '512.5'"),
+    (["--additional-snapshot-offsets-from-end", "-1"],
+     "--additional-snapshot-offsets-from-end offsets must be non-negative (>= 0), not -1"),
+    (["--additional-snapshot-offsets-from-end", "0,"],
+     "--additional-snapshot-offsets-from-end takes comma-separated integer token offsets (e.g. 1024,4096), "
+     "not '0,'"),
+])
+def test_trtllm_bad_snapshot_offsets(runner, tmp_path, cmd, args, message):
+    """TensorRT-LLM's MambaStateConfig takes a list of positive ints from the start and of
+    non-negative ints from the end: anything else is one line, exit 2 (run, and sweep before it
+    writes anything)."""
+    head = ["run"] if cmd == "run" else ["sweep", "--out", str(tmp_path / "s"), "--dry-run"]
+    res = runner.invoke(main, [*head, *SMALL, "--policy", "trtllm", *args])
+    _one_line(res, message)
+    assert not (tmp_path / "s").exists()
+
+
+def test_trtllm_snapshot_offsets_accepted_and_refused_for_other_presets(runner):
+    res = runner.invoke(main, ["run", *SMALL, "--policy", "trtllm", "--additional-snapshot-offsets-from-start",
+                               "256,1024", "--additional-snapshot-offsets-from-end", "0", "--periodic-snapshot-interval",
+                               "512", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)[0]["policy"] == "trtllm"
+    res = runner.invoke(main, ["run", *MISSING_TRACE, "--policy", "vllm", "--additional-snapshot-offsets-from-end",
+                               "0"])
+    _one_line(res, "--additional-snapshot-offsets-from-end does nothing for vllm (it is read by trtllm): leave it "
+                   "out or add a policy that reads it")
+
+
 # ------------------------------------------------------------------ sweep and plot
 
 def test_sweep_alpha_nan_refused_even_for_a_policy_without_alpha(runner, tmp_path):
