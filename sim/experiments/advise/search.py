@@ -349,7 +349,7 @@ def run_study(study, space: Space, problem: Problem, trace_kwargs: dict, n_trial
     from tqdm import tqdm  # noqa: PLC0415
 
     report = StudyReport()
-    spec = space.ctx.spec
+    spec, block = space.ctx.spec, space.ctx.block_tokens
     direction = OBJECTIVES[problem.objective][1]
     guard = _Interrupts()
     trials = study.get_trials(deepcopy=False)
@@ -382,7 +382,7 @@ def run_study(study, space: Space, problem: Problem, trace_kwargs: dict, n_trial
                         params = space.sample(lambda name, dist, t=trial: suggest(t, name, dist))
                         pending.append((trial, params))
             tasks = [make_trial_task(trace_kwargs, space, params, problem) for _, params in pending]
-            refused = [refusal(task, spec) for task in tasks]
+            refused = [refusal(task, spec, block) for task in tasks]
             ran = iter(evaluator.map([t for t, why in zip(tasks, refused) if why is None]))
             results = [next(ran) if why is None else None for why in refused]
             for (trial, _params), task, res, why in zip(pending, tasks, results, refused):
@@ -434,13 +434,18 @@ def suggest(trial, name: str, dist):
     return trial.suggest_float(name, dist.low, dist.high, log=dist.log)
 
 
-def refusal(task: Task, spec) -> str | None:
-    """Why the task's preset refuses its combination of knobs (its ``check``), or None."""
+def refusal(task: Task, spec, block_tokens: int = 1) -> str | None:
+    """Why the task's preset refuses its combination of knobs (its ``check``, or a grid the
+    simulator cannot lay over the trace's ``block_tokens``-token blocks), or None."""
     cfg = task.config
+    preset = get_preset(cfg.policy)
     try:
-        get_preset(cfg.policy).check(spec, cfg)
+        preset.check(spec, cfg)
     except PolicyError as exc:
         return str(exc)
+    grid = preset.grid_for(spec, cfg)
+    if grid > 1 and grid % max(block_tokens, 1):
+        return f"a {grid}-token grid ({cfg.policy}) does not line up with the trace's {block_tokens}-token blocks"
     return None
 
 
@@ -575,15 +580,17 @@ def advise(problem: Problem, out: Path, n_trials: int = 50, *, workers: int = 1,
     from sim.experiments.advise.space import parse_gpu_memory, weight_bytes  # noqa: PLC0415
 
     gpu = parse_gpu_memory(problem.gpu_memory)
-    space = build_space(problem.engine, spec, gpu, problem.fixed)
+    build_space(problem.engine, spec, gpu, problem.fixed)  # bad memory or nothing to tune: before the trace loads
     if trace is None:
         tspec, opts = options_from_kwargs(dict(problem.trace_kwargs), pop=True)
         opts.progress = progress
         trace = load_trace(tspec, opts)
+    space = build_space(problem.engine, spec, gpu, problem.fixed, trace.block_tokens)
     _check_one_request(trace, space)
-    why = refusal(make_trial_task(dict(problem.trace_kwargs), space, space.defaults(), problem), spec)
+    why = refusal(make_trial_task(dict(problem.trace_kwargs), space, space.defaults(), problem), spec,
+                  trace.block_tokens)
     if why is not None:
-        raise UsageError(f"the engine's defaults with the settings given are refused: {why}")
+        raise UsageError(f"--for {problem.engine}: the engine's defaults cannot run here: {why}")
     parts = None
     tune_kwargs, hold_kwargs = dict(problem.trace_kwargs), None
     if problem.holdout:

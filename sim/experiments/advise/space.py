@@ -72,6 +72,11 @@ class Context:
 
     spec: ModelSpec
     capacity_bytes: int
+    block_tokens: int = 1  # the trace's block (Mooncake: 512): a preset's grid is 1 or a multiple of it
+
+    def fits_grid(self, tokens: int) -> bool:
+        """A grid of ``tokens`` the simulator can lay over the trace's blocks."""
+        return tokens <= 1 or tokens % self.block_tokens == 0
 
     @property
     def max_states(self) -> int:
@@ -205,7 +210,7 @@ def _vllm_blocks(ctx: Context) -> tuple:
     """vLLM's block: 0 = the hybrid block derived per model (its default), or 2x / 4x it (up to
     the largest block the simulator hashes)."""
     B = vllm_block_tokens(ctx.spec)
-    return (0, *(m * B for m in (2, 4) if m * B <= MAX_BLOCK))
+    return (0, *(m * B for m in (2, 4) if m * B <= MAX_BLOCK and ctx.fits_grid(m * B)))
 
 
 def _vllm_retention(ctx: Context) -> tuple:
@@ -222,6 +227,10 @@ def _lmdeploy_budget_high(ctx: Context) -> int:
 def _prefill_knob(flag: str, default: int = 8192) -> Knob:
     return Knob("prefill_chunk_tokens", flag, default, choices=PREFILL_CHUNKS,
                 help="chunked prefill: where no_buffer / align / LMDeploy place prefill states")
+
+
+def _sglang_pages(ctx: Context) -> tuple:
+    return tuple(p for p in SGLANG_PAGES if ctx.fits_grid(p))
 
 
 def _not_no_buffer(view: dict) -> bool:
@@ -276,7 +285,7 @@ ENGINES: dict[str, Engine] = {
         "sglang", {"default": "sglang"}, _SGLANG_MEMORY,
         knobs=(Knob("mamba_radix_cache_strategy", "--mamba-radix-cache-strategy", "auto", choices=("auto", "no_buffer"),
                     help="auto = extra_buffer (extra_buffer_lazy places states as extra_buffer: not searched apart)"),
-               Knob("page_size", "--page-size", 1, choices=SGLANG_PAGES, when=_not_no_buffer,
+               Knob("page_size", "--page-size", 1, choices=_sglang_pages, when=_not_no_buffer,
                     help="tokens per KV page (no_buffer needs 1)"),
                Knob("mamba_track_interval", "--mamba-track-interval", DEFAULT_TRACK_INTERVAL,
                     choices=SGLANG_TRACK_INTERVALS, when=_not_no_buffer,
@@ -460,10 +469,11 @@ def _show(v) -> str:
     return str(v)
 
 
-def build_space(engine_name: str, spec: ModelSpec, gpu_bytes: int, fixed: dict | None = None) -> Space:
-    """The search space of ``engine_name`` for ``spec`` on ``gpu_bytes`` of memory, less the knobs
-    whose SimConfig fields ``fixed`` sets; UsageError when the weights leave no cache or nothing
-    is left to tune."""
+def build_space(engine_name: str, spec: ModelSpec, gpu_bytes: int, fixed: dict | None = None,
+                block_tokens: int = 1) -> Space:
+    """The search space of ``engine_name`` for ``spec`` on ``gpu_bytes`` of memory (a trace of
+    ``block_tokens``-token blocks), less the knobs whose SimConfig fields ``fixed`` sets;
+    UsageError when the weights leave no cache or nothing is left to tune."""
     fixed = fixed or {}
     engine = get_engine(engine_name)
     weights = weight_bytes(spec)
@@ -471,7 +481,7 @@ def build_space(engine_name: str, spec: ModelSpec, gpu_bytes: int, fixed: dict |
     if cache <= 0:
         raise UsageError(f"--gpu-memory {format_size(gpu_bytes)} leaves no cache for {spec.name} under {engine.name}: "
                          f"bf16 weights {format_size(weights)}, {engine.memory.flag} {engine.memory.fraction:g}")
-    ctx = Context(spec, cache)
+    ctx = Context(spec, cache, max(int(block_tokens), 1))
     knobs = [k for k in (*engine.knobs, *derived_knobs(engine)) if spec.is_hybrid or not k.hybrid_only]
     knobs = [k for k in knobs if k.searchable(ctx) and not set(k.fields_set) & set(fixed)]
     mode = None

@@ -349,7 +349,7 @@ def test_range_knobs_from_knob_min_max_are_searched(monkeypatch):
      "--mamba-track-interval does nothing for sglang-0.5.9-no-buffer, sglang-0.5.9-extra-buffer (it is read by sglang)"),
     # a fixed setting today's defaults cannot run with
     (("--for", "sglang", "--model", "qwen3.5-9b", "--mamba-track-interval", "100", "--page-size", "64"),
-     "defaults with the settings given are refused"),
+     "defaults cannot run here"),
     (("--for", "marconi", "--model", "qwen3.5-9b", "--block-size", "64"), "--block-size does nothing for marconi"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
@@ -441,3 +441,16 @@ def test_a_gain_within_min_gain_keeps_the_defaults():
     assert beats(0.52, 0.50, "token-hit") and not beats(0.504, 0.50, "token-hit")
     assert beats(90.0, 100.0, "ttft-p95") and not beats(99.5, 100.0, "ttft-p95")
     assert beats(0.1, 0.0, "token-hit") and not beats(0.0, 0.0, "token-hit")
+
+
+def test_a_grid_the_trace_blocks_cannot_carry_is_never_searched():
+    """Mooncake's 512-token hash blocks: SGLang's page stays 1 (16..64 would not line up, so the
+    knob is gone), and a preset whose default grid does not line up is refused, not crashed."""
+    spec = get_model("qwen3.5-27b")
+    sg = build_space("sglang", spec, 80 * 10**9, block_tokens=512)
+    assert "page_size" not in [k.name for k in sg.all_knobs]
+    vl = build_space("vllm", spec, 80 * 10**9, block_tokens=512)
+    task = search.make_trial_task({"trace": "mooncake:sample"}, vl, vl.defaults(),
+                                  Problem({}, "vllm", "qwen3.5-27b", "80GB"))
+    assert "does not line up with the trace's 512-token blocks" in search.refusal(task, spec, 512)
+    assert search.refusal(task, spec, 1) is None
