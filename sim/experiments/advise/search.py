@@ -605,7 +605,10 @@ def advise(problem: Problem, out: Path, n_trials: int = 50, *, workers: int = 1,
         rep = run_study(study, space, problem, tune_kwargs, n_trials, ev, progress)
         rows = completed(study)
         if not rows:
-            raise UsageError(f"no trial finished in {out} (rerun the same command to resume)")
+            why = (f": trial {rep.failed[0][0]} failed: {rep.failed[0][1]}" if rep.failed else
+                   f": trial {rep.pruned[0][0]} pruned: {rep.pruned[0][1]}" if rep.pruned else
+                   " (rerun the same command to resume)")
+            raise UsageError(f"no trial finished in {out}{why}")
         if rep.interrupted:
             return Advice(problem, space, gpu, weight_bytes(spec), len(rows), None, None, [], rows, parts,
                           report=rep)
