@@ -75,7 +75,7 @@ def format_advice(adv, out: Path) -> str:
         rows.append((f"TTFT p95 ms ({label})", _ms(d["ttft_p95_ms"]), _ms(r["ttft_p95_ms"]),
                      f"{dd['ttft_p95_ms']:+.1f} ms ({_rel(dd['ttft_p95_rel'])})"))
     lines += _table(head, rows)
-    lines += ["engine defaults: " + " ".join(f"{f} {v}" for f, v in adv.defaults.flags)]
+    lines += ["engine defaults: " + flag_text(adv.defaults.flags)]
     lines += ["", "why (tuned part):"]
     lines += _table(("", "engine defaults", "recommended"), explain_rows(adv, "tuned"))
     lines += ["", "reproduce the prediction:", "  " + adv.recommended.run_tuned]
@@ -85,11 +85,16 @@ def format_advice(adv, out: Path) -> str:
     lines += ["", f"Pareto front (token hit vs TTFT p95), {len(adv.front)} of {adv.trials} trials"
               + (f" -> {adv.figure}" if adv.figure else "") + ":"]
     for r in adv.front:
-        flags = " ".join(f"{f} {v}" for f, v in adv.space.flags(r.params))
+        flags = flag_text(adv.space.flags(r.params))
         lines.append(f"  trial {r.number:>3}: {_pct(r.metrics['token_hit_rate']):>7}  {_ms(r.metrics['ttft_p95_ms']):>7} ms  "
                      f"{flags}")
     lines += [f"study: {out / 'study.journal'} (rerun the same command to add trials with a larger --trials)"]
     return "\n".join(lines)
+
+
+def flag_text(flags) -> str:
+    """(flag, value) pairs as one line; a boolean flag on is the flag alone, off is left out."""
+    return " ".join(f if v == "True" else f"{f} {v}" for f, v in flags if v != "False")
 
 
 def _rel(x) -> str:
@@ -167,6 +172,9 @@ def register(main: click.Group) -> None:
             (out / "advice.json").write_text(json.dumps(data, indent=2))
         for number, err in adv.report.failed if adv.report else ():
             click.echo(f"trial {number} failed: {err}", err=True)
+        if adv.report and adv.report.pruned:
+            click.echo(f"note: {len(adv.report.pruned)} sampled combinations the preset refuses were pruned "
+                       f"(first: {adv.report.pruned[0][1]})", err=True)
         if fmt == "json":
             click.echo(json.dumps(data, indent=2))
         else:

@@ -25,6 +25,7 @@ import os
 import shlex
 import signal
 import sys
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -35,7 +36,8 @@ from policies.base import get_preset
 from sim.config import SimConfig, flag_of, format_size
 from sim.cost import get_model
 from sim.errors import UsageError
-from sim.experiments.advise.space import Space, build_space, state_pool_states
+from policies.base import PolicyError
+from sim.experiments.advise.space import Space, build_space, pool_states
 from sim.experiments.grid import Task, make_task
 from sim.experiments.runners import execute
 from sim.trace_options import TRACE_OPTIONS
@@ -296,6 +298,7 @@ class StudyReport:
     resumed: int = 0  # trials an interrupt had left running, run again
     kept: int = 0  # finished trials found in the folder
     failed: list = field(default_factory=list)
+    pruned: list = field(default_factory=list)  # (trial, why): combinations the preset refuses
     interrupted: bool = False
 
 
@@ -332,8 +335,10 @@ def open_study(out: Path, problem: Problem, direction: str):
 def _sampler(seed: int, number: int, n_trials: int):
     optuna = _optuna()
     startup = min(10, max(3, n_trials // 5))
-    return optuna.samplers.TPESampler(seed=(seed * 1_000_003 + number) % 2**32, n_startup_trials=startup,
-                                      multivariate=True, constant_liar=True)
+    with warnings.catch_warnings():  # multivariate / group are "experimental" in Optuna
+        warnings.simplefilter("ignore")
+        return optuna.samplers.TPESampler(seed=(seed * 1_000_003 + number) % 2**32, n_startup_trials=startup,
+                                          multivariate=True, group=True, constant_liar=True)
 
 
 def run_study(study, space: Space, problem: Problem, trace_kwargs: dict, n_trials: int, evaluator: Evaluator,
@@ -344,11 +349,11 @@ def run_study(study, space: Space, problem: Problem, trace_kwargs: dict, n_trial
     from tqdm import tqdm  # noqa: PLC0415
 
     report = StudyReport()
-    dists = space.distributions()
+    spec, block = space.ctx.spec, space.ctx.block_tokens
     direction = OBJECTIVES[problem.objective][1]
     guard = _Interrupts()
     trials = study.get_trials(deepcopy=False)
-    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.FAIL)]
+    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)]
     report.kept = len(finished)
     stale = [t for t in trials if t.state == TrialState.RUNNING]
     best = _best_value([t for t in finished if t.state == TrialState.COMPLETE], direction)
@@ -373,12 +378,19 @@ def run_study(study, space: Space, problem: Problem, trace_kwargs: dict, n_trial
                 for _ in range(want):
                     with guard.critical():
                         study.sampler = _sampler(problem.seed, len(study.get_trials(deepcopy=False)), n_trials)
-                        trial = study.ask(dists)
-                        pending.append((trial, dict(trial.params)))
+                        trial = study.ask()
+                        params = space.sample(lambda name, dist, t=trial: suggest(t, name, dist))
+                        pending.append((trial, params))
             tasks = [make_trial_task(trace_kwargs, space, params, problem) for _, params in pending]
-            results = evaluator.map(tasks)
-            for (trial, _params), task, res in zip(pending, tasks, results):
-                if isinstance(res, BaseException):
+            refused = [refusal(task, spec, block) for task in tasks]
+            ran = iter(evaluator.map([t for t, why in zip(tasks, refused) if why is None]))
+            results = [next(ran) if why is None else None for why in refused]
+            for (trial, _params), task, res, why in zip(pending, tasks, results, refused):
+                if why is not None:  # a combination the preset refuses: no simulation
+                    with guard.critical():
+                        study.tell(trial, state=TrialState.PRUNED)
+                    report.pruned.append((trial.number, why))
+                elif isinstance(res, BaseException):
                     if isinstance(res, KeyboardInterrupt):
                         raise KeyboardInterrupt
                     if isinstance(res, UsageError):
@@ -409,6 +421,32 @@ def run_study(study, space: Space, problem: Problem, trace_kwargs: dict, n_trial
         guard.__exit__()
         bar.close()
     return report
+
+
+def suggest(trial, name: str, dist):
+    """``trial``'s value of ``name`` from an Optuna distribution (public suggest API)."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution  # noqa: PLC0415
+
+    if isinstance(dist, CategoricalDistribution):
+        return trial.suggest_categorical(name, dist.choices)
+    if isinstance(dist, IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, log=dist.log)
+    return trial.suggest_float(name, dist.low, dist.high, log=dist.log)
+
+
+def refusal(task: Task, spec, block_tokens: int = 1) -> str | None:
+    """Why the task's preset refuses its combination of knobs (its ``check``, or a grid the
+    simulator cannot lay over the trace's ``block_tokens``-token blocks), or None."""
+    cfg = task.config
+    preset = get_preset(cfg.policy)
+    try:
+        preset.check(spec, cfg)
+    except PolicyError as exc:
+        return str(exc)
+    grid = preset.grid_for(spec, cfg)
+    if grid > 1 and grid % max(block_tokens, 1):
+        return f"a {grid}-token grid ({cfg.policy}) does not line up with the trace's {block_tokens}-token blocks"
+    return None
 
 
 def _config_attrs(task: Task) -> dict:
@@ -508,8 +546,7 @@ class Advice:
 
     def command(self) -> str:
         """The engine started with the recommendation, as its own command line."""
-        flags = " ".join(f"{f} {v}" for f, v in self.recommended.flags)
-        return f"{self.space.engine.command} {flags}".strip()
+        return self.space.command(self.recommended.params)
 
 
 def side(space: Space, problem: Problem, row: TrialRow, tune_kwargs: dict, hold_kwargs: dict | None,
@@ -517,7 +554,7 @@ def side(space: Space, problem: Problem, row: TrialRow, tune_kwargs: dict, hold_
     task = make_trial_task(tune_kwargs, space, row.params, problem)
     fields_ = space.sim_fields(row.params)
     s = Side(row.params, space.flags(row.params), fields_, row.metrics, run_line(task),
-             state_pool=state_pool_states(fields_))
+             state_pool=pool_states(task.config, space.ctx.spec))
     if hold_kwargs is not None:
         htask = make_trial_task(hold_kwargs, space, row.params, problem)
         (res,) = evaluator.map([htask])
@@ -543,12 +580,17 @@ def advise(problem: Problem, out: Path, n_trials: int = 50, *, workers: int = 1,
     from sim.experiments.advise.space import parse_gpu_memory, weight_bytes  # noqa: PLC0415
 
     gpu = parse_gpu_memory(problem.gpu_memory)
-    space = build_space(problem.engine, spec, gpu, problem.fixed)
+    build_space(problem.engine, spec, gpu, problem.fixed)  # bad memory or nothing to tune: before the trace loads
     if trace is None:
         tspec, opts = options_from_kwargs(dict(problem.trace_kwargs), pop=True)
         opts.progress = progress
         trace = load_trace(tspec, opts)
+    space = build_space(problem.engine, spec, gpu, problem.fixed, trace.block_tokens)
     _check_one_request(trace, space)
+    why = refusal(make_trial_task(dict(problem.trace_kwargs), space, space.defaults(), problem), spec,
+                  trace.block_tokens)
+    if why is not None:
+        raise UsageError(f"--for {problem.engine}: the engine's defaults cannot run here: {why}")
     parts = None
     tune_kwargs, hold_kwargs = dict(problem.trace_kwargs), None
     if problem.holdout:
@@ -563,7 +605,10 @@ def advise(problem: Problem, out: Path, n_trials: int = 50, *, workers: int = 1,
         rep = run_study(study, space, problem, tune_kwargs, n_trials, ev, progress)
         rows = completed(study)
         if not rows:
-            raise UsageError(f"no trial finished in {out} (rerun the same command to resume)")
+            why = (f": trial {rep.failed[0][0]} failed: {rep.failed[0][1]}" if rep.failed else
+                   f": trial {rep.pruned[0][0]} pruned: {rep.pruned[0][1]}" if rep.pruned else
+                   " (rerun the same command to resume)")
+            raise UsageError(f"no trial finished in {out}{why}")
         if rep.interrupted:
             return Advice(problem, space, gpu, weight_bytes(spec), len(rows), None, None, [], rows, parts,
                           report=rep)
@@ -608,6 +653,7 @@ def advice_json(adv: Advice) -> dict:
         "difference": differences(adv),
         "pareto_front": [{"trial": r.number, "params": r.params, "token_hit_rate": r.metrics["token_hit_rate"],
                           "ttft_p95_ms": r.metrics["ttft_p95_ms"]} for r in adv.front],
+        "pruned": len(adv.report.pruned) if adv.report else 0,
         "figure": adv.figure,
     })
 

@@ -119,29 +119,77 @@ def _run_json(line: str) -> dict:
     return row
 
 
-def test_printed_run_line_reproduces_the_prediction_exactly(tmp_path):
-    """The CLI end to end on a small chat trace: the `marconi run` lines it prints (tuned part and
-    held-out part, recommendation and defaults) give exactly the metrics it predicted."""
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "trtllm"])
+def test_printed_run_line_reproduces_the_prediction_exactly(engine, tmp_path):
+    """The CLI end to end on a small chat trace, for each engine as it ships today: the `marconi
+    run` lines it prints (tuned part and held-out part, recommendation and defaults) give exactly
+    the metrics it predicted, with today's preset and its knobs."""
     spec = f"marconi-jsonl:{write_marconi_jsonl(synthetic_trace(sessions=8, turns=3), tmp_path / 't.jsonl')}"
     out = tmp_path / "adv"
-    p = marconi("advise", "--trace", spec, "--for", "sglang", "--model", "replay-tiny", "--gpu-memory", "2MB",
-                "--trials", "6", "--holdout", "0.5", "--workers", "1", "--out", out, "--format", "json",
-                "--no-progress")
+    args = ("advise", "--trace", spec, "--for", engine, "--model", "replay-tiny", "--gpu-memory", "2MB",
+            "--trials", "6", "--holdout", "0.5", "--workers", "1", "--out", out, "--no-progress")
+    p = marconi(*args, "--format", "json")
     data = json.loads(p.stdout)
     assert data == json.loads((out / "advice.json").read_text())
     assert (out / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert data["parts"] == ["0:4", "4:"] and data["trials"] == 6
+    assert data["recommended"]["policy"] == data["defaults"]["policy"] == engine  # today's preset
     for who in ("recommended", "defaults"):
+        assert f"--policy {engine} " in data[who]["marconi_run"]
         for part, line in (("tuned", "marconi_run"), ("held_out", "marconi_run_held_out")):
             row = _run_json(data[who][line])
             for key in ("token_hit_rate", "ttft_p95_ms", "ttft_p50_ms", "request_hit_rate", "evictions"):
                 assert row[key] == data[who][part][key], (who, part, key)
     assert "--session-range 4:" in data["recommended"]["marconi_run_held_out"]
     # the table says the same (a rerun: the study is complete, no trial runs again)
-    table = cli("advise", "--trace", spec, "--for", "sglang", "--model", "replay-tiny", "--gpu-memory", "2MB",
-                "--trials", "6", "--holdout", "0.5", "--workers", "1", "--out", out, "--no-progress").stdout
+    table = cli(*args).stdout
     assert data["command"] in table and data["recommended"]["marconi_run"] in table
     assert "token hit (held out)" in table and "Pareto front" in table
+    today = {"sglang": "--mamba-radix-cache-strategy", "vllm": "--prefix-cache-retention-interval",
+             "trtllm": "periodic_snapshot_interval"}[engine]
+    assert today in data["command"] and "--mamba-scheduler-strategy" not in data["command"]
+
+
+TODAY_DEFAULTS = {
+    "sglang": {"mamba_radix_cache_strategy": "auto", "page_size": 1, "mamba_track_interval": 256,
+               "mamba_full_memory_ratio": 0.9, "prefill_chunk_tokens": 8192},
+    "vllm": {"prefix_cache_retention_interval": 0, "enable_mamba_shared_prefix_checkpoint": False, "block_size": 0,
+             "prefill_chunk_tokens": 8192},
+    "trtllm": {"periodic_snapshot_interval": 0},
+}
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "trtllm"])
+def test_todays_presets_accept_every_sampled_setting(engine, tmp_path):
+    """A study of today's engine: trial 0 is today's engine defaults, every trial is a
+    combination the preset accepts (none pruned, none failed), and the recommendation passes the
+    preset's own check."""
+    from policies.base import get_preset
+
+    trace = synthetic_trace(sessions=6, turns=2)
+    spec = f"marconi-jsonl:{write_marconi_jsonl(trace, tmp_path / 't.jsonl')}"
+    adv = advise(Problem({"trace": spec}, engine, "replay-tiny", "2MB"), tmp_path / "s", 16, progress=False)
+    assert adv.defaults.params == TODAY_DEFAULTS[engine]
+    assert adv.report.pruned == [] and adv.report.failed == [] and adv.trials == 16
+    for row in adv.history:
+        task = search.make_trial_task({"trace": spec}, adv.space, row.params, adv.problem)
+        assert task.config.policy == engine
+        get_preset(engine).check(TINY, task.config)
+        if row.params.get("mamba_radix_cache_strategy") == "no_buffer":  # no page / track interval there
+            assert "page_size" not in row.params and task.config.page_size == 1
+    if engine == "trtllm":  # the default takes no snapshot, so it reuses nothing; any interval does
+        assert adv.defaults.tuned["token_hit_rate"] == 0 < adv.recommended.tuned["token_hit_rate"]
+
+
+def test_a_combination_the_preset_refuses_is_pruned_not_a_crash(tmp_path):
+    """--page-size 16 fixed: the search still offers no_buffer, which SGLang refuses with a page
+    above 1; those trials are pruned (no simulation) and the study finishes."""
+    spec = f"marconi-jsonl:{write_marconi_jsonl(synthetic_trace(sessions=4, turns=2), tmp_path / 't.jsonl')}"
+    problem = Problem({"trace": spec}, "sglang", "replay-tiny", "2MB", fixed={"page_size": 16})
+    adv = advise(problem, tmp_path / "s", 12, progress=False)
+    assert adv.report.pruned and all("needs --page-size 1" in why for _, why in adv.report.pruned)
+    assert adv.report.failed == [] and "page_size" not in adv.defaults.params
+    assert "--page-size 16" in adv.recommended.run_tuned
 
 
 def _params(study) -> list:
@@ -211,12 +259,37 @@ def test_memory_rule_and_spaces():
     assert parse_gpu_memory("2x80GB") == 160 * 10**9
     sg = build_space("sglang", spec, 80 * 10**9)
     assert sg.ctx.capacity_bytes == int(80e9 * 0.88) - 18 * 10**9
-    assert [k.flag for k in sg.all_knobs] == ["--mamba-scheduler-strategy", "--mamba-full-memory-ratio",
-                                              "--chunked-prefill-size"]
-    # --mamba-full-memory-ratio r: the mamba pool is r x the KV pool
-    fields_ = sg.sim_fields({"mode": "extra_buffer", "mamba_full_memory_ratio": 1.0, "prefill_chunk_tokens": 4096})
-    assert fields_["policy"] == "sglang-v2"
-    assert int(fields_["state_pool"]) == sg.ctx.capacity_bytes // 2 // spec.state_bytes()
+    assert [k.flag for k in sg.all_knobs] == ["--mamba-radix-cache-strategy", "--page-size", "--mamba-track-interval",
+                                              "--mamba-full-memory-ratio", "--chunked-prefill-size"]
+    # today's --mamba-full-memory-ratio r: the preset's own split of the cache (its --gpu-memory)
+    fields_ = sg.sim_fields({"mamba_radix_cache_strategy": "auto", "mamba_full_memory_ratio": 1.0})
+    assert fields_["policy"] == "sglang" and fields_["gpu_memory"] == str(sg.ctx.capacity_bytes)
+    cfg = SimConfig(model="qwen3.5-9b", **fields_)
+    assert space.pool_states(cfg, spec) == sg.ctx.capacity_bytes // 2 // spec.state_bytes()
+    # no_buffer has no page size (it needs 1) and no track interval
+    nb = sg.sim_fields({"mamba_radix_cache_strategy": "no_buffer", "page_size": 64, "mamba_track_interval": 512})
+    assert "page_size" not in nb and "mamba_track_interval" not in nb  # the SimConfig defaults: 1, 256
+    assert [f for f, _ in sg.flags({"mamba_radix_cache_strategy": "no_buffer"})] == [
+        "--mamba-radix-cache-strategy", "--mamba-full-memory-ratio", "--chunked-prefill-size"]
+    # the earlier version: SGLang 0.5.9's --mamba-scheduler-strategy, the ratio as a state pool
+    old = build_space("sglang-0.5.9", spec, 80 * 10**9)
+    assert [k.flag for k in old.all_knobs] == ["--mamba-scheduler-strategy", "--mamba-full-memory-ratio",
+                                               "--chunked-prefill-size"]
+    fields_ = old.sim_fields({"mode": "extra_buffer", "mamba_full_memory_ratio": 1.0, "prefill_chunk_tokens": 4096})
+    assert fields_["policy"] == "sglang-0.5.9-extra-buffer"
+    assert int(fields_["state_pool"]) == old.ctx.capacity_bytes // 2 // spec.state_bytes()
+    # vLLM today: retention on multiples of the derived block; not searched under EAGLE / MTP (fixed)
+    vl = build_space("vllm", spec, 80 * 10**9)
+    assert [k.flag for k in vl.all_knobs] == ["--prefix-cache-retention-interval",
+                                              "--enable-mamba-shared-prefix-checkpoint", "--block-size",
+                                              "--max-num-batched-tokens"]
+    assert vl.knobs[0].values(vl.ctx) == (0, 528, 1056, 2112, 4224, -1)
+    eagle = build_space("vllm", spec, 80 * 10**9, {"speculative_method": "eagle"})
+    assert "prefix_cache_retention_interval" not in eagle.defaults()
+    assert build_space("vllm-0.11", spec, 80 * 10**9).preset_of({"mode": "all"}) == "vllm-0.11-all"
+    tr = build_space("trtllm", spec, 80 * 10**9)
+    assert [k.name for k in tr.all_knobs] == ["periodic_snapshot_interval"] and tr.defaults() == {
+        "periodic_snapshot_interval": 0}
     lm = build_space("lmdeploy", spec, 80 * 10**9)  # a fraction of what the weights leave
     assert lm.ctx.capacity_bytes == int((80e9 - 18e9) * 0.8)
     assert lm.sim_fields({"prefix_cache_state_budget": 0})["state_pool"] == ""
@@ -242,17 +315,41 @@ def test_derived_knobs_come_from_params_metadata(monkeypatch):
                                                                  8192, True, True)
 
 
+def test_range_knobs_from_knob_min_max_are_searched(monkeypatch):
+    """``policies.base.knob(min=, max=)`` writes ``min`` / ``max``: a knob with both is a range
+    (one bound only is no range); the preset's own ``extra_knobs`` count too."""
+    from dataclasses import fields as dc_fields
+
+    from policies.trtllm_current import TrtllmParams
+
+    f = {x.name: x for x in dc_fields(TrtllmParams)}["periodic_snapshot_interval"]
+    assert space.derived_knobs(Engine("t", {"v": "trtllm"}, Memory("--m", 0.9))) == []  # min=0 only
+    monkeypatch.setattr(f, "metadata", {**f.metadata, "max": 2048})
+    (k,) = space.derived_knobs(Engine("t", {"v": "trtllm"}, Memory("--m", 0.9)))
+    assert (k.name, k.low, k.high, k.integer, k.log, k.default) == ("periodic_snapshot_interval", 0, 2048, True,
+                                                                      False, 0)
+    from policies.engine_common import StatePool
+
+    g = {x.name: x for x in dc_fields(StatePool)}["state_pool"]
+    monkeypatch.setattr(g, "metadata", {**g.metadata, "choices": ("", "10")})
+    names = [k.name for k in space.derived_knobs(Engine("t", {"v": "sglang"}, Memory("--m", 0.9)))]
+    assert "state_pool" in names  # an extra_knobs class of the sglang preset
+
+
 @pytest.mark.parametrize("args, message", [
     (("--for", "sglang", "--model", "llama-7b"), "nothing to tune for llama-7b"),
-    (("--for", "trtllm", "--model", "qwen3.5-9b"), "nothing to tune"),
+    (("--for", "trtllm", "--model", "llama-7b"), "nothing to tune for llama-7b"),
     (("--for", "sglang", "--model", "qwen3.5-9b", "--gpu-memory", "20GB"), "leaves no cache"),
     (("--for", "sglang", "--model", "qwen3.5-9b", "--gpu-memory", "20.5GB"), "cannot hold one request"),
     (("--for", "vllm", "--model", "qwen3.5-9b", "--objective", "throughput"), "does not measure it"),
     (("--for", "vllm", "--model", "qwen3.5-9b", "--gpu-memory", "lots"), "cannot read size"),
     (("--for", "vllm", "--model", "qwen3.5-9b", "--holdout", "1.5"), "--holdout"),
     # a fixed knob the engine's presets do not read: refused, as `marconi run` would refuse the printed line
-    (("--for", "sglang", "--model", "qwen3.5-9b", "--mamba-track-interval", "512"),
-     "--mamba-track-interval does nothing for sglang-v1, sglang-v2 (it is read by sglang)"),
+    (("--for", "sglang-0.5.9", "--model", "qwen3.5-9b", "--mamba-track-interval", "512"),
+     "--mamba-track-interval does nothing for sglang-0.5.9-no-buffer, sglang-0.5.9-extra-buffer (it is read by sglang)"),
+    # a fixed setting today's defaults cannot run with
+    (("--for", "sglang", "--model", "qwen3.5-9b", "--mamba-track-interval", "100", "--page-size", "64"),
+     "defaults cannot run here"),
     (("--for", "marconi", "--model", "qwen3.5-9b", "--block-size", "64"), "--block-size does nothing for marconi"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
@@ -344,3 +441,16 @@ def test_a_gain_within_min_gain_keeps_the_defaults():
     assert beats(0.52, 0.50, "token-hit") and not beats(0.504, 0.50, "token-hit")
     assert beats(90.0, 100.0, "ttft-p95") and not beats(99.5, 100.0, "ttft-p95")
     assert beats(0.1, 0.0, "token-hit") and not beats(0.0, 0.0, "token-hit")
+
+
+def test_a_grid_the_trace_blocks_cannot_carry_is_never_searched():
+    """Mooncake's 512-token hash blocks: SGLang's page stays 1 (16..64 would not line up, so the
+    knob is gone), and a preset whose default grid does not line up is refused, not crashed."""
+    spec = get_model("qwen3.5-27b")
+    sg = build_space("sglang", spec, 80 * 10**9, block_tokens=512)
+    assert "page_size" not in [k.name for k in sg.all_knobs]
+    vl = build_space("vllm", spec, 80 * 10**9, block_tokens=512)
+    task = search.make_trial_task({"trace": "mooncake:sample"}, vl, vl.defaults(),
+                                  Problem({}, "vllm", "qwen3.5-27b", "80GB"))
+    assert "does not line up with the trace's 512-token blocks" in search.refusal(task, spec, 512)
+    assert search.refusal(task, spec, 1) is None

@@ -241,15 +241,16 @@ def test_alpha_figure_heatmap_holds_the_alpha_grid(results):
 
 
 def test_advise_notebook_prints_the_numbers_of_its_studies(tmp_path, monkeypatch):
-    """notebooks/advise.ipynb: two workloads tuned and held out; the comparison table and the
-    'why' rows show the numbers of the advice each study wrote (advice.json)."""
+    """notebooks/advise.ipynb: three workloads (ShareGPT, agent, the Mooncake sample) tuned and
+    held out; the comparison table and the 'why' rows show the numbers of the advice each study
+    wrote (advice.json)."""
     pytest.importorskip("optuna")
     folder = tmp_path / "adv"
     monkeypatch.setenv("ADVISE_DIR", str(folder))
     shown = _run_notebook("advise", tmp_path)
     table = _cell(shown, "table = pd.DataFrame(rows)")
     why = _cell(shown, "explain_rows(adv")
-    for name in ("sharegpt", "agent"):
+    for name in ("sharegpt", "agent", "mooncake"):
         adv = json.loads((folder / name / "advice.json").read_text())
         assert adv["trials"] == 10 and adv["parts"]
         for who in ("defaults", "recommended"):
