@@ -261,6 +261,12 @@ class EngineTree(HybridRadixTree):
             return
         parent = node.parent
         keep = max(parent.depth_tokens, node.depth_tokens // B * B)
+        # the tree's edges are whole symbols: on a hash-block trace whose blocks are coarser than
+        # the engine's (Mooncake's 512 tokens vs 64), a symbol is kept whole or not at all
+        k_sym = (keep - parent.depth_tokens) // self.block_tokens
+        keep = parent.depth_tokens + k_sym * self.block_tokens
+        if keep == node.depth_tokens:
+            return
         if self.listener is not None:
             self.listener.kv_removed(node.depth_tokens - keep)
         if keep == parent.depth_tokens:
@@ -270,7 +276,6 @@ class EngineTree(HybridRadixTree):
             node.parent = None
             self._after_child_removed(parent)
             return
-        k_sym = (keep - parent.depth_tokens) // self.block_tokens
         self.kv_tokens -= node.depth_tokens - keep
         node.key = node.key[:k_sym]
         node.n_tokens = keep - parent.depth_tokens
