@@ -115,8 +115,8 @@ def token_source(trace: Trace, seed: int):
 def _warm(model, device) -> float:
     """Compile every kernel specialisation a replay meets before anything is timed: the
     kernels' own ``warmup`` (Triton backend) at the stack's shapes and flags, then the stack
-    itself from scratch and from a state, with and without boundary
-    states and with a split (the stack's strided q/k/v/gate views are specialisations too)."""
+    itself from scratch and from a state, with and without boundary states and with a split (the
+    stack's strided q/k/v/gate views are specialisations too)."""
     import torch
 
     t0 = time.perf_counter()
