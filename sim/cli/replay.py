@@ -15,11 +15,11 @@ from sim.cli.run import parse_alpha
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, format_size, parse_size
 from sim.errors import UsageError
-from sim.replay.backends import kernel_choices
+from sim.replay.backends import CPU_SMALL_D_MODEL, kernel_choices
 
 INSTALL_HINT = "marconi replay needs torch (and triton for --kernel triton): pip install 'marconi-sim[kernels]'"
 #: widest model `--device cpu` replays without a warning: a wider one takes minutes per request there
-CPU_MAX_D_MODEL = 1024
+CPU_MAX_D_MODEL = CPU_SMALL_D_MODEL
 #: executed TFLOP/s of a CPU replay, for the warning's estimate (plain-torch backend, fp32, measured
 #: at qwen3.5-9b shapes on a 2-core machine: 0.11 over the wall time, 0.13 over the timed prefills)
 CPU_TFLOPS = 0.1

@@ -22,6 +22,10 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+#: widest preset a CPU replays on one torch thread, and without a warning of its time
+#: (sim.replay.session.cpu_threads, sim.cli.replay.cpu_time_warning)
+CPU_SMALL_D_MODEL = 1024
+
 
 @dataclass(frozen=True)
 class GDNBackend:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
@@ -18,7 +19,7 @@ from sim.config import SimConfig
 from sim.cost import ModelSpec, TimingModel, default_timing, get_model, timing_to_dict
 from sim.errors import UsageError
 from sim.replay import measure
-from sim.replay.backends import GDN_BACKENDS, kernel_choices, resolve_kernel
+from sim.replay.backends import CPU_SMALL_D_MODEL, GDN_BACKENDS, kernel_choices, resolve_kernel
 from sim.replay.tokens import request_tokens
 from traces.base import Trace
 
@@ -119,8 +120,8 @@ def token_source(trace: Trace, seed: int):
 def _warm(model, device) -> float:
     """Compile every kernel specialisation a replay meets before anything is timed: the
     kernels' own ``warmup`` (Triton backend) at the stack's shapes and flags, then the stack
-    itself from scratch and from a state, with and without boundary
-    states and with a split (the stack's strided q/k/v/gate views are specialisations too)."""
+    itself from scratch and from a state, with and without boundary states and with a split (the
+    stack's strided q/k/v/gate views are specialisations too)."""
     import torch
 
     t0 = time.perf_counter()
@@ -150,6 +151,26 @@ def _warm(model, device) -> float:
     return time.perf_counter() - t0
 
 
+@contextmanager
+def cpu_threads(device, spec: ModelSpec):
+    """Torch's intra-op threads while a CPU replays ``spec``: one for a preset up to d_model
+    ``CPU_SMALL_D_MODEL`` (its ops are too small to split: a second thread only adds wake-up
+    stalls, measured at tens of ms per call on a 2-core machine, which swamp the per-request
+    times), torch's default otherwise and wherever OMP_NUM_THREADS is set. Restored after.
+    Yields the thread count in use."""
+    import torch
+
+    if device.type != "cpu" or spec.d_model > CPU_SMALL_D_MODEL or os.environ.get("OMP_NUM_THREADS"):
+        yield torch.get_num_threads()
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def run_replay(trace: Trace, config: SimConfig, settings: ReplaySettings, *, build,
                timing: Optional[TimingModel] = None, progress=None, after_event=None,
                on_ready=None) -> ReplayResult:
@@ -175,15 +196,27 @@ def run_replay(trace: Trace, config: SimConfig, settings: ReplaySettings, *, bui
                              "starting), or use --kernel torch")
     import torch  # noqa: PLC0415 - the simulator must not need torch: only replay imports it
 
+    if settings.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA GPU is visible (use --device cpu and a tiny preset)")
+    device = torch.device(settings.device)
+    with cpu_threads(device, spec) as threads:
+        res = _replay(trace, config, settings, spec, layers, kernel, device, build=build, timing=timing,
+                      progress=progress, after_event=after_event, on_ready=on_ready)
+    res.settings["cpu_threads"] = threads if device.type == "cpu" else None
+    return res
+
+
+def _replay(trace, config, settings, spec, layers, kernel, device, *, build, timing, progress, after_event,
+            on_ready) -> ReplayResult:
+    """``run_replay`` once the settings are checked: build the model and store, simulate, measure."""
+    import torch
+
+    from sim.engine.drivers import run as run_simulation
     from sim.replay.model import DTYPES, HybridModel, ReplayShape
     from sim.replay.observer import ReplayObserver
     from sim.replay.runner import Replayer
     from sim.replay.store import CheckpointStore
-    from sim.engine.drivers import run as run_simulation
 
-    if settings.device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA GPU is visible (use --device cpu and a tiny preset)")
-    device = torch.device(settings.device)
     dtype = DTYPES[settings.dtype]
     timing = timing or default_timing(config.model)
     shape = ReplayShape.from_spec(spec, layers, vocab_rows=VOCAB_ROWS)

@@ -29,7 +29,9 @@ def marconi(*args, check: bool = True, timeout: float = 1200):
         raise AssertionError(f"marconi {' '.join(map(str, args))} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
 
-TRACE = "synthetic:chat:sessions=3,turns=3,prompt_tokens=40,user_tokens=24,output_tokens=16,prompts=1"
+# 1,000-token prompts: on the CPU's torch backend a call's fixed cost is most of a short prefill, so
+# the prompts are long enough for a restore to save measurably (about half the prefill time)
+TRACE = "synthetic:chat:sessions=3,turns=3,prompt_tokens=1000,user_tokens=40,output_tokens=16,prompts=1"
 KEYS = ("requests", "hits", "hits_validated", "failures", "max_restore_error", "measured_ms_with_cache",
         "measured_ms_without_cache", "measured_flops_saved", "simulated_flops_saved",
         "time_model_median_error", "store_peak_bytes", "layers_replayed", "kv_hits_validated", "kv_failures",
@@ -56,7 +58,7 @@ def replay_out(tmp_path_factory):
     pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("replay")
     p = marconi("replay", "--device", "cpu", "--model", "replay-tiny", "--layers", "1", "--requests", "8",
-                "--trace", TRACE, "--capacity", "40KB", "--alpha", "0.5", "--out", out,
+                "--trace", TRACE, "--capacity", "200KB", "--alpha", "0.5", "--out", out,
                 "--calibrate", out / "timing.json", "--format", "json", "--no-progress")
     return out, json.loads(p.stdout)
 

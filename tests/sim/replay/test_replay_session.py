@@ -86,7 +86,26 @@ def test_cpu_default_is_the_torch_backend(chat):
     res, events = replay(chat, "chunk", "des", requests=6)
     check(res, events)
     assert res.settings["kernel"] == res.summary["kernel"] == "torch"
-    assert res.settings["kernel_requested"] == "auto"
+    assert res.settings["kernel_requested"] == "auto" and res.settings["cpu_threads"] >= 1
+
+
+def test_cpu_threads_one_for_small_presets(monkeypatch):
+    """A small preset on the CPU replays on one torch thread (restored after); a wide one, a GPU
+    or an explicit OMP_NUM_THREADS keep torch's setting."""
+    from sim.cost import get_model
+    from sim.replay.session import cpu_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    with cpu_threads(torch.device("cpu"), get_model("replay-tiny")) as n:
+        assert n == 1 == torch.get_num_threads()
+    assert torch.get_num_threads() == before
+    for device, model in ((torch.device("cpu"), "qwen3.5-9b"), (torch.device("cuda"), "replay-tiny")):
+        with cpu_threads(device, get_model(model)) as n:
+            assert n == before == torch.get_num_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    with cpu_threads(torch.device("cpu"), get_model("replay-tiny")) as n:
+        assert n == before == torch.get_num_threads()
 
 
 def test_triton_interpreter_backend_end_to_end(chat):
