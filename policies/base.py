@@ -381,6 +381,10 @@ class PolicyPreset:
     def check(self, spec: Any, config: Any) -> None:
         """Refuse knob values this preset cannot honour (one ``PolicyError`` line)."""
 
+    def check_blocks(self, spec: Any, config: Any, block_tokens: int) -> None:
+        """Refuse knob values a trace of ``block_tokens``-token symbols (hash blocks) cannot carry
+        (one ``PolicyError`` line); the grid itself is checked by the simulation."""
+
     def knob_classes(self) -> list[type]:
         """Every ``Params`` class whose knobs this preset reads (admission, eviction, its own)."""
         out = []

@@ -22,6 +22,18 @@ replaceable decode checkpoint, block-aligned, at the last multiple of N it decod
   checkpoint's ``last_access_time``, node and KV kept. One budget: frozen, then leaves, then
   checkpoint-only.
 - Refresh: a hit refreshes the matched blocks and the restored checkpoint (``pin_restore``).
+- Hash-block traces (symbols of G tokens: Bailian's 16, Mooncake's 512). A checkpoint's step is
+  its exact token (a prompt's last block is partial, so the prompt end is off both grids): its
+  anchor and its frozen block follow the engine's B-token block on any trace. Where G is coarser
+  than B (Mooncake: 512 vs 64) the tree cannot end a block inside a symbol, so the trie's whole
+  blocks are rounded down to whole symbols: a stored sequence without a state at its end keeps
+  whole symbols, a dropped partial checkpoint gives back its symbol's tokens past the last whole
+  symbol (the engine keeps the 64-token blocks before it), and an anchor inside a symbol is shared
+  only by the paths that hold that whole symbol (hashes say nothing of a part of a block). Only
+  stateless KV is affected, not where states sit or what hits. A decode interval must be a
+  multiple of G (one line, exit 2). Sequential mode's single insert of input + output puts the
+  prompt-end state at its symbol's end (as for every preset on such traces); des mode inserts
+  the prompt at its exact end.
 
 Reproduces (tests/pytorch/paging/test_block_trie/): ``test_checkpoint_step_geometry``,
 ``test_ssm_checkpoint_save_owns_and_releases_partial_tail``,
@@ -70,6 +82,16 @@ class LmdeployPreset(EnginePreset):
         if config.prefix_cache_decode_state_interval % B:
             raise PolicyError(f"--prefix-cache-decode-state-interval {config.prefix_cache_decode_state_interval} "
                               f"must be a multiple of the {B}-token block")
+
+    def check_blocks(self, spec, config, block_tokens) -> None:
+        # a decode checkpoint sits on a multiple of the interval; a symbol cannot end inside a
+        # hash block, so one off the trace's grid could not be placed (the block trie itself is
+        # rounded to whole symbols: module docstring)
+        every = config.prefix_cache_decode_state_interval
+        if every and block_tokens > 1 and every % block_tokens:
+            raise PolicyError(f"policy {self.name} checkpoints decode every {every} tokens "
+                              f"(--prefix-cache-decode-state-interval), finer than (or not a multiple of) "
+                              f"the trace's {block_tokens}-token blocks")
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from policies.base import EngineRules, admission, register_preset
-from policies.engine_common import StatePool
+from policies.engine_common import StatePool, input_tokens
 from policies.lmdeploy import LMDEPLOY_BLOCK, LmdeployAdmission, LmdeployPreset
 
 
@@ -47,12 +47,13 @@ class Lmdeploy016Admission(LmdeployAdmission):
         cps = super().prefill_checkpoints(match, ctx)
         G = ctx.block_tokens
         B = self.params.block_size or LMDEPLOY_BLOCK
-        hit = match.hit_sym * G
+        hit = match.hit_tokens  # exact: on a hash-block trace a state may end inside a symbol
         if cps and hit % B:
             # blocks from the restored one on are recomputed ("fresh"): the trie path extends
             # over those the trie already holds, and stops at the first it does not
-            attached = max(hit // B * B, match.match_sym * G // B * B)
-            if cps[0] * G // B * B > attached:
+            attached = max(hit // B * B, match.match_tokens // B * B)
+            first = input_tokens(ctx) if cps[0] == ctx.n_input else cps[0] * G
+            if first // B * B > attached:
                 cps = cps[1:]
         return cps
 

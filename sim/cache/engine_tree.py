@@ -28,6 +28,9 @@ engine behaviour, named after the engine code it follows:
 - ``frozen_block`` (LMDeploy): a state not on a block boundary owns a frozen copy of its partial
   block, charged as KV up to the block's end (test
   ``test_ssm_checkpoint_save_owns_and_releases_partial_tail``: one block and one state slot).
+  The charge follows the state's exact token (``_state_depths``: a hash-block prompt's last
+  symbol is partial), in the insert's room planning as in its accounting; dropping it trims the
+  stateless tail back to the last block boundary, rounded down to a whole symbol.
 - ``anchor_block`` (LMDeploy ``_reserve_checkpoint``): one state per full-block anchor
   (``checkpoint_anchor_step``); a new state replaces the one anchored on the same block (test
   ``test_ssm_checkpoint_replaces_partial_variant_at_same_anchor``).
@@ -105,11 +108,46 @@ class EngineTree(HybridRadixTree):
                 and self.n_states + need_states <= self.state_capacity)
 
     def _room_needed(self, seq, pad, checkpoints, need_bytes):
-        need_kv, need_states, walk_end = self._plan(seq, pad, checkpoints)
-        need_kv += sum(self._frozen_charge(c * self.block_tokens) for c in checkpoints)
+        need_kv, new_cps, walk_end = self._plan_new(seq, pad, checkpoints)
+        if self.frozen_block and new_cps:  # each new state off the block grid adds its frozen block
+            need_kv += sum(self._frozen_charge(t) for t in self._state_depths(seq, pad, new_cps))
         kv_bytes = need_kv * self.kv_bytes_per_token
-        self._pending = (kv_bytes, need_states)
-        return kv_bytes + need_states * self.state_bytes, walk_end
+        self._pending = (kv_bytes, len(new_cps))
+        return kv_bytes + len(new_cps) * self.state_bytes, walk_end
+
+    def _state_depths(self, seq: np.ndarray, pad: int, checkpoints: list[int]) -> list[int]:
+        """The token position (``depth_tokens``) each of ``checkpoints`` (symbols, sorted) would
+        have once inserted, as ``_apply`` places it: inside the cached path, the tree's own depths
+        (an edge cut at a symbol keeps whole symbols above the cut); beyond it, whole symbols and
+        the partial last one (``pad`` tokens short). Not ``c * block_tokens``: on a hash-block
+        trace the prompt's last block is partial, and a frozen block's charge, a state's anchor
+        depend on the exact token."""
+        G = self.block_tokens
+        n = len(seq)
+        out: list[int] = []
+        ci = 0
+        node, pos = self.root, 0
+        end_tokens = 0
+        while pos < n:
+            child = node.children.get(int(seq[pos]))
+            if child is None:
+                break
+            m = _edge_match(child.key, seq, pos)
+            base = node.depth_tokens
+            full = m == len(child.key)
+            while ci < len(checkpoints) and checkpoints[ci] <= pos + m:
+                c = checkpoints[ci]
+                out.append(child.depth_tokens if full and c == pos + m else base + (c - pos) * G)
+                ci += 1
+            if not full:
+                pos += m
+                end_tokens = base + m * G  # the cut the insert makes there
+                break
+            node, pos = child, pos + m
+            end_tokens = node.depth_tokens
+        for c in checkpoints[ci:]:
+            out.append(end_tokens + (c - pos) * G - (pad if c == n else 0))
+        return out
 
     def _hold(self, kv_bytes: int, states: int) -> None:
         super()._hold(kv_bytes, states)
@@ -156,7 +194,7 @@ class EngineTree(HybridRadixTree):
             seq_tokens = keep * self.block_tokens
             checkpoints = [c for c in checkpoints if c <= keep]
         if self.anchor_block and checkpoints:
-            checkpoints = self._take_anchors(seq, checkpoints)
+            checkpoints = self._take_anchors(seq, len(seq) * self.block_tokens - seq_tokens, checkpoints)
         if len(seq) == 0:
             return InsertResult(True, end_node=self.root)
         res = super().insert(seq, seq_tokens, checkpoints, now, lock=lock, protect=protect, need_bytes=need_bytes)
@@ -174,22 +212,22 @@ class EngineTree(HybridRadixTree):
             return max(whole, last) if self.frozen_block else whole  # a frozen block keeps its tail
         return n
 
-    def _take_anchors(self, seq: np.ndarray, checkpoints: list[int]) -> list[int]:
+    def _take_anchors(self, seq: np.ndarray, pad: int, checkpoints: list[int]) -> list[int]:
         """LMDeploy's one checkpoint per anchor: keep the last new state per block and give up any
         older state anchored on the same block (a request's own hit is replaceable too: its
         restore pin does not block the save). With ``EngineRules.anchor_refusals`` (LMDeploy
         0.16's ``_reserve_checkpoint``: ``checkpoint.step == step`` refuses) an older state at the
         same step stays, whichever path it is on, and the new one is not saved. Returns the
-        checkpoints to insert."""
+        checkpoints to insert. Anchors and steps are the states' exact token positions
+        (``_state_depths``: on a hash-block trace a prompt's last block is partial)."""
         B = self.anchor_block
-        G = self.block_tokens
-        last_per_anchor: dict[int, int] = {}
-        for c in checkpoints:
-            last_per_anchor[c * G // B] = c
+        last_per_anchor: dict[int, tuple[int, int]] = {}
+        for c, step in zip(checkpoints, self._state_depths(seq, pad, checkpoints)):
+            last_per_anchor[step // B] = (c, step)
         keep = []
-        for anchor, c in last_per_anchor.items():
+        for anchor, (c, step) in last_per_anchor.items():
             olds = self._states_in_block(seq, anchor * B, c)
-            if self.rules.anchor_refusals and any(o.depth_tokens == c * G for o in olds):
+            if self.rules.anchor_refusals and any(o.depth_tokens == step for o in olds):
                 continue
             for old in olds:
                 self.states_replaced += 1
@@ -200,8 +238,10 @@ class EngineTree(HybridRadixTree):
     def _states_in_block(self, seq: np.ndarray, start_tokens: int, keep_sym: int) -> list[Node]:
         """States whose root path shares ``seq``'s first ``start_tokens`` tokens and that end inside
         the block starting there, except one exactly at ``keep_sym`` on ``seq``'s own path (the
-        same step: nothing to replace)."""
-        a_sym = start_tokens // self.block_tokens
+        same step: nothing to replace). Shared means matched symbol by symbol, as a lookup matches:
+        an anchor inside a symbol (LMDeploy's 64-token blocks on Mooncake's 512-token symbols) is
+        shared by the paths that hold that whole symbol."""
+        a_sym = -(-start_tokens // self.block_tokens)
         end_tokens = start_tokens + self.anchor_block
         node, pos = self.root, 0
         while node.depth_sym < a_sym:  # down to the node whose edge reaches the anchor

@@ -353,6 +353,11 @@ class HybridRadixTree:
     def _plan(self, seq: np.ndarray, pad: int, checkpoints: list[int]) -> tuple[int, int, Node]:
         """Tokens of new KV and number of new states the insert would add (no mutation).
         Returns the deepest node the walk reached (its root path must survive eviction)."""
+        need_kv, new_cps, node = self._plan_new(seq, pad, checkpoints)
+        return need_kv, len(new_cps), node
+
+    def _plan_new(self, seq: np.ndarray, pad: int, checkpoints: list[int]) -> tuple[int, list[int], Node]:
+        """``_plan`` with the checkpoints that would add a state (those not already held)."""
         node = self.root
         pos = 0
         n = len(seq)
@@ -371,8 +376,8 @@ class HybridRadixTree:
             break
         matched_tokens = min(pos * self.block_tokens, n * self.block_tokens - pad)
         need_kv = n * self.block_tokens - pad - matched_tokens
-        need_states = sum(1 for c in checkpoints if c not in ends_with_state) if self.hybrid else 0
-        return need_kv, need_states, node
+        new_cps = [c for c in checkpoints if c not in ends_with_state] if self.hybrid else []
+        return need_kv, new_cps, node
 
     def _apply(self, seq: np.ndarray, pad: int, checkpoints: list[int], now: float) -> Node:
         B = self.block_tokens

@@ -200,6 +200,7 @@ class Simulation:
             raise UsageError(
                 f"policy {self.preset.name} checkpoints every {pg} tokens, finer than "
                 f"(or not a multiple of) the trace's {B}-token blocks")
+        self.preset.check_blocks(self.spec, self.config, B)
         if self.config.state_alignment == "chunk" and B > 1 and max(B, self.config.chunk_size) % min(B, self.config.chunk_size):
             raise UsageError(f"--chunk-size {self.config.chunk_size} does not line up with the trace's {B}-token blocks")
         self.grid = self.tree_grid(grid)

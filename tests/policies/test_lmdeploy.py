@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from engine_cases import TINY, one_per_session, run, state_depths, toks
 
-from policies.base import EngineRules
+from policies.base import EngineRules, PolicyError
 from policies.lmdeploy import LMDEPLOY_REFRESH, TieredLRUEviction, anchor_step
 from sim.cache.engine_tree import EngineTree
+from traces.base import Request, Trace
 
 B = 16
 
@@ -146,3 +147,87 @@ def test_lmdeploy_evicts_frozen_partial_checkpoints_first():
     assert state_depths(sim.tree) == [110]  # 64 never made it: one insert keeps one state per anchor
     assert sim.tree.kv_tokens == 110 and sim.tree.used_bytes == (110 + 18) * 2 + 16
     sim.tree.check_invariants()
+
+
+# ---------------------------------------------------------------------- hash-block traces
+# Mooncake's 512-token blocks are coarser than LMDeploy's 64-token block; Bailian's 16 finer.
+# Positions are symbols; a prompt's last block is partial, so its end (where LMDeploy checkpoints)
+# is off both grids.
+def _hash_trace(G, prompts):
+    """One request per session at t = i: (hash ids, input tokens, output tokens); outputs are
+    fresh negative symbols, as the hash-block loader gives them."""
+    reqs, nxt = [], -1
+    for i, (ids, n_in, n_out) in enumerate(prompts):
+        n_sym_out = -(-n_out // G)
+        out = np.arange(nxt, nxt - n_sym_out, -1, dtype=np.int64)
+        nxt -= n_sym_out
+        reqs.append(Request(session_id=i, turn=0, input_tokens=np.asarray(ids, dtype=np.int64), output_tokens=out,
+                            arrival=float(i), input_len=n_in, output_len=n_out))
+    return Trace(f"hash{G}", reqs, block_tokens=G, closed_loop=False)
+
+
+# a shared first block (a system prompt), then each prompt's own blocks, the last one partial
+MOONCAKE_LIKE = [([0, 10, 11], 1000 + 512, 90), ([0, 20], 900, 40), ([0, 30, 31, 32], 3 * 512 + 77, 300),
+                 ([0, 10, 11, 12], 3 * 512 + 500, 20), ([0, 40], 513, 700), ([0, 20, 21], 2 * 512 + 1, 64)]
+
+
+@pytest.mark.parametrize("policy", ["lmdeploy", "lmdeploy-0.16-pytorch"])
+@pytest.mark.parametrize("mode", ["sequential", "des"])
+def test_coarse_hash_blocks_never_exceed_the_capacity(policy, mode):
+    """`marconi run --policy lmdeploy --trace mooncake:sample --capacity 5GB` on a hand-made
+    Mooncake-like trace, at every capacity from one block and a state up: the insert's planned
+    room (each new partial checkpoint's frozen block at its exact token) is what it charges, so the
+    cache never goes over (the run used to stop with `capacity exceeded`), and the tree stays
+    consistent (a frozen trim keeps whole symbols)."""
+    trace = _hash_trace(512, MOONCAKE_LIKE)
+    for capacity in range(64 * 2 + 16, 12000, 52):
+        _, sim = run(trace, policy, spec=TINY, capacity=capacity, mode=mode)
+        tree = sim.tree
+        assert tree.stats.peak_bytes <= tree.capacity_bytes == capacity
+        tree.check_invariants()
+
+
+def test_coarse_hash_blocks_hit_the_chunk_checkpoints_only():
+    """What LMDeploy checkpoints on 512-token hash blocks: prefill forward ends only (chunk ends,
+    the prompt end). r1 shares r0's first 3 blocks (1536 tokens), where 512-token chunks end: r1
+    hits 1536; r2, sharing only the first block, hits 512. With 8192-token chunks (the default)
+    no forward ends inside the shared blocks and nothing hits (`lmdeploy` on mooncake:sample,
+    where the shared prefix is mostly one 512-token block): the engine's own behaviour, the same
+    on the same prompts cut into 16-token blocks."""
+    prompts = [([0, 1, 2, 3], 3 * 512 + 100, 10), ([0, 1, 2, 9], 3 * 512 + 7, 10), ([0, 5], 600, 10)]
+    for G, scale in ((512, 1), (16, 32)):
+        expand = [([b * scale + j for b in ids for j in range(scale)][: -(-n // G)], n, o) for ids, n, o in prompts]
+        trace = _hash_trace(G, expand)
+        got, sim = run(trace, "lmdeploy", spec=TINY, prefill_chunk_tokens=512)
+        assert got == [0, 1536, 512], G
+        sim.tree.check_invariants()
+        got, _ = run(trace, "lmdeploy", spec=TINY)
+        assert got == [0, 0, 0], G
+
+
+@pytest.mark.parametrize(("chunk", "hits", "states"), [(896, [0, 896], [896, 1010]), (976, [0, 0], [1010])])
+def test_bailian_blocks_keep_the_engine_grid(chunk, hits, states):
+    """Bailian's 16-token blocks are finer than the 64-token block: anchors and frozen blocks are
+    the engine's, at each state's exact token. r0: a 1020-token prompt (64 symbols, the last one
+    12 tokens), r1 shares its first 63 symbols (1008 tokens) and ends at 1010. 896-token chunks:
+    r0 checkpoints at 896 (anchor 896) and 1020 (anchor 960), r1 hits 896 and its prompt end at
+    1010 replaces r0's 1020 on the shared anchor 960. 976-token chunks: r0's 976 and 1020 share
+    anchor 960, so 1020 replaces 976 within the insert (1020 taken as 64 x 16 = 1024 would have
+    anchored it on 1024 and kept both) and r1 hits nothing. In des mode, which inserts the
+    prompt at prefill end (sequential mode's one insert of input + output places the prompt-end
+    state at the end of its symbol, 1024, as every preset's on a hash-block trace)."""
+    ids = list(range(64))
+    trace = _hash_trace(16, [(ids, 1020, 5), (ids[:63] + [777], 1010, 5)])
+    got, sim = run(trace, "lmdeploy", spec=TINY, prefill_chunk_tokens=chunk, mode="des")
+    assert got == hits
+    assert state_depths(sim.tree) == states and sim.tree.frozen_tokens == 1024 - 1010
+    sim.tree.check_invariants()
+
+
+def test_a_decode_interval_off_the_hash_blocks_is_refused():
+    trace = _hash_trace(512, MOONCAKE_LIKE)
+    with pytest.raises(PolicyError, match=r"^policy lmdeploy checkpoints decode every 64 tokens "
+                       r"\(--prefix-cache-decode-state-interval\), finer than \(or not a multiple of\) "
+                       r"the trace's 512-token blocks$"):
+        run(trace, "lmdeploy", spec=TINY, prefix_cache_decode_state_interval=64)
+    run(trace, "lmdeploy", spec=TINY, prefix_cache_decode_state_interval=1024)

@@ -441,6 +441,7 @@ def refusal(task: Task, spec, block_tokens: int = 1) -> str | None:
     preset = get_preset(cfg.policy)
     try:
         preset.check(spec, cfg)
+        preset.check_blocks(spec, cfg, block_tokens)
     except PolicyError as exc:
         return str(exc)
     grid = preset.grid_for(spec, cfg)

@@ -139,3 +139,121 @@ def test_state_pool_parses_counts_and_sizes():
     for bad in ("0", "8B", "many"):
         with pytest.raises(UsageError):
             parse_state_pool(bad, 16)
+
+
+# ---------------------------------------------------------------------- hash blocks (symbols of G tokens)
+# LMDeploy's 64-token block on a trace whose symbols are 512 tokens (Mooncake) or 16 (Bailian):
+# a prompt's last symbol is partial, so a state's exact token (not ``c * G``) sets its frozen block
+LMD64 = EngineRules(refresh=LMDEPLOY_REFRESH, kv_extent="blocks", extent_block=64, frozen_block=64, anchor_block=64,
+                    state_pool=True)
+
+
+def _hash_tree(G, capacity=10**9, state_capacity=None, rules=LMD64):
+    return EngineTree(rules, capacity_bytes=capacity, kv_bytes_per_token=KV, state_bytes=STATE, block_tokens=G,
+                      policy=TieredLRUEviction(), state_capacity=state_capacity)
+
+
+@pytest.mark.parametrize("pool", [None, 2])
+def test_a_partial_last_hash_block_plans_its_frozen_block(pool):
+    """The crash of `run --policy lmdeploy --trace mooncake:sample --capacity 5GB`: a prompt of
+    1000 tokens on two 512-token symbols ends at 1000, off the 64-token grid, so its state owns
+    a frozen block of 24 more tokens; planning it at 2 x 512 = 1024 tokens (on the grid) charged
+    nothing, evicted too little and left the cache 48 B over capacity."""
+    # A (one symbol, 512 tokens, state at 512: on the grid) costs 1024 + 16 B; B costs
+    # (1000 + 24) x 2 + 16 = 2064 B; the cache is 1 B short of both
+    cap = 1024 + STATE + 2064 - 1
+    tree = _hash_tree(512, capacity=cap, state_capacity=pool)
+    tree.set_time(1.0)
+    assert tree.insert(np.array([9]), 512, [1], 1.0).inserted
+    tree.set_time(2.0)
+    res = tree.insert(np.array([1, 2]), 1000, [2], 2.0)
+    assert res.inserted and res.evicted_states == 1  # A had to go
+    assert (tree.kv_tokens, tree.frozen_tokens, tree.n_states) == (1000, 24, 1)
+    assert tree.used_bytes == 2064 <= tree.capacity_bytes
+    tree.check_invariants()
+
+
+@pytest.mark.parametrize(("G", "n_sym", "tokens", "kept"), [
+    (512, 2, 1000, 512),   # the anchor block [960, 1024) lies inside symbol 2: the whole symbol goes
+    (512, 3, 1400, 1024),  # [1344, 1408) inside symbol 3: symbols 1-2 stay
+    (16, 63, 1000, 960),   # Bailian: blocks are whole symbols, the trie keeps [0, 960)
+])
+def test_a_frozen_trim_keeps_whole_symbols(G, n_sym, tokens, kept):
+    """A dropped partial checkpoint frees its frozen block and the tokens only it held, back to
+    the last 64-token block boundary, rounded down to a whole symbol (the tree holds symbols)."""
+    tree = _hash_tree(G)
+    tree.set_time(1.0)
+    tree.insert(np.arange(1, n_sym + 1), tokens, [n_sym], 1.0)
+    assert tree.frozen_tokens == 64 - tokens % 64
+    assert tree.evict_kv(1) > 0  # KV pressure: the frozen checkpoint goes first
+    assert (tree.n_states, tree.frozen_tokens, tree.kv_tokens) == (0, 0, kept)
+    tree.check_invariants()
+
+
+def test_the_prompt_end_anchor_is_its_exact_token():
+    """Bailian's 16-token symbols: a prompt of 1020 tokens (64 symbols, the last 12 tokens) ends
+    on the anchor block [960, 1024), as a chunk end at 976 does: one checkpoint stays (c x 16 =
+    1024 would have anchored it on the next block and kept both)."""
+    tree = _hash_tree(16)
+    tree.set_time(1.0)
+    tree.insert(np.arange(1, 65), 1020, [61, 64], 1.0)
+    assert sorted(n.depth_tokens for n in tree.iter_nodes() if n.has_state) == [1020]
+    tree.check_invariants()
+
+
+def test_an_anchor_inside_a_symbol_is_shared_only_by_that_symbol():
+    """512-token symbols: prompts [1, 2] (1000 tokens) and [1, 3] (990) both end on the anchor
+    block [960, 1024), but they differ in the symbol holding it, so they share no anchor (a hash
+    block that differs is not matched in part, as a lookup does not): both states stay."""
+    for rules in (LMD64, replace(LMD64, anchor_refusals=True)):
+        tree = _hash_tree(512, rules=rules)
+        tree.set_time(1.0)
+        tree.insert(np.array([1, 2]), 1000, [2], 1.0)
+        tree.set_time(2.0)
+        tree.insert(np.array([1, 3]), 990, [2], 2.0)
+        assert sorted(n.depth_tokens for n in tree.iter_nodes() if n.has_state) == [990, 1000]
+        assert tree.states_replaced == 0
+        tree.check_invariants()
+
+
+hash_op = st.one_of(
+    st.tuples(st.just("insert"), st.lists(st.integers(0, 3), min_size=1, max_size=12),
+              st.lists(st.integers(1, 12), max_size=3), st.integers(0, 511), st.booleans()),
+    st.tuples(st.just("evict_kv"), st.integers(1, 600)),
+    st.tuples(st.just("evict_states"), st.integers(1, 3)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(G=st.sampled_from([16, 512]), pool=st.sampled_from([None, 3]),
+       capacity=st.integers(1200, 12000), refusals=st.booleans(), ops=st.lists(hash_op, max_size=20))
+def test_hash_blocks_keep_the_invariants_under_pressure(G, pool, capacity, refusals, ops):
+    """Random inserts of partial-last-symbol sequences (``pad`` tokens short) on 16- and 512-token
+    symbols under LMDeploy's 64-token rules, in a small cache: the planned room is what the insert
+    charges, so the cache never exceeds its capacity (nor a pool its share)."""
+    rules = replace(LMD64, anchor_refusals=refusals)
+    capacity = max(capacity, (pool or 0) * STATE + 64 * KV + STATE)
+    tree = _hash_tree(G, capacity=capacity * (G // 16), state_capacity=pool, rules=rules)
+    locked = []
+    for t, o in enumerate(ops, start=1):
+        tree.set_time(float(t))
+        if o[0] == "insert":
+            seq = np.array(o[1], dtype=np.int64)
+            cps = sorted({c for c in o[2] if c <= len(seq)})
+            before = tree.used_bytes
+            res = tree.insert(seq, len(seq) * G - o[3] % G, cps, float(t), lock=o[4])
+            assert tree.used_bytes <= tree.capacity_bytes, (before, tree.used_bytes)
+            if res.inserted and o[4]:
+                locked.append(res.end_node)
+        elif pool is not None or o[0] == "evict_kv":
+            if o[0] == "evict_kv":
+                tree.evict_kv(o[1])
+            else:
+                tree.evict_states(o[1])
+        tree.check_invariants()
+        if len(locked) > 1:
+            tree.unlock(locked.pop(0))
+            tree.check_invariants()
+    for node in locked:
+        tree.unlock(node)
+    tree.check_invariants()

@@ -1,0 +1,45 @@
+"""Every engine preset that accepts Mooncake's 512-token hash blocks keeps the cache within its
+capacity on ``mooncake:sample`` under pressure (the model of ``marconi run``'s Mooncake examples);
+the presets whose grid the blocks cannot carry refuse in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies.base import PRESETS
+from sim.config import SimConfig, parse_size
+from sim.engine.drivers import run as drive
+from sim.errors import USER_ERRORS
+from sim.simulate import build
+from traces.registry import TraceOptions, load_trace
+
+ENGINE_PRESETS = sorted(n for n, p in PRESETS.items() if p.engine not in ("paper", "bound", "baseline"))
+# presets run as the README's Mooncake examples do: trtllm with snapshots on the block grid, lmdeploy
+# with its block raised to the trace's and a decode checkpoint per 1024 tokens
+CASES = [(n, {}) for n in ENGINE_PRESETS] + [
+    ("trtllm", {"periodic_snapshot_interval": 512}),
+    ("lmdeploy", {"block_size": 512}),
+    ("lmdeploy", {"prefix_cache_decode_state_interval": 1024, "state_pool": "8"}),
+]
+
+
+@pytest.fixture(scope="module")
+def mooncake():
+    return load_trace("mooncake:sample", TraceOptions())
+
+
+@pytest.mark.parametrize("capacity", ["1GB", "2GB", "5GB", "10GB"])
+@pytest.mark.parametrize(("policy", "knobs"), CASES, ids=[f"{n}-{'-'.join(map(str, k.values()))}" for n, k in CASES])
+def test_engine_presets_stay_within_capacity_on_mooncake(mooncake, policy, knobs, capacity):
+    config = SimConfig(policy=policy, model="qwen3-next-80b-a3b", capacity_bytes=parse_size(capacity), **knobs)
+    try:
+        sim = build(mooncake, config)
+    except USER_ERRORS as exc:  # a grid finer than the blocks: refused, in one line
+        assert "512-token blocks" in str(exc) and "\n" not in str(exc)
+        return
+    res = drive(sim)
+    tree = sim.tree
+    assert tree.stats.peak_bytes <= tree.capacity_bytes == config.capacity_bytes
+    assert tree.stats.evictions > 0  # under pressure
+    tree.check_invariants()
+    assert len(res.requests) == len(mooncake.requests)
