@@ -74,6 +74,20 @@ def test_belady_size_weighs_distance_by_bytes():
     assert run(trace, "belady", spec=TINY, capacity=130)[0] == [0, 0, 0, 30, 0]
 
 
+def test_belady_size_counts_a_never_used_node_twice_the_trace_plus_two_requests_away():
+    """belady-size scores a node never used again as 2n + 2 requests away (n requests in the
+    trace), beyond every real next use. Four requests (horizon 10), room for 180 B: r0 = A (60
+    tokens: 136 B, reused by r3), r1 = B (2 tokens: 20 B, never reused); r2 = C (36 B) needs room.
+    A is next used 1 request ahead: 1 x 136 = 136; B scores 10 x 20 = 200, so B goes and r3 reuses
+    A's 60 tokens (a horizon of 6 would score B 120 and drop A)."""
+    trace = one_per_session((toks(0, 60), toks(0, 0)), (toks(100, 2), toks(0, 0)), (toks(200, 10), toks(0, 0)),
+                            (cat(toks(0, 60), toks(70, 2)), toks(0, 0)))
+    got, sim = run(trace, "belady-size", spec=TINY, capacity=180)
+    assert got == [0, 0, 0, 60]
+    assert sim.tree.match(toks(100, 3)).hit_tokens == 0
+    sim.tree.check_invariants()
+
+
 def test_belady_needs_the_corrected_engine():
     from policies.base import PolicyError
 

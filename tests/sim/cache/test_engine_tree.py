@@ -128,6 +128,33 @@ def test_each_pool_pressure_pops_from_its_own_list():
     tree.check_invariants()
 
 
+@pytest.mark.parametrize("rules, lower_state_access, kept", [
+    (SGLANG_RULES, 1.0, "B"),  # today's SGLang: the split moves only the lower half's KV
+    (replace(SGLANG_RULES, refresh=SGLANG_PATH_REFRESH), 3.0, "A"),  # before #31643: its state too
+])
+def test_a_split_refreshes_the_lower_halfs_state_only_under_path_refresh(rules, lower_state_access, kept):
+    """An insert that splits an edge leaves the lower half's KV most recent; its state's recency
+    moves too only under SGLang's old path refresh (``state="with-kv"``). A (10 tokens, state at
+    10) at t=1 and B (10 tokens, state at 10) at t=2; at t=3 an insert sharing A's first 5 tokens
+    splits A into [0, 5) and [5, 10). The state list's least recent state then goes: A's under
+    today's refresh (its state is still from t=1), B's under path refresh."""
+    tree = _tree(TwoListLRUEviction(), rules, capacity=10**6, state_capacity=3)
+    tree.set_time(1.0)
+    tree.insert(np.arange(10), 10, [10], 1.0)
+    tree.set_time(2.0)
+    tree.insert(np.arange(100, 110), 10, [10], 2.0)
+    tree.set_time(3.0)
+    tree.insert(np.array([0, 1, 2, 3, 4, 99, 98]), 7, [], 3.0)
+    upper = tree.root.children[0]
+    lower = upper.children[5]
+    assert (upper.n_tokens, lower.n_tokens, lower.has_state) == (5, 5, True)
+    assert (lower.last_access, lower.state_access) == (3.0, lower_state_access)
+    assert tree.evict_states(1) == 1
+    hits = (tree.match(np.arange(10)).hit_tokens, tree.match(np.arange(100, 110)).hit_tokens)
+    assert hits == ((10, 0) if kept == "A" else (0, 10))
+    tree.check_invariants()
+
+
 def test_state_pool_parses_counts_and_sizes():
     from sim.cache.engine_tree import parse_state_pool
     from sim.errors import UsageError
