@@ -47,6 +47,30 @@ def test_next_use_is_the_first_unserved_request_holding_the_path():
     nu.arrived(toks(7, 3))  # not a request of the trace: ignored
 
 
+def test_a_parents_next_use_moves_with_the_states_below_it():
+    """A node's next use is the first request that would hit *its* state: a request reaching a
+    deeper state under it uses that one. P = [0, 10) and its child C = [0, 15), both with a
+    state; r0 = [0, 15) + 3 tokens reaches C, r1 = [0, 10) + 2 tokens only P. With C's state P's
+    next user is r1; once C gives its state up, r0 falls back to P (P's next use: r0)."""
+    from policies.base import EngineRules
+    from policies.belady import BeladyEviction
+    from sim.cache.engine_tree import EngineTree
+
+    nu = NextUse([cat(toks(0, 15), toks(70, 3)), cat(toks(0, 10), toks(80, 2))], max_depth=20)
+    pol = BeladyEviction()
+    tree = EngineTree(EngineRules(future=True), future=nu, capacity_bytes=10**6, kv_bytes_per_token=2,
+                      state_bytes=16, block_tokens=1, policy=pol)
+    tree.insert(toks(0, 10), 10, [10], 1.0)
+    tree.insert(toks(0, 15), 15, [15], 2.0)
+    p = tree.root.children[0]
+    (c,) = p.children.values()
+    assert (p.depth_tokens, c.depth_tokens, p.has_state, c.has_state) == (10, 15, True, True)
+    assert (pol._next[p.slot], pol._next[c.slot]) == (1, 0)
+    tree.drop_state(c)
+    assert pol._next[p.slot] == 0 and pol._next[c.slot] == NEVER  # c: a stateless leaf now
+    tree.check_invariants()
+
+
 @pytest.mark.parametrize("policy", ["belady", "belady-size"])
 @pytest.mark.parametrize("mode", ["sequential", "des"])
 def test_belady_keeps_the_state_needed_next(mode, policy):
@@ -72,6 +96,20 @@ def test_belady_size_weighs_distance_by_bytes():
                             (cat(toks(100, 5), toks(60, 2)), toks(0, 0)))
     assert run(trace, "belady-size", spec=TINY, capacity=130)[0] == [0, 0, 0, 0, 5]
     assert run(trace, "belady", spec=TINY, capacity=130)[0] == [0, 0, 0, 30, 0]
+
+
+def test_belady_size_counts_a_never_used_node_twice_the_trace_plus_two_requests_away():
+    """belady-size scores a node never used again as 2n + 2 requests away (n requests in the
+    trace), beyond every real next use. Four requests (horizon 10), room for 180 B: r0 = A (60
+    tokens: 136 B, reused by r3), r1 = B (2 tokens: 20 B, never reused); r2 = C (36 B) needs room.
+    A is next used 1 request ahead: 1 x 136 = 136; B scores 10 x 20 = 200, so B goes and r3 reuses
+    A's 60 tokens (a horizon of 6 would score B 120 and drop A)."""
+    trace = one_per_session((toks(0, 60), toks(0, 0)), (toks(100, 2), toks(0, 0)), (toks(200, 10), toks(0, 0)),
+                            (cat(toks(0, 60), toks(70, 2)), toks(0, 0)))
+    got, sim = run(trace, "belady-size", spec=TINY, capacity=180)
+    assert got == [0, 0, 0, 60]
+    assert sim.tree.match(toks(100, 3)).hit_tokens == 0
+    sim.tree.check_invariants()
 
 
 def test_belady_needs_the_corrected_engine():

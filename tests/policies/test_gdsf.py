@@ -112,3 +112,27 @@ def test_a_reference_restarts_the_priority_from_the_current_clock():
     assert pol.priority(node_b) == pytest.approx(0.5 + 40 / 30)
     pol.update(node_b)                  # no new reference: nothing counted again
     assert pol.priority(node_b) == pytest.approx(0.5 + 40 / 30)
+
+
+def test_a_branch_state_holder_is_no_candidate_until_one_branch_is_left():
+    """Candidates are leaves and single-child state holders: a state holder with two children
+    (its KV is both branches' prefix) is not one, though its priority is the lowest. P = [0, 10)
+    with a state, leaves [0, 30) and [0, 10) + 20 others below it: the leaves go first; with one
+    branch left P becomes a candidate (H(P) = 0.5) and goes next, its state only."""
+    pol = GDSFEviction(TokensSaved())
+    tree = HybridRadixTree(capacity_bytes=10**9, kv_bytes_per_token=1, state_bytes=10, block_tokens=1, policy=pol)
+    long = seq(1, 30)
+    other = np.concatenate([long[:10], seq(7, 20)])
+    tree.insert(long[:10], 10, [10], now=1.0)
+    tree.insert(long, 30, [30], now=2.0)
+    tree.insert(other, 30, [30], now=3.0)
+    inner = tree.match(long[:10]).hit_node
+    assert len(inner.children) == 2 and not pol.is_candidate(inner)
+    v = pol.pop_victim()
+    assert v.node is not inner and not v.node.children
+    assert tree.evict(v.node) == (1, 20)  # a leaf: its state and its 20 KV tokens
+    assert pol.is_candidate(inner)
+    v = pol.pop_victim()
+    assert v.node is inner
+    assert tree.evict(v.node) == (1, 0)  # its state only; the KV merged into the last leaf
+    tree.check_invariants()

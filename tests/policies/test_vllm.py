@@ -160,3 +160,22 @@ def test_all_mode_keeps_every_block_after_the_hit():
     assert pol.prefill_checkpoints(SimpleNamespace(hit_sym=2, match_sym=2), _ctx(5, 7, 16)) == [3, 4, 5]
     assert pol.prefill_checkpoints(SimpleNamespace(hit_sym=0, match_sym=0), _ctx(2, 2, 16)) == [1, 2]
     assert pol.decode_checkpoints(SimpleNamespace(hit_sym=0, match_sym=0), _ctx(2, 4, 16)) == [3, 4]
+
+
+def test_scheduled_chunks_follow_the_block_grid_and_stop_at_the_prompt_end():
+    """``_mamba_block_aligned_split`` under a batching scheduler, on 16-token blocks and a
+    100-token prompt (its last full block ends at 96): a step before 96 is a whole number of
+    blocks; a budget under one block waits (0) unless the whole step budget is under a block; a
+    step crossing 96 is cut there; from 96 on, the step is the tail that is left, however large
+    the budget."""
+    pol = ADMISSION["vllm-align"]()
+    ctx = _ctx(7, 7, 16, input_tokens=100)
+    assert pol.schedule_chunk(0, 100, 40, 64, ctx) == 32  # 40 -> two whole blocks
+    assert pol.schedule_chunk(32, 100, 64, 64, ctx) == 64  # ends exactly at 96
+    assert pol.schedule_chunk(32, 100, 10, 64, ctx) == 0  # 10 tokens left of 64: wait
+    assert pol.schedule_chunk(32, 100, 10, 10, ctx) == 10  # a 10-token step budget: run 10
+    assert pol.schedule_chunk(80, 100, 64, 64, ctx) == 16  # cut at the last full block
+    assert pol.schedule_chunk(96, 100, 64, 64, ctx) == 4  # the 4-token tail, not the budget
+    assert pol.schedule_chunk(96, 100, 3, 64, ctx) == 3  # a tail step takes what the budget has
+    # today's vllm preset schedules the same way
+    assert ADMISSION["vllm"]().schedule_chunk(96, 100, 64, 64, ctx) == 4

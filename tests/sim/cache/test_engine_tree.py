@@ -128,6 +128,79 @@ def test_each_pool_pressure_pops_from_its_own_list():
     tree.check_invariants()
 
 
+@pytest.mark.parametrize("rules, lower_state_access, kept", [
+    (SGLANG_RULES, 1.0, "B"),  # today's SGLang: the split moves only the lower half's KV
+    (replace(SGLANG_RULES, refresh=SGLANG_PATH_REFRESH), 3.0, "A"),  # before #31643: its state too
+])
+def test_a_split_refreshes_the_lower_halfs_state_only_under_path_refresh(rules, lower_state_access, kept):
+    """An insert that splits an edge leaves the lower half's KV most recent; its state's recency
+    moves too only under SGLang's old path refresh (``state="with-kv"``). A (10 tokens, state at
+    10) at t=1 and B (10 tokens, state at 10) at t=2; at t=3 an insert sharing A's first 5 tokens
+    splits A into [0, 5) and [5, 10). The state list's least recent state then goes: A's under
+    today's refresh (its state is still from t=1), B's under path refresh."""
+    tree = _tree(TwoListLRUEviction(), rules, capacity=10**6, state_capacity=3)
+    tree.set_time(1.0)
+    tree.insert(np.arange(10), 10, [10], 1.0)
+    tree.set_time(2.0)
+    tree.insert(np.arange(100, 110), 10, [10], 2.0)
+    tree.set_time(3.0)
+    tree.insert(np.array([0, 1, 2, 3, 4, 99, 98]), 7, [], 3.0)
+    upper = tree.root.children[0]
+    lower = upper.children[5]
+    assert (upper.n_tokens, lower.n_tokens, lower.has_state) == (5, 5, True)
+    assert (lower.last_access, lower.state_access) == (3.0, lower_state_access)
+    assert tree.evict_states(1) == 1
+    hits = (tree.match(np.arange(10)).hit_tokens, tree.match(np.arange(100, 110)).hit_tokens)
+    assert hits == ((10, 0) if kept == "A" else (0, 10))
+    tree.check_invariants()
+
+
+def test_every_insert_refreshes_the_kv_recency_of_the_path_it_walks():
+    """SGLang's insert walk (``insert="every"``): inserting a sequence already cached moves its
+    path's KV recency to now (its state recency stays: today's refresh moves only a used state).
+    A at t=1, B at t=2, A again at t=3: B is then the least recent leaf, so KV pressure takes B."""
+    tree = _tree(TwoListLRUEviction(), SGLANG_RULES, capacity=10**6)
+    tree.set_time(1.0)
+    tree.insert(np.arange(10), 10, [10], 1.0)
+    tree.set_time(2.0)
+    tree.insert(np.arange(100, 110), 10, [10], 2.0)
+    tree.set_time(3.0)
+    res = tree.insert(np.arange(10), 10, [10], 3.0)
+    a, b = tree.root.children[0], tree.root.children[100]
+    assert res.inserted and res.end_node is a
+    assert (a.last_access, a.state_access, b.last_access) == (3.0, 1.0, 2.0)
+    assert tree.evict_kv(1) == 10
+    assert (tree.match(np.arange(10)).hit_tokens, tree.match(np.arange(100, 110)).hit_tokens) == (10, 0)
+
+
+def test_reinserting_the_same_anchored_state_replaces_nothing():
+    """LMDeploy anchors (block 8): a second insert of the same 21 tokens with the same state at
+    21 finds that state on its own path at the same step, so nothing is given up; the one state
+    and its frozen 3-token block tail stay as they were."""
+    tree = _tree(TieredLRUEviction(), EngineRules(kv_extent="blocks", extent_block=8, frozen_block=8, anchor_block=8),
+                 capacity=10**6)
+    tree.insert(np.arange(21), 21, [21], 1.0)
+    tree.insert(np.arange(21), 21, [21], 2.0)
+    assert (tree.states_replaced, tree.n_states, tree.frozen_tokens, tree.kv_tokens) == (0, 1, 3, 21)
+    assert tree.lookup(np.arange(24)).hit_tokens == 21
+    tree.check_invariants()
+
+
+def test_an_insert_under_pool_pressure_reports_what_it_evicted():
+    """With two pools, the insert's result counts the states and KV tokens its evictions freed:
+    A (10 tokens, state) and the stateless E (15 tokens) fill 25 of 30 KV tokens; D (10 tokens,
+    state) needs 5 more, and the KV list gives E: 0 states, 15 KV tokens."""
+    tree = _tree(TwoListLRUEviction(), capacity=30 * KV + 2 * STATE, state_capacity=2)
+    tree.set_time(1.0)
+    tree.insert(np.arange(10), 10, [10], 1.0)
+    tree.set_time(2.0)
+    tree.insert(np.arange(500, 515), 15, [], 2.0)
+    tree.set_time(3.0)
+    res = tree.insert(np.arange(300, 310), 10, [10], 3.0)
+    assert res.inserted and (res.evicted_states, res.evicted_kv_tokens) == (0, 15)
+    assert tree.stats.kv_tokens_evicted == 15
+
+
 def test_state_pool_parses_counts_and_sizes():
     from sim.cache.engine_tree import parse_state_pool
     from sim.errors import UsageError

@@ -227,3 +227,21 @@ def test_event_log_keeps_every_field_under_its_name_and_rows_round_trip(tmp_path
     assert [fn.__name__ for fn in listeners([OnlyEvicts(), plain], "evict")] == ["evict"]
     assert listeners([OnlyEvicts()], "admit") == () and len(listeners([plain], "admit")) == 1
     assert set(EVENTS) >= {"lookup", "prefill", "decode", "admit", "evict", "evict_kv", "reject"}
+
+
+def test_event_log_records_arrivals_and_engine_steps():
+    """``arrive`` and ``step`` (the batching scheduler's events) are kept in order with every
+    field under its name; a step's batch stays as given (prefills as (request, start, end),
+    decodes as (request, context), preempted ids)."""
+    from sim.engine.events import Arrive, Step, event_row
+
+    r = Request(0, 0, toks(0, 4), toks(4, 2), request_id=3)
+    log = EventLog()
+    log.arrive(r, 0.25)
+    log.step(1.0, 1.5, 0.5, 2, ((3, 0, 4),), ((5, 9),), 6, (8,))
+    assert log.events == [Arrive(r, 0.25), Step(1.0, 1.5, 0.5, 2, ((3, 0, 4),), ((5, 9),), 6, (8,))]
+    assert [event_row(ev) for ev in log.events] == [
+        {"event": "arrive", "request_id": 3, "t": 0.25},
+        {"event": "step", "t_start": 1.0, "t_end": 1.5, "seconds": 0.5, "steps": 2, "prefills": ((3, 0, 4),),
+         "decodes": ((5, 9),), "tokens": 6, "preempted": (8,)},
+    ]
