@@ -273,8 +273,8 @@ MODELS: dict[str, ModelSpec] = {
 
 
 def _replay_tiny() -> ModelSpec:
-    """Toy shapes of the Qwen3.5 layout for CPU replay tests under the Triton interpreter: 3
-    gated-delta layers (Hk 1, Hv 2, head dims 16) and 1 attention layer, hidden size 32."""
+    """Toy shapes of the Qwen3.5 layout for CPU replay tests (plain-torch gated delta, or the Triton
+    interpreter): 3 gated-delta layers (Hk 1, Hv 2, head dims 16) and 1 attention layer, hidden size 32."""
     spec = ModelSpec(
         name="replay-tiny", d_model=32,
         n_attn=1, attn_heads=2, attn_kv_heads=1, attn_head_dim=16, attn_causal=True, attn_output_gate=True,
