@@ -225,11 +225,11 @@ class Replayer:
         self.store.free(checkpoint)
 
     def reject(self, request: int) -> None:
-        f = self.flights.pop(request, None)
-        if f is not None:
-            for cps in f.wanted.values():
-                for cp in cps:
-                    self.pending.pop(cp, None)
+        """An insert of ``request`` did not fit: it admitted nothing, but the request still ran
+        in the simulator, so it runs here too (timed and, if it restored a state, validated),
+        and the states its other inserts admitted are still produced."""
+        self._settle(request)
+        self._flight(request)
 
     def finish(self) -> list[RequestRecord]:
         for f in list(self.flights.values()):

@@ -115,6 +115,7 @@ SIM_ALTERNATIVES = {
     "retune_every": 100, "tuning_lru": False, "tuner": "replay", "duel_candidates": "lru,0,1",
     "duel_every": 10, "duel_window": 50, "duel_margin": 0.1, "prefill_chunk_tokens": 4096, "block_size": 64,
     "state_pool": "4", "timing_file": "timing.json", "gpu_memory": "80GB",
+    "additional_snapshot_offsets_from_start": "1024", "additional_snapshot_offsets_from_end": "0",
 }
 TRACE_ALTERNATIVES = {
     "trace": "synthetic:chat", "sessions": 7, "min_rounds": 2, "max_tokens": 4096, "tokenizer": "qwen3",

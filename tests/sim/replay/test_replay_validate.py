@@ -242,3 +242,19 @@ def test_clean_replay_passes_every_mode(model):
         rp.decode(2)
         assert hit(rp) == [] and rp.records[1].validated
         assert rp.integrity_checked == (2 if mode == "exact" else 0)
+
+
+def test_a_request_whose_insert_is_rejected_still_runs_and_is_validated(model):
+    """A rejected insert admits nothing, but the request ran in the simulator: replay runs it
+    (a restored one is validated) and still produces the states its other inserts admitted."""
+    rp, store = make(model)
+    first_turn(rp)
+    rp.lookup(1, 4, 130)
+    rp.prefill(1, 130, 170)
+    rp.admit(6, 1, 150, "branch")      # the prefill insert went in ...
+    rp.reject(1)                       # ... the decode insert did not fit
+    rp.decode(1)
+    rp.finish()
+    r = rp.records[1]
+    assert rp.failures == [] and r.restored and r.validated and r.suffix_ms == r.suffix_ms
+    assert store.info(6).filled
