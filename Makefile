@@ -40,6 +40,7 @@ PYTEST := TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $
 
 test: setup-test $(TRITON_LATEST_DIR)/.installed
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(PYTEST)
 	PYTHONPATH=$(abspath $(TRITON_LATEST_DIR)):$(CURDIR) $(PYTEST) tests/kernels

@@ -50,12 +50,23 @@ def engine_hits(order, requests, block: int) -> list[int]:
     longest = max(len(r.input_tokens) + len(r.output_tokens) for r in requests)
     budget = len(requests) + 8
     n_blocks = total // block + 3 * len(requests) + 64  # never evicts: partial, frozen and private blocks
-    cache = CacheConfig(max_batches=4, block_size=block, num_cpu_blocks=4, num_gpu_blocks=n_blocks,
-                        enable_prefix_caching=True, num_state_caches=4 + 1 + budget,
-                        prefix_cache_state_budget=budget, states_shapes=[((1,), torch.float32)])
-    sched = Scheduler(scheduler_config=SchedulerConfig(max_batches=4, max_session_len=longest + 8,
-                                                       max_request_output_len=longest, eviction_type="recompute"),
-                      cache_config=cache, seq_meta=SequenceMeta(block, strategy=ARSequenceStrategy()))
+    cache = CacheConfig(
+        max_batches=4,
+        block_size=block,
+        num_cpu_blocks=4,
+        num_gpu_blocks=n_blocks,
+        enable_prefix_caching=True,
+        num_state_caches=4 + 1 + budget,
+        prefix_cache_state_budget=budget,
+        states_shapes=[((1,), torch.float32)],
+    )
+    sched = Scheduler(
+        scheduler_config=SchedulerConfig(
+            max_batches=4, max_session_len=longest + 8, max_request_output_len=longest, eviction_type="recompute"
+        ),
+        cache_config=cache,
+        seq_meta=SequenceMeta(block, strategy=ARSequenceStrategy()),
+    )
     trie, blocks = sched.block_trie, sched.block_manager
     hits = []
     for k, i in enumerate(tqdm(order, desc="lmdeploy", unit="req")):
@@ -80,13 +91,22 @@ def engine_hits(order, requests, block: int) -> list[int]:
 
 def sim_hits(trace, policy: str, block: int) -> tuple[list[int], np.ndarray]:
     """Hit tokens per request of ``policy`` in sequential mode (no eviction), in arrival order."""
-    config = SimConfig(policy=policy, model=MODEL, capacity_bytes=UNLIMITED, mode="sequential", block_size=block,
-                       prefill_chunk_tokens=10**9)
+    config = SimConfig(
+        policy=policy,
+        model=MODEL,
+        capacity_bytes=UNLIMITED,
+        mode="sequential",
+        block_size=block,
+        prefill_chunk_tokens=10**9,
+    )
     sim = build(trace, config)
     order = np.argsort(timestamps(sim), kind="stable")
     res = run(sim)
-    hit = res.requests.set_index("request_id")["hit_tokens"] if "request_id" in res.requests else res.requests[
-        "hit_tokens"]
+    hit = (
+        res.requests.set_index("request_id")["hit_tokens"]
+        if "request_id" in res.requests
+        else res.requests["hit_tokens"]
+    )
     return [int(hit.iloc[i]) for i in order], order
 
 
@@ -109,15 +129,19 @@ def main() -> None:
     for policy, hits in results.items():
         same = sum(a == b for a, b in zip(hits, engine))
         diff = Counter(np.sign(np.array(hits) - np.array(engine)))
-        print(f"{policy:24s} agrees on {same}/{len(engine)} requests "
-              f"(simulator higher on {diff.get(1, 0)}, lower on {diff.get(-1, 0)}); "
-              f"hit tokens {sum(hits):,} vs engine {sum(engine):,}")
+        print(
+            f"{policy:24s} agrees on {same}/{len(engine)} requests "
+            f"(simulator higher on {diff.get(1, 0)}, lower on {diff.get(-1, 0)}); "
+            f"hit tokens {sum(hits):,} vs engine {sum(engine):,}"
+        )
         shown = 0
         for k, (a, b) in enumerate(zip(hits, engine)):
             if a != b and shown < 5:
                 r = trace.requests[order[k]]
-                print(f"  request {order[k]} (input {len(r.input_tokens)}, output {len(r.output_tokens)}): "
-                      f"simulator {a}, engine {b}")
+                print(
+                    f"  request {order[k]} (input {len(r.input_tokens)}, output {len(r.output_tokens)}): "
+                    f"simulator {a}, engine {b}"
+                )
                 shown += 1
 
 

@@ -66,9 +66,9 @@ def _coldstart(torch, mode: str) -> None:
             x = torch.randn(1, T, CD, device=dev, dtype=torch.bfloat16)
             cs = None if first else torch.zeros(1, CD, 3, device=dev, dtype=torch.bfloat16)
             y, _, _ = causal_conv1d(x, wconv, conv_state=cs)
-            q = y[..., :H * K].view(1, T, H, K)
-            k = y[..., H * K:2 * H * K].view(1, T, H, K)
-            v = y[..., 2 * H * K:].view(1, T, HV, V)
+            q = y[..., : H * K].view(1, T, H, K)
+            k = y[..., H * K : 2 * H * K].view(1, T, H, K)
+            v = y[..., 2 * H * K :].view(1, T, HV, V)
             g = F.logsigmoid(torch.randn(1, T, HV, device=dev))
             b = torch.rand(1, T, HV, device=dev).bfloat16()
             h0 = None if first else torch.zeros(1, HV, K, V, device=dev)
@@ -82,8 +82,10 @@ def _coldstart(torch, mode: str) -> None:
         w = warmup(num_heads=H, num_v_heads=HV, dtype=torch.bfloat16, conv_dim=CD)
         print(f"coldstart warmup() {w:.2f} s")
     first, second = replay(), replay()
-    print(f"coldstart mode={mode} cache={os.environ.get('TRITON_CACHE_DIR')}: first 40 requests "
-          f"{first:.2f} s, again {second:.3f} s")
+    print(
+        f"coldstart mode={mode} cache={os.environ.get('TRITON_CACHE_DIR')}: first 40 requests "
+        f"{first:.2f} s, again {second:.3f} s"
+    )
 
 
 def main(argv=None) -> int:
@@ -91,17 +93,24 @@ def main(argv=None) -> int:
     ap.add_argument("--small", action="store_true", help="quick run: T=4096 and 8192 only")
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
     ap.add_argument("--no-fla", action="store_true")
-    ap.add_argument("--profile", action="store_true",
-                    help="per-kernel device times (torch.profiler) at the longest T")
-    ap.add_argument("--variant", action="append", default=[],
-                    help="extra 'states' run with launch configs from the environment, e.g. "
-                         "'s64:KERNELS_CONFIG_STATE=BV=64,num_warps=4,num_stages=2' "
-                         "(several VAR=... joined by ';')")
+    ap.add_argument("--profile", action="store_true", help="per-kernel device times (torch.profiler) at the longest T")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="extra 'states' run with launch configs from the environment, e.g. "
+        "'s64:KERNELS_CONFIG_STATE=BV=64,num_warps=4,num_stages=2' "
+        "(several VAR=... joined by ';')",
+    )
     ap.add_argument("--shapes", default="16/32,4/8", help="H/HV list")
     ap.add_argument("--T", default=None, help="comma-separated token counts")
     ap.add_argument("--rep", type=int, default=200, help="timing window per measurement (ms)")
-    ap.add_argument("--coldstart", choices=["plain", "warmup"], default=None,
-                    help="instead of the table: time 40 replay-like requests from a cold start")
+    ap.add_argument(
+        "--coldstart",
+        choices=["plain", "warmup"],
+        default=None,
+        help="instead of the table: time 40 replay-like requests from a cold start",
+    )
     args = ap.parse_args(argv)
     try:
         import torch
@@ -124,7 +133,7 @@ def main(argv=None) -> int:
     if not args.no_fla:
         try:
             from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla
-        except Exception as exc:   # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001
             print(f"# FLA not importable ({type(exc).__name__}: {exc}); ours only")
     shapes = [tuple(int(x) for x in s.split("/")) for s in args.shapes.split(",")]
     Ts = [4096, 8192] if args.small else [32768, 8192, 4096]
@@ -135,8 +144,10 @@ def main(argv=None) -> int:
         name, _, envs = spec.partition(":")
         variants[name] = dict(e.split("=", 1) for e in envs.split(";") if e)
     rows = []
-    print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}"
-          f" fla {'yes' if fla else 'no'}")
+    print(
+        f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}"
+        f" fla {'yes' if fla else 'no'}"
+    )
     for h, hv in shapes:
         for T in Ts:
             torch.manual_seed(0)
@@ -149,17 +160,15 @@ def main(argv=None) -> int:
             meta_all = prepare_chunk_metadata([0, T], device=dev)
             flop = FLOP_PER_TOKEN_HEAD * T * hv
             fns = {
-                "states": lambda: chunk_gated_delta_rule(
-                    q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta_all),
+                "states": lambda: chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta_all),
                 "nostates": lambda: chunk_gated_delta_rule(
-                    q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta_all,
-                    boundary_states=False),
+                    q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta_all, boundary_states=False
+                ),
             }
             for vname in variants:
                 fns[f"states[{vname}]"] = fns["states"]
             if fla is not None:
-                fns["fla"] = lambda: fla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True,
-                                         output_final_state=True)
+                fns["fla"] = lambda: fla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True)
             res = {}
             for name, fn in fns.items():
                 env = variants.get(name[7:-1], {}) if name.startswith("states[") else {}
@@ -167,7 +176,7 @@ def main(argv=None) -> int:
                 os.environ.update(env)
                 try:
                     fn()
-                    torch.cuda.synchronize()    # compile outside the timed / captured region
+                    torch.cuda.synchronize()  # compile outside the timed / captured region
                     plain = do_bench(fn, warmup=25, rep=args.rep, return_mode="median")
                     graph = do_bench_cudagraph(fn, rep=args.rep, return_mode="median")
                 finally:
@@ -178,27 +187,37 @@ def main(argv=None) -> int:
                             os.environ[key] = val
                 res[name] = (plain, graph)
             if args.profile and T == max(Ts):
-                _profile(torch, {n: f for n, f in fns.items() if n in ("states", "nostates", "fla")},
-                         h, hv, T)
+                _profile(torch, {n: f for n, f in fns.items() if n in ("states", "nostates", "fla")}, h, hv, T)
             sbytes = meta_all.num_boundaries * hv * 128 * 128 * 4
             for name, (plain, graph) in res.items():
-                row = dict(H=h, HV=hv, T=T, mode=name, ms_plain=plain, ms_graph=graph,
-                           tflops_graph=flop / graph / 1e9,
-                           state_bytes=sbytes if name.startswith("states") else 0)
+                row = dict(
+                    H=h,
+                    HV=hv,
+                    T=T,
+                    mode=name,
+                    ms_plain=plain,
+                    ms_graph=graph,
+                    tflops_graph=flop / graph / 1e9,
+                    state_bytes=sbytes if name.startswith("states") else 0,
+                )
                 if "fla" in res:
                     row["ratio_plain"] = plain / res["fla"][0]
                     row["ratio_graph"] = graph / res["fla"][1]
                 rows.append(row)
                 print("#", json.dumps(row), flush=True)
-    hdr = (f"{'H/HV':>6} {'T':>6} {'mode':>14} {'ms plain':>9} {'ms graph':>9} {'TFLOP/s':>8} "
-           f"{'states GB':>9} {'x FLA plain':>11} {'x FLA graph':>11}")
+    hdr = (
+        f"{'H/HV':>6} {'T':>6} {'mode':>14} {'ms plain':>9} {'ms graph':>9} {'TFLOP/s':>8} "
+        f"{'states GB':>9} {'x FLA plain':>11} {'x FLA graph':>11}"
+    )
     print(hdr)
     for r in rows:
         rp = f"{r['ratio_plain']:.2f}" if "ratio_plain" in r else "-"
         rg = f"{r['ratio_graph']:.2f}" if "ratio_graph" in r else "-"
-        print(f"{r['H']:>2}/{r['HV']:<3} {r['T']:>6} {r['mode']:>14} {r['ms_plain']:>9.3f} "
-              f"{r['ms_graph']:>9.3f} {r['tflops_graph']:>8.1f} {r['state_bytes'] / 1e9:>9.3f} "
-              f"{rp:>11} {rg:>11}")
+        print(
+            f"{r['H']:>2}/{r['HV']:<3} {r['T']:>6} {r['mode']:>14} {r['ms_plain']:>9.3f} "
+            f"{r['ms_graph']:>9.3f} {r['tflops_graph']:>8.1f} {r['state_bytes'] / 1e9:>9.3f} "
+            f"{rp:>11} {rg:>11}"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

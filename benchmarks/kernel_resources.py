@@ -25,10 +25,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 # parameter name -> Triton type; the pointer element type of the half-precision tensors follows
 # --dtype. A kernel parameter missing here is reported (the table must follow the kernels).
-HALF_PTRS = {"q", "k", "v", "beta", "w", "u", "w_out", "u_out", "a_out", "a_in", "h_out",
-             "vn_out", "vn", "h", "o"}
-FP32_PTRS = {"g", "A_log", "dt_bias", "gc", "gc_out", "gl", "gl_out", "fd", "fd_out", "h0", "ht",
-             "hb"}
+HALF_PTRS = {"q", "k", "v", "beta", "w", "u", "w_out", "u_out", "a_out", "a_in", "h_out", "vn_out", "vn", "h", "o"}
+FP32_PTRS = {"g", "A_log", "dt_bias", "gc", "gc_out", "gl", "gl_out", "fd", "fd_out", "h0", "ht", "hb"}
 INT_PTRS = {"chunk_info", "seq_info", "store_slot"}
 FP32_SCALARS = {"scale"}
 # integer arguments the library passes as multiples of 16 at the production shapes (strides of
@@ -37,8 +35,12 @@ DIV16_INTS = {"skt", "skh", "svt", "svh", "sqt", "sqh", "HV"}
 
 
 # constexprs that select code paths rather than shapes; the check compiles the common path
-FLAGS = {"solve": dict(USE_GATE=False, BETA_SIGMOID=False), "wu": dict(BETA_SIGMOID=False),
-         "state": dict(WHILE_LOOP=False), "out": {}}
+FLAGS = {
+    "solve": dict(USE_GATE=False, BETA_SIGMOID=False),
+    "wu": dict(BETA_SIGMOID=False),
+    "state": dict(WHILE_LOOP=False),
+    "out": {},
+}
 NAMES = {"solve": "solve", "wu": "wu", "state": "state", "out": "output"}
 
 
@@ -49,8 +51,7 @@ def kernel_specs(dim: int, dtype: str):
 
     from kernels import chunk_gdn as m
 
-    fns = {"solve": m._solve_kernel, "wu": m._wu_kernel, "state": m._state_kernel,
-           "out": m._output_kernel}
+    fns = {"solve": m._solve_kernel, "wu": m._wu_kernel, "state": m._state_kernel, "out": m._output_kernel}
     tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     specs = []
     for key, params in m.launch_params(dim, dim, tdtype).items():
@@ -81,8 +82,10 @@ def _signature(fn, consts: dict, dtype: str):
         elif name in DIV16_INTS:
             sig[name] = "i32"
         else:
-            raise SystemExit(f"kernel_resources: no type for parameter {name!r} of "
-                             f"the {fn.fn.__name__} kernel; add it to the tables at the top of this script")
+            raise SystemExit(
+                f"kernel_resources: no type for parameter {name!r} of "
+                f"the {fn.fn.__name__} kernel; add it to the tables at the top of this script"
+            )
         if sig[name].startswith("*") or name in DIV16_INTS:
             attrs[(i,)] = [["tt.divisibility", 16]]
     cst = {(fn.arg_names.index(n),): v for n, v in consts.items()}
@@ -100,13 +103,13 @@ def _ptxas_info(ptx_path: str, out_path: str) -> str:
         path = os.path.join(bindir, exe)
         if not os.path.exists(path):
             continue
-        run = subprocess.run([path, "-v", "-arch=sm_90a", ptx_path, "-o", out_path],
-                             capture_output=True, text=True)
+        run = subprocess.run([path, "-v", "-arch=sm_90a", ptx_path, "-o", out_path], capture_output=True, text=True)
         if run.returncode == 0:
             return run.stderr
         errors.append(f"{exe}: {run.stderr.strip().splitlines()[0] if run.stderr else run.returncode}")
-    raise SystemExit("kernel_resources: no ptxas in the triton wheel could assemble the PTX "
-                     f"({'; '.join(errors) or bindir})")
+    raise SystemExit(
+        f"kernel_resources: no ptxas in the triton wheel could assemble the PTX ({'; '.join(errors) or bindir})"
+    )
 
 
 def measure(name, fn, consts, opts, dtype):
@@ -125,22 +128,28 @@ def measure(name, fn, consts, opts, dtype):
         out = _ptxas_info(path, os.path.join(tmp, "o"))
     regs = int(re.search(r"Used (\d+) registers", out).group(1))
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
-    return dict(kernel=name, warps=opts.get("num_warps"), stages=opts.get("num_stages"),
-                registers=regs, spill_stores=int(spill.group(1)), spill_loads=int(spill.group(2)),
-                shared_kb=compiled.metadata.shared / 1024, cp_async=ptx.count("cp.async.cg"),
-                wgmma=ptx.count("wgmma.mma_async"), mma_sync=ptx.count("mma.sync"))
+    return dict(
+        kernel=name,
+        warps=opts.get("num_warps"),
+        stages=opts.get("num_stages"),
+        registers=regs,
+        spill_stores=int(spill.group(1)),
+        spill_loads=int(spill.group(2)),
+        shared_kb=compiled.metadata.shared / 1024,
+        cp_async=ptx.count("cp.async.cg"),
+        wgmma=ptx.count("wgmma.mma_async"),
+        mma_sync=ptx.count("mma.sync"),
+    )
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     ap.add_argument("--head-dim", type=int, default=128)
-    ap.add_argument("--check", action="store_true",
-                    help="exit 1 on spills or an unpipelined state loop")
+    ap.add_argument("--check", action="store_true", help="exit 1 on spills or an unpipelined state loop")
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
-        print("kernel_resources: unset TRITON_INTERPRET (it needs compiled-mode Triton)",
-              file=sys.stderr)
+        print("kernel_resources: unset TRITON_INTERPRET (it needs compiled-mode Triton)", file=sys.stderr)
         return 2
     try:
         import triton
@@ -148,14 +157,18 @@ def main(argv=None) -> int:
         print("needs triton: pip install 'marconi-sim[kernels]'", file=sys.stderr)
         return 2
     print(f"# sm_90a, triton {triton.__version__}, {args.dtype}, K = V = {args.head_dim}")
-    print(f"{'kernel':>8} {'warps':>5} {'stages':>6} {'regs':>5} {'spill st/ld B':>14} "
-          f"{'smem KB':>8} {'cp.async':>8} {'wgmma':>6} {'mma.sync':>8}")
+    print(
+        f"{'kernel':>8} {'warps':>5} {'stages':>6} {'regs':>5} {'spill st/ld B':>14} "
+        f"{'smem KB':>8} {'cp.async':>8} {'wgmma':>6} {'mma.sync':>8}"
+    )
     bad = []
     for name, fn, consts, opts in kernel_specs(args.head_dim, args.dtype):
         r = measure(name, fn, consts, opts, args.dtype)
-        print(f"{r['kernel']:>8} {r['warps']:>5} {r['stages']:>6} {r['registers']:>5} "
-              f"{r['spill_stores']:>6}/{r['spill_loads']:<7} {r['shared_kb']:>8.1f} "
-              f"{r['cp_async']:>8} {r['wgmma']:>6} {r['mma_sync']:>8}")
+        print(
+            f"{r['kernel']:>8} {r['warps']:>5} {r['stages']:>6} {r['registers']:>5} "
+            f"{r['spill_stores']:>6}/{r['spill_loads']:<7} {r['shared_kb']:>8.1f} "
+            f"{r['cp_async']:>8} {r['wgmma']:>6} {r['mma_sync']:>8}"
+        )
         if r["spill_stores"] or r["spill_loads"]:
             bad.append(f"{name} spills {r['spill_stores']} B")
         if name == "state" and r["cp_async"] == 0:

@@ -56,51 +56,122 @@ from pathlib import Path
 # those that do not exist are skipped, so one table serves the layout before and after the move
 # of sim/ into sub-packages. Tests run in the order listed, with -x: put the most direct first.
 MODULES: dict[str, tuple[list[str], list[str]]] = {
-    "tree": (["sim/cache/tree.py", "sim/tree.py"],
-             ["tests/sim/cache", "tests/policies/test_eviction.py", "tests/sim/engine", "tests/sim/compat",
-              "tests/policies", "tests/sim/test_tree.py", "tests/sim/test_engine.py"]),
-    "engine": (["sim/engine/*.py", "sim/simulate.py", "sim/engine.py"],
-               ["tests/sim/engine", "tests/sim/compat", "tests/policies", "tests/sim/tuning", "tests/sim/cli",
-                "tests/sim/test_engine.py", "tests/sim/test_cli_run.py"]),
-    "compat": (["sim/compat/*.py"],
-               ["tests/sim/compat", "tests/sim/test_cost.py", "tests/policies", "tests/sim/tuning"]),
-    "eviction": (["policies/eviction.py"],
-                 ["tests/policies/test_eviction.py", "tests/sim/cache", "tests/policies", "tests/sim/engine",
-                  "tests/sim/compat", "tests/sim/test_tree.py", "tests/sim/test_engine.py"]),
-    "admission": (["policies/admission.py"],
-                  ["tests/sim/engine", "tests/policies", "tests/sim/compat", "tests/sim/cache",
-                   "tests/sim/test_engine.py", "tests/sim/test_tree.py"]),
-    "engines": (["policies/engines.py", "policies/engine_common.py", "policies/vllm.py", "policies/sglang.py",
-                 "policies/sglang_pathrefresh.py", "policies/lmdeploy.py", "policies/belady.py",
-                 "policies/*_current.py", "policies/*_0_*.py", "policies/trtllm_1_2.py",
-                 "policies/gdsf.py", "sim/cache/engine_tree.py", "sim/cache/future.py"],
-                ["tests/policies", "tests/sim/cache", "tests/sim/engine", "tests/sim/test_engine.py"]),
+    "tree": (
+        ["sim/cache/tree.py", "sim/tree.py"],
+        [
+            "tests/sim/cache",
+            "tests/policies/test_eviction.py",
+            "tests/sim/engine",
+            "tests/sim/compat",
+            "tests/policies",
+            "tests/sim/test_tree.py",
+            "tests/sim/test_engine.py",
+        ],
+    ),
+    "engine": (
+        ["sim/engine/*.py", "sim/simulate.py", "sim/engine.py"],
+        [
+            "tests/sim/engine",
+            "tests/sim/compat",
+            "tests/policies",
+            "tests/sim/tuning",
+            "tests/sim/cli",
+            "tests/sim/test_engine.py",
+            "tests/sim/test_cli_run.py",
+        ],
+    ),
+    "compat": (
+        ["sim/compat/*.py"],
+        ["tests/sim/compat", "tests/sim/test_cost.py", "tests/policies", "tests/sim/tuning"],
+    ),
+    "eviction": (
+        ["policies/eviction.py"],
+        [
+            "tests/policies/test_eviction.py",
+            "tests/sim/cache",
+            "tests/policies",
+            "tests/sim/engine",
+            "tests/sim/compat",
+            "tests/sim/test_tree.py",
+            "tests/sim/test_engine.py",
+        ],
+    ),
+    "admission": (
+        ["policies/admission.py"],
+        [
+            "tests/sim/engine",
+            "tests/policies",
+            "tests/sim/compat",
+            "tests/sim/cache",
+            "tests/sim/test_engine.py",
+            "tests/sim/test_tree.py",
+        ],
+    ),
+    "engines": (
+        [
+            "policies/engines.py",
+            "policies/engine_common.py",
+            "policies/vllm.py",
+            "policies/sglang.py",
+            "policies/sglang_pathrefresh.py",
+            "policies/lmdeploy.py",
+            "policies/belady.py",
+            "policies/*_current.py",
+            "policies/*_0_*.py",
+            "policies/trtllm_1_2.py",
+            "policies/gdsf.py",
+            "sim/cache/engine_tree.py",
+            "sim/cache/future.py",
+        ],
+        ["tests/policies", "tests/sim/cache", "tests/sim/engine", "tests/sim/test_engine.py"],
+    ),
     # the newest code, one module each with its most direct tests (issue 20's planted-bug classes)
-    "vllm": (["policies/vllm.py"],
-             ["tests/policies/test_vllm.py", "tests/policies/test_engine_presets.py"]),
-    "sglang": (["policies/sglang.py"],
-               ["tests/policies/test_sglang.py", "tests/policies/test_engine_presets.py"]),
-    "engine_tree": (["sim/cache/engine_tree.py"],
-                    ["tests/sim/cache/test_engine_tree.py", "tests/policies/test_sglang.py",
-                     "tests/policies/test_lmdeploy.py", "tests/policies/test_vllm.py",
-                     "tests/policies/test_engine_presets.py"]),
+    "vllm": (["policies/vllm.py"], ["tests/policies/test_vllm.py", "tests/policies/test_engine_presets.py"]),
+    "sglang": (["policies/sglang.py"], ["tests/policies/test_sglang.py", "tests/policies/test_engine_presets.py"]),
+    "engine_tree": (
+        ["sim/cache/engine_tree.py"],
+        [
+            "tests/sim/cache/test_engine_tree.py",
+            "tests/policies/test_sglang.py",
+            "tests/policies/test_lmdeploy.py",
+            "tests/policies/test_vllm.py",
+            "tests/policies/test_engine_presets.py",
+        ],
+    ),
     "events": (["sim/engine/events.py"], ["tests/sim/engine/test_events.py"]),
     "gdsf": (["policies/gdsf.py"], ["tests/policies/test_gdsf.py"]),
     "belady": (["policies/belady.py"], ["tests/policies/test_belady.py"]),
     "metrics": (["sim/engine/metrics.py"], ["tests/sim/engine/test_metrics.py", "tests/sim/engine"]),
-    "cost": (["sim/cost.py"],
-             ["tests/sim/test_cost.py", "tests/sim/engine", "tests/sim/compat", "tests/policies",
-              "tests/sim/test_engine.py"]),
-    "sweep": (["sim/experiments/*.py", "sim/sweep.py"],
-              ["tests/sim/experiments/test_grid.py", "tests/sim/experiments/test_resume.py",
-               "tests/sim/experiments/test_runners.py", "tests/sim/experiments",
-               "tests/sweep/test_grid.py", "tests/sweep/test_resume.py", "tests/sweep"]),
-    "report": (["sim/analysis/report.py", "sim/report.py"],
-               ["tests/sim/analysis", "tests/sim/experiments/test_plot_notebooks.py",
-                "tests/sweep/test_plot_notebooks.py"]),
-    "reference": (["kernels/reference.py"],
-                  ["tests/kernels/test_reference.py", "tests/kernels/test_conv.py",
-                   "tests/kernels/test_chunk_gdn.py"]),
+    "cost": (
+        ["sim/cost.py"],
+        [
+            "tests/sim/test_cost.py",
+            "tests/sim/engine",
+            "tests/sim/compat",
+            "tests/policies",
+            "tests/sim/test_engine.py",
+        ],
+    ),
+    "sweep": (
+        ["sim/experiments/*.py", "sim/sweep.py"],
+        [
+            "tests/sim/experiments/test_grid.py",
+            "tests/sim/experiments/test_resume.py",
+            "tests/sim/experiments/test_runners.py",
+            "tests/sim/experiments",
+            "tests/sweep/test_grid.py",
+            "tests/sweep/test_resume.py",
+            "tests/sweep",
+        ],
+    ),
+    "report": (
+        ["sim/analysis/report.py", "sim/report.py"],
+        ["tests/sim/analysis", "tests/sim/experiments/test_plot_notebooks.py", "tests/sweep/test_plot_notebooks.py"],
+    ),
+    "reference": (
+        ["kernels/reference.py"],
+        ["tests/kernels/test_reference.py", "tests/kernels/test_conv.py", "tests/kernels/test_chunk_gdn.py"],
+    ),
 }
 SKIP_FILES = ("__init__.py",)
 
@@ -126,11 +197,31 @@ class Mutant:
         return f"{self.path}:{self.line}"
 
 
-_BINOP_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
-               ast.FloorDiv: ast.Div, ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult,
-               ast.LShift: ast.RShift, ast.RShift: ast.LShift, ast.BitAnd: ast.BitOr, ast.BitOr: ast.BitAnd}
-_CMP_SWAP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
-             ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+_BINOP_SWAP = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Div,
+    ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Div,
+    ast.Mod: ast.FloorDiv,
+    ast.Pow: ast.Mult,
+    ast.LShift: ast.RShift,
+    ast.RShift: ast.LShift,
+    ast.BitAnd: ast.BitOr,
+    ast.BitOr: ast.BitAnd,
+}
+_CMP_SWAP = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+}
 
 
 def _tweak_constant(value):
@@ -192,8 +283,9 @@ class _Sites(ast.NodeVisitor):
 
     def visit_If(self, node):
         test = node.test
-        if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-                (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"):
+        if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+            isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+        ):
             return
         if self._in_function and not self._excluded_line(node) and not isinstance(test, ast.Constant):
             self._add(test, f"not ({self._text(test)})", "negate-condition")
@@ -254,8 +346,12 @@ class _Sites(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Return(self, node):
-        if self._in_function and node.value is not None and not self._excluded_line(node) and \
-                not (isinstance(node.value, ast.Constant) and node.value.value is None):
+        if (
+            self._in_function
+            and node.value is not None
+            and not self._excluded_line(node)
+            and not (isinstance(node.value, ast.Constant) and node.value.value is None)
+        ):
             self._add(node, "return None", "drop-return")
         self.generic_visit(node)
 
@@ -267,8 +363,11 @@ class _Sites(ast.NodeVisitor):
 
     # ---- expressions
     def visit_BinOp(self, node):
-        if self._in_function and type(node.op) in _BINOP_SWAP and not (
-                _is_stringy(node.left) or _is_stringy(node.right)):
+        if (
+            self._in_function
+            and type(node.op) in _BINOP_SWAP
+            and not (_is_stringy(node.left) or _is_stringy(node.right))
+        ):
             new = ast.BinOp(left=node.left, op=_BINOP_SWAP[type(node.op)](), right=node.right)
             self._add(node, f"({ast.unparse(new)})", "operator")
         self.generic_visit(node)
@@ -344,8 +443,9 @@ def list_mutants(root: Path, module: str, files: list[str]) -> list[Mutant]:
             if key in seen:
                 continue
             seen.add(key)
-            m = Mutant(module, rel, node.lineno, node.col_offset, node.end_lineno, node.end_col_offset,
-                       kind, orig, repl)
+            m = Mutant(
+                module, rel, node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, kind, orig, repl
+            )
             if _compiles(apply(source, m)):
                 out.append(m)
     out.sort(key=lambda m: (m.path, m.line, m.col, m.kind, m.replacement))
@@ -357,8 +457,8 @@ def apply(source: str, m: Mutant) -> str:
     lines = source.splitlines(keepends=True)
     first = lines[m.line - 1].encode()
     last = lines[m.end_line - 1].encode()
-    new_line = first[:m.col].decode() + m.replacement + last[m.end_col:].decode()
-    return "".join(lines[:m.line - 1]) + new_line + "".join(lines[m.end_line:])
+    new_line = first[: m.col].decode() + m.replacement + last[m.end_col :].decode()
+    return "".join(lines[: m.line - 1]) + new_line + "".join(lines[m.end_line :])
 
 
 def _compiles(source: str) -> bool:
@@ -396,8 +496,13 @@ def copy_repo(src: Path, dest: Path, rev: str | None) -> None:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall(dest)
         return
-    files = subprocess.run(["git", "-C", str(src), "ls-files", "-co", "--exclude-standard", "-z"],
-                           capture_output=True, check=True).stdout.decode().split("\0")
+    files = (
+        subprocess.run(
+            ["git", "-C", str(src), "ls-files", "-co", "--exclude-standard", "-z"], capture_output=True, check=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for rel in filter(None, files):
         p = src / rel
         if p.is_file() and not p.is_symlink():
@@ -417,11 +522,11 @@ def resolve(root: Path, globs: list[str], tests: list[str]) -> tuple[list[str], 
 
 def run_tests(root: Path, tests: list[str], env: dict, timeout: float, python: str) -> tuple[str, float, str]:
     """('pass' | 'fail' | 'timeout', seconds, last lines of output)."""
-    cmd = [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-o", "addopts=",
-           *tests]
+    cmd = [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-o", "addopts=", *tests]
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -500,8 +605,10 @@ def run_module(name: str, root: Path, env: dict, args, log) -> ModuleResult:
                 (root / m.path).write_text(src)
             m.status = {"fail": "caught", "pass": "survived", "timeout": "timeout"}.get(status, "error")
             m.detail = tail if m.status != "survived" else ""
-            log(f"[{name}] {i:>2}/{len(chosen)} {m.status:<8} {m.seconds:5.1f}s {m.where} "
-                f"[{m.kind}] {_short(m.original)} -> {_short(m.replacement)}")
+            log(
+                f"[{name}] {i:>2}/{len(chosen)} {m.status:<8} {m.seconds:5.1f}s {m.where} "
+                f"[{m.kind}] {_short(m.original)} -> {_short(m.replacement)}"
+            )
             res.mutants.append(m)
     finally:
         for f, src in originals.items():
@@ -511,7 +618,7 @@ def run_module(name: str, root: Path, env: dict, args, log) -> ModuleResult:
 
 def _short(text: str, n: int = 70) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= n else text[:n - 3] + "..."
+    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def report(results: list[ModuleResult], out=sys.stdout) -> None:
@@ -538,19 +645,31 @@ def report(results: list[ModuleResult], out=sys.stdout) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-m", "--module", action="append", choices=sorted(MODULES),
-                    help="module(s) to mutate (repeatable; default: all)")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "-m",
+        "--module",
+        action="append",
+        choices=sorted(MODULES),
+        help="module(s) to mutate (repeatable; default: all)",
+    )
     ap.add_argument("--per-module", type=int, default=12, help="mutants sampled per module (default 12)")
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     ap.add_argument("--rev", default="HEAD", help="git revision to copy (default HEAD)")
-    ap.add_argument("--worktree", action="store_true", help="copy the working tree (uncommitted files too) instead of --rev")
+    ap.add_argument(
+        "--worktree", action="store_true", help="copy the working tree (uncommitted files too) instead of --rev"
+    )
     ap.add_argument("--repo", default=str(Path(__file__).resolve().parents[1]), help="repository to copy")
     ap.add_argument("--tests", nargs="+", help="override the module's test paths")
     ap.add_argument("--min-timeout", type=float, default=60.0, help="per-mutant timeout floor in seconds (default 60)")
-    ap.add_argument("--timeout-factor", type=float, default=3.0, help="per-mutant timeout = factor x baseline (default 3)")
-    ap.add_argument("--baseline-timeout", type=float, default=900.0, help="timeout of the unmutated run (default 900 s)")
+    ap.add_argument(
+        "--timeout-factor", type=float, default=3.0, help="per-mutant timeout = factor x baseline (default 3)"
+    )
+    ap.add_argument(
+        "--baseline-timeout", type=float, default=900.0, help="timeout of the unmutated run (default 900 s)"
+    )
     ap.add_argument("--python", default=sys.executable, help="interpreter with pytest and the package's deps")
     ap.add_argument("--json", help="write every mutant and its outcome to this file")
     ap.add_argument("--list", action="store_true", help="list the sampled mutants; run nothing")
@@ -575,8 +694,13 @@ def main(argv: list[str] | None = None) -> int:
         assert not (tmp / "shared").exists()  # the copy must not see ../shared
         (tmp / "cache").mkdir()
         env = {k: v for k, v in os.environ.items() if k not in ("RESULTS_DIR", "SMALL_SWEEP_DIR")}
-        env.update(PYTHONPATH=str(root), MARCONI_CACHE_DIR=str(tmp / "cache"), PYTHONDONTWRITEBYTECODE="1",
-                   TRITON_INTERPRET="1", MPLBACKEND="Agg")
+        env.update(
+            PYTHONPATH=str(root),
+            MARCONI_CACHE_DIR=str(tmp / "cache"),
+            PYTHONDONTWRITEBYTECODE="1",
+            TRITON_INTERPRET="1",
+            MPLBACKEND="Agg",
+        )
         src = "worktree" if args.worktree else args.rev
         log(f"copy of {args.repo} ({src}) at {root}; no ../shared; seed {args.seed}, {args.per_module} per module")
         results = [run_module(n, root, env, args, log) for n in names]
@@ -589,10 +713,25 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     report(results)
     if args.json:
-        Path(args.json).write_text(json.dumps(
-            [{"module": r.module, "files": r.files, "tests": r.tests, "candidates": r.candidates,
-              "baseline_s": r.baseline_s, "note": r.note, "score": r.score,
-              "mutants": [asdict(m) for m in r.mutants]} for r in results], indent=1, default=str))
+        Path(args.json).write_text(
+            json.dumps(
+                [
+                    {
+                        "module": r.module,
+                        "files": r.files,
+                        "tests": r.tests,
+                        "candidates": r.candidates,
+                        "baseline_s": r.baseline_s,
+                        "note": r.note,
+                        "score": r.score,
+                        "mutants": [asdict(m) for m in r.mutants],
+                    }
+                    for r in results
+                ],
+                indent=1,
+                default=str,
+            )
+        )
     return 0
 
 

@@ -36,8 +36,10 @@ sys.path.insert(0, str(ROOT))
 # the fit traces (';'-separated): next-turn messages of a few dozen tokens on 2K-token prompts
 # (launch-bound calls), and long documents with longer questions (compute-bound calls, contexts
 # to ~10K tokens for the attention's quadratic term)
-FIT_TRACE = ("synthetic:chat:sessions=24,turns=6,prompt_tokens=2000,user_tokens=30,output_tokens=150,prompts=4;"
-             "synthetic:chat:sessions=12,turns=4,prompt_tokens=6000,user_tokens=600,output_tokens=100,prompts=6")
+FIT_TRACE = (
+    "synthetic:chat:sessions=24,turns=6,prompt_tokens=2000,user_tokens=30,output_tokens=150,prompts=4;"
+    "synthetic:chat:sessions=12,turns=4,prompt_tokens=6000,user_tokens=600,output_tokens=100,prompts=6"
+)
 
 
 def load(spec, packed=None):
@@ -71,7 +73,7 @@ def ceilings(dev="cuda") -> dict:
         e1.synchronize()
         ts.append(e0.elapsed_time(e1))
     ts.sort()
-    tflops = 2 * n ** 3 / (ts[len(ts) // 2] * 1e-3) / 1e12
+    tflops = 2 * n**3 / (ts[len(ts) // 2] * 1e-3) / 1e12
     x = torch.empty(2 << 30, dtype=torch.uint8, device=dev)
     y = torch.empty_like(x)
     y.copy_(x)
@@ -86,8 +88,13 @@ def ceilings(dev="cuda") -> dict:
     ts.sort()
     bw = 2 * x.numel() / (ts[len(ts) // 2] * 1e-3)
     del x, y
-    return dict(matmul_tflops=tflops, copy_bytes_per_s=bw, device=torch.cuda.get_device_name(),
-                torch=torch.__version__, triton=__import__("triton").__version__)
+    return dict(
+        matmul_tflops=tflops,
+        copy_bytes_per_s=bw,
+        device=torch.cuda.get_device_name(),
+        torch=torch.__version__,
+        triton=__import__("triton").__version__,
+    )
 
 
 def old_estimate(spec):
@@ -103,8 +110,12 @@ def errors_with(res, spec, timing, counts):
     from sim.replay import measure
 
     df = res.requests
-    mod = np.array([measure.modelled_ms(spec, timing, counts, h if r else 0, n, s)
-                    for h, r, n, s in zip(df["hit_tokens"], df["restored"], df["input_tokens"], df["splits"])])
+    mod = np.array(
+        [
+            measure.modelled_ms(spec, timing, counts, h if r else 0, n, s)
+            for h, r, n, s in zip(df["hit_tokens"], df["restored"], df["input_tokens"], df["splits"])
+        ]
+    )
     full = np.array([measure.modelled_ms(spec, timing, counts, 0, n) for n in df["input_tokens"]])
     meas = df["suffix_ms"].to_numpy()
     ok = np.isfinite(meas) & (meas > 0)
@@ -112,13 +123,17 @@ def errors_with(res, spec, timing, counts):
     val = (df["validated"] & df["full_ms"].notna()).to_numpy()
     saved_mod = float((full[val] - mod[val]).sum())
     saved_meas = float((df["full_ms"].to_numpy()[val] - meas[val]).sum())
-    return dict(median=float(np.median(err)), p95=float(np.quantile(err, 0.95)),
-                saved_modelled=saved_mod, saved_measured=saved_meas,
-                saved_error=(saved_mod - saved_meas) / saved_meas if saved_meas else float("nan"),
-                ttft_p50_measured=float(np.quantile(meas[ok], 0.5)),
-                ttft_p95_measured=float(np.quantile(meas[ok], 0.95)),
-                ttft_p50_modelled=float(np.quantile(mod[ok], 0.5)),
-                ttft_p95_modelled=float(np.quantile(mod[ok], 0.95)))
+    return dict(
+        median=float(np.median(err)),
+        p95=float(np.quantile(err, 0.95)),
+        saved_modelled=saved_mod,
+        saved_measured=saved_meas,
+        saved_error=(saved_mod - saved_meas) / saved_meas if saved_meas else float("nan"),
+        ttft_p50_measured=float(np.quantile(meas[ok], 0.5)),
+        ttft_p95_measured=float(np.quantile(meas[ok], 0.95)),
+        ttft_p50_modelled=float(np.quantile(mod[ok], 0.5)),
+        ttft_p95_modelled=float(np.quantile(mod[ok], 0.95)),
+    )
 
 
 def row(name, res, before, after):
@@ -128,28 +143,50 @@ def row(name, res, before, after):
     split = res.requests[res.requests["splits"] > 0]["suffix_ms"]
     one = res.requests[(res.requests["splits"] == 0) & res.requests["suffix_ms"].notna()]["suffix_ms"]
     return dict(
-        run=name, requests=s["requests"], input_tokens=s["input_tokens"], hits=s["hits"],
-        hit_tokens=s["hit_tokens"], hits_validated=s["hits_validated"],
-        kv_hits_validated=s["kv_hits_validated"], failures=s["failures"], kv_failures=s["kv_failures"],
-        max_rec_error=s["max_rec_error"], max_conv_error=s["max_conv_error"],
-        max_out_error=s["max_out_error"], max_kv_error=s["max_kv_error"],
-        wall_s=s["wall_s"], warmup_s=s["warmup_s"], tokens_per_s=s["tokens_per_s"],
-        tflops_timed=s["replay_tflops_timed"], tflops_wall=s["replay_tflops_wall"],
-        share_attention=by["attention"] / tot, share_gated_delta=by["gated_delta"] / tot,
-        share_mlp=by["mlp"] / tot, share_other=by["other"] / tot,
+        run=name,
+        requests=s["requests"],
+        input_tokens=s["input_tokens"],
+        hits=s["hits"],
+        hit_tokens=s["hit_tokens"],
+        hits_validated=s["hits_validated"],
+        kv_hits_validated=s["kv_hits_validated"],
+        failures=s["failures"],
+        kv_failures=s["kv_failures"],
+        max_rec_error=s["max_rec_error"],
+        max_conv_error=s["max_conv_error"],
+        max_out_error=s["max_out_error"],
+        max_kv_error=s["max_kv_error"],
+        wall_s=s["wall_s"],
+        warmup_s=s["warmup_s"],
+        tokens_per_s=s["tokens_per_s"],
+        tflops_timed=s["replay_tflops_timed"],
+        tflops_wall=s["replay_tflops_wall"],
+        share_attention=by["attention"] / tot,
+        share_gated_delta=by["gated_delta"] / tot,
+        share_mlp=by["mlp"] / tot,
+        share_other=by["other"] / tot,
         measured_ms_with_cache=s["measured_ms_with_cache"],
         measured_ms_without_cache=s["measured_ms_without_cache"],
-        splits=s["splits"], split_median_ms=float(split.median()) if len(split) else float("nan"),
+        splits=s["splits"],
+        split_median_ms=float(split.median()) if len(split) else float("nan"),
         one_call_median_ms=float(one.median()) if len(one) else float("nan"),
         measured_ms_saved=before["saved_measured"],
-        modelled_ms_saved_before=before["saved_modelled"], modelled_ms_saved_after=after["saved_modelled"],
-        saved_error_before=before["saved_error"], saved_error_after=after["saved_error"],
-        err_median_before=before["median"], err_p95_before=before["p95"],
-        err_median_after=after["median"], err_p95_after=after["p95"],
-        ttft_p50_measured=after["ttft_p50_measured"], ttft_p50_modelled=after["ttft_p50_modelled"],
-        ttft_p95_measured=after["ttft_p95_measured"], ttft_p95_modelled=after["ttft_p95_modelled"],
-        executed_flops_saved=s["measured_flops_saved"], simulated_flops_saved=s["simulated_flops_saved"],
-        store_peak_gb=s["store_peak_bytes"] / 1e9, kv_tokens_live=s["kv_tokens_live"],
+        modelled_ms_saved_before=before["saved_modelled"],
+        modelled_ms_saved_after=after["saved_modelled"],
+        saved_error_before=before["saved_error"],
+        saved_error_after=after["saved_error"],
+        err_median_before=before["median"],
+        err_p95_before=before["p95"],
+        err_median_after=after["median"],
+        err_p95_after=after["p95"],
+        ttft_p50_measured=after["ttft_p50_measured"],
+        ttft_p50_modelled=after["ttft_p50_modelled"],
+        ttft_p95_measured=after["ttft_p95_measured"],
+        ttft_p95_modelled=after["ttft_p95_modelled"],
+        executed_flops_saved=s["measured_flops_saved"],
+        simulated_flops_saved=s["simulated_flops_saved"],
+        store_peak_gb=s["store_peak_bytes"] / 1e9,
+        kv_tokens_live=s["kv_tokens_live"],
         late_admits=s["late_admits"],
     )
 
@@ -178,13 +215,18 @@ def main() -> None:
     ap.add_argument("--model", default="qwen3.5-9b")
     ap.add_argument("--layers", type=int, default=None, help="mixer layers replayed (default: all)")
     ap.add_argument("--capacity", default="5GB")
-    ap.add_argument("--runs", default="marconi/exact/sequential,marconi/chunk/sequential,"
-                                      "sglang+/exact/des,marconi/exact/des")
+    ap.add_argument(
+        "--runs", default="marconi/exact/sequential,marconi/chunk/sequential,sglang+/exact/des,marconi/exact/des"
+    )
     ap.add_argument("--requests", type=int, default=None)
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--budget-s", type=float, default=None,
-                    help="skip the runs that would end past this many seconds (estimated from the last run)")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="skip the runs that would end past this many seconds (estimated from the last run)",
+    )
     args = ap.parse_args()
 
     if args.prepare:
@@ -226,13 +268,17 @@ def main() -> None:
     else:
         import pandas as pd
 
-        cfg = SimConfig(policy="marconi", model=args.model, capacity_bytes=parse_size("inf"),
-                        state_alignment="exact", mode="sequential")
+        cfg = SimConfig(
+            policy="marconi",
+            model=args.model,
+            capacity_bytes=parse_size("inf"),
+            state_alignment="exact",
+            mode="sequential",
+        )
         tables, names = [], []
         for i, spec_fit in enumerate(args.fit_trace.split(";")):
             fit = load(spec_fit)
-            st = ReplaySettings(layers=args.layers, dtype=args.dtype, requests=args.fit_requests,
-                                warmup=not warmed)
+            st = ReplaySettings(layers=args.layers, dtype=args.dtype, requests=args.fit_requests, warmup=not warmed)
             print(f"--- fit run {i} on {spec_fit}", flush=True)
             res = run_replay(fit, cfg, st, build=build)
             warmed = True
@@ -243,18 +289,42 @@ def main() -> None:
                 output.write(out / f"fit-run-{i}", res.summary, res.settings, res.requests)
         counts = res.settings["layers_replayed"]
         calibrated, fit_info = measure.calibrate(
-            pd.concat(tables, ignore_index=True), spec, res.timing, counts, device=dev["device"],
-            peak_tflops=measure.device_peak(dev["device"], args.dtype), decode_ms_per_token=decode_ms)
-        calibrated = replace(calibrated, source=(
-            f"marconi replay --calibrate on {dev['device']} (torch {dev['torch']}, triton {dev['triton']}), "
-            f"{args.model} full depth {counts}, {args.dtype}, fit traces: {' + '.join(names)}; decode = "
-            f"active bf16 weights / measured copy rate {bw / 1e12:.2f} TB/s"))
+            pd.concat(tables, ignore_index=True),
+            spec,
+            res.timing,
+            counts,
+            device=dev["device"],
+            peak_tflops=measure.device_peak(dev["device"], args.dtype),
+            decode_ms_per_token=decode_ms,
+        )
+        calibrated = replace(
+            calibrated,
+            source=(
+                f"marconi replay --calibrate on {dev['device']} (torch {dev['torch']}, triton {dev['triton']}), "
+                f"{args.model} full depth {counts}, {args.dtype}, fit traces: {' + '.join(names)}; decode = "
+                f"active bf16 weights / measured copy rate {bw / 1e12:.2f} TB/s"
+            ),
+        )
         if out:
-            measure.write_timing(out / "timing.json", calibrated, spec,
-                                 dict(fit_info, fit_traces=names, device=dev, measured_matmul_tflops=dev["matmul_tflops"]))
-        print("fit:", json.dumps(dict(fit_info, ms_per_tflop=calibrated.ms_per_tflop,
-                                      layer_call_ms=calibrated.layer_call_ms,
-                                      layer_floor_ms=calibrated.layer_floor_ms), default=float), flush=True)
+            measure.write_timing(
+                out / "timing.json",
+                calibrated,
+                spec,
+                dict(fit_info, fit_traces=names, device=dev, measured_matmul_tflops=dev["matmul_tflops"]),
+            )
+        print(
+            "fit:",
+            json.dumps(
+                dict(
+                    fit_info,
+                    ms_per_tflop=calibrated.ms_per_tflop,
+                    layer_call_ms=calibrated.layer_call_ms,
+                    layer_floor_ms=calibrated.layer_floor_ms,
+                ),
+                default=float,
+            ),
+            flush=True,
+        )
     runs = []
     trace = load(args.trace, args.packed)
     for spec_run in args.runs.split(","):
@@ -264,10 +334,10 @@ def main() -> None:
             print(f"--- {spec_run}: skipped (time budget {args.budget_s:.0f} s)", flush=True)
             continue
         print(f"--- {spec_run}", flush=True)
-        config = SimConfig(policy=policy, model=args.model, capacity_bytes=parse_size(args.capacity),
-                           state_alignment=align, mode=mode)
-        settings = ReplaySettings(layers=args.layers, dtype=args.dtype, requests=args.requests,
-                                  warmup=not warmed)
+        config = SimConfig(
+            policy=policy, model=args.model, capacity_bytes=parse_size(args.capacity), state_alignment=align, mode=mode
+        )
+        settings = ReplaySettings(layers=args.layers, dtype=args.dtype, requests=args.requests, warmup=not warmed)
         res = run_replay(trace, config, settings, build=build, timing=calibrated)
         warmed = True
         counts = res.settings["layers_replayed"]
@@ -279,13 +349,20 @@ def main() -> None:
         for f in res.failures[:5]:
             print("  FAIL", f.message(), flush=True)
         if out:
-            output.write(out / spec_run.replace("/", "-").replace("+", "plus"), res.summary,
-                         res.settings, res.requests)
-            (out / "bench.json").write_text(json.dumps(dict(device=dev, fit=fit_info, runs=runs,
-                                                            total_s=time.perf_counter() - t_all),
-                                                       indent=2, default=float) + "\n")
-        print_table(runs, f"{trace.name}, {args.model}, {args.capacity}, {args.dtype} on {dev['device']}, "
-                          f"{time.perf_counter() - t_all:.0f} s")
+            output.write(out / spec_run.replace("/", "-").replace("+", "plus"), res.summary, res.settings, res.requests)
+            (out / "bench.json").write_text(
+                json.dumps(
+                    dict(device=dev, fit=fit_info, runs=runs, total_s=time.perf_counter() - t_all),
+                    indent=2,
+                    default=float,
+                )
+                + "\n"
+            )
+        print_table(
+            runs,
+            f"{trace.name}, {args.model}, {args.capacity}, {args.dtype} on {dev['device']}, "
+            f"{time.perf_counter() - t_all:.0f} s",
+        )
 
 
 if __name__ == "__main__":

@@ -63,11 +63,18 @@ def _load(grow: int, sessions: int = 0):
             buf = shifted.get(id(root))
             if buf is None:
                 buf = shifted[id(root)] = root + k * vocab
-            return buf[offset:offset + n]
+            return buf[offset : offset + n]
 
         for r in base.requests:
-            reqs.append(Request(r.session_id + k * n_sess, r.turn, view(r.input_tokens), view(r.output_tokens),
-                                think_time=r.think_time))
+            reqs.append(
+                Request(
+                    r.session_id + k * n_sess,
+                    r.turn,
+                    view(r.input_tokens),
+                    view(r.output_tokens),
+                    think_time=r.think_time,
+                )
+            )
     return Trace(f"sharegpt-x{grow}", reqs)
 
 
@@ -80,16 +87,32 @@ def child(policy: str, mode: str, grow: int, capacity: str, alpha: float, sessio
 
     trace = _load(grow, sessions)
     sched = "continuous" if mode == "continuous" else "fcfs"
-    cfg = SimConfig(policy=policy, mode="des" if sched == "continuous" else mode, scheduler=sched,
-                    capacity_bytes=parse_size(capacity), alpha=alpha)
+    cfg = SimConfig(
+        policy=policy,
+        mode="des" if sched == "continuous" else mode,
+        scheduler=sched,
+        capacity_bytes=parse_size(capacity),
+        alpha=alpha,
+    )
     t0, c0 = time.perf_counter(), time.process_time()
     res = simulate(trace, cfg)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"policy": policy, "mode": mode, "grow": grow, "requests": len(trace.requests),
-                      "seconds": wall, "req_per_s": len(trace.requests) / wall,
-                      "cpu_req_per_s": len(trace.requests) / cpu, "peak_mb": peak_mb,
-                      "token_hit_rate": res.summary["token_hit_rate"]}))
+    print(
+        json.dumps(
+            {
+                "policy": policy,
+                "mode": mode,
+                "grow": grow,
+                "requests": len(trace.requests),
+                "seconds": wall,
+                "req_per_s": len(trace.requests) / wall,
+                "cpu_req_per_s": len(trace.requests) / cpu,
+                "peak_mb": peak_mb,
+                "token_hit_rate": res.summary["token_hit_rate"],
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -102,8 +125,11 @@ def main() -> None:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--default-trace", action="store_true", help="the `marconi run` default trace (100 sessions)")
     ap.add_argument("--sessions", type=int, default=0, help="first N conversations (0 = all)")
-    ap.add_argument("--smoke", action="store_true", help="smallest run: --sessions 2 --repeat 1 --grow 2 "
-                                                         "--policies marconi (checks that the script runs)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="smallest run: --sessions 2 --repeat 1 --grow 2 --policies marconi (checks that the script runs)",
+    )
     ap.add_argument("--child", nargs=4, metavar=("POLICY", "MODE", "GROW", "CAPACITY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.smoke:
@@ -115,23 +141,39 @@ def main() -> None:
     if args.default_trace:
         os.environ["SIM_BENCH_DEFAULT_TRACE"] = "1"  # children inherit it
     _load(1, args.sessions)  # tokenize once (cached on disk) before timing anything
-    print(f"{'policy':8} {'mode':10} {'x':>3} {'requests':>9} {'req/s (median)':>15} {'CPU req/s':>10} {'peak MB':>8} "
-          f"{'hit':>7}")
+    print(
+        f"{'policy':8} {'mode':10} {'x':>3} {'requests':>9} {'req/s (median)':>15} {'CPU req/s':>10} {'peak MB':>8} "
+        f"{'hit':>7}"
+    )
     for grow in (1, args.grow):
         for policy in args.policies.split(","):
             for mode in args.modes.split(","):
                 runs = []
                 for _ in range(args.repeat if grow == 1 else 1):
-                    cmd = [sys.executable, __file__, "--alpha", str(args.alpha), "--sessions", str(args.sessions),
-                           "--child", policy, mode, str(grow), args.capacity]
+                    cmd = [
+                        sys.executable,
+                        __file__,
+                        "--alpha",
+                        str(args.alpha),
+                        "--sessions",
+                        str(args.sessions),
+                        "--child",
+                        policy,
+                        mode,
+                        str(grow),
+                        args.capacity,
+                    ]
                     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
                     runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
                 rate = statistics.median(r["req_per_s"] for r in runs)
                 cpu_rate = statistics.median(r["cpu_req_per_s"] for r in runs)
                 peak = max(r["peak_mb"] for r in runs)
                 r0 = runs[0]
-                print(f"{policy:8} {mode:10} {grow:>3} {r0['requests']:>9} {rate:>15,.0f} {cpu_rate:>10,.0f} "
-                      f"{peak:>8,.0f} {r0['token_hit_rate']:>7.2%}", flush=True)
+                print(
+                    f"{policy:8} {mode:10} {grow:>3} {r0['requests']:>9} {rate:>15,.0f} {cpu_rate:>10,.0f} "
+                    f"{peak:>8,.0f} {r0['token_hit_rate']:>7.2%}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -66,22 +66,34 @@ def main() -> None:
     t0 = time.perf_counter()
     trace, _ = _load_trace(trace_kwargs)  # fills the on-disk trace cache the workers read
     prep = time.perf_counter() - t0
-    tasks = expand_grid({k: [v] for k, v in trace_kwargs.items()}, {
-        "policy": POLICIES, "capacity_bytes": [c * 10**9 for c in capacities],
-        "sessions_per_second": [float(r) for r in rates], "alpha": [alpha_val]})
+    tasks = expand_grid(
+        {k: [v] for k, v in trace_kwargs.items()},
+        {
+            "policy": POLICIES,
+            "capacity_bytes": [c * 10**9 for c in capacities],
+            "sessions_per_second": [float(r) for r in rates],
+            "alpha": [alpha_val],
+        },
+    )
     out = args.out or tempfile.mkdtemp(prefix="sweep-bench-")
-    print(f"ShareGPT grid: {len(tasks)} configurations ({len(trace.requests)} requests, "
-          f"{trace.input_tokens_total():,} input tokens), marconi alpha={alpha}, {args.workers} workers "
-          f"({args.engine}), {os.cpu_count()} cores; trace ready in {prep:.1f} s")
+    print(
+        f"ShareGPT grid: {len(tasks)} configurations ({len(trace.requests)} requests, "
+        f"{trace.input_tokens_total():,} input tokens), marconi alpha={alpha}, {args.workers} workers "
+        f"({args.engine}), {os.cpu_count()} cores; trace ready in {prep:.1f} s"
+    )
     rep = run_sweep(tasks, out, engine=args.engine, workers=args.workers, progress=True)
     rows = load_results(out)
     sim_s = rows["wall_s"].sum()
-    print(f"wall time: {rep.wall_s:.1f} s for {rep.ran} configurations ({rep.skipped} already done, "
-          f"{len(rep.failed)} failed); {sim_s:.1f} s of simulation summed over workers; "
-          f"slowest config {rows['wall_s'].max():.1f} s")
+    print(
+        f"wall time: {rep.wall_s:.1f} s for {rep.ran} configurations ({rep.skipped} already done, "
+        f"{len(rep.failed)} failed); {sim_s:.1f} s of simulation summed over workers; "
+        f"slowest config {rows['wall_s'].max():.1f} s"
+    )
     for policy, g in rows.groupby("policy"):
-        print(f"  {policy:<8} mean token hit rate {g['token_hit_rate'].mean() * 100:6.2f}%  "
-              f"sim time {g['wall_s'].sum():7.1f} s")
+        print(
+            f"  {policy:<8} mean token hit rate {g['token_hit_rate'].mean() * 100:6.2f}%  "
+            f"sim time {g['wall_s'].sum():7.1f} s"
+        )
     verdict = "PASS" if rep.wall_s < TARGET_S and not rep.failed else "FAIL"
     print(f"{verdict}: {rep.wall_s:.1f} s (target < {TARGET_S} s on 2 cores); results in {out}")
 

@@ -34,10 +34,15 @@ def measure(spec: str, sessions: int, min_rounds: int) -> dict:
         for a in (r.input_tokens, r.output_tokens):
             root = a if a.base is None else a.base
             buffers[id(root)] = root.nbytes
-    return {"cache": trace.meta.get("cache"), "requests": len(trace.requests), "dtype": str(trace.requests[0].input_tokens.dtype),
-            "buffers_mb": sum(buffers.values()) / 1e6, "seconds": seconds,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "rss_before_mb": before / 1024}
+    return {
+        "cache": trace.meta.get("cache"),
+        "requests": len(trace.requests),
+        "dtype": str(trace.requests[0].input_tokens.dtype),
+        "buffers_mb": sum(buffers.values()) / 1e6,
+        "seconds": seconds,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_before_mb": before / 1024,
+    }
 
 
 def main() -> None:
@@ -52,13 +57,24 @@ def main() -> None:
         return
     cache = tempfile.mkdtemp(prefix="marconi-trace-memory-")
     env = dict(os.environ, MARCONI_CACHE_DIR=cache)
-    cmd = [sys.executable, __file__, "--child", "--trace", args.trace, "--sessions", str(args.sessions),
-           "--min-rounds", str(args.min_rounds)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--trace",
+        args.trace,
+        "--sessions",
+        str(args.sessions),
+        "--min-rounds",
+        str(args.min_rounds),
+    ]
     for label in ("cold build", "cached load"):
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
         m = json.loads(out.strip().splitlines()[-1])
-        print(f"{label:<12} {m['requests']:,} requests, {m['dtype']} buffers {m['buffers_mb']:.1f} MB, "
-              f"peak RSS {m['peak_rss_mb']:.0f} MB (interpreter {m['rss_before_mb']:.0f} MB), {m['seconds']:.1f} s")
+        print(
+            f"{label:<12} {m['requests']:,} requests, {m['dtype']} buffers {m['buffers_mb']:.1f} MB, "
+            f"peak RSS {m['peak_rss_mb']:.0f} MB (interpreter {m['rss_before_mb']:.0f} MB), {m['seconds']:.1f} s"
+        )
 
 
 if __name__ == "__main__":

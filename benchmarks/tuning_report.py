@@ -103,13 +103,24 @@ def one_config(args) -> dict:
 
     spec, sessions, cap_gb, rate, mode, compat, objective, grid, tuner = args
     trace = _trace(spec, sessions)
-    base = SimConfig(policy="marconi", capacity_bytes=int(cap_gb * 1e9), sessions_per_second=rate, mode=mode,
-                     compat=compat, tuning_workers=1, alpha_grid=grid)
+    base = SimConfig(
+        policy="marconi",
+        capacity_bytes=int(cap_gb * 1e9),
+        sessions_per_second=rate,
+        mode=mode,
+        compat=compat,
+        tuning_workers=1,
+        alpha_grid=grid,
+    )
     t0 = time.perf_counter()
     row = {"cap_gb": cap_gb, "rate": rate}
     row["sglang+"] = simulate(trace, dataclasses.replace(base, policy="sglang+")).summary["token_hit_rate"]
-    art = simulate(trace, dataclasses.replace(base, alpha="auto", tuner="replay", tuning_lru=False,
-                                                tuning_objective=objective or "flops")).summary
+    art = simulate(
+        trace,
+        dataclasses.replace(
+            base, alpha="auto", tuner="replay", tuning_lru=False, tuning_objective=objective or "flops"
+        ),
+    ).summary
     t1 = time.perf_counter()
     rob = simulate(trace, dataclasses.replace(base, alpha="auto", tuner=tuner, tuning_objective=objective)).summary
     row["robust_s"] = time.perf_counter() - t1
@@ -136,10 +147,18 @@ def main(argv=None) -> int:
     ap.add_argument("--sessions", type=int, default=100)
     ap.add_argument("--mode", default="sequential", choices=["sequential", "des"])
     ap.add_argument("--compat", default="corrected", choices=["corrected", "paper", "paper-fixed"])
-    ap.add_argument("--objective", default=None, choices=["flops", "hit-rate"],
-                    help="both tuners' objective [default: flops for the artifact tuner, the robust tuner's own]")
-    ap.add_argument("--tuner", default=None, choices=["duel", "replay"],
-                    help="the robust tuner [default: marconi's default for the compat mode]")
+    ap.add_argument(
+        "--objective",
+        default=None,
+        choices=["flops", "hit-rate"],
+        help="both tuners' objective [default: flops for the artifact tuner, the robust tuner's own]",
+    )
+    ap.add_argument(
+        "--tuner",
+        default=None,
+        choices=["duel", "replay"],
+        help="the robust tuner [default: marconi's default for the compat mode]",
+    )
     ap.add_argument("--alpha-grid", default="0:2:0.1")
     ap.add_argument("--capacities", default=",".join(map(str, CAPACITIES_GB)))
     ap.add_argument("--rates", default=",".join(map(str, RATES)))
@@ -147,17 +166,23 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     caps = [float(x) for x in a.capacities.split(",")]
     rates = [float(x) for x in a.rates.split(",")]
-    jobs = [(a.trace, a.sessions, c, r, a.mode, a.compat, a.objective, a.alpha_grid, a.tuner) for c in caps for r in rates]
+    jobs = [
+        (a.trace, a.sessions, c, r, a.mode, a.compat, a.objective, a.alpha_grid, a.tuner) for c in caps for r in rates
+    ]
     t0 = time.perf_counter()
     if a.workers <= 1:
         rows = [one_config(j) for j in jobs]
     else:
         with ProcessPoolExecutor(max_workers=a.workers) as ex:
             rows = list(ex.map(one_config, jobs))
-    print(f"trace {a.trace} ({a.sessions} sessions), mode {a.mode}, compat {a.compat}, objective "
-          f"{a.objective or 'default'}, robust tuner {a.tuner or 'default'}; "
-          f"token hit rate %")
-    head = f"{'cap':>4} {'sps':>5} | {'sglang+':>7} | {'artifact tuner':>16} | {'robust tuner':>16} | {'best static':>14}"
+    print(
+        f"trace {a.trace} ({a.sessions} sessions), mode {a.mode}, compat {a.compat}, objective "
+        f"{a.objective or 'default'}, robust tuner {a.tuner or 'default'}; "
+        f"token hit rate %"
+    )
+    head = (
+        f"{'cap':>4} {'sps':>5} | {'sglang+':>7} | {'artifact tuner':>16} | {'robust tuner':>16} | {'best static':>14}"
+    )
     print(head)
     print("-" * len(head))
     lose_art, lose_rob = [], []
@@ -168,21 +193,32 @@ def main(argv=None) -> int:
             lose_art.append(r)
         if flag_r.strip():
             lose_rob.append(r)
-        print(f"{r['cap_gb']:>4g} {r['rate']:>5g} | {r['sglang+'] * 100:7.2f} | "
-              f"{r['artifact'] * 100:6.2f} a={r['artifact_choice'] or '-':>4}{flag_a} | "
-              f"{r['robust'] * 100:6.2f} a={r['robust_choice'] or '-':>4}{flag_r} | "
-              f"{r['static'] * 100:6.2f} a={r['static_alpha']:g}")
+        print(
+            f"{r['cap_gb']:>4g} {r['rate']:>5g} | {r['sglang+'] * 100:7.2f} | "
+            f"{r['artifact'] * 100:6.2f} a={r['artifact_choice'] or '-':>4}{flag_a} | "
+            f"{r['robust'] * 100:6.2f} a={r['robust_choice'] or '-':>4}{flag_r} | "
+            f"{r['static'] * 100:6.2f} a={r['static_alpha']:g}"
+        )
     n = len(rows)
     mean = lambda k: sum(r[k] for r in rows) / n * 100  # noqa: E731
     print("-" * len(head))
-    print(f"mean: sglang+ {mean('sglang+'):.2f}  artifact tuner {mean('artifact'):.2f}  robust tuner {mean('robust'):.2f}  "
-          f"best static {mean('static'):.2f}")
-    print(f"below sglang+: artifact tuner {len(lose_art)}/{n}, robust tuner {len(lose_rob)}/{n} "
-          f"(worst {min((r['robust'] - r['sglang+'] for r in rows), default=0) * 100:+.2f} pp)")
+    print(
+        f"mean: sglang+ {mean('sglang+'):.2f}  artifact tuner {mean('artifact'):.2f}  robust tuner {mean('robust'):.2f}  "
+        f"best static {mean('static'):.2f}"
+    )
+    print(
+        f"below sglang+: artifact tuner {len(lose_art)}/{n}, robust tuner {len(lose_rob)}/{n} "
+        f"(worst {min((r['robust'] - r['sglang+'] for r in rows), default=0) * 100:+.2f} pp)"
+    )
     if lose_rob:
-        print("robust tuner below sglang+ at (GB, sps): " + ", ".join(f"({r['cap_gb']:g}, {r['rate']:g})" for r in lose_rob))
-    print(f"simulator time per run: robust tuner {sum(r['robust_s'] for r in rows) / n:.2f}s, "
-          f"one static alpha {sum(r['static_s'] for r in rows) / n:.2f}s")
+        print(
+            "robust tuner below sglang+ at (GB, sps): "
+            + ", ".join(f"({r['cap_gb']:g}, {r['rate']:g})" for r in lose_rob)
+        )
+    print(
+        f"simulator time per run: robust tuner {sum(r['robust_s'] for r in rows) / n:.2f}s, "
+        f"one static alpha {sum(r['static_s'] for r in rows) / n:.2f}s"
+    )
     print(f"wall time {time.perf_counter() - t0:.1f}s on {a.workers} worker(s)")
     return 0
 

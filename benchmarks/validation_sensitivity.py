@@ -55,7 +55,7 @@ def main() -> None:
     P = int(args.prompt)
     prompt, out, more = (rng.integers(0, 1 << 16, n) for n in (P, 30, 40))
     reqs = {0: (np.concatenate([prompt, out]), P), 1: (np.concatenate([prompt, out, more]), P + 70)}
-    tail = P + 30 - 1          # the engines' last-token rule: the response's last token never ran
+    tail = P + 30 - 1  # the engines' last-token rule: the response's last token never ran
     inner = (P // 2) // 64 * 64 or 64
 
     def replayer(m, mode, produced_scale=None):
@@ -72,13 +72,16 @@ def main() -> None:
                         rec = rec.clone()
                         rec[0] *= produced_scale
                     s(p, layer, rec, conv)
+
                 return on_state
+
             rp._sink = faulty
         return rp, store
 
     def run(mode, site=None, scale=1.0):
-        pairs = [replayer(model, "tolerance" if mode == "tolerance" else "exact",
-                          scale if site == "produced" else None)]
+        pairs = [
+            replayer(model, "tolerance" if mode == "tolerance" else "exact", scale if site == "produced" else None)
+        ]
         if mode == "shadow":
             pairs.append(replayer(shadow_model, "tolerance", scale if site == "produced" else None))
         for rp, _ in pairs:
@@ -100,7 +103,8 @@ def main() -> None:
             rp.decode(1)
             rp.finish()
         kinds = [f.kind for f in pairs[0][0].failures] + [
-            "shadow-" + f.kind for rp, _ in pairs[1:] for f in rp.failures]
+            "shadow-" + f.kind for rp, _ in pairs[1:] for f in rp.failures
+        ]
         return kinds, pairs[0][0].records[1]
 
     t0 = time.perf_counter()
@@ -108,8 +112,11 @@ def main() -> None:
     print(f"model {args.model} {shape.counts()} {args.dtype} on {dev}, backend {backend}, prompt {P} tokens")
     for mode in MODES:
         fails, r = run(mode)
-        print(f"clean {mode:>9}: failures {len(fails)}; errors recurrent {r.max_rec_error:.2e}, conv "
-              f"{r.max_conv_error:.2e}, outputs {r.max_out_error:.2e}, KV {r.max_kv_error:.2e}", flush=True)
+        print(
+            f"clean {mode:>9}: failures {len(fails)}; errors recurrent {r.max_rec_error:.2e}, conv "
+            f"{r.max_conv_error:.2e}, outputs {r.max_out_error:.2e}, KV {r.max_kv_error:.2e}",
+            flush=True,
+        )
     scales = [float(x) for x in args.scales.split(",")]
     print("\ncaught (failure kind) by planted error size; rows: where x validation mode")
     head = f"{'site':>9} {'mode':>9} " + " ".join(f"{s:>14.1%}" for s in scales)

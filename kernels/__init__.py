@@ -31,7 +31,7 @@ _EXPORTS = {
     "naive_gdn_gate": "kernels.reference",
 }
 
-TORCH_ONLY = {"kernels._common", "kernels.torch_gdn", "kernels.reference"}   # no triton import
+TORCH_ONLY = {"kernels._common", "kernels.torch_gdn", "kernels.reference"}  # no triton import
 
 __all__ = sorted(_EXPORTS)
 
@@ -48,7 +48,7 @@ def __getattr__(name: str):
             raise ImportError(f"kernels.{name} needs {needs}: {INSTALL_HINT}") from exc
         raise
     value = getattr(mod, name)
-    globals()[name] = value          # later lookups skip __getattr__
+    globals()[name] = value  # later lookups skip __getattr__
     return value
 
 

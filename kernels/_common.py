@@ -10,7 +10,7 @@ import torch
 
 CHUNK = 64
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-MIN_HEAD_DIM, MAX_HEAD_DIM = 1, 256          # the Triton kernels' head dims (padded tiles)
+MIN_HEAD_DIM, MAX_HEAD_DIM = 1, 256  # the Triton kernels' head dims (padded tiles)
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -23,7 +23,7 @@ def _as_list(x) -> list[int]:
     if x is None:
         return None
     if torch.is_tensor(x):
-        x = x.tolist()   # a device tensor costs one sync here, once per step
+        x = x.tolist()  # a device tensor costs one sync here, once per step
     return [int(v) for v in x]
 
 
@@ -38,12 +38,12 @@ class ChunkMetadata:
     num_seqs: int
     total_tokens: int
     num_chunks: int
-    chunk_info: torch.Tensor        # [NT, 4] int32: seq id, first (virtual) token, lo, hi
-    seq_info: torch.Tensor          # [N, 4] int32: bos, eos, first chunk, end chunk
-    store_slot: torch.Tensor        # [NT] int32: boundary slot of the chunk's end, or -1
+    chunk_info: torch.Tensor  # [NT, 4] int32: seq id, first (virtual) token, lo, hi
+    seq_info: torch.Tensor  # [N, 4] int32: bos, eos, first chunk, end chunk
+    store_slot: torch.Tensor  # [NT] int32: boundary slot of the chunk's end, or -1
     num_boundaries: int
-    boundary_offsets: list          # [N + 1] host ints: sequence n owns slots [off[n], off[n+1])
-    boundary_positions: list        # per sequence, absolute positions of the emitted boundaries
+    boundary_offsets: list  # [N + 1] host ints: sequence n owns slots [off[n], off[n+1])
+    boundary_positions: list  # per sequence, absolute positions of the emitted boundaries
     cu_seqlens: list
     start_positions: list
     max_chunks: int
@@ -55,8 +55,9 @@ class ChunkMetadata:
         return chunk_bucket(self.max_chunks)
 
 
-def prepare_chunk_metadata(cu_seqlens, start_positions=None, *, boundary_stride: int = 1,
-                           boundary_indices=None, device=None) -> ChunkMetadata:
+def prepare_chunk_metadata(
+    cu_seqlens, start_positions=None, *, boundary_stride: int = 1, boundary_indices=None, device=None
+) -> ChunkMetadata:
     """Build the chunk grid for sequences ``[cu[n], cu[n+1])`` starting at absolute positions
     ``start_positions[n]`` (default 0).
 
@@ -115,8 +116,9 @@ def prepare_chunk_metadata(cu_seqlens, start_positions=None, *, boundary_stride:
             chunk_info.append((n, ts, lo, hi))
             b_abs = p - r + (c + 1) * CHUNK
             full = ts + CHUNK <= eos
-            emit = full and (wanted[n].__contains__(b_abs) if wanted is not None
-                             else (b_abs // CHUNK) % boundary_stride == 0)
+            emit = full and (
+                wanted[n].__contains__(b_abs) if wanted is not None else (b_abs // CHUNK) % boundary_stride == 0
+            )
             if emit:
                 slots.append(nb)
                 nb += 1
@@ -131,15 +133,27 @@ def prepare_chunk_metadata(cu_seqlens, start_positions=None, *, boundary_stride:
     ci = torch.tensor(chunk_info, dtype=torch.int32).reshape(-1, 4).to(device)
     si = torch.tensor(seq_info, dtype=torch.int32).reshape(-1, 4).to(device)
     ss = torch.tensor(slots, dtype=torch.int32).to(device)
-    return ChunkMetadata(num_seqs=N, total_tokens=cu[-1], num_chunks=len(chunk_info),
-                         chunk_info=ci, seq_info=si, store_slot=ss, num_boundaries=nb,
-                         boundary_offsets=offs, boundary_positions=positions, cu_seqlens=cu,
-                         start_positions=starts, max_chunks=max_chunks, has_empty=has_empty,
-                         device=torch.device(device))
+    return ChunkMetadata(
+        num_seqs=N,
+        total_tokens=cu[-1],
+        num_chunks=len(chunk_info),
+        chunk_info=ci,
+        seq_info=si,
+        store_slot=ss,
+        num_boundaries=nb,
+        boundary_offsets=offs,
+        boundary_positions=positions,
+        cu_seqlens=cu,
+        start_positions=starts,
+        max_chunks=max_chunks,
+        has_empty=has_empty,
+        device=torch.device(device),
+    )
 
 
-def resolve_metadata(B, T, device, cu_seqlens, start_positions, boundary_stride,
-                     boundary_indices, chunk_metadata) -> ChunkMetadata:
+def resolve_metadata(
+    B, T, device, cu_seqlens, start_positions, boundary_stride, boundary_indices, chunk_metadata
+) -> ChunkMetadata:
     if chunk_metadata is not None:
         return chunk_metadata
     if cu_seqlens is None:
@@ -148,29 +162,29 @@ def resolve_metadata(B, T, device, cu_seqlens, start_positions, boundary_stride,
         if B != 1:
             raise ValueError("cu_seqlens needs B == 1")
         cu = cu_seqlens
-    return prepare_chunk_metadata(cu, start_positions, boundary_stride=boundary_stride,
-                                  boundary_indices=boundary_indices, device=device)
+    return prepare_chunk_metadata(
+        cu, start_positions, boundary_stride=boundary_stride, boundary_indices=boundary_indices, device=device
+    )
 
 
 def check_args(q, k, v, g, beta, *, max_head_dim: Optional[int] = MAX_HEAD_DIM):
     """Raise ValueError for anything the kernels cannot run (one clear line). ``max_head_dim``:
     the largest K / V (None: no limit, the plain-torch implementation)."""
     if q.dim() != 4 or v.dim() != 4:
-        raise ValueError(f"q, k, v must be 4-d [B, T, heads, dim]; got q{tuple(q.shape)} "
-                         f"v{tuple(v.shape)}")
+        raise ValueError(f"q, k, v must be 4-d [B, T, heads, dim]; got q{tuple(q.shape)} v{tuple(v.shape)}")
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     if k.shape != q.shape or v.shape[:2] != (B, T) or H == 0 or HV % H:
-        raise ValueError(f"bad shapes q{tuple(q.shape)} k{tuple(k.shape)} v{tuple(v.shape)} "
-                         f"(need k == q, v [B, T, HV, V] with HV a multiple of H)")
+        raise ValueError(
+            f"bad shapes q{tuple(q.shape)} k{tuple(k.shape)} v{tuple(v.shape)} "
+            f"(need k == q, v [B, T, HV, V] with HV a multiple of H)"
+        )
     if g.shape != (B, T, HV) or beta.shape != (B, T, HV):
-        raise ValueError(f"g and beta must be [B, T, HV] = {(B, T, HV)}; got "
-                         f"g{tuple(g.shape)} beta{tuple(beta.shape)}")
+        raise ValueError(f"g and beta must be [B, T, HV] = {(B, T, HV)}; got g{tuple(g.shape)} beta{tuple(beta.shape)}")
     top = max_head_dim if max_head_dim is not None else float("inf")
     for name, d in (("K", K), ("V", V)):
         if not MIN_HEAD_DIM <= d <= top:
-            raise ValueError(f"head dim {name}={d} is not supported (need "
-                             f"{MIN_HEAD_DIM} <= {name} <= {max_head_dim})")
+            raise ValueError(f"head dim {name}={d} is not supported (need {MIN_HEAD_DIM} <= {name} <= {max_head_dim})")
     if q.dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"q dtype {q.dtype} is not supported (float32, float16, bfloat16)")
     if not (q.device == k.device == v.device == g.device == beta.device):

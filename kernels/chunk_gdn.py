@@ -37,11 +37,26 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import (INTERPRET, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_DTYPES, ChunkMetadata,  # noqa: F401
-                             check_args, prepare_chunk_metadata, resolve_metadata)
+from kernels._common import (
+    INTERPRET,
+    MAX_HEAD_DIM,
+    MIN_HEAD_DIM,
+    SUPPORTED_DTYPES,  # noqa: F401
+    ChunkMetadata,  # noqa: F401
+    check_args,
+    prepare_chunk_metadata,
+    resolve_metadata,
+)
 
-__all__ = ["chunk_gated_delta_rule", "prepare_chunk_metadata", "ChunkMetadata", "CONFIGS",
-           "launch_params", "MAX_HEAD_DIM", "MIN_HEAD_DIM"]
+__all__ = [
+    "chunk_gated_delta_rule",
+    "prepare_chunk_metadata",
+    "ChunkMetadata",
+    "CONFIGS",
+    "launch_params",
+    "MAX_HEAD_DIM",
+    "MIN_HEAD_DIM",
+]
 
 # Launch configurations (fixed, no autotuning: every new shape would otherwise re-benchmark
 # the candidates, which dominates the cold start of a replay). ``BV`` is the V block of the
@@ -72,8 +87,7 @@ def _pow2(n: int) -> int:
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "maxnreg")
 
 
-def launch_params(K: int, V: int, dtype: torch.dtype,
-                  input_precision: Optional[str] = None) -> dict:
+def launch_params(K: int, V: int, dtype: torch.dtype, input_precision: Optional[str] = None) -> dict:
     """Compile-time parameters and launch options of the four kernels for head dims K, V and
     input ``dtype``: ``{"solve" | "wu" | "state" | "out": {name: value}}`` (``LAUNCH_OPTIONS``
     keys are launch options, the rest constexprs; ``BV`` of state / out sets their grids).
@@ -92,16 +106,17 @@ def launch_params(K: int, V: int, dtype: torch.dtype,
 
 
 @triton.jit
-def _load_gate_beta(g, beta, A_log_h, dt_bias_h, gbase, bbase, r, m, sgt, sbt,
-                    USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr):
-    gr = tl.load(gbase + r * sgt, mask=m, other=0.).to(tl.float32)
+def _load_gate_beta(
+    g, beta, A_log_h, dt_bias_h, gbase, bbase, r, m, sgt, sbt, USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr
+):
+    gr = tl.load(gbase + r * sgt, mask=m, other=0.0).to(tl.float32)
     if USE_GATE:
         x = gr + dt_bias_h
-        sp = tl.where(x > 20., x, tl.log(1. + tl.exp(tl.minimum(x, 20.))))
-        gr = tl.where(m, -tl.exp(A_log_h) * sp, 0.)
-    b = tl.load(bbase + r * sbt, mask=m, other=0.).to(tl.float32)
+        sp = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
+        gr = tl.where(m, -tl.exp(A_log_h) * sp, 0.0)
+    b = tl.load(bbase + r * sbt, mask=m, other=0.0).to(tl.float32)
     if BETA_SIGMOID:
-        b = tl.where(m, tl.sigmoid(b), 0.)
+        b = tl.where(m, tl.sigmoid(b), 0.0)
     return gr, b
 
 
@@ -153,8 +168,8 @@ def _chunk(chunk_info, i_c):
 @triton.jit
 def _sub_row(L, A, i, r):
     """Row ``i`` of (I + L)^-1 by forward substitution: e_i - sum_m L[i, m] A[m, :]."""
-    li = tl.sum(tl.where(r[:, None] == i, L, 0.), 0)
-    row = -tl.sum(li[:, None] * A, 0) + tl.where(r == i, 1., 0.)
+    li = tl.sum(tl.where(r[:, None] == i, L, 0.0), 0)
+    row = -tl.sum(li[:, None] * A, 0) + tl.where(r == i, 1.0, 0.0)
     return tl.where(r[:, None] == i, row[None, :], A)
 
 
@@ -163,7 +178,7 @@ def _inv16x4(L0, L1, L2, L3):
     """(I + L)^-1 of four strictly lower-triangular 16 x 16 blocks. One loop carries the four
     independent substitutions, so their reductions overlap: 15 dependent steps, not 60."""
     r = tl.arange(0, 16)
-    eye = tl.where(r[:, None] == r[None, :], 1., 0.)
+    eye = tl.where(r[:, None] == r[None, :], 1.0, 0.0)
     A0, A1, A2, A3 = eye, eye, eye, eye
     for i in range(1, 16):
         A0 = _sub_row(L0, A0, i, r)
@@ -179,15 +194,12 @@ def _mm(a, b):
 
 
 @triton.jit
-def _rows16(kbase, skt, tstart, lo, hi, blk: tl.constexpr, oc, K: tl.constexpr,
-            FULL: tl.constexpr, W: tl.constexpr):
+def _rows16(kbase, skt, tstart, lo, hi, blk: tl.constexpr, oc, K: tl.constexpr, FULL: tl.constexpr, W: tl.constexpr):
     """Key rows of 16-row block ``blk`` of a chunk, [16, W] and transposed [W, 16]."""
     r = blk * 16 + tl.arange(0, 16)
     m = _inside(tstart, r, lo, hi)
-    kr = tl.load(kbase + r[:, None] * skt + oc[None, :], mask=_rowmask(m, oc, K, FULL, W),
-                 other=0.)
-    kT = tl.load(kbase + r[None, :] * skt + oc[:, None], mask=_colmask(m, oc, K, FULL, W),
-                 other=0.)
+    kr = tl.load(kbase + r[:, None] * skt + oc[None, :], mask=_rowmask(m, oc, K, FULL, W), other=0.0)
+    kT = tl.load(kbase + r[None, :] * skt + oc[:, None], mask=_colmask(m, oc, K, FULL, W), other=0.0)
     return kr, kT
 
 
@@ -207,17 +219,29 @@ def _scale_blk(P, gi, gj, bi, ri, rj, DIAG: tl.constexpr):
 @triton.jit
 def _store_blk(base, X, bi: tl.constexpr, bj: tl.constexpr):
     r = tl.arange(0, 16)
-    tl.store(base + (bi * 16 + r)[:, None] * 64 + (bj * 16 + r)[None, :],
-             X.to(base.dtype.element_ty))
+    tl.store(base + (bi * 16 + r)[:, None] * 64 + (bj * 16 + r)[None, :], X.to(base.dtype.element_ty))
 
 
 @triton.jit
-def _gate16(g, beta, A_log_h, dt_bias_h, gbase, bbase, tstart, lo, hi, blk: tl.constexpr,
-            sgt, sbt, USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr):
+def _gate16(
+    g,
+    beta,
+    A_log_h,
+    dt_bias_h,
+    gbase,
+    bbase,
+    tstart,
+    lo,
+    hi,
+    blk: tl.constexpr,
+    sgt,
+    sbt,
+    USE_GATE: tl.constexpr,
+    BETA_SIGMOID: tl.constexpr,
+):
     r = blk * 16 + tl.arange(0, 16)
     m = _inside(tstart, r, lo, hi)
-    return _load_gate_beta(g, beta, A_log_h, dt_bias_h, gbase, bbase, r, m, sgt, sbt,
-                           USE_GATE, BETA_SIGMOID)
+    return _load_gate_beta(g, beta, A_log_h, dt_bias_h, gbase, bbase, r, m, sgt, sbt, USE_GATE, BETA_SIGMOID)
 
 
 @triton.jit
@@ -229,19 +253,40 @@ def _store16(base, x, blk: tl.constexpr, tstart, lo, hi, HV):
 # Runtime flags are kept out of Triton's "== 1" integer specialisation: one compiled kernel
 # serves calls with and without l2norm / initial state / boundary states.
 @triton.jit(do_not_specialize=["l2norm"])
-def _solve_kernel(k, g, beta, A_log, dt_bias, a_out, gc_out, gl_out, chunk_info,
-                  skt, skh, sgt, sgh, sbt, sbh, HV, GROUP,
-                  K: tl.constexpr, BK: tl.constexpr, BKS: tl.constexpr,
-                  USE_GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr, l2norm,
-                  PREC: tl.constexpr):
+def _solve_kernel(
+    k,
+    g,
+    beta,
+    A_log,
+    dt_bias,
+    a_out,
+    gc_out,
+    gl_out,
+    chunk_info,
+    skt,
+    skh,
+    sgt,
+    sgh,
+    sbt,
+    sbh,
+    HV,
+    GROUP,
+    K: tl.constexpr,
+    BK: tl.constexpr,
+    BKS: tl.constexpr,
+    USE_GATE: tl.constexpr,
+    BETA_SIGMOID: tl.constexpr,
+    l2norm,
+    PREC: tl.constexpr,
+):
     """Gate, chunk-local cumsum, L = strict_tril(diag(beta) K K^T o decay) as ten 16 x 16
     blocks in registers, and A = (I + L)^-1 (fp32, IEEE), stored in the input dtype."""
     i_c = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_h = i_hv // GROUP
     tstart, lo, hi = _chunk(chunk_info, i_c)
-    A_log_h = 0.
-    dt_bias_h = 0.
+    A_log_h = 0.0
+    dt_bias_h = 0.0
     if USE_GATE:
         A_log_h = tl.load(A_log + i_hv).to(tl.float32)
         dt_bias_h = tl.load(dt_bias + i_hv).to(tl.float32)
@@ -254,15 +299,15 @@ def _solve_kernel(k, g, beta, A_log, dt_bias, a_out, gc_out, gl_out, chunk_info,
     g2, b2 = _gate16(g, beta, A_log_h, dt_bias_h, gbase, bbase, tstart, lo, hi, 2, sgt, sbt, USE_GATE, BETA_SIGMOID)
     g3, b3 = _gate16(g, beta, A_log_h, dt_bias_h, gbase, bbase, tstart, lo, hi, 3, sgt, sbt, USE_GATE, BETA_SIGMOID)
     g0 = tl.cumsum(g0, 0)
-    g1 = tl.cumsum(g1, 0) + tl.sum(tl.where(r16 == 15, g0, 0.), 0)
-    g2 = tl.cumsum(g2, 0) + tl.sum(tl.where(r16 == 15, g1, 0.), 0)
-    g3 = tl.cumsum(g3, 0) + tl.sum(tl.where(r16 == 15, g2, 0.), 0)
+    g1 = tl.cumsum(g1, 0) + tl.sum(tl.where(r16 == 15, g0, 0.0), 0)
+    g2 = tl.cumsum(g2, 0) + tl.sum(tl.where(r16 == 15, g1, 0.0), 0)
+    g3 = tl.cumsum(g3, 0) + tl.sum(tl.where(r16 == 15, g2, 0.0), 0)
     obase = gc_out + t0 * HV + i_hv
     _store16(obase, g0, 0, tstart, lo, hi, HV)
     _store16(obase, g1, 1, tstart, lo, hi, HV)
     _store16(obase, g2, 2, tstart, lo, hi, HV)
     _store16(obase, g3, 3, tstart, lo, hi, HV)
-    tl.store(gl_out + i_c * HV + i_hv, tl.sum(tl.where(r16 == 15, g3, 0.), 0))
+    tl.store(gl_out + i_c * HV + i_hv, tl.sum(tl.where(r16 == 15, g3, 0.0), 0))
 
     # ---- the ten 16 x 16 blocks of K K^T and the key norms, over K blocks of BKS --------------
     kbase = k + t0 * skt + i_h * skh
@@ -291,10 +336,10 @@ def _solve_kernel(k, g, beta, A_log, dt_bias, a_out, gc_out, gl_out, chunk_info,
         P30 = tl.dot(k3, k0T, P30, input_precision=PREC)
         P31 = tl.dot(k3, k1T, P31, input_precision=PREC)
         P32 = tl.dot(k3, k2T, P32, input_precision=PREC)
-    r0 = tl.where(l2norm != 0, 1. / tl.sqrt(s0 + 1e-6), 1.)
-    r1 = tl.where(l2norm != 0, 1. / tl.sqrt(s1 + 1e-6), 1.)
-    r2 = tl.where(l2norm != 0, 1. / tl.sqrt(s2 + 1e-6), 1.)
-    r3 = tl.where(l2norm != 0, 1. / tl.sqrt(s3 + 1e-6), 1.)
+    r0 = tl.where(l2norm != 0, 1.0 / tl.sqrt(s0 + 1e-6), 1.0)
+    r1 = tl.where(l2norm != 0, 1.0 / tl.sqrt(s1 + 1e-6), 1.0)
+    r2 = tl.where(l2norm != 0, 1.0 / tl.sqrt(s2 + 1e-6), 1.0)
+    r3 = tl.where(l2norm != 0, 1.0 / tl.sqrt(s3 + 1e-6), 1.0)
     L00 = _scale_blk(P00, g0, g0, b0, r0, r0, True)
     L11 = _scale_blk(P11, g1, g1, b1, r1, r1, True)
     L22 = _scale_blk(P22, g2, g2, b2, r2, r2, True)
@@ -328,10 +373,34 @@ def _solve_kernel(k, g, beta, A_log, dt_bias, a_out, gc_out, gl_out, chunk_info,
 
 
 @triton.jit(do_not_specialize=["l2norm"])
-def _wu_kernel(k, v, beta, a_in, gc, gl, w_out, u_out, fd_out, chunk_info,
-               skt, skh, svt, svh, sbt, sbh, HV, GROUP, K: tl.constexpr, V: tl.constexpr,
-               BK: tl.constexpr, BVF: tl.constexpr, BC: tl.constexpr,
-               BETA_SIGMOID: tl.constexpr, l2norm, PREC: tl.constexpr):
+def _wu_kernel(
+    k,
+    v,
+    beta,
+    a_in,
+    gc,
+    gl,
+    w_out,
+    u_out,
+    fd_out,
+    chunk_info,
+    skt,
+    skh,
+    svt,
+    svh,
+    sbt,
+    sbh,
+    HV,
+    GROUP,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BK: tl.constexpr,
+    BVF: tl.constexpr,
+    BC: tl.constexpr,
+    BETA_SIGMOID: tl.constexpr,
+    l2norm,
+    PREC: tl.constexpr,
+):
     """w = A diag(beta exp(gamma)) K, u = A diag(beta) V, and the row factors of the state
     update, rk exp(gamma_last - gamma) (key norm and decay to the chunk end), for the state
     kernel."""
@@ -343,23 +412,27 @@ def _wu_kernel(k, v, beta, a_in, gc, gl, w_out, u_out, fd_out, chunk_info,
     r64 = tl.arange(0, 64)
     m = _inside(tstart, r64, lo, hi)
     t0 = tstart.to(tl.int64)
-    obase = t0 * HV + i_hv                       # row of token tstart in [TT, HV] tensors
+    obase = t0 * HV + i_hv  # row of token tstart in [TT, HV] tensors
     kbase = k + t0 * skt + i_h * skh
     vbase = v + t0 * svt + i_hv * svh
-    gam = tl.load(gc + obase + r64 * HV, mask=m, other=0.)
+    gam = tl.load(gc + obase + r64 * HV, mask=m, other=0.0)
     g_last = tl.load(gl + i_c * HV + i_hv)
-    bt = tl.load(beta + t0 * sbt + i_hv * sbh + r64 * sbt, mask=m, other=0.).to(tl.float32)
+    bt = tl.load(beta + t0 * sbt + i_hv * sbh + r64 * sbt, mask=m, other=0.0).to(tl.float32)
     if BETA_SIGMOID:
-        bt = tl.where(m, tl.sigmoid(bt), 0.)
-    A = tl.load(a_in + (i_c * HV + i_hv).to(tl.int64) * 4096 + r64[:, None] * 64 + r64[None, :],
-                mask=(r64[:, None] // 16) >= (r64[None, :] // 16), other=0.)
+        bt = tl.where(m, tl.sigmoid(bt), 0.0)
+    A = tl.load(
+        a_in + (i_c * HV + i_hv).to(tl.int64) * 4096 + r64[:, None] * 64 + r64[None, :],
+        mask=(r64[:, None] // 16) >= (r64[None, :] // 16),
+        other=0.0,
+    )
     ksq = tl.zeros([64], dtype=tl.float32)
     for kb in tl.static_range(0, BK, BC):
         oc = kb + tl.arange(0, BC)
-        kc = tl.load(kbase + r64[:, None] * skt + oc[None, :], mask=_rowmask(m, oc, K, K == BK, BC),
-                     other=0.).to(tl.float32)
+        kc = tl.load(kbase + r64[:, None] * skt + oc[None, :], mask=_rowmask(m, oc, K, K == BK, BC), other=0.0).to(
+            tl.float32
+        )
         ksq += tl.sum(kc * kc, 1)
-    rk = tl.where(l2norm != 0, 1. / tl.sqrt(ksq + 1e-6), 1.)
+    rk = tl.where(l2norm != 0, 1.0 / tl.sqrt(ksq + 1e-6), 1.0)
     fk = bt * tl.exp(gam) * rk
     # the state update's row factors: S += K^T diag(fd) v' (key norm, decay to the chunk end)
     tl.store(fd_out + obase + r64 * HV, rk * tl.exp(g_last - gam), mask=m)
@@ -367,38 +440,69 @@ def _wu_kernel(k, v, beta, a_in, gc, gl, w_out, u_out, fd_out, chunk_info,
     for kb in tl.static_range(0, BK, BC):
         oc = kb + tl.arange(0, BC)
         mk = _rowmask(m, oc, K, K == BK, BC)
-        kc = tl.load(kbase + r64[:, None] * skt + oc[None, :], mask=mk, other=0.).to(tl.float32)
+        kc = tl.load(kbase + r64[:, None] * skt + oc[None, :], mask=mk, other=0.0).to(tl.float32)
         wv = tl.dot(A, (kc * fk[:, None]).to(dt), input_precision=PREC)
         off = r64[:, None] * (HV * K) + oc[None, :]
         tl.store(w_out + obase * K + off, wv.to(dt), mask=mk)
     for vb in tl.static_range(0, BVF, BC):
         oc = vb + tl.arange(0, BC)
         mv = _rowmask(m, oc, V, V == BVF, BC)
-        vv = tl.load(vbase + r64[:, None] * svt + oc[None, :], mask=mv, other=0.).to(tl.float32)
+        vv = tl.load(vbase + r64[:, None] * svt + oc[None, :], mask=mv, other=0.0).to(tl.float32)
         uv = tl.dot(A, (vv * bt[:, None]).to(dt), input_precision=PREC)
         tl.store(u_out + obase * V + r64[:, None] * (HV * V) + oc[None, :], uv.to(dt), mask=mv)
 
 
 @triton.jit
-def _state_step(c, ts, S, k, fd, w, u, gl, h_out, vn_out, hb, store_slot, bos, eos, i_hv, i_h,
-                skt, skh,
-                oK, oV, r64, sidx, mKV, HV, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
-                BV: tl.constexpr, store_b, PREC: tl.constexpr):
+def _state_step(
+    c,
+    ts,
+    S,
+    k,
+    fd,
+    w,
+    u,
+    gl,
+    h_out,
+    vn_out,
+    hb,
+    store_slot,
+    bos,
+    eos,
+    i_hv,
+    i_h,
+    skt,
+    skh,
+    oK,
+    oV,
+    r64,
+    sidx,
+    mKV,
+    HV,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    store_b,
+    PREC: tl.constexpr,
+):
     dt = w.dtype.element_ty
     # chunk-start state for the output kernel (always in the input dtype, like FLA's h)
     tl.store(h_out + (c * HV + i_hv).to(tl.int64) * (K * V) + sidx, S.to(dt), mask=mKV)
     m = _inside(ts, r64, bos, eos)
-    row0 = ts.to(tl.int64) * HV + i_hv           # scalar: row of token ts in [TT, HV, .]
+    row0 = ts.to(tl.int64) * HV + i_hv  # scalar: row of token ts in [TT, HV, .]
     mw = _rowmask(m, oK, K, K == BK, BK)
     mu = _rowmask(m, oV, V, V % BV == 0, BV)
-    w_c = tl.load(w + row0 * K + r64[:, None] * (HV * K) + oK[None, :], mask=mw, other=0.)
+    w_c = tl.load(w + row0 * K + r64[:, None] * (HV * K) + oK[None, :], mask=mw, other=0.0)
     uoff = r64[:, None] * (HV * V) + oV[None, :]
-    u_c = tl.load(u + row0 * V + uoff, mask=mu, other=0.)
+    u_c = tl.load(u + row0 * V + uoff, mask=mu, other=0.0)
     # raw keys as [K, 64] (shared by the GROUP value heads of a key head: L2 hits) and the row
     # factors key norm x decay to the chunk end, applied to v' (64 x BV) rather than the keys
-    kT = tl.load(k + ts.to(tl.int64) * skt + i_h * skh + r64[None, :] * skt + oK[:, None],
-                 mask=_colmask(m, oK, K, K == BK, BK), other=0.)
-    f = tl.load(fd + row0 + r64 * HV, mask=m, other=0.)
+    kT = tl.load(
+        k + ts.to(tl.int64) * skt + i_h * skh + r64[None, :] * skt + oK[:, None],
+        mask=_colmask(m, oK, K, K == BK, BK),
+        other=0.0,
+    )
+    f = tl.load(fd + row0 + r64 * HV, mask=m, other=0.0)
     g_last = tl.load(gl + c * HV + i_hv)
     vn = u_c.to(tl.float32) - tl.dot(w_c, S.to(dt), input_precision=PREC)
     tl.store(vn_out + row0 * V + uoff, vn.to(dt), mask=mu)
@@ -408,15 +512,38 @@ def _state_step(c, ts, S, k, fd, w, u, gl, h_out, vn_out, hb, store_slot, bos, e
     slot = tl.load(store_slot + c)
     slot = tl.where(store_b != 0, slot, -1)
     ok = ((tl.zeros([BK, BV], tl.int32) + slot) >= 0) & mKV
-    tl.store(hb + (tl.maximum(slot, 0) * HV + i_hv).to(tl.int64) * (K * V) + sidx,
-             S.to(hb.dtype.element_ty), mask=ok)
+    tl.store(hb + (tl.maximum(slot, 0) * HV + i_hv).to(tl.int64) * (K * V) + sidx, S.to(hb.dtype.element_ty), mask=ok)
     return S
 
 
 @triton.jit(do_not_specialize=["has_h0", "store_b"])
-def _state_kernel(k, fd, w, u, gl, h_out, vn_out, h0, ht, hb, seq_info, chunk_info,
-                  store_slot, skt, skh, HV, GROUP, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                  has_h0, store_b, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr):
+def _state_kernel(
+    k,
+    fd,
+    w,
+    u,
+    gl,
+    h_out,
+    vn_out,
+    h0,
+    ht,
+    hb,
+    seq_info,
+    chunk_info,
+    store_slot,
+    skt,
+    skh,
+    HV,
+    GROUP,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    has_h0,
+    store_b,
+    PREC: tl.constexpr,
+    WHILE_LOOP: tl.constexpr,
+):
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_v = tl.program_id(2)
@@ -425,36 +552,116 @@ def _state_kernel(k, fd, w, u, gl, h_out, vn_out, h0, ht, hb, seq_info, chunk_in
     eos = tl.load(seq_info + i_n * 4 + 1)
     c0 = tl.load(seq_info + i_n * 4 + 2)
     c1 = tl.load(seq_info + i_n * 4 + 3)
-    ts0 = tl.load(chunk_info + c0 * 4 + 1, mask=c0 < c1, other=0)   # first (virtual) token
+    ts0 = tl.load(chunk_info + c0 * 4 + 1, mask=c0 < c1, other=0)  # first (virtual) token
     oK = tl.arange(0, BK)
     oV = i_v * BV + tl.arange(0, BV)
     r64 = tl.arange(0, 64)
     sidx = oK[:, None] * V + oV[None, :]
     mKV = _dimmask(oK, K, K == BK, BK)[:, None] & _dimmask(oV, V, V % BV == 0, BV)[None, :]
     # masked load instead of a constexpr branch: one compiled kernel with or without h0
-    S = tl.load(h0 + (i_n * HV + i_hv).to(tl.int64) * (K * V) + sidx,
-                mask=mKV & ((tl.zeros([BK, BV], tl.int32) + has_h0) != 0),
-                other=0.).to(tl.float32)
+    S = tl.load(
+        h0 + (i_n * HV + i_hv).to(tl.int64) * (K * V) + sidx,
+        mask=mKV & ((tl.zeros([BK, BV], tl.int32) + has_h0) != 0),
+        other=0.0,
+    ).to(tl.float32)
     if WHILE_LOOP:
         # the interpreter keeps scalars as 1-element arrays, which range() cannot take
         c = c0
         while c < c1:
-            S = _state_step(c, ts0 + (c - c0) * 64, S, k, fd, w, u, gl, h_out, vn_out, hb,
-                            store_slot, bos, eos, i_hv, i_h, skt, skh, oK, oV, r64, sidx, mKV, HV, K, V, BK,
-                            BV, store_b, PREC)
+            S = _state_step(
+                c,
+                ts0 + (c - c0) * 64,
+                S,
+                k,
+                fd,
+                w,
+                u,
+                gl,
+                h_out,
+                vn_out,
+                hb,
+                store_slot,
+                bos,
+                eos,
+                i_hv,
+                i_h,
+                skt,
+                skh,
+                oK,
+                oV,
+                r64,
+                sidx,
+                mKV,
+                HV,
+                K,
+                V,
+                BK,
+                BV,
+                store_b,
+                PREC,
+            )
             c += 1
     else:
         for c in range(c0, c1):
-            S = _state_step(c, ts0 + (c - c0) * 64, S, k, fd, w, u, gl, h_out, vn_out, hb,
-                            store_slot, bos, eos, i_hv, i_h, skt, skh, oK, oV, r64, sidx, mKV, HV, K, V, BK,
-                            BV, store_b, PREC)
+            S = _state_step(
+                c,
+                ts0 + (c - c0) * 64,
+                S,
+                k,
+                fd,
+                w,
+                u,
+                gl,
+                h_out,
+                vn_out,
+                hb,
+                store_slot,
+                bos,
+                eos,
+                i_hv,
+                i_h,
+                skt,
+                skh,
+                oK,
+                oV,
+                r64,
+                sidx,
+                mKV,
+                HV,
+                K,
+                V,
+                BK,
+                BV,
+                store_b,
+                PREC,
+            )
     tl.store(ht + (i_n * HV + i_hv).to(tl.int64) * (K * V) + sidx, S, mask=mKV)
 
 
 @triton.jit(do_not_specialize=["l2norm"])
-def _output_kernel(q, k, gc, h, vn, o, chunk_info, scale, sqt, sqh, skt, skh,
-                   HV, GROUP, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
-                   BV: tl.constexpr, BC: tl.constexpr, l2norm, PREC: tl.constexpr):
+def _output_kernel(
+    q,
+    k,
+    gc,
+    h,
+    vn,
+    o,
+    chunk_info,
+    scale,
+    sqt,
+    sqh,
+    skt,
+    skh,
+    HV,
+    GROUP,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    BC: tl.constexpr,
+    l2norm,
+    PREC: tl.constexpr,
+):
     i_c = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_v = tl.program_id(2)
@@ -467,7 +674,7 @@ def _output_kernel(q, k, gc, h, vn, o, chunk_info, scale, sqt, sqh, skt, skh,
     row0 = t0 * HV + i_hv
     oV = i_v * BV + tl.arange(0, BV)
     mV = _rowmask(m, oV, V, V % BV == 0, BV)
-    gam = tl.load(gc + row0 + r64 * HV, mask=m, other=0.)
+    gam = tl.load(gc + row0 + r64 * HV, mask=m, other=0.0)
     qbase = q + t0 * sqt + i_h * sqh
     kbase = k + t0 * skt + i_h * skh
     hbase = h + (i_c * HV + i_hv).to(tl.int64) * (K * V)
@@ -479,26 +686,25 @@ def _output_kernel(q, k, gc, h, vn, o, chunk_info, scale, sqt, sqh, skt, skh,
     qh = tl.zeros([64, BV], dtype=tl.float32)
     for kb in tl.static_range(0, BK, BC):
         oc = kb + tl.arange(0, BC)
-        qc = tl.load(qbase + r64[:, None] * sqt + oc[None, :], mask=_rowmask(m, oc, K, K == BK, BC),
-                     other=0.)
-        kc = tl.load(kbase + r64[None, :] * skt + oc[:, None], mask=_colmask(m, oc, K, K == BK, BC),
-                     other=0.)
-        hc = tl.load(hbase + oc[:, None] * V + oV[None, :],
-                     mask=_dimmask(oc, K, K == BK, BC)[:, None] & _dimmask(oV, V, V % BV == 0, BV)[None, :],
-                     other=0.)
+        qc = tl.load(qbase + r64[:, None] * sqt + oc[None, :], mask=_rowmask(m, oc, K, K == BK, BC), other=0.0)
+        kc = tl.load(kbase + r64[None, :] * skt + oc[:, None], mask=_colmask(m, oc, K, K == BK, BC), other=0.0)
+        hc = tl.load(
+            hbase + oc[:, None] * V + oV[None, :],
+            mask=_dimmask(oc, K, K == BK, BC)[:, None] & _dimmask(oV, V, V % BV == 0, BV)[None, :],
+            other=0.0,
+        )
         qf = qc.to(tl.float32)
         kf = kc.to(tl.float32)
         qsq += tl.sum(qf * qf, 1)
         ksq += tl.sum(kf * kf, 0)
         P += tl.dot(qc.to(dt), kc.to(dt), input_precision=PREC)
         qh += tl.dot(qc.to(dt), hc, input_precision=PREC)
-    rq = tl.where(l2norm != 0, 1. / tl.sqrt(qsq + 1e-6), 1.) * scale
-    rk = tl.where(l2norm != 0, 1. / tl.sqrt(ksq + 1e-6), 1.)
+    rq = tl.where(l2norm != 0, 1.0 / tl.sqrt(qsq + 1e-6), 1.0) * scale
+    rk = tl.where(l2norm != 0, 1.0 / tl.sqrt(ksq + 1e-6), 1.0)
     causal = r64[:, None] >= r64[None, :]
-    P = P * rq[:, None] * rk[None, :] * tl.exp(
-        tl.where(causal, gam[:, None] - gam[None, :], float("-inf")))
+    P = P * rq[:, None] * rk[None, :] * tl.exp(tl.where(causal, gam[:, None] - gam[None, :], float("-inf")))
     off = r64[:, None] * (HV * V) + oV[None, :]
-    vc = tl.load(vn + row0 * V + off, mask=mV, other=0.)
+    vc = tl.load(vn + row0 * V + off, mask=mV, other=0.0)
     acc = qh * (rq * tl.exp(gam))[:, None]
     acc += tl.dot(P.to(dt), vc, input_precision=PREC)
     tl.store(o + row0 * V + off, acc.to(o.dtype.element_ty), mask=mV)
@@ -513,12 +719,29 @@ def _rows(x: torch.Tensor, TT: int, heads: int, dim: Optional[int]):
     return x
 
 
-def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None,
-                           start_positions=None, use_qk_l2norm=False, boundary_states=True,
-                           state_dtype=torch.float32, boundary_stride=1, boundary_indices=None,
-                           A_log=None, dt_bias=None, use_gate_in_kernel=False,
-                           use_beta_sigmoid=False, chunk_metadata: Optional[ChunkMetadata] = None,
-                           input_precision: Optional[str] = None):
+def chunk_gated_delta_rule(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    *,
+    scale=None,
+    initial_state=None,
+    cu_seqlens=None,
+    start_positions=None,
+    use_qk_l2norm=False,
+    boundary_states=True,
+    state_dtype=torch.float32,
+    boundary_stride=1,
+    boundary_indices=None,
+    A_log=None,
+    dt_bias=None,
+    use_gate_in_kernel=False,
+    use_beta_sigmoid=False,
+    chunk_metadata: Optional[ChunkMetadata] = None,
+    input_precision: Optional[str] = None,
+):
     """Chunked gated-delta-rule forward.
 
     q, k ``[B, T, H, K]``; v ``[B, T, HV, V]``; g (natural-log decay, or the raw ``a`` when
@@ -544,9 +767,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
     if k.dtype != dt or v.dtype != dt:
         k, v = k.to(dt), v.to(dt)
     if scale is None:
-        scale = K ** -0.5
-    meta = resolve_metadata(B, T, dev, cu_seqlens, start_positions, boundary_stride,
-                            boundary_indices, chunk_metadata)
+        scale = K**-0.5
+    meta = resolve_metadata(B, T, dev, cu_seqlens, start_positions, boundary_stride, boundary_indices, chunk_metadata)
     N, TT, NT = meta.num_seqs, B * T, meta.num_chunks
     if meta.total_tokens != TT:
         raise ValueError(f"metadata covers {meta.total_tokens} tokens, inputs have {TT}")
@@ -558,8 +780,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
     store_b = bool(boundary_states)
     o = torch.empty(TT, HV, V, dtype=dt, device=dev)
     ht = torch.empty(N, HV, K, V, dtype=torch.float32, device=dev)
-    hb = (torch.empty(meta.num_boundaries, HV, K, V, dtype=state_dtype, device=dev)
-          if store_b else None)
+    hb = torch.empty(meta.num_boundaries, HV, K, V, dtype=state_dtype, device=dev) if store_b else None
     h0 = initial_state.float().contiguous() if initial_state is not None else ht
     if NT == 0:
         if N > 0:
@@ -581,20 +802,86 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
     heads = dict(HV=HV, GROUP=HV // H)
     l2 = int(bool(use_qk_l2norm))
     _solve_kernel[(NT, HV)](
-        k2, g2, b2, A_log_t, dt_bias_t, A, gcum, glast, meta.chunk_info,
-        k2.stride(0), k2.stride(1), g2.stride(0), g2.stride(1), b2.stride(0), b2.stride(1),
-        USE_GATE=bool(use_gate_in_kernel), BETA_SIGMOID=bool(use_beta_sigmoid), l2norm=l2,
-        **heads, **lp["solve"])
+        k2,
+        g2,
+        b2,
+        A_log_t,
+        dt_bias_t,
+        A,
+        gcum,
+        glast,
+        meta.chunk_info,
+        k2.stride(0),
+        k2.stride(1),
+        g2.stride(0),
+        g2.stride(1),
+        b2.stride(0),
+        b2.stride(1),
+        USE_GATE=bool(use_gate_in_kernel),
+        BETA_SIGMOID=bool(use_beta_sigmoid),
+        l2norm=l2,
+        **heads,
+        **lp["solve"],
+    )
     _wu_kernel[(NT, HV)](
-        k2, v2, b2, A, gcum, glast, w, u, fd, meta.chunk_info,
-        k2.stride(0), k2.stride(1), v2.stride(0), v2.stride(1), b2.stride(0), b2.stride(1),
-        BETA_SIGMOID=bool(use_beta_sigmoid), l2norm=l2, **heads, **lp["wu"])
+        k2,
+        v2,
+        b2,
+        A,
+        gcum,
+        glast,
+        w,
+        u,
+        fd,
+        meta.chunk_info,
+        k2.stride(0),
+        k2.stride(1),
+        v2.stride(0),
+        v2.stride(1),
+        b2.stride(0),
+        b2.stride(1),
+        BETA_SIGMOID=bool(use_beta_sigmoid),
+        l2norm=l2,
+        **heads,
+        **lp["wu"],
+    )
     _state_kernel[(N, HV, triton.cdiv(V, lp["state"]["BV"]))](
-        k2, fd, w, u, glast, hbuf, vn, h0, ht, hb if store_b else ht, meta.seq_info,
-        meta.chunk_info, meta.store_slot, k2.stride(0), k2.stride(1),
-        has_h0=int(initial_state is not None), store_b=int(store_b and meta.num_boundaries > 0),
-        WHILE_LOOP=INTERPRET, **heads, **lp["state"])
+        k2,
+        fd,
+        w,
+        u,
+        glast,
+        hbuf,
+        vn,
+        h0,
+        ht,
+        hb if store_b else ht,
+        meta.seq_info,
+        meta.chunk_info,
+        meta.store_slot,
+        k2.stride(0),
+        k2.stride(1),
+        has_h0=int(initial_state is not None),
+        store_b=int(store_b and meta.num_boundaries > 0),
+        WHILE_LOOP=INTERPRET,
+        **heads,
+        **lp["state"],
+    )
     _output_kernel[(NT, HV, triton.cdiv(V, lp["out"]["BV"]))](
-        q2, k2, gcum, hbuf, vn, o, meta.chunk_info, float(scale), q2.stride(0), q2.stride(1),
-        k2.stride(0), k2.stride(1), l2norm=l2, **heads, **lp["out"])
+        q2,
+        k2,
+        gcum,
+        hbuf,
+        vn,
+        o,
+        meta.chunk_info,
+        float(scale),
+        q2.stride(0),
+        q2.stride(1),
+        k2.stride(0),
+        k2.stride(1),
+        l2norm=l2,
+        **heads,
+        **lp["out"],
+    )
     return o.reshape(B, T, HV, V), ht, hb

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-INSTALL_HINT = ("the kernels need torch and triton: pip install 'marconi-sim[kernels]'")
+INSTALL_HINT = "the kernels need torch and triton: pip install 'marconi-sim[kernels]'"
 
 
 def _checks(torch, on_gpu: bool):
@@ -32,7 +32,7 @@ def _checks(torch, on_gpu: bool):
         return (a.float() - b.float()).abs().max().item() if a.numel() else 0.0
 
     H, HV, K, V = 2, 4, 32, 32
-    tol = 1e-4 if on_gpu else 1e-5      # fp32 either way (IEEE dots on the GPU)
+    tol = 1e-4 if on_gpu else 1e-5  # fp32 either way (IEEE dots on the GPU)
     for T in (63, 130):
         q, k, v = rnd(1, T, H, K), rnd(1, T, H, K), rnd(1, T, HV, V)
         g, beta = F.logsigmoid(rnd(1, T, HV)), torch.sigmoid(rnd(1, T, HV))
@@ -46,39 +46,37 @@ def _checks(torch, on_gpu: bool):
     q, k, v = rnd(1, 200, H, K), rnd(1, 200, H, K), rnd(1, 200, HV, V)
     g, beta = F.logsigmoid(rnd(1, 200, HV)), torch.sigmoid(rnd(1, 200, HV))
     h0 = 0.1 * rnd(3, HV, K, V)
-    o, ht, hb = chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, cu_seqlens=cu,
-                                       start_positions=starts, use_qk_l2norm=True)
-    ro, rf, rb, _ = naive_gated_delta_rule(q, k, v, g, beta, initial_state=h0, cu_seqlens=cu,
-                                           start_positions=starts, use_qk_l2norm=True)
+    o, ht, hb = chunk_gated_delta_rule(
+        q, k, v, g, beta, initial_state=h0, cu_seqlens=cu, start_positions=starts, use_qk_l2norm=True
+    )
+    ro, rf, rb, _ = naive_gated_delta_rule(
+        q, k, v, g, beta, initial_state=h0, cu_seqlens=cu, start_positions=starts, use_qk_l2norm=True
+    )
     yield "gdn varlen x3, ragged starts: output", err(o, ro), tol
     yield "gdn varlen x3, ragged starts: states", max(err(ht, rf), err(hb, rb)), tol
 
     q, k, v = (x[:, :130].contiguous() for x in (q, k, v))
     g, beta = g[:, :130], beta[:, :130]
     o, ht, hb = chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True)
-    o2, h2, _ = chunk_gated_delta_rule(*(x[:, 64:] for x in (q, k, v, g, beta)),
-                                       initial_state=hb[:1], start_positions=[64],
-                                       use_qk_l2norm=True)
-    yield "gdn restore at 64: suffix output + state", max(err(o2, o[:, 64:]), err(h2, ht)), \
-        (1e-5 if on_gpu else 0.0)
+    o2, h2, _ = chunk_gated_delta_rule(
+        *(x[:, 64:] for x in (q, k, v, g, beta)), initial_state=hb[:1], start_positions=[64], use_qk_l2norm=True
+    )
+    yield "gdn restore at 64: suffix output + state", max(err(o2, o[:, 64:]), err(h2, ht)), (1e-5 if on_gpu else 0.0)
 
     D = 48
     x, w, b, cs = rnd(1, 200, D), rnd(D, 4), rnd(D), rnd(3, D, 3)
     y, cf, cb = causal_conv1d(x, w, b, conv_state=cs, cu_seqlens=cu, start_positions=starts)
-    ry, rcf, rcb, _ = naive_causal_conv1d(x, w, b, conv_state=cs, cu_seqlens=cu,
-                                          start_positions=starts)
+    ry, rcf, rcb, _ = naive_causal_conv1d(x, w, b, conv_state=cs, cu_seqlens=cu, start_positions=starts)
     yield "conv1d varlen: output", err(y, ry), tol
     yield "conv1d varlen: final + boundary windows", max(err(cf, rcf), err(cb, rcb)), tol
 
     if on_gpu:
         H, HV, K, V, T = 4, 8, 128, 128, 1000
-        q, k, v = (rnd(1, T, H, K).bfloat16(), rnd(1, T, H, K).bfloat16(),
-                   rnd(1, T, HV, V).bfloat16())
+        q, k, v = (rnd(1, T, H, K).bfloat16(), rnd(1, T, H, K).bfloat16(), rnd(1, T, HV, V).bfloat16())
         g, beta = F.logsigmoid(rnd(1, T, HV)) * 0.5, torch.sigmoid(rnd(1, T, HV)).bfloat16()
         o, ht, hb = chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True)
         ro, rf, rb, _ = naive_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True)
-        rel = max(((a.float() - r).norm() / r.norm()).item() for a, r in
-                  ((o, ro), (ht, rf), (hb, rb)))
+        rel = max(((a.float() - r).norm() / r.norm()).item() for a, r in ((o, ro), (ht, rf), (hb, rb)))
         yield "gdn bf16 H=4 HV=8 K=V=128 T=1000 (rel)", rel, 2e-2
 
 
@@ -98,8 +96,10 @@ def register(main: click.Group) -> None:
         on_gpu = torch.cuda.is_available()
         if not on_gpu:
             if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-                click.echo("Error: triton was imported before TRITON_INTERPRET=1 could be set; "
-                           "run with TRITON_INTERPRET=1", err=True)
+                click.echo(
+                    "Error: triton was imported before TRITON_INTERPRET=1 could be set; run with TRITON_INTERPRET=1",
+                    err=True,
+                )
                 sys.exit(2)
             os.environ["TRITON_INTERPRET"] = "1"
         try:
@@ -107,14 +107,12 @@ def register(main: click.Group) -> None:
         except ImportError:
             click.echo(f"Error: {INSTALL_HINT}", err=True)
             sys.exit(2)
-        mode = (f"compiled on {torch.cuda.get_device_name()}" if on_gpu
-                else "Triton interpreter on CPU")
-        click.echo(f"marconi kernels check: torch {torch.__version__}, triton "
-                   f"{triton.__version__}, {mode}")
+        mode = f"compiled on {torch.cuda.get_device_name()}" if on_gpu else "Triton interpreter on CPU"
+        click.echo(f"marconi kernels check: torch {torch.__version__}, triton {triton.__version__}, {mode}")
         click.echo(f"{'check':<48} {'error':>10} {'tol':>8}  result")
         failed = 0
         for name, e, tol in _checks(torch, on_gpu):
-            ok = e <= tol and e == e      # NaN never passes
+            ok = e <= tol and e == e  # NaN never passes
             failed += not ok
             click.echo(f"{name:<48} {e:>10.2e} {tol:>8.0e}  {'PASS' if ok else 'FAIL'}")
         click.echo(f"{'all checks passed' if not failed else f'{failed} check(s) FAILED'}")

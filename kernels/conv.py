@@ -24,20 +24,41 @@ __all__ = ["causal_conv1d"]
 def _xload(x, cs, src, rowm, d, md, bos, n, sxt, D, W: tl.constexpr, HAS_STATE: tl.constexpr):
     """Pre-conv inputs at token rows ``src`` (may reach before ``bos``) for channels ``d``."""
     inx = rowm & (src >= bos)
-    val = tl.load(x + tl.where(inx, src, 0).to(tl.int64)[:, None] * sxt + d[None, :],
-                  mask=inx[:, None] & md[None, :], other=0.).to(tl.float32)
+    val = tl.load(
+        x + tl.where(inx, src, 0).to(tl.int64)[:, None] * sxt + d[None, :], mask=inx[:, None] & md[None, :], other=0.0
+    ).to(tl.float32)
     if HAS_STATE:
-        j = (W - 1) + (src - bos)                      # column in conv_state
+        j = (W - 1) + (src - bos)  # column in conv_state
         ins = rowm & (src < bos) & (j >= 0)
-        val += tl.load(cs + (n * D + d[None, :]).to(tl.int64) * (W - 1) + tl.where(ins, j, 0)[:, None],
-                       mask=ins[:, None] & md[None, :], other=0.).to(tl.float32)
+        val += tl.load(
+            cs + (n * D + d[None, :]).to(tl.int64) * (W - 1) + tl.where(ins, j, 0)[:, None],
+            mask=ins[:, None] & md[None, :],
+            other=0.0,
+        ).to(tl.float32)
     return val
 
 
 @triton.jit
-def _conv_kernel(x, wt, bias, cs_in, y, cs_out, cb, chunk_info, seq_info, store_slot, sxt, D,
-                 W: tl.constexpr, BD: tl.constexpr, HAS_BIAS: tl.constexpr,
-                 HAS_STATE: tl.constexpr, SILU: tl.constexpr, STORE_B: tl.constexpr):
+def _conv_kernel(
+    x,
+    wt,
+    bias,
+    cs_in,
+    y,
+    cs_out,
+    cb,
+    chunk_info,
+    seq_info,
+    store_slot,
+    sxt,
+    D,
+    W: tl.constexpr,
+    BD: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_STATE: tl.constexpr,
+    SILU: tl.constexpr,
+    STORE_B: tl.constexpr,
+):
     i_c = tl.program_id(0)
     i_d = tl.program_id(1)
     n = tl.load(chunk_info + i_c * 4)
@@ -52,16 +73,15 @@ def _conv_kernel(x, wt, bias, cs_in, y, cs_out, cb, chunk_info, seq_info, store_
     m = (t >= lo) & (t < hi)
     acc = tl.zeros([64, BD], dtype=tl.float32)
     if HAS_BIAS:
-        acc += tl.load(bias + d, mask=md, other=0.).to(tl.float32)[None, :]
+        acc += tl.load(bias + d, mask=md, other=0.0).to(tl.float32)[None, :]
     for i in tl.static_range(W):
         xi = _xload(x, cs_in, t - (W - 1) + i, m, d, md, bos, n, sxt, D, W, HAS_STATE)
-        wi = tl.load(wt + d * W + i, mask=md, other=0.).to(tl.float32)
+        wi = tl.load(wt + d * W + i, mask=md, other=0.0).to(tl.float32)
         acc += xi * wi[None, :]
     if SILU:
         acc = acc * tl.sigmoid(acc)
     tc = tl.where(m, t, 0).to(tl.int64)
-    tl.store(y + tc[:, None] * D + d[None, :], acc.to(y.dtype.element_ty),
-             mask=m[:, None] & md[None, :])
+    tl.store(y + tc[:, None] * D + d[None, :], acc.to(y.dtype.element_ty), mask=m[:, None] & md[None, :])
     # window of the W-1 inputs before the chunk end ``hi``
     j = tl.arange(0, 4)
     jm = j < (W - 1)
@@ -71,21 +91,29 @@ def _conv_kernel(x, wt, bias, cs_in, y, cs_out, cb, chunk_info, seq_info, store_
         slot = tl.load(store_slot + i_c)
         # full-shape boolean masks: triton 3.9's interpreter rejects a scalar & block mask
         ok = ((widx * 0 + slot) >= 0) & jm[:, None] & md[None, :]
-        tl.store(cb + tl.maximum(slot, 0).to(tl.int64) * D * (W - 1) + widx,
-                 win.to(cb.dtype.element_ty), mask=ok)
+        tl.store(cb + tl.maximum(slot, 0).to(tl.int64) * D * (W - 1) + widx, win.to(cb.dtype.element_ty), mask=ok)
     last = ((widx * 0 + hi) == eos) & jm[:, None] & md[None, :]
-    tl.store(cs_out + n.to(tl.int64) * D * (W - 1) + widx, win.to(cs_out.dtype.element_ty),
-             mask=last)
+    tl.store(cs_out + n.to(tl.int64) * D * (W - 1) + widx, win.to(cs_out.dtype.element_ty), mask=last)
 
 
 # One fixed launch configuration (no autotuning: a new shape must not re-benchmark candidates).
 CONV_CONFIG = dict(BD=128, num_warps=4)
 
 
-def causal_conv1d(x, weight, bias=None, *, conv_state=None, cu_seqlens=None, start_positions=None,
-                  activation: Optional[str] = "silu", boundary_conv_states=True,
-                  boundary_stride=1, boundary_indices=None,
-                  chunk_metadata: Optional[ChunkMetadata] = None):
+def causal_conv1d(
+    x,
+    weight,
+    bias=None,
+    *,
+    conv_state=None,
+    cu_seqlens=None,
+    start_positions=None,
+    activation: Optional[str] = "silu",
+    boundary_conv_states=True,
+    boundary_stride=1,
+    boundary_indices=None,
+    chunk_metadata: Optional[ChunkMetadata] = None,
+):
     """x ``[B, T, D]`` (varlen: B == 1 with ``cu_seqlens``), weight ``[D, W]`` (W <= 5),
     conv_state ``[N, D, W-1]``. Returns ``(y [B, T, D], final_conv_state [N, D, W-1],
     boundary_conv_states [NB, D, W-1] or None)``; boundaries as in ``chunk_gated_delta_rule``."""
@@ -96,8 +124,7 @@ def causal_conv1d(x, weight, bias=None, *, conv_state=None, cu_seqlens=None, sta
     if activation not in (None, "silu", "swish"):
         raise ValueError(f"unknown activation {activation!r}")
     dev = x.device
-    meta = resolve_metadata(B, T, dev, cu_seqlens, start_positions, boundary_stride,
-                            boundary_indices, chunk_metadata)
+    meta = resolve_metadata(B, T, dev, cu_seqlens, start_positions, boundary_stride, boundary_indices, chunk_metadata)
     N, TT, NT = meta.num_seqs, B * T, meta.num_chunks
     x2 = x.reshape(TT, D)
     if x2.stride(1) != 1:
@@ -109,20 +136,31 @@ def causal_conv1d(x, weight, bias=None, *, conv_state=None, cu_seqlens=None, sta
             raise ValueError(f"conv_state must be {(N, D, W - 1)}")
         conv_state = conv_state.contiguous()
     if meta.has_empty:
-        cs_out = (conv_state.clone() if conv_state is not None
-                  else torch.zeros(N, D, W - 1, dtype=cs_dtype, device=dev))
+        cs_out = conv_state.clone() if conv_state is not None else torch.zeros(N, D, W - 1, dtype=cs_dtype, device=dev)
     else:
         cs_out = torch.empty(N, D, W - 1, dtype=cs_dtype, device=dev)
     store_b = bool(boundary_conv_states)
-    cb = (torch.empty(meta.num_boundaries, D, W - 1, dtype=cs_dtype, device=dev)
-          if store_b else None)
+    cb = torch.empty(meta.num_boundaries, D, W - 1, dtype=cs_dtype, device=dev) if store_b else None
     if NT > 0:
-        grid = lambda META: (NT, triton.cdiv(D, META["BD"]))   # noqa: E731
+        grid = lambda META: (NT, triton.cdiv(D, META["BD"]))  # noqa: E731
         _conv_kernel[grid](
-            x2, weight.contiguous(), bias if bias is not None else x2,
-            conv_state if conv_state is not None else x2, y, cs_out,
-            cb if store_b else cs_out, meta.chunk_info, meta.seq_info, meta.store_slot,
-            x2.stride(0), D, W=W, HAS_BIAS=bias is not None,
-            HAS_STATE=conv_state is not None, SILU=activation in ("silu", "swish"),
-            STORE_B=store_b and meta.num_boundaries > 0, **CONV_CONFIG)
+            x2,
+            weight.contiguous(),
+            bias if bias is not None else x2,
+            conv_state if conv_state is not None else x2,
+            y,
+            cs_out,
+            cb if store_b else cs_out,
+            meta.chunk_info,
+            meta.seq_info,
+            meta.store_slot,
+            x2.stride(0),
+            D,
+            W=W,
+            HAS_BIAS=bias is not None,
+            HAS_STATE=conv_state is not None,
+            SILU=activation in ("silu", "swish"),
+            STORE_B=store_b and meta.num_boundaries > 0,
+            **CONV_CONFIG,
+        )
     return y.reshape(B, T, D), cs_out, cb

@@ -37,8 +37,9 @@ def _seq_bounds(B: int, T: int, cu_seqlens):
     return [(0, cu[i], cu[i + 1]) for i in range(len(cu) - 1)]
 
 
-def naive_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None,
-                           start_positions=None, use_qk_l2norm=False):
+def naive_gated_delta_rule(
+    q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None, start_positions=None, use_qk_l2norm=False
+):
     """Per-token fp32 recurrence.
 
     Returns ``(o, final_state, boundary_states, boundary_positions)``: ``o`` fp32 ``[B, T, HV, V]``,
@@ -51,7 +52,7 @@ def naive_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
     assert HV % H == 0
     group = HV // H
     if scale is None:
-        scale = K ** -0.5
+        scale = K**-0.5
     dev = q.device
     q, k, v, g, beta = (x.float() for x in (q, k, v, g, beta))
     q = q.repeat_interleave(group, dim=2)
@@ -64,11 +65,13 @@ def naive_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
     if start_positions is None:
         starts = [0] * N
     else:
-        starts = [int(x) for x in (start_positions.tolist() if torch.is_tensor(start_positions)
-                                   else start_positions)]
+        starts = [int(x) for x in (start_positions.tolist() if torch.is_tensor(start_positions) else start_positions)]
     o = torch.zeros(B, T, HV, V, dtype=torch.float32, device=dev)
-    h0 = (initial_state.float() if initial_state is not None
-          else torch.zeros(N, HV, K, V, dtype=torch.float32, device=dev))
+    h0 = (
+        initial_state.float()
+        if initial_state is not None
+        else torch.zeros(N, HV, K, V, dtype=torch.float32, device=dev)
+    )
     # Sequences of equal length advance in lockstep (a batched token loop; still one token at a
     # time, no chunking), which keeps the oracle usable on a GPU at T = 32K.
     groups: dict = {}
@@ -78,15 +81,15 @@ def naive_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
     per_seq_b = [[] for _ in range(N)]
     bpos = [[] for _ in range(N)]
     for L, ns in groups.items():
-        take = lambda x: torch.stack([x[seqs[n][0], seqs[n][1]:seqs[n][2]] for n in ns])  # noqa
-        qg, kg, vg, bg = take(q), take(k), take(v), take(beta)       # [G, L, HV, ...]
-        eg = torch.exp(take(g))                                         # [G, L, HV]
-        S = h0[ns].clone()                                              # [G, HV, K, V]
+        take = lambda x: torch.stack([x[seqs[n][0], seqs[n][1] : seqs[n][2]] for n in ns])  # noqa
+        qg, kg, vg, bg = take(q), take(k), take(v), take(beta)  # [G, L, HV, ...]
+        eg = torch.exp(take(g))  # [G, L, HV]
+        S = h0[ns].clone()  # [G, HV, K, V]
         og = torch.empty(len(ns), L, HV, V, dtype=torch.float32, device=dev)
         for t in range(L):
             S.mul_(eg[:, t, :, None, None])
             kt = kg[:, t]
-            pred = torch.matmul(kt.unsqueeze(-2), S).squeeze(-2)       # [G, HV, V]
+            pred = torch.matmul(kt.unsqueeze(-2), S).squeeze(-2)  # [G, HV, V]
             delta = bg[:, t, :, None] * (vg[:, t] - pred)
             S.add_(kt.unsqueeze(-1) * delta.unsqueeze(-2))
             og[:, t] = torch.matmul(qg[:, t].unsqueeze(-2), S).squeeze(-2)
@@ -108,14 +111,22 @@ def naive_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
 def naive_recurrent_step(q, k, v, g, beta, state, *, scale=None, use_qk_l2norm=False):
     """One decode step for N sequences: q, k ``[N, H, K]``, v ``[N, HV, V]``, g, beta ``[N, HV]``,
     state ``[N, HV, K, V]``. Returns ``(o [N, HV, V], new_state)`` in fp32."""
-    o, final, _, _ = naive_gated_delta_rule(q[:, None], k[:, None], v[:, None], g[:, None],
-                                            beta[:, None], scale=scale, initial_state=state,
-                                            use_qk_l2norm=use_qk_l2norm)
+    o, final, _, _ = naive_gated_delta_rule(
+        q[:, None],
+        k[:, None],
+        v[:, None],
+        g[:, None],
+        beta[:, None],
+        scale=scale,
+        initial_state=state,
+        use_qk_l2norm=use_qk_l2norm,
+    )
     return o[:, 0], final
 
 
-def naive_causal_conv1d(x, weight, bias=None, *, conv_state=None, cu_seqlens=None,
-                        start_positions=None, activation="silu"):
+def naive_causal_conv1d(
+    x, weight, bias=None, *, conv_state=None, cu_seqlens=None, start_positions=None, activation="silu"
+):
     """Depthwise causal conv through ``F.conv1d`` in fp32.
 
     x ``[B, T, D]``; weight ``[D, W]``; conv_state ``[N, D, W-1]`` holds the W-1 inputs before each
@@ -127,31 +138,33 @@ def naive_causal_conv1d(x, weight, bias=None, *, conv_state=None, cu_seqlens=Non
     W = weight.shape[1]
     seqs = _seq_bounds(B, T, cu_seqlens)
     N = len(seqs)
-    starts = ([0] * N if start_positions is None else
-              [int(s) for s in (start_positions.tolist() if torch.is_tensor(start_positions)
-                                else start_positions)])
+    starts = (
+        [0] * N
+        if start_positions is None
+        else [int(s) for s in (start_positions.tolist() if torch.is_tensor(start_positions) else start_positions)]
+    )
     y = torch.zeros(B, T, D, dtype=torch.float32, device=x.device)
     finals, wins, bpos = [], [], []
     for n, (b, bos, eos) in enumerate(seqs):
-        prev = (conv_state[n].float() if conv_state is not None
-                else torch.zeros(D, W - 1, device=x.device))
-        xs = torch.cat([prev, x[b, bos:eos].float().t()], dim=1)           # [D, W-1+L]
+        prev = conv_state[n].float() if conv_state is not None else torch.zeros(D, W - 1, device=x.device)
+        xs = torch.cat([prev, x[b, bos:eos].float().t()], dim=1)  # [D, W-1+L]
         L = eos - bos
         if L == 0:
             finals.append(prev.clone())
             bpos.append([])
             continue
-        out = F.conv1d(xs[None], weight.float()[:, None, :],
-                       None if bias is None else bias.float(), groups=D)[0]  # [D, L]
+        out = F.conv1d(xs[None], weight.float()[:, None, :], None if bias is None else bias.float(), groups=D)[
+            0
+        ]  # [D, L]
         if activation in ("silu", "swish"):
             out = F.silu(out)
         y[b, bos:eos] = out.t()
-        finals.append(xs[:, L:L + W - 1].clone())
+        finals.append(xs[:, L : L + W - 1].clone())
         pl = []
         for j in range(1, L + 1):
             p = starts[n] + j
             if p % CHUNK == 0:
-                wins.append(xs[:, j:j + W - 1].clone())   # inputs at local j-W+1 .. j-1
+                wins.append(xs[:, j : j + W - 1].clone())  # inputs at local j-W+1 .. j-1
                 pl.append(p)
         bpos.append(pl)
     final = torch.stack(finals)

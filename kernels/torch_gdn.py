@@ -60,18 +60,19 @@ class _Grid:
         self.rows = torch.where(real, src, self.TT).reshape(-1)
         lengths = eos - bos
         seq = torch.repeat_interleave(torch.arange(N, device=device), lengths, output_size=self.TT)
-        shift = torch.arange(N, device=device) * G + r - bos          # grid row - token row
+        shift = torch.arange(N, device=device) * G + r - bos  # grid row - token row
         self.back = torch.arange(self.TT, device=device) + shift[seq]
         ends: dict = {}
         for n in range(N):
-            first = starts[n] - ragged[n]                              # absolute start of the grid
+            first = starts[n] - ragged[n]  # absolute start of the grid
             for j, b in enumerate(meta.boundary_positions[n]):
                 c = (b - first) // CHUNK - 1
                 ends.setdefault(c, ([], []))
                 ends[c][0].append(n)
                 ends[c][1].append(meta.boundary_offsets[n] + j)
-        self.ends = {c: (torch.tensor(ns, device=device), torch.tensor(sl, device=device))
-                     for c, (ns, sl) in ends.items()}
+        self.ends = {
+            c: (torch.tensor(ns, device=device), torch.tensor(sl, device=device)) for c, (ns, sl) in ends.items()
+        }
 
     def gather(self, x: torch.Tensor) -> torch.Tensor:
         """``x [TT, ...]`` on the grid: ``[N, C, 64, ...]``, zeros in virtual rows."""
@@ -83,12 +84,29 @@ def _l2norm(x: torch.Tensor) -> torch.Tensor:
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6)
 
 
-def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None,
-                           start_positions=None, use_qk_l2norm=False, boundary_states=True,
-                           state_dtype=torch.float32, boundary_stride=1, boundary_indices=None,
-                           A_log=None, dt_bias=None, use_gate_in_kernel=False,
-                           use_beta_sigmoid=False, chunk_metadata: Optional[ChunkMetadata] = None,
-                           input_precision: Optional[str] = None):
+def chunk_gated_delta_rule(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    *,
+    scale=None,
+    initial_state=None,
+    cu_seqlens=None,
+    start_positions=None,
+    use_qk_l2norm=False,
+    boundary_states=True,
+    state_dtype=torch.float32,
+    boundary_stride=1,
+    boundary_indices=None,
+    A_log=None,
+    dt_bias=None,
+    use_gate_in_kernel=False,
+    use_beta_sigmoid=False,
+    chunk_metadata: Optional[ChunkMetadata] = None,
+    input_precision: Optional[str] = None,
+):
     """Chunked gated-delta-rule forward in plain torch: the arguments and results of
     ``kernels.chunk_gdn.chunk_gated_delta_rule`` (``input_precision`` is accepted and ignored:
     every product is fp32). Any head dims K, V >= 1.
@@ -103,18 +121,15 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
         raise ValueError("use_gate_in_kernel needs A_log and dt_bias")
     dev, dt, f32 = q.device, q.dtype, torch.float32
     if scale is None:
-        scale = K ** -0.5
-    meta = resolve_metadata(B, T, dev, cu_seqlens, start_positions, boundary_stride,
-                            boundary_indices, chunk_metadata)
+        scale = K**-0.5
+    meta = resolve_metadata(B, T, dev, cu_seqlens, start_positions, boundary_stride, boundary_indices, chunk_metadata)
     N, TT = meta.num_seqs, B * T
     if meta.total_tokens != TT:
         raise ValueError(f"metadata covers {meta.total_tokens} tokens, inputs have {TT}")
     if initial_state is not None and tuple(initial_state.shape) != (N, HV, K, V):
         raise ValueError(f"initial_state must be {(N, HV, K, V)}, got {tuple(initial_state.shape)}")
-    S = (initial_state.to(f32).clone() if initial_state is not None
-         else torch.zeros(N, HV, K, V, dtype=f32, device=dev))
-    hb = (torch.empty(meta.num_boundaries, HV, K, V, dtype=state_dtype, device=dev)
-          if boundary_states else None)
+    S = initial_state.to(f32).clone() if initial_state is not None else torch.zeros(N, HV, K, V, dtype=f32, device=dev)
+    hb = torch.empty(meta.num_boundaries, HV, K, V, dtype=state_dtype, device=dev) if boundary_states else None
     if meta.num_chunks == 0:
         return torch.zeros(B, T, HV, V, dtype=dt, device=dev), S, hb
 
@@ -135,33 +150,33 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
     Q = grid.gather(qf).permute(0, 1, 3, 2, 4)
     Kc = grid.gather(kf).permute(0, 1, 3, 2, 4)
     Vc = grid.gather(vf).permute(0, 1, 3, 2, 4)
-    gam = grid.gather(gf).permute(0, 1, 3, 2).cumsum(-1)           # [N, C, HV, 64]
+    gam = grid.gather(gf).permute(0, 1, 3, 2).cumsum(-1)  # [N, C, HV, 64]
     bt = grid.gather(bf).permute(0, 1, 3, 2)
 
-    def per_value_head(x):                                        # [N, C, H, ...] -> HV heads
+    def per_value_head(x):  # [N, C, H, ...] -> HV heads
         return x.repeat_interleave(group, dim=2) if group > 1 else x
 
     idx = torch.arange(CHUNK, device=dev)
     causal = idx[:, None] >= idx[None, :]
     strict = idx[:, None] > idx[None, :]
     decay = torch.exp((gam[..., :, None] - gam[..., None, :]).masked_fill(~causal, float("-inf")))
-    KK = per_value_head(Kc @ Kc.transpose(-1, -2))                # [N, C, HV, 64, 64]
-    L = (bt[..., :, None] * KK * decay).masked_fill(~strict, 0.)
-    Kv = per_value_head(Kc)                                       # [N, C, HV, 64, K]
+    KK = per_value_head(Kc @ Kc.transpose(-1, -2))  # [N, C, HV, 64, 64]
+    L = (bt[..., :, None] * KK * decay).masked_fill(~strict, 0.0)
+    Kv = per_value_head(Kc)  # [N, C, HV, 64, K]
     eg = torch.exp(gam)
     rhs = torch.cat([Kv * (bt * eg)[..., None], Vc * bt[..., None]], dim=-1)
     # (I + L) X = rhs; the solver reads only the strict lower triangle (unit diagonal assumed)
     wu = torch.linalg.solve_triangular(L, rhs, upper=False, unitriangular=True)
     w, u = wu[..., :K], wu[..., K:]
-    g_last = gam[..., -1]                                         # [N, C, HV]
-    kd = (Kv * torch.exp(g_last[..., None] - gam)[..., None]).transpose(-1, -2)   # [.., K, 64]
+    g_last = gam[..., -1]  # [N, C, HV]
+    kd = (Kv * torch.exp(g_last[..., None] - gam)[..., None]).transpose(-1, -2)  # [.., K, 64]
     qg = per_value_head(Q) * eg[..., None]
-    P = per_value_head(Q @ Kc.transpose(-1, -2)) * decay          # causal (decay 0 above)
+    P = per_value_head(Q @ Kc.transpose(-1, -2)) * decay  # causal (decay 0 above)
     fl = torch.exp(g_last)[..., None, None]
 
     out = torch.empty(N, C, HV, CHUNK, V, dtype=f32, device=dev)
     for c in range(C):
-        vn = u[:, c] - w[:, c] @ S                                # corrected values v'
+        vn = u[:, c] - w[:, c] @ S  # corrected values v'
         out[:, c] = qg[:, c] @ S + P[:, c] @ vn
         S = S * fl[:, c] + kd[:, c] @ vn
         if hb is not None and c in grid.ends:
@@ -171,10 +186,20 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
     return o.to(dt).reshape(B, T, HV, V), S, hb
 
 
-def causal_conv1d(x, weight, bias=None, *, conv_state=None, cu_seqlens=None, start_positions=None,
-                  activation: Optional[str] = "silu", boundary_conv_states=True,
-                  boundary_stride=1, boundary_indices=None,
-                  chunk_metadata: Optional[ChunkMetadata] = None):
+def causal_conv1d(
+    x,
+    weight,
+    bias=None,
+    *,
+    conv_state=None,
+    cu_seqlens=None,
+    start_positions=None,
+    activation: Optional[str] = "silu",
+    boundary_conv_states=True,
+    boundary_stride=1,
+    boundary_indices=None,
+    chunk_metadata: Optional[ChunkMetadata] = None,
+):
     """Depthwise causal conv1d in plain torch: the arguments and results of
     ``kernels.conv.causal_conv1d`` (any width W >= 2). x ``[B, T, D]``, weight ``[D, W]``,
     conv_state ``[N, D, W-1]`` (any strides). Returns ``(y [B, T, D] in x's dtype,
@@ -187,8 +212,7 @@ def causal_conv1d(x, weight, bias=None, *, conv_state=None, cu_seqlens=None, sta
     if activation not in (None, "silu", "swish"):
         raise ValueError(f"unknown activation {activation!r}")
     dev, f32 = x.device, torch.float32
-    meta = resolve_metadata(B, T, dev, cu_seqlens, start_positions, boundary_stride,
-                            boundary_indices, chunk_metadata)
+    meta = resolve_metadata(B, T, dev, cu_seqlens, start_positions, boundary_stride, boundary_indices, chunk_metadata)
     N, TT = meta.num_seqs, B * T
     if meta.total_tokens != TT:
         raise ValueError(f"metadata covers {meta.total_tokens} tokens, inputs have {TT}")
@@ -217,8 +241,7 @@ def causal_conv1d(x, weight, bias=None, *, conv_state=None, cu_seqlens=None, sta
     seq = torch.repeat_interleave(torch.arange(N, device=dev), cu[1:] - bos, output_size=TT)
     t = torch.arange(TT, device=dev)
     w32 = weight.to(f32)
-    y = (bias.to(f32)[None].expand(TT, D) if bias is not None
-         else torch.zeros(TT, D, dtype=f32, device=dev))
+    y = bias.to(f32)[None].expand(TT, D) if bias is not None else torch.zeros(TT, D, dtype=f32, device=dev)
     for i in range(W):
         y = y + table.index_select(0, rows(t - (W - 1) + i, seq)) * w32[:, i]
     if activation in ("silu", "swish"):

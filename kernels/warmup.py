@@ -29,13 +29,25 @@ def _lengths(bucket: Bucket) -> list[int]:
     return [int(bucket)] if isinstance(bucket, int) else [int(x) for x in bucket]
 
 
-def warmup(buckets: Iterable[Bucket] = (63, 64), *, num_heads: int, num_v_heads: int,
-           head_k_dim: int = 128, head_v_dim: int = 128, dtype: torch.dtype = torch.bfloat16,
-           device: Union[str, torch.device] = "cuda", use_qk_l2norm: bool = True,
-           use_gate_in_kernel: bool = False, use_beta_sigmoid: bool = False,
-           boundary_states: bool = True, state_dtype: torch.dtype = torch.float32,
-           conv_dim: Optional[int] = None, conv_width: int = 4, conv_bias: bool = False,
-           seed: int = 0) -> float:
+def warmup(
+    buckets: Iterable[Bucket] = (63, 64),
+    *,
+    num_heads: int,
+    num_v_heads: int,
+    head_k_dim: int = 128,
+    head_v_dim: int = 128,
+    dtype: torch.dtype = torch.bfloat16,
+    device: Union[str, torch.device] = "cuda",
+    use_qk_l2norm: bool = True,
+    use_gate_in_kernel: bool = False,
+    use_beta_sigmoid: bool = False,
+    boundary_states: bool = True,
+    state_dtype: torch.dtype = torch.float32,
+    conv_dim: Optional[int] = None,
+    conv_width: int = 4,
+    conv_bias: bool = False,
+    seed: int = 0,
+) -> float:
     """Run the kernels once per bucket (a token count, or a list of sequence lengths for one
     varlen call), with and without initial states; returns the seconds spent.
 
@@ -61,19 +73,32 @@ def warmup(buckets: Iterable[Bucket] = (63, 64), *, num_heads: int, num_v_heads:
         beta = torch.rand(1, T, HV, generator=gen).to(device=device, dtype=dtype)
         gate = {}
         if use_gate_in_kernel:
-            gate = dict(A_log=rnd(HV, dt=torch.float32), dt_bias=rnd(HV, dt=torch.float32),
-                        use_gate_in_kernel=True)
+            gate = dict(A_log=rnd(HV, dt=torch.float32), dt_bias=rnd(HV, dt=torch.float32), use_gate_in_kernel=True)
         for h0 in (None, rnd(len(lens), HV, K, V, dt=torch.float32)):
-            chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0,
-                                   use_qk_l2norm=use_qk_l2norm, use_beta_sigmoid=use_beta_sigmoid,
-                                   boundary_states=boundary_states, state_dtype=state_dtype,
-                                   **gate)
+            chunk_gated_delta_rule(
+                q,
+                k,
+                v,
+                g,
+                beta,
+                cu_seqlens=cu,
+                initial_state=h0,
+                use_qk_l2norm=use_qk_l2norm,
+                use_beta_sigmoid=use_beta_sigmoid,
+                boundary_states=boundary_states,
+                state_dtype=state_dtype,
+                **gate,
+            )
             if conv_dim:
                 cs = None if h0 is None else rnd(len(lens), conv_dim, conv_width - 1)
-                causal_conv1d(rnd(1, T, conv_dim), rnd(conv_dim, conv_width),
-                              rnd(conv_dim) if conv_bias else None,
-                              conv_state=cs, cu_seqlens=cu,
-                              boundary_conv_states=boundary_states)
+                causal_conv1d(
+                    rnd(1, T, conv_dim),
+                    rnd(conv_dim, conv_width),
+                    rnd(conv_dim) if conv_bias else None,
+                    conv_state=cs,
+                    cu_seqlens=cu,
+                    boundary_conv_states=boundary_states,
+                )
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - start
@@ -94,8 +119,7 @@ def warmup_in_processes(configs: Sequence[dict], processes: Optional[int] = None
     later one with the same ``TRITON_CACHE_DIR``) then only loads the binaries. ``dtype`` may be
     given as a torch dtype or its name."""
     start = time.perf_counter()
-    configs = [dict(c, dtype=str(c["dtype"]).replace("torch.", "")) if "dtype" in c else dict(c)
-               for c in configs]
+    configs = [dict(c, dtype=str(c["dtype"]).replace("torch.", "")) if "dtype" in c else dict(c) for c in configs]
     if not configs:
         return 0.0
     workers = processes or max(1, min(len(configs), (os.cpu_count() or 2) - 1, 8))

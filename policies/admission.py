@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from policies.base import AdmissionPolicy, admission, knob
 
+
 @admission("judicious")
 class JudiciousAdmission(AdmissionPolicy):
     """Marconi's admission (also SGLang+'s): a state at the branch point found by speculative
@@ -26,8 +27,11 @@ class JudiciousAdmission(AdmissionPolicy):
 
     @dataclass(frozen=True)
     class Params:
-        state_alignment: str = knob("exact", "exact: states at any token (paper); chunk: branch states at kernel "
-                                    "chunk boundaries.", choices=("exact", "chunk"))
+        state_alignment: str = knob(
+            "exact",
+            "exact: states at any token (paper); chunk: branch states at kernel chunk boundaries.",
+            choices=("exact", "chunk"),
+        )
         chunk_size: int = knob(64, "Kernel chunk for --state-alignment chunk.")
 
     def __init__(self, params=None) -> None:

@@ -23,8 +23,16 @@ class PolicyError(ValueError):
 
 # ---------------------------------------------------------------------------------- knobs
 
-def knob(default: Any, help: str, *, choices: Iterable[str] | None = None, flag: str | None = None,
-         min: float | None = None, max: float | None = None) -> Any:
+
+def knob(
+    default: Any,
+    help: str,
+    *,
+    choices: Iterable[str] | None = None,
+    flag: str | None = None,
+    min: float | None = None,
+    max: float | None = None,
+) -> Any:
     """A ``Params`` field: its default, its help text, (for strings) its allowed values, (for
     numbers) its inclusive range ``min`` .. ``max`` and (when it is not ``--`` + the field name with
     dashes) its command-line flag. ``knob_space`` reads these back as a search space."""
@@ -65,8 +73,18 @@ def knob_specs(params_cls: type) -> list[KnobSpec]:
         choices = meta.get("choices")
         if kind == "bool":
             choices = (False, True)
-        out.append(KnobSpec(f.name, flag.split("/")[0], kind, f.default, choices, meta.get("min"),
-                            meta.get("max"), meta.get("help", "")))
+        out.append(
+            KnobSpec(
+                f.name,
+                flag.split("/")[0],
+                kind,
+                f.default,
+                choices,
+                meta.get("min"),
+                meta.get("max"),
+                meta.get("help", ""),
+            )
+        )
     return out
 
 
@@ -85,6 +103,7 @@ class NoParams:
 
 
 # ---------------------------------------------------------------------------------- views
+
 
 class NodeView(Protocol):
     """What a policy may read of a tree node (it must not write any of it)."""
@@ -151,8 +170,11 @@ class RefreshRule:
     split: bool = False
 
     def __post_init__(self) -> None:
-        if (self.hit not in ("walked", "to-hit", "consumed") or self.state not in ("with-kv", "consumed")
-                or self.insert not in ("final", "every", "none")):
+        if (
+            self.hit not in ("walked", "to-hit", "consumed")
+            or self.state not in ("with-kv", "consumed")
+            or self.insert not in ("final", "every", "none")
+        ):
             raise PolicyError(f"bad refresh rule {self}")
 
 
@@ -174,6 +196,7 @@ class Victim:
 
 
 # ---------------------------------------------------------------------------------- admission
+
 
 @dataclass(slots=True)
 class AdmissionContext:
@@ -230,6 +253,7 @@ class AdmissionPolicy(ABC):
 
 # ---------------------------------------------------------------------------------- eviction
 
+
 class EvictionPolicy(ABC):
     """Which cached node goes next when an insert needs room.
 
@@ -271,19 +295,23 @@ EVICTION: dict[str, type[EvictionPolicy]] = {}
 
 def admission(name: str) -> Callable[[type], type]:
     """Class decorator: register an admission policy under ``name``."""
+
     def deco(cls):
         cls.name = name
         ADMISSION[name] = cls
         return cls
+
     return deco
 
 
 def eviction(name: str) -> Callable[[type], type]:
     """Class decorator: register an eviction policy under ``name``."""
+
     def deco(cls):
         cls.name = name
         EVICTION[name] = cls
         return cls
+
     return deco
 
 

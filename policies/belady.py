@@ -76,7 +76,7 @@ class BeladyEviction(DenseSlotEviction):
         return self._future().next_use(node)
 
     def pop_victim(self):
-        idx = np.flatnonzero(self._cand[:self._hi])
+        idx = np.flatnonzero(self._cand[: self._hi])
         if idx.size == 0:
             return None
         future = self._future()
@@ -105,10 +105,24 @@ class BeladySizeEviction(BeladyEviction):
         return dist * size
 
 
-register_preset(EnginePreset(
-    "belady", "bound: judicious admission + offline eviction of the state whose next use (from the trace's "
-    "future) is farthest",
-    admission="judicious", eviction="belady", rules=EngineRules(future=True), engine="bound"))
-register_preset(EnginePreset(
-    "belady-size", "bound, size-aware: like belady, evicting the largest (requests to next use x bytes freed)",
-    admission="judicious", eviction="belady-size", rules=EngineRules(future=True), engine="bound"))
+register_preset(
+    EnginePreset(
+        "belady",
+        "bound: judicious admission + offline eviction of the state whose next use (from the trace's "
+        "future) is farthest",
+        admission="judicious",
+        eviction="belady",
+        rules=EngineRules(future=True),
+        engine="bound",
+    )
+)
+register_preset(
+    EnginePreset(
+        "belady-size",
+        "bound, size-aware: like belady, evicting the largest (requests to next use x bytes freed)",
+        admission="judicious",
+        eviction="belady-size",
+        rules=EngineRules(future=True),
+        engine="bound",
+    )
+)

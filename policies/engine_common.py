@@ -24,16 +24,22 @@ MAX_BLOCK_TOKENS = 4096
 class ChunkedPrefill:
     """Knobs of every engine admission: the chunked-prefill step."""
 
-    prefill_chunk_tokens: int = knob(8192, "Chunked prefill: tokens per scheduled prefill step (engine presets "
-                                     "place states at chunk ends).", flag="--prefill-chunk")
+    prefill_chunk_tokens: int = knob(
+        8192,
+        "Chunked prefill: tokens per scheduled prefill step (engine presets place states at chunk ends).",
+        flag="--prefill-chunk",
+    )
 
 
 @dataclass(frozen=True)
 class VllmBlocks(ChunkedPrefill):
     """Knobs of the block-based admissions: chunked prefill and the engine's block."""
 
-    block_size: int = knob(0, "Block of block-based engine presets in tokens (vllm-align, vllm-all: 0 = derived "
-                           "per model; lmdeploy: 0 = 64).")
+    block_size: int = knob(
+        0,
+        "Block of block-based engine presets in tokens (vllm-align, vllm-all: 0 = derived "
+        "per model; lmdeploy: 0 = 64).",
+    )
 
 
 def input_tokens(ctx: AdmissionContext) -> int:
@@ -64,8 +70,11 @@ def down(pos_sym: int, step_tokens: int, ctx: AdmissionContext) -> int:
 class StatePool:
     """Knob of the engine presets that keep states in their own pool."""
 
-    state_pool: str = knob("", "States' own pool for engine presets that have one (sglang*, lmdeploy*): a count of "
-                           "states, or bytes with a unit, carved out of --capacity; empty = one budget.")
+    state_pool: str = knob(
+        "",
+        "States' own pool for engine presets that have one (sglang*, lmdeploy*): a count of "
+        "states, or bytes with a unit, carved out of --capacity; empty = one budget.",
+    )
 
 
 @dataclass(frozen=True)

@@ -50,8 +50,15 @@ from policies.base import PolicyPreset, register_preset
 from policies.engine_common import MAX_BLOCK_TOKENS, ChunkedPrefill, TailFirstLRUEviction, VllmBlocks  # noqa: F401  (re-exported)
 from policies.vllm import vllm_block_tokens  # noqa: F401  (re-exported)
 
-register_preset(PolicyPreset(
-    "infinite", "bound: judicious admission with unlimited capacity (never evicts)",
-    admission="judicious", eviction="lru-leaf", unlimited=True, engine="bound"))
+register_preset(
+    PolicyPreset(
+        "infinite",
+        "bound: judicious admission with unlimited capacity (never evicts)",
+        admission="judicious",
+        eviction="lru-leaf",
+        unlimited=True,
+        engine="bound",
+    )
+)
 
 from policies import belady  # noqa: E402,F401  (the offline bound, after the online ones)

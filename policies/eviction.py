@@ -19,6 +19,7 @@ import numpy as np
 
 from policies.base import CONSUMED_REFRESH, PATH_REFRESH, EvictionPolicy, NodeView, Victim, eviction, knob
 
+
 class HeapEviction(EvictionPolicy):
     """Pop the lowest ``priority(node)`` among ``is_candidate`` nodes."""
 
@@ -146,9 +147,12 @@ class MarconiEviction(DenseSlotEviction):
 
     @dataclass(frozen=True)
     class Params:
-        alpha: float = knob(0.0, "Marconi's FLOP-efficiency weight (a number >= 0), or auto: tuned while the trace "
-                            "runs, by default by the duel tuner (shadow caches for SGLang+'s LRU and each "
-                            "--duel-candidates alpha, the best over a trailing window; --tuner replay: the paper's).")
+        alpha: float = knob(
+            0.0,
+            "Marconi's FLOP-efficiency weight (a number >= 0), or auto: tuned while the trace "
+            "runs, by default by the duel tuner (shadow caches for SGLang+'s LRU and each "
+            "--duel-candidates alpha, the best over a trailing window; --tuner replay: the paper's).",
+        )
 
     def __init__(self, cost, params=None) -> None:
         super().__init__(cost, params)
@@ -175,7 +179,7 @@ class MarconiEviction(DenseSlotEviction):
             self._eff[slot] = flops / self.cost.node_bytes(L_n)
 
     def pop_victim(self):
-        idx = np.flatnonzero(self._cand[:self._hi])
+        idx = np.flatnonzero(self._cand[: self._hi])
         if idx.size == 0:
             return None
         return Victim(self._nodes[self.choose(idx)])

@@ -67,6 +67,13 @@ class GDSFEviction(HeapEviction):
         return victim
 
 
-register_preset(PolicyPreset(
-    "gdsf", "GreedyDual-Size-Frequency eviction (Cherkasova 1998): clock + frequency x FLOPs saved / bytes; "
-    "judicious admission", admission="judicious", eviction="gdsf", engine="baseline"))
+register_preset(
+    PolicyPreset(
+        "gdsf",
+        "GreedyDual-Size-Frequency eviction (Cherkasova 1998): clock + frequency x FLOPs saved / bytes; "
+        "judicious admission",
+        admission="judicious",
+        eviction="gdsf",
+        engine="baseline",
+    )
+)

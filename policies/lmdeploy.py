@@ -74,14 +74,22 @@ class LmdeployPreset(EnginePreset):
 
     def engine_rules(self, spec, config) -> EngineRules:
         B = self.block(config)
-        return EngineRules(refresh=LMDEPLOY_REFRESH, kv_extent="blocks", extent_block=B, frozen_block=B,
-                           anchor_block=B, state_pool=True)
+        return EngineRules(
+            refresh=LMDEPLOY_REFRESH,
+            kv_extent="blocks",
+            extent_block=B,
+            frozen_block=B,
+            anchor_block=B,
+            state_pool=True,
+        )
 
     def check(self, spec, config) -> None:
         B = self.block(config)
         if config.prefix_cache_decode_state_interval % B:
-            raise PolicyError(f"--prefix-cache-decode-state-interval {config.prefix_cache_decode_state_interval} "
-                              f"must be a multiple of the {B}-token block")
+            raise PolicyError(
+                f"--prefix-cache-decode-state-interval {config.prefix_cache_decode_state_interval} "
+                f"must be a multiple of the {B}-token block"
+            )
 
     def check_blocks(self, spec, config, block_tokens) -> None:
         # a decode checkpoint sits on a multiple of the interval; a symbol cannot end inside a
@@ -89,9 +97,11 @@ class LmdeployPreset(EnginePreset):
         # rounded to whole symbols: module docstring)
         every = config.prefix_cache_decode_state_interval
         if every and block_tokens > 1 and every % block_tokens:
-            raise PolicyError(f"policy {self.name} checkpoints decode every {every} tokens "
-                              f"(--prefix-cache-decode-state-interval), finer than (or not a multiple of) "
-                              f"the trace's {block_tokens}-token blocks")
+            raise PolicyError(
+                f"policy {self.name} checkpoints decode every {every} tokens "
+                f"(--prefix-cache-decode-state-interval), finer than (or not a multiple of) "
+                f"the trace's {block_tokens}-token blocks"
+            )
 
 
 @dataclass(frozen=True)
@@ -99,8 +109,11 @@ class LmdeployParams(VllmBlocks):
     """LMDeploy's own knobs (PyTorch engine config names)."""
 
     prefix_cache_decode_state_interval: int = knob(
-        0, "lmdeploy: prefix_cache_decode_state_interval, decode tokens between SSM checkpoints (a multiple of the "
-        "block; 0 = off).", min=0)
+        0,
+        "lmdeploy: prefix_cache_decode_state_interval, decode tokens between SSM checkpoints (a multiple of the "
+        "block; 0 = off).",
+        min=0,
+    )
 
 
 @admission("lmdeploy")

@@ -22,9 +22,17 @@ from policies.base import register_preset
 from policies.engine_common import StatePool
 from policies.lmdeploy import LmdeployPreset
 
-register_preset(LmdeployPreset(
-    "lmdeploy-0.16-pytorch", "LMDeploy 0.16 PyTorch engine as first modelled (stores input + output): a checkpoint "
-    "at each prefill forward end, one per block anchor, a frozen block per partial checkpoint; evicts frozen "
-    "checkpoints, then KV leaves, then checkpoint-only (a state pool with --state-pool)",
-    admission="lmdeploy", eviction="lmdeploy-tiered", lookup_cap_minus_one=True, engine="lmdeploy",
-    version="0.16.0", extra_knobs=(StatePool,)))
+register_preset(
+    LmdeployPreset(
+        "lmdeploy-0.16-pytorch",
+        "LMDeploy 0.16 PyTorch engine as first modelled (stores input + output): a checkpoint "
+        "at each prefill forward end, one per block anchor, a frozen block per partial checkpoint; evicts frozen "
+        "checkpoints, then KV leaves, then checkpoint-only (a state pool with --state-pool)",
+        admission="lmdeploy",
+        eviction="lmdeploy-tiered",
+        lookup_cap_minus_one=True,
+        engine="lmdeploy",
+        version="0.16.0",
+        extra_knobs=(StatePool,),
+    )
+)

@@ -57,6 +57,7 @@ class Lmdeploy016Admission(LmdeployAdmission):
                 cps = cps[1:]
         return cps
 
+
 @dataclass(frozen=True)
 class Lmdeploy016Preset(LmdeployPreset):
     """``lmdeploy``: the block trie's rules plus ``_reserve_checkpoint``'s refusals."""
@@ -65,8 +66,17 @@ class Lmdeploy016Preset(LmdeployPreset):
         return replace(super().engine_rules(spec, config), anchor_refusals=True)
 
 
-register_preset(Lmdeploy016Preset(
-    "lmdeploy", "LMDeploy 0.16 PyTorch engine: a checkpoint at each prefill forward end, one per block anchor, "
-    "frozen partial blocks, tiered eviction, --prefix-cache-decode-state-interval; stores input + output - 1 tokens",
-    admission="lmdeploy-0.16", eviction="lmdeploy-tiered", lookup_cap_minus_one=True, engine="lmdeploy",
-    version="0.16.0", stores_last_token=False, extra_knobs=(StatePool,)))
+register_preset(
+    Lmdeploy016Preset(
+        "lmdeploy",
+        "LMDeploy 0.16 PyTorch engine: a checkpoint at each prefill forward end, one per block anchor, "
+        "frozen partial blocks, tiered eviction, --prefix-cache-decode-state-interval; stores input + output - 1 tokens",
+        admission="lmdeploy-0.16",
+        eviction="lmdeploy-tiered",
+        lookup_cap_minus_one=True,
+        engine="lmdeploy",
+        version="0.16.0",
+        stores_last_token=False,
+        extra_knobs=(StatePool,),
+    )
+)

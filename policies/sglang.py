@@ -73,8 +73,9 @@ class SGLangV1Admission(AdmissionPolicy):
         return [ctx.n_full]
 
 
-def v2_tracks(hit: int, n: int, budget: int, branch: int | None, chunk: int,
-              ends: tuple[int, ...] | None = None) -> list[int]:
+def v2_tracks(
+    hit: int, n: int, budget: int, branch: int | None, chunk: int, ends: tuple[int, ...] | None = None
+) -> list[int]:
     """Token positions SGLang V2 tracks in a prefill from ``hit`` through an ``n``-token prompt in
     steps of ``budget`` tokens (or ending at ``ends``, a scheduler's step ends): one per step of
     >= ``chunk`` tokens, the branch point replacing the step end when it falls inside the step on
@@ -164,5 +165,3 @@ class TwoListLRUEviction(TwoHeapLRU):
         if st is None or (kv is not None and kv[:2] <= st[:2]):
             return self.pop_kv_victim()
         return self.pop_state_victim()
-
-

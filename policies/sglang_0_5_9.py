@@ -27,15 +27,34 @@ from policies.sglang import SGLANG_RULES
 
 VERSION = "0.5.9"
 
-register_preset(EnginePreset(
-    "sglang-0.5.9-no-buffer", "SGLang 0.5.9 MambaRadixCache no_buffer (consumed-node state refresh, #31643): "
-    "states at chunk ends, prompt end and request end; KV and mamba lists (pools with --state-pool); "
-    "lookup cap input_len - 1",
-    admission="sglang-v1", eviction="two-list", lookup_cap_minus_one=True, rules=SGLANG_RULES,
-    engine="sglang", version=VERSION, extra_knobs=(StatePool,)), aliases=("sglang-v1",))
-register_preset(EnginePreset(
-    "sglang-0.5.9-extra-buffer", "SGLang 0.5.9 MambaRadixCache extra_buffer: one 64-aligned tracked state per "
-    "prefill step (a branch point replaces it), 256-token decode tracking, KV kept up to the tracked state",
-    admission="sglang-v2", eviction="two-list", lookup_cap_minus_one=True,
-    rules=replace(SGLANG_RULES, kv_extent="state"), engine="sglang", version=VERSION,
-    extra_knobs=(StatePool,)), aliases=("sglang-v2",))
+register_preset(
+    EnginePreset(
+        "sglang-0.5.9-no-buffer",
+        "SGLang 0.5.9 MambaRadixCache no_buffer (consumed-node state refresh, #31643): "
+        "states at chunk ends, prompt end and request end; KV and mamba lists (pools with --state-pool); "
+        "lookup cap input_len - 1",
+        admission="sglang-v1",
+        eviction="two-list",
+        lookup_cap_minus_one=True,
+        rules=SGLANG_RULES,
+        engine="sglang",
+        version=VERSION,
+        extra_knobs=(StatePool,),
+    ),
+    aliases=("sglang-v1",),
+)
+register_preset(
+    EnginePreset(
+        "sglang-0.5.9-extra-buffer",
+        "SGLang 0.5.9 MambaRadixCache extra_buffer: one 64-aligned tracked state per "
+        "prefill step (a branch point replaces it), 256-token decode tracking, KV kept up to the tracked state",
+        admission="sglang-v2",
+        eviction="two-list",
+        lookup_cap_minus_one=True,
+        rules=replace(SGLANG_RULES, kv_extent="state"),
+        engine="sglang",
+        version=VERSION,
+        extra_knobs=(StatePool,),
+    ),
+    aliases=("sglang-v2",),
+)

@@ -69,18 +69,33 @@ class SglangParams(ChunkedPrefill):
     """SGLang's own cache knobs, as its server flags name them."""
 
     mamba_radix_cache_strategy: str = knob(
-        "auto", "sglang: --mamba-radix-cache-strategy (auto = extra_buffer for hybrid models).", choices=STRATEGIES)
-    mamba_track_interval: int = knob(DEFAULT_TRACK_INTERVAL, "sglang: --mamba-track-interval, tokens between "
-                                     "decode-time state tracks (extra_buffer; a multiple of --page-size).", min=1)
-    page_size: int = knob(1, "sglang: --page-size, tokens per KV page (the radix tree's grid; no_buffer needs 1).",
-                          min=1)
+        "auto", "sglang: --mamba-radix-cache-strategy (auto = extra_buffer for hybrid models).", choices=STRATEGIES
+    )
+    mamba_track_interval: int = knob(
+        DEFAULT_TRACK_INTERVAL,
+        "sglang: --mamba-track-interval, tokens between "
+        "decode-time state tracks (extra_buffer; a multiple of --page-size).",
+        min=1,
+    )
+    page_size: int = knob(
+        1, "sglang: --page-size, tokens per KV page (the radix tree's grid; no_buffer needs 1).", min=1
+    )
     mamba_full_memory_ratio: float = knob(
-        DEFAULT_MEMORY_RATIO, "sglang: --mamba-full-memory-ratio, mamba pool : KV pool of --gpu-memory "
-        "(the pool gets ratio / (1 + ratio)).", min=0.0)
-    gpu_memory: str = knob("", "sglang: the memory the engine splits between its KV and mamba pools (after weights; "
-                           "bytes with a unit); replaces --capacity. Empty: --capacity, no split.")
-    max_mamba_cache_size: int = knob(0, "sglang: --max-mamba-cache-size, states in the mamba pool (0 = unset: the "
-                                     "split of --gpu-memory, or one budget).", min=0)
+        DEFAULT_MEMORY_RATIO,
+        "sglang: --mamba-full-memory-ratio, mamba pool : KV pool of --gpu-memory (the pool gets ratio / (1 + ratio)).",
+        min=0.0,
+    )
+    gpu_memory: str = knob(
+        "",
+        "sglang: the memory the engine splits between its KV and mamba pools (after weights; "
+        "bytes with a unit); replaces --capacity. Empty: --capacity, no split.",
+    )
+    max_mamba_cache_size: int = knob(
+        0,
+        "sglang: --max-mamba-cache-size, states in the mamba pool (0 = unset: the "
+        "split of --gpu-memory, or one budget).",
+        min=0,
+    )
 
 
 def resolved_strategy(params) -> str:
@@ -151,17 +166,23 @@ class SglangPreset(EnginePreset):
     def check(self, spec, config) -> None:
         strategy = resolved_strategy(config)
         if strategy == "no_buffer" and config.page_size > 1:
-            raise PolicyError(f"--mamba-radix-cache-strategy no_buffer needs --page-size 1, not {config.page_size} "
-                              "(SGLang's mamba component asserts it)")
+            raise PolicyError(
+                f"--mamba-radix-cache-strategy no_buffer needs --page-size 1, not {config.page_size} "
+                "(SGLang's mamba component asserts it)"
+            )
         if strategy == "no_buffer" and config.mamba_track_interval != DEFAULT_TRACK_INTERVAL:
             raise PolicyError("--mamba-track-interval is read by extra_buffer only; no_buffer tracks no decode states")
         if config.mamba_track_interval % config.page_size:
-            raise PolicyError(f"--mamba-track-interval {config.mamba_track_interval} must be a multiple of "
-                              f"--page-size {config.page_size}")
+            raise PolicyError(
+                f"--mamba-track-interval {config.mamba_track_interval} must be a multiple of "
+                f"--page-size {config.page_size}"
+            )
         own_pool = config.max_mamba_cache_size > 0 or bool(config.gpu_memory)
         if own_pool and config.state_pool:
-            raise PolicyError("--state-pool and SGLang's own pool knobs (--max-mamba-cache-size, --gpu-memory) "
-                              "both size the mamba pool: give one")
+            raise PolicyError(
+                "--state-pool and SGLang's own pool knobs (--max-mamba-cache-size, --gpu-memory) "
+                "both size the mamba pool: give one"
+            )
         if config.mamba_full_memory_ratio != DEFAULT_MEMORY_RATIO and not config.gpu_memory:
             raise PolicyError("--mamba-full-memory-ratio splits --gpu-memory: give --gpu-memory too")
         if not 0 < config.mamba_full_memory_ratio < math.inf:
@@ -175,14 +196,25 @@ class SglangPreset(EnginePreset):
             rules = replace(rules, state_capacity=config.max_mamba_cache_size)
         if config.gpu_memory:
             ratio = config.mamba_full_memory_ratio
-            rules = replace(rules, memory=config.gpu_memory,
-                            split=lambda memory, state: mamba_pool_states(memory, ratio, state))
+            rules = replace(
+                rules, memory=config.gpu_memory, split=lambda memory, state: mamba_pool_states(memory, ratio, state)
+            )
         return rules
 
 
-register_preset(SglangPreset(
-    "sglang", "SGLang today (UnifiedRadixCache, mamba component): --mamba-radix-cache-strategy (auto = "
-    "extra_buffer), track interval, page size, mamba pool from --max-mamba-cache-size or the "
-    "--mamba-full-memory-ratio split of --gpu-memory; stores input + output - 1 tokens",
-    admission="sglang", eviction="two-list", lookup_cap_minus_one=True, rules=SGLANG_RULES,
-    engine="sglang", version=VERSION, stores_last_token=False, extra_knobs=(StatePool,)))
+register_preset(
+    SglangPreset(
+        "sglang",
+        "SGLang today (UnifiedRadixCache, mamba component): --mamba-radix-cache-strategy (auto = "
+        "extra_buffer), track interval, page size, mamba pool from --max-mamba-cache-size or the "
+        "--mamba-full-memory-ratio split of --gpu-memory; stores input + output - 1 tokens",
+        admission="sglang",
+        eviction="two-list",
+        lookup_cap_minus_one=True,
+        rules=SGLANG_RULES,
+        engine="sglang",
+        version=VERSION,
+        stores_last_token=False,
+        extra_knobs=(StatePool,),
+    )
+)

@@ -23,9 +23,18 @@ from policies.base import register_preset
 from policies.engine_common import EnginePreset, StatePool
 from policies.sglang import SGLANG_PATH_REFRESH, SGLANG_RULES
 
-register_preset(EnginePreset(
-    "sglang-0.5.8-no-buffer-pathrefresh", "SGLang no_buffer as before #31643 / #31648: a hit or insert refreshes "
-    "every state on its path (reset_node_and_parents_mru on both lists)",
-    admission="sglang-v1", eviction="two-list", lookup_cap_minus_one=True,
-    rules=replace(SGLANG_RULES, refresh=SGLANG_PATH_REFRESH), engine="sglang", version="0.5.8",
-    extra_knobs=(StatePool,)), aliases=("sglang-v1-pathrefresh",))
+register_preset(
+    EnginePreset(
+        "sglang-0.5.8-no-buffer-pathrefresh",
+        "SGLang no_buffer as before #31643 / #31648: a hit or insert refreshes "
+        "every state on its path (reset_node_and_parents_mru on both lists)",
+        admission="sglang-v1",
+        eviction="two-list",
+        lookup_cap_minus_one=True,
+        rules=replace(SGLANG_RULES, refresh=SGLANG_PATH_REFRESH),
+        engine="sglang",
+        version="0.5.8",
+        extra_knobs=(StatePool,),
+    ),
+    aliases=("sglang-v1-pathrefresh",),
+)

@@ -30,8 +30,15 @@ class TrtllmIntervalAdmission(AdmissionPolicy):
         return []
 
 
-register_preset(PolicyPreset(
-    "trtllm-1.2-interval", "TensorRT-LLM 1.2 (mamba_state_cache_interval 256, from the docs): a state every 256 "
-    "prompt tokens and at prompt end, LRU over leaves",
-    admission="trtllm-interval", eviction="lru-tail-first", lookup_cap_minus_one=True, engine="trtllm",
-    version="1.2 (docs)"))
+register_preset(
+    PolicyPreset(
+        "trtllm-1.2-interval",
+        "TensorRT-LLM 1.2 (mamba_state_cache_interval 256, from the docs): a state every 256 "
+        "prompt tokens and at prompt end, LRU over leaves",
+        admission="trtllm-interval",
+        eviction="lru-tail-first",
+        lookup_cap_minus_one=True,
+        engine="trtllm",
+        version="1.2 (docs)",
+    )
+)

@@ -76,15 +76,22 @@ class TrtllmParams:
     """TensorRT-LLM's snapshot knobs (``kv_cache_config.mamba_state_config``)."""
 
     periodic_snapshot_interval: int = knob(
-        0, "trtllm: mamba_state_config.periodic_snapshot_interval, tokens between recurrent-state snapshots (0 = no "
-        "periodic snapshots; with no offsets either, hybrid block reuse is off).", min=0)
+        0,
+        "trtllm: mamba_state_config.periodic_snapshot_interval, tokens between recurrent-state snapshots (0 = no "
+        "periodic snapshots; with no offsets either, hybrid block reuse is off).",
+        min=0,
+    )
     additional_snapshot_offsets_from_start: str = knob(
-        "", "trtllm: mamba_state_config.additional_snapshot_offsets_from_start, comma-separated token offsets from "
-        "each prompt's start where a snapshot is taken (each >= 1; one beyond the prompt is ignored; empty = none).")
+        "",
+        "trtllm: mamba_state_config.additional_snapshot_offsets_from_start, comma-separated token offsets from "
+        "each prompt's start where a snapshot is taken (each >= 1; one beyond the prompt is ignored; empty = none).",
+    )
     additional_snapshot_offsets_from_end: str = knob(
-        "", "trtllm: mamba_state_config.additional_snapshot_offsets_from_end, comma-separated token offsets back from "
+        "",
+        "trtllm: mamba_state_config.additional_snapshot_offsets_from_end, comma-separated token offsets back from "
         "each prompt's end where a snapshot is taken (each >= 0, 0 = the prompt end; one reaching the prompt's "
-        "start or before is ignored; empty = none).")
+        "start or before is ignored; empty = none).",
+    )
 
 
 def snapshot_offsets(text: str, flag: str, least: int) -> tuple[int, ...]:
@@ -139,8 +146,9 @@ class TrtllmAdmission(AdmissionPolicy):
     def prefill_checkpoints(self, match, ctx):
         G = ctx.block_tokens
         hit = match.hit_sym * G
-        points = snapshot_points(input_tokens(ctx), self.params.periodic_snapshot_interval, self.from_start,
-                                 self.from_end)
+        points = snapshot_points(
+            input_tokens(ctx), self.params.periodic_snapshot_interval, self.from_start, self.from_end
+        )
         return [t // G for t in points if t > hit and t % G == 0]
 
     def decode_checkpoints(self, match, ctx):
@@ -149,9 +157,17 @@ class TrtllmAdmission(AdmissionPolicy):
         return [t // G for t in multiples(input_tokens(ctx), full_tokens(ctx), N) if t % G == 0]
 
 
-register_preset(PolicyPreset(
-    "trtllm", "TensorRT-LLM today (MambaHybridCacheManagerV2, #16598): a snapshot every "
-    "--periodic-snapshot-interval tokens and at --additional-snapshot-offsets-from-start / -from-end of each "
-    "prompt (none of them, the default: hybrid reuse off); stores input + output - 1 tokens",
-    admission="trtllm", eviction="lru-tail-first", lookup_cap_minus_one=True, engine="trtllm",
-    version="1.3.0rc", stores_last_token=False))
+register_preset(
+    PolicyPreset(
+        "trtllm",
+        "TensorRT-LLM today (MambaHybridCacheManagerV2, #16598): a snapshot every "
+        "--periodic-snapshot-interval tokens and at --additional-snapshot-offsets-from-start / -from-end of each "
+        "prompt (none of them, the default: hybrid reuse off); stores input + output - 1 tokens",
+        admission="trtllm",
+        eviction="lru-tail-first",
+        lookup_cap_minus_one=True,
+        engine="trtllm",
+        version="1.3.0rc",
+        stores_last_token=False,
+    )
+)

@@ -22,14 +22,29 @@ from policies.vllm import VllmPreset
 
 VERSION = "0.11"
 
-register_preset(VllmPreset(
-    "vllm-0.11-align", "vLLM 0.11 --mamba-cache-mode align (PR #30877): states at the block boundary ending each "
-    "block-aligned prefill step (always the prompt's last full block) and every block crossed in decode; "
-    "full blocks only, LRU tail first",
-    admission="vllm-align", eviction="lru-tail-first", lookup_cap_minus_one=True, engine="vllm",
-    version=VERSION), aliases=("vllm-align",))
-register_preset(VllmPreset(
-    "vllm-0.11-all", "vLLM 0.11 --mamba-cache-mode all: a state at every block boundary (prefill and decode), "
-    "LRU tail first",
-    admission="vllm-all", eviction="lru-tail-first", lookup_cap_minus_one=True, engine="vllm",
-    version=VERSION), aliases=("vllm-all",))
+register_preset(
+    VllmPreset(
+        "vllm-0.11-align",
+        "vLLM 0.11 --mamba-cache-mode align (PR #30877): states at the block boundary ending each "
+        "block-aligned prefill step (always the prompt's last full block) and every block crossed in decode; "
+        "full blocks only, LRU tail first",
+        admission="vllm-align",
+        eviction="lru-tail-first",
+        lookup_cap_minus_one=True,
+        engine="vllm",
+        version=VERSION,
+    ),
+    aliases=("vllm-align",),
+)
+register_preset(
+    VllmPreset(
+        "vllm-0.11-all",
+        "vLLM 0.11 --mamba-cache-mode all: a state at every block boundary (prefill and decode), LRU tail first",
+        admission="vllm-all",
+        eviction="lru-tail-first",
+        lookup_cap_minus_one=True,
+        engine="vllm",
+        version=VERSION,
+    ),
+    aliases=("vllm-all",),
+)

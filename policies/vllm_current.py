@@ -61,13 +61,21 @@ class VllmParams(VllmBlocks):
     """vLLM's own hybrid-cache knobs, as its server flags name them."""
 
     prefix_cache_retention_interval: int = knob(
-        0, "vllm: --prefix-cache-retention-interval in tokens (0: only the semantic states; N: also every block "
-        "boundary on a multiple of N; -1: every state, the Python API's None).", min=DENSE)
+        0,
+        "vllm: --prefix-cache-retention-interval in tokens (0: only the semantic states; N: also every block "
+        "boundary on a multiple of N; -1: every state, the Python API's None).",
+        min=DENSE,
+    )
     enable_mamba_shared_prefix_checkpoint: bool = knob(
-        False, "vllm: keep a state where a detected shared prefix ends (junction checkpoint, PR #37898).",
-        flag="--enable-mamba-shared-prefix-checkpoint/--no-enable-mamba-shared-prefix-checkpoint")
-    speculative_method: str = knob("none", "vllm: --speculative-config's method (EAGLE / MTP drop one block: states "
-                                   "one block earlier, retention dense).", choices=SPECULATIVE)
+        False,
+        "vllm: keep a state where a detected shared prefix ends (junction checkpoint, PR #37898).",
+        flag="--enable-mamba-shared-prefix-checkpoint/--no-enable-mamba-shared-prefix-checkpoint",
+    )
+    speculative_method: str = knob(
+        "none",
+        "vllm: --speculative-config's method (EAGLE / MTP drop one block: states one block earlier, retention dense).",
+        choices=SPECULATIVE,
+    )
 
 
 def retained(positions: list[int], semantic: set[int], interval: int) -> list[int]:
@@ -140,19 +148,33 @@ class VllmCurrentPreset(VllmPreset):
     def check(self, spec, config) -> None:
         super().check(spec, config)
         if config.prefix_cache_retention_interval < DENSE:
-            raise PolicyError(f"--prefix-cache-retention-interval must be >= 0 (or -1 for every state), not "
-                              f"{config.prefix_cache_retention_interval}")
+            raise PolicyError(
+                f"--prefix-cache-retention-interval must be >= 0 (or -1 for every state), not "
+                f"{config.prefix_cache_retention_interval}"
+            )
         if config.speculative_method != "none" and config.prefix_cache_retention_interval not in (0, DENSE):
-            raise PolicyError("--prefix-cache-retention-interval has no effect with --speculative-method "
-                              f"{config.speculative_method}: vLLM keeps every state under EAGLE / MTP (#55760)")
+            raise PolicyError(
+                "--prefix-cache-retention-interval has no effect with --speculative-method "
+                f"{config.speculative_method}: vLLM keeps every state under EAGLE / MTP (#55760)"
+            )
         if not spec.is_hybrid and config.enable_mamba_shared_prefix_checkpoint:
-            raise PolicyError(f"--enable-mamba-shared-prefix-checkpoint needs a hybrid model; {spec.name} has no "
-                              "linear-attention layers")
+            raise PolicyError(
+                f"--enable-mamba-shared-prefix-checkpoint needs a hybrid model; {spec.name} has no "
+                "linear-attention layers"
+            )
 
 
-register_preset(VllmCurrentPreset(
-    "vllm", "vLLM today: align mode on by default; --prefix-cache-retention-interval (0: semantic states only), "
-    "--enable-mamba-shared-prefix-checkpoint, block derived from the model (--block-size), EAGLE/MTP one-block "
-    "drop; stores input + output - 1 tokens",
-    admission="vllm", eviction="lru-tail-first", lookup_cap_minus_one=True, engine="vllm", version=VERSION,
-    stores_last_token=False))
+register_preset(
+    VllmCurrentPreset(
+        "vllm",
+        "vLLM today: align mode on by default; --prefix-cache-retention-interval (0: semantic states only), "
+        "--enable-mamba-shared-prefix-checkpoint, block derived from the model (--block-size), EAGLE/MTP one-block "
+        "drop; stores input + output - 1 tokens",
+        admission="vllm",
+        eviction="lru-tail-first",
+        lookup_cap_minus_one=True,
+        engine="vllm",
+        version=VERSION,
+        stores_last_token=False,
+    )
+)

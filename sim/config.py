@@ -20,9 +20,24 @@ from sim.errors import UsageError
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _UNITS = {
-    None: 1, "b": 1,
-    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
-    "ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20, "gi": 2**30, "gib": 2**30, "ti": 2**40, "tib": 2**40,
+    None: 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "ki": 2**10,
+    "kib": 2**10,
+    "mi": 2**20,
+    "mib": 2**20,
+    "gi": 2**30,
+    "gib": 2**30,
+    "ti": 2**40,
+    "tib": 2**40,
 }
 
 
@@ -58,8 +73,16 @@ def format_size(n: int) -> str:
     return f"{n}B"
 
 
-def setting(default, help: str, *, choices=None, flag: str | None = None, group: str | None = "sim",
-            min: float | None = None, max: float | None = None):
+def setting(
+    default,
+    help: str,
+    *,
+    choices=None,
+    flag: str | None = None,
+    group: str | None = "sim",
+    min: float | None = None,
+    max: float | None = None,
+):
     """A SimConfig field with its help, allowed values and flag (``--`` + the name with dashes
     unless given). ``group``: "sim" (a knob of `run` and `sweep`), "tuning" (read only by
     ``--alpha auto`` and ``marconi-oracle``) or None (an option the CLI declares itself)."""
@@ -72,8 +95,15 @@ def policy_knob(params_cls: type, name: str, group: str | None = "sim"):
     """A SimConfig field that is a policy's knob: default, help, choices and range come from the
     policy's ``Params`` (written there once)."""
     f = {f.name: f for f in fields(params_cls)}[name]
-    return setting(f.default, f.metadata["help"], choices=f.metadata.get("choices"), flag=f.metadata.get("flag"),
-                   group=group, min=f.metadata.get("min"), max=f.metadata.get("max"))
+    return setting(
+        f.default,
+        f.metadata["help"],
+        choices=f.metadata.get("choices"),
+        flag=f.metadata.get("flag"),
+        group=group,
+        min=f.metadata.get("min"),
+        max=f.metadata.get("max"),
+    )
 
 
 def flag_of(f) -> str:
@@ -93,56 +123,96 @@ class SimConfig:
     alpha: float | str = policy_knob(MarconiEviction.Params, "alpha", group=None)  # a float, or "auto"
     state_alignment: str = policy_knob(JudiciousAdmission.Params, "state_alignment")
     chunk_size: int = policy_knob(JudiciousAdmission.Params, "chunk_size")
-    mode: str = setting("des", "des: discrete-event with servers and pinning; sequential: the artifact's replay.",
-                        choices=("des", "sequential"))
+    mode: str = setting(
+        "des",
+        "des: discrete-event with servers and pinning; sequential: the artifact's replay.",
+        choices=("des", "sequential"),
+    )
     # corrected | paper (the artifact as published: its replay semantics, logical clock and two
     # bugs) | paper-fixed (the artifact's semantics with exactly its two bugs fixed): sim.compat
-    compat: str = setting("corrected", "paper: the Marconi artifact as published (its replay, logical clock and two "
-                          "bugs); paper-fixed: the same with its two bugs fixed; corrected: exact capacity, pinning.",
-                          choices=("corrected", "paper", "paper-fixed"))
+    compat: str = setting(
+        "corrected",
+        "paper: the Marconi artifact as published (its replay, logical clock and two "
+        "bugs); paper-fixed: the same with its two bugs fixed; corrected: exact capacity, pinning.",
+        choices=("corrected", "paper", "paper-fixed"),
+    )
     sessions_per_second: float = setting(
-        1.0, "Closed-loop traces: sessions started per second (session i at i / rate, or Poisson with --arrival "
-        "poisson); open-loop traces (mooncake, bailian, marconi-jsonl) keep their own timestamps.", group=None)
+        1.0,
+        "Closed-loop traces: sessions started per second (session i at i / rate, or Poisson with --arrival "
+        "poisson); open-loop traces (mooncake, bailian, marconi-jsonl) keep their own timestamps.",
+        group=None,
+    )
     arrival: str = setting("uniform", "Session starts: i / rate (paper) or Poisson.", choices=("uniform", "poisson"))
     servers: int = setting(1, "Prefill servers (simpy resources; --scheduler fcfs).")
-    scheduler: str = setting("fcfs", "fcfs: each request prefills alone on one of --servers, FIFO, then decodes off the "
-                             "server; continuous: one engine stepping batches of decode tokens and prefill chunks "
-                             "(vLLM-style chunked prefill), running requests' KV and states charged to --capacity.",
-                             choices=("fcfs", "continuous"))
-    max_num_batched_tokens: int = setting(8192, "--scheduler continuous: tokens per engine step (decode tokens plus "
-                                          "prefill chunks).")
+    scheduler: str = setting(
+        "fcfs",
+        "fcfs: each request prefills alone on one of --servers, FIFO, then decodes off the "
+        "server; continuous: one engine stepping batches of decode tokens and prefill chunks "
+        "(vLLM-style chunked prefill), running requests' KV and states charged to --capacity.",
+        choices=("fcfs", "continuous"),
+    )
+    max_num_batched_tokens: int = setting(
+        8192, "--scheduler continuous: tokens per engine step (decode tokens plus prefill chunks)."
+    )
     max_num_seqs: int = setting(256, "--scheduler continuous: requests running at once.")
-    ttft_model: str = setting("flops", "flops: FLOPs / throughput + overhead; jamba: the paper's fitted "
-                              "Jamba-1.5-Mini table.", choices=("flops", "jamba"))
+    ttft_model: str = setting(
+        "flops",
+        "flops: FLOPs / throughput + overhead; jamba: the paper's fitted Jamba-1.5-Mini table.",
+        choices=("flops", "jamba"),
+    )
     timing_file: str | None = setting(
-        None, "Timing file written by `marconi replay --calibrate FILE` (prefill throughput and overhead measured "
-        "with the project's kernels) [default: the preset's estimate].", flag="--timing")
+        None,
+        "Timing file written by `marconi replay --calibrate FILE` (prefill throughput and overhead measured "
+        "with the project's kernels) [default: the preset's estimate].",
+        flag="--timing",
+    )
     seed: int = setting(0, "Seed of the Poisson session starts (--arrival poisson); uniform arrivals draw nothing.")
     # alpha tuning (--alpha auto, marconi-oracle; sim/tuning)
-    alpha_grid: str = setting("0:2:0.1", "Alphas the tuner and marconi-oracle try (lo:hi:step or a comma list).",
-                              group="tuning")
-    bootstrap_multiplier: int = setting(5, "Tuning window = this x the requests seen before the first eviction "
-                                        "(paper: 15 for LMSys).", group="tuning")
+    alpha_grid: str = setting(
+        "0:2:0.1", "Alphas the tuner and marconi-oracle try (lo:hi:step or a comma list).", group="tuning"
+    )
+    bootstrap_multiplier: int = setting(
+        5, "Tuning window = this x the requests seen before the first eviction (paper: 15 for LMSys).", group="tuning"
+    )
     tuning_objective: str | None = setting(
-        None, "flops: FLOPs saved (artifact; replay: over the last 500 replayed requests); hit-rate: token hit rate "
-        "(paper) [default: hit-rate for --tuner duel, flops for replay].", choices=("flops", "hit-rate"), group="tuning")
-    tuning_start: str = setting("empty", "empty: replay from the trace start on an empty cache (artifact); snapshot: "
-                                "from the cache at the first eviction.", choices=("empty", "snapshot"), group="tuning")
+        None,
+        "flops: FLOPs saved (artifact; replay: over the last 500 replayed requests); hit-rate: token hit rate "
+        "(paper) [default: hit-rate for --tuner duel, flops for replay].",
+        choices=("flops", "hit-rate"),
+        group="tuning",
+    )
+    tuning_start: str = setting(
+        "empty",
+        "empty: replay from the trace start on an empty cache (artifact); snapshot: "
+        "from the cache at the first eviction.",
+        choices=("empty", "snapshot"),
+        group="tuning",
+    )
     tuning_workers: int = setting(0, "Replay processes (0 = all cores, 1 = serial).", group="tuning")
     retune_every: int = setting(0, "Tune again every N requests (0: once, as the artifact).", group="tuning")
     tuning_lru: bool | None = setting(
-        None, "Let the tuner adopt SGLang+'s LRU when it beats every alpha [default: on, off in paper compat].",
-        flag="--tuning-lru/--no-tuning-lru", group="tuning")
+        None,
+        "Let the tuner adopt SGLang+'s LRU when it beats every alpha [default: on, off in paper compat].",
+        flag="--tuning-lru/--no-tuning-lru",
+        group="tuning",
+    )
     tuner: str | None = setting(
-        None, "duel: shadow caches per candidate on the live stream, adopt the best over a trailing window; replay: "
-        "the artifact's bootstrap-window replay [default: duel, replay in paper compat].", choices=("duel", "replay"),
-        group="tuning")
-    duel_candidates: str = setting("lru,0,0.1,0.2,0.4,0.7,1,1.5,2", "Duel tuner: one shadow cache per candidate "
-                                   "(lru = SGLang+'s eviction, or an alpha).", group="tuning")
+        None,
+        "duel: shadow caches per candidate on the live stream, adopt the best over a trailing window; replay: "
+        "the artifact's bootstrap-window replay [default: duel, replay in paper compat].",
+        choices=("duel", "replay"),
+        group="tuning",
+    )
+    duel_candidates: str = setting(
+        "lru,0,0.1,0.2,0.4,0.7,1,1.5,2",
+        "Duel tuner: one shadow cache per candidate (lru = SGLang+'s eviction, or an alpha).",
+        group="tuning",
+    )
     duel_every: int = setting(25, "Duel tuner: re-decide every N finished requests.", group="tuning")
     duel_window: int = setting(200, "Duel tuner: score candidates over the last N finished requests.", group="tuning")
-    duel_margin: float = setting(0.02, "Duel tuner: a challenger must beat the incumbent's score by this fraction.",
-                                 group="tuning")
+    duel_margin: float = setting(
+        0.02, "Duel tuner: a challenger must beat the incumbent's score by this fraction.", group="tuning"
+    )
     prefill_chunk_tokens: int = policy_knob(ChunkedPrefill, "prefill_chunk_tokens")
     block_size: int = policy_knob(VllmBlocks, "block_size")
     state_pool: str = policy_knob(StatePool, "state_pool")
@@ -170,8 +240,10 @@ class SimConfig:
         if self.compat != "corrected" and self.mode != "sequential":
             # the artifact replays requests one at a time in timestamp order (docs/presets.md §5): it has
             # no servers, queues or pinning to reproduce in a discrete-event run
-            raise UsageError(f"--compat {self.compat} reproduces the Marconi artifact's sequential replay: "
-                             "use it with --mode sequential")
+            raise UsageError(
+                f"--compat {self.compat} reproduces the Marconi artifact's sequential replay: "
+                "use it with --mode sequential"
+            )
         if self.capacity_bytes <= 0:
             raise UsageError("capacity must be positive")
         if not 0 < self.sessions_per_second < math.inf:  # NaN fails both comparisons
@@ -191,12 +263,17 @@ class SimConfig:
         if self.prefill_chunk_tokens < 1:
             raise UsageError("--prefill-chunk must be >= 1")
         if not 0 <= self.block_size <= MAX_BLOCK_TOKENS:
-            raise UsageError(f"--block-size must be 0 (the engine's default) or 1 to {MAX_BLOCK_TOKENS} tokens, "
-                             f"not {self.block_size}")
+            raise UsageError(
+                f"--block-size must be 0 (the engine's default) or 1 to {MAX_BLOCK_TOKENS} tokens, "
+                f"not {self.block_size}"
+            )
         for f in fields(self):  # a knob's own range (policies' Params: min / max)
             lo, hi, value = f.metadata.get("min"), f.metadata.get("max"), getattr(self, f.name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and (
-                    (lo is not None and not value >= lo) or (hi is not None and not value <= hi)):
+            if (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and ((lo is not None and not value >= lo) or (hi is not None and not value <= hi))
+            ):
                 bound = f">= {lo:g}" if hi is None else f"in {lo:g}..{hi:g}" if lo is not None else f"<= {hi:g}"
                 raise UsageError(f"{flag_of(f)} must be {bound}, not {value!r}")
         if self.gpu_memory:
@@ -278,8 +355,7 @@ def parse_candidates(text: str) -> list:
     rest = [p for p in parts if p.lower() != LRU]
     alphas: tuple = ()
     if rest:
-        alphas = parse_grid(rest[0] if len(rest) == 1 and ":" in rest[0] else ",".join(rest),
-                            flag="--duel-candidates")
+        alphas = parse_grid(rest[0] if len(rest) == 1 and ":" in rest[0] else ",".join(rest), flag="--duel-candidates")
     cands = ([LRU] if lru else []) + list(alphas)
     if len(cands) < 1:
         raise UsageError("--duel-candidates needs at least one of lru or an alpha")

@@ -128,7 +128,9 @@ class ModelSpec:
         set_(self, "mamba_layer_a", mamba1_a)
 
         set_(self, "_kv", self.n_attn * 2 * KVH * hd * self.kv_dtype_bytes)
-        gdn_state = Hv * dk * dv * self.state_dtype_bytes + gdn_conv_dim * (self.gdn_conv_width - 1) * self.conv_dtype_bytes
+        gdn_state = (
+            Hv * dk * dv * self.state_dtype_bytes + gdn_conv_dim * (self.gdn_conv_width - 1) * self.conv_dtype_bytes
+        )
         m_ch = self.mamba_state_channels or di
         m_cols = self.mamba_conv_cols or (self.mamba_conv_width - 1)
         mamba_conv_dim = di + 2 * self.mamba_n_groups * N
@@ -192,19 +194,34 @@ class ModelSpec:
 # Presets
 # ---------------------------------------------------------------------------------------------
 
+
 def _qwen_hybrid(name, *, layers, d, hv, heads, kv_heads, mlp_params, vocab, nominal, source):
     """Qwen3-Next / Qwen3.5 layout (docs/cost-model.md §4): 3 GDN : 1 full attention, Hk = 16, head dims
     128 (GDN) and 256 (attention, output-gated), conv width 4, fp32 SSM state, bf16 conv and KV;
     every layer has an MLP/MoE block."""
     return ModelSpec(
-        name=name, d_model=d,
-        n_attn=layers // 4, attn_heads=heads, attn_kv_heads=kv_heads, attn_head_dim=256,
-        attn_causal=True, attn_output_gate=True,
-        n_gdn=layers - layers // 4, gdn_k_heads=16, gdn_v_heads=hv, gdn_head_k_dim=128,
-        gdn_head_v_dim=128, gdn_conv_width=4,
-        n_mlp=layers, mlp_active_params=mlp_params,
-        kv_dtype_bytes=2, state_dtype_bytes=4, conv_dtype_bytes=2,
-        embedding_params=vocab * d, nominal_active_params=nominal, source=source,
+        name=name,
+        d_model=d,
+        n_attn=layers // 4,
+        attn_heads=heads,
+        attn_kv_heads=kv_heads,
+        attn_head_dim=256,
+        attn_causal=True,
+        attn_output_gate=True,
+        n_gdn=layers - layers // 4,
+        gdn_k_heads=16,
+        gdn_v_heads=hv,
+        gdn_head_k_dim=128,
+        gdn_head_v_dim=128,
+        gdn_conv_width=4,
+        n_mlp=layers,
+        mlp_active_params=mlp_params,
+        kv_dtype_bytes=2,
+        state_dtype_bytes=4,
+        conv_dtype_bytes=2,
+        embedding_params=vocab * d,
+        nominal_active_params=nominal,
+        source=source,
     )
 
 
@@ -221,52 +238,115 @@ MODELS: dict[str, ModelSpec] = {
     # The paper's 7B hybrid with the paper's formulas exactly (docs/cost-model.md §2-§3): MHA fp16 KV, state
     # D*N fp16 + conv (2D + 2N) x 4 columns fp16, non-causal 4*L^2*D attention term.
     "marconi-7b": ModelSpec(
-        name="marconi-7b", d_model=_D7,
-        n_attn=4, attn_heads=32, attn_kv_heads=32, attn_head_dim=128, attn_causal=False,
-        n_mamba=24, mamba_d_inner=2 * _D7, mamba_d_state=128, mamba_conv_width=4, mamba_n_groups=1,
-        mamba_state_channels=_D7, mamba_conv_cols=4,
-        n_mlp=28, mlp_active_params=8 * _D7 * _D7,  # 2 x D x 4D -> 16*L*D^2 FLOPs
-        kv_dtype_bytes=2, state_dtype_bytes=2, conv_dtype_bytes=2,
+        name="marconi-7b",
+        d_model=_D7,
+        n_attn=4,
+        attn_heads=32,
+        attn_kv_heads=32,
+        attn_head_dim=128,
+        attn_causal=False,
+        n_mamba=24,
+        mamba_d_inner=2 * _D7,
+        mamba_d_state=128,
+        mamba_conv_width=4,
+        mamba_n_groups=1,
+        mamba_state_channels=_D7,
+        mamba_conv_cols=4,
+        n_mlp=28,
+        mlp_active_params=8 * _D7 * _D7,  # 2 x D x 4D -> 16*L*D^2 FLOPs
+        kv_dtype_bytes=2,
+        state_dtype_bytes=2,
+        conv_dtype_bytes=2,
         nominal_active_params=7e9,
         source="Marconi paper/artifact formulas (docs/cost-model.md §2-§3)",
     ),
     "qwen3-next-80b-a3b": _qwen_hybrid(
-        "qwen3-next-80b-a3b", layers=48, d=2048, hv=32, heads=16, kv_heads=2,
-        mlp_params=_moe(2048, 512, 10, 512, 512), vocab=151_936, nominal=3e9,
+        "qwen3-next-80b-a3b",
+        layers=48,
+        d=2048,
+        hv=32,
+        heads=16,
+        kv_heads=2,
+        mlp_params=_moe(2048, 512, 10, 512, 512),
+        vocab=151_936,
+        nominal=3e9,
         source="transformers Qwen3NextConfig defaults; MoE 512 experts top-10 x 512 + shared 512",
     ),
     "qwen3.5-9b": _qwen_hybrid(
-        "qwen3.5-9b", layers=32, d=4096, hv=32, heads=16, kv_heads=4,
-        mlp_params=3 * 4096 * 12288, vocab=_QWEN_VOCAB, nominal=9e9,
+        "qwen3.5-9b",
+        layers=32,
+        d=4096,
+        hv=32,
+        heads=16,
+        kv_heads=4,
+        mlp_params=3 * 4096 * 12288,
+        vocab=_QWEN_VOCAB,
+        nominal=9e9,
         source="docs/cost-model.md §4; dense SwiGLU intermediate 12288 (third-party transcription, unverified)",
     ),
     "qwen3.5-27b": _qwen_hybrid(
-        "qwen3.5-27b", layers=64, d=5120, hv=48, heads=24, kv_heads=4,
-        mlp_params=3 * 5120 * 17408, vocab=_QWEN_VOCAB, nominal=27e9,
+        "qwen3.5-27b",
+        layers=64,
+        d=5120,
+        hv=48,
+        heads=24,
+        kv_heads=4,
+        mlp_params=3 * 5120 * 17408,
+        vocab=_QWEN_VOCAB,
+        nominal=27e9,
         source="docs/cost-model.md §4; dense SwiGLU intermediate 17408 (slime Megatron script)",
     ),
     "qwen3.5-35b-a3b": _qwen_hybrid(
-        "qwen3.5-35b-a3b", layers=40, d=2048, hv=32, heads=16, kv_heads=2,
-        mlp_params=_moe(2048, 512, 8, 512, 256), vocab=_QWEN_VOCAB, nominal=3e9,
+        "qwen3.5-35b-a3b",
+        layers=40,
+        d=2048,
+        hv=32,
+        heads=16,
+        kv_heads=2,
+        mlp_params=_moe(2048, 512, 8, 512, 256),
+        vocab=_QWEN_VOCAB,
+        nominal=3e9,
         source="docs/cost-model.md §4; MoE 256 experts top-8 x 512 + shared 512 (slime Megatron script)",
     ),
     "qwen3.5-122b-a10b": _qwen_hybrid(
-        "qwen3.5-122b-a10b", layers=48, d=3072, hv=64, heads=32, kv_heads=2,
-        mlp_params=_moe(3072, 1024, 8, 1024, 256), vocab=_QWEN_VOCAB, nominal=10e9,
+        "qwen3.5-122b-a10b",
+        layers=48,
+        d=3072,
+        hv=64,
+        heads=32,
+        kv_heads=2,
+        mlp_params=_moe(3072, 1024, 8, 1024, 256),
+        vocab=_QWEN_VOCAB,
+        nominal=10e9,
         source="docs/cost-model.md §4; MoE 256 x top-8 x 1024 + shared 1024 is an ESTIMATE (not seen in a "
-               "config; chosen so total active params ~ the name's 10B)",
+        "config; chosen so total active params ~ the name's 10B)",
     ),
     "qwen3.5-397b-a17b": _qwen_hybrid(
-        "qwen3.5-397b-a17b", layers=60, d=4096, hv=64, heads=32, kv_heads=2,
-        mlp_params=_moe(4096, 1024, 10, 1024, 512), vocab=_QWEN_VOCAB, nominal=17e9,
+        "qwen3.5-397b-a17b",
+        layers=60,
+        d=4096,
+        hv=64,
+        heads=32,
+        kv_heads=2,
+        mlp_params=_moe(4096, 1024, 10, 1024, 512),
+        vocab=_QWEN_VOCAB,
+        nominal=17e9,
         source="docs/cost-model.md §4; MoE 512 experts top-10 x 1024 + shared 1024 (slime Megatron script)",
     ),
     # Pure transformer sanity preset: Llama-2-7B shapes (MHA, SwiGLU 11008), fp16 KV, causal.
     "llama-7b": ModelSpec(
-        name="llama-7b", d_model=4096,
-        n_attn=32, attn_heads=32, attn_kv_heads=32, attn_head_dim=128, attn_causal=True,
-        n_mlp=32, mlp_active_params=3 * 4096 * 11008,
-        kv_dtype_bytes=2, embedding_params=32_000 * 4096, nominal_active_params=7e9,
+        name="llama-7b",
+        d_model=4096,
+        n_attn=32,
+        attn_heads=32,
+        attn_kv_heads=32,
+        attn_head_dim=128,
+        attn_causal=True,
+        n_mlp=32,
+        mlp_active_params=3 * 4096 * 11008,
+        kv_dtype_bytes=2,
+        embedding_params=32_000 * 4096,
+        nominal_active_params=7e9,
         source="Llama-2-7B config",
     ),
 }
@@ -276,11 +356,28 @@ def _replay_tiny() -> ModelSpec:
     """Toy shapes of the Qwen3.5 layout for CPU replay tests (plain-torch gated delta, or the Triton
     interpreter): 3 gated-delta layers (Hk 1, Hv 2, head dims 16) and 1 attention layer, hidden size 32."""
     spec = ModelSpec(
-        name="replay-tiny", d_model=32,
-        n_attn=1, attn_heads=2, attn_kv_heads=1, attn_head_dim=16, attn_causal=True, attn_output_gate=True,
-        n_gdn=3, gdn_k_heads=1, gdn_v_heads=2, gdn_head_k_dim=16, gdn_head_v_dim=16, gdn_conv_width=4,
-        n_mlp=4, mlp_active_params=3 * 32 * 64, kv_dtype_bytes=2, state_dtype_bytes=4, conv_dtype_bytes=2,
-        embedding_params=512 * 32, source="toy shapes for CPU replay tests (marconi replay --device cpu)")
+        name="replay-tiny",
+        d_model=32,
+        n_attn=1,
+        attn_heads=2,
+        attn_kv_heads=1,
+        attn_head_dim=16,
+        attn_causal=True,
+        attn_output_gate=True,
+        n_gdn=3,
+        gdn_k_heads=1,
+        gdn_v_heads=2,
+        gdn_head_k_dim=16,
+        gdn_head_v_dim=16,
+        gdn_conv_width=4,
+        n_mlp=4,
+        mlp_active_params=3 * 32 * 64,
+        kv_dtype_bytes=2,
+        state_dtype_bytes=4,
+        conv_dtype_bytes=2,
+        embedding_params=512 * 32,
+        source="toy shapes for CPU replay tests (marconi replay --device cpu)",
+    )
     return replace(spec, nominal_active_params=float(spec.active_params()))
 
 
@@ -323,8 +420,9 @@ class TimingModel:
     def decode_time_s(self, n_tokens: int) -> float:
         return n_tokens * self.decode_ms_per_token * 1e-3
 
-    def step_time_s(self, spec: ModelSpec, prefills: Sequence[tuple[int, int]],
-                    decode_contexts: Sequence[int]) -> float:
+    def step_time_s(
+        self, spec: ModelSpec, prefills: Sequence[tuple[int, int]], decode_contexts: Sequence[int]
+    ) -> float:
         """Modelled time of one engine step (a continuous-batching iteration).
 
         ``prefills``: ``(start, end)`` token positions of each request's prefill chunk in this step
@@ -395,19 +493,19 @@ class HardwareTiming:
 
     def __post_init__(self) -> None:
         if set(self.ms_per_tflop) != set(TERMS) or set(self.layer_call_ms) != set(LAYER_KINDS):
-            raise UsageError(f"timing: terms must be {', '.join(TERMS)} and per-call times "
-                             f"{', '.join(LAYER_KINDS)}")
+            raise UsageError(f"timing: terms must be {', '.join(TERMS)} and per-call times {', '.join(LAYER_KINDS)}")
         if set(self.layer_floor_ms) != set(LAYER_KINDS):
             raise UsageError(f"timing: per-layer floors must be {', '.join(LAYER_KINDS)}")
-        vals = (list(self.ms_per_tflop.values()) + list(self.layer_call_ms.values())
-                + list(self.layer_floor_ms.values()))
+        vals = list(self.ms_per_tflop.values()) + list(self.layer_call_ms.values()) + list(self.layer_floor_ms.values())
         if min(vals + [self.call_ms, self.decode_ms_per_token]) < 0 or self.gpus < 1:
             raise UsageError("timing: every term must be non-negative")
         if self.peak_tflops > 0:
             for term, c in self.ms_per_tflop.items():
                 if c > 0 and 1e3 / (c * self.peak_tflops) > 1.0 + 1e-9:
-                    raise UsageError(f"timing: term {term} runs at {1e3 / (c * self.peak_tflops):.0%} of "
-                                     f"the device's {self.peak_tflops:g} TFLOP/s peak (over 100 %: not physical)")
+                    raise UsageError(
+                        f"timing: term {term} runs at {1e3 / (c * self.peak_tflops):.0%} of "
+                        f"the device's {self.peak_tflops:g} TFLOP/s peak (over 100 %: not physical)"
+                    )
 
     # the old single-rate fields, for callers that print them
     @property
@@ -421,8 +519,10 @@ class HardwareTiming:
 
     def fraction_of_peak(self) -> dict:
         """Achieved fraction of ``peak_tflops`` of every FLOP term (None where not known)."""
-        return {t: (1e3 / (c * self.peak_tflops) if c > 0 and self.peak_tflops > 0 else None)
-                for t, c in self.ms_per_tflop.items()}
+        return {
+            t: (1e3 / (c * self.peak_tflops) if c > 0 and self.peak_tflops > 0 else None)
+            for t, c in self.ms_per_tflop.items()
+        }
 
     def _layers(self, spec: ModelSpec) -> dict:
         return {"attention": spec.n_attn, "gated_delta": spec.n_gdn + spec.n_mamba, "mlp": spec.n_mlp}
@@ -440,8 +540,10 @@ class HardwareTiming:
         n = L - p
         c = self.ms_per_tflop
         attn = c["attn_linear"] * spec.attn_layer_a * n + c["attn_quadratic"] * spec.attn_layer_b * (L * L - p * p)
-        gdn = c["gdn_linear"] * (spec.gdn_layer_a if spec.n_gdn else spec.mamba_layer_a) * n \
+        gdn = (
+            c["gdn_linear"] * (spec.gdn_layer_a if spec.n_gdn else spec.mamba_layer_a) * n
             + c["gdn_chunk"] * (spec.gdn_chunk_flops if spec.n_gdn else 0.0) * chunks
+        )
         mlp = c["mlp_linear"] * spec.mlp_layer_a * n
         g = 1e-12 / self.gpus
         return {"attention": attn * g, "gated_delta": gdn * g, "mlp": mlp * g}
@@ -450,7 +552,8 @@ class HardwareTiming:
         """One call of the model doing ``work`` (per-layer ms by kind)."""
         n = self._layers(spec)
         return self.call_ms + sum(
-            n[k] * max(self.layer_floor_ms[k], self.layer_call_ms[k] + work[k]) for k in LAYER_KINDS)
+            n[k] * max(self.layer_floor_ms[k], self.layer_call_ms[k] + work[k]) for k in LAYER_KINDS
+        )
 
     def compute_ms(self, spec: ModelSpec, p: int, L: int, chunks: int) -> float:
         """The FLOP terms of tokens [p, L) in ``chunks`` kernel chunks over every layer."""
@@ -494,8 +597,13 @@ _H200 = (989.0, 4.8e12)
 _MFU = 0.40  # assumed prefill model-FLOPs utilisation on H200 (estimate)
 _BW_EFF = 0.60  # assumed fraction of HBM bandwidth reached by batch-1 decode (estimate)
 _GPUS = {  # smallest tensor-parallel group that holds bf16 weights with room for cache (estimate)
-    "qwen3.5-9b": 1, "qwen3.5-27b": 1, "qwen3.5-35b-a3b": 1, "qwen3-next-80b-a3b": 2,
-    "qwen3.5-122b-a10b": 4, "qwen3.5-397b-a17b": 8, "replay-tiny": 1,
+    "qwen3.5-9b": 1,
+    "qwen3.5-27b": 1,
+    "qwen3.5-35b-a3b": 1,
+    "qwen3-next-80b-a3b": 2,
+    "qwen3.5-122b-a10b": 4,
+    "qwen3.5-397b-a17b": 8,
+    "replay-tiny": 1,
 }
 
 
@@ -506,8 +614,12 @@ def _marconi_7b_timing() -> TimingModel:
     # Decode: ~6.5B weights x 2 B / (0.7 x 1.555 TB/s) ~ 12 ms per token on one A100.
     f8k = MODELS["marconi-7b"].flops(8192)
     tflops = f8k / (JAMBA_TTFT_SLOPE_MS * 8192 * 1e-3) / 1e12
-    return TimingModel(round(tflops, 1), JAMBA_TTFT_INTERCEPT_MS, 12.0,
-                       source="calibrated to the paper's Jamba-1.5-Mini TTFT fit at 8K (A100)")
+    return TimingModel(
+        round(tflops, 1),
+        JAMBA_TTFT_INTERCEPT_MS,
+        12.0,
+        source="calibrated to the paper's Jamba-1.5-Mini TTFT fit at 8K (A100)",
+    )
 
 
 def default_timing(name: str):
@@ -517,25 +629,32 @@ def default_timing(name: str):
         return _marconi_7b_timing()
     g = _GPUS.get(spec.name)
     if g is None:
-        raise UsageError(f"model {spec.name!r} has no GPU count for its default timing (sim/cost.py _GPUS); "
-                         f"give a timing file: --timing FILE")
+        raise UsageError(
+            f"model {spec.name!r} has no GPU count for its default timing (sim/cost.py _GPUS); "
+            f"give a timing file: --timing FILE"
+        )
     calibrated = _h200_calibrated()
     if calibrated is not None:
         # the H200 terms, fitted on qwen3.5-9b shapes, priced per FLOP and per layer call, so
         # they carry over to the other Qwen3.5 / Qwen3-Next presets (MoE at its active width)
-        return calibrated.with_gpus(g, f"{calibrated.source}; {g}x H200 (ideal tensor parallel)"
-                                    if g > 1 else calibrated.source)
+        return calibrated.with_gpus(
+            g, f"{calibrated.source}; {g}x H200 (ideal tensor parallel)" if g > 1 else calibrated.source
+        )
     tflops = g * _H200[0] * _MFU
     # batch-1 decode reads the active weights (incl. LM head) once per token
     decode_ms = spec.active_params() * 2 / (g * _H200[1] * _BW_EFF) * 1e3
-    return TimingModel(round(tflops, 1), 10.0, round(decode_ms, 2),
-                       source=f"estimate: {g}x H200 at {_MFU:.0%} of 989 TFLOP/s; decode = active bf16 "
-                              f"weights / {_BW_EFF:.0%} of 4.8 TB/s per GPU; 10 ms fixed overhead")
+    return TimingModel(
+        round(tflops, 1),
+        10.0,
+        round(decode_ms, 2),
+        source=f"estimate: {g}x H200 at {_MFU:.0%} of 989 TFLOP/s; decode = active bf16 "
+        f"weights / {_BW_EFF:.0%} of 4.8 TB/s per GPU; 10 ms fixed overhead",
+    )
 
 
-H200_TIMING_FILE = Path(__file__).parent / "data" / "h200-timing.json"   # provenance inside
-TIMING_FORMAT = "marconi-timing/1"        # one rate + a per-prefill overhead (TimingModel)
-HARDWARE_FORMAT = "marconi-timing/2"      # HardwareTiming's terms
+H200_TIMING_FILE = Path(__file__).parent / "data" / "h200-timing.json"  # provenance inside
+TIMING_FORMAT = "marconi-timing/1"  # one rate + a per-prefill overhead (TimingModel)
+HARDWARE_FORMAT = "marconi-timing/2"  # HardwareTiming's terms
 
 
 def _h200_calibrated():
@@ -547,14 +666,24 @@ def _h200_calibrated():
 
 def timing_to_dict(timing) -> dict:
     if isinstance(timing, HardwareTiming):
-        return dict(format=HARDWARE_FORMAT, ms_per_tflop=dict(timing.ms_per_tflop),
-                    layer_call_ms=dict(timing.layer_call_ms), layer_floor_ms=dict(timing.layer_floor_ms),
-                    call_ms=timing.call_ms,
-                    decode_ms_per_token=timing.decode_ms_per_token, peak_tflops=timing.peak_tflops,
-                    gpus=timing.gpus, source=timing.source)
-    return dict(format=TIMING_FORMAT, effective_tflops=timing.effective_tflops,
-                overhead_ms=timing.overhead_ms, decode_ms_per_token=timing.decode_ms_per_token,
-                source=timing.source)
+        return dict(
+            format=HARDWARE_FORMAT,
+            ms_per_tflop=dict(timing.ms_per_tflop),
+            layer_call_ms=dict(timing.layer_call_ms),
+            layer_floor_ms=dict(timing.layer_floor_ms),
+            call_ms=timing.call_ms,
+            decode_ms_per_token=timing.decode_ms_per_token,
+            peak_tflops=timing.peak_tflops,
+            gpus=timing.gpus,
+            source=timing.source,
+        )
+    return dict(
+        format=TIMING_FORMAT,
+        effective_tflops=timing.effective_tflops,
+        overhead_ms=timing.overhead_ms,
+        decode_ms_per_token=timing.decode_ms_per_token,
+        source=timing.source,
+    )
 
 
 def _check_finite(d: dict, path) -> None:
@@ -596,21 +725,32 @@ def read_timing_file(path, model: str | None = None):
         raise UsageError(f"timing file {path} is not JSON: {exc}") from None
     fmt = d.get("format") if isinstance(d, dict) else None
     if fmt not in (TIMING_FORMAT, HARDWARE_FORMAT):
-        raise UsageError(f"timing file {path} is not a {TIMING_FORMAT} or {HARDWARE_FORMAT} file "
-                         "(write one with marconi replay --calibrate FILE)")
+        raise UsageError(
+            f"timing file {path} is not a {TIMING_FORMAT} or {HARDWARE_FORMAT} file "
+            "(write one with marconi replay --calibrate FILE)"
+        )
     if model is not None and d.get("model") not in (None, model):
         raise UsageError(f"timing file {path} was calibrated for {d.get('model')}, not {model}")
     _check_finite(d, path)
     try:
         if fmt == HARDWARE_FORMAT:
-            return HardwareTiming({k: float(v) for k, v in d["ms_per_tflop"].items()},
-                                  {k: float(v) for k, v in d["layer_call_ms"].items()},
-                                  float(d["call_ms"]), float(d["decode_ms_per_token"]),
-                                  float(d.get("peak_tflops", 0.0)), int(d.get("gpus", 1)),
-                                  source=str(d.get("source", path)),
-                                  layer_floor_ms={k: float(v) for k, v in
-                                                  d.get("layer_floor_ms", dict.fromkeys(LAYER_KINDS, 0.0)).items()})
-        return TimingModel(float(d["effective_tflops"]), float(d["overhead_ms"]),
-                           float(d["decode_ms_per_token"]), source=str(d.get("source", path)))
+            return HardwareTiming(
+                {k: float(v) for k, v in d["ms_per_tflop"].items()},
+                {k: float(v) for k, v in d["layer_call_ms"].items()},
+                float(d["call_ms"]),
+                float(d["decode_ms_per_token"]),
+                float(d.get("peak_tflops", 0.0)),
+                int(d.get("gpus", 1)),
+                source=str(d.get("source", path)),
+                layer_floor_ms={
+                    k: float(v) for k, v in d.get("layer_floor_ms", dict.fromkeys(LAYER_KINDS, 0.0)).items()
+                },
+            )
+        return TimingModel(
+            float(d["effective_tflops"]),
+            float(d["overhead_ms"]),
+            float(d["decode_ms_per_token"]),
+            source=str(d.get("source", path)),
+        )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise UsageError(f"timing file {path}: missing or bad field {exc}") from None

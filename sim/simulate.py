@@ -23,8 +23,15 @@ from traces.base import Trace
 ORACLE = "marconi-oracle"
 
 
-def build(trace: Trace, config: SimConfig, *, spec: ModelSpec | None = None, timing: TimingModel | None = None,
-          progress=None, observers=()) -> Simulation:
+def build(
+    trace: Trace,
+    config: SimConfig,
+    *,
+    spec: ModelSpec | None = None,
+    timing: TimingModel | None = None,
+    progress=None,
+    observers=(),
+) -> Simulation:
     """A ready-to-run Simulation of ``trace`` under ``config``; ``observers`` receive its event
     stream (``sim.engine.events``)."""
     config.validate()
@@ -46,8 +53,15 @@ def build(trace: Trace, config: SimConfig, *, spec: ModelSpec | None = None, tim
     return sim
 
 
-def simulate(trace: Trace, config: SimConfig, progress=None, *, spec: ModelSpec | None = None,
-             timing: TimingModel | None = None, observers=()) -> SimResult:
+def simulate(
+    trace: Trace,
+    config: SimConfig,
+    progress=None,
+    *,
+    spec: ModelSpec | None = None,
+    timing: TimingModel | None = None,
+    observers=(),
+) -> SimResult:
     """Replay ``trace`` under ``config``; the one entry point the CLI and sweeps call.
     (``marconi-oracle`` runs one simulation per alpha; observers are not supported there.)"""
     if config.policy == ORACLE:

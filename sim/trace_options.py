@@ -25,23 +25,49 @@ class TraceOption:
 
 TRACE_OPTIONS = (
     TraceOption("--trace", "trace", "sharegpt", "Trace spec: " + ", ".join(SPECS) + " (see `marconi traces list`)."),
-    TraceOption("--sessions", "sessions", _DEFAULTS.sessions,
-                "First N sessions of a text or synthetic trace (0 = all).", int),
-    TraceOption("--min-rounds", "min_rounds", _DEFAULTS.min_rounds,
-                "Chat traces: keep conversations with at least this many rounds.", int),
+    TraceOption(
+        "--sessions", "sessions", _DEFAULTS.sessions, "First N sessions of a text or synthetic trace (0 = all).", int
+    ),
+    TraceOption(
+        "--min-rounds",
+        "min_rounds",
+        _DEFAULTS.min_rounds,
+        "Chat traces: keep conversations with at least this many rounds.",
+        int,
+    ),
     TraceOption("--max-tokens", "max_tokens", _DEFAULTS.max_tokens, "Per-session token cap of text traces.", int),
     TraceOption("--tokenizer", "tokenizer", _DEFAULTS.tokenizer, "Tokenizer: " + ", ".join(TOKENIZERS) + "."),
-    TraceOption("--skip-bad-rows", "skip_bad_rows", False,
-                "Skip malformed trace rows (counted) instead of stopping.", is_flag=True),
-    TraceOption("--response-time", "response_time", _DEFAULTS.response_time,
-                "SWE-bench: mean Poisson think time in seconds.", float),
-    TraceOption("--time-scale", "time_scale", _DEFAULTS.time_scale,
-                "Open-loop traces: multiply inter-arrival times by this factor.", float),
-    TraceOption("--trace-seed", "trace_seed", _DEFAULTS.seed,
-                "Seed of every random draw made while building the trace.", int),
-    TraceOption("--session-range", "session_range", _DEFAULTS.session_range,
-                "Keep sessions START:STOP of the trace (0-based, in order of first appearance; STOP exclusive "
-                "or left out); empty = all."),
+    TraceOption(
+        "--skip-bad-rows",
+        "skip_bad_rows",
+        False,
+        "Skip malformed trace rows (counted) instead of stopping.",
+        is_flag=True,
+    ),
+    TraceOption(
+        "--response-time",
+        "response_time",
+        _DEFAULTS.response_time,
+        "SWE-bench: mean Poisson think time in seconds.",
+        float,
+    ),
+    TraceOption(
+        "--time-scale",
+        "time_scale",
+        _DEFAULTS.time_scale,
+        "Open-loop traces: multiply inter-arrival times by this factor.",
+        float,
+    ),
+    TraceOption(
+        "--trace-seed", "trace_seed", _DEFAULTS.seed, "Seed of every random draw made while building the trace.", int
+    ),
+    TraceOption(
+        "--session-range",
+        "session_range",
+        _DEFAULTS.session_range,
+        "Keep sessions START:STOP of the trace (0-based, in order of first appearance; STOP exclusive "
+        "or left out); empty = all.",
+    ),
 )
 TRACE_OPTION_KEYS = tuple(opt.key for opt in TRACE_OPTIONS)
 

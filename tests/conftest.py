@@ -33,13 +33,11 @@ def _private_trace_cache(tmp_path_factory):
     mp.undo()
 
 
-
-
 def pytest_collection_modifyitems(config, items):
     gpu = [it for it in items if it.get_closest_marker("gpu") or it.get_closest_marker("gpu_long")]
     if not gpu:
         return
-    from gpu_env import compiled_gpu   # imports torch: only when GPU-marked tests were collected
+    from gpu_env import compiled_gpu  # imports torch: only when GPU-marked tests were collected
 
     if compiled_gpu():
         return

@@ -18,12 +18,16 @@ BENCH = ROOT / "benchmarks"
 SMALLEST = {
     "sim_bench.py": (["--smoke"], "marconi"),
     "sweep_bench.py": (["--smoke"], "wall time"),
-    "tuning_report.py": (["--sessions", "2", "--capacities", "1", "--rates", "1", "--alpha-grid", "0:1:1",
-                          "--workers", "1"], "below sglang+"),
+    "tuning_report.py": (
+        ["--sessions", "2", "--capacities", "1", "--rates", "1", "--alpha-grid", "0:1:1", "--workers", "1"],
+        "below sglang+",
+    ),
     "trace_memory.py": (["--trace", "synthetic:chat", "--sessions", "2"], "cached load"),
     "mutation.py": (["--list", "-m", "cost", "--per-module", "2"], "cost"),
-    "validation_sensitivity.py": (["--dtype", "fp32", "--scales", "0.01", "--prompt", "70", "--kernel", "torch"],
-                                  "caught"),
+    "validation_sensitivity.py": (
+        ["--dtype", "fp32", "--scales", "0.01", "--prompt", "70", "--kernel", "torch"],
+        "caught",
+    ),
     # need a GPU (kernel_bench, replay_bench) or compile kernels for minutes (kernel_resources is run
     # by tests/kernels/test_resources.py): their command line at least
     "kernel_bench.py": (["--help"], "usage"),
@@ -45,7 +49,8 @@ def test_benchmark_runs_at_its_smallest_size(script, tmp_path):
         args = [*args, "--out", str(tmp_path / "results")]  # not a folder of its own under /tmp
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env.pop("TRITON_INTERPRET", None)  # kernel_resources refuses the interpreter even for --help
-    proc = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert expect in proc.stdout, proc.stdout[-2000:]

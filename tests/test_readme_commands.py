@@ -98,8 +98,7 @@ def test_every_readme_command_runs(tmp_path):
         argv = small(shlex.split(command), tmp_path)
         if argv[:2] == ["marconi", "kernels"] and shutil.which("nvidia-smi") is None:
             pytest.importorskip("triton")  # the interpreter on CPU needs the kernels extra
-        proc = subprocess.run([MARCONI, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=600)
+        proc = subprocess.run([MARCONI, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         ran += 1
         if proc.returncode != 0:
             failures.append(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr.strip()[-400:]}")

@@ -72,8 +72,13 @@ class Trace:
         if self.block_tokens < 1:
             raise TraceError(f"trace {self.name!r}: block_tokens must be >= 1")
         # int32 when every array already is (packed traces), else int64 throughout, as before
-        dtype = COMPACT_DTYPE if all(r.input_tokens.dtype == COMPACT_DTYPE and r.output_tokens.dtype == COMPACT_DTYPE
-                                     for r in self.requests) else SYMBOL_DTYPE
+        dtype = (
+            COMPACT_DTYPE
+            if all(
+                r.input_tokens.dtype == COMPACT_DTYPE and r.output_tokens.dtype == COMPACT_DTYPE for r in self.requests
+            )
+            else SYMBOL_DTYPE
+        )
         for i, r in enumerate(self.requests):
             r.request_id = i
             if r.input_tokens.dtype != dtype:
@@ -161,8 +166,12 @@ class SizeBudget:
     ``max_request_tokens`` and that the symbol buffer the trace will need fits in memory, so a
     row claiming 10^12 tokens is an error naming its row instead of an out-of-memory kill."""
 
-    def __init__(self, max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS, memory_bytes: int | None = None,
-                 bytes_per_symbol: int = 8):
+    def __init__(
+        self,
+        max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS,
+        memory_bytes: int | None = None,
+        bytes_per_symbol: int = 8,
+    ):
         self.max_request_tokens = max_request_tokens
         self.memory_bytes = available_memory() if memory_bytes is None else memory_bytes
         self.bytes_per_symbol = bytes_per_symbol
@@ -171,16 +180,20 @@ class SizeBudget:
     def check_request(self, n_tokens: int) -> None:
         """RowProblem when one request's ``n_tokens`` (input + output) is over the limit."""
         if n_tokens > self.max_request_tokens:
-            raise RowProblem(f"{n_tokens:,} tokens in one request, more than the limit of "
-                             f"{self.max_request_tokens:,} (max_request_tokens)")
+            raise RowProblem(
+                f"{n_tokens:,} tokens in one request, more than the limit of "
+                f"{self.max_request_tokens:,} (max_request_tokens)"
+            )
 
     def add(self, n_symbols: int, where: str) -> None:
         """Counts ``n_symbols`` more; TraceError naming ``where`` (FILE:LINE) once the trace's
         symbol buffer would not fit in the memory available (fatal even when skipping bad rows)."""
         need = (self.symbols + n_symbols) * self.bytes_per_symbol
         if need > self.memory_bytes:
-            raise TraceError(f"{where}: the trace would need {_size(need)} for its symbols up to this row, "
-                             f"more than the {_size(self.memory_bytes)} of memory available")
+            raise TraceError(
+                f"{where}: the trace would need {_size(need)} for its symbols up to this row, "
+                f"more than the {_size(self.memory_bytes)} of memory available"
+            )
         self.symbols += n_symbols
 
 

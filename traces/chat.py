@@ -59,8 +59,9 @@ def _tokenize_one(messages: list[tuple[str, str]]):
     buf, turns = render_conversation(st["tok"], messages, st["max_input"], st["max_total"])
     if buf.size and buf.max() <= np.iinfo(np.int32).max and buf.min() >= 0:
         buf = buf.astype(np.int32)  # halves what travels back from a worker
-    rows = [(t.input_end, t.output_end, 0.0 if k == 0 else typing_time(t.user_text, st["wpm"]))
-            for k, t in enumerate(turns)]
+    rows = [
+        (t.input_end, t.output_end, 0.0 if k == 0 else typing_time(t.user_text, st["wpm"])) for k, t in enumerate(turns)
+    ]
     return buf, rows
 
 
@@ -97,8 +98,7 @@ def build_chat_trace(
         from tqdm import tqdm
 
         # shown only when tokenizing takes more than a second
-        bar = tqdm(total=expected, desc=f"tokenizing {name}", unit="conv", leave=False, dynamic_ncols=True,
-                   delay=1.0)
+        bar = tqdm(total=expected, desc=f"tokenizing {name}", unit="conv", leave=False, dynamic_ncols=True, delay=1.0)
     ids: list[str] = []
     dropped = 0
     pool = None
@@ -121,7 +121,9 @@ def build_chat_trace(
                     continue
                 sid = len(ids)
                 ids.append(cid)
-                builder.add_chain(buf, sid, [(k, ie, oe, think, None, -1, -1) for k, (ie, oe, think) in enumerate(rows)])
+                builder.add_chain(
+                    buf, sid, [(k, ie, oe, think, None, -1, -1) for k, (ie, oe, think) in enumerate(rows)]
+                )
             if bar is not None:
                 bar.update(len(batch))
         finished = True
@@ -134,6 +136,11 @@ def build_chat_trace(
             pool.join()
         if bar is not None:
             bar.close()
-    builder.meta.update(conversation_ids=ids, dropped_sessions=dropped, tokenizer=tokenizer,
-                        max_input_tokens=max_input_tokens, max_total_tokens=max_total_tokens)
+    builder.meta.update(
+        conversation_ids=ids,
+        dropped_sessions=dropped,
+        tokenizer=tokenizer,
+        max_input_tokens=max_input_tokens,
+        max_total_tokens=max_total_tokens,
+    )
     return builder.build()

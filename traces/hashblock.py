@@ -28,15 +28,25 @@ from pathlib import Path
 import numpy as np
 
 from traces.base import Request, SizeBudget, Trace, TraceError, compact_dtype
-from traces.jsonl import (INT64_MAX, JsonlReader, RowProblem, require, require_int, require_int_list,
-                          require_length, require_time)
+from traces.jsonl import (
+    INT64_MAX,
+    JsonlReader,
+    RowProblem,
+    require,
+    require_int,
+    require_int_list,
+    require_length,
+    require_time,
+)
 
 BLOCK_TOKENS = {"mooncake": 512, "bailian": 16}
 # samples shipped in the package (traces/data/, with their source and license in its README):
 # `mooncake:sample` and `mooncake:sample-synthetic` (a file of that name in the working folder wins)
 DATA_DIR = Path(__file__).resolve().parent / "data"
-SAMPLES = {("mooncake", "sample"): "mooncake_conversation_300.jsonl",
-           ("mooncake", "sample-synthetic"): "mooncake_synthetic_300.jsonl"}
+SAMPLES = {
+    ("mooncake", "sample"): "mooncake_conversation_300.jsonl",
+    ("mooncake", "sample-synthetic"): "mooncake_synthetic_300.jsonl",
+}
 
 
 def resolve_path(kind: str, path: str) -> str:
@@ -45,6 +55,8 @@ def resolve_path(kind: str, path: str) -> str:
     if name is not None and not os.path.exists(path):
         return str(DATA_DIR / name)
     return path
+
+
 TIME_UNIT = {"mooncake": 1e-3, "bailian": 1.0}
 
 
@@ -74,8 +86,9 @@ def load(kind: str, path: str, options) -> Trace:
             hashes = require_int_list(row, "hash_ids", lo=0, hi=INT64_MAX)
             n_blocks = -(-il // block)
             if len(hashes) != n_blocks:
-                raise RowProblem(f"{len(hashes)} hash_ids for input_length {il} "
-                                 f"(expected ceil({il}/{block}) = {n_blocks})")
+                raise RowProblem(
+                    f"{len(hashes)} hash_ids for input_length {il} (expected ceil({il}/{block}) = {n_blocks})"
+                )
             if last_ts is not None and ts < last_ts:
                 raise RowProblem(f"timestamp {ts} goes backwards (previous {last_ts})")
             if kind == "bailian":
@@ -112,8 +125,11 @@ def load(kind: str, path: str, options) -> Trace:
         rows.append((sid, turn, hashes, ts, il, ol, line_no))
     late = [(ln, chat, parent) for ln, chat, parent in orphans if parent in session_of]
     for ln, chat, parent in late:  # its parent comes later: a parent cycle, or rows out of order
-        reader.bad(ln, f"parent_chat_id {parent} of chat_id {chat} appears later in the file (a parent cycle, "
-                       "or rows out of order): a parent must come before its child")
+        reader.bad(
+            ln,
+            f"parent_chat_id {parent} of chat_id {chat} appears later in the file (a parent cycle, "
+            "or rows out of order): a parent must come before its child",
+        )
     if late:  # --skip-bad-rows: those rows left out (their children keep the session they started)
         drop = {ln for ln, _, _ in late}
         rows = [r for r in rows if r[-1] not in drop]
@@ -133,19 +149,34 @@ def load(kind: str, path: str, options) -> Trace:
         except OverflowError:  # integer timestamps whose difference is beyond a float
             arrival = math.inf
         if not math.isfinite(arrival):
-            raise TraceError(f"{reader.where(line_no)}: timestamp {ts} gives an arrival beyond a float "
-                             f"(first timestamp {t0}, time scale {options.time_scale})")
-        buf[pos:pos + ni] = hashes
-        inp = buf[pos:pos + ni]
+            raise TraceError(
+                f"{reader.where(line_no)}: timestamp {ts} gives an arrival beyond a float "
+                f"(first timestamp {t0}, time scale {options.time_scale})"
+            )
+        buf[pos : pos + ni] = hashes
+        inp = buf[pos : pos + ni]
         pos += ni
-        buf[pos:pos + no] = np.arange(next_out, next_out - no, -1, dtype=buf.dtype)
+        buf[pos : pos + no] = np.arange(next_out, next_out - no, -1, dtype=buf.dtype)
         next_out -= no
-        out = buf[pos:pos + no]
+        out = buf[pos : pos + no]
         pos += no
-        reqs.append(Request(session_id=sid, turn=turn, input_tokens=inp, output_tokens=out,
-                            arrival=arrival, input_len=il, output_len=ol))
-    meta = {"source": f"{kind}:{path}", "skipped_rows": reader.skipped, "t0": t0 * unit,
-            "time_scale": options.time_scale}
+        reqs.append(
+            Request(
+                session_id=sid,
+                turn=turn,
+                input_tokens=inp,
+                output_tokens=out,
+                arrival=arrival,
+                input_len=il,
+                output_len=ol,
+            )
+        )
+    meta = {
+        "source": f"{kind}:{path}",
+        "skipped_rows": reader.skipped,
+        "t0": t0 * unit,
+        "time_scale": options.time_scale,
+    }
     if types:
         meta["types"] = dict(types)
     return Trace(f"{kind}:{path}", reqs, block_tokens=block, closed_loop=False, meta=meta)

@@ -58,8 +58,9 @@ def stream_dataset(name: str, split: str | None, *, what: str, local_hint: str) 
     try:
         import datasets
     except ImportError as exc:
-        raise TraceError(f"{what} from the hub needs the 'datasets' package: pip install 'marconi-sim[lmsys]' "
-                         f"(or {local_hint})") from exc
+        raise TraceError(
+            f"{what} from the hub needs the 'datasets' package: pip install 'marconi-sim[lmsys]' (or {local_hint})"
+        ) from exc
     if not Path(name).expanduser().is_dir():
         why = hub_unusable()
         if why:
@@ -75,5 +76,6 @@ def stream_dataset(name: str, split: str | None, *, what: str, local_hint: str) 
         raise
     except Exception as exc:  # noqa: BLE001 - network, auth and dataset errors alike
         first = str(exc).splitlines()[0] if str(exc) else ""
-        raise TraceError(f"cannot load {name} from the Hugging Face hub ({type(exc).__name__}: {first}); "
-                         f"{local_hint}") from exc
+        raise TraceError(
+            f"cannot load {name} from the Hugging Face hub ({type(exc).__name__}: {first}); {local_hint}"
+        ) from exc

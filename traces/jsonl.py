@@ -11,8 +11,16 @@ from pathlib import Path
 
 from traces.base import RowProblem, TraceError, require_file
 
-__all__ = ["JsonlReader", "RowProblem", "require", "require_int", "require_length", "require_int_list",
-           "require_time", "INT64_MAX"]
+__all__ = [
+    "JsonlReader",
+    "RowProblem",
+    "require",
+    "require_int",
+    "require_length",
+    "require_int_list",
+    "require_time",
+    "INT64_MAX",
+]
 
 INT64_MAX = 2**63 - 1
 

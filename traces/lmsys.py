@@ -139,10 +139,21 @@ def load_packed(path: str | None, options) -> PackedTrace:
     stats: dict = {}
     name = "lmsys" if path is None else f"lmsys:{path}"
     packed = build_chat_trace(
-        name, iter_selected(path, options, stats), options.tokenizer, max_total_tokens=options.max_tokens,
-        words_per_minute=options.words_per_minute, num_proc=options.num_proc,
-        expected=options.sessions or None, progress=options.progress,
+        name,
+        iter_selected(path, options, stats),
+        options.tokenizer,
+        max_total_tokens=options.max_tokens,
+        words_per_minute=options.words_per_minute,
+        num_proc=options.num_proc,
+        expected=options.sessions or None,
+        progress=options.progress,
     )
-    packed.meta.update(source=name, min_rounds=options.min_rounds, sessions_requested=options.sessions,
-                       max_non_ascii=options.max_non_ascii, think_time="typing at 90 wpm; first turn 0", **stats)
+    packed.meta.update(
+        source=name,
+        min_rounds=options.min_rounds,
+        sessions_requested=options.sessions,
+        max_non_ascii=options.max_non_ascii,
+        think_time="typing at 90 wpm; first turn 0",
+        **stats,
+    )
     return packed

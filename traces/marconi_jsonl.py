@@ -52,8 +52,9 @@ def load(path: str, options) -> Trace:
             except OverflowError:  # integer timestamps whose difference is beyond a float
                 arrival = math.inf
             if not math.isfinite(arrival):
-                raise RowProblem(f"ts {ts} gives an arrival beyond a float (first ts {t0}, "
-                                 f"time scale {options.time_scale})")
+                raise RowProblem(
+                    f"ts {ts} gives an arrival beyond a float (first ts {t0}, time scale {options.time_scale})"
+                )
         except RowProblem as exc:
             reader.bad(line_no, str(exc))
             continue
@@ -65,6 +66,7 @@ def load(path: str, options) -> Trace:
         before = builder.n_symbols
         builder.add_request(sid, turn, inp, out, arrival=arrival)
         budget.add(builder.n_symbols - before, reader.where(line_no))
-    builder.meta.update(source=name, skipped_rows=reader.skipped, t0=t0, time_scale=options.time_scale,
-                        session_ids=list(sessions))
+    builder.meta.update(
+        source=name, skipped_rows=reader.skipped, t0=t0, time_scale=options.time_scale, session_ids=list(sessions)
+    )
     return builder.build().to_trace()

@@ -48,14 +48,21 @@ class PackedTrace:
         for i in range(len(self.session_id)):
             io, il, oo, ol = int(self.in_off[i]), int(self.in_len[i]), int(self.out_off[i]), int(self.out_len[i])
             a = float(arr[i])
-            reqs.append(Request(
-                session_id=int(self.session_id[i]), turn=int(self.turn[i]),
-                input_tokens=buf[io:io + il], output_tokens=buf[oo:oo + ol],
-                think_time=float(self.think_time[i]), arrival=None if np.isnan(a) else a,
-                input_len=int(self.input_len[i]), output_len=int(self.output_len[i]),
-            ))
-        return Trace(self.name, reqs, block_tokens=self.block_tokens, closed_loop=self.closed_loop,
-                     meta=dict(self.meta))
+            reqs.append(
+                Request(
+                    session_id=int(self.session_id[i]),
+                    turn=int(self.turn[i]),
+                    input_tokens=buf[io : io + il],
+                    output_tokens=buf[oo : oo + ol],
+                    think_time=float(self.think_time[i]),
+                    arrival=None if np.isnan(a) else a,
+                    input_len=int(self.input_len[i]),
+                    output_len=int(self.output_len[i]),
+                )
+            )
+        return Trace(
+            self.name, reqs, block_tokens=self.block_tokens, closed_loop=self.closed_loop, meta=dict(self.meta)
+        )
 
 
 class _Chain:
@@ -68,19 +75,19 @@ class _Chain:
         self.n = len(first)
 
     def extends(self, inp: np.ndarray) -> bool:
-        return len(inp) >= self.n and np.array_equal(inp[:self.n], self.data[:self.n])
+        return len(inp) >= self.n and np.array_equal(inp[: self.n], self.data[: self.n])
 
     def append(self, arr: np.ndarray) -> None:
         need = self.n + len(arr)
         if need > len(self.data):
             grown = np.empty(max(need, 2 * len(self.data)), dtype=SYMBOL_DTYPE)
-            grown[:self.n] = self.data[:self.n]
+            grown[: self.n] = self.data[: self.n]
             self.data = grown
-        self.data[self.n:need] = arr
+        self.data[self.n : need] = arr
         self.n = need
 
     def final(self) -> np.ndarray:
-        return self.data[:self.n]
+        return self.data[: self.n]
 
 
 class TraceBuilder:
@@ -118,18 +125,28 @@ class TraceBuilder:
         self._chunks.append(np.asarray(buffer))
         self._n_symbols += len(buffer)
         for turn, ie, oe, think, arrival, il, ol in turns:
-            self._rows.append((session_id, turn, c, 0, ie, ie, oe - ie, think,
-                               np.nan if arrival is None else arrival, il, ol))
+            self._rows.append(
+                (session_id, turn, c, 0, ie, ie, oe - ie, think, np.nan if arrival is None else arrival, il, ol)
+            )
 
-    def add_request(self, session_id: int, turn: int, inp, out, think: float = 0.0,
-                    arrival: float | None = None, input_len: int = -1, output_len: int = -1) -> None:
+    def add_request(
+        self,
+        session_id: int,
+        turn: int,
+        inp,
+        out,
+        think: float = 0.0,
+        arrival: float | None = None,
+        input_len: int = -1,
+        output_len: int = -1,
+    ) -> None:
         inp = np.asarray(inp, dtype=SYMBOL_DTYPE)
         out = np.asarray(out, dtype=SYMBOL_DTYPE)
         ci = self._open.get(session_id)
         chain = self._chunks[ci] if ci is not None else None
         if chain is not None and chain.extends(inp):
             self._n_symbols += len(inp) - chain.n
-            chain.append(inp[chain.n:])
+            chain.append(inp[chain.n :])
         else:
             chain = _Chain(inp)
             ci = len(self._chunks)
@@ -139,8 +156,21 @@ class TraceBuilder:
         n = len(inp)
         chain.append(out)
         self._n_symbols += len(out)
-        self._rows.append((session_id, turn, ci, 0, n, n, len(out), think,
-                           np.nan if arrival is None else arrival, input_len, output_len))
+        self._rows.append(
+            (
+                session_id,
+                turn,
+                ci,
+                0,
+                n,
+                n,
+                len(out),
+                think,
+                np.nan if arrival is None else arrival,
+                input_len,
+                output_len,
+            )
+        )
 
     def add_session(self, session_id: int, requests: list[tuple]) -> None:
         """``requests``: tuples ``(turn, input, output, think_time, arrival, input_len, output_len)``."""
@@ -163,19 +193,39 @@ class TraceBuilder:
         i64 = lambda c: np.asarray(c, dtype=np.int64)  # noqa: E731
         base = bases[i64(cols[2])]
         return PackedTrace(
-            name=self.name, tokens=tokens, session_id=i64(cols[0]), turn=i64(cols[1]),
-            in_off=base + i64(cols[3]), in_len=i64(cols[4]), out_off=base + i64(cols[5]), out_len=i64(cols[6]),
-            think_time=np.asarray(cols[7], dtype=np.float64), arrival=np.asarray(cols[8], dtype=np.float64),
-            input_len=i64(cols[9]), output_len=i64(cols[10]), block_tokens=self.block_tokens,
-            closed_loop=self.closed_loop, meta=dict(self.meta),
+            name=self.name,
+            tokens=tokens,
+            session_id=i64(cols[0]),
+            turn=i64(cols[1]),
+            in_off=base + i64(cols[3]),
+            in_len=i64(cols[4]),
+            out_off=base + i64(cols[5]),
+            out_len=i64(cols[6]),
+            think_time=np.asarray(cols[7], dtype=np.float64),
+            arrival=np.asarray(cols[8], dtype=np.float64),
+            input_len=i64(cols[9]),
+            output_len=i64(cols[10]),
+            block_tokens=self.block_tokens,
+            closed_loop=self.closed_loop,
+            meta=dict(self.meta),
         )
 
 
 # --------------------------------------------------------------------------------------------
 # Disk cache
 
-_ARRAYS = ("session_id", "turn", "in_off", "in_len", "out_off", "out_len", "think_time", "arrival",
-           "input_len", "output_len")
+_ARRAYS = (
+    "session_id",
+    "turn",
+    "in_off",
+    "in_len",
+    "out_off",
+    "out_len",
+    "think_time",
+    "arrival",
+    "input_len",
+    "output_len",
+)
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -238,13 +288,22 @@ def save_packed(packed: PackedTrace, path: Path) -> None:
     tokens = packed.tokens
     if len(tokens) and tokens.min() >= np.iinfo(np.int32).min and tokens.max() <= np.iinfo(np.int32).max:
         tokens = tokens.astype(np.int32)
-    header = {"name": packed.name, "block_tokens": packed.block_tokens, "closed_loop": packed.closed_loop,
-              "meta": packed.meta, "format_version": FORMAT_VERSION}
+    header = {
+        "name": packed.name,
+        "block_tokens": packed.block_tokens,
+        "closed_loop": packed.closed_loop,
+        "meta": packed.meta,
+        "format_version": FORMAT_VERSION,
+    }
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, tokens=tokens, header=np.asarray(json.dumps(header, default=str)),
-                     **{k: getattr(packed, k) for k in _ARRAYS})
+            np.savez(
+                f,
+                tokens=tokens,
+                header=np.asarray(json.dumps(header, default=str)),
+                **{k: getattr(packed, k) for k in _ARRAYS},
+            )
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -268,5 +327,11 @@ def load_packed(path: Path) -> PackedTrace | None:
     except (OSError, ValueError, KeyError):
         return None
     meta = header["meta"]
-    return PackedTrace(name=header["name"], tokens=tokens, block_tokens=header["block_tokens"],
-                       closed_loop=header["closed_loop"], meta=meta, **arrays)
+    return PackedTrace(
+        name=header["name"],
+        tokens=tokens,
+        block_tokens=header["block_tokens"],
+        closed_loop=header["closed_loop"],
+        meta=meta,
+        **arrays,
+    )

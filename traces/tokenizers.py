@@ -100,7 +100,9 @@ class HFTokenizer(TextTokenizer):
         try:
             from tokenizers import Tokenizer
         except ImportError as exc:
-            raise TraceError("hf:PATH tokenizers need the 'tokenizers' package (pip install 'marconi-sim[hf]')") from exc
+            raise TraceError(
+                "hf:PATH tokenizers need the 'tokenizers' package (pip install 'marconi-sim[hf]')"
+            ) from exc
         try:
             self._tok = Tokenizer.from_file(str(p))
         except Exception as exc:  # noqa: BLE001 - the library raises a bare Exception
@@ -124,9 +126,13 @@ class HFTokenizer(TextTokenizer):
 
 
 _CACHE: dict[str, TextTokenizer] = {}
-_QWEN = {"qwen3.5": ("qwen3.5", "qwen3.5-27b"), "qwen3.5-27b": ("qwen3.5", "qwen3.5-27b"),
-         "qwen": ("qwen3.5", "qwen3.5-27b"), "qwen-legacy": ("qwen-legacy", "qwen-7b-chat"),
-         "qwen-7b-chat": ("qwen-legacy", "qwen-7b-chat")}
+_QWEN = {
+    "qwen3.5": ("qwen3.5", "qwen3.5-27b"),
+    "qwen3.5-27b": ("qwen3.5", "qwen3.5-27b"),
+    "qwen": ("qwen3.5", "qwen3.5-27b"),
+    "qwen-legacy": ("qwen-legacy", "qwen-7b-chat"),
+    "qwen-7b-chat": ("qwen-legacy", "qwen-7b-chat"),
+}
 
 
 def tokenizer_identity(spec: str = "qwen3.5") -> str:
@@ -185,7 +191,9 @@ class RenderedTurn:
 
 
 def render_conversation(
-    tok: TextTokenizer, messages: list[tuple[str, str]], max_input_tokens: int | None = None,
+    tok: TextTokenizer,
+    messages: list[tuple[str, str]],
+    max_input_tokens: int | None = None,
     max_total_tokens: int | None = None,
 ) -> tuple[np.ndarray, list[RenderedTurn]]:
     """Render ``[(role, content), ...]`` with the ChatML template into one token buffer.

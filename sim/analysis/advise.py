@@ -19,15 +19,34 @@ def fig_pareto(adv: Advice):
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.6, 4.0))
     rows = adv.history
-    ax.scatter([r.metrics["token_hit_rate"] * 100 for r in rows], [r.metrics["ttft_p95_ms"] for r in rows],
-               s=14, color="0.6", label="trials")
+    ax.scatter(
+        [r.metrics["token_hit_rate"] * 100 for r in rows],
+        [r.metrics["ttft_p95_ms"] for r in rows],
+        s=14,
+        color="0.6",
+        label="trials",
+    )
     front = pareto_front(rows)
-    ax.plot([r.metrics["token_hit_rate"] * 100 for r in front], [r.metrics["ttft_p95_ms"] for r in front],
-            marker="o", color="C0", label="Pareto front")
-    for s, name, color, mark in ((adv.defaults, "engine defaults", "C3", "s"),
-                                 (adv.recommended, "recommended", "C2", "*")):
-        ax.scatter([s.tuned["token_hit_rate"] * 100], [s.tuned["ttft_p95_ms"]], s=120, marker=mark, color=color,
-                   label=name, zorder=3)
+    ax.plot(
+        [r.metrics["token_hit_rate"] * 100 for r in front],
+        [r.metrics["ttft_p95_ms"] for r in front],
+        marker="o",
+        color="C0",
+        label="Pareto front",
+    )
+    for s, name, color, mark in (
+        (adv.defaults, "engine defaults", "C3", "s"),
+        (adv.recommended, "recommended", "C2", "*"),
+    ):
+        ax.scatter(
+            [s.tuned["token_hit_rate"] * 100],
+            [s.tuned["ttft_p95_ms"]],
+            s=120,
+            marker=mark,
+            color=color,
+            label=name,
+            zorder=3,
+        )
     ax.set_xlabel("token hit rate (%)")
     ax.set_ylabel("TTFT p95 (ms)")
     ax.set_title(f"advise --for {adv.problem.engine}: {adv.trials} trials", fontsize=9)
@@ -93,9 +112,14 @@ def explain_rows(adv: Advice, part: str = "tuned") -> list[tuple[str, str, str]]
         out.append((label, _fmt(d.get(key), fmt), _fmt(r.get(key), fmt)))
     state = adv.space.ctx.spec.state_bytes()
     cap = adv.space.ctx.capacity_bytes
-    pool = [("state pool (states)", _pool(adv.defaults.state_pool, state), _pool(adv.recommended.state_pool, state)),
-            ("KV pool (GB)", _kv_pool(adv.defaults.state_pool, state, cap), _kv_pool(adv.recommended.state_pool, state,
-                                                                                     cap))]
+    pool = [
+        ("state pool (states)", _pool(adv.defaults.state_pool, state), _pool(adv.recommended.state_pool, state)),
+        (
+            "KV pool (GB)",
+            _kv_pool(adv.defaults.state_pool, state, cap),
+            _kv_pool(adv.recommended.state_pool, state, cap),
+        ),
+    ]
     return pool + out
 
 

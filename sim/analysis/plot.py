@@ -42,8 +42,9 @@ def fig_hit_rate(df, metric: str = "token_hit_rate"):
     plt = pyplot()
     traces = sorted(df["trace"].unique())
     rates = _facets(df, "sessions_per_second")
-    fig, axes = plt.subplots(len(traces), len(rates), figsize=(3.6 * len(rates) + 1, 3.0 * len(traces)),
-                             squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        len(traces), len(rates), figsize=(3.6 * len(rates) + 1, 3.0 * len(traces)), squeeze=False, sharey=True
+    )
     variants = order_variants(df["variant"])
     for i, trace in enumerate(traces):
         for j, rate in enumerate(rates):
@@ -86,8 +87,9 @@ def fig_alpha(df, policy: str = "marconi", metrics=("token_hit_rate", "flops_sav
         ax.set_title(f"{policy}: {m.replace('_', ' ')} (%)", fontsize=10)
         fig.colorbar(im, ax=ax)
         best = np.nanargmax(grid.values, axis=0)
-        ax.scatter(range(grid.shape[1]), best, marker="s", facecolors="none", edgecolors="white", s=60,
-                   label="best static α")
+        ax.scatter(
+            range(grid.shape[1]), best, marker="s", facecolors="none", edgecolors="white", s=60, label="best static α"
+        )
         if not auto.empty and auto["alpha_chosen"].notna().any():
             cols = list(grid.columns)
             xs, ys = [], []
@@ -133,9 +135,15 @@ def fig_ttft_load(rows):
             t = table.loc[variant]
             for col in t.columns:
                 pct, sched = col.split()[:2]
-                ax.plot(t.index, t[col], marker="o" if sched == "fcfs" else "s", color=f"C{i}",
-                        linestyle="-" if pct == "ttft_p95" else "--", alpha=1.0 if sched == "continuous" else 0.55,
-                        label=f"{variant} {sched} {pct.split('_')[1]}")
+                ax.plot(
+                    t.index,
+                    t[col],
+                    marker="o" if sched == "fcfs" else "s",
+                    color=f"C{i}",
+                    linestyle="-" if pct == "ttft_p95" else "--",
+                    alpha=1.0 if sched == "continuous" else 0.55,
+                    label=f"{variant} {sched} {pct.split('_')[1]}",
+                )
         ax.set_yscale("log")
         ax.set_xlabel("sessions per second")
         ax.set_ylabel("TTFT (ms)")
@@ -152,14 +160,18 @@ def fig_occupancy(rows, occupancy):
     plt = pyplot()
     variants = order_variants(rows["variant"])
     fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.4), squeeze=False, sharey=True)
-    occ = occupancy.merge(rows[["config_id", "variant", "capacity_bytes", "capacity_gb", "sessions_per_second"]],
-                          on="config_id")
+    occ = occupancy.merge(
+        rows[["config_id", "variant", "capacity_bytes", "capacity_gb", "sessions_per_second"]], on="config_id"
+    )
     for ax, v in zip(axes[0], variants):
-        sub = occ[occ["variant"] == v].sort_values(["capacity_bytes", "sessions_per_second", "config_id", "t_s"],
-                                                  kind="stable")
+        sub = occ[occ["variant"] == v].sort_values(
+            ["capacity_bytes", "sessions_per_second", "config_id", "t_s"], kind="stable"
+        )
         for _cid, g in sub.groupby("config_id", sort=False):
             frac = (g["kv_bytes"] + g["state_bytes"]) / g["capacity_bytes"]
-            ax.plot(g["t_s"], frac, lw=1, label=f"{g['capacity_gb'].iat[0]:g} GB, {g['sessions_per_second'].iat[0]:g}/s")
+            ax.plot(
+                g["t_s"], frac, lw=1, label=f"{g['capacity_gb'].iat[0]:g} GB, {g['sessions_per_second'].iat[0]:g}/s"
+            )
         ax.set_title(v, fontsize=10)
         ax.set_xlabel("time (s)")
         ax.grid(alpha=0.3)

@@ -33,15 +33,33 @@ _NON_KNOBS = {"config_id", "policy", "alpha", "alpha_mode", "variant", "capacity
 
 #: small sweeps the notebooks run when no results folder is given
 SMALL = {
-    "hit_rates": dict(trace_axes={"trace": ["sharegpt"], "sessions": [10]},
-                      sim_axes={"policy": ["vllm+", "sglang+", "marconi"], "capacity_bytes": [10**9, 3 * 10**9],
-                                "sessions_per_second": [1.0, 5.0], "alpha": ["auto", 0.0, 1.0]}),
-    "alpha_sweep": dict(trace_axes={"trace": ["sharegpt"], "sessions": [10]},
-                        sim_axes={"policy": ["marconi"], "capacity_bytes": [10**9, 2 * 10**9],
-                                  "sessions_per_second": [5.0], "alpha": [0.0, 0.5, 1.0, 1.5, 2.0, "auto"]}),
-    "ttft": dict(trace_axes={"trace": ["sharegpt"], "sessions": [10]},
-                 sim_axes={"policy": ["sglang+", "marconi"], "capacity_bytes": [10**9, 3 * 10**9],
-                           "sessions_per_second": [1.0, 5.0, 10.0], "scheduler": ["fcfs", "continuous"]}),
+    "hit_rates": dict(
+        trace_axes={"trace": ["sharegpt"], "sessions": [10]},
+        sim_axes={
+            "policy": ["vllm+", "sglang+", "marconi"],
+            "capacity_bytes": [10**9, 3 * 10**9],
+            "sessions_per_second": [1.0, 5.0],
+            "alpha": ["auto", 0.0, 1.0],
+        },
+    ),
+    "alpha_sweep": dict(
+        trace_axes={"trace": ["sharegpt"], "sessions": [10]},
+        sim_axes={
+            "policy": ["marconi"],
+            "capacity_bytes": [10**9, 2 * 10**9],
+            "sessions_per_second": [5.0],
+            "alpha": [0.0, 0.5, 1.0, 1.5, 2.0, "auto"],
+        },
+    ),
+    "ttft": dict(
+        trace_axes={"trace": ["sharegpt"], "sessions": [10]},
+        sim_axes={
+            "policy": ["sglang+", "marconi"],
+            "capacity_bytes": [10**9, 3 * 10**9],
+            "sessions_per_second": [1.0, 5.0, 10.0],
+            "scheduler": ["fcfs", "continuous"],
+        },
+    ),
 }
 
 
@@ -90,6 +108,7 @@ def order_variants(variants) -> list[str]:
     def key(v: str):
         base = v.split(" ")[0]
         return (_POLICY_ORDER.index(base) if base in _POLICY_ORDER else len(_POLICY_ORDER), vs.index(v))
+
     return sorted(vs, key=key)
 
 
@@ -106,8 +125,10 @@ def load(path: str | os.PathLike) -> pd.DataFrame:
     df = load_results(path)
     if "scheduler" not in df.columns:  # results written before --scheduler existed
         df["scheduler"] = "fcfs"
-    df["variant"] = [variant_label(p, m, a) + (" [continuous]" if s == "continuous" else "")
-                     for p, m, a, s in zip(df["policy"], df["alpha_mode"], df["alpha"], df["scheduler"])]
+    df["variant"] = [
+        variant_label(p, m, a) + (" [continuous]" if s == "continuous" else "")
+        for p, m, a, s in zip(df["policy"], df["alpha_mode"], df["alpha"], df["scheduler"])
+    ]
     df["capacity_gb"] = df["capacity_bytes"] / 1e9
     return df
 
@@ -134,8 +155,11 @@ def condense(df: pd.DataFrame, static: str | float = "best", metric: str = "toke
                 idx = g.groupby(knob_columns(g), dropna=False)[metric].idxmax()
                 g = g.loc[idx].assign(variant=f"{policy} (best α)")
             if "scheduler" in g.columns:
-                g = g.assign(variant=[v + (" [continuous]" if s == "continuous" else "")
-                                      for v, s in zip(g["variant"], g["scheduler"])])
+                g = g.assign(
+                    variant=[
+                        v + (" [continuous]" if s == "continuous" else "") for v, s in zip(g["variant"], g["scheduler"])
+                    ]
+                )
             parts.append(g)
         stat = pd.concat(parts)
     else:
@@ -143,8 +167,10 @@ def condense(df: pd.DataFrame, static: str | float = "best", metric: str = "toke
         for policy, g in stat.groupby("policy", sort=False):  # a line would vanish without a word
             if not np.isclose(g["alpha"], want).any():
                 grid = ", ".join(f"{a:g}" for a in sorted(g["alpha"].unique()))
-                raise UsageError(f"--alpha {want:g} is not in the static-alpha grid of {policy} in these results "
-                                 f"({grid}): pick one of those, best or all")
+                raise UsageError(
+                    f"--alpha {want:g} is not in the static-alpha grid of {policy} in these results "
+                    f"({grid}): pick one of those, best or all"
+                )
         stat = stat[np.isclose(stat["alpha"], want)]
     return pd.concat([keep, stat]).reset_index(drop=True)
 
@@ -168,8 +194,15 @@ def ratio_table(df: pd.DataFrame, den: str = "vllm+", metric: str = "token_hit_r
         for trace, g in [("all", p)] + list(p.groupby("trace")):
             ok = g[f"{metric}_den"] > 0
             ratio = g.loc[ok, f"{metric}_num"] / g.loc[ok, f"{metric}_den"]
-            rows.append({"variant": variant, "trace": trace, "configs": len(g), "den_zero": int((~ok).sum()),
-                         f"mean_ratio_vs_{den}": ratio.mean() if len(ratio) else np.nan})
+            rows.append(
+                {
+                    "variant": variant,
+                    "trace": trace,
+                    "configs": len(g),
+                    "den_zero": int((~ok).sum()),
+                    f"mean_ratio_vs_{den}": ratio.mean() if len(ratio) else np.nan,
+                }
+            )
     return pd.DataFrame(rows)
 
 

@@ -37,5 +37,5 @@ def block_symbols(tokens: np.ndarray, block: int) -> np.ndarray:
         if full:
             out[:full] = (t[: full * block].reshape(full, block) * coeffs).sum(axis=1, dtype=np.uint64)
         if rest:
-            out[full] = (t[full * block:] * coeffs[:rest]).sum(dtype=np.uint64) + np.uint64(rest) * coeffs[-1]
+            out[full] = (t[full * block :] * coeffs[:rest]).sum(dtype=np.uint64) + np.uint64(rest) * coeffs[-1]
     return out.view(np.int64)

@@ -55,8 +55,9 @@ class EngineNode(Node):
 
 
 class EngineTree(HybridRadixTree):
-    def __init__(self, rules: EngineRules = NO_RULES, *, state_capacity: int | None = None, future=None,
-                 **settings) -> None:
+    def __init__(
+        self, rules: EngineRules = NO_RULES, *, state_capacity: int | None = None, future=None, **settings
+    ) -> None:
         self.rules = rules
         self.state_capacity = state_capacity
         self.cascade = rules.cascade
@@ -73,8 +74,10 @@ class EngineTree(HybridRadixTree):
         if state_capacity is not None:
             self.kv_capacity_bytes = self.capacity_bytes - state_capacity * self.state_bytes
             if state_capacity < 1 or self.kv_capacity_bytes <= 0:
-                raise UsageError(f"a state pool of {state_capacity} states leaves no room for KV in "
-                                 f"{format_size(self.capacity_bytes)}")
+                raise UsageError(
+                    f"a state pool of {state_capacity} states leaves no room for KV in "
+                    f"{format_size(self.capacity_bytes)}"
+                )
 
     @property
     def refresh(self) -> RefreshRule:
@@ -104,8 +107,7 @@ class EngineTree(HybridRadixTree):
         if self.state_capacity is None:
             return self.used_bytes + need <= self.capacity_bytes
         need_kv, need_states = self._pending
-        return (self.kv_bytes + need_kv <= self.kv_capacity_bytes
-                and self.n_states + need_states <= self.state_capacity)
+        return self.kv_bytes + need_kv <= self.kv_capacity_bytes and self.n_states + need_states <= self.state_capacity
 
     def _room_needed(self, seq, pad, checkpoints, need_bytes):
         need_kv, new_cps, walk_end = self._plan_new(seq, pad, checkpoints)
@@ -260,8 +262,11 @@ class EngineTree(HybridRadixTree):
             n = stack.pop()
             if n.depth_tokens >= end_tokens:
                 continue
-            if n.has_state and n.depth_tokens >= start_tokens and not (
-                    n.depth_sym == keep_sym and self._on_path(n, seq)):
+            if (
+                n.has_state
+                and n.depth_tokens >= start_tokens
+                and not (n.depth_sym == keep_sym and self._on_path(n, seq))
+            ):
                 found.append(n)
             stack.extend(n.children.values())
         return found
@@ -330,8 +335,14 @@ class EngineTree(HybridRadixTree):
         leaf = not node.children
         s, kv = super().evict(node)
         if self.cascade and leaf:
-            while (parent is not None and parent is not self.root and parent.parent is not None
-                   and not parent.children and not parent.has_state and parent.lock == 0):
+            while (
+                parent is not None
+                and parent is not self.root
+                and parent.parent is not None
+                and not parent.children
+                and not parent.has_state
+                and parent.lock == 0
+            ):
                 up = parent.parent
                 s2, kv2 = super().evict(parent)
                 s, kv = s + s2, kv + kv2
@@ -353,11 +364,12 @@ class EngineTree(HybridRadixTree):
             return super()._evict_for(need)
         self.stats.eviction_calls += 1
         need_kv, need_states = self._pending
-        evicted = [0, 0]     # states, KV tokens
-        ok = (self._drain(lambda: self.kv_bytes + need_kv > self.kv_capacity_bytes,
-                          self.policy.pop_kv_victim, evicted)
-              and self._drain(lambda: self.n_states + need_states > self.state_capacity,
-                              self.policy.pop_state_victim, evicted))
+        evicted = [0, 0]  # states, KV tokens
+        ok = self._drain(
+            lambda: self.kv_bytes + need_kv > self.kv_capacity_bytes, self.policy.pop_kv_victim, evicted
+        ) and self._drain(
+            lambda: self.n_states + need_states > self.state_capacity, self.policy.pop_state_victim, evicted
+        )
         return ok, evicted[0], evicted[1]
 
     def _drain(self, over, pop, evicted: list) -> bool:
@@ -398,8 +410,9 @@ class EngineTree(HybridRadixTree):
         return freed
 
     def check_invariants(self) -> None:
-        frozen = sum(self._frozen_charge(n.depth_tokens) for n in self.iter_nodes()
-                     if n is not self.root and n.has_state)
+        frozen = sum(
+            self._frozen_charge(n.depth_tokens) for n in self.iter_nodes() if n is not self.root and n.has_state
+        )
         assert frozen == self.frozen_tokens, (frozen, self.frozen_tokens)
         super().check_invariants()
 
@@ -428,7 +441,9 @@ def state_capacity(rules: EngineRules, state_bytes: int, state_pool: str, memory
     if rules.split is not None and rules.memory:
         n = rules.split(memory_bytes, state_bytes)
         if n < 1:
-            raise UsageError(f"the engine's split of {format_size(memory_bytes)} leaves no room for one state "
-                             f"({format_size(state_bytes)})")
+            raise UsageError(
+                f"the engine's split of {format_size(memory_bytes)} leaves no room for one state "
+                f"({format_size(state_bytes)})"
+            )
         return n
     return parse_state_pool(state_pool, state_bytes) if state_pool else None

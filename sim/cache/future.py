@@ -86,7 +86,7 @@ class NextUse:
     def _hash(self, seq: np.ndarray) -> np.uint64:
         L = len(seq)
         with np.errstate(over="ignore"):
-            return (seq.astype(np.uint64) * self.pw[L - 1::-1][:L]).sum(dtype=np.uint64)
+            return (seq.astype(np.uint64) * self.pw[L - 1 :: -1][:L]).sum(dtype=np.uint64)
 
     # ------------------------------------------------------------------ queries
     def path_hash(self, node) -> int:

@@ -48,10 +48,10 @@ def _edge_match(key: np.ndarray, seq: np.ndarray, pos: int) -> int:
     Comparing raw bytes first is ~10x faster than numpy's element-wise equality for the common
     full-edge case."""
     klen = len(key)
-    seg = seq[pos:pos + klen]
+    seg = seq[pos : pos + klen]
     if len(seg) == klen and (klen == 1 or key.tobytes() == seg.tobytes()):
         return klen
-    diff = np.flatnonzero(key[:len(seg)] != seg)
+    diff = np.flatnonzero(key[: len(seg)] != seg)
     return int(diff[0]) if diff.size else len(seg)
 
 
@@ -65,12 +65,31 @@ class CacheListener(Protocol):
 
 class Node:
     __slots__ = (
-        "key", "parent", "children", "n_tokens", "depth_sym", "depth_tokens",
-        "has_state", "last_access", "lock", "slot", "version", "created", "ckpt",
+        "key",
+        "parent",
+        "children",
+        "n_tokens",
+        "depth_sym",
+        "depth_tokens",
+        "has_state",
+        "last_access",
+        "lock",
+        "slot",
+        "version",
+        "created",
+        "ckpt",
     )
 
-    def __init__(self, key: np.ndarray, parent: "Node | None", n_tokens: int, depth_sym: int,
-                 depth_tokens: int, now: float, created: int) -> None:
+    def __init__(
+        self,
+        key: np.ndarray,
+        parent: "Node | None",
+        n_tokens: int,
+        depth_sym: int,
+        depth_tokens: int,
+        now: float,
+        created: int,
+    ) -> None:
         self.key = key
         self.parent = parent
         self.children: dict[int, Node] = {}
@@ -90,8 +109,10 @@ class Node:
         return self.depth_tokens - self.n_tokens
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
-        return (f"Node(end={self.depth_tokens}, edge={self.n_tokens}, state={self.has_state}, "
-                f"children={len(self.children)}, lock={self.lock})")
+        return (
+            f"Node(end={self.depth_tokens}, edge={self.n_tokens}, state={self.has_state}, "
+            f"children={len(self.children)}, lock={self.lock})"
+        )
 
 
 @dataclass(slots=True)
@@ -132,8 +153,16 @@ class TreeStats:
 
 
 class HybridRadixTree:
-    def __init__(self, *, capacity_bytes: int, kv_bytes_per_token: int, state_bytes: int,
-                 block_tokens: int, policy: EvictionPolicy, hybrid: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        capacity_bytes: int,
+        kv_bytes_per_token: int,
+        state_bytes: int,
+        block_tokens: int,
+        policy: EvictionPolicy,
+        hybrid: bool = True,
+    ) -> None:
         self.capacity_bytes = int(capacity_bytes)
         self.kv_bytes_per_token = int(kv_bytes_per_token)
         self.state_bytes = int(state_bytes) if hybrid else 0
@@ -290,9 +319,17 @@ class HybridRadixTree:
         self.policy.update(node)
 
     # ------------------------------------------------------------------ insert
-    def insert(self, seq: np.ndarray, seq_tokens: int, checkpoints: list[int], now: float,
-               *, lock: bool = False, protect: Node | None = None,
-               need_bytes: float | None = None) -> InsertResult:
+    def insert(
+        self,
+        seq: np.ndarray,
+        seq_tokens: int,
+        checkpoints: list[int],
+        now: float,
+        *,
+        lock: bool = False,
+        protect: Node | None = None,
+        need_bytes: float | None = None,
+    ) -> InsertResult:
         """Insert ``seq`` (KV for every symbol) with states at the symbol positions
         ``checkpoints`` (sorted, each in 1..len(seq)). Evicts as needed; if the insert cannot
         fit after evicting every candidate, nothing is inserted and it is counted as rejected.
@@ -336,8 +373,9 @@ class HybridRadixTree:
             self.lock(end)
         return InsertResult(True, self.kv_tokens - kv_before, new_states, end, ev_states, ev_kv)
 
-    def _room_needed(self, seq: np.ndarray, pad: int, checkpoints: list[int],
-                     need_bytes: float | None) -> tuple[float, Node | None]:
+    def _room_needed(
+        self, seq: np.ndarray, pad: int, checkpoints: list[int], need_bytes: float | None
+    ) -> tuple[float, Node | None]:
         """Hook: (bytes the insert needs, node whose root path eviction must spare)."""
         need_kv, need_states, walk_end = self._plan(seq, pad, checkpoints)
         return need_kv * self.kv_bytes_per_token + need_states * self.state_bytes, walk_end
@@ -422,8 +460,9 @@ class HybridRadixTree:
                 # extend a stateless leaf rather than hang a child under it
                 self._extend_leaf(node, seq[pos:nxt], tokens)
             else:
-                leaf = self._new_node(seq[pos:nxt], node, tokens, node.depth_sym + (nxt - pos),
-                                      node.depth_tokens + tokens, now)
+                leaf = self._new_node(
+                    seq[pos:nxt], node, tokens, node.depth_sym + (nxt - pos), node.depth_tokens + tokens, now
+                )
                 node.children[int(seq[pos])] = leaf
                 self.kv_tokens += tokens
                 self._changed(node)
@@ -470,8 +509,14 @@ class HybridRadixTree:
         parent = child.parent
         B = self.block_tokens
         up_tokens = m * B
-        upper = self._new_node(child.key[:m], parent, up_tokens, child.depth_sym - len(child.key) + m,
-                               child.depth_tokens - child.n_tokens + up_tokens, now)
+        upper = self._new_node(
+            child.key[:m],
+            parent,
+            up_tokens,
+            child.depth_sym - len(child.key) + m,
+            child.depth_tokens - child.n_tokens + up_tokens,
+            now,
+        )
         upper.lock = child.lock  # locks cover whole root paths
         parent.children[int(child.key[0])] = upper
         child.key = child.key[m:]

@@ -56,8 +56,8 @@ def format_advice(adv, out: Path) -> str:
     lines = [
         f"advise --for {p.engine} | model {p.model} | --gpu-memory {format_size(adv.gpu_bytes)}: bf16 weights "
         f"{format_size(adv.weight_bytes)}, {mem.flag} {mem.fraction:g} -> cache {format_size(sp.ctx.capacity_bytes)} | "
-        f"objective {p.objective} | {adv.trials} trials" +
-        (f" | tuned on sessions {adv.parts[0]}, held out {adv.parts[1]}" if adv.parts else ""),
+        f"objective {p.objective} | {adv.trials} trials"
+        + (f" | tuned on sessions {adv.parts[0]}, held out {adv.parts[1]}" if adv.parts else ""),
         "",
         "recommended: " + adv.command(),
         "",
@@ -70,10 +70,22 @@ def format_advice(adv, out: Path) -> str:
         if d is None:
             continue
         dd = diff[part]
-        rows.append((f"token hit ({label})", _pct(d["token_hit_rate"]), _pct(r["token_hit_rate"]),
-                     f"{dd['token_hit_rate'] * 100:+.2f} pts ({_rel(dd['token_hit_rel'])})"))
-        rows.append((f"TTFT p95 ms ({label})", _ms(d["ttft_p95_ms"]), _ms(r["ttft_p95_ms"]),
-                     f"{dd['ttft_p95_ms']:+.1f} ms ({_rel(dd['ttft_p95_rel'])})"))
+        rows.append(
+            (
+                f"token hit ({label})",
+                _pct(d["token_hit_rate"]),
+                _pct(r["token_hit_rate"]),
+                f"{dd['token_hit_rate'] * 100:+.2f} pts ({_rel(dd['token_hit_rel'])})",
+            )
+        )
+        rows.append(
+            (
+                f"TTFT p95 ms ({label})",
+                _ms(d["ttft_p95_ms"]),
+                _ms(r["ttft_p95_ms"]),
+                f"{dd['ttft_p95_ms']:+.1f} ms ({_rel(dd['ttft_p95_rel'])})",
+            )
+        )
     lines += _table(head, rows)
     lines += ["engine defaults: " + flag_text(adv.defaults.flags)]
     lines += ["", "why (tuned part):"]
@@ -82,12 +94,18 @@ def format_advice(adv, out: Path) -> str:
     if adv.recommended.run_held_out:
         lines += ["  " + adv.recommended.run_held_out + "   # held out"]
     lines += ["engine defaults:", "  " + adv.defaults.run_tuned]
-    lines += ["", f"Pareto front (token hit vs TTFT p95), {len(adv.front)} of {adv.trials} trials"
-              + (f" -> {adv.figure}" if adv.figure else "") + ":"]
+    lines += [
+        "",
+        f"Pareto front (token hit vs TTFT p95), {len(adv.front)} of {adv.trials} trials"
+        + (f" -> {adv.figure}" if adv.figure else "")
+        + ":",
+    ]
     for r in adv.front:
         flags = flag_text(adv.space.flags(r.params))
-        lines.append(f"  trial {r.number:>3}: {_pct(r.metrics['token_hit_rate']):>7}  {_ms(r.metrics['ttft_p95_ms']):>7} ms  "
-                     f"{flags}")
+        lines.append(
+            f"  trial {r.number:>3}: {_pct(r.metrics['token_hit_rate']):>7}  {_ms(r.metrics['ttft_p95_ms']):>7} ms  "
+            f"{flags}"
+        )
     lines += [f"study: {out / 'study.journal'} (rerun the same command to add trials with a larger --trials)"]
     return "\n".join(lines)
 
@@ -111,30 +129,78 @@ def _table(head, rows) -> list[str]:
 def register(main: click.Group) -> None:
     @main.command("advise")
     @trace_options
-    @click.option("--for", "engine_name", type=click.Choice(list(ENGINES)), required=True,
-                  help="The engine to tune (its own knobs, named as it names them).")
-    @click.option("--gpu-memory", default="80GB", show_default=True,
-                  help="Memory of the serving instance (80GB; 2x80GB for two GPUs); the engine's memory fraction "
-                       "and the bf16 weights are taken off (docs/advise.md).")
-    @click.option("--objective", type=click.Choice(list(OBJECTIVES)), default="token-hit", show_default=True,
-                  help="What to optimise (throughput needs a scheduler that measures it).")
+    @click.option(
+        "--for",
+        "engine_name",
+        type=click.Choice(list(ENGINES)),
+        required=True,
+        help="The engine to tune (its own knobs, named as it names them).",
+    )
+    @click.option(
+        "--gpu-memory",
+        default="80GB",
+        show_default=True,
+        help="Memory of the serving instance (80GB; 2x80GB for two GPUs); the engine's memory fraction "
+        "and the bf16 weights are taken off (docs/advise.md).",
+    )
+    @click.option(
+        "--objective",
+        type=click.Choice(list(OBJECTIVES)),
+        default="token-hit",
+        show_default=True,
+        help="What to optimise (throughput needs a scheduler that measures it).",
+    )
     @click.option("--trials", type=int, default=50, show_default=True, help="Finished trials the study ends with.")
     @click.option("--seed", "study_seed", type=int, default=0, show_default=True, help="Seed of the TPE sampler.")
-    @click.option("--holdout", type=float, default=0.0, show_default=True,
-                  help="Tune on the first 1 - H of the sessions and report both settings on the rest (0 = off).")
-    @click.option("--sessions-per-second", type=float, default=1.0, show_default=True,
-                  help="Closed-loop traces: sessions started per second.")
+    @click.option(
+        "--holdout",
+        type=float,
+        default=0.0,
+        show_default=True,
+        help="Tune on the first 1 - H of the sessions and report both settings on the rest (0 = off).",
+    )
+    @click.option(
+        "--sessions-per-second",
+        type=float,
+        default=1.0,
+        show_default=True,
+        help="Closed-loop traces: sessions started per second.",
+    )
     @sim_options
-    @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("advise"),
-                  show_default=True, help="Study folder (study.journal, advice.json, pareto.png); rerunning resumes.")
-    @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-                  help="local: a process pool; ray: Ray tasks (as `marconi sweep`).")
+    @click.option(
+        "--out",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path("advise"),
+        show_default=True,
+        help="Study folder (study.journal, advice.json, pareto.png); rerunning resumes.",
+    )
+    @click.option(
+        "--engine",
+        type=click.Choice(["local", "ray"]),
+        default="local",
+        show_default=True,
+        help="local: a process pool; ray: Ray tasks (as `marconi sweep`).",
+    )
     @click.option("--workers", type=int, default=None, help="Trials run at once [default: all cores].")
     @click.option("--ray-address", default=None, help="Address of an existing Ray cluster.")
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
     @click.option("--progress/--no-progress", default=True, show_default=True)
-    def advise_cmd(engine_name, gpu_memory, objective, trials, study_seed, holdout, sessions_per_second, out, engine,
-                   workers, ray_address, fmt, progress, **kwargs):
+    def advise_cmd(
+        engine_name,
+        gpu_memory,
+        objective,
+        trials,
+        study_seed,
+        holdout,
+        sessions_per_second,
+        out,
+        engine,
+        workers,
+        ray_address,
+        fmt,
+        progress,
+        **kwargs,
+    ):
         """Recommend an engine's cache settings for a workload: an Optuna search of the engine's own
         knobs, each trial simulated; prints the flags, the predicted metrics beside the engine's
         defaults, a `marconi run` line that reproduces them, and the Pareto front (DIR/pareto.png).
@@ -154,11 +220,21 @@ def register(main: click.Group) -> None:
         trace_kwargs = {k: kwargs.pop(k) for k in TRACE_OPTION_KEYS if k in kwargs}
         problem = Problem(trace_kwargs, engine_name, model, gpu_memory, objective, holdout, study_seed, fixed)
         with output_folder(out):
-            adv = advise(problem, out, trials, workers=workers or min(cpu_count(), trials), engine=engine,
-                         ray_address=ray_address, progress=progress)
+            adv = advise(
+                problem,
+                out,
+                trials,
+                workers=workers or min(cpu_count(), trials),
+                engine=engine,
+                ray_address=ray_address,
+                progress=progress,
+            )
             if adv.report is not None and adv.report.interrupted:
-                click.echo(f"interrupted after {adv.trials} finished trials (kept in {out / 'study.journal'}): "
-                           f"rerun the same command to resume", err=True)
+                click.echo(
+                    f"interrupted after {adv.trials} finished trials (kept in {out / 'study.journal'}): "
+                    f"rerun the same command to resume",
+                    err=True,
+                )
                 sys.exit(130)
             from sim.analysis.advise import save_pareto  # noqa: PLC0415
 
@@ -173,8 +249,11 @@ def register(main: click.Group) -> None:
         for number, err in adv.report.failed if adv.report else ():
             click.echo(f"trial {number} failed: {err}", err=True)
         if adv.report and adv.report.pruned:
-            click.echo(f"note: {len(adv.report.pruned)} sampled combinations the preset refuses were pruned "
-                       f"(first: {adv.report.pruned[0][1]})", err=True)
+            click.echo(
+                f"note: {len(adv.report.pruned)} sampled combinations the preset refuses were pruned "
+                f"(first: {adv.report.pruned[0][1]})",
+                err=True,
+            )
         if fmt == "json":
             click.echo(json.dumps(data, indent=2))
         else:

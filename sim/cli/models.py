@@ -12,16 +12,18 @@ from sim.cost import MODELS
 def _rows() -> list[dict]:
     rows = []
     for spec in MODELS.values():
-        rows.append({
-            "name": spec.name,
-            "layers": spec.layers_by_type(),
-            "is_hybrid": spec.is_hybrid,
-            "kv_bytes_per_token": spec.kv_bytes_per_token(),
-            "state_bytes": spec.state_bytes(),
-            "state_kv_tokens": round(spec.state_kv_tokens(), 1) if spec.is_hybrid else 0.0,
-            "flops_per_token_1k": spec.flops(1024) / 1024,
-            "active_params": spec.active_params(),
-        })
+        rows.append(
+            {
+                "name": spec.name,
+                "layers": spec.layers_by_type(),
+                "is_hybrid": spec.is_hybrid,
+                "kv_bytes_per_token": spec.kv_bytes_per_token(),
+                "state_bytes": spec.state_bytes(),
+                "state_kv_tokens": round(spec.state_kv_tokens(), 1) if spec.is_hybrid else 0.0,
+                "flops_per_token_1k": spec.flops(1024) / 1024,
+                "active_params": spec.active_params(),
+            }
+        )
     return rows
 
 
@@ -40,11 +42,21 @@ def register(main: click.Group) -> None:
             click.echo(json.dumps(rows, indent=2))
             return
         head = ("model", "layers", "KV B/token", "state B/ckpt", "state = KV of N tok", "FLOPs/token @1K")
-        body = [(r["name"], _layers_text(r["layers"]), f"{r['kv_bytes_per_token']:,}", f"{r['state_bytes']:,}",
-                 f"{r['state_kv_tokens']:,.0f}" if r["is_hybrid"] else "-", f"{r['flops_per_token_1k']:.3g}")
-                for r in rows]
+        body = [
+            (
+                r["name"],
+                _layers_text(r["layers"]),
+                f"{r['kv_bytes_per_token']:,}",
+                f"{r['state_bytes']:,}",
+                f"{r['state_kv_tokens']:,.0f}" if r["is_hybrid"] else "-",
+                f"{r['flops_per_token_1k']:.3g}",
+            )
+            for r in rows
+        ]
         widths = [max(len(str(x[i])) for x in [head, *body]) for i in range(len(head))]
         for j, line in enumerate([head, *body]):
-            click.echo("  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in enumerate(zip(line, widths))))
+            click.echo(
+                "  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
+            )
             if j == 0:
                 click.echo("  ".join("-" * w for w in widths))

@@ -60,6 +60,7 @@ def _remove_empty(created: list[Path]) -> None:
 
 # ---------------------------------------------------------------------------------- files a command writes
 
+
 def input_paths(trace_spec: str | None = None, *files: str | os.PathLike | None) -> list[Path]:
     """The files and folders a command reads: the path inside a trace spec (``mooncake:PATH``,
     ``swebench:marconi:PATH``; every ``:``-separated tail that exists on disk) and ``files``
@@ -115,8 +116,10 @@ def check_output_files(files: dict[Path, str], *, force: bool, inputs: list[Path
     if existing and not force:
         flags = sorted({flag for flag, _ in existing})
         names = ", ".join(str(p) for _, p in existing)
-        raise UsageError(f"{' and '.join(flags)}: {names} already exist{'s' if len(existing) == 1 else ''}; "
-                         "pass --force to replace, or choose another name")
+        raise UsageError(
+            f"{' and '.join(flags)}: {names} already exist{'s' if len(existing) == 1 else ''}; "
+            "pass --force to replace, or choose another name"
+        )
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:

@@ -24,13 +24,26 @@ def _figure(results, kind, where, static):
 def register(main: click.Group) -> None:
     @main.command("plot")
     @click.argument("results", type=click.Path(exists=True, file_okay=False, path_type=Path))
-    @click.option("--kind", "kinds", type=click.Choice(KINDS + ("all", "replay")), multiple=True,
-                  default=("hit-rate",), show_default=True,
-                  help="Figure(s) to draw (repeat the flag, or all); replay: RESULTS is a `marconi replay --out` folder.")
+    @click.option(
+        "--kind",
+        "kinds",
+        type=click.Choice(KINDS + ("all", "replay")),
+        multiple=True,
+        default=("hit-rate",),
+        show_default=True,
+        help="Figure(s) to draw (repeat the flag, or all); replay: RESULTS is a `marconi replay --out` folder.",
+    )
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("figures"), show_default=True)
-    @click.option("--where", default=None, help="Row filter, a pandas query: \"capacity_bytes == 5e9 and trace == 'sharegpt'\".")
-    @click.option("--alpha", "static", default="best", show_default=True,
-                  help="Static-alpha grids: best (best alpha in hindsight per configuration), all, or one value.")
+    @click.option(
+        "--where", default=None, help="Row filter, a pandas query: \"capacity_bytes == 5e9 and trace == 'sharegpt'\"."
+    )
+    @click.option(
+        "--alpha",
+        "static",
+        default="best",
+        show_default=True,
+        help="Static-alpha grids: best (best alpha in hindsight per configuration), all, or one value.",
+    )
     def plot_cmd(results, kinds, out, where, static):
         """Draw figures (PNG and SVG) from a `marconi sweep` results folder (needs matplotlib:
         pip install 'marconi-sim[notebooks]')."""

@@ -14,15 +14,18 @@ def _rows() -> list[dict]:
     aliases: dict[str, list[str]] = {}
     for old, new in ALIASES.items():
         aliases.setdefault(new, []).append(old)
-    return [{
-        "name": p.name,
-        "engine": p.engine,
-        "version": p.version or "-",
-        "aliases": aliases.get(p.name, []),
-        "stores": "input + output" if p.stores_last_token else "input + output - 1",
-        "description": p.description,
-        "knobs": [asdict(k) for k in p.knobs()],
-    } for p in PRESETS.values()]
+    return [
+        {
+            "name": p.name,
+            "engine": p.engine,
+            "version": p.version or "-",
+            "aliases": aliases.get(p.name, []),
+            "stores": "input + output" if p.stores_last_token else "input + output - 1",
+            "description": p.description,
+            "knobs": [asdict(k) for k in p.knobs()],
+        }
+        for p in PRESETS.values()
+    ]
 
 
 def _one_line(text: str, width: int) -> str:
@@ -34,8 +37,14 @@ def _one_line(text: str, width: int) -> str:
 
 def register(main: click.Group) -> None:
     @main.command("policies")
-    @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-                  help="json: every preset with its knobs (name, flag, type, default, choices or min/max).")
+    @click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help="json: every preset with its knobs (name, flag, type, default, choices or min/max).",
+    )
     def policies(fmt: str) -> None:
         """List the policy presets (--policy): engine, engine version, what each stores, one line each."""
         rows = _rows()
@@ -43,8 +52,10 @@ def register(main: click.Group) -> None:
             click.echo(json.dumps(rows, indent=2, default=str))
             return
         head = ("policy", "engine", "version", "old name", "description")
-        body = [(r["name"], r["engine"], r["version"], ", ".join(r["aliases"]) or "-", _one_line(r["description"], 80))
-                for r in rows]
+        body = [
+            (r["name"], r["engine"], r["version"], ", ".join(r["aliases"]) or "-", _one_line(r["description"], 80))
+            for r in rows
+        ]
         widths = [max(len(x[i]) for x in [head, *body]) for i in range(4)]
         for j, line in enumerate([head, *body]):
             click.echo("  ".join([*(c.ljust(w) for c, w in zip(line[:4], widths)), line[4]]).rstrip())

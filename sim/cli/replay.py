@@ -36,18 +36,23 @@ def cpu_time_warning(spec, trace, requests, layers: int, kernel: str):
     from sim.replay.measure import model_counts
 
     reqs = trace.requests[:requests] if requests else trace.requests
-    share = layers / (spec.n_attn + spec.n_gdn)          # --layers subsamples every type alike
+    share = layers / (spec.n_attn + spec.n_gdn)  # --layers subsamples every type alike
     B = trace.block_tokens
     flops = share * sum(replayed_flops(spec, model_counts(spec), [(0, r.n_input_tokens(B))]) for r in reqs)
     secs = flops / (CPU_TFLOPS * 1e12)
-    how = (f"at ~{CPU_TFLOPS:g} TFLOP/s" if kernel != "triton"
-           else "plus the Triton interpreter's slowdown of the gated-delta layers (many times that)")
+    how = (
+        f"at ~{CPU_TFLOPS:g} TFLOP/s"
+        if kernel != "triton"
+        else "plus the Triton interpreter's slowdown of the gated-delta layers (many times that)"
+    )
     n, tf = len(reqs), flops / 1e12
     tflop = f"{tf:,.0f}" if tf >= 10 else f"{tf:.2g}"
-    return (f"warning: --device cpu: {spec.name} (d_model {spec.d_model}) will take about {_duration(secs)} "
-            f"to {_duration(2 * secs)} for {n:,} request{'s' if n != 1 else ''} of {layers} layer"
-            f"{'s' if layers != 1 else ''} ({tflop} TFLOP of from-scratch prefills {how}); "
-            "--layers, --requests or --device cuda cut it")
+    return (
+        f"warning: --device cpu: {spec.name} (d_model {spec.d_model}) will take about {_duration(secs)} "
+        f"to {_duration(2 * secs)} for {n:,} request{'s' if n != 1 else ''} of {layers} layer"
+        f"{'s' if layers != 1 else ''} ({tflop} TFLOP of from-scratch prefills {how}); "
+        "--layers, --requests or --device cuda cut it"
+    )
 
 
 def _duration(secs: float) -> str:
@@ -78,11 +83,14 @@ def _validation_line(s: dict) -> str:
     mode = s.get("validation", "tolerance")
     text = mode
     if mode != "tolerance":
-        text += f": {s.get('integrity_checked', 0):,} restores bit-exact-checked, {s.get('integrity_failures', 0)} differ"
+        text += (
+            f": {s.get('integrity_checked', 0):,} restores bit-exact-checked, {s.get('integrity_failures', 0)} differ"
+        )
     if mode == "shadow":
         e = s.get("shadow_restore_errors", {}).get("rec", {})
-        text += (f"; fp32 shadow {s.get('shadow_hits_validated', 0):,} hits, {s.get('shadow_failures', 0)} failures"
-                 + (f", recurrent error p95 {e['p95']:.2g}" if e else ""))
+        text += f"; fp32 shadow {s.get('shadow_hits_validated', 0):,} hits, {s.get('shadow_failures', 0)} failures" + (
+            f", recurrent error p95 {e['p95']:.2g}" if e else ""
+        )
     e = s.get("restore_errors", {})
     if e:
         text += "; error p50 / p95: " + ", ".join(f"{k} {v['p50']:.2g} / {v['p95']:.2g}" for k, v in e.items())
@@ -92,33 +100,55 @@ def _validation_line(s: dict) -> str:
 def format_summary(s: dict, settings: dict) -> str:
     rows = [
         ("requests", f"{s['requests']:,} ({s['input_tokens']:,} input tokens)"),
-        ("layers replayed", ", ".join(f"{k} {v}" for k, v in s.get("layers_replayed", {}).items())
-         + (f" ({settings['mlp_note']})" if settings.get("mlp_note") else "")),
-        ("hits (validated, KV validated)", f"{s['hits']:,} ({s['hits_validated']:,}, {s.get('kv_hits_validated', 0):,})"),
+        (
+            "layers replayed",
+            ", ".join(f"{k} {v}" for k, v in s.get("layers_replayed", {}).items())
+            + (f" ({settings['mlp_note']})" if settings.get("mlp_note") else ""),
+        ),
+        (
+            "hits (validated, KV validated)",
+            f"{s['hits']:,} ({s['hits_validated']:,}, {s.get('kv_hits_validated', 0):,})",
+        ),
         ("failures (KV)", f"{s['failures']} ({s.get('kv_failures', 0)})"),
-        ("worst restore error", f"recurrent {s['max_rec_error']:.3g}, conv {s['max_conv_error']:.3g}, outputs "
-                                f"{s['max_out_error']:.3g}, KV {s.get('max_kv_error', 0):.3g} "
-                                f"(tolerances {settings['tolerance'][0]:.3g} / "
-                                f"{settings['tolerance'][1]:.3g})"),
+        (
+            "worst restore error",
+            f"recurrent {s['max_rec_error']:.3g}, conv {s['max_conv_error']:.3g}, outputs "
+            f"{s['max_out_error']:.3g}, KV {s.get('max_kv_error', 0):.3g} "
+            f"(tolerances {settings['tolerance'][0]:.3g} / "
+            f"{settings['tolerance'][1]:.3g})",
+        ),
         ("validation", _validation_line(s)),
-        ("measured prefill with cache", f"{s['measured_ms_with_cache']:,.1f} ms ("
-                                        + ", ".join(f"{k} {v:,.0f}" for k, v in s.get("measured_ms_by_layer_type", {}).items())
-                                        + ")"),
-        ("measured prefill without cache", f"{s['measured_ms_without_cache']:,.1f} ms "
-                                           f"({s['requests_full_measured']} requests timed in full)"),
-        ("saved on validated hits", f"measured {s['measured_ms_saved_validated']:,.1f} ms, "
-                                    f"modelled {s['modelled_ms_saved_validated']:,.1f} ms"),
+        (
+            "measured prefill with cache",
+            f"{s['measured_ms_with_cache']:,.1f} ms ("
+            + ", ".join(f"{k} {v:,.0f}" for k, v in s.get("measured_ms_by_layer_type", {}).items())
+            + ")",
+        ),
+        (
+            "measured prefill without cache",
+            f"{s['measured_ms_without_cache']:,.1f} ms ({s['requests_full_measured']} requests timed in full)",
+        ),
+        (
+            "saved on validated hits",
+            f"measured {s['measured_ms_saved_validated']:,.1f} ms, modelled {s['modelled_ms_saved_validated']:,.1f} ms",
+        ),
         ("FLOPs saved", f"executed {s['measured_flops_saved']:.3e}, simulated {s['simulated_flops_saved']:.3e}"),
         ("time model error", f"median {s['time_model_median_error']:.1%}, P95 {s['time_model_p95_error']:.1%}"),
         ("store peak", format_size(s["store_peak_bytes"])),
-        ("wall", f"{s['wall_s']:.1f} s ({s['tokens_per_s']:,.0f} input tokens/s; executed "
-                 f"{s.get('replay_tflops_timed', float('nan')):.1f} TFLOP/s over timed prefills, "
-                 f"{s.get('replay_tflops_wall', float('nan')):.1f} over the wall time)"),
+        (
+            "wall",
+            f"{s['wall_s']:.1f} s ({s['tokens_per_s']:,.0f} input tokens/s; executed "
+            f"{s.get('replay_tflops_timed', float('nan')):.1f} TFLOP/s over timed prefills, "
+            f"{s.get('replay_tflops_wall', float('nan')):.1f} over the wall time)",
+        ),
     ]
     if "time_model_median_error_calibrated" in s:
-        rows.append(("time model error, calibrated",
-                     f"median {s['time_model_median_error_calibrated']:.1%}, "
-                     f"P95 {s['time_model_p95_error_calibrated']:.1%}"))
+        rows.append(
+            (
+                "time model error, calibrated",
+                f"median {s['time_model_median_error_calibrated']:.1%}, P95 {s['time_model_p95_error_calibrated']:.1%}",
+            )
+        )
     w = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
 
@@ -129,46 +159,118 @@ def register(main: click.Group) -> None:
     @click.option("--policy", default="marconi", show_default=True, help="One policy.")
     @click.option("--capacity", default="5GB", show_default=True, help="Cache capacity.")
     @click.option("--alpha", default="auto", show_default=True, help="Marconi's alpha (a number or auto).")
-    @click.option("--model", default="qwen3.5-9b", show_default=True,
-                  help="Model preset with gated-delta layers (replay-tiny for CPU runs).")
-    @click.option("--layers", type=int, default=None,
-                  help="Mixer layers to replay, subsampled evenly per type (attention / gated delta), each with "
-                       "its MLP; times are scaled to the model [default: the preset's full depth].")
+    @click.option(
+        "--model",
+        default="qwen3.5-9b",
+        show_default=True,
+        help="Model preset with gated-delta layers (replay-tiny for CPU runs).",
+    )
+    @click.option(
+        "--layers",
+        type=int,
+        default=None,
+        help="Mixer layers to replay, subsampled evenly per type (attention / gated delta), each with "
+        "its MLP; times are scaled to the model [default: the preset's full depth].",
+    )
     @click.option("--state-alignment", type=click.Choice(["exact", "chunk"]), default="exact", show_default=True)
     @click.option("--chunk-size", type=int, default=64, show_default=True)
     @click.option("--mode", type=click.Choice(["sequential", "des"]), default="des", show_default=True)
     @click.option("--sessions-per-second", type=float, default=1.0, show_default=True)
-    @click.option("--validate-every", type=int, default=1, show_default=True,
-                  help="Numerically check every k-th hit (the prefix-hash check runs on every hit).")
-    @click.option("--store", type=click.Choice(["gpu", "host"]), default="gpu", show_default=True,
-                  help="Checkpoint store on the GPU or in pinned host memory.")
-    @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default=None,
-                  help="Activations and weights [default: bf16 on cuda, fp32 on cpu].")
-    @click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
-                  help="cpu runs the gated-delta layers in plain torch by default (small presets in practice).")
-    @click.option("--kernel", type=click.Choice(list(kernel_choices())), default="auto", show_default=True,
-                  help="Gated-delta backend: triton (the project's kernels; the interpreter on a CPU), torch (the "
-                       "same math in plain torch ops); auto: triton on cuda, torch on cpu.")
+    @click.option(
+        "--validate-every",
+        type=int,
+        default=1,
+        show_default=True,
+        help="Numerically check every k-th hit (the prefix-hash check runs on every hit).",
+    )
+    @click.option(
+        "--store",
+        type=click.Choice(["gpu", "host"]),
+        default="gpu",
+        show_default=True,
+        help="Checkpoint store on the GPU or in pinned host memory.",
+    )
+    @click.option(
+        "--dtype",
+        type=click.Choice(["bf16", "fp16", "fp32"]),
+        default=None,
+        help="Activations and weights [default: bf16 on cuda, fp32 on cpu].",
+    )
+    @click.option(
+        "--device",
+        type=click.Choice(["cuda", "cpu"]),
+        default="cuda",
+        show_default=True,
+        help="cpu runs the gated-delta layers in plain torch by default (small presets in practice).",
+    )
+    @click.option(
+        "--kernel",
+        type=click.Choice(list(kernel_choices())),
+        default="auto",
+        show_default=True,
+        help="Gated-delta backend: triton (the project's kernels; the interpreter on a CPU), torch (the "
+        "same math in plain torch ops); auto: triton on cuda, torch on cpu.",
+    )
     @click.option("--requests", type=int, default=None, help="Replay the first N requests.")
     @click.option("--seed", type=int, default=0, show_default=True, help="Weights and hash-block tokens.")
-    @click.option("--validate", "validation", type=click.Choice(["exact", "shadow", "tolerance"]), default="exact",
-                  show_default=True,
-                  help="exact: every restored state, conv window and KV page bit for bit against what the kernels "
-                       "produced, then the numerics check; shadow: also an fp32 replay of the same stream checked at "
-                       "fp32 tolerance (slower); tolerance: the numerics check alone (docs/replay.md).")
-    @click.option("--tolerance", type=float, default=None,
-                  help="Relative error allowed in states and outputs [default: by dtype, see sim.replay.checks].")
-    @click.option("--calibrate", "calibrate_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                  help="Fit the time model to the measurements; write a timing file for `marconi run --timing`.")
-    @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-                  help="Write summary.json and requests.parquet here.")
+    @click.option(
+        "--validate",
+        "validation",
+        type=click.Choice(["exact", "shadow", "tolerance"]),
+        default="exact",
+        show_default=True,
+        help="exact: every restored state, conv window and KV page bit for bit against what the kernels "
+        "produced, then the numerics check; shadow: also an fp32 replay of the same stream checked at "
+        "fp32 tolerance (slower); tolerance: the numerics check alone (docs/replay.md).",
+    )
+    @click.option(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="Relative error allowed in states and outputs [default: by dtype, see sim.replay.checks].",
+    )
+    @click.option(
+        "--calibrate",
+        "calibrate_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Fit the time model to the measurements; write a timing file for `marconi run --timing`.",
+    )
+    @click.option(
+        "--out",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Write summary.json and requests.parquet here.",
+    )
     @click.option("--force", is_flag=True, help="Replace the files of --out and --calibrate when they exist.")
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
     @click.option("--progress/--no-progress", default=True, show_default=True)
-    def replay(policy, capacity, alpha, model, layers, state_alignment, chunk_size, mode, sessions_per_second,
-               validate_every, store, dtype, device, kernel, requests, seed, validation, tolerance, calibrate_path, out,
-               force,
-               fmt, progress, **kwargs):
+    def replay(
+        policy,
+        capacity,
+        alpha,
+        model,
+        layers,
+        state_alignment,
+        chunk_size,
+        mode,
+        sessions_per_second,
+        validate_every,
+        store,
+        dtype,
+        device,
+        kernel,
+        requests,
+        seed,
+        validation,
+        tolerance,
+        calibrate_path,
+        out,
+        force,
+        fmt,
+        progress,
+        **kwargs,
+    ):
         """Simulate a trace with GPU replay attached: every hit restored from a real checkpoint store,
         checked (prefix hash, numerics vs a from-scratch prefill) and timed."""
         from tqdm import tqdm  # noqa: PLC0415 - progress bar, loaded only when running
@@ -177,22 +279,40 @@ def register(main: click.Group) -> None:
         from sim.replay.session import ReplaySettings, calibrate, check_model, run_replay
         from sim.simulate import build
 
-        check_model(get_model(model), layers)   # refuse non-GDN presets before loading a trace
+        check_model(get_model(model), layers)  # refuse non-GDN presets before loading a trace
         check_before_work(get_model(model), tolerance, calibrate_path, out, force, kwargs.get("trace"))
         if dtype is None:
             dtype = "fp32" if device == "cpu" else "bf16"
-        settings = ReplaySettings(layers=layers, validate_every=validate_every, store=store, dtype=dtype,
-                                  device=device, requests=requests, seed=seed, tolerance=tolerance, kernel=kernel,
-                                  validation=validation)
+        settings = ReplaySettings(
+            layers=layers,
+            validate_every=validate_every,
+            store=store,
+            dtype=dtype,
+            device=device,
+            requests=requests,
+            seed=seed,
+            tolerance=tolerance,
+            kernel=kernel,
+            validation=validation,
+        )
         settings.validate()
-        config = SimConfig(policy=policy, model=model, capacity_bytes=parse_size(capacity),
-                           alpha=parse_alpha(alpha), state_alignment=state_alignment, chunk_size=chunk_size,
-                           mode=mode, sessions_per_second=sessions_per_second, seed=seed)
+        config = SimConfig(
+            policy=policy,
+            model=model,
+            capacity_bytes=parse_size(capacity),
+            alpha=parse_alpha(alpha),
+            state_alignment=state_alignment,
+            chunk_size=chunk_size,
+            mode=mode,
+            sessions_per_second=sessions_per_second,
+            seed=seed,
+        )
         config.validate()
         trace = trace_from_cli(kwargs)
         if device == "cpu":
-            warning = cpu_time_warning(get_model(model), trace, requests, check_model(get_model(model), layers),
-                                       settings.backend)
+            warning = cpu_time_warning(
+                get_model(model), trace, requests, check_model(get_model(model), layers), settings.backend
+            )
             if warning:
                 click.echo(warning, err=True)
         total = min(len(trace.requests), requests or len(trace.requests))
@@ -214,20 +334,26 @@ def register(main: click.Group) -> None:
         if fmt == "json":
             click.echo(json.dumps(res.summary, indent=2))
         else:
-            click.echo(f"replay {trace.name} | {config.policy} | {config.model}, {res.settings['layers']} "
-                       f"layers | {format_size(config.capacity_bytes)} | {config.state_alignment} "
-                       f"alignment | {config.mode} | {settings.dtype} on {res.settings['device_name']} | "
-                       f"{res.settings['kernel']} kernels | store {settings.store}")
+            click.echo(
+                f"replay {trace.name} | {config.policy} | {config.model}, {res.settings['layers']} "
+                f"layers | {format_size(config.capacity_bytes)} | {config.state_alignment} "
+                f"alignment | {config.mode} | {settings.dtype} on {res.settings['device_name']} | "
+                f"{res.settings['kernel']} kernels | store {settings.store}"
+            )
             click.echo(format_summary(res.summary, res.settings))
             if calibrate_path is not None:
                 t = res.calibrated
                 frac = t.fraction_of_peak()
-                terms = ", ".join(f"{k} {v:.1f} ms/TFLOP" + (f" ({frac[k]:.0%} of peak)" if frac[k] else "")
-                                  for k, v in t.ms_per_tflop.items())
+                terms = ", ".join(
+                    f"{k} {v:.1f} ms/TFLOP" + (f" ({frac[k]:.0%} of peak)" if frac[k] else "")
+                    for k, v in t.ms_per_tflop.items()
+                )
                 calls = ", ".join(f"{k} {v:.3f}" for k, v in t.layer_call_ms.items())
-                click.echo(f"timing file {calibrate_path}: {terms}; per layer call (ms): {calls}; "
-                           f"fit median / P95 error {res.calibration['median_error']:.1%} / "
-                           f"{res.calibration['p95_error']:.1%}")
+                click.echo(
+                    f"timing file {calibrate_path}: {terms}; per layer call (ms): {calls}; "
+                    f"fit median / P95 error {res.calibration['median_error']:.1%} / "
+                    f"{res.calibration['p95_error']:.1%}"
+                )
         for f in res.failures[:20]:
             click.echo(f.message(), err=True)
         if res.failures:

@@ -101,8 +101,10 @@ def refuse_unread_knobs(names: list[str], given: list[str]) -> None:
             continue
         flag = flag_of(_FIELDS[name])
         who = ", ".join(readers[name])
-        raise UsageError(f"{flag} does nothing for {', '.join(names)} (it is read by {who}): leave it out "
-                         f"or add a policy that reads it")
+        raise UsageError(
+            f"{flag} does nothing for {', '.join(names)} (it is read by {who}): leave it out "
+            f"or add a policy that reads it"
+        )
 
 
 def explicit_settings(ctx: click.Context, rename: dict | None = None) -> list[str]:
@@ -127,9 +129,11 @@ def refuse_unusable_blocks(cfg: SimConfig) -> None:
     unit = preset.unit_tokens(spec, cfg)
     need = unit * spec.kv_bytes_per_token() + spec.state_bytes()
     if unit > 1 and spec.state_bytes() <= cfg.capacity_bytes < need:  # below one state: the simulator says so
-        raise UsageError(f"capacity {format_size(cfg.capacity_bytes)} cannot hold one {unit}-token block of "
-                         f"{cfg.model} with its state ({format_size(need)}) for {cfg.policy}: every insert would be "
-                         "rejected; use a smaller --block-size or a larger --capacity")
+        raise UsageError(
+            f"capacity {format_size(cfg.capacity_bytes)} cannot hold one {unit}-token block of "
+            f"{cfg.model} with its state ({format_size(need)}) for {cfg.policy}: every insert would be "
+            "rejected; use a smaller --block-size or a larger --capacity"
+        )
 
 
 def build_configs(policies: str, capacity: str, alpha: str, sessions_per_second: float, **knobs) -> list[SimConfig]:
@@ -137,8 +141,9 @@ def build_configs(policies: str, capacity: str, alpha: str, sessions_per_second:
     cap = parse_size(capacity)
     configs = []
     for name in names:
-        cfg = SimConfig(policy=name, capacity_bytes=cap, alpha=parse_alpha(alpha),
-                        sessions_per_second=sessions_per_second, **knobs)
+        cfg = SimConfig(
+            policy=name, capacity_bytes=cap, alpha=parse_alpha(alpha), sessions_per_second=sessions_per_second, **knobs
+        )
         cfg.validate()
         refuse_unusable_blocks(cfg)
         configs.append(cfg)
@@ -159,8 +164,9 @@ def _fitting_default_policies(configs: list[SimConfig], trace) -> tuple[list[Sim
     dropped = [c.policy for c in configs if c not in keep]
     if not dropped or not keep:
         return configs, ""
-    return keep, (f"{', '.join(dropped)} left out: checkpoints finer than the trace's {trace.block_tokens}-token "
-                  f"blocks")
+    return keep, (
+        f"{', '.join(dropped)} left out: checkpoints finer than the trace's {trace.block_tokens}-token blocks"
+    )
 
 
 def json_row(cfg: SimConfig, summary: dict) -> dict:
@@ -201,11 +207,18 @@ def format_table(rows: list[dict]) -> str:
     head = ["policy", "token hit", "request hit", "FLOPs saved", "TTFT p50 ms", "TTFT p95 ms", "evictions", "rejected"]
     lines = []
     for r in rows:
-        lines.append([
-            r["policy"], f"{r['token_hit_rate'] * 100:.2f}%", f"{r['request_hit_rate'] * 100:.2f}%",
-            f"{r['flops_saved']:.3e}", f"{r['ttft_p50_ms']:.1f}", f"{r['ttft_p95_ms']:.1f}",
-            str(r["evictions"]), str(r.get("rejected_inserts", 0)),
-        ])
+        lines.append(
+            [
+                r["policy"],
+                f"{r['token_hit_rate'] * 100:.2f}%",
+                f"{r['request_hit_rate'] * 100:.2f}%",
+                f"{r['flops_saved']:.3e}",
+                f"{r['ttft_p50_ms']:.1f}",
+                f"{r['ttft_p95_ms']:.1f}",
+                str(r["evictions"]),
+                str(r.get("rejected_inserts", 0)),
+            ]
+        )
     widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(head)]
     fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
     out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
@@ -216,21 +229,39 @@ def format_table(rows: list[dict]) -> str:
 def register(main: click.Group) -> None:
     @main.command("run")
     @trace_options
-    @click.option("--policy", "policies", default=DEFAULT_POLICIES, show_default=True,
-                  help="Comma-separated policies (vanilla, vllm+, sglang+, marconi, ...).")
+    @click.option(
+        "--policy",
+        "policies",
+        default=DEFAULT_POLICIES,
+        show_default=True,
+        help="Comma-separated policies (vanilla, vllm+, sglang+, marconi, ...).",
+    )
     @click.option("--capacity", default="5GB", show_default=True, help=_HELP["capacity_bytes"])
     @click.option("--alpha", default="auto", show_default=True, help=_HELP["alpha"])
-    @click.option("--sessions-per-second", type=float, default=1.0, show_default=True,
-                  help=_HELP["sessions_per_second"])
+    @click.option(
+        "--sessions-per-second", type=float, default=1.0, show_default=True, help=_HELP["sessions_per_second"]
+    )
     @sim_options
     @tuning_options
-    @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-                  help="Write summary.json and per-request requests.parquet here.")
-    @click.option("--events", "events_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                  help="Write the engine's event stream (lookup, prefill, decode, admit, evict, evict_kv, "
-                       "reject; one row per event, a policy column) as JSON Lines (.jsonl) or parquet (.parquet).")
-    @click.option("--force", is_flag=True, help="Replace the files of --out and --events when they exist "
-                  "(never an input of the run).")
+    @click.option(
+        "--out",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Write summary.json and per-request requests.parquet here.",
+    )
+    @click.option(
+        "--events",
+        "events_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Write the engine's event stream (lookup, prefill, decode, admit, evict, evict_kv, "
+        "reject; one row per event, a policy column) as JSON Lines (.jsonl) or parquet (.parquet).",
+    )
+    @click.option(
+        "--force",
+        is_flag=True,
+        help="Replace the files of --out and --events when they exist (never an input of the run).",
+    )
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
     @click.option("--progress/--no-progress", default=True, show_default=True)
     def run(policies, capacity, alpha, sessions_per_second, out, events_path, force, fmt, progress, **kwargs):
@@ -267,8 +298,9 @@ def register(main: click.Group) -> None:
             raise UsageError(f"--events does not apply to {ORACLE} (it runs one simulation per alpha)")
         results = []
         event_rows: list[dict] = []
-        bar = tqdm(total=len(trace.requests) * len(configs), unit="req", disable=not progress,
-                   desc="simulating", leave=False)
+        bar = tqdm(
+            total=len(trace.requests) * len(configs), unit="req", disable=not progress, desc="simulating", leave=False
+        )
         try:
             for cfg in configs:
                 bar.set_postfix_str(cfg.policy)
@@ -288,18 +320,23 @@ def register(main: click.Group) -> None:
             rate = f"{sessions_per_second:g} session{'' if sessions_per_second == 1 else 's'}/s"
             arrivals = f"{rate} ({cfg0.arrival})" if trace.closed_loop else "open-loop arrivals from the trace"
             alpha_used = any(get_preset(c.policy).uses_alpha for c in configs)
-            click.echo(f"trace {trace.name}: {len(trace.requests)} requests, {trace.n_sessions} sessions | "
-                       f"model {cfg0.model} | capacity {format_size(cfg0.capacity_bytes)} | "
-                       f"{cfg0.mode}{_scheduler(cfg0)} | {arrivals}" + (f" | alpha {cfg0.alpha}" if alpha_used else "")
-                       + (f" | {left_out}" if left_out else ""))
+            click.echo(
+                f"trace {trace.name}: {len(trace.requests)} requests, {trace.n_sessions} sessions | "
+                f"model {cfg0.model} | capacity {format_size(cfg0.capacity_bytes)} | "
+                f"{cfg0.mode}{_scheduler(cfg0)} | {arrivals}"
+                + (f" | alpha {cfg0.alpha}" if alpha_used else "")
+                + (f" | {left_out}" if left_out else "")
+            )
             click.echo(format_table(rows))
             for r in rows:
                 if r.get("tuned_choice") is None:
                     continue
                 if r.get("tuning_rounds"):
-                    click.echo(f"{r['policy']}: alpha auto -> {r['tuned_choice']} (adopted at request "
-                               f"{r.get('tuned_at_request')}; {r.get('tuning_switches', 0)} switches in "
-                               f"{r['tuning_rounds']} tuning rounds)")
+                    click.echo(
+                        f"{r['policy']}: alpha auto -> {r['tuned_choice']} (adopted at request "
+                        f"{r.get('tuned_at_request')}; {r.get('tuning_switches', 0)} switches in "
+                        f"{r['tuning_rounds']} tuning rounds)"
+                    )
                 else:
                     click.echo(f"{r['policy']}: best static alpha in hindsight {r['tuned_choice']}")
         if out is not None:

@@ -83,10 +83,17 @@ class SweepSpec:
             # one default in the help: the one the knob's own help states, else the value
             shown = "" if "[default:" in help_ or default in (None, "") else f" [default: {default}]"
             form = {"str": "a,b,c", "trace": "a,b,c", "raw": "one value; repeat the flag to sweep"}.get(
-                _kind(p), "a,b,c or start:stop[:step]")
-            params.append(click.Option(
-                [*p.opts, p.name], multiple=True, metavar="LIST", show_default=False,
-                help=f"{help_}. Values: {form}{shown}"))
+                _kind(p), "a,b,c or start:stop[:step]"
+            )
+            params.append(
+                click.Option(
+                    [*p.opts, p.name],
+                    multiple=True,
+                    metavar="LIST",
+                    show_default=False,
+                    help=f"{help_}. Values: {form}{shown}",
+                )
+            )
         return params + self.passed
 
     def axes(self, kwargs: dict) -> tuple[dict, dict]:
@@ -145,8 +152,9 @@ def _fit_default_policies(trace_axes: dict, sim_axes: dict) -> str:
     base = SimConfig()
     combos = list(product(sim_axes.get("model", [base.model]), sim_axes.get("block_size", [base.block_size]), blocks))
     names = sim_axes.get("policy", [])
-    keep = [p for p in names if all(fits_trace_blocks(SimConfig(policy=p, model=m, block_size=b), B)
-                                    for m, b, B in combos)]
+    keep = [
+        p for p in names if all(fits_trace_blocks(SimConfig(policy=p, model=m, block_size=b), B) for m, b, B in combos)
+    ]
     if not keep or len(keep) == len(names):
         return ""
     sim_axes["policy"] = keep
@@ -206,18 +214,23 @@ def register(main: click.Group) -> None:
         with output_folder(out, keep=not dry_run):
             if left_out:
                 click.echo(left_out)
-            _execute(tasks, trace_axes, sim_axes, out, engine, workers, ray_address, dry_run, save_requests,
-                     progress, limit)
+            _execute(
+                tasks, trace_axes, sim_axes, out, engine, workers, ray_address, dry_run, save_requests, progress, limit
+            )
 
-    def _execute(tasks, trace_axes, sim_axes, out, engine, workers, ray_address, dry_run, save_requests,
-                 progress, limit):
+    def _execute(
+        tasks, trace_axes, sim_axes, out, engine, workers, ray_address, dry_run, save_requests, progress, limit
+    ):
         status = [stored_status(out, t, save_requests) for t in tasks] if out.exists() else []
         done = status.count(DONE)
         click.echo(grid_summary(trace_axes, sim_axes, len(tasks)))
         click.echo(f"already done: {done:,}, to run: {len(tasks) - done:,} -> {out}")
         if status.count(BAD):
-            click.echo(f"note: {_count(status.count(BAD), 'stored result')} unreadable or incomplete (truncated, "
-                       "emptied, another configuration's): recomputed and replaced", err=True)
+            click.echo(
+                f"note: {_count(status.count(BAD), 'stored result')} unreadable or incomplete (truncated, "
+                "emptied, another configuration's): recomputed and replaced",
+                err=True,
+            )
         if dry_run:
             return
         if engine == "ray":
@@ -225,10 +238,20 @@ def register(main: click.Group) -> None:
                 import ray  # noqa: F401,PLC0415 - optional extra: checked before the sweep starts
             except ImportError:
                 raise UsageError("--engine ray needs Ray: pip install 'marconi-sim[ray]'") from None
-        report = run_sweep(tasks, out, engine=engine, workers=workers, ray_address=ray_address,
-                           save_requests=save_requests, progress=progress, limit=limit)
-        click.echo(f"ran {_count(report.ran, 'configuration')} in {report.wall_s:.1f} s "
-                   f"({report.skipped:,} skipped as done, {len(report.failed):,} failed) -> {out}")
+        report = run_sweep(
+            tasks,
+            out,
+            engine=engine,
+            workers=workers,
+            ray_address=ray_address,
+            save_requests=save_requests,
+            progress=progress,
+            limit=limit,
+        )
+        click.echo(
+            f"ran {_count(report.ran, 'configuration')} in {report.wall_s:.1f} s "
+            f"({report.skipped:,} skipped as done, {len(report.failed):,} failed) -> {out}"
+        )
         for task, err in report.failed:
             click.echo(f"failed: {describe(task)}: {err}", err=True)
         if report.interrupted:
@@ -239,18 +262,41 @@ def register(main: click.Group) -> None:
             sys.exit(1)
 
     params = spec.click_params() + [
-        click.Option(["--out"], type=click.Path(file_okay=False, path_type=Path), required=True,
-                     help="Results folder (parquet rows; rerunning resumes)."),
-        click.Option(["--engine"], type=click.Choice(["local", "ray"]), default="local", show_default=True,
-                     help="local: a process pool; ray: Ray tasks (a cluster with --ray-address, else a local Ray)."),
-        click.Option(["--workers"], type=int, default=None,
-                     help="Processes (local) or CPUs of a local Ray [default: all cores]."),
-        click.Option(["--ray-address"], default=None, help="Address of an existing Ray cluster (e.g. auto, ray://host:10001)."),
+        click.Option(
+            ["--out"],
+            type=click.Path(file_okay=False, path_type=Path),
+            required=True,
+            help="Results folder (parquet rows; rerunning resumes).",
+        ),
+        click.Option(
+            ["--engine"],
+            type=click.Choice(["local", "ray"]),
+            default="local",
+            show_default=True,
+            help="local: a process pool; ray: Ray tasks (a cluster with --ray-address, else a local Ray).",
+        ),
+        click.Option(
+            ["--workers"], type=int, default=None, help="Processes (local) or CPUs of a local Ray [default: all cores]."
+        ),
+        click.Option(
+            ["--ray-address"], default=None, help="Address of an existing Ray cluster (e.g. auto, ray://host:10001)."
+        ),
         click.Option(["--dry-run"], is_flag=True, help="Print the grid size and what is left to run, then stop."),
-        click.Option(["--save-requests/--no-save-requests"], default=False, show_default=True,
-                     help="Also write per-request records and occupancy (needed by plot --kind ttft|occupancy)."),
+        click.Option(
+            ["--save-requests/--no-save-requests"],
+            default=False,
+            show_default=True,
+            help="Also write per-request records and occupancy (needed by plot --kind ttft|occupancy).",
+        ),
         click.Option(["--progress/--no-progress"], default=True, show_default=True),
         click.Option(["--limit"], type=int, default=None, help="Run at most this many configurations, then stop."),
     ]
-    main.add_command(click.Command("sweep", callback=sweep, params=params, help=sweep.__doc__,
-                                   short_help="Run a grid of configurations (lists and ranges for every knob)."))
+    main.add_command(
+        click.Command(
+            "sweep",
+            callback=sweep,
+            params=params,
+            help=sweep.__doc__,
+            short_help="Run a grid of configurations (lists and ranges for every knob).",
+        )
+    )

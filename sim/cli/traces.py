@@ -83,9 +83,11 @@ def register(main: click.Group) -> None:
         t0 = time.perf_counter()
         trace = trace_from_cli(kwargs)
         dt = time.perf_counter() - t0
-        click.echo(f"{trace.name}: {trace.n_sessions:,} sessions, {len(trace.requests):,} requests, "
-                   f"{trace.input_tokens_total():,} input / {trace.output_tokens_total():,} output tokens "
-                   f"({trace.meta.get('cache', 'no cache')}, {dt:.2f} s)")
+        click.echo(
+            f"{trace.name}: {trace.n_sessions:,} sessions, {len(trace.requests):,} requests, "
+            f"{trace.input_tokens_total():,} input / {trace.output_tokens_total():,} output tokens "
+            f"({trace.meta.get('cache', 'no cache')}, {dt:.2f} s)"
+        )
         if "cache_path" in trace.meta and Path(trace.meta["cache_path"]).is_file():  # only a file that exists
             click.echo(f"cache: {trace.meta['cache_path']}")
         if trace.meta.get("skipped_rows"):
@@ -94,8 +96,14 @@ def register(main: click.Group) -> None:
     @traces_group.command("stats")
     @click.argument("spec", required=False, default="sharegpt")
     @trace_options
-    @click.option("--sessions-per-second", "rate", type=float, default=1.0, show_default=True,
-                  help="Session rate defining the replay order of closed-loop traces.")
+    @click.option(
+        "--sessions-per-second",
+        "rate",
+        type=float,
+        default=1.0,
+        show_default=True,
+        help="Session rate defining the replay order of closed-loop traces.",
+    )
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
     def stats_cmd(spec, rate, fmt, **kwargs) -> None:
         """Sessions, requests, tokens and infinite-cache hit-rate upper bounds of SPEC."""

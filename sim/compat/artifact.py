@@ -153,8 +153,13 @@ class ArtifactTree(HybridRadixTree):
             self._add_state(node)
 
     def _before_extend(self, node: Node) -> None:
-        if (self.fill_block and node.has_state and not node.children and node is not self.root
-                and node.depth_tokens % self.fill_block):
+        if (
+            self.fill_block
+            and node.has_state
+            and not node.children
+            and node is not self.root
+            and node.depth_tokens % self.fill_block
+        ):
             node.has_state = False  # fill the partial block: its state moves on
             self.n_states -= 1
             self._state_gone(node)
@@ -204,8 +209,9 @@ class ArtifactSimulation(Simulation):
     def make_eviction(self, name: str, alpha: float) -> EvictionPolicy:
         if name == "marconi":
             cost = ArtifactCost(self.spec) if self.bugs else self.spec
-            return ArtifactMarconiEviction(cost, params_from(MarconiEviction.Params, self.config, alpha=alpha),
-                                           bugs=self.bugs)
+            return ArtifactMarconiEviction(
+                cost, params_from(MarconiEviction.Params, self.config, alpha=alpha), bugs=self.bugs
+            )
         return super().make_eviction(name, alpha)
 
     def tree_grid(self, grid: int) -> int:
@@ -217,8 +223,12 @@ class ArtifactSimulation(Simulation):
         return grid
 
     def make_tree(self, eviction: EvictionPolicy) -> HybridRadixTree:
-        return ArtifactTree(split_states=self.admission.name == "judicious", fill_block=self.paper_block,
-                            policy=eviction, **self.tree_settings())
+        return ArtifactTree(
+            split_states=self.admission.name == "judicious",
+            fill_block=self.paper_block,
+            policy=eviction,
+            **self.tree_settings(),
+        )
 
     def admission_context(self, m: MatchResult, seq_in, seq_full, tok_in) -> AdmissionContext:
         ctx = ArtifactContext(len(seq_in), len(seq_full), self.grid, input_tokens=tok_in)

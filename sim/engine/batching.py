@@ -93,7 +93,9 @@ class ContinuousEngine:
         self.charged_per_state = sim.tree.state_bytes
         self._on_arrive = listeners(sim.observers, "arrive")
         # the recorder's step statistics are kept directly (no event objects built for it)
-        self._on_step = tuple(fn for fn in listeners(sim.observers, "step") if getattr(fn, "__self__", None) is not sim.rec)
+        self._on_step = tuple(
+            fn for fn in listeners(sim.observers, "step") if getattr(fn, "__self__", None) is not sim.rec
+        )
         self.proc = env.process(self.loop())
 
     # ------------------------------------------------------------------ arrivals
@@ -275,8 +277,10 @@ class ContinuousEngine:
                 preempted = carried + preempted
             if not prefills and not decodes:
                 if not preempted:  # nothing ran, nothing changed: the loop would spin forever
-                    raise RuntimeError(f"continuous scheduler stalled at t={env.now} with "
-                                       f"{len(self.running)} running, {len(self.waiting)} waiting")
+                    raise RuntimeError(
+                        f"continuous scheduler stalled at t={env.now} with "
+                        f"{len(self.running)} running, {len(self.waiting)} waiting"
+                    )
                 carried = preempted  # reported with the next step that runs
                 continue
             carried = []
@@ -290,8 +294,16 @@ class ContinuousEngine:
                 yield env.timeout(dt)
             else:
                 k = yield from self._coast(decodes, dt, k)
-            self._emit(t0, env.now, env.now - t0, k, prefills, decodes,
-                       sum(b - a for _, a, b in prefills) + len(decodes), preempted)
+            self._emit(
+                t0,
+                env.now,
+                env.now - t0,
+                k,
+                prefills,
+                decodes,
+                sum(b - a for _, a, b in prefills) + len(decodes),
+                preempted,
+            )
             self._apply(prefills, decodes, k, t0, dt)
 
     def _run_length(self, decodes: list, contexts: list, dt: float) -> int:
@@ -414,13 +426,13 @@ class ContinuousEngine:
         s.done.succeed()
 
 
-def run_continuous(sim: Simulation, env: simpy.Environment, sessions, open_loop, tune_before, tune_after,
-                   tick) -> None:
+def run_continuous(sim: Simulation, env: simpy.Environment, sessions, open_loop, tune_before, tune_after, tick) -> None:
     """Drive ``sim`` through one ``ContinuousEngine``: ``sessions`` (start, turns) for a
     closed-loop trace, or ``open_loop`` (arrival times, requests in order)."""
     engine = ContinuousEngine(sim, env, tune_before, tune_after, tick)
 
     if sessions is not None:
+
         def session(start: float, turns: list[Request]):
             yield env.timeout(start)
             for r in turns:

@@ -106,14 +106,16 @@ def run_des(sim: Simulation) -> None:
     if sim.config.scheduler == "continuous":
         if sim.trace.closed_loop:
             sessions = sim.trace.sessions()
-            starts = session_start_times(len(sessions), sim.config.sessions_per_second,
-                                         sim.config.arrival, sim.config.seed)
+            starts = session_start_times(
+                len(sessions), sim.config.sessions_per_second, sim.config.arrival, sim.config.seed
+            )
             run_continuous(sim, env, list(zip(starts, sessions.values())), None, _tune_before, _tune_after, _tick)
         else:
             ts = timestamps(sim)
             order = np.argsort(ts, kind="stable")
-            run_continuous(sim, env, None, (ts[order], [sim.trace.requests[i] for i in order]),
-                           _tune_before, _tune_after, _tick)
+            run_continuous(
+                sim, env, None, (ts[order], [sim.trace.requests[i] for i in order]), _tune_before, _tune_after, _tick
+            )
         return
     servers = simpy.Resource(env, capacity=sim.config.servers)
 
@@ -138,8 +140,7 @@ def run_des(sim: Simulation) -> None:
 
     if sim.trace.closed_loop:
         sessions = sim.trace.sessions()
-        starts = session_start_times(len(sessions), sim.config.sessions_per_second,
-                                     sim.config.arrival, sim.config.seed)
+        starts = session_start_times(len(sessions), sim.config.sessions_per_second, sim.config.arrival, sim.config.seed)
 
         def session(start: float, turns: list[Request]):
             yield env.timeout(start)

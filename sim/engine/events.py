@@ -60,6 +60,7 @@ class Lookup:
 @dataclass(frozen=True, slots=True)
 class _Compute:
     """A span of tokens computed for one request (the fields of prefill and decode)."""
+
     request: Request
     t_start: float
     t_end: float
@@ -125,28 +126,48 @@ class Step:
     preempted: tuple  # request ids
 
 
-EVENT_NAMES = {Arrive: "arrive", Step: "step", Lookup: "lookup", Prefill: "prefill", Decode: "decode", Admit: "admit",
-               Evict: "evict",
-               EvictKV: "evict_kv", Reject: "reject"}
+EVENT_NAMES = {
+    Arrive: "arrive",
+    Step: "step",
+    Lookup: "lookup",
+    Prefill: "prefill",
+    Decode: "decode",
+    Admit: "admit",
+    Evict: "evict",
+    EvictKV: "evict_kv",
+    Reject: "reject",
+}
 
 
 class Observer:
     """The events an observer may listen to (subclassing is optional: define what you need)."""
 
-    def lookup(self, request: Request, t: float, hit_checkpoint: int | None, hit_tokens: int,
-               input_tokens: int) -> None: ...
-    def prefill(self, request: Request, t_start: float, t_end: float, start_pos: int, end_pos: int,
-                seconds: float) -> None: ...
-    def decode(self, request: Request, t_start: float, t_end: float, start_pos: int, end_pos: int,
-               seconds: float) -> None: ...
+    def lookup(
+        self, request: Request, t: float, hit_checkpoint: int | None, hit_tokens: int, input_tokens: int
+    ) -> None: ...
+    def prefill(
+        self, request: Request, t_start: float, t_end: float, start_pos: int, end_pos: int, seconds: float
+    ) -> None: ...
+    def decode(
+        self, request: Request, t_start: float, t_end: float, start_pos: int, end_pos: int, seconds: float
+    ) -> None: ...
     def admit(self, t: float, checkpoint: int, request: Request, position: int, phase: str) -> None: ...
     def evict(self, t: float, checkpoint: int, position: int) -> None: ...
     def evict_kv(self, t: float, tokens: int) -> None: ...
     def reject(self, request: Request, t: float, reason: str) -> None: ...
     def occupancy(self, t: float, kv_bytes: int, state_bytes: int) -> None: ...
     def arrive(self, request: Request, t: float) -> None: ...
-    def step(self, t_start: float, t_end: float, seconds: float, steps: int, prefills: tuple, decodes: tuple,
-             tokens: int, preempted: tuple) -> None: ...
+    def step(
+        self,
+        t_start: float,
+        t_end: float,
+        seconds: float,
+        steps: int,
+        prefills: tuple,
+        decodes: tuple,
+        tokens: int,
+        preempted: tuple,
+    ) -> None: ...
 
 
 EVENTS = ("lookup", "prefill", "decode", "admit", "evict", "evict_kv", "reject", "occupancy", "arrive", "step")
@@ -206,8 +227,18 @@ def event_row(ev, **extra) -> dict:
     return row
 
 
-_INT_COLUMNS = {"request_id", "checkpoint", "hit_checkpoint", "hit_tokens", "input_tokens", "start_pos", "end_pos",
-                "position", "tokens", "steps"}
+_INT_COLUMNS = {
+    "request_id",
+    "checkpoint",
+    "hit_checkpoint",
+    "hit_tokens",
+    "input_tokens",
+    "start_pos",
+    "end_pos",
+    "position",
+    "tokens",
+    "steps",
+}
 
 
 def write_events(rows: list[dict], path: str | Path) -> None:
@@ -216,8 +247,9 @@ def write_events(rows: list[dict], path: str | Path) -> None:
     if path.suffix == ".parquet":
         import pandas as pd  # noqa: PLC0415 - only parquet output needs it
 
-        table = pd.DataFrame([{k: json.dumps(v) if isinstance(v, (tuple, list)) else v for k, v in row.items()}
-                              for row in rows])  # a step's batch as JSON text (one column type)
+        table = pd.DataFrame(
+            [{k: json.dumps(v) if isinstance(v, (tuple, list)) else v for k, v in row.items()} for row in rows]
+        )  # a step's batch as JSON text (one column type)
         for col in _INT_COLUMNS.intersection(table.columns):  # ids and positions stay integers
             table[col] = table[col].astype("Int64")
         table.to_parquet(path, index=False)
@@ -227,5 +259,21 @@ def write_events(rows: list[dict], path: str | Path) -> None:
             fh.write(json.dumps(row) + "\n")
 
 
-__all__ = ["Arrive", "Step", "Lookup", "Prefill", "Decode", "Admit", "Evict", "EvictKV", "Reject", "Observer", "EventLog",
-           "listeners", "event_row", "write_events", "PHASES", "EVENTS"]
+__all__ = [
+    "Arrive",
+    "Step",
+    "Lookup",
+    "Prefill",
+    "Decode",
+    "Admit",
+    "Evict",
+    "EvictKV",
+    "Reject",
+    "Observer",
+    "EventLog",
+    "listeners",
+    "event_row",
+    "write_events",
+    "PHASES",
+    "EVENTS",
+]

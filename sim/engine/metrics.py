@@ -16,8 +16,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from traces.base import Trace
 
 #: keys of the JSON summary `marconi run --format json` prints, in table order
-SUMMARY_KEYS = ["policy", "token_hit_rate", "request_hit_rate", "flops_saved", "ttft_p50_ms",
-                "ttft_p95_ms", "requests", "evictions"]
+SUMMARY_KEYS = [
+    "policy",
+    "token_hit_rate",
+    "request_hit_rate",
+    "flops_saved",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "requests",
+    "evictions",
+]
 
 _OCCUPANCY_POINTS = 2000  # occupancy series kept at most this many samples (reservoir by stride)
 
@@ -59,8 +67,9 @@ class Recorder:
         self._occ_seen = 0
 
     # ---- the engine's events this observer listens to (sim.engine.events)
-    def lookup(self, request: Request, t: float, hit_checkpoint: int | None, hit_tokens: int,
-               input_tokens: int) -> None:
+    def lookup(
+        self, request: Request, t: float, hit_checkpoint: int | None, hit_tokens: int, input_tokens: int
+    ) -> None:
         i = request.request_id
         if self.arrival[i] != self.arrival[i]:  # NaN: no arrive event came first (fcfs)
             self.arrival[i] = t
@@ -68,15 +77,17 @@ class Recorder:
         self.input_tokens[i] = input_tokens
         self.state_hit[i] = hit_checkpoint is not None
 
-    def prefill(self, request: Request, t_start: float, t_end: float, start_pos: int, end_pos: int,
-                seconds: float) -> None:
+    def prefill(
+        self, request: Request, t_start: float, t_end: float, start_pos: int, end_pos: int, seconds: float
+    ) -> None:
         i = request.request_id
         self.queue_s[i] = t_start - self.arrival[i]
         self.prefill_s[i] = seconds
         self.first_token[i] = t_end
 
-    def decode(self, request: Request, t_start: float, t_end: float, start_pos: int, end_pos: int,
-               seconds: float) -> None:
+    def decode(
+        self, request: Request, t_start: float, t_end: float, start_pos: int, end_pos: int, seconds: float
+    ) -> None:
         i = request.request_id
         self.decode_s[i] = seconds
         self.done[i] = True
@@ -119,24 +130,26 @@ class Recorder:
         n_out = self.output_tokens
         with np.errstate(invalid="ignore", divide="ignore"):  # TPOT: (e2e - TTFT) / (output - 1)
             tpot = np.where(n_out > 1, (self.finish - self.first_token) / (n_out - 1), np.nan)
-        df = pd.DataFrame({
-            "request_id": np.arange(len(reqs)),
-            "session_id": [r.session_id for r in reqs],
-            "turn": [r.turn for r in reqs],
-            "arrival_s": self.arrival,
-            "input_tokens": self.input_tokens,
-            "hit_tokens": self.hit_tokens,
-            "state_hit": self.state_hit,
-            "flops": flops_total,
-            "flops_saved": flops_saved,
-            "queue_s": self.queue_s,
-            "prefill_s": self.prefill_s,
-            "ttft_s": ttft,
-            "decode_s": self.decode_s,
-            "output_tokens": n_out,
-            "tpot_s": tpot,
-            "e2e_s": e2e,
-        })
+        df = pd.DataFrame(
+            {
+                "request_id": np.arange(len(reqs)),
+                "session_id": [r.session_id for r in reqs],
+                "turn": [r.turn for r in reqs],
+                "arrival_s": self.arrival,
+                "input_tokens": self.input_tokens,
+                "hit_tokens": self.hit_tokens,
+                "state_hit": self.state_hit,
+                "flops": flops_total,
+                "flops_saved": flops_saved,
+                "queue_s": self.queue_s,
+                "prefill_s": self.prefill_s,
+                "ttft_s": ttft,
+                "decode_s": self.decode_s,
+                "output_tokens": n_out,
+                "tpot_s": tpot,
+                "e2e_s": e2e,
+            }
+        )
         st = tree.stats
         total_in = int(self.input_tokens.sum())
         done = self.done
@@ -185,9 +198,14 @@ class Recorder:
     def _steps(self) -> dict:
         """Engine steps (``--scheduler continuous``; zeros otherwise): batch size and tokens per
         step as distributions, preemptions, memory charged."""
-        return {"steps": self.steps, **_hist_stats("batch_size", self.batch_hist),
-                **_hist_stats("step_tokens", self.token_hist), "preemptions": self.preemptions,
-                "memory_overshoots": self.memory_overshoots, "peak_charged_bytes": self.peak_charged_bytes}
+        return {
+            "steps": self.steps,
+            **_hist_stats("batch_size", self.batch_hist),
+            **_hist_stats("step_tokens", self.token_hist),
+            "preemptions": self.preemptions,
+            "memory_overshoots": self.memory_overshoots,
+            "peak_charged_bytes": self.peak_charged_bytes,
+        }
 
 
 def _hist_stats(name: str, hist: dict[int, int]) -> dict:
@@ -201,5 +219,9 @@ def _hist_stats(name: str, hist: dict[int, int]) -> dict:
     def pct(q: float) -> float:
         return float(vals[min(int(np.searchsorted(cum, q)), len(vals) - 1)])
 
-    return {f"{name}_mean": float((vals * counts).sum() / counts.sum()), f"{name}_p50": pct(0.5),
-            f"{name}_p95": pct(0.95), f"{name}_max": int(vals[-1])}
+    return {
+        f"{name}_mean": float((vals * counts).sum() / counts.sum()),
+        f"{name}_p50": pct(0.5),
+        f"{name}_p95": pct(0.95),
+        f"{name}_max": int(vals[-1]),
+    }

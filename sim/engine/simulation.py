@@ -26,8 +26,16 @@ from typing import Protocol
 
 import numpy as np
 
-from policies.base import (ADMISSION, EVICTION, AdmissionContext, AdmissionPolicy, EvictionPolicy, PolicyPreset,
-                           get_preset, params_from)
+from policies.base import (
+    ADMISSION,
+    EVICTION,
+    AdmissionContext,
+    AdmissionPolicy,
+    EvictionPolicy,
+    PolicyPreset,
+    get_preset,
+    params_from,
+)
 from policies.engine_common import MAX_BLOCK_TOKENS
 from sim.cache.blocks import block_symbols
 from sim.cache.engine_tree import EngineTree, state_capacity
@@ -105,8 +113,16 @@ class TreeEvents:
 
 
 class Simulation:
-    def __init__(self, trace: Trace, config: SimConfig, *, spec: ModelSpec | None = None,
-                 timing: TimingModel | None = None, progress=None, observers=()) -> None:
+    def __init__(
+        self,
+        trace: Trace,
+        config: SimConfig,
+        *,
+        spec: ModelSpec | None = None,
+        timing: TimingModel | None = None,
+        progress=None,
+        observers=(),
+    ) -> None:
         config.validate()
         self.trace = trace
         self.config = config
@@ -119,10 +135,16 @@ class Simulation:
         self.alpha0 = 0.0 if self.auto_alpha else float(config.alpha)
         self._check_grid()
         hybrid = self.spec.is_hybrid
-        if hybrid and self.preset.caching and not self.preset.unlimited and config.capacity_bytes < self.spec.state_bytes():
+        if (
+            hybrid
+            and self.preset.caching
+            and not self.preset.unlimited
+            and config.capacity_bytes < self.spec.state_bytes()
+        ):
             raise UsageError(
                 f"capacity {format_size(config.capacity_bytes)} is smaller than one state checkpoint of "
-                f"{config.model} ({format_size(self.spec.state_bytes())})")
+                f"{config.model} ({format_size(self.spec.state_bytes())})"
+            )
         self.admission = self.make_admission(self.preset.admission)
         self.tree = self.make_tree(self.make_eviction(self.preset.eviction, self.alpha0))
         self.tuner: Tuner | None = None
@@ -199,15 +221,24 @@ class Simulation:
         if pg > 1 and (pg < B or pg % B):
             raise UsageError(
                 f"policy {self.preset.name} checkpoints every {pg} tokens, finer than "
-                f"(or not a multiple of) the trace's {B}-token blocks")
+                f"(or not a multiple of) the trace's {B}-token blocks"
+            )
         self.preset.check_blocks(self.spec, self.config, B)
-        if self.config.state_alignment == "chunk" and B > 1 and max(B, self.config.chunk_size) % min(B, self.config.chunk_size):
-            raise UsageError(f"--chunk-size {self.config.chunk_size} does not line up with the trace's {B}-token blocks")
+        if (
+            self.config.state_alignment == "chunk"
+            and B > 1
+            and max(B, self.config.chunk_size) % min(B, self.config.chunk_size)
+        ):
+            raise UsageError(
+                f"--chunk-size {self.config.chunk_size} does not line up with the trace's {B}-token blocks"
+            )
         self.grid = self.tree_grid(grid)
         self.regrid = self.grid // B  # > 1: symbols are re-hashed into coarser blocks
         if self.regrid > MAX_BLOCK_TOKENS:
-            raise UsageError(f"policy {self.preset.name} needs {self.grid}-token blocks on this trace, more than the "
-                             f"{MAX_BLOCK_TOKENS} the simulator hashes")
+            raise UsageError(
+                f"policy {self.preset.name} needs {self.grid}-token blocks on this trace, more than the "
+                f"{MAX_BLOCK_TOKENS} the simulator hashes"
+            )
 
     def tree_grid(self, grid: int) -> int:
         """Hook: the tree's granularity in tokens, given the policy's."""
@@ -266,8 +297,21 @@ class Simulation:
         hit_ckpt = m.hit_node.ckpt if m.hit_sym > 0 and self.spec.is_hybrid else None
         for fn in self._on_lookup:
             fn(r, t, hit_ckpt, hit_tokens, tok_in)
-        return Flight(r, seq_in, seq_full, tok_in, tok_full, hit_tokens, prefill_cps, decode_cps, locked,
-                      m.match_tokens, tok_done, m, ctx)
+        return Flight(
+            r,
+            seq_in,
+            seq_full,
+            tok_in,
+            tok_full,
+            hit_tokens,
+            prefill_cps,
+            decode_cps,
+            locked,
+            m.match_tokens,
+            tok_done,
+            m,
+            ctx,
+        )
 
     def replan_prefill(self, f: Flight, step_ends: list[int]) -> None:
         """A batching scheduler reports where ``f``'s prefill steps ended (token positions, the
@@ -277,8 +321,9 @@ class Simulation:
         f.ctx.prefill_steps = tuple(step_ends)
         f.prefill_cps = self.admission.prefill_checkpoints(f.match, f.ctx)
 
-    def admission_context(self, m: MatchResult, seq_in: np.ndarray, seq_full: np.ndarray,
-                          tok_in: int) -> AdmissionContext:
+    def admission_context(
+        self, m: MatchResult, seq_in: np.ndarray, seq_full: np.ndarray, tok_in: int
+    ) -> AdmissionContext:
         """Hook: what admission is told about the request besides its match."""
         return AdmissionContext(len(seq_in), len(seq_full), self.grid, input_tokens=tok_in)
 
@@ -291,8 +336,14 @@ class Simulation:
         now = self.tree.set_time(t)
         if self.tree.listener is not None:
             self.inserting = (f, t)
-        res = self.tree.insert(f.seq_in, f.tok_in if self.regrid == 1 else len(f.seq_in) * self.grid,
-                               f.prefill_cps, now, lock=True, protect=f.locked)
+        res = self.tree.insert(
+            f.seq_in,
+            f.tok_in if self.regrid == 1 else len(f.seq_in) * self.grid,
+            f.prefill_cps,
+            now,
+            lock=True,
+            protect=f.locked,
+        )
         if f.locked is not None:
             self.tree.unlock(f.locked)
         f.locked = res.end_node if res.inserted else None
@@ -323,8 +374,9 @@ class Simulation:
             for fn in self._on_occupancy:
                 fn(t, kv, st)
 
-    def served(self, f: Flight, t_start: float, prefill_s: float, t_prefilled: float, decode_s: float,
-               t_done: float | None) -> None:
+    def served(
+        self, f: Flight, t_start: float, prefill_s: float, t_prefilled: float, decode_s: float, t_done: float | None
+    ) -> None:
         """Emit the request's prefill event and, when ``t_done`` is known, its decode event."""
         r = f.req
         for fn in self._on_prefill:
@@ -388,4 +440,3 @@ class Simulation:
     def decode_s(self, f: Flight) -> float:
         end = f.tok_done if f.tok_done >= 0 else f.tok_full
         return self.timing.decode_time_s(end - f.tok_in)
-

@@ -121,6 +121,7 @@ def parse_values(texts: str | Iterable[str], kind: str = "str", flag: str = "val
 
 # ---------------------------------------------------------------------------------- the grid
 
+
 def _trace_defaults() -> dict:
     return {opt.key: opt.default for opt in TRACE_OPTIONS}
 
@@ -215,8 +216,10 @@ def check_grid_size(trace_axes: dict[str, list], sim_axes: dict[str, list]) -> i
     n = grid_size(trace_axes, sim_axes)
     if n > MAX_GRID:
         axes = " x ".join(f"{k}({len(v)})" for k, v in {**trace_axes, **sim_axes}.items() if len(v) > 1)
-        raise UsageError(f"the grid has {n:,} configurations ({axes}), more than {MAX_GRID:,}: use fewer values "
-                         "or split it into several sweeps")
+        raise UsageError(
+            f"the grid has {n:,} configurations ({axes}), more than {MAX_GRID:,}: use fewer values "
+            "or split it into several sweeps"
+        )
     return n
 
 

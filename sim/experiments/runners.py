@@ -63,8 +63,14 @@ def execute(task: Task, save_requests: bool = False) -> dict:
     for k, v in summary.items():  # nested values (e.g. the oracle's per-alpha hit rates) as JSON text
         if isinstance(v, (dict, list, tuple)):
             summary[k] = json.dumps(v, sort_keys=True, default=str)
-    row = {**task.knobs, "trace_name": trace.name, **summary, "wall_s": wall, "trace_load_s": load_s,
-           "worker_pid": os.getpid()}
+    row = {
+        **task.knobs,
+        "trace_name": trace.name,
+        **summary,
+        "wall_s": wall,
+        "trace_load_s": load_s,
+        "worker_pid": os.getpid(),
+    }
     out = {"row": row, "requests": None, "occupancy": None}
     if save_requests:
         out["requests"] = res.requests
@@ -88,8 +94,10 @@ def describe(task: Task) -> str:
         alpha = f" alpha={task.config.alpha:g}"
     else:
         alpha = " alpha=auto" if task.alpha_mode == "auto" else ""
-    return (f"{k['trace']} {task.config.policy}{alpha} cap={task.config.capacity_bytes / 1e9:g}GB "
-            f"sps={task.config.sessions_per_second:g} [{task.config_id}]")
+    return (
+        f"{k['trace']} {task.config.policy}{alpha} cap={task.config.capacity_bytes / 1e9:g}GB "
+        f"sps={task.config.sessions_per_second:g} [{task.config_id}]"
+    )
 
 
 def _ignore_sigint() -> None:
@@ -205,9 +213,18 @@ def _ray_results(todo: list[Task], workers: int, save_requests: bool, address: s
             ray.shutdown()
 
 
-def run_sweep(tasks: list[Task], out: str | os.PathLike, *, engine: str = "local", workers: int | None = None,
-              ray_address: str | None = None, save_requests: bool = False, progress: bool = True,
-              limit: int | None = None, on_result: Callable | None = None) -> SweepReport:
+def run_sweep(
+    tasks: list[Task],
+    out: str | os.PathLike,
+    *,
+    engine: str = "local",
+    workers: int | None = None,
+    ray_address: str | None = None,
+    save_requests: bool = False,
+    progress: bool = True,
+    limit: int | None = None,
+    on_result: Callable | None = None,
+) -> SweepReport:
     """Run the tasks not yet done under ``out``; writes each row as it finishes.
 
     A UsageError in any configuration stops the sweep (bad settings); other failures are
@@ -231,8 +248,15 @@ def run_sweep(tasks: list[Task], out: str | os.PathLike, *, engine: str = "local
         results = _ray_results(todo, workers, save_requests, ray_address)
     else:
         raise UsageError(f"--engine must be local or ray, not {engine!r}")
-    bar = tqdm(total=len(tasks), initial=report.skipped, unit="cfg", desc="sweep", disable=not progress,
-               file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(tasks),
+        initial=report.skipped,
+        unit="cfg",
+        desc="sweep",
+        disable=not progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
     try:
         for task, result, exc in results:
             if exc is not None:

@@ -119,6 +119,7 @@ def write_result(out: Path, task: Task, result: dict) -> None:
 
 # ---------------------------------------------------------------------------------- reading
 
+
 def row_files(out: str | os.PathLike) -> list[Path]:
     """Finished row files (temp files of running writers start with '.')."""
     return sorted(p for p in Path(out).glob("*.parquet") if not p.name.startswith("."))
@@ -143,8 +144,9 @@ def _read(path: Path):
         return pd.read_parquet(path)
     except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ... for a bad file
         first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
-        raise UsageError(f"cannot read results file {path}: {first} (delete it and rerun the sweep to "
-                         f"recompute it)") from None
+        raise UsageError(
+            f"cannot read results file {path}: {first} (delete it and rerun the sweep to recompute it)"
+        ) from None
 
 
 def load_details(out: str | os.PathLike, kind: str = "requests", config_ids: Iterable[str] | None = None):

@@ -30,9 +30,9 @@ CPU_SMALL_D_MODEL = 1024
 @dataclass(frozen=True)
 class GDNBackend:
     name: str
-    conv: str               # "module:function", the causal conv1d
-    core: str               # "module:function", the chunked gated delta rule
-    triton: bool            # runs Triton kernels (on a CPU: in the interpreter)
+    conv: str  # "module:function", the causal conv1d
+    core: str  # "module:function", the chunked gated delta rule
+    triton: bool  # runs Triton kernels (on a CPU: in the interpreter)
     about: str
 
     def load(self) -> tuple[Callable, Callable]:
@@ -53,10 +53,24 @@ def register_backend(backend: GDNBackend) -> None:
     GDN_BACKENDS[backend.name] = backend
 
 
-register_backend(GDNBackend("triton", "kernels.conv:causal_conv1d", "kernels.chunk_gdn:chunk_gated_delta_rule",
-                            triton=True, about="the project's Triton kernels (the interpreter on a CPU)"))
-register_backend(GDNBackend("torch", "kernels.torch_gdn:causal_conv1d", "kernels.torch_gdn:chunk_gated_delta_rule",
-                            triton=False, about="the same chunked math in plain torch ops (kernels.torch_gdn)"))
+register_backend(
+    GDNBackend(
+        "triton",
+        "kernels.conv:causal_conv1d",
+        "kernels.chunk_gdn:chunk_gated_delta_rule",
+        triton=True,
+        about="the project's Triton kernels (the interpreter on a CPU)",
+    )
+)
+register_backend(
+    GDNBackend(
+        "torch",
+        "kernels.torch_gdn:causal_conv1d",
+        "kernels.torch_gdn:chunk_gated_delta_rule",
+        triton=False,
+        about="the same chunked math in plain torch ops (kernels.torch_gdn)",
+    )
+)
 # hook: register_backend(GDNBackend("fla", "sim.replay.fla_adapter:causal_conv1d", ...)) once an
 # adapter maps FLA's (or FlashQLA's) calls and boundary states onto the signatures above
 

@@ -58,7 +58,7 @@ def rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
 
 _INT_OF = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _MULT: dict = {}
-_ODD = 0x9E3779B97F4A7C15 - (1 << 64)   # an odd 64-bit constant (golden ratio), as a signed int
+_ODD = 0x9E3779B97F4A7C15 - (1 << 64)  # an odd 64-bit constant (golden ratio), as a signed int
 
 
 def _multipliers(m: int, device) -> torch.Tensor:
@@ -107,6 +107,8 @@ class Failure:
     detail: str = ""
 
     def message(self) -> str:
-        return (f"{self.kind} check failed: request {self.request}, checkpoint {self.checkpoint}, "
-                f"stored position {self.stored_position}, hit position {self.hit_position}"
-                + (f": {self.detail}" if self.detail else ""))
+        return (
+            f"{self.kind} check failed: request {self.request}, checkpoint {self.checkpoint}, "
+            f"stored position {self.stored_position}, hit position {self.hit_position}"
+            + (f": {self.detail}" if self.detail else "")
+        )

@@ -47,8 +47,7 @@ def replayed_flops(spec, counts, segments) -> float:
         if e <= s:
             continue
         total += counts.get("attention", 0) * (spec.attn_layer_a * (e - s) + spec.attn_layer_b * (e * e - s * s))
-        total += counts.get("gated_delta", 0) * (spec.gdn_layer_a * (e - s)
-                                                 + spec.gdn_chunk_flops * chunks_of(s, e))
+        total += counts.get("gated_delta", 0) * (spec.gdn_layer_a * (e - s) + spec.gdn_chunk_flops * chunks_of(s, e))
         total += counts.get("mlp", 0) * spec.mlp_layer_a * (e - s)
     return total
 

@@ -25,16 +25,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.cost import (LAYER_KINDS, HardwareTiming, ModelSpec,
-                      gdn_chunks, read_timing_file, timing_to_dict)
+from sim.cost import LAYER_KINDS, HardwareTiming, ModelSpec, gdn_chunks, read_timing_file, timing_to_dict
 from sim.errors import UsageError
 from sim.replay.flops import model_flops, replayed_flops
 
 # dense peak TFLOP/s by (device name fragment, dtype): the datasheets (H100 / H200 SXM bf16 989,
 # fp32 67; A100 312 / 19.5); an unknown device has no peak (no bound on the fit)
-PEAKS = {("H200", "bf16"): 989.0, ("H100", "bf16"): 989.0, ("H200", "fp16"): 989.0,
-         ("H100", "fp16"): 989.0, ("H200", "fp32"): 67.0, ("H100", "fp32"): 67.0,
-         ("A100", "bf16"): 312.0, ("A100", "fp16"): 312.0, ("A100", "fp32"): 19.5}
+PEAKS = {
+    ("H200", "bf16"): 989.0,
+    ("H100", "bf16"): 989.0,
+    ("H200", "fp16"): 989.0,
+    ("H100", "fp16"): 989.0,
+    ("H200", "fp32"): 67.0,
+    ("H100", "fp32"): 67.0,
+    ("A100", "bf16"): 312.0,
+    ("A100", "fp16"): 312.0,
+    ("A100", "fp32"): 19.5,
+}
 #: a FLOP term whose share of its layer type's modelled time is below this may be pinned at the
 #: peak when the data would put it above; above it the fit is refused
 MATTERS = 0.05
@@ -43,8 +50,11 @@ SHORT_CALL = 64
 MIN_SHORT = 10
 #: calls this far above the floor are device-bound: they alone fit the device terms
 ABOVE_FLOOR = 1.25
-TYPE_TERMS = {"attention": ("attn_linear", "attn_quadratic"), "gated_delta": ("gdn_linear", "gdn_chunk"),
-              "mlp": ("mlp_linear",)}
+TYPE_TERMS = {
+    "attention": ("attn_linear", "attn_quadratic"),
+    "gated_delta": ("gdn_linear", "gdn_chunk"),
+    "mlp": ("mlp_linear",),
+}
 
 
 def device_peak(device_name: str, dtype: str) -> float:
@@ -68,8 +78,7 @@ def replayed_spec(spec: ModelSpec, counts) -> ModelSpec:
     gated-delta layers alone)."""
     if isinstance(counts, int):
         counts = {"attention": 0, "gated_delta": counts, "mlp": 0}
-    return replace(spec, n_attn=counts["attention"], n_mlp=counts["mlp"], n_mamba=0,
-                   n_gdn=counts["gated_delta"])
+    return replace(spec, n_attn=counts["attention"], n_mlp=counts["mlp"], n_mamba=0, n_gdn=counts["gated_delta"])
 
 
 def modelled_ms(spec: ModelSpec, timing, counts, hit: int, n: int, splits: int = 0) -> float:
@@ -104,14 +113,26 @@ def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.D
         sim_hit = r.hit_tokens
         splits = max(0, len(r.suffix_segments) - 1)
         row = dict(
-            request=r.request, input_tokens=n, output_tokens=r.output_tokens,
-            hit_checkpoint=r.hit_checkpoint, hit_tokens=sim_hit, restored=r.restored,
-            validated=r.validated, kv_validated=r.kv_validated, failed=r.failed,
-            max_rec_error=r.max_rec_error, max_conv_error=r.max_conv_error,
-            max_out_error=r.max_out_error, max_kv_error=r.max_kv_error,
-            kernel_calls=len(r.suffix_segments), splits=splits, late_admits=r.late_admits,
+            request=r.request,
+            input_tokens=n,
+            output_tokens=r.output_tokens,
+            hit_checkpoint=r.hit_checkpoint,
+            hit_tokens=sim_hit,
+            restored=r.restored,
+            validated=r.validated,
+            kv_validated=r.kv_validated,
+            failed=r.failed,
+            max_rec_error=r.max_rec_error,
+            max_conv_error=r.max_conv_error,
+            max_out_error=r.max_out_error,
+            max_kv_error=r.max_kv_error,
+            kernel_calls=len(r.suffix_segments),
+            splits=splits,
+            late_admits=r.late_admits,
             segments=[list(x) for x in r.suffix_segments],
-            suffix_ms=r.suffix_ms, full_ms=r.full_ms, tail_ms=r.tail_ms,
+            suffix_ms=r.suffix_ms,
+            full_ms=r.full_ms,
+            tail_ms=r.tail_ms,
             replay_flops=replayed_flops(spec, counts, r.suffix_segments),
             replay_full_flops=replayed_flops(spec, counts, [(0, n)]),
             replay_flops_simulated=rspec.prefill_flops(hit, n),
@@ -132,8 +153,11 @@ def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.D
         for which, by in (("suffix", r.suffix_ms_by_type), ("full", r.full_ms_by_type)):
             for k in LAYER_KINDS + ("other",):
                 row[f"{which}_ms_{k}"] = by.get(k, float("nan")) if by else float("nan")
-        row["measured_model_ms"] = (sum(row[f"suffix_ms_{k}"] * scale[k] for k in LAYER_KINDS)
-                                    + row["suffix_ms_other"]) if r.suffix_ms_by_type else float("nan")
+        row["measured_model_ms"] = (
+            (sum(row[f"suffix_ms_{k}"] * scale[k] for k in LAYER_KINDS) + row["suffix_ms_other"])
+            if r.suffix_ms_by_type
+            else float("nan")
+        )
         rows.append(row)
     df = pd.DataFrame(rows)
     if len(df):
@@ -154,16 +178,27 @@ def _quantiles(x: pd.Series) -> dict:
     return dict(p50=float(x.quantile(0.5)), p95=float(x.quantile(0.95)), max=float(x.max()))
 
 
-def summary(df: pd.DataFrame, *, failures, store_peak_bytes: int, wall_s: float,
-            late_admits: int = 0, counts=None, spec: ModelSpec | None = None,
-            kv_hits_validated: int = 0) -> dict:
+def summary(
+    df: pd.DataFrame,
+    *,
+    failures,
+    store_peak_bytes: int,
+    wall_s: float,
+    late_admits: int = 0,
+    counts=None,
+    spec: ModelSpec | None = None,
+    kv_hits_validated: int = 0,
+) -> dict:
     hits = df[df["hit_tokens"] > 0] if len(df) else df
     val = df[df["validated"]] if len(df) else df
     paired = val[val["full_ms"].notna() & val["suffix_ms"].notna()]
     measured_full = df[df["full_ms"].notna()] if len(df) else df
     med, p95 = error_stats(df)
-    worst = float(val[["max_rec_error", "max_conv_error", "max_out_error", "max_kv_error"]].to_numpy().max()) \
-        if len(val) else 0.0
+    worst = (
+        float(val[["max_rec_error", "max_conv_error", "max_out_error", "max_kv_error"]].to_numpy().max())
+        if len(val)
+        else 0.0
+    )
     tokens = int(df["input_tokens"].sum()) if len(df) else 0
     kinds = [getattr(f, "kind", "") for f in failures] if not isinstance(failures, int) else []
     n_fail = failures if isinstance(failures, int) else len(failures)
@@ -207,8 +242,9 @@ def summary(df: pd.DataFrame, *, failures, store_peak_bytes: int, wall_s: float,
         sv = df[df["shadow_validated"]]
         out["shadow_hits_validated"] = int(len(sv))
         out["shadow_failures"] = int(sum(k.startswith("shadow") for k in kinds))
-        out["shadow_restore_errors"] = ({c[4:-6]: _quantiles(sv["shadow_" + c]) for c in ERROR_COLUMNS}
-                                        if len(sv) else {})
+        out["shadow_restore_errors"] = (
+            {c[4:-6]: _quantiles(sv["shadow_" + c]) for c in ERROR_COLUMNS} if len(sv) else {}
+        )
     if counts is not None:
         out["layers_replayed"] = dict(counts)
         by = {k: float(df[f"suffix_ms_{k}"].sum()) if len(df) else 0.0 for k in LAYER_KINDS + ("other",)}
@@ -219,13 +255,18 @@ def summary(df: pd.DataFrame, *, failures, store_peak_bytes: int, wall_s: float,
         # executed FLOPs of the replayed layers over the timed prefills' device time
         t = float(df["suffix_ms"].sum()) if len(df) else 0.0
         out["replay_tflops_timed"] = out["replay_flops_executed"] / (t * 1e-3) / 1e12 if t > 0 else float("nan")
-        flops_all = out["replay_flops_executed"] + float(
-            df.loc[df["full_ms"].notna() & (df["hit_tokens"] > 0), "replay_full_flops"].sum()) if len(df) else 0.0
+        flops_all = (
+            out["replay_flops_executed"]
+            + float(df.loc[df["full_ms"].notna() & (df["hit_tokens"] > 0), "replay_full_flops"].sum())
+            if len(df)
+            else 0.0
+        )
         out["replay_tflops_wall"] = flops_all / wall_s / 1e12 if wall_s > 0 else float("nan")
     return out
 
 
 # ---- calibration ------------------------------------------------------------------------------
+
 
 def nnls(A: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Non-negative least squares ``min ||A x - y||, x >= 0`` for a few columns: the best
@@ -281,8 +322,11 @@ def timed_calls(df: pd.DataFrame) -> list[tuple[list, dict]]:
     out = []
     for row in df.itertuples(index=False):
         d = row._asdict()
-        if np.isfinite(d["suffix_ms_mlp"]) or np.isfinite(d["suffix_ms_gated_delta"]) or \
-                np.isfinite(d["suffix_ms_attention"]):
+        if (
+            np.isfinite(d["suffix_ms_mlp"])
+            or np.isfinite(d["suffix_ms_gated_delta"])
+            or np.isfinite(d["suffix_ms_attention"])
+        ):
             segs = [tuple(x) for x in d["segments"]]
             if segs:
                 out.append((segs, {k: d[f"suffix_ms_{k}"] for k in LAYER_KINDS + ("other",)}))
@@ -318,15 +362,22 @@ def _fit_kind(Xs: np.ndarray, y: np.ndarray, cap: float, terms) -> tuple[np.ndar
     return x, bad, pinned
 
 
-def fit_hardware(spec: ModelSpec, counts: dict, calls, *, peak_tflops: float = 0.0,
-                 decode_ms_per_token: float = 0.0, source: str = "") -> tuple[HardwareTiming, dict]:
+def fit_hardware(
+    spec: ModelSpec,
+    counts: dict,
+    calls,
+    *,
+    peak_tflops: float = 0.0,
+    decode_ms_per_token: float = 0.0,
+    source: str = "",
+) -> tuple[HardwareTiming, dict]:
     """Fit a HardwareTiming to timed calls ``[(segments, {kind: ms over counts[kind] layers})]``:
     per kind, the host floor ``h`` (a layer takes ``max(h, call + FLOP terms)``) chosen among
     the measured per-layer times' low quantiles (or none) to minimise the relative error, the
     rest by ``_fit_kind`` on the calls above the floor."""
     ms_per_tflop, layer_ms, floor_ms = {}, {}, {}
     info = {"terms": {}, "pinned": []}
-    cap = 1e3 / peak_tflops if peak_tflops > 0 else 0.0          # ms per TFLOP at the peak
+    cap = 1e3 / peak_tflops if peak_tflops > 0 else 0.0  # ms per TFLOP at the peak
     for kind in LAYER_KINDS:
         terms = TYPE_TERMS[kind]
         if not counts.get(kind):
@@ -346,7 +397,7 @@ def fit_hardware(spec: ModelSpec, counts: dict, calls, *, peak_tflops: float = 0
             raise UsageError(f"calibration needs at least {len(terms) + 1} timed calls with {kind} layers")
         X, y = np.asarray(X, float), np.asarray(y, float)
         Xs = X.copy()
-        Xs[:, 1:] *= 1e-12                                         # FLOPs -> TFLOPs
+        Xs[:, 1:] *= 1e-12  # FLOPs -> TFLOPs
         # the host floor: the median time of calls that compute next to nothing (at most
         # SHORT_CALL tokens), where it exists; the device terms from the calls clearly above it
         short = _tokens(spec, kind, X) <= SHORT_CALL
@@ -367,51 +418,72 @@ def fit_hardware(spec: ModelSpec, counts: dict, calls, *, peak_tflops: float = 0
             raise UsageError(
                 f"calibration refused: the measurements put {t} at {rate / peak_tflops:.0%} of the device's "
                 f"{peak_tflops:g} TFLOP/s peak (over 100 % is not physical: check the timer and "
-                "that the work was really executed)")
+                "that the work was really executed)"
+            )
         info["pinned"] += pinned
         layer_ms[kind], floor_ms[kind] = float(x[0]), h
         for j, t in enumerate(terms, start=1):
             ms_per_tflop[t] = float(x[j])
         err = np.abs(pred - y) / y
-        info["terms"][kind] = dict(calls=int(len(y)), layer_call_ms=float(x[0]), layer_floor_ms=h,
-                                   calls_above_floor=int((y > ABOVE_FLOOR * h).sum()) if h else int(len(y)),
-                                   median_error=float(np.median(err)), p95_error=float(np.quantile(err, 0.95)))
+        info["terms"][kind] = dict(
+            calls=int(len(y)),
+            layer_call_ms=float(x[0]),
+            layer_floor_ms=h,
+            calls_above_floor=int((y > ABOVE_FLOOR * h).sum()) if h else int(len(y)),
+            median_error=float(np.median(err)),
+            p95_error=float(np.quantile(err, 0.95)),
+        )
     other = [by.get("other", float("nan")) / len(segs) for segs, by in calls]
     other = [v for v in other if np.isfinite(v)]
     call_ms = float(np.median(other)) if other else 0.0
-    t = HardwareTiming(ms_per_tflop, layer_ms, call_ms, decode_ms_per_token, peak_tflops, 1, source=source,
-                       layer_floor_ms=floor_ms)
+    t = HardwareTiming(
+        ms_per_tflop, layer_ms, call_ms, decode_ms_per_token, peak_tflops, 1, source=source, layer_floor_ms=floor_ms
+    )
     info["fraction_of_peak"] = t.fraction_of_peak()
     info["call_ms"] = call_ms
     return t, info
 
 
-def calibrate(df: pd.DataFrame, spec: ModelSpec, base, counts, device: str = "",
-              peak_tflops: float = 0.0, decode_ms_per_token: float | None = None):
+def calibrate(
+    df: pd.DataFrame,
+    spec: ModelSpec,
+    base,
+    counts,
+    device: str = "",
+    peak_tflops: float = 0.0,
+    decode_ms_per_token: float | None = None,
+):
     """A HardwareTiming for the whole preset fitted to the measured per-layer-type times."""
     if isinstance(counts, int):
         counts = {"attention": 0, "gated_delta": counts, "mlp": 0}
     calls = timed_calls(df)
     decode = base.decode_ms_per_token if decode_ms_per_token is None else decode_ms_per_token
-    src = (f"marconi replay --calibrate ({', '.join(f'{v} {k}' for k, v in counts.items() if v)} layers of "
-           f"{spec.name}{' on ' + device if device else ''}, {len(calls)} timed calls)")
-    t, info = fit_hardware(spec, counts, calls, peak_tflops=peak_tflops, decode_ms_per_token=decode,
-                           source=src)
+    src = (
+        f"marconi replay --calibrate ({', '.join(f'{v} {k}' for k, v in counts.items() if v)} layers of "
+        f"{spec.name}{' on ' + device if device else ''}, {len(calls)} timed calls)"
+    )
+    t, info = fit_hardware(spec, counts, calls, peak_tflops=peak_tflops, decode_ms_per_token=decode, source=src)
     timed = df[df["suffix_ms"].notna() & (df["suffix_ms"] > 0)]
-    fitted = np.array([modelled_ms(spec, t, counts, h if r else 0, n, s) for h, r, n, s in
-                       zip(timed["hit_tokens"], timed["restored"], timed["input_tokens"], timed["splits"])])
+    fitted = np.array(
+        [
+            modelled_ms(spec, t, counts, h if r else 0, n, s)
+            for h, r, n, s in zip(timed["hit_tokens"], timed["restored"], timed["input_tokens"], timed["splits"])
+        ]
+    )
     err = np.abs(fitted - timed["suffix_ms"].to_numpy()) / timed["suffix_ms"].to_numpy()
-    info.update(requests=int(len(timed)), calls=len(calls),
-                median_error=float(np.median(err)) if len(err) else float("nan"),
-                p95_error=float(np.quantile(err, 0.95)) if len(err) else float("nan"))
+    info.update(
+        requests=int(len(timed)),
+        calls=len(calls),
+        median_error=float(np.median(err)) if len(err) else float("nan"),
+        p95_error=float(np.quantile(err, 0.95)) if len(err) else float("nan"),
+    )
     return t, info
 
 
 def write_timing(path, timing, spec: ModelSpec, info: dict) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(path).with_name(f".tmp-{Path(path).name}")  # renamed when complete: never a truncated file
-    tmp.write_text(json.dumps(dict(timing_to_dict(timing), model=spec.name, fit=info),
-                                     indent=2, default=float) + "\n")
+    tmp.write_text(json.dumps(dict(timing_to_dict(timing), model=spec.name, fit=info), indent=2, default=float) + "\n")
     tmp.replace(path)
 
 

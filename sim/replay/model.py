@@ -48,7 +48,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 ATTN, GDN, MLP = "attention", "gated_delta", "mlp"
 LAYER_TYPES = (ATTN, GDN, MLP)
 ROPE_THETA = 1e7
-ROTARY_FRACTION = 4      # rotary embedding on head_dim / 4 dimensions (Qwen3.5: factor 0.25)
+ROTARY_FRACTION = 4  # rotary embedding on head_dim / 4 dimensions (Qwen3.5: factor 0.25)
 SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -81,7 +81,7 @@ class ReplayShape:
     layers and an MLP after every mixer when ``mlp_inter`` > 0."""
 
     hidden: int
-    layers: int                 # gated-delta layers (their states are the checkpoints)
+    layers: int  # gated-delta layers (their states are the checkpoints)
     k_heads: int
     v_heads: int
     head_k_dim: int = 128
@@ -93,8 +93,8 @@ class ReplayShape:
     attn_kv_heads: int = 0
     attn_head_dim: int = 0
     attn_output_gate: bool = True
-    mlp_inter: int = 0          # SwiGLU intermediate size (0: no MLP blocks)
-    mlp_moe: bool = False       # the preset's MLP is a MoE replayed dense at its active width
+    mlp_inter: int = 0  # SwiGLU intermediate size (0: no MLP blocks)
+    mlp_moe: bool = False  # the preset's MLP is a MoE replayed dense at its active width
 
     def __post_init__(self) -> None:
         if self.layers < 0 or self.attn_layers < 0 or self.layers + self.attn_layers < 1 or self.hidden < 1:
@@ -127,8 +127,9 @@ class ReplayShape:
         return {ATTN: self.attn_layers, GDN: self.layers, MLP: n if self.mlp_inter else 0}
 
     @classmethod
-    def from_spec(cls, spec, layers: Optional[int] = None, vocab_rows: int = 1 << 16,
-                  gdn_only: bool = False) -> "ReplayShape":
+    def from_spec(
+        cls, spec, layers: Optional[int] = None, vocab_rows: int = 1 << 16, gdn_only: bool = False
+    ) -> "ReplayShape":
         """Shapes of a cost-model preset (``spec``: ``sim.cost.ModelSpec``); ``layers``: mixer
         layers to replay, subsampled evenly per type (None: the preset's full depth).
         ``gdn_only``: gated-delta layers alone (``layers`` of them), no attention, no MLP."""
@@ -140,12 +141,23 @@ class ReplayShape:
         if not gdn_only and spec.n_mlp and spec.mlp_active_params:
             inter = max(1, int(round(spec.mlp_active_params / (3 * spec.d_model))))
         moe = bool(spec.nominal_active_params and "-a" in spec.name)
-        return cls(hidden=spec.d_model, layers=g, k_heads=spec.gdn_k_heads or 1,
-                   v_heads=spec.gdn_v_heads or 1, head_k_dim=spec.gdn_head_k_dim or 16,
-                   head_v_dim=spec.gdn_head_v_dim or 16, conv_width=spec.gdn_conv_width,
-                   vocab_rows=vocab_rows, attn_layers=a, attn_heads=spec.attn_heads,
-                   attn_kv_heads=spec.attn_kv_heads, attn_head_dim=spec.attn_head_dim,
-                   attn_output_gate=spec.attn_output_gate, mlp_inter=inter, mlp_moe=moe)
+        return cls(
+            hidden=spec.d_model,
+            layers=g,
+            k_heads=spec.gdn_k_heads or 1,
+            v_heads=spec.gdn_v_heads or 1,
+            head_k_dim=spec.gdn_head_k_dim or 16,
+            head_v_dim=spec.gdn_head_v_dim or 16,
+            conv_width=spec.gdn_conv_width,
+            vocab_rows=vocab_rows,
+            attn_layers=a,
+            attn_heads=spec.attn_heads,
+            attn_kv_heads=spec.attn_kv_heads,
+            attn_head_dim=spec.attn_head_dim,
+            attn_output_gate=spec.attn_output_gate,
+            mlp_inter=inter,
+            mlp_moe=moe,
+        )
 
     def state_bytes(self, act_dtype: torch.dtype) -> int:
         """Bytes of one stack checkpoint: fp32 recurrent states + conv windows in ``act_dtype``."""
@@ -171,17 +183,31 @@ class StackState:
     kv: Optional[torch.Tensor] = None
 
     def clone(self) -> "StackState":
-        return StackState(self.pos, self.rec.clone(), self.conv.clone(),
-                          None if self.kv is None else self.kv.clone())
+        return StackState(self.pos, self.rec.clone(), self.conv.clone(), None if self.kv is None else self.kv.clone())
 
 
 # on_state(position, layer, recurrent [Hv, K, V] fp32, conv window [conv_dim, W-1])
 StateSink = Callable[[int, int, torch.Tensor, torch.Tensor], None]
 
 
-def gated_delta(qkv, a, b, *, conv_w, A_log, dt_bias, rec0, conv0, meta, boundaries: bool,
-                k_heads: int, head_k_dim: int, v_heads: int, head_v_dim: int,
-                backend: Optional[tuple[Callable, Callable]] = None):
+def gated_delta(
+    qkv,
+    a,
+    b,
+    *,
+    conv_w,
+    A_log,
+    dt_bias,
+    rec0,
+    conv0,
+    meta,
+    boundaries: bool,
+    k_heads: int,
+    head_k_dim: int,
+    v_heads: int,
+    head_v_dim: int,
+    backend: Optional[tuple[Callable, Callable]] = None,
+):
     """One gated-delta layer's conv + chunked core over ``T`` tokens (``qkv [T, conv_dim]``,
     ``a``, ``b`` ``[T, Hv]``) from ``rec0 [Hv, K, V]`` / ``conv0 [conv_dim, W-1]`` (None: zeros).
     Returns ``(o [T, Hv, V], rec_end, conv_end, boundary recurrent states, boundary conv
@@ -190,17 +216,34 @@ def gated_delta(qkv, a, b, *, conv_w, A_log, dt_bias, rec0, conv0, meta, boundar
     causal_conv1d, chunk_gated_delta_rule = backend or GDN_BACKENDS["triton"].load()
     T = qkv.shape[0]
     y, conv_end, conv_b = causal_conv1d(
-        qkv[None], conv_w, None, conv_state=None if conv0 is None else conv0[None],
-        chunk_metadata=meta, activation="silu", boundary_conv_states=boundaries)
+        qkv[None],
+        conv_w,
+        None,
+        conv_state=None if conv0 is None else conv0[None],
+        chunk_metadata=meta,
+        activation="silu",
+        boundary_conv_states=boundaries,
+    )
     y = y[0]
     nk = k_heads * head_k_dim
     q = y[:, :nk].view(1, T, k_heads, head_k_dim)
-    k = y[:, nk:2 * nk].view(1, T, k_heads, head_k_dim)
-    v = y[:, 2 * nk:].view(1, T, v_heads, head_v_dim)
+    k = y[:, nk : 2 * nk].view(1, T, k_heads, head_k_dim)
+    v = y[:, 2 * nk :].view(1, T, v_heads, head_v_dim)
     o, rec_end, rec_b = chunk_gated_delta_rule(
-        q, k, v, a[None], b[None], initial_state=None if rec0 is None else rec0[None],
-        chunk_metadata=meta, use_qk_l2norm=True, A_log=A_log, dt_bias=dt_bias,
-        use_gate_in_kernel=True, use_beta_sigmoid=True, boundary_states=boundaries)
+        q,
+        k,
+        v,
+        a[None],
+        b[None],
+        initial_state=None if rec0 is None else rec0[None],
+        chunk_metadata=meta,
+        use_qk_l2norm=True,
+        A_log=A_log,
+        dt_bias=dt_bias,
+        use_gate_in_kernel=True,
+        use_beta_sigmoid=True,
+        boundary_states=boundaries,
+    )
     return o[0], rec_end[0], conv_end[0], rec_b, conv_b
 
 
@@ -209,8 +252,8 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     hd]``; ``cos``, ``sin`` ``[T, 1, rot / 2]`` fp32 (one table per call, shared by the layers)."""
     half = cos.shape[-1]
     xf = x.float()
-    x1, x2 = xf[..., :half], xf[..., half:2 * half]
-    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, xf[..., 2 * half:]], dim=-1)
+    x1, x2 = xf[..., :half], xf[..., half : 2 * half]
+    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, xf[..., 2 * half :]], dim=-1)
     return out.to(x.dtype)
 
 
@@ -273,54 +316,66 @@ class HybridModel:
     ``kernel``: the gated-delta backend (``GDN_BACKENDS``; None or "auto": ``triton`` on CUDA,
     ``torch`` elsewhere)."""
 
-    def __init__(self, shape: ReplayShape, *, device="cpu", dtype: torch.dtype = torch.float32,
-                 seed: int = 0, kernel: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        shape: ReplayShape,
+        *,
+        device="cpu",
+        dtype: torch.dtype = torch.float32,
+        seed: int = 0,
+        kernel: Optional[str] = None,
+    ) -> None:
         self.shape = shape
         self.device = torch.device(device)
         self.dtype = dtype
-        self.kernel = resolve_kernel(kernel, self.device)       # the gated-delta backend's name
+        self.kernel = resolve_kernel(kernel, self.device)  # the gated-delta backend's name
         self._backend = GDN_BACKENDS[self.kernel].load()
-        self.marks: Optional[Marks] = None     # set by the runner around a timed call
+        self.marks: Optional[Marks] = None  # set by the runner around a timed call
         gen = torch.Generator(device=self.device)
         gen.manual_seed(int(seed))
         s = shape
 
         def randn(*size, std):
-            return (torch.randn(*size, generator=gen, device=self.device, dtype=torch.float32)
-                    * std).to(dtype)
+            return (torch.randn(*size, generator=gen, device=self.device, dtype=torch.float32) * std).to(dtype)
 
         self.embedding = randn(s.vocab_rows, s.hidden, std=1.0)
-        self.layers = []        # gated-delta layers' weights (in model order)
-        self.attn = []          # attention layers' weights
-        self.mlp = []           # one MLP per mixer layer, in model order
+        self.layers = []  # gated-delta layers' weights (in model order)
+        self.attn = []  # attention layers' weights
+        self.mlp = []  # one MLP per mixer layer, in model order
         for kind in s.order:
             if kind == GDN:
                 u = torch.rand(s.v_heads, generator=gen, device=self.device)
                 dt = torch.exp(math.log(1e-3) + u * (math.log(0.1) - math.log(1e-3)))
-                self.layers.append(dict(
-                    w_in=randn(s.hidden, s.proj_dim, std=s.hidden ** -0.5),
-                    conv_w=randn(s.conv_dim, s.conv_width, std=0.5),
-                    # Mamba2 / FLA-style initialisation: A in [1, 16], dt in [1e-3, 0.1]
-                    A_log=torch.log(1 + 15 * torch.rand(s.v_heads, generator=gen, device=self.device)),
-                    dt_bias=dt + torch.log(-torch.expm1(-dt)),   # softplus^-1(dt)
-                    norm_w=torch.ones(s.head_v_dim, device=self.device, dtype=torch.float32),
-                    w_out=randn(s.value_dim, s.hidden, std=0.5 * s.value_dim ** -0.5),
-                ))
+                self.layers.append(
+                    dict(
+                        w_in=randn(s.hidden, s.proj_dim, std=s.hidden**-0.5),
+                        conv_w=randn(s.conv_dim, s.conv_width, std=0.5),
+                        # Mamba2 / FLA-style initialisation: A in [1, 16], dt in [1e-3, 0.1]
+                        A_log=torch.log(1 + 15 * torch.rand(s.v_heads, generator=gen, device=self.device)),
+                        dt_bias=dt + torch.log(-torch.expm1(-dt)),  # softplus^-1(dt)
+                        norm_w=torch.ones(s.head_v_dim, device=self.device, dtype=torch.float32),
+                        w_out=randn(s.value_dim, s.hidden, std=0.5 * s.value_dim**-0.5),
+                    )
+                )
             else:
                 H, KVH, hd = s.attn_heads, s.attn_kv_heads, s.attn_head_dim
                 qw = H * hd * (2 if s.attn_output_gate else 1)
-                self.attn.append(dict(
-                    w_q=randn(s.hidden, qw, std=s.hidden ** -0.5),
-                    w_kv=randn(s.hidden, 2 * KVH * hd, std=s.hidden ** -0.5),
-                    q_norm=torch.ones(hd, device=self.device, dtype=torch.float32),
-                    k_norm=torch.ones(hd, device=self.device, dtype=torch.float32),
-                    w_o=randn(H * hd, s.hidden, std=0.5 * (H * hd) ** -0.5),
-                ))
+                self.attn.append(
+                    dict(
+                        w_q=randn(s.hidden, qw, std=s.hidden**-0.5),
+                        w_kv=randn(s.hidden, 2 * KVH * hd, std=s.hidden**-0.5),
+                        q_norm=torch.ones(hd, device=self.device, dtype=torch.float32),
+                        k_norm=torch.ones(hd, device=self.device, dtype=torch.float32),
+                        w_o=randn(H * hd, s.hidden, std=0.5 * (H * hd) ** -0.5),
+                    )
+                )
             if s.mlp_inter:
-                self.mlp.append(dict(
-                    w_gu=randn(s.hidden, 2 * s.mlp_inter, std=s.hidden ** -0.5),
-                    w_down=randn(s.mlp_inter, s.hidden, std=0.5 * s.mlp_inter ** -0.5),
-                ))
+                self.mlp.append(
+                    dict(
+                        w_gu=randn(s.hidden, 2 * s.mlp_inter, std=s.hidden**-0.5),
+                        w_down=randn(s.mlp_inter, s.hidden, std=0.5 * s.mlp_inter**-0.5),
+                    )
+                )
 
     def upcast(self, dtype: torch.dtype = torch.float32) -> "HybridModel":
         """The same model (the same weights, exactly: ``dtype`` holds every ``self.dtype``
@@ -344,13 +399,15 @@ class HybridModel:
         s = self.shape
         kv = None
         if s.attn_layers:
-            kv = torch.zeros(s.attn_layers, 2, 0, s.attn_kv_heads, s.attn_head_dim,
-                             dtype=self.dtype, device=self.device)
-        return StackState(0,
-                          torch.zeros(s.layers, s.v_heads, s.head_k_dim, s.head_v_dim,
-                                      dtype=torch.float32, device=self.device),
-                          torch.zeros(s.layers, s.conv_dim, s.conv_width - 1, dtype=self.dtype,
-                                      device=self.device), kv)
+            kv = torch.zeros(
+                s.attn_layers, 2, 0, s.attn_kv_heads, s.attn_head_dim, dtype=self.dtype, device=self.device
+            )
+        return StackState(
+            0,
+            torch.zeros(s.layers, s.v_heads, s.head_k_dim, s.head_v_dim, dtype=torch.float32, device=self.device),
+            torch.zeros(s.layers, s.conv_dim, s.conv_width - 1, dtype=self.dtype, device=self.device),
+            kv,
+        )
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """The residual stream is kept in fp32 (matmul and kernel inputs are in ``dtype``), so the
@@ -364,12 +421,24 @@ class HybridModel:
         h = F.rms_norm(x, (s.hidden,), eps=1e-6).to(self.dtype)
         proj = h @ w["w_in"]
         c, v = s.conv_dim, s.value_dim
-        z = proj[:, c:c + v]
+        z = proj[:, c : c + v]
         o, rec_end, conv_end, rec_b, conv_b = gated_delta(
-            proj[:, :c], proj[:, c + v:c + v + s.v_heads], proj[:, c + v + s.v_heads:],
-            conv_w=w["conv_w"], A_log=w["A_log"], dt_bias=w["dt_bias"], rec0=rec0, conv0=conv0,
-            meta=meta, boundaries=want_boundaries, k_heads=s.k_heads, head_k_dim=s.head_k_dim,
-            v_heads=s.v_heads, head_v_dim=s.head_v_dim, backend=self._backend)
+            proj[:, :c],
+            proj[:, c + v : c + v + s.v_heads],
+            proj[:, c + v + s.v_heads :],
+            conv_w=w["conv_w"],
+            A_log=w["A_log"],
+            dt_bias=w["dt_bias"],
+            rec0=rec0,
+            conv0=conv0,
+            meta=meta,
+            boundaries=want_boundaries,
+            k_heads=s.k_heads,
+            head_k_dim=s.head_k_dim,
+            v_heads=s.v_heads,
+            head_v_dim=s.head_v_dim,
+            backend=self._backend,
+        )
         o = F.rms_norm(o.float(), (s.head_v_dim,), weight=w["norm_w"], eps=1e-6)
         o = o * F.silu(z.float().view(T, s.v_heads, s.head_v_dim))
         x = x + (o.to(self.dtype).reshape(T, v) @ w["w_out"]).float()
@@ -394,8 +463,7 @@ class HybridModel:
         q = qg.view(T, H, -1)[..., :hd]
         cos, sin = rope if rope is not None else self._rope_tables(start, T)
         q = _rope(F.rms_norm(q.float(), (hd,), weight=w["q_norm"], eps=1e-6).to(self.dtype), cos, sin)
-        k = _rope(F.rms_norm(kvp[:, 0].float(), (hd,), weight=w["k_norm"], eps=1e-6).to(self.dtype),
-                  cos, sin)
+        k = _rope(F.rms_norm(kvp[:, 0].float(), (hd,), weight=w["k_norm"], eps=1e-6).to(self.dtype), cos, sin)
         new = torch.stack([k, kvp[:, 1]])
         kv = new if kv0 is None or kv0.shape[1] == 0 else torch.cat([kv0, new], dim=1)
         o = _attend(q, kv[0], kv[1])
@@ -408,13 +476,19 @@ class HybridModel:
         s, w = self.shape, self.mlp[l]
         h = F.rms_norm(x, (s.hidden,), eps=1e-6).to(self.dtype)
         gu = h @ w["w_gu"]
-        act = F.silu(gu[:, :s.mlp_inter]) * gu[:, s.mlp_inter:]
+        act = F.silu(gu[:, : s.mlp_inter]) * gu[:, s.mlp_inter :]
         return x + (act @ w["w_down"]).float()
 
     # ---- forward -----------------------------------------------------------------------------
-    def forward_segment(self, x: torch.Tensor, state: Optional[StackState], start: int,
-                        boundaries: list[int], on_state: Optional[StateSink] = None,
-                        keep_outputs: bool = False):
+    def forward_segment(
+        self,
+        x: torch.Tensor,
+        state: Optional[StackState],
+        start: int,
+        boundaries: list[int],
+        on_state: Optional[StateSink] = None,
+        keep_outputs: bool = False,
+    ):
         """Run all layers over embedded tokens ``x`` ``[T, hidden]`` at absolute positions
         ``[start, start + T)`` from ``state`` (None: zeros). ``boundaries``: 64-aligned positions
         in ``(start, start + T)`` whose states go to ``on_state`` (from the kernels' boundary
@@ -424,8 +498,11 @@ class HybridModel:
         marks = self.marks
         if marks is not None:
             marks.start()
-        meta = (prepare_chunk_metadata([0, T], [start], boundary_indices=list(boundaries),
-                                       device=self.device) if s.layers else None)
+        meta = (
+            prepare_chunk_metadata([0, T], [start], boundary_indices=list(boundaries), device=self.device)
+            if s.layers
+            else None
+        )
         rope = self._rope_tables(start, T) if s.attn_layers else None
         want = bool(boundaries)
         recs, convs, kvs, outs = [], [], [], [] if keep_outputs else None
@@ -457,13 +534,23 @@ class HybridModel:
             if keep_outputs:
                 outs.append(x)
         z = self.zero_state() if not recs or not kvs else None
-        final = StackState(start + T, torch.stack(recs) if recs else z.rec,
-                           torch.stack(convs) if convs else z.conv,
-                           torch.stack(kvs) if kvs else None)
+        final = StackState(
+            start + T,
+            torch.stack(recs) if recs else z.rec,
+            torch.stack(convs) if convs else z.conv,
+            torch.stack(kvs) if kvs else None,
+        )
         return x, final, outs
 
-    def run(self, tokens: torch.Tensor, state: Optional[StackState], start: int,
-            wanted=(), on_state: Optional[StateSink] = None, keep_outputs: bool = False):
+    def run(
+        self,
+        tokens: torch.Tensor,
+        state: Optional[StackState],
+        start: int,
+        wanted=(),
+        on_state: Optional[StateSink] = None,
+        keep_outputs: bool = False,
+    ):
         """Prefill ``tokens`` (the ids at absolute positions ``[start, start + T)``) from
         ``state`` and hand the state at every position of ``wanted`` in ``(start, start + T]``
         to ``on_state``: 64-aligned positions come from the kernels' boundary states; others
@@ -488,8 +575,7 @@ class HybridModel:
         calls = 0
         for cut in cuts:
             bnd = [p for p in wanted if s0 < p < cut and p % CHUNK == 0]
-            _, state, o = self.forward_segment(x_all[s0 - start:cut - start], state, s0, bnd,
-                                               on_state, keep_outputs)
+            _, state, o = self.forward_segment(x_all[s0 - start : cut - start], state, s0, bnd, on_state, keep_outputs)
             calls += 1
             if keep_outputs:
                 for l in range(n_layers):
@@ -503,4 +589,4 @@ class HybridModel:
         return state, outs, calls
 
 
-GDNStack = HybridModel     # the name of the gated-delta-only stack this model grew from
+GDNStack = HybridModel  # the name of the gated-delta-only stack this model grew from

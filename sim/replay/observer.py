@@ -18,15 +18,16 @@ class ReplayObserver:
     decode), so the request's work runs at the next lookup; ``des``: the prompt runs at its
     decode, once its prefill-time admits are known, and decode-time states as admitted."""
 
-    def __init__(self, replayer: Replayer, *, mode: str, progress=None,
-                 after_event: Optional[callable] = None, shadows=()) -> None:
+    def __init__(
+        self, replayer: Replayer, *, mode: str, progress=None, after_event: Optional[callable] = None, shadows=()
+    ) -> None:
         self.replayer = replayer
         # shadows (``--validate shadow``: an fp32 replay) receive every event after the replayer
         self.replayers = [replayer, *shadows]
         for r in self.replayers:
             r.eager = mode == "des"
         self.progress = progress
-        self.after_event = after_event   # tests: called after every event
+        self.after_event = after_event  # tests: called after every event
 
     def _done(self, name: str) -> None:
         if self.after_event is not None:

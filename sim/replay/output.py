@@ -22,8 +22,9 @@ def write(out, summary: dict, settings: dict, requests: pd.DataFrame) -> list[Pa
     # each written under a temporary name and renamed when complete: never a truncated file
     requests.to_parquet(out / f".tmp-{REQUESTS}", index=False)
     (out / f".tmp-{REQUESTS}").replace(r)
-    (out / f".tmp-{SUMMARY}").write_text(json.dumps({"settings": settings, "summary": summary}, indent=2,
-                                                    default=str) + "\n")
+    (out / f".tmp-{SUMMARY}").write_text(
+        json.dumps({"settings": settings, "summary": summary}, indent=2, default=str) + "\n"
+    )
     (out / f".tmp-{SUMMARY}").replace(s)
     return [s, r]
 
@@ -32,8 +33,9 @@ def load(path) -> tuple[dict, dict, pd.DataFrame]:
     """``(settings, summary, requests)`` of a replay output folder (bad input: UsageError)."""
     p = Path(path)
     if not (p / SUMMARY).is_file() or not (p / REQUESTS).is_file():
-        raise UsageError(f"{path} is not a replay output folder (no {SUMMARY} / {REQUESTS}; "
-                         "write one with marconi replay --out DIR)")
+        raise UsageError(
+            f"{path} is not a replay output folder (no {SUMMARY} / {REQUESTS}; write one with marconi replay --out DIR)"
+        )
     try:
         d = json.loads((p / SUMMARY).read_text())
         return d["settings"], d["summary"], pd.read_parquet(p / REQUESTS)

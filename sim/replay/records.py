@@ -13,18 +13,18 @@ class RequestRecord:
     input_tokens: int
     output_tokens: int
     hit_checkpoint: int = -1
-    hit_tokens: int = 0               # the simulator's claim
-    restored: bool = False            # a state was restored and the suffix ran from it
-    validated: bool = False           # the numerical check ran
+    hit_tokens: int = 0  # the simulator's claim
+    restored: bool = False  # a state was restored and the suffix ran from it
+    validated: bool = False  # the numerical check ran
     failed: bool = False
     max_rec_error: float = 0.0
     max_conv_error: float = 0.0
     max_out_error: float = 0.0
     max_kv_error: float = 0.0
-    kv_validated: bool = False        # the restored KV was checked too (attention layers replayed)
-    integrity_checked: bool = False   # the restored bits were compared with the produced ones
-    suffix_segments: list = field(default_factory=list)   # kernel calls [(start, end)] of the prefill
-    full_segments: list = field(default_factory=list)     # of the from-scratch prefill, if run
+    kv_validated: bool = False  # the restored KV was checked too (attention layers replayed)
+    integrity_checked: bool = False  # the restored bits were compared with the produced ones
+    suffix_segments: list = field(default_factory=list)  # kernel calls [(start, end)] of the prefill
+    full_segments: list = field(default_factory=list)  # of the from-scratch prefill, if run
     suffix_ms: float = float("nan")
     full_ms: float = float("nan")
     tail_ms: float = float("nan")

@@ -68,9 +68,9 @@ class _Flight:
         self.tokens = tokens
         self.n_in = n_in
         self.tok_t: Optional[torch.Tensor] = None
-        self.start: Optional[StackState] = None      # restored state (None: from scratch)
+        self.start: Optional[StackState] = None  # restored state (None: from scratch)
         self.hit = 0
-        self.running: Optional[StackState] = None    # state at self.pos (None: self.start)
+        self.running: Optional[StackState] = None  # state at self.pos (None: self.start)
         self.pos = 0
         self.prefill_end = 0
         self.wanted: dict[int, list[int]] = {}
@@ -90,10 +90,19 @@ class Replayer:
     check (tests show numerics alone also catch a shifted position).
     """
 
-    def __init__(self, model: HybridModel, store: CheckpointStore,
-                 tokens_of: Callable[[int], tuple[np.ndarray, int]], *, validate_every: int = 1,
-                 tolerance: Optional[float] = None, check_hash: bool = True,
-                 max_open: int = 16, eager: bool = True, validate: str = "exact") -> None:
+    def __init__(
+        self,
+        model: HybridModel,
+        store: CheckpointStore,
+        tokens_of: Callable[[int], tuple[np.ndarray, int]],
+        *,
+        validate_every: int = 1,
+        tolerance: Optional[float] = None,
+        check_hash: bool = True,
+        max_open: int = 16,
+        eager: bool = True,
+        validate: str = "exact",
+    ) -> None:
         if validate_every < 1:
             raise ValueError("validate_every must be >= 1")
         if validate not in VALIDATE_MODES:
@@ -109,8 +118,7 @@ class Replayer:
         self.tokens_of = tokens_of
         self.validate_every = validate_every
         # (recurrent states, outputs + conv windows); one number given applies to both
-        self.tolerance = ((tolerance, tolerance) if tolerance is not None
-                          else tolerance_for(model.dtype))
+        self.tolerance = (tolerance, tolerance) if tolerance is not None else tolerance_for(model.dtype)
         self.check_hash = check_hash
         self.max_open = max_open
         # eager (DES streams): a prompt runs at its decode, a decode-time state when admitted;
@@ -118,7 +126,7 @@ class Replayer:
         self.eager = eager
         self.clock = Stopwatch(model.device)
         self.flights: dict[int, _Flight] = {}
-        self.pending: dict[int, _Flight] = {}     # checkpoint id -> flight that will produce it
+        self.pending: dict[int, _Flight] = {}  # checkpoint id -> flight that will produce it
         self.records: dict[int, RequestRecord] = {}
         self.failures: list[Failure] = []
         self.hits = 0
@@ -138,7 +146,7 @@ class Replayer:
         if checkpoint is None:
             return
         rec.hit_checkpoint = int(checkpoint)
-        if checkpoint in self.pending:      # produce it now (its request stays open)
+        if checkpoint in self.pending:  # produce it now (its request stays open)
             owner = self.pending[checkpoint]
             self._run(owner, self.store.info(checkpoint).position)
         self.hits += 1
@@ -150,20 +158,25 @@ class Replayer:
         if self.check_hash:
             want = prefix_hash(f.tokens, p) if p <= len(f.tokens) else b""
             if info.position != p or info.prefix_hash != want:
-                self._fail("hash", f, checkpoint, info.position, p,
-                           "position differs" if info.position != p else "prefix hash differs")
+                self._fail(
+                    "hash",
+                    f,
+                    checkpoint,
+                    info.position,
+                    p,
+                    "position differs" if info.position != p else "prefix hash differs",
+                )
                 return
             if self.store.has_kv and self.store.page_keys_of(checkpoint) != page_keys(
-                    f.tokens, p, self.store.page_tokens):
-                self._fail("kv-hash", f, checkpoint, info.position, p,
-                           "KV page keys differ from the prompt's prefix")
+                f.tokens, p, self.store.page_tokens
+            ):
+                self._fail("kv-hash", f, checkpoint, info.position, p, "KV page keys differ from the prompt's prefix")
                 return
-        if not info.filled:     # a partly written slot is never restored (any mode)
+        if not info.filled:  # a partly written slot is never restored (any mode)
             missing = [f"layer {i}" for i in self.store.unwritten(checkpoint)]
             if not info.kv_written and self.store.has_kv:
                 missing.append("KV")
-            self._fail("integrity", f, checkpoint, info.position, p,
-                       "never written: " + ", ".join(missing))
+            self._fail("integrity", f, checkpoint, info.position, p, "never written: " + ", ".join(missing))
             return
         validate = (self.hits - 1) % self.validate_every == 0
         start = self.store.restore(checkpoint)
@@ -174,8 +187,14 @@ class Replayer:
             if bad:
                 kind = "kv-integrity" if all(b.startswith("KV") for b in bad) else "integrity"
                 more = f" (+{len(bad) - 8} more)" if len(bad) > 8 else ""
-                self._fail(kind, f, checkpoint, info.position, p,
-                           "restored bits differ from the produced ones: " + ", ".join(bad[:8]) + more)
+                self._fail(
+                    kind,
+                    f,
+                    checkpoint,
+                    info.position,
+                    p,
+                    "restored bits differ from the produced ones: " + ", ".join(bad[:8]) + more,
+                )
                 return
         f.start = start
         f.hit = f.pos = p
@@ -199,15 +218,16 @@ class Replayer:
         f = self._flight(request)
         p = int(position)
         if not 0 < p <= len(f.tokens):
-            raise ValueError(f"admit of checkpoint {checkpoint} at position {p} outside request "
-                             f"{request} (0, {len(f.tokens)}]")
+            raise ValueError(
+                f"admit of checkpoint {checkpoint} at position {p} outside request {request} (0, {len(f.tokens)}]"
+            )
         self.store.reserve(checkpoint, p, prefix_hash(f.tokens, p), request)
         current = f.running if f.running is not None else f.start
         if p > f.pos:
             f.wanted.setdefault(p, []).append(checkpoint)
             self.pending[checkpoint] = f
-            if p > f.n_in and self.eager:   # a decode-time state: the prompt's admits are all
-                self._run(f, p)             # known by now; later ones continue from here
+            if p > f.n_in and self.eager:  # a decode-time state: the prompt's admits are all
+                self._run(f, p)  # known by now; later ones continue from here
         elif p == f.pos and current is not None:
             self.store.put(checkpoint, current)
             self._put_kv(f, checkpoint, current)
@@ -286,6 +306,7 @@ class Replayer:
         def on_state(p, layer, rec, conv):
             for cp in f.wanted.get(p, ()):
                 self.store.write(cp, layer, rec, conv)
+
         return on_state
 
     def _done_wanted(self, f: _Flight, upto: int) -> None:
@@ -301,8 +322,9 @@ class Replayer:
         p = self.store.info(cp).position
         kv = state.kv if state is not None else None
         if kv is None or kv.shape[2] < p:
-            raise RuntimeError(f"checkpoint {cp} at {p}: request {f.rid}'s KV covers only "
-                               f"{0 if kv is None else kv.shape[2]} tokens")
+            raise RuntimeError(
+                f"checkpoint {cp} at {p}: request {f.rid}'s KV covers only {0 if kv is None else kv.shape[2]} tokens"
+            )
         self.store.put_kv(cp, page_keys(f.tokens, p, self.store.page_tokens), kv)
 
     def _run(self, f: _Flight, upto: int) -> None:
@@ -320,8 +342,9 @@ class Replayer:
             timed = f.pos == f.hit and end1 == f.n_in
             marks = self.model.marks = Marks(self.model.device) if timed else None
             t0 = self.clock.start()
-            state, outs, _ = self.model.run(tok[f.pos:end1], state, f.pos, wanted, self._sink(f),
-                                            keep_outputs=timed and f.validate)
+            state, outs, _ = self.model.run(
+                tok[f.pos : end1], state, f.pos, wanted, self._sink(f), keep_outputs=timed and f.validate
+            )
             h = self.clock.stop(t0)
             self.model.marks = None
             rec.suffix_segments += self._segments(f.pos, end1, wanted)
@@ -340,7 +363,7 @@ class Replayer:
         if upto > f.pos:
             wanted = [p for p in f.wanted if f.pos < p <= upto]
             t0 = self.clock.start()
-            state, _, _ = self.model.run(tok[f.pos:upto], state, f.pos, wanted, self._sink(f))
+            state, _, _ = self.model.run(tok[f.pos : upto], state, f.pos, wanted, self._sink(f))
             rec._tail_h.append(self.clock.stop(t0))
             f.pos = upto
             f.running = state
@@ -374,25 +397,31 @@ class Replayer:
 
         marks = self.model.marks = Marks(self.model.device)
         t0 = self.clock.start()
-        ref, ref_outs, _ = self.model.run(tok[:f.n_in], None, 0, [b] if b > 0 else [], capture,
-                                          keep_outputs=True)
+        ref, ref_outs, _ = self.model.run(tok[: f.n_in], None, 0, [b] if b > 0 else [], capture, keep_outputs=True)
         rec._full_h = self.clock.stop(t0)
         self.model.marks = None
         rec._full_marks = marks
         rec.full_segments = [(0, f.n_in)]
         rec.validated = True
         kv_b = ref.kv[:, :, :b] if ref.kv is not None else None
-        base = (StackState(b, torch.stack([at_b[i][0] for i in range(L)]) if L else ref.rec,
-                           torch.stack([at_b[i][1] for i in range(L)]) if L else ref.conv, kv_b)
-                if b > 0 else None)
+        base = (
+            StackState(
+                b,
+                torch.stack([at_b[i][0] for i in range(L)]) if L else ref.rec,
+                torch.stack([at_b[i][1] for i in range(L)]) if L else ref.conv,
+                kv_b,
+            )
+            if b > 0
+            else None
+        )
         if f.hit > b:
-            base, _, _ = self.model.run(tok[b:f.hit], base, b)
+            base, _, _ = self.model.run(tok[b : f.hit], base, b)
         e_rec, e_conv = state_error(f.running.rec, f.running.conv, ref.rec, ref.conv) if L else (0.0, 0.0)
-        e_out = max(rel_error(o, r[f.hit:]) for o, r in zip(outs, ref_outs))
+        e_out = max(rel_error(o, r[f.hit :]) for o, r in zip(outs, ref_outs))
         a, c = state_error(f.start.rec, f.start.conv, base.rec, base.conv) if L else (0.0, 0.0)
         e_rec, e_conv = max(e_rec, a), max(e_conv, c)
         # the restored keys and values against the from-scratch prefill's, every layer and head
-        e_kv = rel_error(f.start.kv, ref.kv[:, :, :f.hit]) if ref.kv is not None else 0.0
+        e_kv = rel_error(f.start.kv, ref.kv[:, :, : f.hit]) if ref.kv is not None else 0.0
         rec.max_rec_error, rec.max_conv_error, rec.max_out_error = e_rec, e_conv, e_out
         rec.max_kv_error = e_kv
         if ref.kv is not None:
@@ -400,11 +429,16 @@ class Replayer:
             self.kv_hits_validated += 1
         tol_state, tol_out = self.tolerance
         if not (e_rec <= tol_state and max(e_conv, e_out, e_kv) <= tol_out):
-            kind = "kv-numerics" if e_kv > tol_out and e_rec <= tol_state and e_conv <= tol_out \
-                else "numerics"
-            self._fail(kind, f, rec.hit_checkpoint, f.start.pos, f.hit,
-                       f"relative error recurrent {e_rec:.3g} (tolerance {tol_state:.3g}), conv "
-                       f"{e_conv:.3g}, KV {e_kv:.3g}, outputs {e_out:.3g} (tolerance {tol_out:.3g})")
+            kind = "kv-numerics" if e_kv > tol_out and e_rec <= tol_state and e_conv <= tol_out else "numerics"
+            self._fail(
+                kind,
+                f,
+                rec.hit_checkpoint,
+                f.start.pos,
+                f.hit,
+                f"relative error recurrent {e_rec:.3g} (tolerance {tol_state:.3g}), conv "
+                f"{e_conv:.3g}, KV {e_kv:.3g}, outputs {e_out:.3g} (tolerance {tol_out:.3g})",
+            )
 
     def _late(self, f: _Flight, checkpoint: int, p: int) -> None:
         """Produce a state for a position already run past: recompute up to it (untimed)."""
@@ -416,8 +450,10 @@ class Replayer:
         if p == s0 and base is not None:
             self.store.put(checkpoint, base)
         else:
+
             def sink(q, layer, r, c):
                 self.store.write(checkpoint, layer, r, c)
+
             self.model.run(tok[s0:p], base, s0, [p], sink)
         self._put_kv(f, checkpoint, f.running if f.running is not None else f.start)
         f.record.late_admits += 1

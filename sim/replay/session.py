@@ -23,22 +23,22 @@ from sim.replay.backends import CPU_SMALL_D_MODEL, GDN_BACKENDS, kernel_choices,
 from sim.replay.tokens import request_tokens
 from traces.base import Trace
 
-VOCAB_ROWS = 1 << 16   # embedding rows of the replayed model (token ids index it modulo this)
+VOCAB_ROWS = 1 << 16  # embedding rows of the replayed model (token ids index it modulo this)
 
 
 @dataclass
 class ReplaySettings:
-    layers: Optional[int] = None          # None: all gated-delta layers of the preset
+    layers: Optional[int] = None  # None: all gated-delta layers of the preset
     validate_every: int = 1
-    store: str = "gpu"                    # gpu | host
-    dtype: str = "bf16"                   # bf16 | fp16 | fp32 (fp32 on a CPU)
-    device: str = "cuda"                  # cuda | cpu
-    requests: Optional[int] = None        # replay the first N requests of the trace
-    seed: int = 0                         # weights and hash-block tokens
-    tolerance: Optional[float] = None     # None: by dtype (sim.replay.checks.TOLERANCE)
+    store: str = "gpu"  # gpu | host
+    dtype: str = "bf16"  # bf16 | fp16 | fp32 (fp32 on a CPU)
+    device: str = "cuda"  # cuda | cpu
+    requests: Optional[int] = None  # replay the first N requests of the trace
+    seed: int = 0  # weights and hash-block tokens
+    tolerance: Optional[float] = None  # None: by dtype (sim.replay.checks.TOLERANCE)
     warmup: bool = True
-    validation: str = "exact"             # exact | shadow | tolerance (sim.replay.checks)
-    kernel: str = "auto"                  # gated-delta backend (sim.replay.backends); auto: by device
+    validation: str = "exact"  # exact | shadow | tolerance (sim.replay.checks)
+    kernel: str = "auto"  # gated-delta backend (sim.replay.backends); auto: by device
 
     def validate(self) -> None:
         if self.validate_every < 1:
@@ -69,7 +69,7 @@ class ReplaySettings:
 @dataclass
 class ReplayResult:
     summary: dict
-    requests: object                      # pandas DataFrame, one row per request
+    requests: object  # pandas DataFrame, one row per request
     failures: list
     settings: dict
     sim_result: object = None
@@ -83,14 +83,18 @@ def check_model(spec: ModelSpec, layers: Optional[int]) -> int:
     gated-delta layers is refused."""
     if spec.n_gdn == 0:
         kind = "Mamba2" if spec.n_mamba else "attention-only"
-        raise UsageError(f"model {spec.name} has no gated-delta layers ({kind}): replay runs the "
-                         "gated-delta kernel only (no Mamba2 kernel yet); pick a qwen3.5-* / "
-                         "qwen3-next-* preset or replay-tiny")
+        raise UsageError(
+            f"model {spec.name} has no gated-delta layers ({kind}): replay runs the "
+            "gated-delta kernel only (no Mamba2 kernel yet); pick a qwen3.5-* / "
+            "qwen3-next-* preset or replay-tiny"
+        )
     total = spec.n_gdn + spec.n_attn
     n = total if layers is None else layers
     if n > total:
-        raise UsageError(f"--layers {n} is more than {spec.name}'s {total} layers "
-                         f"({spec.n_attn} attention + {spec.n_gdn} gated-delta)")
+        raise UsageError(
+            f"--layers {n} is more than {spec.name}'s {total} layers "
+            f"({spec.n_attn} attention + {spec.n_gdn} gated-delta)"
+        )
     return n
 
 
@@ -98,8 +102,13 @@ def first_requests(trace: Trace, n: Optional[int]) -> Trace:
     """The trace cut to its first ``n`` requests (whole trace when ``n`` is None)."""
     if n is None or n >= len(trace.requests):
         return trace
-    return Trace(trace.name, trace.requests[:n], block_tokens=trace.block_tokens,
-                 closed_loop=trace.closed_loop, meta=dict(trace.meta, requests_cut=n))
+    return Trace(
+        trace.name,
+        trace.requests[:n],
+        block_tokens=trace.block_tokens,
+        closed_loop=trace.closed_loop,
+        meta=dict(trace.meta, requests_cut=n),
+    )
 
 
 def token_source(trace: Trace, seed: int):
@@ -110,8 +119,15 @@ def token_source(trace: Trace, seed: int):
     def tokens_of(rid: int):
         r = reqs[rid]
         n_in, n_out = r.n_input_tokens(B), r.n_output_tokens(B)
-        toks = request_tokens(r.input_tokens, r.output_tokens, block_tokens=B, input_len=n_in,
-                              output_len=n_out, seed=seed, vocab=VOCAB_ROWS)
+        toks = request_tokens(
+            r.input_tokens,
+            r.output_tokens,
+            block_tokens=B,
+            input_len=n_in,
+            output_len=n_out,
+            seed=seed,
+            vocab=VOCAB_ROWS,
+        )
         return toks, n_in
 
     return tokens_of
@@ -127,19 +143,28 @@ def _warm(model, device) -> float:
     t0 = time.perf_counter()
     s = model.shape
     kernel_warmup = None
-    if model.kernel == "triton":            # kernels.warmup imports triton
+    if model.kernel == "triton":  # kernels.warmup imports triton
         try:
             from kernels import warmup as kernel_warmup
         except ImportError:
             pass
     if kernel_warmup is not None:
         try:
-            kernel_warmup((63, 64, 200), num_heads=s.k_heads, num_v_heads=s.v_heads,
-                          head_k_dim=s.head_k_dim, head_v_dim=s.head_v_dim, dtype=model.dtype,
-                          device=device, use_gate_in_kernel=True, use_beta_sigmoid=True,
-                          conv_dim=s.conv_dim, conv_width=s.conv_width)
-        except (TypeError, ValueError, RuntimeError):   # another signature or a refused shape:
-            pass                                         # the stack's own runs below cover it
+            kernel_warmup(
+                (63, 64, 200),
+                num_heads=s.k_heads,
+                num_v_heads=s.v_heads,
+                head_k_dim=s.head_k_dim,
+                head_v_dim=s.head_v_dim,
+                dtype=model.dtype,
+                device=device,
+                use_gate_in_kernel=True,
+                use_beta_sigmoid=True,
+                conv_dim=s.conv_dim,
+                conv_width=s.conv_width,
+            )
+        except (TypeError, ValueError, RuntimeError):  # another signature or a refused shape:
+            pass  # the stack's own runs below cover it
     toks = torch.arange(300, device=device)
     model.run(toks[:200], None, 0, [64, 128], lambda *a: None, keep_outputs=True)
     st, _, _ = model.run(toks[:130], None, 0, [64, 100, 130], lambda *a: None, keep_outputs=True)
@@ -171,9 +196,17 @@ def cpu_threads(device, spec: ModelSpec):
         torch.set_num_threads(before)
 
 
-def run_replay(trace: Trace, config: SimConfig, settings: ReplaySettings, *, build,
-               timing: Optional[TimingModel] = None, progress=None, after_event=None,
-               on_ready=None) -> ReplayResult:
+def run_replay(
+    trace: Trace,
+    config: SimConfig,
+    settings: ReplaySettings,
+    *,
+    build,
+    timing: Optional[TimingModel] = None,
+    progress=None,
+    after_event=None,
+    on_ready=None,
+) -> ReplayResult:
     """Simulate ``trace`` under ``config`` with replay attached; measure and summarise.
 
     ``build``: the assembly point's ``sim.simulate.build`` (passed in by the caller: replay sits
@@ -192,22 +225,37 @@ def run_replay(trace: Trace, config: SimConfig, settings: ReplaySettings, *, bui
         if "triton" not in sys.modules:
             os.environ.setdefault("TRITON_INTERPRET", "1")
         if os.environ.get("TRITON_INTERPRET") != "1":
-            raise UsageError(f"--device cpu --kernel {kernel} needs TRITON_INTERPRET=1 (set it before "
-                             "starting), or use --kernel torch")
+            raise UsageError(
+                f"--device cpu --kernel {kernel} needs TRITON_INTERPRET=1 (set it before "
+                "starting), or use --kernel torch"
+            )
     import torch  # noqa: PLC0415 - the simulator must not need torch: only replay imports it
 
     if settings.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA GPU is visible (use --device cpu and a tiny preset)")
     device = torch.device(settings.device)
     with cpu_threads(device, spec) as threads:
-        res = _replay(trace, config, settings, spec, layers, kernel, device, build=build, timing=timing,
-                      progress=progress, after_event=after_event, on_ready=on_ready)
+        res = _replay(
+            trace,
+            config,
+            settings,
+            spec,
+            layers,
+            kernel,
+            device,
+            build=build,
+            timing=timing,
+            progress=progress,
+            after_event=after_event,
+            on_ready=on_ready,
+        )
     res.settings["cpu_threads"] = threads if device.type == "cpu" else None
     return res
 
 
-def _replay(trace, config, settings, spec, layers, kernel, device, *, build, timing, progress, after_event,
-            on_ready) -> ReplayResult:
+def _replay(
+    trace, config, settings, spec, layers, kernel, device, *, build, timing, progress, after_event, on_ready
+) -> ReplayResult:
     """``run_replay`` once the settings are checked: build the model and store, simulate, measure."""
     import torch
 
@@ -224,18 +272,27 @@ def _replay(trace, config, settings, spec, layers, kernel, device, *, build, tim
     model = HybridModel(shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel)
     store = CheckpointStore(shape, dtype, where=settings.store, device=device)
     tokens_of = token_source(trace, settings.seed)
-    replayer = Replayer(model, store, tokens_of, validate_every=settings.validate_every,
-                        tolerance=settings.tolerance, validate=settings.validation)
+    replayer = Replayer(
+        model,
+        store,
+        tokens_of,
+        validate_every=settings.validate_every,
+        tolerance=settings.tolerance,
+        validate=settings.validation,
+    )
     shadows = ()
     if settings.validation == "shadow":
         # the same event stream replayed by the same weights in fp32 arithmetic, untimed, every
         # validated hit checked at fp32 tolerance: what bf16 rounding hides from the main check
         shadow_model = model.upcast(torch.float32)
         shadow_store = CheckpointStore(shape, torch.float32, where="gpu", device=device)
-        shadows = (Replayer(shadow_model, shadow_store, tokens_of, validate_every=settings.validate_every,
-                            validate="tolerance"),)
+        shadows = (
+            Replayer(
+                shadow_model, shadow_store, tokens_of, validate_every=settings.validate_every, validate="tolerance"
+            ),
+        )
     warm_s = _warm(model, device) if settings.warmup and device.type == "cuda" else 0.0
-    built = []   # the Simulation, for the tests' hook (it exists once events flow)
+    built = []  # the Simulation, for the tests' hook (it exists once events flow)
     hook = (lambda name: after_event(name, built[0], replayer)) if after_event is not None else None
     obs = ReplayObserver(replayer, mode=config.mode, progress=progress, after_event=hook, shadows=shadows)
     sim = build(trace, config, timing=timing, observers=(obs,))
@@ -254,10 +311,16 @@ def _replay(trace, config, settings, spec, layers, kernel, device, *, build, tim
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
     table = measure.request_table(records, spec, timing, counts, shadow=shadow_records)
-    summary = measure.summary(table, failures=failures,
-                              store_peak_bytes=store.peak_bytes, wall_s=wall,
-                              late_admits=replayer.late_admits, counts=counts, spec=spec,
-                              kv_hits_validated=replayer.kv_hits_validated)
+    summary = measure.summary(
+        table,
+        failures=failures,
+        store_peak_bytes=store.peak_bytes,
+        wall_s=wall,
+        late_admits=replayer.late_admits,
+        counts=counts,
+        spec=spec,
+        kv_hits_validated=replayer.kv_hits_validated,
+    )
     summary["validation"] = settings.validation
     summary["integrity_checked"] = int(replayer.integrity_checked)
     summary["kv_tokens_live"] = int(store.kv_tokens)
@@ -265,37 +328,65 @@ def _replay(trace, config, settings, spec, layers, kernel, device, *, build, tim
     summary["warmup_s"] = warm_s
     summary["simulated_hit_tokens"] = int(sum(r.hit_tokens for r in records))
     summary["kernel"] = model.kernel
-    info = dict(asdict(settings), layers=layers, layers_replayed=counts, kernel=model.kernel,
-                kernel_requested=settings.kernel,
-                mlp_note=(f"MoE MLP replayed dense at its active width ({shape.mlp_inter})"
-                          if shape.mlp_moe else f"dense MLP ({shape.mlp_inter})"),
-                model=spec.name, policy=config.policy,
-                capacity_bytes=config.capacity_bytes, state_alignment=config.state_alignment,
-                mode=config.mode, trace=trace.name, tolerance=replayer.tolerance,
-                timing=timing_to_dict(timing),
-                device_name=(torch.cuda.get_device_name(device) if device.type == "cuda"
-                             else "cpu"))
+    info = dict(
+        asdict(settings),
+        layers=layers,
+        layers_replayed=counts,
+        kernel=model.kernel,
+        kernel_requested=settings.kernel,
+        mlp_note=(
+            f"MoE MLP replayed dense at its active width ({shape.mlp_inter})"
+            if shape.mlp_moe
+            else f"dense MLP ({shape.mlp_inter})"
+        ),
+        model=spec.name,
+        policy=config.policy,
+        capacity_bytes=config.capacity_bytes,
+        state_alignment=config.state_alignment,
+        mode=config.mode,
+        trace=trace.name,
+        tolerance=replayer.tolerance,
+        timing=timing_to_dict(timing),
+        device_name=(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"),
+    )
     return ReplayResult(summary, table, failures, info, sim_result, timing)
 
 
-def calibrate(result: ReplayResult, config: SimConfig, path=None,
-              decode_ms_per_token: Optional[float] = None) -> ReplayResult:
+def calibrate(
+    result: ReplayResult, config: SimConfig, path=None, decode_ms_per_token: Optional[float] = None
+) -> ReplayResult:
     """Fit the hardware cost model to ``result``'s per-layer-type measurements; write the timing
     file to ``path``. A fit that puts a term above the device's peak is refused (UsageError)."""
     spec = get_model(config.model)
     counts = result.settings["layers_replayed"]
     dev = result.settings.get("device_name", "")
     peak = measure.device_peak(dev, result.settings.get("dtype", "bf16"))
-    t, info = measure.calibrate(result.requests, spec, result.timing, counts, device=dev,
-                                peak_tflops=peak, decode_ms_per_token=decode_ms_per_token)
+    t, info = measure.calibrate(
+        result.requests,
+        spec,
+        result.timing,
+        counts,
+        device=dev,
+        peak_tflops=peak,
+        decode_ms_per_token=decode_ms_per_token,
+    )
     result.calibrated = t
     result.calibration = info
     result.summary["time_model_median_error_calibrated"] = info["median_error"]
     result.summary["time_model_p95_error_calibrated"] = info["p95_error"]
     if path is not None:
-        measure.write_timing(path, t, spec, dict(info, trace=result.settings.get("trace"),
-                                                 device=dev, policy=config.policy,
-                                                 state_alignment=config.state_alignment))
+        measure.write_timing(
+            path,
+            t,
+            spec,
+            dict(
+                info,
+                trace=result.settings.get("trace"),
+                device=dev,
+                policy=config.policy,
+                state_alignment=config.state_alignment,
+            ),
+        )
     return result
 
 

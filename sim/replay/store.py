@@ -43,9 +43,9 @@ class SlotInfo:
     prefix_hash: bytes
     request: int
     layers_written: set = field(default_factory=set)
-    pages: list = field(default_factory=list)      # KV block table: [(key, page slot)]
+    pages: list = field(default_factory=list)  # KV block table: [(key, page slot)]
     kv_written: bool = False
-    rec_digest: dict = field(default_factory=dict)   # layer -> int64 [Hv] (digests=True)
+    rec_digest: dict = field(default_factory=dict)  # layer -> int64 [Hv] (digests=True)
     conv_digest: dict = field(default_factory=dict)  # layer -> int64 scalar
 
     @property
@@ -57,8 +57,16 @@ class SlotInfo:
 
 
 class CheckpointStore:
-    def __init__(self, shape: ReplayShape, act_dtype: torch.dtype, *, where: str = "gpu",
-                 device="cpu", page_tokens: int = PAGE_TOKENS, digests: bool = False) -> None:
+    def __init__(
+        self,
+        shape: ReplayShape,
+        act_dtype: torch.dtype,
+        *,
+        where: str = "gpu",
+        device="cpu",
+        page_tokens: int = PAGE_TOKENS,
+        digests: bool = False,
+    ) -> None:
         if where not in ("gpu", "host"):
             raise ValueError(f"store must be gpu or host, not {where!r}")
         self.shape = shape
@@ -116,10 +124,18 @@ class CheckpointStore:
     # ---- slots -------------------------------------------------------------------------------
     def _new_slot(self) -> int:
         s = self.shape
-        rec = torch.empty(s.layers, s.v_heads, s.head_k_dim, s.head_v_dim, dtype=torch.float32,
-                          device=self.device, pin_memory=self._pin)
-        conv = torch.empty(s.layers, s.conv_dim, s.conv_width - 1, dtype=self.act_dtype,
-                           device=self.device, pin_memory=self._pin)
+        rec = torch.empty(
+            s.layers,
+            s.v_heads,
+            s.head_k_dim,
+            s.head_v_dim,
+            dtype=torch.float32,
+            device=self.device,
+            pin_memory=self._pin,
+        )
+        conv = torch.empty(
+            s.layers, s.conv_dim, s.conv_width - 1, dtype=self.act_dtype, device=self.device, pin_memory=self._pin
+        )
         self._rec.append(rec)
         self._conv.append(conv)
         return len(self._rec) - 1
@@ -139,7 +155,7 @@ class CheckpointStore:
     def write(self, cp: int, layer: int, rec: torch.Tensor, conv: torch.Tensor) -> None:
         info = self.info(cp)
         nb = self._pin
-        if self.digests:     # of the produced tensors, before the copy (a lossy copy shows)
+        if self.digests:  # of the produced tensors, before the copy (a lossy copy shows)
             info.rec_digest[layer] = digest(rec, 1)
             info.conv_digest[layer] = digest(conv, 0)
         self._rec[info.slot][layer].copy_(rec, non_blocking=nb)
@@ -191,7 +207,7 @@ class CheckpointStore:
                 got.append(digest(state.kv[:, :, s:e].transpose(0, 2), 0))
                 want.append(page[3])
                 where.append(i)
-            if got:     # one comparison, one device-to-host sync
+            if got:  # one comparison, one device-to-host sync
                 bad = (torch.stack(got) != torch.stack(want).to(got[0].device)).nonzero().flatten().tolist()
                 out += [f"KV page {where[j]}" for j in bad]
             if not info.kv_written:
@@ -214,9 +230,17 @@ class CheckpointStore:
         s = self.shape
         n = 0 if self._pool is None else self._pool.shape[0]
         grow = max(16, n)
-        more = torch.empty(grow, s.attn_layers, 2, self.page_tokens, s.attn_kv_heads,
-                           s.attn_head_dim, dtype=self.act_dtype, device=self.device,
-                           pin_memory=self._pin)
+        more = torch.empty(
+            grow,
+            s.attn_layers,
+            2,
+            self.page_tokens,
+            s.attn_kv_heads,
+            s.attn_head_dim,
+            dtype=self.act_dtype,
+            device=self.device,
+            pin_memory=self._pin,
+        )
         self._pool = more if self._pool is None else torch.cat([self._pool, more])
         self._free_pages.extend(range(n + grow - 1, n, -1))
         return n
@@ -245,7 +269,7 @@ class CheckpointStore:
                 slot = self._page_slot()
                 # digest of the tokens' KV as produced, token-major ([tokens, A, 2, KVH, hd])
                 d = digest(kv[:, :, s:e].transpose(0, 2), 0) if self.digests else None
-                self._pool[slot, :, :, :e - s].copy_(kv[:, :, s:e], non_blocking=self._pin)
+                self._pool[slot, :, :, : e - s].copy_(kv[:, :, s:e], non_blocking=self._pin)
                 page = self._pages[key] = [slot, 0, e - s, d]
                 self.kv_tokens += e - s
             page[1] += 1
@@ -263,13 +287,13 @@ class CheckpointStore:
             return None
         s = self.shape
         if not info.pages:
-            return torch.empty(s.attn_layers, 2, 0, s.attn_kv_heads, s.attn_head_dim,
-                               dtype=self.act_dtype, device=self.compute_device)
+            return torch.empty(
+                s.attn_layers, 2, 0, s.attn_kv_heads, s.attn_head_dim, dtype=self.act_dtype, device=self.compute_device
+            )
         idx = torch.tensor([slot for _, slot in info.pages], device=self.device)
-        g = self._pool.index_select(0, idx)                  # [n, A, 2, P, KVH, hd]
-        g = g.permute(1, 2, 0, 3, 4, 5).reshape(s.attn_layers, 2, -1, s.attn_kv_heads,
-                                                s.attn_head_dim)
-        return g[:, :, :info.position].to(self.compute_device, copy=True, non_blocking=self._pin)
+        g = self._pool.index_select(0, idx)  # [n, A, 2, P, KVH, hd]
+        g = g.permute(1, 2, 0, 3, 4, 5).reshape(s.attn_layers, 2, -1, s.attn_kv_heads, s.attn_head_dim)
+        return g[:, :, : info.position].to(self.compute_device, copy=True, non_blocking=self._pin)
 
     def page(self, cp: int, i: int) -> torch.Tensor:
         """Page ``i`` of ``cp``'s block table itself (tests plant faults here)."""

@@ -36,12 +36,19 @@ def block_tokens_for(symbols: np.ndarray, block_tokens: int, seed: int, vocab: i
     return (mixed % np.uint64(vocab)).astype(np.int64).reshape(-1)
 
 
-def request_tokens(input_symbols, output_symbols, *, block_tokens: int, input_len: int,
-                   output_len: int, seed: int = 0, vocab: int = 1 << 17) -> np.ndarray:
+def request_tokens(
+    input_symbols,
+    output_symbols,
+    *,
+    block_tokens: int,
+    input_len: int,
+    output_len: int,
+    seed: int = 0,
+    vocab: int = 1 << 17,
+) -> np.ndarray:
     """The token ids of prompt + response for one request (prompt first, ``input_len`` tokens)."""
     if block_tokens == 1:
-        return np.concatenate([np.asarray(input_symbols, dtype=np.int64),
-                               np.asarray(output_symbols, dtype=np.int64)])
+        return np.concatenate([np.asarray(input_symbols, dtype=np.int64), np.asarray(output_symbols, dtype=np.int64)])
     inp = block_tokens_for(input_symbols, block_tokens, seed, vocab)[:input_len]
     out = block_tokens_for(output_symbols, block_tokens, seed, vocab)[:output_len]
     return np.concatenate([inp, out])
@@ -49,8 +56,7 @@ def request_tokens(input_symbols, output_symbols, *, block_tokens: int, input_le
 
 def prefix_hash(tokens: np.ndarray, p: int) -> bytes:
     """16-byte digest of the first ``p`` token ids (what a checkpoint at position p summarises)."""
-    return hashlib.blake2b(np.ascontiguousarray(tokens[:p], dtype=np.int64).tobytes(),
-                           digest_size=16).digest()
+    return hashlib.blake2b(np.ascontiguousarray(tokens[:p], dtype=np.int64).tobytes(), digest_size=16).digest()
 
 
 def page_keys(tokens: np.ndarray, p: int, page_tokens: int) -> list[bytes]:
@@ -61,7 +67,6 @@ def page_keys(tokens: np.ndarray, p: int, page_tokens: int) -> list[bytes]:
     t = np.ascontiguousarray(tokens[:p], dtype=np.int64)
     for s in range(0, p, page_tokens):
         e = min(p, s + page_tokens)
-        h = hashlib.blake2b(h + t[s:e].tobytes() + (e - s).to_bytes(4, "little"),
-                            digest_size=16).digest()
+        h = hashlib.blake2b(h + t[s:e].tobytes() + (e - s).to_bytes(4, "little"), digest_size=16).digest()
         keys.append(h)
     return keys

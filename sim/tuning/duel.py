@@ -86,7 +86,7 @@ class DuelTuner:
 
     def _decide(self) -> None:
         m = self.finished_n
-        win = self.scores[max(m - self.window, 0):m].sum(axis=0)
+        win = self.scores[max(m - self.window, 0) : m].sum(axis=0)
         cur = self.candidates.index(self.chosen)
         best = int(np.argmax(win))  # first maximum: the earliest candidate in preference order
         switch = win[best] > win[cur] * (1.0 + self.margin)

@@ -31,8 +31,13 @@ def run_oracle(trace, config, build: Builder, progress=None) -> SimResult:
         if res.summary["token_hit_rate"] > best.summary["token_hit_rate"]:
             best_alpha, best = a, res
     summary = dict(best.summary)
-    summary.update(policy=config.policy, tuned_alpha=float(best_alpha), tuned_choice=f"{best_alpha:g}",
-                   tuned_at_request=None, oracle_hit_rates={f"{a:g}": r.summary["token_hit_rate"] for a, r in results})
+    summary.update(
+        policy=config.policy,
+        tuned_alpha=float(best_alpha),
+        tuned_choice=f"{best_alpha:g}",
+        tuned_at_request=None,
+        oracle_hit_rates={f"{a:g}": r.summary["token_hit_rate"] for a, r in results},
+    )
     if progress is not None:
         progress.update(len(trace.requests))
     return dataclasses.replace(best, summary=summary)

@@ -79,8 +79,10 @@ def _init_worker(payload: dict) -> None:
 def replay(payload: dict, cand) -> tuple[float, float]:
     """Replay the payload's requests with ``cand``; returns (objective, token hit rate) over the last
     ``interval`` requests."""
-    reqs = [dataclasses.replace(r, arrival=float(t), think_time=0.0)
-            for r, t in zip(payload["requests"], payload["arrivals"])]
+    reqs = [
+        dataclasses.replace(r, arrival=float(t), think_time=0.0)
+        for r, t in zip(payload["requests"], payload["arrivals"])
+    ]
     trace = Trace(payload["name"], reqs, block_tokens=payload["block_tokens"], closed_loop=False)
     cfg = dataclasses.replace(payload["config"], alpha=0.0, mode="sequential")
     sim = payload["build"](trace, cfg)
@@ -135,6 +137,7 @@ def default_workers(config) -> int:
 # ---------------------------------------------------------------------------------------------
 # the engine hook
 # ---------------------------------------------------------------------------------------------
+
 
 class AlphaTuner:
     """Owns the tuning schedule of one Simulation. The engine calls ``before_insert(k)`` before the
@@ -204,8 +207,15 @@ class AlphaTuner:
         self.chosen = best
         dt = time.perf_counter() - t0
         self.seconds += dt
-        self.history.append({"at_request": k, "choice": best, "replayed": k - lo, "seconds": dt,
-                             "scores": {str(c): v for c, v in scores.items()}})
+        self.history.append(
+            {
+                "at_request": k,
+                "choice": best,
+                "replayed": k - lo,
+                "seconds": dt,
+                "scores": {str(c): v for c, v in scores.items()},
+            }
+        )
         if self.retune_every > 0:
             self.next_at = k + self.retune_every
             self.snapshot, self.snapshot_at = pickle.dumps(sim.tree, -1), k

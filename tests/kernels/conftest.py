@@ -17,26 +17,27 @@ def bf16_kernels_supported() -> bool:
 # fp32 and the small dims); one after another they take longer than the tests themselves.
 # Worker processes each run ``kernels.warmup`` for one variant and fill Triton's on-disk cache;
 # the test process then loads the binaries from that cache. Failures only cost the speed-up.
-GPU_VARIANTS = ([(dt, d, 2, 4) for dt in ("float16", "bfloat16") for d in (16, 32, 64, 100, 128, 256)]
-                + [("float32", 128, 4, 8)])
+GPU_VARIANTS = [(dt, d, 2, 4) for dt in ("float16", "bfloat16") for d in (16, 32, 64, 100, 128, 256)] + [
+    ("float32", 128, 4, 8)
+]
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _precompile_gpu_kernels(request):
     items = request.session.items
-    if not compiled_gpu() or not any(
-            it.get_closest_marker("gpu") or it.get_closest_marker("gpu_long") for it in items):
+    if not compiled_gpu() or not any(it.get_closest_marker("gpu") or it.get_closest_marker("gpu_long") for it in items):
         yield
         return
     from kernels.warmup import warmup_in_processes
 
-    configs = [dict(num_heads=h, num_v_heads=hv, head_k_dim=d, head_v_dim=d, dtype=dt,
-                    conv_dim=64 if d == 64 else None)
-               for dt, d, h, hv in GPU_VARIANTS
-               if dt != "bfloat16" or bf16_kernels_supported()]
+    configs = [
+        dict(num_heads=h, num_v_heads=hv, head_k_dim=d, head_v_dim=d, dtype=dt, conv_dim=64 if d == 64 else None)
+        for dt, d, h, hv in GPU_VARIANTS
+        if dt != "bfloat16" or bf16_kernels_supported()
+    ]
     try:
         warmup_in_processes(configs)
-    except Exception as exc:   # noqa: BLE001 - only the speed-up is lost
+    except Exception as exc:  # noqa: BLE001 - only the speed-up is lost
         print(f"kernel precompile skipped: {type(exc).__name__}: {exc}")
     yield
 

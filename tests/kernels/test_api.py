@@ -9,27 +9,35 @@ import torch.nn.functional as F  # noqa: E402
 from without_torch import run_without_torch  # noqa: E402
 
 import kernels  # noqa: E402
-from kernels import (causal_conv1d, chunk_gated_delta_rule, naive_gated_delta_rule,  # noqa: E402
-                     prepare_chunk_metadata, warmup)
+from kernels import (  # noqa: E402
+    causal_conv1d,
+    chunk_gated_delta_rule,
+    naive_gated_delta_rule,  # noqa: E402
+    prepare_chunk_metadata,
+    warmup,
+)
 
 
 def test_package_exports_are_the_module_functions():
     from kernels import chunk_gdn, conv
     from kernels import _common
+
     assert chunk_gated_delta_rule is chunk_gdn.chunk_gated_delta_rule
     assert causal_conv1d is conv.causal_conv1d
     assert prepare_chunk_metadata is _common.prepare_chunk_metadata
     assert set(kernels.__all__) <= set(dir(kernels))
     with pytest.raises(AttributeError):
-        kernels.no_such_function   # noqa: B018
+        kernels.no_such_function  # noqa: B018
 
 
 def test_import_without_torch_fails_only_on_use():
-    out = run_without_torch("import kernels, kernels.cli\n"
-                            "try:\n"
-                            "    from kernels import chunk_gated_delta_rule\n"
-                            "except ImportError as e:\n"
-                            "    print('ERR', e)\n")
+    out = run_without_torch(
+        "import kernels, kernels.cli\n"
+        "try:\n"
+        "    from kernels import chunk_gated_delta_rule\n"
+        "except ImportError as e:\n"
+        "    print('ERR', e)\n"
+    )
     assert "ERR kernels.chunk_gated_delta_rule needs torch and triton" in out
     assert "pip install 'marconi-sim[kernels]'" in out
 
@@ -41,9 +49,11 @@ def _inputs(T, H, HV, K, V, seed, dtype=torch.float32, device="cpu"):
     g = F.logsigmoid(torch.randn(1, T, HV, generator=gen))
     beta = torch.rand(1, T, HV, generator=gen)
     h0 = 0.1 * torch.randn(1, HV, K, V, generator=gen)
-    return [x.to(device=device, dtype=dtype) for x in (q, k, v)] + [g.to(device),
-                                                                   beta.to(device=device, dtype=dtype),
-                                                                   h0.to(device)]
+    return [x.to(device=device, dtype=dtype) for x in (q, k, v)] + [
+        g.to(device),
+        beta.to(device=device, dtype=dtype),
+        h0.to(device),
+    ]
 
 
 @pytest.mark.parametrize("K,V,T", [(100, 100, 70), (8, 24, 65), (40, 200, 65)])
@@ -57,12 +67,15 @@ def test_head_dims_not_powers_of_two(K, V, T):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("bad,match", [
-    (dict(K=257), "head dim K=257"),
-    (dict(V=300), "head dim V=300"),
-    (dict(HV=3), "HV a multiple of H"),
-    (dict(dtype=torch.float64), "dtype"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (dict(K=257), "head dim K=257"),
+        (dict(V=300), "head dim V=300"),
+        (dict(HV=3), "HV a multiple of H"),
+        (dict(dtype=torch.float64), "dtype"),
+    ],
+)
 def test_refuses_what_it_cannot_run(bad, match):
     args = dict(T=4, H=2, HV=4, K=16, V=16, dtype=torch.float32)
     args.update(bad)
@@ -80,8 +93,16 @@ def test_refuses_bad_initial_state_shape():
 
 
 def test_warmup_runs_every_bucket_on_cpu():
-    secs = warmup([(30, 40)], num_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=16,
-                  dtype=torch.float32, device="cpu", conv_dim=16)
+    secs = warmup(
+        [(30, 40)],
+        num_heads=1,
+        num_v_heads=2,
+        head_k_dim=16,
+        head_v_dim=16,
+        dtype=torch.float32,
+        device="cpu",
+        conv_dim=16,
+    )
     assert secs > 0
 
 
@@ -109,23 +130,27 @@ def test_gpu_warmup_then_new_lengths_compile_nothing():
     """After ``warmup`` a call with a length never seen before compiles no kernel (nor does
     switching l2norm, initial state or boundary output: those are runtime flags)."""
     from kernels import chunk_gdn, conv
-    jits = (chunk_gdn._solve_kernel, chunk_gdn._wu_kernel, chunk_gdn._state_kernel,
-            chunk_gdn._output_kernel,
-            conv._conv_kernel)
+
+    jits = (
+        chunk_gdn._solve_kernel,
+        chunk_gdn._wu_kernel,
+        chunk_gdn._state_kernel,
+        chunk_gdn._output_kernel,
+        conv._conv_kernel,
+    )
 
     def compiled():
         # JITFunction.device_caches[device] = (kernel_cache, ...) in triton 3.6 .. 3.9
         return sum(len(c[0]) for j in jits for c in j.device_caches.values())
 
     half = torch.bfloat16 if torch.cuda.get_device_capability() >= (8, 0) else torch.float16
-    warmup(num_heads=2, num_v_heads=4, head_k_dim=64, head_v_dim=64, dtype=half,
-           conv_dim=64)
+    warmup(num_heads=2, num_v_heads=4, head_k_dim=64, head_v_dim=64, dtype=half, conv_dim=64)
     before = compiled()
     assert before > 0
     for T, h0, norm in ((1000, True, True), (37, False, True), (4097, True, False)):
-        q, k, v, g, beta, s0 = _inputs(T, 2, 4, 64, 64, seed=T, dtype=half,
-                                       device="cuda")
-        chunk_gated_delta_rule(q, k, v, g, beta, initial_state=s0 if h0 else None,
-                               use_qk_l2norm=norm, boundary_states=T > 100)
+        q, k, v, g, beta, s0 = _inputs(T, 2, 4, 64, 64, seed=T, dtype=half, device="cuda")
+        chunk_gated_delta_rule(
+            q, k, v, g, beta, initial_state=s0 if h0 else None, use_qk_l2norm=norm, boundary_states=T > 100
+        )
     torch.cuda.synchronize()
     assert compiled() == before

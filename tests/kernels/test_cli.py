@@ -18,10 +18,12 @@ def _group():
 
 
 def test_cli_module_imports_without_torch():
-    out = run_without_torch("import click\n"
-                            "from kernels.cli import register\n"
-                            "g = click.Group(); register(g)\n"
-                            "print(sorted(g.commands['kernels'].commands))\n")
+    out = run_without_torch(
+        "import click\n"
+        "from kernels.cli import register\n"
+        "g = click.Group(); register(g)\n"
+        "print(sorted(g.commands['kernels'].commands))\n"
+    )
     assert "['check']" in out
 
 

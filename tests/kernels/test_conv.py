@@ -39,10 +39,8 @@ def test_varlen_with_state_ragged_starts_no_activation():
     D, cu, starts = 72, [0, 2, 70, 71, 200], [0, 62, 5, 100]
     x, w = rnd(gen, 1, 200, D), rnd(gen, D, 4)
     cs = rnd(gen, 4, D, 3)
-    y, cf, cb = causal_conv1d(x, w, conv_state=cs, cu_seqlens=cu, start_positions=starts,
-                              activation=None)
-    ry, rcf, rcb, pos = naive_causal_conv1d(x, w, conv_state=cs, cu_seqlens=cu,
-                                            start_positions=starts, activation=None)
+    y, cf, cb = causal_conv1d(x, w, conv_state=cs, cu_seqlens=cu, start_positions=starts, activation=None)
+    ry, rcf, rcb, pos = naive_causal_conv1d(x, w, conv_state=cs, cu_seqlens=cu, start_positions=starts, activation=None)
     # the 2-token sequence ends inside its incoming state window: part of the final state and
     # of the window at boundary 64 of sequence 1 come from the incoming conv state
     assert pos == [[], [64, 128], [], [128, 192]]
@@ -57,23 +55,23 @@ def test_windows_restore_the_conv():
     x, w, b = rnd(gen, 1, T, D), rnd(gen, D, 4), rnd(gen, D)
     y, cf, cb = causal_conv1d(x, w, b)
     for i, p in enumerate((64, 128, 192)):
-        y2, cf2, cb2 = causal_conv1d(x[:, p:], w, b, conv_state=cb[i:i + 1], start_positions=[p])
+        y2, cf2, cb2 = causal_conv1d(x[:, p:], w, b, conv_state=cb[i : i + 1], start_positions=[p])
         assert torch.equal(y2, y[:, p:]) and torch.equal(cf2, cf)
-        assert torch.equal(cb2, cb[i + 1:])
+        assert torch.equal(cb2, cb[i + 1 :])
 
 
 def test_strided_input_stride_and_empty_sequence():
     gen = torch.Generator().manual_seed(3)
     D = 32
     big = rnd(gen, 1, 130, 3 * D)
-    x = big[..., D:2 * D]                         # a view into a fused projection
+    x = big[..., D : 2 * D]  # a view into a fused projection
     w = rnd(gen, D, 4)
     cs = rnd(gen, 3, D, 3)
-    cu = [0, 60, 60, 130]                         # the middle sequence is empty
+    cu = [0, 60, 60, 130]  # the middle sequence is empty
     y, cf, cb = causal_conv1d(x, w, conv_state=cs, cu_seqlens=cu, boundary_stride=2)
     ry, rcf, _, _ = naive_causal_conv1d(x, w, conv_state=cs, cu_seqlens=cu)
     close(y, ry)
-    assert torch.equal(cf, rcf)                   # the empty sequence keeps its incoming state
-    assert cb.shape[0] == 0                       # boundary 64 of seq 2 is odd: stride 2 skips it
+    assert torch.equal(cf, rcf)  # the empty sequence keeps its incoming state
+    assert cb.shape[0] == 0  # boundary 64 of seq 2 is odd: stride 2 skips it
     with pytest.raises(ValueError):
         causal_conv1d(x, w[:, :1])

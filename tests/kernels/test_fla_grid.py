@@ -58,15 +58,16 @@ def fla_chunk_case(T, D, gate_norm, scale, mask_p, l2norm, dtype, device, seed=4
 
 def check_case(q, k, v, g, beta, h0, *, scale, l2norm, cu_seqlens=None, tol):
     inside = l2norm == "inside"
-    o, ht, hb = chunk_gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=h0,
-                                       cu_seqlens=cu_seqlens, use_qk_l2norm=inside)
-    ro, rf, rb, _ = naive_gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=h0,
-                                           cu_seqlens=cu_seqlens, use_qk_l2norm=inside)
+    o, ht, hb = chunk_gated_delta_rule(
+        q, k, v, g, beta, scale=scale, initial_state=h0, cu_seqlens=cu_seqlens, use_qk_l2norm=inside
+    )
+    ro, rf, rb, _ = naive_gated_delta_rule(
+        q, k, v, g, beta, scale=scale, initial_state=h0, cu_seqlens=cu_seqlens, use_qk_l2norm=inside
+    )
     assert hb.shape == rb.shape
     assert torch.isfinite(o).all() and torch.isfinite(ht).all() and torch.isfinite(hb).all()
     errs = {"o": err_ratio(o, ro), "ht": err_ratio(ht, rf), "boundaries": err_ratio(hb, rb)}
-    errs["worst boundary"] = max((err_ratio(hb[i], rb[i]) for i in range(hb.shape[0])),
-                                 default=0.0)
+    errs["worst boundary"] = max((err_ratio(hb[i], rb[i]) for i in range(hb.shape[0])), default=0.0)
     assert errs["o"] < tol and errs["ht"] < tol and errs["boundaries"] < tol, errs
     return errs
 
@@ -108,8 +109,7 @@ def varlen_case(cu, D, dtype, device, tol):
     q, k, v, beta = (x.to(device=device, dtype=dtype) for x in (q, k, v, beta))
     # FLA rounds its initial state to the input dtype; so does the port
     h0 = h0.to(dtype).float().to(device)
-    return check_case(q, k, v, g.to(device), beta, h0, scale=1.0, l2norm="outside",
-                      cu_seqlens=cu, tol=tol)
+    return check_case(q, k, v, g.to(device), beta, h0, scale=1.0, l2norm="outside", cu_seqlens=cu, tol=tol)
 
 
 # ---- GPU: the whole grid, fp16 (FLA's dtype) and bf16 -----------------------------------------
@@ -139,8 +139,9 @@ def test_fla_chunk_grid_gpu(dtype, T, D, l2norm):
                 errs = check_case(*case, scale=scale, l2norm=l2norm, tol=FLA_TOL[dtype])
                 for key, val in errs.items():
                     worst[key] = max(worst.get(key, 0.0), val)
-    print(f"FLAGRID {str(dtype)[6:]} T={T} D={D} l2norm={l2norm}: "
-          + " ".join(f"{k}={v:.2e}" for k, v in worst.items()))
+    print(
+        f"FLAGRID {str(dtype)[6:]} T={T} D={D} l2norm={l2norm}: " + " ".join(f"{k}={v:.2e}" for k, v in worst.items())
+    )
 
 
 @pytest.mark.gpu

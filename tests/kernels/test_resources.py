@@ -16,15 +16,16 @@ pytest.importorskip("triton")
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "kernel_resources.py"
 
-pytestmark = pytest.mark.skipif(platform.machine() != "x86_64" or sys.platform != "linux",
-                                reason="the triton wheel's ptxas is an x86-64 Linux binary")
+pytestmark = pytest.mark.skipif(
+    platform.machine() != "x86_64" or sys.platform != "linux",
+    reason="the triton wheel's ptxas is an x86-64 Linux binary",
+)
 
 
 def _run(*args):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")    # silences triton 3.9's notice
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          env=env, timeout=600)
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # silences triton 3.9's notice
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=600)
 
 
 @pytest.mark.parametrize("dtype,dim", [("bf16", 128), ("fp16", 256), ("bf16", 64)])
@@ -34,7 +35,7 @@ def test_no_spills_and_pipelined_state_loop(dtype, dim):
     rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()[2:]}
     assert set(rows) == {"solve", "wu", "state", "output"}
     state = rows["state"]
-    assert int(state[6]) > 0                      # cp.async column
+    assert int(state[6]) > 0  # cp.async column
 
 
 def test_refuses_the_interpreter():

@@ -41,7 +41,7 @@ def inputs(T, H, HV, K, V, seed, *, B=1):
     q = torch.randn(B, T, H, K, generator=gen)
     k = torch.randn(B, T, H, K, generator=gen)
     v = torch.randn(B, T, HV, V, generator=gen)
-    g = F.logsigmoid(torch.randn(B, T, HV, generator=gen)) * 0.5     # log decay < 0
+    g = F.logsigmoid(torch.randn(B, T, HV, generator=gen)) * 0.5  # log decay < 0
     beta = torch.rand(B, T, HV, generator=gen)
     return q, k, v, g, beta
 
@@ -74,14 +74,15 @@ def test_single_sequence_matches_oracle(T):
 CU, STARTS = [0, 100, 180, 330], [30, 64, 130]
 
 
-@pytest.mark.parametrize("H, HV, K, V", [(2, 4, 32, 32), (1, 1, 64, 32), (1, 1, 32, 64), (2, 4, 64, 32),
-                                         (1, 2, 48, 48), (2, 2, 48, 24), (3, 6, 20, 36)],
-                         ids=["gva", "K64V32", "K32V64", "gva-K64V32", "gva-48", "K48V24", "gva-20x36"])
+@pytest.mark.parametrize(
+    "H, HV, K, V",
+    [(2, 4, 32, 32), (1, 1, 64, 32), (1, 1, 32, 64), (2, 4, 64, 32), (1, 2, 48, 48), (2, 2, 48, 24), (3, 6, 20, 36)],
+    ids=["gva", "K64V32", "K32V64", "gva-K64V32", "gva-48", "K48V24", "gva-20x36"],
+)
 def test_varlen_ragged_starts_initial_states(H, HV, K, V):
     q, k, v, g, beta = inputs(CU[-1], H, HV, K, V, seed=H * 100 + K + V)
     h0 = state(3, HV, K, V, seed=3)
-    (o, ht, hb), (ro, rf, rb, rpos) = both(q, k, v, g, beta, initial_state=h0, cu_seqlens=CU,
-                                           start_positions=STARTS)
+    (o, ht, hb), (ro, rf, rb, rpos) = both(q, k, v, g, beta, initial_state=h0, cu_seqlens=CU, start_positions=STARTS)
     assert rpos == [[64, 128], [128], [192, 256]]
     assert o.shape == (1, CU[-1], HV, V) and ht.shape == (3, HV, K, V) and hb.shape == (5, HV, K, V)
     close(o, ro)
@@ -99,25 +100,38 @@ def test_in_kernel_gate_beta_sigmoid_and_metadata():
     a, b = a * 4, b * 6 - 3
     h0 = state(3, 2, 16, 16, seed=7)
     meta = prepare_chunk_metadata(CU, STARTS, boundary_indices=[[64], [], [256]])
-    o, ht, hb = chunk_gated_delta_rule(q, k, v, a, b, initial_state=h0, chunk_metadata=meta,
-                                       use_qk_l2norm=True, A_log=A_log, dt_bias=dt_bias,
-                                       use_gate_in_kernel=True, use_beta_sigmoid=True)
+    o, ht, hb = chunk_gated_delta_rule(
+        q,
+        k,
+        v,
+        a,
+        b,
+        initial_state=h0,
+        chunk_metadata=meta,
+        use_qk_l2norm=True,
+        A_log=A_log,
+        dt_bias=dt_bias,
+        use_gate_in_kernel=True,
+        use_beta_sigmoid=True,
+    )
     g = naive_gdn_gate(a, A_log, dt_bias)
-    ro, rf, rb, rpos = naive_gated_delta_rule(q, k, v, g, torch.sigmoid(b), initial_state=h0, cu_seqlens=CU,
-                                              start_positions=STARTS, use_qk_l2norm=True)
+    ro, rf, rb, rpos = naive_gated_delta_rule(
+        q, k, v, g, torch.sigmoid(b), initial_state=h0, cu_seqlens=CU, start_positions=STARTS, use_qk_l2norm=True
+    )
     assert meta.boundary_positions == [[64], [], [256]]
     close(o, ro)
     close(ht, rf)
-    close(hb, rb[[0, 4]])                     # all boundaries: 64, 128 | 128 | 192, 256
+    close(hb, rb[[0, 4]])  # all boundaries: 64, 128 | 128 | 192, 256
 
 
 def test_boundary_stride_index_list_dtype_and_none():
     q, k, v, g, beta = inputs(200, 2, 4, 32, 32, seed=3)
-    _, _, rb, _ = naive_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True)      # 64, 128, 192
+    _, _, rb, _ = naive_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True)  # 64, 128, 192
     o, ht, hb = chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, boundary_stride=2)
     close(hb, rb[1:2])
-    _, _, hb16 = chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, boundary_indices=[64, 192],
-                                        state_dtype=torch.bfloat16)
+    _, _, hb16 = chunk_gated_delta_rule(
+        q, k, v, g, beta, use_qk_l2norm=True, boundary_indices=[64, 192], state_dtype=torch.bfloat16
+    )
     assert hb16.dtype == torch.bfloat16 and hb16.shape[0] == 2
     close(hb16, rb[[0, 2]], rtol=1e-2)
     o2, ht2, none = chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, boundary_states=False)
@@ -147,7 +161,7 @@ def test_half_inputs_keep_their_dtype_and_fp32_states():
     o, ht, hb = chunk_gated_delta_rule(qb, kb, vb, g, beta, use_qk_l2norm=True)
     ro, rf, rb, _ = naive_gated_delta_rule(qb, kb, vb, g, beta, use_qk_l2norm=True)
     assert o.dtype == torch.bfloat16 and ht.dtype == hb.dtype == torch.float32
-    close(o, ro, rtol=1e-2)                   # the output rounded to bf16; the math in fp32
+    close(o, ro, rtol=1e-2)  # the output rounded to bf16; the math in fp32
     close(ht, rf)
 
 
@@ -164,14 +178,22 @@ def test_resume_from_every_boundary_reproduces_the_rest():
     assert bounds == [64, 128, 192, 256, 320]
     for i, b in enumerate(bounds):
         j = b - start
-        o2, ht2, hb2 = chunk_gated_delta_rule(q[:, j:], k[:, j:], v[:, j:], g[:, j:], beta[:, j:],
-                                              use_qk_l2norm=True, initial_state=hb[i:i + 1], start_positions=[b])
+        o2, ht2, hb2 = chunk_gated_delta_rule(
+            q[:, j:],
+            k[:, j:],
+            v[:, j:],
+            g[:, j:],
+            beta[:, j:],
+            use_qk_l2norm=True,
+            initial_state=hb[i : i + 1],
+            start_positions=[b],
+        )
         close(o2, o[:, j:])
         close(ht2, ht)
-        close(hb2, hb[i + 1:])
-        y2, cf2, cb2 = causal_conv1d(conv_x[:, j:], w, bias, conv_state=cb[i:i + 1], start_positions=[b])
+        close(hb2, hb[i + 1 :])
+        y2, cf2, cb2 = causal_conv1d(conv_x[:, j:], w, bias, conv_state=cb[i : i + 1], start_positions=[b])
         close(y2, y[:, j:])
-        assert torch.equal(cf2, cf) and torch.equal(cb2, cb[i + 1:])
+        assert torch.equal(cf2, cf) and torch.equal(cb2, cb[i + 1 :])
 
 
 # ---- conv ------------------------------------------------------------------------------------
@@ -193,18 +215,18 @@ def test_conv_varlen_ragged_starts_strided_state(activation):
     gen = torch.Generator().manual_seed(1)
     D, cu, starts = 24, [0, 2, 70, 70, 200, 330], [0, 62, 10, 100, 30]
     big = torch.randn(1, 330, 3 * D, generator=gen)
-    x = big[..., D:2 * D]
+    x = big[..., D : 2 * D]
     w = torch.randn(D, 4, generator=gen)
-    cs = torch.randn(5, 3, D, generator=gen).transpose(1, 2)            # [N, D, W-1], strided
+    cs = torch.randn(5, 3, D, generator=gen).transpose(1, 2)  # [N, D, W-1], strided
     assert not cs.is_contiguous() and not x.is_contiguous()
-    y, cf, cb = causal_conv1d(x, w, conv_state=cs, cu_seqlens=cu, start_positions=starts,
-                              activation=activation)
-    ry, rcf, rcb, pos = naive_causal_conv1d(x, w, conv_state=cs, cu_seqlens=cu, start_positions=starts,
-                                            activation=activation)
+    y, cf, cb = causal_conv1d(x, w, conv_state=cs, cu_seqlens=cu, start_positions=starts, activation=activation)
+    ry, rcf, rcb, pos = naive_causal_conv1d(
+        x, w, conv_state=cs, cu_seqlens=cu, start_positions=starts, activation=activation
+    )
     assert pos == [[], [64, 128], [], [128, 192], [64, 128]]
     close(y, ry)
     assert torch.equal(cf, rcf) and torch.equal(cb, rcb)
-    assert torch.equal(cf[2], cs[2])                                   # the empty sequence keeps its state
+    assert torch.equal(cf[2], cs[2])  # the empty sequence keeps its state
     # the boundary selection of the metadata (an index list per sequence)
     meta = prepare_chunk_metadata(cu, starts, boundary_indices=[[], [128], [], [], [64, 128]])
     _, cf2, cb2 = causal_conv1d(x, w, conv_state=cs, chunk_metadata=meta, activation=activation)
@@ -252,18 +274,20 @@ def test_package_exports():
 
 def test_runs_without_triton():
     """The module imports and runs where triton cannot be imported."""
-    code = ("import builtins\n"
-            "real = builtins.__import__\n"
-            "def imp(name, *a, **k):\n"
-            "    if name.split('.')[0] == 'triton':\n"
-            "        raise ImportError(name, name='triton')\n"
-            "    return real(name, *a, **k)\n"
-            "builtins.__import__ = imp\n"
-            "import sys, torch\n"
-            "from kernels import torch_chunk_gated_delta_rule as gdn, torch_causal_conv1d as conv\n"
-            "x = torch.randn(1, 70, 2, 16)\n"
-            "o, ht, hb = gdn(x[:, :, :1], x[:, :, 1:], x, x[..., 0], x[..., 1].sigmoid())\n"
-            "y, cf, cb = conv(x.reshape(1, 70, 32), torch.randn(32, 4))\n"
-            "print(tuple(o.shape), tuple(hb.shape), tuple(cb.shape), 'triton' in sys.modules)\n")
+    code = (
+        "import builtins\n"
+        "real = builtins.__import__\n"
+        "def imp(name, *a, **k):\n"
+        "    if name.split('.')[0] == 'triton':\n"
+        "        raise ImportError(name, name='triton')\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = imp\n"
+        "import sys, torch\n"
+        "from kernels import torch_chunk_gated_delta_rule as gdn, torch_causal_conv1d as conv\n"
+        "x = torch.randn(1, 70, 2, 16)\n"
+        "o, ht, hb = gdn(x[:, :, :1], x[:, :, 1:], x, x[..., 0], x[..., 1].sigmoid())\n"
+        "y, cf, cb = conv(x.reshape(1, 70, 32), torch.randn(32, 4))\n"
+        "print(tuple(o.shape), tuple(hb.shape), tuple(cb.shape), 'triton' in sys.modules)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["(1,", "70,", "2,", "16)", "(1,", "2,", "16,", "16)", "(1,", "32,", "3)", "False"]

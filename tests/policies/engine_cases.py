@@ -18,9 +18,21 @@ BIG = 10**15
 
 # 2 bytes of KV per token (1 attention layer, 1 KV head of dim 1, 1-byte KV), one 16-byte state
 # (1 GDN layer, 1 head, 2 x 2 fp32, no conv columns): a state costs the KV of 8 tokens.
-TINY = ModelSpec(name="tiny", d_model=8, n_attn=1, attn_heads=1, attn_kv_heads=1, attn_head_dim=1,
-                 kv_dtype_bytes=1, n_gdn=1, gdn_k_heads=1, gdn_v_heads=1, gdn_head_k_dim=2,
-                 gdn_head_v_dim=2, gdn_conv_width=1)
+TINY = ModelSpec(
+    name="tiny",
+    d_model=8,
+    n_attn=1,
+    attn_heads=1,
+    attn_kv_heads=1,
+    attn_head_dim=1,
+    kv_dtype_bytes=1,
+    n_gdn=1,
+    gdn_k_heads=1,
+    gdn_v_heads=1,
+    gdn_head_k_dim=2,
+    gdn_head_v_dim=2,
+    gdn_conv_width=1,
+)
 TIMING = TimingModel(effective_tflops=1.0, overhead_ms=1.0, decode_ms_per_token=1.0)
 
 
@@ -34,8 +46,9 @@ def cat(*parts):
 
 def one_per_session(*pairs):
     """Request i = (input, output) in session i, arriving at t = i."""
-    return Trace("t", [Request(session_id=i, turn=0, input_tokens=inp, output_tokens=out)
-                       for i, (inp, out) in enumerate(pairs)])
+    return Trace(
+        "t", [Request(session_id=i, turn=0, input_tokens=inp, output_tokens=out) for i, (inp, out) in enumerate(pairs)]
+    )
 
 
 def run(trace, policy, *, spec=None, capacity=BIG, model="qwen3.5-9b", **cfg):

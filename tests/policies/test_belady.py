@@ -58,8 +58,15 @@ def test_a_parents_next_use_moves_with_the_states_below_it():
 
     nu = NextUse([cat(toks(0, 15), toks(70, 3)), cat(toks(0, 10), toks(80, 2))], max_depth=20)
     pol = BeladyEviction()
-    tree = EngineTree(EngineRules(future=True), future=nu, capacity_bytes=10**6, kv_bytes_per_token=2,
-                      state_bytes=16, block_tokens=1, policy=pol)
+    tree = EngineTree(
+        EngineRules(future=True),
+        future=nu,
+        capacity_bytes=10**6,
+        kv_bytes_per_token=2,
+        state_bytes=16,
+        block_tokens=1,
+        policy=pol,
+    )
     tree.insert(toks(0, 10), 10, [10], 1.0)
     tree.insert(toks(0, 15), 15, [15], 2.0)
     p = tree.root.children[0]
@@ -77,8 +84,12 @@ def test_belady_keeps_the_state_needed_next(mode, policy):
     # 36 B per 10-token request (20 B KV + a 16-B state) in 80 B: the third request evicts one.
     # LRU (sglang+) evicts A, the oldest; belady evicts B, never used again, and A's follow-up
     # hits 10.
-    trace = one_per_session((toks(0, 10), toks(0, 0)), (toks(100, 10), toks(0, 0)), (toks(200, 10), toks(0, 0)),
-                            (cat(toks(0, 10), toks(50, 5)), toks(0, 0)))
+    trace = one_per_session(
+        (toks(0, 10), toks(0, 0)),
+        (toks(100, 10), toks(0, 0)),
+        (toks(200, 10), toks(0, 0)),
+        (cat(toks(0, 10), toks(50, 5)), toks(0, 0)),
+    )
     got, sim = run(trace, policy, spec=TINY, capacity=80, mode=mode)
     assert got == [0, 0, 0, 10]
     assert sim.tree.match(toks(100, 11)).hit_tokens == 0
@@ -91,9 +102,13 @@ def test_belady_size_weighs_distance_by_bytes():
     # room. A is next used by r3 (1 request ahead), B by r4 (2 ahead): distance x bytes is
     # 1 x 76 for A against 2 x 26 for B, so belady-size drops A: r3 misses, r4 reuses B's 5
     # tokens. belady drops B, the farther: r3 reuses A's 30 tokens, r4 misses.
-    trace = one_per_session((toks(0, 30), toks(0, 0)), (toks(100, 5), toks(0, 0)), (toks(200, 10), toks(0, 0)),
-                            (cat(toks(0, 30), toks(70, 2)), toks(0, 0)),
-                            (cat(toks(100, 5), toks(60, 2)), toks(0, 0)))
+    trace = one_per_session(
+        (toks(0, 30), toks(0, 0)),
+        (toks(100, 5), toks(0, 0)),
+        (toks(200, 10), toks(0, 0)),
+        (cat(toks(0, 30), toks(70, 2)), toks(0, 0)),
+        (cat(toks(100, 5), toks(60, 2)), toks(0, 0)),
+    )
     assert run(trace, "belady-size", spec=TINY, capacity=130)[0] == [0, 0, 0, 0, 5]
     assert run(trace, "belady", spec=TINY, capacity=130)[0] == [0, 0, 0, 30, 0]
 
@@ -104,8 +119,12 @@ def test_belady_size_counts_a_never_used_node_twice_the_trace_plus_two_requests_
     tokens: 136 B, reused by r3), r1 = B (2 tokens: 20 B, never reused); r2 = C (36 B) needs room.
     A is next used 1 request ahead: 1 x 136 = 136; B scores 10 x 20 = 200, so B goes and r3 reuses
     A's 60 tokens (a horizon of 6 would score B 120 and drop A)."""
-    trace = one_per_session((toks(0, 60), toks(0, 0)), (toks(100, 2), toks(0, 0)), (toks(200, 10), toks(0, 0)),
-                            (cat(toks(0, 60), toks(70, 2)), toks(0, 0)))
+    trace = one_per_session(
+        (toks(0, 60), toks(0, 0)),
+        (toks(100, 2), toks(0, 0)),
+        (toks(200, 10), toks(0, 0)),
+        (cat(toks(0, 60), toks(70, 2)), toks(0, 0)),
+    )
     got, sim = run(trace, "belady-size", spec=TINY, capacity=180)
     assert got == [0, 0, 0, 60]
     assert sim.tree.match(toks(100, 3)).hit_tokens == 0

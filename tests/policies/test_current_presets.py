@@ -38,6 +38,7 @@ CURRENT = ("sglang", "vllm", "trtllm", "lmdeploy")
 
 # ---------------------------------------------------------------------------------- the last-token rule
 
+
 @settings(max_examples=40, deadline=None)
 @given(n_in=st.integers(2, 300), n_out=st.integers(1, 300))
 def test_a_finished_request_stores_input_plus_output_minus_one(n_in, n_out):
@@ -78,6 +79,7 @@ def test_identical_prompt_with_the_last_token_rule_21158():
 
 
 # ---------------------------------------------------------------------------------- SGLang
+
 
 def test_sglang_auto_is_extra_buffer_and_tracks_decode_on_the_interval():
     """``auto`` resolves to extra_buffer (#30127, #39430). r0: 300 prompt tokens, 212 output
@@ -120,13 +122,16 @@ def test_sglang_memory_split_follows_the_engine():
     assert sim.tree.state_capacity is None  # no knob: one budget, as before
 
 
-@pytest.mark.parametrize(("knobs", "words"), [
-    ({"mamba_radix_cache_strategy": "no_buffer", "page_size": 2}, "--page-size 1"),
-    ({"page_size": 64, "mamba_track_interval": 100}, "multiple of --page-size"),
-    ({"mamba_full_memory_ratio": 0.5}, "--gpu-memory"),
-    ({"max_mamba_cache_size": 8, "state_pool": "8"}, "give one"),
-    ({"mamba_radix_cache_strategy": "no_buffer", "mamba_track_interval": 512}, "extra_buffer only"),
-])
+@pytest.mark.parametrize(
+    ("knobs", "words"),
+    [
+        ({"mamba_radix_cache_strategy": "no_buffer", "page_size": 2}, "--page-size 1"),
+        ({"page_size": 64, "mamba_track_interval": 100}, "multiple of --page-size"),
+        ({"mamba_full_memory_ratio": 0.5}, "--gpu-memory"),
+        ({"max_mamba_cache_size": 8, "state_pool": "8"}, "give one"),
+        ({"mamba_radix_cache_strategy": "no_buffer", "mamba_track_interval": 512}, "extra_buffer only"),
+    ],
+)
 def test_sglang_refuses_combinations_the_engine_cannot_run(knobs, words):
     trace = one_per_session((toks(0, 50), toks(100, 5)))
     with pytest.raises(PolicyError, match=words):
@@ -144,20 +149,28 @@ def test_sglang_refresh_is_the_consumed_state_with_a_kv_path():
 
 # ---------------------------------------------------------------------------------- vLLM
 
+
 def test_vllm_528_token_cliff_40696():
     """vLLM #40696 (Qwen3.5-4B; the 9B preset has the same 528-token block): prompts under 528
     tokens never hit, a repeated 979-token prompt hits 528 (54 %)."""
-    trace = one_per_session((toks(0, 500), toks(9000, 5)), (toks(0, 500), toks(9100, 5)),
-                            (toks(0, 979), toks(9200, 5)), (toks(0, 979), toks(9300, 5)))
+    trace = one_per_session(
+        (toks(0, 500), toks(9000, 5)),
+        (toks(0, 500), toks(9100, 5)),
+        (toks(0, 979), toks(9200, 5)),
+        (toks(0, 979), toks(9300, 5)),
+    )
     got, sim = run(trace, "vllm")
     assert sim.grid == 528 and got == [0, 0, 0, 528]
 
 
-@pytest.mark.parametrize(("interval", "kept"), [
-    (4800, [4800, 9600]),                          # the grid: blocks 2, 5 (states at 4800, 9600)
-    (0, [9600]),                                   # semantic only: the prompt's last full block
-    (-1, [1600, 3200, 4800, 6400, 8000, 9600]),    # None: every step end kept
-])
+@pytest.mark.parametrize(
+    ("interval", "kept"),
+    [
+        (4800, [4800, 9600]),  # the grid: blocks 2, 5 (states at 4800, 9600)
+        (0, [9600]),  # semantic only: the prompt's last full block
+        (-1, [1600, 3200, 4800, 6400, 8000, 9600]),  # None: every step end kept
+    ],
+)
 def test_vllm_retention_grid(interval, kept):
     """vLLM test_mamba_align_retention_grid.py (9ab07979812c): block 1600, interval 3 x 1600;
     one block per scheduled step. test_grid_blocks_survive_relocation: only grid blocks are kept;
@@ -167,9 +180,14 @@ def test_vllm_retention_grid(interval, kept):
     assert state_depths(sim.tree) == kept
 
 
-@pytest.mark.parametrize(("interval", "kept"), [
-    (0, [64, 384]), (128, [64, 128, 256, 384]), (-1, [64, 128, 192, 256, 320, 384]),
-])
+@pytest.mark.parametrize(
+    ("interval", "kept"),
+    [
+        (0, [64, 384]),
+        (128, [64, 128, 256, 384]),
+        (-1, [64, 128, 192, 256, 320, 384]),
+    ],
+)
 def test_vllm_decode_keeps_the_rolling_newest_boundary(interval, kept):
     """test_mamba_align_retention_grid.py::test_rolling_checkpoint_registers_newest_boundary:
     under retention the newest frozen boundary is the request's resume point. Block 64, 100
@@ -185,8 +203,9 @@ def test_vllm_junction_checkpoint_45238():
     own tokens, so nothing is ever reused; with junction checkpoints the second request ends a
     prefill step at the shared part's last block boundary (256) and keeps that state, and the
     third reuses it."""
-    trace = one_per_session(*[(cat(toks(0, 300), toks(1000 * (i + 1), 100)), toks(50_000 + 10 * i, 5))
-                              for i in range(3)])
+    trace = one_per_session(
+        *[(cat(toks(0, 300), toks(1000 * (i + 1), 100)), toks(50_000 + 10 * i, 5)) for i in range(3)]
+    )
     assert run(trace, "vllm", block_size=64)[0] == [0, 0, 0]
     got, sim = run(trace, "vllm", block_size=64, enable_mamba_shared_prefix_checkpoint=True)
     assert got == [0, 0, 256] and 256 in state_depths(sim.tree)
@@ -217,6 +236,7 @@ def test_vllm_refuses_meaningless_knobs():
 
 
 # ---------------------------------------------------------------------------------- TensorRT-LLM
+
 
 def test_trtllm_without_a_snapshot_policy_reuses_nothing():
     """TensorRT-LLM's V2 manager: a hybrid model with block reuse on and no snapshot policy gets
@@ -249,8 +269,11 @@ def test_trtllm_fixed_offsets_place_the_engines_points_in_the_tree():
     """The same case through the simulator: a 150-token prompt and one output token (150 tokens
     stored, no decode multiple of 64 above 150) holds states at 64, 128 and 150; the 128- and
     32-token prompts of the engine's test, each alone, hold [64, 106, 128] and [10, 32]."""
-    offsets = {"periodic_snapshot_interval": 64, "additional_snapshot_offsets_from_start": "128,999",
-               "additional_snapshot_offsets_from_end": "0,22,999"}
+    offsets = {
+        "periodic_snapshot_interval": 64,
+        "additional_snapshot_offsets_from_start": "128,999",
+        "additional_snapshot_offsets_from_end": "0,22,999",
+    }
     for n, want in ((150, [64, 128, 150]), (128, [64, 106, 128]), (32, [10, 32])):
         _, sim = run(one_per_session((toks(0, n), toks(5000, 1))), "trtllm", **offsets)
         assert state_depths(sim.tree) == want, n
@@ -274,11 +297,15 @@ def test_trtllm_fixed_offsets_hits_by_hand():
     nothing (its points above 900 are 1000, held). r2 extends the prompt to 1,050 tokens: it reuses
     the prompt-end state at 1000 and snapshots 1050 only (950 lies below its hit). r3 shares 500
     tokens: it reuses 300 and snapshots 500 (600 - 100) and 600."""
-    trace = one_per_session((toks(0, 1000), toks(5000, 10)), (toks(0, 1000), toks(6000, 10)),
-                            (cat(toks(0, 1000), toks(7000, 50)), toks(8000, 10)),
-                            (cat(toks(0, 500), toks(9000, 100)), toks(9500, 10)))
-    got, sim = run(trace, "trtllm", additional_snapshot_offsets_from_start="300",
-                   additional_snapshot_offsets_from_end="0,100")
+    trace = one_per_session(
+        (toks(0, 1000), toks(5000, 10)),
+        (toks(0, 1000), toks(6000, 10)),
+        (cat(toks(0, 1000), toks(7000, 50)), toks(8000, 10)),
+        (cat(toks(0, 500), toks(9000, 100)), toks(9500, 10)),
+    )
+    got, sim = run(
+        trace, "trtllm", additional_snapshot_offsets_from_start="300", additional_snapshot_offsets_from_end="0,100"
+    )
     assert got == [0, 900, 1000, 300]
     assert state_depths(sim.tree) == [300, 500, 600, 900, 1000, 1050]
 
@@ -287,8 +314,11 @@ def test_trtllm_fixed_offsets_combine_with_the_interval():
     """Interval 256 and a start offset 100: r0 (600 prompt, 500 output, 1,099 stored) holds 100,
     256 and 512 from the prompt and 768, 1024 from decode (the periodic interval only: the offsets
     are measured on the prompt); a 1,100-token follow-up reuses 1024, a 200-token one 100."""
-    trace = one_per_session((toks(0, 600), toks(600, 500)), (toks(0, 1100), toks(5000, 3)),
-                            (cat(toks(0, 200), toks(9000, 20)), toks(9500, 3)))
+    trace = one_per_session(
+        (toks(0, 600), toks(600, 500)),
+        (toks(0, 1100), toks(5000, 3)),
+        (cat(toks(0, 200), toks(9000, 20)), toks(9500, 3)),
+    )
     got, sim = run(trace, "trtllm", periodic_snapshot_interval=256, additional_snapshot_offsets_from_start="100")
     assert got == [0, 1024, 100]
     assert state_depths(sim.tree)[:5] == [100, 256, 512, 768, 1024]
@@ -298,18 +328,22 @@ def test_trtllm_offsets_outside_the_prompt_are_ignored():
     """A start offset beyond the prompt and an end offset equal to its length (point 0) place
     nothing, as the engine ignores them: no state, no hit."""
     trace = one_per_session((toks(0, 600), toks(600, 10)), (toks(0, 700), toks(900, 10)))
-    got, sim = run(trace, "trtllm", additional_snapshot_offsets_from_start="5000",
-                   additional_snapshot_offsets_from_end="600,5000")
+    got, sim = run(
+        trace, "trtllm", additional_snapshot_offsets_from_start="5000", additional_snapshot_offsets_from_end="600,5000"
+    )
     assert got == [0, 0] and state_depths(sim.tree)[:1] == [100]  # r1: 700 - 600 = 100, its own
 
 
-@pytest.mark.parametrize("knob, value, message", [
-    ("additional_snapshot_offsets_from_start", "0", "must be positive (>= 1), not 0"),
-    ("additional_snapshot_offsets_from_start", "1024,,4096", "comma-separated integer"),
-    ("additional_snapshot_offsets_from_start", "1.5", "comma-separated integer"),
-    ("additional_snapshot_offsets_from_end", "-1", "must be non-negative (>= 0), not -1"),
-    ("additional_snapshot_offsets_from_end", "0,", "comma-separated integer"),
-])
+@pytest.mark.parametrize(
+    "knob, value, message",
+    [
+        ("additional_snapshot_offsets_from_start", "0", "must be positive (>= 1), not 0"),
+        ("additional_snapshot_offsets_from_start", "1024,,4096", "comma-separated integer"),
+        ("additional_snapshot_offsets_from_start", "1.5", "comma-separated integer"),
+        ("additional_snapshot_offsets_from_end", "-1", "must be non-negative (>= 0), not -1"),
+        ("additional_snapshot_offsets_from_end", "0,", "comma-separated integer"),
+    ],
+)
 def test_trtllm_refuses_bad_offsets(knob, value, message):
     with pytest.raises(UsageError, match=re.escape(message)):
         run(one_per_session((toks(0, 50), toks(100, 5))), "trtllm", **{knob: value})
@@ -323,6 +357,7 @@ def test_trtllm_offsets_parse_as_the_engines_lists():
 
 
 # ---------------------------------------------------------------------------------- LMDeploy
+
 
 def test_lmdeploy_decode_checkpoint_with_the_last_token_rule():
     """LMDeploy v0.16.0: one replaceable decode checkpoint per sequence, block-aligned, at the last
@@ -350,9 +385,11 @@ def test_lmdeploy_loses_the_prompt_end_checkpoint_after_an_unaligned_restore():
     assert got == [0, 35, 35] and 76 not in state_depths(sim.tree)
     assert run(trace, "lmdeploy-0.16-pytorch")[0] == [0, 35, 76]
     # the same restore when the trie already holds the block: the checkpoint is saved
-    trace = one_per_session((toks(0, 35), toks(1000, 40)), (cat(toks(0, 35), toks(1000, 39), toks(3000, 2)),
-                                                            toks(4000, 5)),
-                            (cat(toks(0, 35), toks(1000, 39), toks(3000, 5)), toks(6000, 2)))
+    trace = one_per_session(
+        (toks(0, 35), toks(1000, 40)),
+        (cat(toks(0, 35), toks(1000, 39), toks(3000, 2)), toks(4000, 5)),
+        (cat(toks(0, 35), toks(1000, 39), toks(3000, 5)), toks(6000, 2)),
+    )
     assert run(trace, "lmdeploy")[0] == [0, 35, 76]
 
 
@@ -363,14 +400,18 @@ def test_lmdeploy_keeps_the_anchors_checkpoint_at_the_same_step():
     checkpoint is refused, so a follow-up of the first reuses 12 and one of the second nothing
     (engine, driven by benchmarks/differential_lmdeploy.py: hits 0, 0, 0, 12). The earlier preset
     replaced the first checkpoint instead."""
-    trace = one_per_session((toks(0, 12), toks(100, 2)), (toks(500, 12), toks(600, 2)),
-                            (cat(toks(500, 12), toks(700, 5)), toks(800, 2)),
-                            (cat(toks(0, 12), toks(900, 5)), toks(950, 2)))
+    trace = one_per_session(
+        (toks(0, 12), toks(100, 2)),
+        (toks(500, 12), toks(600, 2)),
+        (cat(toks(500, 12), toks(700, 5)), toks(800, 2)),
+        (cat(toks(0, 12), toks(900, 5)), toks(950, 2)),
+    )
     assert run(trace, "lmdeploy", block_size=16)[0] == [0, 0, 0, 12]
     assert run(trace, "lmdeploy-0.16-pytorch", block_size=16)[0] == [0, 0, 12, 0]
 
 
 # ---------------------------------------------------------------------------------- listing, aliases, CLI
+
 
 def _cli(*args):
     return CliRunner().invoke(main, list(args))
@@ -387,18 +428,34 @@ def test_marconi_policies_lists_engine_version_and_knobs():
     assert knobs["mamba_radix_cache_strategy"]["choices"] == ["auto", "no_buffer", "extra_buffer", "extra_buffer_lazy"]
     assert knobs["mamba_track_interval"]["min"] == 1 and knobs["mamba_track_interval"]["type"] == "int"
     assert {"prefix_cache_retention_interval", "enable_mamba_shared_prefix_checkpoint", "block_size"} <= {
-        k["name"] for k in rows["vllm"]["knobs"]}
+        k["name"] for k in rows["vllm"]["knobs"]
+    }
     assert {"block_size", "prefix_cache_decode_state_interval", "state_pool"} <= {
-        k["name"] for k in rows["lmdeploy"]["knobs"]}
-    assert {"periodic_snapshot_interval", "additional_snapshot_offsets_from_start",
-            "additional_snapshot_offsets_from_end"} <= {k["name"] for k in rows["trtllm"]["knobs"]}
+        k["name"] for k in rows["lmdeploy"]["knobs"]
+    }
+    assert {
+        "periodic_snapshot_interval",
+        "additional_snapshot_offsets_from_start",
+        "additional_snapshot_offsets_from_end",
+    } <= {k["name"] for k in rows["trtllm"]["knobs"]}
     assert rows["sglang-0.5.9-no-buffer"]["aliases"] == ["sglang-v1"]
     assert rows["vllm"]["stores"] == "input + output - 1" and rows["marconi"]["stores"] == "input + output"
 
 
 def test_old_names_print_the_same_results():
-    base = ["run", "--trace", "synthetic:chat", "--sessions", "6", "--model", "qwen3.5-9b", "--format", "json",
-            "--no-progress", "--policy"]
+    base = [
+        "run",
+        "--trace",
+        "synthetic:chat",
+        "--sessions",
+        "6",
+        "--model",
+        "qwen3.5-9b",
+        "--format",
+        "json",
+        "--no-progress",
+        "--policy",
+    ]
     for old, new in ALIASES.items():
         extra = ["--block-size", "64"] if "block_size" in get_preset(new).reads() else []
         a, b = json.loads(_cli(*base, old, *extra).output), json.loads(_cli(*base, new, *extra).output)
@@ -407,11 +464,34 @@ def test_old_names_print_the_same_results():
 
 
 def test_engine_knobs_on_the_command_line():
-    base = ["run", "--trace", "synthetic:chat", "--sessions", "4", "--model", "qwen3.5-9b", "--no-progress",
-            "--format", "json"]
-    ok = _cli(*base, "--policy", "sglang,vllm,trtllm,lmdeploy", "--mamba-radix-cache-strategy", "no_buffer",
-              "--enable-mamba-shared-prefix-checkpoint", "--periodic-snapshot-interval", "256",
-              "--prefix-cache-retention-interval", "0", "--gpu-memory", "80GB", "--mamba-full-memory-ratio", "0.5")
+    base = [
+        "run",
+        "--trace",
+        "synthetic:chat",
+        "--sessions",
+        "4",
+        "--model",
+        "qwen3.5-9b",
+        "--no-progress",
+        "--format",
+        "json",
+    ]
+    ok = _cli(
+        *base,
+        "--policy",
+        "sglang,vllm,trtllm,lmdeploy",
+        "--mamba-radix-cache-strategy",
+        "no_buffer",
+        "--enable-mamba-shared-prefix-checkpoint",
+        "--periodic-snapshot-interval",
+        "256",
+        "--prefix-cache-retention-interval",
+        "0",
+        "--gpu-memory",
+        "80GB",
+        "--mamba-full-memory-ratio",
+        "0.5",
+    )
     assert ok.exit_code == 0, ok.output
     assert {r["policy"] for r in json.loads(ok.stdout)} == set(CURRENT)
     bad = _cli(*base, "--policy", "sglang", "--mamba-radix-cache-strategy", "no_buffer", "--page-size", "16")

@@ -16,9 +16,22 @@ from sim.errors import UsageError
 from sim.simulate import build
 from traces.base import Request, Trace
 
-ENGINE_PRESETS = ["sglang", "vllm", "trtllm", "lmdeploy", "vllm-align", "vllm-all", "sglang-v1",
-                  "sglang-v1-pathrefresh", "sglang-v2", "lmdeploy-0.16-pytorch", "trtllm-1.2-interval", "infinite",
-                  "belady", "belady-size"]
+ENGINE_PRESETS = [
+    "sglang",
+    "vllm",
+    "trtllm",
+    "lmdeploy",
+    "vllm-align",
+    "vllm-all",
+    "sglang-v1",
+    "sglang-v1-pathrefresh",
+    "sglang-v2",
+    "lmdeploy-0.16-pytorch",
+    "trtllm-1.2-interval",
+    "infinite",
+    "belady",
+    "belady-size",
+]
 POOLED = ("sglang", "lmdeploy", "sglang-v1", "sglang-v1-pathrefresh", "sglang-v2", "lmdeploy-0.16-pytorch")
 
 
@@ -31,10 +44,10 @@ def test_trtllm_states_every_256_tokens_and_at_prompt_end():
     """The earlier TensorRT-LLM preset (``trtllm-1.2-interval``, the project's ``trtllm`` before
     issue 19): states every 256 prompt tokens and at the prompt end."""
     trace = one_per_session(
-        (toks(0, 600), toks(600, 10)),                     # states at 256, 512, 600
+        (toks(0, 600), toks(600, 10)),  # states at 256, 512, 600
         (cat(toks(0, 550), toks(5000, 20)), toks(6000, 10)),  # hits 512; its own end 570
-        (toks(0, 600), toks(7000, 5)),                     # same prompt: capped at 599 -> 512
-        (toks(0, 610), toks(8000, 5)),                     # prompt + r0's output -> 600
+        (toks(0, 600), toks(7000, 5)),  # same prompt: capped at 599 -> 512
+        (toks(0, 610), toks(8000, 5)),  # prompt + r0's output -> 600
     )
     got, sim = run(trace, "trtllm-1.2-interval")
     assert got == [0, 512, 512, 600]
@@ -84,8 +97,15 @@ def _pressure_trace():
 @pytest.mark.parametrize("pool", ["", "40"])
 def test_every_preset_keeps_the_tree_invariants_under_pressure(policy, mode, pool):
     trace = _pressure_trace()
-    config = SimConfig(policy=policy, capacity_bytes=9000, mode=mode, block_size=64, prefill_chunk_tokens=512,
-                       sessions_per_second=4.0, state_pool=pool)
+    config = SimConfig(
+        policy=policy,
+        capacity_bytes=9000,
+        mode=mode,
+        block_size=64,
+        prefill_chunk_tokens=512,
+        sessions_per_second=4.0,
+        state_pool=pool,
+    )
     sim = build(trace, config, spec=TINY, timing=TIMING)
     res = drive(sim)
     sim.tree.check_invariants()
@@ -106,8 +126,22 @@ def test_cli_prefill_chunk_block_size_state_pool_and_capacity_inf():
     from sim.cli import main
 
     def hit(*args):
-        res = CliRunner().invoke(main, ["run", "--trace", "synthetic:chat", "--sessions", "10", "--model", "qwen3.5-9b",
-                                        "--format", "json", "--no-progress", *args])
+        res = CliRunner().invoke(
+            main,
+            [
+                "run",
+                "--trace",
+                "synthetic:chat",
+                "--sessions",
+                "10",
+                "--model",
+                "qwen3.5-9b",
+                "--format",
+                "json",
+                "--no-progress",
+                *args,
+            ],
+        )
         assert res.exit_code == 0, res.output
         return {r["policy"]: r for r in json.loads(res.stdout)}
 
@@ -121,6 +155,19 @@ def test_cli_prefill_chunk_block_size_state_pool_and_capacity_inf():
     pooled = hit("--policy", "sglang-v1", "--state-pool", "4")["sglang-v1"]
     shared = hit("--policy", "sglang-v1")["sglang-v1"]
     assert pooled["evictions"] > shared["evictions"] and pooled["token_hit_rate"] < shared["token_hit_rate"] / 2
-    bad = CliRunner().invoke(main, ["run", "--trace", "synthetic:chat", "--sessions", "2", "--policy", "sglang-v1",
-                                    "--state-pool", "many", "--no-progress"])
+    bad = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--trace",
+            "synthetic:chat",
+            "--sessions",
+            "2",
+            "--policy",
+            "sglang-v1",
+            "--state-pool",
+            "many",
+            "--no-progress",
+        ],
+    )
     assert bad.exit_code == 2 and "--state-pool" in bad.output and "Traceback" not in bad.output

@@ -38,8 +38,9 @@ NOW = 10.0
 def hand_scores(alpha: float) -> dict:
     names = list(CANDIDATES)
     recency = minmax([1 / (NOW - CANDIDATES[n][0]) for n in names])
-    eff = minmax([(paper_flops(p + e) - paper_flops(p)) / (STATE_7B + KV_7B * (p + e))
-                  for _, e, p in CANDIDATES.values()])
+    eff = minmax(
+        [(paper_flops(p + e) - paper_flops(p)) / (STATE_7B + KV_7B * (p + e)) for _, e, p in CANDIDATES.values()]
+    )
     return {n: r + alpha * f for n, r, f in zip(names, recency, eff)}
 
 

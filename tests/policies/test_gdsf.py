@@ -71,8 +71,15 @@ def test_single_child_state_holder_drops_its_state_and_merges():
 def test_gdsf_preset_runs_and_keeps_tree_invariants_under_pressure():
     rng = np.random.default_rng(0)
     system = rng.integers(0, 1000, size=300)
-    reqs = [Request(session_id=i, turn=0, input_tokens=np.concatenate((system, rng.integers(0, 1000, size=50))),
-                    output_tokens=rng.integers(0, 1000, size=20)) for i in range(40)]
+    reqs = [
+        Request(
+            session_id=i,
+            turn=0,
+            input_tokens=np.concatenate((system, rng.integers(0, 1000, size=50))),
+            output_tokens=rng.integers(0, 1000, size=20),
+        )
+        for i in range(40)
+    ]
     res = simulate(Trace("gdsf", reqs), SimConfig(policy="gdsf", mode="sequential", capacity_bytes=400 * 10**6))
     assert res.summary["evictions"] > 0 and res.summary["token_hit_rate"] > 0
 
@@ -94,7 +101,7 @@ def test_node_cost_is_marginal_to_the_parent_and_size_is_what_eviction_frees():
     tree.insert(long[:10], 10, [10], now=1.0)
     tree.insert(long, 30, [30], now=2.0)
     inner, leaf = tree.match(long[:10]).hit_node, tree.match(long).hit_node
-    assert pol.priority(inner) == pytest.approx(100 / (10 + 10))        # (10^2 - 0) / (10 KV + 10)
+    assert pol.priority(inner) == pytest.approx(100 / (10 + 10))  # (10^2 - 0) / (10 KV + 10)
     assert pol.priority(leaf) == pytest.approx((900 - 100) / (20 + 10))  # marginal to depth 10
 
 
@@ -102,15 +109,15 @@ def test_a_reference_restarts_the_priority_from_the_current_clock():
     pol = GDSFEviction(TokensSaved())
     tree = HybridRadixTree(capacity_bytes=10**9, kv_bytes_per_token=1, state_bytes=10, block_tokens=1, policy=pol)
     a, b = seq(1, 10), seq(2, 20)
-    tree.insert(a, 10, [10], now=1.0)   # H(A) = 0.5
-    tree.insert(b, 20, [20], now=2.0)   # H(B) = 0.667
+    tree.insert(a, 10, [10], now=1.0)  # H(A) = 0.5
+    tree.insert(b, 20, [20], now=2.0)  # H(B) = 0.667
     node_a = tree.match(a).hit_node
-    tree.evict(pol.pop_victim().node)   # A (0.5) goes first; clock 0.5
+    tree.evict(pol.pop_victim().node)  # A (0.5) goes first; clock 0.5
     assert pol.clock == pytest.approx(0.5) and node_a.parent is None
     node_b = tree.match(b).hit_node
-    tree.touch(node_b, 3.0)             # F(B) = 2 from clock 0.5: 0.5 + 2 x 20 / 30
+    tree.touch(node_b, 3.0)  # F(B) = 2 from clock 0.5: 0.5 + 2 x 20 / 30
     assert pol.priority(node_b) == pytest.approx(0.5 + 40 / 30)
-    pol.update(node_b)                  # no new reference: nothing counted again
+    pol.update(node_b)  # no new reference: nothing counted again
     assert pol.priority(node_b) == pytest.approx(0.5 + 40 / 30)
 
 

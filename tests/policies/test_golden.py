@@ -48,8 +48,9 @@ import pytest
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 GOLDEN = SHARED / "golden"
 
-pytestmark = pytest.mark.skipif(not (GOLDEN / "expected.jsonl").exists(),
-                                reason="the golden rows (a shared folder beside the checkout) are absent")
+pytestmark = pytest.mark.skipif(
+    not (GOLDEN / "expected.jsonl").exists(), reason="the golden rows (a shared folder beside the checkout) are absent"
+)
 
 RATE_TOL = 1e-4
 FLOPS_RTOL = 1e-4
@@ -81,8 +82,15 @@ def run_row(r, **extra):
     from sim.simulate import simulate
 
     alpha = r["alpha"] if r["alpha"] is not None else 0.0
-    cfg = SimConfig(policy=r["policy"], model="marconi-7b", capacity_bytes=r["capacity_bytes"], alpha=alpha,
-                    mode="sequential", compat="paper" if r["variant"] == "published" else "paper-fixed", **extra)
+    cfg = SimConfig(
+        policy=r["policy"],
+        model="marconi-7b",
+        capacity_bytes=r["capacity_bytes"],
+        alpha=alpha,
+        mode="sequential",
+        compat="paper" if r["variant"] == "published" else "paper-fixed",
+        **extra,
+    )
     return simulate(_trace(r["trace"]), cfg).summary
 
 
@@ -115,8 +123,14 @@ def test_paper_mode_reports_overshoot_and_fixed_mode_does_not_lose_bytes():
     """Bug 2 credits the wrong edge: published Marconi can end an insert above capacity; paper-fixed
     still follows the artifact's byte estimate, so it may also overshoot, but less often and less
     far; the corrected engine never does. (The in-repo hand-worked case: tests/sim/compat.)"""
-    rows = [r for r in _rows() if r["policy"] == "marconi" and r["alpha"] == 1.0 and r["capacity_bytes"] == 500_000_000
-            and r["trace"] == "tiny_chat.jsonl.gz"]
+    rows = [
+        r
+        for r in _rows()
+        if r["policy"] == "marconi"
+        and r["alpha"] == 1.0
+        and r["capacity_bytes"] == 500_000_000
+        and r["trace"] == "tiny_chat.jsonl.gz"
+    ]
     pub = run_row(next(r for r in rows if r["variant"] == "published"))
     fix = run_row(next(r for r in rows if r["variant"] == "bugs-fixed"))
     cap = 500_000_000
@@ -125,6 +139,8 @@ def test_paper_mode_reports_overshoot_and_fixed_mode_does_not_lose_bytes():
     from sim.config import SimConfig
     from sim.simulate import simulate
 
-    cor = simulate(_trace("tiny_chat.jsonl.gz"), SimConfig(policy="marconi", model="marconi-7b", capacity_bytes=cap,
-                                                           alpha=1.0, mode="sequential")).summary
+    cor = simulate(
+        _trace("tiny_chat.jsonl.gz"),
+        SimConfig(policy="marconi", model="marconi-7b", capacity_bytes=cap, alpha=1.0, mode="sequential"),
+    ).summary
     assert cor["capacity_overshoots"] == 0 and cor["peak_bytes"] <= cap

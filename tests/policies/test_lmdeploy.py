@@ -22,10 +22,22 @@ B = 16
 
 def _trie(states=None, kv_blocks=64):
     cap = kv_blocks * B * 2 + (states or 0) * 16
-    return EngineTree(capacity_bytes=cap, kv_bytes_per_token=2, state_bytes=16, block_tokens=1,
-                      policy=TieredLRUEviction(), state_capacity=states,
-                      rules=EngineRules(refresh=LMDEPLOY_REFRESH, kv_extent="blocks", extent_block=B, frozen_block=B,
-                                        anchor_block=B, state_pool=True))
+    return EngineTree(
+        capacity_bytes=cap,
+        kv_bytes_per_token=2,
+        state_bytes=16,
+        block_tokens=1,
+        policy=TieredLRUEviction(),
+        state_capacity=states,
+        rules=EngineRules(
+            refresh=LMDEPLOY_REFRESH,
+            kv_extent="blocks",
+            extent_block=B,
+            frozen_block=B,
+            anchor_block=B,
+            state_pool=True,
+        ),
+    )
 
 
 def _save(tree, ids, step, t=1.0):
@@ -63,13 +75,13 @@ def test_ssm_checkpoint_replaces_partial_variant_at_same_anchor():
     replaces the first, and the frozen block is reused (no new block)."""
     tree = _trie(states=4)
     ids = [1] * (2 * B + 5)
-    _save(tree, ids[:2 * B + 1], 2 * B + 1)
+    _save(tree, ids[: 2 * B + 1], 2 * B + 1)
     blocks = _blocks(tree)
-    _save(tree, ids[:2 * B + 3], 2 * B + 3, t=2.0)
+    _save(tree, ids[: 2 * B + 3], 2 * B + 3, t=2.0)
     assert state_depths(tree) == [2 * B + 3] and tree.states_replaced == 1
     assert _blocks(tree) == blocks == 3
-    assert tree.lookup(np.array(ids[:2 * B + 2])).hit_tokens == 0  # only 2B + 3 is left
-    assert tree.lookup(np.array(ids[:2 * B + 4])).hit_tokens == 2 * B + 3
+    assert tree.lookup(np.array(ids[: 2 * B + 2])).hit_tokens == 0  # only 2B + 3 is left
+    assert tree.lookup(np.array(ids[: 2 * B + 4])).hit_tokens == 2 * B + 3
     tree.check_invariants()
 
 
@@ -138,8 +150,7 @@ def test_lmdeploy_evicts_frozen_partial_checkpoints_first():
     # r2 = r0's first 110 tokens: [0, 64) has no state -> no hit; its checkpoint at 110 (again
     # replacing its own at 64): 46 + 18 tokens + a state = 144 B -> 416 > 400: r1's frozen
     # checkpoint (t1) goes, and its whole 10-token tail with it.
-    trace = one_per_session((toks(0, 100), toks(100, 5)), (toks(500, 10), toks(510, 5)),
-                            (toks(0, 110), toks(0, 0)))
+    trace = one_per_session((toks(0, 100), toks(100, 5)), (toks(500, 10), toks(510, 5)), (toks(0, 110), toks(0, 0)))
     got, sim = run(trace, "lmdeploy", spec=TINY, capacity=400, prefill_chunk_tokens=64)
     assert got == [0, 0, 0]
     st = sim.tree.stats
@@ -161,14 +172,29 @@ def _hash_trace(G, prompts):
         n_sym_out = -(-n_out // G)
         out = np.arange(nxt, nxt - n_sym_out, -1, dtype=np.int64)
         nxt -= n_sym_out
-        reqs.append(Request(session_id=i, turn=0, input_tokens=np.asarray(ids, dtype=np.int64), output_tokens=out,
-                            arrival=float(i), input_len=n_in, output_len=n_out))
+        reqs.append(
+            Request(
+                session_id=i,
+                turn=0,
+                input_tokens=np.asarray(ids, dtype=np.int64),
+                output_tokens=out,
+                arrival=float(i),
+                input_len=n_in,
+                output_len=n_out,
+            )
+        )
     return Trace(f"hash{G}", reqs, block_tokens=G, closed_loop=False)
 
 
 # a shared first block (a system prompt), then each prompt's own blocks, the last one partial
-MOONCAKE_LIKE = [([0, 10, 11], 1000 + 512, 90), ([0, 20], 900, 40), ([0, 30, 31, 32], 3 * 512 + 77, 300),
-                 ([0, 10, 11, 12], 3 * 512 + 500, 20), ([0, 40], 513, 700), ([0, 20, 21], 2 * 512 + 1, 64)]
+MOONCAKE_LIKE = [
+    ([0, 10, 11], 1000 + 512, 90),
+    ([0, 20], 900, 40),
+    ([0, 30, 31, 32], 3 * 512 + 77, 300),
+    ([0, 10, 11, 12], 3 * 512 + 500, 20),
+    ([0, 40], 513, 700),
+    ([0, 20, 21], 2 * 512 + 1, 64),
+]
 
 
 @pytest.mark.parametrize("policy", ["lmdeploy", "lmdeploy-0.16-pytorch"])
@@ -226,8 +252,11 @@ def test_bailian_blocks_keep_the_engine_grid(chunk, hits, states):
 
 def test_a_decode_interval_off_the_hash_blocks_is_refused():
     trace = _hash_trace(512, MOONCAKE_LIKE)
-    with pytest.raises(PolicyError, match=r"^policy lmdeploy checkpoints decode every 64 tokens "
-                       r"\(--prefix-cache-decode-state-interval\), finer than \(or not a multiple of\) "
-                       r"the trace's 512-token blocks$"):
+    with pytest.raises(
+        PolicyError,
+        match=r"^policy lmdeploy checkpoints decode every 64 tokens "
+        r"\(--prefix-cache-decode-state-interval\), finer than \(or not a multiple of\) "
+        r"the trace's 512-token blocks$",
+    ):
         run(trace, "lmdeploy", spec=TINY, prefix_cache_decode_state_interval=64)
     run(trace, "lmdeploy", spec=TINY, prefix_cache_decode_state_interval=1024)

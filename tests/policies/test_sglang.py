@@ -26,10 +26,15 @@ class _Tree:
 
     def __init__(self, refresh="split", states=20, kv_tokens=128):
         self.t = 0.0
-        self.tree = EngineTree(capacity_bytes=kv_tokens * 2 + states * 16, kv_bytes_per_token=2, state_bytes=16,
-                               block_tokens=1, policy=TwoListLRUEviction(), state_capacity=states,
-                               rules=replace(SGLANG_RULES, refresh=SGLANG_REFRESH if refresh == "split"
-                                             else SGLANG_PATH_REFRESH))
+        self.tree = EngineTree(
+            capacity_bytes=kv_tokens * 2 + states * 16,
+            kv_bytes_per_token=2,
+            state_bytes=16,
+            block_tokens=1,
+            policy=TwoListLRUEviction(),
+            state_capacity=states,
+            rules=replace(SGLANG_RULES, refresh=SGLANG_REFRESH if refresh == "split" else SGLANG_PATH_REFRESH),
+        )
 
     def tick(self):
         self.t += 1
@@ -114,8 +119,9 @@ def test_insert_split_leaves_the_lower_half_most_recent():
     c.insert(list(range(5)) + [100, 101])
     lower = c.node(list(range(10)))
     assert lower.depth_tokens == 10 and lower.last_access == 2.0
-    core = HybridRadixTree(capacity_bytes=10**6, kv_bytes_per_token=2, state_bytes=16, block_tokens=1,
-                           policy=TwoListLRUEviction())
+    core = HybridRadixTree(
+        capacity_bytes=10**6, kv_bytes_per_token=2, state_bytes=16, block_tokens=1, policy=TwoListLRUEviction()
+    )
     core.insert(np.arange(10), 10, [10], 1.0)
     core.insert(np.array([0, 1, 2, 3, 4, 100, 101]), 7, [7], 2.0)
     assert core.match(np.arange(10)).hit_node.last_access == 1.0  # the paper's tree keeps t1
@@ -137,11 +143,11 @@ def test_identical_prompt_reuses_the_prompt_end_state():
 
 def _refresh_trace():
     return one_per_session(
-        (toks(0, 10), toks(0, 0)),      # t0: A = [0, 10), state at 10: 20 + 16 = 36 B
-        (toks(0, 20), toks(0, 0)),      # t1: hits A; B = [10, 20): 72 B
-        (toks(100, 10), toks(0, 0)),    # t2: C = [100, 110), unrelated: 108 B
-        (toks(0, 30), toks(0, 0)),      # t3: hits B; D = [20, 30): 144 B
-        (toks(300, 10), toks(0, 0)),    # t4: E needs 36 B: 180 > 170
+        (toks(0, 10), toks(0, 0)),  # t0: A = [0, 10), state at 10: 20 + 16 = 36 B
+        (toks(0, 20), toks(0, 0)),  # t1: hits A; B = [10, 20): 72 B
+        (toks(100, 10), toks(0, 0)),  # t2: C = [100, 110), unrelated: 108 B
+        (toks(0, 30), toks(0, 0)),  # t3: hits B; D = [20, 30): 144 B
+        (toks(300, 10), toks(0, 0)),  # t4: E needs 36 B: 180 > 170
     )
 
 
@@ -171,8 +177,13 @@ def test_state_pool_evicts_states_not_kv():
     # output); r2 takes r0's slot: r0 is a leaf and goes with its KV. r3 hits r1 (which refreshes
     # r1's state) and adds a state at 15: r2 (t2) is now the least recent and goes. r4 = r0's
     # prompt + more misses. Bytes never decide: the KV pool is large.
-    trace = one_per_session((toks(0, 10), toks(0, 0)), (toks(100, 10), toks(0, 0)), (toks(200, 10), toks(0, 0)),
-                            (cat(toks(100, 10), toks(50, 5)), toks(0, 0)), (cat(toks(0, 10), toks(60, 5)), toks(0, 0)))
+    trace = one_per_session(
+        (toks(0, 10), toks(0, 0)),
+        (toks(100, 10), toks(0, 0)),
+        (toks(200, 10), toks(0, 0)),
+        (cat(toks(100, 10), toks(50, 5)), toks(0, 0)),
+        (cat(toks(0, 10), toks(60, 5)), toks(0, 0)),
+    )
     for pool in ("2", "32B"):  # a count, or bytes (16 B a state)
         got, sim = run(trace, "sglang-v1", spec=TINY, capacity=10_000, state_pool=pool)
         assert got == [0, 0, 0, 10, 0], pool
@@ -185,8 +196,9 @@ def test_state_pool_evicts_states_not_kv():
 
 
 def test_two_list_drops_a_branch_state_and_keeps_its_kv():
-    tree = HybridRadixTree(capacity_bytes=94, kv_bytes_per_token=2, state_bytes=16, block_tokens=1,
-                           policy=TwoListLRUEviction())
+    tree = HybridRadixTree(
+        capacity_bytes=94, kv_bytes_per_token=2, state_bytes=16, block_tokens=1, policy=TwoListLRUEviction()
+    )
     tree.insert(toks(0, 10), 10, [5, 10], now=0.0)  # [0,5) S, [5,10) S: 20 + 32 = 52 B
     tree.insert(cat(toks(0, 5), toks(100, 5)), 10, [10], now=1.0)  # + [100,105) S: 78 B
     # 2 tokens + a state = 20 B -> 98 > 94: the least recent, shallowest candidate is the branch
@@ -211,12 +223,12 @@ def test_v2_tracks_one_state_per_extend_step():
 
 def test_sglang_v2_keeps_one_state_per_step_and_kv_up_to_it():
     trace = one_per_session(
-        (toks(0, 300), toks(300, 300)),                        # track 256; decode crosses 512: [0, 512)
-        (toks(0, 700), toks(5000, 10)),                        # hits 512; step 188 -> 640
+        (toks(0, 300), toks(300, 300)),  # track 256; decode crosses 512: [0, 512)
+        (toks(0, 700), toks(5000, 10)),  # hits 512; step 188 -> 640
         (cat(toks(0, 200), toks(1000, 100)), toks(2000, 10)),  # branch 192 replaces 256: [0, 192) only
-        (cat(toks(0, 200), toks(3000, 50)), toks(4000, 10)),   # hits 192; 58-token step: none; decode 256
+        (cat(toks(0, 200), toks(3000, 50)), toks(4000, 10)),  # hits 192; 58-token step: none; decode 256
         (cat(toks(0, 200), toks(1000, 100)), toks(6000, 10)),  # r2's prompt: its KV past 192 is gone -> 192
-        (cat(toks(0, 600), toks(9000, 50)), toks(7000, 10)),   # hits 512; branch 576 replaces 640
+        (cat(toks(0, 600), toks(9000, 50)), toks(7000, 10)),  # hits 512; branch 576 replaces 640
     )
     got, sim = run(trace, "sglang-v2")
     assert got == [0, 512, 0, 192, 192, 512]
@@ -227,8 +239,17 @@ def test_sglang_v2_keeps_one_state_per_step_and_kv_up_to_it():
 
 
 def _node(parent, *, state, access, depth, created):
-    node = SimpleNamespace(parent=parent, children={}, lock=0, has_state=state, last_access=access,
-                           state_access=access, depth_tokens=depth, created=created, version=0)
+    node = SimpleNamespace(
+        parent=parent,
+        children={},
+        lock=0,
+        has_state=state,
+        last_access=access,
+        state_access=access,
+        depth_tokens=depth,
+        created=created,
+        version=0,
+    )
     if parent is not None:
         parent.children[created] = node
     return node
@@ -242,8 +263,9 @@ def test_two_lists_on_one_budget_evict_the_least_recent_of_kv_leaves_and_states(
     leaf); with no state left anywhere the KV leaf goes."""
     pol = TwoListLRUEviction()
     pol.attach(SimpleNamespace())
-    root = SimpleNamespace(parent=None, children={}, lock=0, has_state=False, last_access=0.0,
-                           depth_tokens=0, created=0, version=0)
+    root = SimpleNamespace(
+        parent=None, children={}, lock=0, has_state=False, last_access=0.0, depth_tokens=0, created=0, version=0
+    )
     inner = _node(root, state=True, access=1.0, depth=10, created=1)
     leaf = _node(inner, state=True, access=5.0, depth=20, created=2)
     for node in (inner, leaf):
@@ -251,8 +273,9 @@ def test_two_lists_on_one_budget_evict_the_least_recent_of_kv_leaves_and_states(
     victim = pol.pop_victim()
     assert victim.node is inner and victim.drop_state_only
 
-    lone = SimpleNamespace(parent=None, children={}, lock=0, has_state=False, last_access=0.0,
-                           depth_tokens=0, created=0, version=0)
+    lone = SimpleNamespace(
+        parent=None, children={}, lock=0, has_state=False, last_access=0.0, depth_tokens=0, created=0, version=0
+    )
     pol2 = TwoListLRUEviction()
     pol2.attach(SimpleNamespace())
     kv_only = _node(lone, state=False, access=3.0, depth=8, created=1)
@@ -269,9 +292,9 @@ def test_v2_step_of_exactly_one_chunk_tracks_and_one_token_less_does_not():
     """``extend >= chunk``: a 64-token step tracks its end, a 63-token step tracks nothing."""
     assert v2_tracks(0, 64, 8192, None, 64) == [64]
     assert v2_tracks(0, 63, 8192, None, 64) == []
-    assert v2_tracks(0, 128, 64, None, 64) == [64, 128]          # budget = chunk: every step tracks
-    assert v2_tracks(0, 200, 100, None, 64) == [64, 164]         # steps [0,100) and [100,200): 64 from each start
-    assert v2_tracks(10, 200, 8192, 128, 64) == [138]            # branch off the step's 64-grid: end kept
+    assert v2_tracks(0, 128, 64, None, 64) == [64, 128]  # budget = chunk: every step tracks
+    assert v2_tracks(0, 200, 100, None, 64) == [64, 164]  # steps [0,100) and [100,200): 64 from each start
+    assert v2_tracks(10, 200, 8192, 128, 64) == [138]  # branch off the step's 64-grid: end kept
 
 
 def _v2(hit, match, n_input, G=1, input_tokens=-1, budget=8192):
@@ -300,8 +323,9 @@ def test_v1_chunk_ends_when_the_chunk_is_finer_than_a_symbol():
 
 def test_two_list_keys_leave_the_root_and_locked_nodes_out_and_list_states():
     pol = TwoListLRUEviction()
-    root = SimpleNamespace(parent=None, children={}, lock=0, has_state=False, last_access=0.0,
-                           depth_tokens=0, created=0, version=0)
+    root = SimpleNamespace(
+        parent=None, children={}, lock=0, has_state=False, last_access=0.0, depth_tokens=0, created=0, version=0
+    )
     inner = _node(root, state=True, access=1.0, depth=10, created=1)
     leaf = _node(inner, state=True, access=5.0, depth=20, created=2)
     bare = _node(root, state=False, access=2.0, depth=5, created=3)

@@ -42,8 +42,12 @@ def test_disabling_eagle_block_drop_keeps_the_trailing_cache_boundary():
 
 
 @settings(max_examples=200, deadline=None)
-@given(B=st.sampled_from([16, 528, 1600]), hit_blocks=st.integers(0, 4), n=st.integers(1, 9000),
-       budget=st.integers(1, 5000))
+@given(
+    B=st.sampled_from([16, 528, 1600]),
+    hit_blocks=st.integers(0, 4),
+    n=st.integers(1, 9000),
+    budget=st.integers(1, 5000),
+)
 def test_intermediate_chunk_ends_stay_block_aligned(B, hit_blocks, n, budget):
     """vLLM test_mamba_align_chunk_split.py::test_intermediate_chunk_ends_stay_block_aligned (and
     test_unaligned_resume_never_runs_past_its_block's grid rule): every non-final prefill step

@@ -26,9 +26,15 @@ def test_marconi_7b_bytes(m7):
 
 
 def test_marconi_7b_flops_paper_formulas(m7):
-    def attn(L): return 8 * L * D**2 + 4 * L**2 * D
-    def mlp(L): return 16 * L * D**2
-    def mamba(L): return 12 * L * D**2 + 16 * L * D * N + 10 * L * D
+    def attn(L):
+        return 8 * L * D**2 + 4 * L**2 * D
+
+    def mlp(L):
+        return 16 * L * D**2
+
+    def mamba(L):
+        return 12 * L * D**2 + 16 * L * D * N + 10 * L * D
+
     assert mamba(1) == 209_756_160
     for L in (1, 100, 4096, 30_000):
         assert m7.flops(L) == pytest.approx(24 * mamba(L) + 4 * attn(L) + 28 * mlp(L), rel=1e-12)
@@ -74,10 +80,16 @@ def test_qwen3_next_flops_by_hand():
     assert (q.active_params() - 2 * 151_936 * 2048) / 1e9 == pytest.approx(3.35, abs=0.05)
 
 
-@pytest.mark.parametrize("name,kv_kib,state_mib,n_tok", [
-    ("qwen3.5-397b-a17b", 30, 183, 6252), ("qwen3.5-122b-a10b", 24, 147, 6252),
-    ("qwen3.5-35b-a3b", 20, 61, 3144), ("qwen3.5-27b", 64, 147, 2349), ("qwen3.5-9b", 32, 49, 1572),
-])
+@pytest.mark.parametrize(
+    "name,kv_kib,state_mib,n_tok",
+    [
+        ("qwen3.5-397b-a17b", 30, 183, 6252),
+        ("qwen3.5-122b-a10b", 24, 147, 6252),
+        ("qwen3.5-35b-a3b", 20, 61, 3144),
+        ("qwen3.5-27b", 64, 147, 2349),
+        ("qwen3.5-9b", 32, 49, 1572),
+    ],
+)
 def test_qwen35_sizes_match_kernel_table(name, kv_kib, state_mib, n_tok):
     s = get_model(name)
     assert s.kv_bytes_per_token() == kv_kib * 1024
@@ -150,8 +162,7 @@ ACTIVE_BY_HAND = {
     # Llama-2-7B: 32 x (4 D^2 attention + H*hd causal term + 3 x 4096 x 11008 SwiGLU) + 2 x 32000 x 4096
     "llama-7b": 32 * (4 * 4096**2 + 4096 + 3 * 4096 * 11008) + 2 * 32_000 * 4096,
     # Qwen3-Next: the per-layer FLOPs of test_qwen3_next_flops_by_hand, halved, + 2 x 151936 x 2048
-    "qwen3-next-80b-a3b": (12 * (54_525_952 + 8192) + 36 * 73_007_104 + 48 * 2 * 35_651_584) // 2
-    + 2 * 151_936 * 2048,
+    "qwen3-next-80b-a3b": (12 * (54_525_952 + 8192) + 36 * 73_007_104 + 48 * 2 * 35_651_584) // 2 + 2 * 151_936 * 2048,
     "qwen3.5-27b": _qwen35_27b_by_hand(),
 }
 
@@ -165,8 +176,18 @@ def test_mamba_state_defaults_to_what_engines_keep():
     # d_inner channels x N fp32 state, and W - 1 conv columns of (d_inner + 2 * groups * N) bf16
     from sim.cost import ModelSpec
 
-    s = ModelSpec(name="tiny-mamba", d_model=256, n_mamba=2, mamba_d_inner=512, mamba_d_state=16,
-                  mamba_conv_width=4, n_attn=1, attn_heads=4, attn_kv_heads=2, attn_head_dim=64)
+    s = ModelSpec(
+        name="tiny-mamba",
+        d_model=256,
+        n_mamba=2,
+        mamba_d_inner=512,
+        mamba_d_state=16,
+        mamba_conv_width=4,
+        n_attn=1,
+        attn_heads=4,
+        attn_kv_heads=2,
+        attn_head_dim=64,
+    )
     assert s.state_bytes() == 2 * (512 * 16 * 4 + (512 + 2 * 16) * 3 * 2) == 72_064
     assert s.kv_bytes_per_token() == 1 * 2 * 2 * 64 * 2
 

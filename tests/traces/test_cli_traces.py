@@ -18,8 +18,17 @@ def main():
 def test_list(main):
     res = CliRunner().invoke(main, ["traces", "list"])
     assert res.exit_code == 0
-    for spec in ("sharegpt", "lmsys[:PATH]".split("[")[0], "swebench:PATH", "mooncake:PATH", "bailian:PATH",
-                 "marconi-jsonl:PATH", "synthetic:KIND", "qwen3.5", "hf:PATH"):
+    for spec in (
+        "sharegpt",
+        "lmsys[:PATH]".split("[")[0],
+        "swebench:PATH",
+        "mooncake:PATH",
+        "bailian:PATH",
+        "marconi-jsonl:PATH",
+        "synthetic:KIND",
+        "qwen3.5",
+        "hf:PATH",
+    ):
         assert spec in res.output
 
 
@@ -48,21 +57,32 @@ def test_prepare_and_mooncake_stats(main):
     assert res.stdout.startswith("sharegpt: 2 sessions,")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["traces", "stats", "nope"], "Error: unknown trace 'nope'; valid: sharegpt, sharegpt:PATH, lmsys"),
-    (["traces", "stats", "mooncake:/nonexistent/x.jsonl"], "Error: mooncake file not found: /nonexistent/x.jsonl"),
-    (["traces", "stats", "synthetic:chat", "--sessions", "-1"], "Error: --sessions must be >= 0 (got -1)"),
-    (["traces", "stats", "sharegpt", "--tokenizer", "gpt2"], "Error: unknown tokenizer 'gpt2'"),
-    (["traces", "stats", "synthetic:agent", "--response-time", "nan"],
-     "Error: --response-time must be a finite number >= 0 (got nan)"),
-    (["traces", "stats", "synthetic:agent", "--response-time", "inf"],
-     "Error: --response-time must be a finite number >= 0 (got inf)"),
-    (["traces", "stats", "synthetic:agent", "--time-scale", "inf"],
-     "Error: --time-scale must be a finite number > 0 (got inf)"),
-    (["traces", "stats", "synthetic:agent", "--time-scale", "0"],
-     "Error: --time-scale must be a finite number > 0 (got 0.0)"),
-    (["traces", "stats", "synthetic:chat", "--trace-seed", "-1"], "Error: --trace-seed must be >= 0 (got -1)"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["traces", "stats", "nope"], "Error: unknown trace 'nope'; valid: sharegpt, sharegpt:PATH, lmsys"),
+        (["traces", "stats", "mooncake:/nonexistent/x.jsonl"], "Error: mooncake file not found: /nonexistent/x.jsonl"),
+        (["traces", "stats", "synthetic:chat", "--sessions", "-1"], "Error: --sessions must be >= 0 (got -1)"),
+        (["traces", "stats", "sharegpt", "--tokenizer", "gpt2"], "Error: unknown tokenizer 'gpt2'"),
+        (
+            ["traces", "stats", "synthetic:agent", "--response-time", "nan"],
+            "Error: --response-time must be a finite number >= 0 (got nan)",
+        ),
+        (
+            ["traces", "stats", "synthetic:agent", "--response-time", "inf"],
+            "Error: --response-time must be a finite number >= 0 (got inf)",
+        ),
+        (
+            ["traces", "stats", "synthetic:agent", "--time-scale", "inf"],
+            "Error: --time-scale must be a finite number > 0 (got inf)",
+        ),
+        (
+            ["traces", "stats", "synthetic:agent", "--time-scale", "0"],
+            "Error: --time-scale must be a finite number > 0 (got 0.0)",
+        ),
+        (["traces", "stats", "synthetic:chat", "--trace-seed", "-1"], "Error: --trace-seed must be >= 0 (got -1)"),
+    ],
+)
 def test_bad_input_one_line_exit_2(main, args, message):
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2
@@ -89,11 +109,34 @@ def test_trace_options_decorator():
         seen["trace"] = trace_from_cli(kwargs, progress=False)
         seen["rest"] = dict(kwargs)
 
-    res = CliRunner().invoke(cmd, ["--trace", "synthetic:agent:turns=4", "--sessions", "3", "--response-time", "5",
-                                   "--trace-seed", "9", "--other", "2"])
+    res = CliRunner().invoke(
+        cmd,
+        [
+            "--trace",
+            "synthetic:agent:turns=4",
+            "--sessions",
+            "3",
+            "--response-time",
+            "5",
+            "--trace-seed",
+            "9",
+            "--other",
+            "2",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert seen["rest"] == {"other": 2}  # the trace keys were popped
     tr = seen["trace"]
     assert tr.n_sessions == 3 and len(tr.requests) == 12
-    assert set(TRACE_OPTION_KEYS) == {"trace", "sessions", "min_rounds", "max_tokens", "tokenizer", "skip_bad_rows",
-                                      "response_time", "time_scale", "trace_seed", "session_range"}
+    assert set(TRACE_OPTION_KEYS) == {
+        "trace",
+        "sessions",
+        "min_rounds",
+        "max_tokens",
+        "tokenizer",
+        "skip_bad_rows",
+        "response_time",
+        "time_scale",
+        "trace_seed",
+        "session_range",
+    }

@@ -27,14 +27,22 @@ from hypothesis import strategies as st
 from traces.base import Trace, TraceError
 from traces.registry import TraceOptions, load_trace
 
-FUZZ = settings(max_examples=40, deadline=timedelta(seconds=10), derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                       HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=40,
+    deadline=timedelta(seconds=10),
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+)
 
 JUNK = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.sampled_from([10**30, -1, 2**31, 2**63, -(2**63) - 1]),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6),
-    st.lists(st.integers(-(2**64), 2**64), max_size=4), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([10**30, -1, 2**31, 2**63, -(2**63) - 1]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=6),
+    st.lists(st.integers(-(2**64), 2**64), max_size=4),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
 )
 TEXT = st.text(max_size=30)  # any unicode, lone surrogates included
 
@@ -54,26 +62,42 @@ def mutated(draw, row: dict) -> dict:
 @st.composite
 def mooncake_row(draw, ts):
     il = draw(st.integers(0, 3000))
-    return {"timestamp": ts, "input_length": il, "output_length": draw(st.integers(0, 2000)),
-            "hash_ids": draw(st.lists(st.integers(0, 20), min_size=-(-il // 512), max_size=-(-il // 512)))}
+    return {
+        "timestamp": ts,
+        "input_length": il,
+        "output_length": draw(st.integers(0, 2000)),
+        "hash_ids": draw(st.lists(st.integers(0, 20), min_size=-(-il // 512), max_size=-(-il // 512))),
+    }
 
 
 @st.composite
 def bailian_row(draw, ts):
     il = draw(st.integers(0, 100))
-    return {"chat_id": draw(st.integers(0, 8)), "parent_chat_id": draw(st.integers(-1, 8)),
-            "turn": draw(st.integers(0, 5)), "timestamp": float(ts), "input_length": il,
-            "output_length": draw(st.integers(0, 50)), "type": draw(st.sampled_from(["text", "image"])),
-            "hash_ids": draw(st.lists(st.integers(0, 20), min_size=-(-il // 16), max_size=-(-il // 16)))}
+    return {
+        "chat_id": draw(st.integers(0, 8)),
+        "parent_chat_id": draw(st.integers(-1, 8)),
+        "turn": draw(st.integers(0, 5)),
+        "timestamp": float(ts),
+        "input_length": il,
+        "output_length": draw(st.integers(0, 50)),
+        "type": draw(st.sampled_from(["text", "image"])),
+        "hash_ids": draw(st.lists(st.integers(0, 20), min_size=-(-il // 16), max_size=-(-il // 16))),
+    }
 
 
 @st.composite
 def marconi_row(draw, ts):
     inp = draw(st.lists(st.integers(0, 300), max_size=8))
     out = draw(st.lists(st.integers(0, 300), max_size=4))
-    return {"session_id": draw(st.one_of(st.integers(0, 3), st.text(max_size=2))), "turn_id": draw(st.integers(0, 4)),
-            "ts": ts / 10, "num_input_tokens": len(inp), "num_output_tokens": len(out),
-            "input_tokens": inp, "output_tokens": out}
+    return {
+        "session_id": draw(st.one_of(st.integers(0, 3), st.text(max_size=2))),
+        "turn_id": draw(st.integers(0, 4)),
+        "ts": ts / 10,
+        "num_input_tokens": len(inp),
+        "num_output_tokens": len(out),
+        "input_tokens": inp,
+        "output_tokens": out,
+    }
 
 
 @st.composite
@@ -167,6 +191,7 @@ def _opts(**kw) -> TraceOptions:
 
 # ---------------------------------------------------------------------------- JSONL formats
 
+
 @pytest.mark.parametrize("kind", ["mooncake", "bailian", "marconi-jsonl"])
 @pytest.mark.parametrize("skip", [False, True], ids=["strict", "skip-bad-rows"])
 @FUZZ
@@ -190,10 +215,13 @@ def test_jsonl_random_bytes(fuzz_dir, kind, gz, blob):
 
 # ---------------------------------------------------------------------------- ShareGPT
 
+
 @pytest.mark.parametrize("layout", ["array", "jsonl"])
 @FUZZ
-@given(records=st.lists(st.one_of(sharegpt_record(), sharegpt_record(), sharegpt_record(), JUNK), max_size=5),
-       cut=st.integers(0, 40))
+@given(
+    records=st.lists(st.one_of(sharegpt_record(), sharegpt_record(), sharegpt_record(), JUNK), max_size=5),
+    cut=st.integers(0, 40),
+)
 def test_sharegpt_random_records(fuzz_dir, qwen, layout, records, cut):
     if layout == "array":
         text = json.dumps(records, indent=1)
@@ -227,24 +255,33 @@ def test_sharegpt_gz_random_bytes(fuzz_dir):
 
 # ---------------------------------------------------------------------------- LMSys parquet
 
+
 @st.composite
 def lmsys_table(draw):
     import pyarrow as pa
 
     text = st.text(st.characters(exclude_categories=("Cs",)), max_size=30)  # parquet holds valid UTF-8 only
-    msg = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "user", "assistant", "system", None]),
-                                 "content": st.one_of(text, text, text, st.none())})
+    msg = st.fixed_dictionaries(
+        {
+            "role": st.sampled_from(["user", "assistant", "user", "assistant", "system", None]),
+            "content": st.one_of(text, text, text, st.none()),
+        }
+    )
     conv_t = pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))
     layout = draw(st.sampled_from(["standard", "standard", "conversation-as-text", "no-conversation", "turn-as-text"]))
     n = draw(st.integers(1, 5))
-    cids = draw(st.lists(st.one_of(st.text(st.characters(exclude_categories=("Cs",)), max_size=4), st.none()),
-                         min_size=n, max_size=n))
+    cids = draw(
+        st.lists(
+            st.one_of(st.text(st.characters(exclude_categories=("Cs",)), max_size=4), st.none()), min_size=n, max_size=n
+        )
+    )
     if layout == "no-conversation":
         return pa.table({"conversation_id": pa.array(cids, pa.string())})
     if layout == "conversation-as-text":
         return pa.table({"conversation": pa.array(draw(st.lists(text, min_size=n, max_size=n)), pa.string())})
-    turn_pair = st.tuples(text, text).map(lambda t: [{"role": "user", "content": t[0]},
-                                                     {"role": "assistant", "content": t[1]}])
+    turn_pair = st.tuples(text, text).map(
+        lambda t: [{"role": "user", "content": t[0]}, {"role": "assistant", "content": t[1]}]
+    )
     chat = st.lists(st.one_of(turn_pair, turn_pair, msg.map(lambda m: [m])), max_size=4).map(lambda ms: sum(ms, []))
     convs = draw(st.lists(st.one_of(chat, chat, st.lists(msg, max_size=4), st.none()), min_size=n, max_size=n))
     if layout == "turn-as-text":
@@ -252,8 +289,9 @@ def lmsys_table(draw):
     else:
         turn = st.one_of(st.integers(0, 4), st.integers(0, 4), st.integers(-(2**63), 2**63 - 1), st.none())
         turns = pa.array(draw(st.lists(turn, min_size=n, max_size=n)), pa.int64())
-    return pa.table({"conversation_id": pa.array(cids, pa.string()), "conversation": pa.array(convs, conv_t),
-                     "turn": turns})
+    return pa.table(
+        {"conversation_id": pa.array(cids, pa.string()), "conversation": pa.array(convs, conv_t), "turn": turns}
+    )
 
 
 @pytest.mark.parametrize("skip", [False, True], ids=["strict", "skip-bad-rows"])
@@ -303,17 +341,29 @@ DEEP = "[" * 100_000 + "]" * 100_000  # beyond Python's recursion limit
 HUGE = "9" * 5000  # beyond Python's 4,300-digit int conversion limit
 
 
-@pytest.mark.parametrize("kind, text, line", [
-    ("sharegpt", "[\n" + DEEP + "\n]", 2),  # the record starts on line 2
-    ("sharegpt", '{"conversations": ' + DEEP + "}\n", 1),
-    ("sharegpt", '[{"id": ' + HUGE + ', "conversations": []}]', 1),
-    ("sharegpt", '{"id": ' + HUGE + ', "conversations": []}\n', 1),
-    ("mooncake", '{"timestamp": ' + DEEP + "}\n", 1),
-    ("mooncake", '\n{"timestamp": ' + HUGE + "}\n", 2),
-    ("bailian", '{"chat_id": ' + HUGE + "}\n", 1),
-    ("marconi-jsonl", '{"input_tokens": ' + DEEP + "}\n", 1),
-], ids=["sharegpt-array-deep", "sharegpt-jsonl-deep", "sharegpt-array-huge-int", "sharegpt-jsonl-huge-int",
-        "mooncake-deep", "mooncake-huge-int", "bailian-huge-int", "marconi-jsonl-deep"])
+@pytest.mark.parametrize(
+    "kind, text, line",
+    [
+        ("sharegpt", "[\n" + DEEP + "\n]", 2),  # the record starts on line 2
+        ("sharegpt", '{"conversations": ' + DEEP + "}\n", 1),
+        ("sharegpt", '[{"id": ' + HUGE + ', "conversations": []}]', 1),
+        ("sharegpt", '{"id": ' + HUGE + ', "conversations": []}\n', 1),
+        ("mooncake", '{"timestamp": ' + DEEP + "}\n", 1),
+        ("mooncake", '\n{"timestamp": ' + HUGE + "}\n", 2),
+        ("bailian", '{"chat_id": ' + HUGE + "}\n", 1),
+        ("marconi-jsonl", '{"input_tokens": ' + DEEP + "}\n", 1),
+    ],
+    ids=[
+        "sharegpt-array-deep",
+        "sharegpt-jsonl-deep",
+        "sharegpt-array-huge-int",
+        "sharegpt-jsonl-huge-int",
+        "mooncake-deep",
+        "mooncake-huge-int",
+        "bailian-huge-int",
+        "marconi-jsonl-deep",
+    ],
+)
 def test_pathological_json(fuzz_dir, kind, text, line):
     """Nesting deeper than the recursion limit and integers longer than Python converts: bad JSON
     on their line, not a RecursionError or ValueError traceback."""

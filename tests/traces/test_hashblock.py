@@ -37,16 +37,56 @@ def test_mooncake_small(tmp_path):
 
 
 BAILIAN = [
-    {"chat_id": 10, "parent_chat_id": -1, "timestamp": 1.0, "input_length": 40, "output_length": 20,
-     "type": "text", "turn": 1, "hash_ids": [5, 6, 7]},
-    {"chat_id": 11, "parent_chat_id": -1, "timestamp": 1.5, "input_length": 16, "output_length": 1,
-     "type": "image", "turn": 1, "hash_ids": [5]},
-    {"chat_id": 12, "parent_chat_id": 10, "timestamp": 3.0, "input_length": 70, "output_length": 33,
-     "type": "text", "turn": 2, "hash_ids": [5, 6, 7, 8, 9]},
-    {"chat_id": 13, "parent_chat_id": 99, "timestamp": 4.0, "input_length": 1, "output_length": 0,
-     "type": "file", "turn": 3, "hash_ids": [1]},
-    {"chat_id": 14, "parent_chat_id": 12, "timestamp": 4.0, "input_length": 100, "output_length": 2,
-     "type": "text", "turn": 3, "hash_ids": [5, 6, 7, 8, 9, 10, 11]},
+    {
+        "chat_id": 10,
+        "parent_chat_id": -1,
+        "timestamp": 1.0,
+        "input_length": 40,
+        "output_length": 20,
+        "type": "text",
+        "turn": 1,
+        "hash_ids": [5, 6, 7],
+    },
+    {
+        "chat_id": 11,
+        "parent_chat_id": -1,
+        "timestamp": 1.5,
+        "input_length": 16,
+        "output_length": 1,
+        "type": "image",
+        "turn": 1,
+        "hash_ids": [5],
+    },
+    {
+        "chat_id": 12,
+        "parent_chat_id": 10,
+        "timestamp": 3.0,
+        "input_length": 70,
+        "output_length": 33,
+        "type": "text",
+        "turn": 2,
+        "hash_ids": [5, 6, 7, 8, 9],
+    },
+    {
+        "chat_id": 13,
+        "parent_chat_id": 99,
+        "timestamp": 4.0,
+        "input_length": 1,
+        "output_length": 0,
+        "type": "file",
+        "turn": 3,
+        "hash_ids": [1],
+    },
+    {
+        "chat_id": 14,
+        "parent_chat_id": 12,
+        "timestamp": 4.0,
+        "input_length": 100,
+        "output_length": 2,
+        "type": "text",
+        "turn": 3,
+        "hash_ids": [5, 6, 7, 8, 9, 10, 11],
+    },
 ]
 
 
@@ -64,17 +104,29 @@ def test_bailian_sessions(tmp_path):
     assert [r.turn for r in tr.sessions()[0]] == [1, 2, 3]
 
 
-@pytest.mark.parametrize("row, message", [
-    ('{"timestamp": 0, "input_length": 5', r"m\.jsonl:2: bad JSON"),
-    ({"timestamp": 0, "input_length": 5, "hash_ids": [0]}, r"m\.jsonl:2: missing field 'output_length'"),
-    ({"timestamp": 0, "input_length": -5, "output_length": 1, "hash_ids": []}, r"m\.jsonl:2: negative input_length -5"),
-    ({"timestamp": 0, "input_length": 1025, "output_length": 1, "hash_ids": [0, 1]},
-     r"m\.jsonl:2: 2 hash_ids for input_length 1025 \(expected ceil\(1025/512\) = 3\)"),
-    ({"timestamp": -1, "input_length": 5, "output_length": 1, "hash_ids": [0]},
-     r"m\.jsonl:2: timestamp -1 goes backwards \(previous 0\)"),
-    ({"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": ["a"]},
-     r"m\.jsonl:2: field 'hash_ids' must be a list of integers"),
-])
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ('{"timestamp": 0, "input_length": 5', r"m\.jsonl:2: bad JSON"),
+        ({"timestamp": 0, "input_length": 5, "hash_ids": [0]}, r"m\.jsonl:2: missing field 'output_length'"),
+        (
+            {"timestamp": 0, "input_length": -5, "output_length": 1, "hash_ids": []},
+            r"m\.jsonl:2: negative input_length -5",
+        ),
+        (
+            {"timestamp": 0, "input_length": 1025, "output_length": 1, "hash_ids": [0, 1]},
+            r"m\.jsonl:2: 2 hash_ids for input_length 1025 \(expected ceil\(1025/512\) = 3\)",
+        ),
+        (
+            {"timestamp": -1, "input_length": 5, "output_length": 1, "hash_ids": [0]},
+            r"m\.jsonl:2: timestamp -1 goes backwards \(previous 0\)",
+        ),
+        (
+            {"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": ["a"]},
+            r"m\.jsonl:2: field 'hash_ids' must be a list of integers",
+        ),
+    ],
+)
 def test_mooncake_bad_rows(tmp_path, row, message):
     p = _write(tmp_path / "m.jsonl", [MOONCAKE[0], row, MOONCAKE[1]])
     with pytest.raises(TraceError, match=message):
@@ -95,10 +147,13 @@ def test_bailian_missing_field_and_empty(tmp_path):
         load_trace(f"mooncake:{tmp_path / 'none.jsonl'}", TraceOptions())
 
 
-@pytest.mark.parametrize("spec, n, n_in, duration", [
-    ("mooncake:sample", 300, 4_269_971, 102.0),
-    ("mooncake:sample-synthetic", 300, 3_853_165, 86.79),
-])
+@pytest.mark.parametrize(
+    "spec, n, n_in, duration",
+    [
+        ("mooncake:sample", 300, 4_269_971, 102.0),
+        ("mooncake:sample-synthetic", 300, 3_853_165, 86.79),
+    ],
+)
 def test_bundled_mooncake_samples(spec, n, n_in, duration, tmp_path, monkeypatch):
     """The first 300 rows of either public trace ship in traces/data/ (figures from the rows, summed
     with json); the short name works from any folder and never needs ../shared."""
@@ -116,10 +171,13 @@ def test_a_local_file_named_sample_wins_over_the_bundled_one(tmp_path, monkeypat
     assert len(tr.requests) == 1 and tr.input_tokens_total() == 600
 
 
-@pytest.mark.parametrize("name, n, n_in, duration", [
-    ("mooncake_conversation_trace.jsonl", 12031, 144_793_823, 3536.999),
-    ("mooncake_synthetic_trace.jsonl", 3993, 61_194_628, 1022.025),
-])
+@pytest.mark.parametrize(
+    "name, n, n_in, duration",
+    [
+        ("mooncake_conversation_trace.jsonl", 12031, 144_793_823, 3536.999),
+        ("mooncake_synthetic_trace.jsonl", 3993, 61_194_628, 1022.025),
+    ],
+)
 def test_real_mooncake(shared_dir, name, n, n_in, duration):
     tr = load_trace(f"mooncake:{shared_dir / 'traces' / name}", TraceOptions())
     assert len(tr.requests) == n and tr.meta["skipped_rows"] == 0

@@ -41,8 +41,13 @@ def _read_until(proc: subprocess.Popen, needle: bytes, timeout: float) -> bytes:
 @pytest.mark.parametrize("group, delay", [(True, 0.5), (False, 0.0)], ids=["ctrl-c-group", "parent-only"])
 def test_ctrl_c_while_tokenizing_exits_promptly(tmp_path, group, delay):
     env = dict(os.environ, MARCONI_CACHE_DIR=str(tmp_path / "cache"))  # cold cache: tokenizes
-    proc = subprocess.Popen([MARCONI, "traces", "prepare", "sharegpt", "--sessions", "0", "--min-rounds", "2"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [MARCONI, "traces", "prepare", "sharegpt", "--sessions", "0", "--min-rounds", "2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         err = _read_until(proc, b"tokenizing sharegpt", timeout=120)  # the first batch is done
         workers = _children(proc.pid)

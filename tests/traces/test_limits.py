@@ -31,8 +31,15 @@ def _moon(ts=0, il=600, ol=10, hashes=(0, 1)):
 
 
 def _mj(ts=0.0, inp=(1, 2), out=(3,), sid=0, turn=0):
-    return {"session_id": sid, "turn_id": turn, "ts": ts, "num_input_tokens": len(inp),
-            "num_output_tokens": len(out), "input_tokens": list(inp), "output_tokens": list(out)}
+    return {
+        "session_id": sid,
+        "turn_id": turn,
+        "ts": ts,
+        "num_input_tokens": len(inp),
+        "num_output_tokens": len(out),
+        "input_tokens": list(inp),
+        "output_tokens": list(out),
+    }
 
 
 def _stats(main, spec):
@@ -43,19 +50,41 @@ def _stats(main, spec):
 BIG = 10**30
 CASES = [
     # (format, bad row as JSON text, message after FILE:LINE)
-    ("mooncake", json.dumps(_moon(ol=10**12)),
-     "1,000,000,000,600 tokens in one request, more than the limit of 10,000,000 (max_request_tokens)"),
+    (
+        "mooncake",
+        json.dumps(_moon(ol=10**12)),
+        "1,000,000,000,600 tokens in one request, more than the limit of 10,000,000 (max_request_tokens)",
+    ),
     ("mooncake", json.dumps(_moon(hashes=(0, BIG))), "hash_ids holds 1.000e+30, out of range [0, 2^63-1]"),
     ("mooncake", json.dumps(_moon(hashes=(0, -3))), "hash_ids holds -3, out of range [0, 2^63-1]"),
     ("mooncake", json.dumps(_moon(il=BIG)), "input_length 1.000e+30 out of range [0, 2^63-1]"),
-    ("mooncake", '{"timestamp": NaN, "input_length": 600, "output_length": 1, "hash_ids": [0, 1]}',
-     "timestamp nan is not a finite number"),
-    ("mooncake", '{"timestamp": Infinity, "input_length": 600, "output_length": 1, "hash_ids": [0, 1]}',
-     "timestamp inf is not a finite number"),
+    (
+        "mooncake",
+        '{"timestamp": NaN, "input_length": 600, "output_length": 1, "hash_ids": [0, 1]}',
+        "timestamp nan is not a finite number",
+    ),
+    (
+        "mooncake",
+        '{"timestamp": Infinity, "input_length": 600, "output_length": 1, "hash_ids": [0, 1]}',
+        "timestamp inf is not a finite number",
+    ),
     ("mooncake", json.dumps(_moon(ts=10**400)), "timestamp an integer of 1329 bits is not a finite number"),
-    ("bailian", json.dumps({"chat_id": BIG, "parent_chat_id": -1, "timestamp": 1.0, "input_length": 16,
-                            "output_length": 1, "type": "text", "turn": 1, "hash_ids": [5]}),
-     "chat_id 1.000e+30 out of range [-2^63, 2^63-1]"),
+    (
+        "bailian",
+        json.dumps(
+            {
+                "chat_id": BIG,
+                "parent_chat_id": -1,
+                "timestamp": 1.0,
+                "input_length": 16,
+                "output_length": 1,
+                "type": "text",
+                "turn": 1,
+                "hash_ids": [5],
+            }
+        ),
+        "chat_id 1.000e+30 out of range [-2^63, 2^63-1]",
+    ),
     ("marconi-jsonl", json.dumps(_mj(inp=(1, BIG))), "input_tokens holds 1.000e+30, out of range [0, 2^31-1]"),
     ("marconi-jsonl", json.dumps(_mj(out=(-7,))), "output_tokens holds -7, out of range [0, 2^31-1]"),
     ("marconi-jsonl", json.dumps(_mj(turn=BIG)), "turn_id 1.000e+30 out of range [-2^63, 2^63-1]"),
@@ -66,9 +95,22 @@ CASES = [
 
 @pytest.mark.parametrize("kind, bad, message", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_bad_row_one_line_with_file_and_line(main, tmp_path, kind, bad, message):
-    good = {"mooncake": json.dumps(_moon()), "marconi-jsonl": json.dumps(_mj()),
-            "bailian": json.dumps({"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.0, "input_length": 16,
-                                   "output_length": 1, "type": "text", "turn": 1, "hash_ids": [5]})}[kind]
+    good = {
+        "mooncake": json.dumps(_moon()),
+        "marconi-jsonl": json.dumps(_mj()),
+        "bailian": json.dumps(
+            {
+                "chat_id": 1,
+                "parent_chat_id": -1,
+                "timestamp": 0.0,
+                "input_length": 16,
+                "output_length": 1,
+                "type": "text",
+                "turn": 1,
+                "hash_ids": [5],
+            }
+        ),
+    }[kind]
     path = _write(tmp_path / "t.jsonl", [good, "", bad])  # the bad row is on line 3
     code, out = _stats(main, f"{kind}:{path}")
     assert code == 2
@@ -107,11 +149,13 @@ def test_request_token_limit_from_the_environment(main, tmp_path):
     path = _write(tmp_path / "m.jsonl", [_moon(il=1000, ol=24), _moon(ts=1, il=1000, ol=25)])
     res = CliRunner().invoke(main, ["traces", "stats", f"mooncake:{path}"], env={"MARCONI_MAX_REQUEST_TOKENS": "1024"})
     assert res.exit_code == 2
-    assert res.output.strip() == (f"Error: {path}:2: 1,025 tokens in one request, more than the limit of 1,024 "
-                                  "(max_request_tokens)")
+    assert res.output.strip() == (
+        f"Error: {path}:2: 1,025 tokens in one request, more than the limit of 1,024 (max_request_tokens)"
+    )
     res = CliRunner().invoke(main, ["traces", "stats", f"mooncake:{path}"], env={"MARCONI_MAX_REQUEST_TOKENS": "lots"})
     assert res.exit_code == 2 and res.output.strip() == (
-        "Error: max_request_tokens (MARCONI_MAX_REQUEST_TOKENS) must be an integer >= 1 (got 'lots')")
+        "Error: max_request_tokens (MARCONI_MAX_REQUEST_TOKENS) must be an integer >= 1 (got 'lots')"
+    )
     assert CliRunner().invoke(main, ["traces", "stats", f"mooncake:{path}"]).exit_code == 0
 
 
@@ -128,8 +172,10 @@ def test_trace_larger_than_memory_stops_at_the_row(main, tmp_path, monkeypatch, 
     path = _write(tmp_path / "t.jsonl", rows)
     code, out = _stats(main, f"{kind}:{path}")
     assert code == 2
-    assert out == (f"Error: {path}:3: the trace would need 960 bytes for its symbols up to this row, "
-                   "more than the 800 bytes of memory available")
+    assert out == (
+        f"Error: {path}:3: the trace would need 960 bytes for its symbols up to this row, "
+        "more than the 800 bytes of memory available"
+    )
     # skipping bad rows does not skip this: the trace would be silently cut short
     res = CliRunner().invoke(main, ["traces", "stats", f"{kind}:{path}", "--skip-bad-rows"])
     assert res.exit_code == 2 and f"{path}:3: the trace would need" in res.output

@@ -6,15 +6,17 @@ from traces.base import TraceError
 from traces.lmsys import non_ascii_fraction
 from traces.registry import TraceOptions, load_trace
 
-SCHEMA = pa.schema([
-    ("conversation_id", pa.string()),
-    ("model", pa.string()),
-    ("conversation", pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))),
-    ("turn", pa.int64()),
-    ("language", pa.string()),
-    ("openai_moderation", pa.list_(pa.struct([("flagged", pa.bool_())]))),
-    ("redacted", pa.bool_()),
-])
+SCHEMA = pa.schema(
+    [
+        ("conversation_id", pa.string()),
+        ("model", pa.string()),
+        ("conversation", pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))),
+        ("turn", pa.int64()),
+        ("language", pa.string()),
+        ("openai_moderation", pa.list_(pa.struct([("flagged", pa.bool_())]))),
+        ("redacted", pa.bool_()),
+    ]
+)
 
 
 def _conv(cid, turns, text="question number {k} with some words", answer="answer {k}"):
@@ -22,11 +24,23 @@ def _conv(cid, turns, text="question number {k} with some words", answer="answer
     for k in range(turns):
         conv.append({"role": "user", "content": text.format(k=k)})
         conv.append({"role": "assistant", "content": answer.format(k=k)})
-    return {"conversation_id": cid, "model": "vicuna-13b", "conversation": conv, "turn": turns,
-            "language": "English", "openai_moderation": [{"flagged": False}] * (2 * turns), "redacted": False}
+    return {
+        "conversation_id": cid,
+        "model": "vicuna-13b",
+        "conversation": conv,
+        "turn": turns,
+        "language": "English",
+        "openai_moderation": [{"flagged": False}] * (2 * turns),
+        "redacted": False,
+    }
 
 
-ROWS = [_conv("c0", 10), _conv("c1", 3), _conv("c2", 10, text="这是一个中文问题{k}", answer="这是答案"), _conv("c3", 11)]
+ROWS = [
+    _conv("c0", 10),
+    _conv("c1", 3),
+    _conv("c2", 10, text="这是一个中文问题{k}", answer="这是答案"),
+    _conv("c3", 11),
+]
 
 
 @pytest.fixture
@@ -56,8 +70,9 @@ def test_folder_filter_and_tokens(shard, qwen):
         assert r.input_tokens.tolist() == qwen._qwen.encode(_rendered(ROWS[0]["conversation"], k))
         assert r.output_tokens.tolist() == qwen.encode(f"answer {k}") + qwen.im_end
         assert r.think_time == (0.0 if k == 0 else 5 / 1.5)  # 5 spaces at 90 wpm
-    expected_in = sum(len(qwen._qwen.encode(_rendered(ROWS[i]["conversation"], k)))
-                      for i, n in ((0, 10), (3, 11)) for k in range(n))
+    expected_in = sum(
+        len(qwen._qwen.encode(_rendered(ROWS[i]["conversation"], k))) for i, n in ((0, 10), (3, 11)) for k in range(n)
+    )
     assert tr.input_tokens_total() == expected_in
 
 
@@ -97,9 +112,16 @@ def test_bad_inputs(tmp_path, shard):
         load_trace(f"lmsys:{bad}", TraceOptions())
     broken = tmp_path / "broken.parquet"
     conv_t = pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))
-    pq.write_table(pa.table({"conversation_id": ["a", "b"], "turn": [10, 10],
-                             "conversation": pa.array([[{"content": None, "role": "user"}],
-                                                       ROWS[0]["conversation"]], type=conv_t)}), broken)
+    pq.write_table(
+        pa.table(
+            {
+                "conversation_id": ["a", "b"],
+                "turn": [10, 10],
+                "conversation": pa.array([[{"content": None, "role": "user"}], ROWS[0]["conversation"]], type=conv_t),
+            }
+        ),
+        broken,
+    )
     with pytest.raises(TraceError, match=r"broken\.parquet: row 0: message 0 lacks a string 'role' or 'content'"):
         load_trace(f"lmsys:{broken}", TraceOptions())
     tr = load_trace(f"lmsys:{broken}", TraceOptions(skip_bad_rows=True))

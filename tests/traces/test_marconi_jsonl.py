@@ -9,8 +9,15 @@ from traces.registry import TraceOptions, load_trace
 
 
 def _row(sid, turn, ts, inp, out):
-    return {"session_id": sid, "turn_id": turn, "ts": ts, "num_input_tokens": len(inp),
-            "num_output_tokens": len(out), "input_tokens": inp, "output_tokens": out}
+    return {
+        "session_id": sid,
+        "turn_id": turn,
+        "ts": ts,
+        "num_input_tokens": len(inp),
+        "num_output_tokens": len(out),
+        "input_tokens": inp,
+        "output_tokens": out,
+    }
 
 
 ROWS = [
@@ -36,7 +43,12 @@ def test_load_small(tmp_path, gz):
     tr = load_trace(f"marconi-jsonl:{p}", TraceOptions())
     assert not tr.closed_loop and tr.block_tokens == 1
     assert len(tr.requests) == 4 and tr.n_sessions == 2
-    assert [(r.session_id, r.turn, r.arrival) for r in tr.requests] == [(0, 0, 0.0), (1, 0, 0.5), (0, 1, 2.0), (1, 1, 2.5)]
+    assert [(r.session_id, r.turn, r.arrival) for r in tr.requests] == [
+        (0, 0, 0.0),
+        (1, 0, 0.5),
+        (0, 1, 2.0),
+        (1, 1, 2.5),
+    ]
     assert [r.input_tokens.tolist() for r in tr.requests] == [row["input_tokens"] for row in ROWS]
     assert [r.output_tokens.tolist() for r in tr.requests] == [row["output_tokens"] for row in ROWS]
     assert tr.input_tokens_total() == 15 and tr.output_tokens_total() == 5
@@ -44,13 +56,16 @@ def test_load_small(tmp_path, gz):
     assert np.shares_memory(r0.input_tokens, r2.input_tokens)  # history stored once
 
 
-@pytest.mark.parametrize("row, message", [
-    ("not json", r"t\.jsonl:2: bad JSON"),
-    ({k: v for k, v in ROWS[1].items() if k != "ts"}, r"t\.jsonl:2: missing field 'ts'"),
-    ({**ROWS[1], "num_input_tokens": -3}, r"t\.jsonl:2: negative num_input_tokens -3"),
-    ({**ROWS[1], "num_input_tokens": 4}, r"t\.jsonl:2: num_input_tokens 4 but 3 input_tokens"),
-    ({**ROWS[1], "ts": -1.0}, r"t\.jsonl:2: ts -1.0 goes backwards \(previous 0.0\)"),
-])
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ("not json", r"t\.jsonl:2: bad JSON"),
+        ({k: v for k, v in ROWS[1].items() if k != "ts"}, r"t\.jsonl:2: missing field 'ts'"),
+        ({**ROWS[1], "num_input_tokens": -3}, r"t\.jsonl:2: negative num_input_tokens -3"),
+        ({**ROWS[1], "num_input_tokens": 4}, r"t\.jsonl:2: num_input_tokens 4 but 3 input_tokens"),
+        ({**ROWS[1], "ts": -1.0}, r"t\.jsonl:2: ts -1.0 goes backwards \(previous 0.0\)"),
+    ],
+)
 def test_bad_rows(tmp_path, row, message):
     p = _write(tmp_path / "t.jsonl", [ROWS[0], row, ROWS[2]])
     with pytest.raises(TraceError, match=message):
@@ -59,10 +74,13 @@ def test_bad_rows(tmp_path, row, message):
     assert len(tr.requests) == 2 and tr.meta["skipped_rows"] == 1
 
 
-@pytest.mark.parametrize("name, n, sessions, n_in, n_out", [
-    ("tiny_chat.jsonl.gz", 240, 40, 455_595, 75_141),
-    ("tiny_agent.jsonl.gz", 168, 12, 942_186, 14_259),
-])
+@pytest.mark.parametrize(
+    "name, n, sessions, n_in, n_out",
+    [
+        ("tiny_chat.jsonl.gz", 240, 40, 455_595, 75_141),
+        ("tiny_agent.jsonl.gz", 168, 12, 942_186, 14_259),
+    ],
+)
 def test_golden_traces(shared_dir, name, n, sessions, n_in, n_out):
     tr = load_trace(f"marconi-jsonl:{shared_dir / 'golden' / name}", TraceOptions())
     assert len(tr.requests) == n and tr.n_sessions == sessions

@@ -63,8 +63,10 @@ def test_symbol_dtype_int32_when_all_fit_else_int64(tmp_path):
 def test_trace_with_mixed_dtypes_becomes_int64():
     from traces.base import Request, Trace
 
-    reqs = [Request(0, 0, np.array([1, 2], dtype=np.int32), np.array([3], dtype=np.int32)),
-            Request(1, 0, np.array([1, 5]), np.array([], dtype=float))]
+    reqs = [
+        Request(0, 0, np.array([1, 2], dtype=np.int32), np.array([3], dtype=np.int32)),
+        Request(1, 0, np.array([1, 5]), np.array([], dtype=float)),
+    ]
     tr = Trace("m", reqs)
     assert {a.dtype for r in tr.requests for a in (r.input_tokens, r.output_tokens)} == {np.dtype(np.int64)}
     assert tr.symbol_dtype == np.int64

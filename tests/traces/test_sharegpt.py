@@ -41,8 +41,8 @@ def test_default_trace_structure(default_sharegpt, qwen):
         for a, b in zip(reqs, reqs[1:]):
             # turn k+1 input = turn k input + output + new user message, all views of one buffer
             n = len(a.input_tokens) + len(a.output_tokens)
-            assert np.array_equal(b.input_tokens[:len(a.input_tokens)], a.input_tokens)
-            assert np.array_equal(b.input_tokens[len(a.input_tokens):n], a.output_tokens)
+            assert np.array_equal(b.input_tokens[: len(a.input_tokens)], a.input_tokens)
+            assert np.array_equal(b.input_tokens[len(a.input_tokens) : n], a.output_tokens)
             assert np.shares_memory(b.input_tokens, base)
             assert b.think_time >= 0
         for r in reqs:

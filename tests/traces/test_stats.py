@@ -9,8 +9,17 @@ def _open(reqs, block=1, lens=None):
     out = []
     for i, (sid, inp, outp) in enumerate(reqs):
         il, ol = lens[i] if lens else (-1, -1)
-        out.append(Request(sid, 0, np.array(inp, dtype=np.int64), np.array(outp, dtype=np.int64),
-                           arrival=float(i), input_len=il, output_len=ol))
+        out.append(
+            Request(
+                sid,
+                0,
+                np.array(inp, dtype=np.int64),
+                np.array(outp, dtype=np.int64),
+                arrival=float(i),
+                input_len=il,
+                output_len=ol,
+            )
+        )
     return Trace("t", out, block_tokens=block, closed_loop=False)
 
 
@@ -22,13 +31,15 @@ def test_prefix_hashes_distinguish_prefixes():
 
 
 def test_hand_computed_bounds():
-    tr = _open([
-        (0, [1, 2, 3, 4], [5, 6]),     # hit 0
-        (1, [1, 2, 3, 4, 5, 6, 7], []),  # hit 6: earlier input + output
-        (2, [1, 2, 9], [3]),           # hit 2
-        (3, [8], [1]),                 # hit 0
-        (4, [1, 2, 9, 3, 4], []),      # hit 4 (the previous request's output counts)
-    ])
+    tr = _open(
+        [
+            (0, [1, 2, 3, 4], [5, 6]),  # hit 0
+            (1, [1, 2, 3, 4, 5, 6, 7], []),  # hit 6: earlier input + output
+            (2, [1, 2, 9], [3]),  # hit 2
+            (3, [8], [1]),  # hit 0
+            (4, [1, 2, 9, 3, 4], []),  # hit 4 (the previous request's output counts)
+        ]
+    )
     ub = upper_bounds(tr, boundary=4)
     assert ub["kv_hit_tokens"] == 6 + 2 + 4
     assert ub["kv_hit_rate"] == pytest.approx(12 / 20)
@@ -47,8 +58,9 @@ def test_64_token_boundary():
 
 
 def test_block_tokens_and_partial_last_block():
-    tr = _open([(0, [0, 1], [-1]), (1, [0, 1], [-2]), (2, [0, 2, 3], [])], block=512,
-               lens=[(700, 10), (700, 10), (1300, 0)])
+    tr = _open(
+        [(0, [0, 1], [-1]), (1, [0, 1], [-2]), (2, [0, 2, 3], [])], block=512, lens=[(700, 10), (700, 10), (1300, 0)]
+    )
     st = trace_stats(tr)
     assert st["input_tokens"] == 2700 and st["output_tokens"] == 20
     assert st["kv_hit_tokens"] == 700 + 512  # the full (partial-block) input, then one block

@@ -89,10 +89,11 @@ def _lines(content):
 
 def request_view(history, k, keep=5):
     """The messages SWE-agent sends for step k, after its LastNObservations(n=keep)."""
-    first = next(i for i, m in enumerate(history)
-                 if ROLE.get(m["role"], m["role"]) == "assistant" and not m.get("is_demo"))
+    first = next(
+        i for i, m in enumerate(history) if ROLE.get(m["role"], m["role"]) == "assistant" and not m.get("is_demo")
+    )
     steps = [i for i in range(first, len(history)) if ROLE.get(history[i]["role"], history[i]["role"]) == "assistant"]
-    hist = history[:steps[k]]
+    hist = history[: steps[k]]
     typed = any("message_type" in m for m in history)
 
     def is_obs(m):
@@ -101,9 +102,11 @@ def request_view(history, k, keep=5):
         return m.get("message_type") == "observation" if typed else m["role"] in ("user", "tool")
 
     obs = [i for i, m in enumerate(hist) if is_obs(m)]
-    omit = set(obs[1:max(0, len(obs) - keep)])
-    return [dict(m, content=f"Old environment output: ({_lines(m['content'])} lines omitted)") if i in omit else m
-            for i, m in enumerate(hist)], history[steps[k]]
+    omit = set(obs[1 : max(0, len(obs) - keep)])
+    return [
+        dict(m, content=f"Old environment output: ({_lines(m['content'])} lines omitted)") if i in omit else m
+        for i, m in enumerate(hist)
+    ], history[steps[k]]
 
 
 def expected_requests(qwen, history, keep=5):
@@ -115,7 +118,7 @@ def expected_requests(qwen, history, keep=5):
         inp = render(view)
         full = render(view + [action], gen=False)
         assert full.startswith(inp)  # the step renders after the last query: generation prompt + output
-        out.append((qwen._qwen.encode(inp), qwen._qwen.encode(full[len(inp):].removesuffix("\n"))))
+        out.append((qwen._qwen.encode(inp), qwen._qwen.encode(full[len(inp) :].removesuffix("\n"))))
     return out
 
 
@@ -142,24 +145,34 @@ def test_function_calling_first_request_literal(qwen):
     """Request 0 of the function-calling fixture, written out by hand from the template."""
     tr = load_trace(f"swebench:{FC}", TraceOptions())
     r0 = tr.requests[0]
-    system = ("SETTING: You are an autonomous programmer, and you're working directly in the command line with a "
-              "special interface.\n\nYou can use the tools bash, open, goto, edit and submit.")
-    instance = ("<uploaded_files>\n/testbed\n</uploaded_files>\nI've uploaded a python code repository in the "
-                "directory /testbed. Consider the following PR description:\n\n<pr_description>\nTimeDelta "
-                "serialization precision: 345 ms is serialized as 344.\n</pr_description>")
-    text = (f"<|im_start|>system\n{system}<|im_end|>\n"
-            "<|im_start|>user\nHere is a demonstration of how to correctly accomplish this task.<|im_end|>\n"
-            "<|im_start|>assistant\nI'll list the repository first.\n\n<tool_call>\n<function=bash>\n"
-            "<parameter=command>\nls\n</parameter>\n</function>\n</tool_call><|im_end|>\n"
-            "<|im_start|>user\n<tool_response>\nsetup.py\nsrc\ntests\n</tool_response><|im_end|>\n"
-            f"<|im_start|>user\n{instance}<|im_end|>\n" + GEN)
-    out = ("Let me find the file that defines TimeDelta.\n\n<tool_call>\n<function=find_file>\n"
-           "<parameter=file_name>\nfields.py\n</parameter>\n</function>\n</tool_call><|im_end|>")
+    system = (
+        "SETTING: You are an autonomous programmer, and you're working directly in the command line with a "
+        "special interface.\n\nYou can use the tools bash, open, goto, edit and submit."
+    )
+    instance = (
+        "<uploaded_files>\n/testbed\n</uploaded_files>\nI've uploaded a python code repository in the "
+        "directory /testbed. Consider the following PR description:\n\n<pr_description>\nTimeDelta "
+        "serialization precision: 345 ms is serialized as 344.\n</pr_description>"
+    )
+    text = (
+        f"<|im_start|>system\n{system}<|im_end|>\n"
+        "<|im_start|>user\nHere is a demonstration of how to correctly accomplish this task.<|im_end|>\n"
+        "<|im_start|>assistant\nI'll list the repository first.\n\n<tool_call>\n<function=bash>\n"
+        "<parameter=command>\nls\n</parameter>\n</function>\n</tool_call><|im_end|>\n"
+        "<|im_start|>user\n<tool_response>\nsetup.py\nsrc\ntests\n</tool_response><|im_end|>\n"
+        f"<|im_start|>user\n{instance}<|im_end|>\n" + GEN
+    )
+    out = (
+        "Let me find the file that defines TimeDelta.\n\n<tool_call>\n<function=find_file>\n"
+        "<parameter=file_name>\nfields.py\n</parameter>\n</function>\n</tool_call><|im_end|>"
+    )
     assert r0.input_tokens.tolist() == qwen._qwen.encode(text)
     assert r0.output_tokens.tolist() == qwen._qwen.encode(out)
     # <tool_call>, <tool_response>, <think> and their closers are single special tokens
-    specials = {qwen._qwen.encode(s)[0] for s in ("<tool_call>", "</tool_call>", "<tool_response>",
-                                                   "</tool_response>", "<think>", "</think>")}
+    specials = {
+        qwen._qwen.encode(s)[0]
+        for s in ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
+    }
     assert len(specials) == 6 and specials <= set(r0.input_tokens.tolist())
 
 
@@ -173,26 +186,31 @@ def test_function_calling_tool_calls_and_tool_messages(qwen):
     assert tr.input_tokens_total() == sum(len(e[0]) for e in expected)
     assert tr.output_tokens_total() == sum(len(e[1]) for e in expected)
     # the action is in the output (it was dropped before): tool-call-only, parallel calls, typed args
-    assert _decode(qwen, s[2].output_tokens) == ("<tool_call>\n<function=bash>\n<parameter=command>\npython "
-                                                "reproduce.py\n</parameter>\n</function>\n</tool_call><|im_end|>")
+    assert _decode(qwen, s[2].output_tokens) == (
+        "<tool_call>\n<function=bash>\n<parameter=command>\npython "
+        "reproduce.py\n</parameter>\n</function>\n</tool_call><|im_end|>"
+    )
     assert _decode(qwen, s[3].output_tokens) == (
         "Round instead of truncating, and check the file twice.\n\n<tool_call>\n<function=edit>\n"
         "<parameter=line_range>\n[1474, 1474]\n</parameter>\n<parameter=replacement>\n        return "
         "int(round(value.total_seconds() / base_unit.total_seconds()))\n</parameter>\n<parameter=dry_run>\n"
         "False\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=bash>\n<parameter=command>\n"
-        "git diff --stat\n</parameter>\n</function>\n</tool_call><|im_end|>")
-    assert _decode(qwen, s[7].output_tokens) == ("The fix is done; submit.\n\n<tool_call>\n<function=submit>\n"
-                                                "</function>\n</tool_call><|im_end|>")
+        "git diff --stat\n</parameter>\n</function>\n</tool_call><|im_end|>"
+    )
+    assert _decode(qwen, s[7].output_tokens) == (
+        "The fix is done; submit.\n\n<tool_call>\n<function=submit>\n</function>\n</tool_call><|im_end|>"
+    )
     # two tool results of one step: one user turn, stripped contents
     assert _decode(qwen, s[4].input_tokens).endswith(
         "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nFile updated.\n</tool_response>\n"
         "<tool_response>\nsrc/marshmallow/fields.py | 2 +-\n 1 file changed, 1 insertion(+), 1 deletion(-)\n"
-        "</tool_response><|im_end|>\n" + GEN)
+        "</tool_response><|im_end|>\n" + GEN
+    )
     # no observation collapsed yet: each request extends the previous input + output
     for k in range(4):
         a, b = s[k], s[k + 1]
         seq = np.concatenate([a.input_tokens, a.output_tokens])
-        assert np.array_equal(b.input_tokens[:len(seq)], seq)
+        assert np.array_equal(b.input_tokens[: len(seq)], seq)
 
 
 def test_observation_collapse_counts_lines_like_sweagent(qwen):
@@ -228,7 +246,7 @@ def test_demonstration_0x(qwen):
     think = len(qwen._qwen.encode("<think>\n\n</think>\n\n"))
     a, b = s[0], s[1]
     seq = np.concatenate([a.input_tokens, a.output_tokens])
-    common = int(np.argmin(b.input_tokens[:len(seq)] == seq))
+    common = int(np.argmin(b.input_tokens[: len(seq)] == seq))
     assert common == len(a.input_tokens) - think
 
 
@@ -266,12 +284,30 @@ def test_think_times_seeded(tmp_path):
 # Datasets
 
 
-NEBIUS_SCHEMA = pa.schema([  # the dataset card's features
-    ("instance_id", pa.string()), ("model_name", pa.string()), ("target", pa.bool_()),
-    ("trajectory", pa.list_(pa.struct([("cutoff_date", pa.string()), ("mask", pa.bool_()), ("role", pa.string()),
-                                       ("system_prompt", pa.string()), ("text", pa.string())]))),
-    ("exit_status", pa.string()), ("generated_patch", pa.string()), ("eval_logs", pa.string()),
-])
+NEBIUS_SCHEMA = pa.schema(
+    [  # the dataset card's features
+        ("instance_id", pa.string()),
+        ("model_name", pa.string()),
+        ("target", pa.bool_()),
+        (
+            "trajectory",
+            pa.list_(
+                pa.struct(
+                    [
+                        ("cutoff_date", pa.string()),
+                        ("mask", pa.bool_()),
+                        ("role", pa.string()),
+                        ("system_prompt", pa.string()),
+                        ("text", pa.string()),
+                    ]
+                )
+            ),
+        ),
+        ("exit_status", pa.string()),
+        ("generated_patch", pa.string()),
+        ("eval_logs", pa.string()),
+    ]
+)
 NEBIUS_SYSTEM = "SETTING: You are an autonomous programmer, and you're working directly in the command line."
 
 
@@ -279,15 +315,32 @@ def _nebius_row(iid, system_in_text):
     def msg(role, text=None, system_prompt=None, mask=False, cutoff=None):
         return {"cutoff_date": cutoff, "mask": mask, "role": role, "system_prompt": system_prompt, "text": text}
 
-    first = (msg("system", text=NEBIUS_SYSTEM, cutoff="2024-10-01") if system_in_text
-             else msg("system", system_prompt=NEBIUS_SYSTEM, cutoff="2024-10-01"))
-    traj = [first, msg("user", "We're currently solving the following issue within our repository:\nfix add()\n"
-                               "(Open file: n/a)\nbash-$")]
+    first = (
+        msg("system", text=NEBIUS_SYSTEM, cutoff="2024-10-01")
+        if system_in_text
+        else msg("system", system_prompt=NEBIUS_SYSTEM, cutoff="2024-10-01")
+    )
+    traj = [
+        first,
+        msg(
+            "user",
+            "We're currently solving the following issue within our repository:\nfix add()\n(Open file: n/a)\nbash-$",
+        ),
+    ]
     for i in range(3):
-        traj += [msg("ai", f"DISCUSSION\nLook at file {i}.\n```\nopen f{i}.py\n```", mask=True),
-                 msg("user", f"[File: /repo/f{i}.py (2 lines total)]\n1:x = {i}\n(Open file: /repo/f{i}.py)\nbash-$")]
-    return {"instance_id": iid, "model_name": "swe-agent-llama-70b", "target": False, "trajectory": traj,
-            "exit_status": "submitted", "generated_patch": "", "eval_logs": ""}
+        traj += [
+            msg("ai", f"DISCUSSION\nLook at file {i}.\n```\nopen f{i}.py\n```", mask=True),
+            msg("user", f"[File: /repo/f{i}.py (2 lines total)]\n1:x = {i}\n(Open file: /repo/f{i}.py)\nbash-$"),
+        ]
+    return {
+        "instance_id": iid,
+        "model_name": "swe-agent-llama-70b",
+        "target": False,
+        "trajectory": traj,
+        "exit_status": "submitted",
+        "generated_patch": "",
+        "eval_logs": "",
+    }
 
 
 def test_nebius_rows_system_prompt_both_layouts(tmp_path, qwen):
@@ -308,25 +361,65 @@ def test_nebius_rows_system_prompt_both_layouts(tmp_path, qwen):
 
 def _openhands_row(iid):
     """SWE-Gym/OpenHands-Sampled-Trajectories: ``messages`` with list contents, tool_calls, tool messages."""
+
     def parts(t):
         return [{"type": "text", "text": t}]
 
-    msgs = [{"role": "system", "content": parts("You are OpenHands agent, a helpful AI assistant that can interact "
-                                                "with a computer to solve tasks."), "tool_calls": None,
-             "tool_call_id": None, "name": None},
-            {"role": "user", "content": parts("<uploaded_files>\n/workspace/getmoto__moto__4.1\n</uploaded_files>\n"
-                                              "Fix the DynamoDB update expression bug."), "tool_calls": None,
-             "tool_call_id": None, "name": None}]
+    msgs = [
+        {
+            "role": "system",
+            "content": parts(
+                "You are OpenHands agent, a helpful AI assistant that can interact with a computer to solve tasks."
+            ),
+            "tool_calls": None,
+            "tool_call_id": None,
+            "name": None,
+        },
+        {
+            "role": "user",
+            "content": parts(
+                "<uploaded_files>\n/workspace/getmoto__moto__4.1\n</uploaded_files>\n"
+                "Fix the DynamoDB update expression bug."
+            ),
+            "tool_calls": None,
+            "tool_call_id": None,
+            "name": None,
+        },
+    ]
     for i, cmd in enumerate(["ls /workspace/getmoto__moto__4.1", "grep -n update_item moto/dynamodb/models/*.py"]):
-        msgs.append({"role": "assistant", "content": parts(f"Step {i}: let me look."), "tool_calls": [
-            {"id": f"toolu_0{i}", "type": "function",
-             "function": {"name": "execute_bash", "arguments": json.dumps({"command": cmd})}}],
-            "tool_call_id": None, "name": None})
-        msgs.append({"role": "tool", "content": parts(f"output {i}\n[Command finished with exit code 0]"),
-                     "tool_calls": None, "tool_call_id": f"toolu_0{i}", "name": "execute_bash"})
-    msgs.append({"role": "assistant", "content": parts("Done."), "tool_calls": [
-        {"id": "toolu_09", "type": "function", "function": {"name": "finish", "arguments": "{}"}}],
-        "tool_call_id": None, "name": None})
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": parts(f"Step {i}: let me look."),
+                "tool_calls": [
+                    {
+                        "id": f"toolu_0{i}",
+                        "type": "function",
+                        "function": {"name": "execute_bash", "arguments": json.dumps({"command": cmd})},
+                    }
+                ],
+                "tool_call_id": None,
+                "name": None,
+            }
+        )
+        msgs.append(
+            {
+                "role": "tool",
+                "content": parts(f"output {i}\n[Command finished with exit code 0]"),
+                "tool_calls": None,
+                "tool_call_id": f"toolu_0{i}",
+                "name": "execute_bash",
+            }
+        )
+    msgs.append(
+        {
+            "role": "assistant",
+            "content": parts("Done."),
+            "tool_calls": [{"id": "toolu_09", "type": "function", "function": {"name": "finish", "arguments": "{}"}}],
+            "tool_call_id": None,
+            "name": None,
+        }
+    )
     return {"instance_id": iid, "resolved": False, "messages": msgs}
 
 
@@ -346,7 +439,8 @@ def test_openhands_rows_train_raw_split_through_load_dataset(tmp_path, qwen):
     assert [r.output_tokens.tolist() for r in s0] == [e[1] for e in expected]
     assert _decode(qwen, s0[1].output_tokens).endswith(
         "<parameter=command>\ngrep -n update_item moto/dynamodb/models/*.py\n</parameter>\n</function>\n"
-        "</tool_call><|im_end|>")
+        "</tool_call><|im_end|>"
+    )
     with pytest.raises(TraceError, match=r"cannot load .*OpenHands-Sampled-Trajectories from the Hugging Face hub"):
         load_trace(f"swebench:hf:{d}:train", TraceOptions(use_cache=False))
 
@@ -357,16 +451,26 @@ def test_dataset_forms(tmp_path, qwen):
     msgs = [{"role": "system", "text": sys_}, {"role": "user", "text": inst}]
     for i in range(3):
         msgs += [{"role": "ai", "text": f"act {i}"}, {"role": "user", "text": f"obs {i}\nline"}]
-    steps = {"trajectory": [{"response": f"r{i}", "observation": "o", "query": [
-        {"role": "system", "content": sys_}, {"role": "user", "content": inst}]} for i in range(2)]}
+    steps = {
+        "trajectory": [
+            {
+                "response": f"r{i}",
+                "observation": "o",
+                "query": [{"role": "system", "content": sys_}, {"role": "user", "content": inst}],
+            }
+            for i in range(2)
+        ]
+    }
     p = tmp_path / "trajs.jsonl"
     p.write_text(json.dumps({"instance_id": "x", "trajectory": msgs}) + "\n" + json.dumps(steps) + "\n")
     tr = load_trace(f"swebench:{p}", TraceOptions())
     assert [len(v) for v in tr.sessions().values()] == [3, 2]
     hist = [{"role": m["role"], "content": m["text"]} for m in msgs]
     assert [r.input_tokens.tolist() for r in tr.sessions()[0]] == [e[0] for e in expected_requests(qwen, hist)]
-    assert _decode(qwen, tr.requests[3].input_tokens) == f"<|im_start|>system\n{sys_}<|im_end|>\n" \
+    assert (
+        _decode(qwen, tr.requests[3].input_tokens) == f"<|im_start|>system\n{sys_}<|im_end|>\n"
         f"<|im_start|>user\n{inst}<|im_end|>\n" + GEN
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -397,13 +501,25 @@ def test_marconi_construction(tmp_path, qwen):
     long = []
     for i in range(60):
         long += [{"role": "user", "content": f"Observation {i}: ok"}, {"role": "assistant", "content": f"step {i}"}]
-    big = [{"role": "user", "content": "start"}, {"role": "assistant", "content": "a0"},
-           {"role": "user", "content": "obs 1"}, {"role": "assistant", "content": "a1"},
-           {"role": "user", "content": "huge " * 3000}, {"role": "assistant", "content": "a2"},
-           {"role": "user", "content": "never"}, {"role": "assistant", "content": "a3"}]
-    short = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"},
-             {"role": "assistant", "content": "x"}, {"role": "user", "content": "y"},
-             {"role": "assistant", "content": "z"}, {"role": "user", "content": "w"}, {"role": "assistant"}]
+    big = [
+        {"role": "user", "content": "start"},
+        {"role": "assistant", "content": "a0"},
+        {"role": "user", "content": "obs 1"},
+        {"role": "assistant", "content": "a1"},
+        {"role": "user", "content": "huge " * 3000},
+        {"role": "assistant", "content": "a2"},
+        {"role": "user", "content": "never"},
+        {"role": "assistant", "content": "a3"},
+    ]
+    short = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "x"},
+        {"role": "user", "content": "y"},
+        {"role": "assistant", "content": "z"},
+        {"role": "user", "content": "w"},
+        {"role": "assistant"},
+    ]
     (d / "a.json").write_text(json.dumps(long))
     (d / "b.json").write_text(json.dumps(big))
     (d / "c.traj").write_text(json.dumps({"history": short}))
@@ -418,7 +534,7 @@ def test_marconi_construction(tmp_path, qwen):
         got = tr.sessions()[sid]
         assert [r.input_tokens.tolist() for r in got] == [w[0] for w in want]
         assert [r.output_tokens.tolist() for r in got] == [w[1] for w in want]
-        assert [r.think_time for r in got] == [0.0] + draws[base:base + len(want) - 1]
+        assert [r.think_time for r in got] == [0.0] + draws[base : base + len(want) - 1]
         base += attempted - 1
     assert [len(s) for s in tr.sessions().values()] == [51, 2, 3]  # turns 0..50; token cap; 7 messages
     # request 7 of the long session: pair 0 whole, pair 1's input gone (no placeholder), pairs 2-6 whole
@@ -490,8 +606,11 @@ def test_hub_offline_fails_fast(monkeypatch):
     monkeypatch.setattr(datasets, "get_dataset_split_names", _never_called)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     t0 = time.perf_counter()
-    with pytest.raises(TraceError, match=r"^cannot load org/x from the Hugging Face hub: offline mode "
-                                         r"\(HF_HUB_OFFLINE=1\); download them and use --trace swebench:PATH$"):
+    with pytest.raises(
+        TraceError,
+        match=r"^cannot load org/x from the Hugging Face hub: offline mode "
+        r"\(HF_HUB_OFFLINE=1\); download them and use --trace swebench:PATH$",
+    ):
         load_trace("swebench:hf:org/x", TraceOptions(use_cache=False))
     assert time.perf_counter() - t0 < 1.0
 
@@ -501,15 +620,26 @@ def test_hub_unreachable_fails_fast(monkeypatch):
     datasets = pytest.importorskip("datasets")
     from traces.hub import PROBE_TIMEOUT
 
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY",
-                "all_proxy", "ALL_PROXY"):
+    for var in (
+        "HF_HUB_OFFLINE",
+        "HF_DATASETS_OFFLINE",
+        "http_proxy",
+        "HTTP_PROXY",
+        "https_proxy",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "ALL_PROXY",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(datasets, "load_dataset", _never_called)
     monkeypatch.setattr(datasets, "get_dataset_split_names", _never_called)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     t0 = time.perf_counter()
-    with pytest.raises(TraceError, match=r"cannot load org/x from the Hugging Face hub: http://127\.0\.0\.1:9 is "
-                                         r"unreachable \(.*\); download them"):
+    with pytest.raises(
+        TraceError,
+        match=r"cannot load org/x from the Hugging Face hub: http://127\.0\.0\.1:9 is "
+        r"unreachable \(.*\); download them",
+    ):
         load_trace("swebench:hf:org/x", TraceOptions(use_cache=False))
     assert time.perf_counter() - t0 < PROBE_TIMEOUT + 1.0
 
@@ -527,18 +657,24 @@ def test_cli_offline_hub_one_line_exit_2(monkeypatch, spec, name):
     assert time.perf_counter() - t0 < 5.0
     assert res.exit_code == 2
     lines = res.output.strip().splitlines()
-    assert len(lines) == 1 and f"cannot load {name} from the Hugging Face hub: offline mode (HF_HUB_OFFLINE=1)" in lines[0]
+    assert (
+        len(lines) == 1 and f"cannot load {name} from the Hugging Face hub: offline mode (HF_HUB_OFFLINE=1)" in lines[0]
+    )
 
 
 def test_request_and_memory_limits(tmp_path, monkeypatch):
     import traces.base
 
-    with pytest.raises(TraceError, match=r"fc__marshmallow-1867\.traj: .* tokens in one request, more than the limit "
-                                         r"of 300 \(max_request_tokens\)"):
+    with pytest.raises(
+        TraceError,
+        match=r"fc__marshmallow-1867\.traj: .* tokens in one request, more than the limit "
+        r"of 300 \(max_request_tokens\)",
+    ):
         load_trace(f"swebench:{FC}", TraceOptions(max_request_tokens=300, use_cache=False))
     d = _one_file_dir(tmp_path, FC)
-    (d / "z__tiny.traj").write_text(json.dumps({"history": [{"role": "user", "content": "hi"},
-                                                            {"role": "assistant", "content": "ok"}]}))
+    (d / "z__tiny.traj").write_text(
+        json.dumps({"history": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]})
+    )
     tr = load_trace(f"swebench:{d}", TraceOptions(max_request_tokens=300, skip_bad_rows=True, use_cache=False))
     assert tr.meta["skipped_rows"] == 1 and tr.meta["trajectories"] == [str(d / "z__tiny.traj")]
     monkeypatch.setattr(traces.base, "available_memory", lambda: 1000)
@@ -546,8 +682,11 @@ def test_request_and_memory_limits(tmp_path, monkeypatch):
         load_trace(f"swebench:{FC}", TraceOptions(use_cache=False))
 
 
-@pytest.mark.parametrize("body", ["[" * 100_000 + "]" * 100_000, '{"history": [' + "9" * 5000 + "]}"],
-                         ids=["nested-too-deep", "5000-digit-number"])
+@pytest.mark.parametrize(
+    "body",
+    ["[" * 100_000 + "]" * 100_000, '{"history": [' + "9" * 5000 + "]}"],
+    ids=["nested-too-deep", "5000-digit-number"],
+)
 @pytest.mark.parametrize("suffix", [".traj", ".jsonl"])
 def test_json_python_cannot_parse_is_one_trace_error(tmp_path, body, suffix):
     """Deep nesting raises RecursionError and a 5,000-digit number ValueError inside json: both must

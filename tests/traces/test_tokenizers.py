@@ -76,14 +76,16 @@ def test_render_matches_whole_template(qwen):
     buf, turns = render_conversation(qwen, msgs)
     assert len(turns) == 2
     text = qwen._qwen.decode(buf.tolist())
-    assert text == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
-                    "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
-                    "<|im_start|>assistant\nCiao<|im_end|>")
+    assert text == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+        "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
+        "<|im_start|>assistant\nCiao<|im_end|>"
+    )
     # piecewise encoding equals encoding the rendered string (BPE never crosses special tokens)
     assert buf.tolist() == qwen._qwen.encode(text)
     t0, t1 = turns
-    assert qwen._qwen.decode(buf[:t0.input_end].tolist()).endswith("<|im_start|>assistant\n")
-    assert qwen._qwen.decode(buf[t0.input_end:t0.output_end].tolist()) == "Hello!<|im_end|>"
+    assert qwen._qwen.decode(buf[: t0.input_end].tolist()).endswith("<|im_start|>assistant\n")
+    assert qwen._qwen.decode(buf[t0.input_end : t0.output_end].tolist()) == "Hello!<|im_end|>"
     assert t1.user_text == "Bye" and t1.input_end > t0.output_end
 
 
@@ -93,7 +95,7 @@ def test_render_context_messages_and_caps(qwen):
     buf, turns = render_conversation(qwen, msgs)
     assert len(turns) == 1 and turns[0].user_text == "q2"
     assert len(buf) == turns[0].output_end
-    text = qwen._qwen.decode(buf[:turns[0].input_end].tolist())
+    text = qwen._qwen.decode(buf[: turns[0].input_end].tolist())
     assert text.startswith("<|im_start|>assistant\nearlier answer<|im_end|>\n<|im_start|>user\nq1<|im_end|>")
     long = [("human", "x " * 50), ("gpt", "y"), ("human", "z " * 50), ("gpt", "w")]
     _, all_turns = render_conversation(qwen, long)

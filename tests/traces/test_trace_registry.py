@@ -17,12 +17,15 @@ def test_path_required(spec):
         load_trace(spec, TraceOptions())
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("sessions", -1, "--sessions must be >= 0"),
-    ("max_tokens", 0, "--max-tokens must be >= 1"),
-    ("response_time", -2.0, "--response-time must be a finite number >= 0"),
-    ("time_scale", 0.0, "--time-scale must be a finite number > 0"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("sessions", -1, "--sessions must be >= 0"),
+        ("max_tokens", 0, "--max-tokens must be >= 1"),
+        ("response_time", -2.0, "--response-time must be a finite number >= 0"),
+        ("time_scale", 0.0, "--time-scale must be a finite number > 0"),
+    ],
+)
 def test_option_validation(field, value, message):
     with pytest.raises(TraceError, match=message):
         load_trace("synthetic:chat", TraceOptions(**{field: value}))

@@ -6,6 +6,14 @@ the engine's defaults (and on a held-out part of the trace). Optuna is the optio
 ``advise``.
 """
 
-from sim.experiments.advise.search import (OBJECTIVES, Advice, Problem, advice_json, advise,  # noqa: F401
-                                           differences, pareto_front, run_line)
+from sim.experiments.advise.search import (
+    OBJECTIVES,  # noqa: F401
+    Advice,  # noqa: F401
+    Problem,  # noqa: F401
+    advice_json,  # noqa: F401
+    advise,  # noqa: F401
+    differences,  # noqa: F401
+    pareto_front,  # noqa: F401
+    run_line,  # noqa: F401
+)
 from sim.experiments.advise.space import ENGINES, build_space, parse_gpu_memory, weight_bytes  # noqa: F401

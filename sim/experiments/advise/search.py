@@ -46,17 +46,38 @@ STUDY_FILE = "study.journal"
 STUDY_NAME = "advise"
 
 #: objective -> (summary key, direction)
-OBJECTIVES = {"token-hit": ("token_hit_rate", "maximize"), "ttft-p95": ("ttft_p95_ms", "minimize"),
-              "throughput": ("throughput", "maximize")}
+OBJECTIVES = {
+    "token-hit": ("token_hit_rate", "maximize"),
+    "ttft-p95": ("ttft_p95_ms", "minimize"),
+    "throughput": ("throughput", "maximize"),
+}
 #: what each scheduler of the simulator measures (SimConfig ``scheduler``; today's DES is fcfs)
 MEASURED = {"fcfs": ("token-hit", "ttft-p95"), "continuous": ("token-hit", "ttft-p95", "throughput")}
 #: summary keys a scheduler may report throughput under (the first present is used)
 THROUGHPUT_KEYS = ("throughput_tokens_per_s", "output_tokens_per_s", "throughput")
 #: summary keys kept with every trial
-METRICS = ("token_hit_rate", "request_hit_rate", "flops_saved", "flops_saved_frac", "ttft_p50_ms", "ttft_p95_ms",
-           "ttft_mean_ms", "requests", "evictions", "checkpoints_admitted", "checkpoints_hit", "checkpoints_evicted",
-           "kv_tokens_evicted", "rejected_inserts", "peak_bytes", "final_kv_bytes", "final_state_bytes",
-           "hit_tokens", "input_tokens", *THROUGHPUT_KEYS)
+METRICS = (
+    "token_hit_rate",
+    "request_hit_rate",
+    "flops_saved",
+    "flops_saved_frac",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "ttft_mean_ms",
+    "requests",
+    "evictions",
+    "checkpoints_admitted",
+    "checkpoints_hit",
+    "checkpoints_evicted",
+    "kv_tokens_evicted",
+    "rejected_inserts",
+    "peak_bytes",
+    "final_kv_bytes",
+    "final_state_bytes",
+    "hit_tokens",
+    "input_tokens",
+    *THROUGHPUT_KEYS,
+)
 
 
 @dataclass
@@ -73,9 +94,16 @@ class Problem:
     fixed: dict = field(default_factory=dict)  # SimConfig fields the user set (sessions_per_second, ...)
 
     def identity(self) -> dict:
-        return json.loads(json.dumps({k: getattr(self, k) for k in
-                                      ("trace_kwargs", "engine", "model", "gpu_memory", "objective", "holdout",
-                                       "seed", "fixed")}, sort_keys=True, default=str))
+        return json.loads(
+            json.dumps(
+                {
+                    k: getattr(self, k)
+                    for k in ("trace_kwargs", "engine", "model", "gpu_memory", "objective", "holdout", "seed", "fixed")
+                },
+                sort_keys=True,
+                default=str,
+            )
+        )
 
 
 def check_objective(objective: str, fixed: dict) -> None:
@@ -84,8 +112,10 @@ def check_objective(objective: str, fixed: dict) -> None:
         raise UsageError(f"--objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
     scheduler = fixed.get("scheduler", getattr(SimConfig(), "scheduler", "fcfs"))
     if objective not in MEASURED.get(scheduler, ("token-hit", "ttft-p95")):
-        raise UsageError(f"--objective {objective}: the {scheduler} scheduler does not measure it "
-                         f"(it measures {', '.join(MEASURED.get(scheduler, ()))})")
+        raise UsageError(
+            f"--objective {objective}: the {scheduler} scheduler does not measure it "
+            f"(it measures {', '.join(MEASURED.get(scheduler, ()))})"
+        )
 
 
 def objective_value(objective: str, metrics: dict) -> float:
@@ -323,8 +353,10 @@ def open_study(out: Path, problem: Problem, direction: str):
     if STUDY_NAME in names:
         study = optuna.load_study(study_name=STUDY_NAME, storage=storage)
         if study.user_attrs.get("problem") != ident:
-            raise UsageError(f"--out {out} holds the study of another search (different trace, model, engine, "
-                             f"memory, objective, holdout or seed): choose another folder")
+            raise UsageError(
+                f"--out {out} holds the study of another search (different trace, model, engine, "
+                f"memory, objective, holdout or seed): choose another folder"
+            )
         return study, False
     with _Interrupts() as guard, guard.critical():
         study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction=direction)
@@ -337,12 +369,24 @@ def _sampler(seed: int, number: int, n_trials: int):
     startup = min(10, max(3, n_trials // 5))
     with warnings.catch_warnings():  # multivariate / group are "experimental" in Optuna
         warnings.simplefilter("ignore")
-        return optuna.samplers.TPESampler(seed=(seed * 1_000_003 + number) % 2**32, n_startup_trials=startup,
-                                          multivariate=True, group=True, constant_liar=True)
+        return optuna.samplers.TPESampler(
+            seed=(seed * 1_000_003 + number) % 2**32,
+            n_startup_trials=startup,
+            multivariate=True,
+            group=True,
+            constant_liar=True,
+        )
 
 
-def run_study(study, space: Space, problem: Problem, trace_kwargs: dict, n_trials: int, evaluator: Evaluator,
-              progress: bool = True) -> StudyReport:
+def run_study(
+    study,
+    space: Space,
+    problem: Problem,
+    trace_kwargs: dict,
+    n_trials: int,
+    evaluator: Evaluator,
+    progress: bool = True,
+) -> StudyReport:
     """Run the study up to ``n_trials`` finished trials (resuming what the folder holds)."""
     optuna = _optuna()
     from optuna.trial import TrialState  # noqa: PLC0415
@@ -357,8 +401,15 @@ def run_study(study, space: Space, problem: Problem, trace_kwargs: dict, n_trial
     report.kept = len(finished)
     stale = [t for t in trials if t.state == TrialState.RUNNING]
     best = _best_value([t for t in finished if t.state == TrialState.COMPLETE], direction)
-    bar = tqdm(total=n_trials, initial=min(len(finished), n_trials), unit="trial", desc=f"advise {space.engine.name}",
-               disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(
+        total=n_trials,
+        initial=min(len(finished), n_trials),
+        unit="trial",
+        desc=f"advise {space.engine.name}",
+        disable=not progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
     if best is not None:
         bar.set_postfix_str(f"best {problem.objective} {_fmt(problem.objective, best)}")
     try:
@@ -479,8 +530,10 @@ class TrialRow:
 def completed(study) -> list[TrialRow]:
     from optuna.trial import TrialState  # noqa: PLC0415
 
-    return [TrialRow(t.number, dict(t.params), float(t.value), dict(t.user_attrs.get("metrics", {})))
-            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+    return [
+        TrialRow(t.number, dict(t.params), float(t.value), dict(t.user_attrs.get("metrics", {})))
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    ]
 
 
 def pick_best(rows: list[TrialRow], objective: str) -> TrialRow:
@@ -550,12 +603,24 @@ class Advice:
         return self.space.command(self.recommended.params)
 
 
-def side(space: Space, problem: Problem, row: TrialRow, tune_kwargs: dict, hold_kwargs: dict | None,
-         evaluator: Evaluator | None) -> Side:
+def side(
+    space: Space,
+    problem: Problem,
+    row: TrialRow,
+    tune_kwargs: dict,
+    hold_kwargs: dict | None,
+    evaluator: Evaluator | None,
+) -> Side:
     task = make_trial_task(tune_kwargs, space, row.params, problem)
     fields_ = space.sim_fields(row.params)
-    s = Side(row.params, space.flags(row.params), fields_, row.metrics, run_line(task),
-             state_pool=pool_states(task.config, space.ctx.spec))
+    s = Side(
+        row.params,
+        space.flags(row.params),
+        fields_,
+        row.metrics,
+        run_line(task),
+        state_pool=pool_states(task.config, space.ctx.spec),
+    )
     if hold_kwargs is not None:
         htask = make_trial_task(hold_kwargs, space, row.params, problem)
         (res,) = evaluator.map([htask])
@@ -566,8 +631,17 @@ def side(space: Space, problem: Problem, row: TrialRow, tune_kwargs: dict, hold_
     return s
 
 
-def advise(problem: Problem, out: Path, n_trials: int = 50, *, workers: int = 1, engine: str = "local",
-           ray_address: str | None = None, progress: bool = True, trace=None) -> Advice:
+def advise(
+    problem: Problem,
+    out: Path,
+    n_trials: int = 50,
+    *,
+    workers: int = 1,
+    engine: str = "local",
+    ray_address: str | None = None,
+    progress: bool = True,
+    trace=None,
+) -> Advice:
     """Search, then compare the recommendation with the engine's defaults (and on the held-out
     part with ``problem.holdout``); the study is kept in ``out`` (the CLI also writes advice.json
     and the Pareto figure there)."""
@@ -588,8 +662,9 @@ def advise(problem: Problem, out: Path, n_trials: int = 50, *, workers: int = 1,
         trace = load_trace(tspec, opts)
     space = build_space(problem.engine, spec, gpu, problem.fixed, trace.block_tokens)
     _check_one_request(trace, space)
-    why = refusal(make_trial_task(dict(problem.trace_kwargs), space, space.defaults(), problem), spec,
-                  trace.block_tokens)
+    why = refusal(
+        make_trial_task(dict(problem.trace_kwargs), space, space.defaults(), problem), spec, trace.block_tokens
+    )
     if why is not None:
         raise UsageError(f"--for {problem.engine}: the engine's defaults cannot run here: {why}")
     parts = None
@@ -606,21 +681,35 @@ def advise(problem: Problem, out: Path, n_trials: int = 50, *, workers: int = 1,
         rep = run_study(study, space, problem, tune_kwargs, n_trials, ev, progress)
         rows = completed(study)
         if not rows:
-            why = (f": trial {rep.failed[0][0]} failed: {rep.failed[0][1]}" if rep.failed else
-                   f": trial {rep.pruned[0][0]} pruned: {rep.pruned[0][1]}" if rep.pruned else
-                   " (rerun the same command to resume)")
+            why = (
+                f": trial {rep.failed[0][0]} failed: {rep.failed[0][1]}"
+                if rep.failed
+                else f": trial {rep.pruned[0][0]} pruned: {rep.pruned[0][1]}"
+                if rep.pruned
+                else " (rerun the same command to resume)"
+            )
             raise UsageError(f"no trial finished in {out}{why}")
         if rep.interrupted:
-            return Advice(problem, space, gpu, weight_bytes(spec), len(rows), None, None, [], rows, parts,
-                          report=rep)
+            return Advice(problem, space, gpu, weight_bytes(spec), len(rows), None, None, [], rows, parts, report=rep)
         best = pick_best(rows, problem.objective)
         default_row = next((r for r in rows if r.params == space.defaults()), rows[0])
         if not beats(best.value, default_row.value, problem.objective):
             best = default_row  # a gain within noise is no reason to change the engine's settings
         rec = side(space, problem, best, tune_kwargs, hold_kwargs, ev)
         dflt = side(space, problem, default_row, tune_kwargs, hold_kwargs, ev)
-    return Advice(problem, space, gpu, weight_bytes(spec), len(rows), rec, dflt, pareto_front(rows),
-                  sorted(rows, key=lambda r: r.number), parts, report=rep)
+    return Advice(
+        problem,
+        space,
+        gpu,
+        weight_bytes(spec),
+        len(rows),
+        rec,
+        dflt,
+        pareto_front(rows),
+        sorted(rows, key=lambda r: r.number),
+        parts,
+        report=rep,
+    )
 
 
 def _check_one_request(trace, space: Space) -> None:
@@ -630,33 +719,61 @@ def _check_one_request(trace, space: Space) -> None:
     longest = max(r.n_input_tokens(B) + r.n_output_tokens(B) for r in trace.requests)
     need = spec.kv_bytes_per_token() * longest + (spec.state_bytes() if spec.is_hybrid else 0)
     if need > cap:
-        raise UsageError(f"the cache {space.engine.name} gets ({format_size(cap)} of {space.engine.memory.flag} "
-                         f"{space.engine.memory.fraction:g} after the weights) cannot hold one request of the trace "
-                         f"({longest:,} tokens need {format_size(need)})")
+        raise UsageError(
+            f"the cache {space.engine.name} gets ({format_size(cap)} of {space.engine.memory.flag} "
+            f"{space.engine.memory.fraction:g} after the weights) cannot hold one request of the trace "
+            f"({longest:,} tokens need {format_size(need)})"
+        )
 
 
 def advice_json(adv: Advice) -> dict:
     """The advice as plain data (`--format json`, DIR/advice.json)."""
+
     def sd(s: Side) -> dict:
-        return {"flags": dict(s.flags), "params": s.params, "state_pool_states": s.state_pool,
-                "policy": s.sim_fields["policy"], "tuned": s.tuned, "held_out": s.held_out,
-                "marconi_run": s.run_tuned, "marconi_run_held_out": s.run_held_out}
+        return {
+            "flags": dict(s.flags),
+            "params": s.params,
+            "state_pool_states": s.state_pool,
+            "policy": s.sim_fields["policy"],
+            "tuned": s.tuned,
+            "held_out": s.held_out,
+            "marconi_run": s.run_tuned,
+            "marconi_run_held_out": s.run_held_out,
+        }
 
     p = adv.problem
-    return _finite({
-        "engine": p.engine, "model": p.model, "objective": p.objective, "trials": adv.trials,
-        "gpu_memory_bytes": adv.gpu_bytes, "weight_bytes": adv.weight_bytes,
-        "cache_bytes": adv.space.ctx.capacity_bytes, "memory_rule": {
-            "flag": adv.space.engine.memory.flag, "fraction": adv.space.engine.memory.fraction,
-            "of": adv.space.engine.memory.of},
-        "parts": list(adv.parts) if adv.parts else None, "command": adv.command(),
-        "recommended": sd(adv.recommended), "defaults": sd(adv.defaults),
-        "difference": differences(adv),
-        "pareto_front": [{"trial": r.number, "params": r.params, "token_hit_rate": r.metrics["token_hit_rate"],
-                          "ttft_p95_ms": r.metrics["ttft_p95_ms"]} for r in adv.front],
-        "pruned": len(adv.report.pruned) if adv.report else 0,
-        "figure": adv.figure,
-    })
+    return _finite(
+        {
+            "engine": p.engine,
+            "model": p.model,
+            "objective": p.objective,
+            "trials": adv.trials,
+            "gpu_memory_bytes": adv.gpu_bytes,
+            "weight_bytes": adv.weight_bytes,
+            "cache_bytes": adv.space.ctx.capacity_bytes,
+            "memory_rule": {
+                "flag": adv.space.engine.memory.flag,
+                "fraction": adv.space.engine.memory.fraction,
+                "of": adv.space.engine.memory.of,
+            },
+            "parts": list(adv.parts) if adv.parts else None,
+            "command": adv.command(),
+            "recommended": sd(adv.recommended),
+            "defaults": sd(adv.defaults),
+            "difference": differences(adv),
+            "pareto_front": [
+                {
+                    "trial": r.number,
+                    "params": r.params,
+                    "token_hit_rate": r.metrics["token_hit_rate"],
+                    "ttft_p95_ms": r.metrics["ttft_p95_ms"],
+                }
+                for r in adv.front
+            ],
+            "pruned": len(adv.report.pruned) if adv.report else 0,
+            "figure": adv.figure,
+        }
+    )
 
 
 def differences(adv: Advice) -> dict:

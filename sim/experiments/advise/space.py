@@ -225,8 +225,13 @@ def _lmdeploy_budget_high(ctx: Context) -> int:
 
 
 def _prefill_knob(flag: str, default: int = 8192) -> Knob:
-    return Knob("prefill_chunk_tokens", flag, default, choices=PREFILL_CHUNKS,
-                help="chunked prefill: where no_buffer / align / LMDeploy place prefill states")
+    return Knob(
+        "prefill_chunk_tokens",
+        flag,
+        default,
+        choices=PREFILL_CHUNKS,
+        help="chunked prefill: where no_buffer / align / LMDeploy place prefill states",
+    )
 
 
 def _sglang_pages(ctx: Context) -> tuple:
@@ -282,66 +287,162 @@ _VLLM_MEMORY = Memory("--gpu-memory-utilization", 0.9)
 
 ENGINES: dict[str, Engine] = {
     "sglang": Engine(
-        "sglang", {"default": "sglang"}, _SGLANG_MEMORY,
-        knobs=(Knob("mamba_radix_cache_strategy", "--mamba-radix-cache-strategy", "auto", choices=("auto", "no_buffer"),
-                    help="auto = extra_buffer (extra_buffer_lazy places states as extra_buffer: not searched apart)"),
-               Knob("page_size", "--page-size", 1, choices=_sglang_pages, when=_not_no_buffer,
-                    help="tokens per KV page (no_buffer needs 1)"),
-               Knob("mamba_track_interval", "--mamba-track-interval", DEFAULT_TRACK_INTERVAL,
-                    choices=SGLANG_TRACK_INTERVALS, when=_not_no_buffer,
-                    help="decode tokens between tracked states (extra_buffer; a multiple of the page)"),
-               Knob("mamba_full_memory_ratio", "--mamba-full-memory-ratio", DEFAULT_MEMORY_RATIO, low=0.05, high=9.0,
-                    log=True, apply=_sglang_split,
-                    sets=("mamba_full_memory_ratio", "gpu_memory", "state_pool", "max_mamba_cache_size"),
-                    help="mamba pool / full-attention KV pool"),
-               _prefill_knob("--chunked-prefill-size")),
-        command="python -m sglang.launch_server"),
+        "sglang",
+        {"default": "sglang"},
+        _SGLANG_MEMORY,
+        knobs=(
+            Knob(
+                "mamba_radix_cache_strategy",
+                "--mamba-radix-cache-strategy",
+                "auto",
+                choices=("auto", "no_buffer"),
+                help="auto = extra_buffer (extra_buffer_lazy places states as extra_buffer: not searched apart)",
+            ),
+            Knob(
+                "page_size",
+                "--page-size",
+                1,
+                choices=_sglang_pages,
+                when=_not_no_buffer,
+                help="tokens per KV page (no_buffer needs 1)",
+            ),
+            Knob(
+                "mamba_track_interval",
+                "--mamba-track-interval",
+                DEFAULT_TRACK_INTERVAL,
+                choices=SGLANG_TRACK_INTERVALS,
+                when=_not_no_buffer,
+                help="decode tokens between tracked states (extra_buffer; a multiple of the page)",
+            ),
+            Knob(
+                "mamba_full_memory_ratio",
+                "--mamba-full-memory-ratio",
+                DEFAULT_MEMORY_RATIO,
+                low=0.05,
+                high=9.0,
+                log=True,
+                apply=_sglang_split,
+                sets=("mamba_full_memory_ratio", "gpu_memory", "state_pool", "max_mamba_cache_size"),
+                help="mamba pool / full-attention KV pool",
+            ),
+            _prefill_knob("--chunked-prefill-size"),
+        ),
+        command="python -m sglang.launch_server",
+    ),
     "vllm": Engine(
-        "vllm", {"default": "vllm"}, _VLLM_MEMORY,
-        knobs=(Knob("prefix_cache_retention_interval", "--prefix-cache-retention-interval", 0,
-                    choices=_vllm_retention, when=_no_speculation,
-                    help="0: semantic states only; N: also every block boundary on a multiple of N; -1: every state"),
-               Knob("enable_mamba_shared_prefix_checkpoint", "--enable-mamba-shared-prefix-checkpoint", False,
-                    choices=(False, True), help="a state where a detected shared prefix ends"),
-               Knob("block_size", "--block-size", 0, choices=_vllm_blocks, help="0: derived per model"),
-               _prefill_knob("--max-num-batched-tokens")),
-        command="vllm serve --enable-prefix-caching", exclude=("speculative_method",)),
+        "vllm",
+        {"default": "vllm"},
+        _VLLM_MEMORY,
+        knobs=(
+            Knob(
+                "prefix_cache_retention_interval",
+                "--prefix-cache-retention-interval",
+                0,
+                choices=_vllm_retention,
+                when=_no_speculation,
+                help="0: semantic states only; N: also every block boundary on a multiple of N; -1: every state",
+            ),
+            Knob(
+                "enable_mamba_shared_prefix_checkpoint",
+                "--enable-mamba-shared-prefix-checkpoint",
+                False,
+                choices=(False, True),
+                help="a state where a detected shared prefix ends",
+            ),
+            Knob("block_size", "--block-size", 0, choices=_vllm_blocks, help="0: derived per model"),
+            _prefill_knob("--max-num-batched-tokens"),
+        ),
+        command="vllm serve --enable-prefix-caching",
+        exclude=("speculative_method",),
+    ),
     "lmdeploy": Engine(
-        "lmdeploy", {"block_trie": "lmdeploy"},
+        "lmdeploy",
+        {"block_trie": "lmdeploy"},
         Memory("--cache-max-entry-count", 0.8, of="free"),
-        knobs=(Knob("block_size", "--cache-block-seq-len", 64, choices=(16, 32, 64, 128, 256), hybrid_only=False),
-               Knob("prefix_cache_state_budget", "--prefix-cache-state-budget", 0, low=0, high=_lmdeploy_budget_high,
-                    integer=True, apply=_state_budget, sets=("state_pool",), help="0: states share the KV budget"),
-               _prefill_knob("--max-prefill-token-num")),
-        command="lmdeploy serve api_server --backend pytorch --enable-prefix-caching"),
+        knobs=(
+            Knob("block_size", "--cache-block-seq-len", 64, choices=(16, 32, 64, 128, 256), hybrid_only=False),
+            Knob(
+                "prefix_cache_state_budget",
+                "--prefix-cache-state-budget",
+                0,
+                low=0,
+                high=_lmdeploy_budget_high,
+                integer=True,
+                apply=_state_budget,
+                sets=("state_pool",),
+                help="0: states share the KV budget",
+            ),
+            _prefill_knob("--max-prefill-token-num"),
+        ),
+        command="lmdeploy serve api_server --backend pytorch --enable-prefix-caching",
+    ),
     "trtllm": Engine(
-        "trtllm", {"default": "trtllm"},
+        "trtllm",
+        {"default": "trtllm"},
         Memory("free_gpu_memory_fraction", 0.9, of="free"),
-        knobs=(Knob("periodic_snapshot_interval", "kv_cache_config.mamba_state_config.periodic_snapshot_interval", 0,
-                    choices=TRTLLM_SNAPSHOT_INTERVALS,
-                    help="tokens between recurrent-state snapshots (0: none, so no hybrid block reuse)"),),
-        command="trtllm-serve --extra_llm_api_options extra.yaml", render=_flags_trtllm),
+        knobs=(
+            Knob(
+                "periodic_snapshot_interval",
+                "kv_cache_config.mamba_state_config.periodic_snapshot_interval",
+                0,
+                choices=TRTLLM_SNAPSHOT_INTERVALS,
+                help="tokens between recurrent-state snapshots (0: none, so no hybrid block reuse)",
+            ),
+        ),
+        command="trtllm-serve --extra_llm_api_options extra.yaml",
+        render=_flags_trtllm,
+    ),
     "marconi": Engine(
-        "marconi", {"marconi": "marconi"},
+        "marconi",
+        {"marconi": "marconi"},
         Memory("--gpu-memory-utilization", 0.9),
-        knobs=(Knob("alpha", "--alpha", "auto", choices=MARCONI_ALPHAS,
-                    apply=lambda v, ctx: {"alpha": v if v == "auto" else float(v)},
-                    help="FLOP-efficiency weight of the eviction score"),),
-        command="marconi"),
+        knobs=(
+            Knob(
+                "alpha",
+                "--alpha",
+                "auto",
+                choices=MARCONI_ALPHAS,
+                apply=lambda v, ctx: {"alpha": v if v == "auto" else float(v)},
+                help="FLOP-efficiency weight of the eviction score",
+            ),
+        ),
+        command="marconi",
+    ),
     # the earlier versions the project also models (their presets, their flags)
     "sglang-0.5.9": Engine(
-        "sglang-0.5.9", {"no_buffer": "sglang-0.5.9-no-buffer", "extra_buffer": "sglang-0.5.9-extra-buffer"},
-        _SGLANG_MEMORY, mode_flag="--mamba-scheduler-strategy",
-        knobs=(Knob("mamba_full_memory_ratio", "--mamba-full-memory-ratio", 0.9, low=0.05, high=9.0, log=True,
-                    apply=_sglang_ratio, sets=("state_pool",), help="mamba pool / full-attention KV pool"),
-               _prefill_knob("--chunked-prefill-size")),
-        command="python -m sglang.launch_server", version="0.5.9"),
+        "sglang-0.5.9",
+        {"no_buffer": "sglang-0.5.9-no-buffer", "extra_buffer": "sglang-0.5.9-extra-buffer"},
+        _SGLANG_MEMORY,
+        mode_flag="--mamba-scheduler-strategy",
+        knobs=(
+            Knob(
+                "mamba_full_memory_ratio",
+                "--mamba-full-memory-ratio",
+                0.9,
+                low=0.05,
+                high=9.0,
+                log=True,
+                apply=_sglang_ratio,
+                sets=("state_pool",),
+                help="mamba pool / full-attention KV pool",
+            ),
+            _prefill_knob("--chunked-prefill-size"),
+        ),
+        command="python -m sglang.launch_server",
+        version="0.5.9",
+    ),
     "vllm-0.11": Engine(
-        "vllm-0.11", {"align": "vllm-0.11-align", "all": "vllm-0.11-all"},
-        _VLLM_MEMORY, mode_flag="--mamba-cache-mode",
-        knobs=(Knob("block_size", "--block-size", 0, choices=_vllm_blocks, help="0: derived per model"),
-               _prefill_knob("--max-num-batched-tokens")),
-        command="vllm serve --enable-prefix-caching", version="0.11"),
+        "vllm-0.11",
+        {"align": "vllm-0.11-align", "all": "vllm-0.11-all"},
+        _VLLM_MEMORY,
+        mode_flag="--mamba-cache-mode",
+        knobs=(
+            Knob("block_size", "--block-size", 0, choices=_vllm_blocks, help="0: derived per model"),
+            _prefill_knob("--max-num-batched-tokens"),
+        ),
+        command="vllm serve --enable-prefix-caching",
+        version="0.11",
+    ),
 }
 
 
@@ -367,8 +468,9 @@ def _metadata_knob(f) -> Knob | None:
     if rng:
         low, high, *rest = rng
         integer = isinstance(f.default, int) and not isinstance(f.default, bool)
-        return Knob(f.name, flag, f.default, low=low, high=high, integer=integer, log="log" in rest,
-                    help=meta.get("help", ""))
+        return Knob(
+            f.name, flag, f.default, low=low, high=high, integer=integer, log="log" in rest, help=meta.get("help", "")
+        )
     return None
 
 
@@ -469,8 +571,9 @@ def _show(v) -> str:
     return str(v)
 
 
-def build_space(engine_name: str, spec: ModelSpec, gpu_bytes: int, fixed: dict | None = None,
-                block_tokens: int = 1) -> Space:
+def build_space(
+    engine_name: str, spec: ModelSpec, gpu_bytes: int, fixed: dict | None = None, block_tokens: int = 1
+) -> Space:
     """The search space of ``engine_name`` for ``spec`` on ``gpu_bytes`` of memory (a trace of
     ``block_tokens``-token blocks), less the knobs whose SimConfig fields ``fixed`` sets;
     UsageError when the weights leave no cache or nothing is left to tune."""
@@ -479,8 +582,10 @@ def build_space(engine_name: str, spec: ModelSpec, gpu_bytes: int, fixed: dict |
     weights = weight_bytes(spec)
     cache = engine.memory.cache_bytes(gpu_bytes, weights)
     if cache <= 0:
-        raise UsageError(f"--gpu-memory {format_size(gpu_bytes)} leaves no cache for {spec.name} under {engine.name}: "
-                         f"bf16 weights {format_size(weights)}, {engine.memory.flag} {engine.memory.fraction:g}")
+        raise UsageError(
+            f"--gpu-memory {format_size(gpu_bytes)} leaves no cache for {spec.name} under {engine.name}: "
+            f"bf16 weights {format_size(weights)}, {engine.memory.flag} {engine.memory.fraction:g}"
+        )
     ctx = Context(spec, cache, max(int(block_tokens), 1))
     knobs = [k for k in (*engine.knobs, *derived_knobs(engine)) if spec.is_hybrid or not k.hybrid_only]
     knobs = [k for k in knobs if k.searchable(ctx) and not set(k.fields_set) & set(fixed)]

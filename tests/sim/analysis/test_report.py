@@ -23,9 +23,19 @@ def hand_frame() -> pd.DataFrame:
     rows = []
     for (trace, cap), rates in HAND.items():
         for variant, rate in zip(("vllm+", "sglang+", "marconi"), rates):
-            rows.append({"config_id": f"{trace}-{cap}-{variant}", "trace": trace, "capacity_bytes": cap * 10**9,
-                         "sessions_per_second": 1.0, "policy": variant, "alpha": float("nan"),
-                         "alpha_mode": "none", "variant": variant, "token_hit_rate": rate})
+            rows.append(
+                {
+                    "config_id": f"{trace}-{cap}-{variant}",
+                    "trace": trace,
+                    "capacity_bytes": cap * 10**9,
+                    "sessions_per_second": 1.0,
+                    "policy": variant,
+                    "alpha": float("nan"),
+                    "alpha_mode": "none",
+                    "variant": variant,
+                    "token_hit_rate": rate,
+                }
+            )
     # rows in an order unrelated to the configurations, as files are read
     return pd.DataFrame(rows).sample(frac=1.0, random_state=3).reset_index(drop=True)
 
@@ -76,9 +86,18 @@ def test_condense_keeps_the_best_static_alpha_per_configuration():
     rows = []
     for cap, rates in ((1, (0.1, 0.3, 0.2)), (2, (0.5, 0.4, 0.45))):
         for alpha, rate in zip((0.0, 1.0, 2.0), rates):
-            rows.append({"config_id": f"{cap}-{alpha}", "trace": "t", "capacity_bytes": cap, "policy": "marconi",
-                         "alpha": alpha, "alpha_mode": "static", "variant": f"marconi α={alpha:g}",
-                         "token_hit_rate": rate})
+            rows.append(
+                {
+                    "config_id": f"{cap}-{alpha}",
+                    "trace": "t",
+                    "capacity_bytes": cap,
+                    "policy": "marconi",
+                    "alpha": alpha,
+                    "alpha_mode": "static",
+                    "variant": f"marconi α={alpha:g}",
+                    "token_hit_rate": rate,
+                }
+            )
     best = report.condense(pd.DataFrame(rows)).set_index("capacity_bytes")
     assert set(best["variant"]) == {"marconi (best α)"}
     assert best.loc[1, "alpha"] == 1.0 and best.loc[2, "alpha"] == 0.0
@@ -100,18 +119,33 @@ def test_headline_falls_back_to_any_marconi_variant():
 def test_auto_alphas_and_alpha_grid_by_hand():
     rows = []
     for policy, mode, alpha, cap, tuned, rate in [
-        ("marconi", "auto", float("nan"), 1, 0.5, 0.30), ("marconi", "auto", float("nan"), 1, 1.5, 0.40),
-        ("marconi", "auto", float("nan"), 2, 2.0, 0.60), ("other", "auto", float("nan"), 1, 9.0, 0.90),
-        ("marconi", "static", 0.0, 1, float("nan"), 0.10), ("marconi", "static", 0.0, 1, float("nan"), 0.20),
-        ("marconi", "static", 1.0, 1, float("nan"), 0.50), ("marconi", "static", 1.0, 2, float("nan"), 0.70),
+        ("marconi", "auto", float("nan"), 1, 0.5, 0.30),
+        ("marconi", "auto", float("nan"), 1, 1.5, 0.40),
+        ("marconi", "auto", float("nan"), 2, 2.0, 0.60),
+        ("other", "auto", float("nan"), 1, 9.0, 0.90),
+        ("marconi", "static", 0.0, 1, float("nan"), 0.10),
+        ("marconi", "static", 0.0, 1, float("nan"), 0.20),
+        ("marconi", "static", 1.0, 1, float("nan"), 0.50),
+        ("marconi", "static", 1.0, 2, float("nan"), 0.70),
     ]:
-        rows.append({"policy": policy, "alpha_mode": mode, "alpha": alpha, "capacity_gb": cap, "tuned_alpha": tuned,
-                     "token_hit_rate": rate, "flops_saved_frac": rate / 2})
+        rows.append(
+            {
+                "policy": policy,
+                "alpha_mode": mode,
+                "alpha": alpha,
+                "capacity_gb": cap,
+                "tuned_alpha": tuned,
+                "token_hit_rate": rate,
+                "flops_saved_frac": rate / 2,
+            }
+        )
     df = pd.DataFrame(rows)
     auto = report.auto_alphas(df).set_index("capacity_gb")
     # marconi's auto rows only (the other policy's 9.0 is not mixed in), averaged per capacity
     assert auto.loc[1, "alpha_chosen"] == pytest.approx(1.0) and auto.loc[2, "alpha_chosen"] == pytest.approx(2.0)
-    assert auto.loc[1, "token_hit_rate"] == pytest.approx(0.35) and auto.loc[1, "flops_saved_frac"] == pytest.approx(0.175)
+    assert auto.loc[1, "token_hit_rate"] == pytest.approx(0.35) and auto.loc[1, "flops_saved_frac"] == pytest.approx(
+        0.175
+    )
     grid = report.alpha_grid(df)  # static rows: mean per alpha (rows) and capacity (columns)
     assert grid.loc[0.0, 1] == pytest.approx(0.15) and grid.loc[1.0, 1] == pytest.approx(0.5)
     assert grid.loc[1.0, 2] == pytest.approx(0.7) and math.isnan(grid.loc[0.0, 2])

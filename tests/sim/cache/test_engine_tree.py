@@ -20,23 +20,45 @@ KV, STATE = 2, 16
 
 
 def _tree(policy, rules=None, capacity=600, state_capacity=None):
-    return EngineTree(rules or EngineRules(), capacity_bytes=capacity, kv_bytes_per_token=KV, state_bytes=STATE, block_tokens=1,
-                      policy=policy, state_capacity=state_capacity)
+    return EngineTree(
+        rules or EngineRules(),
+        capacity_bytes=capacity,
+        kv_bytes_per_token=KV,
+        state_bytes=STATE,
+        block_tokens=1,
+        policy=policy,
+        state_capacity=state_capacity,
+    )
 
 
 op = st.one_of(
-    st.tuples(st.just("insert"), st.lists(st.integers(0, 3), min_size=1, max_size=40),
-              st.lists(st.integers(1, 40), max_size=4), st.booleans()),
+    st.tuples(
+        st.just("insert"),
+        st.lists(st.integers(0, 3), min_size=1, max_size=40),
+        st.lists(st.integers(1, 40), max_size=4),
+        st.booleans(),
+    ),
     st.tuples(st.just("match"), st.lists(st.integers(0, 3), min_size=1, max_size=40)),
     st.tuples(st.just("evict_kv"), st.integers(1, 30)),
     st.tuples(st.just("evict_states"), st.integers(1, 3)),
 )
-engines = st.sampled_from([
-    ("sglang", SGLANG_RULES),
-    ("sglang", replace(SGLANG_RULES, refresh=SGLANG_PATH_REFRESH, kv_extent="state")),
-    ("lmdeploy", EngineRules(refresh=LMDEPLOY_REFRESH, kv_extent="blocks", extent_block=8, frozen_block=8,
-                             anchor_block=8, state_pool=True)),
-])
+engines = st.sampled_from(
+    [
+        ("sglang", SGLANG_RULES),
+        ("sglang", replace(SGLANG_RULES, refresh=SGLANG_PATH_REFRESH, kv_extent="state")),
+        (
+            "lmdeploy",
+            EngineRules(
+                refresh=LMDEPLOY_REFRESH,
+                kv_extent="blocks",
+                extent_block=8,
+                frozen_block=8,
+                anchor_block=8,
+                state_pool=True,
+            ),
+        ),
+    ]
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -76,8 +98,11 @@ def test_frozen_block_and_kv_extent_accounting():
     # block 8: a 21-token sequence with a checkpoint at 21 keeps [0, 16) as whole blocks and the
     # frozen tail [16, 21): 21 tokens + 3 more for its frozen block = 3 blocks; an insert of 30
     # tokens with no state past 24 keeps 24 (whole blocks), the checkpoint at 21 stays (covered)
-    tree = _tree(TieredLRUEviction(), EngineRules(kv_extent="blocks", extent_block=8, frozen_block=8, anchor_block=8),
-                 capacity=10**6)
+    tree = _tree(
+        TieredLRUEviction(),
+        EngineRules(kv_extent="blocks", extent_block=8, frozen_block=8, anchor_block=8),
+        capacity=10**6,
+    )
     tree.insert(np.arange(21), 21, [21], 1.0)
     assert (tree.kv_tokens, tree.frozen_tokens, tree.n_states) == (21, 3, 1)
     tree.insert(np.arange(30), 30, [], 2.0)
@@ -128,10 +153,13 @@ def test_each_pool_pressure_pops_from_its_own_list():
     tree.check_invariants()
 
 
-@pytest.mark.parametrize("rules, lower_state_access, kept", [
-    (SGLANG_RULES, 1.0, "B"),  # today's SGLang: the split moves only the lower half's KV
-    (replace(SGLANG_RULES, refresh=SGLANG_PATH_REFRESH), 3.0, "A"),  # before #31643: its state too
-])
+@pytest.mark.parametrize(
+    "rules, lower_state_access, kept",
+    [
+        (SGLANG_RULES, 1.0, "B"),  # today's SGLang: the split moves only the lower half's KV
+        (replace(SGLANG_RULES, refresh=SGLANG_PATH_REFRESH), 3.0, "A"),  # before #31643: its state too
+    ],
+)
 def test_a_split_refreshes_the_lower_halfs_state_only_under_path_refresh(rules, lower_state_access, kept):
     """An insert that splits an edge leaves the lower half's KV most recent; its state's recency
     moves too only under SGLang's old path refresh (``state="with-kv"``). A (10 tokens, state at
@@ -177,8 +205,11 @@ def test_reinserting_the_same_anchored_state_replaces_nothing():
     """LMDeploy anchors (block 8): a second insert of the same 21 tokens with the same state at
     21 finds that state on its own path at the same step, so nothing is given up; the one state
     and its frozen 3-token block tail stay as they were."""
-    tree = _tree(TieredLRUEviction(), EngineRules(kv_extent="blocks", extent_block=8, frozen_block=8, anchor_block=8),
-                 capacity=10**6)
+    tree = _tree(
+        TieredLRUEviction(),
+        EngineRules(kv_extent="blocks", extent_block=8, frozen_block=8, anchor_block=8),
+        capacity=10**6,
+    )
     tree.insert(np.arange(21), 21, [21], 1.0)
     tree.insert(np.arange(21), 21, [21], 2.0)
     assert (tree.states_replaced, tree.n_states, tree.frozen_tokens, tree.kv_tokens) == (0, 1, 3, 21)
@@ -205,9 +236,9 @@ def test_state_pool_parses_counts_and_sizes():
     from sim.cache.engine_tree import parse_state_pool
     from sim.errors import UsageError
 
-    assert parse_state_pool(" 7 ", 16) == 7            # a count (spaces as a shell may leave them)
+    assert parse_state_pool(" 7 ", 16) == 7  # a count (spaces as a shell may leave them)
     assert parse_state_pool(7, 16) == 7
-    assert parse_state_pool("160B", 16) == 10          # a size: whole states
+    assert parse_state_pool("160B", 16) == 10  # a size: whole states
     assert parse_state_pool("170B", 16) == 10
     for bad in ("0", "8B", "many"):
         with pytest.raises(UsageError):
@@ -217,13 +248,21 @@ def test_state_pool_parses_counts_and_sizes():
 # ---------------------------------------------------------------------- hash blocks (symbols of G tokens)
 # LMDeploy's 64-token block on a trace whose symbols are 512 tokens (Mooncake) or 16 (Bailian):
 # a prompt's last symbol is partial, so a state's exact token (not ``c * G``) sets its frozen block
-LMD64 = EngineRules(refresh=LMDEPLOY_REFRESH, kv_extent="blocks", extent_block=64, frozen_block=64, anchor_block=64,
-                    state_pool=True)
+LMD64 = EngineRules(
+    refresh=LMDEPLOY_REFRESH, kv_extent="blocks", extent_block=64, frozen_block=64, anchor_block=64, state_pool=True
+)
 
 
 def _hash_tree(G, capacity=10**9, state_capacity=None, rules=LMD64):
-    return EngineTree(rules, capacity_bytes=capacity, kv_bytes_per_token=KV, state_bytes=STATE, block_tokens=G,
-                      policy=TieredLRUEviction(), state_capacity=state_capacity)
+    return EngineTree(
+        rules,
+        capacity_bytes=capacity,
+        kv_bytes_per_token=KV,
+        state_bytes=STATE,
+        block_tokens=G,
+        policy=TieredLRUEviction(),
+        state_capacity=state_capacity,
+    )
 
 
 @pytest.mark.parametrize("pool", [None, 2])
@@ -246,11 +285,14 @@ def test_a_partial_last_hash_block_plans_its_frozen_block(pool):
     tree.check_invariants()
 
 
-@pytest.mark.parametrize(("G", "n_sym", "tokens", "kept"), [
-    (512, 2, 1000, 512),   # the anchor block [960, 1024) lies inside symbol 2: the whole symbol goes
-    (512, 3, 1400, 1024),  # [1344, 1408) inside symbol 3: symbols 1-2 stay
-    (16, 63, 1000, 960),   # Bailian: blocks are whole symbols, the trie keeps [0, 960)
-])
+@pytest.mark.parametrize(
+    ("G", "n_sym", "tokens", "kept"),
+    [
+        (512, 2, 1000, 512),  # the anchor block [960, 1024) lies inside symbol 2: the whole symbol goes
+        (512, 3, 1400, 1024),  # [1344, 1408) inside symbol 3: symbols 1-2 stay
+        (16, 63, 1000, 960),  # Bailian: blocks are whole symbols, the trie keeps [0, 960)
+    ],
+)
 def test_a_frozen_trim_keeps_whole_symbols(G, n_sym, tokens, kept):
     """A dropped partial checkpoint frees its frozen block and the tokens only it held, back to
     the last 64-token block boundary, rounded down to a whole symbol (the tree holds symbols)."""
@@ -290,16 +332,26 @@ def test_an_anchor_inside_a_symbol_is_shared_only_by_that_symbol():
 
 
 hash_op = st.one_of(
-    st.tuples(st.just("insert"), st.lists(st.integers(0, 3), min_size=1, max_size=12),
-              st.lists(st.integers(1, 12), max_size=3), st.integers(0, 511), st.booleans()),
+    st.tuples(
+        st.just("insert"),
+        st.lists(st.integers(0, 3), min_size=1, max_size=12),
+        st.lists(st.integers(1, 12), max_size=3),
+        st.integers(0, 511),
+        st.booleans(),
+    ),
     st.tuples(st.just("evict_kv"), st.integers(1, 600)),
     st.tuples(st.just("evict_states"), st.integers(1, 3)),
 )
 
 
 @settings(max_examples=150, deadline=None)
-@given(G=st.sampled_from([16, 512]), pool=st.sampled_from([None, 3]),
-       capacity=st.integers(1200, 12000), refusals=st.booleans(), ops=st.lists(hash_op, max_size=20))
+@given(
+    G=st.sampled_from([16, 512]),
+    pool=st.sampled_from([None, 3]),
+    capacity=st.integers(1200, 12000),
+    refusals=st.booleans(),
+    ops=st.lists(hash_op, max_size=20),
+)
 def test_hash_blocks_keep_the_invariants_under_pressure(G, pool, capacity, refusals, ops):
     """Random inserts of partial-last-symbol sequences (``pad`` tokens short) on 16- and 512-token
     symbols under LMDeploy's 64-token rules, in a small cache: the planned room is what the insert

@@ -20,8 +20,14 @@ def seq(*xs):
 
 
 def make_tree(capacity=10**9, policy=None, hybrid=True, block=1):
-    return HybridRadixTree(capacity_bytes=capacity, kv_bytes_per_token=KV, state_bytes=STATE,
-                           block_tokens=block, policy=policy or LRULeafEviction(), hybrid=hybrid)
+    return HybridRadixTree(
+        capacity_bytes=capacity,
+        kv_bytes_per_token=KV,
+        state_bytes=STATE,
+        block_tokens=block,
+        policy=policy or LRULeafEviction(),
+        hybrid=hybrid,
+    )
 
 
 def test_hit_is_deepest_matched_node_with_state_and_partial_edge_gives_nothing():
@@ -125,8 +131,12 @@ def test_partial_last_block_counts_its_real_tokens():
 
 ops = st.lists(
     st.one_of(
-        st.tuples(st.just("insert"), st.lists(st.integers(0, 3), min_size=1, max_size=12),
-                  st.lists(st.integers(1, 12), max_size=4), st.booleans()),
+        st.tuples(
+            st.just("insert"),
+            st.lists(st.integers(0, 3), min_size=1, max_size=12),
+            st.lists(st.integers(1, 12), max_size=4),
+            st.booleans(),
+        ),
         st.tuples(st.just("unlock"), st.integers(0, 50)),
         st.tuples(st.just("touch"), st.lists(st.integers(0, 3), min_size=1, max_size=12)),
     ),
@@ -137,7 +147,9 @@ ops = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(ops=ops, capacity=st.integers(15, 120), marconi=st.booleans(), alpha=st.sampled_from([0.0, 1.0]))
 def test_random_operations_keep_invariants(ops, capacity, marconi, alpha):
-    policy = MarconiEviction(get_model("marconi-7b"), MarconiEviction.Params(alpha=alpha)) if marconi else LRULeafEviction()
+    policy = (
+        MarconiEviction(get_model("marconi-7b"), MarconiEviction.Params(alpha=alpha)) if marconi else LRULeafEviction()
+    )
     t = make_tree(capacity=capacity, policy=policy)
     inserted: list[np.ndarray] = []
     locks = []
@@ -164,7 +176,7 @@ def test_random_operations_keep_invariants(ops, capacity, marconi, alpha):
             # and the hit ends exactly at a node end that holds a state
             if m.hit_tokens:
                 assert m.hit_node.has_state and m.hit_node.depth_tokens == m.hit_tokens
-                assert any(len(s) >= m.hit_sym and np.array_equal(s[:m.hit_sym], q[:m.hit_sym]) for s in inserted)
+                assert any(len(s) >= m.hit_sym and np.array_equal(s[: m.hit_sym], q[: m.hit_sym]) for s in inserted)
             t.touch(m.hit_node, now)
         t.check_invariants()
     for n in locks:

@@ -31,34 +31,45 @@ def _one_line_error(res, message: str) -> None:
     assert text == f"Error: {message}", text
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--alpha", "nan"], "--alpha must be a finite number >= 0 or 'auto', not 'nan'"),
-    (["--alpha", "inf"], "--alpha must be a finite number >= 0 or 'auto', not 'inf'"),
-    (["--alpha", "-1"], "--alpha must be a finite number >= 0 or 'auto', not '-1'"),
-    (["--sessions-per-second", "nan"], "--sessions-per-second must be a finite number > 0, not nan"),
-    (["--sessions-per-second", "inf"], "--sessions-per-second must be a finite number > 0, not inf"),
-    (["--capacity", "1GB,,5GB"],
-     "cannot read size '1GB,,5GB' (examples: 5GB, 512MiB, 1e9); one capacity per run, lists are for `marconi sweep`"),
-    (["--capacity", "1e999"], "size '1e999' is too large (use inf for a cache that never evicts)"),
-    (["--duel-candidates", "lru,x"], "--duel-candidates must look like 0:2:0.1 or 0,0.5,1, not 'x'"),
-    (["--duel-candidates", "lru,nan"], "--duel-candidates needs finite alphas >= 0, not 'nan'"),
-    (["--alpha-grid", "0,inf"], "--alpha-grid needs finite alphas >= 0, not '0,inf'"),
-    (["--seed", "-1", "--arrival", "poisson"], "--seed must be >= 0, not -1"),
-    (["--alpha-grid", "0:1e9:1e-9"], "--alpha-grid '0:1e9:1e-9' has 1,000,000,000,000,000,001 alphas (at most 1,000)"),
-    (["--alpha-grid", "0:inf:1"], "--alpha-grid must look like 0:2:0.1 or 0,0.5,1, not '0:inf:1'"),
-    (["--duel-margin", "nan"], "--duel-every and --duel-window must be >= 1, --duel-margin >= 0"),
-    (["--trace-seed", "-1"], "--trace-seed must be >= 0 (got -1)"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--alpha", "nan"], "--alpha must be a finite number >= 0 or 'auto', not 'nan'"),
+        (["--alpha", "inf"], "--alpha must be a finite number >= 0 or 'auto', not 'inf'"),
+        (["--alpha", "-1"], "--alpha must be a finite number >= 0 or 'auto', not '-1'"),
+        (["--sessions-per-second", "nan"], "--sessions-per-second must be a finite number > 0, not nan"),
+        (["--sessions-per-second", "inf"], "--sessions-per-second must be a finite number > 0, not inf"),
+        (
+            ["--capacity", "1GB,,5GB"],
+            "cannot read size '1GB,,5GB' (examples: 5GB, 512MiB, 1e9); one capacity per run, lists are for `marconi sweep`",
+        ),
+        (["--capacity", "1e999"], "size '1e999' is too large (use inf for a cache that never evicts)"),
+        (["--duel-candidates", "lru,x"], "--duel-candidates must look like 0:2:0.1 or 0,0.5,1, not 'x'"),
+        (["--duel-candidates", "lru,nan"], "--duel-candidates needs finite alphas >= 0, not 'nan'"),
+        (["--alpha-grid", "0,inf"], "--alpha-grid needs finite alphas >= 0, not '0,inf'"),
+        (["--seed", "-1", "--arrival", "poisson"], "--seed must be >= 0, not -1"),
+        (
+            ["--alpha-grid", "0:1e9:1e-9"],
+            "--alpha-grid '0:1e9:1e-9' has 1,000,000,000,000,000,001 alphas (at most 1,000)",
+        ),
+        (["--alpha-grid", "0:inf:1"], "--alpha-grid must look like 0:2:0.1 or 0,0.5,1, not '0:inf:1'"),
+        (["--duel-margin", "nan"], "--duel-every and --duel-window must be >= 1, --duel-margin >= 0"),
+        (["--trace-seed", "-1"], "--trace-seed must be >= 0 (got -1)"),
+    ],
+)
 def test_run_bad_values(runner, args, message):
     _one_line_error(runner.invoke(main, ["run", *SMALL, *args]), message)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--alpha", "nan"], "--alpha must be a finite number >= 0 or 'auto', not nan"),
-    (["--sessions-per-second", "1,nan"], "--sessions-per-second must be a finite number > 0, not nan"),
-    (["--capacity", "1GB,,5GB"], "--capacity: empty value in the list '1GB,,5GB'"),
-    (["--capacity", "1GB,"], "--capacity: empty value in the list '1GB,'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--alpha", "nan"], "--alpha must be a finite number >= 0 or 'auto', not nan"),
+        (["--sessions-per-second", "1,nan"], "--sessions-per-second must be a finite number > 0, not nan"),
+        (["--capacity", "1GB,,5GB"], "--capacity: empty value in the list '1GB,,5GB'"),
+        (["--capacity", "1GB,"], "--capacity: empty value in the list '1GB,'"),
+    ],
+)
 def test_sweep_bad_values_before_running(runner, tmp_path, args, message):
     out = tmp_path / "res"
     _one_line_error(runner.invoke(main, ["sweep", *SMALL, "--out", str(out), *args]), message)
@@ -82,9 +93,11 @@ def a_file(tmp_path):
 @pytest.mark.parametrize("cmd", ["run", "sweep", "plot"])
 def test_out_that_cannot_be_a_folder_is_refused_before_any_work(runner, tmp_path, a_file, cmd):
     # the trace does not exist: reaching the error about --out proves nothing was loaded or run
-    head = {"run": ["run", "--trace", "mooncake:/nonexistent.jsonl"],
-            "sweep": ["sweep", "--trace", "mooncake:/nonexistent.jsonl"],
-            "plot": ["plot", str(tmp_path)]}[cmd]
+    head = {
+        "run": ["run", "--trace", "mooncake:/nonexistent.jsonl"],
+        "sweep": ["sweep", "--trace", "mooncake:/nonexistent.jsonl"],
+        "plot": ["plot", str(tmp_path)],
+    }[cmd]
     res = runner.invoke(main, [*head, "--out", "/proc/x"])
     _one_line_error(res, "--out /proc/x: cannot create or write the folder (No such file or directory)")
     sub = a_file / "sub"
@@ -125,9 +138,11 @@ def test_plot_static_alpha_must_be_finite(runner, tmp_path, value):
 
 def test_plot_without_matplotlib_names_the_extra(tmp_path):
     """A real interpreter in which matplotlib cannot be imported (as in a base install)."""
-    code = ("import sys; sys.modules['matplotlib'] = None; sys.modules['matplotlib.pyplot'] = None\n"
-            "from sim.cli import main\n"
-            f"main(['plot', {str(tmp_path)!r}, '--out', {str(tmp_path / 'fig')!r}])")
+    code = (
+        "import sys; sys.modules['matplotlib'] = None; sys.modules['matplotlib.pyplot'] = None\n"
+        "from sim.cli import main\n"
+        f"main(['plot', {str(tmp_path)!r}, '--out', {str(tmp_path / 'fig')!r}])"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == "Error: marconi plot needs matplotlib: pip install 'marconi-sim[notebooks]'"
@@ -138,9 +153,13 @@ def test_plot_without_matplotlib_names_the_extra(tmp_path):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals to a process group")
 def test_ctrl_c_in_run_exits_130(tmp_path):
     marconi = Path(sys.executable).parent / "marconi"
-    proc = subprocess.Popen([str(marconi), "run", "--trace", "synthetic:agent:sessions=400", "--progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            env=dict(os.environ, MARCONI_CACHE_DIR=str(tmp_path)))
+    proc = subprocess.Popen(
+        [str(marconi), "run", "--trace", "synthetic:agent:sessions=400", "--progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env=dict(os.environ, MARCONI_CACHE_DIR=str(tmp_path)),
+    )
     try:
         os.set_blocking(proc.stderr.fileno(), False)
         err = b""
@@ -192,36 +211,61 @@ def test_default_policies_on_a_hash_block_trace_leave_vllm_out(runner, tmp_path)
     assert res.stderr.strip() == "note: vllm+ left out: checkpoints finer than the trace's 512-token blocks"
     # named explicitly, it is still refused with the reason
     res = runner.invoke(main, ["run", "--trace", f"mooncake:{path}", "--no-progress", "--policy", "vllm+"])
-    _one_line_error(res, "policy vllm+ checkpoints every 32 tokens, finer than (or not a multiple of) the "
-                         "trace's 512-token blocks")
+    _one_line_error(
+        res, "policy vllm+ checkpoints every 32 tokens, finer than (or not a multiple of) the trace's 512-token blocks"
+    )
 
 
 def test_default_sweep_on_a_hash_block_trace_leaves_vllm_out(runner, tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in MOONCAKE_ROWS))
     out = tmp_path / "res"
-    res = runner.invoke(main, ["sweep", "--trace", f"mooncake:{path}", "--out", str(out), "--capacity", "1GB,5GB",
-                               "--no-progress"])
+    res = runner.invoke(
+        main, ["sweep", "--trace", f"mooncake:{path}", "--out", str(out), "--capacity", "1GB,5GB", "--no-progress"]
+    )
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
     assert lines[0] == "vllm+ left out: checkpoints finer than the trace's 512-token blocks"
     assert lines[1] == "grid: policy(2) x capacity_bytes(2) = 4 configurations"
     # a token trace in the grid keeps the whole default list
-    res = runner.invoke(main, ["sweep", "--trace", f"mooncake:{path},synthetic:chat:sessions=2", "--out",
-                               str(tmp_path / "res2"), "--dry-run"])
+    res = runner.invoke(
+        main,
+        [
+            "sweep",
+            "--trace",
+            f"mooncake:{path},synthetic:chat:sessions=2",
+            "--out",
+            str(tmp_path / "res2"),
+            "--dry-run",
+        ],
+    )
     assert res.exit_code == 0 and res.stdout.splitlines()[0] == "grid: trace(2) x policy(3) = 6 configurations"
 
 
 def test_json_has_rejected_and_alpha_and_summary_stores_numbers(runner, tmp_path):
     out = tmp_path / "res"
-    res = runner.invoke(main, ["run", *SMALL, "--policy", "vanilla,sglang+,marconi", "--capacity", "30MB",
-                               "--format", "json", "--out", str(out)])
+    res = runner.invoke(
+        main,
+        [
+            "run",
+            *SMALL,
+            "--policy",
+            "vanilla,sglang+,marconi",
+            "--capacity",
+            "30MB",
+            "--format",
+            "json",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     rows = {r["policy"]: r for r in json.loads(res.stdout)}
     assert rows["vanilla"]["alpha"] is None and rows["sglang+"]["alpha"] is None
     assert rows["marconi"]["tuned_choice"] is not None  # alpha auto (the default) was tuned
-    assert rows["marconi"]["alpha"] == (None if rows["marconi"]["tuned_choice"] == "lru"
-                                        else float(rows["marconi"]["tuned_choice"]))
+    assert rows["marconi"]["alpha"] == (
+        None if rows["marconi"]["tuned_choice"] == "lru" else float(rows["marconi"]["tuned_choice"])
+    )
     summary = {s["policy"]: s for s in json.loads((out / "summary.json").read_text())}  # standard JSON: no NaN
     for policy, row in rows.items():
         assert row["rejected"] == summary[policy]["rejected_inserts"]

@@ -18,10 +18,28 @@ from click.testing import CliRunner
 from sim.cli import main
 
 SMALL = ["--trace", "synthetic:chat:sessions=3,turns=2", "--no-progress", "--policy", "sglang+"]
-BAILIAN = [{"chat_id": 1, "parent_chat_id": -1, "turn": 1, "timestamp": 0.0, "input_length": 32,
-            "output_length": 3, "type": "text", "hash_ids": [1, 2]},
-           {"chat_id": 2, "parent_chat_id": 1, "turn": 2, "timestamp": 1.0, "input_length": 48,
-            "output_length": 3, "type": "text", "hash_ids": [1, 2, 3]}]
+BAILIAN = [
+    {
+        "chat_id": 1,
+        "parent_chat_id": -1,
+        "turn": 1,
+        "timestamp": 0.0,
+        "input_length": 32,
+        "output_length": 3,
+        "type": "text",
+        "hash_ids": [1, 2],
+    },
+    {
+        "chat_id": 2,
+        "parent_chat_id": 1,
+        "turn": 2,
+        "timestamp": 1.0,
+        "input_length": 48,
+        "output_length": 3,
+        "type": "text",
+        "hash_ids": [1, 2, 3],
+    },
+]
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +68,18 @@ def trace(tmp_path) -> Path:
 @pytest.mark.parametrize("force", [False, True])
 def test_events_onto_the_trace_is_refused_even_with_force(runner, tmp_path, trace, force):
     before = _snapshot(tmp_path)
-    res = runner.invoke(main, ["run", "--trace", f"bailian:{trace}", "--events", str(trace), "--no-progress",
-                               *(["--force"] if force else [])])
+    res = runner.invoke(
+        main,
+        [
+            "run",
+            "--trace",
+            f"bailian:{trace}",
+            "--events",
+            str(trace),
+            "--no-progress",
+            *(["--force"] if force else []),
+        ],
+    )
     _one_line(res, f"--events {trace}: is an input of this command; write the output elsewhere")
     assert _snapshot(tmp_path) == before
     # the trace still loads
@@ -94,8 +122,11 @@ def test_run_out_never_replaces_results_without_force(runner, tmp_path):
     (out / "notes.txt").write_text("mine")
     before = _snapshot(out)
     res = runner.invoke(main, ["run", *SMALL, "--capacity", "1GB", "--out", str(out)])
-    _one_line(res, f"--out: {out / 'summary.json'}, {out / 'requests.parquet'}, {out / 'occupancy.parquet'} "
-                   "already exist; pass --force to replace, or choose another name")
+    _one_line(
+        res,
+        f"--out: {out / 'summary.json'}, {out / 'requests.parquet'}, {out / 'occupancy.parquet'} "
+        "already exist; pass --force to replace, or choose another name",
+    )
     assert _snapshot(out) == before
     # one of the three is enough to refuse
     (out / "summary.json").unlink()
@@ -108,12 +139,28 @@ def test_run_out_never_replaces_results_without_force(runner, tmp_path):
     assert res.exit_code == 0, res.output
     assert json.loads((out / "summary.json").read_text())[0]["capacity_bytes"] == 10**9
     assert (out / "notes.txt").read_text() == "mine"  # --force replaces only the run's own files
-    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "occupancy.parquet", "requests.parquet",
-                                                     "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "notes.txt",
+        "occupancy.parquet",
+        "requests.parquet",
+        "summary.json",
+    ]
 
 
-SWEEP = ["sweep", "--trace", "synthetic:chat:sessions=3,turns=2", "--policy", "sglang+,marconi", "--alpha", "0,1",
-         "--capacity", "1GB", "--no-progress", "--workers", "1"]
+SWEEP = [
+    "sweep",
+    "--trace",
+    "synthetic:chat:sessions=3,turns=2",
+    "--policy",
+    "sglang+,marconi",
+    "--alpha",
+    "0,1",
+    "--capacity",
+    "1GB",
+    "--no-progress",
+    "--workers",
+    "1",
+]
 
 
 def test_sweep_resume_recomputes_truncated_empty_and_foreign_results(runner, tmp_path):

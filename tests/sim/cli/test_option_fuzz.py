@@ -23,8 +23,12 @@ from hypothesis import strategies as st
 from sim.cli import main
 from sim.config import UNLIMITED
 
-FUZZ = settings(max_examples=30, deadline=timedelta(seconds=20), derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=30,
+    deadline=timedelta(seconds=20),
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 TINY = ["--trace", "synthetic:chat:sessions=1,turns=2", "--no-progress"]
 RUNNER = CliRunner()
 
@@ -56,8 +60,20 @@ def _float(text: str) -> float | None:
 
 # ------------------------------------------------------------------ sizes
 
-UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20,
-         "gib": 2**30, "tib": 2**40, "k": 10**3, "g": 10**9}
+UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 10**3,
+    "g": 10**9,
+}
 
 
 def _state_bytes() -> int:
@@ -67,8 +83,10 @@ def _state_bytes() -> int:
 
 
 @FUZZ
-@given(number=st.one_of(st.floats(-1e3, 1e16, allow_nan=False).map(lambda x: f"{x:g}"), NUMBER),
-       unit=st.sampled_from([*UNITS, "GB", "GiB", "xb", "gbs"]))
+@given(
+    number=st.one_of(st.floats(-1e3, 1e16, allow_nan=False).map(lambda x: f"{x:g}"), NUMBER),
+    unit=st.sampled_from([*UNITS, "GB", "GiB", "xb", "gbs"]),
+)
 def test_fuzz_capacity(number, unit):
     text = f"{number}{unit}"
     res = _invoke(["run", *TINY, "--policy", "sglang+", "--capacity", text])
@@ -92,6 +110,7 @@ def test_fuzz_capacity(number, unit):
 
 # ------------------------------------------------------------------ rates
 
+
 @FUZZ
 @given(rate=NUMBER, flag=st.sampled_from(["--sessions-per-second", "--time-scale"]))
 def test_fuzz_rates(rate, flag):
@@ -105,9 +124,13 @@ def test_fuzz_rates(rate, flag):
 
 # ------------------------------------------------------------------ alphas
 
+
 @FUZZ
-@given(alpha=st.one_of(NUMBER, st.just("auto"), st.just("AUTO")), sweep=st.booleans(),
-       policy=st.sampled_from(["marconi", "sglang+,marconi"]))
+@given(
+    alpha=st.one_of(NUMBER, st.just("auto"), st.just("AUTO")),
+    sweep=st.booleans(),
+    policy=st.sampled_from(["marconi", "sglang+,marconi"]),
+)
 def test_fuzz_alpha(tmp_path_factory, alpha, sweep, policy):
     if sweep:  # lists and ranges of values; a dry run checks every configuration
         out = tmp_path_factory.mktemp("s") / "s"
@@ -116,8 +139,12 @@ def test_fuzz_alpha(tmp_path_factory, alpha, sweep, policy):
     else:
         res = _invoke(["run", *TINY, "--policy", policy, "--alpha", alpha, "--format", "json"])
     value = _float(alpha)
-    ok = alpha == "auto" or (value is not None and 0 <= value < math.inf and "_" not in alpha
-                             and (not sweep or alpha.strip() == alpha and not alpha.startswith("0x")))
+    ok = alpha == "auto" or (
+        value is not None
+        and 0 <= value < math.inf
+        and "_" not in alpha
+        and (not sweep or alpha.strip() == alpha and not alpha.startswith("0x"))
+    )
     if sweep and "," in alpha:
         ok = all(_float(a) is not None and 0 <= _float(a) < math.inf for a in alpha.split(","))
     assert (res.exit_code == 0) == ok, (alpha, sweep, res.output)
@@ -138,9 +165,12 @@ def test_fuzz_alpha_for_a_policy_without_alpha(alpha):
 
 # ------------------------------------------------------------------ block sizes
 
+
 @FUZZ
-@given(size=st.one_of(st.integers(-10, 5000), st.integers(-(2**40), 2**40), st.sampled_from([0, 1, 4096, 4097])),
-       policy=st.sampled_from(["vllm-all", "vllm-align", "lmdeploy"]))
+@given(
+    size=st.one_of(st.integers(-10, 5000), st.integers(-(2**40), 2**40), st.sampled_from([0, 1, 4096, 4097])),
+    policy=st.sampled_from(["vllm-all", "vllm-align", "lmdeploy"]),
+)
 def test_fuzz_block_size(size, policy):
     res = _invoke(["run", *TINY, "--policy", policy, "--block-size", str(size), "--capacity", "5GB"])
     assert (res.exit_code == 0) == (0 <= size <= 4096), (size, res.output)
@@ -151,10 +181,28 @@ def test_fuzz_block_size(size, policy):
 # ------------------------------------------------------------------ paths
 
 PARTS = ["t.jsonl", "f", "d", "new", "e.jsonl", "e.parquet", "e.txt", "summary.json"]
-BAILIAN = [{"chat_id": 1, "parent_chat_id": -1, "turn": 1, "timestamp": 0.0, "input_length": 32, "output_length": 3,
-            "type": "text", "hash_ids": [1, 2]},
-           {"chat_id": 2, "parent_chat_id": 1, "turn": 2, "timestamp": 1.0, "input_length": 48, "output_length": 3,
-            "type": "text", "hash_ids": [1, 2, 3]}]
+BAILIAN = [
+    {
+        "chat_id": 1,
+        "parent_chat_id": -1,
+        "turn": 1,
+        "timestamp": 0.0,
+        "input_length": 32,
+        "output_length": 3,
+        "type": "text",
+        "hash_ids": [1, 2],
+    },
+    {
+        "chat_id": 2,
+        "parent_chat_id": 1,
+        "turn": 2,
+        "timestamp": 1.0,
+        "input_length": 48,
+        "output_length": 3,
+        "type": "text",
+        "hash_ids": [1, 2, 3],
+    },
+]
 
 
 def _tree(root: Path) -> dict:
@@ -162,8 +210,7 @@ def _tree(root: Path) -> dict:
 
 
 @FUZZ
-@given(parts=st.lists(st.sampled_from(PARTS), min_size=1, max_size=3), force=st.booleans(),
-       as_out=st.booleans())
+@given(parts=st.lists(st.sampled_from(PARTS), min_size=1, max_size=3), force=st.booleans(), as_out=st.booleans())
 def test_fuzz_output_paths(tmp_path_factory, parts, force, as_out):
     root = tmp_path_factory.mktemp("p")
     trace = root / "t.jsonl"
@@ -183,10 +230,21 @@ def test_fuzz_output_paths(tmp_path_factory, parts, force, as_out):
         ok = blocked is None and not (resolved.exists() and not resolved.is_dir())
     else:
         writes = [resolved]
-        ok = (blocked is None and not resolved.is_dir() and resolved.suffix in (".jsonl", ".json", ".parquet"))
+        ok = blocked is None and not resolved.is_dir() and resolved.suffix in (".jsonl", ".json", ".parquet")
     ok = ok and trace.resolve() not in writes and (force or not any(w.exists() for w in writes))
-    res = _invoke(["run", "--trace", f"bailian:{trace}", "--no-progress", "--policy", "sglang+", flag, str(target),
-                   *(["--force"] if force else [])])
+    res = _invoke(
+        [
+            "run",
+            "--trace",
+            f"bailian:{trace}",
+            "--no-progress",
+            "--policy",
+            "sglang+",
+            flag,
+            str(target),
+            *(["--force"] if force else []),
+        ]
+    )
     assert (res.exit_code == 0) == ok, (parts, force, flag, res.output)
     after = _tree(root)
     assert after[str(trace.relative_to(root))] == before[str(trace.relative_to(root))]  # never the input

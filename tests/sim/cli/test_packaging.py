@@ -52,8 +52,14 @@ def test_make_run_installs_once(tmp_path):
     def planned() -> list[str]:
         # under `make test` the parent's MAKELEVEL/MAKEFLAGS would make the child print "Entering directory"
         env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
-        out = subprocess.run(["make", "--no-print-directory", "-n", "run"], cwd=tmp_path, env=env,
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            ["make", "--no-print-directory", "-n", "run"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return out.stdout.splitlines()
 
     assert planned() == [".venv/bin/pip install -q -e .", "touch .venv/.installed", ".venv/bin/marconi run"]

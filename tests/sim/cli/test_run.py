@@ -10,8 +10,19 @@ from click.testing import CliRunner
 
 from sim.cli import main
 
-JSON_KEYS = ["policy", "token_hit_rate", "request_hit_rate", "flops_saved", "ttft_p50_ms", "ttft_p95_ms",
-             "requests", "evictions", "rejected", "alpha", "tuned_choice"]
+JSON_KEYS = [
+    "policy",
+    "token_hit_rate",
+    "request_hit_rate",
+    "flops_saved",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "requests",
+    "evictions",
+    "rejected",
+    "alpha",
+    "tuned_choice",
+]
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +32,9 @@ def runner():
 
 def test_default_sharegpt_run_orders_policies_as_the_paper(runner, tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
-    res = runner.invoke(main, ["run", "--sessions", "20", "--format", "json", "--no-progress"],
-                        env={"MARCONI_CACHE_DIR": str(cache)})
+    res = runner.invoke(
+        main, ["run", "--sessions", "20", "--format", "json", "--no-progress"], env={"MARCONI_CACHE_DIR": str(cache)}
+    )
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout)
     assert [r["policy"] for r in rows] == ["vllm+", "sglang+", "marconi"]
@@ -34,8 +46,21 @@ def test_default_sharegpt_run_orders_policies_as_the_paper(runner, tmp_path_fact
 
 def test_out_writes_summary_and_per_request_parquet(runner, tmp_path):
     out = tmp_path / "res"
-    res = runner.invoke(main, ["run", "--trace", "synthetic:chat", "--policy", "sglang+,marconi",
-                               "--capacity", "2GB", "--out", str(out), "--no-progress"])
+    res = runner.invoke(
+        main,
+        [
+            "run",
+            "--trace",
+            "synthetic:chat",
+            "--policy",
+            "sglang+,marconi",
+            "--capacity",
+            "2GB",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "sglang+" in res.stdout and "token hit" in res.stdout
     summary = json.loads((out / "summary.json").read_text())
@@ -51,17 +76,20 @@ def test_out_writes_summary_and_per_request_parquet(runner, tmp_path):
     assert (occ["kv_bytes"] + occ["state_bytes"] <= 2 * 10**9).all()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--policy", "nope"], "unknown policy"),
-    (["--capacity", "1MB"], "smaller than one state checkpoint"),
-    (["--capacity", "lots"], "cannot read size"),
-    (["--sessions-per-second", "-2"], "must be a finite number > 0"),
-    (["--model", "gpt-9"], "unknown model"),
-    (["--alpha", "-1"], "alpha"),
-    (["--trace", "mooncake:/does/not/exist.jsonl"], "not found"),
-    (["--compat", "paper"], "use it with --mode sequential"),  # the default --mode is des
-    (["--compat", "paper-fixed", "--mode", "des"], "use it with --mode sequential"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--policy", "nope"], "unknown policy"),
+        (["--capacity", "1MB"], "smaller than one state checkpoint"),
+        (["--capacity", "lots"], "cannot read size"),
+        (["--sessions-per-second", "-2"], "must be a finite number > 0"),
+        (["--model", "gpt-9"], "unknown model"),
+        (["--alpha", "-1"], "alpha"),
+        (["--trace", "mooncake:/does/not/exist.jsonl"], "not found"),
+        (["--compat", "paper"], "use it with --mode sequential"),  # the default --mode is des
+        (["--compat", "paper-fixed", "--mode", "des"], "use it with --mode sequential"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_code_2(runner, args, message):
     res = runner.invoke(main, ["run", "--trace", "synthetic:chat", "--no-progress", *args])
     assert res.exit_code == 2, res.output

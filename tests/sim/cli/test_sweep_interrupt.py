@@ -21,8 +21,20 @@ from pathlib import Path
 import pytest
 
 MARCONI = Path(sys.executable).parent / "marconi"
-ARGS = ["sweep", "--policy", "sglang+,marconi", "--alpha", "0:2:0.5", "--capacity", "1GB,2GB",
-        "--trace", "synthetic:agent:sessions=150", "--workers", "2", "--no-progress"]
+ARGS = [
+    "sweep",
+    "--policy",
+    "sglang+,marconi",
+    "--alpha",
+    "0:2:0.5",
+    "--capacity",
+    "1GB,2GB",
+    "--trace",
+    "synthetic:agent:sessions=150",
+    "--workers",
+    "2",
+    "--no-progress",
+]
 
 
 def _descendants(pid: int) -> set[int]:
@@ -47,13 +59,19 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or not MARCONI.exists(), reason="Linux /proc, marconi")
-@pytest.mark.parametrize("delay, twice", [(0.0, False), (0.3, False), (1.2, True)],
-                         ids=["preload", "workers-start", "running-ctrl-c-twice"])
+@pytest.mark.parametrize(
+    "delay, twice", [(0.0, False), (0.3, False), (1.2, True)], ids=["preload", "workers-start", "running-ctrl-c-twice"]
+)
 def test_ctrl_c_in_sweep_is_one_line_and_leaves_nothing(tmp_path, delay, twice):
     out = tmp_path / "s"
     env = dict(os.environ, MARCONI_CACHE_DIR=str(tmp_path / "cache"))
-    proc = subprocess.Popen([str(MARCONI), *ARGS, "--out", str(out)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(MARCONI), *ARGS, "--out", str(out)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     seen: set[int] = set()
     try:
         os.set_blocking(proc.stdout.fileno(), False)

@@ -19,9 +19,15 @@ def m7():
 
 
 def test_bug1_subtracts_an_attention_layer_where_an_mlp_layer_belongs(m7):
-    def attn(L): return 8 * L * D**2 + 4 * L**2 * D
-    def mlp(L): return 16 * L * D**2
-    def mamba(L): return 12 * L * D**2 + 16 * L * D * N + 10 * L * D
+    def attn(L):
+        return 8 * L * D**2 + 4 * L**2 * D
+
+    def mlp(L):
+        return 16 * L * D**2
+
+    def mamba(L):
+        return 12 * L * D**2 + 16 * L * D * N + 10 * L * D
+
     Lp, Ln = 5000, 5300
     bug = 24 * mamba(Ln - Lp) + 4 * (attn(Ln) - attn(Lp)) + 28 * (mlp(Ln) - attn(Lp))
     assert ArtifactCost(m7).node_flops(Lp, Ln) == pytest.approx(bug, rel=1e-12)
@@ -31,8 +37,9 @@ def test_bug1_subtracts_an_attention_layer_where_an_mlp_layer_belongs(m7):
 def test_bug1_term_sign_flips_at_2d(m7):
     def bug_term(Lp):  # what the artifact adds on top of the corrected marginal
         return ArtifactCost(m7).node_flops(Lp, Lp + 1) - m7.node_flops(Lp, Lp + 1)
+
     assert bug_term(0) == 0
-    assert bug_term(4_000) > 0          # short parent: savings overstated
+    assert bug_term(4_000) > 0  # short parent: savings overstated
     assert bug_term(8_192) == pytest.approx(0, abs=1e3)  # 4Ld(2d - L) = 0
     assert bug_term(10_000) < 0 and bug_term(30_000) < 0
     assert ArtifactCost(m7).node_flops(30_000, 30_100) < 0  # the whole marginal goes negative
@@ -49,8 +56,15 @@ def overshoot_tree(bugs: bool) -> ArtifactTree:
     order): 8 + 10 = 18 >= 15, so eviction stops and the cache ends at 30 - 12 + 15 = 33 bytes,
     3 above capacity. Fixed, A is credited 12 < 15, B goes too and the cache ends at 15."""
     pol = ArtifactMarconiEviction(get_model("marconi-7b"), MarconiEviction.Params(alpha=0.0), bugs=bugs)
-    t = ArtifactTree(split_states=True, fill_block=0, capacity_bytes=30, kv_bytes_per_token=KV, state_bytes=STATE,
-                     block_tokens=1, policy=pol)
+    t = ArtifactTree(
+        split_states=True,
+        fill_block=0,
+        capacity_bytes=30,
+        kv_bytes_per_token=KV,
+        state_bytes=STATE,
+        block_tokens=1,
+        policy=pol,
+    )
     t.insert(np.arange(0, 2), 2, [2], now=t.set_time(0))
     t.insert(np.arange(100, 108), 8, [8], now=t.set_time(0))
     assert t.used_bytes == 30
@@ -128,8 +142,9 @@ def test_paper_replay_counts_state_hits_of_a_multi_turn_chain():
         reqs.append(Request(0, t, inp, out, think_time=1.0))
         hist = np.concatenate((inp, out))
     for compat in ("paper", "paper-fixed"):
-        res = simulate(Trace("chain", reqs), SimConfig(policy="marconi", compat=compat, mode="sequential",
-                                                      capacity_bytes=10**12))
+        res = simulate(
+            Trace("chain", reqs), SimConfig(policy="marconi", compat=compat, mode="sequential", capacity_bytes=10**12)
+        )
         assert list(res.requests["hit_tokens"]) == [0, 50, 100, 150]
         assert list(res.requests["state_hit"]) == [False, True, True, True]
         assert res.summary["checkpoints_hit"] == 3 and res.summary["capacity_overshoots"] == 0
@@ -145,17 +160,21 @@ def test_marconi_refreshes_the_hit_node_on_the_artifacts_logical_clock():
     from traces.base import Request, Trace
 
     r1 = Request(0, 0, np.arange(0, 30), np.arange(100, 110))
-    r2 = Request(1, 0, np.concatenate((np.arange(0, 30), np.arange(100, 110), np.arange(200, 220))),
-                 np.arange(300, 305))
-    sim = build(Trace("two", [r1, r2]), SimConfig(policy="marconi", compat="paper", mode="sequential",
-                                                 capacity_bytes=10**12))
+    r2 = Request(
+        1, 0, np.concatenate((np.arange(0, 30), np.arange(100, 110), np.arange(200, 220))), np.arange(300, 305)
+    )
+    sim = build(
+        Trace("two", [r1, r2]), SimConfig(policy="marconi", compat="paper", mode="sequential", capacity_bytes=10**12)
+    )
     res = run(sim)
     assert list(res.requests["hit_tokens"]) == [0, 40] and sim.tree.now == 6
     times = {n.depth_tokens: n.last_access for n in sim.tree.iter_nodes() if n is not sim.tree.root}
     assert times == {40: 6.0, 65: 6.0}
     # a lookup that misses touches nothing: r1's node keeps its creation time
-    sim = build(Trace("one", [r1, Request(1, 0, np.arange(500, 520), np.arange(600, 602))]),
-                SimConfig(policy="marconi", compat="paper", mode="sequential", capacity_bytes=10**12))
+    sim = build(
+        Trace("one", [r1, Request(1, 0, np.arange(500, 520), np.arange(600, 602))]),
+        SimConfig(policy="marconi", compat="paper", mode="sequential", capacity_bytes=10**12),
+    )
     run(sim)
     assert {n.depth_tokens: n.last_access for n in sim.tree.iter_nodes() if n.depth_tokens == 40} == {40: 3.0}
 

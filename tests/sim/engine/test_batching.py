@@ -33,9 +33,16 @@ def toks(start, n):
 
 def open_trace(specs):
     """Open-loop requests ``(arrival, input_tokens, output_len)``, each with its own tokens."""
-    reqs = [Request(session_id=i, turn=0, input_tokens=toks(10_000 * (i + 1), n_in),
-                    output_tokens=toks(10_000 * (i + 1) + 5_000, n_out), arrival=t)
-            for i, (t, n_in, n_out) in enumerate(specs)]
+    reqs = [
+        Request(
+            session_id=i,
+            turn=0,
+            input_tokens=toks(10_000 * (i + 1), n_in),
+            output_tokens=toks(10_000 * (i + 1) + 5_000, n_out),
+            arrival=t,
+        )
+        for i, (t, n_in, n_out) in enumerate(specs)
+    ]
     return Trace("tiny", reqs, closed_loop=False)
 
 
@@ -71,8 +78,12 @@ def test_long_prompt_goes_in_budget_chunks_and_a_short_one_rides_along():
     trace = open_trace([(0.5, 3500, 2), (0.501, 100, 2), (0.0, 50, 200)])
     res, ev = go(trace, policy="sglang+", max_num_batched_tokens=1000)
     st_ = [s for s in steps_of(ev) if s.t_start >= 0.5]
-    assert [s.prefills for s in st_[:4]] == [((0, 0, 999),), ((0, 999, 1998),), ((0, 1998, 2997),),
-                                              ((0, 2997, 3500), (1, 0, 100))]
+    assert [s.prefills for s in st_[:4]] == [
+        ((0, 0, 999),),
+        ((0, 999, 1998),),
+        ((0, 1998, 2997),),
+        ((0, 2997, 3500), (1, 0, 100)),
+    ]
     assert all(s.decodes and s.decodes[0][0] == 2 for s in st_[:4])
     assert all(s.tokens <= 1000 for s in steps_of(ev))
     ends = np.cumsum([s.seconds for s in st_[:4]])
@@ -89,8 +100,11 @@ def test_sglang_v1_states_land_on_the_scheduler_chunk_ends():
     # end, so B's states sit at 500 and 1500 (fcfs with --prefill-chunk 1000 would put it at 1000)
     # (A has one output token: it is done with its prefill, so B has the whole third step)
     res, ev = go(open_trace([(0.0, 1500, 1), (0.0, 1500, 2)]), policy="sglang-v1", max_num_batched_tokens=1000)
-    assert [s.prefills for s in steps_of(ev)[:3]] == [((0, 0, 1000),), ((0, 1000, 1500), (1, 0, 500)),
-                                                       ((1, 500, 1500),)]
+    assert [s.prefills for s in steps_of(ev)[:3]] == [
+        ((0, 0, 1000),),
+        ((0, 1000, 1500), (1, 0, 500)),
+        ((1, 500, 1500),),
+    ]
     admits = {}
     for e in ev:
         if isinstance(e, Admit):
@@ -162,6 +176,7 @@ def test_step_time_of_one_request_is_its_prefill_time():
 
 # ---------------------------------------------------------------------------------- properties
 
+
 class Counter:
     def __init__(self):
         self.finished = {}
@@ -180,20 +195,33 @@ class Counter:
 # state slots: memory runs out now and then (about one example in ten preempts), yet any one
 # request fits alone with every state its preset admits (lmdeploy: a checkpoint and a frozen block
 # per 64-token anchor of the prompt, all locked while the request runs)
-request_specs = st.lists(st.tuples(st.floats(0, 0.5), st.integers(100, 400), st.integers(50, 200)), min_size=1,
-                         max_size=8)
+request_specs = st.lists(
+    st.tuples(st.floats(0, 0.5), st.integers(100, 400), st.integers(50, 200)), min_size=1, max_size=8
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(specs=request_specs, budget=st.integers(64, 1200), seqs=st.integers(1, 5),
-       policy=st.sampled_from(["sglang+", "marconi", "sglang-v1", "vllm-align", "lmdeploy", "vanilla"]),
-       kv_room=st.integers(1100, 1600), slots=st.integers(10, 12))
+@given(
+    specs=request_specs,
+    budget=st.integers(64, 1200),
+    seqs=st.integers(1, 5),
+    policy=st.sampled_from(["sglang+", "marconi", "sglang-v1", "vllm-align", "lmdeploy", "vanilla"]),
+    kv_room=st.integers(1100, 1600),
+    slots=st.integers(10, 12),
+)
 def test_every_request_finishes_once_within_budget_and_memory(specs, budget, seqs, policy, kv_room, slots):
     trace = open_trace(specs)
     cap = slots * S + kv_room * K
     obs = Counter()
-    cfg = SimConfig(policy=policy, capacity_bytes=cap, scheduler="continuous", max_num_batched_tokens=budget,
-                    max_num_seqs=seqs, block_size=64, alpha=1.0)
+    cfg = SimConfig(
+        policy=policy,
+        capacity_bytes=cap,
+        scheduler="continuous",
+        max_num_batched_tokens=budget,
+        max_num_seqs=seqs,
+        block_size=64,
+        alpha=1.0,
+    )
     sim = build(trace, cfg, observers=(obs,))
     res = run(sim)
     assert obs.finished == {i: 1 for i in range(len(specs))}
@@ -208,22 +236,32 @@ def test_every_request_finishes_once_within_budget_and_memory(specs, budget, seq
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(turns=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 400), st.integers(1, 30)), min_size=1, max_size=6),
-       policy=st.sampled_from(["sglang+", "marconi", "sglang-v1", "lmdeploy", "vanilla"]))
+@given(
+    turns=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 400), st.integers(1, 30)), min_size=1, max_size=6),
+    policy=st.sampled_from(["sglang+", "marconi", "sglang-v1", "lmdeploy", "vanilla"]),
+)
 def test_one_request_at_a_time_with_an_infinite_budget_equals_fcfs(turns, policy):
     # requests far apart, built from a few shared prefixes so the cache hits; vllm-align is left
     # out: it cuts even an unlimited step at the last full block (two steps, two overheads)
-    reqs = [Request(session_id=i, turn=0, input_tokens=np.concatenate((toks(100 * p, 200), toks(10_000 * (i + 1), n))),
-                    output_tokens=toks(10_000 * (i + 1) + 5_000, m), arrival=1000.0 * i)
-            for i, (p, n, m) in enumerate(turns)]
+    reqs = [
+        Request(
+            session_id=i,
+            turn=0,
+            input_tokens=np.concatenate((toks(100 * p, 200), toks(10_000 * (i + 1), n))),
+            output_tokens=toks(10_000 * (i + 1) + 5_000, m),
+            arrival=1000.0 * i,
+        )
+        for i, (p, n, m) in enumerate(turns)
+    ]
     trace = Trace("apart", reqs, closed_loop=False)
     base = dict(policy=policy, capacity_bytes=BIG, alpha=1.0, prefill_chunk_tokens=10**9)
     logs = []
     out = []
     for sched in ("fcfs", "continuous"):
         log = EventLog()
-        out.append(simulate(trace, SimConfig(**base, scheduler=sched, max_num_batched_tokens=10**9),
-                            observers=(log,)).requests)
+        out.append(
+            simulate(trace, SimConfig(**base, scheduler=sched, max_num_batched_tokens=10**9), observers=(log,)).requests
+        )
         logs.append([(e.request.request_id, e.position, e.phase) for e in log.events if isinstance(e, Admit)])
     fcfs, cont = out
     for col in ("hit_tokens", "queue_s", "prefill_s", "ttft_s", "state_hit"):
@@ -241,9 +279,25 @@ def test_events_file_carries_the_steps_replay_needs(tmp_path):
 
     jl, pq = tmp_path / "ev.jsonl", tmp_path / "ev.parquet"
     for path in (jl, pq):
-        res = CliRunner().invoke(main, ["run", "--trace", "synthetic:chat", "--sessions", "3", "--policy", "sglang-v1",
-                                        "--scheduler", "continuous", "--max-num-batched-tokens", "512",
-                                        "--events", str(path), "--no-progress"])
+        res = CliRunner().invoke(
+            main,
+            [
+                "run",
+                "--trace",
+                "synthetic:chat",
+                "--sessions",
+                "3",
+                "--policy",
+                "sglang-v1",
+                "--scheduler",
+                "continuous",
+                "--max-num-batched-tokens",
+                "512",
+                "--events",
+                str(path),
+                "--no-progress",
+            ],
+        )
         assert res.exit_code == 0, res.output
         assert "continuous batching (512 tokens, 256 seqs per step)" in res.output
     rows = [json.loads(line) for line in jl.read_text().splitlines()]
@@ -261,16 +315,20 @@ def test_events_file_carries_the_steps_replay_needs(tmp_path):
         assert all(b0 == a1 for (_, b0), (a1, _) in zip(sp, sp[1:]))
     assert {r["event"] for r in rows} >= {"arrive", "lookup", "step", "prefill", "decode", "admit"}
     table = pd.read_parquet(pq)
-    assert len(table) == len(rows) and json.loads(table[table["event"] == "step"]["prefills"].iloc[0]) == \
-        steps[0]["prefills"]
+    assert (
+        len(table) == len(rows)
+        and json.loads(table[table["event"] == "step"]["prefills"].iloc[0]) == steps[0]["prefills"]
+    )
 
 
 def test_a_whole_prompt_hit_still_computes_its_last_token():
     # the same 64-token prompt twice (llama-7b: every KV token is reusable); the second request
     # hits all 64 tokens but runs one step computing token 63 (the logits), like an engine
     prompt = toks(0, 64)
-    reqs = [Request(session_id=i, turn=0, input_tokens=prompt, output_tokens=toks(1000 + 10 * i, 3), arrival=10.0 * i)
-            for i in range(2)]
+    reqs = [
+        Request(session_id=i, turn=0, input_tokens=prompt, output_tokens=toks(1000 + 10 * i, 3), arrival=10.0 * i)
+        for i in range(2)
+    ]
     res, ev = go(Trace("same", reqs, closed_loop=False), policy="sglang+", model="llama-7b")
     assert list(res.requests["hit_tokens"]) == [0, 64]
     assert [p for s in steps_of(ev) for p in s.prefills] == [(0, 0, 64), (1, 63, 64)]
@@ -288,12 +346,15 @@ def test_decode_steps_whose_time_varies_are_timed_one_by_one():
     timing = ContextTiming(TIMING.effective_tflops, TIMING.overhead_ms, TIMING.decode_ms_per_token)
     trace = open_trace([(0.0, 100, 150), (0.5, 80, 3)])  # the second arrives inside a decode run
     log = EventLog()
-    res = simulate(trace, SimConfig(policy="sglang+", capacity_bytes=BIG, scheduler="continuous"), timing=timing,
-                   observers=(log,))
+    res = simulate(
+        trace, SimConfig(policy="sglang+", capacity_bytes=BIG, scheduler="continuous"), timing=timing, observers=(log,)
+    )
     st_ = steps_of(log.events)
     for s in st_:  # every event's time is the sum of its steps' times, each context one longer
-        want = sum(timing.step_time_s(SPEC, [(a, b) for _, a, b in s.prefills], [c + i for _, c in s.decodes])
-                   for i in range(s.steps))
+        want = sum(
+            timing.step_time_s(SPEC, [(a, b) for _, a, b in s.prefills], [c + i for _, c in s.decodes])
+            for i in range(s.steps)
+        )
         assert s.seconds == pytest.approx(want, rel=1e-12)
         assert s.t_end - s.t_start == pytest.approx(s.seconds, rel=1e-12)
     assert max(s.steps for s in st_) > 1

@@ -31,8 +31,15 @@ def toks(start, n):
 def three_requests() -> Trace:
     """Three single-turn sessions (one per second): a shared 100-token prefix, 20 own prompt tokens
     and 10 output tokens each."""
-    reqs = [Request(session_id=i, turn=0, input_tokens=np.concatenate((toks(0, 100), toks(1000 + 100 * i, 20))),
-                    output_tokens=toks(5000 + 100 * i, 10)) for i in range(3)]
+    reqs = [
+        Request(
+            session_id=i,
+            turn=0,
+            input_tokens=np.concatenate((toks(0, 100), toks(1000 + 100 * i, 20))),
+            output_tokens=toks(5000 + 100 * i, 10),
+        )
+        for i in range(3)
+    ]
     return Trace("three", reqs)
 
 
@@ -53,14 +60,21 @@ def test_hand_worked_event_list_with_a_branch_a_hit_and_an_eviction():
     p2 = timing.prefill_time_s(M7, 100, 120)
     d = timing.decode_time_s(10)
     assert log.events == [
-        Lookup(r0, 0.0, None, 0, 120), Prefill(r0, 0.0, p, 0, 120, p), Decode(r0, p, p + d, 120, 130, d),
+        Lookup(r0, 0.0, None, 0, 120),
+        Prefill(r0, 0.0, p, 0, 120, p),
+        Decode(r0, p, p + d, 120, 130, d),
         Admit(0.0, 0, r0, 130, "tail"),
-        Lookup(r1, 1.0, None, 0, 120), Prefill(r1, 1.0, 1.0 + p, 0, 120, p),
+        Lookup(r1, 1.0, None, 0, 120),
+        Prefill(r1, 1.0, 1.0 + p, 0, 120, p),
         Decode(r1, 1.0 + p, 1.0 + p + d, 120, 130, d),
-        Admit(1.0, 1, r1, 100, "prefill-branch"), Admit(1.0, 2, r1, 130, "tail"),
-        Lookup(r2, 2.0, 1, 100, 120), Prefill(r2, 2.0, 2.0 + p2, 100, 120, p2),
+        Admit(1.0, 1, r1, 100, "prefill-branch"),
+        Admit(1.0, 2, r1, 130, "tail"),
+        Lookup(r2, 2.0, 1, 100, 120),
+        Prefill(r2, 2.0, 2.0 + p2, 100, 120, p2),
         Decode(r2, 2.0 + p2, 2.0 + p2 + d, 120, 130, d),
-        Evict(2.0, 0, 130), EvictKV(2.0, 30), Admit(2.0, 3, r2, 130, "tail"),
+        Evict(2.0, 0, 130),
+        EvictKV(2.0, 30),
+        Admit(2.0, 3, r2, 130, "tail"),
     ]
     assert sim.tree.checkpoints() == {1: 100, 2: 130, 3: 130}
     assert sim.tree.used_bytes == (100 + 30 + 30) * K + 3 * S  # shared prefix + r1 and r2 own tokens
@@ -116,25 +130,38 @@ def small_traces(draw):
             user = np.array(draw(st.lists(st.integers(0, 5), min_size=1, max_size=40)), dtype=np.int64)
             out = np.array(draw(st.lists(st.integers(0, 5), min_size=1, max_size=20)), dtype=np.int64)
             inp = np.concatenate((history, user))
-            reqs.append(Request(session_id=s, turn=turn, input_tokens=inp, output_tokens=out,
-                                think_time=draw(st.floats(0, 2))))
+            reqs.append(
+                Request(session_id=s, turn=turn, input_tokens=inp, output_tokens=out, think_time=draw(st.floats(0, 2)))
+            )
             history = np.concatenate((inp, out))
     return Trace("hypothesis", reqs)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(trace=small_traces(), mode=st.sampled_from(["sequential", "des", "continuous"]),
-       policy=st.sampled_from(["sglang+", "marconi", "vllm+", "sglang-v1", "lmdeploy", "trtllm"]),
-       compat=st.sampled_from(["corrected", "corrected", "paper"]),
-       states=st.integers(1, 6), kv=st.integers(0, 150))
+@given(
+    trace=small_traces(),
+    mode=st.sampled_from(["sequential", "des", "continuous"]),
+    policy=st.sampled_from(["sglang+", "marconi", "vllm+", "sglang-v1", "lmdeploy", "trtllm"]),
+    compat=st.sampled_from(["corrected", "corrected", "paper"]),
+    states=st.integers(1, 6),
+    kv=st.integers(0, 150),
+)
 def test_admits_minus_evicts_are_the_trees_checkpoints_after_every_insert(trace, mode, policy, compat, states, kv):
     if compat == "paper" and policy not in ("sglang+", "marconi", "vllm+"):
         compat = "corrected"
     if compat == "paper":
         mode = "sequential"  # the artifact's replay has no des mode (SimConfig refuses it)
     sched = "continuous" if mode == "continuous" else "fcfs"  # des with continuous batching
-    cfg = SimConfig(policy=policy, mode="des" if sched == "continuous" else mode, scheduler=sched, compat=compat,
-                    alpha=1.0, capacity_bytes=states * S + kv * K, prefill_chunk_tokens=16, max_num_batched_tokens=24)
+    cfg = SimConfig(
+        policy=policy,
+        mode="des" if sched == "continuous" else mode,
+        scheduler=sched,
+        compat=compat,
+        alpha=1.0,
+        capacity_bytes=states * S + kv * K,
+        prefill_chunk_tokens=16,
+        max_num_batched_tokens=24,
+    )
     rep = Replayer()
     sim = build(trace, cfg, observers=(rep,))
     rep.sim = sim
@@ -146,9 +173,23 @@ def test_admits_minus_evicts_are_the_trees_checkpoints_after_every_insert(trace,
 def test_events_file_as_jsonl_and_parquet(tmp_path):
     jl, pq = tmp_path / "ev.jsonl", tmp_path / "ev.parquet"
     for path in (jl, pq):
-        res = CliRunner().invoke(main, ["run", "--trace", "synthetic:chat", "--sessions", "4", "--policy",
-                                        "sglang+,marconi", "--capacity", "1GB", "--events", str(path),
-                                        "--no-progress"])
+        res = CliRunner().invoke(
+            main,
+            [
+                "run",
+                "--trace",
+                "synthetic:chat",
+                "--sessions",
+                "4",
+                "--policy",
+                "sglang+,marconi",
+                "--capacity",
+                "1GB",
+                "--events",
+                str(path),
+                "--no-progress",
+            ],
+        )
         assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in jl.read_text().splitlines()]
     table = pd.read_parquet(pq)
@@ -171,8 +212,7 @@ def test_an_insert_without_room_is_a_reject_event_and_admits_nothing():
     # capacity: one state + 50 KV tokens; the request needs 130 KV tokens + its tail state
     trace = Trace("one", three_requests().requests[:1])
     log = EventLog()
-    res = run(build(trace, SimConfig(policy="sglang+", mode="sequential", capacity_bytes=S + 50 * K),
-                    observers=(log,)))
+    res = run(build(trace, SimConfig(policy="sglang+", mode="sequential", capacity_bytes=S + 50 * K), observers=(log,)))
     r0 = trace.requests[0]
     assert [type(e).__name__ for e in log.events] == ["Lookup", "Prefill", "Decode", "Reject"]
     assert log.events[-1] == Reject(r0, 0.0, "no room")
@@ -196,14 +236,44 @@ def test_event_log_keeps_every_field_under_its_name_and_rows_round_trip(tmp_path
     log.reject(r, 5.0, "too big")
     rows = [event_row(ev, run="x") for ev in log.events]
     assert rows == [
-        {"run": "x", "event": "lookup", "request_id": 7, "t": 1.5, "hit_checkpoint": 3, "hit_tokens": 40,
-         "input_tokens": 50},
-        {"run": "x", "event": "prefill", "request_id": 7, "t_start": 2.0, "t_end": 2.5, "start_pos": 40,
-         "end_pos": 50, "seconds": 0.5},
-        {"run": "x", "event": "decode", "request_id": 7, "t_start": 2.5, "t_end": 3.25, "start_pos": 50,
-         "end_pos": 52, "seconds": 0.75},
-        {"run": "x", "event": "admit", "t": 2.5, "checkpoint": 11, "request_id": 7, "position": 50,
-         "phase": "prompt-end"},
+        {
+            "run": "x",
+            "event": "lookup",
+            "request_id": 7,
+            "t": 1.5,
+            "hit_checkpoint": 3,
+            "hit_tokens": 40,
+            "input_tokens": 50,
+        },
+        {
+            "run": "x",
+            "event": "prefill",
+            "request_id": 7,
+            "t_start": 2.0,
+            "t_end": 2.5,
+            "start_pos": 40,
+            "end_pos": 50,
+            "seconds": 0.5,
+        },
+        {
+            "run": "x",
+            "event": "decode",
+            "request_id": 7,
+            "t_start": 2.5,
+            "t_end": 3.25,
+            "start_pos": 50,
+            "end_pos": 52,
+            "seconds": 0.75,
+        },
+        {
+            "run": "x",
+            "event": "admit",
+            "t": 2.5,
+            "checkpoint": 11,
+            "request_id": 7,
+            "position": 50,
+            "phase": "prompt-end",
+        },
         {"run": "x", "event": "evict", "t": 4.0, "checkpoint": 11, "position": 50},
         {"run": "x", "event": "evict_kv", "t": 4.5, "tokens": 17},
         {"run": "x", "event": "reject", "request_id": 7, "t": 5.0, "reason": "too big"},
@@ -242,6 +312,15 @@ def test_event_log_records_arrivals_and_engine_steps():
     assert log.events == [Arrive(r, 0.25), Step(1.0, 1.5, 0.5, 2, ((3, 0, 4),), ((5, 9),), 6, (8,))]
     assert [event_row(ev) for ev in log.events] == [
         {"event": "arrive", "request_id": 3, "t": 0.25},
-        {"event": "step", "t_start": 1.0, "t_end": 1.5, "seconds": 0.5, "steps": 2, "prefills": ((3, 0, 4),),
-         "decodes": ((5, 9),), "tokens": 6, "preempted": (8,)},
+        {
+            "event": "step",
+            "t_start": 1.0,
+            "t_end": 1.5,
+            "seconds": 0.5,
+            "steps": 2,
+            "prefills": ((3, 0, 4),),
+            "decodes": ((5, 9),),
+            "tokens": 6,
+            "preempted": (8,),
+        },
     ]

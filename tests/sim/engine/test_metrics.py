@@ -46,8 +46,15 @@ def test_summary_from_hand_fed_events_counts_a_one_token_hit_as_a_request_hit():
         rec.prefill(r, t + 0.5, t + 0.75, hit, 10, 0.25)
         if r.request_id < 2:  # the third never finishes decoding
             rec.decode(r, t + 0.75, t + 1.0, 10, 12, 0.25)
-    stats = SimpleNamespace(evictions=4, states_admitted=6, states_evicted=3, kv_tokens_evicted=12,
-                            rejected_inserts=1, peak_bytes=99, overshoots=0)
+    stats = SimpleNamespace(
+        evictions=4,
+        states_admitted=6,
+        states_evicted=3,
+        kv_tokens_evicted=12,
+        rejected_inserts=1,
+        peak_bytes=99,
+        overshoots=0,
+    )
     tree = SimpleNamespace(stats=stats, kv_tokens=7, kv_bytes_per_token=3, n_states=2, state_bytes=5)
     res = rec.result(SimpleNamespace(requests=reqs), tree, "p")
     s = res.summary
@@ -88,8 +95,15 @@ def test_tpot_and_step_histograms_from_hand_fed_events():
     rec.step(1.0, 1.5, 0.5, 1, [], ["a", "b"], 2, ["b"])
     rec.step(1.5, 2.0, 0.5, 1, ["a"], ["b"], 100, [])
     assert rec.batch_hist == {1: 2, 2: 2} and rec.token_hist == {100: 3, 2: 1}
-    stats = SimpleNamespace(evictions=0, states_admitted=0, states_evicted=0, kv_tokens_evicted=0,
-                            rejected_inserts=0, peak_bytes=0, overshoots=0)
+    stats = SimpleNamespace(
+        evictions=0,
+        states_admitted=0,
+        states_evicted=0,
+        kv_tokens_evicted=0,
+        rejected_inserts=0,
+        peak_bytes=0,
+        overshoots=0,
+    )
     tree = SimpleNamespace(stats=stats, kv_tokens=0, kv_bytes_per_token=1, n_states=0, state_bytes=1)
     res = rec.result(SimpleNamespace(requests=reqs), tree, "p")
     tpot = res.requests["tpot_s"].to_numpy()
@@ -124,8 +138,15 @@ def test_latency_percentiles_without_values_are_zero():
     rec.lookup(r, 0.0, None, 0, 10)
     rec.prefill(r, 0.5, 1.0, 0, 10, 0.5)
     rec.decode(r, 1.0, 1.5, 10, 11, 0.5)
-    stats = SimpleNamespace(evictions=0, states_admitted=0, states_evicted=0, kv_tokens_evicted=0,
-                            rejected_inserts=0, peak_bytes=0, overshoots=0)
+    stats = SimpleNamespace(
+        evictions=0,
+        states_admitted=0,
+        states_evicted=0,
+        kv_tokens_evicted=0,
+        rejected_inserts=0,
+        peak_bytes=0,
+        overshoots=0,
+    )
     tree = SimpleNamespace(stats=stats, kv_tokens=0, kv_bytes_per_token=1, n_states=0, state_bytes=1)
     s = rec.result(SimpleNamespace(requests=[r]), tree, "p").summary
     assert (s["tpot_p50_ms"], s["tpot_p95_ms"]) == (0.0, 0.0)

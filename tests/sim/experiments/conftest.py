@@ -29,8 +29,9 @@ def synthetic_trace(sessions: int = 6, turns: int = 4, system: int = 700, seed: 
             user = rng.integers(0, 50_000, size=int(rng.integers(50, 400)))
             out = rng.integers(0, 50_000, size=int(rng.integers(20, 200)))
             inp = np.concatenate([history, user])
-            reqs.append(Request(session_id=s, turn=t, input_tokens=inp, output_tokens=out,
-                                arrival=float(s * 0.5 + t * 3.0)))
+            reqs.append(
+                Request(session_id=s, turn=t, input_tokens=inp, output_tokens=out, arrival=float(s * 0.5 + t * 3.0))
+            )
             history = np.concatenate([inp, out])
     reqs.sort(key=lambda r: (r.arrival, r.session_id))
     return Trace("synthetic-test", reqs, closed_loop=False)
@@ -39,11 +40,20 @@ def synthetic_trace(sessions: int = 6, turns: int = 4, system: int = 700, seed: 
 def write_marconi_jsonl(trace: Trace, path: Path) -> Path:
     with open(path, "w") as f:
         for r in trace.requests:
-            f.write(json.dumps({
-                "session_id": r.session_id, "turn_id": r.turn, "ts": r.arrival,
-                "num_input_tokens": len(r.input_tokens), "num_output_tokens": len(r.output_tokens),
-                "input_tokens": r.input_tokens.tolist(), "output_tokens": r.output_tokens.tolist(),
-            }) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "session_id": r.session_id,
+                        "turn_id": r.turn,
+                        "ts": r.arrival,
+                        "num_input_tokens": len(r.input_tokens),
+                        "num_output_tokens": len(r.output_tokens),
+                        "input_tokens": r.input_tokens.tolist(),
+                        "output_tokens": r.output_tokens.tolist(),
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -57,8 +67,14 @@ def trace_files(tmp_path_factory) -> list[str]:
 def marconi(*args, check: bool = True, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
     """Run the real CLI (`python -c 'from sim.cli import main; main()' ...`) in a subprocess."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", "from sim.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=env, **kw)
+    proc = subprocess.run(
+        [sys.executable, "-c", "from sim.cli import main; main()", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        **kw,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"marconi {' '.join(map(str, args))} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -66,5 +82,11 @@ def marconi(*args, check: bool = True, timeout: float = 120, **kw) -> subprocess
 
 def marconi_popen(*args, **kw) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen([sys.executable, "-c", "from sim.cli import main; main()", *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-c", "from sim.cli import main; main()", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        **kw,
+    )

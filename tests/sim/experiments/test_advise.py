@@ -47,8 +47,9 @@ def pool_trace(seed: int = 0) -> Trace:
     for k in range(80):
         i = int(rng.choice(N_PREFIXES, p=w))
         inp = np.concatenate([prefixes[i], rng.integers(0, 50_000, 32)])
-        reqs.append(Request(session_id=k, turn=0, input_tokens=inp, output_tokens=rng.integers(0, 50_000, 16),
-                            arrival=float(k)))
+        reqs.append(
+            Request(session_id=k, turn=0, input_tokens=inp, output_tokens=rng.integers(0, 50_000, 16), arrival=float(k))
+        )
     return Trace("pool", reqs, closed_loop=False)
 
 
@@ -59,10 +60,23 @@ POOL_CAPACITY = KV_TOKENS * TINY.kv_bytes_per_token() + NEEDED_STATES * TINY.sta
 def pool_engine(monkeypatch):
     """An engine whose one knob is the state pool in states (SGLang's --max-mamba-cache-size),
     with the whole memory left by the weights as cache and the prefill chunk at the prefix."""
-    eng = Engine("pool-test", {"no_buffer": "sglang-v1"}, Memory("--mem-fraction", 1.0, of="free"),
-                 knobs=(Knob("state_pool", "--max-mamba-cache-size", 4, low=POOL_RANGE[0], high=POOL_RANGE[1],
-                             integer=True, apply=lambda v, ctx: {"state_pool": str(v)}),),
-                 fixed={"prefill_chunk_tokens": PREFIX})
+    eng = Engine(
+        "pool-test",
+        {"no_buffer": "sglang-v1"},
+        Memory("--mem-fraction", 1.0, of="free"),
+        knobs=(
+            Knob(
+                "state_pool",
+                "--max-mamba-cache-size",
+                4,
+                low=POOL_RANGE[0],
+                high=POOL_RANGE[1],
+                integer=True,
+                apply=lambda v, ctx: {"state_pool": str(v)},
+            ),
+        ),
+        fixed={"prefill_chunk_tokens": PREFIX},
+    )
     monkeypatch.setitem(ENGINES, "pool-test", eng)
     return eng
 
@@ -83,8 +97,13 @@ def test_oracle_peaks_at_the_constructed_split(pool_spec):
     trace = pool_trace()
     hits = {}
     for n in range(POOL_RANGE[0], POOL_RANGE[1] + 1):
-        cfg = SimConfig(policy="sglang-v1", model="replay-tiny", capacity_bytes=POOL_CAPACITY, state_pool=str(n),
-                        prefill_chunk_tokens=PREFIX)
+        cfg = SimConfig(
+            policy="sglang-v1",
+            model="replay-tiny",
+            capacity_bytes=POOL_CAPACITY,
+            state_pool=str(n),
+            prefill_chunk_tokens=PREFIX,
+        )
         hits[n] = simulate(trace, cfg).summary["token_hit_rate"]
     best = max(hits.values())
     assert [n for n, h in hits.items() if h == best] == [NEEDED_STATES]
@@ -126,8 +145,26 @@ def test_printed_run_line_reproduces_the_prediction_exactly(engine, tmp_path):
     the metrics it predicted, with today's preset and its knobs."""
     spec = f"marconi-jsonl:{write_marconi_jsonl(synthetic_trace(sessions=8, turns=3), tmp_path / 't.jsonl')}"
     out = tmp_path / "adv"
-    args = ("advise", "--trace", spec, "--for", engine, "--model", "replay-tiny", "--gpu-memory", "2MB",
-            "--trials", "6", "--holdout", "0.5", "--workers", "1", "--out", out, "--no-progress")
+    args = (
+        "advise",
+        "--trace",
+        spec,
+        "--for",
+        engine,
+        "--model",
+        "replay-tiny",
+        "--gpu-memory",
+        "2MB",
+        "--trials",
+        "6",
+        "--holdout",
+        "0.5",
+        "--workers",
+        "1",
+        "--out",
+        out,
+        "--no-progress",
+    )
     p = marconi(*args, "--format", "json")
     data = json.loads(p.stdout)
     assert data == json.loads((out / "advice.json").read_text())
@@ -145,16 +182,28 @@ def test_printed_run_line_reproduces_the_prediction_exactly(engine, tmp_path):
     table = cli(*args).stdout
     assert data["command"] in table and data["recommended"]["marconi_run"] in table
     assert "token hit (held out)" in table and "Pareto front" in table
-    today = {"sglang": "--mamba-radix-cache-strategy", "vllm": "--prefix-cache-retention-interval",
-             "trtllm": "periodic_snapshot_interval"}[engine]
+    today = {
+        "sglang": "--mamba-radix-cache-strategy",
+        "vllm": "--prefix-cache-retention-interval",
+        "trtllm": "periodic_snapshot_interval",
+    }[engine]
     assert today in data["command"] and "--mamba-scheduler-strategy" not in data["command"]
 
 
 TODAY_DEFAULTS = {
-    "sglang": {"mamba_radix_cache_strategy": "auto", "page_size": 1, "mamba_track_interval": 256,
-               "mamba_full_memory_ratio": 0.9, "prefill_chunk_tokens": 8192},
-    "vllm": {"prefix_cache_retention_interval": 0, "enable_mamba_shared_prefix_checkpoint": False, "block_size": 0,
-             "prefill_chunk_tokens": 8192},
+    "sglang": {
+        "mamba_radix_cache_strategy": "auto",
+        "page_size": 1,
+        "mamba_track_interval": 256,
+        "mamba_full_memory_ratio": 0.9,
+        "prefill_chunk_tokens": 8192,
+    },
+    "vllm": {
+        "prefix_cache_retention_interval": 0,
+        "enable_mamba_shared_prefix_checkpoint": False,
+        "block_size": 0,
+        "prefill_chunk_tokens": 8192,
+    },
     "trtllm": {"periodic_snapshot_interval": 0},
 }
 
@@ -259,8 +308,13 @@ def test_memory_rule_and_spaces():
     assert parse_gpu_memory("2x80GB") == 160 * 10**9
     sg = build_space("sglang", spec, 80 * 10**9)
     assert sg.ctx.capacity_bytes == int(80e9 * 0.88) - 18 * 10**9
-    assert [k.flag for k in sg.all_knobs] == ["--mamba-radix-cache-strategy", "--page-size", "--mamba-track-interval",
-                                              "--mamba-full-memory-ratio", "--chunked-prefill-size"]
+    assert [k.flag for k in sg.all_knobs] == [
+        "--mamba-radix-cache-strategy",
+        "--page-size",
+        "--mamba-track-interval",
+        "--mamba-full-memory-ratio",
+        "--chunked-prefill-size",
+    ]
     # today's --mamba-full-memory-ratio r: the preset's own split of the cache (its --gpu-memory)
     fields_ = sg.sim_fields({"mamba_radix_cache_strategy": "auto", "mamba_full_memory_ratio": 1.0})
     assert fields_["policy"] == "sglang" and fields_["gpu_memory"] == str(sg.ctx.capacity_bytes)
@@ -270,32 +324,43 @@ def test_memory_rule_and_spaces():
     nb = sg.sim_fields({"mamba_radix_cache_strategy": "no_buffer", "page_size": 64, "mamba_track_interval": 512})
     assert "page_size" not in nb and "mamba_track_interval" not in nb  # the SimConfig defaults: 1, 256
     assert [f for f, _ in sg.flags({"mamba_radix_cache_strategy": "no_buffer"})] == [
-        "--mamba-radix-cache-strategy", "--mamba-full-memory-ratio", "--chunked-prefill-size"]
+        "--mamba-radix-cache-strategy",
+        "--mamba-full-memory-ratio",
+        "--chunked-prefill-size",
+    ]
     # the earlier version: SGLang 0.5.9's --mamba-scheduler-strategy, the ratio as a state pool
     old = build_space("sglang-0.5.9", spec, 80 * 10**9)
-    assert [k.flag for k in old.all_knobs] == ["--mamba-scheduler-strategy", "--mamba-full-memory-ratio",
-                                               "--chunked-prefill-size"]
+    assert [k.flag for k in old.all_knobs] == [
+        "--mamba-scheduler-strategy",
+        "--mamba-full-memory-ratio",
+        "--chunked-prefill-size",
+    ]
     fields_ = old.sim_fields({"mode": "extra_buffer", "mamba_full_memory_ratio": 1.0, "prefill_chunk_tokens": 4096})
     assert fields_["policy"] == "sglang-0.5.9-extra-buffer"
     assert int(fields_["state_pool"]) == old.ctx.capacity_bytes // 2 // spec.state_bytes()
     # vLLM today: retention on multiples of the derived block; not searched under EAGLE / MTP (fixed)
     vl = build_space("vllm", spec, 80 * 10**9)
-    assert [k.flag for k in vl.all_knobs] == ["--prefix-cache-retention-interval",
-                                              "--enable-mamba-shared-prefix-checkpoint", "--block-size",
-                                              "--max-num-batched-tokens"]
+    assert [k.flag for k in vl.all_knobs] == [
+        "--prefix-cache-retention-interval",
+        "--enable-mamba-shared-prefix-checkpoint",
+        "--block-size",
+        "--max-num-batched-tokens",
+    ]
     assert vl.knobs[0].values(vl.ctx) == (0, 528, 1056, 2112, 4224, -1)
     eagle = build_space("vllm", spec, 80 * 10**9, {"speculative_method": "eagle"})
     assert "prefix_cache_retention_interval" not in eagle.defaults()
     assert build_space("vllm-0.11", spec, 80 * 10**9).preset_of({"mode": "all"}) == "vllm-0.11-all"
     tr = build_space("trtllm", spec, 80 * 10**9)
     assert [k.name for k in tr.all_knobs] == ["periodic_snapshot_interval"] and tr.defaults() == {
-        "periodic_snapshot_interval": 0}
+        "periodic_snapshot_interval": 0
+    }
     lm = build_space("lmdeploy", spec, 80 * 10**9)  # a fraction of what the weights leave
     assert lm.ctx.capacity_bytes == int((80e9 - 18e9) * 0.8)
     assert lm.sim_fields({"prefix_cache_state_budget": 0})["state_pool"] == ""
     # a knob the user fixed is not searched
-    assert "prefill_chunk_tokens" not in [k.name for k in build_space("sglang", spec, 80 * 10**9,
-                                                                      {"prefill_chunk_tokens": 2048}).knobs]
+    assert "prefill_chunk_tokens" not in [
+        k.name for k in build_space("sglang", spec, 80 * 10**9, {"prefill_chunk_tokens": 2048}).knobs
+    ]
     # MoE: every expert's weights count
     assert weight_bytes(get_model("qwen3.5-35b-a3b")) == 70 * 10**9
 
@@ -311,8 +376,14 @@ def test_derived_knobs_come_from_params_metadata(monkeypatch):
     monkeypatch.setattr(f, "metadata", {**f.metadata, "range": (512, 8192, "log")})
     eng = Engine("t", {"v": "sglang-v1"}, Memory("--m", 0.9))
     (k,) = space.derived_knobs(eng)
-    assert (k.name, k.flag, k.low, k.high, k.log, k.integer) == ("prefill_chunk_tokens", "--prefill-chunk", 512,
-                                                                 8192, True, True)
+    assert (k.name, k.flag, k.low, k.high, k.log, k.integer) == (
+        "prefill_chunk_tokens",
+        "--prefill-chunk",
+        512,
+        8192,
+        True,
+        True,
+    )
 
 
 def test_range_knobs_from_knob_min_max_are_searched(monkeypatch):
@@ -326,8 +397,14 @@ def test_range_knobs_from_knob_min_max_are_searched(monkeypatch):
     assert space.derived_knobs(Engine("t", {"v": "trtllm"}, Memory("--m", 0.9))) == []  # min=0 only
     monkeypatch.setattr(f, "metadata", {**f.metadata, "max": 2048})
     (k,) = space.derived_knobs(Engine("t", {"v": "trtllm"}, Memory("--m", 0.9)))
-    assert (k.name, k.low, k.high, k.integer, k.log, k.default) == ("periodic_snapshot_interval", 0, 2048, True,
-                                                                      False, 0)
+    assert (k.name, k.low, k.high, k.integer, k.log, k.default) == (
+        "periodic_snapshot_interval",
+        0,
+        2048,
+        True,
+        False,
+        0,
+    )
     from policies.engine_common import StatePool
 
     g = {x.name: x for x in dc_fields(StatePool)}["state_pool"]
@@ -336,22 +413,29 @@ def test_range_knobs_from_knob_min_max_are_searched(monkeypatch):
     assert "state_pool" in names  # an extra_knobs class of the sglang preset
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--for", "sglang", "--model", "llama-7b"), "nothing to tune for llama-7b"),
-    (("--for", "trtllm", "--model", "llama-7b"), "nothing to tune for llama-7b"),
-    (("--for", "sglang", "--model", "qwen3.5-9b", "--gpu-memory", "20GB"), "leaves no cache"),
-    (("--for", "sglang", "--model", "qwen3.5-9b", "--gpu-memory", "20.5GB"), "cannot hold one request"),
-    (("--for", "vllm", "--model", "qwen3.5-9b", "--objective", "throughput"), "does not measure it"),
-    (("--for", "vllm", "--model", "qwen3.5-9b", "--gpu-memory", "lots"), "cannot read size"),
-    (("--for", "vllm", "--model", "qwen3.5-9b", "--holdout", "1.5"), "--holdout"),
-    # a fixed knob the engine's presets do not read: refused, as `marconi run` would refuse the printed line
-    (("--for", "sglang-0.5.9", "--model", "qwen3.5-9b", "--mamba-track-interval", "512"),
-     "--mamba-track-interval does nothing for sglang-0.5.9-no-buffer, sglang-0.5.9-extra-buffer (it is read by sglang)"),
-    # a fixed setting today's defaults cannot run with
-    (("--for", "sglang", "--model", "qwen3.5-9b", "--mamba-track-interval", "100", "--page-size", "64"),
-     "defaults cannot run here"),
-    (("--for", "marconi", "--model", "qwen3.5-9b", "--block-size", "64"), "--block-size does nothing for marconi"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--for", "sglang", "--model", "llama-7b"), "nothing to tune for llama-7b"),
+        (("--for", "trtllm", "--model", "llama-7b"), "nothing to tune for llama-7b"),
+        (("--for", "sglang", "--model", "qwen3.5-9b", "--gpu-memory", "20GB"), "leaves no cache"),
+        (("--for", "sglang", "--model", "qwen3.5-9b", "--gpu-memory", "20.5GB"), "cannot hold one request"),
+        (("--for", "vllm", "--model", "qwen3.5-9b", "--objective", "throughput"), "does not measure it"),
+        (("--for", "vllm", "--model", "qwen3.5-9b", "--gpu-memory", "lots"), "cannot read size"),
+        (("--for", "vllm", "--model", "qwen3.5-9b", "--holdout", "1.5"), "--holdout"),
+        # a fixed knob the engine's presets do not read: refused, as `marconi run` would refuse the printed line
+        (
+            ("--for", "sglang-0.5.9", "--model", "qwen3.5-9b", "--mamba-track-interval", "512"),
+            "--mamba-track-interval does nothing for sglang-0.5.9-no-buffer, sglang-0.5.9-extra-buffer (it is read by sglang)",
+        ),
+        # a fixed setting today's defaults cannot run with
+        (
+            ("--for", "sglang", "--model", "qwen3.5-9b", "--mamba-track-interval", "100", "--page-size", "64"),
+            "defaults cannot run here",
+        ),
+        (("--for", "marconi", "--model", "qwen3.5-9b", "--block-size", "64"), "--block-size does nothing for marconi"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     out = tmp_path / "o"
     p = cli("advise", "--trace", "synthetic:chat", "--sessions", "4", *args, "--out", out, "--no-progress")
@@ -391,11 +475,31 @@ def test_ctrl_c_keeps_finished_trials_and_the_rerun_finishes(tmp_path):
 
     spec = f"marconi-jsonl:{write_marconi_jsonl(synthetic_trace(sessions=4, turns=2), tmp_path / 't.jsonl')}"
     out = tmp_path / "adv"
-    args = ["advise", "--trace", spec, "--for", "sglang", "--model", "replay-tiny", "--gpu-memory", "2MB",
-            "--trials", "400", "--workers", "2", "--out", str(out)]
+    args = [
+        "advise",
+        "--trace",
+        spec,
+        "--for",
+        "sglang",
+        "--model",
+        "replay-tiny",
+        "--gpu-memory",
+        "2MB",
+        "--trials",
+        "400",
+        "--workers",
+        "2",
+        "--out",
+        str(out),
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-c", "from sim.cli import main; main()", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from sim.cli import main; main()", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         os.set_blocking(proc.stderr.fileno(), False)
         buf, t0 = b"", time.monotonic()
@@ -450,7 +554,8 @@ def test_a_grid_the_trace_blocks_cannot_carry_is_never_searched():
     sg = build_space("sglang", spec, 80 * 10**9, block_tokens=512)
     assert "page_size" not in [k.name for k in sg.all_knobs]
     vl = build_space("vllm", spec, 80 * 10**9, block_tokens=512)
-    task = search.make_trial_task({"trace": "mooncake:sample"}, vl, vl.defaults(),
-                                  Problem({}, "vllm", "qwen3.5-27b", "80GB"))
+    task = search.make_trial_task(
+        {"trace": "mooncake:sample"}, vl, vl.defaults(), Problem({}, "vllm", "qwen3.5-27b", "80GB")
+    )
     assert "does not line up with the trace's 512-token blocks" in search.refusal(task, spec, 512)
     assert search.refusal(task, spec, 1) is None

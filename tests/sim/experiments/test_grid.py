@@ -29,22 +29,42 @@ def test_lists_ranges_and_repeats_combine_in_order_without_duplicates():
     assert parse_values("0:1:0.5,auto", "alpha") == [0.0, 0.5, 1.0, "auto"]
     assert parse_values("vllm+,sglang+,marconi", "str") == ["vllm+", "sglang+", "marconi"]
     # a synthetic spec's k=v list stays with its spec
-    assert parse_values("synthetic:chat:sessions=5,seed=2,sharegpt", "trace") == ["synthetic:chat:sessions=5,seed=2", "sharegpt"]
+    assert parse_values("synthetic:chat:sessions=5,seed=2,sharegpt", "trace") == [
+        "synthetic:chat:sessions=5,seed=2",
+        "sharegpt",
+    ]
 
 
-@pytest.mark.parametrize("text,kind", [
-    ("2:1", "float"), ("0:1:0", "float"), ("0:1:-1", "float"), ("a:b", "float"), ("1:2:3:4", "int"),
-    ("1.5", "int"), ("x", "float"), ("", "float"), ("1GB:5GB", "size"), ("0:1e9:1e-9", "float"),
-])
+@pytest.mark.parametrize(
+    "text,kind",
+    [
+        ("2:1", "float"),
+        ("0:1:0", "float"),
+        ("0:1:-1", "float"),
+        ("a:b", "float"),
+        ("1:2:3:4", "int"),
+        ("1.5", "int"),
+        ("x", "float"),
+        ("", "float"),
+        ("1GB:5GB", "size"),
+        ("0:1e9:1e-9", "float"),
+    ],
+)
 def test_bad_values_are_usage_errors(text, kind):
     with pytest.raises(UsageError):
         parse_values(text, kind, "--knob")
 
 
 def test_grid_product_and_alpha_only_multiplies_alpha_policies(trace_files):
-    tasks = expand_grid({"trace": trace_files}, {
-        "policy": ["vllm+", "sglang+", "marconi"], "capacity_bytes": [10**8, 3 * 10**8],
-        "alpha": parse_values("0:2:0.5", "float"), "sessions_per_second": [1.0, 5.0]})
+    tasks = expand_grid(
+        {"trace": trace_files},
+        {
+            "policy": ["vllm+", "sglang+", "marconi"],
+            "capacity_bytes": [10**8, 3 * 10**8],
+            "alpha": parse_values("0:2:0.5", "float"),
+            "sessions_per_second": [1.0, 5.0],
+        },
+    )
     per_trace_cap_rate = 2 * 2 * 2
     assert len(tasks) == per_trace_cap_rate * (1 + 1 + 5)
     by_policy = {p: [t for t in tasks if t.config.policy == p] for p in ("vllm+", "sglang+", "marconi")}
@@ -54,16 +74,19 @@ def test_grid_product_and_alpha_only_multiplies_alpha_policies(trace_files):
     assert sorted({t.knobs["alpha"] for t in by_policy["marconi"]}) == [0.0, 0.5, 1.0, 1.5, 2.0]
     assert len({t.config_id for t in tasks}) == len(tasks)
     # grouped by trace: all tasks of the first trace come first
-    assert [t.trace_kwargs["trace"] for t in tasks] == sorted([t.trace_kwargs["trace"] for t in tasks],
-                                                              key=trace_files.index)
+    assert [t.trace_kwargs["trace"] for t in tasks] == sorted(
+        [t.trace_kwargs["trace"] for t in tasks], key=trace_files.index
+    )
 
 
 def test_config_id_is_stable_and_tracks_every_knob():
     a = make_task({"trace": "sharegpt", "sessions": 5}, policy="marconi", alpha=1, sessions_per_second=1)
     b = make_task({"trace": "sharegpt", "sessions": 5}, policy="marconi", alpha=1.0, sessions_per_second=1.0)
     assert a.config_id == b.config_id  # 1 and 1.0 are the same knob value
-    assert a.config_id == make_task({"trace": "sharegpt", "sessions": 5, "response_time": 7.5},
-                                    policy="marconi", alpha=1.0).config_id  # explicit default
+    assert (
+        a.config_id
+        == make_task({"trace": "sharegpt", "sessions": 5, "response_time": 7.5}, policy="marconi", alpha=1.0).config_id
+    )  # explicit default
     others = [
         make_task({"trace": "sharegpt", "sessions": 5, "response_time": 5}, policy="marconi", alpha=1.0),
         make_task({"trace": "sharegpt", "sessions": 6}, policy="marconi", alpha=1.0),
@@ -78,24 +101,42 @@ def test_config_id_is_stable_and_tracks_every_knob():
 
 def test_dry_run_counts_the_grid_and_writes_nothing(tmp_path, trace_files):
     out = tmp_path / "res"
-    p = marconi("sweep", "--out", out, "--dry-run", "--trace", ",".join(trace_files),
-                "--policy", "vllm+,sglang+,marconi", "--alpha", "0:2:0.1", "--capacity", "1GB,2GB,3GB,4GB,5GB,10GB",
-                "--sessions-per-second", "0.25,0.5,1,2,5,10", "--response-time", "5,7.5,10")
+    p = marconi(
+        "sweep",
+        "--out",
+        out,
+        "--dry-run",
+        "--trace",
+        ",".join(trace_files),
+        "--policy",
+        "vllm+,sglang+,marconi",
+        "--alpha",
+        "0:2:0.1",
+        "--capacity",
+        "1GB,2GB,3GB,4GB,5GB,10GB",
+        "--sessions-per-second",
+        "0.25,0.5,1,2,5,10",
+        "--response-time",
+        "5,7.5,10",
+    )
     # per trace x response time: 6 x 6 x (1 + 1 + 21) configurations
     assert "= 4,968 configurations" in p.stdout, p.stdout
     assert "to run: 4,968" in p.stdout
     assert not out.exists() or not any(out.iterdir())
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--alpha", "0:2:x"], "--alpha"),
-    (["--capacity", "5GB:1GB:1GB"], "runs backwards"),
-    (["--policy", "nope"], "unknown policy"),
-    (["--mode", "des,fast"], "--mode"),
-    (["--sessions-per-second", "0,1"], "sessions-per-second"),
-    (["--sessions", "1.5"], "--sessions"),
-    (["--workers", "0"], "--workers"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--alpha", "0:2:x"], "--alpha"),
+        (["--capacity", "5GB:1GB:1GB"], "runs backwards"),
+        (["--policy", "nope"], "unknown policy"),
+        (["--mode", "des,fast"], "--mode"),
+        (["--sessions-per-second", "0,1"], "sessions-per-second"),
+        (["--sessions", "1.5"], "--sessions"),
+        (["--workers", "0"], "--workers"),
+    ],
+)
 def test_bad_flags_exit_2_with_one_line(tmp_path, args, msg):
     p = marconi("sweep", "--out", tmp_path / "res", "--dry-run", *args, check=False)
     assert p.returncode == 2, (p.stdout, p.stderr)
@@ -108,18 +149,50 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, args, msg):
 # here gets one derived from its choices or its type, and a field whose value cannot be derived
 # fails test_id_alternatives_cover_every_field until it is listed (and its effect on the id decided)
 SIM_ALTERNATIVES = {
-    "policy": "sglang+", "model": "qwen3.5-9b", "capacity_bytes": 10**9, "alpha": 0.5, "state_alignment": "chunk",
-    "chunk_size": 128, "mode": "sequential", "compat": "paper-fixed", "sessions_per_second": 2.0,
-    "arrival": "poisson", "servers": 2, "ttft_model": "jamba", "seed": 3, "alpha_grid": "0:1:0.5",
-    "bootstrap_multiplier": 3, "tuning_objective": "hit-rate", "tuning_start": "snapshot", "tuning_workers": 2,
-    "retune_every": 100, "tuning_lru": False, "tuner": "replay", "duel_candidates": "lru,0,1",
-    "duel_every": 10, "duel_window": 50, "duel_margin": 0.1, "prefill_chunk_tokens": 4096, "block_size": 64,
-    "state_pool": "4", "timing_file": "timing.json", "gpu_memory": "80GB",
-    "additional_snapshot_offsets_from_start": "1024", "additional_snapshot_offsets_from_end": "0",
+    "policy": "sglang+",
+    "model": "qwen3.5-9b",
+    "capacity_bytes": 10**9,
+    "alpha": 0.5,
+    "state_alignment": "chunk",
+    "chunk_size": 128,
+    "mode": "sequential",
+    "compat": "paper-fixed",
+    "sessions_per_second": 2.0,
+    "arrival": "poisson",
+    "servers": 2,
+    "ttft_model": "jamba",
+    "seed": 3,
+    "alpha_grid": "0:1:0.5",
+    "bootstrap_multiplier": 3,
+    "tuning_objective": "hit-rate",
+    "tuning_start": "snapshot",
+    "tuning_workers": 2,
+    "retune_every": 100,
+    "tuning_lru": False,
+    "tuner": "replay",
+    "duel_candidates": "lru,0,1",
+    "duel_every": 10,
+    "duel_window": 50,
+    "duel_margin": 0.1,
+    "prefill_chunk_tokens": 4096,
+    "block_size": 64,
+    "state_pool": "4",
+    "timing_file": "timing.json",
+    "gpu_memory": "80GB",
+    "additional_snapshot_offsets_from_start": "1024",
+    "additional_snapshot_offsets_from_end": "0",
 }
 TRACE_ALTERNATIVES = {
-    "trace": "synthetic:chat", "sessions": 7, "min_rounds": 2, "max_tokens": 4096, "tokenizer": "qwen3",
-    "skip_bad_rows": True, "response_time": 5.0, "time_scale": 2.0, "trace_seed": 1, "session_range": "0:3",
+    "trace": "synthetic:chat",
+    "sessions": 7,
+    "min_rounds": 2,
+    "max_tokens": 4096,
+    "tokenizer": "qwen3",
+    "skip_bad_rows": True,
+    "response_time": 5.0,
+    "time_scale": 2.0,
+    "trace_seed": 1,
+    "session_range": "0:3",
 }
 
 

@@ -25,9 +25,15 @@ NOTEBOOKS = ["hit_rates", "alpha_sweep", "ttft"]
 @pytest.fixture(scope="module")
 def results(tmp_path_factory, trace_files) -> Path:
     out = tmp_path_factory.mktemp("results")
-    tasks = expand_grid({"trace": trace_files[:1]}, {
-        "policy": ["vanilla", "vllm+", "sglang+", "marconi"], "capacity_bytes": [10**8, 3 * 10**8, 10**9],
-        "alpha": [0.0, 1.0, 2.0], "sessions_per_second": [1.0]})
+    tasks = expand_grid(
+        {"trace": trace_files[:1]},
+        {
+            "policy": ["vanilla", "vllm+", "sglang+", "marconi"],
+            "capacity_bytes": [10**8, 3 * 10**8, 10**9],
+            "alpha": [0.0, 1.0, 2.0],
+            "sessions_per_second": [1.0],
+        },
+    )
     rep = run_sweep(tasks, out, workers=1, save_requests=True, progress=False)
     assert rep.ran == 3 * 6 and not rep.failed
     return out
@@ -50,11 +56,13 @@ def test_plot_cli_writes_png_and_svg(results, tmp_path):
     assert "<!-- TTFT (ms) -->" in svg and "<!-- fraction of requests -->" in svg
     svg = (figs / "alpha.svg").read_text()
     assert "<!-- marconi: token hit rate (%) -->" in svg and "<!-- best static α -->" in svg
-    marconi("plot", results, "--kind", "ttft", "--out", tmp_path / "f2", "--where", "capacity_bytes == 1e9",
-            "--alpha", "1")
+    marconi(
+        "plot", results, "--kind", "ttft", "--out", tmp_path / "f2", "--where", "capacity_bytes == 1e9", "--alpha", "1"
+    )
     assert (tmp_path / "f2" / "ttft.svg").exists()
-    bad = marconi("plot", results, "--kind", "ttft", "--out", tmp_path / "f3", "--where", "capacity_bytes < 0",
-                  check=False)
+    bad = marconi(
+        "plot", results, "--kind", "ttft", "--out", tmp_path / "f3", "--where", "capacity_bytes < 0", check=False
+    )
     assert bad.returncode == 2 and "selects no rows" in bad.stderr
 
 
@@ -93,8 +101,9 @@ def best_alpha_rows(rows: pd.DataFrame) -> pd.DataFrame:
     keep = []
     if "scheduler" not in rows.columns:
         rows = rows.assign(scheduler="fcfs")
-    for (_, _, _, mode, _), g in rows.groupby(["policy", "capacity_bytes", "sessions_per_second", "alpha_mode",
-                                               "scheduler"]):
+    for (_, _, _, mode, _), g in rows.groupby(
+        ["policy", "capacity_bytes", "sessions_per_second", "alpha_mode", "scheduler"]
+    ):
         if mode == "auto":
             continue
         keep.append(g.loc[[g["token_hit_rate"].idxmax()]] if mode == "static" else g)
@@ -117,8 +126,9 @@ def _run_notebook(name: str, tmp_path: Path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
-    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbclient.NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     cells = [c for c in nb.cells if c.cell_type == "code"]
     outputs = [o for c in cells for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
@@ -127,7 +137,8 @@ def _run_notebook(name: str, tmp_path: Path):
     for c in cells:
         shown[c.source.strip()] = "".join(
             o.get("text", "") if o.get("output_type") == "stream" else o.get("data", {}).get("text/plain", "")
-            for o in c.get("outputs", []))
+            for o in c.get("outputs", [])
+        )
     return shown
 
 

@@ -13,8 +13,7 @@ from sim.experiments.store import RUNTIME_COLUMNS, load_results, row_files
 
 from .conftest import ROOT, marconi
 
-GRID = ["--policy", "vllm+,sglang+,marconi", "--alpha", "0,1", "--capacity", "100MB,300MB,1GB",
-        "--no-progress"]
+GRID = ["--policy", "vllm+,sglang+,marconi", "--alpha", "0,1", "--capacity", "100MB,300MB,1GB", "--no-progress"]
 
 
 def _rows(out) -> pd.DataFrame:
@@ -98,16 +97,33 @@ main()
 
 def _sweep_signalled(sig, after, *args):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-c", SELF_SIGNAL, str(int(sig)), str(after), *map(str, args)],
-                          capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-c", SELF_SIGNAL, str(int(sig)), str(after), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def test_killed_sweep_resumes(tmp_path, trace_files):
     """SIGINT, then SIGKILL, a real sweep process right after its 3rd new row; reruns finish the
     set, each row once."""
     out = tmp_path / "res"
-    args = ["sweep", "--out", out, "--trace", ",".join(trace_files), *GRID, "--sessions-per-second", "1,2",
-            "--seed", "0:1", "--workers", "1"]
+    args = [
+        "sweep",
+        "--out",
+        out,
+        "--trace",
+        ",".join(trace_files),
+        *GRID,
+        "--sessions-per-second",
+        "1,2",
+        "--seed",
+        "0:1",
+        "--workers",
+        "1",
+    ]
     total = 2 * 2 * 2 * 3 * 4  # traces x rates x seeds x capacities x (vllm+, sglang+, marconi x 2 alphas)
     for sig in (signal.SIGINT, signal.SIGKILL):
         n0 = len(row_files(out)) if out.exists() else 0

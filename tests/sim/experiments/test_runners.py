@@ -11,9 +11,15 @@ from sim.experiments.store import RUNTIME_COLUMNS, load_results, row_files
 
 
 def _grid(trace_files):
-    return expand_grid({"trace": trace_files}, {
-        "policy": ["vllm+", "sglang+", "marconi"], "capacity_bytes": [10**8, 3 * 10**8],
-        "alpha": [0.0, 2.0], "sessions_per_second": [1.0]})
+    return expand_grid(
+        {"trace": trace_files},
+        {
+            "policy": ["vllm+", "sglang+", "marconi"],
+            "capacity_bytes": [10**8, 3 * 10**8],
+            "alpha": [0.0, 2.0],
+            "sessions_per_second": [1.0],
+        },
+    )
 
 
 def _comparable(out) -> pd.DataFrame:

@@ -15,23 +15,39 @@ from sim.replay.records import RequestRecord
 SPEC = get_model("qwen3.5-9b")
 COUNTS = {"attention": 8, "gated_delta": 24, "mlp": 32}
 TRUE = HardwareTiming(
-    ms_per_tflop={"attn_linear": 2.0, "attn_quadratic": 4.0, "gdn_linear": 2.5, "gdn_chunk": 9.0,
-                  "mlp_linear": 1.6},
-    layer_call_ms={"attention": 0.05, "gated_delta": 0.09, "mlp": 0.03}, call_ms=0.4,
-    decode_ms_per_token=5.0, peak_tflops=989.0)
-CALLS = [[(0, 300)], [(128, 2000)], [(0, 5000)], [(1024, 9000)], [(0, 50)], [(0, 90), (90, 700)],
-         [(3000, 3025)], [(0, 12000)], [(600, 650)], [(0, 100), (100, 4000)]]
+    ms_per_tflop={"attn_linear": 2.0, "attn_quadratic": 4.0, "gdn_linear": 2.5, "gdn_chunk": 9.0, "mlp_linear": 1.6},
+    layer_call_ms={"attention": 0.05, "gated_delta": 0.09, "mlp": 0.03},
+    call_ms=0.4,
+    decode_ms_per_token=5.0,
+    peak_tflops=989.0,
+)
+CALLS = [
+    [(0, 300)],
+    [(128, 2000)],
+    [(0, 5000)],
+    [(1024, 9000)],
+    [(0, 50)],
+    [(0, 90), (90, 700)],
+    [(3000, 3025)],
+    [(0, 12000)],
+    [(600, 650)],
+    [(0, 100), (100, 4000)],
+]
 
 
 def per_type(segs, timing, counts):
     """Per-layer-type time of one call list under ``timing`` (the measurement a replay makes)."""
-    terms = {"attention": ("attn_linear", "attn_quadratic"), "gated_delta": ("gdn_linear", "gdn_chunk"),
-             "mlp": ("mlp_linear",)}
+    terms = {
+        "attention": ("attn_linear", "attn_quadratic"),
+        "gated_delta": ("gdn_linear", "gdn_chunk"),
+        "mlp": ("mlp_linear",),
+    }
     out = {}
     for kind, ts in terms.items():
         f = _features(SPEC, kind, segs)
         per_layer = timing.layer_call_ms[kind] * f[0] + sum(
-            timing.ms_per_tflop[t] * x * 1e-12 for t, x in zip(ts, f[1:]))
+            timing.ms_per_tflop[t] * x * 1e-12 for t, x in zip(ts, f[1:])
+        )
         out[kind] = per_layer * counts[kind]
     out["other"] = timing.call_ms * len(segs)
     return out
@@ -98,8 +114,13 @@ def test_prefill_splits_and_step_time():
         assert t.step_time_s(spec, [(p, L)], []) == pytest.approx(t.prefill_time_s(spec, p, L))
         assert t.step_time_s(spec, [], []) == 0.0
         both = t.step_time_s(spec, [(p, L), (0, 500)], [800, 1200])
-        assert both > t.step_time_s(spec, [(p, L)], []) + t.step_time_s(spec, [(0, 500)], []) - \
-            t.prefill_time_s(spec, 0, 0) - 1e-12
+        assert (
+            both
+            > t.step_time_s(spec, [(p, L)], [])
+            + t.step_time_s(spec, [(0, 500)], [])
+            - t.prefill_time_s(spec, 0, 0)
+            - 1e-12
+        )
     assert gdn_chunks(60, 70) == 2 and gdn_chunks(0, 64) == 1
 
 
@@ -118,15 +139,24 @@ def test_timing_file_round_trip(tmp_path):
 def test_fit_finds_a_launch_floor():
     """Per-layer times made by max(floor, call + FLOPs): many short calls sit on the floor, long
     calls above it; the fit recovers the floor and the device terms."""
-    floored = HardwareTiming(TRUE.ms_per_tflop, TRUE.layer_call_ms, 0.4, 5.0, 989.0,
-                             layer_floor_ms={"attention": 0.9, "gated_delta": 0.7, "mlp": 0.35})
+    floored = HardwareTiming(
+        TRUE.ms_per_tflop,
+        TRUE.layer_call_ms,
+        0.4,
+        5.0,
+        989.0,
+        layer_floor_ms={"attention": 0.9, "gated_delta": 0.7, "mlp": 0.35},
+    )
     calls = [[(h, h + n)] for h in (0, 500, 3000) for n in (5, 12, 20, 33, 47, 60)]
     calls += [[(0, n)] for n in (3000, 5000, 8000, 12000, 16000, 24000)] + [[(4000, 9000)], [(100, 7000)]]
 
     def per_type_floored(segs, t, counts):
         out = {}
-        for kind, ts in {"attention": ("attn_linear", "attn_quadratic"),
-                         "gated_delta": ("gdn_linear", "gdn_chunk"), "mlp": ("mlp_linear",)}.items():
+        for kind, ts in {
+            "attention": ("attn_linear", "attn_quadratic"),
+            "gated_delta": ("gdn_linear", "gdn_chunk"),
+            "mlp": ("mlp_linear",),
+        }.items():
             f = _features(SPEC, kind, segs)
             work = t.layer_call_ms[kind] + sum(t.ms_per_tflop[x] * v * 1e-12 for x, v in zip(ts, f[1:]))
             out[kind] = max(t.layer_floor_ms[kind], work) * counts[kind]
@@ -159,12 +189,14 @@ def test_simulator_charges_exact_alignment_splits():
     from sim.simulate import build
     from traces.registry import TraceOptions, load_trace
 
-    trace = load_trace("synthetic:chat:sessions=6,turns=3,prompt_tokens=300,user_tokens=40,output_tokens=30,"
-                       "prompts=2", TraceOptions())
+    trace = load_trace(
+        "synthetic:chat:sessions=6,turns=3,prompt_tokens=300,user_tokens=40,output_tokens=30,prompts=2", TraceOptions()
+    )
     for align in ("exact", "chunk"):
         log = EventLog()
-        cfg = SimConfig(policy="marconi", model="qwen3.5-9b", capacity_bytes=10**12, alpha=0.5,
-                        state_alignment=align, mode="des")
+        cfg = SimConfig(
+            policy="marconi", model="qwen3.5-9b", capacity_bytes=10**12, alpha=0.5, state_alignment=align, mode="des"
+        )
         run(build(trace, cfg, timing=TRUE, observers=(log,)))
         admits = {}
         for ev in log.events:

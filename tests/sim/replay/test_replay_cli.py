@@ -19,23 +19,45 @@ ROOT = Path(__file__).resolve().parents[3]
 def marconi(*args, check: bool = True, timeout: float = 1200):
     """Run the real CLI in a subprocess (the Triton interpreter should a CPU replay ask for the Triton
     kernels; one torch thread under pytest-xdist, as in tests/sim/replay/conftest.py)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "TRITON_INTERPRET": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "TRITON_INTERPRET": "1",
+    }
     if os.environ.get("PYTEST_XDIST_WORKER"):
         env.setdefault("OMP_NUM_THREADS", "1")
-    proc = subprocess.run([sys.executable, "-c", "from sim.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", "from sim.cli import main; main()", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"marconi {' '.join(map(str, args))} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
 
+
 # 1,000-token prompts: on the CPU's torch backend a call's fixed cost is most of a short prefill, so
 # the prompts are long enough for a restore to save measurably (about half the prefill time)
 TRACE = "synthetic:chat:sessions=3,turns=3,prompt_tokens=1000,user_tokens=40,output_tokens=16,prompts=1"
-KEYS = ("requests", "hits", "hits_validated", "failures", "max_restore_error", "measured_ms_with_cache",
-        "measured_ms_without_cache", "measured_flops_saved", "simulated_flops_saved",
-        "time_model_median_error", "store_peak_bytes", "layers_replayed", "kv_hits_validated", "kv_failures",
-        "measured_ms_by_layer_type")
+KEYS = (
+    "requests",
+    "hits",
+    "hits_validated",
+    "failures",
+    "max_restore_error",
+    "measured_ms_with_cache",
+    "measured_ms_without_cache",
+    "measured_flops_saved",
+    "simulated_flops_saved",
+    "time_model_median_error",
+    "store_peak_bytes",
+    "layers_replayed",
+    "kv_hits_validated",
+    "kv_failures",
+    "measured_ms_by_layer_type",
+)
 
 
 @pytest.mark.parametrize("model", ["marconi-7b", "llama-7b"])
@@ -57,9 +79,30 @@ def test_bad_options_exit_2():
 def replay_out(tmp_path_factory):
     pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("replay")
-    p = marconi("replay", "--device", "cpu", "--model", "replay-tiny", "--layers", "1", "--requests", "8",
-                "--trace", TRACE, "--capacity", "200KB", "--alpha", "0.5", "--out", out,
-                "--calibrate", out / "timing.json", "--format", "json", "--no-progress")
+    p = marconi(
+        "replay",
+        "--device",
+        "cpu",
+        "--model",
+        "replay-tiny",
+        "--layers",
+        "1",
+        "--requests",
+        "8",
+        "--trace",
+        TRACE,
+        "--capacity",
+        "200KB",
+        "--alpha",
+        "0.5",
+        "--out",
+        out,
+        "--calibrate",
+        out / "timing.json",
+        "--format",
+        "json",
+        "--no-progress",
+    )
     return out, json.loads(p.stdout)
 
 
@@ -87,12 +130,26 @@ def test_timing_file_drives_marconi_run(replay_out, tmp_path):
     assert timing["model"] == "replay-tiny" and timing["format"] == "marconi-timing/2"
     assert set(timing["ms_per_tflop"]) == {"attn_linear", "attn_quadratic", "gdn_linear", "gdn_chunk", "mlp_linear"}
     # sequential mode: prefill times do not move arrivals, so the cache behaves the same
-    args = ("run", "--model", "replay-tiny", "--trace", TRACE, "--policy", "marconi", "--alpha", "0.5",
-            "--mode", "sequential", "--format", "json", "--no-progress")
+    args = (
+        "run",
+        "--model",
+        "replay-tiny",
+        "--trace",
+        TRACE,
+        "--policy",
+        "marconi",
+        "--alpha",
+        "0.5",
+        "--mode",
+        "sequential",
+        "--format",
+        "json",
+        "--no-progress",
+    )
     default = json.loads(marconi(*args).stdout)[0]
     timed = json.loads(marconi(*args, "--timing", out / "timing.json").stdout)[0]
-    assert default["token_hit_rate"] == timed["token_hit_rate"]      # same cache behaviour
-    assert timed["ttft_p50_ms"] != default["ttft_p50_ms"]             # other prefill times
+    assert default["token_hit_rate"] == timed["token_hit_rate"]  # same cache behaviour
+    assert timed["ttft_p50_ms"] != default["ttft_p50_ms"]  # other prefill times
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     p = marconi(*args, "--timing", bad, check=False)
@@ -116,8 +173,9 @@ def test_notebook_runs_on_replay_output(replay_out, tmp_path, monkeypatch):
     out, _ = replay_out
     monkeypatch.setenv("REPLAY_DIR", str(out))
     nb = nbformat.read(ROOT / "notebooks" / "replay.ipynb", as_version=4)
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert [o for o in outputs if "image/png" in o.get("data", {})]
@@ -135,8 +193,9 @@ ISSUE_COMMAND = ("replay", "--device", "cpu", "--model", "replay-tiny", "--trace
 def test_issue_command_validates_every_hit(alignment, tmp_path):
     pytest.importorskip("torch")
     t0 = time.perf_counter()
-    p = marconi(*ISSUE_COMMAND, "--state-alignment", alignment, "--no-progress", "--format", "json",
-                "--out", tmp_path / "out")
+    p = marconi(
+        *ISSUE_COMMAND, "--state-alignment", alignment, "--no-progress", "--format", "json", "--out", tmp_path / "out"
+    )
     wall = time.perf_counter() - t0
     s = json.loads(p.stdout)
     print(f"{' '.join(ISSUE_COMMAND)} --state-alignment {alignment}: {wall:.1f} s, {s['hits']} hits")

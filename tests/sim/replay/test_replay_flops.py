@@ -9,7 +9,7 @@ from sim.replay.flops import chunks_of, layer_flops, model_flops, segments_flops
 def test_chunks_of_counts_absolute_aligned_chunks():
     assert chunks_of(0, 64) == 1
     assert chunks_of(0, 65) == 2
-    assert chunks_of(60, 70) == 2          # ragged on both sides
+    assert chunks_of(60, 70) == 2  # ragged on both sides
     assert chunks_of(64, 128) == 1
     assert chunks_of(100, 100) == 0
     assert chunks_of(63, 64) == 1

@@ -26,19 +26,22 @@ def chat():
     return load_trace(CHAT, TraceOptions())
 
 
-@pytest.mark.parametrize("alignment, mode, dtype, store", [
-    ("exact", "des", "bf16", "gpu"), ("chunk", "sequential", "bf16", "host"),
-    ("exact", "sequential", "fp32", "gpu")])
+@pytest.mark.parametrize(
+    "alignment, mode, dtype, store",
+    [("exact", "des", "bf16", "gpu"), ("chunk", "sequential", "bf16", "host"), ("exact", "sequential", "fp32", "gpu")],
+)
 def test_qwen_shapes_all_hits_validated(chat, alignment, mode, dtype, store):
     live_ok = []
 
     def after(name, sim, replayer):
         live_ok.append(replayer.store.ids() == set(sim.tree.checkpoints()))
 
-    cfg = SimConfig(policy="marconi", model="qwen3.5-9b", capacity_bytes=2 * 10**9, alpha=0.5,
-                    state_alignment=alignment, mode=mode)
-    res = run_replay(chat, cfg, ReplaySettings(layers=4, dtype=dtype, store=store, device="cuda"),
-                     build=build, after_event=after)
+    cfg = SimConfig(
+        policy="marconi", model="qwen3.5-9b", capacity_bytes=2 * 10**9, alpha=0.5, state_alignment=alignment, mode=mode
+    )
+    res = run_replay(
+        chat, cfg, ReplaySettings(layers=4, dtype=dtype, store=store, device="cuda"), build=build, after_event=after
+    )
     s = res.summary
     assert res.failures == [], [f.message() for f in res.failures[:5]]
     assert s["hits"] > 0 and s["hits_validated"] == s["hits"]
@@ -51,8 +54,9 @@ def test_qwen_shapes_all_hits_validated(chat, alignment, mode, dtype, store):
 
 
 def test_full_depth_whole_model(chat):
-    cfg = SimConfig(policy="marconi", model="qwen3.5-9b", capacity_bytes=5 * 10**9, alpha=0.5,
-                    state_alignment="exact", mode="des")
+    cfg = SimConfig(
+        policy="marconi", model="qwen3.5-9b", capacity_bytes=5 * 10**9, alpha=0.5, state_alignment="exact", mode="des"
+    )
     res = run_replay(chat, cfg, ReplaySettings(dtype="bf16", device="cuda", requests=8), build=build)
     s = res.summary
     assert s["layers_replayed"] == {"attention": 8, "gated_delta": 24, "mlp": 32}
@@ -60,8 +64,11 @@ def test_full_depth_whole_model(chat):
     assert s["hits"] > 0 and s["kv_hits_validated"] == s["hits_validated"] == s["hits"]
     by = s["measured_ms_by_layer_type"]
     assert by["attention"] > 0 and by["gated_delta"] > 0 and by["mlp"] > 0
-    print("full depth", {k: s[k] for k in ("hits", "max_restore_error", "max_kv_error", "wall_s",
-                                           "replay_tflops_timed")}, by)
+    print(
+        "full depth",
+        {k: s[k] for k in ("hits", "max_restore_error", "max_kv_error", "wall_s", "replay_tflops_timed")},
+        by,
+    )
 
 
 @pytest.mark.parametrize("validate", ["tolerance", "exact"])
@@ -82,10 +89,10 @@ def test_planted_corruption_is_caught_on_gpu(validate):
     rp.admit(1, 0, 450, "branch")
     rp.decode(0)
     rp.admit(2, 0, 700, "tail")
-    rp.lookup(1, 2, 700)                 # clean hit: passes
+    rp.lookup(1, 2, 700)  # clean hit: passes
     rp.decode(1)
     rec, _ = store.tensors(1)
-    rec[1, 3] *= 1.25                    # one head of one layer, 25 % off (bf16 tolerance 5 %)
+    rec[1, 3] *= 1.25  # one head of one layer, 25 % off (bf16 tolerance 5 %)
     rp.finish()
     assert rp.failures == []
     toks[2] = (np.concatenate([a[:450], rng.integers(0, 100_000, 200)]), 650)
@@ -102,5 +109,6 @@ def test_planted_corruption_is_caught_on_gpu(validate):
     rp.decode(3)
     rp.finish()
     assert len(rp.failures) == 2 and rp.failures[1].kind in (
-        ("kv-numerics", "numerics") if validate == "tolerance" else ("kv-integrity",))
+        ("kv-numerics", "numerics") if validate == "tolerance" else ("kv-integrity",)
+    )
     assert rp.failures[1].request == 3

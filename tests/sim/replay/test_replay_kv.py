@@ -20,10 +20,25 @@ rng = np.random.default_rng(3)
 P0 = rng.integers(0, 10_000, 100)
 O0 = rng.integers(0, 10_000, 30)
 U1 = rng.integers(0, 10_000, 40)
-REQS = {0: (np.concatenate([P0, O0]), 100), 1: (np.concatenate([P0, O0, U1]), 170),
-        2: (np.concatenate([P0[:90], U1[:20]]), 110)}
-SHAPE = ReplayShape(hidden=32, layers=0, k_heads=1, v_heads=2, head_k_dim=16, head_v_dim=16, vocab_rows=512,
-                    attn_layers=2, attn_heads=4, attn_kv_heads=2, attn_head_dim=16, mlp_inter=48)
+REQS = {
+    0: (np.concatenate([P0, O0]), 100),
+    1: (np.concatenate([P0, O0, U1]), 170),
+    2: (np.concatenate([P0[:90], U1[:20]]), 110),
+}
+SHAPE = ReplayShape(
+    hidden=32,
+    layers=0,
+    k_heads=1,
+    v_heads=2,
+    head_k_dim=16,
+    head_v_dim=16,
+    vocab_rows=512,
+    attn_layers=2,
+    attn_heads=4,
+    attn_kv_heads=2,
+    attn_head_dim=16,
+    mlp_inter=48,
+)
 
 
 @pytest.fixture(scope="module")
@@ -65,29 +80,31 @@ def test_kv_pages_are_shared_freed_and_restored_exactly(model):
     assert recs[1].kv_validated and recs[1].max_kv_error < 1e-5 and recs[1].max_out_error < 1e-5
     rp.evict(2)
     rp.evict(3)
-    assert store.kv_tokens == 90               # what checkpoint 1 alone still needs
+    assert store.kv_tokens == 90  # what checkpoint 1 alone still needs
     rp.evict(1)
     assert store.kv_tokens == 0 and store.live_pages == 0
 
 
 def _corrupt(store, how):
-    if how == "value":                         # one head of one layer of one page, 1 % off
+    if how == "value":  # one head of one layer of one page, 1 % off
         store.page(3, 2)[1, 0, :, 1] *= 1.01
-    elif how == "shifted":                     # a page's tokens shifted by one position
+    elif how == "shifted":  # a page's tokens shifted by one position
         page = store.page(3, 4)
         page.copy_(torch.roll(page, 1, dims=2))
-    elif how == "block-table":                 # the block table points at the neighbouring page
+    elif how == "block-table":  # the block table points at the neighbouring page
         info = store.info(3)
         (k3, s3), (k4, s4) = info.pages[3], info.pages[4]
         info.pages[3], info.pages[4] = (k3, s4), (k4, s3)
-    elif how == "key":                         # a page keyed for another prefix
+    elif how == "key":  # a page keyed for another prefix
         info = store.info(3)
         info.pages[5] = (b"x" * 16, info.pages[5][1])
 
 
 @pytest.mark.parametrize("validate", ["exact", "tolerance"])
-@pytest.mark.parametrize("how, kind", [("value", "kv-numerics"), ("shifted", "kv-numerics"),
-                                       ("block-table", "kv-numerics"), ("key", "kv-hash")])
+@pytest.mark.parametrize(
+    "how, kind",
+    [("value", "kv-numerics"), ("shifted", "kv-numerics"), ("block-table", "kv-numerics"), ("key", "kv-hash")],
+)
 def test_planted_kv_faults_are_caught(model, how, kind, validate):
     """Each fault is caught by the bit-exact check (``--validate exact``) and, the store's
     digests aside, by the numerics check alone (``tolerance``); the page key by bookkeeping."""

@@ -7,7 +7,7 @@ import pytest
 
 from sim.cost import TimingModel, get_model
 from sim.errors import UsageError
-from sim.replay.measure import (fit_linear, read_timing, write_timing)
+from sim.replay.measure import fit_linear, read_timing, write_timing
 
 
 def test_fit_recovers_a_known_overhead_and_throughput():

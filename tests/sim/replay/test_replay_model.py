@@ -29,14 +29,14 @@ def oracle(model, tokens):
         y, conv_end, _, _ = naive_causal_conv1d(proj[None, :, :c], w["conv_w"].float())
         nk = s.k_heads * s.head_k_dim
         q = y[:, :, :nk].reshape(1, T, s.k_heads, s.head_k_dim)
-        k = y[:, :, nk:2 * nk].reshape(1, T, s.k_heads, s.head_k_dim)
-        vv = y[:, :, 2 * nk:].reshape(1, T, s.v_heads, s.head_v_dim)
-        g = naive_gdn_gate(proj[None, :, c + v:c + v + s.v_heads], w["A_log"], w["dt_bias"])
-        beta = torch.sigmoid(proj[None, :, c + v + s.v_heads:])
+        k = y[:, :, nk : 2 * nk].reshape(1, T, s.k_heads, s.head_k_dim)
+        vv = y[:, :, 2 * nk :].reshape(1, T, s.v_heads, s.head_v_dim)
+        g = naive_gdn_gate(proj[None, :, c + v : c + v + s.v_heads], w["A_log"], w["dt_bias"])
+        beta = torch.sigmoid(proj[None, :, c + v + s.v_heads :])
         o, fin, _, _ = naive_gated_delta_rule(q, k, vv, g, beta, use_qk_l2norm=True)
         o = o[0]
         o = o / torch.sqrt((o * o).mean(-1, keepdim=True) + 1e-6) * w["norm_w"]
-        o = o * F.silu(proj[:, c:c + v].reshape(T, s.v_heads, s.head_v_dim))
+        o = o * F.silu(proj[:, c : c + v].reshape(T, s.v_heads, s.head_v_dim))
         x = x + o.reshape(T, v) @ w["w_out"].float()
         recs.append(fin[0])
         convs.append(conv_end[0])
@@ -71,9 +71,14 @@ def test_backends_agree_on_boundary_states(tiny_model, triton_model):
     got = {}
     for name, model in (("torch", tiny_model), ("triton", triton_model)):
         sink = got.setdefault(name, {})
-        end, outs, _ = model.run(tokens[130:], st, 130, [192, 200],
-                                 lambda p, l, r, c, sink=sink: sink.__setitem__((p, l), (r.clone(), c.clone())),
-                                 keep_outputs=True)
+        end, outs, _ = model.run(
+            tokens[130:],
+            st,
+            130,
+            [192, 200],
+            lambda p, l, r, c, sink=sink: sink.__setitem__((p, l), (r.clone(), c.clone())),
+            keep_outputs=True,
+        )
         sink["outs"] = outs[-1]
     assert set(got["torch"]) == set(got["triton"]) == {(p, l) for p in (192, 200) for l in (0, 1)} | {"outs"}
     assert rel_error(got["torch"]["outs"], got["triton"]["outs"]) < 1e-5
@@ -84,7 +89,9 @@ def test_backends_agree_on_boundary_states(tiny_model, triton_model):
 
 def test_backend_registry():
     assert kernel_choices() == ("auto", "triton", "torch") and set(GDN_BACKENDS) == {"triton", "torch"}
-    assert default_kernel("cpu") == resolve_kernel("auto", "cpu") == resolve_kernel(None, torch.device("cpu")) == "torch"
+    assert (
+        default_kernel("cpu") == resolve_kernel("auto", "cpu") == resolve_kernel(None, torch.device("cpu")) == "torch"
+    )
     assert default_kernel("cuda:0") == resolve_kernel("auto", torch.device("cuda", 0)) == "triton"
     assert resolve_kernel("triton", "cpu") == "triton" and resolve_kernel("torch", "cuda") == "torch"
     assert GDN_BACKENDS["triton"].triton and not GDN_BACKENDS["torch"].triton
@@ -105,8 +112,7 @@ def test_restore_at_p_continues_like_from_scratch(tiny_model, p):
     assert calls == (1 if p % 64 == 0 else 2)
     L = tiny_model.shape.layers
     assert set(got) == {p, 150} and all(len(v) == L for v in got.values())
-    st = full.__class__(p, torch.stack([got[p][l][0] for l in range(L)]),
-                        torch.stack([got[p][l][1] for l in range(L)]))
+    st = full.__class__(p, torch.stack([got[p][l][0] for l in range(L)]), torch.stack([got[p][l][1] for l in range(L)]))
     resumed, outs, _ = tiny_model.run(tokens[p:], st, p, keep_outputs=True)
     ref, ref_outs, _ = tiny_model.run(tokens, None, 0, keep_outputs=True)
     r, c = state_error(resumed.rec, resumed.conv, ref.rec, ref.conv)
@@ -117,8 +123,7 @@ def test_restore_at_p_continues_like_from_scratch(tiny_model, p):
     assert torch.equal(torch.stack([got[150][l][0] for l in range(L)]), full.rec)
     # the prefix state differs from a state at a neighbouring position
     other = {}
-    tiny_model.run(tokens, None, 0, [p + 1],
-                   lambda pos, layer, rec, conv: other.setdefault(layer, rec.clone()))
+    tiny_model.run(tokens, None, 0, [p + 1], lambda pos, layer, rec, conv: other.setdefault(layer, rec.clone()))
     assert rel_error(other[0].reshape(-1, 16), got[p][0][0].reshape(-1, 16)) > 1e-3
 
 

@@ -33,7 +33,7 @@ def first_turn(rp):
     rp.lookup(0, None, 0)
     rp.prefill(0, 0, 100)
     rp.admit(1, 0, 64, "chunk")
-    rp.admit(2, 0, 90, "branch")        # exact: splits the prefill call at 90
+    rp.admit(2, 0, 90, "branch")  # exact: splits the prefill call at 90
     rp.admit(3, 0, 100, "prompt end")
     rp.decode(0)
     rp.admit(4, 0, 130, "tail")
@@ -41,8 +41,7 @@ def first_turn(rp):
 
 def reference_state(model, tokens, p):
     got = {}
-    model.run(torch.as_tensor(tokens[:p]), None, 0, [p],
-              lambda q, layer, r, c: got.__setitem__(layer, (r, c)))
+    model.run(torch.as_tensor(tokens[:p]), None, 0, [p], lambda q, layer, r, c: got.__setitem__(layer, (r, c)))
     L = model.shape.layers
     return torch.stack([got[i][0] for i in range(L)]), torch.stack([got[i][1] for i in range(L)])
 
@@ -50,7 +49,7 @@ def reference_state(model, tokens, p):
 def test_states_are_produced_where_admitted_and_hits_validate(tiny_model, tiny_shape):
     rp, store = make(tiny_model, tiny_shape)
     first_turn(rp)
-    rp.admit(5, 0, 50, "late")          # the prompt already ran past 50: recomputed
+    rp.admit(5, 0, 50, "late")  # the prompt already ran past 50: recomputed
     rp.lookup(1, 4, 130)
     rp.prefill(1, 130, 170)
     rp.admit(6, 1, 170, "prompt end")
@@ -96,17 +95,16 @@ def test_aligned_hit_compares_the_restored_state_itself(tiny_model, tiny_shape):
 def test_planted_corruption_is_caught(tiny_model, tiny_shape, validate, kind):
     rp, store = make(tiny_model, tiny_shape, validate=validate)
     first_turn(rp)
-    assert store.info(4).filled         # the tail state was produced when admitted
+    assert store.info(4).filled  # the tail state was produced when admitted
     rec, _ = store.tensors(4)
-    rec[1, 0] *= 1.01                   # one head of one layer of one stored state, off by 1 %
+    rec[1, 0] *= 1.01  # one head of one layer of one stored state, off by 1 %
     rp.lookup(1, 4, 130)
     rp.decode(1)
     rp.finish()
     assert len(rp.failures) == 1
     f = rp.failures[0]
-    assert (f.kind, f.request, f.checkpoint, f.stored_position, f.hit_position) == \
-        (kind, 1, 4, 130, 130)
-    if validate == "exact":             # the layer and head are named
+    assert (f.kind, f.request, f.checkpoint, f.stored_position, f.hit_position) == (kind, 1, 4, 130, 130)
+    if validate == "exact":  # the layer and head are named
         assert "layer 1 head 0" in f.detail
     assert "request 1, checkpoint 4" in f.message()
 
@@ -115,7 +113,7 @@ def test_planted_corruption_is_caught(tiny_model, tiny_shape, validate, kind):
 def test_hit_shifted_by_one_token_is_caught(tiny_model, tiny_shape, check_hash):
     rp, store = make(tiny_model, tiny_shape, check_hash=check_hash)
     first_turn(rp)
-    rp.lookup(1, 4, 131)                # the simulator claims one token more than stored
+    rp.lookup(1, 4, 131)  # the simulator claims one token more than stored
     rp.decode(1)
     rp.finish()
     assert len(rp.failures) == 1
@@ -123,5 +121,5 @@ def test_hit_shifted_by_one_token_is_caught(tiny_model, tiny_shape, check_hash):
     assert (f.request, f.checkpoint, f.hit_position) == (1, 4, 131)
     if check_hash:
         assert f.kind == "hash" and f.stored_position == 130
-    else:                               # numerics alone also see it
+    else:  # numerics alone also see it
         assert f.kind == "numerics"

@@ -32,8 +32,9 @@ def replay(trace, alignment, mode, *, capacity=40_000, requests=24, policy="marc
         live = set(sim.tree.checkpoints())
         assert replayer.store.ids() == live, (name, replayer.store.ids() ^ live)
 
-    cfg = SimConfig(policy=policy, model="replay-tiny", capacity_bytes=capacity, alpha=0.5,
-                    state_alignment=alignment, mode=mode)
+    cfg = SimConfig(
+        policy=policy, model="replay-tiny", capacity_bytes=capacity, alpha=0.5, state_alignment=alignment, mode=mode
+    )
     settings = ReplaySettings(layers=1, device="cpu", dtype="fp32", requests=requests, kernel=kernel)
     return run_replay(trace, cfg, settings, build=build, after_event=after), events
 
@@ -58,7 +59,7 @@ def chat():
 def test_chat_all_hits_validated(chat, alignment, mode):
     res, events = replay(chat, alignment, mode)
     check(res, events)
-    assert events["evict"] > 0          # the capacity is small enough that states are evicted
+    assert events["evict"] > 0  # the capacity is small enough that states are evicted
     df = res.requests
     assert (df.loc[df["hit_tokens"] > 0, "restored"]).all()
     if alignment == "chunk":
@@ -77,8 +78,9 @@ def sharegpt_slice():
 
 @pytest.mark.parametrize("alignment, mode", [("exact", "sequential"), ("chunk", "des")])
 def test_sharegpt_slice_all_hits_validated(sharegpt_slice, alignment, mode):
-    res, events = replay(sharegpt_slice, alignment, mode, capacity=10**6, requests=None,
-                         policy="sglang+" if mode == "des" else "marconi")
+    res, events = replay(
+        sharegpt_slice, alignment, mode, capacity=10**6, requests=None, policy="sglang+" if mode == "des" else "marconi"
+    )
     check(res, events)
 
 
@@ -119,23 +121,25 @@ def test_triton_interpreter_backend_end_to_end(chat):
 
 def test_cpu_replay_needs_no_triton():
     """With triton unimportable, a CPU replay on the default backend runs and validates its hits."""
-    code = ("import builtins\n"
-            "real = builtins.__import__\n"
-            "def imp(name, *a, **k):\n"
-            "    if name.split('.')[0] == 'triton':\n"
-            "        raise ImportError(name, name='triton')\n"
-            "    return real(name, *a, **k)\n"
-            "builtins.__import__ = imp\n"
-            "import sys\n"
-            "from sim.config import SimConfig\n"
-            "from sim.replay.session import ReplaySettings, run_replay\n"
-            "from sim.simulate import build\n"
-            "from traces.registry import TraceOptions, load_trace\n"
-            f"trace = load_trace({CHAT!r}, TraceOptions())\n"
-            "cfg = SimConfig(policy='marconi', model='replay-tiny', capacity_bytes=40_000, alpha=0.5)\n"
-            "res = run_replay(trace, cfg, ReplaySettings(device='cpu', dtype='fp32', requests=6), build=build)\n"
-            "s = res.summary\n"
-            "print(s['kernel'], s['hits'] > 0, s['hits_validated'] == s['hits'], s['failures'], 'triton' in sys.modules)\n")
+    code = (
+        "import builtins\n"
+        "real = builtins.__import__\n"
+        "def imp(name, *a, **k):\n"
+        "    if name.split('.')[0] == 'triton':\n"
+        "        raise ImportError(name, name='triton')\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = imp\n"
+        "import sys\n"
+        "from sim.config import SimConfig\n"
+        "from sim.replay.session import ReplaySettings, run_replay\n"
+        "from sim.simulate import build\n"
+        "from traces.registry import TraceOptions, load_trace\n"
+        f"trace = load_trace({CHAT!r}, TraceOptions())\n"
+        "cfg = SimConfig(policy='marconi', model='replay-tiny', capacity_bytes=40_000, alpha=0.5)\n"
+        "res = run_replay(trace, cfg, ReplaySettings(device='cpu', dtype='fp32', requests=6), build=build)\n"
+        "s = res.summary\n"
+        "print(s['kernel'], s['hits'] > 0, s['hits_validated'] == s['hits'], s['failures'], 'triton' in sys.modules)\n"
+    )
     root = Path(__file__).resolve().parents[3]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
     env.pop("TRITON_INTERPRET", None)
@@ -148,14 +152,46 @@ def test_hash_block_trace_replayed(tmp_path):
     """Bailian-format rows (16-token blocks): a session of growing turns and a second session
     sharing the first block; tokens are drawn per hash id, so shared blocks restore."""
     rows = [
-        dict(chat_id=1, parent_chat_id=-1, timestamp=0.0, input_length=40, output_length=20,
-             type="text", turn=1, hash_ids=[5, 6, 7]),
-        dict(chat_id=2, parent_chat_id=-1, timestamp=0.5, input_length=30, output_length=5,
-             type="text", turn=1, hash_ids=[5, 9]),
-        dict(chat_id=3, parent_chat_id=1, timestamp=3.0, input_length=90, output_length=10,
-             type="text", turn=2, hash_ids=[5, 6, 7, 8, 10, 11]),
-        dict(chat_id=4, parent_chat_id=3, timestamp=6.0, input_length=120, output_length=4,
-             type="text", turn=3, hash_ids=[5, 6, 7, 8, 10, 11, 12, 13]),
+        dict(
+            chat_id=1,
+            parent_chat_id=-1,
+            timestamp=0.0,
+            input_length=40,
+            output_length=20,
+            type="text",
+            turn=1,
+            hash_ids=[5, 6, 7],
+        ),
+        dict(
+            chat_id=2,
+            parent_chat_id=-1,
+            timestamp=0.5,
+            input_length=30,
+            output_length=5,
+            type="text",
+            turn=1,
+            hash_ids=[5, 9],
+        ),
+        dict(
+            chat_id=3,
+            parent_chat_id=1,
+            timestamp=3.0,
+            input_length=90,
+            output_length=10,
+            type="text",
+            turn=2,
+            hash_ids=[5, 6, 7, 8, 10, 11],
+        ),
+        dict(
+            chat_id=4,
+            parent_chat_id=3,
+            timestamp=6.0,
+            input_length=120,
+            output_length=4,
+            type="text",
+            turn=3,
+            hash_ids=[5, 6, 7, 8, 10, 11, 12, 13],
+        ),
     ]
     p = tmp_path / "bailian.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))

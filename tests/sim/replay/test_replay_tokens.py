@@ -8,7 +8,7 @@ from sim.replay.tokens import block_tokens_for, prefix_hash, request_tokens
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.integers(-2**40, 2**40), min_size=1, max_size=12), st.integers(0, 2**31))
+@given(st.lists(st.integers(-(2**40), 2**40), min_size=1, max_size=12), st.integers(0, 2**31))
 def test_equal_hashes_give_equal_tokens(symbols, seed):
     toks = block_tokens_for(np.array(symbols), 16, seed, 1000).reshape(len(symbols), 16)
     for i, a in enumerate(symbols):

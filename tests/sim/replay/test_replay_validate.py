@@ -30,11 +30,28 @@ P0 = rng.integers(0, 10_000, 100)
 O0 = rng.integers(0, 10_000, 30)
 U1 = rng.integers(0, 10_000, 40)
 OTHER = rng.integers(0, 10_000, 120)
-REQS = {0: (np.concatenate([P0, O0]), 100), 1: (np.concatenate([P0, O0, U1]), 170),
-        2: (np.concatenate([P0[:80], U1[:30]]), 110), 3: (OTHER, 110)}
+REQS = {
+    0: (np.concatenate([P0, O0]), 100),
+    1: (np.concatenate([P0, O0, U1]), 170),
+    2: (np.concatenate([P0[:80], U1[:30]]), 110),
+    3: (OTHER, 110),
+}
 # gated delta (states, conv windows) and attention (KV pages) and MLPs; K = V = 16
-SHAPE = ReplayShape(hidden=32, layers=2, k_heads=1, v_heads=2, head_k_dim=16, head_v_dim=16, conv_width=4,
-                    vocab_rows=512, attn_layers=1, attn_heads=2, attn_kv_heads=1, attn_head_dim=16, mlp_inter=48)
+SHAPE = ReplayShape(
+    hidden=32,
+    layers=2,
+    k_heads=1,
+    v_heads=2,
+    head_k_dim=16,
+    head_v_dim=16,
+    conv_width=4,
+    vocab_rows=512,
+    attn_layers=1,
+    attn_heads=2,
+    attn_kv_heads=1,
+    attn_head_dim=16,
+    mlp_inter=48,
+)
 DT = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -74,12 +91,15 @@ def test_digest_sees_one_element_and_names_its_row(dtype):
     assert d.shape == (3, 4) and d.dtype == torch.int64
     for idx in [(0, 0, 0, 0), (2, 3, 7, 7), (1, 2, 3, 4)]:
         y = x.clone()
-        y[idx] = torch.nextafter(y[idx].float(), torch.tensor(float("inf"))).to(dtype) \
-            if dtype == torch.float32 else y[idx] * 1.01 + (1 if y[idx] == 0 else 0)
+        y[idx] = (
+            torch.nextafter(y[idx].float(), torch.tensor(float("inf"))).to(dtype)
+            if dtype == torch.float32
+            else y[idx] * 1.01 + (1 if y[idx] == 0 else 0)
+        )
         changed = (digest(y, 2) != d).nonzero().tolist()
         assert changed == [[idx[0], idx[1]]], (idx, changed)
     z = torch.zeros(5)
-    assert digest(z, 0) != digest(-z, 0)          # bits, not values
+    assert digest(z, 0) != digest(-z, 0)  # bits, not values
     assert torch.equal(digest(x, 2), digest(x.clone(), 2))
 
 
@@ -107,9 +127,9 @@ def test_bf16_snapshot_bug_is_caught_by_exact_and_missed_by_the_bf16_tolerance(m
     first_turn(rp)
     f = hit(rp)
     if model.dtype == torch.bfloat16:
-        assert f == []          # what the tolerance check alone cannot see
+        assert f == []  # what the tolerance check alone cannot see
     else:
-        assert [x.kind for x in f] == ["numerics"]     # fp32's 1e-4 sees bf16 rounding (~0.4 %)
+        assert [x.kind for x in f] == ["numerics"]  # fp32's 1e-4 sees bf16 rounding (~0.4 %)
 
 
 def _plant(store, where, scale) -> bool:
@@ -117,11 +137,11 @@ def _plant(store, where, scale) -> bool:
     values of one layer); True when that changed any stored bit (a bf16 value times 1.001 may
     round back to itself: no error at all)."""
     if where == "state":
-        t = store.tensors(4)[0][1, 0]             # one head of one layer (fp32)
+        t = store.tensors(4)[0][1, 0]  # one head of one layer (fp32)
     elif where == "conv":
-        t = store.tensors(4)[1][0]                # one layer's conv window (activation dtype)
+        t = store.tensors(4)[1][0]  # one layer's conv window (activation dtype)
     else:
-        t = store.page(4, 2)[0, 1]                # one page's values of one layer
+        t = store.page(4, 2)[0, 1]  # one page's values of one layer
     before = t.clone()
     t *= scale
     return not torch.equal(t, before)
@@ -167,6 +187,7 @@ class WrongState(Replayer):
                 rec = rec.clone()
                 rec[0] *= 1.01
             inner(p, layer, rec, conv)
+
         return on_state
 
 
@@ -177,8 +198,12 @@ def test_production_error_passes_exact_and_is_caught_by_the_fp32_shadow():
     shadow_model = model.upcast(torch.float32)
     assert shadow_model.dtype == torch.float32 and shadow_model.layers[0]["w_in"].dtype == torch.float32
     assert torch.equal(shadow_model.layers[0]["w_in"], model.layers[0]["w_in"].float())
-    shadow = WrongState(shadow_model, CheckpointStore(SHAPE, torch.float32, device="cpu", page_tokens=16),
-                        lambda r: REQS[r], validate="tolerance")
+    shadow = WrongState(
+        shadow_model,
+        CheckpointStore(SHAPE, torch.float32, device="cpu", page_tokens=16),
+        lambda r: REQS[r],
+        validate="tolerance",
+    )
     obs = ReplayObserver(main, mode="des", shadows=(shadow,))
     assert obs.replayers == [main, shadow] and shadow.eager
     for rp in (main, shadow):
@@ -186,11 +211,15 @@ def test_production_error_passes_exact_and_is_caught_by_the_fp32_shadow():
         rp.lookup(1, 4, 130)
         rp.decode(1)
         rp.finish()
-    assert main.failures == [] and main.integrity_checked == 1      # bf16 sees nothing
-    assert [x.kind for x in shadow.failures] == ["numerics"]         # fp32 does
+    assert main.failures == [] and main.integrity_checked == 1  # bf16 sees nothing
+    assert [x.kind for x in shadow.failures] == ["numerics"]  # fp32 does
     # the same stream without the planted error passes both
-    clean = Replayer(shadow_model, CheckpointStore(SHAPE, torch.float32, device="cpu", page_tokens=16),
-                     lambda r: REQS[r], validate="tolerance")
+    clean = Replayer(
+        shadow_model,
+        CheckpointStore(SHAPE, torch.float32, device="cpu", page_tokens=16),
+        lambda r: REQS[r],
+        validate="tolerance",
+    )
     first_turn(clean)
     assert hit(clean) == []
 
@@ -224,7 +253,7 @@ def test_a_partly_written_slot_is_never_restored(model):
     tokens = REQS[0][0]
     store.reserve(9, 64, prefix_hash(tokens, 64), 0)
     r, c = store.tensors(1)
-    store.write(9, 0, r[0], c[0])             # layer 0 only: layer 1 never written
+    store.write(9, 0, r[0], c[0])  # layer 0 only: layer 1 never written
     store.put_kv(9, [k for k, _ in store.info(1).pages], store.restore_kv(1))
     assert not store.info(9).filled and store.unwritten(9) == [1]
     with pytest.raises(StoreError):
@@ -251,8 +280,8 @@ def test_a_request_whose_insert_is_rejected_still_runs_and_is_validated(model):
     first_turn(rp)
     rp.lookup(1, 4, 130)
     rp.prefill(1, 130, 170)
-    rp.admit(6, 1, 150, "branch")      # the prefill insert went in ...
-    rp.reject(1)                       # ... the decode insert did not fit
+    rp.admit(6, 1, 150, "branch")  # the prefill insert went in ...
+    rp.reject(1)  # ... the decode insert did not fit
     rp.decode(1)
     rp.finish()
     r = rp.records[1]

@@ -33,8 +33,14 @@ def test_tiny_preset_whole_model_replay():
         assert set(rp.store._pages) == want, name
         checked.append(name)
 
-    cfg = SimConfig(policy="marconi", model="replay-tiny", capacity_bytes=10**7, alpha=0.5,
-                    state_alignment="exact", mode="sequential")
+    cfg = SimConfig(
+        policy="marconi",
+        model="replay-tiny",
+        capacity_bytes=10**7,
+        alpha=0.5,
+        state_alignment="exact",
+        mode="sequential",
+    )
     res = run_replay(trace, cfg, ReplaySettings(device="cpu", dtype="fp32"), build=build, after_event=after)
     s = res.summary
     assert res.failures == [], [f.message() for f in res.failures]

@@ -30,8 +30,15 @@ def _flop_wins_trace(rounds: int = 20, docs: int = 4, doc_len: int = 2000, short
     reqs, t = [], 0.0
     for _ in range(rounds):
         for d in doc_tokens:
-            reqs.append(Request(len(reqs), 0, np.concatenate((d, rng.integers(1, 50_000, 20))),
-                                rng.integers(1, 50_000, 10), arrival=t))
+            reqs.append(
+                Request(
+                    len(reqs),
+                    0,
+                    np.concatenate((d, rng.integers(1, 50_000, 20))),
+                    rng.integers(1, 50_000, 10),
+                    arrival=t,
+                )
+            )
             t += 1
         for _ in range(shorts):
             reqs.append(Request(len(reqs), 0, rng.integers(1, 50_000, 100), rng.integers(1, 50_000, 10), arrival=t))
@@ -88,8 +95,9 @@ def test_flop_aware_trace_tunes_to_positive_alpha():
         # tuned after the bootstrap window: most of the static alpha=1 gain, far above alpha 0
         assert auto["token_hit_rate"] > lru["token_hit_rate"] + 0.1, tuner
     for objective in ("flops", "hit-rate"):
-        s = _run(trace, alpha="auto", capacity_bytes=GB, tuner="replay", tuning_objective=objective,
-                 tuning_start="snapshot")
+        s = _run(
+            trace, alpha="auto", capacity_bytes=GB, tuner="replay", tuning_objective=objective, tuning_start="snapshot"
+        )
         assert s["tuned_alpha"] >= 0.1, objective
 
 
@@ -107,8 +115,11 @@ def test_recency_trace_tunes_to_recency():
 
 def test_tuning_is_deterministic_serial_vs_workers_and_snapshot_replay():
     trace = _flop_wins_trace(rounds=12)
-    runs = [_run(trace, alpha="auto", capacity_bytes=GB, tuner="replay", tuning_start=start, tuning_workers=w)
-            for start in ("empty", "snapshot") for w in (1, 2)]
+    runs = [
+        _run(trace, alpha="auto", capacity_bytes=GB, tuner="replay", tuning_start=start, tuning_workers=w)
+        for start in ("empty", "snapshot")
+        for w in (1, 2)
+    ]
     for a, b in ((runs[0], runs[1]), (runs[2], runs[3])):
         for k in ("tuned_alpha", "tuned_at_request", "token_hit_rate", "flops_saved"):
             assert a[k] == b[k], k
@@ -121,8 +132,18 @@ def test_snapshot_replay_does_not_touch_the_live_cache():
     from sim.tuning import replay as tuning
 
     trace = _flop_wins_trace(rounds=8)
-    sim = build(trace, SimConfig(policy="marconi", alpha="auto", mode="sequential", capacity_bytes=GB,
-                                      tuning_workers=1, tuning_start="snapshot", tuner="replay"))
+    sim = build(
+        trace,
+        SimConfig(
+            policy="marconi",
+            alpha="auto",
+            mode="sequential",
+            capacity_bytes=GB,
+            tuning_workers=1,
+            tuning_start="snapshot",
+            tuner="replay",
+        ),
+    )
     seen = []
     orig = tuning.evaluate
 
@@ -153,8 +174,9 @@ def _phase_trace() -> Trace:
     a, b = _flop_wins_trace(), _recency_wins_trace()
     t0 = a.requests[-1].arrival + 1
     reqs = [dataclasses.replace(r, request_id=-1) for r in a.requests]
-    reqs += [dataclasses.replace(r, session_id=r.session_id + 1, arrival=r.arrival + t0, request_id=-1)
-             for r in b.requests]
+    reqs += [
+        dataclasses.replace(r, session_id=r.session_id + 1, arrival=r.arrival + t0, request_id=-1) for r in b.requests
+    ]
     return Trace("phases", reqs, closed_loop=False)
 
 
@@ -183,8 +205,9 @@ def test_duel_shadows_reproduce_static_runs_and_are_deterministic():
     every shadow's hits equal the static run's; two identical runs give identical rows."""
     trace = _phase_trace()
     for cand, static_kw in (("0.5", dict(alpha=0.5)), ("lru", dict(policy="sglang+"))):
-        sim = build(trace, SimConfig(policy="marconi", alpha="auto", mode="sequential", capacity_bytes=GB,
-                                          duel_candidates=cand))
+        sim = build(
+            trace, SimConfig(policy="marconi", alpha="auto", mode="sequential", capacity_bytes=GB, duel_candidates=cand)
+        )
         s = run_sim(sim).summary
         ref = simulate(trace, SimConfig(mode="sequential", capacity_bytes=GB, **static_kw))
         assert s["token_hit_rate"] == ref.summary["token_hit_rate"]
@@ -213,8 +236,9 @@ def test_parse_candidates_and_default_tuner():
 
     trace = _flop_wins_trace(rounds=2)
     corrected = build(trace, SimConfig(policy="marconi", alpha="auto", capacity_bytes=GB))
-    paper = build(trace, SimConfig(policy="marconi", alpha="auto", capacity_bytes=GB, compat="paper",
-                                   mode="sequential"))
+    paper = build(
+        trace, SimConfig(policy="marconi", alpha="auto", capacity_bytes=GB, compat="paper", mode="sequential")
+    )
     assert isinstance(corrected.tuner, DuelTuner) and isinstance(paper.tuner, AlphaTuner)
 
 
@@ -236,10 +260,29 @@ def test_cli_run_alpha_auto(tmp_path):
     if not golden.exists():
         pytest.skip("the golden rows (a shared folder beside the checkout) are absent")
     out = tmp_path / "run"
-    res = CliRunner().invoke(main, ["run", "--trace", f"marconi-jsonl:{golden}", "--policy", "marconi",
-                                    "--alpha", "auto", "--capacity", "1GB", "--mode", "sequential",
-                                    "--compat", "paper", "--tuning-workers", "1", "--no-progress",
-                                    "--out", str(out)])
+    res = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--trace",
+            f"marconi-jsonl:{golden}",
+            "--policy",
+            "marconi",
+            "--alpha",
+            "auto",
+            "--capacity",
+            "1GB",
+            "--mode",
+            "sequential",
+            "--compat",
+            "paper",
+            "--tuning-workers",
+            "1",
+            "--no-progress",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     (row,) = json.loads((out / "summary.json").read_text())
     # the artifact's own tuner picks 2.0 on this row of expected.jsonl (token hit rate 19.62%)
