@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sigint import as_from_a_shell
 
 MARCONI = shutil.which("marconi", path=str(Path(sys.executable).parent)) or shutil.which("marconi")
 
@@ -47,6 +48,7 @@ def test_ctrl_c_while_tokenizing_exits_promptly(tmp_path, group, delay):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        preexec_fn=as_from_a_shell,
     )
     try:
         err = _read_until(proc, b"tokenizing sharegpt", timeout=120)  # the first batch is done

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from sim.cli import main
+from sigint import as_from_a_shell
 
 SMALL = ["--trace", "synthetic:chat:sessions=3,turns=2", "--no-progress"]
 
@@ -158,6 +159,7 @@ def test_ctrl_c_in_run_exits_130(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        preexec_fn=as_from_a_shell,
         env=dict(os.environ, MARCONI_CACHE_DIR=str(tmp_path)),
     )
     try:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sigint import as_from_a_shell
 
 MARCONI = Path(sys.executable).parent / "marconi"
 ARGS = [
@@ -71,6 +72,7 @@ def test_ctrl_c_in_sweep_is_one_line_and_leaves_nothing(tmp_path, delay, twice):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        preexec_fn=as_from_a_shell,
     )
     seen: set[int] = set()
     try:

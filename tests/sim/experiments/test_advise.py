@@ -21,6 +21,7 @@ from sim.simulate import simulate
 from traces.base import Request, Trace
 
 from .conftest import marconi, synthetic_trace, write_marconi_jsonl
+from sigint import as_from_a_shell
 
 pytest.importorskip("optuna")
 
@@ -499,6 +500,7 @@ def test_ctrl_c_keeps_finished_trials_and_the_rerun_finishes(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        preexec_fn=as_from_a_shell,
     )
     try:
         os.set_blocking(proc.stderr.fileno(), False)
