@@ -189,7 +189,7 @@ class EngineTree(HybridRadixTree):
         return upper
 
     # ------------------------------------------------------------------ insert
-    def insert(self, seq, seq_tokens, checkpoints, now, *, lock=False, protect=None, need_bytes=None):
+    def _insert(self, seq, seq_tokens, checkpoints, now, lock, protect, need_bytes):
         keep = self._extent(len(seq), seq_tokens, checkpoints)
         if keep < len(seq):
             seq = seq[:keep]
@@ -199,7 +199,7 @@ class EngineTree(HybridRadixTree):
             checkpoints = self._take_anchors(seq, len(seq) * self.block_tokens - seq_tokens, checkpoints)
         if len(seq) == 0:
             return InsertResult(True, end_node=self.root)
-        res = super().insert(seq, seq_tokens, checkpoints, now, lock=lock, protect=protect, need_bytes=need_bytes)
+        res = super()._insert(seq, seq_tokens, checkpoints, now, lock, protect, need_bytes)
         self.refresh_inserted(res, now, final=False)
         return res
 
@@ -313,7 +313,7 @@ class EngineTree(HybridRadixTree):
         if keep == node.depth_tokens:
             return
         if self.listener is not None:
-            self.listener.kv_removed(node.depth_tokens - keep)
+            self.listener.kv_removed(node.depth_tokens - keep, self._tag)
         if keep == parent.depth_tokens:
             del parent.children[int(node.key[0])]
             self.kv_tokens -= node.n_tokens

@@ -24,7 +24,8 @@ Checkpoint ids. Every admitted state gets a fresh id (``node.ckpt``) that it kee
 evicted: a split creates a stateless upper node and a merge removes a stateless (or just evicted)
 node, so the node holding a state, and its end position, never change while the state lives. A
 ``listener`` (the engine's event stream, or None) hears every admitted and evicted checkpoint and
-every run of evicted KV tokens.
+every run of evicted KV tokens, each with the ``tag`` of the ``insert`` or ``reserve`` call making
+the change (what the caller needs to attribute it; None outside such a call).
 
 Bookkeeping is incremental: cached depths, token counts and byte totals; the eviction policy
 is told about every node whose candidacy or priority may have changed (``policy.update``) so it
@@ -56,11 +57,12 @@ def _edge_match(key: np.ndarray, seq: np.ndarray, pos: int) -> int:
 
 
 class CacheListener(Protocol):
-    """What the tree reports as it changes (the engine turns it into events)."""
+    """What the tree reports as it changes (the engine turns it into events); ``tag``: what the
+    ``insert`` or ``reserve`` call making the change was given (None outside such a call)."""
 
-    def state_added(self, node: "Node") -> None: ...
-    def state_removed(self, node: "Node") -> None: ...
-    def kv_removed(self, tokens: int) -> None: ...
+    def state_added(self, node: "Node", tag: object) -> None: ...
+    def state_removed(self, node: "Node", tag: object) -> None: ...
+    def kv_removed(self, tokens: int, tag: object) -> None: ...
 
 
 class Node:
@@ -171,6 +173,7 @@ class HybridRadixTree:
         self.policy = policy
         self.now = 0.0  # set by the engine before each operation (set_time); policies read it
         self.listener: CacheListener | None = None
+        self._tag: object = None  # the tag of the insert / reserve under way (set only for its duration)
         self._created = 0
         self._next_ckpt = 0
         self.root = self._new_node(np.empty(0, dtype=np.int64), None, 0, 0, 0, 0.0)
@@ -329,6 +332,7 @@ class HybridRadixTree:
         lock: bool = False,
         protect: Node | None = None,
         need_bytes: float | None = None,
+        tag: object = None,
     ) -> InsertResult:
         """Insert ``seq`` (KV for every symbol) with states at the symbol positions
         ``checkpoints`` (sorted, each in 1..len(seq)). Evicts as needed; if the insert cannot
@@ -338,7 +342,25 @@ class HybridRadixTree:
         request's matched path); the path of ``seq`` is always protected.
         ``need_bytes``: a variant's own estimate of the bytes to make room for (the core plans
         the exact bytes and ignores it).
+        ``tag``: handed to the listener with every change this insert makes.
         """
+        outer, self._tag = self._tag, tag
+        try:
+            return self._insert(seq, seq_tokens, checkpoints, now, lock, protect, need_bytes)
+        finally:
+            self._tag = outer
+
+    def _insert(
+        self,
+        seq: np.ndarray,
+        seq_tokens: int,
+        checkpoints: list[int],
+        now: float,
+        lock: bool,
+        protect: Node | None,
+        need_bytes: float | None,
+    ) -> InsertResult:
+        """Hook: ``insert``'s work (a variant overrides this, so its changes carry the tag too)."""
         self.stats.inserts += 1
         n = len(seq)
         if n == 0:
@@ -496,12 +518,12 @@ class HybridRadixTree:
         self.n_states += 1
         self._changed(node)
         if self.listener is not None:
-            self.listener.state_added(node)
+            self.listener.state_added(node, self._tag)
 
     def _state_gone(self, node: Node) -> None:
         """``node``'s state was just freed (its ``has_state`` already False)."""
         if self.listener is not None:
-            self.listener.state_removed(node)
+            self.listener.state_removed(node, self._tag)
         node.ckpt = -1
 
     def _split(self, child: Node, m: int, now: float) -> Node:
@@ -528,18 +550,24 @@ class HybridRadixTree:
         return upper
 
     # ------------------------------------------------------------------ memory held outside the cache
-    def reserve(self, kv_tokens: int, states: int) -> bool:
+    def reserve(self, kv_tokens: int, states: int, *, tag: object = None) -> bool:
         """Charge memory held outside the cache against its capacity: ``kv_tokens`` of KV and
         ``states`` state slots of running requests (``--scheduler continuous``). Evicts cached
         entries to make room; returns False, charging nothing, when the unlocked entries cannot
-        free enough. The charge lowers the capacity the cache itself may use until ``release``."""
+        free enough. The charge lowers the capacity the cache itself may use until ``release``.
+        ``tag``: handed to the listener with every eviction this makes."""
         kv_bytes = kv_tokens * self.kv_bytes_per_token
         need = kv_bytes + states * self.state_bytes
         if need <= 0:
             return True
         self._pending = (kv_bytes, states)
-        if not self._fits(need) and not self._evict_for(need)[0]:
-            return False
+        if not self._fits(need):
+            outer, self._tag = self._tag, tag
+            try:
+                if not self._evict_for(need)[0]:
+                    return False
+            finally:
+                self._tag = outer
         self._hold(kv_bytes, states)
         return True
 
@@ -589,7 +617,7 @@ class HybridRadixTree:
             if freed_states:
                 self._state_gone(node)
             if self.listener is not None:
-                self.listener.kv_removed(freed_kv)
+                self.listener.kv_removed(freed_kv, self._tag)
             self.policy.remove(node)
             node.parent = None
             self._after_child_removed(parent)

@@ -273,9 +273,7 @@ class ArtifactSimulation(Simulation):
                 cps.append(n)
         else:
             cps = [n]
-        if tree.listener is not None:
-            self.inserting = (f, t)
-        res = tree.insert(seq_full, tok_full, cps, now, need_bytes=self._need(mf, tok_full))
+        res = tree.insert(seq_full, tok_full, cps, now, need_bytes=self._need(mf, tok_full), tag=(f, t))
         tree.refresh_inserted(res, tree.now, final=True)
         self._after_insert(res, f, t)
 

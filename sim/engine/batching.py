@@ -118,9 +118,7 @@ class ContinuousEngine:
     # ------------------------------------------------------------------ memory
     def _reserve(self, s: Seq, kv: int, states: int) -> bool:
         sim = self.sim
-        if s.f is not None and sim.tree.listener is not None:
-            sim.inserting = (s.f, self.env.now)
-        if not sim.tree.reserve(kv, states):
+        if not sim.tree.reserve(kv, states, tag=(s.f, self.env.now)):  # evictions it causes are stamped now
             return False
         self._charged(s, kv, states)
         return True
@@ -198,10 +196,8 @@ class ContinuousEngine:
                 decodes.append(s)
                 budget -= 1
         total = self.budget - budget
-        tree = self.sim.tree
-        if total and tree.listener is not None:
-            self.sim.inserting = ((prefills[0][0] if prefills else decodes[0]).f, self.env.now)
-        if not total or tree.reserve(total, 0):
+        tag = ((prefills[0][0] if prefills else decodes[0]).f, self.env.now) if total else None
+        if not total or self.sim.tree.reserve(total, 0, tag=tag):
             for s, a, b in prefills:
                 s.held_kv += b - a
             for s in decodes:
@@ -323,9 +319,8 @@ class ContinuousEngine:
                 ends.append(t)
             self._ends = ends
         extra = k - 1  # this step's token is charged already; charge the rest of the run now
-        if self.sim.tree.listener is not None:  # evictions it causes are stamped now
-            self.sim.inserting = (decodes[0].f, self.env.now)
-        if not self.sim.tree.reserve(extra * len(decodes), 0):
+        # evictions it causes are stamped now
+        if not self.sim.tree.reserve(extra * len(decodes), 0, tag=(decodes[0].f, self.env.now)):
             return 1
         for s in decodes:
             s.held_kv += extra
@@ -412,7 +407,8 @@ class ContinuousEngine:
         covered = min(s.n_in - f.hit_tokens, s.held_kv)
         self._release(s, covered, 0)
         if not sim.insert_prefill(f, now):  # no room: the KV stays the request's (the room is still free)
-            self._charged(s, covered, 0) if sim.tree.reserve(covered, 0) else self._force(s, covered, 0)
+            room = sim.tree.reserve(covered, 0, tag=(f, now))
+            self._charged(s, covered, 0) if room else self._force(s, covered, 0)
 
     def _finish(self, s: Seq, now: float) -> None:
         sim = self.sim

@@ -77,16 +77,17 @@ class Flight:
 
 
 class TreeEvents:
-    """Turns the tree's reports into admit / evict / evict_kv events of the request being inserted."""
+    """Turns the tree's reports into admit / evict / evict_kv events. Each report carries the tag
+    of the insert or reserve making the change: ``(flight, t)``, the request it is made for (an
+    admit's phase is its position in that request) and the simulated time that stamps the event."""
 
-    __slots__ = ("sim", "on_admit", "on_evict", "on_evict_kv")
+    __slots__ = ("on_admit", "on_evict", "on_evict_kv")
 
-    def __init__(self, sim: "Simulation", on_admit: tuple, on_evict: tuple, on_evict_kv: tuple) -> None:
-        self.sim = sim
+    def __init__(self, on_admit: tuple, on_evict: tuple, on_evict_kv: tuple) -> None:
         self.on_admit, self.on_evict, self.on_evict_kv = on_admit, on_evict, on_evict_kv
 
-    def state_added(self, node: Node) -> None:
-        f, t = self.sim.inserting
+    def state_added(self, node: Node, tag: tuple[Flight, float]) -> None:
+        f, t = tag
         pos = node.depth_tokens
         if pos >= f.tok_full:
             phase = "tail"
@@ -101,13 +102,13 @@ class TreeEvents:
         for fn in self.on_admit:
             fn(t, node.ckpt, f.req, pos, phase)
 
-    def state_removed(self, node: Node) -> None:
-        t = self.sim.inserting[1]
+    def state_removed(self, node: Node, tag: tuple[Flight | None, float]) -> None:
+        t = tag[1]
         for fn in self.on_evict:
             fn(t, node.ckpt, node.depth_tokens)
 
-    def kv_removed(self, tokens: int) -> None:
-        t = self.sim.inserting[1]
+    def kv_removed(self, tokens: int, tag: tuple[Flight | None, float]) -> None:
+        t = tag[1]
         for fn in self.on_evict_kv:
             fn(t, tokens)
 
@@ -149,7 +150,6 @@ class Simulation:
         self.tree = self.make_tree(self.make_eviction(self.preset.eviction, self.alpha0))
         self.tuner: Tuner | None = None
         self.rec = Recorder(len(trace.requests), self.spec)
-        self.inserting: tuple[Flight, float] | None = None  # the insert the tree is doing (events)
         self.observe(observers)
 
     def observe(self, observers=()) -> None:
@@ -160,7 +160,7 @@ class Simulation:
         self._on_lookup, self._on_prefill, self._on_decode = on["lookup"], on["prefill"], on["decode"]
         self._on_reject, self._on_occupancy = on["reject"], on["occupancy"]
         tree_events = on["admit"] or on["evict"] or on["evict_kv"]
-        self.tree.listener = TreeEvents(self, on["admit"], on["evict"], on["evict_kv"]) if tree_events else None
+        self.tree.listener = TreeEvents(on["admit"], on["evict"], on["evict_kv"]) if tree_events else None
 
     # ------------------------------------------------------------------ factories (variants override)
     def make_admission(self, name: str) -> AdmissionPolicy:
@@ -334,8 +334,6 @@ class Simulation:
         if not f.prefill_cps and self.spec.is_hybrid:
             return False  # KV without a state at its end cannot serve a hybrid hit; decode-end insert stores it
         now = self.tree.set_time(t)
-        if self.tree.listener is not None:
-            self.inserting = (f, t)
         res = self.tree.insert(
             f.seq_in,
             f.tok_in if self.regrid == 1 else len(f.seq_in) * self.grid,
@@ -343,6 +341,7 @@ class Simulation:
             now,
             lock=True,
             protect=f.locked,
+            tag=(f, t),
         )
         if f.locked is not None:
             self.tree.unlock(f.locked)
@@ -355,9 +354,7 @@ class Simulation:
             return
         now = self.tree.set_time(t)
         cps = f.decode_cps if not f.prefill_cps else sorted(set(f.prefill_cps) | set(f.decode_cps))
-        if self.tree.listener is not None:
-            self.inserting = (f, t)
-        res = self.tree.insert(f.seq_full, f.tok_full, cps, now, protect=f.locked)
+        res = self.tree.insert(f.seq_full, f.tok_full, cps, now, protect=f.locked, tag=(f, t))
         if f.locked is not None:
             self.tree.unlock(f.locked)
             f.locked = None
