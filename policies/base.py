@@ -364,7 +364,13 @@ class PolicyPreset:
     ``stores_last_token``: a finished request's whole input + output goes into the cache (the
     Marconi paper's rule); False: input + output - 1 tokens, as every serving engine stores (the
     last sampled token is never run through the model, so neither its KV nor a state after it
-    exists)."""
+    exists).
+
+    ``hindsight``: the preset is a bound tuned in hindsight over several simulations, not one
+    simulation: the name of the tuner that runs it (``"oracle"``: ``sim.tuning.oracle``, one run per
+    alpha of ``--alpha-grid``, the best kept), each run simulating the preset ``hindsight_of``. The
+    assembly point (``sim.simulate``) dispatches on it, the sweeps keep the tuning knobs of such a
+    preset, and replay (which follows one simulation) refuses it. Empty: one simulation."""
 
     name: str
     description: str
@@ -382,6 +388,13 @@ class PolicyPreset:
     #: simulator settings the preset itself reads (in ``grid_for``, ``engine_rules``...), beyond
     #: the fields of its ``knob_classes``, which it reads anyway (see ``reads``)
     reads_also: tuple[str, ...] = ()
+    hindsight: str = ""  # the tuner that runs this bound over several simulations ("": one simulation)
+    hindsight_of: str = ""  # the preset each of those simulations runs
+
+    @property
+    def tuned_in_hindsight(self) -> bool:
+        """A bound tuned in hindsight over several simulations (``hindsight``), not one simulation."""
+        return bool(self.hindsight)
 
     def reads(self) -> frozenset[str]:
         """The simulator settings (``SimConfig`` field names) this preset reads: the fields of its
@@ -458,6 +471,8 @@ def register_preset(preset: PolicyPreset, *, aliases: Iterable[str] = ()) -> Pol
         raise PolicyError(f"unknown admission {preset.admission!r}")
     if preset.eviction not in EVICTION:
         raise PolicyError(f"unknown eviction {preset.eviction!r}")
+    if preset.hindsight and not preset.hindsight_of:
+        raise PolicyError(f"preset {preset.name!r}: a bound tuned in hindsight names the preset it runs (hindsight_of)")
     PRESETS[preset.name] = preset
     for alias in aliases:
         ALIASES[alias] = preset.name
@@ -472,6 +487,11 @@ def policy_knobs() -> dict[str, list[str]]:
         for name in sorted(preset.reads()):
             readers.setdefault(name, []).append(preset.name)
     return readers
+
+
+def find_preset(name: str) -> PolicyPreset | None:
+    """The preset called ``name`` (or an alias of it); None when there is none."""
+    return PRESETS.get(ALIASES.get(name, name))
 
 
 def get_preset(name: str) -> PolicyPreset:

@@ -43,5 +43,7 @@ register_preset(
         "best token hit rate; reported as tuned_alpha)",
         admission="judicious",
         eviction="marconi",
+        hindsight="oracle",
+        hindsight_of="marconi",
     )
 )

@@ -2,12 +2,14 @@
 
 ``build`` picks the engine variant (``--compat``: the core engine, or ``sim.compat``'s artifact
 replay) and attaches the alpha tuner (``--alpha auto``); ``simulate`` builds and runs one
-configuration (``marconi-oracle`` runs one simulation per alpha). The CLI, the sweeps and the
+configuration (a preset tuned in hindsight, ``PolicyPreset.hindsight``, such as ``marconi-oracle``,
+runs one simulation per alpha through its tuner, ``HINDSIGHT_TUNERS``). The CLI, the sweeps and the
 tuners' own replays all go through here.
 """
 
 from __future__ import annotations
 
+from policies.base import PolicyError, PolicyPreset, find_preset
 from sim.compat.artifact import ArtifactSimulation
 from sim.config import SimConfig
 from sim.cost import ModelSpec, TimingModel
@@ -20,7 +22,16 @@ from sim.tuning.oracle import run_oracle
 from sim.tuning.replay import AlphaTuner
 from traces.base import Trace
 
-ORACLE = "marconi-oracle"
+#: the tuners that run a preset tuned in hindsight over several simulations, by the name its
+#: ``PolicyPreset.hindsight`` gives
+HINDSIGHT_TUNERS = {"oracle": run_oracle}
+
+
+def hindsight_preset(policy: str) -> PolicyPreset | None:
+    """The preset ``policy`` names when it is a bound tuned in hindsight over several simulations
+    (``PolicyPreset.hindsight``); None otherwise (also for an unknown name: building refuses it)."""
+    preset = find_preset(policy)
+    return preset if preset is not None and preset.tuned_in_hindsight else None
 
 
 def build(
@@ -63,8 +74,17 @@ def simulate(
     observers=(),
 ) -> SimResult:
     """Replay ``trace`` under ``config``; the one entry point the CLI and sweeps call.
-    (``marconi-oracle`` runs one simulation per alpha; observers are not supported there.)"""
-    if config.policy == ORACLE:
+    (A preset tuned in hindsight, such as ``marconi-oracle``, runs one simulation per alpha;
+    observers are not supported there.)"""
+    preset = hindsight_preset(config.policy)
+    if preset is not None:
+        try:
+            tuner = HINDSIGHT_TUNERS[preset.hindsight]
+        except KeyError:
+            raise PolicyError(
+                f"policy {preset.name!r}: unknown hindsight tuner {preset.hindsight!r}; "
+                f"choose from: {', '.join(HINDSIGHT_TUNERS)}"
+            ) from None
         config.validate()
-        return run_oracle(trace, config, build, progress)
+        return tuner(trace, config, build, progress)
     return run(build(trace, config, spec=spec, timing=timing, progress=progress, observers=observers))

@@ -20,7 +20,7 @@ from sim.engine.metrics import SUMMARY_KEYS
 from sim.errors import UsageError
 from sim.engine.events import EventLog, event_row, write_events
 from sim.replay.measure import read_timing
-from sim.simulate import ORACLE, simulate
+from sim.simulate import hindsight_preset, simulate
 
 DEFAULT_POLICIES = "vllm+,sglang+,marconi"
 #: the files ``run --out DIR`` writes (refused when they exist, unless --force)
@@ -294,8 +294,9 @@ def register(main: click.Group) -> None:
         left_out = ""
         if click.get_current_context().get_parameter_source("policies") == ParameterSource.DEFAULT:
             configs, left_out = _fitting_default_policies(configs, trace)
-        if events_path is not None and any(c.policy == ORACLE for c in configs):
-            raise UsageError(f"--events does not apply to {ORACLE} (it runs one simulation per alpha)")
+        bound = next((b for b in map(hindsight_preset, (c.policy for c in configs)) if b is not None), None)
+        if events_path is not None and bound is not None:
+            raise UsageError(f"--events does not apply to {bound.name} (it runs one simulation per alpha)")
         results = []
         event_rows: list[dict] = []
         bar = tqdm(

@@ -24,10 +24,10 @@ from sim.trace_options import TRACE_OPTIONS
 ROW_VERSION = 1
 #: knobs that change speed, not results: kept out of the config id
 SPEED_KNOBS = ("tuning_workers",)
-#: knobs read only by alpha tuning (--alpha auto) and marconi-oracle: reset to their defaults for
-#: other policies so those do not multiply with a tuning grid
+#: knobs read only by alpha tuning (--alpha auto) and presets tuned in hindsight (marconi-oracle,
+#: ``PolicyPreset.hindsight``): reset to their defaults for other policies so those do not multiply
+#: with a tuning grid
 TUNING_KNOBS = tuple(f.name for f in SimConfig.settings("tuning") if f.name not in SPEED_KNOBS)
-TUNED_POLICIES = ("marconi-oracle",)
 #: trace options newer than ROW_VERSION 1: left out of the config id while at their default
 LATER_TRACE_OPTIONS = ("session_range",)
 #: knobs read only by --scheduler continuous
@@ -174,7 +174,7 @@ def make_task(trace_kwargs: dict, **knobs) -> Task:
     else:
         cfg.alpha = float(cfg.alpha)
         mode = "static"
-    if mode != "auto" and cfg.policy not in TUNED_POLICIES:
+    if mode != "auto" and not preset.tuned_in_hindsight:
         for k in TUNING_KNOBS:
             if hasattr(base, k):
                 setattr(cfg, k, getattr(base, k))

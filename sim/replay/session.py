@@ -15,6 +15,7 @@ from typing import Optional
 
 import numpy as np
 
+from policies.base import find_preset
 from sim.config import SimConfig
 from sim.cost import ModelSpec, TimingModel, default_timing, get_model, timing_to_dict
 from sim.errors import UsageError
@@ -216,8 +217,9 @@ def run_replay(
     settings.validate()
     spec = get_model(config.model)
     layers = check_model(spec, settings.layers)
-    if config.policy == "marconi-oracle":
-        raise UsageError("replay follows one simulation: marconi-oracle (one per alpha) is not replayable")
+    preset = find_preset(config.policy)
+    if preset is not None and preset.tuned_in_hindsight:
+        raise UsageError(f"replay follows one simulation: {preset.name} (one per alpha) is not replayable")
     trace = first_requests(trace, settings.requests)
     kernel = settings.backend
     if settings.device == "cpu" and GDN_BACKENDS[kernel].triton:

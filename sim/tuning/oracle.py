@@ -1,10 +1,14 @@
-"""``marconi-oracle``: the best static alpha in hindsight (a bound for the tuners, not a policy)."""
+"""``marconi-oracle``: the best static alpha in hindsight (a bound for the tuners, not a policy).
+
+Runs any preset whose ``PolicyPreset.hindsight`` is ``"oracle"``: one simulation of its
+``hindsight_of`` preset per alpha of ``--alpha-grid``."""
 
 from __future__ import annotations
 
 import dataclasses
 from concurrent.futures import ProcessPoolExecutor
 
+from policies.base import get_preset
 from sim.config import parse_grid
 from sim.engine.drivers import run
 from sim.engine.metrics import SimResult
@@ -12,15 +16,17 @@ from sim.tuning.replay import Builder, default_workers
 
 
 def _oracle_one(args) -> tuple[float, SimResult]:
-    trace, cfg, alpha, build = args
-    return alpha, run(build(trace, dataclasses.replace(cfg, policy="marconi", alpha=alpha)))
+    trace, cfg, policy, alpha, build = args
+    return alpha, run(build(trace, dataclasses.replace(cfg, policy=policy, alpha=alpha)))
 
 
 def run_oracle(trace, config, build: Builder, progress=None) -> SimResult:
-    """Best static alpha in hindsight over the grid, by token hit rate (ties: smallest alpha)."""
+    """Best static alpha in hindsight over the grid, by token hit rate (ties: smallest alpha); each
+    run simulates the preset the policy's ``hindsight_of`` names."""
+    policy = get_preset(config.policy).hindsight_of
     grid = parse_grid(config.alpha_grid)
     workers = min(default_workers(config), len(grid))
-    jobs = [(trace, config, a, build) for a in grid]
+    jobs = [(trace, config, policy, a, build) for a in grid]
     if workers <= 1:
         results = [_oracle_one(j) for j in jobs]
     else:
