@@ -17,6 +17,8 @@ from policies.trtllm_current import FROM_END_FLAG, FROM_START_FLAG, TrtllmParams
 from policies.vllm_current import VllmParams
 from policies.eviction import MarconiEviction
 from sim.errors import UsageError
+from sim.tuning_options import LRU, MAX_ALPHAS, parse_candidates, parse_grid  # noqa: F401  (re-exported)
+from sim.tuning_options import TunerParams, tuner_params
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _UNITS = {
@@ -92,8 +94,9 @@ def setting(
 
 
 def policy_knob(params_cls: type, name: str, group: str | None = "sim"):
-    """A SimConfig field that is a policy's knob: default, help, choices and range come from the
-    policy's ``Params`` (written there once)."""
+    """A SimConfig field that is a policy's knob (or, with ``group="tuning"``, a tuning knob of
+    ``sim.tuning_options.TunerParams``): default, help, choices and range come from the ``Params``
+    (written there once)."""
     f = {f.name: f for f in fields(params_cls)}[name]
     return setting(
         f.default,
@@ -167,52 +170,12 @@ class SimConfig:
         flag="--timing",
     )
     seed: int = setting(0, "Seed of the Poisson session starts (--arrival poisson); uniform arrivals draw nothing.")
-    # alpha tuning (--alpha auto, marconi-oracle; sim/tuning)
-    alpha_grid: str = setting(
-        "0:2:0.1", "Alphas the tuner and marconi-oracle try (lo:hi:step or a comma list).", group="tuning"
-    )
-    bootstrap_multiplier: int = setting(
-        5, "Tuning window = this x the requests seen before the first eviction (paper: 15 for LMSys).", group="tuning"
-    )
-    tuning_objective: str | None = setting(
-        None,
-        "flops: FLOPs saved (artifact; replay: over the last 500 replayed requests); hit-rate: token hit rate "
-        "(paper) [default: hit-rate for --tuner duel, flops for replay].",
-        choices=("flops", "hit-rate"),
-        group="tuning",
-    )
-    tuning_start: str = setting(
-        "empty",
-        "empty: replay from the trace start on an empty cache (artifact); snapshot: "
-        "from the cache at the first eviction.",
-        choices=("empty", "snapshot"),
-        group="tuning",
-    )
-    tuning_workers: int = setting(0, "Replay processes (0 = all cores, 1 = serial).", group="tuning")
-    retune_every: int = setting(0, "Tune again every N requests (0: once, as the artifact).", group="tuning")
-    tuning_lru: bool | None = setting(
-        None,
-        "Let the tuner adopt SGLang+'s LRU when it beats every alpha [default: on, off in paper compat].",
-        flag="--tuning-lru/--no-tuning-lru",
-        group="tuning",
-    )
-    tuner: str | None = setting(
-        None,
-        "duel: shadow caches per candidate on the live stream, adopt the best over a trailing window; replay: "
-        "the artifact's bootstrap-window replay [default: duel, replay in paper compat].",
-        choices=("duel", "replay"),
-        group="tuning",
-    )
-    duel_candidates: str = setting(
-        "lru,0,0.1,0.2,0.4,0.7,1,1.5,2",
-        "Duel tuner: one shadow cache per candidate (lru = SGLang+'s eviction, or an alpha).",
-        group="tuning",
-    )
-    duel_every: int = setting(25, "Duel tuner: re-decide every N finished requests.", group="tuning")
-    duel_window: int = setting(200, "Duel tuner: score candidates over the last N finished requests.", group="tuning")
-    duel_margin: float = setting(
-        0.02, "Duel tuner: a challenger must beat the incumbent's score by this fraction.", group="tuning"
-    )
+    # alpha tuning (--alpha auto, marconi-oracle; sim/tuning): generated from TunerParams, one field per
+    # knob, in its order (sim/tuning_options.py writes them once)
+    for _f in fields(TunerParams):
+        __annotations__[_f.name] = _f.type
+        locals()[_f.name] = policy_knob(TunerParams, _f.name, group="tuning")
+    del _f
     prefill_chunk_tokens: int = policy_knob(ChunkedPrefill, "prefill_chunk_tokens")
     block_size: int = policy_knob(VllmBlocks, "block_size")
     state_pool: str = policy_knob(StatePool, "state_pool")
@@ -285,14 +248,7 @@ class SimConfig:
             raise UsageError(str(exc)) from None
         if self.chunk_size < 1:
             raise UsageError("--chunk-size must be >= 1")
-        if self.bootstrap_multiplier < 1:
-            raise UsageError("--bootstrap-multiplier must be >= 1")
-        if self.tuning_workers < 0 or self.retune_every < 0:
-            raise UsageError("--tuning-workers and --retune-every must be >= 0")
-        if self.duel_every < 1 or self.duel_window < 1 or not 0 <= self.duel_margin < math.inf:
-            raise UsageError("--duel-every and --duel-window must be >= 1, --duel-margin >= 0")
-        parse_grid(self.alpha_grid)
-        parse_candidates(self.duel_candidates)
+        tuner_params(self).validate()
         if isinstance(self.alpha, str):
             if self.alpha != "auto":
                 raise UsageError(f"--alpha must be a number or 'auto', not {self.alpha!r}")
@@ -310,53 +266,3 @@ class SimConfig:
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
-
-
-# ---------------------------------------------------------------------------------- tuning candidates
-
-LRU = "lru"  # the tuning candidate that stands for SGLang+'s eviction
-
-
-MAX_ALPHAS = 1000
-
-
-def parse_grid(text: str | list | tuple, flag: str = "--alpha-grid") -> tuple[float, ...]:
-    """'0:2:0.1' (inclusive range) or '0,0.5,1' -> sorted unique alphas (``flag`` names the option
-    in error messages)."""
-    if isinstance(text, (list, tuple)):
-        vals = [float(v) for v in text]
-    else:
-        text = str(text).strip()
-        try:
-            if ":" in text:
-                lo, hi, step = (float(x) for x in text.split(":"))
-                if not (0 < step < math.inf and lo <= hi < math.inf):  # NaN fails too
-                    raise ValueError
-                n = int(round((hi - lo) / step))
-                if n >= MAX_ALPHAS:  # each alpha is a shadow cache or a replay: refuse before building
-                    raise UsageError(f"{flag} {text!r} has {n + 1:,} alphas (at most {MAX_ALPHAS:,})")
-                vals = [round(lo + i * step, 10) for i in range(n + 1)]
-            else:
-                vals = [float(x) for x in text.split(",") if x.strip()]
-        except UsageError:
-            raise
-        except ValueError:
-            raise UsageError(f"{flag} must look like 0:2:0.1 or 0,0.5,1, not {text!r}") from None
-    if not vals or not all(0 <= v < math.inf for v in vals):
-        raise UsageError(f"{flag} needs finite alphas >= 0, not {text!r}")
-    return tuple(sorted(set(vals)))
-
-
-def parse_candidates(text: str) -> list:
-    """'lru,0,0.5,1' -> [LRU, 0.0, 0.5, 1.0]: LRU first, then alphas ascending (the preference order:
-    ties go to the earlier one). Alphas may also be given as a grid, 'lru,0:2:0.5'."""
-    parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    lru = any(p.lower() == LRU for p in parts)
-    rest = [p for p in parts if p.lower() != LRU]
-    alphas: tuple = ()
-    if rest:
-        alphas = parse_grid(rest[0] if len(rest) == 1 and ":" in rest[0] else ",".join(rest), flag="--duel-candidates")
-    cands = ([LRU] if lru else []) + list(alphas)
-    if len(cands) < 1:
-        raise UsageError("--duel-candidates needs at least one of lru or an alpha")
-    return cands

@@ -20,6 +20,7 @@ from sim.replay.measure import read_timing
 from sim.tuning.duel import DuelTuner
 from sim.tuning.oracle import run_oracle
 from sim.tuning.replay import AlphaTuner
+from sim.tuning_options import tuner_params
 from traces.base import Trace
 
 #: the tuners that run a preset tuned in hindsight over several simulations, by the name its
@@ -55,11 +56,12 @@ def build(
         sim = ArtifactSimulation(trace, config, bugs=config.compat == "paper", **kw)
     if sim.auto_alpha and sim.preset.uses_alpha and sim.preset.caching:
         paper = config.compat != "corrected"
-        kind = config.tuner or ("replay" if paper else "duel")
+        tp = tuner_params(config)
+        kind = tp.tuner or ("replay" if paper else "duel")
         if kind == "duel":
             sim.tuner = DuelTuner(sim, build)
         else:
-            lru = config.tuning_lru if config.tuning_lru is not None else not paper
+            lru = tp.tuning_lru if tp.tuning_lru is not None else not paper
             sim.tuner = AlphaTuner(sim, build, lru)
     return sim
 

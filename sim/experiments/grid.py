@@ -21,7 +21,8 @@ from sim.errors import UsageError
 from sim.trace_options import TRACE_OPTIONS
 
 #: bump when the meaning of a row changes so old results are not mistaken for new ones
-ROW_VERSION = 1
+#: (2: the tuning knobs are TunerParams' (sim/tuning_options.py); same columns, new config ids)
+ROW_VERSION = 2
 #: knobs that change speed, not results: kept out of the config id
 SPEED_KNOBS = ("tuning_workers",)
 #: knobs read only by alpha tuning (--alpha auto) and presets tuned in hindsight (marconi-oracle,

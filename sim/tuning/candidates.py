@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from policies.eviction import LRULeafEviction, MarconiEviction
-from sim.config import LRU
 from sim.engine.simulation import Simulation
+from sim.tuning_options import LRU
 
 
 def set_candidate(sim: Simulation, cand) -> None:

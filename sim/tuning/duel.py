@@ -7,10 +7,10 @@ import time
 
 import numpy as np
 
-from sim.config import LRU, parse_candidates
 from sim.engine.simulation import Simulation
 from sim.tuning.candidates import set_candidate
 from sim.tuning.replay import Builder
+from sim.tuning_options import LRU, parse_candidates, tuner_params
 
 
 class DuelTuner:
@@ -36,12 +36,13 @@ class DuelTuner:
 
     def __init__(self, sim: Simulation, build: Builder) -> None:
         cfg = sim.config
+        p = tuner_params(cfg)
         self.sim = sim
-        self.candidates = parse_candidates(cfg.duel_candidates)
-        self.every = cfg.duel_every
-        self.window = cfg.duel_window
-        self.margin = cfg.duel_margin
-        self.objective = cfg.tuning_objective or "hit-rate"
+        self.candidates = parse_candidates(p.duel_candidates)
+        self.every = p.duel_every
+        self.window = p.duel_window
+        self.margin = p.duel_margin
+        self.objective = p.tuning_objective or "hit-rate"
         n = len(sim.trace.requests)
         shadow_cfg = dataclasses.replace(cfg, alpha=0.0)
         self.shadows = []

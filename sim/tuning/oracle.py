@@ -9,10 +9,10 @@ import dataclasses
 from concurrent.futures import ProcessPoolExecutor
 
 from policies.base import get_preset
-from sim.config import parse_grid
 from sim.engine.drivers import run
 from sim.engine.metrics import SimResult
 from sim.tuning.replay import Builder, default_workers
+from sim.tuning_options import parse_grid, tuner_params
 
 
 def _oracle_one(args) -> tuple[float, SimResult]:
@@ -24,7 +24,7 @@ def run_oracle(trace, config, build: Builder, progress=None) -> SimResult:
     """Best static alpha in hindsight over the grid, by token hit rate (ties: smallest alpha); each
     run simulates the preset the policy's ``hindsight_of`` names."""
     policy = get_preset(config.policy).hindsight_of
-    grid = parse_grid(config.alpha_grid)
+    grid = parse_grid(tuner_params(config).alpha_grid)
     workers = min(default_workers(config), len(grid))
     jobs = [(trace, config, policy, a, build) for a in grid]
     if workers <= 1:

@@ -57,7 +57,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable
 
-from sim.config import LRU, parse_grid
+from sim.tuning_options import LRU, parse_grid, tuner_params
 from sim.engine.drivers import run_sequential
 from sim.engine.simulation import Simulation
 from sim.tuning.candidates import set_candidate
@@ -131,7 +131,8 @@ def pick(scores: dict) -> object:
 
 
 def default_workers(config) -> int:
-    return config.tuning_workers if config.tuning_workers > 0 else (os.cpu_count() or 1)
+    workers = tuner_params(config).tuning_workers
+    return workers if workers > 0 else (os.cpu_count() or 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -145,14 +146,15 @@ class AlphaTuner:
 
     def __init__(self, sim: Simulation, build: Builder, lru: bool) -> None:
         cfg = sim.config
+        p = tuner_params(cfg)
         self.sim = sim
         self.build = build
-        self.grid = parse_grid(cfg.alpha_grid)
+        self.grid = parse_grid(p.alpha_grid)
         self.candidates: list = list(self.grid) + ([LRU] if lru else [])
-        self.multiplier = cfg.bootstrap_multiplier
-        self.objective = cfg.tuning_objective or "flops"
-        self.start = cfg.tuning_start
-        self.retune_every = cfg.retune_every
+        self.multiplier = p.bootstrap_multiplier
+        self.objective = p.tuning_objective or "flops"
+        self.start = p.tuning_start
+        self.retune_every = p.retune_every
         self.workers = default_workers(cfg)
         self.order: list[int] = []  # request ids in processing order
         self.times: list[float] = []
