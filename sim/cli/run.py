@@ -16,7 +16,7 @@ from sim.cli.outdir import atomic_write, check_output_files, input_paths, output
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, flag_of, format_size, parse_size
 from sim.cost import get_model
-from sim.engine.metrics import SUMMARY_KEYS
+from sim.engine.metrics import SUMMARY_KEYS, RunSummary
 from sim.errors import UsageError
 from sim.engine.events import EventLog, event_row, write_events
 from sim.replay.measure import read_timing
@@ -169,21 +169,22 @@ def _fitting_default_policies(configs: list[SimConfig], trace) -> tuple[list[Sim
     )
 
 
-def json_row(cfg: SimConfig, summary: dict) -> dict:
+def json_row(cfg: SimConfig, summary: RunSummary) -> dict:
     """One policy's `--format json` record: the table's columns by name, rejected inserts, and the
     alpha used (the static one, or the one the tuner chose; null where alpha does not apply or the
     tuner chose SGLang+'s LRU, see ``tuned_choice``)."""
-    row = {k: summary[k] for k in SUMMARY_KEYS}
-    row["rejected"] = int(summary.get("rejected_inserts", 0))
+    row = {k: getattr(summary, k) for k in SUMMARY_KEYS}
+    row["rejected"] = int(summary.rejected_inserts)
+    choice = summary.tuning.tuned_choice if summary.tuning is not None else None
     if not get_preset(cfg.policy).uses_alpha:
         alpha = None
-    elif summary.get("tuned_choice") is not None:
-        tuned = summary.get("tuned_alpha")
+    elif choice is not None:
+        tuned = summary.tuning.tuned_alpha
         alpha = None if tuned is None or math.isnan(tuned) else float(tuned)
     else:
         alpha = None if isinstance(cfg.alpha, str) else float(cfg.alpha)
     row["alpha"] = alpha
-    row["tuned_choice"] = summary.get("tuned_choice")
+    row["tuned_choice"] = choice
     return row
 
 
@@ -203,20 +204,20 @@ def _scheduler(cfg: SimConfig) -> str:
     return f", continuous batching ({cfg.max_num_batched_tokens} tokens, {cfg.max_num_seqs} seqs per step)"
 
 
-def format_table(rows: list[dict]) -> str:
+def format_table(rows: list[RunSummary]) -> str:
     head = ["policy", "token hit", "request hit", "FLOPs saved", "TTFT p50 ms", "TTFT p95 ms", "evictions", "rejected"]
     lines = []
     for r in rows:
         lines.append(
             [
-                r["policy"],
-                f"{r['token_hit_rate'] * 100:.2f}%",
-                f"{r['request_hit_rate'] * 100:.2f}%",
-                f"{r['flops_saved']:.3e}",
-                f"{r['ttft_p50_ms']:.1f}",
-                f"{r['ttft_p95_ms']:.1f}",
-                str(r["evictions"]),
-                str(r.get("rejected_inserts", 0)),
+                r.policy,
+                f"{r.token_hit_rate * 100:.2f}%",
+                f"{r.request_hit_rate * 100:.2f}%",
+                f"{r.flops_saved:.3e}",
+                f"{r.ttft_p50_ms:.1f}",
+                f"{r.ttft_p95_ms:.1f}",
+                str(r.evictions),
+                str(r.rejected_inserts),
             ]
         )
     widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(head)]
@@ -330,16 +331,17 @@ def register(main: click.Group) -> None:
             )
             click.echo(format_table(rows))
             for r in rows:
-                if r.get("tuned_choice") is None:
+                t = r.tuning
+                if t is None or t.tuned_choice is None:
                     continue
-                if r.get("tuning_rounds"):
+                if getattr(t, "tuning_rounds", 0):
                     click.echo(
-                        f"{r['policy']}: alpha auto -> {r['tuned_choice']} (adopted at request "
-                        f"{r.get('tuned_at_request')}; {r.get('tuning_switches', 0)} switches in "
-                        f"{r['tuning_rounds']} tuning rounds)"
+                        f"{r.policy}: alpha auto -> {t.tuned_choice} (adopted at request "
+                        f"{t.tuned_at_request}; {getattr(t, 'tuning_switches', 0)} switches in "
+                        f"{t.tuning_rounds} tuning rounds)"
                     )
                 else:
-                    click.echo(f"{r['policy']}: best static alpha in hindsight {r['tuned_choice']}")
+                    click.echo(f"{r.policy}: best static alpha in hindsight {t.tuned_choice}")
         if out is not None:
             _write_outputs(out, trace, results)
         if events_path is not None:
@@ -349,7 +351,7 @@ def register(main: click.Group) -> None:
         import pandas as pd  # noqa: PLC0415 - only --out writes tables
 
         out.mkdir(parents=True, exist_ok=True)
-        summary = [_finite({**cfg.as_row(), "trace": trace.name, **res.summary}) for cfg, res in results]
+        summary = [_finite({**cfg.as_row(), "trace": trace.name, **res.summary.to_dict()}) for cfg, res in results]
         text = json.dumps(summary, indent=2, allow_nan=False)
         atomic_write(out / "summary.json", lambda tmp: tmp.write_text(text))
         for name in ("requests", "occupancy"):  # one table each, all policies, policy column first

@@ -11,6 +11,8 @@ An attached tuner (``sim.tuning``) is called around each request's insert.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import simpy
 
@@ -65,7 +67,7 @@ def run(sim: Simulation) -> SimResult:
         run_des(sim)
     res = sim.rec.result(sim.trace, sim.tree, sim.config.policy)
     if sim.tuner is not None:
-        res.summary.update(sim.tuner.summary())
+        res.summary = dataclasses.replace(res.summary, tuning=sim.tuner.summary())
     return res
 
 

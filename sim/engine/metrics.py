@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -30,9 +30,186 @@ SUMMARY_KEYS = [
 _OCCUPANCY_POINTS = 2000  # occupancy series kept at most this many samples (reservoir by stride)
 
 
+@dataclass(frozen=True)
+class _Summary:
+    """The dict-style reading every summary group shares (``s["key"]``, ``s.get``, ``s.keys()``):
+    the keys and values of ``to_dict()``."""
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def keys(self):
+        return self.to_dict().keys()
+
+    def get(self, key: str, default=None):
+        return self.to_dict().get(key, default)
+
+    def __getitem__(self, key: str):
+        return self.to_dict()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.to_dict()
+
+
+@dataclass(frozen=True)
+class DuelTuning(_Summary):
+    """What ``--alpha auto --tuner duel`` (``sim.tuning.duel``) chose and how it got there."""
+
+    tuned_alpha: float
+    """The alpha the run ended on; NaN when the tuner chose SGLang+'s LRU (see ``tuned_choice``)."""
+    tuned_choice: str
+    """The candidate the run ended on as text: an alpha (``"%g"``) or ``"lru"``."""
+    tuned_at_request: int | None
+    """Index of the request at which the first tuning round ran; None before any round."""
+    tuning_rounds: int
+    """Tuning rounds run (count)."""
+    tuning_switches: int
+    """Rounds that switched to another candidate (count)."""
+    tuning_seconds: float
+    """Wall-clock time spent tuning (seconds of this process, not simulated time)."""
+    first_eviction_request: int | None
+    """Index of the request whose insert first evicted; None if nothing was evicted."""
+
+
+@dataclass(frozen=True)
+class ReplayTuning(_Summary):
+    """What ``--alpha auto --tuner replay`` (``sim.tuning.replay``, the artifact's bootstrap-window
+    replay) chose; all None/0 when the run never reached a tuning round."""
+
+    tuned_alpha: float | None
+    """The alpha adopted; NaN when LRU won, None when no round ran."""
+    tuned_choice: str | None
+    """The candidate adopted as text (an alpha ``"%g"`` or ``"lru"``); None when no round ran."""
+    tuned_at_request: int | None
+    """Index of the request at which the first round ran; None when no round ran."""
+    tuning_rounds: int
+    """Tuning rounds run (count)."""
+    tuning_seconds: float
+    """Wall-clock time spent replaying (seconds of this process, not simulated time)."""
+    first_eviction_request: int | None
+    """Index of the request at which the first eviction was seen; None if nothing was evicted."""
+
+
+@dataclass(frozen=True)
+class OracleTuning(_Summary):
+    """``marconi-oracle`` (``sim.tuning.oracle``): the best static alpha in hindsight."""
+
+    tuned_alpha: float
+    """The alpha of the best run (by token hit rate; ties: the smallest alpha)."""
+    tuned_choice: str
+    """That alpha as text (``"%g"``)."""
+    tuned_at_request: None
+    """Always None: nothing is adopted during the run."""
+    oracle_hit_rates: dict[str, float]
+    """Token hit rate (fraction) of each alpha of the grid, keyed by the alpha as ``"%g"``."""
+
+
+@dataclass(frozen=True)
+class RunSummary(_Summary):
+    """The summary of one simulation: one typed field per metric, in the order of the dict
+    ``to_dict()`` gives (the run's JSON, the sweep's rows); ``tuning`` adds its own fields at the
+    end. Latency and step fields are always there (0 where they do not apply: the steps of an
+    fcfs run). Dict-style reads (``s["token_hit_rate"]``, ``s.get``, ``s.keys()``) see
+    ``to_dict()``."""
+
+    policy: str
+    """The policy preset's name."""
+    token_hit_rate: float
+    """Prompt tokens served from the cache over all prompt tokens (fraction)."""
+    request_hit_rate: float
+    """Requests that reused at least one cached token (fraction)."""
+    flops_saved: float
+    """Prefill FLOPs not spent thanks to cache hits (FLOPs, summed over requests)."""
+    flops_saved_frac: float
+    """``flops_saved`` over the prefill FLOPs of all prompts (fraction)."""
+    ttft_p5_ms: float
+    """Time to first token, 5th percentile over finished requests (ms)."""
+    ttft_p50_ms: float
+    """Time to first token, median over finished requests (ms)."""
+    ttft_p95_ms: float
+    """Time to first token, 95th percentile over finished requests (ms)."""
+    ttft_mean_ms: float
+    """Time to first token, mean over finished requests (ms)."""
+    requests: int
+    """Requests in the trace (count)."""
+    input_tokens: int
+    """Prompt tokens over all requests (tokens)."""
+    hit_tokens: int
+    """Prompt tokens served from the cache (tokens)."""
+    evictions: int
+    """Cache evictions (count of evicted nodes)."""
+    checkpoints_admitted: int
+    """Recurrent-state checkpoints admitted to the cache (count)."""
+    checkpoints_hit: int
+    """Requests whose lookup resumed from a cached checkpoint (count)."""
+    checkpoints_evicted: int
+    """Recurrent-state checkpoints evicted (count)."""
+    kv_tokens_evicted: int
+    """KV-cache tokens evicted (tokens)."""
+    rejected_inserts: int
+    """Inserts the cache refused (count)."""
+    peak_bytes: int
+    """Peak cache occupancy, KV plus states (bytes)."""
+    capacity_overshoots: int
+    """Inserts that ended above capacity (count; only the published-artifact compat mode has any)."""
+    final_kv_bytes: int
+    """KV cache held at the end (bytes)."""
+    final_state_bytes: int
+    """Recurrent states held at the end (bytes)."""
+    e2e_p50_ms: float
+    """End-to-end latency (arrival to last token), median over finished requests (ms)."""
+    e2e_p95_ms: float
+    """End-to-end latency, 95th percentile over finished requests (ms)."""
+    tpot_p50_ms: float
+    """Time per output token after the first, median (ms; requests with one output token left out)."""
+    tpot_p95_ms: float
+    """Time per output token after the first, 95th percentile (ms)."""
+    queue_p50_ms: float
+    """Queueing delay (arrival to prefill start), median over finished requests (ms)."""
+    queue_p95_ms: float
+    """Queueing delay, 95th percentile over finished requests (ms)."""
+    throughput_rps: float
+    """Finished requests per second of simulated time, first arrival to last token (1/s)."""
+    output_tokens_per_s: float
+    """Output tokens of finished requests per second of simulated time (tokens/s)."""
+    steps: int
+    """Engine steps (``--scheduler continuous``; 0 otherwise)."""
+    batch_size_mean: float
+    """Requests per engine step, mean over steps (requests)."""
+    batch_size_p50: float
+    """Requests per engine step, median (requests)."""
+    batch_size_p95: float
+    """Requests per engine step, 95th percentile (requests)."""
+    batch_size_max: int
+    """Requests per engine step, largest (requests)."""
+    step_tokens_mean: float
+    """Tokens per engine step, mean over steps (tokens)."""
+    step_tokens_p50: float
+    """Tokens per engine step, median (tokens)."""
+    step_tokens_p95: float
+    """Tokens per engine step, 95th percentile (tokens)."""
+    step_tokens_max: int
+    """Tokens per engine step, largest (tokens)."""
+    preemptions: int
+    """Requests preempted by the continuous scheduler (count)."""
+    memory_overshoots: int
+    """Steps whose charged memory exceeded the budget (count)."""
+    peak_charged_bytes: int
+    """Peak memory charged by the continuous scheduler (bytes)."""
+    tuning: DuelTuning | ReplayTuning | OracleTuning | None = None
+    """What an auto-tuned run (``--alpha auto``) or a hindsight bound chose; None for a static run."""
+
+    def to_dict(self) -> dict:
+        """The summary as the plain dict of old: every metric, then the tuning group's fields."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "tuning"}
+        if self.tuning is not None:
+            d.update(self.tuning.to_dict())
+        return d
+
+
 @dataclass
 class SimResult:
-    summary: dict
+    summary: RunSummary
     requests: pd.DataFrame
     occupancy: pd.DataFrame = field(default_factory=pd.DataFrame)
 
@@ -154,32 +331,32 @@ class Recorder:
         total_in = int(self.input_tokens.sum())
         done = self.done
         t_ms = ttft[done] * 1e3 if done.any() else np.zeros(1)
-        summary = {
-            "policy": policy,
-            "token_hit_rate": float(self.hit_tokens.sum() / total_in) if total_in else 0.0,
-            "request_hit_rate": float((self.hit_tokens > 0).mean()),
-            "flops_saved": float(flops_saved.sum()),
-            "flops_saved_frac": float(flops_saved.sum() / flops_total.sum()) if flops_total.sum() else 0.0,
-            "ttft_p5_ms": float(np.percentile(t_ms, 5)),
-            "ttft_p50_ms": float(np.percentile(t_ms, 50)),
-            "ttft_p95_ms": float(np.percentile(t_ms, 95)),
-            "ttft_mean_ms": float(t_ms.mean()),
-            "requests": int(len(reqs)),
-            "input_tokens": total_in,
-            "hit_tokens": int(self.hit_tokens.sum()),
-            "evictions": int(st.evictions),
-            "checkpoints_admitted": int(st.states_admitted),
-            "checkpoints_hit": int(self.state_hit.sum()),
-            "checkpoints_evicted": int(st.states_evicted),
-            "kv_tokens_evicted": int(st.kv_tokens_evicted),
-            "rejected_inserts": int(st.rejected_inserts),
-            "peak_bytes": int(st.peak_bytes),
-            "capacity_overshoots": int(st.overshoots),
-            "final_kv_bytes": int(tree.kv_tokens * tree.kv_bytes_per_token),
-            "final_state_bytes": int(tree.n_states * tree.state_bytes),
+        summary = RunSummary(
+            policy=policy,
+            token_hit_rate=float(self.hit_tokens.sum() / total_in) if total_in else 0.0,
+            request_hit_rate=float((self.hit_tokens > 0).mean()),
+            flops_saved=float(flops_saved.sum()),
+            flops_saved_frac=float(flops_saved.sum() / flops_total.sum()) if flops_total.sum() else 0.0,
+            ttft_p5_ms=float(np.percentile(t_ms, 5)),
+            ttft_p50_ms=float(np.percentile(t_ms, 50)),
+            ttft_p95_ms=float(np.percentile(t_ms, 95)),
+            ttft_mean_ms=float(t_ms.mean()),
+            requests=int(len(reqs)),
+            input_tokens=total_in,
+            hit_tokens=int(self.hit_tokens.sum()),
+            evictions=int(st.evictions),
+            checkpoints_admitted=int(st.states_admitted),
+            checkpoints_hit=int(self.state_hit.sum()),
+            checkpoints_evicted=int(st.states_evicted),
+            kv_tokens_evicted=int(st.kv_tokens_evicted),
+            rejected_inserts=int(st.rejected_inserts),
+            peak_bytes=int(st.peak_bytes),
+            capacity_overshoots=int(st.overshoots),
+            final_kv_bytes=int(tree.kv_tokens * tree.kv_bytes_per_token),
+            final_state_bytes=int(tree.n_states * tree.state_bytes),
             **self._latency(done, e2e, tpot),
             **self._steps(),
-        }
+        )
         occ = pd.DataFrame({"t_s": self._occ_t, "kv_bytes": self._occ_kv, "state_bytes": self._occ_state})
         return SimResult(summary, df, occ)
 

@@ -43,7 +43,7 @@ from sim.cache.tree import HybridRadixTree, MatchResult, Node
 from sim.config import UNLIMITED, SimConfig, format_size, parse_size
 from sim.cost import GDN_CHUNK, ModelSpec, TimingModel, default_timing, get_model
 from sim.engine.events import EVENTS, listeners
-from sim.engine.metrics import Recorder
+from sim.engine.metrics import DuelTuning, Recorder, ReplayTuning
 from sim.errors import UsageError
 from traces.base import Request, Trace
 
@@ -54,7 +54,7 @@ class Tuner(Protocol):
     def seen(self, r: Request, t: float) -> None: ...
     def before_insert(self, k: int) -> None: ...
     def after_insert(self, k: int, r: Request, t: float) -> None: ...
-    def summary(self) -> dict: ...
+    def summary(self) -> "DuelTuning | ReplayTuning": ...
 
 
 @dataclass(slots=True)

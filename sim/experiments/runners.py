@@ -58,7 +58,7 @@ def execute(task: Task, save_requests: bool = False) -> dict:
     t0 = time.perf_counter()
     res = simulate(trace, task.config)
     wall = time.perf_counter() - t0
-    summary = dict(res.summary)
+    summary = res.summary.to_dict()
     summary.pop("policy", None)
     for k, v in summary.items():  # nested values (e.g. the oracle's per-alpha hit rates) as JSON text
         if isinstance(v, (dict, list, tuple)):

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from sim.engine.metrics import DuelTuning
 from sim.engine.simulation import Simulation
 from sim.tuning.candidates import set_candidate
 from sim.tuning.replay import Builder
@@ -96,14 +97,14 @@ class DuelTuner:
             set_candidate(self.sim, self.chosen)
         self.history.append({"at_request": m, "choice": self.chosen, "switched": bool(switch)})
 
-    def summary(self) -> dict:
+    def summary(self) -> DuelTuning:
         choice = self.chosen
-        return {
-            "tuned_alpha": float("nan") if choice == LRU else float(choice),
-            "tuned_choice": "lru" if choice == LRU else f"{float(choice):g}",
-            "tuned_at_request": self.history[0]["at_request"] if self.history else None,
-            "tuning_rounds": len(self.history),
-            "tuning_switches": sum(h["switched"] for h in self.history),
-            "tuning_seconds": self.seconds,
-            "first_eviction_request": self.first_eviction,
-        }
+        return DuelTuning(
+            tuned_alpha=float("nan") if choice == LRU else float(choice),
+            tuned_choice="lru" if choice == LRU else f"{float(choice):g}",
+            tuned_at_request=self.history[0]["at_request"] if self.history else None,
+            tuning_rounds=len(self.history),
+            tuning_switches=sum(h["switched"] for h in self.history),
+            tuning_seconds=self.seconds,
+            first_eviction_request=self.first_eviction,
+        )

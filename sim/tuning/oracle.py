@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from policies.base import get_preset
 from sim.engine.drivers import run
-from sim.engine.metrics import SimResult
+from sim.engine.metrics import OracleTuning, SimResult
 from sim.tuning.replay import Builder, default_workers
 from sim.tuning_options import parse_grid, tuner_params
 
@@ -34,16 +34,15 @@ def run_oracle(trace, config, build: Builder, progress=None) -> SimResult:
             results = list(ex.map(_oracle_one, jobs))
     best_alpha, best = results[0]
     for a, res in results[1:]:
-        if res.summary["token_hit_rate"] > best.summary["token_hit_rate"]:
+        if res.summary.token_hit_rate > best.summary.token_hit_rate:
             best_alpha, best = a, res
-    summary = dict(best.summary)
-    summary.update(
-        policy=config.policy,
+    tuning = OracleTuning(
         tuned_alpha=float(best_alpha),
         tuned_choice=f"{best_alpha:g}",
         tuned_at_request=None,
-        oracle_hit_rates={f"{a:g}": r.summary["token_hit_rate"] for a, r in results},
+        oracle_hit_rates={f"{a:g}": r.summary.token_hit_rate for a, r in results},
     )
+    summary = dataclasses.replace(best.summary, policy=config.policy, tuning=tuning)
     if progress is not None:
         progress.update(len(trace.requests))
     return dataclasses.replace(best, summary=summary)

@@ -59,6 +59,7 @@ from typing import Callable
 
 from sim.tuning_options import LRU, parse_grid, tuner_params
 from sim.engine.drivers import run_sequential
+from sim.engine.metrics import ReplayTuning
 from sim.engine.simulation import Simulation
 from sim.tuning.candidates import set_candidate
 from traces.base import Trace
@@ -224,14 +225,14 @@ class AlphaTuner:
         else:
             self.next_at = None
 
-    def summary(self) -> dict:
+    def summary(self) -> ReplayTuning:
         first = self.history[0] if self.history else None
         choice = self.chosen
-        return {
-            "tuned_alpha": (None if choice is None else (float("nan") if choice == LRU else float(choice))),
-            "tuned_choice": (None if choice is None else ("lru" if choice == LRU else f"{float(choice):g}")),
-            "tuned_at_request": first["at_request"] if first else None,
-            "tuning_rounds": len(self.history),
-            "tuning_seconds": self.seconds,
-            "first_eviction_request": self.n_before,
-        }
+        return ReplayTuning(
+            tuned_alpha=(None if choice is None else (float("nan") if choice == LRU else float(choice))),
+            tuned_choice=(None if choice is None else ("lru" if choice == LRU else f"{float(choice):g}")),
+            tuned_at_request=first["at_request"] if first else None,
+            tuning_rounds=len(self.history),
+            tuning_seconds=self.seconds,
+            first_eviction_request=self.n_before,
+        )
