@@ -56,9 +56,10 @@ def _inputs(T, H, HV, K, V, seed, dtype=torch.float32, device="cpu"):
     ]
 
 
-@pytest.mark.parametrize("K,V,T", [(100, 100, 70), (8, 24, 65), (40, 200, 65)])
+@pytest.mark.parametrize("K,V,T", [(100, 100, 70), (8, 24, 65), (40, 200, 65), (64, 32, 65)])
 def test_head_dims_not_powers_of_two(K, V, T):
-    """Masked tiles: K and V are padded to the next power of two inside the kernels."""
+    """Masked tiles: K and V are padded to the next power of two inside the kernels; and K's tile
+    wider than V's (64 / 32: the w/u kernel's tiles follow K, the state's follow V)."""
     q, k, v, g, beta, h0 = _inputs(T, 2, 4, K, V, seed=K + V)
     o, ht, hb = chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True)
     ro, rf, rb, _ = naive_gated_delta_rule(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True)

@@ -75,3 +75,20 @@ def test_strided_input_stride_and_empty_sequence():
     assert cb.shape[0] == 0  # boundary 64 of seq 2 is odd: stride 2 skips it
     with pytest.raises(ValueError):
         causal_conv1d(x, w[:, :1])
+
+
+def test_noncontiguous_conv_state_is_read_by_its_strides():
+    """A conv state that is a view (a transposed [N, W-1, D] buffer, as an engine's state pool may
+    hold it) gives the same outputs and states as its contiguous copy and the reference."""
+    gen = torch.Generator().manual_seed(4)
+    D = 32
+    x, w = rnd(gen, 1, 100, D), rnd(gen, D, 4)
+    cs = rnd(gen, 2, 3, D).transpose(1, 2)  # [2, D, 3], not contiguous
+    assert not cs.is_contiguous()
+    cu = [0, 40, 100]
+    y, cf, cb = causal_conv1d(x, w, conv_state=cs, cu_seqlens=cu, start_positions=[10, 30])
+    y2, cf2, cb2 = causal_conv1d(x, w, conv_state=cs.contiguous(), cu_seqlens=cu, start_positions=[10, 30])
+    ry, rcf, _, _ = naive_causal_conv1d(x, w, conv_state=cs, cu_seqlens=cu, start_positions=[10, 30])
+    assert torch.equal(y, y2) and torch.equal(cf, cf2) and torch.equal(cb, cb2)
+    close(y, ry)
+    close(cf, rcf)
