@@ -406,6 +406,7 @@ class TimingModel:
     decode_ms_per_token: float
     source: str = field(default="", compare=False)
     _inv: float = field(init=False, repr=False, compare=False, default=0.0)
+    charges_splits = False  # FLOPs only: an exact-alignment split costs nothing here
 
     def __post_init__(self) -> None:
         if self.effective_tflops <= 0 or self.overhead_ms < 0 or self.decode_ms_per_token < 0:

@@ -5,7 +5,6 @@ their plain-torch twin on a CPU) against a real checkpoint store, checked and ti
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import click
@@ -63,13 +62,11 @@ def _duration(secs: float) -> str:
     return f"{secs / 3600:,.1f} h"
 
 
-def check_before_work(spec, tolerance, calibrate_path, out, force: bool, trace_spec) -> None:
-    """Everything about the settings and outputs of a replay that can fail, checked before the trace is
-    loaded and replayed: the tolerance, the output files (not an input, not existing unless --force) and
-    their folders (created now, or refused). (A model too wide for the CPU is warned of, not refused:
-    ``cpu_time_warning`` once the trace is loaded.)"""
-    if tolerance is not None and not 0 < tolerance < math.inf:  # NaN fails both comparisons
-        raise UsageError(f"--tolerance must be a finite number > 0, not {tolerance}")
+def check_before_work(spec, calibrate_path, out, force: bool, trace_spec) -> None:
+    """The outputs of a replay, checked before the trace is loaded and replayed: the output files (not
+    an input, not existing unless --force) and their folders (created now, or refused). The settings
+    (the tolerance among them) are ``ReplaySettings.validate``'s, run before this. (A model too wide
+    for the CPU is warned of, not refused: ``cpu_time_warning`` once the trace is loaded.)"""
     files = {Path(out) / name: "--out" for name in ("summary.json", "requests.parquet")} if out is not None else {}
     if calibrate_path is not None:
         files[Path(calibrate_path)] = "--calibrate"
@@ -280,7 +277,6 @@ def register(main: click.Group) -> None:
         from sim.simulate import build
 
         check_model(get_model(model), layers)  # refuse non-GDN presets before loading a trace
-        check_before_work(get_model(model), tolerance, calibrate_path, out, force, kwargs.get("trace"))
         if dtype is None:
             dtype = "fp32" if device == "cpu" else "bf16"
         settings = ReplaySettings(
@@ -295,7 +291,8 @@ def register(main: click.Group) -> None:
             kernel=kernel,
             validation=validation,
         )
-        settings.validate()
+        settings.validate()  # before any output folder is made
+        check_before_work(get_model(model), calibrate_path, out, force, kwargs.get("trace"))
         config = SimConfig(
             policy=policy,
             model=model,

@@ -421,7 +421,7 @@ class Simulation:
     def prefill_s(self, f: Flight) -> float:
         if self.config.ttft_model == "jamba":
             return self.timing.jamba_ttft_s(f.tok_in - f.hit_tokens)
-        if getattr(self.timing, "charges_splits", False):
+        if self.timing.charges_splits:  # skip counting splits for a model that ignores them
             return self.timing.prefill_time_s(self.spec, f.hit_tokens, f.tok_in, splits=self.prefill_splits(f))
         return self.timing.prefill_time_s(self.spec, f.hit_tokens, f.tok_in)
 

@@ -276,6 +276,16 @@ def _attend(q, k, v):
     return o[0].transpose(0, 1)
 
 
+def timestamp(cuda: bool):
+    """A point in time of device work: a recorded CUDA event (resolved later, no sync) on a GPU,
+    ``perf_counter`` on the CPU (where every op is synchronous)."""
+    if cuda:
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+    return time.perf_counter()
+
+
 class Marks:
     """Per-layer-type elapsed time of one call: CUDA events (resolved lazily, no sync on the hot
     path) on a GPU, ``perf_counter`` on the CPU (where every op is synchronous)."""
@@ -285,19 +295,12 @@ class Marks:
         self.points: list = []
         self.labels: list[str] = []
 
-    def _now(self):
-        if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            return ev
-        return time.perf_counter()
-
     def start(self) -> None:
-        self.points.append(self._now())
+        self.points.append(timestamp(self.cuda))
 
     def mark(self, label: str) -> None:
         self.labels.append(label)
-        self.points.append(self._now())
+        self.points.append(timestamp(self.cuda))
 
     def ms_by_type(self) -> dict[str, float]:
         out = {t: 0.0 for t in LAYER_TYPES}

@@ -56,7 +56,7 @@ class ReplaySettings:
             raise UsageError("--requests must be >= 1")
         if self.validation not in ("exact", "shadow", "tolerance"):
             raise UsageError(f"--validate must be exact, shadow or tolerance, not {self.validation!r}")
-        if self.tolerance is not None and not 0 < self.tolerance < float("inf"):
+        if self.tolerance is not None and not 0 < self.tolerance < float("inf"):  # NaN fails both
             raise UsageError(f"--tolerance must be a finite number > 0, not {self.tolerance}")
         if self.kernel not in kernel_choices():
             raise UsageError(f"--kernel must be one of {', '.join(kernel_choices())}, not {self.kernel!r}")
@@ -324,7 +324,6 @@ def _replay(
         kv_hits_validated=replayer.kv_hits_validated,
     )
     summary["validation"] = settings.validation
-    summary["integrity_checked"] = int(replayer.integrity_checked)
     summary["kv_tokens_live"] = int(store.kv_tokens)
     summary["mlp_moe_at_active_width"] = bool(shape.mlp_moe)
     summary["warmup_s"] = warm_s
