@@ -227,6 +227,16 @@ def register(main: click.Group) -> None:
         help="Relative error allowed in states and outputs [default: by dtype, see sim.replay.checks].",
     )
     @click.option(
+        "--measure",
+        type=click.Choice(["device", "wall"]),
+        default="device",
+        show_default=True,
+        help="How a GPU times prefills: device queues each timed call behind a GPU sleep as long as the "
+        "host's issue time, so its events time the kernels back to back (the model's time); wall times "
+        "it as issued to an idle GPU (short calls then time this harness's Python). Both record the "
+        "host's issue time.",
+    )
+    @click.option(
         "--calibrate",
         "calibrate_path",
         type=click.Path(dir_okay=False, path_type=Path),
@@ -261,6 +271,7 @@ def register(main: click.Group) -> None:
         seed,
         validation,
         tolerance,
+        measure,
         calibrate_path,
         out,
         force,
@@ -290,6 +301,7 @@ def register(main: click.Group) -> None:
             tolerance=tolerance,
             kernel=kernel,
             validation=validation,
+            measure=measure,
         )
         settings.validate()  # before any output folder is made
         check_before_work(get_model(model), calibrate_path, out, force, kwargs.get("trace"))

@@ -133,6 +133,8 @@ def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.D
             suffix_ms=r.suffix_ms,
             full_ms=r.full_ms,
             tail_ms=r.tail_ms,
+            suffix_host_ms=r.suffix_host_ms,
+            full_host_ms=r.full_host_ms,
             replay_flops=replayed_flops(spec, counts, r.suffix_segments),
             replay_full_flops=replayed_flops(spec, counts, [(0, n)]),
             replay_flops_simulated=rspec.prefill_flops(hit, n),
@@ -233,6 +235,10 @@ def summary(
         tokens_per_s=tokens / wall_s if wall_s > 0 else float("nan"),
         splits=int(df["splits"].sum()) if len(df) else 0,
     )
+    # the host's time to issue a timed prefill (Python, dispatch, launches): what a wall-clock
+    # measurement of short calls sees instead of the device's work (sim.replay.runner.Stopwatch)
+    host = df["suffix_host_ms"].dropna() if len(df) and "suffix_host_ms" in df else pd.Series([], dtype=float)
+    out["host_issue_ms"] = _quantiles(host) if len(host) else {}
     # the per-hit error distribution (validated hits): p50 / p95 / max of each kind
     out["restore_errors"] = {c[4:-6]: _quantiles(val[c]) for c in ERROR_COLUMNS} if len(val) else {}
     if len(df) and "integrity_checked" in df:

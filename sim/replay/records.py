@@ -28,6 +28,8 @@ class RequestRecord:
     suffix_ms: float = float("nan")
     full_ms: float = float("nan")
     tail_ms: float = float("nan")
+    suffix_host_ms: float = float("nan")  # the host's time to issue the timed prefill
+    full_host_ms: float = float("nan")
     late_admits: int = 0
     suffix_ms_by_type: dict = field(default_factory=dict)  # layer type -> ms of the timed prefill
     full_ms_by_type: dict = field(default_factory=dict)

@@ -29,29 +29,74 @@ from sim.replay.store import CheckpointStore
 from sim.replay.tokens import page_keys, prefix_hash
 
 
+#: how timed prefills are timed on a GPU (Stopwatch): device (queued) or wall (as issued)
+MEASURE_MODES = ("device", "wall")
+#: host issue time assumed for the first timed call, before any was measured (ms)
+HOST_GUESS_MS = 30.0
+#: a queued call waits behind a GPU sleep of this many times the longest recent host issue
+#: time, plus QUEUE_PAD_MS, so that the host has issued the whole call before the GPU starts it
+QUEUE_MARGIN = 1.25
+QUEUE_PAD_MS = 1.0
+#: recent host issue times the sleep is sized from
+QUEUE_WINDOW = 8
+
+
 class Stopwatch:
-    """Elapsed milliseconds of device work: CUDA events on a GPU (resolved lazily, so timing
-    adds no synchronisation), ``perf_counter`` around a synchronised region on the CPU."""
+    """Elapsed milliseconds of a timed call, and the host's time to issue it.
 
-    def __init__(self, device: torch.device) -> None:
+    On a GPU the device time comes from CUDA events (resolved lazily: timing adds no
+    synchronisation). ``queued`` (``--measure device``, the default): before each timed call a GPU
+    sleep as long as the host's recent issue times is queued, so the whole call is on the GPU's
+    queue before its first kernel starts and the events time the kernels back to back: the
+    model's device time, what an engine whose host keeps up runs. Without it (``--measure
+    wall``) a call issued to an idle GPU is timed as issued: at short lengths the replay's own
+    Python and launch time per layer (tens of ms per full-depth call, depending on the host CPU)
+    rather than the model's. On the CPU, ``perf_counter`` around a synchronous region. Every
+    handle also carries the host's issue time (``host_ms``)."""
+
+    def __init__(self, device: torch.device, queued: bool = False) -> None:
         self.cuda = device.type == "cuda"
+        self.queued = queued and self.cuda
+        self.recent: list[float] = []
+        self._cycles_per_ms: Optional[float] = None
 
-    def start(self):
-        return timestamp(self.cuda)
+    def _sleep_cycles(self) -> int:
+        if self._cycles_per_ms is None:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            torch.cuda._sleep(10_000_000)
+            b.record()
+            b.synchronize()
+            self._cycles_per_ms = 10_000_000 / max(1e-3, float(a.elapsed_time(b)))
+        ms = (max(self.recent) if self.recent else HOST_GUESS_MS) * QUEUE_MARGIN + QUEUE_PAD_MS
+        return int(ms * self._cycles_per_ms)
+
+    def start(self, queue: bool = True):
+        if self.queued and queue:
+            torch.cuda._sleep(self._sleep_cycles())
+        return (timestamp(self.cuda), time.perf_counter())
 
     def stop(self, started):
+        first, t0 = started
+        host = (time.perf_counter() - t0) * 1e3
+        if self.queued:
+            self.recent = (self.recent + [host])[-QUEUE_WINDOW:]
         if self.cuda:
-            return (started, timestamp(True))
-        return (time.perf_counter() - started) * 1e3
+            return (first, timestamp(True), host)
+        return ((time.perf_counter() - first) * 1e3, None, host)
 
     def ms(self, handle) -> float:
         if handle is None:
             return float("nan")
         if self.cuda:
-            a, b = handle
+            a, b, _ = handle
             b.synchronize()
             return float(a.elapsed_time(b))
-        return float(handle)
+        return float(handle[0])
+
+    @staticmethod
+    def host_ms(handle) -> float:
+        return float("nan") if handle is None else float(handle[2])
 
 
 class _Flight:
@@ -96,6 +141,7 @@ class Replayer:
         max_open: int = 16,
         eager: bool = True,
         validate: str = "exact",
+        measure: str = "wall",
     ) -> None:
         if validate_every < 1:
             raise ValueError("validate_every must be >= 1")
@@ -118,7 +164,9 @@ class Replayer:
         # eager (DES streams): a prompt runs at its decode, a decode-time state when admitted;
         # lazy (sequential streams, where admits follow the decode): at the next lookup
         self.eager = eager
-        self.clock = Stopwatch(model.device)
+        if measure not in MEASURE_MODES:
+            raise ValueError(f"measure must be one of {', '.join(MEASURE_MODES)}, not {measure!r}")
+        self.clock = Stopwatch(model.device, queued=measure == "device")
         self.flights: dict[int, _Flight] = {}
         self.pending: dict[int, _Flight] = {}  # checkpoint id -> flight that will produce it
         self.records: dict[int, RequestRecord] = {}
@@ -277,8 +325,10 @@ class Replayer:
         self._run(f, max([f.prefill_end] + list(f.wanted)))
         self.flights.pop(f.rid, None)
         r = f.record
-        r.suffix_ms = self.clock.ms(r._suffix_h) if r._suffix_h is not None else r.suffix_ms
-        r.full_ms = self.clock.ms(r._full_h) if r._full_h is not None else r.full_ms
+        if r._suffix_h is not None:
+            r.suffix_ms, r.suffix_host_ms = self.clock.ms(r._suffix_h), self.clock.host_ms(r._suffix_h)
+        if r._full_h is not None:
+            r.full_ms, r.full_host_ms = self.clock.ms(r._full_h), self.clock.host_ms(r._full_h)
         if r._suffix_marks is not None:
             r.suffix_ms_by_type = r._suffix_marks.ms_by_type()
         if r._full_marks is not None:
@@ -355,7 +405,7 @@ class Replayer:
                 self._validate(f, outs)
         if upto > f.pos:
             wanted = [p for p in f.wanted if f.pos < p <= upto]
-            t0 = self.clock.start()
+            t0 = self.clock.start(queue=False)
             state, _, _ = self.model.run(tok[f.pos : upto], state, f.pos, wanted, self._sink(f))
             rec._tail_h.append(self.clock.stop(t0))
             f.pos = upto

@@ -40,6 +40,7 @@ class ReplaySettings:
     warmup: bool = True
     validation: str = "exact"  # exact | shadow | tolerance (sim.replay.checks)
     kernel: str = "auto"  # gated-delta backend (sim.replay.backends); auto: by device
+    measure: str = "device"  # device | wall: how a GPU times prefills (sim.replay.runner.Stopwatch)
 
     def validate(self) -> None:
         if self.validate_every < 1:
@@ -58,6 +59,8 @@ class ReplaySettings:
             raise UsageError(f"--validate must be exact, shadow or tolerance, not {self.validation!r}")
         if self.tolerance is not None and not 0 < self.tolerance < float("inf"):  # NaN fails both
             raise UsageError(f"--tolerance must be a finite number > 0, not {self.tolerance}")
+        if self.measure not in ("device", "wall"):
+            raise UsageError(f"--measure must be device or wall, not {self.measure!r}")
         if self.kernel not in kernel_choices():
             raise UsageError(f"--kernel must be one of {', '.join(kernel_choices())}, not {self.kernel!r}")
 
@@ -281,6 +284,7 @@ def _replay(
         validate_every=settings.validate_every,
         tolerance=settings.tolerance,
         validate=settings.validation,
+        measure=settings.measure,
     )
     shadows = ()
     if settings.validation == "shadow":
@@ -329,6 +333,7 @@ def _replay(
     summary["warmup_s"] = warm_s
     summary["simulated_hit_tokens"] = int(sum(r.hit_tokens for r in records))
     summary["kernel"] = model.kernel
+    summary["measure"] = settings.measure if device.type == "cuda" else "wall"
     info = dict(
         asdict(settings),
         layers=layers,
