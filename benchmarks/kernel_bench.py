@@ -1,13 +1,24 @@
-"""Benchmark: the project's chunked gated-delta kernel vs FLA 0.6.0 on a CUDA GPU.
+"""Benchmark: the project's chunked gated-delta kernel vs FLA 0.6.0 and FlashQLA on a CUDA GPU.
 
     FLA_DISABLE_BACKEND_DISPATCH=1 python benchmarks/kernel_bench.py [--small] [--json out.json]
+        [--no-fla] [--no-flashqla] [--host-calls N]
     TRITON_CACHE_DIR=$(mktemp -d) python benchmarks/kernel_bench.py --coldstart plain|warmup
 
 bf16 q/k/v, fp32 log-decay g, bf16 beta, in-kernel q/k l2norm, K = V = 128, one sequence.
 Modes: ours with fp32 states at every 64-token boundary ("states"), ours with boundary states off
-("nostates"), FLA (`chunk_gated_delta_rule`, output_final_state=True, emits no chunk states).
+("nostates"), FLA (`chunk_gated_delta_rule`, output_final_state=True, emits no chunk states),
+FlashQLA (`flash_qla.chunk_gated_delta_rule`, the same call; where it imports: sm90 / sm100 /
+sm120, TileLang; emits no chunk states, so compare it with "nostates", and "states" against it for
+the cost of emitting them). Ratios: each row over FLA (x FLA) and over FlashQLA (x FQLA).
 Timing: triton.testing.do_bench (median) and do_bench_cudagraph (median; short shapes are
 launch-bound without graphs). TFLOP/s uses 174,080 FLOP per token x value head.
+
+Host overhead ("host us"): the time for the Python call to return while the GPU is kept busy, so
+that no launch waits for the device: a ~50 ms sleep kernel (torch.cuda._sleep) is queued first,
+then ``--host-calls`` calls (default 20) are enqueued back to back and timed on the host
+(perf_counter), the sum divided by their number; the device is synchronised only after the
+clock stops. The row is marked "*" if the sleep had ended before the last call returned (the
+figure may then include waiting for the device; raise HOST_SLEEP_CYCLES).
 """
 
 from __future__ import annotations
@@ -20,6 +31,45 @@ import sys
 os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
 
 FLOP_PER_TOKEN_HEAD = 174_080
+#: the sleep kernel that keeps the device busy while the host overhead is measured (~50 ms at
+#: an H200's ~1.8 GHz; the clock rate only sets how long it lasts)
+HOST_SLEEP_CYCLES = 100_000_000
+#: FlashQLA's head dims (the benchmark's are these)
+FLASHQLA_HEAD_DIM = 128
+
+
+def host_overhead_us(torch, fn, calls: int) -> tuple[float, bool]:
+    """Microseconds per call for ``fn`` to return on the host with the device queue busy (see the
+    module docstring), and whether the device stayed busy throughout (the figure is clean)."""
+    import time
+
+    fn()
+    torch.cuda.synchronize()
+    done = torch.cuda.Event()
+    torch.cuda._sleep(HOST_SLEEP_CYCLES)
+    done.record()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    busy = not done.query()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6, busy
+
+
+def _flashqla(torch):
+    """FlashQLA's ``chunk_gated_delta_rule`` where it imports and runs on this GPU, else None
+    (the reason printed)."""
+    cap = tuple(torch.cuda.get_device_capability())
+    if cap not in ((9, 0), (10, 0), (10, 3), (12, 0), (12, 1)):
+        print(f"# FlashQLA: no kernels for sm{cap[0]}{cap[1]}; no FlashQLA column")
+        return None
+    try:
+        from flash_qla import chunk_gated_delta_rule
+    except Exception as exc:  # noqa: BLE001 - not installed, or its import refuses the GPU
+        print(f"# FlashQLA not importable ({type(exc).__name__}: {exc}); no FlashQLA column")
+        return None
+    return chunk_gated_delta_rule
 
 
 def _profile(torch, fns, h, hv, T, reps=5):
@@ -92,7 +142,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--small", action="store_true", help="quick run: T=4096 and 8192 only")
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
-    ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--no-fla", action="store_true", help="no FLA column")
+    ap.add_argument("--no-flashqla", action="store_true", help="no FlashQLA column")
+    ap.add_argument(
+        "--host-calls", type=int, default=20, help="calls enqueued per host-overhead measurement (0: not measured)"
+    )
     ap.add_argument("--profile", action="store_true", help="per-kernel device times (torch.profiler) at the longest T")
     ap.add_argument(
         "--variant",
@@ -135,6 +189,7 @@ def main(argv=None) -> int:
             from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla
         except Exception as exc:  # noqa: BLE001
             print(f"# FLA not importable ({type(exc).__name__}: {exc}); ours only")
+    fqla = None if args.no_flashqla else _flashqla(torch)
     shapes = [tuple(int(x) for x in s.split("/")) for s in args.shapes.split(",")]
     Ts = [4096, 8192] if args.small else [32768, 8192, 4096]
     if args.T:
@@ -146,7 +201,7 @@ def main(argv=None) -> int:
     rows = []
     print(
         f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}"
-        f" fla {'yes' if fla else 'no'}"
+        f" fla {'yes' if fla else 'no'} flashqla {'yes' if fqla else 'no'}"
     )
     for h, hv in shapes:
         for T in Ts:
@@ -169,7 +224,9 @@ def main(argv=None) -> int:
                 fns[f"states[{vname}]"] = fns["states"]
             if fla is not None:
                 fns["fla"] = lambda: fla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True)
-            res = {}
+            if fqla is not None:
+                fns["flashqla"] = lambda: fqla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True)
+            res, host = {}, {}
             for name, fn in fns.items():
                 env = variants.get(name[7:-1], {}) if name.startswith("states[") else {}
                 saved = {key: os.environ.get(key) for key in env}
@@ -178,7 +235,13 @@ def main(argv=None) -> int:
                     fn()
                     torch.cuda.synchronize()  # compile outside the timed / captured region
                     plain = do_bench(fn, warmup=25, rep=args.rep, return_mode="median")
-                    graph = do_bench_cudagraph(fn, rep=args.rep, return_mode="median")
+                    try:
+                        graph = do_bench_cudagraph(fn, rep=args.rep, return_mode="median")
+                    except Exception as exc:  # noqa: BLE001 - a call that syncs the host cannot be captured
+                        print(f"# {name}: no CUDA-graph timing ({type(exc).__name__}: {exc})")
+                        graph = float("nan")
+                    if args.host_calls > 0 and not name.startswith("states["):
+                        host[name] = host_overhead_us(torch, fn, args.host_calls)
                 finally:
                     for key, val in saved.items():
                         if val is None:
@@ -187,7 +250,9 @@ def main(argv=None) -> int:
                             os.environ[key] = val
                 res[name] = (plain, graph)
             if args.profile and T == max(Ts):
-                _profile(torch, {n: f for n, f in fns.items() if n in ("states", "nostates", "fla")}, h, hv, T)
+                _profile(
+                    torch, {n: f for n, f in fns.items() if n in ("states", "nostates", "fla", "flashqla")}, h, hv, T
+                )
             sbytes = meta_all.num_boundaries * hv * 128 * 128 * 4
             for name, (plain, graph) in res.items():
                 row = dict(
@@ -200,23 +265,33 @@ def main(argv=None) -> int:
                     tflops_graph=flop / graph / 1e9,
                     state_bytes=sbytes if name.startswith("states") else 0,
                 )
+                if name in host:
+                    row["host_us"], row["host_clean"] = host[name]
                 if "fla" in res:
                     row["ratio_plain"] = plain / res["fla"][0]
                     row["ratio_graph"] = graph / res["fla"][1]
+                if "flashqla" in res:
+                    row["ratio_fqla_plain"] = plain / res["flashqla"][0]
+                    row["ratio_fqla_graph"] = graph / res["flashqla"][1]
                 rows.append(row)
                 print("#", json.dumps(row), flush=True)
     hdr = (
         f"{'H/HV':>6} {'T':>6} {'mode':>14} {'ms plain':>9} {'ms graph':>9} {'TFLOP/s':>8} "
-        f"{'states GB':>9} {'x FLA plain':>11} {'x FLA graph':>11}"
+        f"{'states GB':>9} {'x FLA plain':>11} {'x FLA graph':>11} {'x FQLA plain':>12} {'x FQLA graph':>12} "
+        f"{'host us':>8}"
     )
     print(hdr)
+
+    def ratio(r, key, width):
+        return f"{r[key]:>{width}.2f}" if key in r else f"{'-':>{width}}"
+
     for r in rows:
-        rp = f"{r['ratio_plain']:.2f}" if "ratio_plain" in r else "-"
-        rg = f"{r['ratio_graph']:.2f}" if "ratio_graph" in r else "-"
+        hu = f"{r['host_us']:.1f}{'' if r['host_clean'] else '*'}" if "host_us" in r else "-"
         print(
             f"{r['H']:>2}/{r['HV']:<3} {r['T']:>6} {r['mode']:>14} {r['ms_plain']:>9.3f} "
             f"{r['ms_graph']:>9.3f} {r['tflops_graph']:>8.1f} {r['state_bytes'] / 1e9:>9.3f} "
-            f"{rp:>11} {rg:>11}"
+            f"{ratio(r, 'ratio_plain', 11)} {ratio(r, 'ratio_graph', 11)} "
+            f"{ratio(r, 'ratio_fqla_plain', 12)} {ratio(r, 'ratio_fqla_graph', 12)} {hu:>8}"
         )
     if args.json:
         with open(args.json, "w") as f:

@@ -130,9 +130,9 @@ def prepare_chunk_metadata(
         positions.append(pos_n)
     if device is None:
         device = cu_seqlens.device if torch.is_tensor(cu_seqlens) else torch.device("cpu")
-    ci = torch.tensor(chunk_info, dtype=torch.int32).reshape(-1, 4).to(device)
-    si = torch.tensor(seq_info, dtype=torch.int32).reshape(-1, 4).to(device)
-    ss = torch.tensor(slots, dtype=torch.int32).to(device)
+    ci, si, ss = _device_tables(
+        device, [c for row in chunk_info for c in row], [c for row in seq_info for c in row], slots
+    )
     return ChunkMetadata(
         num_seqs=N,
         total_tokens=cu[-1],
@@ -149,6 +149,35 @@ def prepare_chunk_metadata(
         has_empty=has_empty,
         device=torch.device(device),
     )
+
+
+#: int32 entries per 16 bytes: each table of ``_device_tables`` starts on a 16-byte boundary (the
+#: pointer alignment Triton specialises on; an unaligned table would compile another variant)
+_ALIGN = 4
+
+
+def _device_tables(device, chunk_info: list, seq_info: list, slots: list):
+    """The three int32 tables ``[NT, 4]``, ``[N, 4]``, ``[NT]`` on ``device``, from one host buffer
+    in one copy: pinned and asynchronous to a CUDA device (no host sync: a pageable copy waits for
+    the device's queue), so preparing a step's metadata does not stall the launches before it."""
+    parts, offs, n = (chunk_info, seq_info, slots), [], 0
+    flat = []
+    for part in parts:
+        offs.append(n)
+        pad = -len(part) % _ALIGN
+        flat.extend(part)
+        flat.extend([0] * pad)
+        n += len(part) + pad
+    host = torch.tensor(flat, dtype=torch.int32)
+    device = torch.device(device)
+    if device.type == "cuda":
+        buf = host.pin_memory().to(device, non_blocking=True)
+    else:
+        buf = host.to(device)
+    ci = buf[offs[0] : offs[0] + len(chunk_info)].view(-1, 4)
+    si = buf[offs[1] : offs[1] + len(seq_info)].view(-1, 4)
+    ss = buf[offs[2] : offs[2] + len(slots)]
+    return ci, si, ss
 
 
 def resolve_metadata(

@@ -30,6 +30,7 @@ version spilled registers in every kernel).
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Optional
 
@@ -91,7 +92,15 @@ def launch_params(K: int, V: int, dtype: torch.dtype, input_precision: Optional[
     """Compile-time parameters and launch options of the four kernels for head dims K, V and
     input ``dtype``: ``{"solve" | "wu" | "state" | "out": {name: value}}`` (``LAUNCH_OPTIONS``
     keys are launch options, the rest constexprs; ``BV`` of state / out sets their grids).
-    ``benchmarks/kernel_resources.py`` compiles from the same table."""
+    ``benchmarks/kernel_resources.py`` compiles from the same table. Built once per shape and
+    ``KERNELS_CONFIG_*`` setting (a per-call cost otherwise); the result is shared: read only."""
+    envs = tuple(os.environ.get(f"KERNELS_CONFIG_{name.upper()}") for name in CONFIGS)
+    return _launch_params(int(K), int(V), dtype, input_precision, envs)
+
+
+@functools.lru_cache(maxsize=64)
+def _launch_params(K: int, V: int, dtype: torch.dtype, input_precision: Optional[str], envs: tuple) -> dict:
+    """``launch_params`` for one shape and one tuple of ``KERNELS_CONFIG_*`` values (the cache key)."""
     BK, BVF = _pow2(K), _pow2(V)
     prec = (input_precision or "ieee") if dtype == torch.float32 else "tf32"
     state, out = _config("state"), _config("out")

@@ -33,6 +33,8 @@ SMALLEST = {
     "kernel_bench.py": (["--help"], "usage"),
     "replay_bench.py": (["--help"], "usage"),
     "kernel_resources.py": (["--help"], "usage"),
+    # the peer backends' GPU check: its commands (the run needs a GPU and the peers)
+    "peer_check.py": (["--dry-run"], "kernel_bench.py"),
     # needs an LMDeploy checkout and its dependencies (fetched outside CI)
     "differential_lmdeploy.py": (["--help"], "usage"),
 }

@@ -205,8 +205,9 @@ def register(main: click.Group) -> None:
         type=click.Choice(list(kernel_choices())),
         default="auto",
         show_default=True,
-        help="Gated-delta backend: triton (the project's kernels; the interpreter on a CPU), torch (the "
-        "same math in plain torch ops); auto: triton on cuda, torch on cpu.",
+        help="Gated-delta backend: triton or ours (the project's kernels; the interpreter on a CPU), torch "
+        "(the same math in plain torch ops), fla / flashqla (FLA's / FlashQLA's kernels where installed, "
+        "CUDA only; boundary states by split calls: docs/replay.md); auto: triton on cuda, torch on cpu.",
     )
     @click.option("--requests", type=int, default=None, help="Replay the first N requests.")
     @click.option("--seed", type=int, default=0, show_default=True, help="Weights and hash-block tokens.")

@@ -7,13 +7,19 @@ absolute 64-multiples, in-kernel gate, beta sigmoid and q/k l2norm, fp32 states)
 ``module:function`` paths imported on first use, so choosing one backend never imports another's
 dependencies (``torch`` needs no triton).
 
-  triton  the project's Triton kernels: compiled on a CUDA GPU, Triton's interpreter on a CPU
-          (TRITON_INTERPRET=1, set before triton is first imported; one program at a time: slow)
-  torch   the same chunked math in plain torch ops (``kernels.torch_gdn``): a CPU's default
+  triton    the project's Triton kernels: compiled on a CUDA GPU, Triton's interpreter on a CPU
+            (TRITON_INTERPRET=1, set before triton is first imported; one program at a time: slow);
+            also accepted as ``ours`` (issue 24's name for it)
+  torch     the same chunked math in plain torch ops (``kernels.torch_gdn``): a CPU's default
+  fla       FLA's ``chunk_gated_delta_rule`` (flash-linear-attention, optional; CUDA only)
+  flashqla  QwenLM's FlashQLA ``chunk_gated_delta_rule`` (flash-qla, optional; Hopper / Blackwell,
+            bf16 / fp16, K = V = 128)
 
-Other implementations of the same math (FLA's ``chunk_gated_delta_rule``, FlashQLA) plug in
-through ``register_backend`` with an adapter module whose two functions take and return what the
-project's kernels do.
+The two peers run through the adapters of ``sim.replay.peers`` (their boundary states, cost and
+limits are described there); both keep the project's conv kernel. A backend's ``check``
+(``module:function``, called with the device, the dtype and the head dims before ``load``)
+returns one line when the backend cannot run there (a peer not installed, the wrong GPU), which
+``HybridModel`` raises as a usage error.
 """
 
 from __future__ import annotations
@@ -34,6 +40,17 @@ class GDNBackend:
     core: str  # "module:function", the chunked gated delta rule
     triton: bool  # runs Triton kernels (on a CPU: in the interpreter)
     about: str
+    cuda_only: bool = False  # refused with --device cpu (checked without torch: ``device_problem``)
+    check: Optional[str] = None  # "module:function" (device, dtype, head_k_dim, head_v_dim) -> line | None
+
+    def problem(self, device, dtype, head_k_dim: int, head_v_dim: int) -> Optional[str]:
+        """One line saying why this backend cannot run on ``device`` at ``dtype`` and these head
+        dims (a peer not installed, a GPU it does not support), or None. Imports the check's
+        module (not the peer's kernels unless the check needs them)."""
+        if self.check is None:
+            return None
+        mod, fn = self.check.split(":")
+        return getattr(importlib.import_module(mod), fn)(device, dtype, head_k_dim, head_v_dim)
 
     def load(self) -> tuple[Callable, Callable]:
         """``(conv, core)``, imported now."""
@@ -71,13 +88,51 @@ register_backend(
         about="the same chunked math in plain torch ops (kernels.torch_gdn)",
     )
 )
-# hook: register_backend(GDNBackend("fla", "sim.replay.fla_adapter:causal_conv1d", ...)) once an
-# adapter maps FLA's (or FlashQLA's) calls and boundary states onto the signatures above
+# the peers: the project's conv kernel beside their chunked core (engines run their own conv; the
+# conv is not what is compared), adapted in sim.replay.peers (which imports a peer on first use)
+register_backend(
+    GDNBackend(
+        "fla",
+        "kernels.conv:causal_conv1d",
+        "sim.replay.peers:fla_chunk_gated_delta_rule",
+        triton=True,
+        about="FLA's chunk_gated_delta_rule (flash-linear-attention; boundary states by split calls)",
+        cuda_only=True,
+        check="sim.replay.peers:fla_problem",
+    )
+)
+register_backend(
+    GDNBackend(
+        "flashqla",
+        "kernels.conv:causal_conv1d",
+        "sim.replay.peers:flashqla_chunk_gated_delta_rule",
+        triton=True,
+        about="QwenLM's FlashQLA (flash-qla; Hopper / Blackwell, bf16, K = V = 128; boundary states by split calls)",
+        cuda_only=True,
+        check="sim.replay.peers:flashqla_problem",
+    )
+)
+
+#: other names ``--kernel`` accepts for a backend (issue 24 calls the project's kernels "ours")
+KERNEL_ALIASES = {"ours": "triton"}
 
 
 def kernel_choices() -> tuple[str, ...]:
-    """What ``--kernel`` accepts: ``auto`` (the device's default) and every registered backend."""
-    return ("auto", *GDN_BACKENDS)
+    """What ``--kernel`` accepts: ``auto`` (the device's default), every registered backend and
+    the aliases."""
+    return ("auto", *GDN_BACKENDS, *KERNEL_ALIASES)
+
+
+def device_problem(kernel: Optional[str], device) -> Optional[str]:
+    """One line when ``kernel`` cannot run on ``device``'s kind at all (a CUDA-only peer on a CPU),
+    else None; torch-free, so settings are refused before anything is loaded."""
+    name = resolve_kernel(kernel, device)
+    kind = getattr(device, "type", None) or str(device).split(":")[0]
+    if GDN_BACKENDS[name].cuda_only and kind != "cuda":
+        return (
+            f"--kernel {name} needs a CUDA GPU (its kernels do not run on {kind}); use --kernel torch or triton there"
+        )
+    return None
 
 
 def default_kernel(device) -> str:
@@ -89,7 +144,7 @@ def default_kernel(device) -> str:
 
 def resolve_kernel(kernel: Optional[str], device) -> str:
     """``kernel`` (None or "auto": the device's default), checked against the registry."""
-    name = default_kernel(device) if kernel in (None, "auto") else kernel
+    name = default_kernel(device) if kernel in (None, "auto") else KERNEL_ALIASES.get(kernel, kernel)
     if name not in GDN_BACKENDS:
         raise ValueError(f"unknown gated-delta kernel {kernel!r}; valid: {', '.join(kernel_choices())}")
     return name

@@ -42,7 +42,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 from kernels._common import CHUNK, prepare_chunk_metadata
-from sim.replay.backends import GDN_BACKENDS, resolve_kernel
+from sim.errors import UsageError
+from sim.replay.backends import GDN_BACKENDS, default_kernel, resolve_kernel
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 ATTN, GDN, MLP = "attention", "gated_delta", "mlp"
@@ -314,6 +315,16 @@ class Marks:
         return out
 
 
+def _load_backend(name: str, device, dtype, shape: ReplayShape) -> tuple[Callable, Callable]:
+    """The backend's ``(conv, core)``, after its check (a peer not installed, a GPU or dtype or
+    head dims it cannot run: one line, a ``UsageError``)."""
+    backend = GDN_BACKENDS[name]
+    problem = backend.problem(device, dtype, shape.head_k_dim, shape.head_v_dim)
+    if problem:
+        raise UsageError(problem)
+    return backend.load()
+
+
 class HybridModel:
     """Weights of the replayed model, drawn from ``seed`` on ``device``, and its forward pass.
     ``kernel``: the gated-delta backend (``GDN_BACKENDS``; None or "auto": ``triton`` on CUDA,
@@ -332,7 +343,7 @@ class HybridModel:
         self.device = torch.device(device)
         self.dtype = dtype
         self.kernel = resolve_kernel(kernel, self.device)  # the gated-delta backend's name
-        self._backend = GDN_BACKENDS[self.kernel].load()
+        self._backend = _load_backend(self.kernel, self.device, dtype, shape)
         self.marks: Optional[Marks] = None  # set by the runner around a timed call
         gen = torch.Generator(device=self.device)
         gen.manual_seed(int(seed))
@@ -387,6 +398,12 @@ class HybridModel:
         m.__dict__.update(self.__dict__)
         m.dtype = dtype
         m.marks = None
+        s = self.shape
+        if GDN_BACKENDS[self.kernel].problem(self.device, dtype, s.head_k_dim, s.head_v_dim):
+            # a peer without this dtype (FlashQLA runs bf16 / fp16 only): the shadow is a reference
+            # (untimed), so it runs the device's default backend instead
+            m.kernel = default_kernel(self.device)
+            m._backend = GDN_BACKENDS[m.kernel].load()
 
         def up(d: dict) -> dict:
             return {k: v.to(dtype) if v.is_floating_point() else v for k, v in d.items()}

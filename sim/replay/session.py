@@ -20,7 +20,7 @@ from sim.config import SimConfig
 from sim.cost import ModelSpec, TimingModel, default_timing, get_model, timing_to_dict
 from sim.errors import UsageError
 from sim.replay import measure
-from sim.replay.backends import CPU_SMALL_D_MODEL, GDN_BACKENDS, kernel_choices, resolve_kernel
+from sim.replay.backends import CPU_SMALL_D_MODEL, GDN_BACKENDS, device_problem, kernel_choices, resolve_kernel
 from sim.replay.tokens import request_tokens
 from traces.base import Trace
 
@@ -63,6 +63,9 @@ class ReplaySettings:
             raise UsageError(f"--measure must be device or wall, not {self.measure!r}")
         if self.kernel not in kernel_choices():
             raise UsageError(f"--kernel must be one of {', '.join(kernel_choices())}, not {self.kernel!r}")
+        problem = device_problem(self.kernel, self.device)
+        if problem:
+            raise UsageError(problem)
 
     @property
     def backend(self) -> str:

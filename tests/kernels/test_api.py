@@ -155,3 +155,36 @@ def test_gpu_warmup_then_new_lengths_compile_nothing():
         )
     torch.cuda.synchronize()
     assert compiled() == before
+
+
+def test_metadata_tables_are_aligned_views_of_one_copy():
+    """``prepare_chunk_metadata`` moves its three tables in one copy (pinned and asynchronous on a
+    GPU): each a view starting on a 16-byte boundary (Triton's pointer specialisation), the same
+    values as tables built one by one; and the launch table is built once per shape."""
+    from kernels import chunk_gdn
+    from kernels._common import prepare_chunk_metadata
+
+    for cu, starts in (([0, 5], [0]), ([0, 130, 131, 400], [3, 64, 70]), ([0, 0], [0])):
+        m = prepare_chunk_metadata(cu, starts, boundary_stride=2)
+        tables = (m.chunk_info, m.seq_info, m.store_slot)
+        assert len({t.untyped_storage().data_ptr() for t in tables}) == 1
+        assert all(t.data_ptr() % 16 == 0 and t.is_contiguous() and t.dtype == torch.int32 for t in tables)
+        assert m.chunk_info.shape == (m.num_chunks, 4) and m.seq_info.shape == (m.num_seqs, 4)
+        assert m.store_slot.shape == (m.num_chunks,)
+        assert int((m.store_slot >= 0).sum()) == m.num_boundaries
+        ends = m.chunk_info[:, 3].tolist()
+        assert m.seq_info[:, 1].tolist() == cu[1:] and (not ends or ends[-1] == cu[-1])
+    a = chunk_gdn.launch_params(128, 128, torch.bfloat16)
+    assert chunk_gdn.launch_params(128, 128, torch.bfloat16) is a
+
+
+def test_launch_table_follows_the_config_environment(monkeypatch):
+    from kernels import chunk_gdn
+
+    before = chunk_gdn.launch_params(64, 64, torch.float16)
+    monkeypatch.setenv("KERNELS_CONFIG_STATE", "BV=32,num_warps=8")
+    changed = chunk_gdn.launch_params(64, 64, torch.float16)
+    assert changed["state"]["BV"] == 32 and changed["state"]["num_warps"] == 8
+    assert before["state"]["num_warps"] == chunk_gdn.CONFIGS["state"]["num_warps"]
+    monkeypatch.delenv("KERNELS_CONFIG_STATE")
+    assert chunk_gdn.launch_params(64, 64, torch.float16) is before

@@ -88,15 +88,17 @@ def test_backends_agree_on_boundary_states(tiny_model, triton_model):
 
 
 def test_backend_registry():
-    assert kernel_choices() == ("auto", "triton", "torch") and set(GDN_BACKENDS) == {"triton", "torch"}
+    assert kernel_choices() == ("auto", "triton", "torch", "fla", "flashqla", "ours")
+    assert set(GDN_BACKENDS) == {"triton", "torch", "fla", "flashqla"}
     assert (
         default_kernel("cpu") == resolve_kernel("auto", "cpu") == resolve_kernel(None, torch.device("cpu")) == "torch"
     )
     assert default_kernel("cuda:0") == resolve_kernel("auto", torch.device("cuda", 0)) == "triton"
     assert resolve_kernel("triton", "cpu") == "triton" and resolve_kernel("torch", "cuda") == "torch"
     assert GDN_BACKENDS["triton"].triton and not GDN_BACKENDS["torch"].triton
-    with pytest.raises(ValueError, match="unknown gated-delta kernel 'fla'"):
-        resolve_kernel("fla", "cpu")
+    assert resolve_kernel("ours", "cuda") == "triton"
+    with pytest.raises(ValueError, match="unknown gated-delta kernel 'mamba'"):
+        resolve_kernel("mamba", "cpu")
 
 
 @pytest.mark.parametrize("p", [64, 100])
