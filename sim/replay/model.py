@@ -642,7 +642,13 @@ class HybridModel:
                 b = None if kv is None else kv[n]
                 if b is None or b.shape[2] < ends[n]:
                     new = torch.empty(
-                        s.attn_layers, 2, ends[n], s.attn_kv_heads, s.attn_head_dim, dtype=self.dtype, device=self.device
+                        s.attn_layers,
+                        2,
+                        ends[n],
+                        s.attn_kv_heads,
+                        s.attn_head_dim,
+                        dtype=self.dtype,
+                        device=self.device,
                     )
                     if starts[n]:
                         new[:, :, : starts[n]] = b[:, :, : starts[n]]
