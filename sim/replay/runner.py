@@ -249,6 +249,14 @@ class Replayer:
             self._finalize(f)
         return [self.records[k] for k in sorted(self.records)]
 
+    def restored(self, request: int) -> tuple[int, Optional[StackState]]:
+        """``(position, state)`` the request's current lookup restored and checked (``(0, None)``:
+        from scratch, or a hit that failed its checks): what the step executor starts from."""
+        f = self.flights.get(request)
+        if f is None or f.start is None:
+            return 0, None
+        return f.hit, f.start
+
     # ---- internals ---------------------------------------------------------------------------
     def _flight(self, request: int, fresh: bool = False) -> _Flight:
         f = self.flights.get(request)
