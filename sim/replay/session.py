@@ -169,6 +169,10 @@ def _warm_steps(model) -> None:
                 for p in starts
             ]
         model.forward_batch(torch.arange(cu[-1], device=model.device), cu, starts, rec0, conv0, kv)
+    for N in (1, 16):  # decode-only steps (one token a sequence: total and count specialised)
+        rec0 = torch.zeros(s.layers, N, s.v_heads, s.head_k_dim, s.head_v_dim, device=model.device)
+        conv0 = torch.zeros(s.layers, N, s.conv_dim, s.conv_width - 1, dtype=model.dtype, device=model.device)
+        model.forward_batch(torch.arange(N, device=model.device), list(range(N + 1)), [100] * N, rec0, conv0)
 
 
 def _warm(model, device, steps: bool = False) -> float:
