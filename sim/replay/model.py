@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -654,7 +655,9 @@ class HybridModel:
                         new[:, :, : starts[n]] = b[:, :, : starts[n]]
                     b = new
                 bufs.append(b)
-            pos = torch.cat([torch.arange(p, e, dtype=torch.float32) for p, e in zip(starts, ends)]).to(self.device)
+            # absolute position of every token: its sequence's start plus its offset in the sequence
+            off = np.arange(T) - np.repeat(cu[:-1], lens) + np.repeat(starts, lens)
+            pos = torch.from_numpy(off.astype(np.float32)).to(self.device)
             hd = s.attn_head_dim
             half = max(2, hd // ROTARY_FRACTION // 2 * 2) // 2
             inv = ROPE_THETA ** (-torch.arange(half, device=self.device, dtype=torch.float32) / half)

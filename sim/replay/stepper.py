@@ -5,7 +5,9 @@ A step's prefill chunks and decode tokens (a decode: one token at position ``con
 varlen batch. Each running request's real state travels from step to step: its gated-delta
 states in a slot of a per-layer pool (gathered into the batch, the end states scattered back:
 both inside the timed region, as an engine's state indices are), its keys and values in a buffer
-of the request's full length (written in place). A request's first chunk starts from the state
+of the request's full length (written in place). A timed step starts on an idle device (one
+synchronisation before it), so its time is its own host launches and kernels whatever work the
+per-request replay queued before it. A request's first chunk starts from the state
 the store restored on its hit (handed over by the ``Replayer`` at the lookup: the same checked
 state the per-request replay resumes from), or from zeros; a chunk that starts where the
 request's state is not (a failed hit, a whole-prompt hit recomputing its last token) first
@@ -218,6 +220,10 @@ class StepExecutor:
         slots_host = [run.slot for run in runs]
         check = timed and self.checked < self.check_steps
         before = [self._snapshot(run) for run in runs] if check else None
+        if timed and self.cuda:
+            # the step starts on an idle device: its time is its own launches and kernels, not
+            # hidden behind (or queued after) the per-request replay's work enqueued before it
+            torch.cuda.synchronize(m.device)
         marks = Marks(m.device) if timed else None
         m.marks = marks
         t0 = timestamp(self.cuda) if timed else None
