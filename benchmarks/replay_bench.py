@@ -12,6 +12,11 @@ Steps (each writes its results under --out as it goes, so a run cut short keeps 
    state alignment, the per-request prefill error of the old estimate and of the calibrated
    model, measured vs modelled time saved, TTFT p50 / p95 (sequential mode: TTFT = the prefill),
    time shares per layer type, executed TFLOP/s over timed prefills and over the wall time.
+   A run whose mode is ``continuous`` (e.g. ``marconi/exact/continuous``) replays the engine's
+   continuous-batching scheduler (``--scheduler continuous``, des mode): every step executed as one
+   batched forward and timed (``--coast-steps`` per coasted decode run); it adds the modelled vs
+   measured step time (median / P95 error, old estimate and calibrated model) and executed TFLOP/s
+   over the timed steps and over the wall time, and writes ``steps.parquet``.
 
     python benchmarks/replay_bench.py --prepare .replay_bench   # here: export the packed trace
     python benchmarks/replay_bench.py --packed .replay_bench/sharegpt.npz --out DIR   # on a GPU
@@ -191,13 +196,39 @@ def row(name, res, before, after):
     )
 
 
+def step_row(res, spec, timing_before, timing_after, counts) -> dict:
+    """A continuous run's step figures: modelled vs measured step time under both timing models,
+    executed TFLOP/s over the timed steps and over the wall time."""
+    from sim.replay import steps
+
+    s = res.summary
+    before = steps.error_stats(steps.with_model(res.steps, spec, timing_before, counts))
+    after = steps.error_stats(steps.with_model(res.steps, spec, timing_after, counts))
+    return dict(
+        step_events=s["step_events"],
+        steps_simulated=s["steps_simulated"],
+        steps_executed=s["steps_executed"],
+        step_measured_p50_ms=s["step_measured_ms"]["p50"],
+        step_measured_p95_ms=s["step_measured_ms"]["p95"],
+        step_modelled_p50_ms=s["step_modelled_ms"]["p50"],
+        step_err_median_before=before["median"],
+        step_err_p95_before=before["p95"],
+        step_err_median_after=after["median"],
+        step_err_p95_after=after["p95"],
+        step_tflops_timed=s["step_tflops_timed"],
+        step_tflops_wall=s["step_tflops_wall"],
+        step_peak_share=s["step_peak_share"],
+        step_check_failures=s["step_check_failures"],
+    )
+
+
 def print_table(runs, header):
     print(f"\n=== {header}", flush=True)
-    keys = list(runs[0].keys())
+    keys = list(dict.fromkeys(k for r in runs for k in r))  # continuous runs add step columns
     for k in keys:
         vals = []
         for r in runs:
-            v = r[k]
+            v = r.get(k, "-")
             if isinstance(v, float):
                 v = f"{v:.3g}" if abs(v) < 1e5 else f"{v:.4g}"
             vals.append(f"{v:>22}")
@@ -219,6 +250,10 @@ def main() -> None:
         "--runs", default="marconi/exact/sequential,marconi/chunk/sequential,sglang+/exact/des,marconi/exact/des"
     )
     ap.add_argument("--requests", type=int, default=None)
+    ap.add_argument(
+        "--coast-steps", type=int, default=4, help="continuous runs: steps timed per coasted decode run (default 4)"
+    )
+    ap.add_argument("--sessions-per-second", type=float, default=1.0, help="closed-loop session starts (default 1)")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--out", default=None)
     ap.add_argument(
@@ -334,22 +369,44 @@ def main() -> None:
             print(f"--- {spec_run}: skipped (time budget {args.budget_s:.0f} s)", flush=True)
             continue
         print(f"--- {spec_run}", flush=True)
+        continuous = mode == "continuous"
         config = SimConfig(
-            policy=policy, model=args.model, capacity_bytes=parse_size(args.capacity), state_alignment=align, mode=mode
+            policy=policy,
+            model=args.model,
+            capacity_bytes=parse_size(args.capacity),
+            state_alignment=align,
+            mode="des" if continuous else mode,
+            scheduler="continuous" if continuous else "fcfs",
+            sessions_per_second=args.sessions_per_second,
         )
-        settings = ReplaySettings(layers=args.layers, dtype=args.dtype, requests=args.requests, warmup=not warmed)
+        # a continuous run warms its step batches up even after an earlier run warmed the rest
+        settings = ReplaySettings(
+            layers=args.layers,
+            dtype=args.dtype,
+            requests=args.requests,
+            warmup=not warmed or continuous,
+            coast_steps=args.coast_steps,
+        )
         res = run_replay(trace, config, settings, build=build, timing=calibrated)
         warmed = True
         counts = res.settings["layers_replayed"]
         before = errors_with(res, spec, old_estimate(spec), counts)
         after = errors_with(res, spec, calibrated, counts)
         r = row(spec_run, res, before, after)
+        if res.steps is not None:
+            r.update(step_row(res, spec, old_estimate(spec), calibrated, counts))
         runs.append(r)
         print(json.dumps(r, default=float), flush=True)
         for f in res.failures[:5]:
             print("  FAIL", f.message(), flush=True)
         if out:
-            output.write(out / spec_run.replace("/", "-").replace("+", "plus"), res.summary, res.settings, res.requests)
+            output.write(
+                out / spec_run.replace("/", "-").replace("+", "plus"),
+                res.summary,
+                res.settings,
+                res.requests,
+                steps=res.steps,
+            )
             (out / "bench.json").write_text(
                 json.dumps(
                     dict(device=dev, fit=fit_info, runs=runs, total_s=time.perf_counter() - t_all),

@@ -28,6 +28,11 @@ SMALLEST = {
         ["--dtype", "fp32", "--scales", "0.01", "--prompt", "70", "--kernel", "torch"],
         "caught",
     ),
+    # host issue vs device time per call shape (a GPU's figures; on a CPU a smoke run)
+    "replay_cost_probe.py": (
+        ["--model", "replay-tiny", "--device", "cpu", "--small", "--reps", "1", "--suffixes", "25", "--prefixes", "0"],
+        "device ms",
+    ),
     # need a GPU (kernel_bench, replay_bench) or compile kernels for minutes (kernel_resources is run
     # by tests/kernels/test_resources.py): their command line at least
     "kernel_bench.py": (["--help"], "usage"),

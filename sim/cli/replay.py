@@ -5,12 +5,14 @@ their plain-torch twin on a CPU) against a real checkpoint store, checked and ti
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from pathlib import Path
 
 import click
 
 from sim.cli.outdir import check_output_files, input_paths, output_folder
-from sim.cli.run import parse_alpha
+from sim.cli.run import _option, parse_alpha
+from sim.cli.run import _scheduler as _scheduler_word
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, format_size, parse_size
 from sim.errors import UsageError
@@ -67,7 +69,8 @@ def check_before_work(spec, calibrate_path, out, force: bool, trace_spec) -> Non
     an input, not existing unless --force) and their folders (created now, or refused). The settings
     (the tolerance among them) are ``ReplaySettings.validate``'s, run before this. (A model too wide
     for the CPU is warned of, not refused: ``cpu_time_warning`` once the trace is loaded.)"""
-    files = {Path(out) / name: "--out" for name in ("summary.json", "requests.parquet")} if out is not None else {}
+    names = ("summary.json", "requests.parquet", "steps.parquet")
+    files = {Path(out) / name: "--out" for name in names} if out is not None else {}
     if calibrate_path is not None:
         files[Path(calibrate_path)] = "--calibrate"
     check_output_files(files, force=force, inputs=input_paths(trace_spec))
@@ -92,6 +95,19 @@ def _validation_line(s: dict) -> str:
     if e:
         text += "; error p50 / p95: " + ", ".join(f"{k} {v['p50']:.2g} / {v['p95']:.2g}" for k, v in e.items())
     return text
+
+
+def step_line(s: dict) -> str:
+    """The step executor's line (``--scheduler continuous``): steps executed of the simulated
+    ones, modelled vs measured step time and executed TFLOP/s over the timed steps."""
+    e, m, d = s["step_time_error"], s["step_measured_ms"], s["step_modelled_ms"]
+    peak = f" ({s['step_peak_share']:.1%} of peak)" if s.get("step_peak_share") else ""
+    return (
+        f"{s['steps_executed']:,} steps executed of {s['steps_simulated']:,} ({s['step_events']:,} step events); "
+        f"measured p50 / p95 {m['p50']:.3g} / {m['p95']:.3g} ms, modelled {d['p50']:.3g} / {d['p95']:.3g} ms; "
+        f"error median {e['median']:.1%}, P95 {e['p95']:.1%}; executed {s['step_tflops_timed']:.3g} TFLOP/s "
+        f"over timed steps{peak}"
+    )
 
 
 def format_summary(s: dict, settings: dict) -> str:
@@ -139,6 +155,8 @@ def format_summary(s: dict, settings: dict) -> str:
             f"{s.get('replay_tflops_wall', float('nan')):.1f} over the wall time)",
         ),
     ]
+    if "steps_executed" in s:
+        rows.append(("step time", step_line(s)))
     if "time_model_median_error_calibrated" in s:
         rows.append(
             (
@@ -148,6 +166,11 @@ def format_summary(s: dict, settings: dict) -> str:
         )
     w = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
+
+
+def _config_option(name: str):
+    """A click option generated from a SimConfig field, as `marconi run` has it."""
+    return _option({f.name: f for f in fields(SimConfig)}[name])
 
 
 def register(main: click.Group) -> None:
@@ -172,6 +195,17 @@ def register(main: click.Group) -> None:
     @click.option("--state-alignment", type=click.Choice(["exact", "chunk"]), default="exact", show_default=True)
     @click.option("--chunk-size", type=int, default=64, show_default=True)
     @click.option("--mode", type=click.Choice(["sequential", "des"]), default="des", show_default=True)
+    @_config_option("scheduler")
+    @_config_option("max_num_batched_tokens")
+    @_config_option("max_num_seqs")
+    @click.option(
+        "--coast-steps",
+        type=int,
+        default=4,
+        show_default=True,
+        help="--scheduler continuous: steps executed and timed of each coasted run of identical decode "
+        "steps (the rest are computed untimed, in one batch).",
+    )
     @click.option("--sessions-per-second", type=float, default=1.0, show_default=True)
     @click.option(
         "--validate-every",
@@ -262,6 +296,10 @@ def register(main: click.Group) -> None:
         state_alignment,
         chunk_size,
         mode,
+        scheduler,
+        max_num_batched_tokens,
+        max_num_seqs,
+        coast_steps,
         sessions_per_second,
         validate_every,
         store,
@@ -303,9 +341,9 @@ def register(main: click.Group) -> None:
             kernel=kernel,
             validation=validation,
             measure=measure,
+            coast_steps=coast_steps,
         )
-        settings.validate()  # before any output folder is made
-        check_before_work(get_model(model), calibrate_path, out, force, kwargs.get("trace"))
+        settings.validate()  # before any output folder is made (the config too, below)
         config = SimConfig(
             policy=policy,
             model=model,
@@ -314,10 +352,14 @@ def register(main: click.Group) -> None:
             state_alignment=state_alignment,
             chunk_size=chunk_size,
             mode=mode,
+            scheduler=scheduler,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
             sessions_per_second=sessions_per_second,
             seed=seed,
         )
         config.validate()
+        check_before_work(get_model(model), calibrate_path, out, force, kwargs.get("trace"))
         trace = trace_from_cli(kwargs)
         if device == "cpu":
             warning = cpu_time_warning(
@@ -340,14 +382,14 @@ def register(main: click.Group) -> None:
         if out is not None:
             from sim.replay import output  # noqa: PLC0415
 
-            output.write(out, res.summary, res.settings, res.requests)
+            output.write(out, res.summary, res.settings, res.requests, steps=res.steps)
         if fmt == "json":
             click.echo(json.dumps(res.summary, indent=2))
         else:
             click.echo(
                 f"replay {trace.name} | {config.policy} | {config.model}, {res.settings['layers']} "
                 f"layers | {format_size(config.capacity_bytes)} | {config.state_alignment} "
-                f"alignment | {config.mode} | {settings.dtype} on {res.settings['device_name']} | "
+                f"alignment | {config.mode}{_scheduler_word(config)} | {settings.dtype} on {res.settings['device_name']} | "
                 f"{res.settings['kernel']} kernels | store {settings.store}"
             )
             click.echo(format_summary(res.summary, res.settings))

@@ -236,7 +236,7 @@ def summary(
         splits=int(df["splits"].sum()) if len(df) else 0,
     )
     # the host's time to issue a timed prefill (Python, dispatch, launches): what a wall-clock
-    # measurement of short calls sees instead of the device's work (sim.replay.runner.Stopwatch)
+    # measurement of short calls sees instead of the device's work (sim.replay.clock.Stopwatch)
     host = df["suffix_host_ms"].dropna() if len(df) and "suffix_host_ms" in df else pd.Series([], dtype=float)
     out["host_issue_ms"] = _quantiles(host) if len(host) else {}
     # the per-hit error distribution (validated hits): p50 / p95 / max of each kind

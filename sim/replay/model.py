@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -208,19 +209,26 @@ def gated_delta(
     v_heads: int,
     head_v_dim: int,
     backend: Optional[tuple[Callable, Callable]] = None,
+    varlen: bool = False,
 ):
     """One gated-delta layer's conv + chunked core over ``T`` tokens (``qkv [T, conv_dim]``,
     ``a``, ``b`` ``[T, Hv]``) from ``rec0 [Hv, K, V]`` / ``conv0 [conv_dim, W-1]`` (None: zeros).
     Returns ``(o [T, Hv, V], rec_end, conv_end, boundary recurrent states, boundary conv
     windows)``. The one call site of the gated-delta kernels; ``backend``: a loaded
-    ``(conv, core)`` pair (``GDNBackend.load``; None: the Triton kernels)."""
+    ``(conv, core)`` pair (``GDNBackend.load``; None: the Triton kernels). ``varlen``: the tokens
+    are ``meta``'s N sequences (its ``cu_seqlens`` and absolute start positions), ``rec0`` /
+    ``conv0`` one state per sequence ``[N, ...]`` and the end states returned the same way."""
     causal_conv1d, chunk_gated_delta_rule = backend or GDN_BACKENDS["triton"].load()
     T = qkv.shape[0]
+
+    def per_seq(state):
+        return None if state is None else state if varlen else state[None]
+
     y, conv_end, conv_b = causal_conv1d(
         qkv[None],
         conv_w,
         None,
-        conv_state=None if conv0 is None else conv0[None],
+        conv_state=per_seq(conv0),
         chunk_metadata=meta,
         activation="silu",
         boundary_conv_states=boundaries,
@@ -236,7 +244,7 @@ def gated_delta(
         v,
         a[None],
         b[None],
-        initial_state=None if rec0 is None else rec0[None],
+        initial_state=per_seq(rec0),
         chunk_metadata=meta,
         use_qk_l2norm=True,
         A_log=A_log,
@@ -245,6 +253,8 @@ def gated_delta(
         use_beta_sigmoid=True,
         boundary_states=boundaries,
     )
+    if varlen:
+        return o[0], rec_end, conv_end, rec_b, conv_b
     return o[0], rec_end[0], conv_end[0], rec_b, conv_b
 
 
@@ -275,6 +285,52 @@ def _attend(q, k, v):
         else:
             o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=causal_lower_right(Tq, Tk))
     return o[0].transpose(0, 1)
+
+
+def _attend_one(q, k, v):
+    """A single query ``[1, H, hd]`` (a decode token) over its whole context ``[Tk, KVH, hd]``: no
+    mask, and the key / value heads shared by SDPA itself (``enable_gqa``), not copied per query
+    head as ``_attend`` does (a decode reads its context once)."""
+    H, KVH = q.shape[1], k.shape[1]
+    with sdpa_kernel(SDPA_BACKENDS):
+        o = F.scaled_dot_product_attention(
+            q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], enable_gqa=H != KVH
+        )
+    return o[0].transpose(0, 1)
+
+
+@dataclass
+class BatchOut:
+    """What ``HybridModel.forward_batch`` returns: the last layer's output ``x [T, hidden]`` of
+    every token, the end states per gated-delta layer (``rec[l] [N, Hv, K, V]`` fp32, ``conv[l]
+    [N, conv_dim, W-1]``), per sequence its KV up to its end ``[A, 2, end_n, KVH, hd]`` (None
+    without attention layers) and, with ``keep_outputs``, every layer's output ``[T, hidden]``."""
+
+    x: torch.Tensor
+    rec: list
+    conv: list
+    kv: list
+    outs: Optional[list] = None
+
+    def state(self, n: int, pos: int) -> StackState:
+        """Sequence ``n``'s end state (at position ``pos``) as a ``StackState``."""
+        kv = self.kv[n]
+        return StackState(
+            pos,
+            torch.stack([r[n] for r in self.rec]) if self.rec else torch.empty(0),
+            torch.stack([c[n] for c in self.conv]) if self.conv else torch.empty(0),
+            kv,
+        )
+
+
+def upload(values, device: torch.device, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """Host values (a list or array) as a tensor on ``device``: on a GPU through pinned memory and
+    an asynchronous copy (a copy from pageable memory waits until the device's queue drains, so
+    the host could not run ahead of the kernels)."""
+    host = torch.as_tensor(values, dtype=dtype)
+    if device.type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
 
 
 def timestamp(cuda: bool):
@@ -435,7 +491,7 @@ class HybridModel:
         return self.embedding[tokens % self.shape.vocab_rows].float()
 
     # ---- blocks ------------------------------------------------------------------------------
-    def _gdn(self, l: int, x: torch.Tensor, meta, rec0, conv0, want_boundaries: bool):
+    def _gdn(self, l: int, x: torch.Tensor, meta, rec0, conv0, want_boundaries: bool, varlen: bool = False):
         s, w = self.shape, self.layers[l]
         T = x.shape[0]
         h = F.rms_norm(x, (s.hidden,), eps=1e-6).to(self.dtype)
@@ -458,6 +514,7 @@ class HybridModel:
             v_heads=s.v_heads,
             head_v_dim=s.head_v_dim,
             backend=self._backend,
+            varlen=varlen,
         )
         o = F.rms_norm(o.float(), (s.head_v_dim,), weight=w["norm_w"], eps=1e-6)
         o = o * F.silu(z.float().view(T, s.v_heads, s.head_v_dim))
@@ -561,6 +618,129 @@ class HybridModel:
             torch.stack(kvs) if kvs else None,
         )
         return x, final, outs
+
+    def forward_batch(
+        self,
+        tokens: torch.Tensor,
+        cu_seqlens: list[int],
+        starts: list[int],
+        rec0=None,
+        conv0=None,
+        kv=None,
+        keep_outputs: bool = False,
+    ) -> BatchOut:
+        """One engine step: N sequences in one varlen batch. ``tokens [T]``: the ids of every
+        sequence, concatenated (sequence n is ``tokens[cu[n]:cu[n+1]]``, at least one token, at
+        absolute positions ``starts[n]...``; a decode is a one-token sequence at its context).
+        ``rec0[l]`` ``[N, Hv, K, V]`` fp32 and ``conv0[l]`` ``[N, conv_dim, W-1]``: each gated-delta
+        layer's states at the sequences' starts (anything indexable by layer: a stacked tensor or
+        a list; None: zeros for every sequence). ``kv[n]``: sequence n's KV ``[A, 2, C, KVH, hd]``
+        holding its prefix ``[0, starts[n])`` (None: no prefix); a buffer with room
+        (``C >= starts[n] + len_n``) is written in place, otherwise a new one is made (the input
+        is then left untouched).
+
+        Embedding, norms, projections and MLPs run over all T tokens at once; each gated-delta
+        layer is one varlen kernel call (``cu_seqlens``, one initial state per sequence, absolute
+        start positions); attention projects all tokens at once, then attends per sequence (one
+        SDPA call per sequence: over its prefix plus its new keys, bottom-right causal; a decode
+        token without mask and with grouped heads shared). Same outputs and end states as
+        ``forward_segment`` on each sequence alone (the math per token is the same)."""
+        s = self.shape
+        cu = [int(c) for c in cu_seqlens]
+        starts = [int(p) for p in starts]
+        N, T = len(cu) - 1, int(tokens.shape[0])
+        if N < 1 or len(starts) != N or cu[0] != 0 or cu[-1] != T or any(b <= a for a, b in zip(cu, cu[1:])):
+            raise ValueError("forward_batch needs cu_seqlens [0, ..., T] of non-empty sequences and one start each")
+        lens = [b - a for a, b in zip(cu, cu[1:])]
+        ends = [p + n for p, n in zip(starts, lens)]
+        marks = self.marks
+        if marks is not None:
+            marks.start()
+        x = self.embed(tokens)
+        meta = (
+            prepare_chunk_metadata(cu, starts, boundary_indices=[[] for _ in range(N)], device=self.device)
+            if s.layers
+            else None
+        )
+        bufs = None
+        rope = None
+        if s.attn_layers:
+            bufs = []
+            for n in range(N):
+                b = None if kv is None else kv[n]
+                if b is None or b.shape[2] < ends[n]:
+                    new = torch.empty(
+                        s.attn_layers,
+                        2,
+                        ends[n],
+                        s.attn_kv_heads,
+                        s.attn_head_dim,
+                        dtype=self.dtype,
+                        device=self.device,
+                    )
+                    if starts[n]:
+                        new[:, :, : starts[n]] = b[:, :, : starts[n]]
+                    b = new
+                bufs.append(b)
+            # absolute position of every token: its sequence's start plus its offset in the sequence
+            off = np.arange(T) - np.repeat(cu[:-1], lens) + np.repeat(starts, lens)
+            pos = torch.from_numpy(off.astype(np.float32)).to(self.device)
+            hd = s.attn_head_dim
+            half = max(2, hd // ROTARY_FRACTION // 2 * 2) // 2
+            inv = ROPE_THETA ** (-torch.arange(half, device=self.device, dtype=torch.float32) / half)
+            ang = pos[:, None] * inv[None]
+            rope = (ang.cos()[:, None, :], ang.sin()[:, None, :])
+        if marks is not None:
+            marks.mark("other")
+        recs, convs, outs = [], [], [] if keep_outputs else None
+        gi = ai = 0
+        for mi, kind in enumerate(s.order):
+            if kind == GDN:
+                r0 = None if rec0 is None else rec0[gi]
+                c0 = None if conv0 is None else conv0[gi]
+                x, r1, c1, _, _ = self._gdn(gi, x, meta, r0, c0, False, varlen=True)
+                recs.append(r1)
+                convs.append(c1)
+                gi += 1
+            else:
+                x = self._attention_batch(ai, x, cu, starts, ends, bufs, rope)
+                ai += 1
+            if marks is not None:
+                marks.mark(kind)
+            if s.mlp_inter:
+                x = self._mlp(mi, x)
+                if marks is not None:
+                    marks.mark(MLP)
+            if keep_outputs:
+                outs.append(x)
+        kv_out = [b[:, :, :e] for b, e in zip(bufs, ends)] if bufs is not None else [None] * N
+        return BatchOut(x, recs, convs, kv_out, outs)
+
+    def _attention_batch(self, l: int, x: torch.Tensor, cu, starts, ends, bufs, rope) -> torch.Tensor:
+        """Attention layer ``l`` of ``forward_batch``: projections, norms and rotary embedding over
+        all tokens; each sequence's new keys and values written into its buffer ``bufs[n]`` at
+        ``[starts[n], ends[n])``; one SDPA call per sequence over its buffer up to its end."""
+        s, w = self.shape, self.attn[l]
+        T = x.shape[0]
+        H, KVH, hd = s.attn_heads, s.attn_kv_heads, s.attn_head_dim
+        h = F.rms_norm(x, (s.hidden,), eps=1e-6).to(self.dtype)
+        qg = h @ w["w_q"]
+        kvp = (h @ w["w_kv"]).view(T, 2, KVH, hd)
+        q = qg.view(T, H, -1)[..., :hd]
+        cos, sin = rope
+        q = _rope(F.rms_norm(q.float(), (hd,), weight=w["q_norm"], eps=1e-6).to(self.dtype), cos, sin)
+        k = _rope(F.rms_norm(kvp[:, 0].float(), (hd,), weight=w["k_norm"], eps=1e-6).to(self.dtype), cos, sin)
+        o = torch.empty(T, H, hd, dtype=self.dtype, device=self.device)
+        for n in range(len(starts)):
+            a, b, p, e = cu[n], cu[n + 1], starts[n], ends[n]
+            buf = bufs[n]
+            buf[l, 0, p:e] = k[a:b]
+            buf[l, 1, p:e] = kvp[a:b, 1]
+            kk, vv = buf[l, 0, :e], buf[l, 1, :e]
+            o[a:b] = _attend_one(q[a:b], kk, vv) if b - a == 1 else _attend(q[a:b], kk, vv)
+        if s.attn_output_gate:
+            o = o * torch.sigmoid(qg.view(T, H, 2 * hd)[..., hd:])
+        return x + (o.reshape(T, H * hd) @ w["w_o"]).float()
 
     def run(
         self,

@@ -2,8 +2,10 @@
 
 Maps each event to the ``Replayer``: ``lookup`` restores and checks a hit, ``admit`` reserves a
 store slot and schedules its state, ``evict`` frees it, ``decode`` forces the request's prompt
-(DES mode), ``reject`` drops the request. Positions arrive in tokens. Needs torch (imported
-lazily by the CLI).
+(DES mode), ``reject`` drops the request. Positions arrive in tokens. With a step executor
+(``--scheduler continuous``: ``sim.replay.stepper``), ``step`` events are executed as batches and
+timed; the executor starts a request from the state the replayer restored at its lookup and frees
+it at its decode (the request's end). Needs torch (imported lazily by the CLI).
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ class ReplayObserver:
     decode, once its prefill-time admits are known, and decode-time states as admitted."""
 
     def __init__(
-        self, replayer: Replayer, *, mode: str, progress=None, after_event: Optional[callable] = None, shadows=()
+        self,
+        replayer: Replayer,
+        *,
+        mode: str,
+        progress=None,
+        after_event: Optional[callable] = None,
+        shadows=(),
+        stepper=None,
     ) -> None:
         self.replayer = replayer
         # shadows (``--validate shadow``: an fp32 replay) receive every event after the replayer
@@ -28,6 +37,7 @@ class ReplayObserver:
             r.eager = mode == "des"
         self.progress = progress
         self.after_event = after_event  # tests: called after every event
+        self.stepper = stepper  # sim.replay.stepper.StepExecutor (continuous scheduler) or None
 
     def _done(self, name: str) -> None:
         if self.after_event is not None:
@@ -36,6 +46,8 @@ class ReplayObserver:
     def lookup(self, request, t, hit_checkpoint, hit_tokens, input_tokens) -> None:
         for r in self.replayers:
             r.lookup(request.request_id, hit_checkpoint, hit_tokens)
+        if self.stepper is not None:
+            self.stepper.lookup(request.request_id, *self.replayer.restored(request.request_id))
         if self.progress is not None:
             self.progress.update(1)
         self._done("lookup")
@@ -48,7 +60,14 @@ class ReplayObserver:
     def decode(self, request, t_start, t_end, start_pos, end_pos, seconds) -> None:
         for r in self.replayers:
             r.decode(request.request_id)
+        if self.stepper is not None:
+            self.stepper.done(request.request_id)
         self._done("decode")
+
+    def step(self, t_start, t_end, seconds, steps, prefills, decodes, tokens, preempted) -> None:
+        if self.stepper is not None:
+            self.stepper.step(t_start, t_end, seconds, steps, prefills, decodes, tokens, preempted)
+        self._done("step")
 
     def admit(self, t, checkpoint, request, position, phase) -> None:
         for r in self.replayers:

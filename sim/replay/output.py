@@ -1,5 +1,6 @@
 """A replay output folder (no torch): ``summary.json`` (the run's settings and summary) and
-``requests.parquet`` (one row per request), written by ``marconi replay --out DIR`` and read by
+``requests.parquet`` (one row per request) and, with ``--scheduler continuous``, ``steps.parquet``
+(one row per executed engine step: ``sim.replay.steps``), written by ``marconi replay --out DIR`` and read by
 ``marconi plot --kind replay`` and ``notebooks/replay.ipynb``."""
 
 from __future__ import annotations
@@ -13,20 +14,28 @@ from sim.errors import UsageError
 
 SUMMARY = "summary.json"
 REQUESTS = "requests.parquet"
+STEPS = "steps.parquet"
 
 
-def write(out, summary: dict, settings: dict, requests: pd.DataFrame) -> list[Path]:
+def write(out, summary: dict, settings: dict, requests: pd.DataFrame, steps: pd.DataFrame | None = None) -> list[Path]:
+    """``summary.json`` and ``requests.parquet`` under ``out``, and ``steps.parquet`` (one row per
+    executed engine step, ``--scheduler continuous``) when ``steps`` is given."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     s, r = out / SUMMARY, out / REQUESTS
     # each written under a temporary name and renamed when complete: never a truncated file
     requests.to_parquet(out / f".tmp-{REQUESTS}", index=False)
     (out / f".tmp-{REQUESTS}").replace(r)
+    written = [s, r]
+    if steps is not None:
+        steps.to_parquet(out / f".tmp-{STEPS}", index=False)
+        (out / f".tmp-{STEPS}").replace(out / STEPS)
+        written.append(out / STEPS)
     (out / f".tmp-{SUMMARY}").write_text(
         json.dumps({"settings": settings, "summary": summary}, indent=2, default=str) + "\n"
     )
     (out / f".tmp-{SUMMARY}").replace(s)
-    return [s, r]
+    return written
 
 
 def load(path) -> tuple[dict, dict, pd.DataFrame]:

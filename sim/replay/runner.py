@@ -16,87 +16,17 @@ in ``late_admits``. Needs torch.
 
 from __future__ import annotations
 
-import time
 from typing import Callable, Optional
 
 import numpy as np
 import torch
 
 from sim.replay.checks import VALIDATE_MODES, Failure, rel_error, state_error, tolerance_for
-from sim.replay.model import HybridModel, Marks, StackState, timestamp
+from sim.replay.clock import MEASURE_MODES, Stopwatch
+from sim.replay.model import HybridModel, Marks, StackState, upload
 from sim.replay.records import RequestRecord
 from sim.replay.store import CheckpointStore
 from sim.replay.tokens import page_keys, prefix_hash
-
-
-#: how timed prefills are timed on a GPU (Stopwatch): device (queued) or wall (as issued)
-MEASURE_MODES = ("device", "wall")
-#: host issue time assumed for the first timed call, before any was measured (ms)
-HOST_GUESS_MS = 30.0
-#: a queued call waits behind a GPU sleep of this many times the longest recent host issue
-#: time, plus QUEUE_PAD_MS, so that the host has issued the whole call before the GPU starts it
-QUEUE_MARGIN = 1.25
-QUEUE_PAD_MS = 1.0
-#: recent host issue times the sleep is sized from
-QUEUE_WINDOW = 8
-
-
-class Stopwatch:
-    """Elapsed milliseconds of a timed call, and the host's time to issue it.
-
-    On a GPU the device time comes from CUDA events (resolved lazily: timing adds no
-    synchronisation). ``queued`` (``--measure device``, the default): before each timed call a GPU
-    sleep as long as the host's recent issue times is queued, so the whole call is on the GPU's
-    queue before its first kernel starts and the events time the kernels back to back: the
-    model's device time, what an engine whose host keeps up runs. Without it (``--measure
-    wall``) a call issued to an idle GPU is timed as issued: at short lengths the replay's own
-    Python and launch time per layer (tens of ms per full-depth call, depending on the host CPU)
-    rather than the model's. On the CPU, ``perf_counter`` around a synchronous region. Every
-    handle also carries the host's issue time (``host_ms``)."""
-
-    def __init__(self, device: torch.device, queued: bool = False) -> None:
-        self.cuda = device.type == "cuda"
-        self.queued = queued and self.cuda
-        self.recent: list[float] = []
-        self._cycles_per_ms: Optional[float] = None
-
-    def _sleep_cycles(self) -> int:
-        if self._cycles_per_ms is None:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            torch.cuda._sleep(10_000_000)
-            b.record()
-            b.synchronize()
-            self._cycles_per_ms = 10_000_000 / max(1e-3, float(a.elapsed_time(b)))
-        ms = (max(self.recent) if self.recent else HOST_GUESS_MS) * QUEUE_MARGIN + QUEUE_PAD_MS
-        return int(ms * self._cycles_per_ms)
-
-    def start(self, queue: bool = True):
-        if self.queued and queue:
-            torch.cuda._sleep(self._sleep_cycles())
-        return (timestamp(self.cuda), time.perf_counter())
-
-    def stop(self, started):
-        first, t0 = started
-        host = (time.perf_counter() - t0) * 1e3
-        if self.queued:
-            self.recent = (self.recent + [host])[-QUEUE_WINDOW:]
-        if self.cuda:
-            return (first, timestamp(True), host)
-        return ((time.perf_counter() - first) * 1e3, None, host)
-
-    def ms(self, handle) -> float:
-        if handle is None:
-            return float("nan")
-        if self.cuda:
-            a, b, _ = handle
-            b.synchronize()
-            return float(a.elapsed_time(b))
-        return float(handle[0])
-
-    @staticmethod
-    def host_ms(handle) -> float:
-        return float("nan") if handle is None else float(handle[2])
 
 
 class _Flight:
@@ -297,6 +227,14 @@ class Replayer:
             self._finalize(f)
         return [self.records[k] for k in sorted(self.records)]
 
+    def restored(self, request: int) -> tuple[int, Optional[StackState]]:
+        """``(position, state)`` the request's current lookup restored and checked (``(0, None)``:
+        from scratch, or a hit that failed its checks): what the step executor starts from."""
+        f = self.flights.get(request)
+        if f is None or f.start is None:
+            return 0, None
+        return f.hit, f.start
+
     # ---- internals ---------------------------------------------------------------------------
     def _flight(self, request: int, fresh: bool = False) -> _Flight:
         f = self.flights.get(request)
@@ -342,7 +280,7 @@ class Replayer:
 
     def _tokens(self, f: _Flight) -> torch.Tensor:
         if f.tok_t is None:
-            f.tok_t = torch.as_tensor(f.tokens, dtype=torch.long).to(self.model.device)
+            f.tok_t = upload(f.tokens, self.model.device)
         return f.tok_t
 
     def _sink(self, f: _Flight):

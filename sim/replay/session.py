@@ -40,7 +40,11 @@ class ReplaySettings:
     warmup: bool = True
     validation: str = "exact"  # exact | shadow | tolerance (sim.replay.checks)
     kernel: str = "auto"  # gated-delta backend (sim.replay.backends); auto: by device
-    measure: str = "device"  # device | wall: how a GPU times prefills (sim.replay.runner.Stopwatch)
+    measure: str = "device"  # device | wall: how a GPU times prefills (sim.replay.clock.Stopwatch)
+    # --scheduler continuous (sim.replay.stepper): steps timed per coasted decode run (the rest
+    # computed untimed), and first steps cross-checked against per-sequence forwards
+    coast_steps: int = 4
+    check_steps: int = 2
 
     def validate(self) -> None:
         if self.validate_every < 1:
@@ -61,6 +65,10 @@ class ReplaySettings:
             raise UsageError(f"--tolerance must be a finite number > 0, not {self.tolerance}")
         if self.measure not in ("device", "wall"):
             raise UsageError(f"--measure must be device or wall, not {self.measure!r}")
+        if self.coast_steps < 1:
+            raise UsageError(f"--coast-steps must be >= 1, not {self.coast_steps}")
+        if self.check_steps < 0:
+            raise UsageError(f"--check-steps must be >= 0, not {self.check_steps}")
         if self.kernel not in kernel_choices():
             raise UsageError(f"--kernel must be one of {', '.join(kernel_choices())}, not {self.kernel!r}")
         problem = device_problem(self.kernel, self.device)
@@ -83,6 +91,7 @@ class ReplayResult:
     timing: Optional[TimingModel] = None
     calibrated: Optional[TimingModel] = None
     calibration: dict = field(default_factory=dict)
+    steps: object = None  # pandas DataFrame, one row per executed step (--scheduler continuous)
 
 
 def check_model(spec: ModelSpec, layers: Optional[int]) -> int:
@@ -140,7 +149,39 @@ def token_source(trace: Trace, seed: int):
     return tokens_of
 
 
-def _warm(model, device) -> float:
+def _warm_steps(model) -> None:
+    """The step executor's batches: one varlen call per chunk-count bucket a step can reach (up
+    to 256 chunks of a sequence: ``--max-num-batched-tokens`` 16K), each with a ragged chunk from
+    a state, a sequence from scratch and decode tokens (untimed, thrown away)."""
+    import torch
+
+    s = model.shape
+    for n in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        T = n * 64 - 10
+        lens = [T, 70, 1, 1]
+        starts = [10, 0, 5, 700]
+        cu = [0]
+        for L in lens:
+            cu.append(cu[-1] + L)
+        N = len(lens)
+        rec0 = torch.zeros(s.layers, N, s.v_heads, s.head_k_dim, s.head_v_dim, device=model.device)
+        conv0 = torch.zeros(s.layers, N, s.conv_dim, s.conv_width - 1, dtype=model.dtype, device=model.device)
+        kv = None
+        if s.attn_layers:
+            kv = [
+                torch.zeros(
+                    s.attn_layers, 2, p, s.attn_kv_heads, s.attn_head_dim, dtype=model.dtype, device=model.device
+                )
+                for p in starts
+            ]
+        model.forward_batch(torch.arange(cu[-1], device=model.device), cu, starts, rec0, conv0, kv)
+    for N in (1, 16):  # decode-only steps (one token a sequence: total and count specialised)
+        rec0 = torch.zeros(s.layers, N, s.v_heads, s.head_k_dim, s.head_v_dim, device=model.device)
+        conv0 = torch.zeros(s.layers, N, s.conv_dim, s.conv_width - 1, dtype=model.dtype, device=model.device)
+        model.forward_batch(torch.arange(N, device=model.device), list(range(N + 1)), [100] * N, rec0, conv0)
+
+
+def _warm(model, device, steps: bool = False) -> float:
     """Compile every kernel specialisation a replay meets before anything is timed: the
     kernels' own ``warmup`` (Triton backend) at the stack's shapes and flags, then the stack
     itself from scratch and from a state, with and without boundary states and with a split (the
@@ -178,6 +219,8 @@ def _warm(model, device) -> float:
     model.run(toks[130:300], st, 130, [192, 250], lambda *a: None, keep_outputs=True)
     model.run(toks[:63], None, 0)
     model.run(toks[:64], None, 0, [64], lambda *a: None)
+    if steps:
+        _warm_steps(model)
     if device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - t0
@@ -280,6 +323,7 @@ def _replay(
     model = HybridModel(shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel)
     store = CheckpointStore(shape, dtype, where=settings.store, device=device)
     tokens_of = token_source(trace, settings.seed)
+    continuous = config.scheduler == "continuous"
     replayer = Replayer(
         model,
         store,
@@ -288,7 +332,22 @@ def _replay(
         tolerance=settings.tolerance,
         validate=settings.validation,
         measure=settings.measure,
+        # every running request's flight stays open until it ends (a batch runs up to
+        # --max-num-seqs of them at once)
+        max_open=max(16, config.max_num_seqs + 8) if continuous else 16,
     )
+    stepper = None
+    if continuous:
+        from sim.replay.stepper import StepExecutor
+
+        stepper = StepExecutor(
+            model,
+            tokens_of,
+            coast_steps=settings.coast_steps,
+            check_steps=settings.check_steps,
+            tolerance=replayer.tolerance,
+            measure=settings.measure,
+        )
     shadows = ()
     if settings.validation == "shadow":
         # the same event stream replayed by the same weights in fp32 arithmetic, untimed, every
@@ -300,10 +359,12 @@ def _replay(
                 shadow_model, shadow_store, tokens_of, validate_every=settings.validate_every, validate="tolerance"
             ),
         )
-    warm_s = _warm(model, device) if settings.warmup and device.type == "cuda" else 0.0
+    warm_s = _warm(model, device, steps=continuous) if settings.warmup and device.type == "cuda" else 0.0
     built = []  # the Simulation, for the tests' hook (it exists once events flow)
     hook = (lambda name: after_event(name, built[0], replayer)) if after_event is not None else None
-    obs = ReplayObserver(replayer, mode=config.mode, progress=progress, after_event=hook, shadows=shadows)
+    obs = ReplayObserver(
+        replayer, mode=config.mode, progress=progress, after_event=hook, shadows=shadows, stepper=stepper
+    )
     sim = build(trace, config, timing=timing, observers=(obs,))
     built.append(sim)
     if on_ready is not None:
@@ -316,6 +377,9 @@ def _replay(
     for sh in shadows:
         shadow_records = sh.finish()
         failures += [replace(f, kind="shadow-" + f.kind) for f in sh.failures]
+    executed = stepper.close() if stepper is not None else None
+    if stepper is not None:
+        failures += stepper.failures
     if device.type == "cuda":
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
@@ -337,6 +401,21 @@ def _replay(
     summary["simulated_hit_tokens"] = int(sum(r.hit_tokens for r in records))
     summary["kernel"] = model.kernel
     summary["measure"] = settings.measure if device.type == "cuda" else "wall"
+    step_rows = None
+    if stepper is not None:
+        from sim.replay import steps as step_rows_of
+
+        step_rows = step_rows_of.step_table(executed, spec, timing, counts)
+        dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        summary.update(
+            step_rows_of.step_summary(
+                step_rows,
+                counts=counts,
+                wall_s=wall,
+                peak_tflops=measure.device_peak(dev_name, settings.dtype),
+                **stepper.counts(),
+            )
+        )
     info = dict(
         asdict(settings),
         layers=layers,
@@ -353,12 +432,15 @@ def _replay(
         capacity_bytes=config.capacity_bytes,
         state_alignment=config.state_alignment,
         mode=config.mode,
+        scheduler=config.scheduler,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_num_seqs=config.max_num_seqs,
         trace=trace.name,
         tolerance=replayer.tolerance,
         timing=timing_to_dict(timing),
         device_name=(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"),
     )
-    return ReplayResult(summary, table, failures, info, sim_result, timing)
+    return ReplayResult(summary, table, failures, info, sim_result, timing, steps=step_rows)
 
 
 def calibrate(

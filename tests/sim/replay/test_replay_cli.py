@@ -227,3 +227,46 @@ def test_kernel_ours_is_the_triton_backend(tmp_path):
     assert "| triton kernels |" in p.stdout.splitlines()[0]
     settings = json.loads((tmp_path / "out" / "summary.json").read_text())["settings"]
     assert settings["kernel"] == "triton" and settings["kernel_requested"] == "ours"
+
+
+def test_continuous_scheduler_replays_steps_and_prints_the_step_time(tmp_path):
+    pytest.importorskip("torch")
+    p = marconi(
+        "replay",
+        "--device",
+        "cpu",
+        "--model",
+        "replay-tiny",
+        "--trace",
+        "synthetic:chat",
+        "--requests",
+        "40",
+        "--scheduler",
+        "continuous",
+        "--out",
+        tmp_path,
+        "--no-progress",
+    )
+    assert "continuous batching (8192 tokens, 256 seqs per step)" in p.stdout
+    line = next(x for x in p.stdout.splitlines() if x.startswith("step time"))
+    assert "steps executed of" in line and "error median" in line
+    s = json.loads((tmp_path / "summary.json").read_text())["summary"]
+    assert s["failures"] == 0 and s["steps_executed"] > 0
+    df = pd.read_parquet(tmp_path / "steps.parquet")
+    assert len(df) == s["steps_executed"] and (df["measured_ms"] > 0).all() and (df["modelled_ms"] > 0).all()
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (("--scheduler", "bogus"), "--scheduler"),
+        (("--scheduler", "continuous", "--max-num-batched-tokens", "0"), "--max-num-batched-tokens"),
+        (("--scheduler", "continuous", "--coast-steps", "0"), "--coast-steps"),
+        (("--scheduler", "continuous", "--mode", "sequential"), "--mode des"),
+    ],
+)
+def test_bad_scheduler_options_exit_2_with_one_line(args, says, tmp_path):
+    p = marconi("replay", "--device", "cpu", "--model", "replay-tiny", "--out", tmp_path / "o", *args, check=False)
+    assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()  # refused before any output folder is made

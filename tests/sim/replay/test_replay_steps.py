@@ -1,0 +1,222 @@
+"""``--scheduler continuous`` replay (sim/replay/stepper.py, sim/replay/steps.py): the batched
+forward of one engine step equals per-sequence forwards (outputs, end states, KV); a continuous
+replay of a small chat trace executes every step, validates every hit and reports step times; a
+preemption replays and finishes; the step rows and their modelled-vs-measured errors."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sim.cost import get_model  # noqa: E402
+from sim.replay.checks import rel_error  # noqa: E402
+from sim.replay.model import HybridModel, ReplayShape  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def whole_tiny():
+    """replay-tiny at its full depth: attention (grouped heads), gated delta and MLP layers."""
+    return HybridModel(ReplayShape.from_spec(get_model("replay-tiny")), device="cpu", dtype=torch.float32, seed=3)
+
+
+@pytest.mark.parametrize("kernel", ["torch", pytest.param("triton", marks=pytest.mark.slow)])
+def test_batched_forward_equals_per_segment_forwards(whole_tiny, kernel):
+    """Both gated-delta backends: the Triton kernels (the interpreter here, compiled on a GPU) take
+    the varlen batch with one initial state per sequence as the plain-torch twin does."""
+    m = twin = whole_tiny
+    if kernel == "triton":  # one gated-delta layer: the interpreter takes seconds per kernel call
+        pytest.importorskip("triton")
+        shape = ReplayShape(hidden=32, layers=1, k_heads=1, v_heads=2, head_k_dim=16, head_v_dim=16, vocab_rows=512)
+        m = HybridModel(shape, device="cpu", dtype=torch.float32, seed=3, kernel="triton")
+        twin = HybridModel(shape, device="cpu", dtype=torch.float32, seed=3, kernel="torch")
+    g = torch.Generator().manual_seed(0)
+    # four sequences: a chunk from scratch [0, 70), a chunk [100, 140) after a 100-token prefix
+    # (ragged first chunk), and two decode tokens at contexts 64 and 130 (one on a chunk boundary)
+    specs = [(0, 70), (100, 40), (64, 1), (130, 1)]
+    prefixes, starts_state = [], []
+    for p, _ in specs:
+        toks = torch.randint(0, 10_000, (p + 200,), generator=g)
+        st = twin.run(toks[:p], None, 0)[0] if p else None  # the same weights, plain torch
+        prefixes.append(toks)
+        starts_state.append(st)
+    ref_x, ref_states, ref_outs = [], [], []
+    for (p, n), toks, st in zip(specs, prefixes, starts_state):
+        x, fin, outs = m.forward_segment(m.embed(toks[p : p + n]), st, p, [], keep_outputs=True)
+        ref_x.append(x)
+        ref_states.append(fin)
+        ref_outs.append(outs)
+    cu = [0]
+    for _, n in specs:
+        cu.append(cu[-1] + n)
+    tokens = torch.cat([toks[p : p + n] for (p, n), toks in zip(specs, prefixes)])
+    zero = m.zero_state()
+    rec0 = torch.stack([(st or zero).rec for st in starts_state], dim=1)  # [L, N, Hv, K, V]
+    conv0 = torch.stack([(st or zero).conv for st in starts_state], dim=1)
+    kv = [None if st is None else st.kv for st in starts_state]
+    before = [None if k is None else k.clone() for k in kv]
+    out = m.forward_batch(tokens, cu, [p for p, _ in specs], rec0, conv0, kv, keep_outputs=True)
+    for i, ((p, n), ref) in enumerate(zip(specs, ref_states)):
+        a, b = cu[i], cu[i + 1]
+        assert rel_error(out.x[a:b], ref_x[i]) < 1e-5
+        for lo, lr in zip(out.outs, ref_outs[i]):
+            assert rel_error(lo[a:b], lr) < 1e-5
+        st = out.state(i, p + n)
+        assert rel_error(st.rec, ref.rec) < 1e-5 and rel_error(st.conv, ref.conv) < 1e-5
+        if ref.kv is not None:
+            assert st.kv.shape == ref.kv.shape and rel_error(st.kv, ref.kv) < 1e-5
+        if before[i] is not None:  # a prefix without room is copied, never written in place
+            assert torch.equal(kv[i], before[i])
+
+
+def test_batched_forward_writes_a_buffer_with_room_in_place(whole_tiny):
+    m = whole_tiny
+    toks = torch.arange(90)
+    st = m.run(toks[:80], None, 0)[0]
+    buf = torch.zeros(st.kv.shape[0], 2, 100, *st.kv.shape[3:])
+    buf[:, :, :80] = st.kv
+    out = m.forward_batch(toks[80:90], [0, 10], [80], st.rec[:, None], st.conv[:, None], [buf])
+    ref = m.run(toks[:90], None, 0)[0]
+    assert out.kv[0].data_ptr() == buf.data_ptr() and rel_error(buf[:, :, :90], ref.kv) < 1e-5
+
+
+def test_batched_forward_refuses_empty_sequences(whole_tiny):
+    with pytest.raises(ValueError):
+        whole_tiny.forward_batch(torch.arange(3), [0, 3, 3], [0, 5])
+
+
+# ---- continuous replay -----------------------------------------------------------------------
+
+import numpy as np  # noqa: E402
+
+from sim.config import SimConfig  # noqa: E402
+from sim.replay.session import ReplaySettings, run_replay  # noqa: E402
+from sim.replay.steps import step_table, with_model  # noqa: E402
+from sim.simulate import build  # noqa: E402
+from traces.base import Request, Trace  # noqa: E402
+from traces.registry import TraceOptions, load_trace  # noqa: E402
+
+# sessions overlapping in time (8 a second): steps batch several requests' chunks and decodes
+CHAT = "synthetic:chat:sessions=4,turns=3,prompt_tokens=300,user_tokens=20,output_tokens=10,prompts=2"
+
+
+def replay_continuous(trace, **cfg):
+    events = []
+
+    def after(name, sim, replayer):
+        events.append(name)
+
+    config = SimConfig(
+        **{"policy": "marconi", "model": "replay-tiny", "scheduler": "continuous", "sessions_per_second": 8.0, **cfg}
+    )
+    settings = ReplaySettings(device="cpu", dtype="fp32", coast_steps=10**6, check_steps=3)
+    return run_replay(trace, config, settings, build=build, after_event=after), events
+
+
+def test_continuous_replay_executes_every_step_and_validates_every_hit():
+    trace = load_trace(CHAT, TraceOptions())
+    res, events = replay_continuous(trace)
+    s = res.summary
+    assert s["failures"] == 0 and s["hits"] > 0 and s["hits_validated"] == s["hits"]
+    assert s["step_events"] == events.count("step") > 0
+    # no cap reached: every simulated step (coasted runs included) executed and timed
+    assert s["steps_executed"] == s["steps_simulated"] == res.sim_result.summary["steps"]
+    assert s["steps_coasted_untimed"] == 0 and s["steps_cross_checked"] == 3 and s["step_check_failures"] == 0
+    df = res.steps
+    assert len(df) == s["steps_executed"]
+    assert (df["measured_ms"] > 0).all() and (df["modelled_ms"] > 0).all()
+    assert (df["n_seqs"] > 1).any()  # requests share steps
+    assert ((df["n_prefill_seqs"] > 0) & (df["n_decode"] > 0)).any()  # chunks and decodes in one batch
+    assert (df["tokens"] == df["prefill_tokens"] + df["n_decode"]).all()
+    assert df["work_tflop_gated_delta"].gt(0).all() and np.isfinite(s["step_time_error"]["median"])
+
+
+def test_coasted_runs_are_timed_up_to_the_cap_and_computed_in_full():
+    trace = load_trace(CHAT, TraceOptions())
+    config = SimConfig(policy="marconi", model="replay-tiny", scheduler="continuous", sessions_per_second=0.5)
+    settings = ReplaySettings(device="cpu", dtype="fp32", coast_steps=2)
+    res = run_replay(trace, config, settings, build=build)
+    s = res.summary
+    ks = res.steps.groupby("event")["steps_in_event"].first()
+    assert (ks > 2).any()  # some runs coasted past the cap
+    assert s["steps_executed"] == int(np.minimum(ks, 2).sum()) and s["failures"] == 0
+    assert s["steps_executed"] + s["steps_coasted_untimed"] == s["steps_simulated"]
+
+
+def test_preempted_request_replays_and_finishes():
+    from sim.cost import get_model
+
+    spec = get_model("replay-tiny")
+    S, K = spec.state_bytes(), spec.kv_bytes_per_token()
+    reqs = [
+        Request(
+            session_id=i,
+            turn=0,
+            input_tokens=np.arange(10_000 * (i + 1), 10_000 * (i + 1) + 100),
+            output_tokens=np.arange(10_000 * (i + 1) + 5_000, 10_000 * (i + 1) + 5_050),
+            arrival=0.0,
+        )
+        for i in range(2)
+    ]
+    trace = Trace("tiny", reqs, closed_loop=False)
+    # room for 2 state slots and 230 tokens of KV: the newer request is preempted mid-decode
+    # (tests/sim/engine/test_batching.py), recomputes its prompt + generated tokens and finishes
+    res, _ = replay_continuous(trace, policy="sglang+", capacity_bytes=2 * S + 230 * K)
+    assert res.sim_result.summary["preemptions"] == 1
+    s = res.summary
+    assert s["failures"] == 0 and s["step_preempted_dropped"] == 1
+    assert s["steps_executed"] == s["steps_simulated"]
+    again = [p for ps in res.steps["prefills"] for p in ps if p[0] == 1]
+    assert len(again) == 2 and again[1][1] == 0  # from scratch the second time
+
+
+def test_step_rows_error_for_another_timing_model():
+    from sim.cost import TimingModel, get_model
+    from sim.replay.steps import ExecutedStep, modelled_step_ms
+
+    spec = get_model("qwen3.5-9b")
+    counts = {"attention": 1, "gated_delta": 3, "mlp": 4}
+    steps = [
+        ExecutedStep(0, 0, 1, 0.0, ((0, 0, 500),), ((1, 700),), measured_ms=10.0),
+        ExecutedStep(1, 0, 3, 1.0, (), ((1, 701), (2, 64)), measured_ms=4.0),
+    ]
+    t1 = TimingModel(400.0, 10.0, 5.0)
+    df = step_table(steps, spec, t1, counts)
+    assert list(df["tokens"]) == [501, 2] and list(df["n_seqs"]) == [2, 2]
+    assert list(df["context_sum"]) == [700, 765] and list(df["gdn_chunks"]) == [9, 2]
+    # the decode row: memory-bound, the weights' read shared by the 4 replayed of 32 mixer layers
+    assert df["modelled_ms"][1] == pytest.approx(5.0 * 4 / 32)
+    t2 = TimingModel(200.0, 20.0, 10.0)
+    df2 = with_model(df, spec, t2, counts)
+    assert df2["modelled_ms"][1] == pytest.approx(2 * df["modelled_ms"][1])
+    assert df2["error"][0] == pytest.approx((df2["modelled_ms"][0] - 10.0) / 10.0)
+    assert df2["modelled_ms"][0] == pytest.approx(modelled_step_ms(spec, t2, counts, [(0, 500)], [700]))
+    # features: per layer of each kind, prefill and decode terms apart
+    assert df["tflop_mlp_linear"][0] == pytest.approx(spec.mlp_layer_a * 500 * 1e-12)
+    assert df["decode_tflop_mlp_linear"][0] == pytest.approx(spec.mlp_layer_a * 1e-12)
+    assert df["work_tflop_mlp"][0] == pytest.approx(spec.mlp_layer_a * 501 * 1e-12)
+
+
+def test_executor_starts_from_the_restored_state_and_catches_up_where_it_is_not(whole_tiny):
+    from sim.replay.stepper import StepExecutor
+
+    m = whole_tiny
+    toks = np.arange(1000, 1400)
+    ex = StepExecutor(m, lambda rid: (toks, 300), coast_steps=1)
+    t = torch.as_tensor(toks)
+    at128 = m.run(t[:128], None, 0)[0]
+    # request 0 restored at 128, first chunk there; request 1 restored at 128 too but (a whole-
+    # prompt hit) its chunk recomputes token 127: the executor goes back and catches up untimed
+    ex.lookup(0, 128, at128)
+    ex.lookup(1, 128, at128)
+    ex.step(0.0, 1.0, 1.0, 1, ((0, 128, 300), (1, 127, 300)), (), 173 + 173, ())
+    ex.step(1.0, 2.0, 1.0, 3, (), ((0, 300), (1, 300)), 2, ())  # a coasted run of 3: 1 timed
+    ref = m.run(t[:303], None, 0)[0]
+    for rid in (0, 1):
+        r = ex.running[rid]
+        assert r.pos == 303
+        assert rel_error(torch.stack([ex.rec[l][r.slot] for l in range(m.shape.layers)]), ref.rec) < 1e-5
+        assert rel_error(r.kv[:, :, :303], ref.kv) < 1e-5
+    assert ex.catchup_tokens == 127 and ex.coasted_untimed_tokens == 4
+    assert [(e.event, e.index, e.steps_in_event) for e in ex.close()] == [(0, 0, 1), (1, 0, 3)]
+    ex.done(0)
+    ex.step(2.0, 3.0, 1.0, 1, (), ((1, 303),), 1, (0,))  # finished and preempted ids are freed
+    assert set(ex.running) == {1} and len(ex.free) == ex._cap - 1
