@@ -22,6 +22,12 @@ QUEUE_MARGIN = 1.25
 QUEUE_PAD_MS = 1.0
 #: recent host issue times the sleep is sized from
 QUEUE_WINDOW = 8
+#: the longest sleep (ms). A full-depth call issues more launches than the GPU's launch queue
+#: holds, so the host blocks until the sleep ends and its issue time then counts the sleep: sized
+#: from such times alone the sleep would grow without end. A queue filled behind the sleep keeps
+#: the GPU busy while the host issues the rest (measured on an H200: 4.7 ms of a 1-token call's
+#: host time came after a 100 ms sleep; its device time was 7.0 ms against 34 ms as issued).
+QUEUE_CAP_MS = 50.0
 
 
 class Stopwatch:
@@ -51,7 +57,7 @@ class Stopwatch:
             b.record()
             b.synchronize()
             self._cycles_per_ms = 10_000_000 / max(1e-3, float(a.elapsed_time(b)))
-        ms = (max(self.recent) if self.recent else HOST_GUESS_MS) * QUEUE_MARGIN + QUEUE_PAD_MS
+        ms = min(QUEUE_CAP_MS, (max(self.recent) if self.recent else HOST_GUESS_MS) * QUEUE_MARGIN + QUEUE_PAD_MS)
         return int(ms * self._cycles_per_ms)
 
     def start(self, queue: bool = True):

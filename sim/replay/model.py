@@ -684,7 +684,7 @@ class HybridModel:
                 bufs.append(b)
             # absolute position of every token: its sequence's start plus its offset in the sequence
             off = np.arange(T) - np.repeat(cu[:-1], lens) + np.repeat(starts, lens)
-            pos = torch.from_numpy(off.astype(np.float32)).to(self.device)
+            pos = upload(off.astype(np.float32), self.device, torch.float32)
             hd = s.attn_head_dim
             half = max(2, hd // ROTARY_FRACTION // 2 * 2) // 2
             inv = ROPE_THETA ** (-torch.arange(half, device=self.device, dtype=torch.float32) / half)

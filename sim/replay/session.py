@@ -178,7 +178,15 @@ def _warm_steps(model) -> None:
     for N in (1, 16):  # decode-only steps (one token a sequence: total and count specialised)
         rec0 = torch.zeros(s.layers, N, s.v_heads, s.head_k_dim, s.head_v_dim, device=model.device)
         conv0 = torch.zeros(s.layers, N, s.conv_dim, s.conv_width - 1, dtype=model.dtype, device=model.device)
-        model.forward_batch(torch.arange(N, device=model.device), list(range(N + 1)), [100] * N, rec0, conv0)
+        kv = None
+        if s.attn_layers:
+            kv = [
+                torch.zeros(
+                    s.attn_layers, 2, 100, s.attn_kv_heads, s.attn_head_dim, dtype=model.dtype, device=model.device
+                )
+                for _ in range(N)
+            ]
+        model.forward_batch(torch.arange(N, device=model.device), list(range(N + 1)), [100] * N, rec0, conv0, kv)
 
 
 def _warm(model, device, steps: bool = False) -> float:

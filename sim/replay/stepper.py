@@ -168,7 +168,7 @@ class StepExecutor:
     # ---- internals ---------------------------------------------------------------------------
     def _new(self, rid: int) -> _Running:
         tokens, _ = self.tokens_of(rid)
-        tok = torch.as_tensor(np.asarray(tokens), dtype=torch.long).to(self.model.device)
+        tok = upload(np.asarray(tokens), self.model.device)
         s, m = self.model.shape, self.model
         kv = None
         if s.attn_layers:
