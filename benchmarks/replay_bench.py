@@ -204,6 +204,10 @@ def step_row(res, spec, timing_before, timing_after, counts) -> dict:
     s = res.summary
     before = steps.error_stats(steps.with_model(res.steps, spec, timing_before, counts))
     after = steps.error_stats(steps.with_model(res.steps, spec, timing_after, counts))
+    # the per-sequence term fitted on the run's first half of steps, errors on the second half
+    seq = {}
+    if hasattr(timing_after, "seq_ms"):
+        _, seq = steps.calibrate_steps(res.steps, spec, timing_after, counts)
     return dict(
         step_events=s["step_events"],
         steps_simulated=s["steps_simulated"],
@@ -215,6 +219,8 @@ def step_row(res, spec, timing_before, timing_after, counts) -> dict:
         step_err_p95_before=before["p95"],
         step_err_median_after=after["median"],
         step_err_p95_after=after["p95"],
+        step_err_median_seq_fit_held_out=seq.get("median_error", float("nan")),
+        step_err_p95_seq_fit_held_out=seq.get("p95_error", float("nan")),
         step_tflops_timed=s["step_tflops_timed"],
         step_tflops_wall=s["step_tflops_wall"],
         step_peak_share=s["step_peak_share"],

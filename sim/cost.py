@@ -479,7 +479,12 @@ class HardwareTiming:
       ``max(floor, call + FLOP terms)``: short prefills are launch-bound, long ones compute-bound.
       A prefill pays all of it once per call, so an exact-alignment split (a second call) pays
       it again, with its ragged chunk;
-    * ``decode_ms_per_token``: one decode step (the weights read once; batch-1 decode).
+    * ``seq_ms[kind]``: each further sequence in one call, per layer of that kind (its state
+      gathered and scattered, its own attention call over its own context, its chunk programs):
+      a step of n sequences pays it n - 1 times; 0 in a file fitted before steps were measured;
+    * ``decode_ms_per_token``: one decode step of one request (``decode_time_s``, the ``fcfs``
+      scheduler's decode); a continuous-batching step prices its decode tokens as one-token
+      sequences of the step's call instead.
     Compute terms are divided by ``gpus`` (tensor parallel, ideal scaling assumed)."""
 
     ms_per_tflop: dict
@@ -490,14 +495,20 @@ class HardwareTiming:
     gpus: int = 1
     source: str = field(default="", compare=False)
     layer_floor_ms: dict = field(default_factory=lambda: dict.fromkeys(LAYER_KINDS, 0.0))
+    seq_ms: dict = field(default_factory=lambda: dict.fromkeys(LAYER_KINDS, 0.0))
     charges_splits = True
 
     def __post_init__(self) -> None:
         if set(self.ms_per_tflop) != set(TERMS) or set(self.layer_call_ms) != set(LAYER_KINDS):
             raise UsageError(f"timing: terms must be {', '.join(TERMS)} and per-call times {', '.join(LAYER_KINDS)}")
-        if set(self.layer_floor_ms) != set(LAYER_KINDS):
-            raise UsageError(f"timing: per-layer floors must be {', '.join(LAYER_KINDS)}")
-        vals = list(self.ms_per_tflop.values()) + list(self.layer_call_ms.values()) + list(self.layer_floor_ms.values())
+        if set(self.layer_floor_ms) != set(LAYER_KINDS) or set(self.seq_ms) != set(LAYER_KINDS):
+            raise UsageError(f"timing: per-layer floors and per-sequence times must be {', '.join(LAYER_KINDS)}")
+        vals = (
+            list(self.ms_per_tflop.values())
+            + list(self.layer_call_ms.values())
+            + list(self.layer_floor_ms.values())
+            + list(self.seq_ms.values())
+        )
         if min(vals + [self.call_ms, self.decode_ms_per_token]) < 0 or self.gpus < 1:
             raise UsageError("timing: every term must be non-negative")
         if self.peak_tflops > 0:
@@ -549,11 +560,13 @@ class HardwareTiming:
         g = 1e-12 / self.gpus
         return {"attention": attn * g, "gated_delta": gdn * g, "mlp": mlp * g}
 
-    def call_ms_for(self, spec: ModelSpec, work: dict) -> float:
-        """One call of the model doing ``work`` (per-layer ms by kind)."""
+    def call_ms_for(self, spec: ModelSpec, work: dict, seqs: int = 1) -> float:
+        """One call of the model doing ``work`` (per-layer ms by kind) over ``seqs`` sequences."""
         n = self._layers(spec)
+        more = max(0, int(seqs) - 1)
         return self.call_ms + sum(
-            n[k] * max(self.layer_floor_ms[k], self.layer_call_ms[k] + work[k]) for k in LAYER_KINDS
+            n[k] * max(self.layer_floor_ms[k], self.layer_call_ms[k] + more * self.seq_ms[k] + work[k])
+            for k in LAYER_KINDS
         )
 
     def compute_ms(self, spec: ModelSpec, p: int, L: int, chunks: int) -> float:
@@ -571,21 +584,22 @@ class HardwareTiming:
         return n_tokens * self.decode_ms_per_token * 1e-3
 
     def step_time_s(self, spec: ModelSpec, prefills, decode_contexts) -> float:
-        """One engine step (one call of the model): every prefill chunk's work and, for the
-        decoding requests, their attention over their contexts, issued once per layer; plus one
-        decode step (the weights read once for the batch) when anything decodes."""
+        """One engine step: one call of the model over the step's sequences (a continuous-batching
+        engine's varlen forward): every prefill chunk's work, and every decoding request as a
+        one-token sequence at its context (its projections and MLP rows, its attention over the
+        context, one ragged kernel chunk); the per-call and per-layer times once, the
+        per-sequence time for each sequence after the first. One request alone is its prefill."""
         if not prefills and not decode_contexts:
             return 0.0
         work = dict.fromkeys(LAYER_KINDS, 0.0)
         for p, L in prefills:
             for k, v in self.work_tflop(spec, p, L, gdn_chunks(p, L)).items():
                 work[k] += v
-        ms = 0.0
-        if decode_contexts:
-            ctx = sum(int(c) for c in decode_contexts)
-            work["attention"] += self.ms_per_tflop["attn_quadratic"] * spec.attn_layer_b * 2 * ctx * 1e-12 / self.gpus
-            ms += self.decode_ms_per_token
-        return (ms + self.call_ms_for(spec, work)) * 1e-3
+        for c in decode_contexts:
+            c = int(c)
+            for k, v in self.work_tflop(spec, c, c + 1, 1).items():
+                work[k] += v
+        return self.call_ms_for(spec, work, len(prefills) + len(decode_contexts)) * 1e-3
 
     def with_gpus(self, gpus: int, source: str = "") -> "HardwareTiming":
         return replace(self, gpus=int(gpus), source=source or self.source)
@@ -672,6 +686,7 @@ def timing_to_dict(timing) -> dict:
             ms_per_tflop=dict(timing.ms_per_tflop),
             layer_call_ms=dict(timing.layer_call_ms),
             layer_floor_ms=dict(timing.layer_floor_ms),
+            seq_ms=dict(timing.seq_ms),
             call_ms=timing.call_ms,
             decode_ms_per_token=timing.decode_ms_per_token,
             peak_tflops=timing.peak_tflops,
@@ -703,7 +718,7 @@ def _check_finite(d: dict, path) -> None:
         if not ok:
             need = "a finite number > 0" if positive else "a finite number >= 0"
             raise UsageError(f"timing file {path}: {key} must be {need}, not {v!r}")
-    for group in ("ms_per_tflop", "layer_call_ms", "layer_floor_ms"):
+    for group in ("ms_per_tflop", "layer_call_ms", "layer_floor_ms", "seq_ms"):
         for k, v in (d.get(group) or {}).items() if isinstance(d.get(group), dict) else ():
             try:
                 x = float(v) if not isinstance(v, bool) else math.nan
@@ -746,6 +761,7 @@ def read_timing_file(path, model: str | None = None):
                 layer_floor_ms={
                     k: float(v) for k, v in d.get("layer_floor_ms", dict.fromkeys(LAYER_KINDS, 0.0)).items()
                 },
+                seq_ms={k: float(v) for k, v in d.get("seq_ms", dict.fromkeys(LAYER_KINDS, 0.0)).items()},
             )
         return TimingModel(
             float(d["effective_tflops"]),

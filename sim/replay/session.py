@@ -469,6 +469,16 @@ def calibrate(
         peak_tflops=peak,
         decode_ms_per_token=decode_ms_per_token,
     )
+    if result.steps is not None and len(result.steps):
+        # --scheduler continuous: the per-sequence step times, fitted on the first half of the
+        # executed steps, checked on the rest (sim.replay.steps.calibrate_steps)
+        from sim.replay import steps as step_rows  # noqa: PLC0415 - continuous runs only
+
+        t, step_info = step_rows.calibrate_steps(result.steps, spec, t, counts)
+        info = dict(info, steps=step_info)
+        result.summary["step_time_error_calibrated"] = dict(
+            median=step_info["median_error"], p95=step_info["p95_error"]
+        )
     result.calibrated = t
     result.calibration = info
     result.summary["time_model_median_error_calibrated"] = info["median_error"]

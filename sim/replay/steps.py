@@ -219,3 +219,68 @@ __all__ = [
     "term_flops",
     "with_model",
 ]
+
+
+# ---- calibration of the per-sequence term ------------------------------------------------------
+
+#: the share of a run's executed steps (the first, in event order) the per-sequence time is fitted
+#: on; the rest are held out to measure the error
+STEP_FIT_FRACTION = 0.5
+
+
+def fit_seq_ms(table: pd.DataFrame, spec: ModelSpec, timing: HardwareTiming, counts) -> dict:
+    """The per-sequence time of each layer kind (``HardwareTiming.seq_ms``) that best explains the
+    measured per-type step times of ``table`` beyond ``timing``'s other terms: per kind, the
+    residual ``measured / layers - (call + FLOP terms)`` regressed on ``n_seqs - 1`` through the
+    origin, weighted for relative error, clipped at 0."""
+    out = dict.fromkeys(LAYER_KINDS, 0.0)
+    if not len(table):
+        return out
+    c = timing.ms_per_tflop
+    x = table["n_seqs"].to_numpy(dtype=float) - 1.0
+    for kind in LAYER_KINDS:
+        n = counts.get(kind, 0) if isinstance(counts, dict) else 0
+        col = f"measured_ms_{kind}"
+        if not n or col not in table:
+            continue
+        meas = table[col].to_numpy(dtype=float) / n
+        work = sum(
+            c[t] * (table[f"tflop_{t}"].to_numpy(dtype=float) + table[f"decode_tflop_{t}"].to_numpy(dtype=float))
+            for t in TERMS
+            if KIND_OF_TERM[t] == kind
+        ) / max(1, timing.gpus)
+        resid = meas - (timing.layer_call_ms[kind] + work)
+        ok = np.isfinite(meas) & (meas > 0) & (x > 0)
+        if not ok.any():
+            continue
+        w = 1.0 / meas[ok] ** 2
+        out[kind] = max(0.0, float(np.sum(w * x[ok] * resid[ok]) / np.sum(w * x[ok] ** 2)))
+    return out
+
+
+def calibrate_steps(table: pd.DataFrame, spec: ModelSpec, timing: HardwareTiming, counts, fit_fraction=None):
+    """``timing`` with its per-sequence times fitted on the first ``fit_fraction`` of the executed
+    steps (event order), and the info: step-time error on the held-out rest with and without the
+    fitted term (``median_error`` / ``p95_error``, ``before_median_error`` / ...), rows of each part."""
+    from dataclasses import replace  # noqa: PLC0415 - local: only the calibration needs it
+
+    frac = STEP_FIT_FRACTION if fit_fraction is None else float(fit_fraction)
+    if not isinstance(timing, HardwareTiming):
+        raise ValueError("the per-sequence step time is a term of the hardware timing model")
+    order = table.sort_values(["event", "index"], kind="stable")
+    cut = int(round(len(order) * frac))
+    fit, held = order.iloc[:cut], order.iloc[cut:]
+    seq = fit_seq_ms(fit, spec, timing, counts)
+    fitted = replace(timing, seq_ms=seq)
+    before = error_stats(with_model(held, spec, timing, counts))
+    after = error_stats(with_model(held, spec, fitted, counts))
+    info = dict(
+        seq_ms=seq,
+        fit_steps=int(len(fit)),
+        held_out_steps=int(len(held)),
+        median_error=after["median"],
+        p95_error=after["p95"],
+        before_median_error=before["median"],
+        before_p95_error=before["p95"],
+    )
+    return fitted, info

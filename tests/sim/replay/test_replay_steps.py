@@ -94,7 +94,7 @@ from sim.simulate import build  # noqa: E402
 from traces.base import Request, Trace  # noqa: E402
 from traces.registry import TraceOptions, load_trace  # noqa: E402
 
-# sessions overlapping in time (8 a second): steps batch several requests' chunks and decodes
+# sessions overlapping in time (1,000 a second: all arrive within a step or two of the H200 timing): steps batch several requests' chunks and decodes
 CHAT = "synthetic:chat:sessions=4,turns=3,prompt_tokens=300,user_tokens=20,output_tokens=10,prompts=2"
 
 
@@ -105,7 +105,7 @@ def replay_continuous(trace, **cfg):
         events.append(name)
 
     config = SimConfig(
-        **{"policy": "marconi", "model": "replay-tiny", "scheduler": "continuous", "sessions_per_second": 8.0, **cfg}
+        **{"policy": "marconi", "model": "replay-tiny", "scheduler": "continuous", "sessions_per_second": 1000.0, **cfg}
     )
     settings = ReplaySettings(device="cpu", dtype="fp32", coast_steps=10**6, check_steps=3)
     return run_replay(trace, config, settings, build=build, after_event=after), events
