@@ -204,8 +204,14 @@ def test_h200_default_is_the_calibrated_file(name, gpus):
     assert isinstance(t, HardwareTiming) and t.gpus == gpus and t.ms_per_tflop == f.ms_per_tflop
     assert all(0 < x <= 1 for x in t.fraction_of_peak().values())
     assert "H200" in t.source and "torch" in t.source and "fit traces" in t.source
-    want = f.fixed_ms(spec) + f.compute_ms(spec, 0, 4096, 64) / gpus
+    # by hand: each layer at max(floor, per-call time + its FLOP terms / gpus), plus the call time
+    w = f.work_tflop(spec, 0, 4096, 64)
+    n = {"attention": spec.n_attn, "gated_delta": spec.n_gdn + spec.n_mamba, "mlp": spec.n_mlp}
+    want = f.call_ms + sum(
+        n[k] * max(f.layer_floor_ms[k], f.layer_call_ms[k] + w[k] / gpus) for k in ("attention", "gated_delta", "mlp")
+    )
     assert t.prefill_time_s(spec, 0, 4096) == pytest.approx(want * 1e-3)
+    assert t.seq_ms == f.seq_ms and any(v > 0 for v in f.seq_ms.values())  # fitted on replayed steps
 
 
 def test_marconi_7b_timing_by_hand():
