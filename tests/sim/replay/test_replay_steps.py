@@ -94,7 +94,8 @@ from sim.simulate import build  # noqa: E402
 from traces.base import Request, Trace  # noqa: E402
 from traces.registry import TraceOptions, load_trace  # noqa: E402
 
-# sessions overlapping in time (1,000 a second: all arrive within a step or two of the H200 timing): steps batch several requests' chunks and decodes
+# sessions overlapping in time (1,000 a second: all arrive within a step or two under the H200 timing):
+# steps batch several requests' chunks and decodes
 CHAT = "synthetic:chat:sessions=4,turns=3,prompt_tokens=300,user_tokens=20,output_tokens=10,prompts=2"
 
 
