@@ -148,11 +148,12 @@ class SimConfig:
     arrival: str = setting("uniform", "Session starts: i / rate (paper) or Poisson.", choices=("uniform", "poisson"))
     servers: int = setting(1, "Prefill servers (simpy resources; --scheduler fcfs).")
     scheduler: str = setting(
-        "fcfs",
-        "fcfs: each request prefills alone on one of --servers, FIFO, then decodes off the "
-        "server; continuous: one engine stepping batches of decode tokens and prefill chunks "
-        "(vLLM-style chunked prefill), running requests' KV and states charged to --capacity.",
-        choices=("fcfs", "continuous"),
+        "auto",
+        "continuous: one engine stepping batches of decode tokens and prefill chunks (vLLM-style "
+        "chunked prefill), running requests' KV and states charged to --capacity; fcfs: each "
+        "request prefills alone on one of --servers, FIFO, then decodes off the server; auto: "
+        "continuous in --mode des with one engine and --ttft-model flops, fcfs otherwise.",
+        choices=("auto", "continuous", "fcfs"),
     )
     max_num_batched_tokens: int = setting(
         8192, "--scheduler continuous: tokens per engine step (decode tokens plus prefill chunks)."
@@ -260,8 +261,22 @@ class SimConfig:
         """The fields of ``group`` ("sim" or "tuning"), in declaration order."""
         return [f for f in fields(cls) if f.metadata.get("group") == group]
 
+    @property
+    def effective_scheduler(self) -> str:
+        """The scheduler that runs: ``auto`` is ``continuous`` in a discrete-event run of one engine
+        timed by the FLOPs model (what the serving engines do), ``fcfs`` otherwise (the sequential
+        replay, several prefill servers, the Jamba TTFT table)."""
+        if self.scheduler != "auto":
+            return self.scheduler
+        if self.mode == "des" and self.servers == 1 and self.ttft_model == "flops":
+            return "continuous"
+        return "fcfs"
+
     def as_row(self) -> dict:
-        return asdict(self)
+        """The configuration as a result row (the scheduler that ran, ``auto`` resolved)."""
+        row = asdict(self)
+        row["scheduler"] = self.effective_scheduler
+        return row
 
     @classmethod
     def field_names(cls) -> list[str]:

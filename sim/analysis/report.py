@@ -120,13 +120,20 @@ def variant_label(policy: str, alpha_mode: str, alpha: float) -> str:
     return f"{policy} α={alpha:g}"
 
 
+def scheduler_tag(scheduler: str, mixed: bool) -> str:
+    """A variant's scheduler in its label (`` [fcfs]`` / `` [continuous]``), only where the rows
+    mix schedulers: a folder of one scheduler keeps plain labels."""
+    return f" [{scheduler}]" if mixed else ""
+
+
 def load(path: str | os.PathLike) -> pd.DataFrame:
     """Rows of a results folder with ``variant`` (policy + alpha) and ``capacity_gb`` columns."""
     df = load_results(path)
     if "scheduler" not in df.columns:  # results written before --scheduler existed
         df["scheduler"] = "fcfs"
+    mixed = df["scheduler"].nunique() > 1
     df["variant"] = [
-        variant_label(p, m, a) + (" [continuous]" if s == "continuous" else "")
+        variant_label(p, m, a) + scheduler_tag(s, mixed)
         for p, m, a, s in zip(df["policy"], df["alpha_mode"], df["alpha"], df["scheduler"])
     ]
     df["capacity_gb"] = df["capacity_bytes"] / 1e9
@@ -155,11 +162,8 @@ def condense(df: pd.DataFrame, static: str | float = "best", metric: str = "toke
                 idx = g.groupby(knob_columns(g), dropna=False)[metric].idxmax()
                 g = g.loc[idx].assign(variant=f"{policy} (best α)")
             if "scheduler" in g.columns:
-                g = g.assign(
-                    variant=[
-                        v + (" [continuous]" if s == "continuous" else "") for v, s in zip(g["variant"], g["scheduler"])
-                    ]
-                )
+                mixed = stat["scheduler"].nunique() > 1
+                g = g.assign(variant=[v + scheduler_tag(s, mixed) for v, s in zip(g["variant"], g["scheduler"])])
             parts.append(g)
         stat = pd.concat(parts)
     else:
@@ -284,7 +288,8 @@ def ttft_table(rows: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
 def ttft_under_load(rows: pd.DataFrame) -> pd.DataFrame:
     """TTFT p50 / p95 (ms) per policy variant and session rate, fcfs beside continuous batching
     (the rows' own percentiles, averaged over the other knobs, e.g. capacities)."""
-    df = rows.assign(policy_variant=[v.replace(" [continuous]", "") for v in rows["variant"]])
+    tags = (scheduler_tag("continuous", True), scheduler_tag("fcfs", True))
+    df = rows.assign(policy_variant=[v.replace(tags[0], "").replace(tags[1], "") for v in rows["variant"]])
     table = df.groupby(["policy_variant", "sessions_per_second", "scheduler"])[["ttft_p50_ms", "ttft_p95_ms"]].mean()
     table = table.unstack("scheduler")
     table.columns = [f"{m.replace('_ms', '')} {s} ms" for m, s in table.columns]

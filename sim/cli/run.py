@@ -199,7 +199,7 @@ def _finite(value):
 
 def _scheduler(cfg: SimConfig) -> str:
     """The header's word on a continuous-batching run (nothing for fcfs, the default)."""
-    if cfg.scheduler == "fcfs":
+    if cfg.effective_scheduler == "fcfs":
         return ""
     return f", continuous batching ({cfg.max_num_batched_tokens} tokens, {cfg.max_num_seqs} seqs per step)"
 

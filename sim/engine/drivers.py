@@ -105,7 +105,7 @@ def run_sequential(sim: Simulation) -> None:
 
 def run_des(sim: Simulation) -> None:
     env = simpy.Environment()
-    if sim.config.scheduler == "continuous":
+    if sim.config.effective_scheduler == "continuous":
         if sim.trace.closed_loop:
             sessions = sim.trace.sessions()
             starts = session_start_times(

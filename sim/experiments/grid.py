@@ -179,7 +179,7 @@ def make_task(trace_kwargs: dict, **knobs) -> Task:
         for k in TUNING_KNOBS:
             if hasattr(base, k):
                 setattr(cfg, k, getattr(base, k))
-    if cfg.scheduler == "fcfs":  # the batching knobs mean nothing to fcfs: one run, not one per value
+    if cfg.effective_scheduler == "fcfs":  # the batching knobs mean nothing to fcfs: one run, not one per value
         for k in BATCHING_KNOBS:
             setattr(cfg, k, getattr(base, k))
     cfg.validate()
@@ -187,7 +187,7 @@ def make_task(trace_kwargs: dict, **knobs) -> Task:
     if mode != "static":
         row["alpha"] = float("nan")
     ident = {k: v for k, v in cfg.as_row().items() if k not in SPEED_KNOBS}
-    if cfg.scheduler == "fcfs":  # config ids of fcfs runs stay those of before the scheduler existed
+    if cfg.effective_scheduler == "fcfs":  # config ids of fcfs runs stay those of before the scheduler existed
         for k in ("scheduler", *BATCHING_KNOBS):
             ident.pop(k)
     # trace options added later count only when set, so earlier results folders keep their ids

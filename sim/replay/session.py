@@ -331,7 +331,7 @@ def _replay(
     model = HybridModel(shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel)
     store = CheckpointStore(shape, dtype, where=settings.store, device=device)
     tokens_of = token_source(trace, settings.seed)
-    continuous = config.scheduler == "continuous"
+    continuous = config.effective_scheduler == "continuous"
     replayer = Replayer(
         model,
         store,
@@ -440,7 +440,7 @@ def _replay(
         capacity_bytes=config.capacity_bytes,
         state_alignment=config.state_alignment,
         mode=config.mode,
-        scheduler=config.scheduler,
+        scheduler=config.effective_scheduler,
         max_num_batched_tokens=config.max_num_batched_tokens,
         max_num_seqs=config.max_num_seqs,
         trace=trace.name,

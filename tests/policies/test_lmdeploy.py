@@ -244,7 +244,7 @@ def test_bailian_blocks_keep_the_engine_grid(chunk, hits, states):
     state at the end of its symbol, 1024, as every preset's on a hash-block trace)."""
     ids = list(range(64))
     trace = _hash_trace(16, [(ids, 1020, 5), (ids[:63] + [777], 1010, 5)])
-    got, sim = run(trace, "lmdeploy", spec=TINY, prefill_chunk_tokens=chunk, mode="des")
+    got, sim = run(trace, "lmdeploy", spec=TINY, prefill_chunk_tokens=chunk, mode="des", scheduler="fcfs")
     assert got == hits
     assert state_depths(sim.tree) == states and sim.tree.frozen_tokens == 1024 - 1010
     sim.tree.check_invariants()

@@ -90,7 +90,9 @@ def test_long_prompt_goes_in_budget_chunks_and_a_short_one_rides_along():
     assert ends[3] == pytest.approx(st_[3].t_end - st_[0].t_start)
     ttft = res.requests["ttft_s"].to_numpy()
     assert ttft[1] == pytest.approx(ttft[0] - 0.001)  # the same step as the long prompt's last chunk
-    fcfs = simulate(trace, SimConfig(policy="sglang+", capacity_bytes=BIG)).requests["ttft_s"].to_numpy()
+    fcfs = (
+        simulate(trace, SimConfig(policy="sglang+", capacity_bytes=BIG, scheduler="fcfs")).requests["ttft_s"].to_numpy()
+    )
     assert fcfs[1] == pytest.approx(fcfs[0] + TIMING.prefill_time_s(SPEC, 0, 100) - 0.001)
 
 

@@ -83,7 +83,7 @@ def test_hand_worked_event_list_with_a_branch_a_hit_and_an_eviction():
 def test_des_mode_admits_the_branch_at_prefill_end_and_the_tail_after_decode():
     trace = three_requests()
     log = EventLog()
-    run(build(trace, SimConfig(policy="marconi", alpha=0.0, capacity_bytes=10**12), observers=(log,)))
+    run(build(trace, SimConfig(policy="marconi", alpha=0.0, capacity_bytes=10**12, scheduler="fcfs"), observers=(log,)))
     r1 = trace.requests[1]
     mine = [e for e in log.events if getattr(e, "request", None) is r1]
     kinds = [type(e).__name__ for e in mine]

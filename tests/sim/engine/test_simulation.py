@@ -170,7 +170,7 @@ def _timing():
 def test_hit_request_prefills_only_its_uncached_tokens(mode):
     # r1, r2 miss (r2 stores the branch state at 100), r3 hits the 100-token system prompt and
     # prefills tokens [100, 120) only: F(120) - F(100) FLOPs at 1e14 FLOP/s, plus the overhead
-    cfg = SimConfig(policy="marconi", capacity_bytes=BIG, mode=mode)
+    cfg = SimConfig(policy="marconi", capacity_bytes=BIG, mode=mode, scheduler="fcfs")
     res = simulate(shared_prompt_trace(), cfg, timing=_timing()).requests
     assert list(res["hit_tokens"]) == [0, 0, 100]
     miss = 5e-3 + paper_flops(120) / 1e14
@@ -194,7 +194,7 @@ def test_hit_request_ttft_with_the_jamba_fit():
 def test_requests_arriving_together_queue_behind_each_prefill():
     # 1e6 sessions/s: r2 and r3 arrive 1 and 2 us after r1, look up before anything is stored
     # (no hit), and wait on the one server: TTFT = queue + own prefill
-    cfg = SimConfig(policy="marconi", capacity_bytes=BIG, sessions_per_second=1e6)
+    cfg = SimConfig(policy="marconi", capacity_bytes=BIG, sessions_per_second=1e6, scheduler="fcfs")
     res = simulate(shared_prompt_trace(), cfg, timing=_timing()).requests
     miss = 5e-3 + paper_flops(120) / 1e14
     assert list(res["hit_tokens"]) == [0, 0, 0]

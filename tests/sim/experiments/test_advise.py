@@ -90,6 +90,9 @@ def pool_spec(tmp_path_factory) -> str:
 
 def pool_problem(spec: str, **kw) -> Problem:
     gpu = POOL_CAPACITY + weight_bytes(TINY)
+    # the construction counts the state pool's slots per request served alone (fcfs: no running
+    # requests' slots beside the cache's)
+    kw.setdefault("fixed", {"scheduler": "fcfs"})
     return Problem({"trace": spec}, "pool-test", "replay-tiny", f"{gpu}B", **kw)
 
 
@@ -104,6 +107,7 @@ def test_oracle_peaks_at_the_constructed_split(pool_spec):
             capacity_bytes=POOL_CAPACITY,
             state_pool=str(n),
             prefill_chunk_tokens=PREFIX,
+            scheduler="fcfs",
         )
         hits[n] = simulate(trace, cfg).summary["token_hit_rate"]
     best = max(hits.values())
@@ -421,7 +425,10 @@ def test_range_knobs_from_knob_min_max_are_searched(monkeypatch):
         (("--for", "trtllm", "--model", "llama-7b"), "nothing to tune for llama-7b"),
         (("--for", "sglang", "--model", "qwen3.5-9b", "--gpu-memory", "20GB"), "leaves no cache"),
         (("--for", "sglang", "--model", "qwen3.5-9b", "--gpu-memory", "20.5GB"), "cannot hold one request"),
-        (("--for", "vllm", "--model", "qwen3.5-9b", "--objective", "throughput"), "does not measure it"),
+        (
+            ("--for", "vllm", "--model", "qwen3.5-9b", "--objective", "throughput", "--scheduler", "fcfs"),
+            "does not measure it",
+        ),
         (("--for", "vllm", "--model", "qwen3.5-9b", "--gpu-memory", "lots"), "cannot read size"),
         (("--for", "vllm", "--model", "qwen3.5-9b", "--holdout", "1.5"), "--holdout"),
         # a fixed knob the engine's presets do not read: refused, as `marconi run` would refuse the printed line
@@ -561,3 +568,15 @@ def test_a_grid_the_trace_blocks_cannot_carry_is_never_searched():
     )
     assert "does not line up with the trace's 512-token blocks" in search.refusal(task, spec, 512)
     assert search.refusal(task, spec, 1) is None
+
+
+def test_throughput_is_measured_by_the_default_scheduler_not_by_fcfs():
+    """Continuous batching is the default (``--scheduler auto`` in des mode): it measures
+    throughput; a fixed fcfs scheduler (or sequential mode, where auto is fcfs) does not."""
+    from sim.experiments.advise.search import check_objective
+
+    check_objective("throughput", {})
+    check_objective("throughput", {"scheduler": "continuous"})
+    for fixed in ({"scheduler": "fcfs"}, {"mode": "sequential"}, {"servers": 2}):
+        with pytest.raises(UsageError, match="does not measure it"):
+            check_objective("throughput", fixed)

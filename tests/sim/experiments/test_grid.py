@@ -241,7 +241,8 @@ def test_every_simulation_knob_is_part_of_the_config_id_except_speed_knobs(knob)
     if knob in BATCHING_KNOBS:
         base["scheduler"] = "continuous"
     a = make_task({}, **base)
-    b = make_task({}, **{**base, knob: sim_alternative(knob)})
+    # the default scheduler (auto) is continuous here: the alternative that changes the run is fcfs
+    b = make_task({}, **{**base, knob: "fcfs" if knob == "scheduler" else sim_alternative(knob)})
     if knob in SPEED_KNOBS:
         assert a.config_id == b.config_id  # changes how fast, not what
     else:
@@ -251,9 +252,21 @@ def test_every_simulation_knob_is_part_of_the_config_id_except_speed_knobs(knob)
 def test_batching_knobs_do_not_split_fcfs_rows():
     from sim.experiments.grid import BATCHING_KNOBS
 
-    a = make_task({}, policy="marconi", alpha=1.0)
+    a = make_task({}, policy="marconi", alpha=1.0, scheduler="fcfs")
     for knob in BATCHING_KNOBS:
-        assert make_task({}, policy="marconi", alpha=1.0, **{knob: sim_alternative(knob)}).config_id == a.config_id
+        alt = {knob: sim_alternative(knob)}
+        assert make_task({}, policy="marconi", alpha=1.0, scheduler="fcfs", **alt).config_id == a.config_id
+
+
+def test_auto_scheduler_rows_are_those_of_the_scheduler_that_ran():
+    """``--scheduler auto`` (the default) records the scheduler it resolved to: its rows and config
+    ids are those of the explicit choice (continuous in des mode, fcfs in sequential mode)."""
+    auto = make_task({}, policy="marconi", alpha=1.0)
+    assert auto.config_id == make_task({}, policy="marconi", alpha=1.0, scheduler="continuous").config_id
+    assert auto.knobs["scheduler"] == "continuous"
+    seq = make_task({}, policy="marconi", alpha=1.0, mode="sequential")
+    assert seq.config_id == make_task({}, policy="marconi", alpha=1.0, mode="sequential", scheduler="fcfs").config_id
+    assert seq.knobs["scheduler"] == "fcfs"
 
 
 def test_tuning_knobs_do_not_split_static_alpha_rows():
@@ -287,7 +300,7 @@ def test_a_later_trace_option_at_its_default_keeps_earlier_config_ids():
 
     from sim.experiments.grid import ROW_VERSION, _trace_defaults
 
-    task = make_task({}, policy="marconi", alpha=1.0)
+    task = make_task({}, policy="marconi", alpha=1.0, scheduler="fcfs")
     tk = {k: v for k, v in _trace_defaults().items() if k != "session_range"}
     # fcfs runs also leave the scheduler's knobs out (they predate it)
     dropped = ("tuning_workers", "scheduler", "max_num_batched_tokens", "max_num_seqs")

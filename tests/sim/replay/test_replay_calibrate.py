@@ -195,7 +195,13 @@ def test_simulator_charges_exact_alignment_splits():
     for align in ("exact", "chunk"):
         log = EventLog()
         cfg = SimConfig(
-            policy="marconi", model="qwen3.5-9b", capacity_bytes=10**12, alpha=0.5, state_alignment=align, mode="des"
+            policy="marconi",
+            model="qwen3.5-9b",
+            capacity_bytes=10**12,
+            alpha=0.5,
+            state_alignment=align,
+            mode="des",
+            scheduler="fcfs",  # one prefill event per request (continuous batching times whole steps)
         )
         run(build(trace, cfg, timing=TRUE, observers=(log,)))
         admits = {}
