@@ -180,6 +180,16 @@ def _device_tables(device, chunk_info: list, seq_info: list, slots: list):
     return ci, si, ss
 
 
+def upload(values, device, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """Host values (a list or array) as a tensor on ``device``: on a GPU through pinned memory and
+    an asynchronous copy (a copy from pageable memory waits until the device's queue drains, so
+    the host could not run ahead of the kernels)."""
+    host = torch.as_tensor(values, dtype=dtype)
+    if torch.device(device).type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
+
+
 def resolve_metadata(
     B, T, device, cu_seqlens, start_positions, boundary_stride, boundary_indices, chunk_metadata
 ) -> ChunkMetadata:

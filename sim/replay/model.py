@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-from kernels._common import CHUNK, prepare_chunk_metadata
+from kernels._common import CHUNK, prepare_chunk_metadata, upload  # noqa: F401 - upload: re-exported
 from sim.errors import UsageError
 from sim.replay.backends import GDN_BACKENDS, default_kernel, resolve_kernel
 
@@ -321,16 +321,6 @@ class BatchOut:
             torch.stack([c[n] for c in self.conv]) if self.conv else torch.empty(0),
             kv,
         )
-
-
-def upload(values, device: torch.device, dtype: torch.dtype = torch.long) -> torch.Tensor:
-    """Host values (a list or array) as a tensor on ``device``: on a GPU through pinned memory and
-    an asynchronous copy (a copy from pageable memory waits until the device's queue drains, so
-    the host could not run ahead of the kernels)."""
-    host = torch.as_tensor(values, dtype=dtype)
-    if device.type == "cuda":
-        return host.pin_memory().to(device, non_blocking=True)
-    return host.to(device)
 
 
 def timestamp(cuda: bool):

@@ -52,7 +52,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from kernels._common import ChunkMetadata, check_args, resolve_metadata
+from kernels._common import ChunkMetadata, check_args, resolve_metadata, upload
 
 #: largest head dim FLA's forward takes (``chunk_gated_delta_rule_fwd_h`` asserts K <= 256)
 FLA_MAX_HEAD_DIM = 256
@@ -265,7 +265,7 @@ def _fla_run(q, k, v, g, beta, h0, cu, flags: Flags):
     cu_kw = {}
     if cu is not None:  # a round of several sequences: FLA's chunk indices from the host copy
         cu_kw = dict(
-            cu_seqlens=torch.tensor(cu, dtype=torch.long, device=q.device),
+            cu_seqlens=upload(cu, q.device),
             cu_seqlens_cpu=torch.tensor(cu, dtype=torch.long),
         )
     gate = {}
@@ -328,7 +328,7 @@ def flashqla_problem(device, dtype, head_k_dim: int, head_v_dim: int) -> Optiona
 
 def _flashqla_run(q, k, v, g, beta, h0, cu, flags: Flags):
     fn = _flashqla_function()
-    cu_t = None if cu is None else torch.tensor(cu, dtype=torch.int32, device=q.device)
+    cu_t = None if cu is None else upload(cu, q.device, torch.int32)
     return fn(
         q,
         k,

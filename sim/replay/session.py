@@ -155,7 +155,6 @@ def _warm_steps(model) -> None:
     a state, a sequence from scratch and decode tokens (untimed, thrown away)."""
     import torch
 
-    s = model.shape
     for n in (1, 2, 4, 8, 16, 32, 64, 128, 256):
         T = n * 64 - 10
         lens = [T, 70, 1, 1]
@@ -163,30 +162,29 @@ def _warm_steps(model) -> None:
         cu = [0]
         for L in lens:
             cu.append(cu[-1] + L)
-        N = len(lens)
-        rec0 = torch.zeros(s.layers, N, s.v_heads, s.head_k_dim, s.head_v_dim, device=model.device)
-        conv0 = torch.zeros(s.layers, N, s.conv_dim, s.conv_width - 1, dtype=model.dtype, device=model.device)
-        kv = None
-        if s.attn_layers:
-            kv = [
-                torch.zeros(
-                    s.attn_layers, 2, p, s.attn_kv_heads, s.attn_head_dim, dtype=model.dtype, device=model.device
-                )
-                for p in starts
-            ]
-        model.forward_batch(torch.arange(cu[-1], device=model.device), cu, starts, rec0, conv0, kv)
+        model.forward_batch(torch.arange(cu[-1], device=model.device), cu, starts, *_zero_batch(model, starts))
     for N in (1, 16):  # decode-only steps (one token a sequence: total and count specialised)
-        rec0 = torch.zeros(s.layers, N, s.v_heads, s.head_k_dim, s.head_v_dim, device=model.device)
-        conv0 = torch.zeros(s.layers, N, s.conv_dim, s.conv_width - 1, dtype=model.dtype, device=model.device)
-        kv = None
-        if s.attn_layers:
-            kv = [
-                torch.zeros(
-                    s.attn_layers, 2, 100, s.attn_kv_heads, s.attn_head_dim, dtype=model.dtype, device=model.device
-                )
-                for _ in range(N)
-            ]
-        model.forward_batch(torch.arange(N, device=model.device), list(range(N + 1)), [100] * N, rec0, conv0, kv)
+        starts = [100] * N
+        model.forward_batch(
+            torch.arange(N, device=model.device), list(range(N + 1)), starts, *_zero_batch(model, starts)
+        )
+
+
+def _zero_batch(model, starts: list) -> tuple:
+    """Zero recurrent states, conv windows and (with attention) KV of ``starts[n]`` tokens for a
+    warm-up batch of ``len(starts)`` sequences."""
+    import torch
+
+    s, N = model.shape, len(starts)
+    rec0 = torch.zeros(s.layers, N, s.v_heads, s.head_k_dim, s.head_v_dim, device=model.device)
+    conv0 = torch.zeros(s.layers, N, s.conv_dim, s.conv_width - 1, dtype=model.dtype, device=model.device)
+    kv = None
+    if s.attn_layers:
+        kv = [
+            torch.zeros(s.attn_layers, 2, p, s.attn_kv_heads, s.attn_head_dim, dtype=model.dtype, device=model.device)
+            for p in starts
+        ]
+    return rec0, conv0, kv
 
 
 def _warm(model, device, steps: bool = False) -> float:
