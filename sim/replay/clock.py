@@ -30,6 +30,14 @@ QUEUE_WINDOW = 8
 QUEUE_CAP_MS = 50.0
 
 
+def sleep_ms(recent: list) -> float:
+    """How long a queued call waits behind its GPU sleep: the longest of the recent host issue
+    times (``HOST_GUESS_MS`` before any) times ``QUEUE_MARGIN`` plus ``QUEUE_PAD_MS``, at most
+    ``QUEUE_CAP_MS``."""
+    longest = max(recent) if recent else HOST_GUESS_MS
+    return min(QUEUE_CAP_MS, longest * QUEUE_MARGIN + QUEUE_PAD_MS)
+
+
 class Stopwatch:
     """Elapsed milliseconds of a timed call, and the host's time to issue it.
 
@@ -57,8 +65,7 @@ class Stopwatch:
             b.record()
             b.synchronize()
             self._cycles_per_ms = 10_000_000 / max(1e-3, float(a.elapsed_time(b)))
-        ms = min(QUEUE_CAP_MS, (max(self.recent) if self.recent else HOST_GUESS_MS) * QUEUE_MARGIN + QUEUE_PAD_MS)
-        return int(ms * self._cycles_per_ms)
+        return int(sleep_ms(self.recent) * self._cycles_per_ms)
 
     def start(self, queue: bool = True):
         if self.queued and queue:

@@ -270,3 +270,18 @@ def test_bad_scheduler_options_exit_2_with_one_line(args, says, tmp_path):
     assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()  # refused before any output folder is made
+
+
+def test_measure_option(tmp_path):
+    """``--measure device|wall``: a CPU times every call as it runs (its summary says wall) and
+    records the host's issue time per timed prefill; anything else is one line, exit 2."""
+    pytest.importorskip("torch")
+    args = ("replay", "--device", "cpu", "--model", "replay-tiny", "--trace", "synthetic:chat", "--requests", "6")
+    marconi(*args, "--measure", "device", "--no-progress", "--out", tmp_path / "o")
+    s = json.loads((tmp_path / "o" / "summary.json").read_text())["summary"]
+    assert s["measure"] == "wall" and s["host_issue_ms"]["p50"] > 0
+    df = pd.read_parquet(tmp_path / "o" / "requests.parquet")
+    timed = df[df["suffix_ms"].notna()]
+    assert len(timed) and (timed["suffix_host_ms"] > 0).all()
+    p = marconi(*args, "--measure", "gpu-ish", check=False)
+    assert p.returncode == 2 and "--measure" in p.stderr and "Traceback" not in p.stderr

@@ -137,3 +137,25 @@ def test_committed_h200_timing_reproduces_its_held_out_measurements():
     held = st.sort_values(["event", "index"]).iloc[len(st) // 2 :]
     e = steps.error_stats(steps.with_model(held, SPEC, t, COUNTS))
     assert e["median"] < 0.15
+
+
+def test_queued_timing_sleep_is_sized_from_recent_host_times_and_capped():
+    """``--measure device``: the sleep covers the host's longest recent issue time with a margin,
+    and never grows past the cap (a call that overfills the launch queue counts the sleep in its
+    own host time: sized from that alone it would grow without end)."""
+    pytest.importorskip("torch")
+    from sim.replay.clock import HOST_GUESS_MS, QUEUE_CAP_MS, QUEUE_MARGIN, QUEUE_PAD_MS, Stopwatch, sleep_ms
+
+    assert sleep_ms([]) == min(QUEUE_CAP_MS, HOST_GUESS_MS * QUEUE_MARGIN + QUEUE_PAD_MS)
+    assert sleep_ms([2.0, 8.0, 4.0]) == pytest.approx(8.0 * QUEUE_MARGIN + QUEUE_PAD_MS)
+    assert sleep_ms([500.0]) == QUEUE_CAP_MS
+    grown = [10.0]
+    for _ in range(20):  # host time = sleep + a tail: the feedback the cap stops
+        grown.append(sleep_ms(grown) + 5.0)
+    assert max(grown) <= QUEUE_CAP_MS + 5.0
+    import torch
+
+    clock = Stopwatch(torch.device("cpu"), queued=True)  # a CPU never queues: wall time, host time
+    assert not clock.queued
+    h = clock.stop(clock.start())
+    assert clock.ms(h) >= 0 and clock.host_ms(h) >= 0 and clock.ms(None) != clock.ms(None)  # NaN
