@@ -25,6 +25,7 @@ import os
 import shlex
 import signal
 import sys
+import threading
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -241,6 +242,24 @@ class _Interrupts:
                 raise KeyboardInterrupt
 
 
+def _start_fork_server_without_sigint() -> None:
+    """Start the fork server now, with SIGINT blocked: every worker it forks (the pool spawns
+    them on demand, between trials) inherits the blocked mask, so a Ctrl-C to the process group
+    never reaches a worker before its initializer ignores it (seen: a KeyboardInterrupt traceback
+    from a worker being forked as the Ctrl-C came). A Ctrl-C meanwhile is raised on unblocking."""
+    from multiprocessing import forkserver, resource_tracker  # noqa: PLC0415 - local processes only
+
+    resource_tracker.ensure_running()  # started first: starting it would unblock SIGINT
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+        return
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 def _ignore_sigint() -> None:
     """Worker processes leave Ctrl-C to the parent, which finishes the running trials' batch
     cleanly (no traceback from each worker)."""
@@ -275,6 +294,7 @@ class Evaluator:
         elif self.workers > 1:
             ctx = mp.get_context("forkserver")
             ctx.set_forkserver_preload(["sim.experiments.runners", "sim.simulate", "traces.registry"])
+            _start_fork_server_without_sigint()
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_ignore_sigint)
         return self
 
