@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-from kernels._common import CHUNK, prepare_chunk_metadata, upload  # noqa: F401 - upload: re-exported
+from kernels._common import CHUNK, prepare_chunk_metadata, upload
 from sim.errors import UsageError
 from sim.replay.backends import GDN_BACKENDS, default_kernel, resolve_kernel
 
@@ -512,11 +512,28 @@ class HybridModel:
         return x, rec_end, conv_end, rec_b, conv_b
 
     def _rope_tables(self, start: int, T: int):
+        return self._rope_at(torch.arange(start, start + T, device=self.device, dtype=torch.float32))
+
+    def _rope_at(self, pos: torch.Tensor):
+        """cos / sin tables ``[T, 1, rot / 2]`` of the rotary embedding at fp32 positions ``pos``."""
         hd = self.shape.attn_head_dim
         half = max(2, hd // ROTARY_FRACTION // 2 * 2) // 2
         inv = ROPE_THETA ** (-torch.arange(half, device=self.device, dtype=torch.float32) / half)
-        ang = torch.arange(start, start + T, device=self.device, dtype=torch.float32)[:, None] * inv[None]
+        ang = pos[:, None] * inv[None]
         return ang.cos()[:, None, :], ang.sin()[:, None, :]
+
+    def _mlp_after(self, mi: int, kind: str, x: torch.Tensor, marks, outs) -> torch.Tensor:
+        """What follows mixer layer ``mi`` (of ``kind``): its time mark, its MLP (and the MLP's
+        mark), the layer's output kept in ``outs`` (None: not kept)."""
+        if marks is not None:
+            marks.mark(kind)
+        if self.shape.mlp_inter:
+            x = self._mlp(mi, x)
+            if marks is not None:
+                marks.mark(MLP)
+        if outs is not None:
+            outs.append(x)
+        return x
 
     def _attention(self, l: int, x: torch.Tensor, start: int, kv0, rope=None):
         """One attention layer over tokens at ``[start, start + T)``; ``kv0 [2, start, KVH, hd]``
@@ -592,14 +609,7 @@ class HybridModel:
                 x, kv = self._attention(ai, x, start, kv0, rope)
                 kvs.append(kv)
                 ai += 1
-            if marks is not None:
-                marks.mark(kind)
-            if s.mlp_inter:
-                x = self._mlp(mi, x)
-                if marks is not None:
-                    marks.mark(MLP)
-            if keep_outputs:
-                outs.append(x)
+            x = self._mlp_after(mi, kind, x, marks, outs)
         z = self.zero_state() if not recs or not kvs else None
         final = StackState(
             start + T,
@@ -674,12 +684,7 @@ class HybridModel:
                 bufs.append(b)
             # absolute position of every token: its sequence's start plus its offset in the sequence
             off = np.arange(T) - np.repeat(cu[:-1], lens) + np.repeat(starts, lens)
-            pos = upload(off.astype(np.float32), self.device, torch.float32)
-            hd = s.attn_head_dim
-            half = max(2, hd // ROTARY_FRACTION // 2 * 2) // 2
-            inv = ROPE_THETA ** (-torch.arange(half, device=self.device, dtype=torch.float32) / half)
-            ang = pos[:, None] * inv[None]
-            rope = (ang.cos()[:, None, :], ang.sin()[:, None, :])
+            rope = self._rope_at(upload(off.astype(np.float32), self.device, torch.float32))
         if marks is not None:
             marks.mark("other")
         recs, convs, outs = [], [], [] if keep_outputs else None
@@ -695,14 +700,7 @@ class HybridModel:
             else:
                 x = self._attention_batch(ai, x, cu, starts, ends, bufs, rope)
                 ai += 1
-            if marks is not None:
-                marks.mark(kind)
-            if s.mlp_inter:
-                x = self._mlp(mi, x)
-                if marks is not None:
-                    marks.mark(MLP)
-            if keep_outputs:
-                outs.append(x)
+            x = self._mlp_after(mi, kind, x, marks, outs)
         kv_out = [b[:, :, :e] for b, e in zip(bufs, ends)] if bufs is not None else [None] * N
         return BatchOut(x, recs, convs, kv_out, outs)
 

@@ -23,7 +23,8 @@ import torch
 
 from sim.replay.checks import VALIDATE_MODES, Failure, rel_error, state_error, tolerance_for
 from sim.replay.clock import MEASURE_MODES, Stopwatch
-from sim.replay.model import HybridModel, Marks, StackState, upload
+from kernels._common import upload
+from sim.replay.model import HybridModel, Marks, StackState
 from sim.replay.records import RequestRecord
 from sim.replay.store import CheckpointStore
 from sim.replay.tokens import page_keys, prefix_hash

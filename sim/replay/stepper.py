@@ -38,7 +38,8 @@ import torch
 
 from sim.replay.checks import Failure, rel_error, tolerance_for
 from sim.replay.clock import Stopwatch
-from sim.replay.model import HybridModel, Marks, StackState, upload
+from kernels._common import upload
+from sim.replay.model import HybridModel, Marks, StackState
 from sim.replay.steps import ExecutedStep
 
 #: executed steps whose timing events are resolved together (one synchronisation per batch of them)

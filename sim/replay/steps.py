@@ -20,7 +20,7 @@ layer kind, and the batch's shape: ``n_seqs``, ``n_prefill_seqs``, ``n_decode``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -262,8 +262,6 @@ def calibrate_steps(table: pd.DataFrame, spec: ModelSpec, timing: HardwareTiming
     """``timing`` with its per-sequence times fitted on the first ``fit_fraction`` of the executed
     steps (event order), and the info: step-time error on the held-out rest with and without the
     fitted term (``median_error`` / ``p95_error``, ``before_median_error`` / ...), rows of each part."""
-    from dataclasses import replace  # noqa: PLC0415 - local: only the calibration needs it
-
     frac = STEP_FIT_FRACTION if fit_fraction is None else float(fit_fraction)
     if not isinstance(timing, HardwareTiming):
         raise ValueError("the per-sequence step time is a term of the hardware timing model")

@@ -111,11 +111,7 @@ def check_objective(objective: str, fixed: dict) -> None:
     """UsageError when the simulator's scheduler cannot measure ``objective``."""
     if objective not in OBJECTIVES:
         raise UsageError(f"--objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
-    known = {k: v for k, v in fixed.items() if k in SimConfig.field_names()}
-    try:
-        scheduler = SimConfig(**known).effective_scheduler
-    except TypeError:
-        scheduler = fixed.get("scheduler", "fcfs")
+    scheduler = SimConfig(**{k: v for k, v in fixed.items() if k in SimConfig.field_names()}).effective_scheduler
     if objective not in MEASURED.get(scheduler, ("token-hit", "ttft-p95")):
         raise UsageError(
             f"--objective {objective}: the {scheduler} scheduler does not measure it "

@@ -11,22 +11,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.cost import LAYER_KINDS, HardwareTiming, get_model, gdn_chunks, read_timing_file
+from sim.cost import LAYER_KINDS, gdn_chunks, read_timing_file
 from sim.errors import UsageError
 from sim.replay import measure, steps
 from sim.replay.measure import write_timing
 from sim.replay.steps import ExecutedStep, calibrate_steps, fit_seq_ms, step_table
 
-SPEC = get_model("qwen3.5-9b")
-COUNTS = {"attention": 8, "gated_delta": 24, "mlp": 32}
-TRUE = HardwareTiming(
-    ms_per_tflop={"attn_linear": 2.0, "attn_quadratic": 4.0, "gdn_linear": 2.5, "gdn_chunk": 9.0, "mlp_linear": 1.6},
-    layer_call_ms={"attention": 0.05, "gated_delta": 0.09, "mlp": 0.03},
-    call_ms=0.4,
-    decode_ms_per_token=5.0,
-    peak_tflops=989.0,
-    seq_ms={"attention": 0.02, "gated_delta": 0.01, "mlp": 0.002},
-)
+from test_replay_calibrate import COUNTS, SPEC
+from test_replay_calibrate import TRUE as PER_CALL
+
+# the per-call terms of the calibration tests' known model, with per-sequence times of its own
+TRUE = replace(PER_CALL, seq_ms={"attention": 0.02, "gated_delta": 0.01, "mlp": 0.002})
 DATA = Path(__file__).resolve().parents[3] / "sim" / "replay" / "h200-2026-12-02"
 
 
