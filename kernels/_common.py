@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
 import torch
 
 CHUNK = 64
@@ -95,44 +96,43 @@ def prepare_chunk_metadata(
                     raise ValueError(f"boundary position {p} is outside sequence {n}'s call range")
                 s.add(p)
             wanted.append(s)
-    chunk_info, seq_info, slots = [], [], []
-    offs, positions = [0], []
-    nb = 0
-    max_chunks = 0
-    has_empty = False
-    for n in range(N):
-        bos, eos = cu[n], cu[n + 1]
-        L = eos - bos
-        p = starts[n]
-        r = p % CHUNK
-        nc = 0 if L == 0 else (L + r + CHUNK - 1) // CHUNK
-        has_empty |= L == 0
-        max_chunks = max(max_chunks, nc)
-        c0 = len(chunk_info)
-        pos_n = []
-        for c in range(nc):
-            ts = bos + c * CHUNK - r
-            lo, hi = max(ts, bos), min(ts + CHUNK, eos)
-            chunk_info.append((n, ts, lo, hi))
-            b_abs = p - r + (c + 1) * CHUNK
-            full = ts + CHUNK <= eos
-            emit = full and (
-                wanted[n].__contains__(b_abs) if wanted is not None else (b_abs // CHUNK) % boundary_stride == 0
-            )
-            if emit:
-                slots.append(nb)
-                nb += 1
-                pos_n.append(b_abs)
-            else:
-                slots.append(-1)
-        seq_info.append((bos, eos, c0, len(chunk_info)))
-        offs.append(nb)
-        positions.append(pos_n)
+    # vectorised over chunks (a Python loop over 512 chunks cost ~0.3 ms a call)
+    cu_a = np.asarray(cu, dtype=np.int64)
+    bos, eos = cu_a[:-1], cu_a[1:]
+    lens = eos - bos
+    st = np.asarray(starts, dtype=np.int64)
+    rag = st % CHUNK  # tokens of the first chunk that lie before the call
+    nc = np.where(lens == 0, 0, (lens + rag + CHUNK - 1) // CHUNK)
+    c_end = np.cumsum(nc)
+    c0 = c_end - nc
+    NT = int(c_end[-1]) if N else 0
+    seq = np.repeat(np.arange(N, dtype=np.int64), nc)
+    local = np.arange(NT, dtype=np.int64) - c0[seq]
+    ts = bos[seq] + local * CHUNK - rag[seq]
+    lo, hi = np.maximum(ts, bos[seq]), np.minimum(ts + CHUNK, eos[seq])
+    b_abs = st[seq] - rag[seq] + (local + 1) * CHUNK  # absolute position of each chunk's end
+    full = ts + CHUNK <= eos[seq]
+    if wanted is None:
+        emit = full & ((b_abs // CHUNK) % boundary_stride == 0)
+    else:
+        emit = np.zeros(NT, dtype=bool)
+        for n, s in enumerate(wanted):
+            for p in s:  # validated above: a 64-multiple in (start, start + len]
+                emit[c0[n] + (p - (st[n] - rag[n])) // CHUNK - 1] = True
+        emit &= full
+    emitted_before = np.concatenate([[0], np.cumsum(emit)])
+    slots = np.where(emit, emitted_before[1:] - 1, -1)
+    offs = [0] + emitted_before[c_end].tolist()
+    nb = offs[-1]
+    emitted = b_abs[emit]
+    positions = [emitted[offs[n] : offs[n + 1]].tolist() for n in range(N)]
+    max_chunks = int(nc.max()) if N else 0
+    has_empty = bool((lens == 0).any())
+    chunk_info = np.stack([seq, ts, lo, hi], axis=1)
+    seq_info = np.stack([bos, eos, c0, c_end], axis=1)
     if device is None:
         device = cu_seqlens.device if torch.is_tensor(cu_seqlens) else torch.device("cpu")
-    ci, si, ss = _device_tables(
-        device, [c for row in chunk_info for c in row], [c for row in seq_info for c in row], slots
-    )
+    ci, si, ss = _device_tables(device, chunk_info, seq_info, slots)
     return ChunkMetadata(
         num_seqs=N,
         total_tokens=cu[-1],
@@ -156,27 +156,28 @@ def prepare_chunk_metadata(
 _ALIGN = 4
 
 
-def _device_tables(device, chunk_info: list, seq_info: list, slots: list):
+def _device_tables(device, chunk_info: np.ndarray, seq_info: np.ndarray, slots: np.ndarray):
     """The three int32 tables ``[NT, 4]``, ``[N, 4]``, ``[NT]`` on ``device``, from one host buffer
     in one copy: pinned and asynchronous to a CUDA device (no host sync: a pageable copy waits for
-    the device's queue), so preparing a step's metadata does not stall the launches before it."""
-    parts, offs, n = (chunk_info, seq_info, slots), [], 0
-    flat = []
+    the device's queue), so preparing a step's metadata does not stall the launches before it.
+    Each table starts on a 16-byte boundary."""
+    parts = (chunk_info.reshape(-1), seq_info.reshape(-1), slots.reshape(-1))
+    offs, n = [], 0
     for part in parts:
         offs.append(n)
-        pad = -len(part) % _ALIGN
-        flat.extend(part)
-        flat.extend([0] * pad)
-        n += len(part) + pad
-    host = torch.tensor(flat, dtype=torch.int32)
+        n += len(part) + (-len(part) % _ALIGN)
+    flat = np.zeros(n, dtype=np.int32)
+    for off, part in zip(offs, parts):
+        flat[off : off + len(part)] = part
+    host = torch.from_numpy(flat)
     device = torch.device(device)
     if device.type == "cuda":
         buf = host.pin_memory().to(device, non_blocking=True)
     else:
         buf = host.to(device)
-    ci = buf[offs[0] : offs[0] + len(chunk_info)].view(-1, 4)
-    si = buf[offs[1] : offs[1] + len(seq_info)].view(-1, 4)
-    ss = buf[offs[2] : offs[2] + len(slots)]
+    ci = buf[offs[0] : offs[0] + len(parts[0])].view(-1, 4)
+    si = buf[offs[1] : offs[1] + len(parts[1])].view(-1, 4)
+    ss = buf[offs[2] : offs[2] + len(parts[2])]
     return ci, si, ss
 
 

@@ -86,6 +86,9 @@ def _pow2(n: int) -> int:
 
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "maxnreg")
+#: ``launch_params`` key naming the state kernel's variant: ``_state_kernel``, or with ``KSPLIT=1`` in
+#: the state config and K > 64, ``_state_kernel_split`` (the state as 64-row blocks)
+STATE_KERNEL = "state_kernel"
 
 
 def launch_params(K: int, V: int, dtype: torch.dtype, input_precision: Optional[str] = None) -> dict:
@@ -106,11 +109,13 @@ def _launch_params(K: int, V: int, dtype: torch.dtype, input_precision: Optional
     state, out = _config("state"), _config("out")
     state["BV"] = min(state["BV"], BVF)
     out["BV"] = min(out["BV"], BVF)
+    split = bool(state.pop("KSPLIT", 0)) and BK >= 128
     return {
         "solve": dict(K=K, BK=BK, BKS=min(BK, 64), PREC=prec, **_config("solve")),
         "wu": dict(K=K, V=V, BK=BK, BVF=BVF, BC=min(BK, BVF, 64), PREC=prec, **_config("wu")),
         "state": dict(K=K, V=V, BK=BK, PREC=prec, **state),
         "out": dict(K=K, V=V, BK=BK, BC=min(BK, 64), PREC=prec, **out),
+        STATE_KERNEL: "_state_kernel_split" if split else "_state_kernel",
     }
 
 
@@ -647,6 +652,259 @@ def _state_kernel(
     tl.store(ht + (i_n * HV + i_hv).to(tl.int64) * (K * V) + sidx, S, mask=mKV)
 
 
+# ---- the state loop with the state held as 64-row blocks (K = 128 or 256) --------------------
+# Same math as ``_state_kernel``; S is kept as BK / 64 separate [64, BV] tiles, so each chunk does
+# BK / 64 products of [64, 64] x [64, BV] per matrix product instead of one [64, BK] x [BK, BV].
+# Selected by ``KSPLIT`` in the state launch configuration (for K > 64).
+
+
+@triton.jit
+def _kblock_load(base, j: tl.constexpr, oV, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, flag):
+    """Rows [64 j, 64 j + 64) of a [K, V] state at ``base`` (fp32; zeros where ``flag`` == 0)."""
+    oK = j * 64 + tl.arange(0, 64)
+    mk = _dimmask(oK, K, (j + 1) * 64 <= K, 64)[:, None] & _dimmask(oV, V, V % BV == 0, BV)[None, :]
+    x = tl.load(base + oK[:, None] * V + oV[None, :], mask=mk & ((tl.zeros([64, BV], tl.int32) + flag) != 0), other=0.0)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _kblock_store(base, x, j: tl.constexpr, oV, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, flag):
+    oK = j * 64 + tl.arange(0, 64)
+    mk = _dimmask(oK, K, (j + 1) * 64 <= K, 64)[:, None] & _dimmask(oV, V, V % BV == 0, BV)[None, :]
+    ok = ((tl.zeros([64, BV], tl.int32) + flag) != 0) & mk
+    tl.store(base + oK[:, None] * V + oV[None, :], x.to(base.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _kblock_wdot(
+    acc,
+    Sj,
+    j: tl.constexpr,
+    row0,
+    m,
+    w,
+    hbase,
+    oV,
+    r64,
+    HV,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BV: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """acc - W_j S_j with W_j the 64-column block ``j`` of the chunk's w; stores S_j as block ``j``
+    of the chunk-start state at ``hbase`` first."""
+    dt = w.dtype.element_ty
+    _kblock_store(hbase, Sj, j, oV, K, V, BV, 1)
+    oK = j * 64 + tl.arange(0, 64)
+    w_c = tl.load(
+        w + row0 * K + r64[:, None] * (HV * K) + oK[None, :],
+        mask=_rowmask(m, oK, K, (j + 1) * 64 <= K, 64),
+        other=0.0,
+    )
+    return acc - tl.dot(w_c, Sj.to(dt), input_precision=PREC)
+
+
+@triton.jit
+def _kblock_update(Sj, j: tl.constexpr, kbase, m, skt, r64, vd, decay, K: tl.constexpr, PREC: tl.constexpr):
+    """S_j <- decay S_j + K_j^T vd (K_j: the chunk's keys, columns [64 j, 64 j + 64), as [64, 64])."""
+    oK = j * 64 + tl.arange(0, 64)
+    kT = tl.load(kbase + r64[None, :] * skt + oK[:, None], mask=_colmask(m, oK, K, (j + 1) * 64 <= K, 64), other=0.0)
+    return Sj * decay + tl.dot(kT, vd, input_precision=PREC)
+
+
+@triton.jit
+def _split_step(
+    c,
+    ts,
+    S0,
+    S1,
+    S2,
+    S3,
+    k,
+    fd,
+    w,
+    u,
+    gl,
+    h_out,
+    vn_out,
+    hb,
+    store_slot,
+    bos,
+    eos,
+    i_hv,
+    i_h,
+    skt,
+    skh,
+    oV,
+    r64,
+    HV,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BV: tl.constexpr,
+    NKB: tl.constexpr,
+    store_b,
+    PREC: tl.constexpr,
+):
+    dt = w.dtype.element_ty
+    m = _inside(ts, r64, bos, eos)
+    row0 = ts.to(tl.int64) * HV + i_hv
+    hbase = h_out + (c * HV + i_hv).to(tl.int64) * (K * V)
+    mu = _rowmask(m, oV, V, V % BV == 0, BV)
+    uoff = r64[:, None] * (HV * V) + oV[None, :]
+    acc = tl.load(u + row0 * V + uoff, mask=mu, other=0.0).to(tl.float32)
+    acc = _kblock_wdot(acc, S0, 0, row0, m, w, hbase, oV, r64, HV, K, V, BV, PREC)
+    acc = _kblock_wdot(acc, S1, 1, row0, m, w, hbase, oV, r64, HV, K, V, BV, PREC)
+    if NKB > 2:
+        acc = _kblock_wdot(acc, S2, 2, row0, m, w, hbase, oV, r64, HV, K, V, BV, PREC)
+        acc = _kblock_wdot(acc, S3, 3, row0, m, w, hbase, oV, r64, HV, K, V, BV, PREC)
+    tl.store(vn_out + row0 * V + uoff, acc.to(dt), mask=mu)
+    f = tl.load(fd + row0 + r64 * HV, mask=m, other=0.0)
+    vd = (acc * f[:, None]).to(dt)
+    decay = tl.exp(tl.load(gl + c * HV + i_hv))
+    kbase = k + ts.to(tl.int64) * skt + i_h * skh
+    S0 = _kblock_update(S0, 0, kbase, m, skt, r64, vd, decay, K, PREC)
+    S1 = _kblock_update(S1, 1, kbase, m, skt, r64, vd, decay, K, PREC)
+    if NKB > 2:
+        S2 = _kblock_update(S2, 2, kbase, m, skt, r64, vd, decay, K, PREC)
+        S3 = _kblock_update(S3, 3, kbase, m, skt, r64, vd, decay, K, PREC)
+    slot = tl.load(store_slot + c)
+    slot = tl.where(store_b != 0, slot, -1)
+    bbase = hb + (tl.maximum(slot, 0) * HV + i_hv).to(tl.int64) * (K * V)
+    _kblock_store(bbase, S0, 0, oV, K, V, BV, slot >= 0)
+    _kblock_store(bbase, S1, 1, oV, K, V, BV, slot >= 0)
+    if NKB > 2:
+        _kblock_store(bbase, S2, 2, oV, K, V, BV, slot >= 0)
+        _kblock_store(bbase, S3, 3, oV, K, V, BV, slot >= 0)
+    return S0, S1, S2, S3
+
+
+@triton.jit(do_not_specialize=["has_h0", "store_b"])
+def _state_kernel_split(
+    k,
+    fd,
+    w,
+    u,
+    gl,
+    h_out,
+    vn_out,
+    h0,
+    ht,
+    hb,
+    seq_info,
+    chunk_info,
+    store_slot,
+    skt,
+    skh,
+    HV,
+    GROUP,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    has_h0,
+    store_b,
+    PREC: tl.constexpr,
+    WHILE_LOOP: tl.constexpr,
+):
+    """``_state_kernel`` with the state as BK / 64 row blocks (BK = 128: two, 256: four)."""
+    NKB: tl.constexpr = BK // 64
+    i_n = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_v = tl.program_id(2)
+    i_h = i_hv // GROUP
+    bos = tl.load(seq_info + i_n * 4)
+    eos = tl.load(seq_info + i_n * 4 + 1)
+    c0 = tl.load(seq_info + i_n * 4 + 2)
+    c1 = tl.load(seq_info + i_n * 4 + 3)
+    ts0 = tl.load(chunk_info + c0 * 4 + 1, mask=c0 < c1, other=0)
+    oV = i_v * BV + tl.arange(0, BV)
+    r64 = tl.arange(0, 64)
+    sbase = (i_n * HV + i_hv).to(tl.int64) * (K * V)
+    S0 = _kblock_load(h0 + sbase, 0, oV, K, V, BV, has_h0)
+    S1 = _kblock_load(h0 + sbase, 1, oV, K, V, BV, has_h0)
+    S2 = tl.zeros([64, BV], dtype=tl.float32)
+    S3 = tl.zeros([64, BV], dtype=tl.float32)
+    if NKB > 2:
+        S2 = _kblock_load(h0 + sbase, 2, oV, K, V, BV, has_h0)
+        S3 = _kblock_load(h0 + sbase, 3, oV, K, V, BV, has_h0)
+    if WHILE_LOOP:
+        c = c0
+        while c < c1:
+            S0, S1, S2, S3 = _split_step(
+                c,
+                ts0 + (c - c0) * 64,
+                S0,
+                S1,
+                S2,
+                S3,
+                k,
+                fd,
+                w,
+                u,
+                gl,
+                h_out,
+                vn_out,
+                hb,
+                store_slot,
+                bos,
+                eos,
+                i_hv,
+                i_h,
+                skt,
+                skh,
+                oV,
+                r64,
+                HV,
+                K,
+                V,
+                BV,
+                NKB,
+                store_b,
+                PREC,
+            )
+            c += 1
+    else:
+        for c in range(c0, c1):
+            S0, S1, S2, S3 = _split_step(
+                c,
+                ts0 + (c - c0) * 64,
+                S0,
+                S1,
+                S2,
+                S3,
+                k,
+                fd,
+                w,
+                u,
+                gl,
+                h_out,
+                vn_out,
+                hb,
+                store_slot,
+                bos,
+                eos,
+                i_hv,
+                i_h,
+                skt,
+                skh,
+                oV,
+                r64,
+                HV,
+                K,
+                V,
+                BV,
+                NKB,
+                store_b,
+                PREC,
+            )
+    _kblock_store(ht + sbase, S0, 0, oV, K, V, BV, 1)
+    _kblock_store(ht + sbase, S1, 1, oV, K, V, BV, 1)
+    if NKB > 2:
+        _kblock_store(ht + sbase, S2, 2, oV, K, V, BV, 1)
+        _kblock_store(ht + sbase, S3, 3, oV, K, V, BV, 1)
+
+
 @triton.jit(do_not_specialize=["l2norm"])
 def _output_kernel(
     q,
@@ -717,6 +975,120 @@ def _output_kernel(
     acc = qh * (rq * tl.exp(gam))[:, None]
     acc += tl.dot(P.to(dt), vc, input_precision=PREC)
     tl.store(o + row0 * V + off, acc.to(o.dtype.element_ty), mask=mV)
+
+
+_STATE_KERNELS = {"_state_kernel": _state_kernel, "_state_kernel_split": _state_kernel_split}
+
+# ---- host path ---------------------------------------------------------------------------------
+# A call's host time was ~200-300 us, most of it Triton's generic launch path run four times
+# (argument binding and specialisation, cache-key hashing, launch metadata) and ten scratch
+# allocations. The first call of a "plan" (head dims, dtypes, strides, pointer alignments: all that
+# Triton specialises a compiled kernel on) goes through Triton and keeps the four compiled kernels;
+# later calls of the same plan launch them directly with the same argument lists. Scratch is two
+# flat buffers; on the direct path the kernels get raw addresses into them (Triton's launcher takes
+# an int as a pointer), so no view is built. ``KERNELS_LAUNCH=triton`` turns the direct path off.
+
+#: element offsets into a scratch buffer are multiples of this many elements (>= 256 bytes)
+_SCRATCH_ALIGN = 128
+_DIRECT = os.environ.get("KERNELS_LAUNCH", "direct") != "triton"
+_PLANS: dict = {}
+_MAX_PLANS = 64
+_RUNTIME: list = []  # [get_current_stream, knobs.runtime], resolved on first use
+
+
+def _carve(sizes) -> tuple[list, int]:
+    """Offsets of consecutive tensors of ``sizes`` elements in one buffer, and its length."""
+    offs, n = [], 0
+    for size in sizes:
+        offs.append(n)
+        n += size + (-size % _SCRATCH_ALIGN)
+    return offs, n
+
+
+def _runtime():
+    if not _RUNTIME:
+        from triton import knobs
+        from triton.runtime.driver import driver
+
+        _RUNTIME.extend([driver.active.get_current_stream, knobs.runtime])
+    return _RUNTIME
+
+
+def _current_stream(index):
+    return _runtime()[0](index)
+
+
+def _launch_hooks():
+    rt = _runtime()[1]
+    return rt.launch_enter_hook, rt.launch_exit_hook
+
+
+def _hooks_active() -> bool:
+    """A launch hook is installed (a profiler): it wants Triton's launch metadata, so use its path."""
+    return any(getattr(h, "calls", h is not None) for h in _launch_hooks())
+
+
+def _aligned(t) -> bool:
+    return t is None or t.data_ptr() % 16 == 0
+
+
+def _plan_key(lp, dev, dt, hb_dtype, H, HV, use_gate, beta_sig, q2, k2, v2, g2, b2, h0, A_log_t) -> tuple:
+    """Everything the four compiled kernels of a call depend on: the launch table (constexprs and
+    launch options, by identity), device, dtypes, head counts (Triton specialises ints on == 1 and
+    divisibility by 16), the strides the kernels take, and the 16-byte alignment of every pointer
+    that is not a fresh allocation (the kernels' scratch and outputs always are)."""
+    return (
+        id(lp),
+        dev.index,
+        dt,
+        hb_dtype,
+        H,
+        HV,
+        bool(use_gate),
+        bool(beta_sig),
+        q2.stride(),
+        k2.stride(),
+        v2.stride(),
+        g2.stride(),
+        b2.stride(),
+        g2.dtype,
+        b2.dtype,
+        _aligned(q2),
+        _aligned(k2),
+        _aligned(v2),
+        _aligned(g2),
+        _aligned(b2),
+        _aligned(h0),
+        _aligned(A_log_t),
+    )
+
+
+class _Plan:
+    __slots__ = ("kernels", "lp")
+
+    def __init__(self, kernels, lp):
+        self.kernels, self.lp = tuple(kernels), lp
+
+
+def _plan_for(lp, dev, *key_args):
+    """The cached compiled kernels for this call's plan, or None (first call of the plan, direct
+    launches off, not a CUDA device, or a launch hook installed)."""
+    if not _DIRECT or dev.type != "cuda" or INTERPRET:
+        return None
+    plan = _PLANS.get(_plan_key(lp, dev, *key_args))
+    if plan is None or plan.lp is not lp or _hooks_active():
+        return None
+    return plan
+
+
+def _remember_plan(compiled, lp, dev, *key_args) -> None:
+    if not _DIRECT or dev.type != "cuda" or INTERPRET:
+        return
+    if not all(hasattr(ck, "run") and hasattr(ck, "function") and hasattr(ck, "packed_metadata") for ck in compiled):
+        return
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[_plan_key(lp, dev, *key_args)] = _Plan(compiled, lp)
 
 
 def _rows(x: torch.Tensor, TT: int, heads: int, dim: Optional[int]):
@@ -795,102 +1167,133 @@ def chunk_gated_delta_rule(
         if N > 0:
             ht.copy_(h0) if initial_state is not None else ht.zero_()
         return o.reshape(B, T, HV, V), ht, hb
-    w = torch.empty(TT, HV, K, dtype=dt, device=dev)
-    fd = torch.empty(TT, HV, dtype=torch.float32, device=dev)
-    u = torch.empty(TT, HV, V, dtype=dt, device=dev)
-    vn = torch.empty(TT, HV, V, dtype=dt, device=dev)
-    gcum = torch.empty(TT, HV, dtype=torch.float32, device=dev)
-    glast = torch.empty(NT, HV, dtype=torch.float32, device=dev)
-    A = torch.empty(NT, HV, 64, 64, dtype=dt, device=dev)
-    hbuf = torch.empty(NT, HV, K, V, dtype=dt, device=dev)
     if use_gate_in_kernel:
         A_log_t, dt_bias_t = A_log.float().contiguous(), dt_bias.float().contiguous()
     else:
-        A_log_t = dt_bias_t = glast
+        A_log_t = dt_bias_t = None  # the kernels never read them; any fp32 tensor stands in
     lp = launch_params(K, V, dt, input_precision)
-    heads = dict(HV=HV, GROUP=HV // H)
-    l2 = int(bool(use_qk_l2norm))
-    _solve_kernel[(NT, HV)](
-        k2,
-        g2,
-        b2,
-        A_log_t,
-        dt_bias_t,
-        A,
-        gcum,
-        glast,
-        meta.chunk_info,
-        k2.stride(0),
-        k2.stride(1),
-        g2.stride(0),
-        g2.stride(1),
-        b2.stride(0),
-        b2.stride(1),
-        USE_GATE=bool(use_gate_in_kernel),
-        BETA_SIGMOID=bool(use_beta_sigmoid),
-        l2norm=l2,
-        **heads,
-        **lp["solve"],
+    # scratch: two flat buffers (input dtype, fp32) carved at 256-byte-aligned element offsets
+    half_offs, half_n = _carve((TT * HV * K, TT * HV * V, TT * HV * V, NT * HV * 4096, NT * HV * K * V))
+    f32_offs, f32_n = _carve((TT * HV, TT * HV, NT * HV))
+    half = torch.empty(half_n, dtype=dt, device=dev)
+    f32 = torch.empty(f32_n, dtype=torch.float32, device=dev)
+    hb_arg = hb if store_b else ht
+    key_args = (dt, hb_arg.dtype, H, HV, use_gate_in_kernel, use_beta_sigmoid, q2, k2, v2, g2, b2, h0, A_log_t)
+    plan = _plan_for(lp, dev, *key_args)
+    if plan is not None:  # direct launches of the compiled kernels: pointers, no views
+        hp, fp, es = half.data_ptr(), f32.data_ptr(), half.element_size()
+        w, u, vn, A, hbuf = (hp + off * es for off in half_offs)
+        fd, gcum, glast = (fp + off * 4 for off in f32_offs)
+    else:
+        w, u, vn, A, hbuf = (
+            half[off : off + n].view(shape)
+            for off, n, shape in zip(
+                half_offs,
+                (TT * HV * K, TT * HV * V, TT * HV * V, NT * HV * 4096, NT * HV * K * V),
+                ((TT, HV, K), (TT, HV, V), (TT, HV, V), (NT, HV, 64, 64), (NT, HV, K, V)),
+            )
+        )
+        fd, gcum, glast = (
+            f32[off : off + n].view(shape)
+            for off, n, shape in zip(f32_offs, (TT * HV, TT * HV, NT * HV), ((TT, HV), (TT, HV), (NT, HV)))
+        )
+    if A_log_t is None:
+        A_log_t = dt_bias_t = f32
+    common = dict(HV=HV, GROUP=HV // H, l2norm=int(bool(use_qk_l2norm)), chunk_info=meta.chunk_info)
+    gate = dict(USE_GATE=bool(use_gate_in_kernel), BETA_SIGMOID=bool(use_beta_sigmoid))
+    args = (
+        dict(
+            common,
+            **lp["solve"],
+            **gate,
+            k=k2,
+            g=g2,
+            beta=b2,
+            A_log=A_log_t,
+            dt_bias=dt_bias_t,
+            a_out=A,
+            gc_out=gcum,
+            gl_out=glast,
+            skt=k2.stride(0),
+            skh=k2.stride(1),
+            sgt=g2.stride(0),
+            sgh=g2.stride(1),
+            sbt=b2.stride(0),
+            sbh=b2.stride(1),
+        ),
+        dict(
+            common,
+            **lp["wu"],
+            BETA_SIGMOID=gate["BETA_SIGMOID"],
+            k=k2,
+            v=v2,
+            beta=b2,
+            a_in=A,
+            gc=gcum,
+            gl=glast,
+            w_out=w,
+            u_out=u,
+            fd_out=fd,
+            skt=k2.stride(0),
+            skh=k2.stride(1),
+            svt=v2.stride(0),
+            svh=v2.stride(1),
+            sbt=b2.stride(0),
+            sbh=b2.stride(1),
+        ),
+        dict(
+            common,
+            **lp["state"],
+            k=k2,
+            fd=fd,
+            w=w,
+            u=u,
+            gl=glast,
+            h_out=hbuf,
+            vn_out=vn,
+            h0=h0,
+            ht=ht,
+            hb=hb_arg,
+            seq_info=meta.seq_info,
+            store_slot=meta.store_slot,
+            skt=k2.stride(0),
+            skh=k2.stride(1),
+            has_h0=int(initial_state is not None),
+            store_b=int(store_b and meta.num_boundaries > 0),
+            WHILE_LOOP=INTERPRET,
+        ),
+        dict(
+            common,
+            **lp["out"],
+            q=q2,
+            k=k2,
+            gc=gcum,
+            h=hbuf,
+            vn=vn,
+            o=o,
+            scale=float(scale),
+            sqt=q2.stride(0),
+            sqh=q2.stride(1),
+            skt=k2.stride(0),
+            skh=k2.stride(1),
+        ),
     )
-    _wu_kernel[(NT, HV)](
-        k2,
-        v2,
-        b2,
-        A,
-        gcum,
-        glast,
-        w,
-        u,
-        fd,
-        meta.chunk_info,
-        k2.stride(0),
-        k2.stride(1),
-        v2.stride(0),
-        v2.stride(1),
-        b2.stride(0),
-        b2.stride(1),
-        BETA_SIGMOID=bool(use_beta_sigmoid),
-        l2norm=l2,
-        **heads,
-        **lp["wu"],
+    grids = (
+        (NT, HV, 1),
+        (NT, HV, 1),
+        (N, HV, triton.cdiv(V, lp["state"]["BV"])),
+        (NT, HV, triton.cdiv(V, lp["out"]["BV"])),
     )
-    _state_kernel[(N, HV, triton.cdiv(V, lp["state"]["BV"]))](
-        k2,
-        fd,
-        w,
-        u,
-        glast,
-        hbuf,
-        vn,
-        h0,
-        ht,
-        hb if store_b else ht,
-        meta.seq_info,
-        meta.chunk_info,
-        meta.store_slot,
-        k2.stride(0),
-        k2.stride(1),
-        has_h0=int(initial_state is not None),
-        store_b=int(store_b and meta.num_boundaries > 0),
-        WHILE_LOOP=INTERPRET,
-        **heads,
-        **lp["state"],
-    )
-    _output_kernel[(NT, HV, triton.cdiv(V, lp["out"]["BV"]))](
-        q2,
-        k2,
-        gcum,
-        hbuf,
-        vn,
-        o,
-        meta.chunk_info,
-        float(scale),
-        q2.stride(0),
-        q2.stride(1),
-        k2.stride(0),
-        k2.stride(1),
-        l2norm=l2,
-        **heads,
-        **lp["out"],
-    )
+    fns = (_solve_kernel, _wu_kernel, _STATE_KERNELS[lp[STATE_KERNEL]], _output_kernel)
+    if plan is not None:
+        stream = _current_stream(dev.index)
+        enter, leave = _launch_hooks()
+        for ck, fn, grid, vals in zip(plan.kernels, fns, grids, args):
+            ck.run(*grid, stream, ck.function, ck.packed_metadata, None, enter, leave, *[vals[n] for n in fn.arg_names])
+    else:
+        compiled = []
+        for fn, grid, vals, name in zip(fns, grids, args, ("solve", "wu", "state", "out")):
+            opts = {key: val for key, val in lp[name].items() if key in LAUNCH_OPTIONS}
+            compiled.append(fn[grid](*[vals[n] for n in fn.arg_names], **opts))
+        _remember_plan(compiled, lp, dev, *key_args)
     return o.reshape(B, T, HV, V), ht, hb

@@ -1,0 +1,157 @@
+"""Where a kernel call's host time goes: cProfile of ``chunk_gated_delta_rule`` with the device kept
+busy, so that nothing in the profile waits for the GPU.
+
+    python benchmarks/kernel_host_probe.py [--shapes 16/32,4/8] [--T 32768,8192] [--calls 200]
+        [--top 25] [--fla]
+
+For each shape: the host microseconds per call (the ``kernel_bench`` measure: a ~50 ms sleep kernel
+queued first, calls enqueued back to back, timed on the host) with metadata prepared beforehand (as
+a model step shares it across layers), with Triton's own launch path for the same call (the first
+launch of a plan always takes it; ``KERNELS_LAUNCH=triton`` forces it), with metadata built in the
+call, and for the metadata alone; then the profile's top functions by own time. ``--fla`` also
+prints the launch configuration FLA's autotuner picked for each of its kernels at these shapes
+(what FLA runs on this GPU). Needs a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import sys
+import time
+
+os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+#: ~50 ms of device time at an H200's clock (see kernel_bench.HOST_SLEEP_CYCLES)
+SLEEP_CYCLES = 100_000_000
+
+
+def busy_host_us(torch, fn, calls: int) -> tuple[float, bool]:
+    """Host microseconds per call with the device queue busy; whether it stayed busy."""
+    fn()
+    torch.cuda.synchronize()
+    done = torch.cuda.Event()
+    torch.cuda._sleep(SLEEP_CYCLES)
+    done.record()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    busy = not done.query()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6, busy
+
+
+def profile_calls(torch, fn, calls: int, top: int) -> str:
+    fn()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    out = io.StringIO()
+    done = 0
+    while done < calls:  # in slices of 20, each behind its own sleep
+        torch.cuda._sleep(SLEEP_CYCLES)
+        prof.enable()
+        for _ in range(min(20, calls - done)):
+            fn()
+        prof.disable()
+        done += 20
+        torch.cuda.synchronize()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def fla_configs() -> list[str]:
+    """The autotuned configs FLA's kernels hold after the calls so far."""
+    from triton.runtime.autotuner import Autotuner
+
+    lines = []
+    for name, mod in sorted(sys.modules.items()):
+        if not name.startswith("fla.") or mod is None:
+            continue
+        for attr, obj in vars(mod).items():
+            for _ in range(4):  # through @triton.heuristics wrappers
+                if isinstance(obj, Autotuner) or not hasattr(obj, "fn"):
+                    break
+                obj = obj.fn
+            if isinstance(obj, Autotuner) and getattr(obj, "cache", None):
+                for key, cfg in obj.cache.items():
+                    lines.append(f"{name}.{attr} key={key} -> {cfg}")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="16/32,4/8")
+    ap.add_argument("--T", default="32768,8192")
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--fla", action="store_true", help="also print FLA's autotuned configs")
+    args = ap.parse_args(argv)
+    import torch
+    import torch.nn.functional as F
+
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from kernels import chunk_gated_delta_rule, chunk_gdn, prepare_chunk_metadata
+
+    direct = chunk_gdn._DIRECT
+
+    fla = None
+    if args.fla:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla
+    for shape in args.shapes.split(","):
+        h, hv = (int(x) for x in shape.split("/"))
+        for T in (int(x) for x in args.T.split(",")):
+            torch.manual_seed(0)
+            dev = "cuda"
+            q = torch.randn(1, T, h, 128, device=dev, dtype=torch.bfloat16)
+            k = torch.randn(1, T, h, 128, device=dev, dtype=torch.bfloat16)
+            v = torch.randn(1, T, hv, 128, device=dev, dtype=torch.bfloat16)
+            g = F.logsigmoid(torch.randn(1, T, hv, device=dev)) * 0.5
+            beta = torch.rand(1, T, hv, device=dev).to(torch.bfloat16)
+            meta = prepare_chunk_metadata([0, T], device=dev)
+
+            def triton_launch(fn):
+                def call():
+                    chunk_gdn._DIRECT = False
+                    try:
+                        return fn()
+                    finally:
+                        chunk_gdn._DIRECT = direct
+
+                return call
+
+            cases = {
+                "states+meta": lambda: chunk_gated_delta_rule(
+                    q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta
+                ),
+                "nostates+meta": lambda: chunk_gated_delta_rule(
+                    q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta, boundary_states=False
+                ),
+                "states,cu_seqlens": lambda: chunk_gated_delta_rule(
+                    q, k, v, g, beta, use_qk_l2norm=True, cu_seqlens=[0, T]
+                ),
+                "metadata only": lambda: prepare_chunk_metadata([0, T], device=dev),
+            }
+            cases["states+meta, Triton's launch path"] = triton_launch(cases["states+meta"])
+            if fla is not None:
+                cases["fla"] = lambda: fla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True)
+            for name, fn in cases.items():
+                us, clean = busy_host_us(torch, fn, 20)
+                print(f"HOST H={h} HV={hv} T={T} {name}: {us:.1f} us per call{'' if clean else ' (queue drained)'}")
+            print(f"PROFILE H={h} HV={hv} T={T} states+meta, {args.calls} calls")
+            print(profile_calls(torch, cases["states+meta"], args.calls, args.top))
+    if fla is not None:
+        print("FLA autotuned configs:")
+        for line in fla_configs():
+            print("  " + line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
