@@ -980,13 +980,15 @@ def _output_kernel(
 _STATE_KERNELS = {"_state_kernel": _state_kernel, "_state_kernel_split": _state_kernel_split}
 
 # ---- host path ---------------------------------------------------------------------------------
-# A call's host time was ~200-300 us, most of it Triton's generic launch path run four times
-# (argument binding and specialisation, cache-key hashing, launch metadata) and ten scratch
-# allocations. The first call of a "plan" (head dims, dtypes, strides, pointer alignments: all that
-# Triton specialises a compiled kernel on) goes through Triton and keeps the four compiled kernels;
-# later calls of the same plan launch them directly with the same argument lists. Scratch is two
-# flat buffers; on the direct path the kernels get raw addresses into them (Triton's launcher takes
-# an int as a pointer), so no view is built. ``KERNELS_LAUNCH=triton`` turns the direct path off.
+# A call's host time was ~200-500 us, most of it Triton's generic launch path run four times
+# (argument binding and specialisation, cache-key hashing, launch metadata), ten scratch
+# allocations and the argument bookkeeping. The first call of a "plan" (launch table, device,
+# dtypes, head counts, strides, pointer alignments: all that Triton specialises a compiled kernel
+# on) goes through Triton and keeps the four compiled kernels with their argument lists; later
+# calls of the plan (one sequence batch, metadata prepared) copy those lists, put in the per-call
+# values (addresses, flags, scale) and launch the compiled kernels directly. Scratch is two flat
+# buffers: the kernels get addresses into them (Triton's launcher takes an int as a pointer).
+# ``KERNELS_LAUNCH=triton`` turns the direct path off.
 
 #: element offsets into a scratch buffer are multiples of this many elements (>= 256 bytes)
 _SCRATCH_ALIGN = 128
@@ -994,6 +996,25 @@ _DIRECT = os.environ.get("KERNELS_LAUNCH", "direct") != "triton"
 _PLANS: dict = {}
 _MAX_PLANS = 64
 _RUNTIME: list = []  # [get_current_stream, knobs.runtime], resolved on first use
+_KERNEL_KEYS = ("solve", "wu", "state", "out")
+#: the arguments that change from call to call; every other argument is fixed by the plan key
+_PER_CALL = frozenset(
+    "q k v g beta A_log dt_bias a_out a_in gc_out gc gl_out gl w_out w u_out u fd_out fd h_out h vn_out vn o "
+    "h0 ht hb chunk_info seq_info store_slot scale l2norm has_h0 store_b".split()
+)
+
+
+def _kernels(lp) -> tuple:
+    return (_solve_kernel, _wu_kernel, _STATE_KERNELS[lp[STATE_KERNEL]], _output_kernel)
+
+
+def _grids(lp, N, NT, HV, V) -> tuple:
+    return (
+        (NT, HV, 1),
+        (NT, HV, 1),
+        (N, HV, triton.cdiv(V, lp["state"]["BV"])),
+        (NT, HV, triton.cdiv(V, lp["out"]["BV"])),
+    )
 
 
 def _carve(sizes) -> tuple[list, int]:
@@ -1005,6 +1026,14 @@ def _carve(sizes) -> tuple[list, int]:
     return offs, n
 
 
+def _scratch_layout(TT, NT, HV, K, V) -> tuple:
+    """Offsets and lengths of the two scratch buffers: input dtype (w, u, v', A, chunk-start
+    states) and fp32 (row factors, gate cumsum, chunk-end gate)."""
+    half_offs, half_n = _carve((TT * HV * K, TT * HV * V, TT * HV * V, NT * HV * 4096, NT * HV * K * V))
+    f32_offs, f32_n = _carve((TT * HV, TT * HV, NT * HV))
+    return half_offs, half_n, f32_offs, f32_n
+
+
 def _runtime():
     if not _RUNTIME:
         from triton import knobs
@@ -1014,29 +1043,22 @@ def _runtime():
     return _RUNTIME
 
 
-def _current_stream(index):
-    return _runtime()[0](index)
-
-
-def _launch_hooks():
-    rt = _runtime()[1]
-    return rt.launch_enter_hook, rt.launch_exit_hook
-
-
-def _hooks_active() -> bool:
+def _hooks_active(rt) -> bool:
     """A launch hook is installed (a profiler): it wants Triton's launch metadata, so use its path."""
-    return any(getattr(h, "calls", h is not None) for h in _launch_hooks())
+    return any(getattr(h, "calls", h is not None) for h in (rt.launch_enter_hook, rt.launch_exit_hook))
 
 
 def _aligned(t) -> bool:
     return t is None or t.data_ptr() % 16 == 0
 
 
-def _plan_key(lp, dev, dt, hb_dtype, H, HV, use_gate, beta_sig, q2, k2, v2, g2, b2, h0, A_log_t) -> tuple:
-    """Everything the four compiled kernels of a call depend on: the launch table (constexprs and
-    launch options, by identity), device, dtypes, head counts (Triton specialises ints on == 1 and
-    divisibility by 16), the strides the kernels take, and the 16-byte alignment of every pointer
-    that is not a fresh allocation (the kernels' scratch and outputs always are)."""
+def _plan_key(
+    lp, dev, dt, hb_dtype, H, HV, use_gate, beta_sig, q, k, v, g, beta, h0, a_log=None, dt_bias=None
+) -> tuple:
+    """Everything the four compiled kernels of a one-batch call depend on: the launch table
+    (constexprs and launch options, by identity), device, dtypes, head counts (Triton specialises
+    ints on == 1 and divisibility by 16), the strides the kernels take, and the 16-byte alignment
+    of every pointer that is not a fresh allocation (scratch and outputs always are)."""
     return (
         id(lp),
         dev.index,
@@ -1046,49 +1068,123 @@ def _plan_key(lp, dev, dt, hb_dtype, H, HV, use_gate, beta_sig, q2, k2, v2, g2, 
         HV,
         bool(use_gate),
         bool(beta_sig),
-        q2.stride(),
-        k2.stride(),
-        v2.stride(),
-        g2.stride(),
-        b2.stride(),
-        g2.dtype,
-        b2.dtype,
-        _aligned(q2),
-        _aligned(k2),
-        _aligned(v2),
-        _aligned(g2),
-        _aligned(b2),
+        q.stride()[1:],  # one batch: the batch stride is never read (it grows with the length)
+        k.stride()[1:],
+        v.stride()[1:],
+        g.stride()[1:],
+        beta.stride()[1:],
+        g.dtype,
+        beta.dtype,
+        _aligned(q),
+        _aligned(k),
+        _aligned(v),
+        _aligned(g),
+        _aligned(beta),
         _aligned(h0),
-        _aligned(A_log_t),
+        _aligned(a_log),
+        _aligned(dt_bias),
     )
 
 
 class _Plan:
-    __slots__ = ("kernels", "lp")
+    """One plan's compiled kernels and, per kernel, its argument list with the positions of the
+    per-call arguments."""
 
-    def __init__(self, kernels, lp):
-        self.kernels, self.lp = tuple(kernels), lp
+    __slots__ = ("kernels", "lists", "slots", "lp")
 
-
-def _plan_for(lp, dev, *key_args):
-    """The cached compiled kernels for this call's plan, or None (first call of the plan, direct
-    launches off, not a CUDA device, or a launch hook installed)."""
-    if not _DIRECT or dev.type != "cuda" or INTERPRET:
-        return None
-    plan = _PLANS.get(_plan_key(lp, dev, *key_args))
-    if plan is None or plan.lp is not lp or _hooks_active():
-        return None
-    return plan
+    def __init__(self, kernels, lists, slots, lp):
+        self.kernels, self.lists, self.slots, self.lp = kernels, lists, slots, lp
 
 
-def _remember_plan(compiled, lp, dev, *key_args) -> None:
-    if not _DIRECT or dev.type != "cuda" or INTERPRET:
-        return
+def _remember_plan(compiled, fns, lists, lp, key) -> None:
     if not all(hasattr(ck, "run") and hasattr(ck, "function") and hasattr(ck, "packed_metadata") for ck in compiled):
         return
+    slots = []
+    for fn, args in zip(fns, lists):
+        per_call = [(i, n) for i, n in enumerate(fn.arg_names) if n in _PER_CALL]
+        fixed = [a for i, a in enumerate(args) if fn.arg_names[i] not in _PER_CALL]
+        if any(torch.is_tensor(a) for a in fixed):  # a buffer missing from _PER_CALL: never cache it
+            return
+        slots.append(per_call)
     if len(_PLANS) >= _MAX_PLANS:
         _PLANS.clear()
-    _PLANS[_plan_key(lp, dev, *key_args)] = _Plan(compiled, lp)
+    _PLANS[key] = _Plan(tuple(compiled), [list(a) for a in lists], slots, lp)
+
+
+def _fp32_vector(x) -> bool:
+    return x is not None and x.dtype == torch.float32 and x.is_contiguous()
+
+
+def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, meta, l2norm, lp, gate, beta_sig):
+    """The call on a remembered plan, launched directly; None where no plan applies. ``gate``:
+    (A_log, dt_bias) fp32 for the in-kernel gate, or None."""
+    _, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    dt, dev = q.dtype, q.device
+    hb_dtype = state_dtype if store_b else torch.float32
+    a_log, dt_bias = gate if gate is not None else (None, None)
+    key = _plan_key(
+        lp, dev, dt, hb_dtype, H, HV, gate is not None, beta_sig, q, k, v, g, beta, initial_state, a_log, dt_bias
+    )
+    plan = _PLANS.get(key)
+    rt = _runtime()
+    if plan is None or plan.lp is not lp or _hooks_active(rt[1]):
+        return None
+    N, NT = meta.num_seqs, meta.num_chunks
+    o = torch.empty(1, T, HV, V, dtype=dt, device=dev)
+    ht = torch.empty(N, HV, K, V, dtype=torch.float32, device=dev)
+    hb = torch.empty(meta.num_boundaries, HV, K, V, dtype=state_dtype, device=dev) if store_b else None
+    half_offs, half_n, f32_offs, f32_n = _scratch_layout(T, NT, HV, K, V)
+    half = torch.empty(half_n, dtype=dt, device=dev)
+    f32 = torch.empty(f32_n, dtype=torch.float32, device=dev)
+    hp, fp, es = half.data_ptr(), f32.data_ptr(), half.element_size()
+    w, u, vn, A, hbuf = (hp + off * es for off in half_offs)
+    fd, gcum, glast = (fp + off * 4 for off in f32_offs)
+    htp = ht.data_ptr()
+    vals = dict(
+        q=q.data_ptr(),
+        k=k.data_ptr(),
+        v=v.data_ptr(),
+        g=g.data_ptr(),
+        beta=beta.data_ptr(),
+        A_log=fp if a_log is None else a_log.data_ptr(),
+        dt_bias=fp if dt_bias is None else dt_bias.data_ptr(),
+        a_out=A,
+        a_in=A,
+        gc_out=gcum,
+        gc=gcum,
+        gl_out=glast,
+        gl=glast,
+        w_out=w,
+        w=w,
+        u_out=u,
+        u=u,
+        fd_out=fd,
+        fd=fd,
+        h_out=hbuf,
+        h=hbuf,
+        vn_out=vn,
+        vn=vn,
+        o=o.data_ptr(),
+        h0=htp if initial_state is None else initial_state.data_ptr(),
+        ht=htp,
+        hb=hb.data_ptr() if store_b else htp,
+        chunk_info=meta.chunk_info.data_ptr(),
+        seq_info=meta.seq_info.data_ptr(),
+        store_slot=meta.store_slot.data_ptr(),
+        scale=float(scale),
+        l2norm=l2norm,
+        has_h0=int(initial_state is not None),
+        store_b=int(store_b and meta.num_boundaries > 0),
+    )
+    stream = rt[0](dev.index)
+    enter, leave = rt[1].launch_enter_hook, rt[1].launch_exit_hook
+    for ck, grid, args, slots in zip(plan.kernels, _grids(lp, N, NT, HV, V), plan.lists, plan.slots):
+        args = args.copy()
+        for i, name in slots:
+            args[i] = vals[name]
+        ck.run(*grid, stream, ck.function, ck.packed_metadata, None, enter, leave, *args)
+    return o, ht, hb
 
 
 def _rows(x: torch.Tensor, TT: int, heads: int, dim: Optional[int]):
@@ -1138,6 +1234,49 @@ def chunk_gated_delta_rule(
     the call does no device-to-host sync and the metadata's boundary selection is used.
     ``input_precision`` applies to fp32 inputs on GPU ("ieee" default, "tf32", "tf32x3").
     """
+    if (
+        _DIRECT
+        and chunk_metadata is not None
+        and q.is_cuda
+        and not INTERPRET
+        and (not use_gate_in_kernel or (_fp32_vector(A_log) and _fp32_vector(dt_bias)))
+        and q.dim() == 4
+        and q.shape[0] == 1
+        and chunk_metadata.num_chunks > 0
+        and chunk_metadata.total_tokens == q.shape[1]
+        and k.dtype == v.dtype == q.dtype
+        and q.stride(3) == k.stride(3) == v.stride(3) == 1
+        and (initial_state is None or (initial_state.dtype == torch.float32 and initial_state.is_contiguous()))
+    ):
+        check_args(q, k, v, g, beta)
+        if initial_state is not None and tuple(initial_state.shape) != (
+            chunk_metadata.num_seqs,
+            v.shape[2],
+            q.shape[3],
+            v.shape[3],
+        ):
+            raise ValueError(
+                f"initial_state must be {(chunk_metadata.num_seqs, v.shape[2], q.shape[3], v.shape[3])}, "
+                f"got {tuple(initial_state.shape)}"
+            )
+        res = _direct_call(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            q.shape[3] ** -0.5 if scale is None else scale,
+            initial_state,
+            bool(boundary_states),
+            state_dtype,
+            chunk_metadata,
+            int(bool(use_qk_l2norm)),
+            launch_params(q.shape[3], v.shape[3], q.dtype, input_precision),
+            (A_log, dt_bias) if use_gate_in_kernel else None,
+            bool(use_beta_sigmoid),
+        )
+        if res is not None:
+            return res
     check_args(q, k, v, g, beta)
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
@@ -1169,131 +1308,111 @@ def chunk_gated_delta_rule(
         return o.reshape(B, T, HV, V), ht, hb
     if use_gate_in_kernel:
         A_log_t, dt_bias_t = A_log.float().contiguous(), dt_bias.float().contiguous()
-    else:
-        A_log_t = dt_bias_t = None  # the kernels never read them; any fp32 tensor stands in
     lp = launch_params(K, V, dt, input_precision)
-    # scratch: two flat buffers (input dtype, fp32) carved at 256-byte-aligned element offsets
-    half_offs, half_n = _carve((TT * HV * K, TT * HV * V, TT * HV * V, NT * HV * 4096, NT * HV * K * V))
-    f32_offs, f32_n = _carve((TT * HV, TT * HV, NT * HV))
+    half_offs, half_n, f32_offs, f32_n = _scratch_layout(TT, NT, HV, K, V)
     half = torch.empty(half_n, dtype=dt, device=dev)
     f32 = torch.empty(f32_n, dtype=torch.float32, device=dev)
+    w, u, vn, A, hbuf = (
+        half[off : off + n].view(shape)
+        for off, n, shape in zip(
+            half_offs,
+            (TT * HV * K, TT * HV * V, TT * HV * V, NT * HV * 4096, NT * HV * K * V),
+            ((TT, HV, K), (TT, HV, V), (TT, HV, V), (NT, HV, 64, 64), (NT, HV, K, V)),
+        )
+    )
+    fd, gcum, glast = (
+        f32[off : off + n].view(shape)
+        for off, n, shape in zip(f32_offs, (TT * HV, TT * HV, NT * HV), ((TT, HV), (TT, HV), (NT, HV)))
+    )
+    if not use_gate_in_kernel:
+        A_log_t = dt_bias_t = f32  # never read; any fp32 tensor stands in
     hb_arg = hb if store_b else ht
-    key_args = (dt, hb_arg.dtype, H, HV, use_gate_in_kernel, use_beta_sigmoid, q2, k2, v2, g2, b2, h0, A_log_t)
-    plan = _plan_for(lp, dev, *key_args)
-    if plan is not None:  # direct launches of the compiled kernels: pointers, no views
-        hp, fp, es = half.data_ptr(), f32.data_ptr(), half.element_size()
-        w, u, vn, A, hbuf = (hp + off * es for off in half_offs)
-        fd, gcum, glast = (fp + off * 4 for off in f32_offs)
-    else:
-        w, u, vn, A, hbuf = (
-            half[off : off + n].view(shape)
-            for off, n, shape in zip(
-                half_offs,
-                (TT * HV * K, TT * HV * V, TT * HV * V, NT * HV * 4096, NT * HV * K * V),
-                ((TT, HV, K), (TT, HV, V), (TT, HV, V), (NT, HV, 64, 64), (NT, HV, K, V)),
-            )
-        )
-        fd, gcum, glast = (
-            f32[off : off + n].view(shape)
-            for off, n, shape in zip(f32_offs, (TT * HV, TT * HV, NT * HV), ((TT, HV), (TT, HV), (NT, HV)))
-        )
-    if A_log_t is None:
-        A_log_t = dt_bias_t = f32
-    common = dict(HV=HV, GROUP=HV // H, l2norm=int(bool(use_qk_l2norm)), chunk_info=meta.chunk_info)
-    gate = dict(USE_GATE=bool(use_gate_in_kernel), BETA_SIGMOID=bool(use_beta_sigmoid))
-    args = (
-        dict(
-            common,
-            **lp["solve"],
-            **gate,
-            k=k2,
-            g=g2,
-            beta=b2,
-            A_log=A_log_t,
-            dt_bias=dt_bias_t,
-            a_out=A,
-            gc_out=gcum,
-            gl_out=glast,
-            skt=k2.stride(0),
-            skh=k2.stride(1),
-            sgt=g2.stride(0),
-            sgh=g2.stride(1),
-            sbt=b2.stride(0),
-            sbh=b2.stride(1),
-        ),
-        dict(
-            common,
-            **lp["wu"],
-            BETA_SIGMOID=gate["BETA_SIGMOID"],
-            k=k2,
-            v=v2,
-            beta=b2,
-            a_in=A,
-            gc=gcum,
-            gl=glast,
-            w_out=w,
-            u_out=u,
-            fd_out=fd,
-            skt=k2.stride(0),
-            skh=k2.stride(1),
-            svt=v2.stride(0),
-            svh=v2.stride(1),
-            sbt=b2.stride(0),
-            sbh=b2.stride(1),
-        ),
-        dict(
-            common,
-            **lp["state"],
-            k=k2,
-            fd=fd,
-            w=w,
-            u=u,
-            gl=glast,
-            h_out=hbuf,
-            vn_out=vn,
-            h0=h0,
-            ht=ht,
-            hb=hb_arg,
-            seq_info=meta.seq_info,
-            store_slot=meta.store_slot,
-            skt=k2.stride(0),
-            skh=k2.stride(1),
-            has_h0=int(initial_state is not None),
-            store_b=int(store_b and meta.num_boundaries > 0),
-            WHILE_LOOP=INTERPRET,
-        ),
-        dict(
-            common,
-            **lp["out"],
-            q=q2,
-            k=k2,
-            gc=gcum,
-            h=hbuf,
-            vn=vn,
-            o=o,
-            scale=float(scale),
-            sqt=q2.stride(0),
-            sqh=q2.stride(1),
-            skt=k2.stride(0),
-            skh=k2.stride(1),
-        ),
+    # runtime arguments, by the names the four kernels share (a name is one buffer in all of them)
+    shared = dict(
+        q=q2,
+        k=k2,
+        v=v2,
+        g=g2,
+        beta=b2,
+        A_log=A_log_t,
+        dt_bias=dt_bias_t,
+        a_out=A,
+        a_in=A,
+        gc_out=gcum,
+        gc=gcum,
+        gl_out=glast,
+        gl=glast,
+        w_out=w,
+        w=w,
+        u_out=u,
+        u=u,
+        fd_out=fd,
+        fd=fd,
+        h_out=hbuf,
+        h=hbuf,
+        vn_out=vn,
+        vn=vn,
+        o=o,
+        h0=h0,
+        ht=ht,
+        hb=hb_arg,
+        chunk_info=meta.chunk_info,
+        seq_info=meta.seq_info,
+        store_slot=meta.store_slot,
+        scale=float(scale),
+        l2norm=int(bool(use_qk_l2norm)),
+        has_h0=int(initial_state is not None),
+        store_b=int(store_b and meta.num_boundaries > 0),
+        HV=HV,
+        GROUP=HV // H,
+        skt=k2.stride(0),
+        skh=k2.stride(1),
+        sqt=q2.stride(0),
+        sqh=q2.stride(1),
+        svt=v2.stride(0),
+        svh=v2.stride(1),
+        sgt=g2.stride(0),
+        sgh=g2.stride(1),
+        sbt=b2.stride(0),
+        sbh=b2.stride(1),
+        USE_GATE=bool(use_gate_in_kernel),
+        BETA_SIGMOID=bool(use_beta_sigmoid),
+        WHILE_LOOP=INTERPRET,
     )
-    grids = (
-        (NT, HV, 1),
-        (NT, HV, 1),
-        (N, HV, triton.cdiv(V, lp["state"]["BV"])),
-        (NT, HV, triton.cdiv(V, lp["out"]["BV"])),
+    fns = _kernels(lp)
+    compiled, lists = [], []
+    for fn, grid, name in zip(fns, _grids(lp, N, NT, HV, V), _KERNEL_KEYS):
+        vals = {**shared, **lp[name]}
+        lists.append([vals[n] for n in fn.arg_names])
+        opts = {key: val for key, val in lp[name].items() if key in LAUNCH_OPTIONS}
+        compiled.append(fn[grid](*lists[-1], **opts))
+    # remembered only where the kernels saw the 4-d inputs' own token / head strides (what the key holds)
+    same_strides = all(
+        x2.stride() == x.stride()[1 : 1 + x2.dim()] for x2, x in ((q2, q), (k2, k), (v2, v), (g2, g), (b2, beta))
     )
-    fns = (_solve_kernel, _wu_kernel, _STATE_KERNELS[lp[STATE_KERNEL]], _output_kernel)
-    if plan is not None:
-        stream = _current_stream(dev.index)
-        enter, leave = _launch_hooks()
-        for ck, fn, grid, vals in zip(plan.kernels, fns, grids, args):
-            ck.run(*grid, stream, ck.function, ck.packed_metadata, None, enter, leave, *[vals[n] for n in fn.arg_names])
-    else:
-        compiled = []
-        for fn, grid, vals, name in zip(fns, grids, args, ("solve", "wu", "state", "out")):
-            opts = {key: val for key, val in lp[name].items() if key in LAUNCH_OPTIONS}
-            compiled.append(fn[grid](*[vals[n] for n in fn.arg_names], **opts))
-        _remember_plan(compiled, lp, dev, *key_args)
+    if _DIRECT and dev.type == "cuda" and not INTERPRET and B == 1 and same_strides:
+        _remember_plan(
+            compiled,
+            fns,
+            lists,
+            lp,
+            _plan_key(
+                lp,
+                dev,
+                dt,
+                hb_arg.dtype,
+                H,
+                HV,
+                use_gate_in_kernel,
+                use_beta_sigmoid,
+                q,
+                k,
+                v,
+                g,
+                beta,
+                initial_state,
+                A_log_t if use_gate_in_kernel else None,
+                dt_bias_t if use_gate_in_kernel else None,
+            ),
+        )
     return o.reshape(B, T, HV, V), ht, hb

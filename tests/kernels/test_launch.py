@@ -8,16 +8,16 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from kernels import chunk_gdn  # noqa: E402
-from kernels.chunk_gdn import chunk_gated_delta_rule, launch_params  # noqa: E402
+from kernels.chunk_gdn import chunk_gated_delta_rule, launch_params, prepare_chunk_metadata  # noqa: E402
 from kernels.reference import naive_gated_delta_rule  # noqa: E402
 from test_chunk_gdn import make_inputs  # noqa: E402
 
 
 def _key(q, k, v, g, beta, h0=None, hb_dtype=torch.float32):
-    TT, H, HV = q.shape[0] * q.shape[1], q.shape[2], v.shape[2]
     lp = launch_params(q.shape[3], v.shape[3], q.dtype)
-    rows = [x.reshape(TT, *x.shape[2:]) for x in (q, k, v, g, beta)]
-    return chunk_gdn._plan_key(lp, q.device, q.dtype, hb_dtype, H, HV, False, False, *rows, h0, None)
+    return chunk_gdn._plan_key(
+        lp, q.device, q.dtype, hb_dtype, q.shape[2], v.shape[2], False, False, q, k, v, g, beta, h0
+    )
 
 
 def test_plan_key_follows_what_triton_specialises_on():
@@ -47,36 +47,46 @@ def _half():
     return torch.bfloat16 if torch.cuda.get_device_capability() >= (8, 0) else torch.float16
 
 
-def _call(x, **kw):
+def _call(x, cu=None, starts=None, gate=None, **kw):
+    """One call as replay makes it: metadata prepared beforehand (the direct path needs it)."""
     q, k, v, g, beta = x
-    return chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, **kw)
+    meta = prepare_chunk_metadata(cu or [0, q.shape[1]], starts, device="cuda")
+    extra = {} if gate is None else dict(A_log=gate[0], dt_bias=gate[1], use_gate_in_kernel=True, use_beta_sigmoid=True)
+    return chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta, **extra, **kw)
 
 
 @pytest.mark.gpu
-def test_gpu_direct_launches_equal_triton_launches(monkeypatch):
+@pytest.mark.parametrize("gated", [False, True], ids=["plain", "gate-in-kernel"])
+def test_gpu_direct_launches_equal_triton_launches(gated, monkeypatch):
     chunk_gdn._PLANS.clear()
     dt = _half()
     x = make_inputs(300, h=2, hv=4, dk=128, dv=128, seed=1, device="cuda", dtype=dt)
-    first = _call(x)  # compiles through Triton, remembers the plan
+    gate = (torch.rand(4, device="cuda") + 0.5, torch.randn(4, device="cuda")) if gated else None
+    first = _call(x, gate=gate)  # compiles through Triton, remembers the plan
     assert len(chunk_gdn._PLANS) == 1
 
     def boom(*a, **k):
         raise AssertionError("Triton's launch path was used")
 
+    other = make_inputs(1000, h=2, hv=4, dk=128, dv=128, seed=2, device="cuda", dtype=dt)
+    h0 = torch.randn(3, 4, 128, 128, device="cuda") * 0.1
+    cu, starts = [0, 100, 640, 1000], [0, 64, 7]
     with monkeypatch.context() as m:
         m.setattr(type(chunk_gdn._solve_kernel), "run", boom)
-        direct = _call(x)
-        other = make_inputs(1000, h=2, hv=4, dk=128, dv=128, seed=2, device="cuda", dtype=dt)
-        h0 = torch.randn(3, 4, 128, 128, device="cuda") * 0.1
-        cu = [0, 100, 640, 1000]
-        direct_varlen = _call(other, initial_state=h0, cu_seqlens=cu, start_positions=[0, 64, 7])
-    assert len(chunk_gdn._PLANS) == 1
+        direct = _call(x, gate=gate)
+        direct_varlen = _call(other, cu, starts, gate=gate, initial_state=h0)
+        direct_nostates = _call(other, cu, starts, gate=gate, initial_state=h0, boundary_states=False)
+    assert len(chunk_gdn._PLANS) == 2  # boundary states off: another hb dtype, another plan
     monkeypatch.setattr(chunk_gdn, "_DIRECT", False)
-    triton_path = _call(x)
-    triton_varlen = _call(other, initial_state=h0, cu_seqlens=cu, start_positions=[0, 64, 7])
+    triton_path = _call(x, gate=gate)
+    triton_varlen = _call(other, cu, starts, gate=gate, initial_state=h0)
+    triton_nostates = _call(other, cu, starts, gate=gate, initial_state=h0, boundary_states=False)
     for a, b, c in zip(first, direct, triton_path):
         assert torch.equal(a, b) and torch.equal(a, c)
     for a, b in zip(direct_varlen, triton_varlen):
+        assert torch.equal(a, b)
+    assert direct_nostates[2] is None and triton_nostates[2] is None
+    for a, b in zip(direct_nostates[:2], triton_nostates[:2]):
         assert torch.equal(a, b)
 
 
