@@ -66,7 +66,7 @@ __all__ = [
 CONFIGS = {
     "solve": dict(num_warps=2, num_stages=1),
     "wu": dict(num_warps=4, num_stages=1),
-    "state": dict(BV=16, num_warps=4, num_stages=3),
+    "state": dict(BV=16, num_warps=4, num_stages=3, VFAST=0),
     "out": dict(BV=64, num_warps=4, num_stages=2),
 }
 
@@ -530,6 +530,19 @@ def _state_step(
     return S
 
 
+@triton.jit
+def _state_program(HV, V: tl.constexpr, BV: tl.constexpr, VFAST: tl.constexpr):
+    """(sequence, value head, V block) of this program. VFAST: a 1-d grid with the V blocks of a
+    head adjacent in launch order (they read the same chunk's w and keys), else the 3-d grid
+    (sequence, head, V block)."""
+    if VFAST:
+        NV: tl.constexpr = (V + BV - 1) // BV
+        pid = tl.program_id(0)
+        return pid // (NV * HV), (pid // NV) % HV, pid % NV
+    else:
+        return tl.program_id(0), tl.program_id(1), tl.program_id(2)
+
+
 @triton.jit(do_not_specialize=["has_h0", "store_b"])
 def _state_kernel(
     k,
@@ -557,10 +570,9 @@ def _state_kernel(
     store_b,
     PREC: tl.constexpr,
     WHILE_LOOP: tl.constexpr,
+    VFAST: tl.constexpr,
 ):
-    i_n = tl.program_id(0)
-    i_hv = tl.program_id(1)
-    i_v = tl.program_id(2)
+    i_n, i_hv, i_v = _state_program(HV, V, BV, VFAST)
     i_h = i_hv // GROUP
     bos = tl.load(seq_info + i_n * 4)
     eos = tl.load(seq_info + i_n * 4 + 1)
@@ -806,12 +818,11 @@ def _state_kernel_split(
     store_b,
     PREC: tl.constexpr,
     WHILE_LOOP: tl.constexpr,
+    VFAST: tl.constexpr,
 ):
     """``_state_kernel`` with the state as BK / 64 row blocks (BK = 128: two, 256: four)."""
     NKB: tl.constexpr = BK // 64
-    i_n = tl.program_id(0)
-    i_hv = tl.program_id(1)
-    i_v = tl.program_id(2)
+    i_n, i_hv, i_v = _state_program(HV, V, BV, VFAST)
     i_h = i_hv // GROUP
     bos = tl.load(seq_info + i_n * 4)
     eos = tl.load(seq_info + i_n * 4 + 1)
@@ -1012,7 +1023,9 @@ def _grids(lp, N, NT, HV, V) -> tuple:
     return (
         (NT, HV, 1),
         (NT, HV, 1),
-        (N, HV, triton.cdiv(V, lp["state"]["BV"])),
+        (N * HV * triton.cdiv(V, lp["state"]["BV"]), 1, 1)
+        if lp["state"]["VFAST"]
+        else (N, HV, triton.cdiv(V, lp["state"]["BV"])),
         (NT, HV, triton.cdiv(V, lp["out"]["BV"])),
     )
 
