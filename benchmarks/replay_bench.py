@@ -141,6 +141,29 @@ def errors_with(res, spec, timing, counts):
     )
 
 
+def roofline(res, spec, counts, dev, dtype_bytes: int = 2) -> dict:
+    """How far the timed prefills are from the device: each call's roofline (FLOPs at the measured
+    matrix-product ceiling or the replayed layers' weight reads at the measured copy rate, whichever
+    is longer), summed over the timed calls, against their measured time; and the share of the
+    bf16 peak that the roofline itself allows for these calls (what one-request-at-a-time replay of
+    this trace could reach at best)."""
+    from sim.replay import measure
+
+    df = res.requests
+    ok = df["suffix_ms"].notna() & (df["suffix_ms"] > 0)
+    wbytes = measure.replayed_weight_bytes(spec, counts, dtype_bytes)
+    bound = measure.roofline_ms(
+        df.loc[ok, "replay_flops"], wbytes, dev["matmul_tflops"] * 1e12, dev["copy_bytes_per_s"]
+    )
+    peak = measure.device_peak(dev["device"], "bf16") or float("nan")
+    flops = float(df.loc[ok, "replay_flops"].sum())
+    return dict(
+        roofline_ms=float(bound.sum()),
+        roofline_share=float(bound.sum() / df.loc[ok, "suffix_ms"].sum()),
+        roofline_peak_share=flops / (bound.sum() * 1e-3) / (peak * 1e12),
+    )
+
+
 def row(name, res, before, after):
     s = res.summary
     by = s["measured_ms_by_layer_type"]
@@ -399,6 +422,7 @@ def main() -> None:
         before = errors_with(res, spec, old_estimate(spec), counts)
         after = errors_with(res, spec, calibrated, counts)
         r = row(spec_run, res, before, after)
+        r.update(roofline(res, spec, counts, dev))
         if res.steps is not None:
             r.update(step_row(res, spec, old_estimate(spec), calibrated, counts))
         runs.append(r)

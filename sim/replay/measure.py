@@ -81,6 +81,20 @@ def replayed_spec(spec: ModelSpec, counts) -> ModelSpec:
     return replace(spec, n_attn=counts["attention"], n_mlp=counts["mlp"], n_mamba=0, n_gdn=counts["gated_delta"])
 
 
+def replayed_weight_bytes(spec: ModelSpec, counts, dtype_bytes: int = 2) -> float:
+    """Bytes of the weight matrices of the replayed layers (each read once by every call)."""
+    r = replayed_spec(spec, counts)
+    params = (r.n_attn * r.attn_layer_a + r.n_gdn * r.gdn_layer_a + r.n_mlp * r.mlp_layer_a) / 2
+    return params * dtype_bytes
+
+
+def roofline_ms(flops, weight_bytes: float, flops_per_s: float, bytes_per_s: float) -> np.ndarray:
+    """The least time each call can take on a device: its FLOPs at the device's matrix-product
+    ceiling or its weight reads at its copy ceiling, whichever is longer. A lower bound: KV and
+    activation traffic and every kernel's fixed cost are left out."""
+    return np.maximum(np.asarray(flops, dtype=float) / flops_per_s, weight_bytes / bytes_per_s) * 1e3
+
+
 def modelled_ms(spec: ModelSpec, timing, counts, hit: int, n: int, splits: int = 0) -> float:
     """Modelled prefill time of tokens [hit, n) on the replayed layers."""
     rspec = replayed_spec(spec, counts)

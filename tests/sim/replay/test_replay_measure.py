@@ -37,3 +37,24 @@ def test_timing_file_round_trip_and_bad_files(tmp_path):
     (tmp_path / "other.json").write_text(json.dumps({"format": "x"}))
     with pytest.raises(UsageError):
         read_timing(tmp_path / "other.json")
+
+
+def test_roofline_is_the_slower_of_compute_and_weight_reads():
+    from sim.replay.measure import roofline_ms
+
+    # 1 TFLOP at 1 PFLOP/s = 1 ms; 1 GB at 1 TB/s = 1 ms; 1 PFLOP = 1 s
+    got = roofline_ms([1e12, 1e15, 0.0], 1e9, 1e15, 1e12)
+    assert got.tolist() == pytest.approx([1.0, 1000.0, 1.0])
+
+
+def test_replayed_weight_bytes_follow_the_layers_replayed():
+    from sim.cost import get_model
+    from sim.replay.measure import model_counts, replayed_weight_bytes
+
+    spec = get_model("qwen3.5-9b")
+    full = replayed_weight_bytes(spec, model_counts(spec))
+    # qwen3.5-9b: ~9e9 parameters, ~2e9 of them in the embedding and LM head (not replayed), bf16
+    assert 13e9 < full < 15e9
+    half = replayed_weight_bytes(spec, {"attention": 4, "gated_delta": 12, "mlp": 16})
+    assert half == pytest.approx(full / 2)
+    assert replayed_weight_bytes(spec, {"attention": 0, "gated_delta": 0, "mlp": 0}) == 0
