@@ -54,11 +54,7 @@ def kernel_specs(dim: int, dtype: str):
     fns = {"solve": m._solve_kernel, "wu": m._wu_kernel, "state": m._state_kernel, "out": m._output_kernel}
     tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     specs = []
-    lp = m.launch_params(dim, dim, tdtype)
-    fns["state"] = getattr(m, lp[m.STATE_KERNEL])
-    for key, params in lp.items():
-        if key == m.STATE_KERNEL:
-            continue
+    for key, params in m.launch_params(dim, dim, tdtype).items():
         opts = {k: v for k, v in params.items() if k in m.LAUNCH_OPTIONS}
         consts = {k: v for k, v in params.items() if k not in m.LAUNCH_OPTIONS}
         specs.append((NAMES[key], fns[key], {**consts, **FLAGS[key]}, opts))

@@ -86,9 +86,6 @@ def _pow2(n: int) -> int:
 
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "maxnreg")
-#: ``launch_params`` key naming the state kernel's variant: ``_state_kernel``, or with ``KSPLIT=1`` in
-#: the state config and K > 64, ``_state_kernel_split`` (the state as 64-row blocks)
-STATE_KERNEL = "state_kernel"
 
 
 def launch_params(K: int, V: int, dtype: torch.dtype, input_precision: Optional[str] = None) -> dict:
@@ -109,13 +106,11 @@ def _launch_params(K: int, V: int, dtype: torch.dtype, input_precision: Optional
     state, out = _config("state"), _config("out")
     state["BV"] = min(state["BV"], BVF)
     out["BV"] = min(out["BV"], BVF)
-    split = bool(state.pop("KSPLIT", 0)) and BK >= 128
     return {
         "solve": dict(K=K, BK=BK, BKS=min(BK, 64), PREC=prec, **_config("solve")),
         "wu": dict(K=K, V=V, BK=BK, BVF=BVF, BC=min(BK, BVF, 64), PREC=prec, **_config("wu")),
         "state": dict(K=K, V=V, BK=BK, PREC=prec, **state),
         "out": dict(K=K, V=V, BK=BK, BC=min(BK, 64), PREC=prec, **out),
-        STATE_KERNEL: "_state_kernel_split" if split else "_state_kernel",
     }
 
 
@@ -664,258 +659,6 @@ def _state_kernel(
     tl.store(ht + (i_n * HV + i_hv).to(tl.int64) * (K * V) + sidx, S, mask=mKV)
 
 
-# ---- the state loop with the state held as 64-row blocks (K = 128 or 256) --------------------
-# Same math as ``_state_kernel``; S is kept as BK / 64 separate [64, BV] tiles, so each chunk does
-# BK / 64 products of [64, 64] x [64, BV] per matrix product instead of one [64, BK] x [BK, BV].
-# Selected by ``KSPLIT`` in the state launch configuration (for K > 64).
-
-
-@triton.jit
-def _kblock_load(base, j: tl.constexpr, oV, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, flag):
-    """Rows [64 j, 64 j + 64) of a [K, V] state at ``base`` (fp32; zeros where ``flag`` == 0)."""
-    oK = j * 64 + tl.arange(0, 64)
-    mk = _dimmask(oK, K, (j + 1) * 64 <= K, 64)[:, None] & _dimmask(oV, V, V % BV == 0, BV)[None, :]
-    x = tl.load(base + oK[:, None] * V + oV[None, :], mask=mk & ((tl.zeros([64, BV], tl.int32) + flag) != 0), other=0.0)
-    return x.to(tl.float32)
-
-
-@triton.jit
-def _kblock_store(base, x, j: tl.constexpr, oV, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, flag):
-    oK = j * 64 + tl.arange(0, 64)
-    mk = _dimmask(oK, K, (j + 1) * 64 <= K, 64)[:, None] & _dimmask(oV, V, V % BV == 0, BV)[None, :]
-    ok = ((tl.zeros([64, BV], tl.int32) + flag) != 0) & mk
-    tl.store(base + oK[:, None] * V + oV[None, :], x.to(base.dtype.element_ty), mask=ok)
-
-
-@triton.jit
-def _kblock_wdot(
-    acc,
-    Sj,
-    j: tl.constexpr,
-    row0,
-    m,
-    w,
-    hbase,
-    oV,
-    r64,
-    HV,
-    K: tl.constexpr,
-    V: tl.constexpr,
-    BV: tl.constexpr,
-    PREC: tl.constexpr,
-):
-    """acc - W_j S_j with W_j the 64-column block ``j`` of the chunk's w; stores S_j as block ``j``
-    of the chunk-start state at ``hbase`` first."""
-    dt = w.dtype.element_ty
-    _kblock_store(hbase, Sj, j, oV, K, V, BV, 1)
-    oK = j * 64 + tl.arange(0, 64)
-    w_c = tl.load(
-        w + row0 * K + r64[:, None] * (HV * K) + oK[None, :],
-        mask=_rowmask(m, oK, K, (j + 1) * 64 <= K, 64),
-        other=0.0,
-    )
-    return acc - tl.dot(w_c, Sj.to(dt), input_precision=PREC)
-
-
-@triton.jit
-def _kblock_update(Sj, j: tl.constexpr, kbase, m, skt, r64, vd, decay, K: tl.constexpr, PREC: tl.constexpr):
-    """S_j <- decay S_j + K_j^T vd (K_j: the chunk's keys, columns [64 j, 64 j + 64), as [64, 64])."""
-    oK = j * 64 + tl.arange(0, 64)
-    kT = tl.load(kbase + r64[None, :] * skt + oK[:, None], mask=_colmask(m, oK, K, (j + 1) * 64 <= K, 64), other=0.0)
-    return Sj * decay + tl.dot(kT, vd, input_precision=PREC)
-
-
-@triton.jit
-def _split_step(
-    c,
-    ts,
-    S0,
-    S1,
-    S2,
-    S3,
-    k,
-    fd,
-    w,
-    u,
-    gl,
-    h_out,
-    vn_out,
-    hb,
-    store_slot,
-    bos,
-    eos,
-    i_hv,
-    i_h,
-    skt,
-    skh,
-    oV,
-    r64,
-    HV,
-    K: tl.constexpr,
-    V: tl.constexpr,
-    BV: tl.constexpr,
-    NKB: tl.constexpr,
-    store_b,
-    PREC: tl.constexpr,
-):
-    dt = w.dtype.element_ty
-    m = _inside(ts, r64, bos, eos)
-    row0 = ts.to(tl.int64) * HV + i_hv
-    hbase = h_out + (c * HV + i_hv).to(tl.int64) * (K * V)
-    mu = _rowmask(m, oV, V, V % BV == 0, BV)
-    uoff = r64[:, None] * (HV * V) + oV[None, :]
-    acc = tl.load(u + row0 * V + uoff, mask=mu, other=0.0).to(tl.float32)
-    acc = _kblock_wdot(acc, S0, 0, row0, m, w, hbase, oV, r64, HV, K, V, BV, PREC)
-    acc = _kblock_wdot(acc, S1, 1, row0, m, w, hbase, oV, r64, HV, K, V, BV, PREC)
-    if NKB > 2:
-        acc = _kblock_wdot(acc, S2, 2, row0, m, w, hbase, oV, r64, HV, K, V, BV, PREC)
-        acc = _kblock_wdot(acc, S3, 3, row0, m, w, hbase, oV, r64, HV, K, V, BV, PREC)
-    tl.store(vn_out + row0 * V + uoff, acc.to(dt), mask=mu)
-    f = tl.load(fd + row0 + r64 * HV, mask=m, other=0.0)
-    vd = (acc * f[:, None]).to(dt)
-    decay = tl.exp(tl.load(gl + c * HV + i_hv))
-    kbase = k + ts.to(tl.int64) * skt + i_h * skh
-    S0 = _kblock_update(S0, 0, kbase, m, skt, r64, vd, decay, K, PREC)
-    S1 = _kblock_update(S1, 1, kbase, m, skt, r64, vd, decay, K, PREC)
-    if NKB > 2:
-        S2 = _kblock_update(S2, 2, kbase, m, skt, r64, vd, decay, K, PREC)
-        S3 = _kblock_update(S3, 3, kbase, m, skt, r64, vd, decay, K, PREC)
-    slot = tl.load(store_slot + c)
-    slot = tl.where(store_b != 0, slot, -1)
-    bbase = hb + (tl.maximum(slot, 0) * HV + i_hv).to(tl.int64) * (K * V)
-    _kblock_store(bbase, S0, 0, oV, K, V, BV, slot >= 0)
-    _kblock_store(bbase, S1, 1, oV, K, V, BV, slot >= 0)
-    if NKB > 2:
-        _kblock_store(bbase, S2, 2, oV, K, V, BV, slot >= 0)
-        _kblock_store(bbase, S3, 3, oV, K, V, BV, slot >= 0)
-    return S0, S1, S2, S3
-
-
-@triton.jit(do_not_specialize=["has_h0", "store_b"])
-def _state_kernel_split(
-    k,
-    fd,
-    w,
-    u,
-    gl,
-    h_out,
-    vn_out,
-    h0,
-    ht,
-    hb,
-    seq_info,
-    chunk_info,
-    store_slot,
-    skt,
-    skh,
-    HV,
-    GROUP,
-    K: tl.constexpr,
-    V: tl.constexpr,
-    BK: tl.constexpr,
-    BV: tl.constexpr,
-    has_h0,
-    store_b,
-    PREC: tl.constexpr,
-    WHILE_LOOP: tl.constexpr,
-    VFAST: tl.constexpr,
-):
-    """``_state_kernel`` with the state as BK / 64 row blocks (BK = 128: two, 256: four)."""
-    NKB: tl.constexpr = BK // 64
-    i_n, i_hv, i_v = _state_program(HV, V, BV, VFAST)
-    i_h = i_hv // GROUP
-    bos = tl.load(seq_info + i_n * 4)
-    eos = tl.load(seq_info + i_n * 4 + 1)
-    c0 = tl.load(seq_info + i_n * 4 + 2)
-    c1 = tl.load(seq_info + i_n * 4 + 3)
-    ts0 = tl.load(chunk_info + c0 * 4 + 1, mask=c0 < c1, other=0)
-    oV = i_v * BV + tl.arange(0, BV)
-    r64 = tl.arange(0, 64)
-    sbase = (i_n * HV + i_hv).to(tl.int64) * (K * V)
-    S0 = _kblock_load(h0 + sbase, 0, oV, K, V, BV, has_h0)
-    S1 = _kblock_load(h0 + sbase, 1, oV, K, V, BV, has_h0)
-    S2 = tl.zeros([64, BV], dtype=tl.float32)
-    S3 = tl.zeros([64, BV], dtype=tl.float32)
-    if NKB > 2:
-        S2 = _kblock_load(h0 + sbase, 2, oV, K, V, BV, has_h0)
-        S3 = _kblock_load(h0 + sbase, 3, oV, K, V, BV, has_h0)
-    if WHILE_LOOP:
-        c = c0
-        while c < c1:
-            S0, S1, S2, S3 = _split_step(
-                c,
-                ts0 + (c - c0) * 64,
-                S0,
-                S1,
-                S2,
-                S3,
-                k,
-                fd,
-                w,
-                u,
-                gl,
-                h_out,
-                vn_out,
-                hb,
-                store_slot,
-                bos,
-                eos,
-                i_hv,
-                i_h,
-                skt,
-                skh,
-                oV,
-                r64,
-                HV,
-                K,
-                V,
-                BV,
-                NKB,
-                store_b,
-                PREC,
-            )
-            c += 1
-    else:
-        for c in range(c0, c1):
-            S0, S1, S2, S3 = _split_step(
-                c,
-                ts0 + (c - c0) * 64,
-                S0,
-                S1,
-                S2,
-                S3,
-                k,
-                fd,
-                w,
-                u,
-                gl,
-                h_out,
-                vn_out,
-                hb,
-                store_slot,
-                bos,
-                eos,
-                i_hv,
-                i_h,
-                skt,
-                skh,
-                oV,
-                r64,
-                HV,
-                K,
-                V,
-                BV,
-                NKB,
-                store_b,
-                PREC,
-            )
-    _kblock_store(ht + sbase, S0, 0, oV, K, V, BV, 1)
-    _kblock_store(ht + sbase, S1, 1, oV, K, V, BV, 1)
-    if NKB > 2:
-        _kblock_store(ht + sbase, S2, 2, oV, K, V, BV, 1)
-        _kblock_store(ht + sbase, S3, 3, oV, K, V, BV, 1)
-
-
 @triton.jit(do_not_specialize=["l2norm"])
 def _output_kernel(
     q,
@@ -988,8 +731,6 @@ def _output_kernel(
     tl.store(o + row0 * V + off, acc.to(o.dtype.element_ty), mask=mV)
 
 
-_STATE_KERNELS = {"_state_kernel": _state_kernel, "_state_kernel_split": _state_kernel_split}
-
 # ---- host path ---------------------------------------------------------------------------------
 # A call's host time was ~200-500 us, most of it Triton's generic launch path run four times
 # (argument binding and specialisation, cache-key hashing, launch metadata), ten scratch
@@ -1015,8 +756,8 @@ _PER_CALL = frozenset(
 )
 
 
-def _kernels(lp) -> tuple:
-    return (_solve_kernel, _wu_kernel, _STATE_KERNELS[lp[STATE_KERNEL]], _output_kernel)
+#: the four kernels in launch order (their ``launch_params`` keys: ``_KERNEL_KEYS``)
+_KERNELS = (_solve_kernel, _wu_kernel, _state_kernel, _output_kernel)
 
 
 def _grids(lp, N, NT, HV, V) -> tuple:
@@ -1389,7 +1130,7 @@ def chunk_gated_delta_rule(
         BETA_SIGMOID=bool(use_beta_sigmoid),
         WHILE_LOOP=INTERPRET,
     )
-    fns = _kernels(lp)
+    fns = _KERNELS
     compiled, lists = [], []
     for fn, grid, name in zip(fns, _grids(lp, N, NT, HV, V), _KERNEL_KEYS):
         vals = {**shared, **lp[name]}
