@@ -2,7 +2,7 @@
 without a GPU: each kernel is compiled for sm_90a at the launch configuration the library uses,
 and the PTX goes through the ptxas that ships inside the triton wheel.
 
-    python benchmarks/kernel_resources.py [--dtype bf16] [--head-dim 128] [--check]
+    python benchmarks/kernel_resources.py [--dtype bf16] [--head-dim 128] [--check] [--fla]
 
 Why it exists: the first three-kernel version spilled registers in every kernel (per-element
 64-bit address arithmetic, runtime head dims that defeated 16-byte vector loads and hence Triton's
@@ -113,11 +113,70 @@ def _ptxas_info(ptx_path: str, out_path: str) -> str:
 
 
 def measure(name, fn, consts, opts, dtype):
+    sig, cst, attrs = _signature(fn, consts, dtype)
+    return _compile_stats(name, fn, sig, cst, attrs, opts)
+
+
+#: FLA 0.6.0's state loop (``chunk_gated_delta_rule_fwd_kernel_h_blockdim64``), compiled beside ours
+#: at the configurations its autotuner chooses among on Hopper (BV 32 / 64, 2 / 4 warps, 2-4 stages)
+FLA_CONFIGS = ((32, 4, 2), (32, 4, 3), (64, 4, 2), (64, 4, 3))
+
+
+def fla_specs(dim: int, dtype: str):
+    """(name, jit function, signature, constexprs, attrs, launch options) of FLA's state loop for
+    qwen3.5-9b's heads (H 16, HV 32), fixed length, gate on, initial and final state, v' kept;
+    None where FLA is not importable."""
+    try:
+        from fla.ops.common import chunk_delta_h
+    except Exception as exc:  # noqa: BLE001 - not installed, or its import fails here
+        print(f"# FLA not importable ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return None
+    fn = chunk_delta_h.chunk_gated_delta_rule_fwd_kernel_h_blockdim64
+    while type(fn).__name__ != "JITFunction":  # through @heuristics / @autotune
+        fn = fn.fn
+    half = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32"}[dtype]
+    specs = []
+    for bv, warps, stages in FLA_CONFIGS:
+        consts = dict(
+            gk=None,
+            cu_seqlens=None,
+            chunk_offsets=None,
+            H=16,
+            HV=32,
+            K=dim,
+            V=dim,
+            BT=64,
+            BV=bv,
+            USE_G=True,
+            USE_GK=False,
+            USE_INITIAL_STATE=True,
+            STORE_FINAL_STATE=True,
+            SAVE_NEW_VALUE=True,
+            STATE_V_FIRST=False,
+            IS_VARLEN=False,
+        )
+        sig, attrs = {}, {}
+        for i, name in enumerate(fn.arg_names):
+            if name in consts:
+                sig[name] = "constexpr"
+            elif name in ("k", "v", "w", "v_new", "h"):
+                sig[name] = half
+            elif name in ("g", "h0", "ht"):
+                sig[name] = "*fp32"
+            else:
+                sig[name] = "i32"
+            if sig[name].startswith("*"):
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        cst = {(fn.arg_names.index(n),): v for n, v in consts.items()}
+        specs.append((f"FLA h BV{bv}", fn, sig, cst, attrs, dict(num_warps=warps, num_stages=stages)))
+    return specs
+
+
+def _compile_stats(name, fn, sig, cst, attrs, opts):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    sig, cst, attrs = _signature(fn, consts, dtype)
     src = ASTSource(fn=fn, signature=sig, constexprs=cst, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(opts))
     ptx = compiled.asm["ptx"]
@@ -147,6 +206,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--check", action="store_true", help="exit 1 on spills or an unpipelined state loop")
+    ap.add_argument(
+        "--fla", action="store_true", help="also compile FLA's state loop at its Hopper configs (needs fla-core)"
+    )
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("kernel_resources: unset TRITON_INTERPRET (it needs compiled-mode Triton)", file=sys.stderr)
@@ -173,6 +235,14 @@ def main(argv=None) -> int:
             bad.append(f"{name} spills {r['spill_stores']} B")
         if name == "state" and r["cp_async"] == 0:
             bad.append("the state kernel's loads are not pipelined (no cp.async)")
+    if args.fla:
+        for name, fn, sig, cst, attrs, opts in fla_specs(args.head_dim, args.dtype) or []:
+            r = _compile_stats(name, fn, sig, cst, attrs, opts)
+            print(
+                f"{r['kernel']:>8} {r['warps']:>5} {r['stages']:>6} {r['registers']:>5} "
+                f"{r['spill_stores']:>6}/{r['spill_loads']:<7} {r['shared_kb']:>8.1f} "
+                f"{r['cp_async']:>8} {r['wgmma']:>6} {r['mma_sync']:>8}"
+            )
     if bad and args.check:
         print("check failed: " + "; ".join(bad), file=sys.stderr)
         return 1

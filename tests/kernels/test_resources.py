@@ -42,3 +42,13 @@ def test_refuses_the_interpreter():
     env = dict(os.environ, TRITON_INTERPRET="1")
     run = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env)
     assert run.returncode == 2 and "TRITON_INTERPRET" in run.stderr
+
+
+def test_fla_state_loop_compiles_beside_ours():
+    """``--fla``: FLA's state loop at its Hopper configurations, in the same columns (skips where
+    fla-core is not installed: it is an optional peer)."""
+    pytest.importorskip("fla")
+    run = _run("--fla", "--head-dim", "128")
+    assert run.returncode == 0, run.stdout + run.stderr
+    fla = [line.split() for line in run.stdout.splitlines() if line.lstrip().startswith("FLA")]
+    assert len(fla) == 4 and all(int(r[8]) > 0 and int(r[9]) > 0 for r in fla)  # cp.async and wgmma
