@@ -1,5 +1,6 @@
-"""The peer backends' GPU check (issue 24 parts 3 and 4), one command for the H200 run, under ~5
-minutes of GPU time: the peer tests (``pytest -m gpu``), the kernel benchmark with its FLA and
+"""The peer backends' GPU check (issue 24 parts 3 and 4), one command for the H200 run, under ~8
+minutes of GPU time: the peer tests (``pytest -m gpu``), the launch-path and state-grid GPU tests,
+the kernels' host time (direct vs Triton's launch path), the kernel benchmark with its FLA and
 FlashQLA columns and host overheads, and a short replay on every backend, one after another.
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
@@ -63,6 +64,18 @@ def steps(out: Path) -> list[tuple[str, dict, list[str]]]:
             "peer adapters (CPU tests, on this machine too)",
             {},
             [py, "-m", "pytest", "-q", "tests/sim/replay/test_replay_peers.py"],
+        ),
+        (
+            "kernel launch path and state-grid variant (GPU tests)",
+            {},
+            [py, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider"]
+            + ["tests/kernels/test_launch.py", "tests/kernels/test_state_variants.py"],
+        ),
+        (
+            "kernel host time: direct launches vs Triton's launch path",
+            {},
+            [py, "benchmarks/kernel_host_probe.py", "--shapes", "16/32,4/8", "--T", "32768,8192,4096"]
+            + ["--calls", "60", "--top", "12"],
         ),
         (
             "kernel benchmark: ours / FLA / FlashQLA, host overhead",
