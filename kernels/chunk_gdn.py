@@ -785,6 +785,15 @@ def _scratch_layout(TT, NT, HV, K, V) -> tuple:
     return half_offs, half_n, f32_offs, f32_n
 
 
+def _scratch_args(w, u, vn, A, hbuf, fd, gcum, glast) -> dict:
+    """The scratch buffers (tensors, or addresses on the direct path) under every name the four
+    kernels give them: a writer's ``*_out`` and its readers' name are one buffer."""
+    return dict(
+        w_out=w, w=w, u_out=u, u=u, vn_out=vn, vn=vn, a_out=A, a_in=A, h_out=hbuf, h=hbuf,
+        fd_out=fd, fd=fd, gc_out=gcum, gc=gcum, gl_out=glast, gl=glast,
+    )  # fmt: skip
+
+
 def _runtime():
     if not _RUNTIME:
         from triton import knobs
@@ -900,22 +909,7 @@ def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, m
         beta=beta.data_ptr(),
         A_log=fp if a_log is None else a_log.data_ptr(),
         dt_bias=fp if dt_bias is None else dt_bias.data_ptr(),
-        a_out=A,
-        a_in=A,
-        gc_out=gcum,
-        gc=gcum,
-        gl_out=glast,
-        gl=glast,
-        w_out=w,
-        w=w,
-        u_out=u,
-        u=u,
-        fd_out=fd,
-        fd=fd,
-        h_out=hbuf,
-        h=hbuf,
-        vn_out=vn,
-        vn=vn,
+        **_scratch_args(w, u, vn, A, hbuf, fd, gcum, glast),
         o=o.data_ptr(),
         h0=htp if initial_state is None else initial_state.data_ptr(),
         ht=htp,
@@ -1087,22 +1081,7 @@ def chunk_gated_delta_rule(
         beta=b2,
         A_log=A_log_t,
         dt_bias=dt_bias_t,
-        a_out=A,
-        a_in=A,
-        gc_out=gcum,
-        gc=gcum,
-        gl_out=glast,
-        gl=glast,
-        w_out=w,
-        w=w,
-        u_out=u,
-        u=u,
-        fd_out=fd,
-        fd=fd,
-        h_out=hbuf,
-        h=hbuf,
-        vn_out=vn,
-        vn=vn,
+        **_scratch_args(w, u, vn, A, hbuf, fd, gcum, glast),
         o=o,
         h0=h0,
         ht=ht,

@@ -105,3 +105,33 @@ def test_gpu_misaligned_inputs_get_their_own_plan():
     for o in (aligned[0], shifted[0], again[0]):
         assert ((o.float() - ro).norm() / ro.norm()).item() < 2e-2
     assert torch.equal(shifted[0], again[0])
+
+
+def test_per_call_names_cover_every_buffer_of_the_kernels():
+    """A buffer the plan treated as fixed would be launched at the first call's address: every
+    pointer argument of the four kernels must be a per-call name, and every per-call name a real
+    argument. Scratch aliases (a writer's ``*_out`` and its readers) map to one buffer."""
+    scratch = chunk_gdn._scratch_args(*"w u vn A hbuf fd gcum glast".split())
+    assert scratch["a_out"] == scratch["a_in"] == "A" and scratch["h_out"] == scratch["h"] == "hbuf"
+    names = set().union(*(fn.arg_names for fn in chunk_gdn._KERNELS))
+    pointers = set(scratch) | {"q", "k", "v", "g", "beta", "A_log", "dt_bias", "o", "h0", "ht", "hb"}
+    pointers |= {"chunk_info", "seq_info", "store_slot"}
+    assert pointers <= names
+    assert chunk_gdn._PER_CALL == pointers | {"scale", "l2norm", "has_h0", "store_b"}
+    # what a plan fixes: strides and head counts (in its key), compile-time constants
+    strides = {f"s{x}{d}" for x in "qkvgb" for d in "th"}
+    assert names - chunk_gdn._PER_CALL == strides | {"HV", "GROUP"} | {
+        "K",
+        "V",
+        "BK",
+        "BKS",
+        "BVF",
+        "BC",
+        "BV",
+        "USE_GATE",
+        "BETA_SIGMOID",
+        "PREC",
+        "WHILE_LOOP",
+        "VFAST",
+    }
+    assert len(chunk_gdn._KERNELS) == len(chunk_gdn._KERNEL_KEYS) == 4
