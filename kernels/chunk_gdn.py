@@ -985,7 +985,7 @@ def chunk_gated_delta_rule(
         and q.is_cuda
         and not INTERPRET
         and (not use_gate_in_kernel or (_fp32_vector(A_log) and _fp32_vector(dt_bias)))
-        and q.dim() == 4
+        and q.dim() == k.dim() == v.dim() == 4
         and q.shape[0] == 1
         and chunk_metadata.num_chunks > 0
         and chunk_metadata.total_tokens == q.shape[1]
