@@ -92,6 +92,21 @@ def _signature(fn, consts: dict, dtype: str):
     return sig, cst, attrs
 
 
+def _sass_counts(cubin_path: str) -> tuple:
+    """(SASS instructions, global stores) of a cubin, from the wheel's ``nvdisasm``; (None, None)
+    where it is missing or fails."""
+    import triton
+
+    exe = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    if not os.path.exists(exe):
+        return None, None
+    run = subprocess.run([exe, "-c", cubin_path], capture_output=True, text=True)
+    if run.returncode != 0:
+        return None, None
+    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", run.stdout)
+    return len(ops), sum(op.split(".")[0] == "STG" for op in ops)
+
+
 def _ptxas_info(ptx_path: str, out_path: str) -> str:
     """``ptxas -v`` output from the first ptxas in the triton wheel that accepts this PTX (triton
     3.9 writes PTX 9.x, which only its CUDA 13 ``ptxas-blackwell`` reads)."""
@@ -185,6 +200,7 @@ def _compile_stats(name, fn, sig, cst, attrs, opts):
         with open(path, "w") as f:
             f.write(ptx)
         out = _ptxas_info(path, os.path.join(tmp, "o"))
+        sass, stores = _sass_counts(os.path.join(tmp, "o"))
     regs = int(re.search(r"Used (\d+) registers", out).group(1))
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
     return dict(
@@ -198,6 +214,19 @@ def _compile_stats(name, fn, sig, cst, attrs, opts):
         cp_async=ptx.count("cp.async.cg"),
         wgmma=ptx.count("wgmma.mma_async"),
         mma_sync=ptx.count("mma.sync"),
+        sass=sass,
+        stores=stores,
+    )
+
+
+def _row(r: dict) -> str:
+    def n(x):
+        return "-" if x is None else str(x)
+
+    return (
+        f"{r['kernel']:>8} {r['warps']:>5} {r['stages']:>6} {r['registers']:>5} "
+        f"{r['spill_stores']:>6}/{r['spill_loads']:<7} {r['shared_kb']:>8.1f} "
+        f"{r['cp_async']:>8} {r['wgmma']:>6} {r['mma_sync']:>8} {n(r['sass']):>6} {n(r['stores']):>6}"
     )
 
 
@@ -221,16 +250,12 @@ def main(argv=None) -> int:
     print(f"# sm_90a, triton {triton.__version__}, {args.dtype}, K = V = {args.head_dim}")
     print(
         f"{'kernel':>8} {'warps':>5} {'stages':>6} {'regs':>5} {'spill st/ld B':>14} "
-        f"{'smem KB':>8} {'cp.async':>8} {'wgmma':>6} {'mma.sync':>8}"
+        f"{'smem KB':>8} {'cp.async':>8} {'wgmma':>6} {'mma.sync':>8} {'sass':>6} {'stores':>6}"
     )
     bad = []
     for name, fn, consts, opts in kernel_specs(args.head_dim, args.dtype):
         r = measure(name, fn, consts, opts, args.dtype)
-        print(
-            f"{r['kernel']:>8} {r['warps']:>5} {r['stages']:>6} {r['registers']:>5} "
-            f"{r['spill_stores']:>6}/{r['spill_loads']:<7} {r['shared_kb']:>8.1f} "
-            f"{r['cp_async']:>8} {r['wgmma']:>6} {r['mma_sync']:>8}"
-        )
+        print(_row(r))
         if r["spill_stores"] or r["spill_loads"]:
             bad.append(f"{name} spills {r['spill_stores']} B")
         if name == "state" and r["cp_async"] == 0:
@@ -238,11 +263,7 @@ def main(argv=None) -> int:
     if args.fla:
         for name, fn, sig, cst, attrs, opts in fla_specs(args.head_dim, args.dtype) or []:
             r = _compile_stats(name, fn, sig, cst, attrs, opts)
-            print(
-                f"{r['kernel']:>8} {r['warps']:>5} {r['stages']:>6} {r['registers']:>5} "
-                f"{r['spill_stores']:>6}/{r['spill_loads']:<7} {r['shared_kb']:>8.1f} "
-                f"{r['cp_async']:>8} {r['wgmma']:>6} {r['mma_sync']:>8}"
-            )
+            print(_row(r))
     if bad and args.check:
         print("check failed: " + "; ".join(bad), file=sys.stderr)
         return 1
