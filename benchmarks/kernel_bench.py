@@ -57,6 +57,21 @@ def host_overhead_us(torch, fn, calls: int) -> tuple[float, bool]:
     return (t1 - t0) / calls * 1e6, busy
 
 
+def bench_inputs(torch, h: int, hv: int, T: int):
+    """The benchmark's inputs on the GPU (seed 0): bf16 q, k ``[1, T, h, 128]``, v ``[1, T, hv,
+    128]``, fp32 log decay g, bf16 beta."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    dev = "cuda"
+    q = torch.randn(1, T, h, 128, device=dev, dtype=torch.bfloat16)
+    k = torch.randn(1, T, h, 128, device=dev, dtype=torch.bfloat16)
+    v = torch.randn(1, T, hv, 128, device=dev, dtype=torch.bfloat16)
+    g = F.logsigmoid(torch.randn(1, T, hv, device=dev)) * 0.5
+    beta = torch.rand(1, T, hv, device=dev).to(torch.bfloat16)
+    return q, k, v, g, beta
+
+
 def _flashqla(torch):
     """FlashQLA's ``chunk_gated_delta_rule`` where it imports and runs on this GPU, else None
     (the reason printed)."""
@@ -168,7 +183,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         import torch
-        import torch.nn.functional as F
         import triton
         from triton.testing import do_bench, do_bench_cudagraph
     except ImportError:
@@ -205,14 +219,8 @@ def main(argv=None) -> int:
     )
     for h, hv in shapes:
         for T in Ts:
-            torch.manual_seed(0)
-            dev = "cuda"
-            q = torch.randn(1, T, h, 128, device=dev, dtype=torch.bfloat16)
-            k = torch.randn(1, T, h, 128, device=dev, dtype=torch.bfloat16)
-            v = torch.randn(1, T, hv, 128, device=dev, dtype=torch.bfloat16)
-            g = F.logsigmoid(torch.randn(1, T, hv, device=dev)) * 0.5
-            beta = torch.rand(1, T, hv, device=dev).to(torch.bfloat16)
-            meta_all = prepare_chunk_metadata([0, T], device=dev)
+            q, k, v, g, beta = bench_inputs(torch, h, hv, T)
+            meta_all = prepare_chunk_metadata([0, T], device="cuda")
             flop = FLOP_PER_TOKEN_HEAD * T * hv
             fns = {
                 "states": lambda: chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta_all),

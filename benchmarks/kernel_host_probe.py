@@ -21,29 +21,10 @@ import io
 import os
 import pstats
 import sys
-import time
 
-os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
+from kernel_bench import HOST_SLEEP_CYCLES, bench_inputs, host_overhead_us  # noqa: E402 (this folder)
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-#: ~50 ms of device time at an H200's clock (see kernel_bench.HOST_SLEEP_CYCLES)
-SLEEP_CYCLES = 100_000_000
-
-
-def busy_host_us(torch, fn, calls: int) -> tuple[float, bool]:
-    """Host microseconds per call with the device queue busy; whether it stayed busy."""
-    fn()
-    torch.cuda.synchronize()
-    done = torch.cuda.Event()
-    torch.cuda._sleep(SLEEP_CYCLES)
-    done.record()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    busy = not done.query()
-    torch.cuda.synchronize()
-    return (t1 - t0) / calls * 1e6, busy
 
 
 def profile_calls(torch, fn, calls: int, top: int) -> str:
@@ -53,7 +34,7 @@ def profile_calls(torch, fn, calls: int, top: int) -> str:
     out = io.StringIO()
     done = 0
     while done < calls:  # in slices of 20, each behind its own sleep
-        torch.cuda._sleep(SLEEP_CYCLES)
+        torch.cuda._sleep(HOST_SLEEP_CYCLES)
         prof.enable()
         for _ in range(min(20, calls - done)):
             fn()
@@ -92,7 +73,6 @@ def main(argv=None) -> int:
     ap.add_argument("--fla", action="store_true", help="also print FLA's autotuned configs")
     args = ap.parse_args(argv)
     import torch
-    import torch.nn.functional as F
 
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
@@ -107,13 +87,8 @@ def main(argv=None) -> int:
     for shape in args.shapes.split(","):
         h, hv = (int(x) for x in shape.split("/"))
         for T in (int(x) for x in args.T.split(",")):
-            torch.manual_seed(0)
+            q, k, v, g, beta = bench_inputs(torch, h, hv, T)
             dev = "cuda"
-            q = torch.randn(1, T, h, 128, device=dev, dtype=torch.bfloat16)
-            k = torch.randn(1, T, h, 128, device=dev, dtype=torch.bfloat16)
-            v = torch.randn(1, T, hv, 128, device=dev, dtype=torch.bfloat16)
-            g = F.logsigmoid(torch.randn(1, T, hv, device=dev)) * 0.5
-            beta = torch.rand(1, T, hv, device=dev).to(torch.bfloat16)
             meta = prepare_chunk_metadata([0, T], device=dev)
 
             def triton_launch(fn):
@@ -142,7 +117,7 @@ def main(argv=None) -> int:
             if fla is not None:
                 cases["fla"] = lambda: fla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True)
             for name, fn in cases.items():
-                us, clean = busy_host_us(torch, fn, 20)
+                us, clean = host_overhead_us(torch, fn, 20)
                 print(f"HOST H={h} HV={hv} T={T} {name}: {us:.1f} us per call{'' if clean else ' (queue drained)'}")
             print(f"PROFILE H={h} HV={hv} T={T} states+meta, {args.calls} calls")
             print(profile_calls(torch, cases["states+meta"], args.calls, args.top))

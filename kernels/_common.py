@@ -207,6 +207,28 @@ def resolve_metadata(
     )
 
 
+def resolve_call(
+    q, v, *, initial_state, cu_seqlens, start_positions, boundary_stride, boundary_indices, chunk_metadata,
+    use_gate_in_kernel, A_log, dt_bias,
+) -> ChunkMetadata:  # fmt: skip
+    """What every implementation of the call checks after ``check_args`` (the in-kernel gate's
+    parameters, the metadata's token count, the initial state's shape; ``ValueError``s), and the
+    call's chunk metadata."""
+    B, T, _, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    if use_gate_in_kernel and (A_log is None or dt_bias is None):
+        raise ValueError("use_gate_in_kernel needs A_log and dt_bias")
+    meta = resolve_metadata(
+        B, T, q.device, cu_seqlens, start_positions, boundary_stride, boundary_indices, chunk_metadata
+    )
+    N, TT = meta.num_seqs, B * T
+    if meta.total_tokens != TT:
+        raise ValueError(f"metadata covers {meta.total_tokens} tokens, inputs have {TT}")
+    if initial_state is not None and tuple(initial_state.shape) != (N, HV, K, V):
+        raise ValueError(f"initial_state must be {(N, HV, K, V)}, got {tuple(initial_state.shape)}")
+    return meta
+
+
 def check_args(q, k, v, g, beta, *, max_head_dim: Optional[int] = MAX_HEAD_DIM):
     """Raise ValueError for anything the kernels cannot run (one clear line). ``max_head_dim``:
     the largest K / V (None: no limit, the plain-torch implementation)."""

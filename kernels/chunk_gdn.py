@@ -31,6 +31,7 @@ version spilled registers in every kernel).
 from __future__ import annotations
 
 import functools
+import math
 import os
 from typing import Optional
 
@@ -46,7 +47,7 @@ from kernels._common import (
     ChunkMetadata,  # noqa: F401
     check_args,
     prepare_chunk_metadata,
-    resolve_metadata,
+    resolve_call,
 )
 
 __all__ = [
@@ -777,11 +778,18 @@ def _carve(sizes) -> tuple[list, int]:
     return offs, n
 
 
+def _scratch_shapes(TT, NT, HV, K, V) -> tuple:
+    """Shapes of the scratch tensors: input dtype (w, u, v', A, chunk-start states) and fp32 (row
+    factors, gate cumsum, chunk-end gate), in the order ``_scratch_args`` takes them."""
+    half = ((TT, HV, K), (TT, HV, V), (TT, HV, V), (NT, HV, 64, 64), (NT, HV, K, V))
+    return half, ((TT, HV), (TT, HV), (NT, HV))
+
+
 def _scratch_layout(TT, NT, HV, K, V) -> tuple:
-    """Offsets and lengths of the two scratch buffers: input dtype (w, u, v', A, chunk-start
-    states) and fp32 (row factors, gate cumsum, chunk-end gate)."""
-    half_offs, half_n = _carve((TT * HV * K, TT * HV * V, TT * HV * V, NT * HV * 4096, NT * HV * K * V))
-    f32_offs, f32_n = _carve((TT * HV, TT * HV, NT * HV))
+    """Offsets and lengths of the two scratch buffers holding ``_scratch_shapes``."""
+    half, f32 = _scratch_shapes(TT, NT, HV, K, V)
+    half_offs, half_n = _carve([math.prod(x) for x in half])
+    f32_offs, f32_n = _carve([math.prod(x) for x in f32])
     return half_offs, half_n, f32_offs, f32_n
 
 
@@ -791,6 +799,19 @@ def _scratch_args(w, u, vn, A, hbuf, fd, gcum, glast) -> dict:
     return dict(
         w_out=w, w=w, u_out=u, u=u, vn_out=vn, vn=vn, a_out=A, a_in=A, h_out=hbuf, h=hbuf,
         fd_out=fd, fd=fd, gc_out=gcum, gc=gcum, gl_out=glast, gl=glast,
+    )  # fmt: skip
+
+
+def _call_args(inputs, gate, scratch, states, meta, scale, l2norm: int, has_h0: int, store_b: int) -> dict:
+    """The per-call arguments (``_PER_CALL``) by name, for either launch path: ``inputs`` (q, k, v,
+    g, beta), ``gate`` (A_log, dt_bias), ``scratch`` (as ``_scratch_args``), ``states`` (o, h0,
+    ht, hb; h0 and hb stand in with ht when absent), tensors or addresses."""
+    q, k, v, g, beta = inputs
+    o, h0, ht, hb = states
+    return dict(
+        q=q, k=k, v=v, g=g, beta=beta, A_log=gate[0], dt_bias=gate[1], **_scratch_args(*scratch),
+        o=o, h0=h0, ht=ht, hb=hb, chunk_info=meta.chunk_info, seq_info=meta.seq_info,
+        store_slot=meta.store_slot, scale=float(scale), l2norm=l2norm, has_h0=has_h0, store_b=store_b,
     )  # fmt: skip
 
 
@@ -900,27 +921,16 @@ def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, m
     hp, fp, es = half.data_ptr(), f32.data_ptr(), half.element_size()
     w, u, vn, A, hbuf = (hp + off * es for off in half_offs)
     fd, gcum, glast = (fp + off * 4 for off in f32_offs)
-    htp = ht.data_ptr()
-    vals = dict(
-        q=q.data_ptr(),
-        k=k.data_ptr(),
-        v=v.data_ptr(),
-        g=g.data_ptr(),
-        beta=beta.data_ptr(),
-        A_log=fp if a_log is None else a_log.data_ptr(),
-        dt_bias=fp if dt_bias is None else dt_bias.data_ptr(),
-        **_scratch_args(w, u, vn, A, hbuf, fd, gcum, glast),
-        o=o.data_ptr(),
-        h0=htp if initial_state is None else initial_state.data_ptr(),
-        ht=htp,
-        hb=hb.data_ptr() if store_b else htp,
-        chunk_info=meta.chunk_info.data_ptr(),
-        seq_info=meta.seq_info.data_ptr(),
-        store_slot=meta.store_slot.data_ptr(),
-        scale=float(scale),
-        l2norm=l2norm,
-        has_h0=int(initial_state is not None),
-        store_b=int(store_b and meta.num_boundaries > 0),
+    vals = _call_args(
+        (q, k, v, g, beta),
+        (fp, fp) if a_log is None else (a_log, dt_bias),
+        (w, u, vn, A, hbuf, fd, gcum, glast),
+        (o, ht if initial_state is None else initial_state, ht, hb if store_b else ht),
+        meta,
+        scale,
+        l2norm,
+        int(initial_state is not None),
+        int(store_b and meta.num_boundaries > 0),
     )
     stream = rt[0](dev.index)
     enter, leave = rt[1].launch_enter_hook, rt[1].launch_exit_hook
@@ -979,31 +989,27 @@ def chunk_gated_delta_rule(
     the call does no device-to-host sync and the metadata's boundary selection is used.
     ``input_precision`` applies to fp32 inputs on GPU ("ieee" default, "tf32", "tf32x3").
     """
+    check_args(q, k, v, g, beta)
     if (
         _DIRECT
         and chunk_metadata is not None
         and q.is_cuda
         and not INTERPRET
         and (not use_gate_in_kernel or (_fp32_vector(A_log) and _fp32_vector(dt_bias)))
-        and q.dim() == k.dim() == v.dim() == 4
         and q.shape[0] == 1
         and chunk_metadata.num_chunks > 0
         and chunk_metadata.total_tokens == q.shape[1]
         and k.dtype == v.dtype == q.dtype
         and q.stride(3) == k.stride(3) == v.stride(3) == 1
-        and (initial_state is None or (initial_state.dtype == torch.float32 and initial_state.is_contiguous()))
-    ):
-        check_args(q, k, v, g, beta)
-        if initial_state is not None and tuple(initial_state.shape) != (
-            chunk_metadata.num_seqs,
-            v.shape[2],
-            q.shape[3],
-            v.shape[3],
-        ):
-            raise ValueError(
-                f"initial_state must be {(chunk_metadata.num_seqs, v.shape[2], q.shape[3], v.shape[3])}, "
-                f"got {tuple(initial_state.shape)}"
+        and (
+            initial_state is None
+            or (
+                initial_state.dtype == torch.float32
+                and initial_state.is_contiguous()
+                and tuple(initial_state.shape) == (chunk_metadata.num_seqs, v.shape[2], q.shape[3], v.shape[3])
             )
+        )
+    ):
         res = _direct_call(
             q,
             k,
@@ -1022,23 +1028,28 @@ def chunk_gated_delta_rule(
         )
         if res is not None:
             return res
-    check_args(q, k, v, g, beta)
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
-    if use_gate_in_kernel and (A_log is None or dt_bias is None):
-        raise ValueError("use_gate_in_kernel needs A_log and dt_bias")
+    meta = resolve_call(
+        q,
+        v,
+        initial_state=initial_state,
+        cu_seqlens=cu_seqlens,
+        start_positions=start_positions,
+        boundary_stride=boundary_stride,
+        boundary_indices=boundary_indices,
+        chunk_metadata=chunk_metadata,
+        use_gate_in_kernel=use_gate_in_kernel,
+        A_log=A_log,
+        dt_bias=dt_bias,
+    )
     dev = q.device
     dt = q.dtype
     if k.dtype != dt or v.dtype != dt:
         k, v = k.to(dt), v.to(dt)
     if scale is None:
         scale = K**-0.5
-    meta = resolve_metadata(B, T, dev, cu_seqlens, start_positions, boundary_stride, boundary_indices, chunk_metadata)
     N, TT, NT = meta.num_seqs, B * T, meta.num_chunks
-    if meta.total_tokens != TT:
-        raise ValueError(f"metadata covers {meta.total_tokens} tokens, inputs have {TT}")
-    if initial_state is not None and tuple(initial_state.shape) != (N, HV, K, V):
-        raise ValueError(f"initial_state must be {(N, HV, K, V)}, got {tuple(initial_state.shape)}")
     q2, k2 = _rows(q, TT, H, K), _rows(k, TT, H, K)
     v2 = _rows(v, TT, HV, V)
     g2, b2 = _rows(g, TT, HV, None), _rows(beta, TT, HV, None)
@@ -1057,42 +1068,25 @@ def chunk_gated_delta_rule(
     half_offs, half_n, f32_offs, f32_n = _scratch_layout(TT, NT, HV, K, V)
     half = torch.empty(half_n, dtype=dt, device=dev)
     f32 = torch.empty(f32_n, dtype=torch.float32, device=dev)
-    w, u, vn, A, hbuf = (
-        half[off : off + n].view(shape)
-        for off, n, shape in zip(
-            half_offs,
-            (TT * HV * K, TT * HV * V, TT * HV * V, NT * HV * 4096, NT * HV * K * V),
-            ((TT, HV, K), (TT, HV, V), (TT, HV, V), (NT, HV, 64, 64), (NT, HV, K, V)),
-        )
-    )
-    fd, gcum, glast = (
-        f32[off : off + n].view(shape)
-        for off, n, shape in zip(f32_offs, (TT * HV, TT * HV, NT * HV), ((TT, HV), (TT, HV), (NT, HV)))
-    )
+    half_shapes, f32_shapes = _scratch_shapes(TT, NT, HV, K, V)
+    w, u, vn, A, hbuf = (half[off : off + math.prod(shape)].view(shape) for off, shape in zip(half_offs, half_shapes))
+    fd, gcum, glast = (f32[off : off + math.prod(shape)].view(shape) for off, shape in zip(f32_offs, f32_shapes))
     if not use_gate_in_kernel:
         A_log_t = dt_bias_t = f32  # never read; any fp32 tensor stands in
     hb_arg = hb if store_b else ht
     # runtime arguments, by the names the four kernels share (a name is one buffer in all of them)
     shared = dict(
-        q=q2,
-        k=k2,
-        v=v2,
-        g=g2,
-        beta=b2,
-        A_log=A_log_t,
-        dt_bias=dt_bias_t,
-        **_scratch_args(w, u, vn, A, hbuf, fd, gcum, glast),
-        o=o,
-        h0=h0,
-        ht=ht,
-        hb=hb_arg,
-        chunk_info=meta.chunk_info,
-        seq_info=meta.seq_info,
-        store_slot=meta.store_slot,
-        scale=float(scale),
-        l2norm=int(bool(use_qk_l2norm)),
-        has_h0=int(initial_state is not None),
-        store_b=int(store_b and meta.num_boundaries > 0),
+        _call_args(
+            (q2, k2, v2, g2, b2),
+            (A_log_t, dt_bias_t),
+            (w, u, vn, A, hbuf, fd, gcum, glast),
+            (o, h0, ht, hb_arg),
+            meta,
+            scale,
+            int(bool(use_qk_l2norm)),
+            int(initial_state is not None),
+            int(store_b and meta.num_boundaries > 0),
+        ),
         HV=HV,
         GROUP=HV // H,
         skt=k2.stride(0),

@@ -32,7 +32,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from kernels._common import CHUNK, ChunkMetadata, check_args, resolve_metadata
+from kernels._common import CHUNK, ChunkMetadata, check_args, resolve_call, resolve_metadata
 
 __all__ = ["chunk_gated_delta_rule", "causal_conv1d", "torch_chunk_gated_delta_rule", "torch_causal_conv1d"]
 
@@ -117,17 +117,23 @@ def chunk_gated_delta_rule(
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     group = HV // H
-    if use_gate_in_kernel and (A_log is None or dt_bias is None):
-        raise ValueError("use_gate_in_kernel needs A_log and dt_bias")
+    meta = resolve_call(
+        q,
+        v,
+        initial_state=initial_state,
+        cu_seqlens=cu_seqlens,
+        start_positions=start_positions,
+        boundary_stride=boundary_stride,
+        boundary_indices=boundary_indices,
+        chunk_metadata=chunk_metadata,
+        use_gate_in_kernel=use_gate_in_kernel,
+        A_log=A_log,
+        dt_bias=dt_bias,
+    )
     dev, dt, f32 = q.device, q.dtype, torch.float32
     if scale is None:
         scale = K**-0.5
-    meta = resolve_metadata(B, T, dev, cu_seqlens, start_positions, boundary_stride, boundary_indices, chunk_metadata)
     N, TT = meta.num_seqs, B * T
-    if meta.total_tokens != TT:
-        raise ValueError(f"metadata covers {meta.total_tokens} tokens, inputs have {TT}")
-    if initial_state is not None and tuple(initial_state.shape) != (N, HV, K, V):
-        raise ValueError(f"initial_state must be {(N, HV, K, V)}, got {tuple(initial_state.shape)}")
     S = initial_state.to(f32).clone() if initial_state is not None else torch.zeros(N, HV, K, V, dtype=f32, device=dev)
     hb = torch.empty(meta.num_boundaries, HV, K, V, dtype=state_dtype, device=dev) if boundary_states else None
     if meta.num_chunks == 0:

@@ -538,6 +538,15 @@ class HybridModel:
     def _attention(self, l: int, x: torch.Tensor, start: int, kv0, rope=None):
         """One attention layer over tokens at ``[start, start + T)``; ``kv0 [2, start, KVH, hd]``
         is the prefix's KV. Returns ``(x, kv [2, start + T, KVH, hd])``."""
+        rope = rope if rope is not None else self._rope_tables(start, x.shape[0])
+        qg, q, k, v = self._attn_in(l, x, rope)
+        new = torch.stack([k, v])
+        kv = new if kv0 is None or kv0.shape[1] == 0 else torch.cat([kv0, new], dim=1)
+        return self._attn_out(l, x, qg, _attend(q, kv[0], kv[1])), kv
+
+    def _attn_in(self, l: int, x: torch.Tensor, rope):
+        """Attention layer ``l``'s inputs for tokens ``x``: the query (and gate) projection ``qg``,
+        and q, k (head-normed, rotary at the ``rope`` tables' positions) and v ``[T, heads, hd]``."""
         s, w = self.shape, self.attn[l]
         T = x.shape[0]
         H, KVH, hd = s.attn_heads, s.attn_kv_heads, s.attn_head_dim
@@ -545,16 +554,19 @@ class HybridModel:
         qg = h @ w["w_q"]
         kvp = (h @ w["w_kv"]).view(T, 2, KVH, hd)
         q = qg.view(T, H, -1)[..., :hd]
-        cos, sin = rope if rope is not None else self._rope_tables(start, T)
+        cos, sin = rope
         q = _rope(F.rms_norm(q.float(), (hd,), weight=w["q_norm"], eps=1e-6).to(self.dtype), cos, sin)
         k = _rope(F.rms_norm(kvp[:, 0].float(), (hd,), weight=w["k_norm"], eps=1e-6).to(self.dtype), cos, sin)
-        new = torch.stack([k, kvp[:, 1]])
-        kv = new if kv0 is None or kv0.shape[1] == 0 else torch.cat([kv0, new], dim=1)
-        o = _attend(q, kv[0], kv[1])
+        return qg, q, k, kvp[:, 1]
+
+    def _attn_out(self, l: int, x: torch.Tensor, qg: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        """The residual after attention layer ``l``: ``o [T, H, hd]`` gated (where the preset gates
+        its output) and projected back."""
+        s = self.shape
+        T, H, hd = x.shape[0], s.attn_heads, s.attn_head_dim
         if s.attn_output_gate:
             o = o * torch.sigmoid(qg.view(T, H, 2 * hd)[..., hd:])
-        x = x + (o.reshape(T, H * hd) @ w["w_o"]).float()
-        return x, kv
+        return x + (o.reshape(T, H * hd) @ self.attn[l]["w_o"]).float()
 
     def _mlp(self, l: int, x: torch.Tensor) -> torch.Tensor:
         s, w = self.shape, self.mlp[l]
@@ -708,27 +720,16 @@ class HybridModel:
         """Attention layer ``l`` of ``forward_batch``: projections, norms and rotary embedding over
         all tokens; each sequence's new keys and values written into its buffer ``bufs[n]`` at
         ``[starts[n], ends[n])``; one SDPA call per sequence over its buffer up to its end."""
-        s, w = self.shape, self.attn[l]
-        T = x.shape[0]
-        H, KVH, hd = s.attn_heads, s.attn_kv_heads, s.attn_head_dim
-        h = F.rms_norm(x, (s.hidden,), eps=1e-6).to(self.dtype)
-        qg = h @ w["w_q"]
-        kvp = (h @ w["w_kv"]).view(T, 2, KVH, hd)
-        q = qg.view(T, H, -1)[..., :hd]
-        cos, sin = rope
-        q = _rope(F.rms_norm(q.float(), (hd,), weight=w["q_norm"], eps=1e-6).to(self.dtype), cos, sin)
-        k = _rope(F.rms_norm(kvp[:, 0].float(), (hd,), weight=w["k_norm"], eps=1e-6).to(self.dtype), cos, sin)
-        o = torch.empty(T, H, hd, dtype=self.dtype, device=self.device)
+        qg, q, k, v = self._attn_in(l, x, rope)
+        o = torch.empty_like(q)
         for n in range(len(starts)):
             a, b, p, e = cu[n], cu[n + 1], starts[n], ends[n]
             buf = bufs[n]
             buf[l, 0, p:e] = k[a:b]
-            buf[l, 1, p:e] = kvp[a:b, 1]
+            buf[l, 1, p:e] = v[a:b]
             kk, vv = buf[l, 0, :e], buf[l, 1, :e]
             o[a:b] = _attend_one(q[a:b], kk, vv) if b - a == 1 else _attend(q[a:b], kk, vv)
-        if s.attn_output_gate:
-            o = o * torch.sigmoid(qg.view(T, H, 2 * hd)[..., hd:])
-        return x + (o.reshape(T, H * hd) @ w["w_o"]).float()
+        return self._attn_out(l, x, qg, o)
 
     def run(
         self,

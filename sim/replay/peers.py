@@ -52,7 +52,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from kernels._common import ChunkMetadata, check_args, resolve_metadata, upload
+from kernels._common import ChunkMetadata, check_args, resolve_call, upload
 
 #: largest head dim FLA's forward takes (``chunk_gated_delta_rule_fwd_h`` asserts K <= 256)
 FLA_MAX_HEAD_DIM = 256
@@ -195,19 +195,23 @@ def adapted_chunk_gated_delta_rule(
     check_args(q, k, v, g, beta, max_head_dim=max_head_dim)
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
-    if use_gate_in_kernel and (A_log is None or dt_bias is None):
-        raise ValueError("use_gate_in_kernel needs A_log and dt_bias")
+    meta = resolve_call(
+        q,
+        v,
+        initial_state=initial_state,
+        cu_seqlens=cu_seqlens,
+        start_positions=start_positions,
+        boundary_stride=boundary_stride,
+        boundary_indices=boundary_indices,
+        chunk_metadata=chunk_metadata,
+        use_gate_in_kernel=use_gate_in_kernel,
+        A_log=A_log,
+        dt_bias=dt_bias,
+    )
     dt = q.dtype
     if k.dtype != dt or v.dtype != dt:
         k, v = k.to(dt), v.to(dt)
-    meta = resolve_metadata(
-        B, T, q.device, cu_seqlens, start_positions, boundary_stride, boundary_indices, chunk_metadata
-    )
-    N, TT = meta.num_seqs, B * T
-    if meta.total_tokens != TT:
-        raise ValueError(f"metadata covers {meta.total_tokens} tokens, inputs have {TT}")
-    if initial_state is not None and tuple(initial_state.shape) != (N, HV, K, V):
-        raise ValueError(f"initial_state must be {(N, HV, K, V)}, got {tuple(initial_state.shape)}")
+    TT = B * T
     flags = Flags(
         scale=float(K**-0.5 if scale is None else scale),
         use_qk_l2norm=bool(use_qk_l2norm),

@@ -118,6 +118,9 @@ def test_per_call_names_cover_every_buffer_of_the_kernels():
     pointers |= {"chunk_info", "seq_info", "store_slot"}
     assert pointers <= names
     assert chunk_gdn._PER_CALL == pointers | {"scale", "l2norm", "has_h0", "store_b"}
+    meta = prepare_chunk_metadata([0, 10])
+    args = chunk_gdn._call_args(tuple("qkvgb"), ("a", "d"), tuple("wuvAhfcl"), tuple("o0th"), meta, 1, 1, 0, 1)
+    assert set(args) == chunk_gdn._PER_CALL  # both launch paths fill exactly the per-call names
     # what a plan fixes: strides and head counts (in its key), compile-time constants
     strides = {f"s{x}{d}" for x in "qkvgb" for d in "th"}
     assert names - chunk_gdn._PER_CALL == strides | {"HV", "GROUP"} | {
