@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import os
 from typing import Optional
 
@@ -49,6 +50,7 @@ from kernels._common import (
     prepare_chunk_metadata,
     resolve_call,
 )
+from kernels._launch import raw_launcher
 
 __all__ = [
     "chunk_gated_delta_rule",
@@ -738,23 +740,26 @@ def _output_kernel(
 # allocations and the argument bookkeeping. The first call of a "plan" (launch table, device,
 # dtypes, head counts, strides, pointer alignments: all that Triton specialises a compiled kernel
 # on) goes through Triton and keeps the four compiled kernels with their argument lists; later
-# calls of the plan (one sequence batch, metadata prepared) copy those lists, put in the per-call
-# values (addresses, flags, scale) and launch the compiled kernels directly. Scratch is two flat
-# buffers: the kernels get addresses into them (Triton's launcher takes an int as a pointer).
-# ``KERNELS_LAUNCH=triton`` turns the direct path off.
+# calls of the plan (one sequence batch, metadata prepared) gather each kernel's arguments from the
+# per-call values (addresses, flags, scale) and the plan's fixed ones with one ``itemgetter`` and
+# call Triton's C launcher directly (``_launch.raw_launcher``; ``ck.run`` where its form is not
+# known). Scratch is one byte buffer: the kernels get addresses into it (Triton's launcher takes
+# an int as a pointer). ``KERNELS_LAUNCH=triton`` turns the direct path off.
 
-#: element offsets into a scratch buffer are multiples of this many elements (>= 256 bytes)
-_SCRATCH_ALIGN = 128
+#: byte offsets into the scratch buffer are multiples of this
+_SCRATCH_ALIGN = 256
 _DIRECT = os.environ.get("KERNELS_LAUNCH", "direct") != "triton"
 _PLANS: dict = {}
 _MAX_PLANS = 64
 _RUNTIME: list = []  # [get_current_stream, knobs.runtime], resolved on first use
 _KERNEL_KEYS = ("solve", "wu", "state", "out")
 #: the arguments that change from call to call; every other argument is fixed by the plan key
-_PER_CALL = frozenset(
+_PER_CALL_ORDER = tuple(
     "q k v g beta A_log dt_bias a_out a_in gc_out gc gl_out gl w_out w u_out u fd_out fd h_out h vn_out vn o "
     "h0 ht hb chunk_info seq_info store_slot scale l2norm has_h0 store_b".split()
 )
+_PER_CALL = frozenset(_PER_CALL_ORDER)
+_PER_CALL_GETTER = operator.itemgetter(*_PER_CALL_ORDER)
 
 
 #: the four kernels in launch order (their ``launch_params`` keys: ``_KERNEL_KEYS``)
@@ -770,7 +775,7 @@ def _grids(lp, N, NT, HV, V) -> tuple:
 
 
 def _carve(sizes) -> tuple[list, int]:
-    """Offsets of consecutive tensors of ``sizes`` elements in one buffer, and its length."""
+    """Offsets of consecutive tensors of ``sizes`` bytes in one buffer, and its length."""
     offs, n = [], 0
     for size in sizes:
         offs.append(n)
@@ -785,12 +790,11 @@ def _scratch_shapes(TT, NT, HV, K, V) -> tuple:
     return half, ((TT, HV), (TT, HV), (NT, HV))
 
 
-def _scratch_layout(TT, NT, HV, K, V) -> tuple:
-    """Offsets and lengths of the two scratch buffers holding ``_scratch_shapes``."""
+def _scratch_layout(TT, NT, HV, K, V, itemsize: int) -> tuple[list, int]:
+    """Byte offsets of ``_scratch_shapes`` (input dtype of ``itemsize`` bytes, then fp32) in one
+    scratch buffer, and its length in bytes."""
     half, f32 = _scratch_shapes(TT, NT, HV, K, V)
-    half_offs, half_n = _carve([math.prod(x) for x in half])
-    f32_offs, f32_n = _carve([math.prod(x) for x in f32])
-    return half_offs, half_n, f32_offs, f32_n
+    return _carve([math.prod(x) * itemsize for x in half] + [math.prod(x) * 4 for x in f32])
 
 
 def _scratch_args(w, u, vn, A, hbuf, fd, gcum, glast) -> dict:
@@ -868,28 +872,46 @@ def _plan_key(
 
 
 class _Plan:
-    """One plan's compiled kernels and, per kernel, its argument list with the positions of the
-    per-call arguments."""
+    """One plan: per kernel, its launch function (``raw_launcher``, or ``ck.run`` bound to the
+    kernel) and an ``itemgetter`` that picks the kernel's arguments, in order, out of the per-call
+    values (``_PER_CALL_ORDER``) followed by the plan's fixed values (``fixed``)."""
 
-    __slots__ = ("kernels", "lists", "slots", "lp")
+    __slots__ = ("launches", "getters", "fixed", "lp")
 
-    def __init__(self, kernels, lists, slots, lp):
-        self.kernels, self.lists, self.slots, self.lp = kernels, lists, slots, lp
+    def __init__(self, launches, getters, fixed, lp):
+        self.launches, self.getters, self.fixed, self.lp = launches, getters, fixed, lp
+
+
+def _run_launch(ck):
+    """``launch(gx, gy, gz, stream, args)`` through Triton's launcher wrapper ``ck.run``."""
+    run, fn, meta = ck.run, ck.function, ck.packed_metadata
+
+    def launch(gx, gy, gz, stream, args):
+        run(gx, gy, gz, stream, fn, meta, None, None, None, *args)
+
+    return launch
 
 
 def _remember_plan(compiled, fns, lists, lp, key) -> None:
     if not all(hasattr(ck, "run") and hasattr(ck, "function") and hasattr(ck, "packed_metadata") for ck in compiled):
         return
-    slots = []
+    index = {name: i for i, name in enumerate(_PER_CALL_ORDER)}
+    fixed, getters = [], []
     for fn, args in zip(fns, lists):
-        per_call = [(i, n) for i, n in enumerate(fn.arg_names) if n in _PER_CALL]
-        fixed = [a for i, a in enumerate(args) if fn.arg_names[i] not in _PER_CALL]
-        if any(torch.is_tensor(a) for a in fixed):  # a buffer missing from _PER_CALL: never cache it
-            return
-        slots.append(per_call)
+        picks = []
+        for name, arg in zip(fn.arg_names, args):
+            if name in index:
+                picks.append(index[name])
+            elif torch.is_tensor(arg):  # a buffer missing from _PER_CALL: never cache it
+                return
+            else:
+                picks.append(len(_PER_CALL_ORDER) + len(fixed))
+                fixed.append(arg)
+        getters.append(operator.itemgetter(*picks))
+    launches = tuple(raw_launcher(ck) or _run_launch(ck) for ck in compiled)
     if len(_PLANS) >= _MAX_PLANS:
         _PLANS.clear()
-    _PLANS[key] = _Plan(tuple(compiled), [list(a) for a in lists], slots, lp)
+    _PLANS[key] = _Plan(launches, tuple(getters), tuple(fixed), lp)
 
 
 def _fp32_vector(x) -> bool:
@@ -915,30 +937,29 @@ def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, m
     o = torch.empty(1, T, HV, V, dtype=dt, device=dev)
     ht = torch.empty(N, HV, K, V, dtype=torch.float32, device=dev)
     hb = torch.empty(meta.num_boundaries, HV, K, V, dtype=state_dtype, device=dev) if store_b else None
-    half_offs, half_n, f32_offs, f32_n = _scratch_layout(T, NT, HV, K, V)
-    half = torch.empty(half_n, dtype=dt, device=dev)
-    f32 = torch.empty(f32_n, dtype=torch.float32, device=dev)
-    hp, fp, es = half.data_ptr(), f32.data_ptr(), half.element_size()
-    w, u, vn, A, hbuf = (hp + off * es for off in half_offs)
-    fd, gcum, glast = (fp + off * 4 for off in f32_offs)
-    vals = _call_args(
-        (q, k, v, g, beta),
-        (fp, fp) if a_log is None else (a_log, dt_bias),
-        (w, u, vn, A, hbuf, fd, gcum, glast),
-        (o, ht if initial_state is None else initial_state, ht, hb if store_b else ht),
-        meta,
-        scale,
-        l2norm,
-        int(initial_state is not None),
-        int(store_b and meta.num_boundaries > 0),
+    offs, nbytes = _scratch_layout(T, NT, HV, K, V, q.element_size())
+    scratch = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    base = scratch.data_ptr()
+    w, u, vn, A, hbuf, fd, gcum, glast = (base + off for off in offs)
+    vals = (
+        _PER_CALL_GETTER(
+            _call_args(
+                (q, k, v, g, beta),
+                (fd, fd) if a_log is None else (a_log, dt_bias),
+                (w, u, vn, A, hbuf, fd, gcum, glast),
+                (o, ht if initial_state is None else initial_state, ht, hb if store_b else ht),
+                meta,
+                scale,
+                l2norm,
+                int(initial_state is not None),
+                int(store_b and meta.num_boundaries > 0),
+            )
+        )
+        + plan.fixed
     )
     stream = rt[0](dev.index)
-    enter, leave = rt[1].launch_enter_hook, rt[1].launch_exit_hook
-    for ck, grid, args, slots in zip(plan.kernels, _grids(lp, N, NT, HV, V), plan.lists, plan.slots):
-        args = args.copy()
-        for i, name in slots:
-            args[i] = vals[name]
-        ck.run(*grid, stream, ck.function, ck.packed_metadata, None, enter, leave, *args)
+    for launch, grid, getter in zip(plan.launches, _grids(lp, N, NT, HV, V), plan.getters):
+        launch(*grid, stream, getter(vals))
     return o, ht, hb
 
 
@@ -1065,14 +1086,15 @@ def chunk_gated_delta_rule(
     if use_gate_in_kernel:
         A_log_t, dt_bias_t = A_log.float().contiguous(), dt_bias.float().contiguous()
     lp = launch_params(K, V, dt, input_precision)
-    half_offs, half_n, f32_offs, f32_n = _scratch_layout(TT, NT, HV, K, V)
-    half = torch.empty(half_n, dtype=dt, device=dev)
-    f32 = torch.empty(f32_n, dtype=torch.float32, device=dev)
+    offs, nbytes = _scratch_layout(TT, NT, HV, K, V, q.element_size())
+    scratch = torch.empty(nbytes, dtype=torch.uint8, device=dev)
     half_shapes, f32_shapes = _scratch_shapes(TT, NT, HV, K, V)
-    w, u, vn, A, hbuf = (half[off : off + math.prod(shape)].view(shape) for off, shape in zip(half_offs, half_shapes))
-    fd, gcum, glast = (f32[off : off + math.prod(shape)].view(shape) for off, shape in zip(f32_offs, f32_shapes))
+    w, u, vn, A, hbuf, fd, gcum, glast = (
+        scratch[off : off + math.prod(shape) * t.itemsize].view(t).view(shape)
+        for off, shape, t in zip(offs, half_shapes + f32_shapes, (dt,) * 5 + (torch.float32,) * 3)
+    )
     if not use_gate_in_kernel:
-        A_log_t = dt_bias_t = f32  # never read; any fp32 tensor stands in
+        A_log_t = dt_bias_t = fd  # never read; any fp32 tensor stands in
     hb_arg = hb if store_b else ht
     # runtime arguments, by the names the four kernels share (a name is one buffer in all of them)
     shared = dict(

@@ -10,6 +10,7 @@ from typing import Optional
 
 import torch
 
+from sim.replay.measure import HOST_BOUND_MARGIN_MS, host_bound  # noqa: F401 (re-exported)
 from sim.replay.model import timestamp
 
 #: how timed prefills are timed on a GPU (Stopwatch): device (queued) or wall (as issued)
@@ -49,7 +50,17 @@ class Stopwatch:
     wall``) a call issued to an idle GPU is timed as issued: at short lengths the replay's own
     Python and launch time per layer (tens of ms per full-depth call, depending on the host CPU)
     rather than the model's. On the CPU, ``perf_counter`` around a synchronous region. Every
-    handle also carries the host's issue time (``host_ms``)."""
+    handle also carries the host's issue time (``host_ms``) and, when queued, the ``slack_ms``
+    that says whether the GPU ran the call back to back or waited for the host.
+
+    Host gaps: a call issues more launches than the GPU's launch queue holds, so on a slow host
+    the GPU can finish the queued part before the host has issued the rest. The GPU then runs
+    each later kernel as it arrives and ends just after the host's last launch. An event recorded
+    before the sleep, no earlier than the host's start of issue, bounds that from below:
+    ``slack_ms`` = (sleep start to call end, on the GPU) - (host issue time) is at most the true
+    time between the host's last launch and the call's end, so a slack under
+    ``HOST_BOUND_MARGIN_MS`` flags every call the host held up (and, conservatively, some that
+    merely finished close to it)."""
 
     def __init__(self, device: torch.device, queued: bool = False) -> None:
         self.cuda = device.type == "cuda"
@@ -68,27 +79,39 @@ class Stopwatch:
         return int(sleep_ms(self.recent) * self._cycles_per_ms)
 
     def start(self, queue: bool = True):
+        t0 = time.perf_counter()
+        before = None
         if self.queued and queue:
+            before = timestamp(True)  # the GPU reaches it no earlier than t0
             torch.cuda._sleep(self._sleep_cycles())
-        return (timestamp(self.cuda), time.perf_counter())
+        return (timestamp(self.cuda), t0, before)
 
     def stop(self, started):
-        first, t0 = started
+        first, t0, before = started
         host = (time.perf_counter() - t0) * 1e3
         if self.queued:
             self.recent = (self.recent + [host])[-QUEUE_WINDOW:]
         if self.cuda:
-            return (first, timestamp(True), host)
-        return ((time.perf_counter() - first) * 1e3, None, host)
+            return (first, timestamp(True), host, before)
+        return ((time.perf_counter() - first) * 1e3, None, host, None)
 
     def ms(self, handle) -> float:
         if handle is None:
             return float("nan")
         if self.cuda:
-            a, b, _ = handle
+            a, b = handle[0], handle[1]
             b.synchronize()
             return float(a.elapsed_time(b))
         return float(handle[0])
+
+    @staticmethod
+    def slack_ms(handle) -> float:
+        """GPU time from the sleep's start to the call's end, less the host's issue time: a lower
+        bound of how long after the host's last launch the call ended (NaN unless queued)."""
+        if handle is None or handle[3] is None:
+            return float("nan")
+        handle[1].synchronize()
+        return float(handle[3].elapsed_time(handle[1])) - float(handle[2])
 
     @staticmethod
     def host_ms(handle) -> float:

@@ -29,6 +29,18 @@ from sim.cost import LAYER_KINDS, HardwareTiming, ModelSpec, gdn_chunks, read_ti
 from sim.errors import UsageError
 from sim.replay.flops import model_flops, replayed_flops
 
+#: a queued call whose last kernel ended less than this after the host finished issuing it had
+#: the GPU waiting for the host at its end (see ``sim.replay.clock.Stopwatch.slack_ms``): its device time holds
+#: host gaps, so it is flagged host-bound and kept out of the time model's error statistics
+HOST_BOUND_MARGIN_MS = 0.5
+
+
+def host_bound(slack_ms: float) -> bool:
+    """A queued call's device time holds host gaps (``slack_ms`` below ``HOST_BOUND_MARGIN_MS``;
+    never for NaN: unqueued calls and the CPU)."""
+    return bool(slack_ms == slack_ms and slack_ms < HOST_BOUND_MARGIN_MS)
+
+
 # dense peak TFLOP/s by (device name fragment, dtype): the datasheets (H100 / H200 SXM bf16 989,
 # fp32 67; A100 312 / 19.5); an unknown device has no peak (no bound on the fit)
 PEAKS = {
@@ -148,6 +160,8 @@ def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.D
             full_ms=r.full_ms,
             tail_ms=r.tail_ms,
             suffix_host_ms=r.suffix_host_ms,
+            suffix_host_bound=host_bound(r.suffix_slack_ms),
+            full_host_bound=host_bound(r.full_slack_ms),
             full_host_ms=r.full_host_ms,
             replay_flops=replayed_flops(spec, counts, r.suffix_segments),
             replay_full_flops=replayed_flops(spec, counts, [(0, n)]),
@@ -181,8 +195,11 @@ def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.D
     return df
 
 
-def error_stats(df: pd.DataFrame, column: str = "model_error") -> tuple[float, float]:
-    """Median and P95 of the absolute relative error (timed requests only)."""
+def error_stats(df: pd.DataFrame, column: str = "model_error", device_bound: bool = True) -> tuple[float, float]:
+    """Median and P95 of the absolute relative error (timed requests only; ``device_bound``:
+    without the prefills whose measured time holds host gaps, ``suffix_host_bound``)."""
+    if device_bound and len(df) and "suffix_host_bound" in df:
+        df = df[~df["suffix_host_bound"].astype(bool)]
     e = df[column].abs().replace([np.inf, -np.inf], np.nan).dropna() if len(df) else pd.Series([])
     if e.empty:
         return float("nan"), float("nan")
@@ -243,6 +260,8 @@ def summary(
         replay_flops_simulated=float(df["replay_flops_simulated"].sum()) if len(df) else 0.0,
         time_model_median_error=med,
         time_model_p95_error=p95,
+        time_model_p95_error_all=error_stats(df, device_bound=False)[1],
+        host_bound_prefills=int(df["suffix_host_bound"].sum()) if len(df) and "suffix_host_bound" in df else 0,
         store_peak_bytes=int(store_peak_bytes),
         late_admits=int(late_admits),
         wall_s=float(wall_s),
@@ -338,11 +357,12 @@ def _features(spec: ModelSpec, kind: str, segments) -> list[float]:
 
 def timed_calls(df: pd.DataFrame) -> list[tuple[list, dict]]:
     """Every timed prefill of the table as ``(segments, {kind: ms over the replayed layers})``:
-    the suffix prefills and the from-scratch references of validated hits."""
+    the suffix prefills and the from-scratch references of validated hits, less those whose
+    measured time holds host gaps (``*_host_bound``)."""
     out = []
     for row in df.itertuples(index=False):
         d = row._asdict()
-        if (
+        if not d.get("suffix_host_bound", False) and (
             np.isfinite(d["suffix_ms_mlp"])
             or np.isfinite(d["suffix_ms_gated_delta"])
             or np.isfinite(d["suffix_ms_attention"])
@@ -350,7 +370,7 @@ def timed_calls(df: pd.DataFrame) -> list[tuple[list, dict]]:
             segs = [tuple(x) for x in d["segments"]]
             if segs:
                 out.append((segs, {k: d[f"suffix_ms_{k}"] for k in LAYER_KINDS + ("other",)}))
-        if d["hit_tokens"] > 0 and d["validated"] and np.isfinite(d["full_ms_other"]):
+        if d["hit_tokens"] > 0 and d["validated"] and np.isfinite(d["full_ms_other"]) and not d.get("full_host_bound"):
             out.append(([(0, d["input_tokens"])], {k: d[f"full_ms_{k}"] for k in LAYER_KINDS + ("other",)}))
     return out
 
@@ -484,6 +504,8 @@ def calibrate(
     )
     t, info = fit_hardware(spec, counts, calls, peak_tflops=peak_tflops, decode_ms_per_token=decode, source=src)
     timed = df[df["suffix_ms"].notna() & (df["suffix_ms"] > 0)]
+    if "suffix_host_bound" in timed:
+        timed = timed[~timed["suffix_host_bound"].astype(bool)]
     fitted = np.array(
         [
             modelled_ms(spec, t, counts, h if r else 0, n, s)

@@ -508,7 +508,7 @@ class HybridModel:
         )
         o = F.rms_norm(o.float(), (s.head_v_dim,), weight=w["norm_w"], eps=1e-6)
         o = o * F.silu(z.float().view(T, s.v_heads, s.head_v_dim))
-        x = x + (o.to(self.dtype).reshape(T, v) @ w["w_out"]).float()
+        x = x + o.to(self.dtype).reshape(T, v) @ w["w_out"]  # fp32 + bf16 adds in fp32: one kernel, no cast
         return x, rec_end, conv_end, rec_b, conv_b
 
     def _rope_tables(self, start: int, T: int):
@@ -566,14 +566,14 @@ class HybridModel:
         T, H, hd = x.shape[0], s.attn_heads, s.attn_head_dim
         if s.attn_output_gate:
             o = o * torch.sigmoid(qg.view(T, H, 2 * hd)[..., hd:])
-        return x + (o.reshape(T, H * hd) @ self.attn[l]["w_o"]).float()
+        return x + o.reshape(T, H * hd) @ self.attn[l]["w_o"]
 
     def _mlp(self, l: int, x: torch.Tensor) -> torch.Tensor:
         s, w = self.shape, self.mlp[l]
         h = F.rms_norm(x, (s.hidden,), eps=1e-6).to(self.dtype)
         gu = h @ w["w_gu"]
         act = F.silu(gu[:, : s.mlp_inter]) * gu[:, s.mlp_inter :]
-        return x + (act @ w["w_down"]).float()
+        return x + act @ w["w_down"]
 
     # ---- forward -----------------------------------------------------------------------------
     def forward_segment(

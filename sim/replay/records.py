@@ -29,7 +29,9 @@ class RequestRecord:
     full_ms: float = float("nan")
     tail_ms: float = float("nan")
     suffix_host_ms: float = float("nan")  # the host's time to issue the timed prefill
+    suffix_slack_ms: float = float("nan")  # its device end after the host's (Stopwatch.slack_ms)
     full_host_ms: float = float("nan")
+    full_slack_ms: float = float("nan")
     late_admits: int = 0
     suffix_ms_by_type: dict = field(default_factory=dict)  # layer type -> ms of the timed prefill
     full_ms_by_type: dict = field(default_factory=dict)

@@ -266,8 +266,10 @@ class Replayer:
         r = f.record
         if r._suffix_h is not None:
             r.suffix_ms, r.suffix_host_ms = self.clock.ms(r._suffix_h), self.clock.host_ms(r._suffix_h)
+            r.suffix_slack_ms = self.clock.slack_ms(r._suffix_h)
         if r._full_h is not None:
             r.full_ms, r.full_host_ms = self.clock.ms(r._full_h), self.clock.host_ms(r._full_h)
+            r.full_slack_ms = self.clock.slack_ms(r._full_h)
         if r._suffix_marks is not None:
             r.suffix_ms_by_type = r._suffix_marks.ms_by_type()
         if r._full_marks is not None:

@@ -300,6 +300,7 @@ class StepExecutor:
         for rec, (h, marks) in zip(self.executed[self._resolved :], self._handles):
             rec.measured_ms = self.clock.ms(h)
             rec.host_ms = self.clock.host_ms(h)
+            rec.slack_ms = self.clock.slack_ms(h)
             rec.ms_by_type = marks.ms_by_type() if marks is not None else {}
         self._resolved = len(self.executed)
         self._handles = []

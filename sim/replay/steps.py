@@ -27,7 +27,7 @@ import pandas as pd
 
 from sim.cost import LAYER_KINDS, TERMS, HardwareTiming, ModelSpec, gdn_chunks
 from sim.replay.flops import replayed_flops
-from sim.replay.measure import mixing_layers, replayed_spec
+from sim.replay.measure import host_bound, mixing_layers, replayed_spec
 
 KIND_OF_TERM = {
     "attn_linear": "attention",
@@ -52,6 +52,7 @@ class ExecutedStep:
     measured_ms: float = float("nan")  # the batched forward, state gather / scatter included
     ms_by_type: dict = field(default_factory=dict)  # layer type -> ms (Marks), "other" too
     host_ms: float = float("nan")  # the host's time to issue the step
+    slack_ms: float = float("nan")  # its device end after the host's (Stopwatch.slack_ms)
 
 
 def term_flops(spec: ModelSpec, start: int, end: int) -> dict:
@@ -137,6 +138,7 @@ def step_table(steps, spec: ModelSpec, timing, counts) -> pd.DataFrame:
             decodes=[list(d) for d in s.decodes],
             measured_ms=s.measured_ms,
             host_ms=s.host_ms,
+            host_bound=host_bound(s.slack_ms),
         )
         for k in LAYER_KINDS + ("other",):
             row[f"measured_ms_{k}"] = s.ms_by_type.get(k, float("nan")) if s.ms_by_type else float("nan")
@@ -163,8 +165,11 @@ def with_model(table: pd.DataFrame, spec: ModelSpec, timing, counts) -> pd.DataF
     return df
 
 
-def error_stats(table: pd.DataFrame) -> dict:
-    """Median and P95 of the absolute relative step-time error (timed steps)."""
+def error_stats(table: pd.DataFrame, device_bound: bool = True) -> dict:
+    """Median and P95 of the absolute relative step-time error (timed steps; ``device_bound``:
+    without the steps whose measured time holds host gaps, ``host_bound``)."""
+    if device_bound and len(table) and "host_bound" in table:
+        table = table[~table["host_bound"].astype(bool)]
     e = table["error"].abs().replace([np.inf, -np.inf], np.nan).dropna() if len(table) else pd.Series([], dtype=float)
     if e.empty:
         return dict(median=float("nan"), p95=float("nan"))
@@ -191,6 +196,8 @@ def step_summary(table: pd.DataFrame, *, counts: dict, wall_s: float, peak_tflop
     out = dict(
         steps_executed=int(n),
         step_time_error=error_stats(table),
+        step_time_error_all=error_stats(table, device_bound=False),
+        steps_host_bound=int(table["host_bound"].sum()) if n and "host_bound" in table else 0,
         step_measured_ms=_pcts(table["measured_ms"]) if n else _pcts(pd.Series([], dtype=float)),
         step_modelled_ms=_pcts(table["modelled_ms"]) if n else _pcts(pd.Series([], dtype=float)),
         step_measured_ms_total=t,

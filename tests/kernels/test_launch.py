@@ -2,6 +2,9 @@
 plan's direct launches give the very results of Triton's own launch path, also for new lengths and
 for inputs whose alignment or strides differ from the plan's (they get a plan of their own)."""
 
+import inspect
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -37,9 +40,94 @@ def test_plan_key_follows_what_triton_specialises_on():
 
 
 def test_carve_keeps_every_tensor_aligned():
-    offs, n = chunk_gdn._carve([1, 200, 0, 129, 7])
-    assert offs == [0, 128, 384, 384, 640] and n == 768
+    offs, n = chunk_gdn._carve([1, 400, 0, 257, 7])
+    assert offs == [0, 256, 768, 768, 1280] and n == 1536
     assert all(o % chunk_gdn._SCRATCH_ALIGN == 0 for o in offs)
+
+
+def test_scratch_layout_holds_every_tensor_once():
+    """One byte buffer: input-dtype tensors, then fp32 ones, none overlapping, each 256-aligned."""
+    half, f32 = chunk_gdn._scratch_shapes(130, 3, 4, 32, 48)
+    offs, n = chunk_gdn._scratch_layout(130, 3, 4, 32, 48, 2)
+    sizes = [math.prod(s) * 2 for s in half] + [math.prod(s) * 4 for s in f32]
+    ends = [o + s for o, s in zip(offs, sizes)]
+    assert all(e <= o for e, o in zip(ends, offs[1:])) and ends[-1] <= n
+    assert n - ends[-1] < chunk_gdn._SCRATCH_ALIGN and all(o % 256 == 0 for o in offs)
+
+
+class _Compiled:
+    """Stands in for a compiled kernel: what ``_remember_plan`` reads of one."""
+
+    def __init__(self, i):
+        self.run, self.function, self.packed_metadata = (lambda *a: None), i, (4, 1, 0)
+
+
+def test_plan_gathers_each_kernels_arguments_in_order():
+    """A plan's getters give every kernel its argument list: per-call values where the name is
+    per call, the first call's values elsewhere (what the removed copy-and-patch loop did)."""
+    chunk_gdn._PLANS.clear()
+    lists = [[f"fixed-{fn.__name__}-{n}" for n in fn.arg_names] for fn in chunk_gdn._KERNELS]
+    lp = launch_params(32, 32, torch.float16)
+    compiled = [_Compiled(i) for i in range(4)]
+    chunk_gdn._remember_plan(compiled, chunk_gdn._KERNELS, lists, lp, "key")
+    plan = chunk_gdn._PLANS.pop("key")
+    call = {n: f"call-{n}" for n in chunk_gdn._PER_CALL_ORDER}
+    vals = chunk_gdn._PER_CALL_GETTER(call) + plan.fixed
+    for fn, first, getter in zip(chunk_gdn._KERNELS, lists, plan.getters):
+        want = [call[n] if n in chunk_gdn._PER_CALL else a for n, a in zip(fn.arg_names, first)]
+        assert list(getter(vals)) == want
+    # a tensor among the fixed values is a buffer the per-call names miss: no plan
+    lists[2][-1] = torch.zeros(1)
+    chunk_gdn._remember_plan(compiled, chunk_gdn._KERNELS, lists, lp, "key")
+    assert "key" not in chunk_gdn._PLANS
+
+
+def _bare_launcher(recorder, **sizes):
+    """A ``CudaLauncher`` of the installed Triton without compiling one: the attributes its
+    ``__call__`` reads, and the C ``launch`` replaced by ``recorder``."""
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    run = object.__new__(CudaLauncher)
+    run.launch, run.num_ctas = recorder, 1
+    run.global_scratch_size = sizes.get("global_scratch_size", 0)
+    run.profile_scratch_size = sizes.get("profile_scratch_size", 0)
+    run.global_scratch_align = run.profile_scratch_align = 1
+    run.launch_cooperative_grid, run.launch_pdl = False, True
+    if "arg_annotations" in inspect.getsource(CudaLauncher.__init__):
+        run.arg_annotations, run.kernel_signature, run.gsan_enabled = ("ann",), b"sig", False
+    return run
+
+
+def test_raw_launcher_passes_what_tritons_wrapper_passes(monkeypatch):
+    """On the installed Triton (make test runs this on 3.6 and on 3.9): the raw launch hands the C
+    launcher the very arguments ``CudaLauncher.__call__`` hands it."""
+    from triton.runtime.driver import driver
+
+    from kernels._launch import raw_launcher
+
+    monkeypatch.setattr(driver, "_active", object())  # 3.9's wrapper looks the driver up first (no GPU here)
+    calls = []
+    ck = _Compiled(0)
+    ck.function, ck.packed_metadata = 0xF00, (4, 1, 512)
+    ck.run = _bare_launcher(lambda *a: calls.append(a))
+    args = (0x1000, 7, 0.5, None, "constexpr")  # as a plan's itemgetter gives them
+    ck.run(3, 2, 1, 0xABC, ck.function, ck.packed_metadata, None, None, None, *args)
+    launch = raw_launcher(ck)
+    assert launch is not None, "the installed Triton's launcher form is not recognised"
+    launch(3, 2, 1, 0xABC, args)
+    assert len(calls) == 2 and calls[0] == calls[1]
+    assert calls[0][:7] == (3, 2, 1, 0xABC, 0xF00, False, True)
+
+
+def test_raw_launcher_declines_what_it_cannot_do():
+    from kernels._launch import raw_launcher
+
+    ck = _Compiled(0)
+    ck.run = _bare_launcher(lambda *a: None, global_scratch_size=64)
+    assert raw_launcher(ck) is None  # the wrapper allocates scratch: keep it
+    ck.run = _bare_launcher(lambda *a: None, profile_scratch_size=64)
+    assert raw_launcher(ck) is None
+    assert raw_launcher(_Compiled(0)) is None  # not a CudaLauncher: unknown form
 
 
 # ---- GPU -------------------------------------------------------------------------------------

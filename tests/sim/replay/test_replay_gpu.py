@@ -139,3 +139,28 @@ def test_continuous_scheduler_steps_batched_and_timed(chat):
     assert (df["measured_ms"] > 0).all() and (df["modelled_ms"] > 0).all() and (df["n_seqs"] > 1).any()
     assert s["steps_executed"] + s["steps_coasted_untimed"] == s["steps_simulated"]
     print("continuous", {k: s[k] for k in ("steps_executed", "step_time_error", "step_tflops_timed", "wall_s")})
+
+
+def test_stopwatch_flags_a_call_the_host_held_up():
+    """A queued call issued faster than its sleep ran back to back (slack above the margin); one
+    whose host stalls after the sleep has ended made the GPU wait, and is flagged host-bound."""
+    import time
+
+    from sim.replay.clock import HOST_BOUND_MARGIN_MS, Stopwatch, host_bound
+
+    clock = Stopwatch(torch.device("cuda"), queued=True)
+    x = torch.randn(2048, 2048, device="cuda")
+    clock.recent = [20.0]  # a ~26 ms sleep: the matmuls below are queued well before it ends
+    h = clock.start()
+    for _ in range(4):
+        x = x @ x
+    clean = clock.stop(h)
+    assert clock.slack_ms(clean) > HOST_BOUND_MARGIN_MS and not host_bound(clock.slack_ms(clean))
+    clock.recent = [0.1]  # a ~1 ms sleep, then the host stalls 30 ms mid-call
+    h = clock.start()
+    x = x @ x
+    time.sleep(0.03)
+    x = x @ x
+    held = clock.stop(h)
+    assert host_bound(clock.slack_ms(held))
+    assert clock.ms(held) > 25.0  # the gap is in the device time: why such calls are flagged

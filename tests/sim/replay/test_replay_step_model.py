@@ -154,3 +154,22 @@ def test_queued_timing_sleep_is_sized_from_recent_host_times_and_capped():
     assert not clock.queued
     h = clock.stop(clock.start())
     assert clock.ms(h) >= 0 and clock.host_ms(h) >= 0 and clock.ms(None) != clock.ms(None)  # NaN
+    assert clock.slack_ms(h) != clock.slack_ms(h)  # NaN: nothing queued, never host-bound
+
+
+def test_host_bound_calls_stay_out_of_the_error_statistics():
+    """A timed call whose device time holds host gaps (slack under the margin) is flagged, and the
+    time model's errors (per request and per step) leave it out; the ``_all`` figures keep it."""
+    import pandas as pd
+
+    from sim.replay.measure import HOST_BOUND_MARGIN_MS, error_stats, host_bound
+    from sim.replay.steps import error_stats as step_errors
+
+    assert host_bound(0.0) and host_bound(HOST_BOUND_MARGIN_MS - 1e-6) and host_bound(-3.0)
+    assert not host_bound(HOST_BOUND_MARGIN_MS) and not host_bound(float("nan"))
+    df = pd.DataFrame(dict(model_error=[0.01, -0.02, 0.03, 0.9], suffix_host_bound=[False, False, False, True]))
+    med, p95 = error_stats(df)
+    assert med == pytest.approx(0.02) and p95 < 0.1
+    assert error_stats(df, device_bound=False)[1] > 0.5
+    steps = pd.DataFrame(dict(error=[0.01, 0.02, -0.9], host_bound=[False, False, True]))
+    assert step_errors(steps)["p95"] < 0.05 and step_errors(steps, device_bound=False)["p95"] > 0.5
