@@ -230,8 +230,8 @@ class CheckpointStore:
         s = self.shape
         n = 0 if self._pool is None else self._pool.shape[0]
         grow = max(16, n)
-        more = torch.empty(
-            grow,
+        pool = torch.empty(
+            n + grow,
             s.attn_layers,
             2,
             self.page_tokens,
@@ -241,7 +241,13 @@ class CheckpointStore:
             device=self.device,
             pin_memory=self._pin,
         )
-        self._pool = more if self._pool is None else torch.cat([self._pool, more])
+        if n:
+            if self._pin:
+                # the host reads the old pool here: the asynchronous device-to-host copies still
+                # queued into it must land first (else the grown pool keeps stale pages)
+                torch.cuda.current_stream(self.compute_device).synchronize()
+            pool[:n].copy_(self._pool)  # not torch.cat: that gives pinned pages back pageable
+        self._pool = pool
         self._free_pages.extend(range(n + grow - 1, n, -1))
         return n
 
@@ -290,10 +296,19 @@ class CheckpointStore:
             return torch.empty(
                 s.attn_layers, 2, 0, s.attn_kv_heads, s.attn_head_dim, dtype=self.act_dtype, device=self.compute_device
             )
-        idx = torch.tensor([slot for _, slot in info.pages], device=self.device)
-        g = self._pool.index_select(0, idx)  # [n, A, 2, P, KVH, hd]
+        slots = [slot for _, slot in info.pages]
+        if self._pin:
+            # page by page onto the device, queued behind the copies that wrote them (a gather on
+            # the host would read pinned pages before their device-to-host copies land)
+            g = torch.empty(
+                (len(slots),) + tuple(self._pool.shape[1:]), dtype=self.act_dtype, device=self.compute_device
+            )
+            for j, slot in enumerate(slots):
+                g[j].copy_(self._pool[slot], non_blocking=True)
+        else:
+            g = self._pool.index_select(0, torch.tensor(slots, device=self.device))  # [n, A, 2, P, KVH, hd]
         g = g.permute(1, 2, 0, 3, 4, 5).reshape(s.attn_layers, 2, -1, s.attn_kv_heads, s.attn_head_dim)
-        return g[:, :, : info.position].to(self.compute_device, copy=True, non_blocking=self._pin)
+        return g[:, :, : info.position].to(self.compute_device, copy=True)
 
     def page(self, cp: int, i: int) -> torch.Tensor:
         """Page ``i`` of ``cp``'s block table itself (tests plant faults here)."""
