@@ -91,13 +91,17 @@ def _pow2(n: int) -> int:
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "maxnreg")
 
 
+_CONFIG_ENVS = tuple(f"KERNELS_CONFIG_{name.upper()}" for name in CONFIGS)
+
+
 def launch_params(K: int, V: int, dtype: torch.dtype, input_precision: Optional[str] = None) -> dict:
     """Compile-time parameters and launch options of the four kernels for head dims K, V and
     input ``dtype``: ``{"solve" | "wu" | "state" | "out": {name: value}}`` (``LAUNCH_OPTIONS``
     keys are launch options, the rest constexprs; ``BV`` of state / out sets their grids).
     ``benchmarks/kernel_resources.py`` compiles from the same table. Built once per shape and
     ``KERNELS_CONFIG_*`` setting (a per-call cost otherwise); the result is shared: read only."""
-    envs = tuple(os.environ.get(f"KERNELS_CONFIG_{name.upper()}") for name in CONFIGS)
+    env = os.environ
+    envs = tuple(env.get(name) for name in _CONFIG_ENVS)
     return _launch_params(int(K), int(V), dtype, input_precision, envs)
 
 
@@ -790,11 +794,13 @@ def _scratch_shapes(TT, NT, HV, K, V) -> tuple:
     return half, ((TT, HV), (TT, HV), (NT, HV))
 
 
-def _scratch_layout(TT, NT, HV, K, V, itemsize: int) -> tuple[list, int]:
+@functools.lru_cache(maxsize=256)
+def _scratch_layout(TT, NT, HV, K, V, itemsize: int) -> tuple[tuple, int]:
     """Byte offsets of ``_scratch_shapes`` (input dtype of ``itemsize`` bytes, then fp32) in one
     scratch buffer, and its length in bytes."""
     half, f32 = _scratch_shapes(TT, NT, HV, K, V)
-    return _carve([math.prod(x) * itemsize for x in half] + [math.prod(x) * 4 for x in f32])
+    offs, n = _carve([math.prod(x) * itemsize for x in half] + [math.prod(x) * 4 for x in f32])
+    return tuple(offs), n  # cached: immutable
 
 
 def _scratch_args(w, u, vn, A, hbuf, fd, gcum, glast) -> dict:
