@@ -57,6 +57,8 @@ PEAKS = {
 #: a FLOP term whose share of its layer type's modelled time is below this may be pinned at the
 #: peak when the data would put it above; above it the fit is refused
 MATTERS = 0.05
+#: ... unless holding it at the peak costs the fit less than this much RMS relative residual
+PIN_SLACK = 0.01
 #: calls of at most this many tokens time the host floor (their device work is far below it)
 SHORT_CALL = 64
 MIN_SHORT = 10
@@ -381,24 +383,34 @@ def _tokens(spec: ModelSpec, kind: str, X: np.ndarray) -> np.ndarray:
     return X[:, 1] / per
 
 
+def _rms(A: np.ndarray, b: np.ndarray, x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((A @ x - b) ** 2)))
+
+
 def _fit_kind(Xs: np.ndarray, y: np.ndarray, cap: float, terms) -> tuple[np.ndarray, list, list]:
     """Relative-residual NNLS of ``y = call + sum(c_t x_t)`` (x in TFLOPs); with ``cap`` (ms per
-    TFLOP at the peak) the terms the data put above the peak are returned as ``bad`` (those that
-    matter) or pinned at the peak (those that do not), and the rest refitted."""
+    TFLOP at the peak) every term is held at or below the peak and the rest refitted. A term the
+    free fit put above the peak is ``pinned`` where it does not matter (its share of the time is
+    under ``MATTERS``) or where the data fit as well with it at the peak (a collinear partner, such
+    as the per-chunk term beside the per-token one, takes its time: the RMS relative residual
+    grows by less than ``PIN_SLACK``); otherwise it is returned as ``bad``: the measurements need
+    a term faster than the chip."""
     w = 1.0 / y
     A, b = Xs * w[:, None], np.ones_like(y)
     x = nnls(A, b)
     bad, pinned = [], []
     if cap:
+        lo = np.array([0.0] + [cap] * len(terms))
+        held = lo + nnls(A, b - A @ lo)
+        worse = _rms(A, b, held) - _rms(A, b, x)
         for j, t in enumerate(terms, start=1):
             if x[j] < cap:
                 share = float(np.median(cap * Xs[:, j] / y))
-                if x[j] > 0 and share >= MATTERS:
+                if x[j] > 0 and share >= MATTERS and worse >= PIN_SLACK:
                     bad.append((t, 1e3 / x[j]))
                 else:
                     pinned.append(t)
-        lo = np.array([0.0] + [cap] * len(terms))
-        x = lo + nnls(A, b - A @ lo)
+        x = held
     return x, bad, pinned
 
 

@@ -216,3 +216,23 @@ def test_simulator_charges_exact_alignment_splits():
                 n_split += k
                 assert ev.seconds == pytest.approx(TRUE.prefill_time_s(SPEC, ev.start_pos, ev.end_pos, splits=k))
         assert (n_split > 0) == (align == "exact")
+
+
+def test_a_collinear_term_above_the_peak_is_pinned_not_refused():
+    """Per-token and per-chunk terms grow together: data made with the per-token term above the
+    peak (0.5 against a cap of 1.0 ms per TFLOP) fit within 1 % with it held at the peak and the
+    per-chunk term taking the rest, so the fit pins it; a lone term cannot be made up for, and is
+    refused (``test_fit_refuses_terms_faster_than_the_peak``)."""
+    from sim.replay.measure import PIN_SLACK, _fit_kind
+
+    tokens = np.array([100.0, 300, 640, 1000, 2050, 4000, 7000, 9000])
+    chunked = np.ceil(tokens / 64) * 64
+    Xs = np.stack([np.ones_like(tokens), tokens, chunked], axis=1)
+    y = 50.0 + 0.5 * tokens + 3.0 * chunked
+    x, bad, pinned = _fit_kind(Xs, y, 1.0, ("linear", "chunk"))
+    assert not bad and pinned == ["linear"]
+    assert x[1] == pytest.approx(1.0) and x[2] < 3.0  # held at the peak, its partner took the rest
+    assert np.sqrt(np.mean(((Xs @ x - y) / y) ** 2)) < PIN_SLACK
+    lone = np.stack([np.ones_like(tokens), tokens], axis=1)
+    _, bad, _ = _fit_kind(lone, 50.0 + 0.5 * tokens, 1.0, ("linear",))
+    assert [t for t, _ in bad] == ["linear"]
