@@ -222,6 +222,11 @@ def resolve_call(
         B, T, q.device, cu_seqlens, start_positions, boundary_stride, boundary_indices, chunk_metadata
     )
     N, TT = meta.num_seqs, B * T
+    if q.is_cuda and meta.chunk_info.device != q.device:
+        raise ValueError(
+            f"chunk_metadata is on {meta.chunk_info.device}, the inputs on {q.device} "
+            "(prepare_chunk_metadata(..., device=q.device))"
+        )
     if meta.total_tokens != TT:
         raise ValueError(f"metadata covers {meta.total_tokens} tokens, inputs have {TT}")
     if initial_state is not None and tuple(initial_state.shape) != (N, HV, K, V):

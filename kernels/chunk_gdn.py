@@ -815,13 +815,14 @@ def _scratch_args(w, u, vn, A, hbuf, fd, gcum, glast) -> dict:
 def _call_args(inputs, gate, scratch, states, meta, scale, l2norm: int, has_h0: int, store_b: int) -> dict:
     """The per-call arguments (``_PER_CALL``) by name, for either launch path: ``inputs`` (q, k, v,
     g, beta), ``gate`` (A_log, dt_bias), ``scratch`` (as ``_scratch_args``), ``states`` (o, h0,
-    ht, hb; h0 and hb stand in with ht when absent), tensors or addresses."""
+    ht, hb; h0 and hb stand in with ht when absent), ``meta`` (the metadata's chunk_info,
+    seq_info, store_slot): tensors, or device addresses on the direct path."""
     q, k, v, g, beta = inputs
     o, h0, ht, hb = states
     return dict(
         q=q, k=k, v=v, g=g, beta=beta, A_log=gate[0], dt_bias=gate[1], **_scratch_args(*scratch),
-        o=o, h0=h0, ht=ht, hb=hb, chunk_info=meta.chunk_info, seq_info=meta.seq_info,
-        store_slot=meta.store_slot, scale=float(scale), l2norm=l2norm, has_h0=has_h0, store_b=store_b,
+        o=o, h0=h0, ht=ht, hb=hb, chunk_info=meta[0], seq_info=meta[1], store_slot=meta[2],
+        scale=float(scale), l2norm=l2norm, has_h0=has_h0, store_b=store_b,
     )  # fmt: skip
 
 
@@ -844,12 +845,19 @@ def _aligned(t) -> bool:
 
 
 def _plan_key(
-    lp, dev, dt, hb_dtype, H, HV, use_gate, beta_sig, q, k, v, g, beta, h0, a_log=None, dt_bias=None
+    lp, dev, dt, hb_dtype, H, HV, use_gate, beta_sig, q, k, v, g, beta, h0, a_log=None, dt_bias=None, ptrs=None
 ) -> tuple:
     """Everything the four compiled kernels of a one-batch call depend on: the launch table
     (constexprs and launch options, by identity), device, dtypes, head counts (Triton specialises
     ints on == 1 and divisibility by 16), the strides the kernels take, and the 16-byte alignment
-    of every pointer that is not a fresh allocation (scratch and outputs always are)."""
+    of every pointer that is not a fresh allocation (scratch and outputs always are). ``ptrs``:
+    the addresses of q, k, v, g, beta, h0, A_log, dt_bias (0 for None) where already read."""
+    if ptrs is not None:
+        return (
+            id(lp), dev.index, dt, hb_dtype, H, HV, bool(use_gate), bool(beta_sig),
+            q.stride()[1:], k.stride()[1:], v.stride()[1:], g.stride()[1:], beta.stride()[1:], g.dtype, beta.dtype,
+            *(p % 16 == 0 for p in ptrs),
+        )  # fmt: skip
     return (
         id(lp),
         dev.index,
@@ -920,8 +928,8 @@ def _remember_plan(compiled, fns, lists, lp, key) -> None:
     _PLANS[key] = _Plan(launches, tuple(getters), tuple(fixed), lp)
 
 
-def _fp32_vector(x) -> bool:
-    return x is not None and x.dtype == torch.float32 and x.is_contiguous()
+def _fp32_vector(x, dev) -> bool:
+    return x is not None and x.dtype == torch.float32 and x.is_contiguous() and x.device == dev
 
 
 def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, meta, l2norm, lp, gate, beta_sig):
@@ -932,9 +940,10 @@ def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, m
     dt, dev = q.dtype, q.device
     hb_dtype = state_dtype if store_b else torch.float32
     a_log, dt_bias = gate if gate is not None else (None, None)
-    key = _plan_key(
-        lp, dev, dt, hb_dtype, H, HV, gate is not None, beta_sig, q, k, v, g, beta, initial_state, a_log, dt_bias
-    )
+    # every address read once: the plan key's alignments and the launches' arguments (Triton's
+    # launcher takes an int as is; a tensor costs it a data_ptr call and a driver query per kernel)
+    ptrs = tuple(0 if t is None else t.data_ptr() for t in (q, k, v, g, beta, initial_state, a_log, dt_bias))
+    key = _plan_key(lp, dev, dt, hb_dtype, H, HV, gate is not None, beta_sig, q, k, v, g, beta, None, ptrs=ptrs)
     plan = _PLANS.get(key)
     rt = _runtime()
     if plan is None or plan.lp is not lp or _hooks_active(rt[1]):
@@ -947,14 +956,15 @@ def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, m
     scratch = torch.empty(nbytes, dtype=torch.uint8, device=dev)
     base = scratch.data_ptr()
     w, u, vn, A, hbuf, fd, gcum, glast = (base + off for off in offs)
+    o_ptr, ht_ptr = o.data_ptr(), ht.data_ptr()
     vals = (
         _PER_CALL_GETTER(
             _call_args(
-                (q, k, v, g, beta),
-                (fd, fd) if a_log is None else (a_log, dt_bias),
+                ptrs[:5],
+                (fd, fd) if a_log is None else ptrs[6:],
                 (w, u, vn, A, hbuf, fd, gcum, glast),
-                (o, ht if initial_state is None else initial_state, ht, hb if store_b else ht),
-                meta,
+                (o_ptr, ptrs[5] or ht_ptr, ht_ptr, hb.data_ptr() if store_b else ht_ptr),
+                (meta.chunk_info.data_ptr(), meta.seq_info.data_ptr(), meta.store_slot.data_ptr()),
                 scale,
                 l2norm,
                 int(initial_state is not None),
@@ -1022,7 +1032,8 @@ def chunk_gated_delta_rule(
         and chunk_metadata is not None
         and q.is_cuda
         and not INTERPRET
-        and (not use_gate_in_kernel or (_fp32_vector(A_log) and _fp32_vector(dt_bias)))
+        and (not use_gate_in_kernel or (_fp32_vector(A_log, q.device) and _fp32_vector(dt_bias, q.device)))
+        and chunk_metadata.chunk_info.device == q.device  # the direct path passes bare addresses
         and q.shape[0] == 1
         and chunk_metadata.num_chunks > 0
         and chunk_metadata.total_tokens == q.shape[1]
@@ -1033,6 +1044,7 @@ def chunk_gated_delta_rule(
             or (
                 initial_state.dtype == torch.float32
                 and initial_state.is_contiguous()
+                and initial_state.device == q.device
                 and tuple(initial_state.shape) == (chunk_metadata.num_seqs, v.shape[2], q.shape[3], v.shape[3])
             )
         )
@@ -1109,7 +1121,7 @@ def chunk_gated_delta_rule(
             (A_log_t, dt_bias_t),
             (w, u, vn, A, hbuf, fd, gcum, glast),
             (o, h0, ht, hb_arg),
-            meta,
+            (meta.chunk_info, meta.seq_info, meta.store_slot),
             scale,
             int(bool(use_qk_l2norm)),
             int(initial_state is not None),

@@ -239,8 +239,10 @@ def fit_seq_ms(table: pd.DataFrame, spec: ModelSpec, timing: HardwareTiming, cou
     """The per-sequence time of each layer kind (``HardwareTiming.seq_ms``) that best explains the
     measured per-type step times of ``table`` beyond ``timing``'s other terms: per kind, the
     residual ``measured / layers - (call + FLOP terms)`` regressed on ``n_seqs - 1`` through the
-    origin, weighted for relative error, clipped at 0."""
+    origin, weighted for relative error, clipped at 0; host-bound steps left out."""
     out = dict.fromkeys(LAYER_KINDS, 0.0)
+    if len(table) and "host_bound" in table:  # their times hold host gaps
+        table = table[~table["host_bound"].astype(bool)]
     if not len(table):
         return out
     c = timing.ms_per_tflop

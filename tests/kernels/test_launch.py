@@ -39,6 +39,19 @@ def test_plan_key_follows_what_triton_specialises_on():
     assert _key(*base, h0=h0) != _key(*base)
 
 
+def test_plan_key_from_addresses_equals_the_key_from_tensors():
+    """The general path remembers a plan under the key built from tensors; the direct path looks
+    it up with the key built from the addresses it read once: the two must agree."""
+    q, k, v, g, beta = make_inputs(100, h=2, hv=4, dk=32, dv=32)
+    lp = launch_params(32, 32, q.dtype)
+    h0 = torch.empty(4 * 32 * 32 + 1)[1:].view(1, 4, 32, 32)  # misaligned: its own key bit
+    a_log, dt_bias = torch.rand(4), torch.randn(4)
+    for state, gate in ((None, (None, None)), (h0, (a_log, dt_bias))):
+        args = (lp, q.device, q.dtype, torch.float32, 2, 4, gate[0] is not None, True, q, k, v, g, beta)
+        ptrs = tuple(0 if t is None else t.data_ptr() for t in (q, k, v, g, beta, state, *gate))
+        assert chunk_gdn._plan_key(*args, state, *gate) == chunk_gdn._plan_key(*args, None, ptrs=ptrs)
+
+
 def test_carve_keeps_every_tensor_aligned():
     offs, n = chunk_gdn._carve([1, 400, 0, 257, 7])
     assert offs == [0, 256, 768, 768, 1280] and n == 1536
@@ -206,8 +219,7 @@ def test_per_call_names_cover_every_buffer_of_the_kernels():
     pointers |= {"chunk_info", "seq_info", "store_slot"}
     assert pointers <= names
     assert chunk_gdn._PER_CALL == pointers | {"scale", "l2norm", "has_h0", "store_b"}
-    meta = prepare_chunk_metadata([0, 10])
-    args = chunk_gdn._call_args(tuple("qkvgb"), ("a", "d"), tuple("wuvAhfcl"), tuple("o0th"), meta, 1, 1, 0, 1)
+    args = chunk_gdn._call_args(tuple("qkvgb"), ("a", "d"), tuple("wuvAhfcl"), tuple("o0th"), tuple("csx"), 1, 1, 0, 1)
     assert set(args) == chunk_gdn._PER_CALL  # both launch paths fill exactly the per-call names
     # what a plan fixes: strides and head counts (in its key), compile-time constants
     strides = {f"s{x}{d}" for x in "qkvgb" for d in "th"}
@@ -226,3 +238,20 @@ def test_per_call_names_cover_every_buffer_of_the_kernels():
         "VFAST",
     }
     assert len(chunk_gdn._KERNELS) == len(chunk_gdn._KERNEL_KEYS) == 4
+
+
+@pytest.mark.gpu
+def test_gpu_inputs_on_another_device_get_one_line_errors_not_bare_addresses():
+    """The direct path hands the kernels bare addresses: an initial state, gate parameters or
+    metadata off the inputs' device must never reach it (a host address read by a kernel is an
+    illegal access that poisons the context). They take the general path, which says why."""
+    chunk_gdn._PLANS.clear()
+    x = make_inputs(200, h=2, hv=4, dk=64, dv=64, seed=4, device="cuda", dtype=_half())
+    _call(x)  # the plan
+    q, k, v, g, beta = x
+    with pytest.raises(ValueError, match="chunk_metadata is on cpu"):
+        chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=prepare_chunk_metadata([0, 200]))
+    with pytest.raises((ValueError, RuntimeError)):
+        _call(x, initial_state=torch.zeros(1, 4, 64, 64))  # a host initial state
+    again = _call(x)  # the context is intact and the plan still serves
+    assert torch.isfinite(again[0].float()).all()
