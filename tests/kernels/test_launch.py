@@ -221,6 +221,9 @@ def test_per_call_names_cover_every_buffer_of_the_kernels():
     assert chunk_gdn._PER_CALL == pointers | {"scale", "l2norm", "has_h0", "store_b"}
     args = chunk_gdn._call_args(tuple("qkvgb"), ("a", "d"), tuple("wuvAhfcl"), tuple("o0th"), tuple("csx"), 1, 1, 0, 1)
     assert set(args) == chunk_gdn._PER_CALL  # both launch paths fill exactly the per-call names
+    # the direct path's tuple holds the same values in _PER_CALL_ORDER
+    flat = chunk_gdn._call_tuple(tuple("qkvgb"), ("a", "d"), tuple("wuvAhfcl"), tuple("o0th"), tuple("csx"), 1, 1, 0, 1)
+    assert flat == chunk_gdn._PER_CALL_GETTER(args)
     # what a plan fixes: strides and head counts (in its key), compile-time constants
     strides = {f"s{x}{d}" for x in "qkvgb" for d in "th"}
     assert names - chunk_gdn._PER_CALL == strides | {"HV", "GROUP"} | {
