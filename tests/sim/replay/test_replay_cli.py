@@ -285,3 +285,20 @@ def test_measure_option(tmp_path):
     assert len(timed) and (timed["suffix_host_ms"] > 0).all()
     p = marconi(*args, "--measure", "gpu-ish", check=False)
     assert p.returncode == 2 and "--measure" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_summary_says_how_many_host_bound_calls_were_left_out():
+    """The time-model lines count the calls whose device time holds host gaps (left out of the
+    errors) and give the P95 with them; with none, the lines stay as they were."""
+    from sim.cli.replay import _error_line, step_line
+
+    s = dict(time_model_median_error=0.024, time_model_p95_error=0.064)
+    assert _error_line(s) == "median 2.4%, P95 6.4%"
+    s.update(host_bound_prefills=10, time_model_p95_error_all=0.069)
+    assert _error_line(s) == "median 2.4%, P95 6.4% (10 host-bound prefills left out; P95 with them 6.9%)"
+    pct = dict(p50=8.5, p95=13.1, max=20.0)
+    st = dict(
+        step_time_error=dict(median=0.065, p95=0.114), step_measured_ms=pct, step_modelled_ms=pct,
+        steps_executed=1409, steps_simulated=15132, step_events=868, step_tflops_timed=21.6, steps_host_bound=54,
+    )  # fmt: skip
+    assert "error median 6.5%, P95 11.4% (54 host-bound steps left out); executed 21.6 TFLOP/s" in step_line(st)
