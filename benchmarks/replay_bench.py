@@ -465,4 +465,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from sim.errors import UsageError
+
+    try:
+        main()
+    except UsageError as e:  # a refused calibration, a bad option: one line, exit 2
+        print(f"replay_bench: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
