@@ -64,6 +64,13 @@ SHORT_CALL = 64
 MIN_SHORT = 10
 #: calls this far above the floor are device-bound: they alone fit the device terms
 ABOVE_FLOOR = 1.25
+#: a layer's projection term that must be pinned (its data cannot separate it from a collinear
+#: partner) is held at the rate the fit measured for the same kind of work: the projections are
+#: bf16 GEMMs of the hidden size, like the MLP's, so the MLP's GEMM rate; the peak only where
+#: that does not fit. The MLP is fitted first for this.
+GEMM_TWIN = {"gdn_linear": "mlp_linear", "attn_linear": "mlp_linear"}
+FIT_ORDER = ("mlp", "attention", "gated_delta")
+
 TYPE_TERMS = {
     "attention": ("attn_linear", "attn_quadratic"),
     "gated_delta": ("gdn_linear", "gdn_chunk"),
@@ -387,22 +394,30 @@ def _rms(A: np.ndarray, b: np.ndarray, x: np.ndarray) -> float:
     return float(np.sqrt(np.mean((A @ x - b) ** 2)))
 
 
-def _fit_kind(Xs: np.ndarray, y: np.ndarray, cap: float, terms) -> tuple[np.ndarray, list, list]:
+def _fit_kind(
+    Xs: np.ndarray, y: np.ndarray, cap: float, terms, pin_at: dict | None = None
+) -> tuple[np.ndarray, list, list]:
     """Relative-residual NNLS of ``y = call + sum(c_t x_t)`` (x in TFLOPs); with ``cap`` (ms per
     TFLOP at the peak) every term is held at or below the peak and the rest refitted. A term the
     free fit put above the peak is ``pinned`` where it does not matter (its share of the time is
-    under ``MATTERS``) or where the data fit as well with it at the peak (a collinear partner, such
-    as the per-chunk term beside the per-token one, takes its time: the RMS relative residual
-    grows by less than ``PIN_SLACK``); otherwise it is returned as ``bad``: the measurements need
-    a term faster than the chip."""
+    under ``MATTERS``) or where the data fit as well with it held (a collinear partner, such as the
+    per-chunk term beside the per-token one, takes its time: the RMS relative residual grows by
+    less than ``PIN_SLACK``); otherwise it is returned as ``bad``: the measurements need a term
+    faster than the chip. ``pin_at``: the rate (ms per TFLOP, at least ``cap``) a term is held at
+    when it must be pinned (a measured rate of the same kind of work), tried before the peak."""
     w = 1.0 / y
     A, b = Xs * w[:, None], np.ones_like(y)
     x = nnls(A, b)
     bad, pinned = [], []
     if cap:
-        lo = np.array([0.0] + [cap] * len(terms))
-        held = lo + nnls(A, b - A @ lo)
-        worse = _rms(A, b, held) - _rms(A, b, x)
+        over = [t for j, t in enumerate(terms, start=1) if x[j] < cap]
+        held = worse = None
+        for at in ((pin_at or {}), {}):  # at the given rates first, then at the peak
+            lo = np.array([0.0] + [max(cap, at.get(t, cap)) if t in over else cap for t in terms])
+            held = lo + nnls(A, b - A @ lo)
+            worse = _rms(A, b, held) - _rms(A, b, x)
+            if worse < PIN_SLACK or not at:
+                break
         for j, t in enumerate(terms, start=1):
             if x[j] < cap:
                 share = float(np.median(cap * Xs[:, j] / y))
@@ -430,7 +445,7 @@ def fit_hardware(
     ms_per_tflop, layer_ms, floor_ms = {}, {}, {}
     info = {"terms": {}, "pinned": []}
     cap = 1e3 / peak_tflops if peak_tflops > 0 else 0.0  # ms per TFLOP at the peak
-    for kind in LAYER_KINDS:
+    for kind in FIT_ORDER:
         terms = TYPE_TERMS[kind]
         if not counts.get(kind):
             layer_ms[kind] = floor_ms[kind] = 0.0
@@ -459,7 +474,8 @@ def fit_hardware(
             sel = y > ABOVE_FLOOR * h if h > 0 else np.ones(len(y), bool)
             if sel.sum() < len(terms) + 1:
                 continue
-            x, bad, pinned = _fit_kind(Xs[sel], y[sel], cap, terms)
+            pin_at = {t: ms_per_tflop[twin] for t, twin in GEMM_TWIN.items() if twin in ms_per_tflop}
+            x, bad, pinned = _fit_kind(Xs[sel], y[sel], cap, terms, pin_at)
             pred = np.maximum(h, Xs @ x)
             e = float(np.mean(((pred - y) / y) ** 2))
             if best is None or e < best[0] - 1e-15:
@@ -488,6 +504,11 @@ def fit_hardware(
     other = [by.get("other", float("nan")) / len(segs) for segs, by in calls]
     other = [v for v in other if np.isfinite(v)]
     call_ms = float(np.median(other)) if other else 0.0
+    # in the canonical order (FIT_ORDER is the fitting order only)
+    ms_per_tflop = {t: ms_per_tflop[t] for k in LAYER_KINDS for t in TYPE_TERMS[k]}
+    layer_ms = {k: layer_ms[k] for k in LAYER_KINDS}
+    floor_ms = {k: floor_ms[k] for k in LAYER_KINDS}
+    info["terms"] = {k: info["terms"][k] for k in LAYER_KINDS if k in info["terms"]}
     t = HardwareTiming(
         ms_per_tflop, layer_ms, call_ms, decode_ms_per_token, peak_tflops, 1, source=source, layer_floor_ms=floor_ms
     )

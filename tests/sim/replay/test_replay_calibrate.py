@@ -236,3 +236,21 @@ def test_a_collinear_term_above_the_peak_is_pinned_not_refused():
     lone = np.stack([np.ones_like(tokens), tokens], axis=1)
     _, bad, _ = _fit_kind(lone, 50.0 + 0.5 * tokens, 1.0, ("linear",))
     assert [t for t, _ in bad] == ["linear"]
+
+
+def test_a_pinned_term_is_held_at_its_gemm_twins_rate_where_that_fits():
+    """A per-token term the data cannot separate from its partner is held at the rate measured for
+    the same work (``pin_at``: the MLP's GEMM rate) when the data fit as well there, and at the
+    peak only when they do not."""
+    from sim.replay.measure import PIN_SLACK, _fit_kind
+
+    tokens = np.array([100.0, 300, 640, 1000, 2050, 4000, 7000, 9000])
+    chunked = np.ceil(tokens / 64) * 64
+    Xs = np.stack([np.ones_like(tokens), tokens, chunked], axis=1)
+    y = 50.0 + 0.5 * tokens + 3.0 * chunked
+    x, bad, pinned = _fit_kind(Xs, y, 1.0, ("linear", "chunk"), pin_at={"linear": 1.6})
+    assert not bad and pinned == ["linear"] and x[1] == pytest.approx(1.6)
+    assert np.sqrt(np.mean(((Xs @ x - y) / y) ** 2)) < PIN_SLACK
+    # a rate the data cannot take (the whole time is 3.5 per token): back to the peak
+    x, bad, pinned = _fit_kind(Xs, y, 1.0, ("linear", "chunk"), pin_at={"linear": 30.0})
+    assert not bad and pinned == ["linear"] and x[1] == pytest.approx(1.0)
