@@ -8,7 +8,9 @@ For each shape: the host microseconds per call (the ``kernel_bench`` measure: a 
 queued first, calls enqueued back to back, timed on the host) with metadata prepared beforehand (as
 a model step shares it across layers), with Triton's own launch path for the same call (the first
 launch of a plan always takes it; ``KERNELS_LAUNCH=triton`` forces it), with metadata built in the
-call, and for the metadata alone; then the profile's top functions by own time. ``--fla`` also
+call, and for the metadata alone; the direct path's parts timed alone (``PART`` lines: checks,
+launch table, plan key, allocations, the call with its launches skipped); then the profile's top
+functions by own time. ``--fla`` also
 prints the launch configuration FLA's autotuner picked for each of its kernels at these shapes
 (what FLA runs on this GPU). Needs a CUDA GPU.
 """
@@ -43,6 +45,57 @@ def profile_calls(torch, fn, calls: int, top: int) -> str:
         torch.cuda.synchronize()
     pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
     return out.getvalue()
+
+
+def components(torch, chunk_gdn, inputs, meta, call) -> dict:
+    """The direct path's host time in parts, each timed alone like a whole call: the argument
+    checks, the launch table, the plan key, the four allocations, and the whole call with its four
+    launches skipped (the launches' share is the whole call less that)."""
+    q, k, v, g, beta = inputs
+    T, HV, K, V = q.shape[1], v.shape[2], q.shape[3], v.shape[3]
+    lp = chunk_gdn.launch_params(K, V, q.dtype)
+    call()  # the plan exists from here on
+    ptrs = tuple(0 if t is None else t.data_ptr() for t in (q, k, v, g, beta, None, None, None))
+    key = chunk_gdn._plan_key(
+        lp, q.device, q.dtype, torch.float32, q.shape[2], HV, False, False, *inputs, None, ptrs=ptrs
+    )
+    plan = chunk_gdn._PLANS.get(key)  # None with KERNELS_LAUNCH=triton: no launches to skip
+    nbytes = chunk_gdn._scratch_layout(T, meta.num_chunks, HV, K, V, q.element_size())[1]
+
+    def allocations():
+        torch.empty(1, T, HV, V, dtype=q.dtype, device=q.device)
+        torch.empty(meta.num_seqs, HV, K, V, dtype=torch.float32, device=q.device)
+        torch.empty(meta.num_boundaries, HV, K, V, dtype=torch.float32, device=q.device)
+        torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+
+    def without_launches():
+        real, plan.launches = plan.launches, tuple(lambda *a: None for _ in plan.launches)
+        try:
+            call()
+        finally:
+            plan.launches = real
+
+    parts = {
+        "check_args": lambda: chunk_gdn.check_args(q, k, v, g, beta),
+        "launch_params": lambda: chunk_gdn.launch_params(K, V, q.dtype),
+        "addresses + plan key": lambda: chunk_gdn._plan_key(
+            lp,
+            q.device,
+            q.dtype,
+            torch.float32,
+            q.shape[2],
+            HV,
+            False,
+            False,
+            *inputs,
+            None,
+            ptrs=tuple(0 if t is None else t.data_ptr() for t in (q, k, v, g, beta, None, None, None)),
+        ),
+        "four allocations": allocations,
+    }
+    if plan is not None:
+        parts["whole call, launches skipped"] = without_launches
+    return parts
 
 
 def fla_configs() -> list[str]:
@@ -119,6 +172,9 @@ def main(argv=None) -> int:
             for name, fn in cases.items():
                 us, clean = host_overhead_us(torch, fn, 20)
                 print(f"HOST H={h} HV={hv} T={T} {name}: {us:.1f} us per call{'' if clean else ' (queue drained)'}")
+            for name, fn in components(torch, chunk_gdn, (q, k, v, g, beta), meta, cases["states+meta"]).items():
+                us, clean = host_overhead_us(torch, fn, 20)
+                print(f"PART H={h} HV={hv} T={T} {name}: {us:.1f} us per call{'' if clean else ' (queue drained)'}")
             print(f"PROFILE H={h} HV={hv} T={T} states+meta, {args.calls} calls")
             print(profile_calls(torch, cases["states+meta"], args.calls, args.top))
     if fla is not None:

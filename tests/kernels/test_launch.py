@@ -258,3 +258,43 @@ def test_gpu_inputs_on_another_device_get_one_line_errors_not_bare_addresses():
         _call(x, initial_state=torch.zeros(1, 4, 64, 64))  # a host initial state
     again = _call(x)  # the context is intact and the plan still serves
     assert torch.isfinite(again[0].float()).all()
+
+
+def test_host_probe_parts_time_the_direct_path_without_its_launches(monkeypatch):
+    """``benchmarks/kernel_host_probe.py``'s parts (run on a GPU) work on a remembered plan: the
+    whole call with its launches skipped issues none of them and puts the plan's launches back."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    probe = __import__("kernel_host_probe")
+    chunk_gdn._PLANS.clear()
+    q, k, v, g, beta = make_inputs(100, h=2, hv=4, dk=32, dv=32, dtype=torch.float16)
+    meta = prepare_chunk_metadata([0, 100])
+    lp = launch_params(32, 32, q.dtype)
+    key = chunk_gdn._plan_key(lp, q.device, q.dtype, torch.float32, 2, 4, False, False, q, k, v, g, beta, None)
+    lists = [[0] * len(fn.arg_names) for fn in chunk_gdn._KERNELS]
+    chunk_gdn._remember_plan([_Compiled(i) for i in range(4)], chunk_gdn._KERNELS, lists, lp, key)
+    plan = chunk_gdn._PLANS[key]
+    launched = []
+
+    def launcher(i):
+        return lambda *a: launched.append(i)
+
+    plan.launches = tuple(launcher(i) for i in range(4))
+    real = plan.launches
+
+    def call():  # stands in for the GPU call: the direct path's launches, as it issues them
+        for launch in chunk_gdn._PLANS[key].launches:
+            launch()
+
+    parts = probe.components(torch, chunk_gdn, (q, k, v, g, beta), meta, call)
+    assert set(parts) == {"check_args", "launch_params", "addresses + plan key", "four allocations",
+                          "whole call, launches skipped"}  # fmt: skip
+    launched.clear()
+    for fn in parts.values():
+        fn()
+    assert launched == [] and plan.launches is real
+    call()
+    assert launched == [0, 1, 2, 3]
+    del sys.modules["kernel_host_probe"]
