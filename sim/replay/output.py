@@ -53,8 +53,9 @@ def load(path) -> tuple[dict, dict, pd.DataFrame]:
 
 
 def fig_replay(requests: pd.DataFrame, summary: dict | None = None):
-    """Measured vs modelled suffix-prefill time per request (log-log, hits and misses apart) and
-    the histogram of the relative time-model error."""
+    """Measured vs modelled suffix-prefill time per request (log-log, hits and misses apart, the
+    host-bound prefills marked) and the histogram of the relative time-model error (without the
+    host-bound ones, as the summary's statistics)."""
     try:
         import matplotlib.pyplot as plt
     except ImportError:
@@ -62,10 +63,17 @@ def fig_replay(requests: pd.DataFrame, summary: dict | None = None):
     import numpy as np
 
     df = requests[requests["suffix_ms"].notna() & (requests["suffix_ms"] > 0)]
+    held = df["suffix_host_bound"].astype(bool) if "suffix_host_bound" in df else pd.Series(False, index=df.index)
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
-    for label, sub, m in (("miss", df[df["hit_tokens"] == 0], "o"), ("hit", df[df["hit_tokens"] > 0], "x")):
+    clean = df[~held]
+    for label, sub, m in (("miss", clean[clean["hit_tokens"] == 0], "o"), ("hit", clean[clean["hit_tokens"] > 0], "x")):
         if len(sub):
             a.scatter(sub["modelled_ms"], sub["suffix_ms"], s=10, marker=m, label=label, alpha=0.7)
+    if held.any():  # device time with host gaps (sim.replay.clock.Stopwatch): left out of the errors
+        a.scatter(
+            df.loc[held, "modelled_ms"], df.loc[held, "suffix_ms"], s=14, marker="^", c="red",
+            label=f"host-bound ({int(held.sum())}, left out)", alpha=0.8,
+        )  # fmt: skip
     if len(df):
         lo = float(min(df["modelled_ms"].min(), df["suffix_ms"].min()))
         hi = float(max(df["modelled_ms"].max(), df["suffix_ms"].max()))
@@ -76,7 +84,7 @@ def fig_replay(requests: pd.DataFrame, summary: dict | None = None):
     a.set_ylabel("measured prefill time (ms)")
     a.set_title("suffix prefill per request", fontsize=10)
     a.legend(fontsize=8)
-    err = df["model_error"].replace([np.inf, -np.inf], np.nan).dropna() * 100 if len(df) else []
+    err = clean["model_error"].replace([np.inf, -np.inf], np.nan).dropna() * 100 if len(clean) else []
     b.hist(err, bins=40)
     b.set_xlabel("(modelled - measured) / measured (%)")
     b.set_ylabel("requests")

@@ -302,3 +302,25 @@ def test_summary_says_how_many_host_bound_calls_were_left_out():
         steps_executed=1409, steps_simulated=15132, step_events=868, step_tflops_timed=21.6, steps_host_bound=54,
     )  # fmt: skip
     assert "error median 6.5%, P95 11.4% (54 host-bound steps left out); executed 21.6 TFLOP/s" in step_line(st)
+
+
+def test_replay_figure_marks_host_bound_prefills_and_leaves_them_out_of_the_histogram():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from sim.replay.output import fig_replay
+
+    df = pd.DataFrame(
+        dict(
+            suffix_ms=[8.0, 8.5, 40.0], modelled_ms=[8.2, 8.4, 8.3], hit_tokens=[0, 100, 100],
+            model_error=[0.025, -0.012, -0.79], suffix_host_bound=[False, False, True],
+        )
+    )  # fmt: skip
+    fig = fig_replay(df, {"time_model_median_error": 0.018})
+    scatter, hist = fig.axes
+    labels = [t.get_text() for t in scatter.get_legend().get_texts()]
+    assert "host-bound (1, left out)" in labels and "miss" in labels and "hit" in labels
+    assert sum(p.get_height() for p in hist.patches) == 2  # the host-bound prefill is not counted
