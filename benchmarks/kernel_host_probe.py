@@ -55,11 +55,13 @@ def components(torch, chunk_gdn, inputs, meta, call) -> dict:
     T, HV, K, V = q.shape[1], v.shape[2], q.shape[3], v.shape[3]
     lp = chunk_gdn.launch_params(K, V, q.dtype)
     call()  # the plan exists from here on
-    ptrs = tuple(0 if t is None else t.data_ptr() for t in (q, k, v, g, beta, None, None, None))
-    key = chunk_gdn._plan_key(
-        lp, q.device, q.dtype, torch.float32, q.shape[2], HV, False, False, *inputs, None, ptrs=ptrs
-    )
-    plan = chunk_gdn._PLANS.get(key)  # None with KERNELS_LAUNCH=triton: no launches to skip
+
+    def key():
+        return chunk_gdn._plan_key(
+            lp, q.device, q.dtype, torch.float32, q.shape[2], HV, False, False, *inputs, chunk_gdn._addresses(*inputs)
+        )
+
+    plan = chunk_gdn._PLANS.get(key())  # None with KERNELS_LAUNCH=triton: no launches to skip
     nbytes = chunk_gdn._scratch_layout(T, meta.num_chunks, HV, K, V, q.element_size())[1]
 
     def allocations():
@@ -78,19 +80,7 @@ def components(torch, chunk_gdn, inputs, meta, call) -> dict:
     parts = {
         "check_args": lambda: chunk_gdn.check_args(q, k, v, g, beta),
         "launch_params": lambda: chunk_gdn.launch_params(K, V, q.dtype),
-        "addresses + plan key": lambda: chunk_gdn._plan_key(
-            lp,
-            q.device,
-            q.dtype,
-            torch.float32,
-            q.shape[2],
-            HV,
-            False,
-            False,
-            *inputs,
-            None,
-            ptrs=tuple(0 if t is None else t.data_ptr() for t in (q, k, v, g, beta, None, None, None)),
-        ),
+        "addresses + plan key": key,
         "four allocations": allocations,
     }
     if plan is not None:

@@ -126,7 +126,7 @@ def errors_with(res, spec, timing, counts):
     timed = np.isfinite(meas) & (meas > 0)
     # host-bound prefills (their device time holds host gaps: sim.replay.clock.Stopwatch) are
     # left out of the errors and TTFTs; the "_all" figures keep them
-    held = df["suffix_host_bound"].to_numpy(bool) if "suffix_host_bound" in df else np.zeros(len(df), bool)
+    held = measure.held_up(df).to_numpy()
     ok = timed & ~held
     err = np.abs(mod[ok] - meas[ok]) / meas[ok]
     err_all = np.abs(mod[timed] - meas[timed]) / meas[timed]

@@ -795,7 +795,7 @@ def _carve(sizes) -> tuple[list, int]:
 
 def _scratch_shapes(TT, NT, HV, K, V) -> tuple:
     """Shapes of the scratch tensors: input dtype (w, u, v', A, chunk-start states) and fp32 (row
-    factors, gate cumsum, chunk-end gate), in the order ``_scratch_args`` takes them."""
+    factors, gate cumsum, chunk-end gate), in the order ``_call_tuple`` takes them."""
     half = ((TT, HV, K), (TT, HV, V), (TT, HV, V), (NT, HV, 64, 64), (NT, HV, K, V))
     return half, ((TT, HV), (TT, HV), (NT, HV))
 
@@ -809,37 +809,23 @@ def _scratch_layout(TT, NT, HV, K, V, itemsize: int) -> tuple[tuple, int]:
     return tuple(offs), n  # cached: immutable
 
 
-def _scratch_args(w, u, vn, A, hbuf, fd, gcum, glast) -> dict:
-    """The scratch buffers (tensors, or addresses on the direct path) under every name the four
-    kernels give them: a writer's ``*_out`` and its readers' name are one buffer."""
-    return dict(
-        w_out=w, w=w, u_out=u, u=u, vn_out=vn, vn=vn, a_out=A, a_in=A, h_out=hbuf, h=hbuf,
-        fd_out=fd, fd=fd, gc_out=gcum, gc=gcum, gl_out=glast, gl=glast,
-    )  # fmt: skip
-
-
-def _call_args(inputs, gate, scratch, states, meta, scale, l2norm: int, has_h0: int, store_b: int) -> dict:
-    """The per-call arguments (``_PER_CALL``) by name, for either launch path: ``inputs`` (q, k, v,
-    g, beta), ``gate`` (A_log, dt_bias), ``scratch`` (as ``_scratch_args``), ``states`` (o, h0,
-    ht, hb; h0 and hb stand in with ht when absent), ``meta`` (the metadata's chunk_info,
-    seq_info, store_slot): tensors, or device addresses on the direct path."""
-    q, k, v, g, beta = inputs
-    o, h0, ht, hb = states
-    return dict(
-        q=q, k=k, v=v, g=g, beta=beta, A_log=gate[0], dt_bias=gate[1], **_scratch_args(*scratch),
-        o=o, h0=h0, ht=ht, hb=hb, chunk_info=meta[0], seq_info=meta[1], store_slot=meta[2],
-        scale=float(scale), l2norm=l2norm, has_h0=has_h0, store_b=store_b,
-    )  # fmt: skip
-
-
 def _call_tuple(inputs, gate, scratch, states, meta, scale, l2norm: int, has_h0: int, store_b: int) -> tuple:
-    """``_call_args``'s values as one tuple in ``_PER_CALL_ORDER`` (the direct path's form: no dict
-    of 34 names built and read back per call; a test pins the two equal)."""
+    """The per-call arguments in ``_PER_CALL_ORDER`` (the direct path's form): ``inputs`` (q, k,
+    v, g, beta), ``gate`` (A_log, dt_bias), ``scratch`` (w, u, v', A, chunk-start states, row
+    factors, gate cumsum, chunk-end gate; a writer's ``*_out`` and its readers' name are one
+    buffer), ``states`` (o, h0, ht, hb; h0 and hb stand in
+    with ht when absent), ``meta`` (the metadata's chunk_info, seq_info, store_slot): tensors, or
+    device addresses on the direct path."""
     w, u, vn, A, hbuf, fd, gcum, glast = scratch
     return (
         *inputs, *gate, A, A, gcum, gcum, glast, glast, w, w, u, u, fd, fd, hbuf, hbuf, vn, vn,
         *states, *meta, float(scale), l2norm, has_h0, store_b,
     )  # fmt: skip
+
+
+def _call_args(*args) -> dict:
+    """``_call_tuple``'s values by name (Triton's launch path binds arguments by name)."""
+    return dict(zip(_PER_CALL_ORDER, _call_tuple(*args)))
 
 
 def _runtime():
@@ -856,49 +842,23 @@ def _hooks_active(rt) -> bool:
     return any(getattr(h, "calls", h is not None) for h in (rt.launch_enter_hook, rt.launch_exit_hook))
 
 
-def _aligned(t) -> bool:
-    return t is None or t.data_ptr() % 16 == 0
+def _addresses(q, k, v, g, beta, h0=None, a_log=None, dt_bias=None) -> tuple:
+    """The device addresses of a call's inputs (0 for None), read once: the plan key takes their
+    alignment, the direct path's launches the addresses themselves."""
+    return tuple(0 if t is None else t.data_ptr() for t in (q, k, v, g, beta, h0, a_log, dt_bias))
 
 
-def _plan_key(
-    lp, dev, dt, hb_dtype, H, HV, use_gate, beta_sig, q, k, v, g, beta, h0, a_log=None, dt_bias=None, ptrs=None
-) -> tuple:
+def _plan_key(lp, dev, dt, hb_dtype, H, HV, use_gate, beta_sig, q, k, v, g, beta, ptrs) -> tuple:
     """Everything the four compiled kernels of a one-batch call depend on: the launch table
     (constexprs and launch options, by identity), device, dtypes, head counts (Triton specialises
-    ints on == 1 and divisibility by 16), the strides the kernels take, and the 16-byte alignment
-    of every pointer that is not a fresh allocation (scratch and outputs always are). ``ptrs``:
-    the addresses of q, k, v, g, beta, h0, A_log, dt_bias (0 for None) where already read."""
-    if ptrs is not None:
-        return (
-            id(lp), dev.index, dt, hb_dtype, H, HV, bool(use_gate), bool(beta_sig),
-            q.stride()[1:], k.stride()[1:], v.stride()[1:], g.stride()[1:], beta.stride()[1:], g.dtype, beta.dtype,
-            *(p % 16 == 0 for p in ptrs),
-        )  # fmt: skip
+    ints on == 1 and divisibility by 16), the strides the kernels take (one batch: the batch
+    stride is never read), and the 16-byte alignment of every pointer that is not a fresh
+    allocation (scratch and outputs always are): ``ptrs``, from ``_addresses``."""
     return (
-        id(lp),
-        dev.index,
-        dt,
-        hb_dtype,
-        H,
-        HV,
-        bool(use_gate),
-        bool(beta_sig),
-        q.stride()[1:],  # one batch: the batch stride is never read (it grows with the length)
-        k.stride()[1:],
-        v.stride()[1:],
-        g.stride()[1:],
-        beta.stride()[1:],
-        g.dtype,
-        beta.dtype,
-        _aligned(q),
-        _aligned(k),
-        _aligned(v),
-        _aligned(g),
-        _aligned(beta),
-        _aligned(h0),
-        _aligned(a_log),
-        _aligned(dt_bias),
-    )
+        id(lp), dev.index, dt, hb_dtype, H, HV, bool(use_gate), bool(beta_sig),
+        q.stride()[1:], k.stride()[1:], v.stride()[1:], g.stride()[1:], beta.stride()[1:], g.dtype, beta.dtype,
+        *(p % 16 == 0 for p in ptrs),
+    )  # fmt: skip
 
 
 class _Plan:
@@ -958,8 +918,8 @@ def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, m
     a_log, dt_bias = gate if gate is not None else (None, None)
     # every address read once: the plan key's alignments and the launches' arguments (Triton's
     # launcher takes an int as is; a tensor costs it a data_ptr call and a driver query per kernel)
-    ptrs = tuple(0 if t is None else t.data_ptr() for t in (q, k, v, g, beta, initial_state, a_log, dt_bias))
-    key = _plan_key(lp, dev, dt, hb_dtype, H, HV, gate is not None, beta_sig, q, k, v, g, beta, None, ptrs=ptrs)
+    ptrs = _addresses(q, k, v, g, beta, initial_state, a_log, dt_bias)
+    key = _plan_key(lp, dev, dt, hb_dtype, H, HV, gate is not None, beta_sig, q, k, v, g, beta, ptrs)
     plan = _PLANS.get(key)
     rt = _runtime()
     if plan is None or plan.lp is not lp or _hooks_active(rt[1]):
@@ -1188,9 +1148,16 @@ def chunk_gated_delta_rule(
                 v,
                 g,
                 beta,
-                initial_state,
-                A_log_t if use_gate_in_kernel else None,
-                dt_bias_t if use_gate_in_kernel else None,
+                _addresses(
+                    q,
+                    k,
+                    v,
+                    g,
+                    beta,
+                    initial_state,
+                    A_log_t if use_gate_in_kernel else None,
+                    dt_bias_t if use_gate_in_kernel else None,
+                ),
             ),
         )
     return o.reshape(B, T, HV, V), ht, hb

@@ -10,7 +10,6 @@ from typing import Optional
 
 import torch
 
-from sim.replay.measure import HOST_BOUND_MARGIN_MS, host_bound  # noqa: F401 (re-exported)
 from sim.replay.model import timestamp
 
 #: how timed prefills are timed on a GPU (Stopwatch): device (queued) or wall (as issued)
@@ -59,8 +58,8 @@ class Stopwatch:
     before the sleep, no earlier than the host's start of issue, bounds that from below:
     ``slack_ms`` = (sleep start to call end, on the GPU) - (host issue time) is at most the true
     time between the host's last launch and the call's end, so a slack under
-    ``HOST_BOUND_MARGIN_MS`` flags every call the host held up (and, conservatively, some that
-    merely finished close to it)."""
+    ``sim.replay.measure.HOST_BOUND_MARGIN_MS`` flags every call the host held up (and,
+    conservatively, some that merely finished close to it)."""
 
     def __init__(self, device: torch.device, queued: bool = False) -> None:
         self.cuda = device.type == "cuda"

@@ -30,8 +30,8 @@ from sim.errors import UsageError
 from sim.replay.flops import model_flops, replayed_flops
 
 #: a queued call whose last kernel ended less than this after the host finished issuing it had
-#: the GPU waiting for the host at its end (see ``sim.replay.clock.Stopwatch.slack_ms``): its device time holds
-#: host gaps, so it is flagged host-bound and kept out of the time model's error statistics
+#: the GPU waiting for the host at its end (``sim.replay.clock.Stopwatch.slack_ms``): its device
+#: time holds host gaps, so it is flagged host-bound and kept out of the time model's statistics
 HOST_BOUND_MARGIN_MS = 0.5
 
 
@@ -39,6 +39,14 @@ def host_bound(slack_ms: float) -> bool:
     """A queued call's device time holds host gaps (``slack_ms`` below ``HOST_BOUND_MARGIN_MS``;
     never for NaN: unqueued calls and the CPU)."""
     return bool(slack_ms == slack_ms and slack_ms < HOST_BOUND_MARGIN_MS)
+
+
+def held_up(table: pd.DataFrame, column: str = "suffix_host_bound") -> pd.Series:
+    """The rows of ``table`` flagged host-bound in ``column`` (``suffix_host_bound`` for requests,
+    ``host_bound`` for steps); none where the table predates the flag."""
+    if column in table:
+        return table[column].astype(bool)
+    return pd.Series(False, index=table.index)
 
 
 # dense peak TFLOP/s by (device name fragment, dtype): the datasheets (H100 / H200 SXM bf16 989,
@@ -207,8 +215,8 @@ def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.D
 def error_stats(df: pd.DataFrame, column: str = "model_error", device_bound: bool = True) -> tuple[float, float]:
     """Median and P95 of the absolute relative error (timed requests only; ``device_bound``:
     without the prefills whose measured time holds host gaps, ``suffix_host_bound``)."""
-    if device_bound and len(df) and "suffix_host_bound" in df:
-        df = df[~df["suffix_host_bound"].astype(bool)]
+    if device_bound:
+        df = df[~held_up(df)]
     e = df[column].abs().replace([np.inf, -np.inf], np.nan).dropna() if len(df) else pd.Series([])
     if e.empty:
         return float("nan"), float("nan")
@@ -270,7 +278,7 @@ def summary(
         time_model_median_error=med,
         time_model_p95_error=p95,
         time_model_p95_error_all=error_stats(df, device_bound=False)[1],
-        host_bound_prefills=int(df["suffix_host_bound"].sum()) if len(df) and "suffix_host_bound" in df else 0,
+        host_bound_prefills=int(held_up(df).sum()),
         store_peak_bytes=int(store_peak_bytes),
         late_admits=int(late_admits),
         wall_s=float(wall_s),
@@ -442,15 +450,14 @@ def fit_hardware(
     per kind, the host floor ``h`` (a layer takes ``max(h, call + FLOP terms)``) chosen among
     the measured per-layer times' low quantiles (or none) to minimise the relative error, the
     rest by ``_fit_kind`` on the calls above the floor."""
-    ms_per_tflop, layer_ms, floor_ms = {}, {}, {}
-    info = {"terms": {}, "pinned": []}
     cap = 1e3 / peak_tflops if peak_tflops > 0 else 0.0  # ms per TFLOP at the peak
+    # in the canonical order; filled in FIT_ORDER
+    ms_per_tflop = {t: cap for k in LAYER_KINDS for t in TYPE_TERMS[k]}
+    layer_ms, floor_ms = dict.fromkeys(LAYER_KINDS, 0.0), dict.fromkeys(LAYER_KINDS, 0.0)
+    info = {"terms": {}, "pinned": []}
     for kind in FIT_ORDER:
         terms = TYPE_TERMS[kind]
         if not counts.get(kind):
-            layer_ms[kind] = floor_ms[kind] = 0.0
-            for t in terms:
-                ms_per_tflop[t] = cap
             continue
         X, y = [], []
         for segs, by in calls:
@@ -469,12 +476,12 @@ def fit_hardware(
         # SHORT_CALL tokens), where it exists; the device terms from the calls clearly above it
         short = _tokens(spec, kind, X) <= SHORT_CALL
         cands = [0.0] + ([float(np.median(y[short]))] if short.sum() >= MIN_SHORT else [])
+        pin_at = {t: ms_per_tflop[twin] for t, twin in GEMM_TWIN.items()}  # the twin is fitted first
         best = None
         for h in cands:
             sel = y > ABOVE_FLOOR * h if h > 0 else np.ones(len(y), bool)
             if sel.sum() < len(terms) + 1:
                 continue
-            pin_at = {t: ms_per_tflop[twin] for t, twin in GEMM_TWIN.items() if twin in ms_per_tflop}
             x, bad, pinned = _fit_kind(Xs[sel], y[sel], cap, terms, pin_at)
             pred = np.maximum(h, Xs @ x)
             e = float(np.mean(((pred - y) / y) ** 2))
@@ -504,11 +511,7 @@ def fit_hardware(
     other = [by.get("other", float("nan")) / len(segs) for segs, by in calls]
     other = [v for v in other if np.isfinite(v)]
     call_ms = float(np.median(other)) if other else 0.0
-    # in the canonical order (FIT_ORDER is the fitting order only)
-    ms_per_tflop = {t: ms_per_tflop[t] for k in LAYER_KINDS for t in TYPE_TERMS[k]}
-    layer_ms = {k: layer_ms[k] for k in LAYER_KINDS}
-    floor_ms = {k: floor_ms[k] for k in LAYER_KINDS}
-    info["terms"] = {k: info["terms"][k] for k in LAYER_KINDS if k in info["terms"]}
+    info["terms"] = {k: info["terms"][k] for k in LAYER_KINDS if k in info["terms"]}  # canonical order
     t = HardwareTiming(
         ms_per_tflop, layer_ms, call_ms, decode_ms_per_token, peak_tflops, 1, source=source, layer_floor_ms=floor_ms
     )
@@ -536,9 +539,7 @@ def calibrate(
         f"{spec.name}{' on ' + device if device else ''}, {len(calls)} timed calls)"
     )
     t, info = fit_hardware(spec, counts, calls, peak_tflops=peak_tflops, decode_ms_per_token=decode, source=src)
-    timed = df[df["suffix_ms"].notna() & (df["suffix_ms"] > 0)]
-    if "suffix_host_bound" in timed:
-        timed = timed[~timed["suffix_host_bound"].astype(bool)]
+    timed = df[df["suffix_ms"].notna() & (df["suffix_ms"] > 0) & ~held_up(df)]
     fitted = np.array(
         [
             modelled_ms(spec, t, counts, h if r else 0, n, s)

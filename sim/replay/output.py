@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from sim.errors import UsageError
+from sim.replay.measure import held_up
 
 SUMMARY = "summary.json"
 REQUESTS = "requests.parquet"
@@ -63,7 +64,7 @@ def fig_replay(requests: pd.DataFrame, summary: dict | None = None):
     import numpy as np
 
     df = requests[requests["suffix_ms"].notna() & (requests["suffix_ms"] > 0)]
-    held = df["suffix_host_bound"].astype(bool) if "suffix_host_bound" in df else pd.Series(False, index=df.index)
+    held = held_up(df)
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     clean = df[~held]
     for label, sub, m in (("miss", clean[clean["hit_tokens"] == 0], "o"), ("hit", clean[clean["hit_tokens"] > 0], "x")):

@@ -27,7 +27,7 @@ import pandas as pd
 
 from sim.cost import LAYER_KINDS, TERMS, HardwareTiming, ModelSpec, gdn_chunks
 from sim.replay.flops import replayed_flops
-from sim.replay.measure import host_bound, mixing_layers, replayed_spec
+from sim.replay.measure import held_up, host_bound, mixing_layers, replayed_spec
 
 KIND_OF_TERM = {
     "attn_linear": "attention",
@@ -168,8 +168,8 @@ def with_model(table: pd.DataFrame, spec: ModelSpec, timing, counts) -> pd.DataF
 def error_stats(table: pd.DataFrame, device_bound: bool = True) -> dict:
     """Median and P95 of the absolute relative step-time error (timed steps; ``device_bound``:
     without the steps whose measured time holds host gaps, ``host_bound``)."""
-    if device_bound and len(table) and "host_bound" in table:
-        table = table[~table["host_bound"].astype(bool)]
+    if device_bound:
+        table = table[~held_up(table, "host_bound")]
     e = table["error"].abs().replace([np.inf, -np.inf], np.nan).dropna() if len(table) else pd.Series([], dtype=float)
     if e.empty:
         return dict(median=float("nan"), p95=float("nan"))
@@ -197,7 +197,7 @@ def step_summary(table: pd.DataFrame, *, counts: dict, wall_s: float, peak_tflop
         steps_executed=int(n),
         step_time_error=error_stats(table),
         step_time_error_all=error_stats(table, device_bound=False),
-        steps_host_bound=int(table["host_bound"].sum()) if n and "host_bound" in table else 0,
+        steps_host_bound=int(held_up(table, "host_bound").sum()),
         step_measured_ms=_pcts(table["measured_ms"]) if n else _pcts(pd.Series([], dtype=float)),
         step_modelled_ms=_pcts(table["modelled_ms"]) if n else _pcts(pd.Series([], dtype=float)),
         step_measured_ms_total=t,
@@ -241,8 +241,7 @@ def fit_seq_ms(table: pd.DataFrame, spec: ModelSpec, timing: HardwareTiming, cou
     residual ``measured / layers - (call + FLOP terms)`` regressed on ``n_seqs - 1`` through the
     origin, weighted for relative error, clipped at 0; host-bound steps left out."""
     out = dict.fromkeys(LAYER_KINDS, 0.0)
-    if len(table) and "host_bound" in table:  # their times hold host gaps
-        table = table[~table["host_bound"].astype(bool)]
+    table = table[~held_up(table, "host_bound")]  # their times hold host gaps
     if not len(table):
         return out
     c = timing.ms_per_tflop

@@ -308,7 +308,7 @@ class CheckpointStore:
         else:
             g = self._pool.index_select(0, torch.tensor(slots, device=self.device))  # [n, A, 2, P, KVH, hd]
         g = g.permute(1, 2, 0, 3, 4, 5).reshape(s.attn_layers, 2, -1, s.attn_kv_heads, s.attn_head_dim)
-        return g[:, :, : info.position].to(self.compute_device, copy=True)
+        return g[:, :, : info.position]  # a fresh gather on the compute device: never the pool itself
 
     def page(self, cp: int, i: int) -> torch.Tensor:
         """Page ``i`` of ``cp``'s block table itself (tests plant faults here)."""

@@ -18,8 +18,9 @@ from test_chunk_gdn import make_inputs  # noqa: E402
 
 def _key(q, k, v, g, beta, h0=None, hb_dtype=torch.float32):
     lp = launch_params(q.shape[3], v.shape[3], q.dtype)
+    ptrs = chunk_gdn._addresses(q, k, v, g, beta, h0)
     return chunk_gdn._plan_key(
-        lp, q.device, q.dtype, hb_dtype, q.shape[2], v.shape[2], False, False, q, k, v, g, beta, h0
+        lp, q.device, q.dtype, hb_dtype, q.shape[2], v.shape[2], False, False, q, k, v, g, beta, ptrs
     )
 
 
@@ -39,17 +40,20 @@ def test_plan_key_follows_what_triton_specialises_on():
     assert _key(*base, h0=h0) != _key(*base)
 
 
-def test_plan_key_from_addresses_equals_the_key_from_tensors():
-    """The general path remembers a plan under the key built from tensors; the direct path looks
-    it up with the key built from the addresses it read once: the two must agree."""
+def test_plan_key_of_the_general_path_equals_the_direct_paths():
+    """The general path remembers a plan under the key of the fp32 gate parameters it converted
+    (``A_log.float().contiguous()``); the direct path looks it up with the caller's own tensors:
+    for the fp32 contiguous parameters the direct path takes, the two keys must agree."""
     q, k, v, g, beta = make_inputs(100, h=2, hv=4, dk=32, dv=32)
     lp = launch_params(32, 32, q.dtype)
     h0 = torch.empty(4 * 32 * 32 + 1)[1:].view(1, 4, 32, 32)  # misaligned: its own key bit
     a_log, dt_bias = torch.rand(4), torch.randn(4)
     for state, gate in ((None, (None, None)), (h0, (a_log, dt_bias))):
         args = (lp, q.device, q.dtype, torch.float32, 2, 4, gate[0] is not None, True, q, k, v, g, beta)
-        ptrs = tuple(0 if t is None else t.data_ptr() for t in (q, k, v, g, beta, state, *gate))
-        assert chunk_gdn._plan_key(*args, state, *gate) == chunk_gdn._plan_key(*args, None, ptrs=ptrs)
+        converted = tuple(None if t is None else t.float().contiguous() for t in gate)
+        general = chunk_gdn._plan_key(*args, chunk_gdn._addresses(q, k, v, g, beta, state, *converted))
+        direct = chunk_gdn._plan_key(*args, chunk_gdn._addresses(q, k, v, g, beta, state, *gate))
+        assert general == direct
 
 
 def test_carve_keeps_every_tensor_aligned():
@@ -212,7 +216,9 @@ def test_per_call_names_cover_every_buffer_of_the_kernels():
     """A buffer the plan treated as fixed would be launched at the first call's address: every
     pointer argument of the four kernels must be a per-call name, and every per-call name a real
     argument. Scratch aliases (a writer's ``*_out`` and its readers) map to one buffer."""
-    scratch = chunk_gdn._scratch_args(*"w u vn A hbuf fd gcum glast".split())
+    buffers = "w u vn A hbuf fd gcum glast".split()
+    named = chunk_gdn._call_args(tuple("qkvgb"), ("a", "d"), tuple(buffers), tuple("o0th"), tuple("csx"), 1, 1, 0, 1)
+    scratch = {n: b for n, b in named.items() if b in buffers}
     assert scratch["a_out"] == scratch["a_in"] == "A" and scratch["h_out"] == scratch["h"] == "hbuf"
     names = set().union(*(fn.arg_names for fn in chunk_gdn._KERNELS))
     pointers = set(scratch) | {"q", "k", "v", "g", "beta", "A_log", "dt_bias", "o", "h0", "ht", "hb"}
@@ -272,7 +278,8 @@ def test_host_probe_parts_time_the_direct_path_without_its_launches(monkeypatch)
     q, k, v, g, beta = make_inputs(100, h=2, hv=4, dk=32, dv=32, dtype=torch.float16)
     meta = prepare_chunk_metadata([0, 100])
     lp = launch_params(32, 32, q.dtype)
-    key = chunk_gdn._plan_key(lp, q.device, q.dtype, torch.float32, 2, 4, False, False, q, k, v, g, beta, None)
+    ptrs = chunk_gdn._addresses(q, k, v, g, beta)
+    key = chunk_gdn._plan_key(lp, q.device, q.dtype, torch.float32, 2, 4, False, False, q, k, v, g, beta, ptrs)
     lists = [[0] * len(fn.arg_names) for fn in chunk_gdn._KERNELS]
     chunk_gdn._remember_plan([_Compiled(i) for i in range(4)], chunk_gdn._KERNELS, lists, lp, key)
     plan = chunk_gdn._PLANS[key]

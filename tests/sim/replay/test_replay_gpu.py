@@ -146,7 +146,8 @@ def test_stopwatch_flags_a_call_the_host_held_up():
     whose host stalls after the sleep has ended made the GPU wait, and is flagged host-bound."""
     import time
 
-    from sim.replay.clock import HOST_BOUND_MARGIN_MS, Stopwatch, host_bound
+    from sim.replay.clock import Stopwatch
+    from sim.replay.measure import HOST_BOUND_MARGIN_MS, host_bound
 
     clock = Stopwatch(torch.device("cuda"), queued=True)
     x = torch.randn(2048, 2048, device="cuda")
