@@ -124,6 +124,18 @@ def step_line(s: dict) -> str:
     )
 
 
+def batch_line(s: dict) -> str:
+    """Batched replay's calls by kind: how many, sequences and tokens per call, TFLOP/s."""
+    parts = []
+    for kind, d in s["batch_calls"].items():
+        parts.append(
+            f"{kind} {d['calls']:,} ({d['sequences_per_call']:.1f} requests, {d['tokens_per_call']:,.0f} tokens "
+            f"per call, {d['ms']:,.0f} ms, {d['tflops']:.1f} TFLOP/s)"
+        )
+    runs = ", ".join(f"{k} {v}" for k, v in s.get("batch_flushes", {}).items())
+    return "; ".join(parts) + (f"; queue ran: {runs}" if runs else "")
+
+
 def format_summary(s: dict, settings: dict) -> str:
     rows = [
         ("requests", f"{s['requests']:,} ({s['input_tokens']:,} input tokens)"),
@@ -169,6 +181,22 @@ def format_summary(s: dict, settings: dict) -> str:
             f"{s.get('replay_tflops_wall', float('nan')):.1f} over the wall time)",
         ),
     ]
+    if "batch_calls" in s:
+        # requests ran in batches: no per-request times (those rows say nothing), the batches' instead
+        per_request = ("measured prefill with cache", "measured prefill without cache", "saved on validated hits")
+        rows = [r for r in rows if r[0] not in per_request + ("time model error", "wall")]
+        rows.append(("batched calls", batch_line(s)))
+        rows.append(
+            (
+                "wall",
+                f"{s['wall_s']:.1f} s ({s['tokens_per_s']:,.0f} input tokens/s; executed "
+                f"{s['replay_tflops_timed']:.1f} TFLOP/s over the timed calls"
+                + (f" ({s['replay_peak_share_timed']:.0%} of peak)" if s.get("replay_peak_share_timed") else "")
+                + f", {s['replay_tflops_wall']:.1f} over the wall time"
+                + (f" ({s['replay_peak_share_wall']:.0%})" if s.get("replay_peak_share_wall") else "")
+                + ")",
+            )
+        )
     if "steps_executed" in s:
         rows.append(("step time", step_line(s)))
     if "time_model_median_error_calibrated" in s:
@@ -219,6 +247,23 @@ def register(main: click.Group) -> None:
         show_default=True,
         help="--scheduler continuous: steps executed and timed of each coasted run of identical decode "
         "steps (the rest are computed untimed, in one batch).",
+    )
+    @click.option(
+        "--batch",
+        type=int,
+        default=1,
+        show_default=True,
+        help="--mode sequential: run up to this many requests as one varlen batch (a hit on a state a "
+        "queued request produces runs the queue first) and check the hits against batched "
+        "from-scratch prefills; every hit is still checked, but requests are not timed one by one "
+        "(the batches are: replay's throughput). 1: each request alone, timed (TTFT, --calibrate).",
+    )
+    @click.option(
+        "--batch-tokens",
+        type=int,
+        default=16384,
+        show_default=True,
+        help="--batch > 1: tokens per batched call (queued suffixes, or reference prefills).",
     )
     @click.option("--sessions-per-second", type=float, default=1.0, show_default=True)
     @click.option(
@@ -314,6 +359,8 @@ def register(main: click.Group) -> None:
         max_num_batched_tokens,
         max_num_seqs,
         coast_steps,
+        batch,
+        batch_tokens,
         sessions_per_second,
         validate_every,
         store,
@@ -337,7 +384,7 @@ def register(main: click.Group) -> None:
         from tqdm import tqdm  # noqa: PLC0415 - progress bar, loaded only when running
 
         from sim.cost import get_model
-        from sim.replay.session import ReplaySettings, calibrate, check_model, run_replay
+        from sim.replay.session import ReplaySettings, calibrate, check_batch, check_model, run_replay
         from sim.simulate import build
 
         check_model(get_model(model), layers)  # refuse non-GDN presets before loading a trace
@@ -356,8 +403,12 @@ def register(main: click.Group) -> None:
             validation=validation,
             measure=measure,
             coast_steps=coast_steps,
+            batch=batch,
+            batch_tokens=batch_tokens,
         )
         settings.validate()  # before any output folder is made (the config too, below)
+        if batch > 1 and calibrate_path is not None:
+            raise UsageError("--calibrate fits per-request times: use --batch 1 (a batched replay times batches)")
         config = SimConfig(
             policy=policy,
             model=model,
@@ -373,6 +424,7 @@ def register(main: click.Group) -> None:
             seed=seed,
         )
         config.validate()
+        check_batch(settings, config)
         check_before_work(get_model(model), calibrate_path, out, force, kwargs.get("trace"))
         trace = trace_from_cli(kwargs)
         if device == "cpu":

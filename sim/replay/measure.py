@@ -321,6 +321,46 @@ def summary(
     return out
 
 
+def batch_summary(calls, spec: ModelSpec, counts, *, wall_s: float, peak_tflops: float = 0.0, flushes=None) -> dict:
+    """The summary keys of batched replay (``--batch`` > 1): per kind of timed call (``suffix``:
+    queued requests from their restored states; ``reference``: the from-scratch prefills that
+    check hits; ``single``: a request run alone) the calls, sequences, tokens, device time and
+    executed TFLOP/s; over all of them the executed TFLOP/s of the timed calls and over the wall
+    time, each as a share of the device's peak (0 when unknown). ``calls``: objects with
+    ``kind``, ``segments`` [(start, end)], ``ms`` and ``slack_ms`` (``runner.BatchCall``)."""
+    by: dict = {}
+    flops_all = ms_all = 0.0
+    host_bound_calls = 0
+    for c in calls:
+        d = by.setdefault(c.kind, dict(calls=0, sequences=0, tokens=0, ms=0.0, flops=0.0))
+        f = replayed_flops(spec, counts, c.segments)
+        d["calls"] += 1
+        d["sequences"] += len(c.segments)
+        d["tokens"] += int(sum(e - s for s, e in c.segments))
+        d["ms"] += float(c.ms)
+        d["flops"] += f
+        flops_all += f
+        ms_all += float(c.ms)
+        host_bound_calls += bool(host_bound(c.slack_ms))
+    for d in by.values():
+        d["sequences_per_call"] = d["sequences"] / d["calls"]
+        d["tokens_per_call"] = d["tokens"] / d["calls"]
+        d["tflops"] = d["flops"] / (d["ms"] * 1e-3) / 1e12 if d["ms"] > 0 else float("nan")
+        d["peak_share"] = d["tflops"] / peak_tflops if peak_tflops > 0 else 0.0
+    timed = flops_all / (ms_all * 1e-3) / 1e12 if ms_all > 0 else float("nan")
+    wall = flops_all / wall_s / 1e12 if wall_s > 0 else float("nan")
+    return dict(
+        batch_calls=by,
+        batch_flushes=dict(flushes or {}),
+        batch_calls_host_bound=int(host_bound_calls),
+        replay_flops_timed_calls=flops_all,
+        replay_tflops_timed=timed,
+        replay_tflops_wall=wall,
+        replay_peak_share_timed=timed / peak_tflops if peak_tflops > 0 and timed == timed else 0.0,
+        replay_peak_share_wall=wall / peak_tflops if peak_tflops > 0 and wall == wall else 0.0,
+    )
+
+
 # ---- calibration ------------------------------------------------------------------------------
 
 

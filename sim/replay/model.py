@@ -640,6 +640,8 @@ class HybridModel:
         conv0=None,
         kv=None,
         keep_outputs: bool = False,
+        boundaries=None,
+        on_state=None,
     ) -> BatchOut:
         """One engine step: N sequences in one varlen batch. ``tokens [T]``: the ids of every
         sequence, concatenated (sequence n is ``tokens[cu[n]:cu[n+1]]``, at least one token, at
@@ -656,7 +658,11 @@ class HybridModel:
         start positions); attention projects all tokens at once, then attends per sequence (one
         SDPA call per sequence: over its prefix plus its new keys, bottom-right causal; a decode
         token without mask and with grouped heads shared). Same outputs and end states as
-        ``forward_segment`` on each sequence alone (the math per token is the same)."""
+        ``forward_segment`` on each sequence alone (the math per token is the same).
+
+        ``boundaries[n]``: 64-aligned positions in ``(starts[n], ends[n])`` whose states go to
+        ``on_state(n, position, layer, recurrent, conv window)`` (the kernels' boundary outputs,
+        as ``forward_segment`` hands them over; None: none)."""
         s = self.shape
         cu = [int(c) for c in cu_seqlens]
         starts = [int(p) for p in starts]
@@ -669,11 +675,11 @@ class HybridModel:
         if marks is not None:
             marks.start()
         x = self.embed(tokens)
-        meta = (
-            prepare_chunk_metadata(cu, starts, boundary_indices=[[] for _ in range(N)], device=self.device)
-            if s.layers
-            else None
-        )
+        if boundaries is not None and len(boundaries) != N:
+            raise ValueError("forward_batch needs one list of boundary positions per sequence")
+        wanted = [list(b) for b in boundaries] if boundaries is not None else [[] for _ in range(N)]
+        want = any(wanted)
+        meta = prepare_chunk_metadata(cu, starts, boundary_indices=wanted, device=self.device) if s.layers else None
         bufs = None
         rope = None
         if s.attn_layers:
@@ -705,7 +711,12 @@ class HybridModel:
             if kind == GDN:
                 r0 = None if rec0 is None else rec0[gi]
                 c0 = None if conv0 is None else conv0[gi]
-                x, r1, c1, _, _ = self._gdn(gi, x, meta, r0, c0, False, varlen=True)
+                x, r1, c1, rb, cb = self._gdn(gi, x, meta, r0, c0, want, varlen=True)
+                if want and on_state is not None:
+                    for n, positions in enumerate(meta.boundary_positions):
+                        o0 = meta.boundary_offsets[n]
+                        for j, p in enumerate(positions):
+                            on_state(n, p, gi, rb[o0 + j], cb[o0 + j])
                 recs.append(r1)
                 convs.append(c1)
                 gi += 1

@@ -11,11 +11,25 @@ lookup.
 
 An admit for a position the request has already run past (the stream announced it late) is
 produced by recomputing from the request's restored state (or from scratch), untimed, and counted
-in ``late_admits``. Needs torch.
+in ``late_admits``.
+
+Batched replay (``batch`` > 1, sequential streams only): a finished request's work (its suffix
+from the restored state to its last wanted state, the response teacher-forced) is queued rather
+than run, and the queue runs as one varlen batch (``HybridModel.forward_batch``) when it holds
+``batch`` requests or ``batch_tokens`` tokens, when a lookup hits a checkpoint a queued request
+has still to produce (a multi-turn chain: the next turn needs the last one's state), and at
+``finish``. Each queued hit's check against a from-scratch prefill joins a second queue, which
+runs in batches of up to ``batch_tokens`` tokens (these have no dependencies). Every hit is
+checked as in the per-request replay (bits at the lookup; the restored state, the end state, the
+outputs and the KV against the from-scratch prefill), but requests are no longer timed one by
+one: each batch call is timed (``batch_log``), which is what replay's throughput is measured on.
+A request whose wanted states need a split (a position not on a 64-multiple before its end) runs
+alone, as in the per-request replay, and its calls are logged as single ones. Needs torch.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
@@ -24,7 +38,7 @@ import torch
 from sim.replay.checks import VALIDATE_MODES, Failure, rel_error, state_error, tolerance_for
 from sim.replay.clock import MEASURE_MODES, Stopwatch
 from kernels._common import upload
-from sim.replay.model import HybridModel, Marks, StackState
+from sim.replay.model import CHUNK, HybridModel, Marks, StackState
 from sim.replay.records import RequestRecord
 from sim.replay.store import CheckpointStore
 from sim.replay.tokens import page_keys, prefix_hash
@@ -47,6 +61,49 @@ class _Flight:
         self.validate = False
         self.decoded = False
         self.record: Optional[RequestRecord] = None
+
+
+#: tokens per batched call of ``Replayer(batch=...)`` (the queued suffixes, or the references)
+BATCH_TOKENS = 16384
+#: queued hit checks per ``batch`` (each holds the restored and the end state until it runs)
+CHECKS_QUEUED = 4
+
+
+@dataclass
+class _Job:
+    """A queued request: its tokens ``[flight.pos, end)`` from its restored state, the states
+    wanted on the way (position -> checkpoints; 64-multiples before ``end``, or ``end``)."""
+
+    flight: _Flight
+    end: int
+    wanted: dict
+    validate: bool
+
+
+@dataclass
+class _Check:
+    """A queued hit check: the request's end state after the batched suffix and the suffix's
+    per-layer outputs, against a from-scratch prefill of ``[0, end)``."""
+
+    flight: _Flight
+    end: int
+    state: StackState
+    outs: list
+
+
+@dataclass
+class BatchCall:
+    """One timed call of batched replay: ``kind`` (``suffix``: queued requests from their
+    restored states; ``reference``: from-scratch prefills that check hits; ``single``: a request
+    run alone), the sequences' ``(start, end)`` positions, the Stopwatch handle."""
+
+    kind: str
+    segments: list
+    handle: object = None
+    ms: float = float("nan")
+    host_ms: float = float("nan")
+    slack_ms: float = float("nan")
+    extra: dict = field(default_factory=dict)
 
 
 class Replayer:
@@ -73,9 +130,13 @@ class Replayer:
         eager: bool = True,
         validate: str = "exact",
         measure: str = "wall",
+        batch: int = 1,
+        batch_tokens: int = BATCH_TOKENS,
     ) -> None:
         if validate_every < 1:
             raise ValueError("validate_every must be >= 1")
+        if batch < 1 or batch_tokens < 1:
+            raise ValueError("batch and batch_tokens must be >= 1")
         if validate not in VALIDATE_MODES:
             raise ValueError(f"validate must be one of {', '.join(VALIDATE_MODES)}, not {validate!r}")
         self.validate_mode = validate
@@ -106,6 +167,16 @@ class Replayer:
         self.late_admits = 0
         self.kv_hits_validated = 0
         self.integrity_checked = 0
+        # batched replay (module docstring)
+        self.batch = batch
+        self.batch_tokens = batch_tokens
+        self._jobs: list[_Job] = []
+        self._job_tokens = 0
+        self._queued: dict[int, _Job] = {}  # checkpoint -> queued job that produces it
+        self._checks: list[_Check] = []
+        self._check_tokens = 0
+        self.batch_log: list[BatchCall] = []
+        self.batch_flushes: dict[str, int] = {}  # why the suffix queue ran -> times
 
     # ---- events ------------------------------------------------------------------------------
     def lookup(self, request: int, checkpoint: Optional[int], hit_tokens: int) -> None:
@@ -119,6 +190,8 @@ class Replayer:
         if checkpoint is None:
             return
         rec.hit_checkpoint = int(checkpoint)
+        if checkpoint in self._queued:  # a queued request produces it: run the queue first
+            self._flush("dependency")
         if checkpoint in self.pending:  # produce it now (its request stays open)
             owner = self.pending[checkpoint]
             self._run(owner, self.store.info(checkpoint).position)
@@ -208,6 +281,11 @@ class Replayer:
             self._late(f, checkpoint, p)
 
     def evict(self, checkpoint: int) -> None:
+        job = self._queued.pop(checkpoint, None)
+        if job is not None:  # never produced: the queued request no longer writes it
+            for cps in job.wanted.values():
+                if checkpoint in cps:
+                    cps.remove(checkpoint)
         f = self.pending.pop(checkpoint, None)
         if f is not None:
             for p, cps in list(f.wanted.items()):
@@ -226,6 +304,12 @@ class Replayer:
     def finish(self) -> list[RequestRecord]:
         for f in list(self.flights.values()):
             self._finalize(f)
+        self._flush("finish")
+        self._run_checks()
+        for call in self.batch_log:
+            if call.handle is not None:
+                h, call.handle = call.handle, None
+                call.ms, call.host_ms, call.slack_ms = self.clock.ms(h), self.clock.host_ms(h), self.clock.slack_ms(h)
         return [self.records[k] for k in sorted(self.records)]
 
     def restored(self, request: int) -> tuple[int, Optional[StackState]]:
@@ -261,7 +345,17 @@ class Replayer:
             self._finalize(f)
 
     def _finalize(self, f: _Flight) -> None:
-        self._run(f, max([f.prefill_end] + list(f.wanted)))
+        upto = max([f.prefill_end] + list(f.wanted))
+        if self.batch > 1:
+            if self.eager:
+                raise ValueError("batched replay takes sequential streams (a request's admits after its decode)")
+            self.flights.pop(f.rid, None)
+            if self._batchable(f, upto):
+                self._enqueue(f, upto)
+            else:
+                self._run_single(f, upto)
+            return
+        self._run(f, upto)
         self.flights.pop(f.rid, None)
         r = f.record
         if r._suffix_h is not None:
@@ -400,15 +494,25 @@ class Replayer:
         )
         if f.hit > b:
             base, _, _ = self.model.run(tok[b : f.hit], base, b)
-        e_rec, e_conv = state_error(f.running.rec, f.running.conv, ref.rec, ref.conv) if L else (0.0, 0.0)
-        e_out = max(rel_error(o, r[f.hit :]) for o, r in zip(outs, ref_outs))
+        ref_kv = ref.kv[:, :, : f.hit] if ref.kv is not None else None
+        self._judge(f, f.running, outs, ref, [r[f.hit :] for r in ref_outs], base, ref_kv)
+
+    def _judge(self, f: _Flight, end, outs, ref_end, ref_outs, base, ref_kv) -> None:
+        """The hit's check once both sides ran: the end state (``end`` against the from-scratch
+        ``ref_end``), the suffix's per-layer outputs against ``ref_outs`` (the reference's rows
+        of the same positions), the restored state against ``base`` (the reference's state at
+        the hit) and the restored KV against ``ref_kv``; a miss is a failure."""
+        rec = f.record
+        L = self.model.shape.layers
+        e_rec, e_conv = state_error(end.rec, end.conv, ref_end.rec, ref_end.conv) if L else (0.0, 0.0)
+        e_out = max(rel_error(o, r) for o, r in zip(outs, ref_outs))
         a, c = state_error(f.start.rec, f.start.conv, base.rec, base.conv) if L else (0.0, 0.0)
         e_rec, e_conv = max(e_rec, a), max(e_conv, c)
         # the restored keys and values against the from-scratch prefill's, every layer and head
-        e_kv = rel_error(f.start.kv, ref.kv[:, :, : f.hit]) if ref.kv is not None else 0.0
+        e_kv = rel_error(f.start.kv, ref_kv) if ref_kv is not None else 0.0
         rec.max_rec_error, rec.max_conv_error, rec.max_out_error = e_rec, e_conv, e_out
         rec.max_kv_error = e_kv
-        if ref.kv is not None:
+        if ref_kv is not None:
             rec.kv_validated = True
             self.kv_hits_validated += 1
         tol_state, tol_out = self.tolerance
@@ -423,6 +527,164 @@ class Replayer:
                 f"relative error recurrent {e_rec:.3g} (tolerance {tol_state:.3g}), conv "
                 f"{e_conv:.3g}, KV {e_kv:.3g}, outputs {e_out:.3g} (tolerance {tol_out:.3g})",
             )
+
+    # ---- batched replay ------------------------------------------------------------------------
+    def _batchable(self, f: _Flight, upto: int) -> bool:
+        """A request runs in a batch when nothing has run yet since its restore and every state
+        it must hand over on the way is a kernel boundary (a 64-multiple) or its end."""
+        if upto <= f.pos or f.pos != f.hit or f.running is not None or upto < f.n_in:
+            return False
+        return all(p % CHUNK == 0 or p == upto for p in f.wanted if p > f.pos)
+
+    def _enqueue(self, f: _Flight, upto: int) -> None:
+        job = _Job(f, upto, {p: cps for p, cps in f.wanted.items() if p > f.pos}, f.validate and f.hit > 0)
+        f.wanted = {}
+        for cps in job.wanted.values():
+            for cp in cps:
+                self.pending.pop(cp, None)
+                self._queued[cp] = job
+        self._jobs.append(job)
+        self._job_tokens += upto - f.pos
+        if len(self._jobs) >= self.batch or self._job_tokens >= self.batch_tokens:
+            self._flush("full")
+
+    def _run_single(self, f: _Flight, upto: int) -> None:
+        """A request that needs a split runs alone (``_run``); its timed calls join the log."""
+        r = f.record
+        self._run(f, upto)
+        for kind, h in (("single", r._suffix_h), ("reference", r._full_h if r.validated else None)):
+            if h is not None:
+                seg = r.suffix_segments if kind == "single" else r.full_segments
+                self.batch_log.append(BatchCall(kind, [tuple(x) for x in seg], h))
+        r._suffix_h = r._full_h = r._suffix_marks = r._full_marks = None
+        r._tail_h = []
+        f.start = f.running = f.tok_t = None
+
+    def _stacked(self, starts: list) -> tuple:
+        """Per gated-delta layer, the sequences' states ``[L, N, ...]`` (zeros where None)."""
+        z = None
+        recs, convs = [], []
+        for st in starts:
+            if st is None:
+                z = z or self.model.zero_state()
+                st = z
+            recs.append(st.rec)
+            convs.append(st.conv)
+        return torch.stack(recs, dim=1), torch.stack(convs, dim=1)
+
+    def _flush(self, why: str) -> None:
+        """Run the queued requests as one varlen batch (timed), hand their wanted states to the
+        store, queue their hits' checks."""
+        if not self._jobs:
+            return
+        jobs, self._jobs, self._job_tokens = self._jobs, [], 0
+        self._queued.clear()
+        self.batch_flushes[why] = self.batch_flushes.get(why, 0) + 1
+        toks, cu, starts = [], [0], []
+        for j in jobs:
+            toks.append(self._tokens(j.flight)[j.flight.pos : j.end])
+            cu.append(cu[-1] + j.end - j.flight.pos)
+            starts.append(j.flight.pos)
+        rec0, conv0 = self._stacked([j.flight.start for j in jobs])
+        kv = [None if j.flight.start is None else j.flight.start.kv for j in jobs]
+        bounds = [[p for p in j.wanted if p % CHUNK == 0 and p < j.end] for j in jobs]
+
+        def on_state(n, p, layer, r, c):
+            for cp in jobs[n].wanted.get(p, ()):
+                self.store.write(cp, layer, r, c)
+
+        keep = any(j.validate for j in jobs)
+        t0 = self.clock.start()
+        out = self.model.forward_batch(
+            torch.cat(toks), cu, starts, rec0, conv0, kv, keep_outputs=keep, boundaries=bounds, on_state=on_state
+        )
+        h = self.clock.stop(t0)
+        self.batch_log.append(BatchCall("suffix", [(j.flight.pos, j.end) for j in jobs], h))
+        for n, j in enumerate(jobs):
+            f = j.flight
+            end = out.state(n, j.end)
+            for p, cps in j.wanted.items():
+                for cp in cps:
+                    if p == j.end:
+                        self.store.put(cp, end)
+                    self._put_kv(f, cp, end)
+            if f.pos < f.n_in:  # the prompt part, as the per-request replay counts it
+                f.record.suffix_segments.append((f.pos, f.n_in))
+            if j.validate:
+                outs = [o[cu[n] : cu[n + 1]] for o in out.outs]
+                self._checks.append(_Check(f, j.end, end, outs))
+                self._check_tokens += j.end
+            else:
+                f.start = f.tok_t = None
+        if self._check_tokens >= self.batch_tokens or len(self._checks) >= CHECKS_QUEUED * self.batch:
+            self._run_checks()
+
+    def _run_checks(self) -> None:
+        """Check the queued hits against from-scratch prefills, in batches of up to
+        ``batch_tokens`` tokens (timed), as ``_validate`` checks one."""
+        checks, self._checks, self._check_tokens = self._checks, [], 0
+        group: list[_Check] = []
+        size = 0
+        for c in checks:
+            if group and size + c.end > self.batch_tokens:
+                self._check_group(group)
+                group, size = [], 0
+            group.append(c)
+            size += c.end
+        if group:
+            self._check_group(group)
+
+    def _check_group(self, group: list) -> None:
+        L = self.model.shape.layers
+        toks, cu = [], [0]
+        for c in group:
+            toks.append(self._tokens(c.flight)[: c.end])
+            cu.append(cu[-1] + c.end)
+        base_at = [c.flight.hit // CHUNK * CHUNK for c in group]
+        at_b: dict = {}
+
+        def capture(n, p, layer, r, c):
+            at_b[(n, layer)] = (r.clone(), c.clone())
+
+        t0 = self.clock.start()
+        ref = self.model.forward_batch(
+            torch.cat(toks),
+            cu,
+            [0] * len(group),
+            keep_outputs=True,
+            boundaries=[[b] if b > 0 else [] for b in base_at],
+            on_state=capture,
+        )
+        h = self.clock.stop(t0)
+        self.batch_log.append(BatchCall("reference", [(0, c.end) for c in group], h))
+        # the reference's state at each hit: its boundary state below the hit, carried to the
+        # hit by one untimed batch for the hits off a 64-multiple
+        base: list = [None] * len(group)
+        for n, b in enumerate(base_at):
+            if b > 0:
+                rec = torch.stack([at_b[(n, l)][0] for l in range(L)])
+                conv = torch.stack([at_b[(n, l)][1] for l in range(L)])
+                base[n] = StackState(b, rec, conv, None if ref.kv[n] is None else ref.kv[n][:, :, :b])
+        carry = [n for n, c in enumerate(group) if c.flight.hit > base_at[n]]
+        if carry:
+            ccu = [0]
+            ctoks = []
+            for n in carry:
+                ctoks.append(self._tokens(group[n].flight)[base_at[n] : group[n].flight.hit])
+                ccu.append(ccu[-1] + group[n].flight.hit - base_at[n])
+            rec0, conv0 = self._stacked([base[n] for n in carry])
+            kv = [None if base[n] is None else base[n].kv for n in carry]
+            moved = self.model.forward_batch(torch.cat(ctoks), ccu, [base_at[n] for n in carry], rec0, conv0, kv)
+            for i, n in enumerate(carry):
+                base[n] = moved.state(i, group[n].flight.hit)
+        for n, c in enumerate(group):
+            f = c.flight
+            ref_state = ref.state(n, c.end)
+            ref_outs = [o[cu[n] + f.hit : cu[n + 1]] for o in ref.outs]
+            ref_kv = ref.kv[n][:, :, : f.hit] if ref.kv[n] is not None else None
+            f.record.validated = True
+            self._judge(f, c.state, c.outs, ref_state, ref_outs, base[n], ref_kv)
+            f.start = f.tok_t = None
 
     def _late(self, f: _Flight, checkpoint: int, p: int) -> None:
         """Produce a state for a position already run past: recompute up to it (untimed)."""

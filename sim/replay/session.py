@@ -45,6 +45,10 @@ class ReplaySettings:
     # computed untimed), and first steps cross-checked against per-sequence forwards
     coast_steps: int = 4
     check_steps: int = 2
+    # batched replay (sim.replay.runner): requests per batched call (1: each request alone,
+    # timed one by one) and tokens per batched call
+    batch: int = 1
+    batch_tokens: int = 16384
 
     def validate(self) -> None:
         if self.validate_every < 1:
@@ -67,6 +71,10 @@ class ReplaySettings:
             raise UsageError(f"--measure must be device or wall, not {self.measure!r}")
         if self.coast_steps < 1:
             raise UsageError(f"--coast-steps must be >= 1, not {self.coast_steps}")
+        if self.batch < 1:
+            raise UsageError(f"--batch must be >= 1, not {self.batch}")
+        if self.batch_tokens < 1:
+            raise UsageError(f"--batch-tokens must be >= 1, not {self.batch_tokens}")
         if self.check_steps < 0:
             raise UsageError(f"--check-steps must be >= 0, not {self.check_steps}")
         if self.kernel not in kernel_choices():
@@ -112,6 +120,15 @@ def check_model(spec: ModelSpec, layers: Optional[int]) -> int:
             f"({spec.n_attn} attention + {spec.n_gdn} gated-delta)"
         )
     return n
+
+
+def check_batch(settings: ReplaySettings, config: SimConfig) -> None:
+    """``--batch`` > 1 batches a sequential stream only (a request's admits after its decode)."""
+    if settings.batch > 1 and (config.mode != "sequential" or config.effective_scheduler == "continuous"):
+        raise UsageError(
+            "--batch > 1 batches a sequential replay (--mode sequential): a DES stream's requests "
+            "are timed as they run (use --batch 1)"
+        )
 
 
 def first_requests(trace: Trace, n: Optional[int]) -> Trace:
@@ -275,6 +292,7 @@ def run_replay(
     preset = find_preset(config.policy)
     if preset is not None and preset.tuned_in_hindsight:
         raise UsageError(f"replay follows one simulation: {preset.name} (one per alpha) is not replayable")
+    check_batch(settings, config)
     trace = first_requests(trace, settings.requests)
     kernel = settings.backend
     if settings.device == "cpu" and GDN_BACKENDS[kernel].triton:
@@ -338,6 +356,8 @@ def _replay(
         tolerance=settings.tolerance,
         validate=settings.validation,
         measure=settings.measure,
+        batch=settings.batch,
+        batch_tokens=settings.batch_tokens,
         # every running request's flight stays open until it ends (a batch runs up to
         # --max-num-seqs of them at once)
         max_open=max(16, config.max_num_seqs + 8) if continuous else 16,
@@ -362,7 +382,13 @@ def _replay(
         shadow_store = CheckpointStore(shape, torch.float32, where="gpu", device=device)
         shadows = (
             Replayer(
-                shadow_model, shadow_store, tokens_of, validate_every=settings.validate_every, validate="tolerance"
+                shadow_model,
+                shadow_store,
+                tokens_of,
+                validate_every=settings.validate_every,
+                validate="tolerance",
+                batch=settings.batch,
+                batch_tokens=settings.batch_tokens,
             ),
         )
     warm_s = _warm(model, device, steps=continuous) if settings.warmup and device.type == "cuda" else 0.0
@@ -407,12 +433,23 @@ def _replay(
     summary["simulated_hit_tokens"] = int(sum(r.hit_tokens for r in records))
     summary["kernel"] = model.kernel
     summary["measure"] = settings.measure if device.type == "cuda" else "wall"
+    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    if settings.batch > 1:
+        summary.update(
+            measure.batch_summary(
+                replayer.batch_log,
+                spec,
+                counts,
+                wall_s=wall,
+                peak_tflops=measure.device_peak(dev_name, settings.dtype),
+                flushes=replayer.batch_flushes,
+            )
+        )
     step_rows = None
     if stepper is not None:
         from sim.replay import steps as step_rows_of
 
         step_rows = step_rows_of.step_table(executed, spec, timing, counts)
-        dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         summary.update(
             step_rows_of.step_summary(
                 step_rows,
