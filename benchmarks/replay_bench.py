@@ -17,6 +17,11 @@ Steps (each writes its results under --out as it goes, so a run cut short keeps 
    batched forward and timed (``--coast-steps`` per coasted decode run); it adds the modelled vs
    measured step time (median / P95 error, old estimate and calibrated model) and executed TFLOP/s
    over the timed steps and over the wall time, and writes ``steps.parquet``.
+   A sequential run with ``@N`` (e.g. ``marconi/exact/sequential@16``) is a batched replay
+   (``--batch N``, ``--batch-tokens``): every hit still validated, requests run as varlen batches
+   and their hits checked by batched from-scratch prefills; it reports the batch calls by kind and
+   executed TFLOP/s over the timed calls and over the wall time, each as a share of the peak (no
+   per-request times: compare its wall time with the same run without ``@N``).
 
     python benchmarks/replay_bench.py --prepare .replay_bench   # here: export the packed trace
     python benchmarks/replay_bench.py --packed .replay_bench/sharegpt.npz --out DIR   # on a GPU
@@ -263,6 +268,39 @@ def step_row(res, spec, timing_before, timing_after, counts) -> dict:
     )
 
 
+def batch_row(name, res) -> dict:
+    """A batched run's figures: what was validated, the batch calls by kind, executed TFLOP/s."""
+    s = res.summary
+    r = dict(
+        run=name,
+        requests=s["requests"],
+        input_tokens=s["input_tokens"],
+        hits=s["hits"],
+        hit_tokens=s["hit_tokens"],
+        hits_validated=s["hits_validated"],
+        kv_hits_validated=s["kv_hits_validated"],
+        failures=s["failures"],
+        kv_failures=s["kv_failures"],
+        max_rec_error=s["max_rec_error"],
+        max_conv_error=s["max_conv_error"],
+        max_out_error=s["max_out_error"],
+        max_kv_error=s["max_kv_error"],
+        wall_s=s["wall_s"],
+        warmup_s=s["warmup_s"],
+        tokens_per_s=s["tokens_per_s"],
+        tflops_timed=s["replay_tflops_timed"],
+        tflops_wall=s["replay_tflops_wall"],
+        peak_share_timed=s["replay_peak_share_timed"],
+        peak_share_wall=s["replay_peak_share_wall"],
+        batch_calls_host_bound=s["batch_calls_host_bound"],
+        batch_flushes=json.dumps(s["batch_flushes"]),
+    )
+    for kind, d in s["batch_calls"].items():
+        for k in ("calls", "sequences_per_call", "tokens_per_call", "ms", "tflops", "peak_share"):
+            r[f"{kind}_{k}"] = d[k]
+    return r
+
+
 def print_table(runs, header):
     print(f"\n=== {header}", flush=True)
     keys = list(dict.fromkeys(k for r in runs for k in r))  # continuous runs add step columns
@@ -291,6 +329,7 @@ def main() -> None:
         "--runs", default="marconi/exact/sequential,marconi/chunk/sequential,sglang+/exact/des,marconi/exact/des"
     )
     ap.add_argument("--requests", type=int, default=None)
+    ap.add_argument("--batch-tokens", type=int, default=16384, help="batched runs (@N): tokens per batched call")
     ap.add_argument(
         "--coast-steps", type=int, default=4, help="continuous runs: steps timed per coasted decode run (default 4)"
     )
@@ -404,7 +443,9 @@ def main() -> None:
     runs = []
     trace = load(args.trace, args.packed)
     for spec_run in args.runs.split(","):
-        policy, align, mode = spec_run.split("/")
+        base_run, _, at = spec_run.partition("@")
+        policy, align, mode = base_run.split("/")
+        batch = int(at) if at else 1
         elapsed = time.perf_counter() - t_all
         if args.budget_s and runs and elapsed + 1.1 * runs[-1]["wall_s"] > args.budget_s:
             print(f"--- {spec_run}: skipped (time budget {args.budget_s:.0f} s)", flush=True)
@@ -425,25 +466,30 @@ def main() -> None:
             layers=args.layers,
             dtype=args.dtype,
             requests=args.requests,
-            warmup=not warmed or continuous,
+            warmup=not warmed or continuous or batch > 1,
             coast_steps=args.coast_steps,
+            batch=batch,
+            batch_tokens=args.batch_tokens,
         )
         res = run_replay(trace, config, settings, build=build, timing=calibrated)
         warmed = True
         counts = res.settings["layers_replayed"]
-        before = errors_with(res, spec, old_estimate(spec), counts)
-        after = errors_with(res, spec, calibrated, counts)
-        r = row(spec_run, res, before, after)
-        r.update(roofline(res, spec, counts, dev))
-        if res.steps is not None:
-            r.update(step_row(res, spec, old_estimate(spec), calibrated, counts))
+        if batch > 1:
+            r = batch_row(spec_run, res)
+        else:
+            before = errors_with(res, spec, old_estimate(spec), counts)
+            after = errors_with(res, spec, calibrated, counts)
+            r = row(spec_run, res, before, after)
+            r.update(roofline(res, spec, counts, dev))
+            if res.steps is not None:
+                r.update(step_row(res, spec, old_estimate(spec), calibrated, counts))
         runs.append(r)
         print(json.dumps(r, default=float), flush=True)
         for f in res.failures[:5]:
             print("  FAIL", f.message(), flush=True)
         if out:
             output.write(
-                out / spec_run.replace("/", "-").replace("+", "plus"),
+                out / spec_run.replace("/", "-").replace("+", "plus").replace("@", "-b"),
                 res.summary,
                 res.settings,
                 res.requests,

@@ -166,10 +166,11 @@ def token_source(trace: Trace, seed: int):
     return tokens_of
 
 
-def _warm_steps(model) -> None:
+def _warm_steps(model, boundaries: bool = False) -> None:
     """The step executor's batches: one varlen call per chunk-count bucket a step can reach (up
     to 256 chunks of a sequence: ``--max-num-batched-tokens`` 16K), each with a ragged chunk from
-    a state, a sequence from scratch and decode tokens (untimed, thrown away)."""
+    a state, a sequence from scratch and decode tokens (untimed, thrown away). ``boundaries``:
+    batched replay's calls too, which hand over boundary states and keep every layer's output."""
     import torch
 
     for n in (1, 2, 4, 8, 16, 32, 64, 128, 256):
@@ -179,7 +180,18 @@ def _warm_steps(model) -> None:
         cu = [0]
         for L in lens:
             cu.append(cu[-1] + L)
-        model.forward_batch(torch.arange(cu[-1], device=model.device), cu, starts, *_zero_batch(model, starts))
+        toks = torch.arange(cu[-1], device=model.device)
+        model.forward_batch(toks, cu, starts, *_zero_batch(model, starts))
+        if boundaries:
+            model.forward_batch(
+                toks,
+                cu,
+                starts,
+                *_zero_batch(model, starts),
+                keep_outputs=True,
+                boundaries=[[], [64], [], []],
+                on_state=lambda *a: None,
+            )
     for N in (1, 16):  # decode-only steps (one token a sequence: total and count specialised)
         starts = [100] * N
         model.forward_batch(
@@ -204,7 +216,7 @@ def _zero_batch(model, starts: list) -> tuple:
     return rec0, conv0, kv
 
 
-def _warm(model, device, steps: bool = False) -> float:
+def _warm(model, device, steps: bool = False, batches: bool = False) -> float:
     """Compile every kernel specialisation a replay meets before anything is timed: the
     kernels' own ``warmup`` (Triton backend) at the stack's shapes and flags, then the stack
     itself from scratch and from a state, with and without boundary states and with a split (the
@@ -242,8 +254,8 @@ def _warm(model, device, steps: bool = False) -> float:
     model.run(toks[130:300], st, 130, [192, 250], lambda *a: None, keep_outputs=True)
     model.run(toks[:63], None, 0)
     model.run(toks[:64], None, 0, [64], lambda *a: None)
-    if steps:
-        _warm_steps(model)
+    if steps or batches:
+        _warm_steps(model, boundaries=batches)
     if device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - t0
@@ -391,7 +403,7 @@ def _replay(
                 batch_tokens=settings.batch_tokens,
             ),
         )
-    warm_s = _warm(model, device, steps=continuous) if settings.warmup and device.type == "cuda" else 0.0
+    warm_s = _warm(model, device, steps=continuous, batches=settings.batch > 1) if settings.warmup and device.type == "cuda" else 0.0
     built = []  # the Simulation, for the tests' hook (it exists once events flow)
     hook = (lambda name: after_event(name, built[0], replayer)) if after_event is not None else None
     obs = ReplayObserver(
