@@ -71,6 +71,36 @@ def test_full_depth_whole_model(chat):
     )
 
 
+@pytest.mark.parametrize("store", ["gpu", "host"])
+def test_batched_replay_validates_every_hit_at_qwen_shapes(chat, store):
+    """``--batch``: the same stream's hits all validated through the batched path (the Triton
+    kernels' varlen calls from restored states with boundary states), the store holding exactly
+    the simulator's live checkpoints, the batch calls timed with CUDA events."""
+    live_ok = []
+
+    def after(name, sim, replayer):
+        live_ok.append(replayer.store.ids() == set(sim.tree.checkpoints()))
+
+    cfg = SimConfig(
+        policy="marconi",
+        model="qwen3.5-9b",
+        capacity_bytes=2 * 10**9,
+        alpha=0.5,
+        state_alignment="chunk",
+        mode="sequential",
+    )
+    st = ReplaySettings(layers=4, dtype="bf16", store=store, device="cuda", batch=8)
+    res = run_replay(chat, cfg, st, build=build, after_event=after)
+    s = res.summary
+    assert res.failures == [], [f.message() for f in res.failures[:5]]
+    assert s["hits"] > 0 and s["hits_validated"] == s["hits"] == s["kv_hits_validated"]
+    assert all(live_ok)
+    calls = s["batch_calls"]
+    assert calls["suffix"]["calls"] >= 1 and calls["reference"]["calls"] >= 1
+    assert all(d["ms"] > 0 for d in calls.values()) and s["replay_tflops_timed"] > 0
+    print(store, {k: s[k] for k in ("hits", "max_restore_error", "wall_s", "replay_tflops_timed")})
+
+
 @pytest.mark.parametrize("validate", ["tolerance", "exact"])
 def test_planted_corruption_is_caught_on_gpu(validate):
     from sim.replay.model import GDNStack, ReplayShape
