@@ -463,7 +463,11 @@ class Replayer:
         reference's state at the hit (its boundary state at the 64-multiple below the hit,
         carried to the hit by a short untimed call when the hit is not 64-aligned): a per-head
         RMS norm after the core and decay along the suffix can hide a small state error from the
-        outputs, never from the state."""
+        outputs, never from the state. Batched replay queues the check instead (``_run_checks``)."""
+        if self.batch > 1:
+            self._checks.append(_Check(f, f.n_in, f.running, outs))
+            self._check_tokens += f.n_in
+            return
         rec = f.record
         tok = self._tokens(f)
         L = self.model.shape.layers
@@ -549,16 +553,20 @@ class Replayer:
             self._flush("full")
 
     def _run_single(self, f: _Flight, upto: int) -> None:
-        """A request that needs a split runs alone (``_run``); its timed calls join the log."""
+        """A request that needs a split runs alone (``_run``): its timed call joins the log, its
+        hit's check the queue of checks."""
         r = f.record
         self._run(f, upto)
-        for kind, h in (("single", r._suffix_h), ("reference", r._full_h if r.validated else None)):
-            if h is not None:
-                seg = r.suffix_segments if kind == "single" else r.full_segments
-                self.batch_log.append(BatchCall(kind, [tuple(x) for x in seg], h))
+        if r._suffix_h is not None:
+            self.batch_log.append(BatchCall("single", [tuple(x) for x in r.suffix_segments], r._suffix_h))
         r._suffix_h = r._full_h = r._suffix_marks = r._full_marks = None
         r._tail_h = []
-        f.start = f.running = f.tok_t = None
+        queued = bool(self._checks) and self._checks[-1].flight is f  # _run's check, if any, went last
+        f.running = None
+        if not queued:
+            f.start = f.tok_t = None
+        if self._check_tokens >= self.batch_tokens or len(self._checks) >= CHECKS_QUEUED * self.batch:
+            self._run_checks()
 
     def _stacked(self, starts: list) -> tuple:
         """Per gated-delta layer, the sequences' states ``[L, N, ...]`` (zeros where None)."""

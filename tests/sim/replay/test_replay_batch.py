@@ -136,6 +136,20 @@ def test_a_state_off_a_boundary_runs_the_request_alone(model):
     assert rp.failures == [] and rp.records[1].validated
     singles = [c for c in rp.batch_log if c.kind == "single"]
     assert [c.segments for c in singles] == [[(0, 90), (90, 100)]]
+    # request 1 (hit 90, no split) ran in a batch; its check joined the batched references
+    assert [c.segments for c in rp.batch_log if c.kind == "reference"] == [[(0, 170)]]
+
+
+def test_a_split_requests_hit_is_checked_in_the_batched_references(model):
+    rp, store = make(model, batch=8)
+    turn(rp, 0, admits=[(1, 64), (4, 130)])
+    turn(rp, 1, cp=1, hit=64, admits=[(6, 150), (8, 170)])  # 150: a split of request 1's prompt
+    turn(rp, 3)
+    rp.finish()
+    assert rp.failures == [] and rp.records[1].validated and rp.records[1].max_rec_error < 0.2
+    assert [c.segments for c in rp.batch_log if c.kind == "single"] == [[(64, 150), (150, 170)]]
+    assert [c.segments for c in rp.batch_log if c.kind == "reference"] == [[(0, 170)]]
+    assert store.info(6).filled and store.info(8).filled
 
 
 def _chain(rp):
