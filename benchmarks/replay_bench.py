@@ -177,12 +177,8 @@ def roofline(res, spec, counts, dev, dtype_bytes: int = 2) -> dict:
     )
 
 
-def row(name, res, before, after):
-    s = res.summary
-    by = s["measured_ms_by_layer_type"]
-    tot = sum(by.values()) or 1.0
-    split = res.requests[res.requests["splits"] > 0]["suffix_ms"]
-    one = res.requests[(res.requests["splits"] == 0) & res.requests["suffix_ms"].notna()]["suffix_ms"]
+def validated(name, s) -> dict:
+    """The columns every run has: what was replayed and validated, wall time, executed TFLOP/s."""
     return dict(
         run=name,
         requests=s["requests"],
@@ -202,6 +198,17 @@ def row(name, res, before, after):
         tokens_per_s=s["tokens_per_s"],
         tflops_timed=s["replay_tflops_timed"],
         tflops_wall=s["replay_tflops_wall"],
+    )
+
+
+def row(name, res, before, after):
+    s = res.summary
+    by = s["measured_ms_by_layer_type"]
+    tot = sum(by.values()) or 1.0
+    split = res.requests[res.requests["splits"] > 0]["suffix_ms"]
+    one = res.requests[(res.requests["splits"] == 0) & res.requests["suffix_ms"].notna()]["suffix_ms"]
+    return dict(
+        **validated(name, s),
         share_attention=by["attention"] / tot,
         share_gated_delta=by["gated_delta"] / tot,
         share_mlp=by["mlp"] / tot,
@@ -272,24 +279,7 @@ def batch_row(name, res) -> dict:
     """A batched run's figures: what was validated, the batch calls by kind, executed TFLOP/s."""
     s = res.summary
     r = dict(
-        run=name,
-        requests=s["requests"],
-        input_tokens=s["input_tokens"],
-        hits=s["hits"],
-        hit_tokens=s["hit_tokens"],
-        hits_validated=s["hits_validated"],
-        kv_hits_validated=s["kv_hits_validated"],
-        failures=s["failures"],
-        kv_failures=s["kv_failures"],
-        max_rec_error=s["max_rec_error"],
-        max_conv_error=s["max_conv_error"],
-        max_out_error=s["max_out_error"],
-        max_kv_error=s["max_kv_error"],
-        wall_s=s["wall_s"],
-        warmup_s=s["warmup_s"],
-        tokens_per_s=s["tokens_per_s"],
-        tflops_timed=s["replay_tflops_timed"],
-        tflops_wall=s["replay_tflops_wall"],
+        **validated(name, s),
         peak_share_timed=s["replay_peak_share_timed"],
         peak_share_wall=s["replay_peak_share_wall"],
         batch_calls_host_bound=s["batch_calls_host_bound"],

@@ -30,12 +30,19 @@ def chat():
     "alignment, mode, dtype, store",
     [("exact", "des", "bf16", "gpu"), ("chunk", "sequential", "bf16", "host"), ("exact", "sequential", "fp32", "gpu")],
 )
-def test_qwen_shapes_all_hits_validated(chat, alignment, mode, dtype, store):
+def live_checker():
+    """``(after_event hook, list)``: after every event, whether the store holds exactly the
+    simulator's live checkpoints."""
     live_ok = []
 
     def after(name, sim, replayer):
         live_ok.append(replayer.store.ids() == set(sim.tree.checkpoints()))
 
+    return after, live_ok
+
+
+def test_qwen_shapes_all_hits_validated(chat, alignment, mode, dtype, store):
+    after, live_ok = live_checker()
     cfg = SimConfig(
         policy="marconi", model="qwen3.5-9b", capacity_bytes=2 * 10**9, alpha=0.5, state_alignment=alignment, mode=mode
     )
@@ -76,11 +83,7 @@ def test_batched_replay_validates_every_hit_at_qwen_shapes(chat, store):
     """``--batch``: the same stream's hits all validated through the batched path (the Triton
     kernels' varlen calls from restored states with boundary states), the store holding exactly
     the simulator's live checkpoints, the batch calls timed with CUDA events."""
-    live_ok = []
-
-    def after(name, sim, replayer):
-        live_ok.append(replayer.store.ids() == set(sim.tree.checkpoints()))
-
+    after, live_ok = live_checker()
     cfg = SimConfig(
         policy="marconi",
         model="qwen3.5-9b",
