@@ -63,6 +63,11 @@ def fig_replay(requests: pd.DataFrame, summary: dict | None = None):
         raise UsageError("plots need matplotlib: pip install 'marconi-sim[notebooks]'") from None
     import numpy as np
 
+    if summary and "batch_calls" in summary:
+        raise UsageError(
+            "a batched replay (--batch > 1) times batches, not requests: plot the per-request "
+            "replay's output (--batch 1); the batch figures are in its summary.json"
+        )
     df = requests[requests["suffix_ms"].notna() & (requests["suffix_ms"] > 0)]
     held = held_up(df)
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))

@@ -403,7 +403,9 @@ def _replay(
                 batch_tokens=settings.batch_tokens,
             ),
         )
-    warm_s = _warm(model, device, steps=continuous, batches=settings.batch > 1) if settings.warmup and device.type == "cuda" else 0.0
+    warm_s = 0.0
+    if settings.warmup and device.type == "cuda":
+        warm_s = _warm(model, device, steps=continuous, batches=settings.batch > 1)
     built = []  # the Simulation, for the tests' hook (it exists once events flow)
     hook = (lambda name: after_event(name, built[0], replayer)) if after_event is not None else None
     obs = ReplayObserver(

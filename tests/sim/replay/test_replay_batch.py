@@ -300,12 +300,15 @@ def test_bad_batch_options_exit_2_with_one_line(args, says, tmp_path):
     assert not (tmp_path / "t.json").exists()
 
 
-def test_batched_table_shows_the_batch_calls():
+def test_batched_table_shows_the_batch_calls_and_its_folder_has_no_request_figure(tmp_path):
     p = marconi(
         "replay", "--device", "cpu", "--model", "replay-tiny", "--trace", CHAT, "--requests", "12",
-        "--mode", "sequential", "--batch", "4", "--no-progress",
+        "--mode", "sequential", "--batch", "4", "--no-progress", "--out", tmp_path / "run",
     )  # fmt: skip
     out = p.stdout
     assert "batched calls" in out and "suffix" in out and "reference" in out
     assert "time model error" not in out and "measured prefill with cache" not in out
     assert "failures (KV)                   0 (0)" in out
+    p = marconi("plot", tmp_path / "run", "--kind", "replay", "--out", tmp_path / "fig", check=False)
+    assert p.returncode == 2 and "a batched replay" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "fig" / "replay.png").exists()
