@@ -6,7 +6,9 @@ busy, so that nothing in the profile waits for the GPU.
 
 For each shape: the host microseconds per call (the ``kernel_bench`` measure: a ~50 ms sleep kernel
 queued first, calls enqueued back to back, timed on the host) with metadata prepared beforehand (as
-a model step shares it across layers), with Triton's own launch path for the same call (the first
+a model step shares it across layers), with the caller's buffers kept across calls (``out``,
+``final_state_out``, ``boundary_out``, ``workspace``: the call allocates nothing), with Triton's
+own launch path for the same call (the first
 launch of a plan always takes it; ``KERNELS_LAUNCH=triton`` forces it), with metadata built in the
 call, and for the metadata alone; the direct path's parts timed alone (``PART`` lines: checks,
 launch table, plan key, allocations, the call with its launches skipped); then the profile's top
@@ -120,7 +122,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
-    from kernels import chunk_gated_delta_rule, chunk_gdn, prepare_chunk_metadata
+    from kernels import chunk_gated_delta_rule, chunk_gdn, prepare_chunk_metadata, workspace_bytes
 
     direct = chunk_gdn._DIRECT
 
@@ -156,6 +158,16 @@ def main(argv=None) -> int:
                 ),
                 "metadata only": lambda: prepare_chunk_metadata([0, T], device=dev),
             }
+            # the caller's buffers, kept across calls (the call allocates nothing)
+            bufs = dict(
+                out=torch.empty_like(v),
+                final_state_out=torch.empty(1, hv, q.shape[3], v.shape[3], device=dev),
+                boundary_out=torch.empty(meta.num_boundaries, hv, q.shape[3], v.shape[3], device=dev),
+                workspace=torch.empty(workspace_bytes(q, v, meta), dtype=torch.uint8, device=dev),
+            )
+            cases["states+meta, preallocated"] = lambda: chunk_gated_delta_rule(
+                q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta, **bufs
+            )
             cases["states+meta, Triton's launch path"] = triton_launch(cases["states+meta"])
             if fla is not None:
                 cases["fla"] = lambda: fla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True)

@@ -19,6 +19,7 @@ INSTALL_HINT = "pip install 'marconi-sim[kernels]'"
 _EXPORTS = {
     "chunk_gated_delta_rule": "kernels.chunk_gdn",
     "check_args": "kernels.chunk_gdn",
+    "workspace_bytes": "kernels.chunk_gdn",
     "prepare_chunk_metadata": "kernels._common",
     "ChunkMetadata": "kernels._common",
     "causal_conv1d": "kernels.conv",

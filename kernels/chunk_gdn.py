@@ -904,13 +904,70 @@ def _remember_plan(compiled, fns, lists, lp, key) -> None:
     _PLANS[key] = _Plan(launches, tuple(getters), tuple(fixed), lp)
 
 
+#: byte alignment of a caller's ``workspace`` on a GPU (the scratch layout aligns every tensor to it)
+WORKSPACE_ALIGN = 256
+
+
+def workspace_bytes(q, v, chunk_metadata: ChunkMetadata) -> int:
+    """Bytes of scratch one call of ``chunk_gated_delta_rule`` on these inputs and metadata uses:
+    the least ``numel`` of a ``workspace`` (uint8) that a caller keeps and passes to every call, so
+    that a call allocates no scratch of its own."""
+    B, T = q.shape[0], q.shape[1]
+    HV, K, V = v.shape[2], q.shape[3], v.shape[3]
+    return _scratch_layout(B * T, chunk_metadata.num_chunks, HV, K, V, q.element_size())[1]
+
+
+def _given(name: str, t, shape: tuple, dtype, dev, align: int = 16):
+    """A caller's preallocated buffer, checked: its shape, dtype, device, contiguity and address
+    alignment (the compiled kernels take outputs as 16-byte aligned); one-line ValueError."""
+    if t.shape != shape or t.dtype != dtype or t.device != dev:
+        raise ValueError(f"{name} must be {shape} {dtype} on {dev}, got {tuple(t.shape)} {t.dtype} on {t.device}")
+    if not t.is_contiguous() or t.data_ptr() % align:
+        raise ValueError(f"{name} must be contiguous and {align}-byte aligned (a fresh allocation is)")
+    return t
+
+
+def _buffers(
+    out, final_state_out, boundary_out, workspace, *, B, T, N, NB, HV, K, V, dt, state_dtype, store_b, dev, nbytes
+):
+    """``(o [B*T, HV, V], ht, hb or None, scratch uint8 [nbytes])``: the caller's buffers where
+    given (checked: ``out`` [B, T, HV, V] in the inputs' dtype, ``final_state_out`` [N, HV, K, V]
+    fp32, ``boundary_out`` [NB, HV, K, V] in ``state_dtype``, ``workspace`` uint8 of at least
+    ``nbytes``), fresh allocations otherwise."""
+    if out is None:
+        o = torch.empty(B * T, HV, V, dtype=dt, device=dev)
+    else:
+        o = _given("out", out, (B, T, HV, V), dt, dev).view(B * T, HV, V)
+    if final_state_out is None:
+        ht = torch.empty(N, HV, K, V, dtype=torch.float32, device=dev)
+    else:
+        ht = _given("final_state_out", final_state_out, (N, HV, K, V), torch.float32, dev)
+    hb = None
+    if store_b:
+        if boundary_out is None:
+            hb = torch.empty(NB, HV, K, V, dtype=state_dtype, device=dev)
+        else:
+            hb = _given("boundary_out", boundary_out, (NB, HV, K, V), state_dtype, dev)
+    if workspace is None:
+        return o, ht, hb, torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    if workspace.dim() != 1 or workspace.numel() < nbytes:
+        raise ValueError(
+            f"workspace must be 1-d uint8 with at least {nbytes} elements (kernels.workspace_bytes), "
+            f"got {tuple(workspace.shape)}"
+        )
+    # a GPU's allocations are 512-byte aligned; a CPU's (the interpreter's) 64
+    align = WORKSPACE_ALIGN if dev.type == "cuda" else 16
+    return o, ht, hb, _given("workspace", workspace, tuple(workspace.shape), torch.uint8, dev, align)
+
+
 def _fp32_vector(x, dev) -> bool:
     return x is not None and x.dtype == torch.float32 and x.is_contiguous() and x.device == dev
 
 
-def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, meta, l2norm, lp, gate, beta_sig):
+def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, meta, l2norm, lp, gate, beta_sig, given):
     """The call on a remembered plan, launched directly; None where no plan applies. ``gate``:
-    (A_log, dt_bias) fp32 for the in-kernel gate, or None."""
+    (A_log, dt_bias) fp32 for the in-kernel gate, or None; ``given``: the caller's buffers
+    (out, final_state_out, boundary_out, workspace; each None or a tensor)."""
     _, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     dt, dev = q.dtype, q.device
@@ -925,11 +982,18 @@ def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, m
     if plan is None or plan.lp is not lp or _hooks_active(rt[1]):
         return None
     N, NT = meta.num_seqs, meta.num_chunks
-    o = torch.empty(1, T, HV, V, dtype=dt, device=dev)
-    ht = torch.empty(N, HV, K, V, dtype=torch.float32, device=dev)
-    hb = torch.empty(meta.num_boundaries, HV, K, V, dtype=state_dtype, device=dev) if store_b else None
     offs, nbytes = _scratch_layout(T, NT, HV, K, V, q.element_size())
-    scratch = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    if given is None:
+        o = torch.empty(1, T, HV, V, dtype=dt, device=dev)
+        ht = torch.empty(N, HV, K, V, dtype=torch.float32, device=dev)
+        hb = torch.empty(meta.num_boundaries, HV, K, V, dtype=state_dtype, device=dev) if store_b else None
+        scratch = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    else:
+        o, ht, hb, scratch = _buffers(
+            *given, B=1, T=T, N=N, NB=meta.num_boundaries, HV=HV, K=K, V=V, dt=dt,
+            state_dtype=state_dtype, store_b=store_b, dev=dev, nbytes=nbytes,
+        )  # fmt: skip
+        o = given[0] if given[0] is not None else o.view(1, T, HV, V)
     base = scratch.data_ptr()
     w, u, vn, A, hbuf, fd, gcum, glast = (base + off for off in offs)
     o_ptr, ht_ptr = o.data_ptr(), ht.data_ptr()
@@ -984,6 +1048,10 @@ def chunk_gated_delta_rule(
     use_beta_sigmoid=False,
     chunk_metadata: Optional[ChunkMetadata] = None,
     input_precision: Optional[str] = None,
+    out=None,
+    final_state_out=None,
+    boundary_out=None,
+    workspace=None,
 ):
     """Chunked gated-delta-rule forward.
 
@@ -999,8 +1067,20 @@ def chunk_gated_delta_rule(
     ``meta.boundary_positions[n]``). With ``chunk_metadata`` given (see ``prepare_chunk_metadata``)
     the call does no device-to-host sync and the metadata's boundary selection is used.
     ``input_precision`` applies to fp32 inputs on GPU ("ieee" default, "tf32", "tf32x3").
+
+    Preallocated buffers (a caller that keeps them allocates nothing per call): ``out`` ``[B, T,
+    HV, V]`` in q's dtype, ``final_state_out`` ``[N, HV, K, V]`` fp32, ``boundary_out`` ``[NB, HV,
+    K, V]`` in ``state_dtype``, each contiguous and 16-byte aligned, returned as given (written);
+    ``workspace``: 1-d uint8 of at least ``workspace_bytes(q, v, chunk_metadata)`` elements,
+    256-byte aligned, the call's scratch (free again when the call's kernels have run on its
+    stream). A wrong buffer is a one-line ValueError.
     """
     check_args(q, k, v, g, beta)
+    given = (
+        None
+        if out is None and final_state_out is None and boundary_out is None and workspace is None
+        else (out, final_state_out, boundary_out, workspace)
+    )
     if (
         _DIRECT
         and chunk_metadata is not None
@@ -1038,6 +1118,7 @@ def chunk_gated_delta_rule(
             launch_params(q.shape[3], v.shape[3], q.dtype, input_precision),
             (A_log, dt_bias) if use_gate_in_kernel else None,
             bool(use_beta_sigmoid),
+            given,
         )
         if res is not None:
             return res
@@ -1067,19 +1148,19 @@ def chunk_gated_delta_rule(
     v2 = _rows(v, TT, HV, V)
     g2, b2 = _rows(g, TT, HV, None), _rows(beta, TT, HV, None)
     store_b = bool(boundary_states)
-    o = torch.empty(TT, HV, V, dtype=dt, device=dev)
-    ht = torch.empty(N, HV, K, V, dtype=torch.float32, device=dev)
-    hb = torch.empty(meta.num_boundaries, HV, K, V, dtype=state_dtype, device=dev) if store_b else None
+    offs, nbytes = _scratch_layout(TT, NT, HV, K, V, q.element_size())
+    o, ht, hb, scratch = _buffers(
+        out, final_state_out, boundary_out, workspace, B=B, T=T, N=N, NB=meta.num_boundaries, HV=HV, K=K, V=V,
+        dt=dt, state_dtype=state_dtype, store_b=store_b, dev=dev, nbytes=nbytes,
+    )  # fmt: skip
     h0 = initial_state.float().contiguous() if initial_state is not None else ht
     if NT == 0:
         if N > 0:
             ht.copy_(h0) if initial_state is not None else ht.zero_()
-        return o.reshape(B, T, HV, V), ht, hb
+        return (o.reshape(B, T, HV, V) if out is None else out), ht, hb
     if use_gate_in_kernel:
         A_log_t, dt_bias_t = A_log.float().contiguous(), dt_bias.float().contiguous()
     lp = launch_params(K, V, dt, input_precision)
-    offs, nbytes = _scratch_layout(TT, NT, HV, K, V, q.element_size())
-    scratch = torch.empty(nbytes, dtype=torch.uint8, device=dev)
     half_shapes, f32_shapes = _scratch_shapes(TT, NT, HV, K, V)
     w, u, vn, A, hbuf, fd, gcum, glast = (
         scratch[off : off + math.prod(shape) * t.itemsize].view(t).view(shape)
@@ -1160,4 +1241,4 @@ def chunk_gated_delta_rule(
                 ),
             ),
         )
-    return o.reshape(B, T, HV, V), ht, hb
+    return (o.reshape(B, T, HV, V) if out is None else out), ht, hb
