@@ -18,6 +18,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hst
 
 torch = pytest.importorskip("torch")
 
@@ -221,7 +223,7 @@ def chat():
     return load_trace(CHAT, TraceOptions())
 
 
-def _replay(trace, alignment, batch):
+def _replay(trace, alignment, batch, capacity=40_000, requests=24):
     live_ok = []
 
     def after(name, sim, rp):
@@ -230,12 +232,12 @@ def _replay(trace, alignment, batch):
     cfg = SimConfig(
         policy="marconi",
         model="replay-tiny",
-        capacity_bytes=40_000,
+        capacity_bytes=capacity,
         alpha=0.5,
         state_alignment=alignment,
         mode="sequential",
     )
-    st = ReplaySettings(device="cpu", dtype="fp32", requests=24, batch=batch)
+    st = ReplaySettings(device="cpu", dtype="fp32", requests=requests, batch=batch)
     res = run_replay(trace, cfg, st, build=build, after_event=after)
     assert live_ok and all(live_ok)
     return res
@@ -258,6 +260,37 @@ def test_batched_replay_validates_what_the_per_request_replay_validates(chat, al
     assert calls["reference"]["sequences"] + calls.get("single", {}).get("calls", 0) >= s["hits_validated"] // 2
     assert many.requests["suffix_ms"].isna().all()
     assert s["replay_tflops_timed"] > 0 and s["replay_tflops_wall"] > 0
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sessions=hst.integers(2, 4),
+    turns=hst.integers(2, 4),
+    prompt=hst.integers(20, 140),
+    user=hst.integers(5, 70),
+    output=hst.integers(1, 40),
+    capacity=hst.sampled_from([15_000, 40_000, 10**6]),
+    alignment=hst.sampled_from(["exact", "chunk"]),
+    batch=hst.integers(2, 6),
+)
+def test_batched_replay_matches_the_per_request_replay_on_random_chat_traces(
+    sessions, turns, prompt, user, output, capacity, alignment, batch
+):
+    """Whatever the conversations, the cache size (evictions of queued checkpoints included) and
+    the batch size: no failure, every hit validated, the same hits and executed FLOPs as one
+    request at a time, and the store in step with the simulator after every event."""
+    trace = load_trace(
+        f"synthetic:chat:sessions={sessions},turns={turns},prompt_tokens={prompt},user_tokens={user},"
+        f"output_tokens={output},prompts=2",
+        TraceOptions(),
+    )
+    one = _replay(trace, alignment, 1, capacity=capacity, requests=None)
+    many = _replay(trace, alignment, batch, capacity=capacity, requests=None)
+    for res in (one, many):
+        assert res.failures == [], [f.message() for f in res.failures]
+        assert res.summary["hits_validated"] == res.summary["hits"]
+    for k in ("hits", "hit_tokens", "kv_hits_validated", "replay_flops_executed", "splits", "late_admits"):
+        assert one.summary[k] == many.summary[k], k
 
 
 # ---- the summary and the CLI -----------------------------------------------------------------
