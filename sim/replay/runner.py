@@ -618,8 +618,8 @@ class Replayer:
                     self._put_kv(f, cp, end)
             if f.pos < f.n_in:  # the prompt part, as the per-request replay counts it
                 f.record.suffix_segments.append((f.pos, f.n_in))
-            if j.validate:
-                outs = [o[cu[n] : cu[n + 1]] for o in out.outs]
+            if j.validate:  # copies: a view would keep the whole batch's outputs alive until the check
+                outs = [o[cu[n] : cu[n + 1]].clone() for o in out.outs]
                 self._checks.append(_Check(f, j.end, end, outs))
                 self._check_tokens += j.end
             else:
