@@ -26,10 +26,6 @@ def chat():
     return load_trace(CHAT, TraceOptions())
 
 
-@pytest.mark.parametrize(
-    "alignment, mode, dtype, store",
-    [("exact", "des", "bf16", "gpu"), ("chunk", "sequential", "bf16", "host"), ("exact", "sequential", "fp32", "gpu")],
-)
 def live_checker():
     """``(after_event hook, list)``: after every event, whether the store holds exactly the
     simulator's live checkpoints."""
@@ -41,6 +37,10 @@ def live_checker():
     return after, live_ok
 
 
+@pytest.mark.parametrize(
+    "alignment, mode, dtype, store",
+    [("exact", "des", "bf16", "gpu"), ("chunk", "sequential", "bf16", "host"), ("exact", "sequential", "fp32", "gpu")],
+)
 def test_qwen_shapes_all_hits_validated(chat, alignment, mode, dtype, store):
     after, live_ok = live_checker()
     cfg = SimConfig(
