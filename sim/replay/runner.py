@@ -114,7 +114,9 @@ class Replayer:
     every hit). ``validate``: ``exact`` (default; the restored bits against the produced ones, then
     numerics within the dtype's tolerance), ``shadow`` (the same here; the session adds an fp32
     shadow replayer), ``tolerance`` (numerics only). ``check_hash=False`` skips the bookkeeping
-    check (tests show numerics alone also catch a shifted position).
+    check (tests show numerics alone also catch a shifted position). ``batch`` > 1: batched
+    replay of a sequential stream (module docstring), up to ``batch`` requests or
+    ``batch_tokens`` tokens a call; its timed calls are in ``batch_log``.
     """
 
     def __init__(
