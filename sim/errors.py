@@ -12,3 +12,16 @@ class UsageError(ValueError):
 
 #: every error that is the user's to fix (bad flags, bad trace, bad policy): one line, exit code 2
 USER_ERRORS = (UsageError, TraceError, PolicyError)
+
+
+def interrupted(exc: BaseException | None) -> bool:
+    """A Ctrl-C: a KeyboardInterrupt, or an error raised while one propagated (an interrupt that
+    lands while a thread waits on a lock can leave the lock unheld, and its release then raises
+    RuntimeError with the interrupt as its context)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__context__
+    return False

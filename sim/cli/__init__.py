@@ -28,7 +28,7 @@ import click  # noqa: E402 - after the handler above
 
 from kernels import cli as kernels_cli  # noqa: E402
 from sim.cli import advise, models, plot, policies, replay, run, sweep, traces  # noqa: E402
-from sim.errors import USER_ERRORS  # noqa: E402
+from sim.errors import USER_ERRORS, interrupted  # noqa: E402
 
 
 class Main(click.Group):
@@ -46,7 +46,9 @@ class Main(click.Group):
             where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
             click.echo(f"Error: {' '.join(exc.format_message().split())}{where}", err=True)
             sys.exit(2)
-        except KeyboardInterrupt:
+        except BaseException as exc:
+            if not interrupted(exc) or isinstance(exc, SystemExit):
+                raise
             click.echo("Interrupted.", err=True)
             sys.exit(130)
 

@@ -16,7 +16,7 @@ from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any, Callable
 
-from sim.errors import USER_ERRORS, UsageError
+from sim.errors import USER_ERRORS, UsageError, interrupted
 from sim.experiments.grid import Task
 from sim.experiments.store import is_done, write_result
 from sim.simulate import simulate
@@ -272,7 +272,9 @@ def run_sweep(
                     on_result(task, result)
             bar.update(1)
             bar.set_postfix_str(describe(task), refresh=False)
-    except KeyboardInterrupt:
+    except BaseException as exc:
+        if not interrupted(exc):
+            raise
         report.interrupted = True
     finally:
         bar.close()

@@ -36,7 +36,7 @@ from typing import Any
 from policies.base import get_preset
 from sim.config import SimConfig, flag_of, format_size
 from sim.cost import get_model
-from sim.errors import UsageError
+from sim.errors import UsageError, interrupted
 from policies.base import PolicyError
 from sim.experiments.advise.space import Space, build_space, pool_states
 from sim.experiments.grid import Task, make_task
@@ -328,10 +328,12 @@ class Evaluator:
         futures = [self._pool.submit(execute, t) for t in tasks]
         try:
             return [f.exception() or f.result() for f in futures]
-        except KeyboardInterrupt:
+        except BaseException as exc:
+            if not interrupted(exc):
+                raise
             for f in futures:
                 f.cancel()
-            raise
+            raise KeyboardInterrupt from None  # an interrupt inside a future's wait can surface as RuntimeError
 
 
 def metrics_of(result: dict) -> dict:
@@ -486,7 +488,9 @@ def run_study(
             pending = []
             if done >= n_trials:
                 break
-    except KeyboardInterrupt:
+    except BaseException as exc:
+        if not interrupted(exc):
+            raise
         report.interrupted = True
     finally:
         guard.__exit__()
