@@ -983,7 +983,7 @@ def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, m
         return None
     N, NT = meta.num_seqs, meta.num_chunks
     offs, nbytes = _scratch_layout(T, NT, HV, K, V, q.element_size())
-    if given is None:
+    if given is None:  # the common call: ``_buffers``'s fresh allocations, without its call and checks
         o = torch.empty(1, T, HV, V, dtype=dt, device=dev)
         ht = torch.empty(N, HV, K, V, dtype=torch.float32, device=dev)
         hb = torch.empty(meta.num_boundaries, HV, K, V, dtype=state_dtype, device=dev) if store_b else None

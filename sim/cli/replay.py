@@ -157,46 +157,46 @@ def format_summary(s: dict, settings: dict) -> str:
             f"{settings['tolerance'][1]:.3g})",
         ),
         ("validation", _validation_line(s)),
-        (
-            "measured prefill with cache",
-            f"{s['measured_ms_with_cache']:,.1f} ms ("
-            + ", ".join(f"{k} {v:,.0f}" for k, v in s.get("measured_ms_by_layer_type", {}).items())
-            + ")",
-        ),
-        (
-            "measured prefill without cache",
-            f"{s['measured_ms_without_cache']:,.1f} ms ({s['requests_full_measured']} requests timed in full)",
-        ),
-        (
-            "saved on validated hits",
-            f"measured {s['measured_ms_saved_validated']:,.1f} ms, modelled {s['modelled_ms_saved_validated']:,.1f} ms",
-        ),
-        ("FLOPs saved", f"executed {s['measured_flops_saved']:.3e}, simulated {s['simulated_flops_saved']:.3e}"),
-        ("time model error", _error_line(s)),
-        ("store peak", format_size(s["store_peak_bytes"])),
+    ]
+    batched = "batch_calls" in s  # requests ran in batches: no per-request times, the batches' instead
+    if not batched:
+        rows += [
+            (
+                "measured prefill with cache",
+                f"{s['measured_ms_with_cache']:,.1f} ms ("
+                + ", ".join(f"{k} {v:,.0f}" for k, v in s.get("measured_ms_by_layer_type", {}).items())
+                + ")",
+            ),
+            (
+                "measured prefill without cache",
+                f"{s['measured_ms_without_cache']:,.1f} ms ({s['requests_full_measured']} requests timed in full)",
+            ),
+            (
+                "saved on validated hits",
+                f"measured {s['measured_ms_saved_validated']:,.1f} ms, modelled {s['modelled_ms_saved_validated']:,.1f} ms",
+            ),
+        ]
+    rows.append(
+        ("FLOPs saved", f"executed {s['measured_flops_saved']:.3e}, simulated {s['simulated_flops_saved']:.3e}")
+    )
+    if not batched:
+        rows.append(("time model error", _error_line(s)))
+    rows.append(("store peak", format_size(s["store_peak_bytes"])))
+    if batched:
+        rows.append(("batched calls", batch_line(s)))
+    share_timed, share_wall = s.get("replay_peak_share_timed"), s.get("replay_peak_share_wall")
+    rows.append(
         (
             "wall",
             f"{s['wall_s']:.1f} s ({s['tokens_per_s']:,.0f} input tokens/s; executed "
-            f"{s.get('replay_tflops_timed', float('nan')):.1f} TFLOP/s over timed prefills, "
-            f"{s.get('replay_tflops_wall', float('nan')):.1f} over the wall time)",
-        ),
-    ]
-    if "batch_calls" in s:
-        # requests ran in batches: no per-request times (those rows say nothing), the batches' instead
-        per_request = ("measured prefill with cache", "measured prefill without cache", "saved on validated hits")
-        rows = [r for r in rows if r[0] not in per_request + ("time model error", "wall")]
-        rows.append(("batched calls", batch_line(s)))
-        rows.append(
-            (
-                "wall",
-                f"{s['wall_s']:.1f} s ({s['tokens_per_s']:,.0f} input tokens/s; executed "
-                f"{s['replay_tflops_timed']:.1f} TFLOP/s over the timed calls"
-                + (f" ({s['replay_peak_share_timed']:.0%} of peak)" if s.get("replay_peak_share_timed") else "")
-                + f", {s['replay_tflops_wall']:.1f} over the wall time"
-                + (f" ({s['replay_peak_share_wall']:.0%})" if s.get("replay_peak_share_wall") else "")
-                + ")",
-            )
+            f"{s.get('replay_tflops_timed', float('nan')):.1f} TFLOP/s over "
+            + ("the timed calls" if batched else "timed prefills")
+            + (f" ({share_timed:.0%} of peak)" if share_timed else "")
+            + f", {s.get('replay_tflops_wall', float('nan')):.1f} over the wall time"
+            + (f" ({share_wall:.0%})" if share_wall else "")
+            + ")",
         )
+    )
     if "steps_executed" in s:
         rows.append(("step time", step_line(s)))
     if "time_model_median_error_calibrated" in s:
@@ -407,8 +407,6 @@ def register(main: click.Group) -> None:
             batch_tokens=batch_tokens,
         )
         settings.validate()  # before any output folder is made (the config too, below)
-        if batch > 1 and calibrate_path is not None:
-            raise UsageError("--calibrate fits per-request times: use --batch 1 (a batched replay times batches)")
         config = SimConfig(
             policy=policy,
             model=model,
@@ -424,7 +422,7 @@ def register(main: click.Group) -> None:
             seed=seed,
         )
         config.validate()
-        check_batch(settings, config)
+        check_batch(settings, config, calibrating=calibrate_path is not None)
         check_before_work(get_model(model), calibrate_path, out, force, kwargs.get("trace"))
         trace = trace_from_cli(kwargs)
         if device == "cpu":

@@ -677,7 +677,7 @@ class HybridModel:
         x = self.embed(tokens)
         if boundaries is not None and len(boundaries) != N:
             raise ValueError("forward_batch needs one list of boundary positions per sequence")
-        wanted = [list(b) for b in boundaries] if boundaries is not None else [[] for _ in range(N)]
+        wanted = boundaries if boundaries is not None else [[]] * N
         want = any(wanted)
         meta = prepare_chunk_metadata(cu, starts, boundary_indices=wanted, device=self.device) if s.layers else None
         bufs = None

@@ -467,8 +467,7 @@ class Replayer:
         RMS norm after the core and decay along the suffix can hide a small state error from the
         outputs, never from the state. Batched replay queues the check instead (``_run_checks``)."""
         if self.batch > 1:
-            self._checks.append(_Check(f, f.n_in, f.running, outs))
-            self._check_tokens += f.n_in
+            self._queue_check(_Check(f, f.n_in, f.running, outs))
             return
         rec = f.record
         tok = self._tokens(f)
@@ -562,13 +561,8 @@ class Replayer:
         if r._suffix_h is not None:
             self.batch_log.append(BatchCall("single", [tuple(x) for x in r.suffix_segments], r._suffix_h))
         r._suffix_h = r._full_h = r._suffix_marks = r._full_marks = None
-        r._tail_h = []
-        queued = bool(self._checks) and self._checks[-1].flight is f  # _run's check, if any, went last
-        f.running = None
-        if not queued:
-            f.start = f.tok_t = None
-        if self._check_tokens >= self.batch_tokens or len(self._checks) >= CHECKS_QUEUED * self.batch:
-            self._run_checks()
+        r._tail_h = []  # the flight is out of ``flights``: a queued check is what still holds it
+        self._run_checks_when_full()
 
     def _stacked(self, starts: list) -> tuple:
         """Per gated-delta layer, the sequences' states ``[L, N, ...]`` (zeros where None)."""
@@ -622,10 +616,14 @@ class Replayer:
                 f.record.suffix_segments.append((f.pos, f.n_in))
             if j.validate:  # copies: a view would keep the whole batch's outputs alive until the check
                 outs = [o[cu[n] : cu[n + 1]].clone() for o in out.outs]
-                self._checks.append(_Check(f, j.end, end, outs))
-                self._check_tokens += j.end
-            else:
-                f.start = f.tok_t = None
+                self._queue_check(_Check(f, j.end, end, outs))
+        self._run_checks_when_full()
+
+    def _queue_check(self, check: _Check) -> None:
+        self._checks.append(check)
+        self._check_tokens += check.end
+
+    def _run_checks_when_full(self) -> None:
         if self._check_tokens >= self.batch_tokens or len(self._checks) >= CHECKS_QUEUED * self.batch:
             self._run_checks()
 
@@ -694,7 +692,6 @@ class Replayer:
             ref_kv = ref.kv[n][:, :, : f.hit] if ref.kv[n] is not None else None
             f.record.validated = True
             self._judge(f, c.state, c.outs, ref_state, ref_outs, base[n], ref_kv)
-            f.start = f.tok_t = None
 
     def _late(self, f: _Flight, checkpoint: int, p: int) -> None:
         """Produce a state for a position already run past: recompute up to it (untimed)."""

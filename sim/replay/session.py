@@ -122,13 +122,18 @@ def check_model(spec: ModelSpec, layers: Optional[int]) -> int:
     return n
 
 
-def check_batch(settings: ReplaySettings, config: SimConfig) -> None:
-    """``--batch`` > 1 batches a sequential stream only (a request's admits after its decode)."""
-    if settings.batch > 1 and (config.mode != "sequential" or config.effective_scheduler == "continuous"):
+def check_batch(settings: ReplaySettings, config: SimConfig, calibrating: bool = False) -> None:
+    """``--batch`` > 1 batches a sequential stream only (a request's admits after its decode), and
+    times batches, so it cannot feed ``--calibrate`` (``calibrating``)."""
+    if settings.batch == 1:
+        return
+    if config.mode != "sequential" or config.effective_scheduler == "continuous":
         raise UsageError(
             "--batch > 1 batches a sequential replay (--mode sequential): a DES stream's requests "
             "are timed as they run (use --batch 1)"
         )
+    if calibrating:
+        raise UsageError("--calibrate fits per-request times: use --batch 1 (a batched replay times batches)")
 
 
 def first_requests(trace: Trace, n: Optional[int]) -> Trace:
