@@ -5,12 +5,14 @@ busy, so that nothing in the profile waits for the GPU.
         [--top 25] [--fla]
 
 For each shape: the host microseconds per call (the ``kernel_bench`` measure: a ~50 ms sleep kernel
-queued first, calls enqueued back to back, timed on the host) with metadata prepared beforehand (as
-a model step shares it across layers), with the caller's buffers kept across calls (``out``,
-``final_state_out``, ``boundary_out``, ``workspace``: the call allocates nothing), with Triton's
-own launch path for the same call (the first
-launch of a plan always takes it; ``KERNELS_LAUNCH=triton`` forces it), with metadata built in the
-call, and for the metadata alone; the direct path's parts timed alone (``PART`` lines: checks,
+queued first, 20 calls enqueued back to back, timed on the host; the median of seven such runs)
+with metadata prepared beforehand (as a model step shares it across layers: the call is bound to
+it after the first), the same with the bound call dropped before every call ("unbound": checks
+and plan key every call), in replay's form (gate in the kernel, an initial state), with the
+caller's buffers kept across calls (``out``, ``final_state_out``, ``boundary_out``,
+``workspace``: the call allocates nothing), with Triton's own launch path for the same call (the
+first launch of a plan always takes it; ``KERNELS_LAUNCH=triton`` forces it), with metadata built
+in the call, and for the metadata alone; the direct path's parts timed alone (``PART`` lines: checks,
 launch table, plan key, allocations, the call with its launches skipped); then the profile's top
 functions by own time. ``--fla`` also
 prints the launch configuration FLA's autotuner picked for each of its kernels at these shapes
@@ -29,6 +31,13 @@ import sys
 from kernel_bench import HOST_SLEEP_CYCLES, bench_inputs, host_overhead_us  # noqa: E402 (this folder)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def steady_us(torch, fn, repeats: int = 7, calls: int = 20) -> tuple[float, bool]:
+    """The median of ``repeats`` runs of ``host_overhead_us`` (``calls`` calls each: one run is
+    at the mercy of the host's scheduler), and whether every run kept the device busy."""
+    runs = [host_overhead_us(torch, fn, calls) for _ in range(repeats)]
+    return sorted(us for us, _ in runs)[repeats // 2], all(clean for _, clean in runs)
 
 
 def profile_calls(torch, fn, calls: int, top: int) -> str:
@@ -168,14 +177,27 @@ def main(argv=None) -> int:
             cases["states+meta, preallocated"] = lambda: chunk_gated_delta_rule(
                 q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta, **bufs
             )
+            # the first call on a metadata binds the call to it (``ChunkMetadata.calls``); a call
+            # on metadata that holds no bound call runs the argument checks and the plan key
+            cases["states+meta, unbound"] = lambda: (
+                meta.calls.clear(),
+                chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta),
+            )
+            # replay's form: gate and beta sigmoid in the kernel, an initial state
+            a_log, dt_bias = torch.rand(hv, device=dev) + 0.5, torch.randn(hv, device=dev)
+            h0 = torch.zeros(1, hv, q.shape[3], v.shape[3], device=dev)
+            cases["states+meta, replay's form"] = lambda: chunk_gated_delta_rule(
+                q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta, initial_state=h0, A_log=a_log,
+                dt_bias=dt_bias, use_gate_in_kernel=True, use_beta_sigmoid=True,
+            )  # fmt: skip
             cases["states+meta, Triton's launch path"] = triton_launch(cases["states+meta"])
             if fla is not None:
                 cases["fla"] = lambda: fla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True)
             for name, fn in cases.items():
-                us, clean = host_overhead_us(torch, fn, 20)
+                us, clean = steady_us(torch, fn)
                 print(f"HOST H={h} HV={hv} T={T} {name}: {us:.1f} us per call{'' if clean else ' (queue drained)'}")
             for name, fn in components(torch, chunk_gdn, (q, k, v, g, beta), meta, cases["states+meta"]).items():
-                us, clean = host_overhead_us(torch, fn, 20)
+                us, clean = steady_us(torch, fn)
                 print(f"PART H={h} HV={hv} T={T} {name}: {us:.1f} us per call{'' if clean else ' (queue drained)'}")
             print(f"PROFILE H={h} HV={hv} T={T} states+meta, {args.calls} calls")
             print(profile_calls(torch, cases["states+meta"], args.calls, args.top))

@@ -50,6 +50,10 @@ class ChunkMetadata:
     max_chunks: int
     has_empty: bool = False
     device: Optional[torch.device] = field(default=None)
+    #: calls bound to this metadata by ``kernels.chunk_gdn`` (its direct path), by call options:
+    #: a later call with the same options and input layout (a model step's next layer) skips the
+    #: argument checks and the plan key
+    calls: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def bucket(self) -> int:

@@ -967,9 +967,9 @@ def _fp32_vector(x, dev) -> bool:
 def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, meta, l2norm, lp, gate, beta_sig, given):
     """The call on a remembered plan, launched directly; None where no plan applies. ``gate``:
     (A_log, dt_bias) fp32 for the in-kernel gate, or None; ``given``: the caller's buffers
-    (out, final_state_out, boundary_out, workspace; each None or a tensor)."""
-    _, T, H, K = q.shape
-    HV, V = v.shape[2], v.shape[3]
+    (out, final_state_out, boundary_out, workspace; each None or a tensor). Binds the call to
+    ``meta`` (``_Bound``) so that the next call of this layout on it skips the plan key."""
+    H, HV = q.shape[2], v.shape[2]
     dt, dev = q.dtype, q.device
     hb_dtype = state_dtype if store_b else torch.float32
     a_log, dt_bias = gate if gate is not None else (None, None)
@@ -981,40 +981,112 @@ def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, m
     rt = _runtime()
     if plan is None or plan.lp is not lp or _hooks_active(rt[1]):
         return None
-    N, NT = meta.num_seqs, meta.num_chunks
-    offs, nbytes = _scratch_layout(T, NT, HV, K, V, q.element_size())
-    if given is None:  # the common call: ``_buffers``'s fresh allocations, without its call and checks
-        o = torch.empty(1, T, HV, V, dtype=dt, device=dev)
-        ht = torch.empty(N, HV, K, V, dtype=torch.float32, device=dev)
-        hb = torch.empty(meta.num_boundaries, HV, K, V, dtype=state_dtype, device=dev) if store_b else None
-        scratch = torch.empty(nbytes, dtype=torch.uint8, device=dev)
-    else:
-        o, ht, hb, scratch = _buffers(
-            *given, B=1, T=T, N=N, NB=meta.num_boundaries, HV=HV, K=K, V=V, dt=dt,
-            state_dtype=state_dtype, store_b=store_b, dev=dev, nbytes=nbytes,
-        )  # fmt: skip
-        o = given[0] if given[0] is not None else o.view(1, T, HV, V)
-    base = scratch.data_ptr()
-    w, u, vn, A, hbuf, fd, gcum, glast = (base + off for off in offs)
-    o_ptr, ht_ptr = o.data_ptr(), ht.data_ptr()
-    vals = (
-        _call_tuple(
-            ptrs[:5],
-            (fd, fd) if a_log is None else ptrs[6:],
-            (w, u, vn, A, hbuf, fd, gcum, glast),
-            (o_ptr, ptrs[5] or ht_ptr, ht_ptr, hb.data_ptr() if store_b else ht_ptr),
-            (meta.chunk_info.data_ptr(), meta.seq_info.data_ptr(), meta.store_slot.data_ptr()),
-            scale,
-            l2norm,
-            int(initial_state is not None),
-            int(store_b and meta.num_boundaries > 0),
+    bound = _Bound(plan, q, k, v, g, beta, scale, store_b, state_dtype, meta, l2norm, gate is not None, beta_sig)
+    if all(p % 16 == 0 for p in ptrs):  # the bound check takes every pointer as aligned
+        meta.calls[bound.options] = bound
+    return bound.launch(rt, ptrs, initial_state is not None, given)
+
+
+class _Bound:
+    """A call layout bound to one chunk metadata (``ChunkMetadata.calls``, keyed by the call's
+    options): the plan, grids, scratch layout and launch values fixed for every call of this
+    layout on the metadata, as a model step's layers make them. ``run`` checks that a call has
+    the bound layout (shapes, strides, dtypes, device, aligned addresses: everything the plan key
+    holds) and launches it; None sends the call to the full path instead."""
+
+    __slots__ = (
+        "plan", "lp", "options", "shapes", "strides", "dtypes", "dev", "h0_shape", "grids", "offs", "nbytes",
+        "out_shapes", "state_dtype", "store_b", "meta_ptrs", "flags",
+    )  # fmt: skip
+
+    def __init__(self, plan, q, k, v, g, beta, scale, store_b, state_dtype, meta, l2norm, use_gate, beta_sig):
+        _, T, _, K = q.shape
+        HV, V = v.shape[2], v.shape[3]
+        N, NT = meta.num_seqs, meta.num_chunks
+        self.plan, self.lp = plan, plan.lp
+        self.options = (scale, l2norm, store_b, state_dtype, use_gate, beta_sig, id(self.lp))  # lp: alive while bound
+        self.shapes = (q.shape, k.shape, v.shape, g.shape, beta.shape)
+        self.strides = (q.stride(), k.stride(), v.stride(), g.stride(), beta.stride())
+        self.dtypes = (q.dtype, k.dtype, v.dtype, g.dtype, beta.dtype)
+        self.dev = q.device
+        self.h0_shape = (N, HV, K, V)
+        self.grids = _grids(self.lp, N, NT, HV, V)
+        self.offs, self.nbytes = _scratch_layout(T, NT, HV, K, V, q.element_size())
+        self.out_shapes = ((1, T, HV, V), (N, HV, K, V), (meta.num_boundaries, HV, K, V))
+        self.state_dtype, self.store_b = state_dtype, store_b
+        self.meta_ptrs = (meta.chunk_info.data_ptr(), meta.seq_info.data_ptr(), meta.store_slot.data_ptr())
+        self.flags = (float(scale), l2norm, int(store_b and meta.num_boundaries > 0))
+
+    def run(self, q, k, v, g, beta, initial_state, gate, given):
+        """The call if it has the bound layout (launched; ``(o, ht, hb)``), else None."""
+        dev = self.dev
+        if (
+            (q.shape, k.shape, v.shape, g.shape, beta.shape) != self.shapes
+            or (q.stride(), k.stride(), v.stride(), g.stride(), beta.stride()) != self.strides
+            or (q.dtype, k.dtype, v.dtype, g.dtype, beta.dtype) != self.dtypes
+            or not q.device == k.device == v.device == g.device == beta.device == dev
+        ):
+            return None
+        h0 = 0
+        if initial_state is not None:
+            if not (
+                initial_state.dtype == torch.float32
+                and initial_state.is_contiguous()
+                and initial_state.device == dev
+                and initial_state.shape == self.h0_shape
+            ):
+                return None
+            h0 = initial_state.data_ptr()
+        a, d = 0, 0
+        if gate is not None:
+            if not (_fp32_vector(gate[0], dev) and _fp32_vector(gate[1], dev)):
+                return None
+            a, d = gate[0].data_ptr(), gate[1].data_ptr()
+        ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), g.data_ptr(), beta.data_ptr(), h0, a, d)
+        rt = _runtime()
+        if (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | h0 | a | d) & 15 or _hooks_active(rt[1]):
+            return None
+        return self.launch(rt, ptrs, initial_state is not None, given)
+
+    def launch(self, rt, ptrs, has_h0: bool, given):
+        """Allocate (or check the caller's buffers), then the four launches on the current stream."""
+        dev, (o_shape, ht_shape, hb_shape) = self.dev, self.out_shapes
+        store_b = self.store_b
+        if given is None:  # the common call: ``_buffers``'s fresh allocations, without its call and checks
+            o = torch.empty(o_shape, dtype=self.dtypes[0], device=dev)
+            ht = torch.empty(ht_shape, dtype=torch.float32, device=dev)
+            hb = torch.empty(hb_shape, dtype=self.state_dtype, device=dev) if store_b else None
+            scratch = torch.empty(self.nbytes, dtype=torch.uint8, device=dev)
+        else:
+            o, ht, hb, scratch = _buffers(
+                *given, B=1, T=o_shape[1], N=ht_shape[0], NB=hb_shape[0], HV=o_shape[2], K=ht_shape[2],
+                V=o_shape[3], dt=self.dtypes[0], state_dtype=self.state_dtype, store_b=store_b, dev=dev,
+                nbytes=self.nbytes,
+            )  # fmt: skip
+            o = given[0] if given[0] is not None else o.view(o_shape)
+        base = scratch.data_ptr()
+        w, u, vn, A, hbuf, fd, gcum, glast = (base + off for off in self.offs)
+        o_ptr, ht_ptr = o.data_ptr(), ht.data_ptr()
+        scale, l2norm, flag_b = self.flags
+        vals = (
+            _call_tuple(
+                ptrs[:5],
+                ptrs[6:] if ptrs[6] else (fd, fd),
+                (w, u, vn, A, hbuf, fd, gcum, glast),
+                (o_ptr, ptrs[5] or ht_ptr, ht_ptr, hb.data_ptr() if store_b else ht_ptr),
+                self.meta_ptrs,
+                scale,
+                l2norm,
+                int(has_h0),
+                flag_b,
+            )
+            + self.plan.fixed
         )
-        + plan.fixed
-    )
-    stream = rt[0](dev.index)
-    for launch, grid, getter in zip(plan.launches, _grids(lp, N, NT, HV, V), plan.getters):
-        launch(*grid, stream, getter(vals))
-    return o, ht, hb
+        plan = self.plan
+        stream = rt[0](dev.index)
+        for launch, grid, getter in zip(plan.launches, self.grids, plan.getters):
+            launch(*grid, stream, getter(vals))
+        return o, ht, hb
 
 
 def _rows(x: torch.Tensor, TT: int, heads: int, dim: Optional[int]):
@@ -1075,12 +1147,27 @@ def chunk_gated_delta_rule(
     256-byte aligned, the call's scratch (free again when the call's kernels have run on its
     stream). A wrong buffer is a one-line ValueError.
     """
-    check_args(q, k, v, g, beta)
     given = (
         None
         if out is None and final_state_out is None and boundary_out is None and workspace is None
         else (out, final_state_out, boundary_out, workspace)
     )
+    calls = chunk_metadata.calls if chunk_metadata is not None and _DIRECT else None
+    if calls and q.dim() == 4 and v.dim() == 4:
+        # a layout this metadata has run before (the model step's earlier layers): its bound call
+        # checks the layout and launches, instead of the checks and plan key below
+        K = q.shape[3]
+        lp = launch_params(K, v.shape[3], q.dtype, input_precision)
+        options = (
+            K**-0.5 if scale is None else scale, int(bool(use_qk_l2norm)), bool(boundary_states), state_dtype,
+            bool(use_gate_in_kernel), bool(use_beta_sigmoid), id(lp),
+        )  # fmt: skip
+        bound = calls.get(options)
+        if bound is not None:
+            res = bound.run(q, k, v, g, beta, initial_state, (A_log, dt_bias) if use_gate_in_kernel else None, given)
+            if res is not None:
+                return res
+    check_args(q, k, v, g, beta)
     if (
         _DIRECT
         and chunk_metadata is not None

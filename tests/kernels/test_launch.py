@@ -212,6 +212,70 @@ def test_gpu_misaligned_inputs_get_their_own_plan():
     assert torch.equal(shifted[0], again[0])
 
 
+@pytest.mark.gpu
+def test_gpu_bound_calls_equal_triton_launches_layer_after_layer(monkeypatch):
+    """A model step's layers on one metadata: the first call binds, the later ones (other inputs,
+    gate parameters, initial states; with and without the caller's buffers) take the bound path,
+    never the plan key, and give Triton's launch path's results bit for bit. A layout the bound
+    call declines (another token stride) still runs, through the full path."""
+    chunk_gdn._PLANS.clear()
+    dt = _half()
+    cu, starts = [0, 100, 640, 1000], [0, 64, 7]
+    meta = prepare_chunk_metadata(cu, starts, device="cuda")
+    layers = []
+    for seed in range(3):
+        x = make_inputs(1000, h=2, hv=4, dk=128, dv=128, seed=10 + seed, device="cuda", dtype=dt)
+        gate = (torch.rand(4, device="cuda") + 0.5, torch.randn(4, device="cuda"))
+        h0 = torch.randn(3, 4, 128, 128, device="cuda") * 0.1 if seed else None
+        layers.append((x, gate, h0))
+
+    def step(m, bufs=None):
+        return [
+            chunk_gated_delta_rule(
+                *x, use_qk_l2norm=True, chunk_metadata=m, initial_state=h0, A_log=gate[0], dt_bias=gate[1],
+                use_gate_in_kernel=True, use_beta_sigmoid=True, **(bufs or {}),
+            )
+            for x, gate, h0 in layers
+        ]  # fmt: skip
+
+    step(meta)  # compiles, remembers the plan, binds
+    assert len(meta.calls) == 1
+    real_key = chunk_gdn._plan_key
+
+    def no_key(*a, **k):
+        raise AssertionError("the plan key was built: the bound call was not used")
+
+    with monkeypatch.context() as m:
+        m.setattr(chunk_gdn, "_plan_key", no_key)
+        bound = step(meta)
+        bufs = dict(
+            out=torch.empty(1, 1000, 4, 128, device="cuda", dtype=dt),
+            final_state_out=torch.empty(3, 4, 128, 128, device="cuda"),
+            boundary_out=torch.empty(meta.num_boundaries, 4, 128, 128, device="cuda"),
+            workspace=torch.empty(
+                chunk_gdn.workspace_bytes(layers[0][0][0], layers[0][0][2], meta), dtype=torch.uint8, device="cuda"
+            ),
+        )
+        given = tuple(t.clone() for t in step(meta, bufs)[-1])
+    monkeypatch.setattr(chunk_gdn, "_DIRECT", False)
+    reference = step(prepare_chunk_metadata(cu, starts, device="cuda"))
+    for ours, ref in zip(bound, reference):
+        for a, b in zip(ours, ref):
+            assert torch.equal(a, b)
+    for a, b in zip(given, reference[-1]):
+        assert torch.equal(a, b)
+    monkeypatch.setattr(chunk_gdn, "_DIRECT", True)
+    monkeypatch.setattr(chunk_gdn, "_plan_key", real_key)
+    (q, k, v, g, beta), gate, h0 = layers[-1]
+    wide = torch.empty(1, 1000, 2, 160, device="cuda", dtype=dt)[..., :128].copy_(k)  # another token stride
+    other = chunk_gated_delta_rule(
+        q, wide, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta, initial_state=h0, A_log=gate[0],
+        dt_bias=gate[1], use_gate_in_kernel=True, use_beta_sigmoid=True,
+    )  # fmt: skip
+    for a, b in zip(other, reference[-1]):  # its own plan: the same math, maybe other code
+        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
+
+
 def test_per_call_names_cover_every_buffer_of_the_kernels():
     """A buffer the plan treated as fixed would be launched at the first call's address: every
     pointer argument of the four kernels must be a per-call name, and every per-call name a real
@@ -305,3 +369,142 @@ def test_host_probe_parts_time_the_direct_path_without_its_launches(monkeypatch)
     call()
     assert launched == [0, 1, 2, 3]
     del sys.modules["kernel_host_probe"]
+
+
+# ---- calls bound to their metadata (CPU, stand-in plan) ----------------------------------------
+def _stand_in_plan(monkeypatch, x, h0, gate, store_b=True):
+    """A remembered plan whose four launches record their arguments, and a runtime whose current
+    stream is 7 and that has no launch hooks: ``_direct_call`` and the bound path run on the CPU."""
+    import types
+
+    q, k, v, g, beta = x
+    lp = launch_params(q.shape[3], v.shape[3], q.dtype)
+    ptrs = chunk_gdn._addresses(q, k, v, g, beta, h0, *(gate or (None, None)))
+    key = chunk_gdn._plan_key(
+        lp, q.device, q.dtype, torch.float32, q.shape[2], v.shape[2], gate is not None, False, q, k, v, g, beta, ptrs
+    )
+    lists = [[f"fixed-{n}" for n in fn.arg_names] for fn in chunk_gdn._KERNELS]
+    chunk_gdn._remember_plan([_Compiled(i) for i in range(4)], chunk_gdn._KERNELS, lists, lp, key)
+    plan = chunk_gdn._PLANS[key]
+    record = []
+
+    def recorder(i):
+        return lambda *a: record.append((i, a))
+
+    plan.launches = tuple(recorder(i) for i in range(4))
+    hooks = types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
+    monkeypatch.setattr(chunk_gdn, "_RUNTIME", [lambda index: 7, hooks])
+    return lp, record, hooks
+
+
+def _bound_inputs(T=200, seed=0):
+    return [t.contiguous() for t in make_inputs(T, h=2, hv=4, dk=32, dv=32, seed=seed, dtype=torch.float16)]
+
+
+def test_bound_call_launches_what_the_direct_path_launches(monkeypatch):
+    """The first direct call binds itself to the metadata; the next call of the layout (another
+    layer: other inputs, gate parameters and initial state) takes the bound path and passes the
+    four kernels exactly the arguments the direct path passes for the same inputs and buffers."""
+    chunk_gdn._PLANS.clear()
+    x = _bound_inputs()
+    h0 = torch.zeros(1, 4, 32, 32)
+    gate = (torch.rand(4), torch.randn(4))
+    lp, record, _ = _stand_in_plan(monkeypatch, x, h0, gate)
+    meta = prepare_chunk_metadata([0, 200], [0], boundary_stride=1)
+    given = (
+        torch.empty(1, 200, 4, 32, dtype=torch.float16),
+        torch.empty(1, 4, 32, 32),
+        torch.empty(meta.num_boundaries, 4, 32, 32),
+        torch.empty(chunk_gdn.workspace_bytes(x[0], x[2], meta), dtype=torch.uint8),
+    )
+    args = (0.25, h0, True, torch.float32, meta, 1, lp, gate, False, given)
+    first = chunk_gdn._direct_call(*x, *args)
+    assert first is not None and len(meta.calls) == 1 and len(record) == 4
+    (bound,) = meta.calls.values()
+    o, ht, hb, ws = given
+    offs, _ = chunk_gdn._scratch_layout(200, meta.num_chunks, 4, 32, 32, 2)
+    scratch = tuple(ws.data_ptr() + off for off in offs)
+
+    def expected(x, h0, gate):
+        """Each kernel's arguments by name, written out independently of the launch code."""
+        named = chunk_gdn._call_args(
+            tuple(t.data_ptr() for t in x),
+            (gate[0].data_ptr(), gate[1].data_ptr()),
+            scratch,
+            (o.data_ptr(), ht.data_ptr() if h0 is None else h0.data_ptr(), ht.data_ptr(), hb.data_ptr()),
+            (meta.chunk_info.data_ptr(), meta.seq_info.data_ptr(), meta.store_slot.data_ptr()),
+            0.25, 1, int(h0 is not None), 1,
+        )  # fmt: skip
+        return [
+            (i, (*grid, 7, tuple(named.get(n, f"fixed-{n}") for n in fn.arg_names)))
+            for i, (fn, grid) in enumerate(zip(chunk_gdn._KERNELS, chunk_gdn._grids(lp, 1, meta.num_chunks, 4, 32)))
+        ]
+
+    assert record == expected(x, h0, gate)
+    layer2, h0b, gate2 = _bound_inputs(seed=1), torch.ones(1, 4, 32, 32), (torch.rand(4), torch.randn(4))
+    for state in (h0b, None):  # without one, has_h0 is 0 and the final state's address stands in
+        record.clear()
+        assert bound.run(*layer2, state, gate2, given) == (o, ht, hb)
+        assert record == expected(layer2, state, gate2)
+
+
+def test_bound_call_declines_every_other_layout(monkeypatch):
+    """A call whose layout differs from the bound one in anything the plan key holds is declined
+    (None: the full path decides), as is one while a launch hook is installed."""
+    chunk_gdn._PLANS.clear()
+    x = _bound_inputs()
+    lp, record, hooks = _stand_in_plan(monkeypatch, x, None, None)
+    meta = prepare_chunk_metadata([0, 200], [0])
+    chunk_gdn._direct_call(*x, 0.25, None, True, torch.float32, meta, 1, lp, None, False, None)
+    (bound,) = meta.calls.values()
+    q, k, v, g, beta = x
+    assert bound.run(q, k, v, g, beta, None, None, None) is not None
+    flat = torch.empty(q.numel() + 1, dtype=q.dtype)
+    shifted = flat[1:].view_as(q).copy_(q)  # 2 bytes off a 16-byte boundary
+    wide = torch.empty(1, 200, 2, 48, dtype=k.dtype)[..., :32].copy_(k)  # another token stride
+    declined = {
+        "misaligned q": (shifted, k, v, g, beta, None, None),
+        "token stride of k": (q, wide, v, g, beta, None, None),
+        "dtype of g": (q, k, v, g.half(), beta, None, None),
+        "dtype of v": (q, k, v.float(), g, beta, None, None),
+        "length": (*_bound_inputs(T=260), None, None),
+        "initial state shape": (q, k, v, g, beta, torch.zeros(1, 4, 32, 16), None),
+        "initial state dtype": (q, k, v, g, beta, torch.zeros(1, 4, 32, 32, dtype=torch.float16), None),
+        "initial state strides": (q, k, v, g, beta, torch.zeros(1, 4, 32, 32).transpose(2, 3), None),
+        "gate in fp16": (q, k, v, g, beta, None, (torch.rand(4).half(), torch.randn(4))),
+    }
+    for name, call in declined.items():
+        assert bound.run(*call, None) is None, name
+    hooks.launch_enter_hook = lambda *a: None
+    assert bound.run(q, k, v, g, beta, None, None, None) is None
+
+
+def test_bound_calls_are_keyed_by_options_and_never_copied_with_the_metadata(monkeypatch):
+    import dataclasses
+
+    chunk_gdn._PLANS.clear()
+    x = _bound_inputs()
+    lp, _, _ = _stand_in_plan(monkeypatch, x, None, None)
+    meta = prepare_chunk_metadata([0, 200], [0])
+    chunk_gdn._direct_call(*x, 0.25, None, True, torch.float32, meta, 1, lp, None, False, None)
+    chunk_gdn._direct_call(*x, 0.25, None, False, torch.float32, meta, 1, lp, None, False, None)
+    assert len(meta.calls) == 2  # with and without boundary states
+    assert dataclasses.replace(meta).calls == {} and meta == dataclasses.replace(meta)
+    assert "calls" not in repr(meta)
+
+
+def test_bound_calls_stay_off_with_tritons_launch_path(monkeypatch):
+    """``KERNELS_LAUNCH=triton`` (``_DIRECT`` off) sends every call through Triton's launcher:
+    a call bound to the metadata before must not be used."""
+    chunk_gdn._PLANS.clear()
+    x = _bound_inputs()
+    lp, record, _ = _stand_in_plan(monkeypatch, x, None, None)
+    meta = prepare_chunk_metadata([0, 200], [0])
+    chunk_gdn._direct_call(*x, 32**-0.5, None, True, torch.float32, meta, 1, lp, None, False, None)
+    assert len(meta.calls) == 1
+    record.clear()
+    monkeypatch.setattr(chunk_gdn, "_DIRECT", False)
+    o, _, _ = chunk_gated_delta_rule(*x, use_qk_l2norm=True, chunk_metadata=meta)
+    assert record == []
+    ro, _, _, _ = naive_gated_delta_rule(*x, use_qk_l2norm=True)
+    assert ((o.float() - ro).norm() / ro.norm()).item() < 1e-2
