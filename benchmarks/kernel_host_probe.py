@@ -64,7 +64,8 @@ def components(torch, chunk_gdn, inputs, meta, call) -> dict:
     launches skipped (the launches' share is the whole call less that)."""
     q, k, v, g, beta = inputs
     T, HV, K, V = q.shape[1], v.shape[2], q.shape[3], v.shape[3]
-    lp = chunk_gdn.launch_params(K, V, q.dtype)
+    wide = chunk_gdn.state_wide(meta.num_seqs, HV, V, q.device)
+    lp = chunk_gdn.launch_params(K, V, q.dtype, None, wide)
     call()  # the plan exists from here on
 
     def key():
@@ -90,7 +91,7 @@ def components(torch, chunk_gdn, inputs, meta, call) -> dict:
 
     parts = {
         "check_args": lambda: chunk_gdn.check_args(q, k, v, g, beta),
-        "launch_params": lambda: chunk_gdn.launch_params(K, V, q.dtype),
+        "launch_params": lambda: chunk_gdn.launch_params(K, V, q.dtype, None, wide),
         "addresses + plan key": key,
         "four allocations": allocations,
     }

@@ -74,6 +74,12 @@ CONFIGS = {
 }
 
 
+def _env_keys(name: str) -> set:
+    """The names ``KERNELS_CONFIG_<NAME>`` sets."""
+    env = os.environ.get(f"KERNELS_CONFIG_{name.upper()}")
+    return {item.split("=")[0].strip() for item in env.split(",")} if env else set()
+
+
 def _config(name: str) -> dict:
     env = os.environ.get(f"KERNELS_CONFIG_{name.upper()}")
     cfg = dict(CONFIGS[name])
@@ -95,12 +101,16 @@ _CONFIG_ENVS = tuple(f"KERNELS_CONFIG_{name.upper()}" for name in CONFIGS)
 _CONFIG_ENV_KEYS = tuple(map(os.environ.encodekey, _CONFIG_ENVS)) if hasattr(os.environ, "encodekey") else None
 
 
-def launch_params(K: int, V: int, dtype: torch.dtype, input_precision: Optional[str] = None) -> dict:
+def launch_params(
+    K: int, V: int, dtype: torch.dtype, input_precision: Optional[str] = None, wide_state: bool = False
+) -> dict:
     """Compile-time parameters and launch options of the four kernels for head dims K, V and
     input ``dtype``: ``{"solve" | "wu" | "state" | "out": {name: value}}`` (``LAUNCH_OPTIONS``
     keys are launch options, the rest constexprs; ``BV`` of state / out sets their grids).
-    ``benchmarks/kernel_resources.py`` compiles from the same table. Built once per shape and
-    ``KERNELS_CONFIG_*`` setting (a per-call cost otherwise); the result is shared: read only."""
+    ``wide_state``: the state loop's V block is ``STATE_BV_WIDE`` (``state_wide`` says when)
+    unless ``KERNELS_CONFIG_STATE`` sets one. ``benchmarks/kernel_resources.py`` compiles from
+    the same table. Built once per shape and ``KERNELS_CONFIG_*`` setting (a per-call cost
+    otherwise); the result is shared: read only."""
     data = getattr(os.environ, "_data", None)
     if data is not None and _CONFIG_ENV_KEYS is not None:
         # os.environ's own mapping (encoded keys and values): four dict lookups where four
@@ -108,15 +118,44 @@ def launch_params(K: int, V: int, dtype: torch.dtype, input_precision: Optional[
         envs = tuple(map(data.get, _CONFIG_ENV_KEYS))
     else:
         envs = tuple(map(os.environ.get, _CONFIG_ENVS))
-    return _launch_params(int(K), int(V), dtype, input_precision, envs)
+    return _launch_params(int(K), int(V), dtype, input_precision, envs, bool(wide_state))
+
+
+#: the state loop's V block where its programs fill the GPU at it (``state_wide``): half the
+#: programs of the default 16, each reading a chunk's w and keys once for twice the columns
+STATE_BV_WIDE = 32
+#: ... when the programs at ``STATE_BV_WIDE`` are at least this share of the multiprocessors
+STATE_WIDE_FILL = 0.75
+
+
+@functools.lru_cache(maxsize=16)
+def _multiprocessors(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def state_wide(N: int, HV: int, V: int, device) -> bool:
+    """Whether the state loop of a call over ``N`` sequences takes the wide V block: on a GPU
+    where ``N * HV * ceil(V / STATE_BV_WIDE)`` programs fill ``STATE_WIDE_FILL`` of its
+    multiprocessors. Measured on an H200 (132 SMs, K = V = 128, 32K tokens): at 32 value heads
+    and one sequence (128 programs) 0.70 ms against 0.81 without boundary states and 0.85 against
+    0.96 with a boundary every 512 tokens (1.10 against 1.09 with one at every chunk); at 8 value
+    heads (32 programs) 0.68 against 0.56 (kernels/RESULTS.md). Never on a CPU."""
+    if device.type != "cuda" or INTERPRET:
+        return False
+    return N * HV * -(-V // STATE_BV_WIDE) >= STATE_WIDE_FILL * _multiprocessors(device.index or 0)
 
 
 @functools.lru_cache(maxsize=64)
-def _launch_params(K: int, V: int, dtype: torch.dtype, input_precision: Optional[str], envs: tuple) -> dict:
-    """``launch_params`` for one shape and one tuple of ``KERNELS_CONFIG_*`` values (the cache key)."""
+def _launch_params(
+    K: int, V: int, dtype: torch.dtype, input_precision: Optional[str], envs: tuple, wide: bool = False
+) -> dict:
+    """``launch_params`` for one shape, one tuple of ``KERNELS_CONFIG_*`` values and the state
+    block choice (the cache key)."""
     BK, BVF = _pow2(K), _pow2(V)
     prec = (input_precision or "ieee") if dtype == torch.float32 else "tf32"
     state, out = _config("state"), _config("out")
+    if wide and "BV" not in _env_keys("state"):
+        state["BV"] = STATE_BV_WIDE
     state["BV"] = min(state["BV"], BVF)
     out["BV"] = min(out["BV"], BVF)
     return {
@@ -504,7 +543,7 @@ def _state_step(
     V: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
-    store_b,
+    STORE_B: tl.constexpr,
     PREC: tl.constexpr,
 ):
     dt = w.dtype.element_ty
@@ -529,17 +568,21 @@ def _state_step(
     vn = u_c.to(tl.float32) - tl.dot(w_c, S.to(dt), input_precision=PREC)
     tl.store(vn_out + row0 * V + uoff, vn.to(dt), mask=mu)
     S = S * tl.exp(g_last) + tl.dot(kT, (vn * f[:, None]).to(dt), input_precision=PREC)
-    # boundary state; a runtime flag (not constexpr) so calls with and without boundaries share
-    # one compiled kernel. Full-shape boolean mask: triton 3.9's interpreter rejects scalar masks.
-    slot = tl.load(store_slot + c)
-    slot = tl.where(store_b != 0, slot, -1)
-    ok = ((tl.zeros([BK, BV], tl.int32) + slot) >= 0) & mKV
-    tl.store(hb + (tl.maximum(slot, 0) * HV + i_hv).to(tl.int64) * (K * V) + sidx, S.to(hb.dtype.element_ty), mask=ok)
+    if STORE_B:
+        # the boundary state, where the chunk's end has a slot. Compile-time: a call without
+        # boundaries runs a loop without this code (its layout conversion through shared memory,
+        # address and mask cost 0.1-0.3 ms at 32K tokens even with every store masked off).
+        # Full-shape boolean mask: triton 3.9's interpreter rejects scalar masks.
+        slot = tl.load(store_slot + c)
+        ok = ((tl.zeros([BK, BV], tl.int32) + slot) >= 0) & mKV
+        tl.store(
+            hb + (tl.maximum(slot, 0) * HV + i_hv).to(tl.int64) * (K * V) + sidx, S.to(hb.dtype.element_ty), mask=ok
+        )
     return S
 
 
 @triton.jit
-def _state_program(HV, V: tl.constexpr, BV: tl.constexpr, VFAST: tl.constexpr):
+def _state_program(HV: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, VFAST: tl.constexpr):
     """(sequence, value head, V block) of this program. VFAST: a 1-d grid with the V blocks of a
     head adjacent in launch order (they read the same chunk's w and keys), else the 3-d grid
     (sequence, head, V block)."""
@@ -551,7 +594,7 @@ def _state_program(HV, V: tl.constexpr, BV: tl.constexpr, VFAST: tl.constexpr):
         return tl.program_id(0), tl.program_id(1), tl.program_id(2)
 
 
-@triton.jit(do_not_specialize=["has_h0", "store_b"])
+@triton.jit(do_not_specialize=["has_h0"])
 def _state_kernel(
     k,
     fd,
@@ -566,20 +609,22 @@ def _state_kernel(
     seq_info,
     chunk_info,
     store_slot,
-    skt,
-    skh,
-    HV,
-    GROUP,
+    skt: tl.constexpr,
+    skh: tl.constexpr,
+    HV: tl.constexpr,
+    GROUP: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
     has_h0,
-    store_b,
+    STORE_B: tl.constexpr,
     PREC: tl.constexpr,
     WHILE_LOOP: tl.constexpr,
     VFAST: tl.constexpr,
 ):
+    # head counts and the keys' strides are compile-time (a model has one layout): the w / u /
+    # key tile offsets fold into constants (H200, BV 32: 151 registers instead of 192)
     i_n, i_hv, i_v = _state_program(HV, V, BV, VFAST)
     i_h = i_hv // GROUP
     bos = tl.load(seq_info + i_n * 4)
@@ -631,7 +676,7 @@ def _state_kernel(
                 V,
                 BK,
                 BV,
-                store_b,
+                STORE_B,
                 PREC,
             )
             c += 1
@@ -666,7 +711,7 @@ def _state_kernel(
                 V,
                 BK,
                 BV,
-                store_b,
+                STORE_B,
                 PREC,
             )
     tl.store(ht + (i_n * HV + i_hv).to(tl.int64) * (K * V) + sidx, S, mask=mKV)
@@ -766,7 +811,7 @@ _KERNEL_KEYS = ("solve", "wu", "state", "out")
 #: the arguments that change from call to call; every other argument is fixed by the plan key
 _PER_CALL_ORDER = tuple(
     "q k v g beta A_log dt_bias a_out a_in gc_out gc gl_out gl w_out w u_out u fd_out fd h_out h vn_out vn o "
-    "h0 ht hb chunk_info seq_info store_slot scale l2norm has_h0 store_b".split()
+    "h0 ht hb chunk_info seq_info store_slot scale l2norm has_h0".split()
 )
 _PER_CALL = frozenset(_PER_CALL_ORDER)
 _PER_CALL_GETTER = operator.itemgetter(*_PER_CALL_ORDER)
@@ -809,7 +854,7 @@ def _scratch_layout(TT, NT, HV, K, V, itemsize: int) -> tuple[tuple, int]:
     return tuple(offs), n  # cached: immutable
 
 
-def _call_tuple(inputs, gate, scratch, states, meta, scale, l2norm: int, has_h0: int, store_b: int) -> tuple:
+def _call_tuple(inputs, gate, scratch, states, meta, scale, l2norm: int, has_h0: int) -> tuple:
     """The per-call arguments in ``_PER_CALL_ORDER`` (the direct path's form): ``inputs`` (q, k,
     v, g, beta), ``gate`` (A_log, dt_bias), ``scratch`` (w, u, v', A, chunk-start states, row
     factors, gate cumsum, chunk-end gate; a writer's ``*_out`` and its readers' name are one
@@ -819,7 +864,7 @@ def _call_tuple(inputs, gate, scratch, states, meta, scale, l2norm: int, has_h0:
     w, u, vn, A, hbuf, fd, gcum, glast = scratch
     return (
         *inputs, *gate, A, A, gcum, gcum, glast, glast, w, w, u, u, fd, fd, hbuf, hbuf, vn, vn,
-        *states, *meta, float(scale), l2norm, has_h0, store_b,
+        *states, *meta, float(scale), l2norm, has_h0,
     )  # fmt: skip
 
 
@@ -850,9 +895,10 @@ def _addresses(q, k, v, g, beta, h0=None, a_log=None, dt_bias=None) -> tuple:
 
 def _plan_key(lp, dev, dt, hb_dtype, H, HV, use_gate, beta_sig, q, k, v, g, beta, ptrs) -> tuple:
     """Everything the four compiled kernels of a one-batch call depend on: the launch table
-    (constexprs and launch options, by identity), device, dtypes, head counts (Triton specialises
-    ints on == 1 and divisibility by 16), the strides the kernels take (one batch: the batch
-    stride is never read), and the 16-byte alignment of every pointer that is not a fresh
+    (constexprs and launch options, by identity), device, dtypes (``hb_dtype`` None: no boundary
+    stores, the state loop's ``STORE_B``), head counts (Triton specialises ints on == 1 and
+    divisibility by 16; the state loop takes them as constants), the strides the kernels take
+    (one batch: the batch stride is never read), and the 16-byte alignment of every pointer that is not a fresh
     allocation (scratch and outputs always are): ``ptrs``, from ``_addresses``."""
     return (
         id(lp), dev.index, dt, hb_dtype, H, HV, bool(use_gate), bool(beta_sig),
@@ -971,7 +1017,8 @@ def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, m
     ``meta`` (``_Bound``) so that the next call of this layout on it skips the plan key."""
     H, HV = q.shape[2], v.shape[2]
     dt, dev = q.dtype, q.device
-    hb_dtype = state_dtype if store_b else torch.float32
+    # None: the state loop compiled without boundary stores (``STORE_B``)
+    hb_dtype = state_dtype if store_b and meta.num_boundaries > 0 else None
     a_log, dt_bias = gate if gate is not None else (None, None)
     # every address read once: the plan key's alignments and the launches' arguments (Triton's
     # launcher takes an int as is; a tensor costs it a data_ptr call and a driver query per kernel)
@@ -1015,7 +1062,7 @@ class _Bound:
         self.out_shapes = ((1, T, HV, V), (N, HV, K, V), (meta.num_boundaries, HV, K, V))
         self.state_dtype, self.store_b = state_dtype, store_b
         self.meta_ptrs = (meta.chunk_info.data_ptr(), meta.seq_info.data_ptr(), meta.store_slot.data_ptr())
-        self.flags = (float(scale), l2norm, int(store_b and meta.num_boundaries > 0))
+        self.flags = (float(scale), l2norm, store_b and meta.num_boundaries > 0)
 
     def run(self, q, k, v, g, beta, initial_state, gate, given):
         """The call if it has the bound layout (launched; ``(o, ht, hb)``), else None."""
@@ -1067,18 +1114,17 @@ class _Bound:
         base = scratch.data_ptr()
         w, u, vn, A, hbuf, fd, gcum, glast = (base + off for off in self.offs)
         o_ptr, ht_ptr = o.data_ptr(), ht.data_ptr()
-        scale, l2norm, flag_b = self.flags
+        scale, l2norm, store = self.flags
         vals = (
             _call_tuple(
                 ptrs[:5],
                 ptrs[6:] if ptrs[6] else (fd, fd),
                 (w, u, vn, A, hbuf, fd, gcum, glast),
-                (o_ptr, ptrs[5] or ht_ptr, ht_ptr, hb.data_ptr() if store_b else ht_ptr),
+                (o_ptr, ptrs[5] or ht_ptr, ht_ptr, hb.data_ptr() if store else ht_ptr),
                 self.meta_ptrs,
                 scale,
                 l2norm,
                 int(has_h0),
-                flag_b,
             )
             + self.plan.fixed
         )
@@ -1156,8 +1202,8 @@ def chunk_gated_delta_rule(
     if calls and q.dim() == 4 and v.dim() == 4:
         # a layout this metadata has run before (the model step's earlier layers): its bound call
         # checks the layout and launches, instead of the checks and plan key below
-        K = q.shape[3]
-        lp = launch_params(K, v.shape[3], q.dtype, input_precision)
+        K, HV, V = q.shape[3], v.shape[2], v.shape[3]
+        lp = launch_params(K, V, q.dtype, input_precision, state_wide(chunk_metadata.num_seqs, HV, V, q.device))
         options = (
             K**-0.5 if scale is None else scale, int(bool(use_qk_l2norm)), bool(boundary_states), state_dtype,
             bool(use_gate_in_kernel), bool(use_beta_sigmoid), id(lp),
@@ -1202,7 +1248,13 @@ def chunk_gated_delta_rule(
             state_dtype,
             chunk_metadata,
             int(bool(use_qk_l2norm)),
-            launch_params(q.shape[3], v.shape[3], q.dtype, input_precision),
+            launch_params(
+                q.shape[3],
+                v.shape[3],
+                q.dtype,
+                input_precision,
+                state_wide(chunk_metadata.num_seqs, v.shape[2], v.shape[3], q.device),
+            ),  # fmt: skip
             (A_log, dt_bias) if use_gate_in_kernel else None,
             bool(use_beta_sigmoid),
             given,
@@ -1247,7 +1299,7 @@ def chunk_gated_delta_rule(
         return (o.reshape(B, T, HV, V) if out is None else out), ht, hb
     if use_gate_in_kernel:
         A_log_t, dt_bias_t = A_log.float().contiguous(), dt_bias.float().contiguous()
-    lp = launch_params(K, V, dt, input_precision)
+    lp = launch_params(K, V, dt, input_precision, state_wide(N, HV, V, dev))
     half_shapes, f32_shapes = _scratch_shapes(TT, NT, HV, K, V)
     w, u, vn, A, hbuf, fd, gcum, glast = (
         scratch[off : off + math.prod(shape) * t.itemsize].view(t).view(shape)
@@ -1255,7 +1307,8 @@ def chunk_gated_delta_rule(
     )
     if not use_gate_in_kernel:
         A_log_t = dt_bias_t = fd  # never read; any fp32 tensor stands in
-    hb_arg = hb if store_b else ht
+    store = store_b and meta.num_boundaries > 0
+    hb_arg = hb if store else ht
     # runtime arguments, by the names the four kernels share (a name is one buffer in all of them)
     shared = dict(
         _call_args(
@@ -1267,8 +1320,8 @@ def chunk_gated_delta_rule(
             scale,
             int(bool(use_qk_l2norm)),
             int(initial_state is not None),
-            int(store_b and meta.num_boundaries > 0),
         ),
+        STORE_B=store,
         HV=HV,
         GROUP=HV // H,
         skt=k2.stride(0),
@@ -1306,7 +1359,7 @@ def chunk_gated_delta_rule(
                 lp,
                 dev,
                 dt,
-                hb_arg.dtype,
+                state_dtype if store else None,
                 H,
                 HV,
                 use_gate_in_kernel,

@@ -168,7 +168,8 @@ def test_gpu_direct_launches_equal_triton_launches(gated, monkeypatch):
     x = make_inputs(300, h=2, hv=4, dk=128, dv=128, seed=1, device="cuda", dtype=dt)
     gate = (torch.rand(4, device="cuda") + 0.5, torch.randn(4, device="cuda")) if gated else None
     first = _call(x, gate=gate)  # compiles through Triton, remembers the plan
-    assert len(chunk_gdn._PLANS) == 1
+    _call(x, gate=gate, boundary_states=False)  # boundary stores are compile-time: a plan of its own
+    assert len(chunk_gdn._PLANS) == 2
 
     def boom(*a, **k):
         raise AssertionError("Triton's launch path was used")
@@ -181,7 +182,7 @@ def test_gpu_direct_launches_equal_triton_launches(gated, monkeypatch):
         direct = _call(x, gate=gate)
         direct_varlen = _call(other, cu, starts, gate=gate, initial_state=h0)
         direct_nostates = _call(other, cu, starts, gate=gate, initial_state=h0, boundary_states=False)
-    assert len(chunk_gdn._PLANS) == 1  # boundary output, initial state, lengths: runtime values
+    assert len(chunk_gdn._PLANS) == 2  # initial state, lengths: runtime values
     monkeypatch.setattr(chunk_gdn, "_DIRECT", False)
     triton_path = _call(x, gate=gate)
     triton_varlen = _call(other, cu, starts, gate=gate, initial_state=h0)
@@ -281,18 +282,18 @@ def test_per_call_names_cover_every_buffer_of_the_kernels():
     pointer argument of the four kernels must be a per-call name, and every per-call name a real
     argument. Scratch aliases (a writer's ``*_out`` and its readers) map to one buffer."""
     buffers = "w u vn A hbuf fd gcum glast".split()
-    named = chunk_gdn._call_args(tuple("qkvgb"), ("a", "d"), tuple(buffers), tuple("o0th"), tuple("csx"), 1, 1, 0, 1)
+    named = chunk_gdn._call_args(tuple("qkvgb"), ("a", "d"), tuple(buffers), tuple("o0th"), tuple("csx"), 1, 1, 0)
     scratch = {n: b for n, b in named.items() if b in buffers}
     assert scratch["a_out"] == scratch["a_in"] == "A" and scratch["h_out"] == scratch["h"] == "hbuf"
     names = set().union(*(fn.arg_names for fn in chunk_gdn._KERNELS))
     pointers = set(scratch) | {"q", "k", "v", "g", "beta", "A_log", "dt_bias", "o", "h0", "ht", "hb"}
     pointers |= {"chunk_info", "seq_info", "store_slot"}
     assert pointers <= names
-    assert chunk_gdn._PER_CALL == pointers | {"scale", "l2norm", "has_h0", "store_b"}
-    args = chunk_gdn._call_args(tuple("qkvgb"), ("a", "d"), tuple("wuvAhfcl"), tuple("o0th"), tuple("csx"), 1, 1, 0, 1)
+    assert chunk_gdn._PER_CALL == pointers | {"scale", "l2norm", "has_h0"}
+    args = chunk_gdn._call_args(tuple("qkvgb"), ("a", "d"), tuple("wuvAhfcl"), tuple("o0th"), tuple("csx"), 1, 1, 0)
     assert set(args) == chunk_gdn._PER_CALL  # both launch paths fill exactly the per-call names
     # the direct path's tuple holds the same values in _PER_CALL_ORDER
-    flat = chunk_gdn._call_tuple(tuple("qkvgb"), ("a", "d"), tuple("wuvAhfcl"), tuple("o0th"), tuple("csx"), 1, 1, 0, 1)
+    flat = chunk_gdn._call_tuple(tuple("qkvgb"), ("a", "d"), tuple("wuvAhfcl"), tuple("o0th"), tuple("csx"), 1, 1, 0)
     assert flat == chunk_gdn._PER_CALL_GETTER(args)
     # what a plan fixes: strides and head counts (in its key), compile-time constants
     strides = {f"s{x}{d}" for x in "qkvgb" for d in "th"}
@@ -309,6 +310,7 @@ def test_per_call_names_cover_every_buffer_of_the_kernels():
         "PREC",
         "WHILE_LOOP",
         "VFAST",
+        "STORE_B",
     }
     assert len(chunk_gdn._KERNELS) == len(chunk_gdn._KERNEL_KEYS) == 4
 
@@ -372,7 +374,7 @@ def test_host_probe_parts_time_the_direct_path_without_its_launches(monkeypatch)
 
 
 # ---- calls bound to their metadata (CPU, stand-in plan) ----------------------------------------
-def _stand_in_plan(monkeypatch, x, h0, gate, store_b=True):
+def _stand_in_plan(monkeypatch, x, h0, gate, hb_dtype=torch.float32):
     """A remembered plan whose four launches record their arguments, and a runtime whose current
     stream is 7 and that has no launch hooks: ``_direct_call`` and the bound path run on the CPU."""
     import types
@@ -381,7 +383,7 @@ def _stand_in_plan(monkeypatch, x, h0, gate, store_b=True):
     lp = launch_params(q.shape[3], v.shape[3], q.dtype)
     ptrs = chunk_gdn._addresses(q, k, v, g, beta, h0, *(gate or (None, None)))
     key = chunk_gdn._plan_key(
-        lp, q.device, q.dtype, torch.float32, q.shape[2], v.shape[2], gate is not None, False, q, k, v, g, beta, ptrs
+        lp, q.device, q.dtype, hb_dtype, q.shape[2], v.shape[2], gate is not None, False, q, k, v, g, beta, ptrs
     )
     lists = [[f"fixed-{n}" for n in fn.arg_names] for fn in chunk_gdn._KERNELS]
     chunk_gdn._remember_plan([_Compiled(i) for i in range(4)], chunk_gdn._KERNELS, lists, lp, key)
@@ -433,7 +435,7 @@ def test_bound_call_launches_what_the_direct_path_launches(monkeypatch):
             scratch,
             (o.data_ptr(), ht.data_ptr() if h0 is None else h0.data_ptr(), ht.data_ptr(), hb.data_ptr()),
             (meta.chunk_info.data_ptr(), meta.seq_info.data_ptr(), meta.store_slot.data_ptr()),
-            0.25, 1, int(h0 is not None), 1,
+            0.25, 1, int(h0 is not None),
         )  # fmt: skip
         return [
             (i, (*grid, 7, tuple(named.get(n, f"fixed-{n}") for n in fn.arg_names)))
@@ -485,6 +487,7 @@ def test_bound_calls_are_keyed_by_options_and_never_copied_with_the_metadata(mon
     chunk_gdn._PLANS.clear()
     x = _bound_inputs()
     lp, _, _ = _stand_in_plan(monkeypatch, x, None, None)
+    _stand_in_plan(monkeypatch, x, None, None, hb_dtype=None)  # the plan without boundary stores
     meta = prepare_chunk_metadata([0, 200], [0])
     chunk_gdn._direct_call(*x, 0.25, None, True, torch.float32, meta, 1, lp, None, False, None)
     chunk_gdn._direct_call(*x, 0.25, None, False, torch.float32, meta, 1, lp, None, False, None)

@@ -33,9 +33,9 @@ def test_no_spills_and_pipelined_state_loop(dtype, dim):
     run = _run("--check", "--dtype", dtype, "--head-dim", str(dim))
     assert run.returncode == 0, run.stdout + run.stderr
     rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()[2:]}
-    assert set(rows) == {"solve", "wu", "state", "output"}
-    state = rows["state"]
-    assert int(state[6]) > 0  # cp.async column
+    assert set(rows) == {"solve", "wu", "state", "state-wide", "state-wide-nob", "output"}
+    for name in ("state", "state-wide", "state-wide-nob"):
+        assert int(rows[name][6]) > 0  # cp.async column
 
 
 def test_refuses_the_interpreter():
