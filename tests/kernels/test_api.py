@@ -188,3 +188,31 @@ def test_launch_table_follows_the_config_environment(monkeypatch):
     assert before["state"]["num_warps"] == chunk_gdn.CONFIGS["state"]["num_warps"]
     monkeypatch.delenv("KERNELS_CONFIG_STATE")
     assert chunk_gdn.launch_params(64, 64, torch.float16) is before
+
+
+def test_wide_state_block_where_its_programs_fill_the_gpu(monkeypatch):
+    """``state_wide``: the state loop takes V blocks of ``STATE_BV_WIDE`` where ``N * HV *
+    ceil(V / 32)`` programs fill ``STATE_WIDE_FILL`` of the multiprocessors (H200: one sequence at
+    32 value heads, four at 8), never on a CPU; the launch table follows, an explicit
+    ``KERNELS_CONFIG_STATE`` BV wins, and the block never exceeds the padded V."""
+    from kernels import chunk_gdn
+
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    assert not chunk_gdn.state_wide(64, 64, 128, cpu)
+    monkeypatch.setattr(chunk_gdn, "INTERPRET", False)
+    monkeypatch.setattr(chunk_gdn, "_multiprocessors", lambda index: 132)
+    assert chunk_gdn.state_wide(1, 32, 128, gpu)  # 128 programs >= 99
+    assert not chunk_gdn.state_wide(1, 8, 128, gpu) and not chunk_gdn.state_wide(3, 8, 128, gpu)  # 32, 96
+    assert chunk_gdn.state_wide(4, 8, 128, gpu)  # 128
+    assert not chunk_gdn.state_wide(1, 32, 64, gpu) and chunk_gdn.state_wide(2, 32, 64, gpu)  # 64, 128
+    assert not chunk_gdn.state_wide(1, 32, 128, cpu)
+    narrow = chunk_gdn.launch_params(128, 128, torch.bfloat16)
+    wide = chunk_gdn.launch_params(128, 128, torch.bfloat16, None, True)
+    assert narrow["state"]["BV"] == chunk_gdn.CONFIGS["state"]["BV"] == 16
+    assert wide["state"]["BV"] == chunk_gdn.STATE_BV_WIDE and wide is not narrow
+    assert {k: v for k, v in wide.items() if k != "state"} == {k: v for k, v in narrow.items() if k != "state"}
+    assert chunk_gdn.launch_params(16, 16, torch.bfloat16, None, True)["state"]["BV"] == 16  # padded V
+    monkeypatch.setenv("KERNELS_CONFIG_STATE", "BV=16")
+    assert chunk_gdn.launch_params(128, 128, torch.bfloat16, None, True)["state"]["BV"] == 16
+    monkeypatch.setenv("KERNELS_CONFIG_STATE", "num_warps=8")
+    assert chunk_gdn.launch_params(128, 128, torch.bfloat16, None, True)["state"]["BV"] == chunk_gdn.STATE_BV_WIDE
