@@ -884,7 +884,8 @@ def _runtime():
 
 def _hooks_active(rt) -> bool:
     """A launch hook is installed (a profiler): it wants Triton's launch metadata, so use its path."""
-    return any(getattr(h, "calls", h is not None) for h in (rt.launch_enter_hook, rt.launch_exit_hook))
+    enter, exit_ = rt.launch_enter_hook, rt.launch_exit_hook  # no generator: this runs every call
+    return bool(getattr(enter, "calls", enter is not None)) or bool(getattr(exit_, "calls", exit_ is not None))
 
 
 def _addresses(q, k, v, g, beta, h0=None, a_log=None, dt_bias=None) -> tuple:
@@ -1042,7 +1043,7 @@ class _Bound:
     holds) and launches it; None sends the call to the full path instead."""
 
     __slots__ = (
-        "plan", "lp", "options", "shapes", "strides", "dtypes", "dev", "h0_shape", "grids", "offs", "nbytes",
+        "plan", "lp", "options", "shapes", "strides", "dtypes", "dev", "index", "h0_shape", "grids", "offs", "nbytes",
         "out_shapes", "state_dtype", "store_b", "meta_ptrs", "flags",
     )  # fmt: skip
 
@@ -1056,6 +1057,7 @@ class _Bound:
         self.strides = (q.stride(), k.stride(), v.stride(), g.stride(), beta.stride())
         self.dtypes = (q.dtype, k.dtype, v.dtype, g.dtype, beta.dtype)
         self.dev = q.device
+        self.index = q.get_device()  # -1 on a CPU (the stand-in tests), the CUDA index otherwise
         self.h0_shape = (N, HV, K, V)
         self.grids = _grids(self.lp, N, NT, HV, V)
         self.offs, self.nbytes = _scratch_layout(T, NT, HV, K, V, q.element_size())
@@ -1066,12 +1068,16 @@ class _Bound:
 
     def run(self, q, k, v, g, beta, initial_state, gate, given):
         """The call if it has the bound layout (launched; ``(o, ht, hb)``), else None."""
-        dev = self.dev
         if (
             (q.shape, k.shape, v.shape, g.shape, beta.shape) != self.shapes
             or (q.stride(), k.stride(), v.stride(), g.stride(), beta.stride()) != self.strides
             or (q.dtype, k.dtype, v.dtype, g.dtype, beta.dtype) != self.dtypes
-            or not q.device == k.device == v.device == g.device == beta.device == dev
+            or not q.get_device()
+            == k.get_device()
+            == v.get_device()
+            == g.get_device()
+            == beta.get_device()
+            == self.index
         ):
             return None
         h0 = 0
@@ -1079,16 +1085,24 @@ class _Bound:
             if not (
                 initial_state.dtype == torch.float32
                 and initial_state.is_contiguous()
-                and initial_state.device == dev
+                and initial_state.get_device() == self.index
                 and initial_state.shape == self.h0_shape
             ):
                 return None
             h0 = initial_state.data_ptr()
         a, d = 0, 0
         if gate is not None:
-            if not (_fp32_vector(gate[0], dev) and _fp32_vector(gate[1], dev)):
+            a_log, dt_bias, index = gate[0], gate[1], self.index
+            if not (
+                a_log is not None
+                and dt_bias is not None
+                and a_log.dtype == dt_bias.dtype == torch.float32
+                and a_log.is_contiguous()
+                and dt_bias.is_contiguous()
+                and a_log.get_device() == dt_bias.get_device() == index
+            ):
                 return None
-            a, d = gate[0].data_ptr(), gate[1].data_ptr()
+            a, d = a_log.data_ptr(), dt_bias.data_ptr()
         ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), g.data_ptr(), beta.data_ptr(), h0, a, d)
         rt = _runtime()
         if (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | h0 | a | d) & 15 or _hooks_active(rt[1]):
@@ -1112,7 +1126,7 @@ class _Bound:
             )  # fmt: skip
             o = given[0] if given[0] is not None else o.view(o_shape)
         base = scratch.data_ptr()
-        w, u, vn, A, hbuf, fd, gcum, glast = (base + off for off in self.offs)
+        w, u, vn, A, hbuf, fd, gcum, glast = map(base.__add__, self.offs)
         o_ptr, ht_ptr = o.data_ptr(), ht.data_ptr()
         scale, l2norm, store = self.flags
         vals = (

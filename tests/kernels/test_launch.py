@@ -474,6 +474,8 @@ def test_bound_call_declines_every_other_layout(monkeypatch):
         "initial state dtype": (q, k, v, g, beta, torch.zeros(1, 4, 32, 32, dtype=torch.float16), None),
         "initial state strides": (q, k, v, g, beta, torch.zeros(1, 4, 32, 32).transpose(2, 3), None),
         "gate in fp16": (q, k, v, g, beta, None, (torch.rand(4).half(), torch.randn(4))),
+        "gate missing a tensor": (q, k, v, g, beta, None, (None, torch.randn(4))),
+        "gate strided": (q, k, v, g, beta, None, (torch.rand(8)[::2], torch.randn(4))),
     }
     for name, call in declined.items():
         assert bound.run(*call, None) is None, name
