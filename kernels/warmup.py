@@ -2,8 +2,10 @@
 
 The kernels use fixed launch configurations (no autotuning), so what triggers a compilation is a
 new *specialisation*, not a new length: dtype, head dims, l2norm / gate / beta flags, whether an
-initial state is passed, whether the call emits any boundary state, and Triton's divisibility
-specialisation of strides. ``warmup`` runs each requested shape bucket with and without an
+initial state is passed, whether the call emits any boundary state, Triton's divisibility
+specialisation of strides, the head counts and the keys' exact strides (the state loop takes them
+as constants), and the state loop's V block (``chunk_gdn.state_wide``: wider once the sequences
+times value heads fill the GPU). ``warmup`` runs each requested shape bucket with and without an
 initial state so that a replay or a user's script pays every compilation once, up front.
 Compiled kernels also land in Triton's on-disk cache (``TRITON_CACHE_DIR``), so a second process
 with the same shapes only loads them.
