@@ -107,10 +107,10 @@ def launch_params(
     """Compile-time parameters and launch options of the four kernels for head dims K, V and
     input ``dtype``: ``{"solve" | "wu" | "state" | "out": {name: value}}`` (``LAUNCH_OPTIONS``
     keys are launch options, the rest constexprs; ``BV`` of state / out sets their grids).
-    ``wide_state``: the state loop's V block is ``STATE_BV_WIDE`` (``state_wide`` says when)
-    unless ``KERNELS_CONFIG_STATE`` sets one. ``benchmarks/kernel_resources.py`` compiles from
-    the same table. Built once per shape and ``KERNELS_CONFIG_*`` setting (a per-call cost
-    otherwise); the result is shared: read only."""
+    ``wide_state``: the state loop's V block is ``STATE_BV_WIDE`` (``state_wide`` says when;
+    16-bit inputs only) unless ``KERNELS_CONFIG_STATE`` sets one.
+    ``benchmarks/kernel_resources.py`` compiles from the same table. Built once per shape and
+    ``KERNELS_CONFIG_*`` setting (a per-call cost otherwise); the result is shared: read only."""
     data = getattr(os.environ, "_data", None)
     if data is not None and _CONFIG_ENV_KEYS is not None:
         # os.environ's own mapping (encoded keys and values): four dict lookups where four
@@ -154,7 +154,9 @@ def _launch_params(
     BK, BVF = _pow2(K), _pow2(V)
     prec = (input_precision or "ieee") if dtype == torch.float32 else "tf32"
     state, out = _config("state"), _config("out")
-    if wide and "BV" not in _env_keys("state"):
+    if wide and dtype != torch.float32 and "BV" not in _env_keys("state"):
+        # 16-bit inputs only: fp32's FMA loops spill at the wide block (sm_90a: 12.7 KB against
+        # 4.8 at 16, ``kernel_resources.py --dtype fp32``), and nothing measured it faster
         state["BV"] = STATE_BV_WIDE
     state["BV"] = min(state["BV"], BVF)
     out["BV"] = min(out["BV"], BVF)

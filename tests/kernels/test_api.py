@@ -194,7 +194,8 @@ def test_wide_state_block_where_its_programs_fill_the_gpu(monkeypatch):
     """``state_wide``: the state loop takes V blocks of ``STATE_BV_WIDE`` where ``N * HV *
     ceil(V / 32)`` programs fill ``STATE_WIDE_FILL`` of the multiprocessors (H200: one sequence at
     32 value heads, four at 8), never on a CPU; the launch table follows, an explicit
-    ``KERNELS_CONFIG_STATE`` BV wins, and the block never exceeds the padded V."""
+    ``KERNELS_CONFIG_STATE`` BV wins, the block never exceeds the padded V, and fp32 inputs keep
+    the default block."""
     from kernels import chunk_gdn
 
     cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
@@ -212,6 +213,7 @@ def test_wide_state_block_where_its_programs_fill_the_gpu(monkeypatch):
     assert wide["state"]["BV"] == chunk_gdn.STATE_BV_WIDE and wide is not narrow
     assert {k: v for k, v in wide.items() if k != "state"} == {k: v for k, v in narrow.items() if k != "state"}
     assert chunk_gdn.launch_params(16, 16, torch.bfloat16, None, True)["state"]["BV"] == 16  # padded V
+    assert chunk_gdn.launch_params(128, 128, torch.float32, None, True)["state"]["BV"] == 16  # fp32 spills wide
     monkeypatch.setenv("KERNELS_CONFIG_STATE", "BV=16")
     assert chunk_gdn.launch_params(128, 128, torch.bfloat16, None, True)["state"]["BV"] == 16
     monkeypatch.setenv("KERNELS_CONFIG_STATE", "num_warps=8")
