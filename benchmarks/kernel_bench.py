@@ -17,8 +17,9 @@ Host overhead ("host us"): the time for the Python call to return while the GPU 
 that no launch waits for the device: a ~50 ms sleep kernel (torch.cuda._sleep) is queued first,
 then ``--host-calls`` calls (default 20) are enqueued back to back and timed on the host
 (perf_counter), the sum divided by their number; the device is synchronised only after the
-clock stops. The row is marked "*" if the sleep had ended before the last call returned (the
-figure may then include waiting for the device; raise HOST_SLEEP_CYCLES).
+clock stops. The column is the median of seven such runs. The row is marked "*" if the sleep
+had ended before the last call of any run returned (the figure may then include waiting for the
+device; raise HOST_SLEEP_CYCLES).
 """
 
 from __future__ import annotations
@@ -55,6 +56,13 @@ def host_overhead_us(torch, fn, calls: int) -> tuple[float, bool]:
     busy = not done.query()
     torch.cuda.synchronize()
     return (t1 - t0) / calls * 1e6, busy
+
+
+def host_us_median(torch, fn, calls: int, repeats: int = 7) -> tuple[float, bool]:
+    """The median of ``repeats`` runs of ``host_overhead_us`` (one run is at the mercy of the
+    host's scheduler), and whether every run kept the device busy."""
+    runs = [host_overhead_us(torch, fn, calls) for _ in range(repeats)]
+    return sorted(us for us, _ in runs)[repeats // 2], all(clean for _, clean in runs)
 
 
 def bench_inputs(torch, h: int, hv: int, T: int):
@@ -249,7 +257,7 @@ def main(argv=None) -> int:
                         print(f"# {name}: no CUDA-graph timing ({type(exc).__name__}: {exc})")
                         graph = float("nan")
                     if args.host_calls > 0 and not name.startswith("states["):
-                        host[name] = host_overhead_us(torch, fn, args.host_calls)
+                        host[name] = host_us_median(torch, fn, args.host_calls)
                 finally:
                     for key, val in saved.items():
                         if val is None:

@@ -28,16 +28,9 @@ import os
 import pstats
 import sys
 
-from kernel_bench import HOST_SLEEP_CYCLES, bench_inputs, host_overhead_us  # noqa: E402 (this folder)
+from kernel_bench import HOST_SLEEP_CYCLES, bench_inputs, host_us_median  # noqa: E402 (this folder)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-
-def steady_us(torch, fn, repeats: int = 7, calls: int = 20) -> tuple[float, bool]:
-    """The median of ``repeats`` runs of ``host_overhead_us`` (``calls`` calls each: one run is
-    at the mercy of the host's scheduler), and whether every run kept the device busy."""
-    runs = [host_overhead_us(torch, fn, calls) for _ in range(repeats)]
-    return sorted(us for us, _ in runs)[repeats // 2], all(clean for _, clean in runs)
 
 
 def profile_calls(torch, fn, calls: int, top: int) -> str:
@@ -195,10 +188,10 @@ def main(argv=None) -> int:
             if fla is not None:
                 cases["fla"] = lambda: fla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True)
             for name, fn in cases.items():
-                us, clean = steady_us(torch, fn)
+                us, clean = host_us_median(torch, fn, 20)
                 print(f"HOST H={h} HV={hv} T={T} {name}: {us:.1f} us per call{'' if clean else ' (queue drained)'}")
             for name, fn in components(torch, chunk_gdn, (q, k, v, g, beta), meta, cases["states+meta"]).items():
-                us, clean = steady_us(torch, fn)
+                us, clean = host_us_median(torch, fn, 20)
                 print(f"PART H={h} HV={hv} T={T} {name}: {us:.1f} us per call{'' if clean else ' (queue drained)'}")
             print(f"PROFILE H={h} HV={hv} T={T} states+meta, {args.calls} calls")
             print(profile_calls(torch, cases["states+meta"], args.calls, args.top))

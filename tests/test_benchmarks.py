@@ -62,3 +62,17 @@ def test_benchmark_runs_at_its_smallest_size(script, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert expect in proc.stdout, proc.stdout[-2000:]
+
+
+def test_host_time_column_is_the_median_of_seven_runs(monkeypatch):
+    """``kernel_bench``'s and ``kernel_host_probe``'s host figure: the median of seven runs of the
+    busy-queue measure (a single run swung by up to 2x on the lent hosts), clean only if every run
+    kept the device busy."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    bench = __import__("kernel_bench")
+    runs = iter([(5.0, True), (1.0, True), (9.0, False), (3.0, True), (7.0, True), (2.0, True), (8.0, True)])
+    monkeypatch.setattr(bench, "host_overhead_us", lambda torch, fn, calls: next(runs))
+    assert bench.host_us_median(None, None, 20) == (5.0, False)
+    monkeypatch.setattr(bench, "host_overhead_us", lambda torch, fn, calls: (4.0, True))
+    assert bench.host_us_median(None, None, 20, repeats=3) == (4.0, True)
+    sys.modules.pop("kernel_bench", None)
