@@ -21,7 +21,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 import torch
 
-from kernels.chunk_gdn import chunk_gated_delta_rule
+from kernels.chunk_gdn import chunk_gated_delta_rule, state_wide
 from kernels.conv import causal_conv1d
 
 Bucket = Union[int, Sequence[int]]
@@ -54,10 +54,14 @@ def warmup(
     varlen call), with and without initial states; returns the seconds spent.
 
     The default buckets (63 and 64 tokens) cover a call without and with a boundary state; pass
-    the lengths your workload uses if their strides or batch layout differ. The conv kernel is
-    warmed with weights (and bias, if ``conv_bias``) in ``dtype``, as a model holds them.
+    the lengths your workload uses if their strides or batch layout differ. Where a batch of
+    enough sequences takes the state loop's wide V block (``state_wide``; one sequence does not),
+    two varlen buckets of that many sequences (63 and 64 tokens each) are added, so that both
+    blocks are compiled. The conv kernel is warmed with weights (and bias, if ``conv_bias``) in
+    ``dtype``, as a model holds them.
     """
     gen = torch.Generator(device="cpu").manual_seed(seed)
+    buckets = list(buckets) + _wide_buckets(num_v_heads, head_v_dim, torch.device(device))
     H, HV, K, V = num_heads, num_v_heads, head_k_dim, head_v_dim
     start = time.perf_counter()
 
@@ -104,6 +108,22 @@ def warmup(
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - start
+
+
+#: the most sequences a warm-up batch takes to reach the wide state block
+MAX_WIDE_SEQUENCES = 256
+
+
+def _wide_buckets(HV: int, V: int, device: torch.device) -> list:
+    """Two varlen buckets of the fewest sequences (at most ``MAX_WIDE_SEQUENCES``) whose calls
+    take the wide state block, 63 and 64 tokens each (without and with a boundary state); none
+    where one sequence already does or none up to the cap does."""
+    if state_wide(1, HV, V, device):
+        return []
+    for n in range(2, MAX_WIDE_SEQUENCES + 1):
+        if state_wide(n, HV, V, device):
+            return [[63] * n, [64] * n]
+    return []
 
 
 def _warm_one(kwargs: dict) -> float:

@@ -107,6 +107,35 @@ def test_warmup_runs_every_bucket_on_cpu():
     assert secs > 0
 
 
+def test_warmup_adds_the_batch_that_takes_the_wide_state_block(monkeypatch):
+    """Where a batch of enough sequences takes the wide state block and one sequence does not,
+    warmup adds varlen buckets of that many sequences (63 and 64 tokens each: without and with a
+    boundary state), so both blocks compile before anything is timed; none where one sequence is
+    already wide or on a CPU."""
+    import importlib
+
+    warmup_module = importlib.import_module("kernels.warmup")  # ``kernels.warmup`` is the function
+
+    calls = []
+
+    def record(q, k, v, g, beta, *, cu_seqlens, initial_state, **kw):
+        calls.append((tuple(cu_seqlens), initial_state is not None))
+
+    monkeypatch.setattr(warmup_module, "chunk_gated_delta_rule", record)
+    kw = dict(num_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=16, dtype=torch.float32, device="cpu")
+    warmup_module.warmup(**kw)
+    assert [c for c, _ in calls] == [(0, 63), (0, 63), (0, 64), (0, 64)]  # a CPU: never wide
+    calls.clear()
+    monkeypatch.setattr(warmup_module, "state_wide", lambda N, HV, V, device: N >= 3)
+    warmup_module.warmup(**kw)
+    assert [c for c, _ in calls][4:] == [(0, 63, 126, 189)] * 2 + [(0, 64, 128, 192)] * 2
+    assert [h for _, h in calls][4:] == [False, True, False, True]
+    calls.clear()
+    monkeypatch.setattr(warmup_module, "state_wide", lambda N, HV, V, device: True)
+    warmup_module.warmup(**kw)
+    assert len(calls) == 4
+
+
 # ---- GPU -------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("D", [16, 32])
@@ -129,7 +158,8 @@ def test_gpu_small_head_dims(dtype, T, D):
 @pytest.mark.gpu
 def test_gpu_warmup_then_new_lengths_compile_nothing():
     """After ``warmup`` a call with a length never seen before compiles no kernel (nor does
-    switching l2norm, initial state or boundary output: those are runtime flags)."""
+    switching l2norm or initial state, runtime flags, or boundary output, whose two state-loop
+    variants warmup compiles)."""
     from kernels import chunk_gdn, conv
 
     jits = (
