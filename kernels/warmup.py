@@ -49,6 +49,7 @@ def warmup(
     conv_width: int = 4,
     conv_bias: bool = False,
     seed: int = 0,
+    wide_batches: bool = True,
 ) -> float:
     """Run the kernels once per bucket (a token count, or a list of sequence lengths for one
     varlen call), with and without initial states; returns the seconds spent.
@@ -57,11 +58,11 @@ def warmup(
     the lengths your workload uses if their strides or batch layout differ. Where a batch of
     enough sequences takes the state loop's wide V block (``state_wide``; one sequence does not),
     two varlen buckets of that many sequences (63 and 64 tokens each) are added, so that both
-    blocks are compiled. The conv kernel is warmed with weights (and bias, if ``conv_bias``) in
+    blocks are compiled (``wide_batches=False``: not). The conv kernel is warmed with weights (and bias, if ``conv_bias``) in
     ``dtype``, as a model holds them.
     """
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    buckets = list(buckets) + _wide_buckets(num_v_heads, head_v_dim, torch.device(device))
+    buckets = list(buckets) + (_wide_buckets(num_v_heads, head_v_dim, torch.device(device)) if wide_batches else [])
     H, HV, K, V = num_heads, num_v_heads, head_k_dim, head_v_dim
     start = time.perf_counter()
 

@@ -131,6 +131,9 @@ def test_warmup_adds_the_batch_that_takes_the_wide_state_block(monkeypatch):
     assert [c for c, _ in calls][4:] == [(0, 63, 126, 189)] * 2 + [(0, 64, 128, 192)] * 2
     assert [h for _, h in calls][4:] == [False, True, False, True]
     calls.clear()
+    warmup_module.warmup(**kw, wide_batches=False)
+    assert len(calls) == 4
+    calls.clear()
     monkeypatch.setattr(warmup_module, "state_wide", lambda N, HV, V, device: True)
     warmup_module.warmup(**kw)
     assert len(calls) == 4
