@@ -245,10 +245,23 @@ def _fla_function():
     return _FLA["fn"]
 
 
-def _import_line(hint: str, package: str, exc: ImportError) -> str:
-    """``hint`` when the package itself is missing; with the reason when it is there but broken."""
-    missing = (getattr(exc, "name", None) or "").split(".")[0] == package
-    return hint if missing else f"{hint}: importing it failed ({type(exc).__name__}: {exc})"
+#: what a peer's import raises when it is installed but broken: a missing dependency
+#: (ImportError), or an error inside its import (TileLang 0.1.15 with apache-tvm-ffi 0.1.13 or
+#: newer: RuntimeError "'tl.SwizzleMode' has no enum"; FLA imports TileLang where installed)
+IMPORT_FAILURES = (ImportError, RuntimeError, AttributeError, OSError, TypeError, ValueError)
+#: the known break: FlashQLA 0.1.3's TileLang (0.1.15) needs apache-tvm-ffi below 0.1.13
+TILELANG_PIN = "TileLang 0.1.15 needs apache-tvm-ffi<0.1.13"
+
+
+def _import_line(hint: str, package: str, exc: BaseException) -> str:
+    """``hint`` when the package itself is missing; with the reason when it is there but broken
+    (one line: the exception's first line, and the TileLang pin where that is what broke)."""
+    missing = isinstance(exc, ImportError) and (getattr(exc, "name", None) or "").split(".")[0] == package
+    if missing:
+        return hint
+    first = (str(exc).splitlines() or [""])[0]
+    pin = f"; {TILELANG_PIN}" if "SwizzleMode" in first or "tvm" in first.lower() else ""
+    return f"{hint}: importing it failed ({type(exc).__name__}: {first}){pin}"
 
 
 def fla_problem(device, dtype, head_k_dim: int, head_v_dim: int) -> Optional[str]:
@@ -259,7 +272,7 @@ def fla_problem(device, dtype, head_k_dim: int, head_v_dim: int) -> Optional[str
         return f"--kernel fla: FLA takes head dims up to {FLA_MAX_HEAD_DIM}, not K = {head_k_dim}, V = {head_v_dim}"
     try:
         _fla_function()
-    except ImportError as exc:
+    except IMPORT_FAILURES as exc:
         return _import_line(FLA_HINT, "fla", exc)
     return None
 
@@ -325,7 +338,7 @@ def flashqla_problem(device, dtype, head_k_dim: int, head_v_dim: int) -> Optiona
         )
     try:
         _flashqla_function()
-    except ImportError as exc:
+    except IMPORT_FAILURES as exc:
         return _import_line(FLASHQLA_HINT, "flash_qla", exc)
     return None
 

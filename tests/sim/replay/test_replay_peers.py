@@ -391,6 +391,36 @@ def test_import_failures_name_the_package(monkeypatch):
     assert peers.flashqla_problem("cuda", torch.bfloat16, 128, 128) == peers.FLASHQLA_HINT
 
 
+def test_a_peer_broken_inside_its_import_is_one_line(monkeypatch):
+    """Seen on an H200 (2026-12-03): TileLang 0.1.15 beside apache-tvm-ffi 0.1.15.post2 raises a
+    RuntimeError while importing, and FLA, which imports TileLang where installed, with it. The
+    problem check says so in one line with the pin, instead of a traceback."""
+
+    def broken(mod):
+        raise RuntimeError("'tl.SwizzleMode' has no enum at string index 'NONE'\n  more detail")
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 0))
+    monkeypatch.setattr(peers.importlib, "import_module", broken)
+    for problem, cache, hint in (
+        (peers.fla_problem, peers._FLA, peers.FLA_HINT),
+        (peers.flashqla_problem, peers._FLASHQLA, peers.FLASHQLA_HINT),
+    ):
+        monkeypatch.delitem(cache, "fn", raising=False)
+        line = problem("cuda", torch.bfloat16, 128, 128)
+        assert line == (
+            f"{hint}: importing it failed (RuntimeError: 'tl.SwizzleMode' has no enum at string index 'NONE'); "
+            f"{peers.TILELANG_PIN}"
+        )
+
+    def other(mod):
+        raise OSError("libcuda.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(peers.importlib, "import_module", other)
+    monkeypatch.delitem(peers._FLA, "fn", raising=False)
+    line = peers.fla_problem("cuda", torch.bfloat16, 128, 128)
+    assert line == f"{peers.FLA_HINT}: importing it failed (OSError: libcuda.so.1: cannot open shared object file)"
+
+
 def test_a_model_on_an_adapted_backend_matches_the_torch_backend(tiny_shape, standins, monkeypatch):
     """The replay stack on the fla adapter (FLA replaced by its torch stand-in): the same outputs,
     final and boundary states as on the torch backend, boundaries at 64-multiples and off them."""
