@@ -59,13 +59,15 @@ def kernel_specs(dim: int, dtype: str):
     tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     layout = dict(HV=32, GROUP=2, skt=16 * dim, skh=dim)
     specs = []
-    for key, params in m.launch_params(dim, dim, tdtype).items():
+
+    def split(params: dict) -> tuple[dict, dict]:  # (constexprs, launch options)
         opts = {k: v for k, v in params.items() if k in m.LAUNCH_OPTIONS}
-        consts = {k: v for k, v in params.items() if k not in m.LAUNCH_OPTIONS}
+        return {k: v for k, v in params.items() if k not in m.LAUNCH_OPTIONS}, opts
+
+    for key, params in m.launch_params(dim, dim, tdtype).items():
+        consts, opts = split(params)
         specs.append((NAMES[key], fns[key], {**consts, **FLAGS[key], **(layout if key == "state" else {})}, opts))
-    wide = m.launch_params(dim, dim, tdtype, wide_state=True)["state"]
-    opts = {k: v for k, v in wide.items() if k in m.LAUNCH_OPTIONS}
-    consts = {k: v for k, v in wide.items() if k not in m.LAUNCH_OPTIONS}
+    consts, opts = split(m.launch_params(dim, dim, tdtype, wide_state=True)["state"])
     for name, store in (("state-wide", True), ("state-wide-nob", False)):
         specs.append((name, fns["state"], {**consts, **FLAGS["state"], **layout, "STORE_B": store}, opts))
     return specs

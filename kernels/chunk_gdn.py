@@ -74,20 +74,19 @@ CONFIGS = {
 }
 
 
-def _env_keys(name: str) -> set:
-    """The names ``KERNELS_CONFIG_<NAME>`` sets."""
+def _env_config(name: str) -> dict:
+    """What ``KERNELS_CONFIG_<NAME>`` sets (``"BV=32,num_warps=4"``: ``{"BV": 32, "num_warps": 4}``)."""
     env = os.environ.get(f"KERNELS_CONFIG_{name.upper()}")
-    return {item.split("=")[0].strip() for item in env.split(",")} if env else set()
-
-
-def _config(name: str) -> dict:
-    env = os.environ.get(f"KERNELS_CONFIG_{name.upper()}")
-    cfg = dict(CONFIGS[name])
+    cfg = {}
     if env:
         for item in env.split(","):
             key, val = item.split("=")
             cfg[key.strip()] = int(val)
     return cfg
+
+
+def _config(name: str) -> dict:
+    return {**CONFIGS[name], **_env_config(name)}
 
 
 def _pow2(n: int) -> int:
@@ -154,7 +153,7 @@ def _launch_params(
     BK, BVF = _pow2(K), _pow2(V)
     prec = (input_precision or "ieee") if dtype == torch.float32 else "tf32"
     state, out = _config("state"), _config("out")
-    if wide and dtype != torch.float32 and "BV" not in _env_keys("state"):
+    if wide and dtype != torch.float32 and "BV" not in _env_config("state"):
         # 16-bit inputs only: fp32's FMA loops spill at the wide block (sm_90a: 12.7 KB against
         # 4.8 at 16, ``kernel_resources.py --dtype fp32``), and nothing measured it faster
         state["BV"] = STATE_BV_WIDE
@@ -1037,6 +1036,12 @@ def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, m
     return bound.launch(rt, ptrs, initial_state is not None, given)
 
 
+def _bound_key(scale: float, l2norm: int, store_b: bool, state_dtype, use_gate: bool, beta_sig: bool, lp) -> tuple:
+    """The key of a bound call in ``ChunkMetadata.calls``: the call's options. The launch table by
+    identity: the bound call holds it, so its id is not reused while the key is in use."""
+    return (scale, l2norm, store_b, state_dtype, use_gate, beta_sig, id(lp))
+
+
 class _Bound:
     """A call layout bound to one chunk metadata (``ChunkMetadata.calls``, keyed by the call's
     options): the plan, grids, scratch layout and launch values fixed for every call of this
@@ -1054,7 +1059,7 @@ class _Bound:
         HV, V = v.shape[2], v.shape[3]
         N, NT = meta.num_seqs, meta.num_chunks
         self.plan, self.lp = plan, plan.lp
-        self.options = (scale, l2norm, store_b, state_dtype, use_gate, beta_sig, id(self.lp))  # lp: alive while bound
+        self.options = _bound_key(scale, l2norm, store_b, state_dtype, use_gate, beta_sig, self.lp)
         self.shapes = (q.shape, k.shape, v.shape, g.shape, beta.shape)
         self.strides = (q.stride(), k.stride(), v.stride(), g.stride(), beta.stride())
         self.dtypes = (q.dtype, k.dtype, v.dtype, g.dtype, beta.dtype)
@@ -1214,25 +1219,28 @@ def chunk_gated_delta_rule(
         if out is None and final_state_out is None and boundary_out is None and workspace is None
         else (out, final_state_out, boundary_out, workspace)
     )
-    calls = chunk_metadata.calls if chunk_metadata is not None and _DIRECT else None
-    if calls and q.dim() == 4 and v.dim() == 4:
-        # a layout this metadata has run before (the model step's earlier layers): its bound call
-        # checks the layout and launches, instead of the checks and plan key below
+    meta_lp = None  # the launch table of a call with metadata: the bound lookup's and the direct path's
+    if _DIRECT and chunk_metadata is not None and q.dim() == 4 and v.dim() == 4:
         K, HV, V = q.shape[3], v.shape[2], v.shape[3]
-        lp = launch_params(K, V, q.dtype, input_precision, state_wide(chunk_metadata.num_seqs, HV, V, q.device))
-        options = (
-            K**-0.5 if scale is None else scale, int(bool(use_qk_l2norm)), bool(boundary_states), state_dtype,
-            bool(use_gate_in_kernel), bool(use_beta_sigmoid), id(lp),
-        )  # fmt: skip
-        bound = calls.get(options)
-        if bound is not None:
-            res = bound.run(q, k, v, g, beta, initial_state, (A_log, dt_bias) if use_gate_in_kernel else None, given)
-            if res is not None:
-                return res
+        meta_lp = launch_params(K, V, q.dtype, input_precision, state_wide(chunk_metadata.num_seqs, HV, V, q.device))
+        meta_scale, meta_l2norm = K**-0.5 if scale is None else scale, int(bool(use_qk_l2norm))
+        if chunk_metadata.calls:
+            # a layout this metadata has run before (the model step's earlier layers): its bound
+            # call checks the layout and launches, instead of the checks and plan key below
+            bound = chunk_metadata.calls.get(
+                _bound_key(
+                    meta_scale, meta_l2norm, bool(boundary_states), state_dtype, bool(use_gate_in_kernel),
+                    bool(use_beta_sigmoid), meta_lp,
+                )
+            )  # fmt: skip
+            if bound is not None:
+                gate = (A_log, dt_bias) if use_gate_in_kernel else None
+                res = bound.run(q, k, v, g, beta, initial_state, gate, given)
+                if res is not None:
+                    return res
     check_args(q, k, v, g, beta)
     if (
-        _DIRECT
-        and chunk_metadata is not None
+        meta_lp is not None
         and q.is_cuda
         and not INTERPRET
         and (not use_gate_in_kernel or (_fp32_vector(A_log, q.device) and _fp32_vector(dt_bias, q.device)))
@@ -1258,19 +1266,13 @@ def chunk_gated_delta_rule(
             v,
             g,
             beta,
-            q.shape[3] ** -0.5 if scale is None else scale,
+            meta_scale,
             initial_state,
             bool(boundary_states),
             state_dtype,
             chunk_metadata,
-            int(bool(use_qk_l2norm)),
-            launch_params(
-                q.shape[3],
-                v.shape[3],
-                q.dtype,
-                input_precision,
-                state_wide(chunk_metadata.num_seqs, v.shape[2], v.shape[3], q.device),
-            ),  # fmt: skip
+            meta_l2norm,
+            meta_lp,
             (A_log, dt_bias) if use_gate_in_kernel else None,
             bool(use_beta_sigmoid),
             given,
