@@ -115,7 +115,7 @@ def _sass_counts(cubin_path: str) -> tuple:
     run = subprocess.run([exe, "-c", cubin_path], capture_output=True, text=True)
     if run.returncode != 0:
         return None, None
-    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", run.stdout)
+    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", run.stdout)
     return len(ops), sum(op.split(".")[0] == "STG" for op in ops)
 
 

@@ -67,10 +67,10 @@ __all__ = [
 # state and output kernels; it is clamped to the padded V. Overridable for experiments, e.g.
 # KERNELS_CONFIG_STATE="BV=32,num_warps=4,num_stages=2".
 CONFIGS = {
-    "solve": dict(num_warps=2, num_stages=1),
-    "wu": dict(num_warps=4, num_stages=1),
+    "solve": dict(num_warps=2, num_stages=1, TRANS=0, BKS=64),
+    "wu": dict(num_warps=4, num_stages=1, BCV=64),
     "state": dict(BV=16, num_warps=4, num_stages=3, VFAST=1),
-    "out": dict(BV=64, num_warps=4, num_stages=2),
+    "out": dict(BV=128, num_warps=4, num_stages=2),
 }
 
 
@@ -120,6 +120,10 @@ def launch_params(
     return _launch_params(int(K), int(V), dtype, input_precision, envs, bool(wide_state))
 
 
+#: the output kernel's V block for fp32 inputs (16-bit inputs: ``CONFIGS["out"]["BV"]``, 128, a
+#: whole head of 128: 20 % less time than 64 on an H200, kernels/RESULTS.md)
+OUT_BV_FP32 = 64
+
 #: the state loop's V block where its programs fill the GPU at it (``state_wide``): half the
 #: programs of the default 16, each reading a chunk's w and keys once for twice the columns
 STATE_BV_WIDE = 32
@@ -157,14 +161,31 @@ def _launch_params(
         # 16-bit inputs only: fp32's FMA loops spill at the wide block (sm_90a: 12.7 KB against
         # 4.8 at 16, ``kernel_resources.py --dtype fp32``), and nothing measured it faster
         state["BV"] = STATE_BV_WIDE
+    if dtype == torch.float32 and "BV" not in _env_config("out"):
+        # fp32's FMA products spill more at 128 (sm_90a: 44 KB against 36 at 64); not timed
+        out["BV"] = OUT_BV_FP32
     state["BV"] = min(state["BV"], BVF)
     out["BV"] = min(out["BV"], BVF)
     return {
-        "solve": dict(K=K, BK=BK, BKS=min(BK, 64), PREC=prec, **_config("solve")),
-        "wu": dict(K=K, V=V, BK=BK, BVF=BVF, BC=min(BK, BVF, 64), PREC=prec, **_config("wu")),
+        "solve": _solve_config(K, BK, prec),
+        "wu": dict(K=K, V=V, BK=BK, BVF=BVF, BC=min(BK, BVF, 64), PREC=prec, **_wu_config(BVF)),
         "state": dict(K=K, V=V, BK=BK, PREC=prec, **state),
         "out": dict(K=K, V=V, BK=BK, BC=min(BK, 64), PREC=prec, **out),
     }
+
+
+def _solve_config(K: int, BK: int, prec: str) -> dict:
+    """The solve kernel's launch table entry, its key column block ``BKS`` clamped to the padded K."""
+    cfg = _config("solve")
+    cfg["BKS"] = min(cfg["BKS"], BK)
+    return dict(K=K, BK=BK, PREC=prec, **cfg)
+
+
+def _wu_config(BVF: int) -> dict:
+    """The w / u kernel's config, its u column block ``BCV`` clamped to the padded V."""
+    cfg = _config("wu")
+    cfg["BCV"] = min(cfg["BCV"], BVF)
+    return cfg
 
 
 @triton.jit
@@ -256,12 +277,28 @@ def _mm(a, b):
 
 
 @triton.jit
-def _rows16(kbase, skt, tstart, lo, hi, blk: tl.constexpr, oc, K: tl.constexpr, FULL: tl.constexpr, W: tl.constexpr):
-    """Key rows of 16-row block ``blk`` of a chunk, [16, W] and transposed [W, 16]."""
+def _rows16(
+    kbase,
+    skt,
+    tstart,
+    lo,
+    hi,
+    blk: tl.constexpr,
+    oc,
+    K: tl.constexpr,
+    FULL: tl.constexpr,
+    W: tl.constexpr,
+    TRANS: tl.constexpr,
+):
+    """Key rows of 16-row block ``blk`` of a chunk, [16, W] and transposed [W, 16] (TRANS: the
+    transpose of the rows in registers, else a second, transposed load)."""
     r = blk * 16 + tl.arange(0, 16)
     m = _inside(tstart, r, lo, hi)
     kr = tl.load(kbase + r[:, None] * skt + oc[None, :], mask=_rowmask(m, oc, K, FULL, W), other=0.0)
-    kT = tl.load(kbase + r[None, :] * skt + oc[:, None], mask=_colmask(m, oc, K, FULL, W), other=0.0)
+    if TRANS:
+        kT = tl.trans(kr)
+    else:
+        kT = tl.load(kbase + r[None, :] * skt + oc[:, None], mask=_colmask(m, oc, K, FULL, W), other=0.0)
     return kr, kT
 
 
@@ -336,6 +373,7 @@ def _solve_kernel(
     K: tl.constexpr,
     BK: tl.constexpr,
     BKS: tl.constexpr,
+    TRANS: tl.constexpr,
     USE_GATE: tl.constexpr,
     BETA_SIGMOID: tl.constexpr,
     l2norm,
@@ -379,10 +417,10 @@ def _solve_kernel(
     s1, s2, s3 = s0, s0, s0
     for kb in tl.static_range(0, BK, BKS):
         oc = kb + tl.arange(0, BKS)
-        k0, k0T = _rows16(kbase, skt, tstart, lo, hi, 0, oc, K, K == BK, BKS)
-        k1, k1T = _rows16(kbase, skt, tstart, lo, hi, 1, oc, K, K == BK, BKS)
-        k2, k2T = _rows16(kbase, skt, tstart, lo, hi, 2, oc, K, K == BK, BKS)
-        k3, k3T = _rows16(kbase, skt, tstart, lo, hi, 3, oc, K, K == BK, BKS)
+        k0, k0T = _rows16(kbase, skt, tstart, lo, hi, 0, oc, K, K == BK, BKS, TRANS)
+        k1, k1T = _rows16(kbase, skt, tstart, lo, hi, 1, oc, K, K == BK, BKS, TRANS)
+        k2, k2T = _rows16(kbase, skt, tstart, lo, hi, 2, oc, K, K == BK, BKS, TRANS)
+        k3, k3T = _rows16(kbase, skt, tstart, lo, hi, 3, oc, K, K == BK, BKS, TRANS)
         f0, f1, f2, f3 = k0.to(tl.float32), k1.to(tl.float32), k2.to(tl.float32), k3.to(tl.float32)
         s0 += tl.sum(f0 * f0, 1)
         s1 += tl.sum(f1 * f1, 1)
@@ -459,6 +497,7 @@ def _wu_kernel(
     BK: tl.constexpr,
     BVF: tl.constexpr,
     BC: tl.constexpr,
+    BCV: tl.constexpr,
     BETA_SIGMOID: tl.constexpr,
     l2norm,
     PREC: tl.constexpr,
@@ -506,9 +545,9 @@ def _wu_kernel(
         wv = tl.dot(A, (kc * fk[:, None]).to(dt), input_precision=PREC)
         off = r64[:, None] * (HV * K) + oc[None, :]
         tl.store(w_out + obase * K + off, wv.to(dt), mask=mk)
-    for vb in tl.static_range(0, BVF, BC):
-        oc = vb + tl.arange(0, BC)
-        mv = _rowmask(m, oc, V, V == BVF, BC)
+    for vb in tl.static_range(0, BVF, BCV):
+        oc = vb + tl.arange(0, BCV)
+        mv = _rowmask(m, oc, V, V == BVF, BCV)
         vv = tl.load(vbase + r64[:, None] * svt + oc[None, :], mask=mv, other=0.0).to(tl.float32)
         uv = tl.dot(A, (vv * bt[:, None]).to(dt), input_precision=PREC)
         tl.store(u_out + obase * V + r64[:, None] * (HV * V) + oc[None, :], uv.to(dt), mask=mv)

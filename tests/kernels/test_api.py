@@ -251,3 +251,19 @@ def test_wide_state_block_where_its_programs_fill_the_gpu(monkeypatch):
     assert chunk_gdn.launch_params(128, 128, torch.bfloat16, None, True)["state"]["BV"] == 16
     monkeypatch.setenv("KERNELS_CONFIG_STATE", "num_warps=8")
     assert chunk_gdn.launch_params(128, 128, torch.bfloat16, None, True)["state"]["BV"] == chunk_gdn.STATE_BV_WIDE
+
+
+def test_output_block_is_a_whole_head_of_128_for_16_bit_inputs(monkeypatch):
+    """The output kernel's V block: 128 for 16-bit inputs (20 % faster than 64 on an H200),
+    ``OUT_BV_FP32`` for fp32 (it spills more at 128), never more than the padded V; an explicit
+    ``KERNELS_CONFIG_OUT`` BV wins for every dtype."""
+    from kernels import chunk_gdn
+
+    assert chunk_gdn.launch_params(128, 128, torch.bfloat16)["out"]["BV"] == 128
+    assert chunk_gdn.launch_params(256, 256, torch.float16)["out"]["BV"] == 128  # two blocks
+    assert chunk_gdn.launch_params(40, 24, torch.bfloat16)["out"]["BV"] == 32  # padded V
+    assert chunk_gdn.launch_params(128, 128, torch.float32)["out"]["BV"] == chunk_gdn.OUT_BV_FP32 == 64
+    assert chunk_gdn.launch_params(128, 16, torch.float32)["out"]["BV"] == 16
+    monkeypatch.setenv("KERNELS_CONFIG_OUT", "BV=32")
+    assert chunk_gdn.launch_params(128, 128, torch.float32)["out"]["BV"] == 32
+    assert chunk_gdn.launch_params(128, 128, torch.bfloat16)["out"]["BV"] == 32

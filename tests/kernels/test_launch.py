@@ -311,6 +311,8 @@ def test_per_call_names_cover_every_buffer_of_the_kernels():
         "WHILE_LOOP",
         "VFAST",
         "STORE_B",
+        "TRANS",
+        "BCV",
     }
     assert len(chunk_gdn._KERNELS) == len(chunk_gdn._KERNEL_KEYS) == 4
 

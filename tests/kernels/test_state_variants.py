@@ -46,3 +46,23 @@ def test_gpu_state_grid_equals_default(cfg, monkeypatch):
     got = chunk_gated_delta_rule(q, k, v, g, beta, **kw)
     for a, b in zip(got, ref):
         assert torch.equal(a, b)
+
+
+def test_output_blocks_of_128_match_blocks_of_64_in_bf16(monkeypatch):
+    """16-bit inputs take the output kernel's V block of 128: at V = 256 two blocks, against four
+    blocks of 64 (the block only splits the output's columns among programs, so the outputs agree
+    to bf16 rounding and the states, which the output kernel never touches, to the bit); K != V,
+    varlen with an initial state, in bf16 as the production shapes run. Interpreter."""
+    from kernels import chunk_gdn
+
+    assert chunk_gdn.launch_params(64, 256, torch.bfloat16)["out"]["BV"] == 128
+    cu = [0, 70, 150]
+    q, k, v, g, beta = make_inputs(150, h=1, hv=1, dk=64, dv=256, seed=12, dtype=torch.bfloat16)
+    h0 = rand_state(2, hv=1, dk=64, dv=256, seed=13)
+    kw = dict(initial_state=h0, cu_seqlens=cu, use_qk_l2norm=True)
+    o128, ht128, hb128 = chunk_gated_delta_rule(q, k, v, g, beta, **kw)
+    monkeypatch.setenv("KERNELS_CONFIG_OUT", "BV=64")
+    o64, ht64, hb64 = chunk_gated_delta_rule(q, k, v, g, beta, **kw)
+    assert o128.dtype == torch.bfloat16
+    close(o128.float(), o64.float(), atol=1e-2, rtol=1e-2)
+    assert torch.equal(ht128, ht64) and torch.equal(hb128, hb64)
