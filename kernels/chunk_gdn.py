@@ -67,8 +67,8 @@ __all__ = [
 # state and output kernels; it is clamped to the padded V. Overridable for experiments, e.g.
 # KERNELS_CONFIG_STATE="BV=32,num_warps=4,num_stages=2".
 CONFIGS = {
-    "solve": dict(num_warps=2, num_stages=1, TRANS=0, BKS=64),
-    "wu": dict(num_warps=4, num_stages=1, BCV=64),
+    "solve": dict(num_warps=2, num_stages=1, TRANS=1, BKS=64, TF32M=0),
+    "wu": dict(num_warps=4, num_stages=1, BCV=128),
     "state": dict(BV=16, num_warps=4, num_stages=3, VFAST=1),
     "out": dict(BV=128, num_warps=4, num_stages=2),
 }
@@ -178,6 +178,14 @@ def _solve_config(K: int, BK: int, prec: str) -> dict:
     """The solve kernel's launch table entry, its key column block ``BKS`` clamped to the padded K."""
     cfg = _config("solve")
     cfg["BKS"] = min(cfg["BKS"], BK)
+    # the keys' transpose in registers: 1.5 % faster at K = 128 (H200); at 256 it spills (4 B)
+    cfg["TRANS"] = int(bool(cfg["TRANS"]) and BK <= 128)
+    # TF32M=1: the block inverse's merge products in tf32 where A is stored in 16 bits anyway (its
+    # rounding, 2^-8 relative, is 8x tf32's input rounding); never for fp32 inputs unless their
+    # input_precision is tf32 (``prec`` is "tf32" for 16-bit inputs). Off by default: 12 % faster
+    # on an H200 (0.54 against 0.61 ms at 16/32 heads, 32K tokens) but it spills 48 B at the
+    # production shape, and its accuracy has not yet been run on a GPU.
+    cfg["TF32M"] = int(bool(cfg["TF32M"]) and prec == "tf32")
     return dict(K=K, BK=BK, PREC=prec, **cfg)
 
 
@@ -272,8 +280,12 @@ def _inv16x4(L0, L1, L2, L3):
 
 
 @triton.jit
-def _mm(a, b):
-    return tl.dot(a, b, input_precision="ieee")
+def _mm(a, b, TF32: tl.constexpr):
+    """A 16 x 16 product of the block inverse: tf32 tensor cores (TF32), else IEEE fp32 FMAs."""
+    if TF32:
+        return tl.dot(a, b, input_precision="tf32")
+    else:
+        return tl.dot(a, b, input_precision="ieee")
 
 
 @triton.jit
@@ -374,6 +386,7 @@ def _solve_kernel(
     BK: tl.constexpr,
     BKS: tl.constexpr,
     TRANS: tl.constexpr,
+    TF32M: tl.constexpr,
     USE_GATE: tl.constexpr,
     BETA_SIGMOID: tl.constexpr,
     l2norm,
@@ -451,14 +464,15 @@ def _solve_kernel(
     L31 = _scale_blk(P31, g3, g1, b3, r3, r1, False)
     L32 = _scale_blk(P32, g3, g2, b3, r3, r2, False)
 
-    # ---- A = (I + L)^-1 by block forward substitution (fp32, IEEE) ----------------------------
+    # ---- A = (I + L)^-1 by block forward substitution ------------------------------------------
+    # the diagonal blocks' inverses in fp32, then the merges (``TF32M``: their products in tf32)
     A00, A11, A22, A33 = _inv16x4(L00, L11, L22, L33)
-    A10 = -_mm(A11, _mm(L10, A00))
-    A21 = -_mm(A22, _mm(L21, A11))
-    A32 = -_mm(A33, _mm(L32, A22))
-    A20 = -_mm(A22, _mm(L20, A00) + _mm(L21, A10))
-    A31 = -_mm(A33, _mm(L31, A11) + _mm(L32, A21))
-    A30 = -_mm(A33, _mm(L30, A00) + _mm(L31, A10) + _mm(L32, A20))
+    A10 = -_mm(A11, _mm(L10, A00, TF32M), TF32M)
+    A21 = -_mm(A22, _mm(L21, A11, TF32M), TF32M)
+    A32 = -_mm(A33, _mm(L32, A22, TF32M), TF32M)
+    A20 = -_mm(A22, _mm(L20, A00, TF32M) + _mm(L21, A10, TF32M), TF32M)
+    A31 = -_mm(A33, _mm(L31, A11, TF32M) + _mm(L32, A21, TF32M), TF32M)
+    A30 = -_mm(A33, _mm(L30, A00, TF32M) + _mm(L31, A10, TF32M) + _mm(L32, A20, TF32M), TF32M)
     base = a_out + (i_c * HV + i_hv).to(tl.int64) * 4096
     _store_blk(base, A00, 0, 0)
     _store_blk(base, A10, 1, 0)

@@ -267,3 +267,23 @@ def test_output_block_is_a_whole_head_of_128_for_16_bit_inputs(monkeypatch):
     monkeypatch.setenv("KERNELS_CONFIG_OUT", "BV=32")
     assert chunk_gdn.launch_params(128, 128, torch.float32)["out"]["BV"] == 32
     assert chunk_gdn.launch_params(128, 128, torch.bfloat16)["out"]["BV"] == 32
+
+
+def test_solve_and_wu_knobs_follow_the_shape(monkeypatch):
+    """The launch table's solve / w-u knobs: the keys' in-register transpose only up to a padded K
+    of 128 (it spills at 256), tf32 block-inverse merges only where asked and only for 16-bit
+    inputs or fp32 with input_precision tf32, the key and u column blocks clamped to the padded
+    dims."""
+    from kernels import chunk_gdn
+
+    lp = chunk_gdn.launch_params(128, 128, torch.bfloat16)
+    assert lp["solve"]["TRANS"] == 1 and lp["solve"]["TF32M"] == 0 and lp["solve"]["BKS"] == 64
+    assert lp["wu"]["BCV"] == 128
+    assert chunk_gdn.launch_params(256, 256, torch.float16)["solve"]["TRANS"] == 0
+    small = chunk_gdn.launch_params(40, 24, torch.bfloat16)
+    assert small["solve"]["BKS"] == 64 and small["wu"]["BCV"] == 32  # padded K 64, padded V 32
+    assert chunk_gdn.launch_params(16, 16, torch.bfloat16)["solve"]["BKS"] == 16
+    monkeypatch.setenv("KERNELS_CONFIG_SOLVE", "TF32M=1")
+    assert chunk_gdn.launch_params(128, 128, torch.bfloat16)["solve"]["TF32M"] == 1
+    assert chunk_gdn.launch_params(128, 128, torch.float32)["solve"]["TF32M"] == 0
+    assert chunk_gdn.launch_params(128, 128, torch.float32, "tf32")["solve"]["TF32M"] == 1

@@ -313,6 +313,7 @@ def test_per_call_names_cover_every_buffer_of_the_kernels():
         "STORE_B",
         "TRANS",
         "BCV",
+        "TF32M",
     }
     assert len(chunk_gdn._KERNELS) == len(chunk_gdn._KERNEL_KEYS) == 4
 

@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from kernels.chunk_gdn import chunk_gated_delta_rule  # noqa: E402
+from kernels.reference import naive_gated_delta_rule  # noqa: E402
 from test_chunk_gdn import close, make_inputs, rand_state  # noqa: E402
 
 
@@ -48,21 +49,44 @@ def test_gpu_state_grid_equals_default(cfg, monkeypatch):
         assert torch.equal(a, b)
 
 
-def test_output_blocks_of_128_match_blocks_of_64_in_bf16(monkeypatch):
+def test_output_blocks_of_128_match_blocks_of_64_in_fp16(monkeypatch):
     """16-bit inputs take the output kernel's V block of 128: at V = 256 two blocks, against four
     blocks of 64 (the block only splits the output's columns among programs, so the outputs agree
-    to bf16 rounding and the states, which the output kernel never touches, to the bit); K != V,
-    varlen with an initial state, in bf16 as the production shapes run. Interpreter."""
+    to fp16 rounding and the states, which the output kernel never touches, to the bit) and
+    against the fp32 oracle; K != V, varlen with an initial state. Interpreter, fp16: its bf16
+    arithmetic is not trustworthy (outputs of 1e10 where the oracle's are 0.15, before and after
+    this change), the GPU suite runs bf16."""
     from kernels import chunk_gdn
 
-    assert chunk_gdn.launch_params(64, 256, torch.bfloat16)["out"]["BV"] == 128
+    assert chunk_gdn.launch_params(64, 256, torch.float16)["out"]["BV"] == 128
     cu = [0, 70, 150]
-    q, k, v, g, beta = make_inputs(150, h=1, hv=1, dk=64, dv=256, seed=12, dtype=torch.bfloat16)
+    q, k, v, g, beta = make_inputs(150, h=1, hv=1, dk=64, dv=256, seed=12, dtype=torch.float16)
     h0 = rand_state(2, hv=1, dk=64, dv=256, seed=13)
     kw = dict(initial_state=h0, cu_seqlens=cu, use_qk_l2norm=True)
     o128, ht128, hb128 = chunk_gated_delta_rule(q, k, v, g, beta, **kw)
     monkeypatch.setenv("KERNELS_CONFIG_OUT", "BV=64")
     o64, ht64, hb64 = chunk_gated_delta_rule(q, k, v, g, beta, **kw)
-    assert o128.dtype == torch.bfloat16
-    close(o128.float(), o64.float(), atol=1e-2, rtol=1e-2)
+    assert o128.dtype == torch.float16
+    close(o128.float(), o64.float(), atol=1e-3, rtol=1e-3)
     assert torch.equal(ht128, ht64) and torch.equal(hb128, hb64)
+    ro, rf, rb, _ = naive_gated_delta_rule(q.float(), k.float(), v.float(), g, beta, **kw)
+    close(o128, ro, atol=2e-3, rtol=2e-3)
+    close(ht128, rf, atol=2e-3, rtol=2e-3)
+    close(hb128, rb, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("cfg", ["TRANS=0", "TF32M=1", "BKS=32,TRANS=0"])
+def test_solve_knobs_match_the_default(cfg, monkeypatch):
+    """The solve kernel's knobs (the keys' transpose loaded instead of made in registers, tf32
+    block-inverse merges, a key block of 32) against the default, K != V, varlen with initial
+    states, fp16 inputs (the ones TF32M applies to; the interpreter computes tf32 products in
+    fp32, so this pins the code path, not tf32's rounding). Interpreter."""
+    cu = [0, 70, 200]
+    q, k, v, g, beta = make_inputs(200, h=1, hv=2, dk=128, dv=64, seed=14, dtype=torch.float16)
+    h0 = rand_state(2, hv=2, dk=128, dv=64, seed=15)
+    kw = dict(initial_state=h0, cu_seqlens=cu, use_qk_l2norm=True)
+    ref = chunk_gated_delta_rule(q, k, v, g, beta, **kw)
+    monkeypatch.setenv("KERNELS_CONFIG_SOLVE", cfg)
+    got = chunk_gated_delta_rule(q, k, v, g, beta, **kw)
+    for a, b in zip(got, ref):
+        close(a, b, atol=1e-3, rtol=1e-3)
