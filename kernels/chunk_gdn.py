@@ -855,6 +855,13 @@ def _output_kernel(
 # known). Scratch is one byte buffer: the kernels get addresses into it (Triton's launcher takes
 # an int as a pointer). ``KERNELS_LAUNCH=triton`` turns the direct path off.
 
+#: why a bf16 call is refused in the interpreter: its ``tl.dot`` multiplies bf16 operands' bit
+#: patterns (outputs near 1e10 for values near 1; fp16 and fp32 are right)
+INTERPRETER_BF16 = (
+    "the Triton interpreter (TRITON_INTERPRET=1) computes bf16 matrix products wrongly "
+    "(triton-lang/triton#11584); on a CPU pass fp16 or fp32 inputs"
+)
+
 #: byte offsets into the scratch buffer are multiples of this
 _SCRATCH_ALIGN = 256
 _DIRECT = os.environ.get("KERNELS_LAUNCH", "direct") != "triton"
@@ -1292,6 +1299,8 @@ def chunk_gated_delta_rule(
                 if res is not None:
                     return res
     check_args(q, k, v, g, beta)
+    if INTERPRET and q.dtype == torch.bfloat16:
+        raise ValueError(INTERPRETER_BF16)
     if (
         meta_lp is not None
         and q.is_cuda

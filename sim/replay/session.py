@@ -82,6 +82,11 @@ class ReplaySettings:
         problem = device_problem(self.kernel, self.device)
         if problem:
             raise UsageError(problem)
+        if self.device == "cpu" and self.dtype == "bf16" and GDN_BACKENDS[self.backend].triton:
+            raise UsageError(
+                f"--device cpu --kernel {self.kernel} --dtype bf16: the Triton interpreter computes bf16 "
+                "matrix products wrongly (triton-lang/triton#11584); use --dtype fp32 or fp16, or --kernel torch"
+            )
 
     @property
     def backend(self) -> str:

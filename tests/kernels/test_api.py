@@ -16,6 +16,8 @@ from kernels import (  # noqa: E402
     prepare_chunk_metadata,
     warmup,
 )
+from kernels._common import INTERPRET  # noqa: E402
+from test_chunk_gdn import make_inputs  # noqa: E402
 
 
 def test_package_exports_are_the_module_functions():
@@ -287,3 +289,18 @@ def test_solve_and_wu_knobs_follow_the_shape(monkeypatch):
     assert chunk_gdn.launch_params(128, 128, torch.bfloat16)["solve"]["TF32M"] == 1
     assert chunk_gdn.launch_params(128, 128, torch.float32)["solve"]["TF32M"] == 0
     assert chunk_gdn.launch_params(128, 128, torch.float32, "tf32")["solve"]["TF32M"] == 1
+
+
+@pytest.mark.skipif(not INTERPRET, reason="the interpreter's refusal")
+def test_interpreter_refuses_bf16_inputs_with_one_line():
+    """The Triton interpreter's ``tl.dot`` multiplies bf16 operands' bit patterns
+    (triton-lang/triton#11584: a 16 x 16 product off by 1e10), so a bf16 call under it would return
+    garbage: it is refused with one line instead; fp16 runs."""
+    from kernels.chunk_gdn import INTERPRETER_BF16
+
+    q, k, v, g, beta = make_inputs(70, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="11584") as err:
+        chunk_gated_delta_rule(q, k, v, g, beta)
+    assert str(err.value) == INTERPRETER_BF16 and "\n" not in INTERPRETER_BF16
+    o, _, _ = chunk_gated_delta_rule(*make_inputs(70, dtype=torch.float16)[:3], g, beta, use_qk_l2norm=True)
+    assert o.dtype == torch.float16 and torch.isfinite(o).all()

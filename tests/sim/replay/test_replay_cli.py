@@ -272,6 +272,19 @@ def test_bad_scheduler_options_exit_2_with_one_line(args, says, tmp_path):
     assert not (tmp_path / "o").exists()  # refused before any output folder is made
 
 
+def test_cpu_triton_replay_in_bf16_exits_2_with_one_line(tmp_path):
+    """The Triton interpreter's bf16 matrix products are wrong (triton-lang/triton#11584): a CPU
+    replay on a Triton backend in bf16 would validate garbage against garbage, so it is refused
+    before anything runs."""
+    p = marconi(
+        "replay", "--device", "cpu", "--model", "replay-tiny", "--kernel", "triton", "--dtype", "bf16",
+        "--out", tmp_path / "o", check=False,
+    )  # fmt: skip
+    assert p.returncode == 2 and "11584" in p.stderr and "--dtype fp32" in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
 def test_measure_option(tmp_path):
     """``--measure device|wall``: a CPU times every call as it runs (its summary says wall) and
     records the host's issue time per timed prefill; anything else is one line, exit 2."""

@@ -351,7 +351,10 @@ def test_registry_lists_the_peers_and_the_alias():
     assert device_problem("flashqla", "cuda:0") is None and device_problem("ours", "cpu") is None
     with pytest.raises(UsageError, match="--kernel flashqla needs a CUDA GPU"):
         ReplaySettings(device="cpu", kernel="flashqla").validate()
-    ReplaySettings(device="cpu", kernel="ours").validate()
+    ReplaySettings(device="cpu", kernel="ours", dtype="fp32").validate()
+    with pytest.raises(UsageError, match="triton#11584"):  # the interpreter's bf16 products are wrong
+        ReplaySettings(device="cpu", kernel="ours", dtype="bf16").validate()
+    ReplaySettings(device="cpu", kernel="torch", dtype="bf16").validate()
 
 
 def test_checks_refuse_in_one_line(monkeypatch):
