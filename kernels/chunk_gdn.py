@@ -168,7 +168,7 @@ def _launch_params(
     out["BV"] = min(out["BV"], BVF)
     return {
         "solve": _solve_config(K, BK, prec),
-        "wu": dict(K=K, V=V, BK=BK, BVF=BVF, BC=min(BK, BVF, 64), PREC=prec, **_wu_config(BVF)),
+        "wu": dict(K=K, V=V, BK=BK, BVF=BVF, BC=min(BK, BVF, 64), PREC=prec, **_wu_config(BVF, dtype)),
         "state": dict(K=K, V=V, BK=BK, PREC=prec, **state),
         "out": dict(K=K, V=V, BK=BK, BC=min(BK, 64), PREC=prec, **out),
     }
@@ -189,9 +189,12 @@ def _solve_config(K: int, BK: int, prec: str) -> dict:
     return dict(K=K, BK=BK, PREC=prec, **cfg)
 
 
-def _wu_config(BVF: int) -> dict:
-    """The w / u kernel's config, its u column block ``BCV`` clamped to the padded V."""
+def _wu_config(BVF: int, dtype) -> dict:
+    """The w / u kernel's config, its u column block ``BCV`` clamped to the padded V (fp32 inputs:
+    64, as the output kernel's block: their FMA products spill either way and nothing timed them)."""
     cfg = _config("wu")
+    if dtype == torch.float32 and "BCV" not in _env_config("wu"):
+        cfg["BCV"] = OUT_BV_FP32
     cfg["BCV"] = min(cfg["BCV"], BVF)
     return cfg
 

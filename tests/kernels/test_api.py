@@ -280,7 +280,7 @@ def test_solve_and_wu_knobs_follow_the_shape(monkeypatch):
 
     lp = chunk_gdn.launch_params(128, 128, torch.bfloat16)
     assert lp["solve"]["TRANS"] == 1 and lp["solve"]["TF32M"] == 0 and lp["solve"]["BKS"] == 64
-    assert lp["wu"]["BCV"] == 128
+    assert lp["wu"]["BCV"] == 128 and chunk_gdn.launch_params(128, 128, torch.float32)["wu"]["BCV"] == 64
     assert chunk_gdn.launch_params(256, 256, torch.float16)["solve"]["TRANS"] == 0
     small = chunk_gdn.launch_params(40, 24, torch.bfloat16)
     assert small["solve"]["BKS"] == 64 and small["wu"]["BCV"] == 32  # padded K 64, padded V 32
