@@ -2,7 +2,7 @@
 without a GPU: each kernel is compiled for sm_90a at the launch configuration the library uses,
 and the PTX goes through the ptxas that ships inside the triton wheel.
 
-    python benchmarks/kernel_resources.py [--dtype bf16] [--head-dim 128] [--check] [--fla]
+    python benchmarks/kernel_resources.py [--dtype bf16] [--head-dim 128] [--precision tf32x3] [--check] [--fla]
 
 Why it exists: the first three-kernel version spilled registers in every kernel (per-element
 64-bit address arithmetic, runtime head dims that defeated 16-byte vector loads and hence Triton's
@@ -44,7 +44,7 @@ FLAGS = {
 NAMES = {"solve": "solve", "wu": "wu", "state": "state", "out": "output"}
 
 
-def kernel_specs(dim: int, dtype: str):
+def kernel_specs(dim: int, dtype: str, precision=None):
     """(name, jit function, constexprs, launch options) as ``chunk_gated_delta_rule`` launches
     them for head dims K = V = ``dim`` (from the library's own ``launch_params``), at the
     benchmark's layout (16 key heads, 32 value heads, contiguous keys: the state loop takes head
@@ -64,10 +64,10 @@ def kernel_specs(dim: int, dtype: str):
         opts = {k: v for k, v in params.items() if k in m.LAUNCH_OPTIONS}
         return {k: v for k, v in params.items() if k not in m.LAUNCH_OPTIONS}, opts
 
-    for key, params in m.launch_params(dim, dim, tdtype).items():
+    for key, params in m.launch_params(dim, dim, tdtype, precision).items():
         consts, opts = split(params)
         specs.append((NAMES[key], fns[key], {**consts, **FLAGS[key], **(layout if key == "state" else {})}, opts))
-    consts, opts = split(m.launch_params(dim, dim, tdtype, wide_state=True)["state"])
+    consts, opts = split(m.launch_params(dim, dim, tdtype, precision, wide_state=True)["state"])
     for name, store in (("state-wide", True), ("state-wide-nob", False)):
         specs.append((name, fns["state"], {**consts, **FLAGS["state"], **layout, "STORE_B": store}, opts))
     return specs
@@ -246,6 +246,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument(
+        "--precision",
+        choices=["ieee", "tf32", "tf32x3"],
+        default=None,
+        help="fp32 inputs' matrix products (default: the library's, tf32x3)",
+    )
     ap.add_argument("--check", action="store_true", help="exit 1 on spills or an unpipelined state loop")
     ap.add_argument(
         "--fla", action="store_true", help="also compile FLA's state loop at its Hopper configs (needs fla-core)"
@@ -259,13 +265,16 @@ def main(argv=None) -> int:
     except ImportError:
         print("needs triton: pip install 'marconi-sim[kernels]'", file=sys.stderr)
         return 2
-    print(f"# sm_90a, triton {triton.__version__}, {args.dtype}, K = V = {args.head_dim}")
+    from kernels import chunk_gdn
+
+    prec = (args.precision or chunk_gdn.FP32_PRECISION) if args.dtype == "fp32" else "tf32"
+    print(f"# sm_90a, triton {triton.__version__}, {args.dtype} ({prec} products), K = V = {args.head_dim}")
     print(
         f"{'kernel':>8} {'warps':>5} {'stages':>6} {'regs':>5} {'spill st/ld B':>14} "
         f"{'smem KB':>8} {'cp.async':>8} {'wgmma':>6} {'mma.sync':>8} {'sass':>6} {'stores':>6}"
     )
     bad = []
-    for name, fn, consts, opts in kernel_specs(args.head_dim, args.dtype):
+    for name, fn, consts, opts in kernel_specs(args.head_dim, args.dtype, args.precision):
         r = measure(name, fn, consts, opts, args.dtype)
         print(_row(r))
         if r["spill_stores"] or r["spill_loads"]:

@@ -120,6 +120,16 @@ def launch_params(
     return _launch_params(int(K), int(V), dtype, input_precision, envs, bool(wide_state))
 
 
+#: the matrix products' precision for fp32 inputs unless the call's ``input_precision`` says: three
+#: tf32 tensor-core products per product (the operands split into a tf32 head and its remainder).
+#: On an H200 it ran 14x faster than IEEE FMA products (3.8 against 55 ms at 16/32 heads and 8K
+#: tokens; Triton's FMA products hold whole operand rows in registers and spill 17-56 KB in every
+#: kernel) with the same error against the per-token fp32 oracle (out 7.1e-8 against 8.2e-8, final
+#: state 6.3e-7 against 6.6e-7, boundary states 1.8e-6 both; plain tf32: 1e-4 to 9e-4).
+#: kernels/RESULTS.md. The interpreter computes every product in fp32 whatever the setting.
+FP32_PRECISION = "tf32x3"
+FP32_PRECISIONS = (None, "ieee", "tf32", "tf32x3")
+
 #: the output kernel's V block for fp32 inputs (16-bit inputs: ``CONFIGS["out"]["BV"]``, 128, a
 #: whole head of 128: 20 % less time than 64 on an H200, kernels/RESULTS.md)
 OUT_BV_FP32 = 64
@@ -155,14 +165,20 @@ def _launch_params(
     """``launch_params`` for one shape, one tuple of ``KERNELS_CONFIG_*`` values and the state
     block choice (the cache key)."""
     BK, BVF = _pow2(K), _pow2(V)
-    prec = (input_precision or "ieee") if dtype == torch.float32 else "tf32"
+    if input_precision not in FP32_PRECISIONS:
+        raise ValueError(f"input_precision must be one of 'ieee', 'tf32', 'tf32x3' (or None), not {input_precision!r}")
+    prec = (input_precision or FP32_PRECISION) if dtype == torch.float32 else "tf32"
     state, out = _config("state"), _config("out")
     if wide and dtype != torch.float32 and "BV" not in _env_config("state"):
-        # 16-bit inputs only: fp32's FMA loops spill at the wide block (sm_90a: 12.7 KB against
-        # 4.8 at 16, ``kernel_resources.py --dtype fp32``), and nothing measured it faster
+        # 16-bit inputs only, for now. fp32 in tf32x3 ran 14 % faster wide (3.27 against 3.79 ms at
+        # 16/32 heads, 8K tokens on an H200), but its accuracy run did not finish in the session's
+        # device time (``KERNELS_CONFIG_STATE=BV=32`` tries it). Not with IEEE FMAs (they spill
+        # more wide: 12.7 KB against 4.8) nor in plain tf32 (its three stages of fp32 tiles need
+        # 240.5 KB of shared memory wide; an H200 has 227)
         state["BV"] = STATE_BV_WIDE
     if dtype == torch.float32 and "BV" not in _env_config("out"):
-        # fp32's FMA products spill more at 128 (sm_90a: 44 KB against 36 at 64); not timed
+        # fp32: 128 was 1.5-2.3 % slower than 64 in tf32x3 on an H200 (IEEE FMA products spill
+        # more at 128: 44 KB against 36)
         out["BV"] = OUT_BV_FP32
     state["BV"] = min(state["BV"], BVF)
     out["BV"] = min(out["BV"], BVF)
@@ -1268,7 +1284,8 @@ def chunk_gated_delta_rule(
     sequence-major (sequence n owns rows ``meta.boundary_offsets[n]:[n+1]``, positions in
     ``meta.boundary_positions[n]``). With ``chunk_metadata`` given (see ``prepare_chunk_metadata``)
     the call does no device-to-host sync and the metadata's boundary selection is used.
-    ``input_precision`` applies to fp32 inputs on GPU ("ieee" default, "tf32", "tf32x3").
+    ``input_precision`` applies to fp32 inputs on GPU: "tf32x3" (the default, ``FP32_PRECISION``:
+    fp32's accuracy on tensor cores), "ieee" (FMA products, 14x slower on an H200), "tf32".
 
     Preallocated buffers (a caller that keeps them allocates nothing per call): ``out`` ``[B, T,
     HV, V]`` in q's dtype, ``final_state_out`` ``[N, HV, K, V]`` fp32, ``boundary_out`` ``[NB, HV,

@@ -248,7 +248,10 @@ def test_wide_state_block_where_its_programs_fill_the_gpu(monkeypatch):
     assert wide["state"]["BV"] == chunk_gdn.STATE_BV_WIDE and wide is not narrow
     assert {k: v for k, v in wide.items() if k != "state"} == {k: v for k, v in narrow.items() if k != "state"}
     assert chunk_gdn.launch_params(16, 16, torch.bfloat16, None, True)["state"]["BV"] == 16  # padded V
-    assert chunk_gdn.launch_params(128, 128, torch.float32, None, True)["state"]["BV"] == 16  # fp32 spills wide
+    # fp32 keeps 16 at every precision: IEEE FMAs spill more wide, plain tf32 needs 240 KB of
+    # shared memory there (an H200 has 227), tf32x3 wide is faster but its accuracy is not yet run
+    for prec in (None, "ieee", "tf32", "tf32x3"):
+        assert chunk_gdn.launch_params(128, 128, torch.float32, prec, True)["state"]["BV"] == 16
     monkeypatch.setenv("KERNELS_CONFIG_STATE", "BV=16")
     assert chunk_gdn.launch_params(128, 128, torch.bfloat16, None, True)["state"]["BV"] == 16
     monkeypatch.setenv("KERNELS_CONFIG_STATE", "num_warps=8")
@@ -304,3 +307,23 @@ def test_interpreter_refuses_bf16_inputs_with_one_line():
     assert str(err.value) == INTERPRETER_BF16 and "\n" not in INTERPRETER_BF16
     o, _, _ = chunk_gated_delta_rule(*make_inputs(70, dtype=torch.float16)[:3], g, beta, use_qk_l2norm=True)
     assert o.dtype == torch.float16 and torch.isfinite(o).all()
+
+
+def test_fp32_products_default_to_tf32x3_and_a_bad_precision_is_one_line():
+    """fp32 inputs take three tf32 tensor-core products per product unless the call says
+    otherwise (``FP32_PRECISION``: IEEE FMA products spilled 17-56 KB per kernel and ran 14x
+    slower on an H200 at the same error); 16-bit inputs always tf32; a precision Triton does not
+    know is refused with one line before anything compiles."""
+    from kernels import chunk_gdn
+
+    assert chunk_gdn.FP32_PRECISION == "tf32x3"
+    assert {chunk_gdn.launch_params(128, 128, torch.float32)[n]["PREC"] for n in ("solve", "wu", "state", "out")} == {
+        "tf32x3"
+    }
+    assert chunk_gdn.launch_params(128, 128, torch.float32, "ieee")["state"]["PREC"] == "ieee"
+    assert chunk_gdn.launch_params(128, 128, torch.float32, "tf32")["out"]["PREC"] == "tf32"
+    assert chunk_gdn.launch_params(128, 128, torch.bfloat16, "ieee")["state"]["PREC"] == "tf32"
+    q, k, v, g, beta = make_inputs(70)
+    with pytest.raises(ValueError, match="input_precision must be one of") as err:
+        chunk_gated_delta_rule(q, k, v, g, beta, input_precision="fp64")
+    assert "\n" not in str(err.value)
