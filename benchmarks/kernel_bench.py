@@ -9,7 +9,14 @@ Modes: ours with fp32 states at every 64-token boundary ("states"), ours with bo
 ("nostates"), FLA (`chunk_gated_delta_rule`, output_final_state=True, emits no chunk states),
 FlashQLA (`flash_qla.chunk_gated_delta_rule`, the same call; where it imports: sm90 / sm100 /
 sm120, TileLang; emits no chunk states, so compare it with "nostates", and "states" against it for
-the cost of emitting them). Ratios: each row over FLA (x FLA) and over FlashQLA (x FQLA).
+the cost of emitting them), and FlashQLA with ``auto_cp=False`` ("flashqla-exact"). By default
+FlashQLA splits a long sequence into segments run in parallel ("intra-card CP"), each started from
+a state built over only the few chunks before it in which the gate's cumulative log decay reaches
+-10 (an approximation: the state's older part, scaled by at most e^-10, is dropped; an exact
+transition is computed only where the decay stays above that). The benchmark's gate (FLA's test
+gate, ``--gate-scale`` 0.5 x logsigmoid of a normal: about -25 per chunk) makes that warm-up one
+chunk long. ``auto_cp=False`` runs one exact pass, the computation this kernel does. Ratios:
+each row over FLA (x FLA), over FlashQLA (x FQLA) and over FlashQLA exact (x FQLAx).
 Timing: triton.testing.do_bench (median) and do_bench_cudagraph (median; short shapes are
 launch-bound without graphs). TFLOP/s uses 174,080 FLOP per token x value head.
 
@@ -65,9 +72,14 @@ def host_us_median(torch, fn, calls: int, repeats: int = 7) -> tuple[float, bool
     return sorted(us for us, _ in runs)[repeats // 2], all(clean for _, clean in runs)
 
 
-def bench_inputs(torch, h: int, hv: int, T: int):
+#: the log decay's scale: ``g = GATE_SCALE * logsigmoid(N(0, 1))`` (FLA's tests' gate), about
+#: -0.4 a token
+GATE_SCALE = 0.5
+
+
+def bench_inputs(torch, h: int, hv: int, T: int, gate_scale: float = GATE_SCALE):
     """The benchmark's inputs on the GPU (seed 0): bf16 q, k ``[1, T, h, 128]``, v ``[1, T, hv,
-    128]``, fp32 log decay g, bf16 beta."""
+    128]``, fp32 log decay g (``gate_scale`` x logsigmoid of a normal), bf16 beta."""
     import torch.nn.functional as F
 
     torch.manual_seed(0)
@@ -75,7 +87,7 @@ def bench_inputs(torch, h: int, hv: int, T: int):
     q = torch.randn(1, T, h, 128, device=dev, dtype=torch.bfloat16)
     k = torch.randn(1, T, h, 128, device=dev, dtype=torch.bfloat16)
     v = torch.randn(1, T, hv, 128, device=dev, dtype=torch.bfloat16)
-    g = F.logsigmoid(torch.randn(1, T, hv, device=dev)) * 0.5
+    g = F.logsigmoid(torch.randn(1, T, hv, device=dev)) * gate_scale
     beta = torch.rand(1, T, hv, device=dev).to(torch.bfloat16)
     return q, k, v, g, beta
 
@@ -180,6 +192,12 @@ def main(argv=None) -> int:
         "(several VAR=... joined by ';')",
     )
     ap.add_argument("--shapes", default="16/32,4/8", help="H/HV list")
+    ap.add_argument(
+        "--gate-scale",
+        type=float,
+        default=GATE_SCALE,
+        help="log decay g = SCALE x logsigmoid(N(0,1)); smaller: longer memory (FlashQLA's CP warms up longer)",
+    )
     ap.add_argument("--T", default=None, help="comma-separated token counts")
     ap.add_argument("--rep", type=int, default=200, help="timing window per measurement (ms)")
     ap.add_argument(
@@ -227,7 +245,7 @@ def main(argv=None) -> int:
     )
     for h, hv in shapes:
         for T in Ts:
-            q, k, v, g, beta = bench_inputs(torch, h, hv, T)
+            q, k, v, g, beta = bench_inputs(torch, h, hv, T, args.gate_scale)
             meta_all = prepare_chunk_metadata([0, T], device="cuda")
             flop = FLOP_PER_TOKEN_HEAD * T * hv
             fns = {
@@ -242,6 +260,9 @@ def main(argv=None) -> int:
                 fns["fla"] = lambda: fla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True)
             if fqla is not None:
                 fns["flashqla"] = lambda: fqla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True)
+                fns["flashqla-exact"] = lambda: fqla(
+                    q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True, auto_cp=False
+                )
             res, host = {}, {}
             for name, fn in fns.items():
                 env = variants.get(name[7:-1], {}) if name.startswith("states[") else {}
@@ -267,7 +288,11 @@ def main(argv=None) -> int:
                 res[name] = (plain, graph)
             if args.profile and T == max(Ts):
                 _profile(
-                    torch, {n: f for n, f in fns.items() if n in ("states", "nostates", "fla", "flashqla")}, h, hv, T
+                    torch,
+                    {n: f for n, f in fns.items() if n in ("states", "nostates", "fla", "flashqla", "flashqla-exact")},
+                    h,
+                    hv,
+                    T,
                 )
             sbytes = meta_all.num_boundaries * hv * 128 * 128 * 4
             for name, (plain, graph) in res.items():
@@ -289,12 +314,15 @@ def main(argv=None) -> int:
                 if "flashqla" in res:
                     row["ratio_fqla_plain"] = plain / res["flashqla"][0]
                     row["ratio_fqla_graph"] = graph / res["flashqla"][1]
+                if "flashqla-exact" in res:
+                    row["ratio_fqlax_plain"] = plain / res["flashqla-exact"][0]
+                    row["ratio_fqlax_graph"] = graph / res["flashqla-exact"][1]
                 rows.append(row)
                 print("#", json.dumps(row), flush=True)
     hdr = (
         f"{'H/HV':>6} {'T':>6} {'mode':>14} {'ms plain':>9} {'ms graph':>9} {'TFLOP/s':>8} "
         f"{'states GB':>9} {'x FLA plain':>11} {'x FLA graph':>11} {'x FQLA plain':>12} {'x FQLA graph':>12} "
-        f"{'host us':>8}"
+        f"{'x FQLAx plain':>13} {'x FQLAx graph':>13} {'host us':>8}"
     )
     print(hdr)
 
@@ -307,7 +335,8 @@ def main(argv=None) -> int:
             f"{r['H']:>2}/{r['HV']:<3} {r['T']:>6} {r['mode']:>14} {r['ms_plain']:>9.3f} "
             f"{r['ms_graph']:>9.3f} {r['tflops_graph']:>8.1f} {r['state_bytes'] / 1e9:>9.3f} "
             f"{ratio(r, 'ratio_plain', 11)} {ratio(r, 'ratio_graph', 11)} "
-            f"{ratio(r, 'ratio_fqla_plain', 12)} {ratio(r, 'ratio_fqla_graph', 12)} {hu:>8}"
+            f"{ratio(r, 'ratio_fqla_plain', 12)} {ratio(r, 'ratio_fqla_graph', 12)} "
+            f"{ratio(r, 'ratio_fqlax_plain', 13)} {ratio(r, 'ratio_fqlax_graph', 13)} {hu:>8}"
         )
     if args.json:
         with open(args.json, "w") as f:

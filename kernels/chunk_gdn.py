@@ -107,7 +107,7 @@ def launch_params(
     input ``dtype``: ``{"solve" | "wu" | "state" | "out": {name: value}}`` (``LAUNCH_OPTIONS``
     keys are launch options, the rest constexprs; ``BV`` of state / out sets their grids).
     ``wide_state``: the state loop's V block is ``STATE_BV_WIDE`` (``state_wide`` says when;
-    16-bit inputs only) unless ``KERNELS_CONFIG_STATE`` sets one.
+    16-bit inputs, and fp32 in tf32x3) unless ``KERNELS_CONFIG_STATE`` sets one.
     ``benchmarks/kernel_resources.py`` compiles from the same table. Built once per shape and
     ``KERNELS_CONFIG_*`` setting (a per-call cost otherwise); the result is shared: read only."""
     data = getattr(os.environ, "_data", None)
@@ -169,12 +169,12 @@ def _launch_params(
         raise ValueError(f"input_precision must be one of 'ieee', 'tf32', 'tf32x3' (or None), not {input_precision!r}")
     prec = (input_precision or FP32_PRECISION) if dtype == torch.float32 else "tf32"
     state, out = _config("state"), _config("out")
-    if wide and dtype != torch.float32 and "BV" not in _env_config("state"):
-        # 16-bit inputs only, for now. fp32 in tf32x3 ran 14 % faster wide (3.27 against 3.79 ms at
-        # 16/32 heads, 8K tokens on an H200), but its accuracy run did not finish in the session's
-        # device time (``KERNELS_CONFIG_STATE=BV=32`` tries it). Not with IEEE FMAs (they spill
-        # more wide: 12.7 KB against 4.8) nor in plain tf32 (its three stages of fp32 tiles need
-        # 240.5 KB of shared memory wide; an H200 has 227)
+    if wide and (dtype != torch.float32 or prec == "tf32x3") and "BV" not in _env_config("state"):
+        # fp32 inputs only in tf32x3: 14 % faster wide (3.27 against 3.79 ms at 16/32 heads, 8K
+        # tokens on an H200) at IEEE's accuracy (relative errors against the fp32 oracle within
+        # 7 % of IEEE's narrow run at 16/32 heads: 5.4e-7 / 6.8e-7 / 8.9e-7). Not with IEEE FMAs
+        # (they spill more wide: 12.7 KB against 4.8) nor in plain tf32 (its three stages of fp32
+        # tiles need 240.5 KB of shared memory wide; an H200 has 227)
         state["BV"] = STATE_BV_WIDE
     if dtype == torch.float32 and "BV" not in _env_config("out"):
         # fp32: 128 was 1.5-2.3 % slower than 64 in tf32x3 on an H200 (IEEE FMA products spill

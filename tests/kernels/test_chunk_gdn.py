@@ -408,7 +408,8 @@ def test_gpu_fp32_default_precision_is_as_accurate_as_ieee(h, hv):
     """fp32 inputs run three tf32 products per product by default (``FP32_PRECISION``, 14x faster
     than IEEE FMAs on an H200): against the per-token fp32 oracle its errors stay within 2x of the
     IEEE run's (H200: out 7.1e-8 against 8.2e-8 max), while plain tf32, which the check must be
-    able to tell apart, is at least 10x worse."""
+    able to tell apart, is at least 10x worse. At 16/32 heads on an H200 the default runs the wide
+    state block (``state_wide``), the other two the narrow one."""
     T = 2048
     q, k, v, g, beta = make_inputs(T, h=h, hv=hv, dk=128, dv=128, seed=11, device="cuda")
     ro, rf, rb, _ = naive_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True)
