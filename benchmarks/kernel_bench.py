@@ -9,14 +9,10 @@ Modes: ours with fp32 states at every 64-token boundary ("states"), ours with bo
 ("nostates"), FLA (`chunk_gated_delta_rule`, output_final_state=True, emits no chunk states),
 FlashQLA (`flash_qla.chunk_gated_delta_rule`, the same call; where it imports: sm90 / sm100 /
 sm120, TileLang; emits no chunk states, so compare it with "nostates", and "states" against it for
-the cost of emitting them), and FlashQLA with ``auto_cp=False`` ("flashqla-exact"). By default
-FlashQLA splits a long sequence into segments run in parallel ("intra-card CP"), each started from
-a state built over only the few chunks before it in which the gate's cumulative log decay reaches
--10 (an approximation: the state's older part, scaled by at most e^-10, is dropped; an exact
-transition is computed only where the decay stays above that). The benchmark's gate (FLA's test
-gate, ``--gate-scale`` 0.5 x logsigmoid of a normal: about -25 per chunk) makes that warm-up one
-chunk long. ``auto_cp=False`` runs one exact pass, the computation this kernel does. Ratios:
-each row over FLA (x FLA), over FlashQLA (x FQLA) and over FlashQLA exact (x FQLAx).
+the cost of emitting them), and FlashQLA with ``auto_cp=False`` ("flashqla-exact": one exact pass;
+by default FlashQLA segments a long sequence and drops history older than a decay of e^-10,
+docs/kernels.md). Ratios: each row over FLA (x FLA), over FlashQLA (x FQLA) and over FlashQLA exact
+(x FQLAx).
 Timing: triton.testing.do_bench (median) and do_bench_cudagraph (median; short shapes are
 launch-bound without graphs). TFLOP/s uses 174,080 FLOP per token x value head.
 
@@ -32,6 +28,7 @@ device; raise HOST_SLEEP_CYCLES).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -44,6 +41,13 @@ FLOP_PER_TOKEN_HEAD = 174_080
 HOST_SLEEP_CYCLES = 100_000_000
 #: FlashQLA's head dims (the benchmark's are these)
 FLASHQLA_HEAD_DIM = 128
+#: the modes every row is divided by: (mode, prefix of the row's ``_plain`` / ``_graph`` keys,
+#: column title)
+REFERENCES = (
+    ("fla", "ratio", "x FLA"),
+    ("flashqla", "ratio_fqla", "x FQLA"),
+    ("flashqla-exact", "ratio_fqlax", "x FQLAx"),
+)
 
 
 def host_overhead_us(torch, fn, calls: int) -> tuple[float, bool]:
@@ -259,10 +263,10 @@ def main(argv=None) -> int:
             if fla is not None:
                 fns["fla"] = lambda: fla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True)
             if fqla is not None:
-                fns["flashqla"] = lambda: fqla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True)
-                fns["flashqla-exact"] = lambda: fqla(
-                    q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True, auto_cp=False
-                )
+                for name, cp in (("flashqla", True), ("flashqla-exact", False)):
+                    fns[name] = functools.partial(
+                        fqla, q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True, auto_cp=cp
+                    )
             res, host = {}, {}
             for name, fn in fns.items():
                 env = variants.get(name[7:-1], {}) if name.startswith("states[") else {}
@@ -287,13 +291,7 @@ def main(argv=None) -> int:
                             os.environ[key] = val
                 res[name] = (plain, graph)
             if args.profile and T == max(Ts):
-                _profile(
-                    torch,
-                    {n: f for n, f in fns.items() if n in ("states", "nostates", "fla", "flashqla", "flashqla-exact")},
-                    h,
-                    hv,
-                    T,
-                )
+                _profile(torch, {n: f for n, f in fns.items() if not n.startswith("states[")}, h, hv, T)
             sbytes = meta_all.num_boundaries * hv * 128 * 128 * 4
             for name, (plain, graph) in res.items():
                 row = dict(
@@ -308,21 +306,17 @@ def main(argv=None) -> int:
                 )
                 if name in host:
                     row["host_us"], row["host_clean"] = host[name]
-                if "fla" in res:
-                    row["ratio_plain"] = plain / res["fla"][0]
-                    row["ratio_graph"] = graph / res["fla"][1]
-                if "flashqla" in res:
-                    row["ratio_fqla_plain"] = plain / res["flashqla"][0]
-                    row["ratio_fqla_graph"] = graph / res["flashqla"][1]
-                if "flashqla-exact" in res:
-                    row["ratio_fqlax_plain"] = plain / res["flashqla-exact"][0]
-                    row["ratio_fqlax_graph"] = graph / res["flashqla-exact"][1]
+                for ref, key, _ in REFERENCES:
+                    if ref in res:
+                        row[f"{key}_plain"] = plain / res[ref][0]
+                        row[f"{key}_graph"] = graph / res[ref][1]
                 rows.append(row)
                 print("#", json.dumps(row), flush=True)
+    titles = [f"{title} {kind}" for _, _, title in REFERENCES for kind in ("plain", "graph")]
     hdr = (
-        f"{'H/HV':>6} {'T':>6} {'mode':>14} {'ms plain':>9} {'ms graph':>9} {'TFLOP/s':>8} "
-        f"{'states GB':>9} {'x FLA plain':>11} {'x FLA graph':>11} {'x FQLA plain':>12} {'x FQLA graph':>12} "
-        f"{'x FQLAx plain':>13} {'x FQLAx graph':>13} {'host us':>8}"
+        f"{'H/HV':>6} {'T':>6} {'mode':>14} {'ms plain':>9} {'ms graph':>9} {'TFLOP/s':>8} {'states GB':>9} "
+        + " ".join(titles)
+        + f" {'host us':>8}"
     )
     print(hdr)
 
@@ -334,9 +328,12 @@ def main(argv=None) -> int:
         print(
             f"{r['H']:>2}/{r['HV']:<3} {r['T']:>6} {r['mode']:>14} {r['ms_plain']:>9.3f} "
             f"{r['ms_graph']:>9.3f} {r['tflops_graph']:>8.1f} {r['state_bytes'] / 1e9:>9.3f} "
-            f"{ratio(r, 'ratio_plain', 11)} {ratio(r, 'ratio_graph', 11)} "
-            f"{ratio(r, 'ratio_fqla_plain', 12)} {ratio(r, 'ratio_fqla_graph', 12)} "
-            f"{ratio(r, 'ratio_fqlax_plain', 13)} {ratio(r, 'ratio_fqlax_graph', 13)} {hu:>8}"
+            + " ".join(
+                ratio(r, f"{key}_{kind}", len(f"{title} {kind}"))
+                for _, key, title in REFERENCES
+                for kind in ("plain", "graph")
+            )
+            + f" {hu:>8}"
         )
     if args.json:
         with open(args.json, "w") as f:
