@@ -58,7 +58,8 @@ def components(torch, chunk_gdn, inputs, meta, call) -> dict:
     q, k, v, g, beta = inputs
     T, HV, K, V = q.shape[1], v.shape[2], q.shape[3], v.shape[3]
     wide = chunk_gdn.state_wide(meta.num_seqs, HV, V, q.device)
-    lp = chunk_gdn.launch_params(K, V, q.dtype, None, wide)
+    gluon = chunk_gdn.gluon_device(q.device)
+    lp = chunk_gdn.launch_params(K, V, q.dtype, None, wide, gluon)
     call()  # the plan exists from here on
 
     def key():
@@ -84,7 +85,7 @@ def components(torch, chunk_gdn, inputs, meta, call) -> dict:
 
     parts = {
         "check_args": lambda: chunk_gdn.check_args(q, k, v, g, beta),
-        "launch_params": lambda: chunk_gdn.launch_params(K, V, q.dtype, None, wide),
+        "launch_params": lambda: chunk_gdn.launch_params(K, V, q.dtype, None, wide, gluon),
         "addresses + plan key": key,
         "four allocations": allocations,
     }

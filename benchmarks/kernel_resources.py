@@ -60,9 +60,9 @@ def kernel_specs(dim: int, dtype: str, precision=None):
     layout = dict(HV=32, GROUP=2, skt=16 * dim, skh=dim)
     specs = []
 
-    def split(params: dict) -> tuple[dict, dict]:  # (constexprs, launch options)
+    def split(params: dict) -> tuple[dict, dict]:  # (constexprs, launch options; host-only keys dropped)
         opts = {k: v for k, v in params.items() if k in m.LAUNCH_OPTIONS}
-        return {k: v for k, v in params.items() if k not in m.LAUNCH_OPTIONS}, opts
+        return {k: v for k, v in params.items() if k not in m.LAUNCH_OPTIONS and k not in m.HOST_KEYS}, opts
 
     for key, params in m.launch_params(dim, dim, tdtype, precision).items():
         consts, opts = split(params)
@@ -70,6 +70,16 @@ def kernel_specs(dim: int, dtype: str, precision=None):
     consts, opts = split(m.launch_params(dim, dim, tdtype, precision, wide_state=True)["state"])
     for name, store in (("state-wide", True), ("state-wide-nob", False)):
         specs.append((name, fns["state"], {**consts, **FLAGS["state"], **layout, "STORE_B": store}, opts))
+    # the Gluon state loop where the library would run it on a Hopper GPU (its own constexprs:
+    # no precision, grid or interpreter switches)
+    for name, wide, store in (("gluon", False, True), ("gluon-wide", True, True), ("gluon-wide-nob", True, False)):
+        params = m.launch_params(dim, dim, tdtype, precision, wide_state=wide, gluon=True)["state"]
+        if not params["GLUON"]:
+            continue
+        consts, opts = split(params)
+        gfn = m._gluon_state_kernel
+        consts = {k: v for k, v in {**consts, **layout, "STORE_B": store}.items() if k in gfn.arg_names}
+        specs.append((name, gfn, consts, opts))
     return specs
 
 
@@ -204,6 +214,8 @@ def _compile_stats(name, fn, sig, cst, attrs, opts):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    if getattr(fn, "is_gluon", lambda: False)():
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
     src = ASTSource(fn=fn, signature=sig, constexprs=cst, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(opts))
     ptx = compiled.asm["ptx"]
@@ -279,7 +291,7 @@ def main(argv=None) -> int:
         print(_row(r))
         if r["spill_stores"] or r["spill_loads"]:
             bad.append(f"{name} spills {r['spill_stores']} B")
-        if name.startswith("state") and r["cp_async"] == 0:
+        if name.startswith(("state", "gluon")) and r["cp_async"] == 0:
             bad.append(f"the state kernel's loads are not pipelined (no cp.async): {name}")
     if args.fla:
         for name, fn, sig, cst, attrs, opts in fla_specs(args.head_dim, args.dtype) or []:

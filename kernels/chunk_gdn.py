@@ -17,7 +17,9 @@ Four kernels, split where the work changes shape (the split FLA uses, written fr
   3. ``_state_kernel`` (one program per sequence x value head x V block, sequential over chunks):
      stores the chunk-start state h_c (input dtype, read by kernel 4), v' = u - w S, the state
      update, the boundary states (``state_dtype``, default fp32) and the final state (fp32).
-     Two matrix products per chunk; its loads are pipelined (cp.async, 3 stages).
+     Two matrix products per chunk; its loads are pipelined (cp.async, 3 stages). On Hopper at
+     the production shape (16-bit inputs, K = 128) ``kernels.state_gluon`` runs the same loop,
+     to the same bits, with its stores taken straight from the products' layouts.
   4. ``_output_kernel`` (one program per chunk x value head x V block, fully parallel): O.
 
 Head dims K, V are compile-time constants (a model has one pair; ``kernels.warmup`` compiles
@@ -34,6 +36,7 @@ import functools
 import math
 import operator
 import os
+import warnings
 from typing import Optional
 
 import torch
@@ -51,6 +54,8 @@ from kernels._common import (
     resolve_call,
 )
 from kernels._launch import raw_launcher
+from kernels.state_gluon import _gluon_state_kernel
+from kernels.state_gluon import applies as _gluon_applies
 
 __all__ = [
     "chunk_gated_delta_rule",
@@ -69,7 +74,7 @@ __all__ = [
 CONFIGS = {
     "solve": dict(num_warps=2, num_stages=1, TRANS=1, BKS=64, TF32M=0),
     "wu": dict(num_warps=4, num_stages=1, BCV=128),
-    "state": dict(BV=16, num_warps=4, num_stages=3, VFAST=1),
+    "state": dict(BV=16, num_warps=4, num_stages=3, VFAST=1, GLUON=1),
     "out": dict(BV=128, num_warps=4, num_stages=2),
 }
 
@@ -94,6 +99,9 @@ def _pow2(n: int) -> int:
 
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "maxnreg")
+#: launch-table keys the host reads and no kernel takes: the state loop's ``GLUON`` (1: the Gluon
+#: loop where ``kernels.state_gluon`` applies and the device is Hopper; 0: the Triton loop always)
+HOST_KEYS = ("GLUON",)
 
 
 _CONFIG_ENVS = tuple(f"KERNELS_CONFIG_{name.upper()}" for name in CONFIGS)
@@ -101,13 +109,20 @@ _CONFIG_ENV_KEYS = tuple(map(os.environ.encodekey, _CONFIG_ENVS)) if hasattr(os.
 
 
 def launch_params(
-    K: int, V: int, dtype: torch.dtype, input_precision: Optional[str] = None, wide_state: bool = False
+    K: int,
+    V: int,
+    dtype: torch.dtype,
+    input_precision: Optional[str] = None,
+    wide_state: bool = False,
+    gluon: bool = False,
 ) -> dict:
     """Compile-time parameters and launch options of the four kernels for head dims K, V and
     input ``dtype``: ``{"solve" | "wu" | "state" | "out": {name: value}}`` (``LAUNCH_OPTIONS``
     keys are launch options, the rest constexprs; ``BV`` of state / out sets their grids).
     ``wide_state``: the state loop's V block is ``STATE_BV_WIDE`` (``state_wide`` says when;
-    16-bit inputs, and fp32 in tf32x3) unless ``KERNELS_CONFIG_STATE`` sets one.
+    16-bit inputs, and fp32 in tf32x3) unless ``KERNELS_CONFIG_STATE`` sets one. ``gluon``: the
+    device runs the Gluon state loop (``gluon_device``); ``["state"]["GLUON"]`` says whether this
+    shape takes it.
     ``benchmarks/kernel_resources.py`` compiles from the same table. Built once per shape and
     ``KERNELS_CONFIG_*`` setting (a per-call cost otherwise); the result is shared: read only."""
     data = getattr(os.environ, "_data", None)
@@ -117,7 +132,7 @@ def launch_params(
         envs = tuple(map(data.get, _CONFIG_ENV_KEYS))
     else:
         envs = tuple(map(os.environ.get, _CONFIG_ENVS))
-    return _launch_params(int(K), int(V), dtype, input_precision, envs, bool(wide_state))
+    return _launch_params(int(K), int(V), dtype, input_precision, envs, bool(wide_state), bool(gluon))
 
 
 #: the matrix products' precision for fp32 inputs unless the call's ``input_precision`` says: three
@@ -141,6 +156,25 @@ STATE_BV_WIDE = 32
 STATE_WIDE_FILL = 0.75
 
 
+#: set when the Gluon state loop failed to compile (a Triton whose Gluon API moved on): the process
+#: runs the Triton loop from then on (``_launch``)
+_GLUON_FAILED: list = []
+
+
+@functools.lru_cache(maxsize=16)
+def _gluon_capable(index: int) -> bool:
+    return _gluon_state_kernel is not None and torch.cuda.get_device_capability(index) == (9, 0)
+
+
+def gluon_device(device) -> bool:
+    """Whether ``device`` runs the Gluon state loop (``kernels.state_gluon``): a Hopper GPU
+    (compute capability 9.0, whose wgmma the loop issues), compiled Triton with Gluon, and no
+    failed compile in this process. ``KERNELS_CONFIG_STATE=GLUON=0`` turns it off per shape."""
+    if device.type != "cuda" or INTERPRET or _GLUON_FAILED:
+        return False
+    return _gluon_capable(device.index if device.index is not None else torch.cuda.current_device())
+
+
 @functools.lru_cache(maxsize=16)
 def _multiprocessors(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
@@ -160,10 +194,16 @@ def state_wide(N: int, HV: int, V: int, device) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def _launch_params(
-    K: int, V: int, dtype: torch.dtype, input_precision: Optional[str], envs: tuple, wide: bool = False
+    K: int,
+    V: int,
+    dtype: torch.dtype,
+    input_precision: Optional[str],
+    envs: tuple,
+    wide: bool = False,
+    gluon: bool = False,
 ) -> dict:
-    """``launch_params`` for one shape, one tuple of ``KERNELS_CONFIG_*`` values and the state
-    block choice (the cache key)."""
+    """``launch_params`` for one shape, one tuple of ``KERNELS_CONFIG_*`` values, the state
+    block choice and the Gluon device flag (the cache key)."""
     BK, BVF = _pow2(K), _pow2(V)
     if input_precision not in FP32_PRECISIONS:
         raise ValueError(f"input_precision must be one of 'ieee', 'tf32', 'tf32x3' (or None), not {input_precision!r}")
@@ -182,6 +222,10 @@ def _launch_params(
         out["BV"] = OUT_BV_FP32
     state["BV"] = min(state["BV"], BVF)
     out["BV"] = min(out["BV"], BVF)
+    bits = torch.finfo(dtype).bits
+    state["GLUON"] = int(
+        gluon and bool(state["GLUON"]) and _gluon_applies(K, V, state["BV"], bits, state["num_warps"], state["VFAST"])
+    )
     return {
         "solve": _solve_config(K, BK, prec),
         "wu": dict(K=K, V=V, BK=BK, BVF=BVF, BC=min(BK, BVF, 64), PREC=prec, **_wu_config(BVF, dtype)),
@@ -899,6 +943,8 @@ _PER_CALL_GETTER = operator.itemgetter(*_PER_CALL_ORDER)
 
 #: the four kernels in launch order (their ``launch_params`` keys: ``_KERNEL_KEYS``)
 _KERNELS = (_solve_kernel, _wu_kernel, _state_kernel, _output_kernel)
+#: ... with the Gluon state loop (``launch_params(...)["state"]["GLUON"]``)
+_KERNELS_GLUON = (_solve_kernel, _wu_kernel, _gluon_state_kernel, _output_kernel)
 
 
 def _grids(lp, N, NT, HV, V) -> tuple:
@@ -1302,7 +1348,9 @@ def chunk_gated_delta_rule(
     meta_lp = None  # the launch table of a call with metadata: the bound lookup's and the direct path's
     if _DIRECT and chunk_metadata is not None and q.dim() == 4 and v.dim() == 4:
         K, HV, V = q.shape[3], v.shape[2], v.shape[3]
-        meta_lp = launch_params(K, V, q.dtype, input_precision, state_wide(chunk_metadata.num_seqs, HV, V, q.device))
+        meta_lp = launch_params(
+            K, V, q.dtype, input_precision, state_wide(chunk_metadata.num_seqs, HV, V, q.device), gluon_device(q.device)
+        )
         meta_scale, meta_l2norm = K**-0.5 if scale is None else scale, int(bool(use_qk_l2norm))
         if chunk_metadata.calls:
             # a layout this metadata has run before (the model step's earlier layers): its bound
@@ -1399,7 +1447,7 @@ def chunk_gated_delta_rule(
         return (o.reshape(B, T, HV, V) if out is None else out), ht, hb
     if use_gate_in_kernel:
         A_log_t, dt_bias_t = A_log.float().contiguous(), dt_bias.float().contiguous()
-    lp = launch_params(K, V, dt, input_precision, state_wide(N, HV, V, dev))
+    lp = launch_params(K, V, dt, input_precision, state_wide(N, HV, V, dev), gluon_device(dev))
     half_shapes, f32_shapes = _scratch_shapes(TT, NT, HV, K, V)
     w, u, vn, A, hbuf, fd, gcum, glast = (
         scratch[off : off + math.prod(shape) * t.itemsize].view(t).view(shape)
@@ -1438,13 +1486,29 @@ def chunk_gated_delta_rule(
         BETA_SIGMOID=bool(use_beta_sigmoid),
         WHILE_LOOP=INTERPRET,
     )
-    fns = _KERNELS
+    fns = _KERNELS_GLUON if lp["state"]["GLUON"] else _KERNELS
     compiled, lists = [], []
-    for fn, grid, name in zip(fns, _grids(lp, N, NT, HV, V), _KERNEL_KEYS):
+    for i, (fn, grid, name) in enumerate(zip(fns, _grids(lp, N, NT, HV, V), _KERNEL_KEYS)):
         vals = {**shared, **lp[name]}
-        lists.append([vals[n] for n in fn.arg_names])
         opts = {key: val for key, val in lp[name].items() if key in LAUNCH_OPTIONS}
-        compiled.append(fn[grid](*lists[-1], **opts))
+        try:
+            ck = fn[grid](*[vals[n] for n in fn.arg_names], **opts)
+        except Exception as exc:  # noqa: BLE001 - any compile error of the Gluon loop: fall back
+            if fn is not _gluon_state_kernel:
+                raise
+            # a Triton whose Gluon API differs from the one this loop was written for: warn once,
+            # run the Triton loop (same grid: GLUON implies VFAST) and never try Gluon again here
+            first = (str(exc).strip().splitlines() or [""])[-1]
+            warnings.warn(
+                f"the Gluon state loop did not compile ({type(exc).__name__}: {first}); using the Triton loop",
+                stacklevel=2,
+            )
+            _GLUON_FAILED.append(exc)
+            fn = _state_kernel
+            fns = fns[:i] + (fn,) + fns[i + 1 :]
+            ck = fn[grid](*[vals[n] for n in fn.arg_names], **opts)
+        lists.append([vals[n] for n in fn.arg_names])
+        compiled.append(ck)
     # remembered only where the kernels saw the 4-d inputs' own token / head strides (what the key holds)
     same_strides = all(
         x2.stride() == x.stride()[1 : 1 + x2.dim()] for x2, x in ((q2, q), (k2, k), (v2, v), (g2, g), (b2, beta))

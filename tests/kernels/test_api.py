@@ -1,5 +1,7 @@
 """Package API: lazy exports, argument checks, head dims that are not powers of two, warmup."""
 
+import warnings
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -256,6 +258,61 @@ def test_wide_state_block_where_its_programs_fill_the_gpu(monkeypatch):
     assert chunk_gdn.launch_params(128, 128, torch.bfloat16, None, True)["state"]["BV"] == 16
     monkeypatch.setenv("KERNELS_CONFIG_STATE", "num_warps=8")
     assert chunk_gdn.launch_params(128, 128, torch.bfloat16, None, True)["state"]["BV"] == chunk_gdn.STATE_BV_WIDE
+
+
+def test_gluon_state_loop_where_it_applies(monkeypatch):
+    """The Gluon state loop (``kernels.state_gluon``) is chosen for 16-bit inputs at K = 128 on a
+    device that runs it (``gluon`` True: Hopper), at either V block; never for fp32 inputs, another
+    K, the 3-d grid, other than four warps, nor with ``GLUON=0``; never on a CPU."""
+    from kernels import chunk_gdn, state_gluon
+
+    if state_gluon.gluon is None:
+        pytest.skip("this Triton has no Gluon")
+    lp = chunk_gdn.launch_params
+    for dt in (torch.bfloat16, torch.float16):
+        for wide in (False, True):
+            assert lp(128, 128, dt, None, wide, True)["state"]["GLUON"] == 1
+        assert lp(128, 128, dt, None, False, False)["state"]["GLUON"] == 0
+        assert lp(128, 64, dt, None, True, True)["state"]["GLUON"] == 1  # K = 128, V any multiple
+        assert lp(64, 128, dt, None, True, True)["state"]["GLUON"] == 0
+        assert lp(128, 100, dt, None, True, True)["state"]["GLUON"] == 0  # V not a multiple of 32
+    assert lp(128, 128, torch.float32, None, True, True)["state"]["GLUON"] == 0
+    for cfg in ("GLUON=0", "VFAST=0", "num_warps=8"):
+        monkeypatch.setenv("KERNELS_CONFIG_STATE", cfg)
+        assert lp(128, 128, torch.bfloat16, None, True, True)["state"]["GLUON"] == 0, cfg
+    monkeypatch.delenv("KERNELS_CONFIG_STATE")
+    assert not chunk_gdn.gluon_device(torch.device("cpu"))
+    assert "GLUON" in chunk_gdn.HOST_KEYS  # not a constexpr of any kernel
+    assert all("GLUON" not in fn.arg_names for fn in chunk_gdn._KERNELS if fn is not None)
+
+
+def test_gluon_compile_failure_falls_back_to_the_triton_loop(monkeypatch):
+    """Where the Gluon loop cannot be built (here: the interpreter, which does not run Gluon; on
+    a GPU, a Triton whose Gluon API moved on), the call warns once, runs the Triton loop with the
+    same results, and the process stops choosing Gluon."""
+    from kernels import chunk_gdn, state_gluon
+
+    if state_gluon.gluon is None:
+        pytest.skip("this Triton has no Gluon")
+    from test_chunk_gdn import make_inputs, rand_state
+
+    q, k, v, g, beta = make_inputs(130, h=1, hv=2, dk=128, dv=32, seed=3, dtype=torch.float16)
+    h0 = rand_state(1, hv=2, dk=128, dv=32, seed=4)
+    kw = dict(initial_state=h0, use_qk_l2norm=True)
+    ref = chunk_gdn.chunk_gated_delta_rule(q, k, v, g, beta, **kw)
+    failed = []
+    monkeypatch.setattr(chunk_gdn, "_GLUON_FAILED", failed)
+    monkeypatch.setattr(chunk_gdn, "gluon_device", lambda device: not failed)
+    assert chunk_gdn.launch_params(128, 32, torch.float16, None, False, True)["state"]["GLUON"] == 1
+    with pytest.warns(UserWarning, match="Gluon state loop did not compile"):
+        got = chunk_gdn.chunk_gated_delta_rule(q, k, v, g, beta, **kw)
+    assert len(failed) == 1
+    for a, b in zip(got, ref):
+        assert torch.equal(a, b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = chunk_gdn.chunk_gated_delta_rule(q, k, v, g, beta, **kw)
+    assert all(torch.equal(a, b) for a, b in zip(again, ref))
 
 
 def test_output_block_is_a_whole_head_of_128_for_16_bit_inputs(monkeypatch):

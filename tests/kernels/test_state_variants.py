@@ -49,6 +49,39 @@ def test_gpu_state_grid_equals_default(cfg, monkeypatch):
         assert torch.equal(a, b)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [(16, 32), (4, 8)], ids=["16-32", "4-8"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_gpu_gluon_state_loop_equals_triton(dtype, heads, monkeypatch):
+    """On Hopper the Gluon state loop (``kernels.state_gluon``, the default there at K = 128,
+    16-bit) gives the Triton loop's bits (``GLUON=0``) for every output: varlen with an initial
+    state and a start off a 64-multiple, a boundary at every chunk, every third, none; at the wide
+    V block (16/32 heads) and the narrow one (4/8). Equal bits carry the Triton loop's restore
+    invariants over."""
+    from kernels import chunk_gdn
+
+    if not chunk_gdn.gluon_device(torch.device("cuda")):
+        pytest.skip("needs a Hopper GPU and a Triton with Gluon")
+    h, hv = heads
+    cu, starts = [0, 1500, 4096], [0, 100]
+    q, k, v, g, beta = make_inputs(4096, h=h, hv=hv, dk=128, dv=128, seed=5, device="cuda", dtype=dtype)
+    h0 = rand_state(2, hv=hv, dk=128, dv=128, seed=6, device="cuda")
+    lp = chunk_gdn.launch_params(128, 128, dtype, None, chunk_gdn.state_wide(2, hv, 128, q.device), True)
+    assert lp["state"]["GLUON"] == 1
+    for sel in (dict(boundary_stride=1), dict(boundary_stride=3), dict(boundary_stride=1, states=False)):
+        states = sel.pop("states", True)
+        kw = dict(initial_state=h0, use_qk_l2norm=True, boundary_states=states)
+        meta = chunk_gdn.prepare_chunk_metadata(cu, starts, device="cuda", **sel)
+        got = [chunk_gdn.chunk_gated_delta_rule(q, k, v, g, beta, chunk_metadata=meta, **kw) for _ in range(3)]
+        monkeypatch.setenv("KERNELS_CONFIG_STATE", "GLUON=0")
+        meta = chunk_gdn.prepare_chunk_metadata(cu, starts, device="cuda", **sel)
+        ref = chunk_gdn.chunk_gated_delta_rule(q, k, v, g, beta, chunk_metadata=meta, **kw)
+        monkeypatch.delenv("KERNELS_CONFIG_STATE")
+        for run in got:  # the generic launch, the direct one, the bound one
+            for a, b in zip(run, ref):
+                assert (a is None and b is None) or torch.equal(a, b), sel
+
+
 def test_output_blocks_of_128_match_blocks_of_64_in_fp16(monkeypatch):
     """16-bit inputs take the output kernel's V block of 128: at V = 256 two blocks, against four
     blocks of 64 (the block only splits the output's columns among programs, so the outputs agree
