@@ -157,7 +157,7 @@ STATE_WIDE_FILL = 0.75
 
 
 #: set when the Gluon state loop failed to compile (a Triton whose Gluon API moved on): the process
-#: runs the Triton loop from then on (``_launch``)
+#: runs the Triton loop from then on (the generic path of ``chunk_gated_delta_rule``)
 _GLUON_FAILED: list = []
 
 
