@@ -1488,11 +1488,12 @@ def chunk_gated_delta_rule(
     )
     fns = _KERNELS_GLUON if lp["state"]["GLUON"] else _KERNELS
     compiled, lists = [], []
-    for i, (fn, grid, name) in enumerate(zip(fns, _grids(lp, N, NT, HV, V), _KERNEL_KEYS)):
+    for fn, grid, name in zip(fns, _grids(lp, N, NT, HV, V), _KERNEL_KEYS):
         vals = {**shared, **lp[name]}
         opts = {key: val for key, val in lp[name].items() if key in LAUNCH_OPTIONS}
+        args = [vals[n] for n in fn.arg_names]
         try:
-            ck = fn[grid](*[vals[n] for n in fn.arg_names], **opts)
+            ck = fn[grid](*args, **opts)
         except Exception as exc:  # noqa: BLE001 - any compile error of the Gluon loop: fall back
             if fn is not _gluon_state_kernel:
                 raise
@@ -1504,10 +1505,10 @@ def chunk_gated_delta_rule(
                 stacklevel=2,
             )
             _GLUON_FAILED.append(exc)
-            fn = _state_kernel
-            fns = fns[:i] + (fn,) + fns[i + 1 :]
-            ck = fn[grid](*[vals[n] for n in fn.arg_names], **opts)
-        lists.append([vals[n] for n in fn.arg_names])
+            fns = _KERNELS  # for the plan: the same kernels with the Triton loop
+            args = [vals[n] for n in _state_kernel.arg_names]
+            ck = _state_kernel[grid](*args, **opts)
+        lists.append(args)
         compiled.append(ck)
     # remembered only where the kernels saw the 4-d inputs' own token / head strides (what the key holds)
     same_strides = all(
