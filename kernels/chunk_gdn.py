@@ -73,7 +73,7 @@ __all__ = [
 # KERNELS_CONFIG_STATE="BV=32,num_warps=4,num_stages=2".
 CONFIGS = {
     "solve": dict(num_warps=2, num_stages=1, TRANS=1, BKS=64, TF32M=0),
-    "wu": dict(num_warps=4, num_stages=1, BCV=128),
+    "wu": dict(num_warps=4, num_stages=1, BCV=128, KONCE=1),
     "state": dict(BV=16, num_warps=4, num_stages=3, VFAST=1, GLUON=1),
     "out": dict(BV=128, num_warps=4, num_stages=2),
 }
@@ -156,6 +156,9 @@ STATE_BV_WIDE = 32
 STATE_WIDE_FILL = 0.75
 
 
+#: the w / u kernel reads the key tile once (``KONCE``) up to this padded K, for 16-bit inputs
+KONCE_MAX_K = 128
+
 #: set when the Gluon state loop failed to compile (a Triton whose Gluon API moved on): the process
 #: runs the Triton loop from then on (the generic path of ``chunk_gated_delta_rule``)
 _GLUON_FAILED: list = []
@@ -228,7 +231,7 @@ def _launch_params(
     )
     return {
         "solve": _solve_config(K, BK, prec),
-        "wu": dict(K=K, V=V, BK=BK, BVF=BVF, BC=min(BK, BVF, 64), PREC=prec, **_wu_config(BVF, dtype)),
+        "wu": dict(K=K, V=V, BK=BK, BVF=BVF, BC=min(BK, BVF, 64), PREC=prec, **_wu_config(BVF, dtype, BK)),
         "state": dict(K=K, V=V, BK=BK, PREC=prec, **state),
         "out": dict(K=K, V=V, BK=BK, BC=min(BK, 64), PREC=prec, **out),
     }
@@ -249,13 +252,14 @@ def _solve_config(K: int, BK: int, prec: str) -> dict:
     return dict(K=K, BK=BK, PREC=prec, **cfg)
 
 
-def _wu_config(BVF: int, dtype) -> dict:
+def _wu_config(BVF: int, dtype, BK: int) -> dict:
     """The w / u kernel's config, its u column block ``BCV`` clamped to the padded V (fp32 inputs:
     64: 128 was 2.5-3.1 % slower in their tf32x3 products on an H200)."""
     cfg = _config("wu")
     if dtype == torch.float32 and "BCV" not in _env_config("wu"):
         cfg["BCV"] = OUT_BV_FP32
     cfg["BCV"] = min(cfg["BCV"], BVF)
+    cfg["KONCE"] = int(bool(cfg["KONCE"]) and dtype != torch.float32 and BK <= KONCE_MAX_K)
     return cfg
 
 
@@ -575,6 +579,7 @@ def _wu_kernel(
     BVF: tl.constexpr,
     BC: tl.constexpr,
     BCV: tl.constexpr,
+    KONCE: tl.constexpr,
     BETA_SIGMOID: tl.constexpr,
     l2norm,
     PREC: tl.constexpr,
@@ -603,25 +608,36 @@ def _wu_kernel(
         mask=(r64[:, None] // 16) >= (r64[None, :] // 16),
         other=0.0,
     )
-    ksq = tl.zeros([64], dtype=tl.float32)
-    for kb in tl.static_range(0, BK, BC):
-        oc = kb + tl.arange(0, BC)
-        kc = tl.load(kbase + r64[:, None] * skt + oc[None, :], mask=_rowmask(m, oc, K, K == BK, BC), other=0.0).to(
-            tl.float32
-        )
-        ksq += tl.sum(kc * kc, 1)
-    rk = tl.where(l2norm != 0, 1.0 / tl.sqrt(ksq + 1e-6), 1.0)
-    fk = bt * tl.exp(gam) * rk
-    # the state update's row factors: S += K^T diag(fd) v' (key norm, decay to the chunk end)
-    tl.store(fd_out + obase + r64 * HV, rk * tl.exp(g_last - gam), mask=m)
-    # column blocks of at most 64 keep the live fp32 tiles small
-    for kb in tl.static_range(0, BK, BC):
-        oc = kb + tl.arange(0, BC)
-        mk = _rowmask(m, oc, K, K == BK, BC)
+    if KONCE:
+        # the key tile read once, for its norms and for w (``KONCE``: 16-bit inputs up to K = 128)
+        oc = tl.arange(0, BK)
+        mk = _rowmask(m, oc, K, K == BK, BK)
         kc = tl.load(kbase + r64[:, None] * skt + oc[None, :], mask=mk, other=0.0).to(tl.float32)
+        rk = tl.where(l2norm != 0, 1.0 / tl.sqrt(tl.sum(kc * kc, 1) + 1e-6), 1.0)
+        fk = bt * tl.exp(gam) * rk
+        tl.store(fd_out + obase + r64 * HV, rk * tl.exp(g_last - gam), mask=m)
         wv = tl.dot(A, (kc * fk[:, None]).to(dt), input_precision=PREC)
-        off = r64[:, None] * (HV * K) + oc[None, :]
-        tl.store(w_out + obase * K + off, wv.to(dt), mask=mk)
+        tl.store(w_out + obase * K + r64[:, None] * (HV * K) + oc[None, :], wv.to(dt), mask=mk)
+    else:
+        ksq = tl.zeros([64], dtype=tl.float32)
+        for kb in tl.static_range(0, BK, BC):
+            oc = kb + tl.arange(0, BC)
+            kc = tl.load(kbase + r64[:, None] * skt + oc[None, :], mask=_rowmask(m, oc, K, K == BK, BC), other=0.0).to(
+                tl.float32
+            )
+            ksq += tl.sum(kc * kc, 1)
+        rk = tl.where(l2norm != 0, 1.0 / tl.sqrt(ksq + 1e-6), 1.0)
+        fk = bt * tl.exp(gam) * rk
+        # the state update's row factors: S += K^T diag(fd) v' (key norm, decay to the chunk end)
+        tl.store(fd_out + obase + r64 * HV, rk * tl.exp(g_last - gam), mask=m)
+        # column blocks of at most 64 keep the live fp32 tiles small
+        for kb in tl.static_range(0, BK, BC):
+            oc = kb + tl.arange(0, BC)
+            mk = _rowmask(m, oc, K, K == BK, BC)
+            kc = tl.load(kbase + r64[:, None] * skt + oc[None, :], mask=mk, other=0.0).to(tl.float32)
+            wv = tl.dot(A, (kc * fk[:, None]).to(dt), input_precision=PREC)
+            off = r64[:, None] * (HV * K) + oc[None, :]
+            tl.store(w_out + obase * K + off, wv.to(dt), mask=mk)
     for vb in tl.static_range(0, BVF, BCV):
         oc = vb + tl.arange(0, BCV)
         mv = _rowmask(m, oc, V, V == BVF, BCV)

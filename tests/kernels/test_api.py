@@ -335,7 +335,7 @@ def test_solve_and_wu_knobs_follow_the_shape(monkeypatch):
     """The launch table's solve / w-u knobs: the keys' in-register transpose only up to a padded K
     of 128 (it spills at 256), tf32 block-inverse merges only where asked and only for 16-bit
     inputs or fp32 with input_precision tf32, the key and u column blocks clamped to the padded
-    dims."""
+    dims, the keys read once by w / u (``KONCE``) for 16-bit inputs up to a padded K of 128."""
     from kernels import chunk_gdn
 
     lp = chunk_gdn.launch_params(128, 128, torch.bfloat16)
@@ -349,6 +349,12 @@ def test_solve_and_wu_knobs_follow_the_shape(monkeypatch):
     assert chunk_gdn.launch_params(128, 128, torch.bfloat16)["solve"]["TF32M"] == 1
     assert chunk_gdn.launch_params(128, 128, torch.float32)["solve"]["TF32M"] == 0
     assert chunk_gdn.launch_params(128, 128, torch.float32, "tf32")["solve"]["TF32M"] == 1
+    # w / u reads the key tile once for norms and w: 16-bit inputs up to a padded K of 128
+    assert lp["wu"]["KONCE"] == 1 and chunk_gdn.launch_params(40, 24, torch.float16)["wu"]["KONCE"] == 1
+    assert chunk_gdn.launch_params(256, 128, torch.bfloat16)["wu"]["KONCE"] == 0
+    assert chunk_gdn.launch_params(128, 128, torch.float32)["wu"]["KONCE"] == 0
+    monkeypatch.setenv("KERNELS_CONFIG_WU", "KONCE=0")
+    assert chunk_gdn.launch_params(128, 128, torch.bfloat16)["wu"]["KONCE"] == 0
 
 
 @pytest.mark.skipif(not INTERPRET, reason="the interpreter's refusal")

@@ -314,6 +314,7 @@ def test_per_call_names_cover_every_buffer_of_the_kernels():
         "TRANS",
         "BCV",
         "TF32M",
+        "KONCE",
     }
     assert len(chunk_gdn._KERNELS) == len(chunk_gdn._KERNEL_KEYS) == 4
 

@@ -108,10 +108,13 @@ def test_output_blocks_of_128_match_blocks_of_64_in_fp16(monkeypatch):
     close(hb128, rb, atol=2e-3, rtol=2e-3)
 
 
-@pytest.mark.parametrize("cfg", ["TRANS=0", "TF32M=1", "BKS=32,TRANS=0"])
-def test_solve_knobs_match_the_default(cfg, monkeypatch):
+@pytest.mark.parametrize(
+    "env,cfg", [("SOLVE", "TRANS=0"), ("SOLVE", "TF32M=1"), ("SOLVE", "BKS=32,TRANS=0"), ("WU", "KONCE=0")]
+)
+def test_solve_knobs_match_the_default(env, cfg, monkeypatch):
     """The solve kernel's knobs (the keys' transpose loaded instead of made in registers, tf32
-    block-inverse merges, a key block of 32) against the default, K != V, varlen with initial
+    block-inverse merges, a key block of 32) and w / u's (the keys in two passes over blocks of 64
+    instead of one read of the whole tile) against the default, K != V, varlen with initial
     states, fp16 inputs (the ones TF32M applies to; the interpreter computes tf32 products in
     fp32, so this pins the code path, not tf32's rounding). Interpreter."""
     cu = [0, 70, 200]
@@ -119,7 +122,7 @@ def test_solve_knobs_match_the_default(cfg, monkeypatch):
     h0 = rand_state(2, hv=2, dk=128, dv=64, seed=15)
     kw = dict(initial_state=h0, cu_seqlens=cu, use_qk_l2norm=True)
     ref = chunk_gated_delta_rule(q, k, v, g, beta, **kw)
-    monkeypatch.setenv("KERNELS_CONFIG_SOLVE", cfg)
+    monkeypatch.setenv(f"KERNELS_CONFIG_{env}", cfg)
     got = chunk_gated_delta_rule(q, k, v, g, beta, **kw)
     for a, b in zip(got, ref):
         close(a, b, atol=1e-3, rtol=1e-3)
