@@ -609,28 +609,27 @@ def _wu_kernel(
         other=0.0,
     )
     if KONCE:
-        # the key tile read once, for its norms and for w (``KONCE``: 16-bit inputs up to K = 128)
+        # the key tile read once, for its norms and for w (16-bit inputs up to K = 128)
         oc = tl.arange(0, BK)
         mk = _rowmask(m, oc, K, K == BK, BK)
         kc = tl.load(kbase + r64[:, None] * skt + oc[None, :], mask=mk, other=0.0).to(tl.float32)
-        rk = tl.where(l2norm != 0, 1.0 / tl.sqrt(tl.sum(kc * kc, 1) + 1e-6), 1.0)
-        fk = bt * tl.exp(gam) * rk
-        tl.store(fd_out + obase + r64 * HV, rk * tl.exp(g_last - gam), mask=m)
-        wv = tl.dot(A, (kc * fk[:, None]).to(dt), input_precision=PREC)
-        tl.store(w_out + obase * K + r64[:, None] * (HV * K) + oc[None, :], wv.to(dt), mask=mk)
+        ksq = tl.sum(kc * kc, 1)
     else:
         ksq = tl.zeros([64], dtype=tl.float32)
         for kb in tl.static_range(0, BK, BC):
-            oc = kb + tl.arange(0, BC)
-            kc = tl.load(kbase + r64[:, None] * skt + oc[None, :], mask=_rowmask(m, oc, K, K == BK, BC), other=0.0).to(
-                tl.float32
-            )
-            ksq += tl.sum(kc * kc, 1)
-        rk = tl.where(l2norm != 0, 1.0 / tl.sqrt(ksq + 1e-6), 1.0)
-        fk = bt * tl.exp(gam) * rk
-        # the state update's row factors: S += K^T diag(fd) v' (key norm, decay to the chunk end)
-        tl.store(fd_out + obase + r64 * HV, rk * tl.exp(g_last - gam), mask=m)
-        # column blocks of at most 64 keep the live fp32 tiles small
+            ob = kb + tl.arange(0, BC)
+            kt = tl.load(kbase + r64[:, None] * skt + ob[None, :], mask=_rowmask(m, ob, K, K == BK, BC), other=0.0)
+            kt = kt.to(tl.float32)
+            ksq += tl.sum(kt * kt, 1)
+    rk = tl.where(l2norm != 0, 1.0 / tl.sqrt(ksq + 1e-6), 1.0)
+    fk = bt * tl.exp(gam) * rk
+    # the state update's row factors: S += K^T diag(fd) v' (key norm, decay to the chunk end)
+    tl.store(fd_out + obase + r64 * HV, rk * tl.exp(g_last - gam), mask=m)
+    if KONCE:
+        wv = tl.dot(A, (kc * fk[:, None]).to(dt), input_precision=PREC)
+        tl.store(w_out + obase * K + r64[:, None] * (HV * K) + oc[None, :], wv.to(dt), mask=mk)
+    else:
+        # the second pass: column blocks of at most 64 keep the live fp32 tiles small
         for kb in tl.static_range(0, BK, BC):
             oc = kb + tl.arange(0, BC)
             mk = _rowmask(m, oc, K, K == BK, BC)
