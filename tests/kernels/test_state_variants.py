@@ -111,7 +111,7 @@ def test_output_blocks_of_128_match_blocks_of_64_in_fp16(monkeypatch):
 @pytest.mark.parametrize(
     "env,cfg", [("SOLVE", "TRANS=0"), ("SOLVE", "TF32M=1"), ("SOLVE", "BKS=32,TRANS=0"), ("WU", "KONCE=0")]
 )
-def test_solve_knobs_match_the_default(env, cfg, monkeypatch):
+def test_solve_and_wu_knobs_match_the_default(env, cfg, monkeypatch):
     """The solve kernel's knobs (the keys' transpose loaded instead of made in registers, tf32
     block-inverse merges, a key block of 32) and w / u's (the keys in two passes over blocks of 64
     instead of one read of the whole tile) against the default, K != V, varlen with initial
