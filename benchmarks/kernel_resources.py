@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 # --dtype. A kernel parameter missing here is reported (the table must follow the kernels).
 HALF_PTRS = {"q", "k", "v", "beta", "w", "u", "w_out", "u_out", "a_out", "a_in", "h_out", "vn_out", "vn", "h", "o"}
 FP32_PTRS = {"g", "A_log", "dt_bias", "gc", "gc_out", "gl", "gl_out", "fd", "fd_out", "h0", "ht", "hb"}
-INT_PTRS = {"chunk_info", "seq_info", "store_slot"}
+INT_PTRS = {"chunk_info", "seq_info", "store_slot", "prog"}
 FP32_SCALARS = {"scale"}
 # integer arguments the library passes as multiples of 16 at the production shapes (strides of
 # [T, heads, dim] tensors, HV = 32): Triton specialises those, so the compile does too
@@ -66,8 +66,10 @@ def kernel_specs(dim: int, dtype: str, precision=None):
 
     for key, params in m.launch_params(dim, dim, tdtype, precision).items():
         consts, opts = split(params)
-        specs.append((NAMES[key], fns[key], {**consts, **FLAGS[key], **(layout if key == "state" else {})}, opts))
+        consts = {**consts, **FLAGS[key], **(layout if key == "state" else {})}
+        specs.append((NAMES[key], fns[key], {k: v for k, v in consts.items() if k in fns[key].arg_names}, opts))
     consts, opts = split(m.launch_params(dim, dim, tdtype, precision, wide_state=True)["state"])
+    consts = {k: v for k, v in consts.items() if k in fns["state"].arg_names}
     for name, store in (("state-wide", True), ("state-wide-nob", False)):
         specs.append((name, fns["state"], {**consts, **FLAGS["state"], **layout, "STORE_B": store}, opts))
     # the Gluon state loop where the library would run it on a Hopper GPU (its own constexprs:
@@ -80,6 +82,11 @@ def kernel_specs(dim: int, dtype: str, precision=None):
         gfn = m._gluon_state_kernel
         consts = {k: v for k, v in {**consts, **layout, "STORE_B": store}.items() if k in gfn.arg_names}
         specs.append((name, gfn, consts, opts))
+    # the output kernel overlapped with the Gluon loop (``OVL``), where the library runs it so
+    out = m.launch_params(dim, dim, tdtype, precision, wide_state=True, gluon=True)["out"]
+    if out["OVL"]:
+        consts, opts = split(out)
+        specs.append(("output-ovl", fns["out"], consts, opts))
     return specs
 
 
@@ -240,6 +247,14 @@ def _compile_stats(name, fn, sig, cst, attrs, opts):
         mma_sync=ptx.count("mma.sync"),
         sass=sass,
         stores=stores,
+        # the overlapped output's handshake (``OVL``): the loop's launch trigger and releases, the
+        # output's acquires and its wait for the loop's completion
+        handshake=dict(
+            launch=ptx.count("griddepcontrol.launch_dependents"),
+            wait=ptx.count("griddepcontrol.wait"),
+            release=len(re.findall(r"\batom\.[\w.]*release", ptx)),
+            acquire=len(re.findall(r"\bld\.[\w.]*acquire|\batom\.[\w.]*acquire", ptx)),
+        ),
     )
 
 
@@ -293,6 +308,11 @@ def main(argv=None) -> int:
             bad.append(f"{name} spills {r['spill_stores']} B")
         if name.startswith(("state", "gluon")) and r["cp_async"] == 0:
             bad.append(f"the state kernel's loads are not pipelined (no cp.async): {name}")
+        hs = r["handshake"]
+        if consts.get("OVL") and name.startswith("gluon") and not (hs["launch"] and hs["release"]):
+            bad.append(f"the overlapped loop releases no progress: {name} {hs}")
+        if consts.get("OVL") and name.startswith("output") and not (hs["acquire"] and hs["wait"]):
+            bad.append(f"the overlapped output acquires no progress: {name} {hs}")
     if args.fla:
         for name, fn, sig, cst, attrs, opts in fla_specs(args.head_dim, args.dtype) or []:
             r = _compile_stats(name, fn, sig, cst, attrs, opts)

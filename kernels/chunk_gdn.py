@@ -20,7 +20,10 @@ Four kernels, split where the work changes shape (the split FLA uses, written fr
      Two matrix products per chunk; its loads are pipelined (cp.async, 3 stages). On Hopper at
      the production shape (16-bit inputs, K = 128) ``kernels.state_gluon`` runs the same loop,
      to the same bits, with its stores taken straight from the products' layouts.
-  4. ``_output_kernel`` (one program per chunk x value head x V block, fully parallel): O.
+  4. ``_output_kernel`` (one program per chunk x value head x V block, fully parallel): O. Beside
+     the Gluon loop it is launched programmatically dependent on it (``OVL``) and each program
+     waits on the loop's progress counters for its chunk, so that it runs on the
+     multiprocessors the loop leaves idle (docs/kernels.md).
 
 Head dims K, V are compile-time constants (a model has one pair; ``kernels.warmup`` compiles
 it). Any size in [1, 256] works: tiles are padded to the next power of two and loads / stores
@@ -54,7 +57,7 @@ from kernels._common import (
     resolve_call,
 )
 from kernels._launch import raw_launcher
-from kernels.state_gluon import _gluon_state_kernel
+from kernels.state_gluon import PROG_SLOTS, _gluon_state_kernel
 from kernels.state_gluon import applies as _gluon_applies
 
 __all__ = [
@@ -74,8 +77,8 @@ __all__ = [
 CONFIGS = {
     "solve": dict(num_warps=2, num_stages=1, TRANS=1, BKS=64, TF32M=0),
     "wu": dict(num_warps=4, num_stages=1, BCV=128, KONCE=1),
-    "state": dict(BV=16, num_warps=4, num_stages=3, VFAST=1, GLUON=1),
-    "out": dict(BV=128, num_warps=4, num_stages=2),
+    "state": dict(BV=16, num_warps=4, num_stages=3, VFAST=1, GLUON=1, SIG=16),
+    "out": dict(BV=128, num_warps=4, num_stages=2, OVL=1),
 }
 
 
@@ -98,7 +101,7 @@ def _pow2(n: int) -> int:
     return max(16, triton.next_power_of_2(int(n)))
 
 
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "maxnreg")
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "maxnreg", "launch_pdl")
 #: launch-table keys the host reads and no kernel takes: the state loop's ``GLUON`` (1: the Gluon
 #: loop where ``kernels.state_gluon`` applies and the device is Hopper; 0: the Triton loop always)
 HOST_KEYS = ("GLUON",)
@@ -158,6 +161,8 @@ STATE_WIDE_FILL = 0.75
 
 #: the w / u kernel reads the key tile once (``KONCE``) up to this padded K, for 16-bit inputs
 KONCE_MAX_K = 128
+#: ``PROG_SLOTS`` as the kernels read it
+_PROG_SLOTS = tl.constexpr(PROG_SLOTS)
 
 #: set when the Gluon state loop failed to compile (a Triton whose Gluon API moved on): the process
 #: runs the Triton loop from then on (the generic path of ``chunk_gated_delta_rule``)
@@ -229,8 +234,19 @@ def _launch_params(
     state["GLUON"] = int(
         gluon and bool(state["GLUON"]) and _gluon_applies(K, V, state["BV"], bits, state["num_warps"], state["VFAST"])
     )
+    # the output overlapped with the Gluon loop (``OVL``): launched programmatically dependent on
+    # it, its programs wait on per-(sequence, head, V block) progress counters that the loop
+    # releases every ``SIG`` chunks (and at its last: each release is a barrier and a fence on the
+    # loop's serial path), and run beside it on the multiprocessors it leaves idle
+    ovl = int(bool(out["OVL"]) and bool(state["GLUON"]))
+    out["OVL"] = state["OVL"] = ovl
+    out["NVS"] = -(-V // state["BV"])
+    if ovl:
+        out["launch_pdl"] = True
+    solve = _solve_config(K, BK, prec)
+    solve["OVL"] = ovl
     return {
-        "solve": _solve_config(K, BK, prec),
+        "solve": solve,
         "wu": dict(K=K, V=V, BK=BK, BVF=BVF, BC=min(BK, BVF, 64), PREC=prec, **_wu_config(BVF, dtype, BK)),
         "state": dict(K=K, V=V, BK=BK, PREC=prec, **state),
         "out": dict(K=K, V=V, BK=BK, BC=min(BK, 64), PREC=prec, **out),
@@ -244,10 +260,13 @@ def _solve_config(K: int, BK: int, prec: str) -> dict:
     # the keys' transpose in registers: 1.5 % faster at K = 128 (H200); at 256 it spills (4 B)
     cfg["TRANS"] = int(bool(cfg["TRANS"]) and BK <= 128)
     # TF32M=1: the block inverse's merge products in tf32 where A is stored in 16 bits anyway (its
-    # rounding, 2^-8 relative, is 8x tf32's input rounding); never for fp32 inputs unless their
-    # input_precision is tf32 (``prec`` is "tf32" for 16-bit inputs). Off by default: 12 % faster
-    # on an H200 (0.54 against 0.61 ms at 16/32 heads, 32K tokens) but it spills 48 B at the
-    # production shape, and its accuracy has not yet been run on a GPU.
+    # rounding, 2^-8 relative, is 8x tf32's input rounding), but for the two-term inner sums of
+    # A20 and A31 (with those too it spills 48 B at bf16 / K = 128); never for fp32 inputs unless
+    # their input_precision is tf32 (``prec`` is "tf32" for 16-bit inputs). On an H200 the solve
+    # took 0.580 against 0.611 ms at 16/32 heads and 32K tokens, the call 1.2 % less (all merges
+    # in tf32: 2.4 %, with the IEEE merges' errors to three digits). Off by default: spill-free in
+    # triton 3.6 at head dims 64, 128 and 256, but 4 B spilled in triton 3.9 at 128 and 256
+    # (every other mix tried spills in one of the two; kernels/RESULTS.md, 2026-12-04 third session)
     cfg["TF32M"] = int(bool(cfg["TF32M"]) and prec == "tf32")
     return dict(K=K, BK=BK, PREC=prec, **cfg)
 
@@ -440,6 +459,7 @@ def _solve_kernel(
     a_out,
     gc_out,
     gl_out,
+    prog,
     chunk_info,
     skt,
     skh,
@@ -454,6 +474,7 @@ def _solve_kernel(
     BKS: tl.constexpr,
     TRANS: tl.constexpr,
     TF32M: tl.constexpr,
+    OVL: tl.constexpr,
     USE_GATE: tl.constexpr,
     BETA_SIGMOID: tl.constexpr,
     l2norm,
@@ -488,6 +509,10 @@ def _solve_kernel(
     _store16(obase, g2, 2, tstart, lo, hi, HV)
     _store16(obase, g3, 3, tstart, lo, hi, HV)
     tl.store(gl_out + i_c * HV + i_hv, tl.sum(tl.where(r16 == 15, g3, 0.0), 0))
+    if OVL:
+        # the overlapped output's progress counters of a sequence starting at this chunk, zero
+        # before the state loop starts (the scratch is reused between calls)
+        tl.store(prog + (i_c * HV + i_hv) * _PROG_SLOTS + r16, tl.zeros([16], dtype=tl.int32))
 
     # ---- the ten 16 x 16 blocks of K K^T and the key norms, over K blocks of BKS --------------
     kbase = k + t0 * skt + i_h * skh
@@ -534,11 +559,13 @@ def _solve_kernel(
     # ---- A = (I + L)^-1 by block forward substitution ------------------------------------------
     # the diagonal blocks' inverses in fp32, then the merges (``TF32M``: their products in tf32)
     A00, A11, A22, A33 = _inv16x4(L00, L11, L22, L33)
+    # (TF32M: every merge product in tf32 but the two-term inner sums of A20 and A31, which stay
+    # IEEE: with those in tf32 too the kernel spills 48 B at 2 warps, bf16 / K = 128)
     A10 = -_mm(A11, _mm(L10, A00, TF32M), TF32M)
     A21 = -_mm(A22, _mm(L21, A11, TF32M), TF32M)
     A32 = -_mm(A33, _mm(L32, A22, TF32M), TF32M)
-    A20 = -_mm(A22, _mm(L20, A00, TF32M) + _mm(L21, A10, TF32M), TF32M)
-    A31 = -_mm(A33, _mm(L31, A11, TF32M) + _mm(L32, A21, TF32M), TF32M)
+    A20 = -_mm(A22, _mm(L20, A00, False) + _mm(L21, A10, False), TF32M)
+    A31 = -_mm(A33, _mm(L31, A11, False) + _mm(L32, A21, False), TF32M)
     A30 = -_mm(A33, _mm(L30, A00, TF32M) + _mm(L31, A10, TF32M) + _mm(L32, A20, TF32M), TF32M)
     base = a_out + (i_c * HV + i_hv).to(tl.int64) * 4096
     _store_blk(base, A00, 0, 0)
@@ -858,6 +885,8 @@ def _output_kernel(
     vn,
     o,
     chunk_info,
+    seq_info,
+    prog,
     scale,
     sqt,
     sqh,
@@ -870,12 +899,29 @@ def _output_kernel(
     BK: tl.constexpr,
     BV: tl.constexpr,
     BC: tl.constexpr,
+    NVS: tl.constexpr,
+    OVL: tl.constexpr,
     l2norm,
     PREC: tl.constexpr,
 ):
-    i_c = tl.program_id(0)
-    i_hv = tl.program_id(1)
-    i_v = tl.program_id(2)
+    if OVL:
+        # a 1-d grid, chunk-major (a chunk's programs of every head are adjacent: the loop's
+        # programs advance through the chunks together), and the programs wait until the loop's
+        # programs of their head have released this chunk
+        NVO: tl.constexpr = (V + BV - 1) // BV
+        pid = tl.program_id(0)
+        i_c = pid // (HV * NVO)
+        i_hv = (pid // NVO) % HV
+        i_v = pid % NVO
+        c0 = tl.load(seq_info + tl.load(chunk_info + i_c * 4) * 4 + 2)
+        pbase = prog + (c0 * HV + i_hv) * _PROG_SLOTS
+        for j in tl.static_range(NVS):
+            while tl.atomic_add(pbase + j, 0, sem="acquire", scope="gpu") <= i_c:
+                pass
+    else:
+        i_c = tl.program_id(0)
+        i_hv = tl.program_id(1)
+        i_v = tl.program_id(2)
     i_h = i_hv // GROUP
     dt = vn.dtype.element_ty
     tstart, lo, hi = _chunk(chunk_info, i_c)
@@ -903,6 +949,7 @@ def _output_kernel(
             hbase + oc[:, None] * V + oV[None, :],
             mask=_dimmask(oc, K, K == BK, BC)[:, None] & _dimmask(oV, V, V % BV == 0, BV)[None, :],
             other=0.0,
+            cache_modifier=".cg",  # L2: the overlapped loop writes it while this kernel runs
         )
         qf = qc.to(tl.float32)
         kf = kc.to(tl.float32)
@@ -915,10 +962,16 @@ def _output_kernel(
     causal = r64[:, None] >= r64[None, :]
     P = P * rq[:, None] * rk[None, :] * tl.exp(tl.where(causal, gam[:, None] - gam[None, :], float("-inf")))
     off = r64[:, None] * (HV * V) + oV[None, :]
-    vc = tl.load(vn + row0 * V + off, mask=mV, other=0.0)
+    vc = tl.load(vn + row0 * V + off, mask=mV, other=0.0, cache_modifier=".cg")
     acc = qh * (rq * tl.exp(gam))[:, None]
     acc += tl.dot(P.to(dt), vc, input_precision=PREC)
     tl.store(o + row0 * V + off, acc.to(o.dtype.element_ty), mask=mV)
+    if OVL:
+        # the grid's last program waits for the loop to complete (its final and boundary states
+        # written), so that this kernel's completion, which the next work on the stream waits
+        # for, implies the loop's
+        if tl.program_id(0) == tl.num_programs(0) - 1:
+            tl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
 
 
 # ---- host path ---------------------------------------------------------------------------------
@@ -949,7 +1002,7 @@ _RUNTIME: list = []  # [get_current_stream, knobs.runtime], resolved on first us
 _KERNEL_KEYS = ("solve", "wu", "state", "out")
 #: the arguments that change from call to call; every other argument is fixed by the plan key
 _PER_CALL_ORDER = tuple(
-    "q k v g beta A_log dt_bias a_out a_in gc_out gc gl_out gl w_out w u_out u fd_out fd h_out h vn_out vn o "
+    "q k v g beta A_log dt_bias a_out a_in gc_out gc gl_out gl w_out w u_out u fd_out fd h_out h vn_out vn prog o "
     "h0 ht hb chunk_info seq_info store_slot scale l2norm has_h0".split()
 )
 _PER_CALL = frozenset(_PER_CALL_ORDER)
@@ -965,9 +1018,15 @@ _KERNELS_GLUON = (_solve_kernel, _wu_kernel, _gluon_state_kernel, _output_kernel
 def _grids(lp, N, NT, HV, V) -> tuple:
     """Launch grids of the four kernels (plain integer ceilings: ``triton.cdiv`` is a constexpr
     function in triton 3.6, a few microseconds a call on the host path)."""
-    nv_state, nv_out = -(-V // lp["state"]["BV"]), -(-V // lp["out"]["BV"])
+    nv_state = -(-V // lp["state"]["BV"])
     state = (N * HV * nv_state, 1, 1) if lp["state"]["VFAST"] else (N, HV, nv_state)
-    return ((NT, HV, 1), (NT, HV, 1), state, (NT, HV, nv_out))
+    return ((NT, HV, 1), (NT, HV, 1), state, _out_grid(lp["out"], NT, HV, V))
+
+
+def _out_grid(out, NT, HV, V) -> tuple:
+    """The output kernel's grid: 1-d and chunk-major where it overlaps the loop (``OVL``)."""
+    nv_out = -(-V // out["BV"])
+    return (NT * HV * nv_out, 1, 1) if out["OVL"] else (NT, HV, nv_out)
 
 
 def _carve(sizes) -> tuple[list, int]:
@@ -980,15 +1039,16 @@ def _carve(sizes) -> tuple[list, int]:
 
 
 def _scratch_shapes(TT, NT, HV, K, V) -> tuple:
-    """Shapes of the scratch tensors: input dtype (w, u, v', A, chunk-start states) and fp32 (row
-    factors, gate cumsum, chunk-end gate), in the order ``_call_tuple`` takes them."""
+    """Shapes of the scratch tensors: input dtype (w, u, v', A, chunk-start states) and 4-byte
+    (row factors, gate cumsum, chunk-end gate: fp32; the overlapped output's progress counters:
+    int32), in the order ``_call_tuple`` takes them."""
     half = ((TT, HV, K), (TT, HV, V), (TT, HV, V), (NT, HV, 64, 64), (NT, HV, K, V))
-    return half, ((TT, HV), (TT, HV), (NT, HV))
+    return half, ((TT, HV), (TT, HV), (NT, HV), (NT, HV, PROG_SLOTS))
 
 
 @functools.lru_cache(maxsize=256)
 def _scratch_layout(TT, NT, HV, K, V, itemsize: int) -> tuple[tuple, int]:
-    """Byte offsets of ``_scratch_shapes`` (input dtype of ``itemsize`` bytes, then fp32) in one
+    """Byte offsets of ``_scratch_shapes`` (input dtype of ``itemsize`` bytes, then 4-byte) in one
     scratch buffer, and its length in bytes."""
     half, f32 = _scratch_shapes(TT, NT, HV, K, V)
     offs, n = _carve([math.prod(x) * itemsize for x in half] + [math.prod(x) * 4 for x in f32])
@@ -998,13 +1058,13 @@ def _scratch_layout(TT, NT, HV, K, V, itemsize: int) -> tuple[tuple, int]:
 def _call_tuple(inputs, gate, scratch, states, meta, scale, l2norm: int, has_h0: int) -> tuple:
     """The per-call arguments in ``_PER_CALL_ORDER`` (the direct path's form): ``inputs`` (q, k,
     v, g, beta), ``gate`` (A_log, dt_bias), ``scratch`` (w, u, v', A, chunk-start states, row
-    factors, gate cumsum, chunk-end gate; a writer's ``*_out`` and its readers' name are one
-    buffer), ``states`` (o, h0, ht, hb; h0 and hb stand in
+    factors, gate cumsum, chunk-end gate, progress counters; a writer's ``*_out`` and its readers'
+    name are one buffer), ``states`` (o, h0, ht, hb; h0 and hb stand in
     with ht when absent), ``meta`` (the metadata's chunk_info, seq_info, store_slot): tensors, or
     device addresses on the direct path."""
-    w, u, vn, A, hbuf, fd, gcum, glast = scratch
+    w, u, vn, A, hbuf, fd, gcum, glast, prog = scratch
     return (
-        *inputs, *gate, A, A, gcum, gcum, glast, glast, w, w, u, u, fd, fd, hbuf, hbuf, vn, vn,
+        *inputs, *gate, A, A, gcum, gcum, glast, glast, w, w, u, u, fd, fd, hbuf, hbuf, vn, vn, prog,
         *states, *meta, float(scale), l2norm, has_h0,
     )  # fmt: skip
 
@@ -1273,14 +1333,14 @@ class _Bound:
             )  # fmt: skip
             o = given[0] if given[0] is not None else o.view(o_shape)
         base = scratch.data_ptr()
-        w, u, vn, A, hbuf, fd, gcum, glast = map(base.__add__, self.offs)
+        w, u, vn, A, hbuf, fd, gcum, glast, prog = map(base.__add__, self.offs)
         o_ptr, ht_ptr = o.data_ptr(), ht.data_ptr()
         scale, l2norm, store = self.flags
         vals = (
             _call_tuple(
                 ptrs[:5],
                 ptrs[6:] if ptrs[6] else (fd, fd),
-                (w, u, vn, A, hbuf, fd, gcum, glast),
+                (w, u, vn, A, hbuf, fd, gcum, glast, prog),
                 (o_ptr, ptrs[5] or ht_ptr, ht_ptr, hb.data_ptr() if store else ht_ptr),
                 self.meta_ptrs,
                 scale,
@@ -1464,9 +1524,9 @@ def chunk_gated_delta_rule(
         A_log_t, dt_bias_t = A_log.float().contiguous(), dt_bias.float().contiguous()
     lp = launch_params(K, V, dt, input_precision, state_wide(N, HV, V, dev), gluon_device(dev))
     half_shapes, f32_shapes = _scratch_shapes(TT, NT, HV, K, V)
-    w, u, vn, A, hbuf, fd, gcum, glast = (
+    w, u, vn, A, hbuf, fd, gcum, glast, prog = (
         scratch[off : off + math.prod(shape) * t.itemsize].view(t).view(shape)
-        for off, shape, t in zip(offs, half_shapes + f32_shapes, (dt,) * 5 + (torch.float32,) * 3)
+        for off, shape, t in zip(offs, half_shapes + f32_shapes, (dt,) * 5 + (torch.float32,) * 3 + (torch.int32,))
     )
     if not use_gate_in_kernel:
         A_log_t = dt_bias_t = fd  # never read; any fp32 tensor stands in
@@ -1477,7 +1537,7 @@ def chunk_gated_delta_rule(
         _call_args(
             (q2, k2, v2, g2, b2),
             (A_log_t, dt_bias_t),
-            (w, u, vn, A, hbuf, fd, gcum, glast),
+            (w, u, vn, A, hbuf, fd, gcum, glast, prog),
             (o, h0, ht, hb_arg),
             (meta.chunk_info, meta.seq_info, meta.store_slot),
             scale,
@@ -1503,9 +1563,15 @@ def chunk_gated_delta_rule(
     )
     fns = _KERNELS_GLUON if lp["state"]["GLUON"] else _KERNELS
     compiled, lists = [], []
+    fallback = False  # the Gluon loop failed to compile: the Triton loop, and no overlapped output
     for fn, grid, name in zip(fns, _grids(lp, N, NT, HV, V), _KERNEL_KEYS):
-        vals = {**shared, **lp[name]}
-        opts = {key: val for key, val in lp[name].items() if key in LAUNCH_OPTIONS}
+        cfg = lp[name]
+        if fallback and name == "out" and cfg["OVL"]:
+            cfg = {key: val for key, val in cfg.items() if key != "launch_pdl"}
+            cfg["OVL"] = 0
+            grid = _out_grid(cfg, NT, HV, V)
+        vals = {**shared, **cfg}
+        opts = {key: val for key, val in cfg.items() if key in LAUNCH_OPTIONS}
         args = [vals[n] for n in fn.arg_names]
         try:
             ck = fn[grid](*args, **opts)
@@ -1520,7 +1586,7 @@ def chunk_gated_delta_rule(
                 stacklevel=2,
             )
             _GLUON_FAILED.append(exc)
-            fns = _KERNELS  # for the plan: the same kernels with the Triton loop
+            fns, fallback = _KERNELS, True  # for the plan: the same kernels with the Triton loop
             args = [vals[n] for n in _state_kernel.arg_names]
             ck = _state_kernel[grid](*args, **opts)
         lists.append(args)
@@ -1529,7 +1595,7 @@ def chunk_gated_delta_rule(
     same_strides = all(
         x2.stride() == x.stride()[1 : 1 + x2.dim()] for x2, x in ((q2, q), (k2, k), (v2, v), (g2, g), (b2, beta))
     )
-    if _DIRECT and dev.type == "cuda" and not INTERPRET and B == 1 and same_strides:
+    if _DIRECT and dev.type == "cuda" and not INTERPRET and B == 1 and same_strides and not fallback:
         _remember_plan(
             compiled,
             fns,

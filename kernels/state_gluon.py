@@ -15,6 +15,10 @@ through shared memory, with barriers, on the serial path (``docs/kernels.md``). 
 - w and the key tiles arrive by ``cp.async`` into a ring of ``RING`` stages, u, the row factors
   and the chunk-end gate one chunk ahead in registers.
 
+With ``OVL`` it lets the output kernel start beside it (``griddepcontrol.launch_dependents``) and
+releases its progress every ``SIG`` chunks: a thread barrier, then the count of chunks written,
+stored with a release at GPU scope into ``prog`` (the output acquires it before reading them).
+
 It takes the production shape only (``applies``): 16-bit inputs, K = ``GLUON_K``, V a multiple of
 the V block, four warps (one warpgroup), the 1-d grid of ``VFAST``. Everything else, fp32 inputs
 and the interpreter run the Triton loop. ``gluon`` is None where this Triton has no Gluon.
@@ -42,6 +46,9 @@ GLUON_BV = (16, 32, 64)
 GLUON_WARPS = 4
 #: stages of the w / key ring (H200, 16/32 heads, 32K tokens: 3 was 0.5 % faster than 2)
 RING = 3
+#: progress counters a (sequence, value head) has in the overlapped output's ``prog`` buffer: one
+#: per V block, at most 256 / 16
+PROG_SLOTS = 16
 
 
 def applies(K: int, V: int, BV: int, dtype_bits: int, num_warps: int, vfast: int) -> bool:
@@ -61,9 +68,12 @@ if gluon is not None:
     # the module's ints as the constexprs a Gluon kernel may read
     _WARPS = ttgl.constexpr(GLUON_WARPS)
     _RING = ttgl.constexpr(RING)
+    PROG_SLOTS_C = ttgl.constexpr(PROG_SLOTS)
     # cp.async global -> shared: ``async_load`` from Triton 3.7 on (3.9 refuses the old name),
     # ``async_copy_global_to_shared`` in 3.6; the same arguments
     _cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+    # a barrier among the program's threads: ``thread_barrier`` in 3.6, ``barrier`` in 3.9
+    _cta_barrier = getattr(ttgl, "thread_barrier", None) or ttgl.barrier
 
     @gluon.jit
     def _ring_load(wbuf, kbuf, stage, w, k, ts, ok, bos, eos, i_hv, i_h, skt, skh, HV, K: ttgl.constexpr, r, cols):
@@ -93,7 +103,7 @@ if gluon is not None:
         k, fd, w, u, gl, h_out, vn_out, h0, ht, hb, seq_info, chunk_info, store_slot,
         skt: ttgl.constexpr, skh: ttgl.constexpr, HV: ttgl.constexpr, GROUP: ttgl.constexpr,
         K: ttgl.constexpr, V: ttgl.constexpr, BK: ttgl.constexpr, BV: ttgl.constexpr,
-        has_h0, STORE_B: ttgl.constexpr,
+        has_h0, prog, STORE_B: ttgl.constexpr, OVL: ttgl.constexpr, SIG: ttgl.constexpr,
     ):  # fmt: skip
         ACC: ttgl.constexpr = ttgl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[_WARPS, 1], instr_shape=[16, BV, 16]
@@ -119,6 +129,13 @@ if gluon is not None:
         c0 = ttgl.load(seq_info + i_n * 4 + 2)
         c1 = ttgl.load(seq_info + i_n * 4 + 3)
         ts0 = ttgl.load(chunk_info + c0 * 4 + 1, mask=c0 < c1, other=0)  # first (virtual) token
+        if OVL:
+            # the output kernel (launched programmatically dependent) may start once every program
+            # of this loop is resident: it waits on ``prog`` for the chunks it reads
+            ttgl.inline_asm_elementwise(
+                "griddepcontrol.launch_dependents; // $0", "=r", [], dtype=ttgl.int32, is_pure=False, pack=1
+            )
+            pslot = (c0 * HV + i_hv) * PROG_SLOTS_C + i_v
         # index vectors in the accumulator's layout (state [BK, BV], chunk rows [64, BV]), the
         # load layout and the store layout
         oK = ttgl.arange(0, BK, layout=ttgl.SliceLayout(1, ACC))
@@ -182,6 +199,13 @@ if gluon is not None:
                 voff_s = (ts.to(ttgl.int64) * HV + i_hv) * V + r_s[:, None] * (HV * V) + oV_s[None, :]
                 ttgl.store(vn_out + voff_s, nbuf.load(STORE), mask=m_s[:, None] & (oV_s[None, :] < V))
             S = warpgroup_mma_wait(0, deps=[S])
+            if OVL:
+                if ((i + 1) % SIG == 0) | (c + 1 == c1):
+                    # every SIG chunks and at the last: this program's chunk-start states and v'
+                    # up to chunk c are written (all threads past the barrier; the release orders
+                    # them before the count the output kernel acquires)
+                    _cta_barrier()
+                    ttgl.atomic_xchg(prog + pslot, c + 1, sem="release", scope="gpu")
             prev_slot = slot
             u_c, f_c, g_c = u_n, f_n, g_n
         async_copy.wait_group(0)

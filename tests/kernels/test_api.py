@@ -248,7 +248,10 @@ def test_wide_state_block_where_its_programs_fill_the_gpu(monkeypatch):
     wide = chunk_gdn.launch_params(128, 128, torch.bfloat16, None, True)
     assert narrow["state"]["BV"] == chunk_gdn.CONFIGS["state"]["BV"] == 16
     assert wide["state"]["BV"] == chunk_gdn.STATE_BV_WIDE and wide is not narrow
-    assert {k: v for k, v in wide.items() if k != "state"} == {k: v for k, v in narrow.items() if k != "state"}
+    # the other kernels' entries are the same, but for the output's count of the loop's V blocks
+    assert narrow["out"]["NVS"] == 8 and wide["out"]["NVS"] == 4
+    same = {k: v for k, v in wide.items() if k != "state"}
+    assert {**same, "out": {**same["out"], "NVS": 8}} == {k: v for k, v in narrow.items() if k != "state"}
     assert chunk_gdn.launch_params(16, 16, torch.bfloat16, None, True)["state"]["BV"] == 16  # padded V
     # fp32 goes wide only in tf32x3 (its default): IEEE FMAs spill more wide, plain tf32 needs
     # 240 KB of shared memory there (an H200 has 227)
@@ -289,7 +292,9 @@ def test_gluon_state_loop_where_it_applies(monkeypatch):
 def test_gluon_compile_failure_falls_back_to_the_triton_loop(monkeypatch):
     """Where the Gluon loop cannot be built (here: the interpreter, which does not run Gluon; on
     a GPU, a Triton whose Gluon API moved on), the call warns once, runs the Triton loop with the
-    same results, and the process stops choosing Gluon."""
+    same results, and the process stops choosing Gluon. The output kernel then does not overlap
+    the loop (``OVL``: the Triton loop releases no progress, so an overlapped output would wait
+    for ever; here the interpreter could not run it either)."""
     from kernels import chunk_gdn, state_gluon
 
     if state_gluon.gluon is None:
@@ -303,7 +308,8 @@ def test_gluon_compile_failure_falls_back_to_the_triton_loop(monkeypatch):
     failed = []
     monkeypatch.setattr(chunk_gdn, "_GLUON_FAILED", failed)
     monkeypatch.setattr(chunk_gdn, "gluon_device", lambda device: not failed)
-    assert chunk_gdn.launch_params(128, 32, torch.float16, None, False, True)["state"]["GLUON"] == 1
+    lp = chunk_gdn.launch_params(128, 32, torch.float16, None, False, True)
+    assert lp["state"]["GLUON"] == lp["out"]["OVL"] == 1 and lp["out"]["launch_pdl"]
     with pytest.warns(UserWarning, match="Gluon state loop did not compile"):
         got = chunk_gdn.chunk_gated_delta_rule(q, k, v, g, beta, **kw)
     assert len(failed) == 1
@@ -348,6 +354,7 @@ def test_solve_and_wu_knobs_follow_the_shape(monkeypatch):
     monkeypatch.setenv("KERNELS_CONFIG_SOLVE", "TF32M=1")
     assert chunk_gdn.launch_params(128, 128, torch.bfloat16)["solve"]["TF32M"] == 1
     assert chunk_gdn.launch_params(128, 128, torch.float32)["solve"]["TF32M"] == 0
+    assert chunk_gdn.launch_params(128, 128, torch.float32, "ieee")["solve"]["TF32M"] == 0
     assert chunk_gdn.launch_params(128, 128, torch.float32, "tf32")["solve"]["TF32M"] == 1
     # w / u reads the key tile once for norms and w: 16-bit inputs up to a padded K of 128
     assert lp["wu"]["KONCE"] == 1 and chunk_gdn.launch_params(40, 24, torch.float16)["wu"]["KONCE"] == 1
@@ -390,3 +397,30 @@ def test_fp32_products_default_to_tf32x3_and_a_bad_precision_is_one_line():
     with pytest.raises(ValueError, match="input_precision must be one of") as err:
         chunk_gated_delta_rule(q, k, v, g, beta, input_precision="fp64")
     assert "\n" not in str(err.value)
+
+
+def test_output_overlaps_only_the_gluon_loop(monkeypatch):
+    """``OVL``: the output kernel overlaps the state loop (programmatically dependent launch,
+    progress counters) only where the Gluon loop runs, the only loop that releases progress; the
+    solve kernel zeroes the counters then, the output's grid is 1-d and chunk-major, and
+    ``KERNELS_CONFIG_OUT=OVL=0`` turns it off. Without it nothing is launched dependent."""
+    from kernels import chunk_gdn
+
+    on = chunk_gdn.launch_params(128, 128, torch.bfloat16, None, True, True)
+    assert on["state"]["GLUON"] == on["state"]["OVL"] == on["out"]["OVL"] == on["solve"]["OVL"] == 1
+    assert on["out"]["launch_pdl"] is True and on["out"]["NVS"] == 128 // on["state"]["BV"] == 4
+    assert on["state"]["SIG"] == chunk_gdn.CONFIGS["state"]["SIG"] == 16
+    NT, HV = 7, 32
+    grids = chunk_gdn._grids(on, 1, NT, HV, 128)
+    assert grids[3] == (NT * HV, 1, 1)  # one program per chunk and head (a V block of 128)
+    for lp in (
+        chunk_gdn.launch_params(128, 128, torch.bfloat16),  # no Gluon device
+        chunk_gdn.launch_params(128, 128, torch.float32, None, True, True),  # fp32: the Triton loop
+        chunk_gdn.launch_params(64, 64, torch.bfloat16, None, True, True),  # K = 64: the Triton loop
+    ):
+        assert lp["state"]["GLUON"] == lp["out"]["OVL"] == lp["solve"]["OVL"] == 0
+        assert "launch_pdl" not in lp["out"] and chunk_gdn._grids(lp, 1, NT, HV, 128)[3][0] == NT
+    monkeypatch.setenv("KERNELS_CONFIG_OUT", "OVL=0")
+    off = chunk_gdn.launch_params(128, 128, torch.bfloat16, None, True, True)
+    assert off["state"]["GLUON"] == 1 and off["out"]["OVL"] == off["state"]["OVL"] == 0
+    assert "launch_pdl" not in off["out"]

@@ -281,7 +281,7 @@ def test_per_call_names_cover_every_buffer_of_the_kernels():
     """A buffer the plan treated as fixed would be launched at the first call's address: every
     pointer argument of the four kernels must be a per-call name, and every per-call name a real
     argument. Scratch aliases (a writer's ``*_out`` and its readers) map to one buffer."""
-    buffers = "w u vn A hbuf fd gcum glast".split()
+    buffers = "w u vn A hbuf fd gcum glast prog".split()
     named = chunk_gdn._call_args(tuple("qkvgb"), ("a", "d"), tuple(buffers), tuple("o0th"), tuple("csx"), 1, 1, 0)
     scratch = {n: b for n, b in named.items() if b in buffers}
     assert scratch["a_out"] == scratch["a_in"] == "A" and scratch["h_out"] == scratch["h"] == "hbuf"
@@ -290,10 +290,10 @@ def test_per_call_names_cover_every_buffer_of_the_kernels():
     pointers |= {"chunk_info", "seq_info", "store_slot"}
     assert pointers <= names
     assert chunk_gdn._PER_CALL == pointers | {"scale", "l2norm", "has_h0"}
-    args = chunk_gdn._call_args(tuple("qkvgb"), ("a", "d"), tuple("wuvAhfcl"), tuple("o0th"), tuple("csx"), 1, 1, 0)
+    args = chunk_gdn._call_args(tuple("qkvgb"), ("a", "d"), tuple("wuvAhfclp"), tuple("o0th"), tuple("csx"), 1, 1, 0)
     assert set(args) == chunk_gdn._PER_CALL  # both launch paths fill exactly the per-call names
     # the direct path's tuple holds the same values in _PER_CALL_ORDER
-    flat = chunk_gdn._call_tuple(tuple("qkvgb"), ("a", "d"), tuple("wuvAhfcl"), tuple("o0th"), tuple("csx"), 1, 1, 0)
+    flat = chunk_gdn._call_tuple(tuple("qkvgb"), ("a", "d"), tuple("wuvAhfclp"), tuple("o0th"), tuple("csx"), 1, 1, 0)
     assert flat == chunk_gdn._PER_CALL_GETTER(args)
     # what a plan fixes: strides and head counts (in its key), compile-time constants
     strides = {f"s{x}{d}" for x in "qkvgb" for d in "th"}
@@ -315,6 +315,8 @@ def test_per_call_names_cover_every_buffer_of_the_kernels():
         "BCV",
         "TF32M",
         "KONCE",
+        "OVL",
+        "NVS",
     }
     assert len(chunk_gdn._KERNELS) == len(chunk_gdn._KERNEL_KEYS) == 4
 

@@ -82,6 +82,54 @@ def test_gpu_gluon_state_loop_equals_triton(dtype, heads, monkeypatch):
                 assert (a is None and b is None) or torch.equal(a, b), sel
 
 
+@pytest.mark.gpu
+def test_gpu_overlapped_output_equals_the_sequential_one(monkeypatch):
+    """The output kernel beside the Gluon loop (``OVL``: launched programmatically dependent,
+    waiting on progress counters) gives the bits of the one launched after it (``OVL=0``):
+    - with a workspace reused from a call on other data, whose counters that call left at its
+      last chunk (a counter not zeroed would release every chunk at once);
+    - over 48 sequences, where the loop's 6144 programs do not all fit on the GPU at once (the
+      output may only start once every one of them has started);
+    - replayed from a CUDA graph on new data;
+    - with the outputs read on the stream right after the call (the last output program waits for
+      the loop, so the final and boundary states are there too)."""
+    from kernels import chunk_gdn, workspace_bytes
+
+    if not chunk_gdn.gluon_device(torch.device("cuda")):
+        pytest.skip("needs a Hopper GPU and a Triton with Gluon")
+    dt = torch.bfloat16
+    T, N = 48 * 160, 48
+    cu = [i * 160 for i in range(N + 1)]
+    data = [make_inputs(T, h=16, hv=32, dk=128, dv=128, seed=s, device="cuda", dtype=dt) for s in (21, 22)]
+    h0 = rand_state(N, hv=32, dk=128, dv=128, seed=23, device="cuda")
+    meta = chunk_gdn.prepare_chunk_metadata(cu, [i % 3 * 50 for i in range(N)], device="cuda")
+    dev = torch.device("cuda")
+    assert chunk_gdn.launch_params(128, 128, dt, None, chunk_gdn.state_wide(N, 32, 128, dev), True)["out"]["OVL"] == 1
+    ws = torch.empty(workspace_bytes(data[0][0], data[0][2], meta), dtype=torch.uint8, device=dev)
+    kw = dict(initial_state=h0, use_qk_l2norm=True, chunk_metadata=meta)
+
+    def run(x, **extra):
+        return chunk_gdn.chunk_gated_delta_rule(*x, **kw, **extra)
+
+    first = run(data[0], workspace=ws)
+    second = [t.clone() for t in run(data[1], workspace=ws)]  # the counters of ``first`` in ws
+    static = [t.clone() for t in data[0]]
+    run(static)  # compiled and planned before the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run(static)
+    for dst, src in zip(static, data[1]):
+        dst.copy_(src)
+    graph.replay()
+    replayed = [t.clone() for t in captured]
+    monkeypatch.setenv("KERNELS_CONFIG_OUT", "OVL=0")
+    ref0, ref1 = run(data[0]), run(data[1])
+    for got, ref in ((first, ref0), (second, ref1), (replayed, ref1)):
+        for a, b in zip(got, ref):
+            assert torch.equal(a, b)
+
+
 def test_output_blocks_of_128_match_blocks_of_64_in_fp16(monkeypatch):
     """16-bit inputs take the output kernel's V block of 128: at V = 256 two blocks, against four
     blocks of 64 (the block only splits the output's columns among programs, so the outputs agree
