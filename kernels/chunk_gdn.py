@@ -125,7 +125,7 @@ def launch_params(
     ``wide_state``: the state loop's V block is ``STATE_BV_WIDE`` (``state_wide`` says when;
     16-bit inputs, and fp32 in tf32x3) unless ``KERNELS_CONFIG_STATE`` sets one. ``gluon``: the
     device runs the Gluon state loop (``gluon_device``); ``["state"]["GLUON"]`` says whether this
-    shape takes it.
+    shape takes it, and ``["out"]["OVL"]`` whether the output kernel then runs beside it.
     ``benchmarks/kernel_resources.py`` compiles from the same table. Built once per shape and
     ``KERNELS_CONFIG_*`` setting (a per-call cost otherwise); the result is shared: read only."""
     data = getattr(os.environ, "_data", None)

@@ -68,7 +68,7 @@ if gluon is not None:
     # the module's ints as the constexprs a Gluon kernel may read
     _WARPS = ttgl.constexpr(GLUON_WARPS)
     _RING = ttgl.constexpr(RING)
-    PROG_SLOTS_C = ttgl.constexpr(PROG_SLOTS)
+    _PROG_SLOTS = ttgl.constexpr(PROG_SLOTS)
     # cp.async global -> shared: ``async_load`` from Triton 3.7 on (3.9 refuses the old name),
     # ``async_copy_global_to_shared`` in 3.6; the same arguments
     _cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
@@ -135,7 +135,7 @@ if gluon is not None:
             ttgl.inline_asm_elementwise(
                 "griddepcontrol.launch_dependents; // $0", "=r", [], dtype=ttgl.int32, is_pure=False, pack=1
             )
-            pslot = (c0 * HV + i_hv) * PROG_SLOTS_C + i_v
+            pslot = (c0 * HV + i_hv) * _PROG_SLOTS + i_v
         # index vectors in the accumulator's layout (state [BK, BV], chunk rows [64, BV]), the
         # load layout and the store layout
         oK = ttgl.arange(0, BK, layout=ttgl.SliceLayout(1, ACC))
