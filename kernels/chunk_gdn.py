@@ -45,6 +45,7 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 from kernels._common import (
     INTERPRET,
@@ -971,7 +972,7 @@ def _output_kernel(
         # written), so that this kernel's completion, which the next work on the stream waits
         # for, implies the loop's
         if tl.program_id(0) == tl.num_programs(0) - 1:
-            tl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+            gdc_wait()
 
 
 # ---- host path ---------------------------------------------------------------------------------
@@ -1522,7 +1523,8 @@ def chunk_gated_delta_rule(
         return (o.reshape(B, T, HV, V) if out is None else out), ht, hb
     if use_gate_in_kernel:
         A_log_t, dt_bias_t = A_log.float().contiguous(), dt_bias.float().contiguous()
-    lp = launch_params(K, V, dt, input_precision, state_wide(N, HV, V, dev), gluon_device(dev))
+    wide = state_wide(N, HV, V, dev)
+    lp = launch_params(K, V, dt, input_precision, wide, gluon_device(dev))
     half_shapes, f32_shapes = _scratch_shapes(TT, NT, HV, K, V)
     w, u, vn, A, hbuf, fd, gcum, glast, prog = (
         scratch[off : off + math.prod(shape) * t.itemsize].view(t).view(shape)
@@ -1563,31 +1565,31 @@ def chunk_gated_delta_rule(
     )
     fns = _KERNELS_GLUON if lp["state"]["GLUON"] else _KERNELS
     compiled, lists = [], []
-    fallback = False  # the Gluon loop failed to compile: the Triton loop, and no overlapped output
-    for fn, grid, name in zip(fns, _grids(lp, N, NT, HV, V), _KERNEL_KEYS):
-        cfg = lp[name]
-        if fallback and name == "out" and cfg["OVL"]:
-            cfg = {key: val for key, val in cfg.items() if key != "launch_pdl"}
-            cfg["OVL"] = 0
-            grid = _out_grid(cfg, NT, HV, V)
-        vals = {**shared, **cfg}
-        opts = {key: val for key, val in cfg.items() if key in LAUNCH_OPTIONS}
+    grids = _grids(lp, N, NT, HV, V)
+    fallback = False  # the Gluon loop failed to compile
+    for i, name in enumerate(_KERNEL_KEYS):
+        fn, grid = fns[i], grids[i]
+        vals = {**shared, **lp[name]}
+        opts = {key: val for key, val in lp[name].items() if key in LAUNCH_OPTIONS}
         args = [vals[n] for n in fn.arg_names]
         try:
             ck = fn[grid](*args, **opts)
         except Exception as exc:  # noqa: BLE001 - any compile error of the Gluon loop: fall back
             if fn is not _gluon_state_kernel:
                 raise
-            # a Triton whose Gluon API differs from the one this loop was written for: warn once,
-            # run the Triton loop (same grid: GLUON implies VFAST) and never try Gluon again here
+            # a Triton whose Gluon API differs from the one this loop was written for: warn once
+            # and never try Gluon again here
             first = (str(exc).strip().splitlines() or [""])[-1]
             warnings.warn(
                 f"the Gluon state loop did not compile ({type(exc).__name__}: {first}); using the Triton loop",
                 stacklevel=2,
             )
             _GLUON_FAILED.append(exc)
-            fns, fallback = _KERNELS, True  # for the plan: the same kernels with the Triton loop
-            args = [vals[n] for n in _state_kernel.arg_names]
+            # the rest of the call on the table without Gluon: the Triton loop (the same block and
+            # grid: GLUON implies VFAST) and the output after it, not beside it (``OVL`` 0)
+            lp, fns, fallback = launch_params(K, V, dt, input_precision, wide, False), _KERNELS, True
+            grids = _grids(lp, N, NT, HV, V)
+            args = [{**shared, **lp[name]}[n] for n in _state_kernel.arg_names]
             ck = _state_kernel[grid](*args, **opts)
         lists.append(args)
         compiled.append(ck)

@@ -35,6 +35,7 @@ try:
         warpgroup_mma,
         warpgroup_mma_wait,
     )
+    from triton.language.extra.cuda import gdc_launch_dependents
 except ImportError:  # a Triton without Gluon: the Triton loop runs everywhere
     gluon = None
 
@@ -132,9 +133,7 @@ if gluon is not None:
         if OVL:
             # the output kernel (launched programmatically dependent) may start once every program
             # of this loop is resident: it waits on ``prog`` for the chunks it reads
-            ttgl.inline_asm_elementwise(
-                "griddepcontrol.launch_dependents; // $0", "=r", [], dtype=ttgl.int32, is_pure=False, pack=1
-            )
+            gdc_launch_dependents()
             pslot = (c0 * HV + i_hv) * _PROG_SLOTS + i_v
         # index vectors in the accumulator's layout (state [BK, BV], chunk rows [64, BV]), the
         # load layout and the store layout
