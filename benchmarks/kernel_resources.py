@@ -82,6 +82,17 @@ def kernel_specs(dim: int, dtype: str, precision=None):
         gfn = m._gluon_state_kernel
         consts = {k: v for k, v in {**consts, **layout, "STORE_B": store}.items() if k in gfn.arg_names}
         specs.append((name, gfn, consts, opts))
+    # the Gluon loop with the output inside its program (``FUSE``, opt-in: kernels.fused_gluon)
+    from kernels import fused_gluon
+
+    for name, wide, store in (("fused", False, True), ("fused-wide", True, True), ("fused-wide-nob", True, False)):
+        params = m.launch_params(dim, dim, tdtype, precision, wide_state=wide, gluon=True)["state"]
+        if not params["GLUON"] or fused_gluon._gluon_fused_kernel is None:
+            continue
+        consts, opts = split(params)
+        ffn = fused_gluon._gluon_fused_kernel
+        extra = {**layout, "sqt": 16 * dim, "sqh": dim, "STORE_B": store}
+        specs.append((name, ffn, {k: v for k, v in {**consts, **extra}.items() if k in ffn.arg_names}, opts))
     # the output kernel overlapped with the Gluon loop (``OVL``), where the library runs it so
     out = m.launch_params(dim, dim, tdtype, precision, wide_state=True, gluon=True)["out"]
     if out["OVL"]:
@@ -306,7 +317,7 @@ def main(argv=None) -> int:
         print(_row(r))
         if r["spill_stores"] or r["spill_loads"]:
             bad.append(f"{name} spills {r['spill_stores']} B")
-        if name.startswith(("state", "gluon")) and r["cp_async"] == 0:
+        if name.startswith(("state", "gluon", "fused")) and r["cp_async"] == 0:
             bad.append(f"the state kernel's loads are not pipelined (no cp.async): {name}")
         hs = r["handshake"]
         if consts.get("OVL") and name.startswith("gluon") and not (hs["launch"] and hs["release"]):

@@ -58,6 +58,7 @@ from kernels._common import (
     resolve_call,
 )
 from kernels._launch import raw_launcher
+from kernels.fused_gluon import _gluon_fused_kernel
 from kernels.state_gluon import PROG_SLOTS, _gluon_state_kernel
 from kernels.state_gluon import applies as _gluon_applies
 
@@ -78,7 +79,7 @@ __all__ = [
 CONFIGS = {
     "solve": dict(num_warps=2, num_stages=1, TRANS=1, BKS=64, TF32M=0),
     "wu": dict(num_warps=4, num_stages=1, BCV=128, KONCE=1),
-    "state": dict(BV=16, num_warps=4, num_stages=3, VFAST=1, GLUON=1, SIG=16),
+    "state": dict(BV=16, num_warps=4, num_stages=3, VFAST=1, GLUON=1, SIG=16, FUSE=0),
     "out": dict(BV=128, num_warps=4, num_stages=2, OVL=1),
 }
 
@@ -105,7 +106,9 @@ def _pow2(n: int) -> int:
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "maxnreg", "launch_pdl")
 #: launch-table keys the host reads and no kernel takes: the state loop's ``GLUON`` (1: the Gluon
 #: loop where ``kernels.state_gluon`` applies and the device is Hopper; 0: the Triton loop always)
-HOST_KEYS = ("GLUON",)
+#: and ``FUSE`` (1: the Gluon loop and the output in one warp-specialised program,
+#: ``kernels.fused_gluon``, where the Gluon loop runs; 0: the output as its own kernel)
+HOST_KEYS = ("GLUON", "FUSE")
 
 
 _CONFIG_ENVS = tuple(f"KERNELS_CONFIG_{name.upper()}" for name in CONFIGS)
@@ -126,7 +129,8 @@ def launch_params(
     ``wide_state``: the state loop's V block is ``STATE_BV_WIDE`` (``state_wide`` says when;
     16-bit inputs, and fp32 in tf32x3) unless ``KERNELS_CONFIG_STATE`` sets one. ``gluon``: the
     device runs the Gluon state loop (``gluon_device``); ``["state"]["GLUON"]`` says whether this
-    shape takes it, and ``["out"]["OVL"]`` whether the output kernel then runs beside it.
+    shape takes it, ``["out"]["OVL"]`` whether the output kernel then runs beside it, and
+    ``["state"]["FUSE"]`` whether the output runs inside the loop's program instead (opt-in).
     ``benchmarks/kernel_resources.py`` compiles from the same table. Built once per shape and
     ``KERNELS_CONFIG_*`` setting (a per-call cost otherwise); the result is shared: read only."""
     data = getattr(os.environ, "_data", None)
@@ -239,7 +243,10 @@ def _launch_params(
     # it, its programs wait on per-(sequence, head, V block) progress counters that the loop
     # releases every ``SIG`` chunks (and at its last: each release is a barrier and a fence on the
     # loop's serial path), and run beside it on the multiprocessors it leaves idle
-    ovl = int(bool(out["OVL"]) and bool(state["GLUON"]))
+    # the output inside the loop's program (``FUSE``, ``kernels.fused_gluon``): no output kernel,
+    # no chunk-start states or v' in memory
+    state["FUSE"] = int(bool(state["FUSE"]) and bool(state["GLUON"]) and _gluon_fused_kernel is not None)
+    ovl = int(bool(out["OVL"]) and bool(state["GLUON"]) and not state["FUSE"])
     out["OVL"] = state["OVL"] = ovl
     out["NVS"] = -(-V // state["BV"])
     if ovl:
@@ -1014,6 +1021,15 @@ _PER_CALL_GETTER = operator.itemgetter(*_PER_CALL_ORDER)
 _KERNELS = (_solve_kernel, _wu_kernel, _state_kernel, _output_kernel)
 #: ... with the Gluon state loop (``launch_params(...)["state"]["GLUON"]``)
 _KERNELS_GLUON = (_solve_kernel, _wu_kernel, _gluon_state_kernel, _output_kernel)
+#: ... with the output inside the Gluon loop's program (``["state"]["FUSE"]``): three launches
+_KERNELS_FUSED = (_solve_kernel, _wu_kernel, _gluon_fused_kernel)
+
+
+def _kernel_fns(lp) -> tuple:
+    """The kernels a launch table runs, in launch order (``_KERNEL_KEYS``' first ones)."""
+    if lp["state"]["GLUON"]:
+        return _KERNELS_FUSED if lp["state"]["FUSE"] else _KERNELS_GLUON
+    return _KERNELS
 
 
 def _grids(lp, N, NT, HV, V) -> tuple:
@@ -1563,19 +1579,21 @@ def chunk_gated_delta_rule(
         BETA_SIGMOID=bool(use_beta_sigmoid),
         WHILE_LOOP=INTERPRET,
     )
-    fns = _KERNELS_GLUON if lp["state"]["GLUON"] else _KERNELS
+    fns = _kernel_fns(lp)
     compiled, lists = [], []
     grids = _grids(lp, N, NT, HV, V)
     fallback = False  # the Gluon loop failed to compile
-    for i, name in enumerate(_KERNEL_KEYS):
-        fn, grid = fns[i], grids[i]
+    i = 0
+    while i < len(fns):  # fns grows from three to four where a fused loop falls back
+        fn, grid, name = fns[i], grids[i], _KERNEL_KEYS[i]
+        i += 1
         vals = {**shared, **lp[name]}
         opts = {key: val for key, val in lp[name].items() if key in LAUNCH_OPTIONS}
         args = [vals[n] for n in fn.arg_names]
         try:
             ck = fn[grid](*args, **opts)
         except Exception as exc:  # noqa: BLE001 - any compile error of the Gluon loop: fall back
-            if fn is not _gluon_state_kernel:
+            if fn is not _gluon_state_kernel and fn is not _gluon_fused_kernel:
                 raise
             # a Triton whose Gluon API differs from the one this loop was written for: warn once
             # and never try Gluon again here

@@ -289,12 +289,14 @@ def test_gluon_state_loop_where_it_applies(monkeypatch):
     assert all("GLUON" not in fn.arg_names for fn in chunk_gdn._KERNELS if fn is not None)
 
 
-def test_gluon_compile_failure_falls_back_to_the_triton_loop(monkeypatch):
+@pytest.mark.parametrize("fuse", [0, 1], ids=["loop", "fused"])
+def test_gluon_compile_failure_falls_back_to_the_triton_loop(fuse, monkeypatch):
     """Where the Gluon loop cannot be built (here: the interpreter, which does not run Gluon; on
     a GPU, a Triton whose Gluon API moved on), the call warns once, runs the Triton loop with the
     same results, and the process stops choosing Gluon. The output kernel then does not overlap
     the loop (``OVL``: the Triton loop releases no progress, so an overlapped output would wait
-    for ever; here the interpreter could not run it either)."""
+    for ever; here the interpreter could not run it either). With the fused loop (``FUSE=1``: three
+    launches) the fallback adds the output kernel's launch after the Triton loop."""
     from kernels import chunk_gdn, state_gluon
 
     if state_gluon.gluon is None:
@@ -308,8 +310,14 @@ def test_gluon_compile_failure_falls_back_to_the_triton_loop(monkeypatch):
     failed = []
     monkeypatch.setattr(chunk_gdn, "_GLUON_FAILED", failed)
     monkeypatch.setattr(chunk_gdn, "gluon_device", lambda device: not failed)
+    if fuse:
+        monkeypatch.setenv("KERNELS_CONFIG_STATE", "FUSE=1")
     lp = chunk_gdn.launch_params(128, 32, torch.float16, None, False, True)
-    assert lp["state"]["GLUON"] == lp["out"]["OVL"] == 1 and lp["out"]["launch_pdl"]
+    if fuse:
+        assert lp["state"]["GLUON"] == lp["state"]["FUSE"] == 1 and lp["out"]["OVL"] == 0
+        assert chunk_gdn._kernel_fns(lp)[-1] is chunk_gdn._gluon_fused_kernel
+    else:
+        assert lp["state"]["GLUON"] == lp["out"]["OVL"] == 1 and lp["out"]["launch_pdl"]
     with pytest.warns(UserWarning, match="Gluon state loop did not compile"):
         got = chunk_gdn.chunk_gated_delta_rule(q, k, v, g, beta, **kw)
     assert len(failed) == 1
@@ -424,3 +432,29 @@ def test_output_overlaps_only_the_gluon_loop(monkeypatch):
     off = chunk_gdn.launch_params(128, 128, torch.bfloat16, None, True, True)
     assert off["state"]["GLUON"] == 1 and off["out"]["OVL"] == off["state"]["OVL"] == 0
     assert "launch_pdl" not in off["out"]
+
+
+def test_fused_output_loop_is_opt_in_and_replaces_the_output_kernel(monkeypatch):
+    """``KERNELS_CONFIG_STATE=FUSE=1`` runs the Gluon loop and the output in one warp-specialised
+    program (``kernels.fused_gluon``): three launches, no overlapped output kernel (``OVL`` 0, so
+    the solve kernel zeroes no progress counters). Off by default (slower on an H200 so far:
+    kernels/RESULTS.md), and never where the Gluon loop does not run (no Hopper, fp32 inputs,
+    another head dim)."""
+    from kernels import chunk_gdn, fused_gluon
+
+    if fused_gluon._gluon_fused_kernel is None:
+        pytest.skip("this Triton has no Gluon")
+    lp = chunk_gdn.launch_params(128, 128, torch.bfloat16, None, True, True)
+    assert lp["state"]["FUSE"] == 0 and lp["out"]["OVL"] == 1
+    assert chunk_gdn._kernel_fns(lp) == chunk_gdn._KERNELS_GLUON
+    monkeypatch.setenv("KERNELS_CONFIG_STATE", "FUSE=1")
+    lp = chunk_gdn.launch_params(128, 128, torch.bfloat16, None, True, True)
+    assert lp["state"]["FUSE"] == 1 and lp["out"]["OVL"] == 0 and lp["solve"]["OVL"] == 0
+    assert "launch_pdl" not in lp["out"]
+    fns = chunk_gdn._kernel_fns(lp)
+    assert len(fns) == 3 and fns[-1] is chunk_gdn._gluon_fused_kernel
+    assert set(fns[-1].arg_names) >= {"q", "gc", "o", "scale", "l2norm", "sqt", "sqh"}
+    for args in ((128, 128, torch.bfloat16, None, True, False), (128, 128, torch.float32, None, True, True),
+                 (64, 64, torch.bfloat16, None, True, True)):  # fmt: skip
+        lp = chunk_gdn.launch_params(*args)
+        assert lp["state"]["FUSE"] == 0 and chunk_gdn._kernel_fns(lp)[-1] is not chunk_gdn._gluon_fused_kernel

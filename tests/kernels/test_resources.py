@@ -36,8 +36,13 @@ def test_no_spills_and_pipelined_state_loop(dtype, dim):
     triton_rows = {"solve", "wu", "state", "state-wide", "state-wide-nob", "output"}
     # the Gluon state loop where the library would run it on Hopper (16-bit, K = 128), spill-free
     # (--check) in Triton 3.6 and 3.9 alike
-    # and the output kernel as it runs beside that loop (``OVL``)
-    gluon_rows = {"gluon", "gluon-wide", "gluon-wide-nob", "output-ovl"} if dim == 128 and _has_gluon() else set()
+    # and the output kernel as it runs beside that loop (``OVL``), and the loop with the output
+    # inside its program (``FUSE``, opt-in: its cp.async rings too)
+    gluon_rows = (
+        {"gluon", "gluon-wide", "gluon-wide-nob", "output-ovl", "fused", "fused-wide", "fused-wide-nob"}
+        if dim == 128 and _has_gluon()
+        else set()
+    )
     assert set(rows) == triton_rows | gluon_rows
     for name in ("state", "state-wide", "state-wide-nob", *(gluon_rows - {"output-ovl"})):
         assert int(rows[name][6]) > 0  # cp.async column
