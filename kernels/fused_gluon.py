@@ -39,7 +39,15 @@ if gluon is not None:
         warpgroup_mma_wait,
     )
 
-    from kernels.state_gluon import _WARPS, _chunk_rows, _cp_async, _cta_barrier, _ring_load
+    from kernels.state_gluon import (
+        _WARPS,
+        _chunk_rows,
+        _cp_async,
+        _cta_barrier,
+        _initial_state,
+        _program,
+        _ring_load,
+    )
 
 #: shared buffers of chunk-start state and v' between the two partitions
 NBUF = 2
@@ -80,8 +88,7 @@ if gluon is not None:
         r_l = ttgl.arange(0, 64, layout=ttgl.SliceLayout(1, LOAD))
         oK_l = ttgl.arange(0, BK, layout=ttgl.SliceLayout(0, LOAD))
         sidx = oK[:, None] * V + oV[None, :]
-        hoff = (i_n * HV + i_hv).to(ttgl.int64) * (K * V)
-        S = ttgl.load(h0 + hoff + sidx, mask=(ttgl.full([BK, BV], 0, ttgl.int32, ACC) + has_h0) != 0, other=0.0)
+        hoff, S = _initial_state(h0, has_h0, i_n, i_hv, HV, K, V, BK, BV, sidx, ACC)
         for j in ttgl.static_range(_RING - 1):
             _ring_load(wbuf, kbuf, j, w, k, ts0 + j * 64, c0 + j < c1, bos, eos, i_hv, i_h, skt, skh, HV, K, r_l, oK_l)
         u_c, f_c, g_c = _chunk_rows(u, fd, gl, c0, ts0, c0 < c1, bos, eos, i_hv, HV, V, r_a, oV)
@@ -239,17 +246,7 @@ if gluon is not None:
         RING_L: ttgl.constexpr = ttgl.NVMMASharedLayout.get_default_for([64, BK], ttgl.bfloat16)
         S_L: ttgl.constexpr = ttgl.NVMMASharedLayout.get_default_for([BK, BV], ttgl.bfloat16)
         V_L: ttgl.constexpr = ttgl.NVMMASharedLayout.get_default_for([64, BV], ttgl.bfloat16)
-        NV: ttgl.constexpr = V // BV
-        pid = ttgl.program_id(0)
-        i_n = pid // (NV * HV)
-        i_hv = (pid // NV) % HV
-        i_v = pid % NV
-        i_h = i_hv // GROUP
-        bos = ttgl.load(seq_info + i_n * 4)
-        eos = ttgl.load(seq_info + i_n * 4 + 1)
-        c0 = ttgl.load(seq_info + i_n * 4 + 2)
-        c1 = ttgl.load(seq_info + i_n * 4 + 3)
-        ts0 = ttgl.load(chunk_info + c0 * 4 + 1, mask=c0 < c1, other=0)
+        i_n, i_hv, i_v, i_h, bos, eos, c0, c1, ts0 = _program(seq_info, chunk_info, HV, GROUP, V // BV)
         wbuf = ttgl.allocate_shared_memory(dt, [_RING, 64, BK], RING_L)
         kbuf = ttgl.allocate_shared_memory(dt, [_RING, 64, BK], RING_L)
         # the output partition's queries and keys: chunk c's and chunk c + 1's

@@ -100,6 +100,31 @@ if gluon is not None:
         return u_c, f, g_last
 
     @gluon.jit
+    def _program(seq_info, chunk_info, HV: ttgl.constexpr, GROUP: ttgl.constexpr, NV: ttgl.constexpr):
+        """A program of the 1-d ``VFAST`` grid: its sequence, value head, V block and key head, the
+        sequence's token range and chunk range, and its first (virtual) token."""
+        pid = ttgl.program_id(0)
+        i_n = pid // (NV * HV)
+        i_hv = (pid // NV) % HV
+        i_v = pid % NV
+        bos = ttgl.load(seq_info + i_n * 4)
+        eos = ttgl.load(seq_info + i_n * 4 + 1)
+        c0 = ttgl.load(seq_info + i_n * 4 + 2)
+        c1 = ttgl.load(seq_info + i_n * 4 + 3)
+        ts0 = ttgl.load(chunk_info + c0 * 4 + 1, mask=c0 < c1, other=0)
+        return i_n, i_hv, i_v, i_hv // GROUP, bos, eos, c0, c1, ts0
+
+    @gluon.jit
+    def _initial_state(
+        h0, has_h0, i_n, i_hv, HV: ttgl.constexpr, K: ttgl.constexpr, V: ttgl.constexpr, BK: ttgl.constexpr,
+        BV: ttgl.constexpr, sidx, ACC: ttgl.constexpr,
+    ):  # fmt: skip
+        """The offset of the (sequence, head) state and its initial value (zeros without ``h0``)."""
+        hoff = (i_n * HV + i_hv).to(ttgl.int64) * (K * V)
+        S = ttgl.load(h0 + hoff + sidx, mask=(ttgl.full([BK, BV], 0, ttgl.int32, ACC) + has_h0) != 0, other=0.0)
+        return hoff, S
+
+    @gluon.jit
     def _gluon_state_kernel(
         k, fd, w, u, gl, h_out, vn_out, h0, ht, hb, seq_info, chunk_info, store_slot,
         skt: ttgl.constexpr, skh: ttgl.constexpr, HV: ttgl.constexpr, GROUP: ttgl.constexpr,
@@ -119,17 +144,7 @@ if gluon is not None:
         # v' through shared memory where it measured faster (H200: with boundary states at both
         # head counts, without them only at the narrow block)
         V_SMEM: ttgl.constexpr = STORE_B or BV <= 16
-        NV: ttgl.constexpr = V // BV
-        pid = ttgl.program_id(0)
-        i_n = pid // (NV * HV)
-        i_hv = (pid // NV) % HV
-        i_v = pid % NV
-        i_h = i_hv // GROUP
-        bos = ttgl.load(seq_info + i_n * 4)
-        eos = ttgl.load(seq_info + i_n * 4 + 1)
-        c0 = ttgl.load(seq_info + i_n * 4 + 2)
-        c1 = ttgl.load(seq_info + i_n * 4 + 3)
-        ts0 = ttgl.load(chunk_info + c0 * 4 + 1, mask=c0 < c1, other=0)  # first (virtual) token
+        i_n, i_hv, i_v, i_h, bos, eos, c0, c1, ts0 = _program(seq_info, chunk_info, HV, GROUP, V // BV)
         if OVL:
             # the output kernel (launched programmatically dependent) may start once every program
             # of this loop is resident: it waits on ``prog`` for the chunks it reads
@@ -147,8 +162,7 @@ if gluon is not None:
         r_s = ttgl.arange(0, 64, layout=ttgl.SliceLayout(1, STORE))
         sidx = oK[:, None] * V + oV[None, :]
         sidx_s = oK_s[:, None] * V + oV_s[None, :]
-        hoff = (i_n * HV + i_hv).to(ttgl.int64) * (K * V)
-        S = ttgl.load(h0 + hoff + sidx, mask=(ttgl.full([BK, BV], 0, ttgl.int32, ACC) + has_h0) != 0, other=0.0)
+        hoff, S = _initial_state(h0, has_h0, i_n, i_hv, HV, K, V, BK, BV, sidx, ACC)
         wbuf = ttgl.allocate_shared_memory(dt, [_RING, 64, BK], RING_L)
         kbuf = ttgl.allocate_shared_memory(dt, [_RING, 64, BK], RING_L)
         sbuf = ttgl.allocate_shared_memory(dt, [BK, BV], S_L)  # the first product's operand
