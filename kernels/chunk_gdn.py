@@ -11,7 +11,10 @@ Math (per value head, C = 64 tokens per chunk, state S is K x V, gamma = chunk-l
 
 Four kernels, split where the work changes shape (the split FLA uses, written from the math):
   1. ``_solve_kernel`` (one program per chunk x value head, fully parallel, 2 warps): gate /
-     beta, the chunk-local cumsum gamma, the ten 16 x 16 blocks of kkt in registers, A.
+     beta, the chunk-local cumsum gamma, the ten 16 x 16 blocks of kkt in registers, A. On
+     Hopper at the production shape ``kernels.solve_gluon`` computes the same (to fp32
+     rounding) for two value heads a program: ``K K^T`` as one warpgroup product, then a
+     column of A a thread, with no barrier in the substitution.
   2. ``_wu_kernel`` (same grid, 4 warps): w, u and the state update's row factors (key norm x
      decay to the chunk end: S += K^T diag(f) v', the decay applied to v' as FLA does).
   3. ``_state_kernel`` (one program per sequence x value head x V block, sequential over chunks):
@@ -59,6 +62,9 @@ from kernels._common import (
 )
 from kernels._launch import raw_launcher
 from kernels.fused_gluon import _gluon_fused_kernel
+from kernels.solve_gluon import HEADS as SOLVE_HEADS
+from kernels.solve_gluon import SOLVE_WARPS, _gluon_solve_kernel
+from kernels.solve_gluon import applies as _gluon_solve_applies
 from kernels.state_gluon import PROG_SLOTS, _gluon_state_kernel
 from kernels.state_gluon import applies as _gluon_applies
 
@@ -77,7 +83,7 @@ __all__ = [
 # state and output kernels; it is clamped to the padded V. Overridable for experiments, e.g.
 # KERNELS_CONFIG_STATE="BV=32,num_warps=4,num_stages=2".
 CONFIGS = {
-    "solve": dict(num_warps=2, num_stages=1, TRANS=1, BKS=64, TF32M=0),
+    "solve": dict(num_warps=2, num_stages=1, TRANS=1, BKS=64, TF32M=0, GLUON=1),
     "wu": dict(num_warps=4, num_stages=1, BCV=128, KONCE=1),
     "state": dict(BV=16, num_warps=4, num_stages=3, VFAST=1, GLUON=1, SIG=16, FUSE=0),
     "out": dict(BV=128, num_warps=4, num_stages=2, OVL=1),
@@ -104,9 +110,9 @@ def _pow2(n: int) -> int:
 
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "maxnreg", "launch_pdl")
-#: launch-table keys the host reads and no kernel takes: the state loop's ``GLUON`` (1: the Gluon
-#: loop where ``kernels.state_gluon`` applies and the device is Hopper; 0: the Triton loop always)
-#: and ``FUSE`` (1: the Gluon loop and the output in one warp-specialised program,
+#: launch-table keys the host reads and no kernel takes: ``GLUON`` of the state loop and of the
+#: solve (1: the Gluon kernel where ``kernels.state_gluon`` / ``kernels.solve_gluon`` applies and
+#: the device is Hopper; 0: the Triton kernel always) and the state loop's ``FUSE`` (1: the Gluon loop and the output in one warp-specialised program,
 #: ``kernels.fused_gluon``, where the Gluon loop runs; 0: the output as its own kernel)
 HOST_KEYS = ("GLUON", "FUSE")
 
@@ -253,6 +259,16 @@ def _launch_params(
         out["launch_pdl"] = True
     solve = _solve_config(K, BK, prec)
     solve["OVL"] = ovl
+    # the Gluon solve (two value heads a program, one warpgroup): 16-bit inputs at K = 128
+    # (its layouts are written for one warpgroup: a ``num_warps`` asked of the solve keeps Triton's)
+    solve["GLUON"] = int(
+        gluon
+        and bool(solve["GLUON"])
+        and _gluon_solve_applies(K, bits)
+        and _env_config("solve").get("num_warps", SOLVE_WARPS) == SOLVE_WARPS
+    )
+    if solve["GLUON"]:
+        solve["num_warps"] = SOLVE_WARPS
     return {
         "solve": solve,
         "wu": dict(K=K, V=V, BK=BK, BVF=BVF, BC=min(BK, BVF, 64), PREC=prec, **_wu_config(BVF, dtype, BK)),
@@ -1023,13 +1039,16 @@ _KERNELS = (_solve_kernel, _wu_kernel, _state_kernel, _output_kernel)
 _KERNELS_GLUON = (_solve_kernel, _wu_kernel, _gluon_state_kernel, _output_kernel)
 #: ... with the output inside the Gluon loop's program (``["state"]["FUSE"]``): three launches
 _KERNELS_FUSED = (_solve_kernel, _wu_kernel, _gluon_fused_kernel)
+#: each table with the Gluon solve first (``["solve"]["GLUON"]``)
+_WITH_GLUON_SOLVE = {t: (_gluon_solve_kernel,) + t[1:] for t in (_KERNELS, _KERNELS_GLUON, _KERNELS_FUSED)}
+#: the kernels whose compile failure falls back to the Triton table
+_GLUON_KERNELS = tuple(fn for fn in (_gluon_solve_kernel, _gluon_state_kernel, _gluon_fused_kernel) if fn is not None)
 
 
 def _kernel_fns(lp) -> tuple:
     """The kernels a launch table runs, in launch order (``_KERNEL_KEYS``' first ones)."""
-    if lp["state"]["GLUON"]:
-        return _KERNELS_FUSED if lp["state"]["FUSE"] else _KERNELS_GLUON
-    return _KERNELS
+    fns = (_KERNELS_FUSED if lp["state"]["FUSE"] else _KERNELS_GLUON) if lp["state"]["GLUON"] else _KERNELS
+    return _WITH_GLUON_SOLVE[fns] if lp["solve"]["GLUON"] else fns
 
 
 def _grids(lp, N, NT, HV, V) -> tuple:
@@ -1037,7 +1056,8 @@ def _grids(lp, N, NT, HV, V) -> tuple:
     function in triton 3.6, a few microseconds a call on the host path)."""
     nv_state = -(-V // lp["state"]["BV"])
     state = (N * HV * nv_state, 1, 1) if lp["state"]["VFAST"] else (N, HV, nv_state)
-    return ((NT, HV, 1), (NT, HV, 1), state, _out_grid(lp["out"], NT, HV, V))
+    solve = (NT, -(-HV // SOLVE_HEADS), 1) if lp["solve"]["GLUON"] else (NT, HV, 1)
+    return (solve, (NT, HV, 1), state, _out_grid(lp["out"], NT, HV, V))
 
 
 def _out_grid(out, NT, HV, V) -> tuple:
@@ -1565,6 +1585,7 @@ def chunk_gated_delta_rule(
         STORE_B=store,
         HV=HV,
         GROUP=HV // H,
+        PAIR=(HV // H) % 2 == 0,  # the Gluon solve's two value heads share a key head
         skt=k2.stride(0),
         skh=k2.stride(1),
         sqt=q2.stride(0),
@@ -1582,7 +1603,7 @@ def chunk_gated_delta_rule(
     fns = _kernel_fns(lp)
     compiled, lists = [], []
     grids = _grids(lp, N, NT, HV, V)
-    fallback = False  # the Gluon loop failed to compile
+    fallback = False  # a Gluon kernel failed to compile
     i = 0
     while i < len(fns):  # fns grows from three to four where a fused loop falls back
         fn, grid, name = fns[i], grids[i], _KERNEL_KEYS[i]
@@ -1592,23 +1613,27 @@ def chunk_gated_delta_rule(
         args = [vals[n] for n in fn.arg_names]
         try:
             ck = fn[grid](*args, **opts)
-        except Exception as exc:  # noqa: BLE001 - any compile error of the Gluon loop: fall back
-            if fn is not _gluon_state_kernel and fn is not _gluon_fused_kernel:
+        except Exception as exc:  # noqa: BLE001 - any compile error of a Gluon kernel: fall back
+            if fn not in _GLUON_KERNELS:
                 raise
-            # a Triton whose Gluon API differs from the one this loop was written for: warn once
-            # and never try Gluon again here
+            # a Triton whose Gluon API differs from the one these kernels were written for: warn
+            # once and never try Gluon again here
             first = (str(exc).strip().splitlines() or [""])[-1]
+            what = "solve" if fn is _gluon_solve_kernel else "state loop"
             warnings.warn(
-                f"the Gluon state loop did not compile ({type(exc).__name__}: {first}); using the Triton loop",
+                f"the Gluon {what} did not compile ({type(exc).__name__}: {first}); using the Triton kernels",
                 stacklevel=2,
             )
             _GLUON_FAILED.append(exc)
-            # the rest of the call on the table without Gluon: the Triton loop (the same block and
-            # grid: GLUON implies VFAST) and the output after it, not beside it (``OVL`` 0)
+            # this kernel and the rest of the call on the table without Gluon: the Triton solve /
+            # loop in the same place (the loop's block and grid are the same: GLUON implies VFAST)
+            # and the output after the loop, not beside it (``OVL`` 0)
             lp, fns, fallback = launch_params(K, V, dt, input_precision, wide, False), _KERNELS, True
             grids = _grids(lp, N, NT, HV, V)
-            args = [{**shared, **lp[name]}[n] for n in _state_kernel.arg_names]
-            ck = _state_kernel[grid](*args, **opts)
+            fn, grid, name = fns[i - 1], grids[i - 1], _KERNEL_KEYS[i - 1]
+            opts = {key: val for key, val in lp[name].items() if key in LAUNCH_OPTIONS}
+            args = [{**shared, **lp[name]}[n] for n in fn.arg_names]
+            ck = fn[grid](*args, **opts)
         lists.append(args)
         compiled.append(ck)
     # remembered only where the kernels saw the 4-d inputs' own token / head strides (what the key holds)

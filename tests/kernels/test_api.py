@@ -318,7 +318,7 @@ def test_gluon_compile_failure_falls_back_to_the_triton_loop(fuse, monkeypatch):
         assert chunk_gdn._kernel_fns(lp)[-1] is chunk_gdn._gluon_fused_kernel
     else:
         assert lp["state"]["GLUON"] == lp["out"]["OVL"] == 1 and lp["out"]["launch_pdl"]
-    with pytest.warns(UserWarning, match="Gluon state loop did not compile"):
+    with pytest.warns(UserWarning, match="Gluon (solve|state loop) did not compile"):
         got = chunk_gdn.chunk_gated_delta_rule(q, k, v, g, beta, **kw)
     assert len(failed) == 1
     for a, b in zip(got, ref):
@@ -446,7 +446,7 @@ def test_fused_output_loop_is_opt_in_and_replaces_the_output_kernel(monkeypatch)
         pytest.skip("this Triton has no Gluon")
     lp = chunk_gdn.launch_params(128, 128, torch.bfloat16, None, True, True)
     assert lp["state"]["FUSE"] == 0 and lp["out"]["OVL"] == 1
-    assert chunk_gdn._kernel_fns(lp) == chunk_gdn._KERNELS_GLUON
+    assert chunk_gdn._kernel_fns(lp) == (chunk_gdn._gluon_solve_kernel,) + chunk_gdn._KERNELS_GLUON[1:]
     monkeypatch.setenv("KERNELS_CONFIG_STATE", "FUSE=1")
     lp = chunk_gdn.launch_params(128, 128, torch.bfloat16, None, True, True)
     assert lp["state"]["FUSE"] == 1 and lp["out"]["OVL"] == 0 and lp["solve"]["OVL"] == 0
