@@ -44,6 +44,14 @@ FLAGS = {
 NAMES = {"solve": "solve", "wu": "wu", "state": "state", "out": "output"}
 
 
+#: multiplies of a thread's column substitution in the Gluon solve: the 64 x 64 triangle. Its
+#: masked sums over all 64 rows fold to this where the ``-0.0`` terms fold away (about 2400 with
+#: the L scaling's and the rest, FFMA and FMUL together, in triton 3.6 and 3.9), and to about
+#: twice it where they do not: ``--check`` fails above the bound
+GSOLVE_TRIANGLE = 64 * 63 // 2
+GSOLVE_MAX_FMUL = 3000
+
+
 def kernel_specs(dim: int, dtype: str, precision=None):
     """(name, jit function, constexprs, launch options) as ``chunk_gated_delta_rule`` launches
     them for head dims K = V = ``dim`` (from the library's own ``launch_params``), at the
@@ -93,6 +101,18 @@ def kernel_specs(dim: int, dtype: str, precision=None):
         ffn = fused_gluon._gluon_fused_kernel
         extra = {**layout, "sqt": 16 * dim, "sqh": dim, "STORE_B": store}
         specs.append((name, ffn, {k: v for k, v in {**consts, **extra}.items() if k in ffn.arg_names}, opts))
+    # the Gluon solve where the library would run it (two value heads a program), with the pair
+    # sharing a key head (GROUP even: one K K^T) and not (two)
+    from kernels import solve_gluon
+
+    for name, pair in (("gsolve", True), ("gsolve-nopair", False)):
+        params = m.launch_params(dim, dim, tdtype, precision, wide_state=True, gluon=True)["solve"]
+        if not params["GLUON"] or solve_gluon._gluon_solve_kernel is None:
+            continue
+        consts, opts = split(params)
+        sfn = solve_gluon._gluon_solve_kernel
+        extra = {**FLAGS["solve"], "PAIR": pair}
+        specs.append((name, sfn, {k: v for k, v in {**consts, **extra}.items() if k in sfn.arg_names}, opts))
     # the output kernel overlapped with the Gluon loop (``OVL``), where the library runs it so
     out = m.launch_params(dim, dim, tdtype, precision, wide_state=True, gluon=True)["out"]
     if out["OVL"]:
@@ -133,18 +153,19 @@ def _signature(fn, consts: dict, dtype: str):
 
 
 def _sass_counts(cubin_path: str) -> tuple:
-    """(SASS instructions, global stores) of a cubin, from the wheel's ``nvdisasm``; (None, None)
-    where it is missing or fails."""
+    """(SASS instructions, global stores, fp32 multiplies: FFMA and FMUL) of a cubin, from the
+    wheel's ``nvdisasm``; (None, None, None) where it is missing or fails."""
     import triton
 
     exe = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
     if not os.path.exists(exe):
-        return None, None
+        return None, None, None
     run = subprocess.run([exe, "-c", cubin_path], capture_output=True, text=True)
     if run.returncode != 0:
-        return None, None
+        return None, None, None
     ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", run.stdout)
-    return len(ops), sum(op.split(".")[0] == "STG" for op in ops)
+    heads = [op.split(".")[0] for op in ops]
+    return len(ops), heads.count("STG"), heads.count("FFMA") + heads.count("FMUL")
 
 
 def _ptxas_info(ptx_path: str, out_path: str) -> str:
@@ -242,7 +263,7 @@ def _compile_stats(name, fn, sig, cst, attrs, opts):
         with open(path, "w") as f:
             f.write(ptx)
         out = _ptxas_info(path, os.path.join(tmp, "o"))
-        sass, stores = _sass_counts(os.path.join(tmp, "o"))
+        sass, stores, fmul = _sass_counts(os.path.join(tmp, "o"))
     regs = int(re.search(r"Used (\d+) registers", out).group(1))
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
     return dict(
@@ -258,6 +279,7 @@ def _compile_stats(name, fn, sig, cst, attrs, opts):
         mma_sync=ptx.count("mma.sync"),
         sass=sass,
         stores=stores,
+        fmul=fmul,
         # the overlapped output's handshake (``OVL``): the loop's launch trigger and releases, the
         # output's acquires and its wait for the loop's completion
         handshake=dict(
@@ -277,6 +299,7 @@ def _row(r: dict) -> str:
         f"{r['kernel']:>8} {r['warps']:>5} {r['stages']:>6} {r['registers']:>5} "
         f"{r['spill_stores']:>6}/{r['spill_loads']:<7} {r['shared_kb']:>8.1f} "
         f"{r['cp_async']:>8} {r['wgmma']:>6} {r['mma_sync']:>8} {n(r['sass']):>6} {n(r['stores']):>6}"
+        f" {n(r['fmul']):>6}"
     )
 
 
@@ -309,7 +332,7 @@ def main(argv=None) -> int:
     print(f"# sm_90a, triton {triton.__version__}, {args.dtype} ({prec} products), K = V = {args.head_dim}")
     print(
         f"{'kernel':>8} {'warps':>5} {'stages':>6} {'regs':>5} {'spill st/ld B':>14} "
-        f"{'smem KB':>8} {'cp.async':>8} {'wgmma':>6} {'mma.sync':>8} {'sass':>6} {'stores':>6}"
+        f"{'smem KB':>8} {'cp.async':>8} {'wgmma':>6} {'mma.sync':>8} {'sass':>6} {'stores':>6} {'fmul':>6}"
     )
     bad = []
     for name, fn, consts, opts in kernel_specs(args.head_dim, args.dtype, args.precision):
@@ -319,6 +342,9 @@ def main(argv=None) -> int:
             bad.append(f"{name} spills {r['spill_stores']} B")
         if name.startswith(("state", "gluon", "fused")) and r["cp_async"] == 0:
             bad.append(f"the state kernel's loads are not pipelined (no cp.async): {name}")
+        if name.startswith("gsolve") and r["fmul"] is not None and r["fmul"] > GSOLVE_MAX_FMUL:
+            # the substitution's masked sums no longer fold to the triangle's multiply-adds
+            bad.append(f"the Gluon solve runs {r['fmul']} fp32 multiplies (the triangle is {GSOLVE_TRIANGLE}): {name}")
         hs = r["handshake"]
         if consts.get("OVL") and name.startswith("gluon") and not (hs["launch"] and hs["release"]):
             bad.append(f"the overlapped loop releases no progress: {name} {hs}")

@@ -112,8 +112,9 @@ def _pow2(n: int) -> int:
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "maxnreg", "launch_pdl")
 #: launch-table keys the host reads and no kernel takes: ``GLUON`` of the state loop and of the
 #: solve (1: the Gluon kernel where ``kernels.state_gluon`` / ``kernels.solve_gluon`` applies and
-#: the device is Hopper; 0: the Triton kernel always) and the state loop's ``FUSE`` (1: the Gluon loop and the output in one warp-specialised program,
-#: ``kernels.fused_gluon``, where the Gluon loop runs; 0: the output as its own kernel)
+#: the device is Hopper; 0: the Triton kernel always) and the state loop's ``FUSE`` (1: the Gluon
+#: loop and the output in one warp-specialised program, ``kernels.fused_gluon``, where the Gluon
+#: loop runs; 0: the output as its own kernel)
 HOST_KEYS = ("GLUON", "FUSE")
 
 

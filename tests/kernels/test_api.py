@@ -289,14 +289,16 @@ def test_gluon_state_loop_where_it_applies(monkeypatch):
     assert all("GLUON" not in fn.arg_names for fn in chunk_gdn._KERNELS if fn is not None)
 
 
-@pytest.mark.parametrize("fuse", [0, 1], ids=["loop", "fused"])
-def test_gluon_compile_failure_falls_back_to_the_triton_loop(fuse, monkeypatch):
-    """Where the Gluon loop cannot be built (here: the interpreter, which does not run Gluon; on
-    a GPU, a Triton whose Gluon API moved on), the call warns once, runs the Triton loop with the
-    same results, and the process stops choosing Gluon. The output kernel then does not overlap
-    the loop (``OVL``: the Triton loop releases no progress, so an overlapped output would wait
-    for ever; here the interpreter could not run it either). With the fused loop (``FUSE=1``: three
-    launches) the fallback adds the output kernel's launch after the Triton loop."""
+@pytest.mark.parametrize("which", ["solve", "loop", "fused"])
+def test_gluon_compile_failure_falls_back_to_the_triton_loop(which, monkeypatch):
+    """Where a Gluon kernel cannot be built (here: the interpreter, which does not run Gluon; on
+    a GPU, a Triton whose Gluon API moved on), the call warns once, runs the Triton kernels with
+    the same results, and the process stops choosing Gluon. The solve is the first to fail where
+    it runs Gluon; with it off (``KERNELS_CONFIG_SOLVE=GLUON=0``) the state loop is. The output
+    kernel then does not overlap the loop (``OVL``: the Triton loop releases no progress, so an
+    overlapped output would wait for ever; here the interpreter could not run it either). With the
+    fused loop (``FUSE=1``: three launches) the fallback adds the output kernel's launch after the
+    Triton loop."""
     from kernels import chunk_gdn, state_gluon
 
     if state_gluon.gluon is None:
@@ -310,15 +312,19 @@ def test_gluon_compile_failure_falls_back_to_the_triton_loop(fuse, monkeypatch):
     failed = []
     monkeypatch.setattr(chunk_gdn, "_GLUON_FAILED", failed)
     monkeypatch.setattr(chunk_gdn, "gluon_device", lambda device: not failed)
-    if fuse:
+    if which != "solve":
+        monkeypatch.setenv("KERNELS_CONFIG_SOLVE", "GLUON=0")
+    if which == "fused":
         monkeypatch.setenv("KERNELS_CONFIG_STATE", "FUSE=1")
     lp = chunk_gdn.launch_params(128, 32, torch.float16, None, False, True)
-    if fuse:
+    assert lp["solve"]["GLUON"] == (which == "solve")
+    if which == "fused":
         assert lp["state"]["GLUON"] == lp["state"]["FUSE"] == 1 and lp["out"]["OVL"] == 0
         assert chunk_gdn._kernel_fns(lp)[-1] is chunk_gdn._gluon_fused_kernel
     else:
         assert lp["state"]["GLUON"] == lp["out"]["OVL"] == 1 and lp["out"]["launch_pdl"]
-    with pytest.warns(UserWarning, match="Gluon (solve|state loop) did not compile"):
+    what = "solve" if which == "solve" else "state loop"
+    with pytest.warns(UserWarning, match=f"Gluon {what} did not compile"):
         got = chunk_gdn.chunk_gated_delta_rule(q, k, v, g, beta, **kw)
     assert len(failed) == 1
     for a, b in zip(got, ref):
@@ -327,6 +333,42 @@ def test_gluon_compile_failure_falls_back_to_the_triton_loop(fuse, monkeypatch):
         warnings.simplefilter("error")
         again = chunk_gdn.chunk_gated_delta_rule(q, k, v, g, beta, **kw)
     assert all(torch.equal(a, b) for a, b in zip(again, ref))
+
+
+def test_gluon_solve_where_it_applies(monkeypatch):
+    """The Gluon solve (``kernels.solve_gluon``) runs where the device runs Gluon, for 16-bit
+    inputs at K = 128 (any V), one warpgroup, a program per chunk and pair of value heads (the
+    last program of an odd head count has one); ``KERNELS_CONFIG_SOLVE=GLUON=0`` or a solve warp
+    count other than 4 keeps the Triton solve (two warps, a program per chunk and head). The pair
+    shares a key head where the group size is even (``PAIR``, the call's argument)."""
+    from kernels import chunk_gdn, solve_gluon
+
+    if solve_gluon._gluon_solve_kernel is None:
+        pytest.skip("this Triton has no Gluon")
+    lp = chunk_gdn.launch_params
+    for dt in (torch.bfloat16, torch.float16):
+        for V in (128, 64, 100):
+            on = lp(128, V, dt, None, False, True)["solve"]
+            assert on["GLUON"] == 1 and on["num_warps"] == solve_gluon.SOLVE_WARPS == 4, (dt, V)
+        assert lp(128, 128, dt, None, False, False)["solve"]["GLUON"] == 0  # no Gluon device
+        assert lp(64, 128, dt, None, False, True)["solve"]["GLUON"] == 0
+        assert lp(256, 128, dt, None, False, True)["solve"]["GLUON"] == 0
+    assert lp(128, 128, torch.float32, None, False, True)["solve"]["GLUON"] == 0
+    on = lp(128, 128, torch.bfloat16, None, False, True)
+    fns = chunk_gdn._kernel_fns(on)
+    assert fns[0] is chunk_gdn._gluon_solve_kernel and fns[1:] == chunk_gdn._KERNELS_GLUON[1:]
+    for HV, progs in ((32, 16), (8, 4), (3, 2), (1, 1)):
+        assert chunk_gdn._grids(on, 1, 7, HV, 128)[0] == (7, progs, 1)
+    off = lp(128, 128, torch.bfloat16, None, False, False)
+    assert chunk_gdn._grids(off, 1, 7, 32, 128)[0] == (7, 32, 1) and off["solve"]["num_warps"] == 2
+    assert "PAIR" in chunk_gdn._gluon_solve_kernel.arg_names
+    assert all("PAIR" not in fn.arg_names for fn in chunk_gdn._KERNELS)
+    for cfg in ("GLUON=0", "num_warps=2", "num_warps=8"):
+        monkeypatch.setenv("KERNELS_CONFIG_SOLVE", cfg)
+        got = lp(128, 128, torch.bfloat16, None, False, True)
+        assert got["solve"]["GLUON"] == 0 and chunk_gdn._kernel_fns(got)[0] is chunk_gdn._solve_kernel, cfg
+    monkeypatch.setenv("KERNELS_CONFIG_SOLVE", "num_warps=4")
+    assert lp(128, 128, torch.bfloat16, None, False, True)["solve"]["GLUON"] == 1
 
 
 def test_output_block_is_a_whole_head_of_128_for_16_bit_inputs(monkeypatch):

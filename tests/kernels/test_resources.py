@@ -37,15 +37,21 @@ def test_no_spills_and_pipelined_state_loop(dtype, dim):
     # the Gluon state loop where the library would run it on Hopper (16-bit, K = 128), spill-free
     # (--check) in Triton 3.6 and 3.9 alike
     # and the output kernel as it runs beside that loop (``OVL``), and the loop with the output
-    # inside its program (``FUSE``, opt-in: its cp.async rings too)
+    # inside its program (``FUSE``, opt-in: its cp.async rings too), and the Gluon solve with its
+    # pair of value heads on one key head and on two; --check also holds the solve's substitution
+    # to the triangle's multiplies (its masked sums fold)
     gluon_rows = (
         {"gluon", "gluon-wide", "gluon-wide-nob", "output-ovl", "fused", "fused-wide", "fused-wide-nob"}
+        | {"gsolve", "gsolve-nopair"}
         if dim == 128 and _has_gluon()
         else set()
     )
     assert set(rows) == triton_rows | gluon_rows
     for name in ("state", "state-wide", "state-wide-nob", *(gluon_rows - {"output-ovl"})):
         assert int(rows[name][6]) > 0  # cp.async column
+    for name in gluon_rows & {"gsolve", "gsolve-nopair"}:
+        assert int(rows[name][7]) == 8 * (1 if name == "gsolve" else 2)  # one K K^T per key head
+        assert 64 * 63 // 2 <= int(rows[name][11]) <= 3000  # fp32 multiplies: the triangle's
 
 
 def _has_gluon() -> bool:
