@@ -1606,7 +1606,7 @@ def chunk_gated_delta_rule(
     grids = _grids(lp, N, NT, HV, V)
     fallback = False  # a Gluon kernel failed to compile
     i = 0
-    while i < len(fns):  # fns grows from three to four where a fused loop falls back
+    while i < len(fns):  # where a Gluon kernel falls back, the table changes and i restarts
         fn, grid, name = fns[i], grids[i], _KERNEL_KEYS[i]
         i += 1
         vals = {**shared, **lp[name]}
@@ -1626,15 +1626,13 @@ def chunk_gated_delta_rule(
                 stacklevel=2,
             )
             _GLUON_FAILED.append(exc)
-            # this kernel and the rest of the call on the table without Gluon: the Triton solve /
-            # loop in the same place (the loop's block and grid are the same: GLUON implies VFAST)
-            # and the output after the loop, not beside it (``OVL`` 0)
+            # the call again from its first kernel on the table without Gluon, so that it has the
+            # bits of every later call (a Gluon solve that ran before a failed Gluon loop would
+            # not: its A differs in the last place); every kernel writes only scratch and
+            # outputs, so what ran is overwritten. The output runs after the loop (``OVL`` 0)
             lp, fns, fallback = launch_params(K, V, dt, input_precision, wide, False), _KERNELS, True
-            grids = _grids(lp, N, NT, HV, V)
-            fn, grid, name = fns[i - 1], grids[i - 1], _KERNEL_KEYS[i - 1]
-            opts = {key: val for key, val in lp[name].items() if key in LAUNCH_OPTIONS}
-            args = [{**shared, **lp[name]}[n] for n in fn.arg_names]
-            ck = fn[grid](*args, **opts)
+            grids, compiled, lists, i = _grids(lp, N, NT, HV, V), [], [], 0
+            continue
         lists.append(args)
         compiled.append(ck)
     # remembered only where the kernels saw the 4-d inputs' own token / head strides (what the key holds)

@@ -24,7 +24,7 @@ store it in 16 bits. It takes the production shape only (``applies``): 16-bit in
 
 from __future__ import annotations
 
-from kernels.state_gluon import GLUON_K, gluon
+from kernels.state_gluon import GLUON_K, PROG_SLOTS, gluon
 
 if gluon is not None:
     from triton.experimental.gluon import language as ttgl
@@ -41,8 +41,6 @@ if gluon is not None:
 HEADS = 2
 #: warps: one warpgroup (the K K^T product), a column of A per thread
 SOLVE_WARPS = 4
-#: progress counters the overlapped output keeps per (chunk, value head) (``state_gluon.PROG_SLOTS``)
-_PROG = 16
 
 
 def applies(K: int, dtype_bits: int) -> bool:
@@ -53,7 +51,7 @@ def applies(K: int, dtype_bits: int) -> bool:
 if gluon is not None:
     _HEADS = ttgl.constexpr(HEADS)
     _NW = ttgl.constexpr(SOLVE_WARPS)
-    _PROG_C = ttgl.constexpr(_PROG)
+    _PROG_C = ttgl.constexpr(PROG_SLOTS)
 
     @gluon.jit
     def _add(a, b):
