@@ -5,8 +5,10 @@
     TRITON_CACHE_DIR=$(mktemp -d) python benchmarks/kernel_bench.py --coldstart plain|warmup
 
 bf16 q/k/v, fp32 log-decay g, bf16 beta, in-kernel q/k l2norm, K = V = 128, one sequence.
-Modes: ours with fp32 states at every 64-token boundary ("states"), ours with boundary states off
-("nostates"), FLA (`chunk_gated_delta_rule`, output_final_state=True, emits no chunk states),
+Modes: ours with fp32 states at every 64-token boundary ("states"), the same call into buffers the
+caller keeps (``out=``, ``final_state_out=``, ``boundary_out=``, ``workspace=``: what an engine's
+step does, no allocation in the call; "states+buf", its host time is the engine's), ours with
+boundary states off ("nostates"), FLA (`chunk_gated_delta_rule`, output_final_state=True, emits no chunk states),
 FlashQLA (`flash_qla.chunk_gated_delta_rule`, the same call; where it imports: sm90 / sm100 /
 sm120, TileLang; emits no chunk states, so compare it with "nostates", and "states" against it for
 the cost of emitting them), and FlashQLA with ``auto_cp=False`` ("flashqla-exact": one exact pass;
@@ -225,7 +227,7 @@ def main(argv=None) -> int:
     if args.coldstart:
         _coldstart(torch, args.coldstart)
         return 0
-    from kernels import chunk_gated_delta_rule, prepare_chunk_metadata
+    from kernels import chunk_gated_delta_rule, prepare_chunk_metadata, workspace_bytes
 
     fla = None
     if not args.no_fla:
@@ -252,8 +254,17 @@ def main(argv=None) -> int:
             q, k, v, g, beta = bench_inputs(torch, h, hv, T, args.gate_scale)
             meta_all = prepare_chunk_metadata([0, T], device="cuda")
             flop = FLOP_PER_TOKEN_HEAD * T * hv
+            bufs = dict(
+                out=torch.empty_like(v),
+                final_state_out=torch.empty(1, hv, 128, 128, device="cuda"),
+                boundary_out=torch.empty(meta_all.num_boundaries, hv, 128, 128, device="cuda"),
+                workspace=torch.empty(workspace_bytes(q, v, meta_all), dtype=torch.uint8, device="cuda"),
+            )
             fns = {
                 "states": lambda: chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta_all),
+                "states+buf": lambda: chunk_gated_delta_rule(
+                    q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta_all, **bufs
+                ),
                 "nostates": lambda: chunk_gated_delta_rule(
                     q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta_all, boundary_states=False
                 ),
