@@ -16,9 +16,9 @@ steps) and merges them with 16 fp32 products; at two warps and 255 registers it 
   the masked terms and the thread does the triangle's 2016 multiply-adds, no barrier;
 - 128 threads: two heads of 64 columns.
 
-The products are exact fp32 arithmetic, as the Triton kernel's (no tf32); the order of the sums
-differs from the block inverse and its merges, so A agrees with it to fp32 rounding before both
-store it in 16 bits. It takes the production shape only (``applies``): 16-bit inputs, K =
+The substitution is IEEE fp32 arithmetic, as the Triton kernel's inverse and merges are (no tf32);
+the order of the sums differs from the block inverse's, so A agrees with it to fp32 rounding
+before both store it in 16 bits. It takes the production shape only (``applies``): 16-bit inputs, K =
 ``GLUON_K``.
 """
 
