@@ -65,7 +65,7 @@ from kernels.fused_gluon import _gluon_fused_kernel
 from kernels.solve_gluon import HEADS as SOLVE_HEADS
 from kernels.solve_gluon import SOLVE_WARPS, _gluon_solve_kernel
 from kernels.solve_gluon import applies as _gluon_solve_applies
-from kernels.state_gluon import PROG_SLOTS, _gluon_state_kernel
+from kernels.state_gluon import GLUON_K, PROG_SLOTS, _gluon_state_kernel
 from kernels.state_gluon import applies as _gluon_applies
 
 __all__ = [
@@ -1394,12 +1394,26 @@ class _Bound:
         return o, ht, hb
 
 
-def _rows(x: torch.Tensor, TT: int, heads: int, dim: Optional[int]):
-    """Flatten [B, T, heads(, dim)] to [B*T, heads(, dim)] without copying when strides allow."""
+#: the Gluon kernels copy query / key rows by ``cp.async`` in 16-byte pieces: a row must start on
+#: a 16-byte boundary, which they can only prove where the pointer is 16-byte aligned and the
+#: token and head strides are multiples of this many elements (Triton's integer specialisation)
+GLUON_STRIDE = 16
+
+
+def _rows(x: torch.Tensor, TT: int, heads: int, dim: Optional[int], aligned: bool = False):
+    """Flatten [B, T, heads(, dim)] to [B*T, heads(, dim)] without copying when strides allow.
+    ``aligned``: also copy where the rows' starts are not provably 16-byte aligned (pointer or
+    token / head stride; ``GLUON_STRIDE``), which the Gluon kernels cannot compile for (a padded
+    fused-projection row, say): one copy of this input instead of the process falling back to the
+    Triton kernels for good."""
     shape = (TT, heads) if dim is None else (TT, heads, dim)
     x = x.reshape(shape)
     if dim is not None and x.stride(2) != 1:
         x = x.contiguous()
+    elif (
+        dim is not None and aligned and (x.stride(0) % GLUON_STRIDE or x.stride(1) % GLUON_STRIDE or x.data_ptr() % 16)
+    ):
+        x = x.clone(memory_format=torch.contiguous_format)  # a fresh allocation: aligned (contiguous() may not copy)
     return x
 
 
@@ -1544,7 +1558,10 @@ def chunk_gated_delta_rule(
     if scale is None:
         scale = K**-0.5
     N, TT, NT = meta.num_seqs, B * T, meta.num_chunks
-    q2, k2 = _rows(q, TT, H, K), _rows(k, TT, H, K)
+    # the queries and keys the Gluon kernels copy by cp.async (solve and loop: keys; the fused loop:
+    # queries too) on rows they can prove aligned
+    aligned = K == GLUON_K and torch.finfo(dt).bits == 16 and gluon_device(dev)
+    q2, k2 = _rows(q, TT, H, K, aligned), _rows(k, TT, H, K, aligned)
     v2 = _rows(v, TT, HV, V)
     g2, b2 = _rows(g, TT, HV, None), _rows(beta, TT, HV, None)
     store_b = bool(boundary_states)
@@ -1635,9 +1652,12 @@ def chunk_gated_delta_rule(
             continue
         lists.append(args)
         compiled.append(ck)
-    # remembered only where the kernels saw the 4-d inputs' own token / head strides (what the key holds)
+    # remembered only where the kernels saw the 4-d inputs themselves: their token / head strides
+    # (what the key holds) and their addresses (not a copy, ``_rows``: the key holds the inputs'
+    # alignment, and a kernel compiled for an aligned copy must not get the unaligned input)
     same_strides = all(
-        x2.stride() == x.stride()[1 : 1 + x2.dim()] for x2, x in ((q2, q), (k2, k), (v2, v), (g2, g), (b2, beta))
+        x2.stride() == x.stride()[1 : 1 + x2.dim()] and x2.data_ptr() == x.data_ptr()
+        for x2, x in ((q2, q), (k2, k), (v2, v), (g2, g), (b2, beta))
     )
     if _DIRECT and dev.type == "cuda" and not INTERPRET and B == 1 and same_strides and not fallback:
         _remember_plan(

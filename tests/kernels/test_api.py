@@ -500,3 +500,28 @@ def test_fused_output_loop_is_opt_in_and_replaces_the_output_kernel(monkeypatch)
                  (64, 64, torch.bfloat16, None, True, True)):  # fmt: skip
         lp = chunk_gdn.launch_params(*args)
         assert lp["state"]["FUSE"] == 0 and chunk_gdn._kernel_fns(lp)[-1] is not chunk_gdn._gluon_fused_kernel
+
+
+def test_rows_copied_where_gluon_cannot_prove_them_aligned():
+    """``_rows(..., aligned=True)`` (16-bit inputs at K = 128 on a Gluon device): the queries and
+    keys reach the kernels as a copy where a row's start is not provably 16-byte aligned (an
+    address off 16 bytes, a token or head stride that is not a multiple of 16 elements: a padded
+    fused-projection row), and as a view otherwise; without ``aligned`` only a last dim that is
+    not contiguous is copied, as before."""
+    from kernels import chunk_gdn
+
+    T, H, K = 5, 2, 128
+    base = torch.zeros(T * 2 * H * K + 16, dtype=torch.bfloat16)
+    ok = base[: T * H * K].view(1, T, H, K)
+    padded = base[: T * (H * K + 8)].view(1, T, H * K + 8)[..., : H * K].view(1, T, H, K)  # stride 264
+    shifted = base[8 : 8 + T * H * K].view(1, T, H, K)  # 16 bytes in: aligned
+    odd = base[1 : 1 + T * H * K].view(1, T, H, K)  # 2 bytes in
+    heads = base[: T * 2 * H * K].view(1, T, 2 * H, K)[:, :, ::2]  # head stride 256: aligned
+    assert odd.data_ptr() % 16 and padded.stride(1) % chunk_gdn.GLUON_STRIDE
+    for x, copied in ((ok, False), (padded, True), (shifted, False), (odd, True), (heads, False)):
+        got = chunk_gdn._rows(x, T, H, K, aligned=True)
+        assert (got.data_ptr() != x.data_ptr()) == copied
+        assert got.shape == (T, H, K) and torch.equal(got, x.reshape(T, H, K))
+        if copied:
+            assert got.is_contiguous() and got.data_ptr() % 16 == 0
+        assert chunk_gdn._rows(x, T, H, K).data_ptr() == x.data_ptr()  # not aligned: a view

@@ -127,3 +127,41 @@ def test_gpu_gluon_solve_matches_the_triton_solve(case, monkeypatch):
         e_got = (gs["A"].double() - oracle)[..., lower].abs().max()
         e_ref = (rs["A"].double() - oracle)[..., lower].abs().max()
         assert e_got <= 1.5 * e_ref + 1e-6, (name, e_got.item(), e_ref.item())
+
+
+@pytest.mark.gpu
+def test_gpu_unaligned_rows_keep_the_gluon_kernels(monkeypatch):
+    """Queries and keys whose rows the Gluon kernels cannot prove 16-byte aligned (views into a
+    fused projection row padded by 8 elements; an address 2 bytes off) reach them as aligned copies
+    (``chunk_gdn._rows``): the call neither warns nor turns Gluon off for the process, gives the
+    bits of the same call on contiguous inputs, and again on a second call (whose plan is not
+    remembered: the compiled kernels saw the copies)."""
+    import warnings
+
+    from kernels import chunk_gdn
+
+    if not chunk_gdn.gluon_device(torch.device("cuda")):
+        pytest.skip("needs a Hopper GPU and a Triton with Gluon")
+    monkeypatch.setattr(chunk_gdn, "_GLUON_FAILED", [])
+    T, H, HV, D = 300, 2, 4, 128
+    q, k, v, g, beta = make_inputs(T, h=H, hv=HV, dk=D, dv=D, seed=17, device="cuda", dtype=torch.bfloat16)
+    width = 2 * H * D + HV * D + 8  # a padded fused row: token stride 1544, not a multiple of 16
+    fused = torch.zeros(1, T, width, device="cuda", dtype=torch.bfloat16)
+    fused[..., : H * D] = q.reshape(1, T, H * D)
+    fused[..., H * D : 2 * H * D] = k.reshape(1, T, H * D)
+    qs = fused[..., : H * D].view(1, T, H, D)
+    ks = fused[..., H * D : 2 * H * D].view(1, T, H, D)
+    flat = torch.zeros(T * H * D + 1, device="cuda", dtype=torch.bfloat16)
+    flat[1:] = k.reshape(-1)
+    kodd = flat[1:].view(1, T, H, D)  # 2 bytes off a 16-byte boundary
+    assert qs.stride(1) % 16 and kodd.data_ptr() % 16
+    meta = chunk_gdn.prepare_chunk_metadata([0, T], device="cuda")
+    kw = dict(use_qk_l2norm=True, chunk_metadata=meta)
+    ref = chunk_gdn.chunk_gated_delta_rule(q, k, v, g, beta, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for args in ((qs, ks, v), (q, kodd, v), (qs, ks, v), (q, kodd, v)):
+            got = chunk_gdn.chunk_gated_delta_rule(*args, g, beta, **kw)
+            for a, b in zip(got, ref):
+                assert torch.equal(a, b)
+    assert not chunk_gdn._GLUON_FAILED
