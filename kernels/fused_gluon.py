@@ -41,10 +41,13 @@ if gluon is not None:
 
     from kernels.state_gluon import (
         _WARPS,
-        _chunk_rows,
         _cp_async,
+        _boundary_store,
+        _chunk_rows,
         _cta_barrier,
+        _finish,
         _initial_state,
+        _prefetch,
         _program,
         _ring_load,
     )
@@ -98,12 +101,10 @@ if gluon is not None:
             i = c - c0
             ts = ts0 + i * 64
             stage = i % _RING
-            _ring_load(
-                wbuf, kbuf, (i + _RING - 1) % _RING, w, k, ts + (_RING - 1) * 64, c + _RING - 1 < c1, bos, eos,
-                i_hv, i_h, skt, skh, HV, K, r_l, oK_l,
+            u_n, f_n, g_n, slot = _prefetch(
+                wbuf, kbuf, w, k, u, fd, gl, store_slot, c, i, ts, c1, bos, eos, i_hv, i_h, skt, skh, HV, K, V,
+                r_l, oK_l, r_a, oV,
             )  # fmt: skip
-            u_n, f_n, g_n = _chunk_rows(u, fd, gl, c + 1, ts + 64, c + 1 < c1, bos, eos, i_hv, HV, V, r_a, oV)
-            slot = ttgl.load(store_slot + c)
             b = i % _NBUF
             # the output partition is done with this buffer's previous chunk (NBUF chunks back;
             # the first NBUF waits pass: an mbarrier starts with its phase 1 complete)
@@ -113,9 +114,7 @@ if gluon is not None:
             async_copy.wait_group(_RING - 1)
             fence_async_shared()
             acc = warpgroup_mma(wbuf.index(stage), sb, zero, use_acc=False, is_async=True)
-            if STORE_B:
-                if prev_slot >= 0:
-                    ttgl.store(hb + (prev_slot * HV + i_hv).to(ttgl.int64) * (K * V) + sidx, S)
+            _boundary_store(hb, prev_slot, S, i_hv, HV, K, V, sidx, STORE_B)
             decayed = S * ttgl.exp(g_c)
             acc = warpgroup_mma_wait(0, deps=[acc])
             vn = u_c.to(ttgl.float32) - acc
@@ -129,11 +128,7 @@ if gluon is not None:
             S = warpgroup_mma_wait(0, deps=[S])
             prev_slot = slot
             u_c, f_c, g_c = u_n, f_n, g_n
-        async_copy.wait_group(0)
-        if STORE_B:
-            if prev_slot >= 0:
-                ttgl.store(hb + (prev_slot * HV + i_hv).to(ttgl.int64) * (K * V) + sidx, S)
-        ttgl.store(ht + hoff + sidx, S)
+        _finish(hb, ht, hoff, prev_slot, S, i_hv, HV, K, V, sidx, STORE_B)
 
     @gluon.jit
     def _gate_rows(gc, ts, bos, eos, i_hv, HV: ttgl.constexpr, r_p, c_p):

@@ -94,6 +94,11 @@ if gluon is not None:
         return ttgl.convert_layout(gc, ROWS), ttgl.convert_layout(gc, COLS), ttgl.convert_layout(b, ROWS)
 
     @gluon.jit
+    def _key_norms(G, eye, l2norm):
+        """1 / |k_i| from the diagonal of ``K K^T`` (1 without l2norm), in its rows' layout."""
+        return ttgl.where(l2norm != 0, 1.0 / ttgl.sqrt(ttgl.sum(ttgl.where(eye, G, 0.0), 1) + 1e-6), 1.0)
+
+    @gluon.jit
     def _scaled(G, rk, rk_c, gc, gc_c, b, r, c):
         """beta_i (k_i . k_j) / (|k_i| |k_j|) exp(gamma_i - gamma_j), strictly lower (i > j)."""
         d = ttgl.exp(ttgl.where(r[:, None] > c[None, :], gc[:, None] - gc_c[None, :], float("-inf")))
@@ -161,7 +166,7 @@ if gluon is not None:
         fence_async_shared()
         G0 = warpgroup_mma(kbuf0, kbuf0.permute([1, 0]), zp, use_acc=False, is_async=True)
         G0 = warpgroup_mma_wait(0, deps=[G0])
-        rk0 = ttgl.where(l2norm != 0, 1.0 / ttgl.sqrt(ttgl.sum(ttgl.where(eye, G0, 0.0), 1) + 1e-6), 1.0)
+        rk0 = _key_norms(G0, eye, l2norm)
         rk0_c = ttgl.convert_layout(rk0, COLS)
         if PAIR:
             G1 = G0
@@ -170,7 +175,7 @@ if gluon is not None:
         else:
             G1 = warpgroup_mma(kbuf1, kbuf1.permute([1, 0]), zp, use_acc=False, is_async=True)
             G1 = warpgroup_mma_wait(0, deps=[G1])
-            rk1 = ttgl.where(l2norm != 0, 1.0 / ttgl.sqrt(ttgl.sum(ttgl.where(eye, G1, 0.0), 1) + 1e-6), 1.0)
+            rk1 = _key_norms(G1, eye, l2norm)
             rk1_c = ttgl.convert_layout(rk1, COLS)
         L0 = _scaled(G0, rk0, rk0_c, gc0, gc0_c, b0, r, c)
         L1 = _scaled(G1, rk1, rk1_c, gc1, gc1_c, b1, r, c)

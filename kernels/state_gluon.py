@@ -100,6 +100,38 @@ if gluon is not None:
         return u_c, f, g_last
 
     @gluon.jit
+    def _prefetch(
+        wbuf, kbuf, w, k, u, fd, gl, store_slot, c, i, ts, c1, bos, eos, i_hv, i_h, skt, skh, HV,
+        K: ttgl.constexpr, V: ttgl.constexpr, r_l, oK_l, r_a, oV,
+    ):  # fmt: skip
+        """At the top of chunk c (the loop's ``i``-th, first token ``ts``): chunk c + RING - 1's w
+        / key tiles into the ring, chunk c + 1's u block, row factors and chunk-end gate, and the
+        slot chunk c's end state is stored in (negative: none)."""
+        _ring_load(
+            wbuf, kbuf, (i + _RING - 1) % _RING, w, k, ts + (_RING - 1) * 64, c + _RING - 1 < c1, bos, eos, i_hv, i_h,
+            skt, skh, HV, K, r_l, oK_l,
+        )  # fmt: skip
+        u_n, f_n, g_n = _chunk_rows(u, fd, gl, c + 1, ts + 64, c + 1 < c1, bos, eos, i_hv, HV, V, r_a, oV)
+        return u_n, f_n, g_n, ttgl.load(store_slot + c)
+
+    @gluon.jit
+    def _boundary_store(hb, slot, S, i_hv, HV, K: ttgl.constexpr, V: ttgl.constexpr, sidx, STORE_B: ttgl.constexpr):
+        """The state S (fp32, straight from the accumulator's registers) into boundary slot
+        ``slot`` where the call stores boundary states and the slot is one (>= 0)."""
+        if STORE_B:
+            if slot >= 0:
+                ttgl.store(hb + (slot * HV + i_hv).to(ttgl.int64) * (K * V) + sidx, S)
+
+    @gluon.jit
+    def _finish(
+        hb, ht, hoff, prev_slot, S, i_hv, HV, K: ttgl.constexpr, V: ttgl.constexpr, sidx, STORE_B: ttgl.constexpr
+    ):
+        """After the last chunk: the ring drained, the last boundary state and the final state."""
+        async_copy.wait_group(0)
+        _boundary_store(hb, prev_slot, S, i_hv, HV, K, V, sidx, STORE_B)
+        ttgl.store(ht + hoff + sidx, S)
+
+    @gluon.jit
     def _program(seq_info, chunk_info, HV: ttgl.constexpr, GROUP: ttgl.constexpr, NV: ttgl.constexpr):
         """A program of the 1-d ``VFAST`` grid: its sequence, value head, V block and key head, the
         sequence's token range and chunk range, and its first (virtual) token."""
@@ -178,13 +210,10 @@ if gluon is not None:
             i = c - c0
             ts = ts0 + i * 64
             stage = i % _RING
-            ahead = c + _RING - 1
-            _ring_load(
-                wbuf, kbuf, (i + _RING - 1) % _RING, w, k, ts + (_RING - 1) * 64, ahead < c1, bos, eos, i_hv, i_h,
-                skt, skh, HV, K, r_l, oK_l,
+            u_n, f_n, g_n, slot = _prefetch(
+                wbuf, kbuf, w, k, u, fd, gl, store_slot, c, i, ts, c1, bos, eos, i_hv, i_h, skt, skh, HV, K, V,
+                r_l, oK_l, r_a, oV,
             )  # fmt: skip
-            u_n, f_n, g_n = _chunk_rows(u, fd, gl, c + 1, ts + 64, c + 1 < c1, bos, eos, i_hv, HV, V, r_a, oV)
-            slot = ttgl.load(store_slot + c)
             sbuf.store(S.to(dt))
             async_copy.wait_group(_RING - 1)  # this chunk's w / key tiles have landed
             fence_async_shared()
@@ -192,9 +221,7 @@ if gluon is not None:
             # while w S runs: the chunk-start state from its shared copy, the previous chunk's
             # boundary state from the registers
             ttgl.store(h_out + (c * HV + i_hv).to(ttgl.int64) * (K * V) + sidx_s, sbuf.load(STORE))
-            if STORE_B:
-                if prev_slot >= 0:
-                    ttgl.store(hb + (prev_slot * HV + i_hv).to(ttgl.int64) * (K * V) + sidx, S)
+            _boundary_store(hb, prev_slot, S, i_hv, HV, K, V, sidx, STORE_B)
             decayed = S * ttgl.exp(g_c)
             acc = warpgroup_mma_wait(0, deps=[acc])
             vn = u_c.to(ttgl.float32) - acc
@@ -221,11 +248,7 @@ if gluon is not None:
                     ttgl.atomic_xchg(prog + pslot, c + 1, sem="release", scope="gpu")
             prev_slot = slot
             u_c, f_c, g_c = u_n, f_n, g_n
-        async_copy.wait_group(0)
-        if STORE_B:
-            if prev_slot >= 0:
-                ttgl.store(hb + (prev_slot * HV + i_hv).to(ttgl.int64) * (K * V) + sidx, S)
-        ttgl.store(ht + hoff + sidx, S)
+        _finish(hb, ht, hoff, prev_slot, S, i_hv, HV, K, V, sidx, STORE_B)
 
 else:
     _gluon_state_kernel = None
