@@ -12,11 +12,11 @@ and plan key every call), in replay's form (gate in the kernel, an initial state
 caller's buffers kept across calls (``out``, ``final_state_out``, ``boundary_out``,
 ``workspace``: the call allocates nothing), with Triton's own launch path for the same call (the
 first launch of a plan always takes it; ``KERNELS_LAUNCH=triton`` forces it), with metadata built
-in the call, and for the metadata alone; the direct path's parts timed alone (``PART`` lines: checks,
-launch table, plan key, allocations, the call with its launches skipped); then the profile's top
-functions by own time. ``--fla`` also
-prints the launch configuration FLA's autotuner picked for each of its kernels at these shapes
-(what FLA runs on this GPU). Needs a CUDA GPU.
+in the call, and for the metadata alone; the direct path's parts timed alone (``PART`` lines:
+checks, launch table, plan key, allocations, the call with its launches skipped, the launches
+alone); then the profile's top functions by own time. ``--fla`` also prints the launch
+configuration FLA's autotuner picked for each of its kernels at these shapes (what FLA runs on
+this GPU). Needs a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -51,10 +51,12 @@ def profile_calls(torch, fn, calls: int, top: int) -> str:
     return out.getvalue()
 
 
-def components(torch, chunk_gdn, inputs, meta, call) -> dict:
+def components(torch, chunk_gdn, inputs, meta, call, call_buffers=None) -> dict:
     """The direct path's host time in parts, each timed alone like a whole call: the argument
-    checks, the launch table, the plan key, the four allocations, and the whole call with its four
-    launches skipped (the launches' share is the whole call less that)."""
+    checks, the launch table, the plan key, the four allocations, the whole call with its
+    launches skipped (the launches' share is the whole call less that), and, given
+    ``call_buffers`` (the call into the caller's buffers), that call's launches alone with their
+    arguments prepared (what Triton's C launcher and the driver cost)."""
     q, k, v, g, beta = inputs
     T, HV, K, V = q.shape[1], v.shape[2], q.shape[3], v.shape[3]
     wide = chunk_gdn.state_wide(meta.num_seqs, HV, V, q.device)
@@ -91,6 +93,16 @@ def components(torch, chunk_gdn, inputs, meta, call) -> dict:
     }
     if plan is not None:
         parts["whole call, launches skipped"] = without_launches
+    if plan is not None and call_buffers is not None:
+        issued = []  # (launch, arguments) of one call into the caller's buffers (alive throughout)
+        real = plan.launches
+        plan.launches = tuple((lambda f: lambda *a: issued.append((f, a)))(f) for f in real)
+        try:
+            call_buffers()
+        finally:
+            plan.launches = real
+        if len(issued) == len(real):
+            parts[f"the {len(real)} launches alone"] = lambda: [f(*a) for f, a in issued]
     return parts
 
 
@@ -191,7 +203,10 @@ def main(argv=None) -> int:
             for name, fn in cases.items():
                 us, clean = host_us_median(torch, fn, 20)
                 print(f"HOST H={h} HV={hv} T={T} {name}: {us:.1f} us per call{'' if clean else ' (queue drained)'}")
-            for name, fn in components(torch, chunk_gdn, (q, k, v, g, beta), meta, cases["states+meta"]).items():
+            parts = components(
+                torch, chunk_gdn, (q, k, v, g, beta), meta, cases["states+meta"], cases["states+meta, preallocated"]
+            )
+            for name, fn in parts.items():
                 us, clean = host_us_median(torch, fn, 20)
                 print(f"PART H={h} HV={hv} T={T} {name}: {us:.1f} us per call{'' if clean else ' (queue drained)'}")
             print(f"PROFILE H={h} HV={hv} T={T} states+meta, {args.calls} calls")

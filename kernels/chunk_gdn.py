@@ -140,14 +140,20 @@ def launch_params(
     ``["state"]["FUSE"]`` whether the output runs inside the loop's program instead (opt-in).
     ``benchmarks/kernel_resources.py`` compiles from the same table. Built once per shape and
     ``KERNELS_CONFIG_*`` setting (a per-call cost otherwise); the result is shared: read only."""
-    data = getattr(os.environ, "_data", None)
-    if data is not None and _CONFIG_ENV_KEYS is not None:
-        # os.environ's own mapping (encoded keys and values): four dict lookups where four
-        # os.environ.get calls cost ~5 us of every call on a slow host
-        envs = tuple(map(data.get, _CONFIG_ENV_KEYS))
-    else:
-        envs = tuple(map(os.environ.get, _CONFIG_ENVS))
-    return _launch_params(int(K), int(V), dtype, input_precision, envs, bool(wide_state), bool(gluon))
+    return _launch_params(int(K), int(V), dtype, input_precision, _config_envs(), bool(wide_state), bool(gluon))
+
+
+#: os.environ's own mapping (encoded keys and values; the same dict for the life of the process:
+#: ``os.environ[...] = ...`` writes into it), where the platform has one
+_ENV_DATA = getattr(os.environ, "_data", None) if _CONFIG_ENV_KEYS is not None else None
+
+
+def _config_envs() -> tuple:
+    """The ``KERNELS_CONFIG_*`` values now (None where unset): four dict lookups in os.environ's
+    own mapping, where four ``os.environ.get`` calls cost ~5 us of every call on a slow host."""
+    if _ENV_DATA is not None:
+        return tuple(map(_ENV_DATA.get, _CONFIG_ENV_KEYS))
+    return tuple(map(os.environ.get, _CONFIG_ENVS))
 
 
 #: the matrix products' precision for fp32 inputs unless the call's ``input_precision`` says: three
@@ -1028,8 +1034,10 @@ _KERNEL_KEYS = ("solve", "wu", "state", "out")
 #: the arguments that change from call to call; every other argument is fixed by the plan key
 _PER_CALL_ORDER = tuple(
     "q k v g beta A_log dt_bias a_out a_in gc_out gc gl_out gl w_out w u_out u fd_out fd h_out h vn_out vn prog o "
-    "h0 ht hb chunk_info seq_info store_slot scale l2norm has_h0".split()
+    "h0 ht hb has_h0 chunk_info seq_info store_slot scale l2norm".split()
 )
+#: where the scratch addresses sit in ``_PER_CALL_ORDER`` (``a_out`` .. ``prog``: 17 values)
+_SCRATCH_AT = slice(_PER_CALL_ORDER.index("a_out"), _PER_CALL_ORDER.index("prog") + 1)
 _PER_CALL = frozenset(_PER_CALL_ORDER)
 _PER_CALL_GETTER = operator.itemgetter(*_PER_CALL_ORDER)
 
@@ -1100,11 +1108,13 @@ def _call_tuple(inputs, gate, scratch, states, meta, scale, l2norm: int, has_h0:
     name are one buffer), ``states`` (o, h0, ht, hb; h0 and hb stand in
     with ht when absent), ``meta`` (the metadata's chunk_info, seq_info, store_slot): tensors, or
     device addresses on the direct path."""
-    w, u, vn, A, hbuf, fd, gcum, glast, prog = scratch
-    return (
-        *inputs, *gate, A, A, gcum, gcum, glast, glast, w, w, u, u, fd, fd, hbuf, hbuf, vn, vn, prog,
-        *states, *meta, float(scale), l2norm, has_h0,
-    )  # fmt: skip
+    return (*inputs, *gate, *_scratch_args(*scratch), *states, has_h0, *meta, float(scale), l2norm)
+
+
+def _scratch_args(w, u, vn, A, hbuf, fd, gcum, glast, prog) -> tuple:
+    """The scratch buffers in ``_PER_CALL_ORDER``'s 17 places (a writer's ``*_out`` and its
+    readers' name are one buffer)."""
+    return (A, A, gcum, gcum, glast, glast, w, w, u, u, fd, fd, hbuf, hbuf, vn, vn, prog)
 
 
 def _call_args(*args) -> dict:
@@ -1250,11 +1260,15 @@ def _fp32_vector(x, dev) -> bool:
     return x is not None and x.dtype == torch.float32 and x.is_contiguous() and x.device == dev
 
 
-def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, meta, l2norm, lp, gate, beta_sig, given):
+def _direct_call(
+    q, k, v, g, beta, scale, initial_state, store_b, state_dtype, meta, l2norm, lp, gate, beta_sig, given,
+    input_precision=None,
+):  # fmt: skip
     """The call on a remembered plan, launched directly; None where no plan applies. ``gate``:
     (A_log, dt_bias) fp32 for the in-kernel gate, or None; ``given``: the caller's buffers
-    (out, final_state_out, boundary_out, workspace; each None or a tensor). Binds the call to
-    ``meta`` (``_Bound``) so that the next call of this layout on it skips the plan key."""
+    (out, final_state_out, boundary_out, workspace; each None or a tensor); ``lp``: the launch
+    table for this call's shapes and ``input_precision``. Binds the call to ``meta``
+    (``_Bound``) so that the next call of this layout on it skips the launch table and plan key."""
     H, HV = q.shape[2], v.shape[2]
     dt, dev = q.dtype, q.device
     # None: the state loop compiled without boundary stores (``STORE_B``)
@@ -1268,36 +1282,44 @@ def _direct_call(q, k, v, g, beta, scale, initial_state, store_b, state_dtype, m
     rt = _runtime()
     if plan is None or plan.lp is not lp or _hooks_active(rt[1]):
         return None
-    bound = _Bound(plan, q, k, v, g, beta, scale, store_b, state_dtype, meta, l2norm, gate is not None, beta_sig)
+    options = _bound_key(scale, l2norm, store_b, state_dtype, gate is not None, beta_sig, dt, input_precision)
+    bound = _Bound(plan, options, q, k, v, g, beta, scale, store_b, state_dtype, meta, l2norm)
     if all(p % 16 == 0 for p in ptrs):  # the bound check takes every pointer as aligned
-        meta.calls[bound.options] = bound
+        meta.calls[options] = bound
     return bound.launch(rt, ptrs, initial_state is not None, given)
 
 
-def _bound_key(scale: float, l2norm: int, store_b: bool, state_dtype, use_gate: bool, beta_sig: bool, lp) -> tuple:
-    """The key of a bound call in ``ChunkMetadata.calls``: the call's options. The launch table by
-    identity: the bound call holds it, so its id is not reused while the key is in use."""
-    return (scale, l2norm, store_b, state_dtype, use_gate, beta_sig, id(lp))
+def _bound_key(scale: float, l2norm: int, store_b: bool, state_dtype, use_gate: bool, beta_sig: bool, dtype,
+               input_precision) -> tuple:  # fmt: skip
+    """The key of a bound call in ``ChunkMetadata.calls``: the call's options and everything that
+    picks its launch table besides what the bound call checks itself (shapes, device): the
+    inputs' dtype, the fp32 precision, the ``KERNELS_CONFIG_*`` values now, and whether a Gluon
+    compile has failed in this process (the table then has no Gluon kernels). A few hundred
+    nanoseconds, where building the table and the plan key costs a call several microseconds."""
+    return (
+        scale, l2norm, store_b, state_dtype, use_gate, beta_sig, dtype, input_precision, _config_envs(),
+        bool(_GLUON_FAILED),
+    )  # fmt: skip
 
 
 class _Bound:
-    """A call layout bound to one chunk metadata (``ChunkMetadata.calls``, keyed by the call's
-    options): the plan, grids, scratch layout and launch values fixed for every call of this
-    layout on the metadata, as a model step's layers make them. ``run`` checks that a call has
-    the bound layout (shapes, strides, dtypes, device, aligned addresses: everything the plan key
-    holds) and launches it; None sends the call to the full path instead."""
+    """A call layout bound to one chunk metadata (``ChunkMetadata.calls``, keyed by
+    ``_bound_key``): the plan, grids, scratch layout and launch values fixed for every call of
+    this layout on the metadata, as a model step's layers make them. ``run`` checks that a call
+    has the bound layout (shapes, strides, dtypes, device, aligned addresses: with the key,
+    everything the launch table and plan key hold) and launches it; None sends the call to the
+    full path instead."""
 
     __slots__ = (
-        "plan", "lp", "options", "shapes", "strides", "dtypes", "dev", "index", "h0_shape", "grids", "offs", "nbytes",
-        "out_shapes", "state_dtype", "store_b", "meta_ptrs", "flags",
+        "plan", "lp", "options", "shapes", "strides", "dtypes", "dev", "index", "h0_shape", "grids", "nbytes",
+        "out_shapes", "state_dtype", "store_b", "store", "scratch_offs", "fd_off", "tail",
     )  # fmt: skip
 
-    def __init__(self, plan, q, k, v, g, beta, scale, store_b, state_dtype, meta, l2norm, use_gate, beta_sig):
+    def __init__(self, plan, options, q, k, v, g, beta, scale, store_b, state_dtype, meta, l2norm):
         _, T, _, K = q.shape
         HV, V = v.shape[2], v.shape[3]
         N, NT = meta.num_seqs, meta.num_chunks
-        self.plan, self.lp = plan, plan.lp
-        self.options = _bound_key(scale, l2norm, store_b, state_dtype, use_gate, beta_sig, self.lp)
+        self.plan, self.lp, self.options = plan, plan.lp, options
         self.shapes = (q.shape, k.shape, v.shape, g.shape, beta.shape)
         self.strides = (q.stride(), k.stride(), v.stride(), g.stride(), beta.stride())
         self.dtypes = (q.dtype, k.dtype, v.dtype, g.dtype, beta.dtype)
@@ -1305,11 +1327,17 @@ class _Bound:
         self.index = q.get_device()  # -1 on a CPU (the stand-in tests), the CUDA index otherwise
         self.h0_shape = (N, HV, K, V)
         self.grids = _grids(self.lp, N, NT, HV, V)
-        self.offs, self.nbytes = _scratch_layout(T, NT, HV, K, V, q.element_size())
+        offs, self.nbytes = _scratch_layout(T, NT, HV, K, V, q.element_size())
+        # the scratch tensors' offsets in their 17 argument places, and the chunk-end factors' (the
+        # stand-in for absent gate parameters: any fp32 buffer, never read)
+        self.scratch_offs, self.fd_off = _scratch_args(*offs), offs[5]
         self.out_shapes = ((1, T, HV, V), (N, HV, K, V), (meta.num_boundaries, HV, K, V))
-        self.state_dtype, self.store_b = state_dtype, store_b
-        self.meta_ptrs = (meta.chunk_info.data_ptr(), meta.seq_info.data_ptr(), meta.store_slot.data_ptr())
-        self.flags = (float(scale), l2norm, store_b and meta.num_boundaries > 0)
+        # ``store_b``: the call returns boundary states; ``store``: it has any to store
+        self.state_dtype, self.store_b, self.store = state_dtype, store_b, store_b and meta.num_boundaries > 0
+        # the per-call values after has_h0 (metadata addresses, scale, l2norm), then the plan's own
+        self.tail = (
+            meta.chunk_info.data_ptr(), meta.seq_info.data_ptr(), meta.store_slot.data_ptr(), float(scale), l2norm,
+        ) + plan.fixed  # fmt: skip
 
     def run(self, q, k, v, g, beta, initial_state, gate, given):
         """The call if it has the bound layout (launched; ``(o, ht, hb)``), else None."""
@@ -1354,41 +1382,76 @@ class _Bound:
             return None
         return self.launch(rt, ptrs, initial_state is not None, given)
 
+    def _given(self, given) -> tuple:
+        """The caller's four buffers where all are given and fit this layout (shape, dtype,
+        device, contiguous, aligned), else four Nones (``_buffers`` then allocates the missing ones,
+        or says in one line what is wrong with one)."""
+        out, final_state_out, boundary_out, workspace = given
+        index, (o_shape, ht_shape, hb_shape) = self.index, self.out_shapes
+        if (
+            out is not None
+            and final_state_out is not None
+            and workspace is not None
+            and (boundary_out is not None or not self.store_b)
+            and out.shape == o_shape
+            and final_state_out.shape == ht_shape
+            and out.dtype == self.dtypes[0]
+            and final_state_out.dtype == torch.float32
+            and workspace.dtype == torch.uint8
+            and out.get_device() == final_state_out.get_device() == workspace.get_device() == index
+            and out.is_contiguous()
+            and final_state_out.is_contiguous()
+            and workspace.dim() == 1
+            and workspace.is_contiguous()
+            and workspace.numel() >= self.nbytes
+            and not (out.data_ptr() | final_state_out.data_ptr()) % 16
+            and not workspace.data_ptr() % (WORKSPACE_ALIGN if index >= 0 else 16)
+        ):
+            if not self.store_b:
+                return out, final_state_out, None, workspace
+            if (
+                boundary_out.shape == hb_shape
+                and boundary_out.dtype == self.state_dtype
+                and boundary_out.get_device() == index
+                and boundary_out.is_contiguous()
+                and not boundary_out.data_ptr() % 16
+            ):
+                return out, final_state_out, boundary_out, workspace
+        return None, None, None, None
+
     def launch(self, rt, ptrs, has_h0: bool, given):
-        """Allocate (or check the caller's buffers), then the four launches on the current stream."""
+        """Allocate (or check the caller's buffers), then the plan's launches on the current
+        stream. ``ptrs``: the addresses of q, k, v, g, beta, the initial state, A_log, dt_bias
+        (0: absent)."""
         dev, (o_shape, ht_shape, hb_shape) = self.dev, self.out_shapes
-        store_b = self.store_b
         if given is None:  # the common call: ``_buffers``'s fresh allocations, without its call and checks
             o = torch.empty(o_shape, dtype=self.dtypes[0], device=dev)
             ht = torch.empty(ht_shape, dtype=torch.float32, device=dev)
-            hb = torch.empty(hb_shape, dtype=self.state_dtype, device=dev) if store_b else None
+            hb = torch.empty(hb_shape, dtype=self.state_dtype, device=dev) if self.store_b else None
             scratch = torch.empty(self.nbytes, dtype=torch.uint8, device=dev)
         else:
+            o, ht, hb, scratch = self._given(given)
+        if o is None:
             o, ht, hb, scratch = _buffers(
                 *given, B=1, T=o_shape[1], N=ht_shape[0], NB=hb_shape[0], HV=o_shape[2], K=ht_shape[2],
-                V=o_shape[3], dt=self.dtypes[0], state_dtype=self.state_dtype, store_b=store_b, dev=dev,
+                V=o_shape[3], dt=self.dtypes[0], state_dtype=self.state_dtype, store_b=self.store_b, dev=dev,
                 nbytes=self.nbytes,
             )  # fmt: skip
             o = given[0] if given[0] is not None else o.view(o_shape)
+        # ``scratch`` lives until the launches are issued: no allocation (another thread's on this
+        # stream) can take its block before them
         base = scratch.data_ptr()
-        w, u, vn, A, hbuf, fd, gcum, glast, prog = map(base.__add__, self.offs)
-        o_ptr, ht_ptr = o.data_ptr(), ht.data_ptr()
-        scale, l2norm, store = self.flags
+        ht_ptr = ht.data_ptr()
+        fd = base + self.fd_off
         vals = (
-            _call_tuple(
-                ptrs[:5],
-                ptrs[6:] if ptrs[6] else (fd, fd),
-                (w, u, vn, A, hbuf, fd, gcum, glast, prog),
-                (o_ptr, ptrs[5] or ht_ptr, ht_ptr, hb.data_ptr() if store else ht_ptr),
-                self.meta_ptrs,
-                scale,
-                l2norm,
-                int(has_h0),
-            )
-            + self.plan.fixed
+            ptrs[:5]
+            + ((ptrs[6], ptrs[7]) if ptrs[6] else (fd, fd))
+            + tuple(map(base.__add__, self.scratch_offs))
+            + (o.data_ptr(), ptrs[5] or ht_ptr, ht_ptr, hb.data_ptr() if self.store else ht_ptr, int(has_h0))
+            + self.tail
         )
-        plan = self.plan
         stream = rt[0](dev.index)
+        plan = self.plan
         for launch, grid, getter in zip(plan.launches, self.grids, plan.getters):
             launch(*grid, stream, getter(vals))
         return o, ht, hb
@@ -1472,32 +1535,25 @@ def chunk_gated_delta_rule(
         if out is None and final_state_out is None and boundary_out is None and workspace is None
         else (out, final_state_out, boundary_out, workspace)
     )
-    meta_lp = None  # the launch table of a call with metadata: the bound lookup's and the direct path's
-    if _DIRECT and chunk_metadata is not None and q.dim() == 4 and v.dim() == 4:
-        K, HV, V = q.shape[3], v.shape[2], v.shape[3]
-        meta_lp = launch_params(
-            K, V, q.dtype, input_precision, state_wide(chunk_metadata.num_seqs, HV, V, q.device), gluon_device(q.device)
-        )
-        meta_scale, meta_l2norm = K**-0.5 if scale is None else scale, int(bool(use_qk_l2norm))
-        if chunk_metadata.calls:
-            # a layout this metadata has run before (the model step's earlier layers): its bound
-            # call checks the layout and launches, instead of the checks and plan key below
-            bound = chunk_metadata.calls.get(
-                _bound_key(
-                    meta_scale, meta_l2norm, bool(boundary_states), state_dtype, bool(use_gate_in_kernel),
-                    bool(use_beta_sigmoid), meta_lp,
-                )
-            )  # fmt: skip
-            if bound is not None:
-                gate = (A_log, dt_bias) if use_gate_in_kernel else None
-                res = bound.run(q, k, v, g, beta, initial_state, gate, given)
-                if res is not None:
-                    return res
+    if _DIRECT and chunk_metadata is not None and chunk_metadata.calls:
+        # a layout this metadata has run before (the model step's earlier layers): its bound call
+        # checks the layout and launches, instead of the checks, launch table and plan key below
+        bound = chunk_metadata.calls.get(
+            _bound_key(
+                q.shape[-1] ** -0.5 if scale is None else scale, int(bool(use_qk_l2norm)), bool(boundary_states),
+                state_dtype, bool(use_gate_in_kernel), bool(use_beta_sigmoid), q.dtype, input_precision,
+            )
+        )  # fmt: skip
+        if bound is not None:
+            res = bound.run(q, k, v, g, beta, initial_state, (A_log, dt_bias) if use_gate_in_kernel else None, given)
+            if res is not None:
+                return res
     check_args(q, k, v, g, beta)
     if INTERPRET and q.dtype == torch.bfloat16:
         raise ValueError(INTERPRETER_BF16)
     if (
-        meta_lp is not None
+        _DIRECT
+        and chunk_metadata is not None
         and q.is_cuda
         and not INTERPRET
         and (not use_gate_in_kernel or (_fp32_vector(A_log, q.device) and _fp32_vector(dt_bias, q.device)))
@@ -1517,23 +1573,16 @@ def chunk_gated_delta_rule(
             )
         )
     ):
+        K, HV, V = q.shape[3], v.shape[2], v.shape[3]
         res = _direct_call(
-            q,
-            k,
-            v,
-            g,
-            beta,
-            meta_scale,
-            initial_state,
-            bool(boundary_states),
-            state_dtype,
-            chunk_metadata,
-            meta_l2norm,
-            meta_lp,
-            (A_log, dt_bias) if use_gate_in_kernel else None,
-            bool(use_beta_sigmoid),
-            given,
-        )
+            q, k, v, g, beta, K**-0.5 if scale is None else scale, initial_state, bool(boundary_states), state_dtype,
+            chunk_metadata, int(bool(use_qk_l2norm)),
+            launch_params(
+                K, V, q.dtype, input_precision, state_wide(chunk_metadata.num_seqs, HV, V, q.device),
+                gluon_device(q.device),
+            ),
+            (A_log, dt_bias) if use_gate_in_kernel else None, bool(use_beta_sigmoid), given, input_precision,
+        )  # fmt: skip
         if res is not None:
             return res
     B, T, H, K = q.shape

@@ -2,6 +2,7 @@
 plan's direct launches give the very results of Triton's own launch path, also for new lengths and
 for inputs whose alignment or strides differ from the plan's (they get a plan of their own)."""
 
+import functools
 import inspect
 import math
 
@@ -376,6 +377,20 @@ def test_host_probe_parts_time_the_direct_path_without_its_launches(monkeypatch)
     assert launched == [] and plan.launches is real
     call()
     assert launched == [0, 1, 2, 3]
+    # with the call into the caller's buffers: its launches, issued again without the call
+    sent = []
+
+    def call_buffers():
+        for i, launch in enumerate(chunk_gdn._PLANS[key].launches):
+            launch(i, "args")
+
+    plan.launches = tuple((lambda i: lambda *a: sent.append(a))(i) for i in range(4))
+    real = plan.launches
+    parts = probe.components(torch, chunk_gdn, (q, k, v, g, beta), meta, call, call_buffers)
+    assert plan.launches is real and (0, "args") not in sent  # the buffers' call was recorded, not issued
+    sent.clear()
+    parts["the 4 launches alone"]()
+    assert sent == [(i, "args") for i in range(4)]
     del sys.modules["kernel_host_probe"]
 
 
@@ -519,3 +534,62 @@ def test_bound_calls_stay_off_with_tritons_launch_path(monkeypatch):
     assert record == []
     ro, _, _, _ = naive_gated_delta_rule(*x, use_qk_l2norm=True)
     assert ((o.float() - ro).norm() / ro.norm()).item() < 1e-2
+
+
+def test_bound_call_checks_the_callers_buffers_like_the_full_path(monkeypatch):
+    """A bound call into the caller's buffers takes them where all four fit (the launches get
+    their addresses), allocates what is not given, and a wrong one (dtype, shape, strides,
+    address) is the full path's one-line ValueError naming it, never a launch."""
+    chunk_gdn._PLANS.clear()
+    x = _bound_inputs()
+    lp, record, _ = _stand_in_plan(monkeypatch, x, None, None)
+    meta = prepare_chunk_metadata([0, 200], [0])
+    chunk_gdn._direct_call(*x, 0.25, None, True, torch.float32, meta, 1, lp, None, False, None)
+    (bound,) = meta.calls.values()
+    ws_bytes = chunk_gdn.workspace_bytes(x[0], x[2], meta)
+    good = dict(
+        out=torch.empty(1, 200, 4, 32, dtype=torch.float16),
+        final_state_out=torch.empty(1, 4, 32, 32),
+        boundary_out=torch.empty(meta.num_boundaries, 4, 32, 32),
+        workspace=torch.empty(ws_bytes + 100, dtype=torch.uint8),
+    )
+    record.clear()
+    o, ht, hb = bound.run(*x, None, None, tuple(good.values()))
+    assert o is good["out"] and ht is good["final_state_out"] and hb is good["boundary_out"]
+    sent = {n: a for n, a in zip(chunk_gdn._wu_kernel.arg_names, record[1][1][-1])}
+    assert (
+        sent["w_out"]
+        == good["workspace"].data_ptr() + chunk_gdn._scratch_layout(200, meta.num_chunks, 4, 32, 32, 2)[0][0]
+    )
+    record.clear()
+    o, ht, hb = bound.run(*x, None, None, (good["out"], None, None, None))  # the rest allocated
+    assert o is good["out"] and ht.shape == (1, 4, 32, 32) and hb.shape == (meta.num_boundaries, 4, 32, 32)
+    assert len(record) == 4
+    for name, b in good.items():
+        wrong = {
+            "dtype": b.to(torch.int16 if b.dtype == torch.uint8 else torch.float64),
+            "shape": b.new_empty(2, b.numel()) if name == "workspace" else b.new_empty(*b.shape[:-1], b.shape[-1] + 1),
+            "strided": b.new_empty(*b.shape[:-1], 2 * b.shape[-1])[..., ::2],
+            "misaligned": b.new_empty(b.numel() + 64).view(-1)[1 : 1 + b.numel()].view(b.shape),
+        }
+        for fault, t in wrong.items():
+            record.clear()
+            with pytest.raises(ValueError) as e:
+                bound.run(*x, None, None, tuple(t if n == name else g for n, g in good.items()))
+            assert name in str(e.value) and "\n" not in str(e.value) and record == [], (name, fault)
+
+
+def test_bound_key_follows_the_launch_tables_inputs(monkeypatch):
+    """The bound lookup skips the launch table: its key holds what picks the table besides the
+    shapes the bound call checks. A ``KERNELS_CONFIG_*`` change, another fp32 precision or a
+    failed Gluon compile gives another key (the full path then builds the table anew)."""
+    key = functools.partial(chunk_gdn._bound_key, 0.25, 1, True, torch.float32, False, False)
+    base = key(torch.float16, None)
+    assert key(torch.float16, None) == base
+    assert key(torch.float32, None) != base and key(torch.float16, "ieee") != base
+    monkeypatch.setenv("KERNELS_CONFIG_STATE", "BV=32")
+    assert key(torch.float16, None) != base
+    monkeypatch.delenv("KERNELS_CONFIG_STATE")
+    assert key(torch.float16, None) == base
+    monkeypatch.setattr(chunk_gdn, "_GLUON_FAILED", [RuntimeError("no Gluon")])
+    assert key(torch.float16, None) != base
