@@ -132,6 +132,7 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--fla", action="store_true", help="also print FLA's autotuned configs")
+    ap.add_argument("--repeats", type=int, default=7, help="runs of 20 calls per figure (their median)")
     args = ap.parse_args(argv)
     import torch
 
@@ -201,13 +202,13 @@ def main(argv=None) -> int:
             if fla is not None:
                 cases["fla"] = lambda: fla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True)
             for name, fn in cases.items():
-                us, clean = host_us_median(torch, fn, 20)
+                us, clean = host_us_median(torch, fn, 20, args.repeats)
                 print(f"HOST H={h} HV={hv} T={T} {name}: {us:.1f} us per call{'' if clean else ' (queue drained)'}")
             parts = components(
                 torch, chunk_gdn, (q, k, v, g, beta), meta, cases["states+meta"], cases["states+meta, preallocated"]
             )
             for name, fn in parts.items():
-                us, clean = host_us_median(torch, fn, 20)
+                us, clean = host_us_median(torch, fn, 20, args.repeats)
                 print(f"PART H={h} HV={hv} T={T} {name}: {us:.1f} us per call{'' if clean else ' (queue drained)'}")
             print(f"PROFILE H={h} HV={hv} T={T} states+meta, {args.calls} calls")
             print(profile_calls(torch, cases["states+meta"], args.calls, args.top))

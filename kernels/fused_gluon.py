@@ -230,7 +230,9 @@ if gluon is not None:
             gr_n, gcol_n = gr_nn, gcol_nn
         async_copy.wait_group(0)
 
-    @gluon.jit
+    # the per-call flags stay runtime values: Triton specialises an int argument equal to 1 into
+    # a constant, and a plan compiled at 1 would ignore a later call's 0 (``chunk_gdn._PER_CALL``)
+    @gluon.jit(do_not_specialize=["l2norm", "has_h0"])
     def _gluon_fused_kernel(
         q, k, gc, fd, w, u, gl, o, h0, ht, hb, seq_info, chunk_info, store_slot, scale, l2norm, has_h0,
         sqt: ttgl.constexpr, sqh: ttgl.constexpr, skt: ttgl.constexpr, skh: ttgl.constexpr,

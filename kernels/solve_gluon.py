@@ -104,7 +104,9 @@ if gluon is not None:
         d = ttgl.exp(ttgl.where(r[:, None] > c[None, :], gc[:, None] - gc_c[None, :], float("-inf")))
         return G * (b * rk)[:, None] * rk_c[None, :] * d
 
-    @gluon.jit
+    # the per-call flags stay runtime values: Triton specialises an int argument equal to 1 into
+    # a constant, and a plan compiled at 1 would ignore a later call's 0 (``chunk_gdn._PER_CALL``)
+    @gluon.jit(do_not_specialize=["l2norm"])
     def _gluon_solve_kernel(
         k, g, beta, A_log, dt_bias, a_out, gc_out, gl_out, prog, chunk_info,
         skt, skh, sgt, sgh, sbt, sbh, HV, GROUP,

@@ -156,7 +156,9 @@ if gluon is not None:
         S = ttgl.load(h0 + hoff + sidx, mask=(ttgl.full([BK, BV], 0, ttgl.int32, ACC) + has_h0) != 0, other=0.0)
         return hoff, S
 
-    @gluon.jit
+    # the per-call flags stay runtime values: Triton specialises an int argument equal to 1 into
+    # a constant, and a plan compiled at 1 would ignore a later call's 0 (``chunk_gdn._PER_CALL``)
+    @gluon.jit(do_not_specialize=["has_h0"])
     def _gluon_state_kernel(
         k, fd, w, u, gl, h_out, vn_out, h0, ht, hb, seq_info, chunk_info, store_slot,
         skt: ttgl.constexpr, skh: ttgl.constexpr, HV: ttgl.constexpr, GROUP: ttgl.constexpr,

@@ -198,6 +198,44 @@ def test_gpu_direct_launches_equal_triton_launches(gated, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("gated", [False, True], ids=["plain", "gate-in-kernel"])
+def test_gpu_a_plan_compiled_with_flags_at_one_serves_calls_at_zero(gated, monkeypatch):
+    """Triton turns an int argument equal to 1 into a constant unless told not to. A plan first
+    compiled with an initial state and l2norm (both flags 1) must, on the direct path, give a call
+    without them (flags 0) what Triton's own launch path gives it. The final-state buffer, which
+    stands in for the absent initial state, is filled with NaN first: a kernel that still reads it
+    as the initial state returns NaN (the bf16 Gluon loop did, as replay found: its KV check failed
+    wherever a request's first segment ran on a plan its later segments had compiled)."""
+    chunk_gdn._PLANS.clear()
+    dt = _half()
+    x = make_inputs(941, h=2, hv=4, dk=128, dv=128, seed=11, device="cuda", dtype=dt)
+    q, k, v, g, beta = x
+    gate = (torch.rand(4, device="cuda") + 0.5, torch.randn(4, device="cuda")) if gated else None
+    extra = {} if gate is None else dict(A_log=gate[0], dt_bias=gate[1], use_gate_in_kernel=True, use_beta_sigmoid=True)
+    h0 = torch.randn(1, 4, 128, 128, device="cuda") * 0.1
+
+    def call(l2norm, **kw):
+        meta = prepare_chunk_metadata([0, 941], device="cuda")
+        ht = torch.full((1, 4, 128, 128), float("nan"), device="cuda")
+        ws = torch.full((chunk_gdn.workspace_bytes(q, v, meta),), 255, dtype=torch.uint8, device="cuda")
+        return chunk_gated_delta_rule(
+            q, k, v, g, beta, use_qk_l2norm=l2norm, chunk_metadata=meta, final_state_out=ht, workspace=ws, **extra,
+            **kw,
+        )  # fmt: skip
+
+    call(True, initial_state=h0)  # compiles with both flags at 1 and remembers the plan
+    assert len(chunk_gdn._PLANS) == 1
+    direct = [call(False), call(True), call(False, initial_state=h0)]
+    assert len(chunk_gdn._PLANS) == 1  # the flags are runtime values of the one plan
+    monkeypatch.setattr(chunk_gdn, "_DIRECT", False)
+    triton_path = [call(False), call(True), call(False, initial_state=h0)]
+    for ours, theirs in zip(direct, triton_path):
+        for a, b in zip(ours, theirs):
+            assert not torch.isnan(a.float()).any()
+            assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
 def test_gpu_misaligned_inputs_get_their_own_plan():
     chunk_gdn._PLANS.clear()
     dt = _half()
@@ -276,6 +314,27 @@ def test_gpu_bound_calls_equal_triton_launches_layer_after_layer(monkeypatch):
     )  # fmt: skip
     for a, b in zip(other, reference[-1]):  # its own plan: the same math, maybe other code
         torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_per_call_flags_are_never_specialised():
+    """The per-call ints (``l2norm``, ``has_h0``) change between calls of one plan: every kernel
+    of every launch table takes them as runtime values (``do_not_specialize``), or a plan compiled
+    where a flag was 1 would treat it as the constant 1 for every later call (Triton specialises an
+    int equal to 1)."""
+    flags = {"l2norm", "has_h0"}
+    kernels = set(chunk_gdn._KERNELS + chunk_gdn._KERNELS_GLUON + chunk_gdn._KERNELS_FUSED + chunk_gdn._GLUON_KERNELS)
+    kernels.discard(None)
+    seen = set()
+    for fn in kernels:
+        if hasattr(fn, "params"):  # compiled Triton, and Gluon (never interpreted)
+            runtime = {p.name for p in fn.params if p.do_not_specialize}
+        else:  # the interpreter's wrapper keeps the decorator's arguments
+            given = fn.kwargs.get("do_not_specialize") or ()
+            runtime = {fn.arg_names[a] if isinstance(a, int) else a for a in given}
+        for name in flags & set(fn.arg_names):
+            seen.add(name)
+            assert name in runtime, (fn.fn.__name__, name)
+    assert seen == flags
 
 
 def test_per_call_names_cover_every_buffer_of_the_kernels():
