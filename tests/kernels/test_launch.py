@@ -626,6 +626,10 @@ def test_bound_call_checks_the_callers_buffers_like_the_full_path(monkeypatch):
     o, ht, hb = bound.run(*x, None, None, (good["out"], None, None, None))  # the rest allocated
     assert o is good["out"] and ht.shape == (1, 4, 32, 32) and hb.shape == (meta.num_boundaries, 4, 32, 32)
     assert len(record) == 4
+    o, ht, hb = bound.run(*x, None, None, None)  # all allocated
+    assert (o.shape, o.dtype, ht.shape, ht.dtype) == ((1, 200, 4, 32), torch.float16, (1, 4, 32, 32), torch.float32)
+    assert (hb.shape, hb.dtype) == ((meta.num_boundaries, 4, 32, 32), torch.float32)
+    assert o.is_contiguous() and ht.is_contiguous() and hb.is_contiguous()
     for name, b in good.items():
         wrong = {
             "dtype": b.to(torch.int16 if b.dtype == torch.uint8 else torch.float64),
