@@ -1036,8 +1036,6 @@ _PER_CALL_ORDER = tuple(
     "q k v g beta A_log dt_bias a_out a_in gc_out gc gl_out gl w_out w u_out u fd_out fd h_out h vn_out vn prog o "
     "h0 ht hb has_h0 chunk_info seq_info store_slot scale l2norm".split()
 )
-#: where the scratch addresses sit in ``_PER_CALL_ORDER`` (``a_out`` .. ``prog``: 17 values)
-_SCRATCH_AT = slice(_PER_CALL_ORDER.index("a_out"), _PER_CALL_ORDER.index("prog") + 1)
 _PER_CALL = frozenset(_PER_CALL_ORDER)
 _PER_CALL_GETTER = operator.itemgetter(*_PER_CALL_ORDER)
 
