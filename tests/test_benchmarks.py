@@ -33,12 +33,13 @@ SMALLEST = {
         ["--model", "replay-tiny", "--device", "cpu", "--small", "--reps", "1", "--suffixes", "25", "--prefixes", "0"],
         "device ms",
     ),
-    # need a GPU (kernel_bench, kernel_host_probe, replay_bench) or compile kernels for minutes (kernel_resources is run
-    # by tests/kernels/test_resources.py): their command line at least
+    # need a GPU (kernel_bench, kernel_host_probe, kernel_launch_floor, replay_bench) or compile kernels for minutes
+    # (kernel_resources is run by tests/kernels/test_resources.py): their command line at least
     "kernel_bench.py": (["--help"], "usage"),
     "replay_bench.py": (["--help"], "usage"),
     "kernel_resources.py": (["--help"], "usage"),
     "kernel_host_probe.py": (["--help"], "usage"),
+    "kernel_launch_floor.py": (["--help"], "usage"),
     # the peer backends' GPU check: its commands (the run needs a GPU and the peers)
     "peer_check.py": (["--dry-run"], "kernel_bench.py"),
     # needs an LMDeploy checkout and its dependencies (fetched outside CI)
