@@ -52,6 +52,15 @@ $(TRITON_LATEST_DIR)/.installed: | $(BIN)/python
 test-triton-latest: setup-test $(TRITON_LATEST_DIR)/.installed
 	PYTHONPATH=$(abspath $(TRITON_LATEST_DIR)):$(CURDIR) $(PYTEST) tests/kernels
 
+# Every GPU suite (kernels and replay, marked `gpu`; about 5 minutes on one H200), run with a
+# python whose torch has CUDA: not .venv, whose torch is the CPU build. The replay suite needs
+# the package's own dependencies there too (simpy, ...). Run it on every change that reaches a
+# GPU: the replay tests found a kernel bug the kernel tests missed (docs/kernels.md, the host path).
+GPU_PY ?= python3
+.PHONY: test-gpu
+test-gpu:
+	$(GPU_PY) -m pytest -q -p no:cacheprovider -m gpu tests/kernels tests/sim/replay
+
 # benchmarks print figures; they are not part of the test suite (kernel_bench.py needs a GPU)
 bench: setup-test
 	$(BIN)/python benchmarks/sim_bench.py
