@@ -134,6 +134,9 @@ def main(argv=None) -> int:
     ap.add_argument("--fla", action="store_true", help="also print FLA's autotuned configs")
     ap.add_argument("--repeats", type=int, default=7, help="runs of 20 calls per figure (their median)")
     args = ap.parse_args(argv)
+    if args.repeats < 1 or args.calls < 1:
+        print("--repeats and --calls must be at least 1", file=sys.stderr)
+        return 2
     import torch
 
     if not torch.cuda.is_available():
