@@ -238,9 +238,17 @@ def resolve_call(
     return meta
 
 
-def check_args(q, k, v, g, beta, *, max_head_dim: Optional[int] = MAX_HEAD_DIM):
+#: the dtypes boundary states may be emitted in (``state_dtype``)
+STATE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def check_args(q, k, v, g, beta, *, max_head_dim: Optional[int] = MAX_HEAD_DIM, state_dtype=torch.float32):
     """Raise ValueError for anything the kernels cannot run (one clear line). ``max_head_dim``:
-    the largest K / V (None: no limit, the plain-torch implementation)."""
+    the largest K / V (None: no limit, the plain-torch implementation); ``state_dtype``: the
+    boundary states' dtype (``STATE_DTYPES``)."""
+    if state_dtype not in STATE_DTYPES:
+        names = ", ".join(str(t) for t in STATE_DTYPES)
+        raise ValueError(f"state_dtype must be one of {names}; got {state_dtype!r}")
     if q.dim() != 4 or v.dim() != 4:
         raise ValueError(f"q, k, v must be 4-d [B, T, heads, dim]; got q{tuple(q.shape)} v{tuple(v.shape)}")
     B, T, H, K = q.shape

@@ -1551,7 +1551,7 @@ def chunk_gated_delta_rule(
             res = bound.run(q, k, v, g, beta, initial_state, (A_log, dt_bias) if use_gate_in_kernel else None, given)
             if res is not None:
                 return res
-    check_args(q, k, v, g, beta)
+    check_args(q, k, v, g, beta, state_dtype=state_dtype)
     if INTERPRET and q.dtype == torch.bfloat16:
         raise ValueError(INTERPRETER_BF16)
     if (

@@ -113,7 +113,7 @@ def chunk_gated_delta_rule(
 
     Returns ``(o [B, T, HV, V] in q's dtype, final_state [N, HV, K, V] fp32, boundary_states
     [NB, HV, K, V] in state_dtype or None)``."""
-    check_args(q, k, v, g, beta, max_head_dim=None)
+    check_args(q, k, v, g, beta, max_head_dim=None, state_dtype=state_dtype)
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     group = HV // H

@@ -97,6 +97,20 @@ def test_refuses_bad_initial_state_shape():
         chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0[:, :2])
 
 
+@pytest.mark.parametrize("state_dtype", ["float32", torch.int32, torch.float64, None])
+def test_refuses_a_state_dtype_it_cannot_emit_in_one_line(state_dtype):
+    """Boundary states come in fp32, bf16 or fp16: anything else is one ValueError line (it was
+    torch.empty's multi-line TypeError, or an fp64 store the kernels were never tested with), in
+    the Triton kernels and the plain-torch implementation alike."""
+    from kernels.torch_gdn import chunk_gated_delta_rule as torch_gdn
+
+    q, k, v, g, beta, _ = _inputs(70, 2, 4, 16, 16, seed=0)
+    for fn in (chunk_gated_delta_rule, torch_gdn):
+        with pytest.raises(ValueError, match="state_dtype must be one of") as e:
+            fn(q, k, v, g, beta, state_dtype=state_dtype)
+        assert "\n" not in str(e.value)
+
+
 def test_warmup_runs_every_bucket_on_cpu():
     secs = warmup(
         [(30, 40)],
