@@ -52,6 +52,21 @@ REFERENCES = (
 )
 
 
+def cuda_modules():
+    """``(torch, triton)`` where both import and a CUDA GPU is present, else None with the reason
+    printed in one line (the GPU benchmarks' common start)."""
+    try:
+        import torch
+        import triton
+    except ImportError:
+        print("needs torch and triton: pip install 'marconi-sim[kernels]'", file=sys.stderr)
+        return None
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return None
+    return torch, triton
+
+
 def host_overhead_us(torch, fn, calls: int) -> tuple[float, bool]:
     """Microseconds per call for ``fn`` to return on the host with the device queue busy (see the
     module docstring), and whether the device stayed busy throughout (the figure is clean)."""
@@ -213,16 +228,12 @@ def main(argv=None) -> int:
         help="instead of the table: time 40 replay-like requests from a cold start",
     )
     args = ap.parse_args(argv)
-    try:
-        import torch
-        import triton
-        from triton.testing import do_bench, do_bench_cudagraph
-    except ImportError:
-        print("needs torch and triton: pip install 'marconi-sim[kernels]'", file=sys.stderr)
+    modules = cuda_modules()
+    if modules is None:
         return 2
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
-        return 2
+    torch, triton = modules
+    from triton.testing import do_bench, do_bench_cudagraph
+
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     if args.coldstart:
         _coldstart(torch, args.coldstart)

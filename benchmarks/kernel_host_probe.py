@@ -28,7 +28,7 @@ import os
 import pstats
 import sys
 
-from kernel_bench import HOST_SLEEP_CYCLES, bench_inputs, host_us_median  # noqa: E402 (this folder)
+from kernel_bench import HOST_SLEEP_CYCLES, bench_inputs, cuda_modules, host_us_median  # noqa: E402 (this folder)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -137,11 +137,10 @@ def main(argv=None) -> int:
     if args.repeats < 1 or args.calls < 1:
         print("--repeats and --calls must be at least 1", file=sys.stderr)
         return 2
-    import torch
-
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
+    modules = cuda_modules()
+    if modules is None:
         return 2
+    torch = modules[0]
     from kernels import chunk_gated_delta_rule, chunk_gdn, prepare_chunk_metadata, workspace_bytes
 
     direct = chunk_gdn._DIRECT

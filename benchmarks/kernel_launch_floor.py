@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-from kernel_bench import host_us_median  # noqa: E402 (this folder)
+from kernel_bench import cuda_modules, host_us_median  # noqa: E402 (this folder)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -79,15 +79,10 @@ def main(argv=None) -> int:
     if args.calls < 1 or args.repeats < 1:
         print("--calls and --repeats must be at least 1", file=sys.stderr)
         return 2
-    try:
-        import torch
-        import triton
-    except ImportError:
-        print("needs torch and triton: pip install 'marconi-sim[kernels]'", file=sys.stderr)
+    modules = cuda_modules()
+    if modules is None:
         return 2
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
-        return 2
+    torch, triton = modules
     print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}")
     for name, fn in floor_cases(torch, triton).items():
         us, clean = host_us_median(torch, fn, args.calls, args.repeats)

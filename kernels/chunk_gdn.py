@@ -1211,9 +1211,35 @@ def workspace_bytes(q, v, chunk_metadata: ChunkMetadata) -> int:
     return _scratch_layout(B * T, chunk_metadata.num_chunks, HV, K, V, q.element_size())[1]
 
 
+def _device_index(dev) -> int:
+    """``Tensor.get_device()`` of a tensor on ``dev`` (-1 on a CPU)."""
+    return -1 if dev.type == "cpu" else dev.index
+
+
+def _workspace_align(dev) -> int:
+    """The byte alignment a caller's workspace needs: a GPU's allocations are 512-byte aligned, a
+    CPU's (the interpreter's) 64."""
+    return WORKSPACE_ALIGN if dev.type == "cuda" else 16
+
+
+def _fits(t, shape, dtype, index: int, align: int) -> bool:
+    """Whether a caller's buffer can be written as is: ``shape``, ``dtype``, on the device of
+    ``Tensor.get_device()`` ``index``, contiguous, its address ``align``-byte aligned (the compiled
+    kernels take outputs and scratch as aligned fresh allocations). The one rule of both paths:
+    ``_given`` says what is wrong where it fails, the bound call falls back to it."""
+    return (
+        t.shape == shape
+        and t.dtype == dtype
+        and t.get_device() == index
+        and t.is_contiguous()
+        and not t.data_ptr() % align
+    )
+
+
 def _given(name: str, t, shape: tuple, dtype, dev, align: int = 16):
-    """A caller's preallocated buffer, checked: its shape, dtype, device, contiguity and address
-    alignment (the compiled kernels take outputs as 16-byte aligned); one-line ValueError."""
+    """A caller's preallocated buffer, checked (``_fits``); one-line ValueError naming it."""
+    if _fits(t, shape, dtype, _device_index(dev), align):
+        return t
     if t.shape != shape or t.dtype != dtype or t.device != dev:
         raise ValueError(f"{name} must be {shape} {dtype} on {dev}, got {tuple(t.shape)} {t.dtype} on {t.device}")
     if not t.is_contiguous() or t.data_ptr() % align:
@@ -1249,9 +1275,7 @@ def _buffers(
             f"workspace must be 1-d uint8 with at least {nbytes} elements (kernels.workspace_bytes), "
             f"got {tuple(workspace.shape)}"
         )
-    # a GPU's allocations are 512-byte aligned; a CPU's (the interpreter's) 64
-    align = WORKSPACE_ALIGN if dev.type == "cuda" else 16
-    return o, ht, hb, _given("workspace", workspace, tuple(workspace.shape), torch.uint8, dev, align)
+    return o, ht, hb, _given("workspace", workspace, tuple(workspace.shape), torch.uint8, dev, _workspace_align(dev))
 
 
 def _fp32_vector(x, dev) -> bool:
@@ -1310,7 +1334,7 @@ class _Bound:
 
     __slots__ = (
         "plan", "lp", "options", "layout", "dtypes", "dev", "index", "h0_shape", "grids", "nbytes", "out_shapes",
-        "state_dtype", "store_b", "store", "scratch_offs", "fd_off", "tail", "empties",
+        "state_dtype", "store_b", "store", "scratch_offs", "fd_off", "tail", "empties", "ws_align",
     )  # fmt: skip
 
     def __init__(self, plan, options, q, k, v, g, beta, scale, store_b, state_dtype, meta, l2norm):
@@ -1321,6 +1345,7 @@ class _Bound:
         self.dtypes = (q.dtype, k.dtype, v.dtype, g.dtype, beta.dtype)
         self.dev = q.device
         self.index = q.get_device()  # -1 on a CPU (the stand-in tests), the CUDA index otherwise
+        self.ws_align = _workspace_align(self.dev)
         # what ``run`` compares a call's inputs with, in one tuple: shapes, strides, dtypes, devices
         self.layout = (
             q.shape, k.shape, v.shape, g.shape, beta.shape, q.stride(), k.stride(), v.stride(), g.stride(),
@@ -1385,39 +1410,24 @@ class _Bound:
         return self.launch(rt, ptrs, initial_state is not None, given)
 
     def _given(self, given) -> tuple:
-        """The caller's four buffers where all are given and fit this layout (shape, dtype,
-        device, contiguous, aligned), else four Nones (``_buffers`` then allocates the missing ones,
-        or says in one line what is wrong with one)."""
+        """The caller's four buffers where all are given and fit this layout (``_fits``), else
+        four Nones (``_buffers`` then allocates the missing ones, or says in one line what is
+        wrong with one)."""
         out, final_state_out, boundary_out, workspace = given
         index, (o_shape, ht_shape, hb_shape) = self.index, self.out_shapes
         if (
             out is not None
             and final_state_out is not None
             and workspace is not None
-            and (boundary_out is not None or not self.store_b)
-            and out.shape == o_shape
-            and final_state_out.shape == ht_shape
-            and out.dtype == self.dtypes[0]
-            and final_state_out.dtype == torch.float32
-            and workspace.dtype == torch.uint8
-            and out.get_device() == final_state_out.get_device() == workspace.get_device() == index
-            and out.is_contiguous()
-            and final_state_out.is_contiguous()
+            and _fits(out, o_shape, self.dtypes[0], index, 16)
+            and _fits(final_state_out, ht_shape, torch.float32, index, 16)
             and workspace.dim() == 1
-            and workspace.is_contiguous()
             and workspace.numel() >= self.nbytes
-            and not (out.data_ptr() | final_state_out.data_ptr()) % 16
-            and not workspace.data_ptr() % (WORKSPACE_ALIGN if index >= 0 else 16)
+            and _fits(workspace, workspace.shape, torch.uint8, index, self.ws_align)
         ):
             if not self.store_b:
                 return out, final_state_out, None, workspace
-            if (
-                boundary_out.shape == hb_shape
-                and boundary_out.dtype == self.state_dtype
-                and boundary_out.get_device() == index
-                and boundary_out.is_contiguous()
-                and not boundary_out.data_ptr() % 16
-            ):
+            if boundary_out is not None and _fits(boundary_out, hb_shape, self.state_dtype, index, 16):
                 return out, final_state_out, boundary_out, workspace
         return None, None, None, None
 

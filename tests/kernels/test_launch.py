@@ -485,6 +485,18 @@ def _bound_inputs(T=200, seed=0):
     return [t.contiguous() for t in make_inputs(T, h=2, hv=4, dk=32, dv=32, seed=seed, dtype=torch.float16)]
 
 
+def _bind_one(monkeypatch):
+    """One call bound to fresh metadata on a stand-in plan (no initial state, no gate, boundary
+    states, scale 0.25): ``(inputs, metadata, bound call, launch record, launch hooks)``."""
+    chunk_gdn._PLANS.clear()
+    x = _bound_inputs()
+    lp, record, hooks = _stand_in_plan(monkeypatch, x, None, None)
+    meta = prepare_chunk_metadata([0, 200], [0])
+    chunk_gdn._direct_call(*x, 0.25, None, True, torch.float32, meta, 1, lp, None, False, None)
+    (bound,) = meta.calls.values()
+    return x, meta, bound, record, hooks
+
+
 def test_bound_call_launches_what_the_direct_path_launches(monkeypatch):
     """The first direct call binds itself to the metadata; the next call of the layout (another
     layer: other inputs, gate parameters and initial state) takes the bound path and passes the
@@ -535,12 +547,7 @@ def test_bound_call_launches_what_the_direct_path_launches(monkeypatch):
 def test_bound_call_declines_every_other_layout(monkeypatch):
     """A call whose layout differs from the bound one in anything the plan key holds is declined
     (None: the full path decides), as is one while a launch hook is installed."""
-    chunk_gdn._PLANS.clear()
-    x = _bound_inputs()
-    lp, record, hooks = _stand_in_plan(monkeypatch, x, None, None)
-    meta = prepare_chunk_metadata([0, 200], [0])
-    chunk_gdn._direct_call(*x, 0.25, None, True, torch.float32, meta, 1, lp, None, False, None)
-    (bound,) = meta.calls.values()
+    x, meta, bound, record, hooks = _bind_one(monkeypatch)
     q, k, v, g, beta = x
     assert bound.run(q, k, v, g, beta, None, None, None) is not None
     flat = torch.empty(q.numel() + 1, dtype=q.dtype)
@@ -601,12 +608,7 @@ def test_bound_call_checks_the_callers_buffers_like_the_full_path(monkeypatch):
     """A bound call into the caller's buffers takes them where all four fit (the launches get
     their addresses), allocates what is not given, and a wrong one (dtype, shape, strides,
     address) is the full path's one-line ValueError naming it, never a launch."""
-    chunk_gdn._PLANS.clear()
-    x = _bound_inputs()
-    lp, record, _ = _stand_in_plan(monkeypatch, x, None, None)
-    meta = prepare_chunk_metadata([0, 200], [0])
-    chunk_gdn._direct_call(*x, 0.25, None, True, torch.float32, meta, 1, lp, None, False, None)
-    (bound,) = meta.calls.values()
+    x, meta, bound, record, _ = _bind_one(monkeypatch)
     ws_bytes = chunk_gdn.workspace_bytes(x[0], x[2], meta)
     good = dict(
         out=torch.empty(1, 200, 4, 32, dtype=torch.float16),
