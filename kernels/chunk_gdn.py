@@ -162,12 +162,12 @@ def _config_envs() -> tuple:
 #: tokens; Triton's FMA products hold whole operand rows in registers and spill 17-56 KB in every
 #: kernel) with the same error against the per-token fp32 oracle (out 7.1e-8 against 8.2e-8, final
 #: state 6.3e-7 against 6.6e-7, boundary states 1.8e-6 both; plain tf32: 1e-4 to 9e-4).
-#: kernels/RESULTS.md. The interpreter computes every product in fp32 whatever the setting.
+#: docs/results-kernels.md. The interpreter computes every product in fp32 whatever the setting.
 FP32_PRECISION = "tf32x3"
 FP32_PRECISIONS = (None, "ieee", "tf32", "tf32x3")
 
 #: the output kernel's V block for fp32 inputs (16-bit inputs: ``CONFIGS["out"]["BV"]``, 128, a
-#: whole head of 128: 20 % less time than 64 on an H200, kernels/RESULTS.md)
+#: whole head of 128: 20 % less time than 64 on an H200, docs/results-kernels.md)
 OUT_BV_FP32 = 64
 
 #: the state loop's V block where its programs fill the GPU at it (``state_wide``): half the
@@ -212,7 +212,7 @@ def state_wide(N: int, HV: int, V: int, device) -> bool:
     multiprocessors. Measured on an H200 (132 SMs, K = V = 128, 32K tokens): at 32 value heads
     and one sequence (128 programs) 0.70 ms against 0.81 without boundary states and 0.85 against
     0.96 with a boundary every 512 tokens (1.10 against 1.09 with one at every chunk); at 8 value
-    heads (32 programs) 0.68 against 0.56 (kernels/RESULTS.md). Never on a CPU."""
+    heads (32 programs) 0.68 against 0.56 (docs/results-kernels.md). Never on a CPU."""
     if device.type != "cuda" or INTERPRET:
         return False
     return N * HV * -(-V // STATE_BV_WIDE) >= STATE_WIDE_FILL * _multiprocessors(device.index or 0)
@@ -297,7 +297,7 @@ def _solve_config(K: int, BK: int, prec: str) -> dict:
     # took 0.580 against 0.611 ms at 16/32 heads and 32K tokens, the call 1.2 % less (all merges
     # in tf32: 2.4 %, with the IEEE merges' errors to three digits). Off by default: spill-free in
     # triton 3.6 at head dims 64, 128 and 256, but 4 B spilled in triton 3.9 at 128 and 256
-    # (every other mix tried spills in one of the two; kernels/RESULTS.md, 2026-12-04 third session)
+    # (every other mix tried spills in one of the two; docs/results-kernels.md, 2026-12-04 third session)
     cfg["TF32M"] = int(bool(cfg["TF32M"]) and prec == "tf32")
     return dict(K=K, BK=BK, PREC=prec, **cfg)
 

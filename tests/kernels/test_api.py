@@ -494,7 +494,7 @@ def test_fused_output_loop_is_opt_in_and_replaces_the_output_kernel(monkeypatch)
     """``KERNELS_CONFIG_STATE=FUSE=1`` runs the Gluon loop and the output in one warp-specialised
     program (``kernels.fused_gluon``): three launches, no overlapped output kernel (``OVL`` 0, so
     the solve kernel zeroes no progress counters). Off by default (slower on an H200 so far:
-    kernels/RESULTS.md), and never where the Gluon loop does not run (no Hopper, fp32 inputs,
+    docs/results-kernels.md), and never where the Gluon loop does not run (no Hopper, fp32 inputs,
     another head dim)."""
     from kernels import chunk_gdn, fused_gluon
 

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.gpu
 PEERS = ("fla", "flashqla")
 H, HV, K, V = 16, 32, 128, 128  # qwen3.5-9b's gated-delta heads
 #: relative Frobenius difference allowed between two bf16 implementations (each is ~3e-3 from the
-#: fp32 oracle at these shapes: kernels/RESULTS.md)
+#: fp32 oracle at these shapes: docs/results-kernels.md)
 BF16_TOL = 2e-2
 CHAT = "synthetic:chat:sessions=3,turns=3,prompt_tokens=600,user_tokens=150,output_tokens=100,prompts=2"
 

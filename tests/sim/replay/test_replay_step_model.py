@@ -1,7 +1,7 @@
 """The step-time model of ``--scheduler continuous`` (issue 18 / 22): a step is one call of the
 model over its sequences (decode tokens as one-token sequences), plus a per-sequence time per
 layer kind that ``steps.calibrate_steps`` fits from executed steps; and the committed H200
-calibration against the measurements it was made from (sim/replay/h200-2026-12-02, device time:
+calibration against the measurements it was made from (tests/data/h200-2026-12-02, device time:
 every timed call queued behind a GPU sleep)."""
 
 from dataclasses import replace
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.cost import LAYER_KINDS, gdn_chunks, read_timing_file
+from sim.cost import H200_TIMING_FILE, LAYER_KINDS, gdn_chunks, read_timing_file
 from sim.errors import UsageError
 from sim.replay import measure, steps
 from sim.replay.measure import write_timing
@@ -22,7 +22,8 @@ from test_replay_calibrate import TRUE as PER_CALL
 
 # the per-call terms of the calibration tests' known model, with per-sequence times of its own
 TRUE = replace(PER_CALL, seq_ms={"attention": 0.02, "gated_delta": 0.01, "mlp": 0.002})
-DATA = Path(__file__).resolve().parents[3] / "sim" / "replay" / "h200-2026-12-02"
+#: the recorded H200 runs the test reads (the rest of that run: benchmarks/results/2026-12-02-replay-calibration-h200/)
+DATA = Path(__file__).resolve().parents[2] / "data" / "h200-2026-12-02"
 
 
 def test_a_decode_token_is_a_one_token_sequence_of_the_call():
@@ -105,13 +106,12 @@ def test_calibrate_steps_never_fits_a_negative_time():
     assert fit_seq_ms(table, SPEC, slow, COUNTS) == dict.fromkeys(LAYER_KINDS, 0.0)
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="recorded H200 data not in this checkout")
 def test_committed_h200_timing_reproduces_its_held_out_measurements():
     """The committed default timing against the H200 run it was fitted for: the per-call terms were
     fitted on two synthetic traces; the ShareGPT runs below were not seen by that fit, and the
     per-sequence term was fitted on the first half of the steps only (issue 22: prefill median
     < 10 % and P95 < 25 %, time saved within 15 %; issue 18: step median < 15 %)."""
-    t = read_timing_file(DATA.parent.parent / "data" / "h200-timing.json")
+    t = read_timing_file(H200_TIMING_FILE)
     assert t.peak_tflops == 989.0 and all(f is None or f <= 1.0 for f in t.fraction_of_peak().values())
     req = pd.read_parquet(DATA / "marconi-exact-sequential" / "requests.parquet")
     mod = np.array(
@@ -178,16 +178,15 @@ def test_host_bound_calls_stay_out_of_the_error_statistics():
 SESSION3 = DATA / "session3"
 
 
-@pytest.mark.skipif(not SESSION3.is_dir(), reason="recorded H200 data not in this checkout")
 @pytest.mark.parametrize(
     "run", ["fit-and-sequential-400/marconi-exact-sequential", "fit-and-sequential-400/marconi-chunk-sequential"]
 )
 def test_committed_h200_timing_on_the_runs_it_was_checked_on(run):
     """The committed timing against the held-out ShareGPT runs of the session that fitted it (the
     fit saw only the synthetic traces), host-bound prefills left out as the summary leaves them out:
-    the figures sim/replay/RESULTS.md quotes (prefill median 2.4-2.8 %, P95 6.4-8.7 %, time saved
+    the figures docs/results-replay.md quotes (prefill median 2.4-2.8 %, P95 6.4-8.7 %, time saved
     within 5 %), with a margin."""
-    t = read_timing_file(DATA.parent.parent / "data" / "h200-timing.json")
+    t = read_timing_file(H200_TIMING_FILE)
     req = pd.read_parquet(SESSION3 / run / "requests.parquet")
     mod = np.array(
         [
