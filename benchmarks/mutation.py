@@ -168,6 +168,66 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["sim/analysis/report.py", "sim/report.py"],
         ["tests/sim/analysis", "tests/sim/experiments/test_plot_notebooks.py", "tests/sweep/test_plot_notebooks.py"],
     ),
+    # issue 44's areas: the newest code, each with its rule tests first, then its direct tests
+    "batching": (
+        ["sim/engine/batching.py"],
+        [
+            "tests/sim/engine/test_batching_rules.py",
+            "tests/sim/engine/test_batching.py",
+            "tests/policies/test_current_rules.py",
+        ],
+    ),
+    "timing": (
+        ["sim/cost.py"],
+        [
+            "tests/sim/test_cost_rules.py",
+            "tests/sim/test_cost.py",
+            "tests/sim/engine/test_batching.py",
+            "tests/sim/replay/test_replay_calibrate.py",
+        ],
+    ),
+    "measure": (
+        ["sim/replay/measure.py"],
+        [
+            "tests/sim/test_cost_rules.py",
+            "tests/sim/replay/test_replay_measure.py",
+            "tests/sim/replay/test_replay_calibrate.py",
+            "tests/sim/replay/test_replay_step_model.py",
+        ],
+    ),
+    "replay_store": (
+        ["sim/replay/tokens.py", "sim/replay/checks.py", "sim/replay/store.py", "sim/replay/runner.py"],
+        [
+            "tests/sim/replay/test_store_rules.py",
+            "tests/sim/replay/test_replay_tokens.py",
+            "tests/sim/replay/test_replay_store.py",
+            "tests/sim/replay/test_replay_kv.py",
+            "tests/sim/replay/test_replay_runner.py",
+            "tests/sim/replay/test_replay_validate.py",
+        ],
+    ),
+    "current": (
+        ["policies/*_current.py", "sim/engine/simulation.py"],
+        [
+            "tests/policies/test_current_rules.py",
+            "tests/policies/test_current_presets.py",
+            "tests/sim/engine/test_simulation.py",
+            "tests/sim/engine/test_batching.py",
+        ],
+    ),
+    "advise": (
+        ["sim/experiments/advise/space.py", "sim/experiments/advise/search.py"],
+        ["tests/sim/experiments/test_advise_rules.py", "tests/sim/experiments/test_advise.py"],
+    ),
+    "outdir": (
+        ["sim/cli/outdir.py", "sim/experiments/store.py"],
+        [
+            "tests/sim/cli/test_outdir_rules.py",
+            "tests/sim/cli/test_default_output.py",
+            "tests/sim/cli/test_no_data_loss.py",
+            "tests/sim/experiments/test_resume.py",
+        ],
+    ),
     "reference": (
         ["kernels/reference.py"],
         ["tests/kernels/test_reference.py", "tests/kernels/test_conv.py", "tests/kernels/test_chunk_gdn.py"],

@@ -1,0 +1,344 @@
+"""Every rule of ``--scheduler continuous`` (sim/engine/batching.py, docs/batching.md) pinned at its
+edges and off the convenient values (issue 44): the slots and KV each preset's running request is
+charged, the token budget and the running-request limit at budgets that are not multiples of
+anything, arrivals that cut a coasted decode run between step boundaries, the run-length rule, the
+KV of a cut run given back, a lone request too large to fit, and the same presets under ``fcfs``
+(which charges nothing for running requests).
+
+Expected values are worked out by hand from the rules in docs/batching.md, not read back from the
+code (the slot table is the document's: SGLang no_buffer 1, extra_buffer 3, vLLM 2, LMDeploy 2,
+the others 1; none on a model without recurrent layers)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+
+from sim.config import SimConfig
+from sim.cost import default_timing, get_model
+from sim.engine.batching import VARIABLE_RUN, ContinuousEngine
+from sim.engine.drivers import run
+from sim.engine.events import EventLog, Step
+from sim.simulate import build, simulate
+from traces.base import Request, Trace
+
+BIG = 10**13
+SPEC = get_model("marconi-7b")
+TIMING = default_timing("marconi-7b")
+S, K = SPEC.state_bytes(), SPEC.kv_bytes_per_token()
+
+# (policy, extra config) -> state slots a running request holds (docs/batching.md, "Memory")
+SLOTS = [
+    ("vanilla", {}, 1),  # no caching, but a running request still has its working state
+    ("sglang+", {}, 1),
+    ("marconi", {}, 1),
+    ("vllm+", {}, 1),
+    ("sglang", {}, 3),  # auto = extra_buffer: working slot + two ping-pong track buffers
+    ("sglang", {"mamba_radix_cache_strategy": "no_buffer"}, 1),
+    ("sglang", {"mamba_radix_cache_strategy": "extra_buffer_lazy"}, 3),
+    ("sglang-0.5.9-no-buffer", {}, 1),
+    ("sglang-0.5.9-extra-buffer", {}, 3),
+    ("vllm", {}, 2),
+    ("vllm-0.11-align", {"block_size": 64}, 2),
+    ("vllm-0.11-all", {"block_size": 64}, 2),
+    ("lmdeploy", {}, 2),
+    ("lmdeploy-0.16-pytorch", {}, 2),
+    ("trtllm", {"periodic_snapshot_interval": 64}, 1),
+    ("trtllm-1.2-interval", {}, 1),
+]
+
+
+def toks(start, n):
+    return np.arange(start, start + n, dtype=np.int64)
+
+
+def request(i, n_in, n_out, t=0.0):
+    return Request(
+        session_id=i,
+        turn=0,
+        input_tokens=toks(10_000 * (i + 1), n_in),
+        output_tokens=toks(10_000 * (i + 1) + 5_000, n_out),
+        arrival=t,
+    )
+
+
+def open_trace(specs):
+    return Trace("tiny", [request(i, n, m, t) for i, (t, n, m) in enumerate(specs)], closed_loop=False)
+
+
+def engine_for(trace, **cfg):
+    """A built simulation and its engine, not started: the test drives ``schedule`` itself."""
+    sim = build(trace, SimConfig(**{"capacity_bytes": BIG, "scheduler": "continuous", **cfg}))
+    env = simpy.Environment()
+    noop = lambda *a: None  # noqa: E731
+    return sim, ContinuousEngine(sim, env, noop, noop, noop)
+
+
+def go(trace, timing=None, **cfg):
+    log = EventLog()
+    conf = SimConfig(**{"capacity_bytes": BIG, "scheduler": "continuous", **cfg})
+    sim = build(trace, conf, observers=(log,), **({"timing": timing} if timing is not None else {}))
+    res = run(sim)
+    return sim, res, [e for e in log.events if isinstance(e, Step)]
+
+
+# ------------------------------------------------------------------------------ slots and budget
+
+
+@pytest.mark.parametrize(
+    "policy,extra,slots", SLOTS, ids=[f"{p}-{'-'.join(map(str, e.values()))}" for p, e, _ in SLOTS]
+)
+def test_a_running_request_is_charged_its_presets_slots_and_its_chunk(policy, extra, slots):
+    """A 333-token prompt and a 77-token one under a 200-token budget: each request the first step
+    admits holds ``slots`` state slots and the KV of its chunk, the chunks fit the budget, and the
+    cache's capacity is lowered by exactly that (presets that cut chunks on a grid cut them there;
+    a preset that cuts nothing gives the first request the whole budget)."""
+    trace = open_trace([(0.0, 333, 5), (0.0, 77, 5)])
+    sim, eng = engine_for(trace, policy=policy, max_num_batched_tokens=200, **extra)
+    cap = sim.tree.capacity_bytes
+    for r in trace.requests:
+        eng.arrive(r)
+    prefills, decodes, preempted = eng.schedule()
+    assert decodes == [] and preempted == []
+    chunks = [(s.req.request_id, a, b) for s, a, b in prefills]
+    assert chunks[0][:2] == (0, 0) and sum(b - a for _, a, b in chunks) <= 200
+    if policy not in ("vllm", "vllm-0.11-align", "trtllm"):
+        assert chunks == [(0, 0, 200)] and [w.req.request_id for w in eng.waiting] == [1]
+    assert [s.req.request_id for s in eng.running] == [c[0] for c in chunks]
+    for s, a, b in prefills:
+        assert (s.held_states, s.held_kv) == (slots, b - a)
+    n = sum(b - a for _, a, b in chunks)
+    assert sim.tree.capacity_bytes == cap - len(chunks) * slots * S - n * K
+    assert eng.held_bytes == len(chunks) * slots * S + n * K
+
+
+@pytest.mark.parametrize("policy", ["vanilla", "sglang", "vllm", "lmdeploy", "marconi"])
+def test_no_state_slots_on_a_model_without_recurrent_layers(policy):
+    trace = open_trace([(0.0, 129, 3)])
+    sim, eng = engine_for(trace, policy=policy, model="llama-7b")
+    cap = sim.tree.capacity_bytes
+    eng.arrive(trace.requests[0])
+    eng.schedule()
+    s = eng.running[0]
+    n = 128 if policy == "vllm" else 129  # vLLM cuts at the prompt's last full block
+    assert (s.held_states, s.held_kv) == (0, n)
+    assert sim.tree.capacity_bytes == cap - n * sim.spec.kv_bytes_per_token()
+
+
+@pytest.mark.parametrize(
+    "policy,extra,slots", SLOTS, ids=[f"{p}-{'-'.join(map(str, e.values()))}" for p, e, _ in SLOTS]
+)
+def test_every_charge_is_given_back_and_fcfs_charges_nothing(policy, extra, slots):
+    """Three requests (two sharing a prefix) through both schedulers: continuous gives back every
+    charge (the cache's capacity is the configured one again); fcfs never lowers it."""
+    base = toks(7, 150)
+    reqs = [
+        Request(session_id=0, turn=0, input_tokens=base, output_tokens=toks(900, 7), arrival=0.0),
+        Request(
+            session_id=1,
+            turn=0,
+            input_tokens=np.concatenate([base, toks(500, 61)]),
+            output_tokens=toks(950, 4),
+            arrival=0.001,
+        ),
+        Request(session_id=2, turn=0, input_tokens=toks(3000, 90), output_tokens=toks(3100, 9), arrival=0.002),
+    ]
+    trace = Trace("shared", reqs, closed_loop=False)
+    cap = 40 * S + 5000 * K
+    peaks = {}
+    for sched in ("continuous", "fcfs"):
+        conf = SimConfig(policy=policy, capacity_bytes=cap, scheduler=sched, max_num_batched_tokens=97, **extra)
+        sim = build(trace, conf)
+        holds = []
+        orig = sim.tree._hold
+        sim.tree._hold = lambda kv, st, orig=orig, holds=holds: (holds.append((kv, st)), orig(kv, st))[1]
+        res = run(sim)
+        assert list(res.requests["output_tokens"]) == [7, 4, 9]
+        assert sim.tree.capacity_bytes == (sim.tree.capacity_bytes if sched == "fcfs" else cap)
+        peaks[sched] = (holds, res.summary)
+    holds, summary = peaks["continuous"]
+    assert sum(kv for kv, _ in holds) == 0 and sum(st for _, st in holds) == 0
+    assert max(st for _, st in holds) == slots  # each admission charges the preset's slots at once
+    assert summary["memory_overshoots"] == 0 and summary["preemptions"] == 0
+    holds, summary = peaks["fcfs"]
+    assert holds == [] and summary["memory_overshoots"] == 0 and summary["preemptions"] == 0
+
+
+def test_a_decode_spends_one_token_of_the_budget_and_a_chunk_takes_the_rest():
+    """Budget 333 (no multiple of anything): request 0 decodes, so request 1's first chunk is 332
+    tokens, then 332 again (0 still decoding), then the 336 left of its 1,000 (0 done after 3
+    tokens: the whole budget... of which 336 are needed)."""
+    trace = open_trace([(0.0, 50, 4), (0.0, 1000, 2)])
+    _, res, steps = go(trace, policy="sglang+", max_num_batched_tokens=333, max_num_seqs=8)
+    assert steps[0].prefills == ((0, 0, 50), (1, 0, 283))
+    assert steps[1].prefills == ((1, 283, 615),) and steps[1].decodes == ((0, 50),)
+    assert steps[2].prefills == ((1, 615, 947),) and steps[2].decodes == ((0, 51),)
+    assert steps[3].prefills == ((1, 947, 1000),) and steps[3].decodes == ((0, 52),)
+    assert all(s.tokens <= 333 for s in steps)
+    assert [s.tokens for s in steps[:4]] == [333, 333, 333, 54]
+
+
+def test_the_running_request_limit_holds_the_third_request_until_one_finishes():
+    trace = open_trace([(0.0, 40, 3), (0.0, 40, 6), (0.0, 40, 2)])
+    _, res, steps = go(trace, policy="sglang+", max_num_seqs=2)
+    assert steps[0].prefills == ((0, 0, 40), (1, 0, 40))
+    assert all(len(s.prefills) + len(s.decodes) <= 2 for s in steps)
+    first = next(s for s in steps if any(p[0] == 2 for p in s.prefills))
+    done0 = next(s for s in steps if any(d[0] == 0 for d in s.decodes) and s.decodes[0][1] + s.steps >= 42)
+    assert first.t_start == pytest.approx(done0.t_end)
+    assert list(res.requests["output_tokens"]) == [3, 6, 2]
+
+
+def test_a_full_engine_coasts_even_with_requests_waiting():
+    """With the running-request limit reached, a waiting request cannot be scheduled, so the
+    decodes go as one run (``steps`` > 1); with room, each step is scheduled alone."""
+    trace = open_trace([(0.0, 30, 9), (0.0, 30, 3)])
+    _, _, steps = go(trace, policy="sglang+", max_num_seqs=1)
+    assert steps[1].decodes == ((0, 30),) and steps[1].steps == 8
+    # a request that waits for memory while the engine has a free seat: one step at a time
+    trace = open_trace([(0.0, 100, 6), (0.0, 100, 2)])
+    _, res, steps = go(trace, policy="sglang+", capacity_bytes=2 * S + 150 * K, max_num_seqs=4)
+    assert steps[0].prefills == ((0, 0, 100),)  # the second does not fit beside it: it waits
+    waiting = [s for s in steps if s.decodes and all(d[0] == 0 for d in s.decodes)]
+    assert waiting and all(s.steps == 1 for s in waiting)
+    assert list(res.requests["output_tokens"]) == [6, 2]
+
+
+def test_one_output_token_is_never_a_run_and_two_are():
+    trace = open_trace([(0.0, 30, 2)])
+    _, _, steps = go(trace, policy="sglang+")
+    assert [(len(s.prefills), len(s.decodes), s.steps) for s in steps] == [(1, 0, 1), (0, 1, 1)]
+    trace = open_trace([(0.0, 30, 3)])
+    _, _, steps = go(trace, policy="sglang+")
+    assert [(len(s.prefills), len(s.decodes), s.steps) for s in steps] == [(1, 0, 1), (0, 1, 2)]
+
+
+# ------------------------------------------------------------------------------ cut runs
+
+
+@pytest.mark.parametrize("frac", [0.37, 2.5, 6.93, 11.01])
+def test_an_arrival_cuts_a_coasted_run_at_the_next_step_boundary(frac):
+    """Request 0 decodes 40 tokens as one run of identical memory-bound steps of ``dt``; request 1
+    arrives ``frac`` steps into the run (never on a boundary): the run ends after ``floor(frac) +
+    1`` steps, exactly at that boundary, request 1's prefill starts there, and the KV of the steps
+    not run is given back (the cache's capacity is whole again at the end)."""
+    dt = TIMING.decode_time_s(1)
+    first = TIMING.step_time_s(SPEC, [(0, 60)], [])
+    t_arr = first + frac * dt
+    trace = open_trace([(0.0, 60, 40), (t_arr, 25, 2)])
+    cap = 10 * S + 10**6 * K
+    sim, res, steps = go(trace, policy="sglang+", capacity_bytes=cap)
+    cut = steps[1]
+    done = int(frac) + 1
+    assert cut.decodes == ((0, 60),) and cut.steps == done
+    assert cut.t_start == pytest.approx(first, rel=1e-12)
+    assert cut.t_end == pytest.approx(first + done * dt, rel=1e-12)
+    assert cut.seconds == pytest.approx(done * dt, rel=1e-12)
+    nxt = steps[2]
+    assert nxt.prefills == ((1, 0, 25),) and nxt.decodes == ((0, 60 + done),)
+    assert nxt.t_start == pytest.approx(cut.t_end, rel=1e-12)
+    assert sum(s.steps for s in steps if any(d[0] == 0 for d in s.decodes)) == 39
+    assert sim.tree.capacity_bytes == cap
+    assert list(res.requests["output_tokens"]) == [40, 2]
+
+
+class ContextTiming(type(TIMING)):
+    """Decode steps that grow with the context (as a calibrated model's do): each step differs."""
+
+    def step_time_s(self, spec, prefills, decode_contexts):
+        return super().step_time_s(spec, prefills, decode_contexts) + 1e-5 * sum(decode_contexts)
+
+
+@pytest.mark.parametrize("after", [0.4, 3.6, 9.2])
+def test_an_arrival_cuts_a_run_whose_steps_vary_at_the_next_of_its_own_boundaries(after):
+    timing = ContextTiming(TIMING.effective_tflops, TIMING.overhead_ms, TIMING.decode_ms_per_token)
+    first = timing.step_time_s(SPEC, [(0, 80)], [])
+    ends = np.cumsum([timing.step_time_s(SPEC, [], [80 + i]) for i in range(VARIABLE_RUN)])
+    i = int(after)
+    t_arr = first + ends[i - 1] + (after - i) * (ends[i] - ends[i - 1]) if i else first + after * ends[0]
+    trace = open_trace([(0.0, 80, 30), (t_arr, 10, 2)])
+    cap = 10 * S + 10**6 * K
+    sim, res, steps = go(trace, timing=timing, policy="sglang+", capacity_bytes=cap)
+    cut = steps[1]
+    assert cut.steps == i + 1
+    assert cut.t_end == pytest.approx(first + ends[i], rel=1e-12)
+    assert steps[2].prefills == ((1, 0, 10),) and steps[2].t_start == pytest.approx(cut.t_end, rel=1e-12)
+    assert sim.tree.capacity_bytes == cap
+
+
+def test_a_run_longer_than_the_variable_limit_is_timed_in_pieces_of_that_many_steps():
+    timing = ContextTiming(TIMING.effective_tflops, TIMING.overhead_ms, TIMING.decode_ms_per_token)
+    n_out = VARIABLE_RUN + 30
+    _, res, steps = go(open_trace([(0.0, 20, n_out)]), timing=timing, policy="sglang+")
+    assert [s.steps for s in steps] == [1, VARIABLE_RUN, n_out - 1 - VARIABLE_RUN]
+    assert steps[2].decodes == ((0, 20 + VARIABLE_RUN),)
+    for s in steps[1:]:
+        want = sum(timing.step_time_s(SPEC, [], [s.decodes[0][1] + i]) for i in range(s.steps))
+        assert s.seconds == pytest.approx(want, rel=1e-12)
+
+
+def test_a_coasted_run_charges_its_whole_kv_at_its_start():
+    """The run's KV is charged when it starts (docs/batching.md, "Simplifications"): the peak
+    seen is the prompt plus every output token but the last, of a run nothing cuts."""
+    trace = open_trace([(0.0, 64, 17)])
+    _, res, _ = go(trace, policy="vanilla", capacity_bytes=10 * S + 10**6 * K)
+    # vanilla caches nothing: the request holds 1 slot and 64 + 16 tokens of KV at its peak
+    assert res.summary["peak_charged_bytes"] == S + (64 + 16) * K
+
+
+# ------------------------------------------------------------------------------ too large to fit
+
+
+def test_a_request_too_large_to_fit_alone_runs_anyway_and_is_counted():
+    """Room for one state and 100 tokens of KV; a 130-token prompt alone: admitted by force (one
+    overshoot) instead of waiting forever; it finishes, and every charge is given back."""
+    cap = S + 100 * K
+    sim, res, steps = go(open_trace([(0.0, 130, 1)]), policy="vanilla", capacity_bytes=cap)
+    assert steps[0].prefills == ((0, 0, 130),)
+    assert res.summary["memory_overshoots"] == 1
+    assert list(res.requests["output_tokens"]) == [1]
+    assert sim.tree.capacity_bytes == cap
+
+
+def test_a_request_that_does_not_fit_beside_a_running_one_waits_instead_of_overshooting():
+    cap = 2 * S + 150 * K
+    sim, res, steps = go(open_trace([(0.0, 100, 3), (0.0, 100, 3)]), policy="vanilla", capacity_bytes=cap)
+    assert steps[0].prefills == ((0, 0, 100),)
+    assert res.summary["memory_overshoots"] == 0 and res.summary["preemptions"] == 0
+    later = next(s for s in steps if any(p[0] == 1 for p in s.prefills))
+    assert later.prefills == ((1, 0, 100),)
+    assert sim.tree.capacity_bytes == cap
+
+
+def test_ttft_of_a_prefill_that_waited_counts_from_its_first_step_not_its_arrival():
+    """Request 1 arrives during request 0's prefill step and waits for it: its prefill time is
+    its own step's time (it started in that step), its queueing time the wait before it."""
+    p0 = TIMING.step_time_s(SPEC, [(0, 500)], [])
+    trace = open_trace([(0.0, 500, 1), (p0 / 3, 70, 1)])
+    _, res, steps = go(trace, policy="sglang+")
+    p1 = TIMING.step_time_s(SPEC, [(0, 70)], [])
+    assert steps[1].prefills == ((1, 0, 70),)
+    assert res.requests["prefill_s"].iloc[1] == pytest.approx(p1, rel=1e-12)
+    assert res.requests["ttft_s"].iloc[1] == pytest.approx(p0 + p1 - p0 / 3, rel=1e-12)
+    assert res.requests["queue_s"].iloc[1] == pytest.approx(p0 - p0 / 3, rel=1e-12)
+
+
+def test_fcfs_and_continuous_agree_on_a_lone_request_for_every_caching_kind():
+    """One request alone, unlimited budget: the same TTFT under both schedulers, caching or not."""
+    trace = open_trace([(0.0, 211, 3)])
+    for policy in ("vanilla", "marconi", "sglang+"):
+        out = [
+            simulate(
+                trace,
+                SimConfig(
+                    policy=policy,
+                    capacity_bytes=BIG,
+                    scheduler=sched,
+                    max_num_batched_tokens=10**9,
+                    prefill_chunk_tokens=10**9,
+                ),
+            ).requests["ttft_s"]
+            for sched in ("fcfs", "continuous")
+        ]
+        assert list(out[0]) == list(out[1]), policy
