@@ -12,6 +12,7 @@ import click
 from click.core import ParameterSource
 
 from policies.base import get_preset, policy_knobs
+from sim.analysis import table
 from sim.cli.outdir import atomic_write, check_output_files, input_paths, output_folder
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, flag_of, format_size, parse_size
@@ -169,12 +170,17 @@ def _fitting_default_policies(configs: list[SimConfig], trace) -> tuple[list[Sim
     )
 
 
-def json_row(cfg: SimConfig, summary: RunSummary) -> dict:
-    """One policy's `--format json` record: the table's columns by name, rejected inserts, and the
-    alpha used (the static one, or the one the tuner chose; null where alpha does not apply or the
-    tuner chose SGLang+'s LRU, see ``tuned_choice``)."""
+def json_row(cfg: SimConfig, summary: RunSummary, sat: table.Saturation | None = None) -> dict:
+    """One policy's `--format json` record: the table's metrics by name (hit rates, FLOPs saved,
+    TTFT / TPOT / end-to-end / queueing p50 and p95, throughput, mean batch size, preemptions),
+    rejected inserts, whether the engine was saturated and the rate it sustains (``saturated``,
+    ``sustainable_rps``: null for fewer than 6 finished requests; the rate only when saturated),
+    and the alpha used (the static one, or the one the tuner chose; null where alpha does not apply
+    or the tuner chose SGLang+'s LRU, see ``tuned_choice``)."""
     row = {k: getattr(summary, k) for k in SUMMARY_KEYS}
     row["rejected"] = int(summary.rejected_inserts)
+    row["saturated"] = None if sat is None else bool(sat.saturated)
+    row["sustainable_rps"] = float(sat.served_rps) if sat is not None and sat.saturated else None
     choice = summary.tuning.tuned_choice if summary.tuning is not None else None
     if not get_preset(cfg.policy).uses_alpha:
         alpha = None
@@ -204,27 +210,45 @@ def _scheduler(cfg: SimConfig) -> str:
     return f", continuous batching ({cfg.max_num_batched_tokens} tokens, {cfg.max_num_seqs} seqs per step)"
 
 
-def format_table(rows: list[RunSummary]) -> str:
-    head = ["policy", "token hit", "request hit", "FLOPs saved", "TTFT p50 ms", "TTFT p95 ms", "evictions", "rejected"]
-    lines = []
-    for r in rows:
-        lines.append(
-            [
-                r.policy,
-                f"{r.token_hit_rate * 100:.2f}%",
-                f"{r.request_hit_rate * 100:.2f}%",
-                f"{r.flops_saved:.3e}",
-                f"{r.ttft_p50_ms:.1f}",
-                f"{r.ttft_p95_ms:.1f}",
-                str(r.evictions),
-                str(r.rejected_inserts),
-            ]
+def format_table(rows: list[RunSummary], columns=table.DEFAULT_COLUMNS) -> str:
+    """The run's table: a line per policy, the ``columns`` (summary keys) under a two-line header."""
+    return table.format_table([r.to_dict() for r in rows], columns)
+
+
+def parse_columns(text: str) -> list[str]:
+    """``--columns``: default, all, or a comma list of column names; one line on a bad name."""
+    try:
+        return table.parse_columns(text)
+    except ValueError as exc:
+        raise UsageError(
+            f"--columns: unknown column {str(exc)!r}; use default, all or a comma list of: {table.column_names()}"
+        ) from None
+
+
+def run_saturation(res) -> table.Saturation | None:
+    """Whether one run's engine kept up with its offered load (its per-request records)."""
+    req = res.requests
+    return table.saturation(req["arrival_s"], req["queue_s"], req["e2e_s"])
+
+
+def saturation_line(trace, configs, results, sats, time_scale: float | None = None) -> str:
+    """One warning line when the queue grows through the run, with the rate the engine sustains."""
+    if not any(s is not None and s.saturated for s in sats):
+        return ""
+    cfg0 = configs[0]
+    n = len(trace.requests)
+    if trace.closed_loop:
+        per_session = n / max(trace.n_sessions, 1)
+        return table.saturation_warning(
+            list(zip([c.policy for c in configs], sats)),
+            cfg0.sessions_per_second * per_session,
+            cfg0.sessions_per_second,
+            per_session,
         )
-    widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(head)]
-    fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
-    out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
-    out += [fmt.format(*l) for l in lines]
-    return "\n".join(out)
+    arrivals = results[0][1].requests["arrival_s"]
+    span = float(arrivals.max() - arrivals.min())
+    offered = n / span if span > 0 else math.inf
+    return table.saturation_warning(list(zip([c.policy for c in configs], sats)), offered, None, 1.0, time_scale or 1.0)
 
 
 def register(main: click.Group) -> None:
@@ -264,8 +288,17 @@ def register(main: click.Group) -> None:
         help="Replace the files of --out and --events when they exist (never an input of the run).",
     )
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+    @click.option(
+        "--columns",
+        default="default",
+        show_default=True,
+        help="Table columns: default, all, or a comma list of summary keys (default inside the list "
+        "adds the default set), e.g. default,e2e_p95_ms,output_tokens_per_s. Keys: "
+        + ", ".join(c.key for c in table.METRICS)
+        + ".",
+    )
     @click.option("--progress/--no-progress", default=True, show_default=True)
-    def run(policies, capacity, alpha, sessions_per_second, out, events_path, force, fmt, progress, **kwargs):
+    def run(policies, capacity, alpha, sessions_per_second, out, events_path, force, fmt, columns, progress, **kwargs):
         """Replay a trace (default: 100 real ShareGPT sessions) under each policy.
 
         Table columns: token hit = prompt tokens served from the cache / all prompt tokens;
@@ -282,14 +315,15 @@ def register(main: click.Group) -> None:
             check_output_files(files, force=force, inputs=input_paths(kwargs.get("trace"), kwargs.get("timing_file")))
             if kwargs.get("timing_file"):  # a bad timing file is refused before the trace is loaded
                 read_timing(kwargs["timing_file"], model=kwargs.get("model"))
-            _run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, progress, **kwargs)
+            _run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, columns, progress, **kwargs)
 
-    def _run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, progress, **kwargs):
+    def _run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, columns, progress, **kwargs):
         from tqdm import tqdm  # noqa: PLC0415 - progress bar, loaded only when running
 
         if events_path is not None and events_path.suffix not in (".jsonl", ".json", ".parquet"):
             raise UsageError(f"--events {events_path}: the name must end in .jsonl or .parquet")
         refuse_unread_knobs(policy_names(policies), explicit_settings(click.get_current_context()))
+        columns = parse_columns(columns)
         trace = trace_from_cli(kwargs)
         configs = build_configs(policies, capacity, alpha, sessions_per_second, **kwargs)
         left_out = ""
@@ -313,10 +347,14 @@ def register(main: click.Group) -> None:
         finally:
             bar.close()
         rows = [res.summary for _, res in results]
+        sats = [run_saturation(res) for _, res in results]
+        warning = saturation_line(trace, configs, results, sats, kwargs.get("time_scale"))
         if fmt == "json":
-            click.echo(json.dumps([json_row(cfg, res.summary) for cfg, res in results], indent=2))
+            click.echo(json.dumps([json_row(cfg, res.summary, s) for (cfg, res), s in zip(results, sats)], indent=2))
             if left_out:
                 click.echo(f"note: {left_out}", err=True)
+            if warning:
+                click.echo(warning, err=True)
         else:
             cfg0 = configs[0]
             rate = f"{sessions_per_second:g} session{'' if sessions_per_second == 1 else 's'}/s"
@@ -329,7 +367,7 @@ def register(main: click.Group) -> None:
                 + (f" | alpha {cfg0.alpha}" if alpha_used else "")
                 + (f" | {left_out}" if left_out else "")
             )
-            click.echo(format_table(rows))
+            click.echo(format_table(rows, columns))
             for r in rows:
                 t = r.tuning
                 if t is None or t.tuned_choice is None:
@@ -342,6 +380,8 @@ def register(main: click.Group) -> None:
                     )
                 else:
                     click.echo(f"{r.policy}: best static alpha in hindsight {t.tuned_choice}")
+            if warning:
+                click.echo(warning)
         if out is not None:
             _write_outputs(out, trace, results)
         if events_path is not None:

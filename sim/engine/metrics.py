@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from sim.cost import ModelSpec
     from traces.base import Trace
 
-#: keys of the JSON summary `marconi run --format json` prints, in table order
+#: keys of the JSON summary `marconi run --format json` prints (then rejected, saturated, alpha)
 SUMMARY_KEYS = [
     "policy",
     "token_hit_rate",
@@ -23,6 +23,16 @@ SUMMARY_KEYS = [
     "flops_saved",
     "ttft_p50_ms",
     "ttft_p95_ms",
+    "tpot_p50_ms",
+    "tpot_p95_ms",
+    "e2e_p50_ms",
+    "e2e_p95_ms",
+    "queue_p50_ms",
+    "queue_p95_ms",
+    "throughput_rps",
+    "output_tokens_per_s",
+    "batch_size_mean",
+    "preemptions",
     "requests",
     "evictions",
 ]

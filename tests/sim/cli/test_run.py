@@ -17,9 +17,21 @@ JSON_KEYS = [
     "flops_saved",
     "ttft_p50_ms",
     "ttft_p95_ms",
+    "tpot_p50_ms",
+    "tpot_p95_ms",
+    "e2e_p50_ms",
+    "e2e_p95_ms",
+    "queue_p50_ms",
+    "queue_p95_ms",
+    "throughput_rps",
+    "output_tokens_per_s",
+    "batch_size_mean",
+    "preemptions",
     "requests",
     "evictions",
     "rejected",
+    "saturated",
+    "sustainable_rps",
     "alpha",
     "tuned_choice",
 ]
@@ -62,7 +74,7 @@ def test_out_writes_summary_and_per_request_parquet(runner, tmp_path):
         ],
     )
     assert res.exit_code == 0, res.output
-    assert "sglang+" in res.stdout and "token hit" in res.stdout
+    assert "sglang+" in res.stdout and "cache hit" in res.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert [s["policy"] for s in summary] == ["sglang+", "marconi"]
     assert summary[0]["capacity_bytes"] == 2 * 10**9
