@@ -1,0 +1,464 @@
+"""Hardware timing and calibration rules (sim/cost.py, sim/replay/measure.py) at their edges
+(issue 44): chunk counts on and off the 64-token grid, split pricing under a timing whose launch
+floors are non-zero (some above a layer's call time, some below), the per-sequence step term,
+the one-rate model's decode read and overhead, timing-file validation field by field, and the
+committed H200 timing refitted from the committed raw runs it came from.
+
+Expected values are computed by hand in the test from the documented formulas, never by calling
+the method under test on other arguments."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.cost import (
+    GDN_CHUNK,
+    LAYER_KINDS,
+    HardwareTiming,
+    TimingModel,
+    default_timing,
+    gdn_chunks,
+    get_model,
+    read_timing_file,
+    timing_to_dict,
+)
+from sim.errors import UsageError
+from sim.replay import measure
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = get_model("qwen3.5-9b")  # 8 attention, 24 gated-delta, 32 MLP layers
+N = {"attention": 8, "gated_delta": 24, "mlp": 32}
+# floors above the call time for attention and MLP, below it for gated delta
+FLOORED = HardwareTiming(
+    ms_per_tflop={"attn_linear": 2.0, "attn_quadratic": 4.0, "gdn_linear": 2.5, "gdn_chunk": 9.0, "mlp_linear": 1.6},
+    layer_call_ms={"attention": 0.05, "gated_delta": 0.09, "mlp": 0.03},
+    call_ms=0.4,
+    decode_ms_per_token=5.0,
+    peak_tflops=989.0,
+    layer_floor_ms={"attention": 0.3, "gated_delta": 0.02, "mlp": 0.2},
+    seq_ms={"attention": 0.011, "gated_delta": 0.007, "mlp": 0.003},
+)
+
+
+# ------------------------------------------------------------------------------ chunks
+
+
+@pytest.mark.parametrize(
+    "start,end,chunks",
+    [
+        (0, 0, 0),
+        (10, 3, 0),
+        (0, 1, 1),
+        (0, 63, 1),
+        (0, 64, 1),
+        (0, 65, 2),
+        (63, 64, 1),
+        (63, 65, 2),
+        (64, 128, 1),
+        (64, 129, 2),
+        (100, 300, 4),  # chunks 1, 2, 3, 4 (64-127 ... 256-319)
+        (127, 129, 2),
+        (5, 5, 0),
+    ],
+)
+def test_gdn_chunks_counts_ragged_chunks_on_the_absolute_grid(start, end, chunks):
+    assert gdn_chunks(start, end) == chunks
+    # by brute force: the distinct 64-token chunks the positions fall in
+    assert chunks == len({i // GDN_CHUNK for i in range(start, end)})
+
+
+# ------------------------------------------------------------------------------ hand prices
+
+
+def per_layer_work(timing, p, L, chunks):
+    """Per-layer FLOP-term time (ms) of tokens [p, L) by kind, from the spec's coefficients."""
+    c, n = timing.ms_per_tflop, L - p
+    attn = c["attn_linear"] * SPEC.attn_layer_a * n + c["attn_quadratic"] * SPEC.attn_layer_b * (L * L - p * p)
+    gdn = c["gdn_linear"] * SPEC.gdn_layer_a * n + c["gdn_chunk"] * SPEC.gdn_chunk_flops * chunks
+    mlp = c["mlp_linear"] * SPEC.mlp_layer_a * n
+    return {"attention": attn * 1e-12, "gated_delta": gdn * 1e-12, "mlp": mlp * 1e-12}
+
+
+def call_by_hand(timing, work, seqs=1):
+    return timing.call_ms + sum(
+        N[k] * max(timing.layer_floor_ms[k], timing.layer_call_ms[k] + (seqs - 1) * timing.seq_ms[k] + work[k])
+        for k in LAYER_KINDS
+    )
+
+
+def fixed_by_hand(timing):
+    return timing.call_ms + sum(N[k] * max(timing.layer_floor_ms[k], timing.layer_call_ms[k]) for k in LAYER_KINDS)
+
+
+@pytest.mark.parametrize("p,L", [(0, 7), (0, 64), (13, 77), (100, 3001), (4096, 9000)])
+@pytest.mark.parametrize("splits", [0, 1, 3])
+def test_split_pricing_under_non_zero_floors(p, L, splits):
+    """A prefill in 1 + splits calls: the main call with one more ragged chunk per split, every
+    layer at ``max(floor, call + work)``, plus each split-off call at the model's fixed time (every
+    layer at the larger of its floor and its call time)."""
+    chunks = gdn_chunks(p, L) + splits
+    want = call_by_hand(FLOORED, per_layer_work(FLOORED, p, L, chunks)) + splits * fixed_by_hand(FLOORED)
+    assert FLOORED.prefill_time_s(SPEC, p, L, splits) * 1e3 == pytest.approx(want, rel=1e-12)
+    assert FLOORED.fixed_ms(SPEC) == pytest.approx(fixed_by_hand(FLOORED), rel=1e-12)
+
+
+def test_a_short_prefill_is_launch_bound_and_a_long_one_compute_bound():
+    short = FLOORED.work_tflop(SPEC, 0, 8, 1)
+    long = FLOORED.work_tflop(SPEC, 0, 8000, gdn_chunks(0, 8000))
+    # attention and MLP sit at their floors for 8 tokens, above them for 8,000
+    for k in ("attention", "mlp"):
+        assert FLOORED.layer_call_ms[k] + short[k] < FLOORED.layer_floor_ms[k]
+        assert FLOORED.layer_call_ms[k] + long[k] > FLOORED.layer_floor_ms[k]
+    t_short = FLOORED.prefill_time_s(SPEC, 0, 8) * 1e3
+    assert t_short == pytest.approx(
+        FLOORED.call_ms + 8 * 0.3 + 32 * 0.2 + 24 * (0.09 + short["gated_delta"]),
+        rel=1e-12,
+    )
+
+
+def test_a_split_costs_more_than_the_same_tokens_in_one_call_by_at_least_the_fixed_time():
+    one = FLOORED.prefill_time_s(SPEC, 100, 2000, 0)
+    two = FLOORED.prefill_time_s(SPEC, 100, 2000, 1)
+    assert two - one >= FLOORED.fixed_ms(SPEC) * 1e-3 - 1e-15
+    # a FLOPs-only model ignores splits
+    flat = TimingModel(300.0, 7.0, 4.0)
+    assert flat.prefill_time_s(SPEC, 100, 2000, 5) == flat.prefill_time_s(SPEC, 100, 2000)
+
+
+@pytest.mark.parametrize(
+    "prefills,contexts",
+    [
+        ([(0, 37)], []),
+        ([], [511]),
+        ([(64, 129)], [100, 7000]),
+        ([(0, 300), (5, 6)], [1, 2, 3]),
+        ([], [0, 1]),
+    ],
+)
+def test_a_step_is_one_call_with_each_further_sequence_charged_per_layer(prefills, contexts):
+    work = dict.fromkeys(LAYER_KINDS, 0.0)
+    for p, L in prefills:
+        for k, v in per_layer_work(FLOORED, p, L, gdn_chunks(p, L)).items():
+            work[k] += v
+    for c in contexts:
+        for k, v in per_layer_work(FLOORED, c, c + 1, 1).items():
+            work[k] += v
+    want = call_by_hand(FLOORED, work, len(prefills) + len(contexts))
+    assert FLOORED.step_time_s(SPEC, prefills, contexts) * 1e3 == pytest.approx(want, rel=1e-12)
+
+
+def test_an_empty_step_costs_nothing_and_a_lone_prefill_step_is_its_prefill():
+    assert FLOORED.step_time_s(SPEC, [], []) == 0.0
+    for p, L in ((0, 1), (63, 200), (1000, 1065)):
+        assert FLOORED.step_time_s(SPEC, [(p, L)], []) == pytest.approx(FLOORED.prefill_time_s(SPEC, p, L), rel=1e-12)
+
+
+def test_tensor_parallel_divides_the_flop_terms_only():
+    two = FLOORED.with_gpus(2)
+    assert two.gpus == 2 and two.source == FLOORED.source
+    w1, w2 = FLOORED.work_tflop(SPEC, 0, 5000, 79), two.work_tflop(SPEC, 0, 5000, 79)
+    for k in LAYER_KINDS:
+        assert w2[k] == pytest.approx(w1[k] / 2, rel=1e-12)
+    assert two.fixed_ms(SPEC) == FLOORED.fixed_ms(SPEC)
+    assert two.effective_tflops == pytest.approx(2 * FLOORED.effective_tflops)
+    assert FLOORED.with_gpus(3, "x").source == "x"
+
+
+def test_the_one_rate_model_step():
+    """Overhead once per step with prefill work, never for decode-only steps; decode-only steps
+    take the weights' read, a step with both the larger of compute and that read."""
+    t = TimingModel(200.0, 6.0, 9.0)
+    inv = 1 / 200e12
+    assert t.step_time_s(SPEC, [], []) == 0.0
+    assert t.step_time_s(SPEC, [], [10]) == pytest.approx(9e-3)
+    assert t.step_time_s(SPEC, [], [10, 20, 30]) == pytest.approx(9e-3)  # memory-bound: read once
+    small = t.step_time_s(SPEC, [(0, 5)], [40])
+    assert small == pytest.approx(max(6e-3 + (SPEC.prefill_flops(0, 5) + SPEC.decode_flops(1, 40)) * inv, 9e-3))
+    assert small == pytest.approx(9e-3)
+    big = t.step_time_s(SPEC, [(0, 20000), (7, 900)], [40, 41])
+    want = 6e-3 + (SPEC.prefill_flops(0, 20000) + SPEC.prefill_flops(7, 900) + SPEC.decode_flops(2, 81)) * inv
+    assert big == pytest.approx(want, rel=1e-12) and big > 9e-3
+    assert t.decode_time_s(3) == pytest.approx(27e-3)
+
+
+def test_decode_flops_are_the_sum_of_one_token_prefills():
+    for ctxs in ([0], [1, 2], [700, 5, 4096]):
+        by_hand = sum(SPEC.prefill_flops(c, c + 1) for c in ctxs)
+        assert SPEC.decode_flops(len(ctxs), sum(ctxs)) == pytest.approx(by_hand, rel=1e-12)
+    assert SPEC.prefill_flops(10, 10) == 0.0 and SPEC.prefill_flops(11, 10) == 0.0
+    assert SPEC.prefill_flops(3, 4) > 0
+    assert SPEC.node_flops(100, 300) == pytest.approx(SPEC.flops(300) - SPEC.flops(100), rel=1e-12)
+
+
+# ------------------------------------------------------------------------------ validation
+
+
+def test_hardware_timing_refuses_unphysical_and_negative_terms():
+    ok = dict(ms_per_tflop=dict(FLOORED.ms_per_tflop), layer_call_ms=dict(FLOORED.layer_call_ms), call_ms=0.4)
+    # exactly the peak is allowed; a hair above it is not
+    at_peak = dict(ok["ms_per_tflop"], mlp_linear=1e3 / 989.0)
+    HardwareTiming(at_peak, ok["layer_call_ms"], 0.4, 5.0, 989.0)
+    with pytest.raises(UsageError, match="mlp_linear .* peak"):
+        HardwareTiming(dict(at_peak, mlp_linear=1e3 / 989.0 * 0.999), ok["layer_call_ms"], 0.4, 5.0, 989.0)
+    # an unknown peak bounds nothing; a zero term is not "above the peak"
+    HardwareTiming(dict(at_peak, mlp_linear=0.001), ok["layer_call_ms"], 0.4, 5.0, 0.0)
+    HardwareTiming(dict(at_peak, gdn_chunk=0.0), ok["layer_call_ms"], 0.4, 5.0, 989.0)
+    for bad in (
+        dict(call_ms=-1e-9),
+        dict(decode_ms_per_token=-1.0),
+        dict(gpus=0),
+        dict(layer_floor_ms=dict(FLOORED.layer_floor_ms, mlp=-0.1)),
+        dict(seq_ms=dict(FLOORED.seq_ms, attention=-0.1)),
+        dict(layer_call_ms=dict(FLOORED.layer_call_ms, gated_delta=-0.1)),
+        dict(ms_per_tflop=dict(FLOORED.ms_per_tflop, attn_quadratic=-4.0)),
+        dict(seq_ms={"attention": 0.0, "mlp": 0.0}),
+        dict(ms_per_tflop={k: v for k, v in FLOORED.ms_per_tflop.items() if k != "gdn_chunk"}),
+    ):
+        with pytest.raises(UsageError):
+            replace(FLOORED, **bad)
+    with pytest.raises(UsageError):
+        TimingModel(0.0, 1.0, 1.0)
+    with pytest.raises(UsageError):
+        TimingModel(1.0, -1.0, 1.0)
+    with pytest.raises(UsageError):
+        TimingModel(1.0, 1.0, -1.0)
+    TimingModel(1.0, 0.0, 0.0)  # zero times are allowed
+
+
+def test_fraction_of_peak_and_effective_rate():
+    f = FLOORED.fraction_of_peak()
+    assert f["mlp_linear"] == pytest.approx(1e3 / (1.6 * 989.0))
+    assert replace(FLOORED, peak_tflops=0.0).fraction_of_peak()["mlp_linear"] is None
+    zero = replace(FLOORED, ms_per_tflop=dict(FLOORED.ms_per_tflop, gdn_chunk=0.0), peak_tflops=989.0)
+    assert zero.fraction_of_peak()["gdn_chunk"] is None
+    assert FLOORED.effective_tflops == pytest.approx(1e3 / 1.6)
+    no_mlp = replace(FLOORED, ms_per_tflop=dict(FLOORED.ms_per_tflop, mlp_linear=0.0))
+    assert no_mlp.effective_tflops == pytest.approx(1e3 / 2.5)  # falls back to the GDN rate
+    none = replace(no_mlp, ms_per_tflop=dict(no_mlp.ms_per_tflop, gdn_linear=0.0))
+    assert none.effective_tflops == math.inf
+    assert FLOORED.overhead_ms == FLOORED.call_ms
+
+
+def write(tmp_path, d, name="t.json"):
+    p = tmp_path / name
+    p.write_text(json.dumps(d))
+    return p
+
+
+@pytest.mark.parametrize("field", ["call_ms", "decode_ms_per_token"])
+@pytest.mark.parametrize("value", [-0.001, "nan", float("inf"), True, None, "x"])
+def test_a_bad_time_in_a_hardware_file_is_one_line_naming_the_field(tmp_path, field, value):
+    d = dict(timing_to_dict(FLOORED), **{field: value})
+    path = write(tmp_path, d)
+    text = path.read_text().replace("Infinity", "1e999")  # json writes inf as Infinity; also refused
+    path.write_text(text)
+    with pytest.raises(UsageError, match=field):
+        read_timing_file(path)
+
+
+@pytest.mark.parametrize("group", ["ms_per_tflop", "layer_call_ms", "layer_floor_ms", "seq_ms"])
+@pytest.mark.parametrize("value", [-1.0, "nan", False, None])
+def test_a_bad_term_in_a_hardware_file_names_its_group_and_key(tmp_path, group, value):
+    d = timing_to_dict(FLOORED)
+    key = next(iter(d[group]))
+    d[group][key] = value
+    with pytest.raises(UsageError, match=f"{group}.{key}"):
+        read_timing_file(write(tmp_path, d))
+
+
+@pytest.mark.parametrize(
+    "field,value,ok",
+    [
+        ("effective_tflops", 0.0, False),
+        ("effective_tflops", 1e-9, True),
+        ("overhead_ms", 0.0, True),
+        ("overhead_ms", -1e-9, False),
+        ("decode_ms_per_token", 0.0, True),
+        ("decode_ms_per_token", "inf", False),
+    ],
+)
+def test_one_rate_file_bounds(tmp_path, field, value, ok):
+    d = dict(timing_to_dict(TimingModel(100.0, 5.0, 3.0, source="s")), **{field: value})
+    path = write(tmp_path, d)
+    if ok:
+        t = read_timing_file(path)
+        assert getattr(t, field) == float(value)
+    else:
+        with pytest.raises(UsageError, match=field):
+            read_timing_file(path)
+
+
+def test_timing_files_round_trip_and_are_held_to_their_model(tmp_path):
+    for t in (FLOORED, TimingModel(123.0, 4.5, 6.7, source="hand")):
+        d = dict(timing_to_dict(t), model="qwen3.5-9b")
+        back = read_timing_file(write(tmp_path, d), model="qwen3.5-9b")
+        assert back == t and back.source == t.source
+        with pytest.raises(UsageError, match="calibrated for qwen3.5-9b, not llama-7b"):
+            read_timing_file(write(tmp_path, d), model="llama-7b")
+        read_timing_file(write(tmp_path, timing_to_dict(t)), model="llama-7b")  # no model named: any
+    # a hardware file from before floors and per-sequence times: both default to zero
+    d = timing_to_dict(FLOORED)
+    del d["layer_floor_ms"], d["seq_ms"]
+    old = read_timing_file(write(tmp_path, d))
+    assert old.layer_floor_ms == dict.fromkeys(LAYER_KINDS, 0.0) and old.seq_ms == dict.fromkeys(LAYER_KINDS, 0.0)
+    for bad in ({"format": "marconi-timing/3"}, [1, 2], {"format": "marconi-timing/2"}):
+        with pytest.raises(UsageError):
+            read_timing_file(write(tmp_path, bad))
+    with pytest.raises(UsageError, match="cannot read"):
+        read_timing_file(tmp_path / "absent.json")
+    (tmp_path / "x.json").write_text("{")
+    with pytest.raises(UsageError, match="not JSON"):
+        read_timing_file(tmp_path / "x.json")
+
+
+def test_write_timing_replaces_atomically_and_keeps_the_model(tmp_path):
+    path = tmp_path / "sub" / "t.json"
+    measure.write_timing(path, FLOORED, SPEC, {"median_error": 0.01})
+    d = json.loads(path.read_text())
+    assert d["model"] == "qwen3.5-9b" and d["fit"] == {"median_error": 0.01}
+    assert measure.read_timing(path, model="qwen3.5-9b") == FLOORED
+    assert not list(path.parent.glob(".tmp-*"))
+
+
+# ------------------------------------------------------------------------------ measure
+
+
+def test_modelled_ms_of_the_one_rate_model_shares_its_overhead_by_mixer_layer():
+    t = TimingModel(250.0, 8.0, 4.0)
+    counts = {"attention": 2, "gated_delta": 6, "mlp": 8}
+    r = measure.replayed_spec(SPEC, counts)
+    share = (2 + 6) / (8 + 24)
+    want = 8.0 * share + r.prefill_flops(100, 900) * 1e3 / 250e12
+    assert measure.modelled_ms(SPEC, t, counts, 100, 900) == pytest.approx(want, rel=1e-12)
+    # an int: that many gated-delta layers alone
+    r6 = measure.replayed_spec(SPEC, 6)
+    assert (r6.n_attn, r6.n_gdn, r6.n_mlp, r6.n_mamba) == (0, 6, 0, 0)
+    # a hardware model prices the replayed layers with its splits
+    want = FLOORED.prefill_time_s(r, 100, 900, 2) * 1e3
+    assert measure.modelled_ms(SPEC, FLOORED, counts, 100, 900, 2) == pytest.approx(want, rel=1e-12)
+
+
+def test_fit_linear_edges():
+    flops = np.array([1e12, 2e12, 4e12])
+    ms = 3.0 + flops / 500e12 * 1e3
+    over, tflops = measure.fit_linear(flops, ms)
+    assert over == pytest.approx(3.0) and tflops == pytest.approx(500.0)
+    # non-finite and non-positive times are dropped; what is left must still have two sizes
+    with pytest.raises(UsageError, match="two timed requests"):
+        measure.fit_linear(np.array([1e12, 2e12, 3e12]), np.array([4.0, float("nan"), -1.0]))
+    with pytest.raises(UsageError, match="two timed requests"):
+        measure.fit_linear(np.array([1e12, 1e12]), np.array([4.0, 5.0]))
+    with pytest.raises(UsageError, match="does not grow"):
+        measure.fit_linear(np.array([1e12, 2e12, 3e12]), np.array([5.0, 4.0, 3.0]))
+
+
+def test_device_peak_matches_by_name_fragment_and_dtype():
+    assert measure.device_peak("NVIDIA H200", "bf16") == 989.0
+    assert measure.device_peak("NVIDIA H200", "fp32") == 67.0
+    assert measure.device_peak("NVIDIA A100-SXM4-40GB", "fp16") == 312.0
+    assert measure.device_peak("NVIDIA H200", "fp8") == 0.0
+    assert measure.device_peak("", "bf16") == 0.0 and measure.device_peak(None, "bf16") == 0.0
+
+
+def test_timed_calls_keep_device_bound_suffixes_and_validated_references_only():
+    nan = float("nan")
+    row = dict(
+        segments=[[0, 100]],
+        hit_tokens=0,
+        validated=False,
+        input_tokens=100,
+        suffix_host_bound=False,
+        full_host_bound=False,
+        **{f"suffix_ms_{k}": 1.0 for k in LAYER_KINDS + ("other",)},
+        **{f"full_ms_{k}": nan for k in LAYER_KINDS + ("other",)},
+    )
+    hit = dict(row, segments=[[64, 300]], hit_tokens=64, validated=True, input_tokens=300)
+    hit.update({f"full_ms_{k}": 2.0 for k in LAYER_KINDS + ("other",)})
+    held = dict(hit, suffix_host_bound=True, full_host_bound=True)
+    unvalidated = dict(hit, validated=False)
+    untimed = dict(row, **{f"suffix_ms_{k}": nan for k in LAYER_KINDS})
+    got = measure.timed_calls(pd.DataFrame([row, hit, held, unvalidated, untimed]))
+    assert [segs for segs, _ in got] == [[(0, 100)], [(64, 300)], [(0, 300)], [(64, 300)]]
+    assert got[2][1]["mlp"] == 2.0
+
+
+# ------------------------------------------------------------------------------ the committed fit
+
+
+def _table(path: Path):
+    """``path`` or ``path.xz`` (benchmarks/results keeps tables over 32 KB xz-compressed)."""
+    if path.is_file():
+        return path
+    xz = path.with_name(path.name + ".xz")
+    return xz if xz.is_file() else None
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    if path.suffix == ".xz":
+        import lzma
+
+        with lzma.open(path) as f:
+            return pd.read_parquet(f)
+    return pd.read_parquet(path)
+
+
+def _raw_runs():
+    """The committed H200 fit runs (session 3 of 2026-12-02) wherever they live: ``tests/data/``
+    or ``benchmarks/results/`` (formerly ``sim/replay/h200-*``)."""
+    for base in (ROOT / "tests" / "data", ROOT / "benchmarks" / "results", ROOT / "sim" / "replay"):
+        for d in sorted(base.glob("**/fit-and-sequential-400")) if base.is_dir() else ():
+            runs = [_table(d / f"fit-run-{i}" / "requests.parquet") for i in (0, 1)]
+            cont = sorted(d.parent.glob("continuous-300-*/marconi-exact-continuous"))
+            steps = _table(cont[0] / "steps.parquet") if cont else None
+            if all(runs) and steps is not None:
+                return runs, steps
+    return None
+
+
+RAW = _raw_runs()
+
+
+@pytest.mark.skipif(RAW is None, reason="the committed H200 fit runs (fit-and-sequential-400) are not in this checkout")
+def test_the_committed_h200_timing_is_refitted_exactly_from_its_raw_runs():
+    """``sim/data/h200-timing.json`` from the two committed fit runs (per-call terms, GEMM-twin
+    pinning) and the first half of the committed continuous run's steps (per-sequence terms)."""
+    from sim.replay import steps as step_model
+
+    runs, steps_file = RAW
+    committed = read_timing_file(ROOT / "sim" / "data" / "h200-timing.json")
+    info_committed = json.loads((ROOT / "sim" / "data" / "h200-timing.json").read_text())["fit"]
+    df = pd.concat([read_table(p) for p in runs], ignore_index=True)
+    t, info = measure.calibrate(
+        df, SPEC, committed, N, peak_tflops=989.0, decode_ms_per_token=committed.decode_ms_per_token
+    )
+    for group in ("ms_per_tflop", "layer_call_ms", "layer_floor_ms"):
+        got, want = getattr(t, group), getattr(committed, group)
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-12), group
+    assert t.call_ms == pytest.approx(committed.call_ms, rel=1e-9)
+    assert info["pinned"] == info_committed["pinned"] == ["gdn_linear"]
+    assert (info["requests"], info["calls"]) == (info_committed["requests"], info_committed["calls"])
+    assert info["median_error"] == pytest.approx(info_committed["median_error"], rel=1e-6)
+    for k in LAYER_KINDS:
+        assert info["terms"][k]["calls"] == info_committed["terms"][k]["calls"]
+        assert info["terms"][k]["calls_above_floor"] == info_committed["terms"][k]["calls_above_floor"]
+    fitted, sinfo = step_model.calibrate_steps(read_table(steps_file), SPEC, t, N)
+    assert fitted.seq_ms == pytest.approx(committed.seq_ms, rel=1e-9, abs=1e-12)
+    assert (sinfo["fit_steps"], sinfo["held_out_steps"]) == (704, 705)
+    assert sinfo["median_error"] == pytest.approx(info_committed["steps"]["median_error"], rel=1e-6)
+    assert fitted == committed  # every term, the decode time, the peak and the GPU count
+
+
+def test_default_timing_is_the_committed_file_scaled_to_the_presets_gpus():
+    committed = read_timing_file(ROOT / "sim" / "data" / "h200-timing.json")
+    assert default_timing("qwen3.5-9b") == committed
+    big = default_timing("qwen3.5-397b-a17b")
+    assert big.gpus == 8 and "8x H200" in big.source
+    assert big == replace(committed, gpus=8)
+    assert default_timing("qwen3-next-80b-a3b").gpus == 2
