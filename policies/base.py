@@ -210,6 +210,9 @@ class AdmissionContext:
     #: the chunks only when the prefill is done. None: the policy derives its own steps from its
     #: ``--prefill-chunk`` knob (one request prefilling at a time).
     prefill_steps: tuple[int, ...] | None = None
+    #: tokens the lookup matched token by token, a block grid's whole symbols (KV held in the cache;
+    #: beyond the hit when no state sits at its end: vLLM's shared-prefix junction); -1: not told
+    match_tokens: int = -1
 
 
 class AdmissionPolicy(ABC):

@@ -60,6 +60,8 @@ leave no decode states (kept as it was, so the periodic results do not change he
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 import re
 from dataclasses import dataclass
 
@@ -150,6 +152,17 @@ class TrtllmAdmission(AdmissionPolicy):
             input_tokens(ctx), self.params.periodic_snapshot_interval, self.from_start, self.from_end
         )
         return [t // G for t in points if t > hit and t % G == 0]
+
+    def schedule_chunk(self, start, end, budget, step_budget, ctx):
+        """The scheduler ends a prefill chunk at the next snapshot point inside it, so the state
+        there exists (``common.py`` ``prepare_expect_snapshot_points``: "the scheduler ends prefill
+        chunks there"); placement does not depend on it, the step count does."""
+        n = min(budget, end - start)
+        points = snapshot_points(
+            input_tokens(ctx), self.params.periodic_snapshot_interval, self.from_start, self.from_end
+        )
+        i = bisect_right(points, start)
+        return points[i] - start if i < len(points) and points[i] < start + n else n
 
     def decode_checkpoints(self, match, ctx):
         G = ctx.block_tokens

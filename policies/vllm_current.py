@@ -9,22 +9,37 @@ three 1,600-token blocks the states kept sit at 4,800, 9,600, ...; without an in
 the interior blocks is kept; the newest frozen boundary is registered as the rolling checkpoint);
 ``vllm/v1/core/kv_cache_manager.py`` ``get_computed_blocks`` (a hit is at most ``num_tokens - 1``
 tokens; ``shared_prefix_boundary`` is where a detected shared prefix ends, pinned against the
-retention mask); the junction checkpoint of PR #37898 (``--enable-mamba-shared-prefix-checkpoint``)
-and the retention interval of PR #52216 (``--prefix-cache-retention-interval``, default 0),
-dense when EAGLE is on (#55760). The block: the attention block raised to the mamba page
-(``vllm_block_tokens``; 528 tokens for Qwen3.5-4B / 9B shapes, #40696), ``--block-size``
-overrides it.
+retention mask); the shared-prefix junction of PR #37898 and the retention interval of PR #52216
+(``--prefix-cache-retention-interval``, default 0), dense when EAGLE is on (#55760). The block: the
+attention block raised to the mamba page (``vllm_block_tokens``; 528 tokens for Qwen3.5-4B / 9B
+shapes, #40696), ``--block-size`` overrides it.
+
+The junction is the engine's default, with no flag (read in vLLM main, issue 43):
+``vllm/v1/core/kv_cache_manager.py`` ``get_computed_blocks`` (L286-L292) sets
+``shared_prefix_boundary = num_new_computed_tokens + num_uncached`` whenever the hybrid
+coordinator's longest single-group hit (the KV match) runs past the reconciled hit, and
+``vllm/v1/core/sched/scheduler.py`` ``_mamba_block_aligned_split`` (the ``stops`` tuple, L411-L437)
+always stops a step at ``start + (shared_prefix_boundary - start) // block_size * block_size``;
+``single_type_kv_cache_manager.py`` adds it to ``reachable_boundaries``, so retention 0 keeps it.
+``CacheConfig.enable_mamba_shared_prefix_checkpoint`` (``vllm/config/cache.py``, named
+``enable_mamba_fine_grained_prefix_cache`` until #57382; the ``--enable-mamba-fine-grained-prefix-cache``
+of PR #53945's docs) is something else, off by default: a checkpoint at the sub-block position an
+EAGLE / MTP sibling resumes from, in effect only with EAGLE on the mamba group and a
+``prefix_match_unit`` finer than the mamba block. The simulator matches whole blocks, so the flag
+is refused (one line) rather than silently inert. These lines were read through copies of vLLM main
+found by code search; the project's store holds no vllm-project/vllm commit with them.
 
 Knobs (named as the engine names them): ``--prefix-cache-retention-interval`` (tokens; 0 keeps
 only the semantic states: the prompt's last full block, the junction and the request's newest
 boundary; N > 0 also the block boundaries on multiples of N; -1 stands for the Python API's None:
-every state), ``--enable-mamba-shared-prefix-checkpoint``, ``--block-size``,
+every state), ``--enable-mamba-shared-prefix-checkpoint`` (refused, above), ``--block-size``,
 ``--speculative-method`` (``none``, ``eagle``, ``eagle3``, ``mtp``: the ``method`` of
 ``--speculative-config``), ``--prefill-chunk`` (``--max-num-batched-tokens``).
 
-- Prefill: steps cut by ``_mamba_block_aligned_split`` (``align_step_ends``); with junction
-  checkpoints on and the KV match deeper than the deepest state, the step is also cut at the
-  match's last block boundary (below ``input_len``), and that state is kept.
+- Prefill: steps cut by ``_mamba_block_aligned_split`` (``align_step_ends`` one request at a
+  time, ``schedule_chunk`` under ``--scheduler continuous``); when the KV match runs deeper than the
+  deepest state, the step is also cut at the match's last block boundary (below ``input_len``), and
+  that state is kept.
 - Decode: the block boundaries decode crosses; under retention only the newest (the request's
   last block boundary) and those on the retention grid.
 - EAGLE / MTP on: every kept state sits one block earlier (the block dropped for the draft
@@ -36,10 +51,11 @@ every state), ``--enable-mamba-shared-prefix-checkpoint``, ``--block-size``,
 Reproduces (``tests/policies/test_current_presets.py``): test_mamba_align_retention_grid.py
 (grid blocks kept, none without an interval, the rolling newest boundary); vLLM #40696's
 528-token cliff (prompts under 528 tokens never hit; a 979-token prompt hits 528); #45238's
-workload shape with junction checkpoints (prompts sharing a prefix that ends inside a block: 0
-hits without them; with them the second request keeps the junction state and the third reuses
-it); the EAGLE block drop of test_mamba_align_chunk_split.py both ways. Not modelled: per-block (rather
-than per-edge) eviction of a leaf, the step budget shared with other requests, the
+workload shape (prompts sharing a prefix that ends inside a block: the second request keeps the
+junction state and the third reuses it; vLLM 0.11 reuses nothing), under every scheduler
+(``tests/policies/test_engine_rules_schedulers.py``); the EAGLE block drop of
+test_mamba_align_chunk_split.py both ways. Not modelled: per-block (rather than per-edge)
+eviction of a leaf, the step budget shared with other requests, the
 full-attention side of the EAGLE block drop, ``max_model_len`` (#48401's inert cache).
 """
 
@@ -68,7 +84,10 @@ class VllmParams(VllmBlocks):
     )
     enable_mamba_shared_prefix_checkpoint: bool = knob(
         False,
-        "vllm: keep a state where a detected shared prefix ends (junction checkpoint, PR #37898).",
+        "vllm: also a state at the sub-block junction where an EAGLE / MTP sibling resumes (named "
+        "--enable-mamba-fine-grained-prefix-cache before #57382); in effect only with EAGLE / MTP and a prefix "
+        "match unit finer than the block, which the simulator does not model (refused). The block-floored "
+        "shared-prefix junction (#37898) needs no flag: vLLM always keeps it.",
         flag="--enable-mamba-shared-prefix-checkpoint/--no-enable-mamba-shared-prefix-checkpoint",
     )
     speculative_method: str = knob(
@@ -86,6 +105,16 @@ def retained(positions: list[int], semantic: set[int], interval: int) -> list[in
     return [p for p in positions if p in semantic or (interval > 0 and p % interval == 0)]
 
 
+def junction_tokens(match_tokens: int, n: int, B: int) -> int:
+    """Where vLLM's detected shared prefix ends, floored to the block (0: none): the longest
+    single-group hit (``shared_prefix_boundary`` = the mamba-limited hit + the uncached shared
+    prefix, kv_cache_manager.py L286-L292; the lookup stops at ``n - 1`` tokens), floored as the
+    scheduler's stop floors it (a sub-block junction's state is not separately cacheable)."""
+    if match_tokens <= 0:
+        return 0
+    return min(match_tokens, n - 1) // B * B
+
+
 @admission("vllm")
 class VllmAdmission(AdmissionPolicy):
     """Today's vLLM align mode: block-aligned step ends (and the junction), thinned by the
@@ -96,8 +125,13 @@ class VllmAdmission(AdmissionPolicy):
     running_state_slots = 2  # the running state + the last step's checkpoint
 
     def schedule_chunk(self, start, end, budget, step_budget, ctx):
-        """Steps cut by ``_mamba_block_aligned_split``, as in align mode since 0.11."""
-        return VllmAlignAdmission.schedule_chunk(self, start, end, budget, step_budget, ctx)
+        """``_mamba_block_aligned_split``: block-aligned steps, a cut at the prompt's last full
+        block (as in align mode since 0.11) and a cut at the block-floored shared-prefix junction
+        (``stops``' last entry, scheduler.py L411-L437 as read), so a batching scheduler ends a
+        step where the engine does and the junction state is taken there."""
+        n = VllmAlignAdmission.schedule_chunk(self, start, end, budget, step_budget, ctx)
+        j = junction_tokens(ctx.match_tokens, input_tokens(ctx), ctx.block_tokens)
+        return j - start if start < j < start + n else n
 
     def interval(self) -> int:
         p = self.params
@@ -114,9 +148,7 @@ class VllmAdmission(AdmissionPolicy):
         B = ctx.block_tokens
         n = input_tokens(ctx)
         hit = match.hit_sym * B
-        junction = 0
-        if p.enable_mamba_shared_prefix_checkpoint and match.match_sym > match.hit_sym:
-            junction = min(match.match_sym * B, n - 1) // B * B
+        junction = junction_tokens(match.match_sym * B, n, B) if match.match_sym > match.hit_sym else 0
         if ctx.prefill_steps is not None:  # a batching scheduler's step ends
             ends = [e for e in ctx.prefill_steps if e > hit]
             if not junction > hit:
@@ -162,13 +194,19 @@ class VllmCurrentPreset(VllmPreset):
                 f"--enable-mamba-shared-prefix-checkpoint needs a hybrid model; {spec.name} has no "
                 "linear-attention layers"
             )
+        if config.enable_mamba_shared_prefix_checkpoint:
+            raise PolicyError(
+                "--enable-mamba-shared-prefix-checkpoint is not modelled: vLLM applies it only with EAGLE / MTP "
+                "and a prefix match unit finer than the block (vllm/config/cache.py), and the simulator matches "
+                "whole blocks; the shared-prefix junction (#37898) is always kept without it"
+            )
 
 
 register_preset(
     VllmCurrentPreset(
         "vllm",
         "vLLM today: align mode on by default; --prefix-cache-retention-interval (0: semantic states only), "
-        "--enable-mamba-shared-prefix-checkpoint, block derived from the model (--block-size), EAGLE/MTP one-block "
+        "shared-prefix junction kept (#37898), block derived from the model (--block-size), EAGLE/MTP one-block "
         "drop; stores input + output - 1 tokens",
         admission="vllm",
         eviction="lru-tail-first",

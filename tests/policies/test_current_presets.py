@@ -198,17 +198,21 @@ def test_vllm_decode_keeps_the_rolling_newest_boundary(interval, kept):
 
 
 def test_vllm_junction_checkpoint_45238():
-    """PR #37898 (``--enable-mamba-shared-prefix-checkpoint``) on #45238's workload shape: prompts
-    share 300 tokens, then differ. Block 64: the single state of each prompt (384) lies in its
-    own tokens, so nothing is ever reused; with junction checkpoints the second request ends a
-    prefill step at the shared part's last block boundary (256) and keeps that state, and the
-    third reuses it."""
+    """PR #37898 on #45238's workload shape: prompts share 300 tokens, then differ. Block 64: the
+    single state of each prompt (384) lies in its own tokens; vLLM main detects the shared prefix
+    (``get_computed_blocks``' ``shared_prefix_boundary``, kv_cache_manager.py L286-L292, no flag),
+    so the second request ends a prefill step at the shared part's last block boundary (256) and
+    keeps that state, and the third reuses it. vLLM 0.11 (before #37898) never reuses anything
+    here. ``--enable-mamba-shared-prefix-checkpoint`` is the EAGLE sub-block junction (renamed from
+    ``--enable-mamba-fine-grained-prefix-cache`` in #57382), which the simulator does not model."""
     trace = one_per_session(
         *[(cat(toks(0, 300), toks(1000 * (i + 1), 100)), toks(50_000 + 10 * i, 5)) for i in range(3)]
     )
-    assert run(trace, "vllm", block_size=64)[0] == [0, 0, 0]
-    got, sim = run(trace, "vllm", block_size=64, enable_mamba_shared_prefix_checkpoint=True)
+    assert run(trace, "vllm-0.11-align", block_size=64)[0] == [0, 0, 0]
+    got, sim = run(trace, "vllm", block_size=64)
     assert got == [0, 0, 256] and 256 in state_depths(sim.tree)
+    with pytest.raises(PolicyError, match="not modelled"):
+        run(trace, "vllm", block_size=64, enable_mamba_shared_prefix_checkpoint=True)
 
 
 def test_vllm_eagle_drops_one_block():
@@ -482,7 +486,7 @@ def test_engine_knobs_on_the_command_line():
         "sglang,vllm,trtllm,lmdeploy",
         "--mamba-radix-cache-strategy",
         "no_buffer",
-        "--enable-mamba-shared-prefix-checkpoint",
+        "--no-enable-mamba-shared-prefix-checkpoint",
         "--periodic-snapshot-interval",
         "256",
         "--prefix-cache-retention-interval",
@@ -497,5 +501,7 @@ def test_engine_knobs_on_the_command_line():
     bad = _cli(*base, "--policy", "sglang", "--mamba-radix-cache-strategy", "no_buffer", "--page-size", "16")
     assert bad.exit_code == 2 and "Traceback" not in bad.output
     assert len(bad.output.strip().splitlines()) == 1 and "--page-size 1" in bad.output
+    bad = _cli(*base, "--policy", "vllm", "--enable-mamba-shared-prefix-checkpoint")
+    assert bad.exit_code == 2 and len(bad.output.strip().splitlines()) == 1 and "not modelled" in bad.output
     bad = _cli(*base, "--policy", "sglang", "--mamba-track-interval", "0")
     assert bad.exit_code == 2 and "--mamba-track-interval must be >= 1" in bad.output

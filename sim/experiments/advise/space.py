@@ -342,13 +342,6 @@ ENGINES: dict[str, Engine] = {
                 when=_no_speculation,
                 help="0: semantic states only; N: also every block boundary on a multiple of N; -1: every state",
             ),
-            Knob(
-                "enable_mamba_shared_prefix_checkpoint",
-                "--enable-mamba-shared-prefix-checkpoint",
-                False,
-                choices=(False, True),
-                help="a state where a detected shared prefix ends",
-            ),
             Knob("block_size", "--block-size", 0, choices=_vllm_blocks, help="0: derived per model"),
             _prefill_knob("--max-num-batched-tokens"),
         ),

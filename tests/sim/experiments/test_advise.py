@@ -205,7 +205,6 @@ TODAY_DEFAULTS = {
     },
     "vllm": {
         "prefix_cache_retention_interval": 0,
-        "enable_mamba_shared_prefix_checkpoint": False,
         "block_size": 0,
         "prefill_chunk_tokens": 8192,
     },
@@ -347,7 +346,6 @@ def test_memory_rule_and_spaces():
     vl = build_space("vllm", spec, 80 * 10**9)
     assert [k.flag for k in vl.all_knobs] == [
         "--prefix-cache-retention-interval",
-        "--enable-mamba-shared-prefix-checkpoint",
         "--block-size",
         "--max-num-batched-tokens",
     ]
