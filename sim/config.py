@@ -17,6 +17,7 @@ from policies.trtllm_current import FROM_END_FLAG, FROM_START_FLAG, TrtllmParams
 from policies.vllm_current import VllmParams
 from policies.eviction import MarconiEviction
 from sim.errors import UsageError
+from sim.gpus import GPUS
 from sim.tuning_options import LRU, MAX_ALPHAS, parse_candidates, parse_grid  # noqa: F401  (re-exported)
 from sim.tuning_options import TunerParams, tuner_params
 
@@ -169,6 +170,21 @@ class SimConfig:
         "Timing file written by `marconi replay --calibrate FILE` (prefill throughput and overhead measured "
         "with the project's kernels) [default: the preset's estimate].",
         flag="--timing",
+    )
+    gpu: str | None = setting(
+        None,
+        "GPU whose datasheet prices time (sim/gpus.py): its calibrated timing where one is committed, "
+        "else the calibrated model scaled by the datasheet (said 'uncalibrated for GPU') "
+        "[default: the preset's calibrated device, H200; A100 for marconi-7b and llama-7b].",
+        choices=tuple(GPUS),
+    )
+    tensor_parallel: int = setting(
+        0,
+        "GPUs of one tensor-parallel group: KV heads and Mamba groups fewer than N replicated, compute "
+        "split N ways, an all-reduce after every block over the GPU's links; --capacity is the group's "
+        "cache. 0: the preset's GPU count with ideal scaling.",
+        min=0,
+        max=64,
     )
     seed: int = setting(0, "Seed of the Poisson session starts (--arrival poisson); uniform arrivals draw nothing.")
     # alpha tuning (--alpha auto, marconi-oracle; sim/tuning): generated from TunerParams, one field per

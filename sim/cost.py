@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Sequence
 
 from sim.errors import UsageError
+from sim.gpus import ALLREDUCE_LATENCY_S, allreduce_s, get_gpu
+from sim.hf_config import config_file, looks_like_path, read_config
 
 GDN_CHUNK = 64  # chunk length the per-token cost of docs/cost-model.md §2 is derived for
 
@@ -65,6 +67,13 @@ class ModelSpec:
     # configurable so paper numbers are exact (docs/cost-model.md §3)
     mamba_state_channels: int = 0  # 0 -> d_inner
     mamba_conv_cols: int = 0  # 0 -> W - 1 (what engines keep)
+    # real Mamba layers read from a config (sim/hf_config.py; docs/models.md): version 1 (Jamba: a
+    # d_inner x N state, conv over d_inner channels, x_proj / dt_proj of rank mamba_dt_rank) or 2
+    # with mamba_heads > 0 (in_proj D -> 2*d_inner + 2*G*N + heads, conv over d_inner + 2*G*N);
+    # mamba_heads = 0 keeps the paper's Mamba2 projections (D -> 2*d_inner, conv not counted)
+    mamba_version: int = 2
+    mamba_heads: int = 0
+    mamba_dt_rank: int = 0
     # -- MLP / MoE blocks
     n_mlp: int = 0
     mlp_active_params: int = 0  # per layer per token (MoE: routed top-k + shared expert + router)
@@ -75,6 +84,7 @@ class ModelSpec:
     # -- bookkeeping for `marconi models` and the active-parameter cross-check (not used in costs)
     embedding_params: int = 0  # vocab x d_model, one table
     nominal_active_params: float = 0.0  # what the model's name / card says (e.g. 3e9 for A3B)
+    total_params: float = 0.0  # every weight (all experts), for weight bytes; 0: not known
     source: str = ""
 
     # precomputed (see __post_init__)
@@ -112,8 +122,19 @@ class ModelSpec:
         gdn_core = Hv * (6.0 * dk * dv + GDN_CHUNK * (5.25 * dk + 4.0 * dv))
         gdn1_a = 2.0 * gdn_params + 2.0 * gdn_conv_dim * self.gdn_conv_width + gdn_core
         # mamba2, per layer per token
-        di, N = self.mamba_d_inner, self.mamba_d_state
-        mamba1_a = 2.0 * (D * 2 * di + di * D) + 8.0 * di * N + 5.0 * di
+        di, N, G, W = self.mamba_d_inner, self.mamba_d_state, self.mamba_n_groups, self.mamba_conv_width
+        if self.mamba_version == 1:
+            R = self.mamba_dt_rank
+            mamba_conv_dim = di
+            mamba_proj = D * 2 * di + di * (R + 2 * N) + R * di + di * D
+            mamba1_a = 2.0 * mamba_proj + 2.0 * mamba_conv_dim * W + 8.0 * di * N + 5.0 * di
+        elif self.mamba_heads:
+            mamba_conv_dim = di + 2 * G * N
+            mamba_proj = D * (2 * di + 2 * G * N + self.mamba_heads) + di * D
+            mamba1_a = 2.0 * mamba_proj + 2.0 * mamba_conv_dim * W + 8.0 * di * N + 5.0 * di
+        else:  # the paper's Mamba2 (docs/cost-model.md §2)
+            mamba_conv_dim = di + 2 * G * N
+            mamba1_a = 2.0 * (D * 2 * di + di * D) + 8.0 * di * N + 5.0 * di
         mlp1_a = 2.0 * self.mlp_active_params
 
         a = self.n_attn * attn1_a + self.n_gdn * gdn1_a + self.n_mamba * mamba1_a + self.n_mlp * mlp1_a
@@ -133,7 +154,6 @@ class ModelSpec:
         )
         m_ch = self.mamba_state_channels or di
         m_cols = self.mamba_conv_cols or (self.mamba_conv_width - 1)
-        mamba_conv_dim = di + 2 * self.mamba_n_groups * N
         mamba_state = m_ch * N * self.state_dtype_bytes + mamba_conv_dim * m_cols * self.conv_dtype_bytes
         set_(self, "_state", self.n_gdn * gdn_state + self.n_mamba * mamba_state)
 
@@ -177,7 +197,8 @@ class ModelSpec:
 
     # ---- descriptive helpers (CLI, tests)
     def layers_by_type(self) -> dict[str, int]:
-        return {"attention": self.n_attn, "gated_delta": self.n_gdn, "mamba2": self.n_mamba, "mlp": self.n_mlp}
+        mamba = "mamba1" if self.mamba_version == 1 else "mamba2"
+        return {"attention": self.n_attn, "gated_delta": self.n_gdn, mamba: self.n_mamba, "mlp": self.n_mlp}
 
     def state_kv_tokens(self) -> float:
         """One checkpoint expressed as the KV of this many tokens (break-even length)."""
@@ -352,6 +373,170 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+def _mamba2_hybrid(
+    name,
+    *,
+    d,
+    n_attn,
+    heads,
+    kv_heads,
+    n_mamba,
+    m_heads,
+    m_head_dim,
+    d_state,
+    groups,
+    n_mlp,
+    mlp_params,
+    vocab,
+    total,
+    nominal,
+    source,
+    head_dim=128,
+    state_bytes=2,
+    version=2,
+    dt_rank=0,
+    d_inner=0,
+):
+    """A Mamba + attention hybrid read the way ``sim/hf_config.py`` reads its config (docs/models.md):
+    real Mamba2 projections (in_proj D -> 2*d_inner + 2*G*N + heads) or Mamba1 (``version=1``:
+    d_inner x N state, x_proj / dt_proj of rank ``dt_rank``), conv width 4, bf16 KV and conv
+    window, the recurrent state in the model dtype (``state_bytes``) as engines keep it by default."""
+    return ModelSpec(
+        name=name,
+        d_model=d,
+        n_attn=n_attn,
+        attn_heads=heads,
+        attn_kv_heads=kv_heads,
+        attn_head_dim=head_dim,
+        attn_causal=True,
+        n_mamba=n_mamba,
+        mamba_version=version,
+        mamba_heads=m_heads if version == 2 else 0,
+        mamba_dt_rank=dt_rank,
+        mamba_d_inner=d_inner or m_heads * m_head_dim,
+        mamba_d_state=d_state,
+        mamba_conv_width=4,
+        mamba_n_groups=groups,
+        n_mlp=n_mlp,
+        mlp_active_params=mlp_params,
+        kv_dtype_bytes=2,
+        state_dtype_bytes=state_bytes,
+        conv_dtype_bytes=2,
+        embedding_params=vocab * d,
+        nominal_active_params=nominal,
+        total_params=total,
+        source=source,
+    )
+
+
+MODELS.update(
+    {
+        # Nemotron-H: pattern "M-M-M-M*-..." (52 / 118 blocks): Mamba2 (M), attention (*) and
+        # squared-ReLU MLP (-, up and down only) blocks, each its own layer
+        "nemotron-h-8b": _mamba2_hybrid(
+            "nemotron-h-8b",
+            d=4096,
+            n_attn=4,
+            heads=32,
+            kv_heads=8,
+            n_mamba=24,
+            m_heads=128,
+            m_head_dim=64,
+            d_state=128,
+            groups=8,
+            n_mlp=24,
+            mlp_params=2 * 4096 * 21504,
+            vocab=131_072,
+            total=8_100_389_888,
+            nominal=8e9,
+            source="HF nvidia/Nemotron-H-8B-Base-8K config.json (tests/data/configs/nemotron-h-8b.json)",
+        ),
+        "nemotron-h-56b": _mamba2_hybrid(
+            "nemotron-h-56b",
+            d=8192,
+            n_attn=10,
+            heads=64,
+            kv_heads=8,
+            n_mamba=54,
+            m_heads=256,
+            m_head_dim=64,
+            d_state=256,
+            groups=8,
+            n_mlp=54,
+            mlp_params=2 * 8192 * 32768,
+            vocab=131_072,
+            total=56_322_269_696,
+            nominal=56e9,
+            source="HF nvidia/Nemotron-H-56B-Base-8K config.json (tests/data/configs/nemotron-h-56b.json)",
+        ),
+        # Jamba 1.5 Mini: attention at layers 4, 12, 20, 28 (period 8, offset 4), Mamba1 elsewhere;
+        # MoE (16 experts, top-2, SwiGLU 14336) at odd layers, a dense SwiGLU 14336 at even ones,
+        # averaged over the 32 MLP blocks: 1.5 dense widths + half a router per block
+        "jamba-1.5-mini": _mamba2_hybrid(
+            "jamba-1.5-mini",
+            d=4096,
+            n_attn=4,
+            heads=32,
+            kv_heads=8,
+            n_mamba=28,
+            m_heads=0,
+            m_head_dim=0,
+            d_inner=8192,
+            d_state=16,
+            groups=1,
+            n_mlp=32,
+            mlp_params=(16 * 3 * 4096 * 14336 + 16 * (2 * 3 * 4096 * 14336 + 4096 * 16)) // 32,
+            vocab=65_536,
+            total=51_569_590_272,
+            nominal=12e9,
+            version=1,
+            dt_rank=256,
+            source="HF ai21labs/AI21-Jamba-1.5-Mini config.json (tests/data/configs/jamba-1.5-mini.json)",
+        ),
+        # Falcon-H1 7B: attention (12 heads, 2 KV heads) and Mamba2 (24 heads x 128, d_state 256)
+        # side by side in each of 44 layers, then a SwiGLU MLP 12288
+        "falcon-h1-7b": _mamba2_hybrid(
+            "falcon-h1-7b",
+            d=3072,
+            n_attn=44,
+            heads=12,
+            kv_heads=2,
+            n_mamba=44,
+            m_heads=24,
+            m_head_dim=128,
+            d_state=256,
+            groups=1,
+            n_mlp=44,
+            mlp_params=3 * 3072 * 12288,
+            vocab=130_049,
+            total=7_585_223_776,
+            nominal=7e9,
+            source="HF tiiuae/Falcon-H1-7B-Base config.json (tests/data/configs/falcon-h1-7b.json)",
+        ),
+        # Granite 4.0 H-Small: 36 Mamba2 + 4 attention layers (layer_types), each with an MoE block
+        # (72 experts, top-10, 768 wide, shared expert 1536)
+        "granite-4.0-h-small": _mamba2_hybrid(
+            "granite-4.0-h-small",
+            d=4096,
+            n_attn=4,
+            heads=32,
+            kv_heads=8,
+            n_mamba=36,
+            m_heads=128,
+            m_head_dim=64,
+            d_state=128,
+            groups=1,
+            n_mlp=40,
+            mlp_params=_moe(4096, 768, 10, 1536, 72),
+            vocab=100_352,
+            total=32_206_702_080,
+            nominal=9e9,
+            source="HF ibm-granite/granite-4.0-h-small config.json (tests/data/configs/granite-4.0-h-small.json)",
+        ),
+    }
+)
+
+
 def _replay_tiny() -> ModelSpec:
     """Toy shapes of the Qwen3.5 layout for CPU replay tests (plain-torch gated delta, or the Triton
     interpreter): 3 gated-delta layers (Hk 1, Hv 2, head dims 16) and 1 attention layer, hidden size 32."""
@@ -384,11 +569,23 @@ def _replay_tiny() -> ModelSpec:
 MODELS["replay-tiny"] = _replay_tiny()
 
 
+_READ: dict = {}  # (resolved path, mtime, size) -> ModelSpec read from a config.json
+
+
 def get_model(name: str) -> ModelSpec:
-    try:
-        return MODELS[name.strip().lower()]
-    except KeyError:
-        raise UsageError(f"unknown model {name!r}; valid: {', '.join(MODELS)}") from None
+    """A preset by name, or the model read from a Hugging Face config.json (or a folder holding
+    one) when ``name`` is a path (sim/hf_config.py)."""
+    key = str(name).strip().lower()
+    if key in MODELS:
+        return MODELS[key]
+    if looks_like_path(str(name)):
+        path = config_file(name)
+        st = path.stat()
+        k = (str(path.resolve()), st.st_mtime_ns, st.st_size, str(name))
+        if k not in _READ:
+            _READ[k] = ModelSpec(**read_config(name))
+        return _READ[k]
+    raise UsageError(f"unknown model {name!r}; valid: {', '.join(MODELS)}, or a config.json path")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,6 +602,11 @@ class TimingModel:
     overhead_ms: float
     decode_ms_per_token: float
     source: str = field(default="", compare=False)
+    # tensor parallel (--tensor-parallel N): the all-reduces of one call, per token and per call
+    comm_ms_per_token: float = 0.0
+    comm_ms_per_call: float = 0.0
+    device: str = field(default="", compare=False)  # the catalogue GPU it prices (sim/gpus.py)
+    uncalibrated: bool = field(default=False, compare=False)  # scaled from another device's figures
     _inv: float = field(init=False, repr=False, compare=False, default=0.0)
     charges_splits = False  # FLOPs only: an exact-alignment split costs nothing here
 
@@ -416,10 +618,13 @@ class TimingModel:
     def prefill_time_s(self, spec: ModelSpec, p: int, L: int, splits: int = 0) -> float:
         """One request's prefill of tokens [p, L); ``splits`` (extra kernel calls of an
         exact-alignment split) are not charged by this FLOPs-only model."""
-        return self.overhead_ms * 1e-3 + spec.prefill_flops(p, L) * self._inv
+        t = self.overhead_ms * 1e-3 + spec.prefill_flops(p, L) * self._inv
+        if self.comm_ms_per_call or self.comm_ms_per_token:
+            t += (self.comm_ms_per_call + max(L - p, 0) * self.comm_ms_per_token) * 1e-3
+        return t
 
     def decode_time_s(self, n_tokens: int) -> float:
-        return n_tokens * self.decode_ms_per_token * 1e-3
+        return n_tokens * (self.decode_ms_per_token + self.comm_ms_per_call + self.comm_ms_per_token) * 1e-3
 
     def step_time_s(
         self, spec: ModelSpec, prefills: Sequence[tuple[int, int]], decode_contexts: Sequence[int]
@@ -440,6 +645,9 @@ class TimingModel:
         compute = flops * self._inv
         if prefills:
             compute += self.overhead_ms * 1e-3
+        if self.comm_ms_per_call or self.comm_ms_per_token:
+            tokens = sum(max(L - p, 0) for p, L in prefills) + len(decode_contexts)
+            compute += (self.comm_ms_per_call + tokens * self.comm_ms_per_token) * 1e-3
         if decode_contexts:
             return max(compute, self.decode_ms_per_token * 1e-3)
         return compute
@@ -496,6 +704,11 @@ class HardwareTiming:
     source: str = field(default="", compare=False)
     layer_floor_ms: dict = field(default_factory=lambda: dict.fromkeys(LAYER_KINDS, 0.0))
     seq_ms: dict = field(default_factory=lambda: dict.fromkeys(LAYER_KINDS, 0.0))
+    # tensor parallel (--tensor-parallel N): the all-reduces of one call, per token and per call
+    comm_ms_per_token: float = 0.0
+    comm_ms_per_call: float = 0.0
+    device: str = field(default="", compare=False)  # the catalogue GPU it prices (sim/gpus.py)
+    uncalibrated: bool = field(default=False, compare=False)  # scaled from another device's figures
     charges_splits = True
 
     def __post_init__(self) -> None:
@@ -578,10 +791,13 @@ class HardwareTiming:
         """One request's prefill of [p, L) in ``1 + splits`` calls: the split-off calls are taken
         as short (a call at its floor and fixed time, plus a ragged chunk each)."""
         work = self.work_tflop(spec, p, L, gdn_chunks(p, L) + splits)
-        return (self.call_ms_for(spec, work) + splits * self.fixed_ms(spec)) * 1e-3
+        t = (self.call_ms_for(spec, work) + splits * self.fixed_ms(spec)) * 1e-3
+        if self.comm_ms_per_call or self.comm_ms_per_token:
+            t += ((1 + splits) * self.comm_ms_per_call + max(L - p, 0) * self.comm_ms_per_token) * 1e-3
+        return t
 
     def decode_time_s(self, n_tokens: int) -> float:
-        return n_tokens * self.decode_ms_per_token * 1e-3
+        return n_tokens * (self.decode_ms_per_token + self.comm_ms_per_call + self.comm_ms_per_token) * 1e-3
 
     def step_time_s(self, spec: ModelSpec, prefills, decode_contexts) -> float:
         """One engine step: one call of the model over the step's sequences (a continuous-batching
@@ -599,7 +815,11 @@ class HardwareTiming:
             c = int(c)
             for k, v in self.work_tflop(spec, c, c + 1, 1).items():
                 work[k] += v
-        return self.call_ms_for(spec, work, len(prefills) + len(decode_contexts)) * 1e-3
+        t = self.call_ms_for(spec, work, len(prefills) + len(decode_contexts)) * 1e-3
+        if self.comm_ms_per_call or self.comm_ms_per_token:
+            tokens = sum(max(L - p, 0) for p, L in prefills) + len(decode_contexts)
+            t += (self.comm_ms_per_call + tokens * self.comm_ms_per_token) * 1e-3
+        return t
 
     def with_gpus(self, gpus: int, source: str = "") -> "HardwareTiming":
         return replace(self, gpus=int(gpus), source=source or self.source)
@@ -634,20 +854,110 @@ def _marconi_7b_timing() -> TimingModel:
         JAMBA_TTFT_INTERCEPT_MS,
         12.0,
         source="calibrated to the paper's Jamba-1.5-Mini TTFT fit at 8K (A100)",
+        device="a100-40gb",
     )
 
 
-def default_timing(name: str):
+def default_timing(name: str, gpu: str | None = None, tensor_parallel: int = 0):
+    """The timing of model ``name`` (a preset or a config.json path).
+
+    With neither ``gpu`` nor ``tensor_parallel`` it is what it always was: the paper's A100 fit for
+    ``marconi-7b`` / ``llama-7b``, the committed H200 calibration on the preset's GPU count (ideal
+    scaling) for the others. ``gpu`` (a ``sim.gpus`` name) and ``tensor_parallel`` N >= 1 price
+    that device and group: the calibration of the device where one exists, else the calibrated
+    model scaled by the datasheet (``uncalibrated`` set, ``device`` named), compute divided by N,
+    plus one all-reduce of the activations after every block (docs/cost-model.md §5)."""
+    if gpu is None and not tensor_parallel:
+        return _preset_timing(name)
+    spec = get_model(name)
+    tp = int(tensor_parallel) or gpu_count(spec, gpu)
+    seven = spec.name in ("marconi-7b", "llama-7b")
+    home = "a100-40gb" if seven else "h200"
+    dev = get_gpu(gpu or home)
+    own = None if seven else calibrated_file(dev.name)
+    if own is not None:  # a calibration of this very device (sim/data/<gpu>-timing.json)
+        home, base = dev.name, own
+    else:
+        base = _marconi_7b_timing() if seven else calibrated_file(home)
+    if base is None:  # no calibrated file: the estimate, on one GPU of the home device
+        base = _preset_timing(name, gpus=1)
+    calibrated = dev.name == home
+    if not calibrated:
+        base = scale_timing(base, get_gpu(home), dev)
+    # one all-reduce of the token's activations (bf16) after each block of attention, linear
+    # attention, Mamba and MLP
+    blocks = spec.n_attn + spec.n_gdn + spec.n_mamba + spec.n_mlp
+    per_token = allreduce_s(dev, spec.d_model * 2, tp) - (ALLREDUCE_LATENCY_S if tp > 1 else 0.0)
+    comm_tok = blocks * per_token * 1e3
+    comm_call = blocks * ALLREDUCE_LATENCY_S * 1e3 if tp > 1 else 0.0
+    what = f"{tp}x {dev.name}" + (
+        f", {blocks} all-reduces a call over {dev.link_bytes_per_s / 1e9:g} GB/s links" if tp > 1 else ""
+    )
+    note = (
+        "" if calibrated else f"; uncalibrated for GPU {dev.name}: scaled from {home} by the datasheet ({dev.source})"
+    )
+    extra = dict(comm_ms_per_token=comm_tok, comm_ms_per_call=comm_call, device=dev.name, uncalibrated=not calibrated)
+    if isinstance(base, HardwareTiming):
+        return replace(
+            base,
+            gpus=tp,
+            decode_ms_per_token=base.decode_ms_per_token / tp,
+            source=f"{base.source}; {what}{note}",
+            **extra,
+        )
+    return replace(
+        base,
+        effective_tflops=base.effective_tflops * tp,
+        decode_ms_per_token=base.decode_ms_per_token / tp,
+        source=f"{base.source}; {what}{note}",
+        **extra,
+    )
+
+
+def scale_timing(timing, home, dev):
+    """A timing measured (or fitted) on GPU ``home`` carried to ``dev`` by the datasheets: compute
+    terms at the same fraction of the peak, the per-layer call time and decode (weights read) at
+    the ratio of memory bandwidths; the host's launch floors and per-call times unchanged."""
+    flop, bw = home.bf16_tflops / dev.bf16_tflops, home.hbm_bytes_per_s / dev.hbm_bytes_per_s
+    if isinstance(timing, HardwareTiming):
+        return replace(
+            timing,
+            ms_per_tflop={k: v * flop for k, v in timing.ms_per_tflop.items()},
+            layer_call_ms={k: v * bw for k, v in timing.layer_call_ms.items()},
+            decode_ms_per_token=timing.decode_ms_per_token * bw,
+            peak_tflops=dev.bf16_tflops,
+        )
+    return replace(
+        timing, effective_tflops=timing.effective_tflops / flop, decode_ms_per_token=timing.decode_ms_per_token * bw
+    )
+
+
+def gpu_count(spec: ModelSpec, gpu: str | None = None) -> int:
+    """The preset's GPU count (``_GPUS``), or for a model with a known weight count the smallest
+    power-of-two group whose memory holds its bf16 weights in 3/4 of it (the rest for cache)."""
+    if spec.name in ("marconi-7b", "llama-7b"):
+        return 1
+    g = _GPUS.get(spec.name)
+    if g is not None:
+        return g
+    if spec.total_params <= 0:
+        raise UsageError(
+            f"model {spec.name!r} has no GPU count for its default timing (sim/cost.py _GPUS); "
+            f"give a timing file: --timing FILE, or --tensor-parallel N"
+        )
+    mem = get_gpu(gpu or "h200").memory_bytes
+    n = 1
+    while spec.total_params * 2 > 0.75 * mem * n and n < 64:
+        n *= 2
+    return n
+
+
+def _preset_timing(name: str, gpus: int = 0):
     spec = get_model(name)
     if spec.name in ("marconi-7b", "llama-7b"):
         # llama-7b shares the paper's A100 calibration so 7B comparisons are like for like
         return _marconi_7b_timing()
-    g = _GPUS.get(spec.name)
-    if g is None:
-        raise UsageError(
-            f"model {spec.name!r} has no GPU count for its default timing (sim/cost.py _GPUS); "
-            f"give a timing file: --timing FILE"
-        )
+    g = gpus or gpu_count(spec)
     calibrated = _h200_calibrated()
     if calibrated is not None:
         # the H200 terms, fitted on qwen3.5-9b shapes, priced per FLOP and per layer call, so
@@ -667,16 +977,76 @@ def default_timing(name: str):
     )
 
 
+def group_spec(spec: ModelSpec, tp: int) -> ModelSpec:
+    """The model as ``tp`` GPUs hold it under tensor parallelism, bytes and FLOPs summed over the
+    group: heads, Mamba channels and experts split evenly (so those totals do not change), KV heads
+    fewer than ``tp`` replicated (each GPU keeps one), as are Mamba B/C groups fewer than ``tp``
+    (vLLM's and SGLang's sharding). A head count ``tp`` does not divide is one UsageError line."""
+    if tp <= 1:
+        return spec
+    name = spec.name
+
+    def split(n: int, what: str) -> None:
+        if n and n % tp:
+            raise UsageError(f"--tensor-parallel {tp} does not divide the {n} {what} of {name}")
+
+    split(spec.attn_heads, "attention heads")
+    split(spec.gdn_k_heads, "gated-delta key heads")
+    split(spec.gdn_v_heads, "gated-delta value heads")
+    split(spec.mamba_heads, "Mamba heads")
+    split(spec.mamba_d_inner, "Mamba channels")
+
+    def replicated(n: int, what: str) -> int:
+        if n == 0 or n % tp == 0:
+            return n
+        if tp % n:
+            raise UsageError(f"--tensor-parallel {tp} neither divides nor is a multiple of the {n} {what} of {name}")
+        return tp  # one per GPU
+
+    return replace(
+        spec,
+        attn_kv_heads=replicated(spec.attn_kv_heads, "KV heads"),
+        mamba_n_groups=replicated(spec.mamba_n_groups, "Mamba groups") if spec.n_mamba else spec.mamba_n_groups,
+    )
+
+
+def model_for(config) -> ModelSpec:
+    """The spec a run of ``config`` (a SimConfig) simulates: its model, as its tensor-parallel
+    group holds it when ``--tensor-parallel`` is given."""
+    return group_spec(get_model(config.model), int(getattr(config, "tensor_parallel", 0) or 0))
+
+
+def timing_for(config):
+    """The default timing of a run of ``config`` (its model, ``--gpu``, ``--tensor-parallel``)."""
+    return default_timing(config.model, getattr(config, "gpu", None), int(getattr(config, "tensor_parallel", 0) or 0))
+
+
+def timing_note(timing) -> str:
+    """What every output's header says of a timing scaled from another device ("" when calibrated)."""
+    return f"uncalibrated for GPU {timing.device}" if getattr(timing, "uncalibrated", False) else ""
+
+
 H200_TIMING_FILE = Path(__file__).parent / "data" / "h200-timing.json"  # provenance inside
 TIMING_FORMAT = "marconi-timing/1"  # one rate + a per-prefill overhead (TimingModel)
 HARDWARE_FORMAT = "marconi-timing/2"  # HardwareTiming's terms
+
+
+def calibrated_file(device: str):
+    """The committed calibration of catalogue GPU ``device`` (``sim/data/<device>-timing.json``),
+    or None."""
+    path = Path(__file__).parent / "data" / f"{device}-timing.json"
+    if not path.is_file():
+        return None
+    t = read_timing_file(path)
+    return replace(t, device=t.device or device)
 
 
 def _h200_calibrated():
     """The committed calibrated H200 timing (None before one was committed)."""
     if not H200_TIMING_FILE.is_file():
         return None
-    return read_timing_file(H200_TIMING_FILE)
+    t = read_timing_file(H200_TIMING_FILE)
+    return replace(t, device=t.device or "h200")
 
 
 def timing_to_dict(timing) -> dict:
@@ -692,6 +1062,7 @@ def timing_to_dict(timing) -> dict:
             peak_tflops=timing.peak_tflops,
             gpus=timing.gpus,
             source=timing.source,
+            **({"device": timing.device} if timing.device else {}),
         )
     return dict(
         format=TIMING_FORMAT,
@@ -699,6 +1070,7 @@ def timing_to_dict(timing) -> dict:
         overhead_ms=timing.overhead_ms,
         decode_ms_per_token=timing.decode_ms_per_token,
         source=timing.source,
+        **({"device": timing.device} if timing.device else {}),
     )
 
 
@@ -762,12 +1134,14 @@ def read_timing_file(path, model: str | None = None):
                     k: float(v) for k, v in d.get("layer_floor_ms", dict.fromkeys(LAYER_KINDS, 0.0)).items()
                 },
                 seq_ms={k: float(v) for k, v in d.get("seq_ms", dict.fromkeys(LAYER_KINDS, 0.0)).items()},
+                device=str(d.get("device") or ""),
             )
         return TimingModel(
             float(d["effective_tflops"]),
             float(d["overhead_ms"]),
             float(d["decode_ms_per_token"]),
             source=str(d.get("source", path)),
+            device=str(d.get("device") or ""),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise UsageError(f"timing file {path}: missing or bad field {exc}") from None

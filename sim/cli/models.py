@@ -1,4 +1,5 @@
-"""`marconi models`: the cost-model presets with their per-token KV and per-checkpoint state bytes."""
+"""`marconi models [CONFIG...]`: the cost-model presets (or the models read from Hugging Face
+config.json files) with their per-token KV and per-checkpoint state bytes."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ import json
 
 import click
 
-from sim.cost import MODELS
+from sim.cost import MODELS, get_model
 
 
-def _rows() -> list[dict]:
+def _rows(names=()) -> list[dict]:
     rows = []
-    for spec in MODELS.values():
+    for spec in [get_model(n) for n in names] if names else MODELS.values():
         rows.append(
             {
                 "name": spec.name,
@@ -19,7 +20,10 @@ def _rows() -> list[dict]:
                 "is_hybrid": spec.is_hybrid,
                 "kv_bytes_per_token": spec.kv_bytes_per_token(),
                 "state_bytes": spec.state_bytes(),
-                "state_kv_tokens": round(spec.state_kv_tokens(), 1) if spec.is_hybrid else 0.0,
+                # a model without attention (Mamba2 alone) has no KV to weigh a state against: null
+                "state_kv_tokens": (round(spec.state_kv_tokens(), 1) if spec.kv_bytes_per_token() else None)
+                if spec.is_hybrid
+                else 0.0,
                 "flops_per_token_1k": spec.flops(1024) / 1024,
                 "active_params": spec.active_params(),
             }
@@ -28,16 +32,20 @@ def _rows() -> list[dict]:
 
 
 def _layers_text(layers: dict[str, int]) -> str:
-    short = {"attention": "attn", "gated_delta": "gdn", "mamba2": "mamba2", "mlp": "mlp"}
+    short = {"attention": "attn", "gated_delta": "gdn", "mamba1": "mamba1", "mamba2": "mamba2", "mlp": "mlp"}
     return " + ".join(f"{n} {short[k]}" for k, n in layers.items() if n)
 
 
 def register(main: click.Group) -> None:
     @main.command("models")
+    @click.argument("configs", nargs=-1)
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-    def models(fmt: str) -> None:
-        """List model presets: layers by type, KV bytes per token, state bytes per checkpoint."""
-        rows = _rows()
+    def models(configs, fmt: str) -> None:
+        """List model presets: layers by type, KV bytes per token, state bytes per checkpoint.
+
+        CONFIGS: preset names, or Hugging Face config.json files (or folders holding one) to read
+        as `--model PATH` reads them (docs/models.md); their rows alone are printed."""
+        rows = _rows(configs)
         if fmt == "json":
             click.echo(json.dumps(rows, indent=2))
             return
@@ -48,7 +56,7 @@ def register(main: click.Group) -> None:
                 _layers_text(r["layers"]),
                 f"{r['kv_bytes_per_token']:,}",
                 f"{r['state_bytes']:,}",
-                f"{r['state_kv_tokens']:,.0f}" if r["is_hybrid"] else "-",
+                f"{r['state_kv_tokens']:,.0f}" if r["is_hybrid"] and r["state_kv_tokens"] is not None else "-",
                 f"{r['flops_per_token_1k']:.3g}",
             )
             for r in rows

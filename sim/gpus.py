@@ -1,0 +1,62 @@
+"""The GPU catalogue behind ``--gpu``: datasheet figures of the accelerators hybrid models are served
+on, one frozen entry each with the datasheet it comes from (docs/cost-model.md §5).
+
+Figures are per GPU: dense (no sparsity) bf16 / fp16 tensor throughput, memory, memory bandwidth,
+and the GPU-to-GPU link's total bandwidth (both directions, as datasheets quote it; an all-reduce
+moves data at half of it each way). Where a calibrated timing file exists for a device
+(``sim/data/<name>-timing.json``, which records its device) ``sim.cost`` uses it; elsewhere it
+scales the calibrated hardware model by these figures and says "uncalibrated for GPU".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.errors import UsageError
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    bf16_tflops: float  # dense bf16 / fp16 tensor-core peak, TFLOP/s
+    memory_bytes: int
+    hbm_bytes_per_s: float  # memory bandwidth
+    link_bytes_per_s: float  # NVLink / Infinity Fabric / PCIe total per GPU, both directions
+    source: str
+
+
+GB = 10**9
+TB = 10**12
+
+GPUS: dict[str, GPU] = {
+    g.name: g
+    for g in (
+        GPU("a100-40gb", 312.0, 40 * GB, 1.555 * TB, 600 * GB, "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB)"),
+        GPU("a100", 312.0, 80 * GB, 2.039 * TB, 600 * GB, "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB)"),
+        GPU("h100", 989.0, 80 * GB, 3.35 * TB, 900 * GB, "NVIDIA H100 Tensor Core GPU datasheet (SXM5)"),
+        GPU("h100-pcie", 756.0, 80 * GB, 2.0 * TB, 600 * GB, "NVIDIA H100 datasheet (PCIe; NVLink bridge)"),
+        GPU("h20", 148.0, 96 * GB, 4.0 * TB, 900 * GB, "NVIDIA H20 product brief (SXM)"),
+        GPU("h200", 989.0, 141 * GB, 4.8 * TB, 900 * GB, "NVIDIA H200 Tensor Core GPU datasheet (SXM)"),
+        GPU("b200", 2250.0, 180 * GB, 7.7 * TB, 1800 * GB, "NVIDIA HGX B200 datasheet (per GPU of 8)"),
+        GPU("l40s", 362.0, 48 * GB, 0.864 * TB, 64 * GB, "NVIDIA L40S datasheet (no NVLink: PCIe Gen4 x16)"),
+        GPU("mi300x", 1307.0, 192 * GB, 5.3 * TB, 896 * GB, "AMD Instinct MI300X datasheet (Infinity Fabric)"),
+    )
+}
+
+
+def get_gpu(name: str) -> GPU:
+    try:
+        return GPUS[str(name).strip().lower()]
+    except KeyError:
+        raise UsageError(f"unknown GPU {name!r}; valid: {', '.join(GPUS)}") from None
+
+
+ALLREDUCE_LATENCY_S = 10e-6  # one small NCCL all-reduce within a node (estimate, docs/cost-model.md §5)
+
+
+def allreduce_s(gpu: GPU, nbytes: float, tp: int) -> float:
+    """A ring all-reduce of ``nbytes`` over ``tp`` GPUs: each GPU sends and receives
+    2 (tp - 1) / tp of the buffer at half its link's total bandwidth, plus a fixed latency."""
+    if tp <= 1:
+        return 0.0
+    return ALLREDUCE_LATENCY_S + 2 * (tp - 1) / tp * nbytes / (gpu.link_bytes_per_s / 2)

@@ -1,0 +1,374 @@
+"""A model from its Hugging Face ``config.json``: the fields of a ``sim.cost.ModelSpec``.
+
+``read_config(path)`` reads a ``config.json`` (or a folder holding one) of the hybrid families in
+use today and returns the keyword arguments of ``ModelSpec`` (``sim.cost.get_model`` builds the
+spec; this module sits below ``sim.cost`` and imports nothing of it):
+
+* ``qwen3_next``, ``qwen3_5`` / ``qwen3_5_moe`` (a ``text_config`` inside): gated-delta linear
+  attention and output-gated full attention (``layer_types`` or ``full_attention_interval``),
+  dense SwiGLU or MoE (routed top-k + shared expert + router) per ``decoder_sparse_step`` /
+  ``mlp_only_layers``;
+* ``nemotron_h``: ``hybrid_override_pattern``, one block a character: ``M`` Mamba2, ``*``
+  attention, ``-`` MLP (squared ReLU: up and down only), ``E`` MoE;
+* ``jamba``: attention every ``attn_layer_period`` from ``attn_layer_offset``, Mamba (v1) elsewhere;
+  MoE every ``expert_layer_period`` from ``expert_layer_offset``, a dense SwiGLU elsewhere;
+* ``falcon_h1``: attention and Mamba2 side by side in every layer, then a SwiGLU MLP;
+* ``granitemoehybrid`` (Granite 4.0): ``layer_types`` of ``mamba`` / ``attention``, each layer
+  with an MoE block (experts + shared expert) or a dense one when there are no experts;
+* ``mamba2`` (Codestral Mamba): Mamba2 layers only, no MLP;
+* ``llama`` and its plain relatives (``mistral``, ``qwen2``, ``qwen3``): attention + SwiGLU.
+
+Conventions (docs/models.md): the KV cache takes the config's dtype (bf16 / fp16: 2 bytes); a
+Mamba conv window takes it too; the recurrent state is fp32 for gated delta (what the Qwen presets
+keep) and the config's dtype for Mamba (the engines' ``--mamba-ssm-cache-dtype auto``), unless the
+config names one (``mamba_ssm_dtype``, ``mamba_ssm_cache_dtype``). MoE blocks of different widths
+in one model (Jamba: MoE every other layer) are averaged over the MLP blocks, which keeps every
+per-token FLOP and byte exact. A missing field or an unknown family is one ``UsageError`` line
+naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sim.errors import UsageError
+
+_DTYPE_BYTES = {"float32": 4, "fp32": 4, "float": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
+_FP8 = ("float8", "fp8")
+FAMILIES = (
+    "qwen3_next",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "nemotron_h",
+    "jamba",
+    "falcon_h1",
+    "granitemoehybrid",
+    "mamba2",
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+)
+
+
+def config_file(path) -> Path:
+    """``path`` itself, or the ``config.json`` inside it when it is a folder."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise UsageError(f"model config {path}: no such file (give a config.json or a folder holding one)")
+    return p
+
+
+def looks_like_path(name: str) -> bool:
+    """A --model value that names a file or folder rather than a preset."""
+    s = str(name)
+    return s.endswith(".json") or "/" in s or "\\" in s or Path(s).is_dir()
+
+
+class _Fields:
+    """The config's fields; a missing one is one line naming it."""
+
+    def __init__(self, d: dict, where: str, family: str):
+        self.d, self.where, self.family = d, where, family
+
+    def need(self, *names):
+        for n in names:
+            if n in self.d and self.d[n] is not None:
+                return self.d[n]
+        raise UsageError(f"model config {self.where}: {self.family} needs field {names[0]!r}")
+
+    def get(self, name, default=None):
+        v = self.d.get(name)
+        return default if v is None else v
+
+    def int(self, *names, default=None) -> int:
+        try:
+            v = self.need(*names) if default is None else self.get(names[0], default)
+        except UsageError:
+            raise
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < 0:
+            raise UsageError(f"model config {self.where}: field {names[0]!r} must be a whole number >= 0, not {v!r}")
+        return int(v)
+
+
+def _dtype_bytes(name, where: str, field: str) -> int:
+    s = str(name).lower().replace("torch.", "")
+    if s.startswith(_FP8):
+        return 1
+    if s not in _DTYPE_BYTES:
+        raise UsageError(
+            f"model config {where}: field {field!r} names dtype {name!r}, not one of float32, bfloat16, float16"
+        )
+    return _DTYPE_BYTES[s]
+
+
+def _moe(d: int, inter: int, top_k: int, shared_inter: int, n_experts: int) -> int:
+    """Active parameters of one MoE block per token: top-k SwiGLU experts, a shared SwiGLU expert
+    and the linear router (as ``sim.cost._moe``)."""
+    return 3 * d * inter * top_k + 3 * d * shared_inter + d * n_experts
+
+
+def _moe_total(d: int, inter: int, shared_inter: int, n_experts: int) -> int:
+    return 3 * d * inter * n_experts + 3 * d * shared_inter + d * n_experts
+
+
+def _mlp_fields(blocks: list[tuple[int, int]]) -> dict:
+    """``blocks``: (active, total) parameters of each MLP / MoE block; the spec takes their mean
+    active width (a whole number where they are equal)."""
+    if not blocks:
+        return {"n_mlp": 0, "mlp_active_params": 0}, 0
+    act = sum(a for a, _ in blocks)
+    n = len(blocks)
+    mean = act // n if act % n == 0 else act / n
+    return {"n_mlp": n, "mlp_active_params": mean}, sum(t for _, t in blocks)
+
+
+def _attn_params(d, heads, kv, hd, gate=False) -> int:
+    return d * heads * hd * (2 if gate else 1) + 2 * d * kv * hd + heads * hd * d
+
+
+def _mamba2(f: _Fields, d: int, *, heads, head_dim, state, groups, conv, d_inner=None) -> dict:
+    n_heads = f.int(*heads)
+    hdim = f.int(*head_dim)
+    di = int(d_inner) if d_inner else n_heads * hdim
+    return dict(
+        mamba_version=2,
+        mamba_heads=n_heads,
+        mamba_d_inner=di,
+        mamba_d_state=f.int(*state),
+        mamba_n_groups=f.int(*groups) if any(g in f.d for g in groups) else 1,
+        mamba_conv_width=f.int(*conv) if any(c in f.d for c in conv) else 4,
+    )
+
+
+def _mamba2_params(d: int, m: dict) -> int:
+    di, N, G, H, W = (
+        m[k] for k in ("mamba_d_inner", "mamba_d_state", "mamba_n_groups", "mamba_heads", "mamba_conv_width")
+    )
+    return d * (2 * di + 2 * G * N + H) + di * d + (di + 2 * G * N) * W + 3 * H + di
+
+
+def read_config(path) -> dict:
+    """The ``ModelSpec`` keyword arguments of the model whose config.json is at ``path`` (name:
+    ``path`` as given; ``total_params``: every weight, all experts, both vocabulary tables unless
+    tied, for the weight bytes ``advise`` and the tensor-parallel default read)."""
+    p = config_file(path)
+    try:
+        raw = json.loads(p.read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read model config {p}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"model config {p} is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"model config {p}: not a JSON object")
+    where = str(path)
+    cfg = raw
+    if isinstance(raw.get("text_config"), dict):  # Qwen3.5 (and other multimodal wrappers)
+        cfg = {**raw["text_config"]}
+        cfg.setdefault("model_type", raw.get("model_type"))
+    family = str(cfg.get("model_type") or raw.get("model_type") or "")
+    family = {"qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5_moe"}.get(family, family)
+    if family not in FAMILIES:
+        raise UsageError(
+            f"model config {where}: model_type {family or None!r} is not one this reader knows ({', '.join(FAMILIES)})"
+        )
+    f = _Fields(cfg, where, family)
+    d = f.int("hidden_size", "d_model")
+    layers = f.int("num_hidden_layers", "n_layer", "n_layers")
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype") or raw.get("torch_dtype") or raw.get("dtype") or "bfloat16"
+    act_bytes = _dtype_bytes(dtype, where, "torch_dtype")
+    vocab = f.int("vocab_size")
+    tied = bool(cfg.get("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
+    out: dict = dict(name=str(path), d_model=d, kv_dtype_bytes=act_bytes, conv_dtype_bytes=act_bytes)
+    ssm_dtype = cfg.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_cache_dtype")
+    mlp_blocks: list[tuple[int, int]] = []
+    other = 0  # weights outside the MLP blocks (attention, linear layers)
+
+    def attention(n: int, *, gate=False) -> None:
+        nonlocal other
+        heads = f.int("num_attention_heads")
+        kv = f.int("num_key_value_heads") if "num_key_value_heads" in cfg else heads
+        hd = f.int("head_dim") if cfg.get("head_dim") else (d // heads if heads else 0)
+        if heads == 0 or hd == 0:
+            raise UsageError(f"model config {where}: {family} needs field 'num_attention_heads' > 0")
+        out.update(
+            n_attn=n, attn_heads=heads, attn_kv_heads=kv, attn_head_dim=hd, attn_causal=True, attn_output_gate=gate
+        )
+        other += n * _attn_params(d, heads, kv, hd, gate)
+
+    def swiglu(inter: int) -> tuple[int, int]:
+        return (3 * d * inter, 3 * d * inter)
+
+    if family in ("qwen3_next", "qwen3_5", "qwen3_5_moe"):
+        types = cfg.get("layer_types")
+        if types is not None:
+            if not isinstance(types, list) or len(types) != layers:
+                raise UsageError(f"model config {where}: field 'layer_types' must list {layers} layers")
+            is_attn = [t == "full_attention" for t in types]
+            bad = sorted({t for t in types if t not in ("full_attention", "linear_attention")})
+            if bad:
+                raise UsageError(f"model config {where}: field 'layer_types' has unknown type {bad[0]!r}")
+        else:
+            k = f.int("full_attention_interval")
+            is_attn = [(i + 1) % k == 0 for i in range(layers)]
+        n_attn = sum(is_attn)
+        attention(n_attn, gate=bool(cfg.get("attn_output_gate", True)))
+        hk, hv = f.int("linear_num_key_heads"), f.int("linear_num_value_heads")
+        dk, dv = f.int("linear_key_head_dim"), f.int("linear_value_head_dim")
+        w = f.int("linear_conv_kernel_dim", default=4)
+        out.update(
+            n_gdn=layers - n_attn,
+            gdn_k_heads=hk,
+            gdn_v_heads=hv,
+            gdn_head_k_dim=dk,
+            gdn_head_v_dim=dv,
+            gdn_conv_width=w,
+            state_dtype_bytes=_dtype_bytes(ssm_dtype or "float32", where, "mamba_ssm_dtype"),
+        )
+        conv_dim = 2 * hk * dk + hv * dv
+        other += (layers - n_attn) * (d * (2 * hk * dk + 2 * hv * dv) + d * 2 * hv + hv * dv * d + conv_dim * w)
+        experts = f.int("num_experts", default=0)
+        sparse_step = f.int("decoder_sparse_step", default=1)
+        dense_only = set(cfg.get("mlp_only_layers") or [])
+        for i in range(layers):
+            if experts > 0 and sparse_step > 0 and (i + 1) % sparse_step == 0 and i not in dense_only:
+                inter, top = f.int("moe_intermediate_size"), f.int("num_experts_per_tok")
+                shared = f.int("shared_expert_intermediate_size", default=0)
+                mlp_blocks.append((_moe(d, inter, top, shared, experts), _moe_total(d, inter, shared, experts)))
+            else:
+                mlp_blocks.append(swiglu(f.int("intermediate_size")))
+    elif family == "nemotron_h":
+        pattern = f.need("hybrid_override_pattern")
+        if not isinstance(pattern, str) or len(pattern) != layers:
+            raise UsageError(f"model config {where}: field 'hybrid_override_pattern' must have {layers} characters")
+        bad = sorted(set(pattern) - set("M*-E"))
+        if bad:
+            raise UsageError(f"model config {where}: field 'hybrid_override_pattern' has unknown block {bad[0]!r}")
+        attention(pattern.count("*"))
+        n_m = pattern.count("M")
+        m = _mamba2(
+            f,
+            d,
+            heads=("mamba_num_heads",),
+            head_dim=("mamba_head_dim",),
+            state=("ssm_state_size", "mamba_state_dim"),
+            groups=("n_groups", "mamba_n_groups"),
+            conv=("conv_kernel", "mamba_d_conv"),
+        )
+        out.update(n_mamba=n_m, **m)
+        other += n_m * _mamba2_params(d, m)
+        for c in pattern:
+            if c == "-":  # squared-ReLU MLP: up and down projections only
+                inter = f.int("intermediate_size")
+                mlp_blocks.append((2 * d * inter, 2 * d * inter))
+            elif c == "E":  # MoE of squared-ReLU experts (Nemotron 3): routed + shared, a router
+                inter, top, n_e = (
+                    f.int("moe_intermediate_size"),
+                    f.int("num_experts_per_tok"),
+                    f.int("n_routed_experts"),
+                )
+                shared = f.int("moe_shared_expert_intermediate_size", default=0)
+                mlp_blocks.append(
+                    (2 * d * inter * top + 2 * d * shared + d * n_e, 2 * d * inter * n_e + 2 * d * shared + d * n_e)
+                )
+    elif family == "jamba":
+        period, offset = f.int("attn_layer_period"), f.int("attn_layer_offset")
+        e_period, e_offset = f.int("expert_layer_period"), f.int("expert_layer_offset")
+        if period < 1 or e_period < 1:
+            raise UsageError(f"model config {where}: fields 'attn_layer_period' and 'expert_layer_period' must be >= 1")
+        n_attn = sum(1 for i in range(layers) if i % period == offset)
+        attention(n_attn)
+        di = f.int("mamba_expand") * d
+        N, W = f.int("mamba_d_state"), f.int("mamba_d_conv")
+        r = cfg.get("mamba_dt_rank", "auto")
+        R = -(-d // 16) if r in (None, "auto") else f.int("mamba_dt_rank")
+        out.update(
+            n_mamba=layers - n_attn,
+            mamba_version=1,
+            mamba_d_inner=di,
+            mamba_d_state=N,
+            mamba_conv_width=W,
+            mamba_dt_rank=R,
+        )
+        other += (layers - n_attn) * (d * 2 * di + di * (R + 2 * N) + R * di + di * d + di * W + di * N + di)
+        experts, top, inter = f.int("num_experts"), f.int("num_experts_per_tok"), f.int("intermediate_size")
+        for i in range(layers):
+            if experts > 1 and i % e_period == e_offset:
+                mlp_blocks.append((3 * d * inter * top + d * experts, 3 * d * inter * experts + d * experts))
+            else:
+                mlp_blocks.append(swiglu(inter))
+    elif family == "falcon_h1":
+        attention(layers)
+        di = cfg.get("mamba_d_ssm") or None
+        m = _mamba2(
+            f,
+            d,
+            heads=("mamba_n_heads",),
+            head_dim=("mamba_d_head",),
+            state=("mamba_d_state",),
+            groups=("mamba_n_groups",),
+            conv=("mamba_d_conv",),
+            d_inner=di,
+        )
+        out.update(n_mamba=layers, **m)
+        other += layers * _mamba2_params(d, m)
+        mlp_blocks += [swiglu(f.int("intermediate_size"))] * layers
+    elif family == "granitemoehybrid":
+        types = f.need("layer_types", "layers_block_type")
+        if not isinstance(types, list) or len(types) != layers:
+            raise UsageError(f"model config {where}: field 'layer_types' must list {layers} layers")
+        bad = sorted({t for t in types if t not in ("mamba", "attention")})
+        if bad:
+            raise UsageError(f"model config {where}: field 'layer_types' has unknown type {bad[0]!r}")
+        n_attn = types.count("attention")
+        attention(n_attn)
+        n_m = layers - n_attn
+        if n_m:
+            expand = f.int("mamba_expand", default=2)
+            m = _mamba2(
+                f,
+                d,
+                heads=("mamba_n_heads",),
+                head_dim=("mamba_d_head",),
+                state=("mamba_d_state",),
+                groups=("mamba_n_groups",),
+                conv=("mamba_d_conv",),
+                d_inner=expand * d if "mamba_d_head" not in cfg else None,
+            )
+            out.update(n_mamba=n_m, **m)
+            other += n_m * _mamba2_params(d, m)
+        experts = f.int("num_local_experts", default=0)
+        if experts > 0:
+            inter, top = f.int("intermediate_size"), f.int("num_experts_per_tok")
+            shared = f.int("shared_intermediate_size", default=0)
+            block = (_moe(d, inter, top, shared, experts), _moe_total(d, inter, shared, experts))
+        else:
+            block = swiglu(f.int("shared_intermediate_size", "intermediate_size"))
+        mlp_blocks += [block] * layers
+    elif family == "mamba2":
+        m = _mamba2(
+            f,
+            d,
+            heads=("num_heads",),
+            head_dim=("head_dim",),
+            state=("state_size",),
+            groups=("n_groups",),
+            conv=("conv_kernel",),
+        )
+        out.update(n_mamba=layers, **m)
+        other += layers * _mamba2_params(d, m)
+    else:  # llama and plain relatives
+        attention(layers)
+        mlp_blocks += [swiglu(f.int("intermediate_size"))] * layers
+
+    if out.get("n_mamba"):
+        out["state_dtype_bytes"] = _dtype_bytes(ssm_dtype or dtype, where, "mamba_ssm_dtype")
+    mlp, mlp_total = _mlp_fields(mlp_blocks)
+    out.update(mlp)
+    out["embedding_params"] = vocab * d
+    out["total_params"] = float(other + mlp_total + vocab * d * (1 if tied else 2))
+    out["source"] = f"{p} ({family})"
+    return out
