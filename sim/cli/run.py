@@ -16,7 +16,7 @@ from sim.analysis import table
 from sim.cli.outdir import atomic_write, check_output_files, input_paths, output_folder
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, flag_of, format_size, parse_size
-from sim.cost import get_model
+from sim.cost import model_for, timing_for, timing_note
 from sim.engine.metrics import SUMMARY_KEYS, RunSummary
 from sim.errors import UsageError
 from sim.engine.events import EventLog, event_row, write_events
@@ -126,7 +126,7 @@ def refuse_unusable_blocks(cfg: SimConfig) -> None:
     preset = get_preset(cfg.policy)
     if not preset.caching or preset.unlimited:
         return
-    spec = get_model(cfg.model)
+    spec = model_for(cfg)
     unit = preset.unit_tokens(spec, cfg)
     need = unit * spec.kv_bytes_per_token() + spec.state_bytes()
     if unit > 1 and spec.state_bytes() <= cfg.capacity_bytes < need:  # below one state: the simulator says so
@@ -154,7 +154,7 @@ def build_configs(policies: str, capacity: str, alpha: str, sessions_per_second:
 def fits_trace_blocks(cfg: SimConfig, block_tokens: int) -> bool:
     """Whether ``cfg.policy`` can place its checkpoints on a trace whose symbols stand for
     ``block_tokens`` tokens (its checkpoint step is one token, or a multiple of the block)."""
-    step = get_preset(cfg.policy).grid_for(get_model(cfg.model), cfg)
+    step = get_preset(cfg.policy).grid_for(model_for(cfg), cfg)
     return step <= 1 or (step >= block_tokens and step % block_tokens == 0)
 
 
@@ -201,6 +201,22 @@ def _finite(value):
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def run_timing_note(cfg: SimConfig) -> str:
+    """The header's word on a timing scaled from another GPU's figures ("uncalibrated for GPU x"),
+    "" when the run is timed by a calibration of its device or by a --timing file."""
+    if cfg.timing_file or cfg.ttft_model != "flops":
+        return ""
+    return timing_note(timing_for(cfg))
+
+
+def timing_row(cfg: SimConfig) -> dict:
+    """summary.json's record of the timing's device: the GPU priced and whether it is calibrated."""
+    if cfg.timing_file or cfg.ttft_model != "flops":
+        return {"timing_device": None, "timing_note": ""}
+    t = timing_for(cfg)
+    return {"timing_device": t.device or None, "timing_note": timing_note(t)}
 
 
 def _scheduler(cfg: SimConfig) -> str:
@@ -360,12 +376,14 @@ def register(main: click.Group) -> None:
             rate = f"{sessions_per_second:g} session{'' if sessions_per_second == 1 else 's'}/s"
             arrivals = f"{rate} ({cfg0.arrival})" if trace.closed_loop else "open-loop arrivals from the trace"
             alpha_used = any(get_preset(c.policy).uses_alpha for c in configs)
+            note = run_timing_note(cfg0)
             click.echo(
                 f"trace {trace.name}: {len(trace.requests)} requests, {trace.n_sessions} sessions | "
                 f"model {cfg0.model} | capacity {format_size(cfg0.capacity_bytes)} | "
                 f"{cfg0.mode}{_scheduler(cfg0)} | {arrivals}"
                 + (f" | alpha {cfg0.alpha}" if alpha_used else "")
                 + (f" | {left_out}" if left_out else "")
+                + (f" | {note}" if note else "")
             )
             click.echo(format_table(rows, columns))
             for r in rows:
@@ -391,7 +409,10 @@ def register(main: click.Group) -> None:
         import pandas as pd  # noqa: PLC0415 - only --out writes tables
 
         out.mkdir(parents=True, exist_ok=True)
-        summary = [_finite({**cfg.as_row(), "trace": trace.name, **res.summary.to_dict()}) for cfg, res in results]
+        summary = [
+            _finite({**cfg.as_row(), "trace": trace.name, **timing_row(cfg), **res.summary.to_dict()})
+            for cfg, res in results
+        ]
         text = json.dumps(summary, indent=2, allow_nan=False)
         atomic_write(out / "summary.json", lambda tmp: tmp.write_text(text))
         for name in ("requests", "occupancy"):  # one table each, all policies, policy column first
