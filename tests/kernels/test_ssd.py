@@ -1,0 +1,309 @@
+"""The chunked SSD (Mamba2) forward (``kernels.ssd``, Triton; ``kernels.torch_ssd``, plain torch)
+against the per-token recurrence of ``kernels.ssd_reference``: outputs, final states, the states
+at every emitted 64-token boundary; resuming from an emitted state gives the uninterrupted run's
+bits; varlen with initial states and ragged (non-64-aligned) starts; fp32, fp16 and bf16.
+
+Shapes are the Mamba2 layers of the presets scaled down for the interpreter: head dim 64, state
+dim 64 / 128, 1 or 8 groups (marconi-7b: 128 heads x 64, d_state 128, 1 group in the paper's
+formulas; Nemotron-H 8B: 128 heads x 64, d_state 128, 8 groups). The GPU tests run those shapes.
+
+Tolerances: fp32 against the fp32 oracle 2e-4 relative to the output's scale (the chunked form
+sums in another order and goes through exp(gamma_i - gamma_j); observed ~1e-6). 16-bit inputs are
+fed to the oracle as the same rounded values; the kernels round the chunk products' operands to
+the input dtype (as mamba_ssm does), so 2e-2 relative. In the interpreter a bf16 call multiplies
+fp32 operands (its bf16 products are wrong, triton-lang/triton#11584), fp16 ones in fp16.
+"""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from kernels import prepare_chunk_metadata  # noqa: E402
+from kernels.conv import causal_conv1d  # noqa: E402
+from kernels.ssd import chunk_ssd  # noqa: E402
+from kernels.ssd_reference import naive_ssd  # noqa: E402
+from kernels.torch_ssd import chunk_ssd as torch_chunk_ssd  # noqa: E402
+
+IMPLS = {"triton": chunk_ssd, "torch": torch_chunk_ssd}
+
+
+def make(gen, T, H, P, N, G, *, dtype=torch.float32, device="cpu", nseq=1):
+    """Inputs scaled like a trained Mamba2 layer's: dt near softplus(-2..0), A in [-8, -1]."""
+
+    def r(*s):
+        return torch.randn(*s, generator=gen)
+
+    x = r(1, T, H, P)
+    dt = r(1, T, H) - 1.0
+    A = -torch.exp(torch.rand(H, generator=gen) * math.log(8.0))
+    B = r(1, T, G, N) / math.sqrt(N)
+    C = r(1, T, G, N)
+    D = r(H)
+    bias = 0.5 * r(H)
+    h0 = 0.5 * r(nseq, H, P, N)
+    cast = [t.to(device=device, dtype=dtype) for t in (x, dt, B, C)]
+    rest = [t.to(device) for t in (A, D, bias, h0)]
+    x, dt, B, C = cast
+    A, D, bias, h0 = rest
+    return x, dt, A, B, C, D, bias, h0
+
+
+def rel(a, b):
+    a, b = a.float(), b.float()
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-6)).item() if b.numel() else 0.0
+
+
+def check(res, ref, tol):
+    (y, ht, hb), (ry, rf, rb, _) = res, ref
+    assert hb.shape == rb.shape
+    assert rel(y, ry) < tol, rel(y, ry)
+    assert rel(ht, rf) < tol, rel(ht, rf)
+    assert rel(hb, rb) < tol, rel(hb, rb)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize(
+    "T,H,P,N,G",
+    [(1, 4, 64, 64, 1), (64, 4, 64, 64, 2), (90, 8, 64, 128, 8), (130, 4, 64, 128, 1), (100, 2, 48, 40, 1)],
+)
+def test_single_sequence_fp32(impl, T, H, P, N, G):
+    gen = torch.Generator().manual_seed(T + H + N)
+    x, dt, A, B, C, D, bias, _ = make(gen, T, H, P, N, G)
+    res = IMPLS[impl](x, dt, A, B, C, D=D, dt_bias=bias)
+    ref = naive_ssd(x, dt, A, B, C, D=D, dt_bias=bias)
+    assert ref[3] == [[64 * (i + 1) for i in range(T // 64)]]
+    check(res, ref, 2e-4)
+    assert res[0].dtype == x.dtype and res[1].dtype == res[2].dtype == torch.float32
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_varlen_initial_states_ragged_starts(impl):
+    """Four sequences, two with an incoming state, starts off the 64 grid (ragged first chunks),
+    one empty: the per-sequence outputs, final and boundary states."""
+    gen = torch.Generator().manual_seed(7)
+    H, P, N, G = 4, 64, 64, 2
+    cu, starts = [0, 50, 50, 180, 300], [0, 10, 64, 100]
+    x, dt, A, B, C, D, bias, h0 = make(gen, 300, H, P, N, G, nseq=4)
+    h0[0] = 0  # a fresh sequence beside resumed ones
+    kw = dict(D=D, dt_bias=bias, initial_state=h0, cu_seqlens=cu, start_positions=starts)
+    res = IMPLS[impl](x, dt, A, B, C, **kw)
+    ref = naive_ssd(x, dt, A, B, C, **kw)
+    assert ref[3] == [[], [], [128, 192], [128, 192]]
+    check(res, ref, 2e-4)
+    assert torch.equal(res[1][1], h0[1])  # the empty sequence keeps its state
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_options_dt_limit_no_softplus_per_channel_D(impl):
+    gen = torch.Generator().manual_seed(3)
+    H, P, N, G, T = 4, 32, 64, 1, 140
+    x, dt, A, B, C, _, _, _ = make(gen, T, H, P, N, G)
+    Dp = torch.randn(H, P, generator=gen)
+    dtp = torch.rand(1, T, H, generator=gen) * 0.3  # already positive: no softplus
+    for kw in (dict(dt_softplus=False), dict(dt_limit=(0.05, 0.2))):
+        res = IMPLS[impl](x, dtp, A, B, C, D=Dp, **kw)
+        ref = naive_ssd(x, dtp, A, B, C, D=Dp, **kw)
+        check(res, ref, 2e-4)
+    res = IMPLS[impl](x, dt, A, B, C)  # neither D nor dt_bias
+    check(res, naive_ssd(x, dt, A, B, C), 2e-4)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_boundary_selection_and_state_dtype(impl):
+    gen = torch.Generator().manual_seed(4)
+    H, P, N, G, T = 2, 32, 32, 1, 260
+    x, dt, A, B, C, D, bias, _ = make(gen, T, H, P, N, G)
+    _, rf, rb, pos = naive_ssd(x, dt, A, B, C, D=D, dt_bias=bias)
+    assert pos == [[64, 128, 192, 256]]
+    f = IMPLS[impl]
+    _, _, hb = f(x, dt, A, B, C, D=D, dt_bias=bias, boundary_indices=[128, 256])
+    assert rel(hb, rb[[1, 3]]) < 2e-4
+    _, _, hb = f(x, dt, A, B, C, D=D, dt_bias=bias, boundary_stride=2)
+    assert rel(hb, rb[[1, 3]]) < 2e-4
+    _, _, hb = f(x, dt, A, B, C, D=D, dt_bias=bias, state_dtype=torch.bfloat16)
+    assert hb.dtype == torch.bfloat16 and rel(hb, rb) < 1e-2
+    y, ht, hb = f(x, dt, A, B, C, D=D, dt_bias=bias, boundary_states=False)
+    assert hb is None and rel(ht, rf) < 2e-4
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_resume_from_an_emitted_state_equals_running_through(impl, dtype):
+    """A call resumed at boundary b from the emitted state gives the suffix's outputs, the later
+    boundary states and the final state bit for bit; so does a varlen batch of resumed calls in
+    the Triton kernels (one program a chunk and head, whatever else the call holds). The torch
+    implementation's batched products may round differently at another batch size: 1e-6 there."""
+    gen = torch.Generator().manual_seed(5)
+    H, P, N, G, T = 4, 64, 64, 2, 230
+    x, dt, A, B, C, D, bias, _ = make(gen, T, H, P, N, G, dtype=dtype)
+    f = IMPLS[impl]
+    y, ht, hb = f(x, dt, A, B, C, D=D, dt_bias=bias)
+    assert hb.shape[0] == 3
+    for i, p in enumerate((64, 128, 192)):
+        y2, h2, hb2 = f(
+            *(t[:, p:] for t in (x, dt)), A, *(t[:, p:] for t in (B, C)), D=D, dt_bias=bias,
+            initial_state=hb[i : i + 1], start_positions=[p],
+        )  # fmt: skip
+        assert torch.equal(y2, y[:, p:]) and torch.equal(h2, ht) and torch.equal(hb2, hb[i + 1 :])
+    # the three resumes as one varlen call
+    cat = lambda t: torch.cat([t[:, p:] for p in (64, 128, 192)], dim=1)  # noqa: E731
+    n = [T - p for p in (64, 128, 192)]
+    cu = [0, n[0], n[0] + n[1], sum(n)]
+    y3, h3, hb3 = f(
+        cat(x), cat(dt), A, cat(B), cat(C), D=D, dt_bias=bias, initial_state=hb, cu_seqlens=cu,
+        start_positions=[64, 128, 192],
+    )  # fmt: skip
+    want = (cat(y), ht.expand(3, -1, -1, -1), torch.cat([hb[1:], hb[2:]]))
+    for got, exp in zip((y3, h3, hb3), want):
+        assert torch.equal(got, exp) if impl == "triton" else rel(got, exp) < 1e-6
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_inputs(dtype):
+    gen = torch.Generator().manual_seed(6)
+    H, P, N, G, T = 8, 64, 128, 8, 100
+    x, dt, A, B, C, D, bias, h0 = make(gen, T, H, P, N, G, dtype=dtype)
+    kw = dict(D=D, dt_bias=bias, initial_state=h0, start_positions=[30])
+    ref = naive_ssd(x, dt, A, B, C, **kw)  # the oracle reads the same rounded inputs
+    res = chunk_ssd(x, dt, A, B, C, **kw)
+    assert res[0].dtype == dtype
+    check(res, ref, 2e-2)
+    check(torch_chunk_ssd(x, dt, A, B, C, **kw), ref, 8e-3)  # fp32 products; bf16 output rounding 2^-8
+
+
+def test_triton_equals_torch_on_shared_metadata():
+    """Both implementations on one prepared metadata (as a model step shares it across layers)."""
+    gen = torch.Generator().manual_seed(8)
+    H, P, N, G = 4, 64, 64, 1
+    cu, starts = [0, 70, 200], [64, 3]
+    x, dt, A, B, C, D, bias, h0 = make(gen, 200, H, P, N, G, nseq=2)
+    meta = prepare_chunk_metadata(cu, starts, boundary_indices=[[128], [64, 128]])
+    a = chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, initial_state=h0, chunk_metadata=meta)
+    b = torch_chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, initial_state=h0, chunk_metadata=meta)
+    assert a[2].shape[0] == 3
+    for u, v in zip(a, b):
+        assert rel(u, v) < 2e-5
+
+
+def test_mixer_core_resumes_with_conv_window_and_state():
+    """The Mamba2 mixer's recurrent part: conv1d over xBC (x, B, C channels), then the SSD.
+    Resuming at a boundary from the conv window and the SSD state emitted there (the same
+    metadata's boundaries) reproduces the uninterrupted run's outputs and states exactly."""
+    gen = torch.Generator().manual_seed(9)
+    H, P, N, G, T = 2, 32, 32, 1, 200
+    d_in = H * P
+    dim = d_in + 2 * G * N
+    xbc = torch.randn(1, T, dim, generator=gen)
+    w, wb = torch.randn(dim, 4, generator=gen) * 0.5, torch.randn(dim, generator=gen) * 0.1
+    dt = torch.randn(1, T, H, generator=gen) - 1
+    A, D = -torch.rand(H, generator=gen) - 0.5, torch.randn(H, generator=gen)
+
+    def core(xs, dts, start, conv_state, state):
+        meta = prepare_chunk_metadata([0, xs.shape[1]], [start])
+        u, cf, cb = causal_conv1d(xs, w, wb, conv_state=conv_state, chunk_metadata=meta)
+        xx = u[..., :d_in].reshape(1, -1, H, P)
+        Bm = u[..., d_in : d_in + G * N].reshape(1, -1, G, N)
+        Cm = u[..., d_in + G * N :].reshape(1, -1, G, N)
+        y, ht, hb = chunk_ssd(xx, dts, A, Bm, Cm, D=D, initial_state=state, chunk_metadata=meta)
+        return y, ht, hb, cf, cb
+
+    y, ht, hb, cf, cb = core(xbc, dt, 0, None, None)
+    assert hb.shape[0] == cb.shape[0] == 3
+    y2, ht2, hb2, cf2, cb2 = core(xbc[:, 128:], dt[:, 128:], 128, cb[1:2], hb[1:2])
+    assert torch.equal(y2, y[:, 128:]) and torch.equal(ht2, ht) and torch.equal(cf2, cf)
+    assert torch.equal(hb2, hb[2:]) and torch.equal(cb2, cb[2:])
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_bad_arguments_are_one_line_errors(impl):
+    gen = torch.Generator().manual_seed(10)
+    x, dt, A, B, C, D, bias, h0 = make(gen, 10, 4, 16, 16, 2)
+    f = IMPLS[impl]
+    cases = [
+        (lambda: f(x, dt, A, B[:, :, :1].expand(1, 10, 3, 16), C), "bad shapes"),
+        (lambda: f(x, dt[..., :2], A, B, C), "dt must be"),
+        (lambda: f(x, dt, A[:2], B, C), "A must be"),
+        (lambda: f(x, dt, A, B, C, D=D[:2]), "D must be"),
+        (lambda: f(x, dt, A, B, C, dt_bias=bias[:1]), "dt_bias must be"),
+        (lambda: f(x, dt, A, B, C, initial_state=h0[:, :2]), "initial_state must be"),
+        (lambda: f(x, dt, A, B, C, state_dtype=torch.float64), "state_dtype"),
+        (lambda: f(x.double(), dt, A, B, C), "dtype"),
+    ]
+    for call, msg in cases:
+        with pytest.raises(ValueError, match=msg) as exc:
+            call()
+        assert "\n" not in str(exc.value)
+
+
+# ---- GPU: the presets' shapes, compiled --------------------------------------------------------
+
+#: (name, heads, head dim, d_state, groups): marconi-7b (Mamba2 defaults at d_model 4096, the
+#: paper's one group), Nemotron-H 8B (mamba_num_heads 128, mamba_head_dim 64, ssm_state_size 128,
+#: n_groups 8) and 56B (256 heads)
+GPU_SHAPES = [("marconi-7b", 128, 64, 128, 1), ("nemotron-h-8b", 128, 64, 128, 8), ("nemotron-h-56b", 256, 64, 128, 8)]
+
+
+def _cuda_case(name, H, P, N, G, dtype, T=2000):
+    gen = torch.Generator().manual_seed(hash(name) % 1000)
+    cu, starts = [0, 700, T], [0, 100]
+    x, dt, A, B, C, D, bias, h0 = make(gen, T, H, P, N, G, dtype=dtype, device="cuda", nseq=2)
+    h0[0] = 0
+    kw = dict(D=D, dt_bias=bias, initial_state=h0, cu_seqlens=cu, start_positions=starts)
+    return (x, dt, A, B, C), kw
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name,H,P,N,G", GPU_SHAPES)
+def test_gpu_preset_shapes(name, H, P, N, G, dtype):
+    args, kw = _cuda_case(name, H, P, N, G, dtype)
+    ref = naive_ssd(*args, **kw)
+    res = chunk_ssd(*args, **kw)
+    check(res, ref, 1e-3 if dtype == torch.float32 else 2e-2)
+    check(torch_chunk_ssd(*args, **kw), ref, 1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_resume_is_bit_exact(dtype):
+    _, H, P, N, G = GPU_SHAPES[1]
+    args, kw = _cuda_case("resume", H, P, N, G, dtype, T=1000)
+    x, dt, A, B, C = args
+    kw = dict(D=kw["D"], dt_bias=kw["dt_bias"])
+    y, ht, hb = chunk_ssd(x, dt, A, B, C, **kw)
+    for i in (0, 6, 14):
+        p = 64 * (i + 1)
+        y2, h2, hb2 = chunk_ssd(
+            *(t[:, p:] for t in (x, dt)), A, *(t[:, p:] for t in (B, C)), initial_state=hb[i : i + 1],
+            start_positions=[p], **kw,
+        )  # fmt: skip
+        assert torch.equal(y2, y[:, p:]) and torch.equal(h2, ht) and torch.equal(hb2, hb[i + 1 :])
+
+
+def _mamba_ssm():
+    try:
+        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+    except Exception:  # noqa: BLE001 - absent, or its import fails on this torch / triton
+        return None
+    return mamba_chunk_scan_combined
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,H,P,N,G", GPU_SHAPES[:2])
+def test_gpu_against_mamba_ssm(name, H, P, N, G):
+    """mamba_ssm's chunked scan (its chunk 256, bf16) and ours agree within bf16 rounding on the
+    output and the final state; varlen through its ``seq_idx`` / ``cu_seqlens``."""
+    scan = _mamba_ssm()
+    if scan is None:
+        pytest.skip("mamba_ssm's Triton SSD is not importable")
+    args, kw = _cuda_case(name, H, P, N, G, torch.bfloat16, T=2048)
+    x, dt, A, B, C = args
+    kw = dict(D=kw["D"], dt_bias=kw["dt_bias"])
+    y, ht, _ = chunk_ssd(x, dt, A, B, C, **kw)
+    ym, hm = scan(x, dt, A, B, C, 256, D=kw["D"], dt_bias=kw["dt_bias"], dt_softplus=True, return_final_states=True)
+    ry, rf, _, _ = naive_ssd(x, dt, A, B, C, **kw)
+    assert rel(ym, ry) < 2e-2 and rel(y, ry) < 2e-2  # both against the oracle
+    assert rel(y, ym) < 2e-2 and rel(ht, hm) < 2e-2
