@@ -16,6 +16,8 @@ from sim.config import SimConfig, format_size
 from sim.errors import UsageError
 from sim.experiments.advise import ENGINES, OBJECTIVES, Problem, advice_json, advise, differences
 from sim.experiments.advise.search import cpu_count
+from sim.cost import default_timing, timing_note
+from sim.gpus import get_gpu
 from sim.trace_options import TRACE_OPTION_KEYS
 
 #: the simulation settings advise takes (as `marconi run`), less --seed (here the study's seed) and
@@ -40,6 +42,23 @@ def _fixed(kwargs: dict) -> dict:
     return out
 
 
+def default_gpu_memory(gpu: str | None, tensor_parallel: int = 0) -> str:
+    """``--gpu-memory``'s default: 80GB, or the memory of ``--gpu`` times the group's GPUs."""
+    if not gpu:
+        return "80GB"
+    n = int(tensor_parallel or 1)
+    mem = f"{get_gpu(gpu).memory_bytes // 10**9}GB"
+    return f"{n}x{mem}" if n > 1 else mem
+
+
+def _timing_note(p) -> str:
+    """The header's "uncalibrated for GPU x" where --gpu prices time from another device's datasheet."""
+    if p.fixed.get("timing_file") or not (p.fixed.get("gpu") or p.fixed.get("tensor_parallel")):
+        return ""
+    note = timing_note(default_timing(p.model, p.fixed.get("gpu"), p.fixed.get("tensor_parallel", 0)))
+    return f" | {note}" if note else ""
+
+
 def _pct(v) -> str:
     return "-" if v is None else f"{v * 100:.2f}%"
 
@@ -57,7 +76,8 @@ def format_advice(adv, out: Path) -> str:
         f"advise --for {p.engine} | model {p.model} | --gpu-memory {format_size(adv.gpu_bytes)}: bf16 weights "
         f"{format_size(adv.weight_bytes)}, {mem.flag} {mem.fraction:g} -> cache {format_size(sp.ctx.capacity_bytes)} | "
         f"objective {p.objective} | {adv.trials} trials"
-        + (f" | tuned on sessions {adv.parts[0]}, held out {adv.parts[1]}" if adv.parts else ""),
+        + (f" | tuned on sessions {adv.parts[0]}, held out {adv.parts[1]}" if adv.parts else "")
+        + _timing_note(p),
         "",
         "recommended: " + adv.command(),
         "",
@@ -138,10 +158,10 @@ def register(main: click.Group) -> None:
     )
     @click.option(
         "--gpu-memory",
-        default="80GB",
-        show_default=True,
+        default=None,
         help="Memory of the serving instance (80GB; 2x80GB for two GPUs); the engine's memory fraction "
-        "and the bf16 weights are taken off (docs/advise.md).",
+        "and the bf16 weights are taken off (docs/advise.md) [default: --gpu's memory times "
+        "--tensor-parallel, else 80GB].",
     )
     @click.option(
         "--objective",
@@ -213,6 +233,8 @@ def register(main: click.Group) -> None:
             raise UsageError(f"--holdout must be in [0, 1), not {holdout}")
         model = kwargs.get("model")
         fixed = _fixed(kwargs)
+        if gpu_memory is None:  # the catalogue GPU's memory, once per GPU of the group
+            gpu_memory = default_gpu_memory(fixed.get("gpu"), fixed.get("tensor_parallel", 0))
         if engine_name in ENGINES:  # a knob none of the engine's presets reads would be dropped silently
             refuse_unread_knobs(list(ENGINES[engine_name].presets.values()), list(fixed))
         if sessions_per_second != 1.0:
