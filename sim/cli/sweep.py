@@ -19,6 +19,7 @@ from click.core import ParameterSource
 from sim.cli.outdir import check_output_folder, input_paths, output_folder
 from sim.cli.run import explicit_settings, fits_trace_blocks, refuse_unread_knobs, refuse_unusable_blocks
 from sim.config import SimConfig
+from sim.cost import default_timing, timing_note
 from sim.errors import UsageError
 from sim.experiments.grid import check_grid_size, expand_grid, grid_size, parse_values
 from sim.experiments.runners import describe, run_sweep
@@ -171,7 +172,23 @@ def grid_summary(trace_axes: dict, sim_axes: dict, n_configs: int) -> str:
         points *= len(v)
     head = " x ".join(varying) if varying else "one point"
     note = "" if points == n_configs else f" ({points:,} grid points; policies that ignore alpha run once)"
-    return f"grid: {head} = {_count(n_configs, 'configuration')}{note}"
+    return f"grid: {head} = {_count(n_configs, 'configuration')}{note}{_timing_notes(sim_axes)}"
+
+
+def _timing_notes(sim_axes: dict) -> str:
+    """The "uncalibrated for GPU x" of each --gpu of the grid whose time is scaled from another
+    device's datasheet (runs timed by a --timing file are left out)."""
+    if any(sim_axes.get("timing_file", [None])) or not any(sim_axes.get("gpu", [None])):
+        return ""
+    notes = set()
+    for m in sim_axes.get("model", [SimConfig.model]):
+        for g in sim_axes.get("gpu", [None]):
+            for tp in sim_axes.get("tensor_parallel", [0]):
+                try:
+                    notes.add(timing_note(default_timing(m, g, int(tp or 0))))
+                except UsageError:  # the run refuses it with its own line
+                    pass
+    return "".join(f" | {n}" for n in sorted(notes - {""}))
 
 
 def _count(n: int, noun: str) -> str:
