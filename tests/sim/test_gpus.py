@@ -1,0 +1,118 @@
+"""The GPU catalogue (sim/gpus.py), --gpu and --tensor-parallel (sim.cost.default_timing,
+group_spec; docs/cost-model.md §5): defaults unchanged, the calibrated device used as is, other
+devices scaled by their datasheets and said 'uncalibrated for GPU', tensor-parallel bytes, FLOPs
+and the all-reduce priced by hand."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+from sim.config import SimConfig
+from sim.cost import HardwareTiming, default_timing, get_model, group_spec, model_for, timing_note
+from sim.errors import UsageError
+from sim.gpus import ALLREDUCE_LATENCY_S, GPUS, allreduce_s, get_gpu
+
+
+def test_catalogue_entries_are_sane_and_cited():
+    for g in GPUS.values():
+        assert g.source and 50 < g.bf16_tflops < 5000 and g.memory_bytes >= 24 * 10**9
+        assert g.hbm_bytes_per_s > 5e11 and g.link_bytes_per_s > 0
+    assert get_gpu("H200").memory_bytes == 141 * 10**9 and get_gpu("a100-40gb").hbm_bytes_per_s == 1.555e12
+    with pytest.raises(UsageError, match="unknown GPU 'tpu'"):
+        get_gpu("tpu")
+
+
+def test_allreduce_by_hand():
+    g = get_gpu("h100")  # 900 GB/s both ways: 450 GB/s each way
+    assert allreduce_s(g, 1e6, 1) == 0.0
+    assert allreduce_s(g, 1e6, 4) == pytest.approx(ALLREDUCE_LATENCY_S + 2 * 3 / 4 * 1e6 / 450e9)
+
+
+@pytest.mark.parametrize("name", ["marconi-7b", "qwen3.5-9b", "qwen3-next-80b-a3b", "nemotron-h-8b"])
+def test_no_gpu_no_tp_is_the_old_default(name):
+    t = default_timing(name)
+    assert t.comm_ms_per_token == 0 and t.comm_ms_per_call == 0 and not t.uncalibrated
+    assert timing_note(t) == ""
+
+
+def test_the_calibrated_device_is_used_as_is():
+    base, on_h200 = default_timing("qwen3.5-9b"), default_timing("qwen3.5-9b", "h200", 1)
+    assert isinstance(on_h200, HardwareTiming) and on_h200.ms_per_tflop == base.ms_per_tflop
+    assert not on_h200.uncalibrated and on_h200.device == "h200"
+    spec = get_model("qwen3.5-9b")
+    assert on_h200.prefill_time_s(spec, 0, 4096) == pytest.approx(base.prefill_time_s(spec, 0, 4096))
+
+
+def test_another_device_is_scaled_by_its_datasheet_and_says_so():
+    h200, b200 = default_timing("qwen3.5-9b", "h200", 1), default_timing("qwen3.5-9b", "b200", 1)
+    assert b200.uncalibrated and timing_note(b200) == "uncalibrated for GPU b200"
+    for k, v in h200.ms_per_tflop.items():  # the same fraction of a higher peak
+        assert b200.ms_per_tflop[k] == pytest.approx(v * 989 / 2250)
+    for k, v in h200.layer_call_ms.items():  # weights read at the bandwidth ratio
+        assert b200.layer_call_ms[k] == pytest.approx(v * 4.8 / 7.7)
+    assert b200.layer_floor_ms == h200.layer_floor_ms  # the host is the host
+    assert b200.decode_ms_per_token == pytest.approx(h200.decode_ms_per_token * 4.8 / 7.7)
+    assert b200.fraction_of_peak() == pytest.approx(h200.fraction_of_peak())
+    # the paper's A100 fit carried to an H100: throughput x 989/312, decode x 1.555/3.35
+    a, h = default_timing("marconi-7b"), default_timing("marconi-7b", "h100", 1)
+    assert h.effective_tflops == pytest.approx(a.effective_tflops * 989 / 312)
+    assert h.decode_ms_per_token == pytest.approx(a.decode_ms_per_token * 1.555 / 3.35)
+
+
+def test_group_spec_replicates_kv_heads_fewer_than_the_group():
+    q = get_model("qwen3-next-80b-a3b")  # 2 KV heads, 16 attention heads, Hk 16, Hv 32
+    assert group_spec(q, 2) == q  # split evenly: group totals unchanged
+    g8 = group_spec(q, 8)  # each of 8 GPUs keeps one of the 2 KV heads: 4x the KV bytes
+    assert g8.kv_bytes_per_token() == 4 * q.kv_bytes_per_token()
+    assert g8.state_bytes() == q.state_bytes()
+    n = get_model("granite-4.0-h-small")  # 1 Mamba group: replicated on each GPU
+    g4 = group_spec(n, 4)
+    assert g4.mamba_n_groups == 4 and g4.state_bytes() > n.state_bytes()
+    with pytest.raises(UsageError, match="--tensor-parallel 3 does not divide the 16 attention heads"):
+        group_spec(q, 3)
+
+
+def test_tensor_parallel_timing_by_hand():
+    spec = get_model("nemotron-h-8b")
+    one, four = default_timing("nemotron-h-8b", "h200", 1), default_timing("nemotron-h-8b", "h200", 4)
+    assert four.gpus == 4 and one.gpus == 1
+    blocks = 4 + 24 + 24
+    link = 900e9 / 2
+    per_token = blocks * 2 * 3 / 4 * 4096 * 2 / link
+    assert four.comm_ms_per_token == pytest.approx(per_token * 1e3)
+    assert four.comm_ms_per_call == pytest.approx(blocks * ALLREDUCE_LATENCY_S * 1e3)
+    # prefill: the group's compute / 4, then the all-reduces of 4096 tokens and one call
+    no_comm = HardwareTiming(**{**_fields(four), "comm_ms_per_token": 0.0, "comm_ms_per_call": 0.0})
+    want = no_comm.prefill_time_s(spec, 0, 4096) + (4096 * per_token + blocks * ALLREDUCE_LATENCY_S)
+    assert four.prefill_time_s(spec, 0, 4096) == pytest.approx(want)
+    assert four.prefill_time_s(spec, 0, 8192) < one.prefill_time_s(spec, 0, 8192)
+
+
+def _fields(t):
+    import dataclasses
+
+    return {f.name: getattr(t, f.name) for f in dataclasses.fields(t) if f.init}
+
+
+def test_simconfig_validates_gpu_and_tp():
+    with pytest.raises(UsageError, match="--gpu must be"):
+        SimConfig(gpu="tpu").validate()
+    with pytest.raises(UsageError, match="--tensor-parallel must be"):
+        SimConfig(tensor_parallel=-1).validate()
+    cfg = SimConfig(model="qwen3-next-80b-a3b", tensor_parallel=8)
+    assert model_for(cfg).kv_bytes_per_token() == 4 * get_model("qwen3-next-80b-a3b").kv_bytes_per_token()
+
+
+def test_cli_run_says_uncalibrated_in_header_and_summary(tmp_path):
+    args = ["run", "--trace", "synthetic:chat", "--sessions", "2", "--no-progress", "--policy", "marconi"]
+    r = CliRunner().invoke(main, [*args, "--model", "nemotron-h-8b", "--gpu", "l40s", "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    assert "uncalibrated for GPU l40s" in r.output.splitlines()[0]
+    (row,) = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert row["gpu"] == "l40s" and row["timing_note"] == "uncalibrated for GPU l40s" and row["timing_device"] == "l40s"
+    r = CliRunner().invoke(main, [*args, "--model", "nemotron-h-8b", "--gpu", "h200"])
+    assert r.exit_code == 0 and "uncalibrated" not in r.output
+    r = CliRunner().invoke(main, [*args, "--model", "qwen3-next-80b-a3b", "--tensor-parallel", "3"])
+    assert r.exit_code == 2 and "does not divide" in r.output and "Traceback" not in r.output
