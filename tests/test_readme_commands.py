@@ -79,6 +79,8 @@ def test_every_readme_command_pastes_as_written():
 def test_every_readme_command_runs(tmp_path):
     """In README order, in one folder (the sweep writes results/ that plot reads)."""
     env = dict(os.environ, MARCONI_CACHE_DIR=str(tmp_path / "cache"), TRITON_INTERPRET="1")
+    # the shipped example configs (`--model docs/examples/...`) where a fresh clone has them
+    shutil.copytree(ROOT / "docs" / "examples", tmp_path / "docs" / "examples")
     failures = []
     ran = 0
     for command in commands(README):
@@ -104,6 +106,14 @@ def test_every_readme_command_runs(tmp_path):
             failures.append(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
     assert ran >= 8
     assert not failures, "\n".join(failures)
+
+
+def test_readme_model_configs_are_in_the_repository():
+    """`--model PATH` and `marconi models PATH` in the README name a config the repository ships."""
+    paths = [w for c in commands(README) for w in shlex.split(c) if w.startswith("docs/examples/")]
+    assert paths, "the README reads a model from its config.json"
+    for p in paths:
+        assert (ROOT / p).is_file() or (ROOT / p / "config.json").is_file(), p
 
 
 def test_readme_default_output_is_the_stored_table():
