@@ -1,9 +1,11 @@
 """Triton kernels (chunked gated delta rule with chunk-boundary states, causal conv1d with
-boundary conv windows), the same two in plain torch (``kernels.torch_gdn``: no triton, fast on a
-CPU), their naive reference oracles, and ``warmup``.
+boundary conv windows, the chunked SSD of Mamba2 layers: ``chunk_ssd``), the same in plain torch
+(``kernels.torch_gdn``, ``kernels.torch_ssd``: no triton, fast on a CPU), their naive reference
+oracles, and ``warmup``.
 
     from kernels import chunk_gated_delta_rule, causal_conv1d, prepare_chunk_metadata, warmup
     from kernels import torch_chunk_gated_delta_rule, torch_causal_conv1d
+    from kernels import chunk_ssd, torch_chunk_ssd
 
 The functions need the ``kernels`` extra (torch, and triton for the Triton ones). ``import
 kernels`` itself does not: the simulator imports ``kernels.cli`` without torch, so the names below
@@ -30,9 +32,18 @@ _EXPORTS = {
     "naive_recurrent_step": "kernels.reference",
     "naive_causal_conv1d": "kernels.reference",
     "naive_gdn_gate": "kernels.reference",
+    "chunk_ssd": "kernels.ssd",
+    "torch_chunk_ssd": "kernels.torch_ssd",
+    "naive_ssd": "kernels.ssd_reference",
 }
 
-TORCH_ONLY = {"kernels._common", "kernels.torch_gdn", "kernels.reference"}  # no triton import
+TORCH_ONLY = {
+    "kernels._common",
+    "kernels.torch_gdn",
+    "kernels.reference",
+    "kernels.torch_ssd",
+    "kernels.ssd_reference",
+}  # no triton import
 
 __all__ = sorted(_EXPORTS)
 

@@ -70,6 +70,8 @@ def _checks(torch, on_gpu: bool):
     yield "conv1d varlen: output", err(y, ry), tol
     yield "conv1d varlen: final + boundary windows", max(err(cf, rcf), err(cb, rcb)), tol
 
+    yield from _ssd_checks(torch, rnd, err, on_gpu)
+
     if on_gpu:
         H, HV, K, V, T = 4, 8, 128, 128, 1000
         q, k, v = (rnd(1, T, H, K).bfloat16(), rnd(1, T, H, K).bfloat16(), rnd(1, T, HV, V).bfloat16())
@@ -80,10 +82,43 @@ def _checks(torch, on_gpu: bool):
         yield "gdn bf16 H=4 HV=8 K=V=128 T=1000 (rel)", rel, 2e-2
 
 
+def _ssd_checks(torch, rnd, err, on_gpu: bool):
+    """The chunked SSD (Mamba2) against its per-token oracle, and its resume at a boundary."""
+    from kernels.ssd import chunk_ssd
+    from kernels.ssd_reference import naive_ssd
+
+    def rel(a, b):
+        return err(a, b) / max(b.float().abs().max().item(), 1e-6) if b.numel() else 0.0
+
+    H, P, N, G, T = 4, 32, 32, 2, 200
+    cu, starts = [0, 50, 114, 200], [0, 10, 64]
+    x, dt, B, C = rnd(1, T, H, P), rnd(1, T, H) - 1, rnd(1, T, G, N) / N**0.5, rnd(1, T, G, N)
+    A, D, bias, h0 = -torch.rand(H).to(x.device) - 0.5, rnd(H), 0.5 * rnd(H), 0.5 * rnd(3, H, P, N)
+    kw = dict(D=D, dt_bias=bias, initial_state=h0, cu_seqlens=cu, start_positions=starts)
+    y, ht, hb = chunk_ssd(x, dt, A, B, C, **kw)
+    ry, rf, rb, _ = naive_ssd(x, dt, A, B, C, **kw)
+    yield "ssd varlen x3, ragged starts: output (rel)", rel(y, ry), 2e-4
+    yield "ssd varlen x3, ragged starts: states (rel)", max(rel(ht, rf), rel(hb, rb)), 2e-4
+    kw = dict(D=D, dt_bias=bias)
+    y, ht, hb = chunk_ssd(x, dt, A, B, C, **kw)
+    y2, h2, _ = chunk_ssd(
+        x[:, 64:], dt[:, 64:], A, B[:, 64:], C[:, 64:], initial_state=hb[:1], start_positions=[64], **kw
+    )
+    yield "ssd restore at 64: suffix output + state", max(err(y2, y[:, 64:]), err(h2, ht)), 0.0
+    if on_gpu:  # Nemotron-H 8B's Mamba2 layer: 128 heads x 64, d_state 128, 8 groups
+        H, P, N, G, T = 128, 64, 128, 8, 1000
+        x, dt = rnd(1, T, H, P).bfloat16(), (rnd(1, T, H) - 1).bfloat16()
+        B, C = (rnd(1, T, G, N) / N**0.5).bfloat16(), rnd(1, T, G, N).bfloat16()
+        A, D, bias = -torch.rand(H).to(x.device) - 0.5, rnd(H), 0.5 * rnd(H)
+        y, ht, hb = chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias)
+        ry, rf, rb, _ = naive_ssd(x, dt, A, B, C, D=D, dt_bias=bias)
+        yield "ssd bf16 H=128 P=64 N=128 G=8 T=1000 (rel)", max(rel(y, ry), rel(ht, rf), rel(hb, rb)), 2e-2
+
+
 def register(main: click.Group) -> None:
     @main.group("kernels")
     def kernels_group() -> None:
-        """Triton gated-delta kernels (needs the `kernels` extra)."""
+        """Triton gated-delta and SSD (Mamba2) kernels (needs the `kernels` extra)."""
 
     @kernels_group.command("check")
     def check() -> None:
