@@ -1,0 +1,234 @@
+"""`marconi advise` rules at their edges (sim/experiments/advise/space.py, search.py; issue 44): a
+study interrupted before, during and after its first trial resumes to the very study an
+uninterrupted run makes; holdouts other than 0.5 split where the rounding says; the printed `marconi
+run` lines reproduce the prediction at capacities that do not round cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+
+import pytest
+
+from sim.cost import get_model
+from sim.errors import UsageError
+from sim.experiments.advise import search
+from sim.experiments.advise.search import Evaluator, Problem, open_study, run_study, split_ranges
+from sim.experiments.advise.space import build_space, parse_gpu_memory
+
+from .conftest import synthetic_trace, write_marconi_jsonl
+
+optuna = pytest.importorskip("optuna")
+
+TINY = get_model("replay-tiny")
+
+
+@pytest.fixture(scope="module")
+def chat_spec(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("chat") / "t.jsonl"
+    return f"marconi-jsonl:{write_marconi_jsonl(synthetic_trace(sessions=4, turns=2), path)}"
+
+
+def cli(*args):
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def trials(study) -> list:
+    return [(t.number, t.params, t.value, t.state.name) for t in study.get_trials(deepcopy=False)]
+
+
+# ------------------------------------------------------------------------------ holdouts
+
+
+@pytest.mark.parametrize(
+    "n,holdout,tuned,held",
+    [
+        (7, 0.3, "0:5", "5:"),  # 7 x 0.7 = 4.9 -> 5 (rounded, not truncated)
+        (10, 0.25, "0:8", "8:"),  # 7.5 -> 8
+        (6, 0.25, "0:4", "4:"),  # 4.5 -> 4 (round half to even)
+        (3, 0.5, "0:2", "2:"),  # 1.5 -> 2
+        (9, 0.1, "0:8", "8:"),  # 8.1 -> 8
+        (2, 0.5, "0:1", "1:"),
+        (100, 0.99, "0:1", "1:"),
+        (100, 0.01, "0:99", "99:"),
+    ],
+)
+def test_split_ranges_rounds_the_tuned_part(n, holdout, tuned, held):
+    assert split_ranges(n, holdout) == (tuned, held)
+
+
+@pytest.mark.parametrize("n,holdout", [(2, 0.1), (2, 0.9), (10, 0.04), (10, 0.96), (1, 0.5)])
+def test_a_holdout_that_empties_a_part_is_one_line(n, holdout):
+    with pytest.raises(UsageError, match=f"--holdout {holdout:g} of {n} sessions leaves a part without"):
+        split_ranges(n, holdout)
+
+
+@pytest.mark.parametrize("holdout", [0.0, 1.0, -0.2, 1.5])
+def test_a_holdout_outside_the_open_interval_is_refused(holdout):
+    with pytest.raises(UsageError, match=r"--holdout must be in \(0, 1\)"):
+        split_ranges(10, holdout)
+
+
+# ------------------------------------------------------------------------------ interrupts
+
+
+def problem(spec, **kw):
+    return Problem({"trace": spec}, "sglang", "replay-tiny", "2MB", **kw)
+
+
+def reference(tmp_path, spec, n):
+    """The study an uninterrupted run makes (the same seed)."""
+    p = problem(spec)
+    sp = build_space("sglang", TINY, parse_gpu_memory(p.gpu_memory))
+    study, new = open_study(tmp_path / "ref", p, "maximize")
+    assert new
+    with Evaluator("local", 1) as ev:
+        rep = run_study(study, sp, p, {"trace": spec}, n, ev, progress=False)
+    assert rep.ran == n and not rep.interrupted
+    return trials(study), sp, p
+
+
+def resume(tmp_path, name, sp, p, spec, n):
+    study, new = open_study(tmp_path / name, p, "maximize")
+    assert not new
+    with Evaluator("local", 1) as ev:
+        rep = run_study(study, sp, p, {"trace": spec}, n, ev, progress=False)
+    return study, rep
+
+
+@pytest.mark.parametrize("at_call", [1, 2])
+def test_an_interrupt_before_a_trial_finishes_resumes_to_the_same_study(tmp_path, chat_spec, monkeypatch, at_call):
+    """``at_call`` 1: the interrupt comes while the first trial (today's defaults, enqueued) runs;
+    2: after the first trial is told, while the second runs. The interrupted trial is left RUNNING
+    and rerun with its own parameters; the finished ones are not run again; the resumed study
+    equals the uninterrupted one."""
+    n = 4
+    ref, sp, p = reference(tmp_path, chat_spec, n)
+    real = Evaluator.map
+    calls = []
+
+    def flaky(self, tasks):
+        calls.append(len(tasks))
+        if len(calls) == at_call:
+            raise KeyboardInterrupt
+        return real(self, tasks)
+
+    monkeypatch.setattr(Evaluator, "map", flaky)
+    study, new = open_study(tmp_path / "cut", p, "maximize")
+    with Evaluator("local", 1) as ev:
+        rep = run_study(study, sp, p, {"trace": chat_spec}, n, ev, progress=False)
+    assert rep.interrupted and rep.ran == at_call - 1
+    assert [t[3] for t in trials(study)] == ["COMPLETE"] * (at_call - 1) + ["RUNNING"]
+    assert trials(study)[0][1] == ref[0][1]  # the first trial is today's defaults either way
+    calls.clear()
+    monkeypatch.setattr(Evaluator, "map", real)
+    study, rep = resume(tmp_path, "cut", sp, p, chat_spec, n)
+    assert (rep.kept, rep.resumed, rep.ran, rep.interrupted) == (at_call - 1, 1, n - at_call + 1, False)
+    assert trials(study) == ref
+
+
+def test_an_interrupt_while_the_first_result_is_written_keeps_it(tmp_path, chat_spec, monkeypatch):
+    """SIGINT arrives inside the journal write of the first trial's result: the write completes
+    (the signal is held back), then the study stops; the trial is kept COMPLETE and the resume runs
+    only the rest."""
+    n = 3
+    ref, sp, p = reference(tmp_path, chat_spec, n)
+    study, _ = open_study(tmp_path / "mid", p, "maximize")
+    real_tell = type(study).tell
+    told = []
+
+    def tell(self, trial, *a, **kw):
+        if not told:
+            os.kill(os.getpid(), signal.SIGINT)  # delivered now: the guard must hold it
+        told.append(trial)
+        return real_tell(self, trial, *a, **kw)
+
+    monkeypatch.setattr(type(study), "tell", tell)
+    with Evaluator("local", 1) as ev:
+        rep = run_study(study, sp, p, {"trace": chat_spec}, n, ev, progress=False)
+    monkeypatch.setattr(type(study), "tell", real_tell)
+    assert rep.interrupted
+    assert [t[3] for t in trials(study)] == ["COMPLETE"]
+    assert trials(study)[0] == ref[0]
+    study, rep = resume(tmp_path, "mid", sp, p, chat_spec, n)
+    assert (rep.kept, rep.resumed, rep.ran) == (1, 0, n - 1)
+    assert trials(study) == ref
+
+
+def test_an_interrupt_after_the_budget_is_spent_changes_nothing(tmp_path, chat_spec):
+    n = 2
+    ref, sp, p = reference(tmp_path, chat_spec, n)
+    study, rep = resume(tmp_path, "ref", sp, p, chat_spec, n)
+    assert (rep.kept, rep.ran, rep.resumed) == (n, 0, 0) and trials(study) == ref
+    # a larger budget continues the same study where it stopped
+    study, rep = resume(tmp_path, "ref", sp, p, chat_spec, n + 1)
+    assert rep.ran == 1 and trials(study)[:n] == ref
+
+
+# ------------------------------------------------------------------------------ reproduce lines
+
+
+def run_json(line: str) -> dict:
+    words = shlex.split(line)
+    assert words[:2] == ["marconi", "run"]
+    res = cli(*words[1:])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(res.stdout)
+    return row
+
+
+@pytest.mark.parametrize("gpu_memory,holdout", [("2345679B", "0.3"), ("2.2MB", "0.75")])
+def test_the_run_lines_reproduce_the_prediction_at_an_awkward_capacity(tmp_path, gpu_memory, holdout):
+    """A memory that is no round number of bytes and a holdout other than 0.5 (7 sessions): the
+    printed `marconi run` lines (tuned and held-out part, recommendation and defaults) give exactly
+    the predicted metrics, and their --capacity is the cache the search simulated."""
+    spec = f"marconi-jsonl:{write_marconi_jsonl(synthetic_trace(sessions=7, turns=2), tmp_path / 't.jsonl')}"
+    res = cli(
+        "advise",
+        "--trace",
+        spec,
+        "--for",
+        "sglang",
+        "--model",
+        "replay-tiny",
+        "--gpu-memory",
+        gpu_memory,
+        "--trials",
+        "3",
+        "--holdout",
+        holdout,
+        "--workers",
+        "1",
+        "--out",
+        tmp_path / "adv",
+        "--no-progress",
+        "--format",
+        "json",
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    k = {"0.3": 5, "0.75": 2}[holdout]  # 7 x 0.7 = 4.9 -> 5; 7 x 0.25 = 1.75 -> 2
+    assert data["parts"] == [f"0:{k}", f"{k}:"]
+    cap = data["cache_bytes"]
+    for who in ("recommended", "defaults"):
+        for part, line in (("tuned", "marconi_run"), ("held_out", "marconi_run_held_out")):
+            words = shlex.split(data[who][line])
+            assert int(words[words.index("--capacity") + 1]) == int(cap)
+            assert words[words.index("--session-range") + 1] == ("0:" if part == "tuned" else "") + (
+                f"{k}" if part == "tuned" else f"{k}:"
+            )
+            row = run_json(data[who][line])
+            for key in ("token_hit_rate", "ttft_p95_ms", "ttft_p50_ms", "request_hit_rate", "evictions"):
+                assert row[key] == data[who][part][key], (who, part, key)
+
+
+def test_run_line_writes_floats_that_read_back_exactly():
+    assert search._word(0.1 + 0.2) == "0.30000000000000004"
+    assert float(search._word(1 / 3)) == 1 / 3
+    assert search._word(7) == "7" and search._word("x") == "x"
