@@ -21,11 +21,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.config import SimConfig
+from policies.base import get_preset
+from sim.analysis import table
+from sim.config import SimConfig, format_size, parse_size
 from sim.errors import UsageError
 from sim.experiments.grid import expand_grid
 from sim.experiments.runners import run_sweep
-from sim.experiments.store import load_results
+from sim.experiments.store import load_results, row_files
 from sim.trace_options import TRACE_OPTION_KEYS
 
 #: the columns that are neither knobs of the configuration nor metrics
@@ -294,3 +296,156 @@ def ttft_under_load(rows: pd.DataFrame) -> pd.DataFrame:
     table = table.unstack("scheduler")
     table.columns = [f"{m.replace('_ms', '')} {s} ms" for m, s in table.columns]
     return table[sorted(table.columns, key=lambda c: (c.split()[0], c.split()[1] != "fcfs"))]
+
+
+# ---- `marconi report` / the end of `marconi sweep`: any results folder as a table
+
+#: knob columns shown under a shorter name (the rest under their own)
+KNOB_LABELS = {"capacity_bytes": "capacity", "sessions_per_second": "sessions/s"}
+#: names --where also takes for a column
+WHERE_ALIASES = {"capacity": "capacity_bytes", "sessions/s": "sessions_per_second", "rate": "sessions_per_second"}
+#: columns that label a configuration but are no knob to show (derived, or one per row)
+_NOT_SHOWN = {"trace_name", "input_digest", "timing_file"}
+
+
+def _run_summary_rows(path: Path) -> pd.DataFrame | None:
+    """The rows of a `marconi run --out` folder (its summary.json), labelled as :func:`load` labels
+    a sweep's; None when the folder has no such file."""
+    import json  # noqa: PLC0415
+
+    f = path / "summary.json"
+    if not f.is_file():
+        return None
+    try:
+        rows = json.loads(f.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read {f}: {exc}") from None
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) and "token_hit_rate" in r for r in rows):
+        raise UsageError(f"{f} is not the summary of `marconi run --out` (a `marconi replay --out` folder?)")
+    df = pd.DataFrame(rows)
+    modes, alphas = [], []
+    for policy, alpha in zip(df["policy"], df.get("alpha", pd.Series([None] * len(df)))):
+        uses = get_preset(policy).uses_alpha
+        modes.append("none" if not uses else ("auto" if alpha == "auto" else "static"))
+        alphas.append(float(alpha) if uses and alpha not in (None, "auto") else np.nan)
+    df["alpha_mode"], df["alpha"] = modes, alphas
+    df["config_id"] = [f"run-{i}" for i in range(len(df))]
+    df["variant"] = [variant_label(p, m, a) for p, m, a in zip(df["policy"], df["alpha_mode"], df["alpha"])]
+    df["capacity_gb"] = df["capacity_bytes"] / 1e9
+    return df
+
+
+def load_folder(path: str | os.PathLike) -> pd.DataFrame:
+    """The rows of any results folder: a `marconi sweep` folder (its parquet rows) or a
+    `marconi run --out` folder (its summary.json); one-line UsageError otherwise."""
+    p = Path(path)
+    if not p.is_dir():
+        raise UsageError(f"{path} is not a folder (give a `marconi sweep --out` or `marconi run --out` folder)")
+    df = _run_summary_rows(p)  # a run's folder: summary.json beside requests.parquet
+    if df is not None:
+        return df
+    if not row_files(p):
+        raise UsageError(f"no results in {path}: neither `marconi sweep` rows (*.parquet) nor a run's summary.json")
+    return load(p)
+
+
+def varying_knobs(df: pd.DataFrame) -> list[str]:
+    """Knob columns whose value differs between rows (what tells the configurations apart)."""
+    out = []
+    for c in knob_columns(df):
+        if c in _NOT_SHOWN:
+            continue
+        if df[c].astype(str).nunique() > 1:
+            out.append(c)
+    return out
+
+
+def _where_value(df: pd.DataFrame, key: str, value: str):
+    col = df[key]
+    if key == "capacity_bytes":
+        try:
+            return parse_size(value)
+        except UsageError as exc:
+            raise UsageError(f"--where {key}={value}: {exc}") from None
+    if pd.api.types.is_bool_dtype(col):
+        if value.lower() not in ("true", "false", "1", "0"):
+            raise UsageError(f"--where {key}={value}: {key} is true or false")
+        return value.lower() in ("true", "1")
+    if pd.api.types.is_numeric_dtype(col):
+        try:
+            return float(value)
+        except ValueError:
+            raise UsageError(f"--where {key}={value}: {key} is a number") from None
+    return value
+
+
+def select(df: pd.DataFrame, where: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
+    """Rows matching every ``KEY=VALUE`` of ``where`` (a knob, policy, variant or metric column;
+    numbers compared as numbers, capacities as sizes: ``capacity=2GB``)."""
+    for cond in where:
+        key, sep, value = cond.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise UsageError(f"--where {cond!r}: write KEY=VALUE, e.g. policy=marconi or capacity=2GB")
+        key = WHERE_ALIASES.get(key, key)
+        if key not in df.columns:
+            shown = ["policy", "variant", *(KNOB_LABELS.get(k, k) for k in varying_knobs(df))]
+            raise UsageError(f"--where {cond!r}: no column {key!r} in these results (e.g. {', '.join(shown)})")
+        want = _where_value(df, key, value)
+        col = df[key]
+        if isinstance(want, float) and pd.api.types.is_numeric_dtype(col):
+            mask = np.isclose(col.astype(float), want)
+        else:
+            mask = col.astype(str) == str(want) if not isinstance(want, bool) else col == want
+        df = df[mask]
+        if df.empty:
+            raise UsageError(f"--where {cond!r} selects no rows")
+    return df
+
+
+def _knob_text(key: str, value) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "-"
+    if key == "capacity_bytes":
+        return format_size(int(value))
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def report_rows(
+    df: pd.DataFrame, sort: str = "token_hit_rate", columns: list[str] | None = None
+) -> tuple[list[dict], list[str], list[str]]:
+    """(records best first by ``sort``, knob columns that vary, metric columns) of the rows ``df``:
+    a record per configuration with its variant (policy and alpha), the varying knobs and the
+    metrics (``columns``: summary keys; default: :data:`sim.analysis.table.DEFAULT_COLUMNS`)."""
+    knobs = varying_knobs(df)
+    metrics = [c for c in (columns or table.DEFAULT_COLUMNS) if c in df.columns]
+    keep = ["config_id", "variant", *knobs, *metrics]
+    if "steps" in df.columns and "steps" not in keep:
+        keep.append("steps")
+    rank = [_POLICY_ORDER.index(p) if p in _POLICY_ORDER else len(_POLICY_ORDER) for p in df["policy"]]
+    df = df.assign(_rank=rank).sort_values(["_rank", "policy", "alpha_mode", "alpha", *knobs], kind="stable")
+    records = [
+        {k: (v.item() if isinstance(v, np.generic) else v) for k, v in r.items()} for r in df[keep].to_dict("records")
+    ]
+    return table.best_first(records, sort), knobs, metrics  # ties: baselines first, then by knob
+
+
+def format_report(
+    df: pd.DataFrame, sort: str = "token_hit_rate", columns: list[str] | None = None, limit: int | None = None
+) -> str:
+    """The rows ``df`` as a text table, best first by ``sort``: a line per configuration, the
+    variant, the knobs that vary, then the metrics; at most ``limit`` lines (and a line saying how
+    many more)."""
+    records, knobs, metrics = report_rows(df, sort, columns)
+    shown = records if limit is None else records[:limit]
+    text_rows = []
+    for r in shown:
+        row = {"policy": r["variant"], **{m: r[m] for m in metrics}, "steps": r.get("steps", 1)}
+        row.update({KNOB_LABELS.get(k, k): _knob_text(k, r[k]) for k in knobs})
+        text_rows.append(row)
+    out = table.format_table(text_rows, [KNOB_LABELS.get(k, k) for k in knobs] + metrics)
+    if limit is not None and len(records) > limit:
+        out += f"\n... {len(records) - limit} more"
+    return out

@@ -15,28 +15,41 @@ import threading
 
 
 def _interrupted_while_starting(signum, frame) -> None:
-    """Ctrl-C while the CLI's modules load (a second or two): the same one line and exit code as
-    later, not a traceback from inside an import."""
-    sys.stderr.write("Interrupted.\n")
-    os._exit(130)
+    """Ctrl-C (or SIGTERM, SIGHUP) while the CLI's modules load (a second or two): the same one
+    line and exit code as later, not a traceback from inside an import. A sweep's worker process
+    being prepared (it imports the ``marconi`` script again) dies of the signal silently, as it
+    would without this handler."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None and getattr(mp.current_process(), "_inheriting", False):
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    sys.stderr.write("Interrupted.\n" if signum == signal.SIGINT else f"Interrupted ({signal.Signals(signum).name}).\n")
+    os._exit(128 + signum)
 
 
 _MAIN_THREAD = threading.current_thread() is threading.main_thread()  # only it may set handlers
-_DEFAULT_SIGINT = signal.signal(signal.SIGINT, _interrupted_while_starting) if _MAIN_THREAD else None
+_STARTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_DEFAULTS = {s: signal.signal(s, _interrupted_while_starting) for s in _STARTING} if _MAIN_THREAD else {}
 
 import click  # noqa: E402 - after the handler above
 
 from kernels import cli as kernels_cli  # noqa: E402
-from sim.cli import advise, models, plot, policies, replay, run, sweep, traces  # noqa: E402
-from sim.errors import USER_ERRORS, interrupted  # noqa: E402
+from sim.cli import advise, models, plot, policies, replay, report, run, sweep, traces  # noqa: E402
+from sim.errors import USER_ERRORS, interrupted, stop_exit_code, stop_message, stop_signals_as_interrupts  # noqa: E402
 
 
 class Main(click.Group):
     """Turns our known user errors, and click's own usage errors of a command (a bad type, a
     missing value), into one clear line and exit code 2 (no traceback), and Ctrl-C into one line
-    and exit code 130 (128 + SIGINT, what shells report)."""
+    and exit code 130 (128 + SIGINT, what shells report); SIGTERM and SIGHUP are handled as Ctrl-C
+    is (``sim.errors.Terminated``), exit codes 143 and 129."""
 
     def invoke(self, ctx):
+        with stop_signals_as_interrupts():
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except USER_ERRORS as exc:
@@ -49,8 +62,8 @@ class Main(click.Group):
         except BaseException as exc:
             if not interrupted(exc) or isinstance(exc, SystemExit):
                 raise
-            click.echo("Interrupted.", err=True)
-            sys.exit(130)
+            click.echo(stop_message(), err=True)
+            sys.exit(stop_exit_code())
 
     def format_commands(self, ctx, formatter) -> None:
         """Each command with the whole first paragraph of its help, wrapped (click cuts it at 45
@@ -74,8 +87,9 @@ def main() -> None:
 
 
 #: command groups in registration order (``sweep`` derives its options from ``run``)
-COMMANDS = (run, models, policies, traces, kernels_cli, sweep, plot, replay, advise)
+COMMANDS = (run, models, policies, traces, kernels_cli, sweep, report, plot, replay, advise)
 for _module in COMMANDS:
     _module.register(main)
 if _MAIN_THREAD:  # loaded: Ctrl-C is a KeyboardInterrupt again (Main turns it into one line)
-    signal.signal(signal.SIGINT, _DEFAULT_SIGINT)
+    for _sig, _handler in _DEFAULTS.items():
+        signal.signal(_sig, _handler)

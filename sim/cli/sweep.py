@@ -16,20 +16,25 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from sim.cli.outdir import check_output_folder, input_paths, output_folder
+from sim.cli.outdir import OutputPath, check_output_folder, input_paths, output_folder
+from sim.cli.report import SORT_HELP, sort_key
 from sim.cli.run import explicit_settings, fits_trace_blocks, refuse_unread_knobs, refuse_unusable_blocks
 from sim.config import SimConfig
 from sim.cost import default_timing, timing_note
-from sim.errors import UsageError
+from sim.errors import UsageError, stop_exit_code
 from sim.experiments.grid import check_grid_size, expand_grid, grid_size, parse_values
 from sim.experiments.runners import describe, run_sweep
-from sim.experiments.store import BAD, DONE, stored_status
+from sim.experiments.grid import ROW_VERSION
+from sim.experiments.store import BAD, DONE, STALE, check_layout, stored_status
+from traces.packing import inputs_digest
 from sim.trace_options import TRACE_OPTION_KEYS
 from traces.hashblock import BLOCK_TOKENS
 from traces.registry import split_spec
 
 # `run` options that are about printing / writing one run, not knobs
-_NOT_KNOBS = {"out", "events_path", "force", "fmt", "progress"}
+_NOT_KNOBS = {"out", "events_path", "force", "fmt", "columns", "progress"}
+#: the end-of-sweep table shows at most this many configurations (`marconi report OUT` shows all)
+TABLE_ROWS = 20
 # run option name -> SimConfig field
 _RENAME = {"policies": "policy", "capacity": "capacity_bytes"}
 # grids at least this large print a line before they are built (about a second per thousand)
@@ -191,6 +196,35 @@ def _timing_notes(sim_axes: dict) -> str:
     return "".join(f" | {n}" for n in sorted(notes - {""}))
 
 
+def _digests():
+    """task -> the digest of what its row is computed from: the content of its trace's files and
+    of its timing file, and the code's row version (each distinct input hashed once)."""
+    memo: dict = {}
+
+    def digest(task) -> str:
+        key = (str(task.trace_kwargs.get("trace")), task.config.timing_file or "")
+        if key not in memo:
+            memo[key] = inputs_digest(input_paths(key[0], key[1] or None), ROW_VERSION)
+        return memo[key]
+
+    return digest
+
+
+def summary_table(out: Path, tasks, metric: str) -> str:
+    """The sweep's configurations as a table, best first by ``metric`` (at most TABLE_ROWS lines;
+    `marconi report OUT` prints them all, and as CSV or JSON)."""
+    from sim.analysis.report import format_report, load_folder  # noqa: PLC0415 - pandas, after the runs
+
+    ids = {t.config_id for t in tasks}
+    df = load_folder(out)
+    df = df[df["config_id"].isin(ids)]
+    if df.empty:
+        return "no finished configuration to show"
+    text = format_report(df, metric, limit=TABLE_ROWS)
+    head = f"best first by {metric} (all rows, CSV or JSON: marconi report {out} --sort {metric}):"
+    return head + "\n" + text
+
+
 def _count(n: int, noun: str) -> str:
     """'1 configuration', '2 configurations'."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
@@ -210,6 +244,7 @@ def register(main: click.Group) -> None:
 
         Rerunning the same command skips finished configurations.
         """
+        metric = sort_key(kwargs.pop("sort"))
         trace_axes, sim_axes = spec.axes(kwargs)
         refuse_unread_knobs(sim_axes["policy"], explicit_settings(click.get_current_context(), _RENAME))
         left_out = ""
@@ -235,14 +270,24 @@ def register(main: click.Group) -> None:
             _execute(
                 tasks, trace_axes, sim_axes, out, engine, workers, ray_address, dry_run, save_requests, progress, limit
             )
+            if not dry_run:
+                click.echo(summary_table(out, tasks, metric))
 
     def _execute(
         tasks, trace_axes, sim_axes, out, engine, workers, ray_address, dry_run, save_requests, progress, limit
     ):
-        status = [stored_status(out, t, save_requests) for t in tasks] if out.exists() else []
+        digest = _digests()
+        check_layout(out, tasks)
+        status = [stored_status(out, t, save_requests, digest(t)) for t in tasks] if out.exists() else []
         done = status.count(DONE)
         click.echo(grid_summary(trace_axes, sim_axes, len(tasks)))
         click.echo(f"already done: {done:,}, to run: {len(tasks) - done:,} -> {out}")
+        if status.count(STALE):
+            click.echo(
+                f"note: {_count(status.count(STALE), 'stored result')} computed from other inputs (the trace or "
+                "timing file changed, or an older simulator): recomputed and replaced",
+                err=True,
+            )
         if status.count(BAD):
             click.echo(
                 f"note: {_count(status.count(BAD), 'stored result')} unreadable or incomplete (truncated, "
@@ -265,6 +310,7 @@ def register(main: click.Group) -> None:
             save_requests=save_requests,
             progress=progress,
             limit=limit,
+            digest=digest,
         )
         click.echo(
             f"ran {_count(report.ran, 'configuration')} in {report.wall_s:.1f} s "
@@ -275,14 +321,14 @@ def register(main: click.Group) -> None:
         if report.interrupted:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further Ctrl-C cannot cut the exit short
             click.echo("interrupted: rerun the same command to finish", err=True)
-            sys.exit(130)
+            sys.exit(stop_exit_code())
         if report.failed:
             sys.exit(1)
 
     params = spec.click_params() + [
         click.Option(
             ["--out"],
-            type=click.Path(file_okay=False, path_type=Path),
+            type=OutputPath(file_okay=False, path_type=Path),
             required=True,
             help="Results folder (parquet rows; rerunning resumes).",
         ),
@@ -308,6 +354,12 @@ def register(main: click.Group) -> None:
         ),
         click.Option(["--progress/--no-progress"], default=True, show_default=True),
         click.Option(["--limit"], type=int, default=None, help="Run at most this many configurations, then stop."),
+        click.Option(
+            ["--sort"],
+            default="token_hit_rate",
+            show_default=True,
+            help=SORT_HELP + ", in the table printed at the end.",
+        ),
     ]
     main.add_command(
         click.Command(

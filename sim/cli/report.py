@@ -1,0 +1,85 @@
+"""`marconi report DIR`: any results folder (a sweep's, or `marconi run --out`'s) as a table, CSV or JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import click
+
+from sim.analysis import table
+from sim.errors import UsageError
+
+SORT_HELP = "Metric to sort by, best first (higher hit rates and throughput, lower latencies and counts)"
+
+
+def sort_key(text: str) -> str:
+    """``--sort``: a metric column (or its short name); one line on anything else."""
+    try:
+        return table.metric_key(text)
+    except ValueError:
+        raise UsageError(f"--sort: unknown metric {text!r}; one of: {table.column_names()}") from None
+
+
+def columns_of(text: str) -> list[str]:
+    try:
+        return table.parse_columns(text)
+    except ValueError as exc:
+        raise UsageError(
+            f"--columns: unknown column {str(exc)!r}; use default, all or a comma list of: {table.column_names()}"
+        ) from None
+
+
+def _plain(value):
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def register(main: click.Group) -> None:
+    @main.command("report")
+    @click.argument("results", type=click.Path(path_type=Path))
+    @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+    @click.option("--sort", "sort", default="token_hit_rate", show_default=True, help=SORT_HELP + ".")
+    @click.option(
+        "--where",
+        multiple=True,
+        help="Keep rows whose column KEY equals VALUE (KEY=VALUE; repeat to combine): a knob "
+        "(capacity=2GB, sessions_per_second=5, scheduler=fcfs), policy or variant.",
+    )
+    @click.option(
+        "--columns",
+        default="default",
+        show_default=True,
+        help="Metric columns: default, all, or a comma list of summary keys (as `marconi run --columns`).",
+    )
+    @click.option("--limit", type=click.IntRange(min=1), default=None, help="Print at most this many rows.")
+    def report_cmd(results, fmt, sort, where, columns, limit):
+        """Print a results folder as a table, one line per configuration, best first: a `marconi
+        sweep --out` folder (its parquet rows) or a `marconi run --out` folder (its summary.json).
+
+        \b
+        Examples:
+          marconi report results/
+          marconi report results/ --sort ttft_p95_ms --where capacity=2GB --where policy=marconi
+          marconi report results/ --format csv > results.csv
+        """
+        from sim.analysis import report  # noqa: PLC0415 - pandas, loaded only when reporting
+
+        metric = sort_key(sort)
+        cols = columns_of(columns)
+        df = report.select(report.load_folder(results), list(where))
+        if fmt == "table":
+            click.echo(report.format_report(df, metric, cols, limit))
+            return
+        records, knobs, metrics = report.report_rows(df, metric, cols)
+        records = records[:limit] if limit else records
+        keys = ["config_id", "variant", *knobs, *metrics]
+        rows = [{k: _plain(r[k]) for k in keys} for r in records]
+        if fmt == "json":
+            click.echo(json.dumps(rows, indent=2))
+        else:
+            import pandas as pd  # noqa: PLC0415
+
+            click.echo(pd.DataFrame(rows, columns=keys).to_csv(index=False), nl=False)
