@@ -40,6 +40,7 @@ SMALLEST = {
     "kernel_resources.py": (["--help"], "usage"),
     "kernel_host_probe.py": (["--help"], "usage"),
     "kernel_launch_floor.py": (["--help"], "usage"),
+    "ssd_bench.py": (["--help"], "usage"),
     # the peer backends' GPU check: its commands (the run needs a GPU and the peers)
     "peer_check.py": (["--dry-run"], "kernel_bench.py"),
     # needs an LMDeploy checkout and its dependencies (fetched outside CI)

@@ -1,0 +1,190 @@
+"""Benchmark: the project's chunked SSD (Mamba2) forward vs mamba_ssm's and FLA's on a CUDA GPU.
+
+    python benchmarks/ssd_bench.py [--small] [--lengths 4096,8192] [--json out.json]
+        [--no-mamba] [--no-fla]
+
+Shapes: the Mamba2 layers of the presets (``SHAPES``: marconi-7b, Nemotron-H 8B; heads x head dim,
+d_state, groups), one sequence, bf16 x / dt / B / C, fp32 A, D, dt_bias, dt softplus in the
+kernel. Modes:
+
+- ``states``: ours (``kernels.chunk_ssd``) with the fp32 state at every 64-token boundary (what a
+  prefix cache needs), ``nostates``: ours without boundary states;
+- ``mamba256`` / ``mamba128``: mamba_ssm's ``mamba_chunk_scan_combined`` at chunk 256 (mamba_ssm's
+  default) / 128 (Nemotron-H's ``chunk_size``), final state returned, no chunk states emitted;
+- ``fla``: FLA's ``chunk_simple_gla`` with the same recurrence written as gated linear attention
+  (q = C, k = dt B, v = x per head, log decay g = dt A; the dt / softplus / D work done outside,
+  not timed), final state returned.
+
+Timing: ``triton.testing.do_bench`` (median, "plain") and ``do_bench_cudagraph`` (median, "graph").
+The ratio columns divide each row by the faster of the peers (mamba256, mamba128, fla) in the
+same timing; the issue's target is ``states`` <= 1.0x. Without torch, triton or a CUDA GPU the
+script prints one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+#: (name, heads, head dim, d_state, groups)
+SHAPES = (("marconi-7b", 128, 64, 128, 1), ("nemotron-h-8b", 128, 64, 128, 8))
+PEERS = ("mamba256", "mamba128", "fla")
+
+
+def _cuda():
+    try:
+        import torch
+        import triton
+    except ImportError:
+        print("needs torch and triton: pip install 'marconi-sim[kernels]'", file=sys.stderr)
+        return None
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return None
+    return torch, triton
+
+
+def inputs(torch, T: int, H: int, P: int, N: int, G: int):
+    """Seeded inputs scaled like a trained layer's (dt near softplus(-1), A in [-8, -1])."""
+    import math
+
+    torch.manual_seed(0)
+    dev, bf = "cuda", torch.bfloat16
+    x = torch.randn(1, T, H, P, device=dev, dtype=bf)
+    dt = (torch.randn(1, T, H, device=dev) - 1).to(bf)
+    A = -torch.exp(torch.rand(H, device=dev) * math.log(8.0))
+    B = (torch.randn(1, T, G, N, device=dev) / math.sqrt(N)).to(bf)
+    C = torch.randn(1, T, G, N, device=dev, dtype=bf)
+    D = torch.randn(H, device=dev)
+    bias = 0.5 * torch.randn(H, device=dev)
+    return x, dt, A, B, C, D, bias
+
+
+def load_mamba_chunk_scan():
+    """mamba_ssm's ``mamba_chunk_scan_combined``. Its Triton files need no CUDA build, but the
+    package's ``__init__`` imports its CUDA extensions: where that import fails (a source tree on
+    PYTHONPATH, or ``MAMBA_SKIP_CUDA_BUILD=TRUE`` install), the package is entered without running
+    its ``__init__`` (an empty package module over the same folder). Raises ImportError if absent."""
+    import importlib
+    import importlib.util
+    import types
+
+    try:
+        return importlib.import_module("mamba_ssm.ops.triton.ssd_combined").mamba_chunk_scan_combined
+    except ImportError:
+        for name in [m for m in sys.modules if m == "mamba_ssm" or m.startswith("mamba_ssm.")]:
+            del sys.modules[name]
+        spec = importlib.util.find_spec("mamba_ssm")
+        if spec is None or not spec.submodule_search_locations:
+            raise
+        pkg = types.ModuleType("mamba_ssm")
+        pkg.__path__ = list(spec.submodule_search_locations)
+        sys.modules["mamba_ssm"] = pkg
+        return importlib.import_module("mamba_ssm.ops.triton.ssd_combined").mamba_chunk_scan_combined
+
+
+def _mamba():
+    try:
+        return load_mamba_chunk_scan()
+    except Exception as exc:  # noqa: BLE001 - absent, or its import fails on this torch / triton
+        print(f"# mamba_ssm not importable ({type(exc).__name__}: {exc}); no mamba columns")
+        return None
+
+
+def _fla():
+    try:
+        from fla.ops.simple_gla import chunk_simple_gla
+    except Exception as exc:  # noqa: BLE001
+        print(f"# FLA not importable ({type(exc).__name__}: {exc}); no fla column")
+        return None
+    return chunk_simple_gla
+
+
+def calls(torch, T, H, P, N, G, use_mamba=True, use_fla=True) -> dict:
+    """mode -> a no-argument call on the shape's inputs."""
+    import torch.nn.functional as F
+
+    from kernels import chunk_ssd, prepare_chunk_metadata
+
+    x, dt, A, B, C, D, bias = inputs(torch, T, H, P, N, G)
+    meta = prepare_chunk_metadata([0, T], device="cuda")  # prepared once: the calls do not sync
+    fns = {
+        "states": lambda: chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, chunk_metadata=meta),
+        "nostates": lambda: chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, chunk_metadata=meta, boundary_states=False),
+    }
+    scan = _mamba() if use_mamba else None
+    if scan is not None:
+        for cs in (256, 128):
+            fns[f"mamba{cs}"] = lambda cs=cs: scan(
+                x, dt, A, B, C, cs, D=D, dt_bias=bias, dt_softplus=True, return_final_states=True
+            )
+    gla = _fla() if use_fla else None
+    if gla is not None:
+        d = F.softplus(dt.float() + bias)  # [1, T, H]
+        rep = H // G
+        q = C.repeat_interleave(rep, dim=2).contiguous()
+        k = (B.float().repeat_interleave(rep, dim=2) * d[..., None]).to(B.dtype).contiguous()
+        g = (d * A).contiguous()
+        fns["fla"] = lambda: gla(q, k, x, g=g, scale=1.0, output_final_state=True)
+    return fns
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--small", action="store_true", help="quick run: T = 4096 and 8192")
+    ap.add_argument("--lengths", default=None, help="comma-separated token counts (default 4096,8192,32768)")
+    ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    ap.add_argument("--no-mamba", action="store_true")
+    ap.add_argument("--no-fla", action="store_true")
+    args = ap.parse_args(argv)
+    mods = _cuda()
+    if mods is None:
+        return 2
+    torch, triton = mods
+    from triton.testing import do_bench, do_bench_cudagraph
+
+    if args.lengths:
+        lengths = [int(v) for v in args.lengths.split(",")]
+    else:
+        lengths = [4096, 8192] if args.small else [4096, 8192, 32768]
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
+    rows = []
+    for name, H, P, N, G in SHAPES:
+        for T in lengths:
+            fns = calls(torch, T, H, P, N, G, not args.no_mamba, not args.no_fla)
+            times = {}
+            for mode, fn in fns.items():
+                fn()
+                torch.cuda.synchronize()
+                plain = do_bench(fn, warmup=25, rep=100, return_mode="median")
+                with torch.cuda.stream(torch.cuda.Stream()):
+                    graph = do_bench_cudagraph(fn, rep=100, return_mode="median")
+                times[mode] = (plain, graph)
+            best = [min((times[p][i] for p in PEERS if p in times), default=None) for i in (0, 1)]
+            for mode, (plain, graph) in times.items():
+                rows.append(
+                    dict(
+                        shape=name, H=H, P=P, N=N, G=G, T=T, mode=mode, plain_ms=plain, graph_ms=graph,
+                        ratio_plain=plain / best[0] if best[0] else None,
+                        ratio_graph=graph / best[1] if best[1] else None,
+                    )
+                )  # fmt: skip
+    print(f"{'shape':<14} {'T':>6} {'mode':<9} {'plain ms':>9} {'graph ms':>9} {'x best':>7} {'x best(g)':>9}")
+    for r in rows:
+        rp = f"{r['ratio_plain']:.2f}" if r["ratio_plain"] else "-"
+        rg = f"{r['ratio_graph']:.2f}" if r["ratio_graph"] else "-"
+        print(
+            f"{r['shape']:<14} {r['T']:>6} {r['mode']:<9} {r['plain_ms']:>9.3f} {r['graph_ms']:>9.3f} {rp:>7} {rg:>9}"
+        )
+    if args.json:
+        with open(args.json, "x") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
