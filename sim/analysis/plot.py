@@ -1,4 +1,4 @@
-"""Figures of sweep results (``marconi plot RESULTS --kind hit-rate|alpha|ttft|occupancy`` draws them).
+"""Figures of sweep results (``marconi plot RESULTS --kind hit-rate|alpha|ttft|occupancy|ttft-load|misses``).
 
 matplotlib is the optional extra ``notebooks``; it is imported only when a figure is drawn.
 Each ``fig_*`` function takes the rows of :func:`sim.analysis.report.load` (and per-request / occupancy
@@ -16,7 +16,36 @@ from sim.analysis.report import alpha_grid, auto_alphas, order_variants, ttft_cd
 from sim.errors import UsageError
 from sim.experiments.store import load_details
 
-KINDS = ("hit-rate", "alpha", "ttft", "occupancy", "ttft-load")
+KINDS = ("hit-rate", "alpha", "ttft", "occupancy", "ttft-load", "misses")
+#: the miss causes of ``sim.engine.misses`` as summary columns, in stacking order
+MISS_CAUSES = (
+    "missed_last_token_rule",
+    "missed_no_checkpoint",
+    "missed_speculative",
+    "missed_evicted",
+    "missed_held_by_running",
+    "missed_insert_rejected",
+    "missed_never_shared",
+)
+
+
+def pyplot():
+    try:
+        import matplotlib.pyplot as plt  # noqa: PLC0415 - optional extra (notebooks), loaded only to draw
+    except ImportError:
+        raise UsageError("plots need matplotlib: pip install 'marconi-sim[notebooks]'") from None
+    return plt
+
+
+def _facets(df, col: str, limit: int = 6) -> list:
+    vals = sorted(df[col].dropna().unique()) if col in df.columns else []
+    return vals if 1 < len(vals) <= limit else [None]
+
+
+def _short(trace: str) -> str:
+    return trace if len(trace) <= 28 else "…" + trace[-27:]
+
+
 
 
 def pyplot():
@@ -154,6 +183,43 @@ def fig_ttft_load(rows):
     return fig
 
 
+def fig_misses(rows):
+    """Where the prompt tokens went, a stacked bar per policy variant (mean over the selected
+    configurations): hit, then the tokens missed by cause (``sim.engine.misses``), as shares of
+    the prompt tokens; a panel per trace and capacity."""
+    missing = [c for c in MISS_CAUSES if c not in rows.columns]
+    if missing:
+        raise UsageError("--kind misses needs results with the missed_* columns (rerun the sweep with this version)")
+    plt = pyplot()
+    panels = sorted({(t, c) for t, c in zip(rows["trace"], rows["capacity_gb"])})
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(max(4.0, 1.1 * rows["variant"].nunique() + 2) * len(panels), 4.0), squeeze=False
+    )
+    for ax, (trace, cap) in zip(axes[0], panels):
+        sel = rows[(rows["trace"] == trace) & (rows["capacity_gb"] == cap)]
+        variants = order_variants(list(sel["variant"].unique()))
+        total = sel.groupby("variant")["input_tokens"].sum()
+        shares = {"hit": sel.groupby("variant")["hit_tokens"].sum() / total}
+        for c in MISS_CAUSES:
+            shares[c] = sel.groupby("variant")[c].sum() / total
+        x = np.arange(len(variants))
+        bottom = np.zeros(len(variants))
+        for i, (name, share) in enumerate(shares.items()):
+            y = np.array([float(share.get(v, 0.0)) for v in variants])
+            label = name.removeprefix("missed_").replace("_", " ")
+            ax.bar(x, y, bottom=bottom, color="0.25" if name == "hit" else f"C{i}", label=label, width=0.7)
+            bottom += y
+        ax.set_xticks(x, variants, rotation=30, ha="right", fontsize=8)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("policy")
+        ax.set_ylabel("share of prompt tokens (fraction)")
+        ax.set_title(f"{_short(trace)}, {cap:g} GB", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return fig
+
+
 def fig_occupancy(rows, occupancy):
     """Cache occupancy (KV + states, fraction of capacity) over time, a panel per policy variant and
     a line per configuration (labelled by capacity and session rate)."""
@@ -216,4 +282,6 @@ def make_figure(results: str | Path, kind: str, where: str | None = None, static
         return fig_occupancy(selected, load_details(results, "occupancy", selected["config_id"]))
     if kind == "ttft-load":
         return fig_ttft_load(selected)
+    if kind == "misses":
+        return fig_misses(selected)
     raise UsageError(f"--kind must be one of {', '.join(KINDS)}")

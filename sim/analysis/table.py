@@ -83,7 +83,19 @@ METRICS: tuple[Column, ...] = (
     Column("evictions", "", "evictions", _int, False, "cache entries evicted"),
     Column("rejected_inserts", "", "rejected", _int, False, "inserts that did not fit in the cache"),
 )
-BY_KEY: dict[str, Column] = {c.key: c for c in METRICS}
+#: why prompt tokens were missed (``sim.engine.misses``), by cause: ``--columns misses`` (not in ``all``)
+MISS_COLUMNS: tuple[Column, ...] = (
+    Column(
+        "missed_never_shared", "missed tokens by cause", "never shared", _int, False, "shared with no earlier request"
+    ),
+    Column("missed_no_checkpoint", "", "no ckpt", _int, False, "shared, no state ever placed there"),
+    Column("missed_last_token_rule", "", "last token", _int, False, "lookup stops at prompt-1; last token unstored"),
+    Column("missed_evicted", "", "evicted", _int, False, "state evicted for an insert"),
+    Column("missed_insert_rejected", "", "rejected", _int, False, "the insert placing it did not fit"),
+    Column("missed_held_by_running", "", "running", _int, False, "state evicted for running requests"),
+    Column("missed_speculative", "", "spec", _int, False, "state one alignment unit earlier (speculation)"),
+)
+BY_KEY: dict[str, Column] = {c.key: c for c in (*METRICS, *MISS_COLUMNS)}
 #: short names ``--columns`` and ``--sort`` also take
 ALIASES = {
     "token_hit": "token_hit_rate",
@@ -129,6 +141,8 @@ def parse_columns(text: str, default: Sequence[str] = DEFAULT_COLUMNS, extra: Se
             out += list(default)
         elif word == "all":
             out += [c.key for c in METRICS]
+        elif word == "misses":
+            out += ["token_hit_rate", *(c.key for c in MISS_COLUMNS)]
         elif word in extra:
             out.append(word)
         else:

@@ -117,11 +117,22 @@ class ContinuousEngine:
 
     # ------------------------------------------------------------------ memory
     def _reserve(self, s: Seq, kv: int, states: int) -> bool:
-        sim = self.sim
-        if not sim.tree.reserve(kv, states, tag=(s.f, self.env.now)):  # evictions it causes are stamped now
+        if not self._room(kv, states, (s.f, self.env.now)):  # evictions it causes are stamped now
             return False
         self._charged(s, kv, states)
         return True
+
+    def _room(self, kv: int, states: int, tag) -> bool:
+        """``tree.reserve`` for running requests; the states it evicts are counted as held by
+        running requests in the miss ledger (sim.engine.misses)."""
+        misses = self.sim.misses
+        if misses is None:
+            return self.sim.tree.reserve(kv, states, tag=tag)
+        misses.running = True
+        try:
+            return self.sim.tree.reserve(kv, states, tag=tag)
+        finally:
+            misses.running = False
 
     def _charged(self, s: Seq, kv: int, states: int) -> None:
         s.held_kv += kv
@@ -197,7 +208,7 @@ class ContinuousEngine:
                 budget -= 1
         total = self.budget - budget
         tag = ((prefills[0][0] if prefills else decodes[0]).f, self.env.now) if total else None
-        if not total or self.sim.tree.reserve(total, 0, tag=tag):
+        if not total or self._room(total, 0, tag):
             for s, a, b in prefills:
                 s.held_kv += b - a
             for s in decodes:
@@ -320,7 +331,7 @@ class ContinuousEngine:
             self._ends = ends
         extra = k - 1  # this step's token is charged already; charge the rest of the run now
         # evictions it causes are stamped now
-        if not self.sim.tree.reserve(extra * len(decodes), 0, tag=(decodes[0].f, self.env.now)):
+        if not self._room(extra * len(decodes), 0, (decodes[0].f, self.env.now)):
             return 1
         for s in decodes:
             s.held_kv += extra
@@ -407,7 +418,7 @@ class ContinuousEngine:
         covered = min(s.n_in - f.hit_tokens, s.held_kv)
         self._release(s, covered, 0)
         if not sim.insert_prefill(f, now):  # no room: the KV stays the request's (the room is still free)
-            room = sim.tree.reserve(covered, 0, tag=(f, now))
+            room = self._room(covered, 0, (f, now))
             self._charged(s, covered, 0) if room else self._force(s, covered, 0)
 
     def _finish(self, s: Seq, now: float) -> None:

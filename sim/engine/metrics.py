@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from sim.engine.misses import CAUSES
 from traces.base import Request
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,6 +36,7 @@ SUMMARY_KEYS = [
     "preemptions",
     "requests",
     "evictions",
+    *(f"missed_{c}" for c in CAUSES),
 ]
 
 _OCCUPANCY_POINTS = 2000  # occupancy series kept at most this many samples (reservoir by stride)
@@ -206,6 +208,20 @@ class RunSummary(_Summary):
     """Steps whose charged memory exceeded the budget (count)."""
     peak_charged_bytes: int
     """Peak memory charged by the continuous scheduler (bytes)."""
+    missed_never_shared: int = 0
+    """Prompt tokens missed: shared with no earlier request (tokens; ``sim.engine.misses``)."""
+    missed_no_checkpoint: int = 0
+    """Prompt tokens missed: shared, but no state was ever placed there (the grid) (tokens)."""
+    missed_last_token_rule: int = 0
+    """Prompt tokens missed: the lookup stops at prompt - 1, the last sampled token is not stored (tokens)."""
+    missed_evicted: int = 0
+    """Prompt tokens missed: the state was evicted to make room for an insert (tokens)."""
+    missed_insert_rejected: int = 0
+    """Prompt tokens missed: the insert that would have placed the state did not fit (tokens)."""
+    missed_held_by_running: int = 0
+    """Prompt tokens missed: the state was evicted to make room for running requests (tokens)."""
+    missed_speculative: int = 0
+    """Prompt tokens missed: speculative decoding keeps the state one alignment unit earlier (tokens)."""
     tuning: DuelTuning | ReplayTuning | OracleTuning | None = None
     """What an auto-tuned run (``--alpha auto``) or a hindsight bound chose; None for a static run."""
 
@@ -252,6 +268,7 @@ class Recorder:
         self._occ_state: list[int] = []
         self._occ_every = 1
         self._occ_seen = 0
+        self.misses = None  # sim.engine.misses.MissLedger: the miss_* columns (why a request missed)
 
     # ---- the engine's events this observer listens to (sim.engine.events)
     def lookup(
@@ -337,6 +354,9 @@ class Recorder:
                 "e2e_s": e2e,
             }
         )
+        if self.misses is not None:
+            for name, col in self.misses.columns().items():
+                df[name] = col
         st = tree.stats
         total_in = int(self.input_tokens.sum())
         done = self.done
@@ -366,6 +386,7 @@ class Recorder:
             final_state_bytes=int(tree.n_states * tree.state_bytes),
             **self._latency(done, e2e, tpot),
             **self._steps(),
+            **({f"missed_{c}": int(v.sum()) for c, v in self.misses.counts.items()} if self.misses is not None else {}),
         )
         occ = pd.DataFrame({"t_s": self._occ_t, "kv_bytes": self._occ_kv, "state_bytes": self._occ_state})
         return SimResult(summary, df, occ)

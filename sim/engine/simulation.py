@@ -44,6 +44,7 @@ from sim.config import UNLIMITED, SimConfig, format_size, parse_size
 from sim.cost import GDN_CHUNK, ModelSpec, TimingModel, default_timing, get_model
 from sim.engine.events import EVENTS, listeners
 from sim.engine.metrics import DuelTuning, Recorder, ReplayTuning
+from sim.engine.misses import MissLedger
 from sim.errors import UsageError
 from traces.base import Request, Trace
 
@@ -150,12 +151,22 @@ class Simulation:
         self.tree = self.make_tree(self.make_eviction(self.preset.eviction, self.alpha0))
         self.tuner: Tuner | None = None
         self.rec = Recorder(len(trace.requests), self.spec)
+        # why requests missed (sim.engine.misses); a shadow cache drops it (shadow_lookup)
+        self.misses: MissLedger | None = MissLedger(
+            len(trace.requests),
+            trace.block_tokens,
+            self.grid,
+            self.preset.stores_last_token,
+            bool(self.preset.lookup_cap_minus_one),
+        )
+        self.rec.misses = self.misses
         self.observe(observers)
 
     def observe(self, observers=()) -> None:
         """Send the event stream (``sim.engine.events``) to the recorder and ``observers``; each
         event goes only to the observers that define its method."""
-        self.observers = (self.rec, *observers)
+        self._extra_observers = tuple(observers)
+        self.observers = (self.rec, *observers) if self.misses is None else (self.rec, self.misses, *observers)
         on = {e: listeners(self.observers, e) for e in EVENTS}
         self._on_lookup, self._on_prefill, self._on_decode = on["lookup"], on["prefill"], on["decode"]
         self._on_reject, self._on_occupancy = on["reject"], on["occupancy"]
@@ -275,6 +286,8 @@ class Simulation:
         seq_in, seq_full, tok_in, tok_done = self.symbols(r)  # tok_in: the real prompt length
         seq_full, tok_full = self.stored(r, seq_full, tok_done)
         if not self.preset.caching:
+            if self.misses is not None:
+                self.misses.looked_up(r, 0, tok_in)
             for fn in self._on_lookup:
                 fn(r, t, None, 0, tok_in)
             return Flight(r, seq_in, seq_full, tok_in, tok_full, 0, [], [], None, 0, tok_done)
@@ -296,6 +309,8 @@ class Simulation:
             locked = m.hit_node
             tree.lock(locked)
         hit_ckpt = m.hit_node.ckpt if m.hit_sym > 0 and self.spec.is_hybrid else None
+        if self.misses is not None:
+            self.misses.looked_up(r, hit_tokens, tok_in)
         for fn in self._on_lookup:
             fn(r, t, hit_ckpt, hit_tokens, tok_in)
         return Flight(
@@ -365,6 +380,9 @@ class Simulation:
     def _after_insert(self, res, f: Flight, t: float) -> None:
         tree = self.tree
         if not res.inserted:
+            if self.misses is not None:
+                g = self.grid
+                self.misses.rejected(f.req, [c * g for c in set(f.prefill_cps) | set(f.decode_cps)], t)
             for fn in self._on_reject:
                 fn(f.req, t, "no room")
         if self._on_occupancy:
@@ -410,7 +428,11 @@ class Simulation:
     sequential_insert = insert_decode
 
     def shadow_lookup(self, r: Request, t: float) -> Flight | None:
-        """A shadow cache (duel tuner) sees a request arrive: look it up and pin the match."""
+        """A shadow cache (duel tuner) sees a request arrive: look it up and pin the match. A
+        shadow keeps no miss ledger (its results are never reported)."""
+        if self.misses is not None:
+            self.misses = self.rec.misses = None
+            self.observe(self._extra_observers)
         return self.lookup(r, t, lock=True)
 
     def shadow_finish(self, f: Flight | None, r: Request, t: float) -> None:

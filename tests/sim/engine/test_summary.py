@@ -13,6 +13,7 @@ import pytest
 from sim.config import SimConfig
 from sim.cost import get_model
 from sim.engine.metrics import DuelTuning, OracleTuning, Recorder, ReplayTuning, RunSummary
+from sim.engine.misses import CAUSES
 from sim.simulate import simulate
 from traces.base import Request, Trace
 
@@ -60,6 +61,13 @@ BASE_KEYS = [
     "preemptions",
     "memory_overshoots",
     "peak_charged_bytes",
+    "missed_never_shared",
+    "missed_no_checkpoint",
+    "missed_last_token_rule",
+    "missed_evicted",
+    "missed_insert_rejected",
+    "missed_held_by_running",
+    "missed_speculative",
 ]
 #: the keys the tuners (and the hindsight oracle) appended, in order
 DUEL_KEYS = [
@@ -182,6 +190,8 @@ def test_to_dict_is_the_old_dict_on_a_hand_checked_run():
         "preemptions": 0,
         "memory_overshoots": 0,
         "peak_charged_bytes": 0,
+        # a Recorder without a miss ledger (no Simulation): the miss totals are 0
+        **{f"missed_{c}": 0 for c in CAUSES},
     }
     d = s.to_dict()
     assert list(d) == list(old) == BASE_KEYS

@@ -1,0 +1,177 @@
+"""Why a request missed (``sim.engine.misses``, issue 43 item 3): hand-worked traces where each
+cause is the only one, the causes adding up to the missed tokens on every request of real runs,
+the shadow trie against a brute-force longest common prefix, and the outputs (requests.parquet
+columns, ``--columns misses``, ``--format json``, ``marconi plot --kind misses``).
+
+The tiny model (``tests/policies/engine_cases.TINY``): 2 bytes of KV per token, one 16-byte state.
+X is a 10-token prompt, O its 5 output tokens; ``sglang+`` stores input + output with a state at
+the end (the paper's rule, no lookup cap), so a request sending X + O again can hit all 15 tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "policies"))
+from engine_cases import TINY, cat, one_per_session, run, toks  # noqa: E402
+
+from sim.cli import main  # noqa: E402
+from sim.config import SimConfig  # noqa: E402
+from sim.engine.drivers import run as drive  # noqa: E402
+from sim.simulate import build  # noqa: E402
+from traces import TraceOptions, load_trace  # noqa: E402
+from sim.engine.misses import CAUSES, ShadowTrie  # noqa: E402
+
+X, O = toks(0, 10), toks(100, 5)
+XO = cat(X, O)
+W = (toks(500, 40), toks(600, 5))  # 40 + 5 unrelated tokens: 96 bytes with their state
+
+
+def causes(trace, policy, **cfg):
+    got, sim = run(trace, policy, spec=TINY, **cfg)
+    cols = sim.misses.columns()
+    rows = [{c: int(cols[f"miss_{c}"][i]) for c in CAUSES if cols[f"miss_{c}"][i]} for i in range(len(got))]
+    return got, rows, cols["miss_evicted_at_s"]
+
+
+def test_never_shared_is_the_first_request():
+    got, rows, _ = causes(one_per_session((X, O)), "sglang+")
+    assert got == [0] and rows == [{"never_shared": 10}]
+
+
+def test_no_checkpoint_only():
+    """A prompt that is the first 7 tokens of X: all shared, but sglang+ placed no state inside X
+    (its only state is at 15, input + output)."""
+    got, rows, _ = causes(one_per_session((X, O), (toks(0, 7), toks(200, 5))), "sglang+")
+    assert got == [0, 0] and rows[1] == {"no_checkpoint": 7}
+
+
+def test_last_token_rule_only():
+    """SGLang no_buffer stores input + output - 1 = 14 tokens (state at 14): the follow-up sending
+    X + O (15 tokens) hits 14; the 15th token is the previous request's last sampled token."""
+    got, rows, _ = causes(one_per_session((X, O), (XO, toks(200, 5))), "sglang", mamba_radix_cache_strategy="no_buffer")
+    assert got == [0, 14] and rows[1] == {"last_token_rule": 1}
+
+
+def test_lookup_cap_is_the_last_token_rule():
+    """An identical 32-token prompt under vLLM (block 16): align mode keeps one prompt state, at
+    32; the lookup stops at 31 tokens, so nothing is reused: the 32nd token is the lookup rule's,
+    the 31 before it had no state on the block grid below 31 (16 was never kept)."""
+    p = toks(0, 32)
+    got, rows, _ = causes(one_per_session((p, O), (p, toks(200, 5))), "vllm", block_size=16)
+    assert got == [0, 0] and rows[1] == {"no_checkpoint": 31, "last_token_rule": 1}
+
+
+def test_evicted_only_and_when():
+    """Capacity 100 B: X + O with its state (46 B) is evicted at t = 1 to insert W (96 B); the
+    third request sends X + O and finds nothing."""
+    got, rows, when = causes(one_per_session((X, O), W, (XO, toks(200, 5))), "sglang+", capacity=100)
+    assert got == [0, 0, 0] and rows[2] == {"evicted": 15} and when[2] == 1.0
+
+
+def test_insert_rejected_only():
+    """Capacity 40 B: X + O with its state needs 46 B, so its insert is rejected."""
+    got, rows, _ = causes(one_per_session((X, O), (XO, toks(200, 5))), "sglang+", capacity=40)
+    assert got == [0, 0] and rows[1] == {"insert_rejected": 15}
+
+
+def test_held_by_running_only():
+    """Continuous batching, capacity 100 B: W's prefill reserves its 40 tokens of KV and a state
+    slot (96 B) while it runs, evicting X + O's entry at t = 1; the third request misses it."""
+    got, rows, when = causes(
+        one_per_session((X, O), W, (XO, toks(200, 5))), "sglang+", capacity=100, mode="des", scheduler="continuous"
+    )
+    assert got == [0, 0, 0] and rows[2] == {"held_by_running": 15} and when[2] == 1.0
+
+
+@pytest.mark.parametrize(
+    "policy,cfg",
+    [
+        ("sglang", {}),
+        ("sglang", {"mamba_radix_cache_strategy": "no_buffer"}),
+        ("vllm", {}),
+        ("trtllm", {"periodic_snapshot_interval": 256}),
+        ("lmdeploy", {}),
+        ("marconi", {"alpha": 1.0}),
+        ("vanilla", {}),
+    ],
+)
+@pytest.mark.parametrize("scheduler", ["fcfs", "continuous"])
+def test_causes_add_up_to_the_missed_tokens(policy, cfg, scheduler):
+    """On 6 sessions of synthetic:chat at a capacity that evicts: per request, hit + every cause =
+    the prompt, each cause >= 0, never_shared = 0 only when the prompt is shared entirely."""
+    trace = load_trace("synthetic:chat", TraceOptions(sessions=6))
+    config = SimConfig(policy=policy, model="qwen3.5-9b", capacity_bytes=10**9, scheduler=scheduler, **cfg)
+    res = drive(build(trace, config))
+    df = res.requests
+    total = df["hit_tokens"] + sum(df[f"miss_{c}"] for c in CAUSES)
+    assert (total == df["input_tokens"]).all()
+    assert all((df[f"miss_{c}"] >= 0).all() for c in CAUSES)
+    assert df["miss_never_shared"].iloc[0] == df["input_tokens"].iloc[0]
+    s = res.summary
+    assert s.missed_evicted == df["miss_evicted"].sum() and s.missed_never_shared == df["miss_never_shared"].sum()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=12), min_size=1, max_size=12))
+def test_shadow_trie_walk_is_the_longest_common_prefix(seqs):
+    """Against brute force: after inserting some sequences, walking any sequence gives the longest
+    prefix it shares with one of them."""
+    trie = ShadowTrie()
+    arrays = [np.array(s, dtype=np.int64) for s in seqs]
+    for k, a in enumerate(arrays):
+        want = 0
+        for b in arrays[:k]:
+            m = 0
+            while m < min(len(a), len(b)) and a[m] == b[m]:
+                m += 1
+            want = max(want, m)
+        assert trie.walk(a)[0] == want
+        trie.insert(a)
+        # the deepest node's max_end is the longest sequence through it
+        n, path = trie.walk(a)
+        assert n == len(a) and path[-1].max_end >= len(a)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=40), min_size=1, max_size=10))
+def test_walk_then_add_builds_the_same_trie_as_insert(seqs):
+    """The ledger walks a sequence once and adds it where the walk ended (``add``): every later
+    walk answers as with ``insert``, and the longest sequence through each point is kept."""
+    a, b = ShadowTrie(), ShadowTrie()
+    arrays = [np.array(s, dtype=np.int64) for s in seqs]
+    for x in arrays:
+        a.insert(x)
+        pos, path = b.walk(x)
+        b.add(x, pos, path)
+    for x in arrays:
+        for cut in (len(x), len(x) // 2 + 1):
+            y = x[:cut]
+            (pa, qa), (pb, qb) = a.walk(y), b.walk(y)
+            assert pa == pb and qa[-1].max_end == qb[-1].max_end  # (insert may split where add need not)
+
+
+def test_run_prints_and_writes_the_misses(tmp_path):
+    base = ["run", "--trace", "synthetic:chat", "--sessions", "3", "--model", "qwen3.5-9b", "--no-progress"]
+    res = CliRunner().invoke(
+        main, [*base, "--policy", "sglang,vllm", "--columns", "misses", "--out", str(tmp_path / "o")]
+    )
+    assert res.exit_code == 0, res.output
+    head = res.stdout.splitlines()
+    assert "missed tokens by cause" in head[1] and "never shared" in head[2] and "last token" in head[2]
+    import pandas as pd
+
+    df = pd.read_parquet(tmp_path / "o" / "requests.parquet")
+    assert {f"miss_{c}" for c in CAUSES} | {"miss_evicted_at_s"} <= set(df.columns)
+    res = CliRunner().invoke(main, [*base, "--policy", "sglang", "--format", "json"])
+    row = json.loads(res.stdout)[0]
+    assert row["hit_tokens"] if "hit_tokens" in row else True
+    assert all(f"missed_{c}" in row for c in CAUSES)
