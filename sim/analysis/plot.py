@@ -1,5 +1,9 @@
 """Figures of sweep results (``marconi plot RESULTS --kind hit-rate|alpha|ttft|occupancy|ttft-load|misses``).
 
+Every figure is a panel per configuration family (the knobs that vary and the figure does not put
+on an axis or a line: capacity, session rate, scheduler, trace...), every line is in a legend, and
+every axis says its unit (tests/sim/analysis/test_plot_labels.py checks it).
+
 matplotlib is the optional extra ``notebooks``; it is imported only when a figure is drawn.
 Each ``fig_*`` function takes the rows of :func:`sim.analysis.report.load` (and per-request / occupancy
 records where needed) and returns a matplotlib Figure; the CLI saves it as PNG and SVG.
@@ -46,54 +50,85 @@ def _short(trace: str) -> str:
     return trace if len(trace) <= 28 else "…" + trace[-27:]
 
 
+#: at most this many panels in one figure (narrow the rows with --where beyond)
+MAX_PANELS = 16
 
 
-def pyplot():
-    try:
-        import matplotlib.pyplot as plt  # noqa: PLC0415 - optional extra (notebooks), loaded only to draw
-    except ImportError:
-        raise UsageError("plots need matplotlib: pip install 'marconi-sim[notebooks]'") from None
-    return plt
+def _knob_label(knob: str, value) -> str:
+    """A knob's value as a panel title reads it: ``2GB``, ``5 sessions/s``, ``fcfs``."""
+    text = report._knob_text(knob, value)
+    if knob == "trace":
+        return _short(text)
+    if knob == "capacity_bytes":
+        return f"{text} cache"
+    if knob == "sessions_per_second":
+        return f"{text} session{'' if text == '1' else 's'}/s"
+    if knob == "scheduler":
+        return text
+    return f"{knob}={text}"
 
 
-def _facets(df, col: str, limit: int = 6) -> list:
-    vals = sorted(df[col].dropna().unique()) if col in df.columns else []
-    return vals if 1 < len(vals) <= limit else [None]
+def _families(df, exclude=()):
+    """The configuration families of ``df`` (rows sharing every knob that varies, but the
+    ``exclude``d ones, which the panel's axes or lines show): [(title, rows)], in knob order.
+    The trace names the panel when it is the only knob; more than MAX_PANELS families is a UsageError."""
+    knobs = [k for k in report.varying_knobs(df) if k not in exclude]
+    if not knobs:
+        traces = sorted(df["trace"].astype(str).unique()) if "trace" in df.columns else []
+        return [(_short(", ".join(traces)), df)]
+    groups = list(df.groupby(knobs, sort=True, dropna=False))
+    if len(groups) > MAX_PANELS:
+        raise UsageError(
+            f"{len(groups)} configuration families ({', '.join(knobs)}) would be {len(groups)} panels: "
+            f"select some with --where (at most {MAX_PANELS})"
+        )
+    out = []
+    for key, g in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        out.append((", ".join(_knob_label(k, v) for k, v in zip(knobs, key)), g))
+    return out
 
 
-def _short(trace: str) -> str:
-    return trace if len(trace) <= 28 else "…" + trace[-27:]
+def _grid(plt, n: int, width: float = 4.2, height: float = 3.3, sharey: bool = False):
+    """A figure of ``n`` panels, up to 3 a row; unused panels hidden. Returns (fig, [axes])."""
+    cols = min(n, 3)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows + 0.6), squeeze=False, sharey=sharey)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def _figure_legend(fig, axes, top: float = 0.9) -> None:
+    """One legend for the whole figure, every line's label once, above the panels."""
+    seen: dict = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    fig.legend(list(seen.values()), list(seen), loc="upper center", ncol=min(len(seen), 4), frameon=False, fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, top))
 
 
 def fig_hit_rate(df, metric: str = "token_hit_rate"):
-    """Metric vs capacity, one line per policy variant; a panel per trace (rows) and session rate
-    (columns, when it varies); other knobs averaged. Expects a condensed frame (report.condense)."""
+    """Metric vs cache capacity, a line per policy variant, a panel per configuration family (the
+    other knobs that vary: trace, session rate, scheduler...). Expects a condensed frame
+    (report.condense)."""
     plt = pyplot()
-    traces = sorted(df["trace"].unique())
-    rates = _facets(df, "sessions_per_second")
-    fig, axes = plt.subplots(
-        len(traces), len(rates), figsize=(3.6 * len(rates) + 1, 3.0 * len(traces)), squeeze=False, sharey=True
-    )
+    panels = _families(df, exclude=("capacity_bytes",))
+    fig, axes = _grid(plt, len(panels), 3.8, 3.0, sharey=True)
     variants = order_variants(df["variant"])
-    for i, trace in enumerate(traces):
-        for j, rate in enumerate(rates):
-            ax = axes[i][j]
-            sub = df[df["trace"] == trace]
-            if rate is not None:
-                sub = sub[sub["sessions_per_second"] == rate]
-            for v in variants:
-                g = sub[sub["variant"] == v].groupby("capacity_gb")[metric].mean()
-                if len(g):
-                    ax.plot(g.index, g.values * 100, marker="o", label=v)
-            title = _short(trace) + (f", {rate:g} sessions/s" if rate is not None else "")
-            ax.set_title(title, fontsize=9)
-            ax.set_xlabel("cache capacity (GB)")
-            if j == 0:
-                ax.set_ylabel(metric.replace("_", " ") + " (%)")
-            ax.grid(alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 5), frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 0.92))
+    for ax, (title, sub) in zip(axes, panels):
+        for v in variants:
+            g = sub[sub["variant"] == v].groupby("capacity_gb")[metric].mean()
+            if len(g):
+                ax.plot(g.index, g.values * 100, marker="o", label=v)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("cache capacity (GB)")
+        ax.set_ylabel(metric.replace("_", " ") + " (%)")
+        ax.grid(alpha=0.3)
+    rows = -(-len(panels) // 3)
+    _figure_legend(fig, axes, top=1 - 0.45 / (3.0 * rows + 0.6))
     return fig
 
 
@@ -114,7 +149,7 @@ def fig_alpha(df, policy: str = "marconi", metrics=("token_hit_rate", "flops_sav
         ax.set_xlabel("cache capacity (GB)")
         ax.set_ylabel("alpha")
         ax.set_title(f"{policy}: {m.replace('_', ' ')} (%)", fontsize=10)
-        fig.colorbar(im, ax=ax)
+        fig.colorbar(im, ax=ax, label=f"{m.replace('_', ' ')} (%)")
         best = np.nanargmax(grid.values, axis=0)
         ax.scatter(
             range(grid.shape[1]), best, marker="s", facecolors="none", edgecolors="white", s=60, label="best static α"
@@ -133,33 +168,33 @@ def fig_alpha(df, policy: str = "marconi", metrics=("token_hit_rate", "flops_sav
 
 
 def fig_ttft(rows, requests):
-    """Empirical CDF of TTFT per policy variant (requests pooled over the selected configurations),
-    a panel per trace."""
+    """Empirical CDF of TTFT, a curve per policy variant, a panel per configuration (every knob
+    that varies: capacity, session rate, trace...), so no curve pools configurations."""
     plt = pyplot()
-    traces = sorted(rows["trace"].unique())
-    fig, axes = plt.subplots(1, len(traces), figsize=(5.0 * len(traces), 3.6), squeeze=False)
-    for ax, trace in zip(axes[0], traces):
-        for variant, (x, y) in ttft_cdf(rows[rows["trace"] == trace], requests).items():
+    panels = _families(rows)
+    fig, axes = _grid(plt, len(panels), 4.4, 3.4, sharey=True)
+    for ax, (title, sub) in zip(axes, panels):
+        for variant, (x, y) in ttft_cdf(sub, requests).items():
             ax.step(np.maximum(x, 1e-3), y, where="post", label=variant)
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(plt.NullFormatter())
-        ax.set_xlabel("TTFT (ms)")
-        ax.set_ylabel("fraction of requests")
-        ax.set_title(_short(trace), fontsize=9)
+        ax.set_xlabel("TTFT (ms, log scale)")
+        ax.set_ylabel("requests with TTFT <= x (fraction)")
+        ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
 
 def fig_ttft_load(rows):
     """TTFT p95 (solid) and p50 (dashed) against the session rate, a line per policy variant and
-    scheduler (fcfs vs continuous batching), a panel per trace."""
+    scheduler (fcfs vs continuous batching), a panel per configuration family (capacity, trace...)."""
     plt = pyplot()
-    traces = sorted(rows["trace"].unique())
-    fig, axes = plt.subplots(1, len(traces), figsize=(5.0 * len(traces), 3.6), squeeze=False)
-    for ax, trace in zip(axes[0], traces):
-        table = report.ttft_under_load(rows[rows["trace"] == trace])
+    panels = _families(rows, exclude=("sessions_per_second", "scheduler"))
+    fig, axes = _grid(plt, len(panels), 5.0, 3.6)
+    for ax, (title, sub) in zip(axes, panels):
+        table = report.ttft_under_load(sub)
         for i, variant in enumerate(table.index.get_level_values(0).unique()):
             t = table.loc[variant]
             for col in t.columns:
@@ -174,9 +209,9 @@ def fig_ttft_load(rows):
                     label=f"{variant} {sched} {pct.split('_')[1]}",
                 )
         ax.set_yscale("log")
-        ax.set_xlabel("sessions per second")
-        ax.set_ylabel("TTFT (ms)")
-        ax.set_title(_short(trace), fontsize=9)
+        ax.set_xlabel("session rate (sessions/s)")
+        ax.set_ylabel("TTFT (ms, log scale)")
+        ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -221,29 +256,24 @@ def fig_misses(rows):
 
 
 def fig_occupancy(rows, occupancy):
-    """Cache occupancy (KV + states, fraction of capacity) over time, a panel per policy variant and
-    a line per configuration (labelled by capacity and session rate)."""
+    """Cache occupancy (KV + states, % of capacity) over simulated time, a line per policy
+    variant, a panel per configuration (every knob that varies: capacity, session rate...)."""
     plt = pyplot()
-    variants = order_variants(rows["variant"])
-    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.4), squeeze=False, sharey=True)
-    occ = occupancy.merge(
-        rows[["config_id", "variant", "capacity_bytes", "capacity_gb", "sessions_per_second"]], on="config_id"
-    )
-    for ax, v in zip(axes[0], variants):
-        sub = occ[occ["variant"] == v].sort_values(
-            ["capacity_bytes", "sessions_per_second", "config_id", "t_s"], kind="stable"
-        )
-        for _cid, g in sub.groupby("config_id", sort=False):
-            frac = (g["kv_bytes"] + g["state_bytes"]) / g["capacity_bytes"]
-            ax.plot(
-                g["t_s"], frac, lw=1, label=f"{g['capacity_gb'].iat[0]:g} GB, {g['sessions_per_second'].iat[0]:g}/s"
-            )
-        ax.set_title(v, fontsize=10)
-        ax.set_xlabel("time (s)")
+    panels = _families(rows)
+    fig, axes = _grid(plt, len(panels), 4.4, 3.2, sharey=True)
+    occ = occupancy.merge(rows[["config_id", "variant", "capacity_bytes"]], on="config_id")
+    for ax, (title, sub) in zip(axes, panels):
+        mine = occ[occ["config_id"].isin(sub["config_id"])]
+        for v in order_variants(sub["variant"]):
+            for _cid, g in mine[mine["variant"] == v].groupby("config_id", sort=True):
+                g = g.sort_values("t_s", kind="stable")
+                pct = (g["kv_bytes"] + g["state_bytes"]) / g["capacity_bytes"] * 100
+                ax.plot(g["t_s"], pct, lw=1, label=v)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("simulated time (s)")
+        ax.set_ylabel("cache occupancy (% of capacity)")
         ax.grid(alpha=0.3)
-        if 0 < len(ax.lines) <= 8:
-            ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("occupancy (fraction of capacity)")
+        ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
