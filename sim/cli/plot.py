@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from sim.analysis.plot import KINDS, pyplot, make_figure, save
-from sim.cli.outdir import output_folder
+from sim.cli.outdir import OutputPath, check_output_files, output_folder
 from sim.errors import UsageError
 
 
@@ -33,7 +33,7 @@ def register(main: click.Group) -> None:
         show_default=True,
         help="Figure(s) to draw (repeat the flag, or all); replay: RESULTS is a `marconi replay --out` folder.",
     )
-    @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("figures"), show_default=True)
+    @click.option("--out", type=OutputPath(file_okay=False, path_type=Path), default=Path("figures"), show_default=True)
     @click.option(
         "--where", default=None, help="Row filter, a pandas query: \"capacity_bytes == 5e9 and trace == 'sharegpt'\"."
     )
@@ -44,7 +44,8 @@ def register(main: click.Group) -> None:
         show_default=True,
         help="Static-alpha grids: best (best alpha in hindsight per configuration), all, or one value.",
     )
-    def plot_cmd(results, kinds, out, where, static):
+    @click.option("--force", is_flag=True, help="Replace figures of the same names in --out.")
+    def plot_cmd(results, kinds, out, where, static, force):
         """Draw figures (PNG and SVG) from a `marconi sweep` results folder (needs matplotlib:
         pip install 'marconi-sim[notebooks]')."""
         try:
@@ -64,6 +65,9 @@ def register(main: click.Group) -> None:
             static = value
         todo = KINDS if "all" in kinds else tuple(dict.fromkeys(kinds))
         with output_folder(out):  # created (or refused) before the results are read
+            # the figures' files: never an existing one without --force (nor a file of the package)
+            files = {out / f"{kind}.{fmt}": "--out" for kind in todo for fmt in ("png", "svg")}
+            check_output_files(files, force=force, inputs=[])
             for kind in todo:
                 fig = _figure(results, kind, where, static)
                 for p in save(fig, out, kind):

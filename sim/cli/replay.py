@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from sim.cli.outdir import check_output_files, input_paths, output_folder
+from sim.cli.outdir import OutputPath, check_output_files, input_paths, output_folder
 from sim.cli.run import _option, parse_alpha
 from sim.cli.run import _scheduler as _scheduler_word
 from sim.cli.traces import trace_from_cli, trace_options
@@ -70,9 +70,9 @@ def check_before_work(spec, calibrate_path, out, force: bool, trace_spec) -> Non
     (the tolerance among them) are ``ReplaySettings.validate``'s, run before this. (A model too wide
     for the CPU is warned of, not refused: ``cpu_time_warning`` once the trace is loaded.)"""
     names = ("summary.json", "requests.parquet", "steps.parquet")
-    files = {Path(out) / name: "--out" for name in names} if out is not None else {}
+    files = [(Path(out) / name, "--out") for name in names] if out is not None else []
     if calibrate_path is not None:
-        files[Path(calibrate_path)] = "--calibrate"
+        files.append((Path(calibrate_path), "--calibrate"))  # a list: one path for two outputs is refused
     check_output_files(files, force=force, inputs=input_paths(trace_spec))
     for folder, flag in ((out, "--out"), (Path(calibrate_path).parent if calibrate_path else None, "--calibrate")):
         with output_folder(folder, flag):
@@ -333,13 +333,13 @@ def register(main: click.Group) -> None:
     @click.option(
         "--calibrate",
         "calibrate_path",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=OutputPath(dir_okay=False, path_type=Path),
         default=None,
         help="Fit the time model to the measurements; write a timing file for `marconi run --timing`.",
     )
     @click.option(
         "--out",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=OutputPath(file_okay=False, path_type=Path),
         default=None,
         help="Write summary.json and requests.parquet here.",
     )

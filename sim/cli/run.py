@@ -13,7 +13,7 @@ from click.core import ParameterSource
 
 from policies.base import get_preset, policy_knobs
 from sim.analysis import table
-from sim.cli.outdir import atomic_write, check_output_files, input_paths, output_folder
+from sim.cli.outdir import OutputPath, atomic_write, check_output_files, input_paths, output_folder
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, flag_of, format_size, parse_size
 from sim.cost import model_for, timing_for, timing_note
@@ -286,14 +286,14 @@ def register(main: click.Group) -> None:
     @tuning_options
     @click.option(
         "--out",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=OutputPath(file_okay=False, path_type=Path),
         default=None,
         help="Write summary.json and per-request requests.parquet here.",
     )
     @click.option(
         "--events",
         "events_path",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=OutputPath(dir_okay=False, path_type=Path),
         default=None,
         help="Write the engine's event stream (lookup, prefill, decode, admit, evict, evict_kv, "
         "reject; one row per event, a policy column) as JSON Lines (.jsonl) or parquet (.parquet).",
@@ -324,9 +324,9 @@ def register(main: click.Group) -> None:
         """
         # outputs are checked (existing files, inputs) and their folders created (or refused) before
         # the trace is loaded and simulated
-        files = {out / name: "--out" for name in RUN_OUTPUTS} if out is not None else {}
+        files = [(out / name, "--out") for name in RUN_OUTPUTS] if out is not None else []
         if events_path is not None:
-            files[events_path] = "--events"
+            files.append((events_path, "--events"))  # a list: --events D/summary.json is refused, not merged
         with output_folder(out), output_folder(events_path.parent if events_path else None, "--events"):
             check_output_files(files, force=force, inputs=input_paths(kwargs.get("trace"), kwargs.get("timing_file")))
             if kwargs.get("timing_file"):  # a bad timing file is refused before the trace is loaded

@@ -37,7 +37,10 @@ def trace_from_cli(kwargs: dict, progress: bool = True):
     stderr while tokenizing)."""
     spec, opts = options_from_kwargs(kwargs)
     opts.progress = progress
-    return load_trace(spec, opts)
+    trace = load_trace(spec, opts)
+    if trace.meta.get("cache_rebuilt"):  # a cache file that failed its check was replaced: said once
+        click.echo(f"note: trace cache {trace.meta['cache_rebuilt']}", err=True)
+    return trace
 
 
 def _one_trace(spec: str, kwargs: dict) -> None:

@@ -16,7 +16,7 @@ from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any, Callable
 
-from sim.errors import USER_ERRORS, UsageError, interrupted
+from sim.errors import STOP_SIGNALS, USER_ERRORS, Terminated, UsageError, interrupted, note_stop
 from sim.experiments.grid import Task
 from sim.experiments.store import is_done, write_result
 from sim.simulate import simulate
@@ -138,8 +138,9 @@ def _local_results(todo: list[Task], workers: int, save_requests: bool):
     main = threading.current_thread() is threading.main_thread()  # signals are the main thread's
     resource_tracker.ensure_running()  # started first: starting it unblocks SIGINT again
     pending: list[int] = []
-    if main:
+    if main:  # SIGTERM / SIGHUP meanwhile are noted as well (not blocked: workers must die of them)
         previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+        previous_stop = {s: signal.signal(s, lambda signum, frame: pending.append(signum)) for s in STOP_SIGNALS}
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint)
     finished = False
@@ -154,8 +155,13 @@ def _local_results(todo: list[Task], workers: int, save_requests: bool):
         if main:  # a Ctrl-C pending since the pool started is raised here, inside the cleanup's try
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous_stop.items():
+                signal.signal(sig, handler)
             if pending:
-                raise KeyboardInterrupt
+                if pending[0] == signal.SIGINT:
+                    raise KeyboardInterrupt
+                note_stop(pending[0])
+                raise Terminated(pending[0])
         while futures:
             done, _ = wait(futures, return_when=FIRST_COMPLETED)
             for fut in done:
@@ -170,15 +176,16 @@ def _local_results(todo: list[Task], workers: int, save_requests: bool):
         if finished:
             pool.shutdown(wait=True)
         else:  # Ctrl-C, a stopping error or --limit reached: stop now, a second Ctrl-C cannot cut this short
-            if main:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
+            if main:  # nor a SIGTERM / SIGHUP
+                held = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, *STOP_SIGNALS)}
             try:
                 procs = list((getattr(pool, "_processes", None) or {}).values())
                 pool.shutdown(wait=False, cancel_futures=True)
                 _stop_workers(procs)
             finally:
                 if main:
-                    signal.signal(signal.SIGINT, previous)
+                    for sig, handler in held.items():  # as they were (a first SIGTERM left them ignored)
+                        signal.signal(sig, previous if sig == signal.SIGINT else handler)
                     signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
@@ -224,17 +231,20 @@ def run_sweep(
     progress: bool = True,
     limit: int | None = None,
     on_result: Callable | None = None,
+    digest: Callable[[Task], str] | None = None,
 ) -> SweepReport:
     """Run the tasks not yet done under ``out``; writes each row as it finishes.
 
     A UsageError in any configuration stops the sweep (bad settings); other failures are
     reported per configuration and the rest carries on. ``limit`` runs at most that many
-    configurations (then stops, as an interrupted sweep would)."""
+    configurations (then stops, as an interrupted sweep would). ``digest(task)``: what the task's
+    result is computed from (``sim.experiments.store``): a stored row of other inputs is rerun."""
     from tqdm import tqdm  # noqa: PLC0415 - progress bar, loaded only when a sweep runs
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    todo = [t for t in tasks if not is_done(out, t, save_requests)]
+    digest = digest or (lambda task: None)
+    todo = [t for t in tasks if not is_done(out, t, save_requests, digest(t))]
     report = SweepReport(total=len(tasks), skipped=len(tasks) - len(todo), ran=0)
     if limit is not None:
         todo = todo[:limit]
@@ -266,7 +276,7 @@ def run_sweep(
                     raise UsageError(f"{describe(task)}: {exc}") from exc
                 report.failed.append((task, f"{type(exc).__name__}: {exc}"))
             else:
-                write_result(out, task, result)
+                write_result(out, task, result, digest(task))
                 report.ran += 1
                 if on_result is not None:
                     on_result(task, result)

@@ -51,7 +51,27 @@ def _detail_paths(out: Path, config_id: str) -> tuple[Path, Path]:
     return out / REQUESTS_DIR / f"{config_id}.parquet", out / OCCUPANCY_DIR / f"{config_id}.parquet"
 
 
-DONE, MISSING, BAD = "done", "missing", "bad"
+#: columns every sweep row has (a parquet file without them in a results folder is someone else's)
+ROW_COLUMNS = ("config_id", "policy", "alpha_mode", "capacity_bytes")
+
+DONE, MISSING, BAD, STALE = "done", "missing", "bad", "stale"
+#: the row column holding the digest of what the row was computed from (trace file content, timing
+#: file, the code's row version; the options are in the config id)
+DIGEST_COLUMN = "input_digest"
+
+
+def stored_digest(path: Path) -> str | None:
+    """The input digest a stored row records ("" for a row written before digests), None when the
+    file cannot be read."""
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    try:
+        table = pq.read_table(path)
+    except Exception:  # noqa: BLE001 - a bad file
+        return None
+    if DIGEST_COLUMN not in table.column_names or not table.num_rows:
+        return ""
+    return str(table.column(DIGEST_COLUMN)[0].as_py() or "")
 
 
 def _config_ids(path: Path) -> tuple[int, set] | None:
@@ -65,19 +85,24 @@ def _config_ids(path: Path) -> tuple[int, set] | None:
     return table.num_rows, set(table.column("config_id").to_pylist())
 
 
-def stored_status(out: Path, task: Task, save_requests: bool) -> str:
+def stored_status(out: Path, task: Task, save_requests: bool, digest: str | None = None) -> str:
     """DONE when ``task``'s stored result is complete and sound: its row file reads, holds one row
     with the task's config id, and (``save_requests``) both detail files read, hold only that id,
-    and the requests file has the row's request count. MISSING when there is no row file, BAD
-    otherwise (it is recomputed and replaced)."""
+    and the requests file has the row's request count. MISSING when there is no row file, STALE
+    when ``digest`` is given and the row was computed from other inputs (a changed trace file),
+    BAD otherwise (STALE and BAD are recomputed and replaced)."""
     import pyarrow.parquet as pq  # noqa: PLC0415
 
     rp = row_path(out, task.config_id)
+    if rp.is_dir() or rp.is_symlink() and not rp.exists():
+        return BAD
     if not rp.exists():
         return MISSING
     ids = _config_ids(rp)
     if ids is None or ids != (1, {task.config_id}):
         return BAD
+    if digest is not None and stored_digest(rp) != digest:
+        return STALE
     if not save_requests:
         return DONE
     req_p, occ_p = _detail_paths(out, task.config_id)
@@ -91,30 +116,61 @@ def stored_status(out: Path, task: Task, save_requests: bool) -> str:
     return BAD if expected is not None and req[0] != expected else DONE
 
 
-def is_done(out: Path, task: Task, save_requests: bool) -> bool:
-    return stored_status(out, task, save_requests) == DONE
+def is_done(out: Path, task: Task, save_requests: bool, digest: str | None = None) -> bool:
+    return stored_status(out, task, save_requests, digest) == DONE
 
 
 def _sound(path: Path, config_id: str, rows: int) -> bool:
     """Whether ``path`` already holds exactly what would be written: ``rows`` rows of ``config_id``."""
-    ids = _config_ids(path) if path.exists() else None
+    ids = _config_ids(path) if path.is_file() else None
     return ids is not None and ids[0] == rows and ids[1] <= {config_id}
 
 
-def write_result(out: Path, task: Task, result: dict) -> None:
+def _clear(path: Path) -> None:
+    """A folder or dangling link where a result file goes (a resume folder edited by hand) is
+    refused in one line rather than a traceback from the rename."""
+    if path.is_dir() and not path.is_symlink():
+        raise UsageError(f"{path} is a folder where the sweep keeps a result file: move it away and rerun")
+
+
+def check_layout(out: Path, tasks: Iterable[Task]) -> None:
+    """Refuses, before any configuration runs, a results folder whose entries have the wrong kind:
+    a folder where a row or detail file goes, a file where a detail folder goes."""
+    out = Path(out)
+    if not out.is_dir():
+        return
+    for d in (REQUESTS_DIR, OCCUPANCY_DIR):
+        if (out / d).exists() and not (out / d).is_dir():
+            raise UsageError(f"{out / d} is a file where the sweep keeps a folder: move it away and rerun")
+    for task in tasks:
+        for p in (row_path(out, task.config_id), *_detail_paths(out, task.config_id)):
+            _clear(p)
+
+
+def write_result(out: Path, task: Task, result: dict, digest: str | None = None) -> None:
     """Details first, the row last: the row file marks the configuration complete. A sound file of
-    an earlier attempt is kept as it is (written once); an unsound one is replaced (atomically)."""
+    an earlier attempt is kept as it is (written once) unless the stored row was computed from
+    other inputs (``digest``, recorded in the row); an unsound one is replaced (atomically)."""
     import pandas as pd  # noqa: PLC0415 - pandas is slow to import; only writers need it
 
+    rp = row_path(out, task.config_id)
+    for p in (rp, *_detail_paths(out, task.config_id)):
+        _clear(p)
+    for d in (REQUESTS_DIR, OCCUPANCY_DIR):
+        if (Path(out) / d).exists() and not (Path(out) / d).is_dir():
+            raise UsageError(f"{Path(out) / d} is a file where the sweep keeps a folder: move it away and rerun")
+    stale = digest is not None and rp.is_file() and stored_digest(rp) != digest
     req_p, occ_p = _detail_paths(out, task.config_id)
     for df, p in ((result["requests"], req_p), (result["occupancy"], occ_p)):
-        if df is not None and not _sound(p, task.config_id, len(df)):
+        if df is not None and (stale or not _sound(p, task.config_id, len(df))):
             df = df.copy()
             df.insert(0, "config_id", task.config_id)
             _atomic_parquet(df, p)
-    rp = row_path(out, task.config_id)
-    if not _sound(rp, task.config_id, 1):
-        _atomic_parquet(pd.DataFrame([result["row"]]), rp)
+    row = dict(result["row"])
+    if digest is not None:
+        row[DIGEST_COLUMN] = digest
+    if stale or not _sound(rp, task.config_id, 1):
+        _atomic_parquet(pd.DataFrame([row]), rp)
 
 
 # ---------------------------------------------------------------------------------- reading
@@ -133,6 +189,12 @@ def load_results(out: str | os.PathLike):
     if not files:
         raise UsageError(f"no results in {out} (expected <config_id>.parquet files from `marconi sweep`)")
     frames = [_read(f) for f in files]
+    for f, df in zip(files, frames):
+        missing = [c for c in ROW_COLUMNS if c not in df.columns]
+        if missing:
+            raise UsageError(
+                f"{f} is not a row of `marconi sweep` (no {', '.join(missing)} column): move it out of {out}"
+            )
     return pd.concat(frames, ignore_index=True, sort=False)
 
 

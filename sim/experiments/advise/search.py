@@ -36,7 +36,7 @@ from typing import Any
 from policies.base import get_preset
 from sim.config import SimConfig, flag_of, format_size
 from sim.cost import get_model
-from sim.errors import UsageError, interrupted
+from sim.errors import STOP_SIGNALS, Terminated, UsageError, interrupted, note_stop
 from policies.base import PolicyError
 from sim.experiments.advise.space import Space, build_space, pool_states
 from sim.experiments.grid import Task, make_task
@@ -93,6 +93,9 @@ class Problem:
     holdout: float = 0.0
     seed: int = 0
     fixed: dict = field(default_factory=dict)  # SimConfig fields the user set (sessions_per_second, ...)
+    #: what the trials are computed from (trace file content, the code's row version): a study of
+    #: other inputs is set aside and started again (``open_study``); "" = not checked
+    digest: str = ""
 
     def identity(self) -> dict:
         return json.loads(
@@ -211,20 +214,30 @@ class _Interrupts:
 
     def __enter__(self) -> "_Interrupts":
         try:
-            self.previous = signal.signal(signal.SIGINT, self._handler)
+            self.previous = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, *STOP_SIGNALS)}
         except ValueError:  # not the main thread
             self.previous = None
         return self
 
     def __exit__(self, *exc) -> None:
         if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+            for s, h in self.previous.items():
+                signal.signal(s, h)
 
     def _handler(self, signum, frame) -> None:
+        """SIGTERM and SIGHUP as Ctrl-C (``sim.errors.Terminated``); the first signal wins."""
+        if signum != signal.SIGINT:
+            note_stop(signum)
         if self.depth:
-            self.pending = True
+            self.pending = self.pending or signum
         else:
+            self._raise(signum)
+
+    @staticmethod
+    def _raise(signum) -> None:
+        if signum == signal.SIGINT:
             raise KeyboardInterrupt
+        raise Terminated(signum)
 
     @contextmanager
     def critical(self):
@@ -234,8 +247,8 @@ class _Interrupts:
         finally:
             self.depth -= 1
             if not self.depth and self.pending:
-                self.pending = False
-                raise KeyboardInterrupt
+                signum, self.pending = self.pending, False
+                self._raise(signum)
 
 
 def _start_fork_server_without_sigint() -> None:
@@ -366,24 +379,65 @@ def _optuna():
 def open_study(out: Path, problem: Problem, direction: str):
     """The study in ``out`` (created, or loaded when it is this problem's)."""
     optuna = _optuna()
-    from optuna.storages.journal import JournalFileBackend, JournalStorage  # noqa: PLC0415
-
     out.mkdir(parents=True, exist_ok=True)
-    storage = JournalStorage(JournalFileBackend(str(out / STUDY_FILE)))
+    path = out / STUDY_FILE
+    storage, names = _journal(path)
     ident = problem.identity()
-    names = [s.study_name for s in storage.get_all_studies()]
     if STUDY_NAME in names:
-        study = optuna.load_study(study_name=STUDY_NAME, storage=storage)
+        study = _load(optuna, storage, path)
         if study.user_attrs.get("problem") != ident:
             raise UsageError(
                 f"--out {out} holds the study of another search (different trace, model, engine, "
                 f"memory, objective, holdout or seed): choose another folder"
             )
-        return study, False
+        if not problem.digest or study.user_attrs.get("digest") == problem.digest:
+            return study, False
+        kept = _set_aside(path)
+        print(
+            f"note: the trace changed since the study in {out} ran (or it was run by an older simulator): "
+            f"starting it again (the old study kept as {kept})",
+            file=sys.stderr,
+        )
+        storage, names = _journal(path)
     with _Interrupts() as guard, guard.critical():
         study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction=direction)
         study.set_user_attr("problem", ident)
+        if problem.digest:
+            study.set_user_attr("digest", problem.digest)
     return study, True
+
+
+def _journal(path: Path):
+    """(storage, study names) of the journal at ``path``; one line when it is not a journal (a
+    folder, a binary or foreign file) instead of Optuna's traceback."""
+    from optuna.storages.journal import JournalFileBackend, JournalStorage  # noqa: PLC0415
+
+    if path.exists() and not path.is_file():
+        raise UsageError(f"{path} is not a file (a study journal goes there): move it away or choose another --out")
+    try:
+        storage = JournalStorage(JournalFileBackend(str(path)))
+        return storage, [s.study_name for s in storage.get_all_studies()]
+    except Exception as exc:  # noqa: BLE001 - Optuna raises JSONDecodeError, UnicodeDecodeError, KeyError...
+        first = next((ln for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        raise UsageError(
+            f"{path} is not a study journal of `marconi advise` ({first}): move it away or choose another --out"
+        ) from None
+
+
+def _load(optuna, storage, path: Path):
+    try:
+        return optuna.load_study(study_name=STUDY_NAME, storage=storage)
+    except Exception as exc:  # noqa: BLE001 - a journal whose records are not a study's
+        raise UsageError(f"{path} is not a study journal of `marconi advise` ({exc}): move it away") from None
+
+
+def _set_aside(path: Path) -> Path:
+    """Renames a stale journal to a free ``study.journal.stale-N`` beside it (never replaced)."""
+    n = 1
+    while (kept := path.with_name(f"{path.name}.stale-{n}")).exists():
+        n += 1
+    os.rename(path, kept)
+    return kept
 
 
 def _sampler(seed: int, number: int, n_trials: int):
