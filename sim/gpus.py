@@ -60,3 +60,26 @@ def allreduce_s(gpu: GPU, nbytes: float, tp: int) -> float:
     if tp <= 1:
         return 0.0
     return ALLREDUCE_LATENCY_S + 2 * (tp - 1) / tp * nbytes / (gpu.link_bytes_per_s / 2)
+
+
+_CUDA_NAMES = (  # fragment of torch.cuda.get_device_name -> catalogue name, most specific first
+    ("H100 PCIe", "h100-pcie"),
+    ("A100-SXM4-40GB", "a100-40gb"),
+    ("A100-PCIE-40GB", "a100-40gb"),
+    ("A100", "a100"),
+    ("H100", "h100"),
+    ("H200", "h200"),
+    ("H20", "h20"),
+    ("B200", "b200"),
+    ("L40S", "l40s"),
+    ("MI300X", "mi300x"),
+)
+
+
+def catalogue_name(device_name: str) -> str:
+    """The catalogue entry of a device as torch names it ("NVIDIA H200" -> "h200"), "" if none:
+    what a timing file written by ``marconi replay --calibrate`` records as its device."""
+    for frag, name in _CUDA_NAMES:
+        if frag.lower() in str(device_name).lower():
+            return name
+    return ""

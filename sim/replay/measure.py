@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sim.gpus import catalogue_name
 from sim.cost import LAYER_KINDS, HardwareTiming, ModelSpec, gdn_chunks, read_timing_file, timing_to_dict
 from sim.errors import UsageError
 from sim.replay.flops import model_flops, replayed_flops
@@ -599,7 +600,11 @@ def calibrate(
 def write_timing(path, timing, spec: ModelSpec, info: dict) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(path).with_name(f".tmp-{Path(path).name}")  # renamed when complete: never a truncated file
-    tmp.write_text(json.dumps(dict(timing_to_dict(timing), model=spec.name, fit=info), indent=2, default=float) + "\n")
+    d = timing_to_dict(timing)
+    device = catalogue_name(str(info.get("device", "")))  # the file records its device (sim/gpus.py)
+    if device:
+        d["device"] = device
+    tmp.write_text(json.dumps(dict(d, model=spec.name, fit=info), indent=2, default=float) + "\n")
     tmp.replace(path)
 
 

@@ -116,3 +116,18 @@ def test_cli_run_says_uncalibrated_in_header_and_summary(tmp_path):
     assert r.exit_code == 0 and "uncalibrated" not in r.output
     r = CliRunner().invoke(main, [*args, "--model", "qwen3-next-80b-a3b", "--tensor-parallel", "3"])
     assert r.exit_code == 2 and "does not divide" in r.output and "Traceback" not in r.output
+
+
+def test_a_calibrated_timing_file_records_its_device(tmp_path):
+    from sim.cost import read_timing_file
+    from sim.gpus import catalogue_name
+    from sim.replay.measure import write_timing
+
+    assert catalogue_name("NVIDIA H200") == "h200" and catalogue_name("NVIDIA A100-SXM4-40GB") == "a100-40gb"
+    assert catalogue_name("NVIDIA H100 PCIe") == "h100-pcie" and catalogue_name("cpu") == ""
+    t = default_timing("qwen3.5-9b")
+    write_timing(tmp_path / "t.json", t, get_model("qwen3.5-9b"), {"device": "NVIDIA H100 80GB HBM3"})
+    d = json.loads((tmp_path / "t.json").read_text())
+    back = read_timing_file(tmp_path / "t.json")
+    assert back.device == "h100" and back.ms_per_tflop == t.ms_per_tflop
+    assert d["model"] == "qwen3.5-9b"
