@@ -247,12 +247,12 @@ def test_wide_state_block_where_its_programs_fill_the_gpu(monkeypatch):
     32 value heads, four at 8), never on a CPU; the launch table follows, an explicit
     ``KERNELS_CONFIG_STATE`` BV wins, the block never exceeds the padded V, and fp32 inputs keep
     the default block."""
-    from kernels import chunk_gdn
+    from kernels import chunk_gdn, chunk_plan
 
     cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
     assert not chunk_gdn.state_wide(64, 64, 128, cpu)
-    monkeypatch.setattr(chunk_gdn, "INTERPRET", False)
-    monkeypatch.setattr(chunk_gdn, "_multiprocessors", lambda index: 132)
+    monkeypatch.setattr(chunk_plan, "INTERPRET", False)
+    monkeypatch.setattr(chunk_plan, "_multiprocessors", lambda index: 132)
     assert chunk_gdn.state_wide(1, 32, 128, gpu)  # 128 programs >= 99
     assert not chunk_gdn.state_wide(1, 8, 128, gpu) and not chunk_gdn.state_wide(3, 8, 128, gpu)  # 32, 96
     assert chunk_gdn.state_wide(4, 8, 128, gpu)  # 128
@@ -313,7 +313,7 @@ def test_gluon_compile_failure_falls_back_to_the_triton_loop(which, monkeypatch)
     overlapped output would wait for ever; here the interpreter could not run it either). With the
     fused loop (``FUSE=1``: three launches) the fallback adds the output kernel's launch after the
     Triton loop."""
-    from kernels import chunk_gdn, state_gluon
+    from kernels import chunk_gdn, chunk_plan, state_gluon
 
     if state_gluon.gluon is None:
         pytest.skip("this Triton has no Gluon")
@@ -324,8 +324,8 @@ def test_gluon_compile_failure_falls_back_to_the_triton_loop(which, monkeypatch)
     kw = dict(initial_state=h0, use_qk_l2norm=True)
     ref = chunk_gdn.chunk_gated_delta_rule(q, k, v, g, beta, **kw)
     failed = []
-    monkeypatch.setattr(chunk_gdn, "_GLUON_FAILED", failed)
-    monkeypatch.setattr(chunk_gdn, "gluon_device", lambda device: not failed)
+    monkeypatch.setattr(chunk_plan, "_GLUON_FAILED", failed)
+    monkeypatch.setattr(chunk_plan, "gluon_device", lambda device: not failed)
     if which != "solve":
         monkeypatch.setenv("KERNELS_CONFIG_SOLVE", "GLUON=0")
     if which == "fused":

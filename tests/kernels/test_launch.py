@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from kernels import chunk_gdn  # noqa: E402
+from kernels import chunk_gdn, chunk_launch, chunk_plan  # noqa: E402
 from kernels.chunk_gdn import chunk_gated_delta_rule, launch_params, prepare_chunk_metadata  # noqa: E402
 from kernels.reference import naive_gated_delta_rule  # noqa: E402
 from test_chunk_gdn import make_inputs  # noqa: E402
@@ -20,7 +20,7 @@ from test_chunk_gdn import make_inputs  # noqa: E402
 def _key(q, k, v, g, beta, h0=None, hb_dtype=torch.float32):
     lp = launch_params(q.shape[3], v.shape[3], q.dtype)
     ptrs = chunk_gdn._addresses(q, k, v, g, beta, h0)
-    return chunk_gdn._plan_key(
+    return chunk_launch._plan_key(
         lp, q.device, q.dtype, hb_dtype, q.shape[2], v.shape[2], False, False, q, k, v, g, beta, ptrs
     )
 
@@ -52,8 +52,8 @@ def test_plan_key_of_the_general_path_equals_the_direct_paths():
     for state, gate in ((None, (None, None)), (h0, (a_log, dt_bias))):
         args = (lp, q.device, q.dtype, torch.float32, 2, 4, gate[0] is not None, True, q, k, v, g, beta)
         converted = tuple(None if t is None else t.float().contiguous() for t in gate)
-        general = chunk_gdn._plan_key(*args, chunk_gdn._addresses(q, k, v, g, beta, state, *converted))
-        direct = chunk_gdn._plan_key(*args, chunk_gdn._addresses(q, k, v, g, beta, state, *gate))
+        general = chunk_launch._plan_key(*args, chunk_gdn._addresses(q, k, v, g, beta, state, *converted))
+        direct = chunk_launch._plan_key(*args, chunk_gdn._addresses(q, k, v, g, beta, state, *gate))
         assert general == direct
 
 
@@ -282,13 +282,13 @@ def test_gpu_bound_calls_equal_triton_launches_layer_after_layer(monkeypatch):
 
     step(meta)  # compiles, remembers the plan, binds
     assert len(meta.calls) == 1
-    real_key = chunk_gdn._plan_key
+    real_key = chunk_launch._plan_key
 
     def no_key(*a, **k):
         raise AssertionError("the plan key was built: the bound call was not used")
 
     with monkeypatch.context() as m:
-        m.setattr(chunk_gdn, "_plan_key", no_key)
+        m.setattr(chunk_launch, "_plan_key", no_key)
         bound = step(meta)
         bufs = dict(
             out=torch.empty(1, 1000, 4, 128, device="cuda", dtype=dt),
@@ -307,7 +307,7 @@ def test_gpu_bound_calls_equal_triton_launches_layer_after_layer(monkeypatch):
     for a, b in zip(given, reference[-1]):
         assert torch.equal(a, b)
     monkeypatch.setattr(chunk_gdn, "_DIRECT", True)
-    monkeypatch.setattr(chunk_gdn, "_plan_key", real_key)
+    monkeypatch.setattr(chunk_launch, "_plan_key", real_key)
     (q, k, v, g, beta), gate, h0 = layers[-1]
     wide = torch.empty(1, 1000, 2, 160, device="cuda", dtype=dt)[..., :128].copy_(k)  # another token stride
     other = chunk_gated_delta_rule(
@@ -413,7 +413,7 @@ def test_host_probe_parts_time_the_direct_path_without_its_launches(monkeypatch)
     meta = prepare_chunk_metadata([0, 100])
     lp = launch_params(32, 32, q.dtype)
     ptrs = chunk_gdn._addresses(q, k, v, g, beta)
-    key = chunk_gdn._plan_key(lp, q.device, q.dtype, torch.float32, 2, 4, False, False, q, k, v, g, beta, ptrs)
+    key = chunk_launch._plan_key(lp, q.device, q.dtype, torch.float32, 2, 4, False, False, q, k, v, g, beta, ptrs)
     lists = [[0] * len(fn.arg_names) for fn in chunk_gdn._KERNELS]
     chunk_gdn._remember_plan([_Compiled(i) for i in range(4)], chunk_gdn._KERNELS, lists, lp, key)
     plan = chunk_gdn._PLANS[key]
@@ -464,7 +464,7 @@ def _stand_in_plan(monkeypatch, x, h0, gate, hb_dtype=torch.float32):
     q, k, v, g, beta = x
     lp = launch_params(q.shape[3], v.shape[3], q.dtype)
     ptrs = chunk_gdn._addresses(q, k, v, g, beta, h0, *(gate or (None, None)))
-    key = chunk_gdn._plan_key(
+    key = chunk_launch._plan_key(
         lp, q.device, q.dtype, hb_dtype, q.shape[2], v.shape[2], gate is not None, False, q, k, v, g, beta, ptrs
     )
     lists = [[f"fixed-{n}" for n in fn.arg_names] for fn in chunk_gdn._KERNELS]
@@ -477,7 +477,7 @@ def _stand_in_plan(monkeypatch, x, h0, gate, hb_dtype=torch.float32):
 
     plan.launches = tuple(recorder(i) for i in range(4))
     hooks = types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
-    monkeypatch.setattr(chunk_gdn, "_RUNTIME", [lambda index: 7, hooks])
+    monkeypatch.setattr(chunk_launch, "_RUNTIME", [lambda index: 7, hooks])
     return lp, record, hooks
 
 
@@ -658,5 +658,5 @@ def test_bound_key_follows_the_launch_tables_inputs(monkeypatch):
     assert key(torch.float16, None) != base
     monkeypatch.delenv("KERNELS_CONFIG_STATE")
     assert key(torch.float16, None) == base
-    monkeypatch.setattr(chunk_gdn, "_GLUON_FAILED", [RuntimeError("no Gluon")])
+    monkeypatch.setattr(chunk_plan, "_GLUON_FAILED", [RuntimeError("no Gluon")])
     assert key(torch.float16, None) != base

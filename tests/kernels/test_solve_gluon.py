@@ -138,11 +138,11 @@ def test_gpu_unaligned_rows_keep_the_gluon_kernels(monkeypatch):
     remembered: the compiled kernels saw the copies)."""
     import warnings
 
-    from kernels import chunk_gdn
+    from kernels import chunk_gdn, chunk_plan
 
     if not chunk_gdn.gluon_device(torch.device("cuda")):
         pytest.skip("needs a Hopper GPU and a Triton with Gluon")
-    monkeypatch.setattr(chunk_gdn, "_GLUON_FAILED", [])
+    monkeypatch.setattr(chunk_plan, "_GLUON_FAILED", [])
     T, H, HV, D = 300, 2, 4, 128
     q, k, v, g, beta = make_inputs(T, h=H, hv=HV, dk=D, dv=D, seed=17, device="cuda", dtype=torch.bfloat16)
     width = 2 * H * D + HV * D + 8  # a padded fused row: token stride 1544, not a multiple of 16
@@ -164,4 +164,4 @@ def test_gpu_unaligned_rows_keep_the_gluon_kernels(monkeypatch):
             got = chunk_gdn.chunk_gated_delta_rule(*args, g, beta, **kw)
             for a, b in zip(got, ref):
                 assert torch.equal(a, b)
-    assert not chunk_gdn._GLUON_FAILED
+    assert not chunk_plan._GLUON_FAILED
