@@ -122,7 +122,11 @@ def _either(choices: tuple) -> str:
 @dataclass
 class SimConfig:
     policy: str = setting("marconi", "Comma-separated policies (vanilla, vllm+, sglang+, marconi, ...).", group=None)
-    model: str = setting("marconi-7b", "Model preset (see `marconi models`).")
+    model: str = setting(
+        "marconi-7b",
+        "Model preset (see `marconi models`), or a Hugging Face config.json (or a folder holding one) of a "
+        "Qwen3-Next / Qwen3.5, Nemotron-H, Jamba, Falcon-H1, Granite 4.0, Mamba2 or llama model (docs/models.md).",
+    )
     capacity_bytes: int = setting(5 * 10**9, "Cache capacity (5GB = 5e9 B, 5GiB = 5*2^30 B).", group=None)
     alpha: float | str = policy_knob(MarconiEviction.Params, "alpha", group=None)  # a float, or "auto"
     state_alignment: str = policy_knob(JudiciousAdmission.Params, "state_alignment")
@@ -206,6 +210,7 @@ class SimConfig:
     prefix_cache_retention_interval: int = policy_knob(VllmParams, "prefix_cache_retention_interval")
     enable_mamba_shared_prefix_checkpoint: bool = policy_knob(VllmParams, "enable_mamba_shared_prefix_checkpoint")
     speculative_method: str = policy_knob(VllmParams, "speculative_method")
+    speculative_tokens: int = policy_knob(VllmParams, "speculative_tokens")
     periodic_snapshot_interval: int = policy_knob(TrtllmParams, "periodic_snapshot_interval")
     additional_snapshot_offsets_from_start: str = policy_knob(TrtllmParams, "additional_snapshot_offsets_from_start")
     additional_snapshot_offsets_from_end: str = policy_knob(TrtllmParams, "additional_snapshot_offsets_from_end")
