@@ -342,3 +342,31 @@ def test_fcfs_and_continuous_agree_on_a_lone_request_for_every_caching_kind():
             for sched in ("fcfs", "continuous")
         ]
         assert list(out[0]) == list(out[1]), policy
+
+
+def test_a_preempted_request_gives_back_the_lock_on_its_hit():
+    """Requests 1 and 2 both hit request 0's cached 64-token prompt (their lookups lock it) and
+    prefill in 40-token steps; memory runs out while the newer one still holds its lock: it is
+    preempted, which must unlock what it held (it locks again when it is looked up anew). At the
+    end no node is locked and every charge is back."""
+    prefix = toks(7, 64)
+    reqs = [Request(session_id=0, turn=0, input_tokens=prefix, output_tokens=toks(900, 1), arrival=0.0)]
+    for i in (1, 2):
+        reqs.append(
+            Request(
+                session_id=i,
+                turn=0,
+                input_tokens=np.concatenate([prefix, toks(1000 * i, 36)]),
+                output_tokens=toks(5000 * i, 50),
+                arrival=1.0,
+            )
+        )
+    cap = 4 * S + 120 * K
+    sim, res, steps = go(
+        Trace("lk", reqs, closed_loop=False), policy="sglang-v1", capacity_bytes=cap, max_num_batched_tokens=40
+    )
+    assert res.summary["preemptions"] == 1 and list(res.requests["hit_tokens"]) == [0, 64, 64]
+    assert [s.preempted for s in steps if s.preempted] == [(2,)]
+    assert sum(n.lock for n in sim.tree.iter_nodes() if n is not sim.tree.root) == 0
+    sim.tree.check_invariants()
+    assert sim.tree.capacity_bytes == cap
