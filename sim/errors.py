@@ -43,8 +43,11 @@ class Terminated(KeyboardInterrupt):
     handles Ctrl-C handles it); ``signum`` gives the exit code, 128 + signum."""
 
     def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+        super().__init__(int(signum))  # args: the number (copies and pickles rebuild it from that)
+        self.signum = int(signum)
+
+    def __str__(self) -> str:
+        return signal.Signals(self.signum).name
 
 
 def note_stop(signum: int) -> None:

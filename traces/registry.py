@@ -356,6 +356,46 @@ def trace_source(spec: str) -> TraceSource | None:
     return SOURCES.get(split_spec(str(spec))[0])
 
 
+def spec_paths(spec: str | None) -> list:
+    """The files and folders a trace spec reads, resolved: the path inside it (``mooncake:PATH``,
+    ``swebench:marconi:PATH``: every ``:``-separated tail that exists on disk) and a bundled
+    sample's file for its short name (``mooncake:sample``). None for a source whose arg is not a
+    path (``synthetic:KIND``) or the package's default trace."""
+    from pathlib import Path  # noqa: PLC0415
+
+    if not spec:
+        return []
+    source = trace_source(spec)
+    if source is not None and not source.path_arg:
+        return []
+    found = []
+    parts = str(spec).split(":")
+    for i in range(1, len(parts)):
+        tail = ":".join(parts[i:])
+        if tail and Path(tail).expanduser().exists():
+            found.append(Path(tail).expanduser().resolve())
+    kind, arg = split_spec(str(spec))
+    if source is not None and arg:
+        from traces.hashblock import resolve_path  # noqa: PLC0415
+
+        sample = Path(resolve_path(kind, arg))
+        if sample.exists():
+            found.append(sample.resolve())
+    return list(dict.fromkeys(found))
+
+
+def spec_stamp(spec: str | None) -> tuple:
+    """(path, size, mtime) of every file a spec reads: a cheap key under which a process may keep
+    a loaded trace (a file changed on disk is loaded again)."""
+    out = []
+    for p in spec_paths(spec):
+        files = [p] if p.is_file() else sorted(q for q in p.rglob("*") if q.is_file())
+        for q in files:
+            st = q.stat()
+            out.append((str(q), st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
 def load_trace(spec: str, options: TraceOptions | None = None) -> Trace:
     options = options or TraceOptions()
     options.validate()

@@ -317,13 +317,15 @@ def iter_trajectories(
         return
     for f in _files(Path(path).expanduser(), construction):
         if f.suffix == ".jsonl":
-            with open(f, encoding="utf-8") as fh:
-                for line_no, line in enumerate(fh, 1):
-                    if line.strip():
+            with open(f, "rb") as fh:  # lines decoded one by one: a non-UTF-8 line is named, not a traceback
+                for line_no, raw in enumerate(fh, 1):
+                    if raw.strip():
                         try:
-                            yield f"{f}:{line_no}", json.loads(line)
+                            yield f"{f}:{line_no}", json.loads(raw.decode("utf-8"))
                         except (ValueError, RecursionError) as exc:  # also a 5,000-digit number, deep nesting
                             if not skip_bad_rows:
+                                if isinstance(exc, UnicodeDecodeError):
+                                    raise TraceError(f"{f}:{line_no}: not UTF-8 text ({exc.reason})") from None
                                 msg = exc.msg if isinstance(exc, json.JSONDecodeError) else _first_line(exc)
                                 raise TraceError(f"{f}:{line_no}: bad JSON: {msg}") from None
                             stats["skipped_rows"] += 1

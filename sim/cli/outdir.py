@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 
 from sim.errors import UsageError
-from traces.registry import split_spec, trace_source
+from traces.registry import spec_paths
 
 #: the lock file a command holds in each folder it writes (``fcntl.flock``; hidden: readers skip it)
 LOCK_FILE = ".marconi.lock"
@@ -37,10 +37,11 @@ def output_folder(path: Path | None, flag: str = "--out", keep: bool = True) -> 
     if path is None:
         yield None
         return
-    path = Path(path)
-    if not str(path).strip():
+    given = Path(path)
+    if not str(given).strip():
         raise UsageError(f"{flag} needs a folder name (got an empty one)")
-    _refuse_package(path, flag)
+    _refuse_package(given, flag)
+    path = given.expanduser().resolve()  # `d/x/..` is d (x is not created); messages name `given`
     missing = []
     p = path
     while not p.exists() and not p.is_symlink() and p != p.parent:
@@ -48,7 +49,7 @@ def output_folder(path: Path | None, flag: str = "--out", keep: bool = True) -> 
         p = p.parent
     if p.exists() and not p.is_dir():
         what = "is" if p == path else f"is inside {p}, which is"
-        raise UsageError(f"{flag} {path}: {what} a file, not a folder")
+        raise UsageError(f"{flag} {given}: {what} a file, not a folder")
     created: list[Path] = []
     try:
         for d in reversed(missing):
@@ -58,14 +59,14 @@ def output_folder(path: Path | None, flag: str = "--out", keep: bool = True) -> 
             pass
     except OSError as exc:
         _remove_empty(created)
-        raise UsageError(f"{flag} {path}: cannot create or write the folder ({exc.strerror or exc})") from None
+        raise UsageError(f"{flag} {given}: cannot create or write the folder ({exc.strerror or exc})") from None
     try:
-        release = _lock(path, flag)
+        release = _lock(path, flag, given)
     except BaseException:
         _remove_empty(created)
         raise
     try:
-        yield path
+        yield given
     except BaseException:
         release()
         _remove_empty(created)
@@ -79,11 +80,12 @@ def output_folder(path: Path | None, flag: str = "--out", keep: bool = True) -> 
 _HELD: dict[Path, list] = {}
 
 
-def _lock(folder: Path, flag: str) -> Callable[[], None]:
+def _lock(folder: Path, flag: str, given: Path | None = None) -> Callable[[], None]:
     """Takes ``folder``'s lock (``LOCK_FILE``, holding the pid) or refuses in one line when another
     command holds it: two writers never interleave their files in one folder. Reentrant within a
     process (``run --out D --events D/e.jsonl`` locks D once). Returns the release."""
     key = folder.resolve()
+    folder = given if given is not None else folder  # as the user wrote it, in messages
     if key in _HELD:
         _HELD[key][1] += 1
         return lambda: _unlock(key)
@@ -153,21 +155,7 @@ def input_paths(trace_spec: str | None = None, *files: str | os.PathLike | None)
     short name, ``mooncake:sample``, as its file) and ``files`` (``--timing``), resolved. Outputs
     are checked against them: nothing is ever written onto (or into) an input. A source whose arg
     is not a path (``synthetic:KIND``) has none."""
-    found: list[Path] = []
-    source = trace_source(trace_spec) if trace_spec else None
-    parts = str(trace_spec or "").split(":") if source is None or source.path_arg else []
-    for i in range(1, len(parts)):
-        tail = ":".join(parts[i:])
-        if tail and Path(tail).expanduser().exists():
-            found.append(Path(tail).expanduser().resolve())
-    if source is not None and source.path_arg:
-        from traces.hashblock import resolve_path  # noqa: PLC0415
-
-        kind, arg = split_spec(str(trace_spec))
-        if arg:
-            sample = Path(resolve_path(kind, arg))
-            if sample.exists():
-                found.append(sample.resolve())
+    found: list[Path] = list(spec_paths(trace_spec))
     found += [Path(f).expanduser().resolve() for f in files if f]
     return list(dict.fromkeys(found))
 

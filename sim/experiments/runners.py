@@ -21,7 +21,7 @@ from sim.experiments.grid import Task
 from sim.experiments.store import is_done, write_result
 from sim.simulate import simulate
 from sim.trace_options import options_from_kwargs
-from traces.registry import load_trace
+from traces.registry import load_trace, spec_stamp
 
 TRACE_CACHE_SIZE = 4  # traces kept per worker process
 WORKER_GRACE_S = 5.0  # an interrupted sweep's workers: seconds between SIGTERM and SIGKILL
@@ -31,7 +31,9 @@ _TRACES: "OrderedDict[str, Any]" = OrderedDict()
 
 
 def _load_trace(trace_kwargs: dict):
-    key = json.dumps(trace_kwargs, sort_keys=True, default=str)
+    # keyed by the files' size and mtime too: a trace file changed on disk is loaded again
+    stamp = spec_stamp(trace_kwargs.get("trace"))
+    key = json.dumps([trace_kwargs, stamp], sort_keys=True, default=str)
     trace = _TRACES.get(key)
     if trace is not None:
         _TRACES.move_to_end(key)

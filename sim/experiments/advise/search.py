@@ -758,6 +758,8 @@ def advise(
     with Evaluator(engine, workers, ray_address) as ev:
         rep = run_study(study, space, problem, tune_kwargs, n_trials, ev, progress)
         rows = completed(study)
+        if rep.interrupted and not rows:  # stopped before a trial finished: the CLI says so (exit 130 / 143)
+            return Advice(problem, space, gpu, weight_bytes(spec), 0, None, None, [], rows, parts, report=rep)
         if not rows:
             why = (
                 f": trial {rep.failed[0][0]} failed: {rep.failed[0][1]}"
