@@ -16,6 +16,7 @@ from sim.cost import ModelSpec, TimingModel
 from sim.engine.drivers import run
 from sim.engine.metrics import SimResult
 from sim.engine.simulation import Simulation
+from sim.errors import UsageError
 from sim.replay.measure import read_timing
 from sim.tuning.duel import DuelTuner
 from sim.tuning.oracle import run_oracle
@@ -49,6 +50,11 @@ def build(
     config.validate()
     if timing is None and config.timing_file:
         timing = read_timing(config.timing_file, model=config.model)
+        if config.gpu and timing.device and timing.device != config.gpu:  # a file records its device
+            raise UsageError(
+                f"timing file {config.timing_file} was calibrated on {timing.device}, not --gpu {config.gpu}: "
+                "leave out one of them"
+            )
     kw = dict(spec=spec, timing=timing, progress=progress, observers=observers)
     if config.compat == "corrected":
         sim = Simulation(trace, config, **kw)

@@ -131,3 +131,17 @@ def test_a_calibrated_timing_file_records_its_device(tmp_path):
     back = read_timing_file(tmp_path / "t.json")
     assert back.device == "h100" and back.ms_per_tflop == t.ms_per_tflop
     assert d["model"] == "qwen3.5-9b"
+
+
+def test_a_timing_file_of_another_device_than_gpu_is_refused(tmp_path):
+    from sim.replay.measure import write_timing
+    from traces.registry import load_trace
+
+    path = tmp_path / "t.json"
+    write_timing(path, default_timing("qwen3.5-9b"), get_model("qwen3.5-9b"), {"device": "NVIDIA H200"})
+    trace = load_trace("synthetic:chat:sessions=1,turns=2")
+    from sim.simulate import simulate
+
+    with pytest.raises(UsageError, match="calibrated on h200, not --gpu h100"):
+        simulate(trace, SimConfig(model="qwen3.5-9b", timing_file=str(path), gpu="h100"))
+    assert simulate(trace, SimConfig(model="qwen3.5-9b", timing_file=str(path), gpu="h200")).summary.requests == 2
