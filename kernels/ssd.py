@@ -14,14 +14,14 @@ In 64-token chunks aligned to absolute multiples of 64 (the grid of ``chunk_gate
     output       Y   = diag(exp(gamma)) C S_{c-1}^T + (C B^T o Lmask) diag(dt) X + D X,
                  Lmask_ij = exp(gamma_i - gamma_j) for i >= j, else 0
 
-Three kernels:
-  1. ``_ssd_chunk_kernel`` (chunk x head x P block, parallel): dt, gamma (stored for kernel 3)
-     and the chunk's own state s_c (fp32).
-  2. ``_ssd_pass_kernel`` (sequence x head x state block, serial over the sequence's chunks):
-     stores each chunk's start state S_{c-1} (input dtype, read by kernel 3), the state at every
-     emitted boundary (``state_dtype``, fp32 by default) and the final state (fp32). The serial
-     step is elementwise (a scalar decay a chunk), so it is memory bound, not latency bound.
-  3. ``_ssd_output_kernel`` (chunk x head x P block, parallel): Y.
+Two kernels:
+  1. ``_ssd_state_kernel`` (sequence x head x P block, serial over the sequence's chunks): per
+     chunk dt and gamma (stored for kernel 2), the chunk-start state S_{c-1} (input dtype, read by
+     kernel 2), s_c as one product and S_c; the state at every emitted boundary (``state_dtype``,
+     fp32 by default) and the final state (fp32). Only the elementwise S update is serial: the
+     product s_c reads inputs alone, so the loop's loads and products pipeline across chunks, and
+     the chunk states never go through memory.
+  2. ``_ssd_output_kernel`` (chunk x head x P block, parallel): Y.
 
 A ragged first chunk (a sequence starting at p with p % 64 != 0) has virtual rows in front of
 the first token; they load dt = 0, so they add nothing and decay nothing. Resuming a call at an
@@ -35,6 +35,7 @@ State layout: ``[num_seqs or num_boundaries, H, P, N]`` fp32 (mamba_ssm's ``ssm_
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import torch
@@ -46,13 +47,30 @@ from kernels.ssd_args import check_ssd_args, resolve_ssd_call
 
 __all__ = ["chunk_ssd", "SSD_CONFIGS"]
 
-#: launch configurations (fixed: no autotuning). ``BP``: the P block of kernels 1 and 3 (clamped
-#: to the padded P; 32 where the padded N is 256); ``BS``: the state elements a pass program owns.
+#: launch configurations (fixed: no autotuning), per kernel and input kind ("half": fp16 / bf16,
+#: "fp32"). ``BP``: the P block of a program (clamped to the padded P; at most 32 where the padded
+#: N is 256). Chosen by compiling for sm_90a at H = 128, P = 64, N = 128 (no GPU measurements yet):
+#: none spills; the state loop at BP 64 and 8 warps is the variant whose x tile is loaded by
+#: cp.async and multiplied by wgmma (BP 32 gives neither: its product is too small for a warpgroup);
+#: fp32's output spills at BP 64 with tf32x3's triple products. ``KERNELS_CONFIG_SSD_STATE`` /
+#: ``KERNELS_CONFIG_SSD_OUT`` (e.g. "BP=32,num_warps=4,num_stages=3") override them.
 SSD_CONFIGS = {
-    "chunk": dict(BP=64, num_warps=4, num_stages=2),
-    "pass": dict(BS=1024, num_warps=4),
-    "out": dict(BP=64, num_warps=4, num_stages=2),
+    "state": {"half": dict(BP=64, num_warps=8, num_stages=2), "fp32": dict(BP=64, num_warps=8, num_stages=2)},
+    "out": {"half": dict(BP=64, num_warps=4, num_stages=2), "fp32": dict(BP=32, num_warps=8, num_stages=1)},
 }
+
+
+def _config(kernel: str, f32: bool) -> dict:
+    cfg = dict(SSD_CONFIGS[kernel]["fp32" if f32 else "half"])
+    env = os.environ.get(f"KERNELS_CONFIG_SSD_{kernel.upper()}")
+    if env:
+        for item in env.split(","):
+            key, _, val = item.partition("=")
+            if key.strip() not in cfg:
+                raise ValueError(f"KERNELS_CONFIG_SSD_{kernel.upper()}: unknown key {key.strip()!r}")
+            cfg[key.strip()] = int(val)
+    return cfg
+
 
 #: the matrix products' precision for fp32 inputs on a GPU unless the call says otherwise
 FP32_PRECISION = "tf32x3"
@@ -71,42 +89,21 @@ def _chunk_rows(chunk_info, i_c):
     return m, tl.where(m, t, 0).to(tl.int64)
 
 
-@triton.jit(do_not_specialize=["dt_min", "dt_max"])
-def _ssd_chunk_kernel(
-    x,
-    dt,
-    dt_bias,
-    A,
-    Bm,
-    gam_out,
-    dt_out,
-    cs_out,
-    chunk_info,
-    sxt,
-    sxh,
-    sdt,
-    sdh,
-    sbt,
-    sbg,
-    dt_min,
-    dt_max,
-    H: tl.constexpr,
-    GROUP: tl.constexpr,
-    P: tl.constexpr,
-    N: tl.constexpr,
-    BP: tl.constexpr,
-    BN: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    SOFTPLUS: tl.constexpr,
-    CLAMP: tl.constexpr,
-    DOT: tl.constexpr,
-    PREC: tl.constexpr,
-):
-    i_c = tl.program_id(0)
-    i_h = tl.program_id(1)
-    i_p = tl.program_id(2)
-    m, tc = _chunk_rows(chunk_info, i_c)
+@triton.jit
+def _ssd_state_step(
+    c, ts, bos, eos, S, x, dt, dt_bias, A, Bm, gam_out, dt_out, hs, hb, store_slot, i_h, i_p, oP, oN, sidx, mPN,
+    sxt, sxh, sdt, sdh, sbt, sbg, dt_min, dt_max,
+    H: tl.constexpr, GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, HAS_BIAS: tl.constexpr,
+    SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # the chunk's rows from its first (virtual) token ``ts``: affine in the chunk index, so that the
+    # loop's loads can be issued ahead (a row table read per chunk would serialise them)
     r = tl.arange(0, 64)
+    t = ts + r
+    m = (t >= bos) & (t < eos)
+    tc = tl.where(m, t, 0).to(tl.int64)
+    # the step sizes and the chunk-local cumsum of the log decay (every P block computes them; the
+    # first stores them for the output kernel)
     d = tl.load(dt + tc * sdt + i_h * sdh, mask=m, other=0.0).to(tl.float32)
     if HAS_BIAS:
         d += tl.load(dt_bias + i_h).to(tl.float32)
@@ -118,75 +115,68 @@ def _ssd_chunk_kernel(
         d = tl.minimum(tl.maximum(d, dt_min), dt_max)
     d = tl.where(m, d, 0.0)
     gam = tl.cumsum(d * tl.load(A + i_h).to(tl.float32), 0)
-    row = (i_c * H + i_h).to(tl.int64) * 64
+    row = (c * H + i_h).to(tl.int64)
     first = (r * 0 + i_p) == 0  # a full-shape mask (triton 3.9's interpreter)
-    tl.store(gam_out + row + r, gam, mask=first)
-    tl.store(dt_out + row + r, d, mask=first)
+    tl.store(gam_out + row * 64 + r, gam, mask=first)
+    tl.store(dt_out + row * 64 + r, d, mask=first)
+    # the chunk-start state, read by the output kernel
+    tl.store(hs + row * (P * N) + sidx, S.to(hs.dtype.element_ty), mask=mPN)
     last = tl.sum(tl.where(r == 63, gam, 0.0), 0)
     wgt = tl.exp(last - gam) * d  # decay to the chunk's end x dt
-    oP = i_p * BP + tl.arange(0, BP)
-    oN = tl.arange(0, BN)
     X = tl.load(x + tc[:, None] * sxt + i_h * sxh + oP[None, :], mask=m[:, None] & (oP < P)[None, :], other=0.0)
     Bt = tl.load(
         Bm + tc[:, None] * sbt + (i_h // GROUP) * sbg + oN[None, :], mask=m[:, None] & (oN < N)[None, :], other=0.0
     )
-    Xw = (X.to(tl.float32) * wgt[:, None]).to(DOT)
-    s = tl.dot(tl.trans(Xw), Bt.to(DOT), input_precision=PREC)  # [BP, BN]
-    sidx = (i_c * H + i_h).to(tl.int64) * (P * N) + oP[:, None] * N + oN[None, :]
-    tl.store(cs_out + sidx, s, mask=(oP < P)[:, None] & (oN < N)[None, :])
-
-
-@triton.jit
-def _ssd_pass_step(
-    c, S, i_h, o, mo, gam, cs, hs, hb, store_slot, H: tl.constexpr, PN: tl.constexpr, STORE_B: tl.constexpr
-):
-    base = (c * H + i_h).to(tl.int64) * PN
-    tl.store(hs + base + o, S.to(hs.dtype.element_ty), mask=mo)
-    decay = tl.exp(tl.load(gam + (c * H + i_h).to(tl.int64) * 64 + 63))
-    S = S * decay + tl.load(cs + base + o, mask=mo, other=0.0)
+    Bw = (Bt.to(tl.float32) * wgt[:, None]).to(DOT)
+    # the chunk's own state (from zero) joins the decayed incoming one
+    S = S * tl.exp(last) + tl.dot(tl.trans(X.to(DOT)), Bw, input_precision=PREC)
     if STORE_B:
         slot = tl.load(store_slot + c)
-        ok = ((o * 0 + slot) >= 0) & mo  # full-shape mask (triton 3.9's interpreter)
-        tl.store(hb + (tl.maximum(slot, 0) * H + i_h).to(tl.int64) * PN + o, S.to(hb.dtype.element_ty), mask=ok)
+        ok = ((sidx * 0 + slot) >= 0) & mPN  # full-shape mask (triton 3.9's interpreter)
+        tl.store(hb + (tl.maximum(slot, 0) * H + i_h).to(tl.int64) * (P * N) + sidx, S.to(hb.dtype.element_ty), mask=ok)
     return S
 
 
-@triton.jit(do_not_specialize=["has_h0"])
-def _ssd_pass_kernel(
-    gam,
-    cs,
-    hs,
-    h0,
-    ht,
-    hb,
-    seq_info,
-    store_slot,
-    has_h0,
-    H: tl.constexpr,
-    PN: tl.constexpr,
-    BS: tl.constexpr,
-    STORE_B: tl.constexpr,
-    WHILE_LOOP: tl.constexpr,
-):
+@triton.jit(do_not_specialize=["has_h0", "dt_min", "dt_max"])
+def _ssd_state_kernel(
+    x, dt, dt_bias, A, Bm, gam_out, dt_out, hs, h0, ht, hb, seq_info, chunk_info, store_slot,
+    sxt, sxh, sdt, sdh, sbt, sbg, dt_min, dt_max, has_h0,
+    H: tl.constexpr, GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr,
+    DOT: tl.constexpr, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr,
+):  # fmt: skip
     i_n = tl.program_id(0)
     i_h = tl.program_id(1)
-    i_s = tl.program_id(2)
+    i_p = tl.program_id(2)
+    bos = tl.load(seq_info + i_n * 4)
+    eos = tl.load(seq_info + i_n * 4 + 1)
     c0 = tl.load(seq_info + i_n * 4 + 2)
     c1 = tl.load(seq_info + i_n * 4 + 3)
-    o = i_s * BS + tl.arange(0, BS)
-    mo = o < PN
-    sbase = (i_n * H + i_h).to(tl.int64) * PN
-    S = tl.load(h0 + sbase + o, mask=mo & ((o * 0 + has_h0) != 0), other=0.0).to(tl.float32)
+    ts0 = tl.load(chunk_info + c0 * 4 + 1, mask=c0 < c1, other=0)  # first (virtual) token
+    oP = i_p * BP + tl.arange(0, BP)
+    oN = tl.arange(0, BN)
+    sidx = oP[:, None] * N + oN[None, :]
+    mPN = (oP < P)[:, None] & (oN < N)[None, :]
+    sbase = (i_n * H + i_h).to(tl.int64) * (P * N)
+    S = tl.load(h0 + sbase + sidx, mask=mPN & ((sidx * 0 + has_h0) != 0), other=0.0).to(tl.float32)
     if WHILE_LOOP:
         # the interpreter keeps scalars as 1-element arrays, which range() cannot take
         c = c0
         while c < c1:
-            S = _ssd_pass_step(c, S, i_h, o, mo, gam, cs, hs, hb, store_slot, H, PN, STORE_B)
+            S = _ssd_state_step(
+                c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, gam_out, dt_out, hs, hb, store_slot, i_h,
+                i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, dt_min, dt_max, H, GROUP, P, N, HAS_BIAS,
+                SOFTPLUS, CLAMP, STORE_B, DOT, PREC,
+            )  # fmt: skip
             c += 1
     else:
         for c in range(c0, c1):
-            S = _ssd_pass_step(c, S, i_h, o, mo, gam, cs, hs, hb, store_slot, H, PN, STORE_B)
-    tl.store(ht + sbase + o, S, mask=mo)
+            S = _ssd_state_step(
+                c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, gam_out, dt_out, hs, hb, store_slot, i_h,
+                i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, dt_min, dt_max, H, GROUP, P, N, HAS_BIAS,
+                SOFTPLUS, CLAMP, STORE_B, DOT, PREC,
+            )  # fmt: skip
+    tl.store(ht + sbase + sidx, S, mask=mPN)
 
 
 @triton.jit
@@ -340,35 +330,29 @@ def chunk_ssd(
     clamp = lo > 0.0 or hi != float("inf")
     gam = torch.empty(NT, H, 64, dtype=f32, device=dev)
     dtc = torch.empty(NT, H, 64, dtype=f32, device=dev)
-    cs = torch.empty(NT, H, P, N, dtype=f32, device=dev)
     # chunk-start states in the products' input dtype (fp32 for fp32 inputs)
     hs = torch.empty(NT, H, P, N, dtype=dtype, device=dev)
     BN = max(16, _pow2(N))
-    BPmax = 32 if BN >= 256 else 64
     Pp = max(16, _pow2(P))
-    prec = (input_precision or FP32_PRECISION) if dtype == f32 else "tf32"
+    f32_in = dtype == f32
+    prec = (input_precision or FP32_PRECISION) if f32_in else "tf32"
     # the interpreter multiplies bf16 operands' bit patterns (triton-lang/triton#11584): its
     # products take fp32 operands there (the GPU multiplies bf16 on tensor cores)
-    dot = tl.float32 if (dtype == f32 or (INTERPRET and dtype == torch.bfloat16)) else (
+    dot = tl.float32 if (f32_in or (INTERPRET and dtype == torch.bfloat16)) else (
         tl.bfloat16 if dtype == torch.bfloat16 else tl.float16
     )  # fmt: skip
-    cfg = dict(SSD_CONFIGS["chunk"])
-    BP = min(cfg.pop("BP"), Pp, BPmax)
-    _ssd_chunk_kernel[(NT, H, triton.cdiv(P, BP))](
-        x2, dt2, bias, A32, B2, gam, dtc, cs, meta.chunk_info,
-        x2.stride(0), x2.stride(1), dt2.stride(0), dt2.stride(1), B2.stride(0), B2.stride(1), lo, hi,
-        H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
-        CLAMP=clamp, DOT=dot, PREC=prec, **cfg,
-    )  # fmt: skip
-    cfg = dict(SSD_CONFIGS["pass"])
-    BS = min(cfg.pop("BS"), _pow2(P * N))
+    cfg = _config("state", f32_in)
+    BP = min(cfg.pop("BP"), Pp, 32 if BN >= 256 else Pp)
     store = store_b and meta.num_boundaries > 0
-    _ssd_pass_kernel[(S, H, triton.cdiv(P * N, BS))](
-        gam, cs, hs, h0, ht, hb if store else ht, meta.seq_info, meta.store_slot, int(initial_state is not None),
-        H=H, PN=P * N, BS=BS, STORE_B=store, WHILE_LOOP=INTERPRET, **cfg,
+    _ssd_state_kernel[(S, H, triton.cdiv(P, BP))](
+        x2, dt2, bias, A32, B2, gam, dtc, hs, h0, ht, hb if store else ht, meta.seq_info, meta.chunk_info,
+        meta.store_slot, x2.stride(0), x2.stride(1), dt2.stride(0), dt2.stride(1), B2.stride(0), B2.stride(1),
+        lo, hi, int(initial_state is not None),
+        H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
+        CLAMP=clamp, STORE_B=store, DOT=dot, PREC=prec, WHILE_LOOP=INTERPRET, **cfg,
     )  # fmt: skip
-    cfg = dict(SSD_CONFIGS["out"])
-    BP = min(cfg.pop("BP"), Pp, BPmax)
+    cfg = _config("out", f32_in)
+    BP = min(cfg.pop("BP"), Pp, 32 if BN >= 256 else Pp)
     _ssd_output_kernel[(NT, H, triton.cdiv(P, BP))](
         x2, B2, C2, Dv, gam, dtc, hs, y, meta.chunk_info,
         x2.stride(0), x2.stride(1), B2.stride(0), B2.stride(1), C2.stride(0), C2.stride(1),
