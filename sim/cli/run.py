@@ -13,6 +13,7 @@ from click.core import ParameterSource
 
 from policies.base import get_preset, policy_knobs
 from sim.analysis import table
+from sim.cli.help import SectionedCommand
 from sim.cli.outdir import OutputPath, atomic_write, check_output_files, input_paths, output_folder
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, flag_of, format_size, parse_size
@@ -267,8 +268,39 @@ def saturation_line(trace, configs, results, sats, time_scale: float | None = No
     return table.saturation_warning(list(zip([c.policy for c in configs], sats)), offered, None, 1.0, time_scale or 1.0)
 
 
+#: the sections of `marconi run --help`, in order
+RUN_SECTIONS = (
+    "Trace",
+    "Policies and cache",
+    "Engine, arrivals and timing",
+    "Engine preset knobs (each read by the policies named in its help)",
+    "Tuning (--alpha auto, marconi-oracle)",
+    "Output",
+)
+_OUTPUT = {"out", "events_path", "force", "fmt", "columns", "progress"}
+_CACHE = {"policies", "capacity", "alpha", "model", "state_alignment", "chunk_size"}
+
+
+def run_section(param: click.Parameter) -> str:
+    """The `--help` section of one of `run`'s options."""
+    from sim.trace_options import TRACE_OPTION_KEYS  # noqa: PLC0415
+
+    name = param.name
+    if name in TRACE_OPTION_KEYS:
+        return RUN_SECTIONS[0]
+    if name in _CACHE:
+        return RUN_SECTIONS[1]
+    if name in _OUTPUT:
+        return RUN_SECTIONS[5]
+    if name in {f.name for f in SimConfig.settings("tuning")}:
+        return RUN_SECTIONS[4]
+    if name in policy_knobs():
+        return RUN_SECTIONS[3]
+    return RUN_SECTIONS[2]
+
+
 def register(main: click.Group) -> None:
-    @main.command("run")
+    @main.command("run", cls=SectionedCommand, section_of=run_section, section_order=RUN_SECTIONS)
     @trace_options
     @click.option(
         "--policy",
@@ -308,8 +340,8 @@ def register(main: click.Group) -> None:
         "--columns",
         default="default",
         show_default=True,
-        help="Table columns: default, all, or a comma list of summary keys (default inside the list "
-        "adds the default set), e.g. default,e2e_p95_ms,output_tokens_per_s. Keys: "
+        help="Table columns: default, all, misses (missed tokens by cause), or a comma list of summary "
+        "keys (default inside the list adds the default set), e.g. default,e2e_p95_ms,output_tokens_per_s. Keys: "
         + ", ".join(c.key for c in table.METRICS)
         + ".",
     )
@@ -317,10 +349,21 @@ def register(main: click.Group) -> None:
     def run(policies, capacity, alpha, sessions_per_second, out, events_path, force, fmt, columns, progress, **kwargs):
         """Replay a trace (default: 100 real ShareGPT sessions) under each policy.
 
-        Table columns: token hit = prompt tokens served from the cache / all prompt tokens;
-        request hit = share of requests that reuse at least one cached token; FLOPs saved = prefill
-        FLOPs not recomputed; TTFT = time to first token (p50, p95); evictions = cache entries evicted;
-        rejected = inserts that did not fit in the cache.
+        \b
+        Examples:
+          marconi run
+          marconi run --policy vanilla,vllm+,sglang+,marconi --capacity 2GB --alpha 1
+          marconi run --trace mooncake:sample --model qwen3-next-80b-a3b --capacity 40GB
+          marconi run --policy sglang,vllm --model qwen3.5-9b --columns all --format json
+          marconi run --scheduler fcfs --sessions-per-second 5 --out results/run
+
+        Table columns: cache hit token = prompt tokens served from the cache / all prompt tokens,
+        request = share of requests that reuse at least one cached token; TTFT = time to first
+        token; TPOT = time per output token after the first; queue = arrival to prefill start;
+        served = finished requests per second; batch = requests per engine step; preempted =
+        running requests preempted for memory; evictions = cache entries evicted; rejected =
+        inserts that did not fit. --columns all adds FLOPs saved, end-to-end latency and more.
+        A warning line says when the offered load exceeds what the engine serves.
         """
         # outputs are checked (existing files, inputs) and their folders created (or refused) before
         # the trace is loaded and simulated
