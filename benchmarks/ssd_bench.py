@@ -2,6 +2,7 @@
 
     python benchmarks/ssd_bench.py [--small] [--lengths 4096,8192] [--json out.json]
         [--no-mamba] [--no-fla]
+    python benchmarks/ssd_bench.py --sweep [--lengths 32768]    (ours at each state-loop config)
 
 Shapes: the Mamba2 layers of the presets (``SHAPES``: marconi-7b, Nemotron-H 8B; heads x head dim,
 d_state, groups), one sequence, bf16 x / dt / B / C, fp32 A, D, dt_bias, dt softplus in the
@@ -133,6 +134,34 @@ def calls(torch, T, H, P, N, G, use_mamba=True, use_fla=True) -> dict:
     return fns
 
 
+#: the state loop's configurations ``--sweep`` times (``KERNELS_CONFIG_SSD_STATE``); the first is the default
+SWEEP = (
+    "BP=64,num_warps=8,num_stages=2",
+    "BP=64,num_warps=8,num_stages=3",
+    "BP=64,num_warps=4,num_stages=2",
+    "BP=32,num_warps=4,num_stages=2",
+    "BP=32,num_warps=8,num_stages=3",
+    "BP=16,num_warps=4,num_stages=2",
+)
+
+
+def sweep(torch, do_bench, do_bench_cudagraph, lengths) -> int:
+    _, H, P, N, G = SHAPES[1]
+    print(f"{'state config':<34} {'T':>6} {'plain ms':>9} {'graph ms':>9}")
+    for T in lengths:
+        fn = calls(torch, T, H, P, N, G, False, False)["states"]
+        for cfg in SWEEP:
+            os.environ["KERNELS_CONFIG_SSD_STATE"] = cfg
+            fn()
+            torch.cuda.synchronize()
+            plain = do_bench(fn, warmup=25, rep=100, return_mode="median")
+            with torch.cuda.stream(torch.cuda.Stream()):
+                graph = do_bench_cudagraph(fn, rep=100, return_mode="median")
+            print(f"{cfg:<34} {T:>6} {plain:>9.3f} {graph:>9.3f}")
+    os.environ.pop("KERNELS_CONFIG_SSD_STATE", None)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="quick run: T = 4096 and 8192")
@@ -140,6 +169,11 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
     ap.add_argument("--no-mamba", action="store_true")
     ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument(
+        "--sweep",
+        action="store_true",
+        help="instead: ours ('states') at each state-loop configuration of SWEEP (Nemotron-H 8B shape)",
+    )
     args = ap.parse_args(argv)
     mods = _cuda()
     if mods is None:
@@ -152,6 +186,8 @@ def main(argv=None) -> int:
     else:
         lengths = [4096, 8192] if args.small else [4096, 8192, 32768]
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
+    if args.sweep:
+        return sweep(torch, do_bench, do_bench_cudagraph, lengths)
     rows = []
     for name, H, P, N, G in SHAPES:
         for T in lengths:
