@@ -462,3 +462,105 @@ def test_default_timing_is_the_committed_file_scaled_to_the_presets_gpus():
     assert big.gpus == 8 and "8x H200" in big.source
     assert big == replace(committed, gpus=8)
     assert default_timing("qwen3-next-80b-a3b").gpus == 2
+
+
+# ------------------------------------------------------------------------------ the replay summary
+
+
+def _records():
+    """Three requests on 2 attention, 6 gated-delta and 8 MLP replayed layers: a miss, a validated
+    hit with its from-scratch reference timed, and a hit whose prefill the host held up."""
+    from sim.replay.records import RequestRecord
+
+    by = {"attention": 2.0, "gated_delta": 3.0, "mlp": 4.0, "other": 0.5}
+    miss = RequestRecord(0, 300, 10, suffix_segments=[(0, 300)], suffix_ms=9.5, suffix_ms_by_type=dict(by))
+    miss.suffix_slack_ms = 2.0
+    hit = RequestRecord(1, 500, 10, hit_tokens=200, restored=True, validated=True, integrity_checked=True)
+    hit.suffix_segments, hit.suffix_ms, hit.full_ms = [(200, 500)], 6.0, 15.0
+    hit.suffix_ms_by_type = {k: v / 2 for k, v in by.items()}
+    hit.full_ms_by_type = {k: 2 * v for k, v in by.items()}
+    hit.max_rec_error, hit.max_kv_error = 0.01, 0.03
+    hit.suffix_slack_ms = hit.full_slack_ms = 3.0
+    held = RequestRecord(2, 400, 10, hit_tokens=100, restored=True, suffix_segments=[(100, 250), (250, 400)])
+    held.suffix_ms, held.suffix_slack_ms = 30.0, 0.1  # host-bound: under HOST_BOUND_MARGIN_MS
+    held.suffix_ms_by_type = dict(by)
+    return [miss, hit, held]
+
+
+COUNTS_R = {"attention": 2, "gated_delta": 6, "mlp": 8}
+
+
+def test_request_table_and_summary_by_hand():
+    from sim.replay.checks import Failure
+
+    df = measure.request_table(_records(), SPEC, FLOORED, COUNTS_R)
+    assert list(df["splits"]) == [0, 0, 1] and list(df["kernel_calls"]) == [1, 1, 2]
+    assert list(df["suffix_host_bound"]) == [False, False, True]
+    # the whole model's time from the replayed layers: 8/2 attention, 24/6 gated delta, 32/8 MLP
+    assert df["measured_model_ms"].iloc[0] == pytest.approx(2.0 * 4 + 3.0 * 4 + 4.0 * 4 + 0.5)
+    assert df["modelled_ms"].iloc[1] == pytest.approx(measure.modelled_ms(SPEC, FLOORED, COUNTS_R, 200, 500))
+    assert df["modelled_ms"].iloc[2] == pytest.approx(measure.modelled_ms(SPEC, FLOORED, COUNTS_R, 100, 400, 1))
+    assert df["model_error"].iloc[0] == pytest.approx((df["modelled_ms"].iloc[0] - 9.5) / 9.5)
+    assert df["simulated_flops"].iloc[1] == pytest.approx(SPEC.prefill_flops(200, 500))
+    fails = [
+        Failure("kv-integrity", 1, 3, 200, 200),
+        Failure("integrity", 2, 4, 1, 1),
+        Failure("shadow-integrity", 2, 4, 1, 1),
+    ]
+    s = measure.summary(df, failures=fails, store_peak_bytes=123, wall_s=2.0, counts=COUNTS_R, spec=SPEC)
+    assert (s["requests"], s["input_tokens"], s["hits"], s["hit_tokens"]) == (3, 1200, 2, 300)
+    assert (s["hits_validated"], s["failures"], s["kv_failures"], s["integrity_failures"]) == (1, 3, 1, 2)
+    assert s["integrity_checked"] == 1 and s["host_bound_prefills"] == 1 and s["splits"] == 1
+    assert s["max_restore_error"] == pytest.approx(0.03) and s["max_rec_error"] == pytest.approx(0.01)
+    assert s["measured_ms_with_cache"] == pytest.approx(45.5)
+    assert s["measured_ms_without_cache"] == pytest.approx(15.0) and s["requests_full_measured"] == 1
+    assert s["measured_ms_saved_validated"] == pytest.approx(9.0)
+    full, part = df["modelled_full_ms"].iloc[1], df["modelled_ms"].iloc[1]
+    assert s["modelled_ms_saved_validated"] == pytest.approx(full - part)
+    saved = sum(df["executed_full_flops"] - df["executed_flops"])
+    assert s["measured_flops_saved"] == pytest.approx(saved) and saved > 0
+    assert s["simulated_flops_saved"] == pytest.approx(
+        SPEC.flops(500) - SPEC.prefill_flops(200, 500) + SPEC.flops(400) - SPEC.prefill_flops(100, 400)
+    )
+    # the error statistics leave the host-bound prefill out; the _all P95 keeps it
+    errs = df["model_error"].abs()
+    assert s["time_model_median_error"] == pytest.approx(float(errs.iloc[:2].median()))
+    assert s["time_model_p95_error_all"] == pytest.approx(float(errs.quantile(0.95)))
+    assert s["measured_ms_by_layer_type"]["attention"] == pytest.approx(2.0 + 1.0 + 2.0)
+    assert s["measured_model_ms_by_layer_type"]["gated_delta"] == pytest.approx((3.0 + 1.5 + 3.0) * 4)
+    assert s["measured_model_ms_by_layer_type"]["other"] == pytest.approx(0.5 + 0.25 + 0.5)
+    assert s["replay_tflops_timed"] == pytest.approx(s["replay_flops_executed"] / 45.5e-3 / 1e12)
+    wall = s["replay_flops_executed"] + df["replay_full_flops"].iloc[1]
+    assert s["replay_tflops_wall"] == pytest.approx(wall / 2.0 / 1e12)
+    assert s["restore_errors"]["kv"]["max"] == pytest.approx(0.03)
+    assert s["tokens_per_s"] == pytest.approx(600.0)
+    # no time, no rate; an empty table
+    z = measure.summary(df.iloc[:0], failures=0, store_peak_bytes=0, wall_s=0.0)
+    assert z["requests"] == 0 and z["failures"] == 0 and z["tokens_per_s"] != z["tokens_per_s"]
+
+
+def test_batch_summary_by_hand():
+    from types import SimpleNamespace as C
+
+    calls = [
+        C(kind="suffix", segments=[(0, 100), (50, 80)], ms=2.0, slack_ms=5.0),
+        C(kind="suffix", segments=[(10, 20)], ms=1.0, slack_ms=0.1),
+        C(kind="reference", segments=[(0, 300)], ms=4.0, slack_ms=float("nan")),
+    ]
+    b = measure.batch_summary(calls, SPEC, COUNTS_R, wall_s=10.0, peak_tflops=989.0, flushes={"full": 2})
+    from sim.replay.flops import replayed_flops
+
+    f = [replayed_flops(SPEC, COUNTS_R, c.segments) for c in calls]
+    suf = b["batch_calls"]["suffix"]
+    assert (suf["calls"], suf["sequences"], suf["tokens"], suf["ms"]) == (2, 3, 140, 3.0)
+    assert suf["sequences_per_call"] == 1.5 and suf["tokens_per_call"] == 70
+    assert suf["tflops"] == pytest.approx((f[0] + f[1]) / 3e-3 / 1e12)
+    assert suf["peak_share"] == pytest.approx(suf["tflops"] / 989.0)
+    assert b["batch_calls"]["reference"]["tokens"] == 300
+    assert b["batch_calls_host_bound"] == 1 and b["batch_flushes"] == {"full": 2}
+    assert b["replay_tflops_timed"] == pytest.approx(sum(f) / 7e-3 / 1e12)
+    assert b["replay_tflops_wall"] == pytest.approx(sum(f) / 10.0 / 1e12)
+    assert b["replay_peak_share_wall"] == pytest.approx(b["replay_tflops_wall"] / 989.0)
+    nopeak = measure.batch_summary(calls, SPEC, COUNTS_R, wall_s=0.0)
+    assert nopeak["replay_peak_share_timed"] == 0.0 and nopeak["batch_calls"]["suffix"]["peak_share"] == 0.0
+    assert nopeak["replay_tflops_wall"] != nopeak["replay_tflops_wall"]
