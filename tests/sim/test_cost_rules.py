@@ -448,11 +448,36 @@ def test_the_committed_h200_timing_is_refitted_exactly_from_its_raw_runs():
     for k in LAYER_KINDS:
         assert info["terms"][k]["calls"] == info_committed["terms"][k]["calls"]
         assert info["terms"][k]["calls_above_floor"] == info_committed["terms"][k]["calls_above_floor"]
+        for e in ("median_error", "p95_error"):
+            assert info["terms"][k][e] == pytest.approx(info_committed["terms"][k][e], rel=1e-6), (k, e)
     fitted, sinfo = step_model.calibrate_steps(read_table(steps_file), SPEC, t, N)
     assert fitted.seq_ms == pytest.approx(committed.seq_ms, rel=1e-9, abs=1e-12)
     assert (sinfo["fit_steps"], sinfo["held_out_steps"]) == (704, 705)
     assert sinfo["median_error"] == pytest.approx(info_committed["steps"]["median_error"], rel=1e-6)
     assert fitted == committed  # every term, the decode time, the peak and the GPU count
+
+
+def test_without_a_committed_file_the_default_timing_is_the_documented_estimate(monkeypatch):
+    """40 % of 989 TFLOP/s per GPU, a 10 ms overhead, decode = the active bf16 weights read at 60 %
+    of 4.8 TB/s per GPU."""
+    import sim.cost as cost
+
+    monkeypatch.setattr(cost, "H200_TIMING_FILE", ROOT / "absent-timing.json")
+    for name, g in (("qwen3.5-9b", 1), ("qwen3-next-80b-a3b", 2), ("qwen3.5-122b-a10b", 4)):
+        t = cost.default_timing(name)
+        spec = get_model(name)
+        assert isinstance(t, TimingModel) and t.overhead_ms == 10.0
+        assert t.effective_tflops == pytest.approx(round(g * 989.0 * 0.4, 1))
+        assert t.decode_ms_per_token == pytest.approx(round(spec.active_params() * 2 / (g * 4.8e12 * 0.6) * 1e3, 2))
+    m7 = cost.default_timing("marconi-7b")
+    assert cost.default_timing("llama-7b") == m7 and m7.overhead_ms == 17.8 and m7.decode_ms_per_token == 12.0
+
+
+def test_replay_tiny_is_the_toy_qwen_layout():
+    t = get_model("replay-tiny")
+    assert (t.n_attn, t.n_gdn, t.n_mlp, t.d_model) == (1, 3, 4, 32)
+    assert t.mlp_active_params == 3 * 32 * 64 and t.mlp_layer_a == 2 * 3 * 32 * 64
+    assert t.nominal_active_params == float(t.active_params())
 
 
 def test_default_timing_is_the_committed_file_scaled_to_the_presets_gpus():
@@ -537,6 +562,11 @@ def test_request_table_and_summary_by_hand():
     # no time, no rate; an empty table
     z = measure.summary(df.iloc[:0], failures=0, store_peak_bytes=0, wall_s=0.0)
     assert z["requests"] == 0 and z["failures"] == 0 and z["tokens_per_s"] != z["tokens_per_s"]
+    # rows, none validated: every error statistic is 0, none is made up
+    nv = measure.summary(df.iloc[[0, 2]], failures=[], store_peak_bytes=0, wall_s=1.0)
+    for key in ("max_restore_error", "max_rec_error", "max_conv_error", "max_out_error", "max_kv_error"):
+        assert nv[key] == 0.0, key
+    assert nv["restore_errors"] == {} and nv["hits_validated"] == 0 and nv["measured_ms_saved_validated"] == 0.0
 
 
 def test_batch_summary_by_hand():
