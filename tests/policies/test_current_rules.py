@@ -310,3 +310,42 @@ def test_every_current_preset_caps_its_lookup_and_the_papers_do_not():
         p = get_preset(name)
         assert not p.lookup_cap_minus_one and p.stores_last_token, name
     assert not get_preset("vanilla").caching
+
+
+def test_trtllm_admission_refuses_a_start_offset_of_zero_and_takes_an_end_offset_of_zero():
+    from policies.base import PolicyError
+    from policies.trtllm_current import TrtllmParams
+
+    with pytest.raises(PolicyError, match="--additional-snapshot-offsets-from-start offsets must be positive"):
+        TrtllmAdmission(TrtllmParams(additional_snapshot_offsets_from_start="0"))
+    a = TrtllmAdmission(
+        TrtllmParams(additional_snapshot_offsets_from_start="1", additional_snapshot_offsets_from_end="0")
+    )
+    assert (a.from_start, a.from_end) == ((1,), (0,))
+    with pytest.raises(PolicyError, match="from-end offsets must be non-negative"):
+        TrtllmAdmission(TrtllmParams(additional_snapshot_offsets_from_end="-1"))
+
+
+def test_a_cache_of_exactly_one_state_is_allowed_and_one_byte_less_is_not():
+    from sim.cost import get_model
+    from sim.errors import UsageError
+
+    S = get_model("qwen3.5-9b").state_bytes()
+    trace = one_per_session((toks(0, 40), toks(100, 3)))
+    for policy in ("sglang", "vllm", "trtllm", "lmdeploy", "marconi"):
+        run(trace, policy, capacity=S)
+        with pytest.raises(UsageError, match="smaller than one state checkpoint"):
+            run(trace, policy, capacity=S - 1)
+    run(trace, "vanilla", capacity=1)  # caches nothing: any capacity
+
+
+@pytest.mark.parametrize("sched", SCHEDULERS)
+def test_the_lookup_event_names_the_checkpoint_of_a_one_block_hit(sched):
+    """A hit of exactly one 16-token block (a 32-token prompt sent twice: the lookup stops at 31
+    tokens) reports the checkpoint it restores; a miss reports none."""
+    from sim.engine.events import Lookup
+
+    hits, sim, events = go(hash_trace(32, 20), "trtllm", sched, periodic_snapshot_interval=16)
+    looks = [e for e in events if isinstance(e, Lookup)]
+    assert hits == [0, 16] and [e.hit_tokens for e in looks] == [0, 16]
+    assert looks[0].hit_checkpoint is None and looks[1].hit_checkpoint is not None
