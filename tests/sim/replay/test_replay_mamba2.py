@@ -1,0 +1,84 @@
+"""The replayed Mamba2 layer (``sim.replay.mamba2``): shapes from the presets, a restore at a
+boundary from the layer's emitted SSD state and conv window equal to the from-scratch run (what
+replay's validation checks), the varlen batch against per-sequence runs, and the Triton kernels
+against the plain-torch ones."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernels._common import prepare_chunk_metadata  # noqa: E402
+from sim.cost import MODELS  # noqa: E402
+from sim.replay.mamba2 import Mamba2Shape, init_weights, load_backend, mamba2_block  # noqa: E402
+
+TINY = Mamba2Shape(hidden=32, heads=4, head_dim=16, d_state=16, groups=2)
+
+
+def _layer(shape=TINY, dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return init_weights(shape, gen, "cpu", dtype)
+
+
+def _run(x, w, start, rec0, conv0, boundaries, backend="torch", dtype=torch.float32):
+    meta = prepare_chunk_metadata([0, x.shape[0]], [start], boundary_indices=boundaries)
+    out = mamba2_block(
+        x, w, TINY, dtype=dtype, meta=meta, rec0=rec0, conv0=conv0, boundaries=bool(boundaries),
+        backend=load_backend(backend),
+    )  # fmt: skip
+    return out
+
+
+def test_shape_from_the_presets():
+    s = Mamba2Shape.from_spec(MODELS["marconi-7b"])
+    assert (s.heads, s.head_dim, s.d_state, s.groups, s.conv_width) == (128, 64, 128, 1, 4)
+    assert s.conv_dim == 8192 + 2 * 128 and s.proj_dim == 2 * 8192 + 2 * 128 + 128
+    assert s.state_shape == (128, 64, 128)
+    with pytest.raises(ValueError, match="no Mamba2 layers"):
+        Mamba2Shape.from_spec(MODELS["qwen3.5-9b"])
+    with pytest.raises(ValueError, match="bad Mamba2 shape"):
+        Mamba2Shape(hidden=8, heads=3, head_dim=4, d_state=4, groups=2)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_restore_at_a_boundary_equals_the_run_through(backend):
+    pytest.importorskip("triton") if backend == "triton" else None
+    w = _layer()
+    gen = torch.Generator().manual_seed(1)
+    T = 150
+    x = torch.randn(T, TINY.hidden, generator=gen)
+    y, rec, conv, rb, cb = _run(x, w, 0, None, None, [64, 128], backend)
+    assert rb.shape == (2, 4, 16, 16) and cb.shape == (2, TINY.conv_dim, 3)
+    for j, p in enumerate((64, 128)):
+        y2, rec2, conv2, _, _ = _run(x[p:], w, p, rb[j], cb[j], [], backend)
+        assert torch.equal(y2, y[p:]) and torch.equal(rec2, rec) and torch.equal(conv2, conv)
+
+
+def test_triton_equals_torch_and_varlen_equals_per_sequence():
+    pytest.importorskip("triton")
+    w = _layer(seed=2)
+    gen = torch.Generator().manual_seed(3)
+    lens, starts = [70, 1, 90], [0, 40, 64]
+    x = torch.randn(sum(lens), TINY.hidden, generator=gen)
+    rec0 = 0.1 * torch.randn(3, *TINY.state_shape, generator=gen)
+    rec0[0] = 0
+    conv0 = 0.1 * torch.randn(3, TINY.conv_dim, 3, generator=gen)
+    conv0[0] = 0
+    cu = [0, 70, 71, 161]
+    meta = prepare_chunk_metadata(cu, starts, boundary_indices=[[64], [], [128]])
+    outs = {}
+    for name in ("torch", "triton"):
+        outs[name] = mamba2_block(
+            x, w, TINY, dtype=torch.float32, meta=meta, rec0=rec0, conv0=conv0, boundaries=True,
+            backend=load_backend(name), varlen=True,
+        )  # fmt: skip
+    for a, b in zip(outs["torch"], outs["triton"]):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)
+    y, rec, conv, rb, cb = outs["torch"]
+    assert rb.shape[0] == 2
+    for n in range(3):
+        a, b = cu[n], cu[n + 1]
+        bnd = ([64], [], [128])[n]
+        y1, rec1, conv1, rb1, cb1 = _run(x[a:b], w, starts[n], rec0[n], conv0[n], bnd)
+        torch.testing.assert_close(y[a:b], y1, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(rec[n], rec1, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(conv[n], conv1, atol=1e-5, rtol=1e-5)  # the projection of other row counts
