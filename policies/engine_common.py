@@ -32,6 +32,26 @@ class ChunkedPrefill:
 
 
 @dataclass(frozen=True)
+class Speculation:
+    """Knob of the engine presets that model speculative decoding (``vllm``, ``sglang``, ``trtllm``)."""
+
+    speculative_tokens: int = knob(
+        0,
+        "Speculative decoding (MTP / EAGLE): draft tokens per step K (vLLM num_speculative_tokens, SGLang "
+        "--speculative-num-steps with top-k 1, TensorRT-LLM max_draft_len); 0 = off.",
+        min=0,
+    )
+
+
+def verify_slots(k: int) -> int:
+    """State slots a running request holds for the verify step of K draft tokens in SGLang and
+    TensorRT-LLM: one intermediate state per verified token, K + 1 (SGLang ``MambaPool``'s
+    ``intermediate_ssm_state_cache`` ``[layers, size + 1, speculative_num_draft_tokens, ...]``;
+    TensorRT-LLM's intermediate buffer ``[layers, max_batch_size, max_draft_len + 1, ...]``)."""
+    return k + 1 if k > 0 else 0
+
+
+@dataclass(frozen=True)
 class VllmBlocks(ChunkedPrefill):
     """Knobs of the block-based admissions: chunked prefill and the engine's block."""
 

@@ -54,7 +54,16 @@ import math
 from dataclasses import dataclass, replace
 
 from policies.base import AdmissionPolicy, EngineRules, PolicyError, admission, knob, register_preset
-from policies.engine_common import ChunkedPrefill, EnginePreset, StatePool, chunk_ends, full_tokens, input_tokens
+from policies.engine_common import (
+    ChunkedPrefill,
+    EnginePreset,
+    Speculation,
+    StatePool,
+    chunk_ends,
+    full_tokens,
+    input_tokens,
+    verify_slots,
+)
 from policies.sglang import SGLANG_CAPTURE_CHUNK, SGLANG_RULES, v2_tracks
 
 VERSION = "main 2026-09"  # newest code read (see the docstring); no release number yet
@@ -65,7 +74,7 @@ DEFAULT_TRACK_INTERVAL = 256
 
 
 @dataclass(frozen=True)
-class SglangParams(ChunkedPrefill):
+class SglangParams(ChunkedPrefill, Speculation):
     """SGLang's own cache knobs, as its server flags name them."""
 
     mamba_radix_cache_strategy: str = knob(
@@ -126,8 +135,13 @@ class SglangAdmission(AdmissionPolicy):
 
     @property
     def running_state_slots(self) -> int:
-        """no_buffer: the request's working slot; extra_buffer: plus two ping-pong track buffers."""
-        return 1 if resolved_strategy(self.params) == "no_buffer" else 3
+        """no_buffer: the request's working slot; extra_buffer: plus two ping-pong track buffers;
+        under speculative decoding K + 1 intermediate states more (``MambaPool``'s
+        ``intermediate_ssm_state_cache``, one per draft token verified). Placement does not change:
+        the verify step keeps every draft token's state, so a track position crossed inside it is
+        taken exactly (``prepare_mamba_track_for_verify``)."""
+        base = 1 if resolved_strategy(self.params) == "no_buffer" else 3
+        return base + verify_slots(self.params.speculative_tokens)
 
     def prefill_checkpoints(self, match, ctx):
         p = self.params
@@ -172,6 +186,13 @@ class SglangPreset(EnginePreset):
             )
         if strategy == "no_buffer" and config.mamba_track_interval != DEFAULT_TRACK_INTERVAL:
             raise PolicyError("--mamba-track-interval is read by extra_buffer only; no_buffer tracks no decode states")
+        drafts = verify_slots(config.speculative_tokens)
+        if strategy != "no_buffer" and drafts and config.mamba_track_interval < drafts:
+            raise PolicyError(
+                f"--mamba-track-interval {config.mamba_track_interval} must be >= the {drafts} draft tokens a "
+                f"verify step checks (--speculative-tokens {config.speculative_tokens} + 1): SGLang asserts it "
+                "(arg_groups/mamba_hook.py validate_mamba_extra_buffer)"
+            )
         if config.mamba_track_interval % config.page_size:
             raise PolicyError(
                 f"--mamba-track-interval {config.mamba_track_interval} must be a multiple of "

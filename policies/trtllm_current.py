@@ -66,7 +66,7 @@ import re
 from dataclasses import dataclass
 
 from policies.base import AdmissionPolicy, PolicyError, PolicyPreset, admission, knob, register_preset
-from policies.engine_common import full_tokens, input_tokens
+from policies.engine_common import Speculation, full_tokens, input_tokens, verify_slots
 
 FROM_START_FLAG = "--additional-snapshot-offsets-from-start"
 FROM_END_FLAG = "--additional-snapshot-offsets-from-end"
@@ -74,7 +74,7 @@ _INT = re.compile(r"[+-]?[0-9]+")
 
 
 @dataclass(frozen=True)
-class TrtllmParams:
+class TrtllmParams(Speculation):
     """TensorRT-LLM's snapshot knobs (``kv_cache_config.mamba_state_config``)."""
 
     periodic_snapshot_interval: int = knob(
@@ -139,6 +139,14 @@ class TrtllmAdmission(AdmissionPolicy):
     """Snapshot points in the prompt (periodic and fixed offsets), periodic ones in decode."""
 
     Params = TrtllmParams
+
+    @property
+    def running_state_slots(self) -> int:
+        """The request's state slot, plus K + 1 intermediate states under speculative decoding
+        (the verify step's per-draft-token states, from which the accepted one is promoted:
+        ``_promote_mamba_state_triton``'s ``intermediate`` buffer). Snapshot placement does not
+        change: snapshot points are prompt positions, committed by prefill chunks."""
+        return 1 + verify_slots(self.params.speculative_tokens)
 
     def __init__(self, params=None) -> None:
         super().__init__(params)

@@ -64,7 +64,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from policies.base import AdmissionPolicy, PolicyError, admission, knob, register_preset
-from policies.engine_common import VllmBlocks, full_tokens, input_tokens
+from policies.engine_common import Speculation, VllmBlocks, full_tokens, input_tokens
 from policies.vllm import VllmAlignAdmission, VllmPreset, align_step_ends
 
 VERSION = "main 2026-09"  # newest code read (see the docstring); no release number yet
@@ -73,7 +73,7 @@ DENSE = -1  # --prefix-cache-retention-interval -1: the Python API's None (every
 
 
 @dataclass(frozen=True)
-class VllmParams(VllmBlocks):
+class VllmParams(VllmBlocks, Speculation):
     """vLLM's own hybrid-cache knobs, as its server flags name them."""
 
     prefix_cache_retention_interval: int = knob(
@@ -122,7 +122,18 @@ class VllmAdmission(AdmissionPolicy):
 
     Params = VllmParams
     uses_prefill_steps = True
-    running_state_slots = 2  # the running state + the last step's checkpoint
+
+    @property
+    def running_state_slots(self) -> int:
+        """The running state + the last step's checkpoint; under EAGLE / MTP the running state
+        spans 1 + num_speculative_blocks blocks (``MambaSpec.num_speculative_blocks`` =
+        num_speculative_tokens; ``preprocess_mamba`` copies the previous step's state "to the last
+        (1 + num_speculative_blocks) block"). A method without ``--speculative-tokens`` counts one."""
+        return 2 + self.spec_blocks()
+
+    def spec_blocks(self) -> int:
+        p = self.params
+        return 0 if p.speculative_method == "none" else max(p.speculative_tokens, 1)
 
     def schedule_chunk(self, start, end, budget, step_budget, ctx):
         """``_mamba_block_aligned_split``: block-aligned steps, a cut at the prompt's last full
@@ -143,7 +154,8 @@ class VllmAdmission(AdmissionPolicy):
             return positions
         return [p - B for p in positions if p - B > floor]
 
-    def prefill_checkpoints(self, match, ctx):
+    def prefill_states(self, match, ctx) -> tuple[list[int], int, int]:
+        """The prefill states vLLM keeps before the EAGLE / MTP shift (tokens), the block and the hit."""
         p = self.params
         B = ctx.block_tokens
         n = input_tokens(ctx)
@@ -161,16 +173,35 @@ class VllmAdmission(AdmissionPolicy):
             ends = align_step_ends(hit, n, B, p.prefill_chunk_tokens)
         states = [e for e in ends if e % B == 0 and e // B <= ctx.n_input]
         semantic = {n - n % B, junction}
-        kept = self.shift(retained(states, semantic, self.interval()), B, hit)
-        return [s // B for s in kept]
+        return retained(states, semantic, self.interval()), B, hit
 
-    def decode_checkpoints(self, match, ctx):
+    def decode_states(self, match, ctx) -> tuple[list[int], int, int]:
+        """The decode states vLLM keeps before the EAGLE / MTP shift (tokens), the block and the
+        floor of the shift (the prompt's last full block)."""
         B = ctx.block_tokens
         n = input_tokens(ctx)
         states = list(range((n // B + 1) * B, full_tokens(ctx) + 1, B))
         newest = {states[-1]} if states else set()
-        kept = self.shift(retained(states, newest, self.interval()), B, n // B * B)
-        return [s // B for s in kept]
+        return retained(states, newest, self.interval()), B, n // B * B
+
+    def prefill_checkpoints(self, match, ctx):
+        kept, B, hit = self.prefill_states(match, ctx)
+        return [s // B for s in self.shift(kept, B, hit)]
+
+    def decode_checkpoints(self, match, ctx):
+        kept, B, floor = self.decode_states(match, ctx)
+        return [s // B for s in self.shift(kept, B, floor)]
+
+    def speculation_lost(self, match, ctx) -> list[int]:
+        """Token positions where vLLM would keep a state but for EAGLE / MTP (the one alignment
+        unit a hit loses, vLLM #54360 / #53670): kept positions that no shifted state lands on."""
+        if self.params.speculative_method == "none":
+            return []
+        lost = []
+        for kept, B, floor in (self.prefill_states(match, ctx), self.decode_states(match, ctx)):
+            shifted = set(self.shift(kept, B, floor))
+            lost += [p for p in kept if p not in shifted]
+        return lost
 
 
 @dataclass(frozen=True)
@@ -183,6 +214,11 @@ class VllmCurrentPreset(VllmPreset):
             raise PolicyError(
                 f"--prefix-cache-retention-interval must be >= 0 (or -1 for every state), not "
                 f"{config.prefix_cache_retention_interval}"
+            )
+        if config.speculative_tokens and config.speculative_method == "none":
+            raise PolicyError(
+                f"--speculative-tokens {config.speculative_tokens} needs --speculative-method (eagle, eagle3 or mtp): "
+                "vLLM's --speculative-config names the method with num_speculative_tokens"
             )
         if config.speculative_method != "none" and config.prefix_cache_retention_interval not in (0, DENSE):
             raise PolicyError(

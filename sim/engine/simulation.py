@@ -311,6 +311,9 @@ class Simulation:
         hit_ckpt = m.hit_node.ckpt if m.hit_sym > 0 and self.spec.is_hybrid else None
         if self.misses is not None:
             self.misses.looked_up(r, hit_tokens, tok_in)
+            lost = getattr(self.admission, "speculation_lost", None)  # vLLM's EAGLE / MTP block drop
+            if lost is not None:
+                self.misses.speculative(r, lost(m, ctx), t)
         for fn in self._on_lookup:
             fn(r, t, hit_ckpt, hit_tokens, tok_in)
         return Flight(
