@@ -179,7 +179,7 @@ def fig_ttft(rows, requests):
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(plt.NullFormatter())
         ax.set_xlabel("TTFT (ms, log scale)")
-        ax.set_ylabel("requests with TTFT <= x (fraction)")
+        ax.set_ylabel("cumulative share of requests (fraction)")
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

@@ -53,7 +53,7 @@ def test_plot_cli_writes_png_and_svg(results, tmp_path):
     for text in ("vanilla", "vllm+", "sglang+", "marconi (best α)", "cache capacity (GB)", "token hit rate (%)"):
         assert f"<!-- {text} -->" in svg, text
     svg = (figs / "ttft.svg").read_text()
-    assert "<!-- TTFT (ms) -->" in svg and "<!-- fraction of requests -->" in svg
+    assert "<!-- TTFT (ms, log scale) -->" in svg and "<!-- cumulative share of requests (fraction) -->" in svg
     svg = (figs / "alpha.svg").read_text()
     assert "<!-- marconi: token hit rate (%) -->" in svg and "<!-- best static α -->" in svg
     marconi(
@@ -226,15 +226,19 @@ def test_hit_rate_figure_draws_the_mean_hit_rate_of_each_variant(results):
 
 
 def test_ttft_figure_draws_the_empirical_cdf_of_each_variant(results):
+    """A panel per configuration (here: per capacity), a curve per variant of that configuration's
+    requests alone (issue 45: no curve pools configurations)."""
     from sim.analysis import plot
+    from sim.config import format_size
 
     fig = plot.make_figure(results, "ttft")
-    (ax,) = fig.axes
     best = best_alpha_rows(raw_rows(results))
     req = pd.concat([pd.read_parquet(p) for p in sorted((results / "_requests").glob("*.parquet"))])
-    lines = {ln.get_label(): ln for ln in ax.lines}
-    for policy, g in best.groupby("policy"):
+    panels = {ax.get_title(): ax for ax in fig.axes}
+    assert set(panels) == {f"{format_size(c)} cache" for c in best["capacity_bytes"].unique()}
+    for (policy, cap), g in best.groupby(["policy", "capacity_bytes"]):
         label = "marconi (best α)" if policy == "marconi" else policy
+        lines = {ln.get_label(): ln for ln in panels[f"{format_size(cap)} cache"].lines}
         x = np.sort(req[req["config_id"].isin(g["config_id"])]["ttft_s"].to_numpy() * 1e3)
         gx, gy = lines[label].get_data()
         assert np.allclose(gx, np.maximum(x, 1e-3)) and np.allclose(gy, np.arange(1, len(x) + 1) / len(x))
