@@ -370,3 +370,58 @@ def test_a_preempted_request_gives_back_the_lock_on_its_hit():
     assert sum(n.lock for n in sim.tree.iter_nodes() if n is not sim.tree.root) == 0
     sim.tree.check_invariants()
     assert sim.tree.capacity_bytes == cap
+
+
+def test_batch_size_and_step_token_statistics_count_prefills_and_decodes():
+    """Steps of the budget test: (2 prefills), then 3 steps of (1 prefill + 1 decode), then the
+    decodes of request 1 alone: the batch-size histogram weighs each step by its steps."""
+    trace = open_trace([(0.0, 50, 4), (0.0, 1000, 2)])
+    _, res, steps = go(trace, policy="sglang+", max_num_batched_tokens=333, max_num_seqs=8)
+    sizes = [len(s.prefills) + len(s.decodes) for s in steps for _ in range(s.steps)]
+    assert sizes[:4] == [2, 2, 2, 2] and res.summary["batch_size_max"] == 2
+    assert res.summary["batch_size_mean"] == pytest.approx(sum(sizes) / len(sizes))
+    assert res.summary["step_tokens_max"] == 333 and res.summary["steps"] == len(sizes)
+
+
+class ThresholdTiming(type(TIMING)):
+    """Decode steps cost the weights' read until a context reaches 120 tokens, then 1 ms more."""
+
+    def step_time_s(self, spec, prefills, decode_contexts):
+        extra = 1e-3 if any(c >= 120 for c in decode_contexts) else 0.0
+        return super().step_time_s(spec, prefills, decode_contexts) + extra
+
+
+def test_a_run_whose_last_step_costs_the_same_as_its_first_is_one_event():
+    """Contexts 20..118 (99 decode steps of a 100-token output): the run's last step (context 118)
+    costs what its first does, so the 99 steps are one event of equal steps (not pieces of
+    VARIABLE_RUN); a longer output crosses the threshold and is timed step by step."""
+    timing = ThresholdTiming(TIMING.effective_tflops, TIMING.overhead_ms, TIMING.decode_ms_per_token)
+    _, _, steps = go(open_trace([(0.0, 20, 100)]), timing=timing, policy="sglang+")
+    assert [s.steps for s in steps] == [1, 99]
+    assert steps[1].seconds == pytest.approx(99 * TIMING.decode_time_s(1), rel=1e-12)
+    _, _, steps = go(open_trace([(0.0, 20, 103)]), timing=timing, policy="sglang+")
+    assert [s.steps for s in steps] == [1, VARIABLE_RUN, 102 - VARIABLE_RUN]
+    assert sum(s.seconds for s in steps[1:]) == pytest.approx(102 * TIMING.decode_time_s(1) + 2e-3, rel=1e-9)
+
+
+def test_a_partial_prefill_that_takes_the_whole_budget_delays_a_later_decode():
+    """Chunks cut on a 100-token grid (as an engine that cuts at snapshot points): request 0's first
+    chunk is 0-100 and leaves 28 of the 128-token budget, which admits request 1 (20 tokens). In the
+    next step request 0's chunk takes the whole budget (100-228: no grid point inside), so request
+    1's decode waits, as vLLM v1 serves running requests in order; no step exceeds the budget."""
+    trace = open_trace([(0.0, 1000, 2), (0.0, 20, 3)])
+    conf = SimConfig(policy="sglang+", capacity_bytes=BIG, scheduler="continuous", max_num_batched_tokens=128)
+    log = EventLog()
+    sim = build(trace, conf, observers=(log,))
+
+    def grid(start, end, budget, step_budget, ctx):
+        n = min(budget, end - start)
+        nxt = (start // 100 + 1) * 100
+        return nxt - start if start < 100 and nxt < start + n else n
+
+    sim.admission.schedule_chunk = grid
+    run(sim)
+    steps = [e for e in log.events if isinstance(e, Step)]
+    assert steps[0].prefills == ((0, 0, 100), (1, 0, 20))
+    assert steps[1].prefills == ((0, 100, 228),) and steps[1].decodes == ()
+    assert all(s.tokens <= 128 for s in steps)
