@@ -12,8 +12,9 @@ The layer (Mamba2 as mamba_ssm and Nemotron-H write it; z gating in the norm):
     x <- x + (rmsnorm_grouped(y * silu(z)) * w_norm) W_out    (groups of d_inner / G channels)
 
 Its states have the gated-delta layer's form: a recurrent ``[H, P, N]`` fp32 tensor and a conv
-window ``[conv_dim, W-1]``. This module is self-contained (torch, and triton for the ``triton``
-backend only); ``sim.replay.model`` can hold its layers beside the gated-delta ones.
+window ``[conv_dim, W-1]``; ``Mamba2Model`` is ``HybridModel`` with these layers in the linear
+layers' place (its shape from ``replay_shape``), so replay's store, restores, varlen steps and
+validation apply unchanged. Needs torch, and triton for the ``triton`` backend only.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
+
+from sim.errors import UsageError
+from sim.replay.backends import resolve_kernel
+from sim.replay.model import GDN, HybridModel, ReplayShape, subsample
 
 #: the Mamba2 head dim where a preset does not give its head count (mamba_ssm's default)
 DEFAULT_HEAD_DIM = 64
@@ -216,3 +221,130 @@ def mamba2_block(
     g = (y.float().reshape(T, di) * F.silu(z.float())).view(T, s.groups, di // s.groups)
     g = F.rms_norm(g, (di // s.groups,), eps=1e-5).reshape(T, di) * w["norm_w"]
     return x + g.to(dtype) @ w["w_out"], rec_end, conv_end, rec_b, conv_b
+
+
+# ---- the replayed model with Mamba2 layers --------------------------------------------------
+#
+# ``sim.replay.model.HybridModel`` runs its linear layers through ``_gdn``; a Mamba2 model is the
+# same stack with that method running ``mamba2_block``. Its ``ReplayShape`` carries the Mamba2
+# sizes in the gated-delta fields, so that every consumer of the shape (the checkpoint store's
+# slot sizes, ``state_bytes``, the conv window's width) sees the Mamba2 layer's true sizes:
+#
+#   k_heads = G, head_k_dim = N, v_heads = H, head_v_dim = P
+#   conv_dim = 2 k_heads head_k_dim + v_heads head_v_dim = 2 G N + H P       (Mamba2's xBC)
+#   recurrent state [v_heads, head_k_dim, head_v_dim] = [H, N, P]             (H P N fp32 values)
+#
+# The replay stack keeps states as ``[H, N, P]`` (the gated-delta ``[Hv, K, V]`` order); the
+# kernels' ``[H, P, N]`` is its transpose, taken on the way in and out (exact: a copy).
+
+
+def replay_shape(spec, layers: Optional[int] = None, vocab_rows: int = 1 << 16, head_dim: Optional[int] = None):
+    """The ``ReplayShape`` of a preset with Mamba2 layers (its attention and MLP layers as
+    ``ReplayShape.from_spec`` takes them; ``layers``: mixer layers, subsampled per type)."""
+    import dataclasses
+
+    m = Mamba2Shape.from_spec(spec, head_dim)
+    base = ReplayShape.from_spec(dataclasses.replace(spec, n_gdn=spec.n_mamba), layers, vocab_rows=vocab_rows)
+    a, g = subsample(spec.n_attn, spec.n_mamba, layers)
+    return dataclasses.replace(
+        base,
+        layers=g,
+        attn_layers=a,
+        k_heads=m.groups,
+        v_heads=m.heads,
+        head_k_dim=m.d_state,
+        head_v_dim=m.head_dim,
+        conv_width=m.conv_width,
+    )
+
+
+def mamba2_of(shape) -> Mamba2Shape:
+    """The Mamba2 layer a ``replay_shape`` describes."""
+    return Mamba2Shape(
+        hidden=shape.hidden,
+        heads=shape.v_heads,
+        head_dim=shape.head_v_dim,
+        d_state=shape.head_k_dim,
+        groups=shape.k_heads,
+        conv_width=shape.conv_width,
+    )
+
+
+#: the gated-delta backend names replay accepts (``--kernel``) -> the Mamba2 backend they mean
+KERNEL_TO_MAMBA2 = {"triton": "triton", "ours": "triton", "torch": "torch"}
+
+
+class Mamba2Model(HybridModel):
+    """``HybridModel`` whose linear layers are Mamba2 layers (``mamba2_block``); its shape is
+    a ``replay_shape``. Attention, MLPs, states, boundaries, restores and the varlen batch are
+    the parent's."""
+
+    def __init__(self, shape, *, device="cpu", dtype=torch.float32, seed: int = 0, kernel=None) -> None:
+        self.shape = shape
+        self.mamba = mamba2_of(shape)
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.kernel = resolve_kernel(kernel, self.device)
+        if self.kernel not in KERNEL_TO_MAMBA2:
+            raise UsageError(
+                f"--kernel {self.kernel} has no Mamba2 kernel; Mamba2 layers run on "
+                f"{' or '.join(sorted(set(KERNEL_TO_MAMBA2.values())))}"
+            )
+        self._backend = None  # the gated-delta backend: unused
+        self._mamba_backend = load_backend(KERNEL_TO_MAMBA2[self.kernel])
+        self.marks = None
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(int(seed))
+        s = shape
+
+        def randn(*size, std):
+            return (torch.randn(*size, generator=gen, device=self.device, dtype=torch.float32) * std).to(dtype)
+
+        self.embedding = randn(s.vocab_rows, s.hidden, std=1.0)
+        self.layers, self.attn, self.mlp = [], [], []
+        for kind in s.order:
+            if kind == GDN:
+                self.layers.append(init_weights(self.mamba, gen, self.device, dtype))
+            else:
+                H, KVH, hd = s.attn_heads, s.attn_kv_heads, s.attn_head_dim
+                qw = H * hd * (2 if s.attn_output_gate else 1)
+                self.attn.append(
+                    dict(
+                        w_q=randn(s.hidden, qw, std=s.hidden**-0.5),
+                        w_kv=randn(s.hidden, 2 * KVH * hd, std=s.hidden**-0.5),
+                        q_norm=torch.ones(hd, device=self.device, dtype=torch.float32),
+                        k_norm=torch.ones(hd, device=self.device, dtype=torch.float32),
+                        w_o=randn(H * hd, s.hidden, std=0.5 * (H * hd) ** -0.5),
+                    )
+                )
+            if s.mlp_inter:
+                self.mlp.append(
+                    dict(
+                        w_gu=randn(s.hidden, 2 * s.mlp_inter, std=s.hidden**-0.5),
+                        w_down=randn(s.mlp_inter, s.hidden, std=0.5 * s.mlp_inter**-0.5),
+                    )
+                )
+
+    def upcast(self, dtype: torch.dtype = torch.float32):
+        m = object.__new__(type(self))
+        m.__dict__.update(self.__dict__)
+        m.dtype = dtype
+        m.marks = None
+
+        def up(d: dict) -> dict:
+            return {k: v.to(dtype) if v.is_floating_point() else v for k, v in d.items()}
+
+        m.embedding = self.embedding.to(dtype)
+        m.layers = [up(w) for w in self.layers]
+        m.attn = [up(w) for w in self.attn]
+        m.mlp = [up(w) for w in self.mlp]
+        return m
+
+    def _gdn(self, l, x, meta, rec0, conv0, want_boundaries, varlen=False):
+        r0 = None if rec0 is None else rec0.transpose(-1, -2)  # [.., H, N, P] -> the kernels' [.., H, P, N]
+        x, rec_end, conv_end, rec_b, conv_b = mamba2_block(
+            x, self.layers[l], self.mamba, dtype=self.dtype, meta=meta, rec0=r0, conv0=conv0,
+            boundaries=want_boundaries, backend=self._mamba_backend, varlen=varlen,
+        )  # fmt: skip
+        rec_b = None if rec_b is None else rec_b.transpose(-1, -2)
+        return x, rec_end.transpose(-1, -2), conv_end, rec_b, conv_b

@@ -82,3 +82,79 @@ def test_triton_equals_torch_and_varlen_equals_per_sequence():
         torch.testing.assert_close(y[a:b], y1, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(rec[n], rec1, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(conv[n], conv1, atol=1e-5, rtol=1e-5)  # the projection of other row counts
+
+
+# ---- the replayed model with Mamba2 layers ---------------------------------------------------
+
+
+def test_replay_shape_of_marconi_7b_carries_the_mamba2_sizes():
+    from sim.replay.mamba2 import mamba2_of, replay_shape
+
+    s = replay_shape(MODELS["marconi-7b"])
+    assert (s.layers, s.attn_layers, s.order.count("attention")) == (24, 4, 4)
+    assert mamba2_of(s) == Mamba2Shape(hidden=4096, heads=128, head_dim=64, d_state=128, groups=1)
+    # one checkpoint: 24 x (fp32 [128, 128, 64] + bf16 conv window [8192 + 2 x 128, 3])
+    assert s.state_bytes(torch.bfloat16) == 24 * (128 * 128 * 64 * 4 + (8192 + 256) * 3 * 2)
+    assert s.kv_bytes_per_token(torch.bfloat16) == 4 * 2 * 32 * 128 * 2
+    small = replay_shape(MODELS["marconi-7b"], layers=7)
+    assert (small.layers, small.attn_layers) == (6, 1)
+
+
+def _tiny_model(kernel="torch"):
+    from sim.replay.mamba2 import Mamba2Model
+    from sim.replay.model import ReplayShape
+
+    shape = ReplayShape(
+        hidden=32, layers=2, k_heads=2, v_heads=4, head_k_dim=16, head_v_dim=16, conv_width=4, vocab_rows=512,
+        attn_layers=1, attn_heads=2, attn_kv_heads=1, attn_head_dim=16, mlp_inter=64,
+    )  # fmt: skip
+    return Mamba2Model(shape, kernel=kernel, seed=0)
+
+
+def test_model_restore_from_boundary_states_matches_scratch():
+    """What replay validates on every hit: run a prompt from scratch keeping the states at its
+    boundaries, restore one (Mamba2 states and conv windows, the attention KV of the prefix) and
+    run the suffix: the final states and outputs equal the from-scratch run's."""
+    from sim.replay.model import StackState
+
+    model = _tiny_model()
+    gen = torch.Generator().manual_seed(4)
+    tokens = torch.randint(0, 512, (150,), generator=gen)
+    got = {}
+
+    def on_state(p, layer, rec, conv):
+        got[(p, layer)] = (rec.clone(), conv.clone())
+
+    final, outs, calls = model.run(tokens, None, 0, wanted=[64, 128], on_state=on_state, keep_outputs=True)
+    assert calls == 1 and final.rec.shape == (2, 4, 16, 16)
+    for p in (64, 128):
+        rec = torch.stack([got[(p, l)][0] for l in range(2)])
+        conv = torch.stack([got[(p, l)][1] for l in range(2)])
+        st = StackState(p, rec, conv, final.kv[:, :, :p].clone())
+        f2, o2, _ = model.run(tokens[p:], st, p, keep_outputs=True)
+        torch.testing.assert_close(f2.rec, final.rec, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(f2.conv, final.conv, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(o2[-1], outs[-1][p:], atol=1e-4, rtol=1e-4)
+
+
+def test_model_batch_equals_segments_and_triton_equals_torch():
+    model = _tiny_model()
+    gen = torch.Generator().manual_seed(5)
+    a, b = torch.randint(0, 512, (90,), generator=gen), torch.randint(0, 512, (70,), generator=gen)
+    out = model.forward_batch(torch.cat([a, b]), [0, 90, 160], [0, 0])
+    for n, toks in enumerate((a, b)):
+        fin, _, _ = model.run(toks, None, 0)
+        torch.testing.assert_close(out.rec[0][n], fin.rec[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(out.rec[1][n], fin.rec[1], atol=1e-5, rtol=1e-5)
+    pytest.importorskip("triton")
+    tri = _tiny_model("triton")
+    f1, _, _ = model.run(a, None, 0)
+    f2, _, _ = tri.run(a, None, 0)
+    torch.testing.assert_close(f1.rec, f2.rec, atol=1e-4, rtol=1e-4)
+
+
+def test_model_refuses_a_peer_kernel():
+    from sim.errors import UsageError
+
+    with pytest.raises(UsageError, match="no Mamba2 kernel"):
+        _tiny_model("fla")
