@@ -183,6 +183,7 @@ class MissLedger:
         self._seqs: dict[int, np.ndarray] = {}  # request id -> its symbols (input + output)
         self._ckpt: dict[int, tuple[np.ndarray, int]] = {}  # checkpoint id -> (sequence, symbol depth)
         self._seen: set[int] = set()
+        self._first: dict[int, tuple[int, bool]] = {}  # request id -> (shared symbols, ends there) at its first lookup
 
     # ------------------------------------------------------------------ lookups
     def looked_up(self, r, hit_tokens: int, tok_in: int) -> None:
@@ -196,15 +197,21 @@ class MissLedger:
         else:
             seq = r.input_tokens
         M_sym, walked = self.trie.walk(seq)
-        S_sym = min(M_sym, len(r.input_tokens))
+        if first:
+            S_sym = min(M_sym, len(r.input_tokens))
+        else:  # a lookup after a preemption: the trie holds the request itself now; keep the first answer
+            S_sym, ends = self._first[i]
         k = 0  # the walked nodes up to the one holding the prompt's point S
         while k < len(walked) and (k == 0 or walked[k - 1].depth < S_sym):
             k += 1
         path = walked[:k] if S_sym else []
+        if first:  # every earlier sequence through S ends there: its last token was never stored
+            ends = bool(path) and path[-1].max_end <= S_sym
+            self._first[i] = (S_sym, ends)
         S = min(S_sym * B, tok_in)
         C = S
-        if path and not self.stores_last_token and S > 0 and path[-1].max_end * B <= S:
-            C = S - 1  # every earlier sequence through S ends there: its last token was never stored
+        if ends and not self.stores_last_token and S > 0:
+            C = S - 1
         if self.cap_minus_one:
             C = min(C, max(tok_in - 1, 0))
         C = max(C, hit_tokens)

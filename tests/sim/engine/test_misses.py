@@ -120,6 +120,20 @@ def test_causes_add_up_to_the_missed_tokens(policy, cfg, scheduler):
     assert s.missed_evicted == df["miss_evicted"].sum() and s.missed_never_shared == df["miss_never_shared"].sum()
 
 
+def test_a_preempted_request_keeps_its_first_shared_prefix():
+    """mooncake:sample at 40GB under continuous batching preempts requests; looked up again, a
+    request finds itself in the trie, so the shared prefix of its first lookup is kept: never-shared
+    tokens are the same per request as under fcfs (where nothing is preempted)."""
+    trace = load_trace("mooncake:sample", TraceOptions())
+    rows = {}
+    for scheduler in ("fcfs", "continuous"):
+        config = SimConfig(policy="sglang", model="qwen3-next-80b-a3b", capacity_bytes=40 * 10**9, scheduler=scheduler)
+        res = drive(build(trace, config))
+        rows[scheduler] = res
+    assert rows["continuous"].summary.preemptions > 0
+    assert (rows["fcfs"].requests["miss_never_shared"] == rows["continuous"].requests["miss_never_shared"]).all()
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=12), min_size=1, max_size=12))
 def test_shadow_trie_walk_is_the_longest_common_prefix(seqs):
