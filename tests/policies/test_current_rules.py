@@ -349,3 +349,40 @@ def test_the_lookup_event_names_the_checkpoint_of_a_one_block_hit(sched):
     looks = [e for e in events if isinstance(e, Lookup)]
     assert hits == [0, 16] and [e.hit_tokens for e in looks] == [0, 16]
     assert looks[0].hit_checkpoint is None and looks[1].hit_checkpoint is not None
+
+
+@pytest.mark.parametrize("sched", SCHEDULERS)
+@pytest.mark.parametrize(
+    "policy,knobs",
+    [
+        ("sglang", {}),
+        ("sglang", {"mamba_radix_cache_strategy": "no_buffer"}),
+        ("vllm", {"block_size": 16}),
+        ("trtllm", {"periodic_snapshot_interval": 16}),
+        ("lmdeploy", {"block_size": 16}),
+        ("marconi", {}),
+    ],
+)
+def test_every_lock_a_request_takes_is_given_back(sched, policy, knobs):
+    """Follow-up turns hit their history (the lookup locks the hit, the prefill insert moves the
+    lock to the prompt's end, the decode insert releases it): at the end no node is locked and the
+    tree's invariants hold."""
+    base = toks(0, 100)
+    reqs = [Request(session_id=0, turn=0, input_tokens=base, output_tokens=toks(500, 20), arrival=0.0)]
+    for i in range(1, 4):
+        prompt = np.concatenate([base, toks(500, 19), toks(1000 * i, 30 + 7 * i)])
+        reqs.append(
+            Request(session_id=i, turn=0, input_tokens=prompt, output_tokens=toks(2000 * i, 9), arrival=float(i))
+        )
+    hits, sim, _ = go(Trace("locks", reqs, closed_loop=False), policy, sched, **knobs)
+    assert sum(hits[1:]) > 0
+    assert sum(n.lock for n in sim.tree.iter_nodes() if n is not sim.tree.root) == 0
+    sim.tree.check_invariants()
+
+
+def test_refresh_path_says_whether_a_hit_moves_the_walked_path():
+    """Only the paper's refresh ("consumed": the hit node alone) keeps the path still."""
+    trace = one_per_session((toks(0, 40), toks(100, 3)))
+    for policy in ("sglang", "vllm", "trtllm", "lmdeploy", "sglang-0.5.8-no-buffer-pathrefresh"):
+        assert run(trace, policy)[1].refresh_path is True, policy
+    assert run(trace, "marconi")[1].refresh_path is False
