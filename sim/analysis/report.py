@@ -96,8 +96,25 @@ def results_dir(given: str | os.PathLike | None, kind: str) -> Path:
     sweep run now (``$SMALL_SWEEP_DIR`` or a temp folder)."""
     given = given or os.environ.get("RESULTS_DIR") or None
     if given:
-        return Path(given)
+        return find_folder(given)
     return run_small(kind, os.environ.get("SMALL_SWEEP_DIR") or None)
+
+
+def find_folder(given: str | os.PathLike) -> Path:
+    """A results folder named by the user: as given when it exists (or is absolute), else relative
+    to the shell's folder (``$PWD``: a notebook's kernel runs in ``notebooks/``, so
+    ``RESULTS_DIR=results`` names the folder beside it) or to the parent of the working folder (the
+    repository root, seen from ``notebooks/``); one-line UsageError when none exists."""
+    path = Path(given)
+    if path.is_absolute() or path.exists():
+        return path
+    bases = [Path(os.environ["PWD"])] if os.environ.get("PWD") else []
+    bases.append(Path.cwd().parent)
+    for base in bases:
+        if (base / path).exists():
+            return base / path
+    tried = ", ".join(str(b / path) for b in [Path.cwd(), *bases])
+    raise UsageError(f"results folder {given} not found (tried {tried})")
 
 
 _POLICY_ORDER = ["vanilla", "vllm+", "sglang+", "marconi"]
