@@ -669,6 +669,24 @@ TERMS = ("attn_linear", "attn_quadratic", "gdn_linear", "gdn_chunk", "mlp_linear
 LAYER_KINDS = ("attention", "gated_delta", "mlp")
 
 
+def weight_gb(spec: ModelSpec) -> dict:
+    """GB of weights one layer of each kind reads per call: its linear FLOPs per token (2 per
+    parameter) are its bytes at 2 bytes a parameter (bf16 / fp16 weights)."""
+    mixer = spec.gdn_layer_a if spec.n_gdn else spec.mamba_layer_a
+    return {"attention": spec.attn_layer_a * 1e-9, "gated_delta": mixer * 1e-9, "mlp": spec.mlp_layer_a * 1e-9}
+
+
+def kv_gb_per_layer_token(spec: ModelSpec) -> float:
+    """GB of keys and values one attention layer holds per token of context."""
+    return 2 * spec.attn_kv_heads * spec.attn_head_dim * spec.kv_dtype_bytes * 1e-9
+
+
+def act_gb(spec: ModelSpec) -> dict:
+    """GB of activations one layer of each kind writes per token: the output widths of its
+    products (its weight GB over the hidden size) at 2 bytes an element."""
+    return {k: v / spec.d_model for k, v in weight_gb(spec).items()}
+
+
 @dataclass(frozen=True)
 class HardwareTiming:
     """Prefill / decode / step time from terms that exist in hardware (``marconi replay
@@ -692,8 +710,17 @@ class HardwareTiming:
       a step of n sequences pays it n - 1 times; 0 in a file fitted before steps were measured;
     * ``decode_ms_per_token``: one decode step of one request (``decode_time_s``, the ``fcfs``
       scheduler's decode); a continuous-batching step prices its decode tokens as one-token
-      sequences of the step's call instead.
-    Compute terms are divided by ``gpus`` (tensor parallel, ideal scaling assumed)."""
+      sequences of the step's call instead;
+    * shape terms, which carry a fit from one preset's widths to another's (0 in a file fitted
+      on one preset, whose ``layer_call_ms`` then holds them at that preset's shapes):
+      ``ms_per_weight_gb[kind]``, each call of a layer reading its weights (``weight_gb``: the
+      layer's linear FLOPs per token, which at 2 bytes a parameter are its weight bytes), and
+      ``ms_per_act_gb[kind]``, per token the activations its products write (``act_gb``: the
+      weight GB over the hidden size, the products' output widths): at a small hidden size a
+      token's FLOPs are few for the bytes it moves, and the GEMMs run further from the peak.
+    Compute terms are divided by ``gpus`` (tensor parallel, ideal scaling assumed). ``dtype``
+    and ``covers`` (the models, widths and call lengths it was fitted on) are what a calibrated
+    file records; ``coverage_note`` says when a run leaves them."""
 
     ms_per_tflop: dict
     layer_call_ms: dict
@@ -709,6 +736,11 @@ class HardwareTiming:
     comm_ms_per_call: float = 0.0
     device: str = field(default="", compare=False)  # the catalogue GPU it prices (sim/gpus.py)
     uncalibrated: bool = field(default=False, compare=False)  # scaled from another device's figures
+    ms_per_weight_gb: dict = field(default_factory=lambda: dict.fromkeys(LAYER_KINDS, 0.0))
+    ms_per_act_gb: dict = field(default_factory=lambda: dict.fromkeys(LAYER_KINDS, 0.0))
+    ms_per_kv_gb: float = 0.0
+    dtype: str = field(default="", compare=False)  # the activations' dtype it was fitted in
+    covers: dict = field(default_factory=dict, compare=False)  # models, d_model, tokens fitted on
     charges_splits = True
 
     def __post_init__(self) -> None:
@@ -716,13 +748,17 @@ class HardwareTiming:
             raise UsageError(f"timing: terms must be {', '.join(TERMS)} and per-call times {', '.join(LAYER_KINDS)}")
         if set(self.layer_floor_ms) != set(LAYER_KINDS) or set(self.seq_ms) != set(LAYER_KINDS):
             raise UsageError(f"timing: per-layer floors and per-sequence times must be {', '.join(LAYER_KINDS)}")
+        if set(self.ms_per_weight_gb) != set(LAYER_KINDS) or set(self.ms_per_act_gb) != set(LAYER_KINDS):
+            raise UsageError(f"timing: per-weight-GB and per-activation-GB times must be {', '.join(LAYER_KINDS)}")
         vals = (
             list(self.ms_per_tflop.values())
             + list(self.layer_call_ms.values())
             + list(self.layer_floor_ms.values())
             + list(self.seq_ms.values())
+            + list(self.ms_per_weight_gb.values())
+            + list(self.ms_per_act_gb.values())
         )
-        if min(vals + [self.call_ms, self.decode_ms_per_token]) < 0 or self.gpus < 1:
+        if min(vals + [self.call_ms, self.decode_ms_per_token, self.ms_per_kv_gb]) < 0 or self.gpus < 1:
             raise UsageError("timing: every term must be non-negative")
         if self.peak_tflops > 0:
             for term, c in self.ms_per_tflop.items():
@@ -752,10 +788,32 @@ class HardwareTiming:
     def _layers(self, spec: ModelSpec) -> dict:
         return {"attention": spec.n_attn, "gated_delta": spec.n_gdn + spec.n_mamba, "mlp": spec.n_mlp}
 
+    def layer_fixed_ms(self, spec: ModelSpec) -> dict:
+        """Per layer of each kind, the device time of one call that computes nothing: its fixed
+        time and its weights read (tensor parallel: each GPU reads its share)."""
+        w = weight_gb(spec)
+        return {k: self.layer_call_ms[k] + self.ms_per_weight_gb[k] * w[k] / self.gpus for k in LAYER_KINDS}
+
     def fixed_ms(self, spec: ModelSpec) -> float:
         """Time of one call of the whole model that computes nothing (every layer at its floor)."""
-        n = self._layers(spec)
-        return self.call_ms + sum(n[k] * max(self.layer_floor_ms[k], self.layer_call_ms[k]) for k in LAYER_KINDS)
+        n, fixed = self._layers(spec), self.layer_fixed_ms(spec)
+        return self.call_ms + sum(n[k] * max(self.layer_floor_ms[k], fixed[k]) for k in LAYER_KINDS)
+
+    def coverage_note(self, spec: ModelSpec, max_tokens: int = 0) -> str:
+        """One line when ``spec`` (or a prompt of ``max_tokens``) lies outside the shapes this
+        timing was fitted on (``covers``); empty inside them or when the file records none."""
+        c = self.covers or {}
+        out = []
+        lo, hi = (c.get("d_model") or (0, 0))[:2]
+        if hi and not lo <= spec.d_model <= hi:
+            out.append(f"d_model {spec.d_model} (fitted {lo}-{hi})")
+        top = int(c.get("max_tokens") or 0)
+        if top and max_tokens > top:
+            out.append(f"prompts up to {max_tokens:,} tokens (fitted up to {top:,})")
+        if not out:
+            return ""
+        models = ", ".join(c.get("models") or []) or "its fit set"
+        return f"timing: {spec.name} lies outside the shapes the timing file was fitted on ({models}): {'; '.join(out)}"
 
     def work_tflop(self, spec: ModelSpec, p: int, L: int, chunks: int) -> dict:
         """Per layer of each kind: its FLOP terms' time in ms for tokens [p, L) in ``chunks``
@@ -771,15 +829,21 @@ class HardwareTiming:
         )
         mlp = c["mlp_linear"] * spec.mlp_layer_a * n
         g = 1e-12 / self.gpus
-        return {"attention": attn * g, "gated_delta": gdn * g, "mlp": mlp * g}
+        act = {k: self.ms_per_act_gb[k] * v * n / self.gpus for k, v in act_gb(spec).items()}
+        if n > 1:  # a one-token query (a decode) splits the context across programs: not bound by it
+            act["attention"] += self.ms_per_kv_gb * kv_gb_per_layer_token(spec) * L / self.gpus
+        return {
+            "attention": attn * g + act["attention"],
+            "gated_delta": gdn * g + act["gated_delta"],
+            "mlp": mlp * g + act["mlp"],
+        }
 
     def call_ms_for(self, spec: ModelSpec, work: dict, seqs: int = 1) -> float:
         """One call of the model doing ``work`` (per-layer ms by kind) over ``seqs`` sequences."""
-        n = self._layers(spec)
+        n, fixed = self._layers(spec), self.layer_fixed_ms(spec)
         more = max(0, int(seqs) - 1)
         return self.call_ms + sum(
-            n[k] * max(self.layer_floor_ms[k], self.layer_call_ms[k] + more * self.seq_ms[k] + work[k])
-            for k in LAYER_KINDS
+            n[k] * max(self.layer_floor_ms[k], fixed[k] + more * self.seq_ms[k] + work[k]) for k in LAYER_KINDS
         )
 
     def compute_ms(self, spec: ModelSpec, p: int, L: int, chunks: int) -> float:
@@ -1063,6 +1127,17 @@ def timing_to_dict(timing) -> dict:
             gpus=timing.gpus,
             source=timing.source,
             **({"device": timing.device} if timing.device else {}),
+            **(
+                {
+                    "ms_per_weight_gb": dict(timing.ms_per_weight_gb),
+                    "ms_per_act_gb": dict(timing.ms_per_act_gb),
+                    "ms_per_kv_gb": timing.ms_per_kv_gb,
+                }
+                if any(timing.ms_per_weight_gb.values()) or any(timing.ms_per_act_gb.values()) or timing.ms_per_kv_gb
+                else {}
+            ),
+            **({"dtype": timing.dtype} if timing.dtype else {}),
+            **({"covers": dict(timing.covers)} if timing.covers else {}),
         )
     return dict(
         format=TIMING_FORMAT,
@@ -1077,7 +1152,13 @@ def timing_to_dict(timing) -> dict:
 def _check_finite(d: dict, path) -> None:
     """Refuse NaN, Infinity, "nan", a zero or negative throughput and negative times in a timing
     file before anything runs (one line each, naming the field)."""
-    rules = [("effective_tflops", True), ("overhead_ms", False), ("decode_ms_per_token", False), ("call_ms", False)]
+    rules = [
+        ("effective_tflops", True),
+        ("overhead_ms", False),
+        ("decode_ms_per_token", False),
+        ("call_ms", False),
+        ("ms_per_kv_gb", False),
+    ]
     for key, positive in rules:
         if key not in d:
             continue
@@ -1090,7 +1171,7 @@ def _check_finite(d: dict, path) -> None:
         if not ok:
             need = "a finite number > 0" if positive else "a finite number >= 0"
             raise UsageError(f"timing file {path}: {key} must be {need}, not {v!r}")
-    for group in ("ms_per_tflop", "layer_call_ms", "layer_floor_ms", "seq_ms"):
+    for group in ("ms_per_tflop", "layer_call_ms", "layer_floor_ms", "seq_ms", "ms_per_weight_gb", "ms_per_act_gb"):
         for k, v in (d.get(group) or {}).items() if isinstance(d.get(group), dict) else ():
             try:
                 x = float(v) if not isinstance(v, bool) else math.nan
@@ -1135,6 +1216,13 @@ def read_timing_file(path, model: str | None = None):
                 },
                 seq_ms={k: float(v) for k, v in d.get("seq_ms", dict.fromkeys(LAYER_KINDS, 0.0)).items()},
                 device=str(d.get("device") or ""),
+                ms_per_weight_gb={
+                    k: float(v) for k, v in d.get("ms_per_weight_gb", dict.fromkeys(LAYER_KINDS, 0.0)).items()
+                },
+                ms_per_act_gb={k: float(v) for k, v in d.get("ms_per_act_gb", dict.fromkeys(LAYER_KINDS, 0.0)).items()},
+                ms_per_kv_gb=float(d.get("ms_per_kv_gb", 0.0)),
+                dtype=str(d.get("dtype") or ""),
+                covers=dict(d.get("covers") or {}),
             )
         return TimingModel(
             float(d["effective_tflops"]),

@@ -64,7 +64,7 @@ def _duration(secs: float) -> str:
     return f"{secs / 3600:,.1f} h"
 
 
-def check_before_work(spec, calibrate_path, out, force: bool, trace_spec) -> None:
+def check_before_work(spec, calibrate_path, out, force: bool, trace_spec, timing_path=None) -> None:
     """The outputs of a replay, checked before the trace is loaded and replayed: the output files (not
     an input, not existing unless --force) and their folders (created now, or refused). The settings
     (the tolerance among them) are ``ReplaySettings.validate``'s, run before this. (A model too wide
@@ -73,7 +73,7 @@ def check_before_work(spec, calibrate_path, out, force: bool, trace_spec) -> Non
     files = [(Path(out) / name, "--out") for name in names] if out is not None else []
     if calibrate_path is not None:
         files.append((Path(calibrate_path), "--calibrate"))  # a list: one path for two outputs is refused
-    check_output_files(files, force=force, inputs=input_paths(trace_spec))
+    check_output_files(files, force=force, inputs=input_paths(trace_spec, timing_path))
     for folder, flag in ((out, "--out"), (Path(calibrate_path).parent if calibrate_path else None, "--calibrate")):
         with output_folder(folder, flag):
             pass  # created now (kept: the replay writes there at the end)
@@ -99,8 +99,13 @@ def _validation_line(s: dict) -> str:
 
 def _error_line(s: dict) -> str:
     """The time model's error over the timed prefills; host-bound ones (their device time holds
-    host gaps) are left out and counted, with the P95 over all of them."""
+    host gaps) are left out and counted, with the P95 over all of them. Where the timing does
+    not describe this run (a CPU, another GPU) the line says so instead of an error."""
+    if not s.get("time_model_compared", True):
+        return s.get("time_model_note", "not compared")
     text = f"median {s['time_model_median_error']:.1%}, P95 {s['time_model_p95_error']:.1%}"
+    if s.get("time_model_note"):
+        text += f" ({s['time_model_note']})"
     if s.get("host_bound_prefills"):
         text += (
             f" ({s['host_bound_prefills']} host-bound prefills left out; P95 with them "
@@ -117,7 +122,11 @@ def step_line(s: dict) -> str:
     return (
         f"{s['steps_executed']:,} steps executed of {s['steps_simulated']:,} ({s['step_events']:,} step events); "
         f"measured p50 / p95 {m['p50']:.3g} / {m['p95']:.3g} ms, modelled {d['p50']:.3g} / {d['p95']:.3g} ms; "
-        f"error median {e['median']:.1%}, P95 {e['p95']:.1%}"
+        + (
+            f"error median {e['median']:.1%}, P95 {e['p95']:.1%}"
+            if s.get("time_model_compared", True)
+            else "error not compared (see the time model line)"
+        )
         + (f" ({s['steps_host_bound']} host-bound steps left out)" if s.get("steps_host_bound") else "")
         + f"; executed {s['step_tflops_timed']:.3g} TFLOP/s "
         f"over timed steps{peak}"
@@ -331,6 +340,14 @@ def register(main: click.Group) -> None:
         "host's issue time.",
     )
     @click.option(
+        "--timing",
+        "timing_path",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help="Compare the measurements with this timing file (written by --calibrate) instead of the "
+        "preset's default; needed where the default's dtype is not the replay's.",
+    )
+    @click.option(
         "--calibrate",
         "calibrate_path",
         type=OutputPath(dir_okay=False, path_type=Path),
@@ -372,6 +389,7 @@ def register(main: click.Group) -> None:
         validation,
         tolerance,
         measure,
+        timing_path,
         calibrate_path,
         out,
         force,
@@ -423,7 +441,12 @@ def register(main: click.Group) -> None:
         )
         config.validate()
         check_batch(settings, config, calibrating=calibrate_path is not None)
-        check_before_work(get_model(model), calibrate_path, out, force, kwargs.get("trace"))
+        check_before_work(get_model(model), calibrate_path, out, force, kwargs.get("trace"), timing_path)
+        timing = None
+        if timing_path is not None:
+            from sim.cost import read_timing_file  # noqa: PLC0415
+
+            timing = read_timing_file(timing_path, model=model)
         trace = trace_from_cli(kwargs)
         if device == "cpu":
             warning = cpu_time_warning(
@@ -434,7 +457,7 @@ def register(main: click.Group) -> None:
         total = min(len(trace.requests), requests or len(trace.requests))
         bar = tqdm(total=total, unit="req", disable=not progress, desc="replaying", leave=False)
         try:
-            res = run_replay(trace, config, settings, build=build, progress=bar)
+            res = run_replay(trace, config, settings, build=build, progress=bar, timing=timing)
         except ImportError as exc:
             if (exc.name or "").split(".")[0] in ("torch", "triton"):
                 raise UsageError(INSTALL_HINT) from None
@@ -454,7 +477,7 @@ def register(main: click.Group) -> None:
                 f"replay {trace.name} | {config.policy} | {config.model}, {res.settings['layers']} "
                 f"layers | {format_size(config.capacity_bytes)} | {config.state_alignment} "
                 f"alignment | {config.mode}{_scheduler_word(config)} | {settings.dtype} on {res.settings['device_name']} | "
-                f"{res.settings['kernel']} kernels | store {settings.store}"
+                f"{res.settings['kernel']} kernels | store {settings.store if settings.device == 'cuda' else 'cpu'}"
             )
             click.echo(format_summary(res.summary, res.settings))
             if calibrate_path is not None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from policies.base import find_preset
 from sim.config import SimConfig
-from sim.cost import ModelSpec, TimingModel, default_timing, get_model, timing_to_dict
+from sim.cost import ModelSpec, TimingModel, get_model, timing_to_dict
 from sim.errors import UsageError
 from sim.replay import measure
 from sim.replay.backends import CPU_SMALL_D_MODEL, GDN_BACKENDS, device_problem, kernel_choices, resolve_kernel
@@ -363,7 +363,16 @@ def _replay(
     from sim.replay.store import CheckpointStore
 
     dtype = DTYPES[settings.dtype]
-    timing = timing or default_timing(config.model)
+    from sim.replay.calibration import NOT_COMPARED, replay_timing
+
+    timing, timing_note = replay_timing(
+        timing,
+        spec,
+        settings.dtype,
+        device.type,
+        torch.cuda.get_device_name(device) if device.type == "cuda" else "",
+        max((r.n_input_tokens(trace.block_tokens) for r in trace.requests), default=0),
+    )
     shape = ReplayShape.from_spec(spec, layers, vocab_rows=VOCAB_ROWS)
     counts = shape.counts()
     model = HybridModel(shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel)
@@ -451,6 +460,8 @@ def _replay(
         kv_hits_validated=replayer.kv_hits_validated,
     )
     summary["validation"] = settings.validation
+    summary["time_model_note"] = timing_note
+    summary["time_model_compared"] = not timing_note.startswith(NOT_COMPARED)
     summary["kv_tokens_live"] = int(store.kv_tokens)
     summary["mlp_moe_at_active_width"] = bool(shape.mlp_moe)
     summary["warmup_s"] = warm_s

@@ -204,11 +204,26 @@ def test_h200_default_is_the_calibrated_file(name, gpus):
     assert isinstance(t, HardwareTiming) and t.gpus == gpus and t.ms_per_tflop == f.ms_per_tflop
     assert all(0 < x <= 1 for x in t.fraction_of_peak().values())
     assert "H200" in t.source and "torch" in t.source and "fit traces" in t.source
-    # by hand: each layer at max(floor, per-call time + its FLOP terms / gpus), plus the call time
-    w = f.work_tflop(spec, 0, 4096, 64)
+    assert f.dtype == "bf16" and f.device == "h200" and "qwen3.5-9b" in f.covers["models"]
+    # by hand: each layer at max(floor, per-call time + weights read + its FLOP, activation and KV
+    # terms), all but the per-call time divided by gpus, plus the call time
+    from sim.cost import act_gb, kv_gb_per_layer_token, weight_gb
+
+    c, T = f.ms_per_tflop, 4096
+    wgb, agb = weight_gb(spec), act_gb(spec)
+    per = {
+        "attention": (c["attn_linear"] * spec.attn_layer_a * T + c["attn_quadratic"] * spec.attn_layer_b * T * T)
+        * 1e-12
+        + f.ms_per_act_gb["attention"] * agb["attention"] * T
+        + f.ms_per_kv_gb * kv_gb_per_layer_token(spec) * T,
+        "gated_delta": (c["gdn_linear"] * spec.gdn_layer_a * T + c["gdn_chunk"] * spec.gdn_chunk_flops * 64) * 1e-12
+        + f.ms_per_act_gb["gated_delta"] * agb["gated_delta"] * T,
+        "mlp": c["mlp_linear"] * spec.mlp_layer_a * T * 1e-12 + f.ms_per_act_gb["mlp"] * agb["mlp"] * T,
+    }
     n = {"attention": spec.n_attn, "gated_delta": spec.n_gdn + spec.n_mamba, "mlp": spec.n_mlp}
     want = f.call_ms + sum(
-        n[k] * max(f.layer_floor_ms[k], f.layer_call_ms[k] + w[k] / gpus) for k in ("attention", "gated_delta", "mlp")
+        n[k] * max(f.layer_floor_ms[k], f.layer_call_ms[k] + (f.ms_per_weight_gb[k] * wgb[k] + per[k]) / gpus)
+        for k in ("attention", "gated_delta", "mlp")
     )
     assert t.prefill_time_s(spec, 0, 4096) == pytest.approx(want * 1e-3)
     assert t.seq_ms == f.seq_ms and any(v > 0 for v in f.seq_ms.values())  # fitted on replayed steps

@@ -196,11 +196,16 @@ def test_committed_h200_timing_on_the_runs_it_was_checked_on(run):
     )
     df = req.assign(model_error=(mod - req["suffix_ms"]) / req["suffix_ms"])
     med, p95 = measure.error_stats(df)
-    assert med < 0.04 and p95 < 0.12
-    assert measure.error_stats(df, device_bound=False)[1] < 0.12  # host-bound ones counted too
+    # the committed file is now one fit across four presets' widths (benchmarks/timing_fit.py):
+    # on this qwen3.5-9b full-depth run it gives median 1.8-2.0 %, P95 11.5-20.1 %, time saved
+    # +13-14 % (the 9b-only fit it replaced: 2.4-2.8 %, 6.4-8.7 %, within 5 %, and 68 % off on
+    # qwen3-next): short from-scratch prompts at full depth run faster per layer than the 4-layer
+    # replays the shape terms were fitted on (docs/results-replay.md)
+    assert med < 0.04 and p95 < 0.25
+    assert measure.error_stats(df, device_bound=False)[1] < 0.25  # host-bound ones counted too
     assert int(df["suffix_host_bound"].sum()) in (1, 10)  # as recorded
     val = (req["validated"] & req["full_ms"].notna()).to_numpy()
     full = np.array([measure.modelled_ms(SPEC, t, COUNTS, 0, n) for n in req["input_tokens"]])
     saved_mod = float((full[val] - mod[val]).sum())
     saved_meas = float((req["full_ms"].to_numpy()[val] - req["suffix_ms"].to_numpy()[val]).sum())
-    assert abs(saved_mod - saved_meas) / saved_meas < 0.08
+    assert abs(saved_mod - saved_meas) / saved_meas < 0.15

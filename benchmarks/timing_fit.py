@@ -1,0 +1,163 @@
+"""Fit one timing across presets' shapes and score it on held-out presets and traces.
+
+    python benchmarks/timing_fit.py DIR [DIR ...] [--fit-prefix fit] [--out timing.json] [--force]
+
+Each DIR holds the run folders of ``benchmarks/timing_campaign.sh`` (each a ``marconi replay --out``
+folder: ``summary.json``, ``requests.parquet``, for continuous runs ``steps.parquet``). Runs whose
+name starts with ``--fit-prefix`` are fitted (``sim.replay.calibration.fit_across``); every run is
+then scored with the committed timing (``before``) and the new fit (``after``): per-request
+prefill error, median / P95, over the device-bound prefills and over all of them, and for
+continuous runs the step-time error. ``--out`` writes the fitted timing file (as
+``marconi replay --calibrate`` does; ``sim/data/h200-timing.json`` is written this way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sim.cost import _h200_calibrated, get_model, timing_to_dict  # noqa: E402
+from sim.errors import UsageError  # noqa: E402
+from sim.replay.calibration import Run, fit_across, request_errors  # noqa: E402
+from sim.replay.measure import device_peak  # noqa: E402
+from sim.replay.steps import with_model  # noqa: E402
+
+
+FEW_LAYERS = 4  # the campaign's --layers
+#: what the fit keeps from the committed file: the replays it reads are one-request prefills
+STEPS_SOURCE = (
+    "per-sequence step times (seq_ms) and decode kept from the H200 calibration of 2026-12-02 "
+    "(qwen3.5-9b full depth, fit traces synthetic:chat; seq_ms fitted on 704 steps of a continuous "
+    "ShareGPT replay; decode = active bf16 weights / measured copy rate 4.17 TB/s)"
+)
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """A ``requests.parquet`` or ``steps.parquet``, or its ``.xz`` (as benchmarks/results keeps
+    large ones)."""
+    if path.is_file():
+        return pd.read_parquet(path)
+    with lzma.open(path.with_name(path.name + ".xz")) as f:
+        return pd.read_parquet(f)
+
+
+def _has(d: Path, name: str) -> bool:
+    return (d / name).is_file() or (d / (name + ".xz")).is_file()
+
+
+def load_runs(root: Path) -> list[tuple[Run, dict, pd.DataFrame | None]]:
+    out = []
+    for d in sorted(p for p in root.iterdir() if (p / "summary.json").is_file() and _has(p, "requests.parquet")):
+        s = json.loads((d / "summary.json").read_text())
+        settings, summ = s["settings"], s["summary"]
+        steps = read_table(d / "steps.parquet") if _has(d, "steps.parquet") else None
+        run = Run(
+            get_model(settings["model"]), dict(summ["layers_replayed"]), read_table(d / "requests.parquet"), d.name
+        )
+        out.append((run, settings, steps))
+    return out
+
+
+def stats(e: pd.Series) -> str:
+    e = e.abs().replace([np.inf, -np.inf], np.nan).dropna()
+    return f"{e.median():.1%} / {e.quantile(0.95):.1%}" if len(e) else "-"
+
+
+def fit(roots, fit_prefix: str = "fit", versions: str = ""):
+    roots = [roots] if isinstance(roots, Path) else list(roots)
+    runs = [r for root in roots for r in load_runs(root)]
+    root = roots[0]
+    # a run weighs by its depth: per-layer fixed times measured at full depth are what a model
+    # runs (consecutive layers overlap their kernels' tails), a 4-layer replay's are longer
+    fit_runs = [
+        replace(r, weight=sum(r.counts.values()) / (2 * FEW_LAYERS))
+        for r, _, _ in runs
+        if r.name.startswith(fit_prefix)
+    ]
+    if not fit_runs:
+        raise UsageError(f"{root}: no run folder starts with {fit_prefix!r}")
+    settings = runs[0][1]
+    base = _h200_calibrated()
+    dtype = settings.get("dtype", "bf16")
+    device = settings.get("device_name", "NVIDIA H200")
+    if not versions and (root / "device.txt").is_file():  # the campaign's `torch.__version__ device-name`
+        versions = "torch " + (root / "device.txt").read_text().split()[0]
+    src = (
+        f"benchmarks/timing_fit.py across {', '.join(sorted({r.spec.name for r in fit_runs}))} "
+        f"({len(fit_runs)} replays on {device}, {dtype}{', ' + versions if versions else ''}; "
+        f"benchmarks/timing_campaign.sh and the qwen3.5-9b full-depth fit traces); {STEPS_SOURCE}"
+    )
+    info_versions = versions
+    timing, info = fit_across(
+        fit_runs, base, peak_tflops=device_peak(device, dtype), device="h200", dtype=dtype, source=src
+    )
+    info["versions"] = info_versions
+    return runs, base, timing, info
+
+
+def report(runs, base, timing, fit_prefix: str = "fit") -> pd.DataFrame:
+    rows = []
+    for run, _, steps in runs:
+        row = dict(run=run.name, held_out="" if run.name.startswith(fit_prefix) else "yes")
+        for label, t in (("before", base.with_gpus(1)), ("after", timing)):
+            e = request_errors(run, t)
+            if not len(e):
+                continue
+            row[f"{label} device-bound"] = stats(e.loc[~e["host_bound"], "error"])
+            row[f"{label} all"] = stats(e["error"])
+            saved = e["saved_ms"].sum()
+            row[f"{label} saved"] = f"{e['modelled_saved_ms'].sum() / saved - 1:+.1%}" if saved > 0 else "-"
+            if steps is not None and len(steps):
+                st = with_model(steps, run.spec, t, run.counts)
+                row[f"{label} steps"] = stats(st.loc[~st["host_bound"].astype(bool), "error"])
+        row["requests"] = int(len(run.table))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dirs", type=Path, nargs="+", metavar="DIR")
+    ap.add_argument("--fit-prefix", default="fit")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--versions", default="", help='e.g. "torch 2.11.0+cu130, triton 3.6.0" (default: DIR/device.txt)')
+    a = ap.parse_args(argv)
+    try:
+        for d in a.dirs:
+            if not d.is_dir():
+                raise UsageError(f"{d}: not a folder")
+        if a.out is not None and a.out.exists() and not a.force:
+            raise UsageError(f"{a.out} exists (pass --force to replace it)")
+        runs, base, timing, info = fit(a.dirs, a.fit_prefix, a.versions)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    pd.set_option("display.width", 200)
+    print(report(runs, base, timing, a.fit_prefix).to_string(index=False))
+    print("fraction of peak:", {k: round(v, 3) if v else v for k, v in info["fraction_of_peak"].items()})
+    print(
+        "per-weight-GB ms:",
+        {k: round(v, 3) for k, v in timing.ms_per_weight_gb.items()},
+        "per-activation-GB ms:",
+        {k: round(v, 3) for k, v in timing.ms_per_act_gb.items()},
+    )
+    if a.out is not None:
+        d = timing_to_dict(timing)
+        a.out.write_text(json.dumps(dict(d, versions=info["versions"], fit=info), indent=2, default=float) + "\n")
+        print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,269 @@
+"""One timing for a device and dtype, fitted across the shapes of several presets.
+
+``marconi replay --calibrate`` fits the hardware model to one run, so to one preset's widths: its
+``layer_call_ms`` then holds that preset's weight reads, and its FLOP rates that preset's GEMM
+shapes. Carried to a preset of other widths (a MoE of hidden size 2048, a 27B of 5120) such a fit
+was 37-68 % off (H200, 2026-12-04). ``fit_across`` fits the same terms to the replays of several
+presets at once, with two terms that scale with the shape, so the fit carries:
+
+* ``ms_per_weight_gb[kind]``: each call of a layer reads its weights once (``sim.cost.weight_gb``);
+* ``ms_per_act_gb[kind]``: per token, the activations its products write (``sim.cost.act_gb``).
+
+Per layer kind, one non-negative least-squares fit of relative residuals over every timed
+one-call prefill of every run (the calls whose measured time holds host gaps left out), the
+features ``[1, weight GB, FLOP terms in TFLOP..., activation GB]``; a FLOP term the free
+fit puts above the device's peak is held at the peak and the rest refitted. The file records the
+device, the dtype, the versions, the models and the widths and lengths it covered
+(``HardwareTiming.covers``), so a run outside them says so.
+
+``benchmarks/timing_fit.py`` runs it on the folders of ``benchmarks/timing_campaign.sh``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from sim.cost import (
+    LAYER_KINDS,
+    HardwareTiming,
+    ModelSpec,
+    default_timing,
+    gdn_chunks,
+    act_gb,
+    kv_gb_per_layer_token,
+    weight_gb,
+)
+from sim.errors import UsageError
+from sim.gpus import catalogue_name
+from sim.replay.measure import TYPE_TERMS, nnls, replayed_spec, timed_calls
+
+#: fewest timed calls of a kind per term before a fit is attempted
+MIN_CALLS_PER_TERM = 3
+
+
+@dataclass(frozen=True)
+class Run:
+    """One replay's measurements: its preset, the layers it replayed by kind, its request table
+    (``requests.parquet``) and a name for the report."""
+
+    spec: ModelSpec
+    counts: dict
+    table: pd.DataFrame
+    name: str = ""
+    weight: float = 1.0  # of each of its calls in the fit
+
+
+def features(spec: ModelSpec, kind: str, p: int, L: int) -> list[float]:
+    """Per layer of ``kind``, the fit's columns for one call prefilling tokens ``[p, L)``: a
+    constant, the weights read (GB), each FLOP term (TFLOP) and, for attention, the context's
+    keys and values read (GB)."""
+    n = L - p
+    w = weight_gb(spec)[kind]
+    act = act_gb(spec)[kind] * n  # activations its products write
+    if kind == "attention":
+        lin = spec.attn_layer_a * n * 1e-12
+        quad = spec.attn_layer_b * (L * L - p * p) * 1e-12
+        return [1.0, w, lin, quad, act, kv_gb_per_layer_token(spec) * L if n > 1 else 0.0]
+    if kind == "gated_delta":
+        a = spec.gdn_layer_a if spec.n_gdn else spec.mamba_layer_a
+        chunk = (spec.gdn_chunk_flops if spec.n_gdn else 0.0) * gdn_chunks(p, L)
+        return [1.0, w, a * n * 1e-12, chunk * 1e-12, act]
+    return [1.0, w, spec.mlp_layer_a * n * 1e-12, act]
+
+
+def calls_of(run: Run, kind: str) -> tuple[np.ndarray, np.ndarray, list]:
+    """The one-call prefills of ``run`` with ``kind`` layers: features, measured ms per layer and
+    ``(p, L)`` of each."""
+    k = run.counts.get(kind, 0)
+    X, y, where = [], [], []
+    if not k:
+        return np.zeros((0, 0)), np.zeros(0), where
+    for segs, by in timed_calls(run.table):
+        v = by.get(kind)
+        if len(segs) != 1 or v is None or not np.isfinite(v) or v <= 0:
+            continue
+        p, L = int(segs[0][0]), int(segs[0][1])
+        X.append(features(run.spec, kind, p, L))
+        y.append(v / k)
+        where.append((p, L))
+    return np.asarray(X, float), np.asarray(y, float), where
+
+
+def _fit_columns(X: np.ndarray, y: np.ndarray, capped: list, cap: float, weight=None) -> np.ndarray:
+    """Relative-residual NNLS of ``y ~ X c``; the columns in ``capped`` (FLOP terms, ms per
+    TFLOP) held at ``cap`` or slower (the device's peak), the rest refitted around them."""
+    w = (1.0 if weight is None else np.sqrt(weight)) / y
+    ones = y * w
+    c = nnls(X * w[:, None], ones)
+    if not cap:
+        return c
+    held = {j for j in capped if 0 < c[j] < cap}
+    while held:
+        lo = np.zeros(X.shape[1])
+        for j in held:
+            lo[j] = cap
+        free = [j for j in range(X.shape[1]) if j not in held]
+        sub = nnls((X[:, free] * w[:, None]), ones - (X @ lo) * w)
+        c = lo.copy()
+        c[free] = sub
+        more = {j for j in capped if j not in held and 0 < c[j] < cap}
+        if not more:
+            break
+        held |= more
+    return c
+
+
+def fit_across(
+    runs: list[Run],
+    base: HardwareTiming,
+    *,
+    peak_tflops: float = 0.0,
+    device: str = "",
+    dtype: str = "",
+    source: str = "",
+) -> tuple[HardwareTiming, dict]:
+    """A HardwareTiming fitted to every run's timed prefills at once (module docstring). What
+    the runs cannot show is kept from ``base``: the per-sequence step times, decode and the call
+    time where no run has one. Floors are 0: device-time measurements (each call queued behind a
+    sleep) show the device's time, never the host's."""
+    if not runs:
+        raise UsageError("timing fit: no runs given")
+    cap = 1e3 / peak_tflops if peak_tflops > 0 else 0.0
+    ms_per_tflop = dict(base.ms_per_tflop)
+    layer_ms, per_gb = dict(base.layer_call_ms), dict.fromkeys(LAYER_KINDS, 0.0)
+    act, kv = dict.fromkeys(LAYER_KINDS, 0.0), 0.0
+    info: dict = {"terms": {}}
+    for kind in LAYER_KINDS:
+        terms = TYPE_TERMS[kind]
+        parts = [calls_of(r, kind) for r in runs]
+        Xs = [X for X, y, _ in parts if len(y)]
+        if not Xs:
+            continue
+        X = np.concatenate(Xs)
+        y = np.concatenate([y for _, y, _ in parts if len(y)])
+        wt = np.concatenate([np.full(len(y), r.weight) for r, (_, y, _) in zip(runs, parts) if len(y)])
+        if len(y) < MIN_CALLS_PER_TERM * (len(terms) + 2):
+            raise UsageError(f"timing fit: {len(y)} timed calls with {kind} layers are too few")
+        c = _fit_columns(X, y, list(range(2, 2 + len(terms))), cap, wt)
+        layer_ms[kind], per_gb[kind] = float(c[0]), float(c[1])
+        for j, t in enumerate(terms, start=2):
+            ms_per_tflop[t] = float(c[j])
+        act[kind] = float(c[2 + len(terms)])
+        if kind == "attention":
+            kv = float(c[3 + len(terms)])
+        err = np.abs(X @ c - y) / y
+        info["terms"][kind] = dict(
+            calls=int(len(y)), median_error=float(np.median(err)), p95_error=float(np.quantile(err, 0.95))
+        )
+    other = []
+    for r in runs:
+        for segs, by in timed_calls(r.table):
+            v = by.get("other", float("nan"))
+            if np.isfinite(v):
+                other.append(v / len(segs))
+    covers = dict(
+        models=sorted({r.spec.name for r in runs}),
+        d_model=[min(r.spec.d_model for r in runs), max(r.spec.d_model for r in runs)],
+        max_tokens=int(max(int(r.table["input_tokens"].max()) for r in runs if len(r.table))),
+    )
+    t = replace(
+        base,
+        ms_per_tflop=ms_per_tflop,
+        layer_call_ms=layer_ms,
+        ms_per_weight_gb=per_gb,
+        ms_per_act_gb=act,
+        ms_per_kv_gb=kv,
+        call_ms=float(np.median(other)) if other else base.call_ms,
+        layer_floor_ms=dict.fromkeys(LAYER_KINDS, 0.0),
+        peak_tflops=peak_tflops or base.peak_tflops,
+        gpus=1,
+        source=source or base.source,
+        device=device or base.device,
+        dtype=dtype or base.dtype,
+        covers=covers,
+        uncalibrated=False,
+    )
+    info["fraction_of_peak"] = t.fraction_of_peak()
+    info["runs"] = [r.name for r in runs]
+    return t, info
+
+
+def request_errors(run: Run, timing: HardwareTiming) -> pd.DataFrame:
+    """Per timed request of ``run``: measured and modelled prefill ms on the replayed layers and
+    the relative error (every request with a measured time; ``host_bound`` marks those whose
+    measured time holds host gaps)."""
+    rspec = replayed_spec(run.spec, run.counts)
+    rows = []
+    for row in run.table.itertuples(index=False):
+        d = row._asdict()
+        ms = d.get("suffix_ms")
+        if ms is None or not np.isfinite(ms) or ms <= 0:
+            continue
+        hit = int(d["hit_tokens"]) if d["restored"] else 0
+        n = int(d["input_tokens"])
+        model = timing.prefill_time_s(rspec, hit, n, int(d["splits"])) * 1e3
+        full = d.get("full_ms", float("nan"))
+        rows.append(
+            dict(
+                run=run.name,
+                model=run.spec.name,
+                hit=hit,
+                tokens=n,
+                measured_ms=float(ms),
+                modelled_ms=model,
+                error=(model - ms) / ms,
+                host_bound=bool(d.get("suffix_host_bound", False)),
+                # a validated hit's from-scratch reference: the time the hit saved, both ways
+                saved_ms=float(full) - float(ms) if d.get("validated") and np.isfinite(full) else float("nan"),
+                modelled_saved_ms=(timing.prefill_time_s(rspec, 0, n) * 1e3 - model)
+                if d.get("validated") and np.isfinite(full)
+                else float("nan"),
+            )
+        )
+    return pd.DataFrame(rows)
+
+
+#: how a time-model note that replaces the error lines starts (the comparison means nothing)
+NOT_COMPARED = "not compared"
+
+
+def replay_timing(timing, spec: ModelSpec, dtype: str, device_kind: str, device_name: str = "", max_tokens: int = 0):
+    """The timing a replay compares its measurements with, and one line on how far to trust the
+    comparison (empty when the timing describes this run): ``timing`` given (``--timing``) or the
+    preset's default, at one GPU (replay runs the whole model on one device). Refused: the default
+    timing fitted in another dtype than the replay's on a GPU (a ``--timing`` file is the user's
+    choice, said in the line). Not compared: a CPU (but a ``--timing`` file that names no GPU, as
+    one calibrated on a CPU), or a GPU other than the one it was fitted on."""
+    explicit = timing is not None
+    t = timing if explicit else default_timing(spec.name)
+    if isinstance(t, HardwareTiming) and t.gpus != 1:
+        t = replace(t, gpus=1, comm_ms_per_call=0.0, comm_ms_per_token=0.0)
+    fitted = getattr(t, "device", "")
+    if device_kind != "cuda":
+        if explicit and not fitted:  # a file calibrated here, on a CPU (it names no GPU)
+            return t, ""
+        return t, f"{NOT_COMPARED}: the timing describes {fitted or 'a GPU'}, this replay runs on the CPU"
+    here = catalogue_name(device_name)
+    if getattr(t, "device", "") and here != t.device:
+        return t, (
+            f"{NOT_COMPARED}: the timing was fitted on {t.device}, this GPU is {here or device_name} "
+            "(fit one here: --calibrate FILE, then --timing FILE)"
+        )
+    notes = []
+    t_dtype = getattr(t, "dtype", "")
+    if t_dtype and t_dtype != dtype:
+        if not explicit:
+            raise UsageError(
+                f"the default timing was fitted in {t_dtype}: a --dtype {dtype} replay's time-model "
+                f"errors would compare across dtypes; give --timing FILE fitted in {dtype} "
+                f"(marconi replay --dtype {dtype} --calibrate FILE)"
+            )
+        notes.append(f"the timing was fitted in {t_dtype}, this replay runs {dtype}")
+    if isinstance(t, HardwareTiming):
+        cover = t.coverage_note(spec, max_tokens)
+        if cover:
+            notes.append(cover)
+    return t, "; ".join(notes)

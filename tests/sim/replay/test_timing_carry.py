@@ -1,0 +1,229 @@
+"""The time model that carries across presets (issue 41 item 3): the shape terms, the fit across
+several presets' replays (``sim.replay.calibration.fit_across``), what a replay compares with
+(``replay_timing``) and the MoE width replay runs. No GPU, no torch."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.cost import (
+    LAYER_KINDS,
+    MODELS,
+    HardwareTiming,
+    act_gb,
+    get_model,
+    kv_gb_per_layer_token,
+    read_timing_file,
+    timing_to_dict,
+    weight_gb,
+)
+from sim.errors import UsageError
+from sim.replay.calibration import NOT_COMPARED, Run, features, fit_across, replay_timing
+
+COUNTS = {"attention": 1, "gated_delta": 3, "mlp": 4}
+TERMS = {"attn_linear": 2.0, "attn_quadratic": 5.0, "gdn_linear": 1.8, "gdn_chunk": 20.0, "mlp_linear": 1.5}
+TRUE = HardwareTiming(
+    dict(TERMS),
+    {"attention": 0.05, "gated_delta": 0.03, "mlp": 0.01},
+    0.02,
+    4.0,
+    989.0,
+    ms_per_weight_gb={"attention": 0.4, "gated_delta": 0.25, "mlp": 0.2},
+    ms_per_act_gb={"attention": 3.0, "gated_delta": 4.0, "mlp": 1.5},
+    ms_per_kv_gb=1.2,
+)
+
+
+def _table(spec, timing, calls) -> pd.DataFrame:
+    """A replay's request table whose per-layer times are exactly ``timing``'s (no host gaps)."""
+    rows = []
+    for p, L in calls:
+        row = dict(
+            request=len(rows),
+            input_tokens=L,
+            hit_tokens=p,
+            restored=p > 0,
+            validated=False,
+            splits=0,
+            segments=[[p, L]],
+            suffix_host_bound=False,
+            full_host_bound=False,
+            full_ms=float("nan"),
+            full_ms_other=float("nan"),
+            suffix_ms_other=0.02,
+        )
+        total = 0.0
+        for k in LAYER_KINDS:
+            per = float(np.dot(features(spec, k, p, L), _coefs(timing, k)))
+            row[f"suffix_ms_{k}"] = per * COUNTS[k]
+            total += per * COUNTS[k]
+        row["suffix_ms"] = total + 0.02
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _coefs(t: HardwareTiming, kind: str) -> list[float]:
+    c = t.ms_per_tflop
+    base = [t.layer_call_ms[kind], t.ms_per_weight_gb[kind]]
+    if kind == "attention":
+        return base + [c["attn_linear"], c["attn_quadratic"], t.ms_per_act_gb[kind], t.ms_per_kv_gb]
+    if kind == "gated_delta":
+        return base + [c["gdn_linear"], c["gdn_chunk"], t.ms_per_act_gb[kind]]
+    return base + [c["mlp_linear"], t.ms_per_act_gb[kind]]
+
+
+CALLS = [(0, 2000), (2000, 2031), (0, 700), (640, 1400), (0, 6000), (6000, 6600), (12000, 12017), (0, 131)]
+CALLS += [(p, p + n) for p in (0, 1024, 4096, 9000) for n in (1, 17, 64, 333, 1500)]
+
+
+def _runs(names=("qwen3.5-9b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b")):
+    return [Run(get_model(m), COUNTS, _table(get_model(m), TRUE, CALLS), m) for m in names]
+
+
+def test_fit_across_recovers_known_terms_exactly():
+    """Independent oracle: tables built from a known timing's per-layer terms give that timing
+    back (every term, within rounding), with its coverage recorded."""
+    t, info = fit_across(_runs(), TRUE, peak_tflops=989.0, device="h200", dtype="bf16")
+    for k in LAYER_KINDS:
+        assert t.layer_call_ms[k] == pytest.approx(TRUE.layer_call_ms[k], rel=1e-6, abs=1e-9)
+        assert t.ms_per_weight_gb[k] == pytest.approx(TRUE.ms_per_weight_gb[k], rel=1e-6)
+        assert t.ms_per_act_gb[k] == pytest.approx(TRUE.ms_per_act_gb[k], rel=1e-6)
+    assert t.ms_per_tflop == pytest.approx(TRUE.ms_per_tflop, rel=1e-6)
+    assert t.ms_per_kv_gb == pytest.approx(1.2, rel=1e-6)
+    assert t.call_ms == pytest.approx(0.02)
+    assert t.covers == {
+        "models": ["qwen3.5-122b-a10b", "qwen3.5-35b-a3b", "qwen3.5-9b"],
+        "d_model": [2048, 4096],
+        "max_tokens": 12017,
+    }
+    assert (t.device, t.dtype, t.gpus) == ("h200", "bf16", 1)
+    assert all(v["median_error"] < 1e-6 for v in info["terms"].values())
+
+
+def test_fit_across_holds_a_term_faster_than_the_peak_at_the_peak():
+    fast = replace(TRUE, peak_tflops=0.0, ms_per_tflop=dict(TERMS, mlp_linear=0.5))  # 2,000 TFLOP/s
+    runs = [Run(get_model(m), COUNTS, _table(get_model(m), fast, CALLS), m) for m in ("qwen3.5-9b", "qwen3.5-27b")]
+    t, _ = fit_across(runs, TRUE, peak_tflops=989.0)
+    assert t.ms_per_tflop["mlp_linear"] == pytest.approx(1e3 / 989.0)
+    assert all(f <= 1.0 + 1e-9 for f in t.fraction_of_peak().values())
+
+
+def test_a_fit_across_presets_carries_to_a_preset_it_did_not_see():
+    """Fitted on three presets, the model prices a fourth (other widths, MoE) as the true one."""
+    t, _ = fit_across(_runs(), TRUE, peak_tflops=989.0)
+    spec = get_model("qwen3-next-80b-a3b")
+    for p, L in ((0, 5000), (4096, 4300), (20000, 20033)):
+        assert t.prefill_time_s(spec, p, L) == pytest.approx(TRUE.prefill_time_s(spec, p, L), rel=1e-6)
+
+
+def test_the_shape_terms_by_hand():
+    """One layer of each kind at 2,000 new tokens over a 1,000-token prefix: its weights read once,
+    its activations per new token, (attention) the context's KV, per GPU under tensor parallel."""
+    spec = get_model("qwen3.5-27b")
+    only = HardwareTiming(
+        dict.fromkeys(TERMS, 0.0),
+        dict.fromkeys(LAYER_KINDS, 0.0),
+        0.0,
+        0.0,
+        ms_per_weight_gb={"attention": 1.0, "gated_delta": 0.0, "mlp": 0.0},
+        ms_per_act_gb={"attention": 0.0, "gated_delta": 0.0, "mlp": 2.0},
+        ms_per_kv_gb=3.0,
+    )
+    w = only.work_tflop(spec, 1000, 3000, 32)
+    assert w["mlp"] == pytest.approx(2.0 * spec.mlp_layer_a * 1e-9 / spec.d_model * 2000)
+    assert w["attention"] == pytest.approx(3.0 * kv_gb_per_layer_token(spec) * 3000)
+    assert kv_gb_per_layer_token(spec) == 2 * 4 * 256 * 2 * 1e-9  # 4 KV heads of 256, bf16
+    assert only.layer_fixed_ms(spec)["attention"] == pytest.approx(weight_gb(spec)["attention"])
+    assert act_gb(spec)["mlp"] == pytest.approx(weight_gb(spec)["mlp"] / spec.d_model)
+    # a decode (one new token) is not bound by its context: one-token attention splits it
+    assert only.work_tflop(spec, 3000, 3001, 1)["attention"] == 0.0
+    two = replace(only, gpus=2)
+    assert two.work_tflop(spec, 1000, 3000, 32)["attention"] == pytest.approx(w["attention"] / 2)
+    assert two.layer_fixed_ms(spec)["attention"] == pytest.approx(weight_gb(spec)["attention"] / 2)
+
+
+def test_the_shape_terms_survive_a_timing_file(tmp_path):
+    t, _ = fit_across(_runs(), TRUE, peak_tflops=989.0, device="h200", dtype="bf16")
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(timing_to_dict(t)))
+    back = read_timing_file(path)
+    assert back == t and (back.dtype, back.device, back.covers) == ("bf16", "h200", t.covers)
+    bad = dict(timing_to_dict(t), ms_per_kv_gb=-1.0)
+    path.write_text(json.dumps(bad))
+    with pytest.raises(UsageError, match="ms_per_kv_gb"):
+        read_timing_file(path)
+
+
+def test_coverage_note_names_what_lies_outside():
+    t, _ = fit_across(_runs(), TRUE, peak_tflops=989.0)
+    assert t.coverage_note(get_model("qwen3.5-9b"), 5000) == ""
+    note = t.coverage_note(get_model("qwen3.5-27b"), 40_000)
+    assert "d_model 5120 (fitted 2048-4096)" in note and "40,000 tokens (fitted up to 12,017)" in note
+    assert "\n" not in note
+
+
+# ------------------------------------------------------------------ what a replay compares with
+
+
+def _fitted(**kw):
+    return replace(TRUE, device="h200", dtype="bf16", **kw)
+
+
+def test_replay_timing_runs_the_preset_on_one_gpu():
+    spec = get_model("qwen3-next-80b-a3b")
+    t, note = replay_timing(_fitted(gpus=2, comm_ms_per_call=0.1), spec, "bf16", "cuda", "NVIDIA H200")
+    assert (t.gpus, t.comm_ms_per_call, note) == (1, 0.0, "")
+    d, _ = replay_timing(None, spec, "bf16", "cuda", "NVIDIA H200")  # the preset's default: 2 GPUs
+    assert d.gpus == 1
+
+
+def test_replay_timing_on_a_cpu_or_another_gpu_is_not_compared():
+    spec = get_model("replay-tiny")
+    for kind, name in (("cpu", ""), ("cuda", "NVIDIA A100-SXM4-80GB")):
+        _, note = replay_timing(_fitted(), spec, "bf16", kind, name)
+        assert note.startswith(NOT_COMPARED), (kind, note)
+    # a file calibrated on the CPU (no GPU named) is the user's choice: compared
+    assert replay_timing(replace(TRUE, device=""), spec, "fp32", "cpu")[1] == ""
+    # the default (an H200 file) on a CPU
+    assert replay_timing(None, spec, "fp32", "cpu")[1].startswith(NOT_COMPARED)
+
+
+def test_replay_timing_refuses_the_default_in_another_dtype():
+    spec = get_model("qwen3.5-9b")
+    with pytest.raises(UsageError, match="fitted in bf16.*--timing FILE"):
+        replay_timing(None, spec, "fp32", "cuda", "NVIDIA H200")
+    t, note = replay_timing(_fitted(), spec, "fp32", "cuda", "NVIDIA H200")  # given: compared, said
+    assert note == "the timing was fitted in bf16, this replay runs fp32"
+
+
+def test_replay_timing_says_when_the_preset_is_outside_the_fit():
+    t, _ = fit_across(_runs(), _fitted(), peak_tflops=989.0)
+    _, note = replay_timing(t, get_model("qwen3.5-27b"), "bf16", "cuda", "NVIDIA H200", 30_000)
+    assert "outside the shapes" in note and "d_model 5120" in note
+
+
+# ------------------------------------------------------------------ the width a MoE is replayed at
+
+
+def test_mlp_width_is_tile_aligned_and_keeps_the_work():
+    """A MoE's active width (routed + shared experts + router) is replayed as one dense SwiGLU of
+    a 64-multiple width: within 0.6 % of the preset's MLP work (an odd width ran 2.5-3.7x slower
+    than its FLOPs on the H200); dense presets keep theirs."""
+    torch = pytest.importorskip("torch")
+    del torch
+    from sim.replay.model import MLP_WIDTH_ALIGN, ReplayShape, mlp_width
+
+    for name, spec in MODELS.items():
+        if not (spec.n_mlp and spec.mlp_active_params):
+            continue
+        w = mlp_width(spec.mlp_active_params, spec.d_model)
+        exact = spec.mlp_active_params / (3 * spec.d_model)
+        assert w % MLP_WIDTH_ALIGN == 0 and abs(w / exact - 1) < 0.006, name
+    assert mlp_width(3 * 4096 * 12288, 4096) == 12288  # qwen3.5-9b: as it was
+    assert ReplayShape.from_spec(get_model("qwen3-next-80b-a3b"), 4).mlp_inter == 5824  # not 5,803
+    assert mlp_width(10, 64) == 64  # never below one tile
