@@ -142,6 +142,8 @@ SWEEP = (
     "BP=32,num_warps=4,num_stages=2",
     "BP=32,num_warps=8,num_stages=3",
     "BP=16,num_warps=4,num_stages=2",
+    "BP=64,num_warps=8,num_stages=2,FUSE=1",
+    "BP=32,num_warps=4,num_stages=2,FUSE=1",
 )
 
 

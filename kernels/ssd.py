@@ -55,7 +55,10 @@ __all__ = ["chunk_ssd", "SSD_CONFIGS"]
 #: fp32's output spills at BP 64 with tf32x3's triple products. ``KERNELS_CONFIG_SSD_STATE`` /
 #: ``KERNELS_CONFIG_SSD_OUT`` (e.g. "BP=32,num_warps=4,num_stages=3") override them.
 SSD_CONFIGS = {
-    "state": {"half": dict(BP=64, num_warps=8, num_stages=2), "fp32": dict(BP=64, num_warps=8, num_stages=2)},
+    "state": {
+        "half": dict(BP=64, num_warps=8, num_stages=2, FUSE=0),
+        "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0),
+    },
     "out": {"half": dict(BP=64, num_warps=4, num_stages=2), "fp32": dict(BP=32, num_warps=8, num_stages=1)},
 }
 
@@ -90,11 +93,33 @@ def _chunk_rows(chunk_info, i_c):
 
 
 @triton.jit
+def _out_tile(Ct, Bt, Sp, X, g, d, Dv, i_h, oP, mP, P: tl.constexpr, HAS_D: tl.constexpr, D_PER_P: tl.constexpr,
+              DOT: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
+    """A chunk's output rows ``[64, BP]`` from C, B (``[64, BN]``), the chunk-start state ``Sp``
+    (``[BP, BN]``; all three in ``DOT``), the x tile, gamma and dt (``[64]``)."""
+    r = tl.arange(0, 64)
+    # the incoming state's part, decayed to each row
+    acc = tl.dot(Ct, tl.trans(Sp), input_precision=PREC) * tl.exp(g)[:, None]
+    CB = tl.dot(Ct, tl.trans(Bt), input_precision=PREC)  # [64, 64]
+    causal = r[:, None] >= r[None, :]
+    Lm = tl.where(causal, tl.exp(tl.where(causal, g[:, None] - g[None, :], 0.0)), 0.0) * d[None, :]
+    acc += tl.dot((CB * Lm).to(DOT), X.to(DOT), input_precision=PREC)
+    if HAS_D:
+        if D_PER_P:
+            dv = tl.load(Dv + i_h * P + oP, mask=mP, other=0.0).to(tl.float32)
+            acc += X.to(tl.float32) * dv[None, :]
+        else:
+            acc += X.to(tl.float32) * tl.load(Dv + i_h).to(tl.float32)
+    return acc
+
+
+@triton.jit
 def _ssd_state_step(
-    c, ts, bos, eos, S, x, dt, dt_bias, A, Bm, gam_out, dt_out, hs, hb, store_slot, i_h, i_p, oP, oN, sidx, mPN,
-    sxt, sxh, sdt, sdh, sbt, sbg, dt_min, dt_max,
+    c, ts, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb, store_slot, i_h, i_p, oP, oN,
+    sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max,
     H: tl.constexpr, GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, HAS_BIAS: tl.constexpr,
     SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
+    FUSE: tl.constexpr, HAS_D: tl.constexpr, D_PER_P: tl.constexpr,
 ):  # fmt: skip
     # the chunk's rows from its first (virtual) token ``ts``: affine in the chunk index, so that the
     # loop's loads can be issued ahead (a row table read per chunk would serialise them)
@@ -115,12 +140,13 @@ def _ssd_state_step(
         d = tl.minimum(tl.maximum(d, dt_min), dt_max)
     d = tl.where(m, d, 0.0)
     gam = tl.cumsum(d * tl.load(A + i_h).to(tl.float32), 0)
-    row = (c * H + i_h).to(tl.int64)
-    first = (r * 0 + i_p) == 0  # a full-shape mask (triton 3.9's interpreter)
-    tl.store(gam_out + row * 64 + r, gam, mask=first)
-    tl.store(dt_out + row * 64 + r, d, mask=first)
-    # the chunk-start state, read by the output kernel
-    tl.store(hs + row * (P * N) + sidx, S.to(hs.dtype.element_ty), mask=mPN)
+    if not FUSE:
+        row = (c * H + i_h).to(tl.int64)
+        first = (r * 0 + i_p) == 0  # a full-shape mask (triton 3.9's interpreter)
+        tl.store(gam_out + row * 64 + r, gam, mask=first)
+        tl.store(dt_out + row * 64 + r, d, mask=first)
+        # the chunk-start state, read by the output kernel
+        tl.store(hs + row * (P * N) + sidx, S.to(hs.dtype.element_ty), mask=mPN)
     last = tl.sum(tl.where(r == 63, gam, 0.0), 0)
     wgt = tl.exp(last - gam) * d  # decay to the chunk's end x dt
     X = tl.load(x + tc[:, None] * sxt + i_h * sxh + oP[None, :], mask=m[:, None] & (oP < P)[None, :], other=0.0)
@@ -128,6 +154,19 @@ def _ssd_state_step(
         Bm + tc[:, None] * sbt + (i_h // GROUP) * sbg + oN[None, :], mask=m[:, None] & (oN < N)[None, :], other=0.0
     )
     Bw = (Bt.to(tl.float32) * wgt[:, None]).to(DOT)
+    if FUSE:
+        # the chunk's output from the chunk-start state in registers (the state rounded to the
+        # input dtype as the output kernel reads it from memory: the same operands)
+        mP = oP < P
+        Ct = tl.load(
+            Cm + tc[:, None] * sct + (i_h // GROUP) * scg + oN[None, :], mask=m[:, None] & (oN < N)[None, :], other=0.0
+        ).to(DOT)
+        acc = _out_tile(
+            Ct, Bt.to(DOT), S.to(x.dtype.element_ty).to(DOT), X, gam, d, Dv, i_h, oP, mP, P, HAS_D, D_PER_P, DOT, PREC
+        )
+        tl.store(
+            y + tc[:, None] * (H * P) + i_h * P + oP[None, :], acc.to(y.dtype.element_ty), mask=m[:, None] & mP[None, :]
+        )
     # the chunk's own state (from zero) joins the decayed incoming one
     S = S * tl.exp(last) + tl.dot(tl.trans(X.to(DOT)), Bw, input_precision=PREC)
     if STORE_B:
@@ -139,11 +178,12 @@ def _ssd_state_step(
 
 @triton.jit(do_not_specialize=["has_h0", "dt_min", "dt_max"])
 def _ssd_state_kernel(
-    x, dt, dt_bias, A, Bm, gam_out, dt_out, hs, h0, ht, hb, seq_info, chunk_info, store_slot,
-    sxt, sxh, sdt, sdh, sbt, sbg, dt_min, dt_max, has_h0,
+    x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, h0, ht, hb, seq_info, chunk_info, store_slot,
+    sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, has_h0,
     H: tl.constexpr, GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr,
-    DOT: tl.constexpr, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr,
+    DOT: tl.constexpr, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr, FUSE: tl.constexpr, HAS_D: tl.constexpr,
+    D_PER_P: tl.constexpr,
 ):  # fmt: skip
     i_n = tl.program_id(0)
     i_h = tl.program_id(1)
@@ -164,17 +204,17 @@ def _ssd_state_kernel(
         c = c0
         while c < c1:
             S = _ssd_state_step(
-                c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, gam_out, dt_out, hs, hb, store_slot, i_h,
-                i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, dt_min, dt_max, H, GROUP, P, N, HAS_BIAS,
-                SOFTPLUS, CLAMP, STORE_B, DOT, PREC,
+                c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb,
+                store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
+                GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P,
             )  # fmt: skip
             c += 1
     else:
         for c in range(c0, c1):
             S = _ssd_state_step(
-                c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, gam_out, dt_out, hs, hb, store_slot, i_h,
-                i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, dt_min, dt_max, H, GROUP, P, N, HAS_BIAS,
-                SOFTPLUS, CLAMP, STORE_B, DOT, PREC,
+                c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb,
+                store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
+                GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P,
             )  # fmt: skip
     tl.store(ht + sbase + sidx, S, mask=mPN)
 
@@ -227,19 +267,8 @@ def _ssd_output_kernel(
         mask=mP[:, None] & mN[None, :],
         other=0.0,
     ).to(DOT)
-    # the incoming state's part, decayed to each row
-    acc = tl.dot(Ct, tl.trans(Sp), input_precision=PREC) * tl.exp(g)[:, None]  # [64, BP]
-    CB = tl.dot(Ct, tl.trans(Bt), input_precision=PREC)  # [64, 64]
-    causal = r[:, None] >= r[None, :]
-    Lm = tl.where(causal, tl.exp(tl.where(causal, g[:, None] - g[None, :], 0.0)), 0.0) * d[None, :]
     X = tl.load(x + tc[:, None] * sxt + i_h * sxh + oP[None, :], mask=m[:, None] & mP[None, :], other=0.0)
-    acc += tl.dot((CB * Lm).to(DOT), X.to(DOT), input_precision=PREC)
-    if HAS_D:
-        if D_PER_P:
-            dv = tl.load(Dv + i_h * P + oP, mask=mP, other=0.0).to(tl.float32)
-            acc += X.to(tl.float32) * dv[None, :]
-        else:
-            acc += X.to(tl.float32) * tl.load(Dv + i_h).to(tl.float32)
+    acc = _out_tile(Ct, Bt, Sp, X, g, d, Dv, i_h, oP, mP, P, HAS_D, D_PER_P, DOT, PREC)
     tl.store(
         y + tc[:, None] * (H * P) + i_h * P + oP[None, :], acc.to(y.dtype.element_ty), mask=m[:, None] & mP[None, :]
     )
@@ -328,10 +357,6 @@ def chunk_ssd(
     h0 = initial_state.float().contiguous() if initial_state is not None else ht
     lo, hi = float(dt_limit[0]), float(dt_limit[1])
     clamp = lo > 0.0 or hi != float("inf")
-    gam = torch.empty(NT, H, 64, dtype=f32, device=dev)
-    dtc = torch.empty(NT, H, 64, dtype=f32, device=dev)
-    # chunk-start states in the products' input dtype (fp32 for fp32 inputs)
-    hs = torch.empty(NT, H, P, N, dtype=dtype, device=dev)
     BN = max(16, _pow2(N))
     Pp = max(16, _pow2(P))
     f32_in = dtype == f32
@@ -343,20 +368,29 @@ def chunk_ssd(
     )  # fmt: skip
     cfg = _config("state", f32_in)
     BP = min(cfg.pop("BP"), Pp, 32 if BN >= 256 else Pp)
+    fuse = bool(cfg.pop("FUSE"))
     store = store_b and meta.num_boundaries > 0
+    # scratch of the output kernel: each chunk's gamma and dt, its start state in the input dtype
+    # (not made where the output is computed inside the loop, ``FUSE``)
+    gam = torch.empty(0 if fuse else NT * H * 64, dtype=f32, device=dev)
+    dtc = torch.empty_like(gam)
+    hs = torch.empty(0 if fuse else NT * H * P * N, dtype=dtype, device=dev)
+    has_d, d_per_p = D is not None, D is not None and D.dim() == 2
     _ssd_state_kernel[(S, H, triton.cdiv(P, BP))](
-        x2, dt2, bias, A32, B2, gam, dtc, hs, h0, ht, hb if store else ht, meta.seq_info, meta.chunk_info,
+        x2, dt2, bias, A32, B2, C2, Dv, y, gam, dtc, hs, h0, ht, hb if store else ht, meta.seq_info, meta.chunk_info,
         meta.store_slot, x2.stride(0), x2.stride(1), dt2.stride(0), dt2.stride(1), B2.stride(0), B2.stride(1),
-        lo, hi, int(initial_state is not None),
+        C2.stride(0), C2.stride(1), lo, hi, int(initial_state is not None),
         H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
-        CLAMP=clamp, STORE_B=store, DOT=dot, PREC=prec, WHILE_LOOP=INTERPRET, **cfg,
+        CLAMP=clamp, STORE_B=store, DOT=dot, PREC=prec, WHILE_LOOP=INTERPRET, FUSE=fuse, HAS_D=has_d,
+        D_PER_P=d_per_p, **cfg,
     )  # fmt: skip
+    if fuse:
+        return y, ht, hb
     cfg = _config("out", f32_in)
     BP = min(cfg.pop("BP"), Pp, 32 if BN >= 256 else Pp)
     _ssd_output_kernel[(NT, H, triton.cdiv(P, BP))](
         x2, B2, C2, Dv, gam, dtc, hs, y, meta.chunk_info,
         x2.stride(0), x2.stride(1), B2.stride(0), B2.stride(1), C2.stride(0), C2.stride(1),
-        H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_D=D is not None, D_PER_P=D is not None and D.dim() == 2,
-        DOT=dot, PREC=prec, **cfg,
+        H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_D=has_d, D_PER_P=d_per_p, DOT=dot, PREC=prec, **cfg,
     )  # fmt: skip
     return y, ht, hb

@@ -181,6 +181,26 @@ def test_half_inputs(dtype):
     check(torch_chunk_ssd(x, dt, A, B, C, **kw), ref, 8e-3)  # fp32 products; bf16 output rounding 2^-8
 
 
+def test_output_inside_the_state_loop(monkeypatch):
+    """``FUSE=1`` (the output computed in the state loop, opt-in) against the oracle, and its
+    resume from an emitted state bit for bit, on varlen with ragged starts."""
+    monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", "FUSE=1")
+    gen = torch.Generator().manual_seed(11)
+    H, P, N, G = 4, 32, 64, 2
+    cu, starts = [0, 90, 200], [0, 30]
+    x, dt, A, B, C, D, bias, h0 = make(gen, 200, H, P, N, G, nseq=2)
+    kw = dict(D=D, dt_bias=bias, initial_state=h0, cu_seqlens=cu, start_positions=starts)
+    res = chunk_ssd(x, dt, A, B, C, **kw)
+    check(res, naive_ssd(x, dt, A, B, C, **kw), 2e-4)
+    y, ht, hb = res  # boundaries: 64 (sequence 0), 64 and 128 (sequence 1)
+    p = 64  # sequence 1 resumed at its boundary 64: its tokens from row 90 + 34
+    y2, h2, hb2 = chunk_ssd(
+        x[:, 124:], dt[:, 124:], A, B[:, 124:], C[:, 124:], D=D, dt_bias=bias, initial_state=hb[1:2],
+        start_positions=[p],
+    )  # fmt: skip
+    assert torch.equal(y2, y[:, 124:]) and torch.equal(h2, ht[1:]) and torch.equal(hb2, hb[2:])
+
+
 def test_triton_equals_torch_on_shared_metadata():
     """Both implementations on one prepared metadata (as a model step shares it across layers)."""
     gen = torch.Generator().manual_seed(8)
