@@ -203,7 +203,8 @@ def test_issue_command_validates_every_hit(alignment, tmp_path):
     assert s["hits"] > 30 and s["hits_validated"] == s["kv_hits_validated"] == s["hits"]
     assert s["kernel"] == "torch"
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["settings"]["kernel"] == "torch"
-    assert wall < 60, wall
+    # its time (under 60 s on a quiet 2-core machine) is a figure, printed above, not a test: a
+    # loaded machine must not fail the suite (the brief: targets live in benchmarks)
 
 
 def test_kernel_option():
