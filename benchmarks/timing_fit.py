@@ -26,7 +26,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.cost import _h200_calibrated, get_model, timing_to_dict  # noqa: E402
+from sim.cost import _h200_calibrated, get_model, read_timing_file, timing_to_dict  # noqa: E402
 from sim.errors import UsageError  # noqa: E402
 from sim.replay.calibration import Run, fit_across, request_errors  # noqa: E402
 from sim.replay.measure import device_peak  # noqa: E402
@@ -131,6 +131,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fit-prefix", default="fit")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--before", type=Path, help="score this timing file as 'before' (default: the committed one)")
     ap.add_argument("--versions", default="", help='e.g. "torch 2.11.0+cu130, triton 3.6.0" (default: DIR/device.txt)')
     a = ap.parse_args(argv)
     try:
@@ -144,7 +145,8 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     pd.set_option("display.width", 200)
-    print(report(runs, base, timing, a.fit_prefix).to_string(index=False))
+    before = read_timing_file(a.before) if a.before is not None else base
+    print(report(runs, before, timing, a.fit_prefix).to_string(index=False))
     print("fraction of peak:", {k: round(v, 3) if v else v for k, v in info["fraction_of_peak"].items()})
     print(
         "per-weight-GB ms:",
