@@ -41,16 +41,15 @@ The code, by stage as FLA lays out its ops (each module owns one job; this one i
   ``chunk_state``    stage 3, ``_state_kernel``            ``chunk_output``  stage 4, ``_output_kernel``
   ``chunk_plan``     launch planning: configurations, the launch table, grids, scratch layout,
                      the per-call argument names
-  ``chunk_launch``   the direct path: remembered plans, calls bound to their chunk metadata, the
-                     caller's buffers
-  ``chunk_gdn``      ``chunk_gated_delta_rule``: checks, the route to the launches
+  ``chunk_launch``   the launches: Triton's launch path, and the direct path (plans remembered
+                     from it, calls bound to their chunk metadata, the caller's buffers)
+  ``chunk_gdn``      ``chunk_gated_delta_rule``: checks, the one route to the launches
 """
 
 from __future__ import annotations
 
 import math
 import os
-import warnings
 from typing import Optional
 
 import torch
@@ -90,7 +89,6 @@ from kernels.chunk_plan import (  # noqa: F401
     _KERNELS_FUSED,
     _KERNELS_GLUON,
     _PER_CALL,
-    _PER_CALL_GETTER,
     _PER_CALL_ORDER,
     _SCRATCH_ALIGN,
     CONFIGS,
@@ -102,7 +100,6 @@ from kernels.chunk_plan import (  # noqa: F401
     STATE_BV_WIDE,
     STATE_WIDE_FILL,
     _call_args,
-    _call_tuple,
     _carve,
     _gluon_fused_kernel,
     _gluon_solve_kernel,
@@ -216,32 +213,64 @@ def chunk_gated_delta_rule(
         if out is None and final_state_out is None and boundary_out is None and workspace is None
         else (out, final_state_out, boundary_out, workspace)
     )
+    gate = (A_log, dt_bias) if use_gate_in_kernel else None
+    l2norm, store_b = int(bool(use_qk_l2norm)), bool(boundary_states)
+    # One route to the launches, three places to join it, each a cheaper start than the next:
+    # 1. a layout this metadata has run before (the model step's earlier layers): its bound call
+    #    checks the layout and launches, instead of the checks, launch table and plan key below
     if _DIRECT and chunk_metadata is not None and chunk_metadata.calls:
-        # a layout this metadata has run before (the model step's earlier layers): its bound call
-        # checks the layout and launches, instead of the checks, launch table and plan key below
         bound = chunk_metadata.calls.get(
             _bound_key(
-                q.shape[-1] ** -0.5 if scale is None else scale, int(bool(use_qk_l2norm)), bool(boundary_states),
-                state_dtype, bool(use_gate_in_kernel), bool(use_beta_sigmoid), q.dtype, input_precision,
+                q.shape[-1] ** -0.5 if scale is None else scale, l2norm, store_b, state_dtype,
+                bool(use_gate_in_kernel), bool(use_beta_sigmoid), q.dtype, input_precision,
             )
         )  # fmt: skip
         if bound is not None:
-            res = bound.run(q, k, v, g, beta, initial_state, (A_log, dt_bias) if use_gate_in_kernel else None, given)
+            res = bound.run(q, k, v, g, beta, initial_state, gate, given)
             if res is not None:
                 return res
     check_args(q, k, v, g, beta, state_dtype=state_dtype)
     if INTERPRET and q.dtype == torch.bfloat16:
         raise ValueError(INTERPRETER_BF16)
-    if (
-        _DIRECT
-        and chunk_metadata is not None
+    if scale is None:
+        scale = q.shape[3] ** -0.5
+    # 2. a plan remembered for this specialisation (``_direct_fits``): bound to the metadata, launched
+    if _DIRECT and _direct_fits(q, k, v, initial_state, chunk_metadata, gate):
+        K, HV, V = q.shape[3], v.shape[2], v.shape[3]
+        wide = _plan.state_wide(chunk_metadata.num_seqs, HV, V, q.device)
+        lp = launch_params(K, V, q.dtype, input_precision, wide, _plan.gluon_device(q.device))
+        res = _direct_call(
+            q, k, v, g, beta, scale, initial_state, store_b, state_dtype, chunk_metadata, l2norm, lp, gate,
+            bool(use_beta_sigmoid), given, input_precision,
+        )  # fmt: skip
+        if res is not None:
+            return res
+    # 3. Triton's launch path: compiles a new specialisation's kernels and remembers their plan
+    return _triton_call(
+        q, k, v, g, beta, scale=scale, initial_state=initial_state, l2norm=l2norm, store_b=store_b,
+        state_dtype=state_dtype, gate=gate, beta_sig=bool(use_beta_sigmoid), input_precision=input_precision,
+        meta=resolve_call(
+            q, v, initial_state=initial_state, cu_seqlens=cu_seqlens, start_positions=start_positions,
+            boundary_stride=boundary_stride, boundary_indices=boundary_indices, chunk_metadata=chunk_metadata,
+            use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
+        ),
+        out=out, final_state_out=final_state_out, boundary_out=boundary_out, workspace=workspace,
+    )  # fmt: skip
+
+
+def _direct_fits(q, k, v, initial_state, meta, gate) -> bool:
+    """Whether a checked call can take the direct path (a plan's launches with bare addresses):
+    compiled kernels on a GPU, one sequence batch on its prepared metadata, one dtype, unit head-dim
+    strides, fp32 gate parameters and initial state in place."""
+    return (
+        meta is not None
         and q.is_cuda
         and not INTERPRET
-        and (not use_gate_in_kernel or (_fp32_vector(A_log, q.device) and _fp32_vector(dt_bias, q.device)))
-        and chunk_metadata.chunk_info.device == q.device  # the direct path passes bare addresses
+        and (gate is None or (_fp32_vector(gate[0], q.device) and _fp32_vector(gate[1], q.device)))
+        and meta.chunk_info.device == q.device  # the direct path passes bare addresses
         and q.shape[0] == 1
-        and chunk_metadata.num_chunks > 0
-        and chunk_metadata.total_tokens == q.shape[1]
+        and meta.num_chunks > 0
+        and meta.total_tokens == q.shape[1]
         and k.dtype == v.dtype == q.dtype
         and q.stride(3) == k.stride(3) == v.stride(3) == 1
         and (
@@ -250,43 +279,26 @@ def chunk_gated_delta_rule(
                 initial_state.dtype == torch.float32
                 and initial_state.is_contiguous()
                 and initial_state.device == q.device
-                and tuple(initial_state.shape) == (chunk_metadata.num_seqs, v.shape[2], q.shape[3], v.shape[3])
+                and tuple(initial_state.shape) == (meta.num_seqs, v.shape[2], q.shape[3], v.shape[3])
             )
         )
-    ):
-        K, HV, V = q.shape[3], v.shape[2], v.shape[3]
-        res = _direct_call(
-            q, k, v, g, beta, K**-0.5 if scale is None else scale, initial_state, bool(boundary_states), state_dtype,
-            chunk_metadata, int(bool(use_qk_l2norm)),
-            launch_params(
-                K, V, q.dtype, input_precision, _plan.state_wide(chunk_metadata.num_seqs, HV, V, q.device),
-                _plan.gluon_device(q.device),
-            ),
-            (A_log, dt_bias) if use_gate_in_kernel else None, bool(use_beta_sigmoid), given, input_precision,
-        )  # fmt: skip
-        if res is not None:
-            return res
+    )
+
+
+def _triton_call(
+    q, k, v, g, beta, *, scale, initial_state, l2norm, store_b, state_dtype, gate, beta_sig, input_precision, meta,
+    out, final_state_out, boundary_out, workspace,
+):  # fmt: skip
+    """A checked call through Triton's launch path (``meta``: ``resolve_call``'s): the inputs as
+    token rows, the caller's buffers or fresh ones, the scratch carved, every kernel launched by
+    name (``chunk_launch.triton_launches``), and the plan remembered where the direct path can use
+    it."""
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
-    meta = resolve_call(
-        q,
-        v,
-        initial_state=initial_state,
-        cu_seqlens=cu_seqlens,
-        start_positions=start_positions,
-        boundary_stride=boundary_stride,
-        boundary_indices=boundary_indices,
-        chunk_metadata=chunk_metadata,
-        use_gate_in_kernel=use_gate_in_kernel,
-        A_log=A_log,
-        dt_bias=dt_bias,
-    )
     dev = q.device
     dt = q.dtype
     if k.dtype != dt or v.dtype != dt:
         k, v = k.to(dt), v.to(dt)
-    if scale is None:
-        scale = K**-0.5
     N, TT, NT = meta.num_seqs, B * T, meta.num_chunks
     # the queries and keys the Gluon kernels copy by cp.async (solve and loop: keys; the fused loop:
     # queries too) on rows they can prove aligned
@@ -294,7 +306,6 @@ def chunk_gated_delta_rule(
     q2, k2 = _rows(q, TT, H, K, aligned), _rows(k, TT, H, K, aligned)
     v2 = _rows(v, TT, HV, V)
     g2, b2 = _rows(g, TT, HV, None), _rows(beta, TT, HV, None)
-    store_b = bool(boundary_states)
     offs, nbytes = _scratch_layout(TT, NT, HV, K, V, q.element_size())
     o, ht, hb, scratch = _buffers(
         out, final_state_out, boundary_out, workspace, B=B, T=T, N=N, NB=meta.num_boundaries, HV=HV, K=K, V=V,
@@ -305,8 +316,8 @@ def chunk_gated_delta_rule(
         if N > 0:
             ht.copy_(h0) if initial_state is not None else ht.zero_()
         return (o.reshape(B, T, HV, V) if out is None else out), ht, hb
-    if use_gate_in_kernel:
-        A_log_t, dt_bias_t = A_log.float().contiguous(), dt_bias.float().contiguous()
+    if gate is not None:
+        A_log_t, dt_bias_t = gate[0].float().contiguous(), gate[1].float().contiguous()
     wide = _plan.state_wide(N, HV, V, dev)
     lp = launch_params(K, V, dt, input_precision, wide, _plan.gluon_device(dev))
     half_shapes, f32_shapes = _scratch_shapes(TT, NT, HV, K, V)
@@ -314,21 +325,16 @@ def chunk_gated_delta_rule(
         scratch[off : off + math.prod(shape) * t.itemsize].view(t).view(shape)
         for off, shape, t in zip(offs, half_shapes + f32_shapes, (dt,) * 5 + (torch.float32,) * 3 + (torch.int32,))
     )
-    if not use_gate_in_kernel:
+    if gate is None:
         A_log_t = dt_bias_t = fd  # never read; any fp32 tensor stands in
     store = store_b and meta.num_boundaries > 0
-    hb_arg = hb if store else ht
-    # runtime arguments, by the names the four kernels share (a name is one buffer in all of them)
+    # runtime arguments, by the names the kernels share (a name is one buffer in all of them)
     shared = dict(
         _call_args(
-            (q2, k2, v2, g2, b2),
-            (A_log_t, dt_bias_t),
-            (w, u, vn, A, hbuf, fd, gcum, glast, prog),
-            (o, h0, ht, hb_arg),
-            (meta.chunk_info, meta.seq_info, meta.store_slot),
-            scale,
-            int(bool(use_qk_l2norm)),
-            int(initial_state is not None),
+            q=q2, k=k2, v=v2, g=g2, beta=b2, A_log=A_log_t, dt_bias=dt_bias_t,
+            scratch=(w, u, vn, A, hbuf, fd, gcum, glast, prog), o=o, h0=h0, ht=ht, hb=hb if store else ht,
+            has_h0=int(initial_state is not None), chunk_info=meta.chunk_info, seq_info=meta.seq_info,
+            store_slot=meta.store_slot, scale=scale, l2norm=l2norm,
         ),
         STORE_B=store,
         HV=HV,
@@ -344,44 +350,14 @@ def chunk_gated_delta_rule(
         sgh=g2.stride(1),
         sbt=b2.stride(0),
         sbh=b2.stride(1),
-        USE_GATE=bool(use_gate_in_kernel),
-        BETA_SIGMOID=bool(use_beta_sigmoid),
+        USE_GATE=gate is not None,
+        BETA_SIGMOID=beta_sig,
         WHILE_LOOP=INTERPRET,
-    )
-    fns = _kernel_fns(lp)
-    compiled, lists = [], []
-    grids = _grids(lp, N, NT, HV, V)
-    fallback = False  # a Gluon kernel failed to compile
-    i = 0
-    while i < len(fns):  # where a Gluon kernel falls back, the table changes and i restarts
-        fn, grid, name = fns[i], grids[i], _KERNEL_KEYS[i]
-        i += 1
-        vals = {**shared, **lp[name]}
-        opts = {key: val for key, val in lp[name].items() if key in LAUNCH_OPTIONS}
-        args = [vals[n] for n in fn.arg_names]
-        try:
-            ck = fn[grid](*args, **opts)
-        except Exception as exc:  # noqa: BLE001 - any compile error of a Gluon kernel: fall back
-            if fn not in _GLUON_KERNELS:
-                raise
-            # a Triton whose Gluon API differs from the one these kernels were written for: warn
-            # once and never try Gluon again here
-            first = (str(exc).strip().splitlines() or [""])[-1]
-            what = "solve" if fn is _gluon_solve_kernel else "state loop"
-            warnings.warn(
-                f"the Gluon {what} did not compile ({type(exc).__name__}: {first}); using the Triton kernels",
-                stacklevel=2,
-            )
-            _plan._GLUON_FAILED.append(exc)
-            # the call again from its first kernel on the table without Gluon, so that it has the
-            # bits of every later call (a Gluon solve that ran before a failed Gluon loop would
-            # not: its A differs in the last place); every kernel writes only scratch and
-            # outputs, so what ran is overwritten. The output runs after the loop (``OVL`` 0)
-            lp, fns, fallback = launch_params(K, V, dt, input_precision, wide, False), _KERNELS, True
-            grids, compiled, lists, i = _grids(lp, N, NT, HV, V), [], [], 0
-            continue
-        lists.append(args)
-        compiled.append(ck)
+    )  # fmt: skip
+    compiled, fns, lists, lp, fallback = _launch.triton_launches(
+        lp, lambda lp: _grids(lp, N, NT, HV, V), shared,
+        lambda: launch_params(K, V, dt, input_precision, wide, False),
+    )  # fmt: skip
     # remembered only where the kernels saw the 4-d inputs themselves: their token / head strides
     # (what the key holds) and their addresses (not a copy, ``_rows``: the key holds the inputs'
     # alignment, and a kernel compiled for an aligned copy must not get the unaligned input)
@@ -390,35 +366,9 @@ def chunk_gated_delta_rule(
         for x2, x in ((q2, q), (k2, k), (v2, v), (g2, g), (b2, beta))
     )
     if _DIRECT and dev.type == "cuda" and not INTERPRET and B == 1 and same_strides and not fallback:
-        _remember_plan(
-            compiled,
-            fns,
-            lists,
-            lp,
-            _launch._plan_key(
-                lp,
-                dev,
-                dt,
-                state_dtype if store else None,
-                H,
-                HV,
-                use_gate_in_kernel,
-                use_beta_sigmoid,
-                q,
-                k,
-                v,
-                g,
-                beta,
-                _addresses(
-                    q,
-                    k,
-                    v,
-                    g,
-                    beta,
-                    initial_state,
-                    A_log_t if use_gate_in_kernel else None,
-                    dt_bias_t if use_gate_in_kernel else None,
-                ),
-            ),
+        ptrs = _addresses(q, k, v, g, beta, initial_state, *((A_log_t, dt_bias_t) if gate is not None else ()))
+        key = _launch._plan_key(
+            lp, dev, dt, state_dtype if store else None, H, HV, gate is not None, beta_sig, q, k, v, g, beta, ptrs
         )
+        _remember_plan(compiled, fns, lists, lp, key)
     return (o.reshape(B, T, HV, V) if out is None else out), ht, hb

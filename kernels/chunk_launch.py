@@ -1,4 +1,6 @@
-"""The direct launch path of the chunked gated delta rule: remembered plans and bound calls.
+"""The launches of the chunked gated delta rule: Triton's launch path (``triton_launches``, which
+compiles a specialisation), and the direct path: plans remembered from it, calls bound to their
+chunk metadata, the caller's buffers.
 
 A call's host time was ~200-500 us, most of it Triton's generic launch path run four times
 (argument binding and specialisation, cache-key hashing, launch metadata), ten scratch
@@ -15,13 +17,53 @@ an int as a pointer). ``KERNELS_LAUNCH=triton`` turns the direct path off.
 from __future__ import annotations
 
 import operator
+import warnings
 
 import torch
 
 from kernels import chunk_plan as _plan
 from kernels._common import ChunkMetadata
 from kernels._launch import raw_launcher
-from kernels.chunk_plan import _PER_CALL_ORDER, _config_envs, _grids, _scratch_args, _scratch_layout
+from kernels.chunk_plan import (
+    _GLUON_KERNELS,
+    _KERNEL_KEYS,
+    _KERNELS,
+    _PER_CALL,
+    _PER_CALL_ORDER,
+    LAUNCH_OPTIONS,
+    SCRATCH_ARGS,
+    _call_args,
+    _config_envs,
+    _gluon_solve_kernel,
+    _grids,
+    _kernel_fns,
+    _scratch_layout,
+)
+
+#: what a bound call takes from each call, in the order ``_Bound.launch`` builds it: the addresses
+#: of the inputs, the gate parameters, the outputs and states, and has_h0; then the nine scratch
+#: buffers' (``SCRATCH_ARGS``)
+_VARYING = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "o", "h0", "ht", "hb", "has_h0")
+_SCRATCH_NAMES = frozenset(name for names in SCRATCH_ARGS for name in names)
+#: the per-call arguments a bound call fixes (the metadata's addresses, scale, l2norm), in the
+#: kernels' order
+_BOUND_CONSTS = tuple(n for n in _PER_CALL_ORDER if n not in _VARYING and n not in _SCRATCH_NAMES)
+#: each per-call argument's place among a bound call's values: ``_VARYING``, the scratch buffers
+#: (a buffer's names share one place), ``_BOUND_CONSTS``; the plan's fixed values follow them
+_PLACE = {
+    **{name: i for i, name in enumerate(_VARYING)},
+    **{name: len(_VARYING) + j for j, names in enumerate(SCRATCH_ARGS) for name in names},
+    **{name: len(_VARYING) + len(SCRATCH_ARGS) + c for c, name in enumerate(_BOUND_CONSTS)},
+}
+_N_PLACES = len(_VARYING) + len(SCRATCH_ARGS) + len(_BOUND_CONSTS)
+if set(_PLACE) != _PER_CALL:  # the kernels' signatures gained or lost a per-call argument
+    raise RuntimeError(f"per-call arguments without a place, or places without one: {sorted(set(_PLACE) ^ _PER_CALL)}")
+
+
+def _bound_values(named: dict) -> tuple:
+    """The per-call values ``named`` (``_call_args``) in their places (``_PLACE``)."""
+    return tuple(named[name] for name in (*_VARYING, *(names[0] for names in SCRATCH_ARGS), *_BOUND_CONSTS))
+
 
 _PLANS: dict = {}
 _MAX_PLANS = 64
@@ -65,8 +107,9 @@ def _plan_key(lp, dev, dt, hb_dtype, H, HV, use_gate, beta_sig, q, k, v, g, beta
 
 class _Plan:
     """One plan: per kernel, its launch function (``raw_launcher``, or ``ck.run`` bound to the
-    kernel) and an ``itemgetter`` that picks the kernel's arguments, in order, out of the per-call
-    values (``_PER_CALL_ORDER``) followed by the plan's fixed values (``fixed``)."""
+    kernel) and an ``itemgetter`` that picks the kernel's arguments, in its signature's order, out of
+    a call's per-call values in their places (``_PLACE``) followed by the plan's fixed values
+    (``fixed``)."""
 
     __slots__ = ("launches", "getters", "fixed", "lp")
 
@@ -87,23 +130,64 @@ def _run_launch(ck):
 def _remember_plan(compiled, fns, lists, lp, key) -> None:
     if not all(hasattr(ck, "run") and hasattr(ck, "function") and hasattr(ck, "packed_metadata") for ck in compiled):
         return
-    index = {name: i for i, name in enumerate(_PER_CALL_ORDER)}
     fixed, getters = [], []
     for fn, args in zip(fns, lists):
         picks = []
         for name, arg in zip(fn.arg_names, args):
-            if name in index:
-                picks.append(index[name])
+            if name in _PLACE:
+                picks.append(_PLACE[name])
             elif torch.is_tensor(arg):  # a buffer missing from _PER_CALL: never cache it
                 return
             else:
-                picks.append(len(_PER_CALL_ORDER) + len(fixed))
+                picks.append(_N_PLACES + len(fixed))
                 fixed.append(arg)
         getters.append(operator.itemgetter(*picks))
     launches = tuple(raw_launcher(ck) or _run_launch(ck) for ck in compiled)
     if len(_PLANS) >= _MAX_PLANS:
         _PLANS.clear()
     _PLANS[key] = _Plan(launches, tuple(getters), tuple(fixed), lp)
+
+
+def triton_launches(lp, grids_of, shared: dict, triton_table) -> tuple:
+    """The kernels of launch table ``lp`` launched through Triton's launch path, each with its
+    arguments by name from ``shared`` (the call's per-call and layout values) and its table entry,
+    on the grids ``grids_of(lp)``. Returns ``(compiled, fns, lists, lp, fallback)``: the compiled
+    kernels, the kernels and argument lists that ran, the table that ran, and whether a Gluon kernel
+    failed to compile (a Triton whose Gluon API differs from the one these kernels were written
+    for): then the process never tries Gluon again, and the call runs again from its first kernel on
+    ``triton_table()`` (no Gluon kernels), so that it has the bits of every later call (a Gluon solve
+    that ran before a failed Gluon loop would not: its A differs in the last place); every kernel
+    writes only scratch and outputs, so what ran is overwritten. The output runs after the loop
+    (``OVL`` 0)."""
+    fns = _kernel_fns(lp)
+    compiled, lists = [], []
+    grids = grids_of(lp)
+    fallback = False
+    i = 0
+    while i < len(fns):  # where a Gluon kernel falls back, the table changes and i restarts
+        fn, grid, name = fns[i], grids[i], _KERNEL_KEYS[i]
+        i += 1
+        vals = {**shared, **lp[name]}
+        opts = {key: val for key, val in lp[name].items() if key in LAUNCH_OPTIONS}
+        args = [vals[n] for n in fn.arg_names]
+        try:
+            ck = fn[grid](*args, **opts)
+        except Exception as exc:  # noqa: BLE001 - any compile error of a Gluon kernel: fall back
+            if fn not in _GLUON_KERNELS:
+                raise
+            first = (str(exc).strip().splitlines() or [""])[-1]
+            what = "solve" if fn is _gluon_solve_kernel else "state loop"
+            warnings.warn(  # at the caller of chunk_gated_delta_rule
+                f"the Gluon {what} did not compile ({type(exc).__name__}: {first}); using the Triton kernels",
+                stacklevel=4,
+            )
+            _plan._GLUON_FAILED.append(exc)
+            lp, fns, fallback = triton_table(), _KERNELS, True
+            grids, compiled, lists, i = grids_of(lp), [], [], 0
+            continue
+        lists.append(args)
+        compiled.append(ck)
+    return compiled, fns, lists, lp, fallback
 
 
 #: byte alignment of a caller's ``workspace`` on a GPU (the scratch layout aligns every tensor to it)
@@ -262,9 +346,9 @@ class _Bound:
         self.h0_shape = (N, HV, K, V)
         self.grids = _grids(self.lp, N, NT, HV, V)
         offs, self.nbytes = _scratch_layout(T, NT, HV, K, V, q.element_size())
-        # the scratch tensors' offsets in their 17 argument places, and the chunk-end factors' (the
+        # the scratch tensors' offsets (``SCRATCH_ARGS``' order), and the chunk-end factors' (the
         # stand-in for absent gate parameters: any fp32 buffer, never read)
-        self.scratch_offs, self.fd_off = _scratch_args(*offs), offs[5]
+        self.scratch_offs, self.fd_off = offs, offs[5]
         self.out_shapes = ((1, T, HV, V), (N, HV, K, V), (meta.num_boundaries, HV, K, V))
         # ``store_b``: the call returns boundary states; ``store``: it has any to store
         self.state_dtype, self.store_b, self.store = state_dtype, store_b, store_b and meta.num_boundaries > 0
@@ -275,10 +359,12 @@ class _Bound:
         self.empties = tuple(
             torch.empty(0, dtype=t, device=self.dev) for t in (q.dtype, torch.float32, state_dtype, torch.uint8)
         )
-        # the per-call values after has_h0 (metadata addresses, scale, l2norm), then the plan's own
-        self.tail = (
-            meta.chunk_info.data_ptr(), meta.seq_info.data_ptr(), meta.store_slot.data_ptr(), float(scale), l2norm,
-        ) + plan.fixed  # fmt: skip
+        # the per-call values this binding fixes (``_BOUND_CONSTS``), then the plan's own
+        named = _call_args(
+            **dict.fromkeys(_VARYING), scratch=(None,) * len(SCRATCH_ARGS), chunk_info=meta.chunk_info.data_ptr(),
+            seq_info=meta.seq_info.data_ptr(), store_slot=meta.store_slot.data_ptr(), scale=scale, l2norm=l2norm,
+        )  # fmt: skip
+        self.tail = tuple(named[name] for name in _BOUND_CONSTS) + plan.fixed
 
     def run(self, q, k, v, g, beta, initial_state, gate, given):
         """The call if it has the bound layout (launched; ``(o, ht, hb)``), else None."""
@@ -364,11 +450,11 @@ class _Bound:
         base = scratch.data_ptr()
         ht_ptr = ht.data_ptr()
         fd = base + self.fd_off
-        vals = (
+        vals = (  # in their places (``_PLACE``): ``_VARYING``, the scratch buffers, ``tail``
             ptrs[:5]
             + ((ptrs[6], ptrs[7]) if ptrs[6] else (fd, fd))
-            + tuple(map(base.__add__, self.scratch_offs))
             + (o.data_ptr(), ptrs[5] or ht_ptr, ht_ptr, hb.data_ptr() if self.store else ht_ptr, int(has_h0))
+            + tuple(map(base.__add__, self.scratch_offs))
             + self.tail
         )
         stream = rt[0](dev.index)

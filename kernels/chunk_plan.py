@@ -7,8 +7,8 @@ caches and ``_GLUON_FAILED``."""
 from __future__ import annotations
 
 import functools
+import inspect
 import math
-import operator
 import os
 from typing import Optional
 
@@ -263,14 +263,6 @@ def _wu_config(BVF: int, dtype, BK: int) -> dict:
 #: byte offsets into the scratch buffer are multiples of this
 _SCRATCH_ALIGN = 256
 _KERNEL_KEYS = ("solve", "wu", "state", "out")
-#: the arguments that change from call to call; every other argument is fixed by the plan key
-_PER_CALL_ORDER = tuple(
-    "q k v g beta A_log dt_bias a_out a_in gc_out gc gl_out gl w_out w u_out u fd_out fd h_out h vn_out vn prog o "
-    "h0 ht hb has_h0 chunk_info seq_info store_slot scale l2norm".split()
-)
-_PER_CALL = frozenset(_PER_CALL_ORDER)
-_PER_CALL_GETTER = operator.itemgetter(*_PER_CALL_ORDER)
-
 
 #: the four kernels in launch order (their ``launch_params`` keys: ``_KERNEL_KEYS``)
 _KERNELS = (_solve_kernel, _wu_kernel, _state_kernel, _output_kernel)
@@ -282,6 +274,30 @@ _KERNELS_FUSED = (_solve_kernel, _wu_kernel, _gluon_fused_kernel)
 _WITH_GLUON_SOLVE = {t: (_gluon_solve_kernel,) + t[1:] for t in (_KERNELS, _KERNELS_GLUON, _KERNELS_FUSED)}
 #: the kernels whose compile failure falls back to the Triton table
 _GLUON_KERNELS = tuple(fn for fn in (_gluon_solve_kernel, _gluon_state_kernel, _gluon_fused_kernel) if fn is not None)
+
+#: the kernel arguments a plan fixes (its key holds them): the head counts and the inputs' token /
+#: head strides
+PLAN_FIXED = frozenset({"HV", "GROUP"} | {f"s{x}{d}" for x in "qkvgb" for d in "th"})
+
+
+def _runtime_args(fn) -> tuple:
+    """``fn``'s arguments that are not compile-time constants, in its signature's order (a compiled
+    kernel's ``params``; the interpreter's kernel: the Python function's annotations)."""
+    params = getattr(fn, "params", None)
+    if params is not None:
+        return tuple(p.name for p in params if not p.is_constexpr)
+    sig = inspect.signature(fn.fn)
+    return tuple(name for name, p in sig.parameters.items() if "constexpr" not in str(p.annotation))
+
+
+#: the arguments that change from call to call, read off the kernels' own signatures: every
+#: argument of a kernel of any table that is neither a compile-time constant nor fixed by the plan,
+#: in launch order. A plan's launches take these from each call, every other argument from the call
+#: that made the plan; ``_call_args`` gives their values by name, ``chunk_launch`` places them
+_PER_CALL_ORDER = tuple(
+    dict.fromkeys(name for fn in _KERNELS + _GLUON_KERNELS for name in _runtime_args(fn) if name not in PLAN_FIXED)
+)
+_PER_CALL = frozenset(_PER_CALL_ORDER)
 
 
 def _kernel_fns(lp) -> tuple:
@@ -317,7 +333,7 @@ def _carve(sizes) -> tuple[list, int]:
 def _scratch_shapes(TT, NT, HV, K, V) -> tuple:
     """Shapes of the scratch tensors: input dtype (w, u, v', A, chunk-start states) and 4-byte
     (row factors, gate cumsum, chunk-end gate: fp32; the overlapped output's progress counters:
-    int32), in the order ``_call_tuple`` takes them."""
+    int32), in the order of ``SCRATCH_ARGS``."""
     half = ((TT, HV, K), (TT, HV, V), (TT, HV, V), (NT, HV, 64, 64), (NT, HV, K, V))
     return half, ((TT, HV), (TT, HV), (NT, HV), (NT, HV, PROG_SLOTS))
 
@@ -331,22 +347,34 @@ def _scratch_layout(TT, NT, HV, K, V, itemsize: int) -> tuple[tuple, int]:
     return tuple(offs), n  # cached: immutable
 
 
-def _call_tuple(inputs, gate, scratch, states, meta, scale, l2norm: int, has_h0: int) -> tuple:
-    """The per-call arguments in ``_PER_CALL_ORDER`` (the direct path's form): ``inputs`` (q, k,
-    v, g, beta), ``gate`` (A_log, dt_bias), ``scratch`` (w, u, v', A, chunk-start states, row
-    factors, gate cumsum, chunk-end gate, progress counters; a writer's ``*_out`` and its readers'
-    name are one buffer), ``states`` (o, h0, ht, hb; h0 and hb stand in
-    with ht when absent), ``meta`` (the metadata's chunk_info, seq_info, store_slot): tensors, or
-    device addresses on the direct path."""
-    return (*inputs, *gate, *_scratch_args(*scratch), *states, has_h0, *meta, float(scale), l2norm)
+#: the scratch buffers in ``_scratch_shapes``' order, each with the kernel arguments that name it
+#: (its writer's ``*_out`` and its readers' name are one buffer)
+SCRATCH_ARGS = (
+    ("w_out", "w"),
+    ("u_out", "u"),
+    ("vn_out", "vn"),
+    ("a_out", "a_in"),
+    ("h_out", "h"),
+    ("fd_out", "fd"),
+    ("gc_out", "gc"),
+    ("gl_out", "gl"),
+    ("prog",),
+)
 
 
-def _scratch_args(w, u, vn, A, hbuf, fd, gcum, glast, prog) -> tuple:
-    """The scratch buffers in ``_PER_CALL_ORDER``'s 17 places (a writer's ``*_out`` and its
-    readers' name are one buffer)."""
-    return (A, A, gcum, gcum, glast, glast, w, w, u, u, fd, fd, hbuf, hbuf, vn, vn, prog)
-
-
-def _call_args(*args) -> dict:
-    """``_call_tuple``'s values by name (Triton's launch path binds arguments by name)."""
-    return dict(zip(_PER_CALL_ORDER, _call_tuple(*args)))
+def _call_args(
+    *, q, k, v, g, beta, A_log, dt_bias, scratch, o, h0, ht, hb, has_h0, chunk_info, seq_info, store_slot, scale,
+    l2norm,
+) -> dict:  # fmt: skip
+    """The per-call arguments by name (``_PER_CALL``): tensors on Triton's launch path, device
+    addresses on the direct path. ``scratch``: the nine scratch buffers in ``SCRATCH_ARGS``' order
+    (w, u, v', A, chunk-start states, row factors, gate cumsum, chunk-end gate, progress
+    counters); h0 and hb stand in with ht when absent; chunk_info, seq_info, store_slot are the
+    chunk metadata's."""
+    named = dict(
+        q=q, k=k, v=v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, o=o, h0=h0, ht=ht, hb=hb, has_h0=has_h0,
+        chunk_info=chunk_info, seq_info=seq_info, store_slot=store_slot, scale=float(scale), l2norm=l2norm,
+    )  # fmt: skip
+    for names, buf in zip(SCRATCH_ARGS, scratch):
+        named.update(dict.fromkeys(names, buf))
+    return named

@@ -89,8 +89,10 @@ def test_plan_gathers_each_kernels_arguments_in_order():
     compiled = [_Compiled(i) for i in range(4)]
     chunk_gdn._remember_plan(compiled, chunk_gdn._KERNELS, lists, lp, "key")
     plan = chunk_gdn._PLANS.pop("key")
-    call = {n: f"call-{n}" for n in chunk_gdn._PER_CALL_ORDER}
-    vals = chunk_gdn._PER_CALL_GETTER(call) + plan.fixed
+    call = {n: f"call-{n}" for n in chunk_gdn._PER_CALL}
+    for names in chunk_plan.SCRATCH_ARGS:  # a scratch buffer's names are one value
+        call.update(dict.fromkeys(names, f"call-{names[0]}"))
+    vals = chunk_launch._bound_values(call) + plan.fixed
     for fn, first, getter in zip(chunk_gdn._KERNELS, lists, plan.getters):
         want = [call[n] if n in chunk_gdn._PER_CALL else a for n, a in zip(fn.arg_names, first)]
         assert list(getter(vals)) == want
@@ -344,7 +346,9 @@ def test_per_call_names_cover_every_buffer_of_the_kernels():
     pointer argument of the four kernels must be a per-call name, and every per-call name a real
     argument. Scratch aliases (a writer's ``*_out`` and its readers) map to one buffer."""
     buffers = "w u vn A hbuf fd gcum glast prog".split()
-    named = chunk_gdn._call_args(tuple("qkvgb"), ("a", "d"), tuple(buffers), tuple("o0th"), tuple("csx"), 1, 1, 0)
+    kw = dict(q="q", k="k", v="v", g="g", beta="b", A_log="a", dt_bias="d", o="o", h0="0", ht="t", hb="h", has_h0=0)
+    kw.update(chunk_info="c", seq_info="s", store_slot="x", scale=1, l2norm=1)
+    named = chunk_gdn._call_args(**kw, scratch=tuple(buffers))
     scratch = {n: b for n, b in named.items() if b in buffers}
     assert scratch["a_out"] == scratch["a_in"] == "A" and scratch["h_out"] == scratch["h"] == "hbuf"
     names = set().union(*(fn.arg_names for fn in chunk_gdn._KERNELS))
@@ -352,11 +356,16 @@ def test_per_call_names_cover_every_buffer_of_the_kernels():
     pointers |= {"chunk_info", "seq_info", "store_slot"}
     assert pointers <= names
     assert chunk_gdn._PER_CALL == pointers | {"scale", "l2norm", "has_h0"}
-    args = chunk_gdn._call_args(tuple("qkvgb"), ("a", "d"), tuple("wuvAhfclp"), tuple("o0th"), tuple("csx"), 1, 1, 0)
-    assert set(args) == chunk_gdn._PER_CALL  # both launch paths fill exactly the per-call names
-    # the direct path's tuple holds the same values in _PER_CALL_ORDER
-    flat = chunk_gdn._call_tuple(tuple("qkvgb"), ("a", "d"), tuple("wuvAhfclp"), tuple("o0th"), tuple("csx"), 1, 1, 0)
-    assert flat == chunk_gdn._PER_CALL_GETTER(args)
+    assert set(named) == chunk_gdn._PER_CALL  # both launch paths fill exactly the per-call names
+    # the direct path's values hold each name's value in the place its plans read it from
+    flat = chunk_launch._bound_values(named)
+    assert len(flat) == len(set(chunk_launch._PLACE.values()))
+    assert all(flat[chunk_launch._PLACE[n]] == val for n, val in named.items())
+    # the per-call names are read off the kernels' signatures, in launch order, without the
+    # arguments a plan fixes
+    assert chunk_gdn._PER_CALL_ORDER[:5] == ("k", "g", "beta", "A_log", "dt_bias")
+    assert chunk_gdn._PER_CALL_ORDER[-5:] == ("q", "h", "vn", "o", "scale")
+    assert not chunk_gdn._PER_CALL & chunk_plan.PLAN_FIXED
     # what a plan fixes: strides and head counts (in its key), compile-time constants
     strides = {f"s{x}{d}" for x in "qkvgb" for d in "th"}
     assert names - chunk_gdn._PER_CALL == strides | {"HV", "GROUP"} | {
@@ -524,12 +533,11 @@ def test_bound_call_launches_what_the_direct_path_launches(monkeypatch):
     def expected(x, h0, gate):
         """Each kernel's arguments by name, written out independently of the launch code."""
         named = chunk_gdn._call_args(
-            tuple(t.data_ptr() for t in x),
-            (gate[0].data_ptr(), gate[1].data_ptr()),
-            scratch,
-            (o.data_ptr(), ht.data_ptr() if h0 is None else h0.data_ptr(), ht.data_ptr(), hb.data_ptr()),
-            (meta.chunk_info.data_ptr(), meta.seq_info.data_ptr(), meta.store_slot.data_ptr()),
-            0.25, 1, int(h0 is not None),
+            **dict(zip(("q", "k", "v", "g", "beta"), (t.data_ptr() for t in x))),
+            A_log=gate[0].data_ptr(), dt_bias=gate[1].data_ptr(), scratch=scratch, o=o.data_ptr(),
+            h0=ht.data_ptr() if h0 is None else h0.data_ptr(), ht=ht.data_ptr(), hb=hb.data_ptr(),
+            has_h0=int(h0 is not None), chunk_info=meta.chunk_info.data_ptr(), seq_info=meta.seq_info.data_ptr(),
+            store_slot=meta.store_slot.data_ptr(), scale=0.25, l2norm=1,
         )  # fmt: skip
         return [
             (i, (*grid, 7, tuple(named.get(n, f"fixed-{n}") for n in fn.arg_names)))
