@@ -232,3 +232,17 @@ def test_run_line_writes_floats_that_read_back_exactly():
     assert search._word(0.1 + 0.2) == "0.30000000000000004"
     assert float(search._word(1 / 3)) == 1 / 3
     assert search._word(7) == "7" and search._word("x") == "x"
+
+
+def test_a_study_gives_back_the_ctrl_c_handler_and_never_runs_past_its_budget(tmp_path, chat_spec):
+    """After run_study (finished or interrupted) SIGINT is handled as before it; with more workers
+    than trials left, only the trials left are asked (3 trials, 2 at a time: 2 + 1, not 2 + 2)."""
+    p = problem(chat_spec)
+    sp = build_space("sglang", TINY, parse_gpu_memory(p.gpu_memory))
+    before = signal.getsignal(signal.SIGINT)
+    study, _ = open_study(tmp_path / "w", p, "maximize")
+    with Evaluator("local", 1) as ev:
+        ev.workers = 2  # asks two trials a round; runs them in this process
+        rep = run_study(study, sp, p, {"trace": chat_spec}, 3, ev, progress=False)
+    assert signal.getsignal(signal.SIGINT) is before
+    assert rep.ran == 3 and len(study.get_trials()) == 3
