@@ -14,20 +14,22 @@ Per request, at its (last) lookup:
 - the rest, ``C - hit``, lies between the hit and ``C``. The trie keeps, per position of a state
   the cache ever admitted, what became of it (a mark: alive, evicted by an insert's eviction,
   evicted to make room for running requests, in an insert the cache rejected, or a state the
-  engine places one alignment unit earlier under speculative decoding). The deepest mark in
-  ``(hit, C]`` that is not alive names the cause of ``(hit, mark]``: ``evicted``,
-  ``held_by_running``, ``insert_rejected`` or ``speculative``; the tokens beyond it (or all of
-  ``(hit, C]`` when there is none) are ``no_checkpoint``: no state was ever placed there (the
-  engine's block / page / track-interval geometry, or the sharing request has not inserted yet).
+  engine places one alignment unit earlier under speculative decoding). The marks in
+  ``(hit, C]`` that are not alive split it: each lost state's cause (``evicted``,
+  ``held_by_running``, ``insert_rejected``, ``speculative``) gets the tokens between the lost state
+  before it (or the hit) and itself, what that loss alone costs; the tokens past the deepest one
+  (or all of ``(hit, C]`` when there is none) are ``no_checkpoint``: no state was ever placed there
+  (the engine's block / page / track-interval geometry, or the sharing request has not inserted
+  yet). So under vLLM's EAGLE drop with the shifted state evicted too, the block between them is
+  ``speculative`` and the rest ``evicted``.
 
 The causes add up to ``prompt - hit`` for every request. The evicted part also records when the
-deciding state was evicted (``miss_evicted_at_s``). Positions are the trace's symbols (a token,
+deepest evicted state went (``miss_evicted_at_s``). Positions are the trace's symbols (a token,
 or a hash block), so the preset's coarser grid counts as geometry, not as "never shared".
 """
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -221,20 +223,21 @@ class MissLedger:
         gap_lo, gap_hi = hit_tokens, min(C, tok_in)
         if gap_hi > gap_lo:
             lo, hi = gap_lo // B, gap_hi // B  # marks at symbol depths in (lo, hi]
-            best, kind, when = -1, None, math.nan
-            for node in path:
-                if node.marks:
-                    for d, (k, t) in node.marks.items():
-                        if k != ALIVE and lo < d <= hi and d > best:
-                            best, kind, when = d, k, t
-            if kind is not None:
-                upto = min(best * B, gap_hi)
-                row[kind] = upto - gap_lo
-                row["no_checkpoint"] = gap_hi - upto
-                if kind in (EVICTED, HELD):
-                    self.evicted_at[i] = when
-            else:
-                row["no_checkpoint"] = gap_hi - gap_lo
+            lost = sorted(
+                (d, k, t)
+                for node in path
+                if node.marks
+                for d, (k, t) in node.marks.items()
+                if k != ALIVE and lo < d <= hi
+            )
+            upto = gap_lo  # each lost state costs the tokens between the one before it and itself
+            for d, k, t in lost:
+                end = min(d * B, gap_hi)
+                row[k] += end - upto
+                upto = end
+                if k in (EVICTED, HELD):
+                    self.evicted_at[i] = t
+            row["no_checkpoint"] = gap_hi - upto
         if S < C:  # the hit ran past the shared part (cannot happen with a shared trie; kept exact)
             row["never_shared"] -= C - S
         for c, v in row.items():

@@ -120,6 +120,22 @@ def test_causes_add_up_to_the_missed_tokens(policy, cfg, scheduler):
     assert s.missed_evicted == df["miss_evicted"].sum() and s.missed_never_shared == df["miss_never_shared"].sum()
 
 
+@pytest.mark.parametrize("capacity", [10**9, 150])
+def test_two_losses_split_the_gap(capacity):
+    """vLLM with EAGLE, block 16, a 50-token prompt P sent again by the third request: the prompt's
+    state at 48 is kept one block earlier, at 32 (the 16 tokens between are the speculative loss);
+    at 150 B the 80-token second request evicts that state too, so (0, 32] is evicted, (32, 48]
+    speculative, 49 the grid and 50 the lookup cap."""
+    P = toks(0, 50)
+    trace = one_per_session((P, O), (toks(500, 80), toks(600, 5)), (P, toks(200, 5)))
+    got, rows, when = causes(trace, "vllm", block_size=16, speculative_method="eagle", capacity=capacity)
+    if capacity > 10**6:
+        assert got[2] == 32 and rows[2] == {"speculative": 16, "no_checkpoint": 1, "last_token_rule": 1}
+    else:
+        assert got[2] == 0 and rows[2] == {"evicted": 32, "speculative": 16, "no_checkpoint": 1, "last_token_rule": 1}
+        assert when[2] == 1.0
+
+
 def test_a_preempted_request_keeps_its_first_shared_prefix():
     """mooncake:sample at 40GB under continuous batching preempts requests; looked up again, a
     request finds itself in the trie, so the shared prefix of its first lookup is kept: never-shared
