@@ -425,3 +425,28 @@ def test_a_partial_prefill_that_takes_the_whole_budget_delays_a_later_decode():
     assert steps[0].prefills == ((0, 0, 100), (1, 0, 20))
     assert steps[1].prefills == ((0, 100, 228),) and steps[1].decodes == ()
     assert all(s.tokens <= 128 for s in steps)
+
+
+def test_a_preempted_request_re_prefilled_in_two_chunks_past_its_prompt_inserts_its_prompt_once():
+    """Chunks cut at token 105 (a grid point); request 1 is preempted while decoding (its memory
+    runs out, as in test_batching.py's preemption case) and recomputes its prompt plus the tokens
+    it had generated in two chunks that both end past its 100-token prompt (0-105, 105-116): the
+    prompt's KV is handed to the cache once, so every charge is given back and no lock is left."""
+    trace = open_trace([(0.0, 100, 50), (0.0, 100, 50)])
+    cap = 2 * S + 230 * K
+    log = EventLog()
+    conf = SimConfig(policy="sglang-v1", capacity_bytes=cap, scheduler="continuous")
+    sim = build(trace, conf, observers=(log,))
+
+    def grid(start, end, budget, step_budget, ctx):
+        n = min(budget, end - start)
+        return 105 - start if start < 105 < start + n else n
+
+    sim.admission.schedule_chunk = grid
+    res = run(sim)
+    chunks = [p for e in log.events if isinstance(e, Step) for p in e.prefills if p[0] == 1]
+    assert res.summary["preemptions"] >= 1 and chunks[-2:] == [(1, 0, 105), (1, 105, 116)]
+    assert list(res.requests["output_tokens"]) == [50, 50]
+    assert sim.tree.capacity_bytes == cap
+    assert sum(n.lock for n in sim.tree.iter_nodes() if n is not sim.tree.root) == 0
+    sim.tree.check_invariants()
