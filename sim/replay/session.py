@@ -108,21 +108,23 @@ class ReplayResult:
 
 
 def check_model(spec: ModelSpec, layers: Optional[int]) -> int:
-    """The number of mixer layers (attention + gated delta) to replay; a preset without
-    gated-delta layers is refused."""
-    if spec.n_gdn == 0:
-        kind = "Mamba2" if spec.n_mamba else "attention-only"
+    """The number of mixer layers (attention + gated delta or Mamba2) to replay; a preset with
+    neither gated-delta nor Mamba2 layers is refused."""
+    mamba2 = not spec.n_gdn and spec.n_mamba and spec.mamba_version == 2
+    if spec.n_gdn == 0 and not mamba2:
+        kind = "Mamba1" if spec.n_mamba else "attention-only"
         raise UsageError(
-            f"model {spec.name} has no gated-delta layers ({kind}): replay runs the "
-            "gated-delta kernel only (no Mamba2 kernel yet); pick a qwen3.5-* / "
-            "qwen3-next-* preset or replay-tiny"
+            f"model {spec.name} has no gated-delta or Mamba2 layers ({kind}): replay runs the "
+            "gated-delta and Mamba2 kernels only; pick a qwen3.5-* / qwen3-next-* / marconi-7b "
+            "preset or replay-tiny"
         )
-    total = spec.n_gdn + spec.n_attn
+    linear = spec.n_mamba if mamba2 else spec.n_gdn
+    total = linear + spec.n_attn
     n = total if layers is None else layers
     if n > total:
         raise UsageError(
             f"--layers {n} is more than {spec.name}'s {total} layers "
-            f"({spec.n_attn} attention + {spec.n_gdn} gated-delta)"
+            f"({spec.n_attn} attention + {linear} {'Mamba2' if mamba2 else 'gated-delta'})"
         )
     return n
 
@@ -373,9 +375,17 @@ def _replay(
         torch.cuda.get_device_name(device) if device.type == "cuda" else "",
         max((r.n_input_tokens(trace.block_tokens) for r in trace.requests), default=0),
     )
-    shape = ReplayShape.from_spec(spec, layers, vocab_rows=VOCAB_ROWS)
+    if spec.n_mamba and not spec.n_gdn:
+        # Mamba2 layers in the linear layers' place (sim/replay/mamba2.py: their sizes ride in
+        # the shape's gated-delta fields, so the store and the restores need nothing else)
+        from sim.replay.mamba2 import Mamba2Model, replay_shape
+
+        shape = replay_shape(spec, layers, vocab_rows=VOCAB_ROWS)
+        model = Mamba2Model(shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel)
+    else:
+        shape = ReplayShape.from_spec(spec, layers, vocab_rows=VOCAB_ROWS)
+        model = HybridModel(shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel)
     counts = shape.counts()
-    model = HybridModel(shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel)
     store = CheckpointStore(shape, dtype, where=settings.store, device=device)
     tokens_of = token_source(trace, settings.seed)
     continuous = config.effective_scheduler == "continuous"

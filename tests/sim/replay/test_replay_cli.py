@@ -60,11 +60,11 @@ KEYS = (
 )
 
 
-@pytest.mark.parametrize("model", ["marconi-7b", "llama-7b"])
+@pytest.mark.parametrize("model", ["llama-7b"])
 def test_presets_without_gated_delta_layers_are_refused(model):
     p = marconi("replay", "--model", model, "--device", "cpu", check=False)
     assert p.returncode == 2
-    assert "no gated-delta layers" in p.stderr and "Traceback" not in p.stderr
+    assert "no gated-delta or Mamba2 layers" in p.stderr and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
 
 

@@ -158,3 +158,18 @@ def test_model_refuses_a_peer_kernel():
 
     with pytest.raises(UsageError, match="no Mamba2 kernel"):
         _tiny_model("fla")
+
+
+def test_replay_accepts_mamba2_presets():
+    """``marconi replay --model marconi-7b`` runs (``Mamba2Model``); its layer count and the
+    --layers bound count its Mamba2 layers (a CPU run of 2 layers and 4 requests validated its 3
+    hits bit for bit: docs/kernels.md)."""
+    from sim.errors import UsageError
+    from sim.replay.session import check_model
+
+    assert check_model(MODELS["marconi-7b"], None) == 28
+    assert check_model(MODELS["marconi-7b"], 3) == 3
+    with pytest.raises(UsageError, match=r"more than marconi-7b's 28 layers \(4 attention \+ 24 Mamba2\)"):
+        check_model(MODELS["marconi-7b"], 29)
+    with pytest.raises(UsageError, match="no gated-delta or Mamba2 layers"):
+        check_model(MODELS["llama-7b"], None)
