@@ -56,7 +56,13 @@ def commands(text: str) -> list[str]:
 def small(argv: list[str], tmp: Path) -> list[str]:
     argv = list(argv)
     sub = argv[2] if argv[1:2] == ["traces"] and len(argv) > 2 else (argv[1] if len(argv) > 1 else "")
+    # a trace that does not read --sessions (hash-block, Marconi JSONL) refuses it (issue 47): the
+    # first sessions of it are --session-range 0:N
+    fixed_sessions = any(t.startswith(("mooncake:", "bailian:", "marconi-jsonl:")) for t in argv)
     for flag, value in SMALL.get(sub, []):
+        if flag == "--sessions" and fixed_sessions and sub != "stats" and sub != "prepare":
+            flag = "--session-range"
+            value = f"0:{value}"
         if flag not in argv and not (flag == "--no-progress" and "--progress" in argv):
             argv += [flag] if value is None else [flag, value]
     return argv

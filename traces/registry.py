@@ -83,6 +83,8 @@ class TraceOptions:
             raise TraceError(f"--response-time must be a finite number >= 0 (got {self.response_time})")
         if not 0 < self.time_scale < math.inf:
             raise TraceError(f"--time-scale must be a finite number > 0 (got {self.time_scale})")
+        if not 1e-6 <= self.time_scale <= 1e6:  # 1e-320 / 1e300 push arrivals off the clock
+            raise TraceError(f"--time-scale must be in 1e-06..1e+06 (got {self.time_scale})")
         if not 0 < self.words_per_minute < math.inf:
             raise TraceError(f"words_per_minute must be a finite number > 0 (got {self.words_per_minute})")
         try:
@@ -101,6 +103,15 @@ class TraceOptions:
             parse_session_range(self.session_range)
         if not 0 <= self.max_non_ascii <= 1:
             raise TraceError(f"max_non_ascii must be in [0, 1] (got {self.max_non_ascii})")
+
+
+#: trace options by the sources that read them (``--session-range`` is applied to every trace)
+_TEXT = frozenset({"sessions", "min_rounds", "max_tokens", "tokenizer", "skip_bad_rows", "session_range"})
+_SWEBENCH = frozenset(
+    {"sessions", "max_tokens", "tokenizer", "response_time", "trace_seed", "skip_bad_rows", "session_range"}
+)
+_TIMESTAMPED = frozenset({"time_scale", "skip_bad_rows", "session_range"})
+_SYNTHETIC = frozenset({"sessions", "response_time", "trace_seed", "session_range"})
 
 
 def _unknown(spec: str) -> TraceError:
@@ -163,6 +174,8 @@ class TraceSource:
     path_required: bool = False  # `KIND` alone is an error (missing_path says what to write)
     missing_path: str = ""  # the error when path_required and there is no arg (default: KIND needs a path)
     path_arg: bool = True  # the arg names a file or folder: outputs are never written onto it
+    # the trace options (``sim.trace_options`` keys) the source reads; the CLI refuses the others
+    reads: frozenset = frozenset()
 
     def _require_path(self, arg: str | None) -> None:
         if self.path_required and not arg:
@@ -286,6 +299,7 @@ SOURCES: dict[str, TraceSource] = {
             ),
             _sharegpt_build,
             _sharegpt_key,
+            reads=_TEXT,
         ),
         TraceSource(
             "lmsys",
@@ -295,6 +309,7 @@ SOURCES: dict[str, TraceSource] = {
             ),
             _lmsys_build,
             _lmsys_key,
+            reads=_TEXT,
         ),
         TraceSource(
             "swebench",
@@ -310,6 +325,7 @@ SOURCES: dict[str, TraceSource] = {
             _swebench_key,
             path_required=True,
             missing_path="swebench needs a path: --trace swebench:PATH (folder of .traj files or a dataset)",
+            reads=_SWEBENCH,
         ),
         TraceSource(
             "mooncake",
@@ -319,24 +335,28 @@ SOURCES: dict[str, TraceSource] = {
             ),
             _hashblock_build("mooncake"),
             path_required=True,
+            reads=_TIMESTAMPED,
         ),
         TraceSource(
             "bailian",
             (("bailian:PATH", "Alibaba Bailian JSONL (16-token hash blocks, sessions)"),),
             _hashblock_build("bailian"),
             path_required=True,
+            reads=_TIMESTAMPED,
         ),
         TraceSource(
             "marconi-jsonl",
             (("marconi-jsonl:PATH", "Marconi artifact pre-tokenized JSONL (.gz ok)"),),
             _marconi_jsonl_build,
             path_required=True,
+            reads=_TIMESTAMPED,
         ),
         TraceSource(
             "synthetic",
             (("synthetic:KIND", "seeded synthetic workload: system-prompt, few-shot, chat, agent"),),
             _synthetic_build,
             path_arg=False,
+            reads=_SYNTHETIC,
         ),
     )
 }

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from sim.cli.checks import check_advise
 from sim.cli.outdir import (
     OutputPath,
     atomic_write,
@@ -255,6 +256,7 @@ def register(main: click.Group) -> None:
         if sessions_per_second != 1.0:
             fixed["sessions_per_second"] = sessions_per_second
         trace_kwargs = {k: kwargs.pop(k) for k in TRACE_OPTION_KEYS if k in kwargs}
+        check_advise(click.get_current_context(), trace_kwargs.get("trace"), fixed)
         problem = Problem(trace_kwargs, engine_name, model, gpu_memory, objective, holdout, study_seed, fixed)
         inputs = input_paths(trace_kwargs.get("trace"), fixed.get("timing_file"))
         problem.digest = inputs_digest(inputs, ROW_VERSION)

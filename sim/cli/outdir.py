@@ -41,15 +41,18 @@ def output_folder(path: Path | None, flag: str = "--out", keep: bool = True) -> 
     if not str(given).strip():
         raise UsageError(f"{flag} needs a folder name (got an empty one)")
     _refuse_package(given, flag)
+    p = given.expanduser()  # the first part that exists, as the user wrote it (for the message)
+    while not p.exists() and not p.is_symlink() and p != p.parent:
+        p = p.parent
+    if p.exists() and not p.is_dir():
+        what = "is" if p == given.expanduser() else f"is inside {p}, which is"
+        raise UsageError(f"{flag} {given}: {what} a file, not a folder")
     path = given.expanduser().resolve()  # `d/x/..` is d (x is not created); messages name `given`
     missing = []
     p = path
     while not p.exists() and not p.is_symlink() and p != p.parent:
         missing.append(p)
         p = p.parent
-    if p.exists() and not p.is_dir():
-        what = "is" if p == path else f"is inside {p}, which is"
-        raise UsageError(f"{flag} {given}: {what} a file, not a folder")
     created: list[Path] = []
     try:
         for d in reversed(missing):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from sim.cli.checks import check_replay
 from sim.cli.outdir import OutputPath, check_output_files, input_paths, output_folder
 from sim.cli.run import _option, parse_alpha
 from sim.cli.run import _scheduler as _scheduler_word
@@ -441,6 +442,7 @@ def register(main: click.Group) -> None:
         )
         config.validate()
         check_batch(settings, config, calibrating=calibrate_path is not None)
+        check_replay(click.get_current_context(), config, kwargs.get("trace"))
         check_before_work(get_model(model), calibrate_path, out, force, kwargs.get("trace"), timing_path)
         timing = None
         if timing_path is not None:

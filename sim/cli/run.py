@@ -14,6 +14,7 @@ from click.core import ParameterSource
 from policies.base import get_preset, policy_knobs
 from sim.analysis import table
 from sim.cli.help import SectionedCommand
+from sim.cli.checks import check_run, simulated_capacities
 from sim.cli.outdir import OutputPath, atomic_write, check_output_files, input_paths, output_folder
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, flag_of, format_size, parse_size
@@ -382,9 +383,11 @@ def register(main: click.Group) -> None:
         if events_path is not None and events_path.suffix not in (".jsonl", ".json", ".parquet"):
             raise UsageError(f"--events {events_path}: the name must end in .jsonl or .parquet")
         refuse_unread_knobs(policy_names(policies), explicit_settings(click.get_current_context()))
+        check_run(click.get_current_context(), policies, capacity, alpha, sessions_per_second, kwargs)
         columns = parse_columns(columns)
         trace = trace_from_cli(kwargs)
         configs = build_configs(policies, capacity, alpha, sessions_per_second, **kwargs)
+        simulated_capacities(configs, trace)  # --gpu-memory's bytes where the engine splits it
         left_out = ""
         if click.get_current_context().get_parameter_source("policies") == ParameterSource.DEFAULT:
             configs, left_out = _fitting_default_policies(configs, trace)

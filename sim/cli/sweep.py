@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from sim.cli.checks import check_configs, given_trace_options
 from sim.cli.outdir import OutputPath, check_output_folder, input_paths, output_folder
 from sim.cli.report import SORT_HELP, sort_key
 from sim.cli.run import explicit_settings, fits_trace_blocks, refuse_unread_knobs, refuse_unusable_blocks
@@ -255,6 +256,13 @@ def register(main: click.Group) -> None:
         tasks = expand_grid(trace_axes, sim_axes)
         for task in tasks:
             refuse_unusable_blocks(task.config)
+        ctx = click.get_current_context()  # options that cannot act, timing files: before any configuration runs
+        check_configs(
+            explicit_settings(ctx, _RENAME),
+            given_trace_options(ctx),
+            [str(t) for t in trace_axes.get("trace", [])],
+            [t.config for t in tasks],
+        )
         if workers is not None and workers < 1:
             raise UsageError("--workers must be >= 1")
         if limit is not None and limit < 0:

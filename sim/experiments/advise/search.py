@@ -174,7 +174,8 @@ def run_line(task: Task) -> str:
         if name == "policy":
             words += ["--policy", v]
         elif name == "capacity_bytes":
-            words += ["--capacity", str(int(v))]
+            if not cfg.gpu_memory:  # --gpu-memory replaces it (`run` refuses the two when they differ)
+                words += ["--capacity", str(int(v))]
         elif name == "alpha":
             if preset.uses_alpha:
                 words += ["--alpha", _word(v)]

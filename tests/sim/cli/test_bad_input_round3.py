@@ -417,3 +417,192 @@ def test_copying_the_package_sample_elsewhere_is_fine(runner, tmp_path):
     shutil.copy(SAMPLE, copy)
     res = runner.invoke(main, ["run", "--trace", "mooncake:sample", "--no-progress", "--events", str(copy), "--force"])
     assert res.exit_code == 0, res.output
+
+
+# ------------------------------------------------------------------ options that cannot act, numbers out of range
+
+MOONCAKE3 = ["--trace", "mooncake:sample", "--session-range", "0:3", "--no-progress"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            [*SMALL, "--policy", "marconi", "--scheduler", "fcfs", "--max-num-seqs", "8"],
+            "--max-num-seqs does nothing under --scheduler fcfs (it is read by --scheduler continuous): leave it out",
+        ),
+        (
+            [*SMALL, "--policy", "marconi", "--mode", "sequential", "--max-num-batched-tokens", "512"],
+            "--max-num-batched-tokens does nothing under the sequential mode",
+        ),
+        ([*SMALL, "--policy", "sglang+", "--duel-every", "5"], "--duel-every does nothing here: tuning knobs are read"),
+        ([*SMALL, "--policy", "marconi", "--alpha", "1", "--duel-window", "50"], "--duel-window does nothing here"),
+        (
+            [*SMALL, "--policy", "marconi", "--tuner", "replay", "--duel-margin", "0.1"],
+            "--duel-margin does nothing with --tuner replay (the duel tuner reads it)",
+        ),
+        (
+            [*SMALL, "--policy", "marconi", "--bootstrap-multiplier", "3"],
+            "--bootstrap-multiplier does nothing with the duel tuner (--tuner replay reads it)",
+        ),
+        (
+            ["--trace", "mooncake:sample", "--sessions", "5", "--no-progress"],
+            "--sessions does nothing for mooncake traces (it is read by sharegpt, lmsys, swebench, synthetic); "
+            "--session-range keeps sessions of any trace",
+        ),
+        (
+            [*SMALL, "--min-rounds", "3"],
+            "--min-rounds does nothing for synthetic traces (it is read by sharegpt, lmsys)",
+        ),
+        ([*SMALL, "--time-scale", "2"], "--time-scale does nothing for synthetic traces"),
+        (
+            [*SMALL, "--sessions-per-second", "1e-320"],
+            "--sessions-per-second must be in 1e-06..1e+06 (sessions started per second), not 1e-320",
+        ),
+        ([*MOONCAKE3, "--time-scale", "1e-320"], "--time-scale must be in 1e-06..1e+06 (got 1e-320)"),
+        (
+            [*SMALL, "--policy", "sglang", "--gpu-memory", "10GB", "--capacity", "1GB"],
+            "--gpu-memory 10GB replaces --capacity 1GB for sglang (its engine splits the memory): give one of them",
+        ),
+        (
+            [*SMALL, "--policy", "sglang", "--gpu-memory", "10GB", "--mamba-full-memory-ratio", "1e6"],
+            "the engine's split of --gpu-memory 10GB leaves ",
+        ),
+    ],
+    ids=[
+        "max-num-seqs-fcfs",
+        "batched-tokens-sequential",
+        "duel-sglang+",
+        "duel-static-alpha",
+        "duel-replay-tuner",
+        "replay-knob-duel-tuner",
+        "sessions-hashblock",
+        "min-rounds-synthetic",
+        "time-scale-closed-loop",
+        "rate-denormal",
+        "time-scale-denormal",
+        "gpu-memory-and-capacity",
+        "no-kv-room",
+    ],
+)
+def test_options_that_cannot_act_and_numbers_out_of_range_are_refused(runner, tmp_path, args, message):
+    res = runner.invoke(main, ["run", *args, "--out", str(tmp_path / "r")])
+    _one_line(res, message)
+    assert not (tmp_path / "r").exists()
+
+
+def test_every_request_missing_for_lack_of_kv_names_the_shortest_request(runner):
+    res = runner.invoke(
+        main, ["run", *SMALL, "--policy", "sglang", "--gpu-memory", "10GB", "--mamba-full-memory-ratio", "1e6"]
+    )
+    _one_line(res, "the engine's split of --gpu-memory 10GB leaves ")
+    assert "every request would miss; lower --mamba-full-memory-ratio (1e+06) or give more memory" in res.output
+
+
+def test_gpu_memory_is_what_the_header_and_summary_say(runner, tmp_path):
+    res = runner.invoke(
+        main, ["run", *SMALL, "--policy", "sglang", "--gpu-memory", "10GB", "--out", str(tmp_path / "r")]
+    )
+    assert res.exit_code == 0, res.output
+    assert "| capacity 10GB |" in res.stdout.splitlines()[0]
+    (row,) = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert row["capacity_bytes"] == 10**10 and row["gpu_memory"] == "10GB"
+    # the same figure given twice is no contradiction
+    res = runner.invoke(main, ["run", *SMALL, "--policy", "sglang", "--gpu-memory", "10GB", "--capacity", "10GB"])
+    assert res.exit_code == 0, res.output
+
+
+def _timing(tmp_path: Path, name: str, edit) -> Path:
+    d = json.loads((Path(__file__).parents[3] / "sim" / "data" / "h200-timing.json").read_text())
+    edit(d)
+    p = tmp_path / f"{name}.json"
+    p.write_text(json.dumps(d).replace('"NAN"', "NaN"))
+    return p
+
+
+TIMING_CASES = {
+    "all-zero": (lambda d: d.update(ms_per_tflop=dict.fromkeys(d["ms_per_tflop"], 0.0)), "every compute term is 0"),
+    "1e300-term": (lambda d: d["ms_per_tflop"].update(mlp_linear=1e300), "term mlp_linear of 1e+300 ms per TFLOP"),
+    "1e9-gpus": (lambda d: d.update(gpus=10**9), "gpus 1,000,000,000 is more than a node holds (at most 64)"),
+    "negative-peak": (lambda d: d.update(peak_tflops=-5), "peak_tflops must be a finite number >= 0, not -5"),
+    "nan-peak": (lambda d: d.update(peak_tflops="NAN"), "peak_tflops must be a finite number >= 0, not nan"),
+    "faster-than-device": (
+        lambda d: (d.update(peak_tflops=0), d["ms_per_tflop"].update(mlp_linear=0.5)),
+        "term mlp_linear runs at 2,000 TFLOP/s per GPU, faster than the h200's peak (989 TFLOP/s): not physical",
+    ),
+    "huge-call": (lambda d: d.update(call_ms=1e300), "call_ms 1e+300 ms is beyond any machine"),
+}
+
+
+@pytest.mark.parametrize("case", list(TIMING_CASES))
+def test_a_timing_file_that_describes_no_machine_is_refused(runner, tmp_path, case):
+    edit, message = TIMING_CASES[case]
+    path = _timing(tmp_path, case, edit)
+    res = runner.invoke(main, ["run", *SMALL, "--model", "qwen3.5-9b", "--policy", "marconi", "--timing", str(path)])
+    _one_line(res, f"timing file {path}: {message}")
+
+
+def test_a_sweep_checks_its_timing_files_before_any_configuration_runs(runner, tmp_path):
+    good = _timing(tmp_path, "good", lambda d: None)
+    bad = _timing(tmp_path, "bad", TIMING_CASES["all-zero"][0])
+    out = tmp_path / "s"
+    res = runner.invoke(
+        main,
+        ["sweep", *SMALL, "--model", "qwen3.5-9b", "--policy", "marconi", "--alpha", "0", "--out", str(out)]
+        + ["--timing", str(good), "--timing", str(bad), "--workers", "1"],
+    )
+    _one_line(res, f"timing file {bad}: every compute term is 0")
+    assert not out.exists()
+
+
+def test_a_timing_file_with_the_jamba_table_is_refused(runner, tmp_path):
+    path = _timing(tmp_path, "good", lambda d: None)
+    res = runner.invoke(main, ["run", *SMALL, "--model", "qwen3.5-9b", "--timing", str(path), "--ttft-model", "jamba"])
+    _one_line(res, "--timing does nothing with --ttft-model jamba (the Jamba table times prefills): leave one out")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["sweep", "--trace", "mooncake:sample", "--sessions", "3"], "--sessions does nothing for mooncake traces"),
+        (["sweep", *SMALL, "--policy", "sglang+", "--duel-every", "3,5"], "--duel-every does nothing here"),
+        (
+            [
+                "replay",
+                *SMALL,
+                "--device",
+                "cpu",
+                "--model",
+                "replay-tiny",
+                "--scheduler",
+                "fcfs",
+                "--max-num-seqs",
+                "4",
+            ],
+            "--max-num-seqs does nothing under --scheduler fcfs",
+        ),
+        (
+            [
+                "replay",
+                *SMALL,
+                "--device",
+                "cpu",
+                "--model",
+                "replay-tiny",
+                "--mode",
+                "sequential",
+                "--coast-steps",
+                "2",
+            ],
+            "--coast-steps does nothing under --scheduler fcfs",
+        ),
+        (["advise", "--for", "sglang", "--trace", "mooncake:sample", "--sessions", "3"], "--sessions does nothing"),
+        (["advise", "--for", "sglang", *SMALL, "--sessions-per-second", "1e-320"], "--sessions-per-second must be in"),
+    ],
+    ids=["sweep-sessions", "sweep-duel", "replay-seqs", "replay-coast", "advise-sessions", "advise-rate"],
+)
+def test_other_commands_refuse_the_same_before_any_work(runner, tmp_path, args, message):
+    out = ["--calibrate", str(tmp_path / "o" / "t.json")] if args[0] == "replay" else ["--out", str(tmp_path / "o")]
+    res = runner.invoke(main, [*args, *out])
+    _one_line(res, message)
+    assert not (tmp_path / "o").exists()

@@ -44,7 +44,9 @@ def test_run_help_examples_run():
     examples = [line.strip() for line in block.splitlines() if line.strip().startswith("marconi run")]
     assert len(examples) >= 4
     for example in examples:
-        argv = shlex.split(example)[1:] + ["--sessions", "2", "--no-progress"]
+        # a few sessions: --sessions where the trace reads it (a hash-block trace refuses it, issue 47)
+        few = ["--session-range", "0:2"] if "mooncake:" in example else ["--sessions", "2"]
+        argv = shlex.split(example)[1:] + few + ["--no-progress"]
         if "--out" in argv:  # no files written by the test
             i = argv.index("--out")
             del argv[i : i + 2]

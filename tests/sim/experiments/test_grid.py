@@ -116,10 +116,11 @@ def test_dry_run_counts_the_grid_and_writes_nothing(tmp_path, trace_files):
         "1GB,2GB,3GB,4GB,5GB,10GB",
         "--sessions-per-second",
         "0.25,0.5,1,2,5,10",
-        "--response-time",
-        "5,7.5,10",
+        "--time-scale",
+        "0.5,1,2",
     )
-    # per trace x response time: 6 x 6 x (1 + 1 + 21) configurations
+    # per trace x time scale: 6 x 6 x (1 + 1 + 21) configurations (a trace option the trace reads:
+    # --response-time, which marconi-jsonl traces do not read, is refused)
     assert "= 4,968 configurations" in p.stdout, p.stdout
     assert "to run: 4,968" in p.stdout
     assert not out.exists() or not any(out.iterdir())

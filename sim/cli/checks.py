@@ -1,0 +1,336 @@
+"""Options that cannot act, and numbers outside the range where the model means something: refused
+in one line before any work, for every command that simulates (run, sweep, advise, replay).
+
+- Scheduler knobs (``--max-num-seqs``, ``--max-num-batched-tokens``) under the fcfs scheduler.
+- Tuning knobs (``--duel-*``, ``--bootstrap-multiplier``, ...) where nothing is tuned (no policy
+  with ``--alpha auto``), and one tuner's knobs under the other tuner.
+- Trace options the trace's source does not read (``--sessions`` on a hash-block trace): each
+  ``TraceSource`` declares what it reads (``traces.registry``).
+- ``--ttft-model jamba`` with ``--timing`` (the Jamba table times prefills, not the file).
+- ``--gpu-memory`` with ``--capacity`` (the engine's memory replaces the capacity: one of them
+  would be silently ignored); a split of ``--gpu-memory`` that leaves no KV room.
+- Timing files that describe no machine: every compute term zero, a term of more than
+  ``MAX_MS_PER_TFLOP``, a negative or non-finite peak, more GPUs than a node holds
+  (``MAX_NODE_GPUS``), a term faster than the device's peak (its catalogue figure when the file
+  names a device and gives no peak).
+- ``--sessions-per-second`` outside ``RATE_RANGE`` (1e-320 made the arrival clock NaN).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from sim.config import SimConfig, flag_of, format_size, parse_size
+from sim.errors import UsageError
+
+#: sessions per second a closed-loop run may start (below: one session in 11.6 days or fewer)
+RATE_RANGE = (1e-6, 1e6)
+#: GPUs of one node a timing file or --tensor-parallel may describe
+MAX_NODE_GPUS = 64
+#: the slowest compute term a timing file may hold (ms per TFLOP: 1e9 is one GFLOP/s)
+MAX_MS_PER_TFLOP = 1e9
+#: the longest fixed time per call / decode step a timing file may hold (ms)
+MAX_CALL_MS = 1e6
+#: knobs read only by --scheduler continuous
+SCHEDULER_KNOBS = ("max_num_batched_tokens", "max_num_seqs")
+#: tuning knobs of one tuner only (the rest of the tuning group is read by both)
+DUEL_KNOBS = ("duel_candidates", "duel_every", "duel_window", "duel_margin")
+REPLAY_TUNER_KNOBS = ("bootstrap_multiplier", "tuning_start", "tuning_workers", "retune_every")
+
+_FIELDS = {f.name: f for f in SimConfig.__dataclass_fields__.values()}
+
+
+def _flag(name: str) -> str:
+    return flag_of(_FIELDS[name])
+
+
+def _tuner(cfg: SimConfig) -> str:
+    return cfg.tuner or ("duel" if cfg.compat == "corrected" else "replay")
+
+
+def refuse_inert_settings(given: list[str], configs: list[SimConfig]) -> None:
+    """``given``: SimConfig field names the user set; ``configs``: every configuration to run.
+    Refuses a setting none of them reads (scheduler and tuning knobs; policy knobs are
+    ``sim.cli.run.refuse_unread_knobs``'), and settings whose combination cannot be simulated as
+    said."""
+    from policies.base import get_preset  # noqa: PLC0415
+    from sim.simulate import hindsight_preset  # noqa: PLC0415
+
+    if not configs:
+        return
+    given = [g for g in given if g in _FIELDS]
+    if all(c.effective_scheduler == "fcfs" for c in configs):
+        for name in given:
+            if name in SCHEDULER_KNOBS:
+                why = "the sequential mode" if all(c.mode == "sequential" for c in configs) else "--scheduler fcfs"
+                raise UsageError(
+                    f"{_flag(name)} does nothing under {why} (it is read by --scheduler continuous): leave it out"
+                )
+    tuning = {f.name for f in SimConfig.settings("tuning")}
+    if not any(hindsight_preset(c.policy) for c in configs):
+        tuned = [c for c in configs if get_preset(c.policy).uses_alpha and c.alpha == "auto"]
+        for name in given:
+            if name not in tuning:
+                continue
+            if not tuned:
+                raise UsageError(
+                    f"{_flag(name)} does nothing here: tuning knobs are read by --alpha auto (marconi) and "
+                    "marconi-oracle: leave it out"
+                )
+            tuners = {_tuner(c) for c in tuned}
+            if name in DUEL_KNOBS and tuners == {"replay"}:
+                raise UsageError(f"{_flag(name)} does nothing with --tuner replay (the duel tuner reads it)")
+            if name in REPLAY_TUNER_KNOBS and tuners == {"duel"}:
+                raise UsageError(f"{_flag(name)} does nothing with the duel tuner (--tuner replay reads it)")
+    for c in configs:
+        if c.timing_file and c.ttft_model == "jamba":
+            raise UsageError(
+                "--timing does nothing with --ttft-model jamba (the Jamba table times prefills): leave one out"
+            )
+        if not RATE_RANGE[0] <= c.sessions_per_second <= RATE_RANGE[1]:
+            raise UsageError(
+                f"--sessions-per-second must be in {RATE_RANGE[0]:g}..{RATE_RANGE[1]:g} (sessions started per "
+                f"second), not {c.sessions_per_second!r}"
+            )
+    if "gpu_memory" in given and "capacity_bytes" in given:
+        for c in configs:
+            if c.gpu_memory and engine_capacity(c) != c.capacity_bytes:
+                raise UsageError(
+                    f"--gpu-memory {c.gpu_memory} replaces --capacity {format_size(c.capacity_bytes)} for "
+                    f"{c.policy} (its engine splits the memory): give one of them"
+                )
+    for c in configs:
+        check_memory_split(c)
+
+
+def engine_capacity(cfg: SimConfig) -> int:
+    """The cache bytes a configuration simulates: ``--gpu-memory`` where its preset's engine splits
+    it (it replaces --capacity), else ``--capacity``. Headers and summaries say this one."""
+    from policies.base import get_preset  # noqa: PLC0415
+    from sim.cost import get_model  # noqa: PLC0415
+
+    if not cfg.gpu_memory:
+        return cfg.capacity_bytes
+    rules = get_preset(cfg.policy).engine_rules(get_model(cfg.model), cfg)
+    return parse_size(rules.memory) if rules is not None and rules.memory else cfg.capacity_bytes
+
+
+def check_memory_split(cfg: SimConfig, min_request_tokens: int | None = None) -> None:
+    """Refuses a split of ``--gpu-memory`` that leaves the KV pool no room for one page (or, given
+    the trace's shortest request, for that request: every request would miss)."""
+    from policies.base import get_preset  # noqa: PLC0415
+    from sim.cost import get_model  # noqa: PLC0415
+
+    if not cfg.gpu_memory:
+        return
+    spec = get_model(cfg.model)
+    rules = get_preset(cfg.policy).engine_rules(spec, cfg)
+    if rules is None or not rules.memory or rules.split is None:
+        return
+    memory = parse_size(rules.memory)
+    states = rules.split(memory, spec.state_bytes())
+    kv = memory - states * spec.state_bytes()
+    need_tokens = max(cfg.page_size, min_request_tokens or 1)
+    need = need_tokens * spec.kv_bytes_per_token()
+    if kv < need:
+        what = (
+            f"its shortest request ({need_tokens:,} tokens)"
+            if min_request_tokens
+            else f"one {cfg.page_size}-token page"
+        )
+        raise UsageError(
+            f"the engine's split of --gpu-memory {format_size(memory)} leaves {format_size(max(kv, 0))} for KV, "
+            f"less than {what} needs ({format_size(need)}): every request would miss; lower "
+            f"--mamba-full-memory-ratio ({cfg.mamba_full_memory_ratio:g}) or give more memory"
+        )
+
+
+# ---------------------------------------------------------------------------------- timing files
+
+
+def check_timing(path, model: str | None = None):
+    """Reads a timing file (``sim.replay.measure.read_timing``) and refuses one that describes no
+    real machine; returns it."""
+    from sim.cost import HardwareTiming  # noqa: PLC0415
+    from sim.gpus import GPUS  # noqa: PLC0415
+    from sim.replay.measure import read_timing  # noqa: PLC0415
+
+    raw = _raw(path)
+    for key in ("peak_tflops", "gpus"):
+        if key in raw:
+            v = raw[key]
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+            if not ok:
+                raise UsageError(f"timing file {path}: {key} must be a finite number >= 0, not {v!r}")
+    t = read_timing(path, model=model)
+    if isinstance(t, HardwareTiming):
+        terms = {k: float(v) for k, v in t.ms_per_tflop.items()}
+        for name, group in (("ms_per_tflop", terms), ("layer_call_ms", t.layer_call_ms), ("seq_ms", t.seq_ms)):
+            for k, v in group.items():
+                if not math.isfinite(float(v)):
+                    raise UsageError(f"timing file {path}: {name}.{k} must be finite, not {v!r}")
+        if not any(v > 0 for v in terms.values()):
+            raise UsageError(
+                f"timing file {path}: every compute term is 0 (prefills would take no time): not a machine"
+            )
+        slow = {k: v for k, v in terms.items() if v > MAX_MS_PER_TFLOP}
+        if slow:
+            k, v = next(iter(slow.items()))
+            raise UsageError(
+                f"timing file {path}: term {k} of {v:g} ms per TFLOP is slower than any machine "
+                f"(at most {MAX_MS_PER_TFLOP:g}, one GFLOP/s)"
+            )
+        for name, v in (("call_ms", t.call_ms), ("decode_ms_per_token", t.decode_ms_per_token)):
+            if v > MAX_CALL_MS:
+                raise UsageError(f"timing file {path}: {name} {v:g} ms is beyond any machine (at most {MAX_CALL_MS:g})")
+        for name, group in (("layer_call_ms", t.layer_call_ms), ("seq_ms", t.seq_ms)):
+            for k, v in group.items():
+                if float(v) > MAX_CALL_MS:
+                    raise UsageError(
+                        f"timing file {path}: {name}.{k} {float(v):g} ms is beyond any machine (at most {MAX_CALL_MS:g})"
+                    )
+        if t.gpus > MAX_NODE_GPUS:
+            raise UsageError(f"timing file {path}: gpus {t.gpus:,} is more than a node holds (at most {MAX_NODE_GPUS})")
+        peak = t.peak_tflops
+        where = "its peak"
+        if not peak > 0 and t.device in GPUS:
+            peak, where = GPUS[t.device].bf16_tflops, f"the {t.device}'s peak"
+        if not peak > 0:
+            peak, where = max(g.bf16_tflops for g in GPUS.values()), "the fastest catalogue GPU's peak"
+        for k, c in terms.items():
+            if c > 0 and 1e3 / (c * peak) > 1.0 + 1e-9:
+                raise UsageError(
+                    f"timing file {path}: term {k} runs at {1e3 / c:,.0f} TFLOP/s per GPU, faster than {where} "
+                    f"({peak:g} TFLOP/s): not physical"
+                )
+    else:
+        tflops = float(getattr(t, "effective_tflops", 0.0))
+        top = max(g.bf16_tflops for g in GPUS.values()) * MAX_NODE_GPUS
+        if tflops > top:
+            raise UsageError(
+                f"timing file {path}: effective_tflops {tflops:g} is beyond a node of the fastest catalogue GPU "
+                f"({top:g} TFLOP/s)"
+            )
+        if tflops < 1e-3:
+            raise UsageError(
+                f"timing file {path}: effective_tflops {tflops:g} is slower than any machine (at least 0.001)"
+            )
+        for name in ("overhead_ms", "decode_ms_per_token"):
+            v = float(getattr(t, name, 0.0))
+            if v > MAX_CALL_MS:
+                raise UsageError(f"timing file {path}: {name} {v:g} ms is beyond any machine (at most {MAX_CALL_MS:g})")
+    return t
+
+
+def _raw(path) -> dict:
+    try:
+        d = json.loads(Path(path).read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}  # read_timing says what is wrong with it
+    return d if isinstance(d, dict) else {}
+
+
+# ---------------------------------------------------------------------------------- trace options
+
+
+def refuse_unread_trace_options(specs: list[str], given: list[str]) -> None:
+    """``given``: trace option keys the user set (``--sessions``); refused when no trace of ``specs``
+    reads it (its source's ``reads``): `--sessions 5` on a hash-block trace kept every session."""
+    from sim.trace_options import TRACE_OPTIONS  # noqa: PLC0415
+    from traces.registry import SOURCES, trace_source  # noqa: PLC0415
+
+    flags = {o.key: o.flag for o in TRACE_OPTIONS}
+    sources = [trace_source(s or "sharegpt") for s in specs]
+    if any(s is None for s in sources):
+        return  # an unknown kind: loading says so
+    for key in given:
+        if key == "trace" or any(key in s.reads for s in sources):
+            continue
+        readers = [name for name, s in SOURCES.items() if key in s.reads]
+        kinds = ", ".join(dict.fromkeys(s.name for s in sources))
+        hint = "; --session-range keeps sessions of any trace" if key == "sessions" else ""
+        raise UsageError(
+            f"{flags.get(key, key)} does nothing for {kinds} traces (it is read by {', '.join(readers)}){hint}"
+        )
+
+
+# ---------------------------------------------------------------------------------- per command
+
+
+def given_trace_options(ctx) -> list[str]:
+    """Trace option keys the user set on the command line (not left at their default)."""
+    from click.core import ParameterSource  # noqa: PLC0415
+
+    from sim.trace_options import TRACE_OPTION_KEYS  # noqa: PLC0415
+
+    return [
+        k
+        for k in TRACE_OPTION_KEYS
+        if k in ctx.params and ctx.get_parameter_source(k) not in (ParameterSource.DEFAULT, None)
+    ]
+
+
+def check_run(ctx, policies: str, capacity: str, alpha: str, sessions_per_second: float, kwargs: dict) -> None:
+    """`marconi run`'s options, before the trace is loaded: settings no configuration reads, trace
+    options the trace does not read, the timing file, numbers out of range."""
+    from sim.cli.run import build_configs, explicit_settings  # noqa: PLC0415
+    from sim.trace_options import TRACE_OPTION_KEYS  # noqa: PLC0415
+
+    knobs = {k: v for k, v in kwargs.items() if k not in TRACE_OPTION_KEYS}
+    configs = build_configs(policies, capacity, alpha, sessions_per_second, **knobs)
+    refuse_inert_settings(explicit_settings(ctx, {"capacity": "capacity_bytes"}), configs)
+    refuse_unread_trace_options([kwargs.get("trace") or "sharegpt"], given_trace_options(ctx))
+    if kwargs.get("timing_file"):
+        check_timing(kwargs["timing_file"], model=kwargs.get("model"))
+
+
+def simulated_capacities(configs: list[SimConfig], trace=None) -> None:
+    """Each configuration's ``capacity_bytes`` set to what it simulates (``engine_capacity``), so
+    the header and summary.json say it; with the trace, a memory split that leaves no KV room for
+    its shortest request is refused."""
+    shortest = None
+    if trace is not None and trace.requests:
+        shortest = min(r.n_input_tokens(trace.block_tokens) for r in trace.requests)
+    for c in configs:
+        check_memory_split(c, shortest)
+        c.capacity_bytes = engine_capacity(c)
+
+
+def check_configs(given: list[str], given_trace: list[str], trace_specs: list[str], configs: list[SimConfig]) -> None:
+    """A grid's (sweep) or a search's (advise) options, before any configuration runs: settings no
+    configuration reads, trace options no trace reads, every timing file (each once, per model)."""
+    refuse_inert_settings(given, configs)
+    refuse_unread_trace_options([s or "sharegpt" for s in trace_specs] or ["sharegpt"], given_trace)
+    for path, model in dict.fromkeys((c.timing_file, c.model) for c in configs if c.timing_file):
+        check_timing(path, model=model)
+
+
+def check_replay(ctx, config: SimConfig, trace_spec: str | None) -> None:
+    """`marconi replay`'s options that cannot act (its scheduler knobs under fcfs, ``--coast-steps``
+    without the continuous scheduler, trace options the trace does not read)."""
+    from click.core import ParameterSource  # noqa: PLC0415
+
+    from sim.cli.run import explicit_settings  # noqa: PLC0415
+
+    given = explicit_settings(ctx, {"capacity": "capacity_bytes"})
+    refuse_inert_settings(given, [config])
+    coast = ctx.get_parameter_source("coast_steps") if "coast_steps" in ctx.params else None
+    if coast not in (ParameterSource.DEFAULT, None) and config.effective_scheduler == "fcfs":
+        raise UsageError("--coast-steps does nothing under --scheduler fcfs (it is read by --scheduler continuous)")
+    refuse_unread_trace_options([trace_spec or "sharegpt"], given_trace_options(ctx))
+
+
+def check_advise(ctx, trace_spec: str | None, fixed: dict) -> None:
+    """`marconi advise`'s options that cannot act: trace options the trace does not read, a timing
+    file that describes no machine, a rate out of range."""
+    refuse_unread_trace_options([trace_spec or "sharegpt"], given_trace_options(ctx))
+    if fixed.get("timing_file"):
+        check_timing(fixed["timing_file"], model=ctx.params.get("model"))
+    rate = fixed.get("sessions_per_second", 1.0)
+    if not RATE_RANGE[0] <= rate <= RATE_RANGE[1]:
+        raise UsageError(
+            f"--sessions-per-second must be in {RATE_RANGE[0]:g}..{RATE_RANGE[1]:g} (sessions started per "
+            f"second), not {rate!r}"
+        )
