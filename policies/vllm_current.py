@@ -18,8 +18,11 @@ The junction is the engine's default, with no flag (read in vLLM main, issue 43)
 ``vllm/v1/core/kv_cache_manager.py`` ``get_computed_blocks`` (L286-L292) sets
 ``shared_prefix_boundary = num_new_computed_tokens + num_uncached`` whenever the hybrid
 coordinator's longest single-group hit (the KV match) runs past the reconciled hit, and
-``vllm/v1/core/sched/scheduler.py`` ``_mamba_block_aligned_split`` (the ``stops`` tuple, L411-L437)
-always stops a step at ``start + (shared_prefix_boundary - start) // block_size * block_size``;
+``vllm/v1/core/sched/scheduler.py`` ``_mamba_block_aligned_split`` (the ``stops`` tuple, L411-L437;
+lines 350-425 at 487ecf187) always stops a step at ``start + (shared_prefix_boundary - start) //
+block_size * block_size``, and a chunk that starts inside a block (a block wider than the step
+budget) at the next block boundary (``benchmarks/differential_vllm_split.py`` compares the preset's
+cut with that method: 1,420 / 1,420 cases);
 ``single_type_kv_cache_manager.py`` adds it to ``reachable_boundaries``, so retention 0 keeps it.
 ``CacheConfig.enable_mamba_shared_prefix_checkpoint`` (``vllm/config/cache.py``, named
 ``enable_mamba_fine_grained_prefix_cache`` until #57382; the ``--enable-mamba-fine-grained-prefix-cache``
@@ -65,7 +68,7 @@ from dataclasses import dataclass
 
 from policies.base import AdmissionPolicy, PolicyError, admission, knob, register_preset
 from policies.engine_common import Speculation, VllmBlocks, full_tokens, input_tokens
-from policies.vllm import VllmAlignAdmission, VllmPreset, align_step_ends
+from policies.vllm import VllmAlignAdmission, VllmPreset
 
 VERSION = "main 2026-09"  # newest code read (see the docstring); no release number yet
 SPECULATIVE = ("none", "eagle", "eagle3", "mtp")
@@ -141,8 +144,20 @@ class VllmAdmission(AdmissionPolicy):
         (``stops``' last entry, scheduler.py L411-L437 as read), so a batching scheduler ends a
         step where the engine does and the junction state is taken there."""
         n = VllmAlignAdmission.schedule_chunk(self, start, end, budget, step_budget, ctx)
-        j = junction_tokens(ctx.match_tokens, input_tokens(ctx), ctx.block_tokens)
-        return j - start if start < j < start + n else n
+        B = ctx.block_tokens
+        stops = [(start // B + 1) * B] if start % B else []  # a chunk started mid-block re-aligns
+        stops.append(junction_tokens(ctx.match_tokens, input_tokens(ctx), B))
+        return min([s - start for s in stops if start < s < start + n], default=n)
+
+    def step_ends(self, hit: int, n: int, ctx) -> list[int]:
+        """Where one request's prefill steps end with the whole ``--prefill-chunk`` budget each
+        (the cut ``schedule_chunk`` makes, so fcfs / sequential and continuous agree)."""
+        budget = self.params.prefill_chunk_tokens
+        pos, ends = hit, []
+        while pos < n:
+            pos += self.schedule_chunk(pos, n, min(budget, n - pos), budget, ctx)
+            ends.append(pos)
+        return ends
 
     def interval(self) -> int:
         p = self.params
@@ -156,21 +171,16 @@ class VllmAdmission(AdmissionPolicy):
 
     def prefill_states(self, match, ctx) -> tuple[list[int], int, int]:
         """The prefill states vLLM keeps before the EAGLE / MTP shift (tokens), the block and the hit."""
-        p = self.params
         B = ctx.block_tokens
         n = input_tokens(ctx)
         hit = match.hit_sym * B
         junction = junction_tokens(match.match_sym * B, n, B) if match.match_sym > match.hit_sym else 0
+        if not junction > hit:
+            junction = 0
         if ctx.prefill_steps is not None:  # a batching scheduler's step ends
             ends = [e for e in ctx.prefill_steps if e > hit]
-            if not junction > hit:
-                junction = 0
-        elif junction > hit:
-            ends = align_step_ends(hit, junction, B, p.prefill_chunk_tokens)
-            ends += align_step_ends(junction, n, B, p.prefill_chunk_tokens)
         else:
-            junction = 0
-            ends = align_step_ends(hit, n, B, p.prefill_chunk_tokens)
+            ends = self.step_ends(hit, n, ctx)
         states = [e for e in ends if e % B == 0 and e // B <= ctx.n_input]
         semantic = {n - n % B, junction}
         return retained(states, semantic, self.interval()), B, hit

@@ -45,6 +45,7 @@ SMALLEST = {
     "peer_check.py": (["--dry-run"], "kernel_bench.py"),
     # needs an LMDeploy checkout and its dependencies (fetched outside CI)
     "differential_lmdeploy.py": (["--help"], "usage"),
+    "differential_vllm_split.py": (["--help"], "usage"),  # needs vLLM's scheduler.py (--vllm)
 }
 
 

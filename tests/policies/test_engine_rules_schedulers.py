@@ -126,3 +126,32 @@ def test_continuous_trtllm_ends_chunks_at_snapshot_points():
         additional_snapshot_offsets_from_end="10",
     )
     assert steps[0] == [(0, 128), (128, 256), (256, 290), (290, 300)]
+
+
+def test_continuous_vllm_realigns_a_block_wider_than_the_budget():
+    """vLLM main's split (scheduler.py ``_mamba_block_aligned_split`` at 487ecf187: "a block too
+    wide for one chunk advances sub-block and re-aligns at the next boundary"): block 528, 96
+    tokens a step: a chunk started mid-block stops at the next block boundary (528), so the state
+    there exists (dense retention) and a prompt sharing 600 tokens reuses 528 under every
+    scheduler; benchmarks/differential_vllm_split.py checks the whole grid against the engine's
+    method (1,420 / 1,420 cases agree)."""
+    steps = prefill_steps(
+        one_per_session((toks(0, 1056), toks(9000, 5))),
+        "vllm",
+        block_size=528,
+        prefill_chunk_tokens=96,
+        prefix_cache_retention_interval=-1,
+    )
+    assert steps[0] == [
+        (a, b)
+        for a, b in zip(
+            [0, 96, 192, 288, 384, 480, 528, 624, 720, 816, 912, 1008],
+            [96, 192, 288, 384, 480, 528, 624, 720, 816, 912, 1008, 1056],
+        )
+    ]
+    pair = one_per_session((toks(0, 1056), toks(9000, 5)), (cat(toks(0, 600), toks(5000, 100)), toks(9100, 5)))
+    for mode, scheduler in SCHEDULERS:
+        got, _ = run_in(
+            mode, scheduler, pair, "vllm", block_size=528, prefill_chunk_tokens=96, prefix_cache_retention_interval=-1
+        )
+        assert got == [0, 528], scheduler
