@@ -15,6 +15,7 @@ fp32 operands (its bf16 products are wrong, triton-lang/triton#11584), fp16 ones
 """
 
 import math
+import zlib
 
 import pytest
 
@@ -274,7 +275,7 @@ GPU_SHAPES = [("marconi-7b", 128, 64, 128, 1), ("nemotron-h-8b", 128, 64, 128, 8
 
 
 def _cuda_case(name, H, P, N, G, dtype, T=2000):
-    gen = torch.Generator().manual_seed(hash(name) % 1000)
+    gen = torch.Generator().manual_seed(zlib.crc32(name.encode()))  # str hash() varies by process
     cu, starts = [0, 700, T], [0, 100]
     x, dt, A, B, C, D, bias, h0 = make(gen, T, H, P, N, G, dtype=dtype, device="cuda", nseq=2)
     h0[0] = 0
