@@ -39,7 +39,7 @@ def test_a_relative_results_dir_is_found_from_the_shell_folder_or_the_repository
 
 
 def test_committed_notebooks_hold_their_outputs():
-    for name in ("hit_rates", "alpha_sweep", "ttft", "advise"):
+    for name in ("hit_rates", "alpha_sweep", "ttft", "advise", "replay"):
         nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
         outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
         assert outputs, f"{name}.ipynb is committed without outputs: python notebooks/execute.py {name}"
