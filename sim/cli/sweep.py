@@ -214,10 +214,10 @@ def _digests():
 def summary_table(out: Path, tasks, metric: str) -> str:
     """The sweep's configurations as a table, best first by ``metric`` (at most TABLE_ROWS lines;
     `marconi report OUT` prints them all, and as CSV or JSON)."""
-    from sim.analysis.report import format_report, load_folder  # noqa: PLC0415 - pandas, after the runs
+    from sim.analysis.report import format_report, load  # noqa: PLC0415 - pandas, after the runs
 
     ids = {t.config_id for t in tasks}
-    df = load_folder(out)
+    df = load(out)
     df = df[df["config_id"].isin(ids)]
     if df.empty:
         return "no finished configuration to show"
