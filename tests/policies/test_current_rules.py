@@ -386,3 +386,49 @@ def test_refresh_path_says_whether_a_hit_moves_the_walked_path():
     for policy in ("sglang", "vllm", "trtllm", "lmdeploy", "sglang-0.5.8-no-buffer-pathrefresh"):
         assert run(trace, policy)[1].refresh_path is True, policy
     assert run(trace, "marconi")[1].refresh_path is False
+
+
+def test_sglang_extra_buffer_tracks_decode_only_past_the_prompt():
+    """extra_buffer under the batching scheduler with a 100-token budget: one tracked state per
+    step at the step start + whole 64-token chunks (64, 164, ..., 464); the last step (500-512) is
+    shorter than a chunk, so the prompt end holds no state, and a decode track (every 256 tokens)
+    is taken only past the prompt: none at 512 for 10 output tokens (stored 521), 768 for 300."""
+    for n_out, decode in ((10, []), (300, [768])):
+        _, sim = run(
+            one_per_session((toks(0, 512), toks(9000, n_out))),
+            "sglang",
+            mode="des",
+            scheduler="continuous",
+            max_num_batched_tokens=100,
+        )
+        assert state_depths(sim.tree) == [64, 164, 264, 364, 464] + decode
+
+
+@pytest.mark.parametrize("sched", SCHEDULERS)
+def test_the_prefill_insert_reports_occupancy_and_a_rejection(sched):
+    """SGLang no_buffer inserts at prefill end and at the request end: two occupancy reports per
+    request, the first after the prompt's insert; with room for the prompt's state but not its KV
+    the prefill insert is rejected and said so."""
+
+    class Seen:
+        def __init__(self):
+            self.occupied, self.rejects = [], []
+
+        def occupancy(self, t, kv_bytes, state_bytes):
+            self.occupied.append((kv_bytes, state_bytes))
+
+        def reject(self, request, t, why):
+            self.rejects.append((request.request_id, why))
+
+    from sim.cost import get_model
+
+    spec = get_model(SimConfig().model)
+    for cap, rejected in ((10**14, []), (spec.state_bytes() + 10 * spec.kv_bytes_per_token(), [(0, "no room")])):
+        seen = Seen()
+        trace = Trace("one", [Request(session_id=0, turn=0, input_tokens=toks(0, 40), output_tokens=toks(99, 3))])
+        conf = SimConfig(policy="sglang", capacity_bytes=cap, scheduler=sched, mamba_radix_cache_strategy="no_buffer")
+        drive(build(trace, conf, observers=(seen,)))
+        assert len(seen.occupied) == 2
+        assert seen.rejects[: len(rejected)] == rejected
+        if not rejected:
+            assert seen.occupied[0] == (40 * spec.kv_bytes_per_token(), spec.state_bytes())
