@@ -246,3 +246,38 @@ def test_a_study_gives_back_the_ctrl_c_handler_and_never_runs_past_its_budget(tm
         rep = run_study(study, sp, p, {"trace": chat_spec}, 3, ev, progress=False)
     assert signal.getsignal(signal.SIGINT) is before
     assert rep.ran == 3 and len(study.get_trials()) == 3
+
+
+def test_run_line_spells_a_non_default_switch():
+    """A --x/--no-x switch away from its default is on the line (the line must rebuild the task's
+    SimConfig); at its default it is left out."""
+    from sim.config import SimConfig
+    from sim.experiments.grid import make_task
+
+    task = make_task(
+        {"trace": "synthetic:chat", "sessions": 2}, policy="vllm", enable_mamba_shared_prefix_checkpoint=True
+    )
+    words = shlex.split(search.run_line(task))
+    assert "--enable-mamba-shared-prefix-checkpoint" in words
+    assert SimConfig().enable_mamba_shared_prefix_checkpoint is False
+    plain = shlex.split(search.run_line(make_task({"trace": "synthetic:chat", "sessions": 2}, policy="vllm")))
+    assert not any("shared-prefix-checkpoint" in w for w in plain)
+
+
+def test_pick_best_breaks_ties_by_the_other_metric_then_the_earlier_trial():
+    from types import SimpleNamespace as Row
+
+    rows = [
+        Row(number=0, value=50.0, metrics={"token_hit_rate": 0.2, "ttft_p95_ms": 50.0}),
+        Row(number=1, value=40.0, metrics={"token_hit_rate": 0.1, "ttft_p95_ms": 40.0}),
+        Row(number=2, value=40.0, metrics={"token_hit_rate": 0.3, "ttft_p95_ms": 40.0}),
+        Row(number=3, value=40.0, metrics={"token_hit_rate": 0.3, "ttft_p95_ms": 40.0}),
+    ]
+    assert search.pick_best(rows, "ttft-p95").number == 2  # lowest TTFT, then most hits, then first
+    hits = [
+        Row(number=0, value=0.5, metrics={"ttft_p95_ms": 30.0}),
+        Row(number=1, value=0.6, metrics={"ttft_p95_ms": 90.0}),
+        Row(number=2, value=0.6, metrics={"ttft_p95_ms": 80.0}),
+        Row(number=3, value=0.6, metrics={"ttft_p95_ms": 80.0}),
+    ]
+    assert search.pick_best(hits, "token-hit").number == 2  # most hits, then lowest TTFT, then first
