@@ -65,7 +65,7 @@ def load(kind: str, path: str, options) -> Trace:
         raise TraceError(f"unknown hash-block trace kind {kind!r}")
     block = BLOCK_TOKENS[kind]
     unit = TIME_UNIT[kind]
-    reader = JsonlReader(resolve_path(kind, path), options.skip_bad_rows, what=kind)
+    reader = JsonlReader(resolve_path(kind, path), options.skip_bad_rows, what=kind, progress=options.progress)
     budget = SizeBudget(options.max_request_tokens)
     rows: list[tuple] = []  # (session, turn, hash array, ts, input_length, output_length, line)
     session_of: dict[int, int] = {}

@@ -19,7 +19,7 @@ TOKEN_ID_MAX = 2**31 - 1  # no tokenizer's vocabulary comes near; token buffers 
 
 
 def load(path: str, options) -> Trace:
-    reader = JsonlReader(path, options.skip_bad_rows, what="marconi-jsonl")
+    reader = JsonlReader(path, options.skip_bad_rows, what="marconi-jsonl", progress=options.progress)
     name = f"marconi-jsonl:{path}"
     builder = TraceBuilder(name, block_tokens=1, closed_loop=False)
     budget = SizeBudget(options.max_request_tokens)

@@ -606,3 +606,52 @@ def test_other_commands_refuse_the_same_before_any_work(runner, tmp_path, args, 
     res = runner.invoke(main, [*args, *out])
     _one_line(res, message)
     assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------ linear refusals, visible progress
+
+
+def test_a_huge_sharegpt_record_is_decoded_in_a_logarithmic_number_of_attempts(monkeypatch):
+    """A record larger than the read buffer was decoded again after every 1 MB read (a 240 MB
+    record took 30-41 s, 120 MB 55 s): now the buffer doubles, so a 24 MB record takes about
+    log2(24) + 1 attempts, not 24, and the work is linear in its size."""
+    import io
+
+    from traces import sharegpt
+
+    calls = []
+    real = sharegpt.json.JSONDecoder.raw_decode
+
+    def counting(self, s, idx=0):
+        calls.append(len(s) - idx)
+        return real(self, s, idx)
+
+    monkeypatch.setattr(sharegpt.json.JSONDecoder, "raw_decode", counting)
+    value = "ab" * (12 << 20)
+    data = json.dumps([{"id": "x", "conversations": [{"from": "human", "value": value}]}]).encode()
+    records = list(sharegpt.JsonRecordReader(io.BytesIO(data), "big.json"))
+    assert len(records) == 1 and records[0][0]["conversations"][0]["value"] == value
+    assert len(calls) <= 7, len(calls)
+    assert sum(calls) <= 3 * len(data), (sum(calls), len(data))  # characters scanned: linear
+
+
+def test_a_huge_json_lines_record_spanning_many_reads_is_one_record():
+    import io
+
+    from traces import sharegpt
+
+    value = "x" * (5 << 20)
+    rows = [{"id": "a", "conversations": [{"from": "human", "value": value}]}, {"id": "b", "conversations": []}]
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    out = list(sharegpt.JsonRecordReader(io.BytesIO(data), "big.jsonl"))
+    assert [(r["id"], line) for r, line in out] == [("a", 1), ("b", 2)]
+    assert out[0][0]["conversations"][0]["value"] == value
+
+
+def test_a_large_trace_file_shows_progress_while_read(runner, monkeypatch):
+    import traces.jsonl
+
+    monkeypatch.setattr(traces.jsonl, "PROGRESS_BYTES", 0)  # the bundled sample counts as large
+    res = runner.invoke(main, ["traces", "stats", "--trace", "mooncake:sample", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    assert f"reading {SAMPLE.name}" in res.output
