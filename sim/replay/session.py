@@ -359,22 +359,13 @@ def _replay(
     import torch
 
     from sim.engine.drivers import run as run_simulation
+    from sim.replay.calibration import NOT_COMPARED, replay_timing
     from sim.replay.model import DTYPES, HybridModel, ReplayShape
     from sim.replay.observer import ReplayObserver
     from sim.replay.runner import Replayer
     from sim.replay.store import CheckpointStore
 
     dtype = DTYPES[settings.dtype]
-    from sim.replay.calibration import NOT_COMPARED, replay_timing
-
-    timing, timing_note = replay_timing(
-        timing,
-        spec,
-        settings.dtype,
-        device.type,
-        torch.cuda.get_device_name(device) if device.type == "cuda" else "",
-        max((r.n_input_tokens(trace.block_tokens) for r in trace.requests), default=0),
-    )
     if spec.n_mamba and not spec.n_gdn:
         # Mamba2 layers in the linear layers' place (sim/replay/mamba2.py: their sizes ride in
         # the shape's gated-delta fields, so the store and the restores need nothing else)
@@ -386,6 +377,15 @@ def _replay(
         shape = ReplayShape.from_spec(spec, layers, vocab_rows=VOCAB_ROWS)
         model = HybridModel(shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel)
     counts = shape.counts()
+    # the timing the measurements are compared with (after the model: its kernel's checks first)
+    timing, timing_note = replay_timing(
+        timing,
+        spec,
+        settings.dtype,
+        device.type,
+        torch.cuda.get_device_name(device) if device.type == "cuda" else "",
+        max((r.n_input_tokens(trace.block_tokens) for r in trace.requests), default=0),
+    )
     store = CheckpointStore(shape, dtype, where=settings.store, device=device)
     tokens_of = token_source(trace, settings.seed)
     continuous = config.effective_scheduler == "continuous"
