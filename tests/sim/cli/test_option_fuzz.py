@@ -259,3 +259,105 @@ def test_fuzz_output_paths(tmp_path_factory, parts, force, as_out):
     if ok:
         assert all(w.is_file() for w in writes)
     assert not [p for p in root.rglob(".tmp-*")]  # no temporary file left behind
+
+
+# ------------------------------------------------------------------ issue 47: options that cannot act
+
+SCHEDULERS = ["auto", "fcfs", "continuous"]
+
+
+@FUZZ
+@given(
+    policy=st.sampled_from(["sglang+", "marconi", "sglang+,marconi", "vllm+"]),
+    alpha=st.sampled_from(["auto", "1"]),
+    scheduler=st.sampled_from(SCHEDULERS),
+    tuner=st.sampled_from([None, "duel", "replay"]),
+    option=st.sampled_from(
+        [("--max-num-seqs", "8"), ("--duel-every", "5"), ("--bootstrap-multiplier", "3"), ("--alpha-grid", "0,1")]
+    ),
+)
+def test_fuzz_options_that_cannot_act(policy, alpha, scheduler, tuner, option):
+    """An option is refused exactly when no configuration reads it, read independently here: the
+    batching knob under fcfs; a tuning knob without a policy tuned by --alpha auto (marconi); a
+    duel knob under --tuner replay, a replay-tuner knob under the duel tuner (the default)."""
+    args = ["run", *TINY, "--policy", policy, "--scheduler", scheduler, *option]
+    uses_alpha = "marconi" in policy.split(",")
+    if uses_alpha:
+        args += ["--alpha", alpha]
+    if tuner:
+        args += ["--tuner", tuner]
+    res = _invoke(args)
+    flag = option[0]
+    tuned = uses_alpha and alpha == "auto"
+    if flag == "--max-num-seqs":
+        inert = scheduler == "fcfs" or (tuner is not None and not tuned)
+    else:
+        inert = not tuned or (flag == "--duel-every" and tuner == "replay")
+        inert = inert or (flag == "--bootstrap-multiplier" and tuner != "replay")
+    if tuner is not None and not tuned:  # --tuner itself is a tuning knob: nothing reads it either
+        inert = True
+    assert (res.exit_code == 2) == inert, (args, res.output)
+    if inert:
+        assert "does nothing" in res.output, res.output
+
+
+@FUZZ
+@given(
+    option=st.sampled_from(
+        [
+            ("--sessions", "3"),
+            ("--min-rounds", "2"),
+            ("--max-tokens", "5000"),
+            ("--response-time", "3"),
+            ("--time-scale", "2"),
+            ("--trace-seed", "4"),
+        ]
+    ),
+    trace=st.sampled_from(["synthetic:chat:sessions=1,turns=2", "mooncake:sample"]),
+)
+def test_fuzz_trace_options_the_trace_does_not_read(option, trace):
+    from traces.registry import trace_source
+
+    res = _invoke(["run", "--trace", trace, "--session-range", "0:2", "--no-progress", "--policy", "sglang+", *option])
+    key = option[0][2:].replace("-", "_")
+    reads = key in trace_source(trace).reads
+    assert (res.exit_code == 0) == reads, (trace, option, res.output)
+    if not reads:
+        assert f"{option[0]} does nothing for {trace.split(':')[0]} traces" in res.output
+
+
+# ------------------------------------------------------------------ issue 47: timing files
+
+_H200 = json.loads((Path(__file__).parents[3] / "sim" / "data" / "h200-timing.json").read_text())
+TIMING_VALUE = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=False),
+    st.sampled_from([0.0, -1.0, 1e300, 1e9, 1e10, 0.5, 1.0, 1.5, 64, 65, 10**9, 989.0, 2000.0]),
+)
+
+
+@FUZZ
+@given(field=st.sampled_from(["peak_tflops", "gpus", "mlp_linear", "call_ms"]), value=TIMING_VALUE)
+def test_fuzz_timing_file_values(tmp_path_factory, field, value):
+    """A timing file is accepted exactly when it describes a machine, read independently: terms and
+    times finite and non-negative, a term at most 1e9 ms per TFLOP and no faster than the peak (the
+    file's 989 TFLOP/s, the H200's when 0), a call at most 1e6 ms, 1 to 64 GPUs."""
+    d = json.loads(json.dumps(_H200))
+    if field == "mlp_linear":
+        d["ms_per_tflop"]["mlp_linear"] = value
+    else:
+        d[field] = value
+    path = tmp_path_factory.mktemp("t") / "timing.json"
+    path.write_text(json.dumps(d))
+    res = _invoke(["run", *TINY, "--model", "qwen3.5-9b", "--policy", "sglang+", "--timing", str(path)])
+    fin = math.isfinite(value)
+    fastest = min(v for k, v in d["ms_per_tflop"].items() if v and k != "mlp_linear" or k == "mlp_linear" and v)
+    if field == "peak_tflops":
+        peak = value if fin and value > 0 else 989.0
+        ok = fin and value >= 0 and 1e3 / (fastest * peak) <= 1 + 1e-9
+    elif field == "gpus":
+        ok = fin and value >= 0 and 1 <= int(value) <= 64
+    elif field == "mlp_linear":
+        ok = fin and 0 <= value <= 1e9 and (value == 0 or 1e3 / (value * 989.0) <= 1 + 1e-9)
+    else:
+        ok = fin and 0 <= value <= 1e6
+    assert (res.exit_code == 0) == ok, (field, value, res.output)
