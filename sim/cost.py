@@ -569,6 +569,24 @@ def _replay_tiny() -> ModelSpec:
 MODELS["replay-tiny"] = _replay_tiny()
 
 
+def _replay_tiny_moe() -> ModelSpec:
+    """replay-tiny's MoE twin for CPU replay tests: the MoE presets' traits at toy size (the MLP at
+    a MoE's active width: 4 routed experts of 8, a shared one and the router; 8 query heads per KV
+    head, as qwen3-next-80b-a3b and qwen3.5-35b-a3b have)."""
+    spec = replace(
+        _replay_tiny(),
+        name="replay-tiny-moe",
+        attn_heads=8,
+        attn_kv_heads=1,
+        mlp_active_params=_moe(32, 8, 4, 8, 6),
+        source="toy MoE shapes for CPU replay tests (marconi replay --device cpu)",
+    )
+    return replace(spec, nominal_active_params=float(spec.active_params()))
+
+
+MODELS["replay-tiny-moe"] = _replay_tiny_moe()
+
+
 _READ: dict = {}  # (resolved path, mtime, size) -> ModelSpec read from a config.json
 
 
@@ -903,6 +921,7 @@ _GPUS = {  # smallest tensor-parallel group that holds bf16 weights with room fo
     "qwen3.5-122b-a10b": 4,
     "qwen3.5-397b-a17b": 8,
     "replay-tiny": 1,
+    "replay-tiny-moe": 1,
 }
 
 

@@ -98,6 +98,12 @@ def _validation_line(s: dict) -> str:
     return text
 
 
+def _unvalidated(s: dict) -> str:
+    """Why hits went unvalidated, counted by reason (every hit is validated or has one)."""
+    why = s.get("hits_unvalidated") or {}
+    return "; not validated: " + ", ".join(f"{k} {v:,}" for k, v in why.items()) if why else ""
+
+
 def _error_line(s: dict) -> str:
     """The time model's error over the timed prefills; host-bound ones (their device time holds
     host gaps) are left out and counted, with the P95 over all of them. Where the timing does
@@ -156,7 +162,7 @@ def format_summary(s: dict, settings: dict) -> str:
         ),
         (
             "hits (validated, KV validated)",
-            f"{s['hits']:,} ({s['hits_validated']:,}, {s.get('kv_hits_validated', 0):,})",
+            f"{s['hits']:,} ({s['hits_validated']:,}, {s.get('kv_hits_validated', 0):,})" + _unvalidated(s),
         ),
         ("failures (KV)", f"{s['failures']} ({s.get('kv_failures', 0)})"),
         (

@@ -191,6 +191,8 @@ def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.D
             modelled_ms=modelled_ms(spec, timing, counts, hit, n, splits),
             modelled_full_ms=modelled_ms(spec, timing, counts, 0, n),
             integrity_checked=r.integrity_checked,
+            unvalidated=r.unvalidated if sim_hit > 0 and not r.validated else "",
+            lookups=r.lookups,
         )
         if shadow_of is not None:
             sh = shadow_of.get(r.request)
@@ -286,6 +288,11 @@ def summary(
         tokens_per_s=tokens / wall_s if wall_s > 0 else float("nan"),
         splits=int(df["splits"].sum()) if len(df) else 0,
     )
+    # every hit not validated, by reason (RequestRecord.unvalidated): hits = hits_validated + these
+    why = (
+        hits.loc[~hits["validated"], "unvalidated"] if len(hits) and "unvalidated" in hits else pd.Series([], dtype=str)
+    )
+    out["hits_unvalidated"] = {str(k): int(v) for k, v in why.replace("", "never checked").value_counts().items()}
     # the host's time to issue a timed prefill (Python, dispatch, launches): what a wall-clock
     # measurement of short calls sees instead of the device's work (sim.replay.clock.Stopwatch)
     host = df["suffix_host_ms"].dropna() if len(df) and "suffix_host_ms" in df else pd.Series([], dtype=float)

@@ -142,7 +142,7 @@ class ReplayShape:
         inter = 0
         if not gdn_only and spec.n_mlp and spec.mlp_active_params:
             inter = mlp_width(spec.mlp_active_params, spec.d_model)
-        moe = bool(spec.nominal_active_params and "-a" in spec.name)
+        moe = bool(spec.nominal_active_params and ("-a" in spec.name or spec.name.endswith("-moe")))
         return cls(
             hidden=spec.d_model,
             layers=g,
@@ -282,11 +282,30 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return out.to(x.dtype)
 
 
+#: off a GPU, SDPA has no kernel for a bottom-right causal mask and materialises it and the scores
+#: (Tq x Tk per head): queries then run in blocks of at most this many scores, each block over the
+#: keys it can see (a hit's suffix of an 87K-token Mooncake prompt asked for 60 GB at once)
+CPU_SCORE_ELEMENTS = 1 << 25
+
+
 def _attend(q, k, v):
     """SDPA of queries ``[Tq, H, hd]`` (the last Tq positions) over keys and values
     ``[Tk, KVH, hd]``: causal, aligned to the bottom right (query i sees keys ``<= Tk - Tq + i``)."""
     Tq, H, _ = q.shape
     Tk, KVH, _ = k.shape
+    if q.device.type != "cuda" and Tq != Tk and Tk * Tk < 6 * Tq * (Tk - Tq // 2):
+        # most of the prompt is new: run as a whole prompt (top-left causal, SDPA's fused CPU
+        # kernel: a third of the masked path's time per score) with zero queries ahead of the
+        # suffix's, and keep the suffix's rows (each row's result is its own)
+        pad = torch.cat([q.new_zeros(Tk - Tq, H, q.shape[2]), q])
+        return _attend(pad, k, v)[Tk - Tq :]
+    if q.device.type != "cuda" and Tq != Tk and Tq * Tk * H > CPU_SCORE_ELEMENTS:
+        off, step = Tk - Tq, max(1, CPU_SCORE_ELEMENTS // (Tk * H))
+        blocks = []
+        for i in range(0, Tq, step):
+            e = off + min(i + step, Tq)  # the block's last query sees keys up to here
+            blocks.append(_attend(q[i : i + step], k[:e], v[:e]))
+        return torch.cat(blocks)
     rep = H // KVH
     qh = q.transpose(0, 1)[None]
     kh = k.repeat_interleave(rep, dim=1).transpose(0, 1)[None] if rep > 1 else k.transpose(0, 1)[None]

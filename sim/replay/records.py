@@ -23,6 +23,10 @@ class RequestRecord:
     max_kv_error: float = 0.0
     kv_validated: bool = False  # the restored KV was checked too (attention layers replayed)
     integrity_checked: bool = False  # the restored bits were compared with the produced ones
+    # a hit not validated: why ("validate-every": sampled out by --validate-every; "failed a
+    # check": a failure is reported; "never checked": none of these, a replay bug)
+    unvalidated: str = ""
+    lookups: int = 1  # lookups of this request (a preempted request is looked up again)
     suffix_segments: list = field(default_factory=list)  # kernel calls [(start, end)] of the prefill
     full_segments: list = field(default_factory=list)  # of the from-scratch prefill, if run
     suffix_ms: float = float("nan")

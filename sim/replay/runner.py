@@ -61,6 +61,13 @@ class _Flight:
         self.validate = False
         self.decoded = False
         self.record: Optional[RequestRecord] = None
+        self.checkpoint: Optional[int] = None  # the checkpoint its lookup restored
+        # memory bound (``Replayer.max_open``): a flight that waits for its prefill gives its
+        # restored state back (``parked``: restored again from the store, where its hit is locked
+        # until the prefill); one past its prefill runs its prompt and drops its state
+        # (``dropped``: the state at ``pos`` is recomputed, untimed, if it is needed again)
+        self.parked = False
+        self.dropped = False
 
 
 #: tokens per batched call of ``Replayer(batch=...)`` (the queued suffixes, or the references)
@@ -162,6 +169,13 @@ class Replayer:
             raise ValueError(f"measure must be one of {', '.join(MEASURE_MODES)}, not {measure!r}")
         self.clock = Stopwatch(model.device, queued=measure == "device")
         self.flights: dict[int, _Flight] = {}
+        # flights holding device tensors (a restored or running state), oldest first: at most
+        # ``max_open`` of them (``_hold``); the others wait parked or dropped
+        self._holding: dict[int, _Flight] = {}
+        self.parked = 0  # times a waiting flight gave its restored state back
+        self.dropped = 0  # times a flight past its prompt dropped its state
+        self.recomputed_tokens = 0  # tokens recomputed (untimed) for a dropped flight's state
+        self._shedding = False
         self.pending: dict[int, _Flight] = {}  # checkpoint id -> flight that will produce it
         self.records: dict[int, RequestRecord] = {}
         self.failures: list[Failure] = []
@@ -246,13 +260,18 @@ class Replayer:
                 return
         f.start = start
         f.hit = f.pos = p
+        f.checkpoint = int(checkpoint)
         rec.restored = True
         f.validate = validate
+        if not validate:
+            rec.unvalidated = "validate-every"
+        self._hold(f)
 
     def prefill(self, request: int, start: int, end: int) -> None:
         self._settle(request)
         f = self._flight(request)
         f.prefill_end = max(f.prefill_end, min(int(end), f.n_in))
+        self._start(f)  # its hit is unlocked (evictable) after the prefill: restore a parked state now
 
     def decode(self, request: int) -> None:
         self._settle(request)
@@ -270,13 +289,14 @@ class Replayer:
                 f"admit of checkpoint {checkpoint} at position {p} outside request {request} (0, {len(f.tokens)}]"
             )
         self.store.reserve(checkpoint, p, prefix_hash(f.tokens, p), request)
-        current = f.running if f.running is not None else f.start
         if p > f.pos:
             f.wanted.setdefault(p, []).append(checkpoint)
             self.pending[checkpoint] = f
             if p > f.n_in and self.eager:  # a decode-time state: the prompt's admits are all
                 self._run(f, p)  # known by now; later ones continue from here
-        elif p == f.pos and current is not None:
+            return
+        current = self._current(f) if p == f.pos else None
+        if current is not None:
             self.store.put(checkpoint, current)
             self._put_kv(f, checkpoint, current)
         else:
@@ -308,6 +328,11 @@ class Replayer:
             self._finalize(f)
         self._flush("finish")
         self._run_checks()
+        for r in self.records.values():  # why a hit was not checked (a reason for every one)
+            if r.hit_tokens > 0 and not r.validated:
+                r.unvalidated = "failed a check" if r.failed else (r.unvalidated or "never checked")
+            elif r.validated:
+                r.unvalidated = ""
         for call in self.batch_log:
             if call.handle is not None:
                 h, call.handle = call.handle, None
@@ -318,9 +343,10 @@ class Replayer:
         """``(position, state)`` the request's current lookup restored and checked (``(0, None)``:
         from scratch, or a hit that failed its checks): what the step executor starts from."""
         f = self.flights.get(request)
-        if f is None or f.start is None:
+        if f is None or f.checkpoint is None or f.dropped:
             return 0, None
-        return f.hit, f.start
+        start = self._start(f)
+        return (f.hit, start) if start is not None else (0, None)
 
     # ---- internals ---------------------------------------------------------------------------
     def _flight(self, request: int, fresh: bool = False) -> _Flight:
@@ -331,13 +357,85 @@ class Replayer:
         if f is None:
             tokens, n_in = self.tokens_of(request)
             f = _Flight(request, tokens, n_in)
-            f.record = self.records.get(request) or RequestRecord(request, n_in, len(tokens) - n_in)
+            old = self.records.get(request)
+            f.record = RequestRecord(request, n_in, len(tokens) - n_in)
+            if old is not None:  # a new lookup (after a preemption): the record is this run's,
+                # the earlier runs' failures and late admits stay counted
+                f.record.failed = old.failed
+                f.record.late_admits = old.late_admits
+                f.record.lookups = old.lookups + 1
             self.records[request] = f.record
             self.flights[request] = f
-            if len(self.flights) > self.max_open:
-                oldest = next(iter(self.flights.values()))
-                self._finalize(oldest)
         return f
+
+    def _hold(self, f: _Flight) -> None:
+        """``f`` holds device tensors now; past ``max_open`` such flights, the oldest give theirs
+        back: a decoded one is finalized, one still waiting for its prefill is parked (its hit
+        is restored again at its prefill, while the simulator still locks it), one past its
+        prefill runs its prompt (its prefill-time states are all known by then) and drops its
+        state. A flight is never dropped and made again: that ran a prompt twice, and a parked
+        hit lost its restored state (it ran from scratch, never checked)."""
+        self._holding.pop(f.rid, None)
+        self._holding[f.rid] = f
+        if self._shedding or len(self._holding) <= self.max_open:
+            return
+        self._shedding = True
+        try:
+            self._shed(f)
+        finally:
+            self._shedding = False
+
+    def _shed(self, f: _Flight) -> None:
+        for g in list(self._holding.values()):
+            if len(self._holding) <= self.max_open:
+                break
+            if g is f:
+                continue
+            if g.decoded:
+                self._finalize(g)
+            elif g.running is None and g.pos == g.hit and g.prefill_end == 0:
+                g.start = g.tok_t = None
+                g.parked = g.checkpoint is not None
+                self.parked += 1
+                self._holding.pop(g.rid, None)
+            elif self.eager:
+                upto = max([g.prefill_end] + list(g.wanted))
+                self._run(g, upto)
+                g.start = g.running = g.tok_t = None
+                g.dropped = True
+                self.dropped += 1
+                self._holding.pop(g.rid, None)
+
+    def _start(self, f: _Flight) -> Optional[StackState]:
+        """The state ``f``'s lookup restored (None: from scratch), restored again if parked."""
+        if f.parked:
+            f.parked = False
+            cp = f.checkpoint
+            if cp not in self.store or self.store.info(cp).position != f.hit:
+                f.start = None
+                f.hit = f.pos = 0
+                f.record.restored = False
+                self._fail("missing", f, cp, -1, f.record.hit_tokens, "left the store while its request waited")
+                return None
+            f.start = self.store.restore(cp)
+            if self.exact and self.store.verify(cp, f.start):
+                self._fail("integrity", f, cp, f.hit, f.hit, "restored bits changed while its request waited")
+            self._hold(f)
+        return f.start
+
+    def _current(self, f: _Flight) -> Optional[StackState]:
+        """The request's state at ``f.pos`` (None: zeros at 0): recomputed from scratch, untimed,
+        for a dropped flight."""
+        if f.running is not None:
+            return f.running
+        if f.dropped:
+            f.dropped = False
+            if f.pos > 0:
+                f.running, _, _ = self.model.run(self._tokens(f)[: f.pos], None, 0)
+                self.recomputed_tokens += f.pos
+                self._hold(f)
+            return f.running
+        return self._start(f)
 
     def _settle(self, request: int) -> None:
         """Finish requests that have decoded once another request's event arrives."""
@@ -352,6 +450,7 @@ class Replayer:
             if self.eager:
                 raise ValueError("batched replay takes sequential streams (a request's admits after its decode)")
             self.flights.pop(f.rid, None)
+            self._holding.pop(f.rid, None)
             if self._batchable(f, upto):
                 self._enqueue(f, upto)
             else:
@@ -359,6 +458,7 @@ class Replayer:
             return
         self._run(f, upto)
         self.flights.pop(f.rid, None)
+        self._holding.pop(f.rid, None)
         r = f.record
         if r._suffix_h is not None:
             r.suffix_ms, r.suffix_host_ms = self.clock.ms(r._suffix_h), self.clock.host_ms(r._suffix_h)
@@ -411,11 +511,19 @@ class Replayer:
         """Advance the request from ``f.pos`` to ``upto``: the prompt part always as a whole
         (one timed suffix prefill, as an engine prefills it, validated if chosen); the part after
         the prompt (the response, teacher-forced) as the timed tail."""
+        rec = f.record
+        if f.pos == f.hit == f.n_in > 0 and f.validate and f.running is None and not rec.validated:
+            # a whole-prompt hit: nothing to prefill; its restored state and KV are checked
+            # against a from-scratch prefill all the same (no suffix outputs to compare)
+            f.running = self._start(f)
+            if f.running is not None:
+                self._hold(f)
+                x = self.model.embed(self._tokens(f)[:0])
+                self._validate(f, [x] * len(self.model.shape.order))
         if upto <= f.pos:
             return
         tok = self._tokens(f)
-        rec = f.record
-        state = f.running if f.running is not None else f.start
+        state = self._current(f)
         end1 = f.n_in
         if f.pos < end1:
             wanted = [p for p in f.wanted if f.pos < p <= end1]
@@ -437,6 +545,7 @@ class Replayer:
                     rec.full_segments = list(rec.suffix_segments)
             f.pos = end1
             f.running = state
+            self._hold(f)
             self._done_wanted(f, end1)
             if timed and f.validate and f.hit > 0:
                 self._validate(f, outs)
@@ -447,6 +556,7 @@ class Replayer:
             rec._tail_h.append(self.clock.stop(t0))
             f.pos = upto
             f.running = state
+            self._hold(f)
             self._done_wanted(f, upto)
 
     @staticmethod
@@ -696,19 +806,21 @@ class Replayer:
     def _late(self, f: _Flight, checkpoint: int, p: int) -> None:
         """Produce a state for a position already run past: recompute up to it (untimed)."""
         tok = self._tokens(f)
-        if f.start is not None and f.hit <= p:
-            base, s0 = f.start, f.hit
+        start = None if f.dropped else self._start(f)
+        if start is not None and f.hit <= p:
+            base, s0 = start, f.hit
         else:
             base, s0 = None, 0
         if p == s0 and base is not None:
             self.store.put(checkpoint, base)
+            at_p = base
         else:
 
             def sink(q, layer, r, c):
                 self.store.write(checkpoint, layer, r, c)
 
-            self.model.run(tok[s0:p], base, s0, [p], sink)
-        self._put_kv(f, checkpoint, f.running if f.running is not None else f.start)
+            at_p, _, _ = self.model.run(tok[s0:p], base, s0, [p], sink)
+        self._put_kv(f, checkpoint, f.running if f.running is not None else at_p)
         f.record.late_admits += 1
         self.late_admits += 1
 

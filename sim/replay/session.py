@@ -476,6 +476,10 @@ def _replay(
     summary["mlp_moe_at_active_width"] = bool(shape.mlp_moe)
     summary["warmup_s"] = warm_s
     summary["simulated_hit_tokens"] = int(sum(r.hit_tokens for r in records))
+    # flights past --max-open holding device tensors (sim.replay.runner.Replayer._hold)
+    summary["flights_parked"] = replayer.parked
+    summary["flights_dropped"] = replayer.dropped
+    summary["recomputed_tokens"] = replayer.recomputed_tokens
     summary["kernel"] = model.kernel
     summary["measure"] = settings.measure if device.type == "cuda" else "wall"
     dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

@@ -36,7 +36,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from sim.replay.checks import Failure, rel_error, tolerance_for
+from sim.replay.checks import Failure, rel_error, state_error, tolerance_for
 from sim.replay.clock import Stopwatch
 from kernels._common import upload
 from sim.replay.model import HybridModel, Marks, StackState
@@ -281,7 +281,17 @@ class StepExecutor:
             e_out = rel_error(out.x[cu[i] : cu[i + 1]], x)
             if fin.kv is not None:
                 e_out = max(e_out, rel_error(out.kv[i], fin.kv))
-            e_rec = rel_error(torch.stack([r[i] for r in out.rec]), fin.rec) if self._layers else 0.0
+            # per layer and head (each head's K x V state one row), as the restore check and its
+            # tolerance measure it: row by row, a low-norm row of a state read bf16 rounding as
+            # an error of 20 % (issue 41: qwen3-next-80b-a3b, "recurrent 0.217")
+            e_rec, e_conv = (
+                state_error(
+                    torch.stack([r[i] for r in out.rec]), torch.stack([c[i] for c in out.conv]), fin.rec, fin.conv
+                )
+                if self._layers
+                else (0.0, 0.0)
+            )
+            e_out = max(e_out, e_conv)
             if not (e_rec <= self.tolerance[0] and e_out <= self.tolerance[1]):
                 self.failures.append(
                     Failure(
@@ -291,7 +301,7 @@ class StepExecutor:
                         a,
                         b,
                         f"batched forward differs from the per-sequence one: recurrent {e_rec:.3g}, "
-                        f"outputs / KV {e_out:.3g}",
+                        f"outputs / conv / KV {e_out:.3g}",
                     )
                 )
 

@@ -1,0 +1,154 @@
+"""Requests that wait: a DES stream looks a request up at its arrival and runs it later, so more
+requests are open than the replayer keeps device tensors for (``max_open``). Hand-written streams
+check that a waiting hit keeps its restore (parked, restored again at its prefill) and is checked,
+that a request past its prefill whose state is dropped runs its prompt once (the Mooncake
+``FLOPs saved executed -1.255e+09, simulated 3.187e+09`` of issue 41 was a prompt run twice: a
+flight dropped and made again from scratch), that a whole-prompt hit is checked, and that every
+unchecked hit carries its reason."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sim.replay.checks import state_error  # noqa: E402
+from sim.replay.runner import Replayer  # noqa: E402
+from sim.replay.store import CheckpointStore  # noqa: E402
+
+rng = np.random.default_rng(11)
+P0 = rng.integers(0, 10_000, 100)
+O0 = rng.integers(0, 10_000, 30)
+U1 = rng.integers(0, 10_000, 40)
+O1 = rng.integers(0, 10_000, 20)
+U3 = rng.integers(0, 10_000, 25)
+REQS = {
+    0: (np.concatenate([P0, O0]), 100),
+    1: (np.concatenate([P0, O0, U1, O1]), 170),
+    3: (np.concatenate([P0, O0, U3, O1]), 155),  # another turn after the same first one
+    5: (np.concatenate([P0, U1[:7]]), 100),  # request 0's prompt again: a whole-prompt hit
+}
+
+
+def make(model, shape, **kw):
+    store = CheckpointStore(shape, torch.float32, device="cpu")
+    return Replayer(model, store, lambda r: REQS[r], eager=True, **kw), store
+
+
+def first_turn(rp):
+    rp.lookup(0, None, 0)
+    rp.prefill(0, 0, 100)
+    rp.admit(3, 0, 100, "prompt end")
+    rp.decode(0)
+    rp.admit(4, 0, 130, "tail")
+
+
+def reference_state(model, tokens, p):
+    got = {}
+    model.run(torch.as_tensor(tokens[:p]), None, 0, [p], lambda q, layer, r, c: got.__setitem__(layer, (r, c)))
+    L = model.shape.layers
+    return torch.stack([got[i][0] for i in range(L)]), torch.stack([got[i][1] for i in range(L)])
+
+
+def test_waiting_hits_beyond_max_open_are_restored_and_checked(tiny_model, tiny_shape):
+    rp, store = make(tiny_model, tiny_shape, max_open=1)
+    first_turn(rp)
+    rp.lookup(1, 4, 130)  # both hit the tail state of request 0 and wait for a server
+    rp.lookup(3, 4, 130)  # one flight holds tensors: request 1 gives its restore back
+    assert rp.parked == 1
+    rp.prefill(1, 130, 170)  # restored again before the simulator unlocks its hit
+    rp.admit(6, 1, 170, "prompt end")
+    rp.decode(1)
+    rp.prefill(3, 130, 155)
+    rp.decode(3)
+    recs = {r.request: r for r in rp.finish()}
+    assert rp.failures == []
+    for r, n in ((1, 170), (3, 155)):
+        assert recs[r].restored and recs[r].validated, r
+        assert recs[r].suffix_segments == [(130, n)], r  # from the hit, once
+        assert recs[r].unvalidated == ""
+    rec, conv = reference_state(tiny_model, REQS[1][0], 170)
+    assert max(state_error(*store.tensors(6), rec, conv)) < 1e-4
+
+
+def test_a_dropped_request_runs_its_prompt_once_and_recomputes_for_a_later_state(tiny_model, tiny_shape):
+    rp, store = make(tiny_model, tiny_shape, max_open=1)
+    first_turn(rp)
+    rp.lookup(1, 4, 130)
+    rp.prefill(1, 130, 170)
+    rp.admit(6, 1, 170, "prompt end")
+    rp.lookup(3, 4, 130)  # request 1 is past its prefill: its prompt runs now, its state is dropped
+    assert rp.dropped == 1 and store.info(6).filled
+    rp.decode(1)  # nothing left to prefill
+    rp.admit(7, 1, 190, "tail")  # needs the state at 170 again: recomputed from scratch, untimed
+    rp.prefill(3, 130, 155)
+    rp.decode(3)
+    recs = {r.request: r for r in rp.finish()}
+    assert rp.failures == []
+    assert recs[1].suffix_segments == [(130, 170)] and recs[1].validated
+    assert rp.recomputed_tokens == 170
+    for cp, p in ((6, 170), (7, 190)):
+        rec, conv = reference_state(tiny_model, REQS[1][0], p)
+        assert max(state_error(*store.tensors(cp), rec, conv)) < 1e-4, cp
+
+
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_a_whole_prompt_hit_is_checked(tiny_model, tiny_shape, corrupt):
+    rp, store = make(tiny_model, tiny_shape, validate="tolerance")
+    first_turn(rp)
+    if corrupt:
+        rec, _ = store.tensors(3)
+        rec[0, 1] *= 1.01  # one head, 1 %: the restored state itself is compared
+    rp.lookup(5, 3, 100)  # the whole prompt is cached: nothing to prefill
+    rp.prefill(5, 100, 100)
+    rp.decode(5)
+    r5 = {r.request: r for r in rp.finish()}[5]
+    assert r5.restored and r5.validated and r5.suffix_segments == []
+    if corrupt:
+        assert [(f.kind, f.request, f.checkpoint, f.hit_position) for f in rp.failures] == [("numerics", 5, 3, 100)]
+        assert r5.unvalidated == "" and r5.failed
+    else:
+        assert rp.failures == [] and r5.max_rec_error < 1e-4
+
+
+def test_every_unchecked_hit_has_a_reason(tiny_model, tiny_shape):
+    from sim.cost import default_timing, get_model
+    from sim.replay.measure import request_table, summary
+
+    rp, _ = make(tiny_model, tiny_shape, validate_every=2)
+    first_turn(rp)
+    for r, n in ((1, 170), (3, 155), (5, 100)):
+        rp.lookup(r, 4 if r != 5 else 3, 130 if r != 5 else 100)
+        rp.prefill(r, 130, n)
+        rp.decode(r)
+    recs = rp.finish()
+    assert [(r.request, r.validated, r.unvalidated) for r in recs if r.hit_tokens] == [
+        (1, True, ""),
+        (3, False, "validate-every"),
+        (5, True, ""),
+    ]
+    spec = get_model("replay-tiny")
+    df = request_table(recs, spec, default_timing("replay-tiny"), tiny_shape.layers)
+    s = summary(df, failures=[], store_peak_bytes=0, wall_s=1.0)
+    assert (s["hits"], s["hits_validated"], s["hits_unvalidated"]) == (3, 2, {"validate-every": 1})
+
+
+@pytest.mark.parametrize("Tq, Tk", [(1, 700), (40, 700), (300, 700), (650, 700)])
+def test_cpu_suffix_attention_in_blocks_equals_one_masked_call(monkeypatch, Tq, Tk):
+    """The CPU's bottom-right causal attention, in query blocks (a long prompt's suffix) or as a
+    whole prompt with zero queries ahead (a suffix that is most of it), against SDPA's masked call."""
+    import torch.nn.functional as F
+    from torch.nn.attention.bias import causal_lower_right
+
+    from sim.replay import model as M
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(T, H, 16, generator=g) for T, H in ((Tq, 4), (Tk, 2), (Tk, 2)))
+    want = F.scaled_dot_product_attention(
+        q.transpose(0, 1)[None],
+        k.repeat_interleave(2, 1).transpose(0, 1)[None],
+        v.repeat_interleave(2, 1).transpose(0, 1)[None],
+        attn_mask=causal_lower_right(Tq, Tk),
+    )[0].transpose(0, 1)
+    monkeypatch.setattr(M, "CPU_SCORE_ELEMENTS", 4 * 700 * 7)  # blocks of 7 queries
+    got = M._attend(q, k, v)
+    assert torch.allclose(got, want, atol=1e-6, rtol=1e-5)
