@@ -342,6 +342,16 @@ def test_every_validation_mode_with_every_option_that_touches_it(model, mode, ev
     assert clean.integrity_checked == (len(checked) if mode != "tolerance" else 0)
     assert [r for r in range(1, 5) if recs[r].integrity_checked] == (checked if mode != "tolerance" else [])
     assert [r for r in range(1, 5) if recs[r].kv_validated] == checked
+    calls = [(c.kind, c.segments) for c in clean.batch_log]
+    if batch == 1:
+        assert calls == [] and recs[0].suffix_ms == recs[0].suffix_ms  # timed per request
+    else:
+        # request 0 hands over a state at 24 (off a kernel boundary): it runs alone, timed; the
+        # four hits run in batches of at most ``batch``; the checked hits' references are batched
+        assert calls[0] == ("single", [(0, 24), (24, 40)])
+        suffix = [segs for kind, segs in calls if kind == "suffix"]
+        assert sum(len(x) for x in suffix) == 4 and max(len(x) for x in suffix) <= batch
+        assert sum(len(segs) for kind, segs in calls if kind == "reference") == len(checked)
     # hit 3 is checked with every 1 and 2, hit 4 with every 1 and 3
     for request, part in ((3, "state"), (4, "kv")):
         rp = replay(model, mode, every, batch, where, fault=(request, part))
