@@ -395,3 +395,43 @@ def test_a_hit_whose_pages_are_keyed_for_other_tokens_is_a_kv_hash_failure(model
         rp.lookup(2, 1, 24)
         rp.finish()
         assert [(f.kind, f.request, f.checkpoint) for f in rp.failures] == [("kv-hash", 2, 1)], mode
+
+
+def test_a_state_admitted_where_the_request_stands_is_stored_with_its_kv(model):
+    """A DES stream (eager): request 0's prompt runs at its decode (to 40), then the simulator
+    admits the prompt-end state at 40, where the request stands: the store takes the running state
+    and its KV at once, and a hit on it restores and checks both."""
+    store = CheckpointStore(SHAPE, model.dtype, device="cpu", page_tokens=16)
+    rp = Replayer(model, store, lambda r: REQS[r], validate="exact")
+    rp.lookup(0, None, 0)
+    rp.prefill(0, 0, 40)
+    rp.decode(0)
+    rp.admit(1, 0, 40, "prompt end")
+    assert store.info(1).filled and store.info(1).kv_written
+    rp.lookup(1, 1, 40)
+    rp.prefill(1, 40, 48)
+    rp.decode(1)
+    rp.finish()
+    assert rp.failures == [] and rp.records[1].kv_validated and rp.records[1].integrity_checked
+
+
+def test_queued_checks_run_when_their_tokens_fill_a_batch():
+    """Batched replay with a 100-token budget: the checks of the hits (48 tokens each) run as soon
+    as their tokens reach the budget, in batches of at most 100 tokens, not all at the end."""
+    m = HybridModel(SHAPE, device="cpu", dtype=torch.float32, seed=3, kernel="torch")
+    store = CheckpointStore(SHAPE, m.dtype, device="cpu", page_tokens=16)
+    rp = Replayer(m, store, lambda r: REQS[r], batch=2, batch_tokens=100, eager=False)
+    rp.lookup(0, None, 0)
+    rp.prefill(0, 0, 40)
+    rp.decode(0)
+    for cp, p in ((1, 24), (2, 40)):
+        rp.admit(cp, 0, p, "")
+    for r in range(1, 5):
+        cp, p = HIT[r]
+        rp.lookup(r, cp, p)
+        rp.prefill(r, p, 48)
+        rp.decode(r)
+    rp.finish()
+    refs = [c.segments for c in rp.batch_log if c.kind == "reference"]
+    assert rp.failures == [] and sum(len(x) for x in refs) == 4
+    assert all(sum(e - s for s, e in x) <= 100 for x in refs) and len(refs) == 2
