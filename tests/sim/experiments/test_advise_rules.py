@@ -281,3 +281,26 @@ def test_pick_best_breaks_ties_by_the_other_metric_then_the_earlier_trial():
         Row(number=3, value=0.6, metrics={"ttft_p95_ms": 80.0}),
     ]
     assert search.pick_best(hits, "token-hit").number == 2  # most hits, then lowest TTFT, then first
+
+
+@pytest.mark.parametrize("objective,direction", [("token-hit", "maximize"), ("ttft-p95", "minimize")])
+def test_the_progress_bar_shows_the_best_value_so_far_and_on_resume(tmp_path, chat_spec, capsys, objective, direction):
+    """The bar counts the trials and shows the best objective value: the highest hit rate or the
+    lowest TTFT, after a fresh run and on a resume of the finished study (read from the journal)."""
+    # trtllm: its default takes no snapshot (no hit), the sampled intervals do: the values differ
+    p = Problem({"trace": chat_spec}, "trtllm", "replay-tiny", "2MB", objective=objective)
+    sp = build_space("trtllm", TINY, parse_gpu_memory(p.gpu_memory))
+    study, _ = open_study(tmp_path / objective, p, direction)
+    with Evaluator("local", 1) as ev:
+        run_study(study, sp, p, {"trace": chat_spec}, 3, ev, progress=True)
+    values = [t.value for t in study.get_trials() if t.value is not None]
+    assert len(set(values)) > 1
+    best = max(values) if direction == "maximize" else min(values)
+    err = capsys.readouterr().err.replace("\r", "\n")
+    assert "3/3" in err and f"best {objective} {search._fmt(objective, best)}" in err.splitlines()[-1] + err
+    study, _ = open_study(tmp_path / objective, p, direction)
+    with Evaluator("local", 1) as ev:
+        run_study(study, sp, p, {"trace": chat_spec}, 3, ev, progress=True)
+    err = capsys.readouterr().err.replace("\r", "\n")
+    shown = [ln for ln in err.splitlines() if f"best {objective}" in ln]
+    assert shown and all(f"best {objective} {search._fmt(objective, best)}" in ln for ln in shown)
