@@ -250,8 +250,10 @@ def test_continuous_scheduler_replays_steps_and_prints_the_step_time(tmp_path):
     )
     assert "continuous batching (8192 tokens, 256 seqs per step)" in p.stdout
     line = next(x for x in p.stdout.splitlines() if x.startswith("step time"))
-    assert "steps executed of" in line and "error median" in line
+    # on a CPU the committed (H200) timing is not compared with: the line says so, not an error
+    assert "steps executed of" in line and "error not compared" in line and "error median" not in line
     s = json.loads((tmp_path / "summary.json").read_text())["summary"]
+    assert s["time_model_compared"] is False and s["time_model_note"].startswith("not compared")
     assert s["failures"] == 0 and s["steps_executed"] > 0
     df = pd.read_parquet(tmp_path / "steps.parquet")
     assert len(df) == s["steps_executed"] and (df["measured_ms"] > 0).all() and (df["modelled_ms"] > 0).all()
