@@ -41,7 +41,7 @@ from sim.cache.blocks import block_symbols
 from sim.cache.engine_tree import EngineTree, state_capacity
 from sim.cache.tree import HybridRadixTree, MatchResult, Node
 from sim.config import UNLIMITED, SimConfig, format_size, parse_size
-from sim.cost import GDN_CHUNK, ModelSpec, TimingModel, default_timing, get_model
+from sim.cost import GDN_CHUNK, ModelSpec, TimingModel, model_for, timing_for
 from sim.engine.events import EVENTS, listeners
 from sim.engine.metrics import DuelTuning, Recorder, ReplayTuning
 from sim.engine.misses import MissLedger
@@ -128,8 +128,8 @@ class Simulation:
         config.validate()
         self.trace = trace
         self.config = config
-        self.spec = spec or get_model(config.model)
-        self.timing = timing or default_timing(config.model)
+        self.spec = spec or model_for(config)
+        self.timing = timing or timing_for(config)
         self.preset: PolicyPreset = get_preset(config.policy)
         self.preset.check(self.spec, config)
         self.progress = progress
