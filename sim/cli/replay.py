@@ -455,6 +455,12 @@ def register(main: click.Group) -> None:
             from sim.cost import read_timing_file  # noqa: PLC0415
 
             timing = read_timing_file(timing_path, model=model)
+        # the output folders stay locked until this command ends: a second replay (or run) into
+        # one of them is refused in one line, never interleaved with this one's files
+        ctx = click.get_current_context()
+        ctx.with_resource(output_folder(out, "--out"))
+        if calibrate_path is not None:
+            ctx.with_resource(output_folder(Path(calibrate_path).parent, "--calibrate"))
         trace = trace_from_cli(kwargs)
         if device == "cpu":
             warning = cpu_time_warning(

@@ -655,3 +655,33 @@ def test_a_large_trace_file_shows_progress_while_read(runner, monkeypatch):
     res = runner.invoke(main, ["traces", "stats", "--trace", "mooncake:sample", "--format", "json"])
     assert res.exit_code == 0, res.output
     assert f"reading {SAMPLE.name}" in res.output
+
+
+def test_replay_holds_its_output_folders_locked_while_it_replays(runner, tmp_path, monkeypatch):
+    """Issue 47: ``replay --out D --calibrate E/t.json`` keeps D and E locked for the whole replay
+    (not only while it checks its outputs), so a second writer cannot interleave its files."""
+    pytest.importorskip("torch")
+    import sim.replay.session as session
+    from sim.errors import UsageError
+
+    out, cal = tmp_path / "out", tmp_path / "cal"
+    seen = []
+
+    def probe(*args, **kwargs):
+        for folder in (out, cal):
+            with open(folder / LOCK_FILE, "a+") as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    seen.append((folder.name, "free"))
+                except OSError:
+                    seen.append((folder.name, "held"))
+        raise UsageError("stopped by the test")
+
+    monkeypatch.setattr(session, "run_replay", probe)
+    args = ["replay", "--device", "cpu", "--model", "replay-tiny", "--trace", "synthetic:chat", "--requests", "2"]
+    res = runner.invoke(main, [*args, "--out", str(out), "--calibrate", str(cal / "t.json"), "--no-progress"])
+    _one_line(res, "stopped by the test", prefix=False)
+    assert seen == [("out", "held"), ("cal", "held")]
+    # released at the end: another command may write there now
+    with open(out / LOCK_FILE, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
