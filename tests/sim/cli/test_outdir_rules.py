@@ -293,3 +293,13 @@ def test_readers_skip_temp_files_and_refuse_unreadable_rows(tmp_path):
         store.load_results(tmp_path / "empty")
     with pytest.raises(UsageError, match="no requests records"):
         store.load_details(out, "requests", ["absent"])
+
+
+def test_details_of_several_configurations_are_one_table_with_a_fresh_index(tmp_path):
+    out = tmp_path / "out"
+    store.write_result(out, TASK, result(TASK))
+    store.write_result(out, OTHER, result(OTHER, 2))
+    req = store.load_details(out, "requests")
+    assert len(req) == 5 and list(req.index) == list(range(5))
+    assert sorted(set(req["config_id"])) == sorted({TASK.config_id, OTHER.config_id})
+    assert store.is_nan(float("nan")) and not store.is_nan(1.0) and not store.is_nan("nan") and not store.is_nan(None)
