@@ -13,7 +13,8 @@ in one line before any work, for every command that simulates (run, sweep, advis
   ``MAX_MS_PER_TFLOP``, a negative or non-finite peak, more GPUs than a node holds
   (``MAX_NODE_GPUS``), a term faster than the device's peak (its catalogue figure when the file
   names a device and gives no peak).
-- ``--sessions-per-second`` outside ``RATE_RANGE`` (1e-320 made the arrival clock NaN).
+- ``--sessions-per-second`` outside ``RATE_RANGE`` (1e-320 made the arrival clock NaN), and on
+  open-loop traces, whose requests arrive at their own times.
 """
 
 from __future__ import annotations
@@ -256,6 +257,24 @@ def refuse_unread_trace_options(specs: list[str], given: list[str]) -> None:
         )
 
 
+def refuse_rate_on_open_loop(specs: list[str], given: bool, flag: str = "--sessions-per-second") -> None:
+    """``given``: the user set the session rate. Refused when every trace of ``specs`` is open
+    loop (timestamped: Mooncake, Bailian, the artifact's JSONL), whose requests arrive at the
+    trace's own times: the rate starts closed-loop sessions and would be silently ignored."""
+    from traces.registry import trace_source  # noqa: PLC0415
+
+    if not given or not specs:
+        return
+    sources = [trace_source(s or "sharegpt") for s in specs]
+    if any(s is None or "time_scale" not in s.reads for s in sources):
+        return  # a closed-loop (or unknown) trace reads it; loading says what is unknown
+    kinds = ", ".join(dict.fromkeys(s.name for s in sources))
+    raise UsageError(
+        f"{flag} does nothing for {kinds} traces (their requests arrive at the trace's own times; "
+        "--time-scale stretches them): leave it out"
+    )
+
+
 # ---------------------------------------------------------------------------------- per command
 
 
@@ -282,6 +301,7 @@ def check_run(ctx, policies: str, capacity: str, alpha: str, sessions_per_second
     configs = build_configs(policies, capacity, alpha, sessions_per_second, **knobs)
     refuse_inert_settings(explicit_settings(ctx, {"capacity": "capacity_bytes"}), configs)
     refuse_unread_trace_options([kwargs.get("trace") or "sharegpt"], given_trace_options(ctx))
+    refuse_rate_on_open_loop([kwargs.get("trace") or "sharegpt"], _given(ctx, "sessions_per_second"))
     if kwargs.get("timing_file"):
         check_timing(kwargs["timing_file"], model=kwargs.get("model"))
 
@@ -303,6 +323,7 @@ def check_configs(given: list[str], given_trace: list[str], trace_specs: list[st
     configuration reads, trace options no trace reads, every timing file (each once, per model)."""
     refuse_inert_settings(given, configs)
     refuse_unread_trace_options([s or "sharegpt" for s in trace_specs] or ["sharegpt"], given_trace)
+    refuse_rate_on_open_loop([s or "sharegpt" for s in trace_specs] or ["sharegpt"], "sessions_per_second" in given)
     for path, model in dict.fromkeys((c.timing_file, c.model) for c in configs if c.timing_file):
         check_timing(path, model=model)
 
@@ -320,6 +341,14 @@ def check_replay(ctx, config: SimConfig, trace_spec: str | None) -> None:
     if coast not in (ParameterSource.DEFAULT, None) and config.effective_scheduler == "fcfs":
         raise UsageError("--coast-steps does nothing under --scheduler fcfs (it is read by --scheduler continuous)")
     refuse_unread_trace_options([trace_spec or "sharegpt"], given_trace_options(ctx))
+    refuse_rate_on_open_loop([trace_spec or "sharegpt"], _given(ctx, "sessions_per_second"))
+
+
+def _given(ctx, name: str) -> bool:
+    """The user set option ``name`` on the command line (not left at its default)."""
+    from click.core import ParameterSource  # noqa: PLC0415
+
+    return name in ctx.params and ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
 
 
 def check_advise(ctx, trace_spec: str | None, fixed: dict) -> None:

@@ -53,6 +53,18 @@ def _one_trace(spec: str, kwargs: dict) -> None:
         kwargs["trace"] = spec
 
 
+def _refuse_unread(kwargs: dict, rate_flag: str = "") -> None:
+    """Trace options the trace does not read (and, for ``stats``, a session rate on an open-loop
+    trace) are refused in one line, as ``run`` refuses them."""
+    from sim.cli.checks import given_trace_options, refuse_rate_on_open_loop, refuse_unread_trace_options
+
+    ctx = click.get_current_context()
+    refuse_unread_trace_options([kwargs["trace"]], given_trace_options(ctx))
+    if rate_flag:
+        given = ctx.get_parameter_source("rate") not in (ParameterSource.DEFAULT, None)
+        refuse_rate_on_open_loop([kwargs["trace"]], given, rate_flag)
+
+
 def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.4f}" if abs(v) < 10 else f"{v:,.1f}"
@@ -83,6 +95,7 @@ def register(main: click.Group) -> None:
     def prepare_cmd(spec, **kwargs) -> None:
         """Load (tokenize) SPEC and store it in the trace cache."""
         _one_trace(spec, kwargs)
+        _refuse_unread(kwargs)
         t0 = time.perf_counter()
         trace = trace_from_cli(kwargs)
         dt = time.perf_counter() - t0
@@ -113,6 +126,7 @@ def register(main: click.Group) -> None:
         if not 0 < rate < math.inf:
             raise TraceError(f"--sessions-per-second must be a finite number > 0 (got {rate})")
         _one_trace(spec, kwargs)
+        _refuse_unread(kwargs, rate_flag="--sessions-per-second")
         trace = trace_from_cli(kwargs)
         st = trace_stats(trace, rate)
         if trace.meta.get("skipped_rows"):

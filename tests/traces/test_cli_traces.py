@@ -73,11 +73,11 @@ def test_prepare_and_mooncake_stats(main):
             "Error: --response-time must be a finite number >= 0 (got inf)",
         ),
         (
-            ["traces", "stats", "synthetic:agent", "--time-scale", "inf"],
+            ["traces", "stats", "mooncake:sample", "--time-scale", "inf"],
             "Error: --time-scale must be a finite number > 0 (got inf)",
         ),
         (
-            ["traces", "stats", "synthetic:agent", "--time-scale", "0"],
+            ["traces", "stats", "mooncake:sample", "--time-scale", "0"],
             "Error: --time-scale must be a finite number > 0 (got 0.0)",
         ),
         (["traces", "stats", "synthetic:chat", "--trace-seed", "-1"], "Error: --trace-seed must be >= 0 (got -1)"),
@@ -140,3 +140,43 @@ def test_trace_options_decorator():
         "trace_seed",
         "session_range",
     }
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["traces", "stats", "mooncake:sample", "--sessions", "3"],
+            "Error: --sessions does nothing for mooncake traces",
+        ),
+        (
+            ["traces", "prepare", "mooncake:sample", "--min-rounds", "3"],
+            "Error: --min-rounds does nothing for mooncake",
+        ),
+        (
+            ["traces", "stats", "synthetic:agent", "--max-tokens", "100"],
+            "Error: --max-tokens does nothing for synthetic",
+        ),
+        (
+            ["traces", "stats", "mooncake:sample", "--sessions-per-second", "5"],
+            "Error: --sessions-per-second does nothing for mooncake traces (their requests arrive at the trace's own",
+        ),
+        (
+            ["run", "--trace", "mooncake:sample", "--sessions-per-second", "2"],
+            "Error: --sessions-per-second does nothing for mooncake traces",
+        ),
+    ],
+)
+def test_options_the_trace_does_not_read_are_refused_by_traces_commands_too(main, args, message):
+    """Issue 47: `traces stats` / `prepare` refuse trace options the trace does not read, as `run`
+    does, and a session rate on an open-loop trace (its requests arrive at their own times)."""
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+    assert res.output.startswith(message), res.output
+
+
+def test_a_session_rate_on_a_closed_loop_trace_still_reads(main):
+    res = CliRunner().invoke(
+        main, ["traces", "stats", "synthetic:agent", "--sessions", "2", "--sessions-per-second", "3"]
+    )
+    assert res.exit_code == 0, res.output
