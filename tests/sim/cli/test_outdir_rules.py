@@ -301,5 +301,7 @@ def test_details_of_several_configurations_are_one_table_with_a_fresh_index(tmp_
     store.write_result(out, OTHER, result(OTHER, 2))
     req = store.load_details(out, "requests")
     assert len(req) == 5 and list(req.index) == list(range(5))
+    rows = store.load_results(out)
+    assert list(rows.index) == [0, 1] and set(rows["config_id"]) == {TASK.config_id, OTHER.config_id}
     assert sorted(set(req["config_id"])) == sorted({TASK.config_id, OTHER.config_id})
     assert store.is_nan(float("nan")) and not store.is_nan(1.0) and not store.is_nan("nan") and not store.is_nan(None)
