@@ -191,6 +191,10 @@ def _local_results(todo: list[Task], workers: int, save_requests: bool):
                     signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
 def _ray_results(todo: list[Task], workers: int, save_requests: bool, address: str | None):
     try:
         import ray  # noqa: PLC0415 - optional extra (marconi-sim[ray]), loaded only for --engine ray
@@ -198,10 +202,17 @@ def _ray_results(todo: list[Task], workers: int, save_requests: bool, address: s
         raise UsageError("--engine ray needs Ray: pip install 'marconi-sim[ray]'") from None
     started = False
     if not ray.is_initialized():
+        # ray.init installs its own SIGTERM handler in the driver (a stack dump and exit code 15):
+        # ours come back after it, so SIGTERM / SIGHUP stop a Ray sweep as they stop a local one
+        # (finished rows kept, one line, exit 143 / 129; ray.shutdown below ends Ray's processes)
+        mine = {s: signal.getsignal(s) for s in (signal.SIGINT, *STOP_SIGNALS)} if _main_thread() else {}
         if address:
             ray.init(address=address, log_to_driver=False)
         else:
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        for sig, handler in mine.items():
+            if handler is not None:
+                signal.signal(sig, handler)
         started = True
     remote = ray.remote(num_cpus=1)(execute)
     pending = {remote.remote(task, save_requests): task for task in todo}

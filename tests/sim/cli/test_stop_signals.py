@@ -132,3 +132,21 @@ def test_advise_stops_on_sigterm_and_leaves_no_process(tmp_path):
     assert err.strip().splitlines()[-1].startswith(("interrupted after", "Interrupted (SIGTERM).")), err[-2000:]
     assert not left, f"processes left behind: {left}"
     assert not (out / ".marconi.lock").exists()
+
+
+def test_a_ray_sweep_stops_on_sigterm_as_a_local_one(tmp_path):
+    """``--engine ray``: ray.init installs its own SIGTERM handler in the driver (a stack dump and
+    exit code 15 before the fix); ours come back after it: one line, exit 143, finished rows kept,
+    Ray's processes (gcs_server, raylet, its workers and agents) ended with it."""
+    pytest.importorskip("ray")
+    out = tmp_path / "s"
+    args = ["sweep", "--engine", "ray", "--workers", "2", "--trace", LONG_TRACE, "--policy", "marconi"]
+    args += ["--alpha", "0:3:0.5", "--out", str(out), "--no-progress"]
+    rc, err, left, seen = _run_and_stop(
+        args, tmp_path, signal.SIGTERM, wait_for=b"Started a local Ray", group=False, after=6
+    )
+    assert len(seen) >= 3, seen  # Ray had started: gcs_server, raylet, workers
+    assert rc == 143, (rc, err[-2000:])
+    assert "SIGTERM received" not in err and "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == "interrupted: rerun the same command to finish", err[-2000:]
+    assert not left, f"processes left behind: {left}"
