@@ -174,6 +174,7 @@ class ReplayShape:
 
 
 MLP_WIDTH_ALIGN = 64  # tensor-core GEMMs want widths in multiples of 8; 64 keeps every tile whole
+MLP_WIDTH_MIN_ALIGNED = 8 * MLP_WIDTH_ALIGN  # narrower (toy) widths are kept: rounding would change their work
 
 
 def mlp_width(active_params: int, hidden: int) -> int:
@@ -182,9 +183,12 @@ def mlp_width(active_params: int, hidden: int) -> int:
     as one dense SwiGLU. Rounded to a multiple of ``MLP_WIDTH_ALIGN``: a MoE's active width is
     rarely one (the router adds ``experts / 3`` columns: 5,803 for Qwen3-Next-80B-A3B), and a
     GEMM of such a width runs off cuBLAS's tensor-core tiles, 2.5-3.7x slower than the FLOPs say
-    (H200, 2026-12-04); the rounding changes the MLP's work by < 0.6 % at every preset."""
+    (H200, 2026-12-04); the rounding changes the MLP's work by < 0.6 % at every preset. A toy
+    width under ``MLP_WIDTH_MIN_ALIGNED`` is kept (rounded to a whole column)."""
     width = active_params / (3 * hidden)
-    return max(MLP_WIDTH_ALIGN, int(round(width / MLP_WIDTH_ALIGN)) * MLP_WIDTH_ALIGN)
+    if width < MLP_WIDTH_MIN_ALIGNED:  # a toy preset's (replay-tiny-moe: 42): as it is
+        return max(1, int(round(width)))
+    return int(round(width / MLP_WIDTH_ALIGN)) * MLP_WIDTH_ALIGN
 
 
 @dataclass
