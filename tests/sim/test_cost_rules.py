@@ -392,39 +392,6 @@ def test_timed_calls_keep_device_bound_suffixes_and_validated_references_only():
 # ------------------------------------------------------------------------------ the committed fit
 
 
-def _table(path: Path):
-    """``path`` or ``path.xz`` (benchmarks/results keeps tables over 32 KB xz-compressed)."""
-    if path.is_file():
-        return path
-    xz = path.with_name(path.name + ".xz")
-    return xz if xz.is_file() else None
-
-
-def read_table(path: Path) -> pd.DataFrame:
-    if path.suffix == ".xz":
-        import lzma
-
-        with lzma.open(path) as f:
-            return pd.read_parquet(f)
-    return pd.read_parquet(path)
-
-
-def _raw_runs():
-    """The committed H200 fit runs (session 3 of 2026-12-02) wherever they live: ``tests/data/``
-    or ``benchmarks/results/`` (formerly ``sim/replay/h200-*``)."""
-    for base in (ROOT / "tests" / "data", ROOT / "benchmarks" / "results", ROOT / "sim" / "replay"):
-        for d in sorted(base.glob("**/fit-and-sequential-400")) if base.is_dir() else ():
-            runs = [_table(d / f"fit-run-{i}" / "requests.parquet") for i in (0, 1)]
-            cont = sorted(d.parent.glob("continuous-300-*/marconi-exact-continuous"))
-            steps = _table(cont[0] / "steps.parquet") if cont else None
-            if all(runs) and steps is not None:
-                return runs, steps
-    return None
-
-
-RAW = _raw_runs()
-
-
 CAMPAIGN = ROOT / "benchmarks" / "results" / "2026-12-04-timing-campaign-h200" / "after-moe-fix"
 FULL_DEPTH = (
     ROOT / "benchmarks" / "results" / "2026-12-02-replay-calibration-h200" / "session3" / "fit-and-sequential-400"
