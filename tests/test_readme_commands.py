@@ -60,7 +60,7 @@ def small(argv: list[str], tmp: Path) -> list[str]:
     # first sessions of it are --session-range 0:N
     fixed_sessions = any(t.startswith(("mooncake:", "bailian:", "marconi-jsonl:")) for t in argv)
     for flag, value in SMALL.get(sub, []):
-        if flag == "--sessions" and fixed_sessions and sub != "stats" and sub != "prepare":
+        if flag == "--sessions" and fixed_sessions:
             flag = "--session-range"
             value = f"0:{value}"
         if flag not in argv and not (flag == "--no-progress" and "--progress" in argv):

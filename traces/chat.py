@@ -39,6 +39,11 @@ def _init_pool_worker(*args) -> None:
     # Ctrl-C in a terminal reaches the whole process group: only the parent reacts (it terminates
     # the pool); a worker that died of it would leave pool.map waiting forever for its task.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # the parent's SIGTERM / SIGHUP handlers (the CLI's: raise an interrupt, for a clean line) are
+    # not a worker's: pool.terminate() ends workers with SIGTERM, which must end them silently, not
+    # print an interrupt's traceback from the middle of a tokenization
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
     _init_worker(*args)
 
 
