@@ -206,11 +206,16 @@ def _finite(value):
 
 
 def run_timing_note(cfg: SimConfig) -> str:
-    """The header's word on a timing scaled from another GPU's figures ("uncalibrated for GPU x"),
-    "" when the run is timed by a calibration of its device or by a --timing file."""
+    """The header's word on a timing scaled from another GPU's figures ("uncalibrated for GPU x")
+    and on a model outside the widths the calibration was fitted on; "" when the run is timed by a
+    calibration of its device that covers the model, or by a --timing file."""
     if cfg.timing_file or cfg.ttft_model != "flops":
         return ""
-    return timing_note(timing_for(cfg))
+    t = timing_for(cfg)
+    notes = [timing_note(t)]
+    if hasattr(t, "coverage_note"):  # a calibrated timing names the widths it was fitted on
+        notes.append(t.coverage_note(model_for(cfg)).removeprefix("timing: "))
+    return "; ".join(n for n in notes if n)
 
 
 def timing_row(cfg: SimConfig) -> dict:

@@ -230,3 +230,20 @@ def test_mlp_width_is_tile_aligned_and_keeps_the_work():
     assert mlp_width(3 * 4096 * 12288, 4096) == 12288  # qwen3.5-9b: as it was
     assert ReplayShape.from_spec(get_model("qwen3-next-80b-a3b"), 4).mlp_inter == 5824  # not 5,803
     assert mlp_width(3 * 64 * 42, 64) == 42 and mlp_width(3 * 8 * 5, 8) == 5  # toy widths kept
+
+
+def test_marconi_run_says_when_the_model_is_outside_the_committed_fit():
+    """The committed H200 file covers hidden sizes 2048-4096: a qwen3.5-27b run (5120) says so in its
+    header; a qwen3.5-9b run (4096) says nothing."""
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    args = ["run", "--sessions", "2", "--no-progress", "--policy", "marconi", "--alpha", "0"]
+    out = CliRunner().invoke(main, [*args, "--model", "qwen3.5-27b"])
+    assert out.exit_code == 0, out.output
+    head = out.output.splitlines()[0]
+    assert "qwen3.5-27b lies outside the shapes the timing file was fitted on" in head
+    assert "d_model 5120 (fitted 2048-4096)" in head
+    inside = CliRunner().invoke(main, [*args, "--model", "qwen3.5-9b"])
+    assert inside.exit_code == 0 and "outside the shapes" not in inside.output
