@@ -133,36 +133,56 @@ def fig_hit_rate(df, metric: str = "token_hit_rate"):
 
 
 def fig_alpha(df, policy: str = "marconi", metrics=("token_hit_rate", "flops_saved_frac")):
-    """Heatmaps over alpha x capacity (static-alpha rows, other knobs averaged); auto-tuned alphas
-    marked with a star where the tuner reports the chosen alpha."""
+    """Heatmaps over alpha x capacity (static-alpha rows), a row of panels (one per metric) per
+    configuration family (the other knobs that vary: session rate, scheduler, trace...), never
+    averaged across families; auto-tuned alphas marked with a star where the tuner reports the
+    chosen alpha, the best static alpha of each capacity with a square."""
     plt = pyplot()
-    grids = [alpha_grid(df, m, policy) for m in metrics]
-    if grids[0].empty:
+    mine = df[df["policy"] == policy] if "policy" in df.columns else df
+    if alpha_grid(mine, metrics[0], policy).empty:
         raise UsageError(f"no static-alpha rows of policy {policy!r} to plot (sweep --alpha a:b:step)")
-    auto = auto_alphas(df, policy)
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 0.22 * len(grids[0]) + 2.6), squeeze=False)
-    for ax, m, grid in zip(axes[0], metrics, grids):
-        im = ax.imshow(grid.values * 100, aspect="auto", origin="lower", cmap="viridis")
-        ax.set_xticks(range(grid.shape[1]), [f"{c:g}" for c in grid.columns])
-        step = max(1, len(grid.index) // 10)
-        ax.set_yticks(range(0, len(grid.index), step), [f"{a:g}" for a in grid.index[::step]])
-        ax.set_xlabel("cache capacity (GB)")
-        ax.set_ylabel("alpha")
-        ax.set_title(f"{policy}: {m.replace('_', ' ')} (%)", fontsize=10)
-        fig.colorbar(im, ax=ax, label=f"{m.replace('_', ' ')} (%)")
-        best = np.nanargmax(grid.values, axis=0)
-        ax.scatter(
-            range(grid.shape[1]), best, marker="s", facecolors="none", edgecolors="white", s=60, label="best static α"
-        )
-        if not auto.empty and auto["alpha_chosen"].notna().any():
-            cols = list(grid.columns)
-            xs, ys = [], []
-            for cap, a in zip(auto["capacity_gb"], auto["alpha_chosen"]):
-                if cap in cols and not np.isnan(a):
-                    xs.append(cols.index(cap))
-                    ys.append(np.interp(a, grid.index.to_numpy(dtype=float), np.arange(len(grid.index))))
-            ax.scatter(xs, ys, marker="*", color="red", s=120, label="auto-tuned α")
-        ax.legend(loc="upper right", fontsize=7, framealpha=0.6)
+    alpha_knobs = [c for c in ("alpha", "alpha_mode", "tuner", "capacity_bytes", "policy") if c in mine.columns]
+    families = [(t, g) for t, g in _families(mine, exclude=alpha_knobs) if not alpha_grid(g, metrics[0], policy).empty]
+    n_alpha = max(len(alpha_grid(g, metrics[0], policy)) for _, g in families)
+    fig, flat = plt.subplots(
+        len(families),
+        len(metrics),
+        figsize=(4.6 * len(metrics), (0.22 * n_alpha + 2.6) * len(families)),
+        squeeze=False,
+    )
+    for axes, (title, sub) in zip(flat, families):
+        auto = auto_alphas(sub, policy)
+        for ax, m in zip(axes, metrics):
+            grid = alpha_grid(sub, m, policy)
+            im = ax.imshow(grid.values * 100, aspect="auto", origin="lower", cmap="viridis")
+            ax.set_xticks(range(grid.shape[1]), [f"{c:g}" for c in grid.columns])
+            step = max(1, len(grid.index) // 10)
+            ax.set_yticks(range(0, len(grid.index), step), [f"{a:g}" for a in grid.index[::step]])
+            ax.set_xlabel("cache capacity (GB)")
+            ax.set_ylabel("alpha")
+            ax.set_title(
+                f"{policy}: {m.replace('_', ' ')} (%)" + (f"\n{title}" if len(families) > 1 else ""), fontsize=9
+            )
+            fig.colorbar(im, ax=ax, label=f"{m.replace('_', ' ')} (%)")
+            best = np.nanargmax(np.nan_to_num(grid.values, nan=-np.inf), axis=0)
+            ax.scatter(
+                range(grid.shape[1]),
+                best,
+                marker="s",
+                facecolors="none",
+                edgecolors="white",
+                s=60,
+                label="best static α",
+            )
+            if not auto.empty and auto["alpha_chosen"].notna().any():
+                cols = list(grid.columns)
+                xs, ys = [], []
+                for cap, a in zip(auto["capacity_gb"], auto["alpha_chosen"]):
+                    if cap in cols and not np.isnan(a):
+                        xs.append(cols.index(cap))
+                        ys.append(np.interp(a, grid.index.to_numpy(dtype=float), np.arange(len(grid.index))))
+                ax.scatter(xs, ys, marker="*", color="red", s=120, label="auto-tuned α")
+            ax.legend(loc="upper right", fontsize=7, framealpha=0.6)
     fig.tight_layout()
     return fig
 

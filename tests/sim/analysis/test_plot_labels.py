@@ -92,3 +92,17 @@ def test_too_many_families_is_one_line(results, monkeypatch):
     monkeypatch.setattr(plot, "MAX_PANELS", 3)
     with pytest.raises(UsageError, match="select some with --where"):
         plot.make_figure(results, "ttft")
+
+
+def test_the_alpha_heatmap_has_a_row_per_configuration_family(results):
+    """Issue 45: the alpha figure no longer averages over the knobs that vary: one row of panels
+    (a heatmap per metric) per family, each titled with its family."""
+    fig = plot.make_figure(results, "alpha")
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_label() != "<colorbar>" and ax.images]
+    assert len(panels) == 4 * 2  # (1 or 5 sessions/s) x (fcfs, continuous), two metrics each
+    titles = [ax.get_title() for ax in panels]
+    for family in ("1 session/s", "5 sessions/s", "fcfs", "continuous"):
+        assert sum(family in t for t in titles) == 4, (family, titles)
+    for ax in panels:  # 2 capacities x 2 static alphas, never a pooled mean of the families
+        assert ax.images[0].get_array().shape == (2, 2)
+    matplotlib.pyplot.close(fig)
