@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from sim.errors import UsageError
 from sim.replay.backends import resolve_kernel
-from sim.replay.model import GDN, HybridModel, ReplayShape, subsample
+from sim.replay.model import GDN, HybridModel, ReplayShape, attention_weights, mlp_weights, subsample
 
 #: the Mamba2 head dim where a preset does not give its head count (mamba_ssm's default)
 DEFAULT_HEAD_DIM = 64
@@ -306,24 +306,9 @@ class Mamba2Model(HybridModel):
             if kind == GDN:
                 self.layers.append(init_weights(self.mamba, gen, self.device, dtype))
             else:
-                H, KVH, hd = s.attn_heads, s.attn_kv_heads, s.attn_head_dim
-                qw = H * hd * (2 if s.attn_output_gate else 1)
-                self.attn.append(
-                    dict(
-                        w_q=randn(s.hidden, qw, std=s.hidden**-0.5),
-                        w_kv=randn(s.hidden, 2 * KVH * hd, std=s.hidden**-0.5),
-                        q_norm=torch.ones(hd, device=self.device, dtype=torch.float32),
-                        k_norm=torch.ones(hd, device=self.device, dtype=torch.float32),
-                        w_o=randn(H * hd, s.hidden, std=0.5 * (H * hd) ** -0.5),
-                    )
-                )
+                self.attn.append(attention_weights(s, randn, self.device))
             if s.mlp_inter:
-                self.mlp.append(
-                    dict(
-                        w_gu=randn(s.hidden, 2 * s.mlp_inter, std=s.hidden**-0.5),
-                        w_down=randn(s.mlp_inter, s.hidden, std=0.5 * s.mlp_inter**-0.5),
-                    )
-                )
+                self.mlp.append(mlp_weights(s, randn))
 
     def upcast(self, dtype: torch.dtype = torch.float32):
         m = object.__new__(type(self))

@@ -191,6 +191,28 @@ def mlp_width(active_params: int, hidden: int) -> int:
     return int(round(width / MLP_WIDTH_ALIGN)) * MLP_WIDTH_ALIGN
 
 
+def attention_weights(s: "ReplayShape", randn, device) -> dict:
+    """One gated attention layer's weights at ``s``'s shapes, drawn by ``randn(*size, std=)`` (the
+    model's seeded generator, so the draw order is the model's)."""
+    H, KVH, hd = s.attn_heads, s.attn_kv_heads, s.attn_head_dim
+    qw = H * hd * (2 if s.attn_output_gate else 1)
+    return dict(
+        w_q=randn(s.hidden, qw, std=s.hidden**-0.5),
+        w_kv=randn(s.hidden, 2 * KVH * hd, std=s.hidden**-0.5),
+        q_norm=torch.ones(hd, device=device, dtype=torch.float32),
+        k_norm=torch.ones(hd, device=device, dtype=torch.float32),
+        w_o=randn(H * hd, s.hidden, std=0.5 * (H * hd) ** -0.5),
+    )
+
+
+def mlp_weights(s: "ReplayShape", randn) -> dict:
+    """One SwiGLU MLP's weights (gate and up in one matrix) at ``s.mlp_inter``."""
+    return dict(
+        w_gu=randn(s.hidden, 2 * s.mlp_inter, std=s.hidden**-0.5),
+        w_down=randn(s.mlp_inter, s.hidden, std=0.5 * s.mlp_inter**-0.5),
+    )
+
+
 @dataclass
 class StackState:
     """The model's state after ``pos`` tokens: recurrent ``[L, Hv, K, V]`` fp32 and conv windows
@@ -455,24 +477,9 @@ class HybridModel:
                     )
                 )
             else:
-                H, KVH, hd = s.attn_heads, s.attn_kv_heads, s.attn_head_dim
-                qw = H * hd * (2 if s.attn_output_gate else 1)
-                self.attn.append(
-                    dict(
-                        w_q=randn(s.hidden, qw, std=s.hidden**-0.5),
-                        w_kv=randn(s.hidden, 2 * KVH * hd, std=s.hidden**-0.5),
-                        q_norm=torch.ones(hd, device=self.device, dtype=torch.float32),
-                        k_norm=torch.ones(hd, device=self.device, dtype=torch.float32),
-                        w_o=randn(H * hd, s.hidden, std=0.5 * (H * hd) ** -0.5),
-                    )
-                )
+                self.attn.append(attention_weights(s, randn, self.device))
             if s.mlp_inter:
-                self.mlp.append(
-                    dict(
-                        w_gu=randn(s.hidden, 2 * s.mlp_inter, std=s.hidden**-0.5),
-                        w_down=randn(s.mlp_inter, s.hidden, std=0.5 * s.mlp_inter**-0.5),
-                    )
-                )
+                self.mlp.append(mlp_weights(s, randn))
 
     def upcast(self, dtype: torch.dtype = torch.float32) -> "HybridModel":
         """The same model (the same weights, exactly: ``dtype`` holds every ``self.dtype``
