@@ -839,22 +839,22 @@ class HardwareTiming:
         if L <= p:
             return dict.fromkeys(LAYER_KINDS, 0.0)
         n = L - p
-        c = self.ms_per_tflop
-        attn = c["attn_linear"] * spec.attn_layer_a * n + c["attn_quadratic"] * spec.attn_layer_b * (L * L - p * p)
-        gdn = (
-            c["gdn_linear"] * (spec.gdn_layer_a if spec.n_gdn else spec.mamba_layer_a) * n
-            + c["gdn_chunk"] * (spec.gdn_chunk_flops if spec.n_gdn else 0.0) * chunks
-        )
-        mlp = c["mlp_linear"] * spec.mlp_layer_a * n
-        g = 1e-12 / self.gpus
-        act = {k: self.ms_per_act_gb[k] * v * n / self.gpus for k, v in act_gb(spec).items()}
+        c, a = self.ms_per_tflop, self.ms_per_act_gb
+        mixer_a = spec.gdn_layer_a if spec.n_gdn else spec.mamba_layer_a
+        # activations: a layer's weight GB (act_gb) over the hidden size, per token; inline, as this
+        # runs for every request and every decoding sequence of a step
+        act = 1e-9 * n / spec.d_model
+        attn = (
+            c["attn_linear"] * spec.attn_layer_a * n + c["attn_quadratic"] * spec.attn_layer_b * (L * L - p * p)
+        ) * 1e-12 + a["attention"] * spec.attn_layer_a * act
         if n > 1:  # a one-token query (a decode) splits the context across programs: not bound by it
-            act["attention"] += self.ms_per_kv_gb * kv_gb_per_layer_token(spec) * L / self.gpus
-        return {
-            "attention": attn * g + act["attention"],
-            "gated_delta": gdn * g + act["gated_delta"],
-            "mlp": mlp * g + act["mlp"],
-        }
+            attn += self.ms_per_kv_gb * kv_gb_per_layer_token(spec) * L
+        gdn = (
+            c["gdn_linear"] * mixer_a * n + c["gdn_chunk"] * (spec.gdn_chunk_flops if spec.n_gdn else 0.0) * chunks
+        ) * 1e-12 + a["gated_delta"] * mixer_a * act
+        mlp = c["mlp_linear"] * spec.mlp_layer_a * n * 1e-12 + a["mlp"] * spec.mlp_layer_a * act
+        g = 1.0 / self.gpus
+        return {"attention": attn * g, "gated_delta": gdn * g, "mlp": mlp * g}
 
     def call_ms_for(self, spec: ModelSpec, work: dict, seqs: int = 1) -> float:
         """One call of the model doing ``work`` (per-layer ms by kind) over ``seqs`` sequences."""
