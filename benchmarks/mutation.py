@@ -182,9 +182,14 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         [
             "tests/sim/test_cost_rules.py",
             "tests/sim/test_cost.py",
+            "tests/sim/replay/test_timing_carry.py",
             "tests/sim/engine/test_batching.py",
             "tests/sim/replay/test_replay_calibrate.py",
         ],
+    ),
+    "calibration": (
+        ["sim/replay/calibration.py"],
+        ["tests/sim/replay/test_timing_carry.py", "tests/sim/test_cost_rules.py"],
     ),
     "measure": (
         ["sim/replay/measure.py"],

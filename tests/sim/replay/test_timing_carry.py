@@ -247,3 +247,24 @@ def test_marconi_run_says_when_the_model_is_outside_the_committed_fit():
     assert "d_model 5120 (fitted 2048-4096)" in head
     inside = CliRunner().invoke(main, [*args, "--model", "qwen3.5-9b"])
     assert inside.exit_code == 0 and "outside the shapes" not in inside.output
+
+
+def test_request_errors_score_every_timed_request_and_the_time_saved():
+    """``request_errors`` (benchmarks/timing_fit.py's table): one row per request with a measured
+    time, error 0 against the timing that made the table; a validated hit's saved time is its
+    from-scratch reference less its suffix, modelled the same way; unvalidated ones have none."""
+    from sim.replay.calibration import request_errors
+
+    spec = get_model("qwen3.5-9b")
+    table = _table(spec, TRUE, CALLS)
+    full = _table(spec, TRUE, [(0, L) for _, L in CALLS])["suffix_ms"].to_numpy()
+    table["validated"] = table["hit_tokens"] > 0
+    table["full_ms"] = np.where(table["validated"], full, np.nan)
+    table.loc[0, "suffix_ms"] = float("nan")  # an untimed request is left out
+    e = request_errors(Run(spec, COUNTS, table, "r"), TRUE)
+    assert len(e) == len(CALLS) - 1 and (e["tokens"] == [L for _, L in CALLS[1:]]).all()
+    assert np.abs(e["error"]).max() < 1e-9
+    val = e["hit"] > 0
+    assert val.any() and (~val).any()
+    assert np.allclose(e.loc[val, "saved_ms"], e.loc[val, "modelled_saved_ms"], rtol=1e-9)
+    assert (e.loc[val, "saved_ms"] > 0).all() and e.loc[~val, "saved_ms"].isna().all()
