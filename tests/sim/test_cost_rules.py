@@ -450,6 +450,8 @@ def test_without_a_committed_file_the_default_timing_is_the_documented_estimate(
 def test_replay_tiny_is_the_toy_qwen_layout():
     t = get_model("replay-tiny")
     assert (t.n_attn, t.n_gdn, t.n_mlp, t.d_model) == (1, 3, 4, 32)
+    # 2 query heads over 1 KV head of 16: 64 bytes of fp32 K and V a token (mutation survivor)
+    assert (t.attn_heads, t.attn_kv_heads, t.attn_head_dim) == (2, 1, 16) and t.kv_bytes_per_token() == 64
     assert t.mlp_active_params == 3 * 32 * 64 and t.mlp_layer_a == 2 * 3 * 32 * 64
     assert t.nominal_active_params == float(t.active_params())
 
@@ -568,3 +570,14 @@ def test_batch_summary_by_hand():
     nopeak = measure.batch_summary(calls, SPEC, COUNTS_R, wall_s=0.0)
     assert nopeak["replay_peak_share_timed"] == 0.0 and nopeak["batch_calls"]["suffix"]["peak_share"] == 0.0
     assert nopeak["replay_tflops_wall"] != nopeak["replay_tflops_wall"]
+
+
+def test_a_mamba1_layer_by_hand():
+    """Jamba 1.5 Mini's Mamba1 layer (d_model 4096, d_inner 8192, d_state 16, dt_rank 256, conv 4):
+    in_proj 4096 x 16384, x_proj 8192 x (256 + 2 x 16), dt_proj 256 x 8192, out_proj 8192 x 4096
+    (the published checkpoint's matrices), 2 FLOPs a weight, plus the conv and the scan
+    (a mutation survivor: a wrong projection width went unseen by the config-vs-preset tests)."""
+    m = get_model("jamba-1.5-mini")
+    params = 4096 * 16384 + 8192 * (256 + 32) + 256 * 8192 + 8192 * 4096
+    assert params == 105_119_744
+    assert m.mamba_layer_a == 2.0 * params + 2.0 * 8192 * 4 + 8.0 * 8192 * 16 + 5.0 * 8192
