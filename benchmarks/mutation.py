@@ -184,6 +184,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/test_cost.py",
             "tests/sim/replay/test_timing_carry.py",
             "tests/sim/test_model_config.py",
+            "tests/sim/test_gpus.py",
             "tests/sim/engine/test_batching.py",
             "tests/sim/replay/test_replay_calibrate.py",
         ],

@@ -268,3 +268,17 @@ def test_request_errors_score_every_timed_request_and_the_time_saved():
     assert val.any() and (~val).any()
     assert np.allclose(e.loc[val, "saved_ms"], e.loc[val, "modelled_saved_ms"], rtol=1e-9)
     assert (e.loc[val, "saved_ms"] > 0).all() and e.loc[~val, "saved_ms"].isna().all()
+
+
+def test_a_timing_file_without_the_optional_terms_reads_them_as_zero(tmp_path):
+    """A marconi-timing/2 file written before floors, step terms and shape terms existed: each of
+    them 0 (an old file prices as it did), not some other default (mutation survivor)."""
+    d = timing_to_dict(TRUE)
+    for key in ("layer_floor_ms", "seq_ms", "ms_per_weight_gb", "ms_per_act_gb", "ms_per_kv_gb", "dtype", "covers"):
+        d.pop(key, None)
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(d))
+    t = read_timing_file(path)
+    for group in ("layer_floor_ms", "seq_ms", "ms_per_weight_gb", "ms_per_act_gb"):
+        assert getattr(t, group) == dict.fromkeys(LAYER_KINDS, 0.0), group
+    assert (t.ms_per_kv_gb, t.dtype, t.covers) == (0.0, "", {})
