@@ -581,3 +581,16 @@ def test_a_mamba1_layer_by_hand():
     params = 4096 * 16384 + 8192 * (256 + 32) + 256 * 8192 + 8192 * 4096
     assert params == 105_119_744
     assert m.mamba_layer_a == 2.0 * params + 2.0 * 8192 * 4 + 8.0 * 8192 * 16 + 5.0 * 8192
+
+
+def test_a_one_rate_step_pays_the_all_reduce_of_every_token_it_runs():
+    """TimingModel under tensor parallel: one all-reduce time per call and per token the step
+    runs, prefill tokens and decode tokens alike (mutation survivor: decodes were subtracted)."""
+    from sim.cost import TimingModel
+
+    spec = get_model("qwen3.5-9b")
+    base = TimingModel(100.0, 5.0, 0.001)
+    tp = replace(base, comm_ms_per_call=0.5, comm_ms_per_token=0.01)
+    prefills, decodes = [(100, 400), (0, 200)], [1000, 2000, 3000]
+    extra = (0.5 + (300 + 200 + 3) * 0.01) * 1e-3
+    assert tp.step_time_s(spec, prefills, decodes) == pytest.approx(base.step_time_s(spec, prefills, decodes) + extra)
