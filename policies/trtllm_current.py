@@ -42,20 +42,18 @@ engine's fields (``StrictPositiveInt`` / ``StrictNonNegativeInt`` lists) refuse 
 offset < 1, an end offset < 0, an entry that is not a decimal integer; and an empty entry of the
 comma list (``1024,,4096``). Duplicates are dropped, as the engine's set does.
 
-- A state at every snapshot point above the hit (prefill) and, with an interval N, at every
-  multiple of N decode passes, up to input + output - 1 tokens (the last sampled token never ran
-  through the model). The fixed offsets place prompt states only. None at the prompt end unless a
+- A state at every snapshot point above the hit, in the prompt only: ``try_commit_blocks``
+  commits up to the last point and stops committing when the context ends, so decoding adds no
+  state (the interval's multiples in the answer included). None at the prompt end unless a
   placement lands there (end offset 0, a start offset = the prompt length, a multiple of N).
 - Eviction: the KV manager's LRU over leaves, tail first (unverified, as before).
 
 Not modelled: ``enable_branch_snapshot`` (#18272, #18724: a snapshot where a request leaves the
 reuse tree, and the prompt end when no placement applies), ``block_reuse_config.policy``
-``per_conversation`` (which turns the periodic interval off), ``tokens_per_block`` (reuse is per
-token here; the engine keeps one recurrent page per radix-tree block, so two points inside one
-block can replace each other there), the V2 manager's pool sizing from ``avg_seq_len``. The
-decode-time periodic states are the earlier reading of the 1.3.0rc docs; in the newest V2 code
-``try_commit_blocks`` stops committing once the context ends (``stop_committing``), which would
-leave no decode states (kept as it was, so the periodic results do not change here).
+``per_conversation`` (which turns the periodic interval off), the V2 manager's pool sizing from
+``avg_seq_len``. Decode-time periodic states (an earlier reading of the 1.3.0rc docs) are gone:
+``benchmarks/differential_trtllm.py`` drives the engine's own radix tree and manager methods and
+found none (docs/presets-engines.md, the TensorRT-LLM differential).
 """
 
 from __future__ import annotations
@@ -66,7 +64,7 @@ import re
 from dataclasses import dataclass
 
 from policies.base import AdmissionPolicy, PolicyError, PolicyPreset, admission, knob, register_preset
-from policies.engine_common import Speculation, full_tokens, input_tokens, verify_slots
+from policies.engine_common import Speculation, input_tokens, verify_slots
 
 FROM_START_FLAG = "--additional-snapshot-offsets-from-start"
 FROM_END_FLAG = "--additional-snapshot-offsets-from-end"
@@ -173,9 +171,13 @@ class TrtllmAdmission(AdmissionPolicy):
         return points[i] - start if i < len(points) and points[i] < start + n else n
 
     def decode_checkpoints(self, match, ctx):
-        G = ctx.block_tokens
-        N = self.params.periodic_snapshot_interval
-        return [t // G for t in multiples(input_tokens(ctx), full_tokens(ctx), N) if t % G == 0]
+        """None: the V2 manager commits only during the context phase. ``try_commit_blocks``
+        (``mamba_cache_manager_v2.py``) commits up to ``min(max(expect_snapshot_points),
+        prompt_len)`` and calls ``kv_cache.stop_committing()`` once ``context_remaining_length``
+        is 0, so no state taken while decoding is ever reusable (found by
+        ``benchmarks/differential_trtllm.py``: with the interval, every follow-up turn whose
+        previous turn crossed a multiple in its answer hit one interval too deep)."""
+        return []
 
 
 register_preset(
