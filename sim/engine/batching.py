@@ -40,6 +40,7 @@ import math
 from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import simpy
 
@@ -71,6 +72,80 @@ class Seq:
     t_first: float = math.nan  # first scheduled (queueing delay ends)
     t_token: float = math.nan  # first output token
 
+    # ---- its progress (the engine reads these; only these methods write them)
+    @property
+    def prefilling(self) -> bool:
+        """Tokens of its (re)prefill are still to compute."""
+        return self.pos < self.target
+
+    @property
+    def finished(self) -> bool:
+        return self.decoded >= self.n_out
+
+    def looked_up(self, f: Flight) -> None:
+        """Its lookup ``f``: the prefill starts after the hit (a whole-prompt hit still
+        recomputes the last token)."""
+        self.f = f
+        self.pos = int(min(f.hit_tokens, self.target - 1))
+
+    def prefilled(self, end: int) -> None:
+        """A chunk of its prefill ran up to ``end``."""
+        self.pos = end
+        self.step_ends.append(end)
+
+    def sampled(self) -> None:
+        """The step that computed its last prefill token sampled an output token."""
+        if self.decoded < self.n_out:
+            self.decoded += 1
+
+    def decoded_run(self, k: int) -> None:
+        """``k`` decode steps ran (one token each)."""
+        self.pos += k
+        self.decoded += k
+
+    def preempt(self) -> None:
+        """vLLM's recompute preemption of its progress: no lookup, nothing computed, the prompt
+        and the tokens generated so far to prefill again (its memory and locks are the engine's
+        to give back)."""
+        self.f = None
+        self.pos = 0
+        self.target = max(self.n_in + self.decoded, 1)
+        self.step_ends = []
+        self.inserted = False
+
+    # ---- the memory charged to it
+    def charge(self, kv: int, states: int) -> None:
+        self.held_kv += kv
+        self.held_states += states
+
+
+class Chunk(NamedTuple):
+    """One prefill chunk of a step: tokens ``[start, end)`` of ``seq``."""
+
+    seq: Seq
+    start: int
+    end: int
+
+
+@dataclass(slots=True, eq=False)
+class StepBatch:
+    """What one step schedules: prefill chunks, decoding requests (one token each) and the ids of
+    the requests preempted to make room (they run nothing in it)."""
+
+    prefills: list[Chunk] = field(default_factory=list)
+    decodes: list[Seq] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing runs in it."""
+        return not self.prefills and not self.decodes
+
+    @property
+    def tokens(self) -> int:
+        """Tokens the step computes: its chunks' and one per decode."""
+        return sum(c.end - c.start for c in self.prefills) + len(self.decodes)
+
 
 class ContinuousEngine:
     """The step loop (a simpy process) and its queues."""
@@ -92,7 +167,8 @@ class ContinuousEngine:
         self.charged_per_kv = sim.tree.kv_bytes_per_token
         self.charged_per_state = sim.tree.state_bytes
         self._on_arrive = listeners(sim.observers, "arrive")
-        # the recorder's step statistics are kept directly (no event objects built for it)
+        # the recorder is fed the step's lists as they are (``Recorder.step`` counts them): the
+        # event's tuples are built only for the other step listeners
         self._on_step = tuple(
             fn for fn in listeners(sim.observers, "step") if getattr(fn, "__self__", None) is not sim.rec
         )
@@ -135,26 +211,23 @@ class ContinuousEngine:
             misses.running = False
 
     def _charged(self, s: Seq, kv: int, states: int) -> None:
-        s.held_kv += kv
-        s.held_states += states
+        s.charge(kv, states)
         self.held_bytes += kv * self.charged_per_kv + states * self.charged_per_state
 
     def _peak(self) -> None:
-        rec = self.sim.rec
-        used = self.held_bytes + self.sim.tree.used_bytes
-        if used > rec.peak_charged_bytes:
-            rec.peak_charged_bytes = used
+        self.sim.rec.charged(self.held_bytes + self.sim.tree.used_bytes)
 
     def _force(self, s: Seq, kv: int, states: int) -> None:
-        """Charge without room (a request too large to fit alone): counted, never dropped."""
-        self.sim.tree._hold(kv * self.charged_per_kv, states)
-        self.sim.rec.memory_overshoots += 1
+        """Charge without room (a request too large to fit alone): counted, never dropped. The
+        tree's ``release`` of a negative amount is that charge (what ``reserve`` charges, without
+        its evictions)."""
+        self.sim.tree.release(-kv, -states)
+        self.sim.rec.overshoot()
         self._charged(s, kv, states)
 
     def _release(self, s: Seq, kv: int, states: int) -> None:
         self.sim.tree.release(kv, states)
-        s.held_kv -= kv
-        s.held_states -= states
+        s.charge(-kv, -states)
         self.held_bytes -= kv * self.charged_per_kv + states * self.charged_per_state
 
     def _preempt(self, s: Seq, preempted: list) -> None:
@@ -163,11 +236,7 @@ class ContinuousEngine:
         f = s.f
         if f is not None and f.locked is not None:
             self.sim.tree.unlock(f.locked)
-        s.f = None
-        s.pos = 0
-        s.target = max(s.n_in + s.decoded, 1)
-        s.step_ends = []
-        s.inserted = False
+        s.preempt()
         self.waiting.appendleft(s)
         preempted.append(s.req.request_id)
 
@@ -181,27 +250,25 @@ class ContinuousEngine:
     def _lookup(self, s: Seq) -> None:
         sim, now = self.sim, self.env.now
         first = s.f is None and s.decoded == 0 and math.isnan(s.t_first)
-        s.f = f = sim.lookup(s.req, now, lock=True)
-        s.pos = int(min(f.hit_tokens, s.target - 1))  # a whole-prompt hit still recomputes the last token
+        s.looked_up(sim.lookup(s.req, now, lock=True))
         if first:
             self.tune_before(sim, s.req, now)
 
-    def schedule(self) -> tuple[list, list, list]:
-        """This step's batch: ``(prefills, decodes, preempted)``; prefills as (seq, start, end),
-        decodes as seqs."""
+    def schedule(self) -> StepBatch:
+        """This step's batch (``StepBatch``): its memory is charged, the preempted requests are
+        back in the waiting queue."""
         budget = self.budget
-        prefills: list = []
-        decodes: list = []
-        preempted: list = []
+        batch = StepBatch()
+        prefills, decodes, preempted = batch.prefills, batch.decodes, batch.preempted
         running = self.running
         # fast path: the running requests' tokens, charged in one reservation
         for s in running:
             if budget <= 0:
                 break
-            if s.pos < s.target:
+            if s.prefilling:
                 n = self._chunk(s, budget)
                 if n > 0:
-                    prefills.append((s, s.pos, s.pos + n))
+                    prefills.append(Chunk(s, s.pos, s.pos + n))
                     budget -= n
             else:
                 decodes.append(s)
@@ -210,9 +277,9 @@ class ContinuousEngine:
         tag = ((prefills[0][0] if prefills else decodes[0]).f, self.env.now) if total else None
         if not total or self._room(total, 0, tag):
             for s, a, b in prefills:
-                s.held_kv += b - a
+                s.charge(b - a, 0)
             for s in decodes:
-                s.held_kv += 1
+                s.charge(1, 0)
             self.held_bytes += total * self.charged_per_kv
             i = len(running)
         else:  # no room for all: request by request, preempting the newest when one does not fit
@@ -222,7 +289,7 @@ class ContinuousEngine:
             i = 0
         while i < len(running) and budget > 0:
             s = running[i]
-            prefill = s.pos < s.target
+            prefill = s.prefilling
             n = self._chunk(s, budget) if prefill else 1
             if n <= 0:
                 i += 1
@@ -238,14 +305,14 @@ class ContinuousEngine:
             if i >= len(running) or running[i] is not s:
                 break  # s preempted itself (it was the newest)
             if prefill:
-                prefills.append((s, s.pos, s.pos + n))
+                prefills.append(Chunk(s, s.pos, s.pos + n))
             else:
                 decodes.append(s)
             budget -= n
             i += 1
         if preempted:  # vLLM admits no new request in a step that preempted
             self._peak()
-            return prefills, decodes, preempted
+            return batch
         waiting = self.waiting
         while waiting and budget > 0 and len(running) < self.max_seqs:
             s = waiting[0]
@@ -262,10 +329,10 @@ class ContinuousEngine:
             running.append(s)
             if math.isnan(s.t_first):
                 s.t_first = self.env.now
-            prefills.append((s, s.pos, s.pos + n))
+            prefills.append(Chunk(s, s.pos, s.pos + n))
             budget -= n
         self._peak()
-        return prefills, decodes, preempted
+        return batch
 
     # ------------------------------------------------------------------ the loop
     def loop(self):
@@ -279,39 +346,31 @@ class ContinuousEngine:
                 yield self.wake
                 self.wake = None
                 continue
-            prefills, decodes, preempted = self.schedule()
+            batch = self.schedule()
             if carried:
-                preempted = carried + preempted
-            if not prefills and not decodes:
-                if not preempted:  # nothing ran, nothing changed: the loop would spin forever
+                batch.preempted[:0] = carried
+            if batch.empty:
+                if not batch.preempted:  # nothing ran, nothing changed: the loop would spin forever
                     raise RuntimeError(
                         f"continuous scheduler stalled at t={env.now} with "
                         f"{len(self.running)} running, {len(self.waiting)} waiting"
                     )
-                carried = preempted  # reported with the next step that runs
+                carried = batch.preempted  # reported with the next step that runs
                 continue
             carried = []
+            decodes = batch.decodes
             contexts = [s.pos for s in decodes]
-            dt = timing.step_time_s(spec, [(a, b) for _, a, b in prefills], contexts)
+            dt = timing.step_time_s(spec, [(a, b) for _, a, b in batch.prefills], contexts)
             k = 1
-            if not prefills:
+            if not batch.prefills:
                 k = self._run_length(decodes, contexts, dt)
             t0 = env.now
             if k == 1:
                 yield env.timeout(dt)
             else:
                 k = yield from self._coast(decodes, dt, k)
-            self._emit(
-                t0,
-                env.now,
-                env.now - t0,
-                k,
-                prefills,
-                decodes,
-                sum(b - a for _, a, b in prefills) + len(decodes),
-                preempted,
-            )
-            self._apply(prefills, decodes, k, t0, dt)
+            self._emit(t0, env.now, env.now - t0, k, batch)
+            self._apply(batch, k, t0, dt)
 
     def _run_length(self, decodes: list, contexts: list, dt: float) -> int:
         """How many decode-only steps of this batch can go as one event (1: just this one). When
@@ -334,7 +393,7 @@ class ContinuousEngine:
         if not self._room(extra * len(decodes), 0, (decodes[0].f, self.env.now)):
             return 1
         for s in decodes:
-            s.held_kv += extra
+            s.charge(extra, 0)
         self.held_bytes += extra * len(decodes) * self.charged_per_kv
         self._peak()
         return k
@@ -363,30 +422,25 @@ class ContinuousEngine:
         if done < k:
             self.sim.tree.release((k - done) * len(decodes), 0)
             for s in decodes:
-                s.held_kv -= k - done
+                s.charge(done - k, 0)
             self.held_bytes -= (k - done) * len(decodes) * self.charged_per_kv
         return done
 
-    def _emit(self, t0, t1, seconds, k, prefills, decodes, tokens, preempted) -> None:
-        rec = self.sim.rec
-        rec.steps += k
-        b = len(prefills) + len(decodes)
-        rec.batch_hist[b] = rec.batch_hist.get(b, 0) + k
-        rec.token_hist[tokens] = rec.token_hist.get(tokens, 0) + k
-        rec.preemptions += len(preempted)
+    def _emit(self, t0, t1, seconds, k, batch: StepBatch) -> None:
+        tokens = batch.tokens
+        self.sim.rec.step(t0, t1, seconds, k, batch.prefills, batch.decodes, tokens, batch.preempted)
         if not self._on_step:
             return
-        p = tuple((s.req.request_id, a, b) for s, a, b in prefills)
-        d = tuple((s.req.request_id, s.pos) for s in decodes)
+        p = tuple((s.req.request_id, a, b) for s, a, b in batch.prefills)
+        d = tuple((s.req.request_id, s.pos) for s in batch.decodes)
         for fn in self._on_step:
-            fn(t0, t1, seconds, k, p, d, tokens, tuple(preempted))
+            fn(t0, t1, seconds, k, p, d, tokens, tuple(batch.preempted))
 
-    def _apply(self, prefills: list, decodes: list, k: int, t0: float, dt: float) -> None:
+    def _apply(self, batch: StepBatch, k: int, t0: float, dt: float) -> None:
         now = self.env.now
         finished = []
-        for s, _, b in prefills:
-            s.pos = b
-            s.step_ends.append(b)
+        for s, _, b in batch.prefills:
+            s.prefilled(b)
             if not s.inserted and b >= s.n_in:
                 self._prompt_done(s, now)
             if b >= s.target:
@@ -394,14 +448,12 @@ class ContinuousEngine:
                     s.t_token = now
                     # a prefill done in the step it started in took exactly that step's time
                     self.sim.served(s.f, s.t_first, dt if s.t_first == t0 else now - s.t_first, now, 0.0, None)
-                if s.decoded < s.n_out:
-                    s.decoded += 1
-                if s.decoded >= s.n_out:
+                s.sampled()
+                if s.finished:
                     finished.append(s)
-        for s in decodes:
-            s.pos += k
-            s.decoded += k
-            if s.decoded >= s.n_out:
+        for s in batch.decodes:
+            s.decoded_run(k)
+            if s.finished:
                 finished.append(s)
         for s in finished:
             self._finish(s, now)
@@ -464,4 +516,4 @@ def run_continuous(sim: Simulation, env: simpy.Environment, sessions, open_loop,
     assert not engine.running and not engine.waiting, "requests left in the engine"
 
 
-__all__ = ["ContinuousEngine", "Seq", "run_continuous"]
+__all__ = ["Chunk", "ContinuousEngine", "Seq", "StepBatch", "run_continuous"]

@@ -308,6 +308,16 @@ class Recorder:
         self.token_hist[tokens] = self.token_hist.get(tokens, 0) + steps
         self.preemptions += len(preempted)
 
+    def charged(self, used_bytes: int) -> None:
+        """The memory charged now (``--scheduler continuous``: the cache's entries plus what the
+        running requests hold): its peak is kept."""
+        if used_bytes > self.peak_charged_bytes:
+            self.peak_charged_bytes = used_bytes
+
+    def overshoot(self) -> None:
+        """A running request was charged beyond the capacity (too large to fit even alone)."""
+        self.memory_overshoots += 1
+
     def occupancy(self, t: float, kv_bytes: int, state_bytes: int) -> None:
         # sample k is kept when k is a multiple of the stride (k from 0: the first sample always
         # stays, and a halving keeps exactly the multiples of the doubled stride)

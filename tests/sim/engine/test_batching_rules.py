@@ -99,9 +99,11 @@ def test_a_running_request_is_charged_its_presets_slots_and_its_chunk(policy, ex
     cap = sim.tree.capacity_bytes
     for r in trace.requests:
         eng.arrive(r)
-    prefills, decodes, preempted = eng.schedule()
-    assert decodes == [] and preempted == []
-    chunks = [(s.req.request_id, a, b) for s, a, b in prefills]
+    batch = eng.schedule()
+    prefills = batch.prefills
+    assert batch.decodes == [] and batch.preempted == []
+    assert batch.tokens == sum(c.end - c.start for c in prefills) and not batch.empty
+    chunks = [(c.seq.req.request_id, c.start, c.end) for c in prefills]
     assert chunks[0][:2] == (0, 0) and sum(b - a for _, a, b in chunks) <= 200
     if policy not in ("vllm", "vllm-0.11-align", "trtllm"):
         assert chunks == [(0, 0, 200)] and [w.req.request_id for w in eng.waiting] == [1]
