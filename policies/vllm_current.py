@@ -1,64 +1,65 @@
 """vLLM today: align-mode hybrid prefix caching on by default, sparse retention, junction checkpoints (``vllm``).
 
-Follows vllm-project/vllm as read for this preset: hybrid prefix caching on by default in
-``align`` mode (PR #50991; ``all`` deprecated in #55041, so this preset is align only: the
-``vllm-0.11-all`` preset keeps ``all``); ``vllm/v1/core/single_type_kv_cache_manager.py``
-``MambaManager`` with ``retention_interval`` and ``reachable_block_mask`` and its test
-``tests/v1/core/test_mamba_align_retention_grid.py`` (commit 9ab07979812c: with an interval of
-three 1,600-token blocks the states kept sit at 4,800, 9,600, ...; without an interval none of
-the interior blocks is kept; the newest frozen boundary is registered as the rolling checkpoint);
-``vllm/v1/core/kv_cache_manager.py`` ``get_computed_blocks`` (a hit is at most ``num_tokens - 1``
-tokens; ``shared_prefix_boundary`` is where a detected shared prefix ends, pinned against the
-retention mask); the shared-prefix junction of PR #37898 and the retention interval of PR #52216
-(``--prefix-cache-retention-interval``, default 0), dense when EAGLE is on (#55760). The block: the
-attention block raised to the mamba page (``vllm_block_tokens``; 528 tokens for Qwen3.5-4B / 9B
-shapes, #40696), ``--block-size`` overrides it.
+Follows vLLM 0.34.0 (the newest release, wheel commit g62d4bc3c7; its cache path is unchanged from
+0.33.0, g4ba787ec9), driven by ``benchmarks/differential_vllm.py``: vLLM's own ``KVCacheManager`` and
+scheduler split with the simulator's requests give the same hit tokens on every request
+(``docs/presets-engines.md``). Hybrid prefix caching is on by default in ``align`` mode (PR #50991;
+``all`` deprecated in #55041, kept in ``vllm-0.11-all``); the retention interval of PR #52216
+(``CacheConfig.prefix_cache_retention_interval``, default 0), dense when EAGLE is on (#55760); the
+shared-prefix junction of PR #37898. The block: the attention block raised to the mamba page
+(``vllm_block_tokens``; 528 tokens for Qwen3.5-4B / 9B shapes, #40696), ``--block-size`` overrides it.
 
-The junction is the engine's default, with no flag (read in vLLM main, issue 43):
-``vllm/v1/core/kv_cache_manager.py`` ``get_computed_blocks`` (L286-L292) sets
-``shared_prefix_boundary = num_new_computed_tokens + num_uncached`` whenever the hybrid
-coordinator's longest single-group hit (the KV match) runs past the reconciled hit, and
-``vllm/v1/core/sched/scheduler.py`` ``_mamba_block_aligned_split`` (the ``stops`` tuple, L411-L437;
-lines 350-425 at 487ecf187) always stops a step at ``start + (shared_prefix_boundary - start) //
-block_size * block_size``, and a chunk that starts inside a block (a block wider than the step
-budget) at the next block boundary (``benchmarks/differential_vllm_split.py`` compares the preset's
-cut with that method: 1,420 / 1,420 cases);
-``single_type_kv_cache_manager.py`` adds it to ``reachable_boundaries``, so retention 0 keeps it.
+Files and lines (vLLM 0.34.0):
+
+- ``vllm/v1/core/sched/scheduler.py`` ``Scheduler._mamba_block_aligned_split`` (L563-L679): a step
+  inside the prompt is cut to whole blocks and stops at the earliest of the next block boundary
+  (a chunk started mid-block), the last cacheable position and the block-floored junction (the
+  ``stops`` tuple, L661-L678). The last cacheable position is
+  ``get_mamba_prefill_checkpoint_position`` (``vllm/v1/kv_cache_interface.py`` L1203-L1220):
+  ``(n - 1) // B * B``, one token always left to recompute, so a prompt of whole blocks keeps its
+  state one block short of its end (before: ``n - n % B``).
+- ``vllm/v1/core/kv_cache_manager.py`` ``get_computed_blocks`` (L345-L347):
+  ``shared_prefix_boundary = num_new_computed_tokens + num_uncached`` whenever the full-attention
+  match (at most ``num_tokens - 1``) runs past the reconciled hit; no flag.
+- ``vllm/v1/core/kv_cache_coordinator.py`` ``replay_boundaries`` (L65-L88): the positions retention
+  keeps are ``num_prompt_tokens - 1`` and the junction (``single_type_kv_cache_manager.py`` L516);
+  ``MambaManager.reachable_block_mask`` (``single_type_kv_cache_manager.py`` L1554-L1612) floors them
+  to the block and adds the retention grid. Decode therefore keeps no state under retention 0 and
+  only grid states under N > 0 (the rolling newest boundary the preset kept before, read from
+  ``tests/v1/core/test_mamba_align_retention_grid.py`` at 9ab07979812c, is not in 0.34.0).
+- ``_validate_prefix_cache_retention_interval`` (``kv_cache_coordinator.py`` L33-L62): an interval
+  must be a multiple of the block.
+
 ``CacheConfig.enable_mamba_shared_prefix_checkpoint`` (``vllm/config/cache.py``, named
-``enable_mamba_fine_grained_prefix_cache`` until #57382; the ``--enable-mamba-fine-grained-prefix-cache``
-of PR #53945's docs) is something else, off by default: a checkpoint at the sub-block position an
-EAGLE / MTP sibling resumes from, in effect only with EAGLE on the mamba group and a
-``prefix_match_unit`` finer than the mamba block. The simulator matches whole blocks, so the flag
-is refused (one line) rather than silently inert. These lines were read through copies of vLLM main
-found by code search; the project's store holds no vllm-project/vllm commit with them.
+``enable_mamba_fine_grained_prefix_cache`` until #57382) is something else, off by default: a
+checkpoint at the sub-block position an EAGLE / MTP sibling resumes from, in effect only with EAGLE
+on the mamba group and a ``prefix_match_unit`` finer than the block (``KVCacheManager.__init__``,
+``kv_cache_manager.py``). The simulator matches whole blocks, so the flag is refused (one line).
 
 Knobs (named as the engine names them): ``--prefix-cache-retention-interval`` (tokens; 0 keeps
-only the semantic states: the prompt's last full block, the junction and the request's newest
-boundary; N > 0 also the block boundaries on multiples of N; -1 stands for the Python API's None:
-every state), ``--enable-mamba-shared-prefix-checkpoint`` (refused, above), ``--block-size``,
-``--speculative-method`` (``none``, ``eagle``, ``eagle3``, ``mtp``: the ``method`` of
-``--speculative-config``), ``--prefill-chunk`` (``--max-num-batched-tokens``).
+only the semantic states: the prompt's last cacheable block and the junction; N > 0 (a multiple of
+the block) also the block boundaries on multiples of N, in prefill and decode; -1 stands for the
+Python API's None: every state), ``--enable-mamba-shared-prefix-checkpoint`` (refused, above),
+``--block-size``, ``--speculative-method`` (``none``, ``eagle``, ``eagle3``, ``mtp``: the ``method``
+of ``--speculative-config``), ``--prefill-chunk`` (``--max-num-batched-tokens``).
 
-- Prefill: steps cut by ``_mamba_block_aligned_split`` (``align_step_ends`` one request at a
-  time, ``schedule_chunk`` under ``--scheduler continuous``); when the KV match runs deeper than the
-  deepest state, the step is also cut at the match's last block boundary (below ``input_len``), and
-  that state is kept.
-- Decode: the block boundaries decode crosses; under retention only the newest (the request's
-  last block boundary) and those on the retention grid.
+- Prefill: steps cut by ``_mamba_block_aligned_split`` (``step_ends`` one request at a time,
+  ``schedule_chunk`` under ``--scheduler continuous``); the states at step ends on the block grid,
+  thinned by retention.
+- Decode: the block boundaries decode crosses; under retention only those on the grid.
 - EAGLE / MTP on: every kept state sits one block earlier (the block dropped for the draft
   model's hidden states; ``reachable_block_mask`` shifts by one block), and retention is dense.
 - A finished request stores input + output - 1 tokens (the last sampled token never ran through
   the model). Eviction and grid as ``vllm-0.11-align``: one LRU free-block queue, tail first,
   full blocks only.
 
-Reproduces (``tests/policies/test_current_presets.py``): test_mamba_align_retention_grid.py
-(grid blocks kept, none without an interval, the rolling newest boundary); vLLM #40696's
-528-token cliff (prompts under 528 tokens never hit; a 979-token prompt hits 528); #45238's
-workload shape (prompts sharing a prefix that ends inside a block: the second request keeps the
-junction state and the third reuses it; vLLM 0.11 reuses nothing), under every scheduler
-(``tests/policies/test_engine_rules_schedulers.py``); the EAGLE block drop of
-test_mamba_align_chunk_split.py both ways. Not modelled: per-block (rather than per-edge)
-eviction of a leaf, the step budget shared with other requests, the
+Reproduces (``tests/policies/test_current_presets.py``): the retention grid and the decode states
+per interval, the whole-block prompt's state one block short, the interval's multiple (each test
+naming its line above); vLLM #40696's 528-token cliff; #45238's workload shape (the junction),
+under every scheduler (``tests/policies/test_engine_rules_schedulers.py``); the EAGLE block drop of
+test_mamba_align_chunk_split.py both ways. Not modelled: per-block (rather than per-edge) eviction
+(the engine's free queue also holds the blocks it never hashed: with eviction the differential
+agrees on 98-99 % of requests, not all), the step budget shared with other requests, the
 full-attention side of the EAGLE block drop, ``max_model_len`` (#48401's inert cache).
 """
 
@@ -68,9 +69,9 @@ from dataclasses import dataclass
 
 from policies.base import AdmissionPolicy, PolicyError, admission, knob, register_preset
 from policies.engine_common import Speculation, VllmBlocks, full_tokens, input_tokens
-from policies.vllm import VllmAlignAdmission, VllmPreset
+from policies.vllm import VllmPreset
 
-VERSION = "main 2026-09"  # newest code read (see the docstring); no release number yet
+VERSION = "0.34.0"  # the newest release, driven by benchmarks/differential_vllm.py (see the docstring)
 SPECULATIVE = ("none", "eagle", "eagle3", "mtp")
 DENSE = -1  # --prefix-cache-retention-interval -1: the Python API's None (every state kept)
 
@@ -108,6 +109,14 @@ def retained(positions: list[int], semantic: set[int], interval: int) -> list[in
     return [p for p in positions if p in semantic or (interval > 0 and p % interval == 0)]
 
 
+def last_cache_position(n: int, B: int) -> int:
+    """The prompt's last cacheable state (``get_mamba_prefill_checkpoint_position`` without EAGLE,
+    vLLM 0.34.0 ``vllm/v1/kv_cache_interface.py`` L1203-L1220): the last block boundary that leaves
+    at least one token to recompute, ``(n - 1) // B * B``; also the replay boundary retention keeps
+    (``replay_boundaries``: ``num_prompt_tokens - 1``, floored to the block by the mask)."""
+    return max(n - 1, 0) // B * B
+
+
 def junction_tokens(match_tokens: int, n: int, B: int) -> int:
     """Where vLLM's detected shared prefix ends, floored to the block (0: none): the longest
     single-group hit (``shared_prefix_boundary`` = the mamba-limited hit + the uncached shared
@@ -139,15 +148,28 @@ class VllmAdmission(AdmissionPolicy):
         return 0 if p.speculative_method == "none" else max(p.speculative_tokens, 1)
 
     def schedule_chunk(self, start, end, budget, step_budget, ctx):
-        """``_mamba_block_aligned_split``: block-aligned steps, a cut at the prompt's last full
-        block (as in align mode since 0.11) and a cut at the block-floored shared-prefix junction
-        (``stops``' last entry, scheduler.py L411-L437 as read), so a batching scheduler ends a
-        step where the engine does and the junction state is taken there."""
-        n = VllmAlignAdmission.schedule_chunk(self, start, end, budget, step_budget, ctx)
+        """``Scheduler._mamba_block_aligned_split`` (vLLM 0.34.0 ``vllm/v1/core/sched/scheduler.py``
+        L563-L679; no EAGLE, hash block = block, no internal prefill checkpoint): a step ending
+        inside the prompt is cut to whole blocks (a budget under one block waits, unless the whole
+        step budget is under a block: then it runs and re-aligns at the next boundary), and stops
+        at the earliest of the next block boundary (a chunk started mid-block), the last cacheable
+        position ``(n - 1) // B * B`` (``get_mamba_prefill_checkpoint_position``,
+        ``vllm/v1/kv_cache_interface.py`` L1203-L1220: one token is always left to recompute, so a
+        prompt of whole blocks stops one block short of its end) and the block-floored shared-prefix
+        junction, so a batching scheduler ends a step where the engine does."""
         B = ctx.block_tokens
-        stops = [(start // B + 1) * B] if start % B else []  # a chunk started mid-block re-aligns
-        stops.append(junction_tokens(ctx.match_tokens, input_tokens(ctx), B))
-        return min([s - start for s in stops if start < s < start + n], default=n)
+        n = input_tokens(ctx)
+        if start >= n:
+            return min(budget, end - start)
+        stop = start + min(budget, end - start)
+        if stop < n:
+            whole = stop // B * B
+            if whole > start or B <= step_budget:
+                stop = whole
+        junction = junction_tokens(ctx.match_tokens, n, B)
+        stops = [(start // B + 1) * B if start % B else 0, last_cache_position(n, B), junction]
+        stop = min([s for s in stops if start < s < stop], default=stop)
+        return max(stop - start, 0)
 
     def step_ends(self, hit: int, n: int, ctx) -> list[int]:
         """Where one request's prefill steps end with the whole ``--prefill-chunk`` budget each
@@ -155,7 +177,7 @@ class VllmAdmission(AdmissionPolicy):
         budget = self.params.prefill_chunk_tokens
         pos, ends = hit, []
         while pos < n:
-            pos += self.schedule_chunk(pos, n, min(budget, n - pos), budget, ctx)
+            pos += self.schedule_chunk(pos, n, min(budget, n - pos), budget, ctx) or min(budget, n - pos)
             ends.append(pos)
         return ends
 
@@ -182,17 +204,20 @@ class VllmAdmission(AdmissionPolicy):
         else:
             ends = self.step_ends(hit, n, ctx)
         states = [e for e in ends if e % B == 0 and e // B <= ctx.n_input]
-        semantic = {n - n % B, junction}
+        semantic = {last_cache_position(n, B), junction}
         return retained(states, semantic, self.interval()), B, hit
 
     def decode_states(self, match, ctx) -> tuple[list[int], int, int]:
         """The decode states vLLM keeps before the EAGLE / MTP shift (tokens), the block and the
-        floor of the shift (the prompt's last full block)."""
+        floor of the shift (the prompt's last full block). Under retention only those on the
+        retention grid: the mask's reachable boundaries are the prompt's replay boundary and the
+        junction (``replay_boundaries``, ``kv_cache_coordinator.py`` L65-L88, from
+        ``num_prompt_tokens`` only), so with retention 0 decode keeps no state (vLLM 0.34.0; the
+        rolling newest boundary of test_mamba_align_retention_grid.py at 9ab07979812c is gone)."""
         B = ctx.block_tokens
         n = input_tokens(ctx)
         states = list(range((n // B + 1) * B, full_tokens(ctx) + 1, B))
-        newest = {states[-1]} if states else set()
-        return retained(states, newest, self.interval()), B, n // B * B
+        return retained(states, set(), self.interval()), B, n // B * B
 
     def prefill_checkpoints(self, match, ctx):
         kept, B, hit = self.prefill_states(match, ctx)
@@ -245,6 +270,12 @@ class VllmCurrentPreset(VllmPreset):
                 "--enable-mamba-shared-prefix-checkpoint is not modelled: vLLM applies it only with EAGLE / MTP "
                 "and a prefix match unit finer than the block (vllm/config/cache.py), and the simulator matches "
                 "whole blocks; the shared-prefix junction (#37898) is always kept without it"
+            )
+        interval, block = config.prefix_cache_retention_interval, self.grid_for(spec, config)
+        if interval > 0 and interval % block:
+            raise PolicyError(
+                f"--prefix-cache-retention-interval {interval} must be a multiple of the {block}-token block "
+                "(vLLM refuses it: kv_cache_coordinator.py _validate_prefix_cache_retention_interval)"
             )
 
 

@@ -46,6 +46,7 @@ SMALLEST = {
     # needs an LMDeploy checkout and its dependencies (fetched outside CI)
     "differential_lmdeploy.py": (["--help"], "usage"),
     "differential_vllm_split.py": (["--help"], "usage"),  # needs vLLM's scheduler.py (--vllm)
+    "differential_vllm.py": (["--help"], "usage"),  # needs vLLM's unpacked wheel (--vllm)
     "differential_trtllm.py": (["--help"], "usage"),  # needs TensorRT-LLM's cache files (--trtllm)
     # the cross-preset time-model fit, on the committed H200 campaign (no GPU needed)
     "timing_fit.py": (

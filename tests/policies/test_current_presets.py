@@ -181,20 +181,51 @@ def test_vllm_retention_grid(interval, kept):
 
 
 @pytest.mark.parametrize(
-    ("interval", "kept"),
+    ("interval", "n_out", "kept"),
     [
-        (0, [64, 384]),
-        (128, [64, 128, 256, 384]),
-        (-1, [64, 128, 192, 256, 320, 384]),
+        (0, 300, [64]),  # no decode state: the mask keeps only the prompt's replay boundary
+        (128, 300, [64, 128, 256, 384]),
+        (128, 250, [64, 128, 256]),  # the newest boundary (320) is off the grid: not kept
+        (-1, 300, [64, 128, 192, 256, 320, 384]),
     ],
 )
-def test_vllm_decode_keeps_the_rolling_newest_boundary(interval, kept):
-    """test_mamba_align_retention_grid.py::test_rolling_checkpoint_registers_newest_boundary:
-    under retention the newest frozen boundary is the request's resume point. Block 64, 100
-    prompt tokens, 300 output tokens: the engine stored 399 tokens, boundaries 128 .. 384."""
-    trace = one_per_session((toks(0, 100), toks(5000, 300)))
+def test_vllm_retention_keeps_no_decode_state_off_the_grid(interval, n_out, kept):
+    """vLLM 0.34.0 ``vllm/v1/core/kv_cache_coordinator.py`` L65-L88 (``replay_boundaries``: the
+    reachable boundaries are ``num_prompt_tokens - 1`` only, with the junction added in
+    ``single_type_kv_cache_manager.py`` L516) and ``MambaManager.reachable_block_mask``
+    (``single_type_kv_cache_manager.py`` L1554-L1612): under retention a decode block boundary is
+    kept only on the retention grid; the rolling newest boundary the preset kept before (from
+    test_mamba_align_retention_grid.py at 9ab07979812c) is not in the engine's code. Block 64, a
+    100-token prompt (its state at 64): the engine, driven by ``benchmarks/differential_vllm.py``'s
+    ``Engine``, keeps exactly these states."""
+    trace = one_per_session((toks(0, 100), toks(5000, n_out)))
     _, sim = run(trace, "vllm", block_size=64, prefix_cache_retention_interval=interval)
     assert state_depths(sim.tree) == kept
+
+
+@pytest.mark.parametrize(("interval", "hits"), [(0, [0, 528, 528]), (-1, [0, 528, 1056])])
+def test_vllm_prompt_of_whole_blocks_keeps_its_state_one_block_short(interval, hits):
+    """vLLM 0.34.0 ``get_mamba_prefill_checkpoint_position`` (``vllm/v1/kv_cache_interface.py``
+    L1203-L1220; ``Scheduler._mamba_block_aligned_split``, ``scheduler.py`` L596-L600): the last
+    cacheable prompt state is ``(n - 1) // B * B``, so a 1,056-token prompt (two 528-token blocks)
+    runs [528, 1056] and, under retention 0, keeps the state at 528, not at 1056 (the replay
+    boundary ``n - 1`` floors to 528). A resend hits 528; a 1,156-token extension hits 528 too
+    (1056 with every state kept). The engine gives the same hits (``differential_vllm.py``)."""
+    trace = one_per_session(
+        (toks(0, 1056), toks(9000, 5)),
+        (toks(0, 1056), toks(9100, 5)),
+        (toks(0, 1156), toks(9200, 5)),
+    )
+    got, sim = run(trace, "vllm", prefix_cache_retention_interval=interval)
+    assert sim.grid == 528 and got == hits
+
+
+def test_vllm_retention_interval_is_a_multiple_of_the_block():
+    """``kv_cache_coordinator.py`` L33-L62 (``_validate_prefix_cache_retention_interval``): vLLM
+    refuses an interval that is not a multiple of the scheduler block."""
+    trace = one_per_session((toks(0, 50), toks(100, 5)))
+    with pytest.raises(PolicyError, match="multiple of the 64-token block"):
+        run(trace, "vllm", block_size=64, prefix_cache_retention_interval=100)
 
 
 def test_vllm_junction_checkpoint_45238():

@@ -62,12 +62,17 @@ def test_last_token_rule_only():
 
 
 def test_lookup_cap_is_the_last_token_rule():
-    """An identical 32-token prompt under vLLM (block 16): align mode keeps one prompt state, at
-    32; the lookup stops at 31 tokens, so nothing is reused: the 32nd token is the lookup rule's,
-    the 31 before it had no state on the block grid below 31 (16 was never kept)."""
+    """An identical prompt under vLLM (block 16): align mode keeps one prompt state, at the last
+    block boundary that leaves a token to recompute, ``(n - 1) // 16 * 16`` (vLLM 0.34.0
+    ``get_mamba_prefill_checkpoint_position``). 33 tokens: the state at 32, the lookup stops at 32,
+    and only the 33rd token, the lookup rule's, is missed. 32 tokens: the state sits at 16 (not at
+    32, which the lookup could not reach anyway), so 15 tokens had no state and one is the rule's."""
+    p = toks(0, 33)
+    got, rows, _ = causes(one_per_session((p, O), (p, toks(200, 5))), "vllm", block_size=16)
+    assert got == [0, 32] and rows[1] == {"last_token_rule": 1}
     p = toks(0, 32)
     got, rows, _ = causes(one_per_session((p, O), (p, toks(200, 5))), "vllm", block_size=16)
-    assert got == [0, 0] and rows[1] == {"no_checkpoint": 31, "last_token_rule": 1}
+    assert got == [0, 16] and rows[1] == {"no_checkpoint": 15, "last_token_rule": 1}
 
 
 def test_evicted_only_and_when():

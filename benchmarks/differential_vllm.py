@@ -1,0 +1,473 @@
+"""Differential check: vLLM's own KV cache manager (hybrid, Mamba align mode) against the ``vllm`` preset.
+
+The same request stream (a real ShareGPT slice with Qwen3.5 tokens, or ``mooncake:sample`` with its
+512-token hash blocks spelled out as tokens) goes through vllm-project/vllm's v1 cache code on the
+CPU and through the simulator's preset in sequential mode; the hit tokens of every request are
+compared. Nothing of vLLM is copied here: the script imports ``vllm/v1/core/`` (``KVCacheManager``,
+the ``HybridKVCacheCoordinator``, ``FullAttentionManager`` / ``MambaManager``, ``BlockPool``,
+``kv_cache_utils``) and ``vllm/v1/kv_cache_interface.py`` from the folder given with ``--vllm`` (the
+unpacked wheel: ``pip download --no-deps vllm==0.33.0`` and unzip its ``vllm/*.py``), with the
+modules they import but do not need on this path (``vllm.config``, ``vllm.logger``, the request
+class, metrics, KV events, multimodal helpers, hashing backends) replaced by small stand-ins; the
+scheduler's ``Scheduler._mamba_block_aligned_split`` is read from ``vllm/v1/core/sched/scheduler.py``
+and called with a stub ``self`` (as ``differential_vllm_split.py`` does).
+
+Engine side. A ``KVCacheConfig`` as vLLM builds it for Qwen3.5-9B (8 full-attention and 24
+Gated-DeltaNet layers): one attention group and three Mamba groups of eight layers each (vLLM
+groups layers into groups of equal size; the page of one layer is the same in every group), all
+with the preset's block (the attention block raised to the mamba page: 528 tokens, or
+``--block-size``), ``mamba_cache_mode="align"``, the hash block equal to the block (no
+``prefix_match_unit``: the default), ``prefix_cache_retention_interval`` as the preset's knob
+(``-1`` is the Python API's ``None``), no EAGLE, no internal prefill checkpoints (the Triton GDN
+prefill backend; FlashInfer's exports the prompt checkpoint inside the last chunk and changes the
+step count, not where states sit). Each request, in the simulator's sequential order, one at a time
+as the scheduler would run it alone: ``new_step_starts``; ``get_computed_blocks`` (sets
+``shared_prefix_boundary``); prefill chunks cut by ``_mamba_block_aligned_split`` with the preset's
+``--prefill-chunk`` budget, each allocated with ``allocate_slots``; then decode one token a step up
+to input + output - 1 computed tokens (the last sampled token never runs); ``free``.
+
+Memory. The simulator charges a KV block B x ``kv_bytes_per_token`` and a state
+``state_bytes``; vLLM charges one block id per attention block and one block id per Mamba group per
+state, a block id being eight layers' pages (the attention page of B tokens; the Mamba page is
+padded up to it). ``--capacity`` bytes become ``capacity // (B x kv_bytes_per_token)`` block ids
+(the engine's ``num_blocks = memory // (page x layers per group)``), so a KV block costs the same
+on both sides and a state costs three block ids in vLLM against ``state_bytes / (B x
+kv_bytes_per_token)`` (2.98 at B = 528) in the simulator. ``--capacity 0`` (default): ample memory,
+nothing evicted. The engine also needs room for the running request's own blocks (the simulator
+charges none in sequential mode): the running request's blocks are added on top (``--headroom``).
+
+    python benchmarks/differential_vllm.py --vllm /work/engines/vllm-0.33.0 --trace sharegpt --sessions 100
+
+Prints, per preset, how many requests get the same hit as the engine; ``--out`` writes one CSV row
+per request (request, input, output, engine hit, simulator hit per preset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import hashlib
+import importlib.util
+import logging
+import pickle
+import sys
+import types
+from collections import Counter
+from enum import Enum
+from pathlib import Path
+
+import numpy as np
+
+from sim.config import UNLIMITED, SimConfig, parse_size
+from sim.cost import get_model
+from sim.engine.drivers import run, timestamps
+from sim.simulate import build
+from traces.registry import TraceOptions, load_trace
+
+MODEL = "qwen3.5-9b"
+LAYERS_PER_GROUP = 8  # Qwen3.5-9B: 8 attention layers -> groups of 8 (1 attention, 3 Mamba)
+CORE = (
+    "vllm.utils.math_utils",
+    "vllm.v1.kv_cache_layout",
+    "vllm.v1.kv_cache_spec_registry",
+    "vllm.v1.kv_cache_interface",
+    "vllm.v1.core.kv_cache_utils",
+    "vllm.v1.core.kv_cache_metrics",
+    "vllm.v1.core.block_pool",
+    "vllm.v1.core.single_type_kv_cache_manager",
+    "vllm.v1.core.kv_cache_coordinator",
+    "vllm.v1.core.kv_cache_manager",
+)
+
+
+# ---------------------------------------------------------------------------------- loading vLLM
+class _Logger(logging.LoggerAdapter):
+    def __init__(self, name):
+        super().__init__(logging.getLogger(name), {})
+
+    def info_once(self, *a, **k):
+        pass
+
+    def warning_once(self, *a, **k):
+        pass
+
+    def debug_once(self, *a, **k):
+        pass
+
+
+class _Anything:
+    """A stand-in class: any attribute, any call."""
+
+    def __init__(self, *a, **k):
+        pass
+
+    def __getattr__(self, name):
+        return _Anything()
+
+    def __call__(self, *a, **k):
+        return _Anything()
+
+
+class RequestStatus(Enum):
+    WAITING = 1
+    RUNNING = 2
+    PREEMPTED = 3
+
+
+def _stub(name: str, **attrs) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__dict__.update(attrs)
+    sys.modules[name] = mod
+    return mod
+
+
+def _package(name: str, root: Path) -> None:
+    """An empty package whose submodules load from ``root`` (its ``__init__`` is never run)."""
+    if name in sys.modules:
+        return
+    mod = types.ModuleType(name)
+    mod.__path__ = [str(root / name.replace(".", "/"))]
+    sys.modules[name] = mod
+
+
+def _load(name: str, root: Path) -> types.ModuleType:
+    path = root / (name.replace(".", "/") + ".py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def load_vllm(root: Path) -> types.SimpleNamespace:
+    """vLLM's cache modules from ``root`` (a folder holding ``vllm/``), heavy imports stubbed."""
+    if not (root / "vllm/v1/core/kv_cache_manager.py").is_file():
+        raise SystemExit(f"{root}: no vllm/v1/core/kv_cache_manager.py (unpack vLLM's wheel there)")
+    for pkg in (
+        "vllm",
+        "vllm.utils",
+        "vllm.v1",
+        "vllm.v1.core",
+        "vllm.v1.core.sched",
+        "vllm.v1.attention",
+        "vllm.v1.attention.backends",
+        "vllm.v1.hisparse",
+        "vllm.v1.metrics",
+        "vllm.distributed",
+        "vllm.multimodal",
+        "vllm.config",
+    ):
+        _package(pkg, root)
+
+    class MambaAttentionBackendEnum(Enum):
+        MAMBA1 = 1
+        MAMBA2 = 2
+        GDN_ATTN = 3
+        LINEAR = 4
+        SHORT_CONV = 5
+
+    class _Event:
+        def __init__(self, *a, **k):
+            self.__dict__.update(k)
+
+    _stub("vllm.logger", init_logger=_Logger)
+    _stub("vllm.envs", VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=False)
+    _stub("vllm.config", VllmConfig=object, get_current_vllm_config_or_none=lambda: None)
+    _stub("vllm.platforms", current_platform=_Anything())
+    sys.modules["vllm"].envs = sys.modules["vllm.envs"]
+    _stub("vllm.multimodal.utils", get_mm_features_in_window=lambda *a, **k: (0, []))
+    _stub("vllm.utils.hashing", xxhash=lambda x: b"", xxhash_cbor=lambda x: b"")
+    _stub("vllm.utils.torch_utils", get_dtype_size=lambda dtype: dtype.itemsize)
+    _stub("vllm.v1.utils", tensor_data=lambda t: t, ConstantList=list)
+    _stub("vllm.v1.attention.backends.registry", MambaAttentionBackendEnum=MambaAttentionBackendEnum)
+    _stub("vllm.v1.request", Request=object, RequestStatus=RequestStatus)
+    _stub(
+        "vllm.v1.metrics.stats",
+        PrefixCacheStats=_Anything,
+        KVCacheEvictionEvent=_Anything,
+        PrefillStats=_Anything,
+    )
+    _stub(
+        "vllm.distributed.kv_events",
+        MEDIUM_GPU="GPU",
+        MEDIUM_CPU="CPU",
+        AllBlocksCleared=_Event,
+        BlockRemoved=_Event,
+        BlockStored=_Event,
+        KVCacheEvent=_Event,
+    )
+    mods = {}
+    for name in CORE:
+        mods[name] = _load(name, root)
+        if name == "vllm.v1.core.block_pool":  # HiSparse's pool subclasses it; unused here
+            pool = mods[name].BlockPool
+            _stub(
+                "vllm.v1.hisparse.block_pool", SharedEventQueueBlockPool=type("SharedEventQueueBlockPool", (pool,), {})
+            )
+    return types.SimpleNamespace(
+        interface=mods["vllm.v1.kv_cache_interface"],
+        utils=mods["vllm.v1.core.kv_cache_utils"],
+        manager=mods["vllm.v1.core.kv_cache_manager"],
+        split=load_split(root / "vllm/v1/core/sched/scheduler.py", mods["vllm.v1.kv_cache_interface"]),
+    )
+
+
+def load_split(path: Path, interface):
+    """``Scheduler._mamba_block_aligned_split`` from vLLM's scheduler.py."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "_mamba_block_aligned_split":
+            node.decorator_list = []
+            namespace: dict = {"Request": object, **vars(interface)}
+            exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
+            return namespace["_mamba_block_aligned_split"]
+    raise SystemExit(f"{path}: no _mamba_block_aligned_split in it")
+
+
+# ---------------------------------------------------------------------------------- the engine
+class EngineRequest:
+    """What vLLM's cache code reads of ``vllm.v1.request.Request`` (no sampling, no multimodal)."""
+
+    def __init__(self, request_id: str, prompt: list[int], hasher, max_tokens: int):
+        self.request_id = request_id
+        self._all_token_ids = list(prompt)
+        self.all_token_ids = self._all_token_ids
+        self.num_prompt_tokens = len(prompt)
+        self.num_computed_tokens = 0
+        self.num_in_flight_tokens = 0
+        self.num_output_placeholders = 0
+        self.num_preemptions = 0
+        self.shared_prefix_boundary = 0
+        self.max_tokens = max_tokens
+        self.status = RequestStatus.WAITING
+        self.skip_reading_prefix_cache = False  # vLLM <= 0.33
+        self.prefix_cache_hit_limit = None  # vLLM >= 0.34
+        self.mm_features: list = []
+        self.lora_request = None
+        self.cache_salt = None
+        self.prompt_embeds = None
+        self._prompt_embeds_per_block_hashes = None
+        self.session_id = None
+        self.block_hashes: list = []
+        self._hasher = hasher
+        self.block_hashes.extend(hasher(self))
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self._all_token_ids)
+
+    def get_max_cache_hit_length(self, bound: int | None = None) -> int:
+        return min(x for x in (self.num_tokens - 1, bound) if x is not None)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return self.num_tokens - self.num_prompt_tokens
+
+    def append(self, token: int) -> None:
+        self._all_token_ids.append(token)
+        self.block_hashes.extend(self._hasher(self))
+
+
+def _hash(obj) -> bytes:
+    return hashlib.sha256(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)).digest()
+
+
+def scheduler_stub(block: int, budget: int) -> types.SimpleNamespace:
+    """``self`` of ``Scheduler._mamba_block_aligned_split``: align mode, no EAGLE, hash block =
+    block (no ``prefix_match_unit``), no internal prefill checkpoints (Triton GDN prefill)."""
+    return types.SimpleNamespace(
+        cache_config=types.SimpleNamespace(block_size=block),
+        scheduler_config=types.SimpleNamespace(long_prefill_token_threshold=0),
+        max_num_scheduled_tokens=budget,
+        use_eagle=False,
+        use_eagle_block_drop=False,
+        num_hash_lookahead_tokens=0,
+        hash_block_size=block,
+        block_size=block,
+        mamba_partial_cache_hit=False,
+        mamba_shared_prefix_checkpoint=False,
+        mamba_has_prefill_checkpoint_blocks=False,
+        mamba_prefill_checkpoint_alignment=None,
+        need_mamba_block_aligned_split=True,
+    )
+
+
+class Engine:
+    """vLLM's ``KVCacheManager`` for a Qwen3.5-9B-shaped hybrid model, driven one request at a time."""
+
+    def __init__(self, v, block: int, num_blocks: int, retention: int | None, budget: int, max_len: int):
+        import torch  # noqa: PLC0415 (the specs' dtypes)
+
+        itf = v.interface
+        spec = get_model(MODEL)
+        page = block * spec.kv_bytes_per_token() // spec.n_attn  # one layer's attention page
+        per_layer = spec.kv_bytes_per_token() // spec.n_attn  # K and V of one token, one layer
+        attn = itf.FullAttentionSpec(
+            block_size=block, num_kv_heads=per_layer // (2 * 256 * 2), head_size=256, dtype=torch.bfloat16
+        )
+        # the GDN state of one layer (its shapes do not matter here; its page is padded to the attention page)
+        mamba = itf.MambaSpec(
+            block_size=block,
+            shapes=((1,),),
+            dtypes=(torch.float32,),
+            page_size_padded=page,
+            mamba_type=itf.MambaAttentionBackendEnum.GDN_ATTN,
+            mamba_cache_mode="align",
+        )
+        n_linear = spec.n_gdn + spec.n_mamba
+        groups = [itf.KVCacheGroupSpec([f"attn.{i}" for i in range(LAYERS_PER_GROUP)], attn)]
+        for g in range(n_linear // LAYERS_PER_GROUP):
+            groups.append(itf.KVCacheGroupSpec([f"gdn{g}.{i}" for i in range(LAYERS_PER_GROUP)], mamba))
+        config = itf.KVCacheConfig(
+            num_blocks=num_blocks,
+            kv_cache_tensors=[],
+            kv_cache_groups=groups,
+            prefix_cache_retention_interval=retention,
+            hash_block_size=block,
+            cache_hit_alignment_tokens=block,
+        )
+        v.utils.init_none_hash(_hash)
+        self.hasher = v.utils.get_request_block_hasher(block, _hash)
+        self.manager = v.manager.KVCacheManager(
+            kv_cache_config=config,
+            max_model_len=max_len,
+            scheduler_block_size=block,
+            hash_block_size=block,
+            enable_caching=True,
+        )
+        self.split = v.split
+        self.sched = scheduler_stub(block, budget)
+        self.budget = budget
+        self.n = 0
+
+    def serve(self, prompt: list[int], output: list[int]) -> tuple[int, list[int]]:
+        """One request alone: hit tokens and its prefill step ends. Computes input + output - 1 tokens."""
+        m = self.manager
+        self.n += 1
+        req = EngineRequest(f"r{self.n}", prompt, self.hasher, max(len(output), 1))
+        m.new_step_starts()
+        blocks, hit, req.shared_prefix_boundary = m.get_computed_blocks(req)
+        first, ends = True, []
+        while req.num_computed_tokens + (hit if first else 0) < req.num_prompt_tokens:
+            start = req.num_computed_tokens + (hit if first else 0)
+            k = self.split(self.sched, req, min(self.budget, req.num_tokens - start), hit if first else 0)
+            if k <= 0:
+                raise RuntimeError(f"{req.request_id}: the split scheduled 0 tokens at {start}")
+            if not first:
+                m.new_step_starts()
+            new = m.allocate_slots(
+                req, k, num_new_computed_tokens=hit if first else 0, new_computed_blocks=blocks if first else None
+            )
+            if new is None:
+                raise RuntimeError(f"{req.request_id}: out of blocks in prefill (raise --headroom)")
+            req.status = RequestStatus.RUNNING
+            req.num_computed_tokens = start + k
+            ends.append(req.num_computed_tokens)
+            first = False
+        if output:
+            req.append(int(output[0]))  # sampled by the last prefill step
+        for tok in output[1:]:  # decode: each step computes the newest token and samples the next
+            m.new_step_starts()
+            if m.allocate_slots(req, 1) is None:
+                raise RuntimeError(f"{req.request_id}: out of blocks in decode (raise --headroom)")
+            req.num_computed_tokens += 1
+            req.append(int(tok))
+        m.free(req)
+        return hit, ends
+
+
+# ---------------------------------------------------------------------------------- the simulator
+def sim_hits(trace, policy: str, block: int, capacity: int, retention: int, chunk: int):
+    """Hit tokens per request of ``policy`` in sequential mode, in the order it serves them."""
+    knobs = {"block_size": block, "prefill_chunk_tokens": chunk}
+    if policy == "vllm":
+        knobs["prefix_cache_retention_interval"] = retention
+    config = SimConfig(policy=policy, model=MODEL, capacity_bytes=capacity or UNLIMITED, mode="sequential", **knobs)
+    sim = build(trace, config)
+    order = np.argsort(timestamps(sim), kind="stable")
+    res = run(sim)
+    req = res.requests.set_index("request_id") if "request_id" in res.requests else res.requests
+    hit = req["hit_tokens"]
+    return [int(hit.iloc[i]) for i in order], order, sim.grid
+
+
+def tokens_of(trace, r) -> tuple[list[int], list[int]]:
+    """A request's prompt and output as token ids: the tokens themselves, or, on a hash-block trace,
+    each symbol spelled out as its block of distinct ids (the last prompt symbol partial)."""
+    G = getattr(trace, "block_tokens", 1) or 1
+    if G == 1:
+        return [int(t) for t in r.input_tokens], [int(t) for t in r.output_tokens]
+
+    def spell(symbols, n):
+        out = [(int(s) + (1 << 40)) * G + j for s in symbols for j in range(G)]
+        return out[:n]
+
+    return spell(r.input_tokens, int(r.input_len)), spell(r.output_tokens, int(r.output_len))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--vllm", type=Path, required=True, help="folder holding vLLM's vllm/ package (an unpacked wheel)")
+    ap.add_argument("--trace", default="sharegpt", help="sharegpt or mooncake:sample (any trace spec)")
+    ap.add_argument("--sessions", type=int, default=100)
+    ap.add_argument("--block-size", type=int, default=0, help="0: the preset's block (528 for Qwen3.5-9B)")
+    ap.add_argument("--retention", type=int, default=0, help="--prefix-cache-retention-interval (-1: dense)")
+    ap.add_argument("--prefill-chunk", type=int, default=8192)
+    ap.add_argument("--capacity", default="0", help="simulator capacity (e.g. 4GB); 0: ample, nothing evicted")
+    ap.add_argument("--headroom", type=int, default=0, help="engine blocks added to the capacity's (default 0)")
+    ap.add_argument("--policies", default="vllm,vllm-0.11-align")
+    ap.add_argument("--out", type=Path, help="CSV of per-request hits")
+    args = ap.parse_args(argv)
+    v = load_vllm(args.vllm)
+    trace = load_trace(args.trace, TraceOptions(sessions=args.sessions))
+    capacity = parse_size(args.capacity) if args.capacity != "0" else 0
+    results, order, block = {}, None, None
+    for policy in args.policies.split(","):
+        results[policy], order, block = sim_hits(
+            trace, policy, args.block_size, capacity, args.retention, args.prefill_chunk
+        )
+    spec = get_model(MODEL)
+    reqs = [tokens_of(trace, trace.requests[i]) for i in order]
+    longest = max(len(p) + len(o) for p, o in reqs)
+    states_per = (spec.n_gdn + spec.n_mamba) // LAYERS_PER_GROUP
+    headroom = args.headroom
+    if capacity:
+        num_blocks = capacity // (block * spec.kv_bytes_per_token()) + headroom
+    else:
+        num_blocks = sum(-(-(len(p) + len(o)) // block) * (1 + states_per) for p, o in reqs) + 64
+    retention = None if args.retention == -1 else args.retention
+    engine = Engine(v, block, num_blocks + 1, retention, args.prefill_chunk, longest + 8)
+    print(
+        f"trace {args.trace}: {len(reqs)} requests; block {block}; engine blocks {num_blocks} "
+        f"(headroom {headroom}); retention {args.retention}; capacity {args.capacity}"
+    )
+    engine_hits = []
+    for prompt, output in reqs:
+        engine_hits.append(engine.serve(prompt, output)[0])
+    for policy, hits in results.items():
+        same = sum(a == b for a, b in zip(hits, engine_hits))
+        diff = Counter(np.sign(np.array(hits) - np.array(engine_hits)))
+        print(
+            f"{policy:18s} agrees on {same}/{len(engine_hits)} requests "
+            f"(simulator higher on {diff.get(1, 0)}, lower on {diff.get(-1, 0)}); "
+            f"hit tokens {sum(hits):,} vs engine {sum(engine_hits):,}"
+        )
+        shown = 0
+        for k, (a, b) in enumerate(zip(hits, engine_hits)):
+            if a != b and shown < 5:
+                p, o = reqs[k]
+                print(f"  #{k} request {order[k]} (input {len(p)}, output {len(o)}): simulator {a}, engine {b}")
+                shown += 1
+    if args.out:
+        with args.out.open("x", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["serve_order", "request", "input", "output", "engine", *results])
+            for k, i in enumerate(order):
+                p, o = reqs[k]
+                w.writerow([k, int(i), len(p), len(o), engine_hits[k], *(results[x][k] for x in results)])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
