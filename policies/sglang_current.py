@@ -165,7 +165,10 @@ class SglangAdmission(AdmissionPolicy):
         if resolved_strategy(p) == "no_buffer":
             return [ctx.n_full]
         G = ctx.block_tokens
-        grid = math.lcm(p.page_size, p.mamba_track_interval)
+        # mamba_track_grid (runtime_context.py L1974-L1979, SGLang 0.5.23): decode tracks land on
+        # lcm(mamba_cache_chunk_size, page, --mamba-track-interval), so an interval finer than the
+        # 64-token chunk tracks on the chunk grid
+        grid = math.lcm(capture_chunk(p.page_size), p.page_size, p.mamba_track_interval)
         last = full_tokens(ctx) // grid * grid
         return [last // G] if last > input_tokens(ctx) else []
 

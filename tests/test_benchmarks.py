@@ -45,6 +45,7 @@ SMALLEST = {
     "peer_check.py": (["--dry-run"], "kernel_bench.py"),
     # needs an LMDeploy checkout and its dependencies (fetched outside CI)
     "differential_lmdeploy.py": (["--help"], "usage"),
+    "differential_sglang.py": (["--help"], "usage"),  # needs SGLang's unpacked wheel (--sglang)
     "differential_vllm_split.py": (["--help"], "usage"),  # needs vLLM's scheduler.py (--vllm)
     "differential_vllm.py": (["--help"], "usage"),  # needs vLLM's unpacked wheel (--vllm)
     "differential_trtllm.py": (["--help"], "usage"),  # needs TensorRT-LLM's cache files (--trtllm)

@@ -1,0 +1,385 @@
+"""Differential check: SGLang's own radix cache (``UnifiedRadixCache`` + mamba component) against the
+``sglang`` presets, hit tokens per request.
+
+The same request stream goes through sgl-project/sglang's cache on the CPU and through the
+simulator's preset in sequential mode (one request at a time, in arrival order). Nothing of SGLang
+is copied here: the script imports it from a folder given on the command line (the unpacked wheel,
+``pip download --no-deps sglang==0.5.23`` then ``unzip``) plus a folder of the pure-Python
+modules it imports at load time (``pip install --no-deps --target``: orjson, pybase64, starlette,
+msgspec, apache-tvm-ffi, transformers, safetensors, sentencepiece, compressed-tensors, loguru,
+gguf, openai, sniffio, partial-json-parser); torchvision, which it imports for vision models only,
+is replaced by an empty stub module.
+
+Engine side, per request (the calls SGLang's scheduler makes, ``managers/schedule_batch.py``,
+``schedule_policy.py``, ``scheduler_components/batch_result_processor.py``,
+``mem_cache/common.py``): ``Req.init_next_round_input`` (the match, capped at input - 1 tokens,
+copy-on-write of the matched state), ``tree_cache.lock``, ``alloc_req_slots`` (the request's mamba
+slot and, with extra_buffer, its two ping-pong track slots, evicting states when the pool is
+full); then each chunked-prefill chunk: ``alloc_token_slots`` (evicting KV), extra_buffer's track
+entry (``ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend``, called on a stub batch)
+and ``checkpoint_kv_cache`` after every chunk of a request that goes on; decode: one token slot
+per computed output token (all but the last, which is sampled but never run), extra_buffer's
+decode track when the committed length reaches a multiple of ``mamba_track_grid``; at the end
+``release_kv_cache(checkpoint=True)``. The tensor pools are real SGLang pools with one attention
+head of width 1 and a 1-head, 2 x 2 state (a few bytes a slot); the mamba LRU's clock
+(``get_and_increase_time_counter``) is SGLang's own counter, already deterministic.
+
+Memory: "ample" sizes both pools so that nothing is evicted. "evict" gives the simulator
+``--gpu-memory M`` (the preset's split: ``floor(M x r / (1 + r) / state bytes)`` states, the KV
+budget the rest) and the engine a KV pool of ``floor(KV budget / KV bytes per token)`` tokens and a
+mamba pool of those states plus the slots the one running request holds (1 with no_buffer, 3 with
+extra_buffer: the simulator's sequential mode charges running requests nothing), plus a KV
+reserve of the running request's own tokens (taken back after each request), for the same reason.
+
+    python benchmarks/differential_sglang.py --sglang /work/engines/sglang-0.5.23 \\
+        --deps /work/engines/deps --trace sharegpt --sessions 100 --memory ample
+
+Prints, for each preset compared, how many requests get the same hit as the engine, and writes
+``--out`` (a CSV of per-request hits) when given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.abc
+import importlib.machinery
+import sys
+import time
+import types
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+MODEL = "qwen3.5-9b"
+PRESETS = {
+    # label: (simulator policy, simulator knobs, engine strategy)
+    "sglang/no_buffer": ("sglang", {"mamba_radix_cache_strategy": "no_buffer"}, "no_buffer"),
+    "sglang/extra_buffer": ("sglang", {"mamba_radix_cache_strategy": "extra_buffer"}, "extra_buffer"),
+}
+STUBBED = ("torchvision",)  # imported by SGLang's vision-model configs only
+
+
+class _AnyMeta(type):
+    def __getattr__(cls, name):
+        return _Anything()
+
+
+class _Anything(metaclass=_AnyMeta):
+    """A stand-in for any attribute of a stubbed module (classes, enums, functions)."""
+
+    def __init__(self, *a, **k):
+        pass
+
+    def __call__(self, *a, **k):
+        return _Anything()
+
+    def __getattr__(self, name):
+        return _Anything()
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Empty modules for ``STUBBED`` (never used by the cache code)."""
+
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in STUBBED:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+        module.__version__ = "0.0.0"
+        module.__getattr__ = lambda name: type(name, (_Anything,), {})
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+@dataclass
+class EngineSetup:
+    strategy: str
+    kv_tokens: int
+    mamba_slots: int
+    page_size: int = 1
+    track_interval: int = 256
+    prefill_chunk: int = 8192
+    kv_reserve: int = 0  # slots held back and lent to each running request
+
+
+def engine_tokens(req, block: int, out: bool) -> np.ndarray:
+    """A request's prompt (or its output, all but what the simulator stores) in tokens: a symbol of a
+    hash-block trace becomes ``block`` tokens, ``symbol * block + offset``."""
+    sym = req.output_tokens if out else req.input_tokens
+    n = req.n_output_tokens(block) if out else req.n_input_tokens(block)
+    if block == 1:
+        return np.asarray(sym[:n], dtype=np.int64)
+    pos = np.arange(n)
+    ids = np.asarray(sym, dtype=np.int64)[np.minimum(pos // block, len(sym) - 1)]
+    if out:  # outputs of hash-block traces are unique per request
+        ids = np.full(n, -(req.request_id + 1) * 10**6, dtype=np.int64) - pos
+        return ids
+    return ids * block + pos % block
+
+
+class SGLangDriver:
+    """SGLang's cache, driven one request at a time as its scheduler drives it."""
+
+    def __init__(self, setup: EngineSetup, max_len: int):
+        import torch  # noqa: PLC0415
+        from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateShape  # noqa: PLC0415
+        from sglang.srt.environ import envs  # noqa: PLC0415
+        from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator  # noqa: PLC0415
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: PLC0415
+        from sglang.srt.mem_cache.memory_pool import HybridLinearKVPool, HybridReqToTokenPool  # noqa: PLC0415
+        from sglang.srt.mem_cache.unified_cache.components.base import ComponentType  # noqa: PLC0415
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: PLC0415
+        from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler  # noqa: PLC0415
+
+        self.setup = setup
+        extra = setup.strategy != "no_buffer"
+        args = ServerArgs(
+            model_path="dummy",
+            page_size=setup.page_size,
+            mamba_radix_cache_strategy=setup.strategy,
+            mamba_track_interval=setup.track_interval,
+            chunked_prefill_size=setup.prefill_chunk,
+            disable_overlap_schedule=True,
+        )
+        args._mamba_cache_chunk_size = max(64, setup.page_size)  # the FLA chunk (a dummy model has no config)
+        set_global_server_args_for_scheduler(args)
+        with envs.SGLANG_MAMBA_SSM_DTYPE.override("float32"):
+            shape = Mamba2StateShape.create(
+                tp_world_size=1,
+                intermediate_size=2,
+                n_groups=1,
+                num_heads=1,
+                head_dim=2,
+                state_size=2,
+                conv_kernel=2,
+            )
+            params = Mamba2CacheParams(shape=shape, layers=[0])
+        self.pool = HybridReqToTokenPool(
+            size=2,
+            mamba_size=setup.mamba_slots,
+            mamba_spec_state_size=2,
+            max_context_len=max_len + 8,
+            device="cpu",
+            enable_memory_saver=False,
+            cache_params=params,
+            mamba_layer_ids=[0],
+            enable_mamba_extra_buffer=extra,
+            enable_mamba_extra_buffer_lazy=setup.strategy == "extra_buffer_lazy",
+            enable_overlap_schedule=False,
+        )
+        size = setup.kv_tokens + setup.kv_reserve
+        kv = HybridLinearKVPool(
+            size=size,
+            dtype=torch.bfloat16,
+            page_size=setup.page_size,
+            head_num=1,
+            head_dim=1,
+            full_attention_layer_ids=[1],
+            device="cpu",
+            mamba_pool=self.pool.mamba_pool,
+        )
+        self.allocator = TokenToKVPoolAllocator(
+            size=size, dtype=torch.bfloat16, device="cpu", kvcache=kv, need_sort=False
+        )
+        self.tree = UnifiedRadixCache(
+            params=CacheInitParams(
+                req_to_token_pool=self.pool,
+                token_to_kv_pool_allocator=self.allocator,
+                page_size=setup.page_size,
+                disable=False,
+                tree_components=(ComponentType.FULL, ComponentType.MAMBA),
+                enable_mamba_extra_buffer=extra,
+            )
+        )
+        self.reserve = self.allocator.alloc(setup.kv_reserve) if setup.kv_reserve else None
+        self.model_config = types.SimpleNamespace(hf_text_config=types.SimpleNamespace(mamba_chunk_size=64))
+        self.rid = 0
+
+    def _lend(self, n: int):
+        """Give ``n`` reserved KV slots back to the allocator for the running request."""
+        if self.reserve is None or n <= 0:
+            return 0
+        n = min(n, len(self.reserve))
+        self.allocator.free(self.reserve[len(self.reserve) - n :])
+        self.reserve = self.reserve[: len(self.reserve) - n]
+        return n
+
+    def _take_back(self, n: int) -> None:
+        from sglang.srt.mem_cache.allocation import alloc_token_slots  # noqa: PLC0415
+
+        if n > 0:
+            import torch  # noqa: PLC0415
+
+            self.reserve = torch.cat([self.reserve, alloc_token_slots(self.tree, n)])
+
+    def run(self, prompt: np.ndarray, output: np.ndarray) -> int:
+        """One request through the cache; returns its hit tokens."""
+        from array import array  # noqa: PLC0415
+
+        from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch  # noqa: PLC0415
+        from sglang.srt.mem_cache.allocation import alloc_req_slots, alloc_token_slots  # noqa: PLC0415
+        from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache  # noqa: PLC0415
+        from sglang.srt.runtime_context import mamba_track_grid  # noqa: PLC0415
+        from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: PLC0415
+
+        s = self.setup
+        n, n_out = len(prompt), len(output)
+        req = Req(
+            rid=str(self.rid),
+            origin_input_text="",
+            origin_input_ids=array("q", prompt.tolist()),
+            sampling_params=SamplingParams(temperature=0, max_new_tokens=n_out),
+        )
+        self.rid += 1
+        req.output_ids = array("q")
+        req.init_next_round_input(self.tree)
+        hit = int(req.prefix_len)
+        lent = self._lend(n + n_out - 1 - hit)
+        req.extend_end = min(n, hit + s.prefill_chunk)
+        req.lock = self.tree.lock(req.last_node)
+        alloc_req_slots(self.pool, [req], self.tree)
+        batch = types.SimpleNamespace(model_config=self.model_config, tree_cache=self.tree, req_to_token_pool=self.pool)
+        extra = s.strategy != "no_buffer"
+        pos = hit
+        while True:  # chunked prefill
+            end = min(n, pos + s.prefill_chunk)
+            req.prefix_len, req.extend_end = pos, end
+            loc = alloc_token_slots(self.tree, end - pos)
+            self.pool.write((req.kv.req_pool_idx, slice(pos, end)), loc)
+            req.kv.kv_committed_len = end
+            req.kv.kv_allocated_len = end
+            if extra:
+                ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend(batch, req)
+            pos = end
+            if pos >= n:
+                break
+            checkpoint_kv_cache(req, self.tree)
+        grid = mamba_track_grid(self.tree.page_size)
+        out = output.tolist()
+        req.output_ids.append(out[0])
+        if n_out > 1:
+            checkpoint_kv_cache(req, self.tree)  # the prefill's last chunk; the request decodes on
+            for j in range(1, n_out):  # run output token j - 1 (0-based), sample token j
+                loc = alloc_token_slots(self.tree, 1)
+                self.pool.write((req.kv.req_pool_idx, slice(n + j - 1, n + j)), loc)
+                req.kv.kv_committed_len = n + j
+                req.kv.kv_allocated_len = n + j
+                req.output_ids.append(out[j])
+                if extra and req.kv.kv_committed_len % grid == 0:
+                    req.kv.mamba_prev_track_seqlen = req.kv.mamba_last_track_seqlen
+                    req.kv.mamba_last_track_seqlen = req.kv.kv_committed_len
+                    req.kv.mamba_last_track_idx = req.kv.mamba_next_track_idx
+                    req.kv.mamba_next_track_idx = self.pool.get_mamba_ping_pong_other_idx(req.kv.mamba_last_track_idx)
+        req.finished_reason = FINISH_LENGTH(length=n_out)
+        req.finished_len = n_out
+        release_kv_cache(req, self.tree, checkpoint=True)
+        self._take_back(lent)
+        return hit
+
+
+def engine_hits(trace, order, setup: EngineSetup) -> list[int]:
+    block = trace.block_tokens
+    reqs = [trace.requests[i] for i in order]
+    longest = max(r.n_input_tokens(block) + r.n_output_tokens(block) for r in reqs)
+    driver = SGLangDriver(setup, longest)
+    hits = []
+    for r in reqs:
+        hits.append(driver.run(engine_tokens(r, block, False), engine_tokens(r, block, True)))
+    return hits
+
+
+def sim_run(trace, policy: str, knobs: dict, memory: str):
+    """Hit tokens per request of ``policy`` in sequential mode, in arrival order, and the simulation."""
+    from sim.config import UNLIMITED, SimConfig  # noqa: PLC0415
+    from sim.engine.drivers import run, timestamps  # noqa: PLC0415
+    from sim.simulate import build  # noqa: PLC0415
+
+    extra = {"gpu_memory": memory} if memory != "ample" else {}
+    config = SimConfig(policy=policy, model=MODEL, capacity_bytes=UNLIMITED, mode="sequential", **knobs, **extra)
+    sim = build(trace, config)
+    order = np.argsort(timestamps(sim), kind="stable")
+    res = run(sim)
+    hit = (
+        res.requests.set_index("request_id")["hit_tokens"]
+        if "request_id" in res.requests
+        else res.requests["hit_tokens"]
+    )
+    return [int(hit.iloc[i]) for i in order], order, sim
+
+
+def engine_setup(trace, sim, strategy: str, memory: str, prefill_chunk: int) -> EngineSetup:
+    """The engine's pool sizes for the simulator's memory (see the module docstring)."""
+    from sim.cost import get_model  # noqa: PLC0415
+
+    block = trace.block_tokens
+    total = sum(r.n_input_tokens(block) + r.n_output_tokens(block) for r in trace.requests)
+    longest = max(r.n_input_tokens(block) + r.n_output_tokens(block) for r in trace.requests)
+    running = 1 if strategy == "no_buffer" else 3
+    if memory == "ample":
+        return EngineSetup(strategy, total + 64, 3 * len(trace.requests) + 64, prefill_chunk=prefill_chunk)
+    spec = get_model(MODEL)
+    tree = sim.tree
+    kv_tokens = int(tree.kv_capacity_bytes // spec.kv_bytes_per_token())
+    return EngineSetup(
+        strategy, kv_tokens, tree.state_capacity + running, prefill_chunk=prefill_chunk, kv_reserve=longest
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sglang", required=True, help="folder holding SGLang's sglang/ package (the unpacked wheel)")
+    ap.add_argument("--deps", default="", help="folder of the modules SGLang imports (pip --target)")
+    ap.add_argument("--trace", default="sharegpt", help="trace spec (sharegpt, mooncake:sample)")
+    ap.add_argument("--sessions", type=int, default=100)
+    ap.add_argument("--memory", default="ample", help="'ample' (nothing evicted) or the engine's --gpu-memory")
+    ap.add_argument("--prefill-chunk", type=int, default=8192)
+    ap.add_argument("--presets", default=",".join(PRESETS), help=f"comma-separated, of {', '.join(PRESETS)}")
+    ap.add_argument("--out", default="", help="CSV of per-request hits (never overwritten)")
+    args = ap.parse_args()
+    sys.path[:0] = [p for p in (args.sglang, args.deps) if p]
+    sys.meta_path.insert(0, _StubFinder())
+    from traces.registry import TraceOptions, load_trace  # noqa: PLC0415
+
+    trace = load_trace(args.trace, TraceOptions(sessions=args.sessions))
+    print(f"trace {args.trace}: {len(trace.requests)} requests, block {trace.block_tokens}, memory {args.memory}")
+    rows = []
+    for label in args.presets.split(","):
+        policy, knobs, strategy = PRESETS[label]
+        knobs = {**knobs, "prefill_chunk_tokens": args.prefill_chunk}
+        t0 = time.time()
+        sim, order, simulation = sim_run(trace, policy, knobs, args.memory)
+        setup = engine_setup(trace, simulation, strategy, args.memory, args.prefill_chunk)
+        eng = engine_hits(trace, order, setup)
+        same = sum(a == b for a, b in zip(sim, eng))
+        diff = Counter(np.sign(np.array(sim) - np.array(eng)))
+        print(
+            f"{label:22s} agrees on {same}/{len(eng)} requests ({100 * same / len(eng):.1f} %; simulator higher on "
+            f"{diff.get(1, 0)}, lower on {diff.get(-1, 0)}); hit tokens {sum(sim):,} vs engine {sum(eng):,}; "
+            f"engine pools {setup.kv_tokens:,} KV tokens, {setup.mamba_slots:,} mamba slots ({time.time() - t0:.0f} s)"
+        )
+        shown = 0
+        for k, (a, b) in enumerate(zip(sim, eng)):
+            r = trace.requests[order[k]]
+            rows.append((label, args.trace, args.memory, int(order[k]), a, b))
+            if a != b and shown < 5:
+                print(
+                    f"  request {order[k]} (input {r.n_input_tokens(trace.block_tokens)}, output "
+                    f"{r.n_output_tokens(trace.block_tokens)}): simulator {a}, engine {b}"
+                )
+                shown += 1
+    if args.out:
+        with open(args.out, "x", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["preset", "trace", "memory", "request", "sim_hit", "engine_hit"])
+            w.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
