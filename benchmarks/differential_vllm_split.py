@@ -35,14 +35,29 @@ from policies.vllm import align_step_ends
 from policies.vllm_current import VllmAdmission, VllmParams
 
 
+def _functions(path: Path, names: tuple[str, ...]) -> dict:
+    """The top-level functions ``names`` defined in ``path`` (those that exist), compiled alone."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
+    namespace: dict = {"cdiv": lambda a, b: -(-a // b)}
+    exec(compile(ast.Module(body=found, type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
+    return namespace
+
+
 def load_split(path: Path):
-    """The ``_mamba_block_aligned_split`` function defined in ``path`` (inside any class)."""
+    """The ``_mamba_block_aligned_split`` function defined in ``path`` (inside any class), with the
+    checkpoint-position helpers newer vLLM calls from it (``vllm/v1/kv_cache_interface.py`` next to
+    the scheduler's package, when there)."""
+    helpers: dict = {}
+    interface = path.parents[2] / "kv_cache_interface.py"
+    if interface.is_file():
+        helpers = _functions(interface, ("get_mamba_prefill_checkpoint_position", "is_mamba_prefill_checkpoint_valid"))
     tree = ast.parse(path.read_text(), filename=str(path))
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and node.name == "_mamba_block_aligned_split":
             node.decorator_list = []
             module = ast.Module(body=[node], type_ignores=[])
-            namespace: dict = {"Request": object}
+            namespace: dict = {"Request": object, **helpers}
             exec(compile(module, str(path), "exec"), namespace)  # noqa: S102 - the user's own vLLM file
             return namespace["_mamba_block_aligned_split"]
     raise SystemExit(f"{path}: no _mamba_block_aligned_split in it")
@@ -52,6 +67,8 @@ def stub(block: int, budget: int) -> SimpleNamespace:
     """``self`` as vLLM's scheduler has it for align mode, no EAGLE, match unit = block."""
     return SimpleNamespace(
         cache_config=SimpleNamespace(block_size=block),
+        block_size=block,
+        num_hash_lookahead_tokens=0,
         scheduler_config=SimpleNamespace(long_prefill_token_threshold=0),
         max_num_scheduled_tokens=budget,
         use_eagle=False,
