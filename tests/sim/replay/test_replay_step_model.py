@@ -197,7 +197,7 @@ def test_committed_h200_timing_on_the_runs_it_was_checked_on(run):
     df = req.assign(model_error=(mod - req["suffix_ms"]) / req["suffix_ms"])
     med, p95 = measure.error_stats(df)
     # the committed file is now one fit across four presets' widths (benchmarks/timing_fit.py):
-    # on this qwen3.5-9b full-depth run it gives median 1.8-2.0 %, P95 11.5-20.1 %, time saved
+    # on this qwen3.5-9b full-depth run it gives median 1.6-1.7 %, P95 11.7-20.2 %, time saved
     # +13-14 % (the 9b-only fit it replaced: 2.4-2.8 %, 6.4-8.7 %, within 5 %, and 68 % off on
     # qwen3-next): short from-scratch prompts at full depth run faster per layer than the 4-layer
     # replays the shape terms were fitted on (docs/results-replay.md)
