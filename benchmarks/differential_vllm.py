@@ -36,7 +36,14 @@ kv_bytes_per_token)`` (2.98 at B = 528) in the simulator. ``--capacity 0`` (defa
 nothing evicted. The engine also needs room for the running request's own blocks (the simulator
 charges none in sequential mode): the running request's blocks are added on top (``--headroom``).
 
-    python benchmarks/differential_vllm.py --vllm /work/engines/vllm-0.33.0 --trace sharegpt --sessions 100
+``--scheduler continuous`` runs the preset under the continuous-batching scheduler instead (ample
+memory) and replays its steps (``Step`` events: prefill chunks, decodes, in order) through the
+engine: the newly scheduled requests' lookups, each chunk cut by the engine's split from the one the
+simulator scheduled (a chunk the engine would cut elsewhere is counted), frees at the step that
+samples the last token.
+
+    python benchmarks/differential_vllm.py --vllm ENGINES/vllm-0.34.0 --trace sharegpt --sessions 100
+    python benchmarks/differential_vllm.py --vllm ENGINES/vllm-0.34.0 --scheduler continuous
 
 Prints, per preset, how many requests get the same hit as the engine; ``--out`` writes one CSV row
 per request (request, input, output, engine hit, simulator hit per preset).
@@ -62,6 +69,7 @@ import numpy as np
 from sim.config import UNLIMITED, SimConfig, parse_size
 from sim.cost import get_model
 from sim.engine.drivers import run, timestamps
+from sim.engine.events import EventLog, Step
 from sim.simulate import build
 from traces.registry import TraceOptions, load_trace
 
@@ -376,6 +384,68 @@ class Engine:
         m.free(req)
         return hit, ends
 
+    def run_steps(self, steps, tokens) -> tuple[dict[int, int], Counter]:
+        """The simulator's continuous-batching steps (``Step`` events) through the engine: each
+        step ``new_step_starts``, the running requests (prefill chunks, one decode token each), then
+        the newly scheduled ones (``get_computed_blocks``, their first chunk), each chunk cut by the
+        engine's split from the chunk the simulator scheduled; a request is freed at the end of the
+        step that sampled its last output token. Returns the engine's hit per request id and a
+        count of disagreements of the schedule (``split``: the engine cuts a chunk elsewhere;
+        ``deferred``: the engine cannot admit it this step)."""
+        m = self.manager
+        live: dict[int, tuple[EngineRequest, list[int]]] = {}
+        hits: dict[int, int] = {}
+        odd: Counter = Counter()
+        for ev in steps:
+            for _ in range(ev.steps):
+                m.new_step_starts()
+                done = []
+                fresh = [c for c in ev.prefills if c[0] not in live]
+                for rid, a, b in [c for c in ev.prefills if c[0] in live]:
+                    req, out = live[rid]
+                    k = self.split(self.sched, req, b - a)
+                    odd["split"] += k != b - a
+                    if m.allocate_slots(req, k) is None:
+                        raise RuntimeError(f"request {rid}: out of blocks")
+                    req.num_computed_tokens += k
+                    self._sampled(req, out, done, rid)
+                for rid, _ctx in ev.decodes:
+                    req, out = live[rid]
+                    if m.allocate_slots(req, 1) is None:
+                        raise RuntimeError(f"request {rid}: out of blocks")
+                    req.num_computed_tokens += 1
+                    self._sampled(req, out, done, rid)
+                for rid, a, b in fresh:
+                    prompt, out = tokens[rid]
+                    self.n += 1
+                    req = EngineRequest(f"r{rid}", prompt, self.hasher, max(len(out), 1))
+                    blocks, hit, req.shared_prefix_boundary = m.get_computed_blocks(req)
+                    hits[rid] = hit
+                    k = self.split(self.sched, req, b - a, hit)
+                    odd["split"] += k != b - a or hit != a
+                    if m.allocate_slots(req, k, num_new_computed_tokens=hit, new_computed_blocks=blocks) is None:
+                        odd["deferred"] += 1
+                        raise RuntimeError(f"request {rid}: the engine defers it (a state cached this step)")
+                    req.status = RequestStatus.RUNNING
+                    req.num_computed_tokens = hit + k
+                    live[rid] = (req, list(out))
+                    self._sampled(req, live[rid][1], done, rid)
+                for rid in done:
+                    m.free(live.pop(rid)[0])
+        odd["unfinished"] = len(live)
+        return hits, odd
+
+    @staticmethod
+    def _sampled(req, out: list[int], done: list, rid: int) -> None:
+        """After a step: a request past its prompt samples its next output token, or is done."""
+        if req.num_computed_tokens < req.num_prompt_tokens:
+            return
+        k = req.num_tokens - req.num_prompt_tokens  # tokens sampled so far
+        if k < len(out):
+            req.append(int(out[k]))
+        if req.num_tokens - req.num_prompt_tokens >= len(out):
+            done.append(rid)
+
 
 # ---------------------------------------------------------------------------------- the simulator
 def sim_hits(trace, policy: str, block: int, capacity: int, retention: int, chunk: int):
@@ -390,6 +460,26 @@ def sim_hits(trace, policy: str, block: int, capacity: int, retention: int, chun
     req = res.requests.set_index("request_id") if "request_id" in res.requests else res.requests
     hit = req["hit_tokens"]
     return [int(hit.iloc[i]) for i in order], order, sim.grid
+
+
+def sim_steps(trace, block: int, retention: int, chunk: int):
+    """``vllm`` under ``--scheduler continuous`` (ample memory): its hit per request id and its steps."""
+    config = SimConfig(
+        policy="vllm",
+        model=MODEL,
+        capacity_bytes=UNLIMITED,
+        mode="des",
+        scheduler="continuous",
+        block_size=block,
+        prefill_chunk_tokens=chunk,
+        max_num_batched_tokens=chunk,
+        prefix_cache_retention_interval=retention,
+    )
+    log = EventLog()
+    sim = build(trace, config, observers=(log,))
+    res = run(sim)
+    hits = dict(zip(res.requests["request_id"].astype(int), res.requests["hit_tokens"].astype(int), strict=True))
+    return hits, [e for e in log.events if isinstance(e, Step)], sim.grid
 
 
 def tokens_of(trace, r) -> tuple[list[int], list[int]]:
@@ -417,10 +507,18 @@ def main(argv=None) -> int:
     ap.add_argument("--capacity", default="0", help="simulator capacity (e.g. 4GB); 0: ample, nothing evicted")
     ap.add_argument("--headroom", type=int, default=0, help="engine blocks added to the capacity's (default 0)")
     ap.add_argument("--policies", default="vllm,vllm-0.11-align")
+    ap.add_argument(
+        "--scheduler",
+        choices=("sequential", "continuous"),
+        default="sequential",
+        help="continuous: vllm under --scheduler continuous, its steps replayed through the engine (ample memory)",
+    )
     ap.add_argument("--out", type=Path, help="CSV of per-request hits")
     args = ap.parse_args(argv)
     v = load_vllm(args.vllm)
     trace = load_trace(args.trace, TraceOptions(sessions=args.sessions))
+    if args.scheduler == "continuous":
+        return continuous(v, trace, args)
     capacity = parse_size(args.capacity) if args.capacity != "0" else 0
     results, order, block = {}, None, None
     for policy in args.policies.split(","):
@@ -466,6 +564,39 @@ def main(argv=None) -> int:
             for k, i in enumerate(order):
                 p, o = reqs[k]
                 w.writerow([k, int(i), len(p), len(o), engine_hits[k], *(results[x][k] for x in results)])
+    return 0
+
+
+def continuous(v, trace, args) -> int:
+    """The continuous-batching comparison (ample memory): every request's hit, the schedule's odd cases."""
+    hits, steps, block = sim_steps(trace, args.block_size, args.retention, args.prefill_chunk)
+    tokens = {int(r.request_id): tokens_of(trace, r) for r in trace.requests}
+    spec = get_model(MODEL)
+    longest = max(len(p) + len(o) for p, o in tokens.values())
+    per = 1 + (spec.n_gdn + spec.n_mamba) // LAYERS_PER_GROUP
+    num_blocks = sum(-(-(len(p) + len(o)) // block) * per + 2 * per for p, o in tokens.values()) + 64
+    retention = None if args.retention == -1 else args.retention
+    engine = Engine(v, block, num_blocks, retention, args.prefill_chunk, longest + 8)
+    got, odd = engine.run_steps(steps, tokens)
+    ids = sorted(hits)
+    same = sum(hits[i] == got.get(i, -1) for i in ids)
+    print(
+        f"trace {args.trace}: {len(ids)} requests; block {block}; retention {args.retention}; "
+        f"continuous scheduler, {sum(e.steps for e in steps)} steps"
+    )
+    print(
+        f"vllm (continuous)  agrees on {same}/{len(ids)} requests; hit tokens {sum(hits.values()):,} vs engine "
+        f"{sum(got.values()):,}; chunks cut elsewhere {odd['split']}, unfinished {odd['unfinished']}"
+    )
+    for i in [i for i in ids if hits[i] != got.get(i, -1)][:5]:
+        p, o = tokens[i]
+        print(f"  request {i} (input {len(p)}, output {len(o)}): simulator {hits[i]}, engine {got.get(i)}")
+    if args.out:
+        with args.out.open("x", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["request", "input", "output", "engine", "vllm"])
+            for i in ids:
+                w.writerow([i, len(tokens[i][0]), len(tokens[i][1]), got.get(i, -1), hits[i]])
     return 0
 
 
