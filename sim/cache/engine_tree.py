@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from policies.base import EngineRules, RefreshRule
-from sim.cache.tree import HybridRadixTree, InsertResult, MatchResult, Node, _edge_match
+from sim.cache.tree import HybridRadixTree, InsertResult, MatchResult, Node, Span, _edge_match
 from sim.config import format_size, parse_size
 from sim.errors import UsageError
 
@@ -109,22 +109,21 @@ class EngineTree(HybridRadixTree):
         need_kv, need_states = self._pending
         return self.kv_bytes + need_kv <= self.kv_capacity_bytes and self.n_states + need_states <= self.state_capacity
 
-    def _room_needed(self, seq, pad, checkpoints, need_bytes):
-        need_kv, new_cps, walk_end = self._plan_new(seq, pad, checkpoints)
+    def _room_needed(self, seq, span, checkpoints, need_bytes):
+        need_kv, new_cps, walk_end = self._plan_new(seq, span, checkpoints)
         if self.frozen_block and new_cps:  # each new state off the block grid adds its frozen block
-            need_kv += sum(self._frozen_charge(t) for t in self._state_depths(seq, pad, new_cps))
+            need_kv += sum(self._frozen_charge(t) for t in self._state_depths(seq, span, new_cps))
         kv_bytes = need_kv * self.kv_bytes_per_token
         self._pending = (kv_bytes, len(new_cps))
         return kv_bytes + len(new_cps) * self.state_bytes, walk_end
 
-    def _state_depths(self, seq: np.ndarray, pad: int, checkpoints: list[int]) -> list[int]:
+    def _state_depths(self, seq: np.ndarray, span: Span, checkpoints: list[int]) -> list[int]:
         """The token position (``depth_tokens``) each of ``checkpoints`` (symbols, sorted) would
         have once inserted, as ``_apply`` places it: inside the cached path, the tree's own depths
-        (an edge cut at a symbol keeps whole symbols above the cut); beyond it, whole symbols and
-        the partial last one (``pad`` tokens short). Not ``c * block_tokens``: on a hash-block
-        trace the prompt's last block is partial, and a frozen block's charge, a state's anchor
-        depend on the exact token."""
-        G = self.block_tokens
+        (an edge cut at a symbol keeps the symbols above the cut, as ``span`` counts them); beyond
+        it, the symbols as ``span`` counts them. Not ``c * block_tokens``: on a hash-block trace the
+        prompt's last block is partial, and a frozen block's charge, a state's anchor depend on
+        the exact token."""
         n = len(seq)
         out: list[int] = []
         ci = 0
@@ -139,16 +138,16 @@ class EngineTree(HybridRadixTree):
             full = m == len(child.key)
             while ci < len(checkpoints) and checkpoints[ci] <= pos + m:
                 c = checkpoints[ci]
-                out.append(child.depth_tokens if full and c == pos + m else base + (c - pos) * G)
+                out.append(child.depth_tokens if full and c == pos + m else base + span.tokens(c) - span.tokens(pos))
                 ci += 1
             if not full:
+                end_tokens = base + span.tokens(pos + m) - span.tokens(pos)  # the cut the insert makes there
                 pos += m
-                end_tokens = base + m * G  # the cut the insert makes there
                 break
             node, pos = child, pos + m
             end_tokens = node.depth_tokens
         for c in checkpoints[ci:]:
-            out.append(end_tokens + (c - pos) * G - (pad if c == n else 0))
+            out.append(end_tokens + span.tokens(c) - span.tokens(pos))
         return out
 
     def _hold(self, kv_bytes: int, states: int) -> None:
@@ -178,8 +177,8 @@ class EngineTree(HybridRadixTree):
         self.frozen_tokens += self._frozen_charge(node.depth_tokens)
         super()._add_state(node)
 
-    def _split(self, child: Node, m: int, now: float) -> Node:
-        upper = super()._split(child, m, now)
+    def _split(self, child: Node, m: int, now: float, up_tokens: int | None = None) -> Node:
+        upper = super()._split(child, m, now, up_tokens)
         rule = self.refresh
         if rule.split:
             child.last_access = now
@@ -189,32 +188,39 @@ class EngineTree(HybridRadixTree):
         return upper
 
     # ------------------------------------------------------------------ insert
-    def _insert(self, seq, seq_tokens, checkpoints, now, lock, protect, need_bytes):
-        keep = self._extent(len(seq), seq_tokens, checkpoints)
+    def _insert(self, seq, seq_tokens, checkpoints, now, lock, protect, need_bytes, cut=None):
+        span = Span(len(seq), self.block_tokens, seq_tokens, cut)
+        keep = self._extent(span, checkpoints)
         if keep < len(seq):
             seq = seq[:keep]
-            seq_tokens = keep * self.block_tokens
+            seq_tokens = span.tokens(keep)
             checkpoints = [c for c in checkpoints if c <= keep]
+            span = Span(keep, self.block_tokens, seq_tokens, cut)
         if self.anchor_block and checkpoints:
-            checkpoints = self._take_anchors(seq, len(seq) * self.block_tokens - seq_tokens, checkpoints)
+            checkpoints = self._take_anchors(seq, span, checkpoints)
         if len(seq) == 0:
             return InsertResult(True, end_node=self.root)
-        res = super()._insert(seq, seq_tokens, checkpoints, now, lock, protect, need_bytes)
+        res = super()._insert(seq, seq_tokens, checkpoints, now, lock, protect, need_bytes, cut)
         self.refresh_inserted(res, now, final=False)
         return res
 
-    def _extent(self, n: int, seq_tokens: int, checkpoints: list[int]) -> int:
+    def _extent(self, span: Span, checkpoints: list[int]) -> int:
         """Symbols of an inserted sequence whose KV the engine keeps."""
         last = checkpoints[-1] if checkpoints else 0
         if self.kv_extent == "state":
             return last
         if self.kv_extent == "blocks":
             B = self.extent_block
-            whole = seq_tokens // B * B // self.block_tokens
-            return max(whole, last) if self.frozen_block else whole  # a frozen block keeps its tail
-        return n
+            whole = span.total // B * B  # tokens in whole engine blocks: the symbols inside them
+            k = min(whole // self.block_tokens, span.n)
+            while k < span.n and span.tokens(k + 1) <= whole:
+                k += 1  # past a partial symbol inside the sequence, the symbols sit further
+            while k > 0 and span.tokens(k) > whole:
+                k -= 1
+            return max(k, last) if self.frozen_block else k  # a frozen block keeps its tail
+        return span.n
 
-    def _take_anchors(self, seq: np.ndarray, pad: int, checkpoints: list[int]) -> list[int]:
+    def _take_anchors(self, seq: np.ndarray, span: Span, checkpoints: list[int]) -> list[int]:
         """LMDeploy's one checkpoint per anchor: keep the last new state per block and give up any
         older state anchored on the same block (a request's own hit is replaceable too: its
         restore pin does not block the save). With ``EngineRules.anchor_refusals`` (LMDeploy
@@ -224,7 +230,7 @@ class EngineTree(HybridRadixTree):
         (``_state_depths``: on a hash-block trace a prompt's last block is partial)."""
         B = self.anchor_block
         last_per_anchor: dict[int, tuple[int, int]] = {}
-        for c, step in zip(checkpoints, self._state_depths(seq, pad, checkpoints)):
+        for c, step in zip(checkpoints, self._state_depths(seq, span, checkpoints)):
             last_per_anchor[step // B] = (c, step)
         keep = []
         for anchor, (c, step) in last_per_anchor.items():

@@ -1,9 +1,11 @@
 """Hybrid radix tree: attention KV on edges, recurrent-state checkpoints at node ends.
 
 Topology. A compressed radix tree over symbols (token ids, or prefix-block hashes standing for
-``block_tokens`` tokens each). A node's edge ``key`` holds the KV of its symbols for every
-attention layer; ``has_state`` means the node holds one checkpoint (recurrent + conv state of
-every linear layer) taken exactly after its last symbol.
+``block_tokens`` tokens each; a hash-block prompt's last block may be partial, inside an inserted
+sequence when its output's symbols follow: ``Span`` counts each insert's symbols in tokens). A
+node's edge ``key`` holds the KV of its symbols for every attention layer; ``has_state`` means the
+node holds one checkpoint (recurrent + conv state of every linear layer) taken exactly after its
+last symbol.
 
 Hit rule. A hybrid model can reuse a prefix only where a state exists: the hit is the deepest
 fully matched node that holds a state (its ancestors' KV is on the path by construction). A
@@ -42,6 +44,28 @@ from typing import Protocol
 import numpy as np
 
 from policies.base import EvictionPolicy, RefreshRule
+
+
+class Span:
+    """Token positions of an inserted sequence's symbol boundaries. Every symbol stands for
+    ``block_tokens`` tokens except the last, which holds what is left of ``total``, and, with a
+    ``cut`` ``(k, tokens)``, the k-th: the first k symbols hold ``tokens`` tokens. That is a
+    hash-block request: its prompt's last block is partial (Mooncake hashes it on its own) and the
+    output's symbols follow it, so a partial symbol sits inside the sequence."""
+
+    __slots__ = ("n", "B", "total", "k", "short")
+
+    def __init__(self, n: int, block_tokens: int, total: int, cut: tuple[int, int] | None = None) -> None:
+        self.n, self.B, self.total = n, block_tokens, total
+        self.k, self.short = n, 0
+        if cut is not None and 0 < cut[0] < n:
+            self.k, self.short = cut[0], cut[0] * block_tokens - cut[1]
+
+    def tokens(self, j: int) -> int:
+        """Tokens of the first ``j`` symbols (0 <= j <= n)."""
+        if j >= self.n:
+            return self.total
+        return j * self.B - (self.short if j >= self.k else 0)
 
 
 def _edge_match(key: np.ndarray, seq: np.ndarray, pos: int) -> int:
@@ -333,6 +357,7 @@ class HybridRadixTree:
         protect: Node | None = None,
         need_bytes: float | None = None,
         tag: object = None,
+        cut: tuple[int, int] | None = None,
     ) -> InsertResult:
         """Insert ``seq`` (KV for every symbol) with states at the symbol positions
         ``checkpoints`` (sorted, each in 1..len(seq)). Evicts as needed; if the insert cannot
@@ -343,10 +368,12 @@ class HybridRadixTree:
         ``need_bytes``: a variant's own estimate of the bytes to make room for (the core plans
         the exact bytes and ignores it).
         ``tag``: handed to the listener with every change this insert makes.
+        ``cut``: ``(k, tokens)`` when the k-th symbol is partial though not the last (``Span``): the
+        first k symbols hold ``tokens`` tokens.
         """
         outer, self._tag = self._tag, tag
         try:
-            return self._insert(seq, seq_tokens, checkpoints, now, lock, protect, need_bytes)
+            return self._insert(seq, seq_tokens, checkpoints, now, lock, protect, need_bytes, cut)
         finally:
             self._tag = outer
 
@@ -359,14 +386,15 @@ class HybridRadixTree:
         lock: bool,
         protect: Node | None,
         need_bytes: float | None,
+        cut: tuple[int, int] | None = None,
     ) -> InsertResult:
         """Hook: ``insert``'s work (a variant overrides this, so its changes carry the tag too)."""
         self.stats.inserts += 1
         n = len(seq)
         if n == 0:
             return InsertResult(True, end_node=self.root)
-        pad = n * self.block_tokens - seq_tokens  # tokens missing from a partial last symbol
-        need, guard = self._room_needed(seq, pad, checkpoints, need_bytes)
+        span = Span(n, self.block_tokens, seq_tokens, cut)
+        need, guard = self._room_needed(seq, span, checkpoints, need_bytes)
         ev_states = ev_kv = 0
         if not self._fits(need):
             if guard is not None:
@@ -384,7 +412,7 @@ class HybridRadixTree:
                 self.stats.rejected_inserts += 1
                 return InsertResult(False, evicted_states=ev_states, evicted_kv_tokens=ev_kv)
         kv_before, st_before = self.kv_tokens, self.n_states
-        end = self._apply(seq, pad, checkpoints, now)
+        end = self._apply(seq, span, checkpoints, now)
         used = self.used_bytes
         if used > self.capacity_bytes:
             self._over_capacity(used)
@@ -396,10 +424,10 @@ class HybridRadixTree:
         return InsertResult(True, self.kv_tokens - kv_before, new_states, end, ev_states, ev_kv)
 
     def _room_needed(
-        self, seq: np.ndarray, pad: int, checkpoints: list[int], need_bytes: float | None
+        self, seq: np.ndarray, span: Span, checkpoints: list[int], need_bytes: float | None
     ) -> tuple[float, Node | None]:
         """Hook: (bytes the insert needs, node whose root path eviction must spare)."""
-        need_kv, need_states, walk_end = self._plan(seq, pad, checkpoints)
+        need_kv, need_states, walk_end = self._plan(seq, span, checkpoints)
         return need_kv * self.kv_bytes_per_token + need_states * self.state_bytes, walk_end
 
     def _fits(self, need: float) -> bool:
@@ -410,13 +438,13 @@ class HybridRadixTree:
         """Hook: an insert left the cache above capacity (never expected of the core)."""
         raise AssertionError(f"capacity exceeded: {used} > {self.capacity_bytes}")
 
-    def _plan(self, seq: np.ndarray, pad: int, checkpoints: list[int]) -> tuple[int, int, Node]:
+    def _plan(self, seq: np.ndarray, span: Span, checkpoints: list[int]) -> tuple[int, int, Node]:
         """Tokens of new KV and number of new states the insert would add (no mutation).
         Returns the deepest node the walk reached (its root path must survive eviction)."""
-        need_kv, new_cps, node = self._plan_new(seq, pad, checkpoints)
+        need_kv, new_cps, node = self._plan_new(seq, span, checkpoints)
         return need_kv, len(new_cps), node
 
-    def _plan_new(self, seq: np.ndarray, pad: int, checkpoints: list[int]) -> tuple[int, list[int], Node]:
+    def _plan_new(self, seq: np.ndarray, span: Span, checkpoints: list[int]) -> tuple[int, list[int], Node]:
         """``_plan`` with the checkpoints that would add a state (those not already held)."""
         node = self.root
         pos = 0
@@ -434,13 +462,11 @@ class HybridRadixTree:
                     ends_with_state.add(pos)
                 continue
             break
-        matched_tokens = min(pos * self.block_tokens, n * self.block_tokens - pad)
-        need_kv = n * self.block_tokens - pad - matched_tokens
+        need_kv = span.total - span.tokens(pos)
         new_cps = [c for c in checkpoints if c not in ends_with_state] if self.hybrid else []
         return need_kv, new_cps, node
 
-    def _apply(self, seq: np.ndarray, pad: int, checkpoints: list[int], now: float) -> Node:
-        B = self.block_tokens
+    def _apply(self, seq: np.ndarray, span: Span, checkpoints: list[int], now: float) -> Node:
         n = len(seq)
         cps = checkpoints if self.hybrid else []
         ci = 0
@@ -456,7 +482,7 @@ class HybridRadixTree:
                 ci += 1
             c = cps[ci] if ci < len(cps) else -1
             if pos < c < pos + m:  # a checkpoint inside an already cached edge: cut it there
-                node = self._split(child, c - pos, now)
+                node = self._split(child, c - pos, now, span.tokens(c) - span.tokens(pos))
                 pos = c
                 self._add_state(node)
                 continue
@@ -468,7 +494,7 @@ class HybridRadixTree:
                 continue
             if pos + m == n and c != n:
                 return child  # seq ends inside a cached edge and needs no state there
-            node = self._split(child, m, now)
+            node = self._split(child, m, now, span.tokens(pos + m) - span.tokens(pos))
             pos += m
             self._after_split(node, pos == c)
             break
@@ -476,7 +502,7 @@ class HybridRadixTree:
             while ci < len(cps) and cps[ci] <= pos:
                 ci += 1
             nxt = min(cps[ci], n) if ci < len(cps) else n
-            tokens = (nxt - pos) * B - (pad if nxt == n else 0)
+            tokens = span.tokens(nxt) - span.tokens(pos)
             self._before_extend(node)
             if not node.children and not node.has_state and node is not self.root:
                 # extend a stateless leaf rather than hang a child under it
@@ -526,11 +552,15 @@ class HybridRadixTree:
             self.listener.state_removed(node, self._tag)
         node.ckpt = -1
 
-    def _split(self, child: Node, m: int, now: float) -> Node:
-        """Cut ``child``'s edge after ``m`` symbols; return the new upper node."""
+    def _split(self, child: Node, m: int, now: float, up_tokens: int | None = None) -> Node:
+        """Cut ``child``'s edge after ``m`` symbols; return the new upper node. ``up_tokens``: the
+        tokens of those symbols, as the inserting sequence counts them (``Span``: one of them may
+        be a partial block); default ``m`` whole blocks. The cut stays inside the edge (at least a
+        token on each side) even if a trace gave one hash id two lengths."""
         parent = child.parent
-        B = self.block_tokens
-        up_tokens = m * B
+        if up_tokens is None:
+            up_tokens = m * self.block_tokens
+        up_tokens = max(1, min(up_tokens, child.n_tokens - 1))
         upper = self._new_node(
             child.key[:m],
             parent,

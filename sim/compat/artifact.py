@@ -135,14 +135,14 @@ class ArtifactTree(HybridRadixTree):
         self.now += 1  # logical clock: one tick per operation
         return self.now
 
-    def _room_needed(self, seq, pad, checkpoints, need_bytes):
+    def _room_needed(self, seq, span, checkpoints, need_bytes):
         if need_bytes is not None:
             return need_bytes, None  # the artifact's own estimate: no planning walk
-        need_kv, need_states, _ = self._plan(seq, pad, checkpoints)
+        need_kv, need_states, _ = self._plan(seq, span, checkpoints)
         return need_kv * self.kv_bytes_per_token + need_states * self.state_bytes, None
 
-    def _apply(self, seq, pad, checkpoints, now):
-        return super()._apply(seq, pad, checkpoints, self.now)  # the eviction call may have ticked
+    def _apply(self, seq, span, checkpoints, now):
+        return super()._apply(seq, span, checkpoints, self.now)  # the eviction call may have ticked
 
     def _over_capacity(self, used: int) -> None:
         self.stats.overshoots += 1

@@ -252,9 +252,20 @@ class MissLedger:
         seq = self._seqs.get(request.request_id)
         if seq is None:
             return
-        d = min(position // self.B, len(seq))
+        d = min(self._depth(request, position), len(seq))
         self._ckpt[checkpoint] = (seq, d)
         self.trie.mark(seq, d, ALIVE, t)
+
+    def _depth(self, r, position: int) -> int:
+        """The symbol depth of a state at token ``position`` of ``r``'s sequence: on a hash-block
+        trace the prompt's last block may be partial and the output's blocks follow it."""
+        B = self.B
+        if B == 1:
+            return position
+        tok_in = r.n_input_tokens(B)
+        if position <= tok_in:
+            return -(-position // B)
+        return len(r.input_tokens) + -(-(position - tok_in) // B)
 
     def evict(self, t, checkpoint, position) -> None:
         where = self._ckpt.pop(checkpoint, None)

@@ -39,7 +39,7 @@ from policies.base import (
 from policies.engine_common import MAX_BLOCK_TOKENS
 from sim.cache.blocks import block_symbols
 from sim.cache.engine_tree import EngineTree, state_capacity
-from sim.cache.tree import HybridRadixTree, MatchResult, Node
+from sim.cache.tree import HybridRadixTree, MatchResult, Node, Span
 from sim.config import UNLIMITED, SimConfig, format_size, parse_size
 from sim.cost import GDN_CHUNK, ModelSpec, TimingModel, model_for, timing_for
 from sim.engine.events import EVENTS, listeners
@@ -75,6 +75,7 @@ class Flight:
     tok_done: int = -1  # input + output tokens served (-1: tok_full; engines store one token less)
     match: MatchResult | None = None  # the lookup (admission is asked again when a scheduler's chunks are known)
     ctx: AdmissionContext | None = None  # what admission was told about the request
+    cut: tuple[int, int] | None = None  # seq_full's partial prompt block, when symbols follow it (Span)
 
 
 class TreeEvents:
@@ -160,6 +161,8 @@ class Simulation:
             bool(self.preset.lookup_cap_minus_one),
         )
         self.rec.misses = self.misses
+        self._out_symbols: dict[int, np.ndarray] = {}  # request id -> the output symbols made for it
+        self._next_out_symbol: int | None = None
         self.observe(observers)
 
     def observe(self, observers=()) -> None:
@@ -260,7 +263,10 @@ class Simulation:
         B = self.trace.block_tokens
         tok_in = r.n_input_tokens(B)
         tok_full = tok_in + r.n_output_tokens(B)
-        full = np.concatenate((r.input_tokens, r.output_tokens)) if len(r.output_tokens) else r.input_tokens
+        out = r.output_tokens
+        if B > 1 and not len(out) and tok_full > tok_in:
+            out = self.output_symbols(r, tok_full - tok_in)
+        full = np.concatenate((r.input_tokens, out)) if len(out) else r.input_tokens
         if self.regrid == 1:
             return r.input_tokens, full, tok_in, tok_full
         g = self.regrid
@@ -271,6 +277,40 @@ class Simulation:
         # insert covers the whole blocks only (insert_prefill)
         return sym_in, sym_full, tok_in, tok_full
 
+    def output_symbols(self, r: Request, tokens: int) -> np.ndarray:
+        """Symbols for the ``tokens`` output tokens of a hash-block request whose trace gave none
+        (one per started block, fresh: below every symbol of the trace, as the hash-block loaders
+        number outputs), so that the output is stored after the prompt in every mode."""
+        syms = self._out_symbols.get(r.request_id)
+        if syms is None:
+            if self._next_out_symbol is None:
+                low = min(
+                    min(int(q.input_tokens.min(initial=0)), int(q.output_tokens.min(initial=0)))
+                    for q in self.trace.requests
+                )
+                self._next_out_symbol = low - 1
+            k = -(-tokens // self.trace.block_tokens)
+            first = self._next_out_symbol
+            syms = np.arange(first, first - k, -1, dtype=np.int64)
+            self._next_out_symbol = first - k
+            self._out_symbols[r.request_id] = syms
+        return syms
+
+    def full_cut(self, r: Request, n_full: int, tok_full: int) -> tuple[int, int] | None:
+        """Where the stored sequence (``n_full`` tree symbols, ``tok_full`` tokens) has a partial
+        symbol before its last: a hash-block prompt's partial last block with output symbols after
+        it (``Span``'s ``cut``: the first k symbols hold that many tokens); None when there is none."""
+        B = self.trace.block_tokens
+        n_in = len(r.input_tokens)
+        tok_in = r.n_input_tokens(B)
+        if B == 1 or tok_in >= n_in * B:
+            return None
+        g = self.regrid
+        k = -(-n_in // g)  # tree symbols up to the one holding the partial block
+        if k >= n_full:
+            return None
+        return k, min(tok_in + (k * g - n_in) * B, tok_full)
+
     def stored(self, r: Request, seq_full: np.ndarray, tok_full: int) -> tuple[np.ndarray, int]:
         """What a finished request leaves in the cache: input + output (the paper's rule), or,
         for engine presets, input + output - 1 tokens: the last sampled token is never run
@@ -280,7 +320,11 @@ class Simulation:
         if self.trace.block_tokens == 1 and len(r.output_tokens):
             full = np.concatenate((r.input_tokens, r.output_tokens[:-1]))
             return (full if self.regrid == 1 else block_symbols(full, self.regrid)), tok_full - 1
-        return seq_full, tok_full - 1  # hash blocks: outputs carry no symbols, only the count drops
+        # hash blocks: the last output block holds a token less; a block left empty goes
+        n, tok = len(seq_full), tok_full - 1
+        if Span(n, self.grid, tok, self.full_cut(r, n, tok)).tokens(n - 1) >= tok:
+            seq_full = seq_full[:-1]
+        return seq_full, tok
 
     def lookup(self, r: Request, t: float, lock: bool) -> Flight:
         seq_in, seq_full, tok_in, tok_done = self.symbols(r)  # tok_in: the real prompt length
@@ -291,6 +335,7 @@ class Simulation:
             for fn in self._on_lookup:
                 fn(r, t, None, 0, tok_in)
             return Flight(r, seq_in, seq_full, tok_in, tok_full, 0, [], [], None, 0, tok_done)
+        cut = self.full_cut(r, len(seq_full), tok_full)
         tree = self.tree
         now = tree.set_time(t)
         cap = None
@@ -326,10 +371,11 @@ class Simulation:
             prefill_cps,
             decode_cps,
             locked,
-            m.match_tokens,
+            min(m.match_tokens, tok_in),
             tok_done,
             m,
             ctx,
+            cut,
         )
 
     def replan_prefill(self, f: Flight, step_ends: list[int]) -> None:
@@ -355,7 +401,7 @@ class Simulation:
         now = self.tree.set_time(t)
         res = self.tree.insert(
             f.seq_in,
-            f.tok_in if self.regrid == 1 else len(f.seq_in) * self.grid,
+            f.tok_in if self.regrid == 1 else min(len(f.seq_in) * self.grid, f.tok_in),
             f.prefill_cps,
             now,
             lock=True,
@@ -373,7 +419,7 @@ class Simulation:
             return
         now = self.tree.set_time(t)
         cps = f.decode_cps if not f.prefill_cps else sorted(set(f.prefill_cps) | set(f.decode_cps))
-        res = self.tree.insert(f.seq_full, f.tok_full, cps, now, protect=f.locked, tag=(f, t))
+        res = self.tree.insert(f.seq_full, f.tok_full, cps, now, protect=f.locked, tag=(f, t), cut=f.cut)
         if f.locked is not None:
             self.tree.unlock(f.locked)
             f.locked = None

@@ -94,18 +94,18 @@ def test_a_hash_block_request_stores_input_plus_output_minus_one_in_sequential_m
     assert paper.tree.kv_tokens == n_in + 20
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 44 finding: on a hash-block trace whose outputs carry no hash ids (Mooncake), des mode "
-    "inserts the prompt at prefill end and the decode-end insert of the same symbols cannot add the output's "
-    "token count (sim/cache/tree.py: a path already held is not extended), so an engine preset stores the "
-    "prompt only (sequential mode: input + output - 1); the cache's memory use differs by mode",
-)
 @pytest.mark.parametrize("sched", SCHEDULERS)
-def test_a_hash_block_request_stores_the_same_in_des_mode_as_in_sequential_mode(sched):
+@pytest.mark.parametrize("out_symbols", [False, True])
+def test_a_hash_block_request_stores_the_same_in_des_mode_as_in_sequential_mode(sched, out_symbols):
+    """Des mode inserts the prompt at prefill end, then input + output - 1 at decode end. An output
+    without hash ids gets symbols of its own (``Simulation.output_symbols``, as the hash-block
+    loaders number them): before, the decode-end insert met the path the prefill had stored and
+    added nothing (the prompt only, 40 tokens). The prompt's partial block (8 of 16 tokens) sits
+    inside the stored sequence: 40 + 19 tokens, not 3 x 16 + 19."""
     knobs = {"mamba_radix_cache_strategy": "no_buffer"}
-    _, one, _ = go(hash_trace(40, 20, reps=1), "sglang", sched, **knobs)
+    _, one, _ = go(hash_trace(40, 20, reps=1, out_symbols=out_symbols), "sglang", sched, **knobs)
     assert one.tree.kv_tokens == 40 + 20 - 1
+    assert sorted(one.tree.checkpoints().values()) == [40, 59]  # prompt end, tail (input + output - 1)
 
 
 @pytest.mark.parametrize("sched", SCHEDULERS)

@@ -287,16 +287,18 @@ def test_requests_waiting_past_the_open_flights_keep_their_hits(tmp_path_factory
     assert s["hits"] >= 6
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="open (issue 41): the tree cuts a hash-block edge at blocks x 512 tokens, so a branch "
-    "after a partial last block (a whole prompt of 1300 tokens repeated) is admitted at 1536, past "
-    "the request (sim/cache/tree.py _split); Mooncake hashes a partial block on its own, so only a "
-    "repeated prompt meets it",
-)
 def test_repeated_prompt_with_a_partial_last_block(tmp_path):
-    rows = [(0, 1300, 40, [0, 1, 50]), (0, 1100, 20, [0, 1, 52]), (2000, 1300, 16, [0, 1, 50])]
+    """A whole prompt of 1300 tokens (blocks 0, 1 and a partial 50) repeated. Request 2 finds
+    request 0's edge [50, output] and splits it after the partial block: its prompt-end state sits
+    at 1300, not at 3 x 512 = 1536 (the tree cut edges at whole blocks: the state lay past the
+    request, issue 41). Request 3 reuses its whole prompt from it (Marconi: no last-token cap);
+    requests 0 and 1 arrive together, so nothing holds a state at 1024 when request 2 looks up."""
+    rows = [
+        (0, 1300, 40, [0, 1, 50]),
+        (0, 1100, 20, [0, 1, 52]),
+        (2000, 1300, 16, [0, 1, 50]),
+        (4000, 1300, 8, [0, 1, 50]),
+    ]
     p = tmp_path / "repeat.jsonl"
     p.write_text(
         "".join(
@@ -304,4 +306,6 @@ def test_repeated_prompt_with_a_partial_last_block(tmp_path):
         )
     )
     trace = load_trace(f"mooncake:{p}", TraceOptions())
-    check_contract(replay(trace), continuous=False)
+    res = replay(trace)
+    check_contract(res, continuous=False)
+    assert list(res.requests["hit_tokens"]) == [0, 0, 0, 1300]
