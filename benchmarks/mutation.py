@@ -235,6 +235,16 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/experiments/test_resume.py",
         ],
     ),
+    "config": (
+        ["sim/config.py", "sim/cli/options.py"],
+        [
+            "tests/sim/test_config_groups.py",
+            "tests/sim/test_config.py",
+            "tests/sim/tuning/test_tuning_params.py",
+            "tests/sim/cli/test_run_help.py",
+            "tests/sim/experiments/test_old_results.py",
+        ],
+    ),
     "reference": (
         ["kernels/reference.py"],
         ["tests/kernels/test_reference.py", "tests/kernels/test_conv.py", "tests/kernels/test_chunk_gdn.py"],

@@ -1,11 +1,13 @@
-"""Simulation settings: one dataclass whose fields become ``marconi run`` / ``marconi sweep`` flags
-and the knob columns of every result row."""
+"""Simulation settings: ``SimConfig``, five groups of knobs (trace, cache, engine, timing, tuning),
+each knob one dataclass field whose default, help, choices and flag are written once and become a
+``marconi run`` / ``marconi sweep`` / ``marconi replay`` flag (sim/cli/options.py) and a column of
+every result row (flat, in ``ROW_ORDER``)."""
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from policies.admission import JudiciousAdmission
 from policies.base import PolicyError
@@ -76,42 +78,52 @@ def format_size(n: int) -> str:
     return f"{n}B"
 
 
+#: the sections a knob's option is listed under in `marconi run --help` (``setting(section=...)``;
+#: a knob without one takes its group's, ``GROUP_SECTION``)
+SECTIONS = ("cache", "engine", "preset", "tuning")
+
+
 def setting(
     default,
     help: str,
     *,
     choices=None,
     flag: str | None = None,
-    group: str | None = "sim",
+    section: str | None = None,
     min: float | None = None,
     max: float | None = None,
+    type: type | None = None,
+    lead: dict | None = None,
 ):
-    """A SimConfig field with its help, allowed values and flag (``--`` + the name with dashes
-    unless given). ``group``: "sim" (a knob of `run` and `sweep`), "tuning" (read only by
-    ``--alpha auto`` and ``marconi-oracle``) or None (an option the CLI declares itself)."""
-    meta = {"help": help, "choices": tuple(choices) if choices else None, "flag": flag, "group": group}
-    meta.update({k: v for k, v in (("min", min), ("max", max)) if v is not None})
+    """A settings field with its help, allowed values and flag (``--`` + the name with dashes
+    unless given): the one place its default and help are written; the CLI generates its option
+    from them (sim/cli/options.py). ``section``: its `run --help` section (one of SECTIONS);
+    ``type``: the option's value type where the default (None) does not say it; ``lead``: the
+    knob is one of `run`'s first options, in a form of its own (``name``: the parameter's name,
+    ``default``: the flag's default where it differs from the library's, as text)."""
+    meta = {"help": help, "choices": tuple(choices) if choices else None, "flag": flag}
+    extra = (("section", section), ("min", min), ("max", max), ("type", type), ("lead", lead))
+    meta.update({k: v for k, v in extra if v is not None})
     return field(default=default, metadata=meta)
 
 
-def policy_knob(params_cls: type, name: str, group: str | None = "sim"):
-    """A SimConfig field that is a policy's knob (or, with ``group="tuning"``, a tuning knob of
-    ``sim.tuning_options.TunerParams``): default, help, choices and range come from the ``Params``
-    (written there once)."""
+def policy_knob(params_cls: type, name: str, **kw):
+    """A settings field that is a policy's knob: default, help, choices and range come from the
+    ``Params`` (written there once); ``kw``: ``section`` / ``lead`` as :func:`setting`'s."""
     f = {f.name: f for f in fields(params_cls)}[name]
     return setting(
         f.default,
         f.metadata["help"],
         choices=f.metadata.get("choices"),
         flag=f.metadata.get("flag"),
-        group=group,
         min=f.metadata.get("min"),
         max=f.metadata.get("max"),
+        **kw,
     )
 
 
 def flag_of(f) -> str:
-    """The command-line flag of a SimConfig field."""
+    """The command-line flag of a settings field."""
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
@@ -119,18 +131,73 @@ def _either(choices: tuple) -> str:
     return ", ".join(choices[:-1]) + " or " + choices[-1]
 
 
+def refuse_bad_choices(settings, fields_=None) -> None:
+    """Refuses a field of ``settings`` (``fields_``, in order; default: the dataclass's fields)
+    whose value is not one of its ``choices`` (one line naming the flag; None passes where None is
+    the default)."""
+    for f in fields(settings) if fields_ is None else fields_:
+        choices = f.metadata.get("choices")
+        value = getattr(settings, f.name)
+        if choices and value not in choices and not (value is None and f.default is None):
+            raise UsageError(f"{flag_of(f)} must be {_either(choices)}, not {value!r}")
+
+
+# ---------------------------------------------------------------------------------- the five groups
+
+
 @dataclass
-class SimConfig:
-    policy: str = setting("marconi", "Comma-separated policies (vanilla, vllm+, sglang+, marconi, ...).", group=None)
+class TraceSettings:
+    """How the trace's sessions arrive."""
+
+    sessions_per_second: float = setting(
+        1.0,
+        "Closed-loop traces: sessions started per second (session i at i / rate, or Poisson with --arrival "
+        "poisson); open-loop traces (mooncake, bailian, marconi-jsonl) keep their own timestamps.",
+        section="engine",
+        lead={},
+    )
+    arrival: str = setting(
+        "uniform", "Session starts: i / rate (paper) or Poisson.", choices=("uniform", "poisson"), section="engine"
+    )
+    seed: int = setting(
+        0, "Seed of the Poisson session starts (--arrival poisson); uniform arrivals draw nothing.", section="engine"
+    )
+
+
+@dataclass
+class CacheSettings:
+    """The policy, the model whose states and KV it caches, and the cache."""
+
+    policy: str = setting(
+        "marconi",
+        "Comma-separated policies (vanilla, vllm+, sglang+, marconi, ...).",
+        section="cache",
+        lead={"name": "policies", "default": "vllm+,sglang+,marconi"},
+    )
     model: str = setting(
         "marconi-7b",
         "Model preset (see `marconi models`), or a Hugging Face config.json (or a folder holding one) of a "
         "Qwen3-Next / Qwen3.5, Nemotron-H, Jamba, Falcon-H1, Granite 4.0, Mamba2 or llama model (docs/models.md).",
+        section="cache",
     )
-    capacity_bytes: int = setting(5 * 10**9, "Cache capacity (5GB = 5e9 B, 5GiB = 5*2^30 B).", group=None)
-    alpha: float | str = policy_knob(MarconiEviction.Params, "alpha", group=None)  # a float, or "auto"
-    state_alignment: str = policy_knob(JudiciousAdmission.Params, "state_alignment")
-    chunk_size: int = policy_knob(JudiciousAdmission.Params, "chunk_size")
+    capacity_bytes: int = setting(
+        5 * 10**9,
+        "Cache capacity (5GB = 5e9 B, 5GiB = 5*2^30 B).",
+        flag="--capacity",
+        section="cache",
+        lead={"name": "capacity", "default": "5GB"},
+    )
+    # a float, or "auto" (the flag's default: tuned while the trace runs)
+    alpha: float | str = policy_knob(MarconiEviction.Params, "alpha", section="cache", lead={"default": "auto"})
+    state_alignment: str = policy_knob(JudiciousAdmission.Params, "state_alignment", section="cache")
+    chunk_size: int = policy_knob(JudiciousAdmission.Params, "chunk_size", section="cache")
+
+
+@dataclass
+class EngineSettings:
+    """The serving engine: how requests are scheduled, and the engines' own knobs
+    (policies/*_current.py, named as the engines name them)."""
+
     mode: str = setting(
         "des",
         "des: discrete-event with servers and pinning; sequential: the artifact's replay.",
@@ -144,13 +211,6 @@ class SimConfig:
         "bugs); paper-fixed: the same with its two bugs fixed; corrected: exact capacity, pinning.",
         choices=("corrected", "paper", "paper-fixed"),
     )
-    sessions_per_second: float = setting(
-        1.0,
-        "Closed-loop traces: sessions started per second (session i at i / rate, or Poisson with --arrival "
-        "poisson); open-loop traces (mooncake, bailian, marconi-jsonl) keep their own timestamps.",
-        group=None,
-    )
-    arrival: str = setting("uniform", "Session starts: i / rate (paper) or Poisson.", choices=("uniform", "poisson"))
     servers: int = setting(1, "Prefill servers (simpy resources; --scheduler fcfs).")
     scheduler: str = setting(
         "auto",
@@ -164,6 +224,37 @@ class SimConfig:
         8192, "--scheduler continuous: tokens per engine step (decode tokens plus prefill chunks)."
     )
     max_num_seqs: int = setting(256, "--scheduler continuous: requests running at once.")
+    prefill_chunk_tokens: int = policy_knob(ChunkedPrefill, "prefill_chunk_tokens", section="preset")
+    block_size: int = policy_knob(VllmBlocks, "block_size", section="preset")
+    state_pool: str = policy_knob(StatePool, "state_pool", section="preset")
+    mamba_radix_cache_strategy: str = policy_knob(SglangParams, "mamba_radix_cache_strategy", section="preset")
+    mamba_track_interval: int = policy_knob(SglangParams, "mamba_track_interval", section="preset")
+    page_size: int = policy_knob(SglangParams, "page_size", section="preset")
+    mamba_full_memory_ratio: float = policy_knob(SglangParams, "mamba_full_memory_ratio", section="preset")
+    gpu_memory: str = policy_knob(SglangParams, "gpu_memory", section="preset")
+    max_mamba_cache_size: int = policy_knob(SglangParams, "max_mamba_cache_size", section="preset")
+    prefix_cache_retention_interval: int = policy_knob(VllmParams, "prefix_cache_retention_interval", section="preset")
+    enable_mamba_shared_prefix_checkpoint: bool = policy_knob(
+        VllmParams, "enable_mamba_shared_prefix_checkpoint", section="preset"
+    )
+    speculative_method: str = policy_knob(VllmParams, "speculative_method", section="preset")
+    speculative_tokens: int = policy_knob(VllmParams, "speculative_tokens", section="preset")
+    periodic_snapshot_interval: int = policy_knob(TrtllmParams, "periodic_snapshot_interval", section="preset")
+    additional_snapshot_offsets_from_start: str = policy_knob(
+        TrtllmParams, "additional_snapshot_offsets_from_start", section="preset"
+    )
+    additional_snapshot_offsets_from_end: str = policy_knob(
+        TrtllmParams, "additional_snapshot_offsets_from_end", section="preset"
+    )
+    prefix_cache_decode_state_interval: int = policy_knob(
+        LmdeployParams, "prefix_cache_decode_state_interval", section="preset"
+    )
+
+
+@dataclass
+class TimingSettings:
+    """What prices time: the TTFT model, a timing file, the GPU and its tensor-parallel group."""
+
     ttft_model: str = setting(
         "flops",
         "flops: FLOPs / throughput + overhead; jamba: the paper's fitted Jamba-1.5-Mini table.",
@@ -190,38 +281,101 @@ class SimConfig:
         min=0,
         max=64,
     )
-    seed: int = setting(0, "Seed of the Poisson session starts (--arrival poisson); uniform arrivals draw nothing.")
-    # alpha tuning (--alpha auto, marconi-oracle; sim/tuning): generated from TunerParams, one field per
-    # knob, in its order (sim/tuning_options.py writes them once)
-    for _f in fields(TunerParams):
-        __annotations__[_f.name] = _f.type
-        locals()[_f.name] = policy_knob(TunerParams, _f.name, group="tuning")
-    del _f
-    prefill_chunk_tokens: int = policy_knob(ChunkedPrefill, "prefill_chunk_tokens")
-    block_size: int = policy_knob(VllmBlocks, "block_size")
-    state_pool: str = policy_knob(StatePool, "state_pool")
-    # the engines' own knobs (policies/*_current.py), named as the engines name them
-    mamba_radix_cache_strategy: str = policy_knob(SglangParams, "mamba_radix_cache_strategy")
-    mamba_track_interval: int = policy_knob(SglangParams, "mamba_track_interval")
-    page_size: int = policy_knob(SglangParams, "page_size")
-    mamba_full_memory_ratio: float = policy_knob(SglangParams, "mamba_full_memory_ratio")
-    gpu_memory: str = policy_knob(SglangParams, "gpu_memory")
-    max_mamba_cache_size: int = policy_knob(SglangParams, "max_mamba_cache_size")
-    prefix_cache_retention_interval: int = policy_knob(VllmParams, "prefix_cache_retention_interval")
-    enable_mamba_shared_prefix_checkpoint: bool = policy_knob(VllmParams, "enable_mamba_shared_prefix_checkpoint")
-    speculative_method: str = policy_knob(VllmParams, "speculative_method")
-    speculative_tokens: int = policy_knob(VllmParams, "speculative_tokens")
-    periodic_snapshot_interval: int = policy_knob(TrtllmParams, "periodic_snapshot_interval")
-    additional_snapshot_offsets_from_start: str = policy_knob(TrtllmParams, "additional_snapshot_offsets_from_start")
-    additional_snapshot_offsets_from_end: str = policy_knob(TrtllmParams, "additional_snapshot_offsets_from_end")
-    prefix_cache_decode_state_interval: int = policy_knob(LmdeployParams, "prefix_cache_decode_state_interval")
+
+
+#: SimConfig's parts: group name -> its dataclass (the tuning knobs are sim/tuning_options.py's
+#: TunerParams, frozen: a flat assignment replaces the part)
+GROUPS: dict[str, type] = {
+    "trace": TraceSettings,
+    "cache": CacheSettings,
+    "engine": EngineSettings,
+    "timing": TimingSettings,
+    "tuning": TunerParams,
+}
+#: the `run --help` section of a group's knobs that name none
+GROUP_SECTION = {"trace": "engine", "cache": "cache", "engine": "engine", "timing": "engine", "tuning": "tuning"}
+#: the flat order of the knobs: SimConfig's keywords and the result row's columns as ROW_VERSION 2
+#: wrote them (stored rows keep it); a knob added to a group later comes after these, in its
+#: group's order. The tuning knobs stay together, in TunerParams' order.
+ROW_ORDER = (
+    "policy", "model", "capacity_bytes", "alpha", "state_alignment", "chunk_size", "mode", "compat",
+    "sessions_per_second", "arrival", "servers", "scheduler", "max_num_batched_tokens", "max_num_seqs",
+    "ttft_model", "timing_file", "gpu", "tensor_parallel", "seed",
+    *(f.name for f in fields(TunerParams)),
+    "prefill_chunk_tokens", "block_size", "state_pool", "mamba_radix_cache_strategy", "mamba_track_interval",
+    "page_size", "mamba_full_memory_ratio", "gpu_memory", "max_mamba_cache_size",
+    "prefix_cache_retention_interval", "enable_mamba_shared_prefix_checkpoint", "speculative_method",
+    "speculative_tokens", "periodic_snapshot_interval", "additional_snapshot_offsets_from_start",
+    "additional_snapshot_offsets_from_end", "prefix_cache_decode_state_interval",
+)  # fmt: skip
+
+
+def _knob_table() -> dict:
+    """knob name -> (group, field), in the flat order."""
+    table = {f.name: (group, f) for group, cls in GROUPS.items() for f in fields(cls)}
+    order = [n for n in ROW_ORDER if n in table] + [n for n in table if n not in ROW_ORDER]
+    return {n: table[n] for n in order}
+
+
+_KNOBS = _knob_table()
+
+
+def section_of(name: str) -> str:
+    """The `run --help` section (one of SECTIONS) of knob ``name``."""
+    group, f = _KNOBS[name]
+    return f.metadata.get("section") or GROUP_SECTION[group]
+
+
+def _flat_property(group: str, name: str, doc: str) -> property:
+    """``config.name``: the knob read from, and written to, its group (a frozen group is replaced)."""
+
+    def get(self):
+        return getattr(getattr(self, group), name)
+
+    def set_(self, value) -> None:
+        part = getattr(self, group)
+        if part.__dataclass_params__.frozen:
+            setattr(self, group, replace(part, **{name: value}))
+        else:
+            setattr(part, name, value)
+
+    return property(get, set_, doc=doc)
+
+
+@dataclass(init=False)
+class SimConfig:
+    """A simulation's settings, in five groups (``trace``, ``cache``, ``engine``, ``timing``,
+    ``tuning``: GROUPS). Every knob is also read and written by its own name (``config.alpha``),
+    and ``SimConfig(alpha=1, capacity_bytes=...)`` takes them flat, as the result rows name them;
+    ``SimConfig(cache=CacheSettings(...))`` takes whole groups (copied: two configs never share one)."""
+
+    trace: TraceSettings
+    cache: CacheSettings
+    engine: EngineSettings
+    timing: TimingSettings
+    tuning: TunerParams
+
+    def __init__(self, trace=None, cache=None, engine=None, timing=None, tuning=None, **flat) -> None:
+        given = {"trace": trace, "cache": cache, "engine": engine, "timing": timing, "tuning": tuning}
+        for group, cls in GROUPS.items():
+            part = given[group]
+            setattr(self, group, cls() if part is None else replace(part))
+        for name, value in flat.items():
+            if name not in _KNOBS:
+                raise TypeError(f"SimConfig got an unexpected keyword argument {name!r}")
+            setattr(self, name, value)
+
+    @classmethod
+    def from_flat(cls, **knobs) -> "SimConfig":
+        """A config from knobs named as the result rows name them (``SimConfig(**knobs)``)."""
+        return cls(**knobs)
+
+    def to_flat(self) -> dict:
+        """Every knob by name, in the flat order (as configured: ``scheduler`` may be ``auto``)."""
+        return {name: getattr(self, name) for name in _KNOBS}
 
     def validate(self) -> None:
-        for f in fields(self):
-            choices = f.metadata.get("choices")
-            value = getattr(self, f.name)
-            if choices and value not in choices and not (value is None and f.default is None):
-                raise UsageError(f"{flag_of(f)} must be {_either(choices)}, not {value!r}")
+        refuse_bad_choices(self, self.knobs())
         if self.compat != "corrected" and self.mode != "sequential":
             # the artifact replays requests one at a time in timestamp order (docs/presets.md §5): it has
             # no servers, queues or pinning to reproduce in a discrete-event run
@@ -252,7 +406,7 @@ class SimConfig:
                 f"--block-size must be 0 (the engine's default) or 1 to {MAX_BLOCK_TOKENS} tokens, "
                 f"not {self.block_size}"
             )
-        for f in fields(self):  # a knob's own range (policies' Params: min / max)
+        for f in self.knobs():  # a knob's own range (policies' Params: min / max)
             lo, hi, value = f.metadata.get("min"), f.metadata.get("max"), getattr(self, f.name)
             if (
                 isinstance(value, (int, float))
@@ -278,9 +432,32 @@ class SimConfig:
             raise UsageError(f"--alpha must be a finite number >= 0 or 'auto', not {self.alpha!r}")
 
     @classmethod
+    def knobs(cls) -> list:
+        """Every knob's field (each group's dataclass field), in the flat order."""
+        return [f for _, f in _KNOBS.values()]
+
+    @classmethod
+    def knob(cls, name: str):
+        """The field of knob ``name`` (its default, help, choices, flag)."""
+        return _KNOBS[name][1]
+
+    @classmethod
+    def group_of(cls, name: str) -> str:
+        """The group (a key of GROUPS) holding knob ``name``."""
+        return _KNOBS[name][0]
+
+    @classmethod
     def settings(cls, group: str) -> list:
-        """The fields of ``group`` ("sim" or "tuning"), in declaration order."""
-        return [f for f in fields(cls) if f.metadata.get("group") == group]
+        """The knobs' fields of `run`'s option ``group``, in the flat order: "lead" (the options
+        `run` lists first, in a form of their own: ``setting(lead=...)``), "tuning" (read only by
+        ``--alpha auto`` and ``marconi-oracle``) or "sim" (every other knob of `run` and `sweep`)."""
+
+        def group_of(name: str, f) -> str:
+            if "lead" in f.metadata:
+                return "lead"
+            return "tuning" if _KNOBS[name][0] == "tuning" else "sim"
+
+        return [f for name, (_, f) in _KNOBS.items() if group_of(name, f) == group]
 
     @property
     def effective_scheduler(self) -> str:
@@ -294,11 +471,17 @@ class SimConfig:
         return "fcfs"
 
     def as_row(self) -> dict:
-        """The configuration as a result row (the scheduler that ran, ``auto`` resolved)."""
-        row = asdict(self)
+        """The configuration as a flat result row (the scheduler that ran, ``auto`` resolved)."""
+        row = self.to_flat()
         row["scheduler"] = self.effective_scheduler
         return row
 
     @classmethod
     def field_names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
+        """Every knob's name, in the flat order (the row's columns)."""
+        return list(_KNOBS)
+
+
+for _name, (_group, _field) in _KNOBS.items():  # config.alpha: the knob in its group
+    setattr(SimConfig, _name, _flat_property(_group, _name, _field.metadata.get("help", "")))
+del _name, _group, _field

@@ -1,9 +1,9 @@
 """The knobs of alpha tuning (``--alpha auto``'s tuners and ``marconi-oracle``; sim/tuning), written
 once here as a ``Params`` dataclass the way policies write theirs (:func:`policies.base.knob`).
-SimConfig generates its ``group="tuning"`` fields from :class:`TunerParams` (as it generates the
-policy knobs from the policies' ``Params``), so the CLI options of `run` / `sweep`, the sweep axes
-and the result columns all come from here; sim/tuning reads its knobs back with
-:func:`tuner_params`. This module sits below sim.config (which imports it) and so below sim.tuning."""
+:class:`TunerParams` is SimConfig's ``tuning`` group (``config.tuning``; each knob also read and
+written flat, ``config.duel_every``), so the CLI options of `run` / `sweep`, the sweep axes and the
+result columns all come from here; sim/tuning reads its knobs back with :func:`tuner_params`. This
+module sits below sim.config (which imports it) and so below sim.tuning."""
 
 from __future__ import annotations
 

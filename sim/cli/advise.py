@@ -18,7 +18,8 @@ from sim.cli.outdir import (
     input_paths,
     output_folder,
 )
-from sim.cli.run import _with_options, refuse_unread_knobs
+from sim.cli.options import with_fields
+from sim.cli.run import refuse_unread_knobs
 from sim.cli.traces import trace_options
 from sim.config import SimConfig, format_size
 from sim.errors import UsageError, stop_exit_code
@@ -37,7 +38,7 @@ _SIM_FIELDS = {f.name: f for f in SimConfig.settings("sim") if f.name not in ("s
 
 
 def sim_options(fn):
-    return _with_options(fn, list(_SIM_FIELDS.values()))
+    return with_fields(fn, list(_SIM_FIELDS.values()))
 
 
 def _fixed(kwargs: dict) -> dict:

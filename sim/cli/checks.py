@@ -40,7 +40,7 @@ SCHEDULER_KNOBS = ("max_num_batched_tokens", "max_num_seqs")
 DUEL_KNOBS = ("duel_candidates", "duel_every", "duel_window", "duel_margin")
 REPLAY_TUNER_KNOBS = ("bootstrap_multiplier", "tuning_start", "tuning_workers", "retune_every")
 
-_FIELDS = {f.name: f for f in SimConfig.__dataclass_fields__.values()}
+_FIELDS = {f.name: f for f in SimConfig.knobs()}
 
 
 def _flag(name: str) -> str:

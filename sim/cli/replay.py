@@ -12,12 +12,13 @@ import click
 
 from sim.cli.checks import check_replay
 from sim.cli.outdir import OutputPath, check_output_files, input_paths, output_folder
-from sim.cli.run import _option, parse_alpha
+from sim.cli.options import option, with_options
+from sim.cli.run import parse_alpha
 from sim.cli.run import _scheduler as _scheduler_word
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, format_size, parse_size
 from sim.errors import UsageError
-from sim.replay.backends import CPU_SMALL_D_MODEL, kernel_choices
+from sim.replay.backends import CPU_SMALL_D_MODEL
 
 INSTALL_HINT = "marconi replay needs torch (and triton for --kernel triton): pip install 'marconi-sim[kernels]'"
 #: widest model `--device cpu` replays without a warning: a wider one takes minutes per request there
@@ -226,126 +227,46 @@ def format_summary(s: dict, settings: dict) -> str:
     return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
 
 
-def _config_option(name: str):
-    """A click option generated from a SimConfig field, as `marconi run` has it."""
-    return _option({f.name: f for f in fields(SimConfig)}[name])
+def replay_options(fn):
+    """`marconi replay`'s settings options, in their order: SimConfig's knobs and ReplaySettings'
+    fields, generated from their declarations (sim/cli/options.py); where the replay means a knob
+    differently (its model preset, one policy) it says so here."""
+    from sim.replay.session import ReplaySettings  # noqa: PLC0415 - no torch: --help stays light
+
+    knob = SimConfig.knob
+    own = {f.name: f for f in fields(ReplaySettings)}
+    return with_options(
+        fn,
+        [
+            option(knob("policy"), help="One policy."),
+            option(knob("capacity_bytes"), lead=True, help="Cache capacity."),
+            option(knob("alpha"), lead=True, help="Marconi's alpha (a number or auto)."),
+            option(
+                knob("model"),
+                default="qwen3.5-9b",
+                help="Model preset with gated-delta layers (replay-tiny for CPU runs).",
+            ),
+            option(own["layers"]),
+            *(option(knob(name)) for name in ("state_alignment", "chunk_size", "mode")),
+            *(option(knob(name)) for name in ("scheduler", "max_num_batched_tokens", "max_num_seqs")),
+            *(option(own[name]) for name in ("coast_steps", "batch", "batch_tokens")),
+            option(
+                knob("sessions_per_second"),
+                help="Closed-loop traces: sessions started per second (session i at i / rate); open-loop "
+                "traces (mooncake, bailian, marconi-jsonl) keep their own timestamps.",
+            ),
+            *(option(own[name]) for name in ("validate_every", "store")),
+            option(own["dtype"], default=None),  # by --device: bf16 on cuda, fp32 on cpu
+            *(option(own[name]) for name in ("device", "kernel", "requests", "seed", "validation")),
+            *(option(own[name]) for name in ("tolerance", "measure")),
+        ],
+    )
 
 
 def register(main: click.Group) -> None:
     @main.command("replay")
     @trace_options
-    @click.option("--policy", default="marconi", show_default=True, help="One policy.")
-    @click.option("--capacity", default="5GB", show_default=True, help="Cache capacity.")
-    @click.option("--alpha", default="auto", show_default=True, help="Marconi's alpha (a number or auto).")
-    @click.option(
-        "--model",
-        default="qwen3.5-9b",
-        show_default=True,
-        help="Model preset with gated-delta layers (replay-tiny for CPU runs).",
-    )
-    @click.option(
-        "--layers",
-        type=int,
-        default=None,
-        help="Mixer layers to replay, subsampled evenly per type (attention / gated delta), each with "
-        "its MLP; times are scaled to the model [default: the preset's full depth].",
-    )
-    @click.option("--state-alignment", type=click.Choice(["exact", "chunk"]), default="exact", show_default=True)
-    @click.option("--chunk-size", type=int, default=64, show_default=True)
-    @click.option("--mode", type=click.Choice(["sequential", "des"]), default="des", show_default=True)
-    @_config_option("scheduler")
-    @_config_option("max_num_batched_tokens")
-    @_config_option("max_num_seqs")
-    @click.option(
-        "--coast-steps",
-        type=int,
-        default=4,
-        show_default=True,
-        help="--scheduler continuous: steps executed and timed of each coasted run of identical decode "
-        "steps (the rest are computed untimed, in one batch).",
-    )
-    @click.option(
-        "--batch",
-        type=int,
-        default=1,
-        show_default=True,
-        help="--mode sequential: run up to this many requests as one varlen batch (a hit on a state a "
-        "queued request produces runs the queue first) and check the hits against batched "
-        "from-scratch prefills; every hit is still checked, but requests are not timed one by one "
-        "(the batches are: replay's throughput). 1: each request alone, timed (TTFT, --calibrate).",
-    )
-    @click.option(
-        "--batch-tokens",
-        type=int,
-        default=16384,
-        show_default=True,
-        help="--batch > 1: tokens per batched call (queued suffixes, or reference prefills).",
-    )
-    @click.option("--sessions-per-second", type=float, default=1.0, show_default=True)
-    @click.option(
-        "--validate-every",
-        type=int,
-        default=1,
-        show_default=True,
-        help="Numerically check every k-th hit (the prefix-hash check runs on every hit).",
-    )
-    @click.option(
-        "--store",
-        type=click.Choice(["gpu", "host"]),
-        default="gpu",
-        show_default=True,
-        help="Checkpoint store on the GPU or in pinned host memory.",
-    )
-    @click.option(
-        "--dtype",
-        type=click.Choice(["bf16", "fp16", "fp32"]),
-        default=None,
-        help="Activations and weights [default: bf16 on cuda, fp32 on cpu].",
-    )
-    @click.option(
-        "--device",
-        type=click.Choice(["cuda", "cpu"]),
-        default="cuda",
-        show_default=True,
-        help="cpu runs the gated-delta layers in plain torch by default (small presets in practice).",
-    )
-    @click.option(
-        "--kernel",
-        type=click.Choice(list(kernel_choices())),
-        default="auto",
-        show_default=True,
-        help="Gated-delta backend: triton or ours (the project's kernels; the interpreter on a CPU), torch "
-        "(the same math in plain torch ops), fla / flashqla (FLA's / FlashQLA's kernels where installed, "
-        "CUDA only; boundary states by split calls: docs/replay.md); auto: triton on cuda, torch on cpu.",
-    )
-    @click.option("--requests", type=int, default=None, help="Replay the first N requests.")
-    @click.option("--seed", type=int, default=0, show_default=True, help="Weights and hash-block tokens.")
-    @click.option(
-        "--validate",
-        "validation",
-        type=click.Choice(["exact", "shadow", "tolerance"]),
-        default="exact",
-        show_default=True,
-        help="exact: every restored state, conv window and KV page bit for bit against what the kernels "
-        "produced, then the numerics check; shadow: also an fp32 replay of the same stream checked at "
-        "fp32 tolerance (slower); tolerance: the numerics check alone (docs/replay.md).",
-    )
-    @click.option(
-        "--tolerance",
-        type=float,
-        default=None,
-        help="Relative error allowed in states and outputs [default: by dtype, see sim.replay.checks].",
-    )
-    @click.option(
-        "--measure",
-        type=click.Choice(["device", "wall"]),
-        default="device",
-        show_default=True,
-        help="How a GPU times prefills: device queues each timed call behind a GPU sleep as long as the "
-        "host's issue time, so its events time the kernels back to back (the model's time); wall times "
-        "it as issued to an idle GPU (short calls then time this harness's Python). Both record the "
-        "host's issue time.",
-    )
+    @replay_options
     @click.option(
         "--timing",
         "timing_path",

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import fields
 from pathlib import Path
-from typing import Callable
-
 import click
 from click.core import ParameterSource
 
@@ -17,7 +14,8 @@ from sim.cli.help import SectionedCommand
 from sim.cli.checks import check_run, simulated_capacities
 from sim.cli.outdir import OutputPath, atomic_write, check_output_files, input_paths, output_folder
 from sim.cli.traces import trace_from_cli, trace_options
-from sim.config import SimConfig, flag_of, format_size, parse_size
+from sim.cli.options import with_fields
+from sim.config import SECTIONS, SimConfig, flag_of, format_size, parse_size, section_of
 from sim.cost import model_for, timing_for, timing_note
 from sim.engine.metrics import SUMMARY_KEYS, RunSummary
 from sim.errors import UsageError
@@ -25,11 +23,11 @@ from sim.engine.events import EventLog, event_row, write_events
 from sim.replay.measure import read_timing
 from sim.simulate import hindsight_preset, simulate
 
-DEFAULT_POLICIES = "vllm+,sglang+,marconi"
+#: the policies `run` compares when --policy is not given
+DEFAULT_POLICIES = SimConfig.knob("policy").metadata["lead"]["default"]
 #: the files ``run --out DIR`` writes (refused when they exist, unless --force)
 RUN_OUTPUTS = ("summary.json", "requests.parquet", "occupancy.parquet")
-_HELP = {f.name: f.metadata["help"] for f in fields(SimConfig)}
-_FIELDS = {f.name: f for f in fields(SimConfig)}
+_FIELDS = {f.name: f for f in SimConfig.knobs()}
 
 
 def parse_alpha(text: str) -> float | str:
@@ -44,35 +42,19 @@ def parse_alpha(text: str) -> float | str:
     return value
 
 
-def _option(f) -> Callable:
-    """A click option generated from a SimConfig field (default, help, choices written there once)."""
-    meta = f.metadata
-    kw: dict = {"default": f.default}
-    if meta["help"]:
-        kw["help"] = meta["help"]
-    if meta["choices"]:
-        kw["type"] = click.Choice(list(meta["choices"]))
-    elif type(f.default) in (int, float):
-        kw["type"] = type(f.default)
-    if f.default is not None:
-        kw["show_default"] = True
-    return click.option(flag_of(f), f.name, **kw)
-
-
-def _with_options(fn, fields_: list):
-    for f in reversed(fields_):  # reversed: click lists options in decoration order
-        fn = _option(f)(fn)
-    return fn
-
-
 def sim_options(fn):
     """The simulation knobs shared by `run` and `sweep` (single values here), from SimConfig."""
-    return _with_options(fn, SimConfig.settings("sim"))
+    return with_fields(fn, SimConfig.settings("sim"))
 
 
 def tuning_options(fn):
     """Knobs of `--alpha auto` and `marconi-oracle` (sim/tuning), from SimConfig."""
-    return _with_options(fn, SimConfig.settings("tuning"))
+    return with_fields(fn, SimConfig.settings("tuning"))
+
+
+def lead_options(fn):
+    """`run`'s first options (--policy, --capacity, --alpha, --sessions-per-second), from SimConfig."""
+    return with_fields(fn, SimConfig.settings("lead"), lead=True)
 
 
 #: settings that some presets' policies declare but the simulator reads for every policy (e.g. a
@@ -284,42 +266,30 @@ RUN_SECTIONS = (
     "Output",
 )
 _OUTPUT = {"out", "events_path", "force", "fmt", "columns", "progress"}
-_CACHE = {"policies", "capacity", "alpha", "model", "state_alignment", "chunk_size"}
+#: SimConfig's sections (sim.config.SECTIONS) -> their headings
+_SECTION = dict(zip(SECTIONS, RUN_SECTIONS[1:5]))
+#: run's parameter names of SimConfig knobs named otherwise (``setting(lead=...)``)
+_KNOB_OF = {f.metadata["lead"].get("name", f.name): f.name for f in SimConfig.settings("lead")}
 
 
 def run_section(param: click.Parameter) -> str:
-    """The `--help` section of one of `run`'s options."""
+    """The `--help` section of one of `run`'s options (a knob's: its ``section``, sim.config)."""
     from sim.trace_options import TRACE_OPTION_KEYS  # noqa: PLC0415
 
-    name = param.name
+    name = _KNOB_OF.get(param.name, param.name)
     if name in TRACE_OPTION_KEYS:
         return RUN_SECTIONS[0]
-    if name in _CACHE:
-        return RUN_SECTIONS[1]
     if name in _OUTPUT:
         return RUN_SECTIONS[5]
-    if name in {f.name for f in SimConfig.settings("tuning")}:
-        return RUN_SECTIONS[4]
-    if name in policy_knobs():
-        return RUN_SECTIONS[3]
-    return RUN_SECTIONS[2]
+    if name not in _FIELDS:  # click's own (--help): where it is met
+        return RUN_SECTIONS[2]
+    return _SECTION[section_of(name)]
 
 
 def register(main: click.Group) -> None:
     @main.command("run", cls=SectionedCommand, section_of=run_section, section_order=RUN_SECTIONS)
     @trace_options
-    @click.option(
-        "--policy",
-        "policies",
-        default=DEFAULT_POLICIES,
-        show_default=True,
-        help="Comma-separated policies (vanilla, vllm+, sglang+, marconi, ...).",
-    )
-    @click.option("--capacity", default="5GB", show_default=True, help=_HELP["capacity_bytes"])
-    @click.option("--alpha", default="auto", show_default=True, help=_HELP["alpha"])
-    @click.option(
-        "--sessions-per-second", type=float, default=1.0, show_default=True, help=_HELP["sessions_per_second"]
-    )
+    @lead_options
     @sim_options
     @tuning_options
     @click.option(

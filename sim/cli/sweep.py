@@ -187,7 +187,7 @@ def _timing_notes(sim_axes: dict) -> str:
     if any(sim_axes.get("timing_file", [None])) or not any(sim_axes.get("gpu", [None])):
         return ""
     notes = set()
-    for m in sim_axes.get("model", [SimConfig.model]):
+    for m in sim_axes.get("model", [SimConfig().model]):
         for g in sim_axes.get("gpu", [None]):
             for tp in sim_axes.get("tensor_parallel", [0]):
                 try:

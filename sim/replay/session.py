@@ -10,13 +10,13 @@ import os
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Optional
 
 import numpy as np
 
 from policies.base import find_preset
-from sim.config import SimConfig
+from sim.config import SimConfig, refuse_bad_choices, setting
 from sim.cost import ModelSpec, TimingModel, get_model, timing_to_dict
 from sim.errors import UsageError
 from sim.replay import measure
@@ -29,46 +29,84 @@ VOCAB_ROWS = 1 << 16  # embedding rows of the replayed model (token ids index it
 
 @dataclass
 class ReplaySettings:
-    layers: Optional[int] = None  # None: all gated-delta layers of the preset
-    validate_every: int = 1
-    store: str = "gpu"  # gpu | host
-    dtype: str = "bf16"  # bf16 | fp16 | fp32 (fp32 on a CPU)
-    device: str = "cuda"  # cuda | cpu
-    requests: Optional[int] = None  # replay the first N requests of the trace
-    seed: int = 0  # weights and hash-block tokens
-    tolerance: Optional[float] = None  # None: by dtype (sim.replay.checks.TOLERANCE)
+    """A replay's own settings; each field's default and help are written here once and `marconi
+    replay` generates its options from them (sim/cli/replay.py lists which, in their order)."""
+
+    layers: Optional[int] = setting(  # None: all gated-delta layers of the preset
+        None,
+        "Mixer layers to replay, subsampled evenly per type (attention / gated delta), each with "
+        "its MLP; times are scaled to the model [default: the preset's full depth].",
+        type=int,
+    )
+    validate_every: int = setting(1, "Numerically check every k-th hit (the prefix-hash check runs on every hit).")
+    store: str = setting("gpu", "Checkpoint store on the GPU or in pinned host memory.", choices=("gpu", "host"))
+    dtype: str = setting(  # the CLI's default is by device: fp32 on a CPU
+        "bf16", "Activations and weights [default: bf16 on cuda, fp32 on cpu].", choices=("bf16", "fp16", "fp32")
+    )
+    device: str = setting(
+        "cuda",
+        "cpu runs the gated-delta layers in plain torch by default (small presets in practice).",
+        choices=("cuda", "cpu"),
+    )
+    requests: Optional[int] = setting(None, "Replay the first N requests.", type=int)
+    seed: int = setting(0, "Weights and hash-block tokens.")
+    tolerance: Optional[float] = setting(  # None: by dtype (sim.replay.checks.TOLERANCE)
+        None, "Relative error allowed in states and outputs [default: by dtype, see sim.replay.checks].", type=float
+    )
     warmup: bool = True
-    validation: str = "exact"  # exact | shadow | tolerance (sim.replay.checks)
-    kernel: str = "auto"  # gated-delta backend (sim.replay.backends); auto: by device
-    measure: str = "device"  # device | wall: how a GPU times prefills (sim.replay.clock.Stopwatch)
+    validation: str = setting(  # sim.replay.checks
+        "exact",
+        "exact: every restored state, conv window and KV page bit for bit against what the kernels "
+        "produced, then the numerics check; shadow: also an fp32 replay of the same stream checked at "
+        "fp32 tolerance (slower); tolerance: the numerics check alone (docs/replay.md).",
+        choices=("exact", "shadow", "tolerance"),
+        flag="--validate",
+    )
+    kernel: str = setting(  # gated-delta backend (sim.replay.backends); auto: by device
+        "auto",
+        "Gated-delta backend: triton or ours (the project's kernels; the interpreter on a CPU), torch "
+        "(the same math in plain torch ops), fla / flashqla (FLA's / FlashQLA's kernels where installed, "
+        "CUDA only; boundary states by split calls: docs/replay.md); auto: triton on cuda, torch on cpu.",
+        choices=kernel_choices(),
+    )
+    measure: str = setting(  # sim.replay.clock.Stopwatch
+        "device",
+        "How a GPU times prefills: device queues each timed call behind a GPU sleep as long as the "
+        "host's issue time, so its events time the kernels back to back (the model's time); wall times "
+        "it as issued to an idle GPU (short calls then time this harness's Python). Both record the "
+        "host's issue time.",
+        choices=("device", "wall"),
+    )
     # --scheduler continuous (sim.replay.stepper): steps timed per coasted decode run (the rest
     # computed untimed), and first steps cross-checked against per-sequence forwards
-    coast_steps: int = 4
+    coast_steps: int = setting(
+        4,
+        "--scheduler continuous: steps executed and timed of each coasted run of identical decode "
+        "steps (the rest are computed untimed, in one batch).",
+    )
     check_steps: int = 2
     # batched replay (sim.replay.runner): requests per batched call (1: each request alone,
     # timed one by one) and tokens per batched call
-    batch: int = 1
-    batch_tokens: int = 16384
+    batch: int = setting(
+        1,
+        "--mode sequential: run up to this many requests as one varlen batch (a hit on a state a "
+        "queued request produces runs the queue first) and check the hits against batched "
+        "from-scratch prefills; every hit is still checked, but requests are not timed one by one "
+        "(the batches are: replay's throughput). 1: each request alone, timed (TTFT, --calibrate).",
+    )
+    batch_tokens: int = setting(16384, "--batch > 1: tokens per batched call (queued suffixes, or reference prefills).")
 
     def validate(self) -> None:
         if self.validate_every < 1:
             raise UsageError("--validate-every must be >= 1")
-        if self.store not in ("gpu", "host"):
-            raise UsageError(f"--store must be gpu or host, not {self.store!r}")
-        if self.dtype not in ("bf16", "fp16", "fp32"):
-            raise UsageError(f"--dtype must be bf16, fp16 or fp32, not {self.dtype!r}")
-        if self.device not in ("cuda", "cpu"):
-            raise UsageError(f"--device must be cuda or cpu, not {self.device!r}")
+        # --store, --dtype, --device, --validate, --measure: their choices (--kernel's below)
+        refuse_bad_choices(self, [f for f in fields(self) if f.name != "kernel"])
         if self.layers is not None and self.layers < 1:
             raise UsageError("--layers must be >= 1")
         if self.requests is not None and self.requests < 1:
             raise UsageError("--requests must be >= 1")
-        if self.validation not in ("exact", "shadow", "tolerance"):
-            raise UsageError(f"--validate must be exact, shadow or tolerance, not {self.validation!r}")
         if self.tolerance is not None and not 0 < self.tolerance < float("inf"):  # NaN fails both
             raise UsageError(f"--tolerance must be a finite number > 0, not {self.tolerance}")
-        if self.measure not in ("device", "wall"):
-            raise UsageError(f"--measure must be device or wall, not {self.measure!r}")
         if self.coast_steps < 1:
             raise UsageError(f"--coast-steps must be >= 1, not {self.coast_steps}")
         if self.batch < 1:

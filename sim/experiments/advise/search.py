@@ -29,7 +29,7 @@ import threading
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -166,7 +166,7 @@ def run_line(task: Task) -> str:
     cfg = task.config
     base = SimConfig()
     preset = get_preset(cfg.policy)
-    for f in fields(SimConfig):
+    for f in SimConfig.knobs():
         v = getattr(cfg, f.name)
         name = f.name
         if name in ("tuning_workers",):

@@ -199,11 +199,9 @@ TRACE_ALTERNATIVES = {
 
 
 def _sim_fields():
-    from dataclasses import fields
-
     from sim.config import SimConfig
 
-    return {f.name: f for f in fields(SimConfig)}
+    return {f.name: f for f in SimConfig.knobs()}
 
 
 def sim_alternative(name: str):

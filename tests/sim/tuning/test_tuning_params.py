@@ -1,5 +1,5 @@
 """The tuning knobs are written once, in ``TunerParams`` (sim/tuning_options.py): SimConfig's
-``group="tuning"`` fields, the CLI options of `run` / `sweep` and the sweep's tuning axes are
+``tuning`` group, the CLI options of `run` / `sweep` and the sweep's tuning axes are
 generated from it, and the tuners read their knobs back through ``tuner_params``."""
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_simconfig_tuning_fields_are_tuner_params():
-    params = fields(TunerParams)
-    tuning = SimConfig.settings("tuning")
-    assert [f.name for f in tuning] == [f.name for f in params]
-    for p, s in zip(params, tuning):
-        assert s.default == p.default and s.type == p.type
-        assert s.metadata["help"] == p.metadata["help"]
-        assert s.metadata["choices"] == p.metadata.get("choices")
-        assert s.metadata["flag"] == p.metadata.get("flag")
+    """SimConfig's tuning group is a TunerParams: its knobs are TunerParams' own fields (one
+    declaration of each default and help), read and written flat as well."""
+    assert SimConfig.settings("tuning") == list(fields(TunerParams))
+    cfg = SimConfig(duel_every=7)
+    assert isinstance(cfg.tuning, TunerParams) and cfg.tuning.duel_every == 7
+    cfg.duel_window = 11  # a frozen group: the flat assignment replaces it
+    assert (cfg.tuning.duel_window, cfg.duel_window, cfg.duel_every) == (11, 11, 7)
 
 
 def test_tuners_read_their_knobs_from_the_config():
@@ -59,8 +58,9 @@ def test_a_knob_added_to_tuner_params_becomes_a_field_an_option_and_an_axis():
         from sim.config import SimConfig, flag_of
         from sim.experiments.grid import TUNING_KNOBS
 
-        f = {f.name: f for f in fields(SimConfig)}["duel_probe"]
-        assert f.default == 3 and f.metadata["group"] == "tuning", f
+        f = SimConfig.knob("duel_probe")
+        assert f.default == 3 and SimConfig.group_of("duel_probe") == "tuning", f
+        assert f in SimConfig.settings("tuning")
         assert flag_of(f) == "--duel-probe"
         assert SimConfig(duel_probe=5).as_row()["duel_probe"] == 5
         assert to.tuner_params(SimConfig(duel_probe=5)).duel_probe == 5
