@@ -214,10 +214,12 @@ def _vllm_blocks(ctx: Context) -> tuple:
 
 
 def _vllm_retention(ctx: Context) -> tuple:
-    """``--prefix-cache-retention-interval``: 0 (the default: semantic states only), every
-    1, 2, 4, 8 derived blocks, or -1 (every state): multiples of the block, where states sit."""
-    B = vllm_block_tokens(ctx.spec)
-    return (0, B, 2 * B, 4 * B, 8 * B, DENSE)
+    """``--prefix-cache-retention-interval``: 0 (the default: semantic states only), 1, 2 or 4
+    times the largest block searched, or -1 (every state). vLLM refuses an interval that is not a
+    multiple of the block (``kv_cache_coordinator.py`` ``_validate_prefix_cache_retention_interval``),
+    and the block is a knob of its own, so the intervals are multiples of every block searched."""
+    L = max(b or vllm_block_tokens(ctx.spec) for b in _vllm_blocks(ctx))
+    return (0, L, 2 * L, 4 * L, DENSE)
 
 
 def _lmdeploy_budget_high(ctx: Context) -> int:
