@@ -213,6 +213,23 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_replay_validate.py",
         ],
     ),
+    # issue 46: the replayer's collaborators (hit checks, batched replay, flights) and the typed summary
+    "replay_parts": (
+        [
+            "sim/replay/hits.py",
+            "sim/replay/batched.py",
+            "sim/replay/flight.py",
+            "sim/replay/summary.py",
+            "sim/replay/records.py",
+        ],
+        [
+            "tests/sim/replay/test_replay_summary.py",
+            "tests/sim/replay/test_store_rules.py",
+            "tests/sim/replay/test_replay_runner.py",
+            "tests/sim/replay/test_replay_validate.py",
+            "tests/sim/replay/test_replay_batch.py",
+        ],
+    ),
     "current": (
         ["policies/*_current.py", "sim/engine/simulation.py"],
         [

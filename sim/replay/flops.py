@@ -37,17 +37,30 @@ def segments_flops(spec, segments, layers: int) -> float:
     return layers * sum(layer_flops(spec, e - s, chunks_of(s, e)) for s, e in segments)
 
 
+def mamba2_linear(spec) -> bool:
+    """``spec``'s linear layers are Mamba2 layers (replayed in the gated-delta layers' slot:
+    ``counts["gated_delta"]`` counts them)."""
+    return bool(spec.n_mamba and not spec.n_gdn and spec.mamba_version == 2)
+
+
 def replayed_flops(spec, counts, segments) -> float:
     """FLOPs of ``counts`` layers of each type (``{"attention", "gated_delta", "mlp"}``) over
     calls ``[(start, end), ...]``: attention projections and causal score/value products (each
     call's tokens attend to everything before them), gated-delta per token and per kernel chunk
-    (ragged chunks whole), MLP per token."""
+    (ragged chunks whole), MLP per token. A Mamba2 model's linear layers (``mamba2_linear``) are
+    priced per token as the cost model prices them."""
     total = 0.0
+    mamba2 = mamba2_linear(spec)
     for s, e in segments:
         if e <= s:
             continue
         total += counts.get("attention", 0) * (spec.attn_layer_a * (e - s) + spec.attn_layer_b * (e * e - s * s))
-        total += counts.get("gated_delta", 0) * (spec.gdn_layer_a * (e - s) + spec.gdn_chunk_flops * chunks_of(s, e))
+        if mamba2:
+            total += counts.get("gated_delta", 0) * spec.mamba_layer_a * (e - s)
+        else:
+            total += counts.get("gated_delta", 0) * (
+                spec.gdn_layer_a * (e - s) + spec.gdn_chunk_flops * chunks_of(s, e)
+            )
         total += counts.get("mlp", 0) * spec.mlp_layer_a * (e - s)
     return total
 

@@ -292,7 +292,6 @@ class Mamba2Model(HybridModel):
             )
         self._backend = None  # the gated-delta backend: unused
         self._mamba_backend = load_backend(KERNEL_TO_MAMBA2[self.kernel])
-        self.marks = None
         gen = torch.Generator(device=self.device)
         gen.manual_seed(int(seed))
         s = shape
@@ -314,7 +313,6 @@ class Mamba2Model(HybridModel):
         m = object.__new__(type(self))
         m.__dict__.update(self.__dict__)
         m.dtype = dtype
-        m.marks = None
 
         def up(d: dict) -> dict:
             return {k: v.to(dtype) if v.is_floating_point() else v for k, v in d.items()}

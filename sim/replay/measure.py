@@ -28,7 +28,7 @@ import pandas as pd
 from sim.gpus import catalogue_name
 from sim.cost import LAYER_KINDS, HardwareTiming, ModelSpec, gdn_chunks, read_timing_file, timing_to_dict
 from sim.errors import UsageError
-from sim.replay.flops import model_flops, replayed_flops
+from sim.replay.flops import mamba2_linear, model_flops, replayed_flops
 
 #: a queued call whose last kernel ended less than this after the host finished issuing it had
 #: the GPU waiting for the host at its end (``sim.replay.clock.Stopwatch.slack_ms``): its device
@@ -100,7 +100,10 @@ def mixing_layers(spec: ModelSpec) -> int:
 
 
 def model_counts(spec: ModelSpec) -> dict:
-    return {"attention": spec.n_attn, "gated_delta": spec.n_gdn, "mlp": spec.n_mlp}
+    """The model's layers by the replayed types (a Mamba2 model's linear layers in the
+    gated-delta slot, where replay runs them)."""
+    linear = spec.n_mamba if mamba2_linear(spec) else spec.n_gdn
+    return {"attention": spec.n_attn, "gated_delta": linear, "mlp": spec.n_mlp}
 
 
 def replayed_spec(spec: ModelSpec, counts) -> ModelSpec:
@@ -108,6 +111,8 @@ def replayed_spec(spec: ModelSpec, counts) -> ModelSpec:
     gated-delta layers alone)."""
     if isinstance(counts, int):
         counts = {"attention": 0, "gated_delta": counts, "mlp": 0}
+    if mamba2_linear(spec):  # the linear layers are Mamba2 layers
+        return replace(spec, n_attn=counts["attention"], n_mlp=counts["mlp"], n_mamba=counts["gated_delta"], n_gdn=0)
     return replace(spec, n_attn=counts["attention"], n_mlp=counts["mlp"], n_mamba=0, n_gdn=counts["gated_delta"])
 
 

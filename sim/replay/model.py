@@ -449,7 +449,6 @@ class HybridModel:
         self.dtype = dtype
         self.kernel = resolve_kernel(kernel, self.device)  # the gated-delta backend's name
         self._backend = _load_backend(self.kernel, self.device, dtype, shape)
-        self.marks: Optional[Marks] = None  # set by the runner around a timed call
         gen = torch.Generator(device=self.device)
         gen.manual_seed(int(seed))
         s = shape
@@ -487,7 +486,6 @@ class HybridModel:
         m = object.__new__(type(self))
         m.__dict__.update(self.__dict__)
         m.dtype = dtype
-        m.marks = None
         s = self.shape
         if GDN_BACKENDS[self.kernel].problem(self.device, dtype, s.head_k_dim, s.head_v_dim):
             # a peer without this dtype (FlashQLA runs bf16 / fp16 only): the shadow is a reference
@@ -628,14 +626,15 @@ class HybridModel:
         boundaries: list[int],
         on_state: Optional[StateSink] = None,
         keep_outputs: bool = False,
+        marks: Optional[Marks] = None,
     ):
         """Run all layers over embedded tokens ``x`` ``[T, hidden]`` at absolute positions
         ``[start, start + T)`` from ``state`` (None: zeros). ``boundaries``: 64-aligned positions
         in ``(start, start + T)`` whose states go to ``on_state`` (from the kernels' boundary
-        outputs). Returns ``(x_out, final StackState, per-layer outputs or None)``."""
+        outputs). ``marks``: the timed call's per-layer-type marks (None: untimed). Returns
+        ``(x_out, final StackState, per-layer outputs or None)``."""
         T = x.shape[0]
         s = self.shape
-        marks = self.marks
         if marks is not None:
             marks.start()
         meta = (
@@ -686,6 +685,7 @@ class HybridModel:
         keep_outputs: bool = False,
         boundaries=None,
         on_state=None,
+        marks: Optional[Marks] = None,
     ) -> BatchOut:
         """One engine step: N sequences in one varlen batch. ``tokens [T]``: the ids of every
         sequence, concatenated (sequence n is ``tokens[cu[n]:cu[n+1]]``, at least one token, at
@@ -706,7 +706,8 @@ class HybridModel:
 
         ``boundaries[n]``: 64-aligned positions in ``(starts[n], ends[n])`` whose states go to
         ``on_state(n, position, layer, recurrent, conv window)`` (the kernels' boundary outputs,
-        as ``forward_segment`` hands them over; None: none)."""
+        as ``forward_segment`` hands them over; None: none). ``marks``: the timed call's
+        per-layer-type marks (None: untimed)."""
         s = self.shape
         cu = [int(c) for c in cu_seqlens]
         starts = [int(p) for p in starts]
@@ -715,7 +716,6 @@ class HybridModel:
             raise ValueError("forward_batch needs cu_seqlens [0, ..., T] of non-empty sequences and one start each")
         lens = [b - a for a, b in zip(cu, cu[1:])]
         ends = [p + n for p, n in zip(starts, lens)]
-        marks = self.marks
         if marks is not None:
             marks.start()
         x = self.embed(tokens)
@@ -794,12 +794,14 @@ class HybridModel:
         wanted=(),
         on_state: Optional[StateSink] = None,
         keep_outputs: bool = False,
+        marks: Optional[Marks] = None,
     ):
         """Prefill ``tokens`` (the ids at absolute positions ``[start, start + T)``) from
         ``state`` and hand the state at every position of ``wanted`` in ``(start, start + T]``
         to ``on_state``: 64-aligned positions come from the kernels' boundary states; others
         split the call there (the state is handed over between the two calls); the end comes
-        from the final state. Returns ``(final StackState (with the KV of every position so
+        from the final state; ``marks``: the timed call's per-layer-type marks, every
+        ``forward_segment`` of it marked (None: untimed). Returns ``(final StackState (with the KV of every position so
         far), per-layer outputs [layers][T, hidden] or None, number of calls)``."""
         T = int(tokens.shape[0])
         end = start + T
@@ -819,7 +821,9 @@ class HybridModel:
         calls = 0
         for cut in cuts:
             bnd = [p for p in wanted if s0 < p < cut and p % CHUNK == 0]
-            _, state, o = self.forward_segment(x_all[s0 - start : cut - start], state, s0, bnd, on_state, keep_outputs)
+            _, state, o = self.forward_segment(
+                x_all[s0 - start : cut - start], state, s0, bnd, on_state, keep_outputs, marks=marks
+            )
             calls += 1
             if keep_outputs:
                 for l in range(n_layers):

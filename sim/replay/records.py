@@ -39,8 +39,38 @@ class RequestRecord:
     late_admits: int = 0
     suffix_ms_by_type: dict = field(default_factory=dict)  # layer type -> ms of the timed prefill
     full_ms_by_type: dict = field(default_factory=dict)
-    _suffix_h: object = None
-    _full_h: object = None
-    _tail_h: list = field(default_factory=list)
-    _suffix_marks: object = None
-    _full_marks: object = None
+
+    def timed(self, *, suffix=None, full=None, suffix_by_type=None, full_by_type=None, tail_ms=None) -> None:
+        """The resolved times of its timed calls (None: not timed): ``suffix`` and ``full`` as
+        ``(ms, host ms, slack ms)``, the per-layer-type splits, the tail's ms."""
+        if suffix is not None:
+            self.suffix_ms, self.suffix_host_ms, self.suffix_slack_ms = suffix
+        if full is not None:
+            self.full_ms, self.full_host_ms, self.full_slack_ms = full
+        if suffix_by_type is not None:
+            self.suffix_ms_by_type = suffix_by_type
+        if full_by_type is not None:
+            self.full_ms_by_type = full_by_type
+        if tail_ms is not None:
+            self.tail_ms = tail_ms
+
+    def judged(self, rec: float, conv: float, out: float, kv: float, kv_checked: bool) -> None:
+        """Its hit's numerical check ran: the worst relative errors of each kind."""
+        self.max_rec_error, self.max_conv_error, self.max_out_error = rec, conv, out
+        self.max_kv_error = kv
+        if kv_checked:
+            self.kv_validated = True
+
+    def again(self, earlier: "RequestRecord") -> None:
+        """A new lookup of the request (after a preemption): this record is this run's; the
+        earlier runs' failures and late admits stay counted."""
+        self.failed = earlier.failed
+        self.late_admits = earlier.late_admits
+        self.lookups = earlier.lookups + 1
+
+    def close(self) -> None:
+        """Why its hit was not checked, once replay has finished (a reason for every one)."""
+        if self.hit_tokens > 0 and not self.validated:
+            self.unvalidated = "failed a check" if self.failed else (self.unvalidated or "never checked")
+        elif self.validated:
+            self.unvalidated = ""

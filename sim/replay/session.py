@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 import numpy as np
 
 from policies.base import find_preset
 from sim.config import SimConfig, refuse_bad_choices, setting
-from sim.cost import ModelSpec, TimingModel, get_model, timing_to_dict
+from sim.cost import ModelSpec, TimingModel, get_model
 from sim.errors import UsageError
 from sim.replay import measure
 from sim.replay.backends import CPU_SMALL_D_MODEL, GDN_BACKENDS, device_problem, kernel_choices, resolve_kernel
+from sim.replay.summary import ReplaySummary, cost_counts
 from sim.replay.tokens import request_tokens
 from traces.base import Trace
 
@@ -134,7 +134,7 @@ class ReplaySettings:
 
 @dataclass
 class ReplayResult:
-    summary: dict
+    report: ReplaySummary  # the run's figures, typed (``summary``: as a dict)
     requests: object  # pandas DataFrame, one row per request
     failures: list
     settings: dict
@@ -143,6 +143,11 @@ class ReplayResult:
     calibrated: Optional[TimingModel] = None
     calibration: dict = field(default_factory=dict)
     steps: object = None  # pandas DataFrame, one row per executed step (--scheduler continuous)
+
+    @property
+    def summary(self) -> dict:
+        """The figures as ``summary.json`` and ``--format json`` give them (``report.to_dict()``)."""
+        return self.report.to_dict()
 
 
 def check_model(spec: ModelSpec, layers: Optional[int]) -> int:
@@ -214,101 +219,6 @@ def token_source(trace: Trace, seed: int):
         return toks, n_in
 
     return tokens_of
-
-
-def _warm_steps(model, boundaries: bool = False) -> None:
-    """The step executor's batches: one varlen call per chunk-count bucket a step can reach (up
-    to 256 chunks of a sequence: ``--max-num-batched-tokens`` 16K), each with a ragged chunk from
-    a state, a sequence from scratch and decode tokens (untimed, thrown away). ``boundaries``:
-    batched replay's calls too, which hand over boundary states and keep every layer's output."""
-    import torch
-
-    for n in (1, 2, 4, 8, 16, 32, 64, 128, 256):
-        T = n * 64 - 10
-        lens = [T, 70, 1, 1]
-        starts = [10, 0, 5, 700]
-        cu = [0]
-        for L in lens:
-            cu.append(cu[-1] + L)
-        toks = torch.arange(cu[-1], device=model.device)
-        model.forward_batch(toks, cu, starts, *_zero_batch(model, starts))
-        if boundaries:
-            model.forward_batch(
-                toks,
-                cu,
-                starts,
-                *_zero_batch(model, starts),
-                keep_outputs=True,
-                boundaries=[[], [64], [], []],
-                on_state=lambda *a: None,
-            )
-    for N in (1, 16):  # decode-only steps (one token a sequence: total and count specialised)
-        starts = [100] * N
-        model.forward_batch(
-            torch.arange(N, device=model.device), list(range(N + 1)), starts, *_zero_batch(model, starts)
-        )
-
-
-def _zero_batch(model, starts: list) -> tuple:
-    """Zero recurrent states, conv windows and (with attention) KV of ``starts[n]`` tokens for a
-    warm-up batch of ``len(starts)`` sequences."""
-    import torch
-
-    s, N = model.shape, len(starts)
-    rec0 = torch.zeros(s.layers, N, s.v_heads, s.head_k_dim, s.head_v_dim, device=model.device)
-    conv0 = torch.zeros(s.layers, N, s.conv_dim, s.conv_width - 1, dtype=model.dtype, device=model.device)
-    kv = None
-    if s.attn_layers:
-        kv = [
-            torch.zeros(s.attn_layers, 2, p, s.attn_kv_heads, s.attn_head_dim, dtype=model.dtype, device=model.device)
-            for p in starts
-        ]
-    return rec0, conv0, kv
-
-
-def _warm(model, device, steps: bool = False, batches: bool = False) -> float:
-    """Compile every kernel specialisation a replay meets before anything is timed: the
-    kernels' own ``warmup`` (Triton backend) at the stack's shapes and flags, then the stack
-    itself from scratch and from a state, with and without boundary states and with a split (the
-    stack's strided q/k/v/gate views are specialisations too)."""
-    import torch
-
-    t0 = time.perf_counter()
-    s = model.shape
-    kernel_warmup = None
-    if model.kernel == "triton":  # kernels.warmup imports triton
-        try:
-            from kernels import warmup as kernel_warmup
-        except ImportError:
-            pass
-    if kernel_warmup is not None:
-        try:
-            kernel_warmup(
-                (63, 64, 200),
-                num_heads=s.k_heads,
-                num_v_heads=s.v_heads,
-                head_k_dim=s.head_k_dim,
-                head_v_dim=s.head_v_dim,
-                dtype=model.dtype,
-                device=device,
-                use_gate_in_kernel=True,
-                use_beta_sigmoid=True,
-                conv_dim=s.conv_dim,
-                conv_width=s.conv_width,
-            )
-        except (TypeError, ValueError, RuntimeError):  # another signature or a refused shape:
-            pass  # the stack's own runs below cover it
-    toks = torch.arange(300, device=device)
-    model.run(toks[:200], None, 0, [64, 128], lambda *a: None, keep_outputs=True)
-    st, _, _ = model.run(toks[:130], None, 0, [64, 100, 130], lambda *a: None, keep_outputs=True)
-    model.run(toks[130:300], st, 130, [192, 250], lambda *a: None, keep_outputs=True)
-    model.run(toks[:63], None, 0)
-    model.run(toks[:64], None, 0, [64], lambda *a: None)
-    if steps or batches:
-        _warm_steps(model, boundaries=batches)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - t0
 
 
 @contextmanager
@@ -393,184 +303,27 @@ def run_replay(
 def _replay(
     trace, config, settings, spec, layers, kernel, device, *, build, timing, progress, after_event, on_ready
 ) -> ReplayResult:
-    """``run_replay`` once the settings are checked: build the model and store, simulate, measure."""
-    import torch
+    """``run_replay`` once the settings are checked, in three steps (``sim.replay.pipeline``):
+    build the model, store and replayers; execute the event stream; summarize."""
+    from sim.replay import pipeline
 
-    from sim.engine.drivers import run as run_simulation
-    from sim.replay.calibration import NOT_COMPARED, replay_timing
-    from sim.replay.model import DTYPES, HybridModel, ReplayShape
-    from sim.replay.observer import ReplayObserver
-    from sim.replay.runner import Replayer
-    from sim.replay.store import CheckpointStore
-
-    dtype = DTYPES[settings.dtype]
-    if spec.n_mamba and not spec.n_gdn:
-        # Mamba2 layers in the linear layers' place (sim/replay/mamba2.py: their sizes ride in
-        # the shape's gated-delta fields, so the store and the restores need nothing else)
-        from sim.replay.mamba2 import Mamba2Model, replay_shape
-
-        shape = replay_shape(spec, layers, vocab_rows=VOCAB_ROWS)
-        model = Mamba2Model(shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel)
-    else:
-        shape = ReplayShape.from_spec(spec, layers, vocab_rows=VOCAB_ROWS)
-        model = HybridModel(shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel)
-    counts = shape.counts()
-    # the timing the measurements are compared with (after the model: its kernel's checks first)
-    timing, timing_note = replay_timing(
-        timing,
+    parts = pipeline.build(
+        trace,
+        config,
+        settings,
         spec,
-        settings.dtype,
-        device.type,
-        torch.cuda.get_device_name(device) if device.type == "cuda" else "",
-        max((r.n_input_tokens(trace.block_tokens) for r in trace.requests), default=0),
+        layers,
+        kernel,
+        device,
+        timing=timing,
+        vocab_rows=VOCAB_ROWS,
+        tokens_of=token_source(trace, settings.seed),
     )
-    store = CheckpointStore(shape, dtype, where=settings.store, device=device)
-    tokens_of = token_source(trace, settings.seed)
-    continuous = config.effective_scheduler == "continuous"
-    replayer = Replayer(
-        model,
-        store,
-        tokens_of,
-        validate_every=settings.validate_every,
-        tolerance=settings.tolerance,
-        validate=settings.validation,
-        measure=settings.measure,
-        batch=settings.batch,
-        batch_tokens=settings.batch_tokens,
-        # every running request's flight stays open until it ends (a batch runs up to
-        # --max-num-seqs of them at once)
-        max_open=max(16, config.max_num_seqs + 8) if continuous else 16,
+    run = pipeline.execute(
+        parts, trace, config, build=build, progress=progress, after_event=after_event, on_ready=on_ready
     )
-    stepper = None
-    if continuous:
-        from sim.replay.stepper import StepExecutor
-
-        stepper = StepExecutor(
-            model,
-            tokens_of,
-            coast_steps=settings.coast_steps,
-            check_steps=settings.check_steps,
-            tolerance=replayer.tolerance,
-            measure=settings.measure,
-        )
-    shadows = ()
-    if settings.validation == "shadow":
-        # the same event stream replayed by the same weights in fp32 arithmetic, untimed, every
-        # validated hit checked at fp32 tolerance: what bf16 rounding hides from the main check
-        shadow_model = model.upcast(torch.float32)
-        shadow_store = CheckpointStore(shape, torch.float32, where="gpu", device=device)
-        shadows = (
-            Replayer(
-                shadow_model,
-                shadow_store,
-                tokens_of,
-                validate_every=settings.validate_every,
-                validate="tolerance",
-                batch=settings.batch,
-                batch_tokens=settings.batch_tokens,
-            ),
-        )
-    warm_s = 0.0
-    if settings.warmup and device.type == "cuda":
-        warm_s = _warm(model, device, steps=continuous, batches=settings.batch > 1)
-    built = []  # the Simulation, for the tests' hook (it exists once events flow)
-    hook = (lambda name: after_event(name, built[0], replayer)) if after_event is not None else None
-    obs = ReplayObserver(
-        replayer, mode=config.mode, progress=progress, after_event=hook, shadows=shadows, stepper=stepper
-    )
-    sim = build(trace, config, timing=timing, observers=(obs,))
-    built.append(sim)
-    if on_ready is not None:
-        on_ready(replayer)
-    t0 = time.perf_counter()
-    sim_result = run_simulation(sim)
-    records = replayer.finish()
-    failures = list(replayer.failures)
-    shadow_records = None
-    for sh in shadows:
-        shadow_records = sh.finish()
-        failures += [replace(f, kind="shadow-" + f.kind) for f in sh.failures]
-    executed = stepper.close() if stepper is not None else None
-    if stepper is not None:
-        failures += stepper.failures
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    wall = time.perf_counter() - t0
-    table = measure.request_table(records, spec, timing, counts, shadow=shadow_records)
-    summary = measure.summary(
-        table,
-        failures=failures,
-        store_peak_bytes=store.peak_bytes,
-        wall_s=wall,
-        late_admits=replayer.late_admits,
-        counts=counts,
-        spec=spec,
-        kv_hits_validated=replayer.kv_hits_validated,
-    )
-    summary["validation"] = settings.validation
-    summary["time_model_note"] = timing_note
-    summary["time_model_compared"] = not timing_note.startswith(NOT_COMPARED)
-    summary["kv_tokens_live"] = int(store.kv_tokens)
-    summary["mlp_moe_at_active_width"] = bool(shape.mlp_moe)
-    summary["warmup_s"] = warm_s
-    summary["simulated_hit_tokens"] = int(sum(r.hit_tokens for r in records))
-    # flights past --max-open holding device tensors (sim.replay.runner.Replayer._hold)
-    summary["flights_parked"] = replayer.parked
-    summary["flights_dropped"] = replayer.dropped
-    summary["recomputed_tokens"] = replayer.recomputed_tokens
-    summary["kernel"] = model.kernel
-    summary["measure"] = settings.measure if device.type == "cuda" else "wall"
-    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    if settings.batch > 1:
-        summary.update(
-            measure.batch_summary(
-                replayer.batch_log,
-                spec,
-                counts,
-                wall_s=wall,
-                peak_tflops=measure.device_peak(dev_name, settings.dtype),
-                flushes=replayer.batch_flushes,
-            )
-        )
-    step_rows = None
-    if stepper is not None:
-        from sim.replay import steps as step_rows_of
-
-        step_rows = step_rows_of.step_table(executed, spec, timing, counts)
-        summary.update(
-            step_rows_of.step_summary(
-                step_rows,
-                counts=counts,
-                wall_s=wall,
-                peak_tflops=measure.device_peak(dev_name, settings.dtype),
-                **stepper.counts(),
-            )
-        )
-    info = dict(
-        asdict(settings),
-        layers=layers,
-        layers_replayed=counts,
-        kernel=model.kernel,
-        kernel_requested=settings.kernel,
-        mlp_note=(
-            f"MoE MLP replayed dense at its active width ({shape.mlp_inter})"
-            if shape.mlp_moe
-            else f"dense MLP ({shape.mlp_inter})"
-        ),
-        model=spec.name,
-        policy=config.policy,
-        capacity_bytes=config.capacity_bytes,
-        state_alignment=config.state_alignment,
-        mode=config.mode,
-        scheduler=config.effective_scheduler,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        max_num_seqs=config.max_num_seqs,
-        trace=trace.name,
-        tolerance=replayer.tolerance,
-        timing=timing_to_dict(timing),
-        device_name=(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"),
-    )
-    return ReplayResult(summary, table, failures, info, sim_result, timing, steps=step_rows)
+    summary, table, info, step_rows = pipeline.summarize(parts, run, trace, config, settings, layers)
+    return ReplayResult(summary, table, run.failures, info, run.sim_result, parts.timing, steps=step_rows)
 
 
 def calibrate(
@@ -579,7 +332,7 @@ def calibrate(
     """Fit the hardware cost model to ``result``'s per-layer-type measurements; write the timing
     file to ``path``. A fit that puts a term above the device's peak is refused (UsageError)."""
     spec = get_model(config.model)
-    counts = result.settings["layers_replayed"]
+    counts = cost_counts(result.settings["layers_replayed"])
     dev = result.settings.get("device_name", "")
     peak = measure.device_peak(dev, result.settings.get("dtype", "bf16"))
     t, info = measure.calibrate(
@@ -598,13 +351,14 @@ def calibrate(
 
         t, step_info = step_rows.calibrate_steps(result.steps, spec, t, counts)
         info = dict(info, steps=step_info)
-        result.summary["step_time_error_calibrated"] = dict(
-            median=step_info["median_error"], p95=step_info["p95_error"]
+        result.report = result.report.with_calibration(
+            step_time_error_calibrated=dict(median=step_info["median_error"], p95=step_info["p95_error"])
         )
     result.calibrated = t
     result.calibration = info
-    result.summary["time_model_median_error_calibrated"] = info["median_error"]
-    result.summary["time_model_p95_error_calibrated"] = info["p95_error"]
+    result.report = result.report.with_calibration(
+        time_model_median_error_calibrated=info["median_error"], time_model_p95_error_calibrated=info["p95_error"]
+    )
     if path is not None:
         measure.write_timing(
             path,

@@ -232,18 +232,23 @@ class StepExecutor:
             torch.cuda.synchronize(m.device)
         h = self.clock.start() if timed else None  # queued behind a sleep with --measure device
         marks = Marks(m.device) if timed else None
-        m.marks = marks
         slots = upload(slots_host, m.device)
         rec0 = _Gather(self.rec, slots)
         conv0 = _Gather(self.conv, slots)
         out = m.forward_batch(
-            ids, cu, starts, rec0, conv0, [run.kv for run in runs] if m.shape.attn_layers else None, keep_outputs=check
+            ids,
+            cu,
+            starts,
+            rec0,
+            conv0,
+            [run.kv for run in runs] if m.shape.attn_layers else None,
+            keep_outputs=check,
+            marks=marks,
         )
         for l in range(self._layers):
             self.rec[l].index_copy_(0, slots, out.rec[l])
             self.conv[l].index_copy_(0, slots, out.conv[l].to(self.conv[l].dtype))
         h = self.clock.stop(h) if timed else None
-        m.marks = None
         for (_, _, b), run in zip(segs, runs):
             run.pos = b
         if check:

@@ -17,7 +17,7 @@ import simpy
 
 from sim.config import SimConfig
 from sim.cost import default_timing, get_model
-from sim.engine.batching import VARIABLE_RUN, ContinuousEngine
+from sim.engine.batching import VARIABLE_RUN, Chunk, ContinuousEngine, Seq, StepBatch
 from sim.engine.drivers import run
 from sim.engine.events import EventLog, Step
 from sim.simulate import build, simulate
@@ -452,3 +452,49 @@ def test_a_preempted_request_re_prefilled_in_two_chunks_past_its_prompt_inserts_
     assert sim.tree.capacity_bytes == cap
     assert sum(n.lock for n in sim.tree.iter_nodes() if n is not sim.tree.root) == 0
     sim.tree.check_invariants()
+
+
+# ------------------------------------------------------------------------------ the typed edges
+
+
+def test_a_seq_owns_its_progress_and_its_preemption():
+    """A lookup starts the prefill after the hit (a whole-prompt hit recomputes the last token),
+    chunks advance it and record where they ended, the token sampled at the prompt's end and each
+    decode run count towards ``n_out``, and a preemption starts over from the prompt plus the
+    tokens generated so far; charges add and give back."""
+    from types import SimpleNamespace
+
+    s = Seq(Request(session_id=0, turn=0, input_tokens=toks(0, 10), output_tokens=toks(50, 4)), None, 10, 4)
+    s.target = 10
+    s.looked_up(SimpleNamespace(hit_tokens=10))
+    assert s.pos == 9 and s.prefilling
+    s.looked_up(SimpleNamespace(hit_tokens=4))
+    assert s.pos == 4
+    s.prefilled(7)
+    s.prefilled(10)
+    assert (s.pos, s.step_ends, s.prefilling) == (10, [7, 10], False)
+    s.sampled()
+    s.decoded_run(2)
+    assert (s.pos, s.decoded, s.finished) == (12, 3, False)
+    s.decoded_run(1)
+    s.sampled()  # never past n_out
+    assert s.decoded == 4 and s.finished
+    s.charge(5, 2)
+    s.charge(-1, 0)
+    assert (s.held_kv, s.held_states) == (4, 2)
+    s.inserted = True
+    s.preempt()
+    assert (s.f, s.pos, s.target, s.step_ends, s.inserted) == (None, 0, 14, [], False)
+    assert (s.held_kv, s.held_states) == (4, 2)  # the engine gives the memory back, not the Seq
+
+
+def test_a_step_batch_counts_its_tokens():
+    a = Seq(Request(session_id=0, turn=0, input_tokens=toks(0, 9), output_tokens=toks(50, 2)), None, 9, 2)
+    b = Seq(Request(session_id=1, turn=0, input_tokens=toks(0, 9), output_tokens=toks(50, 2)), None, 9, 2)
+    batch = StepBatch()
+    assert batch.empty and batch.tokens == 0
+    batch.prefills.append(Chunk(a, 3, 9))
+    batch.decodes.append(b)
+    batch.preempted.append(7)
+    assert not batch.empty and batch.tokens == 7
+    assert [(c.seq, c.start, c.end) for c in batch.prefills] == [(a, 3, 9)]

@@ -3,6 +3,9 @@ boundary from the layer's emitted SSD state and conv window equal to the from-sc
 replay's validation checks), the varlen batch against per-sequence runs, and the Triton kernels
 against the plain-torch ones."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -173,3 +176,60 @@ def test_replay_accepts_mamba2_presets():
         check_model(MODELS["marconi-7b"], 29)
     with pytest.raises(UsageError, match="no gated-delta or Mamba2 layers"):
         check_model(MODELS["llama-7b"], None)
+
+
+# ---- a replay of a Mamba2 hybrid: its linear layers labelled and priced as Mamba2 layers --------
+
+TOY = Path(__file__).resolve().parents[2] / "data" / "configs" / "toy-mamba2-hybrid.json"
+CHAT = "synthetic:chat:sessions=3,turns=3,prompt_tokens=40,user_tokens=24,output_tokens=16,prompts=1"
+
+
+def test_replayed_flops_price_mamba2_layers_per_token_as_the_cost_model():
+    """Mamba2 layers ride in the gated-delta slot of the replayed shape; their FLOPs are the cost
+    model's per-token Mamba2 FLOPs (a gated-delta model keeps its per-token + per-chunk ones)."""
+    from sim.cost import get_model
+    from sim.replay.flops import replayed_flops
+    from sim.replay.measure import model_counts, replayed_spec
+
+    spec = get_model(str(TOY))
+    assert (spec.n_attn, spec.n_mamba, spec.n_gdn) == (1, 3, 0) and spec.mamba_layer_a > 0
+    counts = {"attention": 1, "gated_delta": 3, "mlp": 4}
+    want = spec.attn_layer_a * 30 + spec.attn_layer_b * (100 * 100 - 70 * 70)
+    want += 3 * spec.mamba_layer_a * 30 + 4 * spec.mlp_layer_a * 30
+    assert replayed_flops(spec, counts, [(70, 100)]) == pytest.approx(want, rel=1e-12)
+    assert model_counts(spec)["gated_delta"] == 3
+    r = replayed_spec(spec, counts)
+    assert (r.n_attn, r.n_mamba, r.n_gdn, r.n_mlp) == (1, 3, 0, 4)
+    # the whole replayed model's prefill is what the cost model charges those layers
+    assert replayed_flops(spec, counts, [(0, 100)]) == pytest.approx(r.prefill_flops(0, 100), rel=1e-12)
+    tiny = get_model("replay-tiny")  # gated delta: per token and per chunk, unchanged
+    g = {"attention": 0, "gated_delta": 1, "mlp": 0}
+    assert replayed_flops(tiny, g, [(0, 65)]) == tiny.gdn_layer_a * 65 + tiny.gdn_chunk_flops * 2
+
+
+@pytest.mark.parametrize("mode,scheduler", [("sequential", "fcfs"), ("des", "continuous")])
+def test_a_mamba2_replay_labels_its_linear_layers_mamba2(mode, scheduler):
+    """The summary (and its JSON) and the settings key the Mamba2 layers ``mamba2``, their time is
+    scaled to the model's Mamba2 layers, and ``--calibrate``'s counts read them back into the
+    cost model's gated-delta slot."""
+    from sim.config import SimConfig
+    from sim.replay.session import ReplaySettings, run_replay
+    from sim.replay.summary import cost_counts
+    from sim.simulate import build
+    from traces.registry import TraceOptions, load_trace
+
+    trace = load_trace(CHAT, TraceOptions())
+    cfg = SimConfig(model=str(TOY), capacity_bytes=10**9, mode=mode, scheduler=scheduler)
+    res = run_replay(trace, cfg, ReplaySettings(device="cpu", dtype="fp32", requests=6), build=build)
+    s = res.summary
+    assert res.failures == [] and s["hits"] > 0 and s["hits_validated"] == s["hits"]
+    counts = {"attention": 1, "mamba2": 3, "mlp": 4}
+    assert s["layers_replayed"] == counts and res.settings["layers_replayed"] == counts
+    assert list(s["measured_ms_by_layer_type"]) == ["attention", "mamba2", "mlp", "other"]
+    assert s["measured_model_ms_by_layer_type"]["mamba2"] == pytest.approx(s["measured_ms_by_layer_type"]["mamba2"])
+    assert s["measured_ms_by_layer_type"]["mamba2"] > 0
+    assert "gated_delta" not in json.dumps(s)
+    assert cost_counts(res.settings["layers_replayed"]) == {"attention": 1, "gated_delta": 3, "mlp": 4}
+    if scheduler == "continuous":
+        assert s["step_layers_replayed"] == counts and s["steps_executed"] > 0
+        assert list(s["step_measured_ms_by_layer_type"]) == ["attention", "mamba2", "mlp", "other"]

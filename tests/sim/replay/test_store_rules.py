@@ -307,7 +307,8 @@ def replay(model, mode, every, batch, where, fault=None):
     for r in range(1, 5):
         cp, p = HIT[r]
         if fault is not None and fault[0] == r:
-            rp._flush("test")  # the checkpoint's producer has run (a queued one runs first)
+            if rp.batched is not None:  # the checkpoint's producer has run (a queued one runs first)
+                rp.batched.flush("test")
             if fault[1] == "state":
                 store.tensors(cp)[0][1, 0].mul_(3.0)
             else:

@@ -1,0 +1,106 @@
+"""A request in flight through replay: between its lookup and its last produced state (the
+``Replayer`` holds one per open request; the batched replay and the hit checks read it). Needs
+torch.
+
+``Flight`` owns where the request stands (its restored state, its running state and position,
+the states it must still hand to the store) and ``PendingTimes`` the handles of its timed calls
+until the request ends and they are resolved into its ``RequestRecord``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import torch
+
+from kernels._common import upload
+from sim.replay.model import Marks, StackState
+from sim.replay.records import RequestRecord
+from sim.replay.store import CheckpointStore
+from sim.replay.tokens import page_keys
+
+
+@dataclass
+class PendingTimes:
+    """A request's timed calls not resolved yet: the suffix prefill (``suffix``: its Stopwatch
+    handle, ``suffix_marks``: its per-layer-type marks), the from-scratch reference
+    (``full``, ``full_marks``) and the tail's calls (``tail``)."""
+
+    suffix: object = None
+    suffix_marks: Optional[Marks] = None
+    full: object = None
+    full_marks: Optional[Marks] = None
+    tail: list = field(default_factory=list)
+
+    def clear(self) -> None:
+        self.suffix = self.full = self.suffix_marks = self.full_marks = None
+        self.tail = []
+
+    def resolve(self, record: RequestRecord, clock) -> None:
+        """Write the resolved times into ``record`` (``clock``: the Stopwatch that took them)
+        and forget the handles."""
+        suffix = full = None
+        if self.suffix is not None:
+            suffix = (clock.ms(self.suffix), clock.host_ms(self.suffix), clock.slack_ms(self.suffix))
+        if self.full is not None:
+            full = (clock.ms(self.full), clock.host_ms(self.full), clock.slack_ms(self.full))
+        record.timed(
+            suffix=suffix,
+            full=full,
+            suffix_by_type=self.suffix_marks.ms_by_type() if self.suffix_marks is not None else None,
+            full_by_type=self.full_marks.ms_by_type() if self.full_marks is not None else None,
+            tail_ms=sum(clock.ms(h) for h in self.tail) if self.tail else None,
+        )
+        self.clear()
+
+
+class Flight:
+    """A request between its lookup and its last produced state."""
+
+    def __init__(self, rid: int, tokens: np.ndarray, n_in: int) -> None:
+        self.rid = rid
+        self.tokens = tokens
+        self.n_in = n_in
+        self.tok_t: Optional[torch.Tensor] = None
+        self.start: Optional[StackState] = None  # restored state (None: from scratch)
+        self.hit = 0
+        self.running: Optional[StackState] = None  # state at self.pos (None: self.start)
+        self.pos = 0
+        self.prefill_end = 0
+        self.wanted: dict[int, list[int]] = {}
+        self.validate = False
+        self.decoded = False
+        self.record: Optional[RequestRecord] = None
+        self.checkpoint: Optional[int] = None  # the checkpoint its lookup restored
+        self.times = PendingTimes()
+        # memory bound (``Replayer.max_open``): a flight that waits for its prefill gives its
+        # restored state back (``parked``: restored again from the store, where its hit is locked
+        # until the prefill); one past its prefill runs its prompt and drops its state
+        # (``dropped``: the state at ``pos`` is recomputed, untimed, if it is needed again)
+        self.parked = False
+        self.dropped = False
+
+    def ids(self, device) -> torch.Tensor:
+        """Its token ids on ``device`` (uploaded once)."""
+        if self.tok_t is None:
+            self.tok_t = upload(self.tokens, device)
+        return self.tok_t
+
+    def upto(self) -> int:
+        """The position its work must reach: its prefill's end or its last wanted state."""
+        return max([self.prefill_end] + list(self.wanted))
+
+
+def put_kv(store: CheckpointStore, f: Flight, cp: int, state: Optional[StackState]) -> None:
+    """The KV pages of checkpoint ``cp``'s prefix, from request ``f``'s KV so far."""
+    if not store.has_kv or cp not in store:
+        return
+    p = store.info(cp).position
+    kv = state.kv if state is not None else None
+    if kv is None or kv.shape[2] < p:
+        raise RuntimeError(
+            f"checkpoint {cp} at {p}: request {f.rid}'s KV covers only {0 if kv is None else kv.shape[2]} tokens"
+        )
+    store.put_kv(cp, page_keys(f.tokens, p, store.page_tokens), kv)

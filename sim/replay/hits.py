@@ -1,0 +1,212 @@
+"""The checks of every hit replay restores (``sim.replay.checks`` holds the measures). Needs torch.
+
+``HitChecker`` is the ``Replayer``'s collaborator for correctness: at a lookup, the bookkeeping
+check (the stored position and prefix hash, the KV pages' keys, against the prompt), the
+integrity check (a slot written whole; with ``exact`` validation the restored bits against the
+produced ones) and the restore; after the suffix prefill, the numerical check against one
+unsplit from-scratch prefill (``validate``, timed: the request's ``full`` time), judged by
+``judge`` (which the batched replay calls too, on its batched references). It owns the failures
+and the counts of hits, integrity checks and KV hits validated.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from sim.replay.checks import VALIDATE_MODES, Failure, rel_error, state_error, tolerance_for
+from sim.replay.flight import Flight
+from sim.replay.model import HybridModel, Marks, StackState
+from sim.replay.store import CheckpointStore
+from sim.replay.tokens import page_keys, prefix_hash
+
+
+class HitChecker:
+    """Checks ``model``'s restores from ``store`` (the ``Replayer``'s arguments of the same
+    names: ``validate``, ``validate_every``, ``tolerance``, ``check_hash``); ``clock`` times the
+    from-scratch references."""
+
+    def __init__(
+        self,
+        model: HybridModel,
+        store: CheckpointStore,
+        clock,
+        *,
+        validate: str = "exact",
+        validate_every: int = 1,
+        tolerance: Optional[float] = None,
+        check_hash: bool = True,
+    ) -> None:
+        if validate_every < 1:
+            raise ValueError("validate_every must be >= 1")
+        if validate not in VALIDATE_MODES:
+            raise ValueError(f"validate must be one of {', '.join(VALIDATE_MODES)}, not {validate!r}")
+        self.mode = validate
+        self.exact = validate != "tolerance"
+        if self.exact:
+            if len(store):
+                raise ValueError("exact validation needs a store that digests from its first write")
+            store.digests = True
+        self.model = model
+        self.store = store
+        self.clock = clock
+        self.validate_every = validate_every
+        # (recurrent states, outputs + conv windows); one number given applies to both
+        self.tolerance = (tolerance, tolerance) if tolerance is not None else tolerance_for(model.dtype)
+        self.check_hash = check_hash
+        self.failures: list[Failure] = []
+        self.hits = 0
+        self.kv_hits_validated = 0
+        self.integrity_checked = 0
+
+    def fail(self, kind, f: Flight, checkpoint, stored, hit, detail) -> None:
+        f.record.failed = True
+        self.failures.append(Failure(kind, f.rid, int(checkpoint), int(stored), int(hit), detail))
+
+    def restore(self, f: Flight, checkpoint: int) -> bool:
+        """A hit of ``f`` on ``checkpoint`` (its producer has run): count it, check its
+        bookkeeping and integrity and restore its state into ``f`` (chosen for the numerical
+        check every ``validate_every``-th hit). False: a check failed, ``f`` runs from scratch."""
+        rec = f.record
+        self.hits += 1
+        store = self.store
+        if checkpoint not in store:
+            self.fail("missing", f, checkpoint, -1, rec.hit_tokens, "not in the store")
+            return False
+        info = store.info(checkpoint)
+        p = rec.hit_tokens
+        if self.check_hash:
+            want = prefix_hash(f.tokens, p) if p <= len(f.tokens) else b""
+            if info.position != p or info.prefix_hash != want:
+                self.fail(
+                    "hash",
+                    f,
+                    checkpoint,
+                    info.position,
+                    p,
+                    "position differs" if info.position != p else "prefix hash differs",
+                )
+                return False
+            if store.has_kv and store.page_keys_of(checkpoint) != page_keys(f.tokens, p, store.page_tokens):
+                self.fail("kv-hash", f, checkpoint, info.position, p, "KV page keys differ from the prompt's prefix")
+                return False
+        if not info.filled:  # a partly written slot is never restored (any mode)
+            missing = [f"layer {i}" for i in store.unwritten(checkpoint)]
+            if not info.kv_written and store.has_kv:
+                missing.append("KV")
+            self.fail("integrity", f, checkpoint, info.position, p, "never written: " + ", ".join(missing))
+            return False
+        validate = (self.hits - 1) % self.validate_every == 0
+        start = store.restore(checkpoint)
+        if validate and self.exact:
+            bad = store.verify(checkpoint, start)
+            self.integrity_checked += 1
+            rec.integrity_checked = True
+            if bad:
+                kind = "kv-integrity" if all(b.startswith("KV") for b in bad) else "integrity"
+                more = f" (+{len(bad) - 8} more)" if len(bad) > 8 else ""
+                self.fail(
+                    kind,
+                    f,
+                    checkpoint,
+                    info.position,
+                    p,
+                    "restored bits differ from the produced ones: " + ", ".join(bad[:8]) + more,
+                )
+                return False
+        f.start = start
+        f.hit = f.pos = p
+        f.checkpoint = int(checkpoint)
+        rec.restored = True
+        f.validate = validate
+        if not validate:
+            rec.unvalidated = "validate-every"
+        return True
+
+    def restore_again(self, f: Flight) -> Optional[StackState]:
+        """A parked flight's hit restored again (its state was given back while it waited);
+        None (and a failure) when the checkpoint left the store meanwhile."""
+        cp = f.checkpoint
+        if cp not in self.store or self.store.info(cp).position != f.hit:
+            f.start = None
+            f.hit = f.pos = 0
+            f.record.restored = False
+            self.fail("missing", f, cp, -1, f.record.hit_tokens, "left the store while its request waited")
+            return None
+        f.start = self.store.restore(cp)
+        if self.exact and self.store.verify(cp, f.start):
+            self.fail("integrity", f, cp, f.hit, f.hit, "restored bits changed while its request waited")
+        return f.start
+
+    def validate(self, f: Flight, outs) -> None:
+        """Restore + suffix prefill (already run, ``outs``: its per-layer outputs) against one
+        unsplit from-scratch prefill of the whole prompt (timed: the request's ``full`` time):
+        every layer's final recurrent and conv state and every layer's suffix outputs. The
+        restored state itself is compared with the reference's state at the hit (its boundary
+        state at the 64-multiple below the hit, carried to the hit by a short untimed call when
+        the hit is not 64-aligned): a per-head RMS norm after the core and decay along the suffix
+        can hide a small state error from the outputs, never from the state."""
+        rec = f.record
+        model = self.model
+        tok = f.ids(model.device)
+        L = model.shape.layers
+        at_b: dict = {}
+        b = f.hit // 64 * 64
+
+        def capture(p, layer, r, c):
+            at_b[layer] = (r.clone(), c.clone())
+
+        marks = Marks(model.device)
+        t0 = self.clock.start()
+        ref, ref_outs, _ = model.run(
+            tok[: f.n_in], None, 0, [b] if b > 0 else [], capture, keep_outputs=True, marks=marks
+        )
+        f.times.full = self.clock.stop(t0)
+        f.times.full_marks = marks
+        rec.full_segments = [(0, f.n_in)]
+        rec.validated = True
+        kv_b = ref.kv[:, :, :b] if ref.kv is not None else None
+        base = (
+            StackState(
+                b,
+                torch.stack([at_b[i][0] for i in range(L)]) if L else ref.rec,
+                torch.stack([at_b[i][1] for i in range(L)]) if L else ref.conv,
+                kv_b,
+            )
+            if b > 0
+            else None
+        )
+        if f.hit > b:
+            base, _, _ = model.run(tok[b : f.hit], base, b)
+        ref_kv = ref.kv[:, :, : f.hit] if ref.kv is not None else None
+        self.judge(f, f.running, outs, ref, [r[f.hit :] for r in ref_outs], base, ref_kv)
+
+    def judge(self, f: Flight, end, outs, ref_end, ref_outs, base, ref_kv) -> None:
+        """The hit's check once both sides ran: the end state (``end`` against the from-scratch
+        ``ref_end``), the suffix's per-layer outputs against ``ref_outs`` (the reference's rows
+        of the same positions), the restored state against ``base`` (the reference's state at
+        the hit) and the restored KV against ``ref_kv``; a miss is a failure."""
+        rec = f.record
+        L = self.model.shape.layers
+        e_rec, e_conv = state_error(end.rec, end.conv, ref_end.rec, ref_end.conv) if L else (0.0, 0.0)
+        e_out = max(rel_error(o, r) for o, r in zip(outs, ref_outs))
+        a, c = state_error(f.start.rec, f.start.conv, base.rec, base.conv) if L else (0.0, 0.0)
+        e_rec, e_conv = max(e_rec, a), max(e_conv, c)
+        # the restored keys and values against the from-scratch prefill's, every layer and head
+        e_kv = rel_error(f.start.kv, ref_kv) if ref_kv is not None else 0.0
+        rec.judged(e_rec, e_conv, e_out, e_kv, ref_kv is not None)
+        if ref_kv is not None:
+            self.kv_hits_validated += 1
+        tol_state, tol_out = self.tolerance
+        if not (e_rec <= tol_state and max(e_conv, e_out, e_kv) <= tol_out):
+            kind = "kv-numerics" if e_kv > tol_out and e_rec <= tol_state and e_conv <= tol_out else "numerics"
+            self.fail(
+                kind,
+                f,
+                rec.hit_checkpoint,
+                f.start.pos,
+                f.hit,
+                f"relative error recurrent {e_rec:.3g} (tolerance {tol_state:.3g}), conv "
+                f"{e_conv:.3g}, KV {e_kv:.3g}, outputs {e_out:.3g} (tolerance {tol_out:.3g})",
+            )

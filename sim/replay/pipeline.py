@@ -1,0 +1,280 @@
+"""One replay run in three steps (``sim.replay.session.run_replay`` calls them once its settings
+are checked). Needs torch.
+
+1. ``build``: the replayed model (gated-delta or Mamba2 layers, attention, MLPs), its checkpoint
+   store, the requests' tokens, the timing the measurements are compared with, and the replay's
+   collaborators: the ``Replayer`` (with its hit checks and, ``--batch`` > 1, its batched replay),
+   the fp32 shadow replayers (``--validate shadow``), the step executor (``--scheduler
+   continuous``). Nothing runs yet (but the warm-up).
+2. ``execute``: the simulation built by the assembly point with the replay observer attached;
+   its event stream drives the replayers and the step executor; what they recorded is collected
+   (``Executed``).
+3. ``summarize``: the request table (and the step table), the typed ``ReplaySummary`` and the
+   run's settings record.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Optional
+
+import torch
+
+from sim.config import SimConfig
+from sim.cost import ModelSpec, TimingModel, timing_to_dict
+from sim.replay import measure
+from sim.replay.calibration import NOT_COMPARED, replay_timing
+from sim.replay.flops import mamba2_linear
+from sim.replay.model import DTYPES, HybridModel, ReplayShape
+from sim.replay.observer import ReplayObserver
+from sim.replay.runner import Replayer
+from sim.replay.store import CheckpointStore
+from sim.replay.summary import ReplaySummary, labelled
+from sim.replay.warm import warm
+from traces.base import Trace
+
+
+@dataclass
+class Parts:
+    """What ``build`` makes: the model and its shape, the store, the timing and its note, the
+    replayer with its shadows and the step executor (None: not continuous)."""
+
+    spec: ModelSpec
+    shape: ReplayShape
+    model: HybridModel
+    mamba2: bool  # its linear layers are Mamba2 layers
+    store: CheckpointStore
+    timing: TimingModel
+    timing_note: str
+    replayer: Replayer
+    shadows: tuple
+    stepper: object
+    warm_s: float
+
+    @property
+    def counts(self) -> dict:
+        """Replayed layers by type (``ReplayShape.counts``: the linear layers as gated delta)."""
+        return self.shape.counts()
+
+
+@dataclass
+class Executed:
+    """What ``execute`` collected: the simulation's result, the request records (and the fp32
+    shadow's), every failure, the executed steps, the wall time of the run."""
+
+    sim_result: object
+    records: list
+    shadow_records: Optional[list]
+    failures: list
+    executed_steps: Optional[list]
+    wall_s: float
+
+
+def build(
+    trace: Trace,
+    config: SimConfig,
+    settings,
+    spec: ModelSpec,
+    layers: int,
+    kernel: str,
+    device,
+    *,
+    timing,
+    vocab_rows: int,
+    tokens_of,
+) -> Parts:
+    """Step 1 (module docstring). ``tokens_of(request) -> (prompt + response ids, prompt
+    length)``; ``vocab_rows``: the embedding's rows."""
+    dtype = DTYPES[settings.dtype]
+    mamba2 = mamba2_linear(spec)
+    if mamba2:
+        # Mamba2 layers in the linear layers' place (sim/replay/mamba2.py: their sizes ride in
+        # the shape's gated-delta fields, so the store and the restores need nothing else)
+        from sim.replay.mamba2 import Mamba2Model, replay_shape
+
+        shape = replay_shape(spec, layers, vocab_rows=vocab_rows)
+        model = Mamba2Model(shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel)
+    else:
+        shape = ReplayShape.from_spec(spec, layers, vocab_rows=vocab_rows)
+        model = HybridModel(shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel)
+    # the timing the measurements are compared with (after the model: its kernel's checks first)
+    timing, timing_note = replay_timing(
+        timing,
+        spec,
+        settings.dtype,
+        device.type,
+        torch.cuda.get_device_name(device) if device.type == "cuda" else "",
+        max((r.n_input_tokens(trace.block_tokens) for r in trace.requests), default=0),
+    )
+    store = CheckpointStore(shape, dtype, where=settings.store, device=device)
+    continuous = config.effective_scheduler == "continuous"
+    replayer = Replayer(
+        model,
+        store,
+        tokens_of,
+        validate_every=settings.validate_every,
+        tolerance=settings.tolerance,
+        validate=settings.validation,
+        measure=settings.measure,
+        batch=settings.batch,
+        batch_tokens=settings.batch_tokens,
+        # every running request's flight stays open until it ends (a batch runs up to
+        # --max-num-seqs of them at once)
+        max_open=max(16, config.max_num_seqs + 8) if continuous else 16,
+    )
+    stepper = None
+    if continuous:
+        from sim.replay.stepper import StepExecutor
+
+        stepper = StepExecutor(
+            model,
+            tokens_of,
+            coast_steps=settings.coast_steps,
+            check_steps=settings.check_steps,
+            tolerance=replayer.tolerance,
+            measure=settings.measure,
+        )
+    shadows = ()
+    if settings.validation == "shadow":
+        # the same event stream replayed by the same weights in fp32 arithmetic, untimed, every
+        # validated hit checked at fp32 tolerance: what bf16 rounding hides from the main check
+        shadow_model = model.upcast(torch.float32)
+        shadow_store = CheckpointStore(shape, torch.float32, where="gpu", device=device)
+        shadows = (
+            Replayer(
+                shadow_model,
+                shadow_store,
+                tokens_of,
+                validate_every=settings.validate_every,
+                validate="tolerance",
+                batch=settings.batch,
+                batch_tokens=settings.batch_tokens,
+            ),
+        )
+    warm_s = 0.0
+    if settings.warmup and device.type == "cuda":
+        warm_s = warm(model, device, steps=continuous, batches=settings.batch > 1)
+    return Parts(spec, shape, model, mamba2, store, timing, timing_note, replayer, shadows, stepper, warm_s)
+
+
+def execute(
+    parts: Parts, trace: Trace, config: SimConfig, *, build, progress=None, after_event=None, on_ready=None
+) -> Executed:
+    """Step 2 (module docstring). ``build``: the assembly point's ``sim.simulate.build``;
+    ``after_event(name, simulation, replayer)`` and ``on_ready(replayer)``: the tests' hooks."""
+    from sim.engine.drivers import run as run_simulation
+
+    replayer, shadows, stepper = parts.replayer, parts.shadows, parts.stepper
+    built = []  # the Simulation, for the tests' hook (it exists once events flow)
+    hook = (lambda name: after_event(name, built[0], replayer)) if after_event is not None else None
+    obs = ReplayObserver(
+        replayer, mode=config.mode, progress=progress, after_event=hook, shadows=shadows, stepper=stepper
+    )
+    sim = build(trace, config, timing=parts.timing, observers=(obs,))
+    built.append(sim)
+    if on_ready is not None:
+        on_ready(replayer)
+    t0 = time.perf_counter()
+    sim_result = run_simulation(sim)
+    records = replayer.finish()
+    failures = list(replayer.failures)
+    shadow_records = None
+    for sh in shadows:
+        shadow_records = sh.finish()
+        failures += [replace(f, kind="shadow-" + f.kind) for f in sh.failures]
+    executed = stepper.close() if stepper is not None else None
+    if stepper is not None:
+        failures += stepper.failures
+    if parts.model.device.type == "cuda":
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    return Executed(sim_result, records, shadow_records, failures, executed, wall)
+
+
+def summarize(parts: Parts, run: Executed, trace: Trace, config: SimConfig, settings, layers: int) -> tuple:
+    """Step 3 (module docstring): ``(ReplaySummary, request table, settings record, step table
+    or None)``."""
+    spec, shape, model, store, replayer = parts.spec, parts.shape, parts.model, parts.store, parts.replayer
+    counts, timing, device = parts.counts, parts.timing, model.device
+    table = measure.request_table(run.records, spec, timing, counts, shadow=run.shadow_records)
+    figures = measure.summary(
+        table,
+        failures=run.failures,
+        store_peak_bytes=store.peak_bytes,
+        wall_s=run.wall_s,
+        late_admits=replayer.late_admits,
+        counts=counts,
+        spec=spec,
+        kv_hits_validated=replayer.kv_hits_validated,
+    )
+    for key in ("layers_replayed", "measured_ms_by_layer_type", "measured_model_ms_by_layer_type"):
+        if key in figures:
+            figures[key] = labelled(figures[key], parts.mamba2)
+    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    batch_figures = None
+    if settings.batch > 1:
+        batch_figures = measure.batch_summary(
+            replayer.batch_log,
+            spec,
+            counts,
+            wall_s=run.wall_s,
+            peak_tflops=measure.device_peak(dev_name, settings.dtype),
+            flushes=replayer.batch_flushes,
+        )
+    step_rows = step_figures = None
+    if parts.stepper is not None:
+        from sim.replay import steps as step_rows_of
+
+        step_rows = step_rows_of.step_table(run.executed_steps, spec, timing, counts)
+        step_figures = step_rows_of.step_summary(
+            step_rows,
+            counts=counts,
+            wall_s=run.wall_s,
+            peak_tflops=measure.device_peak(dev_name, settings.dtype),
+            **parts.stepper.counts(),
+        )
+        for key in ("step_measured_ms_by_layer_type", "step_layers_replayed"):
+            step_figures[key] = labelled(step_figures[key], parts.mamba2)
+    summary = ReplaySummary(
+        **figures,
+        validation=settings.validation,
+        time_model_note=parts.timing_note,
+        time_model_compared=not parts.timing_note.startswith(NOT_COMPARED),
+        kv_tokens_live=int(store.kv_tokens),
+        mlp_moe_at_active_width=bool(shape.mlp_moe),
+        warmup_s=parts.warm_s,
+        simulated_hit_tokens=int(sum(r.hit_tokens for r in run.records)),
+        flights_parked=replayer.parked,
+        flights_dropped=replayer.dropped,
+        recomputed_tokens=replayer.recomputed_tokens,
+        kernel=model.kernel,
+        measure=settings.measure if device.type == "cuda" else "wall",
+        batch_figures=batch_figures,
+        step_figures=step_figures,
+    )
+    info = dict(
+        asdict(settings),
+        layers=layers,
+        layers_replayed=labelled(counts, parts.mamba2),
+        kernel=model.kernel,
+        kernel_requested=settings.kernel,
+        mlp_note=(
+            f"MoE MLP replayed dense at its active width ({shape.mlp_inter})"
+            if shape.mlp_moe
+            else f"dense MLP ({shape.mlp_inter})"
+        ),
+        model=spec.name,
+        policy=config.policy,
+        capacity_bytes=config.capacity_bytes,
+        state_alignment=config.state_alignment,
+        mode=config.mode,
+        scheduler=config.effective_scheduler,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_num_seqs=config.max_num_seqs,
+        trace=trace.name,
+        tolerance=replayer.tolerance,
+        timing=timing_to_dict(timing),
+        device_name=dev_name,
+    )
+    return summary, table, info, step_rows

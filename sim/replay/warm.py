@@ -1,0 +1,98 @@
+"""Warm-up of a replay before anything is timed (``--warmup``, GPU runs): every kernel
+specialisation a replay meets compiled first, by untimed calls whose results are thrown away.
+Needs torch."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def _warm_steps(model, boundaries: bool = False) -> None:
+    """The step executor's batches: one varlen call per chunk-count bucket a step can reach (up
+    to 256 chunks of a sequence: ``--max-num-batched-tokens`` 16K), each with a ragged chunk from
+    a state, a sequence from scratch and decode tokens (untimed, thrown away). ``boundaries``:
+    batched replay's calls too, which hand over boundary states and keep every layer's output."""
+    for n in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        T = n * 64 - 10
+        lens = [T, 70, 1, 1]
+        starts = [10, 0, 5, 700]
+        cu = [0]
+        for L in lens:
+            cu.append(cu[-1] + L)
+        toks = torch.arange(cu[-1], device=model.device)
+        model.forward_batch(toks, cu, starts, *_zero_batch(model, starts))
+        if boundaries:
+            model.forward_batch(
+                toks,
+                cu,
+                starts,
+                *_zero_batch(model, starts),
+                keep_outputs=True,
+                boundaries=[[], [64], [], []],
+                on_state=lambda *a: None,
+            )
+    for N in (1, 16):  # decode-only steps (one token a sequence: total and count specialised)
+        starts = [100] * N
+        model.forward_batch(
+            torch.arange(N, device=model.device), list(range(N + 1)), starts, *_zero_batch(model, starts)
+        )
+
+
+def _zero_batch(model, starts: list) -> tuple:
+    """Zero recurrent states, conv windows and (with attention) KV of ``starts[n]`` tokens for a
+    warm-up batch of ``len(starts)`` sequences."""
+    s, N = model.shape, len(starts)
+    rec0 = torch.zeros(s.layers, N, s.v_heads, s.head_k_dim, s.head_v_dim, device=model.device)
+    conv0 = torch.zeros(s.layers, N, s.conv_dim, s.conv_width - 1, dtype=model.dtype, device=model.device)
+    kv = None
+    if s.attn_layers:
+        kv = [
+            torch.zeros(s.attn_layers, 2, p, s.attn_kv_heads, s.attn_head_dim, dtype=model.dtype, device=model.device)
+            for p in starts
+        ]
+    return rec0, conv0, kv
+
+
+def warm(model, device, steps: bool = False, batches: bool = False) -> float:
+    """Compile every kernel specialisation a replay meets before anything is timed: the
+    kernels' own ``warmup`` (Triton backend) at the stack's shapes and flags, then the stack
+    itself from scratch and from a state, with and without boundary states and with a split (the
+    stack's strided q/k/v/gate views are specialisations too)."""
+    t0 = time.perf_counter()
+    s = model.shape
+    kernel_warmup = None
+    if model.kernel == "triton":  # kernels.warmup imports triton
+        try:
+            from kernels import warmup as kernel_warmup
+        except ImportError:
+            pass
+    if kernel_warmup is not None:
+        try:
+            kernel_warmup(
+                (63, 64, 200),
+                num_heads=s.k_heads,
+                num_v_heads=s.v_heads,
+                head_k_dim=s.head_k_dim,
+                head_v_dim=s.head_v_dim,
+                dtype=model.dtype,
+                device=device,
+                use_gate_in_kernel=True,
+                use_beta_sigmoid=True,
+                conv_dim=s.conv_dim,
+                conv_width=s.conv_width,
+            )
+        except (TypeError, ValueError, RuntimeError):  # another signature or a refused shape:
+            pass  # the stack's own runs below cover it
+    toks = torch.arange(300, device=device)
+    model.run(toks[:200], None, 0, [64, 128], lambda *a: None, keep_outputs=True)
+    st, _, _ = model.run(toks[:130], None, 0, [64, 100, 130], lambda *a: None, keep_outputs=True)
+    model.run(toks[130:300], st, 130, [192, 250], lambda *a: None, keep_outputs=True)
+    model.run(toks[:63], None, 0)
+    model.run(toks[:64], None, 0, [64], lambda *a: None)
+    if steps or batches:
+        _warm_steps(model, boundaries=batches)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
