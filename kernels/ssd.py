@@ -36,14 +36,13 @@ State layout: ``[num_seqs or num_boundaries, H, P, N]`` fp32 (mamba_ssm's ``ssm_
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels._common import INTERPRET, ChunkMetadata
-from kernels.ssd_args import check_ssd_args, resolve_ssd_call
+from kernels._common import INTERPRET
+from kernels.ssd_args import ssd_call
 
 __all__ = ["chunk_ssd", "SSD_CONFIGS"]
 
@@ -286,28 +285,13 @@ def _rows(t: torch.Tensor, TT: int) -> torch.Tensor:
     return r
 
 
-def chunk_ssd(
-    x,
-    dt,
-    A,
-    B,
-    C,
-    *,
-    D=None,
-    dt_bias=None,
-    dt_softplus: bool = True,
-    dt_limit=(0.0, float("inf")),
-    initial_state=None,
-    cu_seqlens=None,
-    start_positions=None,
-    boundary_states: bool = True,
-    state_dtype=torch.float32,
-    boundary_stride: int = 1,
-    boundary_indices=None,
-    chunk_metadata: Optional[ChunkMetadata] = None,
-    input_precision: Optional[str] = None,
-):
+def chunk_ssd(x, dt, A, B, C, **options):
     """Chunked SSD (Mamba2) forward.
+
+    Keyword options (``kernels.ssd_args.ssd_call``, shared with ``kernels.torch_ssd``): ``D=None,
+    dt_bias=None, dt_softplus=True, dt_limit=(0.0, inf), initial_state=None, cu_seqlens=None,
+    start_positions=None, boundary_states=True, state_dtype=torch.float32, boundary_stride=1,
+    boundary_indices=None, chunk_metadata=None, input_precision=None``.
 
     x ``[Bsz, T, H, P]``; dt (raw, before bias and softplus) ``[Bsz, T, H]``; A ``[H]`` (negative,
     ``-exp(A_log)``); B, C ``[Bsz, T, G, N]`` with ``H % G == 0``; D ``[H]`` or ``[H, P]``; dt_bias
@@ -321,19 +305,10 @@ def chunk_ssd(
     or the metadata's selection). ``input_precision`` ("ieee", "tf32", "tf32x3": the default) sets
     the products' precision for fp32 inputs on a GPU.
     """
-    check_ssd_args(x, dt, A, B, C, D, dt_bias, state_dtype=state_dtype)
-    if input_precision not in _PRECISIONS:
-        raise ValueError(f"input_precision must be one of 'ieee', 'tf32', 'tf32x3' (or None), not {input_precision!r}")
-    meta = resolve_ssd_call(
-        x,
-        B,
-        initial_state=initial_state,
-        cu_seqlens=cu_seqlens,
-        start_positions=start_positions,
-        boundary_stride=boundary_stride,
-        boundary_indices=boundary_indices,
-        chunk_metadata=chunk_metadata,
-    )
+    c = ssd_call(x, dt, A, B, C, **options, precisions=_PRECISIONS)
+    D, dt_bias, dt_softplus, dt_limit = c.D, c.dt_bias, c.dt_softplus, c.dt_limit
+    initial_state, state_dtype, input_precision, meta = c.initial_state, c.state_dtype, c.input_precision, c.meta
+    boundary_states = c.boundary_states
     Bsz, T, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
     dev, dtype, f32 = x.device, x.dtype, torch.float32

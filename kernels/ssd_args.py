@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import torch
 
+from dataclasses import dataclass
+from typing import Optional
+
 from kernels._common import STATE_DTYPES, SUPPORTED_DTYPES, ChunkMetadata, resolve_metadata
 
-__all__ = ["check_ssd_args", "resolve_ssd_call", "MAX_SSD_DIM"]
+__all__ = ["check_ssd_args", "resolve_ssd_call", "ssd_call", "SsdCall", "MAX_SSD_DIM"]
 
 #: the largest head dim P and state dim N of the Triton kernels (padded to a power of two there)
 MAX_SSD_DIM = 256
@@ -67,3 +70,69 @@ def resolve_ssd_call(x, B, *, initial_state, cu_seqlens, start_positions, bounda
     if initial_state is not None and tuple(initial_state.shape) != want:
         raise ValueError(f"initial_state must be {want}, got {tuple(initial_state.shape)}")
     return meta
+
+
+@dataclass(frozen=True)
+class SsdCall:
+    """One call of the SSD forward, its arguments checked (``ssd_call``) and its chunk metadata."""
+
+    x: torch.Tensor
+    dt: torch.Tensor
+    A: torch.Tensor
+    B: torch.Tensor
+    C: torch.Tensor
+    D: Optional[torch.Tensor]
+    dt_bias: Optional[torch.Tensor]
+    dt_softplus: bool
+    dt_limit: tuple
+    initial_state: Optional[torch.Tensor]
+    boundary_states: bool
+    state_dtype: torch.dtype
+    input_precision: Optional[str]
+    meta: ChunkMetadata
+
+
+def ssd_call(
+    x,
+    dt,
+    A,
+    B,
+    C,
+    *,
+    D=None,
+    dt_bias=None,
+    dt_softplus: bool = True,
+    dt_limit=(0.0, float("inf")),
+    initial_state=None,
+    cu_seqlens=None,
+    start_positions=None,
+    boundary_states: bool = True,
+    state_dtype=torch.float32,
+    boundary_stride: int = 1,
+    boundary_indices=None,
+    chunk_metadata: Optional[ChunkMetadata] = None,
+    input_precision: Optional[str] = None,
+    max_dim: Optional[int] = MAX_SSD_DIM,
+    precisions: Optional[tuple] = None,
+) -> SsdCall:
+    """The arguments of ``chunk_ssd`` (both implementations take these, documented in
+    ``kernels.ssd.chunk_ssd``), checked: ``check_ssd_args`` with ``max_dim``, then
+    ``input_precision`` against ``precisions`` (None: not checked), then the chunk metadata
+    (``resolve_ssd_call``)."""
+    check_ssd_args(x, dt, A, B, C, D, dt_bias, state_dtype=state_dtype, max_dim=max_dim)
+    if precisions is not None and input_precision not in precisions:
+        raise ValueError(f"input_precision must be one of 'ieee', 'tf32', 'tf32x3' (or None), not {input_precision!r}")
+    meta = resolve_ssd_call(
+        x,
+        B,
+        initial_state=initial_state,
+        cu_seqlens=cu_seqlens,
+        start_positions=start_positions,
+        boundary_stride=boundary_stride,
+        boundary_indices=boundary_indices,
+        chunk_metadata=chunk_metadata,
+    )
+    return SsdCall(
+        x, dt, A, B, C, D, dt_bias, dt_softplus, dt_limit, initial_state, boundary_states, state_dtype,
+        input_precision, meta,
+    )  # fmt: skip

@@ -14,13 +14,12 @@ decay nothing); all chunks of all sequences and heads are then one batch. fp32 t
 
 from __future__ import annotations
 
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
-from kernels._common import CHUNK, ChunkMetadata
-from kernels.ssd_args import check_ssd_args, resolve_ssd_call
+from kernels._common import CHUNK
+from kernels.ssd_args import ssd_call
 from kernels.torch_gdn import _Grid
 
 __all__ = ["chunk_ssd", "torch_chunk_ssd"]
@@ -38,41 +37,14 @@ def _dt(dt, dt_bias, dt_softplus, dt_limit):
     return d
 
 
-def chunk_ssd(
-    x,
-    dt,
-    A,
-    B,
-    C,
-    *,
-    D=None,
-    dt_bias=None,
-    dt_softplus: bool = True,
-    dt_limit=(0.0, float("inf")),
-    initial_state=None,
-    cu_seqlens=None,
-    start_positions=None,
-    boundary_states: bool = True,
-    state_dtype=torch.float32,
-    boundary_stride: int = 1,
-    boundary_indices=None,
-    chunk_metadata: Optional[ChunkMetadata] = None,
-    input_precision: Optional[str] = None,
-):
-    """``kernels.ssd.chunk_ssd`` in plain torch (``input_precision`` is accepted and ignored: every
-    product is fp32; any head / state dim). Returns ``(y [Bsz, T, H, P] in x's dtype, final_state
-    [S, H, P, N] fp32, boundary_states [NB, H, P, N] in state_dtype or None)``."""
-    check_ssd_args(x, dt, A, B, C, D, dt_bias, state_dtype=state_dtype, max_dim=None)
-    meta = resolve_ssd_call(
-        x,
-        B,
-        initial_state=initial_state,
-        cu_seqlens=cu_seqlens,
-        start_positions=start_positions,
-        boundary_stride=boundary_stride,
-        boundary_indices=boundary_indices,
-        chunk_metadata=chunk_metadata,
-    )
+def chunk_ssd(x, dt, A, B, C, **options):
+    """``kernels.ssd.chunk_ssd`` in plain torch, with its options (``kernels.ssd_args.ssd_call``;
+    ``input_precision`` is accepted and ignored: every product is fp32; any head / state dim).
+    Returns ``(y [Bsz, T, H, P] in x's dtype, final_state [S, H, P, N] fp32, boundary_states
+    [NB, H, P, N] in state_dtype or None)``."""
+    c = ssd_call(x, dt, A, B, C, **options, max_dim=None)
+    D, dt_bias, dt_softplus, dt_limit = c.D, c.dt_bias, c.dt_softplus, c.dt_limit
+    initial_state, state_dtype, boundary_states, meta = c.initial_state, c.state_dtype, c.boundary_states, c.meta
     Bsz, T, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
     rep = H // G

@@ -130,11 +130,30 @@ def _attn_params(d, heads, kv, hd, gate=False) -> int:
     return d * heads * hd * (2 if gate else 1) + 2 * d * kv * hd + heads * hd * d
 
 
-def _mamba2(f: _Fields, d: int, *, heads, head_dim, state, groups, conv, d_inner=None) -> dict:
+#: each family's config.json names of its Mamba2 mixer's heads, head dim, state, groups and conv
+#: width (the first name present is read; groups default to 1, the conv width to 4)
+_MAMBA2_FIELDS = {
+    "nemotron_h": (
+        ("mamba_num_heads",),
+        ("mamba_head_dim",),
+        ("ssm_state_size", "mamba_state_dim"),
+        ("n_groups", "mamba_n_groups"),
+        ("conv_kernel", "mamba_d_conv"),
+    ),
+    "falcon_h1": (("mamba_n_heads",), ("mamba_d_head",), ("mamba_d_state",), ("mamba_n_groups",), ("mamba_d_conv",)),
+    "mamba2": (("num_heads",), ("head_dim",), ("state_size",), ("n_groups",), ("conv_kernel",)),
+}
+_MAMBA2_FIELDS["granitemoehybrid"] = _MAMBA2_FIELDS["falcon_h1"]
+
+
+def _mamba2(f: _Fields, family: str, d: int, n: int, d_inner=None) -> tuple[dict, int]:
+    """``n`` Mamba2 layers of a ``family`` config: their ``ModelSpec`` fields (``n_mamba`` and the
+    mixer's shape; ``d_inner``: heads x head dim unless given) and their weights."""
+    heads, head_dim, state, groups, conv = _MAMBA2_FIELDS[family]
     n_heads = f.int(*heads)
     hdim = f.int(*head_dim)
     di = int(d_inner) if d_inner else n_heads * hdim
-    return dict(
+    m = dict(
         mamba_version=2,
         mamba_heads=n_heads,
         mamba_d_inner=di,
@@ -142,6 +161,7 @@ def _mamba2(f: _Fields, d: int, *, heads, head_dim, state, groups, conv, d_inner
         mamba_n_groups=f.int(*groups) if any(g in f.d for g in groups) else 1,
         mamba_conv_width=f.int(*conv) if any(c in f.d for c in conv) else 4,
     )
+    return dict(n_mamba=n, **m), n * _mamba2_params(d, m)
 
 
 def _mamba2_params(d: int, m: dict) -> int:
@@ -249,17 +269,9 @@ def read_config(path) -> dict:
             raise UsageError(f"model config {where}: field 'hybrid_override_pattern' has unknown block {bad[0]!r}")
         attention(pattern.count("*"))
         n_m = pattern.count("M")
-        m = _mamba2(
-            f,
-            d,
-            heads=("mamba_num_heads",),
-            head_dim=("mamba_head_dim",),
-            state=("ssm_state_size", "mamba_state_dim"),
-            groups=("n_groups", "mamba_n_groups"),
-            conv=("conv_kernel", "mamba_d_conv"),
-        )
-        out.update(n_mamba=n_m, **m)
-        other += n_m * _mamba2_params(d, m)
+        m, params = _mamba2(f, family, d, n_m)
+        out.update(m)
+        other += params
         for c in pattern:
             if c == "-":  # squared-ReLU MLP: up and down projections only
                 inter = f.int("intermediate_size")
@@ -302,19 +314,9 @@ def read_config(path) -> dict:
                 mlp_blocks.append(swiglu(inter))
     elif family == "falcon_h1":
         attention(layers)
-        di = cfg.get("mamba_d_ssm") or None
-        m = _mamba2(
-            f,
-            d,
-            heads=("mamba_n_heads",),
-            head_dim=("mamba_d_head",),
-            state=("mamba_d_state",),
-            groups=("mamba_n_groups",),
-            conv=("mamba_d_conv",),
-            d_inner=di,
-        )
-        out.update(n_mamba=layers, **m)
-        other += layers * _mamba2_params(d, m)
+        m, params = _mamba2(f, family, d, layers, d_inner=cfg.get("mamba_d_ssm") or None)
+        out.update(m)
+        other += params
         mlp_blocks += [swiglu(f.int("intermediate_size"))] * layers
     elif family == "granitemoehybrid":
         types = f.need("layer_types", "layers_block_type")
@@ -328,18 +330,9 @@ def read_config(path) -> dict:
         n_m = layers - n_attn
         if n_m:
             expand = f.int("mamba_expand", default=2)
-            m = _mamba2(
-                f,
-                d,
-                heads=("mamba_n_heads",),
-                head_dim=("mamba_d_head",),
-                state=("mamba_d_state",),
-                groups=("mamba_n_groups",),
-                conv=("mamba_d_conv",),
-                d_inner=expand * d if "mamba_d_head" not in cfg else None,
-            )
-            out.update(n_mamba=n_m, **m)
-            other += n_m * _mamba2_params(d, m)
+            m, params = _mamba2(f, family, d, n_m, d_inner=expand * d if "mamba_d_head" not in cfg else None)
+            out.update(m)
+            other += params
         experts = f.int("num_local_experts", default=0)
         if experts > 0:
             inter, top = f.int("intermediate_size"), f.int("num_experts_per_tok")
@@ -349,17 +342,9 @@ def read_config(path) -> dict:
             block = swiglu(f.int("shared_intermediate_size", "intermediate_size"))
         mlp_blocks += [block] * layers
     elif family == "mamba2":
-        m = _mamba2(
-            f,
-            d,
-            heads=("num_heads",),
-            head_dim=("head_dim",),
-            state=("state_size",),
-            groups=("n_groups",),
-            conv=("conv_kernel",),
-        )
-        out.update(n_mamba=layers, **m)
-        other += layers * _mamba2_params(d, m)
+        m, params = _mamba2(f, family, d, layers)
+        out.update(m)
+        other += params
     else:  # llama and plain relatives
         attention(layers)
         mlp_blocks += [swiglu(f.int("intermediate_size"))] * layers
