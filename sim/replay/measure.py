@@ -340,7 +340,7 @@ def batch_summary(calls, spec: ModelSpec, counts, *, wall_s: float, peak_tflops:
     check hits; ``single``: a request run alone) the calls, sequences, tokens, device time and
     executed TFLOP/s; over all of them the executed TFLOP/s of the timed calls and over the wall
     time, each as a share of the device's peak (0 when unknown). ``calls``: objects with
-    ``kind``, ``segments`` [(start, end)], ``ms`` and ``slack_ms`` (``runner.BatchCall``)."""
+    ``kind``, ``segments`` [(start, end)], ``ms`` and ``slack_ms`` (``batched.BatchCall``)."""
     by: dict = {}
     flops_all = ms_all = 0.0
     host_bound_calls = 0
