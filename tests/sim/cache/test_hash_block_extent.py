@@ -342,3 +342,17 @@ def test_the_miss_ledger_marks_a_state_after_a_partial_block_at_that_block():
     led.looked_up(reqs[1], 0, 40)
     row = {c: int(v[1]) for c, v in led.counts.items()}
     assert row["never_shared"] == 8 and row["no_checkpoint"] == 32 and row["evicted"] == 0
+
+
+@pytest.mark.parametrize("tree", trees(), ids=["core", "engine"])
+def test_a_hash_id_given_two_lengths_keeps_the_tree_whole(tree):
+    """A trace that gives one hash id two lengths (a whole block here, 8 tokens there; the shipped
+    Mooncake samples never do) cannot say where the edge's tokens split: the cut stays inside the
+    edge, a token at least on each side, and the byte count stays exact."""
+    tree.insert(seq(1, 2, 3, -1), 44, [4], now=1, cut=(3, 40))  # 3 holds 8 tokens, -1 holds 4
+    tree.insert(seq(1, 2, 3, 4), 64, [3, 4], now=2)  # 3 claims a whole block: the cut would be at 48
+    tree.check_invariants()
+    (top,) = tree.root.children.values()
+    assert (top.depth_tokens, top.n_tokens) == (43, 43)  # 44 - 1: the output keeps one token
+    assert sorted(c.n_tokens for c in top.children.values()) == [1, 16]
+    assert tree.kv_tokens == 44 + 16
