@@ -63,6 +63,10 @@ class _Summary:
         return key in self.to_dict()
 
 
+#: the dict-style reads every typed summary shares (``sim.replay.summary.ReplaySummary`` too)
+SummaryReads = _Summary
+
+
 @dataclass(frozen=True)
 class DuelTuning(_Summary):
     """What ``--alpha auto --tuner duel`` (``sim.tuning.duel``) chose and how it got there."""

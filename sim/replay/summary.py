@@ -6,7 +6,8 @@ measured per request (``sim.replay.measure.summary`` computes them from the requ
 what the run was (validation mode, kernel, store, flights), then the figures of batched replay
 (``batch_figures``: ``measure.batch_summary``) or of the step executor (``step_figures``:
 ``sim.replay.steps.step_summary``), then ``--calibrate``'s errors (``calibrated``). Dict-style
-reads (``s["hits"]``, ``s.get``, ``s.keys()``) see ``to_dict()``, as ``RunSummary``'s do.
+reads (``s["hits"]``, ``s.get``, ``s.keys()``) see ``to_dict()``, as ``RunSummary``'s do (the
+same reads: ``sim.engine.metrics.SummaryReads``).
 
 Layer types are keyed ``attention`` / ``gated_delta`` / ``mlp`` (``sim.cost.LAYER_KINDS``); a
 model whose linear layers are Mamba2 layers (they ride in the gated-delta slot of the replayed
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from typing import Optional
+
+from sim.engine.metrics import SummaryReads
 
 GDN, MAMBA2 = "gated_delta", "mamba2"
 
@@ -41,7 +44,7 @@ def cost_counts(by_type: dict) -> dict:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReplaySummary:
+class ReplaySummary(SummaryReads):
     """One replay run's figures (module docstring). Times in ms unless the name says otherwise;
     errors are relative (fractions)."""
 
@@ -127,16 +130,3 @@ class ReplaySummary:
     def with_calibration(self, **errors) -> "ReplaySummary":
         """This summary with ``--calibrate``'s errors added (after any added before)."""
         return replace(self, calibrated={**self.calibrated, **errors})
-
-    # ---- dict-style reads (the keys and values of ``to_dict()``)
-    def keys(self):
-        return self.to_dict().keys()
-
-    def get(self, key: str, default=None):
-        return self.to_dict().get(key, default)
-
-    def __getitem__(self, key: str):
-        return self.to_dict()[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.to_dict()
