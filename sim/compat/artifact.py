@@ -273,7 +273,8 @@ class ArtifactSimulation(Simulation):
                 cps.append(n)
         else:
             cps = [n]
-        res = tree.insert(seq_full, tok_full, cps, now, need_bytes=self._need(mf, tok_full), tag=(f, t))
+        cut = self.full_cut(f.req, n, tok_full)  # a hash-block prompt's partial block inside seq_full
+        res = tree.insert(seq_full, tok_full, cps, now, need_bytes=self._need(mf, tok_full), tag=(f, t), cut=cut)
         tree.refresh_inserted(res, tree.now, final=True)
         self._after_insert(res, f, t)
 

@@ -356,3 +356,29 @@ def test_a_hash_id_given_two_lengths_keeps_the_tree_whole(tree):
     assert (top.depth_tokens, top.n_tokens) == (43, 43)  # 44 - 1: the output keeps one token
     assert sorted(c.n_tokens for c in top.children.values()) == [1, 16]
     assert tree.kv_tokens == 44 + 16
+
+
+@pytest.mark.parametrize("compat", ["paper", "paper-fixed"])
+def test_the_artifact_replay_counts_the_partial_block_too(compat, tmp_path):
+    """The Marconi artifact's replay (``sim.compat``) on Mooncake rows: 1300-token prompts [0, 1,
+    50] (the last block 276 tokens) and a 1100-token [0, 1, 52]. Request 1 branches at 1024 (the
+    artifact's branch state), request 2 hits it and leaves a state at its prompt's end, 1300 (not
+    1536), which request 3 reuses whole. Stored: 1024 + (276 + 40) + (76 + 20) + 16 + 8 tokens."""
+    rows = [
+        (0, 1300, 40, [0, 1, 50]),
+        (0, 1100, 20, [0, 1, 52]),
+        (2000, 1300, 16, [0, 1, 50]),
+        (4000, 1300, 8, [0, 1, 50]),
+    ]
+    p = tmp_path / "rows.jsonl"
+    p.write_text(
+        "".join(
+            json.dumps(dict(timestamp=t, input_length=n, output_length=o, hash_ids=h)) + "\n" for t, n, o, h in rows
+        )
+    )
+    trace = load_trace(f"mooncake:{p}", TraceOptions())
+    sim = build(trace, SimConfig(policy="marconi", capacity_bytes=10**14, mode="sequential", compat=compat))
+    res = drive(sim)
+    assert list(res.requests["hit_tokens"]) == [0, 0, 1024, 1300]
+    assert sim.tree.kv_tokens == 1024 + 316 + 96 + 16 + 8
+    assert depths(sim.tree) == [1024, 1120, 1300, 1308, 1316, 1340]
