@@ -498,3 +498,74 @@ def test_a_step_batch_counts_its_tokens():
     batch.preempted.append(7)
     assert not batch.empty and batch.tokens == 7
     assert [(c.seq, c.start, c.end) for c in batch.prefills] == [(a, 3, 9)]
+
+
+def test_the_tuner_sees_a_request_once_however_often_it_is_looked_up():
+    """The trace above (request 2 preempted, looked up again): the tuner's before-hook runs at a
+    request's first lookup only, its after-hook when the request ends (mutation survivor of the
+    first-lookup test in ``ContinuousEngine._lookup``)."""
+    from sim.engine.batching import run_continuous
+
+    prefix = toks(7, 64)
+    reqs = [Request(session_id=0, turn=0, input_tokens=prefix, output_tokens=toks(900, 1), arrival=0.0)]
+    for i in (1, 2):
+        reqs.append(
+            Request(
+                session_id=i,
+                turn=0,
+                input_tokens=np.concatenate([prefix, toks(1000 * i, 36)]),
+                output_tokens=toks(5000 * i, 50),
+                arrival=1.0,
+            )
+        )
+    conf = SimConfig(
+        policy="sglang-v1", capacity_bytes=4 * S + 120 * K, scheduler="continuous", max_num_batched_tokens=40
+    )
+    sim = build(Trace("lk", reqs, closed_loop=False), conf)
+    before, after = [], []
+    run_continuous(
+        sim,
+        simpy.Environment(),
+        None,
+        (np.array([0.0, 1.0, 1.0]), reqs),
+        lambda s, r, t: before.append(r.request_id),
+        lambda s, r, t: after.append(r.request_id),
+        lambda s: None,
+    )
+    assert sim.rec.preemptions == 1
+    assert before == [0, 1, 2] and sorted(after) == [0, 1, 2]
+
+
+def test_a_coasted_run_ends_when_its_shortest_request_finishes():
+    """Two requests decode together with 2 and 8 tokens left: one run of 2 steps, then the longer
+    one alone for 7 (mutation survivor: the run's length is the smallest remainder, not the
+    largest)."""
+    _, res, steps = go(open_trace([(0.0, 30, 3), (0.0, 30, 9)]), policy="sglang+", max_num_seqs=2)
+    assert steps[0].prefills == ((0, 0, 30), (1, 0, 30))
+    assert (steps[1].steps, steps[1].decodes) == (2, ((0, 30), (1, 30)))
+    assert (steps[2].steps, steps[2].decodes) == (6, ((1, 32),))
+    assert list(res.requests["output_tokens"]) == [3, 9]
+
+
+def test_a_sessions_next_turn_arrives_after_its_last_one_finished():
+    """Closed loop: two sessions of two turns; each second turn arrives ``think_time`` after its
+    first turn's last token, and all four requests finish (mutation survivor: a finished request
+    that never signals its session leaves the later turns unserved)."""
+    reqs = []
+    for sid in (0, 1):
+        base = toks(100 * (sid + 1), 40)
+        reqs.append(Request(session_id=sid, turn=0, input_tokens=base, output_tokens=toks(900 + sid, 3)))
+        reqs.append(
+            Request(
+                session_id=sid,
+                turn=1,
+                input_tokens=np.concatenate([base, toks(700 + 10 * sid, 20)]),
+                output_tokens=toks(950 + sid, 2),
+                think_time=0.5,
+            )
+        )
+    sim, res, steps = go(Trace("cl", reqs, closed_loop=True), policy="sglang+")
+    rec = sim.rec
+    assert rec.done.all() and list(res.requests["output_tokens"]) == [3, 2, 3, 2]
+    for first, second in ((0, 1), (2, 3)):
+        assert rec.arrival[second] == pytest.approx(rec.finish[first] + 0.5)
