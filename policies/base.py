@@ -339,6 +339,9 @@ class EngineRules:
       replaces ``--capacity``; ``split(memory_bytes, state_bytes)``: the states the engine's own
       split of it gives the state pool.
     - ``future``: the offline bound's next-use index (``belady``).
+    - ``snapshot_block``: TensorRT-LLM's radix-tree block (``tokens_per_block``; 0: off): one
+      recurrent snapshot per block, the deepest, and a snapshot inside a block the lookup does not
+      match whole found only while that block's parent has fewer than 32 children.
     """
 
     refresh: RefreshRule | None = None
@@ -353,6 +356,7 @@ class EngineRules:
     memory: str = ""
     split: Callable[[int, int], int] | None = None
     future: bool = False
+    snapshot_block: int = 0
 
     def __post_init__(self) -> None:
         if self.kv_extent not in ("all", "state", "blocks"):

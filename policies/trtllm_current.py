@@ -63,9 +63,19 @@ from bisect import bisect_right
 import re
 from dataclasses import dataclass
 
-from policies.base import AdmissionPolicy, PolicyError, PolicyPreset, admission, knob, register_preset
+from policies.base import (
+    AdmissionPolicy,
+    EngineRules,
+    PolicyError,
+    PolicyPreset,
+    admission,
+    knob,
+    register_preset,
+)
 from policies.engine_common import Speculation, input_tokens, verify_slots
 
+#: ``KvCacheConfig.tokens_per_block``'s default (32): the V2 radix tree's block (not a knob yet)
+TOKENS_PER_BLOCK = 32
 FROM_START_FLAG = "--additional-snapshot-offsets-from-start"
 FROM_END_FLAG = "--additional-snapshot-offsets-from-end"
 _INT = re.compile(r"[+-]?[0-9]+")
@@ -180,8 +190,18 @@ class TrtllmAdmission(AdmissionPolicy):
         return []
 
 
+@dataclass(frozen=True)
+class TrtllmPreset(PolicyPreset):
+    """The V2 manager's radix tree: KV committed up to the last snapshot point only
+    (``try_commit_blocks``' ``commit_limit``), one snapshot per ``tokens_per_block`` block, partial
+    matching skipped under a block with 32 children or more (``sim.cache.engine_tree``)."""
+
+    def engine_rules(self, spec, config) -> EngineRules:
+        return EngineRules(kv_extent="state", snapshot_block=TOKENS_PER_BLOCK)
+
+
 register_preset(
-    PolicyPreset(
+    TrtllmPreset(
         "trtllm",
         "TensorRT-LLM today (MambaHybridCacheManagerV2, #16598): a snapshot every "
         "--periodic-snapshot-interval tokens and at --additional-snapshot-offsets-from-start / -from-end of each "

@@ -36,6 +36,16 @@ engine behaviour, named after the engine code it follows:
   ``test_ssm_checkpoint_replaces_partial_variant_at_same_anchor``).
 - ``future``: an offline next-use index (``sim.cache.future``) the ``belady`` bound reads; lookups
   tell it which request arrived.
+- ``snapshot_block`` (TensorRT-LLM's V2 radix tree, ``tokens_per_block`` B): a recurrent snapshot
+  at token p lives in the tree block ending at or after p (``(p - 1) // B``), and a block keeps one
+  page per life cycle, the deepest (``Block.can_replace_page``: "keeps only the latest
+  checkpoint"). So a new state gives up the shallower states of its block on its own path (unless
+  a cached path branches off between them, whose block may hold the shallower page) and is not kept
+  when a state deeper in its block already extends its path (``_take_block_snapshots``).
+  A lookup walks whole blocks by key and matches at most one partial block more, among the
+  children of the last whole block, and only while there are fewer than 32 of them
+  (``find_best_partial_match_in_next_nodes``, TRTLLM-7784): a state inside a block the request
+  does not match whole is found only then (``_reachable_hit``).
 """
 
 from __future__ import annotations
@@ -65,6 +75,7 @@ class EngineTree(HybridRadixTree):
         self.extent_block = rules.extent_block
         self.frozen_block = rules.frozen_block
         self.anchor_block = rules.anchor_block
+        self.snapshot_block = rules.snapshot_block
         self.wants_future = rules.future and future is None  # the driver (sim.engine.drivers.run) attaches it
         self.future = future
         self.frozen_tokens = 0  # KV charged for frozen partial blocks (LMDeploy)
@@ -167,7 +178,124 @@ class EngineTree(HybridRadixTree):
     def match(self, seq: np.ndarray, max_hit_sym: int | None = None) -> MatchResult:
         if self.future is not None:
             self.future.arrived(seq)
-        return super().match(seq, max_hit_sym)
+        m = super().match(seq, max_hit_sym)
+        if self.snapshot_block and self.hybrid and m.hit_sym:
+            self._reachable_hit(m, seq, max_hit_sym)
+        return m
+
+    # ------------------------------------------------------------------ TensorRT-LLM's blocks
+    def _reachable_hit(self, m: MatchResult, seq: np.ndarray, max_hit_sym: int | None) -> None:
+        """Move ``m``'s hit up to the deepest state the engine's block walk reaches: a state off
+        the block grid whose block the request does not match whole (lookup and KV both reaching
+        the block's end) needs the partial match, which a parent of 32 or more children skips."""
+        B = self.snapshot_block
+        cap = (len(seq) if max_hit_sym is None else max_hit_sym) * self.block_tokens
+        hit = m.hit_node
+        while hit is not self.root:
+            p = hit.depth_tokens
+            start = (p - 1) // B * B
+            if p % B == 0 or min(cap, m.match_tokens) >= start + B:
+                break
+            if self._block_children(seq, start) < 32:
+                break
+            hit = next((n for n in reversed(m.path) if n.has_state and n.depth_tokens <= start), self.root)
+        if hit is not m.hit_node:
+            m.hit_node, m.hit_sym, m.hit_tokens = hit, hit.depth_sym, hit.depth_tokens
+
+    def _block_children(self, seq: np.ndarray, start: int) -> int:
+        """How many radix-tree blocks hang under ``seq``'s whole block ending at token ``start``:
+        the distinct paths of the next ``snapshot_block`` tokens (a path ending inside them that
+        another extends is the same block, as the engine merges a covered partial block)."""
+        end = start + self.snapshot_block
+        node, pos = self.root, 0
+        while node.depth_tokens < start:
+            child = node.children.get(int(seq[pos])) if pos < len(seq) else None
+            if child is None:
+                return 0
+            m = _edge_match(child.key, seq, pos)
+            if child.depth_tokens > start:  # the block starts inside this edge: one path into it
+                return 1 if child.depth_tokens >= end or not child.children else self._paths(child, end)
+            if m < len(child.key):
+                return 0
+            node, pos = child, pos + m
+        return sum(
+            1 if c.depth_tokens >= end or not c.children else self._paths(c, end) for c in node.children.values()
+        )
+
+    def _paths(self, node: Node, end: int) -> int:
+        return sum(
+            1 if c.depth_tokens >= end or not c.children else self._paths(c, end) for c in node.children.values()
+        )
+
+    def _take_block_snapshots(self, seq: np.ndarray, span: Span, checkpoints: list[int]) -> list[int]:
+        """One snapshot per radix-tree block, the deepest, in the order the request commits them:
+        a state deeper in its block that already extends its path keeps its place (the new one is
+        not kept: ``_snapshotSsmToTreeBlock`` returns when the block's page covers as much); else a
+        shallower state of its block on its path is given up (``replace_page``), unless a cached
+        path branches off between the two, so that the shallower one's page may sit in that other
+        block. Returns the checkpoints to insert."""
+        B = self.snapshot_block
+        kept: list[tuple[int, int]] = []
+        for c, d in zip(checkpoints, self._state_depths(seq, span, checkpoints)):
+            lo = (d - 1) // B * B
+            shallower, deeper = self._block_states(seq, lo, d, lo + B)
+            if deeper:
+                self.states_replaced += 1
+                continue
+            for old in shallower:
+                if not self._branches(seq, old.depth_tokens, d):
+                    self.states_replaced += 1
+                    self._release_state(old)
+            kept = [(c0, d0) for c0, d0 in kept if d0 <= lo or self._branches(seq, d0, d)]
+            kept.append((c, d))
+        return [c for c, _ in kept]
+
+    def _branches(self, seq: np.ndarray, q: int, d: int) -> bool:
+        """Whether a cached path leaves ``seq``'s path at a token in ``[q, d)``."""
+        node, pos = self.root, 0
+        while node.depth_tokens < d:
+            if node.depth_tokens >= q and any(k != (int(seq[pos]) if pos < len(seq) else None) for k in node.children):
+                return True
+            child = node.children.get(int(seq[pos])) if pos < len(seq) else None
+            if child is None:
+                return False
+            m = _edge_match(child.key, seq, pos)
+            if m < len(child.key):
+                return q <= node.depth_tokens + m * self.block_tokens < d
+            node, pos = child, pos + m
+        return False
+
+    def _block_states(self, seq: np.ndarray, lo: int, d: int, hi: int) -> tuple[list[Node], list[Node]]:
+        """States in ``(lo, hi]`` tokens: those on ``seq``'s path above ``d``, and those at or
+        below ``seq``'s first ``d`` tokens deeper than ``d``."""
+        shallower: list[Node] = []
+        node, pos = self.root, 0
+        below = None
+        while True:
+            if node is not self.root and node.has_state and lo < node.depth_tokens < d:
+                shallower.append(node)
+            if node.depth_tokens >= d:
+                below = node
+                break
+            child = node.children.get(int(seq[pos])) if pos < len(seq) else None
+            if child is None:
+                break
+            m = _edge_match(child.key, seq, pos)
+            if m < len(child.key):
+                if min(child.depth_tokens, node.depth_tokens + m * self.block_tokens) >= d:
+                    below = child  # the edge leaves seq past d: its path shares seq's first d tokens
+                break
+            node, pos = child, pos + m
+        deeper: list[Node] = []
+        stack = [below] if below is not None else []
+        while stack:
+            n = stack.pop()
+            if n.depth_tokens - n.n_tokens >= hi:
+                continue
+            if n.has_state and d < n.depth_tokens <= hi:
+                deeper.append(n)
+            stack.extend(n.children.values())
+        return shallower, deeper
 
     def _touch_state(self, node: Node, now: float) -> None:
         node.state_access = now
@@ -198,6 +326,8 @@ class EngineTree(HybridRadixTree):
             span = Span(keep, self.block_tokens, seq_tokens, cut)
         if self.anchor_block and checkpoints:
             checkpoints = self._take_anchors(seq, span, checkpoints)
+        if self.snapshot_block and checkpoints:
+            checkpoints = self._take_block_snapshots(seq, span, checkpoints)
         if len(seq) == 0:
             return InsertResult(True, end_node=self.root)
         res = super()._insert(seq, seq_tokens, checkpoints, now, lock, protect, need_bytes, cut)

@@ -302,15 +302,19 @@ def test_trtllm_snapshot_points_port_the_engines_test():
 
 
 def test_trtllm_fixed_offsets_place_the_engines_points_in_the_tree():
-    """The same case through the simulator: a 150-token prompt and one output token (150 tokens
-    stored, no decode multiple of 64 above 150) holds states at 64, 128 and 150; the 128- and
-    32-token prompts of the engine's test, each alone, hold [64, 106, 128] and [10, 32]."""
+    """The same case through the simulator: a 150-token prompt holds states at 64, 128 and 150.
+    The 128- and 32-token prompts of the engine's test snapshot at [64, 106, 128] and [10, 32],
+    but the tree keeps one recurrent page per 32-token block, the deepest
+    (``_block_radix_tree.py`` ``Block.can_replace_page``, L462-L474 of the stored version
+    065ff9e9; ``kvCache.cpp`` ``_snapshotSsmToTreeBlock`` replaces a shallower page): 106 and 128
+    share the block (96, 128], 10 and 32 the block (0, 32], so [64, 128] and [32] remain (found
+    by ``benchmarks/differential_trtllm.py``)."""
     offsets = {
         "periodic_snapshot_interval": 64,
         "additional_snapshot_offsets_from_start": "128,999",
         "additional_snapshot_offsets_from_end": "0,22,999",
     }
-    for n, want in ((150, [64, 128, 150]), (128, [64, 106, 128]), (32, [10, 32])):
+    for n, want in ((150, [64, 128, 150]), (128, [64, 128]), (32, [32])):
         _, sim = run(one_per_session((toks(0, n), toks(5000, 1))), "trtllm", **offsets)
         assert state_depths(sim.tree) == want, n
 
@@ -368,6 +372,54 @@ def test_trtllm_offsets_outside_the_prompt_are_ignored():
         trace, "trtllm", additional_snapshot_offsets_from_start="5000", additional_snapshot_offsets_from_end="600,5000"
     )
     assert got == [0, 0] and state_depths(sim.tree)[:1] == [100]  # r1: 700 - 600 = 100, its own
+
+
+def test_trtllm_a_deeper_snapshot_replaces_a_shallower_one_in_its_block():
+    """One recurrent page per 32-token radix-tree block, the deepest (TensorRT-LLM
+    ``tensorrt_llm/runtime/kv_cache_manager_v2/_block_radix_tree.py``, stored version 065ff9e9:
+    ``Block.__init__`` L405-L450 replaces a covered partial sibling and adopts its pages,
+    ``can_replace_page`` L462-L474 keeps the larger token count; ``kvCache.cpp``
+    ``_snapshotSsmToTreeBlock`` installs only a deeper page). End offset 0: r0's prompt end 140
+    and r1's 150 share the block (128, 160] on one path, so r1 (hit 140) replaces 140 by 150; r2
+    leaves that path at 145, inside the block, and finds no snapshot it covers: 0, where a state
+    at 140 would have given 140. Checked against the engine's own tree with
+    ``benchmarks/differential_trtllm.py``'s harness: [0, 140, 0]."""
+    A = toks(0, 200)
+    trace = one_per_session(
+        (A[:140], toks(9000, 3)), (A[:150], toks(9010, 3)), (cat(A[:145], toks(5000, 55)), toks(9020, 3))
+    )
+    got, sim = run(trace, "trtllm", additional_snapshot_offsets_from_end="0")
+    assert got == [0, 140, 0]
+    assert state_depths(sim.tree) == [150, 200]
+
+
+def test_trtllm_a_shallower_snapshot_is_not_kept_under_a_deeper_one():
+    """The other direction (``kvCache.cpp`` ``_snapshotPartialBlockToTree``: a partial block
+    covered by a longer sibling attaches its state there, and ``_snapshotSsmToTreeBlock`` returns
+    when that block's page covers as much): r0 snapshots 150; r1's prompt is r0's first 140
+    tokens, its prompt end 140 lies in the same block under 150 and is not kept, so r2, which
+    shares exactly those 140 tokens, reuses nothing (engine: [0, 0, 0])."""
+    A = toks(0, 200)
+    trace = one_per_session(
+        (A[:150], toks(9000, 3)), (A[:140], toks(9010, 3)), (cat(A[:140], toks(5000, 40)), toks(9020, 3))
+    )
+    got, sim = run(trace, "trtllm", additional_snapshot_offsets_from_end="0")
+    assert got == [0, 0, 0]
+    assert state_depths(sim.tree) == [150, 180]
+
+
+def test_trtllm_partial_block_match_stops_at_32_children():
+    """A snapshot inside a block the request does not match whole is found by the partial match,
+    which TensorRT-LLM skips under a block with 32 children or more
+    (``_block_radix_tree.py`` ``find_best_partial_match_in_next_nodes``, L291-L310 of the stored
+    version 065ff9e9: ``if len(block.next) >= 32: return None, 0``, TODO TRTLLM-7784). 34
+    prompts share their first 20 tokens (a start offset 20 snapshots there, inside the first
+    block) and then differ; each keeps its own first block, so the 33rd and 34th find 32 and 33
+    children at the root and miss (engine: the same hits)."""
+    prompts = [cat(toks(0, 20), toks(1000 + 100 * k, 80)) for k in range(34)]
+    trace = one_per_session(*[(p, toks(90_000 + 10 * i, 3)) for i, p in enumerate(prompts)])
+    got, _ = run(trace, "trtllm", additional_snapshot_offsets_from_start="20", additional_snapshot_offsets_from_end="0")
+    assert got == [0] + [20] * 31 + [0, 0]
 
 
 @pytest.mark.parametrize(

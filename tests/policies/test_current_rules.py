@@ -66,32 +66,51 @@ HASH_CASES = [
     (40, 32),
     # 33 tokens: 33 - 1 = 32 tokens, exactly 2 blocks
     (33, 32),
-    # 32 tokens: the lookup stops at 31 tokens, 1 block
-    (32, 16),
+    # 32 tokens: the lookup stops at 31 tokens, 1 block, but 16 and 32 share TensorRT-LLM's
+    # 32-token radix block (0, 32], which keeps the deeper snapshot only (``_block_radix_tree.py``
+    # ``Block.can_replace_page``): nothing at or below 31 remains
+    (32, 0),
 ]
 
 
 @pytest.mark.parametrize("sched", SCHEDULERS)
 @pytest.mark.parametrize("n_in,hit_engine", HASH_CASES)
 def test_the_last_token_rule_on_a_hash_block_trace(sched, n_in, hit_engine):
-    """TensorRT-LLM with a 16-token interval holds a state at every block boundary of the prompt,
-    so the engine's hit is exactly its lookup cap (identical prompts, 16-token hash blocks)."""
+    """TensorRT-LLM with a 16-token interval snapshots at every block boundary of the prompt and
+    keeps one per 32-token radix block, so the engine's hit is its lookup cap floored to a kept
+    snapshot (identical prompts, 16-token hash blocks)."""
     hits, sim, _ = go(hash_trace(n_in, 20), "trtllm", sched, periodic_snapshot_interval=16)
     assert hits == [0, hit_engine]
 
 
 @pytest.mark.parametrize("n_in", [48, 40, 33, 32])
-@pytest.mark.parametrize(
-    "policy,knobs",
-    [("sglang", {"mamba_radix_cache_strategy": "no_buffer"}), ("trtllm", {"periodic_snapshot_interval": 16})],
-)
-def test_a_hash_block_request_stores_input_plus_output_minus_one_in_sequential_mode(n_in, policy, knobs):
+def test_a_hash_block_request_stores_input_plus_output_minus_one_in_sequential_mode(n_in):
     """One insert of the whole request (sequential mode): the engines store input + output - 1
     tokens' worth (the output carries no hash ids, only the count), the paper's rule one more."""
-    _, one, _ = go(hash_trace(n_in, 20, reps=1), policy, "fcfs", mode="sequential", **knobs)
+    knobs = {"mamba_radix_cache_strategy": "no_buffer"}
+    _, one, _ = go(hash_trace(n_in, 20, reps=1), "sglang", "fcfs", mode="sequential", **knobs)
     assert one.tree.kv_tokens == n_in + 20 - 1
     _, paper, _ = go(hash_trace(n_in, 20, reps=1), "sglang+", "fcfs", mode="sequential")
     assert paper.tree.kv_tokens == n_in + 20
+
+
+@pytest.mark.parametrize("n_in", [48, 40, 33, 32])
+@pytest.mark.parametrize("sched", SCHEDULERS)
+def test_trtllm_stores_kv_up_to_its_last_snapshot_point(n_in, sched):
+    """TensorRT-LLM commits KV only up to its last snapshot point: ``try_commit_blocks``
+    (``mamba_cache_manager_v2.py`` at 28295084972c) commits ``tokens[num_committed:commit_end]``
+    with ``commit_limit = min(max(expect_snapshot_points), prompt_len)`` and stops committing when
+    the context ends, so neither the prompt past the last point nor the answer is kept. Interval
+    16: 48 tokens keep 48 (the prompt end is a multiple), 40, 33 and 32 keep 32."""
+    _, sim, _ = go(hash_trace(n_in, 20, reps=1), "trtllm", sched, periodic_snapshot_interval=16)
+    assert sim.tree.kv_tokens == n_in // 16 * 16
+
+
+def test_trtllm_without_snapshots_keeps_no_kv():
+    """No snapshot placement (the engine's default): hybrid block reuse is off and the manager
+    commits nothing, so the cache stays empty."""
+    _, sim, _ = go(hash_trace(48, 20), "trtllm", "fcfs")
+    assert sim.tree.kv_tokens == 0 and sim.tree.n_states == 0
 
 
 @pytest.mark.parametrize("sched", SCHEDULERS)
@@ -153,9 +172,12 @@ def test_the_last_token_rule_on_the_shipped_mooncake_sample(sched):
 @pytest.mark.parametrize("sched", SCHEDULERS)
 @pytest.mark.parametrize("n_in", [2, 17, 64])
 def test_the_last_token_rule_on_a_token_trace(sched, n_in):
-    """Block 1: an identical prompt reuses ``n_in - 1`` tokens under TensorRT-LLM with an interval
-    of 1 (a state at every token); a one-token prompt reuses nothing; the stored sequence is
-    input + output - 1 tokens."""
+    """Block 1, TensorRT-LLM with an interval of 1 (a snapshot at every prompt token): its radix
+    tree keeps one per 32-token block, the deepest (``_block_radix_tree.py``
+    ``Block.can_replace_page``), so an identical prompt, whose lookup stops at ``n_in - 1``,
+    reuses the last kept one below: 2 and 17 tokens keep only their prompt end (0), 64 keeps 32
+    and 64 (32); the KV kept ends at the last snapshot, the prompt end. The same as the engine's
+    own tree driven by ``benchmarks/differential_trtllm.py``'s harness."""
     reqs = [
         Request(
             session_id=i, turn=0, input_tokens=toks(0, n_in), output_tokens=toks(500 + 50 * i, 3), arrival=100.0 * i
@@ -164,9 +186,9 @@ def test_the_last_token_rule_on_a_token_trace(sched, n_in):
     ]
     trace = Trace("tok", reqs, closed_loop=False)
     hits, sim, _ = go(trace, "trtllm", sched, periodic_snapshot_interval=1)
-    assert hits == [0, n_in - 1]
+    assert hits == [0, (n_in - 1) // 32 * 32]
     one = Trace("tok1", reqs[:1], closed_loop=False)
-    assert go(one, "trtllm", sched, periodic_snapshot_interval=1)[1].tree.kv_tokens == n_in + 3 - 1
+    assert go(one, "trtllm", sched, periodic_snapshot_interval=1)[1].tree.kv_tokens == n_in
     lone = Trace(
         "one",
         [
@@ -251,7 +273,7 @@ def test_trtllm_chunks_end_at_the_next_snapshot_point_inside_them():
     chunks = [p for e in log.events if type(e).__name__ == "Step" for p in e.prefills]
     assert chunks == [(0, 0, 100), (0, 100, 200), (0, 200, 220), (0, 220, 250)]
     admits = [e.position for e in log.events if isinstance(e, Admit)]
-    assert admits[:3] == [100, 200, 220]
+    assert admits == [100, 220]  # 200 and 220 share the block (192, 224]: one snapshot, the deepest
 
 
 # ------------------------------------------------------------------------------ vLLM
@@ -337,13 +359,14 @@ def test_a_cache_of_exactly_one_state_is_allowed_and_one_byte_less_is_not():
 
 @pytest.mark.parametrize("sched", SCHEDULERS)
 def test_the_lookup_event_names_the_checkpoint_of_a_one_block_hit(sched):
-    """A hit of exactly one 16-token block (a 32-token prompt sent twice: the lookup stops at 31
-    tokens) reports the checkpoint it restores; a miss reports none."""
+    """A hit of exactly one 32-token radix block (a 48-token prompt of 16-token hash blocks sent
+    twice: the lookup stops at 47 tokens; 16 gave way to 32 in its block) reports the checkpoint
+    it restores; a miss reports none."""
     from sim.engine.events import Lookup
 
-    hits, sim, events = go(hash_trace(32, 20), "trtllm", sched, periodic_snapshot_interval=16)
+    hits, sim, events = go(hash_trace(48, 20), "trtllm", sched, periodic_snapshot_interval=16)
     looks = [e for e in events if isinstance(e, Lookup)]
-    assert hits == [0, 16] and [e.hit_tokens for e in looks] == [0, 16]
+    assert hits == [0, 32] and [e.hit_tokens for e in looks] == [0, 32]
     assert looks[0].hit_checkpoint is None and looks[1].hit_checkpoint is not None
 
 

@@ -97,6 +97,8 @@ def _pressure_trace():
 @pytest.mark.parametrize("pool", ["", "40"])
 def test_every_preset_keeps_the_tree_invariants_under_pressure(policy, mode, pool):
     trace = _pressure_trace()
+    # trtllm's default (no snapshot placement) turns reuse off and keeps nothing: give it an interval
+    knobs = {"periodic_snapshot_interval": 64} if PRESETS.get(ALIASES.get(policy, policy)).admission == "trtllm" else {}
     config = SimConfig(
         policy=policy,
         capacity_bytes=9000,
@@ -105,6 +107,7 @@ def test_every_preset_keeps_the_tree_invariants_under_pressure(policy, mode, poo
         prefill_chunk_tokens=512,
         sessions_per_second=4.0,
         state_pool=pool,
+        **knobs,
     )
     sim = build(trace, config, spec=TINY, timing=TIMING)
     res = drive(sim)
