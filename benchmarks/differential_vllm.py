@@ -123,6 +123,12 @@ class RequestStatus(Enum):
     PREEMPTED = 3
 
 
+def _usage(message: str):
+    """Bad input: one line on stderr, exit 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _stub(name: str, **attrs) -> types.ModuleType:
     mod = types.ModuleType(name)
     mod.__dict__.update(attrs)
@@ -151,7 +157,7 @@ def _load(name: str, root: Path) -> types.ModuleType:
 def load_vllm(root: Path) -> types.SimpleNamespace:
     """vLLM's cache modules from ``root`` (a folder holding ``vllm/``), heavy imports stubbed."""
     if not (root / "vllm/v1/core/kv_cache_manager.py").is_file():
-        raise SystemExit(f"{root}: no vllm/v1/core/kv_cache_manager.py (unpack vLLM's wheel there)")
+        _usage(f"{root}: no vllm/v1/core/kv_cache_manager.py (unpack vLLM's wheel there)")
     for pkg in (
         "vllm",
         "vllm.utils",
@@ -230,7 +236,7 @@ def load_split(path: Path, interface):
             namespace: dict = {"Request": object, **vars(interface)}
             exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
             return namespace["_mamba_block_aligned_split"]
-    raise SystemExit(f"{path}: no _mamba_block_aligned_split in it")
+    _usage(f"{path}: no _mamba_block_aligned_split in it")
 
 
 # ---------------------------------------------------------------------------------- the engine
@@ -515,6 +521,8 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--out", type=Path, help="CSV of per-request hits")
     args = ap.parse_args(argv)
+    if args.out is not None and args.out.exists():
+        _usage(f"{args.out} exists (--out never replaces a file)")
     v = load_vllm(args.vllm)
     trace = load_trace(args.trace, TraceOptions(sessions=args.sessions))
     if args.scheduler == "continuous":
