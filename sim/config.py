@@ -355,7 +355,7 @@ class SimConfig:
     timing: TimingSettings
     tuning: TunerParams
 
-    def __init__(self, trace=None, cache=None, engine=None, timing=None, tuning=None, **flat) -> None:
+    def __init__(self, *, trace=None, cache=None, engine=None, timing=None, tuning=None, **flat) -> None:
         given = {"trace": trace, "cache": cache, "engine": engine, "timing": timing, "tuning": tuning}
         for group, cls in GROUPS.items():
             part = given[group]

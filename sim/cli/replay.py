@@ -263,6 +263,25 @@ def replay_options(fn):
     )
 
 
+def replay_settings(kwargs: dict, settings_cls) -> tuple[dict, dict]:
+    """(``settings_cls``' keywords, SimConfig's) taken out of the command's keyword arguments (what
+    is left: the trace options). --capacity and --alpha stay text here (read by
+    :func:`replay_config`); the one --seed seeds both the replay (weights, hash-block tokens) and
+    the simulation."""
+    own = {f.name: kwargs.pop(f.name) for f in fields(settings_cls) if f.name in kwargs}
+    knobs = {name: kwargs.pop(name) for name in SimConfig.field_names() if name in kwargs}
+    knobs["capacity"] = kwargs.pop("capacity")
+    knobs["seed"] = own["seed"]
+    return own, knobs
+
+
+def replay_config(knobs: dict) -> SimConfig:
+    """The replay's SimConfig from :func:`replay_settings`' knobs (--capacity, --alpha read here)."""
+    knobs = dict(knobs)
+    capacity = parse_size(knobs.pop("capacity"))
+    return SimConfig(**{**knobs, "capacity_bytes": capacity, "alpha": parse_alpha(knobs["alpha"])})
+
+
 def register(main: click.Group) -> None:
     @main.command("replay")
     @trace_options
@@ -291,40 +310,7 @@ def register(main: click.Group) -> None:
     @click.option("--force", is_flag=True, help="Replace the files of --out and --calibrate when they exist.")
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
     @click.option("--progress/--no-progress", default=True, show_default=True)
-    def replay(
-        policy,
-        capacity,
-        alpha,
-        model,
-        layers,
-        state_alignment,
-        chunk_size,
-        mode,
-        scheduler,
-        max_num_batched_tokens,
-        max_num_seqs,
-        coast_steps,
-        batch,
-        batch_tokens,
-        sessions_per_second,
-        validate_every,
-        store,
-        dtype,
-        device,
-        kernel,
-        requests,
-        seed,
-        validation,
-        tolerance,
-        measure,
-        timing_path,
-        calibrate_path,
-        out,
-        force,
-        fmt,
-        progress,
-        **kwargs,
-    ):
+    def replay(timing_path, calibrate_path, out, force, fmt, progress, **kwargs):
         """Simulate a trace with GPU replay attached: every hit restored from a real checkpoint store,
         checked (prefix hash, numerics vs a from-scratch prefill) and timed."""
         from tqdm import tqdm  # noqa: PLC0415 - progress bar, loaded only when running
@@ -333,40 +319,14 @@ def register(main: click.Group) -> None:
         from sim.replay.session import ReplaySettings, calibrate, check_batch, check_model, run_replay
         from sim.simulate import build
 
+        own, knobs = replay_settings(kwargs, ReplaySettings)  # kwargs keeps the trace options
+        model, layers, device, requests = knobs["model"], own["layers"], own["device"], own["requests"]
         check_model(get_model(model), layers)  # refuse non-GDN presets before loading a trace
-        if dtype is None:
-            dtype = "fp32" if device == "cpu" else "bf16"
-        settings = ReplaySettings(
-            layers=layers,
-            validate_every=validate_every,
-            store=store,
-            dtype=dtype,
-            device=device,
-            requests=requests,
-            seed=seed,
-            tolerance=tolerance,
-            kernel=kernel,
-            validation=validation,
-            measure=measure,
-            coast_steps=coast_steps,
-            batch=batch,
-            batch_tokens=batch_tokens,
-        )
+        if own["dtype"] is None:
+            own["dtype"] = "fp32" if device == "cpu" else "bf16"
+        settings = ReplaySettings(**own)
         settings.validate()  # before any output folder is made (the config too, below)
-        config = SimConfig(
-            policy=policy,
-            model=model,
-            capacity_bytes=parse_size(capacity),
-            alpha=parse_alpha(alpha),
-            state_alignment=state_alignment,
-            chunk_size=chunk_size,
-            mode=mode,
-            scheduler=scheduler,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            sessions_per_second=sessions_per_second,
-            seed=seed,
-        )
+        config = replay_config(knobs)
         config.validate()
         check_batch(settings, config, calibrating=calibrate_path is not None)
         check_replay(click.get_current_context(), config, kwargs.get("trace"))
