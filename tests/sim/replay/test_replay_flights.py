@@ -152,3 +152,30 @@ def test_cpu_suffix_attention_in_blocks_equals_one_masked_call(monkeypatch, Tq, 
     monkeypatch.setattr(M, "CPU_SCORE_ELEMENTS", 4 * 700 * 7)  # blocks of 7 queries
     got = M._attend(q, k, v)
     assert torch.allclose(got, want, atol=1e-6, rtol=1e-5)
+
+
+def test_a_parked_hit_whose_slot_changed_or_left_fails_its_restore(tiny_model, tiny_shape):
+    """A parked request is restored again at its prefill: bits that changed while it waited are an
+    ``integrity`` failure, a checkpoint that left the store a ``missing`` one (stored position -1),
+    as is a lookup of a checkpoint the store never held (mutation survivors of
+    ``HitChecker.restore`` / ``restore_again``)."""
+    from sim.replay.checks import Failure
+
+    rp, store = make(tiny_model, tiny_shape, max_open=1)
+    first_turn(rp)
+    rp.lookup(1, 4, 130)
+    rp.lookup(3, 4, 130)  # request 1 parked
+    assert rp.parked == 1
+    store.tensors(4)[0][0, 0].mul_(3.0)
+    rp.prefill(1, 130, 170)
+    assert rp.failures[0] == Failure("integrity", 1, 4, 130, 130, "restored bits changed while its request waited")
+    rp, store = make(tiny_model, tiny_shape, max_open=1)
+    first_turn(rp)
+    rp.lookup(1, 4, 130)
+    rp.lookup(3, 4, 130)
+    rp.evict(4)
+    rp.prefill(1, 130, 170)
+    assert rp.failures == [Failure("missing", 1, 4, -1, 130, "left the store while its request waited")]
+    rp.lookup(5, 99, 100)
+    assert rp.failures[-1] == Failure("missing", 5, 99, -1, 100, "not in the store")
+    assert [r.failed for r in rp.finish() if r.request in (1, 5)] == [True, True]
