@@ -330,6 +330,19 @@ def test_trtllm_unaligned_end_offset_is_the_only_reuse_point():
     assert state_depths(sim.tree) == [137, 177]  # r1: 190 - 13; its 137 was the hit, not stored again
 
 
+def test_trtllm_commits_nothing_past_the_last_snapshot_point():
+    """Ported from TensorRT-LLM's ``tests/unittest/_torch/executor/test_mamba_cache_manager.py``
+    ``test_v2_block_reuse_commit_saves_ssm_snapshot_at_snapshot_point`` (newest stored version):
+    ``try_commit_blocks`` commits ``token_ids[:137]`` at the point 137 of a 150-token prompt and,
+    when the context ends at 150, only stops committing ("The remaining suffix advances request
+    history but must not publish a second attention/SSM snapshot beyond the configured
+    boundary"). So 137 tokens of KV and one state at 137 remain, none of the prompt's last 13
+    tokens nor of the 40-token answer."""
+    trace = one_per_session((toks(0, 150), toks(5000, 40)))
+    _, sim = run(trace, "trtllm", additional_snapshot_offsets_from_end="13")
+    assert sim.tree.kv_tokens == 137 and state_depths(sim.tree) == [137]
+
+
 def test_trtllm_fixed_offsets_hits_by_hand():
     """Offsets from the start [300], from the end [0, 100]; no interval (the engine's default).
     r0 (1,000-token prompt): states at 300, 900 (1000 - 100) and 1000 (the prompt end); none in
