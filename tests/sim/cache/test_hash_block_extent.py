@@ -382,3 +382,17 @@ def test_the_artifact_replay_counts_the_partial_block_too(compat, tmp_path):
     assert list(res.requests["hit_tokens"]) == [0, 0, 1024, 1300]
     assert sim.tree.kv_tokens == 1024 + 316 + 96 + 16 + 8
     assert depths(sim.tree) == [1024, 1120, 1300, 1308, 1316, 1340]
+
+
+@pytest.mark.parametrize("tree", trees(), ids=["core", "engine"])
+def test_a_split_without_a_token_count_cuts_whole_blocks(tree):
+    """``_split`` with no ``up_tokens`` (a caller cutting an edge outside an insert) counts the
+    upper symbols as whole blocks: [1, 2, 3, 4] (64 tokens) cut after 2 symbols is 32 + 32 tokens
+    (mutation survivor: the default dropped)."""
+    tree.insert(seq(1, 2, 3, 4), 64, [4], now=1)
+    (child,) = tree.root.children.values()
+    upper = tree._split(child, 2, now=2)
+    tree._add_state(upper)  # a state at the cut, as an insert's checkpoint there places one
+    tree.check_invariants()
+    assert (upper.n_tokens, upper.depth_tokens, child.n_tokens, child.depth_tokens) == (32, 32, 32, 64)
+    assert tree.kv_tokens == 64
