@@ -224,7 +224,9 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ],
         [
             "tests/sim/replay/test_replay_summary.py",
+            "tests/sim/replay/test_replay_records.py",
             "tests/sim/replay/test_store_rules.py",
+            "tests/sim/replay/test_replay_flights.py",
             "tests/sim/replay/test_replay_runner.py",
             "tests/sim/replay/test_replay_validate.py",
             "tests/sim/replay/test_replay_batch.py",

@@ -345,3 +345,20 @@ def test_batched_table_shows_the_batch_calls_and_its_folder_has_no_request_figur
     p = marconi("plot", tmp_path / "run", "--kind", "replay", "--out", tmp_path / "fig", check=False)
     assert p.returncode == 2 and "a batched replay" in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "fig" / "replay.png").exists()
+
+
+def test_hit_checks_wait_across_flushes_until_their_queue_is_full(model):
+    """Checks queued by two flushes of the request queue run as one batch of references at the
+    end (their queue holds up to ``CHECKS_QUEUED`` x ``batch`` of them); mutation survivor of
+    ``BatchedReplay.run_checks_when_full``."""
+    rp, _ = make(model, batch=2)
+    turn(rp, 0, admits=[(1, 64), (4, 130)])
+    turn(rp, 1, cp=4, hit=130)  # request 0 is queued and produces 4: the queue runs alone
+    turn(rp, 2, cp=1, hit=64)
+    turn(rp, 3)  # requests 1 and 2 queued: the queue is full and runs; their checks wait
+    turn(rp, 1, cp=4, hit=130)  # request 1 again (a new lookup): 3 and it fill the queue at finish
+    rp.finish()
+    assert rp.failures == [] and rp.batch_flushes == {"dependency": 1, "full": 2}
+    refs = [c.segments for c in rp.batch_log if c.kind == "reference"]
+    assert refs == [[(0, 170), (0, 110), (0, 170)]]
+    assert rp.records[1].validated and rp.records[2].validated and rp.records[1].lookups == 2
