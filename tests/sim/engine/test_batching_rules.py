@@ -346,11 +346,8 @@ def test_fcfs_and_continuous_agree_on_a_lone_request_for_every_caching_kind():
         assert list(out[0]) == list(out[1]), policy
 
 
-def test_a_preempted_request_gives_back_the_lock_on_its_hit():
-    """Requests 1 and 2 both hit request 0's cached 64-token prompt (their lookups lock it) and
-    prefill in 40-token steps; memory runs out while the newer one still holds its lock: it is
-    preempted, which must unlock what it held (it locks again when it is looked up anew). At the
-    end no node is locked and every charge is back."""
+def _two_hits_on_a_prompt():
+    """Request 0's 64-token prompt, then requests 1 and 2 extending it by 36 tokens each."""
     prefix = toks(7, 64)
     reqs = [Request(session_id=0, turn=0, input_tokens=prefix, output_tokens=toks(900, 1), arrival=0.0)]
     for i in (1, 2):
@@ -363,9 +360,20 @@ def test_a_preempted_request_gives_back_the_lock_on_its_hit():
                 arrival=1.0,
             )
         )
+    return reqs
+
+
+def test_a_preempted_request_gives_back_the_lock_on_its_hit():
+    """Requests 1 and 2 both hit request 0's cached 64-token prompt (their lookups lock it) and
+    prefill in 40-token steps; memory runs out while the newer one still holds its lock: it is
+    preempted, which must unlock what it held (it locks again when it is looked up anew). At the
+    end no node is locked and every charge is back."""
     cap = 4 * S + 120 * K
     sim, res, steps = go(
-        Trace("lk", reqs, closed_loop=False), policy="sglang-v1", capacity_bytes=cap, max_num_batched_tokens=40
+        Trace("lk", _two_hits_on_a_prompt(), closed_loop=False),
+        policy="sglang-v1",
+        capacity_bytes=cap,
+        max_num_batched_tokens=40,
     )
     assert res.summary["preemptions"] == 1 and list(res.requests["hit_tokens"]) == [0, 64, 64]
     assert [s.preempted for s in steps if s.preempted] == [(2,)]
@@ -506,18 +514,7 @@ def test_the_tuner_sees_a_request_once_however_often_it_is_looked_up():
     first-lookup test in ``ContinuousEngine._lookup``)."""
     from sim.engine.batching import run_continuous
 
-    prefix = toks(7, 64)
-    reqs = [Request(session_id=0, turn=0, input_tokens=prefix, output_tokens=toks(900, 1), arrival=0.0)]
-    for i in (1, 2):
-        reqs.append(
-            Request(
-                session_id=i,
-                turn=0,
-                input_tokens=np.concatenate([prefix, toks(1000 * i, 36)]),
-                output_tokens=toks(5000 * i, 50),
-                arrival=1.0,
-            )
-        )
+    reqs = _two_hits_on_a_prompt()
     conf = SimConfig(
         policy="sglang-v1", capacity_bytes=4 * S + 120 * K, scheduler="continuous", max_num_batched_tokens=40
     )
