@@ -43,3 +43,22 @@ def test_sizes_print_in_decimal_units_and_unlimited_as_inf():
     assert format_size(UNLIMITED) == format_size(UNLIMITED + 1) == "inf"
     assert format_size(UNLIMITED - 1) != "inf"
     assert parse_size("inf") == UNLIMITED and parse_size(format_size(7 * 10**9)) == 7 * 10**9
+
+
+def test_range_bounds_are_inclusive_and_zero_capacity_or_rate_is_refused():
+    """Mutation survivors of sim/config.py's validate (seed 1): a knob's max is allowed (--tensor-
+    parallel 64), one above is not; a capacity and a session rate of 0 are refused, 1 runs."""
+    SimConfig(tensor_parallel=64).validate()
+    with pytest.raises(UsageError, match=r"^--tensor-parallel must be in 0\.\.64, not 65$"):
+        SimConfig(tensor_parallel=65).validate()
+    SimConfig(capacity_bytes=1, sessions_per_second=1e-6).validate()
+    with pytest.raises(UsageError, match="^capacity must be positive$"):
+        SimConfig(capacity_bytes=0).validate()
+    with pytest.raises(UsageError, match="^--sessions-per-second must be a finite number > 0, not 0.0$"):
+        SimConfig(sessions_per_second=0.0).validate()
+
+
+def test_a_number_is_a_size_in_bytes_and_float_inf_is_unlimited():
+    from sim.config import UNLIMITED, parse_size
+
+    assert (parse_size(2.9), parse_size(7), parse_size(float("inf"))) == (2, 7, UNLIMITED)
