@@ -106,7 +106,9 @@ class EngineSetup:
     page_size: int = 1
     track_interval: int = 256
     prefill_chunk: int = 8192
-    kv_reserve: int = 0  # slots held back and lent to each running request
+    kv_reserve: int = 0  # KV slots held back and lent to each running request
+    mamba_reserve: int = 0  # mamba slots held back and lent to each running request
+    tree_core: str | None = None  # SGLang's tree core backend (None: the engine's default, rust)
 
 
 def engine_tokens(req, block: int, out: bool) -> np.ndarray:
@@ -146,7 +148,6 @@ class SGLangDriver:
             mamba_radix_cache_strategy=setup.strategy,
             mamba_track_interval=setup.track_interval,
             chunked_prefill_size=setup.prefill_chunk,
-            disable_overlap_schedule=True,
         )
         args._mamba_cache_chunk_size = max(64, setup.page_size)  # the FLA chunk (a dummy model has no config)
         set_global_server_args_for_scheduler(args)
@@ -163,7 +164,7 @@ class SGLangDriver:
             params = Mamba2CacheParams(shape=shape, layers=[0])
         self.pool = HybridReqToTokenPool(
             size=2,
-            mamba_size=setup.mamba_slots,
+            mamba_size=setup.mamba_slots + setup.mamba_reserve,
             mamba_spec_state_size=2,
             max_context_len=max_len + 8,
             device="cpu",
@@ -172,7 +173,7 @@ class SGLangDriver:
             mamba_layer_ids=[0],
             enable_mamba_extra_buffer=extra,
             enable_mamba_extra_buffer_lazy=setup.strategy == "extra_buffer_lazy",
-            enable_overlap_schedule=False,
+            enable_overlap_schedule=True,  # the default: two ping-pong track slots per request
         )
         size = setup.kv_tokens + setup.kv_reserve
         kv = HybridLinearKVPool(
@@ -196,9 +197,11 @@ class SGLangDriver:
                 disable=False,
                 tree_components=(ComponentType.FULL, ComponentType.MAMBA),
                 enable_mamba_extra_buffer=extra,
+                tree_core_backend=setup.tree_core,
             )
         )
         self.reserve = self.allocator.alloc(setup.kv_reserve) if setup.kv_reserve else None
+        self.mamba_reserve = self.pool.mamba_allocator.alloc(setup.mamba_reserve) if setup.mamba_reserve else None
         self.model_config = types.SimpleNamespace(hf_text_config=types.SimpleNamespace(mamba_chunk_size=64))
         self.rid = 0
 
@@ -212,12 +215,21 @@ class SGLangDriver:
         return n
 
     def _take_back(self, n: int) -> None:
+        """Take the lent slots back, evicting with the engine's own calls (``alloc_token_slots``,
+        ``evict_for_alloc``) what the finished request left beyond the pools' budgets."""
+        import torch  # noqa: PLC0415
         from sglang.srt.mem_cache.allocation import alloc_token_slots  # noqa: PLC0415
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams  # noqa: PLC0415
 
         if n > 0:
-            import torch  # noqa: PLC0415
-
             self.reserve = torch.cat([self.reserve, alloc_token_slots(self.tree, n)])
+        if self.setup.mamba_reserve:
+            mamba = self.pool.mamba_allocator
+            want = self.setup.mamba_reserve
+            if mamba.available_size() < want:
+                self.tree.evict_for_alloc(EvictParams(num_tokens=0, mamba_num=want - mamba.available_size()))
+            self.mamba_reserve = mamba.alloc(want)
+            assert self.mamba_reserve is not None, "the mamba pool could not be taken back"
 
     def run(self, prompt: np.ndarray, output: np.ndarray) -> int:
         """One request through the cache; returns its hit tokens."""
@@ -239,6 +251,9 @@ class SGLangDriver:
         )
         self.rid += 1
         req.output_ids = array("q")
+        if self.mamba_reserve is not None:  # lent before the match: its copy-on-write takes a slot
+            self.pool.mamba_allocator.free(self.mamba_reserve)
+            self.mamba_reserve = None
         req.init_next_round_input(self.tree)
         hit = int(req.prefix_len)
         lent = self._lend(n + n_out - 1 - hit)
@@ -327,8 +342,14 @@ def engine_setup(trace, sim, strategy: str, memory: str, prefill_chunk: int) -> 
     spec = get_model(MODEL)
     tree = sim.tree
     kv_tokens = int(tree.kv_capacity_bytes // spec.kv_bytes_per_token())
+    chunks = -(-longest // prefill_chunk)
     return EngineSetup(
-        strategy, kv_tokens, tree.state_capacity + running, prefill_chunk=prefill_chunk, kv_reserve=longest
+        strategy,
+        kv_tokens,
+        tree.state_capacity,
+        prefill_chunk=prefill_chunk,
+        kv_reserve=longest,
+        mamba_reserve=running + chunks + 2,  # the request's own slots and one per state it donates
     )
 
 

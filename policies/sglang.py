@@ -165,3 +165,43 @@ class TwoListLRUEviction(TwoHeapLRU):
         if st is None or (kv is not None and kv[:2] <= st[:2]):
             return self.pop_kv_victim()
         return self.pop_state_victim()
+
+
+@eviction("two-list-unified")
+class UnifiedTwoListEviction(TwoListLRUEviction):
+    """SGLang's ``UnifiedRadixCache`` (0.5.23): the same two lists, but a leaf that lost its state
+    keeps its place in the KV list by its own recency. The full component's eviction heap holds
+    every evictable device leaf keyed by ``last_access_time`` alone
+    (``unified_cache/components/full.py`` ``_evict_device_start``, L209-L217), and deleting a leaf
+    keeps a parent whose KV is still on the device as a leaf (``unified_tree_core.py``
+    ``_iteratively_delete_tombstone_ancestors``, L2289-L2312: "Only the Full (base) component
+    decides whether a node survives"). ``MambaRadixCache`` (0.5.9) deleted such tombstone leaves
+    at once, which ``two-list`` models by putting them first."""
+
+    #: the lookup's walk splits the node it ends inside and both halves become most recent
+    #: (``unified_tree_core.py`` ``_match_prefix_helper`` L960 calls ``_split_node``, which gives
+    #: the new upper node a fresh ``last_access_time`` and refreshes the lower one, L1467-L1524)
+    touch_walk_end = True
+    #: no node is merged away: a node whose state is gone keeps its own KV and recency and becomes
+    #: a leaf when its children go (``unified_tree_core.py`` L2289-L2312; the tree never merges)
+    keeps_structure = True
+    #: an insert ending at a node that already holds a state moves that state to most recent
+    #: (``unified_cache/components/mamba.py`` ``commit_insert_component_data`` L227-L252:
+    #: ``reset_node_mru``)
+    reinsert_refreshes_state = True
+    #: recency comes from a counter, so requests at equal trace times are ordered as they are served
+    strict_clock = True
+
+    def keys(self, node):
+        out = {}
+        if node.parent is None:
+            return out
+        if not node.children and not node.lock:
+            out["kv"] = (node.last_access, node.depth_tokens)
+        # a request locks the KV of its whole matched path but the state of its hit node only
+        # (mamba.py ``acquire_component_lock`` L465, one node; the tree's inc_lock_ref takes
+        # the mamba component on the best match node alone): a state above a locked hit stays
+        # evictable, losing only its state (a tombstone)
+        if node.has_state and node.lock == sum(c.lock for c in node.children.values()):
+            out["state"] = (getattr(node, "state_access", node.last_access), node.depth_tokens)
+        return out

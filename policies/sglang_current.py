@@ -29,8 +29,17 @@ between its KV and mamba pools, which then replaces ``--capacity``), ``--max-mam
   KV only up to its last tracked state. ``extra_buffer_lazy`` (#27118) allocates the ping-pong
   buffers lazily: the same placement, fewer slots per running request (not modelled: running
   requests' slots are not charged).
-- Eviction: a KV list and a mamba list (``two-list``), tombstones, cascade; pools when
-  ``--max-mamba-cache-size``, ``--gpu-memory`` or ``--state-pool`` say how many states.
+- Eviction (``two-list-unified``, checked against SGLang 0.5.23's own ``UnifiedRadixCache``,
+  the wheel's ``mem_cache/unified_cache/``, by ``benchmarks/differential_sglang.py``): a KV list
+  of leaves by their own recency and a mamba list; pools when ``--max-mamba-cache-size``,
+  ``--gpu-memory`` or ``--state-pool`` say how many states. As 0.5.23 has it: no node is merged
+  or cascaded away (a node that lost its state keeps its KV and becomes a leaf when its children
+  go, ``unified_tree_core.py`` L2289-L2312); a request locks the KV of its path but only its hit's
+  state (``components/mamba.py`` L465); an insert ending at a held state refreshes it (L227-L252);
+  the lookup splits the node its walk ends inside and stamps both halves (``unified_tree_core.py``
+  L960, L1467-L1524); recency is a counter, so requests at equal trace times are ordered as
+  served (``components/base.py`` L161-L165); decode tracks land on ``mamba_track_grid`` =
+  lcm(chunk, page, interval) (``runtime_context.py`` L1974-L1979).
 
 Refused (one line, exit 2): no_buffer with ``--page-size`` > 1 (the engine asserts it); a track
 interval that is not a multiple of the page; ``--mamba-full-memory-ratio`` without
@@ -213,7 +222,10 @@ class SglangPreset(EnginePreset):
             raise PolicyError(f"--mamba-full-memory-ratio must be > 0, not {config.mamba_full_memory_ratio}")
 
     def engine_rules(self, spec, config) -> EngineRules:
-        rules = SGLANG_RULES
+        # UnifiedRadixCache keeps a leaf whose state is gone while its KV is on the device: "Only
+        # the Full (base) component decides whether a node survives" (unified_tree_core.py
+        # _iteratively_delete_tombstone_ancestors, L2289-L2312, SGLang 0.5.23), so no cascade
+        rules = replace(SGLANG_RULES, cascade=False)
         if resolved_strategy(config) != "no_buffer":
             rules = replace(rules, kv_extent="state")
         if config.max_mamba_cache_size > 0:
@@ -233,7 +245,7 @@ register_preset(
         "extra_buffer), track interval, page size, mamba pool from --max-mamba-cache-size or the "
         "--mamba-full-memory-ratio split of --gpu-memory; stores input + output - 1 tokens",
         admission="sglang",
-        eviction="two-list",
+        eviction="two-list-unified",
         lookup_cap_minus_one=True,
         rules=SGLANG_RULES,
         engine="sglang",

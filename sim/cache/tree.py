@@ -16,7 +16,8 @@ Invariants (checked by ``check_invariants``; the property tests drive random ope
 - ``used_bytes == kv_tokens * kv_bytes_per_token + n_states * state_bytes`` and never exceeds
   ``capacity_bytes`` (``sim.compat`` reproduces an artifact that may).
 - Every non-root node with exactly one child holds a state or a lock (stateless single-child
-  nodes are merged away: they free nothing and cost a level).
+  nodes are merged away: they free nothing and cost a level), unless the eviction policy keeps
+  the engine's structure (``keeps_structure``: SGLang's ``UnifiedRadixCache`` never merges).
 - A node's end position (``depth_tokens``) survives splits and merges; only a stateless leaf
   grows, when a later insert extends it.
 - A locked node (``lock > 0``) is never evicted or merged; locks cover whole root paths, so a
@@ -38,6 +39,8 @@ path carries no compatibility switches.
 """
 
 from __future__ import annotations
+
+import math
 
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -213,7 +216,12 @@ class HybridRadixTree:
         return self.kv_tokens * self.kv_bytes_per_token + self.n_states * self.state_bytes
 
     def set_time(self, t: float) -> float:
-        """Hook: the clock before an operation at simulated time ``t``; returns the node time."""
+        """Hook: the clock before an operation at simulated time ``t``; returns the node time. An
+        eviction policy with ``strict_clock`` orders operations at equal times as they happen
+        (SGLang stamps recency from a counter, ``get_and_increase_time_counter``): each operation
+        gets a time strictly after the previous one's, ``t`` itself whenever ``t`` is later."""
+        if getattr(self.policy, "strict_clock", False) and t <= self.now:
+            t = math.nextafter(self.now, math.inf)
         self.now = t
         return t
 
@@ -271,8 +279,42 @@ class HybridRadixTree:
         """A lookup as an engine does it: ``match``, then the refresh rule's hit refresh (at
         ``now``, default the tree's clock)."""
         m = self.match(seq, max_hit_sym)
-        self.refresh_hit(m, self.now if now is None else now)
+        now = self.now if now is None else now
+        self.refresh_hit(m, now)
+        if getattr(self.policy, "touch_walk_end", False):
+            self._touch_walk_end(m, max_hit_sym, now)
         return m
+
+    def _touch_walk_end(self, m: MatchResult, max_hit_sym: int | None, now: float) -> None:
+        """The lookup's walk (up to ``max_hit_sym``) ended inside an edge: the engine splits that
+        node there and both halves become most recent (SGLang's ``_split_node`` in its match), even
+        when no hit reaches them. A tree that keeps the engine's structure (``merges`` False) splits
+        it too; one that merges keeps the node whole and touches all of it."""
+        end = m.match_sym if max_hit_sym is None else min(m.match_sym, max_hit_sym)
+        node = m.split_node if end == m.match_sym else None
+        if end < m.match_sym:
+            node = next((n for n in m.path if n.depth_sym - len(n.key) < end < n.depth_sym), None)
+        if node is None or end <= node.depth_sym - len(node.key):
+            return
+        if self.merges:
+            self.touch(node, now)
+            return
+        upper = self._split(node, end - (node.depth_sym - len(node.key)), now)
+        self.touch(upper, now)
+        self.touch(node, now)
+        if node is m.split_node:
+            m.path.append(upper)
+            m.split_node, m.split_offset = None, 0
+        else:
+            m.path.insert(m.path.index(node), upper)
+
+    @property
+    def merges(self) -> bool:
+        """Whether stateless single-child nodes are merged into their child (the default). An
+        eviction policy with ``keeps_structure`` keeps every node the engine's tree keeps: SGLang's
+        ``UnifiedRadixCache`` never merges, so such a node's KV is evicted on its own, as a leaf
+        once its children are gone, and a stateless leaf is not extended in place."""
+        return not getattr(self.policy, "keeps_structure", False)
 
     def refresh_hit(self, m: MatchResult, now: float) -> None:
         """Move recency after a lookup that hit ``m`` (``RefreshRule.hit`` / ``.state``)."""
@@ -333,7 +375,7 @@ class HybridRadixTree:
             assert node.lock >= 0, "unbalanced unlock"
             if node.lock == 0:
                 self._changed(node)
-                if not node.has_state and len(node.children) == 1:
+                if not node.has_state and len(node.children) == 1 and self.merges:
                     freed.append(node)
             node = node.parent
         # merges deferred while these stateless single-child nodes were locked
@@ -491,6 +533,9 @@ class HybridRadixTree:
                 node = child
                 if pos == c and not child.has_state:
                     self._add_state(child)
+                elif pos == c and getattr(self.policy, "reinsert_refreshes_state", False):
+                    self._touch_state(child, now)  # the engine inserted this state again
+                    self._changed(child)
                 continue
             if pos + m == n and c != n:
                 return child  # seq ends inside a cached edge and needs no state there
@@ -504,7 +549,7 @@ class HybridRadixTree:
             nxt = min(cps[ci], n) if ci < len(cps) else n
             tokens = span.tokens(nxt) - span.tokens(pos)
             self._before_extend(node)
-            if not node.children and not node.has_state and node is not self.root:
+            if not node.children and not node.has_state and node is not self.root and self.merges:
                 # extend a stateless leaf rather than hang a child under it
                 self._extend_leaf(node, seq[pos:nxt], tokens)
             else:
@@ -653,13 +698,17 @@ class HybridRadixTree:
             self._after_child_removed(parent)
         else:
             if not node.has_state:  # nothing to free: only structure
-                self._merge_into_child(node)
+                if self.merges:
+                    self._merge_into_child(node)
                 return 0, 0
             node.has_state = False
             self.n_states -= 1
             self._state_gone(node)
             freed_states, freed_kv = 1, 0
-            self._merge_into_child(node)
+            if self.merges:
+                self._merge_into_child(node)
+            else:
+                self._changed(node)
         self.stats.states_evicted += freed_states
         self.stats.kv_tokens_evicted += freed_kv
         return freed_states, freed_kv
@@ -668,13 +717,13 @@ class HybridRadixTree:
         """Free ``node``'s state and keep its KV (a tombstone). A single-child node is merged
         into its child (the compression invariant); a leaf stays as a stateless leaf; a branch
         node stays as a stateless branch. Returns (states freed, KV tokens freed) = (1, 0)."""
-        assert node.lock == 0 and node is not self.root and node.has_state
+        assert (node.lock == 0 or not self.merges) and node is not self.root and node.has_state
         self.stats.evictions += 1
         self.stats.states_evicted += 1
         node.has_state = False
         self.n_states -= 1
         self._state_gone(node)
-        if len(node.children) == 1:
+        if len(node.children) == 1 and self.merges:
             self._merge_into_child(node)
         else:
             self._changed(node)
@@ -683,7 +732,7 @@ class HybridRadixTree:
     def _after_child_removed(self, parent: Node) -> None:
         if parent is self.root:
             return
-        if len(parent.children) == 1 and not parent.has_state and parent.lock == 0:
+        if len(parent.children) == 1 and not parent.has_state and parent.lock == 0 and self.merges:
             self._merge_into_child(parent)
         else:
             self._changed(parent)
@@ -728,7 +777,7 @@ class HybridRadixTree:
             assert len(node.key) >= 1
             if p is not self.root:
                 assert p.lock >= node.lock, "lock does not cover the root path"
-            if len(node.children) == 1:
+            if len(node.children) == 1 and self.merges:
                 assert node.has_state or node.lock > 0, "stateless single-child node not merged"
             assert (node.ckpt >= 0) == node.has_state, "checkpoint id out of step with the state"
         assert kv == self.kv_tokens, (kv, self.kv_tokens)

@@ -5,7 +5,11 @@ component), each worked by hand on a tiny trace in sequential mode (request i at
 
 from __future__ import annotations
 
-from engine_cases import cat, one_per_session, run, state_depths, toks
+import pytest
+from engine_cases import TINY, cat, one_per_session, run, state_depths, toks
+
+from policies.sglang import UnifiedTwoListEviction
+from traces.base import Request, Trace
 
 
 def test_decode_tracks_land_on_the_chunk_grid_too():
@@ -26,3 +30,108 @@ def test_decode_tracks_land_on_the_chunk_grid_too():
         (toks(0, 100), toks(1000, 100)), (cat(toks(0, 100), toks(1000, 99), toks(5000, 5)), toks(9000, 3))
     )
     assert run(trace, "sglang", mamba_track_interval=128)[0] == [0, 128]
+
+
+def _sessions(*groups):
+    """Sessions of requests sent at once (think time 0): session k starts at t = k, so the
+    requests of a group share one arrival time, served in the order given."""
+    reqs = []
+    for k, group in enumerate(groups):
+        for turn, (inp, out) in enumerate(group):
+            reqs.append(Request(session_id=k, turn=turn, input_tokens=inp, output_tokens=out))
+    return Trace("t", reqs)
+
+
+def test_requests_at_equal_times_are_ordered_as_served():
+    """SGLang stamps recency from a counter (``unified_cache/components/base.py``
+    ``get_and_increase_time_counter`` L161-L165), so two requests at the same trace time are
+    ordered as they are served. no_buffer, a pool of 3 states: r0 = A at t = 0; r1 = C and r2 =
+    A + 5 tokens both at t = 1 (r2 hits A's state, served after r1); r3 = D at t = 2 evicts the
+    least recent state, C's (A's was refreshed after it), so r4 = A + 1 token reuses A's 10
+    tokens. With equal stamps A's state, the older node, went instead (r4 reuses nothing).
+    SGLang 0.5.23 driven with the same requests gives 0, 0, 10, 0, 10."""
+    one = toks(9000, 1)
+    a = toks(0, 10)
+    trace = _sessions(
+        [(a, one)],
+        [(toks(100, 10), one), (cat(a, toks(300, 5)), one)],
+        [(toks(200, 10), one)],
+        [(cat(a, toks(500, 1)), one)],
+    )
+    knobs = {"mamba_radix_cache_strategy": "no_buffer", "max_mamba_cache_size": 3}
+    assert run(trace, "sglang", **knobs)[0] == [0, 0, 10, 0, 10]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(UnifiedTwoListEviction, "strict_clock", False)
+        assert run(trace, "sglang", **knobs)[0] == [0, 0, 10, 0, 0]
+
+
+def test_a_node_is_never_merged_so_its_kv_outlives_its_child():
+    """``unified_tree_core.py`` ``_iteratively_delete_tombstone_ancestors`` (L2289-L2312): "Only
+    the Full (base) component decides whether a node survives", and the tree never merges a node
+    into its child. Tiny model (a state = 16 B, a token = 2 B), 2 states and 40 tokens of KV,
+    no_buffer: r0 = P (20 tokens) and r1 = P[:10] + Q share a stateless node of 10 tokens; r2 = R
+    (10) evicts P's state, a leaf, whole; r3 = S (15) needs KV and evicts the least recent leaf,
+    Q's 10 tokens, leaving the shared 10 as a stateless leaf: 35 tokens stay (SGLang 0.5.23: 35).
+    A node merged into Q's would have given up all 20 (25 left)."""
+    one = toks(9000, 1)
+    p = toks(0, 20)
+    trace = one_per_session((p, one), (cat(p[:10], toks(100, 10)), one), (toks(200, 10), one), (toks(300, 15), one))
+    _, sim = run(
+        trace,
+        "sglang",
+        spec=TINY,
+        capacity=40 * 2 + 2 * 16,
+        mamba_radix_cache_strategy="no_buffer",
+        max_mamba_cache_size=2,
+    )
+    assert sim.tree.kv_tokens == 35 and state_depths(sim.tree) == [10, 15]
+    leaves = [n for n in sim.tree.iter_nodes() if n.parent is not None and not n.children]
+    assert sorted((n.depth_tokens, n.has_state) for n in leaves) == [(10, False), (10, True), (15, True)]
+    sim.tree.check_invariants()
+
+
+def test_only_the_hit_state_is_locked():
+    """A request locks the KV of its whole path but the state of its hit node alone
+    (``unified_cache/components/mamba.py`` ``acquire_component_lock`` L465: no walk up the path,
+    unlike the full component's). Pool of 2 states, no_buffer: r0 = P (20), r1 = P + 10 (hit 20),
+    r2 = P + 15 (hit 30): its new state at 35 evicts P's state at 20, above the locked hit, as a
+    tombstone; so r3 (P + 18) reuses 35 and a prompt of P and one token reuses nothing (SGLang
+    0.5.23: 0, 20, 30, 35, 0)."""
+    one = toks(9000, 1)
+    p = toks(0, 38)
+    trace = one_per_session((p[:20], one), (p[:30], one), (p[:35], one), (p, one), (cat(p[:20], toks(500, 1)), one))
+    got, _ = run(trace, "sglang", mamba_radix_cache_strategy="no_buffer", max_mamba_cache_size=2)
+    assert got == [0, 20, 30, 35, 0]
+
+
+def test_an_insert_at_a_held_state_refreshes_it():
+    """``unified_cache/components/mamba.py`` ``commit_insert_component_data`` (L227-L252): an
+    insert ending at a node that already holds a state moves it to most recent. Pool of 2 states,
+    no_buffer: r0 = A, r1 = B (10 tokens each); r2 = A again reuses nothing (the lookup stops at 9
+    tokens, #21158) but its insert refreshes A's state, so r3 = C evicts B's and r4 (A + 1)
+    reuses 10 (SGLang 0.5.23: 0, 0, 0, 0, 10); without the refresh A's state went."""
+    one = toks(9000, 1)
+    a = toks(0, 10)
+    trace = one_per_session((a, one), (toks(100, 10), one), (a, one), (toks(200, 10), one), (cat(a, toks(400, 1)), one))
+    knobs = {"mamba_radix_cache_strategy": "no_buffer", "max_mamba_cache_size": 2}
+    assert run(trace, "sglang", **knobs)[0] == [0, 0, 0, 0, 10]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(UnifiedTwoListEviction, "reinsert_refreshes_state", False)
+        assert run(trace, "sglang", **knobs)[0] == [0, 0, 0, 0, 0]
+
+
+def test_the_lookup_splits_the_node_it_ends_inside_and_refreshes_both_halves():
+    """``unified_tree_core.py`` ``_match_prefix_helper`` L960 splits the node where the walk
+    (capped at input - 1 tokens) ends, and ``_split_node`` (L1467-L1524) stamps both halves most
+    recent. extra_buffer: r0 = A (100 tokens) keeps KV and a state up to 64; r1 = A[:40] + X (50
+    tokens, too short to track a state, so it inserts nothing) still splits A's node at 40, and
+    both halves carry r1's time."""
+    one = toks(9000, 1)
+    a = toks(0, 100)
+    trace = one_per_session((a, one), (cat(a[:40], toks(300, 10)), one))
+    got, sim = run(trace, "sglang", mamba_radix_cache_strategy="extra_buffer")
+    assert got == [0, 0]
+    nodes = {n.depth_tokens: n for n in sim.tree.iter_nodes() if n.parent is not None}
+    assert sorted(nodes) == [40, 64] and nodes[64].has_state and not nodes[40].has_state
+    assert nodes[40].last_access == nodes[64].last_access > 0
+    sim.tree.check_invariants()
