@@ -396,3 +396,33 @@ def test_a_split_without_a_token_count_cuts_whole_blocks(tree):
     tree.check_invariants()
     assert (upper.n_tokens, upper.depth_tokens, child.n_tokens, child.depth_tokens) == (32, 32, 32, 64)
     assert tree.kv_tokens == 64
+
+
+@pytest.mark.parametrize(
+    "block,seq_,total,cut,cps,kept",
+    [
+        # token tree: 40 tokens in whole 16-token blocks keep 32; the state at 40 goes with the rest
+        (1, np.arange(40), 40, None, [16, 40], (32, [16])),
+        # hash blocks: [1, 2, 3 (8 tokens), o1, o2] in whole 32-token blocks keep the first 32
+        # tokens, 2 symbols (symbol 3 ends at 40); the tail state at 59 goes
+        (16, seq(1, 2, 3, -1, -2), 59, (3, 40), [2, 5], (32, [32])),
+    ],
+)
+def test_an_extent_of_whole_blocks_drops_the_states_past_it_from_the_plan(block, seq_, total, cut, cps, kept):
+    """vLLM's extent (``kv_extent="blocks"``): the insert keeps whole engine blocks, and only the
+    states inside them are planned for, so a cache of exactly that KV and one state takes it
+    without evicting (mutation survivor of engine_tree.py: the checkpoints past the extent kept)."""
+    from policies.base import EngineRules
+
+    rules = EngineRules(kv_extent="blocks", extent_block=32 if block > 1 else 16)
+    tree = EngineTree(
+        rules,
+        capacity_bytes=kept[0] + 10,
+        kv_bytes_per_token=1,
+        state_bytes=10,
+        block_tokens=block,
+        policy=LRULeafEviction(),
+    )
+    res = tree.insert(seq_, total, cps, now=1, cut=cut)
+    tree.check_invariants()
+    assert res.inserted and (tree.kv_tokens, depths(tree)) == kept
