@@ -24,15 +24,19 @@ decode track when the committed length reaches a multiple of ``mamba_track_grid`
 head of width 1 and a 1-head, 2 x 2 state (a few bytes a slot); the mamba LRU's clock
 (``get_and_increase_time_counter``) is SGLang's own counter, already deterministic.
 
-Memory: "ample" sizes both pools so that nothing is evicted. "evict" gives the simulator
+Memory: "ample" sizes both pools so that nothing is evicted. Otherwise the simulator gets
 ``--gpu-memory M`` (the preset's split: ``floor(M x r / (1 + r) / state bytes)`` states, the KV
 budget the rest) and the engine a KV pool of ``floor(KV budget / KV bytes per token)`` tokens and a
-mamba pool of those states plus the slots the one running request holds (1 with no_buffer, 3 with
-extra_buffer: the simulator's sequential mode charges running requests nothing), plus a KV
-reserve of the running request's own tokens (taken back after each request), for the same reason.
+mamba pool of those states, each with a reserve lent to the one running request (its KV tokens;
+its working slot, two ping-pong slots with extra_buffer, one per state it donates) and taken back
+after it with the engine's own calls (``alloc_token_slots``, ``evict_for_alloc``): the cache
+itself has exactly the simulator's budgets and evicts when the request ends, as the simulator's
+sequential mode does (it charges running requests nothing and evicts at the insert). Requests at
+equal trace times go in arrival order; SGLang stamps recency from its own counter
+(``get_and_increase_time_counter``), deterministic, so no clock is patched.
 
-    python benchmarks/differential_sglang.py --sglang /work/engines/sglang-0.5.23 \\
-        --deps /work/engines/deps --trace sharegpt --sessions 100 --memory ample
+    python benchmarks/differential_sglang.py --sglang ENGINES/sglang-0.5.23 \\
+        --deps ENGINES/deps --trace sharegpt --sessions 100 --memory 10GB
 
 Prints, for each preset compared, how many requests get the same hit as the engine, and writes
 ``--out`` (a CSV of per-request hits) when given.
@@ -362,6 +366,7 @@ def main() -> None:
     ap.add_argument("--memory", default="ample", help="'ample' (nothing evicted) or the engine's --gpu-memory")
     ap.add_argument("--prefill-chunk", type=int, default=8192)
     ap.add_argument("--presets", default=",".join(PRESETS), help=f"comma-separated, of {', '.join(PRESETS)}")
+    ap.add_argument("--tree-core", default=None, choices=("rust", "python"), help="SGLang's tree core (default: rust)")
     ap.add_argument("--out", default="", help="CSV of per-request hits (never overwritten)")
     args = ap.parse_args()
     sys.path[:0] = [p for p in (args.sglang, args.deps) if p]
@@ -377,6 +382,7 @@ def main() -> None:
         t0 = time.time()
         sim, order, simulation = sim_run(trace, policy, knobs, args.memory)
         setup = engine_setup(trace, simulation, strategy, args.memory, args.prefill_chunk)
+        setup.tree_core = args.tree_core
         eng = engine_hits(trace, order, setup)
         same = sum(a == b for a, b in zip(sim, eng))
         diff = Counter(np.sign(np.array(sim) - np.array(eng)))

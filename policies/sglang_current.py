@@ -75,7 +75,7 @@ from policies.engine_common import (
 )
 from policies.sglang import SGLANG_CAPTURE_CHUNK, SGLANG_RULES, v2_tracks
 
-VERSION = "main 2026-09"  # newest code read (see the docstring); no release number yet
+VERSION = "0.5.23"  # the newest release, read and driven by benchmarks/differential_sglang.py
 STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
 AUTO_STRATEGY = "extra_buffer"  # what auto resolves to for hybrid GDN / Mamba models (#30127, #39430)
 DEFAULT_MEMORY_RATIO = 0.9
