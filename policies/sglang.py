@@ -24,6 +24,10 @@ Models sgl-project/sglang's ``python/sglang/srt/mem_cache/mamba_radix_cache.py``
   recent leaves (by KV recency) go with their KV and state, and tombstone leaves left behind go
   too. State pressure (``evict_mamba``): the least recent state (by state recency) goes; an inner
   node keeps its KV (tombstone), a leaf goes whole. One budget: the two lists merged by recency.
+- ``two-list-unified`` (the ``sglang`` preset, SGLang 0.5.23's ``UnifiedRadixCache``, checked
+  request by request by ``benchmarks/differential_sglang.py``): no node is merged or cascaded
+  away, a request locks only its hit's state, an insert at a held state refreshes it, the lookup
+  splits the node it ends inside, recency is ordered as operations happen.
 - Refresh: a lookup moves the KV path (root .. the hit) to most recent and only the hit's state;
   an insert moves its path to most recent (KV) and a new or revived state; a split leaves its
   lower half most recent (``_insert_helper`` / ``_split_node``).
