@@ -211,6 +211,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_replay_kv.py",
             "tests/sim/replay/test_replay_runner.py",
             "tests/sim/replay/test_replay_validate.py",
+            "tests/sim/replay/test_replay_flights.py",
         ],
     ),
     # issue 46: the replayer's collaborators (hit checks, batched replay, flights) and the typed summary

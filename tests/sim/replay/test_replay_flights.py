@@ -61,7 +61,7 @@ def test_waiting_hits_beyond_max_open_are_restored_and_checked(tiny_model, tiny_
     rp.prefill(3, 130, 155)
     rp.decode(3)
     recs = {r.request: r for r in rp.finish()}
-    assert rp.failures == []
+    assert rp.failures == [] and rp.flights == {} and rp.pending == {}  # every flight closed
     for r, n in ((1, 170), (3, 155)):
         assert recs[r].restored and recs[r].validated, r
         assert recs[r].suffix_segments == [(130, n)], r  # from the hit, once
