@@ -30,7 +30,9 @@ run: setup
 
 # The kernels' interpreter tests again on the newest Triton the `kernels` extra allows (.venv pins
 # the oldest, 3.6.0): only the triton wheel, installed into a folder inside .venv that goes first
-# on PYTHONPATH (the venv's torch, pytest and numpy serve both runs; no second venv).
+# on PYTHONPATH (the venv's torch, pytest and numpy serve both runs; no second venv). `make test`
+# runs the `triton_compat` subset there (every kernel and launch path at least once, the sm_90a
+# compiles and the Gluon fallbacks); `make test-triton-latest` runs every kernel test on it.
 TRITON_LATEST ?= 3.9.0
 TRITON_LATEST_DIR ?= $(VENV)/triton-$(TRITON_LATEST)
 
@@ -43,7 +45,7 @@ test: setup-test $(TRITON_LATEST_DIR)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(PYTEST)
-	PYTHONPATH=$(abspath $(TRITON_LATEST_DIR)):$(CURDIR) $(PYTEST) tests/kernels
+	PYTHONPATH=$(abspath $(TRITON_LATEST_DIR)):$(CURDIR) $(PYTEST) -m triton_compat tests/kernels
 
 $(TRITON_LATEST_DIR)/.installed: | $(BIN)/python
 	$(BIN)/pip install -q --no-deps --target $(TRITON_LATEST_DIR) "triton==$(TRITON_LATEST)"

@@ -35,6 +35,7 @@ def _buffers(x, meta, device="cpu"):
     )
 
 
+@pytest.mark.triton_compat  # the caller's buffers and workspace
 def test_given_buffers_are_written_and_returned_with_the_same_bits():
     x = _inputs(150, seed=1)
     cu, starts = [0, 70, 150], [0, 30]

@@ -51,6 +51,7 @@ def close(a, b, atol=ATOL, rtol=RTOL):
 
 
 # one token, a partial chunk, exactly one chunk, one past it, two boundaries and a partial chunk
+@pytest.mark.triton_compat  # the four kernels at every chunk edge, with and without an initial state
 @pytest.mark.parametrize("T", [1, 63, 64, 65, 130])
 def test_matches_oracle(T):
     q, k, v, g, beta = make_inputs(T, seed=T)
@@ -109,6 +110,7 @@ def test_boundary_stride_and_index_list():
         prepare_chunk_metadata([0, 200], boundary_indices=[100])
 
 
+@pytest.mark.triton_compat  # the gate and beta computed inside the kernels
 def test_in_kernel_gate_and_beta_sigmoid():
     q, k, v, a, b = make_inputs(130, seed=5)
     gen = torch.Generator().manual_seed(6)
@@ -170,6 +172,7 @@ def test_ragged_first_chunk_nonaligned_start():
         close(hb2, rb[first:])
 
 
+@pytest.mark.triton_compat  # varlen, ragged first chunks, initial states
 def test_varlen_mixed_start_positions():
     cu = [0, 40, 170, 200]
     starts = [10, 64, 127]
@@ -200,6 +203,7 @@ def _layer(x, conv_w, g, beta, *, conv_state=None, h0=None, start=0, T=None):
     return o, ht, hb, cs, cb
 
 
+@pytest.mark.triton_compat  # conv and gated delta rule together, restored bit-exactly
 def test_restore_invariant_every_boundary():
     """Restore (boundary state, boundary conv window) at each boundary, run the suffix, and
     reproduce the suffix output and the terminal states bit-exactly. Also from the boundaries of

@@ -223,7 +223,10 @@ def test_kernel_option():
 def test_kernel_ours_is_the_triton_backend(tmp_path):
     """`--kernel ours` (issue 24's name) runs the project's Triton kernels (the interpreter here)."""
     pytest.importorskip("triton")
-    args = ("replay", "--device", "cpu", "--model", "replay-tiny", "--trace", "synthetic:chat", "--requests", "1")
+    # one 127-token request (a 64-token boundary) with 2 output tokens: synthetic:chat's first
+    # request (650 tokens in, 400 out) took 3x as long in the interpreter for the same check
+    trace = "synthetic:chat:sessions=1,turns=1,prompt_tokens=100,user_tokens=30,output_tokens=2,prompts=1"
+    args = ("replay", "--device", "cpu", "--model", "replay-tiny", "--trace", trace, "--requests", "1")
     p = marconi(*args, "--kernel", "ours", "--layers", "1", "--no-progress", "--out", tmp_path / "out")
     assert "| triton kernels |" in p.stdout.splitlines()[0]
     settings = json.loads((tmp_path / "out" / "summary.json").read_text())["settings"]
