@@ -91,7 +91,7 @@ def test_batched_inputs_and_no_l2norm_custom_scale():
 
 
 def test_boundary_stride_and_index_list():
-    q, k, v, g, beta = make_inputs(200, seed=3)
+    q, k, v, g, beta = make_inputs(200, h=1, hv=2, seed=3)  # one key head: what is checked is which states
     _, _, rb, _ = naive_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True)  # 64,128,192
     meta = prepare_chunk_metadata([0, 200], boundary_stride=2)
     assert meta.boundary_positions == [[128]]
@@ -158,7 +158,7 @@ def test_ragged_first_chunk_nonaligned_start():
     boundaries land on the absolute multiples of 64. (A start inside the first chunk, p=30, is
     covered by test_restore_invariant_every_boundary.)"""
     T = 200
-    q, k, v, g, beta = make_inputs(T, seed=21)
+    q, k, v, g, beta = make_inputs(T, h=1, hv=2, seed=21)  # two value heads on one key head: half the programs
     ro, rf, rb, _ = naive_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True)
     for p in (100,):
         sl = lambda x, a, b: x[:, a:b]  # noqa: E731
@@ -249,7 +249,7 @@ def test_restore_invariant_every_boundary():
 
 def test_prefill_to_decode_handoff():
     T = 130
-    q, k, v, g, beta = make_inputs(T + 1, seed=51)
+    q, k, v, g, beta = make_inputs(T + 1, h=1, hv=2, seed=51)  # the other tests cover H = 2, HV = 4
     pre = [x[:, :T] for x in (q, k, v, g, beta)]
     _, h, _ = chunk_gated_delta_rule(*pre, use_qk_l2norm=True)
     ro, rf, _, _ = naive_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True)
