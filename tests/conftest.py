@@ -34,6 +34,11 @@ def _private_trace_cache(tmp_path_factory):
 
 
 def pytest_collection_modifyitems(config, items):
+    # `slow` tests first (a stable sort: the rest keep their order): pytest-xdist hands out tests
+    # in collection order, so a long test collected near the end (the README's commands, ~40 s)
+    # would keep one worker busy while the other sits idle; started first, the other worker takes
+    # the short tests meanwhile
+    items.sort(key=lambda it: it.get_closest_marker("slow") is None)
     gpu = [it for it in items if it.get_closest_marker("gpu") or it.get_closest_marker("gpu_long")]
     if not gpu:
         return

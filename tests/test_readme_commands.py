@@ -82,6 +82,7 @@ def test_every_readme_command_pastes_as_written():
         assert "../" not in command, f"{command}: names something outside the repository"
 
 
+@pytest.mark.slow  # the longest single test: collected first (tests/conftest.py)
 def test_every_readme_command_runs(tmp_path):
     """In README order, in one folder (the sweep writes results/ that plot reads)."""
     env = dict(os.environ, MARCONI_CACHE_DIR=str(tmp_path / "cache"), TRITON_INTERPRET="1")

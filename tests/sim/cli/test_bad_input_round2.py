@@ -507,6 +507,7 @@ def test_replay_checks_before_work(runner, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_replay_on_cpu_warns_of_a_wide_model(tmp_path):
     """--device cpu with a preset wider than d_model 1024 runs, after one line on stderr with the
     expected time (it used to be refused); narrower presets get no warning."""

@@ -255,6 +255,7 @@ def test_alpha_figure_heatmap_holds_the_alpha_grid(results):
         assert np.allclose(ax.images[0].get_array(), want.values * 100)
 
 
+@pytest.mark.slow
 def test_advise_notebook_prints_the_numbers_of_its_studies(tmp_path, monkeypatch):
     """notebooks/advise.ipynb: three workloads (ShareGPT, agent, the Mooncake sample) tuned and
     held out; the comparison table and the 'why' rows show the numbers of the advice each study

@@ -235,6 +235,7 @@ def test_kernel_option():
     assert "| torch kernels |" in p.stdout.splitlines()[0]
 
 
+@pytest.mark.slow
 def test_kernel_ours_is_the_triton_backend(tmp_path):
     """`--kernel ours` (issue 24's name) runs the project's Triton kernels (the interpreter here)."""
     pytest.importorskip("triton")

@@ -116,6 +116,7 @@ def test_cpu_threads_one_for_small_presets(monkeypatch):
 TRITON_CHAT = "synthetic:chat:sessions=4,turns=3,prompt_tokens=70,user_tokens=24,output_tokens=2,prompts=1"
 
 
+@pytest.mark.slow
 def test_triton_interpreter_backend_end_to_end():
     """The wiring of replay to the project's Triton kernels (interpreted on a CPU): a few requests
     of a chat trace, every hit validated."""
