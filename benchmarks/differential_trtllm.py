@@ -32,11 +32,19 @@ points are set (``prepare_expect_snapshot_points``), the prompt minus its last t
 runs in chunks that end at every snapshot point, every ``--prefill-chunk`` tokens and at the prompt
 end (the scheduler's FORCE_CHUNK), ``update_context_resources`` after each chunk, then
 ``free_resources``' last ``try_commit_blocks``. Decode commits nothing (``stop_committing`` at the
-context's end). Memory is ample on both sides: this checks placement, matching and the stored
-extent, not eviction order (the V2 storage manager's eviction is not driven).
+context's end) but grows the request's capacity to input + output - 1 tokens before it closes.
+
+Memory: unlimited by default. ``--capacity BYTES`` gives the simulator that ``--capacity`` and the
+engine the same bytes as its GPU quota, split between its two pool groups as
+``MambaHybridCacheManagerV2`` sizes them from ``kv_cache_config.avg_seq_len`` (``pool_slots``; an
+attention page is ``tokens_per_block`` tokens of the simulator's KV bytes per token, a recurrent
+page one of its states). ``PagePools`` then evicts as the V2 storage manager does: per pool group,
+the committed pages no request holds, least recently released first; a dropped attention page
+removes its block's subtree, a dropped recurrent page its block and the ancestors left as leaves
+without one (``_block_radix_tree.py`` ``clear_stale_blocks_after_page_unlink``).
 
     python benchmarks/differential_trtllm.py --trtllm /work/engines/trtllm --sessions 100 \\
-        --periodic-snapshot-interval 256 --additional-snapshot-offsets-from-end 0
+        --periodic-snapshot-interval 256 --additional-snapshot-offsets-from-end 0 [--capacity 2GB]
 
 Prints, for each preset compared, how many requests get the same hit as the engine; ``--out``
 writes the per-request hits (CSV).
@@ -57,8 +65,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from sim.config import UNLIMITED, SimConfig
+from sim.config import UNLIMITED, SimConfig, format_size, parse_size
 from sim.engine.drivers import run, timestamps
+from sim.errors import UsageError
 from sim.replay.tokens import request_tokens
 from sim.simulate import build
 from traces.registry import TraceOptions, load_trace
@@ -120,19 +129,140 @@ class _PageStatus(enum.Enum):
     DROPPABLE = 2
 
 
+class _SsmLifeCycle:
+    """The recurrent life cycle (not an ``AttnLifeCycle``: its page's eviction walks up the tree)."""
+
+
 class Page:
-    """A committed page: its life cycle and the tokens of its block it covers
-    (``CommittedPage.num_tokens_in_block``); never scheduled for eviction here."""
+    """A page of the engine's pools: its life cycle, the tokens of its block it covers
+    (``CommittedPage.num_tokens_in_block``), the tree block it is committed to (``block``, a
+    reference the engine's ``Block.replace_page`` sets), whether a request holds it."""
 
-    __slots__ = ("life_cycle", "num_tokens_in_block", "block", "status", "scheduled_for_eviction", "manager")
+    __slots__ = ("life_cycle", "num_tokens_in_block", "block", "status", "held", "freed", "manager")
 
-    def __init__(self, life_cycle: int, num_tokens_in_block: int) -> None:
+    def __init__(self, life_cycle: int, num_tokens_in_block: int, manager=None, held: bool = False) -> None:
         self.life_cycle = life_cycle
         self.num_tokens_in_block = num_tokens_in_block
-        self.block = None
+        self.block = _Ref()
         self.status = _PageStatus.HELD
-        self.scheduled_for_eviction = False
-        self.manager = None
+        self.held = held
+        self.freed = False
+        self.manager = manager
+
+    @property
+    def scheduled_for_eviction(self) -> bool:
+        return self.manager is not None and self in self.manager.queue[self.life_cycle]
+
+
+class OutOfPages(Exception):
+    """The pool group has too few free and evictable pages (``OutOfPagesError``)."""
+
+
+class PagePools:
+    """The V2 storage manager's GPU level as far as eviction goes (``_storage_manager.py``,
+    ``_eviction_controller.py``): one slot count per pool group (attention KV pages of
+    ``tokens_per_block`` tokens, recurrent-state pages), and per group an LRU queue of the
+    committed pages no request holds (``PerLevelEvictionController``: one
+    ``PrioritizedLRUEvictionPolicy`` per pool group; a page released is appended, a victim is
+    taken from the front). ``slots`` None: unlimited (no eviction)."""
+
+    def __init__(self, rt, slots: dict[int, int] | None) -> None:
+        self.rt = rt
+        self.free = {lc: (float("inf") if slots is None else slots[lc]) for lc in (ATTN, SSM)}
+        self.queue: dict[int, dict[Page, None]] = {ATTN: {}, SSM: {}}
+        self.evicted = Counter()  # pages taken from the queues
+        self.dropped = Counter()  # pages freed with a block removed by an eviction
+
+    # -- the engine's Block calls these
+    def exclude_from_eviction(self, page: Page) -> None:
+        self.queue[page.life_cycle].pop(page, None)
+
+    # -- slots
+    def new(self, lc: int, n_tokens: int, held: bool) -> Page:
+        self.alloc(lc, 1)
+        return Page(lc, n_tokens, self, held)
+
+    def alloc(self, lc: int, n: int) -> None:
+        """``StorageManager.new_slots`` -> ``_prepare_free_slots``: the shortfall is counted first,
+        that many pages are taken from the queue's front at once (``evict(min_num_pages)``), then
+        dropped; a dropped attention page removes its block's subtree, whose pages free more."""
+        short = n - self.free[lc]
+        if short > 0:
+            queue = self.queue[lc]
+            if short > len(queue):
+                raise OutOfPages(f"life cycle {lc}: {n} pages asked, {self.free[lc]} free, {len(queue)} evictable")
+            victims = []
+            for page in list(queue)[:short]:
+                del queue[page]
+                victims.append(page)
+            self.evicted[lc] += len(victims)
+            for page in victims:
+                self._drop(page)
+        self.free[lc] -= n
+
+    def release_slot(self, page: Page) -> None:
+        if not page.freed:
+            self.exclude_from_eviction(page)
+            page.freed = True
+            self.free[page.life_cycle] += 1
+
+    def in_tree(self, page: Page) -> bool:
+        block = page.block()
+        return block is not None and self.rt.try_get_tree(block) is not None and block.get_page(page.life_cycle) is page
+
+    def release(self, page: Page) -> None:
+        """A request lets go of ``page``: a committed page still in the tree becomes droppable
+        and is appended to its queue (``schedule_for_eviction``); any other is freed."""
+        page.held = False
+        if self.in_tree(page):
+            self.exclude_from_eviction(page)
+            self.queue[page.life_cycle][page] = None
+        else:
+            self.release_slot(page)
+
+    def hold(self, page: Page) -> None:
+        page.held = True
+        self.exclude_from_eviction(page)
+
+    def settle(self, page: Page | None) -> None:
+        """A page no longer in the tree that no request holds is freed (its owner went away)."""
+        if page is not None and not page.held and not self.in_tree(page):
+            self.release_slot(page)
+
+    def _free_block_pages(self, block) -> None:
+        for lc in (ATTN, SSM):
+            page = block.get_page(lc)
+            if page is not None and not page.held:
+                self.dropped[lc] += 1
+                self.release_slot(page)
+
+    def _drop(self, page: Page) -> None:
+        """The engine's ``CommittedPage`` dying: ``Block.unlink_page`` then
+        ``clear_stale_blocks_after_page_unlink`` (``_block_radix_tree.py``): full attention removes
+        the block's whole subtree (``remove_subtree``); a recurrent page's block, and the
+        ancestors that are left as leaves without a recurrent page, are detached."""
+        rt = self.rt
+        self.release_slot(page)
+        block = page.block()
+        if block is None or block.get_page(page.life_cycle) is not page:
+            return
+        if page.life_cycle == ATTN:
+            doomed = list(rt.traverse_post_order(block))
+            block.unlink_page(ATTN)
+            rt.Block.clear_stale_blocks_after_page_unlink(block, ATTN, _AttnLifeCycle())
+            for b in doomed:
+                self._free_block_pages(b)
+        else:
+            chain = []
+            b = block
+            while isinstance(b, rt.Block):
+                chain.append(b)
+                b = b._prev()
+            block.unlink_page(SSM)
+            rt.Block.clear_stale_blocks_after_page_unlink(block, SSM, _SsmLifeCycle())
+            for b in chain:
+                if rt.try_get_tree(b) is None:
+                    self._free_block_pages(b)
 
 
 def _module(name: str, **attrs) -> types.ModuleType:
@@ -205,12 +335,22 @@ def load_methods(path: Path, names: tuple[str, ...], namespace: dict) -> dict:
 class EngineKvCache:
     """The commit rule of TensorRT-LLM's ``KvCache`` (``kvCache.cpp``) with
     ``commit_min_snapshot`` (the V2 Mamba manager sets it): what a request puts into the engine's
-    radix tree. Tree blocks are the engine's own (``Block``); pages are ``Page`` records."""
+    radix tree, and the pages it holds meanwhile (``_core/_kv_cache.py``, the Python twin of the
+    C++ class). Tree blocks are the engine's own (``Block``); pages are ``Page`` records drawn
+    from ``PagePools``.
+
+    Pages: the request holds one attention page per block of its capacity (the matched blocks'
+    committed pages, ``_setup_for_reuse``, and private pages ``resize`` allocates as the capacity
+    grows; a block it commits keeps its page, now the tree's) and one private recurrent page (the
+    live state). ``resume`` copies the matched partial block and the matched snapshot into private
+    pages and lets the two tree pages go. A snapshot put into the tree (a recurrent page, or a
+    partial block's KV copy) is a new page no request holds. ``close`` releases the blocks'
+    pages last block first (``_clear_blocks``: "drop the last block first"), then the state."""
 
     ALLOWED, VIRTUAL_STOP, USER_STOP = "allowed", "virtual_stop", "user_stop"
 
-    def __init__(self, rt, tree, tokens_per_block: int, match) -> None:
-        self.rt, self.tree, self.tpb = rt, tree, tokens_per_block
+    def __init__(self, rt, tree, tokens_per_block: int, match, pools: PagePools) -> None:
+        self.rt, self.tree, self.tpb, self.pools = rt, tree, tokens_per_block, pools
         self.root = tree.add_or_get_existing(rt.ReuseScope())
         # _setupForReuse: committed = the matched tokens, whole blocks counted as committed
         self.committed: list[int] = []
@@ -222,7 +362,21 @@ class EngineKvCache:
         self.num_committed_blocks = match.num_tokens // tokens_per_block
         # resume() clears the partial last matched block: it is recomputed into a private page
         self.tree_blocks = dict(enumerate(match.blocks[: self.num_committed_blocks]))
-        self.state = self.ALLOWED
+        self.pages: list[Page] = []  # the attention page of each block of the capacity
+        matched = [block.get_page(ATTN) for block in match.blocks]
+        snapshot = match.blocks[-1].get_page(SSM) if match.blocks else None
+        for page in matched + [snapshot]:
+            if page is not None:
+                pools.hold(page)
+        self.pages = matched[: self.num_committed_blocks]
+        # resume(): the live state and the partial block's private copy, then the tree's pages go
+        self.state = pools.new(SSM, 0, held=True)
+        if len(matched) > self.num_committed_blocks:
+            self.pages.append(pools.new(ATTN, 0, held=True))
+        for page in matched[self.num_committed_blocks :] + [snapshot]:
+            if page is not None:
+                pools.release(page)
+        self.commit_state = self.ALLOWED
         self.history_length = self.capacity = match.num_tokens
         self.is_active = True
         self.enable_swa_scratch_reuse = False
@@ -232,76 +386,117 @@ class EngineKvCache:
         return len(self.committed)
 
     def resize(self, capacity, history_length=None) -> bool:
-        if capacity is not None:
-            self.capacity = max(self.capacity, capacity)
+        if capacity is not None and capacity > self.capacity:
+            blocks = -(-capacity // self.tpb)
+            if blocks > len(self.pages):
+                n = blocks - len(self.pages)
+                self.pools.alloc(ATTN, n)
+                self.pages.extend(Page(ATTN, 0, self.pools, True) for _ in range(n))
+            self.capacity = capacity
         if history_length is not None:
             self.history_length = max(self.history_length, history_length)
         return True
+
+    def close(self) -> None:
+        """``close``: stop committing, then release the blocks' pages last block first, then
+        the live state (freed: it was never committed)."""
+        self.stop_committing()
+        while self.pages:
+            self.pools.release(self.pages.pop())
+        self.pools.release(self.state)
+        self.is_active = False
 
     def _prev(self, ordinal: int):
         return self.root if ordinal == 0 else self.tree_blocks[ordinal - 1]
 
     def _add_or_get(self, prev, tokens):
         """``addOrGetExistingBlock``: a new block, or the existing one with these tokens or a
-        longer sibling covering them (the engine's ``Block`` raises ``UselessBlockError``)."""
+        longer sibling covering them (the engine's ``Block`` raises ``UselessBlockError``). A new
+        block replacing a shorter partial sibling adopts its pages; those it cannot adopt go."""
+        before = dict(prev.next)
         try:
-            return self.rt.Block(tokens, prev), True
+            block = self.rt.Block(tokens, prev)
         except self.rt.UselessBlockError as e:
             return e.block, False
+        for key, gone in before.items():
+            if key not in prev.next:
+                for lc in (ATTN, SSM):
+                    page = gone.get_page(lc)
+                    if page is not None:
+                        gone.unlink_page(lc)
+                        self.pools.settle(page)
+        return block, True
 
-    @staticmethod
-    def _install(block, lc: int, n_tokens: int) -> None:
-        """``convertToCommitted`` / ``_copyPageToTreeBlock``: a page covering ``n_tokens`` of the
-        block, installed only over a page covering fewer (``can_replace_page``)."""
-        if block.can_replace_page(lc, n_tokens):
-            block.replace_page(lc, Page(lc, n_tokens))
+    def _install(self, block, page: Page) -> bool:
+        """``convertToCommitted`` / ``_copyPageToTreeBlock``: ``page`` goes into the block over a
+        page covering fewer tokens (``can_replace_page``), which goes unless a request holds it."""
+        if not block.can_replace_page(page.life_cycle, page.num_tokens_in_block):
+            return False
+        old = block.get_page(page.life_cycle)
+        block.replace_page(page.life_cycle, page)
+        self.pools.settle(old)
+        return True
 
     def _snapshot_ssm(self, block, num_tokens: int) -> None:
-        """``_snapshotSsmToTreeBlock``: the recurrent state after ``num_tokens`` tokens, unless the
-        block already holds one at least as deep."""
+        """``_snapshotSsmToTreeBlock``: a copy of the recurrent state after ``num_tokens`` tokens
+        in a new page, unless the block already holds one at least as deep."""
         in_block = num_tokens - block.ordinal * self.tpb
         assert 0 < in_block <= self.tpb
         if block.page_coverage(SSM) >= in_block:
             return
-        self._install(block, SSM, in_block)
+        page = self.pools.new(SSM, in_block, held=False)
+        if self._install(block, page):
+            self.pools.release(page)
+        else:
+            self.pools.release_slot(page)
 
     def _commit_block(self, ordinal: int, is_last: bool, commit_ssm: bool = False) -> None:
-        assert self.state == self.ALLOWED and ordinal == self.num_committed_blocks
+        assert self.commit_state == self.ALLOWED and ordinal == self.num_committed_blocks
         start = ordinal * self.tpb
         tokens = self.committed[start : start + self.tpb]
         is_full = len(tokens) == self.tpb
         if not is_last and not is_full:
             raise RuntimeError("Cannot commit block that is not full except last block")
         block, is_new = self._add_or_get(self._prev(ordinal), tokens)
+        own = self.pages[ordinal]
+        own.num_tokens_in_block = len(tokens)
         did_commit = False
         if is_new:
-            self._install(block, ATTN, len(tokens))
+            self._install(block, own)
             did_commit = True
         elif block.is_full and is_full:  # rebase onto the existing block (allowSeqRebasing)
             if block.page_coverage(ATTN) < len(tokens):
-                self._install(block, ATTN, len(tokens))
+                self._install(block, own)
+            else:  # the request takes the tree's page; its own goes
+                tree_page = block.get_page(ATTN)
+                self.pools.hold(tree_page)
+                self.pages[ordinal] = tree_page
+                own.held = False
+                self.pools.release_slot(own)
             did_commit = True
         else:  # cannot commit and cannot reuse the existing block: stop committing
-            self.state = self.VIRTUAL_STOP
+            self.commit_state = self.VIRTUAL_STOP
         if did_commit:
             self.tree_blocks[ordinal] = block
             self.num_committed_blocks += 1
             if commit_ssm:
                 self._snapshot_ssm(block, start + len(tokens))
-        if is_last or self.state == self.VIRTUAL_STOP:
-            self.state = self.USER_STOP
+        if is_last or self.commit_state == self.VIRTUAL_STOP:
+            self.commit_state = self.USER_STOP
 
     def _snapshot_partial(self, ordinal: int, commit_ssm: bool) -> None:
         """``_snapshotPartialBlockToTree``: the committed tokens of a partial last block go into the
         tree (as a new partial block, or onto the existing block or longer sibling covering them)
-        with their KV and, if asked, the recurrent state at their end; the block stays uncommitted
-        for this request."""
+        as a copy of their KV in a new page and, if asked, the recurrent state at their end; the
+        block stays uncommitted for this request."""
         start = ordinal * self.tpb
         tokens = self.committed[start : start + self.tpb]
         assert 0 < len(tokens) < self.tpb
         block, _ = self._add_or_get(self._prev(ordinal), tokens)
         if block.page_coverage(ATTN) < len(tokens):
-            self._install(block, ATTN, len(tokens))
+            page = self.pools.new(ATTN, len(tokens), held=False)
+            self._install(block, page)
+            self.pools.release(page)
         if commit_ssm:
             self._snapshot_ssm(block, start + len(tokens))
 
@@ -310,14 +505,14 @@ class EngineKvCache:
             if is_end:
                 self.stop_committing()
             return
-        if self.state == self.USER_STOP:
+        if self.commit_state == self.USER_STOP:
             raise RuntimeError("Cannot commit tokens after stop_committing()")
         n = len(self.committed) + len(tokens)
         self.history_length = max(self.history_length, n)
         self.committed.extend(tokens)
-        if self.state == self.VIRTUAL_STOP:
+        if self.commit_state == self.VIRTUAL_STOP:
             if is_end:
-                self.state = self.USER_STOP
+                self.commit_state = self.USER_STOP
             return
         full = n // self.tpb
         partial = n % self.tpb != 0
@@ -325,26 +520,26 @@ class EngineKvCache:
             ssm_ordinal = (n - 1) // self.tpb  # the block whose end is the last committed token
             for ordinal in range(self.num_committed_blocks, full):
                 self._commit_block(ordinal, False, ordinal == ssm_ordinal)
-                if self.state != self.ALLOWED:
+                if self.commit_state != self.ALLOWED:
                     break
-            if partial and self.state == self.ALLOWED:
+            if partial and self.commit_state == self.ALLOWED:
                 if is_end:
                     self._commit_block(full, True, True)
                 else:
                     self._snapshot_partial(full, True)
-        if is_end and self.state != self.USER_STOP:
+        if is_end and self.commit_state != self.USER_STOP:
             self.stop_committing()
 
     def stop_committing(self) -> None:
-        if self.state == self.USER_STOP:
+        if self.commit_state == self.USER_STOP:
             return
-        if self.state == self.VIRTUAL_STOP:
-            self.state = self.USER_STOP
+        if self.commit_state == self.VIRTUAL_STOP:
+            self.commit_state = self.USER_STOP
             return
         if len(self.committed) - self.num_committed_blocks * self.tpb > 0:
             self._commit_block(self.num_committed_blocks, True)
         else:
-            self.state = self.USER_STOP
+            self.commit_state = self.USER_STOP
 
 
 # ------------------------------------------------------------------ the manager around it
@@ -373,7 +568,9 @@ class EngineHarness:
     """``MambaHybridCacheManagerV2`` as far as block reuse goes: the engine's methods, bound to a
     stub ``self`` holding the engine's radix tree."""
 
-    def __init__(self, root: Path, tokens_per_block: int, interval: int, from_start, from_end) -> None:
+    def __init__(
+        self, root: Path, tokens_per_block: int, interval: int, from_start, from_end, slots: dict[int, int] | None
+    ) -> None:
         self.rt = load_radix_tree(root)
         policy = SimpleNamespace(ALL_REUSABLE="all_reusable", PER_REQUEST="per_request")
         namespace = {
@@ -392,6 +589,7 @@ class EngineHarness:
         )
         self.tpb = tokens_per_block
         self.tree = self.rt.BlockRadixTree(_Registry(), tokens_per_block)
+        self.pools = PagePools(self.rt, slots)
         state = SimpleNamespace(
             periodic_snapshot_interval=interval,
             additional_snapshot_offsets_from_start=list(from_start),
@@ -413,12 +611,12 @@ class EngineHarness:
         for name in ("try_commit_blocks", "_mark_context_position_as_history"):
             setattr(self.self_, name, types.MethodType(self.m[name], self.self_))
 
-    def serve(self, rid: int, prompt: list[int], chunk: int) -> int:
-        """One request's prefill through the manager; its hit tokens."""
+    def serve(self, rid: int, prompt: list[int], output_len: int, chunk: int) -> int:
+        """One request through the manager (prefill, then its decode's capacity); its hit tokens."""
         req = _Request(rid, prompt)
         self.m["prepare_expect_snapshot_points"](self.self_, [req])
         match = self.tree.match(self.rt.ReuseScope(), prompt[:-1], enable_partial_match=True)
-        kv = EngineKvCache(self.rt, self.tree, self.tpb, match)
+        kv = EngineKvCache(self.rt, self.tree, self.tpb, match, self.pools)
         self.self_.kv_cache_map[rid] = kv
         hit = req.context_current_position = match.num_tokens
         ends = {p for p in req.expect_snapshot_points if p > hit}
@@ -426,10 +624,15 @@ class EngineHarness:
         ends.add(req.prompt_len)
         batch = SimpleNamespace(context_requests=[req])
         for end in sorted(ends):
+            kv.resize(end)  # prepare_resources: the chunk's capacity before its forward
             req.context_current_position = end
             self.m["update_context_resources"](self.self_, batch)
-        # free_resources: one more try_commit_blocks while the cache is active
+        # decode: the capacity grows to input + output - 1 (the last sampled token is never run);
+        # no page is released meanwhile, so growing at once evicts what growing token by token does
+        kv.resize(req.prompt_len + max(output_len - 1, 0))
+        # free_resources: one more try_commit_blocks while the cache is active, then close()
         self.m["try_commit_blocks"](self.self_, req, kv)
+        kv.close()
         del self.self_.kv_cache_map[rid]
         return hit
 
@@ -448,12 +651,12 @@ def prompts(trace) -> list[list[int]]:
     return out
 
 
-def sim_hits(trace, policy: str, knobs: dict, chunk: int) -> tuple[list[int], np.ndarray]:
-    """Hit tokens per request of ``policy`` in sequential mode (no eviction), in arrival order."""
+def sim_hits(trace, policy: str, knobs: dict, chunk: int, capacity: int = UNLIMITED) -> tuple[list[int], np.ndarray]:
+    """Hit tokens per request of ``policy`` in sequential mode, in arrival order."""
     config = SimConfig(
         policy=policy,
         model=MODEL,
-        capacity_bytes=UNLIMITED,
+        capacity_bytes=capacity,
         mode="sequential",
         prefill_chunk_tokens=chunk,
         **knobs,
@@ -467,6 +670,35 @@ def sim_hits(trace, policy: str, knobs: dict, chunk: int) -> tuple[list[int], np
         else res.requests["hit_tokens"]
     )
     return [int(hit.iloc[i]) for i in order], order
+
+
+def model_bytes(trace) -> tuple[int, int]:
+    """The simulator's KV bytes per token and bytes per recurrent state of ``MODEL``."""
+    sim = build(trace, SimConfig(policy="trtllm", model=MODEL, capacity_bytes=UNLIMITED, mode="sequential"))
+    return int(sim.tree.kv_bytes_per_token), int(sim.tree.state_bytes)
+
+
+def pool_slots(
+    capacity: int, kv_bytes_per_token: int, state_bytes: int, tokens_per_block: int, avg_seq_len: int, n_fixed: int
+) -> dict[int, int]:
+    """The engine's split of a GPU quota of ``capacity`` bytes between its two pool groups.
+
+    ``MambaHybridCacheManagerV2._build_cache_config`` describes a typical step as, per resident
+    request, ``1 + fixed_rules`` descriptors sharing ``avg_seq_len`` tokens
+    (``_typical_request_descs``: one per live recurrent state; periodic snapshots add none), and
+    ``StorageManager.ratio_from_batch`` splits the quota by the bytes that step needs
+    (``_compute_slots_for_batch``: ``ceil(capacity / tokens_per_block)`` attention pages per
+    descriptor, one recurrent page per descriptor). The bytes are the simulator's: an attention page
+    is ``tokens_per_block`` tokens of KV, a recurrent page one state. Left out: the pools' rounding to
+    the GPU granularity (2 MiB and up) and the CUDA-graph dummy slots (a few states), the
+    ``constraints`` floors, and the rebalancing (after 2,000 closed requests and 120 s)."""
+    n_states = 1 + n_fixed
+    per, extra = divmod(avg_seq_len, n_states)
+    pages = sum(-(-(per + (i < extra)) // tokens_per_block) for i in range(n_states))
+    attn_page = tokens_per_block * kv_bytes_per_token
+    attn_bytes, ssm_bytes = pages * attn_page, n_states * state_bytes
+    attn_share = attn_bytes / (attn_bytes + ssm_bytes)
+    return {ATTN: int(capacity * attn_share // attn_page), SSM: int(capacity * (1 - attn_share) // state_bytes)}
 
 
 def offsets(text: str) -> list[int]:
@@ -484,6 +716,17 @@ def main() -> None:
     ap.add_argument("--additional-snapshot-offsets-from-start", default="")
     ap.add_argument("--additional-snapshot-offsets-from-end", default="")
     ap.add_argument("--policies", default="trtllm")
+    ap.add_argument(
+        "--capacity",
+        default="",
+        help="cache bytes (the simulator's --capacity, e.g. 2GB); the engine's pools split it (default: unlimited)",
+    )
+    ap.add_argument(
+        "--avg-seq-len",
+        type=int,
+        default=0,
+        help="kv_cache_config.avg_seq_len, which sizes the engine's pools (default: the trace's mean input + output)",
+    )
     ap.add_argument("--out", default="", help="CSV of per-request hits (request, input tokens, engine, presets)")
     args = ap.parse_args()
     root = Path(args.trtllm)
@@ -499,18 +742,51 @@ def main() -> None:
         "additional_snapshot_offsets_from_start": args.additional_snapshot_offsets_from_start,
         "additional_snapshot_offsets_from_end": args.additional_snapshot_offsets_from_end,
     }
+    capacity, slots = UNLIMITED, None
+    B = trace.block_tokens
+    outs = [r.n_output_tokens(B) for r in trace.requests]
+    if args.capacity:
+        try:
+            capacity = parse_size(args.capacity)
+        except UsageError as e:
+            print(e, file=sys.stderr)
+            raise SystemExit(2) from None
+        kv_per_token, state_bytes = model_bytes(trace)
+        avg = args.avg_seq_len or round(np.mean([r.n_input_tokens(B) + o for r, o in zip(trace.requests, outs)]))
+        n_fixed = len(offsets(args.additional_snapshot_offsets_from_start)) + len(
+            offsets(args.additional_snapshot_offsets_from_end)
+        )
+        slots = pool_slots(capacity, kv_per_token, state_bytes, args.tokens_per_block, avg, n_fixed)
+        print(
+            f"capacity {format_size(capacity)}: KV {kv_per_token:,} B/token, a state {format_size(state_bytes)}; "
+            f"avg_seq_len {avg}: the engine's pools hold {slots[ATTN]:,} attention pages "
+            f"({slots[ATTN] * args.tokens_per_block:,} tokens) and {slots[SSM]:,} recurrent pages; "
+            f"the simulator gets --capacity {args.capacity} --state-pool {slots[SSM]}"
+        )
+        knobs["state_pool"] = str(slots[SSM])  # the recurrent pool; KV gets the rest, as the engine's pages
     results, order = {}, None
     for policy in args.policies.split(","):
-        results[policy], order = sim_hits(trace, policy, knobs, args.prefill_chunk)
+        results[policy], order = sim_hits(trace, policy, knobs, args.prefill_chunk, capacity)
     engine = EngineHarness(
         root,
         args.tokens_per_block,
         args.periodic_snapshot_interval,
         offsets(args.additional_snapshot_offsets_from_start),
         offsets(args.additional_snapshot_offsets_from_end),
+        slots,
     )
     toks = prompts(trace)
-    eng = [engine.serve(k, toks[i], args.prefill_chunk) for k, i in enumerate(order)]
+    try:
+        eng = [engine.serve(k, toks[i], outs[i], args.prefill_chunk) for k, i in enumerate(order)]
+    except OutOfPages as e:
+        print(f"--capacity {args.capacity}: the engine's pools cannot hold one request ({e})", file=sys.stderr)
+        raise SystemExit(2) from None
+    if slots is not None:
+        pools = engine.pools
+        print(
+            f"engine evictions: {pools.evicted[ATTN]:,} attention pages and {pools.evicted[SSM]:,} recurrent pages "
+            f"taken from the queues; {pools.dropped[ATTN]:,} / {pools.dropped[SSM]:,} more freed with their blocks"
+        )
     for policy, hits in results.items():
         same = sum(a == b for a, b in zip(hits, eng))
         diff = Counter(np.sign(np.array(hits) - np.array(eng)))

@@ -46,12 +46,22 @@ comma list (``1024,,4096``). Duplicates are dropped, as the engine's set does.
   commits up to the last point and stops committing when the context ends, so decoding adds no
   state (the interval's multiples in the answer included). None at the prompt end unless a
   placement lands there (end offset 0, a start offset = the prompt length, a multiple of N).
-- Eviction: the KV manager's LRU over leaves, tail first (unverified, as before).
+- Eviction (``trtllm-pools``): the V2 storage manager keeps attention KV pages and recurrent pages
+  in two pool groups, sized by ``kv_cache_config.avg_seq_len`` (``_typical_request_descs`` and
+  ``StorageManager.ratio_from_batch``), each with an LRU queue of the committed pages no request
+  holds. With ``--state-pool`` (the recurrent group's pages; ``--capacity`` minus them is the KV
+  group) KV pressure evicts the least recent leaf with its state and state pressure the least
+  recent state, alone on an inner node, with its leaf otherwise (``EngineRules.cascade``), a hit
+  refreshing the KV path and only the state it resumed from. Without ``--state-pool``: one budget,
+  the LRU over leaves, tail first, as before (``benchmarks/differential_trtllm.py --capacity``
+  measures it against the engine's own pools; docs/presets-engines.md).
 
 Not modelled: ``enable_branch_snapshot`` (#18272, #18724: a snapshot where a request leaves the
 reuse tree, and the prompt end when no placement applies), ``block_reuse_config.policy``
 ``per_conversation`` (which turns the periodic interval off), the V2 manager's pool sizing from
-``avg_seq_len``. Decode-time periodic states (an earlier reading of the 1.3.0rc docs) are gone:
+``avg_seq_len`` (a knob it has not: ``--state-pool`` gives the split), page-granular eviction (the
+engine evicts one 32-token page at a time, the tree a leaf edge), the pool rebalancing.
+Decode-time periodic states (an earlier reading of the 1.3.0rc docs) are gone:
 ``benchmarks/differential_trtllm.py`` drives the engine's own radix tree and manager methods and
 found none (docs/presets-engines.md, the TensorRT-LLM differential).
 """
@@ -68,11 +78,22 @@ from policies.base import (
     EngineRules,
     PolicyError,
     PolicyPreset,
+    RefreshRule,
+    Victim,
     admission,
+    eviction,
     knob,
     register_preset,
 )
-from policies.engine_common import Speculation, input_tokens, verify_slots
+from policies.engine_common import (
+    STATELESS_FIRST,
+    Speculation,
+    StatePool,
+    TailFirstLRUEviction,
+    TwoHeapLRU,
+    input_tokens,
+    verify_slots,
+)
 
 #: ``KvCacheConfig.tokens_per_block``'s default (32): the V2 radix tree's block (not a knob yet)
 TOKENS_PER_BLOCK = 32
@@ -190,6 +211,83 @@ class TrtllmAdmission(AdmissionPolicy):
         return []
 
 
+class _PoolQueues(TwoHeapLRU):
+    """The V2 storage manager's two eviction queues (``_eviction_controller.py``
+    ``PerLevelEvictionController``: one ``PrioritizedLRUEvictionPolicy`` per pool group), over the
+    token tree. ``kv``: unlocked leaves by KV recency, a leaf without a state first (nothing can hit
+    it); ``state``: unlocked state holders by state recency. Ties follow the order pages enter the
+    queues: a request releases its attention pages last block first (``_core/_kv_cache.py``
+    ``_clear_blocks``: "drop the last block first"), so among equally recent leaves the deeper goes
+    first; its snapshots enter the state queue as they are committed, shallower first, after the
+    snapshot it resumed from (released by ``resume``), so among equally recent states the shallower
+    goes first."""
+
+    lists = ("kv", "state")
+
+    def keys(self, node):
+        out = {}
+        if node.lock or node.parent is None:
+            return out
+        if not node.children:
+            out["kv"] = (node.last_access if node.has_state else STATELESS_FIRST, -node.depth_tokens)
+        if node.has_state:
+            out["state"] = (getattr(node, "state_access", node.last_access), node.depth_tokens)
+        return out
+
+    def pop_victim(self):  # not used: TrtllmPoolEviction answers one budget as lru-tail-first
+        node = self.take("kv")
+        return None if node is None else Victim(node)
+
+
+@eviction("trtllm-pools")
+class TrtllmPoolEviction(TailFirstLRUEviction):
+    """TensorRT-LLM's V2 eviction. With a state pool (``--state-pool``: the recurrent pool group,
+    ``EngineRules.state_pool``) KV pressure and state pressure each take their own queue's victim
+    (``pop_kv_victim`` / ``pop_state_victim``), as ``StorageManager._prepare_free_slots`` evicts
+    only from the pool group short of slots:
+
+    - a KV victim is a leaf, and goes with its state: the engine's dropped attention page removes
+      its block's whole subtree (``_block_radix_tree.py`` ``clear_stale_blocks_after_page_unlink``
+      -> ``remove_subtree``), snapshot pages included;
+    - a state victim on an inner node loses only its state (its block stays: it has children); on
+      a leaf it goes with the KV back to the last state or branch (``EngineRules.cascade``): the
+      same function detaches the block, then each ancestor left a leaf without a recurrent page.
+
+    With one budget (no ``--state-pool``) it is ``lru-tail-first`` unchanged."""
+
+    def attach(self, tree):
+        super().attach(tree)
+        self.queues = _PoolQueues(self.cost, self.params)
+        self.queues.attach(tree)
+
+    def add(self, node):
+        super().add(node)
+        self.queues.add(node)
+
+    def update(self, node):
+        super().update(node)
+        self.queues.update(node)
+
+    def remove(self, node):
+        super().remove(node)
+        self.queues._alive -= 1
+
+    def pop_kv_victim(self):
+        node = self.queues.take("kv")
+        return None if node is None else Victim(node)
+
+    def pop_state_victim(self):
+        node = self.queues.take("state")
+        return None if node is None else Victim(node, drop_state_only=bool(node.children))
+
+
+#: with a state pool: a lookup refreshes the KV path to its hit and only the state it uses (the
+#: request holds the matched blocks' attention pages until it closes, and the matched snapshot
+#: only until ``resume`` copies it: ``_setup_for_reuse`` / ``_kv_cache.py``); a stateless leaf's
+#: ancestors left stateless leaves go with it (``clear_stale_blocks_after_page_unlink``)
+POOL_REFRESH = RefreshRule(hit="to-hit", state="consumed")
+
+
 @dataclass(frozen=True)
 class TrtllmPreset(PolicyPreset):
     """The V2 manager's radix tree: KV committed up to the last snapshot point only
@@ -197,6 +295,14 @@ class TrtllmPreset(PolicyPreset):
     matching skipped under a block with 32 children or more (``sim.cache.engine_tree``)."""
 
     def engine_rules(self, spec, config) -> EngineRules:
+        if getattr(config, "state_pool", ""):  # the engine's two pool groups (--state-pool)
+            return EngineRules(
+                kv_extent="state",
+                snapshot_block=TOKENS_PER_BLOCK,
+                state_pool=True,
+                cascade=True,
+                refresh=POOL_REFRESH,
+            )
         return EngineRules(kv_extent="state", snapshot_block=TOKENS_PER_BLOCK)
 
 
@@ -207,10 +313,11 @@ register_preset(
         "--periodic-snapshot-interval tokens and at --additional-snapshot-offsets-from-start / -from-end of each "
         "prompt (none of them, the default: hybrid reuse off); stores input + output - 1 tokens",
         admission="trtllm",
-        eviction="lru-tail-first",
+        eviction="trtllm-pools",
         lookup_cap_minus_one=True,
         engine="trtllm",
         version="1.3.0rc",
         stores_last_token=False,
+        extra_knobs=(StatePool,),
     )
 )

@@ -87,3 +87,20 @@ def test_host_time_column_is_the_median_of_seven_runs(monkeypatch):
     monkeypatch.setattr(bench, "host_overhead_us", lambda torch, fn, calls: (4.0, True))
     assert bench.host_us_median(None, None, 20, repeats=3) == (4.0, True)
     sys.modules.pop("kernel_bench", None)
+
+
+def test_trtllm_differential_splits_capacity_as_the_engine_sizes_its_pools(monkeypatch):
+    """``differential_trtllm.pool_slots``: TensorRT-LLM's V2 Mamba manager describes a typical
+    request as ``1 + fixed_rules`` descriptors sharing ``avg_seq_len`` tokens
+    (``mamba_cache_manager_v2.py`` ``_typical_request_descs``) and the storage manager splits the
+    quota by the bytes they need (``_storage_manager.py`` ``ratio_from_batch`` /
+    ``_compute_slots_for_batch``: ceil(tokens / tokens_per_block) attention pages per descriptor,
+    one recurrent page each). Hand-worked: 10 tokens, one end offset -> two descriptors of 5
+    tokens -> 2 + 2 pages of 4 tokens (16 bytes) against 2 states (20 bytes); of 1,000 bytes the
+    attention pool gets 1000 * 16/36 = 444.4 bytes = 111 pages, the recurrent pool 555.6 = 55."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    bench = __import__("differential_trtllm")
+    assert bench.pool_slots(1000, 1, 10, 4, 10, 1) == {bench.ATTN: 111, bench.SSM: 55}
+    # no fixed offset: one descriptor of 10 tokens -> 3 pages (12 bytes) against one state (10)
+    assert bench.pool_slots(1000, 1, 10, 4, 10, 0) == {bench.ATTN: 136, bench.SSM: 45}
+    sys.modules.pop("differential_trtllm", None)

@@ -32,7 +32,7 @@ ENGINE_PRESETS = [
     "belady",
     "belady-size",
 ]
-POOLED = ("sglang", "lmdeploy", "sglang-v1", "sglang-v1-pathrefresh", "sglang-v2", "lmdeploy-0.16-pytorch")
+POOLED = ("sglang", "lmdeploy", "sglang-v1", "sglang-v1-pathrefresh", "sglang-v2", "lmdeploy-0.16-pytorch", "trtllm")
 
 
 def test_every_engine_preset_is_registered():

@@ -1,0 +1,61 @@
+"""``trtllm`` with a state pool (``--state-pool``): TensorRT-LLM's V2 storage manager keeps
+attention KV pages and recurrent-state pages in two pool groups, each with its own LRU queue of the
+committed pages no request holds, and evicts only from the group short of slots
+(NVIDIA/TensorRT-LLM ``tensorrt_llm/runtime/kv_cache_manager_v2/_eviction_controller/
+_eviction_controller.py`` ``PerLevelEvictionController``, C++ twin
+``cpp/tensorrt_llm/batch_manager/kv_cache_manager_v2/evictionController.cpp``
+``PerLevelEvictionController::evict``; ``_storage_manager.py`` ``_prepare_free_slots``). Hand-worked
+on tiny traces: end offset 0 puts one state at each prompt's end."""
+
+from __future__ import annotations
+
+from engine_cases import TINY, cat, one_per_session, run, state_depths, toks
+
+END0 = {"additional_snapshot_offsets_from_end": "0"}
+
+
+def test_state_pressure_evicts_the_least_recently_used_state_with_its_leaf():
+    """Two recurrent pages. r2 hits A's state (the request holds the matched snapshot until
+    ``resume`` copies it, then releases it: it goes to the back of the queue, ``_kv_cache.py``
+    ``_setup_for_reuse``), so when r2's own state needs a page B's is the oldest and goes; B is a
+    leaf, so its block goes too (``_block_radix_tree.py`` ``clear_stale_blocks_after_page_unlink``
+    at 065ff9e9, L572-L597: a block left without a recurrent page and without children is
+    detached, then each ancestor so left). One budget keeps all three."""
+    A, B = toks(0, 64), toks(1000, 64)
+    trace = one_per_session(
+        (A, toks(5000, 4)),
+        (B, toks(5100, 4)),
+        (cat(A, toks(2000, 32)), toks(5200, 4)),  # hits A's state (64)
+        (cat(B, toks(3000, 32)), toks(5300, 4)),  # B's state is gone
+    )
+    got, sim = run(trace, "trtllm", spec=TINY, state_pool="2", **END0)
+    assert got == [0, 0, 64, 0]
+    # r3's state then needs a page: A's (refreshed as r2 resumed from it) entered the queue before
+    # r2's own snapshot at 96, so A's goes; A has a child, so only its state goes
+    assert state_depths(sim.tree) == [96, 96]
+    assert sim.tree.kv_tokens == 96 + 96
+    got, _ = run(trace, "trtllm", spec=TINY, **END0)
+    assert got == [0, 0, 64, 64]
+
+
+def test_an_inner_state_is_dropped_alone_and_its_kv_stays():
+    """Two recurrent pages. r1 extends A (hits A's state, then commits its own at 96); r2's state
+    needs a page: A's and r1's are equally recent, and A's entered the queue first (r1 released it
+    at ``resume``, before committing its snapshot), so A's goes. A's block has children, so the
+    engine drops only the recurrent page (the walk up in ``clear_stale_blocks_after_page_unlink``
+    stops at once) and keeps A's attention pages; r3, diverging after A, matches A's KV but has no
+    state to resume from (``BlockRadixTree._prune_match`` truncates to the last block with a
+    snapshot): 0, where one budget gives 64."""
+    A = toks(0, 64)
+    first = [
+        (A, toks(5000, 4)),
+        (cat(A, toks(2000, 32)), toks(5200, 4)),  # hits A (64), state at 96
+        (toks(1000, 64), toks(5300, 4)),  # another conversation's state evicts A's
+    ]
+    got, sim = run(one_per_session(*first), "trtllm", spec=TINY, state_pool="2", **END0)
+    assert got == [0, 64, 0]
+    assert state_depths(sim.tree) == [64, 96]  # r2's and r1's
+    assert sim.tree.kv_tokens == 96 + 64  # A's KV stays under r1's
+    trace = one_per_session(*first, (cat(A, toks(3000, 32)), toks(5400, 4)))
+    assert run(trace, "trtllm", spec=TINY, state_pool="2", **END0)[0] == [0, 64, 0, 0]
+    assert run(trace, "trtllm", spec=TINY, **END0)[0] == [0, 64, 0, 64]
