@@ -32,9 +32,10 @@ state, a block id being eight layers' pages (the attention page of B tokens; the
 padded up to it). ``--capacity`` bytes become ``capacity // (B x kv_bytes_per_token)`` block ids
 (the engine's ``num_blocks = memory // (page x layers per group)``), so a KV block costs the same
 on both sides and a state costs three block ids in vLLM against ``state_bytes / (B x
-kv_bytes_per_token)`` (2.98 at B = 528) in the simulator. ``--capacity 0`` (default): ample memory,
-nothing evicted. The engine also needs room for the running request's own blocks (the simulator
-charges none in sequential mode): the running request's blocks are added on top (``--headroom``).
+kv_bytes_per_token)`` (2.98 at B = 528) in the simulator's paper presets; the ``vllm`` preset charges
+three, the padded pages, and the running request's own blocks in sequential mode, as the engine
+(``--headroom`` adds engine blocks on top). ``--capacity 0`` (default): ample memory, nothing
+evicted.
 
 ``--scheduler continuous`` runs the preset under the continuous-batching scheduler instead (ample
 memory) and replays its steps (``Step`` events: prefill chunks, decodes, in order) through the

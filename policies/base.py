@@ -342,6 +342,17 @@ class EngineRules:
     - ``snapshot_block``: TensorRT-LLM's radix-tree block (``tokens_per_block``; 0: off): one
       recurrent snapshot per block, the deepest, and a snapshot inside a block the lookup does not
       match whole found only while that block's parent has fewer than 32 children.
+    - ``state_bytes``: bytes the engine charges one state (0: the model's own state bytes); vLLM
+      pads each Mamba layer's state page up to the attention page.
+    - ``running_blocks``: ``extent_block``-token blocks a request holds while it runs that the
+      cache never keeps, charged in sequential mode from its lookup to its last insert (vLLM: one
+      running-state block per Mamba group), plus its partial last KV block (0: none).
+    - ``capacity_unit``: the engine's memory is a whole number of blocks of this many bytes
+      (vLLM: ``num_blocks = memory // (page x layers per group)``): ``--capacity`` is floored to
+      it (0: bytes as given).
+    - ``duplicate_kv``: KV a request recomputes though it is cached (between its hit and its
+      match) is cached a second time under the same key; the older copy keeps its recency and
+      holds memory until the eviction order reaches it (vLLM's ``BlockHashToBlockMap``).
     """
 
     refresh: RefreshRule | None = None
@@ -357,6 +368,10 @@ class EngineRules:
     split: Callable[[int, int], int] | None = None
     future: bool = False
     snapshot_block: int = 0
+    state_bytes: int = 0
+    running_blocks: int = 0
+    capacity_unit: int = 0
+    duplicate_kv: bool = False
 
     def __post_init__(self) -> None:
         if self.kv_extent not in ("all", "state", "blocks"):

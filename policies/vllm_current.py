@@ -50,25 +50,39 @@ of ``--speculative-config``), ``--prefill-chunk`` (``--max-num-batched-tokens``)
 - EAGLE / MTP on: every kept state sits one block earlier (the block dropped for the draft
   model's hidden states; ``reachable_block_mask`` shifts by one block), and retention is dense.
 - A finished request stores input + output - 1 tokens (the last sampled token never ran through
-  the model). Eviction and grid as ``vllm-0.11-align``: one LRU free-block queue, tail first,
-  full blocks only.
+  the model), full blocks only.
+- Memory and eviction as vLLM's block pool (``vllm-free-queue`` and ``engine_rules``): one free
+  queue where a state and its KV are separate entries, a hit refreshing the path to it and its own
+  state, a state charged one padded page per layer, the running request's own blocks charged in
+  sequential mode, the memory in whole blocks, recomputed KV cached twice.
 
 Reproduces (``tests/policies/test_current_presets.py``): the retention grid and the decode states
 per interval, the whole-block prompt's state one block short, the interval's multiple (each test
 naming its line above); vLLM #40696's 528-token cliff; #45238's workload shape (the junction),
 under every scheduler (``tests/policies/test_engine_rules_schedulers.py``); the EAGLE block drop of
-test_mamba_align_chunk_split.py both ways. Not modelled: per-block (rather than per-edge) eviction
-(the engine's free queue also holds the blocks it never hashed: with eviction the differential
-agrees on 98-99 % of requests, not all), the step budget shared with other requests, the
-full-attention side of the EAGLE block drop, ``max_model_len`` (#48401's inert cache).
+test_mamba_align_chunk_split.py both ways; the block pool's rules under eviction
+(``tests/policies/test_vllm_block_pool.py``). Not modelled: a leaf's KV evicted a block at a time
+and a state's Mamba groups one by one (with eviction the differential agrees on 99.7-100 % of
+requests, not all), the step budget shared with other requests, the full-attention side of the
+EAGLE block drop, ``max_model_len`` (#48401's inert cache).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from policies.base import AdmissionPolicy, PolicyError, admission, knob, register_preset
-from policies.engine_common import Speculation, VllmBlocks, full_tokens, input_tokens
+from policies.base import (
+    AdmissionPolicy,
+    EngineRules,
+    PolicyError,
+    RefreshRule,
+    Victim,
+    admission,
+    eviction,
+    knob,
+    register_preset,
+)
+from policies.engine_common import Speculation, TwoHeapLRU, VllmBlocks, full_tokens, input_tokens
 from policies.vllm import VllmPreset
 
 VERSION = "0.34.0"  # the newest release, driven by benchmarks/differential_vllm.py (see the docstring)
@@ -181,6 +195,26 @@ class VllmAdmission(AdmissionPolicy):
             ends.append(pos)
         return ends
 
+    def running_blocks(self, hit: int, ctx, kept: set[int], groups: int) -> int:
+        """Blocks a request alone holds at its peak that the cache does not keep (sequential
+        mode; ``kept``: the token positions of its kept states, ``groups``: Mamba groups). Align
+        mode gives each step one new running-state block per Mamba group
+        (``MambaManager.allocate_new_blocks``, ``single_type_kv_cache_manager.py`` L1802-L1928,
+        one block past the skipped ones) and frees the previous one a step later
+        (``remove_skipped_blocks``, L1634-L1662), so a step that enters a new block after the
+        first step holds two per group; the previous one is cached only when its state is kept.
+        The partial last attention block is never cached. EAGLE's extra blocks are not counted."""
+        B = ctx.block_tokens
+        n, full = input_tokens(ctx), full_tokens(ctx)
+        ends = self.step_ends(hit, n, ctx) or [n]
+        extra = groups + (1 if full % B else 0)
+        if full > -(-ends[0] // B) * B:  # the request enters a new block after its first step
+            b = (full - 1) // B * B  # the last block it enters
+            prev = b if b >= n else max((e for e in ends if e <= b), default=hit)
+            if prev not in kept:
+                extra += groups
+        return extra
+
     def interval(self) -> int:
         p = self.params
         return DENSE if p.speculative_method != "none" else p.prefix_cache_retention_interval
@@ -239,9 +273,99 @@ class VllmAdmission(AdmissionPolicy):
         return lost
 
 
+@eviction("vllm-free-queue")
+class VllmFreeQueueEviction(TwoHeapLRU):
+    """vLLM's one free-block queue, with a state and the KV it ends as separate entries
+    (vLLM 0.34.0 ``vllm/v1/core/block_pool.py`` ``free_blocks`` L798-L837: cached blocks are
+    appended in the order a request frees them, the queue's head is evicted first).
+
+    - A state is evicted on its own; its KV stays, with its own recency (a Mamba group's block
+      and the attention blocks are different blocks of the queue), so a later request can still
+      match that KV token by token (and recompute it: ``duplicate_kv``).
+    - A lookup refreshes the attention path up to the hit and only the hit's state
+      (``MambaManager.find_longest_cache_hit``, ``single_type_kv_cache_manager.py`` L1475-L1552,
+      returns null blocks before the hit's block, and ``BlockPool.touch``, L774-L792, skips null
+      blocks); a finished request's path is appended again when it is freed.
+    - At equal recency (one request's blocks) a state goes before KV, shallower states first:
+      align mode frees a state block once the request has computed past it
+      (``MambaManager.remove_skipped_blocks``, L1634-L1662), before the request's attention blocks
+      are freed at its end, tail first (``SingleTypeKVCacheManager.free``: reversed order).
+    """
+
+    refresh = RefreshRule(hit="to-hit", state="consumed")
+    lists = ("kv", "state")
+
+    def keys(self, node):
+        out = {}
+        if node.lock or node.parent is None:
+            return out
+        if not node.children:
+            out["kv"] = (node.last_access, 1, -node.depth_tokens)
+        if node.has_state:
+            out["state"] = (getattr(node, "state_access", node.last_access), 0, node.depth_tokens)
+        return out
+
+    def _head(self):
+        kv, st = self.top("kv"), self.top("state")
+        if kv is None or st is None:
+            return kv or st
+        return kv if kv[:2] < st[:2] else st
+
+    def next_key(self):
+        """The queue position of the entry ``pop_victim`` would evict next: (recency, 0 for a
+        state / 1 for KV, depth order); None: nothing evictable."""
+        head = self._head()
+        return None if head is None else head[0]
+
+    def pop_victim(self):
+        head = self._head()
+        if head is None:
+            return None
+        node = head[3]
+        if head[0][1] == 0:  # a state entry: the state alone
+            self.take("state")
+            return Victim(node, drop_state_only=True)
+        self.take("kv")
+        return Victim(node)
+
+
+def mamba_groups(spec) -> tuple[int, int]:
+    """vLLM's KV cache groups for a hybrid model: layers per group and the number of Mamba
+    groups (vLLM 0.34.0 ``vllm/v1/core/kv_cache_planning.py``
+    ``_get_kv_cache_groups_uniform_page_size``, L567-L580: the fewest layers of one kind, or the
+    most when they are under 1.5 times the fewest; Qwen3.5-9B: 8 attention and 24 Gated-DeltaNet
+    layers, groups of 8, three Mamba groups)."""
+    n_linear = spec.n_gdn + spec.n_mamba
+    fewest, most = min(spec.n_attn, n_linear), max(spec.n_attn, n_linear)
+    per_group = most if most < fewest * 1.5 else fewest
+    return per_group, -(-n_linear // per_group)
+
+
 @dataclass(frozen=True)
 class VllmCurrentPreset(VllmPreset):
     """Today's vLLM: the derived block, refusing combinations the engine cannot run."""
+
+    def engine_rules(self, spec, config) -> EngineRules:
+        """vLLM's block pool on a hybrid model: a state costs one block per Mamba group (each
+        layer's state page padded to the attention page: ``MambaSpec.page_size_padded``), a
+        running request holds one running-state block per Mamba group and its partial last
+        block outside the cache, recomputed KV is cached twice, and the memory is whole blocks
+        of one group's pages (``EngineRules``). The padded
+        page: ``MambaSpec.page_size_bytes`` returns ``page_size_padded``
+        (``vllm/v1/kv_cache_interface.py`` L1156-L1162), the attention page of the block."""
+        rules = super().engine_rules(spec, config)
+        if not spec.is_hybrid or not spec.n_attn:
+            return rules
+        B = self.grid_for(spec, config)
+        per_group, groups = mamba_groups(spec)
+        page = B * spec.kv_bytes_per_token() // spec.n_attn  # one attention layer's page
+        return replace(
+            rules,
+            state_bytes=max(groups * per_group * page, spec.state_bytes()),
+            running_blocks=groups,
+            capacity_unit=per_group * page,
+            duplicate_kv=True,
+        )
 
     def check(self, spec, config) -> None:
         super().check(spec, config)
@@ -286,7 +410,7 @@ register_preset(
         "shared-prefix junction kept (#37898), block derived from the model (--block-size), EAGLE/MTP one-block "
         "drop; stores input + output - 1 tokens",
         admission="vllm",
-        eviction="lru-tail-first",
+        eviction="vllm-free-queue",
         lookup_cap_minus_one=True,
         engine="vllm",
         version=VERSION,

@@ -46,9 +46,18 @@ engine behaviour, named after the engine code it follows:
   children of the last whole block, and only while there are fewer than 32 of them
   (``find_best_partial_match_in_next_nodes``, TRTLLM-7784): a state inside a block the request
   does not match whole is found only then (``_reachable_hit``).
+- ``running_blocks`` (vLLM): a running request's own blocks come from the cache's memory; the
+  simulation charges them in sequential mode (``Simulation.hold_running``).
+- ``duplicate_kv`` (vLLM's ``BlockHashToBlockMap``, ``block_pool.py`` L78-L82: a key may map to
+  several blocks): the KV a request recomputes though it is cached (from its hit to its match) is
+  cached again; the older copy stays where the eviction order had it and holds one block until
+  the order reaches it (``cache_again``; the policy's ``next_key`` interleaves these copies with
+  its own victims, a copy first at equal recency).
 """
 
 from __future__ import annotations
+
+import heapq
 
 import numpy as np
 
@@ -79,6 +88,13 @@ class EngineTree(HybridRadixTree):
         self.wants_future = rules.future and future is None  # the driver (sim.engine.drivers.run) attaches it
         self.future = future
         self.frozen_tokens = 0  # KV charged for frozen partial blocks (LMDeploy)
+        self.running_blocks = rules.running_blocks
+        self.duplicate_kv = rules.duplicate_kv
+        self.copies: list = []  # older copies of recomputed KV blocks: (recency, 1, -end, order, tokens, first)
+        self.copy_tokens = 0  # KV tokens those copies hold
+        self._recomputed: dict[int, list] = {}  # id(match) -> [(node, block ends, recency)] (duplicate_kv)
+        self._node_copies: dict[Node, list] = {}  # node -> its older copies' entries
+        self._gone: set[int] = set()  # orders of copy entries popped or replaced
         self.states_replaced = 0  # states given up to a later one on the same anchor
         self._pending = (0, 0)  # (KV bytes, states) the insert being planned needs
         super().__init__(**settings)
@@ -108,7 +124,7 @@ class EngineTree(HybridRadixTree):
 
     @property
     def kv_bytes(self) -> int:
-        return (self.kv_tokens + self.frozen_tokens) * self.kv_bytes_per_token
+        return (self.kv_tokens + self.frozen_tokens + self.copy_tokens) * self.kv_bytes_per_token
 
     @property
     def used_bytes(self) -> int:
@@ -175,6 +191,74 @@ class EngineTree(HybridRadixTree):
         assert self.n_states <= self.state_capacity, "state pool exceeded"
 
     # ------------------------------------------------------------------ lookup and refresh
+    def lookup(self, seq: np.ndarray, max_hit_sym: int | None = None, now: float | None = None) -> MatchResult:
+        m = super().lookup(seq, max_hit_sym, now)
+        if self.duplicate_kv:
+            self._note_recomputed(m, max_hit_sym)
+        return m
+
+    def _note_recomputed(self, m: MatchResult, max_hit_sym: int | None) -> None:
+        """The cached KV a request will compute again: its matched blocks past the hit, up to
+        the lookup's cap (the engine's KV match stops at ``n - 1`` tokens), each by its end, with
+        their node's recency now (the hit's refresh stops at the hit)."""
+        end = m.match_sym if max_hit_sym is None else min(m.match_sym, max_hit_sym)
+        found = []
+        for node in m.path:
+            lo, hi = max(node.depth_sym - len(node.key), m.hit_sym), min(node.depth_sym, end)
+            if hi > lo:  # the blocks' ends now (an insert may extend the node in place later)
+                ends = [
+                    node.depth_tokens - j * self.block_tokens for j in range(node.depth_sym - hi, node.depth_sym - lo)
+                ]
+                found.append((node, ends, node.last_access))
+        if found:
+            self._recomputed[id(m)] = found
+
+    def cache_again(self, m: MatchResult, *, tag: object = None) -> None:
+        """The request that looked up ``m`` has cached its recomputed blocks a second time: the
+        older copies (still in the tree) hold their blocks at their old recency, deepest first
+        as the engine freed them, and the room for the new ones is made as the engine makes it
+        (evicting the oldest entries, which may be those older copies). ``tag``: handed to the
+        listener with every eviction this makes."""
+        for node, ends, recency in self._recomputed.pop(id(m), ()):
+            if node.parent is None:  # evicted meanwhile: the older copy is gone
+                continue
+            for end in ends:  # deepest first
+                self._push_copy(node, (recency, 1, -end))
+                self.copy_tokens += self.block_tokens
+        if self.used_bytes > self.capacity_bytes:
+            outer, self._tag = self._tag, tag
+            try:
+                self._evict_for(0)
+            finally:
+                self._tag = outer
+
+    def _push_copy(self, node: Node, key: tuple, *, first: bool = True) -> None:
+        """An older copy of one of ``node``'s blocks: ``first``, the block's first copy cached
+        (a hit touches it), else a later one (its place in the queue stays)."""
+        self._created += 1
+        entry = (*key, self._created, self.block_tokens, first)
+        heapq.heappush(self.copies, entry)
+        self._node_copies.setdefault(node, []).append(entry)
+
+    def refresh_hit(self, m: MatchResult, now: float) -> None:
+        """A hit on blocks cached twice touches the first copy cached, the older one
+        (``get_cached_block`` returns ``BlockHashToBlockMap.get_one_block``'s first block id,
+        ``block_pool.py`` L66-L69): that copy becomes the recent one and the newer copy keeps the
+        place the node had, so an older copy of the node takes the node's recency."""
+        olds = []
+        if self._node_copies and m.hit_sym > 0:
+            olds = [(n, n.last_access) for n in m.path if n.depth_sym <= m.hit_sym and n in self._node_copies]
+        super().refresh_hit(m, now)
+        for node, before in olds:
+            live = [e for e in self._node_copies[node] if e[3] not in self._gone]
+            self._node_copies[node] = [e for e in live if not e[5]]
+            for e in live:
+                if e[5]:  # touched: the newer copy, left where ``node`` was, takes its place
+                    self._gone.add(e[3])
+                    self._push_copy(node, (before, 1, e[2]), first=False)
+            if not self._node_copies[node]:
+                del self._node_copies[node]
+
     def match(self, seq: np.ndarray, max_hit_sym: int | None = None) -> MatchResult:
         if self.future is not None:
             self.future.arrived(seq)
@@ -496,6 +580,8 @@ class EngineTree(HybridRadixTree):
         return s, kv
 
     def _evict_for(self, need: float) -> tuple[bool, int, int]:
+        if self.copies and self.state_capacity is None:
+            return self._evict_with_copies(need)
         if self.state_capacity is None:
             return super()._evict_for(need)
         self.stats.eviction_calls += 1
@@ -507,6 +593,29 @@ class EngineTree(HybridRadixTree):
             lambda: self.n_states + need_states > self.state_capacity, self.policy.pop_state_victim, evicted
         )
         return ok, evicted[0], evicted[1]
+
+    def _evict_with_copies(self, need: float) -> tuple[bool, int, int]:
+        """One budget with older KV copies held (``duplicate_kv``): whichever of the policy's next
+        victim and the oldest copy comes first in the queue goes (a copy frees its block, nothing
+        leaves the tree)."""
+        self.stats.eviction_calls += 1
+        ev_states = ev_kv = 0
+        while self.used_bytes + need > self.capacity_bytes:
+            while self.copies and self.copies[0][3] in self._gone:  # replaced by a newer entry
+                heapq.heappop(self.copies)
+            nxt = self.policy.next_key()
+            if self.copies and (nxt is None or self.copies[0][0] <= nxt[0]):  # copies first at equal recency
+                entry = heapq.heappop(self.copies)
+                self._gone.add(entry[3])
+                self.copy_tokens -= entry[4]
+                continue
+            victim = self.policy.pop_victim()
+            if victim is None:
+                return False, ev_states, ev_kv
+            s, kv = self._apply_victim(victim)
+            ev_states += s
+            ev_kv += kv
+        return True, ev_states, ev_kv
 
     def _drain(self, over, pop, evicted: list) -> bool:
         """Apply ``pop()``'s victims while ``over()``, adding to ``evicted``; False when the

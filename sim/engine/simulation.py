@@ -76,6 +76,7 @@ class Flight:
     match: MatchResult | None = None  # the lookup (admission is asked again when a scheduler's chunks are known)
     ctx: AdmissionContext | None = None  # what admission was told about the request
     cut: tuple[int, int] | None = None  # seq_full's partial prompt block, when symbols follow it (Span)
+    held: int = 0  # KV tokens reserved for the running request's own blocks (EngineRules.running_blocks)
 
 
 class TreeEvents:
@@ -203,6 +204,10 @@ class Simulation:
         if rules is None:
             return HybridRadixTree(policy=eviction, **self.tree_settings())
         settings = self.tree_settings()  # an engine preset: the engines' cache variant
+        if rules.state_bytes and self.spec.is_hybrid:  # the engine's own charge for a state
+            settings["state_bytes"] = rules.state_bytes
+        if rules.capacity_unit and settings["capacity_bytes"] < UNLIMITED:  # whole engine blocks
+            settings["capacity_bytes"] = settings["capacity_bytes"] // rules.capacity_unit * rules.capacity_unit
         if rules.memory:  # the engine's own memory knob (--gpu-memory) replaces --capacity
             settings["capacity_bytes"] = parse_size(rules.memory)
         pool = state_capacity(rules, self.spec.state_bytes(), self.config.state_pool, settings["capacity_bytes"])
@@ -423,6 +428,8 @@ class Simulation:
         if f.locked is not None:
             self.tree.unlock(f.locked)
             f.locked = None
+        if f.match is not None and getattr(self.tree, "duplicate_kv", False):
+            self.tree.cache_again(f.match, tag=(f, t))  # before the refresh: older copies keep their recency
         self.tree.refresh_inserted(res, now, final=True)
         self._after_insert(res, f, t)
 
@@ -460,8 +467,36 @@ class Simulation:
         f = self.lookup(r, t, lock=True)
         f.decode_cps = sorted(set(f.prefill_cps) | set(f.decode_cps))
         f.prefill_cps = []
+        self.hold_running(f, t)
         self.served_at_once(f, t)
         return f
+
+    def hold_running(self, f: Flight, t: float) -> None:
+        """Sequential mode: charge the blocks the running request holds that the cache never keeps
+        (``EngineRules.running_blocks``: vLLM's running-state block per Mamba group, and the partial
+        last KV block), from its lookup to its last insert; evicting for them as the engine
+        allocates them from the same pool. Nothing is charged when they cannot be found."""
+        groups = getattr(self.tree, "running_blocks", 0)
+        if not groups or not self.preset.caching:
+            return
+        B = self.tree.extent_block or self.grid
+        shape = getattr(self.admission, "running_blocks", None)  # the engine's own peak, if it says
+        if shape is not None and f.ctx is not None:
+            blocks = shape(f.hit_tokens, f.ctx, {c * self.grid for c in f.decode_cps}, groups)
+        else:
+            blocks = groups + (1 if f.tok_full % B else 0)
+        tokens = blocks * B
+        self.tree.set_time(t)
+        if self.tree.reserve(tokens, 0, tag=(f, t)):
+            f.held = tokens
+
+    def sequential_insert(self, f: Flight, t: float) -> None:
+        """Sequential mode, second half: one insert of input + output with every checkpoint, then
+        the running request's own blocks are given back."""
+        self.insert_decode(f, t)
+        if f.held:
+            self.tree.release(f.held, 0)
+            f.held = 0
 
     def served_at_once(self, f: Flight, t: float) -> None:
         """Sequential mode: the request is served at its arrival (prefill, then decode events)."""
@@ -472,9 +507,6 @@ class Simulation:
         end = f.tok_done if f.tok_done >= 0 else f.tok_full
         for fn in self._on_decode:
             fn(r, t + p, t + p + d, f.tok_in, end, d)
-
-    #: sequential mode, second half: one insert of input + output with every checkpoint
-    sequential_insert = insert_decode
 
     def shadow_lookup(self, r: Request, t: float) -> Flight | None:
         """A shadow cache (duel tuner) sees a request arrive: look it up and pin the match. A

@@ -125,12 +125,13 @@ def test_causes_add_up_to_the_missed_tokens(policy, cfg, scheduler):
     assert s.missed_evicted == df["miss_evicted"].sum() and s.missed_never_shared == df["miss_never_shared"].sum()
 
 
-@pytest.mark.parametrize("capacity", [10**9, 150])
+@pytest.mark.parametrize("capacity", [10**9, 228])
 def test_two_losses_split_the_gap(capacity):
     """vLLM with EAGLE, block 16, a 50-token prompt P sent again by the third request: the prompt's
     state at 48 is kept one block earlier, at 32 (the 16 tokens between are the speculative loss);
-    at 150 B the 80-token second request evicts that state too, so (0, 32] is evicted, (32, 48]
-    speculative, 49 the grid and 50 the lookup cap."""
+    at 228 B the 80-token second request evicts that state too, so (0, 32] is evicted, (32, 48]
+    speculative, 49 the grid and 50 the lookup cap. (vLLM's running blocks and its padded state
+    page are charged: below 228 B the first request's own blocks leave no room to cache it.)"""
     P = toks(0, 50)
     trace = one_per_session((P, O), (toks(500, 80), toks(600, 5)), (P, toks(200, 5)))
     got, rows, when = causes(trace, "vllm", block_size=16, speculative_method="eagle", capacity=capacity)

@@ -1,0 +1,161 @@
+"""The ``vllm`` preset's memory and eviction rules under pressure, each naming the vLLM 0.34.0 code
+it follows (``benchmarks/differential_vllm.py`` drives that code with the same requests; the
+agreement table is in docs/presets-engines.md).
+
+Tree-level cases use a 1-token block, 1 byte of KV per token and 4-byte states; one time step per
+call, as the engine frees one request's blocks after the previous one's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from engine_cases import TINY, one_per_session, run, toks
+
+from policies.base import EngineRules, get_preset
+from policies.vllm_current import VllmFreeQueueEviction, mamba_groups
+from sim.cache.engine_tree import EngineTree
+from sim.config import SimConfig
+from sim.cost import get_model
+
+
+class _Pool:
+    def __init__(self, capacity: int, *, duplicate_kv: bool = False):
+        self.t = 0.0
+        self.tree = EngineTree(
+            EngineRules(duplicate_kv=duplicate_kv),
+            capacity_bytes=capacity,
+            kv_bytes_per_token=1,
+            state_bytes=4,
+            block_tokens=1,
+            policy=VllmFreeQueueEviction(),
+        )
+
+    def tick(self) -> float:
+        self.t += 1
+        return self.tree.set_time(self.t)
+
+    def insert(self, ids, states) -> None:
+        seq = np.array(ids, dtype=np.int64)
+        now = self.tick()
+        res = self.tree.insert(seq, len(seq), states, now)
+        assert res.inserted
+        self.tree.refresh_inserted(res, now, final=True)
+
+    def lookup(self, ids):
+        return self.tree.lookup(np.array(ids, dtype=np.int64), now=self.tick())
+
+
+def test_state_evicted_alone_before_its_kv_and_the_kv_still_matches():
+    """A state and the KV it ends are separate blocks of vLLM's one free queue
+    (``block_pool.py`` ``free_blocks`` L798-L837); a request's state block is freed once it has
+    computed past it (``MambaManager.remove_skipped_blocks``, ``single_type_kv_cache_manager.py``
+    L1634-L1662), before its attention blocks at its end, so the state goes first and the KV
+    stays: a later lookup matches it token by token without a hit."""
+    c = _Pool(capacity=6 + 4 + 4 + 4)
+    c.insert([1, 2, 3, 4, 5, 6], [6])  # 6 KV + a state
+    c.insert([20, 21, 22, 23], [4])  # 4 KV + a state: 18 bytes, full
+    c.insert([30], [])  # 1 KV more: the oldest entry goes, the state at 6 alone
+    m = c.lookup([1, 2, 3, 4, 5, 6, 7])
+    assert (m.hit_tokens, m.match_tokens) == (0, 6)
+    assert c.tree.n_states == 1 and c.tree.kv_tokens == 11
+    c.insert([40, 41, 42, 43], [])  # 4 more: [1..6]'s KV, the oldest entry (a lookup without a hit moves nothing)
+    assert c.lookup([1, 2, 3]).match_tokens == 0
+    assert c.lookup([20, 21, 22, 23, 24]).hit_tokens == 4
+    c.tree.check_invariants()
+
+
+def test_hit_refreshes_the_path_to_the_hit_and_only_the_hit_state():
+    """``MambaManager.find_longest_cache_hit`` (``single_type_kv_cache_manager.py`` L1475-L1552)
+    returns null blocks before the hit's block and ``BlockPool.touch`` (``block_pool.py``
+    L774-L792) skips null blocks: a hit moves the attention blocks up to it and its own state, not
+    the states above it on the path nor the KV past it."""
+    c = _Pool(capacity=8 + 3 * 4)
+    c.insert([1, 2, 3, 4, 5, 6, 7, 8], [2, 4, 8])  # 8 KV + 3 states: full
+    m = c.lookup([1, 2, 3, 4, 9])  # hits the state at 4
+    assert m.hit_tokens == 4
+    c.insert([50, 51, 52, 53], [])  # 4 bytes: the oldest entry is the state at 2 (t = 1)
+    assert c.lookup([1, 2, 77]).hit_tokens == 0
+    assert c.lookup([1, 2, 3, 4, 77]).hit_tokens == 4
+    c.insert([60, 61, 62, 63], [])  # 4 more: the state at 8 (t = 1, before its KV [5..8])
+    m = c.lookup([1, 2, 3, 4, 5, 6, 7, 8, 9])
+    assert (m.hit_tokens, m.match_tokens) == (4, 8)
+    c.tree.check_invariants()
+
+
+def test_recomputed_kv_is_cached_twice_and_the_older_copy_is_evicted_first():
+    """``BlockHashToBlockMap.insert`` (``block_pool.py`` L78-L82) keeps a second block under a key
+    already cached: the KV a request recomputes between its hit and its match holds two blocks,
+    and the older copy stays where the queue had it (it frees memory, the key stays cached)."""
+    c = _Pool(capacity=100, duplicate_kv=True)
+    c.insert([1, 2, 3, 4, 5, 6], [2])  # KV to 6, a state at 2 only
+    m = c.lookup([1, 2, 3, 4, 5, 6, 7, 8])
+    assert (m.hit_tokens, m.match_tokens) == (2, 6)
+    c.insert([1, 2, 3, 4, 5, 6, 7, 8], [8])
+    c.tree.cache_again(m)
+    assert c.tree.copy_tokens == 4  # tokens 3..6 cached again
+    assert c.tree.used_bytes == 8 + 4 + 2 * 4
+    c.tree.capacity_bytes = c.tree.used_bytes  # full: the next bytes come from the oldest entries
+    c.insert([90, 91, 92], [])
+    assert c.tree.copy_tokens == 1  # three older copies (t = 1) went first; nothing left the tree
+    assert c.lookup([1, 2, 3, 4, 5, 6, 7, 8, 9]).hit_tokens == 8
+    c.tree.check_invariants()
+
+
+def test_vllm_rules_for_qwen35_9b():
+    """vLLM groups Qwen3.5-9B's 8 attention and 24 Gated-DeltaNet layers in groups of 8
+    (``kv_cache_planning.py`` ``_get_kv_cache_groups_uniform_page_size`` L567-L580): three Mamba
+    groups; a state costs one padded page per layer (``MambaSpec.page_size_bytes`` returns
+    ``page_size_padded``, ``kv_cache_interface.py`` L1156-L1162), three blocks' worth of KV; a
+    running request holds a running-state block per Mamba group."""
+    spec = get_model("qwen3.5-9b")
+    preset = get_preset("vllm")
+    config = SimConfig(policy="vllm", model="qwen3.5-9b")
+    B = preset.grid_for(spec, config)
+    rules = preset.engine_rules(spec, config)
+    assert mamba_groups(spec) == (8, 3)
+    assert B == 528
+    assert rules.state_bytes == 3 * B * spec.kv_bytes_per_token() > spec.state_bytes()
+    assert (rules.running_blocks, rules.duplicate_kv, rules.kv_extent) == (3, True, "blocks")
+    assert get_preset("vllm-0.11-align").engine_rules(spec, config).running_blocks == 0
+
+
+def test_running_request_blocks_evict_the_oldest_state_in_sequential_mode():
+    """A running request's blocks come from the same pool (``KVCacheManager.allocate_slots``,
+    ``kv_cache_manager.py`` L401: ``get_new_blocks`` pops the free queue's head, evicting it):
+    one running-state block per Mamba group and the partial last block. TINY, 4-token blocks: a
+    9-token prompt with 3 output tokens caches 8 tokens of KV (16 bytes) and the state at
+    ``(9 - 1) // 4 * 4`` = 8 (16 bytes); running, it also holds one state block and its partial
+    block (8 tokens, 16 bytes). With 64 bytes, B's run needs 16 bytes more than A and B's cached
+    32 + 32: A's state goes (the oldest entry), A's KV stays, so C (A's prompt again) matches 8
+    tokens and hits none."""
+    a = (toks(0, 9), toks(500, 3))
+    b = (toks(100, 9), toks(600, 3))
+    hits, sim = run(one_per_session(a, b, a), "vllm", spec=TINY, capacity=64, block_size=4)
+    assert hits == [0, 0, 0]
+    assert sim.tree.running_blocks == 1
+    roomy, _ = run(one_per_session(a, b, a), "vllm", spec=TINY, capacity=80, block_size=4)
+    assert roomy == [0, 0, 8]
+
+
+def test_a_hit_on_kv_cached_twice_touches_the_first_copy():
+    """``get_cached_block`` answers with ``BlockHashToBlockMap.get_one_block``, the first block id
+    cached under a key (``block_pool.py`` L66-L69, kept by ``insert``'s ``setdefault``): a later
+    hit touches that older copy, and the newer copy keeps its place in the queue. So after C's hit
+    the copies of B's recomputed blocks sit at B's time (t = 3), after E's entries (t = 2): E's
+    state goes first, not a copy."""
+    c = _Pool(capacity=100, duplicate_kv=True)
+    c.insert([1, 2, 3, 4, 5, 6], [2])  # A, t = 1
+    c.insert([50, 51], [2])  # E, t = 2
+    m = c.lookup([1, 2, 3, 4, 5, 6, 7, 8])  # B, t = 3: hit 2, KV to 6
+    c.tree.set_time(c.t)
+    res = c.tree.insert(np.array([1, 2, 3, 4, 5, 6, 7, 8]), 8, [8], c.t)
+    c.tree.cache_again(m)
+    c.tree.refresh_inserted(res, c.t, final=True)
+    assert c.tree.copy_tokens == 4
+    assert c.lookup([1, 2, 3, 4, 5, 6, 7, 8, 9]).hit_tokens == 8  # C, t = 4: touches the first copies
+    c.tree.capacity_bytes = c.tree.used_bytes
+    c.insert([90], [])
+    assert c.tree.copy_tokens == 4
+    m = c.lookup([50, 51, 52])
+    assert (m.hit_tokens, m.match_tokens) == (0, 2)
+    c.tree.check_invariants()
