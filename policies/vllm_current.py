@@ -62,8 +62,8 @@ naming its line above); vLLM #40696's 528-token cliff; #45238's workload shape (
 under every scheduler (``tests/policies/test_engine_rules_schedulers.py``); the EAGLE block drop of
 test_mamba_align_chunk_split.py both ways; the block pool's rules under eviction
 (``tests/policies/test_vllm_block_pool.py``). Not modelled: a leaf's KV evicted a block at a time
-and a state's Mamba groups one by one (with eviction the differential agrees on 99.7-100 % of
-requests, not all), the step budget shared with other requests, the full-attention side of the
+and a state's Mamba groups one by one (with eviction the differential agrees on every request
+but one of 300 on ``mooncake:sample`` at retention -1), the step budget shared with other requests, the full-attention side of the
 EAGLE block drop, ``max_model_len`` (#48401's inert cache).
 """
 
@@ -294,6 +294,9 @@ class VllmFreeQueueEviction(TwoHeapLRU):
 
     refresh = RefreshRule(hit="to-hit", state="consumed")
     lists = ("kv", "state")
+    #: the queue's order is the order of the frees, so requests at equal trace times are ordered
+    #: as they are served (ShareGPT has such ties)
+    strict_clock = True
 
     def keys(self, node):
         out = {}

@@ -159,3 +159,19 @@ def test_a_hit_on_kv_cached_twice_touches_the_first_copy():
     m = c.lookup([50, 51, 52])
     assert (m.hit_tokens, m.match_tokens) == (0, 2)
     c.tree.check_invariants()
+
+
+def test_requests_at_equal_times_are_freed_in_the_order_served():
+    """The free queue's order is the order of ``free_blocks`` calls (``block_pool.py``
+    L798-L837), so of two requests at the same trace time the one served first is evicted first
+    (the tree's clock steps past ties: ``strict_clock``). At equal recency the shallower state
+    would go first: B's, served second."""
+    c = _Pool(capacity=4 + 4 + 2 + 4)
+    for ids, states in (([1, 2, 3, 4], [4]), ([10, 11], [2])):
+        now = c.tree.set_time(1.0)
+        res = c.tree.insert(np.array(ids), len(ids), states, now)
+        c.tree.refresh_inserted(res, now, final=True)
+    c.tree.set_time(2.0)
+    assert c.tree.insert(np.array([20]), 1, [], 2.0).inserted
+    assert c.lookup([1, 2, 3, 4, 5]).hit_tokens == 0
+    assert c.lookup([10, 11, 12]).hit_tokens == 2
