@@ -52,7 +52,9 @@ comma list (``1024,,4096``). Duplicates are dropped, as the engine's set does.
   holds. With ``--state-pool`` (the recurrent group's pages; ``--capacity`` minus them is the KV
   group) KV pressure evicts the least recent leaf with its state and state pressure the least
   recent state, alone on an inner node, with its leaf otherwise (``EngineRules.cascade``), a hit
-  refreshing the KV path and only the state it resumed from. Without ``--state-pool``: one budget,
+  refreshing the KV path and only the state it resumed from, operations at equal trace times in
+  the order they happen (``strict_clock``), the running request's pages beyond its last snapshot
+  point charged in sequential mode (``running_blocks``). Without ``--state-pool``: one budget,
   the LRU over leaves, tail first, as before (``benchmarks/differential_trtllm.py --capacity``
   measures it against the engine's own pools; docs/presets-engines.md).
 
@@ -91,6 +93,7 @@ from policies.engine_common import (
     StatePool,
     TailFirstLRUEviction,
     TwoHeapLRU,
+    full_tokens,
     input_tokens,
     verify_slots,
 )
@@ -201,6 +204,18 @@ class TrtllmAdmission(AdmissionPolicy):
         i = bisect_right(points, start)
         return points[i] - start if i < len(points) and points[i] < start + n else n
 
+    def running_blocks(self, hit: int, ctx, kept: set[int], groups: int) -> int:
+        """Grid units of KV a request alone holds at its peak that the cache does not keep
+        (sequential mode, with the engine's pools): its capacity grows to input + output - 1 tokens
+        (``_core/_kv_cache.py`` ``resize``: one page per ``tokens_per_block`` block), and only
+        the whole blocks up to its last snapshot point (or its hit) are the tree's; the partial
+        block there is its own page (the tree gets a copy, ``_snapshotPartialBlockToTree``)."""
+        n, full = input_tokens(ctx), full_tokens(ctx)
+        points = snapshot_points(n, self.params.periodic_snapshot_interval, self.from_start, self.from_end)
+        cached = max([hit, *points])
+        pages = -(-full // TOKENS_PER_BLOCK) - cached // TOKENS_PER_BLOCK
+        return max(0, -(-pages * TOKENS_PER_BLOCK // ctx.block_tokens))
+
     def decode_checkpoints(self, match, ctx):
         """None: the V2 manager commits only during the context phase. ``try_commit_blocks``
         (``mamba_cache_manager_v2.py``) commits up to ``min(max(expect_snapshot_points),
@@ -259,6 +274,9 @@ class TrtllmPoolEviction(TailFirstLRUEviction):
         super().attach(tree)
         self.queues = _PoolQueues(self.cost, self.params)
         self.queues.attach(tree)
+        # with the engine's pools, operations at equal trace times are ordered as they happen (the
+        # queues are ordered by release, not by a clock)
+        self.strict_clock = getattr(tree, "state_capacity", None) is not None
 
     def add(self, node):
         super().add(node)
@@ -302,6 +320,7 @@ class TrtllmPreset(PolicyPreset):
                 state_pool=True,
                 cascade=True,
                 refresh=POOL_REFRESH,
+                running_blocks=1,
             )
         return EngineRules(kv_extent="state", snapshot_block=TOKENS_PER_BLOCK)
 

@@ -59,3 +59,26 @@ def test_an_inner_state_is_dropped_alone_and_its_kv_stays():
     trace = one_per_session(*first, (cat(A, toks(3000, 32)), toks(5400, 4)))
     assert run(trace, "trtllm", spec=TINY, state_pool="2", **END0)[0] == [0, 64, 0, 0]
     assert run(trace, "trtllm", spec=TINY, **END0)[0] == [0, 64, 0, 64]
+
+
+def test_the_running_request_holds_its_capacity_beyond_the_last_snapshot_point():
+    """With the engine's pools the running request's pages come from the KV pool: its capacity
+    grows to input + output - 1 tokens, one page per 32-token block (``_core/_kv_cache.py``
+    ``resize``), and only the whole blocks up to its last snapshot point are the tree's (the
+    partial block there stays its own page; the tree gets a copy, ``kvCache.cpp``
+    ``_snapshotPartialBlockToTree``). A 600-token prompt with 99 more stored tokens and points
+    256 / 512 / 600: ceil(699 / 32) = 22 pages, 18 of them (600 // 32) cached: 4 pages, 128
+    tokens. Without a placement nothing is committed but the hit: all 22 pages beyond a hit of 0,
+    and 22 - 3 with a hit of 100 (its 3 whole blocks are the tree's)."""
+    from policies.base import AdmissionContext
+    from policies.trtllm_current import TrtllmAdmission, TrtllmParams
+
+    ctx = AdmissionContext(n_input=600, n_full=699, block_tokens=1)
+    placed = TrtllmAdmission(TrtllmParams(periodic_snapshot_interval=256, additional_snapshot_offsets_from_end="0"))
+    assert placed.running_blocks(0, ctx, set(), 1) == 4 * 32
+    none = TrtllmAdmission(TrtllmParams())
+    assert none.running_blocks(0, ctx, set(), 1) == 22 * 32
+    assert none.running_blocks(100, ctx, set(), 1) == 19 * 32
+    # on a hash-block trace the tokens are rounded up to whole symbols of the grid
+    sym = AdmissionContext(n_input=2, n_full=3, block_tokens=512, full_tokens=1500)
+    assert none.running_blocks(0, sym, set(), 1) == 3  # 47 pages = 1,504 tokens -> 3 symbols
