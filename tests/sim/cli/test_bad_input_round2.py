@@ -57,7 +57,7 @@ def _write_jsonl(path: Path, rows: list) -> Path:
         (
             "marconi",
             ["--state-pool", "3"],
-            "--state-pool does nothing for marconi (it is read by sglang, lmdeploy, sglang-0.5.9-no-buffer, ",
+            "--state-pool does nothing for marconi (it is read by sglang, trtllm, lmdeploy, sglang-0.5.9-no-buffer, ",
         ),
         ("vllm+", ["--state-alignment", "chunk"], "--state-alignment does nothing for vllm+ (it is read by sglang+, "),
         (
