@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import Counter
 
 import numpy as np
 from tqdm import tqdm
@@ -34,6 +33,7 @@ from sim.config import UNLIMITED, SimConfig
 from sim.engine.drivers import run, timestamps
 from sim.simulate import build
 from traces.registry import TraceOptions, load_trace
+from differential_report import Agreement  # this folder
 
 MODEL = "qwen3.5-9b"
 
@@ -127,22 +127,14 @@ def main() -> None:
         results[policy], order = sim_hits(trace, policy, args.block_size)
     engine = engine_hits(order, trace.requests, args.block_size)
     for policy, hits in results.items():
-        same = sum(a == b for a, b in zip(hits, engine))
-        diff = Counter(np.sign(np.array(hits) - np.array(engine)))
-        print(
-            f"{policy:24s} agrees on {same}/{len(engine)} requests "
-            f"(simulator higher on {diff.get(1, 0)}, lower on {diff.get(-1, 0)}); "
-            f"hit tokens {sum(hits):,} vs engine {sum(engine):,}"
-        )
-        shown = 0
-        for k, (a, b) in enumerate(zip(hits, engine)):
-            if a != b and shown < 5:
-                r = trace.requests[order[k]]
-                print(
-                    f"  request {order[k]} (input {len(r.input_tokens)}, output {len(r.output_tokens)}): "
-                    f"simulator {a}, engine {b}"
-                )
-                shown += 1
+        agreement = Agreement.of(hits, engine)
+        print(agreement.line(policy, 24))
+        for k in agreement.differing[:5]:
+            r = trace.requests[order[k]]
+            print(
+                f"  request {order[k]} (input {len(r.input_tokens)}, output {len(r.output_tokens)}): "
+                f"simulator {hits[k]}, engine {engine[k]}"
+            )
 
 
 if __name__ == "__main__":

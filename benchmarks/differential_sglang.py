@@ -51,10 +51,10 @@ import importlib.machinery
 import sys
 import time
 import types
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
+from differential_report import Agreement  # this folder
 
 MODEL = "qwen3.5-9b"
 PRESETS = {
@@ -384,23 +384,18 @@ def main() -> None:
         setup = engine_setup(trace, simulation, strategy, args.memory, args.prefill_chunk)
         setup.tree_core = args.tree_core
         eng = engine_hits(trace, order, setup)
-        same = sum(a == b for a, b in zip(sim, eng))
-        diff = Counter(np.sign(np.array(sim) - np.array(eng)))
+        agreement = Agreement.of(sim, eng)
         print(
-            f"{label:22s} agrees on {same}/{len(eng)} requests ({100 * same / len(eng):.1f} %; simulator higher on "
-            f"{diff.get(1, 0)}, lower on {diff.get(-1, 0)}); hit tokens {sum(sim):,} vs engine {sum(eng):,}; "
+            f"{label:22s} {agreement.counts(percent=True)}; {agreement.tokens()}; "
             f"engine pools {setup.kv_tokens:,} KV tokens, {setup.mamba_slots:,} mamba slots ({time.time() - t0:.0f} s)"
         )
-        shown = 0
-        for k, (a, b) in enumerate(zip(sim, eng)):
+        rows.extend((label, args.trace, args.memory, int(order[k]), a, b) for k, (a, b) in enumerate(zip(sim, eng)))
+        for k in agreement.differing[:5]:
             r = trace.requests[order[k]]
-            rows.append((label, args.trace, args.memory, int(order[k]), a, b))
-            if a != b and shown < 5:
-                print(
-                    f"  request {order[k]} (input {r.n_input_tokens(trace.block_tokens)}, output "
-                    f"{r.n_output_tokens(trace.block_tokens)}): simulator {a}, engine {b}"
-                )
-                shown += 1
+            print(
+                f"  request {order[k]} (input {r.n_input_tokens(trace.block_tokens)}, output "
+                f"{r.n_output_tokens(trace.block_tokens)}): simulator {sim[k]}, engine {eng[k]}"
+            )
     if args.out:
         with open(args.out, "x", newline="") as f:
             w = csv.writer(f)

@@ -71,6 +71,7 @@ from sim.errors import UsageError
 from sim.replay.tokens import request_tokens
 from sim.simulate import build
 from traces.registry import TraceOptions, load_trace
+from differential_report import Agreement  # this folder
 
 MODEL = "qwen3.5-9b"
 RADIX = "tensorrt_llm/runtime/kv_cache_manager_v2/_block_radix_tree.py"
@@ -788,18 +789,10 @@ def main() -> None:
             f"taken from the queues; {pools.dropped[ATTN]:,} / {pools.dropped[SSM]:,} more freed with their blocks"
         )
     for policy, hits in results.items():
-        same = sum(a == b for a, b in zip(hits, eng))
-        diff = Counter(np.sign(np.array(hits) - np.array(eng)))
-        print(
-            f"{policy:24s} agrees on {same}/{len(eng)} requests "
-            f"(simulator higher on {diff.get(1, 0)}, lower on {diff.get(-1, 0)}); "
-            f"hit tokens {sum(hits):,} vs engine {sum(eng):,}"
-        )
-        shown = 0
-        for k, (a, b) in enumerate(zip(hits, eng)):
-            if a != b and shown < 8:
-                print(f"  request {order[k]} (input {len(toks[order[k]])}): simulator {a}, engine {b}")
-                shown += 1
+        agreement = Agreement.of(hits, eng)
+        print(agreement.line(policy, 24))
+        for k in agreement.differing[:8]:
+            print(f"  request {order[k]} (input {len(toks[order[k]])}): simulator {hits[k]}, engine {eng[k]}")
     if args.out:
         with open(args.out, "x", newline="") as f:
             w = csv.writer(f)

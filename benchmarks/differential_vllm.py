@@ -73,6 +73,7 @@ from sim.engine.drivers import run, timestamps
 from sim.engine.events import EventLog, Step
 from sim.simulate import build
 from traces.registry import TraceOptions, load_trace
+from differential_report import Agreement  # this folder
 
 MODEL = "qwen3.5-9b"
 LAYERS_PER_GROUP = 8  # Qwen3.5-9B: 8 attention layers -> groups of 8 (1 attention, 3 Mamba)
@@ -553,19 +554,14 @@ def main(argv=None) -> int:
     for prompt, output in reqs:
         engine_hits.append(engine.serve(prompt, output)[0])
     for policy, hits in results.items():
-        same = sum(a == b for a, b in zip(hits, engine_hits))
-        diff = Counter(np.sign(np.array(hits) - np.array(engine_hits)))
-        print(
-            f"{policy:18s} agrees on {same}/{len(engine_hits)} requests "
-            f"(simulator higher on {diff.get(1, 0)}, lower on {diff.get(-1, 0)}); "
-            f"hit tokens {sum(hits):,} vs engine {sum(engine_hits):,}"
-        )
-        shown = 0
-        for k, (a, b) in enumerate(zip(hits, engine_hits)):
-            if a != b and shown < 5:
-                p, o = reqs[k]
-                print(f"  #{k} request {order[k]} (input {len(p)}, output {len(o)}): simulator {a}, engine {b}")
-                shown += 1
+        agreement = Agreement.of(hits, engine_hits)
+        print(agreement.line(policy, 18))
+        for k in agreement.differing[:5]:
+            p, o = reqs[k]
+            print(
+                f"  #{k} request {order[k]} (input {len(p)}, output {len(o)}): "
+                f"simulator {hits[k]}, engine {engine_hits[k]}"
+            )
     if args.out:
         with args.out.open("x", newline="") as f:
             w = csv.writer(f)

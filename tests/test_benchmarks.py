@@ -57,8 +57,30 @@ SMALLEST = {
 }
 
 
+# modules of this folder that the scripts import (not scripts themselves)
+SHARED = {"differential_report.py"}
+
+
 def test_every_benchmark_is_listed():
-    assert sorted(p.name for p in BENCH.glob("*.py")) == sorted(SMALLEST)
+    assert sorted(p.name for p in BENCH.glob("*.py")) == sorted([*SMALLEST, *SHARED])
+
+
+def test_differential_agreement_counts_each_way_and_prints_the_scripts_line(monkeypatch):
+    """``differential_report.Agreement``, the line every ``differential_*.py`` prints. Hand-worked:
+    simulator hits 0, 64, 128, 512 against the engine's 0, 128, 128, 448: requests 1 and 3
+    differ, the simulator lower on 1 and higher on 3; totals 704 and 704."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    report = __import__("differential_report")
+    a = report.Agreement.of([0, 64, 128, 512], [0, 128, 128, 448])
+    assert (a.n, a.same, a.higher, a.lower, a.differing) == (4, 2, 1, 1, (1, 3))
+    assert a.line("vllm", 6) == (
+        "vllm   agrees on 2/4 requests (simulator higher on 1, lower on 1); hit tokens 704 vs engine 704"
+    )
+    assert a.counts(percent=True) == "agrees on 2/4 requests (50.0 %; simulator higher on 1, lower on 1)"
+    assert report.Agreement.of([1_000], [1_000]).tokens() == "hit tokens 1,000 vs engine 1,000"
+    with pytest.raises(ValueError, match="3 simulator hits against 2 engine hits"):
+        report.Agreement.of([1, 2, 3], [1, 2])
+    sys.modules.pop("differential_report", None)
 
 
 @pytest.mark.parametrize("script", sorted(SMALLEST))

@@ -1,0 +1,52 @@
+"""What every ``differential_*.py`` script reports: per request, do the simulator's preset and the
+engine's own cache code give the same hit tokens, and where they do not, which way.
+
+Imported by the scripts of this folder (``from differential_report import Agreement``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Hit tokens of the same requests, in the same order, from the simulator and the engine."""
+
+    n: int  # requests compared
+    same: int  # requests with equal hit tokens
+    higher: int  # the simulator's hit is larger
+    lower: int  # the simulator's hit is smaller
+    sim_tokens: int
+    engine_tokens: int
+    differing: tuple[int, ...]  # positions (in the compared order) whose hits differ
+
+    @classmethod
+    def of(cls, sim: Sequence[int], engine: Sequence[int]) -> Agreement:
+        if len(sim) != len(engine):
+            raise ValueError(f"{len(sim)} simulator hits against {len(engine)} engine hits")
+        differing = tuple(k for k, (a, b) in enumerate(zip(sim, engine)) if a != b)
+        higher = sum(1 for k in differing if sim[k] > engine[k])
+        return cls(
+            n=len(sim),
+            same=len(sim) - len(differing),
+            higher=higher,
+            lower=len(differing) - higher,
+            sim_tokens=int(sum(sim)),
+            engine_tokens=int(sum(engine)),
+            differing=differing,
+        )
+
+    def counts(self, *, percent: bool = False) -> str:
+        """``agrees on S/N requests (simulator higher on H, lower on L)``, the share in % first if asked."""
+        share = f"{100 * self.same / self.n:.1f} %; " if percent else ""
+        return (
+            f"agrees on {self.same}/{self.n} requests ({share}simulator higher on {self.higher}, lower on {self.lower})"
+        )
+
+    def tokens(self) -> str:
+        return f"hit tokens {self.sim_tokens:,} vs engine {self.engine_tokens:,}"
+
+    def line(self, label: str, width: int) -> str:
+        """The scripts' summary line: the label padded to ``width``, counts, then token totals."""
+        return f"{label:{width}s} {self.counts()}; {self.tokens()}"
