@@ -33,7 +33,7 @@ SHRINK = {
 }
 # commands (by their start) that cannot run on this machine, and why; each must still be in a doc
 SKIP = {
-    "python benchmarks/": "GPU benchmarks: run on a CUDA machine (make test-gpu, docs/results-*.md)",
+    "python benchmarks/": "benchmarks: a CUDA GPU or an engine's own code in a folder (docs/results-*.md, presets-engines.md)",
     "marconi replay --model qwen": "a full-size preset replays on a CUDA GPU (a CPU runs replay-tiny)",
     "pip install": "installs from the network",
 }
