@@ -161,6 +161,26 @@ class TwoHeapLRU(EvictionPolicy):
         return entry[3]
 
 
+class LeafStateLists(TwoHeapLRU):
+    """Two lists over the unlocked non-root nodes (SGLang's two LRU lists, TensorRT-LLM V2's two
+    pool queues). ``kv``: leaves by KV recency, a leaf without a state first (nothing can hit it);
+    ``state``: state holders by state recency, the shallower first at equal recency. Equally
+    recent leaves go shallower first, or deeper first where ``LEAF_TIE`` is -1."""
+
+    lists = ("kv", "state")
+    LEAF_TIE = 1  # -1: among equally recent leaves the deeper goes first
+
+    def keys(self, node):
+        out = {}
+        if node.lock or node.parent is None:
+            return out
+        if not node.children:
+            out["kv"] = (node.last_access if node.has_state else STATELESS_FIRST, self.LEAF_TIE * node.depth_tokens)
+        if node.has_state:
+            out["state"] = (getattr(node, "state_access", node.last_access), node.depth_tokens)
+        return out
+
+
 @eviction("lru-tail-first")
 class TailFirstLRUEviction(HeapEviction):
     """One LRU over cached leaves (vLLM's shared free-block queue, TensorRT-LLM's KV pool): a

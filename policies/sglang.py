@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 
 from policies.base import AdmissionPolicy, EngineRules, RefreshRule, Victim, admission, eviction
-from policies.engine_common import STATELESS_FIRST, ChunkedPrefill, TwoHeapLRU, chunk_ends, input_tokens
+from policies.engine_common import ChunkedPrefill, LeafStateLists, chunk_ends, input_tokens
 
 SGLANG_CAPTURE_CHUNK = 64  # V2: mamba_cache_chunk_size = max(FLA chunk 64, page)
 SGLANG_TRACK_INTERVAL = 256  # V2: --mamba-track-interval (decode tracking)
@@ -135,24 +135,12 @@ class SGLangV2Admission(AdmissionPolicy):
 
 
 @eviction("two-list")
-class TwoListLRUEviction(TwoHeapLRU):
+class TwoListLRUEviction(LeafStateLists):
     """SGLang's two LRU lists. ``kv``: unlocked leaves by KV recency (a stateless leaf, a tombstone
     left behind, first); evicting one frees its KV and state. ``state``: unlocked state holders by
     state recency; an inner one loses only its state (a tombstone), a leaf goes whole. Ties go to
     the shallower node (in SGLang's lists a child is newer than its parent). With one budget the
     two lists are merged by recency."""
-
-    lists = ("kv", "state")
-
-    def keys(self, node):
-        out = {}
-        if node.lock or node.parent is None:
-            return out
-        if not node.children:
-            out["kv"] = (node.last_access if node.has_state else STATELESS_FIRST, node.depth_tokens)
-        if node.has_state:
-            out["state"] = (getattr(node, "state_access", node.last_access), node.depth_tokens)
-        return out
 
     def pop_kv_victim(self):
         node = self.take("kv")

@@ -88,11 +88,10 @@ from policies.base import (
     register_preset,
 )
 from policies.engine_common import (
-    STATELESS_FIRST,
+    LeafStateLists,
     Speculation,
     StatePool,
     TailFirstLRUEviction,
-    TwoHeapLRU,
     full_tokens,
     input_tokens,
     verify_slots,
@@ -226,7 +225,7 @@ class TrtllmAdmission(AdmissionPolicy):
         return []
 
 
-class _PoolQueues(TwoHeapLRU):
+class _PoolQueues(LeafStateLists):
     """The V2 storage manager's two eviction queues (``_eviction_controller.py``
     ``PerLevelEvictionController``: one ``PrioritizedLRUEvictionPolicy`` per pool group), over the
     token tree. ``kv``: unlocked leaves by KV recency, a leaf without a state first (nothing can hit
@@ -237,17 +236,7 @@ class _PoolQueues(TwoHeapLRU):
     snapshot it resumed from (released by ``resume``), so among equally recent states the shallower
     goes first."""
 
-    lists = ("kv", "state")
-
-    def keys(self, node):
-        out = {}
-        if node.lock or node.parent is None:
-            return out
-        if not node.children:
-            out["kv"] = (node.last_access if node.has_state else STATELESS_FIRST, -node.depth_tokens)
-        if node.has_state:
-            out["state"] = (getattr(node, "state_access", node.last_access), node.depth_tokens)
-        return out
+    LEAF_TIE = -1
 
     def pop_victim(self):  # not used: TrtllmPoolEviction answers one budget as lru-tail-first
         node = self.take("kv")
