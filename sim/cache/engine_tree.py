@@ -69,6 +69,10 @@ from sim.errors import UsageError
 NO_RULES = EngineRules()  # the core tree's behaviour
 
 
+#: what ``_pop_copy_or_victim`` answers for an older KV copy it dropped
+COPY_DROPPED = object()
+
+
 class EngineNode(Node):
     __slots__ = ("state_access",)
 
@@ -599,35 +603,27 @@ class EngineTree(HybridRadixTree):
         victim and the oldest copy comes first in the queue goes (a copy frees its block, nothing
         leaves the tree)."""
         self.stats.eviction_calls += 1
-        ev_states = ev_kv = 0
-        while self.used_bytes + need > self.capacity_bytes:
-            while self.copies and self.copies[0][3] in self._gone:  # replaced by a newer entry
-                heapq.heappop(self.copies)
-            nxt = self.policy.next_key()
-            if self.copies and (nxt is None or self.copies[0][0] <= nxt[0]):  # copies first at equal recency
-                entry = heapq.heappop(self.copies)
-                self._gone.add(entry[3])
-                self.copy_tokens -= entry[4]
-                continue
-            victim = self.policy.pop_victim()
-            if victim is None:
-                return False, ev_states, ev_kv
-            s, kv = self._apply_victim(victim)
-            ev_states += s
-            ev_kv += kv
-        return True, ev_states, ev_kv
+        evicted = [0, 0]  # states, KV tokens
+        ok = self._drain(lambda: self.used_bytes + need > self.capacity_bytes, self._pop_copy_or_victim, evicted)
+        return ok, evicted[0], evicted[1]
 
-    def _drain(self, over, pop, evicted: list) -> bool:
-        """Apply ``pop()``'s victims while ``over()``, adding to ``evicted``; False when the
-        pool runs dry first."""
-        while over():
-            victim = pop()
-            if victim is None:
-                return False
-            s, kv = self._apply_victim(victim)
-            evicted[0] += s
-            evicted[1] += kv
-        return True
+    def _pop_copy_or_victim(self):
+        """The oldest copy when it comes no later than the policy's next victim (dropped here:
+        ``COPY_DROPPED``), else the policy's victim (None: nothing left)."""
+        while self.copies and self.copies[0][3] in self._gone:  # replaced by a newer entry
+            heapq.heappop(self.copies)
+        nxt = self.policy.next_key()
+        if self.copies and (nxt is None or self.copies[0][0] <= nxt[0]):  # copies first at equal recency
+            entry = heapq.heappop(self.copies)
+            self._gone.add(entry[3])
+            self.copy_tokens -= entry[4]
+            return COPY_DROPPED
+        return self.policy.pop_victim()
+
+    def _apply_victim(self, victim) -> tuple[int, int]:
+        if victim is COPY_DROPPED:  # its block is already free; nothing leaves the tree
+            return 0, 0
+        return super()._apply_victim(victim)
 
     def evict_kv(self, tokens: int) -> int:
         """Free at least ``tokens`` KV tokens from the KV list (SGLang ``evict_full``); returns

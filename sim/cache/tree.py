@@ -664,17 +664,22 @@ class HybridRadixTree:
 
     def _evict_for(self, need: float) -> tuple[bool, int, int]:
         """Evict until ``need`` more bytes fit. Returns (fits, states evicted, KV tokens evicted)."""
-        ev_states = ev_kv = 0
         self.stats.eviction_calls += 1
-        policy = self.policy
-        while self.used_bytes + need > self.capacity_bytes:
-            victim = policy.pop_victim()
+        evicted = [0, 0]  # states, KV tokens
+        ok = self._drain(lambda: self.used_bytes + need > self.capacity_bytes, self.policy.pop_victim, evicted)
+        return ok, evicted[0], evicted[1]
+
+    def _drain(self, over, pop, evicted: list) -> bool:
+        """Apply ``pop()``'s victims while ``over()``, adding (states, KV tokens) freed to
+        ``evicted``; False when the pool runs dry first."""
+        while over():
+            victim = pop()
             if victim is None:
-                return False, ev_states, ev_kv
+                return False
             s, kv = self._apply_victim(victim)
-            ev_states += s
-            ev_kv += kv
-        return True, ev_states, ev_kv
+            evicted[0] += s
+            evicted[1] += kv
+        return True
 
     def evict(self, node: Node) -> tuple[int, int]:
         """Evict one candidate: a leaf goes with its KV and state; a single-child node loses its
