@@ -31,7 +31,8 @@ tokens of a finished request (the last sampled token never ran through the model
 ones keep the project's earlier input + output. Chunked prefill is ``--prefill-chunk`` tokens per
 scheduled step, counted from the hit; one request prefills at a time. Chunk positions come from
 one place per engine: ``engine_common.chunk_ends`` (SGLang no_buffer, LMDeploy),
-``sglang.v2_tracks`` (extra_buffer) and ``vllm.align_step_ends`` (vLLM).
+``sglang.v2_tracks`` (extra_buffer), ``vllm.align_step_ends`` (the versioned ``vllm-0.11-*``) and
+``vllm_current``'s ``schedule_chunk`` / ``step_ends`` (today's ``vllm``).
 """
 
 from __future__ import annotations
