@@ -9,7 +9,12 @@ on tiny traces: end offset 0 puts one state at each prompt's end."""
 
 from __future__ import annotations
 
+import numpy as np
 from engine_cases import TINY, cat, one_per_session, run, state_depths, toks
+
+from policies.base import EngineRules
+from policies.vllm_current import VllmFreeQueueEviction
+from sim.cache.engine_tree import EngineTree
 
 END0 = {"additional_snapshot_offsets_from_end": "0"}
 
@@ -82,3 +87,37 @@ def test_the_running_request_holds_its_capacity_beyond_the_last_snapshot_point()
     # on a hash-block trace the tokens are rounded up to whole symbols of the grid
     sym = AdmissionContext(n_input=2, n_full=3, block_tokens=512, full_tokens=1500)
     assert none.running_blocks(0, sym, set(), 1) == 3  # 47 pages = 1,504 tokens -> 3 symbols
+
+
+def _trtllm_tree_hit(children: int) -> tuple[int, int]:
+    """``children`` 64-token prompts sharing their first 20 tokens, each with snapshots at 20 and
+    64 (TensorRT-LLM's 32-token radix blocks, KV kept to the last snapshot): the first block
+    (0, 32] has ``children`` distinct paths. Returns a lookup's (hit, match) for the shared 20
+    tokens followed by two new ones."""
+    t = EngineTree(
+        EngineRules(kv_extent="state", snapshot_block=32),
+        capacity_bytes=10**6,
+        kv_bytes_per_token=1,
+        state_bytes=4,
+        block_tokens=1,
+        policy=VllmFreeQueueEviction(),
+    )
+    for k in range(children):
+        now = t.set_time(k + 1.0)
+        seq = np.array([*range(20), *range(1000 + 100 * k, 1044 + 100 * k)], dtype=np.int64)
+        res = t.insert(seq, 64, [20, 64], now)
+        assert res.inserted
+        t.refresh_inserted(res, now, final=True)
+    m = t.lookup(np.array([*range(20), 9, 9], dtype=np.int64), now=t.set_time(100.0))
+    t.check_invariants()
+    return m.hit_tokens, m.match_tokens
+
+
+def test_trtllm_snapshot_inside_a_partly_matched_block_needs_fewer_than_32_children():
+    """TensorRT-LLM's partial match (``_block_radix_tree.py``
+    ``find_best_partial_match_in_next_nodes``, stored version 065ff9e9 L291-L310: ``if
+    len(block.next) >= 32: return None, 0``): the snapshot at 20 lies inside the block (0, 32]
+    the lookup matches only 20 tokens of, so it is reached with 31 children under the root (hit
+    20) and not with 32 (hit 0, the KV match still 20)."""
+    assert _trtllm_tree_hit(31) == (20, 20)
+    assert _trtllm_tree_hit(32) == (0, 20)

@@ -19,14 +19,15 @@ from sim.cost import get_model
 
 
 class _Pool:
-    def __init__(self, capacity: int, *, duplicate_kv: bool = False):
+    def __init__(self, capacity: int, *, duplicate_kv: bool = False, block_tokens: int = 1):
         self.t = 0.0
+        self.B = block_tokens
         self.tree = EngineTree(
             EngineRules(duplicate_kv=duplicate_kv),
             capacity_bytes=capacity,
             kv_bytes_per_token=1,
             state_bytes=4,
-            block_tokens=1,
+            block_tokens=block_tokens,
             policy=VllmFreeQueueEviction(),
         )
 
@@ -37,7 +38,7 @@ class _Pool:
     def insert(self, ids, states) -> None:
         seq = np.array(ids, dtype=np.int64)
         now = self.tick()
-        res = self.tree.insert(seq, len(seq), states, now)
+        res = self.tree.insert(seq, len(seq) * self.B, states, now)
         assert res.inserted
         self.tree.refresh_inserted(res, now, final=True)
 
@@ -175,3 +176,42 @@ def test_requests_at_equal_times_are_freed_in_the_order_served():
     assert c.tree.insert(np.array([20]), 1, [], 2.0).inserted
     assert c.lookup([1, 2, 3, 4, 5]).hit_tokens == 0
     assert c.lookup([10, 11, 12]).hit_tokens == 2
+
+
+def test_caching_recomputed_kv_again_evicts_at_once_when_over_capacity():
+    """vLLM's ``duplicate_kv`` rule (``BlockHashToBlockMap.insert``, ``block_pool.py`` L78-L82):
+    the KV a request recomputes past its hit is cached a second time, and the room for those new
+    blocks is made right then, from the oldest entries of the free queue. 18 bytes: A = tokens
+    1..6 with a state at 2 (6 + 4 = 10 bytes); B looks up 1..8 (hit 2, match 6), then caches
+    1..8 with a state at 8 (+2 KV + 4 = 16 bytes); cache_again adds copies of tokens 3..6 (4
+    bytes: 20 > 18), so the two oldest entries go at once: two older copies (t = 1, copies first
+    at equal recency), leaving 2 copy tokens, 18 bytes, and the tree whole (B's hit 8)."""
+    c = _Pool(capacity=18, duplicate_kv=True)
+    c.insert([1, 2, 3, 4, 5, 6], [2])
+    m = c.lookup([1, 2, 3, 4, 5, 6, 7, 8])
+    assert (m.hit_tokens, m.match_tokens) == (2, 6)
+    c.insert([1, 2, 3, 4, 5, 6, 7, 8], [8])
+    assert c.tree.used_bytes == 16
+    c.tree.cache_again(m)
+    assert (c.tree.copy_tokens, c.tree.used_bytes) == (2, 18)
+    assert c.lookup([1, 2, 3, 4, 5, 6, 7, 8, 9]).hit_tokens == 8
+    c.tree.check_invariants()
+
+
+def test_evicting_an_older_copy_frees_its_whole_block():
+    """An older KV copy holds one block (``block_tokens`` tokens); evicting it frees all of them.
+    2-token blocks, 19 bytes: A = blocks [1, 2, 3] (6 tokens) with a state after block 1 (10
+    bytes); B looks up [1, 2, 3, 4] (hit 2 tokens, match 6), caches [1, 2, 3, 4] with a state at
+    its end (+2 KV + 4 = 16 bytes); cache_again adds copies of blocks 2 and 3 (4 tokens: 20 > 19),
+    so one copy goes, 2 tokens: 2 copy tokens, 18 bytes (a copy freeing 1 token would stop at
+    3 copy tokens and 19 bytes)."""
+    c = _Pool(capacity=19, duplicate_kv=True, block_tokens=2)
+    c.insert([1, 2, 3], [1])
+    m = c.lookup([1, 2, 3, 4])
+    assert (m.hit_tokens, m.match_tokens) == (2, 6)
+    c.insert([1, 2, 3, 4], [4])
+    assert c.tree.used_bytes == 16
+    c.tree.cache_again(m)
+    assert (c.tree.copy_tokens, c.tree.used_bytes) == (2, 18)
+    assert c.lookup([1, 2, 3, 4, 5]).hit_tokens == 8
+    c.tree.check_invariants()
