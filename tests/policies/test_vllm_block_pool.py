@@ -215,3 +215,17 @@ def test_evicting_an_older_copy_frees_its_whole_block():
     assert (c.tree.copy_tokens, c.tree.used_bytes) == (2, 18)
     assert c.lookup([1, 2, 3, 4, 5]).hit_tokens == 8
     c.tree.check_invariants()
+
+
+def test_a_simulated_request_caches_the_kv_it_recomputed_past_its_hit_again():
+    """Through the simulator, not only the tree (``Simulation.insert_decode`` calls ``cache_again``
+    for a request with a lookup): vLLM caches the blocks a request recomputes between its hit and
+    its match a second time under the same hashes (``BlockHashToBlockMap.insert``, ``block_pool.py``
+    L78-L82). TINY, 4-token blocks, retention 0: A (9 + 8 tokens) caches 16 tokens of KV and its
+    prompt state at (9 - 1) // 4 * 4 = 8; B sends A's 17 tokens and 5 more, matches 16 tokens, hits
+    the state at 8 and recomputes tokens 8..16: two blocks, 8 tokens, held twice."""
+    a = (toks(0, 9), toks(500, 8))
+    b = (np.concatenate([*a, toks(900, 5)]), toks(700, 2))
+    hits, sim = run(one_per_session(a, b), "vllm", spec=TINY, block_size=4)
+    assert hits == [0, 8]
+    assert sim.tree.copy_tokens == 8

@@ -382,3 +382,23 @@ def test_hash_blocks_keep_the_invariants_under_pressure(G, pool, capacity, refus
     for node in locked:
         tree.unlock(node)
     tree.check_invariants()
+
+
+def test_an_anchor_block_replaces_only_states_on_paths_sharing_the_anchor():
+    """LMDeploy's one state per block anchor (``_states_in_block``): a new checkpoint replaces the
+    states that end in the same 8-token block on paths sharing the tokens before the anchor, not
+    those on a branch that left earlier. Q = 0..5 then 200..215 with a state at 12; P = 0..5 then
+    100..115 with a state at 10: both end in the block [8, 16), but Q left P's path at token 6,
+    before the anchor at 8, so Q's state stays. R = 0..5 then 300..303 (a state at 10), inserted
+    between them, splits the tree at token 6 first, so P's walk to its anchor crosses that whole
+    edge before leaving the tree: three states, nothing replaced."""
+    tree = _tree(TieredLRUEviction(), EngineRules(anchor_block=8), capacity=10**6)
+    q = np.concatenate([np.arange(6), np.arange(200, 216)])
+    r = np.concatenate([np.arange(6), np.arange(300, 304)])
+    p = np.concatenate([np.arange(6), np.arange(100, 116)])
+    tree.insert(q, len(q), [12], 1.0)
+    tree.insert(r, len(r), [10], 2.0)
+    tree.insert(p, len(p), [10], 3.0)
+    assert (tree.n_states, tree.states_replaced) == (3, 0)
+    assert tree.lookup(q).hit_tokens == 12
+    tree.check_invariants()
