@@ -30,10 +30,8 @@ import numpy as np
 from tqdm import tqdm
 
 from sim.config import UNLIMITED, SimConfig
-from sim.engine.drivers import run, timestamps
-from sim.simulate import build
 from traces.registry import TraceOptions, load_trace
-from differential_report import Agreement  # this folder
+from differential_report import Agreement, served_hits  # this folder
 
 MODEL = "qwen3.5-9b"
 
@@ -99,15 +97,8 @@ def sim_hits(trace, policy: str, block: int) -> tuple[list[int], np.ndarray]:
         block_size=block,
         prefill_chunk_tokens=10**9,
     )
-    sim = build(trace, config)
-    order = np.argsort(timestamps(sim), kind="stable")
-    res = run(sim)
-    hit = (
-        res.requests.set_index("request_id")["hit_tokens"]
-        if "request_id" in res.requests
-        else res.requests["hit_tokens"]
-    )
-    return [int(hit.iloc[i]) for i in order], order
+    hits, order, _ = served_hits(trace, config)
+    return hits, order
 
 
 def main() -> None:

@@ -50,3 +50,21 @@ class Agreement:
     def line(self, label: str, width: int) -> str:
         """The scripts' summary line: the label padded to ``width``, counts, then token totals."""
         return f"{label:{width}s} {self.counts()}; {self.tokens()}"
+
+
+def served_hits(trace, config):
+    """The simulator's side of a differential: ``config`` run on ``trace``; returns the hit tokens
+    per request in the order the simulator serves them (arrival, ties kept), that order, and the
+    simulation (for its tree and grid). The imports wait for the call, as the scripts that load an
+    engine's stubs first need."""
+    import numpy as np  # noqa: PLC0415
+
+    from sim.engine.drivers import run, timestamps  # noqa: PLC0415
+    from sim.simulate import build  # noqa: PLC0415
+
+    sim = build(trace, config)
+    order = np.argsort(timestamps(sim), kind="stable")
+    res = run(sim)
+    requests = res.requests.set_index("request_id") if "request_id" in res.requests else res.requests
+    hit = requests["hit_tokens"]
+    return [int(hit.iloc[i]) for i in order], order, sim

@@ -54,7 +54,7 @@ import types
 from dataclasses import dataclass
 
 import numpy as np
-from differential_report import Agreement  # this folder
+from differential_report import Agreement, served_hits  # this folder
 
 MODEL = "qwen3.5-9b"
 PRESETS = {
@@ -317,20 +317,10 @@ def engine_hits(trace, order, setup: EngineSetup) -> list[int]:
 def sim_run(trace, policy: str, knobs: dict, memory: str):
     """Hit tokens per request of ``policy`` in sequential mode, in arrival order, and the simulation."""
     from sim.config import UNLIMITED, SimConfig  # noqa: PLC0415
-    from sim.engine.drivers import run, timestamps  # noqa: PLC0415
-    from sim.simulate import build  # noqa: PLC0415
 
     extra = {"gpu_memory": memory} if memory != "ample" else {}
     config = SimConfig(policy=policy, model=MODEL, capacity_bytes=UNLIMITED, mode="sequential", **knobs, **extra)
-    sim = build(trace, config)
-    order = np.argsort(timestamps(sim), kind="stable")
-    res = run(sim)
-    hit = (
-        res.requests.set_index("request_id")["hit_tokens"]
-        if "request_id" in res.requests
-        else res.requests["hit_tokens"]
-    )
-    return [int(hit.iloc[i]) for i in order], order, sim
+    return served_hits(trace, config)
 
 
 def engine_setup(trace, sim, strategy: str, memory: str, prefill_chunk: int) -> EngineSetup:

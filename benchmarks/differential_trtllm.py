@@ -66,12 +66,11 @@ from types import SimpleNamespace
 import numpy as np
 
 from sim.config import UNLIMITED, SimConfig, format_size, parse_size
-from sim.engine.drivers import run, timestamps
 from sim.errors import UsageError
 from sim.replay.tokens import request_tokens
 from sim.simulate import build
 from traces.registry import TraceOptions, load_trace
-from differential_report import Agreement  # this folder
+from differential_report import Agreement, served_hits  # this folder
 
 MODEL = "qwen3.5-9b"
 RADIX = "tensorrt_llm/runtime/kv_cache_manager_v2/_block_radix_tree.py"
@@ -662,15 +661,8 @@ def sim_hits(trace, policy: str, knobs: dict, chunk: int, capacity: int = UNLIMI
         prefill_chunk_tokens=chunk,
         **knobs,
     )
-    sim = build(trace, config)
-    order = np.argsort(timestamps(sim), kind="stable")
-    res = run(sim)
-    hit = (
-        res.requests.set_index("request_id")["hit_tokens"]
-        if "request_id" in res.requests
-        else res.requests["hit_tokens"]
-    )
-    return [int(hit.iloc[i]) for i in order], order
+    hits, order, _ = served_hits(trace, config)
+    return hits, order
 
 
 def model_bytes(trace) -> tuple[int, int]:

@@ -65,15 +65,14 @@ from collections import Counter
 from enum import Enum
 from pathlib import Path
 
-import numpy as np
 
 from sim.config import UNLIMITED, SimConfig, parse_size
 from sim.cost import get_model
-from sim.engine.drivers import run, timestamps
+from sim.engine.drivers import run
 from sim.engine.events import EventLog, Step
 from sim.simulate import build
 from traces.registry import TraceOptions, load_trace
-from differential_report import Agreement  # this folder
+from differential_report import Agreement, served_hits  # this folder
 
 MODEL = "qwen3.5-9b"
 LAYERS_PER_GROUP = 8  # Qwen3.5-9B: 8 attention layers -> groups of 8 (1 attention, 3 Mamba)
@@ -462,12 +461,8 @@ def sim_hits(trace, policy: str, block: int, capacity: int, retention: int, chun
     if policy == "vllm":
         knobs["prefix_cache_retention_interval"] = retention
     config = SimConfig(policy=policy, model=MODEL, capacity_bytes=capacity or UNLIMITED, mode="sequential", **knobs)
-    sim = build(trace, config)
-    order = np.argsort(timestamps(sim), kind="stable")
-    res = run(sim)
-    req = res.requests.set_index("request_id") if "request_id" in res.requests else res.requests
-    hit = req["hit_tokens"]
-    return [int(hit.iloc[i]) for i in order], order, sim.grid
+    hits, order, sim = served_hits(trace, config)
+    return hits, order, sim.grid
 
 
 def sim_steps(trace, block: int, retention: int, chunk: int):
