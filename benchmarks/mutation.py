@@ -274,6 +274,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/experiments/test_old_results.py",
         ],
     ),
+    "ssd_args": (["kernels/ssd_args.py"], ["tests/kernels/test_ssd.py"]),
+    "hf_config": (["sim/hf_config.py"], ["tests/sim/test_model_config.py"]),
     "reference": (
         ["kernels/reference.py"],
         ["tests/kernels/test_reference.py", "tests/kernels/test_conv.py", "tests/kernels/test_chunk_gdn.py"],

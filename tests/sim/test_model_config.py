@@ -202,3 +202,21 @@ def test_run_with_a_config_equals_run_with_its_preset():
 
 def test_modelspec_from_config_is_a_modelspec():
     assert isinstance(get_model(str(CONFIGS / "falcon-h1-7b.json")), ModelSpec)
+
+
+def test_jamba_dt_rank_auto_is_the_ceiling_of_d_over_16(tmp_path):
+    """A Jamba config without ``mamba_dt_rank`` (or with "auto", as transformers' JambaConfig
+    defaults it) takes ceil(hidden_size / 16): 4096 / 16 = 256, Jamba 1.5 Mini's own value, so the
+    spec, its FLOPs and its parameter count equal the published config's."""
+    cfg = json.loads((CONFIGS / "jamba-1.5-mini.json").read_text())
+    assert cfg["mamba_dt_rank"] == 256
+    b = get_model(str(CONFIGS / "jamba-1.5-mini.json"))
+    for rank in (None, "auto"):
+        edited = {k: v for k, v in cfg.items() if k != "mamba_dt_rank"}
+        if rank is not None:
+            edited["mamba_dt_rank"] = rank
+        folder = tmp_path / str(rank)
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(edited))
+        a = get_model(str(folder))
+        assert (a.mamba_dt_rank, a.flops(100), a.total_params) == (256, b.flops(100), b.total_params)
