@@ -342,7 +342,7 @@ def register(main: click.Group) -> None:
         ctx.with_resource(output_folder(out, "--out"))
         if calibrate_path is not None:
             ctx.with_resource(output_folder(Path(calibrate_path).parent, "--calibrate"))
-        trace = trace_from_cli(kwargs)
+        trace = trace_from_cli(kwargs, progress)
         if device == "cpu":
             warning = cpu_time_warning(
                 get_model(model), trace, requests, check_model(get_model(model), layers), settings.backend

@@ -360,7 +360,7 @@ def register(main: click.Group) -> None:
         refuse_unread_knobs(policy_names(policies), explicit_settings(click.get_current_context()))
         check_run(click.get_current_context(), policies, capacity, alpha, sessions_per_second, kwargs)
         columns = parse_columns(columns)
-        trace = trace_from_cli(kwargs)
+        trace = trace_from_cli(kwargs, progress)
         configs = build_configs(policies, capacity, alpha, sessions_per_second, **kwargs)
         simulated_capacities(configs, trace)  # --gpu-memory's bytes where the engine splits it
         left_out = ""

@@ -292,8 +292,9 @@ def test_gpu_preset_shapes(name, H, P, N, G, dtype):
     args, kw = _cuda_case(name, H, P, N, G, dtype)
     ref = naive_ssd(*args, **kw)
     res = chunk_ssd(*args, **kw)
-    check(res, ref, 1e-3 if dtype == torch.float32 else 2e-2)
-    check(torch_chunk_ssd(*args, **kw), ref, 1e-3)
+    tol = 1e-3 if dtype == torch.float32 else 2e-2  # bf16 outputs alone round by up to 2^-9
+    check(res, ref, tol)
+    check(torch_chunk_ssd(*args, **kw), ref, tol)
 
 
 @pytest.mark.gpu

@@ -115,3 +115,25 @@ def test_bad_input_is_one_line_and_exit_code_2(runner, args, message):
     assert res.exit_code == 2, res.output
     assert message in res.output
     assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("command", ["run", "replay"])
+@pytest.mark.parametrize("flag,shown", [("--no-progress", False), ("--progress", True)])
+def test_progress_flag_reaches_the_trace_loader(runner, monkeypatch, command, flag, shown):
+    """``--no-progress`` silences the tokenizing bar too (a cold trace cache printed it into the
+    table's first line), ``--progress`` keeps it: the loader is asked for the bar or not."""
+    import sim.cli.traces as cli_traces
+
+    seen = []
+
+    def record(spec, opts):
+        seen.append(opts.progress)
+        raise cli_traces.UsageError("stop here")
+
+    monkeypatch.setattr(cli_traces, "load_trace", record)
+    args = [command, "--sessions", "2", flag] + (
+        ["--device", "cpu", "--model", "replay-tiny"] if command == "replay" else []
+    )
+    out = runner.invoke(main, args)
+    assert out.exit_code == 2 and "stop here" in out.output, out.output
+    assert seen == [shown]
