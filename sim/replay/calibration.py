@@ -233,11 +233,10 @@ NOT_COMPARED = "not compared"
 def replay_timing(timing, spec: ModelSpec, dtype: str, device_kind: str, device_name: str = "", max_tokens: int = 0):
     """The timing a replay compares its measurements with, and one line on how far to trust the
     comparison (empty when the timing describes this run): ``timing`` given (``--timing``) or the
-    preset's default, at one GPU (replay runs the whole model on one device). Not compared: a CPU
-    (but a ``--timing`` file that names no GPU, as one calibrated on a CPU), a GPU other than the
-    one it was fitted on, or the default timing fitted in another dtype than the replay's (a
-    ``--timing`` file in another dtype is the user's choice: compared, said in the line). The
-    replay itself (every hit validated) runs in all these cases."""
+    preset's default, at one GPU (replay runs the whole model on one device). Refused: the default
+    timing fitted in another dtype than the replay's on a GPU (a ``--timing`` file is the user's
+    choice, said in the line). Not compared: a CPU (but a ``--timing`` file that names no GPU, as
+    one calibrated on a CPU), or a GPU other than the one it was fitted on."""
     explicit = timing is not None
     t = timing if explicit else default_timing(spec.name)
     if isinstance(t, HardwareTiming) and t.gpus != 1:
@@ -257,9 +256,10 @@ def replay_timing(timing, spec: ModelSpec, dtype: str, device_kind: str, device_
     t_dtype = getattr(t, "dtype", "")
     if t_dtype and t_dtype != dtype:
         if not explicit:
-            return t, (
-                f"{NOT_COMPARED}: the default timing was fitted in {t_dtype}, this replay runs {dtype} "
-                f"(fit one here: --dtype {dtype} --calibrate FILE, then --timing FILE)"
+            raise UsageError(
+                f"the default timing was fitted in {t_dtype}: a --dtype {dtype} replay's time-model "
+                f"errors would compare across dtypes; give --timing FILE fitted in {dtype} "
+                f"(marconi replay --dtype {dtype} --calibrate FILE)"
             )
         notes.append(f"the timing was fitted in {t_dtype}, this replay runs {dtype}")
     if isinstance(t, HardwareTiming):

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from sim.config import SimConfig  # noqa: E402
-from sim.cost import get_model  # noqa: E402
+from sim.cost import default_timing, get_model  # noqa: E402
 from sim.replay.session import ReplaySettings, run_replay  # noqa: E402
 from sim.simulate import build  # noqa: E402
 from traces.registry import TraceOptions, load_trace  # noqa: E402
@@ -46,13 +46,17 @@ def test_qwen_shapes_all_hits_validated(chat, alignment, mode, dtype, store):
     cfg = SimConfig(
         policy="marconi", model="qwen3.5-9b", capacity_bytes=2 * 10**9, alpha=0.5, state_alignment=alignment, mode=mode
     )
-    res = run_replay(
-        chat, cfg, ReplaySettings(layers=4, dtype=dtype, store=store, device="cuda"), build=build, after_event=after
-    )
+    # the default timing is fitted in bf16: an fp32 replay is refused without a timing given
+    # explicitly (then compared, and the line says so)
+    timing = default_timing("qwen3.5-9b") if dtype == "fp32" else None
+    settings = ReplaySettings(layers=4, dtype=dtype, store=store, device="cuda")
+    res = run_replay(chat, cfg, settings, build=build, after_event=after, timing=timing)
     s = res.summary
     assert res.failures == [], [f.message() for f in res.failures[:5]]
     assert s["hits"] > 0 and s["hits_validated"] == s["hits"]
     assert all(live_ok)
+    if timing is not None:
+        assert s["time_model_note"] == "the timing was fitted in bf16, this replay runs fp32"
     df = res.requests
     # every prefill was timed with CUDA events, and every validated hit also in full
     assert (df["suffix_ms"] > 0).all()

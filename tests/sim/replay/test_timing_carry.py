@@ -193,12 +193,10 @@ def test_replay_timing_on_a_cpu_or_another_gpu_is_not_compared():
     assert replay_timing(None, spec, "fp32", "cpu")[1].startswith(NOT_COMPARED)
 
 
-def test_replay_timing_does_not_compare_the_default_in_another_dtype():
+def test_replay_timing_refuses_the_default_in_another_dtype():
     spec = get_model("qwen3.5-9b")
-    _, note = replay_timing(None, spec, "fp32", "cuda", "NVIDIA H200")  # the replay still runs
-    assert note.startswith(NOT_COMPARED) and "fitted in bf16, this replay runs fp32" in note, note
-    assert "--timing FILE" in note
-    assert replay_timing(None, spec, "bf16", "cuda", "NVIDIA H200")[1] == ""  # same dtype: compared
+    with pytest.raises(UsageError, match="fitted in bf16.*--timing FILE"):
+        replay_timing(None, spec, "fp32", "cuda", "NVIDIA H200")
     t, note = replay_timing(_fitted(), spec, "fp32", "cuda", "NVIDIA H200")  # given: compared, said
     assert note == "the timing was fitted in bf16, this replay runs fp32"
 
