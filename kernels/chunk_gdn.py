@@ -56,6 +56,7 @@ import torch
 
 from kernels import chunk_launch as _launch
 from kernels import chunk_plan as _plan
+from kernels import chunk_segmented as _seg
 from kernels._common import (
     INTERPRET,
     MAX_HEAD_DIM,
@@ -184,6 +185,7 @@ def chunk_gated_delta_rule(
     final_state_out=None,
     boundary_out=None,
     workspace=None,
+    state_segments=None,
 ):
     """Chunked gated-delta-rule forward.
 
@@ -207,6 +209,11 @@ def chunk_gated_delta_rule(
     ``workspace``: 1-d uint8 of at least ``workspace_bytes(q, v, chunk_metadata)`` elements,
     256-byte aligned, the call's scratch (free again when the call's kernels have run on its
     stream). A wrong buffer is a one-line ValueError.
+
+    ``state_segments`` (opt-in; None: ``KERNELS_CONFIG_STATE=SEG=n``, else 0): ``n`` > 0 runs the
+    state pass chunk-parallel over segments of ``n`` chunks (``kernels.chunk_segmented``: other
+    bits than the serial loop, within its tolerance); 0 the serial loop; "auto" segments where
+    the serial loop's programs would leave the GPU idle (``chunk_segmented.auto_segments``).
     """
     given = (
         None
@@ -218,7 +225,7 @@ def chunk_gated_delta_rule(
     # One route to the launches, three places to join it, each a cheaper start than the next:
     # 1. a layout this metadata has run before (the model step's earlier layers): its bound call
     #    checks the layout and launches, instead of the checks, launch table and plan key below
-    if _DIRECT and chunk_metadata is not None and chunk_metadata.calls:
+    if _DIRECT and not state_segments and chunk_metadata is not None and chunk_metadata.calls:
         bound = chunk_metadata.calls.get(
             _bound_key(
                 q.shape[-1] ** -0.5 if scale is None else scale, l2norm, store_b, state_dtype,
@@ -234,8 +241,13 @@ def chunk_gated_delta_rule(
         raise ValueError(INTERPRETER_BF16)
     if scale is None:
         scale = q.shape[3] ** -0.5
+    # the segmented state pass (opt-in): never through a plan or a binding, so a binding made
+    # without it serves only calls without it (the bound key holds ``KERNELS_CONFIG_STATE``)
+    env_segments = _seg.env_segments(_plan._env_config("state"))
+    _seg.check_segments(state_segments)
+    segments = env_segments if state_segments is None else state_segments
     # 2. a plan remembered for this specialisation (``_direct_fits``): bound to the metadata, launched
-    if _DIRECT and _direct_fits(q, k, v, initial_state, chunk_metadata, gate):
+    if _DIRECT and not segments and not env_segments and _direct_fits(q, k, v, initial_state, chunk_metadata, gate):
         K, HV, V = q.shape[3], v.shape[2], v.shape[3]
         wide = _plan.state_wide(chunk_metadata.num_seqs, HV, V, q.device)
         lp = launch_params(K, V, q.dtype, input_precision, wide, _plan.gluon_device(q.device))
@@ -255,6 +267,7 @@ def chunk_gated_delta_rule(
             use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
         ),
         out=out, final_state_out=final_state_out, boundary_out=boundary_out, workspace=workspace,
+        segments=segments,
     )  # fmt: skip
 
 
@@ -287,12 +300,13 @@ def _direct_fits(q, k, v, initial_state, meta, gate) -> bool:
 
 def _triton_call(
     q, k, v, g, beta, *, scale, initial_state, l2norm, store_b, state_dtype, gate, beta_sig, input_precision, meta,
-    out, final_state_out, boundary_out, workspace,
+    out, final_state_out, boundary_out, workspace, segments=0,
 ):  # fmt: skip
     """A checked call through Triton's launch path (``meta``: ``resolve_call``'s): the inputs as
     token rows, the caller's buffers or fresh ones, the scratch carved, every kernel launched by
     name (``chunk_launch.triton_launches``), and the plan remembered where the direct path can use
-    it."""
+    it. ``segments``: chunks per segment of the segmented state pass, "auto", or 0 (the serial
+    loop)."""
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     dev = q.device
@@ -318,7 +332,12 @@ def _triton_call(
         return (o.reshape(B, T, HV, V) if out is None else out), ht, hb
     if gate is not None:
         A_log_t, dt_bias_t = gate[0].float().contiguous(), gate[1].float().contiguous()
-    wide = _plan.state_wide(N, HV, V, dev)
+    if segments == "auto":
+        lp = launch_params(K, V, dt, input_precision, _plan.state_wide(N, HV, V, dev), _plan.gluon_device(dev))
+        sms = _plan._multiprocessors(dev.index or 0) if dev.type == "cuda" and not INTERPRET else 0
+        segments = _seg.auto_segments(N, HV, V, lp["state"]["BV"], meta.max_chunks, sms)
+    tables = _seg.segment_tables(meta, segments, dev) if segments else None
+    wide = _plan.state_wide(N if tables is None else tables.num, HV, V, dev)
     lp = launch_params(K, V, dt, input_precision, wide, _plan.gluon_device(dev))
     half_shapes, f32_shapes = _scratch_shapes(TT, NT, HV, K, V)
     w, u, vn, A, hbuf, fd, gcum, glast, prog = (
@@ -354,6 +373,9 @@ def _triton_call(
         BETA_SIGMOID=beta_sig,
         WHILE_LOOP=INTERPRET,
     )  # fmt: skip
+    if tables is not None:
+        _segmented_launches(lp, shared, tables, N, NT, HV, K, V, dev, h0, int(initial_state is not None), ht)
+        return (o.reshape(B, T, HV, V) if out is None else out), ht, hb
     compiled, fns, lists, lp, fallback = _launch.triton_launches(
         lp, lambda lp: _grids(lp, N, NT, HV, V), shared,
         lambda: launch_params(K, V, dt, input_precision, wide, False),
@@ -372,3 +394,14 @@ def _triton_call(
         )
         _remember_plan(compiled, fns, lists, lp, key)
     return (o.reshape(B, T, HV, V) if out is None else out), ht, hb
+
+
+def _segmented_launches(lp, shared, tables, N, NT, HV, K, V, dev, h0, has_h0, ht):
+    """The segmented state pass's launches (``chunk_segmented.launches``) on launch table ``lp``
+    without the overlapped output. Unlike the serial path a Gluon compile failure is not caught
+    here: the opt-in path raises it."""
+    slp = _seg.segmented_table(lp)
+    _seg.launches(
+        slp, _plan._kernel_fns(slp), _grids(slp, tables.num, NT, HV, V), shared, tables,
+        N=N, HV=HV, K=K, V=V, dev=dev, h0=h0, has_h0=has_h0, ht=ht,
+    )  # fmt: skip
