@@ -275,7 +275,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ],
     ),
     "ssd_args": (["kernels/ssd_args.py"], ["tests/kernels/test_ssd.py"]),
-    "hf_config": (["sim/hf_config.py"], ["tests/sim/test_model_config.py"]),
+    "hf_config": (["sim/hf_config.py"], ["tests/sim/test_model_config_exact.py", "tests/sim/test_model_config.py"]),
     "reference": (
         ["kernels/reference.py"],
         ["tests/kernels/test_reference.py", "tests/kernels/test_conv.py", "tests/kernels/test_chunk_gdn.py"],
