@@ -1,0 +1,256 @@
+"""The segmented (chunk-parallel) state pass, ``kernels.chunk_segmented`` (opt-in:
+``state_segments=n`` / ``KERNELS_CONFIG_STATE=SEG=n``), against the per-token fp32 oracle and the
+serial loop.
+
+CPU tests run under TRITON_INTERPRET=1 at tiny shapes (one or two key heads, K = 16, V = 32, a few
+64-token chunks, segments of 2 chunks) in fp32 and fp16 (the interpreter refuses bf16). The gate
+has a long memory (about -0.25 a chunk) and beta is small (0.1 on average: each token erases
+little of the state along its key) so that the state entering a segment really depends on the
+segments before it: with the other kernel tests' gate (about -25 a chunk) the transitions are
+~1e-20 and a wrong combine would go unnoticed.
+
+Tolerances: fp32 atol = rtol = 1e-5 against the oracle, the serial kernel's (test_chunk_gdn.py);
+fp16 1e-2 against the oracle fed the same fp16-rounded inputs (fp16 operands in every product, as
+the serial kernel; it is observed at 1.6e-3 on values near 2.4, the segmented pass within 10 % of
+that). Segmented against serial: the same tolerances.
+
+Not bit-equal, by design: the segmented pass forms the state entering a segment as ``P S + Z``
+(the segment's transition applied to the previous entering state, plus its zero-start end state)
+instead of chunk by chunk, so its bits differ from the serial loop's; and a call resumed from an
+emitted boundary state is not bit-equal to the uninterrupted segmented call either (its first
+segment starts at the resume point, so the transitions and zero-start states of the segments it
+spans cover other chunks and round differently; and the state emitted at a segment's end is the
+loop's, not the combine's that the uninterrupted call carries on from). Both are asserted within
+the tolerances above. The default call never runs this path (test_default_and_env_routes).
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+import torch.nn.functional as F  # noqa: E402
+
+from kernels import chunk_segmented  # noqa: E402
+from kernels.chunk_gdn import chunk_gated_delta_rule, prepare_chunk_metadata  # noqa: E402
+from kernels.reference import naive_gated_delta_rule  # noqa: E402
+
+H, HV, K, V = 1, 2, 16, 32
+SEG = 2
+TOL = {torch.float32: 1e-5, torch.float16: 1e-2}
+#: the log decay's scale (about -0.25 per 64-token chunk) and beta's (long memory: module docstring)
+GATE_SCALE, BETA_SCALE = 0.01, 0.2
+
+
+def make_inputs(
+    T,
+    *,
+    h=H,
+    hv=HV,
+    dk=K,
+    dv=V,
+    seed=0,
+    dtype=torch.float32,
+    device="cpu",
+    gate_scale=GATE_SCALE,
+    beta_scale=BETA_SCALE,
+):
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    q = torch.randn(1, T, h, dk, generator=gen)
+    k = torch.randn(1, T, h, dk, generator=gen)
+    v = torch.randn(1, T, hv, dv, generator=gen)
+    g = F.logsigmoid(torch.randn(1, T, hv, generator=gen)) * gate_scale
+    beta = torch.rand(1, T, hv, generator=gen) * beta_scale
+    # beta in the inputs' dtype (a model's projection), g in fp32
+    return [x.to(device=device, dtype=dtype) for x in (q, k, v)] + [g.to(device), beta.to(device, dtype)]
+
+
+def rand_state(n, *, hv=HV, dk=K, dv=V, seed=1, device="cpu"):
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    return (0.1 * torch.randn(n, hv, dk, dv, generator=gen)).to(device)
+
+
+def close(a, b, tol):
+    torch.testing.assert_close(a.float(), b.float(), atol=tol, rtol=tol)
+
+
+DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+
+
+@pytest.mark.triton_compat
+@DTYPES
+def test_one_sequence_matches_oracle_and_serial(dtype):
+    """Five chunks (the last partial) in segments of two, from an initial state: outputs, final
+    and boundary states against the oracle and against the serial loop."""
+    T = 300
+    q, k, v, g, beta = make_inputs(T, seed=3, dtype=dtype)
+    h0 = rand_state(1, seed=4)
+    ro, rf, rb, rpos = naive_gated_delta_rule(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True)
+    so, sf, sb = chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True)
+    o, ht, hb = chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True, state_segments=SEG)
+    assert rpos == [[64, 128, 192, 256]] and hb.shape == (4, HV, K, V) and o.dtype == dtype
+    tol = TOL[dtype]
+    for ours, serial, ref in ((o, so, ro), (ht, sf, rf), (hb, sb, rb)):
+        close(ours, ref, tol)
+        close(ours, serial, tol)
+    # the history really crosses segments: without the initial state the states differ far
+    # beyond the tolerance (a combine that dropped P S would pass nowhere)
+    assert (rf - naive_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True)[1]).abs().max() > 1e-3
+
+
+def test_segment_tables_hand_checked():
+    """Segments cut at absolute chunk numbers that are multiples of SEG: a sequence starting at
+    70 (ragged, absolute chunks 1-3) gets [1] and [2, 3]; an empty one one empty segment; one of
+    20 tokens at 130 (absolute chunk 2) one segment; one of 180 at 0 [0, 1] and [2]."""
+    meta = prepare_chunk_metadata([0, 150, 150, 170, 350], [70, 0, 130, 0])
+    tables = chunk_segmented.SegmentTables(meta, SEG, "cpu")
+    assert tables.num == 6
+    assert tables.host_info[:, 2:].tolist() == [[0, 1], [1, 3], [3, 3], [3, 4], [4, 6], [6, 7]]
+    assert tables.host_info[:, :2].tolist() == [[0, 150], [0, 150], [150, 150], [150, 170], [170, 350], [170, 350]]
+    assert tables.host_seq_segs.tolist() == [[0, 2], [2, 3], [3, 4], [4, 6]]
+    assert tables.last.tolist() == [1, 2, 3, 5]
+    assert tables.info.tolist() == tables.host_info.tolist()
+    # one segment per sequence where SEG covers it
+    assert chunk_segmented.SegmentTables(meta, 64, "cpu").num == 4
+
+
+@pytest.mark.triton_compat
+@DTYPES
+def test_varlen_ragged_starts_initial_states(dtype):
+    """Four sequences: starts off the 64 grid, an empty one (its initial state passes through),
+    one shorter than a segment, initial states for all; boundaries at every chunk."""
+    cu = [0, 150, 150, 170, 350]
+    starts = [70, 0, 130, 0]
+    q, k, v, g, beta = make_inputs(350, seed=11, dtype=dtype)
+    h0 = rand_state(4, seed=12)
+    kw = dict(initial_state=h0, cu_seqlens=cu, start_positions=starts, use_qk_l2norm=True)
+    ro, rf, rb, rpos = naive_gated_delta_rule(q, k, v, g, beta, **kw)
+    assert rpos == [[128, 192], [], [], [64, 128]]
+    so, sf, sb = chunk_gated_delta_rule(q, k, v, g, beta, **kw)
+    o, ht, hb = chunk_gated_delta_rule(q, k, v, g, beta, state_segments=SEG, **kw)
+    tol = TOL[dtype]
+    for ours, serial, ref in ((o, so, ro), (ht, sf, rf), (hb, sb, rb)):
+        close(ours, ref, tol)
+        close(ours, serial, tol)
+    assert torch.equal(ht[1], h0[1])  # the empty sequence: its state as given
+
+
+@pytest.mark.triton_compat
+def test_resume_from_emitted_states_within_tolerance():
+    """Resumed at a segment start (128) and inside a segment (192) from the emitted fp32 state:
+    the rest of the call within the tolerance of the uninterrupted segmented call and of the
+    oracle. Not bit-equal (module docstring)."""
+    T = 320
+    q, k, v, g, beta = make_inputs(T, seed=21)
+    h0 = rand_state(1, seed=22)
+    o, ht, hb = chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True, state_segments=SEG)
+    ro, rf, _, _ = naive_gated_delta_rule(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True)
+    tol = TOL[torch.float32]
+    for b in (128, 192):
+        i = b // 64 - 1  # its row among the emitted states
+        part = [x[:, b:] for x in (q, k, v, g, beta)]
+        o2, ht2, hb2 = chunk_gated_delta_rule(
+            *part, initial_state=hb[i : i + 1], start_positions=[b], use_qk_l2norm=True, state_segments=SEG
+        )
+        close(o2, o[:, b:], tol)
+        close(ht2, ht, tol)
+        close(hb2, hb[i + 1 :], tol)
+        close(o2, ro[:, b:], tol)
+        close(ht2, rf, tol)
+
+
+@pytest.mark.triton_compat
+def test_default_and_env_routes(monkeypatch):
+    """The default call runs the serial loop (``state_segments=0`` gives its bits);
+    ``KERNELS_CONFIG_STATE=SEG=n`` gives the keyword's bits, and ``state_segments=0`` overrides
+    it; a bad value is a one-line ValueError."""
+    q, k, v, g, beta = make_inputs(200, seed=31)
+    # an initial state: from zero the second segment's entering state is P 0 + Z, the first
+    # segment's zero-start state, which is the serial loop's state to the bit
+    kw = dict(use_qk_l2norm=True, initial_state=rand_state(1, seed=32))
+    base = chunk_gated_delta_rule(q, k, v, g, beta, **kw)
+    serial = chunk_gated_delta_rule(q, k, v, g, beta, state_segments=0, **kw)
+    seg = chunk_gated_delta_rule(q, k, v, g, beta, state_segments=SEG, **kw)
+    monkeypatch.setenv("KERNELS_CONFIG_STATE", f"SEG={SEG}")
+    env = chunk_gated_delta_rule(q, k, v, g, beta, **kw)
+    env_off = chunk_gated_delta_rule(q, k, v, g, beta, state_segments=0, **kw)
+    for a, b, c, d, e in zip(base, serial, seg, env, env_off):
+        assert torch.equal(a, b) and torch.equal(c, d) and torch.equal(a, e)
+    # the passes really ran and really differ from the serial loop somewhere (else the checks
+    # above would not tell the routes apart)
+    assert any(not torch.equal(a, c) for a, c in zip(base, seg))
+    for bad in (-1, 1.5, "all", True):
+        with pytest.raises(ValueError, match="state_segments"):
+            chunk_gated_delta_rule(q, k, v, g, beta, state_segments=bad)
+
+
+def test_auto_rule():
+    """Segments only where the serial loop's programs fill under half the multiprocessors, into
+    about four programs a multiprocessor, of at least 8 chunks, and at least two of them."""
+    auto = chunk_segmented.auto_segments
+    # H200 (132 SMs), V = 128 at BV 16: 8 value heads, one sequence = 64 programs < 66
+    assert auto(1, 8, 128, 16, 512, 132) == 512 // 9 + 1  # 9 pieces of 57 chunks: 576 programs
+    assert auto(1, 32, 128, 32, 512, 132) == 0  # 128 programs fill the GPU
+    assert auto(1, 8, 128, 16, 64, 132) == 8  # pieces of 8 chunks at least
+    assert auto(1, 8, 128, 16, 8, 132) == 0  # one segment would be the whole sequence
+    assert auto(1, 8, 128, 16, 512, 0) == 0  # no multiprocessors known (a CPU)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: the production head dim at 8K tokens, segmented against serial and the oracle
+# ---------------------------------------------------------------------------------------------
+
+
+def _rel(a, b):
+    a, b = a.float(), b.float()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def _max_rel_rows(a, b):
+    if a.shape[0] == 0:
+        return 0.0
+    a, b = a.float().flatten(1), b.float().flatten(1)
+    return ((a - b).norm(dim=1) / b.norm(dim=1).clamp_min(1e-30)).max().item()
+
+
+#: relative Frobenius tolerances against the fp32 oracle (test_chunk_gdn.GPU_TOL)
+GPU_TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["single", "varlen"])
+@pytest.mark.parametrize("h,hv", [(4, 8), (16, 32)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_gpu_segmented_matches_serial_and_oracle(dtype, h, hv, mode):
+    """8K tokens, K = V = 128, a long memory (about -0.1 a chunk, beta about 0.5: a segment's
+    transition still weighs e^-6 or so at its end), segments of 16 chunks (8 a sequence; varlen: four sequences with
+    ragged starts and initial states): outputs, final and boundary states within the serial
+    kernel's tolerance of the oracle and of the serial call."""
+    if dtype == torch.bfloat16 and torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("bf16 is not supported on this GPU")
+    T = 8192
+    q, k, v, g, beta = make_inputs(
+        T, h=h, hv=hv, dk=128, dv=128, seed=hv, dtype=dtype, device="cuda", gate_scale=0.002, beta_scale=1.0
+    )
+    kw = dict(use_qk_l2norm=True)
+    if mode == "varlen":
+        kw.update(
+            cu_seqlens=[0, 1000, 5000, 5100, T],
+            start_positions=[0, 100, 64 * 7 + 5, 640],
+            initial_state=rand_state(4, hv=hv, dk=128, dv=128, device="cuda"),
+        )
+    else:
+        kw.update(initial_state=rand_state(1, hv=hv, dk=128, dv=128, device="cuda"))
+    with torch.no_grad():
+        ro, rf, rb, _ = naive_gated_delta_rule(q, k, v, g, beta, **kw)
+    so, sf, sb = chunk_gated_delta_rule(q, k, v, g, beta, **kw)
+    o, ht, hb = chunk_gated_delta_rule(q, k, v, g, beta, state_segments=16, **kw)
+    torch.cuda.synchronize()
+    tol = GPU_TOL[dtype]
+    errs = dict(
+        o=_rel(o, ro), final=_rel(ht, rf), boundaries=_max_rel_rows(hb, rb),
+        o_serial=_rel(so, ro), final_serial=_rel(sf, rf), boundaries_serial=_max_rel_rows(sb, rb),
+        o_vs_serial=_rel(o, so), final_vs_serial=_rel(ht, sf), boundaries_vs_serial=_max_rel_rows(hb, sb),
+    )  # fmt: skip
+    print(f"SEGERR {str(dtype)[6:]} H={h} HV={hv} T={T} {mode}: " + " ".join(f"{n}={e:.2e}" for n, e in errs.items()))
+    assert all(e < tol for e in errs.values()), errs
