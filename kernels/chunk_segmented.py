@@ -51,8 +51,9 @@ from kernels.chunk_tiles import _colmask, _dimmask, _inside, _rowmask
 #: the combine's products: fp32 state by fp32 transition (three tf32 products on a GPU: fp32's
 #: accuracy; the interpreter multiplies in fp32 whatever the setting)
 COMBINE_PRECISION = "tf32x3"
-#: the combine kernel's V block
-COMBINE_BV = 32
+#: the combine kernel's V block, key block and warps (compiled for sm_90a at K = V = 128: no
+#: spills; a whole 128 x 128 transition tile at 4 warps spilled 548 bytes)
+COMBINE_BV, COMBINE_KB, COMBINE_WARPS = 32, 32, 8
 #: ``auto_segments``: segment only where the serial loop's programs fill less than this share of
 #: the multiprocessors ...
 AUTO_FILL = 0.5
@@ -231,11 +232,14 @@ def _segment_kernel(
 @triton.jit(do_not_specialize=["has_h0"])
 def _combine_kernel(
     Z, P, h0, sin, seq_segs, has_h0,
-    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, KB: tl.constexpr,
     PREC: tl.constexpr, WHILE_LOOP: tl.constexpr,
 ):  # fmt: skip
     """Pass 2: one program per sequence x value head x V block, serial over the sequence's
-    segments: stores each segment's entering state and forms the next, ``P_j S + Z_j`` (fp32)."""
+    segments: ``S_in(j + 1) = P_j S_in(j) + Z_j`` (fp32), each entering state stored in ``sin``.
+    The product runs over K in blocks of ``KB``, reading ``S_in(j)`` back from ``sin`` (after a
+    barrier: other threads stored it), so neither a whole ``P_j`` nor the state stays in
+    registers (the whole tile spilled 548 bytes at K = 128 compiled for sm_90a)."""
     NV: tl.constexpr = (V + BV - 1) // BV
     pid = tl.program_id(0)
     i_n = pid // (NV * HV)
@@ -245,30 +249,43 @@ def _combine_kernel(
     s1 = tl.load(seq_segs + i_n * 2 + 1)
     oK = tl.arange(0, BK)
     oV = i_v * BV + tl.arange(0, BV)
+    oB = tl.arange(0, KB)
     mK = _dimmask(oK, K, K == BK, BK)
-    mKV = mK[:, None] & _dimmask(oV, V, V % BV == 0, BV)[None, :]
-    mKK = mK[:, None] & mK[None, :]
+    mV = _dimmask(oV, V, V % BV == 0, BV)
+    mKV = mK[:, None] & mV[None, :]
     sidx = oK[:, None] * V + oV[None, :]
-    pidx = oK[:, None] * K + oK[None, :]
     S = tl.load(
         h0 + (i_n * HV + i_hv).to(tl.int64) * (K * V) + sidx,
         mask=mKV & ((tl.zeros([BK, BV], tl.int32) + has_h0) != 0),
         other=0.0,
     )
+    tl.store(sin + (s0 * HV + i_hv).to(tl.int64) * (K * V) + sidx, S, mask=mKV)
     if WHILE_LOOP:
         j = s0
-        while j < s1:
-            base = (j * HV + i_hv).to(tl.int64)
-            tl.store(sin + base * (K * V) + sidx, S, mask=mKV)
-            Pj = tl.load(P + base * (K * K) + pidx, mask=mKK, other=0.0)
-            S = tl.dot(Pj, S, input_precision=PREC) + tl.load(Z + base * (K * V) + sidx, mask=mKV, other=0.0)
+        while j + 1 < s1:
+            _combine_step(Z, P, sin, j, i_hv, oK, oV, oB, mK, mV, mKV, sidx, HV, K, V, BK, KB, PREC)
             j += 1
     else:
-        for j in range(s0, s1):
-            base = (j * HV + i_hv).to(tl.int64)
-            tl.store(sin + base * (K * V) + sidx, S, mask=mKV)
-            Pj = tl.load(P + base * (K * K) + pidx, mask=mKK, other=0.0)
-            S = tl.dot(Pj, S, input_precision=PREC) + tl.load(Z + base * (K * V) + sidx, mask=mKV, other=0.0)
+        for j in range(s0, s1 - 1):
+            _combine_step(Z, P, sin, j, i_hv, oK, oV, oB, mK, mV, mKV, sidx, HV, K, V, BK, KB, PREC)
+
+
+@triton.jit
+def _combine_step(
+    Z, P, sin, j, i_hv, oK, oV, oB, mK, mV, mKV, sidx,
+    HV, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, KB: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """``sin[j + 1] = P_j sin[j] + Z_j`` for one V block."""
+    tl.debug_barrier()  # sin[j] was stored by the program's other threads
+    base = (j * HV + i_hv).to(tl.int64)
+    acc = tl.load(Z + base * (K * V) + sidx, mask=mKV, other=0.0)
+    for kb in tl.static_range(0, BK, KB):
+        rows = kb + oB
+        mB = rows < K
+        Pb = tl.load(P + base * (K * K) + oK[:, None] * K + rows[None, :], mask=mK[:, None] & mB[None, :], other=0.0)
+        Sb = tl.load(sin + base * (K * V) + rows[:, None] * V + oV[None, :], mask=mB[:, None] & mV[None, :], other=0.0)
+        acc += tl.dot(Pb, Sb, input_precision=PREC)
+    tl.store(sin + (base + HV) * (K * V) + sidx, acc, mask=mKV)
 
 
 def _launch(fn, grid, vals: dict, opts: dict):
@@ -333,10 +350,11 @@ def launches(lp, fns, grids, shared: dict, tables: SegmentTables, *, N, HV, K, V
             V=V,
             BK=BK,
             BV=bvc,
+            KB=min(COMBINE_KB, BK),
             PREC=COMBINE_PRECISION,
             WHILE_LOOP=INTERPRET,
-        ),  # fmt: skip
-        {"num_warps": 4},
+        ),
+        {"num_warps": COMBINE_WARPS},
     )
     _launch(
         state_fn, grids[2], {**shared, **st, "seq_info": tables.info, "h0": sin, "ht": seg_ht, "has_h0": 1}, state_opts
