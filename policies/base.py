@@ -213,6 +213,10 @@ class AdmissionContext:
     #: tokens the lookup matched token by token, a block grid's whole symbols (KV held in the cache;
     #: beyond the hit when no state sits at its end: vLLM's shared-prefix junction); -1: not told
     match_tokens: int = -1
+    #: a hash-block request whose prompt ends inside a block, with output symbols after it:
+    #: ``(k, tokens)``, the first k stored symbols hold that many tokens (the output's symbols start
+    #: at the prompt's end, off the block grid); None: symbol j ends at j x block_tokens
+    full_cut: tuple[int, int] | None = None
 
 
 class AdmissionPolicy(ABC):

@@ -72,6 +72,23 @@ def full_tokens(ctx: AdmissionContext) -> int:
     return ctx.full_tokens if ctx.full_tokens >= 0 else ctx.n_full * ctx.block_tokens
 
 
+def stored_symbol(ctx: AdmissionContext, pos: int) -> int:
+    """The first symbol boundary of the stored sequence at or past token position ``pos``, where
+    an engine takes a state at ``pos``. Symbol j ends at j x ``block_tokens`` tokens, except past
+    a hash-block prompt's partial last block (``ctx.full_cut``): the output's symbols start at the
+    prompt's end, so a decode state's position counts from there and stays in the output (its
+    ``pos // block_tokens`` would put it back inside the prompt)."""
+    B = ctx.block_tokens
+    cut = ctx.full_cut
+    if cut is None or pos <= cut[1]:
+        j = -(-pos // B)
+        if cut is not None:
+            j = min(j, cut[0])
+    else:
+        j = cut[0] + -(-(pos - cut[1]) // B)
+    return min(j, ctx.n_full)
+
+
 def chunk_ends(start: int, end: int, step: int) -> list[int]:
     """Ends of the non-final chunks of a prefill from ``start`` to ``end`` in steps of ``step``
     (same unit); the final chunk ends at ``end`` and is not listed."""

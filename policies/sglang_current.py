@@ -39,7 +39,8 @@ between its KV and mamba pools, which then replaces ``--capacity``), ``--max-mam
   the lookup splits the node its walk ends inside and stamps both halves (``unified_tree_core.py``
   L960, L1467-L1524); recency is a counter, so requests at equal trace times are ordered as
   served (``components/base.py`` L161-L165); decode tracks land on ``mamba_track_grid`` =
-  lcm(chunk, page, interval) (``runtime_context.py`` L1974-L1979).
+  lcm(chunk, page, interval) (``runtime_context.py`` L1974-L1979), in the output, past a
+  hash-block prompt's partial last block (``batch_result_processor.py`` L1620-L1634).
 
 Refused (one line, exit 2): no_buffer with ``--page-size`` > 1 (the engine asserts it); a track
 interval that is not a multiple of the page; ``--mamba-full-memory-ratio`` without
@@ -71,6 +72,7 @@ from policies.engine_common import (
     chunk_ends,
     full_tokens,
     input_tokens,
+    stored_symbol,
     verify_slots,
 )
 from policies.sglang import SGLANG_CAPTURE_CHUNK, SGLANG_RULES, v2_tracks
@@ -173,13 +175,17 @@ class SglangAdmission(AdmissionPolicy):
         p = self.params
         if resolved_strategy(p) == "no_buffer":
             return [ctx.n_full]
-        G = ctx.block_tokens
         # mamba_track_grid (runtime_context.py L1974-L1979, SGLang 0.5.23): decode tracks land on
         # lcm(mamba_cache_chunk_size, page, --mamba-track-interval), so an interval finer than the
         # 64-token chunk tracks on the chunk grid
         grid = math.lcm(capture_chunk(p.page_size), p.page_size, p.mamba_track_interval)
         last = full_tokens(ctx) // grid * grid
-        return [last // G] if last > input_tokens(ctx) else []
+        if last <= input_tokens(ctx):
+            return []
+        # the track is in the output (kv_committed_len past the prompt): on a hash-block trace whose
+        # prompt ends inside a block, last // block would put it back inside the prompt (a 2,651-token
+        # prompt tracked at 2,816 would hold a state at 2,560, where the engine has none)
+        return [stored_symbol(ctx, last)]
 
 
 @dataclass(frozen=True)

@@ -352,6 +352,7 @@ class Simulation:
         ctx = self.admission_context(m, seq_in, seq_full, tok_in)
         ctx.full_tokens = tok_full
         ctx.match_tokens = m.match_sym * self.grid
+        ctx.full_cut = cut
         prefill_cps = self.admission.prefill_checkpoints(m, ctx)
         decode_cps = self.admission.decode_checkpoints(m, ctx)
         locked = None

@@ -5,6 +5,7 @@ component), each worked by hand on a tiny trace in sequential mode (request i at
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from engine_cases import TINY, cat, one_per_session, run, state_depths, toks
 
@@ -135,3 +136,35 @@ def test_the_lookup_splits_the_node_it_ends_inside_and_refreshes_both_halves():
     assert sorted(nodes) == [40, 64] and nodes[64].has_state and not nodes[40].has_state
     assert nodes[40].last_access == nodes[64].last_access > 0
     sim.tree.check_invariants()
+
+
+def test_a_decode_track_stays_in_the_output_when_the_prompt_ends_inside_a_hash_block():
+    """A decode track is taken where ``kv_committed_len`` (prompt + decoded tokens) reaches a
+    multiple of ``mamba_track_grid`` (``runtime_context.py`` L1974-L1979; the track state is
+    promoted in ``scheduler_components/batch_result_processor.py`` L1620-L1634,
+    ``mamba_last_track_seqlen = track_seqlen``), so it lies past the prompt. 512-token hash
+    blocks as in Mooncake: r0's prompt is 6 blocks, 2,651 tokens (the last block 91 tokens), with
+    366 output tokens (3,016 stored): extend-time track at 2,624 (inside the last block, which the
+    symbol grid cannot hold), decode track at 2,816 (lcm(64, 256) = 256), in the output. r1 shares
+    r0's first 5 blocks (2,560 tokens) and reuses nothing: neither state is on its path. SGLang
+    0.5.23 driven with the same requests (``benchmarks/differential_sglang.py``'s driver) gives
+    0, 0. Before the rule the decode track was mapped back to block 2,816 // 512 = 5, a state at
+    2,560 inside r0's prompt, and r1 reused 2,560 (``mooncake:sample`` requests 133, 134, 166, 180,
+    201, 298)."""
+    reqs = [
+        Request(
+            session_id=k,
+            turn=0,
+            input_tokens=np.array([1, 2, 3, 4, 5, 6 + k]),
+            output_tokens=np.array([-1 - k]),
+            arrival=float(k),
+            input_len=n_in,
+            output_len=n_out,
+        )
+        for k, (n_in, n_out) in enumerate([(2651, 366), (3024, 111)])
+    ]
+    got, sim = run(Trace("t", reqs, block_tokens=512), "sglang", mamba_radix_cache_strategy="extra_buffer")
+    assert got == [0, 0]
+    # r1's track at the branch point 2,560 (its KV match), r0's and r1's decode tracks in the outputs
+    # (2,816 and 3,072, each at the first block boundary past it: r0's 3,016, r1's 3,134)
+    assert state_depths(sim.tree) == [2560, 3016, 3134]
