@@ -23,7 +23,8 @@ SMALLEST = {
         "below sglang+",
     ),
     "trace_memory.py": (["--trace", "synthetic:chat", "--sessions", "2"], "cached load"),
-    "mutation.py": (["--list", "-m", "cost", "--per-module", "2"], "cost"),
+    # the smallest module's sites (sim/cost.py's 953 took 12-15 CPU s to list: one compile each)
+    "mutation.py": (["--list", "-m", "ssd_args", "--per-module", "2"], "ssd_args"),
     "validation_sensitivity.py": (
         ["--dtype", "fp32", "--scales", "0.01", "--prompt", "70", "--kernel", "torch"],
         "caught",
@@ -90,6 +91,9 @@ def test_benchmark_runs_at_its_smallest_size(script, tmp_path):
         args = [*args, "--out", str(tmp_path / "results")]  # not a folder of its own under /tmp
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env.pop("TRITON_INTERPRET", None)  # kernel_resources refuses the interpreter even for --help
+    # one torch thread: beside the other xdist worker, torch's default two spin against each other
+    # (validation_sensitivity.py took 14.7 CPU s so, 3.6 on one thread)
+    env.setdefault("OMP_NUM_THREADS", "1")
     proc = subprocess.run(
         [sys.executable, str(BENCH / script), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
