@@ -35,6 +35,19 @@ SMALL = {
 }
 
 
+def _kernels_check_passes(out: str) -> str | None:
+    """``marconi kernels check``: a pass/fail table of at least ten checks, every one PASS (these
+    checks were tests/kernels/test_cli.py's own run of the command: one run, not two)."""
+    lines = [ln for ln in out.splitlines() if ln.endswith(("PASS", "FAIL"))]
+    if len(lines) < 10 or not all(ln.endswith("PASS") for ln in lines) or "all checks passed" not in out:
+        return f"{len(lines)} checks, failed: {[ln for ln in lines if not ln.endswith('PASS')]}\n{out[-1000:]}"
+    return None
+
+
+# what a command's output must show, besides exit 0 (README line -> check returning a failure or None)
+OUTPUT_CHECKS = {"marconi kernels check": _kernels_check_passes}
+
+
 def code_blocks(text: str, shell: bool = True) -> list[str]:
     """Shell blocks (```bash, sh, console: commands) or the others (```: output shown)."""
     blocks = re.findall(r"```(\w*)\n(.*?)```", text, re.S)
@@ -111,6 +124,10 @@ def test_every_readme_command_runs(tmp_path):
         ran += 1
         if proc.returncode != 0:
             failures.append(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
+        elif command in OUTPUT_CHECKS and (why := OUTPUT_CHECKS[command](proc.stdout)):
+            failures.append(f"{command}: {why}")
+    checked = set(OUTPUT_CHECKS) & set(commands(README))
+    assert checked == set(OUTPUT_CHECKS), f"no longer in the README: {set(OUTPUT_CHECKS) - checked}"
     assert ran >= 8
     assert not failures, "\n".join(failures)
 
@@ -128,3 +145,11 @@ def test_readme_default_output_is_the_stored_table():
     shown = [b for b in code_blocks(README, shell=False) if any(x.startswith("policy ") for x in b.splitlines())]
     assert shown, "the README shows the default output"
     assert shown[0].strip("\n").splitlines() == stored[1:], "README's default table differs from `marconi run`'s"
+
+
+def test_kernels_check_output_rule():
+    table = "".join(f"check {i:<30} PASS\n" for i in range(10)) + "all checks passed\n"
+    assert _kernels_check_passes(table) is None
+    assert "9 checks" in _kernels_check_passes(table.split("\n", 1)[1])
+    assert "FAIL" in _kernels_check_passes(table.replace("check 3 " + " " * 29 + "PASS", "check 3 FAIL"))
+    assert _kernels_check_passes(table.replace("all checks passed", "")) is not None

@@ -4,7 +4,6 @@ kernels extra is missing. The module itself must import without torch (the simul
 import builtins
 
 import click
-import pytest
 from click.testing import CliRunner
 from without_torch import run_without_torch
 
@@ -41,11 +40,6 @@ def test_check_exits_2_without_torch(monkeypatch):
     assert "pip install 'marconi-sim[kernels]'" in res.output
 
 
-def test_check_runs_and_passes():
-    pytest.importorskip("torch")
-    pytest.importorskip("triton")
-    res = CliRunner().invoke(_group(), ["kernels", "check"])
-    assert res.exit_code == 0, res.output
-    lines = [ln for ln in res.output.splitlines() if ln.endswith(("PASS", "FAIL"))]
-    assert len(lines) >= 10 and all(ln.endswith("PASS") for ln in lines)
-    assert "all checks passed" in res.output
+# `marconi kernels check` itself (exit 0, at least ten checks, every one PASS, "all checks passed")
+# is a README command: tests/test_readme_commands.py runs it and checks its table (one run of the
+# ~10 CPU s of interpreted kernels, not two)
