@@ -1,7 +1,7 @@
 """Benchmark: the project's chunked gated-delta kernel vs FLA 0.6.0 and FlashQLA on a CUDA GPU.
 
     FLA_DISABLE_BACKEND_DISPATCH=1 python benchmarks/kernel_bench.py [--small] [--json out.json]
-        [--no-fla] [--no-flashqla] [--host-calls N]
+        [--no-fla] [--no-flashqla] [--host-calls N] [--seg 8,16,32]
     TRITON_CACHE_DIR=$(mktemp -d) python benchmarks/kernel_bench.py --coldstart plain|warmup
 
 bf16 q/k/v, fp32 log-decay g, bf16 beta, in-kernel q/k l2norm, K = V = 128, one sequence.
@@ -11,7 +11,10 @@ step does, no allocation in the call; "states+buf", its host time is the engine'
 boundary states off ("nostates"), FLA (`chunk_gated_delta_rule`, output_final_state=True, emits no chunk states),
 FlashQLA (`flash_qla.chunk_gated_delta_rule`, the same call; where it imports: sm90 / sm100 /
 sm120, TileLang; emits no chunk states, so compare it with "nostates", and "states" against it for
-the cost of emitting them), and FlashQLA with ``auto_cp=False`` ("flashqla-exact": one exact pass;
+the cost of emitting them), ours with the segmented (chunk-parallel) state pass and fp32 states at every
+boundary ("seg<N>": ``state_segments=N`` chunks a segment, ``--seg``; each row's outputs and states
+are checked against "states" and the relative errors printed), and FlashQLA with ``auto_cp=False``
+("flashqla-exact": one exact pass;
 by default FlashQLA segments a long sequence and drops history older than a decay of e^-10,
 docs/kernels.md). Ratios: each row over FLA (x FLA), over FlashQLA (x FQLA) and over FlashQLA exact
 (x FQLAx).
@@ -194,6 +197,20 @@ def _coldstart(torch, mode: str) -> None:
     )
 
 
+def _seg_errors(torch, fns, seg_sizes, h, hv, T) -> None:
+    """Each segmented row's outputs, final and boundary states against the serial call's
+    (relative Frobenius errors; boundaries: the worst one), printed as a comment line."""
+    ref = fns["states"]()
+    for n in seg_sizes:
+        got = fns[f"seg{n}"]()
+        errs = []
+        for a, b in zip(got[:2], ref[:2]):
+            errs.append(((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item())
+        a, b = got[2].float().flatten(1), ref[2].float().flatten(1)
+        errs.append(((a - b).norm(dim=1) / b.norm(dim=1).clamp_min(1e-30)).max().item() if a.shape[0] else 0.0)
+        print(f"# seg{n} vs states {h}/{hv} T={T}: o {errs[0]:.2e} final {errs[1]:.2e} boundaries(max) {errs[2]:.2e}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--small", action="store_true", help="quick run: T=4096 and 8192 only")
@@ -211,6 +228,11 @@ def main(argv=None) -> int:
         help="extra 'states' run with launch configs from the environment, e.g. "
         "'s64:KERNELS_CONFIG_STATE=BV=64,num_warps=4,num_stages=2' "
         "(several VAR=... joined by ';')",
+    )
+    ap.add_argument(
+        "--seg",
+        default="",
+        help="comma-separated chunks per segment (or 'auto') for 'seg<N>' rows: 'states' with the segmented state pass",
     )
     ap.add_argument("--shapes", default="16/32,4/8", help="H/HV list")
     ap.add_argument(
@@ -251,6 +273,7 @@ def main(argv=None) -> int:
     Ts = [4096, 8192] if args.small else [32768, 8192, 4096]
     if args.T:
         Ts = [int(x) for x in args.T.split(",")]
+    seg_sizes = [x if x == "auto" else int(x) for x in args.seg.split(",") if x]
     variants = {}
     for spec in args.variant:
         name, _, envs = spec.partition(":")
@@ -282,6 +305,11 @@ def main(argv=None) -> int:
             }
             for vname in variants:
                 fns[f"states[{vname}]"] = fns["states"]
+            for n in seg_sizes:
+                fns[f"seg{n}"] = functools.partial(
+                    chunk_gated_delta_rule, q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta_all,
+                    state_segments=n,
+                )  # fmt: skip
             if fla is not None:
                 fns["fla"] = lambda: fla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True)
             if fqla is not None:
@@ -312,6 +340,8 @@ def main(argv=None) -> int:
                         else:
                             os.environ[key] = val
                 res[name] = (plain, graph)
+            if seg_sizes:
+                _seg_errors(torch, fns, seg_sizes, h, hv, T)
             if args.profile and T == max(Ts):
                 _profile(torch, {n: f for n, f in fns.items() if not n.startswith("states[")}, h, hv, T)
             sbytes = meta_all.num_boundaries * hv * 128 * 128 * 4
@@ -324,7 +354,7 @@ def main(argv=None) -> int:
                     ms_plain=plain,
                     ms_graph=graph,
                     tflops_graph=flop / graph / 1e9,
-                    state_bytes=sbytes if name.startswith("states") else 0,
+                    state_bytes=sbytes if name.startswith(("states", "seg")) else 0,
                 )
                 if name in host:
                     row["host_us"], row["host_clean"] = host[name]

@@ -26,8 +26,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 # parameter name -> Triton type; the pointer element type of the half-precision tensors follows
 # --dtype. A kernel parameter missing here is reported (the table must follow the kernels).
 HALF_PTRS = {"q", "k", "v", "beta", "w", "u", "w_out", "u_out", "a_out", "a_in", "h_out", "vn_out", "vn", "h", "o"}
-FP32_PTRS = {"g", "A_log", "dt_bias", "gc", "gc_out", "gl", "gl_out", "fd", "fd_out", "h0", "ht", "hb"}
-INT_PTRS = {"chunk_info", "seq_info", "store_slot", "prog"}
+FP32_PTRS = {"g", "A_log", "dt_bias", "gc", "gc_out", "gl", "gl_out", "fd", "fd_out", "h0", "ht", "hb", "Z", "P", "sin"}
+INT_PTRS = {"chunk_info", "seq_info", "store_slot", "prog", "seg_info", "seq_segs"}
 FP32_SCALARS = {"scale"}
 # integer arguments the library passes as multiples of 16 at the production shapes (strides of
 # [T, heads, dim] tensors, HV = 32): Triton specialises those, so the compile does too
@@ -118,6 +118,16 @@ def kernel_specs(dim: int, dtype: str, precision=None):
     if out["OVL"]:
         consts, opts = split(out)
         specs.append(("output-ovl", fns["out"], consts, opts))
+    # the segmented state pass (opt-in, kernels.chunk_segmented): pass 1 (each segment's
+    # zero-start state and transition) at the loop's default and wide V blocks, and the combine
+    from kernels import chunk_segmented as seg
+
+    for name, wide in (("seg", False), ("seg-wide", True)):
+        consts, opts = split(m.launch_params(dim, dim, tdtype, precision, wide_state=wide)["state"])
+        extra = {**layout, "WHILE_LOOP": False}
+        sfn = seg._segment_kernel
+        specs.append((name, sfn, {k: v for k, v in {**consts, **extra}.items() if k in sfn.arg_names}, opts))
+    specs.append(("combine", seg._combine_kernel, seg.combine_constexprs(layout["HV"], dim, dim), seg.COMBINE_OPTIONS))
     return specs
 
 

@@ -53,7 +53,19 @@ from kernels.chunk_tiles import _colmask, _dimmask, _inside, _rowmask
 COMBINE_PRECISION = "tf32x3"
 #: the combine kernel's V block, key block and warps (compiled for sm_90a at K = V = 128: no
 #: spills; a whole 128 x 128 transition tile at 4 warps spilled 548 bytes)
-COMBINE_BV, COMBINE_KB, COMBINE_WARPS = 32, 32, 8
+COMBINE_BV, COMBINE_KB = 32, 32
+COMBINE_OPTIONS = dict(num_warps=8, num_stages=2)
+
+
+def combine_constexprs(HV: int, K: int, V: int) -> dict:
+    """The combine kernel's compile-time arguments at these head counts and dims."""
+    BK = max(16, triton.next_power_of_2(K))
+    return dict(
+        HV=HV, K=K, V=V, BK=BK, BV=min(COMBINE_BV, max(16, triton.next_power_of_2(V))), KB=min(COMBINE_KB, BK),
+        PREC=COMBINE_PRECISION, WHILE_LOOP=INTERPRET,
+    )  # fmt: skip
+
+
 #: ``auto_segments``: segment only where the serial loop's programs fill less than this share of
 #: the multiprocessors ...
 AUTO_FILL = 0.5
@@ -334,27 +346,12 @@ def launches(lp, fns, grids, shared: dict, tables: SegmentTables, *, N, HV, K, V
         {**shared, "seg_info": tables.info, "Z": Z, "P": P, "K": K, "V": V, "BK": BK, "BV": BV, "PREC": st["PREC"]},
         state_opts,
     )
-    bvc = min(COMBINE_BV, max(16, triton.next_power_of_2(V)))
+    cc = combine_constexprs(HV, K, V)
     _launch(
         _combine_kernel,
-        (N * HV * -(-V // bvc),),
-        dict(
-            Z=Z,
-            P=P,
-            h0=h0,
-            sin=sin,
-            seq_segs=tables.seq_segs,
-            has_h0=has_h0,
-            HV=HV,
-            K=K,
-            V=V,
-            BK=BK,
-            BV=bvc,
-            KB=min(COMBINE_KB, BK),
-            PREC=COMBINE_PRECISION,
-            WHILE_LOOP=INTERPRET,
-        ),
-        {"num_warps": COMBINE_WARPS},
+        (N * HV * -(-V // cc["BV"]),),
+        {**cc, "Z": Z, "P": P, "h0": h0, "sin": sin, "seq_segs": tables.seq_segs, "has_h0": has_h0},
+        COMBINE_OPTIONS,
     )
     _launch(
         state_fn, grids[2], {**shared, **st, "seq_info": tables.info, "h0": sin, "ht": seg_ht, "has_h0": 1}, state_opts
