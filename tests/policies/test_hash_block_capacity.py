@@ -23,13 +23,23 @@ CASES = [(n, {}) for n in ENGINE_PRESETS] + [
 ]
 
 
+CAPACITIES = ["1GB", "2GB", "5GB", "10GB"]
+# trtllm without a snapshot placement commits nothing (reuse off): peak 0 and no eviction at any
+# capacity, the same check four times; it runs at the tightest one only
+GRID = [
+    pytest.param(n, k, c, id=f"{n}-{'-'.join(map(str, k.values()))}-{c}")
+    for n, k in CASES
+    for c in CAPACITIES
+    if not (n == "trtllm" and not k and c != CAPACITIES[0])
+]
+
+
 @pytest.fixture(scope="module")
 def mooncake():
     return load_trace("mooncake:sample", TraceOptions())
 
 
-@pytest.mark.parametrize("capacity", ["1GB", "2GB", "5GB", "10GB"])
-@pytest.mark.parametrize(("policy", "knobs"), CASES, ids=[f"{n}-{'-'.join(map(str, k.values()))}" for n, k in CASES])
+@pytest.mark.parametrize(("policy", "knobs", "capacity"), GRID)
 def test_engine_presets_stay_within_capacity_on_mooncake(mooncake, policy, knobs, capacity):
     config = SimConfig(policy=policy, model="qwen3-next-80b-a3b", capacity_bytes=parse_size(capacity), **knobs)
     try:
