@@ -70,6 +70,7 @@ def test_llama_2_7b_exact():
     )
     assert r["total_params"] == 6_738_149_376
     assert "n_mamba" not in r and "n_gdn" not in r
+    assert type(r["attn_head_dim"]) is int  # 4096 // 32, a whole number of channels
 
 
 # ---- gated delta (Qwen3-Next, Qwen3.5)
@@ -644,3 +645,17 @@ def test_whole_float_fields_are_read_as_ints(tmp_path):
     r = read_config(_write(tmp_path, _toy_qwen(hidden_size=6.0, vocab_size=10.0)))
     assert (r["d_model"], r["embedding_params"], r["total_params"]) == (6, 60, 1746)
     assert type(r["d_model"]) is int
+
+
+def test_older_field_names_and_which_one_wins(tmp_path):
+    """``d_model`` / ``n_layer`` (the names of mamba_ssm's configs) where the Hugging Face names are
+    absent; where both are present the Hugging Face name wins."""
+    cfg = _edit("mamba-codestral-7b.json", hidden_size=None, num_hidden_layers=None)
+    cfg.update(d_model=4096, n_layer=64)
+    assert read_config(_write(tmp_path, cfg))["total_params"] == 7_284_482_048
+    # both: 64 layers as num_hidden_layers says (n_layer 2 is ignored), hidden_size 4096 over d_model 8
+    cfg = _edit("mamba-codestral-7b.json", n_layer=2, n_layers=3, d_model=8)
+    r = read_config(_write(tmp_path, cfg))
+    assert (r["n_mamba"], r["d_model"], r["total_params"]) == (64, 4096, 7_284_482_048)
+    cfg = _edit("mamba-codestral-7b.json", num_hidden_layers=None, n_layers=2, n_layer=None)
+    assert read_config(_write(tmp_path, cfg))["n_mamba"] == 2
