@@ -351,6 +351,9 @@ class EngineRules:
     - ``running_blocks``: ``extent_block``-token blocks a request holds while it runs that the
       cache never keeps, charged in sequential mode from its lookup to its last insert (vLLM: one
       running-state block per Mamba group), plus its partial last KV block (0: none).
+    - ``running_states``: state slots a request holds while it runs that the cache never keeps,
+      charged in sequential mode with ``running_blocks`` (TensorRT-LLM with its pools: the live
+      recurrent page ``KvCache`` allocates when the request resumes and frees at ``close``).
     - ``capacity_unit``: the engine's memory is a whole number of blocks of this many bytes
       (vLLM: ``num_blocks = memory // (page x layers per group)``): ``--capacity`` is floored to
       it (0: bytes as given).
@@ -374,6 +377,7 @@ class EngineRules:
     snapshot_block: int = 0
     state_bytes: int = 0
     running_blocks: int = 0
+    running_states: int = 0
     capacity_unit: int = 0
     duplicate_kv: bool = False
 

@@ -238,6 +238,16 @@ class _PoolQueues(LeafStateLists):
 
     LEAF_TIE = -1
 
+    def keys(self, node):
+        out = super().keys(node)
+        # a running request holds the attention pages of its matched blocks, not their snapshots:
+        # the one it resumes from goes back to the queue once ``resume`` copies it into the live
+        # page, the others never leave it (``_core/_kv_cache.py`` ``_setup_for_reuse`` /
+        # ``resume``), so a state on a locked path stays a state victim (it loses only its state)
+        if node.lock and node.parent is not None and node.has_state:
+            out["state"] = (getattr(node, "state_access", node.last_access), node.depth_tokens)
+        return out
+
     def pop_victim(self):  # not used: TrtllmPoolEviction answers one budget as lru-tail-first
         node = self.take("kv")
         return None if node is None else Victim(node)
@@ -285,7 +295,7 @@ class TrtllmPoolEviction(TailFirstLRUEviction):
 
     def pop_state_victim(self):
         node = self.queues.take("state")
-        return None if node is None else Victim(node, drop_state_only=bool(node.children))
+        return None if node is None else Victim(node, drop_state_only=bool(node.children or node.lock))
 
 
 #: with a state pool: a lookup refreshes the KV path to its hit and only the state it uses (the
@@ -310,6 +320,11 @@ class TrtllmPreset(PolicyPreset):
                 cascade=True,
                 refresh=POOL_REFRESH,
                 running_blocks=1,
+                # the live recurrent page: ``KvCache`` takes a private SSM page for the request's
+                # running state when it resumes and frees it at ``close`` (never committed), so
+                # while a request runs the pool holds one snapshot fewer (found by
+                # benchmarks/differential_trtllm.py --capacity: the engine held 28 of 29)
+                running_states=1,
             )
         return EngineRules(kv_extent="state", snapshot_block=TOKENS_PER_BLOCK)
 

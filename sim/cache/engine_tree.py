@@ -93,6 +93,7 @@ class EngineTree(HybridRadixTree):
         self.future = future
         self.frozen_tokens = 0  # KV charged for frozen partial blocks (LMDeploy)
         self.running_blocks = rules.running_blocks
+        self.running_states = rules.running_states
         self.duplicate_kv = rules.duplicate_kv
         self.copies: list = []  # older copies of recomputed KV blocks: (recency, 1, -end, order, tokens, first)
         self.copy_tokens = 0  # KV tokens those copies hold
@@ -315,13 +316,18 @@ class EngineTree(HybridRadixTree):
             1 if c.depth_tokens >= end or not c.children else self._paths(c, end) for c in node.children.values()
         )
 
-    def _take_block_snapshots(self, seq: np.ndarray, span: Span, checkpoints: list[int]) -> list[int]:
+    def _take_block_snapshots(
+        self, seq: np.ndarray, span: Span, checkpoints: list[int], replaced: list[Node] | None = None
+    ) -> list[int]:
         """One snapshot per radix-tree block, the deepest, in the order the request commits them:
         a state deeper in its block that already extends its path keeps its place (the new one is
         not kept: ``_snapshotSsmToTreeBlock`` returns when the block's page covers as much); else a
         shallower state of its block on its path is given up (``replace_page``), unless a cached
         path branches off between the two, so that the shallower one's page may sit in that other
-        block. Returns the checkpoints to insert."""
+        block. Returns the checkpoints to insert. With a state pool the given-up states go to
+        ``replaced``, released by the caller after the insert: TensorRT-LLM takes the new page
+        (``_snapshotSsmToTreeBlock``: a fresh recurrent page, evicting from the queue's front if the
+        pool is short) before ``Block.replace_page`` lets the old one go."""
         B = self.snapshot_block
         kept: list[tuple[int, int]] = []
         for c, d in zip(checkpoints, self._state_depths(seq, span, checkpoints)):
@@ -333,7 +339,10 @@ class EngineTree(HybridRadixTree):
             for old in shallower:
                 if not self._branches(seq, old.depth_tokens, d):
                     self.states_replaced += 1
-                    self._release_state(old)
+                    if replaced is not None and self.state_capacity is not None:
+                        replaced.append(old)
+                    else:
+                        self._release_state(old)
             kept = [(c0, d0) for c0, d0 in kept if d0 <= lo or self._branches(seq, d0, d)]
             kept.append((c, d))
         return [c for c, _ in kept]
@@ -414,11 +423,15 @@ class EngineTree(HybridRadixTree):
             span = Span(keep, self.block_tokens, seq_tokens, cut)
         if self.anchor_block and checkpoints:
             checkpoints = self._take_anchors(seq, span, checkpoints)
+        replaced: list[Node] = []
         if self.snapshot_block and checkpoints:
-            checkpoints = self._take_block_snapshots(seq, span, checkpoints)
+            checkpoints = self._take_block_snapshots(seq, span, checkpoints, replaced)
         if len(seq) == 0:
             return InsertResult(True, end_node=self.root)
         res = super()._insert(seq, seq_tokens, checkpoints, now, lock, protect, need_bytes, cut)
+        for old in replaced:  # with pools: the new page was taken while the replaced one was held
+            if old.has_state and old.parent is not None:
+                self._release_state(old)
         self.refresh_inserted(res, now, final=False)
         return res
 

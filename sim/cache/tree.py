@@ -721,14 +721,16 @@ class HybridRadixTree:
     def drop_state(self, node: Node) -> tuple[int, int]:
         """Free ``node``'s state and keep its KV (a tombstone). A single-child node is merged
         into its child (the compression invariant); a leaf stays as a stateless leaf; a branch
-        node stays as a stateless branch. Returns (states freed, KV tokens freed) = (1, 0)."""
-        assert (node.lock == 0 or not self.merges) and node is not self.root and node.has_state
+        node stays as a stateless branch. A locked node (a policy whose engine locks only KV on a
+        running path: TensorRT-LLM's pools) keeps its KV and is merged when unlocked. Returns
+        (states freed, KV tokens freed) = (1, 0)."""
+        assert node is not self.root and node.has_state
         self.stats.evictions += 1
         self.stats.states_evicted += 1
         node.has_state = False
         self.n_states -= 1
         self._state_gone(node)
-        if len(node.children) == 1 and self.merges:
+        if len(node.children) == 1 and self.merges and node.lock == 0:
             self._merge_into_child(node)
         else:
             self._changed(node)

@@ -77,6 +77,7 @@ class Flight:
     ctx: AdmissionContext | None = None  # what admission was told about the request
     cut: tuple[int, int] | None = None  # seq_full's partial prompt block, when symbols follow it (Span)
     held: int = 0  # KV tokens reserved for the running request's own blocks (EngineRules.running_blocks)
+    held_states: int = 0  # state slots reserved for it (EngineRules.running_states)
 
 
 class TreeEvents:
@@ -487,17 +488,18 @@ class Simulation:
         else:
             blocks = groups + (1 if f.tok_full % B else 0)
         tokens = blocks * B
+        states = getattr(self.tree, "running_states", 0)
         self.tree.set_time(t)
-        if self.tree.reserve(tokens, 0, tag=(f, t)):
-            f.held = tokens
+        if self.tree.reserve(tokens, states, tag=(f, t)):
+            f.held, f.held_states = tokens, states
 
     def sequential_insert(self, f: Flight, t: float) -> None:
         """Sequential mode, second half: one insert of input + output with every checkpoint, then
         the running request's own blocks are given back."""
         self.insert_decode(f, t)
-        if f.held:
-            self.tree.release(f.held, 0)
-            f.held = 0
+        if f.held or f.held_states:
+            self.tree.release(f.held, f.held_states)
+            f.held = f.held_states = 0
 
     def served_at_once(self, f: Flight, t: float) -> None:
         """Sequential mode: the request is served at its arrival (prefill, then decode events)."""

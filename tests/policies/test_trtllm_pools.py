@@ -20,7 +20,8 @@ END0 = {"additional_snapshot_offsets_from_end": "0"}
 
 
 def test_state_pressure_evicts_the_least_recently_used_state_with_its_leaf():
-    """Two recurrent pages. r2 hits A's state (the request holds the matched snapshot until
+    """Three recurrent pages, one of them the running request's live state (two for the cache).
+    r2 hits A's state (the request holds the matched snapshot until
     ``resume`` copies it, then releases it: it goes to the back of the queue, ``_kv_cache.py``
     ``_setup_for_reuse``), so when r2's own state needs a page B's is the oldest and goes; B is a
     leaf, so its block goes too (``_block_radix_tree.py`` ``clear_stale_blocks_after_page_unlink``
@@ -33,7 +34,7 @@ def test_state_pressure_evicts_the_least_recently_used_state_with_its_leaf():
         (cat(A, toks(2000, 32)), toks(5200, 4)),  # hits A's state (64)
         (cat(B, toks(3000, 32)), toks(5300, 4)),  # B's state is gone
     )
-    got, sim = run(trace, "trtllm", spec=TINY, state_pool="2", **END0)
+    got, sim = run(trace, "trtllm", spec=TINY, state_pool="3", **END0)
     assert got == [0, 0, 64, 0]
     # r3's state then needs a page: A's (refreshed as r2 resumed from it) entered the queue before
     # r2's own snapshot at 96, so A's goes; A has a child, so only its state goes
@@ -44,7 +45,8 @@ def test_state_pressure_evicts_the_least_recently_used_state_with_its_leaf():
 
 
 def test_an_inner_state_is_dropped_alone_and_its_kv_stays():
-    """Two recurrent pages. r1 extends A (hits A's state, then commits its own at 96); r2's state
+    """Three recurrent pages, one of them the running request's live state (two for the cache).
+    r1 extends A (hits A's state, then commits its own at 96); r2's state
     needs a page: A's and r1's are equally recent, and A's entered the queue first (r1 released it
     at ``resume``, before committing its snapshot), so A's goes. A's block has children, so the
     engine drops only the recurrent page (the walk up in ``clear_stale_blocks_after_page_unlink``
@@ -57,12 +59,12 @@ def test_an_inner_state_is_dropped_alone_and_its_kv_stays():
         (cat(A, toks(2000, 32)), toks(5200, 4)),  # hits A (64), state at 96
         (toks(1000, 64), toks(5300, 4)),  # another conversation's state evicts A's
     ]
-    got, sim = run(one_per_session(*first), "trtllm", spec=TINY, state_pool="2", **END0)
+    got, sim = run(one_per_session(*first), "trtllm", spec=TINY, state_pool="3", **END0)
     assert got == [0, 64, 0]
     assert state_depths(sim.tree) == [64, 96]  # r2's and r1's
     assert sim.tree.kv_tokens == 96 + 64  # A's KV stays under r1's
     trace = one_per_session(*first, (cat(A, toks(3000, 32)), toks(5400, 4)))
-    assert run(trace, "trtllm", spec=TINY, state_pool="2", **END0)[0] == [0, 64, 0, 0]
+    assert run(trace, "trtllm", spec=TINY, state_pool="3", **END0)[0] == [0, 64, 0, 0]
     assert run(trace, "trtllm", spec=TINY, **END0)[0] == [0, 64, 0, 64]
 
 
@@ -121,3 +123,71 @@ def test_trtllm_snapshot_inside_a_partly_matched_block_needs_fewer_than_32_child
     20) and not with 32 (hit 0, the KV match still 20)."""
     assert _trtllm_tree_hit(31) == (20, 20)
     assert _trtllm_tree_hit(32) == (0, 20)
+
+
+def test_the_running_request_holds_a_live_recurrent_page():
+    """``KvCache`` takes a private recurrent page for the request's running state when it resumes
+    and frees it at ``close`` (never committed; ``_core/_kv_cache.py``, reproduced by
+    ``benchmarks/differential_trtllm.py``'s ``EngineKvCache``: ``self.state = pools.new(SSM, ...)``),
+    so while a request runs the pool holds one snapshot fewer (``EngineRules.running_states``).
+    Two recurrent pages: r0 commits A's state (live page + A); r1's live page takes the free page,
+    so its own state needs A's: A is evicted and r2 (A + 32) reuses nothing. TensorRT-LLM's own
+    tree and manager methods driven by the harness give 0, 0, 0, 0 (with three pages 0, 0, 64, 0,
+    the first test's trace). Without the live page the preset kept A (0, 0, 64, 0 with two)."""
+    A, B = toks(0, 64), toks(1000, 64)
+    trace = one_per_session(
+        (A, toks(5000, 4)),
+        (B, toks(5100, 4)),
+        (cat(A, toks(2000, 32)), toks(5200, 4)),
+        (cat(B, toks(3000, 32)), toks(5300, 4)),
+    )
+    got, sim = run(trace, "trtllm", spec=TINY, state_pool="2", **END0)
+    assert got == [0, 0, 0, 0]
+    assert sim.tree.state_capacity == 2 and sim.tree.n_states <= 2
+
+
+def test_a_state_on_the_running_path_is_evicted_though_its_kv_is_held():
+    """A running request holds the attention pages of its matched blocks, not their snapshots:
+    the one it resumes from goes back to the queue when ``resume`` copies it, the others never
+    leave it (``_core/_kv_cache.py`` ``_setup_for_reuse`` / ``resume``). Five recurrent pages,
+    snapshots at the prompt end and 32 before it: r0 = P (64 tokens) keeps 32 and 64, r1 = Q
+    (20 tokens) keeps 20; r2 = P + 40 resumes from 64 (which goes to the back of the queue),
+    holds its live page and commits 72 and 104: the last needs a page and the queue's front is
+    P's state at 32, on r2's own path, so it goes (its KV stays) and Q's survives. r3 = Q + 10
+    reuses 20; r4 = P[:32] + 40 reuses nothing. The harness driving TensorRT-LLM's own code gives
+    0, 0, 64, 20, 0. Locking the path's states (the preset before) evicted Q's instead: 0, 0, 64,
+    0, 32."""
+    P, Q = toks(0, 64), toks(1000, 20)
+    trace = one_per_session(
+        (P, toks(9000, 1)),
+        (Q, toks(9010, 1)),
+        (cat(P, toks(2000, 40)), toks(9020, 1)),
+        (cat(Q, toks(4000, 10)), toks(9030, 1)),
+        (cat(P[:32], toks(3000, 40)), toks(9040, 1)),
+    )
+    got, sim = run(trace, "trtllm", spec=TINY, state_pool="5", additional_snapshot_offsets_from_end="0,32")
+    assert got == [0, 0, 64, 20, 0]
+    assert state_depths(sim.tree) == [30, 40, 72, 104]
+    sim.tree.check_invariants()
+
+
+def test_a_replaced_snapshot_is_let_go_after_the_new_page_is_taken():
+    """One recurrent page per 32-token block, the deepest (``Block.replace_page``), but the new
+    page is taken first: ``_snapshotSsmToTreeBlock`` allocates a fresh recurrent page (evicting
+    from the queue's front when the pool is short) and only then does ``replace_page`` let the
+    block's old page go. Three recurrent pages (one the live state): r0 = A (60 tokens) keeps 60,
+    r1 = B (64) keeps 64; r2 = A + 2 resumes from 60 and commits 62 in the same block: the pool is
+    short, so the front of the queue, B's 64, goes before A's 60 is replaced; r3 = B + 8 reuses
+    nothing. The harness driving TensorRT-LLM's own code gives 0, 0, 60, 0 (with room, 0, 0, 60,
+    64). Letting the old page go first (the preset before) kept B's: 0, 0, 60, 64."""
+    A, B = toks(0, 60), toks(1000, 64)
+    trace = one_per_session(
+        (A, toks(9000, 1)),
+        (B, toks(9010, 1)),
+        (cat(A, toks(2000, 2)), toks(9020, 1)),
+        (cat(B, toks(3000, 8)), toks(9030, 1)),
+    )
+    got, sim = run(trace, "trtllm", spec=TINY, state_pool="3", **END0)
+    assert got == [0, 0, 60, 0]
+    assert state_depths(sim.tree) == [62, 72]
+    sim.tree.check_invariants()
