@@ -81,7 +81,8 @@ DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["
 @DTYPES
 def test_one_sequence_matches_oracle_and_serial(dtype):
     """Five chunks (the last partial) in segments of two, from an initial state: outputs, final
-    and boundary states against the oracle and against the serial loop."""
+    and boundary states against the oracle and against the serial loop; and from zero against
+    the oracle."""
     T = 300
     q, k, v, g, beta = make_inputs(T, seed=3, dtype=dtype)
     h0 = rand_state(1, seed=4)
@@ -93,9 +94,13 @@ def test_one_sequence_matches_oracle_and_serial(dtype):
     for ours, serial, ref in ((o, so, ro), (ht, sf, rf), (hb, sb, rb)):
         close(ours, ref, tol)
         close(ours, serial, tol)
-    # the history really crosses segments: without the initial state the states differ far
-    # beyond the tolerance (a combine that dropped P S would pass nowhere)
-    assert (rf - naive_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True)[1]).abs().max() > 1e-3
+    # without an initial state (the combine starts from zero), against the oracle
+    ref0 = naive_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True)
+    for ours, ref in zip(chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, state_segments=SEG), ref0):
+        close(ours, ref, tol)
+    # the history really crosses segments: with and without the initial state the final states
+    # differ far beyond the tolerance (a combine that dropped P S would pass nowhere)
+    assert (rf - ref0[1]).abs().max() > 1e-3
 
 
 def test_segment_tables_hand_checked():
@@ -161,7 +166,8 @@ def test_resume_from_emitted_states_within_tolerance():
 
 @pytest.mark.triton_compat
 def test_default_and_env_routes(monkeypatch):
-    """The default call runs the serial loop (``state_segments=0`` gives its bits);
+    """The default call runs the serial loop (``state_segments=0`` gives its bits, and so does
+    "auto" on a CPU, where no multiprocessor count is known);
     ``KERNELS_CONFIG_STATE=SEG=n`` gives the keyword's bits, and ``state_segments=0`` overrides
     it; a bad value is a one-line ValueError."""
     q, k, v, g, beta = make_inputs(200, seed=31)
@@ -171,11 +177,12 @@ def test_default_and_env_routes(monkeypatch):
     base = chunk_gated_delta_rule(q, k, v, g, beta, **kw)
     serial = chunk_gated_delta_rule(q, k, v, g, beta, state_segments=0, **kw)
     seg = chunk_gated_delta_rule(q, k, v, g, beta, state_segments=SEG, **kw)
+    auto = chunk_gated_delta_rule(q, k, v, g, beta, state_segments="auto", **kw)  # a CPU: no SMs, serial
     monkeypatch.setenv("KERNELS_CONFIG_STATE", f"SEG={SEG}")
     env = chunk_gated_delta_rule(q, k, v, g, beta, **kw)
     env_off = chunk_gated_delta_rule(q, k, v, g, beta, state_segments=0, **kw)
-    for a, b, c, d, e in zip(base, serial, seg, env, env_off):
-        assert torch.equal(a, b) and torch.equal(c, d) and torch.equal(a, e)
+    for a, b, c, d, e, f in zip(base, serial, seg, env, env_off, auto):
+        assert torch.equal(a, b) and torch.equal(c, d) and torch.equal(a, e) and torch.equal(a, f)
     # the passes really ran and really differ from the serial loop somewhere (else the checks
     # above would not tell the routes apart)
     assert any(not torch.equal(a, c) for a, c in zip(base, seg))
