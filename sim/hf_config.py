@@ -30,6 +30,7 @@ naming it.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from sim.errors import UsageError
@@ -89,7 +90,8 @@ class _Fields:
             v = self.need(*names) if default is None else self.get(names[0], default)
         except UsageError:
             raise
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < 0:
+        bad = isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+        if bad or int(v) != v or v < 0:  # NaN / Infinity (json reads them) have no int()
             raise UsageError(f"model config {self.where}: field {names[0]!r} must be a whole number >= 0, not {v!r}")
         return int(v)
 
@@ -198,6 +200,8 @@ def read_config(path) -> dict:
     f = _Fields(cfg, where, family)
     d = f.int("hidden_size", "d_model")
     layers = f.int("num_hidden_layers", "n_layer", "n_layers")
+    if layers < 1:
+        raise UsageError(f"model config {where}: field 'num_hidden_layers' must be >= 1, not {layers}")
     dtype = cfg.get("torch_dtype") or cfg.get("dtype") or raw.get("torch_dtype") or raw.get("dtype") or "bfloat16"
     act_bytes = _dtype_bytes(dtype, where, "torch_dtype")
     vocab = f.int("vocab_size")
@@ -233,6 +237,8 @@ def read_config(path) -> dict:
                 raise UsageError(f"model config {where}: field 'layer_types' has unknown type {bad[0]!r}")
         else:
             k = f.int("full_attention_interval")
+            if k < 1:
+                raise UsageError(f"model config {where}: field 'full_attention_interval' must be >= 1, not {k}")
             is_attn = [(i + 1) % k == 0 for i in range(layers)]
         n_attn = sum(is_attn)
         attention(n_attn, gate=bool(cfg.get("attn_output_gate", True)))
@@ -252,7 +258,12 @@ def read_config(path) -> dict:
         other += (layers - n_attn) * (d * (2 * hk * dk + 2 * hv * dv) + d * 2 * hv + hv * dv * d + conv_dim * w)
         experts = f.int("num_experts", default=0)
         sparse_step = f.int("decoder_sparse_step", default=1)
-        dense_only = set(cfg.get("mlp_only_layers") or [])
+        dense_only = cfg.get("mlp_only_layers") or []
+        if not isinstance(dense_only, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in dense_only
+        ):
+            raise UsageError(f"model config {where}: field 'mlp_only_layers' must be a list of layer numbers")
+        dense_only = set(dense_only)
         for i in range(layers):
             if experts > 0 and sparse_step > 0 and (i + 1) % sparse_step == 0 and i not in dense_only:
                 inter, top = f.int("moe_intermediate_size"), f.int("num_experts_per_tok")
@@ -314,7 +325,7 @@ def read_config(path) -> dict:
                 mlp_blocks.append(swiglu(inter))
     elif family == "falcon_h1":
         attention(layers)
-        m, params = _mamba2(f, family, d, layers, d_inner=cfg.get("mamba_d_ssm") or None)
+        m, params = _mamba2(f, family, d, layers, d_inner=f.int("mamba_d_ssm", default=0) or None)
         out.update(m)
         other += params
         mlp_blocks += [swiglu(f.int("intermediate_size"))] * layers

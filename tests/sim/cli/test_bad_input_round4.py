@@ -1,0 +1,70 @@
+"""The fourth round of bad inputs (a new user's audit of the newest features: ``--model PATH``,
+``--gpu``, ``--tensor-parallel``, the traces commands), through the real CLI: every refusal is one
+line on stderr and exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+
+CONFIGS = Path(__file__).resolve().parents[2] / "data" / "configs"
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return CliRunner()
+
+
+def _one_line(res, message: str) -> None:
+    assert res.exit_code == 2, (res.exit_code, res.output)
+    text = res.output.strip()
+    assert len(text.splitlines()) == 1 and "Traceback" not in text, text
+    assert text.startswith(f"Error: {message}"), text
+
+
+def _config(tmp_path: Path, fixture: str, text: str | None = None, **fields) -> Path:
+    """A fixture config with ``fields`` replaced (``...``: removed), or ``text`` as the file."""
+    path = tmp_path / "config.json"
+    if text is None:
+        cfg = json.loads((CONFIGS / fixture).read_text())
+        for k, v in fields.items():
+            cfg.pop(k, None) if v is ... else cfg.__setitem__(k, v)
+        text = json.dumps(cfg)  # NaN / Infinity written as json writes them (and reads them back)
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    "fixture, fields, message",
+    [
+        (
+            "nemotron-h-8b.json",
+            {"hidden_size": float("nan")},
+            "field 'hidden_size' must be a whole number >= 0, not nan",
+        ),
+        (
+            "nemotron-h-8b.json",
+            {"hidden_size": float("inf")},
+            "field 'hidden_size' must be a whole number >= 0, not inf",
+        ),
+        ("nemotron-h-8b.json", {"num_hidden_layers": 0}, "field 'num_hidden_layers' must be >= 1, not 0"),
+        ("qwen3-next-80b-a3b.json", {"full_attention_interval": 0}, "field 'full_attention_interval' must be >= 1"),
+        ("qwen3-next-80b-a3b.json", {"mlp_only_layers": 5}, "field 'mlp_only_layers' must be a list of layer numbers"),
+        ("qwen3-next-80b-a3b.json", {"mlp_only_layers": ["a"]}, "field 'mlp_only_layers' must be a list of layer"),
+        ("falcon-h1-7b.json", {"mamba_d_ssm": "x"}, "field 'mamba_d_ssm' must be a whole number >= 0, not 'x'"),
+        ("falcon-h1-7b.json", {"mamba_d_ssm": -5}, "field 'mamba_d_ssm' must be a whole number >= 0, not -5"),
+    ],
+    ids=["nan", "infinity", "no-layers", "interval-0", "mlp-only-int", "mlp-only-str", "d-ssm-str", "d-ssm-neg"],
+)
+def test_config_fields_that_crashed_or_passed_are_one_line(runner, tmp_path, fixture, fields, message):
+    path = _config(tmp_path, fixture, **fields)
+    for args in (["models", str(path)], ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--model", str(path)]):
+        _one_line(
+            runner.invoke(main, [*args, "--no-progress"] if args[0] == "run" else args),
+            f"model config {path}: {message}",
+        )
