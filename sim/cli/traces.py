@@ -92,12 +92,13 @@ def register(main: click.Group) -> None:
     @traces_group.command("prepare")
     @click.argument("spec", required=False, default="sharegpt")
     @trace_options
-    def prepare_cmd(spec, **kwargs) -> None:
+    @click.option("--progress/--no-progress", default=True, show_default=True)
+    def prepare_cmd(spec, progress, **kwargs) -> None:
         """Load (tokenize) SPEC and store it in the trace cache."""
         _one_trace(spec, kwargs)
         _refuse_unread(kwargs)
         t0 = time.perf_counter()
-        trace = trace_from_cli(kwargs)
+        trace = trace_from_cli(kwargs, progress)
         dt = time.perf_counter() - t0
         click.echo(
             f"{trace.name}: {trace.n_sessions:,} sessions, {len(trace.requests):,} requests, "
@@ -121,13 +122,14 @@ def register(main: click.Group) -> None:
         help="Session rate defining the replay order of closed-loop traces.",
     )
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-    def stats_cmd(spec, rate, fmt, **kwargs) -> None:
+    @click.option("--progress/--no-progress", default=True, show_default=True)
+    def stats_cmd(spec, rate, fmt, progress, **kwargs) -> None:
         """Sessions, requests, tokens and infinite-cache hit-rate upper bounds of SPEC."""
         if not 0 < rate < math.inf:
             raise TraceError(f"--sessions-per-second must be a finite number > 0 (got {rate})")
         _one_trace(spec, kwargs)
         _refuse_unread(kwargs, rate_flag="--sessions-per-second")
-        trace = trace_from_cli(kwargs)
+        trace = trace_from_cli(kwargs, progress)
         st = trace_stats(trace, rate)
         if trace.meta.get("skipped_rows"):
             st["skipped_rows"] = trace.meta["skipped_rows"]

@@ -68,3 +68,16 @@ def test_config_fields_that_crashed_or_passed_are_one_line(runner, tmp_path, fix
             runner.invoke(main, [*args, "--no-progress"] if args[0] == "run" else args),
             f"model config {path}: {message}",
         )
+
+
+@pytest.mark.parametrize("command", ["prepare", "stats"])
+@pytest.mark.parametrize("flag, shown", [("--no-progress", False), ("--progress", True), (None, True)])
+def test_traces_commands_take_no_progress(runner, monkeypatch, command, flag, shown):
+    """``traces prepare`` / ``stats`` had no --no-progress (refused as an unknown option), so a
+    large file's reading bar (or the tokenizing bar) could not be silenced as in run / sweep."""
+    import traces.jsonl
+
+    monkeypatch.setattr(traces.jsonl, "PROGRESS_BYTES", 0)  # the bundled sample counts as large
+    res = runner.invoke(main, ["traces", command, "--trace", "mooncake:sample", *([flag] if flag else [])])
+    assert res.exit_code == 0, res.output
+    assert ("reading mooncake" in res.output) == shown, res.output
