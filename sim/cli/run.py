@@ -16,7 +16,7 @@ from sim.cli.outdir import OutputPath, atomic_write, check_output_files, input_p
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.cli.options import with_fields
 from sim.config import SECTIONS, SimConfig, flag_of, format_size, parse_size, section_of
-from sim.cost import model_for, timing_for, timing_note
+from sim.cost import get_model, gpu_count, model_for, timing_for, timing_note
 from sim.engine.metrics import SUMMARY_KEYS, RunSummary
 from sim.errors import UsageError
 from sim.engine.events import EventLog, event_row, write_events
@@ -198,6 +198,16 @@ def run_timing_note(cfg: SimConfig) -> str:
     if hasattr(t, "coverage_note"):  # a calibrated timing names the widths it was fitted on
         notes.append(t.coverage_note(model_for(cfg)).removeprefix("timing: "))
     return "; ".join(n for n in notes if n)
+
+
+def run_gpu_words(cfg: SimConfig) -> str:
+    """The header's word on the GPUs priced when --gpu or --tensor-parallel is given ("GPU 2x h100");
+    "" for the preset's default timing (its header said nothing of them before either) or a --timing
+    file."""
+    if cfg.timing_file or cfg.ttft_model != "flops" or not (cfg.gpu or cfg.tensor_parallel):
+        return ""
+    n = int(cfg.tensor_parallel) or gpu_count(get_model(cfg.model), cfg.gpu)
+    return f"GPU {n}x {timing_for(cfg).device}"
 
 
 def timing_row(cfg: SimConfig) -> dict:
@@ -398,10 +408,12 @@ def register(main: click.Group) -> None:
             arrivals = f"{rate} ({cfg0.arrival})" if trace.closed_loop else "open-loop arrivals from the trace"
             alpha_used = any(get_preset(c.policy).uses_alpha for c in configs)
             note = run_timing_note(cfg0)
+            gpus = run_gpu_words(cfg0)
             click.echo(
                 f"trace {trace.name}: {len(trace.requests)} requests, {trace.n_sessions} sessions | "
                 f"model {cfg0.model} | capacity {format_size(cfg0.capacity_bytes)} | "
-                f"{cfg0.mode}{_scheduler(cfg0)} | {arrivals}"
+                + (f"{gpus} | " if gpus else "")
+                + f"{cfg0.mode}{_scheduler(cfg0)} | {arrivals}"
                 + (f" | alpha {cfg0.alpha}" if alpha_used else "")
                 + (f" | {left_out}" if left_out else "")
                 + (f" | {note}" if note else "")

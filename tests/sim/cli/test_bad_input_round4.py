@@ -81,3 +81,24 @@ def test_traces_commands_take_no_progress(runner, monkeypatch, command, flag, sh
     res = runner.invoke(main, ["traces", command, "--trace", "mooncake:sample", *([flag] if flag else [])])
     assert res.exit_code == 0, res.output
     assert ("reading mooncake" in res.output) == shown, res.output
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        ([], None),  # the preset's own timing: the header as it always was
+        (["--gpu", "h200"], "capacity 5GB | GPU 1x h200 | "),  # calibrated: said nothing of the GPU
+        (["--gpu", "l40s"], "capacity 5GB | GPU 1x l40s | "),
+        (["--tensor-parallel", "2"], "capacity 5GB | GPU 2x h200 | "),  # said nothing of the group
+        (["--tensor-parallel", "4", "--gpu", "h100"], "capacity 5GB | GPU 4x h100 | "),
+    ],
+    ids=["default", "calibrated", "uncalibrated", "tp", "tp-gpu"],
+)
+def test_run_header_names_the_gpus_priced(runner, args, words):
+    base = ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "marconi"]
+    res = runner.invoke(main, [*base, "--model", "qwen3.5-9b", *args])
+    assert res.exit_code == 0, res.output
+    header = res.output.splitlines()[0]
+    assert ("GPU " in header.replace("for GPU", "")) == (words is not None), header
+    if words:
+        assert words in header, header
