@@ -55,6 +55,11 @@ def build(
                 f"timing file {config.timing_file} was calibrated on {timing.device}, not --gpu {config.gpu}: "
                 "leave out one of them"
             )
+        if config.gpu and not timing.device:  # a CPU calibration (or an older file): --gpu would be inert
+            raise UsageError(
+                f"--gpu {config.gpu} does nothing with timing file {config.timing_file} (it names no GPU: "
+                "its times are used as they are): leave out one of them"
+            )
     kw = dict(spec=spec, timing=timing, progress=progress, observers=observers)
     if config.compat == "corrected":
         sim = Simulation(trace, config, **kw)

@@ -102,3 +102,20 @@ def test_run_header_names_the_gpus_priced(runner, args, words):
     assert ("GPU " in header.replace("for GPU", "")) == (words is not None), header
     if words:
         assert words in header, header
+
+
+@pytest.mark.parametrize("device, gpu, ok", [(None, None, True), (None, "h100", False), ("h100", "h100", True)])
+def test_gpu_with_a_timing_file_that_names_no_gpu_is_refused(runner, tmp_path, device, gpu, ok):
+    """A timing file that names no GPU (``replay --calibrate`` on the CPU writes one) is used as it
+    is: --gpu beside it changed nothing (same times, no word in the header) and is refused."""
+    timing = {"format": "marconi-timing/1", "effective_tflops": 100.0, "overhead_ms": 1.0, "decode_ms_per_token": 5.0}
+    if device:
+        timing["device"] = device
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(timing))
+    args = ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "marconi"]
+    res = runner.invoke(main, [*args, "--timing", str(path), *(["--gpu", gpu] if gpu else [])])
+    if ok:
+        assert res.exit_code == 0, res.output
+    else:
+        _one_line(res, f"--gpu {gpu} does nothing with timing file {path} (it names no GPU")
