@@ -201,9 +201,11 @@ def run_timing_note(cfg: SimConfig) -> str:
 
 
 def run_gpu_words(cfg: SimConfig) -> str:
-    """The header's word on the GPUs priced when --gpu or --tensor-parallel is given ("GPU 2x h100");
-    "" for the preset's default timing (its header said nothing of them before either) or a --timing
-    file."""
+    """The header's word on the GPUs priced when --gpu or --tensor-parallel is given ("GPU 2x h100"),
+    or on the --timing file that prices them ("timing FILE"); "" for the preset's default timing
+    (its header said nothing of them before either)."""
+    if cfg.timing_file and cfg.ttft_model == "flops":  # the user's own timing: its file is named
+        return f"timing {cfg.timing_file}"
     if cfg.timing_file or cfg.ttft_model != "flops" or not (cfg.gpu or cfg.tensor_parallel):
         return ""
     n = int(cfg.tensor_parallel) or gpu_count(get_model(cfg.model), cfg.gpu)

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from sim.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "data" / "configs"
+H200_TIMING = Path(__file__).resolve().parents[3] / "sim" / "data" / "h200-timing.json"
 
 
 @pytest.fixture(scope="module")
@@ -91,15 +92,16 @@ def test_traces_commands_take_no_progress(runner, monkeypatch, command, flag, sh
         (["--gpu", "l40s"], "capacity 5GB | GPU 1x l40s | "),
         (["--tensor-parallel", "2"], "capacity 5GB | GPU 2x h200 | "),  # said nothing of the group
         (["--tensor-parallel", "4", "--gpu", "h100"], "capacity 5GB | GPU 4x h100 | "),
+        (["--timing", str(H200_TIMING)], f"capacity 5GB | timing {H200_TIMING} | "),  # said nothing of it
     ],
-    ids=["default", "calibrated", "uncalibrated", "tp", "tp-gpu"],
+    ids=["default", "calibrated", "uncalibrated", "tp", "tp-gpu", "timing-file"],
 )
-def test_run_header_names_the_gpus_priced(runner, args, words):
+def test_run_header_names_the_gpus_or_the_timing_file(runner, args, words):
     base = ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "marconi"]
     res = runner.invoke(main, [*base, "--model", "qwen3.5-9b", *args])
     assert res.exit_code == 0, res.output
     header = res.output.splitlines()[0]
-    assert ("GPU " in header.replace("for GPU", "")) == (words is not None), header
+    assert ("GPU " in header.replace("for GPU", "") or "| timing " in header) == (words is not None), header
     if words:
         assert words in header, header
 
