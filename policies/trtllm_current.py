@@ -54,15 +54,20 @@ comma list (``1024,,4096``). Duplicates are dropped, as the engine's set does.
   recent state, alone on an inner node, with its leaf otherwise (``EngineRules.cascade``), a hit
   refreshing the KV path and only the state it resumed from, operations at equal trace times in
   the order they happen (``strict_clock``), the running request's pages beyond its last snapshot
-  point charged in sequential mode (``running_blocks``). Without ``--state-pool``: one budget,
+  point charged in sequential mode (``running_blocks``), with the live recurrent page the running
+  request holds (``running_states``: ``KvCache``'s private SSM page); a state on a running
+  request's path stays a state victim (only its attention pages are held), and a snapshot that
+  replaces one in its block takes its page before the old one is let go
+  (``_snapshotSsmToTreeBlock`` then ``Block.replace_page``). Without ``--state-pool``: one budget,
   the LRU over leaves, tail first, as before (``benchmarks/differential_trtllm.py --capacity``
   measures it against the engine's own pools; docs/presets-engines.md).
 
 Not modelled: ``enable_branch_snapshot`` (#18272, #18724: a snapshot where a request leaves the
 reuse tree, and the prompt end when no placement applies), ``block_reuse_config.policy``
 ``per_conversation`` (which turns the periodic interval off), the V2 manager's pool sizing from
-``avg_seq_len`` (a knob it has not: ``--state-pool`` gives the split), page-granular eviction (the
-engine evicts one 32-token page at a time, the tree a leaf edge), the pool rebalancing.
+``avg_seq_len`` (a knob it has not: ``--state-pool`` gives the split), memory in whole 32-token
+pages per block (the tree charges tokens; eviction one page at a time changes when memory is free,
+not which entries go: docs/presets-engines.md), the pool rebalancing.
 Decode-time periodic states (an earlier reading of the 1.3.0rc docs) are gone:
 ``benchmarks/differential_trtllm.py`` drives the engine's own radix tree and manager methods and
 found none (docs/presets-engines.md, the TensorRT-LLM differential).

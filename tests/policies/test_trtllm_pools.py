@@ -10,11 +10,13 @@ on tiny traces: end offset 0 puts one state at each prompt's end."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from engine_cases import TINY, cat, one_per_session, run, state_depths, toks
 
 from policies.base import EngineRules
 from policies.vllm_current import VllmFreeQueueEviction
 from sim.cache.engine_tree import EngineTree
+from sim.errors import UsageError
 
 END0 = {"additional_snapshot_offsets_from_end": "0"}
 
@@ -191,3 +193,17 @@ def test_a_replaced_snapshot_is_let_go_after_the_new_page_is_taken():
     assert got == [0, 0, 60, 0]
     assert state_depths(sim.tree) == [62, 72]
     sim.tree.check_invariants()
+
+
+def test_a_state_pool_that_fills_the_capacity_leaves_no_room_for_kv():
+    """``--state-pool`` N takes N states' bytes from ``--capacity`` for the recurrent pool group;
+    the rest is the attention pool. A pool of exactly the capacity leaves a KV pool of 0 bytes,
+    which holds no page: refused in one line (``EngineTree``: ``kv_capacity_bytes <= 0``), as one
+    that leaves less. (Mutation survivor, engine_tree.py L108, seed 0.)"""
+    trace = one_per_session((toks(0, 64), toks(5000, 4)))
+    state = TINY.state_bytes()
+    for capacity in (3 * state, 3 * state - 1):
+        with pytest.raises(UsageError, match="leaves no room for KV"):
+            run(trace, "trtllm", spec=TINY, capacity=capacity, state_pool="3", **END0)
+    got, _ = run(trace, "trtllm", spec=TINY, capacity=3 * state + 64 * 2, state_pool="3", **END0)
+    assert got == [0]
