@@ -16,6 +16,7 @@ from sim.cli.outdir import (
     check_output_files,
     check_output_folder,
     input_paths,
+    model_inputs,
     output_folder,
 )
 from sim.cli.options import with_fields
@@ -261,6 +262,7 @@ def register(main: click.Group) -> None:
         problem = Problem(trace_kwargs, engine_name, model, gpu_memory, objective, holdout, study_seed, fixed)
         inputs = input_paths(trace_kwargs.get("trace"), fixed.get("timing_file"))
         problem.digest = inputs_digest(inputs, ROW_VERSION)
+        inputs = inputs + model_inputs(model)  # checked as outputs' inputs (the digest is the trace's)
         check_output_folder(out, "--out", inputs)  # never a journal inside a trace folder
         with output_folder(out):
             # advice.json and pareto.png are this folder's study's to replace on a rerun; a folder

@@ -163,6 +163,14 @@ def input_paths(trace_spec: str | None = None, *files: str | os.PathLike | None)
     return list(dict.fromkeys(found))
 
 
+def model_inputs(*models: str | None) -> list[Path]:
+    """The ``--model`` values that name a config.json or a folder holding one (not a preset): inputs
+    of the command like its trace, so no output is written onto (or into) them."""
+    from sim.hf_config import looks_like_path  # noqa: PLC0415 - only where a command takes --model
+
+    return [Path(m).expanduser().resolve() for m in models if m and looks_like_path(str(m))]
+
+
 @lru_cache(maxsize=1)
 def package_roots() -> tuple[Path, ...]:
     """The folders of the packages whose files no command may write (``PACKAGES``), resolved."""

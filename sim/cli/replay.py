@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from sim.cli.checks import check_replay
-from sim.cli.outdir import OutputPath, check_output_files, input_paths, output_folder
+from sim.cli.outdir import OutputPath, check_output_files, input_paths, model_inputs, output_folder
 from sim.cli.options import option, with_options
 from sim.cli.run import parse_alpha
 from sim.cli.run import _scheduler as _scheduler_word
@@ -66,7 +66,7 @@ def _duration(secs: float) -> str:
     return f"{secs / 3600:,.1f} h"
 
 
-def check_before_work(spec, calibrate_path, out, force: bool, trace_spec, timing_path=None) -> None:
+def check_before_work(spec, calibrate_path, out, force: bool, trace_spec, timing_path=None, model=None) -> None:
     """The outputs of a replay, checked before the trace is loaded and replayed: the output files (not
     an input, not existing unless --force) and their folders (created now, or refused). The settings
     (the tolerance among them) are ``ReplaySettings.validate``'s, run before this. (A model too wide
@@ -75,7 +75,7 @@ def check_before_work(spec, calibrate_path, out, force: bool, trace_spec, timing
     files = [(Path(out) / name, "--out") for name in names] if out is not None else []
     if calibrate_path is not None:
         files.append((Path(calibrate_path), "--calibrate"))  # a list: one path for two outputs is refused
-    check_output_files(files, force=force, inputs=input_paths(trace_spec, timing_path))
+    check_output_files(files, force=force, inputs=input_paths(trace_spec, timing_path) + model_inputs(model))
     for folder, flag in ((out, "--out"), (Path(calibrate_path).parent if calibrate_path else None, "--calibrate")):
         with output_folder(folder, flag):
             pass  # created now (kept: the replay writes there at the end)
@@ -330,7 +330,7 @@ def register(main: click.Group) -> None:
         config.validate()
         check_batch(settings, config, calibrating=calibrate_path is not None)
         check_replay(click.get_current_context(), config, kwargs.get("trace"))
-        check_before_work(get_model(model), calibrate_path, out, force, kwargs.get("trace"), timing_path)
+        check_before_work(get_model(model), calibrate_path, out, force, kwargs.get("trace"), timing_path, model)
         timing = None
         if timing_path is not None:
             from sim.cost import read_timing_file  # noqa: PLC0415

@@ -12,7 +12,7 @@ from policies.base import get_preset, policy_knobs
 from sim.analysis import table
 from sim.cli.help import SectionedCommand
 from sim.cli.checks import check_run, simulated_capacities
-from sim.cli.outdir import OutputPath, atomic_write, check_output_files, input_paths, output_folder
+from sim.cli.outdir import OutputPath, atomic_write, check_output_files, input_paths, model_inputs, output_folder
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.cli.options import with_fields
 from sim.config import SECTIONS, SimConfig, flag_of, format_size, parse_size, section_of
@@ -359,7 +359,8 @@ def register(main: click.Group) -> None:
         if events_path is not None:
             files.append((events_path, "--events"))  # a list: --events D/summary.json is refused, not merged
         with output_folder(out), output_folder(events_path.parent if events_path else None, "--events"):
-            check_output_files(files, force=force, inputs=input_paths(kwargs.get("trace"), kwargs.get("timing_file")))
+            inputs = input_paths(kwargs.get("trace"), kwargs.get("timing_file")) + model_inputs(kwargs.get("model"))
+            check_output_files(files, force=force, inputs=inputs)
             if kwargs.get("timing_file"):  # a bad timing file is refused before the trace is loaded
                 read_timing(kwargs["timing_file"], model=kwargs.get("model"))
             _run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, columns, progress, **kwargs)

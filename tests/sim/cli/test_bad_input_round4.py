@@ -4,7 +4,9 @@ line on stderr and exit 2, never a traceback."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,29 @@ def test_gpu_with_a_timing_file_that_names_no_gpu_is_refused(runner, tmp_path, d
         assert res.exit_code == 0, res.output
     else:
         _one_line(res, f"--gpu {gpu} does nothing with timing file {path} (it names no GPU")
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_outputs_onto_a_model_config_are_refused_even_with_force(runner, tmp_path):
+    """``--model PATH`` is an input like the trace: ``--events`` / ``--calibrate`` onto it (with
+    --force) replaced the user's config.json with events or a timing file."""
+    folder = tmp_path / "nemotron"
+    folder.mkdir()
+    config = folder / "config.json"
+    shutil.copy(CONFIGS / "nemotron-h-8b.json", config)
+    before = _sha(config)
+    small = ["--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress"]
+    res = runner.invoke(main, ["run", *small, "--model", str(config), "--events", str(config), "--force"])
+    _one_line(res, f"--events {config}: is an input of this command")
+    res = runner.invoke(main, ["run", *small, "--model", str(folder), "--out", str(folder)])
+    _one_line(res, f"--out {folder / 'summary.json'}: is inside {folder}, which is an input")
+    args = ["replay", *small, "--device", "cpu", "--model", str(folder), "--calibrate", str(config), "--force"]
+    _one_line(runner.invoke(main, args), f"--calibrate {config}: is inside {folder}, which is an input")
+    res = runner.invoke(main, ["sweep", *small, "--model", f"marconi-7b,{folder}", "--out", str(folder / "rows")])
+    _one_line(res, f"--out {folder / 'rows'}: is inside {folder}, which is an input")
+    res = runner.invoke(main, ["advise", "--for", "sglang", *small, "--model", str(folder), "--out", str(folder)])
+    _one_line(res, f"--out {folder}: is an input of this command")
+    assert _sha(config) == before and sorted(p.name for p in folder.iterdir()) == ["config.json"]
