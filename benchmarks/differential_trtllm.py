@@ -46,6 +46,10 @@ without one (``_block_radix_tree.py`` ``clear_stale_blocks_after_page_unlink``).
     python benchmarks/differential_trtllm.py --trtllm /work/engines/trtllm --sessions 100 \\
         --periodic-snapshot-interval 256 --additional-snapshot-offsets-from-end 0 [--capacity 2GB]
 
+``--scheduler fcfs`` runs the simulator in ``des`` mode with the fcfs queue (one server) and feeds
+the engine the requests in the order the simulator starts serving them (each served whole: the
+queue's lookups at arrival and decodes overlapping the next prefill are not reproduced).
+
 Prints, for each preset compared, how many requests get the same hit as the engine; ``--out``
 writes the per-request hits (CSV).
 """
@@ -651,18 +655,34 @@ def prompts(trace) -> list[list[int]]:
     return out
 
 
-def sim_hits(trace, policy: str, knobs: dict, chunk: int, capacity: int = UNLIMITED) -> tuple[list[int], np.ndarray]:
-    """Hit tokens per request of ``policy`` in sequential mode, in arrival order."""
+def sim_hits(
+    trace, policy: str, knobs: dict, chunk: int, capacity: int = UNLIMITED, scheduler: str = "sequential"
+) -> tuple[list[int], np.ndarray]:
+    """Hit tokens per request of ``policy`` in the order it serves them: sequential mode (arrival
+    order), or ``des`` mode with ``--scheduler fcfs`` and one server (service start order: each
+    request looks up when its service starts, inserts its prefill states at its prefill's end and
+    is done before the next one starts, so the engine can serve them one at a time in that order)."""
+    mode = "sequential" if scheduler == "sequential" else "des"
+    extra = {} if scheduler == "sequential" else {"scheduler": scheduler}
     config = SimConfig(
         policy=policy,
         model=MODEL,
         capacity_bytes=capacity,
-        mode="sequential",
+        mode=mode,
         prefill_chunk_tokens=chunk,
+        **extra,
         **knobs,
     )
-    hits, order, _ = served_hits(trace, config)
-    return hits, order
+    if scheduler == "sequential":
+        hits, order, _ = served_hits(trace, config)
+        return hits, order
+    from sim.engine.drivers import run  # noqa: PLC0415
+
+    reqs = run(build(trace, config)).requests.set_index("request_id").sort_index()
+    start = (reqs["arrival_s"] + reqs["queue_s"]).to_numpy()
+    order = np.argsort(start, kind="stable")
+    hit = reqs["hit_tokens"].to_numpy()
+    return [int(hit[i]) for i in order], order
 
 
 def model_bytes(trace) -> tuple[int, int]:
@@ -709,6 +729,12 @@ def main() -> None:
     ap.add_argument("--additional-snapshot-offsets-from-start", default="")
     ap.add_argument("--additional-snapshot-offsets-from-end", default="")
     ap.add_argument("--policies", default="trtllm")
+    ap.add_argument(
+        "--scheduler",
+        default="sequential",
+        choices=("sequential", "fcfs"),
+        help="the simulator's mode: sequential, or des with the fcfs queue (one server)",
+    )
     ap.add_argument(
         "--capacity",
         default="",
@@ -759,7 +785,7 @@ def main() -> None:
         knobs["state_pool"] = str(slots[SSM])  # the recurrent pool; KV gets the rest, as the engine's pages
     results, order = {}, None
     for policy in args.policies.split(","):
-        results[policy], order = sim_hits(trace, policy, knobs, args.prefill_chunk, capacity)
+        results[policy], order = sim_hits(trace, policy, knobs, args.prefill_chunk, capacity, args.scheduler)
     engine = EngineHarness(
         root,
         args.tokens_per_block,

@@ -102,6 +102,7 @@ class EngineTree(HybridRadixTree):
         self._gone: set[int] = set()  # orders of copy entries popped or replaced
         self.states_replaced = 0  # states given up to a later one on the same anchor
         self._pending = (0, 0)  # (KV bytes, states) the insert being planned needs
+        self._planning = None  # (seq, span, checkpoints) of that insert, while it makes room
         super().__init__(**settings)
         if state_capacity is not None:
             self.kv_capacity_bytes = self.capacity_bytes - state_capacity * self.state_bytes
@@ -147,6 +148,7 @@ class EngineTree(HybridRadixTree):
             need_kv += sum(self._frozen_charge(t) for t in self._state_depths(seq, span, new_cps))
         kv_bytes = need_kv * self.kv_bytes_per_token
         self._pending = (kv_bytes, len(new_cps))
+        self._planning = (seq, span, checkpoints)
         return kv_bytes + len(new_cps) * self.state_bytes, walk_end
 
     def _state_depths(self, seq: np.ndarray, span: Span, checkpoints: list[int]) -> list[int]:
@@ -428,7 +430,10 @@ class EngineTree(HybridRadixTree):
             checkpoints = self._take_block_snapshots(seq, span, checkpoints, replaced)
         if len(seq) == 0:
             return InsertResult(True, end_node=self.root)
-        res = super()._insert(seq, seq_tokens, checkpoints, now, lock, protect, need_bytes, cut)
+        try:
+            res = super()._insert(seq, seq_tokens, checkpoints, now, lock, protect, need_bytes, cut)
+        finally:
+            self._planning = None
         for old in replaced:  # with pools: the new page was taken while the replaced one was held
             if old.has_state and old.parent is not None:
                 self._release_state(old)
@@ -603,12 +608,19 @@ class EngineTree(HybridRadixTree):
             return super()._evict_for(need)
         self.stats.eviction_calls += 1
         need_kv, need_states = self._pending
+        planning = self._planning
+
+        def states_short() -> bool:
+            # a state the insert finds on its path may itself be a state victim (TensorRT-LLM's
+            # pools lock only KV on a running path): then the insert adds it again, so the states
+            # it needs are counted again after each victim
+            need = need_states if planning is None else len(self._plan_new(*planning)[1])
+            return self.n_states + need > self.state_capacity
+
         evicted = [0, 0]  # states, KV tokens
         ok = self._drain(
             lambda: self.kv_bytes + need_kv > self.kv_capacity_bytes, self.policy.pop_kv_victim, evicted
-        ) and self._drain(
-            lambda: self.n_states + need_states > self.state_capacity, self.policy.pop_state_victim, evicted
-        )
+        ) and self._drain(states_short, self.policy.pop_state_victim, evicted)
         return ok, evicted[0], evicted[1]
 
     def _evict_with_copies(self, need: float) -> tuple[bool, int, int]:

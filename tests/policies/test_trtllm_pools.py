@@ -207,3 +207,33 @@ def test_a_state_pool_that_fills_the_capacity_leaves_no_room_for_kv():
             run(trace, "trtllm", spec=TINY, capacity=capacity, state_pool="3", **END0)
     got, _ = run(trace, "trtllm", spec=TINY, capacity=3 * state + 64 * 2, state_pool="3", **END0)
     assert got == [0]
+
+
+def test_an_insert_counts_again_a_state_on_its_path_taken_to_make_room():
+    """States on a locked path are state victims with the engine's pools (rule above), so the
+    room an insert makes may take a state it found on its own path and will add again: the
+    states it needs are counted again after each victim (``EngineTree._evict_for``), and the pool
+    is never exceeded (``marconi run --policy trtllm --state-pool 29 --scheduler fcfs`` on 100
+    ShareGPT sessions at 2GB stopped on "capacity exceeded" before). Two state slots: the path
+    holds states at 32 and 64 (locked, as a running request's); inserting it again with a third
+    state at 96 takes the older (32), which it would add back, then 64: no room for three, the
+    insert is refused and the pool holds at most two."""
+    from policies.trtllm_current import TrtllmPoolEviction  # noqa: PLC0415
+
+    rules = EngineRules(kv_extent="state", snapshot_block=32, state_pool=True, cascade=True)
+    t = EngineTree(
+        rules,
+        state_capacity=2,
+        capacity_bytes=10**6,
+        kv_bytes_per_token=1,
+        state_bytes=4,
+        block_tokens=1,
+        policy=TrtllmPoolEviction(),
+    )
+    seq = np.arange(96, dtype=np.int64)
+    assert t.insert(seq[:64], 64, [32, 64], t.set_time(1.0)).inserted
+    t.lock(t.match(seq[:64]).hit_node)  # a running request's path: KV held, states still victims
+    res = t.insert(seq, 96, [32, 64, 96], t.set_time(2.0))
+    assert not res.inserted
+    assert t.n_states <= 2
+    t.check_invariants()
