@@ -274,5 +274,9 @@ def test_gpu_segmented_matches_serial_and_oracle(dtype, h, hv, mode):
         o_serial=_rel(so, ro), final_serial=_rel(sf, rf), boundaries_serial=_max_rel_rows(sb, rb),
         o_vs_serial=_rel(o, so), final_vs_serial=_rel(ht, sf), boundaries_vs_serial=_max_rel_rows(hb, sb),
     )  # fmt: skip
+    # "auto" (auto_segments): segments at 4/8 heads and one sequence on an H200 (15 chunks), the
+    # serial loop where the programs fill the GPU
+    ao, aht, ahb = chunk_gated_delta_rule(q, k, v, g, beta, state_segments="auto", **kw)
+    errs.update(o_auto=_rel(ao, ro), final_auto=_rel(aht, rf), boundaries_auto=_max_rel_rows(ahb, rb))
     print(f"SEGERR {str(dtype)[6:]} H={h} HV={hv} T={T} {mode}: " + " ".join(f"{n}={e:.2e}" for n, e in errs.items()))
     assert all(e < tol for e in errs.values()), errs
