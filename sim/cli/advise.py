@@ -18,6 +18,7 @@ from sim.cli.outdir import (
     input_paths,
     model_inputs,
     output_folder,
+    refuse_other_kind,
 )
 from sim.cli.options import with_fields
 from sim.cli.run import refuse_unread_knobs
@@ -264,6 +265,7 @@ def register(main: click.Group) -> None:
         problem.digest = inputs_digest(inputs, ROW_VERSION)
         inputs = inputs + model_inputs(model)  # checked as outputs' inputs (the digest is the trace's)
         check_output_folder(out, "--out", inputs)  # never a journal inside a trace folder
+        refuse_other_kind(out, "advise")
         with output_folder(out):
             # advice.json and pareto.png are this folder's study's to replace on a rerun; a folder
             # without a study keeps the user's files of those names unless --force

@@ -11,6 +11,7 @@ import errno
 import fcntl
 import importlib.util
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -161,6 +162,29 @@ def input_paths(trace_spec: str | None = None, *files: str | os.PathLike | None)
     found: list[Path] = list(spec_paths(trace_spec))
     found += [Path(f).expanduser().resolve() for f in files if f]
     return list(dict.fromkeys(found))
+
+
+#: what marks a folder as another command's results: a sweep's rows (<config_id>.parquet), a run's
+#: or replay's summary.json, an advise study's journal
+_KINDS = {
+    "sweep": (
+        "the rows of `marconi sweep`",
+        lambda f: any(re.fullmatch(r"[0-9a-f]{20}\.parquet", p.name) for p in f.iterdir()),
+    ),
+    "run": ("the results of `marconi run` / `replay` (summary.json)", lambda f: (f / "summary.json").is_file()),
+    "advise": ("a `marconi advise` study (study.journal)", lambda f: (f / "study.journal").is_file()),
+}
+
+
+def refuse_other_kind(folder: Path | None, kind: str, flag: str = "--out") -> None:
+    """Refuses an output folder that holds another command's results (``kind``: this command's,
+    one of sweep / run / advise): written into, it would mix them, and ``marconi report`` shows the
+    run's summary.json in place of a sweep's rows while a sweep stops at the run's files."""
+    if folder is None or not Path(folder).is_dir():
+        return
+    for other, (what, holds) in _KINDS.items():
+        if other != kind and holds(Path(folder)):
+            raise UsageError(f"{flag} {folder}: holds {what}; write this command's results to another folder")
 
 
 def model_inputs(*models: str | None) -> list[Path]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from sim.cli.checks import check_replay
-from sim.cli.outdir import OutputPath, check_output_files, input_paths, model_inputs, output_folder
+from sim.cli.outdir import OutputPath, check_output_files, input_paths, model_inputs, output_folder, refuse_other_kind
 from sim.cli.options import option, with_options
 from sim.cli.run import parse_alpha
 from sim.cli.run import _scheduler as _scheduler_word
@@ -75,6 +75,7 @@ def check_before_work(spec, calibrate_path, out, force: bool, trace_spec, timing
     files = [(Path(out) / name, "--out") for name in names] if out is not None else []
     if calibrate_path is not None:
         files.append((Path(calibrate_path), "--calibrate"))  # a list: one path for two outputs is refused
+    refuse_other_kind(out, "run")
     check_output_files(files, force=force, inputs=input_paths(trace_spec, timing_path) + model_inputs(model))
     for folder, flag in ((out, "--out"), (Path(calibrate_path).parent if calibrate_path else None, "--calibrate")):
         with output_folder(folder, flag):

@@ -12,7 +12,15 @@ from policies.base import get_preset, policy_knobs
 from sim.analysis import table
 from sim.cli.help import SectionedCommand
 from sim.cli.checks import check_run, simulated_capacities
-from sim.cli.outdir import OutputPath, atomic_write, check_output_files, input_paths, model_inputs, output_folder
+from sim.cli.outdir import (
+    OutputPath,
+    atomic_write,
+    check_output_files,
+    input_paths,
+    model_inputs,
+    output_folder,
+    refuse_other_kind,
+)
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.cli.options import with_fields
 from sim.config import SECTIONS, SimConfig, flag_of, format_size, parse_size, section_of
@@ -358,6 +366,7 @@ def register(main: click.Group) -> None:
         files = [(out / name, "--out") for name in RUN_OUTPUTS] if out is not None else []
         if events_path is not None:
             files.append((events_path, "--events"))  # a list: --events D/summary.json is refused, not merged
+        refuse_other_kind(out, "run")
         with output_folder(out), output_folder(events_path.parent if events_path else None, "--events"):
             inputs = input_paths(kwargs.get("trace"), kwargs.get("timing_file")) + model_inputs(kwargs.get("model"))
             check_output_files(files, force=force, inputs=inputs)

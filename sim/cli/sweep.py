@@ -17,7 +17,7 @@ import click
 from click.core import ParameterSource
 
 from sim.cli.checks import check_configs, given_trace_options
-from sim.cli.outdir import OutputPath, check_output_folder, input_paths, model_inputs, output_folder
+from sim.cli.outdir import OutputPath, check_output_folder, input_paths, model_inputs, output_folder, refuse_other_kind
 from sim.cli.report import SORT_HELP, sort_key
 from sim.cli.run import explicit_settings, fits_trace_blocks, refuse_unread_knobs, refuse_unusable_blocks
 from sim.config import SimConfig
@@ -273,6 +273,7 @@ def register(main: click.Group) -> None:
         inputs += input_paths(None, *[t for t in sim_axes.get("timing_file", []) if t])
         inputs += model_inputs(*sim_axes.get("model", []))
         check_output_folder(out, "--out", inputs)
+        refuse_other_kind(out, "sweep")
         with output_folder(out, keep=not dry_run):
             if left_out:
                 click.echo(left_out)

@@ -149,3 +149,36 @@ def test_outputs_onto_a_model_config_are_refused_even_with_force(runner, tmp_pat
     res = runner.invoke(main, ["advise", "--for", "sglang", *small, "--model", str(folder), "--out", str(folder)])
     _one_line(res, f"--out {folder}: is an input of this command")
     assert _sha(config) == before and sorted(p.name for p in folder.iterdir()) == ["config.json"]
+
+
+def test_an_out_folder_of_another_commands_results_is_refused(runner, tmp_path):
+    """``run --out`` into a sweep's folder put summary.json beside the rows: ``report`` then showed
+    the run alone (the sweep's rows hidden) and the sweep's resume and ``plot`` stopped at the run's
+    parquet files; advise's journal went in the same way. Each command keeps to its own kind."""
+    small = ["--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress"]
+    cmds = {
+        "sweep": ["sweep", *small, "--policy", "marconi", "--workers", "1"],
+        "run": ["run", *small, "--policy", "marconi"],
+        "advise": ["advise", "--for", "sglang", *small, "--trials", "1", "--workers", "1"],
+    }
+    for kind, args in cmds.items():
+        assert runner.invoke(main, [*args, "--out", str(tmp_path / kind)]).exit_code == 0
+    before = _hashes(tmp_path)
+    holds = {
+        "sweep": "holds the rows of `marconi sweep`",
+        "run": "holds the results of `marconi run` / `replay` (summary.json)",
+        "advise": "holds a `marconi advise` study (study.journal)",
+    }
+    replay = ["replay", *small, "--device", "cpu", "--model", "replay-tiny", "--requests", "2"]
+    for kind, args in [*cmds.items(), ("run", replay)]:
+        for other in cmds:
+            if other != kind:
+                res = runner.invoke(main, [*args, "--out", str(tmp_path / other)])
+                _one_line(
+                    res, f"--out {tmp_path / other}: {holds[other]}; write this command's results to another folder"
+                )
+    assert _hashes(tmp_path) == before
+
+
+def _hashes(root: Path) -> dict:
+    return {str(p): _sha(p) for p in sorted(root.rglob("*")) if p.is_file() and not p.name.startswith(".")}
