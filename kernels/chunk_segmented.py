@@ -20,7 +20,8 @@ call that starts mid-sequence cuts where the uninterrupted call cut), and:
 3. the state kernel itself (the Triton loop, or the Gluon loop where it runs), every segment at
    once as a sequence of its own from ``S_in(j)``: the chunk-start states and v' for the output
    kernel, the boundary states at their slots, and each segment's end state (the last segment's
-   is the final state).
+   is the final state). Where the Gluon loop runs the output overlaps it (``OVL``) with the
+   segments as its sequences (``SegmentTables.chunk``).
 
 Three times the loop's products over more programs. The bits differ from the serial loop's (the
 state entering a segment comes from ``P S + Z`` instead of chunk-by-chunk updates), within its
@@ -110,7 +111,7 @@ class SegmentTables:
     ``seq_segs`` ``[N, 2]``: each sequence's segment range; ``last`` ``[N]``: its last segment.
     An empty sequence has one empty segment (its state passes through)."""
 
-    __slots__ = ("num", "info", "seq_segs", "last", "host_info", "host_seq_segs", "seg")
+    __slots__ = ("num", "info", "chunk", "seq_segs", "last", "host_info", "host_chunk", "host_seq_segs", "seg")
 
     def __init__(self, meta, seg: int, device):
         cu = np.asarray(meta.cu_seqlens, dtype=np.int64)
@@ -140,12 +141,27 @@ class SegmentTables:
         self.seg = seg
         self.host_info = np.stack([bos[s_seq], eos[s_seq], s_c0, s_c1], axis=1).astype(np.int32)
         self.host_seq_segs = np.stack([s_end - counts, s_end], axis=1).astype(np.int32)
-        flat = np.concatenate([self.host_info.reshape(-1), self.host_seq_segs.reshape(-1), s_end - 1]).astype(np.int32)
-        buf = upload(flat, device, torch.int32)
-        a, b = 4 * self.num, 4 * self.num + 2 * N
+        # the metadata's chunk table with each chunk's segment in the sequence column: what the
+        # overlapped output reads to find its loop program's progress counters
+        ts = bos[seq] + local * CHUNK - rag[seq]
+        chunk_seg = np.repeat(np.arange(self.num, dtype=np.int64), s_c1 - s_c0)
+        self.host_chunk = np.stack(
+            [chunk_seg, ts, np.maximum(ts, bos[seq]), np.minimum(ts + CHUNK, eos[seq])], axis=1
+        ).astype(np.int32)
+        pad = np.zeros(-2 * N % 4, dtype=np.int32)  # every table on a 16-byte boundary
+        parts = (
+            self.host_info.reshape(-1),
+            self.host_chunk.reshape(-1),
+            self.host_seq_segs.reshape(-1),
+            pad,
+            s_end - 1,
+        )
+        buf = upload(np.concatenate(parts).astype(np.int32), device, torch.int32)
+        a, b, c = 4 * self.num, 4 * (self.num + NT), 4 * (self.num + NT) + 2 * N
         self.info = buf[:a].view(-1, 4)
-        self.seq_segs = buf[a:b].view(-1, 2)
-        self.last = buf[b:].to(torch.int64)  # index_select's index
+        self.chunk = buf[a:b].view(-1, 4)
+        self.seq_segs = buf[b:c].view(-1, 2)
+        self.last = buf[c + len(pad) :].to(torch.int64)  # index_select's index
 
 
 #: tables by (id of the metadata, seg): (weak reference to the metadata, tables). Built once per
@@ -311,16 +327,10 @@ def _opts(entry: dict) -> dict:
 
 
 def segmented_table(lp: dict) -> dict:
-    """The launch table ``lp`` for the segmented pass: the output after the loop (``OVL`` 0: its
-    progress counters are per sequence, and pass 3's sequences are segments), no fused loop."""
-    out = {key: val for key, val in lp["out"].items() if key != "launch_pdl"}
-    out["OVL"] = 0
-    return {
-        "solve": {**lp["solve"], "OVL": 0},
-        "wu": lp["wu"],
-        "state": {**lp["state"], "OVL": 0, "FUSE": 0},
-        "out": out,
-    }
+    """The launch table ``lp`` for the segmented pass: no fused loop (``FUSE``: pass 3 is the
+    plain loop); the overlapped output (``OVL``) as ``lp`` has it, with the segments as its
+    sequences (``SegmentTables.chunk``)."""
+    return {**lp, "state": {**lp["state"], "FUSE": 0}}
 
 
 def launches(lp, fns, grids, shared: dict, tables: SegmentTables, *, N, HV, K, V, dev, h0, has_h0, ht) -> None:
@@ -356,7 +366,11 @@ def launches(lp, fns, grids, shared: dict, tables: SegmentTables, *, N, HV, K, V
     _launch(
         state_fn, grids[2], {**shared, **st, "seq_info": tables.info, "h0": sin, "ht": seg_ht, "has_h0": 1}, state_opts
     )
-    _launch(out_fn, grids[3], {**shared, **lp["out"]}, _opts(lp["out"]))
+    # the output reads its chunks' segments (the overlapped output's progress counters are kept
+    # per loop program, at its segment's first chunk; without ``OVL`` it reads only the tokens)
+    _launch(
+        out_fn, grids[3], {**shared, **lp["out"], "chunk_info": tables.chunk, "seq_info": tables.info}, _opts(lp["out"])
+    )
     if N:
         torch.index_select(seg_ht, 0, tables.last, out=ht)
 

@@ -115,6 +115,9 @@ def test_segment_tables_hand_checked():
     assert tables.host_seq_segs.tolist() == [[0, 2], [2, 3], [3, 4], [4, 6]]
     assert tables.last.tolist() == [1, 2, 3, 5]
     assert tables.info.tolist() == tables.host_info.tolist()
+    # the chunk table the output reads: the metadata's, with each chunk's segment as its sequence
+    assert tables.chunk[:, 0].tolist() == [0, 1, 1, 3, 4, 4, 5]
+    assert tables.chunk[:, 1:].tolist() == meta.chunk_info[:, 1:].tolist()
     # one segment per sequence where SEG covers it
     assert chunk_segmented.SegmentTables(meta, 64, "cpu").num == 4
 
