@@ -188,6 +188,11 @@ def load_results(out: str | os.PathLike):
     files = row_files(out)
     if not files:
         raise UsageError(f"no results in {out} (expected <config_id>.parquet files from `marconi sweep`)")
+    if (Path(out) / "summary.json").is_file() and not any(f.stem.isalnum() and len(f.stem) == 20 for f in files):
+        raise UsageError(
+            f"{out} holds the results of `marconi run` / `replay` (summary.json), not the rows of `marconi sweep`: "
+            f"`marconi report {out}` prints them"
+        )
     frames = [_read(f) for f in files]
     for f, df in zip(files, frames):
         missing = [c for c in ROW_COLUMNS if c not in df.columns]

@@ -182,3 +182,13 @@ def test_an_out_folder_of_another_commands_results_is_refused(runner, tmp_path):
 
 def _hashes(root: Path) -> dict:
     return {str(p): _sha(p) for p in sorted(root.rglob("*")) if p.is_file() and not p.name.startswith(".")}
+
+
+def test_plot_of_a_run_folder_points_to_report(runner, tmp_path):
+    """``plot`` of a ``run --out`` folder told the user to move the run's own occupancy.parquet out."""
+    out = tmp_path / "run"
+    args = ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "marconi"]
+    assert runner.invoke(main, [*args, "--out", str(out)]).exit_code == 0
+    res = runner.invoke(main, ["plot", str(out), "--out", str(tmp_path / "figs")])
+    _one_line(res, f"{out} holds the results of `marconi run` / `replay` (summary.json), not the rows of `marconi")
+    assert not (tmp_path / "figs").exists()
