@@ -1015,6 +1015,13 @@ def scale_timing(timing, home, dev):
     )
 
 
+def gpu_memory_limit(model: str, gpu: str, tensor_parallel: int = 0) -> tuple[int, int]:
+    """The GPUs of ``model``'s group on ``gpu`` (``tensor_parallel``, or the preset's count when 0)
+    and the memory they hold together, in bytes: what a --gpu-memory on that group can be at most."""
+    n = int(tensor_parallel) or gpu_count(get_model(model), gpu)
+    return n, n * get_gpu(gpu).memory_bytes
+
+
 def gpu_count(spec: ModelSpec, gpu: str | None = None) -> int:
     """The preset's GPU count (``_GPUS``), or for a model with a known weight count the smallest
     power-of-two group whose memory holds its bf16 weights in 3/4 of it (the rest for cache)."""

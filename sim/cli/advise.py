@@ -29,7 +29,7 @@ from sim.experiments.advise import ENGINES, OBJECTIVES, Problem, advice_json, ad
 from sim.experiments.advise.search import STUDY_FILE, cpu_count
 from sim.experiments.grid import ROW_VERSION
 from traces.packing import inputs_digest
-from sim.cost import default_timing, timing_note
+from sim.cost import default_timing, gpu_memory_limit, timing_note
 from sim.gpus import get_gpu
 from sim.trace_options import TRACE_OPTION_KEYS
 
@@ -55,13 +55,28 @@ def _fixed(kwargs: dict) -> dict:
     return out
 
 
-def default_gpu_memory(gpu: str | None, tensor_parallel: int = 0) -> str:
-    """``--gpu-memory``'s default: 80GB, or the memory of ``--gpu`` times the group's GPUs."""
+def default_gpu_memory(gpu: str | None, tensor_parallel: int = 0, model: str | None = None) -> str:
+    """``--gpu-memory``'s default: 80GB, or the memory of ``--gpu`` times the group's GPUs (the
+    preset's count when ``tensor_parallel`` is 0, as the timing prices it)."""
     if not gpu:
         return "80GB"
-    n = int(tensor_parallel or 1)
+    n = gpu_memory_limit(model, gpu, tensor_parallel)[0] if model else int(tensor_parallel or 1)
     mem = f"{get_gpu(gpu).memory_bytes // 10**9}GB"
     return f"{n}x{mem}" if n > 1 else mem
+
+
+def refuse_memory_beyond_gpus(gpu_memory: str, gpu: str | None, tensor_parallel: int, model: str) -> None:
+    """A --gpu-memory larger than the --gpu group holds is refused (it priced memory no GPU has)."""
+    if not gpu:
+        return
+    from sim.experiments.advise.space import parse_gpu_memory  # noqa: PLC0415
+
+    n, most = gpu_memory_limit(model, gpu, tensor_parallel)
+    if parse_gpu_memory(gpu_memory) > most:
+        raise UsageError(
+            f"--gpu-memory {gpu_memory} is more than the memory of {n}x {gpu} ({format_size(most)}): "
+            "lower it, or give --tensor-parallel for a larger group"
+        )
 
 
 def _timing_note(p) -> str:
@@ -70,6 +85,15 @@ def _timing_note(p) -> str:
         return ""
     note = timing_note(default_timing(p.model, p.fixed.get("gpu"), p.fixed.get("tensor_parallel", 0)))
     return f" | {note}" if note else ""
+
+
+def _gpu_words(p) -> str:
+    """The header's "| GPU 8x h200" where --gpu or --tensor-parallel names the group priced."""
+    gpu, tp = p.fixed.get("gpu"), p.fixed.get("tensor_parallel", 0)
+    if p.fixed.get("timing_file") or not (gpu or tp):
+        return ""
+    device = default_timing(p.model, gpu, tp).device
+    return f" | GPU {gpu_memory_limit(p.model, device, tp)[0]}x {device}"
 
 
 def _pct(v) -> str:
@@ -86,7 +110,7 @@ def format_advice(adv, out: Path) -> str:
     p, sp = adv.problem, adv.space
     mem = sp.engine.memory
     lines = [
-        f"advise --for {p.engine} | model {p.model} | --gpu-memory {format_size(adv.gpu_bytes)}: bf16 weights "
+        f"advise --for {p.engine} | model {p.model}{_gpu_words(p)} | --gpu-memory {format_size(adv.gpu_bytes)}: bf16 weights "
         f"{format_size(adv.weight_bytes)}, {mem.flag} {mem.fraction:g} -> cache {format_size(sp.ctx.capacity_bytes)} | "
         f"objective {p.objective} | {adv.trials} trials"
         + (f" | tuned on sessions {adv.parts[0]}, held out {adv.parts[1]}" if adv.parts else "")
@@ -253,7 +277,9 @@ def register(main: click.Group) -> None:
         model = kwargs.get("model")
         fixed = _fixed(kwargs)
         if gpu_memory is None:  # the catalogue GPU's memory, once per GPU of the group
-            gpu_memory = default_gpu_memory(fixed.get("gpu"), fixed.get("tensor_parallel", 0))
+            gpu_memory = default_gpu_memory(fixed.get("gpu"), fixed.get("tensor_parallel", 0), model)
+        else:
+            refuse_memory_beyond_gpus(gpu_memory, fixed.get("gpu"), fixed.get("tensor_parallel", 0), model)
         if engine_name in ENGINES:  # a knob none of the engine's presets reads would be dropped silently
             refuse_unread_knobs(list(ENGINES[engine_name].presets.values()), list(fixed))
         if sessions_per_second != 1.0:

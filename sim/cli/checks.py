@@ -126,6 +126,15 @@ def check_memory_split(cfg: SimConfig, min_request_tokens: int | None = None) ->
 
     if not cfg.gpu_memory:
         return
+    if cfg.gpu:  # the memory split is the group's: no more than its GPUs hold
+        from sim.cost import gpu_memory_limit  # noqa: PLC0415
+
+        n, most = gpu_memory_limit(cfg.model, cfg.gpu, cfg.tensor_parallel)
+        if parse_size(cfg.gpu_memory) > most:
+            raise UsageError(
+                f"--gpu-memory {cfg.gpu_memory} is more than the memory of {n}x {cfg.gpu} ({format_size(most)}): "
+                "lower it, or give --tensor-parallel for a larger group"
+            )
     spec = get_model(cfg.model)
     rules = get_preset(cfg.policy).engine_rules(spec, cfg)
     if rules is None or not rules.memory or rules.split is None:

@@ -192,3 +192,41 @@ def test_plot_of_a_run_folder_points_to_report(runner, tmp_path):
     res = runner.invoke(main, ["plot", str(out), "--out", str(tmp_path / "figs")])
     _one_line(res, f"{out} holds the results of `marconi run` / `replay` (summary.json), not the rows of `marconi")
     assert not (tmp_path / "figs").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "--policy", "sglang", "--gpu", "h100", "--gpu-memory", "81GB"], "--gpu-memory 81GB is more than"),
+        (["sweep", "--policy", "sglang", "--gpu", "h200,h100", "--gpu-memory", "100GB"], "--gpu-memory 100GB is more"),
+        (
+            ["advise", "--for", "sglang", "--model", "qwen3.5-9b", "--gpu", "h100", "--gpu-memory", "500GB"],
+            "--gpu-memory",
+        ),
+    ],
+    ids=["run", "sweep", "advise"],
+)
+def test_gpu_memory_beyond_the_gpus_is_refused(runner, tmp_path, args, message):
+    """--gpu-memory is the memory of the --gpu group: 500GB on one H100 was priced as if it held it."""
+    small = ["--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress"]
+    res = runner.invoke(main, [*args, *small, "--out", str(tmp_path / "o")])
+    _one_line(res, message)
+    assert "the memory of 1x h100 (80GB): lower it, or give --tensor-parallel for a larger group" in res.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_gpu_memory_within_the_group_and_the_default_group(runner, tmp_path):
+    """80GB on one H100 runs; 150GB on --tensor-parallel 2 of them too. advise's default
+    --gpu-memory on --gpu is the memory of the group the timing prices (the preset's count when
+    --tensor-parallel is 0): qwen3.5-397b-a17b on H200 is 8 of them (was one: 'leaves no cache')."""
+    small = ["--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress"]
+    for extra in (
+        ["--gpu-memory", "80GB"],
+        ["--model", "qwen3.5-9b", "--tensor-parallel", "2", "--gpu-memory", "150GB"],
+    ):
+        res = runner.invoke(main, ["run", *small, "--policy", "sglang", "--gpu", "h100", *extra])
+        assert res.exit_code == 0, res.output
+    args = ["advise", "--for", "sglang", *small, "--model", "qwen3.5-397b-a17b", "--gpu", "h200", "--trials", "1"]
+    res = runner.invoke(main, [*args, "--workers", "1", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert "| model qwen3.5-397b-a17b | GPU 8x h200 | --gpu-memory 1.13TB: " in res.output.splitlines()[0]
