@@ -16,6 +16,7 @@ from sim.cli.outdir import (
     check_output_files,
     check_output_folder,
     input_paths,
+    model_files,
     model_inputs,
     output_folder,
     refuse_other_kind,
@@ -287,9 +288,9 @@ def register(main: click.Group) -> None:
         trace_kwargs = {k: kwargs.pop(k) for k in TRACE_OPTION_KEYS if k in kwargs}
         check_advise(click.get_current_context(), trace_kwargs.get("trace"), fixed)
         problem = Problem(trace_kwargs, engine_name, model, gpu_memory, objective, holdout, study_seed, fixed)
-        inputs = input_paths(trace_kwargs.get("trace"), fixed.get("timing_file"))
+        inputs = input_paths(trace_kwargs.get("trace"), fixed.get("timing_file"), *model_files(model))
         problem.digest = inputs_digest(inputs, ROW_VERSION)
-        inputs = inputs + model_inputs(model)  # checked as outputs' inputs (the digest is the trace's)
+        inputs = inputs + model_inputs(model)  # the model folder too: no output inside it
         check_output_folder(out, "--out", inputs)  # never a journal inside a trace folder
         refuse_other_kind(out, "advise")
         with output_folder(out):

@@ -195,6 +195,14 @@ def model_inputs(*models: str | None) -> list[Path]:
     return [Path(m).expanduser().resolve() for m in models if m and looks_like_path(str(m))]
 
 
+def model_files(*models: str | None) -> list[Path]:
+    """The config.json files the ``--model`` values read (a folder's config.json; none for a
+    preset): what a stored result was computed from, with its trace."""
+    from sim.hf_config import config_file  # noqa: PLC0415
+
+    return [config_file(m) for m in models if m and model_inputs(m)]
+
+
 @lru_cache(maxsize=1)
 def package_roots() -> tuple[Path, ...]:
     """The folders of the packages whose files no command may write (``PACKAGES``), resolved."""

@@ -17,7 +17,15 @@ import click
 from click.core import ParameterSource
 
 from sim.cli.checks import check_configs, given_trace_options
-from sim.cli.outdir import OutputPath, check_output_folder, input_paths, model_inputs, output_folder, refuse_other_kind
+from sim.cli.outdir import (
+    OutputPath,
+    check_output_folder,
+    input_paths,
+    model_files,
+    model_inputs,
+    output_folder,
+    refuse_other_kind,
+)
 from sim.cli.report import SORT_HELP, sort_key
 from sim.cli.run import explicit_settings, fits_trace_blocks, refuse_unread_knobs, refuse_unusable_blocks
 from sim.config import SimConfig
@@ -198,14 +206,15 @@ def _timing_notes(sim_axes: dict) -> str:
 
 
 def _digests():
-    """task -> the digest of what its row is computed from: the content of its trace's files and
-    of its timing file, and the code's row version (each distinct input hashed once)."""
+    """task -> the digest of what its row is computed from: the content of its trace's files, of
+    its timing file and of its model's config.json (--model PATH), and the code's row version (each
+    distinct input hashed once)."""
     memo: dict = {}
 
     def digest(task) -> str:
-        key = (str(task.trace_kwargs.get("trace")), task.config.timing_file or "")
+        key = (str(task.trace_kwargs.get("trace")), task.config.timing_file or "", task.config.model)
         if key not in memo:
-            memo[key] = inputs_digest(input_paths(key[0], key[1] or None), ROW_VERSION)
+            memo[key] = inputs_digest(input_paths(key[0], key[1] or None, *model_files(key[2])), ROW_VERSION)
         return memo[key]
 
     return digest
@@ -295,7 +304,7 @@ def register(main: click.Group) -> None:
         if status.count(STALE):
             click.echo(
                 f"note: {_count(status.count(STALE), 'stored result')} computed from other inputs (the trace or "
-                "timing file changed, or an older simulator): recomputed and replaced",
+                "timing file changed, or the model's config.json, or an older simulator): recomputed and replaced",
                 err=True,
             )
         if status.count(BAD):

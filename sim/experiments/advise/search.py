@@ -395,7 +395,8 @@ def open_study(out: Path, problem: Problem, direction: str):
             return study, False
         kept = _set_aside(path)
         print(
-            f"note: the trace changed since the study in {out} ran (or it was run by an older simulator): "
+            f"note: the trace changed since the study in {out} ran (or the model's config.json, or it was run by an "
+            "older simulator): "
             f"starting it again (the old study kept as {kept})",
             file=sys.stderr,
         )

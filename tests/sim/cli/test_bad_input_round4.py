@@ -230,3 +230,43 @@ def test_gpu_memory_within_the_group_and_the_default_group(runner, tmp_path):
     res = runner.invoke(main, [*args, "--workers", "1", "--out", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
     assert "| model qwen3.5-397b-a17b | GPU 8x h200 | --gpu-memory 1.13TB: " in res.output.splitlines()[0]
+
+
+def test_a_sweep_row_whose_model_config_was_edited_is_recomputed(runner, tmp_path):
+    """A row is computed from the model's config.json as from its trace: edited, the row was kept
+    as 'already done' (numbers of the old model); now it is recomputed, and an unchanged one kept."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    cfg = json.loads((CONFIGS / "toy-mamba2-hybrid.json").read_text())
+    (folder / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "rows"
+    args = ["sweep", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "marconi"]
+    args += ["--model", f"{folder},marconi-7b", "--out", str(out), "--workers", "1"]
+    assert runner.invoke(main, args).exit_code == 0
+    res = runner.invoke(main, args)
+    assert "already done: 2, to run: 0" in res.output, res.output
+    cfg["hidden_size"] *= 2
+    (folder / "config.json").write_text(json.dumps(cfg))
+    res = runner.invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert "already done: 1, to run: 1" in res.output and "or the model's config.json" in res.output, res.output
+
+
+def test_an_advise_study_on_an_edited_model_config_starts_again(runner, tmp_path):
+    pytest.importorskip("optuna")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    cfg = json.loads((CONFIGS / "toy-mamba2-hybrid.json").read_text())
+    (folder / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "adv"
+    args = ["advise", "--for", "sglang", "--trace", "synthetic:chat:sessions=2,turns=2", "--model", str(folder)]
+    args += ["--trials", "1", "--workers", "1", "--out", str(out), "--no-progress"]
+    assert runner.invoke(main, args).exit_code == 0
+    res = runner.invoke(main, args)
+    assert res.exit_code == 0 and "note:" not in res.output, res.output
+    cfg["hidden_size"] *= 2
+    (folder / "config.json").write_text(json.dumps(cfg))
+    res = runner.invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert f"the study in {out} ran (or the model's config.json" in res.output
+    assert (out / "study.journal.stale-1").is_file()
