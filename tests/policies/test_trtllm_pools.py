@@ -237,3 +237,32 @@ def test_an_insert_counts_again_a_state_on_its_path_taken_to_make_room():
     assert not res.inserted
     assert t.n_states <= 2
     t.check_invariants()
+
+
+def test_a_path_ending_at_the_block_end_is_one_block_whatever_hangs_below():
+    """Counting the radix-tree blocks under a whole block (``EngineTree._paths``): a path that
+    reaches the block's end is one block, whatever branches after it (the next block's children
+    are not this block's siblings). Under the root: one shared 20-token stem with a state at 20,
+    then 40 prompts that all continue with the same 12 tokens to 32 and differ after it, and one
+    that leaves at 20. The block (0, 32] has two paths, fewer than 32, so a request sharing the
+    20 tokens and then leaving reaches the state at 20 by the partial match. (Mutation survivor,
+    engine_tree.py L313, seed 0: ``>=`` made ``>`` counted the 40 continuations.)"""
+    t = EngineTree(
+        EngineRules(kv_extent="state", snapshot_block=32),
+        capacity_bytes=10**6,
+        kv_bytes_per_token=1,
+        state_bytes=4,
+        block_tokens=1,
+        policy=VllmFreeQueueEviction(),
+    )
+    stem = [*range(20), *range(500, 512)]  # to the block's end
+    seqs = [[*stem, *range(1000 + 100 * k, 1032 + 100 * k)] for k in range(40)]
+    seqs.append([*range(20), *range(3000, 3044)])
+    for k, seq in enumerate(seqs):
+        now = t.set_time(k + 1.0)
+        res = t.insert(np.array(seq, dtype=np.int64), 64, [20, 64], now)
+        assert res.inserted
+        t.refresh_inserted(res, now, final=True)
+    m = t.lookup(np.array([*range(20), 9, 9], dtype=np.int64), now=t.set_time(100.0))
+    t.check_invariants()
+    assert (m.hit_tokens, m.match_tokens) == (20, 20)
