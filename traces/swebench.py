@@ -107,7 +107,10 @@ def source_identity(path: str) -> dict:
     if not src:
         raise TraceError(f"swebench:{construction}: needs a path: --trace swebench:marconi:PATH")
     if src.startswith(HUB_PREFIX):
-        ident = {"hub": src[len(HUB_PREFIX) :]}
+        name = src[len(HUB_PREFIX) :]
+        if not name.split(":")[0].strip():  # 'swebench:hf:' or 'swebench:hf::test'
+            raise TraceError("swebench:hf: needs a dataset name: --trace swebench:hf:DATASET[:SPLIT]")
+        ident = {"hub": name}
     else:
         p = Path(src).expanduser()
         if not p.exists():

@@ -270,3 +270,12 @@ def test_an_advise_study_on_an_edited_model_config_starts_again(runner, tmp_path
     assert res.exit_code == 0, res.output
     assert f"the study in {out} ran (or the model's config.json" in res.output
     assert (out / "study.journal.stale-1").is_file()
+
+
+@pytest.mark.parametrize("spec", ["swebench:hf:", "swebench:hf::test", "swebench:marconi:hf:"])
+@pytest.mark.parametrize("command", [["traces", "stats"], ["traces", "prepare"], ["run"]])
+def test_a_hub_trace_without_a_dataset_name_is_one_line(runner, spec, command):
+    """'swebench:hf:' went to the hub with an empty name: 'cannot load  from the Hugging Face hub
+    (IndexError: list index out of range)'."""
+    res = runner.invoke(main, [*command, "--trace", spec, "--no-progress"])
+    _one_line(res, "swebench:hf: needs a dataset name: --trace swebench:hf:DATASET[:SPLIT]")
