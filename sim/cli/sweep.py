@@ -28,7 +28,7 @@ from sim.cli.outdir import (
 )
 from sim.cli.report import SORT_HELP, sort_key
 from sim.cli.run import explicit_settings, fits_trace_blocks, refuse_unread_knobs, refuse_unusable_blocks
-from sim.config import SimConfig
+from sim.config import SimConfig, format_size
 from sim.cost import default_timing, timing_note
 from sim.errors import UsageError, stop_exit_code
 from sim.experiments.grid import check_grid_size, expand_grid, grid_size, parse_values
@@ -186,7 +186,28 @@ def grid_summary(trace_axes: dict, sim_axes: dict, n_configs: int) -> str:
         points *= len(v)
     head = " x ".join(varying) if varying else "one point"
     note = "" if points == n_configs else f" ({points:,} grid points; policies that ignore alpha run once)"
-    return f"grid: {head} = {_count(n_configs, 'configuration')}{note}{_timing_notes(sim_axes)}"
+    return f"grid: {head} = {_count(n_configs, 'configuration')}{note}{_fixed_words(trace_axes, sim_axes)}" + (
+        _timing_notes(sim_axes)
+    )
+
+
+def _fixed_words(trace_axes: dict, sim_axes: dict) -> str:
+    """What every configuration of the grid shares, as the run header says it: the trace, the model,
+    the capacity (unless --gpu-memory replaces it) and the GPU, each where the grid does not vary it."""
+    base = SimConfig()
+    words = []
+    for name, axis, default, show in (
+        ("trace", trace_axes.get("trace"), "sharegpt", str),
+        ("model", sim_axes.get("model"), base.model, str),
+        ("capacity", sim_axes.get("capacity_bytes"), base.capacity_bytes, format_size),
+        ("GPU", sim_axes.get("gpu"), None, str),
+    ):
+        values = axis or [default]
+        if len(values) == 1 and values[0] not in (None, ""):
+            if name == "capacity" and any(sim_axes.get("gpu_memory") or []):
+                continue
+            words.append(f"{name} {show(values[0])}")
+    return "".join(f" | {w}" for w in words)
 
 
 def _timing_notes(sim_axes: dict) -> str:

@@ -229,7 +229,9 @@ def test_default_sweep_on_a_hash_block_trace_leaves_vllm_out(runner, tmp_path):
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
     assert lines[0] == "vllm+ left out: checkpoints finer than the trace's 512-token blocks"
-    assert lines[1] == "grid: policy(2) x capacity_bytes(2) = 4 configurations"
+    assert (
+        lines[1] == f"grid: policy(2) x capacity_bytes(2) = 4 configurations | trace mooncake:{path} | model marconi-7b"
+    )
     # a token trace in the grid keeps the whole default list
     res = runner.invoke(
         main,
@@ -242,7 +244,8 @@ def test_default_sweep_on_a_hash_block_trace_leaves_vllm_out(runner, tmp_path):
             "--dry-run",
         ],
     )
-    assert res.exit_code == 0 and res.stdout.splitlines()[0] == "grid: trace(2) x policy(3) = 6 configurations"
+    grid = "grid: trace(2) x policy(3) = 6 configurations | model marconi-7b | capacity 5GB"
+    assert res.exit_code == 0 and res.stdout.splitlines()[0] == grid
 
 
 def test_json_has_rejected_and_alpha_and_summary_stores_numbers(runner, tmp_path):

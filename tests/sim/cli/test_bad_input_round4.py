@@ -279,3 +279,31 @@ def test_a_hub_trace_without_a_dataset_name_is_one_line(runner, spec, command):
     (IndexError: list index out of range)'."""
     res = runner.invoke(main, [*command, "--trace", spec, "--no-progress"])
     _one_line(res, "swebench:hf: needs a dataset name: --trace swebench:hf:DATASET[:SPLIT]")
+
+
+@pytest.mark.parametrize(
+    "args, grid",
+    [
+        (
+            ["--policy", "marconi,sglang+"],
+            "grid: policy(2) = 2 configurations | trace {t} | model marconi-7b | capacity 5GB",
+        ),
+        (
+            ["--policy", "marconi", "--model", "qwen3.5-9b,nemotron-h-8b", "--capacity", "2GB", "--gpu", "h200"],
+            "grid: model(2) = 2 configurations | trace {t} | capacity 2GB | GPU h200",
+        ),
+        (
+            ["--policy", "sglang", "--gpu-memory", "40GB,60GB", "--gpu", "h100"],
+            "grid: gpu_memory(2) = 2 configurations | trace {t} | model marconi-7b | GPU h100 | uncalibrated for GPU h100",
+        ),
+    ],
+    ids=["policies", "models", "gpu-memory"],
+)
+def test_the_sweep_grid_line_says_what_every_configuration_shares(runner, tmp_path, args, grid):
+    """The grid line named only what varied: a sweep's output never said its trace, model or capacity."""
+    trace = "synthetic:chat:sessions=2,turns=2"
+    res = runner.invoke(
+        main, ["sweep", "--trace", trace, "--no-progress", *args, "--dry-run", "--out", str(tmp_path / "o")]
+    )
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[0] == grid.format(t=trace)
