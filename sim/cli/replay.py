@@ -39,9 +39,10 @@ def cpu_time_warning(spec, trace, requests, layers: int, kernel: str):
     from sim.replay.measure import model_counts
 
     reqs = trace.requests[:requests] if requests else trace.requests
-    share = layers / (spec.n_attn + spec.n_gdn)  # --layers subsamples every type alike
+    counts = model_counts(spec)  # a Mamba2 model's linear layers in the gated-delta slot
+    share = layers / max(counts["attention"] + counts["gated_delta"], 1)  # --layers subsamples every type alike
     B = trace.block_tokens
-    flops = share * sum(replayed_flops(spec, model_counts(spec), [(0, r.n_input_tokens(B))]) for r in reqs)
+    flops = share * sum(replayed_flops(spec, counts, [(0, r.n_input_tokens(B))]) for r in reqs)
     secs = flops / (CPU_TFLOPS * 1e12)
     how = (
         f"at ~{CPU_TFLOPS:g} TFLOP/s"

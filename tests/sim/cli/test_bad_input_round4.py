@@ -307,3 +307,16 @@ def test_the_sweep_grid_line_says_what_every_configuration_shares(runner, tmp_pa
     )
     assert res.exit_code == 0, res.output
     assert res.stdout.splitlines()[0] == grid.format(t=trace)
+
+
+def test_replay_on_cpu_of_a_mamba_only_config_warns_not_crashes(runner):
+    """--device cpu with a wide Mamba2-only model (Codestral Mamba's config.json) divided by its
+    attention + gated-delta layers (0) for the time warning: ZeroDivisionError."""
+    pytest.importorskip("torch")
+    args = ["replay", "--trace", "synthetic:chat:sessions=1,turns=1", "--device", "cpu", "--requests", "1"]
+    args += ["--layers", "1", "--no-progress", "--format", "json", "--model", str(CONFIGS / "mamba-codestral-7b.json")]
+    res = runner.invoke(main, args)
+    assert res.exit_code == 0, res.output
+    warning = res.stderr.strip().splitlines()
+    assert len(warning) == 1 and " (d_model 4096) will take about " in warning[0], warning
+    assert "for 1 request of 1 layer (0.14 TFLOP of from-scratch prefills" in warning[0], warning
