@@ -199,11 +199,13 @@ def run_timing_note(cfg: SimConfig) -> str:
     """The header's word on a timing scaled from another GPU's figures ("uncalibrated for GPU x")
     and on a model outside the widths the calibration was fitted on; "" when the run is timed by a
     calibration of its device that covers the model, or by a --timing file."""
-    if cfg.timing_file or cfg.ttft_model != "flops":
+    if cfg.timing_file:
         return ""
     t = timing_for(cfg)
-    notes = [timing_note(t)]
-    if hasattr(t, "coverage_note"):  # a calibrated timing names the widths it was fitted on
+    notes = [timing_note(t)]  # --ttft-model jamba still decodes (and schedules) at the --gpu's figures
+    if cfg.ttft_model == "jamba":
+        notes.insert(0, "TTFT from the paper's Jamba-1.5-Mini table (A100)")
+    elif hasattr(t, "coverage_note"):  # a calibrated timing names the widths it was fitted on
         notes.append(t.coverage_note(model_for(cfg)).removeprefix("timing: "))
     return "; ".join(n for n in notes if n)
 
@@ -212,9 +214,9 @@ def run_gpu_words(cfg: SimConfig) -> str:
     """The header's word on the GPUs priced when --gpu or --tensor-parallel is given ("GPU 2x h100"),
     or on the --timing file that prices them ("timing FILE"); "" for the preset's default timing
     (its header said nothing of them before either)."""
-    if cfg.timing_file and cfg.ttft_model == "flops":  # the user's own timing: its file is named
+    if cfg.timing_file:  # the user's own timing: its file is named
         return f"timing {cfg.timing_file}"
-    if cfg.timing_file or cfg.ttft_model != "flops" or not (cfg.gpu or cfg.tensor_parallel):
+    if not (cfg.gpu or cfg.tensor_parallel):
         return ""
     n = int(cfg.tensor_parallel) or gpu_count(get_model(cfg.model), cfg.gpu)
     return f"GPU {n}x {timing_for(cfg).device}"

@@ -320,3 +320,14 @@ def test_replay_on_cpu_of_a_mamba_only_config_warns_not_crashes(runner):
     warning = res.stderr.strip().splitlines()
     assert len(warning) == 1 and " (d_model 4096) will take about " in warning[0], warning
     assert "for 1 request of 1 layer (0.14 TFLOP of from-scratch prefills" in warning[0], warning
+
+
+def test_run_header_with_the_jamba_ttft_table_names_it_and_the_gpu(runner):
+    """--ttft-model jamba --gpu l40s decodes (and so schedules) at the L40S's scaled figures, but the
+    header said nothing of the table, the GPU or the datasheet scaling."""
+    args = ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "marconi"]
+    res = runner.invoke(main, [*args, "--ttft-model", "jamba", "--gpu", "l40s"])
+    assert res.exit_code == 0, res.output
+    header = res.output.splitlines()[0]
+    assert "| capacity 5GB | GPU 1x l40s | des |" in header, header
+    assert header.endswith("| TTFT from the paper's Jamba-1.5-Mini table (A100); uncalibrated for GPU l40s"), header
