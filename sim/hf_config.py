@@ -218,6 +218,10 @@ def read_config(path) -> dict:
         hd = f.int("head_dim") if cfg.get("head_dim") else (d // heads if heads else 0)
         if heads == 0 or hd == 0:
             raise UsageError(f"model config {where}: {family} needs field 'num_attention_heads' > 0")
+        if kv == 0 or heads % kv:  # each KV head serves a whole group of query heads
+            raise UsageError(
+                f"model config {where}: field 'num_key_value_heads' ({kv}) must divide 'num_attention_heads' ({heads})"
+            )
         out.update(
             n_attn=n, attn_heads=heads, attn_kv_heads=kv, attn_head_dim=hd, attn_causal=True, attn_output_gate=gate
         )
@@ -360,6 +364,12 @@ def read_config(path) -> dict:
         attention(layers)
         mlp_blocks += [swiglu(f.int("intermediate_size"))] * layers
 
+    top = cfg.get("num_experts_per_tok")
+    n_experts = next((cfg[k] for k in ("num_experts", "n_routed_experts", "num_local_experts") if cfg.get(k)), 0)
+    if mlp_blocks and isinstance(top, int) and isinstance(n_experts, int) and 1 < n_experts < top:
+        raise UsageError(
+            f"model config {where}: field 'num_experts_per_tok' ({top}) is more than the {n_experts} experts"
+        )
     if out.get("n_mamba"):
         out["state_dtype_bytes"] = _dtype_bytes(ssm_dtype or dtype, where, "mamba_ssm_dtype")
     mlp, mlp_total = _mlp_fields(mlp_blocks)

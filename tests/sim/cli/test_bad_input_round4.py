@@ -61,8 +61,21 @@ def _config(tmp_path: Path, fixture: str, text: str | None = None, **fields) -> 
         ("qwen3-next-80b-a3b.json", {"mlp_only_layers": ["a"]}, "field 'mlp_only_layers' must be a list of layer"),
         ("falcon-h1-7b.json", {"mamba_d_ssm": "x"}, "field 'mamba_d_ssm' must be a whole number >= 0, not 'x'"),
         ("falcon-h1-7b.json", {"mamba_d_ssm": -5}, "field 'mamba_d_ssm' must be a whole number >= 0, not -5"),
+        ("nemotron-h-8b.json", {"num_key_value_heads": 3}, "field 'num_key_value_heads' (3) must divide"),
+        ("qwen3-next-80b-a3b.json", {"num_experts_per_tok": 600}, "field 'num_experts_per_tok' (600) is more than"),
     ],
-    ids=["nan", "infinity", "no-layers", "interval-0", "mlp-only-int", "mlp-only-str", "d-ssm-str", "d-ssm-neg"],
+    ids=[
+        "nan",
+        "infinity",
+        "no-layers",
+        "interval-0",
+        "mlp-only-int",
+        "mlp-only-str",
+        "d-ssm-str",
+        "d-ssm-neg",
+        "kv-not-dividing",
+        "top-k-over-experts",
+    ],
 )
 def test_config_fields_that_crashed_or_passed_are_one_line(runner, tmp_path, fixture, fields, message):
     path = _config(tmp_path, fixture, **fields)
