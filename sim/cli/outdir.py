@@ -190,9 +190,12 @@ def refuse_other_kind(folder: Path | None, kind: str, flag: str = "--out") -> No
 def model_inputs(*models: str | None) -> list[Path]:
     """The ``--model`` values that name a config.json or a folder holding one (not a preset): inputs
     of the command like its trace, so no output is written onto (or into) them."""
-    from sim.hf_config import looks_like_path  # noqa: PLC0415 - only where a command takes --model
+    from sim.cost import MODELS  # noqa: PLC0415 - only where a command takes --model
+    from sim.hf_config import looks_like_path  # noqa: PLC0415
 
-    return [Path(m).expanduser().resolve() for m in models if m and looks_like_path(str(m))]
+    # a preset's name is the preset even where a folder of that name exists (get_model's order)
+    paths = [m for m in models if m and str(m).strip().lower() not in MODELS and looks_like_path(str(m))]
+    return [Path(m).expanduser().resolve() for m in paths]
 
 
 def model_files(*models: str | None) -> list[Path]:

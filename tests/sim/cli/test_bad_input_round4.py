@@ -344,3 +344,16 @@ def test_run_header_with_the_jamba_ttft_table_names_it_and_the_gpu(runner):
     header = res.output.splitlines()[0]
     assert "| capacity 5GB | GPU 1x l40s | des |" in header, header
     assert header.endswith("| TTFT from the paper's Jamba-1.5-Mini table (A100); uncalibrated for GPU l40s"), header
+
+
+def test_an_out_folder_named_like_the_preset_is_not_an_input(runner, tmp_path, monkeypatch):
+    """``--model qwen3.5-9b --out qwen3.5-9b``: the preset is the preset (get_model's order) even
+    once a folder of its name exists, so that folder is no input and a rerun resumes in it."""
+    monkeypatch.chdir(tmp_path)
+    small = ["--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "marconi"]
+    res = runner.invoke(main, ["run", *small, "--model", "qwen3.5-9b", "--out", "qwen3.5-9b"])
+    assert res.exit_code == 0, res.output
+    args = ["sweep", *small, "--model", "marconi-7b", "--out", "marconi-7b", "--workers", "1"]
+    assert runner.invoke(main, args).exit_code == 0
+    res = runner.invoke(main, args)
+    assert res.exit_code == 0 and "already done: 1, to run: 0" in res.output, res.output
