@@ -59,8 +59,18 @@ def parse_spec(arg: str) -> tuple[str, dict]:
             raise TraceError(f"synthetic:{kind}: {key} must be >= 0 (got {val})")
         if key == "vocab" and num > 2**31:
             raise TraceError(f"synthetic:{kind}: vocab must be <= 2^31 (got {val})")
+        if key != "think" and num != int(num):  # 'turns=2.5' was read as 2
+            raise TraceError(f"synthetic:{kind}: {key} must be a whole number (got {val})")
+        least = _AT_LEAST.get(key, 0)
+        if num < least:  # 'turns=0' was read as 1, 'vocab=1' as 2
+            raise TraceError(f"synthetic:{kind}: {key} must be >= {least} (got {val})")
         out[key] = num if key == "think" else int(num)
     return kind, out
+
+
+#: parameters a workload needs more than 0 of (a session has a turn, a trace a prompt, a vocabulary
+#: two symbols)
+_AT_LEAST = {"turns": 1, "prompts": 1, "vocab": 2}
 
 
 def _session_tokens(kind: str, p: dict) -> tuple[int, int]:

@@ -357,3 +357,24 @@ def test_an_out_folder_named_like_the_preset_is_not_an_input(runner, tmp_path, m
     assert runner.invoke(main, args).exit_code == 0
     res = runner.invoke(main, args)
     assert res.exit_code == 0 and "already done: 1, to run: 0" in res.output, res.output
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("synthetic:chat:turns=0", "synthetic:chat: turns must be >= 1 (got 0)"),
+        ("synthetic:chat:turns=2.5", "synthetic:chat: turns must be a whole number (got 2.5)"),
+        ("synthetic:agent:prompts=0", "synthetic:agent: prompts must be >= 1 (got 0)"),
+        ("synthetic:chat:vocab=1", "synthetic:chat: vocab must be >= 2 (got 1)"),
+        ("synthetic:chat:sessions=2.5", "synthetic:chat: sessions must be a whole number (got 2.5)"),
+    ],
+)
+def test_synthetic_parameters_read_as_something_else_are_refused(runner, spec, message):
+    """turns=0 ran one turn, turns=2.5 two, prompts=0 one, vocab=1 two: said nowhere."""
+    _one_line(runner.invoke(main, ["traces", "stats", "--trace", spec, "--no-progress"]), message)
+
+
+def test_synthetic_whole_valued_floats_and_zero_shots_still_run(runner):
+    for spec in ("synthetic:chat:turns=3.0,sessions=2", "synthetic:few-shot:shots=0,sessions=2"):
+        res = runner.invoke(main, ["traces", "stats", "--trace", spec, "--no-progress", "--format", "json"])
+        assert res.exit_code == 0, res.output
