@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from sim.cli import main
+from sim.errors import UsageError
 
 CONFIGS = Path(__file__).resolve().parents[2] / "data" / "configs"
 H200_TIMING = Path(__file__).resolve().parents[3] / "sim" / "data" / "h200-timing.json"
@@ -322,15 +323,23 @@ def test_the_sweep_grid_line_says_what_every_configuration_shares(runner, tmp_pa
     assert res.stdout.splitlines()[0] == grid.format(t=trace)
 
 
-def test_replay_on_cpu_of_a_mamba_only_config_warns_not_crashes(runner):
+def test_replay_on_cpu_of_a_mamba_only_config_warns_not_crashes(runner, monkeypatch):
     """--device cpu with a wide Mamba2-only model (Codestral Mamba's config.json) divided by its
-    attention + gated-delta layers (0) for the time warning: ZeroDivisionError."""
+    attention + gated-delta layers (0) for the time warning: ZeroDivisionError. The replay itself is
+    stopped right after the warning (a wide model's CPU replay runs in
+    test_bad_input_round2.test_replay_on_cpu_warns_of_a_wide_model)."""
     pytest.importorskip("torch")
+    import sim.replay.session as session
+
+    def stop(*a, **k):
+        raise UsageError("stopped after the warning")
+
+    monkeypatch.setattr(session, "run_replay", stop)
     args = ["replay", "--trace", "synthetic:chat:sessions=1,turns=1", "--device", "cpu", "--requests", "1"]
     args += ["--layers", "1", "--no-progress", "--format", "json", "--model", str(CONFIGS / "mamba-codestral-7b.json")]
     res = runner.invoke(main, args)
-    assert res.exit_code == 0, res.output
-    warning = res.stderr.strip().splitlines()
+    assert res.exit_code == 2 and "stopped after the warning" in res.stderr, res.output
+    warning = res.stderr.strip().splitlines()[:-1]
     assert len(warning) == 1 and " (d_model 4096) will take about " in warning[0], warning
     assert "for 1 request of 1 layer (0.14 TFLOP of from-scratch prefills" in warning[0], warning
 
