@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from sim.cli.checks import check_advise
+from sim.cli.checks import check_advise, refuse_memory_beyond_gpus
 from sim.cli.outdir import (
     OutputPath,
     atomic_write,
@@ -64,20 +64,6 @@ def default_gpu_memory(gpu: str | None, tensor_parallel: int = 0, model: str | N
     n = gpu_memory_limit(model, gpu, tensor_parallel)[0] if model else int(tensor_parallel or 1)
     mem = f"{get_gpu(gpu).memory_bytes // 10**9}GB"
     return f"{n}x{mem}" if n > 1 else mem
-
-
-def refuse_memory_beyond_gpus(gpu_memory: str, gpu: str | None, tensor_parallel: int, model: str) -> None:
-    """A --gpu-memory larger than the --gpu group holds is refused (it priced memory no GPU has)."""
-    if not gpu:
-        return
-    from sim.experiments.advise.space import parse_gpu_memory  # noqa: PLC0415
-
-    n, most = gpu_memory_limit(model, gpu, tensor_parallel)
-    if parse_gpu_memory(gpu_memory) > most:
-        raise UsageError(
-            f"--gpu-memory {gpu_memory} is more than the memory of {n}x {gpu} ({format_size(most)}): "
-            "lower it, or give --tensor-parallel for a larger group"
-        )
 
 
 def _timing_note(p) -> str:
@@ -280,7 +266,10 @@ def register(main: click.Group) -> None:
         if gpu_memory is None:  # the catalogue GPU's memory, once per GPU of the group
             gpu_memory = default_gpu_memory(fixed.get("gpu"), fixed.get("tensor_parallel", 0), model)
         else:
-            refuse_memory_beyond_gpus(gpu_memory, fixed.get("gpu"), fixed.get("tensor_parallel", 0), model)
+            from sim.experiments.advise.space import parse_gpu_memory  # noqa: PLC0415
+
+            gpu, tp = fixed.get("gpu"), fixed.get("tensor_parallel", 0)
+            refuse_memory_beyond_gpus(gpu_memory, parse_gpu_memory(gpu_memory), gpu, tp, model)
         if engine_name in ENGINES:  # a knob none of the engine's presets reads would be dropped silently
             refuse_unread_knobs(list(ENGINES[engine_name].presets.values()), list(fixed))
         if sessions_per_second != 1.0:

@@ -118,6 +118,21 @@ def engine_capacity(cfg: SimConfig) -> int:
     return parse_size(rules.memory) if rules is not None and rules.memory else cfg.capacity_bytes
 
 
+def refuse_memory_beyond_gpus(gpu_memory: str, nbytes: int, gpu: str | None, tensor_parallel: int, model: str) -> None:
+    """A --gpu-memory (``gpu_memory`` as spelled, ``nbytes`` as read) larger than the --gpu group
+    holds is refused in one line (it priced memory no GPU has); nothing to check without --gpu."""
+    if not gpu:
+        return
+    from sim.cost import gpu_memory_limit  # noqa: PLC0415
+
+    n, most = gpu_memory_limit(model, gpu, tensor_parallel)
+    if nbytes > most:
+        raise UsageError(
+            f"--gpu-memory {gpu_memory} is more than the memory of {n}x {gpu} ({format_size(most)}): "
+            "lower it, or give --tensor-parallel for a larger group"
+        )
+
+
 def check_memory_split(cfg: SimConfig, min_request_tokens: int | None = None) -> None:
     """Refuses a split of ``--gpu-memory`` that leaves the KV pool no room for one page (or, given
     the trace's shortest request, for that request: every request would miss)."""
@@ -126,15 +141,8 @@ def check_memory_split(cfg: SimConfig, min_request_tokens: int | None = None) ->
 
     if not cfg.gpu_memory:
         return
-    if cfg.gpu:  # the memory split is the group's: no more than its GPUs hold
-        from sim.cost import gpu_memory_limit  # noqa: PLC0415
-
-        n, most = gpu_memory_limit(cfg.model, cfg.gpu, cfg.tensor_parallel)
-        if parse_size(cfg.gpu_memory) > most:
-            raise UsageError(
-                f"--gpu-memory {cfg.gpu_memory} is more than the memory of {n}x {cfg.gpu} ({format_size(most)}): "
-                "lower it, or give --tensor-parallel for a larger group"
-            )
+    # the memory split is the group's: no more than its GPUs hold
+    refuse_memory_beyond_gpus(cfg.gpu_memory, parse_size(cfg.gpu_memory), cfg.gpu, cfg.tensor_parallel, cfg.model)
     spec = get_model(cfg.model)
     rules = get_preset(cfg.policy).engine_rules(spec, cfg)
     if rules is None or not rules.memory or rules.split is None:
