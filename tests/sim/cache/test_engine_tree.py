@@ -402,3 +402,16 @@ def test_an_anchor_block_replaces_only_states_on_paths_sharing_the_anchor():
     assert (tree.n_states, tree.states_replaced) == (3, 0)
     assert tree.lookup(q).hit_tokens == 12
     tree.check_invariants()
+
+
+def test_an_insert_that_fits_exactly_makes_no_eviction_call():
+    """One budget (no state pool): 20 tokens and one state = 2 x 20 + 16 = 56 bytes in 56 fit
+    with no call to make room (the alpha tuner starts at the first such call); a second path of
+    one token then has to make room. Mutation survivor ``-m engine_tree --seed 1`` (2026-12-05):
+    engine_tree.py L141, ``_fits`` answering None."""
+    t = _tree(TwoListLRUEviction(), SGLANG_RULES, capacity=2 * 20 + STATE)
+    seq = np.arange(20, dtype=np.int64)
+    assert t.insert(seq, 20, [20], t.set_time(1.0)).inserted
+    assert t.stats.eviction_calls == 0 and t.used_bytes == t.capacity_bytes
+    t.insert(np.array([99], dtype=np.int64), 1, [], t.set_time(2.0))
+    assert t.stats.eviction_calls == 1
