@@ -535,6 +535,8 @@ def build_marconi_session(tok, obj, keep: int, max_turns: int, max_tokens: int):
     raw = _message_list(obj) if isinstance(obj, (dict, list)) else None
     if not raw:
         raise ValueError("no message list to pair ('history', 'messages', 'trajectory', or a top-level list)")
+    if isinstance(raw[0], dict) and isinstance(raw[0].get("conversations"), list):
+        raise ValueError("holds ShareGPT conversations, not one trajectory's messages (use --trace sharegpt:PATH)")
     enc = [np.asarray(tok.encode(json.dumps(m)), dtype=np.int64) for m in raw]
     empty = np.zeros(0, dtype=np.int64)
     out: list[tuple[np.ndarray, np.ndarray]] = []

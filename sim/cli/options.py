@@ -24,7 +24,7 @@ def option(f, *, lead: bool = False, **override) -> Callable:
     if help_:
         kw["help"] = help_
     if meta.get("choices"):
-        kw["type"] = click.Choice(list(meta["choices"]))
+        kw["type"] = click.Choice(list(meta["choices"]), case_sensitive=False)  # `--gpu H200` is h200
     elif meta.get("type") is not None:
         kw["type"] = meta["type"]
     elif type(default) in (int, float):

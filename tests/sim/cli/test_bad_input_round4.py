@@ -387,3 +387,25 @@ def test_synthetic_whole_valued_floats_and_zero_shots_still_run(runner):
     for spec in ("synthetic:chat:turns=3.0,sessions=2", "synthetic:few-shot:shots=0,sessions=2"):
         res = runner.invoke(main, ["traces", "stats", "--trace", spec, "--no-progress", "--format", "json"])
         assert res.exit_code == 0, res.output
+
+
+def test_a_sharegpt_file_under_the_marconi_swebench_construction_is_one_line(runner, tmp_path):
+    """`swebench:marconi:` read a ShareGPT JSON (a top-level list of conversation records) as one
+    trajectory whose 'messages' were the records, and ran on it."""
+    path = tmp_path / "sharegpt.json"
+    convs = [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]
+    path.write_text(json.dumps([{"id": "a", "conversations": convs}, {"id": "b", "conversations": convs}]))
+    res = runner.invoke(main, ["run", "--trace", f"swebench:marconi:{path}", "--no-progress"])
+    _one_line(
+        res,
+        f"{path}: holds ShareGPT conversations, not one trajectory's messages (use --trace sharegpt:PATH)",
+    )
+
+
+def test_gpu_names_are_not_case_sensitive(runner):
+    """`run --gpu H200` was refused ("'H200' is not one of ... 'h200'") where sweep took it."""
+    args = ["run", "--trace", "synthetic:chat:sessions=3,turns=2", "--policy", "marconi", "--no-progress"]
+    upper = runner.invoke(main, [*args, "--gpu", "H200"])
+    lower = runner.invoke(main, [*args, "--gpu", "h200"])
+    assert upper.exit_code == 0 and "GPU 1x h200" in upper.output, upper.output
+    assert upper.output == lower.output
