@@ -415,3 +415,46 @@ def test_an_insert_that_fits_exactly_makes_no_eviction_call():
     assert t.stats.eviction_calls == 0 and t.used_bytes == t.capacity_bytes
     t.insert(np.array([99], dtype=np.int64), 1, [], t.set_time(2.0))
     assert t.stats.eviction_calls == 1
+
+
+def test_a_snapshot_is_not_kept_under_a_deeper_one_ending_its_block_on_the_same_edge():
+    """TensorRT-LLM's one page per block (``snapshot_block`` 8): a state at 8 on one 8-token edge
+    already covers the block (0, 8]; a later insert of that edge's first 4 tokens with a snapshot
+    at 4 keeps nothing (the deeper state extends its path) and gives the new one up. The deeper
+    state's edge starts at 0 and ends at the block's end: the walk must look inside it. Mutation
+    survivor ``-m engine_tree --seed 1`` (2026-12-05): engine_tree.py L392, the walk's pruning by
+    ``depth + n_tokens`` (a subtree starting at 8 or deeper) instead of ``depth - n_tokens``."""
+    tree = _tree(TieredLRUEviction(), EngineRules(snapshot_block=8), capacity=10**6)
+    seq = np.arange(8, dtype=np.int64)
+    tree.insert(seq, 8, [8], tree.set_time(1.0))
+    tree.insert(seq[:4], 4, [4], tree.set_time(2.0))
+    assert sorted(n.depth_tokens for n in tree.iter_nodes() if n.has_state) == [8]
+    assert tree.states_replaced == 1
+    tree.check_invariants()
+
+
+def test_an_anchor_state_on_a_node_ending_at_the_anchor_start_is_replaced():
+    """LMDeploy's one state per anchor (``anchor_block`` 8): a state at exactly 8 sits on the
+    anchor block [8, 16), as a new checkpoint at 12 does on a path that extends it: the new one
+    replaces it. Then with the tree split at 8 (a branch 0..7, 300..303 with no state), a state
+    at 12 on the branch 0..7, 100..103 is replaced by a checkpoint at 14 on a third branch: the
+    walk stops at the node ending at the anchor and searches all its branches. Mutation survivor
+    ``-m engine_tree --seed 1`` (2026-12-05): engine_tree.py L491, the anchor walk descending past
+    a node whose depth equals the anchor (``<=``)."""
+    tree = _tree(TieredLRUEviction(), EngineRules(anchor_block=8), capacity=10**6)
+    tree.insert(np.arange(8), 8, [8], tree.set_time(1.0))
+    tree.insert(np.arange(16), 16, [12], tree.set_time(2.0))
+    assert sorted(n.depth_tokens for n in tree.iter_nodes() if n.has_state) == [12]
+    assert tree.states_replaced == 1
+    tree.check_invariants()
+
+    tree = _tree(TieredLRUEviction(), EngineRules(anchor_block=8), capacity=10**6)
+    a = np.concatenate([np.arange(8), np.arange(100, 104)])
+    c = np.concatenate([np.arange(8), np.arange(300, 304)])
+    b = np.concatenate([np.arange(8), np.arange(200, 208)])
+    tree.insert(a, 12, [12], tree.set_time(1.0))
+    tree.insert(c, 12, [], tree.set_time(2.0))
+    tree.insert(b, 16, [14], tree.set_time(3.0))
+    assert sorted(n.depth_tokens for n in tree.iter_nodes() if n.has_state) == [14]
+    assert tree.states_replaced == 1
+    tree.check_invariants()
