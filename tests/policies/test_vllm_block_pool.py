@@ -162,6 +162,31 @@ def test_a_hit_on_kv_cached_twice_touches_the_first_copy():
     c.tree.check_invariants()
 
 
+def test_a_hit_of_one_block_on_kv_cached_twice_touches_the_first_copy():
+    """As above with the shortest hit, one block: A caches block 1 without a state (t = 1); E
+    caches [50] with a state (t = 2); B looks up [1, 2] (hit 0, match 1), caches [1] with a state
+    at 1 and caches block 1 again (the older copy at A's time, t = 1); C's hit of one block (t = 4)
+    touches the older copy, so the copy takes B's place (t = 3) and E's entries (t = 2) are now
+    the oldest: E's state goes first, the copy stays. Mutation survivor ``-m engine_tree --seed 1``
+    (2026-12-05): engine_tree.py L256, the copies' touch only for hits deeper than one block."""
+    c = _Pool(capacity=100, duplicate_kv=True)
+    c.insert([1], [])  # A, t = 1
+    c.insert([50], [1])  # E, t = 2
+    m = c.lookup([1, 2])  # B, t = 3
+    assert (m.hit_tokens, m.match_tokens) == (0, 1)
+    res = c.tree.insert(np.array([1]), 1, [1], c.t)
+    c.tree.cache_again(m)
+    c.tree.refresh_inserted(res, c.t, final=True)
+    assert c.tree.copy_tokens == 1
+    assert c.lookup([1, 9]).hit_tokens == 1  # C, t = 4
+    c.tree.capacity_bytes = c.tree.used_bytes
+    c.insert([90], [])
+    assert c.tree.copy_tokens == 1
+    m = c.lookup([50, 51])
+    assert (m.hit_tokens, m.match_tokens) == (0, 1)
+    c.tree.check_invariants()
+
+
 def test_requests_at_equal_times_are_freed_in_the_order_served():
     """The free queue's order is the order of ``free_blocks`` calls (``block_pool.py``
     L798-L837), so of two requests at the same trace time the one served first is evicted first

@@ -458,3 +458,21 @@ def test_an_anchor_state_on_a_node_ending_at_the_anchor_start_is_replaced():
     assert sorted(n.depth_tokens for n in tree.iter_nodes() if n.has_state) == [14]
     assert tree.states_replaced == 1
     tree.check_invariants()
+
+
+def test_checkpoints_past_where_an_insert_leaves_a_cached_edge_anchor_at_their_own_tokens():
+    """LMDeploy's 8-token rules: a cached edge 0..11 (a state at 12); an insert of 0..5 then
+    100..113 leaves it at token 6 and asks for states at 14 and 17, both past the split: anchored
+    at their own tokens (``_state_depths``), on blocks [8, 16) and [16, 24), both are kept (and the
+    state at 12, on the other path, too). Mutation survivor ``-m engine_tree --seed 1``
+    (2026-12-05): engine_tree.py L179, ``pos -= m`` at the split, which placed them 12 tokens
+    deeper, on one anchor (only 17 kept)."""
+    rules = EngineRules(kv_extent="blocks", extent_block=8, frozen_block=8, anchor_block=8)
+    tree = _tree(TieredLRUEviction(), rules, capacity=10**6)
+    tree.insert(np.arange(12), 12, [12], tree.set_time(1.0))
+    seq = np.concatenate([np.arange(6), np.arange(100, 114)])
+    tree.insert(seq, 20, [14, 17], tree.set_time(2.0))
+    assert sorted(n.depth_tokens for n in tree.iter_nodes() if n.has_state) == [12, 14, 17]
+    assert tree.states_replaced == 0
+    assert tree.frozen_tokens == 4 + 2 + 7
+    tree.check_invariants()
