@@ -102,6 +102,25 @@ def test_recomputed_kv_is_cached_twice_and_the_older_copy_is_evicted_first():
     c.tree.check_invariants()
 
 
+def test_dropping_older_copies_evicts_nothing_from_the_tree():
+    """An older KV copy's block leaves the free queue without anything leaving the tree: an insert
+    that makes its room from older copies only reports no state and no KV evicted. As above: A =
+    1..6 with a state at 2, B caches 1..8 with a state at 8 and tokens 3..6 again (4 copies at
+    t = 1); full, [90, 91, 92] takes three copies' blocks. Mutation survivor ``-m engine_tree
+    --seed 2`` (2026-12-05): engine_tree.py L650, a dropped copy counted as an evicted state."""
+    c = _Pool(capacity=100, duplicate_kv=True)
+    c.insert([1, 2, 3, 4, 5, 6], [2])
+    m = c.lookup([1, 2, 3, 4, 5, 6, 7, 8])
+    c.insert([1, 2, 3, 4, 5, 6, 7, 8], [8])
+    c.tree.cache_again(m)
+    c.tree.capacity_bytes = c.tree.used_bytes
+    res = c.tree.insert(np.array([90, 91, 92]), 3, [], c.tick())
+    assert res.inserted and c.tree.copy_tokens == 1
+    assert (res.evicted_states, res.evicted_kv_tokens) == (0, 0)
+    assert (c.tree.n_states, c.tree.kv_tokens) == (2, 8 + 3)
+    c.tree.check_invariants()
+
+
 def test_vllm_rules_for_qwen35_9b():
     """vLLM groups Qwen3.5-9B's 8 attention and 24 Gated-DeltaNet layers in groups of 8
     (``kv_cache_planning.py`` ``_get_kv_cache_groups_uniform_page_size`` L567-L580): three Mamba

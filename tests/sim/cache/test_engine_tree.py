@@ -476,3 +476,34 @@ def test_checkpoints_past_where_an_insert_leaves_a_cached_edge_anchor_at_their_o
     assert tree.states_replaced == 0
     assert tree.frozen_tokens == 4 + 2 + 7
     tree.check_invariants()
+
+
+def test_a_snapshot_is_not_kept_under_a_deeper_one_below_a_split():
+    """As above, with the deeper state one node further down: 0..7 with a state at 8, then 0..5,
+    99 (no state) splits it at 6, so the state sits on the lower edge [6, 8). A snapshot at 4 has
+    the node ending at 6 below it, and the state at 8 under that node still covers the block
+    (0, 8]: the new one is given up. Mutation survivor ``-m engine_tree --seed 2`` (2026-12-05):
+    engine_tree.py L396, the walk not descending below its first node."""
+    tree = _tree(TieredLRUEviction(), EngineRules(snapshot_block=8), capacity=10**6)
+    seq = np.arange(8, dtype=np.int64)
+    tree.insert(seq, 8, [8], tree.set_time(1.0))
+    tree.insert(np.array([0, 1, 2, 3, 4, 5, 99]), 7, [], tree.set_time(2.0))
+    assert sorted(n.depth_tokens for n in tree.iter_nodes() if n is not tree.root) == [6, 7, 8]
+    tree.insert(seq[:4], 4, [4], tree.set_time(3.0))
+    assert sorted(n.depth_tokens for n in tree.iter_nodes() if n.has_state) == [8]
+    assert tree.states_replaced == 1
+    tree.check_invariants()
+
+
+def test_an_insert_the_engine_keeps_nothing_of_is_not_a_rejection():
+    """SGLang's extra-buffer extent (``kv_extent="state"``): a sequence inserted without a state
+    keeps no KV at all; the insert succeeds with nothing added (it ends at the root), and no
+    rejected insert is counted (the simulation reports a rejected insert as "no room"). Mutation
+    survivor ``-m engine_tree --seed 2`` (2026-12-05): engine_tree.py L432, that empty insert
+    answering ``inserted=False``."""
+    tree = _tree(TwoListLRUEviction(), replace(SGLANG_RULES, kv_extent="state"), capacity=10**6)
+    res = tree.insert(np.arange(10, dtype=np.int64), 10, [], tree.set_time(1.0))
+    assert res.inserted and res.end_node is tree.root
+    assert (res.new_kv_tokens, res.new_states) == (0, 0)
+    assert (tree.kv_tokens, tree.n_states, tree.stats.rejected_inserts) == (0, 0, 0)
+    tree.check_invariants()
