@@ -57,6 +57,7 @@ import torch
 from kernels import chunk_launch as _launch
 from kernels import chunk_plan as _plan
 from kernels import chunk_segmented as _seg
+from kernels import chunk_segmented_launch as _segl
 from kernels._common import (
     INTERPRET,
     MAX_HEAD_DIM,
@@ -225,13 +226,17 @@ def chunk_gated_delta_rule(
     # One route to the launches, three places to join it, each a cheaper start than the next:
     # 1. a layout this metadata has run before (the model step's earlier layers): its bound call
     #    checks the layout and launches, instead of the checks, launch table and plan key below
-    if _DIRECT and not state_segments and chunk_metadata is not None and chunk_metadata.calls:
-        bound = chunk_metadata.calls.get(
-            _bound_key(
-                q.shape[-1] ** -0.5 if scale is None else scale, l2norm, store_b, state_dtype,
-                bool(use_gate_in_kernel), bool(use_beta_sigmoid), q.dtype, input_precision,
-            )
+    #    (the segmented pass's bindings are keyed apart: ``chunk_segmented_launch.bound_key``)
+    options = None
+    if _DIRECT and chunk_metadata is not None and chunk_metadata.calls:
+        options = _bound_key(
+            q.shape[-1] ** -0.5 if scale is None else scale, l2norm, store_b, state_dtype,
+            bool(use_gate_in_kernel), bool(use_beta_sigmoid), q.dtype, input_precision,
         )  # fmt: skip
+        calls = chunk_metadata.calls
+        bound = calls.get(options if not state_segments else _segl.bound_key(state_segments, options))
+        if bound is None and state_segments is None:  # ``KERNELS_CONFIG_STATE=SEG=n``'s binding
+            bound = calls.get(_segl.bound_key(None, options))
         if bound is not None:
             res = bound.run(q, k, v, g, beta, initial_state, gate, given)
             if res is not None:
@@ -241,11 +246,22 @@ def chunk_gated_delta_rule(
         raise ValueError(INTERPRETER_BF16)
     if scale is None:
         scale = q.shape[3] ** -0.5
-    # the segmented state pass (opt-in): never through a plan or a binding, so a binding made
-    # without it serves only calls without it (the bound key holds ``KERNELS_CONFIG_STATE``)
+    # the segmented state pass (opt-in): never through the serial loop's plans, so a serial
+    # binding serves only calls without it (its key holds ``KERNELS_CONFIG_STATE``); it binds
+    # itself to the metadata under its own key (``chunk_segmented_launch``)
     env_segments = _seg.env_segments(_plan._env_config("state"))
     _seg.check_segments(state_segments)
     segments = env_segments if state_segments is None else state_segments
+    seg_key = None
+    if _DIRECT and chunk_metadata is not None and (segments or env_segments):
+        if options is None:
+            options = _bound_key(
+                scale, l2norm, store_b, state_dtype, bool(use_gate_in_kernel), bool(use_beta_sigmoid), q.dtype,
+                input_precision,
+            )  # fmt: skip
+        seg_key = _segl.bound_key(state_segments, options)
+    if segments == "auto" and chunk_metadata is not None:  # "auto" that picks the serial loop takes its paths
+        segments = _auto_segments(chunk_metadata, q, v, input_precision)
     # 2. a plan remembered for this specialisation (``_direct_fits``): bound to the metadata, launched
     if _DIRECT and not segments and not env_segments and _direct_fits(q, k, v, initial_state, chunk_metadata, gate):
         K, HV, V = q.shape[3], v.shape[2], v.shape[3]
@@ -256,6 +272,10 @@ def chunk_gated_delta_rule(
             bool(use_beta_sigmoid), given, input_precision,
         )  # fmt: skip
         if res is not None:
+            if seg_key is not None:  # "auto" that picked the serial loop: its binding serves "auto" too
+                serial = chunk_metadata.calls.get(options)
+                if serial is not None:
+                    chunk_metadata.calls[seg_key] = serial
             return res
     # 3. Triton's launch path: compiles a new specialisation's kernels and remembers their plan
     return _triton_call(
@@ -267,8 +287,23 @@ def chunk_gated_delta_rule(
             use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
         ),
         out=out, final_state_out=final_state_out, boundary_out=boundary_out, workspace=workspace,
-        segments=segments,
+        segments=segments, bind_key=seg_key,
     )  # fmt: skip
+
+
+def _auto_segments(meta, q, v, input_precision) -> int:
+    """``state_segments="auto"``'s chunks per segment for a call on ``meta`` (0: the serial loop):
+    ``chunk_segmented.auto_segments`` at the serial loop's V block and the device's multiprocessors
+    (none on a CPU or in the interpreter: the serial loop)."""
+    dev = q.device
+    if dev.type != "cuda" or INTERPRET:
+        return 0
+    K, HV, V = q.shape[3], v.shape[2], v.shape[3]
+    lp = launch_params(
+        K, V, q.dtype, input_precision, _plan.state_wide(meta.num_seqs, HV, V, dev), _plan.gluon_device(dev)
+    )
+    sms = _plan._multiprocessors(dev.index or 0)
+    return _seg.auto_segments(meta.num_seqs, HV, V, lp["state"]["BV"], meta.max_chunks, sms)
 
 
 def _direct_fits(q, k, v, initial_state, meta, gate) -> bool:
@@ -300,13 +335,14 @@ def _direct_fits(q, k, v, initial_state, meta, gate) -> bool:
 
 def _triton_call(
     q, k, v, g, beta, *, scale, initial_state, l2norm, store_b, state_dtype, gate, beta_sig, input_precision, meta,
-    out, final_state_out, boundary_out, workspace, segments=0,
+    out, final_state_out, boundary_out, workspace, segments=0, bind_key=None,
 ):  # fmt: skip
     """A checked call through Triton's launch path (``meta``: ``resolve_call``'s): the inputs as
     token rows, the caller's buffers or fresh ones, the scratch carved, every kernel launched by
     name (``chunk_launch.triton_launches``), and the plan remembered where the direct path can use
     it. ``segments``: chunks per segment of the segmented state pass, "auto", or 0 (the serial
-    loop)."""
+    loop). ``bind_key``: where the segmented pass binds itself in the metadata's calls (None:
+    nowhere)."""
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     dev = q.device
@@ -333,9 +369,7 @@ def _triton_call(
     if gate is not None:
         A_log_t, dt_bias_t = gate[0].float().contiguous(), gate[1].float().contiguous()
     if segments == "auto":
-        lp = launch_params(K, V, dt, input_precision, _plan.state_wide(N, HV, V, dev), _plan.gluon_device(dev))
-        sms = _plan._multiprocessors(dev.index or 0) if dev.type == "cuda" and not INTERPRET else 0
-        segments = _seg.auto_segments(N, HV, V, lp["state"]["BV"], meta.max_chunks, sms)
+        segments = _auto_segments(meta, q, v, input_precision)
     tables = _seg.segment_tables(meta, segments, dev) if segments else None
     wide = _plan.state_wide(N if tables is None else tables.num, HV, V, dev)
     lp = launch_params(K, V, dt, input_precision, wide, _plan.gluon_device(dev))
@@ -373,20 +407,25 @@ def _triton_call(
         BETA_SIGMOID=beta_sig,
         WHILE_LOOP=INTERPRET,
     )  # fmt: skip
+    # a plan is remembered (a call bound) only where the kernels saw the 4-d inputs themselves:
+    # their token / head strides (what the key holds) and their addresses (not a copy, ``_rows``:
+    # the key holds the inputs' alignment, and a kernel compiled for an aligned copy must not get
+    # the unaligned input)
+    same_strides = all(
+        x2.stride() == x.stride()[1 : 1 + x2.dim()] and x2.data_ptr() == x.data_ptr()
+        for x2, x in ((q2, q), (k2, k), (v2, v), (g2, g), (b2, beta))
+    )
     if tables is not None:
-        _segmented_launches(lp, shared, tables, N, NT, HV, K, V, dev, h0, int(initial_state is not None), ht)
+        record = _segmented_launches(lp, shared, tables, N, NT, HV, K, V, dev, h0, int(initial_state is not None), ht)
+        if bind_key is not None and _segmented_binds(dev, B, same_strides, q, k, v, g, beta, initial_state, gate):
+            bound = _segl.bind(record, tables, meta, bind_key, q, k, v, g, beta, store_b, state_dtype)
+            if bound is not None:
+                meta.calls[bind_key] = bound
         return (o.reshape(B, T, HV, V) if out is None else out), ht, hb
     compiled, fns, lists, lp, fallback = _launch.triton_launches(
         lp, lambda lp: _grids(lp, N, NT, HV, V), shared,
         lambda: launch_params(K, V, dt, input_precision, wide, False),
     )  # fmt: skip
-    # remembered only where the kernels saw the 4-d inputs themselves: their token / head strides
-    # (what the key holds) and their addresses (not a copy, ``_rows``: the key holds the inputs'
-    # alignment, and a kernel compiled for an aligned copy must not get the unaligned input)
-    same_strides = all(
-        x2.stride() == x.stride()[1 : 1 + x2.dim()] and x2.data_ptr() == x.data_ptr()
-        for x2, x in ((q2, q), (k2, k), (v2, v), (g2, g), (b2, beta))
-    )
     if _DIRECT and dev.type == "cuda" and not INTERPRET and B == 1 and same_strides and not fallback:
         ptrs = _addresses(q, k, v, g, beta, initial_state, *((A_log_t, dt_bias_t) if gate is not None else ()))
         key = _launch._plan_key(
@@ -396,12 +435,22 @@ def _triton_call(
     return (o.reshape(B, T, HV, V) if out is None else out), ht, hb
 
 
+def _segmented_binds(dev, B, same_strides, q, k, v, g, beta, initial_state, gate) -> bool:
+    """Whether a segmented call that ran through Triton's path may bind itself to its metadata:
+    as the serial loop's plans, compiled kernels on a GPU, one sequence batch, the inputs as the
+    kernels saw them, every address 16-byte aligned (what the bound check takes for granted).
+    A test stands in for it on the CPU."""
+    if not (_DIRECT and dev.type == "cuda" and not INTERPRET and B == 1 and same_strides):
+        return False
+    return all(p % 16 == 0 for p in _addresses(q, k, v, g, beta, initial_state, *(gate or (None, None))))
+
+
 def _segmented_launches(lp, shared, tables, N, NT, HV, K, V, dev, h0, has_h0, ht):
-    """The segmented state pass's launches (``chunk_segmented.launches``) on launch table ``lp``
-    without the overlapped output. Unlike the serial path a Gluon compile failure is not caught
-    here: the opt-in path raises it."""
+    """The segmented state pass's launches (``chunk_segmented.launches``) on launch table ``lp``;
+    its launch records. Unlike the serial path a Gluon compile failure is not caught here: the
+    opt-in path raises it."""
     slp = _seg.segmented_table(lp)
-    _seg.launches(
+    return _seg.launches(
         slp, _plan._kernel_fns(slp), _grids(slp, tables.num, NT, HV, V), shared, tables,
         N=N, HV=HV, K=K, V=V, dev=dev, h0=h0, has_h0=has_h0, ht=ht,
     )  # fmt: skip

@@ -330,10 +330,21 @@ class _Bound:
     )  # fmt: skip
 
     def __init__(self, plan, options, q, k, v, g, beta, scale, store_b, state_dtype, meta, l2norm):
+        self.plan, self.lp, self.options = plan, plan.lp, options
+        self._bind_layout(q, k, v, g, beta, store_b, state_dtype, meta)
+        self.grids = _grids(self.lp, meta.num_seqs, meta.num_chunks, v.shape[2], v.shape[3])
+        # the per-call values this binding fixes (``_BOUND_CONSTS``), then the plan's own
+        named = _call_args(
+            **dict.fromkeys(_VARYING), scratch=(None,) * len(SCRATCH_ARGS), chunk_info=meta.chunk_info.data_ptr(),
+            seq_info=meta.seq_info.data_ptr(), store_slot=meta.store_slot.data_ptr(), scale=scale, l2norm=l2norm,
+        )  # fmt: skip
+        self.tail = tuple(named[name] for name in _BOUND_CONSTS) + plan.fixed
+
+    def _bind_layout(self, q, k, v, g, beta, store_b, state_dtype, meta) -> None:
+        """What ``run``, ``outputs`` and ``values`` read: the call's layout, outputs and scratch."""
         _, T, _, K = q.shape
         HV, V = v.shape[2], v.shape[3]
         N, NT = meta.num_seqs, meta.num_chunks
-        self.plan, self.lp, self.options = plan, plan.lp, options
         self.dtypes = (q.dtype, k.dtype, v.dtype, g.dtype, beta.dtype)
         self.dev = q.device
         self.index = q.get_device()  # -1 on a CPU (the stand-in tests), the CUDA index otherwise
@@ -344,7 +355,6 @@ class _Bound:
             beta.stride(), *self.dtypes, *(self.index,) * 5,
         )  # fmt: skip
         self.h0_shape = (N, HV, K, V)
-        self.grids = _grids(self.lp, N, NT, HV, V)
         offs, self.nbytes = _scratch_layout(T, NT, HV, K, V, q.element_size())
         # the scratch tensors' offsets (``SCRATCH_ARGS``' order), and the chunk-end factors' (the
         # stand-in for absent gate parameters: any fp32 buffer, never read)
@@ -359,12 +369,6 @@ class _Bound:
         self.empties = tuple(
             torch.empty(0, dtype=t, device=self.dev) for t in (q.dtype, torch.float32, state_dtype, torch.uint8)
         )
-        # the per-call values this binding fixes (``_BOUND_CONSTS``), then the plan's own
-        named = _call_args(
-            **dict.fromkeys(_VARYING), scratch=(None,) * len(SCRATCH_ARGS), chunk_info=meta.chunk_info.data_ptr(),
-            seq_info=meta.seq_info.data_ptr(), store_slot=meta.store_slot.data_ptr(), scale=scale, l2norm=l2norm,
-        )  # fmt: skip
-        self.tail = tuple(named[name] for name in _BOUND_CONSTS) + plan.fixed
 
     def run(self, q, k, v, g, beta, initial_state, gate, given):
         """The call if it has the bound layout (launched; ``(o, ht, hb)``), else None."""
@@ -429,6 +433,30 @@ class _Bound:
         """Allocate (or check the caller's buffers), then the plan's launches on the current
         stream. ``ptrs``: the addresses of q, k, v, g, beta, the initial state, A_log, dt_bias
         (0: absent)."""
+        o, ht, hb, scratch = self.outputs(given)
+        # ``scratch`` lives until the launches are issued: no allocation (another thread's on this
+        # stream) can take its block before them
+        stream = rt[0](self.dev.index)
+        vals = self.values(ptrs, has_h0, o, ht, hb, scratch) + self.tail
+        plan = self.plan
+        for launch, grid, getter in zip(plan.launches, self.grids, plan.getters):
+            launch(*grid, stream, getter(vals))
+        return o, ht, hb
+
+    def values(self, ptrs, has_h0: bool, o, ht, hb, scratch) -> tuple:
+        """The call's values in their places (``_PLACE``): ``_VARYING``, then the scratch buffers."""
+        base = scratch.data_ptr()
+        ht_ptr = ht.data_ptr()
+        fd = base + self.fd_off
+        return (
+            ptrs[:5]
+            + ((ptrs[6], ptrs[7]) if ptrs[6] else (fd, fd))
+            + (o.data_ptr(), ptrs[5] or ht_ptr, ht_ptr, hb.data_ptr() if self.store else ht_ptr, int(has_h0))
+            + tuple(map(base.__add__, self.scratch_offs))
+        )
+
+    def outputs(self, given) -> tuple:
+        """``(o, ht, hb, scratch)``: fresh, or the caller's buffers (checked)."""
         dev, (o_shape, ht_shape, hb_shape) = self.dev, self.out_shapes
         if given is None:  # the common call: ``_buffers``'s fresh allocations, without its call and checks
             e_o, e_f32, e_state, e_u8 = self.empties
@@ -445,20 +473,4 @@ class _Bound:
                 nbytes=self.nbytes,
             )  # fmt: skip
             o = given[0] if given[0] is not None else o.view(o_shape)
-        # ``scratch`` lives until the launches are issued: no allocation (another thread's on this
-        # stream) can take its block before them
-        base = scratch.data_ptr()
-        ht_ptr = ht.data_ptr()
-        fd = base + self.fd_off
-        vals = (  # in their places (``_PLACE``): ``_VARYING``, the scratch buffers, ``tail``
-            ptrs[:5]
-            + ((ptrs[6], ptrs[7]) if ptrs[6] else (fd, fd))
-            + (o.data_ptr(), ptrs[5] or ht_ptr, ht_ptr, hb.data_ptr() if self.store else ht_ptr, int(has_h0))
-            + tuple(map(base.__add__, self.scratch_offs))
-            + self.tail
-        )
-        stream = rt[0](dev.index)
-        plan = self.plan
-        for launch, grid, getter in zip(plan.launches, self.grids, plan.getters):
-            launch(*grid, stream, getter(vals))
-        return o, ht, hb
+        return o, ht, hb, scratch

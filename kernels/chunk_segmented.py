@@ -38,6 +38,8 @@ Opt-in: ``chunk_gated_delta_rule(..., state_segments=n)`` or ``KERNELS_CONFIG_ST
 
 from __future__ import annotations
 
+import functools
+import math
 import weakref
 
 import numpy as np
@@ -46,7 +48,7 @@ import triton
 import triton.language as tl
 
 from kernels._common import CHUNK, INTERPRET, upload
-from kernels.chunk_plan import LAUNCH_OPTIONS
+from kernels.chunk_plan import LAUNCH_OPTIONS, _carve
 from kernels.chunk_tiles import _colmask, _dimmask, _inside, _rowmask
 
 #: the combine's products: fp32 state by fp32 transition (three tf32 products on a GPU: fp32's
@@ -72,22 +74,32 @@ def combine_constexprs(HV: int, K: int, V: int) -> dict:
 AUTO_FILL = 0.5
 #: ... and then aim at this many programs per multiprocessor in passes 1 and 3 ...
 AUTO_PROGRAMS_PER_SM = 4
-#: ... with segments of at least this many chunks (shorter ones spend their time on P)
-AUTO_MIN_SEG = 8
+#: ... with segments of at least this many chunks (shorter ones spend their time on P and the
+#: serial combine: on the H200 at 4/8 heads, segments of 8 and 16 chunks lost to the serial loop
+#: at every length, 32 won at 8K and 32K tokens) ...
+AUTO_MIN_SEG = 32
+#: ... and only where that cuts the longest sequence into at least this many segments (at 4K
+#: tokens two segments of 32 chunks took 0.130 ms against the serial loop's 0.113)
+AUTO_MIN_SEGMENTS = 4
 
 
 def auto_segments(num_seqs: int, HV: int, V: int, BV: int, max_chunks: int, multiprocessors: int) -> int:
     """Chunks per segment by the rule docs/kernels.md gives (0: the serial loop): segment only
     where the serial loop's ``num_seqs * HV * ceil(V / BV)`` programs fill less than ``AUTO_FILL``
     of the multiprocessors, into segments that bring the programs to about ``AUTO_PROGRAMS_PER_SM``
-    a multiprocessor, of at least ``AUTO_MIN_SEG`` chunks, and only where that leaves at least two
-    segments. Unmeasured: nothing calls it unless asked (``state_segments="auto"``)."""
+    a multiprocessor, of at least ``AUTO_MIN_SEG`` chunks, and only where that leaves at least
+    ``AUTO_MIN_SEGMENTS`` segments in the longest sequence. Fitted to the H200 runs of session 10
+    (docs/results-kernels.md, graphed, fp32 states at every boundary, K = V = 128): at 4/8 heads
+    it picks 57 chunks at 32K tokens (0.757 ms against the serial 0.819), 32 at 8K (0.200 against
+    0.214) and the serial loop at 4K (0.113; segments of 16: 0.112, of 32: 0.130); at 16/32 heads
+    (128 programs) the serial loop, which was faster than every segment size measured (2.02 ms
+    against 2.85 or more at 32K). Nothing calls it unless asked (``state_segments="auto"``)."""
     programs = num_seqs * HV * -(-V // BV)
     if programs <= 0 or programs >= AUTO_FILL * multiprocessors:
         return 0
     pieces = -(-AUTO_PROGRAMS_PER_SM * multiprocessors // programs)
     seg = max(AUTO_MIN_SEG, -(-max_chunks // pieces))
-    return seg if seg < max_chunks else 0
+    return seg if -(-max_chunks // seg) >= AUTO_MIN_SEGMENTS else 0
 
 
 def env_segments(config: dict) -> int:
@@ -316,9 +328,11 @@ def _combine_step(
     tl.store(sin + (base + HV) * (K * V) + sidx, acc, mask=mKV)
 
 
-def _launch(fn, grid, vals: dict, opts: dict):
-    """``fn`` on ``grid`` with its arguments by name from ``vals``."""
-    return fn[grid](*[vals[n] for n in fn.arg_names], **opts)
+def _launch(fn, grid, vals: dict, opts: dict, record: list, role: str):
+    """``fn`` on ``grid`` with its arguments by name from ``vals``; ``(role, fn, grid, args, compiled
+    kernel)`` appended to ``record`` (what ``chunk_segmented_launch.bind`` makes a binding of)."""
+    args = [vals[n] for n in fn.arg_names]
+    record.append((role, fn, tuple(grid) + (1,) * (3 - len(grid)), args, fn[grid](*args, **opts)))
 
 
 def _opts(entry: dict) -> dict:
@@ -333,21 +347,38 @@ def segmented_table(lp: dict) -> dict:
     return {**lp, "state": {**lp["state"], "FUSE": 0}}
 
 
-def launches(lp, fns, grids, shared: dict, tables: SegmentTables, *, N, HV, K, V, dev, h0, has_h0, ht) -> None:
+def pass_layout(NS: int, HV: int, K: int, V: int) -> tuple[tuple, int]:
+    """Byte offsets of the passes' fp32 buffers Z, P and the entering states ``sin`` in one
+    buffer (each 256-byte aligned), and its length (the segments' end states are a tensor of
+    their own: the final states are gathered from it)."""
+    return _pass_layout(NS, HV, K, V)
+
+
+@functools.lru_cache(maxsize=64)
+def _pass_layout(NS, HV, K, V):
+    offs, n = _carve([4 * NS * HV * K * V, 4 * NS * HV * K * K, 4 * NS * HV * K * V])
+    return tuple(offs), n
+
+
+def launches(lp, fns, grids, shared: dict, tables: SegmentTables, *, N, HV, K, V, dev, h0, has_h0, ht) -> list:
     """Solve, w / u, the three passes, the output (``lp``: ``segmented_table``'s; ``fns`` and
     ``grids``: its kernels and grids with pass 3's grid over the segments), then each sequence's
-    final state gathered from its last segment into ``ht``."""
+    final state gathered from its last segment into ``ht``. Returns what ran, launch by launch
+    (``_launch``'s records)."""
+    record: list = []
     solve_fn, wu_fn, state_fn, out_fn = fns
-    _launch(solve_fn, grids[0], {**shared, **lp["solve"]}, _opts(lp["solve"]))
-    _launch(wu_fn, grids[1], {**shared, **lp["wu"]}, _opts(lp["wu"]))
+    _launch(solve_fn, grids[0], {**shared, **lp["solve"]}, _opts(lp["solve"]), record, "solve")
+    _launch(wu_fn, grids[1], {**shared, **lp["wu"]}, _opts(lp["wu"]), record, "wu")
     NS = tables.num
     st = lp["state"]
     BK, BV = st["BK"], st["BV"]
-    f32 = dict(dtype=torch.float32, device=dev)
-    Z = torch.empty(NS, HV, K, V, **f32)
-    P = torch.empty(NS, HV, K, K, **f32)
-    sin = torch.empty(NS, HV, K, V, **f32)
-    seg_ht = torch.empty(NS, HV, K, V, **f32)
+    offs, nbytes = pass_layout(NS, HV, K, V)
+    buf = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    Z, P, sin = (
+        buf[off : off + 4 * math.prod(shape)].view(torch.float32).view(shape)
+        for off, shape in zip(offs, ((NS, HV, K, V), (NS, HV, K, K), (NS, HV, K, V)))
+    )
+    seg_ht = torch.empty(NS, HV, K, V, dtype=torch.float32, device=dev)
     nvv, nvk = -(-V // BV), -(-K // BV)
     state_opts = _opts(st)
     _launch(
@@ -355,6 +386,8 @@ def launches(lp, fns, grids, shared: dict, tables: SegmentTables, *, N, HV, K, V
         (NS * HV * (nvv + nvk),),
         {**shared, "seg_info": tables.info, "Z": Z, "P": P, "K": K, "V": V, "BK": BK, "BV": BV, "PREC": st["PREC"]},
         state_opts,
+        record,
+        "segment",
     )
     cc = combine_constexprs(HV, K, V)
     _launch(
@@ -362,17 +395,30 @@ def launches(lp, fns, grids, shared: dict, tables: SegmentTables, *, N, HV, K, V
         (N * HV * -(-V // cc["BV"]),),
         {**cc, "Z": Z, "P": P, "h0": h0, "sin": sin, "seq_segs": tables.seq_segs, "has_h0": has_h0},
         COMBINE_OPTIONS,
+        record,
+        "combine",
     )
     _launch(
-        state_fn, grids[2], {**shared, **st, "seq_info": tables.info, "h0": sin, "ht": seg_ht, "has_h0": 1}, state_opts
+        state_fn,
+        grids[2],
+        {**shared, **st, "seq_info": tables.info, "h0": sin, "ht": seg_ht, "has_h0": 1},
+        state_opts,
+        record,
+        "state",
     )
     # the output reads its chunks' segments (the overlapped output's progress counters are kept
     # per loop program, at its segment's first chunk; without ``OVL`` it reads only the tokens)
     _launch(
-        out_fn, grids[3], {**shared, **lp["out"], "chunk_info": tables.chunk, "seq_info": tables.info}, _opts(lp["out"])
+        out_fn,
+        grids[3],
+        {**shared, **lp["out"], "chunk_info": tables.chunk, "seq_info": tables.info},
+        _opts(lp["out"]),
+        record,
+        "out",
     )
     if N:
         torch.index_select(seg_ht, 0, tables.last, out=ht)
+    return record
 
 
 def scratch_bytes(num_segments: int, HV: int, K: int, V: int) -> int:

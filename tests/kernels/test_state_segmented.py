@@ -196,14 +196,22 @@ def test_default_and_env_routes(monkeypatch):
 
 def test_auto_rule():
     """Segments only where the serial loop's programs fill under half the multiprocessors, into
-    about four programs a multiprocessor, of at least 8 chunks, and at least two of them."""
+    about four programs a multiprocessor, of at least 32 chunks, and at least four of them in the
+    longest sequence: on an H200 (132 SMs, V = 128) what the session-10 runs measured fastest."""
     auto = chunk_segmented.auto_segments
-    # H200 (132 SMs), V = 128 at BV 16: 8 value heads, one sequence = 64 programs < 66
-    assert auto(1, 8, 128, 16, 512, 132) == 512 // 9 + 1  # 9 pieces of 57 chunks: 576 programs
-    assert auto(1, 32, 128, 32, 512, 132) == 0  # 128 programs fill the GPU
-    assert auto(1, 8, 128, 16, 64, 132) == 8  # pieces of 8 chunks at least
-    assert auto(1, 8, 128, 16, 8, 132) == 0  # one segment would be the whole sequence
+    # 4/8 heads, one sequence, BV 16: 64 programs < 66; 9 pieces bring them to 576 (4.4 an SM)
+    assert auto(1, 8, 128, 16, 512, 132) == 57  # 32K tokens: ceil(512 / 9), 9 segments
+    assert auto(1, 8, 128, 16, 128, 132) == 32  # 8K: ceil(128 / 9) = 15 is under 32 chunks; 4 segments
+    assert auto(1, 8, 128, 16, 97, 132) == 32  # 4 segments, the last of one chunk
+    assert auto(1, 8, 128, 16, 96, 132) == 0  # 3 segments of 32: the serial loop
+    assert auto(1, 8, 128, 16, 64, 132) == 0  # 4K tokens: 2 segments of 32
+    # 16/32 heads at the wide block (32): 128 programs fill the GPU at any length
+    assert auto(1, 32, 128, 32, 512, 132) == 0
+    assert auto(2, 8, 128, 16, 512, 132) == 0  # two sequences at 4/8: 128 programs
+    # 1/2 heads: 16 programs, 33 pieces; 1024 chunks (64K tokens) in segments of 32 (ceil(1024 / 33) = 32)
+    assert auto(1, 2, 128, 16, 1024, 132) == 32 and auto(1, 2, 128, 16, 2048, 132) == 63
     assert auto(1, 8, 128, 16, 512, 0) == 0  # no multiprocessors known (a CPU)
+    assert auto(0, 8, 128, 16, 0, 132) == 0  # no sequence
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,9 +285,156 @@ def test_gpu_segmented_matches_serial_and_oracle(dtype, h, hv, mode):
         o_serial=_rel(so, ro), final_serial=_rel(sf, rf), boundaries_serial=_max_rel_rows(sb, rb),
         o_vs_serial=_rel(o, so), final_vs_serial=_rel(ht, sf), boundaries_vs_serial=_max_rel_rows(hb, sb),
     )  # fmt: skip
-    # "auto" (auto_segments): segments at 4/8 heads and one sequence on an H200 (15 chunks), the
-    # serial loop where the programs fill the GPU
+    # "auto" (auto_segments): segments at 4/8 heads and one sequence on an H200 (32 chunks), the
+    # serial loop where the programs fill the GPU (16/32 heads, and four sequences at 4/8)
     ao, aht, ahb = chunk_gated_delta_rule(q, k, v, g, beta, state_segments="auto", **kw)
     errs.update(o_auto=_rel(ao, ro), final_auto=_rel(aht, rf), boundaries_auto=_max_rel_rows(ahb, rb))
     print(f"SEGERR {str(dtype)[6:]} H={h} HV={hv} T={T} {mode}: " + " ".join(f"{n}={e:.2e}" for n, e in errs.items()))
     assert all(e < tol for e in errs.values()), errs
+
+
+# ---------------------------------------------------------------------------------------------
+# A plain call at graphed speed: the segmented call bound to its metadata (issue 48 item 2)
+# ---------------------------------------------------------------------------------------------
+
+
+def _tensor_at(address: int, like: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor over the memory at ``address`` with ``like``'s dtype, shape and strides (what
+    the interpreter needs to run a kernel on an address the bound call passes)."""
+    import ctypes
+
+    import numpy as np
+
+    extent = 1 + sum((n - 1) * s for n, s in zip(like.shape, like.stride())) if like.numel() else 0
+    raw = (ctypes.c_char * max(1, extent * like.element_size())).from_address(address)
+    flat = torch.from_numpy(np.frombuffer(raw, dtype=np.uint8)).view(like.dtype)
+    return flat.as_strided(like.shape, like.stride())
+
+
+def _interpreting_launcher(first_record, i):
+    """A stand-in for a compiled kernel's C launcher (``make_launcher``) that runs launch ``i`` in
+    the interpreter: each address where the first call passed a tensor becomes a tensor over that
+    memory shaped like the first call's, so the bound call computes for real on the CPU."""
+    _, fn, _, first_args, _ = first_record[i]
+
+    def launch(gx, gy, gz, stream, args):
+        assert stream == 7
+        real = [_tensor_at(a, f) if torch.is_tensor(f) else a for a, f in zip(args, first_args)]
+        fn[(gx, gy, gz)](*real)
+
+    return launch
+
+
+@pytest.mark.triton_compat
+def test_second_segmented_call_is_bound_and_bit_equal(monkeypatch):
+    """The first segmented call on a metadata plans (Triton's launch path, the segment tables)
+    and binds itself to the metadata; the second call of the layout (another layer: other inputs
+    and initial state) takes the binding: no planning, no Triton launch path, one launch per
+    kernel with the first call's fixed values and the new call's addresses, and (run by the
+    interpreter on those addresses) the bits of the full path on the same inputs. A third with
+    another initial state and without one, the same."""
+    import types
+
+    from kernels import chunk_gdn, chunk_launch, chunk_segmented_launch
+
+    meta = prepare_chunk_metadata([0, 300], [0])
+    layer1, layer2 = make_inputs(300, seed=41), make_inputs(300, seed=42)
+    h0a, h0b = rand_state(1, seed=43), rand_state(1, seed=44)
+    kw = dict(use_qk_l2norm=True, chunk_metadata=meta, state_segments=SEG)
+    # the reference bits: the full path every time (no binding)
+    want = [
+        [t.clone() for t in chunk_gated_delta_rule(*x, initial_state=h0, **kw)]
+        for x, h0 in ((layer1, h0a), (layer2, h0b), (layer2, None))
+    ]
+    assert meta.calls == {}  # nothing binds on a CPU
+    records = []
+    real_launches = chunk_segmented.launches
+
+    def recording(*a, **k):
+        records.append(real_launches(*a, **k))
+        return records[-1]
+
+    monkeypatch.setattr(chunk_segmented, "launches", recording)
+    monkeypatch.setattr(chunk_gdn, "_segmented_binds", lambda *a: True)
+    launchers = []  # make_launcher is called once a kernel, in launch order
+
+    def interpreting(ck):
+        launchers.append(_interpreting_launcher(records[0], len(launchers)))
+        return launchers[-1]
+
+    monkeypatch.setattr(chunk_segmented_launch, "make_launcher", interpreting)
+    hooks = types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
+    monkeypatch.setattr(chunk_launch, "_RUNTIME", [lambda index: 7, hooks])
+    bindings = chunk_segmented_launch.BINDINGS[0]
+    got = [t.clone() for t in chunk_gated_delta_rule(*layer1, initial_state=h0a, **kw)]
+    assert chunk_segmented_launch.BINDINGS[0] == bindings + 1 and len(records) == 1 and len(launchers) == 6
+    (key,) = meta.calls
+    assert key[:2] == ("segmented", SEG)
+    assert isinstance(meta.calls[key], chunk_segmented_launch.SegmentedBound)
+    for a, b in zip(got, want[0]):
+        assert torch.equal(a, b)
+
+    def no_planning(*a, **k):
+        raise AssertionError("a bound call planned again")
+
+    monkeypatch.setattr(chunk_gdn, "_triton_call", no_planning)
+    monkeypatch.setattr(chunk_segmented, "SegmentTables", no_planning)
+    for (x, h0), expected in zip(((layer2, h0b), (layer2, None)), want[1:]):
+        got = chunk_gated_delta_rule(*x, initial_state=h0, **kw)
+        assert len(records) == 1 and chunk_segmented_launch.BINDINGS[0] == bindings + 1
+        for a, b in zip(got, expected):
+            assert torch.equal(a, b)
+    # the serial call on the same metadata is not served by the segmented binding
+    monkeypatch.undo()
+    serial = chunk_gated_delta_rule(*layer2, initial_state=h0b, use_qk_l2norm=True, chunk_metadata=meta)
+    assert not torch.equal(serial[1], want[1][1])
+
+
+def test_segmented_binding_keys_apart_from_the_serial_one():
+    """A segmented binding's key never equals a serial binding's (the options tuple), and holds
+    ``state_segments`` as given (None: the environment's, which the options hold)."""
+    from kernels import chunk_gdn, chunk_segmented_launch
+
+    options = chunk_gdn._bound_key(0.25, 1, True, torch.float32, False, False, torch.float16, None)
+    keys = {chunk_segmented_launch.bound_key(s, options) for s in (None, 8, 16, "auto")}
+    assert len(keys) == 4 and options not in keys
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("h,hv,seg", [(4, 8, 16), (4, 8, "auto"), (16, 32, "auto")])
+def test_gpu_plain_segmented_calls_are_bound_and_bit_equal(h, hv, seg, monkeypatch):
+    """8K tokens, K = V = 128, bf16, on prepared metadata: the first calls plan, later ones take
+    the binding (no new one made; at 16/32 heads "auto" picks the serial loop and its binding
+    serves "auto"), and every call's output, final and boundary states equal, bit for bit, those
+    of Triton's launch path (``KERNELS_LAUNCH=triton``) on the same inputs, layer after layer
+    (other inputs, with and without an initial state)."""
+    from kernels import chunk_gdn, chunk_launch, chunk_segmented_launch
+
+    T = 8192
+    meta = prepare_chunk_metadata([0, T], device="cuda")
+    layers = [
+        make_inputs(T, h=h, hv=hv, dk=128, dv=128, seed=s, dtype=torch.bfloat16, device="cuda", gate_scale=0.002,
+                    beta_scale=1.0)
+        for s in (51, 52)
+    ]  # fmt: skip
+    states = [rand_state(1, hv=hv, dk=128, dv=128, seed=53, device="cuda"), None]
+    kw = dict(use_qk_l2norm=True, state_segments=seg)
+    monkeypatch.setattr(chunk_gdn, "_DIRECT", False)
+    want = [[t.clone() for t in chunk_gated_delta_rule(*x, initial_state=h0, **kw)] for x in layers for h0 in states]
+    monkeypatch.setattr(chunk_gdn, "_DIRECT", True)
+    made = []
+    for rnd in range(3):
+        for i, (x, h0) in enumerate((x, h0) for x in layers for h0 in states):
+            got = chunk_gated_delta_rule(*x, initial_state=h0, chunk_metadata=meta, **kw)
+            for a, b in zip(got, want[i]):
+                assert torch.equal(a, b), (rnd, i)
+        made.append(chunk_segmented_launch.BINDINGS[0])
+    assert made[1] == made[2]  # nothing planned after the first rounds
+    bound = meta.calls[chunk_segmented_launch.bound_key(seg, chunk_gdn._bound_key(
+        128**-0.5, 1, True, torch.float32, False, False, torch.bfloat16, None))]  # fmt: skip
+    serial = hv == 32
+    assert isinstance(bound, chunk_launch._Bound)
+    assert isinstance(bound, chunk_segmented_launch.SegmentedBound) != serial
+    if serial:  # "auto" ran the serial loop: its bits
+        plain = chunk_gated_delta_rule(*layers[0], initial_state=states[0], use_qk_l2norm=True)
+        assert all(torch.equal(a, b) for a, b in zip(plain, want[0]))
