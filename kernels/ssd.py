@@ -48,14 +48,18 @@ __all__ = ["chunk_ssd", "SSD_CONFIGS"]
 
 #: launch configurations (fixed: no autotuning), per kernel and input kind ("half": fp16 / bf16,
 #: "fp32"). ``BP``: the P block of a program (clamped to the padded P; at most 32 where the padded
-#: N is 256). Chosen by compiling for sm_90a at H = 128, P = 64, N = 128 (no GPU measurements yet):
-#: none spills; the state loop at BP 64 and 8 warps is the variant whose x tile is loaded by
-#: cp.async and multiplied by wgmma (BP 32 gives neither: its product is too small for a warpgroup);
-#: fp32's output spills at BP 64 with tf32x3's triple products. ``KERNELS_CONFIG_SSD_STATE`` /
-#: ``KERNELS_CONFIG_SSD_OUT`` (e.g. "BP=32,num_warps=4,num_stages=3") override them.
+#: N is 256). The half state loop: BP 32, 8 warps, 3 stages, the fastest of ``ssd_bench --sweep``'s
+#: eight at every length on the H200 (session 10, Nemotron-H 8B's layer H = 128, P = 64, N = 128,
+#: G = 8, bf16, graphed: 0.349 / 0.691 / 2.902 ms at 4K / 8K / 32K tokens against 0.385 / 0.762 /
+#: 3.177 for the earlier BP 64, 8 warps, 2 stages; docs/results-kernels.md): twice the programs
+#: of BP 64 (mma.sync products, not wgmma, and still the x tile by cp.async), 115-128 registers
+#: and no spills compiled for sm_90a on triton 3.6 and 3.9. The rest chosen by compiling for
+#: sm_90a at that shape (not measured): none spills; fp32's output spills at BP 64 with tf32x3's
+#: triple products. ``KERNELS_CONFIG_SSD_STATE`` / ``KERNELS_CONFIG_SSD_OUT`` (e.g.
+#: "BP=32,num_warps=4,num_stages=3") override them.
 SSD_CONFIGS = {
     "state": {
-        "half": dict(BP=64, num_warps=8, num_stages=2, FUSE=0),
+        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0),
         "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0),
     },
     "out": {"half": dict(BP=64, num_warps=4, num_stages=2), "fp32": dict(BP=32, num_warps=8, num_stages=1)},
