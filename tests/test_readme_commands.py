@@ -1,5 +1,7 @@
 """Every command shown in the README's code blocks runs (issues 12 and 20), so the README cannot
-drift from the code: each `marconi ...` line verbatim through the real CLI (a subprocess), with
+drift from the code: each `marconi ...` line verbatim through the real CLI, each in a process of
+its own (the first through the installed `marconi` script, the others forked from
+tests/cli_forkserver.py, which has the CLI and its heavy imports loaded once), with
 small sizes added where a full run would take minutes; every line pastes as written (no `a|b`
 alternatives, no placeholders, nothing outside the repository such as ../shared); `make` targets
 are checked with `make -n` (running `make test` here would run this suite inside itself); a
@@ -10,6 +12,7 @@ byte against `marconi run` by tests/sim/cli/test_default_output.py).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -23,6 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 MARCONI = str(Path(sys.executable).parent / "marconi")
+FORKSERVER = Path(__file__).resolve().parent / "cli_forkserver.py"
 
 # small sizes, per subcommand: (flag, value or None), added unless the command sets the flag
 SMALL = {
@@ -95,40 +99,84 @@ def test_every_readme_command_pastes_as_written():
         assert "../" not in command, f"{command}: names something outside the repository"
 
 
+class _Forks:
+    """tests/cli_forkserver.py, started on first use: ``run`` forks it into ``marconi <argv>``."""
+
+    def __init__(self, env: dict, cwd: Path, logs: Path) -> None:
+        self.env, self.cwd, self.logs, self.proc, self.n = env, cwd, logs, None, 0
+
+    def run(self, argv: list[str], timeout: float = 600) -> tuple[int | None, str, str]:
+        if self.proc is None:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(FORKSERVER)], cwd=self.cwd, env=self.env, stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+        self.n += 1
+        out, err = self.logs / f"{self.n}.out", self.logs / f"{self.n}.err"
+        req = {"argv": argv, "cwd": str(self.cwd), "out": str(out), "err": str(err), "timeout": timeout}
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            return -1, "", f"the fork server died (exit {self.proc.wait()})"
+        texts = [f.read_text(errors="replace") for f in (out, err)]
+        for f in (out, err):
+            f.unlink()
+        return json.loads(line)["rc"], texts[0], texts[1]
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+            self.proc.stdout.close()
+
+
 @pytest.mark.slow  # the longest single test: collected first (tests/conftest.py)
 def test_every_readme_command_runs(tmp_path):
     """In README order, in one folder (the sweep writes results/ that plot reads)."""
     env = dict(os.environ, MARCONI_CACHE_DIR=str(tmp_path / "cache"), TRITON_INTERPRET="1")
+    work, logs = tmp_path / "work", tmp_path / "logs"
+    logs.mkdir()
     # the shipped example configs (`--model docs/examples/...`) where a fresh clone has them
-    shutil.copytree(ROOT / "docs" / "examples", tmp_path / "docs" / "examples")
+    shutil.copytree(ROOT / "docs" / "examples", work / "docs" / "examples")
     failures = []
     ran = 0
-    for command in commands(README):
-        if command.startswith("source "):
-            venv = re.search(r"^VENV \?= (\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
-            assert command.split()[1] == f"{venv}/bin/activate", f"{command}: the Makefile's venv is {venv}"
-            continue
-        if command.startswith("make"):
-            target = command.split()[1]
-            plan = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True)
-            if plan.returncode != 0 or not plan.stdout.strip():
-                failures.append(f"{command}: make -n {target} failed: {plan.stderr.strip()[-300:]}")
-            if target == "run":  # what `make run` runs, at a small size
-                command = "marconi run"
-            else:
+    forks = _Forks(env, work, logs)
+    try:
+        for command in commands(README):
+            if command.startswith("source "):
+                venv = re.search(r"^VENV \?= (\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+                assert command.split()[1] == f"{venv}/bin/activate", f"{command}: the Makefile's venv is {venv}"
                 continue
-        argv = small(shlex.split(command), tmp_path)
-        if argv[:2] == ["marconi", "kernels"] and shutil.which("nvidia-smi") is None:
-            pytest.importorskip("triton")  # the interpreter on CPU needs the kernels extra
-        proc = subprocess.run([MARCONI, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-        ran += 1
-        if proc.returncode != 0:
-            failures.append(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
-        elif command in OUTPUT_CHECKS and (why := OUTPUT_CHECKS[command](proc.stdout)):
-            failures.append(f"{command}: {why}")
+            if command.startswith("make"):
+                target = command.split()[1]
+                plan = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True)
+                if plan.returncode != 0 or not plan.stdout.strip():
+                    failures.append(f"{command}: make -n {target} failed: {plan.stderr.strip()[-300:]}")
+                if target == "run":  # what `make run` runs, at a small size
+                    command = "marconi run"
+                else:
+                    continue
+            argv = small(shlex.split(command), work)
+            if argv[:2] == ["marconi", "kernels"] and shutil.which("nvidia-smi") is None:
+                pytest.importorskip("triton")  # the interpreter on CPU needs the kernels extra
+            if ran == 0:  # the installed `marconi` script itself, once
+                proc = subprocess.run(
+                    [MARCONI, *argv[1:]], cwd=work, env=env, capture_output=True, text=True, timeout=600
+                )
+                rc, out, err = proc.returncode, proc.stdout, proc.stderr
+            else:
+                rc, out, err = forks.run(argv)
+            ran += 1
+            if rc != 0:
+                failures.append(f"{' '.join(argv)}: exit {rc}: {err.strip()[-400:]}")
+            elif command in OUTPUT_CHECKS and (why := OUTPUT_CHECKS[command](out)):
+                failures.append(f"{command}: {why}")
+    finally:
+        forks.close()
     checked = set(OUTPUT_CHECKS) & set(commands(README))
     assert checked == set(OUTPUT_CHECKS), f"no longer in the README: {set(OUTPUT_CHECKS) - checked}"
-    assert ran >= 8
+    assert ran >= 8 and forks.n == ran - 1
     assert not failures, "\n".join(failures)
 
 
