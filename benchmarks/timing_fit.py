@@ -6,8 +6,10 @@ Each DIR holds the run folders of ``benchmarks/timing_campaign.sh`` (each a ``ma
 folder: ``summary.json``, ``requests.parquet``, for continuous runs ``steps.parquet``). Runs whose
 name starts with ``--fit-prefix`` are fitted (``sim.replay.calibration.fit_across``); every run is
 then scored with the committed timing (``before``) and the new fit (``after``): per-request
-prefill error, median / P95, over the device-bound prefills and over all of them, and for
-continuous runs the step-time error. ``--out`` writes the fitted timing file (as
+prefill error, median / P95, over the device-bound prefills, over all of them and over the
+host-bound ones (priced with the later of the device and host issue times where the timing has a
+host term: ``sim.replay.measure.call_model_ms``), and for continuous runs the step-time error; then
+per run what the host did (``host_report``). ``--out`` writes the fitted timing file (as
 ``marconi replay --calibrate`` does; ``sim/data/h200-timing.json`` is written this way).
 """
 
@@ -28,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from sim.cost import _h200_calibrated, get_model, read_timing_file, timing_to_dict  # noqa: E402
 from sim.errors import UsageError  # noqa: E402
-from sim.replay.calibration import Run, fit_across, request_errors  # noqa: E402
-from sim.replay.measure import device_peak  # noqa: E402
+from sim.replay.calibration import Run, fit_across, host_calls, request_errors  # noqa: E402
+from sim.replay.measure import HOST_WAITED_MS, device_peak, held_up, replayed_spec  # noqa: E402
 from sim.replay.steps import with_model  # noqa: E402
 
 
@@ -115,13 +117,50 @@ def report(runs, base, timing, fit_prefix: str = "fit") -> pd.DataFrame:
                 continue
             row[f"{label} device-bound"] = stats(e.loc[~e["host_bound"], "error"])
             row[f"{label} all"] = stats(e["error"])
+            row[f"{label} host-bound"] = stats(e.loc[e["host_bound"], "error"])
             saved = e["saved_ms"].sum()
             row[f"{label} saved"] = f"{e['modelled_saved_ms'].sum() / saved - 1:+.1%}" if saved > 0 else "-"
             if steps is not None and len(steps):
                 st = with_model(steps, run.spec, t, run.counts)
                 row[f"{label} steps"] = stats(st.loc[~st["host_bound"].astype(bool), "error"])
         row["requests"] = int(len(run.table))
+        row["host-bound"] = int(held_up(run.table).sum())
         rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def host_report(runs, timing) -> pd.DataFrame:
+    """Per run, what its timed prefills' host did: the layer calls of a call, the host issue time
+    (median of the calls whose host did not wait for the GPU: ``HOST_WAITED_MS``) against the
+    host term's, and the host-bound calls: how many, how many of them waited (their host time
+    holds the GPU sleep: a synchronisation inside the call), and the medians of their measured
+    time over the modelled device time and over the modelled host issue time."""
+    rows = []
+    for run, _, _ in runs:
+        t = run.table[run.table["suffix_ms"].notna() & (run.table["suffix_ms"] > 0)]
+        n, steady = host_calls(run)
+        rspec = replayed_spec(run.spec, run.counts)
+        e = request_errors(run, timing)
+        hb = t[held_up(t)]
+        host = timing.host_issue_ms(rspec)
+        rows.append(
+            {
+                "run": run.name,
+                "layer calls": n,
+                "host issue p50 ms": round(float(np.median(steady)), 2) if len(steady) else float("nan"),
+                "modelled host ms": round(host, 2),
+                "host-bound": int(len(hb)),
+                "of which waited": int((hb["suffix_host_ms"] >= HOST_WAITED_MS).sum()),
+                "measured/device p50": round(
+                    float((e.loc[e["host_bound"], "measured_ms"] / e.loc[e["host_bound"], "modelled_ms"]).median()), 2
+                )
+                if len(hb)
+                else float("nan"),
+                "measured/host p50": round(float((hb["suffix_ms"] / host).median()), 2)
+                if len(hb) and host > 0
+                else float("nan"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -154,6 +193,11 @@ def main(argv=None) -> int:
         "per-activation-GB ms:",
         {k: round(v, 3) for k, v in timing.ms_per_act_gb.items()},
     )
+    print(
+        f"host issue: {timing.host_ms_per_call:.3f} ms per call + {timing.host_ms_per_layer:.4f} ms per layer call",
+        {k: round(v["median_ms"], 2) for k, v in info["host"]["depths"].items()},
+    )
+    print(host_report(runs, timing).to_string(index=False))
     if a.out is not None:
         d = timing_to_dict(timing)
         a.out.write_text(json.dumps(dict(d, versions=info["versions"], fit=info), indent=2, default=float) + "\n")

@@ -736,6 +736,12 @@ class HardwareTiming:
       ``ms_per_act_gb[kind]``, per token the activations its products write (``act_gb``: the
       weight GB over the hidden size, the products' output widths): at a small hidden size a
       token's FLOPs are few for the bytes it moves, and the GEMMs run further from the peak.
+    * the host's issue time of a whole call, ``host_ms_per_call`` + ``host_ms_per_layer`` per
+      layer call (``host_issue_ms``): what a call costs when the host, not the device, is the
+      slower (``issued_time_s`` = the later of the two). ``prefill_time_s`` and ``step_time_s``
+      stay device time (what an engine whose host keeps up runs; ``marconi run`` prices that);
+      replay prices its host-bound calls with it (docs/replay-cost-model.md). 0 in a file fitted
+      before it was measured.
     Compute terms are divided by ``gpus`` (tensor parallel, ideal scaling assumed). ``dtype``
     and ``covers`` (the models, widths and call lengths it was fitted on) are what a calibrated
     file records; ``coverage_note`` says when a run leaves them."""
@@ -759,6 +765,10 @@ class HardwareTiming:
     ms_per_kv_gb: float = 0.0
     dtype: str = field(default="", compare=False)  # the activations' dtype it was fitted in
     covers: dict = field(default_factory=dict, compare=False)  # models, d_model, tokens fitted on
+    # the host's time to issue a call (Python, dispatch, launches): per call and per layer call
+    # (an attention, gated-delta, Mamba or MLP layer each one); 0 in a file fitted without it
+    host_ms_per_call: float = 0.0
+    host_ms_per_layer: float = 0.0
     charges_splits = True
 
     def __post_init__(self) -> None:
@@ -776,7 +786,14 @@ class HardwareTiming:
             + list(self.ms_per_weight_gb.values())
             + list(self.ms_per_act_gb.values())
         )
-        if min(vals + [self.call_ms, self.decode_ms_per_token, self.ms_per_kv_gb]) < 0 or self.gpus < 1:
+        fixed = [
+            self.call_ms,
+            self.decode_ms_per_token,
+            self.ms_per_kv_gb,
+            self.host_ms_per_call,
+            self.host_ms_per_layer,
+        ]
+        if min(vals + fixed) < 0 or self.gpus < 1:
             raise UsageError("timing: every term must be non-negative")
         if self.peak_tflops > 0:
             for term, c in self.ms_per_tflop.items():
@@ -816,6 +833,25 @@ class HardwareTiming:
         """Time of one call of the whole model that computes nothing (every layer at its floor)."""
         n, fixed = self._layers(spec), self.layer_fixed_ms(spec)
         return self.call_ms + sum(n[k] * max(self.layer_floor_ms[k], fixed[k]) for k in LAYER_KINDS)
+
+    @property
+    def has_host_term(self) -> bool:
+        """Whether the file prices the host's issue time (``host_issue_ms``)."""
+        return self.host_ms_per_call > 0 or self.host_ms_per_layer > 0
+
+    def host_issue_ms(self, spec: ModelSpec, calls: int = 1) -> float:
+        """The host's time to issue ``calls`` calls of ``spec`` (each layer of every kind one layer
+        call): ``calls x (host_ms_per_call + host_ms_per_layer x layer calls)``. Not divided by
+        ``gpus``: one host issues every GPU's launches (a lower bound for tensor parallel)."""
+        n = sum(self._layers(spec).values())
+        return max(0, int(calls)) * (self.host_ms_per_call + self.host_ms_per_layer * n)
+
+    def issued_time_s(self, spec: ModelSpec, p: int, L: int, splits: int = 0) -> float:
+        """A prefill of [p, L) as a host that issues it while it runs sees it: the later of the
+        device's work (``prefill_time_s``) and the host's issue of its ``1 + splits`` calls
+        (launches are asynchronous, so the two overlap; the GPU ends just after the host's last
+        launch when the host is the slower). Equal to ``prefill_time_s`` without a host term."""
+        return max(self.prefill_time_s(spec, p, L, splits), self.host_issue_ms(spec, 1 + splits) * 1e-3)
 
     def coverage_note(self, spec: ModelSpec, max_tokens: int = 0) -> str:
         """One line when ``spec`` (or a prompt of ``max_tokens``) lies outside the shapes this
@@ -1164,6 +1200,11 @@ def timing_to_dict(timing) -> dict:
             ),
             **({"dtype": timing.dtype} if timing.dtype else {}),
             **({"covers": dict(timing.covers)} if timing.covers else {}),
+            **(
+                {"host_ms_per_call": timing.host_ms_per_call, "host_ms_per_layer": timing.host_ms_per_layer}
+                if timing.has_host_term
+                else {}
+            ),
         )
     return dict(
         format=TIMING_FORMAT,
@@ -1184,6 +1225,8 @@ def _check_finite(d: dict, path) -> None:
         ("decode_ms_per_token", False),
         ("call_ms", False),
         ("ms_per_kv_gb", False),
+        ("host_ms_per_call", False),
+        ("host_ms_per_layer", False),
     ]
     for key, positive in rules:
         if key not in d:
@@ -1249,6 +1292,8 @@ def read_timing_file(path, model: str | None = None):
                 ms_per_kv_gb=float(d.get("ms_per_kv_gb", 0.0)),
                 dtype=str(d.get("dtype") or ""),
                 covers=dict(d.get("covers") or {}),
+                host_ms_per_call=float(d.get("host_ms_per_call", 0.0)),
+                host_ms_per_layer=float(d.get("host_ms_per_layer", 0.0)),
             )
         return TimingModel(
             float(d["effective_tflops"]),

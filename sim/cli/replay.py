@@ -108,15 +108,23 @@ def _unvalidated(s: dict) -> str:
 
 
 def _error_line(s: dict) -> str:
-    """The time model's error over the timed prefills; host-bound ones (their device time holds
-    host gaps) are left out and counted, with the P95 over all of them. Where the timing does
-    not describe this run (a CPU, another GPU) the line says so instead of an error."""
+    """The time model's error over the timed prefills. With a host term in the timing every
+    prefill counts (host-bound ones priced with the host's issue time), the device-bound ones'
+    figures beside; without one, host-bound ones (their device time holds host gaps) are left
+    out and counted, with the P95 over all of them. Where the timing does not describe this run
+    (a CPU, another GPU) the line says so instead of an error."""
     if not s.get("time_model_compared", True):
         return s.get("time_model_note", "not compared")
     text = f"median {s['time_model_median_error']:.1%}, P95 {s['time_model_p95_error']:.1%}"
+    if s.get("time_model_host_term"):
+        text += (
+            f" over all prefills ({s.get('host_bound_prefills', 0)} host-bound, priced with the host's issue "
+            f"time; device-bound median {s['time_model_median_error_device_bound']:.1%}, "
+            f"P95 {s['time_model_p95_error_device_bound']:.1%})"
+        )
     if s.get("time_model_note"):
         text += f" ({s['time_model_note']})"
-    if s.get("host_bound_prefills"):
+    if s.get("host_bound_prefills") and not s.get("time_model_host_term"):
         text += (
             f" ({s['host_bound_prefills']} host-bound prefills left out; P95 with them "
             f"{s.get('time_model_p95_error_all', float('nan')):.1%})"

@@ -16,6 +16,12 @@ fit puts above the device's peak is held at the peak and the rest refitted. The 
 device, the dtype, the versions, the models and the widths and lengths it covered
 (``HardwareTiming.covers``), so a run outside them says so.
 
+The host term (``HardwareTiming.host_ms_per_call`` / ``host_ms_per_layer``, ``fit_host``) comes
+from the host issue times recorded beside the same calls (``suffix_host_ms``): per depth the
+median, then a line over the depths (layer calls per call), the calls whose host waited for the
+GPU left out. ``request_errors`` prices a host-bound call with the later of its device and host
+times (``sim.replay.measure.call_model_ms``).
+
 ``benchmarks/timing_fit.py`` runs it on the folders of ``benchmarks/timing_campaign.sh``.
 """
 
@@ -38,7 +44,15 @@ from sim.cost import (
 )
 from sim.errors import UsageError
 from sim.gpus import catalogue_name
-from sim.replay.measure import TYPE_TERMS, nnls, replayed_spec, timed_calls
+from sim.replay.measure import (
+    TYPE_TERMS,
+    call_model_ms,
+    fit_host_depths,
+    host_issue_times,
+    nnls,
+    replayed_spec,
+    timed_calls,
+)
 
 #: fewest timed calls of a kind per term before a fit is attempted
 MIN_CALLS_PER_TERM = 3
@@ -116,6 +130,23 @@ def _fit_columns(X: np.ndarray, y: np.ndarray, capped: list, cap: float, weight=
     return c
 
 
+def host_calls(run: Run) -> tuple[int, np.ndarray]:
+    """The layer calls of one call of ``run`` (every replayed layer of every kind) and the host
+    issue times of its one-call timed prefills whose host did not wait for the GPU
+    (``sim.replay.measure.host_issue_times``)."""
+    return sum(run.counts.values()), host_issue_times(run.table)
+
+
+def fit_host(runs: list[Run]) -> tuple[float, float, dict]:
+    """The host term of ``runs`` (``sim.replay.measure.fit_host_depths`` over their host issue
+    times, grouped by the layer calls of a call)."""
+    by: dict[int, list] = {}
+    for r in runs:
+        n, host = host_calls(r)
+        by.setdefault(n, []).extend(host.tolist())
+    return fit_host_depths(by)
+
+
 def fit_across(
     runs: list[Run],
     base: HardwareTiming,
@@ -169,6 +200,9 @@ def fit_across(
         d_model=[min(r.spec.d_model for r in runs), max(r.spec.d_model for r in runs)],
         max_tokens=int(max(int(r.table["input_tokens"].max()) for r in runs if len(r.table))),
     )
+    host_call, host_layer, info["host"] = fit_host(runs)
+    if info["host"]["depths"]:
+        covers["host_layer_calls"] = [min(info["host"]["depths"]), max(info["host"]["depths"])]
     t = replace(
         base,
         ms_per_tflop=ms_per_tflop,
@@ -185,6 +219,8 @@ def fit_across(
         dtype=dtype or base.dtype,
         covers=covers,
         uncalibrated=False,
+        host_ms_per_call=host_call,
+        host_ms_per_layer=host_layer,
     )
     info["fraction_of_peak"] = t.fraction_of_peak()
     info["runs"] = [r.name for r in runs]
@@ -205,6 +241,8 @@ def request_errors(run: Run, timing: HardwareTiming) -> pd.DataFrame:
         hit = int(d["hit_tokens"]) if d["restored"] else 0
         n = int(d["input_tokens"])
         model = timing.prefill_time_s(rspec, hit, n, int(d["splits"])) * 1e3
+        held = bool(d.get("suffix_host_bound", False))
+        priced = call_model_ms(timing, rspec, model, int(d["splits"]), held)
         full = d.get("full_ms", float("nan"))
         rows.append(
             dict(
@@ -214,8 +252,11 @@ def request_errors(run: Run, timing: HardwareTiming) -> pd.DataFrame:
                 tokens=n,
                 measured_ms=float(ms),
                 modelled_ms=model,
-                error=(model - ms) / ms,
-                host_bound=bool(d.get("suffix_host_bound", False)),
+                # a host-bound call against the later of its device and host issue times
+                # (measure.call_model_ms; its device time where the timing has no host term)
+                modelled_call_ms=priced,
+                error=(priced - ms) / ms,
+                host_bound=held,
                 # a validated hit's from-scratch reference: the time the hit saved, both ways
                 saved_ms=float(full) - float(ms) if d.get("validated") and np.isfinite(full) else float("nan"),
                 modelled_saved_ms=(timing.prefill_time_s(rspec, 0, n) * 1e3 - model)

@@ -343,6 +343,7 @@ def calibrate(
         device=dev,
         peak_tflops=peak,
         decode_ms_per_token=decode_ms_per_token,
+        host=result.summary.get("measure") == "device",  # queued on a GPU: the host's own issue times
     )
     if result.steps is not None and len(result.steps):
         # --scheduler continuous: the per-sequence step times, fitted on the first half of the

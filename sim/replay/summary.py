@@ -76,6 +76,11 @@ class ReplaySummary(SummaryReads):
     time_model_p95_error: float
     time_model_p95_error_all: float  # host-bound prefills included
     host_bound_prefills: int
+    # the timing prices host-bound prefills (a host term): time_model_median_error and
+    # time_model_p95_error then count every prefill, and these two the device-bound ones
+    time_model_host_term: bool
+    time_model_median_error_device_bound: float
+    time_model_p95_error_device_bound: float
     store_peak_bytes: int
     late_admits: int
     wall_s: float

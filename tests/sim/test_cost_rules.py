@@ -419,6 +419,11 @@ def test_the_committed_h200_timing_is_refitted_exactly_from_its_raw_runs():
         assert getattr(t, group) == pytest.approx(getattr(committed, group), rel=1e-9, abs=1e-12), group
     assert t.ms_per_kv_gb == pytest.approx(committed.ms_per_kv_gb, rel=1e-9)
     assert t.call_ms == pytest.approx(committed.call_ms, rel=1e-9)
+    # the host term: the host issue times' medians at 8 and 64 layer calls (issue 41 item 3)
+    assert (t.host_ms_per_call, t.host_ms_per_layer) == pytest.approx(
+        (committed.host_ms_per_call, committed.host_ms_per_layer), rel=1e-9
+    )
+    assert committed.has_host_term and json.loads(json.dumps(info["host"])) == raw["fit"]["host"]
     assert (t.source, t.dtype, t.device, t.covers) == (
         committed.source,
         committed.dtype,
