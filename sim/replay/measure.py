@@ -241,6 +241,10 @@ def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.D
             suffix_host_bound=host_bound(r.suffix_slack_ms),
             full_host_bound=host_bound(r.full_slack_ms),
             full_host_ms=r.full_host_ms,
+            # the call's end after the host's (Stopwatch.slack_ms; NaN unqueued): with the host and
+            # measured times it gives how much of the host's issue the queued sleep covered
+            suffix_slack_ms=r.suffix_slack_ms,
+            full_slack_ms=r.full_slack_ms,
             replay_flops=replayed_flops(spec, counts, r.suffix_segments),
             replay_full_flops=replayed_flops(spec, counts, [(0, n)]),
             replay_flops_simulated=rspec.prefill_flops(hit, n),

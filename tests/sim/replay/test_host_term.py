@@ -112,6 +112,7 @@ def test_replay_prices_a_host_bound_prefill_with_the_host_and_counts_it():
     dev = [measure.modelled_ms(TINY, HOSTED, COUNTS, 0, 100), measure.modelled_ms(TINY, HOSTED, COUNTS, 100, 140)]
     df = measure.request_table(_records(), TINY, HOSTED, COUNTS)
     assert df["suffix_host_bound"].tolist() == [False, True]
+    assert df["suffix_slack_ms"].tolist() == [2.0, 0.1]  # recorded: how much the sleep covered
     assert df["modelled_ms"].tolist() == pytest.approx(dev)  # the device model, as before
     assert df["modelled_host_ms"].tolist() == pytest.approx([6.0, 6.0])
     assert df["modelled_call_ms"].tolist() == pytest.approx([dev[0], 6.0])

@@ -100,6 +100,21 @@ def test_fit_refuses_terms_faster_than_the_peak():
         HardwareTiming(fast.ms_per_tflop, TRUE.layer_call_ms, 0.4, 5.0, peak_tflops=989.0)
 
 
+def test_calibrate_fits_the_host_term_from_the_host_issue_times():
+    """``--calibrate`` on a queued GPU run (``host``): one depth (64 layer calls here), so the
+    host term is all per layer call, the median of the issue times of the one-call prefills
+    whose host did not wait (HOST_WAITED_MS); without ``host`` (a CPU, --measure wall) none."""
+    recs = records(TRUE)
+    for r, host in zip(recs, [20.0, 22.0, 45.0, 24.0, 26.0, 30.0, 21.0, 23.0, 25.0, 99.0]):
+        r.suffix_host_ms = host  # 45 and 99 waited; the two split requests' (30, 99) are left out
+    df = request_table(recs, SPEC, TRUE, COUNTS)
+    t, info = calibrate(df, SPEC, TRUE, COUNTS, peak_tflops=989.0, host=True)
+    assert t.host_ms_per_call == 0.0 and t.host_ms_per_layer == pytest.approx(23.0 / 64)
+    assert info["host"]["depths"] == {64: dict(calls=7, median_ms=23.0)}
+    assert t.ms_per_tflop == pytest.approx(calibrate(df, SPEC, TRUE, COUNTS, peak_tflops=989.0)[0].ms_per_tflop)
+    assert not calibrate(df, SPEC, TRUE, COUNTS, peak_tflops=989.0)[0].has_host_term
+
+
 def test_prefill_splits_and_step_time():
     p, L = 1000, 3000
     one = TRUE.prefill_time_s(SPEC, p, L)
