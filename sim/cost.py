@@ -853,9 +853,10 @@ class HardwareTiming:
         launch when the host is the slower). Equal to ``prefill_time_s`` without a host term."""
         return max(self.prefill_time_s(spec, p, L, splits), self.host_issue_ms(spec, 1 + splits) * 1e-3)
 
-    def coverage_note(self, spec: ModelSpec, max_tokens: int = 0) -> str:
-        """One line when ``spec`` (or a prompt of ``max_tokens``) lies outside the shapes this
-        timing was fitted on (``covers``); empty inside them or when the file records none."""
+    def coverage_note(self, spec: ModelSpec, max_tokens: int = 0, layer_calls: int = 0) -> str:
+        """One line when ``spec`` (or a prompt of ``max_tokens``, or calls of ``layer_calls``
+        layer calls priced with the host term) lies outside the shapes this timing was fitted on
+        (``covers``); empty inside them or when the file records none."""
         c = self.covers or {}
         out = []
         lo, hi = (c.get("d_model") or (0, 0))[:2]
@@ -864,6 +865,9 @@ class HardwareTiming:
         top = int(c.get("max_tokens") or 0)
         if top and max_tokens > top:
             out.append(f"prompts up to {max_tokens:,} tokens (fitted up to {top:,})")
+        lo, hi = (c.get("host_layer_calls") or (0, 0))[:2]
+        if self.has_host_term and hi and layer_calls and not lo <= layer_calls <= hi:
+            out.append(f"{layer_calls} layer calls a call (host issue time fitted at {lo}-{hi})")
         if not out:
             return ""
         models = ", ".join(c.get("models") or []) or "its fit set"

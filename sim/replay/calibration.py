@@ -271,7 +271,15 @@ def request_errors(run: Run, timing: HardwareTiming) -> pd.DataFrame:
 NOT_COMPARED = "not compared"
 
 
-def replay_timing(timing, spec: ModelSpec, dtype: str, device_kind: str, device_name: str = "", max_tokens: int = 0):
+def replay_timing(
+    timing,
+    spec: ModelSpec,
+    dtype: str,
+    device_kind: str,
+    device_name: str = "",
+    max_tokens: int = 0,
+    layer_calls: int = 0,
+):
     """The timing a replay compares its measurements with, and one line on how far to trust the
     comparison (empty when the timing describes this run): ``timing`` given (``--timing``) or the
     preset's default, at one GPU (replay runs the whole model on one device). Refused: the default
@@ -304,7 +312,7 @@ def replay_timing(timing, spec: ModelSpec, dtype: str, device_kind: str, device_
             )
         notes.append(f"the timing was fitted in {t_dtype}, this replay runs {dtype}")
     if isinstance(t, HardwareTiming):
-        cover = t.coverage_note(spec, max_tokens)
+        cover = t.coverage_note(spec, max_tokens, layer_calls)
         if cover:
             notes.append(cover)
     return t, "; ".join(notes)

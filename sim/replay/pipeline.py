@@ -106,6 +106,7 @@ def build(
         device.type,
         torch.cuda.get_device_name(device) if device.type == "cuda" else "",
         max((r.n_input_tokens(trace.block_tokens) for r in trace.requests), default=0),
+        sum(shape.counts().values()),  # a replayed call's layer calls: the host term's depth
     )
     store = CheckpointStore(shape, dtype, where=settings.store, device=device)
     continuous = config.effective_scheduler == "continuous"

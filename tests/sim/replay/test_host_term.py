@@ -157,6 +157,16 @@ def test_the_error_line_counts_every_prefill_with_a_host_term():
     )
 
 
+def test_a_depth_outside_the_host_terms_fit_is_said():
+    t = replace(HOSTED, covers=dict(models=["qwen3.5-9b"], host_layer_calls=[8, 64]))
+    assert t.coverage_note(TINY, layer_calls=8) == t.coverage_note(TINY, layer_calls=64) == ""
+    assert t.coverage_note(TINY, layer_calls=120) == (
+        "timing: replay-tiny lies outside the shapes the timing file was fitted on (qwen3.5-9b): "
+        "120 layer calls a call (host issue time fitted at 8-64)"
+    )
+    assert replace(t, host_ms_per_call=0.0, host_ms_per_layer=0.0).coverage_note(TINY, layer_calls=120) == ""
+
+
 CAMPAIGN = ROOT / "benchmarks" / "results" / "2026-12-04-timing-campaign-h200" / "after-moe-fix"
 
 
