@@ -1,5 +1,6 @@
 """Every command of every ```bash block in docs/*.md runs (issue 45), as the README's do
-(tests/test_readme_commands.py): each line verbatim through the real CLI in a scratch folder (with
+(tests/test_readme_commands.py): each line verbatim through the real CLI, each in a process of its
+own forked from tests/cli_forkserver.py (the CLI's imports loaded once), in a scratch folder (with
 `docs/` linked into it, so the docs' example paths resolve), sizes shrunk where a full run would take
 minutes (SHRINK: a flag the command sets is lowered, one it leaves out is added). A line that is not
 a `marconi` command must be listed in SKIP with the reason it cannot run here (a GPU, the network);
@@ -12,15 +13,13 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from forked_cli import Forks
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-MARCONI = str(Path(sys.executable).parent / "marconi")
 
 # per subcommand: (flag, value or None); a flag the command sets takes this value instead of its own
 SHRINK = {
@@ -89,8 +88,17 @@ def scratch(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="module")
+def forks(scratch, tmp_path_factory):
+    """One fork server for the module's commands (per xdist worker that runs any)."""
+    env = dict(os.environ, MARCONI_CACHE_DIR=str(scratch / "cache"), TRITON_INTERPRET="1")
+    server = Forks(env, scratch, tmp_path_factory.mktemp("docs-command-logs"))
+    yield server
+    server.close()
+
+
 @pytest.mark.parametrize("doc, line", ALL, ids=[f"{d}:{i}" for i, (d, _) in enumerate(ALL)])
-def test_docs_command_runs(scratch, doc, line):
+def test_docs_command_runs(forks, doc, line):
     why = skip_reason(line)
     if why:
         pytest.skip(why)
@@ -101,9 +109,8 @@ def test_docs_command_runs(scratch, doc, line):
         pytest.importorskip("torch")  # the `kernels` extra
     if argv[:2] == ["marconi", "kernels"] and shutil.which("nvidia-smi") is None:
         pytest.importorskip("triton")
-    env = dict(os.environ, MARCONI_CACHE_DIR=str(scratch / "cache"), TRITON_INTERPRET="1")
-    proc = subprocess.run([MARCONI, *argv[1:]], cwd=scratch, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"{doc}: {' '.join(argv)}: exit {proc.returncode}: {proc.stderr.strip()[-600:]}"
+    rc, _, err = forks.run(argv)
+    assert rc == 0, f"{doc}: {' '.join(argv)}: exit {rc}: {err.strip()[-600:]}"
 
 
 def test_index_names_every_doc():

@@ -12,7 +12,6 @@ byte against `marconi run` by tests/sim/cli/test_default_output.py).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -22,11 +21,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from forked_cli import Forks
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 MARCONI = str(Path(sys.executable).parent / "marconi")
-FORKSERVER = Path(__file__).resolve().parent / "cli_forkserver.py"
 
 # small sizes, per subcommand: (flag, value or None), added unless the command sets the flag
 SMALL = {
@@ -99,38 +98,6 @@ def test_every_readme_command_pastes_as_written():
         assert "../" not in command, f"{command}: names something outside the repository"
 
 
-class _Forks:
-    """tests/cli_forkserver.py, started on first use: ``run`` forks it into ``marconi <argv>``."""
-
-    def __init__(self, env: dict, cwd: Path, logs: Path) -> None:
-        self.env, self.cwd, self.logs, self.proc, self.n = env, cwd, logs, None, 0
-
-    def run(self, argv: list[str], timeout: float = 600) -> tuple[int | None, str, str]:
-        if self.proc is None:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(FORKSERVER)], cwd=self.cwd, env=self.env, stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, text=True,
-            )  # fmt: skip
-        self.n += 1
-        out, err = self.logs / f"{self.n}.out", self.logs / f"{self.n}.err"
-        req = {"argv": argv, "cwd": str(self.cwd), "out": str(out), "err": str(err), "timeout": timeout}
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            return -1, "", f"the fork server died (exit {self.proc.wait()})"
-        texts = [f.read_text(errors="replace") for f in (out, err)]
-        for f in (out, err):
-            f.unlink()
-        return json.loads(line)["rc"], texts[0], texts[1]
-
-    def close(self) -> None:
-        if self.proc is not None:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=60)
-            self.proc.stdout.close()
-
-
 @pytest.mark.slow  # the longest single test: collected first (tests/conftest.py)
 def test_every_readme_command_runs(tmp_path):
     """In README order, in one folder (the sweep writes results/ that plot reads)."""
@@ -141,7 +108,7 @@ def test_every_readme_command_runs(tmp_path):
     shutil.copytree(ROOT / "docs" / "examples", work / "docs" / "examples")
     failures = []
     ran = 0
-    forks = _Forks(env, work, logs)
+    forks = Forks(env, work, logs)
     try:
         for command in commands(README):
             if command.startswith("source "):
