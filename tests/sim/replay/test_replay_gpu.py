@@ -61,6 +61,16 @@ def test_qwen_shapes_all_hits_validated(chat, alignment, mode, dtype, store):
     # every prefill was timed with CUDA events, and every validated hit also in full
     assert (df["suffix_ms"] > 0).all()
     assert (df.loc[df["validated"], "full_ms"] > 0).all()
+    # the default H200 timing carries a host term: the headline counts every prefill, a host-bound
+    # one priced with the later of its device and host issue times; every queued call's slack kept
+    from sim.replay.measure import error_stats
+
+    assert s["time_model_host_term"] is True
+    assert s["time_model_median_error"] == pytest.approx(error_stats(df, device_bound=False)[0], nan_ok=True)
+    held = df["suffix_host_bound"]
+    assert (df.loc[held, "modelled_call_ms"] >= df.loc[held, "modelled_ms"]).all()
+    assert (df.loc[~held, "modelled_call_ms"] == df.loc[~held, "modelled_ms"]).all()
+    assert df["suffix_slack_ms"].notna().all()
     print(alignment, mode, dtype, store, {k: s[k] for k in ("hits", "max_restore_error", "wall_s")})
 
 
