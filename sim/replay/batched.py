@@ -22,13 +22,17 @@ import torch
 
 from sim.replay.flight import Flight, put_kv
 from sim.replay.hits import HitChecker
-from sim.replay.model import CHUNK, HybridModel, StackState
+from sim.replay.model import CHUNK, HybridModel, StackState, kept_rows
 from sim.replay.store import CheckpointStore
 
 #: tokens per batched call of ``Replayer(batch=...)`` (the queued suffixes, or the references)
 BATCH_TOKENS = 16384
 #: queued hit checks per ``batch`` (each holds the restored and the end state until it runs)
 CHECKS_QUEUED = 4
+#: device bytes the queued requests (their prefixes' KV and states) and, apart, the queued hit
+#: checks (restored KV, end states, suffix outputs) may hold before they run: a Mooncake prompt of
+#: 100K tokens holds 2.4 GB of KV at qwen3-next-80b-a3b's full depth, 64 of them more than a GPU
+HELD_BYTES = 16 << 30
 
 
 @dataclass
@@ -51,6 +55,19 @@ class Check:
     end: int
     state: StackState
     outs: list
+
+    def nbytes(self) -> int:
+        """Device bytes the queued check holds: the restored state (and its KV), the end state
+        and the suffix's per-layer outputs."""
+        return sum(_nbytes(t) for t in (self.flight.start, self.state, *self.outs))
+
+
+def _nbytes(st) -> int:
+    if st is None:
+        return 0
+    if isinstance(st, torch.Tensor):  # what it keeps alive: its whole storage, not its view
+        return st.untyped_storage().nbytes()
+    return sum(_nbytes(t) for t in (st.rec, st.conv, st.kv))
 
 
 @dataclass
@@ -81,20 +98,28 @@ class BatchedReplay:
         *,
         batch: int,
         batch_tokens: int = BATCH_TOKENS,
+        held_bytes: int = HELD_BYTES,
     ) -> None:
-        if batch < 1 or batch_tokens < 1:
-            raise ValueError("batch and batch_tokens must be >= 1")
+        if batch < 1 or batch_tokens < 1 or held_bytes < 1:
+            raise ValueError("batch, batch_tokens and held_bytes must be >= 1")
         self.model = model
         self.store = store
         self.clock = clock
         self.checker = checker
         self.batch = batch
         self.batch_tokens = batch_tokens
+        self.held_bytes = held_bytes
         self._jobs: list[Job] = []
         self._job_tokens = 0
+        self._job_bytes = 0  # what the queued requests will hold in the batch: KV to their ends, states
         self._queued: dict[int, Job] = {}  # checkpoint -> queued job that produces it
         self._checks: list[Check] = []
         self._check_tokens = 0
+        self._check_bytes = 0
+        # the most device bytes the check queue held, and the most output rows one reference
+        # call kept (tests: bounded by the hits' suffixes, not by layers x whole prompts)
+        self.peak_check_bytes = 0
+        self.peak_kept_rows = 0
         self.log: list[BatchCall] = []
         self.flushes: dict[str, int] = {}  # why the suffix queue ran -> times
 
@@ -130,8 +155,16 @@ class BatchedReplay:
                 self._queued[cp] = job
         self._jobs.append(job)
         self._job_tokens += upto - f.pos
+        self._job_bytes += self._job_nbytes(job)
         if len(self._jobs) >= self.batch or self._job_tokens >= self.batch_tokens:
             self.flush("full")
+        elif self._job_bytes >= self.held_bytes:
+            self.flush("memory")
+
+    def _job_nbytes(self, job: Job) -> int:
+        """What ``job`` holds in its batch: the KV to its end, its start and end states."""
+        m = self.model
+        return job.end * m.shape.kv_bytes_per_token(m.dtype) + 2 * m.shape.state_bytes(m.dtype)
 
     def single(self, f: Flight, upto: int, run: Callable[[Flight, int], None]) -> None:
         """A request that needs a split runs alone (``run``: the replayer's per-request run):
@@ -141,6 +174,7 @@ class BatchedReplay:
         if f.times.suffix is not None:
             self.log.append(BatchCall("single", [tuple(x) for x in r.suffix_segments], f.times.suffix))
         f.times.clear()  # the flight is out of the replayer's: a queued check is what still holds it
+        f.running = None  # (its state and KV at the end: its check holds the end state it needs)
         self.run_checks_when_full()
 
     def _stacked(self, starts: list) -> tuple:
@@ -160,7 +194,7 @@ class BatchedReplay:
         store, queue their hits' checks."""
         if not self._jobs:
             return
-        jobs, self._jobs, self._job_tokens = self._jobs, [], 0
+        jobs, self._jobs, self._job_tokens, self._job_bytes = self._jobs, [], 0, 0
         self._queued.clear()
         self.flushes[why] = self.flushes.get(why, 0) + 1
         device = self.model.device
@@ -170,7 +204,7 @@ class BatchedReplay:
             cu.append(cu[-1] + j.end - j.flight.pos)
             starts.append(j.flight.pos)
         rec0, conv0 = self._stacked([j.flight.start for j in jobs])
-        kv = [None if j.flight.start is None else j.flight.start.kv for j in jobs]
+        kv = [self._kv_with_room(j) for j in jobs]
         bounds = [[p for p in j.wanted if p % CHUNK == 0 and p < j.end] for j in jobs]
 
         def on_state(n, p, layer, r, c):
@@ -178,12 +212,25 @@ class BatchedReplay:
                 self.store.write(cp, layer, r, c)
 
         keep = any(j.validate for j in jobs)
+        # only the validated requests' rows are kept (their suffixes: what their checks compare)
+        keep_from = [j.flight.pos if j.validate else j.end for j in jobs]
         t0 = self.clock.start()
         out = self.model.forward_batch(
-            torch.cat(toks), cu, starts, rec0, conv0, kv, keep_outputs=keep, boundaries=bounds, on_state=on_state
+            torch.cat(toks),
+            cu,
+            starts,
+            rec0,
+            conv0,
+            kv,
+            keep_outputs=keep,
+            boundaries=bounds,
+            on_state=on_state,
+            keep_from=keep_from if keep else None,
         )
         h = self.clock.stop(t0)
+        del rec0, conv0, kv, toks
         self.log.append(BatchCall("suffix", [(j.flight.pos, j.end) for j in jobs], h))
+        k = kept_rows(cu, starts, keep_from)
         for n, j in enumerate(jobs):
             f = j.flight
             end = out.state(n, j.end)
@@ -195,23 +242,48 @@ class BatchedReplay:
             if f.pos < f.n_in:  # the prompt part, as the per-request replay counts it
                 f.record.suffix_segments.append((f.pos, f.n_in))
             if j.validate:  # copies: a view would keep the whole batch's outputs alive until the check
-                outs = [o[cu[n] : cu[n + 1]].clone() for o in out.outs]
+                outs = [o[k[n] : k[n + 1]].clone() for o in out.outs]
                 self.queue_check(Check(f, j.end, end, outs))
+        del out, end  # the batch's KV buffers and outputs: the checks hold what they need
         self.run_checks_when_full()
+
+    def _kv_with_room(self, j: Job):
+        """The KV buffer ``j``'s sequence runs in: its restored prefix in a buffer with room to
+        its end, which ``forward_batch`` fills in place, and its restored state's KV a view of
+        that prefix (the same bits): one copy of the request's KV, not the restored one and a
+        grown copy side by side."""
+        st = j.flight.start
+        if st is None or st.kv is None:
+            return None
+        if st.kv.shape[2] >= j.end:
+            return st.kv
+        buf = st.kv.new_empty(st.kv.shape[:2] + (j.end,) + st.kv.shape[3:])
+        buf[:, :, : st.kv.shape[2]].copy_(st.kv)
+        j.flight.start = StackState(st.pos, st.rec, st.conv, buf[:, :, : st.kv.shape[2]])
+        return buf
 
     # ---- the queue of hit checks ---------------------------------------------------------------
     def queue_check(self, check: Check) -> None:
+        # the end state's KV is not compared (the restored KV is, against the reference's):
+        # dropping it keeps one KV per queued check, not two
+        check.state = StackState(check.state.pos, check.state.rec, check.state.conv, None)
         self._checks.append(check)
         self._check_tokens += check.end
+        self._check_bytes += check.nbytes()
+        self.peak_check_bytes = max(self.peak_check_bytes, self._check_bytes)
 
     def run_checks_when_full(self) -> None:
-        if self._check_tokens >= self.batch_tokens or len(self._checks) >= CHECKS_QUEUED * self.batch:
+        if (
+            self._check_tokens >= self.batch_tokens
+            or len(self._checks) >= CHECKS_QUEUED * self.batch
+            or self._check_bytes >= self.held_bytes
+        ):
             self.run_checks()
 
     def run_checks(self) -> None:
         """Check the queued hits against from-scratch prefills, in batches of up to
         ``batch_tokens`` tokens (timed), as ``HitChecker.validate`` checks one."""
-        checks, self._checks, self._check_tokens = self._checks, [], 0
+        checks, self._checks, self._check_tokens, self._check_bytes = self._checks, [], 0, 0
         group: list[Check] = []
         size = 0
         for c in checks:
@@ -236,6 +308,8 @@ class BatchedReplay:
         def capture(n, p, layer, r, c):
             at_b[(n, layer)] = (r.clone(), c.clone())
 
+        # each reference keeps its layers' outputs from its hit on: the rows its check compares
+        hits = [c.flight.hit for c in group]
         t0 = self.clock.start()
         ref = model.forward_batch(
             torch.cat(toks),
@@ -244,9 +318,12 @@ class BatchedReplay:
             keep_outputs=True,
             boundaries=[[b] if b > 0 else [] for b in base_at],
             on_state=capture,
+            keep_from=hits,
         )
         h = self.clock.stop(t0)
         self.log.append(BatchCall("reference", [(0, c.end) for c in group], h))
+        k = kept_rows(cu, [0] * len(group), hits)
+        self.peak_kept_rows = max(self.peak_kept_rows, ref.outs[0].shape[0] if ref.outs else 0)
         # the reference's state at each hit: its boundary state below the hit, carried to the
         # hit by one untimed batch for the hits off a 64-multiple
         base: list = [None] * len(group)
@@ -270,7 +347,7 @@ class BatchedReplay:
         for n, c in enumerate(group):
             f = c.flight
             ref_state = ref.state(n, c.end)
-            ref_outs = [o[cu[n] + f.hit : cu[n + 1]] for o in ref.outs]
+            ref_outs = [o[k[n] : k[n + 1]] for o in ref.outs]
             ref_kv = ref.kv[n][:, :, : f.hit] if ref.kv[n] is not None else None
             f.record.validated = True
             self.checker.judge(f, c.state, c.outs, ref_state, ref_outs, base[n], ref_kv)

@@ -159,8 +159,8 @@ class HitChecker:
 
         marks = Marks(model.device)
         t0 = self.clock.start()
-        ref, ref_outs, _ = model.run(
-            tok[: f.n_in], None, 0, [b] if b > 0 else [], capture, keep_outputs=True, marks=marks
+        ref, ref_outs, _ = model.run(  # outputs kept from the hit on: the suffix's rows, compared
+            tok[: f.n_in], None, 0, [b] if b > 0 else [], capture, keep_outputs=True, marks=marks, keep_from=f.hit
         )
         f.times.full = self.clock.stop(t0)
         f.times.full_marks = marks
@@ -180,7 +180,7 @@ class HitChecker:
         if f.hit > b:
             base, _, _ = model.run(tok[b : f.hit], base, b)
         ref_kv = ref.kv[:, :, : f.hit] if ref.kv is not None else None
-        self.judge(f, f.running, outs, ref, [r[f.hit :] for r in ref_outs], base, ref_kv)
+        self.judge(f, f.running, outs, ref, ref_outs, base, ref_kv)
 
     def judge(self, f: Flight, end, outs, ref_end, ref_outs, base, ref_kv) -> None:
         """The hit's check once both sides ran: the end state (``end`` against the from-scratch

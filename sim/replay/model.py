@@ -358,12 +358,25 @@ def _attend_one(q, k, v):
     return o[0].transpose(0, 1)
 
 
+def kept_rows(cu_seqlens, starts, keep_from) -> list[int]:
+    """Offsets of each sequence's kept rows in ``forward_batch``'s outputs with ``keep_from``:
+    sequence n's rows are ``[k[n], k[n + 1])``, its positions ``max(keep_from[n], start)`` up to
+    its end (None: from its start)."""
+    k = [0]
+    for n, p in enumerate(starts):
+        ln = int(cu_seqlens[n + 1]) - int(cu_seqlens[n])
+        kf = p if keep_from[n] is None else min(max(int(keep_from[n]), p), p + ln)
+        k.append(k[-1] + p + ln - kf)
+    return k
+
+
 @dataclass
 class BatchOut:
     """What ``HybridModel.forward_batch`` returns: the last layer's output ``x [T, hidden]`` of
     every token, the end states per gated-delta layer (``rec[l] [N, Hv, K, V]`` fp32, ``conv[l]
     [N, conv_dim, W-1]``), per sequence its KV up to its end ``[A, 2, end_n, KVH, hd]`` (None
-    without attention layers) and, with ``keep_outputs``, every layer's output ``[T, hidden]``."""
+    without attention layers) and, with ``keep_outputs``, every layer's output ``[T, hidden]``
+    (with ``keep_from``: only the kept rows, ``kept_rows`` gives each sequence's offsets)."""
 
     x: torch.Tensor
     rec: list
@@ -564,9 +577,11 @@ class HybridModel:
         ang = pos[:, None] * inv[None]
         return ang.cos()[:, None, :], ang.sin()[:, None, :]
 
-    def _mlp_after(self, mi: int, kind: str, x: torch.Tensor, marks, outs) -> torch.Tensor:
+    def _mlp_after(self, mi: int, kind: str, x: torch.Tensor, marks, outs, rows=None) -> torch.Tensor:
         """What follows mixer layer ``mi`` (of ``kind``): its time mark, its MLP (and the MLP's
-        mark), the layer's output kept in ``outs`` (None: not kept)."""
+        mark), the layer's output kept in ``outs`` (None: not kept): every row, or only ``rows``
+        (an int: the rows from there on; a tensor: those row indices), copied out so that the
+        kept rows never hold the whole layer output alive."""
         if marks is not None:
             marks.mark(kind)
         if self.shape.mlp_inter:
@@ -574,7 +589,12 @@ class HybridModel:
             if marks is not None:
                 marks.mark(MLP)
         if outs is not None:
-            outs.append(x)
+            if rows is None:
+                outs.append(x)
+            elif isinstance(rows, int):
+                outs.append(x[rows:].clone())
+            else:
+                outs.append(x.index_select(0, rows))
         return x
 
     def _attention(self, l: int, x: torch.Tensor, start: int, kv0, rope=None):
@@ -627,12 +647,15 @@ class HybridModel:
         on_state: Optional[StateSink] = None,
         keep_outputs: bool = False,
         marks: Optional[Marks] = None,
+        keep_from: Optional[int] = None,
     ):
         """Run all layers over embedded tokens ``x`` ``[T, hidden]`` at absolute positions
         ``[start, start + T)`` from ``state`` (None: zeros). ``boundaries``: 64-aligned positions
         in ``(start, start + T)`` whose states go to ``on_state`` (from the kernels' boundary
-        outputs). ``marks``: the timed call's per-layer-type marks (None: untimed). Returns
-        ``(x_out, final StackState, per-layer outputs or None)``."""
+        outputs). ``marks``: the timed call's per-layer-type marks (None: untimed).
+        ``keep_from``: with ``keep_outputs``, keep each layer's rows from this absolute position
+        on only (None: every row). Returns ``(x_out, final StackState, per-layer outputs or
+        None)``."""
         T = x.shape[0]
         s = self.shape
         if marks is not None:
@@ -645,6 +668,7 @@ class HybridModel:
         rope = self._rope_tables(start, T) if s.attn_layers else None
         want = bool(boundaries)
         recs, convs, kvs, outs = [], [], [], [] if keep_outputs else None
+        rows = None if keep_from is None or keep_from <= start else min(int(keep_from) - start, T)
         if marks is not None:
             marks.mark("other")
         gi = ai = 0
@@ -664,7 +688,7 @@ class HybridModel:
                 x, kv = self._attention(ai, x, start, kv0, rope)
                 kvs.append(kv)
                 ai += 1
-            x = self._mlp_after(mi, kind, x, marks, outs)
+            x = self._mlp_after(mi, kind, x, marks, outs, rows)
         z = self.zero_state() if not recs or not kvs else None
         final = StackState(
             start + T,
@@ -686,6 +710,7 @@ class HybridModel:
         boundaries=None,
         on_state=None,
         marks: Optional[Marks] = None,
+        keep_from=None,
     ) -> BatchOut:
         """One engine step: N sequences in one varlen batch. ``tokens [T]``: the ids of every
         sequence, concatenated (sequence n is ``tokens[cu[n]:cu[n+1]]``, at least one token, at
@@ -707,7 +732,11 @@ class HybridModel:
         ``boundaries[n]``: 64-aligned positions in ``(starts[n], ends[n])`` whose states go to
         ``on_state(n, position, layer, recurrent, conv window)`` (the kernels' boundary outputs,
         as ``forward_segment`` hands them over; None: none). ``marks``: the timed call's
-        per-layer-type marks (None: untimed)."""
+        per-layer-type marks (None: untimed). ``keep_from[n]``: with ``keep_outputs``, keep
+        sequence n's rows from this absolute position on only (clamped to ``[starts[n],
+        ends[n]]``; None: every row): the kept outputs are then the concatenation of those rows,
+        sequence by sequence (``kept_rows`` gives each one's offsets), and a check that compares
+        a hit's suffix keeps the suffix, not layers x the whole prompt."""
         s = self.shape
         cu = [int(c) for c in cu_seqlens]
         starts = [int(p) for p in starts]
@@ -747,6 +776,16 @@ class HybridModel:
             # absolute position of every token: its sequence's start plus its offset in the sequence
             off = np.arange(T) - np.repeat(cu[:-1], lens) + np.repeat(starts, lens)
             rope = self._rope_at(upload(off.astype(np.float32), self.device, torch.float32))
+        rows = None
+        if keep_outputs and keep_from is not None:
+            if len(keep_from) != N:
+                raise ValueError("forward_batch needs one keep_from position per sequence")
+            segs = kept_rows(cu, starts, keep_from)
+            if any(b - a != cu[n + 1] - cu[n] for n, (a, b) in enumerate(zip(segs, segs[1:]))):
+                idx = np.concatenate(
+                    [np.arange(cu[n + 1] - (b - a), cu[n + 1]) for n, (a, b) in enumerate(zip(segs, segs[1:]))]
+                )
+                rows = upload(idx, self.device)
         if marks is not None:
             marks.mark("other")
         recs, convs, outs = [], [], [] if keep_outputs else None
@@ -767,7 +806,7 @@ class HybridModel:
             else:
                 x = self._attention_batch(ai, x, cu, starts, ends, bufs, rope)
                 ai += 1
-            x = self._mlp_after(mi, kind, x, marks, outs)
+            x = self._mlp_after(mi, kind, x, marks, outs, rows)
         kv_out = [b[:, :, :e] for b, e in zip(bufs, ends)] if bufs is not None else [None] * N
         return BatchOut(x, recs, convs, kv_out, outs)
 
@@ -795,14 +834,17 @@ class HybridModel:
         on_state: Optional[StateSink] = None,
         keep_outputs: bool = False,
         marks: Optional[Marks] = None,
+        keep_from: Optional[int] = None,
     ):
         """Prefill ``tokens`` (the ids at absolute positions ``[start, start + T)``) from
         ``state`` and hand the state at every position of ``wanted`` in ``(start, start + T]``
         to ``on_state``: 64-aligned positions come from the kernels' boundary states; others
         split the call there (the state is handed over between the two calls); the end comes
         from the final state; ``marks``: the timed call's per-layer-type marks, every
-        ``forward_segment`` of it marked (None: untimed). Returns ``(final StackState (with the KV of every position so
-        far), per-layer outputs [layers][T, hidden] or None, number of calls)``."""
+        ``forward_segment`` of it marked (None: untimed). ``keep_from``: with ``keep_outputs``,
+        the outputs' rows from this absolute position on only (None: every row). Returns
+        ``(final StackState (with the KV of every position so far), per-layer outputs
+        [layers][T, hidden] (``[end - keep_from, hidden]``) or None, number of calls)``."""
         T = int(tokens.shape[0])
         end = start + T
         wanted = sorted({int(p) for p in wanted})
@@ -812,7 +854,7 @@ class HybridModel:
         n_layers = len(self.shape.order)
         if T == 0:
             st = state if state is not None else self.zero_state()
-            empty = [self.embed(tokens)] * n_layers if keep_outputs else None
+            empty = [self.embed(tokens)] * n_layers if keep_outputs else None  # no rows
             return StackState(start, st.rec, st.conv, st.kv), empty, 0
         cuts = [p for p in wanted if p % CHUNK and p < end] + [end]
         x_all = self.embed(tokens)
@@ -822,7 +864,14 @@ class HybridModel:
         for cut in cuts:
             bnd = [p for p in wanted if s0 < p < cut and p % CHUNK == 0]
             _, state, o = self.forward_segment(
-                x_all[s0 - start : cut - start], state, s0, bnd, on_state, keep_outputs, marks=marks
+                x_all[s0 - start : cut - start],
+                state,
+                s0,
+                bnd,
+                on_state,
+                keep_outputs,
+                marks=marks,
+                keep_from=keep_from,
             )
             calls += 1
             if keep_outputs:

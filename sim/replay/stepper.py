@@ -242,8 +242,7 @@ class StepExecutor:
             rec0,
             conv0,
             [run.kv for run in runs] if m.shape.attn_layers else None,
-            keep_outputs=check,
-            marks=marks,
+            marks=marks,  # the check compares the last layer's output (out.x), no layer's kept
         )
         for l in range(self._layers):
             self.rec[l].index_copy_(0, slots, out.rec[l])

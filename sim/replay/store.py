@@ -22,14 +22,20 @@ when every layer was written (``filled``); a page's bits never change while it i
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from sim.replay.checks import digest
 from sim.replay.model import ReplayShape, StackState
 
 PAGE_TOKENS = 64
+#: the KV page pool grows by chunks, never by copying what it holds: each new chunk as many pages
+#: as the pool has (16 at first), up to this many bytes (a grown copy of a 30 GB pool would need
+#: 90 GB for a moment)
+POOL_CHUNK_BYTES = 1 << 30
 
 
 class StoreError(RuntimeError):
@@ -82,10 +88,13 @@ class CheckpointStore:
         self._info: dict[int, SlotInfo] = {}
         self.slot_bytes = shape.state_bytes(act_dtype)
         self.peak_slots = 0
-        # KV pages: pool [pages, A, 2, page_tokens, KVH, hd], key -> [slot, refs, tokens]
+        # KV pages: pool chunks [pages, A, 2, page_tokens, KVH, hd] (page slot s is row s -
+        # base of the chunk holding it), key -> [slot, refs, tokens, digest]
         self.page_tokens = int(page_tokens)
         self.has_kv = shape.attn_layers > 0
-        self._pool: torch.Tensor | None = None
+        self._chunks: list[torch.Tensor] = []
+        self._chunk_base: list[int] = []
+        self.pool_pages = 0  # pages allocated
         self._pages: dict[bytes, list] = {}
         self._free_pages: list[int] = []
         self.kv_tokens = 0
@@ -228,10 +237,10 @@ class CheckpointStore:
         if self._free_pages:
             return self._free_pages.pop()
         s = self.shape
-        n = 0 if self._pool is None else self._pool.shape[0]
-        grow = max(16, n)
-        pool = torch.empty(
-            n + grow,
+        n = self.pool_pages
+        grow = max(16, min(n, POOL_CHUNK_BYTES // max(1, self.page_bytes)))
+        chunk = torch.empty(
+            grow,
             s.attn_layers,
             2,
             self.page_tokens,
@@ -241,15 +250,21 @@ class CheckpointStore:
             device=self.device,
             pin_memory=self._pin,
         )
-        if n:
-            if self._pin:
-                # the host reads the old pool here: the asynchronous device-to-host copies still
-                # queued into it must land first (else the grown pool keeps stale pages)
-                torch.cuda.current_stream(self.compute_device).synchronize()
-            pool[:n].copy_(self._pool)  # not torch.cat: that gives pinned pages back pageable
-        self._pool = pool
+        self._chunks.append(chunk)
+        self._chunk_base.append(n)
+        self.pool_pages = n + grow
         self._free_pages.extend(range(n + grow - 1, n, -1))
         return n
+
+    def _page(self, slot: int) -> torch.Tensor:
+        """Page slot ``slot`` of the pool itself ``[A, 2, page_tokens, KVH, hd]``."""
+        c = bisect_right(self._chunk_base, slot) - 1
+        return self._chunks[c][slot - self._chunk_base[c]]
+
+    @property
+    def pool_bytes(self) -> int:
+        """Bytes the KV page pool has allocated (live pages and free ones)."""
+        return self.pool_pages * self.page_bytes
 
     def _unref(self, key: bytes) -> None:
         page = self._pages[key]
@@ -275,7 +290,7 @@ class CheckpointStore:
                 slot = self._page_slot()
                 # digest of the tokens' KV as produced, token-major ([tokens, A, 2, KVH, hd])
                 d = digest(kv[:, :, s:e].transpose(0, 2), 0) if self.digests else None
-                self._pool[slot, :, :, : e - s].copy_(kv[:, :, s:e], non_blocking=self._pin)
+                self._page(slot)[:, :, : e - s].copy_(kv[:, :, s:e], non_blocking=self._pin)
                 page = self._pages[key] = [slot, 0, e - s, d]
                 self.kv_tokens += e - s
             page[1] += 1
@@ -297,22 +312,33 @@ class CheckpointStore:
                 s.attn_layers, 2, 0, s.attn_kv_heads, s.attn_head_dim, dtype=self.act_dtype, device=self.compute_device
             )
         slots = [slot for _, slot in info.pages]
+        page_shape = tuple(self._chunks[0].shape[1:])
         if self._pin:
             # page by page onto the device, queued behind the copies that wrote them (a gather on
             # the host would read pinned pages before their device-to-host copies land)
-            g = torch.empty(
-                (len(slots),) + tuple(self._pool.shape[1:]), dtype=self.act_dtype, device=self.compute_device
-            )
+            g = torch.empty((len(slots),) + page_shape, dtype=self.act_dtype, device=self.compute_device)
             for j, slot in enumerate(slots):
-                g[j].copy_(self._pool[slot], non_blocking=True)
+                g[j].copy_(self._page(slot), non_blocking=True)
         else:
-            g = self._pool.index_select(0, torch.tensor(slots, device=self.device))  # [n, A, 2, P, KVH, hd]
+            # one gather per pool chunk the pages lie in  -> [n, A, 2, P, KVH, hd]
+            at = np.asarray(slots, dtype=np.int64)
+            chunk = np.searchsorted(np.asarray(self._chunk_base), at, side="right") - 1
+            if (chunk == chunk[0]).all():
+                c = int(chunk[0])
+                g = self._chunks[c].index_select(0, torch.tensor(at - self._chunk_base[c], device=self.device))
+            else:
+                g = torch.empty((len(slots),) + page_shape, dtype=self.act_dtype, device=self.device)
+                for c in np.unique(chunk).tolist():
+                    rows = np.nonzero(chunk == c)[0]
+                    g[torch.tensor(rows, device=self.device)] = self._chunks[c].index_select(
+                        0, torch.tensor(at[rows] - self._chunk_base[c], device=self.device)
+                    )
         g = g.permute(1, 2, 0, 3, 4, 5).reshape(s.attn_layers, 2, -1, s.attn_kv_heads, s.attn_head_dim)
         return g[:, :, : info.position]  # a fresh gather on the compute device: never the pool itself
 
     def page(self, cp: int, i: int) -> torch.Tensor:
         """Page ``i`` of ``cp``'s block table itself (tests plant faults here)."""
-        return self._pool[self.info(cp).pages[i][1]]
+        return self._page(self.info(cp).pages[i][1])
 
     def restore(self, cp: int) -> StackState:
         """A copy of ``cp``'s state on the compute device (the stored slot stays untouched)."""

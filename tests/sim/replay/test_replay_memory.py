@@ -1,0 +1,125 @@
+"""What replay keeps on the device, bounded by the hits' suffixes, not by layers x whole prompts
+(issue 41: a full-depth qwen3-next-80b-a3b batched replay of the Mooncake sample ran out of the
+H200's 140 GB inside its hit checks).
+
+* ``forward_batch`` / ``run`` with ``keep_from`` keep each layer's rows from there on only, the
+  same bits as the rows of a call that keeps every row.
+* Batched replay of a long prompt with a short suffix: its reference call keeps the suffix's rows
+  only, its queued check holds the restored KV (grown to the end in place: one copy), two states
+  and the suffix's outputs, no more (hand-checked byte count); the check still validates.
+* A byte budget (``held_bytes``) runs the request queue and the check queue before they hold
+  more; the replay's results do not change.
+* The KV page pool grows by chunks and never moves a page it holds.
+"""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sim.replay import store as store_mod  # noqa: E402
+from sim.replay.model import HybridModel, kept_rows  # noqa: E402
+from sim.replay.runner import Replayer  # noqa: E402
+from sim.replay.store import CheckpointStore  # noqa: E402
+from sim.replay.tokens import page_keys, prefix_hash  # noqa: E402
+
+from test_replay_validate import SHAPE  # noqa: E402
+
+rng = np.random.default_rng(41)
+LONG = rng.integers(0, 10_000, 2000)  # a long prompt
+OUT = rng.integers(0, 10_000, 16)  # its response
+USER = rng.integers(0, 10_000, 40)  # the next turn's short suffix
+REQS = {0: (np.concatenate([LONG, OUT]), 2000), 1: (np.concatenate([LONG, OUT, USER]), 2056)}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return HybridModel(SHAPE, device="cpu", dtype=torch.float32, seed=3, kernel="torch")
+
+
+def test_kept_rows_offsets():
+    # sequences [0, 100) from 0, [50, 80) from 50 keeping from 70, [10, 20) keeping from 40 (none)
+    assert kept_rows([0, 100, 130, 140], [0, 50, 10], [None, 70, 40]) == [0, 100, 110, 110]
+
+
+def test_keep_from_keeps_the_same_bits_of_fewer_rows(model):
+    toks = torch.as_tensor(np.concatenate([LONG[:300], USER]))
+    cu, starts, keep_from = [0, 300, 340], [0, 0], [250, 10]
+    tok_b = torch.cat([toks[:300], toks[:40]])
+    full = model.forward_batch(tok_b, cu, starts, keep_outputs=True)
+    part = model.forward_batch(tok_b, cu, starts, keep_outputs=True, keep_from=keep_from)
+    assert len(part.outs) == len(SHAPE.order) == 3
+    for f, p in zip(full.outs, part.outs):
+        assert p.shape == (50 + 30, SHAPE.hidden)
+        assert torch.equal(p, torch.cat([f[250:300], f[310:340]]))
+    # per request, split at two ragged positions (three calls): the rows from 120 on only (part
+    # of the second call's, all of the third's)
+    _, outs_full, calls = model.run(toks, None, 0, [100, 130], keep_outputs=True)
+    _, outs_part, _ = model.run(toks, None, 0, [100, 130], keep_outputs=True, keep_from=120)
+    assert calls == 3
+    for f, p in zip(outs_full, outs_part):
+        assert p.shape == (340 - 120, SHAPE.hidden) and torch.equal(p, f[120:])
+
+
+def _turns(rp):
+    rp.lookup(0, None, 0)
+    rp.prefill(0, 0, 2000)
+    rp.decode(0)
+    rp.admit(4, 0, 2016, "")
+    rp.lookup(1, 4, 2016)  # checkpoint 4 is queued: request 0 runs first
+    rp.prefill(1, 2016, 2056)
+    rp.decode(1)
+
+
+def test_a_long_prompts_check_holds_its_suffix_not_its_prompt(model):
+    store = CheckpointStore(SHAPE, model.dtype, device="cpu", page_tokens=16)
+    rp = Replayer(model, store, lambda r: REQS[r], batch=8, eager=False)
+    _turns(rp)
+    rp.finish()
+    assert rp.failures == [] and rp.records[1].validated and rp.kv_hits_validated == 1
+    b = rp.batched
+    assert b.peak_kept_rows == 40  # the reference kept the suffix [2016, 2056): not 2056 rows
+    # the queued check: restored KV in its buffer grown to the end, 2056 tokens x 128 B (1
+    # attention layer, K and V, 1 head of 16 fp32); the restored and the end state, each 4,096 B
+    # of recurrent state (2 layers x 2 heads x 16 x 16 fp32) and 1,536 B of conv windows (2 x 64
+    # x 3 fp32); the suffix's outputs, 3 layers x 40 rows x 32 fp32. Every layer's whole prompt
+    # would be 3 x 2056 x 32 x 4 = 789,504 B more.
+    assert b.peak_check_bytes == 2056 * 128 + 2 * (4096 + 1536) + 3 * 40 * 32 * 4 == 289_792
+    assert rp.batch_flushes == {"dependency": 1, "finish": 1}
+
+
+def test_a_byte_budget_runs_the_queues_early_and_changes_no_result(model):
+    results = []
+    for held in (None, 1):
+        store = CheckpointStore(SHAPE, model.dtype, device="cpu", page_tokens=16)
+        rp = Replayer(model, store, lambda r: REQS[r], batch=8, eager=False)
+        if held:
+            rp.batched.held_bytes = held
+        _turns(rp)
+        if held:  # request 0 ran when queued (request 1 is queued at its end: the next lookup)
+            assert rp.batch_flushes == {"memory": 1}
+        rp.finish()
+        r = rp.records[1]
+        assert rp.failures == [] and r.validated
+        assert rp.batch_flushes == ({"memory": 2} if held else {"dependency": 1, "finish": 1})
+        results.append((r.max_rec_error, r.max_out_error, r.max_kv_error, rp.kv_hits_validated))
+    assert results[0] == results[1]
+
+
+def test_the_kv_pool_grows_by_chunks_and_never_moves_a_page(model, monkeypatch):
+    # chunks of at most 3 pages' bytes, under the 16-page minimum: chunks of 16 pages
+    page_bytes = SHAPE.kv_bytes_per_token(model.dtype) * 16
+    monkeypatch.setattr(store_mod, "POOL_CHUNK_BYTES", 3 * page_bytes)
+    store = CheckpointStore(SHAPE, model.dtype, device="cpu", page_tokens=16)
+    toks = np.concatenate([LONG, OUT])
+    st, _, _ = model.run(torch.as_tensor(toks[:1024]), None, 0)  # 64 pages of 16 tokens
+    store.reserve(1, 512, prefix_hash(toks, 512))
+    store.put_kv(1, page_keys(toks, 512, 16), st.kv)
+    first = store.page(1, 0).data_ptr()
+    assert store.pool_pages == 32  # 32 pages in two chunks (a doubling pool: 16, then 32)
+    store.reserve(2, 1024, prefix_hash(toks, 1024))
+    store.put_kv(2, page_keys(toks, 1024, 16), st.kv)
+    assert store.page(1, 0).data_ptr() == first  # the grown pool moved nothing
+    assert store.pool_pages == 64 and len(store._chunks) == 4
+    assert torch.equal(store.restore_kv(2), st.kv[:, :, :1024])  # gathered across chunks
+    assert torch.equal(store.restore_kv(1), st.kv[:, :, :512])
