@@ -66,6 +66,7 @@ from kernels._common import (
     ChunkMetadata,
     check_args,
     prepare_chunk_metadata,
+    remembered_metadata,
     resolve_call,
 )
 
@@ -200,7 +201,11 @@ def chunk_gated_delta_rule(
     ``boundary_states=False``): the state after every emitted absolute 64-multiple position,
     sequence-major (sequence n owns rows ``meta.boundary_offsets[n]:[n+1]``, positions in
     ``meta.boundary_positions[n]``). With ``chunk_metadata`` given (see ``prepare_chunk_metadata``)
-    the call does no device-to-host sync and the metadata's boundary selection is used.
+    the call does no device-to-host sync and the metadata's boundary selection is used. Without
+    it the call's layout (batch, length, device, offsets and starts as lists or CPU tensors,
+    boundary selection) gets its metadata built once and remembered
+    (``_common.remembered_metadata``): a later plain call of the layout takes the calls bound to it,
+    as a caller with prepared metadata does (offsets on the GPU are read with a sync every call).
     ``input_precision`` applies to fp32 inputs on GPU: "tf32x3" (the default, ``FP32_PRECISION``:
     fp32's accuracy on tensor cores), "ieee" (FMA products, 14x slower on an H200), "tf32".
 
@@ -216,6 +221,8 @@ def chunk_gated_delta_rule(
     bits than the serial loop, within its tolerance); 0 the serial loop; "auto" segments where
     the serial loop's programs would leave the GPU idle (``chunk_segmented.auto_segments``).
     """
+    if chunk_metadata is None:  # a plain call: its layout's metadata, built once (and its bindings)
+        chunk_metadata = remembered_metadata(q, cu_seqlens, start_positions, boundary_stride, boundary_indices)
     given = (
         None
         if out is None and final_state_out is None and boundary_out is None and workspace is None

@@ -326,21 +326,28 @@ def _interpreting_launcher(first_record, i):
 
 
 @pytest.mark.triton_compat
-def test_second_segmented_call_is_bound_and_bit_equal(monkeypatch):
+@pytest.mark.parametrize("plain", [False, True], ids=["metadata", "plain"])
+def test_second_segmented_call_is_bound_and_bit_equal(monkeypatch, plain):
     """The first segmented call on a metadata plans (Triton's launch path, the segment tables)
     and binds itself to the metadata; the second call of the layout (another layer: other inputs
     and initial state) takes the binding: no planning, no Triton launch path, one launch per
     kernel with the first call's fixed values and the new call's addresses, and (run by the
     interpreter on those addresses) the bits of the full path on the same inputs. A third with
-    another initial state and without one, the same."""
+    another initial state and without one, the same. ``plain``: the calls pass no metadata (as
+    FLA's users call it): the layout's remembered metadata carries the binding."""
     import types
 
-    from kernels import chunk_gdn, chunk_launch, chunk_segmented_launch
+    from kernels import _common, chunk_gdn, chunk_launch, chunk_segmented_launch
 
-    meta = prepare_chunk_metadata([0, 300], [0])
+    monkeypatch.setattr(_common, "_REMEMBERED", {})
     layer1, layer2 = make_inputs(300, seed=41), make_inputs(300, seed=42)
     h0a, h0b = rand_state(1, seed=43), rand_state(1, seed=44)
-    kw = dict(use_qk_l2norm=True, chunk_metadata=meta, state_segments=SEG)
+    if plain:
+        kw = dict(use_qk_l2norm=True, state_segments=SEG)
+        meta = _common.remembered_metadata(layer1[0], None, None, 1, None)
+    else:
+        meta = prepare_chunk_metadata([0, 300], [0])
+        kw = dict(use_qk_l2norm=True, chunk_metadata=meta, state_segments=SEG)
     # the reference bits: the full path every time (no binding)
     want = [
         [t.clone() for t in chunk_gated_delta_rule(*x, initial_state=h0, **kw)]
@@ -377,6 +384,7 @@ def test_second_segmented_call_is_bound_and_bit_equal(monkeypatch):
     def no_planning(*a, **k):
         raise AssertionError("a bound call planned again")
 
+    real_triton_call, real_tables = chunk_gdn._triton_call, chunk_segmented.SegmentTables
     monkeypatch.setattr(chunk_gdn, "_triton_call", no_planning)
     monkeypatch.setattr(chunk_segmented, "SegmentTables", no_planning)
     for (x, h0), expected in zip(((layer2, h0b), (layer2, None)), want[1:]):
@@ -385,7 +393,8 @@ def test_second_segmented_call_is_bound_and_bit_equal(monkeypatch):
         for a, b in zip(got, expected):
             assert torch.equal(a, b)
     # the serial call on the same metadata is not served by the segmented binding
-    monkeypatch.undo()
+    monkeypatch.setattr(chunk_gdn, "_triton_call", real_triton_call)
+    monkeypatch.setattr(chunk_segmented, "SegmentTables", real_tables)
     serial = chunk_gated_delta_rule(*layer2, initial_state=h0b, use_qk_l2norm=True, chunk_metadata=meta)
     assert not torch.equal(serial[1], want[1][1])
 
@@ -401,22 +410,28 @@ def test_segmented_binding_keys_apart_from_the_serial_one():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("h,hv,seg", [(4, 8, 16), (4, 8, "auto"), (16, 32, "auto")])
-def test_gpu_plain_segmented_calls_are_bound_and_bit_equal(h, hv, seg, monkeypatch):
-    """8K tokens, K = V = 128, bf16, on prepared metadata: the first calls plan, later ones take
-    the binding (no new one made; at 16/32 heads "auto" picks the serial loop and its binding
-    serves "auto"), and every call's output, final and boundary states equal, bit for bit, those
-    of Triton's launch path (``KERNELS_LAUNCH=triton``) on the same inputs, layer after layer
-    (other inputs, with and without an initial state)."""
-    from kernels import chunk_gdn, chunk_launch, chunk_segmented_launch
+@pytest.mark.parametrize(
+    "h,hv,seg,plain", [(4, 8, 16, False), (4, 8, 32, True), (4, 8, "auto", True), (16, 32, "auto", True)]
+)
+def test_gpu_plain_segmented_calls_are_bound_and_bit_equal(h, hv, seg, plain, monkeypatch):
+    """8K tokens, K = V = 128, bf16, on prepared metadata or (``plain``) none: the first calls
+    plan, later ones take the binding (no new one made; at 16/32 heads "auto" picks the serial loop
+    and its binding serves "auto"), and every call's output, final and boundary states equal, bit
+    for bit, those of Triton's launch path (``KERNELS_LAUNCH=triton``) on the same inputs, layer
+    after layer (other inputs, with and without an initial state)."""
+    from kernels import _common, chunk_gdn, chunk_launch, chunk_segmented_launch
 
     T = 8192
-    meta = prepare_chunk_metadata([0, T], device="cuda")
     layers = [
         make_inputs(T, h=h, hv=hv, dk=128, dv=128, seed=s, dtype=torch.bfloat16, device="cuda", gate_scale=0.002,
                     beta_scale=1.0)
         for s in (51, 52)
     ]  # fmt: skip
+    if plain:
+        meta, meta_kw = _common.remembered_metadata(layers[0][0], None, None, 1, None), {}
+    else:
+        meta = prepare_chunk_metadata([0, T], device="cuda")
+        meta_kw = dict(chunk_metadata=meta)
     states = [rand_state(1, hv=hv, dk=128, dv=128, seed=53, device="cuda"), None]
     kw = dict(use_qk_l2norm=True, state_segments=seg)
     monkeypatch.setattr(chunk_gdn, "_DIRECT", False)
@@ -425,7 +440,7 @@ def test_gpu_plain_segmented_calls_are_bound_and_bit_equal(h, hv, seg, monkeypat
     made = []
     for rnd in range(3):
         for i, (x, h0) in enumerate((x, h0) for x in layers for h0 in states):
-            got = chunk_gated_delta_rule(*x, initial_state=h0, chunk_metadata=meta, **kw)
+            got = chunk_gated_delta_rule(*x, initial_state=h0, **meta_kw, **kw)
             for a, b in zip(got, want[i]):
                 assert torch.equal(a, b), (rnd, i)
         made.append(chunk_segmented_launch.BINDINGS[0])
@@ -436,5 +451,41 @@ def test_gpu_plain_segmented_calls_are_bound_and_bit_equal(h, hv, seg, monkeypat
     assert isinstance(bound, chunk_launch._Bound)
     assert isinstance(bound, chunk_segmented_launch.SegmentedBound) != serial
     if serial:  # "auto" ran the serial loop: its bits
-        plain = chunk_gated_delta_rule(*layers[0], initial_state=states[0], use_qk_l2norm=True)
-        assert all(torch.equal(a, b) for a, b in zip(plain, want[0]))
+        plain_serial = chunk_gated_delta_rule(*layers[0], initial_state=states[0], use_qk_l2norm=True)
+        assert all(torch.equal(a, b) for a, b in zip(plain_serial, want[0]))
+
+
+def test_plain_calls_remember_their_layouts_metadata():
+    """A call without ``chunk_metadata`` builds its layout's metadata once: a second call of the
+    layout (offsets as a list or a CPU tensor alike) builds none and gives the same bits; another
+    start position or boundary selection is another layout; offsets that do not fit the inputs
+    are the call's own one-line errors, remembering nothing."""
+    from kernels import _common
+
+    x = make_inputs(200, seed=61)
+    builds = _common.REMEMBERED_BUILDS[0]
+    a = chunk_gated_delta_rule(*x, cu_seqlens=[0, 70, 200], start_positions=[5, 0], use_qk_l2norm=True)
+    assert _common.REMEMBERED_BUILDS[0] in (builds, builds + 1)  # another test may have built it
+    builds = _common.REMEMBERED_BUILDS[0]
+    meta = _common.remembered_metadata(x[0], torch.tensor([0, 70, 200]), (5, 0), 1, None)
+    b = chunk_gated_delta_rule(
+        *x, cu_seqlens=torch.tensor([0, 70, 200]), start_positions=torch.tensor([5, 0]), use_qk_l2norm=True
+    )
+    assert _common.REMEMBERED_BUILDS[0] == builds
+    assert meta is _common.remembered_metadata(x[0], [0, 70, 200], [5, 0], 1, None)
+    assert meta.cu_seqlens == [0, 70, 200] and meta.start_positions == [5, 0]
+    fresh = chunk_gated_delta_rule(*x, chunk_metadata=prepare_chunk_metadata([0, 70, 200], [5, 0]), use_qk_l2norm=True)
+    for p, q2, r in zip(a, b, fresh):
+        assert torch.equal(p, r) and torch.equal(q2, r)
+    other = _common.remembered_metadata(x[0], [0, 70, 200], [6, 0], 1, None)
+    assert other is not meta and other.start_positions == [6, 0]
+    sparse = _common.remembered_metadata(x[0], [0, 70, 200], [5, 0], 2, None)
+    assert sparse is not meta and sparse.num_boundaries < meta.num_boundaries
+    assert _common.remembered_metadata(x[0], [0, 70, 200], [5, 0], 1, [[64], [128]]).num_boundaries == 2
+    with pytest.raises(ValueError, match="start_positions has 1 entries for 2 sequences"):
+        chunk_gated_delta_rule(*x, cu_seqlens=[0, 70, 200], start_positions=[5])
+    assert _common.remembered_metadata(x[0], [0, 70, 200], [5], 1, None) is None
+    x2 = [torch.cat([t, t]) for t in x]  # two sequences as a batch: offsets need B == 1
+    with pytest.raises(ValueError, match="cu_seqlens needs B == 1"):
+        chunk_gated_delta_rule(*x2, cu_seqlens=[0, 70, 200])
+    assert _common.remembered_metadata(x2[0], [0, 70, 200], None, 1, None) is None
