@@ -15,6 +15,7 @@ are checked). Needs torch.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from typing import Optional
@@ -24,6 +25,7 @@ import torch
 from sim.config import SimConfig
 from sim.cost import ModelSpec, TimingModel, timing_to_dict
 from sim.replay import measure
+from sim.replay.batched import HELD_BYTES
 from sim.replay.calibration import NOT_COMPARED, replay_timing
 from sim.replay.flops import mamba2_linear
 from sim.replay.model import DTYPES, HybridModel, ReplayShape
@@ -69,6 +71,35 @@ class Executed:
     failures: list
     executed_steps: Optional[list]
     wall_s: float
+
+
+def call_bytes_per_token(shape: ReplayShape, dtype) -> int:
+    """A rough upper figure of the device bytes one token of a prefill call needs at once: its KV,
+    the fp32 residual stream (in, out, normed), the gated-delta projection and conv output, the
+    core's fp32 output path and kernel scratch (4 fp32 copies of the values), the MLP's
+    activations (the call's other tensors are per layer and freed)."""
+    elt = torch.empty((), dtype=dtype).element_size()
+    s = shape
+    gdn = elt * (s.proj_dim + s.conv_dim) + 16 * s.value_dim if s.layers else 0
+    return s.kv_bytes_per_token(dtype) + 12 * s.hidden + gdn + 3 * elt * s.mlp_inter
+
+
+def memory_warning(shape: ReplayShape, dtype, store_bytes: int, queued_bytes: int, longest: int, free: int) -> str:
+    """One line when what replay plans to hold on the GPU exceeds what is free there (after the
+    weights): the store up to the simulator's capacity (``store_bytes``), the batched queues'
+    budget (``queued_bytes``) and the longest request's from-scratch call (``longest`` tokens,
+    ``call_bytes_per_token``); empty when it fits."""
+    call = longest * call_bytes_per_token(shape, dtype)
+    planned = store_bytes + queued_bytes + call
+    if planned <= free:
+        return ""
+    gb = 1e9
+    return (
+        f"warning: replay may run out of GPU memory: {planned / gb:.1f} GB planned (store up to "
+        f"{store_bytes / gb:.1f} GB, batch queues {queued_bytes / gb:.1f} GB, the longest request's "
+        f"call ~{call / gb:.1f} GB at {longest} tokens), {free / gb:.1f} GB free: lower --capacity or "
+        "--requests, or use --store host"
+    )
 
 
 def build(
@@ -153,6 +184,22 @@ def build(
                 batch_tokens=settings.batch_tokens,
             ),
         )
+    if device.type == "cuda":
+        longest = max(
+            (r.n_input_tokens(trace.block_tokens) + r.n_output_tokens(trace.block_tokens) for r in trace.requests),
+            default=0,
+        )
+        on_gpu = config.capacity_bytes * ((settings.store == "gpu") + len(shadows))
+        note = memory_warning(
+            shape,
+            dtype,
+            on_gpu,
+            2 * HELD_BYTES if settings.batch > 1 else 0,
+            longest,
+            torch.cuda.mem_get_info(device)[0],
+        )
+        if note:
+            print(note, file=sys.stderr)
     warm_s = 0.0
     if settings.warmup and device.type == "cuda":
         warm_s = warm(model, device, steps=continuous, batches=settings.batch > 1)

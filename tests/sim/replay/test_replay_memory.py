@@ -123,3 +123,20 @@ def test_the_kv_pool_grows_by_chunks_and_never_moves_a_page(model, monkeypatch):
     assert store.pool_pages == 64 and len(store._chunks) == 4
     assert torch.equal(store.restore_kv(2), st.kv[:, :, :1024])  # gathered across chunks
     assert torch.equal(store.restore_kv(1), st.kv[:, :, :512])
+
+
+def test_the_memory_plan_warns_in_one_line_only_when_it_does_not_fit():
+    from sim.cost import get_model
+    from sim.replay.model import ReplayShape
+    from sim.replay.pipeline import call_bytes_per_token, memory_warning
+
+    s = ReplayShape.from_spec(get_model("qwen3-next-80b-a3b"))
+    bf16 = torch.bfloat16
+    # KV 24,576 (12 attention layers x K, V x 2 heads x 256 bf16) + residual 12 x 2,048 + projection
+    # and conv output 2 x (12,352 + 8,192) + core 16 x 4,096 + MLP 3 x 2 x 5,824
+    assert call_bytes_per_token(s, bf16) == 24_576 + 24_576 + 41_088 + 65_536 + 34_944 == 190_720
+    fits = 40 * 10**9 + 10 * 10**9 + 100_000 * 190_720  # 69.072 GB
+    assert memory_warning(s, bf16, 40 * 10**9, 10 * 10**9, 100_000, fits) == ""
+    note = memory_warning(s, bf16, 40 * 10**9, 10 * 10**9, 100_000, fits - 1)
+    assert len(note.splitlines()) == 1 and note.startswith("warning: replay may run out of GPU memory")
+    assert "69.1 GB planned" in note and "~19.1 GB at 100000 tokens" in note and "69.1 GB free" in note
