@@ -17,7 +17,8 @@ are checked against "states" and the relative errors printed), and FlashQLA with
 ("flashqla-exact": one exact pass;
 by default FlashQLA segments a long sequence and drops history older than a decay of e^-10,
 docs/kernels.md). Ratios: each row over FLA (x FLA), over FlashQLA (x FQLA) and over FlashQLA exact
-(x FQLAx).
+(x FQLAx). With ``--nometa`` the "states" and "seg<N>" calls again without ``chunk_metadata``
+("-nometa" rows: the plain call as FLA's users make it, issue 48 item 2).
 Timing: triton.testing.do_bench (median) and do_bench_cudagraph (median; short shapes are
 launch-bound without graphs). TFLOP/s uses 174,080 FLOP per token x value head.
 
@@ -234,6 +235,12 @@ def main(argv=None) -> int:
         default="",
         help="comma-separated chunks per segment (or 'auto') for 'seg<N>' rows: 'states' with the segmented state pass",
     )
+    ap.add_argument(
+        "--nometa",
+        action="store_true",
+        help="also 'states-nometa' and 'seg<N>-nometa' rows: the calls without chunk_metadata, as FLA's users "
+        "make them (the layout's metadata is remembered by the first)",
+    )
     ap.add_argument("--shapes", default="16/32,4/8", help="H/HV list")
     ap.add_argument(
         "--gate-scale",
@@ -310,6 +317,12 @@ def main(argv=None) -> int:
                     chunk_gated_delta_rule, q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta_all,
                     state_segments=n,
                 )  # fmt: skip
+            if args.nometa:
+                fns["states-nometa"] = lambda: chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True)
+                for n in seg_sizes:
+                    fns[f"seg{n}-nometa"] = functools.partial(
+                        chunk_gated_delta_rule, q, k, v, g, beta, use_qk_l2norm=True, state_segments=n
+                    )
             if fla is not None:
                 fns["fla"] = lambda: fla(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, output_final_state=True)
             if fqla is not None:
