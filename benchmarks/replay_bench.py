@@ -461,6 +461,10 @@ def main() -> None:
             batch=batch,
             batch_tokens=args.batch_tokens,
         )
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
         res = run_replay(trace, config, settings, build=build, timing=calibrated)
         warmed = True
         counts = res.settings["layers_replayed"]
@@ -473,6 +477,8 @@ def main() -> None:
             r.update(roofline(res, spec, counts, dev))
             if res.steps is not None:
                 r.update(step_row(res, spec, old_estimate(spec), calibrated, counts))
+        if torch.cuda.is_available():  # the run's device memory high-water mark (issue 41: an OOM)
+            r["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
         runs.append(r)
         print(json.dumps(r, default=float), flush=True)
         for f in res.failures[:5]:
