@@ -49,7 +49,12 @@ PRELOAD = (
 
 
 def _preload() -> None:
+    # compiled Triton (a GPU run) loads its CUDA driver lazily; left to the children all the same,
+    # so that no CUDA state is ever made before a fork
+    gpu = os.environ.get("TRITON_INTERPRET") != "1"
     for name in PRELOAD:
+        if gpu and name.startswith(("triton", "kernels")):
+            continue
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a missing extra: the command's own import reports it

@@ -3,9 +3,12 @@ each in a process of its own forked from one that has the CLI and its heavy impo
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 FORKSERVER = Path(__file__).resolve().parent / "cli_forkserver.py"
@@ -17,7 +20,9 @@ class Forks:
     def __init__(self, env: dict, cwd: Path, logs: Path) -> None:
         self.env, self.cwd, self.logs, self.proc, self.n = env, cwd, logs, None, 0
 
-    def run(self, argv: list[str], timeout: float = 600) -> tuple[int | None, str, str]:
+    def run(self, argv: list[str], timeout: float = 600, cwd: Path | None = None) -> tuple[int | None, str, str]:
+        """``marconi <argv[1:]>`` in ``cwd`` (default: the server's): (exit code, stdout, stderr);
+        the code is None when the command ran past ``timeout`` seconds and was killed."""
         if self.proc is None:
             self.proc = subprocess.Popen(
                 [sys.executable, str(FORKSERVER)], cwd=self.cwd, env=self.env, stdin=subprocess.PIPE,
@@ -25,7 +30,7 @@ class Forks:
             )  # fmt: skip
         self.n += 1
         out, err = self.logs / f"{self.n}.out", self.logs / f"{self.n}.err"
-        req = {"argv": argv, "cwd": str(self.cwd), "out": str(out), "err": str(err), "timeout": timeout}
+        req = {"argv": argv, "cwd": str(cwd or self.cwd), "out": str(out), "err": str(err), "timeout": timeout}
         self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
@@ -41,3 +46,19 @@ class Forks:
             self.proc.stdin.close()
             self.proc.wait(timeout=60)
             self.proc.stdout.close()
+
+
+_SHARED: dict[tuple, Forks] = {}
+
+
+def shared_forks(env: dict) -> Forks:
+    """One server per test process and environment, for helpers called from many tests (closed,
+    its logs removed, when the process exits)."""
+    env = {k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"}  # pytest's, changes every test
+    key = tuple(sorted(env.items()))
+    if key not in _SHARED:
+        logs = Path(tempfile.mkdtemp(prefix="marconi-forks-"))
+        forks = _SHARED[key] = Forks(env, Path.cwd(), logs)
+        atexit.register(shutil.rmtree, logs, True)
+        atexit.register(forks.close)
+    return _SHARED[key]

@@ -6,19 +6,20 @@ issue's command (40 requests of synthetic:chat) in both state alignments, every 
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from forked_cli import shared_forks
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def marconi(*args, check: bool = True, timeout: float = 1200):
-    """Run the real CLI in a subprocess (the Triton interpreter should a CPU replay ask for the Triton
-    kernels; one torch thread under pytest-xdist, as in tests/sim/replay/conftest.py)."""
+    """Run the real CLI in a process of its own (the Triton interpreter should a CPU replay ask for
+    the Triton kernels; one torch thread under pytest-xdist, as in tests/sim/replay/conftest.py),
+    forked from tests/cli_forkserver.py, which has torch and the CLI loaded once per test process."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -26,13 +27,11 @@ def marconi(*args, check: bool = True, timeout: float = 1200):
     }
     if os.environ.get("PYTEST_XDIST_WORKER"):
         env.setdefault("OMP_NUM_THREADS", "1")
-    proc = subprocess.run(
-        [sys.executable, "-c", "from sim.cli import main; main()", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
+    argv = ["marconi", *map(str, args)]
+    rc, out, err = shared_forks(env).run(argv, timeout=timeout, cwd=Path.cwd())
+    if rc is None:
+        raise subprocess.TimeoutExpired(argv, timeout, out, err)
+    proc = subprocess.CompletedProcess(argv, rc, out, err)
     if check and proc.returncode != 0:
         raise AssertionError(f"marconi {' '.join(map(str, args))} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
