@@ -277,6 +277,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "ssd_args": (["kernels/ssd_args.py"], ["tests/kernels/test_ssd.py"]),
     "chunk_segmented": (["kernels/chunk_segmented.py"], ["tests/kernels/test_state_segmented.py"]),
+    "chunk_segmented_launch": (["kernels/chunk_segmented_launch.py"], ["tests/kernels/test_state_segmented.py"]),
     "hf_config": (["sim/hf_config.py"], ["tests/sim/test_model_config_exact.py", "tests/sim/test_model_config.py"]),
     "reference": (
         ["kernels/reference.py"],

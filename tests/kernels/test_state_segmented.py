@@ -399,6 +399,23 @@ def test_second_segmented_call_is_bound_and_bit_equal(monkeypatch, plain):
     assert not torch.equal(serial[1], want[1][1])
 
 
+def test_segmented_launchers_take_the_c_launcher_or_tritons_wrapper():
+    """``make_launcher``: None for what is not a compiled kernel (the interpreter's launches), the
+    C launcher where ``raw_launcher`` knows its form, else Triton's wrapper called as
+    ``CompiledKernel.run`` takes it."""
+    from kernels import chunk_segmented_launch
+
+    assert chunk_segmented_launch.make_launcher(None) is None
+    calls = []
+    ck = type("Compiled", (), {})()
+    ck.run, ck.function, ck.packed_metadata = (lambda *a: calls.append(a)), 0xF00, (4, 1, 0)
+    launch = chunk_segmented_launch.make_launcher(ck)  # a plain function: no C launcher form known
+    launch(3, 2, 1, 7, (0x1000, 5))
+    assert calls == [(3, 2, 1, 7, 0xF00, (4, 1, 0), None, None, None, 0x1000, 5)]
+    del ck.packed_metadata
+    assert chunk_segmented_launch.make_launcher(ck) is None
+
+
 def test_segmented_binding_keys_apart_from_the_serial_one():
     """A segmented binding's key never equals a serial binding's (the options tuple), and holds
     ``state_segments`` as given (None: the environment's, which the options hold)."""
