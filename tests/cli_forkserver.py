@@ -7,7 +7,8 @@ Nothing runs a command in this process itself: no command sees another's state.
 
 Protocol (one JSON object a line): ``{"argv": [...], "cwd": ..., "out": ..., "err": ...,
 "timeout": s}`` on stdin -> ``{"rc": code}`` on stdout (``rc`` None: killed at the timeout).
-Started by tests/test_readme_commands.py with the commands' environment.
+Started by tests/forked_cli.py with the commands' environment; its arguments, if any, name the
+modules to preload instead of ``PRELOAD``.
 """
 
 from __future__ import annotations
@@ -48,11 +49,11 @@ PRELOAD = (
 )
 
 
-def _preload() -> None:
+def _preload(names: tuple[str, ...]) -> None:
     # compiled Triton (a GPU run) loads its CUDA driver lazily; left to the children all the same,
     # so that no CUDA state is ever made before a fork
     gpu = os.environ.get("TRITON_INTERPRET") != "1"
-    for name in PRELOAD:
+    for name in names:
         if gpu and name.startswith(("triton", "kernels")):
             continue
         try:
@@ -103,8 +104,8 @@ def _wait(pid: int, timeout: float) -> int | None:
         time.sleep(0.02)
 
 
-def serve() -> None:
-    _preload()
+def serve(names: tuple[str, ...]) -> None:
+    _preload(names)
     for line in sys.stdin:
         req = json.loads(line)
         pid = os.fork()
@@ -116,4 +117,4 @@ def serve() -> None:
 
 
 if __name__ == "__main__":
-    serve()
+    serve(tuple(sys.argv[1:]) or PRELOAD)

@@ -17,15 +17,17 @@ FORKSERVER = Path(__file__).resolve().parent / "cli_forkserver.py"
 class Forks:
     """tests/cli_forkserver.py, started on first use: ``run`` forks it into ``marconi <argv>``."""
 
-    def __init__(self, env: dict, cwd: Path, logs: Path) -> None:
+    def __init__(self, env: dict, cwd: Path, logs: Path, preload: tuple[str, ...] = ()) -> None:
+        """``preload``: the modules the server loads (default: cli_forkserver.PRELOAD, torch too)."""
         self.env, self.cwd, self.logs, self.proc, self.n = env, cwd, logs, None, 0
+        self.preload = preload
 
     def run(self, argv: list[str], timeout: float = 600, cwd: Path | None = None) -> tuple[int | None, str, str]:
         """``marconi <argv[1:]>`` in ``cwd`` (default: the server's): (exit code, stdout, stderr);
         the code is None when the command ran past ``timeout`` seconds and was killed."""
         if self.proc is None:
             self.proc = subprocess.Popen(
-                [sys.executable, str(FORKSERVER)], cwd=self.cwd, env=self.env, stdin=subprocess.PIPE,
+                [sys.executable, str(FORKSERVER), *self.preload], cwd=self.cwd, env=self.env, stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, text=True,
             )  # fmt: skip
         self.n += 1
@@ -51,14 +53,14 @@ class Forks:
 _SHARED: dict[tuple, Forks] = {}
 
 
-def shared_forks(env: dict) -> Forks:
+def shared_forks(env: dict, preload: tuple[str, ...] = ()) -> Forks:
     """One server per test process and environment, for helpers called from many tests (closed,
     its logs removed, when the process exits)."""
     env = {k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"}  # pytest's, changes every test
-    key = tuple(sorted(env.items()))
+    key = (tuple(sorted(env.items())), preload)
     if key not in _SHARED:
         logs = Path(tempfile.mkdtemp(prefix="marconi-forks-"))
-        forks = _SHARED[key] = Forks(env, Path.cwd(), logs)
+        forks = _SHARED[key] = Forks(env, Path.cwd(), logs, preload)
         atexit.register(shutil.rmtree, logs, True)
         atexit.register(forks.close)
     return _SHARED[key]

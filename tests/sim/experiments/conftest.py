@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from forked_cli import shared_forks
 from traces.base import Request, Trace
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -64,17 +65,39 @@ def trace_files(tmp_path_factory) -> list[str]:
     return [f"marconi-jsonl:{write_marconi_jsonl(synthetic_trace(seed=s), d / f'syn{s}.jsonl')}" for s in (0, 1)]
 
 
+# what the sweeps and plots these tests run load (no torch: none of them replays)
+SWEEP_MODULES = (
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "simpy",
+    "tqdm",
+    "matplotlib.pyplot",
+    "sim.simulate",
+    "sim.analysis.plot",
+)
+
+
 def marconi(*args, check: bool = True, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
-    """Run the real CLI (`python -c 'from sim.cli import main; main()' ...`) in a subprocess."""
+    """Run the real CLI in a process of its own: forked from tests/cli_forkserver.py (the CLI and its
+    heavy imports loaded once per test process), or with ``kw`` (``subprocess.run``'s) a fresh
+    ``python -c 'from sim.cli import main; main()' ...``."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(
-        [sys.executable, "-c", "from sim.cli import main; main()", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        **kw,
-    )
+    argv = ["marconi", *map(str, args)]
+    if kw:
+        proc = subprocess.run(
+            [sys.executable, "-c", "from sim.cli import main; main()", *argv[1:]],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            **kw,
+        )
+    else:
+        rc, out, err = shared_forks(env, SWEEP_MODULES).run(argv, timeout=timeout, cwd=Path.cwd())
+        if rc is None:
+            raise subprocess.TimeoutExpired(argv, timeout, out, err)
+        proc = subprocess.CompletedProcess(argv, rc, out, err)
     if check and proc.returncode != 0:
         raise AssertionError(f"marconi {' '.join(map(str, args))} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
