@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 
 from sim.replay.flight import Flight, put_kv
-from sim.replay.hits import HitChecker
+from sim.replay.hits import HitChecker, SuffixOutputs
 from sim.replay.model import CHUNK, HybridModel, StackState, kept_rows
 from sim.replay.store import CheckpointStore
 
@@ -308,21 +308,25 @@ class BatchedReplay:
         def capture(n, p, layer, r, c):
             at_b[(n, layer)] = (r.clone(), c.clone())
 
-        # each reference keeps its layers' outputs from its hit on: the rows its check compares
-        hits = [c.flight.hit for c in group]
+        # each layer's rows from each hit on are compared with the check's suffix outputs as the
+        # reference makes them, and both let go: no layer's outputs are kept
+        suffixes = [SuffixOutputs(c.outs, c.flight.hit) for c in group]
+
+        def compare(layer, x):
+            for n, s in enumerate(suffixes):
+                s.compare(layer, x[cu[n] + s.hit : cu[n + 1]])
+
         t0 = self.clock.start()
         ref = model.forward_batch(
             torch.cat(toks),
             cu,
             [0] * len(group),
-            keep_outputs=True,
             boundaries=[[b] if b > 0 else [] for b in base_at],
             on_state=capture,
-            keep_from=hits,
+            on_output=compare,
         )
         h = self.clock.stop(t0)
         self.log.append(BatchCall("reference", [(0, c.end) for c in group], h))
-        k = kept_rows(cu, [0] * len(group), hits)
         self.peak_kept_rows = max(self.peak_kept_rows, ref.outs[0].shape[0] if ref.outs else 0)
         # the reference's state at each hit: its boundary state below the hit, carried to the
         # hit by one untimed batch for the hits off a 64-multiple
@@ -347,10 +351,9 @@ class BatchedReplay:
         for n, c in enumerate(group):
             f = c.flight
             ref_state = ref.state(n, c.end)
-            ref_outs = [o[k[n] : k[n + 1]] for o in ref.outs]
             ref_kv = ref.kv[n][:, :, : f.hit] if ref.kv[n] is not None else None
             f.record.validated = True
-            self.checker.judge(f, c.state, c.outs, ref_state, ref_outs, base[n], ref_kv)
+            self.checker.judge(f, c.state, suffixes[n].error(), ref_state, base[n], ref_kv)
 
     def finish(self) -> None:
         """Run what is queued and resolve every logged call's times."""

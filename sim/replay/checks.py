@@ -42,10 +42,16 @@ def rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
     """Worst row-wise relative error ``max_rows ||a - b|| / ||b||`` (rows: the last dimension;
     for a state ``[..., K, V]`` pass it flattened per head). A row-wise norm does not dilute one
     bad token or head among many good ones, and does not flag single near-zero elements."""
+    return float(rel_error_t(a, b))
+
+
+def rel_error_t(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``rel_error`` as a 0-d fp32 tensor on the tensors' device (no host sync: a check that
+    compares layer by layer inside a timed call reads the result once, at its end)."""
     if a.shape != b.shape:
         raise ValueError(f"shape mismatch {tuple(a.shape)} vs {tuple(b.shape)}")
     if a.numel() == 0:
-        return 0.0
+        return torch.zeros((), dtype=torch.float32, device=a.device)
     a = a.float().reshape(-1, a.shape[-1])
     b = b.float().reshape(-1, b.shape[-1])
     num = torch.linalg.vector_norm(a - b, dim=-1)
@@ -53,7 +59,7 @@ def rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
     scale = den.max().clamp_min(1e-30)
     # rows whose reference is (near) zero are measured against the largest row instead
     den = torch.where(den > 1e-3 * scale, den, scale)
-    return float((num / den).max())
+    return (num / den).max()
 
 
 _INT_OF = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}

@@ -15,11 +15,38 @@ from typing import Optional
 
 import torch
 
-from sim.replay.checks import VALIDATE_MODES, Failure, rel_error, state_error, tolerance_for
+from sim.replay.checks import VALIDATE_MODES, Failure, rel_error, rel_error_t, state_error, tolerance_for
 from sim.replay.flight import Flight
 from sim.replay.model import HybridModel, Marks, StackState
 from sim.replay.store import CheckpointStore
 from sim.replay.tokens import page_keys, prefix_hash
+
+
+class SuffixOutputs:
+    """A hit's suffix outputs (``outs[layer]``: rows of positions ``[hit, end)``), compared with a
+    from-scratch run's layer by layer as that run makes them (``compare``): each layer's pair is
+    measured (``rel_error``, on the device: no sync inside the timed call) and let go, so neither
+    side holds layers x suffix rows at once (issue 41: 34 GB a side for an 87K-token suffix at
+    qwen3-next-80b-a3b's 48 layers). ``error()``: the worst over the layers compared."""
+
+    def __init__(self, outs: list, hit: int) -> None:
+        self.outs = outs
+        self.hit = hit
+        self._err = None
+        self.compared = 0
+
+    def compare(self, layer: int, ref_rows: torch.Tensor) -> None:
+        """Layer ``layer``'s suffix outputs against ``ref_rows`` (the reference's rows of the
+        same positions); the suffix's tensor is released."""
+        o, self.outs[layer] = self.outs[layer], None
+        e = rel_error_t(o, ref_rows)
+        self._err = e if self._err is None else torch.maximum(self._err, e)
+        self.compared += 1
+
+    def error(self) -> float:
+        if self.compared != len(self.outs):
+            raise RuntimeError(f"{self.compared} of {len(self.outs)} layers' outputs compared")
+        return 0.0 if self._err is None else float(self._err)
 
 
 class HitChecker:
@@ -157,10 +184,17 @@ class HitChecker:
         def capture(p, layer, r, c):
             at_b[layer] = (r.clone(), c.clone())
 
+        suffix = SuffixOutputs(outs, f.hit)
+
+        def compare(layer, x, start):
+            if start != 0 or x.shape[0] != f.n_in:  # one unsplit call ([b]: a kernel boundary)
+                raise RuntimeError("the from-scratch reference ran split")
+            suffix.compare(layer, x[f.hit :])
+
         marks = Marks(model.device)
         t0 = self.clock.start()
-        ref, ref_outs, _ = model.run(  # outputs kept from the hit on: the suffix's rows, compared
-            tok[: f.n_in], None, 0, [b] if b > 0 else [], capture, keep_outputs=True, marks=marks, keep_from=f.hit
+        ref, _, _ = model.run(  # each layer's suffix rows compared as they come, none kept
+            tok[: f.n_in], None, 0, [b] if b > 0 else [], capture, marks=marks, on_output=compare
         )
         f.times.full = self.clock.stop(t0)
         f.times.full_marks = marks
@@ -180,17 +214,17 @@ class HitChecker:
         if f.hit > b:
             base, _, _ = model.run(tok[b : f.hit], base, b)
         ref_kv = ref.kv[:, :, : f.hit] if ref.kv is not None else None
-        self.judge(f, f.running, outs, ref, ref_outs, base, ref_kv)
+        self.judge(f, f.running, suffix.error(), ref, base, ref_kv)
 
-    def judge(self, f: Flight, end, outs, ref_end, ref_outs, base, ref_kv) -> None:
+    def judge(self, f: Flight, end, e_out: float, ref_end, base, ref_kv) -> None:
         """The hit's check once both sides ran: the end state (``end`` against the from-scratch
-        ``ref_end``), the suffix's per-layer outputs against ``ref_outs`` (the reference's rows
-        of the same positions), the restored state against ``base`` (the reference's state at
-        the hit) and the restored KV against ``ref_kv``; a miss is a failure."""
+        ``ref_end``), the suffix's per-layer outputs (``e_out``: their worst error against the
+        reference's rows of the same positions, ``SuffixOutputs``), the restored state against
+        ``base`` (the reference's state at the hit) and the restored KV against ``ref_kv``; a
+        miss is a failure."""
         rec = f.record
         L = self.model.shape.layers
         e_rec, e_conv = state_error(end.rec, end.conv, ref_end.rec, ref_end.conv) if L else (0.0, 0.0)
-        e_out = max(rel_error(o, r) for o, r in zip(outs, ref_outs))
         a, c = state_error(f.start.rec, f.start.conv, base.rec, base.conv) if L else (0.0, 0.0)
         e_rec, e_conv = max(e_rec, a), max(e_conv, c)
         # the restored keys and values against the from-scratch prefill's, every layer and head

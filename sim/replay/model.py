@@ -648,14 +648,16 @@ class HybridModel:
         keep_outputs: bool = False,
         marks: Optional[Marks] = None,
         keep_from: Optional[int] = None,
+        on_output=None,
     ):
         """Run all layers over embedded tokens ``x`` ``[T, hidden]`` at absolute positions
         ``[start, start + T)`` from ``state`` (None: zeros). ``boundaries``: 64-aligned positions
         in ``(start, start + T)`` whose states go to ``on_state`` (from the kernels' boundary
         outputs). ``marks``: the timed call's per-layer-type marks (None: untimed).
         ``keep_from``: with ``keep_outputs``, keep each layer's rows from this absolute position
-        on only (None: every row). Returns ``(x_out, final StackState, per-layer outputs or
-        None)``."""
+        on only (None: every row). ``on_output(layer, x, start)``: each layer's output ``[T,
+        hidden]`` as it comes (a check compares it and lets it go). Returns ``(x_out, final
+        StackState, per-layer outputs or None)``."""
         T = x.shape[0]
         s = self.shape
         if marks is not None:
@@ -689,6 +691,8 @@ class HybridModel:
                 kvs.append(kv)
                 ai += 1
             x = self._mlp_after(mi, kind, x, marks, outs, rows)
+            if on_output is not None:
+                on_output(mi, x, start)
         z = self.zero_state() if not recs or not kvs else None
         final = StackState(
             start + T,
@@ -711,6 +715,7 @@ class HybridModel:
         on_state=None,
         marks: Optional[Marks] = None,
         keep_from=None,
+        on_output=None,
     ) -> BatchOut:
         """One engine step: N sequences in one varlen batch. ``tokens [T]``: the ids of every
         sequence, concatenated (sequence n is ``tokens[cu[n]:cu[n+1]]``, at least one token, at
@@ -736,7 +741,8 @@ class HybridModel:
         sequence n's rows from this absolute position on only (clamped to ``[starts[n],
         ends[n]]``; None: every row): the kept outputs are then the concatenation of those rows,
         sequence by sequence (``kept_rows`` gives each one's offsets), and a check that compares
-        a hit's suffix keeps the suffix, not layers x the whole prompt."""
+        a hit's suffix keeps the suffix, not layers x the whole prompt. ``on_output(layer, x)``:
+        each layer's output ``[T, hidden]`` as it comes (a check compares it and lets it go)."""
         s = self.shape
         cu = [int(c) for c in cu_seqlens]
         starts = [int(p) for p in starts]
@@ -807,6 +813,8 @@ class HybridModel:
                 x = self._attention_batch(ai, x, cu, starts, ends, bufs, rope)
                 ai += 1
             x = self._mlp_after(mi, kind, x, marks, outs, rows)
+            if on_output is not None:
+                on_output(mi, x)
         kv_out = [b[:, :, :e] for b, e in zip(bufs, ends)] if bufs is not None else [None] * N
         return BatchOut(x, recs, convs, kv_out, outs)
 
@@ -835,6 +843,7 @@ class HybridModel:
         keep_outputs: bool = False,
         marks: Optional[Marks] = None,
         keep_from: Optional[int] = None,
+        on_output=None,
     ):
         """Prefill ``tokens`` (the ids at absolute positions ``[start, start + T)``) from
         ``state`` and hand the state at every position of ``wanted`` in ``(start, start + T]``
@@ -842,7 +851,8 @@ class HybridModel:
         split the call there (the state is handed over between the two calls); the end comes
         from the final state; ``marks``: the timed call's per-layer-type marks, every
         ``forward_segment`` of it marked (None: untimed). ``keep_from``: with ``keep_outputs``,
-        the outputs' rows from this absolute position on only (None: every row). Returns
+        the outputs' rows from this absolute position on only (None: every row). ``on_output(layer,
+        x, start)``: each call's layer outputs as they come (``forward_segment``'s). Returns
         ``(final StackState (with the KV of every position so far), per-layer outputs
         [layers][T, hidden] (``[end - keep_from, hidden]``) or None, number of calls)``."""
         T = int(tokens.shape[0])
@@ -872,6 +882,7 @@ class HybridModel:
                 keep_outputs,
                 marks=marks,
                 keep_from=keep_from,
+                on_output=on_output,
             )
             calls += 1
             if keep_outputs:

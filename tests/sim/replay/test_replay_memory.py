@@ -4,9 +4,12 @@ H200's 140 GB inside its hit checks).
 
 * ``forward_batch`` / ``run`` with ``keep_from`` keep each layer's rows from there on only, the
   same bits as the rows of a call that keeps every row.
-* Batched replay of a long prompt with a short suffix: its reference call keeps the suffix's rows
-  only, its queued check holds the restored KV (grown to the end in place: one copy), two states
-  and the suffix's outputs, no more (hand-checked byte count); the check still validates.
+* Batched replay of a long prompt with a short suffix: its reference call keeps no layer's
+  outputs (it compares each layer's suffix rows as it makes them, ``SuffixOutputs``: the same
+  measure as ``rel_error``); its queued check holds the restored KV (grown to the end in place:
+  one copy), two states and the suffix's outputs, no more (hand-checked byte count); the check
+  still validates.
+* On a GPU, one line up front when the planned memory exceeds the free memory.
 * A byte budget (``held_bytes``) runs the request queue and the check queue before they hold
   more; the replay's results do not change.
 * The KV page pool grows by chunks and never moves a page it holds.
@@ -78,7 +81,7 @@ def test_a_long_prompts_check_holds_its_suffix_not_its_prompt(model):
     rp.finish()
     assert rp.failures == [] and rp.records[1].validated and rp.kv_hits_validated == 1
     b = rp.batched
-    assert b.peak_kept_rows == 40  # the reference kept the suffix [2016, 2056): not 2056 rows
+    assert b.peak_kept_rows == 0  # the reference compared each layer's suffix rows as it ran
     # the queued check: restored KV in its buffer grown to the end, 2056 tokens x 128 B (1
     # attention layer, K and V, 1 head of 16 fp32); the restored and the end state, each 4,096 B
     # of recurrent state (2 layers x 2 heads x 16 x 16 fp32) and 1,536 B of conv windows (2 x 64
@@ -140,3 +143,21 @@ def test_the_memory_plan_warns_in_one_line_only_when_it_does_not_fit():
     note = memory_warning(s, bf16, 40 * 10**9, 10 * 10**9, 100_000, fits - 1)
     assert len(note.splitlines()) == 1 and note.startswith("warning: replay may run out of GPU memory")
     assert "69.1 GB planned" in note and "~19.1 GB at 100000 tokens" in note and "69.1 GB free" in note
+
+
+def test_suffix_outputs_measure_each_layer_as_rel_error_does_and_let_it_go():
+    from sim.replay.checks import rel_error
+    from sim.replay.hits import SuffixOutputs
+
+    g = torch.Generator().manual_seed(0)
+    ref = [torch.randn(50, 8, generator=g) for _ in range(3)]
+    outs = [r[20:].clone() for r in ref]
+    outs[1][5, 3] += 0.5  # one element of one row of layer 1
+    want = max(rel_error(o, r[20:]) for o, r in zip(outs, ref))
+    s = SuffixOutputs(list(outs), 20)
+    s.compare(0, ref[0][20:])
+    with pytest.raises(RuntimeError, match="1 of 3"):
+        s.error()
+    s.compare(1, ref[1][20:])
+    s.compare(2, ref[2][20:])
+    assert s.outs == [None, None, None] and s.error() == want > 0.01
