@@ -148,6 +148,9 @@ class BatchedReplay:
         """Queue ``f``'s work up to ``upto``; its wanted checkpoints move from ``pending`` (the
         replayer's producers) to this queue. A full queue runs."""
         job = Job(f, upto, {p: cps for p, cps in f.wanted.items() if p > f.pos}, f.validate and f.hit > 0)
+        nbytes = self._job_nbytes(job)
+        if self._jobs and self._job_bytes + nbytes > self.held_bytes:
+            self.flush("memory")  # what is queued runs first: the batch would hold more than the budget
         f.wanted = {}
         for cps in job.wanted.values():
             for cp in cps:
@@ -155,16 +158,19 @@ class BatchedReplay:
                 self._queued[cp] = job
         self._jobs.append(job)
         self._job_tokens += upto - f.pos
-        self._job_bytes += self._job_nbytes(job)
+        self._job_bytes += nbytes
         if len(self._jobs) >= self.batch or self._job_tokens >= self.batch_tokens:
             self.flush("full")
         elif self._job_bytes >= self.held_bytes:
             self.flush("memory")
 
     def _job_nbytes(self, job: Job) -> int:
-        """What ``job`` holds in its batch: the KV to its end, its start and end states."""
+        """What ``job`` holds in its batch: the KV to its end, its start and end states and, when
+        its hit is checked, its suffix's per-layer outputs (fp32 rows of the residual stream)."""
         m = self.model
-        return job.end * m.shape.kv_bytes_per_token(m.dtype) + 2 * m.shape.state_bytes(m.dtype)
+        s = m.shape
+        outs = (job.end - job.flight.pos) * len(s.order) * s.hidden * 4 if job.validate else 0
+        return job.end * s.kv_bytes_per_token(m.dtype) + 2 * s.state_bytes(m.dtype) + outs
 
     def single(self, f: Flight, upto: int, run: Callable[[Flight, int], None]) -> None:
         """A request that needs a split runs alone (``run``: the replayer's per-request run):
@@ -231,6 +237,18 @@ class BatchedReplay:
         del rec0, conv0, kv, toks
         self.log.append(BatchCall("suffix", [(j.flight.pos, j.end) for j in jobs], h))
         k = kept_rows(cu, starts, keep_from)
+        # each validated request's suffix rows, layer by layer, each batch layer let go once split
+        # (copies: a view would keep the whole batch's outputs alive until the last check; a lone
+        # request's rows are the layer's tensor itself)
+        job_outs: list = [[] for _ in jobs]
+        if keep:
+            for layer in range(len(out.outs)):
+                o, out.outs[layer] = out.outs[layer], None
+                for n, j in enumerate(jobs):
+                    if j.validate:
+                        whole = k[n] == 0 and k[n + 1] == o.shape[0]
+                        job_outs[n].append(o if whole else o[k[n] : k[n + 1]].clone())
+                del o
         for n, j in enumerate(jobs):
             f = j.flight
             end = out.state(n, j.end)
@@ -241,9 +259,9 @@ class BatchedReplay:
                     put_kv(self.store, f, cp, end)
             if f.pos < f.n_in:  # the prompt part, as the per-request replay counts it
                 f.record.suffix_segments.append((f.pos, f.n_in))
-            if j.validate:  # copies: a view would keep the whole batch's outputs alive until the check
-                outs = [o[k[n] : k[n + 1]].clone() for o in out.outs]
-                self.queue_check(Check(f, j.end, end, outs))
+            if j.validate:
+                self.queue_check(Check(f, j.end, end, job_outs[n]))
+                job_outs[n] = None
         del out, end  # the batch's KV buffers and outputs: the checks hold what they need
         self.run_checks_when_full()
 

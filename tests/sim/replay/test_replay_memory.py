@@ -32,7 +32,12 @@ rng = np.random.default_rng(41)
 LONG = rng.integers(0, 10_000, 2000)  # a long prompt
 OUT = rng.integers(0, 10_000, 16)  # its response
 USER = rng.integers(0, 10_000, 40)  # the next turn's short suffix
-REQS = {0: (np.concatenate([LONG, OUT]), 2000), 1: (np.concatenate([LONG, OUT, USER]), 2056)}
+OTHER = rng.integers(0, 10_000, 300)  # an unrelated prompt
+REQS = {
+    0: (np.concatenate([LONG, OUT]), 2000),
+    1: (np.concatenate([LONG, OUT, USER]), 2056),
+    2: (OTHER, 300),
+}
 
 
 @pytest.fixture(scope="module")
@@ -161,3 +166,20 @@ def test_suffix_outputs_measure_each_layer_as_rel_error_does_and_let_it_go():
     s.compare(1, ref[1][20:])
     s.compare(2, ref[2][20:])
     assert s.outs == [None, None, None] and s.error() == want > 0.01
+
+
+def test_a_request_that_would_take_the_batch_past_the_budget_runs_the_queue_first(model):
+    """Request 0 (its 2,000-token prompt, no hit: its KV and two states, 2,000 x 128 + 2 x 5,632 =
+    267,264 B) fits a budget of 300,000 B and waits; request 2 (300 tokens: 49,664 B) would take
+    the batch past it: the queue runs first, then request 2 waits for the end."""
+    store = CheckpointStore(SHAPE, model.dtype, device="cpu", page_tokens=16)
+    rp = Replayer(model, store, lambda r: REQS[r], batch=8, eager=False)
+    rp.batched.held_bytes = 300_000
+    for r, n in ((0, 2000), (2, 300)):
+        rp.lookup(r, None, 0)
+        rp.prefill(r, 0, n)
+        rp.decode(r)
+    assert rp.batch_flushes == {}  # request 0 queued (at request 2's lookup), nothing ran
+    rp.finish()
+    assert rp.batch_flushes == {"memory": 1, "finish": 1} and rp.failures == []
+    assert [c.segments for c in rp.batch_log if c.kind == "suffix"] == [[(0, 2000)], [(0, 300)]]
