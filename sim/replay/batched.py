@@ -29,10 +29,12 @@ from sim.replay.store import CheckpointStore
 BATCH_TOKENS = 16384
 #: queued hit checks per ``batch`` (each holds the restored and the end state until it runs)
 CHECKS_QUEUED = 4
-#: device bytes the queued requests (their prefixes' KV and states) and, apart, the queued hit
-#: checks (restored KV, end states, suffix outputs) may hold before they run: a Mooncake prompt of
-#: 100K tokens holds 2.4 GB of KV at qwen3-next-80b-a3b's full depth, 64 of them more than a GPU
-HELD_BYTES = 16 << 30
+#: device bytes the queued requests (their prefixes' KV, states, checked suffix outputs) and the
+#: queued hit checks (restored KV, end states, suffix outputs) may hold together before they run
+#: (one request alone may hold more): a Mooncake prompt of 100K tokens holds 2.4 GB of KV at
+#: qwen3-next-80b-a3b's full depth, and 39 GB of outputs when its hit is short; 64 of them more
+#: than a GPU
+HELD_BYTES = 8 << 30
 
 
 @dataclass
@@ -200,6 +202,8 @@ class BatchedReplay:
         store, queue their hits' checks."""
         if not self._jobs:
             return
+        if self._checks and self._check_bytes + self._job_bytes > self.held_bytes:
+            self.run_checks()  # the queued checks run first: with this batch they would hold more
         jobs, self._jobs, self._job_tokens, self._job_bytes = self._jobs, [], 0, 0
         self._queued.clear()
         self.flushes[why] = self.flushes.get(why, 0) + 1

@@ -88,8 +88,9 @@ def memory_warning(shape: ReplayShape, dtype, store_bytes: int, queued_bytes: in
     """One line when what replay plans to hold on the GPU exceeds what is free there (after the
     weights): the store up to the simulator's capacity (``store_bytes``), the batched queues'
     budget (``queued_bytes``) and the longest request's from-scratch call (``longest`` tokens,
-    ``call_bytes_per_token``); empty when it fits."""
-    call = longest * call_bytes_per_token(shape, dtype)
+    ``call_bytes_per_token``) with its check's suffix outputs (at most every layer's fp32 rows of
+    the whole request); empty when it fits."""
+    call = longest * (call_bytes_per_token(shape, dtype) + len(shape.order) * shape.hidden * 4)
     planned = store_bytes + queued_bytes + call
     if planned <= free:
         return ""
@@ -97,7 +98,7 @@ def memory_warning(shape: ReplayShape, dtype, store_bytes: int, queued_bytes: in
     return (
         f"warning: replay may run out of GPU memory: {planned / gb:.1f} GB planned (store up to "
         f"{store_bytes / gb:.1f} GB, batch queues {queued_bytes / gb:.1f} GB, the longest request's "
-        f"call ~{call / gb:.1f} GB at {longest} tokens), {free / gb:.1f} GB free: lower --capacity or "
+        f"call and check ~{call / gb:.1f} GB at {longest} tokens), {free / gb:.1f} GB free: lower --capacity or "
         "--requests, or use --store host"
     )
 
@@ -194,7 +195,7 @@ def build(
             shape,
             dtype,
             on_gpu,
-            2 * HELD_BYTES if settings.batch > 1 else 0,
+            HELD_BYTES if settings.batch > 1 else 0,
             longest,
             torch.cuda.mem_get_info(device)[0],
         )

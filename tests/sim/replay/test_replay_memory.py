@@ -37,6 +37,7 @@ REQS = {
     0: (np.concatenate([LONG, OUT]), 2000),
     1: (np.concatenate([LONG, OUT, USER]), 2056),
     2: (OTHER, 300),
+    3: (np.concatenate([LONG, OUT, USER, OTHER[:30]]), 2086),  # the turn after request 1
 }
 
 
@@ -143,11 +144,13 @@ def test_the_memory_plan_warns_in_one_line_only_when_it_does_not_fit():
     # KV 24,576 (12 attention layers x K, V x 2 heads x 256 bf16) + residual 12 x 2,048 + projection
     # and conv output 2 x (12,352 + 8,192) + core 16 x 4,096 + MLP 3 x 2 x 5,824
     assert call_bytes_per_token(s, bf16) == 24_576 + 24_576 + 41_088 + 65_536 + 34_944 == 190_720
-    fits = 40 * 10**9 + 10 * 10**9 + 100_000 * 190_720  # 69.072 GB
+    # the call and the check's suffix outputs: 48 layers x 2,048 fp32 = 393,216 B a token more
+    fits = 40 * 10**9 + 10 * 10**9 + 100_000 * (190_720 + 393_216)  # 108.3936 GB
     assert memory_warning(s, bf16, 40 * 10**9, 10 * 10**9, 100_000, fits) == ""
     note = memory_warning(s, bf16, 40 * 10**9, 10 * 10**9, 100_000, fits - 1)
     assert len(note.splitlines()) == 1 and note.startswith("warning: replay may run out of GPU memory")
-    assert "69.1 GB planned" in note and "~19.1 GB at 100000 tokens" in note and "69.1 GB free" in note
+    assert "108.4 GB planned" in note and "call and check ~58.4 GB at 100000 tokens" in note
+    assert "108.4 GB free" in note
 
 
 def test_suffix_outputs_measure_each_layer_as_rel_error_does_and_let_it_go():
@@ -183,3 +186,28 @@ def test_a_request_that_would_take_the_batch_past_the_budget_runs_the_queue_firs
     rp.finish()
     assert rp.batch_flushes == {"memory": 1, "finish": 1} and rp.failures == []
     assert [c.segments for c in rp.batch_log if c.kind == "suffix"] == [[(0, 2000)], [(0, 300)]]
+
+
+@pytest.mark.parametrize("held", [None, 400_000])
+def test_queued_checks_run_before_a_batch_that_would_take_them_past_the_budget(model, held):
+    """Request 1's check (289,792 B, as above) waits in its queue; request 3 (its next turn: KV to
+    2,086 tokens, two states, 30 suffix rows x 3 layers x 32 fp32 = 289,792 B as well) joins the
+    request queue. Under a 400,000 B budget the check runs before request 3's batch; under the
+    default both checks run together at the end."""
+    store = CheckpointStore(SHAPE, model.dtype, device="cpu", page_tokens=16)
+    rp = Replayer(model, store, lambda r: REQS[r], batch=8, eager=False)
+    if held:
+        rp.batched.held_bytes = held
+    _turns(rp)
+    rp.admit(5, 1, 2056, "")
+    rp.lookup(3, 5, 2056)  # checkpoint 5 is queued: request 1 runs first, its check waits
+    rp.prefill(3, 2056, 2086)
+    rp.decode(3)
+    rp.finish()
+    assert rp.failures == [] and rp.records[1].validated and rp.records[3].validated
+    log = [(c.kind, c.segments) for c in rp.batch_log]
+    assert log[:2] == [("suffix", [(0, 2016)]), ("suffix", [(2016, 2056)])]
+    if held:
+        assert log[2:] == [("reference", [(0, 2056)]), ("suffix", [(2056, 2086)]), ("reference", [(0, 2086)])]
+    else:
+        assert log[2:] == [("suffix", [(2056, 2086)]), ("reference", [(0, 2056), (0, 2086)])]
