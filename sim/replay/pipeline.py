@@ -103,6 +103,18 @@ def memory_warning(shape: ReplayShape, dtype, store_bytes: int, queued_bytes: in
     )
 
 
+def planned_memory_note(trace: Trace, config: SimConfig, settings, n_shadows: int, shape, dtype, free: int) -> str:
+    """``memory_warning`` for a replay of ``trace``: the store's capacity on the GPU (once per
+    store there: the replayer's with ``--store gpu``, each shadow's), the batch queues' budget when
+    batched, the longest request (input and output tokens)."""
+    longest = max(
+        (r.n_input_tokens(trace.block_tokens) + r.n_output_tokens(trace.block_tokens) for r in trace.requests),
+        default=0,
+    )
+    on_gpu = config.capacity_bytes * ((settings.store == "gpu") + n_shadows)
+    return memory_warning(shape, dtype, on_gpu, HELD_BYTES if settings.batch > 1 else 0, longest, free)
+
+
 def build(
     trace: Trace,
     config: SimConfig,
@@ -186,18 +198,8 @@ def build(
             ),
         )
     if device.type == "cuda":
-        longest = max(
-            (r.n_input_tokens(trace.block_tokens) + r.n_output_tokens(trace.block_tokens) for r in trace.requests),
-            default=0,
-        )
-        on_gpu = config.capacity_bytes * ((settings.store == "gpu") + len(shadows))
-        note = memory_warning(
-            shape,
-            dtype,
-            on_gpu,
-            HELD_BYTES if settings.batch > 1 else 0,
-            longest,
-            torch.cuda.mem_get_info(device)[0],
+        note = planned_memory_note(
+            trace, config, settings, len(shadows), shape, dtype, torch.cuda.mem_get_info(device)[0]
         )
         if note:
             print(note, file=sys.stderr)

@@ -211,3 +211,33 @@ def test_queued_checks_run_before_a_batch_that_would_take_them_past_the_budget(m
         assert log[2:] == [("reference", [(0, 2056)]), ("suffix", [(2056, 2086)]), ("reference", [(0, 2086)])]
     else:
         assert log[2:] == [("suffix", [(2056, 2086)]), ("reference", [(0, 2056), (0, 2086)])]
+
+
+def test_the_memory_plan_of_a_real_trace_counts_its_longest_request_and_the_stores_on_the_gpu():
+    """The CUDA-only up-front note, on the CPU: mooncake:sample's longest request (input and
+    output tokens, counted here from the trace itself), the store's capacity once per store on the
+    GPU and the queues' budget only when batched."""
+    from sim.config import SimConfig
+    from sim.cost import get_model
+    from sim.replay.batched import HELD_BYTES
+    from sim.replay.model import ReplayShape
+    from sim.replay.pipeline import call_bytes_per_token, planned_memory_note
+    from sim.replay.session import ReplaySettings
+    from traces.registry import load_trace
+
+    trace = load_trace("mooncake:sample")
+    bt = trace.block_tokens
+    longest = max(r.n_input_tokens(bt) + r.n_output_tokens(bt) for r in trace.requests)
+    s = ReplayShape.from_spec(get_model("qwen3-next-80b-a3b"))
+    bf16 = torch.bfloat16
+    cfg = SimConfig(policy="marconi", model="qwen3-next-80b-a3b", capacity_bytes=40 * 10**9)
+    call = longest * (call_bytes_per_token(s, bf16) + 48 * 2_048 * 4)
+    batched = ReplaySettings(device="cuda", batch=16, store="gpu")
+    planned = 40 * 10**9 + HELD_BYTES + call
+    assert planned_memory_note(trace, cfg, batched, 0, s, bf16, planned) == ""
+    note = planned_memory_note(trace, cfg, batched, 0, s, bf16, planned - 1)
+    assert f"store up to 40.0 GB, batch queues {HELD_BYTES / 1e9:.1f} GB" in note and f"at {longest} tokens" in note
+    # two shadow stores beside the replayer's; a host store and no batch: the shadows alone
+    assert "store up to 120.0 GB" in planned_memory_note(trace, cfg, batched, 2, s, bf16, 0)
+    host = ReplaySettings(device="cuda", store="host")
+    assert "store up to 0.0 GB, batch queues 0.0 GB" in planned_memory_note(trace, cfg, host, 0, s, bf16, 0)
