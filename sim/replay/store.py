@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from kernels._common import upload
 from sim.replay.checks import digest
 from sim.replay.model import ReplayShape, StackState
 
@@ -325,13 +326,13 @@ class CheckpointStore:
             chunk = np.searchsorted(np.asarray(self._chunk_base), at, side="right") - 1
             if (chunk == chunk[0]).all():
                 c = int(chunk[0])
-                g = self._chunks[c].index_select(0, torch.tensor(at - self._chunk_base[c], device=self.device))
+                g = self._chunks[c].index_select(0, upload(at - self._chunk_base[c], self.device))
             else:
                 g = torch.empty((len(slots),) + page_shape, dtype=self.act_dtype, device=self.device)
                 for c in np.unique(chunk).tolist():
                     rows = np.nonzero(chunk == c)[0]
-                    g[torch.tensor(rows, device=self.device)] = self._chunks[c].index_select(
-                        0, torch.tensor(at[rows] - self._chunk_base[c], device=self.device)
+                    g[upload(rows, self.device)] = self._chunks[c].index_select(
+                        0, upload(at[rows] - self._chunk_base[c], self.device)
                     )
         g = g.permute(1, 2, 0, 3, 4, 5).reshape(s.attn_layers, 2, -1, s.attn_kv_heads, s.attn_head_dim)
         return g[:, :, : info.position]  # a fresh gather on the compute device: never the pool itself

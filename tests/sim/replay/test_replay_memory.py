@@ -20,6 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kernels._common import upload  # noqa: E402
 from sim.replay import store as store_mod  # noqa: E402
 from sim.replay.model import HybridModel, kept_rows  # noqa: E402
 from sim.replay.runner import Replayer  # noqa: E402
@@ -130,8 +131,16 @@ def test_the_kv_pool_grows_by_chunks_and_never_moves_a_page(model, monkeypatch):
     store.put_kv(2, page_keys(toks, 1024, 16), st.kv)
     assert store.page(1, 0).data_ptr() == first  # the grown pool moved nothing
     assert store.pool_pages == 64 and len(store._chunks) == 4
+    uploads = []
+    monkeypatch.setattr(store_mod, "upload", lambda v, d: uploads.append(list(v)) or upload(v, d))
     assert torch.equal(store.restore_kv(2), st.kv[:, :, :1024])  # gathered across chunks
     assert torch.equal(store.restore_kv(1), st.kv[:, :, :512])
+    # the gathers' page indices go up through kernels._common.upload (pinned, asynchronous on a
+    # GPU: a pageable copy would wait for the device's queue, a sleep queued for a timed call too)
+    # per chunk a gather touches: its pages' places in the chunk, then their rows of the result
+    # (checkpoint 2: 64 pages in four 16-page chunks; checkpoint 1: 32 pages in the first two)
+    places_and_rows = [[list(range(16)), list(range(16 * c, 16 * c + 16))] for c in (0, 1, 2, 3, 0, 1)]
+    assert [[int(x) for x in u] for u in uploads] == [u for pair in places_and_rows for u in pair]
 
 
 def test_the_memory_plan_warns_in_one_line_only_when_it_does_not_fit():
