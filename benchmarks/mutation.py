@@ -278,6 +278,63 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "ssd_args": (["kernels/ssd_args.py"], ["tests/kernels/test_ssd.py"]),
     "chunk_segmented": (["kernels/chunk_segmented.py"], ["tests/kernels/test_state_segmented.py"]),
     "chunk_segmented_launch": (["kernels/chunk_segmented_launch.py"], ["tests/kernels/test_state_segmented.py"]),
+    # session 10's replay memory and host-term changes, one module each with its most direct tests first
+    "store": (
+        ["sim/replay/store.py"],
+        [
+            "tests/sim/replay/test_store_rules.py",
+            "tests/sim/replay/test_replay_store.py",
+            "tests/sim/replay/test_replay_memory.py",
+            "tests/sim/replay/test_replay_kv.py",
+            "tests/sim/replay/test_replay_runner.py",
+            "tests/sim/replay/test_replay_batch.py",
+            "tests/sim/replay/test_replay_validate.py",
+        ],
+    ),
+    "batched": (
+        ["sim/replay/batched.py"],
+        [
+            "tests/sim/replay/test_replay_memory.py",
+            "tests/sim/replay/test_replay_batch.py",
+            "tests/sim/replay/test_store_rules.py",
+            "tests/sim/replay/test_replay_runner.py",
+            "tests/sim/replay/test_replay_validate.py",
+        ],
+    ),
+    "hits": (
+        ["sim/replay/hits.py"],
+        [
+            "tests/sim/replay/test_replay_memory.py",
+            "tests/sim/replay/test_replay_validate.py",
+            "tests/sim/replay/test_store_rules.py",
+            "tests/sim/replay/test_replay_runner.py",
+            "tests/sim/replay/test_replay_batch.py",
+        ],
+    ),
+    "pipeline": (
+        ["sim/replay/pipeline.py"],
+        [
+            "tests/sim/replay/test_replay_memory.py",
+            "tests/sim/replay/test_replay_session.py",
+            "tests/sim/replay/test_replay_batch.py",
+            "tests/sim/replay/test_store_rules.py",
+        ],
+    ),
+    "host_term": (
+        ["sim/replay/measure.py", "sim/replay/calibration.py", "sim/replay/summary.py"],
+        [
+            "tests/sim/replay/test_host_term.py",
+            "tests/sim/replay/test_replay_summary.py",
+            "tests/sim/replay/test_timing_carry.py",
+            "tests/sim/test_cost_rules.py",
+            "tests/sim/replay/test_replay_measure.py",
+            "tests/sim/replay/test_replay_calibrate.py",
+        ],
+    ),
+    "kernels_common": (
+        ["kernels/_common.py"],
+        ["tests/kernels/test_metadata.py", "tests/kernels/test_state_segmented.py", "tests/kernels/test_api.py"],
+    ),
     "hf_config": (["sim/hf_config.py"], ["tests/sim/test_model_config_exact.py", "tests/sim/test_model_config.py"]),
     "reference": (
         ["kernels/reference.py"],
