@@ -6,7 +6,9 @@ argv in its own folder with its stdout and stderr sent to files, as a fresh ``ma
 Nothing runs a command in this process itself: no command sees another's state.
 
 Protocol (one JSON object a line): ``{"argv": [...], "cwd": ..., "out": ..., "err": ...,
-"timeout": s}`` on stdin -> ``{"rc": code}`` on stdout (``rc`` None: killed at the timeout).
+"timeout": s}`` on stdin -> ``{"rc": code}`` on stdout (``rc`` None: killed at the timeout). With
+``"script": path`` the child runs that Python script as ``python path argv[1:]`` would (as
+``__main__``, its folder first on ``sys.path``) instead of the CLI.
 Started by tests/forked_cli.py with the commands' environment; its arguments, if any, name the
 modules to preload instead of ``PRELOAD``.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import runpy
 import signal
 import sys
 import time
@@ -50,9 +53,9 @@ PRELOAD = (
 
 
 def _preload(names: tuple[str, ...]) -> None:
-    # compiled Triton (a GPU run) loads its CUDA driver lazily; left to the children all the same,
-    # so that no CUDA state is ever made before a fork
-    gpu = os.environ.get("TRITON_INTERPRET") != "1"
+    # compiled Triton (a GPU run) loads its CUDA driver lazily; the default list leaves it to the
+    # children all the same, so that no CUDA state is ever made before a fork
+    gpu = os.environ.get("TRITON_INTERPRET") != "1" and names is PRELOAD
     for name in names:
         if gpu and name.startswith(("triton", "kernels")):
             continue
@@ -77,7 +80,12 @@ def _child(req: dict) -> None:
     sys.argv = [req["argv"][0], *req["argv"][1:]]
     code = 1
     try:
-        main(req["argv"][1:], prog_name="marconi")
+        if req.get("script"):
+            sys.argv[0] = req["script"]
+            sys.path.insert(0, os.path.dirname(os.path.abspath(req["script"])))
+            runpy.run_path(req["script"], run_name="__main__")
+        else:
+            main(req["argv"][1:], prog_name="marconi")
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -22,9 +22,12 @@ class Forks:
         self.env, self.cwd, self.logs, self.proc, self.n = env, cwd, logs, None, 0
         self.preload = preload
 
-    def run(self, argv: list[str], timeout: float = 600, cwd: Path | None = None) -> tuple[int | None, str, str]:
-        """``marconi <argv[1:]>`` in ``cwd`` (default: the server's): (exit code, stdout, stderr);
-        the code is None when the command ran past ``timeout`` seconds and was killed."""
+    def run(
+        self, argv: list[str], timeout: float = 600, cwd: Path | None = None, script: Path | None = None
+    ) -> tuple[int | None, str, str]:
+        """``marconi <argv[1:]>`` (or ``python script argv[1:]``) in ``cwd`` (default: the
+        server's): (exit code, stdout, stderr); the code is None when the command ran past
+        ``timeout`` seconds and was killed."""
         if self.proc is None:
             self.proc = subprocess.Popen(
                 [sys.executable, str(FORKSERVER), *self.preload], cwd=self.cwd, env=self.env, stdin=subprocess.PIPE,
@@ -33,6 +36,8 @@ class Forks:
         self.n += 1
         out, err = self.logs / f"{self.n}.out", self.logs / f"{self.n}.err"
         req = {"argv": argv, "cwd": str(cwd or self.cwd), "out": str(out), "err": str(err), "timeout": timeout}
+        if script is not None:
+            req["script"] = str(script)
         self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()

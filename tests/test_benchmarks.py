@@ -5,11 +5,11 @@ print are not checked here (they are measurements); only that the script runs to
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from forked_cli import shared_forks
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
@@ -94,11 +94,12 @@ def test_benchmark_runs_at_its_smallest_size(script, tmp_path):
     # one torch thread: beside the other xdist worker, torch's default two spin against each other
     # (validation_sensitivity.py took 14.7 CPU s so, 3.6 on one thread)
     env.setdefault("OMP_NUM_THREADS", "1")
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / script), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    # each script in a process of its own, forked from one with torch loaded (tests/cli_forkserver.py)
+    rc, out, err = shared_forks(env, ("numpy", "pandas", "torch")).run(
+        [str(BENCH / script), *args], timeout=300, cwd=tmp_path, script=BENCH / script
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert expect in proc.stdout, proc.stdout[-2000:]
+    assert rc == 0, err[-2000:]
+    assert expect in out, out[-2000:]
 
 
 def test_host_time_column_is_the_median_of_seven_runs(monkeypatch):

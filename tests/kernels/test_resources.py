@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from forked_cli import shared_forks
 
 pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -26,9 +27,15 @@ pytestmark = [
 
 
 def _run(*args):
+    """``python benchmarks/kernel_resources.py args`` in a process of its own, forked from one with
+    torch and compiled-mode Triton loaded once per test process (tests/cli_forkserver.py)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # silences triton 3.9's notice
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=600)
+    argv = [str(SCRIPT), *args]
+    rc, out, err = shared_forks(env, ("torch", "triton", "kernels.chunk_gdn")).run(argv, timeout=600, script=SCRIPT)
+    if rc is None:
+        raise subprocess.TimeoutExpired(argv, 600, out, err)
+    return subprocess.CompletedProcess(argv, rc, out, err)
 
 
 @pytest.mark.parametrize("dtype,dim", [("bf16", 128), ("fp16", 256), ("bf16", 64)])
