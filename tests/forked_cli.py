@@ -29,10 +29,11 @@ class Forks:
         server's): (exit code, stdout, stderr); the code is None when the command ran past
         ``timeout`` seconds and was killed."""
         if self.proc is None:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(FORKSERVER), *self.preload], cwd=self.cwd, env=self.env, stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, text=True,
-            )  # fmt: skip
+            with (self.logs / "server.err").open("w") as log:  # what the server itself says
+                self.proc = subprocess.Popen(
+                    [sys.executable, str(FORKSERVER), *self.preload], cwd=self.cwd, env=self.env,
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                )  # fmt: skip
         self.n += 1
         out, err = self.logs / f"{self.n}.out", self.logs / f"{self.n}.err"
         req = {"argv": argv, "cwd": str(cwd or self.cwd), "out": str(out), "err": str(err), "timeout": timeout}
@@ -42,7 +43,8 @@ class Forks:
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
-            return -1, "", f"the fork server died (exit {self.proc.wait()})"
+            why = (self.logs / "server.err").read_text(errors="replace")[-2000:]
+            return -1, "", f"the fork server died (exit {self.proc.wait()}): {why}"
         texts = [f.read_text(errors="replace") for f in (out, err)]
         for f in (out, err):
             f.unlink()
