@@ -127,6 +127,32 @@ def test_trtllm_snapshot_inside_a_partly_matched_block_needs_fewer_than_32_child
     assert _trtllm_tree_hit(32) == (0, 20)
 
 
+def test_trtllm_a_block_matched_whole_reaches_its_snapshot_on_two_token_symbols():
+    """As above on 2-token symbols: 32 prompts sharing their first 20 tokens (10 symbols), with
+    snapshots at 20 and 64 tokens; a lookup of the first 40 tokens of one of them (and one new
+    symbol) matches the block (0, 32] whole, so the snapshot at 20 inside it is its hit though
+    the root has 32 children (the tokens the lookup may reach are its symbols x 2, 42). Mutation
+    survivor ``-m engine_tree --seed 3`` (2026-12-05): engine_tree.py L283, that cap divided by
+    the symbol size (10.5 tokens: the block not matched whole, the hit 0)."""
+    t = EngineTree(
+        EngineRules(kv_extent="state", snapshot_block=32),
+        capacity_bytes=10**6,
+        kv_bytes_per_token=1,
+        state_bytes=4,
+        block_tokens=2,
+        policy=VllmFreeQueueEviction(),
+    )
+    for k in range(32):
+        now = t.set_time(k + 1.0)
+        seq = np.array([*range(10), *range(1000 + 100 * k, 1022 + 100 * k)], dtype=np.int64)
+        res = t.insert(seq, 64, [10, 32], now)
+        assert res.inserted
+        t.refresh_inserted(res, now, final=True)
+    m = t.lookup(np.array([*range(10), *range(1000, 1010), 9], dtype=np.int64), now=t.set_time(100.0))
+    assert (m.hit_tokens, m.match_tokens) == (20, 40)
+    t.check_invariants()
+
+
 def test_the_running_request_holds_a_live_recurrent_page():
     """``KvCache`` takes a private recurrent page for the request's running state when it resumes
     and frees it at ``close`` (never committed; ``_core/_kv_cache.py``, reproduced by

@@ -507,3 +507,33 @@ def test_an_insert_the_engine_keeps_nothing_of_is_not_a_rejection():
     assert (res.new_kv_tokens, res.new_states) == (0, 0)
     assert (tree.kv_tokens, tree.n_states, tree.stats.rejected_inserts) == (0, 0, 0)
     tree.check_invariants()
+
+
+def test_a_snapshot_is_kept_when_the_path_leaves_a_deeper_states_edge_before_it():
+    """TensorRT-LLM's blocks of 8: a state at 8 on the edge 0..7; a path 0, 1, 2, 50, 51, 52
+    leaves that edge at token 3, before its snapshot at 6, so the two sit in different blocks
+    (different tokens): both are kept. Mutation survivor ``-m engine_tree --seed 3`` (2026-12-05):
+    engine_tree.py L384, the walk taking the edge's end (``max``) for where the path leaves it."""
+    tree = _tree(TieredLRUEviction(), EngineRules(snapshot_block=8), capacity=10**6)
+    tree.insert(np.arange(8, dtype=np.int64), 8, [8], tree.set_time(1.0))
+    tree.insert(np.array([0, 1, 2, 50, 51, 52]), 6, [6], tree.set_time(2.0))
+    assert sorted(n.depth_tokens for n in tree.iter_nodes() if n.has_state) == [6, 8]
+    assert tree.states_replaced == 0
+    tree.check_invariants()
+
+
+def test_a_deeper_snapshot_of_the_block_replaces_the_shallower_one_two_edges_up():
+    """TensorRT-LLM's one page per block (blocks of 8): 0..5 with a snapshot at 2 (edges [0, 2)
+    and [2, 6)); the same tokens again with a snapshot at 6: no cached path branches off between
+    2 and 6, so the new page replaces the one at 2 (``replace_page``). The branch check walks both
+    edges. Mutation survivor ``-m engine_tree --seed 3`` (2026-12-05): engine_tree.py L361,
+    ``_branches`` matching the edge against the wrong sequence (it saw a branch on the second
+    edge and kept both)."""
+    tree = _tree(TieredLRUEviction(), EngineRules(snapshot_block=8), capacity=10**6)
+    seq = np.arange(6, dtype=np.int64)
+    tree.insert(seq, 6, [2], tree.set_time(1.0))
+    assert sorted(n.depth_tokens for n in tree.iter_nodes() if n is not tree.root) == [2, 6]
+    tree.insert(seq, 6, [6], tree.set_time(2.0))
+    assert sorted(n.depth_tokens for n in tree.iter_nodes() if n.has_state) == [6]
+    assert tree.states_replaced == 1
+    tree.check_invariants()
