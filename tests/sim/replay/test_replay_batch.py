@@ -362,3 +362,20 @@ def test_hit_checks_wait_across_flushes_until_their_queue_is_full(model):
     refs = [c.segments for c in rp.batch_log if c.kind == "reference"]
     assert refs == [[(0, 170), (0, 110), (0, 170)]]
     assert rp.records[1].validated and rp.records[2].validated and rp.records[1].lookups == 2
+
+
+def test_a_later_group_of_hit_checks_holds_exactly_batch_tokens(model):
+    """The queued checks run in groups of up to ``batch_tokens`` tokens, a group after the first
+    as full as the first may be: 170 alone (170 + 110 > 220), then 110 + 110 = 220 as one
+    reference call; mutation survivor of ``BatchedReplay.run_checks`` (a new group counted from
+    1 token, not 0, splits the second group)."""
+    rp, _ = make(model, batch=2, batch_tokens=220)
+    turn(rp, 0, admits=[(1, 64), (4, 130)])
+    turn(rp, 1, cp=4, hit=130)  # request 0 produces 4: it runs alone
+    turn(rp, 3)  # 1 and 3 run; 1's check (170 tokens) waits: 170 < 220
+    turn(rp, 2, cp=1, hit=64)
+    turn(rp, 2, cp=1, hit=64)  # the queue runs; two checks of 110 join: 390 >= 220, the checks run
+    rp.finish()
+    assert rp.failures == [] and rp.batch_flushes == {"dependency": 1, "full": 2}
+    refs = [c.segments for c in rp.batch_log if c.kind == "reference"]
+    assert refs == [[(0, 170)], [(0, 110), (0, 110)]]
