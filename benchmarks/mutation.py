@@ -304,6 +304,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "hits": (
         ["sim/replay/hits.py"],
         [
+            "tests/sim/replay/test_replay_flights.py",
             "tests/sim/replay/test_replay_memory.py",
             "tests/sim/replay/test_replay_validate.py",
             "tests/sim/replay/test_store_rules.py",

@@ -179,3 +179,29 @@ def test_a_parked_hit_whose_slot_changed_or_left_fails_its_restore(tiny_model, t
     rp.lookup(5, 99, 100)
     assert rp.failures[-1] == Failure("missing", 5, 99, -1, 100, "not in the store")
     assert [r.failed for r in rp.finish() if r.request in (1, 5)] == [True, True]
+
+
+def test_a_hit_that_fails_its_bookkeeping_check_holds_nothing(tiny_model, tiny_shape):
+    """A hit whose prefix hash differs is a failure (its record marked failed) and runs from
+    scratch holding no restored state: it parks no waiting flight past ``max_open``, and the
+    waiting hit is restored once and checked; mutation survivors of ``HitChecker.fail`` (the
+    record's flag) and ``HitChecker.restore`` (True after the hash failure: the failed flight
+    held, the waiting one parked twice)."""
+    reqs = {**REQS, 9: (np.concatenate([O0, P0]), 100)}  # 130 tokens, not request 0's prefix
+    store = CheckpointStore(tiny_shape, torch.float32, device="cpu")
+    rp = Replayer(tiny_model, store, lambda r: reqs[r], eager=True, max_open=1)
+    first_turn(rp)
+    rp.lookup(1, 4, 130)  # restored; waits for a server, the one flight holding tensors
+    rp.lookup(9, 4, 130)  # same position, other tokens: the hash check fails
+    assert rp.parked == 0
+    rp.prefill(1, 130, 170)
+    rp.decode(1)
+    rp.prefill(9, 0, 100)
+    rp.decode(9)
+    recs = {r.request: r for r in rp.finish()}
+    assert [(f.kind, f.request, f.checkpoint, f.stored_position, f.hit_position) for f in rp.failures] == [
+        ("hash", 9, 4, 130, 130)
+    ]
+    assert rp.parked == 0
+    assert recs[9].failed and not recs[9].restored
+    assert recs[1].restored and recs[1].validated and not recs[1].failed
