@@ -233,3 +233,30 @@ def test_hash_block_trace_replayed(tmp_path):
     res, events = replay(trace, "exact", "des", capacity=10**6, requests=None)
     check(res, events)
     assert res.summary["hits"] >= 2
+
+
+@pytest.mark.parametrize("scheduler, max_open, stepper", [("continuous", 48, "StepExecutor"), ("fcfs", 16, "NoneType")])
+def test_a_continuous_replay_keeps_a_batch_of_flights_open_and_steps_it(chat, scheduler, max_open, stepper):
+    """``pipeline.build``: under the continuous scheduler the replayer keeps ``max_num_seqs + 8``
+    flights open (every running request's, at least 16) and a ``StepExecutor`` replays the
+    steps; under any other, 16 flights and no stepper (mutation survivors of ``pipeline.build``'s
+    two ``continuous`` tests, -m pipeline --seed 0)."""
+    from sim.cost import get_model
+    from sim.replay import pipeline
+    from sim.replay.session import VOCAB_ROWS, token_source
+
+    cfg = SimConfig(policy="marconi", model="replay-tiny", mode="des", scheduler=scheduler, max_num_seqs=40)
+    settings = ReplaySettings(layers=1, device="cpu", dtype="fp32", requests=6)
+    parts = pipeline.build(
+        chat,
+        cfg,
+        settings,
+        get_model("replay-tiny"),
+        1,
+        "torch",
+        torch.device("cpu"),
+        timing=None,
+        vocab_rows=VOCAB_ROWS,
+        tokens_of=token_source(chat, 0),
+    )
+    assert parts.replayer.max_open == max_open and type(parts.stepper).__name__ == stepper
