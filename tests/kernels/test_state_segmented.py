@@ -506,3 +506,21 @@ def test_plain_calls_remember_their_layouts_metadata():
     with pytest.raises(ValueError, match="cu_seqlens needs B == 1"):
         chunk_gated_delta_rule(*x2, cu_seqlens=[0, 70, 200])
     assert _common.remembered_metadata(x2[0], [0, 70, 200], None, 1, None) is None
+
+
+def test_offsets_that_are_not_plain_ints_are_never_remembered():
+    """Offsets given as neither ints nor a CPU tensor (here numpy integers, a list of them) are no
+    layout ``remembered_metadata`` keys on: None, and nothing remembered under the call without
+    offsets, which keeps its one sequence of 200 (mutation survivor of ``_common._host_ints``: its
+    last ``False`` as None read such offsets as none and remembered the varlen metadata as the
+    dense layout's)."""
+    import numpy as np
+
+    from kernels import _common
+
+    x = make_inputs(200, seed=62)
+    odd = [np.int64(0), np.int64(70), np.int64(200)]
+    assert _common.remembered_metadata(x[0], odd, None, 1, None) is None
+    assert _common.remembered_metadata(x[0], None, [np.int64(5)], 1, None) is None
+    dense = _common.remembered_metadata(x[0], None, None, 1, None)
+    assert dense.cu_seqlens == [0, 200] and dense.start_positions == [0]
