@@ -193,3 +193,20 @@ def test_the_committed_h200_timing_prices_host_bound_calls():
     before = request_errors(run, replace(t, host_ms_per_call=0.0, host_ms_per_layer=0.0))
     assert before["error"].abs().quantile(0.95) == pytest.approx(0.677, abs=5e-4)
     assert e["error"].abs().quantile(0.95) == pytest.approx(0.536, abs=5e-4)
+
+
+def test_the_request_table_carries_each_requests_shadow_and_the_summary_the_simulated_flops_saved():
+    """``--validate shadow``'s columns come from the shadow record of the same request (absent:
+    not validated, not failed, NaN errors); the summary's simulated FLOPs saved are the full
+    prefills' FLOPs less the hit's suffix FLOPs the simulator priced (mutation -m host_term --seed 1
+    survivors measure.py L267 and L356)."""
+    miss, hit = _records()
+    shadow_hit = RequestRecord(1, 140, 4, hit_tokens=100, restored=True)
+    shadow_hit.validated, shadow_hit.failed, shadow_hit.max_out_error = True, True, 0.25
+    df = measure.request_table([miss, hit], TINY, DEVICE, COUNTS, shadow=[shadow_hit])
+    assert df["shadow_validated"].tolist() == [False, True]
+    assert df["shadow_failed"].tolist() == [False, True]
+    assert np.isnan(df["shadow_max_out_error"][0]) and df["shadow_max_out_error"][1] == 0.25
+    s = measure.summary(df, failures=0, store_peak_bytes=0, wall_s=1.0)
+    assert s["simulated_flops_saved"] == pytest.approx(TINY.flops(140) - TINY.prefill_flops(100, 140))
+    assert s["simulated_flops_saved"] > 0
