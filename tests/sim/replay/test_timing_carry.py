@@ -282,3 +282,12 @@ def test_a_timing_file_without_the_optional_terms_reads_them_as_zero(tmp_path):
     for group in ("layer_floor_ms", "seq_ms", "ms_per_weight_gb", "ms_per_act_gb"):
         assert getattr(t, group) == dict.fromkeys(LAYER_KINDS, 0.0), group
     assert (t.ms_per_kv_gb, t.dtype, t.covers) == (0.0, "", {})
+
+
+def test_fit_across_takes_the_call_time_from_the_runs_not_from_the_base():
+    """The call's own time (``call_ms``) is the median of the timed calls' "other" time per
+    segment: a base timing with another call time does not leak into the fit (mutation -m
+    host_term --seed 1 survivor calibration.py L197)."""
+
+    t, _ = fit_across(_runs(), replace(TRUE, call_ms=0.5), peak_tflops=989.0)
+    assert t.call_ms == pytest.approx(0.02)
