@@ -291,3 +291,17 @@ def test_fit_across_takes_the_call_time_from_the_runs_not_from_the_base():
 
     t, _ = fit_across(_runs(), replace(TRUE, call_ms=0.5), peak_tflops=989.0)
     assert t.call_ms == pytest.approx(0.02)
+
+
+def test_the_kv_read_feature_is_zero_for_a_one_token_call_and_the_whole_context_above():
+    """``features``' last attention column: the context's keys and values read, L tokens of KV a
+    layer for a call of two tokens or more, none for a one-token call (mutation -m host_term
+    --seed 1 survivor calibration.py L86)."""
+    from sim.replay.calibration import kv_gb_per_layer_token
+
+    spec = get_model("qwen3.5-9b")
+    per = kv_gb_per_layer_token(spec)
+    assert per > 0
+    assert features(spec, "attention", 4096, 4097)[-1] == 0.0
+    assert features(spec, "attention", 4096, 4098)[-1] == pytest.approx(per * 4098)
+    assert features(spec, "attention", 0, 2)[-1] == pytest.approx(per * 2)
