@@ -151,6 +151,9 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["sim/cost.py"],
         [
             "tests/sim/test_cost.py",
+            "tests/sim/test_cost_rules.py",
+            "tests/sim/test_gpus.py",
+            "tests/sim/test_model_config_exact.py",
             "tests/sim/engine",
             "tests/sim/compat",
             "tests/policies",

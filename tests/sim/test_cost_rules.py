@@ -599,3 +599,28 @@ def test_a_one_rate_step_pays_the_all_reduce_of_every_token_it_runs():
     prefills, decodes = [(100, 400), (0, 200)], [1000, 2000, 3000]
     extra = (0.5 + (300 + 200 + 3) * 0.01) * 1e-3
     assert tp.step_time_s(spec, prefills, decodes) == pytest.approx(base.step_time_s(spec, prefills, decodes) + extra)
+
+
+def test_a_hardware_timed_step_pays_the_all_reduce_of_every_token_it_runs():
+    """HardwareTiming under tensor parallel, as TimingModel above: one all-reduce time per call
+    and per token of the step (mutation -m cost --seed 5 survivor L943: tokens / per-token)."""
+    from sim.cost import read_timing_file
+
+    spec = get_model("qwen3.5-9b")
+    base = read_timing_file(Path(__file__).resolve().parents[2] / "sim" / "data" / "h200-timing.json")
+    tp = replace(base, comm_ms_per_call=0.5, comm_ms_per_token=0.01)
+    prefills, decodes = [(100, 400), (0, 200)], [1000, 2000, 3000]
+    extra = (0.5 + (300 + 200 + 3) * 0.01) * 1e-3
+    assert tp.step_time_s(spec, prefills, decodes) == pytest.approx(base.step_time_s(spec, prefills, decodes) + extra)
+
+
+def test_a_timing_that_records_no_model_widths_says_nothing_of_them():
+    """``coverage_note`` with ``covers`` naming prompt lengths only: no d_model range, so no word
+    on d_model (mutation -m cost --seed 5 survivor L862: a default range of (0, 1))."""
+    from sim.cost import read_timing_file
+
+    base = read_timing_file(Path(__file__).resolve().parents[2] / "sim" / "data" / "h200-timing.json")
+    t = replace(base, covers={"max_tokens": 1000})
+    spec = get_model("qwen3.5-9b")
+    assert t.coverage_note(spec) == ""
+    assert t.coverage_note(spec, max_tokens=2000).endswith(": prompts up to 2,000 tokens (fitted up to 1,000)")
