@@ -34,6 +34,12 @@ SMALLEST = {
         ["--model", "replay-tiny", "--device", "cpu", "--small", "--reps", "1", "--suffixes", "25", "--prefixes", "0"],
         "device ms",
     ),
+    # what waited inside each timed call (a GPU's figures; on a CPU a smoke run: counts 0)
+    "replay_stall_probe.py": (
+        ["--", "--device", "cpu", "--model", "replay-tiny", "--requests", "3", "--mode", "sequential"]
+        + ["--trace", "synthetic:chat:sessions=1,turns=3,prompt_tokens=150,user_tokens=20,output_tokens=8,prompts=1"],
+        "timed calls probed",
+    ),
     # need a GPU (kernel_bench, kernel_host_probe, kernel_launch_floor, replay_bench) or compile kernels for minutes
     # (kernel_resources is run by tests/kernels/test_resources.py): their command line at least
     "kernel_bench.py": (["--help"], "usage"),
