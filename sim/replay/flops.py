@@ -65,6 +65,18 @@ def replayed_flops(spec, counts, segments) -> float:
     return total
 
 
+def padding_flops(spec, segments) -> float:
+    """What the kernel's 64-token chunks add to ``model_flops`` over the cost model's per-token
+    price of the same calls (``spec.prefill_flops``): the gated-delta core of every chunk's
+    unfilled part, ``n_gdn * gdn_chunk_flops * (chunks - tokens / 64)`` summed over the calls (0
+    for Mamba layers, which the cost model and replay both price per token). ``model_flops`` less
+    this equals the cost model's FLOPs exactly."""
+    if not spec.n_gdn:
+        return 0.0
+    ragged = sum(chunks_of(s, e) - (e - s) / GDN_CHUNK for s, e in segments if e > s)
+    return spec.n_gdn * spec.gdn_chunk_flops * ragged
+
+
 def model_flops(spec, segments, replayed_layers=None) -> float:
     """Executed FLOPs of the calls scaled to the whole model: every layer of the preset over the
     calls (gated-delta chunk padding included), plus Mamba layers analytically."""

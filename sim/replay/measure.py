@@ -28,7 +28,7 @@ import pandas as pd
 from sim.gpus import catalogue_name
 from sim.cost import LAYER_KINDS, HardwareTiming, ModelSpec, gdn_chunks, read_timing_file, timing_to_dict
 from sim.errors import UsageError
-from sim.replay.flops import mamba2_linear, model_flops, replayed_flops
+from sim.replay.flops import mamba2_linear, model_flops, padding_flops, replayed_flops
 
 #: a queued call whose last kernel ended less than this after the host finished issuing it had
 #: the GPU waiting for the host at its end (``sim.replay.clock.Stopwatch.slack_ms``): its device
@@ -250,6 +250,9 @@ def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.D
             replay_flops_simulated=rspec.prefill_flops(hit, n),
             executed_flops=model_flops(spec, r.suffix_segments),
             executed_full_flops=model_flops(spec, [(0, n)]),
+            # the part of executed - simulated that the kernel's 64-token chunks make
+            executed_padding_flops=padding_flops(spec, r.suffix_segments),
+            executed_full_padding_flops=padding_flops(spec, [(0, n)]),
             simulated_flops=spec.prefill_flops(sim_hit, n),
             simulated_full_flops=spec.flops(n),
             modelled_ms=modelled_ms(spec, timing, counts, hit, n, splits),
@@ -352,6 +355,9 @@ def summary(
         modelled_ms_saved_validated=float((paired["modelled_full_ms"] - paired["modelled_ms"]).sum()),
         measured_flops_saved=float((df["executed_full_flops"] - df["executed_flops"]).sum()) if len(df) else 0.0,
         simulated_flops_saved=float((df["simulated_full_flops"] - df["simulated_flops"]).sum()) if len(df) else 0.0,
+        padding_flops_saved=float((df["executed_full_padding_flops"] - df["executed_padding_flops"]).sum())
+        if len(df)
+        else 0.0,
         replay_flops_executed=float(df["replay_flops"].sum()) if len(df) else 0.0,
         replay_flops_simulated=float(df["replay_flops_simulated"].sum()) if len(df) else 0.0,
         time_model_median_error=med,

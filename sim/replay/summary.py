@@ -70,6 +70,9 @@ class ReplaySummary(SummaryReads):
     modelled_ms_saved_validated: float
     measured_flops_saved: float
     simulated_flops_saved: float
+    # of measured - simulated, what the kernel's 64-token chunks pad (sim.replay.flops.padding_flops):
+    # the rest is 0 on a correct replay
+    padding_flops_saved: float
     replay_flops_executed: float
     replay_flops_simulated: float
     time_model_median_error: float

@@ -206,6 +206,8 @@ def check_contract(res, *, continuous: bool, want_hits: bool = True) -> dict:
     hits = df[df["hit_tokens"] > 0]
     pad = spec.n_gdn * spec.gdn_chunk_flops * float((1 + hits["splits"]).sum() + df["splits"].sum())
     assert abs(exe_saved - sim_saved) <= max(1e-3 * abs(sim_saved), pad, 1.0), (exe_saved, sim_saved, pad)
+    # and exactly: the difference is the chunks' padding (sim.replay.flops.padding_flops), nothing else
+    assert exe_saved - sim_saved - s["padding_flops_saved"] == pytest.approx(0.0, abs=1e-9 * abs(sim_saved) + 1.0)
     if continuous:
         assert s["steps_cross_checked"] > 0 and s["step_check_failures"] == 0
         assert s["steps_cross_checked"] == min(CHECK_STEPS, s["steps_executed"])

@@ -71,6 +71,8 @@ def test_contract_at_preset_shapes(model, kind, scheduler):
     pad = spec.n_gdn * spec.gdn_chunk_flops * float((1 + hits["splits"]).sum() + df["splits"].sum())
     exe, sim = s["measured_flops_saved"], s["simulated_flops_saved"]
     assert abs(exe - sim) <= max(1e-3 * abs(sim), pad), (exe, sim, pad)
+    # and exactly: the difference is the chunks' padding, nothing else
+    assert exe - sim - s["padding_flops_saved"] == pytest.approx(0.0, abs=1e-9 * abs(sim) + 1.0)
     # every prompt ran once, from its hit (a dropped request made again ran its prompt twice)
     assert all(
         sum(e - a for a, e in segs) == n - h for segs, n, h in zip(df["segments"], df["input_tokens"], df["hit_tokens"])
