@@ -335,6 +335,15 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_replay_calibrate.py",
         ],
     ),
+    # executed FLOPs and the chunks' padding (issue 41's FLOPs contract)
+    "flops": (
+        ["sim/replay/flops.py"],
+        [
+            "tests/sim/replay/test_replay_flops.py",
+            "tests/sim/replay/test_host_term.py",
+            "tests/sim/replay/test_replay_measure.py",
+        ],
+    ),
     "kernels_common": (
         ["kernels/_common.py"],
         ["tests/kernels/test_metadata.py", "tests/kernels/test_state_segmented.py", "tests/kernels/test_api.py"],
