@@ -319,6 +319,7 @@ def check_run(ctx, policies: str, capacity: str, alpha: str, sessions_per_second
     refuse_inert_settings(explicit_settings(ctx, {"capacity": "capacity_bytes"}), configs)
     refuse_unread_trace_options([kwargs.get("trace") or "sharegpt"], given_trace_options(ctx))
     refuse_rate_on_open_loop([kwargs.get("trace") or "sharegpt"], _given(ctx, "sessions_per_second"))
+    refuse_rate_on_open_loop([kwargs.get("trace") or "sharegpt"], _given(ctx, "arrival"), "--arrival")
     if kwargs.get("timing_file"):
         check_timing(kwargs["timing_file"], model=kwargs.get("model"))
 
@@ -340,7 +341,9 @@ def check_configs(given: list[str], given_trace: list[str], trace_specs: list[st
     configuration reads, trace options no trace reads, every timing file (each once, per model)."""
     refuse_inert_settings(given, configs)
     refuse_unread_trace_options([s or "sharegpt" for s in trace_specs] or ["sharegpt"], given_trace)
-    refuse_rate_on_open_loop([s or "sharegpt" for s in trace_specs] or ["sharegpt"], "sessions_per_second" in given)
+    specs = [s or "sharegpt" for s in trace_specs] or ["sharegpt"]
+    refuse_rate_on_open_loop(specs, "sessions_per_second" in given)
+    refuse_rate_on_open_loop(specs, "arrival" in given, "--arrival")
     for path, model in dict.fromkeys((c.timing_file, c.model) for c in configs if c.timing_file):
         check_timing(path, model=model)
 
@@ -372,6 +375,10 @@ def check_advise(ctx, trace_spec: str | None, fixed: dict) -> None:
     """`marconi advise`'s options that cannot act: trace options the trace does not read, a timing
     file that describes no machine, a rate out of range."""
     refuse_unread_trace_options([trace_spec or "sharegpt"], given_trace_options(ctx))
+    # a rate (or arrival law) on a timestamped trace changed nothing, and the `marconi run` lines
+    # printed to reproduce the advice carried it, which `marconi run` refuses
+    refuse_rate_on_open_loop([trace_spec or "sharegpt"], _given(ctx, "sessions_per_second"))
+    refuse_rate_on_open_loop([trace_spec or "sharegpt"], _given(ctx, "arrival"), "--arrival")
     if fixed.get("timing_file"):
         check_timing(fixed["timing_file"], model=ctx.params.get("model"))
     rate = fixed.get("sessions_per_second", 1.0)
