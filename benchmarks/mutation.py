@@ -348,7 +348,14 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["kernels/_common.py"],
         ["tests/kernels/test_metadata.py", "tests/kernels/test_state_segmented.py", "tests/kernels/test_api.py"],
     ),
-    "hf_config": (["sim/hf_config.py"], ["tests/sim/test_model_config_exact.py", "tests/sim/test_model_config.py"]),
+    "hf_config": (
+        ["sim/hf_config.py"],
+        [
+            "tests/sim/test_model_config_exact.py",
+            "tests/sim/test_model_config.py",
+            "tests/sim/cli/test_bad_input_round5.py",
+        ],
+    ),
     "reference": (
         ["kernels/reference.py"],
         ["tests/kernels/test_reference.py", "tests/kernels/test_conv.py", "tests/kernels/test_chunk_gdn.py"],

@@ -24,7 +24,8 @@ keep) and the config's dtype for Mamba (the engines' ``--mamba-ssm-cache-dtype a
 config names one (``mamba_ssm_dtype``, ``mamba_ssm_cache_dtype``). MoE blocks of different widths
 in one model (Jamba: MoE every other layer) are averaged over the MLP blocks, which keeps every
 per-token FLOP and byte exact. A missing field or an unknown family is one ``UsageError`` line
-naming it.
+naming it; so is a width, count or period of 0 (0 Mamba heads priced a model doing no work), heads
+that do not split into their groups, and a Jamba offset past its period (no such layer at all).
 """
 
 from __future__ import annotations
@@ -95,6 +96,20 @@ class _Fields:
             raise UsageError(f"model config {self.where}: field {names[0]!r} must be a whole number >= 0, not {v!r}")
         return int(v)
 
+    def pos(self, *names, default=None) -> int:
+        """A width, count or period: a whole number >= 1 (0 heads or a 0-wide state priced a
+        model with no such layer, or one that does no work)."""
+        v = self.int(*names, default=default)
+        if v < 1:
+            raise UsageError(f"model config {self.where}: field {names[0]!r} must be >= 1, not {v}")
+        return v
+
+    def divides(self, small: str, a: int, big: str, b: int) -> None:
+        """Field ``small`` (value ``a``) must divide field ``big`` (value ``b``): each of ``a`` groups
+        holds a whole share of the ``b`` heads."""
+        if b % a:
+            raise UsageError(f"model config {self.where}: field {small!r} ({a}) must divide {big!r} ({b})")
+
 
 def _dtype_bytes(name, where: str, field: str) -> int:
     s = str(name).lower().replace("torch.", "")
@@ -152,16 +167,18 @@ def _mamba2(f: _Fields, family: str, d: int, n: int, d_inner=None) -> tuple[dict
     """``n`` Mamba2 layers of a ``family`` config: their ``ModelSpec`` fields (``n_mamba`` and the
     mixer's shape; ``d_inner``: heads x head dim unless given) and their weights."""
     heads, head_dim, state, groups, conv = _MAMBA2_FIELDS[family]
-    n_heads = f.int(*heads)
-    hdim = f.int(*head_dim)
+    n_heads = f.pos(*heads)
+    hdim = f.pos(*head_dim)
     di = int(d_inner) if d_inner else n_heads * hdim
+    n_groups = f.pos(*groups) if any(g in f.d for g in groups) else 1
+    f.divides(next((g for g in groups if g in f.d), groups[0]), n_groups, heads[0], n_heads)
     m = dict(
         mamba_version=2,
         mamba_heads=n_heads,
         mamba_d_inner=di,
-        mamba_d_state=f.int(*state),
-        mamba_n_groups=f.int(*groups) if any(g in f.d for g in groups) else 1,
-        mamba_conv_width=f.int(*conv) if any(c in f.d for c in conv) else 4,
+        mamba_d_state=f.pos(*state),
+        mamba_n_groups=n_groups,
+        mamba_conv_width=f.pos(*conv) if any(c in f.d for c in conv) else 4,
     )
     return dict(n_mamba=n, **m), n * _mamba2_params(d, m)
 
@@ -198,13 +215,13 @@ def read_config(path) -> dict:
             f"model config {where}: model_type {family or None!r} is not one this reader knows ({', '.join(FAMILIES)})"
         )
     f = _Fields(cfg, where, family)
-    d = f.int("hidden_size", "d_model")
+    d = f.pos("hidden_size", "d_model")
     layers = f.int("num_hidden_layers", "n_layer", "n_layers")
     if layers < 1:
         raise UsageError(f"model config {where}: field 'num_hidden_layers' must be >= 1, not {layers}")
     dtype = cfg.get("torch_dtype") or cfg.get("dtype") or raw.get("torch_dtype") or raw.get("dtype") or "bfloat16"
     act_bytes = _dtype_bytes(dtype, where, "torch_dtype")
-    vocab = f.int("vocab_size")
+    vocab = f.pos("vocab_size")
     tied = bool(cfg.get("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
     out: dict = dict(name=str(path), d_model=d, kv_dtype_bytes=act_bytes, conv_dtype_bytes=act_bytes)
     ssm_dtype = cfg.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_cache_dtype")
@@ -227,7 +244,7 @@ def read_config(path) -> dict:
         )
         other += n * _attn_params(d, heads, kv, hd, gate)
 
-    def swiglu(inter: int) -> tuple[int, int]:
+    def swiglu(inter: int) -> tuple[int, int]:  # ``inter``: read with f.pos
         return (3 * d * inter, 3 * d * inter)
 
     if family in ("qwen3_next", "qwen3_5", "qwen3_5_moe"):
@@ -246,9 +263,10 @@ def read_config(path) -> dict:
             is_attn = [(i + 1) % k == 0 for i in range(layers)]
         n_attn = sum(is_attn)
         attention(n_attn, gate=bool(cfg.get("attn_output_gate", True)))
-        hk, hv = f.int("linear_num_key_heads"), f.int("linear_num_value_heads")
-        dk, dv = f.int("linear_key_head_dim"), f.int("linear_value_head_dim")
-        w = f.int("linear_conv_kernel_dim", default=4)
+        hk, hv = f.pos("linear_num_key_heads"), f.pos("linear_num_value_heads")
+        f.divides("linear_num_key_heads", hk, "linear_num_value_heads", hv)  # value heads share key heads
+        dk, dv = f.pos("linear_key_head_dim"), f.pos("linear_value_head_dim")
+        w = f.pos("linear_conv_kernel_dim", default=4)
         out.update(
             n_gdn=layers - n_attn,
             gdn_k_heads=hk,
@@ -261,7 +279,7 @@ def read_config(path) -> dict:
         conv_dim = 2 * hk * dk + hv * dv
         other += (layers - n_attn) * (d * (2 * hk * dk + 2 * hv * dv) + d * 2 * hv + hv * dv * d + conv_dim * w)
         experts = f.int("num_experts", default=0)
-        sparse_step = f.int("decoder_sparse_step", default=1)
+        sparse_step = f.pos("decoder_sparse_step", default=1) if experts > 0 else 1  # layer i MoE: (i+1) % step
         dense_only = cfg.get("mlp_only_layers") or []
         if not isinstance(dense_only, list) or not all(
             isinstance(i, int) and not isinstance(i, bool) for i in dense_only
@@ -270,14 +288,19 @@ def read_config(path) -> dict:
         dense_only = set(dense_only)
         for i in range(layers):
             if experts > 0 and sparse_step > 0 and (i + 1) % sparse_step == 0 and i not in dense_only:
-                inter, top = f.int("moe_intermediate_size"), f.int("num_experts_per_tok")
+                inter, top = f.pos("moe_intermediate_size"), f.pos("num_experts_per_tok")
                 shared = f.int("shared_expert_intermediate_size", default=0)
                 mlp_blocks.append((_moe(d, inter, top, shared, experts), _moe_total(d, inter, shared, experts)))
             else:
-                mlp_blocks.append(swiglu(f.int("intermediate_size")))
+                mlp_blocks.append(swiglu(f.pos("intermediate_size")))
     elif family == "nemotron_h":
         pattern = f.need("hybrid_override_pattern")
-        if not isinstance(pattern, str) or len(pattern) != layers:
+        if not isinstance(pattern, str):
+            raise UsageError(
+                f"model config {where}: field 'hybrid_override_pattern' must be a string of {layers} characters "
+                f"(a block a layer), not {pattern!r}"
+            )
+        if len(pattern) != layers:
             raise UsageError(f"model config {where}: field 'hybrid_override_pattern' must have {layers} characters")
         bad = sorted(set(pattern) - set("M*-E"))
         if bad:
@@ -289,13 +312,13 @@ def read_config(path) -> dict:
         other += params
         for c in pattern:
             if c == "-":  # squared-ReLU MLP: up and down projections only
-                inter = f.int("intermediate_size")
+                inter = f.pos("intermediate_size")
                 mlp_blocks.append((2 * d * inter, 2 * d * inter))
             elif c == "E":  # MoE of squared-ReLU experts (Nemotron 3): routed + shared, a router
                 inter, top, n_e = (
-                    f.int("moe_intermediate_size"),
-                    f.int("num_experts_per_tok"),
-                    f.int("n_routed_experts"),
+                    f.pos("moe_intermediate_size"),
+                    f.pos("num_experts_per_tok"),
+                    f.pos("n_routed_experts"),
                 )
                 shared = f.int("moe_shared_expert_intermediate_size", default=0)
                 mlp_blocks.append(
@@ -306,12 +329,18 @@ def read_config(path) -> dict:
         e_period, e_offset = f.int("expert_layer_period"), f.int("expert_layer_offset")
         if period < 1 or e_period < 1:
             raise UsageError(f"model config {where}: fields 'attn_layer_period' and 'expert_layer_period' must be >= 1")
+        for name, at, every in (("attn", offset, period), ("expert", e_offset, e_period)):
+            if at >= every:  # layer i is one when i % period == offset: never, past the period
+                raise UsageError(
+                    f"model config {where}: field '{name}_layer_offset' ({at}) must be below "
+                    f"'{name}_layer_period' ({every})"
+                )
         n_attn = sum(1 for i in range(layers) if i % period == offset)
         attention(n_attn)
-        di = f.int("mamba_expand") * d
-        N, W = f.int("mamba_d_state"), f.int("mamba_d_conv")
+        di = f.pos("mamba_expand") * d
+        N, W = f.pos("mamba_d_state"), f.pos("mamba_d_conv")
         r = cfg.get("mamba_dt_rank", "auto")
-        R = -(-d // 16) if r in (None, "auto") else f.int("mamba_dt_rank")
+        R = -(-d // 16) if r in (None, "auto") else f.pos("mamba_dt_rank")
         out.update(
             n_mamba=layers - n_attn,
             mamba_version=1,
@@ -321,7 +350,7 @@ def read_config(path) -> dict:
             mamba_dt_rank=R,
         )
         other += (layers - n_attn) * (d * 2 * di + di * (R + 2 * N) + R * di + di * d + di * W + di * N + di)
-        experts, top, inter = f.int("num_experts"), f.int("num_experts_per_tok"), f.int("intermediate_size")
+        experts, top, inter = f.pos("num_experts"), f.pos("num_experts_per_tok"), f.pos("intermediate_size")
         for i in range(layers):
             if experts > 1 and i % e_period == e_offset:
                 mlp_blocks.append((3 * d * inter * top + d * experts, 3 * d * inter * experts + d * experts))
@@ -332,7 +361,7 @@ def read_config(path) -> dict:
         m, params = _mamba2(f, family, d, layers, d_inner=f.int("mamba_d_ssm", default=0) or None)
         out.update(m)
         other += params
-        mlp_blocks += [swiglu(f.int("intermediate_size"))] * layers
+        mlp_blocks += [swiglu(f.pos("intermediate_size"))] * layers
     elif family == "granitemoehybrid":
         types = f.need("layer_types", "layers_block_type")
         if not isinstance(types, list) or len(types) != layers:
@@ -344,17 +373,17 @@ def read_config(path) -> dict:
         attention(n_attn)
         n_m = layers - n_attn
         if n_m:
-            expand = f.int("mamba_expand", default=2)
+            expand = f.pos("mamba_expand", default=2)
             m, params = _mamba2(f, family, d, n_m, d_inner=expand * d if "mamba_d_head" not in cfg else None)
             out.update(m)
             other += params
         experts = f.int("num_local_experts", default=0)
         if experts > 0:
-            inter, top = f.int("intermediate_size"), f.int("num_experts_per_tok")
+            inter, top = f.pos("intermediate_size"), f.pos("num_experts_per_tok")
             shared = f.int("shared_intermediate_size", default=0)
             block = (_moe(d, inter, top, shared, experts), _moe_total(d, inter, shared, experts))
         else:
-            block = swiglu(f.int("shared_intermediate_size", "intermediate_size"))
+            block = swiglu(f.pos("shared_intermediate_size", "intermediate_size"))
         mlp_blocks += [block] * layers
     elif family == "mamba2":
         m, params = _mamba2(f, family, d, layers)
@@ -362,7 +391,7 @@ def read_config(path) -> dict:
         other += params
     else:  # llama and plain relatives
         attention(layers)
-        mlp_blocks += [swiglu(f.int("intermediate_size"))] * layers
+        mlp_blocks += [swiglu(f.pos("intermediate_size"))] * layers
 
     top = cfg.get("num_experts_per_tok")
     n_experts = next((cfg[k] for k in ("num_experts", "n_routed_experts", "num_local_experts") if cfg.get(k)), 0)

@@ -4,6 +4,7 @@ never a traceback, and nothing is written."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -53,3 +54,74 @@ def test_arrival_options_on_a_timestamped_trace_are_refused(tmp_path, args, flag
     result = marconi(*args, "--trace", "mooncake:sample", "--out", out)
     one_line(result, f"{flag} does nothing for mooncake traces (their requests arrive at the trace's own times")
     assert not out.exists()
+
+
+# ------------------------------------------------------------------------------ own model configs
+
+CONFIGS = ROOT / "tests" / "data" / "configs"
+
+
+def _config(tmp_path: Path, fixture: str, **fields) -> Path:
+    """A committed config with ``fields`` replaced (inside ``text_config`` where it has one)."""
+    cfg = json.loads((CONFIGS / fixture).read_text())
+    (cfg.get("text_config") or cfg).update(fields)
+    path = tmp_path / "my model" / "config.json"  # a folder with a space: read as given
+    path.parent.mkdir()
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.mark.parametrize(
+    "fixture, fields, message",
+    [
+        ("qwen3-next-80b-a3b.json", {"hidden_size": 0}, "field 'hidden_size' must be >= 1, not 0"),
+        ("llama-2-7b.json", {"vocab_size": 0}, "field 'vocab_size' must be >= 1, not 0"),
+        ("llama-2-7b.json", {"intermediate_size": 0}, "field 'intermediate_size' must be >= 1, not 0"),
+        ("qwen3.5-9b.json", {"linear_num_key_heads": 0}, "field 'linear_num_key_heads' must be >= 1, not 0"),
+        (
+            "qwen3-next-80b-a3b.json",
+            {"linear_num_value_heads": 3},
+            "field 'linear_num_key_heads' (16) must divide 'linear_num_value_heads' (3)",
+        ),
+        ("qwen3-next-80b-a3b.json", {"linear_conv_kernel_dim": 0}, "field 'linear_conv_kernel_dim' must be >= 1"),
+        ("qwen3-next-80b-a3b.json", {"num_experts_per_tok": 0}, "field 'num_experts_per_tok' must be >= 1, not 0"),
+        ("qwen3-next-80b-a3b.json", {"decoder_sparse_step": 0}, "field 'decoder_sparse_step' must be >= 1, not 0"),
+        ("nemotron-h-8b.json", {"mamba_num_heads": 0}, "field 'mamba_num_heads' must be >= 1, not 0"),
+        ("nemotron-h-8b.json", {"n_groups": 7}, "field 'n_groups' (7) must divide 'mamba_num_heads' (128)"),
+        ("nemotron-h-8b.json", {"hybrid_override_pattern": 5}, "field 'hybrid_override_pattern' must be a string"),
+        ("mamba-codestral-7b.json", {"num_heads": 0}, "field 'num_heads' must be >= 1, not 0"),
+        ("falcon-h1-7b.json", {"mamba_d_state": 0}, "field 'mamba_d_state' must be >= 1, not 0"),
+        ("granite-4.0-h-small.json", {"num_experts_per_tok": 0}, "field 'num_experts_per_tok' must be >= 1"),
+        ("jamba-1.5-mini.json", {"attn_layer_offset": 100}, "field 'attn_layer_offset' (100) must be below"),
+        ("jamba-1.5-mini.json", {"expert_layer_offset": 2}, "field 'expert_layer_offset' (2) must be below"),
+        ("jamba-1.5-mini.json", {"num_experts": 0}, "field 'num_experts' must be >= 1, not 0"),
+        ("jamba-1.5-mini.json", {"mamba_d_conv": 0}, "field 'mamba_d_conv' must be >= 1, not 0"),
+    ],
+    ids=[
+        "hidden-0",
+        "vocab-0",
+        "ffn-0",
+        "gdn-k-heads-0",
+        "gdn-v-heads-not-multiple",
+        "gdn-conv-0",
+        "top-k-0",
+        "sparse-step-0",
+        "mamba-heads-0",
+        "mamba-groups-not-dividing",
+        "pattern-not-str",
+        "codestral-heads-0",
+        "falcon-state-0",
+        "granite-top-k-0",
+        "jamba-attn-offset-past-period",
+        "jamba-expert-offset-past-period",
+        "jamba-experts-0",
+        "jamba-conv-0",
+    ],
+)
+def test_config_widths_that_describe_no_layer_are_one_line(tmp_path, fixture, fields, message):
+    """A zero width or a layout no engine could load was read as given: 0 Mamba heads gave a
+    model with 0 FLOPs whose replay hit 92 %; a Jamba attention offset past its period, a model
+    with no attention layer at all."""
+    path = _config(tmp_path, fixture, **fields)
+    one_line(marconi("models", path.parent), f"model config {path.parent}: {message}")
+    one_line(marconi("run", *SMALL, "--model", path, "--policy", "marconi"), f"model config {path}: {message}")
