@@ -66,7 +66,7 @@ def _config(tmp_path: Path, fixture: str, **fields) -> Path:
     cfg = json.loads((CONFIGS / fixture).read_text())
     (cfg.get("text_config") or cfg).update(fields)
     path = tmp_path / "my model" / "config.json"  # a folder with a space: read as given
-    path.parent.mkdir()
+    path.parent.mkdir(parents=True)
     path.write_text(json.dumps(cfg))
     return path
 
@@ -125,3 +125,17 @@ def test_config_widths_that_describe_no_layer_are_one_line(tmp_path, fixture, fi
     path = _config(tmp_path, fixture, **fields)
     one_line(marconi("models", path.parent), f"model config {path.parent}: {message}")
     one_line(marconi("run", *SMALL, "--model", path, "--policy", "marconi"), f"model config {path}: {message}")
+
+
+def test_a_dense_qwen_reads_no_sparse_step(tmp_path):
+    """decoder_sparse_step places MoE layers: a dense config (no experts) never reads it, so its 0
+    is no error there (the engines' modelling code reads it only when there are experts)."""
+    rows = []
+    for step in (0, 1):
+        path = _config(tmp_path / str(step), "qwen3-next-80b-a3b.json", num_experts=0, decoder_sparse_step=step)
+        rc, out, err = marconi("models", path)
+        assert rc == 0, err
+        row = out.splitlines()[-1]
+        assert row.startswith(str(path)), row
+        rows.append(row[len(str(path)) :].split())
+    assert rows[0] == rows[1] and rows[0][:2] == ["12", "attn"], rows
