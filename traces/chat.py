@@ -16,13 +16,14 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from multiprocessing import get_context
 
 import numpy as np
 
+from traces.base import TraceError
 from traces.packing import PackedTrace, TraceBuilder
-from traces.tokenizers import get_tokenizer, render_conversation, typing_time
+from traces.tokenizers import get_tokenizer, normalize_role, render_conversation, typing_time
 
 # Below this many conversations a pool costs more than it saves.
 POOL_MIN_CONVERSATIONS = 400
@@ -70,6 +71,29 @@ def _tokenize_one(messages: list[tuple[str, str]]):
     return buf, rows
 
 
+def _answered(messages: list[tuple[str, str]]) -> bool:
+    """A user message directly followed by an assistant message (what makes a request)."""
+    roles = [normalize_role(r) for r, _ in messages]
+    return any(a == "user" and b == "assistant" for a, b in zip(roles, roles[1:]))
+
+
+def _why_empty(seen: int, unanswered: int, cap: int | None, none_selected: Callable[[], str] | None) -> str:
+    """Why no conversation made a request: the loader's selection, no user message answered by
+    an assistant, or a first request longer than the token cap."""
+    if seen == 0:
+        return none_selected() if none_selected is not None else "no conversation was selected"
+    roles = "a user message followed by an assistant reply (roles: human / user, then gpt / assistant)"
+    capped = f"a request longer than --max-tokens {cap:,}" if cap is not None else "no request"
+    if unanswered == seen:
+        return f"none of the {seen:,} conversations selected has {roles}"
+    if not unanswered:
+        return f"each of the {seen:,} conversations selected starts with {capped}"
+    return (
+        f"{unanswered:,} of the {seen:,} conversations selected have no {roles[2:]}; the other "
+        f"{seen - unanswered:,} start with {capped}"
+    )
+
+
 def _batches(items: Iterable, n: int) -> Iterator[list]:
     batch: list = []
     for it in items:
@@ -91,10 +115,13 @@ def build_chat_trace(
     num_proc: int | None = None,
     expected: int | None = None,
     progress: bool = False,
+    none_selected: Callable[[], str] | None = None,
 ) -> PackedTrace:
     """``conversations`` yields ``(conversation_id, [(role, text), ...])`` already filtered and
     limited; each becomes one session (sessions left with no request after the token cap are
-    dropped and counted in ``meta['dropped_sessions']``)."""
+    dropped and counted in ``meta['dropped_sessions']``). A trace left with no request is one
+    TraceError saying why: ``none_selected()`` (the loader's filters) when ``conversations``
+    yielded nothing, else how many had no user message answered or a first request over the cap."""
     builder = TraceBuilder(name, block_tokens=1, closed_loop=True)
     procs = num_proc if num_proc and num_proc > 0 else (os.cpu_count() or 1)
     init_args = (tokenizer, max_input_tokens, max_total_tokens, words_per_minute)
@@ -105,7 +132,7 @@ def build_chat_trace(
         # shown only when tokenizing takes more than a second
         bar = tqdm(total=expected, desc=f"tokenizing {name}", unit="conv", leave=False, dynamic_ncols=True, delay=1.0)
     ids: list[str] = []
-    dropped = 0
+    dropped = seen = unanswered = 0
     pool = None
     finished = False
     try:
@@ -120,9 +147,11 @@ def build_chat_trace(
                     _init_worker(*init_args)
                     _worker_state["args"] = init_args
                 results = [_tokenize_one(m) for m in msgs]
-            for (cid, _), (buf, rows) in zip(batch, results):
+            seen += len(batch)
+            for (cid, msgs), (buf, rows) in zip(batch, results):
                 if not rows:
                     dropped += 1
+                    unanswered += not _answered(msgs)
                     continue
                 sid = len(ids)
                 ids.append(cid)
@@ -141,6 +170,9 @@ def build_chat_trace(
             pool.join()
         if bar is not None:
             bar.close()
+    if not ids:
+        cap = max_input_tokens if max_input_tokens is not None else max_total_tokens
+        raise TraceError(f"trace {name!r} has no requests: {_why_empty(seen, unanswered, cap, none_selected)}")
     builder.meta.update(
         conversation_ids=ids,
         dropped_sessions=dropped,

@@ -109,7 +109,7 @@ def _messages(rec: dict) -> list[tuple[str, str]]:
 def iter_selected(path: str | None, options, stats: dict) -> Iterator[tuple[str, list[tuple[str, str]]]]:
     source = _iter_hub() if path is None else _iter_local(path)
     kept = 0
-    stats.update(skipped_rows=0, rows=0, non_ascii_dropped=0)
+    stats.update(skipped_rows=0, rows=0, non_ascii_dropped=0, most_rounds=0)
     for fname, row, rec in source:
         stats["rows"] += 1
         try:
@@ -124,6 +124,7 @@ def iter_selected(path: str | None, options, stats: dict) -> Iterator[tuple[str,
                 raise TraceError(f"{fname}: row {row}: {exc}") from None
             stats["skipped_rows"] += 1
             continue
+        stats["most_rounds"] = max(stats["most_rounds"], turn)
         if turn < options.min_rounds:
             continue
         if non_ascii_fraction([t for _, t in msgs]) > options.max_non_ascii:
@@ -133,6 +134,23 @@ def iter_selected(path: str | None, options, stats: dict) -> Iterator[tuple[str,
         kept += 1
         if options.sessions and kept >= options.sessions:
             return
+
+
+def _none_selected(stats: dict, options) -> str:
+    """Why no conversation passed the selection: none read, too few rounds, mostly non-ASCII."""
+    skipped = stats.get("skipped_rows", 0)
+    bad = f" ({skipped:,} bad rows skipped)" if skipped else ""
+    read = stats.get("rows", 0) - skipped
+    if read <= 0:
+        return f"the source holds no conversation{bad}"
+    short = read - stats.get("non_ascii_dropped", 0)
+    if short:  # the rounds are checked first: these had too few
+        return (
+            f"none of its {read:,} conversations has {options.min_rounds} or more rounds and at most "
+            f"{options.max_non_ascii:.0%} non-ASCII text ({short:,} have fewer rounds, the most "
+            f"{stats.get('most_rounds', 0)}: lower --min-rounds){bad}"
+        )
+    return f"each of its {read:,} conversations is more than {options.max_non_ascii:.0%} non-ASCII text{bad}"
 
 
 def load_packed(path: str | None, options) -> PackedTrace:
@@ -147,7 +165,9 @@ def load_packed(path: str | None, options) -> PackedTrace:
         num_proc=options.num_proc,
         expected=options.sessions or None,
         progress=options.progress,
+        none_selected=lambda: _none_selected(stats, options),
     )
+    stats.pop("most_rounds", None)
     packed.meta.update(
         source=name,
         min_rounds=options.min_rounds,

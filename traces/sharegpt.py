@@ -290,15 +290,28 @@ def scan(path: str | None = None, skip_bad_rows: bool = False) -> dict:
 
 def load_packed(path: str | None, options) -> PackedTrace:
     stats: dict = {}
+    read = [0, 0]  # conversations read, the most rounds of one
 
     def selected():
         k = 0
         for cid, msgs in iter_conversations(path, options.skip_bad_rows, stats):
+            read[0] += 1
+            read[1] = max(read[1], rounds(msgs))
             if rounds(msgs) >= options.min_rounds:
                 yield cid, msgs
                 k += 1
                 if options.sessions and k >= options.sessions:
                     return
+
+    def none_selected() -> str:
+        skipped = stats.get("skipped_rows", 0)
+        bad = f" ({skipped:,} bad rows skipped)" if skipped else ""
+        if not read[0]:
+            return f"the file holds no conversation{bad}"
+        return (
+            f"none of its {read[0]:,} conversations has {options.min_rounds} or more rounds (a round: a message "
+            f"and its reply; the most is {read[1]}): lower --min-rounds{bad}"
+        )
 
     name = "sharegpt" if path is None else f"sharegpt:{path}"
     packed = build_chat_trace(
@@ -309,6 +322,7 @@ def load_packed(path: str | None, options) -> PackedTrace:
         num_proc=options.num_proc,
         expected=options.sessions or None,
         progress=options.progress,
+        none_selected=none_selected,
     )
     packed.meta.update(
         source=name,

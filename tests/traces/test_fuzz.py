@@ -132,7 +132,10 @@ def jsonl_lines(draw, kind):
 
 
 def _file_level(msg: str) -> bool:
-    return bool(re.search(r"has no requests \(after filtering\)$|: empty file$|^cannot read |: missing column ", msg))
+    # a chat trace says why it has none (traces.chat._why_empty), the others "(after filtering)"
+    return bool(
+        re.search(r"has no requests( \(after filtering\)$|: )|: empty file$|^cannot read |: missing column ", msg)
+    )
 
 
 class Hang(BaseException):

@@ -139,3 +139,78 @@ def test_a_dense_qwen_reads_no_sparse_step(tmp_path):
         assert row.startswith(str(path)), row
         rows.append(row[len(str(path)) :].split())
     assert rows[0] == rows[1] and rows[0][:2] == ["12", "attn"], rows
+
+
+# ------------------------------------------------------------------------------ own chat traces
+
+
+def _sharegpt(tmp_path: Path, *conversations: list[tuple[str, str]]) -> str:
+    path = tmp_path / "chats.json"
+    records = [
+        {"id": str(i), "conversations": [{"from": r, "value": v} for r, v in c]} for i, c in enumerate(conversations)
+    ]
+    path.write_text(json.dumps(records))
+    return f"sharegpt:{path}"
+
+
+TWO_ROUNDS = [("human", "hi there"), ("gpt", "hello"), ("human", "how are you"), ("gpt", "fine")]
+
+
+@pytest.mark.parametrize(
+    "conversations, args, why",
+    [
+        (
+            [TWO_ROUNDS] * 3,
+            [],
+            "none of its 3 conversations has 10 or more rounds (a round: a message and its reply; the most is 2): "
+            "lower --min-rounds",
+        ),
+        ([], ["--min-rounds", "1"], "the file holds no conversation"),
+        (
+            [[("alien", "hi"), ("gpt", "hello")], [("gpt", "hello"), ("human", "hi")]],
+            ["--min-rounds", "1"],
+            "none of the 2 conversations selected has a user message followed by an assistant reply (roles: human /"
+            " user, then gpt / assistant)",
+        ),
+        (
+            [TWO_ROUNDS],
+            ["--min-rounds", "1", "--max-tokens", "5"],
+            "each of the 1 conversations selected starts with a request longer than --max-tokens 5",
+        ),
+        (
+            [TWO_ROUNDS, [("alien", "hi"), ("gpt", "hello")]],
+            ["--min-rounds", "1", "--max-tokens", "5"],
+            "1 of the 2 conversations selected have no user message followed by an assistant reply (roles: human / "
+            "user, then gpt / assistant); the other 1 start with a request longer than --max-tokens 5",
+        ),
+    ],
+    ids=["min-rounds", "no-records", "no-user-turn", "over-the-cap", "both"],
+)
+def test_a_chat_trace_left_empty_says_which_filter_emptied_it(tmp_path, conversations, args, why):
+    """A user's own ShareGPT file of short chats, under the default --min-rounds 10, was "has no
+    requests (after filtering)", naming no filter; so were unknown roles and a first turn over
+    --max-tokens."""
+    spec = _sharegpt(tmp_path, *conversations)
+    one_line(marconi("traces", "stats", spec, *args, "--no-progress"), f"trace {spec!r} has no requests: {why}")
+
+
+def test_an_lmsys_file_left_empty_says_which_filter_emptied_it(tmp_path):
+    """LMSys's filters: rounds first, then the non-ASCII share."""
+    import pandas as pd
+
+    chat = [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "hello"}]
+    russian = [{"role": "user", "content": "привет"}, {"role": "assistant", "content": "да"}]
+    rows = [{"conversation_id": str(i), "conversation": c, "turn": 1} for i, c in enumerate([chat, russian])]
+    path = tmp_path / "lmsys.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    spec = f"lmsys:{path}"
+    one_line(
+        marconi("traces", "stats", spec, "--no-progress"),
+        f"trace {spec!r} has no requests: none of its 2 conversations has 10 or more rounds and at most 50% "
+        "non-ASCII text (2 have fewer rounds, the most 1: lower --min-rounds)",
+    )
+    pd.DataFrame(rows[1:]).to_parquet(path)
+    one_line(
+        marconi("traces", "stats", spec, "--no-progress", "--min-rounds", "1"),
+        f"trace {spec!r} has no requests: each of its 1 conversations is more than 50% non-ASCII text",
+    )
