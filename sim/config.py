@@ -19,7 +19,7 @@ from policies.trtllm_current import FROM_END_FLAG, FROM_START_FLAG, TrtllmParams
 from policies.vllm_current import VllmParams
 from policies.eviction import MarconiEviction
 from sim.errors import UsageError
-from sim.gpus import GPUS
+from sim.gpus import GPUS, canonical_gpu
 from sim.tuning_options import LRU, MAX_ALPHAS, parse_candidates, parse_grid  # noqa: F401  (re-exported)
 from sim.tuning_options import TunerParams, tuner_params
 
@@ -94,15 +94,17 @@ def setting(
     max: float | None = None,
     type: type | None = None,
     lead: dict | None = None,
+    spelling=None,
 ):
     """A settings field with its help, allowed values and flag (``--`` + the name with dashes
     unless given): the one place its default and help are written; the CLI generates its option
     from them (sim/cli/options.py). ``section``: its `run --help` section (one of SECTIONS);
     ``type``: the option's value type where the default (None) does not say it; ``lead``: the
     knob is one of `run`'s first options, in a form of its own (``name``: the parameter's name,
-    ``default``: the flag's default where it differs from the library's, as text)."""
+    ``default``: the flag's default where it differs from the library's, as text); ``spelling``:
+    maps another spelling of a choice to it (``sim.gpus.canonical_gpu``)."""
     meta = {"help": help, "choices": tuple(choices) if choices else None, "flag": flag}
-    extra = (("section", section), ("min", min), ("max", max), ("type", type), ("lead", lead))
+    extra = (("section", section), ("min", min), ("max", max), ("type", type), ("lead", lead), ("spelling", spelling))
     meta.update({k: v for k, v in extra if v is not None})
     return field(default=default, metadata=meta)
 
@@ -272,6 +274,7 @@ class TimingSettings:
         "else the calibrated model scaled by the datasheet (said 'uncalibrated for GPU') "
         "[default: the preset's calibrated device, H200; A100 for marconi-7b and llama-7b].",
         choices=tuple(GPUS),
+        spelling=canonical_gpu,
     )
     tensor_parallel: int = setting(
         0,

@@ -10,6 +10,7 @@ scales the calibrated hardware model by these figures and says "uncalibrated for
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from sim.errors import UsageError
@@ -44,9 +45,27 @@ GPUS: dict[str, GPU] = {
 }
 
 
+def canonical_gpu(name: str) -> str:
+    """The catalogue name of a GPU as people spell it: any case, spaces or underscores for dashes,
+    a vendor prefix, the SXM form factor, the memory type, or the memory the entry has
+    ("NVIDIA H100 SXM5 80GB", "h100_sxm", "A100-80GB", "nvidia-h200" -> h100, h100, a100, h200);
+    a spelling of no entry comes back lowercased, for the caller to refuse."""
+    s = re.sub(r"[\s_]+", "-", str(name).strip().lower())
+    s = re.sub(r"^(nvidia|amd)-(instinct-)?", "", s)
+    if s in GPUS:
+        return s
+    s = re.sub(r"-(sxm\d*|hbm\d*e?)(?=-|$)", "", s)  # the usual form factor, the memory's kind
+    m = re.fullmatch(r"(.+?)-?(\d+)gb", s)
+    if m and f"{m[1]}-{m[2]}gb" in GPUS:
+        return f"{m[1]}-{m[2]}gb"
+    if m and m[1] in GPUS and GPUS[m[1]].memory_bytes == int(m[2]) * GB:
+        return m[1]  # the memory the entry has: another name of it
+    return s if s in GPUS else str(name).strip().lower()
+
+
 def get_gpu(name: str) -> GPU:
     try:
-        return GPUS[str(name).strip().lower()]
+        return GPUS[canonical_gpu(name)]
     except KeyError:
         raise UsageError(f"unknown GPU {name!r}; valid: {', '.join(GPUS)}") from None
 

@@ -24,7 +24,8 @@ def option(f, *, lead: bool = False, **override) -> Callable:
     if help_:
         kw["help"] = help_
     if meta.get("choices"):
-        kw["type"] = click.Choice(list(meta["choices"]), case_sensitive=False)  # `--gpu H200` is h200
+        kind = _Spelled(meta["spelling"]) if meta.get("spelling") else click.Choice
+        kw["type"] = kind(list(meta["choices"]), case_sensitive=False)  # `--gpu H200` is h200
     elif meta.get("type") is not None:
         kw["type"] = meta["type"]
     elif type(default) in (int, float):
@@ -32,6 +33,16 @@ def option(f, *, lead: bool = False, **override) -> Callable:
     if default is not None:
         kw["show_default"] = True
     return click.option(flag_of(f), form.get("name", f.name), **kw)
+
+
+def _Spelled(spelling: Callable[[str], str]) -> type:
+    """A ``click.Choice`` that reads another spelling of a choice as it (``--gpu "H100 SXM"``)."""
+
+    class Spelled(click.Choice):
+        def convert(self, value, param, ctx):
+            return super().convert(spelling(value) if isinstance(value, str) else value, param, ctx)
+
+    return Spelled
 
 
 def with_options(fn, options: list[Callable]):

@@ -214,3 +214,39 @@ def test_an_lmsys_file_left_empty_says_which_filter_emptied_it(tmp_path):
         marconi("traces", "stats", spec, "--no-progress", "--min-rounds", "1"),
         f"trace {spec!r} has no requests: each of its 1 conversations is more than 50% non-ASCII text",
     )
+
+
+# ------------------------------------------------------------------------------ own GPU
+
+
+@pytest.mark.parametrize(
+    "spelling, name",
+    [
+        ("H100 SXM", "h100"),
+        ("nvidia-h100", "h100"),
+        ("NVIDIA H100 80GB HBM3", "h100"),  # as torch.cuda.get_device_name says it
+        ("h100_pcie", "h100-pcie"),
+        ("A100-80GB", "a100"),
+        ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+        ("AMD Instinct MI300X", "mi300x"),
+    ],
+)
+def test_gpu_spellings_name_the_catalogue_entry(spelling, name):
+    """`--gpu "H100 SXM"` (or the name nvidia-smi prints) was "not one of 'a100-40gb', 'a100',
+    'h100', ...": every spelling of an entry reads as it, in run's header and sweep's grid alike."""
+    from sim.gpus import get_gpu
+
+    assert get_gpu(spelling).name == name  # the library reads it as the CLI does
+    rc, out, err = marconi("run", *SMALL, "--policy", "sglang+", "--gpu", spelling)
+    assert rc == 0, err
+    assert f"| GPU 1x {name} |" in out.splitlines()[0]
+
+
+def test_a_gpu_spelling_of_no_entry_is_still_refused():
+    """A memory the entry does not have (H100 NVL's 94GB) or another part (MI300, not MI300X) is
+    no alias: one line listing the catalogue."""
+    for spelling in ("h100-94gb", "mi300", "h100-nvl"):
+        one_line(
+            marconi("run", *SMALL, "--policy", "sglang+", "--gpu", spelling),
+            f"Invalid value for '--gpu': '{spelling}' is not one of 'a100-40gb', 'a100', 'h100',",
+        )
