@@ -272,7 +272,7 @@ class TimingSettings:
         None,
         "GPU whose datasheet prices time (sim/gpus.py): its calibrated timing where one is committed, "
         "else the calibrated model scaled by the datasheet (said 'uncalibrated for GPU') "
-        "[default: the preset's calibrated device, H200; A100 for marconi-7b and llama-7b].",
+        "[default: the preset's calibrated device, H200; A100 40GB (a100-40gb) for marconi-7b and llama-7b].",
         choices=tuple(GPUS),
         spelling=canonical_gpu,
     )

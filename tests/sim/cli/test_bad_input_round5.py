@@ -250,3 +250,14 @@ def test_a_gpu_spelling_of_no_entry_is_still_refused():
             marconi("run", *SMALL, "--policy", "sglang+", "--gpu", spelling),
             f"Invalid value for '--gpu': '{spelling}' is not one of 'a100-40gb', 'a100', 'h100',",
         )
+
+
+def test_the_help_names_marconi_7b_s_calibrated_gpu():
+    """--help said "A100 for marconi-7b", but `--gpu a100` (80GB) is "uncalibrated": the paper's
+    fit is of the 40GB part, which --gpu a100-40gb prices as calibrated."""
+    flat = " ".join(marconi("run", "--help")[1].split())
+    assert "A100 40GB (a100-40gb) for marconi-7b and llama-7b]" in flat
+    first = [
+        marconi("run", *SMALL, "--policy", "sglang+", "--gpu", g)[1].splitlines()[0] for g in ("a100-40gb", "a100")
+    ]
+    assert "uncalibrated" not in first[0] and "uncalibrated for GPU a100" in first[1], first
