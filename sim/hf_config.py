@@ -196,7 +196,7 @@ def read_config(path) -> dict:
     tied, for the weight bytes ``advise`` and the tensor-parallel default read)."""
     p = config_file(path)
     try:
-        raw = json.loads(p.read_text())
+        raw = json.loads(p.read_text(encoding="utf-8-sig"))  # a byte-order mark skipped
     except OSError as exc:
         raise UsageError(f"cannot read model config {p}: {exc.strerror or exc}") from None
     except ValueError as exc:

@@ -62,7 +62,8 @@ class JsonlReader:
             total = None if gz else self.path.stat().st_size
             bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"reading {self.path.name}", leave=False)
         try:
-            with opener(self.path, "rt", encoding="utf-8", errors="replace") as f:
+            # utf-8-sig: a byte-order mark (what Windows tools write first) is no part of row 1
+            with opener(self.path, "rt", encoding="utf-8-sig", errors="replace") as f:
                 done = 0
                 for line_no, line in enumerate(f, 1):
                     if bar is not None:

@@ -38,7 +38,8 @@ class JsonRecordReader:
     """
 
     def __init__(self, binary, source: str, skip_bad_rows: bool = False):
-        self._r = io.TextIOWrapper(binary, encoding="utf-8", errors="strict", newline="")
+        # utf-8-sig: a leading byte-order mark (Windows tools write one) is skipped, not bad JSON
+        self._r = io.TextIOWrapper(binary, encoding="utf-8-sig", errors="strict", newline="")
         self.source = source
         self.skip_bad_rows = skip_bad_rows
         self.truncated = False

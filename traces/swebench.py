@@ -343,7 +343,7 @@ def iter_trajectories(
                 yield f"{f}: row {row}", _decode_json_columns(rec)
         else:
             try:
-                with open(f, encoding="utf-8") as fh:
+                with open(f, encoding="utf-8-sig") as fh:  # a byte-order mark skipped
                     obj = json.load(fh)
             except (ValueError, RecursionError) as exc:  # JSON and UTF-8 errors, huge numbers, deep nesting
                 if not skip_bad_rows:

@@ -261,3 +261,52 @@ def test_the_help_names_marconi_7b_s_calibrated_gpu():
         marconi("run", *SMALL, "--policy", "sglang+", "--gpu", g)[1].splitlines()[0] for g in ("a100-40gb", "a100")
     ]
     assert "uncalibrated" not in first[0] and "uncalibrated for GPU a100" in first[1], first
+
+
+# ------------------------------------------------------------------------------ byte-order marks
+
+BOM = "\ufeff"
+SAMPLE = ROOT / "traces" / "data" / "mooncake_conversation_300.jsonl"
+
+
+def _stats(spec: str, *args) -> list[str]:
+    rc, out, err = marconi("traces", "stats", spec, "--no-progress", *args)
+    assert rc == 0, err
+    return out.splitlines()[1:]  # all but the line naming the trace
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_a_jsonl_trace_with_a_byte_order_mark_reads_as_without(tmp_path, gz):
+    """A JSONL saved by a Windows tool starts with a UTF-8 byte-order mark: row 1 was 'bad JSON:
+    Unexpected UTF-8 BOM'."""
+    import gzip
+
+    text = "".join(SAMPLE.read_text().splitlines(keepends=True)[:20])
+    plain, marked = tmp_path / "plain.jsonl", tmp_path / ("bom.jsonl.gz" if gz else "bom.jsonl")
+    plain.write_text(text)
+    data = (BOM + text).encode()
+    marked.write_bytes(gzip.compress(data) if gz else data)
+    assert _stats(f"mooncake:{marked}") == _stats(f"mooncake:{plain}")
+
+
+def test_a_sharegpt_file_and_a_model_config_with_a_byte_order_mark_read_as_without(tmp_path):
+    plain = _sharegpt(tmp_path, TWO_ROUNDS, TWO_ROUNDS[:2])
+    marked = tmp_path / "bom.json"
+    marked.write_text(BOM + Path(plain.split(":", 1)[1]).read_text(), encoding="utf-8")
+    assert _stats(f"sharegpt:{marked}", "--min-rounds", "1") == _stats(plain, "--min-rounds", "1")
+    config = tmp_path / "model" / "config.json"
+    config.parent.mkdir()
+    config.write_text(BOM + (CONFIGS / "nemotron-h-8b.json").read_text(), encoding="utf-8")
+    rc, out, err = marconi("models", config.parent)
+    assert rc == 0 and "4 attn + 24 mamba2 + 24 mlp" in out, err
+
+
+def test_a_swebench_trajectory_with_a_byte_order_mark_reads_as_without(tmp_path):
+    from traces.registry import TraceOptions, load_trace
+
+    traj = ROOT / "tests" / "traces" / "swebench_fixtures" / "fc__marshmallow-1867.traj"
+    marked = tmp_path / "bom.traj"
+    marked.write_bytes(BOM.encode() + traj.read_bytes())
+    a, b = (load_trace(f"swebench:{p}", TraceOptions()) for p in (marked, traj))
+    assert len(a.requests) == len(b.requests) > 1
+    assert all((x.input_tokens == y.input_tokens).all() for x, y in zip(a.requests, b.requests))
