@@ -133,10 +133,15 @@ def require_file(path: str | os.PathLike, what: str) -> Path:
     p = Path(path).expanduser()
     if p.is_dir():
         raise TraceError(f"{what} path is a directory, not a file: {p}")
+    # a trace is read more than once (its identity for the caches, then its rows), which a pipe
+    # (stdin, `<(zcat trace.gz)`) cannot do
+    pipe = "save it to a file and give that path; a .gz file is read as it is"
     if not p.exists():
+        if str(path) == "-":
+            raise TraceError(f"{what}: a trace is read from a file, not from stdin ('-'): {pipe}")
         raise TraceError(f"{what} file not found: {p}")
     if not p.is_file():
-        raise TraceError(f"{what} path is not a regular file: {p}")
+        raise TraceError(f"{what} path is not a regular file: {p} (a pipe or device: {pipe})")
     return p
 
 

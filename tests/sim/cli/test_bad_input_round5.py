@@ -310,3 +310,21 @@ def test_a_swebench_trajectory_with_a_byte_order_mark_reads_as_without(tmp_path)
     a, b = (load_trace(f"swebench:{p}", TraceOptions()) for p in (marked, traj))
     assert len(a.requests) == len(b.requests) > 1
     assert all((x.input_tokens == y.input_tokens).all() for x, y in zip(a.requests, b.requests))
+
+
+# ------------------------------------------------------------------------------ stdin and pipes
+
+
+def test_a_trace_from_stdin_or_a_pipe_says_to_save_it_to_a_file(tmp_path):
+    """`--trace mooncake:-` was "mooncake file not found: -"; a pipe (`<(zcat t.gz)`, a FIFO) "is
+    not a regular file", with no word on what to do: a trace is read twice (its identity for the
+    caches, then its rows)."""
+    save = "save it to a file and give that path; a .gz file is read as it is"
+    one_line(
+        marconi("traces", "stats", "mooncake:-"), f"mooncake: a trace is read from a file, not from stdin ('-'): {save}"
+    )
+    fifo = tmp_path / "trace.jsonl"
+    os.mkfifo(fifo)
+    for args in (["traces", "stats", f"mooncake:{fifo}"], ["run", "--trace", f"sharegpt:{fifo}", "--no-progress"]):
+        what = "mooncake" if args[0] == "traces" else "ShareGPT"
+        one_line(marconi(*args), f"{what} path is not a regular file: {fifo} (a pipe or device: {save})")
