@@ -596,8 +596,8 @@ def get_model(name: str) -> ModelSpec:
     key = str(name).strip().lower()
     if key in MODELS:
         return MODELS[key]
-    if looks_like_path(str(name)):
-        path = config_file(name)
+    if key and looks_like_path(str(name)):  # "" is no path (it would read ./config.json)
+        path = config_file(name, presets=MODELS)
         st = path.stat()
         k = (str(path.resolve()), st.st_mtime_ns, st.st_size, str(name))
         if k not in _READ:

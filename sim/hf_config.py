@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 from sim.errors import UsageError
@@ -54,14 +55,30 @@ FAMILIES = (
 )
 
 
-def config_file(path) -> Path:
-    """``path`` itself, or the ``config.json`` inside it when it is a folder."""
+def config_file(path, presets=()) -> Path:
+    """``path`` itself, or the ``config.json`` inside it when it is a folder. A Hugging Face repo
+    id (``Qwen/Qwen3.5-27B``) that is no file or folder here is one line saying it is not fetched,
+    naming the preset of that model where ``presets`` has one."""
+    _refuse_hub_id(str(path), presets)
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
     if not p.is_file():
         raise UsageError(f"model config {path}: no such file (give a config.json or a folder holding one)")
     return p
+
+
+def _refuse_hub_id(name: str, presets) -> None:
+    m = re.fullmatch(r"([A-Za-z0-9][\w.-]*)/([A-Za-z0-9][\w.-]*)", name.strip())
+    if m is None or name.endswith(".json") or Path(m[1]).is_dir() or Path(name).exists():
+        return  # a path (in a folder here, or a file): its own error, if any
+    # the preset of that model: the longest preset name in the repo's ("...-Instruct", "AI21-...")
+    preset = max((k for k in presets if k in m[2].lower()), key=len, default=None)
+    use = f"use the preset {preset!r}, or " if preset else ""
+    raise UsageError(
+        f"model {name!r} is no file or folder here, and a Hugging Face repo id is not fetched: {use}download "
+        f"its config.json (huggingface-cli download {name} config.json) and give that path"
+    )
 
 
 def looks_like_path(name: str) -> bool:

@@ -201,9 +201,10 @@ def model_inputs(*models: str | None) -> list[Path]:
 def model_files(*models: str | None) -> list[Path]:
     """The config.json files the ``--model`` values read (a folder's config.json; none for a
     preset): what a stored result was computed from, with its trace."""
+    from sim.cost import MODELS  # noqa: PLC0415
     from sim.hf_config import config_file  # noqa: PLC0415
 
-    return [config_file(m) for m in models if m and model_inputs(m)]
+    return [config_file(m, presets=MODELS) for m in models if m and model_inputs(m)]
 
 
 @lru_cache(maxsize=1)

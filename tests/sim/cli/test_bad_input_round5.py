@@ -328,3 +328,45 @@ def test_a_trace_from_stdin_or_a_pipe_says_to_save_it_to_a_file(tmp_path):
     for args in (["traces", "stats", f"mooncake:{fifo}"], ["run", "--trace", f"sharegpt:{fifo}", "--no-progress"]):
         what = "mooncake" if args[0] == "traces" else "ShareGPT"
         one_line(marconi(*args), f"{what} path is not a regular file: {fifo} (a pipe or device: {save})")
+
+
+# ------------------------------------------------------------------------------ a hub repo id
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["models"],
+        ["run", *SMALL, "--policy", "sglang+"],
+        ["advise", "--for", "sglang", *SMALL, "--trials", "1", "--workers", "1"],
+    ],
+    ids=["models", "run", "advise"],
+)
+@pytest.mark.parametrize(
+    "repo, preset",
+    [
+        ("Qwen/Qwen3-Next-80B-A3B-Instruct", "qwen3-next-80b-a3b"),
+        ("ai21labs/AI21-Jamba-1.5-Mini", "jamba-1.5-mini"),
+        ("mistralai/Mamba-Codestral-7B-v0.1", None),
+    ],
+    ids=["qwen", "jamba", "no-preset"],
+)
+def test_a_hugging_face_repo_id_says_it_is_not_fetched(tmp_path, args, repo, preset):
+    """`--model Qwen/Qwen3-Next-80B-A3B-Instruct` (how the engines take a model) was "model config
+    ...: no such file": it names the preset of that model, or how to get its config.json. A
+    relative path in a folder here keeps its own error; "" is no path (it read ./config.json)."""
+    flag = [] if args[0] == "models" else ["--model"]
+    out = ["--out", tmp_path / "o"] if args[0] == "advise" else []
+    use = f"use the preset {preset!r}, or " if preset else ""
+    one_line(
+        marconi(*args, *flag, repo, *out, cwd=tmp_path),
+        f"model {repo!r} is no file or folder here, and a Hugging Face repo id is not fetched: {use}download its "
+        f"config.json (huggingface-cli download {repo} config.json) and give that path",
+    )
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_missing_path_in_a_folder_here_and_an_empty_model_keep_their_errors(tmp_path):
+    (tmp_path / "Qwen").mkdir()
+    one_line(marconi("models", "Qwen/typo", cwd=tmp_path), "model config Qwen/typo: no such file")
+    one_line(marconi("models", ""), "unknown model ''; valid: marconi-7b,")
