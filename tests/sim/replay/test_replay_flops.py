@@ -5,7 +5,7 @@ from dataclasses import replace
 from sim.cost import get_model
 import pytest
 
-from sim.replay.flops import chunks_of, layer_flops, model_flops, padding_flops, segments_flops
+from sim.replay.flops import chunks_of, layer_flops, model_flops, padding_flops, replayed_flops, segments_flops
 
 
 def test_chunks_of_counts_absolute_aligned_chunks():
@@ -65,3 +65,21 @@ def test_the_flops_line_says_what_the_chunks_make_of_the_difference():
     assert flops_line(s).endswith("(-1.000e+07 from the kernel's 64-token chunks, -1.000e+06 otherwise)")
     s["padding_flops_saved"] = 0.0  # whole chunks (or a Mamba2 model): the two figures alone
     assert flops_line(s) == "executed 2.834e+09, simulated 2.845e+09"
+
+
+def test_a_mamba2_models_replayed_layers_are_priced_per_token_as_the_cost_model_prices_them():
+    """``marconi-7b`` replays its Mamba2 layers in the gated-delta slot (``counts["gated_delta"]``):
+    one attention and three Mamba2 layers, no MLP named, over two calls, cost exactly what the cost
+    model charges a model of those layers for the same tokens (a missing kind counts 0)."""
+    spec = get_model("marconi-7b")
+    segs = [(0, 100), (100, 357)]
+    want = sum(replace(spec, n_attn=1, n_mamba=3, n_mlp=0).prefill_flops(a, b) for a, b in segs)
+    assert replayed_flops(spec, {"attention": 1, "gated_delta": 3}, segs) == pytest.approx(want, rel=1e-12)
+    assert replayed_flops(spec, {"gated_delta": 2}, [(0, 64)]) == 2 * spec.mamba_layer_a * 64
+    # a gated-delta model's MLP-less count: attention and gated-delta layers only
+    tiny = get_model("replay-tiny")
+    no_mlp = replayed_flops(tiny, {"attention": 1, "gated_delta": 1}, [(0, 64)])
+    assert no_mlp == replayed_flops(tiny, {"attention": 1, "gated_delta": 1, "mlp": 0}, [(0, 64)])
+    assert no_mlp + tiny.mlp_layer_a * 64 == replayed_flops(
+        tiny, {"attention": 1, "gated_delta": 1, "mlp": 1}, [(0, 64)]
+    )
