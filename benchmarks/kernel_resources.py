@@ -2,7 +2,7 @@
 without a GPU: each kernel is compiled for sm_90a at the launch configuration the library uses,
 and the PTX goes through the ptxas that ships inside the triton wheel.
 
-    python benchmarks/kernel_resources.py [--dtype bf16] [--head-dim 128] [--precision tf32x3] [--check] [--fla]
+    python benchmarks/kernel_resources.py [--dtype bf16] [--head-dim 128] [--precision tf32x3] [--check] [--fla] [--no-cache]
 
 Why it exists: the first three-kernel version spilled registers in every kernel (per-element
 64-bit address arithmetic, runtime head dims that defeated 16-byte vector loads and hence Triton's
@@ -10,11 +10,21 @@ cp.async pipelining). None of that shows in a CPU test, and GPU time is scarce; 
 seconds. ``--check`` exits 1 when a kernel spills or the state kernel's loop is not pipelined
 (tests/kernels/test_resources.py runs it). Needs a compiled-mode Triton: TRITON_INTERPRET must be
 unset, since the interpreter replaces the kernels by Python functions.
+
+Each kernel's ``ptxas -v`` report and SASS counts are kept beside Triton's own cache (its
+``TRITON_CACHE_DIR``, default ``~/.triton/cache``, folder ``kernel-resources``), keyed by the
+PTX's bytes, the ptxas / nvdisasm binaries' bytes and this script's own text: a
+kernel whose PTX did not change is not assembled and disassembled again (``--no-cache`` does it
+all the same; ~0.5 CPU s a kernel, most of it nvdisasm's start). ptxas and nvdisasm are
+deterministic, so a cached row is the row they would print; Triton caches its compile the same way.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
+import json
 import os
 import re
 import subprocess
@@ -203,6 +213,80 @@ def measure(name, fn, consts, opts, dtype):
     return _compile_stats(name, fn, sig, cst, attrs, opts)
 
 
+#: False: assemble and disassemble every kernel (``--no-cache``)
+USE_CACHE = True
+#: bumped when what a cache entry holds changes
+_CACHE_VERSION = 1
+
+
+def _cache_dir() -> str:
+    base = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    return os.path.join(base, "kernel-resources")
+
+
+@functools.lru_cache(maxsize=None)
+def _tools_key(bindir: str) -> tuple:
+    """What the wheel's ptxas and nvdisasm are: (name, SHA-256 of the binary) each (~0.1 CPU s,
+    once a process; by content, so another clone's or venv's copy of the same wheel shares it)."""
+    key = []
+    for exe in ("ptxas", "ptxas-blackwell", "nvdisasm"):
+        path = os.path.join(bindir, exe)
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                key.append((exe, hashlib.sha256(f.read()).hexdigest()))
+    return tuple(key)
+
+
+def _cache_key(ptx: str, bindir: str) -> str:
+    """The PTX, the tools, and this file's own text: a change here (how ptxas runs, how SASS is
+    counted) is never answered from entries the old code made."""
+    with open(os.path.abspath(__file__), "rb") as f:
+        script = hashlib.sha256(f.read()).hexdigest()
+    head = json.dumps([_CACHE_VERSION, script, _tools_key(bindir)]).encode()
+    return hashlib.sha256(head + b"\0" + ptx.encode()).hexdigest()
+
+
+def _cache_get(key: str):
+    try:
+        with open(os.path.join(_cache_dir(), key + ".json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _cache_put(key: str, value) -> None:
+    """Written to a temporary file renamed into place (two processes filling one entry is safe);
+    an unwritable cache folder is not an error."""
+    folder = _cache_dir()
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(value, f)
+        os.replace(tmp, os.path.join(folder, key + ".json"))
+    except OSError:
+        pass
+
+
+def _assembled(name: str, ptx: str) -> tuple[str, tuple]:
+    """(``ptxas -v`` report, SASS counts) of a kernel's PTX, from the cache where it holds them."""
+    import triton
+
+    bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    key = _cache_key(ptx, bindir) if USE_CACHE else None
+    if key and (hit := _cache_get(key)) is not None:
+        return hit[0], tuple(hit[1])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, f"{name}.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        out = _ptxas_info(path, os.path.join(tmp, "o"))
+        counts = _sass_counts(os.path.join(tmp, "o"))
+    if key and None not in counts:  # a missing or failing nvdisasm is asked again next time
+        _cache_put(key, [out, list(counts)])
+    return out, counts
+
+
 #: FLA 0.6.0's state loop (``chunk_gated_delta_rule_fwd_kernel_h_blockdim64``), compiled beside ours
 #: at the configurations its autotuner chooses among on Hopper (BV 32 / 64, 2 / 4 warps, 2-4 stages)
 FLA_CONFIGS = ((32, 4, 2), (32, 4, 3), (64, 4, 2), (64, 4, 3))
@@ -268,12 +352,7 @@ def _compile_stats(name, fn, sig, cst, attrs, opts):
     src = ASTSource(fn=fn, signature=sig, constexprs=cst, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(opts))
     ptx = compiled.asm["ptx"]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, f"{name}.ptx")
-        with open(path, "w") as f:
-            f.write(ptx)
-        out = _ptxas_info(path, os.path.join(tmp, "o"))
-        sass, stores, fmul = _sass_counts(os.path.join(tmp, "o"))
+    out, (sass, stores, fmul) = _assembled(name, ptx)
     regs = int(re.search(r"Used (\d+) registers", out).group(1))
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
     return dict(
@@ -327,7 +406,10 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--fla", action="store_true", help="also compile FLA's state loop at its Hopper configs (needs fla-core)"
     )
+    ap.add_argument("--no-cache", action="store_true", help="assemble and disassemble every kernel, cached or not")
     args = ap.parse_args(argv)
+    global USE_CACHE
+    USE_CACHE = not args.no_cache
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("kernel_resources: unset TRITON_INTERPRET (it needs compiled-mode Triton)", file=sys.stderr)
         return 2

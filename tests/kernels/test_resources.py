@@ -5,6 +5,7 @@ of spills per kernel, no cp.async): a 2x slowdown no CPU test could see."""
 
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,66 @@ def test_fp32_default_products_spill_a_fraction_of_ieee():
     for name in ("wu", "state", "state-wide", "state-wide-nob", "seg", "seg-wide"):
         assert default[name] == 0 and ieee[name] > 1000, (default, ieee)
     assert default["output"] <= ieee["output"] / 4 and default["solve"] < ieee["solve"], (default, ieee)
+
+
+def _script_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kernel_resources_under_test", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_kernel_is_assembled_once_per_ptx_and_tools(tmp_path, monkeypatch):
+    """The ptxas report and SASS counts are kept per PTX (beside Triton's cache): the same PTX is
+    answered from the cache, another PTX, other tools, ``--no-cache`` or a failed disassembly are
+    assembled again; the entry holds exactly what the tools said."""
+    kr = _script_module()
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    calls = []
+    report = "ptxas info    : Used 40 registers, 0 bytes spill stores, 0 bytes spill loads"
+
+    def ptxas(ptx_path, out_path):
+        calls.append(open(ptx_path).read())
+        return report + f" #{len(calls)}"
+
+    counts = [(100, 3, 7)]
+    monkeypatch.setattr(kr, "_ptxas_info", ptxas)
+    monkeypatch.setattr(kr, "_sass_counts", lambda cubin: counts[-1])
+    assert kr._assembled("k", "PTX A") == (report + " #1", (100, 3, 7))
+    assert kr._assembled("k2", "PTX A") == (report + " #1", (100, 3, 7)) and calls == ["PTX A"]
+    assert (tmp_path / "kernel-resources").is_dir()
+    assert kr._assembled("k", "PTX B") == (report + " #2", (100, 3, 7)) and calls == ["PTX A", "PTX B"]
+    tools = kr._tools_key
+    monkeypatch.setattr(kr, "_tools_key", lambda bindir: (*tools(bindir), ("ptxas", "another")))
+    assert kr._assembled("k", "PTX A")[0] == report + " #3"  # another ptxas: assembled again
+    monkeypatch.setattr(kr, "USE_CACHE", False)
+    assert kr._assembled("k", "PTX A")[0] == report + " #4" and len(calls) == 4
+    monkeypatch.setattr(kr, "USE_CACHE", True)
+    counts.append((None, None, None))  # nvdisasm missing or failed: not kept
+    assert kr._assembled("k", "PTX C") == (report + " #5", (None, None, None))
+    counts.append((5, 0, 0))
+    assert kr._assembled("k", "PTX C") == (report + " #6", (5, 0, 0))
+    assert kr._assembled("k", "PTX C") == (report + " #6", (5, 0, 0)) and len(calls) == 6
+
+
+def test_the_cache_key_holds_the_ptx_the_tools_and_the_script(tmp_path, monkeypatch):
+    kr = _script_module()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for exe in ("ptxas", "nvdisasm"):
+        (bindir / exe).write_text(exe)
+    key = kr._cache_key("PTX", str(bindir))
+    assert key == kr._cache_key("PTX", str(bindir)) and key != kr._cache_key("PTX ", str(bindir))
+    (bindir / "nvdisasm").write_text("another nvdisasm")
+    kr._tools_key.cache_clear()  # (read once a process)
+    assert kr._cache_key("PTX", str(bindir)) != key
+    other = tmp_path / "other"  # the same binaries elsewhere (another venv): the same key
+    shutil.copytree(bindir, other)
+    assert kr._cache_key("PTX", str(other)) == kr._cache_key("PTX", str(bindir))
+    key = kr._cache_key("PTX", str(bindir))
+    copy = tmp_path / "kernel_resources.py"  # the script changed: its old entries are not read
+    copy.write_text(SCRIPT.read_text() + "\n# changed\n")
+    monkeypatch.setattr(kr, "__file__", str(copy))
+    assert kr._cache_key("PTX", str(bindir)) != key
