@@ -51,6 +51,7 @@ import importlib.machinery
 import sys
 import time
 import types
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,6 +114,7 @@ class EngineSetup:
     kv_reserve: int = 0  # KV slots held back and lent to each running request
     mamba_reserve: int = 0  # mamba slots held back and lent to each running request
     tree_core: str | None = None  # SGLang's tree core backend (None: the engine's default, rust)
+    max_running: int = 1  # requests running at once (request slots in the pool)
 
 
 def engine_tokens(req, block: int, out: bool) -> np.ndarray:
@@ -167,7 +169,7 @@ class SGLangDriver:
             )
             params = Mamba2CacheParams(shape=shape, layers=[0])
         self.pool = HybridReqToTokenPool(
-            size=2,
+            size=setup.max_running + 1,
             mamba_size=setup.mamba_slots + setup.mamba_reserve,
             mamba_spec_state_size=2,
             max_context_len=max_len + 8,
@@ -235,17 +237,16 @@ class SGLangDriver:
             self.mamba_reserve = mamba.alloc(want)
             assert self.mamba_reserve is not None, "the mamba pool could not be taken back"
 
-    def run(self, prompt: np.ndarray, output: np.ndarray) -> int:
-        """One request through the cache; returns its hit tokens."""
+    def begin(self, prompt: np.ndarray, output: np.ndarray, first_end: int | None = None):
+        """A new request's lookup (``init_next_round_input``: the match, capped at input - 1, with
+        the copy-on-write of the hit's state), its lock and its request slots, the first chunk ending
+        at ``first_end`` (default: the hit plus the prefill chunk). Returns the request and its hit."""
         from array import array  # noqa: PLC0415
 
-        from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch  # noqa: PLC0415
-        from sglang.srt.mem_cache.allocation import alloc_req_slots, alloc_token_slots  # noqa: PLC0415
-        from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache  # noqa: PLC0415
-        from sglang.srt.runtime_context import mamba_track_grid  # noqa: PLC0415
+        from sglang.srt.managers.schedule_batch import Req  # noqa: PLC0415
+        from sglang.srt.mem_cache.allocation import alloc_req_slots  # noqa: PLC0415
         from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: PLC0415
 
-        s = self.setup
         n, n_out = len(prompt), len(output)
         req = Req(
             rid=str(self.rid),
@@ -255,52 +256,149 @@ class SGLangDriver:
         )
         self.rid += 1
         req.output_ids = array("q")
-        if self.mamba_reserve is not None:  # lent before the match: its copy-on-write takes a slot
-            self.pool.mamba_allocator.free(self.mamba_reserve)
-            self.mamba_reserve = None
         req.init_next_round_input(self.tree)
         hit = int(req.prefix_len)
-        lent = self._lend(n + n_out - 1 - hit)
-        req.extend_end = min(n, hit + s.prefill_chunk)
+        req.extend_end = min(n, hit + self.setup.prefill_chunk) if first_end is None else max(first_end, hit + 1)
         req.lock = self.tree.lock(req.last_node)
         alloc_req_slots(self.pool, [req], self.tree)
-        batch = types.SimpleNamespace(model_config=self.model_config, tree_cache=self.tree, req_to_token_pool=self.pool)
-        extra = s.strategy != "no_buffer"
-        pos = hit
-        while True:  # chunked prefill
-            end = min(n, pos + s.prefill_chunk)
-            req.prefix_len, req.extend_end = pos, end
-            loc = alloc_token_slots(self.tree, end - pos)
-            self.pool.write((req.kv.req_pool_idx, slice(pos, end)), loc)
-            req.kv.kv_committed_len = end
-            req.kv.kv_allocated_len = end
-            if extra:
-                ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend(batch, req)
-            pos = end
-            if pos >= n:
-                break
+        req._sim_out = output.tolist()  # the tokens it will sample
+        return req, hit
+
+    def extend(self, req, end: int) -> None:
+        """One prefill chunk of ``req``: tokens ``req.prefix_len`` .. ``end`` (KV slots, extra_buffer's
+        track entry on a stub batch)."""
+        from sglang.srt.managers.schedule_batch import ScheduleBatch  # noqa: PLC0415
+        from sglang.srt.mem_cache.allocation import alloc_token_slots  # noqa: PLC0415
+
+        pos = req.prefix_len
+        req.extend_end = end
+        loc = alloc_token_slots(self.tree, end - pos)
+        self.pool.write((req.kv.req_pool_idx, slice(pos, end)), loc)
+        req.kv.kv_committed_len = end
+        req.kv.kv_allocated_len = end
+        if self.setup.strategy != "no_buffer":
+            batch = types.SimpleNamespace(
+                model_config=self.model_config, tree_cache=self.tree, req_to_token_pool=self.pool
+            )
+            ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend(batch, req)
+
+    def extended(self, req) -> bool:
+        """After a step that ran a chunk of ``req``: a chunk short of the prompt's end is published
+        (``checkpoint_kv_cache``, the scheduler's ``stash_chunked_request``); the prompt's last chunk
+        samples the first output token, and the request is published and decodes on
+        (``process_batch_result_prefill``) or is released. Returns whether it finished."""
+        from sglang.srt.mem_cache.common import checkpoint_kv_cache  # noqa: PLC0415
+
+        if req.extend_end < len(req.origin_input_ids):
             checkpoint_kv_cache(req, self.tree)
-        grid = mamba_track_grid(self.tree.page_size)
-        out = output.tolist()
-        req.output_ids.append(out[0])
-        if n_out > 1:
-            checkpoint_kv_cache(req, self.tree)  # the prefill's last chunk; the request decodes on
-            for j in range(1, n_out):  # run output token j - 1 (0-based), sample token j
-                loc = alloc_token_slots(self.tree, 1)
-                self.pool.write((req.kv.req_pool_idx, slice(n + j - 1, n + j)), loc)
-                req.kv.kv_committed_len = n + j
-                req.kv.kv_allocated_len = n + j
-                req.output_ids.append(out[j])
-                if extra and req.kv.kv_committed_len % grid == 0:
-                    req.kv.mamba_prev_track_seqlen = req.kv.mamba_last_track_seqlen
-                    req.kv.mamba_last_track_seqlen = req.kv.kv_committed_len
-                    req.kv.mamba_last_track_idx = req.kv.mamba_next_track_idx
-                    req.kv.mamba_next_track_idx = self.pool.get_mamba_ping_pong_other_idx(req.kv.mamba_last_track_idx)
+            return False
+        req.output_ids.append(req._sim_out[0])
+        if len(req._sim_out) > 1:
+            checkpoint_kv_cache(req, self.tree)
+            return False
+        self.finish(req)
+        return True
+
+    def decode_slot(self, req) -> None:
+        """A decode step's KV slot for the newest sampled token of ``req``."""
+        from sglang.srt.mem_cache.allocation import alloc_token_slots  # noqa: PLC0415
+
+        n, j = len(req.origin_input_ids), len(req.output_ids)
+        loc = alloc_token_slots(self.tree, 1)
+        self.pool.write((req.kv.req_pool_idx, slice(n + j - 1, n + j)), loc)
+        req.kv.kv_allocated_len = n + j
+
+    def decoded(self, req) -> bool:
+        """After a decode step: the newest sampled token ran, the next is sampled (extra_buffer's
+        decode track when the committed length reaches a multiple of ``mamba_track_grid``). Returns
+        whether the request finished (it is released then)."""
+        from sglang.srt.runtime_context import mamba_track_grid  # noqa: PLC0415
+
+        n, j = len(req.origin_input_ids), len(req.output_ids)
+        req.kv.kv_committed_len = n + j
+        req.output_ids.append(req._sim_out[j])
+        if self.setup.strategy != "no_buffer" and req.kv.kv_committed_len % mamba_track_grid(self.tree.page_size) == 0:
+            req.kv.mamba_prev_track_seqlen = req.kv.mamba_last_track_seqlen
+            req.kv.mamba_last_track_seqlen = req.kv.kv_committed_len
+            req.kv.mamba_last_track_idx = req.kv.mamba_next_track_idx
+            req.kv.mamba_next_track_idx = self.pool.get_mamba_ping_pong_other_idx(req.kv.mamba_last_track_idx)
+        if len(req.output_ids) >= len(req._sim_out):
+            self.finish(req)
+            return True
+        return False
+
+    def finish(self, req) -> None:
+        """``release_kv_cache(checkpoint=True)`` with input + output - 1 tokens computed."""
+        from sglang.srt.managers.schedule_batch import FINISH_LENGTH  # noqa: PLC0415
+        from sglang.srt.mem_cache.common import release_kv_cache  # noqa: PLC0415
+
+        n_out = len(req._sim_out)
         req.finished_reason = FINISH_LENGTH(length=n_out)
         req.finished_len = n_out
         release_kv_cache(req, self.tree, checkpoint=True)
+
+    def run(self, prompt: np.ndarray, output: np.ndarray) -> int:
+        """One request alone through the cache; returns its hit tokens."""
+        n, n_out = len(prompt), len(output)
+        if self.mamba_reserve is not None:  # lent before the match: its copy-on-write takes a slot
+            self.pool.mamba_allocator.free(self.mamba_reserve)
+            self.mamba_reserve = None
+        req, hit = self.begin(prompt, output)
+        lent = self._lend(n + n_out - 1 - hit)
+        while True:  # chunked prefill
+            self.extend(req, min(n, req.prefix_len + self.setup.prefill_chunk))
+            if self.extended(req):
+                break
+            if req.extend_end >= n:
+                while True:
+                    self.decode_slot(req)
+                    if self.decoded(req):
+                        break
+                break
         self._take_back(lent)
         return hit
+
+    def run_steps(self, steps, tokens) -> tuple[dict[int, int], Counter]:
+        """The simulator's continuous-batching steps (``Step`` events) through the cache, in order:
+        per step the running requests' chunks and decode tokens, then the newly scheduled requests'
+        lookups and first chunks; after the step each chunk is published or, at the prompt's end,
+        samples its first token; a request is released at the step that samples its last token.
+        Returns the engine's hit per request id and the schedule's odd cases (``start``: the
+        engine's hit is not where the simulator's first chunk starts)."""
+        live: dict = {}
+        hits: dict[int, int] = {}
+        odd: Counter = Counter()
+        for ev in steps:
+            if ev.preempted:
+                raise RuntimeError(f"step at t={ev.t_start}: preemption (ample memory has none)")
+            for _ in range(ev.steps):
+                ran = []
+                for rid, a, b in ev.prefills:
+                    if rid in live:
+                        req = live[rid]
+                        if b <= req.prefix_len:  # the engine's hit lies past this chunk: nothing to run
+                            odd["skipped"] += 1
+                            continue
+                        self.extend(req, b)
+                    else:
+                        prompt, output = tokens[rid]
+                        req, hit = self.begin(prompt, output, first_end=b)
+                        hits[rid] = hit
+                        odd["start"] += hit != a
+                        live[rid] = req
+                        self.extend(req, req.extend_end)
+                    ran.append((rid, req))
+                decodes = [(rid, live[rid]) for rid, _ctx in ev.decodes]
+                for _rid, req in decodes:
+                    self.decode_slot(req)
+                for rid, req in ran:
+                    if self.extended(req):
+                        del live[rid]
+                for rid, req in decodes:
+                    if self.decoded(req):
+                        del live[rid]
+        odd["unfinished"] = len(live)
+        return hits, odd
 
 
 def engine_hits(trace, order, setup: EngineSetup) -> list[int]:
@@ -321,6 +419,63 @@ def sim_run(trace, policy: str, knobs: dict, memory: str):
     extra = {"gpu_memory": memory} if memory != "ample" else {}
     config = SimConfig(policy=policy, model=MODEL, capacity_bytes=UNLIMITED, mode="sequential", **knobs, **extra)
     return served_hits(trace, config)
+
+
+def sim_steps(trace, policy: str, knobs: dict):
+    """``policy`` under ``--scheduler continuous`` (ample memory, the default step budget; the
+    preset keeps each step's prefill within its ``--prefill-chunk``): its hit per request id and
+    its ``Step`` events."""
+    from sim.config import UNLIMITED, SimConfig  # noqa: PLC0415
+    from sim.engine.drivers import run  # noqa: PLC0415
+    from sim.engine.events import EventLog, Step  # noqa: PLC0415
+    from sim.simulate import build  # noqa: PLC0415
+
+    config = SimConfig(
+        policy=policy,
+        model=MODEL,
+        capacity_bytes=UNLIMITED,
+        mode="des",
+        scheduler="continuous",
+        **knobs,
+    )
+    log = EventLog()
+    res = run(build(trace, config, observers=(log,)))
+    hits = dict(zip(res.requests["request_id"].astype(int), res.requests["hit_tokens"].astype(int), strict=True))
+    return hits, [e for e in log.events if isinstance(e, Step)]
+
+
+def continuous(trace, args, label: str, rows: list) -> None:
+    """One preset under the continuous scheduler, its steps replayed through the engine."""
+    policy, knobs, strategy = PRESETS[label]
+    chunk = args.prefill_chunk
+    t0 = time.time()
+    sim, steps = sim_steps(trace, policy, {**knobs, "prefill_chunk_tokens": chunk})
+    block = trace.block_tokens
+    tokens = {
+        int(r.request_id): (engine_tokens(r, block, False), engine_tokens(r, block, True)) for r in trace.requests
+    }
+    lens = [len(p) + len(o) for p, o in tokens.values()]
+    # ample: every token of every request, and per request a state per chunk, its prompt end, its
+    # end and its running slots
+    states = sum(-(-n // chunk) + 5 for n in lens) + 64
+    running = max(len(e.prefills) + len(e.decodes) for e in steps)  # in one step; a request slot each for all
+    setup = EngineSetup(strategy, sum(lens) + 64, states, prefill_chunk=chunk, max_running=len(lens))
+    setup.tree_core = args.tree_core
+    driver = SGLangDriver(setup, max(lens))
+    got, odd = driver.run_steps(steps, tokens)
+    ids = sorted(sim)
+    agreement = Agreement.of([sim[i] for i in ids], [got.get(i, -1) for i in ids])
+    print(
+        f"{label + ' (continuous)':34s} {agreement.counts(percent=True)}; {agreement.tokens()}; "
+        f"{sum(e.steps for e in steps):,} steps, up to {running} running; first chunks not at the engine's hit "
+        f"{odd['start']} (chunks skipped {odd['skipped']}), unfinished {odd['unfinished']} ({time.time() - t0:.0f} s)"
+    )
+    for k in agreement.differing[:5]:
+        i = ids[k]
+        print(
+            f"  request {i} (input {len(tokens[i][0])}, output {len(tokens[i][1])}): simulator {sim[i]}, engine {got.get(i)}"
+        )
+    rows.extend((label, args.trace, "ample", i, sim[i], got.get(i, -1)) for i in ids)
 
 
 def engine_setup(trace, sim, strategy: str, memory: str, prefill_chunk: int) -> EngineSetup:
@@ -357,8 +512,17 @@ def main() -> None:
     ap.add_argument("--prefill-chunk", type=int, default=8192)
     ap.add_argument("--presets", default=",".join(PRESETS), help=f"comma-separated, of {', '.join(PRESETS)}")
     ap.add_argument("--tree-core", default=None, choices=("rust", "python"), help="SGLang's tree core (default: rust)")
+    ap.add_argument(
+        "--scheduler",
+        choices=("sequential", "continuous"),
+        default="sequential",
+        help="continuous: the preset under --scheduler continuous (ample memory), its steps replayed through the engine",
+    )
     ap.add_argument("--out", default="", help="CSV of per-request hits (never overwritten)")
     args = ap.parse_args()
+    if args.scheduler == "continuous" and args.memory != "ample":
+        print("error: --scheduler continuous is compared with ample memory only", file=sys.stderr)
+        raise SystemExit(2)
     sys.path[:0] = [p for p in (args.sglang, args.deps) if p]
     sys.meta_path.insert(0, _StubFinder())
     from traces.registry import TraceOptions, load_trace  # noqa: PLC0415
@@ -367,6 +531,9 @@ def main() -> None:
     print(f"trace {args.trace}: {len(trace.requests)} requests, block {trace.block_tokens}, memory {args.memory}")
     rows = []
     for label in args.presets.split(","):
+        if args.scheduler == "continuous":
+            continuous(trace, args, label, rows)
+            continue
         policy, knobs, strategy = PRESETS[label]
         knobs = {**knobs, "prefill_chunk_tokens": args.prefill_chunk}
         t0 = time.time()

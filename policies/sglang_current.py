@@ -143,6 +143,11 @@ class SglangAdmission(AdmissionPolicy):
 
     Params = SglangParams
     uses_prefill_steps = True
+    #: a chunk that ends inside the prompt is inserted at once (``Scheduler.stash_chunked_request``
+    #: calls ``checkpoint_kv_cache`` before the next step's requests are matched, scheduler.py
+    #: L3772-L3776 and L3919): a request scheduled while another is half-way through its prefill
+    #: can hit the states and KV of its chunks so far
+    publishes_chunks = True
 
     @property
     def running_state_slots(self) -> int:
@@ -153,6 +158,30 @@ class SglangAdmission(AdmissionPolicy):
         taken exactly (``prepare_mamba_track_for_verify``)."""
         base = 1 if resolved_strategy(self.params) == "no_buffer" else 3
         return base + verify_slots(self.params.speculative_tokens)
+
+    def schedule_chunk(self, start, end, budget, step_budget, ctx):
+        """SGLang's ``PrefillAdder`` (0.5.23 ``managers/schedule_policy.py``): a step's prefill
+        tokens and the decode tokens mixed into it stay within ``--chunked-prefill-size``
+        (``rem_chunk_tokens`` starts at it less ``num_mixed_decode_tokens``, L654-L655, and each
+        chunk is charged to it, L942-L943), and a truncated chunk ends on a page boundary
+        (``end = (prefix_len + extend_len) // page_size * page_size``, L1665-L1670: the tree keeps
+        states on pages only). The page is this preset's grid, ``ctx.block_tokens``; on a hash-block
+        trace that is the trace's block, on which alone the tree can hold a state. A chunk that
+        rounds to nothing waits for the next step (``extend_len <= 0``: ``AddReqResult.OTHER``,
+        L1672-L1673), unless nothing else is in this step (a chunk budget under one page runs
+        unaligned rather than stall)."""
+        used = step_budget - budget  # decode tokens and chunks already in this step
+        n = min(budget, end - start, self.params.prefill_chunk_tokens - used)
+        if n <= 0:
+            return 0
+        G = ctx.block_tokens
+        if G > 1 and start + n < end:
+            whole = (start + n) // G * G - start
+            if whole > 0:
+                n = whole
+            elif used > 0:
+                return 0
+        return n
 
     def prefill_checkpoints(self, match, ctx):
         p = self.params

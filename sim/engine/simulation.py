@@ -421,6 +421,40 @@ class Simulation:
         self._after_insert(res, f, t)
         return res.inserted
 
+    def chunk_checkpoints(self, f: Flight, step_ends: list[int], published: int) -> tuple[int, list[int]] | None:
+        """A batching scheduler's prefill step ended inside the prompt, at ``step_ends[-1]`` tokens,
+        and the admission publishes every chunk (``publishes_chunks``: SGLang's
+        ``checkpoint_kv_cache`` after each chunk): the prompt's symbols computed so far and the
+        prefill states of the steps since ``published`` tokens (an earlier chunk's state went in
+        with it; one evicted since is not taken again), or None when nothing would be inserted (no
+        new symbol; on a hybrid model, no state: as ``insert_prefill``, KV without a state is not
+        inserted)."""
+        k = min(step_ends[-1] // self.grid, len(f.seq_in))
+        if not self.preset.caching or f.ctx is None or f.match is None or k <= f.match.hit_sym:
+            return None
+        ctx = f.ctx
+        whole = ctx.prefill_steps
+        ctx.prefill_steps = tuple(step_ends)
+        done = published // self.grid
+        cps = [c for c in self.admission.prefill_checkpoints(f.match, ctx) if done < c <= k]
+        ctx.prefill_steps = whole
+        if not cps and self.spec.is_hybrid:
+            return None
+        return k, cps
+
+    def insert_chunk(self, f: Flight, k: int, cps: list[int], t: float) -> bool:
+        """Insert the prompt's first ``k`` symbols with the states ``cps`` (``chunk_checkpoints``);
+        the lock moves to its end. Returns whether anything was inserted."""
+        now = self.tree.set_time(t)
+        res = self.tree.insert(
+            f.seq_in[:k], min(k * self.grid, f.tok_in), cps, now, lock=True, protect=f.locked, tag=(f, t)
+        )
+        if f.locked is not None:
+            self.tree.unlock(f.locked)
+        f.locked = res.end_node if res.inserted else None
+        self._after_insert(res, f, t)
+        return res.inserted
+
     def insert_decode(self, f: Flight, t: float) -> None:
         if not self.preset.caching:
             return

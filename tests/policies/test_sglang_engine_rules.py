@@ -10,6 +10,11 @@ import pytest
 from engine_cases import TINY, cat, one_per_session, run, state_depths, toks
 
 from policies.sglang import UnifiedTwoListEviction
+from policies.sglang_current import SglangAdmission
+from sim.config import SimConfig
+from sim.engine.drivers import run as drive
+from sim.engine.events import EventLog, Step
+from sim.simulate import build
 from traces.base import Request, Trace
 
 
@@ -168,3 +173,83 @@ def test_a_decode_track_stays_in_the_output_when_the_prompt_ends_inside_a_hash_b
     # r1's track at the branch point 2,560 (its KV match), r0's and r1's decode tracks in the outputs
     # (2,816 and 3,072, each at the first block boundary past it: r0's 3,016, r1's 3,134)
     assert state_depths(sim.tree) == [2560, 3016, 3134]
+
+
+def _at_once(*reqs):
+    """Open-loop requests all arriving at t = 0, queued in the order given."""
+    return Trace(
+        "t",
+        [
+            Request(session_id=k, turn=0, input_tokens=inp, output_tokens=out, arrival=0.0)
+            for k, (inp, out) in enumerate(reqs)
+        ],
+        closed_loop=False,
+    )
+
+
+def _continuous(trace, **knobs):
+    """Hit tokens per request and each request's prefill chunks under ``--scheduler continuous``."""
+    log = EventLog()
+    config = SimConfig(
+        policy="sglang", model="qwen3.5-9b", capacity_bytes=10**15, mode="des", scheduler="continuous", **knobs
+    )
+    res = drive(build(trace, config, observers=(log,)))
+    chunks: dict[int, list] = {}
+    for ev in log.events:
+        for rid, a, b in ev.prefills if isinstance(ev, Step) else ():
+            chunks.setdefault(int(rid), []).append((a, b))
+    return [int(h) for h in res.requests.sort_values("request_id")["hit_tokens"]], chunks
+
+
+@pytest.mark.parametrize("strategy", ["no_buffer", "extra_buffer"])
+def test_a_chunk_inside_the_prompt_is_published_before_the_next_step_matches(strategy):
+    """``Scheduler.get_next_batch_to_run`` stashes the chunked request before it matches new ones
+    (``managers/scheduler.py`` L3919 -> ``stash_chunked_request`` L3772-L3776 ->
+    ``checkpoint_kv_cache``, ``mem_cache/common.py`` L271-L281), so a request scheduled while
+    another is half-way through its prefill can hit that prefill's chunks. 128-token steps: r0
+    (300 tokens) runs 0..128, 128..256, 256..300; r1 (r0's first 200 tokens + 100 of its own)
+    waits for budget until the third step, and then hits the state at 128 (no_buffer: a chunk
+    end; extra_buffer: the step's track), not the one at 256 (past its 200 shared tokens). With
+    chunks inserted only at the prompt's end it hit nothing. SGLang 0.5.23 fed the same steps
+    (``differential_sglang.py --scheduler continuous``'s replay) gives 0, 128."""
+    r0 = toks(0, 300)
+    trace = _at_once((r0, toks(9000, 5)), (cat(r0[:200], toks(5000, 100)), toks(9100, 5)))
+    knobs = {"mamba_radix_cache_strategy": strategy, "prefill_chunk_tokens": 128}
+    got, chunks = _continuous(trace, **knobs)
+    assert chunks[0] == [(0, 128), (128, 256), (256, 300)]
+    assert chunks[1][0] == (128, 212)
+    assert got == [0, 128]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SglangAdmission, "publishes_chunks", False)
+        assert _continuous(trace, **knobs)[0] == [0, 0]
+
+
+def test_a_step_holds_prefill_chunk_tokens_and_a_cut_chunk_ends_on_a_page():
+    """``PrefillAdder`` (``managers/schedule_policy.py``): ``rem_chunk_tokens`` is
+    ``--chunked-prefill-size`` less the decode tokens mixed into the step (L654-L655), each chunk
+    is charged to it (L942-L943), and a truncated chunk ends on a page (L1665-L1670). Page 16,
+    ``--prefill-chunk`` 128 under the default 8,192-token step budget: r0 (10 prompt tokens, 50
+    output tokens) and r1 (300 tokens) arrive together. Step 1: r0 0..10, r1 gets 118 floored to
+    the page, 0..112; step 2: r0 decodes one token, r1 gets 127, 112..239 floored to 224; step 3
+    runs the last 76. Before, the step budget alone cut r1 (0..300 in one chunk)."""
+    trace = _at_once((toks(0, 10), toks(9000, 50)), (toks(1000, 300), toks(9100, 5)))
+    _, chunks = _continuous(trace, page_size=16, prefill_chunk_tokens=128)
+    assert chunks[0] == [(0, 10)]
+    assert chunks[1] == [(0, 112), (112, 224), (224, 300)]
+
+
+def test_a_waiting_request_is_matched_again_when_it_is_scheduled():
+    """SGLang matches each waiting request every time it tries to admit it
+    (``_get_new_batch_prefill_raw``, ``managers/scheduler.py`` L4260:
+    ``req.init_next_round_input(self.tree_cache)``), so what is cached while it waits counts.
+    extra_buffer, page 16, 128-token steps: r0 (250 tokens) runs 0..128 (track 128) and 128..250
+    (track 192, published at the prompt's end); r1 (r0's first 200 tokens + 100) is first tried in
+    the second step with 6 tokens of budget left, which round to no page: it waits. Matched again
+    in the third step it hits 192; the scheduler kept its first match before and hit 128. SGLang
+    0.5.23 fed the same steps (page 16) gives 0, 192."""
+    r0 = toks(0, 250)
+    trace = _at_once((r0, toks(9000, 5)), (cat(r0[:200], toks(5000, 100)), toks(9100, 5)))
+    got, chunks = _continuous(trace, page_size=16, prefill_chunk_tokens=128, max_num_batched_tokens=128)
+    assert chunks[0] == [(0, 128), (128, 250)]
+    assert chunks[1][0][0] == 192
+    assert got == [0, 192]
