@@ -122,7 +122,8 @@ class SweepSpec:
                 values = list(dict.fromkeys(raw))
             elif raw:
                 values = parse_values(list(raw), _kind(p), flag)
-                values = [self._convert(p, v, flag) for v in values]
+                # two spellings of one value (--gpu h100,H100) are one point of the grid
+                values = list(dict.fromkeys(self._convert(p, v, flag) for v in values))
             else:
                 values = [_default(p)]
                 if _kind(p) == "size":

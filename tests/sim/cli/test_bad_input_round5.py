@@ -370,3 +370,12 @@ def test_a_missing_path_in_a_folder_here_and_an_empty_model_keep_their_errors(tm
     (tmp_path / "Qwen").mkdir()
     one_line(marconi("models", "Qwen/typo", cwd=tmp_path), "model config Qwen/typo: no such file")
     one_line(marconi("models", ""), "unknown model ''; valid: marconi-7b,")
+
+
+def test_two_spellings_of_one_gpu_are_one_grid_point(tmp_path):
+    """`sweep --gpu h100,H100` said "gpu(2) = 1 configuration (2 grid points; policies that
+    ignore alpha run once)": the reason was wrong (the two are one GPU)."""
+    rc, out, err = marconi("sweep", *SMALL, "--policy", "sglang+", "--gpu", "h100,H100 SXM", "--out", tmp_path / "s")
+    assert rc == 0, err
+    assert out.splitlines()[0].startswith("grid: one point = 1 configuration | "), out
+    assert "| GPU h100 |" in out.splitlines()[0]
