@@ -27,7 +27,7 @@ from sim.config import SimConfig, format_size, parse_size
 from sim.errors import UsageError
 from sim.experiments.grid import expand_grid
 from sim.experiments.runners import run_sweep
-from sim.experiments.store import load_results, row_files
+from sim.experiments.store import load_results, replay_folder_words, row_files, summary_kind
 from sim.trace_options import TRACE_OPTION_KEYS
 
 #: the columns that are neither knobs of the configuration nor metrics
@@ -337,8 +337,10 @@ def _run_summary_rows(path: Path) -> pd.DataFrame | None:
         rows = json.loads(f.read_text())
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read {f}: {exc}") from None
+    if summary_kind(path) == "replay":
+        raise UsageError(replay_folder_words(path, "a run's or a sweep's results"))
     if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) and "token_hit_rate" in r for r in rows):
-        raise UsageError(f"{f} is not the summary of `marconi run --out` (a `marconi replay --out` folder?)")
+        raise UsageError(f"{f} is not the summary of `marconi run --out`")
     df = pd.DataFrame(rows)
     modes, alphas = [], []
     for policy, alpha in zip(df["policy"], df.get("alpha", pd.Series([None] * len(df)))):

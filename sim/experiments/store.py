@@ -181,6 +181,29 @@ def row_files(out: str | os.PathLike) -> list[Path]:
     return sorted(p for p in Path(out).glob("*.parquet") if not p.name.startswith("."))
 
 
+def summary_kind(folder: str | os.PathLike) -> str | None:
+    """What wrote the folder's summary.json: "run" (`marconi run --out`: a list of rows), "replay"
+    (`marconi replay --out`: settings and summary), "other", or None without one."""
+    import json  # noqa: PLC0415
+
+    f = Path(folder) / "summary.json"
+    if not f.is_file():
+        return None
+    try:
+        d = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return "other"
+    if isinstance(d, dict) and {"settings", "summary"} <= set(d):
+        return "replay"
+    return "run" if isinstance(d, list) and all(isinstance(r, dict) and "token_hit_rate" in r for r in d) else "other"
+
+
+def replay_folder_words(folder: str | os.PathLike, isnt: str) -> str:
+    """What to do with a `marconi replay --out` folder given to report or plot (``isnt``: what the
+    command wanted)."""
+    return f"{folder} holds a `marconi replay --out` result, not {isnt}: `marconi plot {folder} --kind replay` draws it"
+
+
 def load_results(out: str | os.PathLike):
     """All rows of a results folder as one DataFrame (columns unioned across files)."""
     import pandas as pd  # noqa: PLC0415 - pandas is slow to import; only readers need it
@@ -189,6 +212,8 @@ def load_results(out: str | os.PathLike):
     if not files:
         raise UsageError(f"no results in {out} (expected <config_id>.parquet files from `marconi sweep`)")
     if (Path(out) / "summary.json").is_file() and not any(f.stem.isalnum() and len(f.stem) == 20 for f in files):
+        if summary_kind(out) == "replay":  # `marconi report` prints no replay: the plot of its kind
+            raise UsageError(replay_folder_words(out, "the rows of `marconi sweep`"))
         raise UsageError(
             f"{out} holds the results of `marconi run` / `replay` (summary.json), not the rows of `marconi sweep`: "
             f"`marconi report {out}` prints them"

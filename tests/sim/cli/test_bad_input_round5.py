@@ -379,3 +379,24 @@ def test_two_spellings_of_one_gpu_are_one_grid_point(tmp_path):
     assert rc == 0, err
     assert out.splitlines()[0].startswith("grid: one point = 1 configuration | "), out
     assert "| GPU h100 |" in out.splitlines()[0]
+
+
+def test_report_and_plot_of_a_replay_folder_point_to_its_plot(tmp_path):
+    """`marconi plot REPLAY_DIR --kind hit-rate` said "`marconi report REPLAY_DIR` prints them",
+    which refuses a replay folder; report asked "(a `marconi replay --out` folder?)" and stopped."""
+    import pandas as pd
+
+    folder = tmp_path / "rp"
+    folder.mkdir()
+    (folder / "summary.json").write_text(json.dumps({"settings": {"model": "replay-tiny"}, "summary": {"hits": 3}}))
+    pd.DataFrame({"request_id": [0, 1]}).to_parquet(folder / "requests.parquet")
+    draw = f"`marconi plot {folder} --kind replay` draws it"
+    one_line(
+        marconi("report", folder),
+        f"{folder} holds a `marconi replay --out` result, not a run's or a sweep's results: {draw}",
+    )
+    one_line(
+        marconi("plot", folder, "--kind", "hit-rate", "--out", tmp_path / "f"),
+        f"{folder} holds a `marconi replay --out` result, not the rows of `marconi sweep`: {draw}",
+    )
+    assert not (tmp_path / "f").exists()
