@@ -195,7 +195,14 @@ class TrtllmAdmission(AdmissionPolicy):
         points = snapshot_points(
             input_tokens(ctx), self.params.periodic_snapshot_interval, self.from_start, self.from_end
         )
-        return [t // G for t in points if t > hit and t % G == 0]
+        n = input_tokens(ctx)
+        out = [t // G for t in points if t > hit and t % G == 0]
+        if n % G and points and points[-1] == n and n > hit and ctx.n_input == -(-n // G):
+            # a hash-block prompt whose last block is partial: the snapshot at its end sits at
+            # the end of that partial symbol (the engine commits the partial last block with its
+            # SSM snapshot when the context ends, and the page counts in its recurrent pool)
+            out.append(ctx.n_input)
+        return out
 
     def schedule_chunk(self, start, end, budget, step_budget, ctx):
         """The scheduler ends a prefill chunk at the next snapshot point inside it, so the state

@@ -292,3 +292,48 @@ def test_a_path_ending_at_the_block_end_is_one_block_whatever_hangs_below():
     m = t.lookup(np.array([*range(20), 9, 9], dtype=np.int64), now=t.set_time(100.0))
     t.check_invariants()
     assert (m.hit_tokens, m.match_tokens) == (20, 20)
+
+
+def test_a_hash_block_prompts_end_snapshot_takes_a_recurrent_page():
+    """On a hash-block trace (16-token blocks here, Mooncake's 512) a prompt whose last block is
+    partial still gets its end-offset-0 snapshot: ``try_commit_blocks`` (``mamba_cache_manager_v2.py``
+    at 28295084972c) commits up to ``commit_limit = min(max(expect_snapshot_points), prompt_len)``,
+    the prompt's last token, and ``kvCache.cpp`` ``_snapshotPartialBlockToTree`` puts the partial
+    block's KV copy and the recurrent state at its end into the tree, where the state holds a page
+    of the recurrent pool until the queue reaches it. The preset kept only the states on whole
+    symbols (``t % block_tokens == 0``), so the pool kept more of them than the engine:
+    ``mooncake:sample`` at 16GB (54 recurrent pages, interval 512, end offset 0) reused the shared
+    first block's snapshot on requests 129 and 263, which the engine's prompt ends had pushed out
+    (298 -> 300 of 300). Three recurrent pages (one the running request's live state): A (40
+    tokens: blocks 1, 2 and half of 3) commits 32 and 40, B the same on its own blocks, which
+    takes both of A's pages; C (A's first two blocks, then 4 tokens of its own) reuses nothing.
+    The harness driving TensorRT-LLM's own tree and manager methods gives 0, 0, 0 and snapshots
+    at 32 and 36 (with ten pages 0, 0, 32 and 32, 32, 36, 40, 40), as here; the preset before
+    gave 0, 0, 32 with three."""
+    from traces.base import Request, Trace  # noqa: PLC0415
+
+    rows = [([1, 2, 3], 40), ([4, 5, 6], 40), ([1, 2, 7], 36)]
+    trace = Trace(
+        "hb",
+        [
+            Request(
+                session_id=i,
+                turn=0,
+                input_tokens=np.array(ids, dtype=np.int64),
+                output_tokens=np.zeros(0, dtype=np.int64),
+                input_len=n,
+                output_len=4,
+                arrival=float(i),
+            )
+            for i, (ids, n) in enumerate(rows)
+        ],
+        closed_loop=False,
+        block_tokens=16,
+    )
+    knobs = {"periodic_snapshot_interval": 32, **END0}
+    got, sim = run(trace, "trtllm", spec=TINY, state_pool="3", **knobs)
+    assert got == [0, 0, 0]
+    assert state_depths(sim.tree) == [32, 36]  # C's own (36: its partial block's end); the engine's too
+    got, sim = run(trace, "trtllm", spec=TINY, state_pool="10", **knobs)
+    assert got == [0, 0, 32]
+    assert state_depths(sim.tree) == [32, 32, 36, 40, 40]  # the engine's tree holds the same five
