@@ -48,6 +48,7 @@ import argparse
 import csv
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 import time
 import types
@@ -449,7 +450,8 @@ def continuous(trace, args, label: str, rows: list) -> None:
     policy, knobs, strategy = PRESETS[label]
     chunk = args.prefill_chunk
     t0 = time.time()
-    sim, steps = sim_steps(trace, policy, {**knobs, "prefill_chunk_tokens": chunk})
+    rate = {"sessions_per_second": args.sessions_per_second} if args.sessions_per_second else {}
+    sim, steps = sim_steps(trace, policy, {**knobs, "prefill_chunk_tokens": chunk, **rate})
     block = trace.block_tokens
     tokens = {
         int(r.request_id): (engine_tokens(r, block, False), engine_tokens(r, block, True)) for r in trace.requests
@@ -518,10 +520,19 @@ def main() -> None:
         default="sequential",
         help="continuous: the preset under --scheduler continuous (ample memory), its steps replayed through the engine",
     )
+    ap.add_argument(
+        "--sessions-per-second",
+        type=float,
+        default=0.0,
+        help="continuous: sessions started per second (0: the simulator's default); more runs more at once",
+    )
     ap.add_argument("--out", default="", help="CSV of per-request hits (never overwritten)")
     args = ap.parse_args()
     if args.scheduler == "continuous" and args.memory != "ample":
         print("error: --scheduler continuous is compared with ample memory only", file=sys.stderr)
+        raise SystemExit(2)
+    if args.out and os.path.exists(args.out):
+        print(f"error: {args.out} exists (--out never replaces a file)", file=sys.stderr)
         raise SystemExit(2)
     sys.path[:0] = [p for p in (args.sglang, args.deps) if p]
     sys.meta_path.insert(0, _StubFinder())

@@ -41,6 +41,10 @@ between its KV and mamba pools, which then replaces ``--capacity``), ``--max-mam
   served (``components/base.py`` L161-L165); decode tracks land on ``mamba_track_grid`` =
   lcm(chunk, page, interval) (``runtime_context.py`` L1974-L1979), in the output, past a
   hash-block prompt's partial last block (``batch_result_processor.py`` L1620-L1634).
+- Under ``--scheduler continuous`` (checked by ``differential_sglang.py --scheduler continuous``):
+  a step's prefill and mixed decode tokens stay within ``--prefill-chunk`` and a cut chunk ends on
+  the page (``schedule_chunk``, SGLang's ``PrefillAdder``), and every chunk that ends inside the
+  prompt is published before the next step matches (``publishes_chunks``).
 
 Refused (one line, exit 2): no_buffer with ``--page-size`` > 1 (the engine asserts it); a track
 interval that is not a multiple of the page; ``--mamba-full-memory-ratio`` without
