@@ -32,14 +32,19 @@ def trace_options(func):
     return func
 
 
-def trace_from_cli(kwargs: dict, progress: bool = True):
+def trace_from_cli(kwargs: dict, progress: bool = True, say_skipped: bool = True):
     """Pops the trace options out of a command's ``kwargs`` and loads the trace (progress bar on
-    stderr while tokenizing)."""
+    stderr while tokenizing). ``say_skipped``: a note on stderr counts the rows --skip-bad-rows
+    skipped (`traces` commands print the count themselves)."""
     spec, opts = options_from_kwargs(kwargs)
     opts.progress = progress
     trace = load_trace(spec, opts)
     if trace.meta.get("cache_rebuilt"):  # a cache file that failed its check was replaced: said once
         click.echo(f"note: trace cache {trace.meta['cache_rebuilt']}", err=True)
+    skipped = trace.meta.get("skipped_rows") or 0
+    if say_skipped and skipped:  # the run is of what is left: how much was left out is said
+        rows = "row" if skipped == 1 else "rows"
+        click.echo(f"note: {skipped:,} bad {rows} of {trace.name} skipped (--skip-bad-rows)", err=True)
     return trace
 
 
@@ -98,7 +103,7 @@ def register(main: click.Group) -> None:
         _one_trace(spec, kwargs)
         _refuse_unread(kwargs)
         t0 = time.perf_counter()
-        trace = trace_from_cli(kwargs, progress)
+        trace = trace_from_cli(kwargs, progress, say_skipped=False)
         dt = time.perf_counter() - t0
         click.echo(
             f"{trace.name}: {trace.n_sessions:,} sessions, {len(trace.requests):,} requests, "
@@ -129,7 +134,7 @@ def register(main: click.Group) -> None:
             raise TraceError(f"--sessions-per-second must be a finite number > 0 (got {rate})")
         _one_trace(spec, kwargs)
         _refuse_unread(kwargs, rate_flag="--sessions-per-second")
-        trace = trace_from_cli(kwargs, progress)
+        trace = trace_from_cli(kwargs, progress, say_skipped=False)
         st = trace_stats(trace, rate)
         if trace.meta.get("skipped_rows"):
             st["skipped_rows"] = trace.meta["skipped_rows"]

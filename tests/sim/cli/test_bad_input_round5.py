@@ -400,3 +400,19 @@ def test_report_and_plot_of_a_replay_folder_point_to_its_plot(tmp_path):
         f"{folder} holds a `marconi replay --out` result, not the rows of `marconi sweep`: {draw}",
     )
     assert not (tmp_path / "f").exists()
+
+
+def test_a_run_says_how_many_bad_rows_it_skipped(tmp_path):
+    """`run --skip-bad-rows` replayed what was left and said nothing of what was skipped (only
+    `traces stats` counted it)."""
+    rows = SAMPLE.read_text().splitlines()[:12]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join([*rows[:5], "{not json", '{"timestamp": 1}', *rows[5:]]) + "\n")
+    for fmt in ("table", "json"):
+        rc, out, err = marconi("run", "--trace", f"mooncake:{path}", "--skip-bad-rows", "--policy", "sglang+",
+                               "--no-progress", "--format", fmt)  # fmt: skip
+        assert rc == 0, err
+        assert f"note: 2 bad rows of mooncake:{path} skipped (--skip-bad-rows)" in err.splitlines(), err
+    one_line(
+        marconi("run", "--trace", f"mooncake:{path}", "--policy", "sglang+", "--no-progress"), f"{path}:6: bad JSON"
+    )
