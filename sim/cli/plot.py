@@ -10,6 +10,7 @@ import click
 from sim.analysis.plot import KINDS, pyplot, make_figure, save
 from sim.cli.outdir import OutputPath, check_output_files, output_folder
 from sim.errors import UsageError
+from sim.experiments.store import NoRecords
 
 
 def _figure(results, kind, where, static):
@@ -68,8 +69,21 @@ def register(main: click.Group) -> None:
             # the figures' files: never an existing one without --force (nor a file of the package)
             files = {out / f"{kind}.{fmt}": "--out" for kind in todo for fmt in ("png", "svg")}
             check_output_files(files, force=force, inputs=[])
+            undrawn = []
             for kind in todo:
-                fig = _figure(results, kind, where, static)
+                try:
+                    fig = _figure(results, kind, where, static)
+                except NoRecords:
+                    if "all" not in kinds:
+                        raise
+                    undrawn.append(kind)  # --kind all: every figure the folder has the records of
+                    continue
                 for p in save(fig, out, kind):
                     click.echo(str(p))
                 plt.close(fig)
+            if undrawn:
+                click.echo(
+                    f"note: {', '.join(undrawn)} not drawn: {results} has no per-request records (rerun the sweep "
+                    "with --save-requests)",
+                    err=True,
+                )

@@ -241,6 +241,10 @@ def _read(path: Path):
         ) from None
 
 
+class NoRecords(UsageError):
+    """A sweep saved no per-request / occupancy records (it ran without --save-requests)."""
+
+
 def load_details(out: str | os.PathLike, kind: str = "requests", config_ids: Iterable[str] | None = None):
     """Per-request (``kind="requests"``) or occupancy records of the given configurations."""
     import pandas as pd  # noqa: PLC0415 - pandas is slow to import; only readers need it
@@ -252,7 +256,7 @@ def load_details(out: str | os.PathLike, kind: str = "requests", config_ids: Ite
         files = [folder / f"{c}.parquet" for c in config_ids]
         files = [f for f in files if f.exists()]
     if not files:
-        raise UsageError(f"no {kind} records in {folder}: rerun the sweep with --save-requests")
+        raise NoRecords(f"no {kind} records in {folder}: rerun the sweep with --save-requests")
     return pd.concat([_read(f) for f in files], ignore_index=True)
 
 

@@ -416,3 +416,20 @@ def test_a_run_says_how_many_bad_rows_it_skipped(tmp_path):
     one_line(
         marconi("run", "--trace", f"mooncake:{path}", "--policy", "sglang+", "--no-progress"), f"{path}:6: bad JSON"
     )
+
+
+def test_plot_all_draws_what_a_sweep_without_records_has(tmp_path):
+    """`plot --kind all` of a sweep run without --save-requests drew two figures, then stopped
+    with exit 2 at ttft ("no requests records"): it draws every figure it can and says which not."""
+    results, figs = tmp_path / "s", tmp_path / "f"
+    rc, out, err = marconi("sweep", *SMALL, "--policy", "marconi", "--alpha", "0,1", "--workers", "1", "--out", results)
+    assert rc == 0, err
+    rc, out, err = marconi("plot", results, "--kind", "all", "--out", figs)
+    assert rc == 0, err
+    drawn = ("hit-rate", "alpha", "ttft-load", "misses")
+    assert out.split() == [str(figs / f"{k}.{x}") for k in drawn for x in ("png", "svg")], out
+    assert sorted(p.name for p in figs.iterdir()) == sorted(f"{k}.{x}" for k in drawn for x in ("png", "svg"))
+    assert err.strip() == (
+        f"note: ttft, occupancy not drawn: {results} has no per-request records (rerun the sweep with --save-requests)"
+    )
+    one_line(marconi("plot", results, "--kind", "ttft", "--out", figs), "no requests records in")  # asked for: refused
