@@ -428,6 +428,11 @@ class EngineTree(HybridRadixTree):
         replaced: list[Node] = []
         if self.snapshot_block and checkpoints:
             checkpoints = self._take_block_snapshots(seq, span, checkpoints, replaced)
+            if self.state_capacity is not None and len(checkpoints) > self.state_capacity:
+                # more snapshots than the pool holds: TensorRT-LLM commits them one at a time, each
+                # taking a page from the queue's front, where the request's own earlier snapshots
+                # sit once the older pages are gone, so its last ones stay (and all of its KV)
+                checkpoints = checkpoints[-self.state_capacity :] if self.state_capacity > 0 else []
         if len(seq) == 0:
             return InsertResult(True, end_node=self.root)
         try:

@@ -235,33 +235,60 @@ def test_a_state_pool_that_fills_the_capacity_leaves_no_room_for_kv():
     assert got == [0]
 
 
-def test_an_insert_counts_again_a_state_on_its_path_taken_to_make_room():
-    """States on a locked path are state victims with the engine's pools (rule above), so the
-    room an insert makes may take a state it found on its own path and will add again: the
-    states it needs are counted again after each victim (``EngineTree._evict_for``), and the pool
-    is never exceeded (``marconi run --policy trtllm --state-pool 29 --scheduler fcfs`` on 100
-    ShareGPT sessions at 2GB stopped on "capacity exceeded" before). Two state slots: the path
-    holds states at 32 and 64 (locked, as a running request's); inserting it again with a third
-    state at 96 takes the older (32), which it would add back, then 64: no room for three, the
-    insert is refused and the pool holds at most two."""
+def _pool_tree(slots: int) -> EngineTree:
     from policies.trtllm_current import TrtllmPoolEviction  # noqa: PLC0415
 
     rules = EngineRules(kv_extent="state", snapshot_block=32, state_pool=True, cascade=True)
-    t = EngineTree(
+    return EngineTree(
         rules,
-        state_capacity=2,
+        state_capacity=slots,
         capacity_bytes=10**6,
         kv_bytes_per_token=1,
         state_bytes=4,
         block_tokens=1,
         policy=TrtllmPoolEviction(),
     )
+
+
+def test_an_insert_counts_again_a_state_on_its_path_taken_to_make_room():
+    """States on a locked path are state victims with the engine's pools (rule above), so the
+    room an insert makes may take a state it found on its own path and will add again: the
+    states it needs are counted again after each victim (``EngineTree._evict_for``), and the pool
+    is never exceeded (``marconi run --policy trtllm --state-pool 29 --scheduler fcfs`` on 100
+    ShareGPT sessions at 2GB stopped on "capacity exceeded" before). Three state slots: the path
+    holds states at 32 and 64 (locked, as a running request's), another path one at 50; inserting
+    the path again with a third state at 96 needs one slot and takes the queue's front, the path's
+    own 32, which it then needs again, so 64 goes too, then 50: the pool holds 32, 64 and 96 (a
+    fixed count of one stopped after 32 and overflowed the pool)."""
+    t = _pool_tree(3)
     seq = np.arange(96, dtype=np.int64)
     assert t.insert(seq[:64], 64, [32, 64], t.set_time(1.0)).inserted
+    assert t.insert(np.arange(1000, 1050, dtype=np.int64), 50, [50], t.set_time(2.0)).inserted
     t.lock(t.match(seq[:64]).hit_node)  # a running request's path: KV held, states still victims
-    res = t.insert(seq, 96, [32, 64, 96], t.set_time(2.0))
-    assert not res.inserted
-    assert t.n_states <= 2
+    res = t.insert(seq, 96, [32, 64, 96], t.set_time(3.0))
+    assert res.inserted
+    assert state_depths(t) == [32, 64, 96]
+    t.check_invariants()
+
+
+def test_a_request_with_more_snapshots_than_the_pool_keeps_its_last_ones():
+    """TensorRT-LLM commits a request's snapshots one at a time (``try_commit_blocks`` at each
+    point, ``kvCache.cpp`` ``_snapshotSsmToTreeBlock``: a fresh recurrent page, evicting from the
+    queue's front when the pool is short), and each committed page enters the queue at once, so
+    once the older pages are gone the request's own earlier snapshots are the front: a request
+    with more points than the pool ends with its last ones, and all of its KV (the attention pool
+    is apart). The preset refused the whole insert (no KV, no state, every other state evicted
+    trying). Found by ``benchmarks/differential_trtllm.py --capacity 16GB`` on ``mooncake:sample``
+    (interval 512, end offset 0, 54 recurrent pages): request 11's 87,169-token prompt has 171
+    points; the engine kept its last 53 (the live page holds the 54th), the preset none; with
+    this the two sides' snapshot sets agree after every one of the 300 requests. Two slots, four
+    points: the last two stay, with the KV to the last."""
+    t = _pool_tree(2)
+    assert t.insert(np.arange(1000, 1040, dtype=np.int64), 40, [40], t.set_time(1.0)).inserted
+    res = t.insert(np.arange(128, dtype=np.int64), 128, [32, 64, 96, 128], t.set_time(2.0))
+    assert res.inserted
+    assert state_depths(t) == [96, 128]  # the other path's state went first
+    assert t.kv_tokens == 128
     t.check_invariants()
 
 
