@@ -359,6 +359,43 @@ class SGLangDriver:
         self._take_back(lent)
         return hit
 
+    def run_events(self, events, tokens) -> tuple[dict[int, int], Counter]:
+        """The simulator's ``--scheduler fcfs`` run (its ``Lookup``, ``Prefill`` and ``Decode``
+        events, in the order it emitted them) through the cache: a request's lookup when the
+        simulator looked it up (at its arrival), its whole chunked prefill when the simulator's
+        prefill ended (each chunk published, the prompt's end published), its decode tokens and its
+        release when its decode ended. Returns the engine's hit per request id and the odd cases."""
+        from sim.engine.events import Decode, Lookup, Prefill  # noqa: PLC0415
+
+        live: dict = {}
+        hits: dict[int, int] = {}
+        odd: Counter = Counter()
+        for ev in events:
+            rid = int(ev.request.request_id) if hasattr(ev, "request") else None
+            if isinstance(ev, Lookup):
+                odd["lookups"] += rid in hits
+                prompt, output = tokens[rid]
+                req, hits[rid] = self.begin(prompt, output)
+                live[rid] = req
+            elif isinstance(ev, Prefill):
+                req = live[rid]
+                n = len(req.origin_input_ids)
+                while True:
+                    self.extend(req, min(n, req.prefix_len + self.setup.prefill_chunk))
+                    if self.extended(req):
+                        del live[rid]
+                        break
+                    if req.extend_end >= n:
+                        break
+            elif isinstance(ev, Decode) and rid in live:
+                req = live.pop(rid)
+                while True:
+                    self.decode_slot(req)
+                    if self.decoded(req):
+                        break
+        odd["unfinished"] = len(live)
+        return hits, odd
+
     def run_steps(self, steps, tokens) -> tuple[dict[int, int], Counter]:
         """The simulator's continuous-batching steps (``Step`` events) through the cache, in order:
         per step the running requests' chunks and decode tokens, then the newly scheduled requests'
@@ -445,13 +482,31 @@ def sim_steps(trace, policy: str, knobs: dict):
     return hits, [e for e in log.events if isinstance(e, Step)]
 
 
-def continuous(trace, args, label: str, rows: list) -> None:
-    """One preset under the continuous scheduler, its steps replayed through the engine."""
+def sim_events(trace, policy: str, knobs: dict):
+    """``policy`` under ``--scheduler fcfs`` (des mode, one prefill server, ample memory): its hit
+    per request id and its lookup, prefill and decode events in order."""
+    from sim.config import UNLIMITED, SimConfig  # noqa: PLC0415
+    from sim.engine.drivers import run  # noqa: PLC0415
+    from sim.engine.events import Decode, EventLog, Lookup, Prefill  # noqa: PLC0415
+    from sim.simulate import build  # noqa: PLC0415
+
+    config = SimConfig(policy=policy, model=MODEL, capacity_bytes=UNLIMITED, mode="des", scheduler="fcfs", **knobs)
+    log = EventLog()
+    res = run(build(trace, config, observers=(log,)))
+    hits = dict(zip(res.requests["request_id"].astype(int), res.requests["hit_tokens"].astype(int), strict=True))
+    return hits, [e for e in log.events if isinstance(e, (Lookup, Prefill, Decode))]
+
+
+def scheduled(trace, args, label: str, rows: list) -> None:
+    """One preset under ``--scheduler continuous`` (its steps) or ``fcfs`` (its lookups, prefills and
+    decodes), replayed through the engine in the simulator's order."""
     policy, knobs, strategy = PRESETS[label]
     chunk = args.prefill_chunk
     t0 = time.time()
     rate = {"sessions_per_second": args.sessions_per_second} if args.sessions_per_second else {}
-    sim, steps = sim_steps(trace, policy, {**knobs, "prefill_chunk_tokens": chunk, **rate})
+    knobs = {**knobs, "prefill_chunk_tokens": chunk, **rate}
+    fcfs = args.scheduler == "fcfs"
+    sim, steps = sim_events(trace, policy, knobs) if fcfs else sim_steps(trace, policy, knobs)
     block = trace.block_tokens
     tokens = {
         int(r.request_id): (engine_tokens(r, block, False), engine_tokens(r, block, True)) for r in trace.requests
@@ -460,17 +515,23 @@ def continuous(trace, args, label: str, rows: list) -> None:
     # ample: every token of every request, and per request a state per chunk, its prompt end, its
     # end and its running slots
     states = sum(-(-n // chunk) + 5 for n in lens) + 64
-    running = max(len(e.prefills) + len(e.decodes) for e in steps)  # in one step; a request slot each for all
+    running = 0 if fcfs else max(len(e.prefills) + len(e.decodes) for e in steps)  # in one step
     setup = EngineSetup(strategy, sum(lens) + 64, states, prefill_chunk=chunk, max_running=len(lens))
     setup.tree_core = args.tree_core
     driver = SGLangDriver(setup, max(lens))
-    got, odd = driver.run_steps(steps, tokens)
+    got, odd = driver.run_events(steps, tokens) if fcfs else driver.run_steps(steps, tokens)
     ids = sorted(sim)
     agreement = Agreement.of([sim[i] for i in ids], [got.get(i, -1) for i in ids])
+    if fcfs:
+        what = f"lookups repeated {odd['lookups']}, unfinished {odd['unfinished']}"
+    else:
+        what = (
+            f"{sum(e.steps for e in steps):,} steps, up to {running} running; first chunks not at the engine's hit "
+            f"{odd['start']} (chunks skipped {odd['skipped']}), unfinished {odd['unfinished']}"
+        )
     print(
-        f"{label + ' (continuous)':34s} {agreement.counts(percent=True)}; {agreement.tokens()}; "
-        f"{sum(e.steps for e in steps):,} steps, up to {running} running; first chunks not at the engine's hit "
-        f"{odd['start']} (chunks skipped {odd['skipped']}), unfinished {odd['unfinished']} ({time.time() - t0:.0f} s)"
+        f"{label + f' ({args.scheduler})':34s} {agreement.counts(percent=True)}; {agreement.tokens()}; "
+        f"{what} ({time.time() - t0:.0f} s)"
     )
     for k in agreement.differing[:5]:
         i = ids[k]
@@ -516,9 +577,9 @@ def main() -> None:
     ap.add_argument("--tree-core", default=None, choices=("rust", "python"), help="SGLang's tree core (default: rust)")
     ap.add_argument(
         "--scheduler",
-        choices=("sequential", "continuous"),
+        choices=("sequential", "fcfs", "continuous"),
         default="sequential",
-        help="continuous: the preset under --scheduler continuous (ample memory), its steps replayed through the engine",
+        help="fcfs / continuous: the preset under that scheduler (des mode, ample memory), replayed through the engine",
     )
     ap.add_argument(
         "--sessions-per-second",
@@ -528,8 +589,8 @@ def main() -> None:
     )
     ap.add_argument("--out", default="", help="CSV of per-request hits (never overwritten)")
     args = ap.parse_args()
-    if args.scheduler == "continuous" and args.memory != "ample":
-        print("error: --scheduler continuous is compared with ample memory only", file=sys.stderr)
+    if args.scheduler != "sequential" and args.memory != "ample":
+        print(f"error: --scheduler {args.scheduler} is compared with ample memory only", file=sys.stderr)
         raise SystemExit(2)
     if args.out and os.path.exists(args.out):
         print(f"error: {args.out} exists (--out never replaces a file)", file=sys.stderr)
@@ -542,8 +603,8 @@ def main() -> None:
     print(f"trace {args.trace}: {len(trace.requests)} requests, block {trace.block_tokens}, memory {args.memory}")
     rows = []
     for label in args.presets.split(","):
-        if args.scheduler == "continuous":
-            continuous(trace, args, label, rows)
+        if args.scheduler != "sequential":
+            scheduled(trace, args, label, rows)
             continue
         policy, knobs, strategy = PRESETS[label]
         knobs = {**knobs, "prefill_chunk_tokens": args.prefill_chunk}

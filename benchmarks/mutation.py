@@ -184,6 +184,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/engine/test_batching.py",
             "tests/policies/test_current_rules.py",
             "tests/policies/test_sglang_engine_rules.py",
+            "tests/sim/engine/test_misses.py",
         ],
     ),
     "timing": (

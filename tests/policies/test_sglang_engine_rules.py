@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from engine_cases import TINY, cat, one_per_session, run, state_depths, toks
+from engine_cases import TIMING, TINY, cat, one_per_session, run, state_depths, toks
 
 from policies.sglang import UnifiedTwoListEviction
 from policies.sglang_current import SglangAdmission
@@ -253,3 +253,29 @@ def test_a_waiting_request_is_matched_again_when_it_is_scheduled():
     assert chunks[0] == [(0, 128), (128, 250)]
     assert chunks[1][0][0] == 192
     assert got == [0, 192]
+
+
+def test_a_published_chunk_is_charged_to_the_cache_not_to_its_request():
+    """What a published chunk holds moves from the running request to the cache (as the prompt's KV
+    does at its end), so nothing is charged twice. Tiny model (a token 2 B, a state 16 B),
+    no_buffer, 128-token steps, r0 alone: 300 prompt tokens, 3 output tokens. Chunks 0..128 and
+    128..256 are published with their states (128, 256), the prompt's end adds KV to 300 and the
+    state at 300; the two decode steps charge a token each; the request's working slot is held
+    throughout. The peak, at the last decode step: 302 tokens of KV and 4 states (3 cached, 1
+    running), 668 B. Charged twice, the third step would hold 256 + 300 tokens and 3 states."""
+    trace = _at_once((toks(0, 300), toks(9000, 3)))
+    config = SimConfig(
+        policy="sglang",
+        model="qwen3.5-9b",
+        capacity_bytes=10**15,
+        mode="des",
+        scheduler="continuous",
+        mamba_radix_cache_strategy="no_buffer",
+        prefill_chunk_tokens=128,
+        max_num_batched_tokens=128,
+    )
+    sim = build(trace, config, spec=TINY, timing=TIMING)
+    res = drive(sim)
+    assert sorted(n.depth_tokens for n in sim.tree.iter_nodes() if n.has_state) == [128, 256, 300, 302]
+    assert (sim.tree.kv_bytes_per_token, sim.tree.state_bytes) == (2, 16)
+    assert res.summary.peak_charged_bytes == 302 * 2 + 4 * 16
