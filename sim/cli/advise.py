@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from sim.cli.checks import check_advise, refuse_memory_beyond_gpus
+from sim.cli.checks import check_advise, refuse_memory_beyond_gpus, refuse_ray_address_without_ray
 from sim.cli.outdir import (
     OutputPath,
     atomic_write,
@@ -257,6 +257,7 @@ def register(main: click.Group) -> None:
         """
         if workers is not None and workers < 1:
             raise UsageError("--workers must be >= 1")
+        refuse_ray_address_without_ray(engine, ray_address)
         if trials < 1:
             raise UsageError("--trials must be >= 1")
         if not 0 <= holdout < 1:

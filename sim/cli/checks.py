@@ -292,6 +292,16 @@ def refuse_rate_on_open_loop(specs: list[str], given: bool, flag: str = "--sessi
     )
 
 
+def refuse_ray_address_without_ray(engine: str, ray_address: str | None) -> None:
+    """--ray-address names a cluster for --engine ray: with the local pool it was ignored (the
+    work ran on this machine, not on the cluster the user named)."""
+    if ray_address and engine != "ray":
+        raise UsageError(
+            f"--ray-address does nothing with --engine {engine} (it is read by --engine ray): add --engine ray "
+            "or leave it out"
+        )
+
+
 # ---------------------------------------------------------------------------------- per command
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from sim.cli.checks import check_configs, given_trace_options
+from sim.cli.checks import check_configs, given_trace_options, refuse_ray_address_without_ray
 from sim.cli.outdir import (
     OutputPath,
     check_output_folder,
@@ -296,6 +296,7 @@ def register(main: click.Group) -> None:
         )
         if workers is not None and workers < 1:
             raise UsageError("--workers must be >= 1")
+        refuse_ray_address_without_ray(engine, ray_address)
         if limit is not None and limit < 0:
             raise UsageError("--limit must be >= 0")
         # the folder is created (or refused) before any configuration runs, and removed again

@@ -433,3 +433,19 @@ def test_plot_all_draws_what_a_sweep_without_records_has(tmp_path):
         f"note: ttft, occupancy not drawn: {results} has no per-request records (rerun the sweep with --save-requests)"
     )
     one_line(marconi("plot", results, "--kind", "ttft", "--out", figs), "no requests records in")  # asked for: refused
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["sweep", "--policy", "sglang+"], ADVISE],
+    ids=["sweep", "advise"],
+)
+def test_a_ray_address_without_the_ray_engine_is_refused(tmp_path, args):
+    """`--ray-address HOST` without `--engine ray` ran on this machine's process pool, not on the
+    cluster named, without a word."""
+    out = tmp_path / "o"
+    one_line(
+        marconi(*args, *SMALL, "--ray-address", "10.0.0.1:6379", "--out", out),
+        "--ray-address does nothing with --engine local (it is read by --engine ray): add --engine ray or leave it out",
+    )
+    assert not out.exists()
