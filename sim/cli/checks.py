@@ -363,9 +363,10 @@ def check_replay(ctx, config: SimConfig, trace_spec: str | None) -> None:
     without the continuous scheduler, trace options the trace does not read)."""
     from click.core import ParameterSource  # noqa: PLC0415
 
-    from sim.cli.run import explicit_settings  # noqa: PLC0415
+    from sim.cli.run import explicit_settings, refuse_unread_knobs  # noqa: PLC0415
 
     given = explicit_settings(ctx, {"capacity": "capacity_bytes"})
+    refuse_unread_knobs([config.policy], given)  # --alpha with sglang+, as `run` refuses it
     refuse_inert_settings(given, [config])
     coast = ctx.get_parameter_source("coast_steps") if "coast_steps" in ctx.params else None
     if coast not in (ParameterSource.DEFAULT, None) and config.effective_scheduler == "fcfs":

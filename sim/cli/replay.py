@@ -299,6 +299,11 @@ def replay_settings(kwargs: dict, settings_cls) -> tuple[dict, dict]:
 def replay_config(knobs: dict) -> SimConfig:
     """The replay's SimConfig from :func:`replay_settings`' knobs (--capacity, --alpha read here)."""
     knobs = dict(knobs)
+    if "," in str(knobs.get("policy", "")):  # `run` takes a list; a replay is of one stream
+        raise UsageError(
+            f"--policy {knobs['policy']!r}: a replay runs one policy (`marconi run` compares several): "
+            "replay each on its own"
+        )
     capacity = parse_size(knobs.pop("capacity"))
     return SimConfig(**{**knobs, "capacity_bytes": capacity, "alpha": parse_alpha(knobs["alpha"])})
 

@@ -449,3 +449,17 @@ def test_a_ray_address_without_the_ray_engine_is_refused(tmp_path, args):
         "--ray-address does nothing with --engine local (it is read by --engine ray): add --engine ray or leave it out",
     )
     assert not out.exists()
+
+
+def test_replay_refuses_a_policy_knob_its_policy_does_not_read_and_a_policy_list():
+    """`replay --policy sglang+ --alpha 1` replayed sglang+ as if --alpha meant something (`run`
+    refuses it); `--policy sglang+,marconi` was "unknown policy 'sglang+,marconi'"."""
+    replay = ["replay", "--device", "cpu", "--model", "replay-tiny", *SMALL, "--requests", "2"]
+    one_line(
+        marconi(*replay, "--policy", "sglang+", "--alpha", "1"),
+        "--alpha does nothing for sglang+ (it is read by marconi)",
+    )
+    one_line(
+        marconi(*replay, "--policy", "sglang+,marconi"),
+        "--policy 'sglang+,marconi': a replay runs one policy (`marconi run` compares several): replay each on its own",
+    )
