@@ -85,6 +85,11 @@ def refuse_inert_settings(given: list[str], configs: list[SimConfig]) -> None:
                 raise UsageError(f"{_flag(name)} does nothing with --tuner replay (the duel tuner reads it)")
             if name in REPLAY_TUNER_KNOBS and tuners == {"duel"}:
                 raise UsageError(f"{_flag(name)} does nothing with the duel tuner (--tuner replay reads it)")
+    if "chunk_size" in given and all(c.state_alignment == "exact" for c in configs):
+        raise UsageError(
+            "--chunk-size does nothing with --state-alignment exact (it is read by --state-alignment chunk): "
+            "leave it out or add --state-alignment chunk"
+        )
     for c in configs:
         if c.timing_file and c.ttft_model == "jamba":
             raise UsageError(
@@ -371,6 +376,8 @@ def check_replay(ctx, config: SimConfig, trace_spec: str | None) -> None:
     coast = ctx.get_parameter_source("coast_steps") if "coast_steps" in ctx.params else None
     if coast not in (ParameterSource.DEFAULT, None) and config.effective_scheduler == "fcfs":
         raise UsageError("--coast-steps does nothing under --scheduler fcfs (it is read by --scheduler continuous)")
+    if _given(ctx, "batch_tokens") and ctx.params.get("batch", 1) == 1:
+        raise UsageError("--batch-tokens does nothing with --batch 1 (it sizes the calls of --batch > 1): leave it out")
     refuse_unread_trace_options([trace_spec or "sharegpt"], given_trace_options(ctx))
     refuse_rate_on_open_loop([trace_spec or "sharegpt"], _given(ctx, "sessions_per_second"))
 

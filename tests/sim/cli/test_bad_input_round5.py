@@ -463,3 +463,34 @@ def test_replay_refuses_a_policy_knob_its_policy_does_not_read_and_a_policy_list
         marconi(*replay, "--policy", "sglang+,marconi"),
         "--policy 'sglang+,marconi': a replay runs one policy (`marconi run` compares several): replay each on its own",
     )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["run", *SMALL, "--policy", "marconi", "--chunk-size", "32"],
+            "--chunk-size does nothing with --state-alignment exact (it is read by --state-alignment chunk): leave it "
+            "out or add --state-alignment chunk",
+        ),
+        (
+            ["sweep", *SMALL, "--policy", "marconi", "--chunk-size", "32,64"],
+            "--chunk-size does nothing with --state-alignment exact",
+        ),
+        (
+            ["replay", "--device", "cpu", "--model", "replay-tiny", *SMALL, "--batch-tokens", "100"],
+            "--batch-tokens does nothing with --batch 1 (it sizes the calls of --batch > 1): leave it out",
+        ),
+    ],
+    ids=["run-chunk", "sweep-chunk", "replay-batch-tokens"],
+)
+def test_options_that_cannot_act_here_are_refused(tmp_path, args, message):
+    """--chunk-size without --state-alignment chunk, --batch-tokens without --batch > 1: each was
+    taken and changed nothing."""
+    one_line(marconi(*args, "--out", tmp_path / "o"), message)
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_same_options_where_they_act_run(tmp_path):
+    rc, out, err = marconi("run", *SMALL, "--policy", "marconi", "--chunk-size", "32", "--state-alignment", "chunk")
+    assert rc == 0, err
