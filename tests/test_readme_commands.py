@@ -38,7 +38,7 @@ SMALL = {
 }
 
 
-def _kernels_check_passes(out: str) -> str | None:
+def _kernels_check_passes(out: str, work: Path) -> str | None:
     """``marconi kernels check``: a pass/fail table of at least ten checks, every one PASS (these
     checks were tests/kernels/test_cli.py's own run of the command: one run, not two)."""
     lines = [ln for ln in out.splitlines() if ln.endswith(("PASS", "FAIL"))]
@@ -47,8 +47,48 @@ def _kernels_check_passes(out: str) -> str | None:
     return None
 
 
-# what a command's output must show, besides exit 0 (README line -> check returning a failure or None)
-OUTPUT_CHECKS = {"marconi kernels check": _kernels_check_passes}
+REPLAY_LINE = "marconi replay --device cpu --model replay-tiny --trace synthetic:chat --requests 40 --out replay/"
+
+
+def _replay_validates_and_steps(out: str, work: Path) -> str | None:
+    """The README's CPU replay (issue 24's command with ``--out``): 40 requests, more than 30 hits,
+    every one validated (states and KV), none failed, on the torch backend; under the default
+    scheduler, continuous batching (a des replay's default), whose steps are executed and timed
+    (``steps.parquet``: one row per executed step, measured and modelled times > 0) and, on a CPU,
+    not compared with the committed H200 timing (the line says so; it is not an error). These
+    checks were tests/sim/replay/test_replay_cli.py's own run of the same replay (one run, not
+    two; the README had a second, identical line with ``--scheduler continuous``)."""
+    import json
+
+    import pandas as pd
+
+    folder = work / "replay"
+    doc = json.loads((folder / "summary.json").read_text())
+    s, why = doc["summary"], []
+    if not (s["requests"] == 40 and s["failures"] == 0 and s["kv_failures"] == 0):
+        why.append(f"requests {s['requests']}, failures {s['failures']}, KV failures {s['kv_failures']}")
+    if not (s["hits"] > 30 and s["hits_validated"] == s["kv_hits_validated"] == s["hits"]):
+        why.append(f"hits {s['hits']}, validated {s['hits_validated']}, KV validated {s['kv_hits_validated']}")
+    if not (s["kernel"] == doc["settings"]["kernel"] == "torch"):
+        why.append(f"kernel {s['kernel']} / {doc['settings']['kernel']}, not torch")
+    if "continuous batching (8192 tokens, 256 seqs per step)" not in out:
+        why.append("not a continuous-batching replay")
+    line = next((x for x in out.splitlines() if x.startswith("step time")), "")
+    if not ("steps executed of" in line and "error not compared" in line and "error median" not in line):
+        why.append(f"step time line: {line!r}")
+    if not (s["time_model_compared"] is False and s["time_model_note"].startswith("not compared")):
+        why.append(f"time model compared: {s['time_model_compared']}, {s['time_model_note']!r}")
+    df = pd.read_parquet(folder / "steps.parquet")
+    if not (s["steps_executed"] > 0 and len(df) == s["steps_executed"]):
+        why.append(f"{len(df)} step rows, {s['steps_executed']} steps executed")
+    if not ((df["measured_ms"] > 0).all() and (df["modelled_ms"] > 0).all()):
+        why.append("a step without its measured or modelled time")
+    return "; ".join(why) or None
+
+
+# what a command's output must show, besides exit 0 (README line -> check of its stdout and the
+# commands' folder, returning a failure or None)
+OUTPUT_CHECKS = {"marconi kernels check": _kernels_check_passes, REPLAY_LINE: _replay_validates_and_steps}
 
 
 def code_blocks(text: str, shell: bool = True) -> list[str]:
@@ -137,7 +177,7 @@ def test_every_readme_command_runs(tmp_path):
             ran += 1
             if rc != 0:
                 failures.append(f"{' '.join(argv)}: exit {rc}: {err.strip()[-400:]}")
-            elif command in OUTPUT_CHECKS and (why := OUTPUT_CHECKS[command](out)):
+            elif command in OUTPUT_CHECKS and (why := OUTPUT_CHECKS[command](out, work)):
                 failures.append(f"{command}: {why}")
     finally:
         forks.close()
@@ -162,9 +202,51 @@ def test_readme_default_output_is_the_stored_table():
     assert shown[0].strip("\n").splitlines() == stored[1:], "README's default table differs from `marconi run`'s"
 
 
-def test_kernels_check_output_rule():
+def test_kernels_check_output_rule(tmp_path):
     table = "".join(f"check {i:<30} PASS\n" for i in range(10)) + "all checks passed\n"
-    assert _kernels_check_passes(table) is None
-    assert "9 checks" in _kernels_check_passes(table.split("\n", 1)[1])
-    assert "FAIL" in _kernels_check_passes(table.replace("check 3 " + " " * 29 + "PASS", "check 3 FAIL"))
-    assert _kernels_check_passes(table.replace("all checks passed", "")) is not None
+    assert _kernels_check_passes(table, tmp_path) is None
+    assert "9 checks" in _kernels_check_passes(table.split("\n", 1)[1], tmp_path)
+    assert "FAIL" in _kernels_check_passes(table.replace("check 3 " + " " * 29 + "PASS", "check 3 FAIL"), tmp_path)
+    assert _kernels_check_passes(table.replace("all checks passed", ""), tmp_path) is not None
+
+
+def test_replay_output_rule(tmp_path):
+    """The README replay's check fails on each thing it checks (a hand-made folder)."""
+    import json
+
+    import pandas as pd
+
+    good = dict(
+        requests=40, failures=0, kv_failures=0, hits=37, hits_validated=37, kv_hits_validated=37, kernel="torch",
+        time_model_compared=False, time_model_note="not compared: the timing describes h200", steps_executed=3,
+    )  # fmt: skip
+    out = (
+        "replay synthetic:chat | marconi | des, continuous batching (8192 tokens, 256 seqs per step) | torch\n"
+        "step time    3 steps executed of 10; measured p50 1 ms; error not compared (see the time model line)\n"
+    )
+
+    def check(summary=None, text=out, measured=(1.0, 2.0, 3.0), kernel="torch"):
+        (tmp_path / "replay").mkdir(exist_ok=True)
+        doc = {"summary": dict(good, **(summary or {})), "settings": {"kernel": kernel}}
+        (tmp_path / "replay" / "summary.json").write_text(json.dumps(doc))
+        pd.DataFrame({"measured_ms": list(measured), "modelled_ms": [0.6] * len(measured)}).to_parquet(
+            tmp_path / "replay" / "steps.parquet"
+        )
+        return _replay_validates_and_steps(text, tmp_path)
+
+    assert check() is None
+    assert "requests 39" in check({"requests": 39})
+    assert "failures 1" in check({"failures": 1})
+    assert "KV failures 1" in check({"kv_failures": 1})
+    assert "hits 30" in check({"hits": 30, "hits_validated": 30, "kv_hits_validated": 30})
+    assert "validated 36" in check({"hits_validated": 36})
+    assert "KV validated 36" in check({"kv_hits_validated": 36})
+    assert "not torch" in check({"kernel": "triton"}) and "not torch" in check(kernel="triton")
+    assert "continuous" in check(text=out.replace("continuous batching", "fcfs"))
+    assert "step time" in check(text=out.replace("error not compared", "error median 3 %"))
+    assert "step time" in check(text=out.splitlines()[0])
+    assert "compared: True" in check({"time_model_compared": True})
+    assert "compared" in check({"time_model_note": "error median 4 %"})
+    assert "2 step rows" in check(measured=(1.0, 2.0))
+    assert "0 steps executed" in check({"steps_executed": 0}, measured=())
+    assert "measured or modelled" in check(measured=(1.0, 0.0, 3.0))

@@ -188,31 +188,17 @@ def test_notebook_runs_on_replay_output(replay_out, tmp_path, monkeypatch):
 ISSUE_COMMAND = ("replay", "--device", "cpu", "--model", "replay-tiny", "--trace", "synthetic:chat", "--requests", "40")
 
 
-@pytest.fixture(scope="module")
-def issue_replay(tmp_path_factory):
-    """The issue's command in its default (exact) alignment, run once for the two tests that read
-    it: it is the README's `--scheduler continuous` line too (continuous is the default scheduler
-    of a des replay), so that line's checks read the same run (one 40-request replay, not two)."""
+def test_issue_command_in_chunk_alignment_validates_every_hit(tmp_path):
+    """The issue's command with ``--state-alignment chunk``. In its default (exact) alignment it is
+    the README's CPU replay line, whose run tests/test_readme_commands.py checks the same way
+    (``_replay_validates_and_steps``, with its continuous-batching steps): one run, not two."""
     pytest.importorskip("torch")
-    out = tmp_path_factory.mktemp("issue") / "out"
     t0 = time.perf_counter()
-    p = marconi(*ISSUE_COMMAND, "--scheduler", "continuous", "--out", out, "--no-progress")
-    return out, p, time.perf_counter() - t0
-
-
-@pytest.mark.parametrize("alignment", ["exact", "chunk"])
-def test_issue_command_validates_every_hit(alignment, tmp_path, request):
-    pytest.importorskip("torch")
-    if alignment == "exact":  # the default: the shared run
-        out, _, wall = request.getfixturevalue("issue_replay")
-        s = json.loads((out / "summary.json").read_text())["summary"]
-    else:
-        t0 = time.perf_counter()
-        out = tmp_path / "out"
-        p = marconi(*ISSUE_COMMAND, "--state-alignment", alignment, "--no-progress", "--format", "json", "--out", out)
-        wall = time.perf_counter() - t0
-        s = json.loads(p.stdout)
-    print(f"{' '.join(ISSUE_COMMAND)} --state-alignment {alignment}: {wall:.1f} s, {s['hits']} hits")
+    out = tmp_path / "out"
+    p = marconi(*ISSUE_COMMAND, "--state-alignment", "chunk", "--no-progress", "--format", "json", "--out", out)
+    wall = time.perf_counter() - t0
+    s = json.loads(p.stdout)
+    print(f"{' '.join(ISSUE_COMMAND)} --state-alignment chunk: {wall:.1f} s, {s['hits']} hits")
     assert s["requests"] == 40 and s["failures"] == 0 and s["kv_failures"] == 0
     assert s["hits"] > 30 and s["hits_validated"] == s["kv_hits_validated"] == s["hits"]
     assert s["kernel"] == "torch"
@@ -246,19 +232,6 @@ def test_kernel_ours_is_the_triton_backend(tmp_path):
     assert "| triton kernels |" in p.stdout.splitlines()[0]
     settings = json.loads((tmp_path / "out" / "summary.json").read_text())["settings"]
     assert settings["kernel"] == "triton" and settings["kernel_requested"] == "ours"
-
-
-def test_continuous_scheduler_replays_steps_and_prints_the_step_time(issue_replay):
-    tmp_path, p, _ = issue_replay  # replay --trace synthetic:chat --requests 40 --scheduler continuous
-    assert "continuous batching (8192 tokens, 256 seqs per step)" in p.stdout
-    line = next(x for x in p.stdout.splitlines() if x.startswith("step time"))
-    # on a CPU the committed (H200) timing is not compared with: the line says so, not an error
-    assert "steps executed of" in line and "error not compared" in line and "error median" not in line
-    s = json.loads((tmp_path / "summary.json").read_text())["summary"]
-    assert s["time_model_compared"] is False and s["time_model_note"].startswith("not compared")
-    assert s["failures"] == 0 and s["steps_executed"] > 0
-    df = pd.read_parquet(tmp_path / "steps.parquet")
-    assert len(df) == s["steps_executed"] and (df["measured_ms"] > 0).all() and (df["modelled_ms"] > 0).all()
 
 
 @pytest.mark.parametrize(
