@@ -297,6 +297,16 @@ def refuse_rate_on_open_loop(specs: list[str], given: bool, flag: str = "--sessi
     )
 
 
+def refuse_seed_without_draws(given: list[str], configs: list[SimConfig]) -> None:
+    """``--seed`` seeds the Poisson session starts only: under uniform arrivals it drew nothing,
+    and a sweep over seeds gave the same row N times (no variance where the user looked for it)."""
+    if "seed" in given and configs and all(c.arrival == "uniform" for c in configs):
+        raise UsageError(
+            "--seed does nothing with --arrival uniform (it seeds --arrival poisson's session starts; "
+            "--trace-seed seeds the trace): leave it out or add --arrival poisson"
+        )
+
+
 def refuse_ray_address_without_ray(engine: str, ray_address: str | None) -> None:
     """--ray-address names a cluster for --engine ray: with the local pool it was ignored (the
     work ran on this machine, not on the cluster the user named)."""
@@ -332,6 +342,7 @@ def check_run(ctx, policies: str, capacity: str, alpha: str, sessions_per_second
     knobs = {k: v for k, v in kwargs.items() if k not in TRACE_OPTION_KEYS}
     configs = build_configs(policies, capacity, alpha, sessions_per_second, **knobs)
     refuse_inert_settings(explicit_settings(ctx, {"capacity": "capacity_bytes"}), configs)
+    refuse_seed_without_draws(explicit_settings(ctx), configs)
     refuse_unread_trace_options([kwargs.get("trace") or "sharegpt"], given_trace_options(ctx))
     refuse_rate_on_open_loop([kwargs.get("trace") or "sharegpt"], _given(ctx, "sessions_per_second"))
     refuse_rate_on_open_loop([kwargs.get("trace") or "sharegpt"], _given(ctx, "arrival"), "--arrival")
@@ -355,6 +366,7 @@ def check_configs(given: list[str], given_trace: list[str], trace_specs: list[st
     """A grid's (sweep) or a search's (advise) options, before any configuration runs: settings no
     configuration reads, trace options no trace reads, every timing file (each once, per model)."""
     refuse_inert_settings(given, configs)
+    refuse_seed_without_draws(given, configs)
     refuse_unread_trace_options([s or "sharegpt" for s in trace_specs] or ["sharegpt"], given_trace)
     specs = [s or "sharegpt" for s in trace_specs] or ["sharegpt"]
     refuse_rate_on_open_loop(specs, "sessions_per_second" in given)

@@ -494,3 +494,26 @@ def test_options_that_cannot_act_here_are_refused(tmp_path, args, message):
 def test_the_same_options_where_they_act_run(tmp_path):
     rc, out, err = marconi("run", *SMALL, "--policy", "marconi", "--chunk-size", "32", "--state-alignment", "chunk")
     assert rc == 0, err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", *SMALL, "--seed", "3"],
+        ["sweep", *SMALL, "--seed", "0:2"],
+        ["run", "--trace", "mooncake:sample", "--seed", "1"],
+    ],
+    ids=["run", "sweep", "open-loop"],
+)
+def test_a_seed_that_draws_nothing_is_refused(tmp_path, args):
+    """--seed seeds the Poisson session starts only: `sweep --seed 0:2` under uniform arrivals gave
+    three identical rows (no variance where one looked for it); `--arrival poisson` reads it."""
+    one_line(
+        marconi(*args, "--policy", "sglang+", "--no-progress", "--out", tmp_path / "o"),
+        "--seed does nothing with --arrival uniform (it seeds --arrival poisson's session starts; --trace-seed "
+        "seeds the trace): leave it out or add --arrival poisson",
+    )
+    assert not (tmp_path / "o").exists()
+    if args[0] == "run" and args[2] != "mooncake:sample":  # where it draws, it is taken
+        rc, out, err = marconi(*args, "--policy", "sglang+", "--no-progress", "--arrival", "poisson")
+        assert rc == 0, err

@@ -114,12 +114,13 @@ def test_dry_run_counts_the_grid_and_writes_nothing(tmp_path, trace_files):
         "0:2:0.1",
         "--capacity",
         "1GB,2GB,3GB,4GB,5GB,10GB",
-        "--seed",
-        "0:5",
+        "--max-num-seqs",
+        "251:256",
         "--time-scale",
         "0.5,1,2",
     )
-    # per trace x time scale: 6 seeds x 6 capacities x (1 + 1 + 21) configurations (options the
+    # per trace x time scale: 6 engine sizes x 6 capacities x (1 + 1 + 21) configurations (--seed,
+    # which seeds Poisson session starts, is refused under uniform arrivals; options the
     # trace reads: --response-time, which marconi-jsonl traces do not read, is refused, and so is
     # --sessions-per-second, which their own arrival times replace)
     assert "= 4,968 configurations" in p.stdout, p.stdout

@@ -119,12 +119,12 @@ def test_killed_sweep_resumes(tmp_path, trace_files):
         *GRID,
         "--time-scale",  # the artifact's JSONL traces are open loop: their arrival times stretch
         "1,2",
-        "--seed",
-        "0:1",
+        "--max-num-seqs",  # two engine sizes (--seed drew nothing under uniform arrivals)
+        "255:256",
         "--workers",
         "1",
     ]
-    total = 2 * 2 * 2 * 3 * 4  # traces x time scales x seeds x capacities x (vllm+, sglang+, marconi x 2 alphas)
+    total = 2 * 2 * 2 * 3 * 4  # traces x time scales x engine sizes x capacities x (vllm+, sglang+, marconi x 2 alphas)
     for sig in (signal.SIGINT, signal.SIGKILL):
         n0 = len(row_files(out)) if out.exists() else 0
         proc = _sweep_signalled(sig, 3, *args)
