@@ -397,55 +397,137 @@ class Engine:
         the newly scheduled ones (``get_computed_blocks``, their first chunk), each chunk cut by the
         engine's split from the chunk the simulator scheduled; a request is freed at the end of the
         step that sampled its last output token. Returns the engine's hit per request id and a
-        count of disagreements of the schedule (``split``: the engine cuts a chunk elsewhere;
-        ``deferred``: the engine cannot admit it this step)."""
+        count of disagreements of the schedule (``split``: the engine cuts a chunk elsewhere).
+
+        With a bounded pool (``--capacity``) the running requests allocate from the cached blocks'
+        pool, as in vLLM, and the simulator's preemptions (``Step.preempted``) are replayed: the
+        scheduler's order (``Scheduler.schedule``: a running request whose ``allocate_slots`` fails
+        preempts the newest running request, ``_preempt_request`` frees its blocks, and retries) is
+        followed by freeing the step's preempted requests, newest first, when a running request's
+        allocation fails, and any left at the end of the running requests (``sim_only_preempt``:
+        the simulator preempted where the engine had room). A running request whose allocation
+        fails with none left to free (``engine_preempt``) is preempted in the engine as vLLM
+        would (the newest running request); a request the engine does not hold when the simulator
+        runs it (preempted by the engine, or ``deferred``: a new request the engine has no room to
+        admit) is looked up again then with its prompt and the tokens it generated, and
+        recomputes them at once (its hit stays the simulator-side lookup's). A request the
+        simulator preempted is looked up again when it is rescheduled: its hit is that lookup's,
+        as the simulator records it."""
         m = self.manager
-        live: dict[int, tuple[EngineRequest, list[int]]] = {}
+        self.admissions: list[tuple[int, float, int, int]] = []  # (request, step start, its hit there, engine's)
+        live: dict[int, tuple[EngineRequest, list[int]]] = {}  # in vLLM's running order
+        generated: dict[int, int] = {}  # output tokens sampled before a preemption
+        missing: set[int] = set()  # requests the simulator runs and the engine does not hold
         hits: dict[int, int] = {}
         odd: Counter = Counter()
+
+        def preempt(rid: int) -> None:
+            req, _out = live.pop(rid)
+            generated[rid] = req.num_tokens - req.num_prompt_tokens
+            m.free(req)
+
+        def admit(rid: int, budget: int | None, a: int | None):
+            """A new ``EngineRequest`` for ``rid`` (its prompt and the tokens it generated), looked
+            up; ``budget``: its first chunk's tokens, or None for all of them at once."""
+            prompt, out = tokens[rid]
+            self.n += 1
+            req = EngineRequest(f"r{rid}.{self.n}", prompt, self.hasher, max(len(out), 1))
+            for tok in out[: generated.get(rid, 0)]:
+                req.append(int(tok))
+            blocks, hit, req.shared_prefix_boundary = m.get_computed_blocks(req)
+            k = req.num_tokens - hit if budget is None else self.split(self.sched, req, budget, hit)
+            if budget is not None:
+                odd["split"] += k != budget or hit != a
+            if k <= 0:  # the split schedules nothing from this hit in this budget: it waits
+                return None, hit
+            if m.allocate_slots(req, k, num_new_computed_tokens=hit, new_computed_blocks=blocks) is None:
+                return None, hit
+            req.status = RequestStatus.RUNNING
+            req.num_computed_tokens = hit + k
+            live[rid] = (req, list(out))
+            return req, hit
+
+        def allocate(rid: int, k: int, pending: list[int]) -> bool:
+            req = live[rid][0]
+            while m.allocate_slots(req, k) is None:
+                if pending:
+                    victim = pending.pop(0)
+                elif len(live) > 1:
+                    victim = next(reversed(live))
+                    odd["engine_preempt"] += 1
+                    missing.add(victim)
+                else:
+                    raise RuntimeError(f"request {rid}: out of blocks alone")
+                if victim in live:
+                    preempt(victim)
+                if victim == rid:
+                    return False
+            return True
+
+        def readmit(rid: int, done: list) -> None:
+            """A request the simulator runs that the engine does not hold: looked up again and
+            its tokens recomputed at once (vLLM's rescheduling of a preempted request, in one step)."""
+            req, _hit = admit(rid, None, None)
+            if req is None:
+                odd["readmit_failed"] += 1
+                return
+            missing.discard(rid)
+            odd["readmitted"] += 1
+            self._sampled(req, live[rid][1], done, rid)
+
         for ev in steps:
-            for _ in range(ev.steps):
+            for step in range(ev.steps):
                 m.new_step_starts()
                 done = []
-                fresh = [c for c in ev.prefills if c[0] not in live]
+                # the simulator pops the newest running request first
+                pending = [] if step else [r for r in ev.preempted if r in live]
+                pending.sort(key=lambda r: -list(live).index(r))
+                for rid in ev.preempted if not step else ():
+                    if rid not in live:
+                        missing.discard(rid)
                 for rid, a, b in [c for c in ev.prefills if c[0] in live]:
                     req, out = live[rid]
-                    k = self.split(self.sched, req, b - a)
+                    k = self.split(self.sched, req, min(b - a, req.num_tokens - req.num_computed_tokens))
                     odd["split"] += k != b - a
-                    if m.allocate_slots(req, k) is None:
-                        raise RuntimeError(f"request {rid}: out of blocks")
+                    if k <= 0 or not allocate(rid, k, pending):
+                        continue
                     req.num_computed_tokens += k
                     self._sampled(req, out, done, rid)
                 for rid, _ctx in ev.decodes:
+                    if rid in missing or rid not in live:
+                        readmit(rid, done)
+                        continue
                     req, out = live[rid]
-                    if m.allocate_slots(req, 1) is None:
-                        raise RuntimeError(f"request {rid}: out of blocks")
+                    if not allocate(rid, 1, pending):
+                        continue
                     req.num_computed_tokens += 1
                     self._sampled(req, out, done, rid)
-                for rid, a, b in fresh:
-                    prompt, out = tokens[rid]
-                    self.n += 1
-                    req = EngineRequest(f"r{rid}", prompt, self.hasher, max(len(out), 1))
-                    blocks, hit, req.shared_prefix_boundary = m.get_computed_blocks(req)
+                for rid in pending:
+                    odd["sim_only_preempt"] += 1
+                    if rid in live:
+                        preempt(rid)
+                for rid, a, b in [c for c in ev.prefills if c[0] not in live]:
+                    if rid in missing:
+                        readmit(rid, done)
+                        continue
+                    req, hit = admit(rid, b - a, a)
                     hits[rid] = hit
-                    k = self.split(self.sched, req, b - a, hit)
-                    odd["split"] += k != b - a or hit != a
-                    if m.allocate_slots(req, k, num_new_computed_tokens=hit, new_computed_blocks=blocks) is None:
+                    self.admissions.append((rid, ev.t_start, a, hit))
+                    if req is None:
                         odd["deferred"] += 1
-                        raise RuntimeError(f"request {rid}: the engine defers it (a state cached this step)")
-                    req.status = RequestStatus.RUNNING
-                    req.num_computed_tokens = hit + k
-                    live[rid] = (req, list(out))
+                        missing.add(rid)
+                        continue
                     self._sampled(req, live[rid][1], done, rid)
                 for rid in done:
-                    m.free(live.pop(rid)[0])
+                    if rid in live:
+                        m.free(live.pop(rid)[0])
         odd["unfinished"] = len(live)
         return hits, odd
 
     @staticmethod
     def _sampled(req, out: list[int], done: list, rid: int) -> None:
         """After a step: a request past its prompt samples its next output token, or is done."""
-        if req.num_computed_tokens < req.num_prompt_tokens:
+        if req.num_computed_tokens < req.num_tokens:  # a (re)prefill still under way
             return
         k = req.num_tokens - req.num_prompt_tokens  # tokens sampled so far
         if k < len(out):
@@ -465,12 +547,13 @@ def sim_hits(trace, policy: str, block: int, capacity: int, retention: int, chun
     return hits, order, sim.grid
 
 
-def sim_steps(trace, block: int, retention: int, chunk: int):
-    """``vllm`` under ``--scheduler continuous`` (ample memory): its hit per request id and its steps."""
+def sim_steps(trace, block: int, retention: int, chunk: int, capacity: int = 0):
+    """``vllm`` under ``--scheduler continuous``: its hit per request id, its steps and grid.
+    ``capacity`` 0: ample memory."""
     config = SimConfig(
         policy="vllm",
         model=MODEL,
-        capacity_bytes=UNLIMITED,
+        capacity_bytes=capacity or UNLIMITED,
         mode="des",
         scheduler="continuous",
         block_size=block,
@@ -514,7 +597,7 @@ def main(argv=None) -> int:
         "--scheduler",
         choices=("sequential", "continuous"),
         default="sequential",
-        help="continuous: vllm under --scheduler continuous, its steps replayed through the engine (ample memory)",
+        help="continuous: vllm under --scheduler continuous, its steps replayed through the engine",
     )
     ap.add_argument("--out", type=Path, help="CSV of per-request hits")
     args = ap.parse_args(argv)
@@ -568,13 +651,17 @@ def main(argv=None) -> int:
 
 
 def continuous(v, trace, args) -> int:
-    """The continuous-batching comparison (ample memory): every request's hit, the schedule's odd cases."""
-    hits, steps, block = sim_steps(trace, args.block_size, args.retention, args.prefill_chunk)
+    """The continuous-batching comparison: every request's hit, the schedule's odd cases."""
+    capacity = parse_size(args.capacity) if args.capacity != "0" else 0
+    hits, steps, block = sim_steps(trace, args.block_size, args.retention, args.prefill_chunk, capacity)
     tokens = {int(r.request_id): tokens_of(trace, r) for r in trace.requests}
     spec = get_model(MODEL)
     longest = max(len(p) + len(o) for p, o in tokens.values())
     per = 1 + (spec.n_gdn + spec.n_mamba) // LAYERS_PER_GROUP
-    num_blocks = sum(-(-(len(p) + len(o)) // block) * per + 2 * per for p, o in tokens.values()) + 64
+    if capacity:  # as sequentially: the capacity's block ids (the null block on top)
+        num_blocks = capacity // (block * spec.kv_bytes_per_token()) + args.headroom + 1
+    else:
+        num_blocks = sum(-(-(len(p) + len(o)) // block) * per + 2 * per for p, o in tokens.values()) + 64
     retention = None if args.retention == -1 else args.retention
     engine = Engine(v, block, num_blocks, retention, args.prefill_chunk, longest + 8)
     got, odd = engine.run_steps(steps, tokens)
@@ -582,13 +669,33 @@ def continuous(v, trace, args) -> int:
     same = sum(hits[i] == got.get(i, -1) for i in ids)
     print(
         f"trace {args.trace}: {len(ids)} requests; block {block}; retention {args.retention}; "
-        f"continuous scheduler, {sum(e.steps for e in steps)} steps"
+        f"capacity {args.capacity} ({num_blocks - 1} engine blocks); continuous scheduler, "
+        f"{sum(e.steps for e in steps)} steps, {sum(len(e.preempted) for e in steps)} preemptions"
     )
     print(
         f"vllm (continuous)  agrees on {same}/{len(ids)} requests; hit tokens {sum(hits.values()):,} vs engine "
         f"{sum(got.values()):,}; chunks cut elsewhere {odd['split']}, unfinished {odd['unfinished']}"
     )
-    for i in [i for i in ids if hits[i] != got.get(i, -1)][:5]:
+    if capacity:
+        print(
+            "schedule: engine-only preemptions {engine_preempt}, simulator-only {sim_only_preempt}, "
+            "new requests the engine could not admit {deferred}, re-admitted {readmitted} "
+            "(failed {readmit_failed})".format_map(odd)
+        )
+    differ = [i for i in ids if hits[i] != got.get(i, -1)]
+    adm = engine.admissions
+    same_adm = [k for k, (_, _, a, h) in enumerate(adm) if a == h]
+    first = next((k for k, (_, _, a, h) in enumerate(adm) if a != h), None)
+    print(
+        f"admissions (a lookup the simulator scheduled): {len(same_adm)}/{len(adm)} with the engine's hit equal"
+        + (
+            ""
+            if first is None
+            else f"; the first that differs is the {first + 1}th: request {adm[first][0]} at "
+            f"{adm[first][1]:.2f} s, simulator {adm[first][2]}, engine {adm[first][3]}"
+        )
+    )
+    for i in differ[:5]:
         p, o = tokens[i]
         print(f"  request {i} (input {len(p)}, output {len(o)}): simulator {hits[i]}, engine {got.get(i)}")
     if args.out:

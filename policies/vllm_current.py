@@ -148,14 +148,23 @@ class VllmAdmission(AdmissionPolicy):
 
     Params = VllmParams
     uses_prefill_steps = True
+    #: a running request's attention KV is allocated a block at a time (``allocate_slots``,
+    #: ``kv_cache_manager.py``; ``SingleTypeKVCacheManager.get_num_blocks_to_allocate``): the
+    #: continuous scheduler charges it in whole blocks (``sim.engine.batching``)
+    running_kv_block = True
 
     @property
     def running_state_slots(self) -> int:
-        """The running state + the last step's checkpoint; under EAGLE / MTP the running state
-        spans 1 + num_speculative_blocks blocks (``MambaSpec.num_speculative_blocks`` =
+        """The running state: one block per Mamba group (a state), under EAGLE / MTP spanning
+        1 + num_speculative_blocks blocks (``MambaSpec.num_speculative_blocks`` =
         num_speculative_tokens; ``preprocess_mamba`` copies the previous step's state "to the last
-        (1 + num_speculative_blocks) block"). A method without ``--speculative-tokens`` counts one."""
-        return 2 + self.spec_blocks()
+        (1 + num_speculative_blocks) block"; a method without ``--speculative-tokens`` counts one).
+        The previous step's block is held one step more only in a step that enters a new block
+        (``MambaManager.allocate_new_blocks`` / ``remove_skipped_blocks``,
+        ``single_type_kv_cache_manager.py`` L1802-L1928 / L1634-L1662): the continuous scheduler
+        charges that second slot for that step alone (``running_kv_block``, ``sim.engine.batching``).
+        Two for the whole run (before) held 3 blocks per running request that vLLM does not."""
+        return 1 + self.spec_blocks()
 
     def spec_blocks(self) -> int:
         p = self.params
@@ -300,7 +309,15 @@ class VllmFreeQueueEviction(TwoHeapLRU):
 
     def keys(self, node):
         out = {}
-        if node.lock or node.parent is None:
+        if node.parent is None:
+            return out
+        if node.lock:
+            # a running request holds its path's attention blocks, not its states: align mode
+            # frees a state block a step after the request computed past it (the hit's included,
+            # ``remove_skipped_blocks``, ``single_type_kv_cache_manager.py`` L1634-L1662), so a
+            # state on a running path stays in the free queue at its own recency
+            if node.has_state:
+                out["state"] = (getattr(node, "state_access", node.last_access), 0, node.depth_tokens)
             return out
         if not node.children:
             out["kv"] = (node.last_access, 1, -node.depth_tokens)

@@ -33,7 +33,9 @@ and last step the same time (the memory-bound decode time) every step is that lo
 to ``VARIABLE_RUN`` steps are timed one by one; an arrival in the middle ends the run at the next
 step boundary. Such a run is one ``step`` event with ``steps`` > 1.
 
-Simplifications: KV is charged per token (no block rounding); a request's prompt KV, once
+Simplifications: KV is charged per token, or in whole blocks where the admission says its engine
+allocates them so (``running_kv_block``: vLLM; the prompt's partial last block stays the
+request's, since its cache keeps whole blocks); a request's prompt KV, once
 inserted into the cache at prefill end, is the cache's (locked until the request ends), not the
 request's; the KV of a decode run is charged at the run's start.
 """
@@ -142,6 +144,8 @@ class StepBatch:
     prefills: list[Chunk] = field(default_factory=list)
     decodes: list[Seq] = field(default_factory=list)
     preempted: list[int] = field(default_factory=list)
+    #: requests holding a second state slot for this step only (``kv_unit``: vLLM align mode)
+    transient: list[Seq] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -163,6 +167,9 @@ class ContinuousEngine:
         self.budget = cfg.max_num_batched_tokens
         self.max_seqs = cfg.max_num_seqs
         self.slots = sim.admission.running_state_slots if sim.spec.is_hybrid else 0
+        #: KV charged in whole blocks of this many tokens (an admission's ``running_kv_block``:
+        #: vLLM allocates a running request's attention KV a block at a time); 1: per token
+        self.kv_unit = sim.grid if getattr(sim.admission, "running_kv_block", False) else 1
         #: the admission's engine inserts every prefill chunk that ends inside the prompt
         self.publish_chunks = getattr(sim.admission, "publishes_chunks", False)
         self.B = sim.trace.block_tokens
@@ -201,6 +208,22 @@ class ContinuousEngine:
         return s.done
 
     # ------------------------------------------------------------------ memory
+    def _kv(self, a: int, b: int) -> int:
+        """KV tokens charged for computing tokens ``[a, b)``: the tokens, or with ``kv_unit`` the
+        whole blocks entered (block ``j`` is allocated when token ``j * unit`` is computed)."""
+        u = self.kv_unit
+        return b - a if u == 1 else -(-b // u) * u - -(-a // u) * u
+
+    def _enters(self, s: Seq, n: int) -> int:
+        """1 if computing ``n`` more tokens of running request ``s`` gives it a second state slot
+        for the step (vLLM align mode, ``kv_unit``): a step after its first that enters a new
+        block takes a new state block per Mamba group (``MambaManager.allocate_new_blocks``) and
+        frees the previous one at the next step (``remove_skipped_blocks``); else 0."""
+        u = self.kv_unit
+        if u == 1 or not self.slots or s.f is None or s.pos <= min(s.f.hit_tokens, s.target - 1):
+            return 0
+        return int(-(-(s.pos + n) // u) > -(-s.pos // u))
+
     def _reserve(self, s: Seq, kv: int, states: int) -> bool:
         if not self._room(kv, states, (s.f, self.env.now)):  # evictions it causes are stamped now
             return False
@@ -298,17 +321,26 @@ class ContinuousEngine:
                 decodes.append(s)
                 budget -= 1
         total = self.budget - budget
-        tag = ((prefills[0][0] if prefills else decodes[0]).f, self.env.now) if total else None
-        if not total or self._room(total, 0, tag):
+        extra = 0
+        if self.kv_unit != 1:
+            total = sum(self._kv(a, b) for _, a, b in prefills) + sum(self._kv(s.pos, s.pos + 1) for s in decodes)
+            batch.transient = [c.seq for c in prefills if self._enters(c.seq, c.end - c.start)]
+            batch.transient += [s for s in decodes if self._enters(s, 1)]
+            extra = len(batch.transient)
+        tag = ((prefills[0][0] if prefills else decodes[0]).f, self.env.now) if total or extra else None
+        if not (total or extra) or self._room(total, extra, tag):
             for s, a, b in prefills:
-                s.charge(b - a, 0)
+                s.charge(self._kv(a, b), 0)
             for s in decodes:
-                s.charge(1, 0)
-            self.held_bytes += total * self.charged_per_kv
+                s.charge(self._kv(s.pos, s.pos + 1), 0)
+            for s in batch.transient:
+                s.charge(0, 1)
+            self.held_bytes += total * self.charged_per_kv + extra * self.charged_per_state
             i = len(running)
         else:  # no room for all: request by request, preempting the newest when one does not fit
             prefills.clear()
             decodes.clear()
+            batch.transient = []
             budget = self.budget
             i = 0
         while i < len(running) and budget > 0:
@@ -318,9 +350,10 @@ class ContinuousEngine:
             if n <= 0:
                 i += 1
                 continue
-            while not self._reserve(s, n, 0):
+            kv, two = self._kv(s.pos, s.pos + n), self._enters(s, n)
+            while not self._reserve(s, kv, two):
                 if len(running) == 1:  # alone and still no room: run it anyway
-                    self._force(s, n, 0)
+                    self._force(s, kv, two)
                     break
                 victim = running.pop()
                 self._preempt(victim, preempted)
@@ -332,6 +365,8 @@ class ContinuousEngine:
                 prefills.append(Chunk(s, s.pos, s.pos + n))
             else:
                 decodes.append(s)
+            if two:
+                batch.transient.append(s)
             budget -= n
             i += 1
         if preempted:  # vLLM admits no new request in a step that preempted
@@ -348,10 +383,11 @@ class ContinuousEngine:
                 if fresh:
                     self._unlook(s)
                 break
-            if not self._reserve(s, n, self.slots):
+            kv = self._kv(s.pos, s.pos + n)
+            if not self._reserve(s, kv, self.slots):
                 if running:
                     break  # waits for room (keeping its lookup: see _unlook)
-                self._force(s, n, self.slots)
+                self._force(s, kv, self.slots)
             waiting.popleft()
             running.append(s)
             if math.isnan(s.t_first):
@@ -415,13 +451,14 @@ class ContinuousEngine:
                 t += dt if i == 0 else timing.step_time_s(spec, (), [c + i for c in contexts])
                 ends.append(t)
             self._ends = ends
-        extra = k - 1  # this step's token is charged already; charge the rest of the run now
+        # this step's token is charged already; charge the rest of the run now
+        extra = [self._kv(s.pos + 1, s.pos + k) for s in decodes]
         # evictions it causes are stamped now
-        if not self._room(extra * len(decodes), 0, (decodes[0].f, self.env.now)):
+        if not self._room(sum(extra), 0, (decodes[0].f, self.env.now)):
             return 1
-        for s in decodes:
-            s.charge(extra, 0)
-        self.held_bytes += extra * len(decodes) * self.charged_per_kv
+        for s, x in zip(decodes, extra):
+            s.charge(x, 0)
+        self.held_bytes += sum(extra) * self.charged_per_kv
         self._peak()
         return k
 
@@ -447,10 +484,11 @@ class ContinuousEngine:
                 yield env.timeout(end - env.now)
         self.coasting = False
         if done < k:
-            self.sim.tree.release((k - done) * len(decodes), 0)
-            for s in decodes:
-                s.charge(done - k, 0)
-            self.held_bytes -= (k - done) * len(decodes) * self.charged_per_kv
+            back = [self._kv(s.pos + done, s.pos + k) for s in decodes]
+            self.sim.tree.release(sum(back), 0)
+            for s, x in zip(decodes, back):
+                s.charge(-x, 0)
+            self.held_bytes -= sum(back) * self.charged_per_kv
         return done
 
     def _emit(self, t0, t1, seconds, k, batch: StepBatch) -> None:
@@ -466,6 +504,8 @@ class ContinuousEngine:
     def _apply(self, batch: StepBatch, k: int, t0: float, dt: float) -> None:
         now = self.env.now
         finished = []
+        for s in batch.transient:  # the previous state block goes at the next step
+            self._release(s, 0, 1)
         for s, _, b in batch.prefills:
             s.prefilled(b)
             if not s.inserted and b >= s.n_in:
@@ -499,7 +539,9 @@ class ContinuousEngine:
             f.prefill_cps = [c for c in f.prefill_cps if c > done]
         if not sim.preset.caching or (sim.spec.is_hybrid and not f.prefill_cps):
             return  # nothing inserted now (insert_prefill's own rule): the request keeps its KV
-        covered = min(s.n_in - max(f.hit_tokens, s.published), s.held_kv)
+        u = self.kv_unit
+        end = s.n_in // u * u  # the cache keeps whole blocks: a partial one stays the request's
+        covered = max(0, min(end - max(f.hit_tokens, s.published), s.held_kv))
         self._release(s, covered, 0)
         if not sim.insert_prefill(f, now):  # no room: the KV stays the request's (the room is still free)
             room = self._room(covered, 0, (f, now))

@@ -52,12 +52,13 @@ def test_vllm_loses_one_block_per_hit_and_says_so(method, k):
 
 
 def test_vllm_running_request_holds_num_speculative_blocks_more():
-    """2 slots (running state + last step's checkpoint); under EAGLE / MTP the running state spans
-    1 + num_speculative_blocks blocks (num_speculative_blocks = K; a method without K counts 1)."""
-    assert run(SAME, "vllm", block_size=1600)[1].admission.running_state_slots == 2
-    assert run(SAME, "vllm", block_size=1600, speculative_method="mtp")[1].admission.running_state_slots == 3
+    """1 slot (the running state: one block per Mamba group, a second only in a step that enters
+    a new block); under EAGLE / MTP the running state spans 1 + num_speculative_blocks blocks
+    (num_speculative_blocks = K; a method without K counts 1)."""
+    assert run(SAME, "vllm", block_size=1600)[1].admission.running_state_slots == 1
+    assert run(SAME, "vllm", block_size=1600, speculative_method="mtp")[1].admission.running_state_slots == 2
     sim = run(SAME, "vllm", block_size=1600, speculative_method="eagle", speculative_tokens=4)[1]
-    assert sim.admission.running_state_slots == 6
+    assert sim.admission.running_state_slots == 5
 
 
 def test_vllm_refuses_draft_tokens_without_a_method():

@@ -273,3 +273,69 @@ def test_a_simulated_request_caches_the_kv_it_recomputed_past_its_hit_again():
     hits, sim = run(one_per_session(a, b), "vllm", spec=TINY, block_size=4)
     assert hits == [0, 8]
     assert sim.tree.copy_tokens == 8
+
+
+def test_a_state_on_a_running_path_stays_in_the_free_queue():
+    """A running request holds its path's attention blocks, not its states: align mode frees a
+    state block a step after the request has computed past it, the hit's included
+    (``MambaManager.remove_skipped_blocks``, ``single_type_kv_cache_manager.py`` L1634-L1662;
+    ``allocate_new_blocks`` L1802-L1928 records the hit's block as ``last_state_block_idx``), so
+    a state on a running request's path keeps its place in the free queue. A (8 tokens, states
+    at 4 and 8) and B (4 tokens, a state) fill the pool; a request runs on A (hit 8: A's KV and
+    the state at 8 refreshed, the path locked); 4 more bytes take the queue's front, A's state at
+    4, alone, and B keeps its state. Locking the path's states (the preset before, under the
+    continuous scheduler, where requests run while others insert) took B's instead: found by
+    ``benchmarks/differential_vllm.py --scheduler continuous --capacity 4GB``."""
+    c = _Pool(capacity=8 + 2 * 4 + 4 + 4)
+    c.insert([1, 2, 3, 4, 5, 6, 7, 8], [4, 8])
+    c.insert([20, 21, 22, 23], [4])
+    m = c.lookup([1, 2, 3, 4, 5, 6, 7, 8, 9])
+    assert m.hit_tokens == 8
+    c.tree.refresh_hit(m, c.t)
+    c.tree.lock(m.hit_node)  # the running request
+    c.insert([30, 31, 32, 33], [])
+    assert sorted(n.depth_tokens for n in c.tree.iter_nodes() if n.has_state) == [4, 8]
+    assert c.lookup([20, 21, 22, 23, 24]).hit_tokens == 4
+    assert c.lookup([1, 2, 3, 4, 77]).hit_tokens == 0  # A's KV stays, its state at 4 is gone
+    c.tree.unlock(m.hit_node)
+    c.tree.check_invariants()
+
+
+def test_a_running_request_holds_whole_blocks_and_one_state_a_second_when_entering_a_block():
+    """Under the continuous scheduler a running ``vllm`` request holds what vLLM's pool gives it
+    (``KVCacheManager.allocate_slots``, ``kv_cache_manager.py`` L401; ``get_num_blocks_to_allocate``
+    ``cdiv(num_tokens, block_size)``): its attention KV in whole blocks, a block taken when its
+    first token is computed, and one running-state block per Mamba group, a second one in a step
+    after its first that enters a new block (``MambaManager.allocate_new_blocks``,
+    ``single_type_kv_cache_manager.py`` L1802-L1928, takes the new block; ``remove_skipped_blocks``,
+    L1634-L1662, frees the previous one at the next step). Block 16, budget 16, a 40-token prompt:
+    chunks [0, 16), [16, 32), [32, 40) (the split stops at the last cacheable 32); then the cache
+    keeps the whole blocks (32 tokens and the state at 32) and the request its partial block; its
+    decode enters a block again at token 48. The preset before charged tokens (8 for the last
+    chunk) and two state slots throughout."""
+    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
+    from sim.simulate import build  # noqa: PLC0415
+
+    import simpy  # noqa: PLC0415
+
+    trace = one_per_session((toks(0, 40), toks(500, 12)))
+    config = SimConfig(
+        policy="vllm", capacity_bytes=10**12, scheduler="continuous", block_size=16, max_num_batched_tokens=16
+    )
+    sim = build(trace, config, spec=TINY)
+    noop = lambda *a: None  # noqa: E731
+    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+    start = sim.tree.capacity_bytes
+    eng.arrive(trace.requests[0])
+    held = []
+    for _ in range(20):
+        batch = eng.schedule()
+        s = eng.running[0]
+        held.append((s.pos, s.held_kv, s.held_states))
+        eng._apply(batch, 1, 0.0, 0.0)
+        if not eng.running:
+            break
+    assert held[:4] == [(0, 16, 1), (16, 32, 2), (32, 48, 2), (40, 16, 1)]
+    assert held[9:12] == [(46, 16, 1), (47, 16, 1), (48, 32, 2)]  # token 48 opens a block
+    assert held[12] == (49, 32, 1)
+    assert not eng.running and (s.held_kv, s.held_states) == (0, 0) and sim.tree.capacity_bytes == start

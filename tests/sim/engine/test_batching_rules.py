@@ -39,7 +39,7 @@ SLOTS = [
     ("sglang", {"mamba_radix_cache_strategy": "extra_buffer_lazy"}, 3),
     ("sglang-0.5.9-no-buffer", {}, 1),
     ("sglang-0.5.9-extra-buffer", {}, 3),
-    ("vllm", {}, 2),
+    ("vllm", {}, 1),  # one block per Mamba group; a second only in a step entering a new block
     ("vllm-0.11-align", {"block_size": 64}, 2),
     ("vllm-0.11-all", {"block_size": 64}, 2),
     ("lmdeploy", {}, 2),
