@@ -358,6 +358,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/cli/test_bad_input_round5.py",
         ],
     ),
+    "gpus": (["sim/gpus.py"], ["tests/sim/test_gpus.py", "tests/sim/cli/test_bad_input_round5.py"]),
     "reference": (
         ["kernels/reference.py"],
         ["tests/kernels/test_reference.py", "tests/kernels/test_conv.py", "tests/kernels/test_chunk_gdn.py"],
