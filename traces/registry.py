@@ -332,6 +332,7 @@ SOURCES: dict[str, TraceSource] = {
             (
                 ("mooncake:PATH", "Mooncake JSONL (512-token hash blocks)"),
                 ("mooncake:sample", "300 rows of Mooncake's conversation trace, shipped with the package"),
+                ("mooncake:sample-synthetic", "300 rows of Mooncake's synthetic trace, shipped with the package"),
             ),
             _hashblock_build("mooncake"),
             path_required=True,

@@ -517,3 +517,12 @@ def test_a_seed_that_draws_nothing_is_refused(tmp_path, args):
     if args[0] == "run" and args[2] != "mooncake:sample":  # where it draws, it is taken
         rc, out, err = marconi(*args, "--policy", "sglang+", "--no-progress", "--arrival", "poisson")
         assert rc == 0, err
+
+
+def test_traces_list_names_every_shipped_sample():
+    """`mooncake:sample-synthetic` is shipped and loads, but `traces list` and --trace's help did
+    not name it: a user could not find it."""
+    rc, out, err = marconi("traces", "list")
+    assert rc == 0, err
+    assert any(line.split()[:1] == ["mooncake:sample-synthetic"] for line in out.splitlines()), out
+    assert _stats("mooncake:sample-synthetic")[:2] == ["sessions                300", "requests                300"]
