@@ -1,9 +1,18 @@
-"""Shared setup for the kernel tests. Each module skips cleanly without torch/triton."""
+"""Shared setup for the kernel tests. Each module skips cleanly without torch/triton. Under
+pytest-xdist each worker runs torch on one thread, as in the main pass (where
+tests/sim/replay/conftest.py sets it for the whole worker): `make test`'s Triton-3.9 pass
+collects tests/kernels alone, and there torch's default two threads per worker spun against the
+other worker (test_chunk_gdn.py's compat tests, -n 0: 24.4 CPU s on torch's default two threads,
+20.7 on one)."""
+
+import os
 
 import pytest
 from gpu_env import HAS_CUDA, compiled_gpu, torch, use_interpreter_without_cuda
 
 use_interpreter_without_cuda()
+if torch is not None and os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 
 def bf16_kernels_supported() -> bool:
