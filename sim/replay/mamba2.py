@@ -111,7 +111,7 @@ def init_weights(shape: Mamba2Shape, gen: torch.Generator, device, dtype: torch.
     s = shape
 
     def randn(*size, std):
-        return (torch.randn(*size, generator=gen, device=device, dtype=torch.float32) * std).to(dtype)
+        return torch.randn(*size, generator=gen, device=device, dtype=torch.float32).mul_(std).to(dtype)
 
     u = torch.rand(s.heads, generator=gen, device=device)
     dt = torch.exp(math.log(1e-3) + u * (math.log(0.1) - math.log(1e-3)))
@@ -297,7 +297,7 @@ class Mamba2Model(HybridModel):
         s = shape
 
         def randn(*size, std):
-            return (torch.randn(*size, generator=gen, device=self.device, dtype=torch.float32) * std).to(dtype)
+            return torch.randn(*size, generator=gen, device=self.device, dtype=torch.float32).mul_(std).to(dtype)
 
         self.embedding = randn(s.vocab_rows, s.hidden, std=1.0)
         self.layers, self.attn, self.mlp = [], [], []

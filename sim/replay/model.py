@@ -467,7 +467,7 @@ class HybridModel:
         s = shape
 
         def randn(*size, std):
-            return (torch.randn(*size, generator=gen, device=self.device, dtype=torch.float32) * std).to(dtype)
+            return torch.randn(*size, generator=gen, device=self.device, dtype=torch.float32).mul_(std).to(dtype)
 
         self.embedding = randn(s.vocab_rows, s.hidden, std=1.0)
         self.layers = []  # gated-delta layers' weights (in model order)
