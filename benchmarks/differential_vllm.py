@@ -486,6 +486,8 @@ class Engine:
                     if rid not in live:
                         missing.discard(rid)
                 for rid, a, b in [c for c in ev.prefills if c[0] in live]:
+                    if rid not in live:  # preempted by the engine in this step
+                        continue
                     req, out = live[rid]
                     k = self.split(self.sched, req, min(b - a, req.num_tokens - req.num_computed_tokens))
                     odd["split"] += k != b - a

@@ -197,6 +197,13 @@ class EngineTree(HybridRadixTree):
         assert self.kv_bytes <= self.kv_capacity_bytes, "KV pool exceeded"
         assert self.n_states <= self.state_capacity, "state pool exceeded"
 
+    def age_state(self, node: Node, t: float) -> None:
+        """``node``'s state entered the engine's queue at ``t``, earlier than the insert that
+        placed it (vLLM frees a chunk-end state's block while the prefill goes on)."""
+        if t < node.state_access:
+            node.state_access = t
+            self._changed(node)
+
     # ------------------------------------------------------------------ lookup and refresh
     def lookup(self, seq: np.ndarray, max_hit_sym: int | None = None, now: float | None = None) -> MatchResult:
         m = super().lookup(seq, max_hit_sym, now)

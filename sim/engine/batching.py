@@ -74,6 +74,9 @@ class Seq:
     held_kv: int = 0  # KV tokens charged to the cache's capacity
     held_states: int = 0  # state slots charged
     step_ends: list[int] = field(default_factory=list)  # where this prefill's chunks ended
+    #: block boundary -> end of the step that computed the token there (``kv_unit`` engines: the
+    #: state block before it is freed at the next step)
+    free_at: dict[int, float] = field(default_factory=dict)
     inserted: bool = False  # the prompt's insert of this prefill is done
     published: int = 0  # prompt tokens whose KV a chunk's insert handed to the cache (publishes_chunks)
     t_first: float = math.nan  # first scheduled (queueing delay ends)
@@ -119,6 +122,7 @@ class Seq:
         self.pos = 0
         self.target = max(self.n_in + self.decoded, 1)
         self.step_ends = []
+        self.free_at = {}
         self.inserted = False
         self.published = 0
 
@@ -506,6 +510,17 @@ class ContinuousEngine:
         finished = []
         for s in batch.transient:  # the previous state block goes at the next step
             self._release(s, 0, 1)
+        u = self.kv_unit
+        if u != 1:  # when the state block at each boundary passed is freed (``_age_states``)
+            for s, a, b in batch.prefills:
+                for p in range(-(-a // u) * u, b, u):
+                    s.free_at[p] = now
+            ends = self._ends if k > 1 and self._ends is not None and len(self._ends) >= k else None
+            for s in batch.decodes:
+                first = -(-s.pos // u) * u
+                for p in range(first, s.pos + k, u):
+                    j = p - s.pos + 1  # the run's step that computes token p
+                    s.free_at[p] = t0 + (ends[j - 1] if ends is not None else j * dt) if k > 1 else now
         for s, _, b in batch.prefills:
             s.prefilled(b)
             if not s.inserted and b >= s.n_in:
@@ -539,13 +554,35 @@ class ContinuousEngine:
             f.prefill_cps = [c for c in f.prefill_cps if c > done]
         if not sim.preset.caching or (sim.spec.is_hybrid and not f.prefill_cps):
             return  # nothing inserted now (insert_prefill's own rule): the request keeps its KV
+        if self.publish_chunks and s.pos >= s.target and s.decoded + 1 >= s.n_out:
+            return  # it ends in this step: released (one insert, its slot handed over), not checkpointed
         u = self.kv_unit
         end = s.n_in // u * u  # the cache keeps whole blocks: a partial one stays the request's
-        covered = max(0, min(end - max(f.hit_tokens, s.published), s.held_kv))
+        start = max(f.hit_tokens, s.published)
+        if u != 1 and getattr(sim.tree, "duplicate_kv", False):
+            # the blocks recomputed between the hit and the KV match are the request's own copies
+            # (the cache holds the older ones) until it ends (``duplicate_kv``, ``cache_again``)
+            start = max(start, min(f.match_tokens, end))
+        covered = max(0, min(end - start, s.held_kv))
         self._release(s, covered, 0)
         if not sim.insert_prefill(f, now):  # no room: the KV stays the request's (the room is still free)
             room = self._room(covered, 0, (f, now))
             self._charged(s, covered, 0) if room else self._force(s, covered, 0)
+        elif u != 1:
+            self._age_states(s, f.seq_in)
+
+    def _age_states(self, s: Seq, seq) -> None:
+        """vLLM align mode frees a state's block once the request has computed past it, at the
+        step after the one that computed the next token (``remove_skipped_blocks``,
+        ``single_type_kv_cache_manager.py`` L1634-L1662): a state the request placed enters the
+        free queue then, not when the simulator inserts it (the prompt's end, the request's end)."""
+        age = getattr(self.sim.tree, "age_state", None)
+        if age is None or not s.free_at:
+            return
+        for node in self.sim.tree.match(seq).path:
+            t = s.free_at.get(node.depth_tokens)
+            if t is not None and node.has_state:
+                age(node, t)
 
     def _chunk_done(self, s: Seq, now: float) -> None:
         """A chunk ended inside the prompt of a request whose engine publishes every chunk
@@ -569,7 +606,13 @@ class ContinuousEngine:
         self._release(s, s.held_kv, s.held_states)
         f = s.f
         sim.decoded(f, s.t_token, now - s.t_token, now)
+        seq = f.seq_full
+        if self.publish_chunks:  # one state per engine insert: the request's end carries its last only
+            last = sorted(set(f.prefill_cps) | set(f.decode_cps))[-1:]
+            f.prefill_cps, f.decode_cps = [], last
         sim.insert_decode(f, now)
+        if self.kv_unit != 1:
+            self._age_states(s, seq)
         self.tune_after(sim, s.req, now)
         self.tick(sim)
         s.done.succeed()

@@ -9,7 +9,7 @@ call, as the engine frees one request's blocks after the previous one's.
 from __future__ import annotations
 
 import numpy as np
-from engine_cases import TINY, one_per_session, run, toks
+from engine_cases import TINY, cat, one_per_session, run, toks
 
 from policies.base import EngineRules, get_preset
 from policies.vllm_current import VllmFreeQueueEviction, mamba_groups
@@ -339,3 +339,80 @@ def test_a_running_request_holds_whole_blocks_and_one_state_a_second_when_enteri
     assert held[9:12] == [(46, 16, 1), (47, 16, 1), (48, 32, 2)]  # token 48 opens a block
     assert held[12] == (49, 32, 1)
     assert not eng.running and (s.held_kv, s.held_states) == (0, 0) and sim.tree.capacity_bytes == start
+
+
+def test_a_state_enters_the_free_queue_when_the_request_has_computed_past_it():
+    """Align mode frees a state's block at the step after the one that computed the next token
+    (``MambaManager.remove_skipped_blocks``, ``single_type_kv_cache_manager.py`` L1634-L1662,
+    called from ``allocate_slots``), so under the continuous scheduler a state the request placed
+    takes its place in the free queue then, not when the simulator inserts it (the prompt's end
+    for a chunk-end state, the request's end for a decode state): other requests' blocks freed
+    meanwhile are more recent. Block 16, budget 16, retention -1, a 40-token prompt and 12
+    output tokens: the state at 16 is freed at the end of the step computing token 16 (the second
+    chunk's), 32 at the third's, and the decode state at 48 at the end of the decode step
+    computing token 48. Found by ``benchmarks/differential_vllm.py --scheduler continuous
+    --capacity 4GB`` (retention -1: the first admission whose hit differs, 314th -> 332nd)."""
+    from sim.engine.drivers import run as drive  # noqa: PLC0415
+    from sim.engine.events import EventLog, Step  # noqa: PLC0415
+    from sim.simulate import build  # noqa: PLC0415
+
+    from engine_cases import TIMING  # noqa: PLC0415
+
+    trace = one_per_session((toks(0, 40), toks(500, 12)))
+    config = SimConfig(
+        policy="vllm",
+        capacity_bytes=10**12,
+        scheduler="continuous",
+        block_size=16,
+        max_num_batched_tokens=16,
+        prefix_cache_retention_interval=-1,
+    )
+    log = EventLog()
+    sim = build(trace, config, spec=TINY, timing=TIMING, observers=(log,))
+    drive(sim)
+    steps = [e for e in log.events if isinstance(e, Step)]
+    ends = {}  # token computed -> end of its step
+    for e in steps:
+        for _, a, b in e.prefills:
+            ends.update({p: e.t_end for p in range(a, b)})
+        for _, ctx in e.decodes:
+            ends.update({ctx + j: e.t_start + (j + 1) * e.seconds / e.steps for j in range(e.steps)})
+    states = {n.depth_tokens: n.state_access for n in sim.tree.iter_nodes() if n.has_state}
+    assert sorted(states) == [16, 32, 48]
+    assert states[16] == ends[16] < states[32] == ends[32] < states[48]
+    assert abs(states[48] - ends[48]) < 1e-9
+    assert states[48] < steps[-1].t_end  # before the request's end, when the simulator inserts it
+
+
+def test_blocks_recomputed_between_the_hit_and_the_match_stay_the_running_requests():
+    """A request recomputes the KV it matched past its state hit into new blocks of its own
+    (``get_computed_blocks`` returns the reconciled hit; ``allocate_slots``, ``kv_cache_manager.py``
+    L401, allocates the rest), cached a second time beside the older copy
+    (``BlockHashToBlockMap.insert``, ``block_pool.py`` L78-L82) and held until the request ends.
+    Under the continuous scheduler the prompt's insert hands the cache only the KV past the match,
+    so the request keeps those blocks charged. Block 16: A (64 tokens; its one state at 48) runs
+    first; B shares A's first 40 tokens (no state there: hit 0, KV match 32) and has 56: after its
+    prompt it holds the 32 recomputed tokens and its partial last block (16), where the preset
+    before handed all 48 whole-block tokens to the cache (holding 16)."""
+    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
+    from sim.simulate import build  # noqa: PLC0415
+
+    import simpy  # noqa: PLC0415
+
+    A = toks(0, 64)
+    trace = one_per_session((A, toks(500, 4)), (cat(A[:40], toks(900, 16)), toks(600, 4)))
+    config = SimConfig(policy="vllm", capacity_bytes=10**12, scheduler="continuous", block_size=16)
+    sim = build(trace, config, spec=TINY)
+    noop = lambda *a: None  # noqa: E731
+    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+    seen = []
+    for r in trace.requests:
+        eng.arrive(r)
+        while eng.running or eng.waiting:
+            batch = eng.schedule()
+            s = eng.running[-1]
+            eng._apply(batch, 1, 0.0, 0.0)
+            if r is trace.requests[1] and s.inserted and s.decoded == 1:
+                seen.append((s.f.hit_tokens, s.f.match_tokens, s.held_kv))
+    assert seen == [(0, 32, 32 + 16)]
+    assert sim.tree.capacity_bytes == build(trace, config, spec=TINY).tree.capacity_bytes
