@@ -396,7 +396,7 @@ class SGLangDriver:
         odd["unfinished"] = len(live)
         return hits, odd
 
-    def run_steps(self, steps, tokens) -> tuple[dict[int, int], Counter]:
+    def run_steps(self, steps, tokens, probe=None) -> tuple[dict[int, int], Counter]:
         """The simulator's continuous-batching steps (``Step`` events) through the cache, in order:
         per step the running requests' chunks and decode tokens, then the newly scheduled requests'
         lookups and first chunks; after the step each chunk is published or, at the prompt's end,
@@ -411,30 +411,38 @@ class SGLangDriver:
                 raise RuntimeError(f"step at t={ev.t_start}: preemption (ample memory has none)")
             for _ in range(ev.steps):
                 ran = []
-                for rid, a, b in ev.prefills:
-                    if rid in live:
-                        req = live[rid]
-                        if b <= req.prefix_len:  # the engine's hit lies past this chunk: nothing to run
-                            odd["skipped"] += 1
-                            continue
-                        self.extend(req, b)
-                    else:
-                        prompt, output = tokens[rid]
-                        req, hit = self.begin(prompt, output, first_end=b)
-                        hits[rid] = hit
-                        odd["start"] += hit != a
-                        live[rid] = req
-                        self.extend(req, req.extend_end)
+                # the running requests' tokens first (the simulator charges them before it looks
+                # new requests up), then the new requests' lookups and first chunks
+                for rid, _a, b in ev.prefills:
+                    if rid not in live:
+                        continue
+                    req = live[rid]
+                    if b <= req.prefix_len:  # the engine's hit lies past this chunk: nothing to run
+                        odd["skipped"] += 1
+                        continue
+                    self.extend(req, b)
                     ran.append((rid, req))
                 decodes = [(rid, live[rid]) for rid, _ctx in ev.decodes]
                 for _rid, req in decodes:
                     self.decode_slot(req)
+                for rid, a, b in ev.prefills:
+                    if rid in live:
+                        continue
+                    prompt, output = tokens[rid]
+                    req, hit = self.begin(prompt, output, first_end=b)
+                    hits[rid] = hit
+                    odd["start"] += hit != a
+                    live[rid] = req
+                    self.extend(req, req.extend_end)
+                    ran.append((rid, req))
                 for rid, req in ran:
                     if self.extended(req):
                         del live[rid]
                 for rid, req in decodes:
                     if self.decoded(req):
                         del live[rid]
+            if probe is not None:  # a caller's look at the engine after each step event
+                probe(ev, live)
         odd["unfinished"] = len(live)
         return hits, odd
 
@@ -460,9 +468,10 @@ def sim_run(trace, policy: str, knobs: dict, memory: str):
 
 
 def sim_steps(trace, policy: str, knobs: dict):
-    """``policy`` under ``--scheduler continuous`` (ample memory, the default step budget; the
-    preset keeps each step's prefill within its ``--prefill-chunk``): its hit per request id and
-    its ``Step`` events."""
+    """``policy`` under ``--scheduler continuous`` (the default step budget; the preset keeps each
+    step's prefill within its ``--prefill-chunk``; ``gpu_memory`` in ``knobs`` for the engine's
+    pools): its hit per request id, its ``Step`` events and its pools before the run (KV tokens,
+    states; None: ample)."""
     from sim.config import UNLIMITED, SimConfig  # noqa: PLC0415
     from sim.engine.drivers import run  # noqa: PLC0415
     from sim.engine.events import EventLog, Step  # noqa: PLC0415
@@ -477,9 +486,14 @@ def sim_steps(trace, policy: str, knobs: dict):
         **knobs,
     )
     log = EventLog()
-    res = run(build(trace, config, observers=(log,)))
+    sim = build(trace, config, observers=(log,))
+    tree = sim.tree
+    pools = None
+    if knobs.get("gpu_memory"):
+        pools = (int(tree.kv_capacity_bytes // tree.kv_bytes_per_token), tree.state_capacity)
+    res = run(sim)
     hits = dict(zip(res.requests["request_id"].astype(int), res.requests["hit_tokens"].astype(int), strict=True))
-    return hits, [e for e in log.events if isinstance(e, Step)]
+    return hits, [e for e in log.events if isinstance(e, Step)], pools
 
 
 def sim_events(trace, policy: str, knobs: dict):
@@ -504,9 +518,14 @@ def scheduled(trace, args, label: str, rows: list) -> None:
     chunk = args.prefill_chunk
     t0 = time.time()
     rate = {"sessions_per_second": args.sessions_per_second} if args.sessions_per_second else {}
-    knobs = {**knobs, "prefill_chunk_tokens": chunk, **rate}
+    memory = {"gpu_memory": args.memory} if args.memory != "ample" else {}
+    knobs = {**knobs, "prefill_chunk_tokens": chunk, **rate, **memory}
     fcfs = args.scheduler == "fcfs"
-    sim, steps = sim_events(trace, policy, knobs) if fcfs else sim_steps(trace, policy, knobs)
+    pools = None
+    if fcfs:
+        sim, steps = sim_events(trace, policy, knobs)
+    else:
+        sim, steps, pools = sim_steps(trace, policy, knobs)
     block = trace.block_tokens
     tokens = {
         int(r.request_id): (engine_tokens(r, block, False), engine_tokens(r, block, True)) for r in trace.requests
@@ -516,10 +535,17 @@ def scheduled(trace, args, label: str, rows: list) -> None:
     # end and its running slots
     states = sum(-(-n // chunk) + 5 for n in lens) + 64
     running = 0 if fcfs else max(len(e.prefills) + len(e.decodes) for e in steps)  # in one step
-    setup = EngineSetup(strategy, sum(lens) + 64, states, prefill_chunk=chunk, max_running=len(lens))
+    kv_tokens = sum(lens) + 64
+    if pools is not None:  # the simulator's pools; running requests take their slots from them
+        kv_tokens, states = pools
+    setup = EngineSetup(strategy, kv_tokens, states, prefill_chunk=chunk, max_running=len(lens))
     setup.tree_core = args.tree_core
     driver = SGLangDriver(setup, max(lens))
-    got, odd = driver.run_events(steps, tokens) if fcfs else driver.run_steps(steps, tokens)
+    try:
+        got, odd = driver.run_events(steps, tokens) if fcfs else driver.run_steps(steps, tokens)
+    except AssertionError as e:  # the engine's pools ran dry where the simulator's did not
+        print(f"{label}: the engine stopped: {e} ({driver.pool.mamba_allocator.available_size()} mamba slots free)")
+        return
     ids = sorted(sim)
     agreement = Agreement.of([sim[i] for i in ids], [got.get(i, -1) for i in ids])
     if fcfs:
@@ -538,7 +564,7 @@ def scheduled(trace, args, label: str, rows: list) -> None:
         print(
             f"  request {i} (input {len(tokens[i][0])}, output {len(tokens[i][1])}): simulator {sim[i]}, engine {got.get(i)}"
         )
-    rows.extend((label, args.trace, "ample", i, sim[i], got.get(i, -1)) for i in ids)
+    rows.extend((label, args.trace, args.memory, i, sim[i], got.get(i, -1)) for i in ids)
 
 
 def engine_setup(trace, sim, strategy: str, memory: str, prefill_chunk: int) -> EngineSetup:
@@ -587,9 +613,14 @@ def main() -> None:
         default=0.0,
         help="continuous: sessions started per second (0: the simulator's default); more runs more at once",
     )
+    ap.add_argument(
+        "--pools",
+        action="store_true",
+        help="continuous with --memory (not built: the engine runs out of mamba slots, see docs/presets-engines.md)",
+    )
     ap.add_argument("--out", default="", help="CSV of per-request hits (never overwritten)")
     args = ap.parse_args()
-    if args.scheduler != "sequential" and args.memory != "ample":
+    if args.scheduler != "sequential" and args.memory != "ample" and not args.pools:
         print(f"error: --scheduler {args.scheduler} is compared with ample memory only", file=sys.stderr)
         raise SystemExit(2)
     if args.out and os.path.exists(args.out):

@@ -279,3 +279,53 @@ def test_a_published_chunk_is_charged_to_the_cache_not_to_its_request():
     assert sorted(n.depth_tokens for n in sim.tree.iter_nodes() if n.has_state) == [128, 256, 300, 302]
     assert (sim.tree.kv_bytes_per_token, sim.tree.state_bytes) == (2, 16)
     assert res.summary.peak_charged_bytes == 302 * 2 + 4 * 16
+
+
+def test_an_insert_carries_one_state_so_the_end_does_not_refresh_the_prompt_state():
+    """Each of SGLang's inserts hands the tree one state, at its end
+    (``components/mamba.py`` ``commit_insert_component_data`` L227-L252 on the insert's last node;
+    ``refresh_lru`` leaves the states the walk passes alone, L127-L149), so a request's end does
+    not refresh its prompt-end state; and a request that ends in the step its prompt ends is
+    released without a checkpoint (``batch_result_processor.py`` L390-L395: ``release_kv_cache``
+    when ``req.finished()``, else ``checkpoint_kv_cache``), handing its running slot to the tree.
+    no_buffer, a pool of 4 states, continuous: r0 (A, 10 tokens, 5 out) and r1 (B, 10 tokens, 1
+    out) run together: r0's prompt state at 10, then r1's end state at 10 (r1 ends at once, no
+    eviction), then r0's end state at 14. r2 (C, 2 out) at t = 1 takes the free slot and its
+    prompt state evicts the least recent state: r0's at 10. r3 (A + 5 tokens) at t = 2 reuses
+    nothing. With r0's end refreshing its prompt state (the last insert carried every state),
+    r1's went instead and r3 reused 10. SGLang 0.5.23 fed the same steps gives 0, 0, 0, 0."""
+    a, b, c = toks(0, 10), toks(100, 10), toks(200, 10)
+    reqs = [
+        Request(session_id=k, turn=0, input_tokens=inp, output_tokens=out, arrival=t)
+        for k, (inp, out, t) in enumerate(
+            [
+                (a, toks(9000, 5), 0.0),
+                (b, toks(9100, 1), 0.0),
+                (c, toks(9200, 2), 1.0),
+                (cat(a, toks(300, 5)), toks(9300, 1), 2.0),
+            ]
+        )
+    ]
+    trace = Trace("t", reqs, closed_loop=False)
+    got, _ = _continuous(trace, mamba_radix_cache_strategy="no_buffer", max_mamba_cache_size=4)
+    assert got == [0, 0, 0, 0]
+
+
+def test_a_request_that_ends_with_its_prompt_is_released_without_a_checkpoint():
+    """A request whose first sampled token is its last is released, not checkpointed
+    (``batch_result_processor.py`` L390-L395: ``release_kv_cache`` when ``req.finished()``), and a
+    finished request hands its running slot to the tree (``unified_radix_cache.py`` L1167-L1168:
+    "A finished request hands its component state (mamba) to the tree instead of forking it"): its
+    one state needs no room of its own. no_buffer, a pool of 2 states, one output token each: X at
+    t = 0 and Y at t = 1 leave their states at 10; Z at t = 2 evicts X's to run and leaves its own;
+    Y + 5 tokens at t = 3 reuses Y's 10. Checkpointed at its prompt's end while its slot was still
+    held, Z evicted Y's state too and the last request reused nothing. SGLang 0.5.23 fed the same
+    steps gives 0, 0, 0, 10."""
+    x, y, z = toks(0, 10), toks(100, 10), toks(200, 10)
+    reqs = [
+        Request(session_id=k, turn=0, input_tokens=inp, output_tokens=toks(9000 + 10 * k, 1), arrival=float(k))
+        for k, inp in enumerate([x, y, z, cat(y, toks(300, 5))])
+    ]
+    trace = Trace("t", reqs, closed_loop=False)
+    got, _ = _continuous(trace, mamba_radix_cache_strategy="no_buffer", max_mamba_cache_size=2)
+    assert got == [0, 0, 0, 10]
