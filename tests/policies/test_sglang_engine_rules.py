@@ -286,7 +286,7 @@ def test_an_insert_carries_one_state_so_the_end_does_not_refresh_the_prompt_stat
     (``components/mamba.py`` ``commit_insert_component_data`` L227-L252 on the insert's last node;
     ``refresh_lru`` leaves the states the walk passes alone, L127-L149), so a request's end does
     not refresh its prompt-end state; and a request that ends in the step its prompt ends is
-    released without a checkpoint (``batch_result_processor.py`` L390-L395: ``release_kv_cache``
+    released without a checkpoint (``scheduler_components/batch_result_processor.py`` L379-L395: ``release_kv_cache``
     when ``req.finished()``, else ``checkpoint_kv_cache``), handing its running slot to the tree.
     no_buffer, a pool of 4 states, continuous: r0 (A, 10 tokens, 5 out) and r1 (B, 10 tokens, 1
     out) run together: r0's prompt state at 10, then r1's end state at 10 (r1 ends at once, no
@@ -313,7 +313,7 @@ def test_an_insert_carries_one_state_so_the_end_does_not_refresh_the_prompt_stat
 
 def test_a_request_that_ends_with_its_prompt_is_released_without_a_checkpoint():
     """A request whose first sampled token is its last is released, not checkpointed
-    (``batch_result_processor.py`` L390-L395: ``release_kv_cache`` when ``req.finished()``), and a
+    (``scheduler_components/batch_result_processor.py`` L379-L395: ``release_kv_cache`` when ``req.finished()``), and a
     finished request hands its running slot to the tree (``unified_radix_cache.py`` L1167-L1168:
     "A finished request hands its component state (mamba) to the tree instead of forking it"): its
     one state needs no room of its own. no_buffer, a pool of 2 states, one output token each: X at
