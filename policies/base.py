@@ -240,8 +240,9 @@ class AdmissionPolicy(ABC):
     #: a batching scheduler then asks for the checkpoints again once the prefill is done
     uses_prefill_steps: ClassVar[bool] = False
     #: state slots a running request holds outside the cache on a hybrid model (``--scheduler
-    #: continuous`` charges them): SGLang no_buffer 1, extra_buffer 3 (1 + 2 ping-pong), vLLM 2
-    #: (running state + the last step's checkpoint), LMDeploy 2 (runtime + reserved save slot)
+    #: continuous`` charges them): SGLang no_buffer 1, extra_buffer 3 (1 + 2 ping-pong), vLLM 1
+    #: (today's align mode; a second in a step entering a new block; 2 for vllm-0.11-*), LMDeploy 2
+    #: (runtime + reserved save slot)
     running_state_slots: ClassVar[int] = 1
 
     @staticmethod
