@@ -39,6 +39,7 @@ class JsonlReader:
 
     def __init__(self, path: str | Path, skip_bad_rows: bool = False, what: str = "trace", progress: bool = False):
         self.path = require_file(path, what)
+        self.what = what
         self.skip_bad_rows = skip_bad_rows
         self.skipped = 0
         # a progress bar on stderr (bytes read) for a file of PROGRESS_BYTES or more
@@ -46,6 +47,17 @@ class JsonlReader:
 
     def where(self, line_no: int) -> str:
         return f"{self.path}:{line_no}"
+
+    def _format_hint(self, line: str) -> str:
+        """What the file is instead, said with row 1's error: a JSON array, or a CSV (comma-separated
+        values, a header of names): a trace file is JSON Lines."""
+        text = line.strip()
+        lines = f"a {self.what} trace is JSON Lines (one JSON object a line)"
+        if text.startswith("["):
+            return f"; the file is a JSON array: {lines}"
+        if not text.startswith("{") and ("," in text or "\t" in text):
+            return f"; the file looks like CSV: {lines}"
+        return ""
 
     def bad(self, line_no: int, msg: str) -> None:
         if not self.skip_bad_rows:
@@ -65,6 +77,7 @@ class JsonlReader:
             # utf-8-sig: a byte-order mark (what Windows tools write first) is no part of row 1
             with opener(self.path, "rt", encoding="utf-8-sig", errors="replace") as f:
                 done = 0
+                first = True  # the first line with text: a CSV or a JSON array is said to be one
                 for line_no, line in enumerate(f, 1):
                     if bar is not None:
                         done += len(line)
@@ -72,16 +85,17 @@ class JsonlReader:
                             bar.update(done - bar.n)
                     if not line.strip():
                         continue
+                    hint, first = (self._format_hint(line) if first else ""), False
                     try:
                         obj = json.loads(line)
                     except json.JSONDecodeError as exc:
-                        self.bad(line_no, f"bad JSON: {exc.msg} (column {exc.colno})")
+                        self.bad(line_no, f"bad JSON: {exc.msg} (column {exc.colno}){hint}")
                         continue
                     except (ValueError, RecursionError) as exc:  # a 5,000-digit number, deep nesting
                         self.bad(line_no, f"bad JSON: {str(exc).splitlines()[0] or type(exc).__name__}")
                         continue
                     if not isinstance(obj, dict):
-                        self.bad(line_no, "row is not a JSON object")
+                        self.bad(line_no, f"row is not a JSON object{hint}")
                         continue
                     yield line_no, obj
         except (OSError, EOFError, zlib.error) as exc:

@@ -526,3 +526,24 @@ def test_traces_list_names_every_shipped_sample():
     assert rc == 0, err
     assert any(line.split()[:1] == ["mooncake:sample-synthetic"] for line in out.splitlines()), out
     assert _stats("mooncake:sample-synthetic")[:2] == ["sessions                300", "requests                300"]
+
+
+def test_a_csv_or_a_json_array_given_as_a_jsonl_trace_says_what_it_is(tmp_path):
+    """A CSV (the Azure traces' format) or a JSON array given as a Mooncake trace was "bad JSON:
+    Expecting value (column 1)" or "row is not a JSON object": row 1's line says what the file is."""
+    lines = "a mooncake trace is JSON Lines (one JSON object a line)"
+    csv = tmp_path / "t.csv"
+    csv.write_text("timestamp,input_length,output_length\n0,100,10\n")
+    one_line(
+        marconi("traces", "stats", f"mooncake:{csv}"),
+        f"{csv}:1: bad JSON: Expecting value (column 1); the file looks like CSV: {lines}",
+    )
+    rows = [json.loads(line) for line in SAMPLE.read_text().splitlines()[:3]]
+    for name, text in (("one.json", json.dumps(rows)), ("pretty.json", json.dumps(rows, indent=2))):
+        (tmp_path / name).write_text(text)
+        one_line(marconi("traces", "stats", f"mooncake:{tmp_path / name}"), f"{tmp_path / name}:1: ")
+        assert f"; the file is a JSON array: {lines}" in marconi("traces", "stats", f"mooncake:{tmp_path / name}")[2]
+    cut = tmp_path / "cut.jsonl"  # a JSON Lines file with a bad row 1 keeps its plain message
+    cut.write_text(SAMPLE.read_text().splitlines()[0][:-5] + "\n")
+    one_line(marconi("traces", "stats", f"mooncake:{cut}"), f"{cut}:1: bad JSON: ")
+    assert "JSON Lines" not in marconi("traces", "stats", f"mooncake:{cut}")[2]
