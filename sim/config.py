@@ -49,6 +49,14 @@ _UNITS = {
 UNLIMITED = 2**62  # `--capacity inf`: a cache that never evicts (the `infinite` bound)
 
 
+def refuse_unitless_memory(text: str, flag: str = "--gpu-memory") -> None:
+    """A GPU's memory given as a bare number under 1000 (``--gpu-memory 80``) is bytes, which no GPU
+    has: one line asking for the unit, not a run with 80 bytes of memory ("leaves 80B for KV")."""
+    s = str(text).strip()
+    if re.fullmatch(r"[0-9]+(\.[0-9]*)?", s) and 0 < float(s) < 1000:  # 0: "must be > 0" says it
+        raise UsageError(f"{flag} {s} is {s} bytes (a number without a unit is bytes): give its unit, e.g. {s}GB")
+
+
 def parse_size(text: str | int | float) -> int:
     """'5GB' -> 5e9 bytes (decimal, as the Marconi artifact uses); '5GiB' -> 5 * 2**30;
     'inf' -> UNLIMITED."""
@@ -419,6 +427,7 @@ class SimConfig:
                 bound = f">= {lo:g}" if hi is None else f"in {lo:g}..{hi:g}" if lo is not None else f"<= {hi:g}"
                 raise UsageError(f"{flag_of(f)} must be {bound}, not {value!r}")
         if self.gpu_memory:
+            refuse_unitless_memory(self.gpu_memory)
             parse_size(self.gpu_memory)
         try:  # TensorRT-LLM's offset lists: refused before anything is loaded
             snapshot_offsets(self.additional_snapshot_offsets_from_start, FROM_START_FLAG, 1)

@@ -36,7 +36,7 @@ from policies.base import get_preset
 from policies.sglang_current import DEFAULT_MEMORY_RATIO, DEFAULT_TRACK_INTERVAL
 from policies.vllm import MAX_BLOCK, vllm_block_tokens
 from policies.vllm_current import DENSE
-from sim.config import SimConfig, format_size, parse_size
+from sim.config import SimConfig, format_size, parse_size, refuse_unitless_memory
 from sim.cost import ModelSpec
 from sim.errors import UsageError
 
@@ -170,6 +170,7 @@ _GPU_RE = re.compile(r"^\s*(?:(\d+)\s*[x*]\s*)?(.+)$", re.IGNORECASE)
 def parse_gpu_memory(text: str) -> int:
     """'80GB' -> 80e9 bytes; '2x80GB' -> 160e9 (the instance's GPUs together)."""
     m = _GPU_RE.match(str(text))
+    refuse_unitless_memory(m.group(2) if m else text)  # "--gpu-memory 80" is 80 bytes
     n = int(m.group(1)) if m and m.group(1) else 1
     if n < 1:
         raise UsageError(f"--gpu-memory {text!r}: the GPU count must be >= 1")

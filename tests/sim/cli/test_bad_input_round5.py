@@ -547,3 +547,25 @@ def test_a_csv_or_a_json_array_given_as_a_jsonl_trace_says_what_it_is(tmp_path):
     cut.write_text(SAMPLE.read_text().splitlines()[0][:-5] + "\n")
     one_line(marconi("traces", "stats", f"mooncake:{cut}"), f"{cut}:1: bad JSON: ")
     assert "JSON Lines" not in marconi("traces", "stats", f"mooncake:{cut}")[2]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", *SMALL, "--policy", "sglang"],
+        ["sweep", *SMALL, "--policy", "sglang"],
+        ["advise", "--for", "sglang", "--model", "qwen3.5-9b", *SMALL, "--trials", "1", "--workers", "1"],
+    ],
+    ids=["run", "sweep", "advise"],
+)
+def test_a_gpu_memory_without_its_unit_is_refused(tmp_path, args):
+    """`--gpu-memory 80` (GB meant) was 80 bytes: "the engine's split of --gpu-memory 80B leaves 80B
+    for KV" (run) or "leaves no cache" (advise), which named bytes but not the missing unit. A large
+    byte count (what advise's `marconi run` lines print) stays a size."""
+    one_line(
+        marconi(*args, "--gpu-memory", "80", "--out", tmp_path / "o"),
+        "--gpu-memory 80 is 80 bytes (a number without a unit is bytes): give its unit, e.g. 80GB",
+    )
+    assert not (tmp_path / "o").exists()
+    if args[0] == "run":
+        assert marconi(*args, "--gpu-memory", "52400000000")[0] == 0
