@@ -11,6 +11,7 @@ records where needed) and returns a matplotlib Figure; the CLI saves it as PNG a
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -312,9 +313,12 @@ def save(fig, out: str | Path, name: str, formats=("png", "svg")) -> list[Path]:
 
 
 def make_figure(results: str | Path, kind: str, where: str | None = None, static: str = "best"):
-    """The figure of ``kind`` for a results folder; ``where`` filters rows (pandas query)."""
+    """The figure of ``kind`` for a results folder; ``where`` filters rows: ``KEY=VALUE`` as
+    `marconi report --where` takes it (``capacity=2GB``), or a pandas query."""
     rows = report.load(results)
-    if where:
+    if where and re.fullmatch(r"\s*[A-Za-z_][\w.]*\s*=(?!=).*", where):  # report's form (a query has ==)
+        rows = report.select(rows, [where])
+    elif where:
         try:
             rows = rows.query(where)
         except Exception as exc:  # noqa: BLE001 - pandas raises many kinds

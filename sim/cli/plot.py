@@ -36,7 +36,10 @@ def register(main: click.Group) -> None:
     )
     @click.option("--out", type=OutputPath(file_okay=False, path_type=Path), default=Path("figures"), show_default=True)
     @click.option(
-        "--where", default=None, help="Row filter, a pandas query: \"capacity_bytes == 5e9 and trace == 'sharegpt'\"."
+        "--where",
+        default=None,
+        help="Row filter: KEY=VALUE as `marconi report` takes it (capacity=2GB, policy=marconi), or a pandas "
+        "query: \"capacity_bytes == 5e9 and trace == 'sharegpt'\".",
     )
     @click.option(
         "--alpha",

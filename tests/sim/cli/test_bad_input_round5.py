@@ -418,12 +418,20 @@ def test_a_run_says_how_many_bad_rows_it_skipped(tmp_path):
     )
 
 
-def test_plot_all_draws_what_a_sweep_without_records_has(tmp_path):
+@pytest.fixture(scope="module")
+def small_sweep(tmp_path_factory) -> Path:
+    """A sweep without --save-requests: marconi at two static alphas and two capacities."""
+    results = tmp_path_factory.mktemp("sweep") / "s"
+    args = ["--policy", "marconi", "--alpha", "0,1", "--capacity", "1GB,2GB", "--workers", "1"]
+    rc, out, err = marconi("sweep", *SMALL, *args, "--out", results)
+    assert rc == 0, err
+    return results
+
+
+def test_plot_all_draws_what_a_sweep_without_records_has(tmp_path, small_sweep):
     """`plot --kind all` of a sweep run without --save-requests drew two figures, then stopped
     with exit 2 at ttft ("no requests records"): it draws every figure it can and says which not."""
-    results, figs = tmp_path / "s", tmp_path / "f"
-    rc, out, err = marconi("sweep", *SMALL, "--policy", "marconi", "--alpha", "0,1", "--workers", "1", "--out", results)
-    assert rc == 0, err
+    results, figs = small_sweep, tmp_path / "f"
     rc, out, err = marconi("plot", results, "--kind", "all", "--out", figs)
     assert rc == 0, err
     drawn = ("hit-rate", "alpha", "ttft-load", "misses")
@@ -569,3 +577,19 @@ def test_a_gpu_memory_without_its_unit_is_refused(tmp_path, args):
     assert not (tmp_path / "o").exists()
     if args[0] == "run":
         assert marconi(*args, "--gpu-memory", "52400000000")[0] == 0
+
+
+def test_plot_where_takes_report_s_key_value_form(tmp_path, small_sweep):
+    """`report --where capacity=2GB` filters; `plot --where capacity=2GB` was "invalid syntax" (a
+    pandas query only): both forms filter now, and a value no row has says so."""
+    for where in ("capacity=2GB", "capacity_bytes == 2e9"):
+        rc, out, err = marconi("plot", small_sweep, "--where", where, "--out", tmp_path / "f", "--force")
+        assert rc == 0, err
+    one_line(
+        marconi("plot", small_sweep, "--where", "capacity=3GB", "--out", tmp_path / "g"),
+        "--where 'capacity=3GB' selects no rows",
+    )
+    one_line(
+        marconi("plot", small_sweep, "--where", "capaciti=2GB", "--out", tmp_path / "g"),
+        "--where 'capaciti=2GB': no column",
+    )
