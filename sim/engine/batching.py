@@ -220,11 +220,12 @@ class ContinuousEngine:
 
     def _enters(self, s: Seq, n: int) -> int:
         """1 if computing ``n`` more tokens of running request ``s`` gives it a second state slot
-        for the step (vLLM align mode, ``kv_unit``): a step after its first that enters a new
+        for the step (vLLM align mode, ``kv_unit``): a step after its first (asked of requests
+        already running only: a new one's first step is charged its ``slots``) that enters a new
         block takes a new state block per Mamba group (``MambaManager.allocate_new_blocks``) and
         frees the previous one at the next step (``remove_skipped_blocks``); else 0."""
         u = self.kv_unit
-        if u == 1 or not self.slots or s.f is None or s.pos <= min(s.f.hit_tokens, s.target - 1):
+        if u == 1 or not self.slots:
             return 0
         return int(-(-(s.pos + n) // u) > -(-s.pos // u))
 
