@@ -516,7 +516,7 @@ class ContinuousEngine:
             for s, a, b in batch.prefills:
                 for p in range(-(-a // u) * u, b, u):
                     s.free_at[p] = now
-            ends = self._ends if k > 1 and self._ends is not None and len(self._ends) >= k else None
+            ends = self._ends if k > 1 else None  # a varying run's step ends (``_run_length``)
             for s in batch.decodes:
                 first = -(-s.pos // u) * u
                 for p in range(first, s.pos + k, u):
