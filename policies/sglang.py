@@ -183,6 +183,9 @@ class UnifiedTwoListEviction(TwoListLRUEviction):
     reinsert_refreshes_state = True
     #: recency comes from a counter, so requests at equal trace times are ordered as they are served
     strict_clock = True
+    #: a state's candidacy depends on the locks that end at its node (``keys``), so the tree tells
+    #: the policy of every lock that ends there, not only of the node becoming (un)locked
+    keys_on_direct_lock = True
 
     def keys(self, node):
         out = {}

@@ -197,6 +197,21 @@ class EngineTree(HybridRadixTree):
         assert self.kv_bytes <= self.kv_capacity_bytes, "KV pool exceeded"
         assert self.n_states <= self.state_capacity, "state pool exceeded"
 
+    def lock(self, node: Node) -> None:
+        super().lock(node)
+        if node is not None and node.parent is not None and node.lock > 1 and self._keys_on_direct_lock():
+            self._changed(node)  # its own lock changed above 1 (the core signals 0 <-> 1 only)
+
+    def unlock(self, node: Node) -> None:
+        super().unlock(node)
+        if node is not None and node.parent is not None and node.lock > 0 and self._keys_on_direct_lock():
+            self._changed(node)  # a lock ending here went, others pass through: it may be a candidate again
+
+    def _keys_on_direct_lock(self) -> bool:
+        """Whether the policy's candidacy depends on the locks that end at a node (SGLang's state
+        list: a request locks only its own node's state), not only on whether it is locked."""
+        return getattr(self.policy, "keys_on_direct_lock", False)
+
     def age_state(self, node: Node, t: float) -> None:
         """``node``'s state entered the engine's queue at ``t``, earlier than the insert that
         placed it (vLLM frees a chunk-end state's block while the prefill goes on)."""

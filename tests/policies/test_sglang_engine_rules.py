@@ -329,3 +329,35 @@ def test_a_request_that_ends_with_its_prompt_is_released_without_a_checkpoint():
     trace = Trace("t", reqs, closed_loop=False)
     got, _ = _continuous(trace, mamba_radix_cache_strategy="no_buffer", max_mamba_cache_size=2)
     assert got == [0, 0, 0, 10]
+
+
+def test_a_state_above_a_running_request_is_a_victim_once_its_lock_moves_on():
+    """A running request locks the state of the node its lock ends at only (``components/mamba.py``
+    ``acquire_component_lock`` L465), and a checkpoint moves that lock to the node the insert ended
+    on (``unified_radix_cache.py`` L1300-L1312: ``unlock(req.lock)``, ``lock(new_last_node)``), so
+    the state it hit is a victim again while the request still runs. no_buffer, a pool of 3 states,
+    continuous: r0 (A, 10 tokens, 1 out) leaves its state at 10; r1 (A + 10, 400 out) at t = 1
+    hits it, runs (its slot) and leaves its prompt state at 20; r2 (C, 1 out) at t = 2 needs a slot
+    while r1 decodes: A's state at 10 goes and r2 runs at once; r3 (A + 5) at t = 3 reuses nothing.
+    The tree told the policy of a node's lock only when it went from 0 to 1 or back, so A's node,
+    still locked by r1's path below it, stayed out of the state list and r2 waited 2 s for r1 to end.
+    SGLang 0.5.23 fed the same steps gives 0, 10, 0, 0 (evicting A's state for r2)."""
+    a = toks(0, 10)
+    reqs = [
+        Request(session_id=k, turn=0, input_tokens=inp, output_tokens=toks(9000 + 1000 * k, n), arrival=float(k))
+        for k, (inp, n) in enumerate(
+            [(a, 1), (cat(a, toks(100, 10)), 400), (toks(200, 10), 1), (cat(a, toks(300, 5)), 1)]
+        )
+    ]
+    config = SimConfig(
+        policy="sglang",
+        model="qwen3.5-9b",
+        capacity_bytes=10**15,
+        mode="des",
+        scheduler="continuous",
+        mamba_radix_cache_strategy="no_buffer",
+        max_mamba_cache_size=3,
+    )
+    res = drive(build(Trace("t", reqs, closed_loop=False), config)).requests.sort_values("request_id")
+    assert list(res["hit_tokens"]) == [0, 10, 0, 0]
+    assert res["queue_s"].iloc[2] < 0.1
