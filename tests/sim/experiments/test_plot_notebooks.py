@@ -111,7 +111,9 @@ def best_alpha_rows(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def numbers(text: str) -> list[float]:
-    return [float(x) for x in re.findall(r"-?\d+\.\d+(?:[eE][-+]?\d+)?|-?\d+(?:[eE][-+]?\d+)?", text)]
+    """The numbers of ``text``, thousands separators read (the notebooks print counts as 1,494)."""
+    found = re.findall(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+\.\d+(?:[eE][-+]?\d+)?|-?\d+(?:[eE][-+]?\d+)?", text)
+    return [float(x.replace(",", "")) for x in found]
 
 
 def assert_shown(text: str, values, decimals: int) -> None:
