@@ -185,6 +185,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/policies/test_current_rules.py",
             "tests/policies/test_sglang_engine_rules.py",
             "tests/sim/engine/test_misses.py",
+            "tests/policies/test_vllm_block_pool.py",
         ],
     ),
     "timing": (
