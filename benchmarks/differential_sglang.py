@@ -408,7 +408,7 @@ class SGLangDriver:
         odd: Counter = Counter()
         for ev in steps:
             if ev.preempted:
-                raise RuntimeError(f"step at t={ev.t_start}: preemption (ample memory has none)")
+                raise RuntimeError(f"the simulator preempted requests at t = {ev.t_start:.3f} s (not replayed)")
             for _ in range(ev.steps):
                 ran = []
                 # the running requests' tokens first (the simulator charges them before it looks
@@ -543,7 +543,7 @@ def scheduled(trace, args, label: str, rows: list) -> None:
     driver = SGLangDriver(setup, max(lens))
     try:
         got, odd = driver.run_events(steps, tokens) if fcfs else driver.run_steps(steps, tokens)
-    except AssertionError as e:  # the engine's pools ran dry where the simulator's did not
+    except (AssertionError, RuntimeError) as e:  # the engine's pools ran dry, or a preemption (not replayed)
         print(f"{label}: the engine stopped: {e} ({driver.pool.mamba_allocator.available_size()} mamba slots free)")
         return
     ids = sorted(sim)
