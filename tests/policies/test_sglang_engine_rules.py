@@ -253,6 +253,20 @@ def test_a_waiting_request_is_matched_again_when_it_is_scheduled():
     assert chunks[0] == [(0, 128), (128, 250)]
     assert chunks[1][0][0] == 192
     assert got == [0, 192]
+    # the lookup given back let go of its lock on 128: no lock is left once every request has ended
+    config = SimConfig(
+        policy="sglang",
+        model="qwen3.5-9b",
+        capacity_bytes=10**15,
+        mode="des",
+        scheduler="continuous",
+        page_size=16,
+        prefill_chunk_tokens=128,
+        max_num_batched_tokens=128,
+    )
+    sim = build(trace, config)
+    drive(sim)
+    assert all(n.lock == 0 for n in sim.tree.iter_nodes() if n.parent is not None)
 
 
 def test_a_published_chunk_is_charged_to_the_cache_not_to_its_request():
