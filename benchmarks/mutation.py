@@ -127,7 +127,14 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     # the newest code, one module each with its most direct tests (issue 20's planted-bug classes)
     "vllm": (["policies/vllm.py"], ["tests/policies/test_vllm.py", "tests/policies/test_engine_presets.py"]),
-    "sglang": (["policies/sglang.py"], ["tests/policies/test_sglang.py", "tests/policies/test_engine_presets.py"]),
+    "sglang": (
+        ["policies/sglang.py"],
+        [
+            "tests/policies/test_sglang.py",
+            "tests/policies/test_engine_presets.py",
+            "tests/policies/test_sglang_engine_rules.py",
+        ],
+    ),
     "engine_tree": (
         ["sim/cache/engine_tree.py"],
         [
