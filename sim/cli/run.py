@@ -278,6 +278,29 @@ def saturation_line(trace, configs, results, sats, time_scale: float | None = No
     return table.saturation_warning(list(zip([c.policy for c in configs], sats)), offered, None, 1.0, time_scale or 1.0)
 
 
+#: the share of a policy's hit tokens reused after preemptions from which the run says so
+PREEMPTION_NOTE_SHARE = 0.05
+
+
+def preemption_note(rows) -> str:
+    """One line when preempted requests' lookups hit past what they shared at their first lookup
+    (their own chunks, published before the preemption: SGLang's, or requests served since) for at
+    least ``PREEMPTION_NOTE_SHARE`` of a policy's hit tokens: that reuse is in the token hit rate,
+    as an engine's cache counts it, but it is not reuse across requests (``--format json`` and
+    summary.json carry ``hit_after_preemption`` always)."""
+    parts = [
+        f"{r.policy} {r.hit_after_preemption / r.hit_tokens:.1%}"
+        for r in rows
+        if r.hit_tokens and r.hit_after_preemption >= PREEMPTION_NOTE_SHARE * r.hit_tokens
+    ]
+    if not parts:
+        return ""
+    return (
+        "note: share of hit tokens reused by preempted requests past what they shared at their first lookup "
+        f"(their own published chunks, or requests served since): {', '.join(parts)}"
+    )
+
+
 #: the sections of `marconi run --help`, in order
 RUN_SECTIONS = (
     "Trace",
@@ -409,7 +432,11 @@ def register(main: click.Group) -> None:
             bar.close()
         rows = [res.summary for _, res in results]
         sats = [run_saturation(res) for _, res in results]
-        warning = saturation_line(trace, configs, results, sats, kwargs.get("time_scale"))
+        warning = "\n".join(
+            w
+            for w in (saturation_line(trace, configs, results, sats, kwargs.get("time_scale")), preemption_note(rows))
+            if w
+        )
         if fmt == "json":
             click.echo(json.dumps([json_row(cfg, res.summary, s) for (cfg, res), s in zip(results, sats)], indent=2))
             if left_out:

@@ -226,6 +226,10 @@ class RunSummary(_Summary):
     """Prompt tokens missed: the state was evicted to make room for running requests (tokens)."""
     missed_speculative: int = 0
     """Prompt tokens missed: speculative decoding keeps the state one alignment unit earlier (tokens)."""
+    hit_after_preemption: int = 0
+    """Hit tokens of preempted requests' lookups past what each shared with earlier requests at its
+    first lookup: its own chunks, published before the preemption, or requests served since (tokens;
+    part of ``hit_tokens``)."""
     tuning: DuelTuning | ReplayTuning | OracleTuning | None = None
     """What an auto-tuned run (``--alpha auto``) or a hindsight bound chose; None for a static run."""
 
@@ -401,6 +405,7 @@ class Recorder:
             **self._latency(done, e2e, tpot),
             **self._steps(),
             **({f"missed_{c}": int(v.sum()) for c, v in self.misses.counts.items()} if self.misses is not None else {}),
+            hit_after_preemption=int(self.misses.after_preemption.sum()) if self.misses is not None else 0,
         )
         occ = pd.DataFrame({"t_s": self._occ_t, "kv_bytes": self._occ_kv, "state_bytes": self._occ_state})
         return SimResult(summary, df, occ)

@@ -181,6 +181,9 @@ class MissLedger:
         self.trie = ShadowTrie()
         self.counts = {c: np.zeros(n, dtype=np.int64) for c in CAUSES}
         self.evicted_at = np.full(n, np.nan)
+        # hit tokens of a lookup after a preemption past what the request shared with earlier ones at
+        # its first lookup: its own chunks, published before it was preempted, or requests served since
+        self.after_preemption = np.zeros(n, dtype=np.int64)
         self.running = False  # an eviction now makes room for running requests (continuous scheduler)
         self._seqs: dict[int, np.ndarray] = {}  # request id -> its symbols (input + output)
         self._ckpt: dict[int, tuple[np.ndarray, int]] = {}  # checkpoint id -> (sequence, symbol depth)
@@ -242,6 +245,7 @@ class MissLedger:
             row["never_shared"] -= C - S
         for c, v in row.items():
             self.counts[c][i] = v
+        self.after_preemption[i] = 0 if first else max(0, hit_tokens - S)
         if first:
             self._seen.add(i)
             self._seqs[i] = seq
@@ -292,6 +296,7 @@ class MissLedger:
     def columns(self) -> dict[str, np.ndarray]:
         out = {f"miss_{c}": v for c, v in self.counts.items()}
         out["miss_evicted_at_s"] = self.evicted_at
+        out["hit_after_preemption"] = self.after_preemption
         return out
 
 

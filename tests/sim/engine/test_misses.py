@@ -160,6 +160,26 @@ def test_a_preempted_request_keeps_its_first_shared_prefix():
     own = (cont["hit_tokens"] - shared).clip(lower=0)
     assert (own > 0).any()
     assert (fcfs["miss_never_shared"] == cont["miss_never_shared"] + own).all()
+    # the ledger's own count of that reuse: the same tokens, request by request, and none under fcfs
+    assert (cont["hit_after_preemption"] == own).all() and (fcfs["hit_after_preemption"] == 0).all()
+    assert rows["continuous"].summary.hit_after_preemption == int(own.sum()) > 0
+    assert rows["fcfs"].summary.hit_after_preemption == 0
+
+
+def test_run_says_when_reuse_after_preemptions_is_a_material_share_of_the_hits():
+    """``marconi run`` notes a policy whose preempted requests' reuse past their first lookup's
+    shared prefix is at least 5 % of its hit tokens (``PREEMPTION_NOTE_SHARE``), not below."""
+    from types import SimpleNamespace
+
+    from sim.cli.run import preemption_note
+
+    def row(policy, hit, after):
+        return SimpleNamespace(policy=policy, hit_tokens=hit, hit_after_preemption=after)
+
+    assert preemption_note([row("vllm+", 1000, 49), row("marconi", 0, 0)]) == ""
+    line = preemption_note([row("vllm+", 1000, 49), row("sglang", 1000, 50), row("lmdeploy", 200, 200)])
+    assert line.startswith("note: share of hit tokens reused by preempted requests")
+    assert line.endswith(": sglang 5.0%, lmdeploy 100.0%")
 
 
 @settings(max_examples=60, deadline=None)
