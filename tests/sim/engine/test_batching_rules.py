@@ -441,6 +441,29 @@ def test_a_partial_prefill_that_takes_the_whole_budget_delays_a_later_decode():
     assert all(s.tokens <= 128 for s in steps)
 
 
+def test_a_chunk_that_leaves_one_token_of_the_budget_lets_a_later_decode_run():
+    """The edge of the rule above: request 0's second chunk is cut one token short of the budget
+    (100-227 of 128), so the one token left is request 1's decode, in the same step (the fast path
+    stops only when nothing is left)."""
+    trace = open_trace([(0.0, 1000, 2), (0.0, 20, 3)])
+    conf = SimConfig(policy="sglang+", capacity_bytes=BIG, scheduler="continuous", max_num_batched_tokens=128)
+    log = EventLog()
+    sim = build(trace, conf, observers=(log,))
+
+    def short(start, end, budget, step_budget, ctx):
+        n = min(budget, end - start)
+        if start < 100:
+            return min(n, 100 - start)
+        return n - 1 if start == 100 else n
+
+    sim.admission.schedule_chunk = short
+    run(sim)
+    steps = [e for e in log.events if isinstance(e, Step)]
+    assert steps[0].prefills == ((0, 0, 100), (1, 0, 20))
+    assert steps[1].prefills == ((0, 100, 227),) and steps[1].decodes == ((1, 20),)
+    assert steps[1].tokens == 128 and all(s.tokens <= 128 for s in steps)
+
+
 def test_a_preempted_request_re_prefilled_in_two_chunks_past_its_prompt_inserts_its_prompt_once():
     """Chunks cut at token 105 (a grid point); request 1 is preempted while decoding (its memory
     runs out, as in test_batching.py's preemption case) and recomputes its prompt plus the tokens
