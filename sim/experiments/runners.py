@@ -201,6 +201,7 @@ def _ray_results(todo: list[Task], workers: int, save_requests: bool, address: s
     except ImportError:
         raise UsageError("--engine ray needs Ray: pip install 'marconi-sim[ray]'") from None
     started = False
+    mine: dict = {}
     if not ray.is_initialized():
         # ray.init installs its own SIGTERM handler in the driver (a stack dump and exit code 15):
         # ours come back after it, so SIGTERM / SIGHUP stop a Ray sweep as they stop a local one
@@ -227,10 +228,20 @@ def _ray_results(todo: list[Task], workers: int, save_requests: bool, address: s
                     cause = getattr(exc, "cause", None)
                     yield task, None, cause if isinstance(cause, Exception) else exc
     finally:
-        for ref in pending:
+        # a cluster this sweep started goes down whole with ray.shutdown; force-cancelling its
+        # tasks first raced their replies and crashed the driver now and then (Ray's core worker,
+        # a stack dump and exit 1 instead of the stop's one line and 143). On a cluster it joined
+        # (--ray-address) the tasks are cancelled, so that they stop there too
+        for ref in pending if address or not started else ():
             ray.cancel(ref, force=True)
         if started:
             ray.shutdown()
+            # ray.shutdown leaves SIGTERM at its default action below Python (its C++ logger
+            # uninstalls its handlers: signal.getsignal still names ours), so a SIGTERM while the
+            # sweep writes its last rows killed it outright (exit -15, no line): ours go back
+            for sig, handler in mine.items():
+                if handler is not None and signal.getsignal(sig) is handler:
+                    signal.signal(sig, handler)
 
 
 def run_sweep(
