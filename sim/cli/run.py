@@ -162,6 +162,19 @@ def _fitting_default_policies(configs: list[SimConfig], trace) -> tuple[list[Sim
     )
 
 
+def refuse_unfitting_policies(configs: list[SimConfig], trace) -> None:
+    """One line for the first named policy whose checkpoints are finer than (or off) the trace's
+    blocks, before anything is simulated (the simulation refuses it too, but only when its turn
+    came: `--policy sglang,vllm` on Mooncake simulated sglang first)."""
+    for c in configs:
+        if not fits_trace_blocks(c, trace.block_tokens):
+            step = get_preset(c.policy).grid_for(model_for(c), c)
+            raise UsageError(
+                f"policy {c.policy} checkpoints every {step} tokens, finer than (or not a multiple of) "
+                f"the trace's {trace.block_tokens}-token blocks"
+            )
+
+
 def json_row(cfg: SimConfig, summary: RunSummary, sat: table.Saturation | None = None) -> dict:
     """One policy's `--format json` record: the table's metrics by name (hit rates, FLOPs saved,
     TTFT / TPOT / end-to-end / queueing p50 and p95, throughput, mean batch size, preemptions),
@@ -413,6 +426,8 @@ def register(main: click.Group) -> None:
         left_out = ""
         if click.get_current_context().get_parameter_source("policies") == ParameterSource.DEFAULT:
             configs, left_out = _fitting_default_policies(configs, trace)
+        else:  # a named policy the trace's blocks cannot carry is refused before any policy runs
+            refuse_unfitting_policies(configs, trace)
         bound = next((b for b in map(hindsight_preset, (c.policy for c in configs)) if b is not None), None)
         if events_path is not None and bound is not None:
             raise UsageError(f"--events does not apply to {bound.name} (it runs one simulation per alpha)")

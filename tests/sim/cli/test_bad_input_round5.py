@@ -593,3 +593,30 @@ def test_plot_where_takes_report_s_key_value_form(tmp_path, small_sweep):
         marconi("plot", small_sweep, "--where", "capaciti=2GB", "--out", tmp_path / "g"),
         "--where 'capaciti=2GB': no column",
     )
+
+
+def test_a_named_policy_the_trace_blocks_cannot_carry_is_refused_before_any_runs(tmp_path, monkeypatch):
+    """`--policy sglang,vllm` on Mooncake: vllm's 528-token grid is off the 512-token blocks. The
+    refusal came when vllm's turn came, after sglang had been simulated (its progress shown, its
+    time spent); now before any policy runs, and nothing is written."""
+    out = tmp_path / "o"
+    args = ["run", "--trace", "mooncake:sample", "--policy", "sglang,vllm", "--model", "qwen3.5-9b"]
+    rc, stdout, err = marconi(*args, "--capacity", "10GB", "--out", out)
+    one_line(
+        (rc, stdout, err),
+        "policy vllm checkpoints every 528 tokens, finer than (or not a multiple of) the trace's 512-token blocks",
+    )
+    assert "simulating" not in err and not out.exists()
+    # the check itself, without the CLI: the first named policy that does not fit is named
+    from types import SimpleNamespace
+
+    from sim.cli.run import refuse_unfitting_policies
+    from sim.config import SimConfig
+    from sim.errors import UsageError
+
+    trace = SimpleNamespace(block_tokens=512)
+    cfgs = [SimConfig(policy=p, model="qwen3.5-9b") for p in ("sglang", "vllm", "vllm+")]
+    with pytest.raises(UsageError, match="policy vllm checkpoints every 528 tokens"):
+        refuse_unfitting_policies(cfgs, trace)
+    refuse_unfitting_policies(cfgs[:1], trace)  # sglang fits: nothing said
+    refuse_unfitting_policies(cfgs, SimpleNamespace(block_tokens=1))  # token traces carry every grid
