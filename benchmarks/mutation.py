@@ -345,6 +345,18 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_replay_calibrate.py",
         ],
     ),
+    # why a request missed, and the hits of preempted requests counted apart (issue 43 item 3)
+    "misses": (["sim/engine/misses.py"], ["tests/sim/engine/test_misses.py", "tests/sim/engine/test_summary.py"]),
+    # run's refusals and notes (the trace's blocks, reuse after preemptions)
+    "run_cli": (
+        ["sim/cli/run.py"],
+        ["tests/sim/engine/test_misses.py", "tests/sim/cli/test_bad_input_round5.py", "tests/sim/cli/test_run.py"],
+    ),
+    # the sweep engines: local pool and Ray, and how each stops on a signal
+    "runners": (
+        ["sim/experiments/runners.py"],
+        ["tests/sim/experiments/test_runners.py", "tests/sim/cli/test_stop_signals.py"],
+    ),
     # executed FLOPs and the chunks' padding (issue 41's FLOPs contract)
     "flops": (
         ["sim/replay/flops.py"],
