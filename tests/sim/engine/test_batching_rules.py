@@ -418,24 +418,31 @@ def test_a_run_whose_last_step_costs_the_same_as_its_first_is_one_event():
     assert sum(s.seconds for s in steps[1:]) == pytest.approx(102 * TIMING.decode_time_s(1) + 2e-3, rel=1e-9)
 
 
+def _steps_with_chunks(chunker) -> list:
+    """The steps of a 1,000-token prompt (2 output tokens) and a 20-token one (3) arriving together
+    under ``sglang+`` with a 128-token budget, each chunk cut by ``chunker`` (an admission's
+    ``schedule_chunk``)."""
+    trace = open_trace([(0.0, 1000, 2), (0.0, 20, 3)])
+    conf = SimConfig(policy="sglang+", capacity_bytes=BIG, scheduler="continuous", max_num_batched_tokens=128)
+    log = EventLog()
+    sim = build(trace, conf, observers=(log,))
+    sim.admission.schedule_chunk = chunker
+    run(sim)
+    return [e for e in log.events if isinstance(e, Step)]
+
+
 def test_a_partial_prefill_that_takes_the_whole_budget_delays_a_later_decode():
     """Chunks cut on a 100-token grid (as an engine that cuts at snapshot points): request 0's first
     chunk is 0-100 and leaves 28 of the 128-token budget, which admits request 1 (20 tokens). In the
     next step request 0's chunk takes the whole budget (100-228: no grid point inside), so request
     1's decode waits, as vLLM v1 serves running requests in order; no step exceeds the budget."""
-    trace = open_trace([(0.0, 1000, 2), (0.0, 20, 3)])
-    conf = SimConfig(policy="sglang+", capacity_bytes=BIG, scheduler="continuous", max_num_batched_tokens=128)
-    log = EventLog()
-    sim = build(trace, conf, observers=(log,))
 
     def grid(start, end, budget, step_budget, ctx):
         n = min(budget, end - start)
         nxt = (start // 100 + 1) * 100
         return nxt - start if start < 100 and nxt < start + n else n
 
-    sim.admission.schedule_chunk = grid
-    run(sim)
-    steps = [e for e in log.events if isinstance(e, Step)]
+    steps = _steps_with_chunks(grid)
     assert steps[0].prefills == ((0, 0, 100), (1, 0, 20))
     assert steps[1].prefills == ((0, 100, 228),) and steps[1].decodes == ()
     assert all(s.tokens <= 128 for s in steps)
@@ -445,10 +452,6 @@ def test_a_chunk_that_leaves_one_token_of_the_budget_lets_a_later_decode_run():
     """The edge of the rule above: request 0's second chunk is cut one token short of the budget
     (100-227 of 128), so the one token left is request 1's decode, in the same step (the fast path
     stops only when nothing is left)."""
-    trace = open_trace([(0.0, 1000, 2), (0.0, 20, 3)])
-    conf = SimConfig(policy="sglang+", capacity_bytes=BIG, scheduler="continuous", max_num_batched_tokens=128)
-    log = EventLog()
-    sim = build(trace, conf, observers=(log,))
 
     def short(start, end, budget, step_budget, ctx):
         n = min(budget, end - start)
@@ -456,9 +459,7 @@ def test_a_chunk_that_leaves_one_token_of_the_budget_lets_a_later_decode_run():
             return min(n, 100 - start)
         return n - 1 if start == 100 else n
 
-    sim.admission.schedule_chunk = short
-    run(sim)
-    steps = [e for e in log.events if isinstance(e, Step)]
+    steps = _steps_with_chunks(short)
     assert steps[0].prefills == ((0, 0, 100), (1, 0, 20))
     assert steps[1].prefills == ((0, 100, 227),) and steps[1].decodes == ((1, 20),)
     assert steps[1].tokens == 128 and all(s.tokens <= 128 for s in steps)
