@@ -12,6 +12,7 @@ pytest.importorskip("triton")
 
 from sim.config import SimConfig  # noqa: E402
 from sim.cost import default_timing, get_model  # noqa: E402
+from sim.gpus import catalogue_name  # noqa: E402
 from sim.replay.session import ReplaySettings, run_replay  # noqa: E402
 from sim.simulate import build  # noqa: E402
 from traces.registry import TraceOptions, load_trace  # noqa: E402
@@ -56,7 +57,13 @@ def test_qwen_shapes_all_hits_validated(chat, alignment, mode, dtype, store):
     assert s["hits"] > 0 and s["hits_validated"] == s["hits"]
     assert all(live_ok)
     if timing is not None:
-        assert s["time_model_note"] == "the timing was fitted in bf16, this replay runs fp32"
+        # on the GPU the timing was fitted on, the dtype is what the line says; on another (an
+        # H100 runs these tests too) the comparison is not made, and the line says why
+        here = catalogue_name(torch.cuda.get_device_name())
+        if here == timing.device:
+            assert s["time_model_note"] == "the timing was fitted in bf16, this replay runs fp32"
+        else:
+            assert s["time_model_note"].startswith(f"not compared: the timing was fitted on {timing.device}")
     df = res.requests
     # every prefill was timed with CUDA events, and every validated hit also in full
     assert (df["suffix_ms"] > 0).all()
