@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "policies"))
@@ -28,6 +28,7 @@ from sim.config import SimConfig  # noqa: E402
 from sim.engine.drivers import run as drive  # noqa: E402
 from sim.simulate import build  # noqa: E402
 from traces import TraceOptions, load_trace  # noqa: E402
+from traces.base import Request, Trace  # noqa: E402
 from sim.engine.misses import CAUSES, ShadowTrie  # noqa: E402
 
 X, O = toks(0, 10), toks(100, 5)
@@ -142,6 +143,34 @@ def test_two_losses_split_the_gap(capacity):
         assert when[2] == 1.0
 
 
+@pytest.mark.parametrize("capacity", [10**9, 228])
+def test_two_losses_split_the_gap_on_a_hash_block_trace(capacity):
+    """The same three requests on a 16-token hash-block trace (symbols are blocks, the prompt's
+    last block partial: 50 tokens in 4 symbols, outputs given as lengths only, as Mooncake's): the
+    ledger works in symbols and prices in tokens, so the split is the token trace's, token for token
+    (the speculative state at block 3 = token 48, the evicted one at block 2 = token 32)."""
+
+    def hb(*pairs):
+        return Trace(
+            "hb",
+            [
+                Request(session_id=i, turn=0, input_tokens=s, output_tokens=toks(0, 0), input_len=n, output_len=5)
+                for i, (s, n) in enumerate(pairs)
+            ],
+            block_tokens=16,
+        )
+
+    P = toks(0, 4)
+    trace = hb((P, 50), (toks(500, 5), 80), (P, 50))
+    got, rows, when = causes(trace, "vllm", block_size=16, speculative_method="eagle", capacity=capacity)
+    assert rows[0] == {"never_shared": 50} and rows[1] == {"never_shared": 80}
+    if capacity > 10**6:
+        assert got[2] == 32 and rows[2] == {"speculative": 16, "no_checkpoint": 1, "last_token_rule": 1}
+    else:
+        assert got[2] == 0 and rows[2] == {"evicted": 32, "speculative": 16, "no_checkpoint": 1, "last_token_rule": 1}
+        assert when[2] == 1.0
+
+
 def test_a_preempted_request_keeps_its_first_shared_prefix():
     """mooncake:sample at 40GB under continuous batching preempts requests; looked up again, a
     request finds itself in the trie, so the shared prefix of its first lookup is kept: never-shared
@@ -237,3 +266,44 @@ def test_run_prints_and_writes_the_misses(tmp_path):
     row = json.loads(res.stdout)[0]
     assert row["hit_tokens"] if "hit_tokens" in row else True
     assert all(f"missed_{c}" in row for c in CAUSES)
+
+
+def _marks_oracle_ops():
+    """Interleaved inserts and marks: (sequence, [(depth, kind), ...]) per step."""
+    seq = st.lists(st.integers(0, 2), min_size=1, max_size=10)
+    return st.lists(st.tuples(seq, st.lists(st.integers(1, 10), max_size=3)), min_size=1, max_size=8)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_marks_oracle_ops(), st.booleans())
+@example([([0, 0, 0, 0], [1, 4]), ([0, 0, 1], [])], False)  # a split at 2 between the marks at 1 and 4
+@example([([0, 0, 0, 0], [1, 4]), ([0, 0, 1], [])], True)
+def test_marks_survive_the_splits_of_later_sequences(ops, walk_then_add):
+    """A mark names a prefix (the symbols up to its depth): whatever sequences come later and split
+    the edge holding it, ``node_at`` finds it at that prefix, the latest mark of the prefix, with
+    ``insert`` and with ``walk`` + ``add`` alike. Oracle: a dict keyed by the prefix itself."""
+    trie, want, k = ShadowTrie(), {}, 0
+    for s, depths in ops:
+        x = np.array(s, dtype=np.int64)
+        if walk_then_add:
+            trie.add(x, *trie.walk(x))
+        else:
+            trie.insert(x)
+        for d in depths:
+            d = min(d, len(x))
+            k += 1
+            trie.mark(x, d, "evicted", float(k))
+            want[tuple(s[:d])] = ("evicted", float(k))
+    for prefix, mark in want.items():
+        x = np.array(prefix, dtype=np.int64)
+        node = trie.node_at(x, len(prefix))
+        assert node is not None and node.marks is not None and node.marks.get(len(prefix)) == mark
+    # and no mark is held twice (a split hands each to exactly one side)
+    held = [d for node in _nodes(trie.root) if node.marks for d in node.marks]
+    assert len(held) == len(want)
+
+
+def _nodes(node):
+    yield node
+    for c in node.children.values():
+        yield from _nodes(c)
