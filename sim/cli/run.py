@@ -420,6 +420,7 @@ def register(main: click.Group) -> None:
         refuse_unread_knobs(policy_names(policies), explicit_settings(click.get_current_context()))
         check_run(click.get_current_context(), policies, capacity, alpha, sessions_per_second, kwargs)
         columns = parse_columns(columns)
+        time_scale = kwargs.get("time_scale")  # a trace option: trace_from_cli pops it
         trace = trace_from_cli(kwargs, progress)
         configs = build_configs(policies, capacity, alpha, sessions_per_second, **kwargs)
         simulated_capacities(configs, trace)  # --gpu-memory's bytes where the engine splits it
@@ -448,9 +449,7 @@ def register(main: click.Group) -> None:
         rows = [res.summary for _, res in results]
         sats = [run_saturation(res) for _, res in results]
         warning = "\n".join(
-            w
-            for w in (saturation_line(trace, configs, results, sats, kwargs.get("time_scale")), preemption_note(rows))
-            if w
+            w for w in (saturation_line(trace, configs, results, sats, time_scale), preemption_note(rows)) if w
         )
         if fmt == "json":
             click.echo(json.dumps([json_row(cfg, res.summary, s) for (cfg, res), s in zip(results, sats)], indent=2))

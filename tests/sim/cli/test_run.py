@@ -137,3 +137,86 @@ def test_progress_flag_reaches_the_trace_loader(runner, monkeypatch, command, fl
     out = runner.invoke(main, args)
     assert out.exit_code == 2 and "stop here" in out.output, out.output
     assert seen == [shown]
+
+
+@pytest.mark.parametrize("text,value", [("0", 0.0), ("0.25", 0.25), ("1", 1.0), ("1e6", 1e6), ("auto", "auto")])
+def test_alpha_takes_every_finite_number_from_zero(text, value):
+    """--alpha is a weight >= 0 (0: marconi's utility is recency alone): 0 and fractions below 1
+    are values, not mistakes; NaN, infinities and anything below 0 are refused."""
+    from sim.cli.run import parse_alpha
+
+    assert parse_alpha(text) == value
+
+
+@pytest.mark.parametrize("text", ["-0.001", "-1", "nan", "inf", "-inf", "one"])
+def test_alpha_refuses_below_zero_and_non_finite(text):
+    from sim.cli.run import parse_alpha
+    from sim.errors import UsageError
+
+    with pytest.raises(UsageError, match="--alpha must be a"):
+        parse_alpha(text)
+
+
+def test_run_passes_a_fractional_alpha_through(runner):
+    args = ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "marconi"]
+    for alpha in ("0", "0.5"):
+        res = runner.invoke(main, [*args, "--alpha", alpha, "--format", "json"])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.stdout)[0]["alpha"] == float(alpha)
+
+
+@pytest.mark.parametrize(
+    "settings,note",
+    [
+        ({"ttft_model": "jamba"}, "TTFT from the paper's Jamba-1.5-Mini table (A100)"),
+        (
+            {"ttft_model": "jamba", "gpu": "l40s"},
+            "TTFT from the paper's Jamba-1.5-Mini table (A100); uncalibrated for GPU l40s",
+        ),
+        # the table prices the prefill, not a calibration: no word on the calibration's widths
+        ({"ttft_model": "jamba", "model": "qwen3.5-27b"}, "TTFT from the paper's Jamba-1.5-Mini table (A100)"),
+        ({}, ""),  # marconi-7b at its preset's A100 figures
+        ({"gpu": "l40s"}, "uncalibrated for GPU l40s"),
+        ({"model": "qwen3.5-9b", "gpu": "h200"}, ""),  # calibrated on its device, inside the fitted widths
+        ({"ttft_model": "jamba", "timing_file": "t.json"}, ""),  # the user's own timing: nothing to say
+    ],
+)
+def test_run_timing_note_names_the_table_then_the_gpu(settings, note):
+    """The header's timing words: the paper's TTFT table first when --ttft-model jamba prices the
+    prefills (decode still runs at the GPU's figures: their scaling follows), else the GPU's
+    scaling and the calibration's coverage."""
+    from sim.cli.run import run_timing_note
+    from sim.config import SimConfig
+
+    assert run_timing_note(SimConfig(**settings)) == note
+
+
+def test_run_timing_note_says_a_model_lies_outside_the_calibrations_widths():
+    from sim.cli.run import run_timing_note
+    from sim.config import SimConfig
+
+    note = run_timing_note(SimConfig(model="qwen3.5-27b", gpu="h100"))
+    head, _, coverage = note.partition("; ")
+    assert head == "uncalibrated for GPU h100"
+    assert coverage.startswith("qwen3.5-27b lies outside the shapes") and coverage.endswith(
+        "d_model 5120 (fitted 2048-4096)"
+    )
+
+
+def test_open_loop_saturation_prices_the_slices_own_span_at_the_given_time_scale(runner):
+    """Sessions 20-59 of mooncake:sample are rows 21-60 of its file, one request each, stamped
+    3000 ms to 15000 ms; at --time-scale 0.05 they arrive from 0.15 s to 0.75 s (the slice keeps
+    its arrivals), so 40 requests in 0.6 s are offered at 66.7/s (not 40 / 0.75 s: the slice does
+    not start at 0). The engine saturates; the time scale that keeps up is the one given times
+    offered / served (arrivals stretch with it), not offered / served as if the scale were 1."""
+    import re
+
+    args = ["run", "--trace", "mooncake:sample", "--session-range", "20:60", "--time-scale", "0.05"]
+    res = runner.invoke(main, [*args, "--policy", "sglang", "--capacity", "40GB", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    (line,) = [x for x in res.output.splitlines() if x.startswith("warning: offered load")]
+    m = re.search(r"sustains about ([\d.]+) requests/s of busy time against ([\d.]+) offered", line)
+    assert m is not None, line
+    served, offered = float(m[1]), m[2]
+    assert offered == "66.7"
+    assert line.endswith(f"about --time-scale {0.05 * (40 / 0.6) / served:.2g} or more keeps up"), line
