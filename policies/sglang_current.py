@@ -152,6 +152,12 @@ class SglangAdmission(AdmissionPolicy):
     #: L3772-L3776 and L3919): a request scheduled while another is half-way through its prefill
     #: can hit the states and KV of its chunks so far
     publishes_chunks = True
+    #: a waiting request holds nothing: each pass matches it again (``_get_new_batch_prefill_raw``,
+    #: ``scheduler.py`` L4260, ``init_next_round_input``), ``PrefillAdder.add_one_req`` pins its
+    #: hit only while it checks the budget (``_lock_node``, ``schedule_policy.py`` L1431 ->
+    #: L1225-L1239, released on ``NO_TOKEN``) and locks it for the run only when it admits it
+    #: (``_commit_prefill_admission``, L1690)
+    rematches_waiting = True
 
     @property
     def running_state_slots(self) -> int:

@@ -152,6 +152,12 @@ class VllmAdmission(AdmissionPolicy):
     #: ``kv_cache_manager.py``; ``SingleTypeKVCacheManager.get_num_blocks_to_allocate``): the
     #: continuous scheduler charges it in whole blocks (``sim.engine.batching``)
     running_kv_block = True
+    #: a waiting request holds nothing: ``Scheduler.schedule`` looks it up (``get_computed_blocks``,
+    #: ``scheduler.py`` L1149-L1166, no references taken) each pass while ``num_computed_tokens`` is
+    #: 0, and ``allocate_slots`` returns None before touching its hit when the pool is short
+    #: (``kv_cache_manager.py`` L605-L609; the hit is touched at L611-L622), so the scheduler
+    #: stops (``new_blocks is None``, L1516-L1523) and the request stays waiting, to be matched again at the next pass
+    rematches_waiting = True
 
     @property
     def running_state_slots(self) -> int:

@@ -242,6 +242,11 @@ class EngineTree(HybridRadixTree):
         if found:
             self._recomputed[id(m)] = found
 
+    def forget(self, m: MatchResult) -> None:
+        """A lookup given back caches nothing a second time: its note goes (keyed by the match's
+        ``id``, which a later match may reuse)."""
+        self._recomputed.pop(id(m), None)
+
     def cache_again(self, m: MatchResult, *, tag: object = None) -> None:
         """The request that looked up ``m`` has cached its recomputed blocks a second time: the
         older copies (still in the tree) hold their blocks at their old recency, deepest first

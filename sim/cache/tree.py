@@ -285,6 +285,10 @@ class HybridRadixTree:
             self._touch_walk_end(m, max_hit_sym, now)
         return m
 
+    def forget(self, m: MatchResult) -> None:
+        """Hook: the lookup that returned ``m`` was given back (its request waits or was
+        preempted) and nothing will be inserted for it."""
+
     def _touch_walk_end(self, m: MatchResult, max_hit_sym: int | None, now: float) -> None:
         """The lookup's walk (up to ``max_hit_sym``) ended inside an edge: the engine splits that
         node there and both halves become most recent (SGLang's ``_split_node`` in its match), even

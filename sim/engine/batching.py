@@ -176,6 +176,9 @@ class ContinuousEngine:
         self.kv_unit = sim.grid if getattr(sim.admission, "running_kv_block", False) else 1
         #: the admission's engine inserts every prefill chunk that ends inside the prompt
         self.publish_chunks = getattr(sim.admission, "publishes_chunks", False)
+        #: the admission's engine holds no lookup or lock for a request that waits for memory: it
+        #: matches the request again on every pass until one admits it (``rematches_waiting``)
+        self.rematch = getattr(sim.admission, "rematches_waiting", False)
         self.B = sim.trace.block_tokens
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
@@ -271,8 +274,11 @@ class ContinuousEngine:
         """vLLM's recompute preemption: free everything, back to the front of the queue."""
         self._release(s, s.held_kv, s.held_states)
         f = s.f
-        if f is not None and f.locked is not None:
-            self.sim.tree.unlock(f.locked)
+        if f is not None:
+            if f.locked is not None:
+                self.sim.tree.unlock(f.locked)
+            if f.match is not None:
+                self.sim.tree.forget(f.match)
         s.preempt()
         self.waiting.appendleft(s)
         preempted.append(s.req.request_id)
@@ -297,12 +303,16 @@ class ContinuousEngine:
         engines match a waiting request again each time they try to admit it (vLLM's scheduler calls
         ``get_computed_blocks`` for a waiting request on every pass, SGLang's
         ``init_next_round_input``), so what is cached meanwhile counts. Done when its chunk rounds
-        to nothing (an engine's grid); a request waiting for memory still keeps its lookup and the
-        lock on its hit (giving them back moves the default run's ``vllm+`` row, 6.28 % -> 6.81 %
-        token hits: not decided here)."""
+        to nothing (an engine's grid) and, for an admission that ``rematches_waiting`` (the engine
+        presets ``sglang`` and ``vllm``), when it waits for memory; the paper's policies keep the
+        lookup and the lock on its hit while they wait for memory (the Marconi artifact looks a
+        request up once)."""
         f = s.f
-        if f is not None and f.locked is not None:
-            self.sim.tree.unlock(f.locked)
+        if f is not None:
+            if f.locked is not None:
+                self.sim.tree.unlock(f.locked)
+            if f.match is not None:
+                self.sim.tree.forget(f.match)
         s.f = None
         s.pos = 0
 
@@ -391,7 +401,9 @@ class ContinuousEngine:
             kv = self._kv(s.pos, s.pos + n)
             if not self._reserve(s, kv, self.slots):
                 if running:
-                    break  # waits for room (keeping its lookup: see _unlook)
+                    if fresh and self.rematch:
+                        self._unlook(s)  # matched again at the next pass, as the engine does
+                    break  # waits for room
                 self._force(s, kv, self.slots)
             waiting.popleft()
             running.append(s)

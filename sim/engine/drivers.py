@@ -3,7 +3,8 @@
 - ``run_sequential``: requests in timestamp order, each looked up and inserted at once (the
   Marconi artifact's replay).
 - ``run_des``: a simpy discrete-event run: servers, queueing, prefill then decode, pinned paths
-  (``--scheduler fcfs``), or one engine stepping continuous batches (``--scheduler continuous``,
+  (``--scheduler fcfs``; an engine preset that ``rematches_waiting`` is looked up when a server
+  takes it), or one engine stepping continuous batches (``--scheduler continuous``,
   ``sim.engine.batching``).
 
 An attached tuner (``sim.tuning``) is called around each request's insert.
@@ -18,6 +19,7 @@ import simpy
 
 from sim.cache.future import NextUse
 from sim.engine.batching import run_continuous
+from sim.engine.events import listeners
 from sim.engine.metrics import SimResult
 from sim.engine.simulation import Simulation
 from traces.base import Request
@@ -120,14 +122,26 @@ def run_des(sim: Simulation) -> None:
             )
         return
     servers = simpy.Resource(env, capacity=sim.config.servers)
+    # an engine preset whose engine matches a request when it schedules it (``rematches_waiting``:
+    # SGLang, vLLM) is looked up when a server takes it, not at its arrival, and holds no lock
+    # while it queues; the paper's policies look up (and pin) at the arrival
+    at_start = bool(getattr(sim.admission, "rematches_waiting", False))
+    on_arrive = listeners(sim.observers, "arrive") if at_start else ()
 
     def serve(r: Request):
         arrival = env.now
-        f = sim.lookup(r, arrival, lock=True)
+        f = None
+        if at_start:
+            for fn in on_arrive:  # the arrival time (the lookup's time is the server's start)
+                fn(r, arrival)
+        else:
+            f = sim.lookup(r, arrival, lock=True)
         _tune_before(sim, r, arrival)  # des: the window counts arrivals
         with servers.request() as slot:
             yield slot
             start = env.now
+            if f is None:
+                f = sim.lookup(r, start, lock=True)
             prefill = sim.prefill_s(f)
             yield env.timeout(prefill)
             sim.served(f, start, prefill, env.now, 0.0, None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from engine_cases import TIMING, TINY, cat, one_per_session, run, state_depths, toks
+from engine_cases import BIG, TIMING, TINY, cat, one_per_session, run, state_depths, toks
 
 from policies.sglang import UnifiedTwoListEviction
 from policies.sglang_current import SglangAdmission
@@ -375,3 +375,63 @@ def test_a_state_above_a_running_request_is_a_victim_once_its_lock_moves_on():
     res = drive(build(Trace("t", reqs, closed_loop=False), config)).requests.sort_values("request_id")
     assert list(res["hit_tokens"]) == [0, 10, 0, 0]
     assert res["queue_s"].iloc[2] < 0.1
+
+
+def _memory_run(trace, capacity, scheduler="continuous", **knobs):
+    """Hit tokens, queueing delays and memory overshoots of ``sglang`` no_buffer on the tiny model
+    (a token 2 B, a state 16 B) with ``capacity`` bytes."""
+    config = SimConfig(
+        policy="sglang",
+        model="qwen3.5-9b",
+        capacity_bytes=capacity,
+        mode="des",
+        scheduler=scheduler,
+        mamba_radix_cache_strategy="no_buffer",
+        **knobs,
+    )
+    res = drive(build(trace, config, spec=TINY, timing=TIMING))
+    req = res.requests.sort_values("request_id")
+    return [int(h) for h in req["hit_tokens"]], list(req["queue_s"]), res.summary.memory_overshoots
+
+
+def test_a_request_waiting_for_memory_holds_no_lock_and_is_matched_again():
+    """A waiting request holds nothing: each pass matches it again (``_get_new_batch_prefill_raw``,
+    ``managers/scheduler.py`` L4260, ``init_next_round_input``), ``PrefillAdder.add_one_req`` pins
+    its hit only while it checks the budget (``with self._lock_node(req.last_node)``,
+    ``schedule_policy.py`` L1431, the context manager L1225-L1239 unlocks on ``NO_TOKEN``) and
+    locks it for the run only when it admits it (``_commit_prefill_admission``, L1690). Tiny model,
+    180 B, continuous: r0 = H (10 tokens, 1 out) leaves H's 10 tokens and state (36 B); r1 = D (10
+    tokens, 50 out) and r2 = W (H + 60 tokens) arrive at t = 1. D runs (its slot, its prompt's KV
+    and state: 52 B); W needs 60 tokens and a slot (136 B) and waits. D's decode tokens fill the
+    pool and evict H, which no one holds: W, matched again when D has ended, reuses nothing, and
+    no step ran over the capacity. Keeping its first lookup, W's lock pinned H: D ran 3 steps over
+    the capacity and W reused H's 10 tokens."""
+    h = toks(0, 10)
+    reqs = [
+        Request(session_id=k, turn=0, input_tokens=inp, output_tokens=toks(9000 + 1000 * k, n), arrival=t)
+        for k, (inp, n, t) in enumerate([(h, 1, 0.0), (toks(100, 10), 50, 1.0), (cat(h, toks(200, 60)), 1, 1.0)])
+    ]
+    trace = Trace("t", reqs, closed_loop=False)
+    hits, queue, overshoots = _memory_run(trace, 180)
+    assert (hits, overshoots) == ([0, 0, 0], 0)
+    assert queue[2] > 0.04  # W waited for D's end
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SglangAdmission, "rematches_waiting", False)
+        hits, _, overshoots = _memory_run(trace, 180)
+        assert (hits, overshoots) == ([0, 0, 10], 3)
+
+
+def test_under_fcfs_a_request_is_matched_when_the_server_takes_it():
+    """The same rule under ``--scheduler fcfs``: SGLang matches a request when it schedules it
+    (``scheduler.py`` L4260), not when it arrives. r0 = A (40 tokens, 3 out) and r1 = A + 5 tokens
+    arrive together; r1 waits for the one server while r0's prefill runs and inserts A's state at
+    40, and then reuses it. Looked up at its arrival (the paper's policies' queue), it reused
+    nothing. Its queueing delay still counts from its arrival."""
+    a = toks(0, 40)
+    trace = _at_once((a, toks(9000, 3)), (cat(a, toks(300, 5)), toks(9300, 1)))
+    hits, queue, _ = _memory_run(trace, BIG, scheduler="fcfs")
+    assert hits == [0, 40]
+    assert queue[1] > 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SglangAdmission, "rematches_waiting", False)
+        assert _memory_run(trace, BIG, scheduler="fcfs")[0] == [0, 0]

@@ -9,13 +9,17 @@ call, as the engine frees one request's blocks after the previous one's.
 from __future__ import annotations
 
 import numpy as np
-from engine_cases import TINY, cat, one_per_session, run, toks
+import pytest
+from engine_cases import TIMING, TINY, cat, one_per_session, run, toks
 
 from policies.base import EngineRules, get_preset
-from policies.vllm_current import VllmFreeQueueEviction, mamba_groups
+from policies.vllm_current import VllmAdmission, VllmFreeQueueEviction, mamba_groups
 from sim.cache.engine_tree import EngineTree
 from sim.config import SimConfig
 from sim.cost import get_model
+from sim.engine.drivers import run as drive
+from sim.simulate import build
+from traces.base import Request, Trace
 
 
 class _Pool:
@@ -416,3 +420,64 @@ def test_blocks_recomputed_between_the_hit_and_the_match_stay_the_running_reques
                 seen.append((s.f.hit_tokens, s.f.match_tokens, s.held_kv))
     assert seen == [(0, 32, 32 + 16)]
     assert sim.tree.capacity_bytes == build(trace, config, spec=TINY).tree.capacity_bytes
+
+
+def _waiting_run(trace, capacity, scheduler="continuous"):
+    """Hit tokens and queueing delays of ``vllm`` (block 16) on the tiny model (a block 32 B, a
+    state one block)."""
+    config = SimConfig(
+        policy="vllm", model="qwen3.5-9b", capacity_bytes=capacity, mode="des", scheduler=scheduler, block_size=16
+    )
+    req = drive(build(trace, config, spec=TINY, timing=TIMING)).requests.sort_values("request_id")
+    return [int(h) for h in req["hit_tokens"]], list(req["queue_s"])
+
+
+def _open(*reqs):
+    return Trace(
+        "t",
+        [
+            Request(session_id=k, turn=0, input_tokens=inp, output_tokens=out, arrival=t)
+            for k, (inp, out, t) in enumerate(reqs)
+        ],
+        closed_loop=False,
+    )
+
+
+def test_a_request_waiting_for_memory_holds_nothing_and_is_matched_again():
+    """A waiting request holds no blocks: ``Scheduler.schedule`` looks it up while
+    ``num_computed_tokens`` is 0 (``get_computed_blocks``, ``vllm/v1/core/sched/scheduler.py``
+    L1149-L1166, no references taken), ``allocate_slots`` returns None before it touches the hit
+    when the pool is short (``kv_cache_manager.py`` L605-L609; the touch is L611-L622), and the
+    request stays waiting (``new_blocks is None``: break, L1516-L1523), to be looked up again at
+    the next pass. Tiny model, 5 blocks, continuous: r0 = H (24 tokens, 1 out) leaves the block
+    [0, 16) and the state at 16; r1 = D (16 tokens, 8 out) and r2 = W (H + 40 tokens) arrive at
+    t = 1; D runs, W's first chunk (16..48: 2 blocks and a state) does not fit and H's state, the
+    free queue's front, goes making room for it. W is matched again at each pass and, when D has
+    ended, reuses nothing: no state is left at 16 (vLLM, holding nothing for W, evicts the same
+    state for D's decode). Keeping its first lookup, W prefilled from the state at 16 that was
+    gone (a hit of 16 tokens)."""
+    h = toks(0, 24)
+    trace = _open(
+        (h, toks(9000, 1), 0.0), (toks(100, 16), toks(9100, 8), 1.0), (cat(h, toks(200, 40)), toks(9200, 1), 1.0)
+    )
+    hits, queue = _waiting_run(trace, 5 * 32)
+    assert hits == [0, 0, 0]
+    assert queue[2] > 0.007  # W waited for D's end
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(VllmAdmission, "rematches_waiting", False)
+        assert _waiting_run(trace, 5 * 32)[0] == [0, 0, 16]
+
+
+def test_under_fcfs_a_request_is_matched_when_the_server_takes_it():
+    """The same rule under ``--scheduler fcfs``: vLLM matches a request when its scheduler reaches it
+    (``scheduler.py`` L1149-L1166), not when it arrives. r0 = A (40 tokens, 3 out) and r1 = A + 5
+    tokens arrive together; r1 waits for the one server while r0's prefill runs and caches A's
+    state at 32 ((40 - 1) // 16 * 16), and then reuses it. Looked up at its arrival, it reused
+    nothing."""
+    a = toks(0, 40)
+    trace = _open((a, toks(9000, 3), 0.0), (cat(a, toks(300, 5)), toks(9300, 1), 0.0))
+    hits, queue = _waiting_run(trace, 10**12, scheduler="fcfs")
+    assert hits == [0, 32] and queue[1] > 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(VllmAdmission, "rematches_waiting", False)
+        assert _waiting_run(trace, 10**12, scheduler="fcfs")[0] == [0, 0]
