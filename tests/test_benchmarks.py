@@ -40,6 +40,12 @@ SMALLEST = {
         + ["--trace", "synthetic:chat:sessions=1,turns=3,prompt_tokens=150,user_tokens=20,output_tokens=8,prompts=1"],
         "timed calls probed",
     ),
+    # replay's contract per preset x trace x scheduler as a table (the real presets on a GPU)
+    "replay_matrix.py": (
+        ["--device", "cpu", "--models", "replay-tiny", "--traces", "agent", "--schedulers", "fcfs"]
+        + ["--requests", "3", "--out", "matrix"],
+        "| replay-tiny-agent-fcfs |",
+    ),
     # need a GPU (kernel_bench, kernel_host_probe, kernel_launch_floor, replay_bench) or compile kernels for minutes
     # (kernel_resources is run by tests/kernels/test_resources.py): their command line at least
     "kernel_bench.py": (["--help"], "usage"),
