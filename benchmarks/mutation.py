@@ -352,10 +352,15 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["sim/cli/run.py"],
         ["tests/sim/engine/test_misses.py", "tests/sim/cli/test_bad_input_round5.py", "tests/sim/cli/test_run.py"],
     ),
-    # the sweep engines: local pool and Ray, and how each stops on a signal
+    # the sweep engines: local pool and Ray, how each stops on a signal, and the resume they serve
     "runners": (
         ["sim/experiments/runners.py"],
-        ["tests/sim/experiments/test_runners.py", "tests/sim/cli/test_stop_signals.py"],
+        [
+            "tests/sim/experiments/test_runners.py",
+            "tests/sim/experiments/test_resume.py",
+            "tests/sim/cli/test_sweep_interrupt.py",
+            "tests/sim/cli/test_stop_signals.py",
+        ],
     ),
     # executed FLOPs and the chunks' padding (issue 41's FLOPs contract)
     "flops": (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import pandas as pd
 import pytest
 
@@ -59,3 +61,66 @@ def test_ray_engine_matches_local_engine(tmp_path, trace_files):
     for kind in ("_requests", "_occupancy"):
         for f in row_files(tmp_path / "local" / kind):
             pd.testing.assert_frame_equal(pd.read_parquet(f), pd.read_parquet(tmp_path / "ray" / kind / f.name))
+
+
+def test_a_rows_numbers_stay_numbers_and_its_nested_values_are_json_text(trace_files):
+    """A sweep row is the run's summary: each number as the run gives it (a parquet column of
+    numbers, not of text), and only a nested value (marconi-oracle's hit rate per alpha) as JSON
+    text, which reads back to the run's own."""
+    import json
+
+    from sim.experiments.grid import make_task
+    from sim.experiments.runners import _load_trace, execute
+    from sim.simulate import simulate
+
+    task = make_task({"trace": trace_files[0]}, policy="marconi-oracle", capacity_bytes=10**8, alpha_grid="0,1")
+    row = execute(task)["row"]
+    want = simulate(_load_trace(task.trace_kwargs)[0], task.config).summary.to_dict()
+    assert json.loads(row["oracle_hit_rates"]) == want["oracle_hit_rates"] and len(want["oracle_hit_rates"]) == 2
+    for key in ("token_hit_rate", "request_hit_rate", "ttft_p50_ms", "requests", "evictions", "tuned_alpha"):
+        assert row[key] == want[key] and not isinstance(row[key], str), key
+
+
+def test_run_sweep_takes_a_text_path_and_makes_its_parent_folders(tmp_path, trace_files):
+    """``run_sweep(tasks, "a/b/c")``: the out folder as text, its parents made as needed (a library
+    caller, not only the CLI, which makes the folder first)."""
+    tasks = expand_grid({"trace": trace_files[:1]}, {"policy": ["sglang+"], "capacity_bytes": [10**8]})
+    out = tmp_path / "a" / "b" / "c"
+    rep = run_sweep(tasks, str(out), workers=1, progress=False)
+    assert rep.ran == 1 and not rep.failed
+    assert len(row_files(out)) == 1 and len(load_results(out)) == 1
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
+def test_a_signal_while_the_pool_starts_stops_the_sweep_as_that_signal(tmp_path, trace_files, monkeypatch, sig, code):
+    """A signal that lands while the worker pool starts (noted, then raised once the cleanup is armed)
+    stops the sweep as that signal stops it: SIGTERM exits 143 and SIGHUP 129 (their stop is
+    recorded), Ctrl-C 130; no row is written, no worker is left, and every handler the sweep swapped
+    while the pool started is back as it was."""
+    import os
+
+    import sim.errors as errors
+    import sim.experiments.runners as runners
+
+    monkeypatch.setattr(errors, "_STOPPED_BY", [signal.SIGINT])
+    workers = {}
+
+    class Starting(runners.ProcessPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            os.kill(os.getpid(), sig)
+
+        def submit(self, *args, **kwargs):
+            fut = super().submit(*args, **kwargs)
+            workers.update(self._processes or {})
+            return fut
+
+    monkeypatch.setattr(runners, "ProcessPoolExecutor", Starting)
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {s: signal.getsignal(s) for s in stops}
+    tasks = _grid(trace_files)
+    rep = run_sweep(tasks, tmp_path / "o", workers=2, progress=False)
+    assert rep.interrupted and rep.ran == 0 and not row_files(tmp_path / "o")
+    assert errors.stop_exit_code() == code
+    assert {s: signal.getsignal(s) for s in stops} == before
+    assert workers and not any(p.is_alive() for p in workers.values())
