@@ -296,8 +296,11 @@ def saturation_warning(
     text = (
         f"warning: offered load exceeds what the engine serves ({names}): the mean queueing delay grows "
         f"from {worst.queue_first_s:.3g} s to {worst.queue_last_s:.3g} s (first vs last third of arrivals); "
-        f"the engine sustains about {served} requests/s of busy time against {offered_rps:.3g} offered"
+        f"the engine sustains about {served} requests/s of busy time against "
     )
+    if math.isinf(offered_rps) and not sessions_per_second:  # an open-loop burst: no gap to stretch
+        return text + "requests that all arrive at once (the trace's arrivals: no --time-scale spreads them)"
+    text += f"{offered_rps:.3g} offered"
     if sessions_per_second:
         keep_up = low / per_session
         text += (

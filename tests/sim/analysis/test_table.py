@@ -95,6 +95,11 @@ def test_warning_names_the_sustained_rate_and_the_setting_that_keeps_up():
     assert open_loop.endswith("--time-scale 6 or more keeps up")  # 1.5 x 4 offered / 1 served
     quiet = table.saturation(*_timings([0.1] * 9))
     assert table.saturation_warning([("marconi", quiet)], 10.0, 2.0, 5.0) == ""
+    # an open-loop burst (every request at one instant): no time scale spreads it, none is named
+    burst = table.saturation_warning([("marconi", sat)], math.inf, None, 1.0, time_scale=1.5)
+    assert burst.endswith(
+        "against requests that all arrive at once (the trace's arrivals: no --time-scale spreads them)"
+    )
 
 
 SMALL = ["--no-progress", "--policy", "sglang+", "--capacity", "1GB"]

@@ -220,3 +220,42 @@ def test_open_loop_saturation_prices_the_slices_own_span_at_the_given_time_scale
     served, offered = float(m[1]), m[2]
     assert offered == "66.7"
     assert line.endswith(f"about --time-scale {0.05 * (40 / 0.6) / served:.2g} or more keeps up"), line
+
+
+def test_open_loop_burst_saturation_names_no_time_scale(runner):
+    """Sessions 10-25 of mooncake:sample are 16 rows all stamped 3000 ms: one instant, so the
+    offered rate has no span to divide by and stretching the arrivals spreads nothing; the warning
+    says so instead of an infinite rate and an infinite --time-scale."""
+    args = ["run", "--trace", "mooncake:sample", "--session-range", "10:26", "--policy", "sglang"]
+    res = runner.invoke(main, [*args, "--capacity", "40GB", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    (line,) = [x for x in res.output.splitlines() if x.startswith("warning: offered load")]
+    assert line.endswith(
+        "against requests that all arrive at once (the trace's arrivals: no --time-scale spreads them)"
+    )
+
+
+@pytest.mark.parametrize(
+    "settings,row",
+    [
+        ({}, {"timing_device": "a100-40gb", "timing_note": ""}),  # marconi-7b's preset timing
+        ({"gpu": "l40s"}, {"timing_device": "l40s", "timing_note": "uncalibrated for GPU l40s"}),
+        ({"model": "qwen3.5-9b", "gpu": "h200"}, {"timing_device": "h200", "timing_note": ""}),
+        # the paper's TTFT table or the user's file prices the run: no device of ours to name
+        ({"ttft_model": "jamba", "gpu": "l40s"}, {"timing_device": None, "timing_note": ""}),
+        ({"timing_file": "t.json"}, {"timing_device": None, "timing_note": ""}),
+    ],
+)
+def test_summary_json_names_the_timings_device_only_when_ours_prices_the_run(settings, row):
+    from sim.cli.run import timing_row
+    from sim.config import SimConfig
+
+    assert timing_row(SimConfig(**settings)) == row
+
+
+def test_summary_json_of_a_jamba_ttft_run_has_no_timing_device(runner, tmp_path):
+    args = ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "marconi"]
+    res = runner.invoke(main, [*args, "--ttft-model", "jamba", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert row["timing_device"] is None and row["timing_note"] == "" and row["ttft_model"] == "jamba"
