@@ -259,3 +259,25 @@ def test_summary_json_of_a_jamba_ttft_run_has_no_timing_device(runner, tmp_path)
     assert res.exit_code == 0, res.output
     (row,) = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert row["timing_device"] is None and row["timing_note"] == "" and row["ttft_model"] == "jamba"
+
+
+def test_json_says_whether_the_engine_kept_up_and_at_what_rate():
+    """``saturated`` / ``sustainable_rps``: null / null with fewer than 6 finished requests (no
+    verdict), false / null for a run that keeps up, true / the sustained rate for one that does not
+    (the table's warning names the same rate); ``alpha`` is null for a policy without one."""
+    runner = CliRunner()
+    small = ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--format", "json"]
+    res = runner.invoke(main, [*small, "--policy", "sglang+,marconi", "--alpha", "0.5"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    assert [(r["saturated"], r["sustainable_rps"], r["alpha"]) for r in rows] == [(None, None, None), (None, None, 0.5)]
+    quiet = ["run", "--trace", "synthetic:chat:sessions=4,turns=3", "--policy", "sglang", "--no-progress"]
+    res = runner.invoke(main, [*quiet, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(res.stdout)
+    assert row["saturated"] is False and row["sustainable_rps"] is None
+    busy = ["run", "--trace", "mooncake:sample", "--session-range", "20:60", "--time-scale", "0.05"]
+    res = runner.invoke(main, [*busy, "--policy", "sglang", "--capacity", "40GB", "--no-progress", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(res.stdout)
+    assert row["saturated"] is True and f"sustains about {row['sustainable_rps']:.3g} requests/s" in res.stderr
