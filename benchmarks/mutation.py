@@ -350,7 +350,12 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # run's refusals and notes (the trace's blocks, reuse after preemptions)
     "run_cli": (
         ["sim/cli/run.py"],
-        ["tests/sim/engine/test_misses.py", "tests/sim/cli/test_bad_input_round5.py", "tests/sim/cli/test_run.py"],
+        [
+            "tests/sim/cli/test_run.py",
+            "tests/sim/cli/test_run_help.py",
+            "tests/sim/engine/test_misses.py",
+            "tests/sim/cli/test_bad_input_round5.py",
+        ],
     ),
     # the sweep engines: local pool and Ray, how each stops on a signal, and the resume they serve
     "runners": (
