@@ -124,3 +124,23 @@ def test_a_signal_while_the_pool_starts_stops_the_sweep_as_that_signal(tmp_path,
     assert errors.stop_exit_code() == code
     assert {s: signal.getsignal(s) for s in stops} == before
     assert workers and not any(p.is_alive() for p in workers.values())
+
+
+def test_a_rows_times_are_its_own_simulation_and_its_trace_load(trace_files):
+    """``wall_s`` is the simulation's seconds and ``trace_load_s`` the trace's loading, each within
+    the call's own time; a trace already held by the worker costs 0 to load."""
+    import time
+
+    from sim.experiments.grid import make_task
+    from sim.experiments.runners import _TRACES, execute
+
+    task = make_task({"trace": trace_files[1], "time_scale": 3.0}, policy="sglang+", capacity_bytes=10**8)
+    _TRACES.clear()
+    t0 = time.perf_counter()
+    first = execute(task)["row"]
+    elapsed = time.perf_counter() - t0
+    assert 0 < first["wall_s"] < elapsed and 0 < first["trace_load_s"] < elapsed
+    assert first["wall_s"] + first["trace_load_s"] <= elapsed
+    t0 = time.perf_counter()
+    again = execute(task)["row"]
+    assert again["trace_load_s"] == 0.0 and 0 < again["wall_s"] < time.perf_counter() - t0
