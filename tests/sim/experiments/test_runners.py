@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 
 import pandas as pd
@@ -89,6 +90,8 @@ def test_run_sweep_takes_a_text_path_and_makes_its_parent_folders(tmp_path, trac
     rep = run_sweep(tasks, str(out), workers=1, progress=False)
     assert rep.ran == 1 and not rep.failed
     assert len(row_files(out)) == 1 and len(load_results(out)) == 1
+    # one worker: run here, in this process (no pool to start)
+    assert list(load_results(out)["worker_pid"]) == [os.getpid()]
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
@@ -97,8 +100,6 @@ def test_a_signal_while_the_pool_starts_stops_the_sweep_as_that_signal(tmp_path,
     stops the sweep as that signal stops it: SIGTERM exits 143 and SIGHUP 129 (their stop is
     recorded), Ctrl-C 130; no row is written, no worker is left, and every handler the sweep swapped
     while the pool started is back as it was."""
-    import os
-
     import sim.errors as errors
     import sim.experiments.runners as runners
 
@@ -144,3 +145,36 @@ def test_a_rows_times_are_its_own_simulation_and_its_trace_load(trace_files):
     t0 = time.perf_counter()
     again = execute(task)["row"]
     assert again["trace_load_s"] == 0.0 and 0 < again["wall_s"] < time.perf_counter() - t0
+
+
+@pytest.mark.parametrize(
+    "knobs,words",
+    [
+        ({"policy": "marconi", "alpha": 0.5}, "marconi alpha=0.5"),
+        ({"policy": "marconi", "alpha": "auto"}, "marconi alpha=auto"),
+        ({"policy": "sglang+", "alpha": 2.0}, "sglang+"),  # no alpha: none named
+    ],
+)
+def test_describe_names_a_configuration_as_failures_and_refusals_print_it(knobs, words):
+    from sim.experiments.grid import make_task
+    from sim.experiments.runners import describe
+
+    task = make_task({"trace": "synthetic:chat"}, capacity_bytes=2 * 10**8, sessions_per_second=0.5, **knobs)
+    assert describe(task) == f"synthetic:chat {words} cap=0.2GB sps=0.5 [{task.config_id}]"
+
+
+def test_a_worker_holds_the_last_four_traces_it_used(trace_files):
+    """``TRACE_CACHE_SIZE`` traces per worker, the least recently used one dropped first."""
+    from sim.experiments.runners import TRACE_CACHE_SIZE, _load_trace, _TRACES, loaded_trace_keys
+
+    assert TRACE_CACHE_SIZE == 4
+    _TRACES.clear()
+    kw = [{"trace": trace_files[0], "time_scale": float(s)} for s in (1, 2, 3, 4, 5)]
+    for k in kw[:4]:
+        assert _load_trace(k)[1] > 0
+    assert _load_trace(kw[0])[1] == 0.0  # used again: now the most recent
+    _load_trace(kw[4])  # a fifth: the least recently used (the second) goes
+    assert len(loaded_trace_keys()) == 4
+    assert _load_trace(kw[0])[1] == 0.0 and _load_trace(kw[2])[1] == 0.0
+    assert _load_trace(kw[1])[1] > 0  # loaded again
+    _TRACES.clear()
