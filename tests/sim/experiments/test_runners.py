@@ -178,3 +178,23 @@ def test_a_worker_holds_the_last_four_traces_it_used(trace_files):
     assert _load_trace(kw[0])[1] == 0.0 and _load_trace(kw[2])[1] == 0.0
     assert _load_trace(kw[1])[1] > 0  # loaded again
     _TRACES.clear()
+
+
+def test_a_finished_pool_sweep_returns_after_its_workers_have_exited(tmp_path, trace_files, monkeypatch):
+    """``run_sweep`` with a pool returns once every worker process has exited (shut down and
+    joined), not while they are still winding down."""
+    import sim.experiments.runners as runners
+
+    workers = {}
+
+    class Recording(runners.ProcessPoolExecutor):
+        def submit(self, *args, **kwargs):
+            fut = super().submit(*args, **kwargs)
+            workers.update(self._processes or {})
+            return fut
+
+    monkeypatch.setattr(runners, "ProcessPoolExecutor", Recording)
+    tasks = expand_grid({"trace": trace_files[:1]}, {"policy": ["sglang+", "vllm+"], "capacity_bytes": [10**8]})
+    rep = run_sweep(tasks, tmp_path / "o", workers=2, progress=False)
+    assert rep.ran == 2 and len(workers) == 2
+    assert [p.exitcode for p in workers.values()] == [0, 0]
