@@ -32,10 +32,12 @@ def knob(
     flag: str | None = None,
     min: float | None = None,
     max: float | None = None,
+    above: float | None = None,
 ) -> Any:
     """A ``Params`` field: its default, its help text, (for strings) its allowed values, (for
-    numbers) its inclusive range ``min`` .. ``max`` and (when it is not ``--`` + the field name with
-    dashes) its command-line flag. ``knob_space`` reads these back as a search space."""
+    numbers) its inclusive range ``min`` .. ``max`` or, for a float that must exceed a bound,
+    ``above`` (finite numbers above it: ``above=0`` refuses 0), and (when it is not ``--`` + the
+    field name with dashes) its command-line flag. ``knob_space`` reads these back as a search space."""
     meta: dict = {"help": help}
     if choices is not None:
         meta["choices"] = tuple(choices)
@@ -45,6 +47,8 @@ def knob(
         meta["min"] = min
     if max is not None:
         meta["max"] = max
+    if above is not None:
+        meta["above"] = above
     return field(default=default, metadata=meta)
 
 
@@ -61,6 +65,7 @@ class KnobSpec:
     min: float | None = None
     max: float | None = None
     help: str = ""
+    above: float | None = None  # finite numbers above this one (``knob(above=...)``)
 
 
 def knob_specs(params_cls: type) -> list[KnobSpec]:
@@ -83,6 +88,7 @@ def knob_specs(params_cls: type) -> list[KnobSpec]:
                 meta.get("min"),
                 meta.get("max"),
                 meta.get("help", ""),
+                meta.get("above"),
             )
         )
     return out

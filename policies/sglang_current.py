@@ -107,7 +107,7 @@ class SglangParams(ChunkedPrefill, Speculation):
     mamba_full_memory_ratio: float = knob(
         DEFAULT_MEMORY_RATIO,
         "sglang: --mamba-full-memory-ratio, mamba pool : KV pool of --gpu-memory (the pool gets ratio / (1 + ratio)).",
-        min=0.0,
+        above=0.0,
     )
     gpu_memory: str = knob(
         "",
@@ -264,7 +264,9 @@ class SglangPreset(EnginePreset):
         if config.mamba_full_memory_ratio != DEFAULT_MEMORY_RATIO and not config.gpu_memory:
             raise PolicyError("--mamba-full-memory-ratio splits --gpu-memory: give --gpu-memory too")
         if not 0 < config.mamba_full_memory_ratio < math.inf:
-            raise PolicyError(f"--mamba-full-memory-ratio must be > 0, not {config.mamba_full_memory_ratio}")
+            raise PolicyError(
+                f"--mamba-full-memory-ratio must be a finite number > 0, not {config.mamba_full_memory_ratio!r}"
+            )
 
     def engine_rules(self, spec, config) -> EngineRules:
         # UnifiedRadixCache keeps a leaf whose state is gone while its KV is on the device: "Only

@@ -57,6 +57,23 @@ def refuse_unitless_memory(text: str, flag: str = "--gpu-memory") -> None:
         raise UsageError(f"{flag} {s} is {s} bytes (a number without a unit is bytes): give its unit, e.g. {s}GB")
 
 
+def engine_memory_bytes(text: str) -> int:
+    """An engine's ``--gpu-memory`` (a size, as ``parse_size`` reads it); advise's ``2x80GB`` (N GPUs)
+    is refused with the total to give instead."""
+    m = re.fullmatch(r"\s*(\d+)\s*[x*]\s*(.+)", str(text), re.IGNORECASE)
+    if m is not None:
+        try:
+            total = format_size(int(m[1]) * parse_size(m[2]))
+        except UsageError:
+            total = None
+        if total is not None:
+            raise UsageError(
+                f"--gpu-memory {text}: N x SIZE is `marconi advise`'s form; here give the memory itself ({total}), "
+                "and the GPUs with --tensor-parallel"
+            )
+    return parse_size(text)
+
+
 def parse_size(text: str | int | float) -> int:
     """'5GB' -> 5e9 bytes (decimal, as the Marconi artifact uses); '5GiB' -> 5 * 2**30;
     'inf' -> UNLIMITED."""
@@ -103,6 +120,7 @@ def setting(
     type: type | None = None,
     lead: dict | None = None,
     spelling=None,
+    above: float | None = None,
 ):
     """A settings field with its help, allowed values and flag (``--`` + the name with dashes
     unless given): the one place its default and help are written; the CLI generates its option
@@ -113,6 +131,7 @@ def setting(
     maps another spelling of a choice to it (``sim.gpus.canonical_gpu``)."""
     meta = {"help": help, "choices": tuple(choices) if choices else None, "flag": flag}
     extra = (("section", section), ("min", min), ("max", max), ("type", type), ("lead", lead), ("spelling", spelling))
+    extra += (("above", above),)
     meta.update({k: v for k, v in extra if v is not None})
     return field(default=default, metadata=meta)
 
@@ -128,6 +147,7 @@ def policy_knob(params_cls: type, name: str, **kw):
         flag=f.metadata.get("flag"),
         min=f.metadata.get("min"),
         max=f.metadata.get("max"),
+        above=f.metadata.get("above"),
         **kw,
     )
 
@@ -426,9 +446,13 @@ class SimConfig:
             ):
                 bound = f">= {lo:g}" if hi is None else f"in {lo:g}..{hi:g}" if lo is not None else f"<= {hi:g}"
                 raise UsageError(f"{flag_of(f)} must be {bound}, not {value!r}")
+            above = f.metadata.get("above")  # an open bound: 0 itself is refused too
+            if above is not None and isinstance(value, (int, float)) and not above < value < math.inf:
+                raise UsageError(f"{flag_of(f)} must be a finite number > {above:g}, not {value!r}")
         if self.gpu_memory:
             refuse_unitless_memory(self.gpu_memory)
-            parse_size(self.gpu_memory)
+            if engine_memory_bytes(self.gpu_memory) <= 0:  # the split's "leaves 0B for KV" blamed the ratio
+                raise UsageError(f"--gpu-memory must be a size > 0 (bytes with a unit), not {self.gpu_memory!r}")
         try:  # TensorRT-LLM's offset lists: refused before anything is loaded
             snapshot_offsets(self.additional_snapshot_offsets_from_start, FROM_START_FLAG, 1)
             snapshot_offsets(self.additional_snapshot_offsets_from_end, FROM_END_FLAG, 0)

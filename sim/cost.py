@@ -1117,6 +1117,11 @@ def group_spec(spec: ModelSpec, tp: int) -> ModelSpec:
     name = spec.name
 
     def split(n: int, what: str) -> None:
+        if n and tp > n:  # more GPUs than heads: some GPU would hold none
+            raise UsageError(
+                f"--tensor-parallel {tp} is more GPUs than the {n} {what} of {name} (each GPU holds a whole "
+                f"share of them): give a divisor of {n}"
+            )
         if n and n % tp:
             raise UsageError(f"--tensor-parallel {tp} does not divide the {n} {what} of {name}")
 

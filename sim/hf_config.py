@@ -39,6 +39,8 @@ from sim.errors import UsageError
 
 _DTYPE_BYTES = {"float32": 4, "fp32": 4, "float": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
 _FP8 = ("float8", "fp8")
+#: the largest width or count a config field may hold (int32's: no model comes near it)
+MAX_FIELD = 2**31 - 1
 FAMILIES = (
     "qwen3_next",
     "qwen3_5",
@@ -61,8 +63,14 @@ def config_file(path, presets=()) -> Path:
     naming the preset of that model where ``presets`` has one."""
     _refuse_hub_id(str(path), presets)
     p = Path(path)
+    if p.is_dir() and p.name == "config.json":  # a folder named config.json holds no settings
+        raise UsageError(f"model config {path}: a folder, not a file (give the config.json file itself)")
     if p.is_dir():
+        if not (p / "config.json").exists():
+            raise UsageError(f"model config {path}: the folder holds no config.json (give its config.json)")
         p = p / "config.json"
+    if p.is_dir():
+        raise UsageError(f"model config {p}: a folder, not a file (give the config.json file itself)")
     if not p.is_file():
         raise UsageError(f"model config {path}: no such file (give a config.json or a folder holding one)")
     return p
@@ -103,20 +111,26 @@ class _Fields:
         v = self.d.get(name)
         return default if v is None else v
 
-    def int(self, *names, default=None) -> int:
-        try:
-            v = self.need(*names) if default is None else self.get(names[0], default)
-        except UsageError:
-            raise
+    def int(self, *names, default=None, low: int = 0) -> int:
+        """A whole number in ``low``..``MAX_FIELD`` (the message states ``low``: a field that must
+        be >= 1 says so for -5 too)."""
+        v = self.need(*names) if default is None else self.get(names[0], default)
         bad = isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
         if bad or int(v) != v or v < 0:  # NaN / Infinity (json reads them) have no int()
-            raise UsageError(f"model config {self.where}: field {names[0]!r} must be a whole number >= 0, not {v!r}")
+            raise UsageError(
+                f"model config {self.where}: field {names[0]!r} must be a whole number >= {low}, not {v!r}"
+            )
+        if v > MAX_FIELD:  # a vocabulary of 1e30 describes no model (it ran, on 64 GPUs)
+            raise UsageError(
+                f"model config {self.where}: field {names[0]!r} is {v:,.0f}: more than any model has "
+                f"(at most {MAX_FIELD:,})"
+            )
         return int(v)
 
     def pos(self, *names, default=None) -> int:
         """A width, count or period: a whole number >= 1 (0 heads or a 0-wide state priced a
         model with no such layer, or one that does no work)."""
-        v = self.int(*names, default=default)
+        v = self.int(*names, default=default, low=1)
         if v < 1:
             raise UsageError(f"model config {self.where}: field {names[0]!r} must be >= 1, not {v}")
         return v
@@ -222,6 +236,8 @@ def read_config(path) -> dict:
         raise UsageError(f"model config {p}: not a JSON object")
     where = str(path)
     cfg = raw
+    if raw.get("text_config") is not None and not isinstance(raw["text_config"], dict):
+        raise UsageError(f"model config {where}: field 'text_config' must be a JSON object, not {raw['text_config']!r}")
     if isinstance(raw.get("text_config"), dict):  # Qwen3.5 (and other multimodal wrappers)
         cfg = {**raw["text_config"]}
         cfg.setdefault("model_type", raw.get("model_type"))
@@ -233,9 +249,7 @@ def read_config(path) -> dict:
         )
     f = _Fields(cfg, where, family)
     d = f.pos("hidden_size", "d_model")
-    layers = f.int("num_hidden_layers", "n_layer", "n_layers")
-    if layers < 1:
-        raise UsageError(f"model config {where}: field 'num_hidden_layers' must be >= 1, not {layers}")
+    layers = f.pos("num_hidden_layers", "n_layer", "n_layers")
     dtype = cfg.get("torch_dtype") or cfg.get("dtype") or raw.get("torch_dtype") or raw.get("dtype") or "bfloat16"
     act_bytes = _dtype_bytes(dtype, where, "torch_dtype")
     vocab = f.pos("vocab_size")

@@ -246,6 +246,12 @@ def fig_misses(rows):
     missing = [c for c in MISS_CAUSES if c not in rows.columns]
     if missing:
         raise UsageError("--kind misses needs results with the missed_* columns (rerun the sweep with this version)")
+    older = rows[list(MISS_CAUSES)].isna().any(axis=1)
+    if older.any():  # rows of an older version beside newer ones: their misses were drawn as hits
+        raise UsageError(
+            f"--kind misses: {int(older.sum())} of {len(rows)} rows have no missed-token counts (written by an "
+            "older version): rerun the same sweep to recompute them, or leave them out with --where"
+        )
     plt = pyplot()
     panels = sorted({(t, c) for t, c in zip(rows["trace"], rows["capacity_gb"])})
     fig, axes = plt.subplots(

@@ -36,6 +36,7 @@ import click  # noqa: E402 - after the handler above
 
 from kernels import cli as kernels_cli  # noqa: E402
 from sim.cli import advise, models, plot, policies, replay, report, run, sweep, traces  # noqa: E402
+from sim.cli.options import refuse_repeated_options  # noqa: E402
 from sim.errors import USER_ERRORS, interrupted, stop_exit_code, stop_message, stop_signals_as_interrupts  # noqa: E402
 
 
@@ -90,6 +91,7 @@ def main() -> None:
 COMMANDS = (run, models, policies, traces, kernels_cli, sweep, report, plot, replay, advise)
 for _module in COMMANDS:
     _module.register(main)
+refuse_repeated_options(main)  # every command: an option of one value given twice is one line
 if _MAIN_THREAD:  # loaded: Ctrl-C is a KeyboardInterrupt again (Main turns it into one line)
     for _sig, _handler in _DEFAULTS.items():
         signal.signal(_sig, _handler)

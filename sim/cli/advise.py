@@ -267,9 +267,15 @@ def register(main: click.Group) -> None:
         if gpu_memory is None:  # the catalogue GPU's memory, once per GPU of the group
             gpu_memory = default_gpu_memory(fixed.get("gpu"), fixed.get("tensor_parallel", 0), model)
         else:
-            from sim.experiments.advise.space import parse_gpu_memory  # noqa: PLC0415
+            from sim.experiments.advise.space import gpu_memory_count, parse_gpu_memory  # noqa: PLC0415
 
             gpu, tp = fixed.get("gpu"), fixed.get("tensor_parallel", 0)
+            count = gpu_memory_count(gpu_memory)
+            if count and tp and count != tp:  # 2x80GB on a group of 4: which group is priced?
+                raise UsageError(
+                    f"--gpu-memory {gpu_memory} is the memory of {count} GPUs, --tensor-parallel {tp} a group of "
+                    f"{tp}: give the same count (or the total memory, e.g. {format_size(parse_gpu_memory(gpu_memory))})"
+                )
             refuse_memory_beyond_gpus(gpu_memory, parse_gpu_memory(gpu_memory), gpu, tp, model)
         if engine_name in ENGINES:  # a knob none of the engine's presets reads would be dropped silently
             refuse_unread_knobs(list(ENGINES[engine_name].presets.values()), list(fixed))

@@ -39,6 +39,8 @@ SCHEDULER_KNOBS = ("max_num_batched_tokens", "max_num_seqs")
 #: tuning knobs of one tuner only (the rest of the tuning group is read by both)
 DUEL_KNOBS = ("duel_candidates", "duel_every", "duel_window", "duel_margin")
 REPLAY_TUNER_KNOBS = ("bootstrap_multiplier", "tuning_start", "tuning_workers", "retune_every")
+#: knobs that size a pool of recurrent states: nothing to size for a model without recurrent layers
+STATE_POOL_KNOBS = ("mamba_full_memory_ratio", "max_mamba_cache_size", "state_pool")
 
 _FIELDS = {f.name: f for f in SimConfig.knobs()}
 
@@ -107,8 +109,43 @@ def refuse_inert_settings(given: list[str], configs: list[SimConfig]) -> None:
                     f"--gpu-memory {c.gpu_memory} replaces --capacity {format_size(c.capacity_bytes)} for "
                     f"{c.policy} (its engine splits the memory): give one of them"
                 )
+    refuse_state_pools_of_dense_models(given, configs)
     for c in configs:
         check_memory_split(c)
+
+
+def refuse_state_pools_of_dense_models(given: list[str], configs: list[SimConfig]) -> None:
+    """A knob that sizes the pool of recurrent states (``STATE_POOL_KNOBS``) set for models without
+    recurrent layers (llama-7b, a dense config.json) is refused: there is no pool, the run was the
+    same with any value. ``--gpu-memory`` alone on such a model is said in one line on stderr: the
+    engine gives all of it to the KV pool (SGLang runs a dense model on its plain radix cache)."""
+    import click  # noqa: PLC0415 - the note goes to stderr
+
+    from policies.base import get_preset  # noqa: PLC0415
+    from sim.cost import get_model  # noqa: PLC0415
+
+    def hybrid(c: SimConfig) -> bool:
+        return get_model(c.model).is_hybrid
+
+    for name in given:
+        if name not in STATE_POOL_KNOBS:
+            continue
+        readers = [c for c in configs if name in get_preset(c.policy).reads()]
+        if readers and not any(hybrid(c) for c in readers):
+            models = ", ".join(dict.fromkeys(get_model(c.model).name for c in readers))
+            raise UsageError(
+                f"{_flag(name)} does nothing for {models}: a model without recurrent layers has no state "
+                "pool to size: leave it out"
+            )
+    if "gpu_memory" in given:
+        split = [c for c in configs if c.gpu_memory and "gpu_memory" in get_preset(c.policy).reads()]
+        if split and not any(hybrid(c) for c in split):
+            models = ", ".join(dict.fromkeys(get_model(c.model).name for c in split))
+            click.echo(
+                f"note: {models} has no recurrent layers: no mamba pool to split --gpu-memory with, all of it "
+                "is the KV pool",
+                err=True,
+            )
 
 
 def engine_capacity(cfg: SimConfig) -> int:

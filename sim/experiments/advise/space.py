@@ -167,6 +167,12 @@ class Memory:
 _GPU_RE = re.compile(r"^\s*(?:(\d+)\s*[x*]\s*)?(.+)$", re.IGNORECASE)
 
 
+def gpu_memory_count(text: str) -> int | None:
+    """The GPU count a --gpu-memory spells (``2x80GB``: 2), None where it spells none (``160GB``)."""
+    m = _GPU_RE.match(str(text))
+    return int(m.group(1)) if m and m.group(1) else None
+
+
 def parse_gpu_memory(text: str) -> int:
     """'80GB' -> 80e9 bytes; '2x80GB' -> 160e9 (the instance's GPUs together)."""
     m = _GPU_RE.match(str(text))
@@ -174,7 +180,12 @@ def parse_gpu_memory(text: str) -> int:
     n = int(m.group(1)) if m and m.group(1) else 1
     if n < 1:
         raise UsageError(f"--gpu-memory {text!r}: the GPU count must be >= 1")
-    size = parse_size(m.group(2) if m else text)
+    try:
+        size = parse_size(m.group(2) if m else text)
+    except UsageError as exc:
+        if "too large" not in str(exc):
+            raise
+        size = math.inf  # parse_size's hint (inf: a cache that never evicts) is no memory here
     if size <= 0 or size >= 2**60:
         raise UsageError(f"--gpu-memory must be a finite size > 0, not {text!r}")
     return n * size

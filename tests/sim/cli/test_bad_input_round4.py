@@ -49,12 +49,12 @@ def _config(tmp_path: Path, fixture: str, text: str | None = None, **fields) -> 
         (
             "nemotron-h-8b.json",
             {"hidden_size": float("nan")},
-            "field 'hidden_size' must be a whole number >= 0, not nan",
+            "field 'hidden_size' must be a whole number >= 1, not nan",
         ),
         (
             "nemotron-h-8b.json",
             {"hidden_size": float("inf")},
-            "field 'hidden_size' must be a whole number >= 0, not inf",
+            "field 'hidden_size' must be a whole number >= 1, not inf",
         ),
         ("nemotron-h-8b.json", {"num_hidden_layers": 0}, "field 'num_hidden_layers' must be >= 1, not 0"),
         ("qwen3-next-80b-a3b.json", {"full_attention_interval": 0}, "field 'full_attention_interval' must be >= 1"),

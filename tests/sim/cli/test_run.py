@@ -111,7 +111,8 @@ def test_out_writes_summary_and_per_request_parquet(runner, tmp_path):
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(runner, args, message):
-    res = runner.invoke(main, ["run", "--trace", "synthetic:chat", "--no-progress", *args])
+    trace = [] if "--trace" in args else ["--trace", "synthetic:chat"]  # an option is given once
+    res = runner.invoke(main, ["run", *trace, "--no-progress", *args])
     assert res.exit_code == 2, res.output
     assert message in res.output
     assert "Traceback" not in res.output
