@@ -109,13 +109,15 @@ def refuse_inert_settings(given: list[str], configs: list[SimConfig]) -> None:
                     f"--gpu-memory {c.gpu_memory} replaces --capacity {format_size(c.capacity_bytes)} for "
                     f"{c.policy} (its engine splits the memory): give one of them"
                 )
-    refuse_state_pools_of_dense_models(given, configs)
+    refuse_dense_model_settings(given, configs)
     for c in configs:
         check_memory_split(c)
 
 
-def refuse_state_pools_of_dense_models(given: list[str], configs: list[SimConfig]) -> None:
-    """A knob that sizes the pool of recurrent states (``STATE_POOL_KNOBS``) set for models without
+def refuse_dense_model_settings(given: list[str], configs: list[SimConfig]) -> None:
+    """The trtllm preset (TensorRT-LLM's hybrid manager: KV reused up to a snapshot) on a dense
+    model is refused: a dense model runs TensorRT-LLM's plain KV cache, which it does not model.
+    A knob that sizes the pool of recurrent states (``STATE_POOL_KNOBS``) set for models without
     recurrent layers (llama-7b, a dense config.json) is refused: there is no pool, the run was the
     same with any value. ``--gpu-memory`` alone on such a model is said in one line on stderr: the
     engine gives all of it to the KV pool (SGLang runs a dense model on its plain radix cache)."""
@@ -136,6 +138,19 @@ def refuse_state_pools_of_dense_models(given: list[str], configs: list[SimConfig
             raise UsageError(
                 f"{_flag(name)} does nothing for {models}: a model without recurrent layers has no state "
                 "pool to size: leave it out"
+            )
+    for c in configs:  # TensorRT-LLM's hybrid manager commits KV only up to a snapshot point
+        preset = get_preset(c.policy)
+        if preset.engine != "trtllm" or hybrid(c):
+            continue
+        rules = preset.engine_rules(get_model(c.model), c)
+        if rules is not None and rules.kv_extent == "state":
+            raise UsageError(
+                f"{c.policy} models TensorRT-LLM's hybrid cache manager (KV reused only up to a recurrent-state "
+                f"snapshot); {get_model(c.model).name} has no recurrent layers, and the plain KV block reuse "
+                "TensorRT-LLM runs it with is not modelled (its KV counted only up to snapshots: 0 % hits with none "
+                "set): pick another policy "
+                "(trtllm-1.2-interval, vllm, sglang, lmdeploy)"
             )
     if "gpu_memory" in given:
         split = [c for c in configs if c.gpu_memory and "gpu_memory" in get_preset(c.policy).reads()]
