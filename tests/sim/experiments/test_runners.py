@@ -92,6 +92,10 @@ def test_run_sweep_takes_a_text_path_and_makes_its_parent_folders(tmp_path, trac
     assert len(row_files(out)) == 1 and len(load_results(out)) == 1
     # one worker: run here, in this process (no pool to start)
     assert list(load_results(out)["worker_pid"]) == [os.getpid()]
+    # the folder is made before anything runs: there even when nothing does (--limit 0)
+    empty = tmp_path / "d" / "e"
+    rep = run_sweep(tasks, str(empty), workers=1, progress=False, limit=0)
+    assert (rep.total, rep.skipped, rep.ran) == (1, 0, 0) and empty.is_dir() and not any(empty.iterdir())
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
