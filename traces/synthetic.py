@@ -55,8 +55,8 @@ def parse_spec(arg: str) -> tuple[str, dict]:
             raise TraceError(f"synthetic:{kind}: {key} must be a number (got {val!r})") from None
         if not math.isfinite(num):
             raise TraceError(f"synthetic:{kind}: {key} must be a finite number (got {val})")
-        if num < 0:
-            raise TraceError(f"synthetic:{kind}: {key} must be >= 0 (got {val})")
+        if num < 0:  # the least the key takes (sessions=-1 said `>= 0`, then sessions=0 `>= 1`)
+            raise TraceError(f"synthetic:{kind}: {key} must be >= {_AT_LEAST.get(key, 0)} (got {val})")
         if key == "vocab" and num > 2**31:
             raise TraceError(f"synthetic:{kind}: vocab must be <= 2^31 (got {val})")
         if key != "think" and num != int(num):  # 'turns=2.5' was read as 2
@@ -70,7 +70,7 @@ def parse_spec(arg: str) -> tuple[str, dict]:
 
 #: parameters a workload needs more than 0 of (a session has a turn, a trace a prompt, a vocabulary
 #: two symbols)
-_AT_LEAST = {"turns": 1, "prompts": 1, "vocab": 2}
+_AT_LEAST = {"turns": 1, "prompts": 1, "vocab": 2, "sessions": 1}
 
 
 def _session_tokens(kind: str, p: dict) -> tuple[int, int]:

@@ -112,6 +112,50 @@ def refuse_inert_settings(given: list[str], configs: list[SimConfig]) -> None:
     refuse_dense_model_settings(given, configs)
     for c in configs:
         check_memory_split(c)
+        refuse_cache_beyond_gpus(c)
+
+
+def _splits(spec, tp: int) -> bool:
+    """``tp`` GPUs can hold ``spec`` under tensor parallelism (each a whole share of its heads)."""
+    from sim.cost import group_spec  # noqa: PLC0415
+
+    try:
+        group_spec(spec, tp)
+    except UsageError:
+        return False
+    return True
+
+
+def refuse_cache_beyond_gpus(cfg: SimConfig) -> None:
+    """With --gpu, a model whose bf16 weights the group cannot hold (qwen3.5-397b-a17b on one L40S
+    ran), or a --capacity larger than the group's memory (100GB on one H100 ran), is refused in one
+    line; the group's memory bounds --gpu-memory the same way (``check_memory_split``)."""
+    from sim.config import UNLIMITED  # noqa: PLC0415
+    from sim.cost import get_model, gpu_memory_limit  # noqa: PLC0415
+    from sim.experiments.advise.space import weight_bytes  # noqa: PLC0415
+    from sim.gpus import get_gpu  # noqa: PLC0415
+
+    if not cfg.gpu:
+        return
+    n, most = gpu_memory_limit(cfg.model, cfg.gpu, cfg.tensor_parallel)
+    weights = weight_bytes(get_model(cfg.model))
+    if weights > most:
+        each, spec = get_gpu(cfg.gpu).memory_bytes, get_model(cfg.model)
+        fits = [k for k in range(1, MAX_NODE_GPUS + 1) if k * each >= weights and _splits(spec, k)]
+        group = (
+            f"give --tensor-parallel {fits[0]} (the smallest group that holds them and splits its heads)"
+            if fits
+            else f"no tensor-parallel group of {cfg.gpu} that splits its heads holds them"
+        )
+        raise UsageError(
+            f"{get_model(cfg.model).name}'s bf16 weights ({format_size(weights)}) are more than the memory of "
+            f"{n}x {cfg.gpu} ({format_size(most)}): {group}"
+        )
+    if not cfg.gpu_memory and cfg.capacity_bytes < UNLIMITED and cfg.capacity_bytes > most:
+        raise UsageError(
+            f"--capacity {format_size(cfg.capacity_bytes)} is more than the memory of {n}x {cfg.gpu} "
+            f"({format_size(most)}): lower it, or give --tensor-parallel for a larger group"
+        )
 
 
 def refuse_dense_model_settings(given: list[str], configs: list[SimConfig]) -> None:

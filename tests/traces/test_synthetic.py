@@ -84,7 +84,7 @@ def test_agent_think_times_follow_the_seed():
         ("synthetic:chat:turns", "bad parameter 'turns'"),
         ("synthetic:chat:colour=3", r"bad parameter 'colour=3' \(valid: output_tokens"),
         ("synthetic:chat:turns=x", "turns must be a number"),
-        ("synthetic:chat:turns=-1", "turns must be >= 0"),
+        ("synthetic:chat:turns=-1", r"turns must be >= 1 \(got -1\)"),
         ("synthetic:chat:sessions=0", "sessions must be >= 1"),
         ("synthetic:chat:turns=nan", "turns must be a finite number"),
         ("synthetic:chat:think=inf", "think must be a finite number"),

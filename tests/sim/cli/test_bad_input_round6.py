@@ -312,3 +312,42 @@ def test_trtllm_on_a_dense_model_is_refused(runner, extra):
     _one_line(res, "trtllm models TensorRT-LLM's hybrid cache manager (KV reused only up to a recurrent-state")
     ok = runner.invoke(main, ["run", *SMALL, "--policy", "trtllm-1.2-interval", "--model", "llama-7b"])
     assert ok.exit_code == 0, ok.output
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            ["--gpu", "a100-40gb", "--model", "qwen3.5-27b", "--tensor-parallel", "1"],
+            "qwen3.5-27b's bf16 weights (54GB) are more than the memory of 1x a100-40gb (40GB): give "
+            "--tensor-parallel 2 (the smallest group that holds them and splits its heads)",
+        ),
+        (
+            ["--gpu", "l40s", "--model", "qwen3.5-397b-a17b"],  # the preset's 8 GPUs are H200s
+            "qwen3.5-397b-a17b's bf16 weights (794GB) are more than the memory of 8x l40s (384GB): no "
+            "tensor-parallel group of l40s that splits its heads holds them",
+        ),
+        (
+            ["--gpu", "h100", "--model", "llama-7b", "--capacity", "100GB"],
+            "--capacity 100GB is more than the memory of 1x h100 (80GB): lower it, or give --tensor-parallel",
+        ),
+    ],
+    ids=["weights-27b-on-a100-40gb", "weights-397b-on-l40s", "capacity-over-the-gpu"],
+)
+def test_a_gpu_group_that_cannot_hold_the_model_or_the_cache_is_refused(runner, extra, message):
+    """--gpu priced a model its group cannot hold (397B on L40S ran, 77 ms TTFT) and a cache larger
+    than its memory (100GB on one H100)."""
+    _one_line(runner.invoke(main, ["run", *SMALL, "--policy", "sglang+", *extra]), message)
+
+
+def test_a_gpu_group_that_holds_the_model_runs(runner):
+    for extra in (["--gpu", "a100-40gb", "--model", "qwen3.5-27b", "--tensor-parallel", "2"], ["--gpu", "h100"]):
+        res = runner.invoke(main, ["run", *SMALL, "--policy", "sglang+", "--capacity", "inf", *extra])
+        assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("value", ["-1", "0"])
+def test_synthetic_sessions_state_their_least(runner, value):
+    """synthetic:chat:sessions=-1 said `must be >= 0`, and 0 then said `must be >= 1`."""
+    res = runner.invoke(main, ["run", "--trace", f"synthetic:chat:sessions={value}", "--no-progress"])
+    _one_line(res, f"synthetic:chat: sessions must be >= 1 (got {value})")
