@@ -133,6 +133,11 @@ def fig_hit_rate(df, metric: str = "token_hit_rate"):
     return fig
 
 
+class NotInRows(UsageError):
+    """The selected rows hold nothing this figure draws (no static-alpha rows, no missed-token
+    counts): ``plot --kind all`` names it and draws the others."""
+
+
 def fig_alpha(df, policy: str = "marconi", metrics=("token_hit_rate", "flops_saved_frac")):
     """Heatmaps over alpha x capacity (static-alpha rows), a row of panels (one per metric) per
     configuration family (the other knobs that vary: session rate, scheduler, trace...), never
@@ -141,7 +146,7 @@ def fig_alpha(df, policy: str = "marconi", metrics=("token_hit_rate", "flops_sav
     plt = pyplot()
     mine = df[df["policy"] == policy] if "policy" in df.columns else df
     if alpha_grid(mine, metrics[0], policy).empty:
-        raise UsageError(f"no static-alpha rows of policy {policy!r} to plot (sweep --alpha a:b:step)")
+        raise NotInRows(f"no static-alpha rows of policy {policy!r} to plot (sweep --alpha a:b:step)")
     alpha_knobs = [c for c in ("alpha", "alpha_mode", "tuner", "capacity_bytes", "policy") if c in mine.columns]
     families = [(t, g) for t, g in _families(mine, exclude=alpha_knobs) if not alpha_grid(g, metrics[0], policy).empty]
     n_alpha = max(len(alpha_grid(g, metrics[0], policy)) for _, g in families)
@@ -245,10 +250,10 @@ def fig_misses(rows):
     the prompt tokens; a panel per trace and capacity."""
     missing = [c for c in MISS_CAUSES if c not in rows.columns]
     if missing:
-        raise UsageError("--kind misses needs results with the missed_* columns (rerun the sweep with this version)")
+        raise NotInRows("--kind misses needs results with the missed_* columns (rerun the sweep with this version)")
     older = rows[list(MISS_CAUSES)].isna().any(axis=1)
     if older.any():  # rows of an older version beside newer ones: their misses were drawn as hits
-        raise UsageError(
+        raise NotInRows(
             f"--kind misses: {int(older.sum())} of {len(rows)} rows have no missed-token counts (written by an "
             "older version): rerun the same sweep to recompute them, or leave them out with --where"
         )

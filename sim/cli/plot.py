@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from sim.analysis.plot import KINDS, pyplot, make_figure, save
+from sim.analysis.plot import KINDS, NotInRows, make_figure, pyplot, save
 from sim.cli.outdir import OutputPath, check_output_files, output_folder
 from sim.errors import UsageError
 from sim.experiments.store import NoRecords
@@ -80,6 +80,11 @@ def register(main: click.Group) -> None:
                     if "all" not in kinds:
                         raise
                     undrawn.append(kind)  # --kind all: every figure the folder has the records of
+                    continue
+                except NotInRows as exc:  # --kind all: the rows hold nothing this figure draws
+                    if "all" not in kinds:
+                        raise
+                    click.echo(f"note: {kind} not drawn: {exc}", err=True)
                     continue
                 for p in save(fig, out, kind):
                     click.echo(str(p))

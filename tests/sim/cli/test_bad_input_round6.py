@@ -298,6 +298,14 @@ def test_plot_misses_refuses_rows_without_miss_counts(runner, tmp_path):
     )
     assert res.exit_code == 0, res.output  # the newer rows alone draw
     assert sorted(p.name for p in figs.iterdir()) == ["misses.png", "misses.svg"]
+    every = tmp_path / "every"  # --kind all draws the figures the rows hold, and says why misses is not one
+    res = runner.invoke(main, ["plot", str(out), "--kind", "all", "--out", str(every)])
+    assert res.exit_code == 0, res.output
+    assert "note: misses not drawn: --kind misses: 1 of 2 rows have no missed-token counts" in res.stderr
+    # a sweep without marconi's static alphas: the alpha figure is named, not the end of --kind all
+    assert "note: alpha not drawn: no static-alpha rows of policy 'marconi'" in res.stderr
+    assert (every / "hit-rate.png").exists() and (every / "ttft-load.png").exists()
+    assert not (every / "misses.png").exists() and not (every / "alpha.png").exists()
 
 
 # ------------------------------------------------------------------- trtllm on a dense model
