@@ -243,6 +243,11 @@ def read_config(path) -> dict:
         cfg.setdefault("model_type", raw.get("model_type"))
     family = str(cfg.get("model_type") or raw.get("model_type") or "")
     family = {"qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5_moe"}.get(family, family)
+    if not family:  # `{}`, or a file that is some other JSON (a tokenizer config, an index)
+        raise UsageError(
+            f"model config {where}: no 'model_type' field: not a Hugging Face model config.json (the reader "
+            f"knows {', '.join(FAMILIES)})"
+        )
     if family not in FAMILIES:
         raise UsageError(
             f"model config {where}: model_type {family or None!r} is not one this reader knows ({', '.join(FAMILIES)})"

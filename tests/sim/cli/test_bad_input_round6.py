@@ -205,6 +205,16 @@ def test_a_config_field_out_of_range_says_its_range(runner, tmp_path, fixture, f
     _one_line(res, f"model config {path}: {message}")
 
 
+def test_a_json_without_model_type_says_it_is_no_model_config(runner, tmp_path):
+    """`{}` (or a tokenizer_config.json) said `model_type None is not one this reader knows`."""
+    path = tmp_path / "tokenizer_config.json"
+    path.write_text(json.dumps({"model_max_length": 4096}))
+    _one_line(
+        runner.invoke(main, ["models", str(path)]),
+        f"model config {path}: no 'model_type' field: not a Hugging Face model config.json (the reader knows qwen3_next",
+    )
+
+
 def test_a_folder_without_config_json_says_so(runner, tmp_path):
     """`--model FOLDER` without a config.json, or a config.json that is a folder, said `no such file`
     of a folder that is there."""
