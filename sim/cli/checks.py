@@ -39,8 +39,15 @@ SCHEDULER_KNOBS = ("max_num_batched_tokens", "max_num_seqs")
 #: tuning knobs of one tuner only (the rest of the tuning group is read by both)
 DUEL_KNOBS = ("duel_candidates", "duel_every", "duel_window", "duel_margin")
 REPLAY_TUNER_KNOBS = ("bootstrap_multiplier", "tuning_start", "tuning_workers", "retune_every")
-#: knobs that size a pool of recurrent states: nothing to size for a model without recurrent layers
-STATE_POOL_KNOBS = ("mamba_full_memory_ratio", "max_mamba_cache_size", "state_pool")
+#: knobs that size a pool of recurrent states or place them: nothing to size or place for a model
+#: without recurrent layers (SGLang serves one from its plain radix cache, no mamba component)
+STATE_POOL_KNOBS = (
+    "mamba_full_memory_ratio",
+    "max_mamba_cache_size",
+    "state_pool",
+    "mamba_radix_cache_strategy",
+    "mamba_track_interval",
+)
 
 _FIELDS = {f.name: f for f in SimConfig.knobs()}
 
@@ -180,8 +187,8 @@ def refuse_dense_model_settings(given: list[str], configs: list[SimConfig]) -> N
         if readers and not any(hybrid(c) for c in readers):
             models = ", ".join(dict.fromkeys(get_model(c.model).name for c in readers))
             raise UsageError(
-                f"{_flag(name)} does nothing for {models}: a model without recurrent layers has no state "
-                "pool to size: leave it out"
+                f"{_flag(name)} does nothing for {models}: a model without recurrent layers has no recurrent "
+                "states to pool or place: leave it out"
             )
     for c in configs:  # TensorRT-LLM's hybrid manager commits KV only up to a snapshot point
         preset = get_preset(c.policy)
