@@ -273,7 +273,9 @@ class SglangPreset(EnginePreset):
         # the Full (base) component decides whether a node survives" (unified_tree_core.py
         # _iteratively_delete_tombstone_ancestors, L2289-L2312, SGLang 0.5.23), so no cascade
         rules = replace(SGLANG_RULES, cascade=False)
-        if resolved_strategy(config) != "no_buffer":
+        if resolved_strategy(config) != "no_buffer" and spec.is_hybrid:
+            # a dense model has no mamba component: SGLang serves it from its plain radix cache,
+            # whose KV is kept to the request's end whatever the strategy
             rules = replace(rules, kv_extent="state")
         if config.max_mamba_cache_size > 0:
             rules = replace(rules, state_capacity=config.max_mamba_cache_size)

@@ -378,3 +378,37 @@ def test_synthetic_sessions_state_their_least(runner, value):
     """synthetic:chat:sessions=-1 said `must be >= 0`, and 0 then said `must be >= 1`."""
     res = runner.invoke(main, ["run", "--trace", f"synthetic:chat:sessions={value}", "--no-progress"])
     _one_line(res, f"synthetic:chat: sessions must be >= 1 (got {value})")
+
+
+@pytest.mark.parametrize("mode", ["sequential", "des"])
+def test_sglang_keeps_a_dense_models_kv_to_the_requests_end(mode):
+    """SGLang serves a model without recurrent layers from its plain radix cache: the second turn
+    of a session (the first turn's 100-token prompt and 10-token answer, then 20 new tokens) hits
+    the 100 + 10 - 1 tokens the first request stored. The preset applied extra_buffer (auto) to it
+    and kept KV only up to the 64-token tracked state: 64. A hybrid model keeps that rule."""
+    import numpy as np
+
+    from sim.config import SimConfig
+    from sim.simulate import simulate
+    from traces.base import Request, Trace
+
+    def toks(start, n):
+        return np.arange(start, start + n, dtype=np.int64)
+
+    first_in, first_out = toks(0, 100), toks(500, 10)
+    reqs = [
+        Request(session_id=0, turn=0, input_tokens=first_in, output_tokens=first_out),
+        Request(
+            session_id=0,
+            turn=1,
+            input_tokens=np.concatenate((first_in, first_out, toks(900, 20))),
+            output_tokens=toks(700, 5),
+        ),
+    ]
+
+    def hits(model):
+        cfg = SimConfig(policy="sglang", model=model, capacity_bytes=10**11, mode=mode)
+        return list(simulate(Trace("two-turns", reqs), cfg).requests["hit_tokens"])
+
+    assert hits("llama-7b") == [0, 109]
+    assert hits("qwen3.5-9b") == [0, 64]  # extra_buffer: KV up to the last tracked state
