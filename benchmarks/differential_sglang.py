@@ -359,14 +359,81 @@ class SGLangDriver:
         self._take_back(lent)
         return hit
 
+    # ---- fcfs with the simulator's pools: running requests take their memory from a reserve
+    def _lent(self, rid: int, op, kv: int, mamba: int):
+        """Run ``op()`` for request ``rid`` with ``kv`` KV slots and ``mamba`` mamba slots lent
+        from the reserve, so that the engine's allocation evicts nothing (the simulator's fcfs
+        charges a running request nothing); what ``op`` did not take goes straight back, what it
+        took is counted as lent to ``rid`` (``self.owed``) until ``_settle``. Returns ``op()``."""
+        import torch  # noqa: PLC0415
+
+        mamba_alloc = self.pool.mamba_allocator
+        assert len(self.reserve) >= kv and len(self.mamba_reserve) >= mamba, "the reserve is spent"
+        kv0, m0 = self.allocator.available_size(), mamba_alloc.available_size()
+        if kv:
+            self.allocator.free(self.reserve[len(self.reserve) - kv :])
+            self.reserve = self.reserve[: len(self.reserve) - kv]
+        if mamba:
+            mamba_alloc.free(self.mamba_reserve[len(self.mamba_reserve) - mamba :])
+            self.mamba_reserve = self.mamba_reserve[: len(self.mamba_reserve) - mamba]
+        out = op()
+        back_kv = self.allocator.available_size() - kv0  # free beyond the cache's own: unused
+        back_m = mamba_alloc.available_size() - m0
+        assert back_kv >= 0 and back_m >= 0, "an allocation evicted: lend more"
+        if back_kv:
+            self.reserve = torch.cat([self.reserve, self.allocator.alloc(back_kv)])
+        if back_m:
+            self.mamba_reserve = torch.cat([self.mamba_reserve, mamba_alloc.alloc(back_m)])
+        owed = self.owed.setdefault(rid, [0, 0])
+        owed[0] += kv - back_kv
+        owed[1] += mamba - back_m
+        return out
+
+    def _settle(self, rid: int, req, finished: bool) -> None:
+        """At the simulator's insert (a prefill's end, a request's end): take back what ``rid``
+        was lent beyond what it still holds privately (its decode tokens' KV, its working and
+        ping-pong mamba slots), evicting with the engine's own calls as the simulator's insert
+        evicts, so the cache is back within the simulator's budgets."""
+        import torch  # noqa: PLC0415
+        from sglang.srt.mem_cache.allocation import alloc_token_slots  # noqa: PLC0415
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams  # noqa: PLC0415
+
+        owed = self.owed.get(rid, [0, 0])
+        held_m = 0
+        if not finished:
+            held_m = int(req.kv.mamba_pool_idx is not None)
+            if req.kv.mamba_ping_pong_track_buffer is not None:
+                held_m += len(req.kv.mamba_ping_pong_track_buffer)
+        kv, m = owed[0], owed[1] - held_m
+        if kv > 0:
+            self.reserve = torch.cat([self.reserve, alloc_token_slots(self.tree, kv)])
+            owed[0] -= kv
+        if m > 0:
+            mamba = self.pool.mamba_allocator
+            if mamba.available_size() < m:
+                self.tree.evict_for_alloc(EvictParams(num_tokens=0, mamba_num=m - mamba.available_size()))
+            got = mamba.alloc(m)
+            assert got is not None, "the mamba pool could not be taken back"
+            self.mamba_reserve = torch.cat([self.mamba_reserve, got])
+            owed[1] -= m
+        if finished:
+            self.owed.pop(rid, None)
+
     def run_events(self, events, tokens) -> tuple[dict[int, int], Counter]:
         """The simulator's ``--scheduler fcfs`` run (its ``Lookup``, ``Prefill`` and ``Decode``
         events, in the order it emitted them) through the cache: a request's lookup when the
-        simulator looked it up (at its arrival), its whole chunked prefill when the simulator's
-        prefill ended (each chunk published, the prompt's end published), its decode tokens and its
-        release when its decode ended. Returns the engine's hit per request id and the odd cases."""
+        simulator looked it up (for ``sglang``, when its server took it), its whole chunked prefill
+        when the simulator's prefill ended (each chunk published, the prompt's end published), its
+        decode tokens and its release when its decode ended. With the simulator's pools
+        (``--memory M --pools``) a running request's slots are lent from a reserve and taken back
+        at the simulator's inserts (``_lent``, ``_settle``). Returns the engine's hit per request
+        id and the odd cases."""
         from sim.engine.events import Decode, Lookup, Prefill  # noqa: PLC0415
 
+        pooled = self.reserve is not None
+        self.owed: dict[int, list[int]] = {}
+        lend = self._lent if pooled else (lambda rid, op, kv, mamba: op())
+        spare = 4  # mamba slots lent per engine call (a copy-on-write, a fork, two ping-pong slots)
         live: dict = {}
         hits: dict[int, int] = {}
         odd: Counter = Counter()
@@ -375,24 +442,38 @@ class SGLangDriver:
             if isinstance(ev, Lookup):
                 odd["lookups"] += rid in hits
                 prompt, output = tokens[rid]
-                req, hits[rid] = self.begin(prompt, output)
+                req, hits[rid] = lend(rid, lambda p=prompt, o=output: self.begin(p, o), 0, spare)
                 live[rid] = req
             elif isinstance(ev, Prefill):
                 req = live[rid]
                 n = len(req.origin_input_ids)
+                done = False
                 while True:
-                    self.extend(req, min(n, req.prefix_len + self.setup.prefill_chunk))
-                    if self.extended(req):
+                    end = min(n, req.prefix_len + self.setup.prefill_chunk)
+
+                    def chunk(req=req, end=end):
+                        self.extend(req, end)
+                        return self.extended(req)
+
+                    done = lend(rid, chunk, end - req.prefix_len, spare)
+                    if done:
                         del live[rid]
                         break
                     if req.extend_end >= n:
                         break
+                if pooled:
+                    self._settle(rid, req, done)
             elif isinstance(ev, Decode) and rid in live:
                 req = live.pop(rid)
-                while True:
+
+                def token(req=req):
                     self.decode_slot(req)
-                    if self.decoded(req):
-                        break
+                    return self.decoded(req)
+
+                while not lend(rid, token, 1, spare):
+                    pass
+                if pooled:
+                    self._settle(rid, req, True)
         odd["unfinished"] = len(live)
         return hits, odd
 
@@ -497,8 +578,9 @@ def sim_steps(trace, policy: str, knobs: dict):
 
 
 def sim_events(trace, policy: str, knobs: dict):
-    """``policy`` under ``--scheduler fcfs`` (des mode, one prefill server, ample memory): its hit
-    per request id and its lookup, prefill and decode events in order."""
+    """``policy`` under ``--scheduler fcfs`` (des mode, one prefill server; ``gpu_memory`` in
+    ``knobs`` for the engine's pools): its hit per request id, its lookup, prefill and decode events
+    in order and its pools before the run (KV tokens, states; None: ample)."""
     from sim.config import UNLIMITED, SimConfig  # noqa: PLC0415
     from sim.engine.drivers import run  # noqa: PLC0415
     from sim.engine.events import Decode, EventLog, Lookup, Prefill  # noqa: PLC0415
@@ -506,9 +588,14 @@ def sim_events(trace, policy: str, knobs: dict):
 
     config = SimConfig(policy=policy, model=MODEL, capacity_bytes=UNLIMITED, mode="des", scheduler="fcfs", **knobs)
     log = EventLog()
-    res = run(build(trace, config, observers=(log,)))
+    sim = build(trace, config, observers=(log,))
+    tree = sim.tree
+    pools = None
+    if knobs.get("gpu_memory"):
+        pools = (int(tree.kv_capacity_bytes // tree.kv_bytes_per_token), tree.state_capacity)
+    res = run(sim)
     hits = dict(zip(res.requests["request_id"].astype(int), res.requests["hit_tokens"].astype(int), strict=True))
-    return hits, [e for e in log.events if isinstance(e, (Lookup, Prefill, Decode))]
+    return hits, [e for e in log.events if isinstance(e, (Lookup, Prefill, Decode))], pools
 
 
 def scheduled(trace, args, label: str, rows: list) -> None:
@@ -523,7 +610,7 @@ def scheduled(trace, args, label: str, rows: list) -> None:
     fcfs = args.scheduler == "fcfs"
     pools = None
     if fcfs:
-        sim, steps = sim_events(trace, policy, knobs)
+        sim, steps, pools = sim_events(trace, policy, knobs)
     else:
         sim, steps, pools = sim_steps(trace, policy, knobs)
     block = trace.block_tokens
@@ -536,9 +623,12 @@ def scheduled(trace, args, label: str, rows: list) -> None:
     states = sum(-(-n // chunk) + 5 for n in lens) + 64
     running = 0 if fcfs else max(len(e.prefills) + len(e.decodes) for e in steps)  # in one step
     kv_tokens = sum(lens) + 64
+    reserve = {}
     if pools is not None:  # the simulator's pools; running requests take their slots from them
         kv_tokens, states = pools
-    setup = EngineSetup(strategy, kv_tokens, states, prefill_chunk=chunk, max_running=len(lens))
+        if fcfs:  # ... lent from a reserve (fcfs charges them nothing): every request's at most
+            reserve = {"kv_reserve": sum(lens) + 64, "mamba_reserve": 8 * len(lens) + 64}
+    setup = EngineSetup(strategy, kv_tokens, states, prefill_chunk=chunk, max_running=len(lens), **reserve)
     setup.tree_core = args.tree_core
     driver = SGLangDriver(setup, max(lens))
     try:
@@ -605,7 +695,8 @@ def main() -> None:
         "--scheduler",
         choices=("sequential", "fcfs", "continuous"),
         default="sequential",
-        help="fcfs / continuous: the preset under that scheduler (des mode, ample memory), replayed through the engine",
+        help="fcfs / continuous: the preset under that scheduler (des mode; ample memory, or --memory with "
+        "--pools), replayed through the engine",
     )
     ap.add_argument(
         "--sessions-per-second",
@@ -616,7 +707,8 @@ def main() -> None:
     ap.add_argument(
         "--pools",
         action="store_true",
-        help="continuous with --memory (not built: the engine runs out of mamba slots, see docs/presets-engines.md)",
+        help="fcfs / continuous with --memory: the engine gets the simulator's pools (continuous: the engine may "
+        "run out of mamba slots, see docs/presets-engines.md)",
     )
     ap.add_argument("--out", default="", help="CSV of per-request hits (never overwritten)")
     args = ap.parse_args()

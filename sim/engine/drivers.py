@@ -127,6 +127,10 @@ def run_des(sim: Simulation) -> None:
     # while it queues; the paper's policies look up (and pin) at the arrival
     at_start = bool(getattr(sim.admission, "rematches_waiting", False))
     on_arrive = listeners(sim.observers, "arrive") if at_start else ()
+    # an engine that checkpoints every chunk inserts one state per insert (``publishes_chunks``:
+    # SGLang's ``commit_insert_component_data``), so a request's end does not refresh its prompt's
+    # states, inserted at its prefill's end (as ``ContinuousEngine._finish``)
+    one_state = bool(getattr(sim.admission, "publishes_chunks", False))
 
     def serve(r: Request):
         arrival = env.now
@@ -150,6 +154,8 @@ def run_des(sim: Simulation) -> None:
         decode_start = env.now
         yield env.timeout(decode)
         sim.decoded(f, decode_start, decode, env.now)
+        if one_state:  # one state per engine insert: the request's end carries its last only
+            f.prefill_cps, f.decode_cps = [], sorted(set(f.prefill_cps) | set(f.decode_cps))[-1:]
         sim.insert_decode(f, env.now)
         _tune_after(sim, r, env.now)
         _tick(sim)

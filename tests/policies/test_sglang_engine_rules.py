@@ -435,3 +435,29 @@ def test_under_fcfs_a_request_is_matched_when_the_server_takes_it():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(SglangAdmission, "rematches_waiting", False)
         assert _memory_run(trace, BIG, scheduler="fcfs")[0] == [0, 0]
+
+
+def test_under_fcfs_the_request_end_carries_one_state_and_leaves_the_prompt_state_alone():
+    """Rule 11 under ``--scheduler fcfs``: each of SGLang's inserts hands the tree one state, at its
+    end (``components/mamba.py`` ``commit_insert_component_data`` L227-L252; ``refresh_lru`` leaves
+    the states its walk passes alone, L127-L149), so a request's end does not refresh the prompt
+    state its prefill inserted. no_buffer, a pool of 3 states, one server: r0 = A (10 tokens, 400
+    out) inserts A's state at 10 at its prefill's end; r1 = B (t = 0.1, 1 out) its state at 10; r0
+    ends (its state at 409); r2 = C (t = 1) takes the pool's last room by evicting the least recent
+    state, A's at 10; r3 = A + 5 tokens (t = 2) reuses nothing. The end insert carried every state
+    of r0 before and refreshed A's at 10: B's went instead and r3 reused 10.
+    ``differential_sglang.py --scheduler fcfs --memory 10GB --pools`` found it: 1,224 -> 1,235 of
+    1,235 requests equal."""
+    a = toks(0, 10)
+    reqs = [
+        Request(session_id=k, turn=0, input_tokens=inp, output_tokens=toks(9000 + 1000 * k, n), arrival=t)
+        for k, (inp, n, t) in enumerate(
+            [(a, 400, 0.0), (toks(100, 10), 1, 0.1), (toks(200, 10), 1, 1.0), (cat(a, toks(300, 5)), 1, 2.0)]
+        )
+    ]
+    trace = Trace("t", reqs, closed_loop=False)
+    hits, _, _ = _memory_run(trace, BIG, scheduler="fcfs", max_mamba_cache_size=3)
+    assert hits == [0, 0, 0, 0]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SglangAdmission, "publishes_chunks", False)
+        assert _memory_run(trace, BIG, scheduler="fcfs", max_mamba_cache_size=3)[0] == [0, 0, 0, 10]
