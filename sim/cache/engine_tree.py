@@ -142,6 +142,18 @@ class EngineTree(HybridRadixTree):
         need_kv, need_states = self._pending
         return self.kv_bytes + need_kv <= self.kv_capacity_bytes and self.n_states + need_states <= self.state_capacity
 
+    def _fits_freed(self, kv_free: int, states_free: int, kv_bytes: int, states: int) -> bool:
+        # older KV copies are free too (a copy leaves nothing in the tree); a frozen block's charge
+        # is counted as staying (an underestimate of what eviction frees)
+        kv_freed = (kv_free + self.copy_tokens) * self.kv_bytes_per_token
+        if self.state_capacity is None:
+            freed = kv_freed + states_free * self.state_bytes
+            return self.used_bytes - freed + kv_bytes + states * self.state_bytes <= self.capacity_bytes
+        return (
+            self.kv_bytes - kv_freed + kv_bytes <= self.kv_capacity_bytes
+            and self.n_states - states_free + states <= self.state_capacity
+        )
+
     def _room_needed(self, seq, span, checkpoints, need_bytes):
         need_kv, new_cps, walk_end = self._plan_new(seq, span, checkpoints)
         if self.frozen_block and new_cps:  # each new state off the block grid adds its frozen block

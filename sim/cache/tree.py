@@ -650,6 +650,38 @@ class HybridRadixTree:
         self._hold(kv_bytes, states)
         return True
 
+    def could_reserve(self, kv_tokens: int, states: int) -> bool | None:
+        """Whether ``reserve(kv_tokens, states)`` would succeed, asked without evicting anything:
+        it fits now, or would once every entry the policy can give up is gone (an unlocked node's
+        KV and state, a locked node's state where the policy's ``keys`` lists it), as an engine
+        checks a request before it admits it (vLLM's ``allocate_slots`` counts the cached blocks
+        in the free queue as free, SGLang's ``PrefillAdder`` the evictable size). A walk over the
+        tree, for the slow path only. None when the policy cannot say (it has no ``keys``)."""
+        kv_bytes = kv_tokens * self.kv_bytes_per_token
+        need = kv_bytes + states * self.state_bytes
+        self._pending = (kv_bytes, states)
+        if need <= 0 or self._fits(need):
+            return True
+        keys = getattr(self.policy, "keys", None)
+        if keys is None:
+            return None
+        kv_free = states_free = 0
+        for node in self.iter_nodes():
+            if node.parent is None:
+                continue
+            if node.lock == 0:
+                kv_free += node.n_tokens
+                states_free += node.has_state
+            elif node.has_state and "state" in keys(node):
+                states_free += 1
+        return self._fits_freed(kv_free, states_free, kv_bytes, states)
+
+    def _fits_freed(self, kv_free: int, states_free: int, kv_bytes: int, states: int) -> bool:
+        """Hook: whether ``kv_bytes`` of KV and ``states`` states fit once ``kv_free`` KV tokens
+        and ``states_free`` states are evicted (a pooled cache checks each pool)."""
+        freed = kv_free * self.kv_bytes_per_token + states_free * self.state_bytes
+        return self.used_bytes - freed + kv_bytes + states * self.state_bytes <= self.capacity_bytes
+
     def release(self, kv_tokens: int, states: int) -> None:
         """Give back a charge made by ``reserve``."""
         self._hold(-kv_tokens * self.kv_bytes_per_token, -states)

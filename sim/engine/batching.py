@@ -24,7 +24,9 @@ slots come from the state pool and the KV from the KV pool). When a running requ
 do not fit, the newest running request is preempted (vLLM's recompute preemption): it gives back
 its memory and its locks and goes to the front of the waiting queue, to be looked up and
 prefilled again (prompt plus the tokens already generated) when there is room. A waiting request
-that does not fit waits. A request too large to fit even alone is run anyway and counted in
+that does not fit waits (an admission that ``rematches_waiting``: holding nothing, and evicting
+nothing for it when it would not fit even with every evictable entry gone, ``could_reserve``). A
+request too large to fit even alone is run anyway and counted in
 ``memory_overshoots`` (no request is ever dropped).
 
 Speed: per-step work is O(batch). A run of decode-only steps in which nothing changes (no prefill,
@@ -399,6 +401,12 @@ class ContinuousEngine:
                     self._unlook(s)
                 break
             kv = self._kv(s.pos, s.pos + n)
+            if self.rematch and running and self.sim.tree.could_reserve(kv, self.slots) is False:
+                # the engine admits it only if it fits once what can be evicted is gone, and evicts
+                # nothing for it otherwise: it waits, holding nothing, to be matched again
+                if fresh:
+                    self._unlook(s)
+                break
             if not self._reserve(s, kv, self.slots):
                 if running:
                     if fresh and self.rematch:

@@ -399,7 +399,9 @@ def test_a_request_waiting_for_memory_holds_no_lock_and_is_matched_again():
     ``managers/scheduler.py`` L4260, ``init_next_round_input``), ``PrefillAdder.add_one_req`` pins
     its hit only while it checks the budget (``with self._lock_node(req.last_node)``,
     ``schedule_policy.py`` L1431, the context manager L1225-L1239 unlocks on ``NO_TOKEN``) and
-    locks it for the run only when it admits it (``_commit_prefill_admission``, L1690). Tiny model,
+    locks it for the run only when it admits it (``_commit_prefill_admission``, L1690); the check
+    compares with the free and evictable sizes and evicts nothing (``PrefillMemoryBudget``,
+    ``mem_cache/prefill_budget.py`` L91-L97, L114-L130). Tiny model,
     180 B, continuous: r0 = H (10 tokens, 1 out) leaves H's 10 tokens and state (36 B); r1 = D (10
     tokens, 50 out) and r2 = W (H + 60 tokens) arrive at t = 1. D runs (its slot, its prompt's KV
     and state: 52 B); W needs 60 tokens and a slot (136 B) and waits. D's decode tokens fill the

@@ -18,6 +18,7 @@ from sim.cache.engine_tree import EngineTree
 from sim.config import SimConfig
 from sim.cost import get_model
 from sim.engine.drivers import run as drive
+from sim.engine.events import Evict, EventLog
 from sim.simulate import build
 from traces.base import Request, Trace
 
@@ -423,13 +424,15 @@ def test_blocks_recomputed_between_the_hit_and_the_match_stay_the_running_reques
 
 
 def _waiting_run(trace, capacity, scheduler="continuous"):
-    """Hit tokens and queueing delays of ``vllm`` (block 16) on the tiny model (a block 32 B, a
-    state one block)."""
+    """Hit tokens, queueing delays and the (time, position) of each state eviction of ``vllm``
+    (block 16) on the tiny model (a block 32 B, a state one block)."""
     config = SimConfig(
         policy="vllm", model="qwen3.5-9b", capacity_bytes=capacity, mode="des", scheduler=scheduler, block_size=16
     )
-    req = drive(build(trace, config, spec=TINY, timing=TIMING)).requests.sort_values("request_id")
-    return [int(h) for h in req["hit_tokens"]], list(req["queue_s"])
+    log = EventLog()
+    req = drive(build(trace, config, spec=TINY, timing=TIMING, observers=(log,))).requests.sort_values("request_id")
+    evicted = [(round(e.t, 6), e.position) for e in log.events if isinstance(e, Evict)]
+    return [int(h) for h in req["hit_tokens"]], list(req["queue_s"]), evicted
 
 
 def _open(*reqs):
@@ -443,29 +446,33 @@ def _open(*reqs):
     )
 
 
-def test_a_request_waiting_for_memory_holds_nothing_and_is_matched_again():
-    """A waiting request holds no blocks: ``Scheduler.schedule`` looks it up while
+def test_a_request_waiting_for_memory_holds_nothing_evicts_nothing_and_is_matched_again():
+    """A waiting request holds no blocks and evicts none: ``Scheduler.schedule`` looks it up while
     ``num_computed_tokens`` is 0 (``get_computed_blocks``, ``vllm/v1/core/sched/scheduler.py``
-    L1149-L1166, no references taken), ``allocate_slots`` returns None before it touches the hit
-    when the pool is short (``kv_cache_manager.py`` L605-L609; the touch is L611-L622), and the
-    request stays waiting (``new_blocks is None``: break, L1516-L1523), to be looked up again at
-    the next pass. Tiny model, 5 blocks, continuous: r0 = H (24 tokens, 1 out) leaves the block
-    [0, 16) and the state at 16; r1 = D (16 tokens, 8 out) and r2 = W (H + 40 tokens) arrive at
-    t = 1; D runs, W's first chunk (16..48: 2 blocks and a state) does not fit and H's state, the
-    free queue's front, goes making room for it. W is matched again at each pass and, when D has
-    ended, reuses nothing: no state is left at 16 (vLLM, holding nothing for W, evicts the same
-    state for D's decode). Keeping its first lookup, W prefilled from the state at 16 that was
-    gone (a hit of 16 tokens)."""
+    L1149-L1166, no references taken), ``allocate_slots`` compares the blocks it needs with the
+    free queue (cached blocks included) and returns None before it touches the hit or evicts
+    anything when the pool is short (``kv_cache_manager.py`` L605-L609; the touch is L611-L622),
+    and the request stays waiting (``new_blocks is None``: break, L1516-L1523), to be looked up
+    again at the next pass. Tiny model, 5 blocks, continuous: r0 = H (24 tokens, 1 out) leaves the
+    block [0, 16) and the state at 16; r1 = D (16 tokens, 8 out) and r2 = W (H + 40 tokens) arrive
+    at t = 1; D runs (1 block, its state), W's first chunk (16..48: 2 blocks and a state) does not
+    fit even with H's state gone, so nothing is evicted for it. D's first decode token enters its
+    second block (a block and a second state block) and takes the free queue's front, H's state,
+    at t = 1.001. W, matched again at each pass, hits nothing. Before, W kept its first lookup and
+    its failed reservation evicted H's state at t = 1.0, and W prefilled from that state (a hit of
+    16 tokens on a state that was gone)."""
     h = toks(0, 24)
     trace = _open(
         (h, toks(9000, 1), 0.0), (toks(100, 16), toks(9100, 8), 1.0), (cat(h, toks(200, 40)), toks(9200, 1), 1.0)
     )
-    hits, queue = _waiting_run(trace, 5 * 32)
+    hits, queue, evicted = _waiting_run(trace, 5 * 32)
     assert hits == [0, 0, 0]
-    assert queue[2] > 0.007  # W waited for D's end
+    assert queue[2] > 0.001  # W waited
+    assert evicted[0] == (1.001, 16)  # H's state, for D's decode, not at W's first try (t = 1.0)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(VllmAdmission, "rematches_waiting", False)
-        assert _waiting_run(trace, 5 * 32)[0] == [0, 0, 16]
+        hits, _, evicted = _waiting_run(trace, 5 * 32)
+        assert hits == [0, 0, 16] and evicted[0] == (1.0, 16)
 
 
 def test_under_fcfs_a_request_is_matched_when_the_server_takes_it():
@@ -476,8 +483,32 @@ def test_under_fcfs_a_request_is_matched_when_the_server_takes_it():
     nothing."""
     a = toks(0, 40)
     trace = _open((a, toks(9000, 3), 0.0), (cat(a, toks(300, 5)), toks(9300, 1), 0.0))
-    hits, queue = _waiting_run(trace, 10**12, scheduler="fcfs")
+    hits, queue, _ = _waiting_run(trace, 10**12, scheduler="fcfs")
     assert hits == [0, 32] and queue[1] > 0
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(VllmAdmission, "rematches_waiting", False)
         assert _waiting_run(trace, 10**12, scheduler="fcfs")[0] == [0, 0]
+
+
+def test_could_reserve_counts_what_eviction_frees_and_evicts_nothing():
+    """The admission check behind a waiting request (``HybridRadixTree.could_reserve``): vLLM's
+    ``allocate_slots`` compares the blocks a request needs with the free queue, cached blocks
+    included, before it evicts anything (``kv_cache_manager.py`` L605-L609). A (8 tokens, states
+    at 4 and 8) and B (4 tokens, a state) hold 24 of 28 bytes; a request runs on A (its path
+    locked: A's KV stays, A's states stay in the free queue). Free now: 4 B; once evicted: B's KV
+    and state and A's two states, 16 B more: 20 B can be reserved, 21 cannot, and asking evicts
+    nothing."""
+    c = _Pool(capacity=28)
+    c.insert([1, 2, 3, 4, 5, 6, 7, 8], [4, 8])
+    c.insert([20, 21, 22, 23], [4])
+    m = c.lookup([1, 2, 3, 4, 5, 6, 7, 8, 9])
+    c.tree.lock(m.hit_node)
+    before = (c.tree.kv_tokens, c.tree.n_states)
+    assert c.tree.could_reserve(4, 0) is True  # fits now
+    assert c.tree.could_reserve(20, 0) is True
+    assert c.tree.could_reserve(12, 2) is True  # 12 + 2 x 4
+    assert c.tree.could_reserve(21, 0) is False
+    assert c.tree.could_reserve(16, 2) is False
+    assert (c.tree.kv_tokens, c.tree.n_states) == before
+    assert c.tree.reserve(20, 0)  # what it promised, reserve does
+    c.tree.unlock(m.hit_node)
