@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -45,15 +47,33 @@ def test_local_pool_rows_match_inline_run(tmp_path, trace_files):
     assert load_results(tmp_path / "pool")["worker_pid"].nunique() == 2
 
 
+def _caught(sig: int) -> bool:
+    """Whether this process catches ``sig`` below Python (its handler, not the default action)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    raise AssertionError("no SigCgt line in /proc/self/status")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status")
 def test_ray_engine_matches_local_engine(tmp_path, trace_files):
     ray = pytest.importorskip("ray")
     tasks = _grid(trace_files)
     run_sweep(tasks, tmp_path / "local", engine="local", workers=2, progress=False, save_requests=True)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # the sweep starts its own Ray, as `marconi sweep --engine ray` does, with the CLI's stop handlers
+    # installed: they are ours again below Python once the sweep has shut its Ray down (ray.shutdown
+    # leaves SIGTERM at its default action there, so a SIGTERM as the sweep ends killed it outright)
+    stops = (signal.SIGTERM, signal.SIGHUP)
+    before = {s: signal.signal(s, lambda signum, frame: None) for s in stops}
     try:
-        rep = run_sweep(tasks, tmp_path / "ray", engine="ray", progress=False, save_requests=True)
+        assert not ray.is_initialized() and all(_caught(s) for s in stops)
+        rep = run_sweep(tasks, tmp_path / "ray", engine="ray", workers=2, progress=False, save_requests=True)
+        assert not ray.is_initialized()  # a Ray the sweep started goes down with it
+        assert [_caught(s) for s in stops] == [True, True]
     finally:
         ray.shutdown()
+        for s, handler in before.items():
+            signal.signal(s, handler)
     assert rep.ran == len(tasks) and not rep.failed
     local, remote = _comparable(tmp_path / "local"), _comparable(tmp_path / "ray")
     assert len(remote) == len(tasks)
