@@ -226,6 +226,8 @@ class MissLedger:
         gap_lo, gap_hi = hit_tokens, min(C, tok_in)
         if gap_hi > gap_lo:
             lo, hi = gap_lo // B, gap_hi // B  # marks at symbol depths in (lo, hi]
+            if gap_hi == tok_in and tok_in % B:  # a hash-block prompt's partial last block: its state is at tok_in
+                hi += 1
             lost = sorted(
                 (d, k, t)
                 for node in path
@@ -256,7 +258,9 @@ class MissLedger:
         seq = self._seqs.get(request.request_id)
         if seq is None:
             return
-        d = min(self._depth(request, position), len(seq))
+        d = self._depth(request, position)
+        if d > len(seq):  # in an output the trace gave no symbols (hash blocks): no prefix anyone shares
+            return
         self._ckpt[checkpoint] = (seq, d)
         self.trie.mark(seq, d, ALIVE, t)
 
@@ -282,7 +286,8 @@ class MissLedger:
         if seq is None:
             return
         for p in positions_tokens:
-            self.trie.mark(seq, min(p // self.B, len(seq)), REJECTED, t)
+            if p // self.B <= len(seq):  # (past it: an output without symbols, as in ``admit``)
+                self.trie.mark(seq, p // self.B, REJECTED, t)
 
     def speculative(self, r, positions_tokens, t: float) -> None:
         """Positions where the engine would keep a state but for speculative decoding."""
@@ -290,7 +295,8 @@ class MissLedger:
         if seq is None:
             return
         for p in positions_tokens:
-            self.trie.mark(seq, min(p // self.B, len(seq)), SPECULATIVE, t)
+            if p // self.B <= len(seq):
+                self.trie.mark(seq, p // self.B, SPECULATIVE, t)
 
     # ------------------------------------------------------------------ results
     def columns(self) -> dict[str, np.ndarray]:

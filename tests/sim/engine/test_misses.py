@@ -171,6 +171,75 @@ def test_two_losses_split_the_gap_on_a_hash_block_trace(capacity):
         assert when[2] == 1.0
 
 
+def test_a_state_at_a_hash_block_prompts_partial_end_is_counted_where_it_went():
+    """A 50-token prompt in 4 blocks of 16 (the last partial) sent twice, then an unrelated request,
+    then the prompt again. Marconi keeps a state at the prompt's end (token 50, block 4) on the
+    second request's branch; with room the fourth request hits all 50 tokens. At 300 B the third
+    request evicts that state at t = 2: the 50 tokens are ``evicted`` (as on a token trace), not
+    ``no_checkpoint`` (the state sits inside the prompt's last block, not on a whole-block depth)."""
+
+    def hb(*pairs):
+        return Trace(
+            "hb",
+            [
+                Request(session_id=i, turn=0, input_tokens=s, output_tokens=toks(0, 0), input_len=n, output_len=5)
+                for i, (s, n) in enumerate(pairs)
+            ],
+            block_tokens=16,
+        )
+
+    P = toks(0, 4)
+    trace = hb((P, 50), (P, 50), (toks(500, 5), 80), (P, 50))
+    got, rows, _ = causes(trace, "marconi")
+    assert got == [0, 0, 0, 50] and rows[1] == {"no_checkpoint": 50} and rows[3] == {}
+    got, rows, when = causes(trace, "marconi", capacity=300)
+    assert got[3] == 0 and rows[3] == {"evicted": 50} and when[3] == 2.0
+
+
+@pytest.mark.parametrize("tokens", [50, 64])  # the prompt's last block partial, or whole
+@pytest.mark.parametrize("output_symbols", [True, False])
+def test_a_state_past_a_hash_block_prompt_is_no_checkpoint_for_it(tokens, output_symbols):
+    """sglang+ keeps one state per request, at the end of input + output (past the prompt, in the
+    output's block). At 150 B, W (80 tokens) finds no room beside the first request: its insert is
+    rejected, or the first request's state evicted. Either way the third request, the first prompt
+    again, had no state inside its prompt to find: no_checkpoint, as with room to spare, whether the
+    trace gives the outputs symbols (as the Mooncake loader does) or lengths only (the simulation
+    numbers them; the ledger had placed such a state at the prompt's last block)."""
+
+    def hb(*pairs):
+        reqs = [
+            Request(session_id=i, turn=0, input_tokens=s, input_len=n, output_len=5, output_tokens=out)
+            for i, (s, n, out) in enumerate(pairs)
+        ]
+        return Trace("hb", reqs, block_tokens=16)
+
+    P = toks(0, 4)
+    out = (lambda i: toks(-10 * i - 10, 1)) if output_symbols else (lambda i: toks(0, 0))
+    trace = hb((P, tokens, out(0)), (toks(500, 5), 80, out(1)), (P, tokens, out(2)))
+    for capacity in (10**9, 150):
+        got, rows, when = causes(trace, "sglang+", capacity=capacity)
+        assert got[2] == 0 and rows[2] == {"no_checkpoint": tokens} and np.isnan(when[2])
+
+
+@pytest.mark.parametrize(
+    "policy,cfg,hit,row",
+    [
+        # stores X + O less its last token (14) with the state there: the 15th is the rule's
+        ("sglang", {"mamba_radix_cache_strategy": "no_buffer"}, 14, {"last_token_rule": 1}),
+        # a state at X's end (10) and the store's end (14): 4 tokens without one, then the rule's
+        ("lmdeploy", {}, 10, {"no_checkpoint": 4, "last_token_rule": 1}),
+        ("sglang+", {}, 15, {}),  # the paper's rule stores the last token too
+    ],
+)
+def test_last_token_rule_where_an_earlier_request_ends_inside_the_prompt(policy, cfg, hit, row):
+    """The next turn of a chat: X + O + Y (20 tokens) after X -> O. The prompt shares all of the
+    first request (15 tokens) and goes on, so the lookup cap (19) takes nothing: the token lost is
+    the first request's last one, which an engine storing input + output - 1 never stored."""
+    Y = toks(300, 5)
+    got, rows, _ = causes(one_per_session((X, O), (cat(XO, Y), toks(200, 5))), policy, **cfg)
+    assert got == [0, hit] and rows[1] == {"never_shared": 5, **row}
+
+
 def test_a_preempted_request_keeps_its_first_shared_prefix():
     """mooncake:sample at 40GB under continuous batching preempts requests; looked up again, a
     request finds itself in the trie, so the shared prefix of its first lookup is kept: never-shared
