@@ -282,3 +282,50 @@ def test_json_says_whether_the_engine_kept_up_and_at_what_rate():
     assert res.exit_code == 0, res.output
     (row,) = json.loads(res.stdout)
     assert row["saturated"] is True and f"sustains about {row['sustainable_rps']:.3g} requests/s" in res.stderr
+
+
+def test_events_holds_each_policys_own_events(runner, tmp_path):
+    """--events: one line per event, each named by its policy, every request arriving and looked up
+    once per policy (2 sessions x 2 turns)."""
+    ev = tmp_path / "e.jsonl"
+    args = ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "sglang+,marconi"]
+    res = runner.invoke(main, [*args, "--events", str(ev)])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in ev.read_text().splitlines()]
+    for policy in ("sglang+", "marconi"):
+        mine = [r for r in rows if r["policy"] == policy]
+        for kind in ("arrive", "lookup"):
+            assert sorted(r["request_id"] for r in mine if r["event"] == kind) == [0, 1, 2, 3]
+    assert {r["policy"] for r in rows} == {"sglang+", "marconi"}
+
+
+def test_run_out_refuses_a_sweeps_folder(runner, tmp_path):
+    """A folder holding a sweep's rows is not `run`'s to write into (relative or absolute)."""
+    out = tmp_path / "swept"
+    out.mkdir()
+    (out / ("0" * 20 + ".parquet")).write_bytes(b"")
+    args = ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "sglang+"]
+    res = runner.invoke(main, [*args, "--out", str(out)])
+    assert res.exit_code == 2 and "holds the rows of `marconi sweep`" in res.output, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["0" * 20 + ".parquet"]
+
+
+def test_the_oracles_line_names_its_best_static_alpha(runner):
+    """marconi-oracle tunes in hindsight (no tuning rounds): its line is the best static alpha,
+    the one its JSON names."""
+    args = ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "marconi-oracle"]
+    res = runner.invoke(main, args)
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(runner.invoke(main, [*args, "--format", "json"]).stdout)
+    assert res.output.splitlines()[-1] == f"marconi-oracle: best static alpha in hindsight {row['tuned_choice']}"
+
+
+def test_a_capacity_below_one_block_and_its_state_is_refused():
+    """lmdeploy at --block-size 4096 on marconi-7b: a block's KV and a state need 295MB; at 100MB
+    every insert would be rejected, so the run is refused in one line (at 1GB it runs)."""
+    runner = CliRunner()
+    args = ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "lmdeploy"]
+    res = runner.invoke(main, [*args, "--block-size", "4096", "--capacity", "100MB"])
+    assert res.exit_code == 2, res.output
+    assert "capacity 100MB cannot hold one 4096-token block of marconi-7b with its state (295MB)" in res.output
+    assert runner.invoke(main, [*args, "--block-size", "4096", "--capacity", "1GB"]).exit_code == 0
