@@ -449,6 +449,16 @@ class SimConfig:
             above = f.metadata.get("above")  # an open bound: 0 itself is refused too
             if above is not None and isinstance(value, (int, float)) and not above < value < math.inf:
                 raise UsageError(f"{flag_of(f)} must be a finite number > {above:g}, not {value!r}")
+        if self.speculative_tokens >= self.max_num_batched_tokens:
+            # a verify step runs a request's K draft tokens and its sampled one in one engine step;
+            # vLLM refuses a step budget that leaves no room past them (max_num_batched_tokens <=
+            # num_lookahead_tokens: vllm/config/vllm.py VllmConfig._set_max_num_scheduled_tokens, 0.34.0)
+            raise UsageError(
+                f"--speculative-tokens {self.speculative_tokens} is more draft tokens than an engine step holds: a "
+                f"verify step runs them and the sampled token in one step of --max-num-batched-tokens "
+                f"{self.max_num_batched_tokens} (vLLM refuses num_speculative_tokens >= max_num_batched_tokens); "
+                f"give at most {self.max_num_batched_tokens - 1}"
+            )
         if self.gpu_memory:
             refuse_unitless_memory(self.gpu_memory)
             if engine_memory_bytes(self.gpu_memory) <= 0:  # the split's "leaves 0B for KV" blamed the ratio

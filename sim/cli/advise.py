@@ -66,6 +66,14 @@ def default_gpu_memory(gpu: str | None, tensor_parallel: int = 0, model: str | N
     return f"{n}x{mem}" if n > 1 else mem
 
 
+def _preset_group(model: str | None, gpu: str) -> int:
+    """The GPUs the timing prices ``model`` on with ``gpu`` and no --tensor-parallel (0: none known)."""
+    try:
+        return gpu_memory_limit(model, gpu, 0)[0] if model else 1
+    except UsageError:  # a config.json without a parameter count has no default group
+        return 0
+
+
 def _timing_note(p) -> str:
     """The header's "uncalibrated for GPU x" where --gpu prices time from another device's datasheet."""
     if p.fixed.get("timing_file") or not (p.fixed.get("gpu") or p.fixed.get("tensor_parallel")):
@@ -271,6 +279,14 @@ def register(main: click.Group) -> None:
 
             gpu, tp = fixed.get("gpu"), fixed.get("tensor_parallel", 0)
             count = gpu_memory_count(gpu_memory)
+            if count and gpu and not tp and count != _preset_group(model, gpu):
+                # 2x80GB is a two-GPU group (docs/advise.md): with --gpu it is that group that is
+                # priced, not the preset's count of GPUs (it was refused as more than 1x h100)
+                tp = fixed["tensor_parallel"] = count
+                click.echo(
+                    f"note: --gpu-memory {gpu_memory}: priced as a group of {count}x {gpu} (--tensor-parallel {count})",
+                    err=True,
+                )
             if count and tp and count != tp:  # 2x80GB on a group of 4: which group is priced?
                 raise UsageError(
                     f"--gpu-memory {gpu_memory} is the memory of {count} GPUs, --tensor-parallel {tp} a group of "

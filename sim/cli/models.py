@@ -12,7 +12,11 @@ from sim.cost import MODELS, get_model
 
 def _rows(names=()) -> list[dict]:
     rows = []
-    for spec in [get_model(n) for n in names] if names else MODELS.values():
+    given: dict = {}  # `marconi models A A`: A once, in the order given
+    for n in names:
+        spec = get_model(n)
+        given.setdefault(spec.name, spec)
+    for spec in given.values() if names else MODELS.values():
         rows.append(
             {
                 "name": spec.name,

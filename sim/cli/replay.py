@@ -376,6 +376,10 @@ def register(main: click.Group) -> None:
             if warning:
                 click.echo(warning, err=True)
         total = min(len(trace.requests), requests or len(trace.requests))
+        if requests and requests > total:  # the replay is of every request there is: said, not refused
+            click.echo(
+                f"note: --requests {requests:,}: the trace has {total:,} requests; replaying all {total:,}", err=True
+            )
         bar = tqdm(total=total, unit="req", disable=not progress, desc="replaying", leave=False)
         try:
             res = run_replay(trace, config, settings, build=build, progress=bar, timing=timing)

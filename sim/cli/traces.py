@@ -45,7 +45,26 @@ def trace_from_cli(kwargs: dict, progress: bool = True, say_skipped: bool = True
     if say_skipped and skipped:  # the run is of what is left: how much was left out is said
         rows = "row" if skipped == 1 else "rows"
         click.echo(f"note: {skipped:,} bad {rows} of {trace.name} skipped (--skip-bad-rows)", err=True)
+    say_short_session_range(trace)
     return trace
+
+
+def say_short_session_range(trace) -> None:
+    """A --session-range that ends past the trace's sessions runs what there is: said in one line
+    on stderr (the run is still meaningful, of fewer sessions than the range names)."""
+    from traces.sessions import parse_session_range  # noqa: PLC0415
+
+    text, total = trace.meta.get("session_range"), trace.meta.get("sessions_total")
+    if not text or total is None:
+        return
+    start, stop = parse_session_range(text)
+    if stop is not None and stop > total:
+        kept = total - start
+        click.echo(
+            f"note: --session-range {text}: the trace has {total:,} sessions; running sessions {start}:{total} "
+            f"({kept:,} session{'' if kept == 1 else 's'})",
+            err=True,
+        )
 
 
 def _one_trace(spec: str, kwargs: dict) -> None:
