@@ -308,3 +308,73 @@ def test_the_progress_bar_shows_the_best_value_so_far_and_on_resume(tmp_path, ch
     err = capsys.readouterr().err.replace("\r", "\n")
     shown = [ln for ln in err.splitlines() if f"best {objective}" in ln]
     assert shown and all(f"best {objective} {search._fmt(objective, best)}" in ln for ln in shown)
+
+
+def test_best_value_of_a_resumed_study_is_the_direction_s_best():
+    """The progress bar's "best" after a resume: the lowest value of a minimising study, the
+    highest of a maximising one; none before any trial completed (search._best_value)."""
+    from optuna.trial import TrialState, create_trial
+
+    trials = [create_trial(value=v, state=TrialState.COMPLETE) for v in (3.5, 1.25, 2.0)]
+    assert search._best_value(trials, "minimize") == 1.25
+    assert search._best_value(trials, "maximize") == 3.5
+    assert search._best_value([], "minimize") is None
+
+
+class _FakeRay:
+    """An in-process stand-in for the ``ray`` module: records what the Evaluator hands it."""
+
+    def __init__(self):
+        self.inits, self.submitted, self.got, self.down = [], [], 0, 0
+        self._up = False
+
+    def is_initialized(self):
+        return self._up
+
+    def init(self, **kw):
+        self._up = True
+        self.inits.append(kw)
+
+    def remote(self, **opts):
+        fake = self
+
+        def wrap(fn):
+            class Remote:
+                @staticmethod
+                def remote(task):
+                    fake.submitted.append(task)
+                    try:
+                        return fn(task)
+                    except Exception as exc:  # noqa: BLE001 - as Ray hands a task's error back
+                        return exc
+
+            return Remote
+
+        return wrap
+
+    def get(self, ref):
+        self.got += 1
+        if isinstance(ref, Exception):
+            raise ref
+        return ref
+
+    def shutdown(self):
+        self.down += 1
+        self._up = False
+
+
+def test_ray_engine_sends_every_task_to_ray_and_ends_the_ray_it_started(monkeypatch):
+    """--engine ray: each trial is submitted to Ray and its result fetched from it (not run in this
+    process by the local path), in order; a Ray the Evaluator started is shut down on exit, and a
+    worker's error comes back as that trial's result."""
+    import sys
+
+    fake = _FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setattr(search, "execute", lambda t: {"task": t} if t != "bad" else 1 / 0)
+    with Evaluator(engine="ray", workers=2) as ev:
+        out = ev.map(["a", "b", "bad"])
+    assert fake.submitted == ["a", "b", "bad"] and fake.got == 3
+    assert out[:2] == [{"task": "a"}, {"task": "b"}] and isinstance(out[2], ZeroDivisionError)
+    assert fake.inits == [dict(num_cpus=2, include_dashboard=False, log_to_driver=False)]
+    assert fake.down == 1
