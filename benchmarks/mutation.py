@@ -357,6 +357,31 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/cli/test_bad_input_round5.py",
         ],
     ),
+    # the CLI's options built from settings fields, and an option given twice (bad input round 6)
+    "cli_options": (
+        ["sim/cli/options.py"],
+        [
+            "tests/sim/cli/test_bad_input_round6.py",
+            "tests/sim/cli/test_run_help.py",
+            "tests/sim/cli/test_option_fuzz.py",
+            "tests/sim/cli/test_bad_input.py",
+            "tests/sim/test_config_groups.py",
+        ],
+    ),
+    # options that cannot act, numbers out of range, GPUs and memory (bad input rounds 3 to 6)
+    "cli_checks": (
+        ["sim/cli/checks.py"],
+        [
+            "tests/sim/cli/test_bad_input_round6.py",
+            "tests/sim/cli/test_bad_input_round6b.py",
+            "tests/sim/cli/test_bad_input_round3.py",
+            "tests/sim/cli/test_bad_input_round5.py",
+            "tests/sim/cli/test_bad_input_round4.py",
+            "tests/sim/cli/test_bad_input_round2.py",
+            "tests/sim/cli/test_bad_input.py",
+            "tests/sim/cli/test_option_fuzz.py",
+        ],
+    ),
     # the sweep engines: local pool and Ray, how each stops on a signal, and the resume they serve
     "runners": (
         ["sim/experiments/runners.py"],

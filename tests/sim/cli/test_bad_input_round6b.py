@@ -6,6 +6,7 @@ process; every refusal is one line on stderr and exit 2."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -131,3 +132,68 @@ def test_models_prints_a_model_given_twice_once(runner):
     assert [r["name"] for r in json.loads(res.stdout)] == ["llama-7b", "qwen3.5-9b"]
     table = runner.invoke(main, ["models", "qwen3.5-9b", "qwen3.5-9b"]).stdout.splitlines()
     assert len(table) == 3 and table[2].startswith("qwen3.5-9b ")
+
+
+# --------------------------------------------- options built from settings (sim/cli/options.py)
+
+
+def test_a_choice_reads_any_case(runner):
+    """Choices are read in any case (`--arrival POISSON` is poisson), as `--gpu H200` is h200
+    (mutation: case_sensitive=True refused them)."""
+    rows = []
+    for arrival in ("POISSON", "poisson"):
+        res = runner.invoke(main, ["run", *SMALL, "--policy", "sglang+", "--arrival", arrival, "--format", "json"])
+        assert res.exit_code == 0, res.output
+        rows.append(json.loads(res.stdout))
+    assert rows[0] == rows[1]
+
+
+def _help_of(text: str, flag: str) -> str:
+    """The help text of ``flag`` in a command's --help (its lines up to the next option)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  {flag} "))
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("   "))  # the next option
+    return " ".join(line.strip() for line in lines[start:end])
+
+
+def test_help_states_an_options_default(runner):
+    """An option's default is shown where it has one (mutation: dropping show_default, or showing
+    it only for options without a default, hid them)."""
+    text = runner.invoke(main, ["run", "--help"], terminal_width=200).output
+    assert _help_of(text, "--max-num-batched-tokens").endswith("[default: 8192]")
+    assert _help_of(text, "--seed").endswith("[default: 0]")
+    assert "[default: None]" not in text
+
+
+def test_an_option_twice_and_its_spelling_as_a_value_is_still_one_line(runner):
+    """`--capacity` given twice and then once more as the value of --trace: the occurrences read
+    stop at the line's end (mutation: `i + 0 < len` read past it, an IndexError traceback)."""
+    res = runner.invoke(main, ["run", "--capacity", "5GB", "--capacity", "10GB", "--trace", "--capacity"])
+    _one_line(res, "--capacity is given 2 times (--capacity 5GB, --capacity 10GB): it takes one value, give it once")
+
+
+# ------------------------------------------------------------------- refusals (sim/cli/checks.py)
+
+
+@pytest.mark.parametrize("rate, runs", [("1e-6", True), ("1e6", True), ("9.9e-7", False), ("1.1e6", False)])
+def test_the_session_rate_range_holds_its_ends(runner, rate, runs):
+    """--sessions-per-second is read in 1e-6..1e6, both ends included (mutation: `<` at the lower
+    end refused 1e-6)."""
+    res = runner.invoke(main, ["run", *SMALL, "--policy", "sglang+", "--sessions-per-second", rate])
+    if runs:
+        assert res.exit_code == 0, res.output
+    else:
+        _one_line(
+            res, f"--sessions-per-second must be in 1e-06..1e+06 (sessions started per second), not {float(rate)!r}"
+        )
+
+
+def test_check_timing_returns_the_timing_it_read(tmp_path):
+    """`check_timing` returns the file's timing, as read_timing reads it (mutation: None)."""
+    from sim.cli.checks import check_timing
+    from sim.replay.measure import read_timing
+
+    path = tmp_path / "t.json"
+    path.write_text((Path(__file__).parents[3] / "sim" / "data" / "h200-timing.json").read_text())
+    got = check_timing(path, model="qwen3.5-9b")
+    assert got is not None and got == read_timing(path, model="qwen3.5-9b")
