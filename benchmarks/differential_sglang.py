@@ -399,12 +399,13 @@ class SGLangDriver:
         from sglang.srt.mem_cache.base_prefix_cache import EvictParams  # noqa: PLC0415
 
         owed = self.owed.get(rid, [0, 0])
-        held_m = 0
-        if not finished:
+        held_kv = held_m = 0
+        if not finished:  # its KV past what the tree holds of it (extra_buffer: past its last track)
+            held_kv = max(0, req.kv.kv_allocated_len - req.kv.cache_protected_len)
             held_m = int(req.kv.mamba_pool_idx is not None)
             if req.kv.mamba_ping_pong_track_buffer is not None:
                 held_m += len(req.kv.mamba_ping_pong_track_buffer)
-        kv, m = owed[0], owed[1] - held_m
+        kv, m = owed[0] - held_kv, owed[1] - held_m
         if kv > 0:
             self.reserve = torch.cat([self.reserve, alloc_token_slots(self.tree, kv)])
             owed[0] -= kv

@@ -80,6 +80,7 @@ class Seq:
     #: state block before it is freed at the next step)
     free_at: dict[int, float] = field(default_factory=dict)
     inserted: bool = False  # the prompt's insert of this prefill is done
+    prompt_in: bool = False  # ... and put the prompt's states into the cache
     published: int = 0  # prompt tokens whose KV a chunk's insert handed to the cache (publishes_chunks)
     t_first: float = math.nan  # first scheduled (queueing delay ends)
     tuned: bool = False  # tune_before has seen its first lookup
@@ -126,6 +127,7 @@ class Seq:
         self.step_ends = []
         self.free_at = {}
         self.inserted = False
+        self.prompt_in = False
         self.published = 0
 
     # ---- the memory charged to it
@@ -589,7 +591,9 @@ class ContinuousEngine:
         if not sim.insert_prefill(f, now):  # no room: the KV stays the request's (the room is still free)
             room = self._room(covered, 0, (f, now))
             self._charged(s, covered, 0) if room else self._force(s, covered, 0)
-        elif u != 1:
+            return
+        s.prompt_in = True
+        if u != 1:
             self._age_states(s, f.seq_in)
 
     def _age_states(self, s: Seq, seq) -> None:
@@ -628,10 +632,10 @@ class ContinuousEngine:
         f = s.f
         sim.decoded(f, s.t_token, now - s.t_token, now)
         seq = f.seq_full
-        if self.publish_chunks:  # one state per engine insert: the request's end carries its last only
-            last = sorted(set(f.prefill_cps) | set(f.decode_cps))[-1:]
-            f.prefill_cps, f.decode_cps = [], last
-        sim.insert_decode(f, now)
+        if self.publish_chunks and sim.end_state(f, s.prompt_in) is None:
+            sim.end_without_insert(f, now)  # no track since its last checkpoint: nothing inserted
+        else:
+            sim.insert_decode(f, now)
         if self.kv_unit != 1:
             self._age_states(s, seq)
         self.tune_after(sim, s.req, now)

@@ -149,14 +149,15 @@ def run_des(sim: Simulation) -> None:
             prefill = sim.prefill_s(f)
             yield env.timeout(prefill)
             sim.served(f, start, prefill, env.now, 0.0, None)
-            sim.insert_prefill(f, env.now)
+            prompt_in = sim.insert_prefill(f, env.now)
         decode = sim.decode_s(f)
         decode_start = env.now
         yield env.timeout(decode)
         sim.decoded(f, decode_start, decode, env.now)
-        if one_state:  # one state per engine insert: the request's end carries its last only
-            f.prefill_cps, f.decode_cps = [], sorted(set(f.prefill_cps) | set(f.decode_cps))[-1:]
-        sim.insert_decode(f, env.now)
+        if one_state and sim.end_state(f, prompt_in) is None:
+            sim.end_without_insert(f, env.now)
+        else:
+            sim.insert_decode(f, env.now)
         _tune_after(sim, r, env.now)
         _tick(sim)
 

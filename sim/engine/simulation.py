@@ -469,6 +469,32 @@ class Simulation:
         self.tree.refresh_inserted(res, now, final=True)
         self._after_insert(res, f, t)
 
+    def end_state(self, f: Flight, prompt_in: bool) -> int | None:
+        """A request's end insert for an admission whose engine checkpoints every chunk
+        (``publishes_chunks``: SGLang): one state per insert, the deepest taken since the last
+        checkpoint (the decode states, and the prompt's when ``prompt_in`` is False: its insert
+        did not happen), so the end does not refresh the prompt's states (``components/mamba.py``
+        ``commit_insert_component_data`` L227-L252). Sets ``f``'s checkpoints to it and returns it
+        (-1: none, on a model without states); None when a hybrid model's request has none: the
+        engine inserts nothing then (``end_without_insert``)."""
+        pending = set(f.decode_cps) if prompt_in else set(f.prefill_cps) | set(f.decode_cps)
+        f.prefill_cps, f.decode_cps = [], sorted(pending)[-1:]
+        if f.decode_cps:
+            return f.decode_cps[-1]
+        return None if self.spec.is_hybrid and self.preset.caching else -1
+
+    def end_without_insert(self, f: Flight, t: float) -> None:
+        """The request ends with nothing new for the cache: its lock goes, nothing is inserted or
+        refreshed (SGLang extra_buffer with no track since its last checkpoint: a checkpoint clears
+        ``mamba_last_track_seqlen``, ``components/mamba.py`` ``cleanup_after_caching_req``
+        L726-L727, so the final ``prepare_for_caching_req`` gives a cache length of 0, L628-L633 /
+        L582-L593, and ``checkpoint_into_tree`` inserts nothing, ``unified_radix_cache.py``
+        L1220-L1225)."""
+        if f.locked is not None:
+            self.tree.set_time(t)
+            self.tree.unlock(f.locked)
+            f.locked = None
+
     def _after_insert(self, res, f: Flight, t: float) -> None:
         tree = self.tree
         if not res.inserted:

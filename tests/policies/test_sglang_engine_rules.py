@@ -14,6 +14,7 @@ from policies.sglang_current import SglangAdmission
 from sim.config import SimConfig
 from sim.engine.drivers import run as drive
 from sim.engine.events import EventLog, Step
+from sim.engine.simulation import Simulation
 from sim.simulate import build
 from traces.base import Request, Trace
 
@@ -377,16 +378,16 @@ def test_a_state_above_a_running_request_is_a_victim_once_its_lock_moves_on():
     assert res["queue_s"].iloc[2] < 0.1
 
 
-def _memory_run(trace, capacity, scheduler="continuous", **knobs):
-    """Hit tokens, queueing delays and memory overshoots of ``sglang`` no_buffer on the tiny model
-    (a token 2 B, a state 16 B) with ``capacity`` bytes."""
+def _memory_run(trace, capacity, scheduler="continuous", strategy="no_buffer", **knobs):
+    """Hit tokens, queueing delays and memory overshoots of ``sglang`` (no_buffer by default) on
+    the tiny model (a token 2 B, a state 16 B) with ``capacity`` bytes."""
     config = SimConfig(
         policy="sglang",
         model="qwen3.5-9b",
         capacity_bytes=capacity,
         mode="des",
         scheduler=scheduler,
-        mamba_radix_cache_strategy="no_buffer",
+        mamba_radix_cache_strategy=strategy,
         **knobs,
     )
     res = drive(build(trace, config, spec=TINY, timing=TIMING))
@@ -463,3 +464,36 @@ def test_under_fcfs_the_request_end_carries_one_state_and_leaves_the_prompt_stat
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(SglangAdmission, "publishes_chunks", False)
         assert _memory_run(trace, BIG, scheduler="fcfs", max_mamba_cache_size=3)[0] == [0, 0, 0, 10]
+
+
+def test_extra_buffer_end_without_a_track_since_the_prompt_inserts_nothing():
+    """extra_buffer: a checkpoint clears the request's tracked length (``components/mamba.py``
+    ``cleanup_after_caching_req`` L726-L727), so a request that takes no decode track after its
+    prompt's checkpoint ends with a cache length of 0 (``prepare_for_caching_req`` L628-L633,
+    ``_select_finished_checkpoint`` L582-L593) and ``checkpoint_into_tree`` inserts nothing
+    (``unified_radix_cache.py`` L1220-L1225): the prompt's track is not refreshed at the request's
+    end (``Simulation.end_state`` / ``end_without_insert``, under fcfs and continuous). fcfs, a
+    pool of 2 states: r0 = A (130 tokens, 100 out: its decode ends at 229, below the first decode
+    track at 256) tracks 128 at its prefill's end; r1 = B (130 tokens, t = 0.05) tracks its 128
+    while r0 decodes; r0 ends; r2 = C (t = 1) evicts the least recent state, A's; r3 = A + 5 tokens
+    (t = 2) reuses nothing. The end inserted A's track again before and refreshed it: B's went
+    instead and r3 reused 128. Found by ``differential_sglang.py --scheduler fcfs --memory 10GB
+    --pools`` (extra_buffer: SGLang's state LRU held a prompt track older than the simulator's)."""
+    a = toks(0, 130)
+    reqs = [
+        Request(session_id=k, turn=0, input_tokens=inp, output_tokens=toks(9000 + 1000 * k, n), arrival=t)
+        for k, (inp, n, t) in enumerate(
+            [(a, 100, 0.0), (toks(200, 130), 5, 0.05), (toks(400, 130), 5, 1.0), (cat(a, toks(600, 5)), 1, 2.0)]
+        )
+    ]
+    trace = Trace("t", reqs, closed_loop=False)
+    knobs = {"scheduler": "fcfs", "strategy": "extra_buffer", "max_mamba_cache_size": 2}
+    assert _memory_run(trace, BIG, **knobs)[0] == [0, 0, 0, 0]
+
+    def every_time(self, f, prompt_in):  # the end inserting its deepest state whatever came before
+        f.prefill_cps, f.decode_cps = [], sorted(set(f.prefill_cps) | set(f.decode_cps))[-1:]
+        return f.decode_cps[-1] if f.decode_cps else -1
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Simulation, "end_state", every_time)
+        assert _memory_run(trace, BIG, **knobs)[0] == [0, 0, 0, 128]
