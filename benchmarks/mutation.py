@@ -362,6 +362,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["sim/cli/options.py"],
         [
             "tests/sim/cli/test_bad_input_round6.py",
+            "tests/sim/cli/test_bad_input_round6b.py",
             "tests/sim/cli/test_run_help.py",
             "tests/sim/cli/test_option_fuzz.py",
             "tests/sim/cli/test_bad_input.py",
