@@ -10,25 +10,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from sim.cli import main
 from sim.errors import UsageError
+from refusals import one_line as _one_line
 
 CONFIGS = Path(__file__).resolve().parents[2] / "data" / "configs"
 H200_TIMING = Path(__file__).resolve().parents[3] / "sim" / "data" / "h200-timing.json"
-
-
-@pytest.fixture(scope="module")
-def runner():
-    return CliRunner()
-
-
-def _one_line(res, message: str) -> None:
-    assert res.exit_code == 2, (res.exit_code, res.output)
-    text = res.output.strip()
-    assert len(text.splitlines()) == 1 and "Traceback" not in text, text
-    assert text.startswith(f"Error: {message}"), text
 
 
 def _config(tmp_path: Path, fixture: str, text: str | None = None, **fields) -> Path:

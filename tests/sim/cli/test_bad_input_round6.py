@@ -11,25 +11,13 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
 
 from sim.cli import main
+from refusals import one_line as _one_line
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = ROOT / "tests" / "data" / "configs"
 SMALL = ["--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def runner():
-    return CliRunner()
-
-
-def _one_line(res, message: str) -> None:
-    assert res.exit_code == 2, (res.exit_code, res.output)
-    text = res.output.strip()
-    assert len(text.splitlines()) == 1 and "Traceback" not in text, text
-    assert text.startswith(f"Error: {message}"), text
 
 
 # ------------------------------------------------------------------------- an option given twice

@@ -9,25 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from sim.cli import main
 from sim.config import SimConfig
 from sim.errors import UsageError
+from refusals import one_line as _one_line
 
 SMALL = ["--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def runner():
-    return CliRunner()
-
-
-def _one_line(res, message: str) -> None:
-    assert res.exit_code == 2, (res.exit_code, res.output)
-    text = res.output.strip()
-    assert len(text.splitlines()) == 1 and "Traceback" not in text, text
-    assert text.startswith(f"Error: {message}"), text
 
 
 # ------------------------------------------------------------------------------ draft length
