@@ -143,22 +143,25 @@ def test_two_losses_split_the_gap(capacity):
         assert when[2] == 1.0
 
 
+def hb(*pairs) -> Trace:
+    """A 16-token hash-block trace of (prompt symbols, prompt tokens) pairs, outputs as lengths only
+    (5 tokens), one session each, as Mooncake's rows."""
+    return Trace(
+        "hb",
+        [
+            Request(session_id=i, turn=0, input_tokens=s, output_tokens=toks(0, 0), input_len=n, output_len=5)
+            for i, (s, n) in enumerate(pairs)
+        ],
+        block_tokens=16,
+    )
+
+
 @pytest.mark.parametrize("capacity", [10**9, 228])
 def test_two_losses_split_the_gap_on_a_hash_block_trace(capacity):
     """The same three requests on a 16-token hash-block trace (symbols are blocks, the prompt's
     last block partial: 50 tokens in 4 symbols, outputs given as lengths only, as Mooncake's): the
     ledger works in symbols and prices in tokens, so the split is the token trace's, token for token
     (the speculative state at block 3 = token 48, the evicted one at block 2 = token 32)."""
-
-    def hb(*pairs):
-        return Trace(
-            "hb",
-            [
-                Request(session_id=i, turn=0, input_tokens=s, output_tokens=toks(0, 0), input_len=n, output_len=5)
-                for i, (s, n) in enumerate(pairs)
-            ],
-            block_tokens=16,
-        )
 
     P = toks(0, 4)
     trace = hb((P, 50), (toks(500, 5), 80), (P, 50))
@@ -177,16 +180,6 @@ def test_a_state_at_a_hash_block_prompts_partial_end_is_counted_where_it_went():
     second request's branch; with room the fourth request hits all 50 tokens. At 300 B the third
     request evicts that state at t = 2: the 50 tokens are ``evicted`` (as on a token trace), not
     ``no_checkpoint`` (the state sits inside the prompt's last block, not on a whole-block depth)."""
-
-    def hb(*pairs):
-        return Trace(
-            "hb",
-            [
-                Request(session_id=i, turn=0, input_tokens=s, output_tokens=toks(0, 0), input_len=n, output_len=5)
-                for i, (s, n) in enumerate(pairs)
-            ],
-            block_tokens=16,
-        )
 
     P = toks(0, 4)
     trace = hb((P, 50), (P, 50), (toks(500, 5), 80), (P, 50))
