@@ -263,6 +263,20 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/policies/test_trtllm_pools.py",
             "tests/policies/test_sglang_engine_rules.py",
             "tests/sim/engine/test_simulation_hooks.py",
+            "tests/sim/engine/test_events.py",
+        ],
+    ),
+    # the drivers (sequential, des / fcfs, continuous): a lookup at the server's start for an
+    # admission that rematches_waiting, the request end's insert or end_without_insert
+    "drivers": (
+        ["sim/engine/drivers.py"],
+        [
+            "tests/policies/test_sglang_engine_rules.py",
+            "tests/policies/test_vllm_block_pool.py",
+            "tests/policies/test_engine_rules_schedulers.py",
+            "tests/sim/engine/test_events.py",
+            "tests/sim/engine/test_simulation.py",
+            "tests/policies/test_current_rules.py",
         ],
     ),
     "advise": (

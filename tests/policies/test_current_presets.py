@@ -118,6 +118,8 @@ def test_sglang_memory_split_follows_the_engine():
     assert sim.tree.state_capacity == int(10e9 * 0.5 / 1.5 // state) == 64
     _, sim = run(trace, "sglang", max_mamba_cache_size=7)
     assert sim.tree.state_capacity == 7
+    _, sim = run(trace, "sglang", max_mamba_cache_size=1)  # the smallest pool is a pool too
+    assert sim.tree.state_capacity == 1
     _, sim = run(trace, "sglang")
     assert sim.tree.state_capacity is None  # no knob: one budget, as before
 

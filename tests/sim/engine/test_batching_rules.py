@@ -518,9 +518,13 @@ def test_a_seq_owns_its_progress_and_its_preemption():
     s.charge(5, 2)
     s.charge(-1, 0)
     assert (s.held_kv, s.held_states) == (4, 2)
-    s.inserted = True
+    s.inserted = s.prompt_in = True
+    s.published = 64
     s.preempt()
     assert (s.f, s.pos, s.target, s.step_ends, s.inserted) == (None, 0, 14, [], False)
+    # the re-prefill's prompt insert decides anew whether the end carries the prompt's state
+    # (Simulation.end_state): a stale True would drop it, and nothing is published yet
+    assert (s.prompt_in, s.published) == (False, 0)
     assert (s.held_kv, s.held_states) == (4, 2)  # the engine gives the memory back, not the Seq
 
 
