@@ -189,6 +189,10 @@ def test_vllm_retention_grid(interval, kept):
         (128, 300, [64, 128, 256, 384]),
         (128, 250, [64, 128, 256]),  # the newest boundary (320) is off the grid: not kept
         (-1, 300, [64, 128, 192, 256, 320, 384]),
+        # 385 tokens, 384 stored (the engine stores one token less): the last stored token ends
+        # block 6, whose state is kept; one token fewer (383 stored) ends inside it
+        (-1, 285, [64, 128, 192, 256, 320, 384]),
+        (-1, 284, [64, 128, 192, 256, 320]),
     ],
 )
 def test_vllm_retention_keeps_no_decode_state_off_the_grid(interval, n_out, kept):

@@ -490,6 +490,21 @@ def test_under_fcfs_a_request_is_matched_when_the_server_takes_it():
         assert _waiting_run(trace, 10**12, scheduler="fcfs")[0] == [0, 0]
 
 
+def test_could_reserve_promises_no_byte_that_reserve_cannot_give():
+    """A 5-byte pool full of one 5-token path without a state, its node locked by a running
+    request: nothing can be evicted, so even one KV token (1 byte) is refused by the check as by
+    ``reserve``; an empty request always fits, and once the lock goes the token does."""
+    c = _Pool(capacity=5)
+    c.insert([1, 2, 3, 4, 5], [])
+    node = c.lookup([1, 2, 3, 4, 5, 6]).path[-1]
+    c.tree.lock(node)
+    assert c.tree.used_bytes == 5
+    assert c.tree.could_reserve(1, 0) is False and c.tree.reserve(1, 0) is False
+    assert c.tree.could_reserve(0, 0) is True
+    c.tree.unlock(node)
+    assert c.tree.could_reserve(1, 0) is True
+
+
 def test_could_reserve_counts_what_eviction_frees_and_evicts_nothing():
     """The admission check behind a waiting request (``HybridRadixTree.could_reserve``): vLLM's
     ``allocate_slots`` compares the blocks a request needs with the free queue, cached blocks
