@@ -307,6 +307,21 @@ def test_a_request_too_large_to_fit_alone_runs_anyway_and_is_counted():
     assert sim.tree.capacity_bytes == cap
 
 
+def test_a_published_chunk_without_room_stays_its_requests_by_force():
+    """SGLang publishes every chunk (``publishes_chunks``). Room for one state and 100 tokens of
+    KV; a lone 300-token prompt in 128-token chunks, 3 output tokens: every charge is forced, one
+    overshoot each: the three chunks and the two decode tokens, the chunks ending at 128 and 256
+    whose insert finds no room (their KV stays the request's), and the prompt's end: 8. It
+    finishes and leaves nothing in the cache (its end does not fit either)."""
+    sim, res, steps = go(
+        open_trace([(0.0, 300, 3)]), policy="sglang", capacity_bytes=S + 100 * K, prefill_chunk_tokens=128
+    )
+    assert [s.prefills for s in steps if s.prefills] == [((0, 0, 128),), ((0, 128, 256),), ((0, 256, 300),)]
+    assert res.summary["memory_overshoots"] == 8
+    assert list(res.requests["output_tokens"]) == [3]
+    assert (sim.tree.kv_tokens, sim.tree.n_states) == (0, 0)
+
+
 def test_a_request_that_does_not_fit_beside_a_running_one_waits_instead_of_overshooting():
     cap = 2 * S + 150 * K
     sim, res, steps = go(open_trace([(0.0, 100, 3), (0.0, 100, 3)]), policy="vanilla", capacity_bytes=cap)
