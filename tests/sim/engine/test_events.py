@@ -324,3 +324,15 @@ def test_event_log_records_arrivals_and_engine_steps():
             "preempted": (8,),
         },
     ]
+
+
+def test_an_engine_presets_decode_event_ends_at_every_token_served_in_both_modes():
+    """An engine stores one token less than it serves (the last sampled token's KV is never
+    written): the three 120 + 10 requests store 129 tokens each, but their decode events end at
+    token 130, in sequential mode (``served_at_once``) as in des mode."""
+    for policy in ("sglang", "vllm"):
+        for mode in ("sequential", "des"):
+            log = EventLog()
+            run(build(three_requests(), SimConfig(policy=policy, mode=mode, capacity_bytes=10**12), observers=(log,)))
+            ends = [(e.start_pos, e.end_pos) for e in log.events if isinstance(e, Decode)]
+            assert ends == [(120, 130)] * 3, (policy, mode)
