@@ -277,6 +277,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/engine/test_events.py",
             "tests/sim/engine/test_simulation.py",
             "tests/policies/test_current_rules.py",
+            "tests/sim/tuning/test_tuning.py",
         ],
     ),
     "advise": (
