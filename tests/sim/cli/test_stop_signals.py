@@ -134,6 +134,7 @@ def test_advise_stops_on_sigterm_and_leaves_no_process(tmp_path):
     assert not (out / ".marconi.lock").exists()
 
 
+@pytest.mark.slow  # ~15 s (Ray starts, then the sweep runs 6 s): started first
 def test_a_ray_sweep_stops_on_sigterm_as_a_local_one(tmp_path):
     """``--engine ray``: ray.init installs its own SIGTERM handler in the driver (a stack dump and
     exit code 15 before the fix); ours come back after it: one line, exit 143, finished rows kept,
