@@ -549,24 +549,16 @@ def sim_run(trace, policy: str, knobs: dict, memory: str):
     return served_hits(trace, config)
 
 
-def sim_steps(trace, policy: str, knobs: dict):
-    """``policy`` under ``--scheduler continuous`` (the default step budget; the preset keeps each
-    step's prefill within its ``--prefill-chunk``; ``gpu_memory`` in ``knobs`` for the engine's
-    pools): its hit per request id, its ``Step`` events and its pools before the run (KV tokens,
-    states; None: ample)."""
+def _sim_des(trace, policy: str, knobs: dict, scheduler: str, kinds: tuple):
+    """``policy`` in des mode under ``scheduler``: its hit per request id, its events of ``kinds`` in
+    order and its pools before the run (KV tokens, states; None: ample, no ``gpu_memory`` in
+    ``knobs``)."""
     from sim.config import UNLIMITED, SimConfig  # noqa: PLC0415
     from sim.engine.drivers import run  # noqa: PLC0415
-    from sim.engine.events import EventLog, Step  # noqa: PLC0415
+    from sim.engine.events import EventLog  # noqa: PLC0415
     from sim.simulate import build  # noqa: PLC0415
 
-    config = SimConfig(
-        policy=policy,
-        model=MODEL,
-        capacity_bytes=UNLIMITED,
-        mode="des",
-        scheduler="continuous",
-        **knobs,
-    )
+    config = SimConfig(policy=policy, model=MODEL, capacity_bytes=UNLIMITED, mode="des", scheduler=scheduler, **knobs)
     log = EventLog()
     sim = build(trace, config, observers=(log,))
     tree = sim.tree
@@ -575,28 +567,26 @@ def sim_steps(trace, policy: str, knobs: dict):
         pools = (int(tree.kv_capacity_bytes // tree.kv_bytes_per_token), tree.state_capacity)
     res = run(sim)
     hits = dict(zip(res.requests["request_id"].astype(int), res.requests["hit_tokens"].astype(int), strict=True))
-    return hits, [e for e in log.events if isinstance(e, Step)], pools
+    return hits, [e for e in log.events if isinstance(e, kinds)], pools
+
+
+def sim_steps(trace, policy: str, knobs: dict):
+    """``policy`` under ``--scheduler continuous`` (the default step budget; the preset keeps each
+    step's prefill within its ``--prefill-chunk``; ``gpu_memory`` in ``knobs`` for the engine's
+    pools): its hit per request id, its ``Step`` events and its pools before the run (KV tokens,
+    states; None: ample)."""
+    from sim.engine.events import Step  # noqa: PLC0415
+
+    return _sim_des(trace, policy, knobs, "continuous", (Step,))
 
 
 def sim_events(trace, policy: str, knobs: dict):
     """``policy`` under ``--scheduler fcfs`` (des mode, one prefill server; ``gpu_memory`` in
     ``knobs`` for the engine's pools): its hit per request id, its lookup, prefill and decode events
     in order and its pools before the run (KV tokens, states; None: ample)."""
-    from sim.config import UNLIMITED, SimConfig  # noqa: PLC0415
-    from sim.engine.drivers import run  # noqa: PLC0415
-    from sim.engine.events import Decode, EventLog, Lookup, Prefill  # noqa: PLC0415
-    from sim.simulate import build  # noqa: PLC0415
+    from sim.engine.events import Decode, Lookup, Prefill  # noqa: PLC0415
 
-    config = SimConfig(policy=policy, model=MODEL, capacity_bytes=UNLIMITED, mode="des", scheduler="fcfs", **knobs)
-    log = EventLog()
-    sim = build(trace, config, observers=(log,))
-    tree = sim.tree
-    pools = None
-    if knobs.get("gpu_memory"):
-        pools = (int(tree.kv_capacity_bytes // tree.kv_bytes_per_token), tree.state_capacity)
-    res = run(sim)
-    hits = dict(zip(res.requests["request_id"].astype(int), res.requests["hit_tokens"].astype(int), strict=True))
-    return hits, [e for e in log.events if isinstance(e, (Lookup, Prefill, Decode))], pools
+    return _sim_des(trace, policy, knobs, "fcfs", (Lookup, Prefill, Decode))
 
 
 def scheduled(trace, args, label: str, rows: list) -> None:
