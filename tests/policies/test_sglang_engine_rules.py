@@ -378,6 +378,16 @@ def test_a_state_above_a_running_request_is_a_victim_once_its_lock_moves_on():
     assert res["queue_s"].iloc[2] < 0.1
 
 
+def _arrivals(rows) -> Trace:
+    """An open-loop trace of one request a session from ``(prompt, output tokens, arrival)`` rows;
+    request k's output tokens are its own (``toks(9000 + 1000 k, n)``)."""
+    reqs = [
+        Request(session_id=k, turn=0, input_tokens=inp, output_tokens=toks(9000 + 1000 * k, n), arrival=t)
+        for k, (inp, n, t) in enumerate(rows)
+    ]
+    return Trace("t", reqs, closed_loop=False)
+
+
 def _memory_run(trace, capacity, scheduler="continuous", strategy="no_buffer", **knobs):
     """Hit tokens, queueing delays and memory overshoots of ``sglang`` (no_buffer by default) on
     the tiny model (a token 2 B, a state 16 B) with ``capacity`` bytes."""
@@ -410,11 +420,7 @@ def test_a_request_waiting_for_memory_holds_no_lock_and_is_matched_again():
     no step ran over the capacity. Keeping its first lookup, W's lock pinned H: D ran 3 steps over
     the capacity and W reused H's 10 tokens."""
     h = toks(0, 10)
-    reqs = [
-        Request(session_id=k, turn=0, input_tokens=inp, output_tokens=toks(9000 + 1000 * k, n), arrival=t)
-        for k, (inp, n, t) in enumerate([(h, 1, 0.0), (toks(100, 10), 50, 1.0), (cat(h, toks(200, 60)), 1, 1.0)])
-    ]
-    trace = Trace("t", reqs, closed_loop=False)
+    trace = _arrivals([(h, 1, 0.0), (toks(100, 10), 50, 1.0), (cat(h, toks(200, 60)), 1, 1.0)])
     hits, queue, overshoots = _memory_run(trace, 180)
     assert (hits, overshoots) == ([0, 0, 0], 0)
     assert queue[2] > 0.04  # W waited for D's end
@@ -452,13 +458,7 @@ def test_under_fcfs_the_request_end_carries_one_state_and_leaves_the_prompt_stat
     ``differential_sglang.py --scheduler fcfs --memory 10GB --pools`` found it: 1,224 -> 1,235 of
     1,235 requests equal."""
     a = toks(0, 10)
-    reqs = [
-        Request(session_id=k, turn=0, input_tokens=inp, output_tokens=toks(9000 + 1000 * k, n), arrival=t)
-        for k, (inp, n, t) in enumerate(
-            [(a, 400, 0.0), (toks(100, 10), 1, 0.1), (toks(200, 10), 1, 1.0), (cat(a, toks(300, 5)), 1, 2.0)]
-        )
-    ]
-    trace = Trace("t", reqs, closed_loop=False)
+    trace = _arrivals([(a, 400, 0.0), (toks(100, 10), 1, 0.1), (toks(200, 10), 1, 1.0), (cat(a, toks(300, 5)), 1, 2.0)])
     hits, _, _ = _memory_run(trace, BIG, scheduler="fcfs", max_mamba_cache_size=3)
     assert hits == [0, 0, 0, 0]
     with pytest.MonkeyPatch.context() as mp:
@@ -480,13 +480,9 @@ def test_extra_buffer_end_without_a_track_since_the_prompt_inserts_nothing():
     instead and r3 reused 128. Found by ``differential_sglang.py --scheduler fcfs --memory 10GB
     --pools`` (extra_buffer: SGLang's state LRU held a prompt track older than the simulator's)."""
     a = toks(0, 130)
-    reqs = [
-        Request(session_id=k, turn=0, input_tokens=inp, output_tokens=toks(9000 + 1000 * k, n), arrival=t)
-        for k, (inp, n, t) in enumerate(
-            [(a, 100, 0.0), (toks(200, 130), 5, 0.05), (toks(400, 130), 5, 1.0), (cat(a, toks(600, 5)), 1, 2.0)]
-        )
-    ]
-    trace = Trace("t", reqs, closed_loop=False)
+    trace = _arrivals(
+        [(a, 100, 0.0), (toks(200, 130), 5, 0.05), (toks(400, 130), 5, 1.0), (cat(a, toks(600, 5)), 1, 2.0)]
+    )
     knobs = {"scheduler": "fcfs", "strategy": "extra_buffer", "max_mamba_cache_size": 2}
     assert _memory_run(trace, BIG, **knobs)[0] == [0, 0, 0, 0]
 
