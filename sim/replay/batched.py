@@ -224,7 +224,7 @@ class BatchedReplay:
         keep = any(j.validate for j in jobs)
         # only the validated requests' rows are kept (their suffixes: what their checks compare)
         keep_from = [j.flight.pos if j.validate else j.end for j in jobs]
-        t0 = self.clock.start()
+        t0 = self.clock.start(kind="batch")
         out = self.model.forward_batch(
             torch.cat(toks),
             cu,
@@ -338,7 +338,7 @@ class BatchedReplay:
             for n, s in enumerate(suffixes):
                 s.compare(layer, x[cu[n] + s.hit : cu[n + 1]])
 
-        t0 = self.clock.start()
+        t0 = self.clock.start(kind="batch-reference")
         ref = model.forward_batch(
             torch.cat(toks),
             cu,

@@ -6,7 +6,7 @@ Needs torch.
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import NamedTuple
 
 import torch
 
@@ -38,12 +38,114 @@ def sleep_ms(recent: list) -> float:
     return min(QUEUE_CAP_MS, longest * QUEUE_MARGIN + QUEUE_PAD_MS)
 
 
+class SleepWindows:
+    """The recent host issue times a queued call's sleep is sized from, one window per call kind
+    and segment count (``sleep_ms(kind, segments)``, ``record(kind, segments, host_ms)``).
+
+    One window for every call let the slow calls of one kind size the sleep of all: the
+    from-scratch references of validated hits (their early calls allocate device memory, 40-200
+    ms of host time) kept the suffix prefills' sleep at its cap (H200, 2026-12-05). A call split
+    at ``segments`` calls runs every layer once per segment, so its issue time grows with them:
+    a kind + count with no times yet is sized from the kind's other counts scaled per segment
+    (the longest time per segment times ``segments``), else from ``HOST_GUESS_MS``."""
+
+    def __init__(self, window: int = QUEUE_WINDOW) -> None:
+        if window < 1:
+            raise ValueError("a sleep window holds at least one time")
+        self.window = int(window)
+        self._by: dict[tuple[str, int], list[float]] = {}
+
+    def recent(self, kind: str, segments: int = 1) -> list[float]:
+        """The window of ``kind`` calls of ``segments`` segments (a copy; oldest first)."""
+        return list(self._by.get((kind, max(1, int(segments))), ()))
+
+    def record(self, kind: str, segments: int, host_ms: float) -> None:
+        key = (kind, max(1, int(segments)))
+        self._by[key] = (self._by.get(key, []) + [float(host_ms)])[-self.window :]
+
+    def longest(self, kind: str, segments: int = 1) -> float | None:
+        """The longest recent host time of such a call (scaled from the kind's other segment
+        counts when it has none); None when the kind has no times."""
+        segments = max(1, int(segments))
+        own = self._by.get((kind, segments))
+        if own:
+            return max(own)
+        per = [max(v) / n for (k, n), v in self._by.items() if k == kind and v]
+        return max(per) * segments if per else None
+
+    def sleep_ms(self, kind: str, segments: int = 1) -> float:
+        """The sleep queued ahead of a ``kind`` call of ``segments`` segments (``sleep_ms`` of its
+        window)."""
+        longest = self.longest(kind, segments)
+        return sleep_ms([] if longest is None else [longest])
+
+
+#: the GPU sleep's first calibration: this many cycles, timed this many times (the fastest
+#: clock seen counts: a GPU that idled before the first timed call runs its first spin slower)
+CALIBRATE_CYCLES = 10_000_000
+CALIBRATE_RUNS = 3
+#: measured sleeps that refine the cycles-per-ms rate (the fastest recent one counts)
+RATE_WINDOW = 16
+
+
+class SleepRate:
+    """GPU clock cycles per millisecond, what a sleep of so many ms is asked for in
+    (``torch.cuda._sleep`` spins for a count of SM clock cycles).
+
+    The clock moves: calibrated once at a lower clock than the one the replay then runs at, every
+    sleep is shorter than asked. An H200 run (2026-12-05) had suffix prefills whose sleep sized
+    at its 50 ms cap ended with the host's issue at 30 ms: their time from the sleep's start to
+    the call's end was 30 ms. So every queued call's sleep is measured as it is resolved
+    (``observe``: cycles asked, GPU ms between the events around it) and the rate is the fastest
+    of the recent measurements (a faster clock runs a shorter sleep: the fastest keeps every
+    sleep at least as long as asked)."""
+
+    def __init__(self, window: int = RATE_WINDOW) -> None:
+        self.window = int(window)
+        self._rates: list[float] = []
+
+    @property
+    def known(self) -> bool:
+        return bool(self._rates)
+
+    def observe(self, cycles: int, ms: float) -> None:
+        """A sleep of ``cycles`` that ran ``ms`` on the GPU (ignored when not measurable)."""
+        if cycles > 0 and ms == ms and ms > 1e-3:
+            self._rates = (self._rates + [cycles / ms])[-self.window :]
+
+    def per_ms(self) -> float:
+        if not self._rates:
+            raise RuntimeError("the sleep's rate is not calibrated")
+        return max(self._rates)
+
+    def cycles(self, ms: float) -> int:
+        return int(ms * self.per_ms())
+
+
+class Timed(NamedTuple):
+    """A timed call's handle (``Stopwatch.stop``): ``first`` and ``last`` (CUDA events around
+    the call; on the CPU ``first`` holds the elapsed ms and ``last`` is None), the host's issue
+    ms, ``before`` (the event before the sleep; None unless queued), the call's ``kind`` and
+    ``segments`` (what its sleep window is), the sleep asked for (``sleep_ms``, ``sleep_cycles``:
+    0 unqueued)."""
+
+    first: object
+    last: object
+    host: float
+    before: object
+    kind: str = "call"
+    segments: int = 1
+    sleep_ms: float = 0.0
+    sleep_cycles: int = 0
+
+
 class Stopwatch:
     """Elapsed milliseconds of a timed call, and the host's time to issue it.
 
     On a GPU the device time comes from CUDA events (resolved lazily: timing adds no
     synchronisation). ``queued`` (``--measure device``, the default): before each timed call a GPU
-    sleep as long as the host's recent issue times is queued, so the whole call is on the GPU's
+    sleep as long as the host's recent issue times of the same kind of call (``SleepWindows``)
+    is queued (its length in GPU cycles from ``SleepRate``), so the whole call is on the GPU's
     queue before its first kernel starts and the events time the kernels back to back: the
     model's device time, what an engine whose host keeps up runs. Without it (``--measure
     wall``) a call issued to an idle GPU is timed as issued: at short lengths the replay's own
@@ -64,44 +166,65 @@ class Stopwatch:
     def __init__(self, device: torch.device, queued: bool = False) -> None:
         self.cuda = device.type == "cuda"
         self.queued = queued and self.cuda
-        self.recent: list[float] = []
-        self._cycles_per_ms: Optional[float] = None
+        self.windows = SleepWindows()  # recent host issue times, per call kind and segments
+        self.rate = SleepRate()  # the sleep's cycles per ms, refined by every measured sleep
 
-    def _sleep_cycles(self) -> int:
-        if self._cycles_per_ms is None:
+    def _calibrate(self) -> None:
+        """The sleep's first rate: ``CALIBRATE_RUNS`` sleeps of ``CALIBRATE_CYCLES``, timed
+        (``SleepRate``: the fastest counts)."""
+        for _ in range(CALIBRATE_RUNS):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            torch.cuda._sleep(10_000_000)
+            torch.cuda._sleep(CALIBRATE_CYCLES)
             b.record()
             b.synchronize()
-            self._cycles_per_ms = 10_000_000 / max(1e-3, float(a.elapsed_time(b)))
-        return int(sleep_ms(self.recent) * self._cycles_per_ms)
+            self.rate.observe(CALIBRATE_CYCLES, float(a.elapsed_time(b)))
 
-    def start(self, queue: bool = True):
+    def start(self, queue: bool = True, kind: str = "call", segments: int = 1):
+        """The start of a timed call of ``kind`` (``suffix``, ``reference``, ``batch``, ``step``
+        ...) split into ``segments`` calls: with ``queue`` (and queued timing) behind a GPU sleep
+        sized from such calls' recent host issue times (``SleepWindows``)."""
         t0 = time.perf_counter()
-        before = None
+        before, ms, cycles = None, 0.0, 0
         if self.queued and queue:
+            if not self.rate.known:
+                self._calibrate()
+                t0 = time.perf_counter()  # the calibration's sync is not the call's
+            ms = self.windows.sleep_ms(kind, segments)
+            cycles = self.rate.cycles(ms)
             before = timestamp(True)  # the GPU reaches it no earlier than t0
-            torch.cuda._sleep(self._sleep_cycles())
-        return (timestamp(self.cuda), t0, before)
+            torch.cuda._sleep(cycles)
+        return (timestamp(self.cuda), t0, before, kind, max(1, int(segments)), ms, cycles)
 
-    def stop(self, started):
-        first, t0, before = started
+    def stop(self, started) -> Timed:
+        first, t0, before, kind, segments, ms, cycles = started
         host = (time.perf_counter() - t0) * 1e3
-        if self.queued:
-            self.recent = (self.recent + [host])[-QUEUE_WINDOW:]
+        if before is not None:  # a queued call: its host time sizes the next such call's sleep
+            self.windows.record(kind, segments, host)
         if self.cuda:
-            return (first, timestamp(True), host, before)
-        return ((time.perf_counter() - first) * 1e3, None, host, None)
+            return Timed(first, timestamp(True), host, before, kind, segments, ms, cycles)
+        return Timed((time.perf_counter() - first) * 1e3, None, host, None, kind, segments, ms, cycles)
 
     def ms(self, handle) -> float:
+        """The call's device time (resolving its events: a sync); a queued call's measured
+        sleep refines the sleep's rate (``SleepRate.observe``)."""
         if handle is None:
             return float("nan")
         if self.cuda:
             a, b = handle[0], handle[1]
             b.synchronize()
+            if handle[3] is not None and len(handle) > 7 and handle[7]:
+                self.rate.observe(handle[7], float(handle[3].elapsed_time(a)))
             return float(a.elapsed_time(b))
         return float(handle[0])
+
+    @staticmethod
+    def sleep_gpu_ms(handle) -> float:
+        """How long the sleep queued ahead of the call ran on the GPU (NaN unless queued)."""
+        if handle is None or handle[3] is None:
+            return float("nan")
+        handle[1].synchronize()
+        return float(handle[3].elapsed_time(handle[0]))
 
     @staticmethod
     def slack_ms(handle) -> float:

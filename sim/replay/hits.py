@@ -192,7 +192,7 @@ class HitChecker:
             suffix.compare(layer, x[f.hit :])
 
         marks = Marks(model.device)
-        t0 = self.clock.start()
+        t0 = self.clock.start(kind="reference")  # its own sleep window: not the suffix calls'
         ref, _, _ = model.run(  # each layer's suffix rows compared as they come, none kept
             tok[: f.n_in], None, 0, [b] if b > 0 else [], capture, marks=marks, on_output=compare
         )

@@ -142,6 +142,7 @@ def build(
     else:
         shape = ReplayShape.from_spec(spec, layers, vocab_rows=vocab_rows)
         model = HybridModel(shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel)
+    longest_prompt = max((r.n_input_tokens(trace.block_tokens) for r in trace.requests), default=0)
     # the timing the measurements are compared with (after the model: its kernel's checks first)
     timing, timing_note = replay_timing(
         timing,
@@ -149,7 +150,7 @@ def build(
         settings.dtype,
         device.type,
         torch.cuda.get_device_name(device) if device.type == "cuda" else "",
-        max((r.n_input_tokens(trace.block_tokens) for r in trace.requests), default=0),
+        longest_prompt,
         sum(shape.counts().values()),  # a replayed call's layer calls: the host term's depth
     )
     store = CheckpointStore(shape, dtype, where=settings.store, device=device)
@@ -205,7 +206,8 @@ def build(
             print(note, file=sys.stderr)
     warm_s = 0.0
     if settings.warmup and device.type == "cuda":
-        warm_s = warm(model, device, steps=continuous, batches=settings.batch > 1)
+        # and the memory of a from-scratch call of the longest prompt reserved (warm.presize)
+        warm_s = warm(model, device, steps=continuous, batches=settings.batch > 1, longest_prompt=longest_prompt)
     return Parts(spec, shape, model, mamba2, store, timing, timing_note, replayer, shadows, stepper, warm_s)
 
 

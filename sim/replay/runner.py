@@ -372,7 +372,9 @@ class Replayer:
             wanted = [p for p in f.wanted if f.pos < p <= end1]
             timed = f.pos == f.hit and end1 == f.n_in
             marks = Marks(model.device) if timed else None
-            t0 = self.clock.start()
+            segments = self._segments(f.pos, end1, wanted)
+            # its sleep sized from suffix calls of as many segments (each runs every layer)
+            t0 = self.clock.start(kind="suffix", segments=len(segments))
             state, outs, _ = model.run(
                 tok[f.pos : end1],
                 state,
@@ -383,7 +385,7 @@ class Replayer:
                 marks=marks,
             )
             h = self.clock.stop(t0)
-            rec.suffix_segments += self._segments(f.pos, end1, wanted)
+            rec.suffix_segments += segments
             if timed:
                 f.times.suffix = h
                 f.times.suffix_marks = marks
@@ -399,7 +401,7 @@ class Replayer:
                 self._validate(f, outs)
         if upto > f.pos:
             wanted = [p for p in f.wanted if f.pos < p <= upto]
-            t0 = self.clock.start(queue=False)
+            t0 = self.clock.start(queue=False, kind="tail")
             state, _, _ = model.run(tok[f.pos : upto], state, f.pos, wanted, self._sink(f))
             f.times.tail.append(self.clock.stop(t0))
             f.pos = upto

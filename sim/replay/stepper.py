@@ -230,7 +230,7 @@ class StepExecutor:
             # the step starts on an idle device: its time is its own launches and kernels, not
             # hidden behind (or queued after) the per-request replay's work enqueued before it
             torch.cuda.synchronize(m.device)
-        h = self.clock.start() if timed else None  # queued behind a sleep with --measure device
+        h = self.clock.start(kind="step") if timed else None  # queued behind a sleep with --measure device
         marks = Marks(m.device) if timed else None
         slots = upload(slots_host, m.device)
         rec0 = _Gather(self.rec, slots)

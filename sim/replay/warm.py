@@ -1,12 +1,14 @@
 """Warm-up of a replay before anything is timed (``--warmup``, GPU runs): every kernel
-specialisation a replay meets compiled first, by untimed calls whose results are thrown away.
-Needs torch."""
+specialisation a replay meets compiled first, by untimed calls whose results are thrown away,
+and the device memory its largest call needs reserved (``presize``). Needs torch."""
 
 from __future__ import annotations
 
 import time
 
 import torch
+
+from kernels._common import CHUNK
 
 
 def _warm_steps(model, boundaries: bool = False) -> None:
@@ -55,11 +57,49 @@ def _zero_batch(model, starts: list) -> tuple:
     return rec0, conv0, kv
 
 
-def warm(model, device, steps: bool = False, batches: bool = False) -> float:
+def presize_tokens(longest_prompt: int) -> int:
+    """The length of ``presize``'s from-scratch call: the longest prompt of the replayed trace
+    (every from-scratch call, a reference or a miss's prefill, is at most that long), rounded up
+    to a whole 64-token chunk; 0 (nothing to reserve) for an empty trace."""
+    n = max(0, int(longest_prompt))
+    return -(-n // CHUNK) * CHUNK
+
+
+def presize(model, tokens: int) -> int:
+    """Reserve the device memory of the replay's largest call before anything is timed: one
+    untimed from-scratch prefill of ``tokens`` tokens, run as the hits' reference check runs it
+    (a boundary state captured below its end), its results thrown away. The caching allocator
+    keeps the blocks it freed, and every later call (shorter) is served from them: no
+    ``cudaMalloc`` inside a timed call. Without it the
+    references allocated (41 of 61 on an H200 agent run, 2026-12-05: each new longest prompt's
+    reference needs larger blocks than any call before it) and their early host issue times
+    (40-200 ms) held the sleep ahead of them at its cap. Returns the tokens run (0: none, or the
+    call did not fit: the replay then allocates as it goes)."""
+    if tokens <= 0:
+        return 0
+    b = (tokens - 1) // CHUNK * CHUNK
+    kept: list = []
+
+    def capture(p, layer, r, c):
+        kept.append((r.clone(), c.clone()))
+
+    toks = torch.arange(tokens, device=model.device)
+    try:
+        model.run(toks, None, 0, [b] if b > 0 else [], capture)
+    except torch.cuda.OutOfMemoryError:
+        kept.clear()
+        torch.cuda.empty_cache()
+        return 0
+    kept.clear()
+    return tokens
+
+
+def warm(model, device, steps: bool = False, batches: bool = False, longest_prompt: int = 0) -> float:
     """Compile every kernel specialisation a replay meets before anything is timed: the
     kernels' own ``warmup`` (Triton backend) at the stack's shapes and flags, then the stack
     itself from scratch and from a state, with and without boundary states and with a split (the
-    stack's strided q/k/v/gate views are specialisations too)."""
+    stack's strided q/k/v/gate views are specialisations too); then reserve the memory of a
+    from-scratch call of the trace's longest prompt (``presize``)."""
     t0 = time.perf_counter()
     s = model.shape
     kernel_warmup = None
@@ -93,6 +133,7 @@ def warm(model, device, steps: bool = False, batches: bool = False) -> float:
     model.run(toks[:64], None, 0, [64], lambda *a: None)
     if steps or batches:
         _warm_steps(model, boundaries=batches)
+    presize(model, presize_tokens(longest_prompt))
     if device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - t0

@@ -200,18 +200,19 @@ def test_stopwatch_flags_a_call_the_host_held_up():
     whose host stalls after the sleep has ended made the GPU wait, and is flagged host-bound."""
     import time
 
-    from sim.replay.clock import Stopwatch
+    from sim.replay.clock import SleepWindows, Stopwatch
     from sim.replay.measure import HOST_BOUND_MARGIN_MS, host_bound
 
     clock = Stopwatch(torch.device("cuda"), queued=True)
     x = torch.randn(2048, 2048, device="cuda")
-    clock.recent = [20.0]  # a ~26 ms sleep: the matmuls below are queued well before it ends
+    clock.windows.record("call", 1, 20.0)  # a ~26 ms sleep: the matmuls below are queued well before it ends
     h = clock.start()
     for _ in range(4):
         x = x @ x
     clean = clock.stop(h)
     assert clock.slack_ms(clean) > HOST_BOUND_MARGIN_MS and not host_bound(clock.slack_ms(clean))
-    clock.recent = [0.1]  # a ~1 ms sleep, then the host stalls 30 ms mid-call
+    clock.windows = SleepWindows()
+    clock.windows.record("call", 1, 0.1)  # a ~1 ms sleep, then the host stalls 30 ms mid-call
     h = clock.start()
     x = x @ x
     time.sleep(0.03)
@@ -219,3 +220,49 @@ def test_stopwatch_flags_a_call_the_host_held_up():
     held = clock.stop(h)
     assert host_bound(clock.slack_ms(held))
     assert clock.ms(held) > 25.0  # the gap is in the device time: why such calls are flagged
+
+
+def test_a_queued_calls_sleep_runs_at_least_as_long_as_asked():
+    """The sleep is asked for in GPU cycles at the fastest rate its sleeps were measured at
+    (``SleepRate``, refined as each call is resolved): once a few calls are resolved no sleep runs
+    shorter than asked (an H200 run, 2026-12-05, had suffix calls sized at a 50 ms sleep end with
+    the host's issue at 30 ms: the sleep, calibrated once, ran shorter)."""
+    from sim.replay.clock import Stopwatch
+
+    clock = Stopwatch(torch.device("cuda"), queued=True)
+    x = torch.randn(1024, 1024, device="cuda")
+    asked, ran = [], []
+    for _ in range(10):
+        clock.windows.record("call", 1, 16.0)  # a 21 ms sleep a call
+        h = clock.stop(clock.start())
+        torch.mm(x, x)
+        assert clock.ms(h) >= 0  # resolves the call: its sleep refines the rate
+        asked.append(h.sleep_ms)
+        ran.append(clock.sleep_gpu_ms(h))
+    assert all(a == pytest.approx(21.0) for a in asked)
+    assert all(0.97 * a <= r < 3 * a for a, r in zip(asked[3:], ran[3:])), list(zip(asked, ran))
+
+
+def test_presize_leaves_no_device_allocation_to_a_longer_reference():
+    """After ``warm.presize`` at the longest prompt, from-scratch calls that are each the longest
+    yet (each would need larger blocks than any call before it) are served from the allocator's
+    cache: no ``cudaMalloc`` inside them (41 of 61 references allocated on the 2026-12-05 H200
+    agent run)."""
+    from sim.replay.model import HybridModel, ReplayShape
+    from sim.replay.warm import presize, presize_tokens
+
+    shape = ReplayShape.from_spec(get_model("qwen3.5-9b"), 4)
+    model = HybridModel(shape, device="cuda", dtype=torch.bfloat16, seed=0)
+
+    def reference(n):
+        b = (n - 1) // 64 * 64
+        model.run(torch.arange(n, device="cuda"), None, 0, [b], lambda p, layer, r, c: (r.clone(), c.clone()))
+
+    reference(1024)  # kernels compiled, the small pool's blocks made
+    assert presize(model, presize_tokens(5000)) == 5056
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["num_device_alloc"]
+    for n in (2048, 3001, 4500, 5000):
+        reference(n)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["num_device_alloc"] == before

@@ -1,0 +1,194 @@
+"""The sleep queued ahead of a timed call (``--measure device``): sized per call kind and segment
+count (``SleepWindows``), asked for in GPU cycles at a rate its measured sleeps refine
+(``SleepRate``), and the device memory of the largest call reserved before anything is timed
+(``warm.presize``). The CUDA paths are in ``test_replay_gpu.py``; here their logic, on the CPU."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+
+from sim.replay.clock import (  # noqa: E402
+    HOST_GUESS_MS,
+    QUEUE_CAP_MS,
+    QUEUE_MARGIN,
+    QUEUE_PAD_MS,
+    QUEUE_WINDOW,
+    SleepRate,
+    SleepWindows,
+    Stopwatch,
+    Timed,
+    sleep_ms,
+)
+
+STALLS = Path(__file__).resolve().parents[3] / "benchmarks/results/2026-12-05-gpu-s12-h200/stalls.csv"
+
+
+def sized(host: float) -> float:
+    return min(QUEUE_CAP_MS, host * QUEUE_MARGIN + QUEUE_PAD_MS)
+
+
+def test_slow_references_do_not_stretch_the_suffix_calls_sleep():
+    w = SleepWindows()
+    assert w.sleep_ms("suffix") == w.sleep_ms("reference") == sized(HOST_GUESS_MS)  # nothing seen yet
+    w.record("reference", 1, 199.1)  # a reference that allocated (H200, 2026-12-05)
+    w.record("suffix", 1, 9.0)
+    w.record("suffix", 1, 8.0)
+    assert w.sleep_ms("suffix") == pytest.approx(9.0 * 1.25 + 1.0)  # 12.25 ms
+    assert w.sleep_ms("reference") == QUEUE_CAP_MS
+    assert w.recent("suffix") == [9.0, 8.0] and w.recent("reference") == [199.1]
+    assert w.sleep_ms("step") == sized(HOST_GUESS_MS)  # another kind starts from the guess
+
+
+def test_an_unseen_segment_count_is_sized_per_segment_from_the_kinds_others():
+    w = SleepWindows()
+    w.record("suffix", 1, 8.0)
+    w.record("suffix", 1, 10.0)
+    assert w.longest("suffix", 2) == pytest.approx(20.0)  # 10 ms a segment, twice
+    assert w.sleep_ms("suffix", 2) == pytest.approx(26.0)
+    w.record("suffix", 2, 14.0)  # its own window from now on
+    assert w.sleep_ms("suffix", 2) == pytest.approx(14.0 * 1.25 + 1.0)
+    assert w.sleep_ms("suffix", 1) == pytest.approx(13.5)  # the one-segment calls keep theirs
+    # three segments: the longest time a segment (10 / 1 against 14 / 2) times 3 = 30 ms
+    assert w.longest("suffix", 3) == pytest.approx(30.0)
+    assert w.sleep_ms("suffix", 3) == pytest.approx(38.5)
+    assert w.longest("reference", 3) is None
+
+
+def test_a_window_forgets_its_oldest_times():
+    w = SleepWindows(window=3)
+    for h in (40.0, 5.0, 6.0, 7.0):
+        w.record("suffix", 1, h)
+    assert w.recent("suffix") == [5.0, 6.0, 7.0]
+    assert w.sleep_ms("suffix") == pytest.approx(7.0 * 1.25 + 1.0)
+    assert SleepWindows().window == QUEUE_WINDOW
+    with pytest.raises(ValueError):
+        SleepWindows(window=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["suffix", "reference", "step"]), st.integers(1, 3), st.floats(0.1, 300.0)),
+        max_size=40,
+    )
+)
+def test_a_kinds_sleeps_are_those_of_its_own_calls_alone(calls):
+    """Whatever the other kinds' calls took, a kind's sleeps are the ones its calls alone would
+    give (the property the shared window broke)."""
+    mixed, alone = SleepWindows(), SleepWindows()
+    for kind, segs, host in calls:
+        if kind == "suffix":
+            assert mixed.sleep_ms(kind, segs) == alone.sleep_ms(kind, segs)
+            alone.record(kind, segs, host)
+        mixed.record(kind, segs, host)
+        assert mixed.sleep_ms(kind, segs) <= QUEUE_CAP_MS
+
+
+def test_the_h200_agent_run_under_per_kind_windows():
+    """The call order of the held-out qwen3.5-27b agent run (the 2026-12-05 stall probe): under
+    the one shared window (the tail's unqueued calls entering it too, as they did) 21 of the 64
+    suffix calls' sleeps sat at the 50 ms cap; sized from suffix calls alone, 12 (the suffix
+    calls' own host times, up to 60 ms early on, keep it there at first), and the reference's
+    slowest call (199 ms) no longer reaches any suffix call."""
+    d = pd.read_csv(STALLS)
+    kinds = {"sim/replay/runner.py:375": "suffix", "sim/replay/hits.py:195": "reference"}
+    shared: list = []
+    w = SleepWindows()
+    old, new = [], []
+    for r in d.itertuples():
+        if r.kind == "unqueued":
+            shared = (shared + [r.host_ms])[-QUEUE_WINDOW:]
+            continue
+        k = kinds[r.caller]
+        if k == "suffix":
+            old.append(sleep_ms(shared))
+            new.append(w.sleep_ms(k))
+        shared = (shared + [r.host_ms])[-QUEUE_WINDOW:]
+        w.record(k, 1, r.host_ms)
+    assert len(new) == 64
+    assert sum(s >= QUEUE_CAP_MS for s in old) == 21
+    assert sum(s >= QUEUE_CAP_MS for s in new) == 12
+    assert max(w.recent("suffix")) < 40.0 and max(w.recent("reference")) < 40.0  # the run's end
+
+
+def test_the_sleep_rate_keeps_the_fastest_clock_seen():
+    r = SleepRate(window=2)
+    assert not r.known
+    with pytest.raises(RuntimeError):
+        r.cycles(5.0)
+    r.observe(10_000_000, 10.0)  # 1e6 cycles a ms
+    assert r.known and r.cycles(5.0) == 5_000_000
+    r.observe(10_000_000, 5.0)  # the clock doubled: a sleep asked in the old rate ran half as long
+    assert r.cycles(5.0) == 10_000_000
+    r.observe(10_000_000, float("nan"))  # not measurable: ignored
+    r.observe(0, 3.0)
+    assert r.cycles(1.0) == 2_000_000
+    r.observe(10_000_000, 10.0)
+    r.observe(10_000_000, 8.0)  # the window (2) forgot the fast one
+    assert r.cycles(1.0) == 1_250_000
+
+
+def test_a_cpu_stopwatch_hands_back_the_calls_kind_and_queues_nothing():
+    clock = Stopwatch(torch.device("cpu"), queued=True)
+    h = clock.stop(clock.start(kind="suffix", segments=2))
+    assert isinstance(h, Timed) and h.kind == "suffix" and h.segments == 2
+    assert h.sleep_ms == 0.0 and h.sleep_cycles == 0 and h.before is None
+    assert clock.ms(h) >= 0 and clock.host_ms(h) >= 0
+    assert clock.sleep_gpu_ms(h) != clock.sleep_gpu_ms(h)  # NaN: no sleep
+    assert clock.windows.recent("suffix", 2) == []  # nothing queued: no time sizes a sleep
+    assert not clock.rate.known  # never calibrated off a GPU
+
+
+def test_the_replayer_names_each_timed_calls_kind_and_segments(tiny_model, tiny_shape):
+    """The suffix prefill is started as a ``suffix`` call of as many segments as it runs (the
+    split at an exact-alignment checkpoint), the hit's check as a ``reference`` of one, the
+    teacher-forced tail as an unqueued ``tail``; the records' segments agree."""
+    from sim.replay.runner import Replayer
+    from sim.replay.store import CheckpointStore
+    from test_replay_runner import REQS, first_turn
+
+    store = CheckpointStore(tiny_shape, torch.float32, device="cpu")
+    rp = Replayer(tiny_model, store, lambda r: REQS[r])
+    seen = []
+    start = rp.clock.start
+
+    def spy(queue=True, kind="call", segments=1):
+        seen.append((kind, segments, queue))
+        return start(queue, kind, segments)
+
+    rp.clock.start = spy
+    first_turn(rp)  # request 0: its prompt split at 90 (two calls), then its tail
+    rp.lookup(1, 4, 130)
+    rp.prefill(1, 130, 170)
+    rp.decode(1)
+    recs = {r.request: r for r in rp.finish()}
+    assert rp.failures == [] and recs[1].validated
+    assert recs[0].suffix_segments == [(0, 90), (90, 100)] and recs[1].suffix_segments == [(130, 170)]
+    assert seen == [("suffix", 2, True), ("tail", 1, False), ("suffix", 1, True), ("reference", 1, True)]
+
+
+def test_presize_runs_a_from_scratch_call_of_the_longest_prompt(tiny_model):
+    from sim.replay.warm import presize, presize_tokens
+
+    assert [presize_tokens(n) for n in (0, -3, 1, 64, 65, 1000)] == [0, 0, 64, 64, 128, 1024]
+    assert presize(tiny_model, 0) == 0
+    calls = []
+    run = tiny_model.run
+
+    def spy(tokens, state, start, wanted=(), on_state=None, **kw):
+        calls.append((int(tokens.shape[0]), state, start, list(wanted)))
+        return run(tokens, state, start, wanted, on_state, **kw)
+
+    tiny_model.run = spy
+    try:
+        assert presize(tiny_model, 192) == 192
+        assert presize(tiny_model, 64) == 64
+    finally:
+        del tiny_model.run
+    # from scratch, with the reference's boundary state below its end (none for one chunk)
+    assert calls == [(192, None, 0, [128]), (64, None, 0, [])]
