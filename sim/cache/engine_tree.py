@@ -224,12 +224,14 @@ class EngineTree(HybridRadixTree):
         list: a request locks only its own node's state), not only on whether it is locked."""
         return getattr(self.policy, "keys_on_direct_lock", False)
 
-    def age_state(self, node: Node, t: float) -> None:
+    def age_state(self, node: Node, t: float, *, held: bool = False) -> None:
         """``node``'s state entered the engine's queue at ``t``, earlier than the insert that
-        placed it (vLLM frees a chunk-end state's block while the prefill goes on)."""
-        if t < node.state_access:
+        placed it (vLLM frees a chunk-end state's block while the prefill goes on); ``held``: at
+        ``t`` whenever that is, later than the lookup that refreshed it (a hit's state block,
+        held through the request's first step)."""
+        if node.has_state and (held or t < node.state_access):
             node.state_access = t
-            self._changed(node)
+            self._touched(node)
 
     # ------------------------------------------------------------------ lookup and refresh
     def lookup(self, seq: np.ndarray, max_hit_sym: int | None = None, now: float | None = None) -> MatchResult:
@@ -450,7 +452,7 @@ class EngineTree(HybridRadixTree):
             child.last_access = now
             if rule.state == "with-kv" and child.has_state:
                 child.state_access = now
-            self._changed(child)
+            self._touched(child)
         return upper
 
     # ------------------------------------------------------------------ insert
@@ -605,6 +607,7 @@ class EngineTree(HybridRadixTree):
             self.kv_tokens -= node.n_tokens
             self.policy.remove(node)
             node.parent = None
+            self._recount(node)
             self._after_child_removed(parent)
             return
         self.kv_tokens -= node.depth_tokens - keep

@@ -30,7 +30,10 @@ node, so the node holding a state, and its end position, never change while the 
 every run of evicted KV tokens, each with the ``tag`` of the ``insert`` or ``reserve`` call making
 the change (what the caller needs to attribute it; None outside such a call).
 
-Bookkeeping is incremental: cached depths, token counts and byte totals; the eviction policy
+Bookkeeping is incremental: cached depths, token counts and byte totals, and what eviction could
+free now (``evictable_kv`` / ``evictable_states``: each node's share is recounted wherever the
+policy hears of the node, so ``could_reserve`` reads two totals; ``evictable_walk`` is the
+from-scratch oracle ``check_invariants`` holds them to); the eviction policy
 is told about every node whose candidacy or priority may have changed (``policy.update``) so it
 can keep its own heap or arrays, and never scans the tree.
 
@@ -107,6 +110,8 @@ class Node:
         "version",
         "created",
         "ckpt",
+        "free_kv",
+        "free_state",
     )
 
     def __init__(
@@ -132,6 +137,8 @@ class Node:
         self.version = 0  # bumped on every change, invalidates stale heap entries
         self.created = created  # creation order: deterministic tie-break
         self.ckpt = -1  # id of the checkpoint this node holds (kept through splits and merges)
+        self.free_kv = 0  # its share of the tree's evictable totals (``_recount``)
+        self.free_state = 0
 
     @property
     def parent_depth_tokens(self) -> int:
@@ -207,6 +214,9 @@ class HybridRadixTree:
         self.root.lock = 1  # the root is never a candidate
         self.kv_tokens = 0
         self.n_states = 0
+        # what eviction could free now (``could_reserve``), kept up to date node by node
+        self.evictable_kv = 0  # KV tokens of unlocked nodes
+        self.evictable_states = 0  # states of unlocked nodes, and of locked ones the policy may drop
         self.stats = TreeStats()
         policy.attach(self)
 
@@ -336,10 +346,10 @@ class HybridRadixTree:
             node.last_access = now
             if with_kv:
                 self._touch_state(node, now)
-            self._changed(node)
+            self._touched(node)
         if not with_kv:
             self._touch_state(m.hit_node, now)
-            self._changed(m.hit_node)
+            self._touched(m.hit_node)
 
     def refresh_inserted(self, res: "InsertResult", now: float, final: bool) -> None:
         """Move recency after an insert (``RefreshRule.insert``); ``final``: the request's last."""
@@ -354,7 +364,7 @@ class HybridRadixTree:
         if node is self.root:
             return
         node.last_access = now
-        self._changed(node)
+        self._touched(node)
 
     def touch_path(self, node: Node, now: float) -> None:
         with_kv = self.refresh.state == "with-kv"
@@ -362,7 +372,7 @@ class HybridRadixTree:
             node.last_access = now
             if with_kv:
                 self._touch_state(node, now)
-            self._changed(node)
+            self._touched(node)
             node = node.parent
 
     def lock(self, node: Node) -> None:
@@ -389,7 +399,59 @@ class HybridRadixTree:
 
     def _changed(self, node: Node) -> None:
         node.version += 1
+        self._recount(node)
         self.policy.update(node)
+
+    def _touched(self, node: Node) -> None:
+        """``_changed`` for a node whose recency alone moved: what eviction could free stays."""
+        node.version += 1
+        self.policy.update(node)
+
+    def _recount(self, node: Node) -> None:
+        """Bring ``node``'s share of ``evictable_kv`` / ``evictable_states`` up to date: called
+        wherever the policy hears of it (``_changed``, a node added, a node detached: its
+        ``parent`` None, its share 0). Its share: an unlocked node's KV and state; a locked node's
+        state where the policy's ``keys`` lists it."""
+        if node.parent is None:  # the root, or a node no longer in the tree
+            kv = st = 0
+        elif node.lock == 0:
+            kv, st = node.n_tokens, 1 if node.has_state else 0
+        else:
+            kv = 0
+            st = 1 if node.has_state and self._locked_state_free(node) else 0
+        if kv != node.free_kv:
+            self.evictable_kv += kv - node.free_kv
+            node.free_kv = kv
+        if st != node.free_state:
+            self.evictable_states += st - node.free_state
+            node.free_state = st
+
+    def _locked_state_free(self, node: Node) -> bool:
+        """Whether the policy may drop the state of locked ``node`` (its ``keys`` lists it: an
+        engine that locks a running path's KV and not its states)."""
+        keys = getattr(self.policy, "keys", None)
+        return keys is not None and "state" in keys(node)
+
+    def recount_evictable(self) -> None:
+        """Recompute every node's share from scratch (after the eviction policy changed: a locked
+        state's share follows its ``keys``)."""
+        for node in self.iter_nodes():
+            self._recount(node)
+
+    def evictable_walk(self) -> tuple[int, int]:
+        """``(evictable_kv, evictable_states)`` recounted by a walk over the tree: the oracle the
+        incremental totals are checked against (``check_invariants``, tests); never on a hot path."""
+        keys = getattr(self.policy, "keys", None)
+        kv = st = 0
+        for node in self.iter_nodes():
+            if node.parent is None:
+                continue
+            if node.lock == 0:
+                kv += node.n_tokens
+                st += node.has_state
+            elif node.has_state and keys is not None and "state" in keys(node):
+                st += 1
+        return kv, st
 
     # ------------------------------------------------------------------ insert
     def insert(
@@ -539,7 +601,7 @@ class HybridRadixTree:
                     self._add_state(child)
                 elif pos == c and getattr(self.policy, "reinsert_refreshes_state", False):
                     self._touch_state(child, now)  # the engine inserted this state again
-                    self._changed(child)
+                    self._touched(child)
                 continue
             if pos + m == n and c != n:
                 return child  # seq ends inside a cached edge and needs no state there
@@ -564,6 +626,7 @@ class HybridRadixTree:
                 self.kv_tokens += tokens
                 self._changed(node)
                 node = leaf
+                self._recount(leaf)
                 self.policy.add(leaf)
             pos = nxt
             if ci < len(cps) and pos == cps[ci]:
@@ -624,6 +687,7 @@ class HybridRadixTree:
         child.n_tokens -= up_tokens
         child.parent = upper
         upper.children[int(child.key[0])] = child
+        self._recount(upper)
         self.policy.add(upper)
         self._changed(child)
         return upper
@@ -655,8 +719,9 @@ class HybridRadixTree:
         it fits now, or would once every entry the policy can give up is gone (an unlocked node's
         KV and state, a locked node's state where the policy's ``keys`` lists it), as an engine
         checks a request before it admits it (vLLM's ``allocate_slots`` counts the cached blocks
-        in the free queue as free, SGLang's ``PrefillAdder`` the evictable size). A walk over the
-        tree, for the slow path only. None when the policy cannot say (it has no ``keys``)."""
+        in the free queue as free, SGLang's ``PrefillAdder`` the evictable size). Reads the totals
+        kept node by node (``evictable_kv``, ``evictable_states``; ``evictable_walk`` recounts
+        them). None when the policy cannot say (it has no ``keys``)."""
         kv_bytes = kv_tokens * self.kv_bytes_per_token
         need = kv_bytes + states * self.state_bytes
         self._pending = (kv_bytes, states)
@@ -665,16 +730,7 @@ class HybridRadixTree:
         keys = getattr(self.policy, "keys", None)
         if keys is None:
             return None
-        kv_free = states_free = 0
-        for node in self.iter_nodes():
-            if node.parent is None:
-                continue
-            if node.lock == 0:
-                kv_free += node.n_tokens
-                states_free += node.has_state
-            elif node.has_state and "state" in keys(node):
-                states_free += 1
-        return self._fits_freed(kv_free, states_free, kv_bytes, states)
+        return self._fits_freed(self.evictable_kv, self.evictable_states, kv_bytes, states)
 
     def _fits_freed(self, kv_free: int, states_free: int, kv_bytes: int, states: int) -> bool:
         """Hook: whether ``kv_bytes`` of KV and ``states`` states fit once ``kv_free`` KV tokens
@@ -736,6 +792,7 @@ class HybridRadixTree:
                 self.listener.kv_removed(freed_kv, self._tag)
             self.policy.remove(node)
             node.parent = None
+            self._recount(node)
             self._after_child_removed(parent)
         else:
             if not node.has_state:  # nothing to free: only structure
@@ -791,6 +848,7 @@ class HybridRadixTree:
         self.policy.remove(node)
         node.parent = None
         node.children = {}
+        self._recount(node)
         self._changed(child)
 
     # ------------------------------------------------------------------ introspection
@@ -825,6 +883,8 @@ class HybridRadixTree:
             assert (node.ckpt >= 0) == node.has_state, "checkpoint id out of step with the state"
         assert kv == self.kv_tokens, (kv, self.kv_tokens)
         assert states == self.n_states, (states, self.n_states)
+        walk = self.evictable_walk()
+        assert walk == (self.evictable_kv, self.evictable_states), ("evictable totals", walk)
         self._check_capacity()
 
     def _check_capacity(self) -> None:

@@ -228,6 +228,7 @@ class Simulation:
             if node is not tree.root:
                 node.slot = -1
                 policy.add(node)
+        tree.recount_evictable()  # a locked state's share follows the policy's keys
 
     @property
     def refresh_path(self) -> bool:
