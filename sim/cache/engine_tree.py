@@ -224,12 +224,10 @@ class EngineTree(HybridRadixTree):
         list: a request locks only its own node's state), not only on whether it is locked."""
         return getattr(self.policy, "keys_on_direct_lock", False)
 
-    def age_state(self, node: Node, t: float, *, held: bool = False) -> None:
+    def age_state(self, node: Node, t: float) -> None:
         """``node``'s state entered the engine's queue at ``t``, earlier than the insert that
-        placed it (vLLM frees a chunk-end state's block while the prefill goes on); ``held``: at
-        ``t`` whenever that is, later than the lookup that refreshed it (a hit's state block,
-        held through the request's first step)."""
-        if node.has_state and (held or t < node.state_access):
+        placed it (vLLM frees a chunk-end state's block while the prefill goes on)."""
+        if t < node.state_access:
             node.state_access = t
             self._touched(node)
 

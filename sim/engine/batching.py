@@ -154,6 +154,9 @@ class StepBatch:
     preempted: list[int] = field(default_factory=list)
     #: requests holding a second state slot for this step only (``kv_unit``: vLLM align mode)
     transient: list[Seq] = field(default_factory=list)
+    #: a decode run's second state slots at its peak, held as KV tokens by its first request for
+    #: the run (``ContinuousEngine._run_slots``); given back with ``transient``
+    run_slots: int = 0
 
     @property
     def empty(self) -> bool:
@@ -453,7 +456,7 @@ class ContinuousEngine:
             dt = timing.step_time_s(spec, [(a, b) for _, a, b in batch.prefills], contexts)
             k = 1
             if not batch.prefills:
-                k = self._run_length(decodes, contexts, dt)
+                k = self._run_length(batch, contexts, dt)
             t0 = env.now
             if k == 1:
                 yield env.timeout(dt)
@@ -462,10 +465,13 @@ class ContinuousEngine:
             self._emit(t0, env.now, env.now - t0, k, batch)
             self._apply(batch, k, t0, dt)
 
-    def _run_length(self, decodes: list, contexts: list, dt: float) -> int:
+    def _run_length(self, batch: StepBatch, contexts: list, dt: float) -> int:
         """How many decode-only steps of this batch can go as one event (1: just this one). When
         the timing model gives the run's first and last step the same time every step takes
-        ``dt``; otherwise each step is timed (at most ``VARIABLE_RUN`` of them) into ``_ends``."""
+        ``dt``; otherwise each step is timed (at most ``VARIABLE_RUN`` of them) into ``_ends``.
+        With ``kv_unit`` the second state slots its later steps take are charged at their peak
+        (``_run_slots``)."""
+        decodes = batch.decodes
         k = min(s.n_out - s.decoded for s in decodes)
         if k <= 1 or self.waiting and len(self.running) < self.max_seqs:
             return 1
@@ -480,14 +486,50 @@ class ContinuousEngine:
             self._ends = ends
         # this step's token is charged already; charge the rest of the run now
         extra = [self._kv(s.pos + 1, s.pos + k) for s in decodes]
+        first = batch.transient
+        slots = self._run_slots(decodes, k, first, sum(extra)) if self.kv_unit != 1 and self.slots else 0
+        for s in first:  # the first step's second slots are counted in the run's peak
+            self._release(s, 0, 1)
         # evictions it causes are stamped now
-        if not self._room(sum(extra), 0, (decodes[0].f, self.env.now)):
+        if not self._room(sum(extra) + slots, 0, (decodes[0].f, self.env.now)):
+            for s in first:  # as before the try: the room was just given back, nothing is evicted
+                self._reserve(s, 0, 1) or self._force(s, 0, 1)
             return 1
+        batch.transient = []
         for s, x in zip(decodes, extra):
             s.charge(x, 0)
-        self.held_bytes += sum(extra) * self.charged_per_kv
+        decodes[0].charge(slots, 0)
+        batch.run_slots = slots
+        self.held_bytes += (sum(extra) + slots) * self.charged_per_kv
         self._peak()
         return k
+
+    def _run_slots(self, decodes: list, k: int, first: list, run_kv: int) -> int:
+        """KV tokens that hold, for a decode run of ``k`` steps, the second state slots its steps
+        after the first take at their peak, beyond the run's KV (``run_kv`` tokens). vLLM align
+        mode: each step every decoding request calls ``allocate_slots`` in turn, which first frees
+        its previous state block (``remove_skipped_blocks``, ``kv_cache_manager.py`` L578-L582;
+        ``MambaManager.remove_skipped_blocks``, ``single_type_kv_cache_manager.py`` L1634-L1662)
+        and then, when the step enters a new block, takes a new attention block and a new state
+        block per Mamba group (``MambaManager.allocate_new_blocks``, L1802-L1928), so the pool
+        must give, at one request's allocation, the run's blocks entered so far plus a state for
+        every request that entered a block at this step or, not yet freed, at the previous one.
+        ``first``: the requests that entered a block at the run's first step (their second slot
+        is freed during the second). The run's KV is charged whole at its start; this charges the
+        peak's remainder with it (0 when no step after the first enters a block)."""
+        u, kv_bytes, slot = self.kv_unit, self.charged_per_kv, self.charged_per_state
+        held = set(map(id, first))
+        entered, peak = 0, 0
+        for j in range(1, k):
+            now_held = set()
+            for s in decodes:
+                held.discard(id(s))
+                if (s.pos + j) % u == 0:  # computes the first token of a new block
+                    entered += 1
+                    now_held.add(id(s))
+                    peak = max(peak, entered * u * kv_bytes + (len(held) + len(now_held)) * slot)
+            held |= now_held
+        return max(0, -(-(peak - run_kv * kv_bytes) // kv_bytes))
 
     def _coast(self, decodes: list, dt: float, k: int):
         """Sleep through ``k`` decode steps of ``dt``; an arrival ends the run at the next step
@@ -533,6 +575,8 @@ class ContinuousEngine:
         finished = []
         for s in batch.transient:  # the previous state block goes at the next step
             self._release(s, 0, 1)
+        if batch.run_slots:
+            self._release(batch.decodes[0], batch.run_slots, 0)
         u = self.kv_unit
         if u != 1:  # when the state block at each boundary passed is freed (``_age_states``)
             for s, a, b in batch.prefills:

@@ -527,3 +527,74 @@ def test_could_reserve_counts_what_eviction_frees_and_evicts_nothing():
     assert (c.tree.kv_tokens, c.tree.n_states) == before
     assert c.tree.reserve(20, 0)  # what it promised, reserve does
     c.tree.unlock(m.hit_node)
+
+
+def _decode_engine(prompt: int, output: int):
+    """A ``vllm`` ContinuousEngine (block 16, budget 16) with one request, stepped through its
+    prefill: the engine, its request, and the batch of its first decode step."""
+    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
+
+    import simpy  # noqa: PLC0415
+
+    trace = one_per_session((toks(0, prompt), toks(500, output)))
+    config = SimConfig(
+        policy="vllm", capacity_bytes=10**12, scheduler="continuous", block_size=16, max_num_batched_tokens=16
+    )
+    sim = build(trace, config, spec=TINY, timing=TIMING)
+    noop = lambda *a: None  # noqa: E731
+    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+    eng.arrive(trace.requests[0])
+    while True:
+        batch = eng.schedule()
+        if not batch.prefills:
+            return eng, eng.running[0], batch
+        eng._apply(batch, 1, 0.0, 0.0)
+
+
+def test_a_decode_run_charges_the_second_state_slot_of_a_step_that_enters_a_block():
+    """vLLM runs a decode run step by step: at the step whose token opens a new block,
+    ``allocate_slots`` (``kv_cache_manager.py`` L401) takes the attention block and a new state
+    block per Mamba group (``MambaManager.allocate_new_blocks``, ``single_type_kv_cache_manager.py``
+    L1802-L1928) while the previous one is still held (``remove_skipped_blocks``, L1634-L1662,
+    frees it at the next step), so the pool must give a block and a state at once. The simulator
+    advances such a run in one event and charged only its KV blocks: a 40-token prompt, 13 output
+    tokens, block 16: the run of 12 decode steps from token 40 enters block [48, 64) at its ninth
+    step, and charges that block plus one state (as KV bytes of the running request) until the run
+    ends. Found by ``benchmarks/differential_vllm.py --scheduler continuous --capacity 4GB``
+    (retention 0): vLLM evicted four blocks at a decode run where the simulator evicted one."""
+    eng, s, batch = _decode_engine(40, 13)
+    tree = eng.sim.tree
+    assert (s.pos, s.held_kv, s.held_states) == (40, 16, 1)
+    before = tree.capacity_bytes
+    dt = eng.sim.timing.step_time_s(eng.sim.spec, (), [40])
+    k = eng._run_length(batch, [40], dt)
+    assert k == 12
+    state_as_kv = tree.state_bytes // tree.kv_bytes_per_token
+    assert tree.state_bytes % tree.kv_bytes_per_token == 0
+    assert s.held_kv == 16 + 16 + state_as_kv and batch.run_slots == state_as_kv
+    assert before - tree.capacity_bytes == 16 * tree.kv_bytes_per_token + tree.state_bytes
+    eng._apply(batch, k, 0.0, dt)
+    # the run ends the request: everything it held, the run's slot included, is given back
+    assert (s.pos, s.held_kv, s.held_states, eng.held_bytes) == (52, 0, 0, 0)
+    assert tree.capacity_bytes == before + 16 * tree.kv_bytes_per_token + tree.state_bytes
+
+
+def test_a_decode_runs_peak_counts_state_blocks_not_yet_freed_in_the_engines_order():
+    """Each step vLLM calls ``allocate_slots`` request by request, and each call first frees that
+    request's previous state block (``remove_skipped_blocks`` before ``allocate_new_blocks``,
+    ``kv_cache_manager.py`` L578-L604): a request that entered a block at the previous step still
+    holds its second block when a request ahead of it in the running order enters one now. A
+    enters block [32, 48) at the run's first step, B block [48, 64) at its second: A first, A's old
+    block is gone before B takes its new ones (peak: one block and one state); B first, A's is
+    still held (one block and two states). Block 16, a state of 3 blocks."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
+
+    eng = SimpleNamespace(kv_unit=16, charged_per_kv=2, charged_per_state=96)
+    a, b = SimpleNamespace(pos=32), SimpleNamespace(pos=47)
+    run_kv = 16  # B's block [48, 64)
+    assert ContinuousEngine._run_slots(eng, [a, b], 2, [a], run_kv) == 48
+    assert ContinuousEngine._run_slots(eng, [b, a], 2, [a], run_kv) == 96
+    assert ContinuousEngine._run_slots(eng, [a, b], 2, [], run_kv) == 48
+    assert ContinuousEngine._run_slots(eng, [a], 5, [a], 0) == 0  # nothing entered after the first step
