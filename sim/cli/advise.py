@@ -23,7 +23,7 @@ from sim.cli.outdir import (
 )
 from sim.cli.options import with_fields
 from sim.cli.run import refuse_unread_knobs
-from sim.cli.traces import trace_options
+from sim.cli.traces import say_short_session_range, trace_options
 from sim.config import SimConfig, format_size
 from sim.errors import UsageError, stop_exit_code
 from sim.experiments.advise import ENGINES, OBJECTIVES, Problem, advice_json, advise, differences
@@ -320,6 +320,7 @@ def register(main: click.Group) -> None:
                 engine=engine,
                 ray_address=ray_address,
                 progress=progress,
+                on_trace=say_short_session_range,
             )
             if adv.report is not None and adv.report.interrupted:
                 click.echo(

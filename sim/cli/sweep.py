@@ -8,6 +8,7 @@ without touching this file.
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 from itertools import product
@@ -27,12 +28,13 @@ from sim.cli.outdir import (
     refuse_other_kind,
 )
 from sim.cli.report import SORT_HELP, sort_key
+from sim.cli.traces import say_short_session_range
 from sim.cli.run import explicit_settings, fits_trace_blocks, refuse_unread_knobs, refuse_unusable_blocks
 from sim.config import SimConfig, format_size
 from sim.cost import default_timing, timing_note
 from sim.errors import UsageError, stop_exit_code
 from sim.experiments.grid import check_grid_size, expand_grid, grid_size, parse_values
-from sim.experiments.runners import describe, run_sweep
+from sim.experiments.runners import describe, run_sweep, task_trace
 from sim.experiments.grid import ROW_VERSION
 from sim.experiments.store import BAD, DONE, STALE, check_layout, stored_status
 from traces.packing import inputs_digest
@@ -262,6 +264,30 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
+def say_short_session_ranges(tasks) -> None:
+    """Each ``--session-range`` value that ends past its trace's sessions, said once on stderr as
+    ``run`` says it: the workers load the traces, so the parent reads each such trace (from the
+    runners' cache, which a one-worker sweep then reuses). A range that keeps no session is left
+    to its configurations' runs (their error, as before)."""
+    from traces.sessions import parse_session_range  # noqa: PLC0415
+
+    seen: set[str] = set()
+    for task in tasks:
+        kwargs = task.trace_kwargs
+        text = kwargs.get("session_range")
+        if not text or parse_session_range(text)[1] is None:  # no end: never past the trace
+            continue
+        key = json.dumps(kwargs, sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            trace = task_trace(kwargs)
+        except ValueError:  # TraceError / UsageError: the configuration's run reports it
+            continue
+        say_short_session_range(trace)
+
+
 def register(main: click.Group) -> None:
     spec = SweepSpec(main.commands["run"])  # registered after `run`: its knobs are derived from it
 
@@ -343,6 +369,7 @@ def register(main: click.Group) -> None:
                 import ray  # noqa: F401,PLC0415 - optional extra: checked before the sweep starts
             except ImportError:
                 raise UsageError("--engine ray needs Ray: pip install 'marconi-sim[ray]'") from None
+        say_short_session_ranges([t for t, s in zip(tasks, status) if s != DONE] if status else tasks)
         report = run_sweep(
             tasks,
             out,

@@ -48,6 +48,12 @@ def _load_trace(trace_kwargs: dict):
     return trace, time.perf_counter() - t0
 
 
+def task_trace(trace_kwargs: dict):
+    """The trace of a task's trace options, from this process's cache (a sweep's parent reads its
+    session count before the workers run; with one worker the run reuses it)."""
+    return _load_trace(trace_kwargs)[0]
+
+
 def loaded_trace_keys() -> list[str]:
     """Traces held by this process's cache (tests check that each is loaded once)."""
     return list(_TRACES)

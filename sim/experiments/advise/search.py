@@ -721,10 +721,12 @@ def advise(
     ray_address: str | None = None,
     progress: bool = True,
     trace=None,
+    on_trace=None,
 ) -> Advice:
     """Search, then compare the recommendation with the engine's defaults (and on the held-out
     part with ``problem.holdout``); the study is kept in ``out`` (the CLI also writes advice.json
-    and the Pareto figure there)."""
+    and the Pareto figure there). ``on_trace``: called with the loaded trace before any trial
+    runs (the CLI says a ``--session-range`` past the trace's end)."""
     from traces.registry import load_trace  # noqa: PLC0415
     from sim.trace_options import options_from_kwargs  # noqa: PLC0415
 
@@ -740,6 +742,8 @@ def advise(
         tspec, opts = options_from_kwargs(dict(problem.trace_kwargs), pop=True)
         opts.progress = progress
         trace = load_trace(tspec, opts)
+    if on_trace is not None:
+        on_trace(trace)
     space = build_space(problem.engine, spec, gpu, problem.fixed, trace.block_tokens)
     _check_one_request(trace, space)
     why = refusal(
