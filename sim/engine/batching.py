@@ -186,6 +186,15 @@ class ContinuousEngine:
         #: the admission's engine holds no lookup or lock for a request that waits for memory: it
         #: matches the request again on every pass until one admits it (``rematches_waiting``)
         self.rematch = getattr(sim.admission, "rematches_waiting", False)
+        #: SGLang's ``PrefillAdder`` (``reserves_output``): a waiting request is admitted only if its
+        #: whole uncached prompt, its output and a page fit beside what the running requests may still
+        #: decode; after a refusal no pass tries the queue until a running request leaves
+        self.reserve_out = self.rematch and getattr(sim.admission, "reserves_output", False)
+        self.batch_full = False  # a waiting request was refused for memory since one last left
+        #: (every, most): the prefixes of the first ``most`` waiting requests are touched every
+        #: ``every`` passes that find requests waiting (``waiting_refresh``: SGLang)
+        self.refresh_waiting = getattr(sim.admission, "waiting_refresh", None)
+        self.passes = 0  # passes that found requests waiting
         self.B = sim.trace.block_tokens
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
@@ -288,6 +297,7 @@ class ContinuousEngine:
                 self.sim.tree.forget(f.match)
         s.preempt()
         self.waiting.appendleft(s)
+        self.batch_full = False  # the running batch shrank
         preempted.append(s.req.request_id)
 
     # ------------------------------------------------------------------ scheduling
@@ -330,6 +340,7 @@ class ContinuousEngine:
         batch = StepBatch()
         prefills, decodes, preempted = batch.prefills, batch.decodes, batch.preempted
         running = self.running
+        open_ = self._pass_open()  # before the running requests' tokens, as the engine's pass
         # fast path: the running requests' tokens, charged in one reservation
         for s in running:
             if budget <= 0:
@@ -395,6 +406,9 @@ class ContinuousEngine:
             self._peak()
             return batch
         waiting = self.waiting
+        if not open_:
+            self._peak()
+            return batch
         while waiting and budget > 0 and len(running) < self.max_seqs:
             s = waiting[0]
             fresh = s.f is None
@@ -406,16 +420,19 @@ class ContinuousEngine:
                     self._unlook(s)
                 break
             kv = self._kv(s.pos, s.pos + n)
-            if self.rematch and running and self.sim.tree.could_reserve(kv, self.slots) is False:
+            need = self._admission_need(s, batch) if self.reserve_out and running else kv
+            if self.rematch and running and self.sim.tree.could_reserve(need, self.slots) is False:
                 # the engine admits it only if it fits once what can be evicted is gone, and evicts
                 # nothing for it otherwise: it waits, holding nothing, to be matched again
                 if fresh:
                     self._unlook(s)
+                self.batch_full = True
                 break
             if not self._reserve(s, kv, self.slots):
                 if running:
                     if fresh and self.rematch:
                         self._unlook(s)  # matched again at the next pass, as the engine does
+                    self.batch_full = True
                     break  # waits for room
                 self._force(s, kv, self.slots)
             waiting.popleft()
@@ -426,6 +443,58 @@ class ContinuousEngine:
             budget -= n
         self._peak()
         return batch
+
+    def _pass_open(self) -> bool:
+        """Whether this step's pass tries the waiting queue, touching the waiting requests'
+        prefixes when it is due. SGLang (``reserves_output``): a pass returns before it matches
+        anyone while its batch is full, i.e. since a request was refused for memory, until a
+        running request leaves, unless a chunked prefill goes on (``_get_new_batch_prefill_raw``,
+        ``managers/scheduler.py`` L4098-L4101; ``batch_is_full`` set on ``NO_TOKEN``, L4279-L4284,
+        cleared when the running batch shrinks, L3948-L3968, or empties, L4093-L4096); a pass that
+        goes on calls ``calc_priority`` (L4128-L4132), whose ``_touch_waiting_prefixes``
+        (``schedule_policy.py`` L280-L302) counts the passes that find requests waiting and, every
+        ``WAITING_PREFIX_REFRESH_INTERVAL`` of them (the first included), touches the prefixes of
+        the first ``WAITING_QUEUE_PREFIX_MATCH_MAX`` waiting requests, head last
+        (``refresh_waiting``)."""
+        waiting = self.waiting
+        if not waiting or len(self.running) >= self.max_seqs:
+            return True  # no pass: nothing to try (or no room for one more request)
+        if self.reserve_out:
+            if not self.running:
+                self.batch_full = False
+            elif self.batch_full and not any(s.prefilling for s in self.running):
+                return False
+        if self.refresh_waiting is not None:
+            every, most = self.refresh_waiting
+            if self.passes % every == 0:
+                now = self.env.now
+                for s in reversed([waiting[i] for i in range(min(most, len(waiting)))]):
+                    self.sim.touch_prefix(s.req, now, s.target)
+            self.passes += 1
+        return True
+
+    def _admission_need(self, s: Seq, batch: StepBatch) -> int:
+        """KV tokens SGLang's ``PrefillAdder.add_one_req`` asks to be free or evictable to admit
+        waiting request ``s``, beyond what this step has charged already: ``s``'s whole uncached
+        prompt, the output it may still decode and a page (``total_tokens``,
+        ``schedule_policy.py`` L1404-L1412), against the free and evictable sizes less
+        ``total_offset`` (``PrefillBudget.remaining_total``, ``mem_cache/prefill_budget.py``
+        L91-L106): each decoding request's remaining output (``_get_running_request_total_token_offset``,
+        L785-L794, ratio 1 under ``ignore_eos``; its token of this step is charged), and each
+        request with a chunk in this pass its page and, when the chunk ends its prompt, its output
+        (``_update_prefill_budget`` -> ``PrefillBudget.reserve``, L895-L930 and prefill_budget.py
+        L156-L168; the chunk itself is charged). Admitted only below it (``check_prefill``'s
+        ``total_tokens < remaining_total``, prefill_budget.py L125-L130): one token more."""
+        adm = self.sim.admission
+        out, page = adm.output_reserve, adm.page_reserve
+        need = s.target - s.pos + out(s.n_out - s.decoded) + page + 1
+        stepped = {id(r) for r in batch.decodes}
+        for r in self.running:
+            if not r.prefilling:
+                need += out(r.n_out - r.decoded) - (id(r) in stepped)
+        for r, _, b in batch.prefills:
+            need += page + (out(r.n_out) if b >= r.target else 0)
+        return need
 
     # ------------------------------------------------------------------ the loop
     def loop(self):
@@ -486,25 +555,40 @@ class ContinuousEngine:
             self._ends = ends
         # this step's token is charged already; charge the rest of the run now
         extra = [self._kv(s.pos + 1, s.pos + k) for s in decodes]
-        first = batch.transient
-        slots = self._run_slots(decodes, k, first, sum(extra)) if self.kv_unit != 1 and self.slots else 0
-        for s in first:  # the first step's second slots are counted in the run's peak
+        # the first step's second slots are counted in the run's peak (a kept state's stays)
+        first = [s for s in batch.transient if not self._kept_decode_state(s, s.pos)]
+        slots, kept = 0, []
+        if self.kv_unit != 1 and self.slots:
+            slots, kept = self._run_slots(decodes, k, first, sum(extra))
+        for s in first:
             self._release(s, 0, 1)
         # evictions it causes are stamped now
-        if not self._room(sum(extra) + slots, 0, (decodes[0].f, self.env.now)):
+        if not self._room(sum(extra) + slots, len(kept), (decodes[0].f, self.env.now)):
             for s in first:  # as before the try: the room was just given back, nothing is evicted
                 self._reserve(s, 0, 1) or self._force(s, 0, 1)
             return 1
-        batch.transient = []
+        batch.transient = [s for s in batch.transient if s not in first]  # kept states: held to the end
         for s, x in zip(decodes, extra):
             s.charge(x, 0)
+        for s in kept:
+            s.charge(0, 1)
         decodes[0].charge(slots, 0)
         batch.run_slots = slots
-        self.held_bytes += (sum(extra) + slots) * self.charged_per_kv
+        self.held_bytes += (sum(extra) + slots) * self.charged_per_kv + len(kept) * self.charged_per_state
         self._peak()
         return k
 
-    def _run_slots(self, decodes: list, k: int, first: list, run_kv: int) -> int:
+    def _kept_decode_state(self, s: Seq, p: int) -> bool:
+        """Whether the state at token ``p`` of decoding request ``s`` is one vLLM keeps (the
+        preset's decode checkpoints: retention's grid, or every block with retention -1): its block,
+        freed by ``remove_skipped_blocks`` the step after the request computed past it, is cached
+        (``MambaManager.cache_blocks``), so it stays in vLLM's pool from then on, in the free queue,
+        where the simulator inserts it at the request's end: the request holds it as a state slot
+        until then (``kv_unit`` engines)."""
+        f, g = s.f, self.sim.grid
+        return f is not None and p >= s.n_in and p % g == 0 and p // g in f.decode_cps
+
+    def _run_slots(self, decodes: list, k: int, first: list, run_kv: int) -> tuple[int, list]:
         """KV tokens that hold, for a decode run of ``k`` steps, the second state slots its steps
         after the first take at their peak, beyond the run's KV (``run_kv`` tokens). vLLM align
         mode: each step every decoding request calls ``allocate_slots`` in turn, which first frees
@@ -515,10 +599,14 @@ class ContinuousEngine:
         must give, at one request's allocation, the run's blocks entered so far plus a state for
         every request that entered a block at this step or, not yet freed, at the previous one.
         ``first``: the requests that entered a block at the run's first step (their second slot
-        is freed during the second). The run's KV is charged whole at its start; this charges the
-        peak's remainder with it (0 when no step after the first enters a block)."""
+        is freed during the second). A state the request keeps (``_kept_decode_state``) is not
+        freed: its slot stays the request's to its end. The run's KV is charged whole at its start;
+        this returns the peak's remainder beyond that KV and those kept states, in KV tokens (0
+        when no step after the first enters a block), and the requests that keep a state, one
+        entry per state."""
         u, kv_bytes, slot = self.kv_unit, self.charged_per_kv, self.charged_per_state
         held = set(map(id, first))
+        kept: list[Seq] = []  # requests whose state at a block entered is kept (held to the end)
         entered, peak = 0, 0
         for j in range(1, k):
             now_held = set()
@@ -527,9 +615,12 @@ class ContinuousEngine:
                 if (s.pos + j) % u == 0:  # computes the first token of a new block
                     entered += 1
                     now_held.add(id(s))
-                    peak = max(peak, entered * u * kv_bytes + (len(held) + len(now_held)) * slot)
+                    peak = max(peak, entered * u * kv_bytes + (len(kept) + len(held) + len(now_held)) * slot)
+                    if self._kept_decode_state(s, s.pos + j):
+                        kept.append(s)
+                        now_held.discard(id(s))
             held |= now_held
-        return max(0, -(-(peak - run_kv * kv_bytes) // kv_bytes))
+        return max(0, -(-(peak - run_kv * kv_bytes - len(kept) * slot) // kv_bytes)), kept
 
     def _coast(self, decodes: list, dt: float, k: int):
         """Sleep through ``k`` decode steps of ``dt``; an arrival ends the run at the next step
@@ -574,7 +665,8 @@ class ContinuousEngine:
         now = self.env.now
         finished = []
         for s in batch.transient:  # the previous state block goes at the next step
-            self._release(s, 0, 1)
+            if not self._kept_decode_state(s, s.pos):
+                self._release(s, 0, 1)
         if batch.run_slots:
             self._release(batch.decodes[0], batch.run_slots, 0)
         u = self.kv_unit
@@ -672,6 +764,7 @@ class ContinuousEngine:
     def _finish(self, s: Seq, now: float) -> None:
         sim = self.sim
         self.running.remove(s)
+        self.batch_full = False  # the running batch shrank
         self._release(s, s.held_kv, s.held_states)
         f = s.f
         sim.decoded(f, s.t_token, now - s.t_token, now)

@@ -529,16 +529,21 @@ def test_could_reserve_counts_what_eviction_frees_and_evicts_nothing():
     c.tree.unlock(m.hit_node)
 
 
-def _decode_engine(prompt: int, output: int):
-    """A ``vllm`` ContinuousEngine (block 16, budget 16) with one request, stepped through its
-    prefill: the engine, its request, and the batch of its first decode step."""
+def _decode_engine(prompt: int, output: int, retention: int = 0):
+    """A ``vllm`` ContinuousEngine (block 16, budget 16, ``retention``) with one request, stepped
+    through its prefill: the engine, its request, and the batch of its first decode step."""
     from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
 
     import simpy  # noqa: PLC0415
 
     trace = one_per_session((toks(0, prompt), toks(500, output)))
     config = SimConfig(
-        policy="vllm", capacity_bytes=10**12, scheduler="continuous", block_size=16, max_num_batched_tokens=16
+        policy="vllm",
+        capacity_bytes=10**12,
+        scheduler="continuous",
+        block_size=16,
+        max_num_batched_tokens=16,
+        prefix_cache_retention_interval=retention,
     )
     sim = build(trace, config, spec=TINY, timing=TIMING)
     noop = lambda *a: None  # noqa: E731
@@ -591,10 +596,42 @@ def test_a_decode_runs_peak_counts_state_blocks_not_yet_freed_in_the_engines_ord
 
     from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
 
-    eng = SimpleNamespace(kv_unit=16, charged_per_kv=2, charged_per_state=96)
+    eng = SimpleNamespace(kv_unit=16, charged_per_kv=2, charged_per_state=96, _kept_decode_state=lambda s, p: False)
     a, b = SimpleNamespace(pos=32), SimpleNamespace(pos=47)
     run_kv = 16  # B's block [48, 64)
-    assert ContinuousEngine._run_slots(eng, [a, b], 2, [a], run_kv) == 48
-    assert ContinuousEngine._run_slots(eng, [b, a], 2, [a], run_kv) == 96
-    assert ContinuousEngine._run_slots(eng, [a, b], 2, [], run_kv) == 48
-    assert ContinuousEngine._run_slots(eng, [a], 5, [a], 0) == 0  # nothing entered after the first step
+    assert ContinuousEngine._run_slots(eng, [a, b], 2, [a], run_kv) == (48, [])
+    assert ContinuousEngine._run_slots(eng, [b, a], 2, [a], run_kv) == (96, [])
+    assert ContinuousEngine._run_slots(eng, [a, b], 2, [], run_kv) == (48, [])
+    assert ContinuousEngine._run_slots(eng, [a], 5, [a], 0) == (0, [])  # nothing entered after the first step
+
+
+@pytest.mark.parametrize("retention", [0, -1])
+def test_a_kept_decode_state_stays_in_the_pool_from_the_step_after_it_to_the_requests_end(retention):
+    """With retention -1 vLLM keeps the state at every block boundary decode passes: the step
+    computing token 48 takes a new state block per Mamba group (``allocate_new_blocks``), and the
+    old one, holding the state at 48, is cached (``MambaManager.cache_blocks``) and freed into the
+    free queue at the next step (``remove_skipped_blocks``, ``single_type_kv_cache_manager.py``
+    L1634-L1662): it stays in the pool from then on, where the simulator inserts the state only at
+    the request's end. So the request holds it as a second state slot from that step to its end;
+    with retention 0 the state is not kept and the slot goes at the next step. Step by step (a
+    40-token prompt, 16 output tokens, block 16) and in a decode run that enters the block (the
+    run holds the kept state, and no second slot beyond it). Found by
+    ``benchmarks/differential_vllm.py --scheduler continuous --capacity 4GB --retention -1``
+    (vLLM's pool held three blocks more than the simulator at the first state evicted at a
+    different moment, 65.0 s)."""
+    eng, s, batch = _decode_engine(40, 16, retention)
+    held = []
+    while eng.running:
+        held.append((s.pos, s.held_kv, s.held_states))
+        eng._apply(batch, 1, 0.0, 0.0)
+        batch = eng.schedule()
+    kept = 2 if retention == -1 else 1
+    assert held[7:11] == [(47, 16, 1), (48, 32, 2), (49, 32, kept), (50, 32, kept)]
+    assert held[-1] == (54, 32, kept)
+    assert (s.held_kv, s.held_states) == (0, 0)
+
+    eng, s, batch = _decode_engine(40, 13, retention)
+    k = eng._run_length(batch, [40], eng.sim.timing.step_time_s(eng.sim.spec, (), [40]))
+    assert k == 12
+    state_as_kv = eng.sim.tree.state_bytes // eng.sim.tree.kv_bytes_per_token
+    assert (s.held_kv, s.held_states) == ((32, 2) if retention == -1 else (32 + state_as_kv, 1))
