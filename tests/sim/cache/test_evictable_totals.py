@@ -220,3 +220,23 @@ def test_sglang_rules_run_with_a_lock_inside_a_split_path():
     assert (tree.evictable_kv, tree.evictable_states) == tree.evictable_walk() == (1, 2)
     tree.unlock(res.end_node)
     assert (tree.evictable_kv, tree.evictable_states) == tree.evictable_walk() == (9, 3)
+
+
+@pytest.mark.parametrize("setup", ["lru", "sglang"])
+def test_evicting_an_inner_state_frees_it_whether_or_not_the_node_stays(setup):
+    """``evict`` on a single-child node that holds a state frees the state and keeps its KV: the
+    core tree merges the node into its child; SGLang's tree (``keeps_structure``) keeps it, as a
+    stateless node whose KV is still evictable. Either way the node holds no state any more (a
+    mutant left ``has_state`` set: the kept node still counted a state the pool had freed)."""
+    tree = _tree(setup, 10**6, None)
+    tree.insert(np.arange(6, dtype=np.int64), 6, [2, 6], tree.set_time(1.0))
+    inner = tree.match(np.arange(6, dtype=np.int64)).path[0]
+    assert inner.depth_tokens == 2 and inner.has_state and len(inner.children) == 1
+    assert tree.evict(inner) == (1, 0)
+    assert not inner.has_state
+    assert (tree.n_states, tree.kv_tokens) == (1, 6)
+    kept = setup == "sglang"
+    assert (inner.parent is not None) is kept
+    assert len(list(tree.iter_nodes())) == (3 if kept else 2)
+    tree.check_invariants()
+    assert (tree.evictable_kv, tree.evictable_states) == (6, 1)
