@@ -157,6 +157,9 @@ class StepBatch:
     #: a decode run's second state slots at its peak, held as KV tokens by its first request for
     #: the run (``ContinuousEngine._run_slots``); given back with ``transient``
     run_slots: int = 0
+    #: (request, the run's step) of each state a decode run keeps (``_kept_decode_state``),
+    #: charged at the run's start and given back if the run ends before that step
+    run_kept: list = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -570,10 +573,10 @@ class ContinuousEngine:
         batch.transient = [s for s in batch.transient if s not in first]  # kept states: held to the end
         for s, x in zip(decodes, extra):
             s.charge(x, 0)
-        for s in kept:
+        for s, _ in kept:
             s.charge(0, 1)
         decodes[0].charge(slots, 0)
-        batch.run_slots = slots
+        batch.run_slots, batch.run_kept = slots, kept
         self.held_bytes += (sum(extra) + slots) * self.charged_per_kv + len(kept) * self.charged_per_state
         self._peak()
         return k
@@ -602,11 +605,10 @@ class ContinuousEngine:
         is freed during the second). A state the request keeps (``_kept_decode_state``) is not
         freed: its slot stays the request's to its end. The run's KV is charged whole at its start;
         this returns the peak's remainder beyond that KV and those kept states, in KV tokens (0
-        when no step after the first enters a block), and the requests that keep a state, one
-        entry per state."""
+        when no step after the first enters a block), and (request, step) for each kept state."""
         u, kv_bytes, slot = self.kv_unit, self.charged_per_kv, self.charged_per_state
         held = set(map(id, first))
-        kept: list[Seq] = []  # requests whose state at a block entered is kept (held to the end)
+        kept: list = []  # (request, step) of each state at a block entered that is kept (held to the end)
         entered, peak = 0, 0
         for j in range(1, k):
             now_held = set()
@@ -617,7 +619,7 @@ class ContinuousEngine:
                     now_held.add(id(s))
                     peak = max(peak, entered * u * kv_bytes + (len(kept) + len(held) + len(now_held)) * slot)
                     if self._kept_decode_state(s, s.pos + j):
-                        kept.append(s)
+                        kept.append((s, j))
                         now_held.discard(id(s))
             held |= now_held
         return max(0, -(-(peak - run_kv * kv_bytes - len(kept) * slot) // kv_bytes)), kept
@@ -669,6 +671,9 @@ class ContinuousEngine:
                 self._release(s, 0, 1)
         if batch.run_slots:
             self._release(batch.decodes[0], batch.run_slots, 0)
+        for s, j in batch.run_kept:
+            if j >= k:  # the run ended (an arrival) before the step that keeps it
+                self._release(s, 0, 1)
         u = self.kv_unit
         if u != 1:  # when the state block at each boundary passed is freed (``_age_states``)
             for s, a, b in batch.prefills:

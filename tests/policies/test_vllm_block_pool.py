@@ -635,3 +635,6 @@ def test_a_kept_decode_state_stays_in_the_pool_from_the_step_after_it_to_the_req
     assert k == 12
     state_as_kv = eng.sim.tree.state_bytes // eng.sim.tree.kv_bytes_per_token
     assert (s.held_kv, s.held_states) == ((32, 2) if retention == -1 else (32 + state_as_kv, 1))
+    # an arrival cuts the run after 5 steps (tokens 40-44): the kept state at 48 is given back
+    eng._apply(batch, 5, 0.0, 1.0)
+    assert (s.pos, s.held_states) == (45, 1)
