@@ -22,7 +22,6 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-pytestmark = pytest.mark.triton_compat  # `make test` runs this module on the newest Triton too
 
 from kernels import prepare_chunk_metadata  # noqa: E402
 from kernels.conv import causal_conv1d  # noqa: E402
@@ -31,6 +30,11 @@ from kernels.ssd_reference import naive_ssd  # noqa: E402
 from kernels.torch_ssd import chunk_ssd as torch_chunk_ssd  # noqa: E402
 
 IMPLS = {"triton": chunk_ssd, "torch": torch_chunk_ssd}
+#: `make test` runs the Triton half of these tests on the newest Triton too (the torch half is the
+#: same code whatever Triton is installed)
+IMPL = pytest.mark.parametrize("impl", [pytest.param("triton", marks=pytest.mark.triton_compat), "torch"])
+#: the tests that run no torch twin: on the newest Triton too
+COMPAT = pytest.mark.triton_compat
 
 
 def make(gen, T, H, P, N, G, *, dtype=torch.float32, device="cpu", nseq=1):
@@ -67,7 +71,7 @@ def check(res, ref, tol):
     assert rel(hb, rb) < tol, rel(hb, rb)
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@IMPL
 @pytest.mark.parametrize(
     "T,H,P,N,G",
     [
@@ -89,7 +93,7 @@ def test_single_sequence_fp32(impl, T, H, P, N, G):
     assert res[0].dtype == x.dtype and res[1].dtype == res[2].dtype == torch.float32
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@IMPL
 def test_varlen_initial_states_ragged_starts(impl):
     """Four sequences, two with an incoming state, starts off the 64 grid (ragged first chunks),
     one empty: the per-sequence outputs, final and boundary states."""
@@ -106,7 +110,7 @@ def test_varlen_initial_states_ragged_starts(impl):
     assert torch.equal(res[1][1], h0[1])  # the empty sequence keeps its state
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@IMPL
 def test_options_dt_limit_no_softplus_per_channel_D(impl):
     gen = torch.Generator().manual_seed(3)
     H, P, N, G, T = 4, 32, 64, 1, 140
@@ -121,7 +125,7 @@ def test_options_dt_limit_no_softplus_per_channel_D(impl):
     check(res, naive_ssd(x, dt, A, B, C), 2e-4)
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@IMPL
 def test_boundary_selection_and_state_dtype(impl):
     gen = torch.Generator().manual_seed(4)
     H, P, N, G, T = 2, 32, 32, 1, 260
@@ -139,7 +143,7 @@ def test_boundary_selection_and_state_dtype(impl):
     assert hb is None and rel(ht, rf) < 2e-4
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@IMPL
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_resume_from_an_emitted_state_equals_running_through(impl, dtype):
     """A call resumed at boundary b from the emitted state gives the suffix's outputs, the later
@@ -171,6 +175,7 @@ def test_resume_from_an_emitted_state_equals_running_through(impl, dtype):
         assert torch.equal(got, exp) if impl == "triton" else rel(got, exp) < 1e-6
 
 
+@COMPAT
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_inputs(dtype):
     gen = torch.Generator().manual_seed(6)
@@ -184,6 +189,7 @@ def test_half_inputs(dtype):
     check(torch_chunk_ssd(x, dt, A, B, C, **kw), ref, 8e-3)  # fp32 products; bf16 output rounding 2^-8
 
 
+@COMPAT
 def test_output_inside_the_state_loop(monkeypatch):
     """``FUSE=1`` (the output computed in the state loop, opt-in) against the oracle, and its
     resume from an emitted state bit for bit, on varlen with ragged starts."""
@@ -204,6 +210,7 @@ def test_output_inside_the_state_loop(monkeypatch):
     assert torch.equal(y2, y[:, 124:]) and torch.equal(h2, ht[1:]) and torch.equal(hb2, hb[2:])
 
 
+@COMPAT
 def test_triton_equals_torch_on_shared_metadata():
     """Both implementations on one prepared metadata (as a model step shares it across layers)."""
     gen = torch.Generator().manual_seed(8)
@@ -218,6 +225,7 @@ def test_triton_equals_torch_on_shared_metadata():
         assert rel(u, v) < 2e-5
 
 
+@COMPAT
 def test_mixer_core_resumes_with_conv_window_and_state():
     """The Mamba2 mixer's recurrent part: conv1d over xBC (x, B, C channels), then the SSD.
     Resuming at a boundary from the conv window and the SSD state emitted there (the same
@@ -247,7 +255,7 @@ def test_mixer_core_resumes_with_conv_window_and_state():
     assert torch.equal(hb2, hb[2:]) and torch.equal(cb2, cb[2:])
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@IMPL
 def test_bad_arguments_are_one_line_errors(impl):
     gen = torch.Generator().manual_seed(10)
     x, dt, A, B, C, D, bias, h0 = make(gen, 10, 4, 16, 16, 2)

@@ -175,7 +175,7 @@ def test_default_and_env_routes(monkeypatch):
     """The default call runs the serial loop (``state_segments=0`` gives its bits, even with
     ``KERNELS_CONFIG_STATE=SEG=n`` set, and so does "auto" on a CPU, where no multiprocessor count
     is known); ``KERNELS_CONFIG_STATE=SEG=n`` gives the keyword's bits; a bad value is a one-line ValueError."""
-    q, k, v, g, beta = make_inputs(200, seed=31)
+    q, k, v, g, beta = make_inputs(130, seed=31)  # three chunks: segments [0, 1] and [2]
     # an initial state: from zero the second segment's entering state is P 0 + Z, the first
     # segment's zero-start state, which is the serial loop's state to the bit
     kw = dict(use_qk_l2norm=True, initial_state=rand_state(1, seed=32))

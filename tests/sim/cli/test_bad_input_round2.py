@@ -507,12 +507,37 @@ def test_replay_checks_before_work(runner, tmp_path):
     )
 
 
-@pytest.mark.slow
+#: a Qwen3.5-shaped model just wider than the warning's d_model 1024, and small everywhere else (a
+#: 1,000-token vocabulary, four layers, narrow heads): the warning is about the width, and building
+#: qwen3.5-9b's 248K x 4096 embedding on the CPU took most of this test's 11 s
+WIDE_NARROW = {
+    "model_type": "qwen3_5_text",
+    "dtype": "bfloat16",
+    "hidden_size": 1088,
+    "num_hidden_layers": 4,
+    "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+    "full_attention_interval": 4,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "linear_num_key_heads": 1,
+    "linear_num_value_heads": 2,
+    "linear_key_head_dim": 32,
+    "linear_value_head_dim": 32,
+    "linear_conv_kernel_dim": 4,
+    "vocab_size": 1000,
+    "intermediate_size": 256,
+}
+
+
 def test_replay_on_cpu_warns_of_a_wide_model(tmp_path):
-    """--device cpu with a preset wider than d_model 1024 runs, after one line on stderr with the
-    expected time (it used to be refused); narrower presets get no warning."""
+    """--device cpu with a model wider than d_model 1024 runs, after one line on stderr with the
+    expected time (it used to be refused); narrower models get no warning."""
     pytest.importorskip("torch")
     trace = _write_jsonl(tmp_path / "t.jsonl", [BAILIAN])
+    config = tmp_path / "wide" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps(WIDE_NARROW))
     args = [
         "replay",
         "--trace",
@@ -525,12 +550,13 @@ def test_replay_on_cpu_warns_of_a_wide_model(tmp_path):
         "--format",
         "json",
     ]
-    res = CliRunner().invoke(main, [*args, "--model", "qwen3.5-9b"])
+    res = CliRunner().invoke(main, [*args, "--model", str(config)])
     assert res.exit_code == 0, res.output
     warning = res.stderr.strip().splitlines()
     assert len(warning) == 1 and warning[0].startswith(
-        "warning: --device cpu: qwen3.5-9b (d_model 4096) will take about 1 s to 1 s for 1 request of 1 layer ("
+        f"warning: --device cpu: {config} (d_model 1088) will take about "
     ), warning
+    assert " for 1 request of 1 layer (" in warning[0]
     assert "TFLOP of from-scratch prefills at ~0.1 TFLOP/s); --layers, --requests or --device cuda cut it" in warning[0]
     assert json.loads(res.stdout)["requests"] == 1
     res = CliRunner().invoke(main, [*args, "--model", "replay-tiny"])
