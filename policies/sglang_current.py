@@ -86,6 +86,9 @@ STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
 AUTO_STRATEGY = "extra_buffer"  # what auto resolves to for hybrid GDN / Mamba models (#30127, #39430)
 DEFAULT_MEMORY_RATIO = 0.9
 DEFAULT_TRACK_INTERVAL = 256
+CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's default (schedule_policy.py L89-L91)
+WAITING_PREFIX_REFRESH_INTERVAL = 32  # schedule_policy.py L139
+WAITING_QUEUE_PREFIX_MATCH_MAX = 128  # schedule_policy.py L137
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,29 @@ class SglangAdmission(AdmissionPolicy):
     #: L1225-L1239, released on ``NO_TOKEN``) and locks it for the run only when it admits it
     #: (``_commit_prefill_admission``, L1690)
     rematches_waiting = True
+    #: the client's ``max_new_tokens`` is the request's output length and ``ignore_eos`` is on, as
+    #: SGLang's own benchmark client sends them (``benchmark/serving.py`` L700-L703): the
+    #: ``PrefillAdder`` budget below then counts each running request's remaining output at ratio 1
+    #: (``_get_running_request_total_token_offset``, ``schedule_policy.py`` L785-L794)
+    reserves_output = True
+    #: ``SchedulePolicy._touch_waiting_prefixes`` (``schedule_policy.py`` L280-L302): every
+    #: ``WAITING_PREFIX_REFRESH_INTERVAL`` (32, L139) passes that find requests waiting, the prefixes
+    #: of the first ``WAITING_QUEUE_PREFIX_MATCH_MAX`` (128, L137) are touched, head last; on by
+    #: default (``SGLANG_ENABLE_WAITING_PREFIX_REFRESH``, ``environ.py`` L645) under the default
+    #: fcfs policy and LRU eviction (the cache-aware policies match every waiting request instead)
+    waiting_refresh = (WAITING_PREFIX_REFRESH_INTERVAL, WAITING_QUEUE_PREFIX_MATCH_MAX)
+
+    def output_reserve(self, new_tokens: int) -> int:
+        """KV tokens SGLang's ``PrefillAdder`` holds back for ``new_tokens`` output tokens still to
+        decode: clipped at ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION`` (4096, ``schedule_policy.py``
+        L89-L91)."""
+        return min(max(new_tokens, 0), CLIP_MAX_NEW_TOKENS)
+
+    @property
+    def page_reserve(self) -> int:
+        """The page each request's admission also holds back (``per_req_token_overhead``,
+        ``schedule_policy.py`` L733-L737, charged at L1412 and in ``PrefillBudget.reserve``)."""
+        return self.params.page_size
 
     @property
     def running_state_slots(self) -> int:

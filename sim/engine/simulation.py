@@ -386,6 +386,19 @@ class Simulation:
             cut,
         )
 
+    def touch_prefix(self, r: Request, t: float, tokens: int) -> None:
+        """Refresh the cached prefix of waiting request ``r`` as a lookup would, holding, counting
+        and reporting nothing: SGLang's ``touch_waiting_prefix`` (``mem_cache/common.py``
+        L215-L218) walks the tree with the request's prompt and the tokens it generated before a
+        preemption (``tokens`` in all), uncapped, and applies the match's refresh
+        (``UnifiedRadixCache.touch_prefix``, ``unified_radix_cache.py`` L647-L652)."""
+        if not self.preset.caching:
+            return
+        seq_in, seq_full, tok_in, _ = self.symbols(r)
+        seq = seq_in if tokens <= tok_in else seq_full[: tokens // self.grid]
+        tree = self.tree
+        tree.forget(tree.lookup(seq, now=tree.set_time(t)))
+
     def replan_prefill(self, f: Flight, step_ends: list[int]) -> None:
         """A batching scheduler reports where ``f``'s prefill steps ended (token positions, the
         last at the prompt's end): an admission that places states at step ends chooses them again."""

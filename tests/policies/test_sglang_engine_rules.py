@@ -493,3 +493,64 @@ def test_extra_buffer_end_without_a_track_since_the_prompt_inserts_nothing():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Simulation, "end_state", every_time)
         assert _memory_run(trace, BIG, **knobs)[0] == [0, 0, 0, 128]
+
+
+def test_a_waiting_request_is_admitted_only_with_room_for_its_output_and_the_running_outputs():
+    """SGLang 0.5.23 ``PrefillAdder.add_one_req`` (``managers/schedule_policy.py`` L1404-L1412)
+    asks for the request's whole uncached prompt, its ``max_new_tokens`` (clipped at 4096,
+    L89-L91) and a page (``per_req_token_overhead``, L733-L737), and ``check_prefill``
+    (``mem_cache/prefill_budget.py`` L125-L130) admits it only below the free and evictable size
+    less ``total_offset`` (L91-L106), which holds what each running request may still decode
+    (``_get_running_request_total_token_offset``, L785-L794: ratio 1 under ``ignore_eos``, which
+    SGLang's benchmark client sends with ``max_new_tokens`` = the output length,
+    ``benchmark/serving.py`` L700-L703). After the refusal no pass tries the queue until a running
+    request leaves (``batch_is_full``, ``managers/scheduler.py`` L4098-L4101, L4279-L4284). Tiny
+    model (a token 2 B, a state 16 B), 240 B, no_buffer, continuous, steps of 1 ms: D (10 tokens,
+    80 out, t = 0) decodes; W (20 tokens, 1 out) arrives at t = 0.02, when D has 20 output tokens
+    and holds its slot and 30 tokens (76 B): free 164 B. W's chunk and slot (56 B) fit, but the
+    engine asks 20 + 1 + 1 tokens for W, 59 for D's remaining output, one more for the strict
+    ``<`` (82 tokens, 164 B) and W's slot (180 B): W waits for D's end (t = 0.080), 0.060 s.
+    Charged its chunk alone, W ran at once."""
+    trace = _arrivals([(toks(100, 10), 80, 0.0), (toks(200, 20), 1, 0.02)])
+    hits, queue, overshoots = _memory_run(trace, 240)
+    assert (hits, overshoots) == ([0, 0], 0)
+    assert queue[1] == pytest.approx(0.060, abs=1e-6)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SglangAdmission, "reserves_output", False)
+        assert _memory_run(trace, 240)[1][1] < 1e-6
+
+
+def test_every_32nd_pass_touches_the_waiting_requests_prefixes():
+    """SGLang 0.5.23 ``SchedulePolicy._touch_waiting_prefixes`` (``managers/schedule_policy.py``
+    L280-L302; ``WAITING_PREFIX_REFRESH_INTERVAL`` 32, L139; ``SGLANG_ENABLE_WAITING_PREFIX_REFRESH``
+    on, ``environ.py`` L645; fcfs and LRU, the defaults): ``calc_priority`` counts the passes that
+    find requests waiting and, at the first and every 32nd, touches the prefixes of the first 128
+    waiting requests, head last (``touch_waiting_prefix``, ``mem_cache/common.py`` L215-L218: the
+    match's refresh, nothing held). no_buffer, a pool of 34 states, continuous, steps of 8 tokens
+    (``--prefill-chunk 8``, ``--max-num-batched-tokens 8``): r0 = P (8 tokens, pass 0) and r1 = X
+    (8 tokens, pass 1) leave their states; at t = 2 L (256 tokens, 2 out), W1 (3 tokens) and W2 =
+    P + 2 tokens arrive. L's prompt takes 32 steps, each publishing its chunk's state; W1 and W2
+    wait (each step's budget is spent). Pass k is L's step k - 1: at pass 32, before L's step 31,
+    the pool holds P, X, L's states at 8 .. 240 and L's slot (33), and the touch makes P the most
+    recent. L's state at 248 fills the pool, its state at 256 evicts the least recent, X; W1's
+    slot (step 33) evicts L's state at 8, and W2 reuses P's 8 tokens. Without the touch P went
+    first, then X: W2 reused nothing."""
+    p = toks(0, 8)
+    trace = _arrivals(
+        [
+            (p, 1, 0.0),
+            (toks(100, 8), 1, 1.0),
+            (toks(1000, 256), 2, 2.0),
+            (toks(500, 3), 1, 2.0),
+            (cat(p, toks(300, 2)), 1, 2.0),
+        ]
+    )
+    knobs = {"max_mamba_cache_size": 34, "prefill_chunk_tokens": 8, "max_num_batched_tokens": 8}
+    assert _memory_run(trace, BIG, **knobs)[0] == [0, 0, 0, 0, 8]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SglangAdmission, "waiting_refresh", None)
+        assert _memory_run(trace, BIG, **knobs)[0] == [0, 0, 0, 0, 0]
+    # pass 32 is the one: with two states more nothing of P is evicted either way; with two fewer
+    # P went at L's step 30, before the touch
+    assert _memory_run(trace, BIG, **{**knobs, "max_mamba_cache_size": 36})[0][4] == 8
+    assert _memory_run(trace, BIG, **{**knobs, "max_mamba_cache_size": 32})[0][4] == 0

@@ -238,12 +238,18 @@ def test_a_preempted_request_keeps_its_first_shared_prefix():
     request finds itself in the trie, so the shared prefix of its first lookup is kept: never-shared
     tokens are the same per request as under fcfs (where nothing is preempted), except the tokens a
     preempted request reuses from its own prefill chunks (SGLang publishes every chunk, so they
-    are in the cache when it comes back): those are a hit past the shared prefix."""
+    are in the cache when it comes back): those are a hit past the shared prefix. SGLang's own
+    admission holds back every running request's remaining output (``reserves_output``), so it
+    all but never preempts (none here): the scenario turns that reservation off."""
+    from policies.sglang_current import SglangAdmission
+
     trace = load_trace("mooncake:sample", TraceOptions())
     rows = {}
     for scheduler in ("fcfs", "continuous"):
         config = SimConfig(policy="sglang", model="qwen3-next-80b-a3b", capacity_bytes=40 * 10**9, scheduler=scheduler)
-        res = drive(build(trace, config))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(SglangAdmission, "reserves_output", False)
+            res = drive(build(trace, config))
         rows[scheduler] = res
     assert rows["continuous"].summary.preemptions > 0
     fcfs, cont = rows["fcfs"].requests, rows["continuous"].requests
