@@ -148,10 +148,10 @@ def test_incremental_totals_equal_a_walk_after_any_operations(setup, capacity, p
             tree.release(*held.pop(o[1] % len(held)))
         tree.check_invariants()
         _check(tree, asks)
-    for node in locks:
-        tree.unlock(node)
-    _check(tree, asks)
-    if setup in ("sglang", "vllm"):  # a policy switch (a tuner's): a locked state's share follows the new keys
+    if setup in ("sglang", "vllm"):
+        # a policy switch (a tuner's, ``Simulation.set_eviction``) while requests hold their paths:
+        # a locked state's share follows the new policy's keys (the core LRU has none: no locked
+        # state is free any more)
         tree.policy = _policy("lru")
         tree.policy.attach(tree)
         for node in tree.iter_nodes():
@@ -159,6 +159,9 @@ def test_incremental_totals_equal_a_walk_after_any_operations(setup, capacity, p
                 tree.policy.add(node)
         tree.recount_evictable()
         assert (tree.evictable_kv, tree.evictable_states) == tree.evictable_walk()
+    for node in locks:
+        tree.unlock(node)
+    _check(tree, asks)
 
 
 def _sglang_with_locked_states():
@@ -240,3 +243,22 @@ def test_evicting_an_inner_state_frees_it_whether_or_not_the_node_stays(setup):
     assert len(list(tree.iter_nodes())) == (3 if kept else 2)
     tree.check_invariants()
     assert (tree.evictable_kv, tree.evictable_states) == (6, 1)
+
+
+def test_a_policy_switch_recounts_the_locked_states():
+    """vLLM's free queue counts the states on a running path as free; after a switch to a policy
+    without ``keys`` (a tuner's candidates) they are not: ``recount_evictable`` moves the total
+    from 2 to 0, as the walk says."""
+    tree = _tree("vllm", 10**6, None)
+    res = tree.insert(np.arange(8, dtype=np.int64), 8, [4, 8], tree.set_time(1.0), lock=True)
+    assert (tree.evictable_kv, tree.evictable_states) == (0, 2) == tree.evictable_walk()
+    tree.policy = _policy("lru")
+    tree.policy.attach(tree)
+    for node in tree.iter_nodes():
+        if node is not tree.root:
+            tree.policy.add(node)
+    assert tree.evictable_walk() == (0, 0)
+    tree.recount_evictable()
+    assert (tree.evictable_kv, tree.evictable_states) == (0, 0)
+    tree.unlock(res.end_node)
+    assert (tree.evictable_kv, tree.evictable_states) == (8, 2) == tree.evictable_walk()
