@@ -251,6 +251,14 @@ class EngineTree(HybridRadixTree):
                     node.depth_tokens - j * self.block_tokens for j in range(node.depth_sym - hi, node.depth_sym - lo)
                 ]
                 found.append((node, ends, node.last_access))
+        node = m.split_node
+        if node is not None:  # the match ends inside this node's edge: its matched blocks too
+            first = node.depth_sym - len(node.key)
+            lo, hi = max(first, m.hit_sym), min(first + m.split_offset, end)
+            if hi > lo:
+                base = node.depth_tokens - node.n_tokens - first * self.block_tokens
+                ends = [base + (i + 1) * self.block_tokens for i in range(hi - 1, lo - 1, -1)]
+                found.append((node, ends, node.last_access))
         if found:
             self._recomputed[id(m)] = found
 
@@ -269,7 +277,10 @@ class EngineTree(HybridRadixTree):
             if node.parent is None:  # evicted meanwhile: the older copy is gone
                 continue
             for end in ends:  # deepest first
-                self._push_copy(node, (recency, 1, -end))
+                holder = node  # an insert may have split the node since: the part holding the block
+                while holder.parent is not self.root and holder.parent.depth_tokens >= end:
+                    holder = holder.parent
+                self._push_copy(holder, (recency, 1, -end))
                 self.copy_tokens += self.block_tokens
         if self.used_bytes > self.capacity_bytes:
             outer, self._tag = self._tag, tag

@@ -723,10 +723,6 @@ class ContinuousEngine:
         u = self.kv_unit
         end = s.n_in // u * u  # the cache keeps whole blocks: a partial one stays the request's
         start = max(f.hit_tokens, s.published)
-        if u != 1 and getattr(sim.tree, "duplicate_kv", False):
-            # the blocks recomputed between the hit and the KV match are the request's own copies
-            # (the cache holds the older ones) until it ends (``duplicate_kv``, ``cache_again``)
-            start = max(start, min(f.match_tokens, end))
         covered = max(0, min(end - start, s.held_kv))
         self._release(s, covered, 0)
         if not sim.insert_prefill(f, now):  # no room: the KV stays the request's (the room is still free)
@@ -734,6 +730,13 @@ class ContinuousEngine:
             self._charged(s, covered, 0) if room else self._force(s, covered, 0)
             return
         s.prompt_in = True
+        if u != 1 and f.match is not None and getattr(sim.tree, "duplicate_kv", False):
+            # the blocks recomputed between the hit and the KV match are the request's own copies
+            # (``allocate_slots`` gave it new blocks, cached a second time: ``BlockHashToBlockMap
+            # .insert``, ``block_pool.py`` L78-L82), held to its end: the path its insert now locks
+            # stands for them, and the older copies, which no lookup touched (the hit stops before
+            # them), stay in the free queue where they were, evictable (``cache_again``)
+            sim.tree.cache_again(f.match, tag=(f, now))
         if u != 1:
             self._age_states(s, f.seq_in)
 

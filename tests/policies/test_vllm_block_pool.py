@@ -107,6 +107,26 @@ def test_recomputed_kv_is_cached_twice_and_the_older_copy_is_evicted_first():
     c.tree.check_invariants()
 
 
+def test_kv_recomputed_inside_a_cached_edge_is_cached_twice_too():
+    """The recomputed KV of a request whose match ends inside a cached edge (it shares only part
+    of a cached node: the insert splits it) is cached a second time as well: vLLM hashes each
+    block the request computes (``BlockHashToBlockMap.insert``, ``block_pool.py`` L78-L82), however
+    the simulator's tree happens to cut its nodes; the older copies hang on the node that holds
+    their blocks after the split. The note of the recomputed blocks counted only the nodes the
+    match covered whole, so here no copy was made (found tracing ``benchmarks/differential_vllm.py
+    --scheduler continuous``'s rule 16 test case)."""
+    c = _Pool(capacity=100, duplicate_kv=True)
+    c.insert([1, 2, 3, 4, 5, 6], [2, 6])  # KV to 6, states at 2 and 6
+    m = c.lookup([1, 2, 3, 4, 70, 71])  # hit 2, KV match 4 (inside the edge 3..6)
+    assert (m.hit_tokens, m.match_tokens) == (2, 4)
+    c.insert([1, 2, 3, 4, 70, 71], [6])
+    c.tree.cache_again(m)
+    assert c.tree.copy_tokens == 2  # tokens 3 and 4 cached again
+    upper = next(n for n in c.tree.iter_nodes() if n.depth_tokens == 4)
+    assert sorted(-e[2] for e in c.tree._node_copies[upper]) == [3, 4]
+    c.tree.check_invariants()
+
+
 def test_dropping_older_copies_evicts_nothing_from_the_tree():
     """An older KV copy's block leaves the free queue without anything leaving the tree: an insert
     that makes its room from older copies only reports no state and no KV evicted. As above: A =
@@ -389,16 +409,22 @@ def test_a_state_enters_the_free_queue_when_the_request_has_computed_past_it():
     assert states[48] < steps[-1].t_end  # before the request's end, when the simulator inserts it
 
 
-def test_blocks_recomputed_between_the_hit_and_the_match_stay_the_running_requests():
+def test_blocks_recomputed_between_the_hit_and_the_match_are_the_requests_and_the_older_copies_evictable():
     """A request recomputes the KV it matched past its state hit into new blocks of its own
     (``get_computed_blocks`` returns the reconciled hit; ``allocate_slots``, ``kv_cache_manager.py``
     L401, allocates the rest), cached a second time beside the older copy
-    (``BlockHashToBlockMap.insert``, ``block_pool.py`` L78-L82) and held until the request ends.
-    Under the continuous scheduler the prompt's insert hands the cache only the KV past the match,
-    so the request keeps those blocks charged. Block 16: A (64 tokens; its one state at 48) runs
-    first; B shares A's first 40 tokens (no state there: hit 0, KV match 32) and has 56: after its
-    prompt it holds the 32 recomputed tokens and its partial last block (16), where the preset
-    before handed all 48 whole-block tokens to the cache (holding 16)."""
+    (``BlockHashToBlockMap.insert``, ``block_pool.py`` L78-L82) and held until the request ends;
+    the older copy, which the lookup did not touch (``find_longest_cache_hit`` stops at the hit),
+    stays in the free queue, evictable. Under the continuous scheduler the prompt's insert locks
+    the request's path, which then stands for the request's copies, and the older copies go to
+    the queue of copies at their old recency (``cache_again``). Block 16: A (64 tokens; its one
+    state at 48) runs first; B shares A's first 40 tokens (no state there: hit 0, KV match 32) and
+    has 56: after its prompt it holds its partial last block (16) and the cache 32 tokens of older
+    copies. Rule 16 before held the 32 recomputed tokens as the request's and kept the older
+    copies locked in the tree under its path (unevictable: vLLM evicted such a copy where the
+    simulator could not, ``benchmarks/differential_vllm.py --scheduler continuous --capacity 4GB
+    --retention -1``, 69.9 s); the preset before it handed all 48 whole-block tokens to the cache
+    (holding 16, no older copy until the request ended)."""
     from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
     from sim.simulate import build  # noqa: PLC0415
 
@@ -418,8 +444,9 @@ def test_blocks_recomputed_between_the_hit_and_the_match_stay_the_running_reques
             s = eng.running[-1]
             eng._apply(batch, 1, 0.0, 0.0)
             if r is trace.requests[1] and s.inserted and s.decoded == 1:
-                seen.append((s.f.hit_tokens, s.f.match_tokens, s.held_kv))
-    assert seen == [(0, 32, 32 + 16)]
+                seen.append((s.f.hit_tokens, s.f.match_tokens, s.held_kv, sim.tree.copy_tokens))
+    assert seen == [(0, 32, 16, 32)]
+    assert sim.tree.copy_tokens == 32  # the older copies stay after B's end, at their place
     assert sim.tree.capacity_bytes == build(trace, config, spec=TINY).tree.capacity_bytes
 
 
