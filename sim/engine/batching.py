@@ -75,6 +75,7 @@ class Seq:
     decoded: int = 0  # output tokens produced
     held_kv: int = 0  # KV tokens charged to the cache's capacity
     held_states: int = 0  # state slots charged
+    kept_prefill: int = 0  # of them, prefill states the engine keeps, held until the prompt's insert
     step_ends: list[int] = field(default_factory=list)  # where this prefill's chunks ended
     #: block boundary -> end of the step that computed the token there (``kv_unit`` engines: the
     #: state block before it is freed at the next step)
@@ -129,6 +130,7 @@ class Seq:
         self.inserted = False
         self.prompt_in = False
         self.published = 0
+        self.kept_prefill = 0
 
     # ---- the memory charged to it
     def charge(self, kv: int, states: int) -> None:
@@ -581,6 +583,24 @@ class ContinuousEngine:
         self._peak()
         return k
 
+    def _kept_prefill_state(self, s: Seq, p: int) -> bool:
+        """Whether the state at token ``p``, where a prefill step of ``s`` before its last ended,
+        is one the engine keeps (the admission's prefill checkpoints for the steps so far: the
+        junction, retention's grid, every step end at -1): vLLM caches its block and frees it into
+        the free queue the step after (``remove_skipped_blocks``), so it stays in the pool from
+        then on, where the simulator inserts it with the prompt: the request holds it as a state
+        slot until then (``kv_unit`` engines; ``kept_prefill``)."""
+        f, g = s.f, self.sim.grid
+        if f is None or f.ctx is None or f.match is None or p % g or not self.sim.admission.uses_prefill_steps:
+            return False
+        ctx = f.ctx
+        whole = ctx.prefill_steps
+        ctx.prefill_steps = (*s.step_ends, s.n_in)
+        try:
+            return p // g in self.sim.admission.prefill_checkpoints(f.match, ctx)
+        finally:
+            ctx.prefill_steps = whole
+
     def _kept_decode_state(self, s: Seq, p: int) -> bool:
         """Whether the state at token ``p`` of decoding request ``s`` is one vLLM keeps (the
         preset's decode checkpoints: retention's grid, or every block with retention -1): its block,
@@ -667,7 +687,9 @@ class ContinuousEngine:
         now = self.env.now
         finished = []
         for s in batch.transient:  # the previous state block goes at the next step
-            if not self._kept_decode_state(s, s.pos):
+            if s.pos < s.n_in and self._kept_prefill_state(s, s.pos):
+                s.kept_prefill += 1
+            elif not self._kept_decode_state(s, s.pos):
                 self._release(s, 0, 1)
         if batch.run_slots:
             self._release(batch.decodes[0], batch.run_slots, 0)
@@ -724,7 +746,8 @@ class ContinuousEngine:
         end = s.n_in // u * u  # the cache keeps whole blocks: a partial one stays the request's
         start = max(f.hit_tokens, s.published)
         covered = max(0, min(end - start, s.held_kv))
-        self._release(s, covered, 0)
+        self._release(s, covered, s.kept_prefill)  # the insert puts the kept states in the cache
+        s.kept_prefill = 0
         if not sim.insert_prefill(f, now):  # no room: the KV stays the request's (the room is still free)
             room = self._room(covered, 0, (f, now))
             self._charged(s, covered, 0) if room else self._force(s, covered, 0)

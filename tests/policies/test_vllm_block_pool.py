@@ -665,3 +665,47 @@ def test_a_kept_decode_state_stays_in_the_pool_from_the_step_after_it_to_the_req
     # an arrival cuts the run after 5 steps (tokens 40-44): the kept state at 48 is given back
     eng._apply(batch, 5, 0.0, 1.0)
     assert (s.pos, s.held_states) == (45, 1)
+
+
+@pytest.mark.parametrize("retention", [0, -1])
+def test_a_kept_prefill_state_stays_in_the_pool_from_the_step_after_it_to_the_prompts_insert(retention):
+    """A prefill step that ends on a state vLLM keeps (with retention -1 every block-aligned step
+    end; at 0 the junction and the prompt's last cacheable block) leaves that state's block cached
+    in the pool from the next step on (``MambaManager.cache_blocks``; ``remove_skipped_blocks``,
+    ``single_type_kv_cache_manager.py`` L1634-L1662, frees it into the free queue), while the
+    simulator inserts the prompt's states only with the prompt: the request holds it as a state
+    slot until then. Block 16, budget 16, a 40-token prompt: chunks [0, 16), [16, 32), [32, 40);
+    at -1 the state at 16 is kept, so the third step holds three slots (the running state, the
+    state at 16 and the new block's), at 0 two; after the prompt's insert one. Found by
+    ``benchmarks/differential_vllm.py --scheduler continuous --capacity 4GB`` (retention 0: a
+    junction state at 528, cached at the step after its chunk, 79.7 s)."""
+    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
+
+    import simpy  # noqa: PLC0415
+
+    trace = one_per_session((toks(0, 40), toks(500, 4)))
+    config = SimConfig(
+        policy="vllm",
+        capacity_bytes=10**12,
+        scheduler="continuous",
+        block_size=16,
+        max_num_batched_tokens=16,
+        prefix_cache_retention_interval=retention,
+    )
+    sim = build(trace, config, spec=TINY)
+    noop = lambda *a: None  # noqa: E731
+    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+    eng.arrive(trace.requests[0])
+    held = []
+    while True:
+        batch = eng.schedule()
+        s = eng.running[0]
+        held.append((s.pos, s.held_kv, s.held_states))
+        eng._apply(batch, 1, 0.0, 0.0)
+        if s.pos >= 40:
+            break
+    assert held == [(0, 16, 1), (16, 32, 2), (32, 48, 3 if retention == -1 else 2)]
+    assert (s.held_kv, s.held_states, s.kept_prefill) == (16, 1, 0)
+    assert sorted(n.depth_tokens for n in sim.tree.iter_nodes() if n.has_state) == (
+        [16, 32] if retention == -1 else [32]
+    )
