@@ -33,7 +33,9 @@ Speed: per-step work is O(batch). A run of decode-only steps in which nothing ch
 no request finishing, no arrival) is advanced in one event: when the timing model gives its first
 and last step the same time (the memory-bound decode time) every step is that long, otherwise up
 to ``VARIABLE_RUN`` steps are timed one by one; an arrival in the middle ends the run at the next
-step boundary. Such a run is one ``step`` event with ``steps`` > 1.
+step boundary. Such a run is one ``step`` event with ``steps`` > 1. Where KV is charged in whole
+blocks (``running_kv_block``) a run stops before a step that enters a new block: that step is
+scheduled on its own, as the engine allocates then.
 
 Simplifications: KV is charged per token, or in whole blocks where the admission says its engine
 allocates them so (``running_kv_block``: vLLM; the prompt's partial last block stays the
@@ -156,12 +158,6 @@ class StepBatch:
     preempted: list[int] = field(default_factory=list)
     #: requests holding a second state slot for this step only (``kv_unit``: vLLM align mode)
     transient: list[Seq] = field(default_factory=list)
-    #: a decode run's second state slots at its peak, held as KV tokens by its first request for
-    #: the run (``ContinuousEngine._run_slots``); given back with ``transient``
-    run_slots: int = 0
-    #: (request, the run's step) of each state a decode run keeps (``_kept_decode_state``),
-    #: charged at the run's start and given back if the run ends before that step
-    run_kept: list = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -543,10 +539,11 @@ class ContinuousEngine:
         """How many decode-only steps of this batch can go as one event (1: just this one). When
         the timing model gives the run's first and last step the same time every step takes
         ``dt``; otherwise each step is timed (at most ``VARIABLE_RUN`` of them) into ``_ends``.
-        With ``kv_unit`` the second state slots its later steps take are charged at their peak
-        (``_run_slots``)."""
+        With ``kv_unit`` a run stops before the first step that enters a new block (``_run_cut``)."""
         decodes = batch.decodes
         k = min(s.n_out - s.decoded for s in decodes)
+        if self.kv_unit != 1:
+            k = min(k, self._run_cut(decodes))
         if k <= 1 or self.waiting and len(self.running) < self.max_seqs:
             return 1
         timing, spec = self.sim.timing, self.sim.spec
@@ -560,28 +557,27 @@ class ContinuousEngine:
             self._ends = ends
         # this step's token is charged already; charge the rest of the run now
         extra = [self._kv(s.pos + 1, s.pos + k) for s in decodes]
-        # the first step's second slots are counted in the run's peak (a kept state's stays)
-        first = [s for s in batch.transient if not self._kept_decode_state(s, s.pos)]
-        slots, kept = 0, []
-        if self.kv_unit != 1 and self.slots:
-            slots, kept = self._run_slots(decodes, k, first, sum(extra))
-        for s in first:
-            self._release(s, 0, 1)
         # evictions it causes are stamped now
-        if not self._room(sum(extra) + slots, len(kept), (decodes[0].f, self.env.now)):
-            for s in first:  # as before the try: the room was just given back, nothing is evicted
-                self._reserve(s, 0, 1) or self._force(s, 0, 1)
+        if not self._room(sum(extra), 0, (decodes[0].f, self.env.now)):
             return 1
-        batch.transient = [s for s in batch.transient if s not in first]  # kept states: held to the end
         for s, x in zip(decodes, extra):
             s.charge(x, 0)
-        for s, _ in kept:
-            s.charge(0, 1)
-        decodes[0].charge(slots, 0)
-        batch.run_slots, batch.run_kept = slots, kept
-        self.held_bytes += (sum(extra) + slots) * self.charged_per_kv + len(kept) * self.charged_per_state
+        self.held_bytes += sum(extra) * self.charged_per_kv
         self._peak()
         return k
+
+    def _run_cut(self, decodes: list) -> int:
+        """Steps a decode run may take before one of ``decodes`` enters a new block (``kv_unit``).
+        vLLM allocates step by step: at the step whose token opens a block, ``allocate_slots``
+        (``kv_cache_manager.py`` L401) takes the attention block and a new state block per Mamba
+        group (``MambaManager.allocate_new_blocks``, ``single_type_kv_cache_manager.py``
+        L1802-L1928) while the previous one is still held (``remove_skipped_blocks``, L1634-L1662,
+        frees it at the next step), and evicts for them then, or preempts; a run charged at its
+        start evicted for blocks a later step takes (and for steps an arrival then cut off), and
+        not for their second state slots. So that step starts an event of its own, scheduled and
+        charged as every step is."""
+        u = self.kv_unit
+        return min(u - s.pos % u if s.pos % u else u for s in decodes)
 
     def _kept_prefill_state(self, s: Seq, p: int) -> bool:
         """Whether the state at token ``p``, where a prefill step of ``s`` before its last ended,
@@ -610,39 +606,6 @@ class ContinuousEngine:
         until then (``kv_unit`` engines)."""
         f, g = s.f, self.sim.grid
         return f is not None and p >= s.n_in and p % g == 0 and p // g in f.decode_cps
-
-    def _run_slots(self, decodes: list, k: int, first: list, run_kv: int) -> tuple[int, list]:
-        """KV tokens that hold, for a decode run of ``k`` steps, the second state slots its steps
-        after the first take at their peak, beyond the run's KV (``run_kv`` tokens). vLLM align
-        mode: each step every decoding request calls ``allocate_slots`` in turn, which first frees
-        its previous state block (``remove_skipped_blocks``, ``kv_cache_manager.py`` L578-L582;
-        ``MambaManager.remove_skipped_blocks``, ``single_type_kv_cache_manager.py`` L1634-L1662)
-        and then, when the step enters a new block, takes a new attention block and a new state
-        block per Mamba group (``MambaManager.allocate_new_blocks``, L1802-L1928), so the pool
-        must give, at one request's allocation, the run's blocks entered so far plus a state for
-        every request that entered a block at this step or, not yet freed, at the previous one.
-        ``first``: the requests that entered a block at the run's first step (their second slot
-        is freed during the second). A state the request keeps (``_kept_decode_state``) is not
-        freed: its slot stays the request's to its end. The run's KV is charged whole at its start;
-        this returns the peak's remainder beyond that KV and those kept states, in KV tokens (0
-        when no step after the first enters a block), and (request, step) for each kept state."""
-        u, kv_bytes, slot = self.kv_unit, self.charged_per_kv, self.charged_per_state
-        held = set(map(id, first))
-        kept: list = []  # (request, step) of each state at a block entered that is kept (held to the end)
-        entered, peak = 0, 0
-        for j in range(1, k):
-            now_held = set()
-            for s in decodes:
-                held.discard(id(s))
-                if (s.pos + j) % u == 0:  # computes the first token of a new block
-                    entered += 1
-                    now_held.add(id(s))
-                    peak = max(peak, entered * u * kv_bytes + (len(kept) + len(held) + len(now_held)) * slot)
-                    if self._kept_decode_state(s, s.pos + j):
-                        kept.append((s, j))
-                        now_held.discard(id(s))
-            held |= now_held
-        return max(0, -(-(peak - run_kv * kv_bytes - len(kept) * slot) // kv_bytes)), kept
 
     def _coast(self, decodes: list, dt: float, k: int):
         """Sleep through ``k`` decode steps of ``dt``; an arrival ends the run at the next step
@@ -690,11 +653,6 @@ class ContinuousEngine:
             if s.pos < s.n_in and self._kept_prefill_state(s, s.pos):
                 s.kept_prefill += 1
             elif not self._kept_decode_state(s, s.pos):
-                self._release(s, 0, 1)
-        if batch.run_slots:
-            self._release(batch.decodes[0], batch.run_slots, 0)
-        for s, j in batch.run_kept:
-            if j >= k:  # the run ended (an arrival) before the step that keeps it
                 self._release(s, 0, 1)
         u = self.kv_unit
         if u != 1:  # when the state block at each boundary passed is freed (``_age_states``)

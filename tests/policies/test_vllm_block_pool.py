@@ -583,53 +583,33 @@ def _decode_engine(prompt: int, output: int, retention: int = 0):
         eng._apply(batch, 1, 0.0, 0.0)
 
 
-def test_a_decode_run_charges_the_second_state_slot_of_a_step_that_enters_a_block():
+def test_a_decode_run_stops_before_the_step_that_enters_a_block():
     """vLLM runs a decode run step by step: at the step whose token opens a new block,
     ``allocate_slots`` (``kv_cache_manager.py`` L401) takes the attention block and a new state
     block per Mamba group (``MambaManager.allocate_new_blocks``, ``single_type_kv_cache_manager.py``
     L1802-L1928) while the previous one is still held (``remove_skipped_blocks``, L1634-L1662,
-    frees it at the next step), so the pool must give a block and a state at once. The simulator
-    advances such a run in one event and charged only its KV blocks: a 40-token prompt, 13 output
-    tokens, block 16: the run of 12 decode steps from token 40 enters block [48, 64) at its ninth
-    step, and charges that block plus one state (as KV bytes of the running request) until the run
-    ends. Found by ``benchmarks/differential_vllm.py --scheduler continuous --capacity 4GB``
-    (retention 0): vLLM evicted four blocks at a decode run where the simulator evicted one."""
+    frees it at the next step), so the pool must give a block and a state at once, then. The
+    simulator advanced such a run in one event, charging its blocks at the run's start (evicting
+    for steps an arrival may cut off) and not their second state slots: a run now ends before
+    that step, which is scheduled and charged on its own. A 40-token prompt, 13 output tokens,
+    block 16: the run from token 40 takes 8 steps (tokens 40-47, nothing charged beyond the first
+    step's), the step computing token 48 holds the new block and a second slot. Found by
+    ``benchmarks/differential_vllm.py --scheduler continuous --capacity 4GB`` (retention 0: vLLM
+    evicted four blocks at a decode run where the simulator evicted one; retention -1: the
+    simulator evicted for a run an arrival cut short)."""
     eng, s, batch = _decode_engine(40, 13)
     tree = eng.sim.tree
     assert (s.pos, s.held_kv, s.held_states) == (40, 16, 1)
     before = tree.capacity_bytes
     dt = eng.sim.timing.step_time_s(eng.sim.spec, (), [40])
     k = eng._run_length(batch, [40], dt)
-    assert k == 12
-    state_as_kv = tree.state_bytes // tree.kv_bytes_per_token
-    assert tree.state_bytes % tree.kv_bytes_per_token == 0
-    assert s.held_kv == 16 + 16 + state_as_kv and batch.run_slots == state_as_kv
-    assert before - tree.capacity_bytes == 16 * tree.kv_bytes_per_token + tree.state_bytes
+    assert k == 8
+    assert (s.held_kv, tree.capacity_bytes) == (16, before)
     eng._apply(batch, k, 0.0, dt)
-    # the run ends the request: everything it held, the run's slot included, is given back
-    assert (s.pos, s.held_kv, s.held_states, eng.held_bytes) == (52, 0, 0, 0)
-    assert tree.capacity_bytes == before + 16 * tree.kv_bytes_per_token + tree.state_bytes
-
-
-def test_a_decode_runs_peak_counts_state_blocks_not_yet_freed_in_the_engines_order():
-    """Each step vLLM calls ``allocate_slots`` request by request, and each call first frees that
-    request's previous state block (``remove_skipped_blocks`` before ``allocate_new_blocks``,
-    ``kv_cache_manager.py`` L578-L604): a request that entered a block at the previous step still
-    holds its second block when a request ahead of it in the running order enters one now. A
-    enters block [32, 48) at the run's first step, B block [48, 64) at its second: A first, A's old
-    block is gone before B takes its new ones (peak: one block and one state); B first, A's is
-    still held (one block and two states). Block 16, a state of 3 blocks."""
-    from types import SimpleNamespace  # noqa: PLC0415
-
-    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
-
-    eng = SimpleNamespace(kv_unit=16, charged_per_kv=2, charged_per_state=96, _kept_decode_state=lambda s, p: False)
-    a, b = SimpleNamespace(pos=32), SimpleNamespace(pos=47)
-    run_kv = 16  # B's block [48, 64)
-    assert ContinuousEngine._run_slots(eng, [a, b], 2, [a], run_kv) == (48, [])
-    assert ContinuousEngine._run_slots(eng, [b, a], 2, [a], run_kv) == (96, [])
-    assert ContinuousEngine._run_slots(eng, [a, b], 2, [], run_kv) == (48, [])
-    assert ContinuousEngine._run_slots(eng, [a], 5, [a], 0) == (0, [])  # nothing entered after the first step
+    batch = eng.schedule()
+    assert (s.pos, s.held_kv, s.held_states) == (48, 32, 2)
+    assert before - tree.capacity_bytes == 16 * tree.kv_bytes_per_token + tree.state_bytes
+    assert eng._run_length(batch, [48], dt) == 4  # from the block's first step: the rest of the output
 
 
 @pytest.mark.parametrize("retention", [0, -1])
@@ -641,8 +621,8 @@ def test_a_kept_decode_state_stays_in_the_pool_from_the_step_after_it_to_the_req
     L1634-L1662): it stays in the pool from then on, where the simulator inserts the state only at
     the request's end. So the request holds it as a second state slot from that step to its end;
     with retention 0 the state is not kept and the slot goes at the next step. Step by step (a
-    40-token prompt, 16 output tokens, block 16) and in a decode run that enters the block (the
-    run holds the kept state, and no second slot beyond it). Found by
+    40-token prompt, 16 output tokens, block 16) and across a decode run that stops before the
+    block (``_run_cut``). Found by
     ``benchmarks/differential_vllm.py --scheduler continuous --capacity 4GB --retention -1``
     (vLLM's pool held three blocks more than the simulator at the first state evicted at a
     different moment, 65.0 s)."""
@@ -658,13 +638,15 @@ def test_a_kept_decode_state_stays_in_the_pool_from_the_step_after_it_to_the_req
     assert (s.held_kv, s.held_states) == (0, 0)
 
     eng, s, batch = _decode_engine(40, 13, retention)
-    k = eng._run_length(batch, [40], eng.sim.timing.step_time_s(eng.sim.spec, (), [40]))
-    assert k == 12
-    state_as_kv = eng.sim.tree.state_bytes // eng.sim.tree.kv_bytes_per_token
-    assert (s.held_kv, s.held_states) == ((32, 2) if retention == -1 else (32 + state_as_kv, 1))
-    # an arrival cuts the run after 5 steps (tokens 40-44): the kept state at 48 is given back
-    eng._apply(batch, 5, 0.0, 1.0)
-    assert (s.pos, s.held_states) == (45, 1)
+    dt = eng.sim.timing.step_time_s(eng.sim.spec, (), [40])
+    k = eng._run_length(batch, [40], dt)
+    assert k == 8  # up to token 47
+    eng._apply(batch, k, 0.0, dt)
+    batch = eng.schedule()
+    assert (s.pos, s.held_kv, s.held_states) == (48, 32, 2)
+    assert eng._run_length(batch, [48], dt) == 4
+    eng._apply(batch, 4, 0.0, dt)  # its last step: the request ends, everything given back
+    assert (s.pos, s.held_kv, s.held_states, eng.held_bytes) == (52, 0, 0, 0)
 
 
 @pytest.mark.parametrize("retention", [0, -1])
