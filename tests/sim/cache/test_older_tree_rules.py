@@ -1,0 +1,161 @@
+"""Hand-worked cases for older rules of the engine tree (``sim/cache/engine_tree.py``), the core
+tree (``sim/cache/tree.py``) and the drivers (``sim/engine/drivers.py``) that no test pinned:
+each was a surviving mutant of ``benchmarks/mutation.py`` (issue 43; the run and the mutants:
+``benchmarks/results/2026-12-05-mutation-older-tree/``). Each test states the behaviour, worked by
+hand, not the mutant."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from policies.base import EngineRules
+from policies.lmdeploy import LMDEPLOY_REFRESH, TieredLRUEviction
+from sim.cache.engine_tree import EngineTree
+from sim.config import SimConfig
+from sim.engine.drivers import run as drive
+from sim.simulate import build
+from traces.base import Request, Trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "policies"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tuning"))
+from engine_cases import TIMING, TINY  # noqa: E402  (tests/policies)
+
+KV, STATE = 2, 16
+
+
+def _tree(rules, *, block_tokens=1, capacity=10**6, states=None):
+    return EngineTree(
+        rules,
+        capacity_bytes=capacity,
+        kv_bytes_per_token=KV,
+        state_bytes=STATE,
+        block_tokens=block_tokens,
+        policy=TieredLRUEviction(),
+        state_capacity=states,
+    )
+
+
+def _states(tree):
+    return sorted(n.depth_tokens for n in tree.iter_nodes() if n.has_state)
+
+
+def test_an_insert_reports_the_frozen_tail_a_state_victim_gives_back():
+    """LMDeploy's trie (16-token blocks, frozen partial blocks, one state slot): A (33 tokens, a
+    checkpoint at 33) holds 33 trie tokens and a frozen block for its partial tail. B (32 tokens,
+    a checkpoint at 32) needs the slot: A's state goes (a state victim: its KV stays) and with it
+    the one token only A's frozen block held (the trie keeps whole blocks), so B's insert reports
+    1 state and 1 KV token evicted. Mutation survivor ``-m engine_tree --seed 1``:
+    ``drop_state``'s freed KV count (``kv += before - self.kv_tokens``) with the sign flipped."""
+    rules = EngineRules(
+        refresh=LMDEPLOY_REFRESH, kv_extent="blocks", extent_block=16, frozen_block=16, anchor_block=16, state_pool=True
+    )
+    tree = _tree(rules, capacity=64 * 16 * KV + STATE, states=1)
+    a, b = np.full(33, 1, dtype=np.int64), np.full(32, 2, dtype=np.int64)
+    assert tree.insert(a, 33, [33], tree.set_time(1.0)).evicted_kv_tokens == 0
+    assert (tree.kv_tokens, tree.frozen_tokens) == (33, 15)
+    res = tree.insert(b, 32, [32], tree.set_time(2.0))
+    assert (res.inserted, res.evicted_states, res.evicted_kv_tokens) == (True, 1, 1)
+    assert (tree.kv_tokens, tree.frozen_tokens, tree.stats.kv_tokens_evicted) == (64, 0, 1)
+    assert _states(tree) == [32]
+    tree.check_invariants()
+
+
+def test_a_path_leaving_a_cached_edge_past_the_new_snapshot_does_not_keep_the_older_one():
+    """TensorRT-LLM's one page per block on a hash-block trace (4 tokens a symbol, 32-token
+    blocks): A = symbols 0..7 with a snapshot at symbol 1 (token 4); edges [0, 4) and [4, 32). N
+    = symbols 0, 1, 2, 3, 9 with a snapshot at symbol 3 (token 12), in the same block: N leaves
+    A's edge at symbol 3, token 4 + 3 x 4 = 16, past 12, so no cached path branches off between 4
+    and 12 and N's page replaces A's (``replace_page``): one state, at 12. Mutation survivor
+    ``-m engine_tree --seed 1``: ``_branches`` placing the edge's branch point at ``m /
+    block_tokens`` tokens (4.75, inside [4, 12): both kept)."""
+    tree = _tree(EngineRules(snapshot_block=32), block_tokens=4)
+    tree.insert(np.arange(8, dtype=np.int64), 32, [1], tree.set_time(1.0))
+    assert _states(tree) == [4]
+    tree.insert(np.array([0, 1, 2, 3, 9]), 20, [3], tree.set_time(2.0))
+    assert _states(tree) == [12] and tree.states_replaced == 1
+    tree.check_invariants()
+
+
+def test_a_snapshot_at_a_node_is_given_up_for_a_deeper_state_on_another_branch_below_it():
+    """TensorRT-LLM's blocks of 8: A = 0..7 with a snapshot at 7; B = 0..3, 99 (no snapshot)
+    splits A's edge at 4. N = 0..3, 99, 100 with a snapshot at 4, where the split left a node:
+    A's state at 7 is in the same block (0, 8] and extends N's first 4 tokens, though on the
+    other branch below the node, so N's page is not kept (``_snapshotSsmToTreeBlock`` returns:
+    the block's page covers as much). Mutation survivor ``-m engine_tree --seed 2``:
+    ``_block_states`` walking past the node at exactly 4 (``>``) and looking below N's own branch
+    only (both kept)."""
+    tree = _tree(EngineRules(snapshot_block=8))
+    tree.insert(np.arange(8, dtype=np.int64), 8, [7], tree.set_time(1.0))
+    tree.insert(np.array([0, 1, 2, 3, 99]), 5, [], tree.set_time(2.0))
+    assert sorted(n.depth_tokens for n in tree.iter_nodes() if n is not tree.root) == [4, 5, 7, 8]
+    tree.insert(np.array([0, 1, 2, 3, 99, 100]), 6, [4], tree.set_time(3.0))
+    assert _states(tree) == [7] and tree.states_replaced == 1
+    tree.check_invariants()
+
+
+def _arrivals(rows):
+    """An open-loop trace of one request a session from ``(prompt, output tokens, arrival)``."""
+    reqs = [
+        Request(session_id=k, turn=0, input_tokens=inp, output_tokens=_toks(9000 + 1000 * k, n), arrival=t)
+        for k, (inp, n, t) in enumerate(rows)
+    ]
+    return Trace("t", reqs, closed_loop=False)
+
+
+def _toks(start, n):
+    return np.arange(start, start + n, dtype=np.int64)
+
+
+def test_under_fcfs_a_paper_policy_pins_a_queued_requests_hit_from_its_arrival():
+    """The paper's policies look a request up when it arrives and lock its hit while it queues
+    (the Marconi artifact looks a request up once); only the engine presets that rematch are
+    looked up when a server takes them. ``vllm+`` (32-token grid), the tiny model (a token 2 B, a
+    state 16 B), 230 B, des, ``--scheduler fcfs``, one server: r0 = P (32 tokens) is cached; r1 =
+    L (64 tokens) takes the server at t = 1; r2 = P + 16 tokens arrives at t = 1.0005 and queues,
+    its hit (P's 32 tokens) pinned. L's inserts need the room P holds and are refused (2 rejected
+    inserts), so r3 = L + 16 tokens (t = 3) reuses nothing. Unpinned, P went for L while r2 queued
+    and r3 reused 32 of L's tokens. Mutation survivor ``-m drivers``: the fcfs lookup at the
+    arrival with ``lock=False``."""
+    p, big = _toks(0, 32), _toks(100, 64)
+    trace = _arrivals(
+        [
+            (p, 1, 0.0),
+            (big, 1, 1.0),
+            (np.concatenate([p, _toks(300, 16)]), 1, 1.0005),
+            (np.concatenate([big, _toks(500, 16)]), 1, 3.0),
+        ]
+    )
+    cfg = SimConfig(policy="vllm+", model="qwen3.5-9b", capacity_bytes=230, mode="des", scheduler="fcfs")
+    res = drive(build(trace, cfg, spec=TINY, timing=TIMING))
+    assert list(res.requests.sort_values("request_id")["hit_tokens"]) == [0, 0, 32, 0]
+    assert res.summary.rejected_inserts == 2
+
+
+def test_under_fcfs_the_replay_tuner_counts_arrivals_and_tunes():
+    """des, ``--scheduler fcfs``: each arrival is handed to the tuner before its server takes it
+    (``_tune_before``: the window counts arrivals). Marconi with ``--tuner replay`` on the FLOP-wins
+    trace (4 shared 2,000-token documents between short one-off requests, 20 rounds; 1 GB): the
+    first eviction comes at the 15th request, so the window is 5 x 15 and the tuner replays the
+    first 75 requests and picks alpha 0.1 (LRU lets the short requests push the documents out).
+    Without the arrivals counted the tuner saw no request and never tuned. Mutation survivor
+    ``-m drivers``: the des ``_tune_before`` call dropped (the continuous scheduler calls it on its
+    own, so only fcfs shows it)."""
+    from test_tuning import GB, _flop_wins_trace  # tests/sim/tuning
+
+    cfg = SimConfig(
+        policy="marconi",
+        mode="des",
+        scheduler="fcfs",
+        alpha="auto",
+        tuner="replay",
+        capacity_bytes=GB,
+        tuning_workers=1,
+    )
+    sim = build(_flop_wins_trace(), cfg)
+    summary = drive(sim).summary
+    assert sim.tuner.n_before == 15
+    assert [(h["at_request"], h["choice"]) for h in sim.tuner.history] == [(75, 0.1)]
+    assert summary["tuned_choice"] == "0.1"
