@@ -104,8 +104,8 @@ def warm(model, device, steps: bool = False, batches: bool = False, longest_prom
     s = model.shape
     kernel_warmup = None
     if model.kernel == "triton":  # kernels.warmup imports triton
-        try:
-            from kernels import warmup as kernel_warmup
+        try:  # from the submodule: once it is imported, ``kernels.warmup`` is the module
+            from kernels.warmup import warmup as kernel_warmup
         except ImportError:
             pass
     if kernel_warmup is not None:
@@ -125,7 +125,7 @@ def warm(model, device, steps: bool = False, batches: bool = False, longest_prom
             )
         except (TypeError, ValueError, RuntimeError):  # another signature or a refused shape:
             pass  # the stack's own runs below cover it
-    toks = torch.arange(300, device=device)
+    toks = torch.arange(300, device=model.device)
     model.run(toks[:200], None, 0, [64, 128], lambda *a: None, keep_outputs=True)
     st, _, _ = model.run(toks[:130], None, 0, [64, 100, 130], lambda *a: None, keep_outputs=True)
     model.run(toks[130:300], st, 130, [192, 250], lambda *a: None, keep_outputs=True)

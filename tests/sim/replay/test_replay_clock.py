@@ -192,3 +192,178 @@ def test_presize_runs_a_from_scratch_call_of_the_longest_prompt(tiny_model):
         del tiny_model.run
     # from scratch, with the reference's boundary state below its end (none for one chunk)
     assert calls == [(192, None, 0, [128]), (64, None, 0, [])]
+
+
+# --------------------------------------------------------------------------- the CUDA path, on a stand-in
+class FakeGPU:
+    """One CUDA stream for the Stopwatch on a CPU: an event takes the stream's clock (ms) when
+    recorded; ``torch.cuda._sleep`` (at ``rates``' next cycles a ms, then ``rate``) and the test's
+    ``work`` advance it. An event is complete once it or a later event of the stream has been
+    synchronised, and ``elapsed_time`` with an incomplete event raises, as
+    ``cudaEventElapsedTime`` does (``cudaErrorNotReady``). Synchronising blocks the host
+    (``host.now`` moves on by ``sync_s``). Every call is logged in order."""
+
+    def __init__(self, host, rate: float, rates=(), sync_s: float = 0.0):
+        self.host, self.rate, self.rates, self.sync_s = host, rate, list(rates), sync_s
+        self.now, self.recorded, self.complete, self.log = 0.0, 0, 0, []
+
+    def Event(self, enable_timing=False):
+        assert enable_timing
+        return FakeEvent(self)
+
+    def sleep(self, cycles):
+        self.log.append(("sleep", cycles))
+        self.now += cycles / (self.rates.pop(0) if self.rates else self.rate)
+
+    def work(self, ms):
+        self.now += ms
+
+    def stamp(self):  # sim.replay.model.timestamp(True)
+        ev = self.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+
+class FakeEvent:
+    def __init__(self, gpu):
+        self.gpu, self.n, self.t = gpu, None, None
+
+    def record(self):
+        self.gpu.recorded += 1
+        self.n, self.t = self.gpu.recorded, self.gpu.now
+        self.gpu.log.append(("record", self.n))
+
+    def synchronize(self):
+        self.gpu.log.append(("sync", self.n))
+        self.gpu.complete = max(self.gpu.complete, self.n)
+        self.gpu.host.now += self.gpu.sync_s
+
+    def elapsed_time(self, end):
+        if max(self.n, end.n) > self.gpu.complete:
+            raise RuntimeError("CUDA error: device not ready")
+        self.gpu.log.append(("elapsed", self.n, end.n))
+        return end.t - self.t
+
+
+class FakeHost:
+    """``time`` for sim.replay.clock: ``perf_counter`` is ``now`` (seconds), moved by the test."""
+
+    def __init__(self, now: float):
+        self.now = now
+
+    def perf_counter(self):
+        return self.now
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """A CUDA Stopwatch's world on the CPU: the stream above (calibration sleeps at 0.8, 1.0 and
+    0.5 M cycles a ms, later sleeps at 2 M: the clock went up after calibration; a sync holds the
+    host 0.5 s) and the host's clock, patched where sim.replay.clock reads them."""
+    import sim.replay.clock as clock_mod
+
+    host = FakeHost(100.0)
+    gpu = FakeGPU(host, rate=2_000_000.0, rates=[800_000.0, 1_000_000.0, 500_000.0], sync_s=0.5)
+    monkeypatch.setattr(clock_mod, "time", host)
+    monkeypatch.setattr(clock_mod, "timestamp", lambda cuda: gpu.stamp() if cuda else host.perf_counter())
+    monkeypatch.setattr(torch.cuda, "Event", gpu.Event, raising=False)
+    monkeypatch.setattr(torch.cuda, "_sleep", gpu.sleep, raising=False)
+    return gpu, host
+
+
+def test_a_queued_gpu_call_calibrates_sleeps_and_resolves_its_events_in_order(fake_gpu):
+    """Hand-worked: calibration's three 10 M-cycle sleeps ran 12.5, 10 and 20 ms (the fastest,
+    1 M cycles a ms, counts), each event pair synchronised before it is read; the first suffix
+    call (two segments, nothing seen yet) sleeps HOST_GUESS_MS x 1.25 + 1 = 38.5 ms = 38.5 M
+    cycles. The GPU's clock has doubled: the sleep runs 19.25 ms, then the call 7 ms; the host
+    issued it in 15.625 ms (the calibration's syncs not counted). Resolving the call measures its
+    sleep at 2 M cycles a ms, and the next such call asks 15.625 x 1.25 + 1 = 20.53125 ms at that
+    rate."""
+    from sim.replay.clock import CALIBRATE_CYCLES, CALIBRATE_RUNS
+
+    assert (CALIBRATE_CYCLES, CALIBRATE_RUNS) == (10_000_000, 3)
+    gpu, host = fake_gpu
+    clock = Stopwatch(torch.device("cuda"), queued=True)
+    started = clock.start(kind="suffix", segments=2)
+    calibration = []
+    for a in (1, 3, 5):
+        calibration += [("record", a), ("sleep", 10_000_000), ("record", a + 1), ("sync", a + 1), ("elapsed", a, a + 1)]
+    # then the event before the sleep, the sleep, the call's first event
+    assert gpu.log == calibration + [("record", 7), ("sleep", 38_500_000), ("record", 8)]
+    assert clock.rate.per_ms() == 1_000_000.0
+    assert host.now == 101.5  # three syncs held the host
+    gpu.work(7.0)
+    host.now += 0.015625
+    h = clock.stop(started)
+    assert gpu.log[-1] == ("record", 9)
+    assert (h.kind, h.segments, h.sleep_ms, h.sleep_cycles) == ("suffix", 2, 38.5, 38_500_000)
+    assert h.host == 15.625 and clock.host_ms(h) == 15.625
+    assert clock.windows.recent("suffix", 2) == [15.625] and clock.windows.recent("suffix", 1) == []
+    # slack, read first, resolves the events itself: sleep start to call end (19.25 + 7) - host
+    n = len(gpu.log)
+    assert clock.slack_ms(h) == 26.25 - 15.625
+    assert gpu.log[n:] == [("sync", 9), ("elapsed", 7, 9)]
+    assert clock.rate.per_ms() == 1_000_000.0  # only ms() refines the rate
+    n = len(gpu.log)
+    assert clock.ms(h) == 7.0
+    assert gpu.log[n:] == [("sync", 9), ("elapsed", 7, 8), ("elapsed", 8, 9)]
+    assert clock.rate.per_ms() == 2_000_000.0  # 38.5 M cycles in 19.25 ms
+    assert clock.sleep_gpu_ms(h) == 19.25
+    # the next suffix call of two segments: sized from its window, asked at the measured rate
+    h2 = clock.stop(clock.start(kind="suffix", segments=2))
+    assert (h2.sleep_ms, h2.sleep_cycles) == (20.53125, 41_062_500)
+    assert gpu.log[-4:] == [("record", 10), ("sleep", 41_062_500), ("record", 11), ("record", 12)]
+    # sleep_gpu_ms, read first on a handle, resolves the events itself too
+    n = len(gpu.log)
+    assert clock.sleep_gpu_ms(h2) == pytest.approx(20.53125)
+    assert gpu.log[n:] == [("sync", 12), ("elapsed", 10, 11)]
+
+
+def test_an_unqueued_gpu_call_sleeps_for_nothing(fake_gpu):
+    """``queue=False`` on a queued Stopwatch, and any call on an unqueued one: no calibration, no
+    sleep, no event before it; its host time sizes no sleep and its device time refines no rate;
+    slack and the sleep's time are NaN."""
+    gpu, host = fake_gpu
+    for clock, queue in (
+        (Stopwatch(torch.device("cuda"), queued=True), False),
+        (Stopwatch(torch.device("cuda")), True),
+    ):
+        gpu.log.clear()
+        started = clock.start(queue=queue, kind="tail")
+        gpu.work(3.0)
+        host.now += 0.5
+        h = clock.stop(started)
+        assert [e[0] for e in gpu.log] == ["record", "record"]  # the call's two events only
+        assert h.before is None and (h.sleep_ms, h.sleep_cycles) == (0.0, 0) and h.host == 500.0
+        assert clock.ms(h) == 3.0 and not clock.rate.known
+        assert clock.windows.recent("tail") == []
+        assert clock.slack_ms(h) != clock.slack_ms(h) and clock.sleep_gpu_ms(h) != clock.sleep_gpu_ms(h)
+
+
+def test_a_cpu_stopwatch_times_the_region_in_ms(fake_gpu):
+    _, host = fake_gpu
+    clock = Stopwatch(torch.device("cpu"), queued=True)
+    started = clock.start(kind="suffix")
+    host.now += 0.25
+    h = clock.stop(started)
+    assert clock.ms(h) == 250.0 and clock.host_ms(h) == 250.0 and h.last is None
+    assert clock.slack_ms(h) != clock.slack_ms(h)  # NaN: nothing queued
+
+
+def test_no_handle_reads_as_nan():
+    clock = Stopwatch(torch.device("cpu"))
+    for read in (clock.ms, clock.host_ms, clock.slack_ms, clock.sleep_gpu_ms):
+        assert read(None) != read(None)
+
+
+def test_a_segment_count_below_one_counts_as_one(fake_gpu):
+    """Windows key a call by ``max(1, segments)``: 0 or -2 segments read and fill the one-segment
+    window, and a Stopwatch hands back 1."""
+    w = SleepWindows()
+    w.record("suffix", 0, 8.0)
+    assert w.recent("suffix", 1) == w.recent("suffix", 0) == w.recent("suffix", -2) == [8.0]
+    w.record("suffix", 2, 30.0)  # 15 ms a segment: more than the one-segment calls' 8
+    assert w.longest("suffix", 0) == w.longest("suffix", 1) == 8.0
+    assert w.sleep_ms("suffix", 0) == w.sleep_ms("suffix", 1) == 11.0
+    clock = Stopwatch(torch.device("cpu"))
+    assert clock.stop(clock.start(segments=0)).segments == 1
