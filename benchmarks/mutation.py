@@ -363,7 +363,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # the sleep ahead of a queued timed call, per call kind and segment count, and its measured rate
     "clock": (
         ["sim/replay/clock.py", "sim/replay/warm.py"],
-        ["tests/sim/replay/test_replay_clock.py", "tests/sim/replay/test_replay_runner.py"],
+        [
+            "tests/sim/replay/test_replay_clock.py",
+            "tests/sim/replay/test_replay_warm.py",
+            "tests/sim/replay/test_replay_runner.py",
+        ],
     ),
     # why a request missed, and the hits of preempted requests counted apart (issue 43 item 3)
     "misses": (["sim/engine/misses.py"], ["tests/sim/engine/test_misses.py", "tests/sim/engine/test_summary.py"]),
