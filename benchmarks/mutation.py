@@ -138,6 +138,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "engine_tree": (
         ["sim/cache/engine_tree.py"],
         [
+            "tests/sim/cache/test_older_tree_rules.py",
             "tests/sim/cache/test_engine_tree.py",
             "tests/policies/test_sglang.py",
             "tests/policies/test_lmdeploy.py",
@@ -271,6 +272,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "drivers": (
         ["sim/engine/drivers.py"],
         [
+            "tests/sim/cache/test_older_tree_rules.py",
             "tests/policies/test_sglang_engine_rules.py",
             "tests/policies/test_vllm_block_pool.py",
             "tests/policies/test_engine_rules_schedulers.py",
