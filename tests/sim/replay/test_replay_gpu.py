@@ -243,6 +243,28 @@ def test_a_queued_calls_sleep_runs_at_least_as_long_as_asked():
     assert all(0.97 * a <= r < 3 * a for a, r in zip(asked[3:], ran[3:])), list(zip(asked, ran))
 
 
+def test_stopwatch_reads_resolve_a_call_still_running():
+    """Each read of a queued call's events (``ms``, ``sleep_gpu_ms``, ``slack_ms``), made first
+    on a handle whose call is still behind its sleep, synchronises on the call's end itself:
+    ``elapsed_time`` with an incomplete event raises (cudaErrorNotReady). The first ``start``
+    calibrates (three 10 M-cycle sleeps read at once) the same way. The CPU tests assume this of
+    CUDA (``FakeGPU`` in test_replay_clock.py); here the real events (mutation survivors
+    clock.py:180, :215, :226, :235 without their ``synchronize``)."""
+    from sim.replay.clock import Stopwatch
+
+    clock = Stopwatch(torch.device("cuda"), queued=True)
+    x = torch.randn(2048, 2048, device="cuda")
+    for read in (Stopwatch.slack_ms, Stopwatch.sleep_gpu_ms, clock.ms):
+        clock.windows.record("call", 1, 40.0)  # a 50 ms sleep (the cap): the host is done long before
+        h = clock.start()
+        for _ in range(4):
+            x = x @ x
+        h = clock.stop(h)
+        assert not h.last.query()  # still running
+        assert read(h) > 0
+    torch.cuda.synchronize()
+
+
 def test_presize_leaves_no_device_allocation_to_a_longer_reference():
     """After ``warm.presize`` at the longest prompt, from-scratch calls that are each the longest
     yet (each would need larger blocks than any call before it) are served from the allocator's
