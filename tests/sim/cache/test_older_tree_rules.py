@@ -159,3 +159,38 @@ def test_under_fcfs_the_replay_tuner_counts_arrivals_and_tunes():
     assert sim.tuner.n_before == 15
     assert [(h["at_request"], h["choice"]) for h in sim.tuner.history] == [(75, 0.1)]
     assert summary["tuned_choice"] == "0.1"
+
+
+def test_the_first_session_starts_at_zero_under_either_arrival_kind():
+    """Session i starts at i / rate (``uniform``, the paper's) or after seeded exponential gaps of
+    mean 1 / rate (``poisson``); either way session 0 starts at t = 0, so a Poisson run is not
+    shifted against a uniform one. 20,000 sessions at 2 a second: gaps of mean 0.5 s (within 2 %).
+    Mutation survivor ``-m drivers --seed 2``: the first gap 1.0 instead of 0."""
+    from sim.engine.drivers import session_start_times
+
+    assert list(session_start_times(3, 2.0, "uniform", 0)) == [0.0, 0.5, 1.0]
+    starts = session_start_times(20_000, 2.0, "poisson", 0)
+    assert starts[0] == 0.0 and (np.diff(starts) > 0).all()
+    assert abs(starts[-1] / (len(starts) - 1) - 0.5) < 0.01
+    assert list(session_start_times(4, 2.0, "poisson", 7)) == list(session_start_times(4, 2.0, "poisson", 7))
+
+
+def test_belady_indexes_a_stored_output_longer_than_every_prompt():
+    """``belady``'s next-use index hashes the tree's root paths, whose edges may hold a request's
+    output too: its power table must reach the longest stored sequence, not only the longest
+    prompt. The tiny model, 150 B, sequential: r0 = A (10 tokens, 30 out: an edge of 30 output
+    tokens), r1, r2 two unrelated 10-token prompts, r3 = A + 5 tokens; r2's insert evicts (belady
+    asks for every candidate's next use, A's output edge included). The run ends with hits 0, 0,
+    0, 0 and states at 10, 10 and 15. Mutation survivor ``-m drivers --seed 2``: the table sized
+    by the shortest stored sequence (an IndexError at depth 40)."""
+    from engine_cases import cat, one_per_session, run, toks
+
+    trace = one_per_session(
+        (toks(0, 10), toks(1000, 30)),
+        (toks(100, 10), toks(0, 0)),
+        (toks(200, 10), toks(0, 0)),
+        (cat(toks(0, 10), toks(50, 5)), toks(0, 0)),
+    )
+    got, sim = run(trace, "belady", spec=TINY, capacity=150)
+    assert got == [0, 0, 0, 0]
+    assert _states(sim.tree) == [10, 10, 15]
