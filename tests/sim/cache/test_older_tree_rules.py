@@ -194,3 +194,24 @@ def test_belady_indexes_a_stored_output_longer_than_every_prompt():
     got, sim = run(trace, "belady", spec=TINY, capacity=150)
     assert got == [0, 0, 0, 0]
     assert _states(sim.tree) == [10, 10, 15]
+
+
+def test_the_blocks_under_a_block_count_one_path_inside_one_edge():
+    """``EngineTree._block_children`` (what ``_reachable_hit`` compares with TensorRT-LLM's 32
+    children of a block): the radix-tree blocks of 8 tokens that hang under a sequence's block.
+    A = 0..23 and B = A's first 20 tokens, 100..103: one edge 0..20, two branches below it. The
+    block (8, 16] lies inside that edge: one block, whatever hangs below 16; the block (16, 24]
+    starts inside it and the edge branches inside the block: two. Mutation survivor ``-m
+    engine_tree --seed 1``: the one-path test ``depth >= end or no children`` with ``and`` (the
+    branches below 16 counted for (8, 16]); no caller reaches that case with the edge past the
+    block's end (the hit it checks ends inside the block), so the count is pinned here."""
+    tree = _tree(EngineRules(snapshot_block=8))
+    a = np.arange(24, dtype=np.int64)
+    tree.insert(a, 24, [24], tree.set_time(1.0))
+    tree.insert(np.concatenate([np.arange(20), np.arange(100, 104)]), 24, [24], tree.set_time(2.0))
+    assert sorted((n.depth_tokens, len(n.children)) for n in tree.iter_nodes() if n is not tree.root) == [
+        (20, 2),
+        (24, 0),
+        (24, 0),
+    ]
+    assert (tree._block_children(a, 8), tree._block_children(a, 16)) == (1, 2)
