@@ -215,3 +215,42 @@ def test_the_blocks_under_a_block_count_one_path_inside_one_edge():
         (24, 0),
     ]
     assert (tree._block_children(a, 8), tree._block_children(a, 16)) == (1, 2)
+
+
+def test_older_copies_of_recomputed_blocks_hang_on_the_node_holding_each_block():
+    """vLLM's duplicate KV (``BlockHashToBlockMap.insert``, ``block_pool.py`` L78-L82): a request
+    that hit the state at 2 of A = 1..6 (KV to 6) computes tokens 3..6 again and caches them a
+    second time; the older copies stay in the free queue, each on the node that holds its block.
+    Another request's insert (1..4, 70, 71) splits A's edge at 4 before the request's own insert
+    (1..8, extending the lower part in place to 8): blocks 3 and 4 are the upper node's (depth
+    4), 5 and 6 the node ending at 8. Mutation survivor ``-m engine_tree --seed 2`` (at 3636826):
+    the recomputed blocks' ends counted up from the node's end (``+ j``), which put all four on
+    the lower node."""
+    from policies.vllm_current import VllmFreeQueueEviction
+
+    tree = EngineTree(
+        EngineRules(duplicate_kv=True),
+        capacity_bytes=100,
+        kv_bytes_per_token=1,
+        state_bytes=4,
+        block_tokens=1,
+        policy=VllmFreeQueueEviction(),
+    )
+    clock = iter(range(1, 100))
+
+    def insert(ids, states):
+        now = tree.set_time(float(next(clock)))
+        res = tree.insert(np.array(ids, dtype=np.int64), len(ids), states, now)
+        assert res.inserted
+        tree.refresh_inserted(res, now, final=True)
+
+    insert([1, 2, 3, 4, 5, 6], [2])
+    m = tree.lookup(np.arange(1, 9, dtype=np.int64), now=tree.set_time(float(next(clock))))
+    assert (m.hit_tokens, m.match_tokens) == (2, 6)
+    insert([1, 2, 3, 4, 70, 71], [])
+    insert([1, 2, 3, 4, 5, 6, 7, 8], [8])
+    tree.cache_again(m)
+    assert tree.copy_tokens == 4
+    copies = {n.depth_tokens: sorted(-e[2] for e in tree._node_copies.get(n, [])) for n in tree.iter_nodes()}
+    assert (copies[4], copies[8]) == ([3, 4], [5, 6])
+    tree.check_invariants()
