@@ -231,6 +231,13 @@ class EngineTree(HybridRadixTree):
             node.state_access = t
             self._touched(node)
 
+    def state_freed_at(self, node: Node, t: float) -> None:
+        """``node``'s state entered the engine's queue at ``t``, whenever that is: later than the
+        lookup that refreshed it (vLLM holds a hit's state block through the request's first step)."""
+        if node.has_state and node.parent is not None and node.state_access != t:
+            node.state_access = t
+            self._touched(node)
+
     # ------------------------------------------------------------------ lookup and refresh
     def lookup(self, seq: np.ndarray, max_hit_sym: int | None = None, now: float | None = None) -> MatchResult:
         m = super().lookup(seq, max_hit_sym, now)

@@ -204,6 +204,7 @@ class ContinuousEngine:
         self._ends: list[float] | None = None  # cumulative step ends of a run whose steps vary
         self.tune_before, self.tune_after, self.tick = tune_before, tune_after, tick
         self.held_bytes = 0
+        self._aging: list = []  # (request, sequence) whose states ``_apply`` ages at its end
         self.charged_per_kv = sim.tree.kv_bytes_per_token
         self.charged_per_state = sim.tree.state_bytes
         self._on_arrive = listeners(sim.observers, "arrive")
@@ -291,6 +292,8 @@ class ContinuousEngine:
         """vLLM's recompute preemption: free everything, back to the front of the queue."""
         self._release(s, s.held_kv, s.held_states)
         f = s.f
+        if f is not None and self.kv_unit != 1:
+            self._cache_computed(s)
         if f is not None:
             if f.locked is not None:
                 self.sim.tree.unlock(f.locked)
@@ -300,6 +303,42 @@ class ContinuousEngine:
         self.waiting.appendleft(s)
         self.batch_full = False  # the running batch shrank
         preempted.append(s.req.request_id)
+
+    def _cache_computed(self, s: Seq) -> None:
+        """vLLM caches a request's blocks as it computes them (``KVCacheManager.allocate_slots``
+        -> ``cache_blocks``, ``kv_cache_manager.py``; ``MambaManager.cache_blocks`` for the states
+        it keeps), so a preempted request's whole blocks and kept states stay in the cache, freed
+        into the queue (``_preempt_request`` -> ``KVCacheManager.free``): ``s``'s computed whole
+        blocks go into the tree with the states it reached that the preset keeps (the prefill
+        steps so far, the decode boundaries passed), each at the place its block took in the queue
+        (``_age_states``). Not done for a hash-block request whose prompt ends inside a block that
+        output symbols follow (``Flight.cut``)."""
+        sim, f, g = self.sim, s.f, self.sim.grid
+        m = f.match
+        if not sim.preset.caching or m is None or f.ctx is None or f.cut is not None:
+            return
+        k = min(s.pos // g, len(f.seq_full))
+        if k <= m.hit_sym or k * g > s.pos:
+            return
+        if s.pos < s.n_in or not s.inserted:
+            ctx = f.ctx
+            whole = ctx.prefill_steps
+            ctx.prefill_steps = (*s.step_ends, s.n_in)
+            try:
+                cps = sim.admission.prefill_checkpoints(m, ctx)
+            finally:
+                ctx.prefill_steps = whole
+        else:
+            cps = sorted(set(f.prefill_cps) | set(f.decode_cps))
+        cps = [c for c in cps if c <= k]
+        if sim.spec.is_hybrid and not cps:
+            return  # as insert_prefill: KV without a state is not inserted
+        tree = sim.tree
+        now = tree.set_time(self.env.now)
+        res = tree.insert(f.seq_full[:k], k * g, cps, now, protect=f.locked, tag=(f, now))
+        if res.inserted:
+            tree.refresh_inserted(res, now, final=True)
+            self._age_states(s, f.seq_full[:k], None)
 
     # ------------------------------------------------------------------ scheduling
     def _chunk(self, s: Seq, budget: int) -> int:
@@ -665,6 +704,10 @@ class ContinuousEngine:
                 for p in range(first, s.pos + k, u):
                     j = p - s.pos + 1  # the run's step that computes token p
                     s.free_at[p] = t0 + (ends[j - 1] if ends is not None else j * dt) if k > 1 else now
+        hits = {
+            id(s): s.f.match.hit_node for s, _, _ in batch.prefills if u != 1 and not s.step_ends and s.f.hit_tokens
+        }
+        self._aging = []  # (request, sequence) whose states to age once this step's end is done
         for s, _, b in batch.prefills:
             s.prefilled(b)
             if not s.inserted and b >= s.n_in:
@@ -685,6 +728,35 @@ class ContinuousEngine:
                 finished.append(s)
         for s in finished:
             self._finish(s, now)
+        if u != 1:
+            self._states_freed(finished, hits, now)
+
+    def _states_freed(self, finished: list, hits: dict, now: float) -> None:
+        """vLLM align mode frees the state block a request computed past in a step (a chunk-end
+        state, a decode boundary's, the hit's: ``MambaManager.allocate_new_blocks`` records the
+        hit's block as ``last_state_block_idx``, ``single_type_kv_cache_manager.py`` L1842-L1844)
+        at the next step, when the request's ``allocate_slots`` calls ``remove_skipped_blocks``
+        (L1645-L1661), or with the rest of its blocks if it ended (``free``): so after the blocks
+        of the requests that ended in this step (freed when its output is processed), request by
+        request in the order the next step allocates (the running order). Those states take that
+        place in the queue, a hit's state leaving the lookup's place for it (``hits``: request id
+        -> its hit node, for the requests whose first step this was). Then the states of the
+        requests inserted in this step are aged (``_age_states``)."""
+        tree = self.sim.tree
+        freed = getattr(tree, "state_freed_at", None)
+        stamp = {}
+        for s in (*finished, *self.running):
+            node = hits.get(id(s))
+            due = [p for p, v in s.free_at.items() if v == now]
+            if not due and node is None:
+                continue
+            t = stamp[id(s)] = tree.set_time(now)  # after everything before it
+            s.free_at.update(dict.fromkeys(due, t))
+            if node is not None and freed is not None:
+                freed(node, t)
+        aging, self._aging = self._aging, []
+        for s, seq in aging:
+            self._age_states(s, seq, stamp.get(id(s)))
 
     def _prompt_done(self, s: Seq, now: float) -> None:
         """The prompt's last token is computed: states at the chunk ends the preset keeps, the
@@ -719,20 +791,25 @@ class ContinuousEngine:
             # them), stay in the free queue where they were, evictable (``cache_again``)
             sim.tree.cache_again(f.match, tag=(f, now))
         if u != 1:
-            self._age_states(s, f.seq_in)
+            self._aging.append((s, f.seq_in))
 
-    def _age_states(self, s: Seq, seq) -> None:
+    def _age_states(self, s: Seq, seq, t_step: float | None) -> None:
         """vLLM align mode frees a state's block once the request has computed past it, at the
         step after the one that computed the next token (``remove_skipped_blocks``,
         ``single_type_kv_cache_manager.py`` L1634-L1662): a state the request placed enters the
-        free queue then, not when the simulator inserts it (the prompt's end, the request's end)."""
-        age = getattr(self.sim.tree, "age_state", None)
+        free queue then, not when the simulator inserts it (the prompt's end, the request's end);
+        one freed after this step (``t_step``) takes that place even if the insert's was earlier."""
+        tree = self.sim.tree
+        age = getattr(tree, "age_state", None)
         if age is None or not s.free_at:
             return
-        for node in self.sim.tree.match(seq).path:
+        for node in tree.match(seq).path:
             t = s.free_at.get(node.depth_tokens)
             if t is not None and node.has_state:
-                age(node, t)
+                if t == t_step:
+                    tree.state_freed_at(node, t)
+                else:
+                    age(node, t)
 
     def _chunk_done(self, s: Seq, now: float) -> None:
         """A chunk ended inside the prompt of a request whose engine publishes every chunk
@@ -763,7 +840,7 @@ class ContinuousEngine:
         else:
             sim.insert_decode(f, now)
         if self.kv_unit != 1:
-            self._age_states(s, seq)
+            self._aging.append((s, seq))
         self.tune_after(sim, s.req, now)
         self.tick(sim)
         s.done.succeed()

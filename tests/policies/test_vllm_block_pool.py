@@ -404,7 +404,8 @@ def test_a_state_enters_the_free_queue_when_the_request_has_computed_past_it():
             ends.update({ctx + j: e.t_start + (j + 1) * e.seconds / e.steps for j in range(e.steps)})
     states = {n.depth_tokens: n.state_access for n in sim.tree.iter_nodes() if n.has_state}
     assert sorted(states) == [16, 32, 48]
-    assert states[16] == ends[16] < states[32] == ends[32] < states[48]
+    # each just after its step's end (after what that end freed: ``_states_freed``)
+    assert ends[16] <= states[16] < ends[16] + 1e-9 < ends[32] <= states[32] < ends[32] + 1e-9 < states[48]
     assert abs(states[48] - ends[48]) < 1e-9
     assert states[48] < steps[-1].t_end  # before the request's end, when the simulator inserts it
 
@@ -485,7 +486,7 @@ def test_a_request_waiting_for_memory_holds_nothing_evicts_nothing_and_is_matche
     at t = 1; D runs (1 block, its state), W's first chunk (16..48: 2 blocks and a state) does not
     fit even with H's state gone, so nothing is evicted for it. D's first decode token enters its
     second block (a block and a second state block) and takes the free queue's front, H's state,
-    at t = 1.001. W, matched again at each pass, hits nothing. Before, W kept its first lookup and
+    at t = 1.001. W, matched again at each pass, does not hit H's state. Before, W kept its first lookup and
     its failed reservation evicted H's state at t = 1.0, and W prefilled from that state (a hit of
     16 tokens on a state that was gone)."""
     h = toks(0, 24)
@@ -493,7 +494,10 @@ def test_a_request_waiting_for_memory_holds_nothing_evicts_nothing_and_is_matche
         (h, toks(9000, 1), 0.0), (toks(100, 16), toks(9100, 8), 1.0), (cat(h, toks(200, 40)), toks(9200, 1), 1.0)
     )
     hits, queue, evicted = _waiting_run(trace, 5 * 32)
-    assert hits == [0, 0, 0]
+    # W waited, then ran its first chunk (0..16) beside D's decode, was preempted at its next
+    # (16..48 does not fit) and, matched again, hits the state at 16 it computed itself (vLLM
+    # caches blocks as they are computed: test_a_preempted_request_leaves_what_it_computed_in_the_cache)
+    assert hits == [0, 0, 16]
     assert queue[2] > 0.001  # W waited
     assert evicted[0] == (1.001, 16)  # H's state, for D's decode, not at W's first try (t = 1.0)
     with pytest.MonkeyPatch.context() as mp:
@@ -691,3 +695,82 @@ def test_a_kept_prefill_state_stays_in_the_pool_from_the_step_after_it_to_the_pr
     assert sorted(n.depth_tokens for n in sim.tree.iter_nodes() if n.has_state) == (
         [16, 32] if retention == -1 else [32]
     )
+
+
+@pytest.mark.parametrize(("retention", "kept"), [(0, [32]), (-1, [16, 32])])
+def test_a_preempted_request_leaves_what_it_computed_in_the_cache(retention, kept):
+    """vLLM caches a request's blocks as it computes them (``allocate_slots`` -> ``cache_blocks``,
+    ``kv_cache_manager.py``; ``MambaManager.cache_blocks`` for the states it keeps), so a request
+    preempted for recompute (``_preempt_request`` -> ``KVCacheManager.free``) leaves its whole
+    blocks and kept states in the cache, in the free queue. Block 16, budget 16, a 40-token prompt
+    preempted after two chunks (32 tokens): the tree keeps its 32 tokens and the states it reached
+    that the preset keeps (at 0 the prompt's last cacheable block, 32; at -1 also 16), and the
+    request holds nothing. The simulator dropped all of it. Found by
+    ``benchmarks/differential_vllm.py --scheduler continuous --capacity 4GB --retention -1`` (a
+    request looked up again after its preemption found its own state in vLLM, 106.4 s)."""
+    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
+
+    import simpy  # noqa: PLC0415
+
+    trace = one_per_session((toks(0, 40), toks(500, 4)))
+    config = SimConfig(
+        policy="vllm",
+        capacity_bytes=10**12,
+        scheduler="continuous",
+        block_size=16,
+        max_num_batched_tokens=16,
+        prefix_cache_retention_interval=retention,
+    )
+    sim = build(trace, config, spec=TINY)
+    start = sim.tree.capacity_bytes
+    noop = lambda *a: None  # noqa: E731
+    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+    eng.arrive(trace.requests[0])
+    for _ in range(2):
+        eng._apply(eng.schedule(), 1, 0.0, 0.0)
+    s = eng.running.pop()
+    assert s.pos == 32 and not s.inserted
+    eng._preempt(s, [])
+    assert sorted(n.depth_tokens for n in sim.tree.iter_nodes() if n.has_state) == kept
+    assert sim.tree.kv_tokens == 32 and (s.held_kv, s.held_states) == (0, 0)
+    assert sim.tree.capacity_bytes == start and not any(n.lock for n in sim.tree.iter_nodes() if n.parent)
+
+
+def test_a_hit_state_enters_the_free_queue_after_the_step_and_after_the_requests_that_ended_in_it():
+    """vLLM holds a hit's state block through the request's first step (``allocate_new_blocks``
+    records it as ``last_state_block_idx``, ``single_type_kv_cache_manager.py`` L1842-L1844) and
+    frees it at the next step's ``allocate_slots`` (``remove_skipped_blocks``, L1645-L1661), after
+    the blocks of the requests that ended in that step (freed when its output is processed). A
+    (20 tokens; its state at 16) runs alone; then C (16 new tokens, one output token) and B (A's
+    first 16 tokens and 10 more: hit 16) share a step, C ending in it: B's hit state takes its
+    place in the queue after C's blocks, not at B's lookup (before C's). Found by
+    ``benchmarks/differential_vllm.py --scheduler continuous --capacity 4GB --retention -1`` (a
+    KV block ended in a step went before a hit's state in vLLM, 81.5 s)."""
+    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
+
+    import simpy  # noqa: PLC0415
+
+    A = toks(0, 20)
+    trace = one_per_session(
+        (A, toks(500, 2)), (toks(100, 16), toks(600, 1)), (cat(A[:16], toks(900, 10)), toks(700, 3))
+    )
+    config = SimConfig(
+        policy="vllm", capacity_bytes=10**12, scheduler="continuous", block_size=16, max_num_batched_tokens=64
+    )
+    sim = build(trace, config, spec=TINY)
+    noop = lambda *a: None  # noqa: E731
+    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+    eng.arrive(trace.requests[0])
+    while eng.running or eng.waiting:
+        eng._apply(eng.schedule(), 1, 0.0, 0.0)
+    eng.arrive(trace.requests[1])
+    eng.arrive(trace.requests[2])
+    batch = eng.schedule()
+    assert [(s.req.request_id, a, b) for s, a, b in batch.prefills] == [(1, 0, 16), (2, 16, 26)]
+    b = batch.prefills[1].seq
+    hit = b.f.match.hit_node
+    looked_up = hit.state_access
+    eng._apply(batch, 1, 0.0, 0.0)
+    c_leaf = next(n for n in sim.tree.iter_nodes() if n.depth_tokens == 16 and n is not hit and n.parent)
+    assert c_leaf.last_access > looked_up  # C ended after B's lookup ...
+    assert hit.has_state and hit.state_access > c_leaf.last_access  # ... and B's hit state went after it
