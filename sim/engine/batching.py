@@ -311,14 +311,15 @@ class ContinuousEngine:
         into the queue (``_preempt_request`` -> ``KVCacheManager.free``): ``s``'s computed whole
         blocks go into the tree with the states it reached that the preset keeps (the prefill
         steps so far, the decode boundaries passed), each at the place its block took in the queue
-        (``_age_states``). Not done for a hash-block request whose prompt ends inside a block that
+        (``_age_states``), and its path's KV, the hit's included, takes the queue's end, as at a
+        request's end (freed, tail first). Not done for a hash-block request whose prompt ends inside a block that
         output symbols follow (``Flight.cut``)."""
         sim, f, g = self.sim, s.f, self.sim.grid
         m = f.match
         if not sim.preset.caching or m is None or f.ctx is None or f.cut is not None:
             return
         k = min(s.pos // g, len(f.seq_full))
-        if k <= m.hit_sym or k * g > s.pos:
+        if k <= 0:
             return
         if s.pos < s.n_in or not s.inserted:
             ctx = f.ctx
@@ -328,11 +329,13 @@ class ContinuousEngine:
                 cps = sim.admission.prefill_checkpoints(m, ctx)
             finally:
                 ctx.prefill_steps = whole
-        else:
-            cps = sorted(set(f.prefill_cps) | set(f.decode_cps))
-        cps = [c for c in cps if c <= k]
-        if sim.spec.is_hybrid and not cps:
-            return  # as insert_prefill: KV without a state is not inserted
+        else:  # the prompt's states went in with it (one evicted since is gone)
+            cps = f.decode_cps
+        cps = [c for c in cps if m.hit_sym < c <= k]
+        if sim.spec.is_hybrid and not cps:  # as insert_prefill: new KV without a state is not inserted,
+            k = min(k, m.hit_sym)  # and the blocks of the hit are freed all the same
+            if k <= 0:
+                return
         tree = sim.tree
         now = tree.set_time(self.env.now)
         res = tree.insert(f.seq_full[:k], k * g, cps, now, protect=f.locked, tag=(f, now))

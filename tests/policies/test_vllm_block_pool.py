@@ -742,7 +742,8 @@ def test_a_hit_state_enters_the_free_queue_after_the_step_and_after_the_requests
     frees it at the next step's ``allocate_slots`` (``remove_skipped_blocks``, L1645-L1661), after
     the blocks of the requests that ended in that step (freed when its output is processed). A
     (20 tokens; its state at 16) runs alone; then C (16 new tokens, one output token) and B (A's
-    first 16 tokens and 10 more: hit 16) share a step, C ending in it: B's hit state takes its
+    first 16 tokens and 40 more: hit 16, a first chunk to 48) share a step, C ending in it: B's
+    hit state takes its
     place in the queue after C's blocks, not at B's lookup (before C's). Found by
     ``benchmarks/differential_vllm.py --scheduler continuous --capacity 4GB --retention -1`` (a
     KV block ended in a step went before a hit's state in vLLM, 81.5 s)."""
@@ -752,7 +753,7 @@ def test_a_hit_state_enters_the_free_queue_after_the_step_and_after_the_requests
 
     A = toks(0, 20)
     trace = one_per_session(
-        (A, toks(500, 2)), (toks(100, 16), toks(600, 1)), (cat(A[:16], toks(900, 10)), toks(700, 3))
+        (A, toks(500, 2)), (toks(100, 16), toks(600, 1)), (cat(A[:16], toks(900, 40)), toks(700, 3))
     )
     config = SimConfig(
         policy="vllm", capacity_bytes=10**12, scheduler="continuous", block_size=16, max_num_batched_tokens=64
@@ -766,7 +767,7 @@ def test_a_hit_state_enters_the_free_queue_after_the_step_and_after_the_requests
     eng.arrive(trace.requests[1])
     eng.arrive(trace.requests[2])
     batch = eng.schedule()
-    assert [(s.req.request_id, a, b) for s, a, b in batch.prefills] == [(1, 0, 16), (2, 16, 26)]
+    assert [(s.req.request_id, a, b) for s, a, b in batch.prefills] == [(1, 0, 16), (2, 16, 48)]
     b = batch.prefills[1].seq
     hit = b.f.match.hit_node
     looked_up = hit.state_access
@@ -774,3 +775,64 @@ def test_a_hit_state_enters_the_free_queue_after_the_step_and_after_the_requests
     c_leaf = next(n for n in sim.tree.iter_nodes() if n.depth_tokens == 16 and n is not hit and n.parent)
     assert c_leaf.last_access > looked_up  # C ended after B's lookup ...
     assert hit.has_state and hit.state_access > c_leaf.last_access  # ... and B's hit state went after it
+
+
+def test_a_state_computed_past_in_a_prompts_last_step_goes_after_the_requests_that_ended_in_it():
+    """The state a request computed past in its prompt's last step (here the prompt's last
+    cacheable block, where the split stopped the first chunk) is freed by ``remove_skipped_blocks``
+    at the next step's ``allocate_slots`` (``single_type_kv_cache_manager.py`` L1634-L1662), so it
+    takes its place in the queue after the blocks of a request that ended in that step, though
+    the simulator inserts it with the prompt, before that request's end. D (20 tokens: chunks
+    [0, 16) and [16, 20)) and, in D's second step, E (16 tokens, one output token, ending in it)."""
+    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
+
+    import simpy  # noqa: PLC0415
+
+    trace = one_per_session((toks(0, 20), toks(500, 3)), (toks(100, 16), toks(600, 1)))
+    config = SimConfig(
+        policy="vllm", capacity_bytes=10**12, scheduler="continuous", block_size=16, max_num_batched_tokens=64
+    )
+    sim = build(trace, config, spec=TINY)
+    noop = lambda *a: None  # noqa: E731
+    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+    eng.arrive(trace.requests[0])
+    eng._apply(eng.schedule(), 1, 0.0, 0.0)
+    eng.arrive(trace.requests[1])
+    batch = eng.schedule()
+    assert [(s.req.request_id, a, b) for s, a, b in batch.prefills] == [(0, 16, 20), (1, 0, 16)]
+    eng._apply(batch, 1, 0.0, 0.0)
+    d_state = next(n for n in sim.tree.iter_nodes() if n.has_state and n.depth_tokens == 16)
+    e_leaf = next(n for n in sim.tree.iter_nodes() if n.depth_tokens == 16 and n is not d_state and n.parent)
+    assert d_state.state_access > e_leaf.last_access
+
+
+def test_a_preempted_request_frees_its_hit_path_into_the_queue_even_with_nothing_new():
+    """``_preempt_request`` frees all the request's blocks (``KVCacheManager.free``, tail first),
+    the hit's included, so its path takes the queue's end at the preemption even when the request
+    computed no whole block past its hit. A (20 tokens; its state at 16), then B (A's first 16
+    tokens and 20 more, step budget 4: its first chunk is [16, 20)) preempted after that chunk:
+    the path to B's hit is refreshed at the preemption, not left at B's lookup."""
+    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
+
+    import simpy  # noqa: PLC0415
+
+    A = toks(0, 20)
+    trace = one_per_session((A, toks(500, 2)), (cat(A[:16], toks(900, 20)), toks(700, 3)))
+    config = SimConfig(
+        policy="vllm", capacity_bytes=10**12, scheduler="continuous", block_size=16, max_num_batched_tokens=4
+    )
+    sim = build(trace, config, spec=TINY)
+    noop = lambda *a: None  # noqa: E731
+    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+    eng.arrive(trace.requests[0])
+    while eng.running or eng.waiting:
+        eng._apply(eng.schedule(), 1, 0.0, 0.0)
+    eng.arrive(trace.requests[1])
+    batch = eng.schedule()
+    assert [(s.req.request_id, a, b) for s, a, b in batch.prefills] == [(1, 16, 20)]
+    eng._apply(batch, 1, 0.0, 0.0)
+    s = eng.running.pop()
+    hit = s.f.match.hit_node
+    before = hit.last_access
+    eng._preempt(s, [])
+    assert hit.last_access > before and hit.has_state and not hit.lock
