@@ -254,3 +254,68 @@ def test_older_copies_of_recomputed_blocks_hang_on_the_node_holding_each_block()
     copies = {n.depth_tokens: sorted(-e[2] for e in tree._node_copies.get(n, [])) for n in tree.iter_nodes()}
     assert (copies[4], copies[8]) == ([3, 4], [5, 6])
     tree.check_invariants()
+
+
+def test_older_copies_at_equal_recency_go_deepest_block_first_whoever_queued_them():
+    """vLLM's duplicate KV, the order of older copies in the free queue: at equal recency the
+    deeper block goes first, then the copy queued first, whether a request's insert queued it
+    (``cache_again``) or a later hit re-queued it (``refresh_hit``: the hit touches the first copy
+    cached, which takes the node's place). P = 1..6; A = P, 10, 11 (states at 2 and 8) and B = P,
+    20, 21 (a state at 8) make N = (2, 6] a branch node. R1 = P, 30, 31 hits 2 and computes 3..6
+    again; its insert (a state at 8) refreshes N (t = 4) and queues R1's older copies. R2 = P, 40,
+    41 looks up at t = 5 (N at 4); X (unrelated) goes in; H = P, 10, 11, 12 hits A's state and
+    re-queues R1's copies at N's recency before it, 4; R2's insert queues its own at 4. Full: six
+    tokens take B's leaf, two more the two copies of block 6 (R1's, then R2's); H again re-queues
+    R2's copies of 5, 4, 3 at 8; four tokens take R1's copies of 5, 4, 3 and R1's state at 8 (t =
+    4), so P, 30, 31, 32 reuses 2, not 8. Mutation survivor ``-m engine_tree --seed 2`` (at
+    3636826 ``engine_tree.py:272``): ``cache_again``'s copies keyed ``(recency, 0, ...)``, ahead
+    of every re-queued copy of their recency (R2's copies of 6 and 5 went first, R1's state
+    stayed)."""
+    from policies.vllm_current import VllmFreeQueueEviction
+
+    tree = EngineTree(
+        EngineRules(duplicate_kv=True),
+        capacity_bytes=1000,
+        kv_bytes_per_token=1,
+        state_bytes=4,
+        block_tokens=1,
+        policy=VllmFreeQueueEviction(),
+    )
+    clock = iter(range(1, 100))
+
+    def now():
+        return tree.set_time(float(next(clock)))
+
+    def insert(ids, states):
+        t = now()
+        res = tree.insert(np.array(ids, dtype=np.int64), len(ids), states, t)
+        assert res.inserted
+        tree.refresh_inserted(res, t, final=True)
+
+    def lookup(ids):
+        return tree.lookup(np.array(ids, dtype=np.int64), now=now())
+
+    def queued():
+        return sorted((e[0], -e[2], e[5]) for e in tree.copies if e[3] not in tree._gone)
+
+    p = [1, 2, 3, 4, 5, 6]
+    insert([*p, 10, 11], [2, 8])
+    insert([*p, 20, 21], [8])
+    r1 = lookup([*p, 30, 31])
+    insert([*p, 30, 31], [8])
+    tree.cache_again(r1)
+    r2 = lookup([*p, 40, 41])
+    insert([90, 91, 92], [3])
+    assert lookup([*p, 10, 11, 12]).hit_tokens == 8
+    insert([*p, 40, 41], [8])
+    tree.cache_again(r2)
+    assert queued() == [(4.0, b, first) for b in (3, 4, 5, 6) for first in (False, True)]
+    tree.capacity_bytes = tree.used_bytes
+    insert([50, 51, 52, 53, 54, 55], [])
+    insert([56, 57], [])
+    assert tree.copy_tokens == 6 and all(b != 6 for _, b, _ in queued())
+    lookup([*p, 10, 11, 12])
+    insert([60, 61, 62, 63], [])
+    assert queued() == [(8.0, 3, False), (8.0, 4, False), (8.0, 5, False)]
+    assert (lookup([*p, 30, 31, 32]).hit_tokens, lookup([90, 91, 92, 93]).hit_tokens) == (2, 3)
+    tree.check_invariants()
