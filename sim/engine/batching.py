@@ -786,6 +786,8 @@ class ContinuousEngine:
             self._charged(s, covered, 0) if room else self._force(s, covered, 0)
             return
         s.prompt_in = True
+        if u != 1:  # the prompt's states are in: the end inserts the decode ones (an evicted one stays gone)
+            f.prefill_cps = []
         if u != 1 and f.match is not None and getattr(sim.tree, "duplicate_kv", False):
             # the blocks recomputed between the hit and the KV match are the request's own copies
             # (``allocate_slots`` gave it new blocks, cached a second time: ``BlockHashToBlockMap

@@ -836,3 +836,37 @@ def test_a_preempted_request_frees_its_hit_path_into_the_queue_even_with_nothing
     before = hit.last_access
     eng._preempt(s, [])
     assert hit.last_access > before and hit.has_state and not hit.lock
+
+
+def test_a_prompt_state_evicted_while_the_request_decodes_stays_gone_at_its_end():
+    """Once the prompt's insert put its states in the cache, vLLM's request no longer holds them
+    (``remove_skipped_blocks`` freed their blocks into the free queue): one evicted while the
+    request decodes is gone, and the request's end (``KVCacheManager.free``) caches nothing of it
+    again. The simulator's end insert took the prompt's states again and brought such a state
+    back (at its old place, the queue's front: evicted again at the next need). A (20 tokens;
+    its state at 16), its state dropped during decode. Found by ``benchmarks/differential_vllm.py
+    --scheduler continuous --capacity 4GB`` (retention 0: first differing admission 771st ->
+    862nd)."""
+    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
+
+    import simpy  # noqa: PLC0415
+
+    trace = one_per_session((toks(0, 20), toks(500, 4)))
+    config = SimConfig(
+        policy="vllm", capacity_bytes=10**12, scheduler="continuous", block_size=16, max_num_batched_tokens=64
+    )
+    sim = build(trace, config, spec=TINY)
+    noop = lambda *a: None  # noqa: E731
+    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+    eng.arrive(trace.requests[0])
+    while not (eng.running and eng.running[0].prompt_in):
+        eng._apply(eng.schedule(), 1, 0.0, 0.0)
+    node = next(n for n in sim.tree.iter_nodes() if n.has_state)
+    assert node.depth_tokens == 16
+    listener, sim.tree.listener = sim.tree.listener, None
+    sim.tree.drop_state(node)  # evicted while the request decodes
+    sim.tree.listener = listener
+    while eng.running:
+        eng._apply(eng.schedule(), 1, 0.0, 0.0)
+    assert not any(n.has_state for n in sim.tree.iter_nodes())
+    assert sim.tree.kv_tokens == 16
