@@ -534,7 +534,9 @@ def test_every_32nd_pass_touches_the_waiting_requests_prefixes():
     the pool holds P, X, L's states at 8 .. 240 and L's slot (33), and the touch makes P the most
     recent. L's state at 248 fills the pool, its state at 256 evicts the least recent, X; W1's
     slot (step 33) evicts L's state at 8, and W2 reuses P's 8 tokens. Without the touch P went
-    first, then X: W2 reused nothing."""
+    first, then X: W2 reused nothing. SGLang 0.5.23 fed the test's steps and touches gives 0, 0, 0,
+    0, 8 (without the touches 0, 0, 0, 0, 0): ``benchmarks/results/2026-12-05-sglang-admission/``
+    ``verify_rule17.py``."""
     p = toks(0, 8)
     trace = _arrivals(
         [
