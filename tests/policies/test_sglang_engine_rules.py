@@ -518,6 +518,12 @@ def test_a_waiting_request_is_admitted_only_with_room_for_its_output_and_the_run
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(SglangAdmission, "reserves_output", False)
         assert _memory_run(trace, 240)[1][1] < 1e-6
+    # with the states in a pool of their own (4 states, 64 B) the KV budget is SGLang's: a pool of
+    # 112 tokens (D's 30 and 82 free) admits W at once, 111 do not. SGLang 0.5.23's own
+    # PrefillAdder fed D's state answers the same (CONTINUE with 83 tokens free before D's token of
+    # the step, NO_TOKEN with 82): benchmarks/results/2026-12-05-sglang-admission/verify_rule16.py
+    assert _memory_run(trace, 64 + 112 * 2, max_mamba_cache_size=4)[1][1] < 1e-6
+    assert _memory_run(trace, 64 + 111 * 2, max_mamba_cache_size=4)[1][1] == pytest.approx(0.060, abs=1e-6)
 
 
 def test_every_32nd_pass_touches_the_waiting_requests_prefixes():
