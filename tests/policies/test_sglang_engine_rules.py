@@ -12,6 +12,7 @@ from engine_cases import BIG, TIMING, TINY, cat, one_per_session, run, state_dep
 from policies.sglang import UnifiedTwoListEviction
 from policies.sglang_current import SglangAdmission
 from sim.config import SimConfig
+from sim.engine import batching
 from sim.engine.drivers import run as drive
 from sim.engine.events import EventLog, Step
 from sim.engine.simulation import Simulation
@@ -558,7 +559,60 @@ def test_every_32nd_pass_touches_the_waiting_requests_prefixes():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(SglangAdmission, "waiting_refresh", None)
         assert _memory_run(trace, BIG, **knobs)[0] == [0, 0, 0, 0, 0]
-    # pass 32 is the one: with two states more nothing of P is evicted either way; with two fewer
-    # P went at L's step 30, before the touch
+    # pass 32 is the one: with one state fewer L's state at 248 (its step 31, just after the touch)
+    # evicts already, X, and W2 still reuses P (a touch at pass 33 came after that eviction: P went);
+    # with two more nothing of P is evicted either way; with two fewer P went at L's step 30,
+    # before the touch
+    assert _memory_run(trace, BIG, **{**knobs, "max_mamba_cache_size": 33})[0][4] == 8
     assert _memory_run(trace, BIG, **{**knobs, "max_mamba_cache_size": 36})[0][4] == 8
     assert _memory_run(trace, BIG, **{**knobs, "max_mamba_cache_size": 32})[0][4] == 0
+
+
+def test_the_waiting_prefixes_are_touched_head_last():
+    """The same touch (``_touch_waiting_prefixes`` walks ``reversed(waiting_queue[:128])``,
+    ``schedule_policy.py`` L301: "Head last, so LRU evicts in reverse admission order"), the head's
+    prefix then the most recent. The KV list decides here: 100 states, 268 KV tokens, steps of 8
+    tokens. r0 = P and r1 = X (8 tokens each) are cached; at t = 2 L (256 tokens, 2 out), W1 = X
+    + 1 token (the head) and W2 = P + 2 tokens. Pass 32 touches W2's P, then W1's X. L's last
+    chunk (248 -> 256) needs room: the KV list's least recent leaf, P, goes, and W1 reuses X's 8
+    tokens. Touched head first, X went (and P after it for W1's own tokens): W1 reused nothing."""
+    p, x = toks(0, 8), toks(100, 8)
+    trace = _arrivals(
+        [
+            (p, 1, 0.0),
+            (x, 1, 1.0),
+            (toks(1000, 256), 2, 2.0),
+            (cat(x, toks(500, 1)), 1, 2.0),
+            (cat(p, toks(300, 2)), 1, 2.0),
+        ]
+    )
+    knobs = {"max_mamba_cache_size": 100, "prefill_chunk_tokens": 8, "max_num_batched_tokens": 8}
+    assert _memory_run(trace, 100 * 16 + 268 * 2, **knobs)[0] == [0, 0, 0, 8, 0]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(batching, "reversed", list, raising=False)  # the queue's order: the head first
+        assert _memory_run(trace, 100 * 16 + 268 * 2, **knobs)[0] == [0, 0, 0, 0, 0]
+
+
+def test_a_chunk_that_ends_its_prompt_holds_back_its_output_in_the_pass():
+    """``add_chunked_req`` charges the pass the continuing chunk, a page and, when the chunk ends
+    the prompt, the request's output (``_update_prefill_budget(0, extend_len, max_new if not
+    truncated else 0, ...)``, ``schedule_policy.py`` L1207-L1219 -> ``PrefillBudget.reserve``,
+    ``mem_cache/prefill_budget.py`` L156-L168), before the waiting requests are tried. States in a
+    pool of their own, steps of 8 tokens: D (20 tokens, 80 out) and W (20 tokens, 1 out) arrive at
+    t = 0; D's chunks take the first two steps whole; in the third D's last chunk (4 tokens) ends
+    its prompt and leaves 4 for W, which needs 20 + 1 + 1 + 1 (strict) tokens and D's page and 80
+    output tokens: 104 free beside D's 20. With 124 KV tokens W starts then (t = 0.002); with
+    123 it waits for D's end (t = 0.082)."""
+    trace = _arrivals([(toks(100, 20), 80, 0.0), (toks(200, 20), 1, 0.0)])
+    knobs = {"max_mamba_cache_size": 4, "prefill_chunk_tokens": 8, "max_num_batched_tokens": 8}
+    assert _memory_run(trace, 64 + 124 * 2, **knobs)[1][1] == pytest.approx(0.002, abs=1e-6)
+    assert _memory_run(trace, 64 + 123 * 2, **knobs)[1][1] == pytest.approx(0.082, abs=1e-6)
+
+
+def test_an_output_is_held_back_up_to_the_clip():
+    """``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION`` (4096, ``schedule_policy.py`` L89-L91): the
+    budget holds back at most 4096 tokens of a request's output, whatever its ``max_new_tokens``
+    (the request still decodes them all); a page is the preset's ``--page-size``."""
+    adm = SglangAdmission(SglangAdmission.Params(page_size=16))
+    assert [adm.output_reserve(n) for n in (-3, 0, 100, 4096, 5000)] == [0, 0, 100, 4096, 4096]
+    assert adm.page_reserve == 16
