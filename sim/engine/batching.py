@@ -78,6 +78,8 @@ class Seq:
     held_kv: int = 0  # KV tokens charged to the cache's capacity
     held_states: int = 0  # state slots charged
     kept_prefill: int = 0  # of them, prefill states the engine keeps, held until the prompt's insert
+    decode_in: int = 0  # tokens of its decode whose KV and kept states went into the cache (``_publish_decode``)
+    publish: int = 0  # a kept decode state's position to put into the cache at this step's end (0: none)
     step_ends: list[int] = field(default_factory=list)  # where this prefill's chunks ended
     #: block boundary -> end of the step that computed the token there (``kv_unit`` engines: the
     #: state block before it is freed at the next step)
@@ -133,6 +135,8 @@ class Seq:
         self.prompt_in = False
         self.published = 0
         self.kept_prefill = 0
+        self.decode_in = 0
+        self.publish = 0
 
     # ---- the memory charged to it
     def charge(self, kv: int, states: int) -> None:
@@ -329,8 +333,8 @@ class ContinuousEngine:
                 cps = sim.admission.prefill_checkpoints(m, ctx)
             finally:
                 ctx.prefill_steps = whole
-        else:  # the prompt's states went in with it (one evicted since is gone)
-            cps = f.decode_cps
+        else:  # the prompt's states went in with it, and the published decode ones (one evicted since is gone)
+            cps = [c for c in f.decode_cps if c * g > s.decode_in]
         cps = [c for c in cps if m.hit_sym < c <= k]
         if sim.spec.is_hybrid and not cps:  # as insert_prefill: new KV without a state is not inserted,
             k = min(k, m.hit_sym)  # and the blocks of the hit are freed all the same
@@ -694,7 +698,9 @@ class ContinuousEngine:
         for s in batch.transient:  # the previous state block goes at the next step
             if s.pos < s.n_in and self._kept_prefill_state(s, s.pos):
                 s.kept_prefill += 1
-            elif not self._kept_decode_state(s, s.pos):
+            elif self._kept_decode_state(s, s.pos):
+                s.publish = s.pos  # into the cache at this step's end (``_publish_decode``)
+            else:
                 self._release(s, 0, 1)
         u = self.kv_unit
         if u != 1:  # when the state block at each boundary passed is freed (``_age_states``)
@@ -757,9 +763,39 @@ class ContinuousEngine:
             s.free_at.update(dict.fromkeys(due, t))
             if node is not None and freed is not None:
                 freed(node, t)
+        for s in self.running:
+            if s.publish:
+                self._publish_decode(s, now)
         aging, self._aging = self._aging, []
         for s, seq in aging:
             self._age_states(s, seq, stamp.get(id(s)))
+
+    def _publish_decode(self, s: Seq, now: float) -> None:
+        """A decode state vLLM keeps (``_kept_decode_state``) is cached and, the step after the
+        request computed past it, freed into the free queue (``MambaManager.cache_blocks``,
+        ``remove_skipped_blocks``, ``single_type_kv_cache_manager.py`` L1634-L1662), where it may be
+        evicted like any block while the request decodes on: the request's sequence up to it goes
+        into the cache then, locked by the request (its KV blocks are the request's until it
+        ends), the state at the place its block took in the queue, and the request gives back the
+        state slot and the KV blocks the cache now holds. The end inserts the decode states past
+        it (one evicted meanwhile stays gone)."""
+        sim, f, g = self.sim, s.f, self.sim.grid
+        p, s.publish = s.publish, 0
+        base = max(s.decode_in, s.n_in // self.kv_unit * self.kv_unit)
+        covered = max(0, min(p - base, s.held_kv))
+        self._release(s, covered, 1)
+        tree = sim.tree
+        t = tree.set_time(now)
+        res = tree.insert(f.seq_full[: p // g], p, [p // g], t, lock=True, protect=f.locked, tag=(f, t))
+        if not res.inserted:  # no room: the request keeps them (the room is still free)
+            room = self._room(covered, 1, (f, now))
+            self._charged(s, covered, 1) if room else self._force(s, covered, 1)
+            return
+        if f.locked is not None:
+            tree.unlock(f.locked)
+        f.locked = res.end_node
+        s.decode_in = p
+        self._age_states(s, f.seq_full[: p // g], None)
 
     def _prompt_done(self, s: Seq, now: float) -> None:
         """The prompt's last token is computed: states at the chunk ends the preset keeps, the
@@ -840,6 +876,8 @@ class ContinuousEngine:
         f = s.f
         sim.decoded(f, s.t_token, now - s.t_token, now)
         seq = f.seq_full
+        if s.decode_in:  # the decode states up to there went in (one evicted since stays gone)
+            f.decode_cps = [c for c in f.decode_cps if c * sim.grid > s.decode_in]
         if self.publish_chunks and sim.end_state(f, s.prompt_in) is None:
             sim.end_without_insert(f, now)  # no track since its last checkpoint: nothing inserted
         else:

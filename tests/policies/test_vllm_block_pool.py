@@ -617,29 +617,33 @@ def test_a_decode_run_stops_before_the_step_that_enters_a_block():
 
 
 @pytest.mark.parametrize("retention", [0, -1])
-def test_a_kept_decode_state_stays_in_the_pool_from_the_step_after_it_to_the_requests_end(retention):
+def test_a_kept_decode_state_goes_into_the_cache_the_step_after_it(retention):
     """With retention -1 vLLM keeps the state at every block boundary decode passes: the step
     computing token 48 takes a new state block per Mamba group (``allocate_new_blocks``), and the
     old one, holding the state at 48, is cached (``MambaManager.cache_blocks``) and freed into the
     free queue at the next step (``remove_skipped_blocks``, ``single_type_kv_cache_manager.py``
-    L1634-L1662): it stays in the pool from then on, where the simulator inserts the state only at
-    the request's end. So the request holds it as a second state slot from that step to its end;
-    with retention 0 the state is not kept and the slot goes at the next step. Step by step (a
-    40-token prompt, 16 output tokens, block 16) and across a decode run that stops before the
-    block (``_run_cut``). Found by
-    ``benchmarks/differential_vllm.py --scheduler continuous --capacity 4GB --retention -1``
-    (vLLM's pool held three blocks more than the simulator at the first state evicted at a
-    different moment, 65.0 s)."""
+    L1634-L1662): it is in the pool, evictable, from then on, where the simulator inserted it only
+    at the request's end (and gave the slot back: vLLM's pool held three blocks more, 65.0 s at
+    -1), then held it as a slot to the end (never evictable: vLLM evicted such a state at 101.4 s).
+    Now the request's sequence up to it goes into the cache then, locked by the request, and the
+    request gives back the slot and the KV blocks the cache holds (``_publish_decode``); with
+    retention 0 the state is not kept and the slot goes at the next step. A 40-token prompt, 16
+    output tokens, block 16, step by step and across a decode run that stops before the block
+    (``_run_cut``). Found by ``benchmarks/differential_vllm.py --scheduler continuous --capacity
+    4GB --retention -1`` (982 -> 1,235 of 1,235 requests agree)."""
+    kept = retention == -1
     eng, s, batch = _decode_engine(40, 16, retention)
-    held = []
+    tree = eng.sim.tree
+    held, states = [], {}
     while eng.running:
         held.append((s.pos, s.held_kv, s.held_states))
         eng._apply(batch, 1, 0.0, 0.0)
+        states[s.pos] = sorted(n.depth_tokens for n in tree.iter_nodes() if n.has_state)
         batch = eng.schedule()
-    kept = 2 if retention == -1 else 1
-    assert held[7:11] == [(47, 16, 1), (48, 32, 2), (49, 32, kept), (50, 32, kept)]
-    assert held[-1] == (54, 32, kept)
-    assert (s.held_kv, s.held_states) == (0, 0)
+    assert held[7:11] == [(47, 16, 1), (48, 32, 2), (49, 16 if kept else 32, 1), (50, 16 if kept else 32, 1)]
+    assert states[49] == ([16, 32, 48] if kept else [32])  # in the cache from the step after token 48
+    assert states[48] == ([16, 32] if kept else [32])
+    assert (s.held_kv, s.held_states) == (0, 0) and states[max(states)] == states[49]
 
     eng, s, batch = _decode_engine(40, 13, retention)
     dt = eng.sim.timing.step_time_s(eng.sim.spec, (), [40])
@@ -870,3 +874,21 @@ def test_a_prompt_state_evicted_while_the_request_decodes_stays_gone_at_its_end(
         eng._apply(eng.schedule(), 1, 0.0, 0.0)
     assert not any(n.has_state for n in sim.tree.iter_nodes())
     assert sim.tree.kv_tokens == 16
+
+
+def test_a_published_decode_state_evicted_while_the_request_decodes_stays_gone_at_its_end():
+    """A decode state in the cache since the step after it (``_publish_decode``) and evicted while
+    the request decodes on is gone in vLLM; the request's end (``KVCacheManager.free``) caches
+    nothing of it again, so the end insert takes only the decode states past it. Retention -1, a
+    40-token prompt, 16 output tokens, block 16: the state at 48 dropped at token 50."""
+    eng, s, batch = _decode_engine(40, 16, -1)
+    tree = eng.sim.tree
+    while eng.running:
+        eng._apply(batch, 1, 0.0, 0.0)
+        if s.pos == 50:
+            node = next(n for n in tree.iter_nodes() if n.has_state and n.depth_tokens == 48)
+            listener, tree.listener = tree.listener, None
+            tree.drop_state(node)
+            tree.listener = listener
+        batch = eng.schedule()
+    assert sorted(n.depth_tokens for n in tree.iter_nodes() if n.has_state) == [16, 32]
