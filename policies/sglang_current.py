@@ -44,7 +44,12 @@ between its KV and mamba pools, which then replaces ``--capacity``), ``--max-mam
 - Under ``--scheduler continuous`` (checked by ``differential_sglang.py --scheduler continuous``):
   a step's prefill and mixed decode tokens stay within ``--prefill-chunk`` and a cut chunk ends on
   the page (``schedule_chunk``, SGLang's ``PrefillAdder``), and every chunk that ends inside the
-  prompt is published before the next step matches (``publishes_chunks``).
+  prompt is published before the next step matches (``publishes_chunks``). A waiting request is
+  admitted only with room for its whole uncached prompt, its output (``max_new_tokens`` = the
+  output length, ``ignore_eos``, as SGLang's benchmark client sends them) and a page beside the
+  running requests' remaining outputs, and no pass tries the queue after a refusal until a running
+  request leaves (``reserves_output``); every 32nd pass that finds requests waiting refreshes the
+  first 128 waiting prefixes, head last (``waiting_refresh``).
 
 Refused (one line, exit 2): no_buffer with ``--page-size`` > 1 (the engine asserts it); a track
 interval that is not a multiple of the page; ``--mamba-full-memory-ratio`` without
