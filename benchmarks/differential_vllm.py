@@ -393,7 +393,9 @@ class Engine:
 
     def run_steps(self, steps, tokens) -> tuple[dict[int, int], Counter]:
         """The simulator's continuous-batching steps (``Step`` events) through the engine: each
-        step ``new_step_starts``, the running requests (prefill chunks, one decode token each), then
+        step ``new_step_starts``, the running requests in vLLM's running order (prefill chunks and
+        one decode token each, interleaved as ``Scheduler.schedule`` walks ``self.running``: each
+        ``allocate_slots`` frees that request's skipped blocks before the next one allocates), then
         the newly scheduled ones (``get_computed_blocks``, their first chunk), each chunk cut by the
         engine's split from the chunk the simulator scheduled; a request is freed at the end of the
         step that sampled its last output token. Returns the engine's hit per request id and a
@@ -485,25 +487,30 @@ class Engine:
                 for rid in ev.preempted if not step else ():
                     if rid not in live:
                         missing.discard(rid)
-                for rid, a, b in [c for c in ev.prefills if c[0] in live]:
+                # the running requests in vLLM's running order (``Scheduler.schedule`` walks
+                # ``self.running``: each one's ``allocate_slots`` frees its skipped blocks before
+                # the next one allocates), a prefill chunk or one decode token each
+                chunks = {c[0]: c for c in ev.prefills if c[0] in live}
+                decoding = {rid for rid, _ctx in ev.decodes if rid not in missing}
+                handled = set()
+                for rid in [r for r in live if r in chunks or r in decoding]:
                     if rid not in live:  # preempted by the engine in this step
                         continue
+                    handled.add(rid)
                     req, out = live[rid]
-                    k = self.split(self.sched, req, min(b - a, req.num_tokens - req.num_computed_tokens))
-                    odd["split"] += k != b - a
+                    if rid in chunks:
+                        _, a, b = chunks[rid]
+                        k = self.split(self.sched, req, min(b - a, req.num_tokens - req.num_computed_tokens))
+                        odd["split"] += k != b - a
+                    else:
+                        k = 1
                     if k <= 0 or not allocate(rid, k, pending):
                         continue
                     req.num_computed_tokens += k
                     self._sampled(req, out, done, rid)
                 for rid, _ctx in ev.decodes:
-                    if rid in missing or rid not in live:
+                    if rid not in handled and (rid in missing or rid not in live):
                         readmit(rid, done)
-                        continue
-                    req, out = live[rid]
-                    if not allocate(rid, 1, pending):
-                        continue
-                    req.num_computed_tokens += 1
-                    self._sampled(req, out, done, rid)
                 for rid in pending:
                     odd["sim_only_preempt"] += 1
                     if rid in live:
