@@ -615,6 +615,9 @@ def test_a_decode_run_stops_before_the_step_that_enters_a_block():
     assert before - tree.capacity_bytes == 16 * tree.kv_bytes_per_token + tree.state_bytes
     assert eng._run_length(batch, [48], dt) == 4  # from the block's first step: the rest of the output
 
+    eng, s, batch = _decode_engine(5, 20)  # a prompt inside the first block: the run stops before 16
+    assert s.pos == 5 and eng._run_length(batch, [5], dt) == 11
+
 
 @pytest.mark.parametrize("retention", [0, -1])
 def test_a_kept_decode_state_goes_into_the_cache_the_step_after_it(retention):
