@@ -93,7 +93,7 @@ def peak_of(device: str) -> float:
 
     from sim.replay.measure import device_peak
 
-    return device_peak(torch.cuda.get_device_name(0), "bf16") / 1e12
+    return device_peak(torch.cuda.get_device_name(0), "bf16")  # already TFLOP/s (sim.replay.measure.PEAKS)
 
 
 def main(argv=None) -> int:

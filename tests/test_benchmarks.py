@@ -143,3 +143,31 @@ def test_trtllm_differential_splits_capacity_as_the_engine_sizes_its_pools(monke
     # no fixed offset: one descriptor of 10 tokens -> 3 pages (12 bytes) against one state (10)
     assert bench.pool_slots(1000, 1, 10, 4, 10, 0) == {bench.ATTN: 136, bench.SSM: 45}
     sys.modules.pop("differential_trtllm", None)
+
+
+def _load_benchmark(name: str):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / name
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_replay_matrix_share_of_peak_is_a_percentage(monkeypatch):
+    """The matrix's share of peak on a GPU: the replay's peak table is in TFLOP/s, as the summary's
+    executed TFLOP/s are (the H100 run of 2026-12-05 printed "298.5 (30181669336228.1 %)": the
+    peak was divided by 1e12 once more). 494.5 of an H100's 989 is 50.0 %."""
+    torch = pytest.importorskip("torch")
+    matrix = _load_benchmark("replay_matrix.py")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
+    peak = matrix.peak_of("cuda")
+    assert peak == 989.0 and matrix.peak_of("cpu") == 0.0
+    summary = {
+        "hits": 3, "hits_validated": 3, "kv_hits_validated": 3, "failures": 0, "measured_flops_saved": 2.0e12,
+        "simulated_flops_saved": 2.0e12, "time_model_compared": False, "replay_tflops_timed": 494.5,
+    }  # fmt: skip
+    row = matrix.row("run", summary, peak)
+    assert row[-1] == "494.5 (50.0 %)" and row[6] == "not compared"
+    assert matrix.row("run", summary, 0.0)[-1] == "494.5"

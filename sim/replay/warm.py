@@ -69,8 +69,9 @@ def presize(model, tokens: int) -> int:
     """Reserve the device memory of the replay's largest call before anything is timed: one
     untimed from-scratch prefill of ``tokens`` tokens, run as the hits' reference check runs it
     (a boundary state captured below its end), its results thrown away. The caching allocator
-    keeps the blocks it freed, and every later call (shorter) is served from them: no
-    ``cudaMalloc`` inside a timed call. Without it the
+    keeps the blocks it freed, and every later call (shorter) takes its large blocks from them:
+    no large-pool ``cudaMalloc`` inside a timed call (the small pool's 2 MB segments may still
+    grow by one when fragmented: 3 of 61 references on an H100 agent run). Without it the
     references allocated (41 of 61 on an H200 agent run, 2026-12-05: each new longest prompt's
     reference needs larger blocks than any call before it) and their early host issue times
     (40-200 ms) held the sleep ahead of them at its cap. Returns the tokens run (0: none, or the
