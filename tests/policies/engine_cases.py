@@ -51,6 +51,16 @@ def one_per_session(*pairs):
     )
 
 
+def arrivals(rows):
+    """An open-loop trace of one request a session from ``(prompt, output tokens, arrival)`` rows;
+    request k's output tokens are its own (``toks(9000 + 1000 k, n)``)."""
+    reqs = [
+        Request(session_id=k, turn=0, input_tokens=inp, output_tokens=toks(9000 + 1000 * k, n), arrival=t)
+        for k, (inp, n, t) in enumerate(rows)
+    ]
+    return Trace("t", reqs, closed_loop=False)
+
+
 def run(trace, policy, *, spec=None, capacity=BIG, model="qwen3.5-9b", **cfg):
     """Hit tokens per request and the simulation (its tree) after a sequential replay."""
     config = SimConfig(policy=policy, model=model, capacity_bytes=capacity, mode=cfg.pop("mode", "sequential"), **cfg)

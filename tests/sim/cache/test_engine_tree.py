@@ -14,21 +14,11 @@ from hypothesis import strategies as st
 from policies.base import EngineRules
 from policies.lmdeploy import LMDEPLOY_REFRESH, TieredLRUEviction
 from policies.sglang import SGLANG_PATH_REFRESH, SGLANG_RULES, TwoListLRUEviction
-from sim.cache.engine_tree import EngineTree
-
-KV, STATE = 2, 16
+from tree_cases import KV, STATE, engine_tree
 
 
 def _tree(policy, rules=None, capacity=600, state_capacity=None):
-    return EngineTree(
-        rules or EngineRules(),
-        capacity_bytes=capacity,
-        kv_bytes_per_token=KV,
-        state_bytes=STATE,
-        block_tokens=1,
-        policy=policy,
-        state_capacity=state_capacity,
-    )
+    return engine_tree(rules, policy, capacity=capacity, states=state_capacity)
 
 
 op = st.one_of(
@@ -254,15 +244,7 @@ LMD64 = EngineRules(
 
 
 def _hash_tree(G, capacity=10**9, state_capacity=None, rules=LMD64):
-    return EngineTree(
-        rules,
-        capacity_bytes=capacity,
-        kv_bytes_per_token=KV,
-        state_bytes=STATE,
-        block_tokens=G,
-        policy=TieredLRUEviction(),
-        state_capacity=state_capacity,
-    )
+    return engine_tree(rules, TieredLRUEviction(), capacity=capacity, block_tokens=G, states=state_capacity)
 
 
 @pytest.mark.parametrize("pool", [None, 2])

@@ -20,11 +20,10 @@ from policies.eviction import LRULeafEviction, MarconiEviction
 from policies.lmdeploy import LMDEPLOY_REFRESH, TieredLRUEviction
 from policies.sglang import SGLANG_RULES, TwoListLRUEviction, UnifiedTwoListEviction
 from policies.vllm_current import VllmFreeQueueEviction
-from sim.cache.engine_tree import EngineTree
 from sim.cache.tree import HybridRadixTree
 from sim.cost import get_model
+from tree_cases import KV, STATE, engine_tree
 
-KV, STATE = 2, 16
 #: what ``policies.sglang_current``'s preset asks for with extra_buffer (``engine_rules``)
 SGLANG_CURRENT_RULES = replace(SGLANG_RULES, cascade=False, kv_extent="state")
 LMDEPLOY_RULES = EngineRules(
@@ -55,12 +54,11 @@ SETUPS = {  # name -> (policy, engine rules; None: the core tree)
 
 def _tree(setup: str, capacity: int, pool: int | None) -> HybridRadixTree:
     name, rules = SETUPS[setup]
-    settings = dict(capacity_bytes=capacity, kv_bytes_per_token=KV, state_bytes=STATE, block_tokens=1)
     if rules is None:
-        return HybridRadixTree(policy=_policy(name), **settings)
-    if not rules.state_pool:
-        pool = None
-    return EngineTree(rules, state_capacity=pool, policy=_policy(name), **settings)
+        return HybridRadixTree(
+            policy=_policy(name), capacity_bytes=capacity, kv_bytes_per_token=KV, state_bytes=STATE, block_tokens=1
+        )
+    return engine_tree(rules, _policy(name), capacity=capacity, states=pool if rules.state_pool else None)
 
 
 def walk_could_reserve(tree: HybridRadixTree, kv_tokens: int, states: int) -> bool | None:
@@ -73,15 +71,7 @@ def walk_could_reserve(tree: HybridRadixTree, kv_tokens: int, states: int) -> bo
     keys = getattr(tree.policy, "keys", None)
     if keys is None:
         return None
-    kv_free = states_free = 0
-    for node in tree.iter_nodes():
-        if node.parent is None:
-            continue
-        if node.lock == 0:
-            kv_free += node.n_tokens
-            states_free += node.has_state
-        elif node.has_state and "state" in keys(node):
-            states_free += 1
+    kv_free, states_free = tree.evictable_walk()  # itself checked against the totals (``_check``)
     return tree._fits_freed(kv_free, states_free, kv_bytes, states)
 
 

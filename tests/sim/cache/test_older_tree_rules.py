@@ -11,35 +11,21 @@ from pathlib import Path
 
 import numpy as np
 
+from tree_cases import KV, STATE, Clocked, engine_tree
+
 from policies.base import EngineRules
 from policies.lmdeploy import LMDEPLOY_REFRESH, TieredLRUEviction
-from sim.cache.engine_tree import EngineTree
 from sim.config import SimConfig
 from sim.engine.drivers import run as drive
 from sim.simulate import build
-from traces.base import Request, Trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "policies"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tuning"))
-from engine_cases import TIMING, TINY  # noqa: E402  (tests/policies)
-
-KV, STATE = 2, 16
+from engine_cases import TIMING, TINY, arrivals, cat, one_per_session, run, state_depths, toks  # noqa: E402  (tests/policies)
 
 
 def _tree(rules, *, block_tokens=1, capacity=10**6, states=None):
-    return EngineTree(
-        rules,
-        capacity_bytes=capacity,
-        kv_bytes_per_token=KV,
-        state_bytes=STATE,
-        block_tokens=block_tokens,
-        policy=TieredLRUEviction(),
-        state_capacity=states,
-    )
-
-
-def _states(tree):
-    return sorted(n.depth_tokens for n in tree.iter_nodes() if n.has_state)
+    return engine_tree(rules, TieredLRUEviction(), capacity=capacity, block_tokens=block_tokens, states=states)
 
 
 def test_an_insert_reports_the_frozen_tail_a_state_victim_gives_back():
@@ -59,7 +45,7 @@ def test_an_insert_reports_the_frozen_tail_a_state_victim_gives_back():
     res = tree.insert(b, 32, [32], tree.set_time(2.0))
     assert (res.inserted, res.evicted_states, res.evicted_kv_tokens) == (True, 1, 1)
     assert (tree.kv_tokens, tree.frozen_tokens, tree.stats.kv_tokens_evicted) == (64, 0, 1)
-    assert _states(tree) == [32]
+    assert state_depths(tree) == [32]
     tree.check_invariants()
 
 
@@ -73,9 +59,9 @@ def test_a_path_leaving_a_cached_edge_past_the_new_snapshot_does_not_keep_the_ol
     block_tokens`` tokens (4.75, inside [4, 12): both kept)."""
     tree = _tree(EngineRules(snapshot_block=32), block_tokens=4)
     tree.insert(np.arange(8, dtype=np.int64), 32, [1], tree.set_time(1.0))
-    assert _states(tree) == [4]
+    assert state_depths(tree) == [4]
     tree.insert(np.array([0, 1, 2, 3, 9]), 20, [3], tree.set_time(2.0))
-    assert _states(tree) == [12] and tree.states_replaced == 1
+    assert state_depths(tree) == [12] and tree.states_replaced == 1
     tree.check_invariants()
 
 
@@ -92,21 +78,8 @@ def test_a_snapshot_at_a_node_is_given_up_for_a_deeper_state_on_another_branch_b
     tree.insert(np.array([0, 1, 2, 3, 99]), 5, [], tree.set_time(2.0))
     assert sorted(n.depth_tokens for n in tree.iter_nodes() if n is not tree.root) == [4, 5, 7, 8]
     tree.insert(np.array([0, 1, 2, 3, 99, 100]), 6, [4], tree.set_time(3.0))
-    assert _states(tree) == [7] and tree.states_replaced == 1
+    assert state_depths(tree) == [7] and tree.states_replaced == 1
     tree.check_invariants()
-
-
-def _arrivals(rows):
-    """An open-loop trace of one request a session from ``(prompt, output tokens, arrival)``."""
-    reqs = [
-        Request(session_id=k, turn=0, input_tokens=inp, output_tokens=_toks(9000 + 1000 * k, n), arrival=t)
-        for k, (inp, n, t) in enumerate(rows)
-    ]
-    return Trace("t", reqs, closed_loop=False)
-
-
-def _toks(start, n):
-    return np.arange(start, start + n, dtype=np.int64)
 
 
 def test_under_fcfs_a_paper_policy_pins_a_queued_requests_hit_from_its_arrival():
@@ -119,13 +92,13 @@ def test_under_fcfs_a_paper_policy_pins_a_queued_requests_hit_from_its_arrival()
     inserts), so r3 = L + 16 tokens (t = 3) reuses nothing. Unpinned, P went for L while r2 queued
     and r3 reused 32 of L's tokens. Mutation survivor ``-m drivers``: the fcfs lookup at the
     arrival with ``lock=False``."""
-    p, big = _toks(0, 32), _toks(100, 64)
-    trace = _arrivals(
+    p, big = toks(0, 32), toks(100, 64)
+    trace = arrivals(
         [
             (p, 1, 0.0),
             (big, 1, 1.0),
-            (np.concatenate([p, _toks(300, 16)]), 1, 1.0005),
-            (np.concatenate([big, _toks(500, 16)]), 1, 3.0),
+            (np.concatenate([p, toks(300, 16)]), 1, 1.0005),
+            (np.concatenate([big, toks(500, 16)]), 1, 3.0),
         ]
     )
     cfg = SimConfig(policy="vllm+", model="qwen3.5-9b", capacity_bytes=230, mode="des", scheduler="fcfs")
@@ -183,8 +156,6 @@ def test_belady_indexes_a_stored_output_longer_than_every_prompt():
     asks for every candidate's next use, A's output edge included). The run ends with hits 0, 0,
     0, 0 and states at 10, 10 and 15. Mutation survivor ``-m drivers --seed 2``: the table sized
     by the shortest stored sequence (an IndexError at depth 40)."""
-    from engine_cases import cat, one_per_session, run, toks
-
     trace = one_per_session(
         (toks(0, 10), toks(1000, 30)),
         (toks(100, 10), toks(0, 0)),
@@ -193,7 +164,7 @@ def test_belady_indexes_a_stored_output_longer_than_every_prompt():
     )
     got, sim = run(trace, "belady", spec=TINY, capacity=150)
     assert got == [0, 0, 0, 0]
-    assert _states(sim.tree) == [10, 10, 15]
+    assert state_depths(sim.tree) == [10, 10, 15]
 
 
 def test_the_blocks_under_a_block_count_one_path_inside_one_edge():
@@ -228,24 +199,10 @@ def test_older_copies_of_recomputed_blocks_hang_on_the_node_holding_each_block()
     the lower node."""
     from policies.vllm_current import VllmFreeQueueEviction
 
-    tree = EngineTree(
-        EngineRules(duplicate_kv=True),
-        capacity_bytes=100,
-        kv_bytes_per_token=1,
-        state_bytes=4,
-        block_tokens=1,
-        policy=VllmFreeQueueEviction(),
-    )
-    clock = iter(range(1, 100))
-
-    def insert(ids, states):
-        now = tree.set_time(float(next(clock)))
-        res = tree.insert(np.array(ids, dtype=np.int64), len(ids), states, now)
-        assert res.inserted
-        tree.refresh_inserted(res, now, final=True)
-
+    c = Clocked(engine_tree(EngineRules(duplicate_kv=True), VllmFreeQueueEviction(), capacity=100, kv=1, state=4))
+    tree, insert = c.tree, c.insert
     insert([1, 2, 3, 4, 5, 6], [2])
-    m = tree.lookup(np.arange(1, 9, dtype=np.int64), now=tree.set_time(float(next(clock))))
+    m = c.lookup([1, 2, 3, 4, 5, 6, 7, 8])
     assert (m.hit_tokens, m.match_tokens) == (2, 6)
     insert([1, 2, 3, 4, 70, 71], [])
     insert([1, 2, 3, 4, 5, 6, 7, 8], [8])
@@ -273,27 +230,8 @@ def test_older_copies_at_equal_recency_go_deepest_block_first_whoever_queued_the
     stayed)."""
     from policies.vllm_current import VllmFreeQueueEviction
 
-    tree = EngineTree(
-        EngineRules(duplicate_kv=True),
-        capacity_bytes=1000,
-        kv_bytes_per_token=1,
-        state_bytes=4,
-        block_tokens=1,
-        policy=VllmFreeQueueEviction(),
-    )
-    clock = iter(range(1, 100))
-
-    def now():
-        return tree.set_time(float(next(clock)))
-
-    def insert(ids, states):
-        t = now()
-        res = tree.insert(np.array(ids, dtype=np.int64), len(ids), states, t)
-        assert res.inserted
-        tree.refresh_inserted(res, t, final=True)
-
-    def lookup(ids):
-        return tree.lookup(np.array(ids, dtype=np.int64), now=now())
+    c = Clocked(engine_tree(EngineRules(duplicate_kv=True), VllmFreeQueueEviction(), capacity=1000, kv=1, state=4))
+    tree, insert, lookup = c.tree, c.insert, c.lookup
 
     def queued():
         return sorted((e[0], -e[2], e[5]) for e in tree.copies if e[3] not in tree._gone)

@@ -10,11 +10,11 @@ from dataclasses import replace
 import numpy as np
 
 from policies.sglang import SGLANG_PATH_REFRESH, SGLANG_RULES, TwoListLRUEviction, UnifiedTwoListEviction
-from sim.cache.engine_tree import EngineTree
+from tree_cases import engine_tree
 
 
 def _tree(policy, rules=SGLANG_RULES):
-    return EngineTree(rules, capacity_bytes=10**6, kv_bytes_per_token=1, state_bytes=4, block_tokens=1, policy=policy)
+    return engine_tree(rules, policy, kv=1, state=4)
 
 
 def seq(*xs):
