@@ -172,28 +172,6 @@ def test_the_replayer_names_each_timed_calls_kind_and_segments(tiny_model, tiny_
     assert seen == [("suffix", 2, True), ("tail", 1, False), ("suffix", 1, True), ("reference", 1, True)]
 
 
-def test_presize_runs_a_from_scratch_call_of_the_longest_prompt(tiny_model):
-    from sim.replay.warm import presize, presize_tokens
-
-    assert [presize_tokens(n) for n in (0, -3, 1, 64, 65, 1000)] == [0, 0, 64, 64, 128, 1024]
-    assert presize(tiny_model, 0) == 0
-    calls = []
-    run = tiny_model.run
-
-    def spy(tokens, state, start, wanted=(), on_state=None, **kw):
-        calls.append((int(tokens.shape[0]), state, start, list(wanted)))
-        return run(tokens, state, start, wanted, on_state, **kw)
-
-    tiny_model.run = spy
-    try:
-        assert presize(tiny_model, 192) == 192
-        assert presize(tiny_model, 64) == 64
-    finally:
-        del tiny_model.run
-    # from scratch, with the reference's boundary state below its end (none for one chunk)
-    assert calls == [(192, None, 0, [128]), (64, None, 0, [])]
-
-
 # --------------------------------------------------------------------------- the CUDA path, on a stand-in
 class FakeGPU:
     """One CUDA stream for the Stopwatch on a CPU: an event takes the stream's clock (ms) when

@@ -233,7 +233,7 @@ def test_the_triton_backend_warms_its_kernels_at_the_stacks_shapes(stack, calls,
         assert runs(calls) == STACK_RUNS
 
 
-@pytest.mark.parametrize("tokens, wanted", [(1, []), (63, []), (65, [64]), (128, [64]), (129, [128])])
+@pytest.mark.parametrize("tokens, wanted", [(1, []), (63, []), (64, []), (65, [64]), (128, [64]), (129, [128])])
 def test_presize_runs_from_scratch_with_a_boundary_state_below_its_end(stack, calls, tokens, wanted):
     """As the hits' reference check runs it: a state at the last whole chunk below the end (none
     within the first chunk)."""
@@ -241,8 +241,14 @@ def test_presize_runs_from_scratch_with_a_boundary_state_below_its_end(stack, ca
     assert runs(calls) == [(0, tokens, 0, wanted, True, False)]
 
 
+def test_presize_of_no_tokens_runs_nothing(stack, calls):
+    assert presize(stack, 0) == 0
+    assert calls == []
+
+
 def test_presize_tokens_round_up_to_whole_chunks():
-    assert [presize_tokens(n) for n in (0, -1, 1, 63, 64, 65, 127, 128, 129)] == [0, 0, 64, 64, 64, 128, 128, 128, 192]
+    rounded = {0: 0, -1: 0, -3: 0, 1: 64, 63: 64, 64: 64, 65: 128, 127: 128, 128: 128, 129: 192, 1000: 1024}
+    assert {n: presize_tokens(n) for n in rounded} == rounded
     assert presize_tokens(64.0) == 64 and isinstance(presize_tokens(65), int)
 
 
