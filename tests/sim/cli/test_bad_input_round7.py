@@ -15,13 +15,16 @@ SMALL = ["--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress"]
 PAST = "note: --session-range 0:5: the trace has 2 sessions; running sessions 0:2 (2 sessions)"
 
 
+def sweep(out, *extra, policy="sglang+", workers="1"):
+    """``sweep`` of ``policy`` on the small trace into ``out``, then ``extra``."""
+    return ["sweep", *SMALL, "--policy", policy, "--out", str(out), "--workers", workers, *extra]
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_sweep_says_a_session_range_past_the_trace(runner, tmp_path, workers):
     """sweep --session-range 0:5 on a 2-session trace ran the 2 sessions without a word (the
     workers load the trace); the note is said once, in the parent, as ``run`` says it."""
-    out = tmp_path / "sw"
-    args = ["sweep", *SMALL, "--policy", "sglang+", "--out", str(out), "--workers", workers]
-    res = runner.invoke(main, [*args, "--session-range", "0:5"])
+    res = runner.invoke(main, sweep(tmp_path / "sw", "--session-range", "0:5", workers=workers))
     assert res.exit_code == 0, res.output
     assert res.stderr.strip() == PAST
     assert "ran 1 configuration" in res.stdout
@@ -30,42 +33,29 @@ def test_sweep_says_a_session_range_past_the_trace(runner, tmp_path, workers):
 def test_sweep_says_each_range_past_the_trace_once_and_no_other(runner, tmp_path):
     """A session-range axis: each value past the end is said once (over the policy axis too), the
     others not at all."""
-    out = tmp_path / "sw"
-    res = runner.invoke(
-        main,
-        ["sweep", *SMALL, "--policy", "sglang+,vllm+", "--out", str(out), "--workers", "1"]
-        + ["--session-range", "0:1,1:7,0:5"],
-    )
+    args = sweep(tmp_path / "sw", "--session-range", "0:1,1:7,0:5", policy="sglang+,vllm+")
+    res = runner.invoke(main, args)
     assert res.exit_code == 0, res.output
     assert res.stderr.strip().splitlines() == [
         "note: --session-range 1:7: the trace has 2 sessions; running sessions 1:2 (1 session)",
         PAST,
     ]
     # a rerun runs nothing and says nothing
-    res = runner.invoke(
-        main,
-        ["sweep", *SMALL, "--policy", "sglang+,vllm+", "--out", str(out), "--workers", "1"]
-        + ["--session-range", "0:1,1:7,0:5"],
-    )
+    res = runner.invoke(main, args)
     assert res.exit_code == 0 and res.stderr == "", res.output
 
 
 @pytest.mark.parametrize("session_range", ["0:2", "1:", ""])
 def test_sweep_within_the_trace_says_nothing(runner, tmp_path, session_range):
-    out = tmp_path / "sw"
     extra = ["--session-range", session_range] if session_range else []
-    res = runner.invoke(main, ["sweep", *SMALL, "--policy", "sglang+", "--out", str(out), "--workers", "1", *extra])
+    res = runner.invoke(main, sweep(tmp_path / "sw", *extra))
     assert res.exit_code == 0, res.output
     assert res.stderr == ""
 
 
 def test_sweep_a_range_past_every_session_still_fails_as_before(runner, tmp_path):
     """A range that keeps no session is the run's error (exit 2 in process), not a note."""
-    res = runner.invoke(
-        main,
-        ["sweep", *SMALL, "--policy", "sglang+", "--out", str(tmp_path / "sw"), "--workers", "1"]
-        + ["--session-range", "5:9"],
-    )
+    res = runner.invoke(main, sweep(tmp_path / "sw", "--session-range", "5:9"))
     assert res.exit_code == 2, res.output
     err = res.stderr.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
