@@ -1,6 +1,7 @@
-"""Warm-up of a replay before anything is timed (``--warmup``, GPU runs): every kernel
-specialisation a replay meets compiled first, by untimed calls whose results are thrown away,
-and the device memory its largest call needs reserved (``presize``). Needs torch."""
+"""Warm-up of a replay before anything is timed (``ReplaySettings.warmup``, on by default; GPU
+runs): every kernel specialisation a replay meets compiled first, by untimed calls whose results
+are thrown away, and the device memory its largest call needs reserved (``presize``). Needs
+torch."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The warm-up before a replay is timed (``sim/replay/warm.py``, ``--warmup`` on a GPU): which
-untimed calls it makes (the stack's runs, the step executor's batches, the kernels' own warm-up
+"""The warm-up before a replay is timed (``sim/replay/warm.py``, ``ReplaySettings.warmup`` on a
+GPU): which untimed calls it makes (the stack's runs, the step executor's batches, the kernels' own warm-up
 on the Triton backend), the memory reserve of the longest prompt (``presize``: what it holds while
 it runs and what it frees), the wait for the device's queued work and the seconds it returns. One
 test runs the tiny CPU model's own stack (every call valid for it); the others record the calls
