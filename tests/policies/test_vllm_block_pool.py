@@ -326,6 +326,19 @@ def test_a_state_on_a_running_path_stays_in_the_free_queue():
     c.tree.check_invariants()
 
 
+def _engine(trace, *, timing=None, **cfg):
+    """A ``vllm`` ContinuousEngine on ``trace`` (the tiny model, block 16, ample memory, ``cfg``
+    more SimConfig fields), nothing arrived yet: the simulation and the engine."""
+    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
+
+    import simpy  # noqa: PLC0415
+
+    config = SimConfig(policy="vllm", capacity_bytes=10**12, scheduler="continuous", block_size=16, **cfg)
+    sim = build(trace, config, spec=TINY, timing=timing)
+    noop = lambda *a: None  # noqa: E731
+    return sim, ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+
+
 def test_a_running_request_holds_whole_blocks_and_one_state_a_second_when_entering_a_block():
     """Under the continuous scheduler a running ``vllm`` request holds what vLLM's pool gives it
     (``KVCacheManager.allocate_slots``, ``kv_cache_manager.py`` L401; ``get_num_blocks_to_allocate``
@@ -338,18 +351,8 @@ def test_a_running_request_holds_whole_blocks_and_one_state_a_second_when_enteri
     keeps the whole blocks (32 tokens and the state at 32) and the request its partial block; its
     decode enters a block again at token 48. The preset before charged tokens (8 for the last
     chunk) and two state slots throughout."""
-    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
-    from sim.simulate import build  # noqa: PLC0415
-
-    import simpy  # noqa: PLC0415
-
     trace = one_per_session((toks(0, 40), toks(500, 12)))
-    config = SimConfig(
-        policy="vllm", capacity_bytes=10**12, scheduler="continuous", block_size=16, max_num_batched_tokens=16
-    )
-    sim = build(trace, config, spec=TINY)
-    noop = lambda *a: None  # noqa: E731
-    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+    sim, eng = _engine(trace, max_num_batched_tokens=16)
     start = sim.tree.capacity_bytes
     eng.arrive(trace.requests[0])
     held = []
@@ -426,17 +429,9 @@ def test_blocks_recomputed_between_the_hit_and_the_match_are_the_requests_and_th
     simulator could not, ``benchmarks/differential_vllm.py --scheduler continuous --capacity 4GB
     --retention -1``, 69.9 s); the preset before it handed all 48 whole-block tokens to the cache
     (holding 16, no older copy until the request ended)."""
-    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
-    from sim.simulate import build  # noqa: PLC0415
-
-    import simpy  # noqa: PLC0415
-
     A = toks(0, 64)
     trace = one_per_session((A, toks(500, 4)), (cat(A[:40], toks(900, 16)), toks(600, 4)))
-    config = SimConfig(policy="vllm", capacity_bytes=10**12, scheduler="continuous", block_size=16)
-    sim = build(trace, config, spec=TINY)
-    noop = lambda *a: None  # noqa: E731
-    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+    sim, eng = _engine(trace)
     seen = []
     for r in trace.requests:
         eng.arrive(r)
@@ -448,7 +443,7 @@ def test_blocks_recomputed_between_the_hit_and_the_match_are_the_requests_and_th
                 seen.append((s.f.hit_tokens, s.f.match_tokens, s.held_kv, sim.tree.copy_tokens))
     assert seen == [(0, 32, 16, 32)]
     assert sim.tree.copy_tokens == 32  # the older copies stay after B's end, at their place
-    assert sim.tree.capacity_bytes == build(trace, config, spec=TINY).tree.capacity_bytes
+    assert sim.tree.capacity_bytes == build(trace, sim.config, spec=TINY).tree.capacity_bytes
 
 
 def _waiting_run(trace, capacity, scheduler="continuous"):
@@ -563,22 +558,8 @@ def test_could_reserve_counts_what_eviction_frees_and_evicts_nothing():
 def _decode_engine(prompt: int, output: int, retention: int = 0):
     """A ``vllm`` ContinuousEngine (block 16, budget 16, ``retention``) with one request, stepped
     through its prefill: the engine, its request, and the batch of its first decode step."""
-    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
-
-    import simpy  # noqa: PLC0415
-
     trace = one_per_session((toks(0, prompt), toks(500, output)))
-    config = SimConfig(
-        policy="vllm",
-        capacity_bytes=10**12,
-        scheduler="continuous",
-        block_size=16,
-        max_num_batched_tokens=16,
-        prefix_cache_retention_interval=retention,
-    )
-    sim = build(trace, config, spec=TINY, timing=TIMING)
-    noop = lambda *a: None  # noqa: E731
-    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+    sim, eng = _engine(trace, timing=TIMING, max_num_batched_tokens=16, prefix_cache_retention_interval=retention)
     eng.arrive(trace.requests[0])
     while True:
         batch = eng.schedule()
@@ -672,22 +653,8 @@ def test_a_kept_prefill_state_stays_in_the_pool_from_the_step_after_it_to_the_pr
     state at 16 and the new block's), at 0 two; after the prompt's insert one. Found by
     ``benchmarks/differential_vllm.py --scheduler continuous --capacity 4GB`` (retention 0: a
     junction state at 528, cached at the step after its chunk, 79.7 s)."""
-    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
-
-    import simpy  # noqa: PLC0415
-
     trace = one_per_session((toks(0, 40), toks(500, 4)))
-    config = SimConfig(
-        policy="vllm",
-        capacity_bytes=10**12,
-        scheduler="continuous",
-        block_size=16,
-        max_num_batched_tokens=16,
-        prefix_cache_retention_interval=retention,
-    )
-    sim = build(trace, config, spec=TINY)
-    noop = lambda *a: None  # noqa: E731
-    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+    sim, eng = _engine(trace, max_num_batched_tokens=16, prefix_cache_retention_interval=retention)
     eng.arrive(trace.requests[0])
     held = []
     while True:
@@ -715,23 +682,9 @@ def test_a_preempted_request_leaves_what_it_computed_in_the_cache(retention, kep
     request holds nothing. The simulator dropped all of it. Found by
     ``benchmarks/differential_vllm.py --scheduler continuous --capacity 4GB --retention -1`` (a
     request looked up again after its preemption found its own state in vLLM, 106.4 s)."""
-    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
-
-    import simpy  # noqa: PLC0415
-
     trace = one_per_session((toks(0, 40), toks(500, 4)))
-    config = SimConfig(
-        policy="vllm",
-        capacity_bytes=10**12,
-        scheduler="continuous",
-        block_size=16,
-        max_num_batched_tokens=16,
-        prefix_cache_retention_interval=retention,
-    )
-    sim = build(trace, config, spec=TINY)
+    sim, eng = _engine(trace, max_num_batched_tokens=16, prefix_cache_retention_interval=retention)
     start = sim.tree.capacity_bytes
-    noop = lambda *a: None  # noqa: E731
-    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
     eng.arrive(trace.requests[0])
     for _ in range(2):
         eng._apply(eng.schedule(), 1, 0.0, 0.0)
@@ -754,20 +707,11 @@ def test_a_hit_state_enters_the_free_queue_after_the_step_and_after_the_requests
     place in the queue after C's blocks, not at B's lookup (before C's). Found by
     ``benchmarks/differential_vllm.py --scheduler continuous --capacity 4GB --retention -1`` (a
     KV block ended in a step went before a hit's state in vLLM, 81.5 s)."""
-    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
-
-    import simpy  # noqa: PLC0415
-
     A = toks(0, 20)
     trace = one_per_session(
         (A, toks(500, 2)), (toks(100, 16), toks(600, 1)), (cat(A[:16], toks(900, 40)), toks(700, 3))
     )
-    config = SimConfig(
-        policy="vllm", capacity_bytes=10**12, scheduler="continuous", block_size=16, max_num_batched_tokens=64
-    )
-    sim = build(trace, config, spec=TINY)
-    noop = lambda *a: None  # noqa: E731
-    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+    sim, eng = _engine(trace, max_num_batched_tokens=64)
     eng.arrive(trace.requests[0])
     while eng.running or eng.waiting:
         eng._apply(eng.schedule(), 1, 0.0, 0.0)
@@ -791,17 +735,8 @@ def test_a_state_computed_past_in_a_prompts_last_step_goes_after_the_requests_th
     takes its place in the queue after the blocks of a request that ended in that step, though
     the simulator inserts it with the prompt, before that request's end. D (20 tokens: chunks
     [0, 16) and [16, 20)) and, in D's second step, E (16 tokens, one output token, ending in it)."""
-    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
-
-    import simpy  # noqa: PLC0415
-
     trace = one_per_session((toks(0, 20), toks(500, 3)), (toks(100, 16), toks(600, 1)))
-    config = SimConfig(
-        policy="vllm", capacity_bytes=10**12, scheduler="continuous", block_size=16, max_num_batched_tokens=64
-    )
-    sim = build(trace, config, spec=TINY)
-    noop = lambda *a: None  # noqa: E731
-    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+    sim, eng = _engine(trace, max_num_batched_tokens=64)
     eng.arrive(trace.requests[0])
     eng._apply(eng.schedule(), 1, 0.0, 0.0)
     eng.arrive(trace.requests[1])
@@ -819,18 +754,9 @@ def test_a_preempted_request_frees_its_hit_path_into_the_queue_even_with_nothing
     computed no whole block past its hit. A (20 tokens; its state at 16), then B (A's first 16
     tokens and 20 more, step budget 4: its first chunk is [16, 20)) preempted after that chunk:
     the path to B's hit is refreshed at the preemption, not left at B's lookup."""
-    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
-
-    import simpy  # noqa: PLC0415
-
     A = toks(0, 20)
     trace = one_per_session((A, toks(500, 2)), (cat(A[:16], toks(900, 20)), toks(700, 3)))
-    config = SimConfig(
-        policy="vllm", capacity_bytes=10**12, scheduler="continuous", block_size=16, max_num_batched_tokens=4
-    )
-    sim = build(trace, config, spec=TINY)
-    noop = lambda *a: None  # noqa: E731
-    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+    sim, eng = _engine(trace, max_num_batched_tokens=4)
     eng.arrive(trace.requests[0])
     while eng.running or eng.waiting:
         eng._apply(eng.schedule(), 1, 0.0, 0.0)
@@ -854,17 +780,8 @@ def test_a_prompt_state_evicted_while_the_request_decodes_stays_gone_at_its_end(
     its state at 16), its state dropped during decode. Found by ``benchmarks/differential_vllm.py
     --scheduler continuous --capacity 4GB`` (retention 0: first differing admission 771st ->
     862nd)."""
-    from sim.engine.batching import ContinuousEngine  # noqa: PLC0415
-
-    import simpy  # noqa: PLC0415
-
     trace = one_per_session((toks(0, 20), toks(500, 4)))
-    config = SimConfig(
-        policy="vllm", capacity_bytes=10**12, scheduler="continuous", block_size=16, max_num_batched_tokens=64
-    )
-    sim = build(trace, config, spec=TINY)
-    noop = lambda *a: None  # noqa: E731
-    eng = ContinuousEngine(sim, simpy.Environment(), noop, noop, noop)
+    sim, eng = _engine(trace, max_num_batched_tokens=64)
     eng.arrive(trace.requests[0])
     while not (eng.running and eng.running[0].prompt_in):
         eng._apply(eng.schedule(), 1, 0.0, 0.0)
