@@ -59,8 +59,31 @@ SGLANG_PATH_REFRESH = RefreshRule(hit="to-hit", state="with-kv", insert="every",
 SGLANG_RULES = EngineRules(refresh=SGLANG_REFRESH, cascade=True, state_pool=True)
 
 
+def max_req_input_len(kv_pool_tokens: int) -> int:
+    """The longest prompt SGLang takes, from its KV pool of ``kv_pool_tokens`` tokens: a prompt of
+    this many tokens or more is aborted when it arrives. SGLang 0.5.23 ``TpModelWorker.get_worker_info``
+    (``managers/tp_worker.py`` L568-L572): ``max_req_len = min(context_len - 1, kv_capacity - 1)``,
+    ``max_req_input_len = max_req_len - 5``; ``Scheduler._handle_generate_request``
+    (``managers/scheduler.py`` L3246-L3254) calls ``validate_input_length`` (``managers/utils.py``
+    L259-L289), which truncates only with ``--allow-auto-truncate`` (default False,
+    ``arg_groups/fields/serving.py`` L254-L257) and else returns an error, on which the request is
+    finished with ``FINISH_ABORT`` (``Req.set_finish_with_abort``, ``managers/schedule_batch.py``
+    L2221-L2238: its prompt replaced by one token "to skip the long prefill"). 0.5.9 the same
+    (``tp_worker.py`` L287-L291, ``scheduler.py`` L1605-L1613). The model's context length is not
+    modelled (the traces' prompts are far below it)."""
+    return kv_pool_tokens - 1 - 5
+
+
+class RefusesLongPrompts:
+    """SGLang aborts a request whose prompt does not fit its input limit (``max_req_input_len``)."""
+
+    def input_limit(self, kv_pool_tokens: int) -> int:
+        """Prompts of at least this many tokens are aborted at arrival (:func:`max_req_input_len`)."""
+        return max_req_input_len(kv_pool_tokens)
+
+
 @admission("sglang-v1")
-class SGLangV1Admission(AdmissionPolicy):
+class SGLangV1Admission(RefusesLongPrompts, AdmissionPolicy):
     """``no_buffer``: the state at every chunked-prefill chunk end and at the prompt end
     (``cache_unfinished_req``), and at the request end (``cache_finished_req``)."""
 
@@ -105,7 +128,7 @@ def v2_tracks(
 
 
 @admission("sglang-v2")
-class SGLangV2Admission(AdmissionPolicy):
+class SGLangV2Admission(RefusesLongPrompts, AdmissionPolicy):
     """``extra_buffer``: one tracked state per extend step (the branch point replaces the step end)
     and the last state tracked in decode on the 256-token grid."""
 

@@ -50,6 +50,9 @@ between its KV and mamba pools, which then replaces ``--capacity``), ``--max-mam
   running requests' remaining outputs, and no pass tries the queue after a refusal until a running
   request leaves (``reserves_output``); every 32nd pass that finds requests waiting refreshes the
   first 128 waiting prefixes, head last (``waiting_refresh``).
+- Under every scheduler: a prompt of ``max_req_input_len`` tokens (the KV pool less 6) or more is
+  aborted when it arrives (``input_limit``, ``policies.sglang.max_req_input_len``:
+  ``validate_input_length``, ``--allow-auto-truncate`` off by default).
 
 Refused (one line, exit 2): no_buffer with ``--page-size`` > 1 (the engine asserts it); a track
 interval that is not a multiple of the page; ``--mamba-full-memory-ratio`` without
@@ -84,7 +87,7 @@ from policies.engine_common import (
     stored_symbol,
     verify_slots,
 )
-from policies.sglang import SGLANG_CAPTURE_CHUNK, SGLANG_RULES, v2_tracks
+from policies.sglang import SGLANG_CAPTURE_CHUNK, SGLANG_RULES, RefusesLongPrompts, v2_tracks
 
 VERSION = "0.5.23"  # the newest release, read and driven by benchmarks/differential_sglang.py
 STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
@@ -148,7 +151,7 @@ def mamba_pool_states(memory_bytes: int, ratio: float, state_bytes: int) -> int:
 
 
 @admission("sglang")
-class SglangAdmission(AdmissionPolicy):
+class SglangAdmission(RefusesLongPrompts, AdmissionPolicy):
     """Today's SGLang: no_buffer places a state at every chunk end, the prompt end and the request
     end; extra_buffer (and auto, extra_buffer_lazy) one tracked state per extend step and decode
     tracks every ``--mamba-track-interval`` tokens."""

@@ -314,6 +314,20 @@ def preemption_note(rows) -> str:
     )
 
 
+def aborted_note(rows) -> str:
+    """One line when an engine aborted requests at arrival, their prompt longer than it takes
+    (SGLang's ``max_req_input_len``: its KV pool less 6 tokens): they are left out of the hit
+    rates (``aborted_requests`` in ``--format json`` and summary.json, ``aborted`` in
+    requests.parquet)."""
+    parts = [f"{r.policy} {r.aborted_requests}" for r in rows if r.aborted_requests]
+    if not parts:
+        return ""
+    return (
+        "note: requests aborted at arrival, their prompt longer than the engine takes (its KV pool "
+        f"less 6 tokens), left out of the hit rates: {', '.join(parts)}"
+    )
+
+
 #: the sections of `marconi run --help`, in order
 RUN_SECTIONS = (
     "Trace",
@@ -449,7 +463,13 @@ def register(main: click.Group) -> None:
         rows = [res.summary for _, res in results]
         sats = [run_saturation(res) for _, res in results]
         warning = "\n".join(
-            w for w in (saturation_line(trace, configs, results, sats, time_scale), preemption_note(rows)) if w
+            w
+            for w in (
+                saturation_line(trace, configs, results, sats, time_scale),
+                preemption_note(rows),
+                aborted_note(rows),
+            )
+            if w
         )
         if fmt == "json":
             click.echo(json.dumps([json_row(cfg, res.summary, s) for (cfg, res), s in zip(results, sats)], indent=2))

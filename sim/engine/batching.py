@@ -223,6 +223,10 @@ class ContinuousEngine:
     def arrive(self, r: Request) -> simpy.Event:
         """``r`` joins the waiting queue; the returned event fires when it has finished."""
         now = self.env.now
+        if self.sim.aborts(r):  # the engine refuses its prompt at arrival (SGLang's max_req_input_len)
+            self.sim.abort(r, now)
+            done = self.env.event()
+            return done.succeed()
         B = self.B
         s = Seq(r, self.env.event(), int(r.n_input_tokens(B)), int(r.n_output_tokens(B)))  # numpy ints are slow
         s.target = max(s.n_in, 1)  # an engine computes at least one token to produce logits

@@ -98,6 +98,9 @@ def run_sequential(sim: Simulation) -> None:
     for i in order:
         r = reqs[i]
         t = float(ts[i])
+        if sim.aborts(r):  # the engine refuses its prompt (SGLang's max_req_input_len)
+            sim.abort(r, t)
+            continue
         f = sim.sequential_lookup(r, t)
         _tune_before(sim, r, t)  # the artifact tunes inside insert(), before its match and eviction
         sim.sequential_insert(f, t)
@@ -134,6 +137,9 @@ def run_des(sim: Simulation) -> None:
 
     def serve(r: Request):
         arrival = env.now
+        if sim.aborts(r):  # the engine refuses its prompt at arrival (SGLang's max_req_input_len)
+            sim.abort(r, arrival)
+            return
         f = None
         if at_start:
             for fn in on_arrive:  # the arrival time (the lookup's time is the server's start)

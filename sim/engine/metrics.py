@@ -35,6 +35,7 @@ SUMMARY_KEYS = [
     "batch_size_mean",
     "preemptions",
     "requests",
+    "aborted_requests",
     "evictions",
     *(f"missed_{c}" for c in CAUSES),
 ]
@@ -230,6 +231,11 @@ class RunSummary(_Summary):
     """Hit tokens of preempted requests' lookups past what each shared with earlier requests at its
     first lookup: its own chunks, published before the preemption, or requests served since (tokens;
     part of ``hit_tokens``)."""
+    aborted_requests: int = 0
+    """Requests the engine aborted at arrival, their prompt longer than it takes (SGLang's
+    ``max_req_input_len``, its KV pool less 6 tokens): not looked up, computed or finished, and
+    left out of the hit rates, ``input_tokens`` and the FLOPs (count; ``aborted`` in
+    requests.parquet)."""
     tuning: DuelTuning | ReplayTuning | OracleTuning | None = None
     """What an auto-tuned run (``--alpha auto``) or a hindsight bound chose; None for a static run."""
 
@@ -277,6 +283,7 @@ class Recorder:
         self._occ_every = 1
         self._occ_seen = 0
         self.misses = None  # sim.engine.misses.MissLedger: the miss_* columns (why a request missed)
+        self.aborted = np.zeros(n, dtype=bool)  # refused by the engine at arrival (``abort``)
 
     # ---- the engine's events this observer listens to (sim.engine.events)
     def lookup(
@@ -308,6 +315,15 @@ class Recorder:
 
     def arrive(self, request: Request, t: float) -> None:
         self.arrival[request.request_id] = t
+
+    def abort(self, request: Request, t: float, input_tokens: int) -> None:
+        """The engine aborted ``request`` at its arrival ``t`` (its ``input_tokens``-token prompt is
+        longer than the engine takes: SGLang's ``max_req_input_len``): no lookup, prefill or output;
+        not finished, and left out of the summary's hit rates, prompt tokens and FLOPs."""
+        i = request.request_id
+        self.arrival[i] = t
+        self.input_tokens[i] = input_tokens
+        self.aborted[i] = True
 
     def step(self, t_start, t_end, seconds, steps, prefills, decodes, tokens, preempted) -> None:
         self.steps += steps
@@ -345,7 +361,8 @@ class Recorder:
     def result(self, trace: "Trace", tree: "HybridRadixTree", policy: str) -> SimResult:
         spec = self.spec
         reqs = trace.requests
-        flops_total = np.array([spec.flops(int(L)) for L in self.input_tokens])
+        served = ~self.aborted  # an aborted request is neither a hit nor a miss
+        flops_total = np.array([spec.flops(int(L)) if ok else 0.0 for L, ok in zip(self.input_tokens, served)])
         flops_saved = np.array([spec.flops(int(h)) if h else 0.0 for h in self.hit_tokens])
         ttft = self.queue_s + self.prefill_s
         e2e = self.finish - self.arrival
@@ -370,19 +387,20 @@ class Recorder:
                 "output_tokens": n_out,
                 "tpot_s": tpot,
                 "e2e_s": e2e,
+                "aborted": self.aborted.copy(),
             }
         )
         if self.misses is not None:
             for name, col in self.misses.columns().items():
                 df[name] = col
         st = tree.stats
-        total_in = int(self.input_tokens.sum())
+        total_in = int(self.input_tokens[served].sum())
         done = self.done
         t_ms = ttft[done] * 1e3 if done.any() else np.zeros(1)
         summary = RunSummary(
             policy=policy,
             token_hit_rate=float(self.hit_tokens.sum() / total_in) if total_in else 0.0,
-            request_hit_rate=float((self.hit_tokens > 0).mean()),
+            request_hit_rate=float((self.hit_tokens[served] > 0).mean()) if served.any() else 0.0,
             flops_saved=float(flops_saved.sum()),
             flops_saved_frac=float(flops_saved.sum() / flops_total.sum()) if flops_total.sum() else 0.0,
             ttft_p5_ms=float(np.percentile(t_ms, 5)),
@@ -406,6 +424,7 @@ class Recorder:
             **self._steps(),
             **({f"missed_{c}": int(v.sum()) for c, v in self.misses.counts.items()} if self.misses is not None else {}),
             hit_after_preemption=int(self.misses.after_preemption.sum()) if self.misses is not None else 0,
+            aborted_requests=int(self.aborted.sum()),
         )
         occ = pd.DataFrame({"t_s": self._occ_t, "kv_bytes": self._occ_kv, "state_bytes": self._occ_state})
         return SimResult(summary, df, occ)

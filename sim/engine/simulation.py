@@ -165,7 +165,38 @@ class Simulation:
         self.rec.misses = self.misses
         self._out_symbols: dict[int, np.ndarray] = {}  # request id -> the output symbols made for it
         self._next_out_symbol: int | None = None
+        #: prompts of at least this many tokens are aborted at arrival (the admission's
+        #: ``input_limit`` of the engine's KV pool: SGLang's ``max_req_input_len``); None: none are
+        self.input_limit = self._input_limit()
         self.observe(observers)
+
+    def _input_limit(self) -> int | None:
+        """The admission's ``input_limit`` of the KV pool as the tree holds it before anything
+        runs, in tokens: the KV pool of the engine's own pools, or with one budget the capacity
+        less one running request's state slots."""
+        limit = getattr(self.admission, "input_limit", None)
+        tree = self.tree
+        per_token = tree.kv_bytes_per_token
+        if limit is None or per_token <= 0 or self.preset.unlimited:
+            return None
+        if getattr(tree, "state_capacity", None) is not None:
+            kv = tree.kv_capacity_bytes
+        else:
+            slots = self.admission.running_state_slots if self.spec.is_hybrid else 0
+            kv = tree.capacity_bytes - slots * tree.state_bytes
+        return limit(int(kv // per_token))
+
+    def aborts(self, r: Request) -> bool:
+        """Whether the engine aborts ``r`` when it arrives: its prompt is at least ``input_limit``."""
+        return self.input_limit is not None and r.n_input_tokens(self.trace.block_tokens) >= self.input_limit
+
+    def abort(self, r: Request, t: float) -> None:
+        """``r`` is aborted at its arrival ``t`` (``aborts``): nothing of it is looked up, computed or
+        cached, and no event is emitted; the recorder marks it ``aborted`` and leaves it out of the
+        hit rates (``Recorder.abort``)."""
+        self.rec.abort(r, t, int(r.n_input_tokens(self.trace.block_tokens)))
+        if self.progress is not None:
+            self.progress.update(1)
 
     def observe(self, observers=()) -> None:
         """Send the event stream (``sim.engine.events``) to the recorder and ``observers``; each

@@ -18,7 +18,13 @@ from engine_cases import one_per_session, run, state_depths, toks
 from policies.base import get_preset
 from policies.trtllm_current import TrtllmAdmission, multiples, snapshot_offsets, snapshot_points
 from policies.vllm_current import DENSE, junction_tokens, retained
-from policies.sglang_current import SglangParams, capture_chunk, mamba_pool_states, resolved_strategy
+from policies.sglang_current import (
+    SglangAdmission,
+    SglangParams,
+    capture_chunk,
+    mamba_pool_states,
+    resolved_strategy,
+)
 from sim.config import SimConfig
 from sim.engine.drivers import run as drive
 from sim.engine.events import Admit, EventLog
@@ -446,7 +452,11 @@ def test_the_prefill_insert_reports_occupancy_and_a_rejection(sched):
         seen = Seen()
         trace = Trace("one", [Request(session_id=0, turn=0, input_tokens=toks(0, 40), output_tokens=toks(99, 3))])
         conf = SimConfig(policy="sglang", capacity_bytes=cap, scheduler=sched, mamba_radix_cache_strategy="no_buffer")
-        drive(build(trace, conf, observers=(seen,)))
+        with pytest.MonkeyPatch.context() as mp:
+            # SGLang aborts a prompt its KV pool cannot take (docs/presets-engines.md rule 18): off
+            # here, to drive the insert that finds no room
+            mp.setattr(SglangAdmission, "input_limit", lambda self, kv_pool_tokens: None)
+            drive(build(trace, conf, observers=(seen,)))
         assert len(seen.occupied) == 2
         assert seen.rejects[: len(rejected)] == rejected
         if not rejected:

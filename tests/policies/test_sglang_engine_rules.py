@@ -616,3 +616,51 @@ def test_an_output_is_held_back_up_to_the_clip():
     adm = SglangAdmission(SglangAdmission.Params(page_size=16))
     assert [adm.output_reserve(n) for n in (-3, 0, 100, 4096, 5000)] == [0, 0, 100, 4096, 4096]
     assert adm.page_reserve == 16
+
+
+@pytest.mark.parametrize(("mode", "scheduler"), [("des", "continuous"), ("des", "fcfs"), ("sequential", "fcfs")])
+def test_a_prompt_longer_than_the_engine_takes_is_aborted_at_arrival(mode, scheduler):
+    """SGLang 0.5.23 ``TpModelWorker.get_worker_info`` (``managers/tp_worker.py`` L568-L572):
+    ``max_req_input_len = min(context_len - 1, kv_pool - 1) - 5``; ``Scheduler._handle_generate_request``
+    (``managers/scheduler.py`` L3246-L3254) calls ``validate_input_length`` (``managers/utils.py``
+    L259-L289): a prompt of ``max_req_input_len`` tokens or more is truncated only with
+    ``--allow-auto-truncate`` (default False, ``arg_groups/fields/serving.py`` L254-L257), else the
+    request is finished with ``FINISH_ABORT`` (``Req.set_finish_with_abort``,
+    ``managers/schedule_batch.py`` L2221-L2238): nothing of its prompt is computed or cached. Tiny
+    model (a token 2 B, a state 16 B), 288 B with a mamba pool of 4 states: a KV pool of 224 B =
+    112 tokens, so prompts of 106 tokens or more are aborted. no_buffer, chunks of 50: r0 = P (106
+    tokens, t = 0) is aborted, so r1 = P[:50] + 10 tokens (t = 1) finds nothing; the summary counts
+    r1's 60 prompt tokens only. Run (as before this rule), r0 left its chunk state at 50 and r1
+    reused it; a 105-token P runs under the rule too."""
+    from sim.cli.run import aborted_note, json_row
+
+    def go(n):
+        trace = _arrivals([(toks(0, n), 1, 0.0), (cat(toks(0, 50), toks(500, 10)), 1, 1.0)])
+        config = SimConfig(
+            policy="sglang",
+            model="qwen3.5-9b",
+            capacity_bytes=288,
+            max_mamba_cache_size=4,
+            mode=mode,
+            scheduler=scheduler,
+            mamba_radix_cache_strategy="no_buffer",
+            prefill_chunk_tokens=50,
+        )
+        return config, drive(build(trace, config, spec=TINY, timing=TIMING))
+
+    config, res = go(106)
+    req, s = res.requests, res.summary
+    assert list(req["aborted"]) == [True, False]
+    assert list(req["hit_tokens"]) == [0, 0]
+    assert list(req["input_tokens"]) == [106, 60]
+    assert list(req["output_tokens"]) == [0, 1]
+    assert np.isnan(req["e2e_s"][0]) and not np.isnan(req["e2e_s"][1])
+    assert (s.aborted_requests, s.input_tokens, s.token_hit_rate, s.request_hit_rate) == (1, 60, 0.0, 0.0)
+    assert json_row(config, s)["aborted_requests"] == 1
+    assert aborted_note([s]).endswith(": sglang 1")
+    assert list(go(105)[1].requests["hit_tokens"]) == [0, 50]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SglangAdmission, "input_limit", lambda self, kv_pool_tokens: None)
+        before = go(106)[1]
+        assert list(before.requests["hit_tokens"]) == [0, 50]
+        assert before.summary.aborted_requests == 0

@@ -28,6 +28,7 @@ JSON_KEYS = [
     "batch_size_mean",
     "preemptions",
     "requests",
+    "aborted_requests",
     "evictions",
     # why prompt tokens were missed (sim/engine/misses.py), totals by cause
     "missed_never_shared",

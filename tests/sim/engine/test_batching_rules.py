@@ -312,10 +312,16 @@ def test_a_published_chunk_without_room_stays_its_requests_by_force():
     KV; a lone 300-token prompt in 128-token chunks, 3 output tokens: every charge is forced, one
     overshoot each: the three chunks and the two decode tokens, the chunks ending at 128 and 256
     whose insert finds no room (their KV stays the request's), and the prompt's end: 8. It
-    finishes and leaves nothing in the cache (its end does not fit either)."""
-    sim, res, steps = go(
-        open_trace([(0.0, 300, 3)]), policy="sglang", capacity_bytes=S + 100 * K, prefill_chunk_tokens=128
-    )
+    finishes and leaves nothing in the cache (its end does not fit either). SGLang itself aborts
+    such a prompt at arrival (``input_limit``, docs/presets-engines.md rule 18): that is turned off
+    here to drive the scheduler's forced charges."""
+    from policies.sglang_current import SglangAdmission
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SglangAdmission, "input_limit", lambda self, kv_pool_tokens: None)
+        sim, res, steps = go(
+            open_trace([(0.0, 300, 3)]), policy="sglang", capacity_bytes=S + 100 * K, prefill_chunk_tokens=128
+        )
     assert [s.prefills for s in steps if s.prefills] == [((0, 0, 128),), ((0, 128, 256),), ((0, 256, 300),)]
     assert res.summary["memory_overshoots"] == 8
     assert list(res.requests["output_tokens"]) == [3]

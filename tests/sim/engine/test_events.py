@@ -166,7 +166,9 @@ def test_admits_minus_evicts_are_the_trees_checkpoints_after_every_insert(trace,
     sim = build(trace, cfg, observers=(rep,))
     rep.sim = sim
     run(sim)
-    assert rep.checks > 0
+    # an SGLang preset aborts every prompt its KV pool cannot take (docs/presets-engines.md rule 18):
+    # with no room for any, nothing is inserted
+    assert rep.checks > 0 or bool(sim.rec.aborted.all())
     assert rep.live == sim.tree.checkpoints()
 
 

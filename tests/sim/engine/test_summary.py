@@ -69,6 +69,7 @@ BASE_KEYS = [
     "missed_held_by_running",
     "missed_speculative",
     "hit_after_preemption",
+    "aborted_requests",
 ]
 #: the keys the tuners (and the hindsight oracle) appended, in order
 DUEL_KEYS = [
@@ -194,6 +195,7 @@ def test_to_dict_is_the_old_dict_on_a_hand_checked_run():
         # a Recorder without a miss ledger (no Simulation): the miss totals are 0
         **{f"missed_{c}": 0 for c in CAUSES},
         "hit_after_preemption": 0,
+        "aborted_requests": 0,
     }
     d = s.to_dict()
     assert list(d) == list(old) == BASE_KEYS
