@@ -1,8 +1,15 @@
 """Targeted mutation run over the lines this change added to sim/cache/tree.py (every site, not a sample)."""
-import sys, subprocess, time, os, json
+
+import sys
+import subprocess
+import time
+import os
+import json
 from pathlib import Path
+
 sys.path.insert(0, "/work/main/benchmarks")
 import mutation as M
+
 root = Path("/tmp/h7/tmut/repo")
 rel = "sim/cache/tree.py"
 lines = set(range(400, 455)) | set(range(717, 734)) | {629, 690, 795, 851}
@@ -16,11 +23,17 @@ try:
     for m in muts:
         (root / rel).write_text(M.apply(src, m))
         t = time.time()
-        p = subprocess.run(["/work/main/.venv/bin/python", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-n", "0", *tests],
-                           cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        p = subprocess.run(
+            ["/work/main/.venv/bin/python", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-n", "0", *tests],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         st = "caught" if p.returncode != 0 else "survived"
         res.append((m.where, m.kind, m.original, m.replacement, st))
-        print(f"{st:8s} {time.time()-t:5.1f}s {m.where} [{m.kind}] {m.original!r} -> {m.replacement!r}", flush=True)
+        print(f"{st:8s} {time.time() - t:5.1f}s {m.where} [{m.kind}] {m.original!r} -> {m.replacement!r}", flush=True)
 finally:
     (root / rel).write_text(src)
 print(sum(r[-1] == "caught" for r in res), "/", len(res), "caught")
