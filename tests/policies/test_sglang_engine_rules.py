@@ -14,7 +14,7 @@ from policies.sglang_current import SglangAdmission
 from sim.config import SimConfig
 from sim.engine import batching
 from sim.engine.drivers import run as drive
-from sim.engine.events import EventLog, Step
+from sim.engine.events import EventLog, Lookup, Step
 from sim.engine.simulation import Simulation
 from sim.simulate import build
 from traces.base import Request, Trace
@@ -664,3 +664,38 @@ def test_a_prompt_longer_than_the_engine_takes_is_aborted_at_arrival(mode, sched
         before = go(106)[1]
         assert list(before.requests["hit_tokens"]) == [0, 50]
         assert before.summary.aborted_requests == 0
+
+
+def test_a_pass_goes_on_during_a_chunked_prefill_though_the_batch_is_full():
+    """SGLang 0.5.23 ``Scheduler._get_new_batch_prefill_raw`` returns before it matches anyone while
+    the batch is full (``batch_is_full``, set on ``NO_TOKEN``, ``managers/scheduler.py``
+    L4279-L4284) *and no chunked prefill goes on* (``and self.chunked_req is None``, L4098-L4100;
+    with only the chunked request running, the decode batch is empty and the flag is cleared too,
+    L4093-L4096): while a request's prefill is chunked, every pass matches the queue's head again
+    (``init_next_round_input``, L4260). Tiny model (a token 2 B, a state 16 B), 300 B,
+    extra_buffer (3 slots a running request), page 4, chunks of 10 tokens, steps of 1 ms: C (30
+    tokens, 1 out, t = 0) runs in chunks of 8, 8, 8, 6 (a cut chunk ends on the page); W (2 tokens,
+    100 out) arrives at t = 0.0005. At t = 0.001 C's chunk leaves 2 tokens of the step, W's whole
+    prompt: W is matched and refused (the engine asks 2 + 100 + a page 4 + 1 tokens for W and C's
+    page 4: 222 B, and W's 3 slots, against 300 B less C's 16 tokens and 3 slots, 220 B), so the
+    batch is full; at t = 0.002 and 0.003 C's prefill is still chunked, so W is matched again and
+    refused; C ends with its prompt, and W runs at t = 0.004, matched a fourth time. With the batch
+    closed through the chunked prefill W was matched at 0.001 and 0.004 only."""
+    trace = _arrivals([(toks(0, 30), 1, 0.0), (toks(500, 2), 100, 0.0005)])
+    config = SimConfig(
+        policy="sglang",
+        model="qwen3.5-9b",
+        capacity_bytes=300,
+        mode="des",
+        scheduler="continuous",
+        mamba_radix_cache_strategy="extra_buffer",
+        page_size=4,
+        prefill_chunk_tokens=10,
+        max_num_batched_tokens=10,
+    )
+    log = EventLog()
+    drive(build(trace, config, spec=TINY, timing=TIMING, observers=(log,)))
+    steps = [e.prefills for e in log.events if isinstance(e, Step) and e.prefills]
+    assert steps == [((0, 0, 8),), ((0, 8, 16),), ((0, 16, 24),), ((0, 24, 30),), ((1, 0, 2),)]
+    w = [e.t for e in log.events if isinstance(e, Lookup) and e.request.request_id == 1]
+    assert w == pytest.approx([0.001, 0.002, 0.003, 0.004], abs=1e-6)
