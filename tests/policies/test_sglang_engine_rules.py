@@ -699,3 +699,48 @@ def test_a_pass_goes_on_during_a_chunked_prefill_though_the_batch_is_full():
     assert steps == [((0, 0, 8),), ((0, 8, 16),), ((0, 16, 24),), ((0, 24, 30),), ((1, 0, 2),)]
     w = [e.t for e in log.events if isinstance(e, Lookup) and e.request.request_id == 1]
     assert w == pytest.approx([0.001, 0.002, 0.003, 0.004], abs=1e-6)
+
+
+def test_the_waiting_touch_of_a_preempted_request_walks_its_generated_tokens_too():
+    """SGLang 0.5.23 ``touch_waiting_prefix`` (``mem_cache/common.py`` L215-L218) touches the radix
+    key of ``req.origin_input_ids + req.output_ids``: a retracted request waiting again refreshes
+    the state its prompt *and the tokens it generated* reach (``UnifiedRadixCache.touch_prefix``,
+    ``unified_radix_cache.py`` L647-L652: the match's refresh, the consumed state only). The
+    continuous scheduler touches ``Seq.target`` tokens, the prompt plus what was generated before a
+    preemption (``ContinuousEngine._pass_open``); here ``Simulation.touch_prefix`` is driven
+    directly between sequential requests. Tiny model, no_buffer, chunks of 8, a mamba pool of 4
+    states, KV ample: r0 = P (16) + O[:8] + 8 tokens leaves states at 8, 16, 24 and 32 (the pool is
+    full). R (prompt P, output O), preempted after generating 9 tokens, is touched at t = 1: its
+    25 tokens reach the state at 24, which becomes the most recent. r1 (16 fresh tokens, t = 2)
+    evicts the two least recent states for its own at 8 and 16: r0's at 8 and 16; r2 = P + O[:8]
+    + 4 tokens (t = 3) reuses 24 tokens. Touched with its prompt alone, R refreshed the state at
+    16, r1 evicted 8 and 24, and r2 reused 16."""
+    p, o = toks(0, 16), toks(5000, 16)
+    trace = one_per_session(
+        (cat(p, o[:8], toks(700, 8)), toks(900, 1)),
+        (toks(300, 16), toks(901, 1)),
+        (cat(p, o[:8], toks(800, 4)), toks(902, 1)),
+        (p, o),  # R: only touched
+    )
+    config = SimConfig(
+        policy="sglang",
+        model="qwen3.5-9b",
+        capacity_bytes=BIG,
+        mode="sequential",
+        mamba_radix_cache_strategy="no_buffer",
+        prefill_chunk_tokens=8,
+        max_mamba_cache_size=4,
+    )
+    sim = build(trace, config, spec=TINY, timing=TIMING)
+    reqs = trace.requests
+
+    def serve(i, t):
+        f = sim.sequential_lookup(reqs[i], t)
+        sim.sequential_insert(f, t)
+        return f.hit_tokens
+
+    assert serve(0, 0.0) == 0
+    assert state_depths(sim.tree) == [8, 16, 24, 32]
+    sim.touch_prefix(reqs[3], 1.0, 16 + 9)
+    assert serve(1, 2.0) == 0
+    assert serve(2, 3.0) == 24
