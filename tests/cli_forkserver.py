@@ -114,6 +114,12 @@ def _wait(pid: int, timeout: float) -> int | None:
 
 def serve(names: tuple[str, ...]) -> None:
     _preload(names)
+    if os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get("INTERP_PATCH_ONCE") != "0":  # as tests/conftest.py
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from interp_patch_once import install
+
+        install()
+        del sys.path[0]
     for line in sys.stdin:
         req = json.loads(line)
         pid = os.fork()

@@ -33,6 +33,15 @@ def _private_trace_cache(tmp_path_factory):
     mp.undo()
 
 
+def pytest_configure(config):
+    # interpreted kernels without the interpreter's repeated language patching (the same bits,
+    # about half the time: tests/interp_patch_once.py; INTERP_PATCH_ONCE=0 to time without it)
+    if os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get("INTERP_PATCH_ONCE") != "0":
+        from interp_patch_once import install
+
+        install()
+
+
 def pytest_collection_modifyitems(config, items):
     # `slow` tests first (a stable sort: the rest keep their order): pytest-xdist hands out tests
     # in collection order, so a long test collected near the end (the README's commands, ~40 s)
