@@ -744,3 +744,32 @@ def test_the_waiting_touch_of_a_preempted_request_walks_its_generated_tokens_too
     sim.touch_prefix(reqs[3], 1.0, 16 + 9)
     assert serve(1, 2.0) == 0
     assert serve(2, 3.0) == 24
+
+
+@pytest.mark.parametrize(
+    ("policy", "knobs", "limit"),
+    [
+        ("sglang", {"mamba_radix_cache_strategy": "no_buffer", "max_mamba_cache_size": 4}, 106),
+        ("sglang", {"gpu_memory": "400B"}, 106),
+        ("sglang", {"mamba_radix_cache_strategy": "no_buffer"}, 106),
+        ("sglang", {"mamba_radix_cache_strategy": "extra_buffer"}, 90),
+        ("sglang-0.5.9-no-buffer", {}, 106),
+        ("sglang-0.5.9-extra-buffer", {}, 90),
+        ("sglang-0.5.8-no-buffer-pathrefresh", {}, 106),
+        ("sglang-0.5.9-no-buffer", {"state_pool": "4"}, 82),
+        ("vllm", {}, None),
+        ("marconi", {}, None),
+    ],
+)
+def test_the_input_limit_is_the_kv_pool_less_six_tokens(policy, knobs, limit):
+    """``max_req_input_len`` = min(context - 1, KV pool - 1) - 5 (SGLang 0.5.23
+    ``managers/tp_worker.py`` L568-L572; 0.5.9 ``tp_worker.py`` L287-L291), the KV pool in tokens
+    of a token 2 B and a state 16 B: 288 B less a mamba pool of 4 states, 224 B = 112 tokens ->
+    106; ``--gpu-memory 400B``, whose split gives the mamba pool floor(400 x 0.9 / 1.9 / 16) = 11
+    states, 224 B -> 106; with one budget (no pool) 240 B less one running request's state slots
+    (no_buffer 1: 112 tokens -> 106; extra_buffer 3: 96 -> 90); ``--state-pool 4`` on 240 B: 88 ->
+    82. Engines that accept any prompt (vLLM's preset, the paper's policies) have none."""
+    capacity = 288 if knobs.get("max_mamba_cache_size") else 240
+    config = SimConfig(policy=policy, model="qwen3.5-9b", capacity_bytes=capacity, mode="sequential", **knobs)
+    sim = build(_arrivals([(toks(0, 10), 1, 0.0)]), config, spec=TINY, timing=TIMING)
+    assert sim.input_limit == limit
