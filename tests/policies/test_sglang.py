@@ -335,3 +335,21 @@ def test_two_list_keys_leave_the_root_and_locked_nodes_out_and_list_states():
     assert set(pol.keys(bare)) == {"kv"} and pol.keys(bare)["kv"][1] == 5
     leaf.lock = 1
     assert pol.keys(leaf) == {}
+
+
+def test_v2_branch_point_of_an_identical_prompt_comes_from_its_first_input_minus_one_tokens():
+    """SGLang 0.5.9 matches only ``fill_ids[:input_len - 1]`` (``Req.init_next_round_input``,
+    ``managers/schedule_batch.py`` L897-L901), so the KV match, and with it the branch point
+    (``mamba_radix_cache.py`` ``match_prefix`` L983-L995: the match rounded down to 64), stops one
+    token short of the prompt. The simulator's KV match walks the whole prompt, so the admission
+    caps it at ``n - 1``. extra_buffer: r0 = A (128 tokens) tracks 128; r1 = A again cannot use
+    that state (128 > 127) and its branch is 127 // 64 * 64 = 64, which replaces the step end 128
+    (a branch at 128 would lie at the step's end, not inside it); r2 = A[:100] + X reuses r1's
+    state at 64. With the match uncapped, r1 tracked 128 again and r2 reused nothing."""
+    a = toks(0, 128)
+    one = toks(9000, 1)
+    trace = one_per_session((a, one), (a, toks(9100, 1)), (cat(a[:100], toks(5000, 50)), one))
+    got, sim = run(trace, "sglang-v2")
+    assert got == [0, 0, 64]
+    # r2: hit 64, a step of 86 tokens tracks 64 + 64 = 128 on its own branch
+    assert state_depths(sim.tree) == [64, 128, 128]

@@ -773,3 +773,23 @@ def test_the_input_limit_is_the_kv_pool_less_six_tokens(policy, knobs, limit):
     config = SimConfig(policy=policy, model="qwen3.5-9b", capacity_bytes=capacity, mode="sequential", **knobs)
     sim = build(_arrivals([(toks(0, 10), 1, 0.0)]), config, spec=TINY, timing=TIMING)
     assert sim.input_limit == limit
+
+
+def test_on_one_budget_a_state_above_a_locked_hit_goes_when_no_leaf_is_free():
+    """One budget (no mamba pool knob): the two lists merged by recency, and when the KV list is
+    empty the state list's head still goes. The ``sglang`` preset locks only the hit's state
+    (``acquire_component_lock`` L465), so a state above a running request's hit is evictable while
+    every leaf is locked. Tiny model (a state = 16 B, a token = 2 B), 92 bytes, no_buffer: r0 = P
+    (10 tokens), r1 = P + 10 (hit 10): 20 tokens and 2 states = 72 B. r2 = P + 20 hits 20 (the one
+    leaf, locked) and needs 36 B with 20 free: the only candidate is P's state at 10 (a tombstone,
+    its KV kept), and r2's 30 tokens and 2 states fill the 92 B. r3 = P + 1 other token then
+    reuses nothing. Had eviction stopped at the empty KV list, r2 stored nothing and r3 reused 10."""
+    one = toks(9000, 1)
+    p = toks(0, 30)
+    trace = one_per_session((p[:10], one), (p[:20], one), (p, one), (cat(p[:10], toks(500, 1)), one))
+    got, sim = run(trace, "sglang", spec=TINY, capacity=92, mamba_radix_cache_strategy="no_buffer")
+    assert got == [0, 10, 20, 0]
+    # r3's 18 B: the state at 20 goes first (refreshed by r2's hit, before r2's insert stamped the
+    # leaf at 30), then the leaf at 30 whole; P + 10 stays as a stateless leaf: 21 tokens, 1 state
+    assert state_depths(sim.tree) == [11] and sim.tree.kv_tokens == 21
+    sim.tree.check_invariants()
