@@ -367,6 +367,10 @@ class EngineRules:
     - ``duplicate_kv``: KV a request recomputes though it is cached (between its hit and its
       match) is cached a second time under the same key; the older copy keeps its recency and
       holds memory until the eviction order reaches it (vLLM's ``BlockHashToBlockMap``).
+    - ``block_evict``: a leaf's KV is evicted one ``extent_block``-token block at a time, its
+      last block first, and a state at that end goes with it (vLLM's pool evicts one block per
+      block it needs, ``BlockPool.get_new_blocks``, and a request frees its blocks tail first);
+      False: a leaf goes whole.
     """
 
     refresh: RefreshRule | None = None
@@ -387,6 +391,7 @@ class EngineRules:
     running_states: int = 0
     capacity_unit: int = 0
     duplicate_kv: bool = False
+    block_evict: bool = False
 
     def __post_init__(self) -> None:
         if self.kv_extent not in ("all", "state", "blocks"):

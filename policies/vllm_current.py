@@ -61,11 +61,12 @@ per interval, the whole-block prompt's state one block short, the interval's mul
 naming its line above); vLLM #40696's 528-token cliff; #45238's workload shape (the junction),
 under every scheduler (``tests/policies/test_engine_rules_schedulers.py``); the EAGLE block drop of
 test_mamba_align_chunk_split.py both ways; the block pool's rules under eviction
-(``tests/policies/test_vllm_block_pool.py``). Not modelled: a leaf's KV evicted a block at a time
-and a state's Mamba groups one by one (with eviction the differential agrees on every request
-but one of 300 on ``mooncake:sample`` at retention -1, sequentially; under continuous batching at
-4GB on ShareGPT on 1,056 / 1,235 of 1,235 at retention 0 / -1, the running requests' blocks
-charged by ``sim/engine/batching.py``), the step budget shared with other requests, the
+(``tests/policies/test_vllm_block_pool.py``), a leaf's KV evicted a block at a time, its last
+block first (``block_evict``). Not modelled: a state's Mamba groups evicted one by one (with
+eviction the differential agrees on every request but one of 300 on ``mooncake:sample`` at
+retention -1, sequentially; under continuous batching at 4GB on ShareGPT on 1,235 / 1,235 of
+1,235 at retention 0 / -1, the running requests' blocks charged by ``sim/engine/batching.py``),
+the step budget shared with other requests, the
 full-attention side of the EAGLE block drop, ``max_model_len`` (#48401's inert cache).
 """
 
@@ -393,6 +394,7 @@ class VllmCurrentPreset(VllmPreset):
             running_blocks=groups,
             capacity_unit=per_group * page,
             duplicate_kv=True,
+            block_evict=True,
         )
 
     def check(self, spec, config) -> None:

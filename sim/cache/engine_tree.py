@@ -53,6 +53,10 @@ engine behaviour, named after the engine code it follows:
   cached again; the older copy stays where the eviction order had it and holds one block until
   the order reaches it (``cache_again``; the policy's ``next_key`` interleaves these copies with
   its own victims, a copy first at equal recency).
+- ``block_evict`` (vLLM's ``BlockPool.get_new_blocks``: one cached block evicted per block
+  handed out, a request's blocks freed tail first): a leaf's KV victim loses its last
+  ``extent_block``-token block, and the state at that end, not the whole leaf
+  (``_evict_last_block``); the shortened leaf keeps its recency. Off: a leaf goes whole.
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ class EngineTree(HybridRadixTree):
         self.running_blocks = rules.running_blocks
         self.running_states = rules.running_states
         self.duplicate_kv = rules.duplicate_kv
+        self.block_evict = rules.block_evict and rules.extent_block > 0
         self.copies: list = []  # older copies of recomputed KV blocks: (recency, 1, -end, order, tokens, first)
         self.copy_tokens = 0  # KV tokens those copies hold
         self._recomputed: dict[int, list] = {}  # id(match) -> [(node, block ends, recency)] (duplicate_kv)
@@ -635,6 +640,10 @@ class EngineTree(HybridRadixTree):
 
     # ------------------------------------------------------------------ eviction
     def evict(self, node: Node) -> tuple[int, int]:
+        if self.block_evict and not node.children:
+            freed = self._evict_last_block(node)
+            if freed is not None:
+                return freed
         self._forget_frozen(node)
         parent = node.parent
         leaf = not node.children
@@ -653,6 +662,41 @@ class EngineTree(HybridRadixTree):
                 s, kv = s + s2, kv + kv2
                 parent = up
         return s, kv
+
+    def _evict_last_block(self, node: Node) -> tuple[int, int] | None:
+        """``block_evict`` (vLLM): evict only the last block of leaf ``node``, with the state at
+        its end; None where the leaf is one block (or less) and goes whole. vLLM's pool evicts a
+        block per block it needs from its free queue's head (``BlockPool.get_new_blocks``,
+        ``block_pool.py`` L681-L696, ``_maybe_evict_cached_block`` L751), and a request frees its
+        blocks tail first (``SingleTypeKVCacheManager.free``, ``single_type_kv_cache_manager.py``
+        L596-L604), so a cached leaf loses its last block first; the leaf keeps its recency."""
+        B = self.extent_block
+        parent = node.parent
+        keep = max(parent.depth_tokens, (node.depth_tokens - 1) // B * B)
+        k_sym = (keep - parent.depth_tokens) // self.block_tokens  # edges are whole symbols
+        keep = parent.depth_tokens + k_sym * self.block_tokens
+        if k_sym <= 0 or keep >= node.depth_tokens:
+            return None
+        assert node.lock == 0
+        self.stats.evictions += 1
+        freed_states = 1 if node.has_state else 0
+        if freed_states:
+            self._forget_frozen(node)
+            node.has_state = False
+            self.n_states -= 1
+            self._state_gone(node)
+        freed_kv = node.depth_tokens - keep
+        self.kv_tokens -= freed_kv
+        if self.listener is not None:
+            self.listener.kv_removed(freed_kv, self._tag)
+        node.key = node.key[:k_sym]
+        node.n_tokens = keep - parent.depth_tokens
+        node.depth_sym = parent.depth_sym + k_sym
+        node.depth_tokens = keep
+        self._changed(node)
+        self.stats.states_evicted += freed_states
+        self.stats.kv_tokens_evicted += freed_kv
+        return freed_states, freed_kv
 
     def drop_state(self, node: Node) -> tuple[int, int]:
         self._forget_frozen(node)

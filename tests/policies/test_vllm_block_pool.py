@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from engine_cases import TIMING, TINY, cat, one_per_session, run, toks
 
-from policies.base import EngineRules, get_preset
+from policies.base import EngineRules, PolicyError, get_preset
 from policies.vllm_current import VllmAdmission, VllmFreeQueueEviction, mamba_groups
 from sim.cache.engine_tree import EngineTree
 from sim.config import SimConfig
@@ -812,3 +812,68 @@ def test_a_published_decode_state_evicted_while_the_request_decodes_stays_gone_a
             tree.listener = listener
         batch = eng.schedule()
     assert sorted(n.depth_tokens for n in tree.iter_nodes() if n.has_state) == [16, 32]
+
+
+def _block_pool(capacity: int) -> _Pool:
+    """A pool with vLLM's block-granular leaf eviction on 2-token blocks (1-token symbols)."""
+    c = _Pool(capacity=capacity)
+    c.tree = EngineTree(
+        EngineRules(kv_extent="blocks", extent_block=2, block_evict=True),
+        capacity_bytes=capacity,
+        kv_bytes_per_token=1,
+        state_bytes=4,
+        block_tokens=1,
+        policy=VllmFreeQueueEviction(),
+    )
+    return c
+
+
+def test_a_leaf_loses_one_block_per_block_needed_its_last_first():
+    """vLLM's pool evicts one cached block for each block it hands out, from its free queue's head
+    (``BlockPool.get_new_blocks``, ``block_pool.py`` L681-L696, ``_maybe_evict_cached_block``
+    L751), and a request frees its blocks tail first (``SingleTypeKVCacheManager.free``,
+    ``single_type_kv_cache_manager.py`` L596-L604): a two-block leaf needed for one block loses
+    its last block and keeps the first (the tree evicted the leaf whole: 4 tokens for 2)."""
+    c = _block_pool(capacity=6)
+    c.insert([1, 2, 3, 4], [])  # one leaf of two blocks
+    c.insert([20, 21], [])  # full
+    c.insert([30, 31], [])  # one block needed: [3, 4] goes, [1, 2] stays
+    assert c.tree.kv_tokens == 6
+    assert c.lookup([1, 2, 3, 4, 5]).match_tokens == 2
+    c.insert([40, 41], [])  # one more: the leaf's first block (t = 1) is the queue's head
+    assert c.lookup([1, 2, 3]).match_tokens == 0
+    assert c.lookup([20, 21, 22]).match_tokens == 2
+    c.tree.check_invariants()
+
+
+def test_a_state_at_the_evicted_block_end_goes_with_it():
+    """A state's KV block evicted (``_maybe_evict_cached_block``, ``block_pool.py`` L751) leaves
+    the state unreachable (vLLM's hit needs every attention block up to it,
+    ``FullAttentionManager.find_longest_cache_hit``): the leaf shrinks by its last block and the
+    state at that end goes; the block before it stays cached."""
+    c = _block_pool(capacity=100)
+    c.insert([1, 2, 3, 4], [4])
+    (leaf,) = c.tree.root.children.values()
+    assert c.tree.evict(leaf) == (1, 2)
+    assert (leaf.depth_tokens, leaf.has_state, c.tree.n_states, c.tree.kv_tokens) == (2, False, 0, 2)
+    assert c.tree.evict(leaf) == (0, 2)  # one block left: the leaf goes
+    assert c.tree.kv_tokens == 0 and not c.tree.root.children
+    c.tree.check_invariants()
+
+
+def test_block_eviction_is_the_vllm_presets_alone():
+    """Only ``vllm`` evicts a leaf a block at a time; every other preset evicts a leaf whole."""
+    from policies.base import PRESETS
+
+    spec = get_model("qwen3.5-9b")
+    on = []
+    for name in PRESETS:
+        preset = get_preset(name)
+        config = SimConfig(policy=name, model="qwen3.5-9b")
+        try:
+            rules = preset.engine_rules(spec, config)
+        except PolicyError:  # a preset that refuses this model
+            continue
+        if rules is not None and rules.block_evict:
+            on.append(name)
+    assert on == ["vllm"]
