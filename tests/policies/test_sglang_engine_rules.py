@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from engine_cases import BIG, TIMING, TINY, cat, one_per_session, run, state_depths, toks
+from engine_cases import BIG, TIMING, TINY, arrivals, cat, one_per_session, run, state_depths, toks
 
 from policies.sglang import UnifiedTwoListEviction
 from policies.sglang_current import SglangAdmission
@@ -379,16 +379,6 @@ def test_a_state_above_a_running_request_is_a_victim_once_its_lock_moves_on():
     assert res["queue_s"].iloc[2] < 0.1
 
 
-def _arrivals(rows) -> Trace:
-    """An open-loop trace of one request a session from ``(prompt, output tokens, arrival)`` rows;
-    request k's output tokens are its own (``toks(9000 + 1000 k, n)``)."""
-    reqs = [
-        Request(session_id=k, turn=0, input_tokens=inp, output_tokens=toks(9000 + 1000 * k, n), arrival=t)
-        for k, (inp, n, t) in enumerate(rows)
-    ]
-    return Trace("t", reqs, closed_loop=False)
-
-
 def _memory_run(trace, capacity, scheduler="continuous", strategy="no_buffer", **knobs):
     """Hit tokens, queueing delays and memory overshoots of ``sglang`` (no_buffer by default) on
     the tiny model (a token 2 B, a state 16 B) with ``capacity`` bytes."""
@@ -421,7 +411,7 @@ def test_a_request_waiting_for_memory_holds_no_lock_and_is_matched_again():
     no step ran over the capacity. Keeping its first lookup, W's lock pinned H: D ran 3 steps over
     the capacity and W reused H's 10 tokens."""
     h = toks(0, 10)
-    trace = _arrivals([(h, 1, 0.0), (toks(100, 10), 50, 1.0), (cat(h, toks(200, 60)), 1, 1.0)])
+    trace = arrivals([(h, 1, 0.0), (toks(100, 10), 50, 1.0), (cat(h, toks(200, 60)), 1, 1.0)])
     hits, queue, overshoots = _memory_run(trace, 180)
     assert (hits, overshoots) == ([0, 0, 0], 0)
     assert queue[2] > 0.04  # W waited for D's end
@@ -459,7 +449,7 @@ def test_under_fcfs_the_request_end_carries_one_state_and_leaves_the_prompt_stat
     ``differential_sglang.py --scheduler fcfs --memory 10GB --pools`` found it: 1,224 -> 1,235 of
     1,235 requests equal."""
     a = toks(0, 10)
-    trace = _arrivals([(a, 400, 0.0), (toks(100, 10), 1, 0.1), (toks(200, 10), 1, 1.0), (cat(a, toks(300, 5)), 1, 2.0)])
+    trace = arrivals([(a, 400, 0.0), (toks(100, 10), 1, 0.1), (toks(200, 10), 1, 1.0), (cat(a, toks(300, 5)), 1, 2.0)])
     hits, _, _ = _memory_run(trace, BIG, scheduler="fcfs", max_mamba_cache_size=3)
     assert hits == [0, 0, 0, 0]
     with pytest.MonkeyPatch.context() as mp:
@@ -481,7 +471,7 @@ def test_extra_buffer_end_without_a_track_since_the_prompt_inserts_nothing():
     instead and r3 reused 128. Found by ``differential_sglang.py --scheduler fcfs --memory 10GB
     --pools`` (extra_buffer: SGLang's state LRU held a prompt track older than the simulator's)."""
     a = toks(0, 130)
-    trace = _arrivals(
+    trace = arrivals(
         [(a, 100, 0.0), (toks(200, 130), 5, 0.05), (toks(400, 130), 5, 1.0), (cat(a, toks(600, 5)), 1, 2.0)]
     )
     knobs = {"scheduler": "fcfs", "strategy": "extra_buffer", "max_mamba_cache_size": 2}
@@ -512,7 +502,7 @@ def test_a_waiting_request_is_admitted_only_with_room_for_its_output_and_the_run
     engine asks 20 + 1 + 1 tokens for W, 59 for D's remaining output, one more for the strict
     ``<`` (82 tokens, 164 B) and W's slot (180 B): W waits for D's end (t = 0.080), 0.060 s.
     Charged its chunk alone, W ran at once."""
-    trace = _arrivals([(toks(100, 10), 80, 0.0), (toks(200, 20), 1, 0.02)])
+    trace = arrivals([(toks(100, 10), 80, 0.0), (toks(200, 20), 1, 0.02)])
     hits, queue, overshoots = _memory_run(trace, 240)
     assert (hits, overshoots) == ([0, 0], 0)
     assert queue[1] == pytest.approx(0.060, abs=1e-6)
@@ -545,7 +535,7 @@ def test_every_32nd_pass_touches_the_waiting_requests_prefixes():
     0, 8 (without the touches 0, 0, 0, 0, 0): ``benchmarks/results/2026-12-05-sglang-admission/``
     ``verify_rule17.py``."""
     p = toks(0, 8)
-    trace = _arrivals(
+    trace = arrivals(
         [
             (p, 1, 0.0),
             (toks(100, 8), 1, 1.0),
@@ -577,7 +567,7 @@ def test_the_waiting_prefixes_are_touched_head_last():
     chunk (248 -> 256) needs room: the KV list's least recent leaf, P, goes, and W1 reuses X's 8
     tokens. Touched head first, X went (and P after it for W1's own tokens): W1 reused nothing."""
     p, x = toks(0, 8), toks(100, 8)
-    trace = _arrivals(
+    trace = arrivals(
         [
             (p, 1, 0.0),
             (x, 1, 1.0),
@@ -603,7 +593,7 @@ def test_a_chunk_that_ends_its_prompt_holds_back_its_output_in_the_pass():
     its prompt and leaves 4 for W, which needs 20 + 1 + 1 + 1 (strict) tokens and D's page and 80
     output tokens: 104 free beside D's 20. With 124 KV tokens W starts then (t = 0.002); with
     123 it waits for D's end (t = 0.082)."""
-    trace = _arrivals([(toks(100, 20), 80, 0.0), (toks(200, 20), 1, 0.0)])
+    trace = arrivals([(toks(100, 20), 80, 0.0), (toks(200, 20), 1, 0.0)])
     knobs = {"max_mamba_cache_size": 4, "prefill_chunk_tokens": 8, "max_num_batched_tokens": 8}
     assert _memory_run(trace, 64 + 124 * 2, **knobs)[1][1] == pytest.approx(0.002, abs=1e-6)
     assert _memory_run(trace, 64 + 123 * 2, **knobs)[1][1] == pytest.approx(0.082, abs=1e-6)
@@ -635,7 +625,7 @@ def test_a_prompt_longer_than_the_engine_takes_is_aborted_at_arrival(mode, sched
     from sim.cli.run import aborted_note, json_row
 
     def go(n):
-        trace = _arrivals([(toks(0, n), 1, 0.0), (cat(toks(0, 50), toks(500, 10)), 1, 1.0)])
+        trace = arrivals([(toks(0, n), 1, 0.0), (cat(toks(0, 50), toks(500, 10)), 1, 1.0)])
         config = SimConfig(
             policy="sglang",
             model="qwen3.5-9b",
@@ -681,7 +671,7 @@ def test_a_pass_goes_on_during_a_chunked_prefill_though_the_batch_is_full():
     batch is full; at t = 0.002 and 0.003 C's prefill is still chunked, so W is matched again and
     refused; C ends with its prompt, and W runs at t = 0.004, matched a fourth time. With the batch
     closed through the chunked prefill W was matched at 0.001 and 0.004 only."""
-    trace = _arrivals([(toks(0, 30), 1, 0.0), (toks(500, 2), 100, 0.0005)])
+    trace = arrivals([(toks(0, 30), 1, 0.0), (toks(500, 2), 100, 0.0005)])
     config = SimConfig(
         policy="sglang",
         model="qwen3.5-9b",
@@ -771,7 +761,7 @@ def test_the_input_limit_is_the_kv_pool_less_six_tokens(policy, knobs, limit):
     82. Engines that accept any prompt (vLLM's preset, the paper's policies) have none."""
     capacity = 288 if knobs.get("max_mamba_cache_size") else 240
     config = SimConfig(policy=policy, model="qwen3.5-9b", capacity_bytes=capacity, mode="sequential", **knobs)
-    sim = build(_arrivals([(toks(0, 10), 1, 0.0)]), config, spec=TINY, timing=TIMING)
+    sim = build(arrivals([(toks(0, 10), 1, 0.0)]), config, spec=TINY, timing=TIMING)
     assert sim.input_limit == limit
 
 
