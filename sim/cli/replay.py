@@ -176,9 +176,15 @@ def batch_line(s: dict) -> str:
     return "; ".join(parts) + (f"; queue ran: {runs}" if runs else "")
 
 
+def _aborted(s: dict) -> str:
+    """The requests line's note of what the engine preset aborted at arrival (never replayed)."""
+    n = s.get("aborted_requests", 0)
+    return f"; {n:,} more aborted at arrival (prompt longer than the engine takes), not replayed" if n else ""
+
+
 def format_summary(s: dict, settings: dict) -> str:
     rows = [
-        ("requests", f"{s['requests']:,} ({s['input_tokens']:,} input tokens)"),
+        ("requests", f"{s['requests']:,} ({s['input_tokens']:,} input tokens)" + _aborted(s)),
         (
             "layers replayed",
             ", ".join(f"{k} {v}" for k, v in s.get("layers_replayed", {}).items())

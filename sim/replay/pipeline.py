@@ -301,6 +301,7 @@ def summarize(parts: Parts, run: Executed, trace: Trace, config: SimConfig, sett
         flights_parked=replayer.parked,
         flights_dropped=replayer.dropped,
         recomputed_tokens=replayer.recomputed_tokens,
+        aborted_requests=int(run.sim_result.summary.aborted_requests),
         kernel=model.kernel,
         measure=settings.measure if device.type == "cuda" else "wall",
         batch_figures=batch_figures,

@@ -113,6 +113,9 @@ class ReplaySummary(SummaryReads):
     flights_parked: int  # flights past --max-open (sim.replay.runner.Replayer._hold)
     flights_dropped: int
     recomputed_tokens: int
+    #: requests the engine preset aborted at arrival (a prompt longer than it takes: SGLang's
+    #: input limit): never computed, so not among ``requests``
+    aborted_requests: int
     kernel: str  # the gated-delta (or Mamba2) backend run
     measure: str  # device | wall
     # ---- the groups (``to_dict()`` adds their keys as they are, a key already there in place)

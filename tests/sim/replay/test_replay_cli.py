@@ -315,3 +315,21 @@ def test_replay_figure_marks_host_bound_prefills_and_leaves_them_out_of_the_hist
     labels = [t.get_text() for t in scatter.get_legend().get_texts()]
     assert "host-bound (1, left out)" in labels and "miss" in labels and "hit" in labels
     assert sum(p.get_height() for p in hist.patches) == 2  # the host-bound prefill is not counted
+
+
+def test_requests_the_engine_aborts_are_said_not_replayed(tmp_path):
+    """The sglang preset aborts a prompt longer than its KV pool takes at arrival (SGLang's input
+    limit): replay computes nothing for it, and says so on its requests line and in
+    ``aborted_requests``, so that 5 requests of the 6 asked for is not a silent shortfall. At 40KB
+    the sixth request's 333-token prompt is over the pool (``marconi run`` aborts the same one)."""
+    pytest.importorskip("torch")
+    trace = "synthetic:chat:sessions=2,turns=3,prompt_tokens=100,user_tokens=60,output_tokens=2,prompts=1"
+    args = ("replay", "--device", "cpu", "--model", "replay-tiny", "--trace", trace, "--policy", "sglang")
+    p = marconi(*args, "--capacity", "40KB", "--scheduler", "fcfs", "--no-progress", "--out", tmp_path / "out")
+    line = next(x for x in p.stdout.splitlines() if x.startswith("requests"))
+    assert line.endswith("; 1 more aborted at arrival (prompt longer than the engine takes), not replayed"), line
+    s = json.loads((tmp_path / "out" / "summary.json").read_text())["summary"]
+    assert s["requests"] == 5 and s["aborted_requests"] == 1 and s["failures"] == 0
+    assert s["hits"] == s["hits_validated"] == s["kv_hits_validated"] > 0
+    p = marconi(*args, "--capacity", "50KB", "--scheduler", "fcfs", "--no-progress", "--format", "json")
+    assert json.loads(p.stdout)["aborted_requests"] == 0 and json.loads(p.stdout)["requests"] == 6
