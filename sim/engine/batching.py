@@ -330,13 +330,7 @@ class ContinuousEngine:
         if k <= 0:
             return
         if s.pos < s.n_in or not s.inserted:
-            ctx = f.ctx
-            whole = ctx.prefill_steps
-            ctx.prefill_steps = (*s.step_ends, s.n_in)
-            try:
-                cps = sim.admission.prefill_checkpoints(m, ctx)
-            finally:
-                ctx.prefill_steps = whole
+            cps = sim.prefill_checkpoints_at(f, (*s.step_ends, s.n_in))
         else:  # the prompt's states went in with it, and the published decode ones (one evicted since is gone)
             cps = [c for c in f.decode_cps if c * g > s.decode_in]
         cps = [c for c in cps if m.hit_sym < c <= k]
@@ -639,13 +633,7 @@ class ContinuousEngine:
         f, g = s.f, self.sim.grid
         if f is None or f.ctx is None or f.match is None or p % g or not self.sim.admission.uses_prefill_steps:
             return False
-        ctx = f.ctx
-        whole = ctx.prefill_steps
-        ctx.prefill_steps = (*s.step_ends, s.n_in)
-        try:
-            return p // g in self.sim.admission.prefill_checkpoints(f.match, ctx)
-        finally:
-            ctx.prefill_steps = whole
+        return p // g in self.sim.prefill_checkpoints_at(f, (*s.step_ends, s.n_in))
 
     def _kept_decode_state(self, s: Seq, p: int) -> bool:
         """Whether the state at token ``p`` of decoding request ``s`` is one vLLM keeps (the

@@ -466,6 +466,18 @@ class Simulation:
         self._after_insert(res, f, t)
         return res.inserted
 
+    def prefill_checkpoints_at(self, f: Flight, step_ends) -> list[int]:
+        """The admission's prefill checkpoints of ``f`` (symbols) had its prefill steps ended at
+        ``step_ends`` (tokens): what the preset keeps of a prompt computed so far. ``f.ctx``'s own
+        steps are put back after."""
+        ctx = f.ctx
+        whole = ctx.prefill_steps
+        ctx.prefill_steps = tuple(step_ends)
+        try:
+            return self.admission.prefill_checkpoints(f.match, ctx)
+        finally:
+            ctx.prefill_steps = whole
+
     def chunk_checkpoints(self, f: Flight, step_ends: list[int], published: int) -> tuple[int, list[int]] | None:
         """A batching scheduler's prefill step ended inside the prompt, at ``step_ends[-1]`` tokens,
         and the admission publishes every chunk (``publishes_chunks``: SGLang's
@@ -477,12 +489,8 @@ class Simulation:
         k = min(step_ends[-1] // self.grid, len(f.seq_in))
         if not self.preset.caching or f.ctx is None or f.match is None or k <= f.match.hit_sym:
             return None
-        ctx = f.ctx
-        whole = ctx.prefill_steps
-        ctx.prefill_steps = tuple(step_ends)
         done = published // self.grid
-        cps = [c for c in self.admission.prefill_checkpoints(f.match, ctx) if done < c <= k]
-        ctx.prefill_steps = whole
+        cps = [c for c in self.prefill_checkpoints_at(f, step_ends) if done < c <= k]
         if not cps and self.spec.is_hybrid:
             return None
         return k, cps
