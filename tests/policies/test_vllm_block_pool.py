@@ -696,6 +696,34 @@ def test_a_preempted_request_leaves_what_it_computed_in_the_cache(retention, kep
     assert sim.tree.capacity_bytes == start and not any(n.lock for n in sim.tree.iter_nodes() if n.parent)
 
 
+def test_a_request_preempted_after_a_kept_prefill_state_holds_only_what_its_recompute_takes():
+    """Retention -1, block 16, budget 16, a 56-token prompt preempted after two chunks: it held the
+    state at 16 as a kept prefill slot (vLLM cached that block the step after it), and the
+    preemption left it in the cache (``_cache_computed``), so the request no longer owes it. Looked
+    up again, it hits its own 32 tokens and recomputes [32, 48) and [48, 56) (holding the state at
+    48 as a kept slot in that second step); the prompt's insert gives back that one kept slot, not
+    the one the preemption already settled: after each step it holds its running state alone, to
+    its end (mutation survivor: ``Seq.preempt`` not clearing ``kept_prefill`` made the insert
+    hand back a slot the request no longer held, leaving it none while it decoded)."""
+    trace = one_per_session((toks(0, 56), toks(500, 4)))
+    sim, eng = _engine(trace, max_num_batched_tokens=16, prefix_cache_retention_interval=-1)
+    eng.arrive(trace.requests[0])
+    for _ in range(2):
+        eng._apply(eng.schedule(), 1, 0.0, 0.0)
+    s = eng.running.pop()
+    assert (s.pos, s.held_states, s.kept_prefill) == (32, 2, 1)  # the running state and the kept one at 16
+    eng._preempt(s, [])
+    held = []
+    while not s.finished:
+        batch = eng.schedule()
+        s = eng.running[0]
+        eng._apply(batch, 1, 0.0, 0.0)
+        held.append((s.pos, s.held_states))
+    assert s.f.hit_tokens == 32
+    assert held == [(48, 1), (56, 1), (57, 1), (58, 1), (59, 0)]
+    sim.tree.check_invariants()
+
+
 def test_a_hit_state_enters_the_free_queue_after_the_step_and_after_the_requests_that_ended_in_it():
     """vLLM holds a hit's state block through the request's first step (``allocate_new_blocks``
     records it as ``last_state_block_idx``, ``single_type_kv_cache_manager.py`` L1842-L1844) and

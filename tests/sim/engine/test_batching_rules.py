@@ -619,3 +619,32 @@ def test_a_sessions_next_turn_arrives_after_its_last_one_finished():
     assert rec.done.all() and list(res.requests["output_tokens"]) == [3, 2, 3, 2]
     for first, second in ((0, 1), (2, 3)):
         assert rec.arrival[second] == pytest.approx(rec.finish[first] + 0.5)
+
+
+def test_the_tuner_sees_a_waiting_request_once_though_it_is_matched_on_every_pass():
+    """SGLang matches a waiting request again each time it tries to admit it
+    (``rematches_waiting``: ``_unlook`` gives the lookup back while it waits for memory), so
+    request 1, refused while request 0 holds the memory, is looked up again before it is first
+    scheduled: the tuner's before-hook still runs once for it (mutation survivor
+    ``s.tuned = True`` dropped in ``ContinuousEngine._lookup``: the preemption case above never
+    looks a request up twice before it is scheduled)."""
+    from sim.engine.batching import run_continuous
+
+    reqs = [request(0, 300, 40), request(1, 300, 40)]
+    conf = SimConfig(policy="sglang", capacity_bytes=3 * S + 400 * K, scheduler="continuous")
+    sim = build(Trace("w", reqs, closed_loop=False), conf)
+    looked = []
+    lookup = sim.lookup
+    sim.lookup = lambda r, t, **kw: (looked.append(r.request_id), lookup(r, t, **kw))[1]
+    before, after = [], []
+    run_continuous(
+        sim,
+        simpy.Environment(),
+        None,
+        (np.array([0.0, 0.0]), reqs),
+        lambda s, r, t: before.append(r.request_id),
+        lambda s, r, t: after.append(r.request_id),
+        lambda s: None,
+    )
+    assert looked.count(1) >= 2  # matched again after waiting
+    assert before == [0, 1] and sorted(after) == [0, 1]
