@@ -62,6 +62,15 @@ TRACE_OPTIONS = (
         "--trace-seed", "trace_seed", _DEFAULTS.seed, "Seed of every random draw made while building the trace.", int
     ),
     TraceOption(
+        "--hash-block-tokens",
+        "hash_block_tokens",
+        False,
+        "Mooncake / Bailian: spell every hash block out as its tokens (block_tokens 1), so a preset's own "
+        "blocks and states can end inside a hash block, as the engine's do; the trace then holds block "
+        "size (512 / 16) times as many symbols (mooncake:sample: 4.4 million tokens).",
+        is_flag=True,
+    ),
+    TraceOption(
         "--session-range",
         "session_range",
         _DEFAULTS.session_range,

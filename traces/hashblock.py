@@ -16,6 +16,16 @@ Open loop: arrival = (timestamp - first timestamp) * time_scale seconds; timesta
 backwards. Outputs carry no hashes: each request gets ceil(output_length / block) fresh negative
 symbols, unique in the trace, so an answer is only ever reused through a later request's hash_ids.
 ``input_len`` / ``output_len`` are set in tokens.
+
+``--hash-block-tokens`` (``TraceOptions.hash_block_tokens``) spells the symbols out as tokens: symbol
+``s`` becomes the ``block_tokens`` ids ``(s + 2**40) * block_tokens + j`` (``j < block_tokens``; the
+spelling ``benchmarks/differential_vllm.py`` feeds the engines), each prompt trimmed to its
+``input_length`` and each output to its ``output_length``, and the trace's ``block_tokens`` is 1. Input
+symbols (>= 0) give ids from ``2**40 * block_tokens`` up, output symbols (-1, -2, ...) the ids just
+below, so the two never meet; ids must fit an int64 (hash ids up to ``max_spelled_hash``). Two
+requests then share a prefix token by token, as an engine sees them, and an engine preset can put a
+state or a block end inside a hash block; the trace holds ``block_tokens`` times as many symbols
+(``mooncake:sample``: 4.4 million tokens, 35 MB).
 """
 
 from __future__ import annotations
@@ -58,6 +68,27 @@ def resolve_path(kind: str, path: str) -> str:
 
 
 TIME_UNIT = {"mooncake": 1e-3, "bailian": 1.0}
+#: --hash-block-tokens: symbol s is spelled (s + SPELL_OFFSET) * block + j, j < block
+SPELL_OFFSET = 1 << 40
+
+
+def max_spelled_hash(block: int) -> int:
+    """The largest hash id whose spelled tokens fit an int64 at ``block`` tokens a symbol."""
+    return (INT64_MAX - (block - 1)) // block - SPELL_OFFSET
+
+
+def spell(symbols, block: int, n: int) -> np.ndarray:
+    """The first ``n`` tokens of ``symbols`` spelled out (int64): symbol ``s`` becomes
+    ``(s + 2**40) * block + j`` for ``j < block``."""
+    s = np.asarray(symbols, dtype=np.int64)
+    j = np.arange(block, dtype=np.int64)
+    return ((s[:, None] + SPELL_OFFSET) * block + j[None, :]).reshape(-1)[:n]
+
+
+def unspell(tokens, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """(symbol, index in its block) of each spelled token: ``spell``'s inverse."""
+    t = np.asarray(tokens, dtype=np.int64)
+    return t // block - SPELL_OFFSET, t % block
 
 
 def load(kind: str, path: str, options) -> Trace:
@@ -65,6 +96,8 @@ def load(kind: str, path: str, options) -> Trace:
         raise TraceError(f"unknown hash-block trace kind {kind!r}")
     block = BLOCK_TOKENS[kind]
     unit = TIME_UNIT[kind]
+    spelled = bool(options.hash_block_tokens)
+    hash_hi = max_spelled_hash(block) if spelled else INT64_MAX
     reader = JsonlReader(resolve_path(kind, path), options.skip_bad_rows, what=kind, progress=options.progress)
     budget = SizeBudget(options.max_request_tokens)
     rows: list[tuple] = []  # (session, turn, hash array, ts, input_length, output_length, line)
@@ -84,6 +117,11 @@ def load(kind: str, path: str, options) -> Trace:
             budget.check_request(il + ol)
             # ids >= 0: negative symbols stand for the outputs (below)
             hashes = require_int_list(row, "hash_ids", lo=0, hi=INT64_MAX)
+            if spelled and hashes and max(hashes) > hash_hi:
+                raise RowProblem(
+                    f"hash id {max(hashes)} is too large for --hash-block-tokens (its {block} tokens would "
+                    f"not fit an int64; ids up to {hash_hi:,} do)"
+                )
             n_blocks = -(-il // block)
             if len(hashes) != n_blocks:
                 raise RowProblem(
@@ -107,7 +145,8 @@ def load(kind: str, path: str, options) -> Trace:
         except RowProblem as exc:
             reader.bad(line_no, str(exc))
             continue
-        budget.add(len(hashes) + -(-ol // block), reader.where(line_no))
+        # spelled out, the trace holds a token per token, not a symbol per block
+        budget.add(il + ol if spelled else len(hashes) + -(-ol // block), reader.where(line_no))
         last_ts = ts
         if hashes:
             max_hash = max(max_hash, max(hashes))
@@ -138,8 +177,10 @@ def load(kind: str, path: str, options) -> Trace:
     t0 = rows[0][3]
     n_out = [-(-ol // block) for *_, ol, _ in rows]
     n_in = [len(h) for _, _, h, *_ in rows]
-    # int32 when the hash ids and the output symbols (-1 .. -total outputs) all fit
-    buf = np.empty(sum(n_in) + sum(n_out), dtype=compact_dtype(-sum(n_out), max_hash))
+    if spelled:  # one int64 token a token: prompts and outputs at their lengths
+        buf = np.empty(sum(il + ol for *_, il, ol, _ in rows), dtype=np.int64)
+    else:  # int32 when the hash ids and the output symbols (-1 .. -total outputs) all fit
+        buf = np.empty(sum(n_in) + sum(n_out), dtype=compact_dtype(-sum(n_out), max_hash))
     reqs: list[Request] = []
     pos = 0
     next_out = -1
@@ -153,11 +194,17 @@ def load(kind: str, path: str, options) -> Trace:
                 f"{reader.where(line_no)}: timestamp {ts} gives an arrival beyond a float "
                 f"(first timestamp {t0}, time scale {options.time_scale})"
             )
-        buf[pos : pos + ni] = hashes
+        out_symbols = np.arange(next_out, next_out - no, -1, dtype=buf.dtype)
+        next_out -= no
+        if spelled:
+            ni, no = il, ol
+            buf[pos : pos + ni] = spell(hashes, block, il)
+            buf[pos + ni : pos + ni + no] = spell(out_symbols, block, ol)
+        else:
+            buf[pos : pos + ni] = hashes
+            buf[pos + ni : pos + ni + no] = out_symbols
         inp = buf[pos : pos + ni]
         pos += ni
-        buf[pos : pos + no] = np.arange(next_out, next_out - no, -1, dtype=buf.dtype)
-        next_out -= no
         out = buf[pos : pos + no]
         pos += no
         reqs.append(
@@ -179,4 +226,6 @@ def load(kind: str, path: str, options) -> Trace:
     }
     if types:
         meta["types"] = dict(types)
-    return Trace(f"{kind}:{path}", reqs, block_tokens=block, closed_loop=False, meta=meta)
+    if spelled:  # the hash block each token came from: (token // it) - 2**40 is its symbol
+        meta["hash_block_tokens"] = block
+    return Trace(f"{kind}:{path}", reqs, block_tokens=1 if spelled else block, closed_loop=False, meta=meta)

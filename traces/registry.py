@@ -14,6 +14,7 @@ Specs::
     mooncake:sample           300 rows of Mooncake's conversation trace, shipped in traces/data/
                               (mooncake:sample-synthetic: of its synthetic trace)
     bailian:PATH              Alibaba Bailian JSONL (16-token hash blocks, timestamp in s)
+                              (either, with hash_block_tokens: every block spelled out as tokens)
     marconi-jsonl:PATH        the Marconi artifact's pre-tokenized JSONL (.gz allowed)
     synthetic:KIND[:k=v,...]  seeded generator, KIND in system-prompt|few-shot|chat|agent
 
@@ -65,6 +66,8 @@ class TraceOptions:
     max_turns: int = 50  # swebench: steps per trajectory
     keep_observations: int = 5  # swebench: observations kept in full (older ones collapsed)
     words_per_minute: float = 90.0  # chat think time: typing speed
+    # mooncake / bailian: each hash symbol spelled out as its block's tokens (block_tokens 1)
+    hash_block_tokens: bool = False
     # rows of file traces: input + output tokens (MARCONI_MAX_REQUEST_TOKENS overrides the default)
     max_request_tokens: int | str = field(
         default_factory=lambda: os.environ.get("MARCONI_MAX_REQUEST_TOKENS", DEFAULT_MAX_REQUEST_TOKENS)
@@ -101,6 +104,8 @@ class TraceOptions:
             from traces.sessions import parse_session_range
 
             parse_session_range(self.session_range)
+        if not isinstance(self.hash_block_tokens, bool):
+            raise TraceError(f"--hash-block-tokens is a switch: True or False (got {self.hash_block_tokens!r})")
         if not 0 <= self.max_non_ascii <= 1:
             raise TraceError(f"max_non_ascii must be in [0, 1] (got {self.max_non_ascii})")
 
@@ -111,6 +116,7 @@ _SWEBENCH = frozenset(
     {"sessions", "max_tokens", "tokenizer", "response_time", "trace_seed", "skip_bad_rows", "session_range"}
 )
 _TIMESTAMPED = frozenset({"time_scale", "skip_bad_rows", "session_range"})
+_HASH_BLOCK = _TIMESTAMPED | {"hash_block_tokens"}
 _SYNTHETIC = frozenset({"sessions", "response_time", "trace_seed", "session_range"})
 
 
@@ -336,14 +342,14 @@ SOURCES: dict[str, TraceSource] = {
             ),
             _hashblock_build("mooncake"),
             path_required=True,
-            reads=_TIMESTAMPED,
+            reads=_HASH_BLOCK,
         ),
         TraceSource(
             "bailian",
             (("bailian:PATH", "Alibaba Bailian JSONL (16-token hash blocks, sessions)"),),
             _hashblock_build("bailian"),
             path_required=True,
-            reads=_TIMESTAMPED,
+            reads=_HASH_BLOCK,
         ),
         TraceSource(
             "marconi-jsonl",

@@ -30,7 +30,10 @@ SPEED_KNOBS = ("tuning_workers",)
 #: with a tuning grid
 TUNING_KNOBS = tuple(f.name for f in SimConfig.settings("tuning") if f.name not in SPEED_KNOBS)
 #: trace options newer than ROW_VERSION 1: left out of the config id while at their default
-LATER_TRACE_OPTIONS = ("session_range",)
+LATER_TRACE_OPTIONS = ("session_range", "hash_block_tokens")
+#: trace options newer than the rows' columns (tests/data/sweep-row-v2): a column of a row only when
+#: set, so rows at their defaults keep the columns, in their order, of the results folders before them
+LATER_TRACE_COLUMNS = ("hash_block_tokens",)
 #: knobs read only by --scheduler continuous
 BATCHING_KNOBS = ("max_num_batched_tokens", "max_num_seqs")
 
@@ -194,7 +197,8 @@ def make_task(trace_kwargs: dict, **knobs) -> Task:
     tk_id = {k: v for k, v in tk.items() if not (k in LATER_TRACE_OPTIONS and v == defaults[k])}
     identity = {"v": ROW_VERSION, "trace": tk_id, "config": {**ident, "alpha": None if mode == "none" else cfg.alpha}}
     cid = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
-    knob_row = {"config_id": cid, **tk, **row, "alpha_mode": mode}
+    tk_row = {k: v for k, v in tk.items() if not (k in LATER_TRACE_COLUMNS and v == defaults[k])}
+    knob_row = {"config_id": cid, **tk_row, **row, "alpha_mode": mode}
     return Task(tk, cfg, mode, cid, knob_row)
 
 

@@ -203,6 +203,7 @@ def token_source(trace: Trace, seed: int):
     """``tokens_of(request id) -> (prompt + response token ids, prompt length)``."""
     B = trace.block_tokens
     reqs = trace.requests
+    hash_block = int(trace.meta.get("hash_block_tokens") or 0)  # --hash-block-tokens: drawn as the blocks
 
     def tokens_of(rid: int):
         r = reqs[rid]
@@ -215,6 +216,7 @@ def token_source(trace: Trace, seed: int):
             output_len=n_out,
             seed=seed,
             vocab=VOCAB_ROWS,
+            hash_block=hash_block,
         )
         return toks, n_in
 

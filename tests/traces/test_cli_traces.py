@@ -138,6 +138,7 @@ def test_trace_options_decorator():
         "response_time",
         "time_scale",
         "trace_seed",
+        "hash_block_tokens",
         "session_range",
     }
 

@@ -196,6 +196,7 @@ TRACE_ALTERNATIVES = {
     "time_scale": 2.0,
     "trace_seed": 1,
     "session_range": "0:3",
+    "hash_block_tokens": True,
 }
 
 
@@ -294,7 +295,8 @@ def test_parsed_values_have_the_knobs_types():
 
 
 def test_a_later_trace_option_at_its_default_keeps_earlier_config_ids():
-    """``--session-range`` (added after ROW_VERSION 1) is left out of the id while empty, so a
+    """``--session-range`` and ``--hash-block-tokens`` (added after ROW_VERSION 1) are left out of the
+    id while at their defaults, so a
     results folder written before it resumes; set, it is part of the id (test above)."""
     import hashlib
     import json
@@ -302,7 +304,7 @@ def test_a_later_trace_option_at_its_default_keeps_earlier_config_ids():
     from sim.experiments.grid import ROW_VERSION, _trace_defaults
 
     task = make_task({}, policy="marconi", alpha=1.0, scheduler="fcfs")
-    tk = {k: v for k, v in _trace_defaults().items() if k != "session_range"}
+    tk = {k: v for k, v in _trace_defaults().items() if k not in ("session_range", "hash_block_tokens")}
     # fcfs runs also leave the scheduler's knobs out (they predate it)
     dropped = ("tuning_workers", "scheduler", "max_num_batched_tokens", "max_num_seqs")
     ident = {k: v for k, v in task.config.as_row().items() if k not in dropped}
