@@ -38,6 +38,10 @@ equal trace times go in arrival order; SGLang stamps recency from its own counte
     python benchmarks/differential_sglang.py --sglang ENGINES/sglang-0.5.23 \\
         --deps ENGINES/deps --trace sharegpt --sessions 100 --memory 10GB
 
+On a hash-block trace (``mooncake:sample``) the engine gets each 512-token symbol spelled out as
+tokens and the preset the symbols, unless ``--hash-block-tokens`` is given: then the trace itself is
+spelled out (``traces/hashblock.py``) and both sides see the same tokens.
+
 Prints, for each preset compared, how many requests get the same hit as the engine, and writes
 ``--out`` (a CSV of per-request hits) when given.
 """
@@ -684,6 +688,13 @@ def main() -> None:
     ap.add_argument("--deps", default="", help="folder of the modules SGLang imports (pip --target)")
     ap.add_argument("--trace", default="sharegpt", help="trace spec (sharegpt, mooncake:sample)")
     ap.add_argument("--sessions", type=int, default=100)
+    ap.add_argument(
+        "--hash-block-tokens",
+        action="store_true",
+        help="a hash-block trace (mooncake:sample) spelled out as tokens, as `marconi run --hash-block-tokens` "
+        "does: the preset sees the engine's tokens (block_tokens 1) and may end a block or a state inside a "
+        "hash block",
+    )
     ap.add_argument("--memory", default="ample", help="'ample' (nothing evicted) or the engine's --gpu-memory")
     ap.add_argument("--prefill-chunk", type=int, default=8192)
     ap.add_argument("--presets", default=",".join(PRESETS), help=f"comma-separated, of {', '.join(PRESETS)}")
@@ -719,7 +730,7 @@ def main() -> None:
     sys.meta_path.insert(0, _StubFinder())
     from traces.registry import TraceOptions, load_trace  # noqa: PLC0415
 
-    trace = load_trace(args.trace, TraceOptions(sessions=args.sessions))
+    trace = load_trace(args.trace, TraceOptions(sessions=args.sessions, hash_block_tokens=args.hash_block_tokens))
     print(f"trace {args.trace}: {len(trace.requests)} requests, block {trace.block_tokens}, memory {args.memory}")
     rows = []
     for label in args.presets.split(","):

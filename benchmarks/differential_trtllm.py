@@ -723,6 +723,13 @@ def main() -> None:
     ap.add_argument("--trtllm", required=True, help="folder holding TensorRT-LLM's tensorrt_llm/ files (see above)")
     ap.add_argument("--trace", default="sharegpt", help="sharegpt (Qwen3.5 tokens) or mooncake:sample")
     ap.add_argument("--sessions", type=int, default=100)
+    ap.add_argument(
+        "--hash-block-tokens",
+        action="store_true",
+        help="a hash-block trace (mooncake:sample) spelled out as tokens, as `marconi run --hash-block-tokens` "
+        "does: the preset sees the engine's tokens (block_tokens 1) and may end a block or a state inside a "
+        "hash block",
+    )
     ap.add_argument("--tokens-per-block", type=int, default=32, help="the engine's tokens_per_block")
     ap.add_argument("--prefill-chunk", type=int, default=8192)
     ap.add_argument("--periodic-snapshot-interval", type=int, default=0)
@@ -749,7 +756,7 @@ def main() -> None:
     ap.add_argument("--out", default="", help="CSV of per-request hits (request, input tokens, engine, presets)")
     args = ap.parse_args()
     root = Path(args.trtllm)
-    trace = load_trace(args.trace, TraceOptions(sessions=args.sessions))
+    trace = load_trace(args.trace, TraceOptions(sessions=args.sessions, hash_block_tokens=args.hash_block_tokens))
     print(
         f"trace: {args.trace}, {len(trace.requests)} requests, {trace.n_sessions} sessions; "
         f"tokens_per_block {args.tokens_per_block}, periodic {args.periodic_snapshot_interval}, "

@@ -3,8 +3,11 @@
 The same request stream (a real ShareGPT slice with Qwen3.5 tokens, or ``mooncake:sample`` with its
 512-token hash blocks spelled out as tokens) goes through vllm-project/vllm's v1 cache code on the
 CPU and through the simulator's preset in sequential mode; the hit tokens of every request are
-compared. Nothing of vLLM is copied here: the script imports ``vllm/v1/core/`` (``KVCacheManager``,
-the ``HybridKVCacheCoordinator``, ``FullAttentionManager`` / ``MambaManager``, ``BlockPool``,
+compared. On a hash-block trace the preset sees the blocks (a block or state ends on a 512-token
+symbol) unless ``--hash-block-tokens`` is given: then the trace itself is spelled out
+(``traces/hashblock.py``, the spelling of ``tokens_of`` below) and both sides see the same tokens.
+Nothing of vLLM is copied here: the script imports ``vllm/v1/core/`` (``KVCacheManager``, the
+``HybridKVCacheCoordinator``, ``FullAttentionManager`` / ``MambaManager``, ``BlockPool``,
 ``kv_cache_utils``) and ``vllm/v1/kv_cache_interface.py`` from the folder given with ``--vllm`` (the
 unpacked wheel: ``pip download --no-deps vllm==0.33.0`` and unzip its ``vllm/*.py``), with the
 modules they import but do not need on this path (``vllm.config``, ``vllm.logger``, the request
@@ -596,6 +599,13 @@ def main(argv=None) -> int:
     ap.add_argument("--vllm", type=Path, required=True, help="folder holding vLLM's vllm/ package (an unpacked wheel)")
     ap.add_argument("--trace", default="sharegpt", help="sharegpt or mooncake:sample (any trace spec)")
     ap.add_argument("--sessions", type=int, default=100)
+    ap.add_argument(
+        "--hash-block-tokens",
+        action="store_true",
+        help="a hash-block trace (mooncake:sample) spelled out as tokens, as `marconi run --hash-block-tokens` "
+        "does: the preset sees the engine's tokens (block_tokens 1) and may end a block or a state inside a "
+        "hash block",
+    )
     ap.add_argument("--block-size", type=int, default=0, help="0: the preset's block (528 for Qwen3.5-9B)")
     ap.add_argument("--retention", type=int, default=0, help="--prefix-cache-retention-interval (-1: dense)")
     ap.add_argument("--prefill-chunk", type=int, default=8192)
@@ -613,7 +623,7 @@ def main(argv=None) -> int:
     if args.out is not None and args.out.exists():
         _usage(f"{args.out} exists (--out never replaces a file)")
     v = load_vllm(args.vllm)
-    trace = load_trace(args.trace, TraceOptions(sessions=args.sessions))
+    trace = load_trace(args.trace, TraceOptions(sessions=args.sessions, hash_block_tokens=args.hash_block_tokens))
     if args.scheduler == "continuous":
         return continuous(v, trace, args)
     capacity = parse_size(args.capacity) if args.capacity != "0" else 0
