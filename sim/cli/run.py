@@ -28,6 +28,7 @@ from sim.cost import get_model, gpu_count, model_for, timing_for, timing_note
 from sim.engine.metrics import SUMMARY_KEYS, RunSummary
 from sim.errors import UsageError
 from sim.engine.events import EventLog, event_row, write_events
+from sim.engine.simulation import off_grid_message
 from sim.replay.measure import read_timing
 from sim.simulate import hindsight_preset, simulate
 
@@ -169,10 +170,7 @@ def refuse_unfitting_policies(configs: list[SimConfig], trace) -> None:
     for c in configs:
         if not fits_trace_blocks(c, trace.block_tokens):
             step = get_preset(c.policy).grid_for(model_for(c), c)
-            raise UsageError(
-                f"policy {c.policy} checkpoints every {step} tokens, finer than (or not a multiple of) "
-                f"the trace's {trace.block_tokens}-token blocks"
-            )
+            raise UsageError(off_grid_message(c.policy, step, trace.block_tokens))
 
 
 def json_row(cfg: SimConfig, summary: RunSummary, sat: table.Saturation | None = None) -> dict:

@@ -117,6 +117,15 @@ class TreeEvents:
             fn(t, tokens)
 
 
+def off_grid_message(policy: str, step: int, block: int) -> str:
+    """The refusal of a policy whose checkpoints (every ``step`` tokens) cannot sit on a hash-block
+    trace's ``block``-token symbols, naming the way to run it anyway."""
+    return (
+        f"policy {policy} checkpoints every {step} tokens, finer than (or not a multiple of) the trace's "
+        f"{block}-token blocks; --hash-block-tokens runs it on the trace spelled out as tokens"
+    )
+
+
 class Simulation:
     def __init__(
         self,
@@ -271,10 +280,7 @@ class Simulation:
         pg = self.preset.grid_for(self.spec, self.config)
         grid = max(pg, B)
         if pg > 1 and (pg < B or pg % B):
-            raise UsageError(
-                f"policy {self.preset.name} checkpoints every {pg} tokens, finer than "
-                f"(or not a multiple of) the trace's {B}-token blocks"
-            )
+            raise UsageError(off_grid_message(self.preset.name, pg, B))
         self.preset.check_blocks(self.spec, self.config, B)
         if (
             self.config.state_alignment == "chunk"

@@ -215,7 +215,9 @@ def test_default_policies_on_a_hash_block_trace_leave_vllm_out(runner, tmp_path)
     # named explicitly, it is still refused with the reason
     res = runner.invoke(main, ["run", "--trace", f"mooncake:{path}", "--no-progress", "--policy", "vllm+"])
     _one_line_error(
-        res, "policy vllm+ checkpoints every 32 tokens, finer than (or not a multiple of) the trace's 512-token blocks"
+        res,
+        "policy vllm+ checkpoints every 32 tokens, finer than (or not a multiple of) the trace's 512-token blocks; "
+        "--hash-block-tokens runs it on the trace spelled out as tokens",
     )
 
 
