@@ -181,6 +181,20 @@ class SglangAdmission(RefusesLongPrompts, AdmissionPolicy):
     #: fcfs policy and LRU eviction (the cache-aware policies match every waiting request instead)
     waiting_refresh = (WAITING_PREFIX_REFRESH_INTERVAL, WAITING_QUEUE_PREFIX_MATCH_MAX)
 
+    @property
+    def states_per_running_request(self) -> int:
+        """SGLang caps its running requests at its mamba pool's states divided by this ratio
+        (``KVCacheConfigurator.resolve_max_num_reqs``, ``mem_cache/kv_cache_configurator.py``
+        L3134-L3151, ``max_mamba_cache_size // ratio``), so the pool does not run dry under the
+        requests it runs (each holds its working slot, the state its prefill checkpoint forks and
+        its locked hit: "the prefill->decode peak needs ~3 slots/req", L222-L229). The ratio
+        (``_calculate_mamba_ratio``, L3062-L3088): ``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO``
+        3 plus the ping-pong tracking slots (``get_mamba_tracking_slots``,
+        ``mem_cache/allocation_sizing.py`` L11-L19: extra_buffer 2 under the default overlap
+        schedule, extra_buffer_lazy 1, no_buffer 0)."""
+        strategy = resolved_strategy(self.params)
+        return 3 + {"no_buffer": 0, "extra_buffer_lazy": 1}.get(strategy, 2)
+
     def output_reserve(self, new_tokens: int) -> int:
         """KV tokens SGLang's ``PrefillAdder`` holds back for ``new_tokens`` output tokens still to
         decode: clipped at ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION`` (4096, ``schedule_policy.py``

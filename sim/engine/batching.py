@@ -56,6 +56,7 @@ import simpy
 
 from sim.engine.events import listeners
 from sim.engine.simulation import Flight, Simulation
+from sim.errors import UsageError
 from traces.base import Request
 
 
@@ -182,6 +183,18 @@ class ContinuousEngine:
         cfg = sim.config
         self.budget = cfg.max_num_batched_tokens
         self.max_seqs = cfg.max_num_seqs
+        #: SGLang runs at most its mamba pool's states // ``states_per_running_request`` requests
+        #: (``resolve_max_num_reqs``): with a state pool of its own the engine's cap replaces a
+        #: larger ``--max-num-seqs``
+        per = getattr(sim.admission, "states_per_running_request", 0) if sim.spec.is_hybrid else 0
+        pool = getattr(sim.tree, "state_capacity", None)
+        if per and pool is not None:
+            if pool < per:
+                raise UsageError(
+                    f"a mamba pool of {pool} states serves no request: SGLang refuses to start with fewer "
+                    f"than {per} states (max_running_requests = states // {per})"
+                )
+            self.max_seqs = min(self.max_seqs, pool // per)
         self.slots = sim.admission.running_state_slots if sim.spec.is_hybrid else 0
         #: KV charged in whole blocks of this many tokens (an admission's ``running_kv_block``:
         #: vLLM allocates a running request's attention KV a block at a time); 1: per token

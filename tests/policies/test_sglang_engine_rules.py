@@ -16,6 +16,7 @@ from sim.engine import batching
 from sim.engine.drivers import run as drive
 from sim.engine.events import EventLog, Lookup, Step
 from sim.engine.simulation import Simulation
+from sim.errors import UsageError
 from sim.simulate import build
 from traces.base import Request, Trace
 
@@ -203,6 +204,15 @@ def _continuous(trace, **knobs):
     return [int(h) for h in res.requests.sort_values("request_id")["hit_tokens"]], chunks
 
 
+@pytest.fixture
+def uncapped(monkeypatch):
+    """A mamba pool smaller than SGLang serves these tests' running requests with: the engine runs
+    at most states // 3 of them (rule 19, ``states_per_running_request``) and refuses to start
+    under 3. The cache's own behaviour these tests pin (fed to SGLang's cache directly) is run with
+    the cap off."""
+    monkeypatch.setattr(SglangAdmission, "states_per_running_request", 0)
+
+
 @pytest.mark.parametrize("strategy", ["no_buffer", "extra_buffer"])
 def test_a_chunk_inside_the_prompt_is_published_before_the_next_step_matches(strategy):
     """``Scheduler.get_next_batch_to_run`` stashes the chunked request before it matches new ones
@@ -327,7 +337,7 @@ def test_an_insert_carries_one_state_so_the_end_does_not_refresh_the_prompt_stat
     assert got == [0, 0, 0, 0]
 
 
-def test_a_request_that_ends_with_its_prompt_is_released_without_a_checkpoint():
+def test_a_request_that_ends_with_its_prompt_is_released_without_a_checkpoint(uncapped):
     """A request whose first sampled token is its last is released, not checkpointed
     (``scheduler_components/batch_result_processor.py`` L379-L395: ``release_kv_cache`` when ``req.finished()``), and a
     finished request hands its running slot to the tree (``unified_radix_cache.py`` L1167-L1168:
@@ -347,7 +357,7 @@ def test_a_request_that_ends_with_its_prompt_is_released_without_a_checkpoint():
     assert got == [0, 0, 0, 10]
 
 
-def test_a_state_above_a_running_request_is_a_victim_once_its_lock_moves_on():
+def test_a_state_above_a_running_request_is_a_victim_once_its_lock_moves_on(uncapped):
     """A running request locks the state of the node its lock ends at only (``components/mamba.py``
     ``acquire_component_lock`` L465), and a checkpoint moves that lock to the node the insert ended
     on (``unified_radix_cache.py`` L1300-L1312: ``unlock(req.lock)``, ``lock(new_last_node)``), so
@@ -509,12 +519,13 @@ def test_a_waiting_request_is_admitted_only_with_room_for_its_output_and_the_run
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(SglangAdmission, "reserves_output", False)
         assert _memory_run(trace, 240)[1][1] < 1e-6
-    # with the states in a pool of their own (4 states, 64 B) the KV budget is SGLang's: a pool of
-    # 112 tokens (D's 30 and 82 free) admits W at once, 111 do not. SGLang 0.5.23's own
-    # PrefillAdder fed D's state answers the same (CONTINUE with 83 tokens free before D's token of
-    # the step, NO_TOKEN with 82): benchmarks/results/2026-12-05-sglang-admission/verify_rule16.py
-    assert _memory_run(trace, 64 + 112 * 2, max_mamba_cache_size=4)[1][1] < 1e-6
-    assert _memory_run(trace, 64 + 111 * 2, max_mamba_cache_size=4)[1][1] == pytest.approx(0.060, abs=1e-6)
+    # with the states in a pool of their own (6 states, 96 B: two running requests, rule 19) the KV
+    # budget is SGLang's: a pool of 112 tokens (D's 30 and 82 free) admits W at once, 111 do not.
+    # SGLang 0.5.23's own PrefillAdder fed D's state answers the same (CONTINUE with 83 tokens free
+    # before D's token of the step, NO_TOKEN with 82):
+    # benchmarks/results/2026-12-05-sglang-admission/verify_rule16.py
+    assert _memory_run(trace, 96 + 112 * 2, max_mamba_cache_size=6)[1][1] < 1e-6
+    assert _memory_run(trace, 96 + 111 * 2, max_mamba_cache_size=6)[1][1] == pytest.approx(0.060, abs=1e-6)
 
 
 def test_every_32nd_pass_touches_the_waiting_requests_prefixes():
@@ -588,15 +599,15 @@ def test_a_chunk_that_ends_its_prompt_holds_back_its_output_in_the_pass():
     the prompt, the request's output (``_update_prefill_budget(0, extend_len, max_new if not
     truncated else 0, ...)``, ``schedule_policy.py`` L1207-L1219 -> ``PrefillBudget.reserve``,
     ``mem_cache/prefill_budget.py`` L156-L168), before the waiting requests are tried. States in a
-    pool of their own, steps of 8 tokens: D (20 tokens, 80 out) and W (20 tokens, 1 out) arrive at
-    t = 0; D's chunks take the first two steps whole; in the third D's last chunk (4 tokens) ends
-    its prompt and leaves 4 for W, which needs 20 + 1 + 1 + 1 (strict) tokens and D's page and 80
-    output tokens: 104 free beside D's 20. With 124 KV tokens W starts then (t = 0.002); with
-    123 it waits for D's end (t = 0.082)."""
+    pool of their own (6 states: two running requests, rule 19), steps of 8 tokens: D (20 tokens,
+    80 out) and W (20 tokens, 1 out) arrive at t = 0; D's chunks take the first two steps whole;
+    in the third D's last chunk (4 tokens) ends its prompt and leaves 4 for W, which needs 20 + 1
+    + 1 + 1 (strict) tokens and D's page and 80 output tokens: 104 free beside D's 20. With 124
+    KV tokens W starts then (t = 0.002); with 123 it waits for D's end (t = 0.082)."""
     trace = arrivals([(toks(100, 20), 80, 0.0), (toks(200, 20), 1, 0.0)])
-    knobs = {"max_mamba_cache_size": 4, "prefill_chunk_tokens": 8, "max_num_batched_tokens": 8}
-    assert _memory_run(trace, 64 + 124 * 2, **knobs)[1][1] == pytest.approx(0.002, abs=1e-6)
-    assert _memory_run(trace, 64 + 123 * 2, **knobs)[1][1] == pytest.approx(0.082, abs=1e-6)
+    knobs = {"max_mamba_cache_size": 6, "prefill_chunk_tokens": 8, "max_num_batched_tokens": 8}
+    assert _memory_run(trace, 96 + 124 * 2, **knobs)[1][1] == pytest.approx(0.002, abs=1e-6)
+    assert _memory_run(trace, 96 + 123 * 2, **knobs)[1][1] == pytest.approx(0.082, abs=1e-6)
 
 
 def test_an_output_is_held_back_up_to_the_clip():
@@ -783,3 +794,41 @@ def test_on_one_budget_a_state_above_a_locked_hit_goes_when_no_leaf_is_free():
     # leaf at 30), then the leaf at 30 whole; P + 10 stays as a stateless leaf: 21 tokens, 1 state
     assert state_depths(sim.tree) == [11] and sim.tree.kv_tokens == 21
     sim.tree.check_invariants()
+
+
+@pytest.mark.parametrize(
+    ("strategy", "pool", "queued", "uncapped"),
+    [
+        ("no_buffer", 6, [0.0, 0.0, 0.003], [0.0, 0.0, 0.0]),
+        ("no_buffer", 5, [0.0, 0.003, 0.006], [0.0, 0.0, 0.0]),
+        ("extra_buffer", 10, [0.0, 0.0, 0.003], [0.0, 0.0, 0.0]),
+        ("extra_buffer", 9, [0.0, 0.003, 0.006], [0.0, 0.0, 0.0]),
+        ("extra_buffer_lazy", 8, [0.0, 0.0, 0.003], [0.0, 0.0, 0.003]),
+    ],
+)
+def test_sglang_runs_at_most_its_mamba_pool_over_the_slots_a_request_takes(strategy, pool, queued, uncapped):
+    """Rule 19. SGLang 0.5.23 caps ``max_running_requests`` at ``max_mamba_cache_size // ratio``
+    (``KVCacheConfigurator.resolve_max_num_reqs``, ``mem_cache/kv_cache_configurator.py``
+    L3134-L3151), ratio 3 (``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO``, L227) plus the tracking
+    slots of extra_buffer (``_calculate_mamba_ratio`` L3062-L3088, ``get_mamba_tracking_slots``,
+    ``mem_cache/allocation_sizing.py`` L11-L19: 2 under the default overlap schedule, 1 lazy), and
+    under 1 refuses to start (L3153-L3160); its ``PrefillAdder`` has no mamba-slot check of its own
+    outside ``--enable-unified-memory`` (``rem_mamba_slots`` is None, ``schedule_policy.py``
+    L704-L714). Tiny model, KV ample, steps of 1 ms: three 10-token prompts with 3 output tokens
+    each arrive at t = 0. A pool of 6 states (no_buffer) runs two: their prefills sample at
+    t = 0.001, they decode to t = 0.003, and the third starts then; 5 states run one at a time
+    (queued 0, 0.003, 0.006); extra_buffer needs 10 states for two (5 each), lazy 8 (4 each). With
+    one budget (no pool of its own) all three start at once, and without the cap too, but lazy,
+    whose running requests are charged 3 slots each (its lazy ping-pong slot is not modelled): 8
+    states hold two."""
+    trace = arrivals([(toks(100, 10), 3, 0.0), (toks(200, 10), 3, 0.0), (toks(300, 10), 3, 0.0)])
+    _, got, _ = _memory_run(trace, BIG, strategy=strategy, max_mamba_cache_size=pool)
+    assert got == pytest.approx(queued, abs=1e-6)
+    assert _memory_run(trace, BIG, strategy=strategy)[1] == pytest.approx([0.0] * 3, abs=1e-6)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SglangAdmission, "states_per_running_request", 0)
+        assert _memory_run(trace, BIG, strategy=strategy, max_mamba_cache_size=pool)[1] == pytest.approx(
+            uncapped, abs=1e-6
+        )
+    with pytest.raises(UsageError, match="serves no request"):
+        _memory_run(trace, BIG, strategy=strategy, max_mamba_cache_size=2)
