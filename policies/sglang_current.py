@@ -195,6 +195,12 @@ class SglangAdmission(RefusesLongPrompts, AdmissionPolicy):
         strategy = resolved_strategy(self.params)
         return 3 + {"no_buffer": 0, "extra_buffer_lazy": 1}.get(strategy, 2)
 
+    #: a retracted request is matched again with ``full_untruncated_fill_ids`` = its prompt and the
+    #: tokens it generated (``Req.init_next_round_input``, ``managers/schedule_batch.py``
+    #: L1692-L1723), capped at their count - 1 (``_compute_max_prefix_len``, L1766-L1768): its
+    #: whole prompt may hit, where a fresh request recomputes the prompt's last token
+    matches_generated = True
+
     def output_reserve(self, new_tokens: int) -> int:
         """KV tokens SGLang's ``PrefillAdder`` holds back for ``new_tokens`` output tokens still to
         decode: clipped at ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION`` (4096, ``schedule_policy.py``

@@ -204,6 +204,10 @@ class ContinuousEngine:
         #: the admission's engine holds no lookup or lock for a request that waits for memory: it
         #: matches the request again on every pass until one admits it (``rematches_waiting``)
         self.rematch = getattr(sim.admission, "rematches_waiting", False)
+        #: a preempted request is matched with its prompt and the tokens it generated, capped at
+        #: their count - 1 (``matches_generated``: SGLang's ``init_next_round_input``), not its
+        #: prompt less one token
+        self.match_generated = getattr(sim.admission, "matches_generated", False)
         #: SGLang's ``PrefillAdder`` (``reserves_output``): a waiting request is admitted only if its
         #: whole uncached prompt, its output and a page fit beside what the running requests may still
         #: decode; after a refusal no pass tries the queue until a running request leaves
@@ -368,7 +372,8 @@ class ContinuousEngine:
     def _lookup(self, s: Seq) -> None:
         sim, now = self.sim, self.env.now
         first = s.f is None and s.decoded == 0 and math.isnan(s.t_first) and not s.tuned
-        s.looked_up(sim.lookup(s.req, now, lock=True))
+        tokens = s.target if self.match_generated and s.target > s.n_in else None
+        s.looked_up(sim.lookup(s.req, now, lock=True, tokens=tokens))
         if first:
             s.tuned = True
             self.tune_before(sim, s.req, now)

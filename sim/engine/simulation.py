@@ -370,7 +370,9 @@ class Simulation:
             seq_full = seq_full[:-1]
         return seq_full, tok
 
-    def lookup(self, r: Request, t: float, lock: bool) -> Flight:
+    def lookup(self, r: Request, t: float, lock: bool, tokens: int | None = None) -> Flight:
+        """``r``'s prefix lookup. ``tokens``: the prompt and the tokens it generated before a
+        preemption, where the preset's engine matches them all (``Seq.target``; None: the prompt)."""
         seq_in, seq_full, tok_in, tok_done = self.symbols(r)  # tok_in: the real prompt length
         seq_full, tok_full = self.stored(r, seq_full, tok_done)
         if not self.preset.caching:
@@ -383,9 +385,13 @@ class Simulation:
         tree = self.tree
         now = tree.set_time(t)
         cap = None
-        if self.preset.lookup_cap_minus_one:
+        if self.preset.lookup_cap_minus_one and (tokens is None or tokens <= tok_in):
             # at least one prompt token is recomputed: hit <= input_len - 1 tokens, in grid symbols
             cap = max((tok_in - 1) // self.grid, 0)
+        # else a preempted request's generated tokens are the ones recomputed (SGLang matches a
+        # retracted request's prompt + output capped at their count - 1, rule 20): the whole prompt
+        # may hit (the walk stays in the prompt: past it lie this request's output tokens, which
+        # the engine freed at the preemption)
         m = tree.lookup(seq_in, max_hit_sym=cap, now=now)
         hit_tokens = min(m.hit_tokens, tok_in)
         ctx = self.admission_context(m, seq_in, seq_full, tok_in)

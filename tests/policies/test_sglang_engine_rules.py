@@ -832,3 +832,45 @@ def test_sglang_runs_at_most_its_mamba_pool_over_the_slots_a_request_takes(strat
         )
     with pytest.raises(UsageError, match="serves no request"):
         _memory_run(trace, BIG, strategy=strategy, max_mamba_cache_size=2)
+
+
+def test_a_retracted_request_is_matched_with_its_prompt_and_generated_tokens():
+    """Rule 20. SGLang 0.5.23 retracts a decoding request when the next decode step does not fit
+    (``update_running_batch``, ``managers/scheduler.py`` L4469-L4493 -> ``ScheduleBatch
+    .retract_decode``, ``managers/schedule_batch.py`` L3451-L3539): ``release_req`` (L2360-L2395)
+    frees its KV past what the tree holds and inserts nothing (``release_kv_cache(checkpoint=False)``,
+    ``mem_cache/common.py`` L400-L444; "for preempted requests, we may want to insert into the
+    tree" is a TODO, L2388), so the tree keeps what its prefill's checkpoint published (here its
+    prompt and the state at its end, unlocked). Scheduled again, the request is matched with
+    ``full_untruncated_fill_ids`` = prompt + the tokens it generated (``Req.init_next_round_input``,
+    L1692-L1739), capped at their count - 1 (``_compute_max_prefix_len``, L1766-L1768): its whole
+    prompt, state included, is reused. Tiny model (a token 2 B, a state 16 B), no_buffer, 6 states
+    of their own (two running requests, rule 19) and 8,300 KV tokens; A and B (10-token prompts,
+    4,200 output tokens each, ``ignore_eos``: the admission holds back 4,096 of each output, the
+    clip) start at t = 0. After 4,140 decode steps the two prompts and 8,280 decoded tokens fill
+    the pool, and at t = 4.141 B (the newer, as SGLang's retraction order takes it on equal
+    lengths, L3542-L3579) is preempted with 4,141 tokens generated; A ends at t = 4.200 and B,
+    matched with its 4,151 tokens, reuses its prompt's 10 (the state at 10). Matched with its
+    prompt alone (capped at 9 tokens) it reused nothing."""
+    trace = arrivals([(toks(100, 10), 4200, 0.0), (toks(200, 10), 4200, 0.0)])
+    config = SimConfig(
+        policy="sglang",
+        model="qwen3.5-9b",
+        capacity_bytes=6 * 16 + 8300 * 2,
+        mode="des",
+        scheduler="continuous",
+        mamba_radix_cache_strategy="no_buffer",
+        max_mamba_cache_size=6,
+    )
+
+    def hits():
+        log = EventLog()
+        res = drive(build(trace, config, spec=TINY, timing=TIMING, observers=(log,)))
+        preempted = [(round(ev.t_start, 3), ev.preempted) for ev in log.events if isinstance(ev, Step) and ev.preempted]
+        rerun = [(a, b) for ev in log.events if isinstance(ev, Step) for rid, a, b in ev.prefills if rid == 1]
+        return list(res.requests.sort_values("request_id")["hit_tokens"]), preempted, rerun
+
+    assert hits() == ([0, 10], [(4.141, (1,))], [(0, 10), (10, 4151)])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SglangAdmission, "matches_generated", False)
+        assert hits() == ([0, 0], [(4.141, (1,))], [(0, 10), (0, 4151)])
