@@ -42,10 +42,12 @@ engine behaviour, named after the engine code it follows:
   checkpoint"). So a new state gives up the shallower states of its block on its own path (unless
   a cached path branches off between them, whose block may hold the shallower page) and is not kept
   when a state deeper in its block already extends its path (``_take_block_snapshots``).
-  A lookup walks whole blocks by key and matches at most one partial block more, among the
-  children of the last whole block, and only while there are fewer than 32 of them
-  (``find_best_partial_match_in_next_nodes``, TRTLLM-7784): a state inside a block the request
-  does not match whole is found only then (``_reachable_hit``).
+  A lookup walks whole blocks by key and matches at most one partial block more, one child of
+  the last whole block: the one with the longest leading match, the first created among equals,
+  none while there are 32 or more (``find_best_partial_match_in_next_nodes``, TRTLLM-7784); a
+  state inside a block the request does not match whole is reached only as that child's page
+  (``_reachable_hit``). The token tree tells the blocks apart by when their ends were first
+  cached (``EngineNode.born``, kept through splits, merges and leaf extensions).
 - ``running_blocks`` (vLLM): a running request's own blocks come from the cache's memory; the
   simulation charges them in sequential mode (``Simulation.hold_running``).
 - ``duplicate_kv`` (vLLM's ``BlockHashToBlockMap``, ``block_pool.py`` L78-L82: a key may map to
@@ -78,7 +80,10 @@ COPY_DROPPED = object()
 
 
 class EngineNode(Node):
-    __slots__ = ("state_access",)
+    # ``born`` (``snapshot_block`` only): when each stretch of the edge was first cached, as
+    # ``((from_tokens, stamp), ...)``: the points deeper than ``from_tokens`` up to the next mark
+    # were first reached at ``stamp`` (``EngineTree._born_at``)
+    __slots__ = ("state_access", "born")
 
 
 class EngineTree(HybridRadixTree):
@@ -93,6 +98,7 @@ class EngineTree(HybridRadixTree):
         self.frozen_block = rules.frozen_block
         self.anchor_block = rules.anchor_block
         self.snapshot_block = rules.snapshot_block
+        self._born = 0  # the clock of ``EngineNode.born`` (``snapshot_block`` only)
         self.wants_future = rules.future and future is None  # the driver (sim.engine.drivers.run) attaches it
         self.future = future
         self.frozen_tokens = 0  # KV charged for frozen partial blocks (LMDeploy)
@@ -126,6 +132,9 @@ class EngineTree(HybridRadixTree):
         self._created += 1
         node = EngineNode(key, parent, n_tokens, depth_sym, depth_tokens, now, self._created)
         node.state_access = now
+        if self.snapshot_block:
+            self._born += 1
+            node.born = ((depth_tokens - n_tokens, self._born),)
         return node
 
     def _frozen_charge(self, depth_tokens: int) -> int:
@@ -338,47 +347,127 @@ class EngineTree(HybridRadixTree):
 
     # ------------------------------------------------------------------ TensorRT-LLM's blocks
     def _reachable_hit(self, m: MatchResult, seq: np.ndarray, max_hit_sym: int | None) -> None:
-        """Move ``m``'s hit up to the deepest state the engine's block walk reaches: a state off
-        the block grid whose block the request does not match whole (lookup and KV both reaching
-        the block's end) needs the partial match, which a parent of 32 or more children skips."""
+        """Move ``m``'s hit to the state TensorRT-LLM's lookup reaches (``BlockRadixTree.match``,
+        ``_block_radix_tree.py`` at 065ff9e9): the lookup walks whole blocks by key, then, in the
+        block it does not match whole, takes one child of the last whole block
+        (``find_best_partial_match_in_next_nodes``, L291-L310: the longest leading match, the
+        first created among equals, none under a block with 32 or more children, TODO
+        TRTLLM-7784), and ``_prune_match`` (L712-L774) keeps that block's one recurrent page
+        where the match covers it, else the deepest whole block's page. So a state inside the
+        partly matched block counts only as the page of the block chosen; the token tree's
+        deepest state on the path may sit in a sibling block (``_partial_block_hit``)."""
         B = self.snapshot_block
         cap = (len(seq) if max_hit_sym is None else max_hit_sym) * self.block_tokens
-        hit = m.hit_node
-        while hit is not self.root:
-            p = hit.depth_tokens
-            start = (p - 1) // B * B
-            if p % B == 0 or min(cap, m.match_tokens) >= start + B:
-                break
-            if self._block_children(seq, start) < 32:
-                break
+        start = min(cap, m.match_tokens) // B * B  # the whole blocks the lookup matches
+        if m.hit_tokens <= start:
+            return
+        hit = self._partial_block_hit(seq, start, min(start + B, cap))
+        if hit is None:
             hit = next((n for n in reversed(m.path) if n.has_state and n.depth_tokens <= start), self.root)
-        if hit is not m.hit_node:
-            m.hit_node, m.hit_sym, m.hit_tokens = hit, hit.depth_sym, hit.depth_tokens
+        m.hit_node, m.hit_sym, m.hit_tokens = hit, hit.depth_sym, hit.depth_tokens
 
-    def _block_children(self, seq: np.ndarray, start: int) -> int:
-        """How many radix-tree blocks hang under ``seq``'s whole block ending at token ``start``:
-        the distinct paths of the next ``snapshot_block`` tokens (a path ending inside them that
-        another extends is the same block, as the engine merges a covered partial block)."""
+    def _partial_block_hit(self, seq: np.ndarray, start: int, lookup_end: int) -> Node | None:
+        """The state ``find_best_partial_match_in_next_nodes`` and ``_prune_match`` reach in the
+        block after ``seq``'s whole block ending at token ``start``, the lookup ending at
+        ``lookup_end``: the block (``_block_continuations``) with the longest leading match with
+        ``seq`` (``match_len > best_match_len``: the first in ``block.next``, insertion order,
+        among equals), its page (the deepest state it owns) if the match covers it (``matched[i][1]
+        >= snapshot_len``); None otherwise (no child shares a token, 32 or more children, no page
+        or one past the match)."""
+        blocks, owner = self._block_continuations(seq, start, limit=32)
+        if not blocks or len(blocks) >= 32:
+            return None
+        best = max(range(len(blocks)), key=lambda i: (min(blocks[i][2], lookup_end) - start, -blocks[i][3]))
+        node, end, agree, _ = blocks[best]
+        matched = min(agree, lookup_end) - start
+        if matched <= 0:
+            return None
+        while node is not self.root and node.depth_tokens > start:
+            if node.has_state and node.depth_tokens <= end and owner.get(node) == best:
+                # one page per block, the deepest it owns: used only if the match covers it
+                return node if node.depth_tokens - start <= matched else None
+            node = node.parent
+        return None
+
+    def _block_continuations(
+        self, seq: np.ndarray, start: int, limit: int | None = None
+    ) -> tuple[list[tuple[Node, int, int, int]], dict[Node, int]]:
+        """The radix-tree blocks that hang under ``seq``'s whole block ending at token ``start``:
+        one per distinct path of the next ``snapshot_block`` tokens (a path ending inside them
+        that another extends is the same block: the engine's ``Block`` replaces a covered partial
+        sibling, adopting its pages, and a partial block covered by a sibling is that sibling,
+        ``UselessBlockError``). Each as (node where it ends, its end, how far it shares ``seq``'s
+        tokens, when it was created: ``_born_at`` its end, so a partial block extended is a new
+        block, appended to ``block.next`` after its siblings). Stops at ``limit`` blocks.
+
+        Also each state's owner: the index of the block holding its recurrent page, the first
+        created of the blocks through it (a snapshot committed at a point goes into the block
+        through it that ``block.next`` lists first, or into its own partial block, which the
+        first block extending it replaces and adopts the page of; ``_block_radix_tree.py``
+        ``Block.__init__`` / ``_adopt_pages_from``)."""
         end = start + self.snapshot_block
         node, pos = self.root, 0
         while node.depth_tokens < start:
             child = node.children.get(int(seq[pos])) if pos < len(seq) else None
             if child is None:
-                return 0
+                return [], {}
             m = _edge_match(child.key, seq, pos)
-            if child.depth_tokens > start:  # the block starts inside this edge: one path into it
-                return 1 if child.depth_tokens >= end or not child.children else self._paths(child, end)
+            if child.depth_tokens > start:  # the block starts inside this edge: every path goes through it
+                tops = [child]
+                break
             if m < len(child.key):
-                return 0
+                return [], {}
             node, pos = child, pos + m
-        return sum(
-            1 if c.depth_tokens >= end or not c.children else self._paths(c, end) for c in node.children.values()
-        )
+        else:
+            tops = list(node.children.values())
+        blocks: list[tuple[Node, int, int, int]] = []
+        owner: dict[Node, int] = {}
+        big = len(seq) * self.block_tokens + end + 1  # shares every token it has
 
-    def _paths(self, node: Node, end: int) -> int:
-        return sum(
-            1 if c.depth_tokens >= end or not c.children else self._paths(c, end) for c in node.children.values()
-        )
+        def visit(n: Node, on_seq: int, agree: int) -> int | None:
+            """Walk ``n``'s subtree to the block's end; ``on_seq``: the symbol of ``seq`` at the
+            start of ``n``'s edge while the path still follows ``seq`` (-1 once it left, at
+            ``agree`` tokens). Returns the index of the first created block below ``n``."""
+            if limit is not None and len(blocks) >= limit:
+                return None
+            if on_seq >= 0:
+                follows = on_seq < len(seq) and int(n.key[0]) == int(seq[on_seq])
+                k = _edge_match(n.key, seq, on_seq) if follows else 0  # (a 1-symbol edge is not compared)
+                if k < len(n.key):
+                    agree = n.depth_tokens - n.n_tokens + min(k * self.block_tokens, n.n_tokens)
+                    on_seq = -1
+                else:
+                    on_seq += k
+            if n.depth_tokens >= end or not n.children:
+                e = min(n.depth_tokens, end)
+                blocks.append((n, e, big if on_seq >= 0 else agree, self._born_at(n, e)))
+                first = len(blocks) - 1
+            else:
+                first = None
+                for c in n.children.values():
+                    i = visit(c, on_seq, agree)
+                    if i is not None and (first is None or blocks[i][3] < blocks[first][3]):
+                        first = i
+            if first is not None:
+                owner[n] = first
+            return first
+
+        for top in tops:
+            visit(top, pos, top.depth_tokens - top.n_tokens)
+        return blocks, owner
+
+    def _block_children(self, seq: np.ndarray, start: int) -> int:
+        """How many radix-tree blocks hang under ``seq``'s whole block ending at token ``start``
+        (``_block_continuations``)."""
+        return len(self._block_continuations(seq, start)[0])
+
+    @staticmethod
+    def _born_at(node: Node, tokens: int) -> int:
+        """When the point ``tokens`` deep on ``node``'s edge was first cached (``EngineNode.born``)."""
+        for frm, stamp in reversed(node.born):
+            if frm < tokens:
+                return stamp
+        return node.born[0][1]
 
     def _take_block_snapshots(
         self, seq: np.ndarray, span: Span, checkpoints: list[int], replaced: list[Node] | None = None
@@ -468,6 +557,12 @@ class EngineTree(HybridRadixTree):
 
     def _split(self, child: Node, m: int, now: float, up_tokens: int | None = None) -> Node:
         upper = super()._split(child, m, now, up_tokens)
+        if self.snapshot_block:  # the path existed before the cut: both halves keep their stamps
+            cut = upper.depth_tokens
+            born = child.born
+            upper.born = tuple(mark for mark in born if mark[0] < cut)
+            lower = tuple(mark for mark in born if mark[0] >= cut)
+            child.born = lower if lower and lower[0][0] == cut else ((cut, upper.born[-1][1]), *lower)
         rule = self.refresh
         if rule.split:
             child.last_access = now
@@ -475,6 +570,18 @@ class EngineTree(HybridRadixTree):
                 child.state_access = now
             self._touched(child)
         return upper
+
+    def _merge_into_child(self, node: Node) -> None:
+        if self.snapshot_block:
+            (child,) = node.children.values()
+            child.born = node.born + child.born
+        super()._merge_into_child(node)
+
+    def _extend_leaf(self, leaf: Node, key: np.ndarray, tokens: int) -> None:
+        if self.snapshot_block:
+            self._born += 1
+            leaf.born = (*leaf.born, (leaf.depth_tokens, self._born))
+        super()._extend_leaf(leaf, key, tokens)
 
     # ------------------------------------------------------------------ insert
     def _insert(self, seq, seq_tokens, checkpoints, now, lock, protect, need_bytes, cut=None):
