@@ -769,6 +769,10 @@ class HardwareTiming:
     # (an attention, gated-delta, Mamba or MLP layer each one); 0 in a file fitted without it
     host_ms_per_call: float = 0.0
     host_ms_per_layer: float = 0.0
+    # per model: (the spec, {context: a one-token decode's work by kind}, its layer_fixed_ms);
+    # memoized because a continuous-batching step prices every decoding sequence and a decode
+    # run times up to VARIABLE_RUN steps of the same contexts (values equal to recomputing them)
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     charges_splits = True
 
     def __post_init__(self) -> None:
@@ -828,6 +832,26 @@ class HardwareTiming:
         time and its weights read (tensor parallel: each GPU reads its share)."""
         w = weight_gb(spec)
         return {k: self.layer_call_ms[k] + self.ms_per_weight_gb[k] * w[k] / self.gpus for k in LAYER_KINDS}
+
+    _MEMO_CONTEXTS = 1 << 18  # contexts remembered per model before the table starts again
+
+    def _model_memo(self, spec: ModelSpec) -> tuple:
+        """(spec, decode work by context, layer_fixed_ms) of ``spec``: keyed by the object, which
+        the entry keeps alive so its id is not reused while cached."""
+        m = self._memo.get(id(spec))
+        if m is None or m[0] is not spec:
+            m = self._memo[id(spec)] = (spec, {}, self.layer_fixed_ms(spec))
+        return m
+
+    def _decode_work(self, spec: ModelSpec, c: int, table: dict) -> tuple[float, float, float]:
+        """``work_tflop(spec, c, c + 1, 1)`` as (attention, gated_delta, mlp), remembered."""
+        w = table.get(c)
+        if w is None:
+            if len(table) >= self._MEMO_CONTEXTS:
+                table.clear()
+            d = self.work_tflop(spec, c, c + 1, 1)
+            w = table[c] = (d["attention"], d["gated_delta"], d["mlp"])
+        return w
 
     def fixed_ms(self, spec: ModelSpec) -> float:
         """Time of one call of the whole model that computes nothing (every layer at its floor)."""
@@ -898,7 +922,7 @@ class HardwareTiming:
 
     def call_ms_for(self, spec: ModelSpec, work: dict, seqs: int = 1) -> float:
         """One call of the model doing ``work`` (per-layer ms by kind) over ``seqs`` sequences."""
-        n, fixed = self._layers(spec), self.layer_fixed_ms(spec)
+        n, fixed = self._layers(spec), self._model_memo(spec)[2]
         more = max(0, int(seqs) - 1)
         return self.call_ms + sum(
             n[k] * max(self.layer_floor_ms[k], fixed[k] + more * self.seq_ms[k] + work[k]) for k in LAYER_KINDS
@@ -929,14 +953,22 @@ class HardwareTiming:
         per-sequence time for each sequence after the first. One request alone is its prefill."""
         if not prefills and not decode_contexts:
             return 0.0
-        work = dict.fromkeys(LAYER_KINDS, 0.0)
+        # each kind summed in the order of the sequences (prefills, then decodes), as one dict did
+        wa = wg = wm = 0.0
         for p, L in prefills:
-            for k, v in self.work_tflop(spec, p, L, gdn_chunks(p, L)).items():
-                work[k] += v
-        for c in decode_contexts:
-            c = int(c)
-            for k, v in self.work_tflop(spec, c, c + 1, 1).items():
-                work[k] += v
+            w = self.work_tflop(spec, p, L, gdn_chunks(p, L))
+            wa += w["attention"]
+            wg += w["gated_delta"]
+            wm += w["mlp"]
+        if decode_contexts:
+            table = self._model_memo(spec)[1]
+            for c in decode_contexts:
+                w = table.get(c)  # inline: this loop runs for every decoding sequence of every step
+                a, g, m = w if w is not None else self._decode_work(spec, int(c), table)
+                wa += a
+                wg += g
+                wm += m
+        work = {"attention": wa, "gated_delta": wg, "mlp": wm}
         t = self.call_ms_for(spec, work, len(prefills) + len(decode_contexts)) * 1e-3
         if self.comm_ms_per_call or self.comm_ms_per_token:
             tokens = sum(max(L - p, 0) for p, L in prefills) + len(decode_contexts)

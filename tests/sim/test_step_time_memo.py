@@ -1,0 +1,77 @@
+"""``HardwareTiming.step_time_s`` remembers each model's one-token decode work by context
+(``_memo``): the step times it gives must be the very floats the plain sum gives, for every model
+on one timing, with the table cleared when it fills, and a copy of the timing (``with_gpus``)
+must not read another's table."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.cost import LAYER_KINDS, default_timing, gdn_chunks, get_model
+
+TIMING = default_timing("qwen3.5-9b")
+SPECS = [get_model("qwen3.5-9b"), get_model("qwen3.5-27b"), get_model("qwen3-next-80b-a3b")]
+
+
+def plain_step_time_s(t, spec, prefills, contexts) -> float:
+    """The step time summed without the table: every sequence's work_tflop in order."""
+    if not prefills and not contexts:
+        return 0.0
+    work = dict.fromkeys(LAYER_KINDS, 0.0)
+    for p, L in prefills:
+        for k, v in t.work_tflop(spec, p, L, gdn_chunks(p, L)).items():
+            work[k] += v
+    for c in contexts:
+        for k, v in t.work_tflop(spec, c, c + 1, 1).items():
+            work[k] += v
+    n, fixed = t._layers(spec), t.layer_fixed_ms(spec)
+    more = max(0, len(prefills) + len(contexts) - 1)
+    ms = t.call_ms + sum(n[k] * max(t.layer_floor_ms[k], fixed[k] + more * t.seq_ms[k] + work[k]) for k in LAYER_KINDS)
+    s = ms * 1e-3
+    if t.comm_ms_per_call or t.comm_ms_per_token:
+        tokens = sum(max(L - p, 0) for p, L in prefills) + len(contexts)
+        s += (t.comm_ms_per_call + tokens * t.comm_ms_per_token) * 1e-3
+    return s
+
+
+steps = st.lists(
+    st.tuples(
+        st.integers(0, len(SPECS) - 1),
+        st.lists(st.tuples(st.integers(0, 5000), st.integers(1, 3000)), max_size=3),
+        st.lists(st.integers(1, 200), max_size=12),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps, st.sampled_from([1, 2, 4]))
+def test_remembered_step_times_are_the_plain_sums(seq, gpus):
+    t = TIMING.with_gpus(gpus)
+    for i, pre, ctx in seq:  # the same few contexts again and again, across models: table hits
+        spec = SPECS[i]
+        prefills = [(p, p + n) for p, n in pre]
+        assert t.step_time_s(spec, prefills, ctx) == plain_step_time_s(t, spec, prefills, ctx)
+
+
+def test_a_full_table_starts_again_and_stays_exact(monkeypatch):
+    t = TIMING.with_gpus(1)
+    monkeypatch.setattr(type(t), "_MEMO_CONTEXTS", 4)
+    spec = SPECS[0]
+    for c in range(1, 40):
+        ctx = [c, c + 1, 3 * c]
+        assert t.step_time_s(spec, [], ctx) == plain_step_time_s(t, spec, [], ctx)
+        assert len(t._model_memo(spec)[1]) <= 4
+
+
+def test_copies_and_models_do_not_share_a_table():
+    a, b = TIMING.with_gpus(1), TIMING.with_gpus(2)
+    s9, s27 = SPECS[0], SPECS[1]
+    ctx = [100, 2000]
+    assert a.step_time_s(s9, [], ctx) == plain_step_time_s(a, s9, [], ctx)
+    assert b.step_time_s(s9, [], ctx) == plain_step_time_s(b, s9, [], ctx)
+    assert a.step_time_s(s27, [], ctx) == plain_step_time_s(a, s27, [], ctx)
+    assert a.step_time_s(s9, [], ctx) != b.step_time_s(s9, [], ctx)
+    assert a.step_time_s(s9, [], ctx) != a.step_time_s(s27, [], ctx)
