@@ -834,12 +834,15 @@ class HardwareTiming:
         return {k: self.layer_call_ms[k] + self.ms_per_weight_gb[k] * w[k] / self.gpus for k in LAYER_KINDS}
 
     _MEMO_CONTEXTS = 1 << 18  # contexts remembered per model before the table starts again
+    _MEMO_MODELS = 8  # models remembered (a replay prices a fresh copy of its spec at every step)
 
     def _model_memo(self, spec: ModelSpec) -> tuple:
         """(spec, decode work by context, layer_fixed_ms) of ``spec``: keyed by the object, which
         the entry keeps alive so its id is not reused while cached."""
         m = self._memo.get(id(spec))
         if m is None or m[0] is not spec:
+            if len(self._memo) >= self._MEMO_MODELS:
+                self._memo.clear()
             m = self._memo[id(spec)] = (spec, {}, self.layer_fixed_ms(spec))
         return m
 

@@ -75,3 +75,15 @@ def test_copies_and_models_do_not_share_a_table():
     assert a.step_time_s(s27, [], ctx) == plain_step_time_s(a, s27, [], ctx)
     assert a.step_time_s(s9, [], ctx) != b.step_time_s(s9, [], ctx)
     assert a.step_time_s(s9, [], ctx) != a.step_time_s(s27, [], ctx)
+
+
+def test_fresh_copies_of_a_spec_do_not_pile_up():
+    """Replay prices a fresh ``replace`` of its spec at every step: the table keeps a few models,
+    not one per step, and stays exact."""
+    from dataclasses import replace
+
+    t = TIMING.with_gpus(1)
+    for i in range(50):
+        spec = replace(SPECS[0], n_attn=1 + i % 3)
+        assert t.step_time_s(spec, [(0, 70)], [5, 9]) == plain_step_time_s(t, spec, [(0, 70)], [5, 9])
+        assert len(t._memo) <= type(t)._MEMO_MODELS
