@@ -645,13 +645,20 @@ class EngineHarness:
 
 
 def prompts(trace) -> list[list[int]]:
-    """Each request's prompt as token ids (hash-block traces: drawn from the hashes)."""
+    """Each request's prompt as token ids (hash-block traces: drawn from the hashes). Ids the
+    engine's block hash refuses (``Hasher.update`` packs each token in 4 bytes, ``0 <= id <
+    2**31``: a trace spelled out by ``--hash-block-tokens`` numbers its tokens from 2**40 up) are
+    renumbered, the same id for the same token, so equal tokens stay equal and different ones
+    different: the radix tree compares nothing else."""
     B = trace.block_tokens
     out = []
     for r in trace.requests:
         n_in = r.n_input_tokens(B)
         toks = request_tokens(r.input_tokens, [], block_tokens=B, input_len=n_in, output_len=0)
         out.append([int(t) for t in toks[:n_in]])
+    if any(t >= 1 << 31 for p in out for t in p):
+        ids: dict[int, int] = {}
+        out = [[ids.setdefault(t, len(ids)) for t in p] for p in out]
     return out
 
 
