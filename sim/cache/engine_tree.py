@@ -39,9 +39,10 @@ engine behaviour, named after the engine code it follows:
 - ``snapshot_block`` (TensorRT-LLM's V2 radix tree, ``tokens_per_block`` B): a recurrent snapshot
   at token p lives in the tree block ending at or after p (``(p - 1) // B``), and a block keeps one
   page per life cycle, the deepest (``Block.can_replace_page``: "keeps only the latest
-  checkpoint"). So a new state gives up the shallower states of its block on its own path (unless
-  a cached path branches off between them, whose block may hold the shallower page) and is not kept
-  when a state deeper in its block already extends its path (``_take_block_snapshots``).
+  checkpoint"). A state goes into the first created block through its point (the engine's
+  ``UselessBlockError`` names the first covering sibling; a block replacing a covered partial one
+  adopts its page): it gives up that block's shallower page and is not kept when the block's page
+  is deeper (``_take_block_snapshots``, ``_oldest_through``).
   A lookup walks whole blocks by key and matches at most one partial block more, one child of
   the last whole block: the one with the longest leading match, the first created among equals,
   none while there are 32 or more (``find_best_partial_match_in_next_nodes``, TRTLLM-7784); a
@@ -472,80 +473,124 @@ class EngineTree(HybridRadixTree):
     def _take_block_snapshots(
         self, seq: np.ndarray, span: Span, checkpoints: list[int], replaced: list[Node] | None = None
     ) -> list[int]:
-        """One snapshot per radix-tree block, the deepest, in the order the request commits them:
-        a state deeper in its block that already extends its path keeps its place (the new one is
-        not kept: ``_snapshotSsmToTreeBlock`` returns when the block's page covers as much); else a
-        shallower state of its block on its path is given up (``replace_page``), unless a cached
-        path branches off between the two, so that the shallower one's page may sit in that other
-        block. Returns the checkpoints to insert. With a state pool the given-up states go to
-        ``replaced``, released by the caller after the insert: TensorRT-LLM takes the new page
+        """One snapshot per radix-tree block, the deepest, in the order the request commits them.
+        A snapshot at point d goes into the block through d that ``block.next`` lists first (the
+        oldest: ``Block.__init__`` raises ``UselessBlockError`` with the first sibling covering the
+        request's partial block), or, when no cached block goes through d, into the request's own
+        new block (which adopts the page of the partial block on its path it replaces,
+        ``_adopt_pages_from``). If that block's page is deeper (a state deeper on the block's own
+        path), the new one is not kept (``_snapshotSsmToTreeBlock`` returns when the page covers
+        as much); else the block's shallower page is given up (``Block.replace_page``). Returns
+        the checkpoints to insert. With a state pool the given-up states go to ``replaced``,
+        released by the caller after the insert: TensorRT-LLM takes the new page
         (``_snapshotSsmToTreeBlock``: a fresh recurrent page, evicting from the queue's front if the
         pool is short) before ``Block.replace_page`` lets the old one go."""
         B = self.snapshot_block
-        kept: list[tuple[int, int]] = []
+        path = self._seq_path(seq)
+        kept: list[tuple[int, int, object]] = []
+        gone: set[Node] = set()
         for c, d in zip(checkpoints, self._state_depths(seq, span, checkpoints)):
             lo = (d - 1) // B * B
-            shallower, deeper = self._block_states(seq, lo, d, lo + B)
-            if deeper:
-                self.states_replaced += 1
-                continue
-            for old in shallower:
-                if not self._branches(seq, old.depth_tokens, d):
+            hi = lo + B
+            at = self._path_node(path, d)
+            block = None if at is None else self._oldest_through(at, hi)
+            if block is not None:
+                # the block's own path below d: a deeper state there is its page
+                end_node, end = block[1], block[2]
+                n = end_node
+                deeper = False
+                while n is not self.root and n.depth_tokens > d:
+                    if n.has_state and n.depth_tokens <= end and n not in gone:
+                        deeper = True
+                        break
+                    n = n.parent
+                if deeper:
                     self.states_replaced += 1
-                    if replaced is not None and self.state_capacity is not None:
-                        replaced.append(old)
-                    else:
-                        self._release_state(old)
-            kept = [(c0, d0) for c0, d0 in kept if d0 <= lo or self._branches(seq, d0, d)]
-            kept.append((c, d))
-        return [c for c, _ in kept]
+                    continue
+                if at.depth_tokens == d and at.has_state and at not in gone:
+                    owned = []  # the page covers d already: the snapshot adds nothing
+                else:
+                    owned = [
+                        n
+                        for n, _, _ in path
+                        if lo < n.depth_tokens < d
+                        and n.has_state
+                        and n not in gone
+                        and self._oldest_through(n, hi)[1:] == block[1:]
+                    ]
+                key = block[1:]
+            else:
+                # a new block; it replaces the partial block the cached path ends with, if any
+                leaf = path[-1][0] if path else None
+                owned = []
+                if (
+                    leaf is not None
+                    and not leaf.children
+                    and path[-1][2] == leaf.depth_tokens
+                    and lo < leaf.depth_tokens < d
+                ):
+                    owned = [
+                        n
+                        for n, _, _ in path
+                        if lo < n.depth_tokens <= leaf.depth_tokens
+                        and n.has_state
+                        and n not in gone
+                        and self._oldest_through(n, hi)[1:] == (leaf, leaf.depth_tokens)
+                    ]
+                key = ("new", lo)
+            for old in owned:
+                self.states_replaced += 1
+                gone.add(old)
+                if replaced is not None and self.state_capacity is not None:
+                    replaced.append(old)
+                else:
+                    self._release_state(old)
+            kept = [(c0, d0, k0) for c0, d0, k0 in kept if k0 != key]
+            kept.append((c, d, key))
+        return [c for c, _, _ in kept]
 
-    def _branches(self, seq: np.ndarray, q: int, d: int) -> bool:
-        """Whether a cached path leaves ``seq``'s path at a token in ``[q, d)``."""
+    def _seq_path(self, seq: np.ndarray) -> list[tuple[Node, int, int]]:
+        """The nodes ``seq`` walks through, each as (node, its edge's first token, the last token of
+        it ``seq`` matches): the last one may be matched in part."""
+        out = []
         node, pos = self.root, 0
-        while node.depth_tokens < d:
-            if node.depth_tokens >= q and any(k != (int(seq[pos]) if pos < len(seq) else None) for k in node.children):
-                return True
-            child = node.children.get(int(seq[pos])) if pos < len(seq) else None
+        while pos < len(seq):
+            child = node.children.get(int(seq[pos]))
             if child is None:
-                return False
+                break
             m = _edge_match(child.key, seq, pos)
+            top = child.depth_tokens - child.n_tokens
+            out.append((child, top, top + min(m * self.block_tokens, child.n_tokens)))
             if m < len(child.key):
-                return q <= node.depth_tokens + m * self.block_tokens < d
+                break
             node, pos = child, pos + m
-        return False
+        return out
 
-    def _block_states(self, seq: np.ndarray, lo: int, d: int, hi: int) -> tuple[list[Node], list[Node]]:
-        """States in ``(lo, hi]`` tokens: those on ``seq``'s path above ``d``, and those at or
-        below ``seq``'s first ``d`` tokens deeper than ``d``."""
-        shallower: list[Node] = []
-        node, pos = self.root, 0
-        below = None
-        while True:
-            if node is not self.root and node.has_state and lo < node.depth_tokens < d:
-                shallower.append(node)
-            if node.depth_tokens >= d:
-                below = node
-                break
-            child = node.children.get(int(seq[pos])) if pos < len(seq) else None
-            if child is None:
-                break
-            m = _edge_match(child.key, seq, pos)
-            if m < len(child.key):
-                if min(child.depth_tokens, node.depth_tokens + m * self.block_tokens) >= d:
-                    below = child  # the edge leaves seq past d: its path shares seq's first d tokens
-                break
-            node, pos = child, pos + m
-        deeper: list[Node] = []
-        stack = [below] if below is not None else []
-        while stack:
-            n = stack.pop()
-            if n.depth_tokens - n.n_tokens >= hi:
-                continue
-            if n.has_state and d < n.depth_tokens <= hi:
-                deeper.append(n)
-            stack.extend(n.children.values())
-        return shallower, deeper
+    @staticmethod
+    def _path_node(path: list[tuple[Node, int, int]], d: int) -> Node | None:
+        """The node of ``path`` whose edge holds token ``d`` (None: the cached path ends before)."""
+        for node, top, matched in path:
+            if top < d <= matched:
+                return node
+        return None
+
+    def _oldest_through(self, node: Node, hi: int) -> tuple[int, Node, int]:
+        """The first created of the blocks through ``node``'s edge up to token ``hi`` (the block's
+        end): (when its end was first cached, the node it ends in, its end). A best-first walk by
+        when each edge was first cached: a block's end is cached no sooner than any point above."""
+        best = None
+        heap = [(node.born[0][1], node.created, node)]
+        while heap and (best is None or heap[0][0] < best[0]):
+            _, _, n = heapq.heappop(heap)
+            if n.depth_tokens >= hi or not n.children:
+                e = min(n.depth_tokens, hi)
+                cand = (self._born_at(n, e), n, e)
+                if best is None or cand[0] < best[0]:
+                    best = cand
+            else:
+                for ch in n.children.values():
+                    heapq.heappush(heap, (ch.born[0][1], ch.created, ch))
+        return best
 
     def _touch_state(self, node: Node, now: float) -> None:
         node.state_access = now

@@ -9,14 +9,15 @@ insertion order, so the first created among equals; none with 32 or more childre
 (``matched[i][1] >= snapshot_len``), else the deepest whole block's page. A snapshot goes into the
 block through its point that ``block.next`` lists first (``Block.__init__`` raises
 ``UselessBlockError`` with the first covering sibling; a block replacing a covered partial sibling
-adopts its pages, ``_adopt_pages_from``). Each trace below was also run through the engine's own
+adopts its pages, ``_adopt_pages_from``), so its page is the deepest snapshot committed into it
+(``Block.can_replace_page`` / ``replace_page``). Each trace below was also run through the engine's own
 tree and manager methods (``benchmarks/differential_trtllm.py``'s ``EngineHarness``), which gives
 the same hits. Sequential mode, end offset 0 (a state at each prompt's end)."""
 
 from __future__ import annotations
 
 import numpy as np
-from engine_cases import cat, one_per_session, run, toks
+from engine_cases import cat, one_per_session, run, state_depths, toks
 
 from policies.base import EngineRules
 from policies.vllm_current import VllmFreeQueueEviction
@@ -59,6 +60,28 @@ def test_the_partial_match_takes_the_first_created_block_among_equals():
         one_per_session((P, OUT), (X, OUT), (Y, OUT), (R, OUT)), "trtllm", additional_snapshot_offsets_from_end="0"
     )
     assert got == [0, 20, 20, 20]
+
+
+def test_a_snapshot_goes_into_the_first_created_block_through_its_point():
+    """End offsets 0 and 13. T (63 tokens) creates the first block through token 3, with no page
+    in it (its points 50 and 63 lie in its second block). Q shares T's first 3 tokens: its own
+    first block holds its page at 22 (its point 9 went there first, and 22 replaced it). R (16
+    tokens) commits a snapshot at 3: its partial block [0, 3) is covered by T's and Q's, and the
+    first in ``block.next``, T's, takes it (``UselessBlockError``), though Q's page at 22 lies
+    deeper on a path through 3; R's 16 goes into its own new block. S shares 3 tokens with all
+    three blocks: the tie goes to T's, whose page at 3 the match covers: 3. The preset kept R's
+    snapshot at 3 only when no state deeper in the block extended R's path (Q's did), so S got 0
+    (ShareGPT with end offsets 0 / 13: the last 5 of the 15 requests that differed, 311 the
+    first)."""
+    T = cat(toks(0, 3), toks(100, 60))
+    Q = cat(toks(0, 3), toks(200, 19))
+    R = cat(toks(0, 3), toks(300, 13))
+    S = cat(toks(0, 3), toks(400, 30))
+    got, sim = run(
+        one_per_session((T, OUT), (Q, OUT), (R, OUT), (S, OUT)), "trtllm", additional_snapshot_offsets_from_end="0,13"
+    )
+    assert got == [0, 0, 0, 3]
+    assert state_depths(sim.tree) == [3, 16, 20, 22, 33, 63]
 
 
 def _tree() -> EngineTree:

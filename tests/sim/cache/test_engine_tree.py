@@ -509,7 +509,7 @@ def test_a_deeper_snapshot_of_the_block_replaces_the_shallower_one_two_edges_up(
     and [2, 6)); the same tokens again with a snapshot at 6: no cached path branches off between
     2 and 6, so the new page replaces the one at 2 (``replace_page``). The branch check walks both
     edges. Mutation survivor ``-m engine_tree --seed 3`` (2026-12-05): engine_tree.py L361,
-    ``_branches`` matching the edge against the wrong sequence (it saw a branch on the second
+    the former ``_branches`` matching the edge against the wrong sequence (it saw a branch on the second
     edge and kept both)."""
     tree = _tree(TieredLRUEviction(), EngineRules(snapshot_block=8), capacity=10**6)
     seq = np.arange(6, dtype=np.int64)

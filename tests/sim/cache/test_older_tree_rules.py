@@ -55,8 +55,9 @@ def test_a_path_leaving_a_cached_edge_past_the_new_snapshot_does_not_keep_the_ol
     = symbols 0, 1, 2, 3, 9 with a snapshot at symbol 3 (token 12), in the same block: N leaves
     A's edge at symbol 3, token 4 + 3 x 4 = 16, past 12, so no cached path branches off between 4
     and 12 and N's page replaces A's (``replace_page``): one state, at 12. Mutation survivor
-    ``-m engine_tree --seed 1``: ``_branches`` placing the edge's branch point at ``m /
-    block_tokens`` tokens (4.75, inside [4, 12): both kept)."""
+    ``-m engine_tree --seed 1``: the former ``_branches`` (before the first-created-block rule)
+    placing the edge's branch point at ``m / block_tokens`` tokens (4.75, inside [4, 12): both
+    kept)."""
     tree = _tree(EngineRules(snapshot_block=32), block_tokens=4)
     tree.insert(np.arange(8, dtype=np.int64), 32, [1], tree.set_time(1.0))
     assert state_depths(tree) == [4]
@@ -71,7 +72,7 @@ def test_a_snapshot_at_a_node_is_given_up_for_a_deeper_state_on_another_branch_b
     A's state at 7 is in the same block (0, 8] and extends N's first 4 tokens, though on the
     other branch below the node, so N's page is not kept (``_snapshotSsmToTreeBlock`` returns:
     the block's page covers as much). Mutation survivor ``-m engine_tree --seed 2``:
-    ``_block_states`` walking past the node at exactly 4 (``>``) and looking below N's own branch
+    the former ``_block_states`` walking past the node at exactly 4 (``>``) and looking below N's own branch
     only (both kept)."""
     tree = _tree(EngineRules(snapshot_block=8))
     tree.insert(np.arange(8, dtype=np.int64), 8, [7], tree.set_time(1.0))
