@@ -726,6 +726,9 @@ def main() -> None:
     if args.out and os.path.exists(args.out):
         print(f"error: {args.out} exists (--out never replaces a file)", file=sys.stderr)
         raise SystemExit(2)
+    if not os.path.isfile(os.path.join(args.sglang, "sglang", "__init__.py")):
+        print(f"error: {args.sglang}: no sglang/ package (unpack SGLang's wheel there)", file=sys.stderr)
+        raise SystemExit(2)
     sys.path[:0] = [p for p in (args.sglang, args.deps) if p]
     sys.meta_path.insert(0, _StubFinder())
     from traces.registry import TraceOptions, load_trace  # noqa: PLC0415
