@@ -49,7 +49,12 @@ between its KV and mamba pools, which then replaces ``--capacity``), ``--max-mam
   output length, ``ignore_eos``, as SGLang's benchmark client sends them) and a page beside the
   running requests' remaining outputs, and no pass tries the queue after a refusal until a running
   request leaves (``reserves_output``); every 32nd pass that finds requests waiting refreshes the
-  first 128 waiting prefixes, head last (``waiting_refresh``).
+  first 128 waiting prefixes, head last (``waiting_refresh``). With a mamba pool of its own the
+  engine runs at most its states // 3 requests (extra_buffer // 5, lazy // 4:
+  ``states_per_running_request``). A decode step that does not fit retracts the decoding request
+  with the fewest output tokens, then the longest prompt, to the end of the waiting queue
+  (``retracts_by_length``); matched again, it walks its prompt and the tokens it generated,
+  capped at their count - 1, so its whole prompt may hit (``matches_generated``).
 - Under every scheduler: a prompt of ``max_req_input_len`` tokens (the KV pool less 6) or more is
   aborted when it arrives (``input_limit``, ``policies.sglang.max_req_input_len``:
   ``validate_input_length``, ``--allow-auto-truncate`` off by default).
@@ -200,6 +205,12 @@ class SglangAdmission(RefusesLongPrompts, AdmissionPolicy):
     #: L1692-L1723), capped at their count - 1 (``_compute_max_prefix_len``, L1766-L1768): its
     #: whole prompt may hit, where a fresh request recomputes the prompt's last token
     matches_generated = True
+    #: when a decode step does not fit, SGLang retracts the decoding request with the fewest output
+    #: tokens, then the longest prompt (``ScheduleBatch._get_decode_retraction_order``,
+    #: ``managers/schedule_batch.py`` L3542-L3579), and appends it to the waiting queue
+    #: (``Scheduler._add_request_to_queue``, ``managers/scheduler.py`` L3480-L3495; the default
+    #: fcfs policy does not sort it, ``schedule_policy.py`` L231-L235)
+    retracts_by_length = True
 
     def output_reserve(self, new_tokens: int) -> int:
         """KV tokens SGLang's ``PrefillAdder`` holds back for ``new_tokens`` output tokens still to

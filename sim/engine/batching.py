@@ -23,7 +23,11 @@ and the KV of the tokens it computed beyond its hit, charged against the cache's
 slots come from the state pool and the KV from the KV pool). When a running request's next tokens
 do not fit, the newest running request is preempted (vLLM's recompute preemption): it gives back
 its memory and its locks and goes to the front of the waiting queue, to be looked up and
-prefilled again (prompt plus the tokens already generated) when there is room. A waiting request
+prefilled again (prompt plus the tokens already generated) when there is room. An admission that
+``retracts_by_length`` (SGLang) retracts decoding requests by its engine's order instead (fewest
+output tokens, then longest prompt) to the end of the queue, one that ``matches_generated`` looks
+a preempted request up with its generated tokens too (its whole prompt may hit), and one with
+``states_per_running_request`` runs at most its state pool // that many requests. A waiting request
 that does not fit waits (an admission that ``rematches_waiting``: holding nothing, and evicting
 nothing for it when it would not fit even with every evictable entry gone, ``could_reserve``). A
 request too large to fit even alone is run anyway and counted in
@@ -208,6 +212,10 @@ class ContinuousEngine:
         #: their count - 1 (``matches_generated``: SGLang's ``init_next_round_input``), not its
         #: prompt less one token
         self.match_generated = getattr(sim.admission, "matches_generated", False)
+        #: SGLang's retraction (``retracts_by_length``): when a step's tokens do not fit, decoding
+        #: requests are retracted fewest output tokens first, then longest prompt, then latest
+        #: admitted, and queue behind the waiting requests (not the newest, back at the front)
+        self.retract_by_length = getattr(sim.admission, "retracts_by_length", False)
         #: SGLang's ``PrefillAdder`` (``reserves_output``): a waiting request is admitted only if its
         #: whole uncached prompt, its output and a page fit beside what the running requests may still
         #: decode; after a refusal no pass tries the queue until a running request leaves
@@ -325,9 +333,31 @@ class ContinuousEngine:
             if f.match is not None:
                 self.sim.tree.forget(f.match)
         s.preempt()
-        self.waiting.appendleft(s)
+        if self.retract_by_length:
+            self.waiting.append(s)  # SGLang: ``_add_request_to_queue`` appends; fcfs does not sort
+        else:
+            self.waiting.appendleft(s)
         self.batch_full = False  # the running batch shrank
         preempted.append(s.req.request_id)
+
+    def _retract(self, need: int, states: int, preempted: list) -> None:
+        """SGLang's ``ScheduleBatch.retract_decode`` (``managers/schedule_batch.py`` L3451-L3539):
+        while the step's ``need`` KV tokens (and ``states`` slots) do not fit once what can be
+        evicted is gone (``check_decode_mem``), the decoding request that
+        ``_get_decode_retraction_order`` (L3542-L3579) puts last is retracted: the fewest output
+        tokens, then the longest prompt, then the latest in the batch (a stable sort, reversed); one
+        request is always kept. A request in its prefill is not in SGLang's decode batch and is not
+        retracted here (the request-by-request pass after this one preempts the newest if what is
+        left still does not fit)."""
+        running, tree = self.running, self.sim.tree
+        while len(running) > 1 and tree.could_reserve(need, states) is False:
+            order = [(s.decoded, -s.n_in, -k) for k, s in enumerate(running) if not s.prefilling]
+            if not order:
+                return
+            k = -min(order)[2]
+            victim = running.pop(k)
+            self._preempt(victim, preempted)
+            need -= self._kv(victim.pos, victim.pos + 1)
 
     def _cache_computed(self, s: Seq) -> None:
         """vLLM caches a request's blocks as it computes them (``KVCacheManager.allocate_slots``
@@ -439,6 +469,8 @@ class ContinuousEngine:
             batch.transient = []
             budget = self.budget
             i = 0
+            if self.retract_by_length:
+                self._retract(total, extra, preempted)
         while i < len(running) and budget > 0:
             s = running[i]
             prefill = s.prefilling

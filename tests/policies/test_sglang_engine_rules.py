@@ -874,3 +874,71 @@ def test_a_retracted_request_is_matched_with_its_prompt_and_generated_tokens():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(SglangAdmission, "matches_generated", False)
         assert hits() == ([0, 0], [(4.141, (1,))], [(0, 10), (0, 4151)])
+
+
+def _retract_run(rows, kv_tokens, **flags):
+    """Hit tokens, queueing delays, preemptions (step start, ids) and prefill chunks (step start,
+    chunks) of ``sglang`` no_buffer on the tiny model with 6 states of their own (two running
+    requests, rule 19) and ``kv_tokens`` KV tokens; ``flags``: admission attributes set for the run."""
+    config = SimConfig(
+        policy="sglang",
+        model="qwen3.5-9b",
+        capacity_bytes=6 * 16 + kv_tokens * 2,
+        mode="des",
+        scheduler="continuous",
+        mamba_radix_cache_strategy="no_buffer",
+        max_mamba_cache_size=6,
+    )
+    log = EventLog()
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in flags.items():
+            mp.setattr(SglangAdmission, name, value)
+        res = drive(build(arrivals(rows), config, spec=TINY, timing=TIMING, observers=(log,)))
+    req = res.requests.sort_values("request_id")
+    steps = [ev for ev in log.events if isinstance(ev, Step)]
+    return (
+        [int(h) for h in req["hit_tokens"]],
+        [round(q, 6) for q in req["queue_s"]],
+        [(round(ev.t_start, 3), ev.preempted) for ev in steps if ev.preempted],
+        [(round(ev.t_start, 3), ev.prefills) for ev in steps if ev.prefills],
+    )
+
+
+def test_sglang_retracts_the_fewest_outputs_then_the_longest_prompt():
+    """Rule 21. ``ScheduleBatch._get_decode_retraction_order`` (SGLang 0.5.23
+    ``managers/schedule_batch.py`` L3542-L3579) sorts the decode batch by (output tokens, -prompt
+    tokens), reversed, and ``retract_decode`` (L3451-L3539) pops from its end until the rest fit
+    (``check_decode_mem``), keeping one: the request with the fewest output tokens goes first,
+    the longest prompt among equals, the latest in the batch among equals again. The rule-20 case
+    with A's prompt 20 tokens (8,310 KV tokens): A and B generate in step, so at t = 4.141 A, the
+    longer prompt, is retracted (4,141 tokens generated), not B, the newer; B ends at t = 4.200 and
+    A, matched with its 4,161 tokens, reuses its prompt's 20. SGLang 0.5.23's own
+    ``retract_decode`` on the same requests retracts A before decode step 4,141 and matches its 20
+    tokens (``benchmarks/results/2026-12-05-sglang-retract/verify_retract.py``). Preempting the
+    newest (vLLM's rule), B went."""
+    rows = [(toks(100, 20), 4200, 0.0), (toks(200, 10), 4200, 0.0)]
+    hits, _, preempted, chunks = _retract_run(rows, 8310)
+    assert (hits, preempted) == ([20, 0], [(4.141, (0,))])
+    assert chunks[-1] == (4.2, ((0, 20, 4161),))
+    hits, _, preempted, chunks = _retract_run(rows, 8310, retracts_by_length=False)
+    assert (hits, preempted) == ([0, 10], [(4.141, (1,))])
+    assert chunks[-1] == (4.2, ((1, 10, 4151),))
+
+
+def test_a_retracted_request_queues_behind_the_waiting_ones():
+    """Rule 22. SGLang 0.5.23 puts a retracted request back with ``_add_request_to_queue``
+    (``managers/scheduler.py`` L4539-L4540 -> L3480-L3495: ``waiting_queue.append``), and the
+    default fcfs policy does not sort the queue (``SchedulePolicy.calc_priority``,
+    ``managers/schedule_policy.py`` L231-L235, without priority scheduling): it waits behind the
+    requests that arrived while it ran. The rule-20 case and C (10 tokens, 1 output token) at
+    t = 1, held back by the two running requests (rule 19): B, retracted at t = 4.141, queues
+    behind C; C fits beside A and starts at t = 4.142 (queued 3.142 s), B when A ends (t = 4.200).
+    Back at the front (vLLM's rule), B was refused at t = 4.142 (its 4,151 tokens and A's output do
+    not fit) and C, behind it, waited for A's end too (3.2 s)."""
+    rows = [(toks(100, 10), 4200, 0.0), (toks(200, 10), 4200, 0.0), (toks(300, 10), 1, 1.0)]
+    hits, queued, preempted, chunks = _retract_run(rows, 8300)
+    assert (hits, queued[2], preempted) == ([0, 10, 0], 3.142, [(4.141, (1,))])
+    assert chunks[1:] == [(4.142, ((2, 0, 10),)), (4.2, ((1, 10, 4151),))]
+    hits, queued, preempted, chunks = _retract_run(rows, 8300, retracts_by_length=False)
+    assert (hits, queued[2], preempted) == ([0, 10, 0], 3.2, [(4.141, (1,))])
+    assert chunks[1:] == [(4.2, ((1, 10, 4151), (2, 0, 10)))]

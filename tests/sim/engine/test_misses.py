@@ -240,7 +240,10 @@ def test_a_preempted_request_keeps_its_first_shared_prefix():
     preempted request reuses from its own prefill chunks (SGLang publishes every chunk, so they
     are in the cache when it comes back): those are a hit past the shared prefix. SGLang's own
     admission holds back every running request's remaining output (``reserves_output``), so it
-    all but never preempts (none here): the scenario turns that reservation off."""
+    all but never preempts (none here): the scenario turns that reservation off, and SGLang's
+    retraction (``retracts_by_length``: it retracts decoding requests only, fewest outputs first,
+    to the end of the queue, where their prompts are evicted before they come back: none reuses
+    its own here) for vLLM's, which preempts the newest, often mid-prefill, back to the front."""
     from policies.sglang_current import SglangAdmission
 
     trace = load_trace("mooncake:sample", TraceOptions())
@@ -249,6 +252,7 @@ def test_a_preempted_request_keeps_its_first_shared_prefix():
         config = SimConfig(policy="sglang", model="qwen3-next-80b-a3b", capacity_bytes=40 * 10**9, scheduler=scheduler)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(SglangAdmission, "reserves_output", False)
+            mp.setattr(SglangAdmission, "retracts_by_length", False)
             res = drive(build(trace, config))
         rows[scheduler] = res
     assert rows["continuous"].summary.preemptions > 0

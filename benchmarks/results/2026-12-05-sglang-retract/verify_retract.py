@@ -6,9 +6,11 @@ driver; when the next decode step no longer fits (the engine's own ``check_decod
 retracts with SGLang's own ``ScheduleBatch.retract_decode`` on a stub batch (its retraction order,
 ``release_req``, ``release_kv_cache(checkpoint=False)``); A decodes to its end and B is matched
 again with SGLang's own ``init_next_round_input``. Prints when B was retracted, how many tokens it
-had generated and its hit, beside a request with B's prompt alone matched at that moment.
+had generated and its hit, beside a request with B's prompt alone matched at that moment. Then
+rule 21's case (``test_sglang_retracts_the_fewest_outputs_then_the_longest_prompt``): A's prompt
+20 tokens, a pool of 8,310: the engine's own order retracts A.
 
-    python benchmarks/results/2026-12-05-sglang-retract/verify_rule20.py ENGINES/sglang-0.5.23 ENGINES/deps
+    python benchmarks/results/2026-12-05-sglang-retract/verify_retract.py ENGINES/sglang-0.5.23 ENGINES/deps
 """
 
 from __future__ import annotations
@@ -29,18 +31,19 @@ sys.meta_path.insert(0, ds._StubFinder())
 KV_TOKENS, MAMBA, N_OUT = 8300, 6, 4200
 
 
-def main() -> None:
+def main(a_len: int = 10, kv_tokens: int = KV_TOKENS) -> None:
     from sglang.srt.managers.schedule_batch import Req, ScheduleBatch  # noqa: PLC0415
     from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: PLC0415
 
-    setup = ds.EngineSetup("no_buffer", KV_TOKENS, MAMBA, prefill_chunk=8192, max_running=4)
+    setup = ds.EngineSetup("no_buffer", kv_tokens, MAMBA, prefill_chunk=8192, max_running=4)
     driver = ds.SGLangDriver(setup, 2 * N_OUT)
-    a_prompt, b_prompt = toks(100, 10), toks(200, 10)
+    a_prompt, b_prompt = toks(100, a_len), toks(200, 10)
+    print(f"A: {a_len}-token prompt, B: 10, {N_OUT} output tokens each, {kv_tokens} KV tokens, {MAMBA} mamba slots")
     reqs = []
     for prompt, k in ((a_prompt, 0), (b_prompt, 1)):
-        req, hit = driver.begin(prompt, toks(9000 + 1000 * k, N_OUT), first_end=10)
+        req, hit = driver.begin(prompt, toks(9000 + 1000 * k, N_OUT), first_end=len(prompt))
         assert hit == 0
-        driver.extend(req, 10)
+        driver.extend(req, len(prompt))
         assert not driver.extended(req)  # the prompt's checkpoint: its KV and the state at 10
         reqs.append(req)
     # a stub decode batch: the engine's own check and retraction over the running requests
@@ -69,9 +72,12 @@ def main() -> None:
             if driver.decoded(req):
                 batch.reqs.remove(req)
     b, at, generated = retracted
-    print(f"retracted: request {'AB'[reqs.index(b)]} before decode step {at}, {generated} tokens generated")
+    name = "AB"[reqs.index(b)]
+    print(f"retracted: request {name} before decode step {at}, {generated} tokens generated")
     b.init_next_round_input(driver.tree)
-    print(f"B matched with its prompt + {len(b.output_ids)} generated tokens: hit {int(b.prefix_len)}")
+    print(f"{name} matched with its prompt + {len(b.output_ids)} generated tokens: hit {int(b.prefix_len)}")
+    if b is not reqs[1]:
+        return
     alone = Req(
         rid="alone",
         origin_input_text="",
@@ -85,3 +91,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    print()
+    main(20, 8310)
