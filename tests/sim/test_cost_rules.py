@@ -171,6 +171,17 @@ def test_tensor_parallel_divides_the_flop_terms_only():
     assert FLOORED.with_gpus(3, "x").source == "x"
 
 
+def test_a_hardware_timing_prices_fcfs_decode_tokens_with_the_all_reduces():
+    """``decode_time_s(n)`` (the fcfs scheduler's decode) is n tokens at ``decode_ms_per_token``
+    plus, under tensor parallel, one call's and one token's all-reduce each: by hand, 5 ms a token,
+    0.25 ms a call and 0.125 ms a token of all-reduce (mutation survivor: n / (...) for n x (...))."""
+    assert FLOORED.decode_time_s(0) == 0.0
+    assert FLOORED.decode_time_s(1) == pytest.approx(5.0e-3, rel=1e-12)
+    assert FLOORED.decode_time_s(7) == pytest.approx(35.0e-3, rel=1e-12)
+    tp = replace(FLOORED, comm_ms_per_call=0.25, comm_ms_per_token=0.125)
+    assert tp.decode_time_s(3) == pytest.approx(3 * 5.375e-3, rel=1e-12)
+
+
 def test_the_one_rate_model_step():
     """Overhead once per step with prefill work, never for decode-only steps; decode-only steps
     take the weights' read, a step with both the larger of compute and that read."""
@@ -308,6 +319,11 @@ def test_timing_files_round_trip_and_are_held_to_their_model(tmp_path):
     del d["layer_floor_ms"], d["seq_ms"]
     old = read_timing_file(write(tmp_path, d))
     assert old.layer_floor_ms == dict.fromkeys(LAYER_KINDS, 0.0) and old.seq_ms == dict.fromkeys(LAYER_KINDS, 0.0)
+    # a file without a GPU count prices one GPU (mutation survivor: a default of 0 refused it)
+    d = timing_to_dict(FLOORED.with_gpus(2))
+    assert d["gpus"] == 2 and read_timing_file(write(tmp_path, d)).gpus == 2
+    del d["gpus"]
+    assert read_timing_file(write(tmp_path, d)).gpus == 1
     for bad in ({"format": "marconi-timing/3"}, [1, 2], {"format": "marconi-timing/2"}):
         with pytest.raises(UsageError):
             read_timing_file(write(tmp_path, bad))
