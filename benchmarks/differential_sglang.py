@@ -108,6 +108,15 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
+@dataclass(frozen=True)
+class Touch:
+    """The simulator touched waiting request ``request_id``'s prefix, ``tokens`` of its prompt and
+    output (``Simulation.touch_prefix``: SGLang's waiting-prefix refresh, rule 17)."""
+
+    request_id: int
+    tokens: int
+
+
 @dataclass
 class EngineSetup:
     strategy: str
@@ -304,6 +313,25 @@ class SGLangDriver:
         self.finish(req)
         return True
 
+    def touch(self, prompt: np.ndarray, output: np.ndarray, tokens: int) -> None:
+        """SGLang's own ``touch_waiting_prefix`` (``mem_cache/common.py`` L215-L218) on a waiting
+        request built as the scheduler holds it: its prompt and the ``tokens - len(prompt)`` output
+        tokens it generated before a retraction; it walks them uncapped and holds nothing."""
+        from array import array  # noqa: PLC0415
+
+        from sglang.srt.managers.schedule_batch import Req  # noqa: PLC0415
+        from sglang.srt.mem_cache.common import touch_waiting_prefix  # noqa: PLC0415
+        from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: PLC0415
+
+        req = Req(
+            rid="touch",
+            origin_input_text="",
+            origin_input_ids=array("q", prompt.tolist()),
+            sampling_params=SamplingParams(temperature=0, max_new_tokens=max(len(output), 1)),
+        )
+        req.output_ids = array("q", output[: max(tokens - len(prompt), 0)].tolist())
+        touch_waiting_prefix(req, self.tree)
+
     def decode_slot(self, req) -> None:
         """A decode step's KV slot for the newest sampled token of ``req``."""
         from sglang.srt.mem_cache.allocation import alloc_token_slots  # noqa: PLC0415
@@ -483,7 +511,8 @@ class SGLangDriver:
         return hits, odd
 
     def run_steps(self, steps, tokens, probe=None) -> tuple[dict[int, int], Counter]:
-        """The simulator's continuous-batching steps (``Step`` events) through the cache, in order:
+        """The simulator's continuous-batching steps (``Step`` events) and waiting-prefix touches
+        (``Touch``, replayed with SGLang's own ``touch_waiting_prefix``) through the cache, in order:
         per step the running requests' chunks and decode tokens, then the newly scheduled requests'
         lookups and first chunks; after the step each chunk is published or, at the prompt's end,
         samples its first token; a request is released at the step that samples its last token.
@@ -493,6 +522,10 @@ class SGLangDriver:
         hits: dict[int, int] = {}
         odd: Counter = Counter()
         for ev in steps:
+            if isinstance(ev, Touch):  # a pass's waiting-prefix refresh, before its step's tokens
+                self.touch(*tokens[ev.request_id], ev.tokens)
+                odd["touches"] += 1
+                continue
             if ev.preempted:
                 raise RuntimeError(f"the simulator preempted requests at t = {ev.t_start:.3f} s (not replayed)")
             for _ in range(ev.steps):
@@ -565,6 +598,15 @@ def _sim_des(trace, policy: str, knobs: dict, scheduler: str, kinds: tuple):
     config = SimConfig(policy=policy, model=MODEL, capacity_bytes=UNLIMITED, mode="des", scheduler=scheduler, **knobs)
     log = EventLog()
     sim = build(trace, config, observers=(log,))
+    if scheduler == "continuous":  # its waiting-prefix touches (rule 17), in order among the steps
+        touch = sim.touch_prefix
+
+        def recorded(r, t, tokens):
+            log.events.append(Touch(int(r.request_id), int(tokens)))
+            touch(r, t, tokens)
+
+        sim.touch_prefix = recorded
+        kinds = (*kinds, Touch)
     tree = sim.tree
     pools = None
     if knobs.get("gpu_memory"):
@@ -619,7 +661,9 @@ def scheduled(trace, args, label: str, rows: list) -> None:
     # ample: every token of every request, and per request a state per chunk, its prompt end, its
     # end and its running slots
     states = sum(-(-n // chunk) + 5 for n in lens) + 64
-    running = 0 if fcfs else max(len(e.prefills) + len(e.decodes) for e in steps)  # in one step
+    running = (
+        0 if fcfs else max(len(e.prefills) + len(e.decodes) for e in steps if not isinstance(e, Touch))
+    )  # in one step
     kv_tokens = sum(lens) + 64
     reserve = {}
     if pools is not None:  # the simulator's pools; running requests take their slots from them
@@ -642,9 +686,11 @@ def scheduled(trace, args, label: str, rows: list) -> None:
     if fcfs:
         what = f"lookups repeated {odd['lookups']}, unfinished {odd['unfinished']}"
     else:
+        n_steps = sum(e.steps for e in steps if not isinstance(e, Touch))
         what = (
-            f"{sum(e.steps for e in steps):,} steps, up to {running} running; first chunks not at the engine's hit "
-            f"{odd['start']} (chunks skipped {odd['skipped']}), unfinished {odd['unfinished']}"
+            f"{n_steps:,} steps, up to {running} running; first chunks not at the engine's hit "
+            f"{odd['start']} (chunks skipped {odd['skipped']}), unfinished {odd['unfinished']}, "
+            f"waiting-prefix touches replayed {odd['touches']}"
         )
     print(
         f"{label + f' ({args.scheduler})':34s} {agreement.counts(percent=True)}; {agreement.tokens()}; "
