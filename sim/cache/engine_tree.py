@@ -64,6 +64,7 @@ engine behaviour, named after the engine code it follows:
 
 from __future__ import annotations
 
+import bisect
 import heapq
 
 import numpy as np
@@ -487,12 +488,13 @@ class EngineTree(HybridRadixTree):
         pool is short) before ``Block.replace_page`` lets the old one go."""
         B = self.snapshot_block
         path = self._seq_path(seq)
-        kept: list[tuple[int, int, object]] = []
+        tops = [top for _, top, _ in path]
+        kept: dict[object, int] = {}  # the block -> the checkpoint it takes (in order)
         gone: set[Node] = set()
         for c, d in zip(checkpoints, self._state_depths(seq, span, checkpoints)):
             lo = (d - 1) // B * B
             hi = lo + B
-            at = self._path_node(path, d)
+            at = self._path_node(path, tops, d)
             block = None if at is None else self._oldest_through(at, hi)
             if block is not None:
                 # the block's own path below d: a deeper state there is its page
@@ -545,9 +547,9 @@ class EngineTree(HybridRadixTree):
                     replaced.append(old)
                 else:
                     self._release_state(old)
-            kept = [(c0, d0, k0) for c0, d0, k0 in kept if k0 != key]
-            kept.append((c, d, key))
-        return [c for c, _, _ in kept]
+            kept.pop(key, None)  # this request's earlier snapshot in the same block
+            kept[key] = c
+        return list(kept.values())
 
     def _seq_path(self, seq: np.ndarray) -> list[tuple[Node, int, int]]:
         """The nodes ``seq`` walks through, each as (node, its edge's first token, the last token of
@@ -567,11 +569,12 @@ class EngineTree(HybridRadixTree):
         return out
 
     @staticmethod
-    def _path_node(path: list[tuple[Node, int, int]], d: int) -> Node | None:
-        """The node of ``path`` whose edge holds token ``d`` (None: the cached path ends before)."""
-        for node, top, matched in path:
-            if top < d <= matched:
-                return node
+    def _path_node(path: list[tuple[Node, int, int]], tops: list[int], d: int) -> Node | None:
+        """The node of ``path`` (edges starting at ``tops``) whose edge holds token ``d`` (None: the
+        cached path ends before)."""
+        i = bisect.bisect_left(tops, d) - 1
+        if i >= 0 and d <= path[i][2]:
+            return path[i][0]
         return None
 
     def _oldest_through(self, node: Node, hi: int) -> tuple[int, Node, int]:
