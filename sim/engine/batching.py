@@ -550,10 +550,15 @@ class ContinuousEngine:
         (``schedule_policy.py`` L280-L302) counts the passes that find requests waiting and, every
         ``WAITING_PREFIX_REFRESH_INTERVAL`` of them (the first included), touches the prefixes of
         the first ``WAITING_QUEUE_PREFIX_MATCH_MAX`` waiting requests, head last
-        (``refresh_waiting``)."""
+        (``refresh_waiting``). At the running cap (``--max-num-seqs``, or rule 19's) no pass tries
+        the queue, but SGLang's goes on to ``calc_priority`` while a chunked prefill continues: its
+        request-slot check is skipped then (``get_num_allocatable_reqs``, L4116-L4124) and the
+        waiting requests are not matched (the same check in the admission loop, L4226-L4238)."""
         waiting = self.waiting
-        if not waiting or len(self.running) >= self.max_seqs:
-            return True  # no pass: nothing to try (or no room for one more request)
+        if not waiting:
+            return True  # no pass: nothing to try
+        if len(self.running) >= self.max_seqs and not (self.reserve_out and any(s.prefilling for s in self.running)):
+            return True  # no pass: no room for one more request
         if self.reserve_out:
             if not self.running:
                 self.batch_full = False

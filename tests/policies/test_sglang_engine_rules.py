@@ -942,3 +942,43 @@ def test_a_retracted_request_queues_behind_the_waiting_ones():
     hits, queued, preempted, chunks = _retract_run(rows, 8300, retracts_by_length=False)
     assert (hits, queued[2], preempted) == ([0, 10, 0], 3.2, [(4.141, (1,))])
     assert chunks[1:] == [(4.2, ((1, 10, 4151), (2, 0, 10)))]
+
+
+def test_at_the_running_cap_a_pass_still_touches_while_a_chunked_prefill_goes_on():
+    """Rule 23. At SGLang's running cap (rule 19) ``_get_new_batch_prefill_raw`` returns before
+    ``calc_priority`` (``managers/scheduler.py`` L4116-L4124: ``get_num_allocatable_reqs`` <= 0
+    sets ``batch_is_full``; a full batch returns at L4098-L4101), but both checks are skipped while
+    a chunked prefill goes on (``self.chunked_req is None``): the pass reaches ``calc_priority``
+    and its waiting-prefix touches (``_touch_waiting_prefixes``, ``schedule_policy.py``
+    L280-L302), then admits no one (the same request-slot check in the admission loop,
+    L4226-L4238). Tiny model, no_buffer, 3 states (one running request), steps of 8 tokens, the
+    touches every pass (interval 1): L (24 tokens, 2 out) and W (10 tokens) arrive at t = 0; the
+    first pass touches W and L (head last) and admits L; L's chunks at t = 0.001 and 0.002 run at
+    the cap during its chunked prefill, so those passes touch W; at t = 0.003 L decodes and no pass
+    runs; L ends and W is touched and admitted at t = 0.004. Without a pass at the cap W was
+    touched at t = 0 and 0.004 only."""
+    trace = arrivals([(toks(100, 24), 2, 0.0), (toks(200, 10), 1, 0.0)])
+    config = SimConfig(
+        policy="sglang",
+        model="qwen3.5-9b",
+        capacity_bytes=BIG,
+        mode="des",
+        scheduler="continuous",
+        mamba_radix_cache_strategy="no_buffer",
+        max_mamba_cache_size=3,
+        prefill_chunk_tokens=8,
+        max_num_batched_tokens=8,
+    )
+    touches = []
+    touch = Simulation.touch_prefix
+
+    def recorded(self, r, t, tokens):
+        touches.append((round(t, 6), int(r.request_id)))
+        touch(self, r, t, tokens)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SglangAdmission, "waiting_refresh", (1, 128))
+        mp.setattr(Simulation, "touch_prefix", recorded)
+        res = drive(build(trace, config, spec=TINY, timing=TIMING))
+    assert touches == [(0.0, 1), (0.0, 0), (0.001, 1), (0.002, 1), (0.004, 1)]
+    assert list(res.requests.sort_values("request_id")["queue_s"].round(6)) == [0.0, 0.004]
