@@ -472,7 +472,12 @@ class EngineTree(HybridRadixTree):
         return node.born[0][1]
 
     def _take_block_snapshots(
-        self, seq: np.ndarray, span: Span, checkpoints: list[int], replaced: list[Node] | None = None
+        self,
+        seq: np.ndarray,
+        span: Span,
+        checkpoints: list[int],
+        replaced: list[Node] | None = None,
+        transient: list[int] | None = None,
     ) -> list[int]:
         """One snapshot per radix-tree block, the deepest, in the order the request commits them.
         A snapshot at point d goes into the block through d that ``block.next`` lists first (the
@@ -485,11 +490,15 @@ class EngineTree(HybridRadixTree):
         the checkpoints to insert. With a state pool the given-up states go to ``replaced``,
         released by the caller after the insert: TensorRT-LLM takes the new page
         (``_snapshotSsmToTreeBlock``: a fresh recurrent page, evicting from the queue's front if the
-        pool is short) before ``Block.replace_page`` lets the old one go."""
+        pool is short) before ``Block.replace_page`` lets the old one go; so does a snapshot of
+        this request's own that a later one in the same block replaces (it held a page meanwhile):
+        those checkpoints are inserted too and listed in ``transient``, for the caller to release."""
         B = self.snapshot_block
         path = self._seq_path(seq)
         tops = [top for _, top, _ in path]
-        kept: dict[object, int] = {}  # the block -> the checkpoint it takes (in order)
+        kept: dict[object, tuple[int, Node | None]] = {}  # the block -> its checkpoint (in order), the node
+        # already holding it (None: a new state)
+        steps: list[tuple[bool, list[Node], list[int]]] = []  # per kept snapshot: takes a page, replaces
         gone: set[Node] = set()
         for c, d in zip(checkpoints, self._state_depths(seq, span, checkpoints)):
             lo = (d - 1) // B * B
@@ -509,8 +518,10 @@ class EngineTree(HybridRadixTree):
                 if deeper:
                     self.states_replaced += 1
                     continue
+                held = None
                 if at.depth_tokens == d and at.has_state and at not in gone:
                     owned = []  # the page covers d already: the snapshot adds nothing
+                    held = at
                 else:
                     owned = [
                         n
@@ -540,16 +551,36 @@ class EngineTree(HybridRadixTree):
                         and self._oldest_through(n, hi)[1:] == (leaf, leaf.depth_tokens)
                     ]
                 key = ("new", lo)
+                held = None
+            earlier = kept.pop(key, None)  # this request's earlier snapshot in the same block
+            own: list[int] = []
+            if earlier is not None:
+                if earlier[1] is not None:  # a page the block held: replaced
+                    owned.append(earlier[1])
+                else:  # its own page, taken when it was committed
+                    own.append(earlier[0])
             for old in owned:
                 self.states_replaced += 1
                 gone.add(old)
-                if replaced is not None and self.state_capacity is not None:
+            steps.append((held is None, owned, own))
+            kept[key] = (c, held)
+        # the pages go as the engine lets them go: a replaced page right after the new one is taken
+        # (``_snapshotSsmToTreeBlock``). With a state pool that is after the insert for the last
+        # snapshot taking a page and before it for the others (the pool's peak is at the last
+        # one); a snapshot of the request's own replaced before that peak is not inserted, one
+        # replaced by it is, and released after (``transient``)
+        pooled = replaced is not None and self.state_capacity is not None
+        last = max((j for j, (takes, _, _) in enumerate(steps) if takes), default=-1)
+        for j, (_, owned, own) in enumerate(steps):
+            late = pooled and j >= last
+            for old in owned:
+                if late:
                     replaced.append(old)
                 else:
                     self._release_state(old)
-            kept.pop(key, None)  # this request's earlier snapshot in the same block
-            kept[key] = c
-        return list(kept.values())
+            if late and transient is not None:
+                transient.extend(own)
+        return sorted([c for c, _ in kept.values()] + (transient or []))
 
     def _seq_path(self, seq: np.ndarray) -> list[tuple[Node, int, int]]:
         """The nodes ``seq`` walks through, each as (node, its edge's first token, the last token of
@@ -643,8 +674,9 @@ class EngineTree(HybridRadixTree):
         if self.anchor_block and checkpoints:
             checkpoints = self._take_anchors(seq, span, checkpoints)
         replaced: list[Node] = []
+        transient: list[int] = []
         if self.snapshot_block and checkpoints:
-            checkpoints = self._take_block_snapshots(seq, span, checkpoints, replaced)
+            checkpoints = self._take_block_snapshots(seq, span, checkpoints, replaced, transient)
             if self.state_capacity is not None and len(checkpoints) > self.state_capacity:
                 # more snapshots than the pool holds: TensorRT-LLM commits them one at a time, each
                 # taking a page from the queue's front, where the request's own earlier snapshots
@@ -656,6 +688,13 @@ class EngineTree(HybridRadixTree):
             res = super()._insert(seq, seq_tokens, checkpoints, now, lock, protect, need_bytes, cut)
         finally:
             self._planning = None
+        if transient and res.inserted:  # this request's own snapshots a later one replaced
+            gone = set(transient)
+            node = res.end_node
+            while node is not None and node is not self.root:
+                if node.depth_sym in gone and node.has_state:
+                    replaced.append(node)
+                node = node.parent
         for old in replaced:  # with pools: the new page was taken while the replaced one was held
             if old.has_state and old.parent is not None:
                 self._release_state(old)

@@ -364,3 +364,21 @@ def test_a_hash_block_prompts_end_snapshot_takes_a_recurrent_page():
     got, sim = run(trace, "trtllm", spec=TINY, state_pool="10", **knobs)
     assert got == [0, 0, 32]
     assert state_depths(sim.tree) == [32, 32, 36, 40, 40]  # the engine's tree holds the same five
+
+
+def test_two_snapshots_of_one_request_in_one_block_hold_two_pages_for_a_moment():
+    """End offsets 0 and 13; three recurrent pages, one the running request's live state (two for
+    the cache). A (40 tokens) commits 27 and 40 (two blocks): the pool is full. B (20 tokens)
+    commits 7 and 20, both in its first block: ``_snapshotSsmToTreeBlock`` takes a page for 7
+    (A's 27 goes, the queue's front), then one for 20 (A's 40 goes) and only then lets 7's go
+    (``Block.replace_page``, ``_block_radix_tree.py`` L475-L487 at 065ff9e9), so A + 10 tokens
+    reuses nothing. The preset inserted 20 alone, took one page (27 went) and kept A's 40 (hit
+    40). The harness driving TensorRT-LLM's own tree and manager methods gives 0, 0, 0 and one
+    snapshot, at 50 (found by comparing the two sides' snapshots after every request:
+    ShareGPT, 2GB, end offsets 0 / 13, the 23rd served)."""
+    A = toks(0, 40)
+    out = toks(90_000, 3)
+    trace = one_per_session((A, out), (toks(1000, 20), out), (cat(A, toks(500, 10)), out))
+    got, sim = run(trace, "trtllm", spec=TINY, state_pool="3", additional_snapshot_offsets_from_end="0,13")
+    assert got == [0, 0, 0]
+    assert state_depths(sim.tree) == [50]
