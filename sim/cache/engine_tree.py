@@ -116,6 +116,7 @@ class EngineTree(HybridRadixTree):
         self.states_replaced = 0  # states given up to a later one on the same anchor
         self._pending = (0, 0)  # (KV bytes, states) the insert being planned needs
         self._planning = None  # (seq, span, checkpoints) of that insert, while it makes room
+        self._state_drain = False  # a state pool's victims are being taken (``_detach_stale_blocks``)
         super().__init__(**settings)
         if state_capacity is not None:
             self.kv_capacity_bytes = self.capacity_bytes - state_capacity * self.state_bytes
@@ -838,6 +839,10 @@ class EngineTree(HybridRadixTree):
             freed = self._evict_last_block(node)
             if freed is not None:
                 return freed
+        if self._state_drain and self.snapshot_block and not node.children and node.has_state:
+            freed = self._detach_stale_blocks(node)
+            if freed is not None:
+                return freed
         self._forget_frozen(node)
         parent = node.parent
         leaf = not node.children
@@ -892,6 +897,49 @@ class EngineTree(HybridRadixTree):
         self.stats.kv_tokens_evicted += freed_kv
         return freed_states, freed_kv
 
+    def _detach_stale_blocks(self, node: Node) -> tuple[int, int] | None:
+        """A state victim that is a leaf (``snapshot_block`` with a state pool): TensorRT-LLM drops
+        the recurrent page and detaches its block, then each ancestor block left without children
+        and without a recurrent page (``Block.clear_stale_blocks_after_page_unlink``,
+        ``_block_radix_tree.py`` L572-L597 at 065ff9e9). The leaf's blocks below the one its edge
+        starts in go; that block stays, with its KV to its end, where it holds a page of its own
+        (a state above the leaf's edge in the block, the first created block through it:
+        ``_oldest_through``), and the leaf is cut there, stateless. None: the leaf goes whole."""
+        B = self.snapshot_block
+        parent = node.parent
+        top = parent.depth_tokens
+        lo = top // B * B
+        hi = lo + B
+        if node.depth_tokens <= hi or parent is self.root:
+            return None
+        k_sym = (hi - top) // self.block_tokens  # edges are whole symbols
+        if k_sym <= 0:
+            return None
+        n = parent
+        while n is not self.root and n.depth_tokens > lo:
+            if n.has_state and self._oldest_through(n, hi)[1:] == (node, hi):
+                break
+            n = n.parent
+        else:
+            return None
+        keep = top + k_sym * self.block_tokens
+        self.stats.evictions += 1
+        node.has_state = False
+        self.n_states -= 1
+        self._state_gone(node)
+        freed_kv = node.depth_tokens - keep
+        self.kv_tokens -= freed_kv
+        if self.listener is not None:
+            self.listener.kv_removed(freed_kv, self._tag)
+        node.key = node.key[:k_sym]
+        node.n_tokens = keep - top
+        node.depth_sym = parent.depth_sym + k_sym
+        node.depth_tokens = keep
+        self._changed(node)
+        self.stats.states_evicted += 1
+        self.stats.kv_tokens_evicted += freed_kv
+        return 1, freed_kv
+
     def drop_state(self, node: Node) -> tuple[int, int]:
         self._forget_frozen(node)
         s, kv = super().drop_state(node)
@@ -919,9 +967,13 @@ class EngineTree(HybridRadixTree):
             return self.n_states + need > self.state_capacity
 
         evicted = [0, 0]  # states, KV tokens
-        ok = self._drain(
-            lambda: self.kv_bytes + need_kv > self.kv_capacity_bytes, self.policy.pop_kv_victim, evicted
-        ) and self._drain(states_short, self.policy.pop_state_victim, evicted)
+        ok = self._drain(lambda: self.kv_bytes + need_kv > self.kv_capacity_bytes, self.policy.pop_kv_victim, evicted)
+        if ok:
+            self._state_drain = True
+            try:
+                ok = self._drain(states_short, self.policy.pop_state_victim, evicted)
+            finally:
+                self._state_drain = False
         return ok, evicted[0], evicted[1]
 
     def _evict_with_copies(self, need: float) -> tuple[bool, int, int]:

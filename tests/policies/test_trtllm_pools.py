@@ -382,3 +382,31 @@ def test_two_snapshots_of_one_request_in_one_block_hold_two_pages_for_a_moment()
     got, sim = run(trace, "trtllm", spec=TINY, state_pool="3", additional_snapshot_offsets_from_end="0,13")
     assert got == [0, 0, 0]
     assert state_depths(sim.tree) == [50]
+
+
+def test_a_state_victims_leaf_keeps_the_block_that_holds_a_page_of_its_own():
+    """A recurrent page dropped from the pool detaches its block, then each ancestor block left
+    without children and without a recurrent page (``Block.clear_stale_blocks_after_page_unlink``,
+    ``_block_radix_tree.py`` L572-L597 at 065ff9e9). T (48 tokens, snapshots at 1 and 48) and U
+    (T's first 3 tokens, then its own, a snapshot at 23) split T's edge at 3, so T's leaf (3, 48]
+    spans T's first block (0, 32], whose page is the snapshot at 1 (the first created block
+    through it), and its second, whose page is 48. 48 taken by the state queue: the second
+    block goes, the first stays with its KV (the leaf cut at 32, stateless), where the whole leaf
+    went before. Without the snapshot at 1 the first block has no page and goes too. (ShareGPT,
+    2GB, end offsets 0 / 13: the two sides' snapshots agreed through the 50th request served
+    before, the 215th after; the engine kept the template's first block with its page at 1.)"""
+    for cps, kept in (([1, 48], 32), ([48], None)):
+        t = _pool_tree(4)
+        t.insert(toks(0, 48), 48, cps, t.set_time(1.0))
+        t.insert(cat(toks(0, 3), toks(600, 20)), 23, [23], t.set_time(2.0))
+        leaf = next(n for n in t.iter_nodes() if n.has_state and n.depth_tokens == 48)
+        t._state_drain = True  # as the state queue's victims are taken (``EngineTree._evict_for``)
+        freed = t.evict(leaf)
+        t._state_drain = False
+        if kept:
+            assert freed == (1, 16) and leaf.parent is not None and (leaf.depth_tokens, leaf.has_state) == (32, False)
+            assert state_depths(t) == [1, 23] and t.kv_tokens == 32 + 20
+        else:
+            assert freed == (1, 45) and leaf.parent is None
+            assert state_depths(t) == [23] and t.kv_tokens == 23
+        t.check_invariants()
