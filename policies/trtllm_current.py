@@ -320,8 +320,10 @@ POOL_REFRESH = RefreshRule(hit="to-hit", state="consumed")
 @dataclass(frozen=True)
 class TrtllmPreset(PolicyPreset):
     """The V2 manager's radix tree: KV committed up to the last snapshot point only
-    (``try_commit_blocks``' ``commit_limit``), one snapshot per ``tokens_per_block`` block, partial
-    matching skipped under a block with 32 children or more (``sim.cache.engine_tree``)."""
+    (``try_commit_blocks``' ``commit_limit``), one snapshot per ``tokens_per_block`` block (the first
+    created block through its point takes it), a partial match of one child block (the longest
+    leading match, the first created among equals), skipped under a block with 32 children or more
+    (``sim.cache.engine_tree``)."""
 
     def engine_rules(self, spec, config) -> EngineRules:
         if getattr(config, "state_pool", ""):  # the engine's two pool groups (--state-pool)
