@@ -69,7 +69,7 @@ import heapq
 
 import numpy as np
 
-from policies.base import EngineRules, RefreshRule
+from policies.base import EngineRules, PolicyError, RefreshRule
 from sim.cache.tree import HybridRadixTree, InsertResult, MatchResult, Node, Span, _edge_match
 from sim.config import format_size, parse_size
 from sim.errors import UsageError
@@ -1059,8 +1059,8 @@ def state_capacity(rules: EngineRules, state_bytes: int, state_pool: str, memory
         return rules.state_capacity
     if rules.split is not None and rules.memory:
         n = rules.split(memory_bytes, state_bytes)
-        if n < 1:
-            raise UsageError(
+        if n < 1:  # the preset's engine refuses this combination (advise prunes it)
+            raise PolicyError(
                 f"the engine's split of {format_size(memory_bytes)} leaves no room for one state "
                 f"({format_size(state_bytes)})"
             )

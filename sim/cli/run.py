@@ -312,6 +312,22 @@ def preemption_note(rows) -> str:
     )
 
 
+def running_cap_note(rows, configs) -> str:
+    """One line when an engine ran fewer requests at once than ``--max-num-seqs`` (the header's
+    figure): SGLang caps them at its mamba pool's states // states per running request."""
+    parts = [
+        f"{r.policy} {r.running_cap}"
+        for r, c in zip(rows, configs)
+        if 0 < r.running_cap < c.max_num_seqs and c.effective_scheduler == "continuous"
+    ]
+    if not parts:
+        return ""
+    return (
+        "note: at most this many requests ran at once, below --max-num-seqs (the engine's own cap: "
+        f"SGLang's mamba pool states // states per running request): {', '.join(parts)}"
+    )
+
+
 def aborted_note(rows) -> str:
     """One line when an engine aborted requests at arrival, their prompt longer than it takes
     (SGLang's ``max_req_input_len``: its KV pool less 6 tokens): they are left out of the hit
@@ -465,6 +481,7 @@ def register(main: click.Group) -> None:
             for w in (
                 saturation_line(trace, configs, results, sats, time_scale),
                 preemption_note(rows),
+                running_cap_note(rows, [cfg for cfg, _ in results]),
                 aborted_note(rows),
             )
             if w

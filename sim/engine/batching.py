@@ -60,7 +60,7 @@ import simpy
 
 from sim.engine.events import listeners
 from sim.engine.simulation import Flight, Simulation
-from sim.errors import UsageError
+from policies.base import PolicyError
 from traces.base import Request
 
 
@@ -193,12 +193,13 @@ class ContinuousEngine:
         per = getattr(sim.admission, "states_per_running_request", 0) if sim.spec.is_hybrid else 0
         pool = getattr(sim.tree, "state_capacity", None)
         if per and pool is not None:
-            if pool < per:
-                raise UsageError(
+            if pool < per:  # the preset's engine refuses this combination (advise prunes it)
+                raise PolicyError(
                     f"a mamba pool of {pool} states serves no request: SGLang refuses to start with fewer "
                     f"than {per} states (max_running_requests = states // {per})"
                 )
             self.max_seqs = min(self.max_seqs, pool // per)
+        sim.rec.running_cap = self.max_seqs
         self.slots = sim.admission.running_state_slots if sim.spec.is_hybrid else 0
         #: KV charged in whole blocks of this many tokens (an admission's ``running_kv_block``:
         #: vLLM allocates a running request's attention KV a block at a time); 1: per token

@@ -236,6 +236,10 @@ class RunSummary(_Summary):
     ``max_req_input_len``, its KV pool less 6 tokens): not looked up, computed or finished, and
     left out of the hit rates, ``input_tokens`` and the FLOPs (count; ``aborted`` in
     requests.parquet)."""
+    running_cap: int = 0
+    """Requests the continuous scheduler ran at most at once: ``--max-num-seqs``, or an engine's
+    own lower cap (SGLang: its mamba pool's states // states per running request) (count; 0
+    under ``fcfs`` and ``sequential``)."""
     tuning: DuelTuning | ReplayTuning | OracleTuning | None = None
     """What an auto-tuned run (``--alpha auto``) or a hindsight bound chose; None for a static run."""
 
@@ -277,6 +281,7 @@ class Recorder:
         self.preemptions = 0
         self.memory_overshoots = 0
         self.peak_charged_bytes = 0
+        self.running_cap = 0  # the continuous scheduler's running-request cap (set by it)
         self._occ_t: list[float] = []
         self._occ_kv: list[int] = []
         self._occ_state: list[int] = []
@@ -451,6 +456,7 @@ class Recorder:
             "preemptions": self.preemptions,
             "memory_overshoots": self.memory_overshoots,
             "peak_charged_bytes": self.peak_charged_bytes,
+            "running_cap": self.running_cap,
         }
 
 

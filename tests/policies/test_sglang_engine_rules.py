@@ -16,7 +16,7 @@ from sim.engine import batching
 from sim.engine.drivers import run as drive
 from sim.engine.events import EventLog, Lookup, Step
 from sim.engine.simulation import Simulation
-from sim.errors import UsageError
+from policies.base import PolicyError
 from sim.simulate import build
 from traces.base import Request, Trace
 
@@ -830,7 +830,7 @@ def test_sglang_runs_at_most_its_mamba_pool_over_the_slots_a_request_takes(strat
         assert _memory_run(trace, BIG, strategy=strategy, max_mamba_cache_size=pool)[1] == pytest.approx(
             uncapped, abs=1e-6
         )
-    with pytest.raises(UsageError, match="serves no request"):
+    with pytest.raises(PolicyError, match="serves no request"):
         _memory_run(trace, BIG, strategy=strategy, max_mamba_cache_size=2)
 
 
@@ -982,3 +982,36 @@ def test_at_the_running_cap_a_pass_still_touches_while_a_chunked_prefill_goes_on
         res = drive(build(trace, config, spec=TINY, timing=TIMING))
     assert touches == [(0.0, 1), (0.0, 0), (0.001, 1), (0.002, 1), (0.004, 1)]
     assert list(res.requests.sort_values("request_id")["queue_s"].round(6)) == [0.0, 0.004]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "pool", "cap"), [("no_buffer", 7, 2), ("extra_buffer", 11, 2), ("no_buffer", 9, 3)]
+)
+def test_the_running_cap_is_reported_and_said_when_below_max_num_seqs(strategy, pool, cap):
+    """The cap rule 19 puts on running requests (pool // 3 no_buffer, // 5 extra_buffer: 7 -> 2,
+    11 -> 2, 9 -> 3) is the summary's ``running_cap`` and, being below ``--max-num-seqs`` (256),
+    a note line names it, since the run's header states --max-num-seqs; a cap above the pool's
+    (``--max-num-seqs 2`` with 9 states) is the flag's and says nothing; fcfs has no cap (0)."""
+    from sim.cli.run import running_cap_note
+
+    trace = arrivals([(toks(0, 40), 2, 0.0), (toks(100, 40), 2, 0.0)])
+
+    def go(**kw):
+        config = SimConfig(
+            policy="sglang",
+            model="qwen3.5-9b",
+            capacity_bytes=BIG,
+            max_mamba_cache_size=pool,
+            mode="des",
+            mamba_radix_cache_strategy=strategy,
+            **kw,
+        )
+        return config, drive(build(trace, config, spec=TINY, timing=TIMING)).summary
+
+    config, s = go(scheduler="continuous")
+    assert s.running_cap == cap and s.to_dict()["running_cap"] == cap
+    assert running_cap_note([s], [config]).endswith(f"): sglang {cap}")
+    config, s = go(scheduler="continuous", max_num_seqs=2)
+    assert s.running_cap == 2 and running_cap_note([s], [config]) == ""
+    config, s = go(scheduler="fcfs")
+    assert s.running_cap == 0 and running_cap_note([s], [config]) == ""

@@ -519,6 +519,10 @@ def run_study(
                     with guard.critical():
                         study.tell(trial, state=TrialState.PRUNED)
                     report.pruned.append((trial.number, why))
+                elif isinstance(res, PolicyError):  # refused by the engine only once it is built (a pool
+                    with guard.critical():  # too small to run one request): pruned, as the refusals above
+                        study.tell(trial, state=TrialState.PRUNED)
+                    report.pruned.append((trial.number, str(res)))
                 elif isinstance(res, BaseException):
                     if isinstance(res, KeyboardInterrupt):
                         raise KeyboardInterrupt

@@ -70,6 +70,7 @@ BASE_KEYS = [
     "missed_speculative",
     "hit_after_preemption",
     "aborted_requests",
+    "running_cap",
 ]
 #: the keys the tuners (and the hindsight oracle) appended, in order
 DUEL_KEYS = [
@@ -196,6 +197,7 @@ def test_to_dict_is_the_old_dict_on_a_hand_checked_run():
         **{f"missed_{c}": 0 for c in CAUSES},
         "hit_after_preemption": 0,
         "aborted_requests": 0,
+        "running_cap": 0,
     }
     d = s.to_dict()
     assert list(d) == list(old) == BASE_KEYS

@@ -245,6 +245,22 @@ def test_a_combination_the_preset_refuses_is_pruned_not_a_crash(tmp_path):
     assert "--page-size 16" in adv.recommended.run_tuned
 
 
+def test_a_pool_too_small_to_run_a_request_is_pruned_not_a_crash(tmp_path):
+    """SGLang refuses to start when its mamba pool holds fewer states than one running request
+    needs (3, or 5 with extra_buffer's tracking slots: ``resolve_max_num_reqs``), or none at all;
+    the simulator finds that only when it builds the engine. At 400KB for replay-tiny (136KB of
+    cache beside the weights, 7,296-byte states) a sampled --mamba-full-memory-ratio near its
+    floor leaves 0-4 states: those trials are pruned with the engine's reason, and the study
+    finishes (the first such trial stopped it: a traceback in the advise notebook)."""
+    spec = f"marconi-jsonl:{write_marconi_jsonl(synthetic_trace(sessions=4, turns=2), tmp_path / 't.jsonl')}"
+    problem = Problem({"trace": spec}, "sglang", "replay-tiny", "400KB")
+    adv = advise(problem, tmp_path / "s", 16, progress=False)
+    whys = [why for _, why in adv.report.pruned]
+    assert any("serves no request" in why for why in whys)
+    assert all("serves no request" in why or "leaves no room for one state" in why for why in whys)
+    assert adv.report.failed == [] and adv.trials == 16 - len(adv.report.pruned)
+
+
 def _params(study) -> list:
     return [(t.number, t.params, t.value, t.state.name) for t in study.get_trials(deepcopy=False)]
 

@@ -271,7 +271,9 @@ def test_advise_notebook_prints_the_numbers_of_its_studies(tmp_path, monkeypatch
     why = _cell(shown, "explain_rows(adv")
     for name in ("sharegpt", "agent", "mooncake"):
         adv = json.loads((folder / name / "advice.json").read_text())
-        assert adv["trials"] == 4 and adv["parts"]
+        # a sampled combination the engine refuses (SGLang's mamba pool too small to run one
+        # request) is pruned, not counted
+        assert 1 <= adv["trials"] <= 4 and adv["parts"]
         for who in ("defaults", "recommended"):
             for part in ("tuned", "held_out"):
                 assert_shown(table, [adv[who][part]["token_hit_rate"] * 100], 2)
