@@ -184,6 +184,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["sim/analysis/report.py", "sim/report.py"],
         ["tests/sim/analysis", "tests/sim/experiments/test_plot_notebooks.py", "tests/sweep/test_plot_notebooks.py"],
     ),
+    # hash-block traces and their spelling as tokens (--hash-block-tokens)
+    "hashblock": (
+        ["traces/hashblock.py"],
+        ["tests/traces/test_hash_block_tokens.py", "tests/traces/test_hashblock.py", "tests/traces"],
+    ),
     # issue 44's areas: the newest code, each with its rule tests first, then its direct tests
     "batching": (
         ["sim/engine/batching.py"],
@@ -200,6 +205,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["sim/cost.py"],
         [
             "tests/sim/test_cost_rules.py",
+            "tests/sim/test_step_time_memo.py",
             "tests/sim/test_cost.py",
             "tests/sim/replay/test_timing_carry.py",
             "tests/sim/test_model_config.py",
