@@ -1015,3 +1015,17 @@ def test_the_running_cap_is_reported_and_said_when_below_max_num_seqs(strategy, 
     assert s.running_cap == 2 and running_cap_note([s], [config]) == ""
     config, s = go(scheduler="fcfs")
     assert s.running_cap == 0 and running_cap_note([s], [config]) == ""
+
+
+@pytest.mark.parametrize("scheduler", ["fcfs", "continuous"])
+def test_extra_buffer_end_inserts_its_last_decode_track_alone(scheduler):
+    """extra_buffer keeps a decoding request's tracked state in its ping-pong buffers, each track
+    replacing the last (``_mamba_radix_cache_v2_req_prepare_for_extend``; the decode track every
+    ``mamba_track_interval`` tokens, 256 by default), and the request's end commits the one it
+    holds (``_select_finished_checkpoint``, ``components/mamba.py`` L582-L593): a 130-token prompt
+    (its track at 128) decoding 600 tokens passes tracks at 256 and 512 and leaves 128 and 512 in
+    the tree, not 256 (mutation survivor: ``Simulation.end_state`` keeping every pending decode
+    checkpoint instead of the deepest)."""
+    trace = arrivals([(toks(0, 130), 600, 0.0)])
+    _, sim = run(trace, "sglang", spec=TINY, mode="des", scheduler=scheduler, mamba_radix_cache_strategy="extra_buffer")
+    assert state_depths(sim.tree) == [128, 512]

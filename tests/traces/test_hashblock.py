@@ -34,6 +34,11 @@ def test_mooncake_small(tmp_path):
     assert r2.output_tokens.tolist() == []
     assert tr.input_tokens_total() == 1100 + 1024 + 600
     assert tr.output_tokens_total() == 10 + 513 + 0
+    assert tr.meta["t0"] == 0.0
+    # arrivals count from the first timestamp, which the trace keeps in seconds (meta t0)
+    later = [dict(row, timestamp=row["timestamp"] + 1500) for row in MOONCAKE]
+    tr = load_trace(f"mooncake:{_write(tmp_path / 'late.jsonl', later)}", TraceOptions(time_scale=2.0))
+    assert [r.arrival for r in tr.requests] == [0.0, 1.0, 5.0] and tr.meta["t0"] == pytest.approx(1.5)
 
 
 BAILIAN = [
