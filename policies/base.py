@@ -371,6 +371,10 @@ class EngineRules:
       last block first, and a state at that end goes with it (vLLM's pool evicts one block per
       block it needs, ``BlockPool.get_new_blocks``, and a request frees its blocks tail first);
       False: a leaf goes whole.
+    - ``kv_page``: the KV pool is whole pages of this many tokens, one per block of the engine's
+      radix tree (``EngineTree._page_pad``; TensorRT-LLM's attention pages, 0: tokens).
+    - ``states_first``: with a state pool, an insert takes its states' room before its KV's
+      (TensorRT-LLM commits a chunk's snapshots before the decode's pages are allocated).
     """
 
     refresh: RefreshRule | None = None
@@ -392,6 +396,8 @@ class EngineRules:
     capacity_unit: int = 0
     duplicate_kv: bool = False
     block_evict: bool = False
+    kv_page: int = 0
+    states_first: bool = False
 
     def __post_init__(self) -> None:
         if self.kv_extent not in ("all", "state", "blocks"):

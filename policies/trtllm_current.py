@@ -339,6 +339,12 @@ class TrtllmPreset(PolicyPreset):
                 # while a request runs the pool holds one snapshot fewer (found by
                 # benchmarks/differential_trtllm.py --capacity: the engine held 28 of 29)
                 running_states=1,
+                # the attention pool is whole 32-token pages, one per radix-tree block, and a
+                # request's snapshots take their recurrent pages (a victim's blocks going with it)
+                # before its decode pages are allocated (found by benchmarks/differential_trtllm.py
+                # --capacity 2GB --additional-snapshot-offsets-from-end 0: 1,217 -> 1,221 of 1,235)
+                kv_page=TOKENS_PER_BLOCK,
+                states_first=True,
             )
         return EngineRules(kv_extent="state", snapshot_block=TOKENS_PER_BLOCK)
 

@@ -108,6 +108,9 @@ class EngineTree(HybridRadixTree):
         self.running_states = rules.running_states
         self.duplicate_kv = rules.duplicate_kv
         self.block_evict = rules.block_evict and rules.extent_block > 0
+        self.kv_page = rules.kv_page  # KV held in whole pages of this many tokens (TensorRT-LLM)
+        self.states_first = rules.states_first
+        self._pad_key, self._pad = None, 0
         self.copies: list = []  # older copies of recomputed KV blocks: (recency, 1, -end, order, tokens, first)
         self.copy_tokens = 0  # KV tokens those copies hold
         self._recomputed: dict[int, list] = {}  # id(match) -> [(node, block ends, recency)] (duplicate_kv)
@@ -147,7 +150,34 @@ class EngineTree(HybridRadixTree):
 
     @property
     def kv_bytes(self) -> int:
-        return (self.kv_tokens + self.frozen_tokens + self.copy_tokens) * self.kv_bytes_per_token
+        pad = self._page_pad_cached() if self.kv_page else 0
+        return (self.kv_tokens + self.frozen_tokens + self.copy_tokens + pad) * self.kv_bytes_per_token
+
+    def _page_pad_cached(self) -> int:
+        """``_page_pad``, walked again only when the tree's shape may have changed: a node added
+        (``_created``) or KV removed (``kv_tokens``); merging a node into its only child changes
+        neither and leaves the pages as they were."""
+        key = (self.kv_tokens, self._created)
+        if key != self._pad_key:
+            self._pad_key, self._pad = key, self._page_pad()
+        return self._pad
+
+    def _page_pad(self) -> int:
+        """``kv_page``: the tokens the engine's whole pages hold beyond the tree's tokens. A block
+        is one page, owned by the node that holds its last token (a branch inside a block gives
+        each child its own copy of that block, the parent none), and a leaf ending inside a block
+        holds that partial block on a page of its own (TensorRT-LLM: one attention page per radix
+        block, a committed prompt end a partial block's copy, ``_snapshotPartialBlockToTree``),
+        so a path ending at ``e`` holds ``ceil(e / page)`` pages."""
+        P = self.kv_page
+        pad = 0
+        for n in self.iter_nodes():
+            if n is self.root:
+                continue
+            s, e = n.parent.depth_tokens, n.depth_tokens
+            pages = e // P - s // P + (1 if e % P and not n.children else 0)
+            pad += pages * P - (e - s)
+        return pad
 
     @property
     def used_bytes(self) -> int:
@@ -175,6 +205,9 @@ class EngineTree(HybridRadixTree):
         need_kv, new_cps, walk_end = self._plan_new(seq, span, checkpoints)
         if self.frozen_block and new_cps:  # each new state off the block grid adds its frozen block
             need_kv += sum(self._frozen_charge(t) for t in self._state_depths(seq, span, new_cps))
+        if self.kv_page and need_kv:  # the blocks from the one the insert starts in to its end
+            P, e = self.kv_page, span.total
+            need_kv = P * (-(-e // P) - (e - need_kv) // P)
         kv_bytes = need_kv * self.kv_bytes_per_token
         self._pending = (kv_bytes, len(new_cps))
         self._planning = (seq, span, checkpoints)
@@ -967,13 +1000,23 @@ class EngineTree(HybridRadixTree):
             return self.n_states + need > self.state_capacity
 
         evicted = [0, 0]  # states, KV tokens
-        ok = self._drain(lambda: self.kv_bytes + need_kv > self.kv_capacity_bytes, self.policy.pop_kv_victim, evicted)
-        if ok:
+
+        def kv_drain() -> bool:
+            return self._drain(
+                lambda: self.kv_bytes + need_kv > self.kv_capacity_bytes, self.policy.pop_kv_victim, evicted
+            )
+
+        def state_drain() -> bool:
             self._state_drain = True
             try:
-                ok = self._drain(states_short, self.policy.pop_state_victim, evicted)
+                return self._drain(states_short, self.policy.pop_state_victim, evicted)
             finally:
                 self._state_drain = False
+
+        if self.states_first:
+            ok = state_drain() and kv_drain()
+        else:
+            ok = kv_drain() and state_drain()
         return ok, evicted[0], evicted[1]
 
     def _evict_with_copies(self, need: float) -> tuple[bool, int, int]:
@@ -1033,6 +1076,8 @@ class EngineTree(HybridRadixTree):
             self._frozen_charge(n.depth_tokens) for n in self.iter_nodes() if n is not self.root and n.has_state
         )
         assert frozen == self.frozen_tokens, (frozen, self.frozen_tokens)
+        if self.kv_page:
+            assert self._page_pad_cached() == self._page_pad()
         super().check_invariants()
 
 

@@ -410,3 +410,47 @@ def test_a_state_victims_leaf_keeps_the_block_that_holds_a_page_of_its_own():
             assert freed == (1, 45) and leaf.parent is None
             assert state_depths(t) == [23] and t.kv_tokens == 23
         t.check_invariants()
+
+
+def _page_tree(kv_tokens: int, page: int) -> EngineTree:
+    from policies.trtllm_current import TrtllmPoolEviction  # noqa: PLC0415
+
+    rules = EngineRules(
+        kv_extent="state", snapshot_block=32, state_pool=True, cascade=True, kv_page=page, states_first=bool(page)
+    )
+    return EngineTree(
+        rules,
+        state_capacity=4,
+        capacity_bytes=4 * 4 + kv_tokens,
+        kv_bytes_per_token=1,
+        state_bytes=4,
+        block_tokens=1,
+        policy=TrtllmPoolEviction(),
+    )
+
+
+def test_the_attention_pool_holds_whole_pages_one_per_block():
+    """A radix block holds one page per life cycle (``Block.storage``, ``_block_radix_tree.py``
+    L390-L412 at 065ff9e9), a block is its first tokens plus up to 32 more, so two prompts that part
+    inside a block hold one copy of that block each, and a prompt ending inside a block holds that
+    partial block on a page of its own (``kvCache.cpp`` ``_snapshotPartialBlockToTree``). A (40
+    tokens) and B (A's first 20, then 30 of its own): the token tree holds 20 + 20 + 30 = 70
+    tokens, the engine 2 + 2 pages (128 tokens). With 100 tokens of KV, C (40 tokens of its own)
+    needs A gone (the preset kept both, counting 80 tokens). ShareGPT 2GB, end offset 0: 1,217 ->
+    1,221 of 1,235 (``benchmarks/differential_trtllm.py``)."""
+    A, B, C = toks(0, 40), cat(toks(0, 20), toks(700, 30)), toks(300, 40)
+    for page, kv_bytes, states in ((0, 70, [40, 40]), (32, 128, [40])):
+        t = _page_tree(1000, page)
+        t.insert(A, 40, [40], t.set_time(1.0))
+        t.insert(B, 50, [50], t.set_time(2.0))
+        assert t.kv_tokens == 70 and t.kv_bytes == kv_bytes
+        t.check_invariants()
+        t = _page_tree(100, page)
+        t.insert(A, 40, [40], t.set_time(1.0))
+        assert t.kv_bytes == (40 if not page else 64)
+        assert t.insert(C, 40, [40], t.set_time(2.0)).inserted
+        assert state_depths(t) == states and t.kv_tokens == 80 - 40 * bool(page)
+        assert t.kv_bytes <= 100
+        t.check_invariants()
+    rules = run(one_per_session((A, toks(5000, 4))), "trtllm", spec=TINY, state_pool="3", **END0)[1].tree.rules
+    assert (rules.kv_page, rules.states_first) == (32, True)
