@@ -68,3 +68,15 @@ def served_hits(trace, config):
     requests = res.requests.set_index("request_id") if "request_id" in res.requests else res.requests
     hit = requests["hit_tokens"]
     return [int(hit.iloc[i]) for i in order], order, sim
+
+
+def add_hash_block_tokens(ap) -> None:
+    """The scripts' ``--hash-block-tokens`` switch: the trace loaded as ``marconi run
+    --hash-block-tokens`` loads it, so the preset sees the tokens the engine is fed."""
+    ap.add_argument(
+        "--hash-block-tokens",
+        action="store_true",
+        help="a hash-block trace (mooncake:sample) spelled out as tokens, as `marconi run --hash-block-tokens` "
+        "does: the preset sees the engine's tokens (block_tokens 1) and may end a block or a state inside a "
+        "hash block",
+    )

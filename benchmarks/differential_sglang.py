@@ -60,7 +60,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-from differential_report import Agreement, served_hits  # this folder
+from differential_report import Agreement, add_hash_block_tokens, served_hits  # this folder
 
 MODEL = "qwen3.5-9b"
 PRESETS = {
@@ -734,13 +734,7 @@ def main() -> None:
     ap.add_argument("--deps", default="", help="folder of the modules SGLang imports (pip --target)")
     ap.add_argument("--trace", default="sharegpt", help="trace spec (sharegpt, mooncake:sample)")
     ap.add_argument("--sessions", type=int, default=100)
-    ap.add_argument(
-        "--hash-block-tokens",
-        action="store_true",
-        help="a hash-block trace (mooncake:sample) spelled out as tokens, as `marconi run --hash-block-tokens` "
-        "does: the preset sees the engine's tokens (block_tokens 1) and may end a block or a state inside a "
-        "hash block",
-    )
+    add_hash_block_tokens(ap)
     ap.add_argument("--memory", default="ample", help="'ample' (nothing evicted) or the engine's --gpu-memory")
     ap.add_argument("--prefill-chunk", type=int, default=8192)
     ap.add_argument("--presets", default=",".join(PRESETS), help=f"comma-separated, of {', '.join(PRESETS)}")

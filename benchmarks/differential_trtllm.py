@@ -74,7 +74,7 @@ from sim.errors import UsageError
 from sim.replay.tokens import request_tokens
 from sim.simulate import build
 from traces.registry import TraceOptions, load_trace
-from differential_report import Agreement, served_hits  # this folder
+from differential_report import Agreement, add_hash_block_tokens, served_hits  # this folder
 
 MODEL = "qwen3.5-9b"
 RADIX = "tensorrt_llm/runtime/kv_cache_manager_v2/_block_radix_tree.py"
@@ -730,13 +730,7 @@ def main() -> None:
     ap.add_argument("--trtllm", required=True, help="folder holding TensorRT-LLM's tensorrt_llm/ files (see above)")
     ap.add_argument("--trace", default="sharegpt", help="sharegpt (Qwen3.5 tokens) or mooncake:sample")
     ap.add_argument("--sessions", type=int, default=100)
-    ap.add_argument(
-        "--hash-block-tokens",
-        action="store_true",
-        help="a hash-block trace (mooncake:sample) spelled out as tokens, as `marconi run --hash-block-tokens` "
-        "does: the preset sees the engine's tokens (block_tokens 1) and may end a block or a state inside a "
-        "hash block",
-    )
+    add_hash_block_tokens(ap)
     ap.add_argument("--tokens-per-block", type=int, default=32, help="the engine's tokens_per_block")
     ap.add_argument("--prefill-chunk", type=int, default=8192)
     ap.add_argument("--periodic-snapshot-interval", type=int, default=0)

@@ -75,7 +75,7 @@ from sim.engine.drivers import run
 from sim.engine.events import EventLog, Step
 from sim.simulate import build
 from traces.registry import TraceOptions, load_trace
-from differential_report import Agreement, served_hits  # this folder
+from differential_report import Agreement, add_hash_block_tokens, served_hits  # this folder
 
 MODEL = "qwen3.5-9b"
 LAYERS_PER_GROUP = 8  # Qwen3.5-9B: 8 attention layers -> groups of 8 (1 attention, 3 Mamba)
@@ -599,13 +599,7 @@ def main(argv=None) -> int:
     ap.add_argument("--vllm", type=Path, required=True, help="folder holding vLLM's vllm/ package (an unpacked wheel)")
     ap.add_argument("--trace", default="sharegpt", help="sharegpt or mooncake:sample (any trace spec)")
     ap.add_argument("--sessions", type=int, default=100)
-    ap.add_argument(
-        "--hash-block-tokens",
-        action="store_true",
-        help="a hash-block trace (mooncake:sample) spelled out as tokens, as `marconi run --hash-block-tokens` "
-        "does: the preset sees the engine's tokens (block_tokens 1) and may end a block or a state inside a "
-        "hash block",
-    )
+    add_hash_block_tokens(ap)
     ap.add_argument("--block-size", type=int, default=0, help="0: the preset's block (528 for Qwen3.5-9B)")
     ap.add_argument("--retention", type=int, default=0, help="--prefix-cache-retention-interval (-1: dense)")
     ap.add_argument("--prefill-chunk", type=int, default=8192)
