@@ -849,9 +849,9 @@ class EngineTree(HybridRadixTree):
         keep = parent.depth_tokens + k_sym * self.block_tokens
         if keep == node.depth_tokens:
             return
-        if self.listener is not None:
-            self.listener.kv_removed(node.depth_tokens - keep, self._tag)
         if keep == parent.depth_tokens:
+            if self.listener is not None:
+                self.listener.kv_removed(node.depth_tokens - keep, self._tag)
             del parent.children[int(node.key[0])]
             self.kv_tokens -= node.n_tokens
             self.policy.remove(node)
@@ -859,12 +859,23 @@ class EngineTree(HybridRadixTree):
             self._recount(node)
             self._after_child_removed(parent)
             return
-        self.kv_tokens -= node.depth_tokens - keep
+        self._shorten_leaf(node, k_sym)
+
+    def _shorten_leaf(self, node: Node, k_sym: int) -> int:
+        """Cut leaf ``node``'s edge to its first ``k_sym`` (>= 1) symbols, the KV past them freed
+        and reported: the tokens freed."""
+        parent = node.parent
+        keep = parent.depth_tokens + k_sym * self.block_tokens
+        freed = node.depth_tokens - keep
+        self.kv_tokens -= freed
+        if self.listener is not None:
+            self.listener.kv_removed(freed, self._tag)
         node.key = node.key[:k_sym]
         node.n_tokens = keep - parent.depth_tokens
         node.depth_sym = parent.depth_sym + k_sym
         node.depth_tokens = keep
         self._changed(node)
+        return freed
 
     # ------------------------------------------------------------------ eviction
     def evict(self, node: Node) -> tuple[int, int]:
@@ -917,15 +928,7 @@ class EngineTree(HybridRadixTree):
             node.has_state = False
             self.n_states -= 1
             self._state_gone(node)
-        freed_kv = node.depth_tokens - keep
-        self.kv_tokens -= freed_kv
-        if self.listener is not None:
-            self.listener.kv_removed(freed_kv, self._tag)
-        node.key = node.key[:k_sym]
-        node.n_tokens = keep - parent.depth_tokens
-        node.depth_sym = parent.depth_sym + k_sym
-        node.depth_tokens = keep
-        self._changed(node)
+        freed_kv = self._shorten_leaf(node, k_sym)
         self.stats.states_evicted += freed_states
         self.stats.kv_tokens_evicted += freed_kv
         return freed_states, freed_kv
@@ -955,20 +958,11 @@ class EngineTree(HybridRadixTree):
             n = n.parent
         else:
             return None
-        keep = top + k_sym * self.block_tokens
         self.stats.evictions += 1
         node.has_state = False
         self.n_states -= 1
         self._state_gone(node)
-        freed_kv = node.depth_tokens - keep
-        self.kv_tokens -= freed_kv
-        if self.listener is not None:
-            self.listener.kv_removed(freed_kv, self._tag)
-        node.key = node.key[:k_sym]
-        node.n_tokens = keep - top
-        node.depth_sym = parent.depth_sym + k_sym
-        node.depth_tokens = keep
-        self._changed(node)
+        freed_kv = self._shorten_leaf(node, k_sym)
         self.stats.states_evicted += 1
         self.stats.kv_tokens_evicted += freed_kv
         return 1, freed_kv
