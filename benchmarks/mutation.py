@@ -140,7 +140,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         [
             "tests/sim/cache/test_older_tree_rules.py",
             "tests/sim/cache/test_engine_tree.py",
-            "tests/sim/cache/test_engine_tree_survivors.py",
+            "tests/policies/test_engine_tree_survivors.py",
             "tests/policies/test_trtllm_partial_match.py",
             "tests/policies/test_sglang.py",
             "tests/policies/test_lmdeploy.py",

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from policies.base import EngineRules
+from policies.lmdeploy import LMDEPLOY_REFRESH, TieredLRUEviction
+from policies.vllm_current import VllmFreeQueueEviction
+from sim.cache.engine_tree import EngineTree
 from sim.config import SimConfig
 from sim.cost import ModelSpec, TimingModel
 from sim.engine.drivers import run as drive
@@ -71,3 +75,41 @@ def run(trace, policy, *, spec=None, capacity=BIG, model="qwen3.5-9b", **cfg):
 
 def state_depths(tree):
     return sorted(n.depth_tokens for n in tree.iter_nodes() if n.has_state)
+
+
+def snapshot_tree() -> EngineTree:
+    """A token tree with TensorRT-LLM's 32-token snapshot blocks (one token a symbol, 1 byte of KV
+    a token, 4-byte states, ample room, vLLM's free-queue eviction)."""
+    return EngineTree(
+        EngineRules(snapshot_block=32),
+        capacity_bytes=10**6,
+        kv_bytes_per_token=1,
+        state_bytes=4,
+        block_tokens=1,
+        policy=VllmFreeQueueEviction(),
+    )
+
+
+LMDEPLOY_BLOCK = 16
+
+
+def lmdeploy_trie(states=None, kv_blocks=64) -> EngineTree:
+    """LMDeploy's block trie on the tiny model: ``kv_blocks`` 16-token blocks of 2-byte KV and a
+    pool of ``states`` 16-byte states (None: one budget), frozen and anchor blocks of 16."""
+    B = LMDEPLOY_BLOCK
+    return EngineTree(
+        capacity_bytes=kv_blocks * B * 2 + (states or 0) * 16,
+        kv_bytes_per_token=2,
+        state_bytes=16,
+        block_tokens=1,
+        policy=TieredLRUEviction(),
+        state_capacity=states,
+        rules=EngineRules(
+            refresh=LMDEPLOY_REFRESH,
+            kv_extent="blocks",
+            extent_block=B,
+            frozen_block=B,
+            anchor_block=B,
+            state_pool=True,
+        ),
+    )

@@ -10,34 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from engine_cases import TINY, one_per_session, run, state_depths, toks
+from engine_cases import TINY, lmdeploy_trie, one_per_session, run, state_depths, toks
 
-from policies.base import EngineRules, PolicyError
-from policies.lmdeploy import LMDEPLOY_REFRESH, TieredLRUEviction, anchor_step
-from sim.cache.engine_tree import EngineTree
+from policies.base import PolicyError
+from policies.lmdeploy import anchor_step
 from traces.base import Request, Trace
 
 B = 16
 
 
-def _trie(states=None, kv_blocks=64):
-    cap = kv_blocks * B * 2 + (states or 0) * 16
-    return EngineTree(
-        capacity_bytes=cap,
-        kv_bytes_per_token=2,
-        state_bytes=16,
-        block_tokens=1,
-        policy=TieredLRUEviction(),
-        state_capacity=states,
-        rules=EngineRules(
-            refresh=LMDEPLOY_REFRESH,
-            kv_extent="blocks",
-            extent_block=B,
-            frozen_block=B,
-            anchor_block=B,
-            state_pool=True,
-        ),
-    )
+_trie = lmdeploy_trie
 
 
 def _save(tree, ids, step, t=1.0):

@@ -17,11 +17,8 @@ the same hits. Sequential mode, end offset 0 (a state at each prompt's end)."""
 from __future__ import annotations
 
 import numpy as np
-from engine_cases import cat, one_per_session, run, state_depths, toks
+from engine_cases import cat, one_per_session, run, snapshot_tree, state_depths, toks
 
-from policies.base import EngineRules
-from policies.vllm_current import VllmFreeQueueEviction
-from sim.cache.engine_tree import EngineTree
 
 OUT = toks(90_000, 3)
 
@@ -84,15 +81,7 @@ def test_a_snapshot_goes_into_the_first_created_block_through_its_point():
     assert state_depths(sim.tree) == [3, 16, 20, 22, 33, 63]
 
 
-def _tree() -> EngineTree:
-    return EngineTree(
-        EngineRules(snapshot_block=32),
-        capacity_bytes=10**6,
-        kv_bytes_per_token=1,
-        state_bytes=4,
-        block_tokens=1,
-        policy=VllmFreeQueueEviction(),
-    )
+_tree = snapshot_tree
 
 
 def test_a_points_first_caching_survives_splits_merges_and_leaf_extensions():

@@ -7,19 +7,15 @@ rules from ``tensorrt_llm/runtime/kv_cache_manager_v2/_block_radix_tree.py`` (st
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "policies"))
-from engine_cases import TINY, cat, one_per_session, run, state_depths, toks  # noqa: E402
+from engine_cases import TINY, cat, lmdeploy_trie, one_per_session, run, snapshot_tree, state_depths, toks
 
-from policies.base import EngineRules  # noqa: E402
-from policies.lmdeploy import LMDEPLOY_REFRESH, TieredLRUEviction  # noqa: E402
-from policies.vllm_current import VllmFreeQueueEviction  # noqa: E402
-from sim.cache.engine_tree import EngineTree  # noqa: E402
-from sim.cache.tree import Span  # noqa: E402
+from policies.base import EngineRules
+from policies.vllm_current import VllmFreeQueueEviction
+from sim.cache.engine_tree import EngineTree
+from sim.cache.tree import Span
 
 OUT = toks(90_000, 3)
 END0 = {"additional_snapshot_offsets_from_end": "0"}
@@ -82,15 +78,7 @@ def test_the_longest_leading_match_wins_below_a_whole_block():
     assert got == [0, 33, 0]
 
 
-def _tree() -> EngineTree:
-    return EngineTree(
-        EngineRules(snapshot_block=32),
-        capacity_bytes=10**6,
-        kv_bytes_per_token=1,
-        state_bytes=4,
-        block_tokens=1,
-        policy=VllmFreeQueueEviction(),
-    )
+_tree = snapshot_tree
 
 
 def test_a_leaf_extended_in_place_is_a_block_created_after_its_siblings():
@@ -112,23 +100,7 @@ def test_a_leaf_extended_in_place_is_a_block_created_after_its_siblings():
 
 
 def _trie() -> EngineTree:
-    B = 16
-    return EngineTree(
-        capacity_bytes=64 * B * 2 + 4 * 16,
-        kv_bytes_per_token=2,
-        state_bytes=16,
-        block_tokens=1,
-        policy=TieredLRUEviction(),
-        state_capacity=4,
-        rules=EngineRules(
-            refresh=LMDEPLOY_REFRESH,
-            kv_extent="blocks",
-            extent_block=B,
-            frozen_block=B,
-            anchor_block=B,
-            state_pool=True,
-        ),
-    )
+    return lmdeploy_trie(states=4)
 
 
 def test_a_checkpoint_replaces_one_on_a_branch_leaving_at_the_anchor():
