@@ -85,7 +85,8 @@ class EngineNode(Node):
     # ``born`` (``snapshot_block`` only): when each stretch of the edge was first cached, as
     # ``((from_tokens, stamp), ...)``: the points deeper than ``from_tokens`` up to the next mark
     # were first reached at ``stamp`` (``EngineTree._born_at``)
-    __slots__ = ("state_access", "born")
+    # ``pad`` (``kv_page`` only): this node's share of ``EngineTree._pad`` (``_node_pad``)
+    __slots__ = ("state_access", "born", "pad")
 
 
 class EngineTree(HybridRadixTree):
@@ -110,7 +111,7 @@ class EngineTree(HybridRadixTree):
         self.block_evict = rules.block_evict and rules.extent_block > 0
         self.kv_page = rules.kv_page  # KV held in whole pages of this many tokens (TensorRT-LLM)
         self.states_first = rules.states_first
-        self._pad_key, self._pad = None, 0
+        self._pad = 0  # ``kv_page``: the nodes' ``pad`` summed, kept by ``_recount`` (``_page_pad`` walks it)
         self.copies: list = []  # older copies of recomputed KV blocks: (recency, 1, -end, order, tokens, first)
         self.copy_tokens = 0  # KV tokens those copies hold
         self._recomputed: dict[int, list] = {}  # id(match) -> [(node, block ends, recency)] (duplicate_kv)
@@ -138,6 +139,7 @@ class EngineTree(HybridRadixTree):
         self._created += 1
         node = EngineNode(key, parent, n_tokens, depth_sym, depth_tokens, now, self._created)
         node.state_access = now
+        node.pad = 0
         if self.snapshot_block:
             self._born += 1
             node.born = ((depth_tokens - n_tokens, self._born),)
@@ -150,34 +152,36 @@ class EngineTree(HybridRadixTree):
 
     @property
     def kv_bytes(self) -> int:
-        pad = self._page_pad_cached() if self.kv_page else 0
-        return (self.kv_tokens + self.frozen_tokens + self.copy_tokens + pad) * self.kv_bytes_per_token
+        return (self.kv_tokens + self.frozen_tokens + self.copy_tokens + self._pad) * self.kv_bytes_per_token
 
-    def _page_pad_cached(self) -> int:
-        """``_page_pad``, walked again only when the tree's shape may have changed: a node added
-        (``_created``) or KV removed (``kv_tokens``); merging a node into its only child changes
-        neither and leaves the pages as they were."""
-        key = (self.kv_tokens, self._created)
-        if key != self._pad_key:
-            self._pad_key, self._pad = key, self._page_pad()
-        return self._pad
+    def _recount(self, node: Node) -> None:
+        """Also ``node``'s share of ``_pad`` (``kv_page``): it follows its parent's depth, its own
+        and whether it has children, and every change of those reaches ``_recount`` (a node
+        added, split, extended, shortened, merged into its only child, detached, or a child of it
+        added or removed: ``_changed``), as the evictable totals do."""
+        super()._recount(node)
+        if self.kv_page:
+            pad = self._node_pad(node) if node.parent is not None else 0
+            if pad != node.pad:
+                self._pad += pad - node.pad
+                node.pad = pad
+
+    def _node_pad(self, n: Node) -> int:
+        """The tokens ``n``'s whole pages hold beyond its edge's tokens (``_page_pad``)."""
+        P = self.kv_page
+        s, e = n.parent.depth_tokens, n.depth_tokens
+        pages = e // P - s // P + (1 if e % P and not n.children else 0)
+        return pages * P - (e - s)
 
     def _page_pad(self) -> int:
-        """``kv_page``: the tokens the engine's whole pages hold beyond the tree's tokens. A block
-        is one page, owned by the node that holds its last token (a branch inside a block gives
-        each child its own copy of that block, the parent none), and a leaf ending inside a block
-        holds that partial block on a page of its own (TensorRT-LLM: one attention page per radix
-        block, a committed prompt end a partial block's copy, ``_snapshotPartialBlockToTree``),
-        so a path ending at ``e`` holds ``ceil(e / page)`` pages."""
-        P = self.kv_page
-        pad = 0
-        for n in self.iter_nodes():
-            if n is self.root:
-                continue
-            s, e = n.parent.depth_tokens, n.depth_tokens
-            pages = e // P - s // P + (1 if e % P and not n.children else 0)
-            pad += pages * P - (e - s)
-        return pad
+        """``kv_page``: the tokens the engine's whole pages hold beyond the tree's tokens, by a walk
+        (``check_invariants`` compares it with ``_pad``). A block is one page, owned by the node
+        that holds its last token (a branch inside a block gives each child its own copy of that
+        block, the parent none), and a leaf ending inside a block holds that partial block on a
+        page of its own (TensorRT-LLM: one attention page per radix block, a committed prompt end a
+        partial block's copy, ``_snapshotPartialBlockToTree``), so a path ending at ``e`` holds
+        ``ceil(e / page)`` pages."""
+        return sum(self._node_pad(n) for n in self.iter_nodes() if n is not self.root)
 
     @property
     def used_bytes(self) -> int:
@@ -1071,7 +1075,7 @@ class EngineTree(HybridRadixTree):
         )
         assert frozen == self.frozen_tokens, (frozen, self.frozen_tokens)
         if self.kv_page:
-            assert self._page_pad_cached() == self._page_pad()
+            assert self._pad == self._page_pad(), (self._pad, self._page_pad())
         super().check_invariants()
 
 

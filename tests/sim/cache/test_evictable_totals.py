@@ -4,7 +4,9 @@ lookups, locks (whole paths and locks ending inside a locked path), unlocks, evi
 and a policy switch they equal a from-scratch walk, and ``could_reserve`` answers what the walk it
 replaced answered. Each engine policy that tells apart a locked node's state (SGLang's state list:
 only a lock ending at the node holds its state; vLLM's free queue: a running path's states stay
-free) is driven through its own tree variant."""
+free) is driven through its own tree variant. TensorRT-LLM's pools (``trtllm --state-pool``) also
+keep the whole pages' padding (``EngineTree._pad``) node by node: ``check_invariants`` holds it to
+the walk ``_page_pad`` after every operation, evictions of both queues included."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from policies.base import EngineRules
 from policies.eviction import LRULeafEviction, MarconiEviction
 from policies.lmdeploy import LMDEPLOY_REFRESH, TieredLRUEviction
 from policies.sglang import SGLANG_RULES, TwoListLRUEviction, UnifiedTwoListEviction
+from policies.trtllm_current import POOL_REFRESH, TrtllmPoolEviction
 from policies.vllm_current import VllmFreeQueueEviction
 from sim.cache.tree import HybridRadixTree
 from sim.cost import get_model
@@ -28,6 +31,17 @@ from tree_cases import KV, STATE, engine_tree
 SGLANG_CURRENT_RULES = replace(SGLANG_RULES, cascade=False, kv_extent="state")
 LMDEPLOY_RULES = EngineRules(
     refresh=LMDEPLOY_REFRESH, kv_extent="blocks", extent_block=8, frozen_block=8, anchor_block=8, state_pool=True
+)
+#: what ``policies.trtllm_current``'s preset asks for with ``--state-pool``, with 4-token blocks and
+#: pages (the sequences here are up to 24 tokens: several pages, a block's inner branches)
+TRTLLM_POOL_RULES = EngineRules(
+    kv_extent="state",
+    snapshot_block=4,
+    state_pool=True,
+    cascade=True,
+    refresh=POOL_REFRESH,
+    kv_page=4,
+    states_first=True,
 )
 
 
@@ -39,6 +53,7 @@ def _policy(name):
         "sglang-0.5.9": TwoListLRUEviction,
         "vllm": VllmFreeQueueEviction,
         "lmdeploy": TieredLRUEviction,
+        "trtllm": TrtllmPoolEviction,
     }[name]()
 
 
@@ -49,6 +64,7 @@ SETUPS = {  # name -> (policy, engine rules; None: the core tree)
     "sglang-0.5.9": ("sglang-0.5.9", SGLANG_RULES),
     "vllm": ("vllm", EngineRules(kv_extent="blocks", extent_block=4)),
     "lmdeploy": ("lmdeploy", LMDEPLOY_RULES),
+    "trtllm": ("trtllm", TRTLLM_POOL_RULES),
 }
 
 
