@@ -10,9 +10,11 @@ one rule the differential check against the engine's own code found (``trie.py``
 ``_extend_trie_path``: a block in ``recompute_overlap.fresh_block_range`` with no trie child ends
 the path extension before the forward): after a hit on a checkpoint off the block grid, the first
 prefill forward's end checkpoint is lost when it is anchored beyond the blocks the trie already
-holds on that path; and ``_reserve_checkpoint``'s refusal of a checkpoint at the step an
+holds on that path; ``_reserve_checkpoint``'s refusal of a checkpoint at the step an
 anchor's checkpoint already has (that one stays, whichever path it is on: the root anchor is
-shared by every prompt shorter than a block).
+shared by every prompt shorter than a block); and its refusal to replace a pinned checkpoint: the
+one a request restores stays pinned through its first prefill forward, so that forward's end
+checkpoint is not saved when it anchors on the restored one's block.
 
 Knobs (LMDeploy's PyTorch engine config names): ``--block-size`` (``block_size``, 64),
 ``--prefix-cache-decode-state-interval`` (``prefix_cache_decode_state_interval``, 0 = off; a
@@ -41,7 +43,11 @@ class Lmdeploy016Admission(LmdeployAdmission):
     into private blocks (``recompute_overlap.fresh_block_range``); before the forward the trie
     path extends over those the trie already holds and stops at the first it does not, so the
     first forward's end checkpoint, when anchored beyond that point, finds no attached anchor
-    node and is not saved (``reserve_save`` returns -1)."""
+    node and is not saved (``reserve_save`` returns -1). And the restore pin: the checkpoint a
+    request restores stays pinned through its first forward (``Scheduler._pin_ssm_restore_if_needed``
+    at admission, released by ``EngineLoop._publish_forward_checkpoints`` after the save is
+    published), so that forward's end checkpoint, when anchored on the same block as the restored
+    one, is refused (``_reserve_checkpoint``: ``pin_count > 0``) and the restored one stays."""
 
     def prefill_checkpoints(self, match, ctx):
         cps = super().prefill_checkpoints(match, ctx)
@@ -54,7 +60,11 @@ class Lmdeploy016Admission(LmdeployAdmission):
             attached = max(hit // B * B, match.match_tokens // B * B)
             first = input_tokens(ctx) if cps[0] == ctx.n_input else cps[0] * G
             if first // B * B > attached:
-                cps = cps[1:]
+                return cps[1:]
+        if cps and hit > 0:  # the restored checkpoint is pinned through the first forward
+            first = input_tokens(ctx) if cps[0] == ctx.n_input else cps[0] * G
+            if first // B == hit // B:
+                return cps[1:]
         return cps
 
 

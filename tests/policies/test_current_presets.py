@@ -517,6 +517,28 @@ def test_lmdeploy_keeps_the_anchors_checkpoint_at_the_same_step():
     assert run(trace, "lmdeploy-0.16-pytorch", block_size=16)[0] == [0, 0, 12, 0]
 
 
+def test_lmdeploy_keeps_the_pinned_restored_checkpoint():
+    """LMDeploy at 1263d5cd8: the checkpoint a request restores is pinned at admission
+    (paging/scheduler.py L330 ``_pin_ssm_restore_if_needed``) and unpinned only after its first
+    forward's save is published (engine/engine_loop.py L420-L421); the save is reserved while the
+    pin holds (engine/inputs_maker.py L942-L943), and ``_reserve_checkpoint`` refuses to replace a
+    pinned checkpoint (paging/block_trie/checkpoint_lifecycle.py L393, ``pin_count > 0``). So a
+    prompt ending in the restored checkpoint's block saves nothing there. Block 64: r0 = 128
+    tokens (checkpoint at 128); r1 = r0 + 10 restores 128 and its end 138 anchors on the same
+    block: refused, so r2 = r1 + 3 reuses 128 (engine, driven by
+    benchmarks/differential_lmdeploy.py: 0, 128, 128; the rule unmodelled gave 138). A prompt
+    ending in the next block (r0 + 70) saves its end as before."""
+    r0 = toks(0, 128)
+    r1 = cat(r0, toks(3000, 10))
+    trace = one_per_session((r0, toks(1000, 29)), (r1, toks(4000, 5)), (cat(r1, toks(5000, 3)), toks(6000, 2)))
+    got, sim = run(trace, "lmdeploy")
+    assert got == [0, 128, 128] and 138 not in state_depths(sim.tree)
+    assert run(trace, "lmdeploy-0.16-pytorch")[0] == [0, 128, 138]
+    r1 = cat(r0, toks(3000, 70))
+    trace = one_per_session((r0, toks(1000, 29)), (r1, toks(4000, 5)), (cat(r1, toks(5000, 3)), toks(6000, 2)))
+    assert run(trace, "lmdeploy")[0] == [0, 128, 198]
+
+
 # ---------------------------------------------------------------------------------- listing, aliases, CLI
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from engine_cases import TINY, lmdeploy_trie, one_per_session, run, state_depths, toks
+from engine_cases import TINY, cat, lmdeploy_trie, one_per_session, run, state_depths, toks
 
 from policies.base import PolicyError
 from policies.lmdeploy import anchor_step
@@ -108,18 +108,24 @@ def test_match_ssm_partial_checkpoint_uses_private_destination():
 
 def test_lmdeploy_preset_block_from_config_and_anchor_replacement():
     # --block-size 16 (the engine's block_size). r0: a 33-token prompt (2B + 1), checkpoint at 33
-    # (3 blocks of KV charged: 2 in the trie, 1 frozen); r1 extends it to 35 tokens: it reuses 33
-    # and its own checkpoint at 35 replaces 33 on anchor 32. Outputs end inside the last block:
-    # nothing more is cached.
-    trace = one_per_session((toks(0, 33), toks(100, 5)), (toks(0, 35), toks(200, 5)), (toks(0, 36), toks(300, 5)))
+    # (3 blocks of KV charged: 2 in the trie, 1 frozen); r1 = r0's first 32 tokens + 3 others
+    # (no hit: it differs at token 32) saves 35 on the same anchor 32, replacing 33; r2 (32 + 4
+    # of r1's) reuses 35, and its own end (36, anchor 32) is refused: the checkpoint it restores
+    # is pinned (test_current_presets.py); r3 = r0's 36 tokens finds no 33 and replaces 35 with
+    # 36. The engine (benchmarks/differential_lmdeploy.py, LMDeploy 1263d5cd8): 0, 0, 35, 0.
+    # Outputs end inside the last block: nothing more is cached.
+    r1, r2 = cat(toks(0, 32), toks(500, 3)), cat(toks(0, 32), toks(500, 4))
+    trace = one_per_session(
+        (toks(0, 33), toks(100, 5)), (r1, toks(200, 5)), (r2, toks(300, 5)), (toks(0, 36), toks(400, 5))
+    )
     got, sim = run(trace, "lmdeploy", spec=TINY, block_size=16)
-    assert got == [0, 33, 35]
+    assert got == [0, 0, 35, 0]
     assert state_depths(sim.tree) == [36] and sim.tree.states_replaced == 2
     assert sim.tree.kv_tokens + sim.tree.frozen_tokens == 3 * 16
     sim.tree.check_invariants()
     # the default block is 64: the same prompts sit inside the first block (anchor 0)
     got, sim = run(trace, "lmdeploy", spec=TINY)
-    assert got == [0, 33, 35] and sim.tree.kv_tokens + sim.tree.frozen_tokens == 64
+    assert got == [0, 0, 35, 0] and sim.tree.kv_tokens + sim.tree.frozen_tokens == 64
 
 
 def test_lmdeploy_evicts_frozen_partial_checkpoints_first():
