@@ -23,7 +23,7 @@ decode scheduler's eviction first), the last sampled token never is.
 
 Memory. ``--capacity 0`` (default): ample, nothing evicted (placement, matching and the stored
 extent are compared, not eviction order). ``--capacity C --state-pool N``: the simulator gets
-that capacity and state pool (``prefix_cache_state_budget``); the engine gets the simulator's KV
+that capacity and state pool; the engine gets the simulator's KV
 pool, ``(C - N x state_bytes) // (B x kv_bytes_per_token)`` blocks (``--headroom`` adds engine
 blocks on top), and N checkpoint slots (plus its runtime slots, outside C): LMDeploy sizes its
 state cache first and its KV blocks from the rest. Eviction is the engine's own (the SSM
@@ -63,7 +63,14 @@ class EngineFull(RuntimeError):
 def engine_hits(reqs, block: int, chunk: int = 0, n_blocks: int | None = None, budget: int | None = None) -> list[int]:
     """Hit tokens of each (prompt, output) of ``reqs``, in order, through LMDeploy's scheduler and
     block trie. ``chunk``: ``max_prefill_token_num`` (0: above the longest request, one prefill
-    forward); ``n_blocks`` / ``budget``: the KV blocks and checkpoint slots (None: ample)."""
+    forward); ``n_blocks`` / ``budget``: the KV blocks and the checkpoint rows (None: ample).
+
+    The state rows are sized as the engine sizes them (``ExecutorBase._get_state_cache_mem``:
+    ``max_batches + 2 + prefix_cache_state_budget``, one reserved) with ``max_batches`` 1 (one
+    request at a time): checkpoints share one allocator with the runtime rows and take idle ones
+    (``StateManager.get_num_free_checkpoint`` is the raw free count), so with one request running
+    the checkpoints hold up to ``prefix_cache_state_budget + 1`` rows: ``budget`` is that, the
+    simulator's ``--state-pool``."""
     import torch  # noqa: PLC0415 (LMDeploy's config types want torch dtypes)
     from lmdeploy.pytorch.config import CacheConfig, SchedulerConfig  # noqa: PLC0415
     from lmdeploy.pytorch.messages import SequenceMeta, UpdateTokenMode  # noqa: PLC0415
@@ -77,19 +84,19 @@ def engine_hits(reqs, block: int, chunk: int = 0, n_blocks: int | None = None, b
     if n_blocks is None:  # never evicts: partial, frozen and private blocks
         n_blocks = sum(len(p) + len(o) for p, o in reqs) // block + 3 * len(reqs) + budget + 64
     cache = CacheConfig(
-        max_batches=4,
+        max_batches=1,
         block_size=block,
         num_cpu_blocks=4,
         num_gpu_blocks=n_blocks,
         max_prefill_token_num=chunk or longest + 8,
         enable_prefix_caching=True,
-        num_state_caches=4 + 1 + budget,  # the reserved row, 4 runtime rows, the checkpoint budget
-        prefix_cache_state_budget=budget,
+        num_state_caches=1 + 2 + budget - 1,  # the executor's max_batches + 2 + prefix_cache_state_budget
+        prefix_cache_state_budget=budget - 1,
         states_shapes=[((1,), torch.float32)],
     )
     sched = Scheduler(
         scheduler_config=SchedulerConfig(
-            max_batches=4, max_session_len=longest + 8, max_request_output_len=longest, eviction_type="recompute"
+            max_batches=1, max_session_len=longest + 8, max_request_output_len=longest, eviction_type="recompute"
         ),
         cache_config=cache,
         seq_meta=SequenceMeta(block, strategy=ARSequenceStrategy()),

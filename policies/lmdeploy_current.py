@@ -24,16 +24,18 @@ Reproduces (``tests/policies/test_current_presets.py``, tests/pytorch/paging/tes
 1263d5cd8): ``test_checkpoint_step_geometry`` under the last-token rule (a follow-up turn reuses
 the state at input + output - 1, anchored on its block); the decode checkpoint at the last
 multiple of the interval (``test_ssm_decode_checkpoint_keeps_old_state_when_new_node_is_pending``'s
-one replaceable decode checkpoint per sequence). Not modelled: TurboMind, pins of in-flight copies.
+one replaceable decode checkpoint per sequence). Recency follows the engine's ``perf_counter``
+stamps (``strict_clock``: operations at one simulated time in the order they happen). Not
+modelled: TurboMind, pins of in-flight copies.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from policies.base import EngineRules, admission, register_preset
+from policies.base import EngineRules, admission, eviction, register_preset
 from policies.engine_common import StatePool, input_tokens
-from policies.lmdeploy import LMDEPLOY_BLOCK, LmdeployAdmission, LmdeployPreset
+from policies.lmdeploy import LMDEPLOY_BLOCK, LmdeployAdmission, LmdeployPreset, TieredLRUEviction
 
 
 @admission("lmdeploy-0.16")
@@ -68,6 +70,18 @@ class Lmdeploy016Admission(LmdeployAdmission):
         return cps
 
 
+@eviction("lmdeploy-0.16-tiered")
+class Lmdeploy016Eviction(TieredLRUEviction):
+    """``lmdeploy-tiered`` on the engine's clock: LMDeploy stamps recency with
+    ``time.perf_counter()`` (a block's in ``update_access_time``, block_manager/base_block_manager.py
+    L158-L161; a checkpoint's when it is pinned for a restore and when it is published,
+    block_trie/checkpoint_lifecycle.py L199 and L454), so operations at one simulated time keep
+    the order they happen in (``strict_clock``): the checkpoint a request restores is older than
+    the one it saves, and goes first when a later save needs a slot."""
+
+    strict_clock = True
+
+
 @dataclass(frozen=True)
 class Lmdeploy016Preset(LmdeployPreset):
     """``lmdeploy``: the block trie's rules plus ``_reserve_checkpoint``'s refusals."""
@@ -82,7 +96,7 @@ register_preset(
         "LMDeploy 0.16 PyTorch engine: a checkpoint at each prefill forward end, one per block anchor, "
         "frozen partial blocks, tiered eviction, --prefix-cache-decode-state-interval; stores input + output - 1 tokens",
         admission="lmdeploy-0.16",
-        eviction="lmdeploy-tiered",
+        eviction="lmdeploy-0.16-tiered",
         lookup_cap_minus_one=True,
         engine="lmdeploy",
         version="0.16.0",

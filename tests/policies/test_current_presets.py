@@ -539,6 +539,27 @@ def test_lmdeploy_keeps_the_pinned_restored_checkpoint():
     assert run(trace, "lmdeploy")[0] == [0, 128, 198]
 
 
+def test_lmdeploy_orders_recency_as_the_engine_clock_does():
+    """LMDeploy at 1263d5cd8 stamps a checkpoint's recency with ``time.perf_counter()`` when it
+    is pinned for a restore (paging/block_trie/checkpoint_lifecycle.py L199) and when it is
+    published (L454), and evicts the least recent when a save finds no free slot (L399, L360-L377):
+    the checkpoint a request restores is older than the one it saves. State pool 2, block 64: r0
+    saves 128; r1 = r0 + 70 restores 128 and saves 198; r2 (unrelated) needs a slot: 128 goes,
+    so r3 = r1 + 5 reuses 198 (engine, driven by benchmarks/differential_lmdeploy.py: 0, 128, 0,
+    198). Sequential mode gives r1's lookup and insert one time: without the engine's order the
+    tie went to the deeper state, 198, and r3 reused 128. lmdeploy-0.16-pytorch keeps that order."""
+    P = toks(0, 128)
+    trace = one_per_session(
+        (P, toks(1000, 3)),
+        (cat(P, toks(2000, 70)), toks(3000, 3)),
+        (toks(5000, 50), toks(6000, 3)),
+        (cat(P, toks(2000, 70), toks(7000, 5)), toks(8000, 2)),
+    )
+    got, sim = run(trace, "lmdeploy", state_pool="2")
+    assert got == [0, 128, 0, 198] and 128 not in state_depths(sim.tree)
+    assert run(trace, "lmdeploy-0.16-pytorch", state_pool="2")[0] == [0, 128, 0, 128]
+
+
 # ---------------------------------------------------------------------------------- listing, aliases, CLI
 
 
