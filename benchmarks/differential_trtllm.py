@@ -34,14 +34,16 @@ end (the scheduler's FORCE_CHUNK), ``update_context_resources`` after each chunk
 ``free_resources``' last ``try_commit_blocks``. Decode commits nothing (``stop_committing`` at the
 context's end) but grows the request's capacity to input + output - 1 tokens before it closes.
 
-Memory: unlimited by default. ``--capacity BYTES`` gives the simulator that ``--capacity`` and the
-engine the same bytes as its GPU quota, split between its two pool groups as
-``MambaHybridCacheManagerV2`` sizes them from ``kv_cache_config.avg_seq_len`` (``pool_slots``; an
-attention page is ``tokens_per_block`` tokens of the simulator's KV bytes per token, a recurrent
-page one of its states). ``PagePools`` then evicts as the V2 storage manager does: per pool group,
-the committed pages no request holds, least recently released first; a dropped attention page
-removes its block's subtree, a dropped recurrent page its block and the ancestors left as leaves
-without one (``_block_radix_tree.py`` ``clear_stale_blocks_after_page_unlink``).
+Memory: unlimited by default. ``--capacity BYTES`` gives the engine those bytes as its GPU quota,
+split between its two pool groups as ``MambaHybridCacheManagerV2`` sizes them from
+``kv_cache_config.avg_seq_len`` (``pool_slots``; an attention page is ``tokens_per_block`` tokens
+of the simulator's KV bytes per token, a recurrent page one of its states), and the simulator the
+same two pools: ``--capacity`` their bytes (each pool is whole slots, so up to a slot of each goes
+to neither and is not counted), ``--state-pool`` the recurrent pages. ``PagePools`` then evicts as
+the V2 storage manager does: per pool group, the committed pages no request holds, least recently
+released first; a dropped attention page removes its block's subtree, a dropped recurrent page its
+block and the ancestors left as leaves without one (``_block_radix_tree.py``
+``clear_stale_blocks_after_page_unlink``).
 
     python benchmarks/differential_trtllm.py --trtllm /work/engines/trtllm --sessions 100 \\
         --periodic-snapshot-interval 256 --additional-snapshot-offsets-from-end 0 [--capacity 2GB]
@@ -784,12 +786,16 @@ def main() -> None:
             offsets(args.additional_snapshot_offsets_from_end)
         )
         slots = pool_slots(capacity, kv_per_token, state_bytes, args.tokens_per_block, avg, n_fixed)
+        # the simulator gets the two pools the engine ends up with, not the quota they are carved
+        # from: the engine floors each pool to whole slots, and what is left goes to neither
+        pools = slots[ATTN] * args.tokens_per_block * kv_per_token + slots[SSM] * state_bytes
         print(
             f"capacity {format_size(capacity)}: KV {kv_per_token:,} B/token, a state {format_size(state_bytes)}; "
             f"avg_seq_len {avg}: the engine's pools hold {slots[ATTN]:,} attention pages "
             f"({slots[ATTN] * args.tokens_per_block:,} tokens) and {slots[SSM]:,} recurrent pages; "
-            f"the simulator gets --capacity {args.capacity} --state-pool {slots[SSM]}"
+            f"the simulator gets the same pools: --capacity {pools}B --state-pool {slots[SSM]}"
         )
+        capacity = pools
         knobs["state_pool"] = str(slots[SSM])  # the recurrent pool; KV gets the rest, as the engine's pages
     results, order = {}, None
     for policy in args.policies.split(","):
