@@ -252,6 +252,10 @@ class _PoolQueues(LeafStateLists):
 
     def keys(self, node):
         out = super().keys(node)
+        if "kv" in out and not node.has_state and getattr(self.tree, "pages_one_by_one", False):
+            # the attention queue holds a stateless block where its release put it, as any other
+            # (``_eviction_controller.py`` ``PrioritizedLRUEvictionPolicy``: release order only)
+            out["kv"] = (node.last_access, self.LEAF_TIE * node.depth_tokens)
         # a running request holds the attention pages of its matched blocks, not their snapshots:
         # the one it resumes from goes back to the queue once ``resume`` copies it into the live
         # page, the others never leave it (``_core/_kv_cache.py`` ``_setup_for_reuse`` /

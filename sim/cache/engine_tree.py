@@ -60,6 +60,12 @@ engine behaviour, named after the engine code it follows:
   handed out, a request's blocks freed tail first): a leaf's KV victim loses its last
   ``extent_block``-token block, and the state at that end, not the whole leaf
   (``_evict_last_block``); the shortened leaf keeps its recency. Off: a leaf goes whole.
+- ``kv_page`` with a state pool (TensorRT-LLM's two pool groups, ``pages_one_by_one``): KV is
+  whole pages (``_page_pad``), a KV victim is one page, a leaf's last block (and the state in it);
+  the cached path past a request's hit is not protected while its insert makes room; the room is
+  made snapshot point by snapshot point, the pages up to a point before the state there
+  (``_stage_needs``); a hit inside a block moves that block's page to the queue's back
+  (``_touch_hit_block``).
 """
 
 from __future__ import annotations
@@ -111,6 +117,9 @@ class EngineTree(HybridRadixTree):
         self.block_evict = rules.block_evict and rules.extent_block > 0
         self.kv_page = rules.kv_page  # KV held in whole pages of this many tokens (TensorRT-LLM)
         self.states_first = rules.states_first
+        # TensorRT-LLM's attention pool (``kv_page`` with a state pool): KV victims go one page at a
+        # time, a leaf's last block first (``_evict_last_block``), nothing above them cascading
+        self.pages_one_by_one = bool(rules.kv_page and state_capacity is not None)
         self._pad = 0  # ``kv_page``: the nodes' ``pad`` summed, kept by ``_recount`` (``_page_pad`` walks it)
         self.copies: list = []  # older copies of recomputed KV blocks: (recency, 1, -end, order, tokens, first)
         self.copy_tokens = 0  # KV tokens those copies hold
@@ -206,16 +215,48 @@ class EngineTree(HybridRadixTree):
         )
 
     def _room_needed(self, seq, span, checkpoints, need_bytes):
+        kv_bytes, new_cps, walk_end = self._kv_need(seq, span, checkpoints)
+        self._planning = (seq, span, checkpoints)
+        if self.pages_one_by_one:
+            # TensorRT-LLM: a request holds the pages of its match pruned to its hit, nothing of the
+            # cached path past it (``_prune_match``), so the insert's path past the hit (``protect``)
+            # may be evicted while the room is made; the KV it needs is counted again after each
+            # victim (``_evict_for``), and it needs room for its peak, at a snapshot point
+            walk_end = None
+            kv_bytes = max([kv_bytes, *(need for _, need in self._stage_needs(seq, span, checkpoints, new_cps))])
+        self._pending = (kv_bytes, len(new_cps))
+        return kv_bytes + len(new_cps) * self.state_bytes, walk_end
+
+    def _stage_needs(self, seq, span, checkpoints, new_cps) -> list[tuple[int, int]]:
+        """``pages_one_by_one``: the KV bytes the insert holds at each new snapshot point ``c``,
+        as ``(c, bytes)``. TensorRT-LLM runs the prefill in chunks ending at the snapshot points:
+        a chunk's pages are taken before its forward (``prepare_resources``' ``resize``), its
+        blocks and its snapshot committed after it (``update_context_resources`` ->
+        ``try_commit_blocks``, ``mamba_cache_manager_v2.py``), so at ``c`` the request holds the
+        path to ``c`` (the tree's blocks, the partial one's copy), its own partial block there,
+        and the copy at the previous point when both sit in one block (the longer partial block
+        adopts it and lets it go only once its own copy is taken: ``Block.__init__``,
+        ``replace_page``, ``_block_radix_tree.py`` L428-L441, L476-L488)."""
+        P, out, last = self.kv_page, [], None
+        cut = (span.k, span.k * span.B - span.short) if span.short else None
+        for c in new_cps:
+            t = span.tokens(c)
+            sub = (seq[:c], Span(c, self.block_tokens, t, cut), [x for x in checkpoints if x <= c])
+            own = P if t % P else 0
+            held = P if last is not None and last % P and last // P == t // P else 0
+            out.append((c, self._kv_need(*sub)[0] + (own + held) * self.kv_bytes_per_token))
+            last = t
+        return out
+
+    def _kv_need(self, seq, span, checkpoints) -> tuple[int, list[int], Node]:
+        """(KV bytes the insert adds, its new states, the node its walk ends in)."""
         need_kv, new_cps, walk_end = self._plan_new(seq, span, checkpoints)
         if self.frozen_block and new_cps:  # each new state off the block grid adds its frozen block
             need_kv += sum(self._frozen_charge(t) for t in self._state_depths(seq, span, new_cps))
         if self.kv_page and need_kv:  # the blocks from the one the insert starts in to its end
             P, e = self.kv_page, span.total
             need_kv = P * (-(-e // P) - (e - need_kv) // P)
-        kv_bytes = need_kv * self.kv_bytes_per_token
-        self._pending = (kv_bytes, len(new_cps))
-        self._planning = (seq, span, checkpoints)
-        return kv_bytes + len(new_cps) * self.state_bytes, walk_end
+        return need_kv * self.kv_bytes_per_token, new_cps, walk_end
 
     def _state_depths(self, seq: np.ndarray, span: Span, checkpoints: list[int]) -> list[int]:
         """The token position (``depth_tokens``) each of ``checkpoints`` (symbols, sorted) would
@@ -367,6 +408,8 @@ class EngineTree(HybridRadixTree):
         if self._node_copies and m.hit_sym > 0:
             olds = [(n, n.last_access) for n in m.path if n.depth_sym <= m.hit_sym and n in self._node_copies]
         super().refresh_hit(m, now)
+        if self.pages_one_by_one and m.hit_sym > 0 and m.hit_tokens % self.snapshot_block:
+            self._touch_hit_block(m.hit_node, now)
         for node, before in olds:
             live = [e for e in self._node_copies[node] if e[3] not in self._gone]
             self._node_copies[node] = [e for e in live if not e[5]]
@@ -376,6 +419,21 @@ class EngineTree(HybridRadixTree):
                     self._push_copy(node, (before, 1, e[2]), first=False)
             if not self._node_copies[node]:
                 del self._node_copies[node]
+
+    def _touch_hit_block(self, hit: Node, now: float) -> None:
+        """TensorRT-LLM: a hit inside a block is that block's page (the first created block through
+        the point, ``_oldest_through``), whose attention page the request holds until ``resume``
+        copies the partial block and lets it go (``_core/_kv_cache.py`` ``_setup_for_reuse``), so
+        it goes to the queue's back: the node holding the block's last token is touched too, where
+        that block is all it holds past the hit."""
+        B = self.snapshot_block
+        hi = (hit.depth_tokens - 1) // B * B + B
+        _, owner, _ = self._oldest_through(hit, hi)
+        # a node going on past the block keeps its recency: its blocks past this one were not
+        # touched, and they go first (a leaf loses its last block first)
+        if owner is not hit and owner.depth_tokens <= hi:
+            owner.last_access = now
+            self._touched(owner)
 
     def match(self, seq: np.ndarray, max_hit_sym: int | None = None) -> MatchResult:
         if self.future is not None:
@@ -891,6 +949,10 @@ class EngineTree(HybridRadixTree):
             freed = self._detach_stale_blocks(node)
             if freed is not None:
                 return freed
+        if self.pages_one_by_one and not self._state_drain and not node.children:
+            freed = self._evict_last_block(node, self.kv_page)
+            if freed is not None:
+                return freed
         self._forget_frozen(node)
         parent = node.parent
         leaf = not node.children
@@ -910,14 +972,15 @@ class EngineTree(HybridRadixTree):
                 parent = up
         return s, kv
 
-    def _evict_last_block(self, node: Node) -> tuple[int, int] | None:
+    def _evict_last_block(self, node: Node, B: int = 0) -> tuple[int, int] | None:
         """``block_evict`` (vLLM): evict only the last block of leaf ``node``, with the state at
         its end; None where the leaf is one block (or less) and goes whole. vLLM's pool evicts a
         block per block it needs from its free queue's head (``BlockPool.get_new_blocks``,
         ``block_pool.py`` L681-L696, ``_maybe_evict_cached_block`` L751), and a request frees its
         blocks tail first (``SingleTypeKVCacheManager.free``, ``single_type_kv_cache_manager.py``
-        L596-L604), so a cached leaf loses its last block first; the leaf keeps its recency."""
-        B = self.extent_block
+        L596-L604), so a cached leaf loses its last block first; the leaf keeps its recency.
+        ``B``: the block (default ``extent_block``; TensorRT-LLM's pools: ``kv_page``)."""
+        B = B or self.extent_block
         parent = node.parent
         keep = max(parent.depth_tokens, (node.depth_tokens - 1) // B * B)
         k_sym = (keep - parent.depth_tokens) // self.block_tokens  # edges are whole symbols
@@ -990,28 +1053,47 @@ class EngineTree(HybridRadixTree):
         need_kv, need_states = self._pending
         planning = self._planning
 
-        def states_short() -> bool:
+        def states_short(upto: int | None = None) -> bool:
             # a state the insert finds on its path may itself be a state victim (TensorRT-LLM's
             # pools lock only KV on a running path): then the insert adds it again, so the states
             # it needs are counted again after each victim
-            need = need_states if planning is None else len(self._plan_new(*planning)[1])
+            if planning is None:
+                need = need_states
+            else:
+                need = sum(1 for c in self._plan_new(*planning)[1] if upto is None or c <= upto)
             return self.n_states + need > self.state_capacity
 
         evicted = [0, 0]  # states, KV tokens
 
-        def kv_drain() -> bool:
-            return self._drain(
-                lambda: self.kv_bytes + need_kv > self.kv_capacity_bytes, self.policy.pop_kv_victim, evicted
-            )
+        def kv_need() -> int:
+            if planning is None or not self.pages_one_by_one:
+                return need_kv
+            return self._kv_need(*planning)[0]  # a victim on the insert's path adds to it
 
-        def state_drain() -> bool:
+        def kv_drain(stage: int | None = None) -> bool:
+            def short() -> bool:
+                if stage is None:
+                    return self.kv_bytes + kv_need() > self.kv_capacity_bytes
+                # the room up to a snapshot point, counted again after each victim
+                return self.kv_bytes + dict(self._stage_needs(*planning, new))[stage] > self.kv_capacity_bytes
+
+            return self._drain(short, self.policy.pop_kv_victim, evicted)
+
+        def state_drain(upto: int | None = None) -> bool:
             self._state_drain = True
             try:
-                return self._drain(states_short, self.policy.pop_state_victim, evicted)
+                return self._drain(lambda: states_short(upto), self.policy.pop_state_victim, evicted)
             finally:
                 self._state_drain = False
 
-        if self.states_first:
+        if self.pages_one_by_one and planning is not None:
+            # TensorRT-LLM commits snapshot by snapshot: the pages up to a snapshot point, then the
+            # state there (``_stage_needs``), then the next chunk
+            ok, new = True, self._plan_new(*planning)[1]
+            for c in new:
+                ok = ok and kv_drain(c) and state_drain(c)
+            ok = ok and state_drain() and kv_drain()
+        elif self.states_first:
             ok = state_drain() and kv_drain()
         else:
             ok = kv_drain() and state_drain()

@@ -78,6 +78,7 @@ class Flight:
     cut: tuple[int, int] | None = None  # seq_full's partial prompt block, when symbols follow it (Span)
     held: int = 0  # KV tokens reserved for the running request's own blocks (EngineRules.running_blocks)
     held_states: int = 0  # state slots reserved for it (EngineRules.running_states)
+    held_after: int = 0  # KV tokens of its own blocks charged only after its insert (``hold_running``)
 
 
 class TreeEvents:
@@ -615,6 +616,12 @@ class Simulation:
         tokens = blocks * B
         states = getattr(self.tree, "running_states", 0)
         self.tree.set_time(t)
+        if getattr(self.tree, "pages_one_by_one", False):
+            # TensorRT-LLM: the live state's page is taken when the request resumes, its own
+            # blocks past the tree's (the partial block at its last snapshot point, the decode)
+            # after its snapshots are committed (``_snapshotSsmToTreeBlock`` before the decode's
+            # ``resize``): they are charged after the insert (``sequential_insert``)
+            f.held_after, tokens = tokens, 0
         if self.tree.reserve(tokens, states, tag=(f, t)):
             f.held, f.held_states = tokens, states
 
@@ -622,6 +629,10 @@ class Simulation:
         """Sequential mode, second half: one insert of input + output with every checkpoint, then
         the running request's own blocks are given back."""
         self.insert_decode(f, t)
+        if f.held_after:  # evicts for them, then they go with the request
+            if self.tree.reserve(f.held_after, 0, tag=(f, t)):
+                f.held += f.held_after
+            f.held_after = 0
         if f.held or f.held_states:
             self.tree.release(f.held, f.held_states)
             f.held = f.held_states = 0

@@ -454,3 +454,156 @@ def test_the_attention_pool_holds_whole_pages_one_per_block():
         t.check_invariants()
     rules = run(one_per_session((A, toks(5000, 4))), "trtllm", spec=TINY, state_pool="3", **END0)[1].tree.rules
     assert (rules.kv_page, rules.states_first) == (32, True)
+
+
+# ------------------------------------------------------------------ the attention pool page by page
+# Found by benchmarks/differential_trtllm.py --capacity 2GB --additional-snapshot-offsets-from-end
+# 0,13 (the simulator given the engine's own two pools), comparing the two sides' snapshots, pages
+# and the blocks holding each snapshot after every request served
+# (benchmarks/results/2026-12-06-differential-trtllm-pools/). Engine files: ``_block_radix_tree.py``
+# at 065ff9e9, ``mamba_cache_manager_v2.py`` at 28295084972c, ``_core/_kv_cache.py`` at 00f6bd61.
+
+
+def _paged_tree(pages: int, states: int) -> EngineTree:
+    """The preset's tree with ``--state-pool``: 32-token blocks and pages, ``pages`` attention
+    pages (1 byte of KV a token) and ``states`` recurrent pages (4 bytes each)."""
+    from policies.trtllm_current import POOL_REFRESH, TrtllmPoolEviction  # noqa: PLC0415
+
+    rules = EngineRules(
+        kv_extent="state",
+        snapshot_block=32,
+        state_pool=True,
+        cascade=True,
+        refresh=POOL_REFRESH,
+        kv_page=32,
+        states_first=True,
+    )
+    return EngineTree(
+        rules,
+        state_capacity=states,
+        capacity_bytes=states * 4 + pages * 32,
+        kv_bytes_per_token=1,
+        state_bytes=4,
+        block_tokens=1,
+        policy=TrtllmPoolEviction(),
+    )
+
+
+def _ins(t, seq, cps, at):
+    res = t.insert(seq, len(seq), cps, t.set_time(at))
+    assert res.inserted
+    t.refresh_inserted(res, at, final=True)
+    t.check_invariants()
+
+
+def test_an_attention_victim_is_one_page_its_leafs_last_block_first():
+    """The storage manager evicts exactly the pages it is short of from the attention queue's
+    front (``_storage_manager.py`` ``_prepare_free_slots``: ``num_to_evict = goal - free``), a
+    request's pages entering it last block first (``_core/_kv_cache.py`` ``_clear_blocks``), and
+    a dropped page removes its block's subtree only (``remove_subtree``, ``_block_radix_tree.py``
+    L246-L269; ``detach_next`` L231-L243 clears the block's ``_prev``, so the walk up of
+    ``clear_stale_blocks_after_page_unlink`` L586-L597 stops at once). Four pages: A (96 tokens,
+    its snapshot at 96) holds three; B (64) needs two, so A loses its last block, the snapshot
+    with it, and keeps 64 tokens of dead KV; C (32) takes A's next block. The preset took A's
+    whole leaf (ShareGPT 2GB end offsets 0 / 13, the 196th request served: the engine's queue
+    front was four blocks of such a chain)."""
+    t = _paged_tree(4, 4)
+    _ins(t, toks(0, 96), [96], 1.0)
+    _ins(t, toks(500, 64), [64], 2.0)
+    assert state_depths(t) == [64] and t.kv_tokens == 64 + 64
+    assert [n.depth_tokens for n in t.root.children.values() if n.key[0] == 0] == [64]
+    _ins(t, toks(900, 32), [32], 3.0)
+    assert state_depths(t) == [32, 64] and t.kv_tokens == 32 + 64 + 32
+    assert [n.depth_tokens for n in t.root.children.values() if n.key[0] == 0] == [32]
+
+
+def test_the_cached_path_past_the_hit_is_not_held_by_the_request():
+    """A request holds the pages of its match pruned to its last snapshot (``_prune_match``,
+    ``_block_radix_tree.py`` L712-L774: ``matched = matched[:ssm_trunc]``), nothing of the cached
+    path past it, so a state victim there goes with its blocks as any other. X (96 tokens, its
+    snapshot at 96) and Y (X's first 6 tokens, then 90 of its own), one recurrent page for the
+    cache: Y's snapshot takes X's page, and X's blocks go with it (no block of the two is
+    shared). The preset protected X's leaf as the node Y's walk ends in, dropped only X's state
+    and kept its 96 tokens (the 196th request served, above: the state at 492)."""
+    t = _paged_tree(100, 1)
+    _ins(t, toks(0, 96), [96], 1.0)
+    _ins(t, cat(toks(0, 6), toks(700, 90)), [96], 2.0)
+    assert state_depths(t) == [96] and t.kv_tokens == 96
+
+
+def test_a_request_takes_its_pages_up_to_a_snapshot_point_before_that_snapshot():
+    """The prefill runs chunk by chunk, each ending at a snapshot point: the chunk's pages are
+    taken before its forward (``prepare_resources``: ``resize``), its blocks and the snapshot at
+    its end committed after it (``update_context_resources`` -> ``try_commit_blocks``,
+    ``mamba_cache_manager_v2.py`` at 28295084972c). Four pages, two recurrent: A (64, snapshot
+    64) and B (64, snapshot 64) fill both; C (32, snapshot 32) takes its page first, A's last
+    block with A's snapshot, and then needs no recurrent page more; A's first block stays as dead
+    KV. Committing states first, the preset took A's snapshot and its two blocks (the 185th
+    request served, above: the engine's page for the prompt took the partial block holding the
+    oldest snapshot, 1,096, and the state queue then gave up 405)."""
+    t = _paged_tree(4, 2)
+    _ins(t, toks(0, 64), [64], 1.0)
+    _ins(t, toks(500, 64), [64], 2.0)
+    _ins(t, toks(900, 32), [32], 3.0)
+    assert state_depths(t) == [32, 64] and t.kv_tokens == 32 + 64 + 32
+    assert t.root.children[0].depth_tokens == 32 and not t.root.children[0].has_state
+
+
+def test_the_copy_of_a_partial_block_goes_only_once_the_next_one_is_taken():
+    """Two snapshot points in one block (7 and 20): the commit at 20 makes the longer partial
+    block, which adopts the one at 7 with its page (``Block.__init__``, ``_block_radix_tree.py``
+    L428-L441), takes a page for its copy of the 20 tokens, and only then drops the adopted one
+    (``replace_page`` L476-L488): the request holds its own block, the copy at 7 and the copy at
+    20 for a moment. Three pages: A (64) holds two; C's first chunk takes A's last block (its own
+    page and the copy at 7), its second A's first."""
+    t = _paged_tree(3, 4)
+    _ins(t, toks(0, 64), [64], 1.0)
+    _ins(t, toks(900, 20), [7, 20], 2.0)
+    assert state_depths(t) == [20] and t.kv_tokens == 20
+
+
+def test_a_hit_inside_a_block_moves_that_blocks_page_to_the_queue_back():
+    """A hit inside a block is that block's snapshot (the first created block through the
+    point); the request holds the block's attention page until ``resume`` copies the partial
+    block and lets it go (``_core/_kv_cache.py`` ``_setup_for_reuse`` / ``resume``), so the page
+    goes to the queue's back, and a block left without a snapshot waits there in release order as
+    any other (the queue has no other order). X (48 tokens, snapshots 3 and 48) loses 48 to the
+    state queue: its first block stays, holding 3, as dead KV to 32. Z (32) comes later, then Y
+    hits 3: X's first block is now more recent than Z, and W (40 tokens: two blocks and its own
+    partial one at its snapshot) takes Z's page. The preset took the block without a snapshot
+    first, and did not touch it on the hit (ShareGPT 2GB, end offsets 0 / 13: the template's first
+    block, the 185th request served)."""
+    t = _paged_tree(4, 4)
+    _ins(t, toks(0, 48), [3, 48], 1.0)
+    leaf = next(n for n in t.iter_nodes() if n.depth_tokens == 48)
+    t._state_drain = True  # as the state queue's victims are taken (``EngineTree._evict_for``)
+    t.evict(leaf)
+    t._state_drain = False
+    assert state_depths(t) == [3] and t.kv_tokens == 32
+    _ins(t, toks(300, 32), [32], 2.0)
+    m = t.lookup(cat(toks(0, 3), toks(500, 40)), now=t.set_time(3.0))
+    assert m.hit_tokens == 3
+    t.forget(m)
+    _ins(t, toks(800, 40), [40], 4.0)
+    assert state_depths(t) == [3, 40] and t.kv_tokens == 32 + 40
+    assert 300 not in t.root.children
+
+
+def test_the_decode_pages_are_taken_after_the_snapshots():
+    """The request's live recurrent page is taken when it resumes, its decode pages only after
+    its prompt's snapshots are committed (``update_context_resources`` during the prefill, the
+    decode's ``resize`` after it), so a snapshot's victim frees the blocks the decode then takes.
+    Six attention pages, three recurrent (one the live state): A and B (64 tokens each, one
+    snapshot at the end) hold four pages and two; C (32 tokens, 64 out: its page, then two decode
+    pages) takes its page, then A's snapshot for its own and A's two blocks with it, and its decode
+    fits. Taking the decode's pages at the lookup, the preset then found no room for C's page, took
+    A's last block (its snapshot with it), needed no recurrent page and kept A's first block
+    (ShareGPT 2GB, end offsets 0 / 13: the 196th request served, the engine's decode pages came
+    from the chain of the snapshot at 492)."""
+    out = toks(90_000, 1)
+    trace = one_per_session((toks(0, 64), out), (toks(500, 64), out), (toks(900, 32), toks(80_000, 64)))
+    got, sim = run(trace, "trtllm", spec=TINY, capacity=6 * 64 + 3 * 16, state_pool="3", **END0)
+    assert got == [0, 0, 0]
+    assert state_depths(sim.tree) == [32, 64] and sim.tree.kv_tokens == 64 + 32
+    assert 0 not in sim.tree.root.children
+    sim.tree.check_invariants()
