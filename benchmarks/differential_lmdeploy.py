@@ -81,8 +81,8 @@ def engine_hits(reqs, block: int, chunk: int = 0, n_blocks: int | None = None, b
     longest = max(len(p) + len(o) for p, o in reqs)
     if budget is None:  # a slot for every prefill forward's checkpoint
         budget = sum(len(p) // chunk + 1 if chunk else 1 for p, _ in reqs) + 8
-    if n_blocks is None:  # never evicts: partial, frozen and private blocks
-        n_blocks = sum(len(p) + len(o) for p, o in reqs) // block + 3 * len(reqs) + budget + 64
+    ample = sum(len(p) + len(o) for p, o in reqs) // block + 3 * len(reqs) + budget + 64  # partial, frozen, private
+    n_blocks = ample if n_blocks is None else min(n_blocks, ample)  # more than ample evicts nothing either
     cache = CacheConfig(
         max_batches=1,
         block_size=block,
@@ -118,6 +118,7 @@ def engine_hits(reqs, block: int, chunk: int = 0, n_blocks: int | None = None, b
         ).run()
         if not admitted.admitted:
             raise EngineFull(f"request #{k} (input {len(prompt)}) is not admitted")
+        seq.state.activate()  # _schedule_prefill's _to_running: WAITING -> READY (not its own victim)
         hits.append(int(seq.num_history_ids))
         first = True
         while True:  # the engine loop's prefill forwards (inputs_maker: one long-context chunk each)
