@@ -25,9 +25,10 @@ Memory. ``--capacity 0`` (default): ample, nothing evicted (placement, matching 
 extent are compared, not eviction order). ``--capacity C --state-pool N``: the simulator gets
 that capacity and state pool; the engine gets the simulator's KV
 pool, ``(C - N x state_bytes) // (B x kv_bytes_per_token)`` blocks (``--headroom`` adds engine
-blocks on top), and N checkpoint slots (plus its runtime slots, outside C): LMDeploy sizes its
-state cache first and its KV blocks from the rest. Eviction is the engine's own (the SSM
-eviction helper's ``BlockTrie.evict``, checkpoint-only eviction of ``state_checkpoints``).
+blocks on top; the simulator's capacity is rounded down to those whole blocks), and N checkpoint
+rows (``engine_hits``): LMDeploy sizes its state cache first and its KV blocks from the rest.
+Eviction is the engine's own (the SSM eviction helper's ``BlockTrie.evict``, checkpoint-only
+eviction of ``state_checkpoints``).
 
     python benchmarks/differential_lmdeploy.py --lmdeploy /tmp/lmd --deps /tmp/lmd-deps --sessions 40
     python benchmarks/differential_lmdeploy.py --lmdeploy /tmp/lmd --deps /tmp/lmd-deps --trace mooncake:sample \\
@@ -165,9 +166,9 @@ def sim_hits(
     return hits, order
 
 
-def kv_blocks(trace, policy: str, block: int, capacity: int, state_pool: str) -> tuple[int, int, int]:
+def kv_blocks(trace, policy: str, block: int, capacity: int, state_pool: str) -> tuple[int, int, int, int]:
     """The simulator's KV pool under ``capacity`` and ``state_pool`` in ``block``-token blocks; its
-    state slots and bytes per state."""
+    state slots, bytes per state and KV bytes per token."""
     config = SimConfig(
         policy=policy,
         model=MODEL,
@@ -177,7 +178,13 @@ def kv_blocks(trace, policy: str, block: int, capacity: int, state_pool: str) ->
         state_pool=state_pool,
     )
     tree = build(trace, config).tree
-    return int(tree.kv_capacity_bytes // (block * tree.kv_bytes_per_token)), int(tree.state_capacity), tree.state_bytes
+    per_token = int(tree.kv_bytes_per_token)
+    return (
+        int(tree.kv_capacity_bytes // (block * per_token)),
+        int(tree.state_capacity),
+        int(tree.state_bytes),
+        per_token,
+    )
 
 
 def tokens_of(trace, r) -> tuple[np.ndarray, np.ndarray]:
@@ -225,11 +232,16 @@ def main() -> None:
     policies = args.policies.split(",")
     n_blocks = budget = None
     if capacity:
-        n_blocks, budget, state_bytes = kv_blocks(trace, policies[0], args.block_size, capacity, args.state_pool)
+        n_blocks, budget, state_bytes, per_token = kv_blocks(
+            trace, policies[0], args.block_size, capacity, args.state_pool
+        )
+        if capacity < UNLIMITED:  # the simulator's KV pool in whole blocks, as the engine's
+            capacity = n_blocks * args.block_size * per_token + budget * state_bytes
         n_blocks += args.headroom
         print(
-            f"capacity {format_size(capacity)}, state pool {budget} ({format_size(state_bytes)} a state): "
-            f"engine KV blocks {n_blocks:,} (headroom {args.headroom}), checkpoint budget {budget}"
+            f"capacity {format_size(capacity)} (KV pool in whole blocks), state pool {budget} "
+            f"({format_size(state_bytes)} a state): engine KV blocks {n_blocks:,} (headroom {args.headroom}), "
+            f"checkpoint rows {budget} (prefix_cache_state_budget {budget - 1})"
         )
     results = {}
     order = None
