@@ -65,7 +65,9 @@ engine behaviour, named after the engine code it follows:
   the cached path past a request's hit is not protected while its insert makes room; the room is
   made snapshot point by snapshot point, the pages up to a point before the state there
   (``_stage_needs``); a hit inside a block moves that block's page to the queue's back
-  (``_touch_hit_block``).
+  (``_touch_hit_block``); a state inside a block is that block's page, reached by a lookup that
+  matches the block whole only where the request's block holds it (``_whole_block_hit``) and gone
+  when the block's page goes (``_pages_in_leaf_block``).
 """
 
 from __future__ import annotations
@@ -92,7 +94,9 @@ class EngineNode(Node):
     # ``((from_tokens, stamp), ...)``: the points deeper than ``from_tokens`` up to the next mark
     # were first reached at ``stamp`` (``EngineTree._born_at``)
     # ``pad`` (``kv_page`` only): this node's share of ``EngineTree._pad`` (``_node_pad``)
-    __slots__ = ("state_access", "born", "pad")
+    # ``head`` (``pages_one_by_one`` only): ``(block end, time)`` of a hit that moved this node's first
+    # block to the queue's back while the node goes on past it (``_touch_hit_block``)
+    __slots__ = ("state_access", "born", "pad", "head")
 
 
 class EngineTree(HybridRadixTree):
@@ -149,6 +153,7 @@ class EngineTree(HybridRadixTree):
         node = EngineNode(key, parent, n_tokens, depth_sym, depth_tokens, now, self._created)
         node.state_access = now
         node.pad = 0
+        node.head = None
         if self.snapshot_block:
             self._born += 1
             node.born = ((depth_tokens - n_tokens, self._born),)
@@ -424,16 +429,19 @@ class EngineTree(HybridRadixTree):
         """TensorRT-LLM: a hit inside a block is that block's page (the first created block through
         the point, ``_oldest_through``), whose attention page the request holds until ``resume``
         copies the partial block and lets it go (``_core/_kv_cache.py`` ``_setup_for_reuse``), so
-        it goes to the queue's back: the node holding the block's last token is touched too, where
-        that block is all it holds past the hit."""
+        it goes to the queue's back: the node holding the block's last token is touched too, or,
+        where it goes on past the block, once it is cut back to that block (``_evict_last_block``,
+        a leaf losing its last block first)."""
         B = self.snapshot_block
         hi = (hit.depth_tokens - 1) // B * B + B
         _, owner, _ = self._oldest_through(hit, hi)
-        # a node going on past the block keeps its recency: its blocks past this one were not
-        # touched, and they go first (a leaf loses its last block first)
-        if owner is not hit and owner.depth_tokens <= hi:
+        if owner is hit:
+            return
+        if owner.depth_tokens <= hi:
             owner.last_access = now
             self._touched(owner)
+        else:  # its blocks past this one keep their place; this one's counts once it is all it holds
+            owner.head = (hi, now)
 
     def match(self, seq: np.ndarray, max_hit_sym: int | None = None) -> MatchResult:
         if self.future is not None:
@@ -458,11 +466,43 @@ class EngineTree(HybridRadixTree):
         cap = (len(seq) if max_hit_sym is None else max_hit_sym) * self.block_tokens
         start = min(cap, m.match_tokens) // B * B  # the whole blocks the lookup matches
         if m.hit_tokens <= start:
+            if self.pages_one_by_one and m.hit_tokens % B:
+                self._whole_block_hit(m, seq)
             return
         hit = self._partial_block_hit(seq, start, min(start + B, cap))
         if hit is None:
             hit = next((n for n in reversed(m.path) if n.has_state and n.depth_tokens <= start), self.root)
         m.hit_node, m.hit_sym, m.hit_tokens = hit, hit.depth_sym, hit.depth_tokens
+
+    def _whole_block_hit(self, m: MatchResult, seq: np.ndarray) -> None:
+        """A hit inside a block the lookup matches whole: the lookup walks the blocks by key, so the
+        state counts only where its page is in the request's own block there, the first created
+        block through the point being the request's (``_oldest_through``); else the deepest state
+        above it that is (``_prune_match``, ``_block_radix_tree.py`` L733-L744: the deepest matched
+        block with a page). States at a block's end are the request's block's own."""
+        B, G = self.snapshot_block, self.block_tokens
+        for n in reversed(m.path):
+            if not n.has_state or n.depth_tokens > m.hit_tokens:
+                continue
+            if n.depth_tokens % B and G == 1:
+                hi = (n.depth_tokens - 1) // B * B + B
+                _, owner, e = self._oldest_through(n, hi)
+                if not self._through_on_path(owner, e, seq):
+                    continue
+            m.hit_node, m.hit_sym, m.hit_tokens = n, n.depth_sym, n.depth_tokens
+            return
+        m.hit_node, m.hit_sym, m.hit_tokens = self.root, 0, 0
+
+    def _through_on_path(self, node: Node, e: int, seq: np.ndarray) -> bool:
+        """Whether ``node``'s path up to token ``e`` (one token a symbol) is ``seq``'s."""
+        if e > len(seq):
+            return False
+        keys = []
+        while node is not self.root:
+            keys.append(node.key)
+            node = node.parent
+        path = np.concatenate(keys[::-1])[:e]
+        return path.tobytes() == seq[:e].astype(path.dtype).tobytes()
 
     def _partial_block_hit(self, seq: np.ndarray, start: int, lookup_end: int) -> Node | None:
         """The state ``find_best_partial_match_in_next_nodes`` and ``_prune_match`` reach in the
@@ -732,6 +772,8 @@ class EngineTree(HybridRadixTree):
 
     def _split(self, child: Node, m: int, now: float, up_tokens: int | None = None) -> Node:
         upper = super()._split(child, m, now, up_tokens)
+        if getattr(child, "head", None) is not None and upper.depth_tokens >= child.head[0]:
+            upper.head, child.head = child.head, None  # the touched block is the upper half's
         if self.snapshot_block:  # the path existed before the cut: both halves keep their stamps
             cut = upper.depth_tokens
             born = child.born
@@ -750,6 +792,8 @@ class EngineTree(HybridRadixTree):
         if self.snapshot_block:
             (child,) = node.children.values()
             child.born = node.born + child.born
+            if child.head is None:
+                child.head = node.head
         super()._merge_into_child(node)
 
     def _extend_leaf(self, leaf: Node, key: np.ndarray, tokens: int) -> None:
@@ -949,10 +993,12 @@ class EngineTree(HybridRadixTree):
             freed = self._detach_stale_blocks(node)
             if freed is not None:
                 return freed
+        paged = []  # states whose page is in the one block of a leaf going whole
         if self.pages_one_by_one and not self._state_drain and not node.children:
             freed = self._evict_last_block(node, self.kv_page)
             if freed is not None:
                 return freed
+            paged = self._pages_in_leaf_block(node)
         self._forget_frozen(node)
         parent = node.parent
         leaf = not node.children
@@ -970,7 +1016,29 @@ class EngineTree(HybridRadixTree):
                 s2, kv2 = super().evict(parent)
                 s, kv = s + s2, kv + kv2
                 parent = up
+        for n in paged:  # the block's recurrent page goes with it (``remove_subtree``)
+            if n.has_state and n.parent is not None:
+                s2, kv2 = self.drop_state(n)
+                s, kv = s + s2, kv + kv2
+                if n.parent is not None and not n.children and n.lock == 0:  # no block covers it now
+                    s2, kv2 = self.evict(n)
+                    s, kv = s + s2, kv + kv2
         return s, kv
+
+    def _pages_in_leaf_block(self, leaf: Node) -> list[Node]:
+        """``pages_one_by_one``: the states above ``leaf`` inside its one block whose page that
+        block holds (the first created block through them, ``_oldest_through``): TensorRT-LLM keeps
+        a snapshot in a block's page, so dropping the block's attention page removes it too
+        (``remove_subtree``, ``_block_radix_tree.py`` L246-L269; the harness's ``_free_block_pages``)."""
+        B = self.snapshot_block
+        lo = (leaf.depth_tokens - 1) // B * B
+        out = []
+        n = leaf.parent
+        while n is not self.root and n.depth_tokens > lo:
+            if n.has_state and self._oldest_through(n, lo + B)[1] is leaf:
+                out.append(n)
+            n = n.parent
+        return out
 
     def _evict_last_block(self, node: Node, B: int = 0) -> tuple[int, int] | None:
         """``block_evict`` (vLLM): evict only the last block of leaf ``node``, with the state at
@@ -988,6 +1056,9 @@ class EngineTree(HybridRadixTree):
         if k_sym <= 0 or keep >= node.depth_tokens:
             return None
         assert node.lock == 0
+        if getattr(node, "head", None) is not None and keep <= node.head[0]:  # ``_touch_hit_block``
+            node.last_access = max(node.last_access, node.head[1])
+            node.head = None
         self.stats.evictions += 1
         freed_states = 1 if node.has_state else 0
         if freed_states:

@@ -607,3 +607,59 @@ def test_the_decode_pages_are_taken_after_the_snapshots():
     assert state_depths(sim.tree) == [32, 64] and sim.tree.kv_tokens == 64 + 32
     assert 0 not in sim.tree.root.children
     sim.tree.check_invariants()
+
+
+def test_a_hit_on_a_blocks_first_page_counts_once_the_leaf_is_cut_back_to_it():
+    """The block holding a hit's snapshot goes to the queue's back (test above) while the rest
+    of a long leaf through it keeps its place: X (96 tokens, snapshots 3 and 96: the first block
+    holds 3) then Z (32), then Y hits 3. W (96 tokens) needs three pages of four: X's last two
+    blocks go (96 with them), then Z, older than X's first block; X keeps 3 (ShareGPT 2GB, end
+    offsets 0 / 13, the 215th request served: the engine took fourteen blocks of a chain and kept
+    its first)."""
+    t = _paged_tree(4, 4)
+    _ins(t, toks(0, 96), [3, 96], 1.0)
+    _ins(t, toks(300, 32), [32], 2.0)
+    m = t.lookup(cat(toks(0, 3), toks(500, 40)), now=t.set_time(3.0))
+    assert m.hit_tokens == 3
+    t.forget(m)
+    _ins(t, toks(800, 96), [96], 4.0)
+    assert state_depths(t) == [3, 96] and t.kv_tokens == 32 + 96
+    assert 300 not in t.root.children
+
+
+def test_a_snapshot_goes_with_the_block_that_holds_its_page():
+    """A snapshot is a page of the first created block through its point; dropping that block's
+    attention page removes the block with its pages (``remove_subtree``, ``_block_radix_tree.py``
+    L246-L269), the snapshot too, though the token tree keeps the state on a node above the
+    block's leaf. X (48 tokens, snapshots 3 and 48) loses 48 to the state queue and keeps its first
+    block (3..32, holding 3); taking that block's page as a KV victim takes 3 with it, and the
+    3 tokens no block covers any more (ShareGPT 2GB, end offsets 0 / 13, the 1,179th request
+    served: the engine lost the template's snapshot at 3 with a block 0)."""
+    t = _paged_tree(4, 4)
+    _ins(t, toks(0, 48), [3, 48], 1.0)
+    t._state_drain = True
+    t.evict(next(n for n in t.iter_nodes() if n.depth_tokens == 48))
+    t._state_drain = False
+    assert state_depths(t) == [3] and t.kv_tokens == 32
+    assert t.evict(next(n for n in t.iter_nodes() if n.depth_tokens == 32)) == (1, 32)
+    assert state_depths(t) == [] and t.kv_tokens == 0
+    t.check_invariants()
+
+
+def test_a_whole_block_matched_reaches_only_its_own_snapshot():
+    """The lookup walks whole blocks by key and keeps the deepest matched block holding a page
+    (``_prune_match``, ``_block_radix_tree.py`` L733-L744), so a state inside a block the request
+    matches whole counts only where the request's block is the one holding its page. P1 (3 shared
+    tokens, then its own; snapshots 3 and 48) makes the first block through 3; P2 (the same 3, then
+    its own; snapshot 64) another; R matches P2's first block and 18 tokens of its second: the
+    engine finds no page (3 is P1's block's), the preset reused 3 (ShareGPT 2GB, end offsets
+    0 / 13, the 249th request served)."""
+    t = _paged_tree(100, 10)
+    _ins(t, cat(toks(0, 3), toks(100, 45)), [3, 48], 1.0)
+    _ins(t, cat(toks(0, 3), toks(200, 61)), [64], 2.0)
+    m = t.lookup(cat(toks(0, 3), toks(200, 47), toks(900, 10)), now=t.set_time(3.0))
+    assert m.hit_tokens == 0
+    t.forget(m)
+    m = t.lookup(cat(toks(0, 3), toks(100, 40), toks(900, 10)), now=t.set_time(4.0))
+    assert m.hit_tokens == 3  # P1's own block
+    t.forget(m)
