@@ -237,11 +237,13 @@ def main() -> None:
         )
         if capacity < UNLIMITED:  # the simulator's KV pool in whole blocks, as the engine's
             capacity = n_blocks * args.block_size * per_token + budget * state_bytes
-        n_blocks += args.headroom
+            n_blocks += args.headroom
+            kv = f"KV pool in whole blocks; engine KV blocks {n_blocks:,} (headroom {args.headroom})"
+        else:
+            n_blocks, kv = None, "KV ample"
         print(
-            f"capacity {format_size(capacity)} (KV pool in whole blocks), state pool {budget} "
-            f"({format_size(state_bytes)} a state): engine KV blocks {n_blocks:,} (headroom {args.headroom}), "
-            f"checkpoint rows {budget} (prefix_cache_state_budget {budget - 1})"
+            f"capacity {format_size(capacity)} ({kv}), state pool {budget} ({format_size(state_bytes)} a state): "
+            f"the engine's checkpoint rows {budget} (prefix_cache_state_budget {budget - 1})"
         )
     results = {}
     order = None
