@@ -28,7 +28,10 @@ pool, ``(C - N x state_bytes) // (B x kv_bytes_per_token)`` blocks (``--headroom
 blocks on top; the simulator's capacity is rounded down to those whole blocks), and N checkpoint
 rows (``engine_hits``): LMDeploy sizes its state cache first and its KV blocks from the rest.
 Eviction is the engine's own (the SSM eviction helper's ``BlockTrie.evict``, checkpoint-only
-eviction of ``state_checkpoints``).
+eviction of ``state_checkpoints``), on a clock one second per recency stamp (``--engine-clock
+steps``, ``step_clock``): the engine keeps a block's recency in whole seconds, so on the wall clock
+(``--engine-clock wall``) this harness's blocks all tie and their eviction order follows memory
+addresses.
 
     python benchmarks/differential_lmdeploy.py --lmdeploy /tmp/lmd --deps /tmp/lmd-deps --sessions 40
     python benchmarks/differential_lmdeploy.py --lmdeploy /tmp/lmd --deps /tmp/lmd-deps --trace mooncake:sample \\
@@ -59,6 +62,23 @@ MODEL = "qwen3.5-9b"
 
 class EngineFull(RuntimeError):
     """The engine cannot admit a request (its pools hold less than the request needs)."""
+
+
+def step_clock() -> None:
+    """Give LMDeploy's recency stamps a clock one second per stamp. The engine stamps a block's
+    recency with ``time.perf_counter()`` into an int64 array (block_manager/base_block_manager.py
+    L17, L158-L161: whole seconds) and breaks equal stamps by ``id(node)``
+    (block_trie/kv_lifecycle.py L102, L126), so on the wall clock every block this harness touches
+    (in far less than a second) ties and KV eviction follows memory addresses, run to run. With
+    this clock each stamp is later than the one before, as requests seconds apart are."""
+    import itertools  # noqa: PLC0415
+    import types  # noqa: PLC0415
+
+    import lmdeploy.pytorch.paging.block_manager.base_block_manager as blocks  # noqa: PLC0415
+    import lmdeploy.pytorch.paging.block_trie.checkpoint_lifecycle as checkpoints  # noqa: PLC0415
+
+    ticks = itertools.count(1)
+    blocks.time = checkpoints.time = types.SimpleNamespace(perf_counter=lambda: float(next(ticks)))
 
 
 def engine_hits(reqs, block: int, chunk: int = 0, n_blocks: int | None = None, budget: int | None = None) -> list[int]:
@@ -218,12 +238,20 @@ def main() -> None:
     ap.add_argument("--state-pool", default="", help="with --capacity: checkpoint slots (prefix_cache_state_budget)")
     ap.add_argument("--headroom", type=int, default=0, help="engine KV blocks added to the capacity's (default 0)")
     ap.add_argument("--policies", default="lmdeploy,lmdeploy-0.16-pytorch")
+    ap.add_argument(
+        "--engine-clock",
+        choices=("steps", "wall"),
+        default="steps",
+        help="steps: the engine's recency stamps one second apart (step_clock); wall: its own perf_counter",
+    )
     ap.add_argument("--out", default="", help="CSV of per-request hits (serve order, request, input, output, ...)")
     args = ap.parse_args()
     capacity = parse_size(args.capacity) if args.capacity != "0" else 0
     if capacity and not args.state_pool:
         ap.error("--capacity needs --state-pool (the engine keeps its checkpoints in their own pool)")
     sys.path[:0] = [p for p in (args.lmdeploy, *args.deps.split(os.pathsep)) if p]
+    if args.engine_clock == "steps":
+        step_clock()
     trace = load_trace(args.trace, TraceOptions(sessions=args.sessions, hash_block_tokens=args.hash_block_tokens))
     print(
         f"trace {args.trace}: {len(trace.requests)} requests, {trace.n_sessions} sessions, "
