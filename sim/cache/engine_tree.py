@@ -121,9 +121,10 @@ class EngineTree(HybridRadixTree):
         self.block_evict = rules.block_evict and rules.extent_block > 0
         self.kv_page = rules.kv_page  # KV held in whole pages of this many tokens (TensorRT-LLM)
         self.states_first = rules.states_first
-        # TensorRT-LLM's attention pool (``kv_page`` with a state pool): KV victims go one page at a
-        # time, a leaf's last block first (``_evict_last_block``), nothing above them cascading
-        self.pages_one_by_one = bool(rules.kv_page and state_capacity is not None)
+        # TensorRT-LLM's attention pool (``kv_page`` and snapshot blocks with a state pool): KV
+        # victims go one page at a time, a leaf's last block first, and the rules of the module
+        # docstring's ``kv_page`` item
+        self.pages_one_by_one = bool(rules.kv_page and rules.snapshot_block and state_capacity is not None)
         self._pad = 0  # ``kv_page``: the nodes' ``pad`` summed, kept by ``_recount`` (``_page_pad`` walks it)
         self.copies: list = []  # older copies of recomputed KV blocks: (recency, 1, -end, order, tokens, first)
         self.copy_tokens = 0  # KV tokens those copies hold
