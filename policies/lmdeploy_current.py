@@ -77,9 +77,28 @@ class Lmdeploy016Eviction(TieredLRUEviction):
     L158-L161; a checkpoint's when it is pinned for a restore and when it is published,
     block_trie/checkpoint_lifecycle.py L199 and L454), so operations at one simulated time keep
     the order they happen in (``strict_clock``): the checkpoint a request restores is older than
-    the one it saves, and goes first when a later save needs a slot."""
+    the one it saves, and goes first when a later save needs a slot.
+
+    A request pins only the checkpoint it restores (``pin_restore``): checkpoint-only and frozen
+    eviction take any published checkpoint without a pin (``_is_evictable_checkpoint``,
+    checkpoint_lifecycle.py L537-L539), those on a running request's matched path too, where its
+    KV blocks (held by the request) stay. So a state is a candidate of the state and frozen lists
+    unless a lock ends at its node (``keys_on_direct_lock``: a lock passing through to a deeper
+    node leaves it evictable). Not followed: an insert's guard lock on the node its walk ends in
+    protects that node's state, which the engine does not pin."""
 
     strict_clock = True
+    keys_on_direct_lock = True
+
+    def keys(self, node):
+        out = super().keys(node)
+        if node.parent is not None and node.lock and node.has_state:
+            if node.lock == sum(c.lock for c in node.children.values()):  # no lock ends here
+                state_t = getattr(node, "state_access", node.last_access)
+                out["state"] = (state_t, -node.depth_tokens)
+                if node.depth_tokens % self.block:
+                    out["frozen"] = (state_t, -node.depth_tokens)
+        return out
 
 
 @dataclass(frozen=True)

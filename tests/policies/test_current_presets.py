@@ -560,6 +560,26 @@ def test_lmdeploy_orders_recency_as_the_engine_clock_does():
     assert run(trace, "lmdeploy-0.16-pytorch", state_pool="2")[0] == [0, 128, 0, 128]
 
 
+def test_lmdeploy_evicts_an_unpinned_checkpoint_on_the_running_path():
+    """LMDeploy at 1263d5cd8: a request pins only the checkpoint it restores (paging/scheduler.py
+    L330, ``pin_restore``); a save that finds no free slot evicts the least recent published
+    checkpoint without a pin (paging/block_trie/checkpoint_lifecycle.py L399, L360-L377,
+    ``_is_evictable_checkpoint`` L537-L539), one on the request's own matched path too. State pool
+    2, block 64: r0 saves 128, r1 = r0 + 64 restores 128 and saves 192; r2 = r1 + 64 restores 192
+    (pinned) and saves 256: 128, above it on its path, goes; r3 = r0 + 5 finds nothing (engine,
+    driven by benchmarks/differential_lmdeploy.py: 0, 128, 192, 0). The tree kept every state on
+    a locked path, so 256 was not saved and r3 reused 128; lmdeploy-0.16-pytorch still does."""
+    P = toks(0, 128)
+    Q = cat(P, toks(2000, 64))
+    S = cat(Q, toks(3000, 64))
+    trace = one_per_session(
+        (P, toks(1000, 3)), (Q, toks(4000, 3)), (S, toks(5000, 3)), (cat(P, toks(6000, 5)), toks(7000, 2))
+    )
+    got, sim = run(trace, "lmdeploy", state_pool="2")
+    assert got == [0, 128, 192, 0] and 128 not in state_depths(sim.tree)
+    assert run(trace, "lmdeploy-0.16-pytorch", state_pool="2")[0] == [0, 128, 192, 128]
+
+
 # ---------------------------------------------------------------------------------- listing, aliases, CLI
 
 
