@@ -26,7 +26,10 @@ the state at input + output - 1, anchored on its block); the decode checkpoint a
 multiple of the interval (``test_ssm_decode_checkpoint_keeps_old_state_when_new_node_is_pending``'s
 one replaceable decode checkpoint per sequence). Recency follows the engine's ``perf_counter``
 stamps (``strict_clock``: operations at one simulated time in the order they happen). Not
-modelled: TurboMind, pins of in-flight copies.
+modelled: TurboMind, the producer pin of a save in flight (the restore pin is: the checkpoint a
+request restores is neither replaced by its first forward's save nor evicted, the states above it
+on its path are). Checked against LMDeploy's own scheduler and block trie by
+``benchmarks/differential_lmdeploy.py`` (docs/presets-engines.md).
 """
 
 from __future__ import annotations
