@@ -174,6 +174,10 @@ class Simulation:
         )
         self.rec.misses = self.misses
         self._out_symbols: dict[int, np.ndarray] = {}  # request id -> the output symbols made for it
+        #: request id -> its lookup's symbols (``symbols`` then ``stored``), for the requests looked
+        #: up lately: a batching scheduler looks a waiting request up again at every step it cannot
+        #: start, and re-hashing a long prompt into blocks each time was a sixth of an overloaded run
+        self._looked_up: dict[int, tuple] = {}
         self._next_out_symbol: int | None = None
         #: prompts of at least this many tokens are aborted at arrival (the admission's
         #: ``input_limit`` of the engine's KV pool: SGLang's ``max_req_input_len``); None: none are
@@ -371,11 +375,28 @@ class Simulation:
             seq_full = seq_full[:-1]
         return seq_full, tok
 
+    #: how many requests' lookup symbols ``_lookup_symbols`` keeps (oldest first out)
+    LOOKUP_MEMO = 4096
+
+    def _lookup_symbols(self, r: Request) -> tuple[np.ndarray, np.ndarray, int, int, int]:
+        """``symbols(r)`` with ``stored`` applied to its full sequence: (prompt symbols, stored
+        symbols, prompt tokens, prompt + output tokens, stored tokens); each a function of the
+        request alone, kept for the ``LOOKUP_MEMO`` requests looked up last."""
+        got = self._looked_up.get(r.request_id)
+        if got is None:
+            seq_in, seq_full, tok_in, tok_done = self.symbols(r)  # tok_in: the real prompt length
+            seq_full, tok_full = self.stored(r, seq_full, tok_done)
+            got = (seq_in, seq_full, tok_in, tok_done, tok_full)
+            if self.LOOKUP_MEMO > 0:
+                if len(self._looked_up) >= self.LOOKUP_MEMO:
+                    del self._looked_up[next(iter(self._looked_up))]
+                self._looked_up[r.request_id] = got
+        return got
+
     def lookup(self, r: Request, t: float, lock: bool, tokens: int | None = None) -> Flight:
         """``r``'s prefix lookup. ``tokens``: the prompt and the tokens it generated before a
         preemption, where the preset's engine matches them all (``Seq.target``; None: the prompt)."""
-        seq_in, seq_full, tok_in, tok_done = self.symbols(r)  # tok_in: the real prompt length
-        seq_full, tok_full = self.stored(r, seq_full, tok_done)
+        seq_in, seq_full, tok_in, tok_done, tok_full = self._lookup_symbols(r)
         if not self.preset.caching:
             if self.misses is not None:
                 self.misses.looked_up(r, 0, tok_in)
