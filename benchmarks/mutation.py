@@ -273,6 +273,9 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/policies/test_sglang_engine_rules.py",
             "tests/sim/engine/test_simulation_hooks.py",
             "tests/sim/engine/test_events.py",
+            "tests/sim/engine/test_lookup_memo.py",
+            "tests/policies/test_lmdeploy.py",
+            "tests/sim/tuning/test_tuning.py",  # the duel tuner's shadow caches (shadow_finish)
         ],
     ),
     # the drivers (sequential, des / fcfs, continuous): a lookup at the server's start for an
