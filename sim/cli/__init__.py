@@ -40,6 +40,10 @@ from sim.cli.options import refuse_repeated_options  # noqa: E402
 from sim.errors import USER_ERRORS, interrupted, stop_exit_code, stop_message, stop_signals_as_interrupts  # noqa: E402
 
 
+#: click >= 8.2 raises this for a command group typed without a command (8.1 shows the help itself)
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 class Main(click.Group):
     """Turns our known user errors, and click's own usage errors of a command (a bad type, a
     missing value), into one clear line and exit code 2 (no traceback), and Ctrl-C into one line
@@ -56,6 +60,9 @@ class Main(click.Group):
         except USER_ERRORS as exc:
             click.echo(f"Error: {exc}", err=True)
             sys.exit(2)
+        except _NO_ARGS_IS_HELP as exc:  # a command group alone: its help, as click shows it
+            exc.show()
+            sys.exit(exc.exit_code)
         except click.UsageError as exc:  # click's own (a bad type, a missing value): one line as well
             where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
             click.echo(f"Error: {' '.join(exc.format_message().split())}{where}", err=True)
