@@ -151,6 +151,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/policies/test_sglang_engine_rules.py",
             "tests/policies/test_current_rules.py",
             "tests/sim/cache/test_hash_block_extent.py",
+            "tests/sim/cache/test_evictable_totals.py",
+            "tests/policies/test_belady.py",
         ],
     ),
     "events": (["sim/engine/events.py"], ["tests/sim/engine/test_events.py"]),

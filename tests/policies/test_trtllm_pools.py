@@ -663,3 +663,16 @@ def test_a_whole_block_matched_reaches_only_its_own_snapshot():
     m = t.lookup(cat(toks(0, 3), toks(100, 40), toks(900, 10)), now=t.set_time(4.0))
     assert m.hit_tokens == 3  # P1's own block
     t.forget(m)
+
+
+def test_a_snapshot_at_a_block_end_is_not_the_next_blocks_page():
+    """A snapshot at token 32 is the page of the block ending there (``(p - 1) // 32``), not of
+    the next one: a later snapshot at 40, in the next block, replaces nothing (``Block.replace_page``
+    replaces a page of its own block only). Mutation seed 16 survivor (``lo < depth`` -> ``<=``)."""
+    from engine_cases import snapshot_tree  # noqa: PLC0415
+
+    t = snapshot_tree()
+    t.insert(toks(0, 64), 64, [32], t.set_time(1.0))
+    t.insert(toks(0, 40), 40, [40], t.set_time(2.0))
+    assert state_depths(t) == [32, 40]
+    t.check_invariants()

@@ -268,3 +268,19 @@ def test_a_policy_switch_recounts_the_locked_states():
     assert (tree.evictable_kv, tree.evictable_states) == (0, 0)
     tree.unlock(res.end_node)
     assert (tree.evictable_kv, tree.evictable_states) == (8, 2) == tree.evictable_walk()
+
+
+@pytest.mark.parametrize("setup", ["sglang", "lmdeploy"])
+def test_with_a_state_pool_the_evictable_kv_counts_as_free_kv(setup):
+    """With the pools, ``could_reserve`` asks whether the KV pool less what eviction could free
+    takes the charge (the walk oracle above calls the same ``_fits_freed``, so this is checked by
+    hand): a 100-token KV pool holding two unlocked 40-token leaves has room for 40 more tokens,
+    not for 120. Mutation (engine_tree, seed 16) survivor: ``kv_bytes - kv_freed`` -> ``+``."""
+    tree = _tree(setup, 3 * STATE + 100 * KV, 3)
+    for k, at in ((0, 1.0), (100, 2.0)):
+        res = tree.insert(np.arange(k, k + 40, dtype=np.int64), 40, [40], tree.set_time(at))
+        assert res.inserted
+        tree.refresh_inserted(res, at, final=True)
+    assert tree.kv_tokens == 80 and tree.evictable_kv == 80
+    assert tree.could_reserve(40, 0) is True
+    assert tree.could_reserve(120, 0) is False
