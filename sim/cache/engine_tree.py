@@ -498,12 +498,16 @@ class EngineTree(HybridRadixTree):
         """Whether ``node``'s path up to token ``e`` (one token a symbol) is ``seq``'s."""
         if e > len(seq):
             return False
+        path = self._path_symbols(node, seq.dtype)[:e]
+        return path.tobytes() == seq[:e].astype(path.dtype).tobytes()
+
+    def _path_symbols(self, node: Node, dtype) -> np.ndarray:
+        """The symbols from the root to ``node``'s end (empty, of ``dtype``, at the root)."""
         keys = []
         while node is not self.root:
             keys.append(node.key)
             node = node.parent
-        path = np.concatenate(keys[::-1])[:e]
-        return path.tobytes() == seq[:e].astype(path.dtype).tobytes()
+        return np.concatenate(keys[::-1]) if keys else np.empty(0, dtype=dtype)
 
     def _partial_block_hit(self, seq: np.ndarray, start: int, lookup_end: int) -> Node | None:
         """The state ``find_best_partial_match_in_next_nodes`` and ``_prune_match`` reach in the
@@ -919,12 +923,7 @@ class EngineTree(HybridRadixTree):
         d = node.depth_sym
         if d > len(seq):
             return False
-        keys = []
-        while node is not self.root:
-            keys.append(node.key)
-            node = node.parent
-        path = np.concatenate(keys[::-1]) if keys else np.empty(0, dtype=seq.dtype)
-        return path.tobytes() == seq[:d].tobytes()
+        return self._path_symbols(node, seq.dtype).tobytes() == seq[:d].tobytes()
 
     def _release_state(self, node: Node) -> None:
         """Give up ``node``'s state to a later one on the same anchor (not an eviction)."""
