@@ -340,7 +340,9 @@ class EngineRules:
     - ``kv_extent``: how much of an inserted sequence's KV is kept: ``"all"``, ``"state"`` (up
       to its last state) or ``"blocks"`` (whole ``extent_block``-token blocks).
     - ``frozen_block`` / ``anchor_block``: LMDeploy's frozen partial blocks and one state per
-      block anchor (0: off); ``anchor_refusals``: a new state does not replace one at the same
+      block anchor (0: off); ``frozen_whole``: a frozen block is a whole block beside the trie's
+      own copy of it once the path goes on past the state (False: only the pad to the block's
+      end is charged); ``anchor_refusals``: a new state does not replace one at the same
       step on another path (LMDeploy 0.16's ``_reserve_checkpoint``).
     - ``state_pool``: states live in their own pool, so ``--state-pool`` (or the engine's own
       memory knobs, through ``state_capacity``) sizes it; False: one budget.
@@ -383,6 +385,7 @@ class EngineRules:
     extent_block: int = 0
     frozen_block: int = 0
     anchor_block: int = 0
+    frozen_whole: bool = False
     anchor_refusals: bool = False
     state_pool: bool = False
     state_capacity: int | None = None

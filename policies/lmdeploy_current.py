@@ -106,10 +106,13 @@ class Lmdeploy016Eviction(TieredLRUEviction):
 
 @dataclass(frozen=True)
 class Lmdeploy016Preset(LmdeployPreset):
-    """``lmdeploy``: the block trie's rules plus ``_reserve_checkpoint``'s refusals."""
+    """``lmdeploy``: the block trie's rules plus ``_reserve_checkpoint``'s refusals, and a
+    checkpoint's frozen block a whole block beside the trie's own copy once the path goes on past
+    it (``frozen_whole``: ``_create_checkpoint`` allocates it, block_trie/checkpoint_lifecycle.py
+    L404-L406; ``_extend_trie_path`` gives the trie the full block, block_trie/trie.py L557-L590)."""
 
     def engine_rules(self, spec, config) -> EngineRules:
-        return replace(super().engine_rules(spec, config), anchor_refusals=True)
+        return replace(super().engine_rules(spec, config), anchor_refusals=True, frozen_whole=True)
 
 
 register_preset(

@@ -31,6 +31,11 @@ engine behaviour, named after the engine code it follows:
   The charge follows the state's exact token (``_state_depths``: a hash-block prompt's last
   symbol is partial), in the insert's room planning as in its accounting; dropping it trims the
   stateless tail back to the last block boundary, rounded down to a whole symbol.
+  ``frozen_whole`` (LMDeploy's ``_create_checkpoint`` allocates the frozen block,
+  ``checkpoint_lifecycle.py`` L404-L406, and ``_extend_trie_path`` still gives the trie its own
+  block once the sequence fills it, ``trie.py`` L557-L590): a state whose node has children
+  charges a whole block, the path past it holding the trie's copy (``EngineNode.frozen``, kept by
+  ``_recount``); a leaf's state, the pad only.
 - ``anchor_block`` (LMDeploy ``_reserve_checkpoint``): one state per full-block anchor
   (``checkpoint_anchor_step``); a new state replaces the one anchored on the same block (test
   ``test_ssm_checkpoint_replaces_partial_variant_at_same_anchor``).
@@ -96,7 +101,8 @@ class EngineNode(Node):
     # ``pad`` (``kv_page`` only): this node's share of ``EngineTree._pad`` (``_node_pad``)
     # ``head`` (``pages_one_by_one`` only): ``(block end, time)`` of a hit that moved this node's first
     # block to the queue's back while the node goes on past it (``_touch_hit_block``)
-    __slots__ = ("state_access", "born", "pad", "head")
+    # ``frozen`` (``frozen_whole`` only): the frozen-block tokens this node's state is charged
+    __slots__ = ("state_access", "born", "pad", "head", "frozen")
 
 
 class EngineTree(HybridRadixTree):
@@ -109,6 +115,7 @@ class EngineTree(HybridRadixTree):
         self.kv_extent = rules.kv_extent
         self.extent_block = rules.extent_block
         self.frozen_block = rules.frozen_block
+        self.frozen_whole = rules.frozen_whole and rules.frozen_block > 0
         self.anchor_block = rules.anchor_block
         self.snapshot_block = rules.snapshot_block
         self._born = 0  # the clock of ``EngineNode.born`` (``snapshot_block`` only)
@@ -154,16 +161,26 @@ class EngineTree(HybridRadixTree):
         node = EngineNode(key, parent, n_tokens, depth_sym, depth_tokens, now, self._created)
         node.state_access = now
         node.pad = 0
+        node.frozen = 0
         node.head = None
         if self.snapshot_block:
             self._born += 1
             node.born = ((depth_tokens - n_tokens, self._born),)
         return node
 
-    def _frozen_charge(self, depth_tokens: int) -> int:
-        """KV tokens a state at ``depth_tokens`` charges for its frozen partial block."""
+    def _frozen_charge(self, depth_tokens: int, goes_on: bool = False) -> int:
+        """KV tokens a state at ``depth_tokens`` charges for its frozen partial block; ``goes_on``
+        (``frozen_whole``): the path goes on past it, so the block is a whole one beside the trie's."""
         B = self.frozen_block
-        return B - depth_tokens % B if B and depth_tokens % B else 0
+        if not B or depth_tokens % B == 0:
+            return 0
+        return B if goes_on and self.frozen_whole else B - depth_tokens % B
+
+    def _node_frozen(self, node: Node) -> int:
+        """``frozen_whole``: what ``node``'s state is charged now (0: no state, or not in the tree)."""
+        if node.parent is None or not node.has_state:
+            return 0
+        return self._frozen_charge(node.depth_tokens, bool(node.children))
 
     @property
     def kv_bytes(self) -> int:
@@ -175,6 +192,11 @@ class EngineTree(HybridRadixTree):
         added, split, extended, shortened, merged into its only child, detached, or a child of it
         added or removed: ``_changed``), as the evictable totals do."""
         super()._recount(node)
+        if self.frozen_whole:
+            charge = self._node_frozen(node)
+            if charge != node.frozen:
+                self.frozen_tokens += charge - node.frozen
+                node.frozen = charge
         if self.kv_page:
             pad = self._node_pad(node) if node.parent is not None else 0
             if pad != node.pad:
@@ -257,12 +279,32 @@ class EngineTree(HybridRadixTree):
     def _kv_need(self, seq, span, checkpoints) -> tuple[int, list[int], Node]:
         """(KV bytes the insert adds, its new states, the node its walk ends in)."""
         need_kv, new_cps, walk_end = self._plan_new(seq, span, checkpoints)
+        new = need_kv  # tokens past the cached path
         if self.frozen_block and new_cps:  # each new state off the block grid adds its frozen block
-            need_kv += sum(self._frozen_charge(t) for t in self._state_depths(seq, span, new_cps))
+            depths = self._state_depths(seq, span, new_cps)
+            if self.frozen_whole:  # a whole block for a state the path goes on past
+                need_kv += sum(self._frozen_charge(t, self._goes_on(t, span, walk_end, new)) for t in depths)
+            else:
+                need_kv += sum(self._frozen_charge(t) for t in depths)
+        if (
+            self.frozen_whole and new and walk_end.has_state and not walk_end.children
+        ):  # the insert may go on past a leaf's state (its pad becomes a whole block): counted
+            # even where it branches off inside that leaf's edge (a hash-block symbol's two lengths
+            # make the two hard to tell apart here), an overestimate of one block at most
+            need_kv += self._frozen_charge(walk_end.depth_tokens, True) - self._frozen_charge(walk_end.depth_tokens)
         if self.kv_page and need_kv:  # the blocks from the one the insert starts in to its end
             P, e = self.kv_page, span.total
             need_kv = P * (-(-e // P) - (e - need_kv) // P)
         return need_kv * self.kv_bytes_per_token, new_cps, walk_end
+
+    @staticmethod
+    def _goes_on(t: int, span: Span, walk_end: Node, new: int) -> bool:
+        """Whether the path goes on past a new state at token ``t`` once the insert is done: the
+        insert itself goes on, or (``new`` 0: nothing past the cached path) it ends inside the
+        cached path, at a node with children or inside an edge, which it splits."""
+        if t < span.total:
+            return True
+        return not new and (bool(walk_end.children) or walk_end.depth_tokens > t)
 
     def _state_depths(self, seq: np.ndarray, span: Span, checkpoints: list[int]) -> list[int]:
         """The token position (``depth_tokens``) each of ``checkpoints`` (symbols, sorted) would
@@ -772,7 +814,8 @@ class EngineTree(HybridRadixTree):
 
     def _add_state(self, node: Node) -> None:
         node.state_access = self.now  # a new or revived state is the most recent
-        self.frozen_tokens += self._frozen_charge(node.depth_tokens)
+        if not self.frozen_whole:  # else ``_recount`` charges it
+            self.frozen_tokens += self._frozen_charge(node.depth_tokens)
         super()._add_state(node)
 
     def _split(self, child: Node, m: int, now: float, up_tokens: int | None = None) -> Node:
@@ -938,7 +981,10 @@ class EngineTree(HybridRadixTree):
             self._trim_tail(node)
 
     def _forget_frozen(self, node: Node) -> None:
-        if node.has_state:
+        if self.frozen_whole:
+            self.frozen_tokens -= node.frozen
+            node.frozen = 0
+        elif node.has_state:
             self.frozen_tokens -= self._frozen_charge(node.depth_tokens)
 
     def _trim_tail(self, node: Node) -> None:
@@ -1224,7 +1270,9 @@ class EngineTree(HybridRadixTree):
 
     def check_invariants(self) -> None:
         frozen = sum(
-            self._frozen_charge(n.depth_tokens) for n in self.iter_nodes() if n is not self.root and n.has_state
+            self._frozen_charge(n.depth_tokens, bool(n.children))
+            for n in self.iter_nodes()
+            if n is not self.root and n.has_state
         )
         assert frozen == self.frozen_tokens, (frozen, self.frozen_tokens)
         if self.kv_page:

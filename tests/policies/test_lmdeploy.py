@@ -8,6 +8,8 @@ block is 16 tokens; TINY's KV costs 2 B a token (32 B a block), a state 16 B.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from engine_cases import TINY, cat, lmdeploy_trie, one_per_session, run, state_depths, toks
@@ -248,3 +250,43 @@ def test_a_decode_interval_off_the_hash_blocks_is_refused():
     ):
         run(trace, "lmdeploy", spec=TINY, prefix_cache_decode_state_interval=64)
     run(trace, "lmdeploy", spec=TINY, prefix_cache_decode_state_interval=1024)
+
+
+def _preset_trie(policy, states=4, kv_blocks=64):
+    """``lmdeploy_trie`` with the engine rules ``policy``'s preset gives (block 16)."""
+    from dataclasses import replace
+
+    from policies.base import get_preset
+
+    tree = lmdeploy_trie(states=states, kv_blocks=kv_blocks)
+    rules = get_preset(policy).engine_rules(TINY, SimpleNamespace(block_size=B))
+    tree.frozen_whole = rules.frozen_whole and tree.frozen_block > 0
+    tree.rules = replace(tree.rules, frozen_whole=rules.frozen_whole)
+    return tree
+
+
+@pytest.mark.parametrize(("policy", "blocks"), [("lmdeploy", 5), ("lmdeploy-0.16-pytorch", 4 + (B - 1) / B)])
+def test_lmdeploy_a_state_inside_a_block_owns_a_whole_block_once_the_path_goes_on(policy, blocks):
+    """Rule 6 of the differential (benchmarks/results/2026-12-06-differential-lmdeploy-mooncake):
+    ``_create_checkpoint`` allocates one block for a checkpoint off the block grid
+    (lmdeploy/pytorch/paging/block_trie/checkpoint_lifecycle.py L404-L406, LMDeploy 1263d5cd8),
+    and once the sequence fills that block ``_extend_trie_path`` gives the trie its own copy
+    (block_trie/trie.py L557-L590): a state at 2B + 1 on a path that goes on to 4B holds four trie
+    blocks and a whole frozen one, five. Alone on a leaf it holds the pad (two trie blocks and
+    the frozen one). ``lmdeploy-0.16-pytorch`` keeps charging only the pad (B - 1 tokens)."""
+    tree = _preset_trie(policy)
+    ids = list(range(1, 4 * B + 1))
+    _save(tree, ids[: 2 * B + 1], 2 * B + 1)
+    assert _blocks(tree) == 3
+    tree.check_invariants()
+    tree.set_time(2.0)
+    assert tree.insert(np.asarray(ids, dtype=np.int64), 4 * B, [], 2.0).inserted
+    assert tree.n_states == 1 and _blocks(tree) == blocks
+    tree.check_invariants()
+    # the path past the state goes (its leaf evicted): the state's block is the pad again
+    tree.set_time(3.0)
+    leaf = [n for n in tree.iter_nodes() if n is not tree.root and not n.children][0]
+    assert leaf.depth_tokens == 4 * B and not leaf.has_state
+    tree.evict(leaf)
+    assert tree.n_states == 1 and _blocks(tree) == 3
+    tree.check_invariants()
