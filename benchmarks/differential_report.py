@@ -80,3 +80,37 @@ def add_hash_block_tokens(ap) -> None:
         "does: the preset sees the engine's tokens (block_tokens 1) and may end a block or a state inside a "
         "hash block",
     )
+
+
+def des_events(trace, config, kinds: tuple, patch=None):
+    """The simulator's side of a differential under a ``des`` scheduler: ``config`` run on
+    ``trace`` with an ``EventLog``; returns its hit tokens per request id (requests the preset
+    aborts at arrival left out: they never reach the engine either), its events of ``kinds`` in the
+    order it emitted them, and the simulation. ``patch(sim, log)``, if given, is called before the
+    run (a script's own hooks on the simulation)."""
+    from sim.engine.drivers import run  # noqa: PLC0415
+    from sim.engine.events import EventLog  # noqa: PLC0415
+    from sim.simulate import build  # noqa: PLC0415
+
+    log = EventLog()
+    sim = build(trace, config, observers=(log,))
+    if patch is not None:
+        patch(sim, log)
+    res = run(sim)
+    req = res.requests[~res.requests["aborted"]]
+    hits = dict(zip(req["request_id"].astype(int), req["hit_tokens"].astype(int), strict=True))
+    return hits, [e for e in log.events if isinstance(e, kinds)], sim
+
+
+def sim_events(trace, config):
+    """``config`` (des mode, ``--scheduler fcfs``) on ``trace``: its hit per request id, its
+    ``Lookup``, ``Prefill`` and ``Decode`` events in the order emitted (a lookup when the preset
+    looks the request up; a prefill when its prefill ends, just before the preset inserts the
+    prompt's states; a decode when its decode ends, just before the end insert), and the
+    simulation. An engine driver replays them in that order (``differential_sglang.py``,
+    ``differential_trtllm.py``: ``run_events``)."""
+    from sim.engine.events import Decode, Lookup, Prefill  # noqa: PLC0415
+
+    if config.mode != "des" or config.effective_scheduler != "fcfs":
+        raise ValueError(f"sim_events replays --scheduler fcfs in des mode, not {config.mode} / {config.scheduler}")
+    return des_events(trace, config, (Lookup, Prefill, Decode))

@@ -60,7 +60,13 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-from differential_report import Agreement, add_hash_block_tokens, served_hits  # this folder
+from differential_report import (  # this folder
+    Agreement,
+    add_hash_block_tokens,
+    des_events,
+    served_hits,
+    sim_events,
+)
 
 MODEL = "qwen3.5-9b"
 PRESETS = {
@@ -586,19 +592,29 @@ def sim_run(trace, policy: str, knobs: dict, memory: str):
     return served_hits(trace, config)
 
 
-def _sim_des(trace, policy: str, knobs: dict, scheduler: str, kinds: tuple):
-    """``policy`` in des mode under ``scheduler``: its hit per request id, its events of ``kinds`` in
-    order and its pools before the run (KV tokens, states; None: ample, no ``gpu_memory`` in
-    ``knobs``)."""
+def _config(policy: str, knobs: dict, scheduler: str):
     from sim.config import UNLIMITED, SimConfig  # noqa: PLC0415
-    from sim.engine.drivers import run  # noqa: PLC0415
-    from sim.engine.events import EventLog  # noqa: PLC0415
-    from sim.simulate import build  # noqa: PLC0415
 
-    config = SimConfig(policy=policy, model=MODEL, capacity_bytes=UNLIMITED, mode="des", scheduler=scheduler, **knobs)
-    log = EventLog()
-    sim = build(trace, config, observers=(log,))
-    if scheduler == "continuous":  # its waiting-prefix touches (rule 17), in order among the steps
+    return SimConfig(policy=policy, model=MODEL, capacity_bytes=UNLIMITED, mode="des", scheduler=scheduler, **knobs)
+
+
+def _pools(sim, knobs: dict):
+    """The preset's pools (KV tokens, states; None: ample, no ``gpu_memory`` in ``knobs``): fixed
+    when the tree is built."""
+    if not knobs.get("gpu_memory"):
+        return None
+    tree = sim.tree
+    return int(tree.kv_capacity_bytes // tree.kv_bytes_per_token), tree.state_capacity
+
+
+def sim_steps(trace, policy: str, knobs: dict):
+    """``policy`` under ``--scheduler continuous`` (the default step budget; the preset keeps each
+    step's prefill within its ``--prefill-chunk``; ``gpu_memory`` in ``knobs`` for the engine's
+    pools): its hit per request id, its ``Step`` events and waiting-prefix touches (rule 17) in
+    order, and its pools (KV tokens, states; None: ample)."""
+    from sim.engine.events import Step  # noqa: PLC0415
+
+    def patch(sim, log):  # the waiting-prefix touches, in order among the steps
         touch = sim.touch_prefix
 
         def recorded(r, t, tokens):
@@ -606,36 +622,17 @@ def _sim_des(trace, policy: str, knobs: dict, scheduler: str, kinds: tuple):
             touch(r, t, tokens)
 
         sim.touch_prefix = recorded
-        kinds = (*kinds, Touch)
-    tree = sim.tree
-    pools = None
-    if knobs.get("gpu_memory"):
-        pools = (int(tree.kv_capacity_bytes // tree.kv_bytes_per_token), tree.state_capacity)
-    res = run(sim)
-    # a request the preset aborts at arrival (rule 18: its prompt is longer than the engine takes)
-    # never reaches the engine's scheduler either: it is left out of the comparison
-    req = res.requests[~res.requests["aborted"]]
-    hits = dict(zip(req["request_id"].astype(int), req["hit_tokens"].astype(int), strict=True))
-    return hits, [e for e in log.events if isinstance(e, kinds)], pools
+
+    hits, events, sim = des_events(trace, _config(policy, knobs, "continuous"), (Step, Touch), patch)
+    return hits, events, _pools(sim, knobs)
 
 
-def sim_steps(trace, policy: str, knobs: dict):
-    """``policy`` under ``--scheduler continuous`` (the default step budget; the preset keeps each
-    step's prefill within its ``--prefill-chunk``; ``gpu_memory`` in ``knobs`` for the engine's
-    pools): its hit per request id, its ``Step`` events and its pools before the run (KV tokens,
-    states; None: ample)."""
-    from sim.engine.events import Step  # noqa: PLC0415
-
-    return _sim_des(trace, policy, knobs, "continuous", (Step,))
-
-
-def sim_events(trace, policy: str, knobs: dict):
+def sim_fcfs(trace, policy: str, knobs: dict):
     """``policy`` under ``--scheduler fcfs`` (des mode, one prefill server; ``gpu_memory`` in
     ``knobs`` for the engine's pools): its hit per request id, its lookup, prefill and decode events
-    in order and its pools before the run (KV tokens, states; None: ample)."""
-    from sim.engine.events import Decode, Lookup, Prefill  # noqa: PLC0415
-
-    return _sim_des(trace, policy, knobs, "fcfs", (Lookup, Prefill, Decode))
+    in order (``differential_report.sim_events``) and its pools."""
+    hits, events, sim = sim_events(trace, _config(policy, knobs, "fcfs"))
+    return hits, events, _pools(sim, knobs)
 
 
 def scheduled(trace, args, label: str, rows: list) -> None:
@@ -650,7 +647,7 @@ def scheduled(trace, args, label: str, rows: list) -> None:
     fcfs = args.scheduler == "fcfs"
     pools = None
     if fcfs:
-        sim, steps, pools = sim_events(trace, policy, knobs)
+        sim, steps, pools = sim_fcfs(trace, policy, knobs)
     else:
         sim, steps, pools = sim_steps(trace, policy, knobs)
     block = trace.block_tokens

@@ -48,9 +48,13 @@ block and the ancestors left as leaves without one (``_block_radix_tree.py``
     python benchmarks/differential_trtllm.py --trtllm /work/engines/trtllm --sessions 100 \\
         --periodic-snapshot-interval 256 --additional-snapshot-offsets-from-end 0 [--capacity 2GB]
 
-``--scheduler fcfs`` runs the simulator in ``des`` mode with the fcfs queue (one server) and feeds
-the engine the requests in the order the simulator starts serving them (each served whole: the
-queue's lookups at arrival and decodes overlapping the next prefill are not reproduced).
+``--scheduler fcfs`` runs the simulator in ``des`` mode with the fcfs queue (one server) and drives
+the engine with the simulator's own event stream (``differential_report.sim_events``, as
+``differential_sglang.py`` does; ``EngineHarness.run_events``): a request is matched at its
+``Lookup``, its whole chunked prefill runs with its commits at its ``Prefill`` (just before the
+preset's prefill insert), its decode's growth, last commit and ``close`` at its ``Decode`` (just
+before the end insert); requests overlap as in the simulator, each running one holding its pages
+and live state in the engine's pools. Rows are written in the order the prefills ran.
 
 Prints, for each preset compared, how many requests get the same hit as the engine; ``--out``
 writes the per-request hits (CSV).
@@ -76,7 +80,7 @@ from sim.errors import UsageError
 from sim.replay.tokens import request_tokens
 from sim.simulate import build
 from traces.registry import TraceOptions, load_trace
-from differential_report import Agreement, add_hash_block_tokens, served_hits  # this folder
+from differential_report import Agreement, add_hash_block_tokens, served_hits, sim_events  # this folder
 
 MODEL = "qwen3.5-9b"
 RADIX = "tensorrt_llm/runtime/kv_cache_manager_v2/_block_radix_tree.py"
@@ -616,15 +620,27 @@ class EngineHarness:
         )
         for name in ("try_commit_blocks", "_mark_context_position_as_history"):
             setattr(self.self_, name, types.MethodType(self.m[name], self.self_))
+        self.live: dict[int, _Request] = {}  # requests matched and not yet freed
 
-    def serve(self, rid: int, prompt: list[int], output_len: int, chunk: int) -> int:
-        """One request through the manager (prefill, then its decode's capacity); its hit tokens."""
+    def begin(self, rid: int, prompt: list[int]) -> int:
+        """``prepare_context``'s first chunk: the snapshot points set, the prompt minus its last
+        token matched, the request's cache created (it holds the matched pages and its live state
+        from now on); the hit tokens."""
         req = _Request(rid, prompt)
         self.m["prepare_expect_snapshot_points"](self.self_, [req])
         match = self.tree.match(self.rt.ReuseScope(), prompt[:-1], enable_partial_match=True)
         kv = EngineKvCache(self.rt, self.tree, self.tpb, match, self.pools)
         self.self_.kv_cache_map[rid] = kv
-        hit = req.context_current_position = match.num_tokens
+        self.live[rid] = req
+        req.context_current_position = match.num_tokens
+        return match.num_tokens
+
+    def prefill(self, rid: int, chunk: int) -> None:
+        """The request's context: chunks ending at every snapshot point past its hit, every
+        ``chunk`` tokens and at the prompt end, each resized before its forward and committed after
+        it (``update_context_resources``)."""
+        req, kv = self.live[rid], self.self_.kv_cache_map[rid]
+        hit = req.context_current_position
         ends = {p for p in req.expect_snapshot_points if p > hit}
         ends.update(range(hit + chunk, req.prompt_len, chunk))
         ends.add(req.prompt_len)
@@ -633,14 +649,48 @@ class EngineHarness:
             kv.resize(end)  # prepare_resources: the chunk's capacity before its forward
             req.context_current_position = end
             self.m["update_context_resources"](self.self_, batch)
-        # decode: the capacity grows to input + output - 1 (the last sampled token is never run);
-        # no page is released meanwhile, so growing at once evicts what growing token by token does
+
+    def finish(self, rid: int, output_len: int) -> None:
+        """The decode and ``free_resources``: the capacity grows to input + output - 1 (the last
+        sampled token is never run; no page is released meanwhile, so growing at once evicts what
+        growing token by token does), one more ``try_commit_blocks``, then ``close``."""
+        req = self.live.pop(rid)
+        kv = self.self_.kv_cache_map.pop(rid)
         kv.resize(req.prompt_len + max(output_len - 1, 0))
-        # free_resources: one more try_commit_blocks while the cache is active, then close()
         self.m["try_commit_blocks"](self.self_, req, kv)
         kv.close()
-        del self.self_.kv_cache_map[rid]
+
+    def serve(self, rid: int, prompt: list[int], output_len: int, chunk: int) -> int:
+        """One request through the manager (prefill, then its decode's capacity); its hit tokens."""
+        hit = self.begin(rid, prompt)
+        self.prefill(rid, chunk)
+        self.finish(rid, output_len)
         return hit
+
+    def run_events(self, events, prompts: list[list[int]], outs: list[int], chunk: int) -> dict[int, int]:
+        """The simulator's ``--scheduler fcfs`` run through the manager, its ``Lookup``,
+        ``Prefill`` and ``Decode`` events in the order it emitted them: the match (``begin``) at the
+        request's lookup, its whole chunked prefill with its commits when the simulator's prefill
+        ended (just before the preset's prefill insert), its decode's growth and its release when
+        its decode ended (just before the end insert). Requests overlap as in the simulator: those
+        looked up and waiting hold their matched pages and live state, one prefills, others
+        decode. Returns the engine's hit per request id."""
+        from sim.engine.events import Decode, Lookup, Prefill  # noqa: PLC0415
+
+        hits: dict[int, int] = {}
+        for ev in events:
+            rid = int(ev.request.request_id)
+            if isinstance(ev, Lookup):
+                if rid in hits:
+                    raise RuntimeError(f"request {rid} looked up twice")
+                hits[rid] = self.begin(rid, prompts[rid])
+            elif isinstance(ev, Prefill):
+                self.prefill(rid, chunk)
+            elif isinstance(ev, Decode):
+                self.finish(rid, outs[rid])
+        if self.live:
+            raise RuntimeError(f"{len(self.live)} requests never finished")
+        return hits
 
 
 # ------------------------------------------------------------------ the two sides
@@ -664,34 +714,32 @@ def prompts(trace) -> list[list[int]]:
     return out
 
 
-def sim_hits(
-    trace, policy: str, knobs: dict, chunk: int, capacity: int = UNLIMITED, scheduler: str = "sequential"
-) -> tuple[list[int], np.ndarray]:
-    """Hit tokens per request of ``policy`` in the order it serves them: sequential mode (arrival
-    order), or ``des`` mode with ``--scheduler fcfs`` and one server (service start order: each
-    request looks up when its service starts, inserts its prefill states at its prefill's end and
-    is done before the next one starts, so the engine can serve them one at a time in that order)."""
-    mode = "sequential" if scheduler == "sequential" else "des"
+def sim_config(policy: str, knobs: dict, chunk: int, capacity: int, scheduler: str) -> SimConfig:
+    """The simulator's run: sequential mode, or ``des`` mode with the fcfs queue (one server)."""
     extra = {} if scheduler == "sequential" else {"scheduler": scheduler}
-    config = SimConfig(
+    return SimConfig(
         policy=policy,
         model=MODEL,
         capacity_bytes=capacity,
-        mode=mode,
+        mode="sequential" if scheduler == "sequential" else "des",
         prefill_chunk_tokens=chunk,
         **extra,
         **knobs,
     )
-    if scheduler == "sequential":
-        hits, order, _ = served_hits(trace, config)
-        return hits, order
-    from sim.engine.drivers import run  # noqa: PLC0415
 
-    reqs = run(build(trace, config)).requests.set_index("request_id").sort_index()
-    start = (reqs["arrival_s"] + reqs["queue_s"]).to_numpy()
-    order = np.argsort(start, kind="stable")
-    hit = reqs["hit_tokens"].to_numpy()
-    return [int(hit[i]) for i in order], order
+
+def sim_hits(trace, config: SimConfig) -> tuple[list[int], np.ndarray, list | None]:
+    """Hit tokens per request of ``config``'s preset in the order it serves them, that order, and
+    (fcfs) its lookup, prefill and decode events in the order emitted (``sim_events``): sequential
+    mode serves in arrival order; fcfs in the order its prefills ran."""
+    if config.mode == "sequential":
+        hits, order, _ = served_hits(trace, config)
+        return hits, order, None
+    from sim.engine.events import Prefill  # noqa: PLC0415
+
+    by_id, events, _ = sim_events(trace, config)
+    order = np.array([int(e.request.request_id) for e in events if isinstance(e, Prefill)])
+    return [by_id[i] for i in order], order, events
 
 
 def model_bytes(trace) -> tuple[int, int]:
@@ -797,30 +845,47 @@ def main() -> None:
         )
         capacity = pools
         knobs["state_pool"] = str(slots[SSM])  # the recurrent pool; KV gets the rest, as the engine's pages
-    results, order = {}, None
+    results, order, events = {}, None, {}
+    if args.scheduler == "fcfs" and "," in args.policies:
+        raise SystemExit("--scheduler fcfs: one preset at a time (the engine follows that preset's events)")
     for policy in args.policies.split(","):
-        results[policy], order = sim_hits(trace, policy, knobs, args.prefill_chunk, capacity, args.scheduler)
-    engine = EngineHarness(
-        root,
-        args.tokens_per_block,
-        args.periodic_snapshot_interval,
-        offsets(args.additional_snapshot_offsets_from_start),
-        offsets(args.additional_snapshot_offsets_from_end),
-        slots,
-    )
+        config = sim_config(policy, knobs, args.prefill_chunk, capacity, args.scheduler)
+        results[policy], order, events[policy] = sim_hits(trace, config)
     toks = prompts(trace)
-    try:
-        eng = [engine.serve(k, toks[i], outs[i], args.prefill_chunk) for k, i in enumerate(order)]
-    except OutOfPages as e:
-        print(f"--capacity {args.capacity}: the engine's pools cannot hold one request ({e})", file=sys.stderr)
-        raise SystemExit(2) from None
-    if slots is not None:
-        pools = engine.pools
-        print(
-            f"engine evictions: {pools.evicted[ATTN]:,} attention pages and {pools.evicted[SSM]:,} recurrent pages "
-            f"taken from the queues; {pools.dropped[ATTN]:,} / {pools.dropped[SSM]:,} more freed with their blocks"
+
+    def engine_run(events) -> list[int]:
+        """The engine's hit per request in ``order``: served whole one by one (sequential), or
+        through a preset's fcfs events (the requests overlap as in the simulator)."""
+        engine = EngineHarness(
+            root,
+            args.tokens_per_block,
+            args.periodic_snapshot_interval,
+            offsets(args.additional_snapshot_offsets_from_start),
+            offsets(args.additional_snapshot_offsets_from_end),
+            slots,
         )
+        try:
+            if events is None:
+                eng = [engine.serve(int(i), toks[i], outs[i], args.prefill_chunk) for i in order]
+            else:
+                by_id = engine.run_events(events, toks, outs, args.prefill_chunk)
+                eng = [by_id[int(i)] for i in order]
+        except OutOfPages as e:
+            print(f"--capacity {args.capacity}: the engine's pools ran dry ({e})", file=sys.stderr)
+            raise SystemExit(2) from None
+        if slots is not None:
+            pools = engine.pools
+            print(
+                f"engine evictions: {pools.evicted[ATTN]:,} attention pages and {pools.evicted[SSM]:,} recurrent "
+                f"pages taken from the queues; {pools.dropped[ATTN]:,} / {pools.dropped[SSM]:,} more freed with "
+                "their blocks"
+            )
+        return eng
+
+    eng = None
     for policy, hits in results.items():
+        if eng is None or events[policy] is not None:  # sequential: one engine run serves every preset
+            eng = engine_run(events[policy])
         agreement = Agreement.of(hits, eng)
         print(agreement.line(policy, 24))
         for k in agreement.differing[:8]:

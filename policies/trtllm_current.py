@@ -175,6 +175,18 @@ class TrtllmAdmission(AdmissionPolicy):
     """Snapshot points in the prompt (periodic and fixed offsets), periodic ones in decode."""
 
     Params = TrtllmParams
+    #: the request is matched when the scheduler takes its first context chunk, not at its
+    #: arrival: ``KVCacheManagerV2.prepare_context`` -> ``_prepare_context_impl``
+    #: (``tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py``: ``if
+    #: req.is_first_context_chunk:`` ... ``_create_kv_cache`` with the prompt less its last token),
+    #: which the V2 scheduler calls for the context requests it schedules; a waiting request holds
+    #: no page (``--scheduler fcfs``: looked up when a server takes it)
+    matches_when_scheduled = True
+    #: snapshots are committed while the context runs only (``try_commit_blocks``,
+    #: ``mamba_cache_manager_v2.py`` at 28295084972c: it commits up to the last snapshot point and
+    #: ends ``if request.context_remaining_length == 0: kv_cache.stop_committing()``), so the
+    #: request's end puts back no prompt state evicted since its prefill (``--scheduler fcfs``)
+    snapshots_in_context_only = True
 
     @property
     def running_state_slots(self) -> int:

@@ -108,6 +108,17 @@ def run_sequential(sim: Simulation) -> None:
         _tick(sim)
 
 
+def _forget_lost_states(sim: Simulation, f) -> None:
+    """After ``f``'s prefill insert: its prompt states evicted since are left out of its end insert
+    (an engine that snapshots the prompt only while it computes it cannot put one back)."""
+    node, kept = f.locked, set()
+    while node is not None and node is not sim.tree.root:
+        if node.has_state:
+            kept.add(node.depth_sym)
+        node = node.parent
+    f.prefill_cps = [c for c in f.prefill_cps if c in kept]
+
+
 def run_des(sim: Simulation) -> None:
     env = simpy.Environment()
     if sim.config.effective_scheduler == "continuous":
@@ -127,8 +138,18 @@ def run_des(sim: Simulation) -> None:
     servers = simpy.Resource(env, capacity=sim.config.servers)
     # an engine preset whose engine matches a request when it schedules it (``rematches_waiting``:
     # SGLang, vLLM) is looked up when a server takes it, not at its arrival, and holds no lock
-    # while it queues; the paper's policies look up (and pin) at the arrival
-    at_start = bool(getattr(sim.admission, "rematches_waiting", False))
+    # while it queues; the paper's policies look up (and pin) at the arrival. TensorRT-LLM matches a
+    # request when its first context chunk is scheduled (``matches_when_scheduled``)
+    at_start = bool(
+        getattr(sim.admission, "rematches_waiting", False) or getattr(sim.admission, "matches_when_scheduled", False)
+    )
+    # an engine whose running requests take their live state and their own pages from the cache's
+    # pools (TensorRT-LLM's two pool groups, ``pages_one_by_one``) is charged them from its lookup
+    # to its end, as sequential mode charges them (``hold_running``, ``finish_running``)
+    charge_running = bool(getattr(sim.tree, "pages_one_by_one", False))
+    # an engine that snapshots the prompt only while it computes it (``snapshots_in_context_only``:
+    # TensorRT-LLM) cannot put back at the request's end a prompt state evicted since its prefill
+    context_only = bool(getattr(sim.admission, "snapshots_in_context_only", False))
     on_arrive = listeners(sim.observers, "arrive") if at_start else ()
     # an engine that checkpoints every chunk inserts one state per insert (``publishes_chunks``:
     # SGLang's ``commit_insert_component_data``), so a request's end does not refresh its prompt's
@@ -152,6 +173,8 @@ def run_des(sim: Simulation) -> None:
             start = env.now
             if f is None:
                 f = sim.lookup(r, start, lock=True)
+                if charge_running:
+                    sim.hold_running(f, start)
             prefill = sim.prefill_s(f)
             yield env.timeout(prefill)
             sim.served(f, start, prefill, env.now, 0.0, None)
@@ -163,7 +186,12 @@ def run_des(sim: Simulation) -> None:
         if one_state and sim.end_state(f, prompt_in) is None:
             sim.end_without_insert(f, env.now)
         else:
-            sim.insert_decode(f, env.now)
+            if context_only and prompt_in:
+                _forget_lost_states(sim, f)
+            if charge_running:  # the end insert, then the blocks it held go (``held_after`` first)
+                sim.sequential_insert(f, env.now)
+            else:
+                sim.insert_decode(f, env.now)
         _tune_after(sim, r, env.now)
         _tick(sim)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from engine_cases import TINY, cat, one_per_session, run, state_depths, toks
+from engine_cases import TINY, arrivals, cat, one_per_session, run, state_depths, toks
 
 from policies.base import EngineRules
 from policies.vllm_current import VllmFreeQueueEviction
@@ -676,3 +676,41 @@ def test_a_snapshot_at_a_block_end_is_not_the_next_blocks_page():
     t.insert(toks(0, 40), 40, [40], t.set_time(2.0))
     assert state_depths(t) == [32, 40]
     t.check_invariants()
+
+
+FCFS = {"mode": "des", "scheduler": "fcfs"}
+
+
+def test_fcfs_matches_a_request_when_its_server_takes_it():
+    """TensorRT-LLM matches a request when the scheduler takes its first context chunk
+    (``KVCacheManagerV2.prepare_context`` -> ``_prepare_context_impl``,
+    ``tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py``: ``if
+    req.is_first_context_chunk:`` ... ``self._create_kv_cache(req.py_request_id, ..., tokens)``
+    with ``tokens`` the prompt less its last token), not at its arrival. Under ``--scheduler fcfs``
+    r1 (A + 32) arrives while r0 (A) prefills: looked up when the server takes it, after r0's
+    prefill committed A's snapshot at 64, it reuses 64 (the preset looked it up at its arrival
+    and got 0). The harness driving TensorRT-LLM's own tree with the simulator's fcfs events
+    (``benchmarks/differential_trtllm.py --scheduler fcfs``) gives 0, 64."""
+    trace = arrivals([(toks(0, 64), 4, 0.0), (cat(toks(0, 64), toks(2000, 32)), 4, 0.0001)])
+    assert run(trace, "trtllm", spec=TINY, **FCFS, **END0)[0] == [0, 64]
+
+
+def test_fcfs_charges_running_requests_and_puts_back_no_evicted_prompt_state():
+    """Under ``--scheduler fcfs`` requests overlap: r0 (A, 200 output tokens) still decodes while
+    r1 (B) prefills. Three recurrent pages: r0's live state, A's snapshot and r1's live state
+    (``KvCache`` takes a private page for the running state and frees it at ``close``; sequential
+    mode charges it, ``hold_running``), so r1's snapshot at 64 takes A's page, the queue's only
+    one. r0's end then commits nothing (``try_commit_blocks``, ``mamba_cache_manager_v2.py`` at
+    28295084972c, ends ``if request.context_remaining_length == 0: kv_cache.stop_committing()``):
+    A's state stays gone, r2 (A + 32) reuses nothing and r3 (B + 32) reuses B's 64. The harness
+    driving TensorRT-LLM's own code with the simulator's fcfs events gives 0, 0, 0, 64. Before,
+    the preset charged a running request nothing (0, 0, 64, 64), and with the charge alone its
+    end insert put A's state back, evicting B's (0, 0, 64, 0)."""
+    A, B = toks(0, 64), toks(1000, 64)
+    trace = arrivals([(A, 200, 0.0), (B, 4, 0.05), (cat(A, toks(2000, 32)), 4, 1.0), (cat(B, toks(3000, 32)), 4, 1.1)])
+    got, sim = run(trace, "trtllm", spec=TINY, state_pool="3", **FCFS, **END0)
+    assert got == [0, 0, 0, 64]
+    assert state_depths(sim.tree) == [64, 96]
+    sim.tree.check_invariants()
+    # one budget: nothing is short, every prompt state stays
+    assert run(trace, "trtllm", spec=TINY, **FCFS, **END0)[0] == [0, 0, 64, 64]
