@@ -342,7 +342,9 @@ class EngineRules:
     - ``frozen_block`` / ``anchor_block``: LMDeploy's frozen partial blocks and one state per
       block anchor (0: off); ``frozen_whole``: a frozen block is a whole block beside the trie's
       own copy of it once the path goes on past the state (False: only the pad to the block's
-      end is charged); ``anchor_refusals``: a new state does not replace one at the same
+      end is charged); ``admit_from_anchor``: in sequential mode the request's insert makes room
+      for at least its prompt's blocks from the restored state's block on, cached or not
+      (LMDeploy's admission); ``anchor_refusals``: a new state does not replace one at the same
       step on another path (LMDeploy 0.16's ``_reserve_checkpoint``).
     - ``state_pool``: states live in their own pool, so ``--state-pool`` (or the engine's own
       memory knobs, through ``state_capacity``) sizes it; False: one budget.
@@ -386,6 +388,7 @@ class EngineRules:
     frozen_block: int = 0
     anchor_block: int = 0
     frozen_whole: bool = False
+    admit_from_anchor: bool = False
     anchor_refusals: bool = False
     state_pool: bool = False
     state_capacity: int | None = None

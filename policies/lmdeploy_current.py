@@ -14,7 +14,9 @@ holds on that path; ``_reserve_checkpoint``'s refusal of a checkpoint at the ste
 anchor's checkpoint already has (that one stays, whichever path it is on: the root anchor is
 shared by every prompt shorter than a block); and its refusal to replace a pinned checkpoint: the
 one a request restores stays pinned through its first prefill forward, so that forward's end
-checkpoint is not saved when it anchors on the restored one's block.
+checkpoint is not saved when it anchors on the restored one's block. KV accounting
+(``Lmdeploy016Preset``): a frozen block beside the trie's own copy is a whole block, KV leaves go
+one block at a time, and admission makes room for the prompt's blocks from the restored one on.
 
 Knobs (LMDeploy's PyTorch engine config names): ``--block-size`` (``block_size``, 64),
 ``--prefix-cache-decode-state-interval`` (``prefix_cache_decode_state_interval``, 0 = off; a
@@ -106,13 +108,28 @@ class Lmdeploy016Eviction(TieredLRUEviction):
 
 @dataclass(frozen=True)
 class Lmdeploy016Preset(LmdeployPreset):
-    """``lmdeploy``: the block trie's rules plus ``_reserve_checkpoint``'s refusals, and a
-    checkpoint's frozen block a whole block beside the trie's own copy once the path goes on past
-    it (``frozen_whole``: ``_create_checkpoint`` allocates it, block_trie/checkpoint_lifecycle.py
-    L404-L406; ``_extend_trie_path`` gives the trie the full block, block_trie/trie.py L557-L590)."""
+    """``lmdeploy``: the block trie's rules plus ``_reserve_checkpoint``'s refusals, and the KV
+    accounting the differential against the engine's own code found (LMDeploy 1263d5cd8):
+
+    - a checkpoint's frozen block is a whole block beside the trie's own copy once the path goes
+      on past it (``frozen_whole``: ``_create_checkpoint`` allocates it,
+      block_trie/checkpoint_lifecycle.py L404-L406; ``_extend_trie_path`` gives the trie the full
+      block, block_trie/trie.py L557-L590);
+    - KV leaves are evicted one block at a time, the checkpoint anchored on an evicted block with
+      it (``block_evict``: block_trie/kv_lifecycle.py L131-L139, ``release_checkpoint`` L89);
+    - admission frees every block of the prompt from the restored one on, cached or not
+      (``admit_from_anchor``: ``_evict_for_ssm``, eviction_helper/recompute_eviction_helper.py
+      L69-L118; ``num_required_blocks``, block_manager/default_block_manager.py L26-L34), in
+      sequential mode (the batching schedulers make room per step as before)."""
 
     def engine_rules(self, spec, config) -> EngineRules:
-        return replace(super().engine_rules(spec, config), anchor_refusals=True, frozen_whole=True)
+        return replace(
+            super().engine_rules(spec, config),
+            anchor_refusals=True,
+            frozen_whole=True,
+            block_evict=True,
+            admit_from_anchor=True,
+        )
 
 
 register_preset(

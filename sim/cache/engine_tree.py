@@ -36,6 +36,13 @@ engine behaviour, named after the engine code it follows:
   block once the sequence fills it, ``trie.py`` L557-L590): a state whose node has children
   charges a whole block, the path past it holding the trie's copy (``EngineNode.frozen``, kept by
   ``_recount``); a leaf's state, the pad only.
+  ``admit_from_anchor`` (LMDeploy's SSM admission, ``_evict_for_ssm``,
+  ``eviction_helper/recompute_eviction_helper.py`` L60-L118, frees ``num_required_blocks``,
+  ``block_manager/default_block_manager.py`` L26-L34: every block of the prompt past the ones the
+  sequence restored, those the trie already holds included, which ``_extend_trie_path`` then
+  deduplicates): the driver says ``(hit, prompt tokens)`` (``admitting``) before a request's
+  sequential insert, and that insert makes room for at least the blocks from the hit's block to
+  the prompt's end; what it charges is what it adds.
 - ``anchor_block`` (LMDeploy ``_reserve_checkpoint``): one state per full-block anchor
   (``checkpoint_anchor_step``); a new state replaces the one anchored on the same block (test
   ``test_ssm_checkpoint_replaces_partial_variant_at_same_anchor``).
@@ -65,6 +72,9 @@ engine behaviour, named after the engine code it follows:
   handed out, a request's blocks freed tail first): a leaf's KV victim loses its last
   ``extent_block``-token block, and the state at that end, not the whole leaf
   (``_evict_last_block``); the shortened leaf keeps its recency. Off: a leaf goes whole.
+  LMDeploy too (``KVBlockLifecycle.evict``, ``block_trie/kv_lifecycle.py`` L131-L139: one trie
+  leaf block a turn, its parent a candidate once childless; the checkpoint anchored on the
+  evicted block released with it, L89): a state at the leaf's end is anchored on its last block.
 - ``kv_page`` with a state pool (TensorRT-LLM's two pool groups, ``pages_one_by_one``): KV is
   whole pages (``_page_pad``), a KV victim is one page, a leaf's last block (and the state in it);
   the cached path past a request's hit is not protected while its insert makes room; the room is
@@ -79,6 +89,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from dataclasses import replace
 
 import numpy as np
 
@@ -116,6 +127,8 @@ class EngineTree(HybridRadixTree):
         self.extent_block = rules.extent_block
         self.frozen_block = rules.frozen_block
         self.frozen_whole = rules.frozen_whole and rules.frozen_block > 0
+        self.admit_from_anchor = rules.admit_from_anchor and rules.frozen_block > 0
+        self.admitting: tuple[int, int] | None = None  # ``admit_from_anchor``: (hit, prompt tokens)
         self.anchor_block = rules.anchor_block
         self.snapshot_block = rules.snapshot_block
         self._born = 0  # the clock of ``EngineNode.born`` (``snapshot_block`` only)
@@ -252,6 +265,10 @@ class EngineTree(HybridRadixTree):
             # victim (``_evict_for``), and it needs room for its peak, at a snapshot point
             walk_end = None
             kv_bytes = max([kv_bytes, *(need for _, need in self._stage_needs(seq, span, checkpoints, new_cps))])
+        if self.admitting is not None:  # ``admit_from_anchor``: the prompt's blocks from the hit's on
+            B = self.frozen_block
+            hit, prompt = self.admitting
+            kv_bytes = max(kv_bytes, (-(-prompt // B) - hit // B) * B * self.kv_bytes_per_token)
         self._pending = (kv_bytes, len(new_cps))
         return kv_bytes + len(new_cps) * self.state_bytes, walk_end
 
@@ -874,8 +891,23 @@ class EngineTree(HybridRadixTree):
             return InsertResult(True, end_node=self.root)
         try:
             res = super()._insert(seq, seq_tokens, checkpoints, now, lock, protect, need_bytes, cut)
+            if not res.inserted and self.admitting is not None:
+                # the prompt's blocks could not all be freed (the cached ones on its path are
+                # guarded here, evictable in the engine): what was evicted stays evicted, and the
+                # insert makes room for what it adds
+                self.admitting = None
+                self.stats.rejected_inserts -= 1
+                self.stats.inserts -= 1
+                first = res
+                res = super()._insert(seq, seq_tokens, checkpoints, now, lock, protect, need_bytes, cut)
+                res = replace(
+                    res,
+                    evicted_states=res.evicted_states + first.evicted_states,
+                    evicted_kv_tokens=res.evicted_kv_tokens + first.evicted_kv_tokens,
+                )
         finally:
             self._planning = None
+            self.admitting = None  # one insert's
         if transient and res.inserted:  # this request's own snapshots a later one replaced
             gone = set(transient)
             node = res.end_node

@@ -616,6 +616,8 @@ class Simulation:
         f = self.lookup(r, t, lock=True)
         f.decode_cps = sorted(set(f.prefill_cps) | set(f.decode_cps))
         f.prefill_cps = []
+        if getattr(self.tree, "admit_from_anchor", False):  # its insert makes room as LMDeploy admits it
+            self.tree.admitting = (f.hit_tokens, f.tok_in)
         self.hold_running(f, t)
         self.served_at_once(f, t)
         return f

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from engine_cases import TINY, cat, lmdeploy_trie, one_per_session, run, state_depths, toks
 
-from policies.base import PolicyError
+from policies.base import PolicyError, get_preset
 from policies.lmdeploy import anchor_step
+from sim.cache.engine_tree import EngineTree
 from traces.base import Request, Trace
 
 B = 16
@@ -253,16 +254,18 @@ def test_a_decode_interval_off_the_hash_blocks_is_refused():
 
 
 def _preset_trie(policy, states=4, kv_blocks=64):
-    """``lmdeploy_trie`` with the engine rules ``policy``'s preset gives (block 16)."""
-    from dataclasses import replace
-
-    from policies.base import get_preset
-
-    tree = lmdeploy_trie(states=states, kv_blocks=kv_blocks)
-    rules = get_preset(policy).engine_rules(TINY, SimpleNamespace(block_size=B))
-    tree.frozen_whole = rules.frozen_whole and tree.frozen_block > 0
-    tree.rules = replace(tree.rules, frozen_whole=rules.frozen_whole)
-    return tree
+    """LMDeploy's block trie on the tiny model (``lmdeploy_trie``'s sizes, block 16) with the
+    engine rules and eviction of ``policy``'s preset."""
+    preset = get_preset(policy)
+    return EngineTree(
+        capacity_bytes=kv_blocks * B * 2 + states * 16,
+        kv_bytes_per_token=2,
+        state_bytes=16,
+        block_tokens=1,
+        policy=preset.eviction_cls(),
+        state_capacity=states,
+        rules=preset.engine_rules(TINY, SimpleNamespace(block_size=B)),
+    )
 
 
 @pytest.mark.parametrize(("policy", "blocks"), [("lmdeploy", 5), ("lmdeploy-0.16-pytorch", 4 + (B - 1) / B)])
@@ -287,6 +290,81 @@ def test_lmdeploy_a_state_inside_a_block_owns_a_whole_block_once_the_path_goes_o
     tree.set_time(3.0)
     leaf = [n for n in tree.iter_nodes() if n is not tree.root and not n.children][0]
     assert leaf.depth_tokens == 4 * B and not leaf.has_state
-    tree.evict(leaf)
+    while leaf.parent is not None:  # ``lmdeploy``: a block at a time
+        tree.evict(leaf)
     assert tree.n_states == 1 and _blocks(tree) == 3
+    tree.check_invariants()
+
+
+def _seq(start, n):
+    return np.arange(start, start + n, dtype=np.int64)
+
+
+@pytest.mark.parametrize(("policy", "kv_left"), [("lmdeploy", 3 * B), ("lmdeploy-0.16-pytorch", 0)])
+def test_lmdeploy_evicts_a_leaf_one_block_at_a_time(policy, kv_left):
+    """LMDeploy's KV leaf eviction frees one trie block per turn, the least recent leaf block,
+    and the parent becomes a candidate only once its last child is gone
+    (lmdeploy/pytorch/paging/block_trie/kv_lifecycle.py L131-L139, LMDeploy 1263d5cd8); the
+    checkpoint anchored on an evicted block goes with it (``release_checkpoint(leaf)``, L89). So
+    one block of KV pressure on a four-block path whose state sits at its end (4B, anchored on
+    the last block) frees that block and the state and keeps three blocks; the earlier preset
+    evicts the whole leaf."""
+    tree = _preset_trie(policy)
+    tree.set_time(1.0)
+    assert tree.insert(_seq(1, 4 * B), 4 * B, [4 * B], 1.0).inserted
+    tree.set_time(2.0)
+    assert tree.evict_kv(1) >= B
+    assert tree.n_states == 0 and tree.kv_tokens == kv_left
+    tree.check_invariants()
+
+
+@pytest.mark.parametrize(("policy", "evicted"), [("lmdeploy", 3 * B), ("lmdeploy-0.16-pytorch", 0)])
+def test_lmdeploy_admission_makes_room_for_the_prompt_from_the_restored_block_on(policy, evicted):
+    """LMDeploy's SSM admission frees ``num_required_blocks`` before the forward
+    (``_evict_for_ssm``, lmdeploy/pytorch/paging/eviction_helper/recompute_eviction_helper.py
+    L69-L118): every block of the prompt past the blocks the sequence restored
+    (block_manager/default_block_manager.py L26-L34), those the trie already holds included
+    (``_extend_trie_path`` deduplicates them afterwards, block_trie/trie.py L557-L590). Eight
+    blocks; X (three blocks) lost its state, Y and W hold two each (one block free). Z = X + one
+    block, no hit: the tree adds one block, the engine frees four first, so Y (two blocks, the
+    least recent) and W's last block go. The earlier preset evicts nothing. The simulation tells
+    the tree ``(hit, prompt tokens)`` before a request's sequential insert (``admitting``)."""
+    tree = _preset_trie(policy, kv_blocks=8)
+    x = _seq(1000, 3 * B)
+    for t, seq in ((1.0, x), (2.0, _seq(2000, 2 * B)), (3.0, _seq(3000, 2 * B))):
+        tree.set_time(t)
+        assert tree.insert(seq, len(seq), [len(seq)], t).inserted
+    tree.set_time(3.5)
+    assert tree.evict_states(1) == 1  # X's (the least recent)
+    assert tree.kv_tokens == 7 * B and tree.n_states == 2
+    z = np.concatenate([x, _seq(4000, B)])
+    tree.set_time(4.0)
+    if tree.admit_from_anchor:
+        tree.admitting = (0, len(z))
+    res = tree.insert(z, len(z), [len(z)], 4.0)
+    assert res.inserted and res.evicted_kv_tokens == evicted
+    assert tree.kv_tokens == 8 * B - evicted and tree.admitting is None
+    if evicted:
+        assert tree.lookup(_seq(2000, 2 * B)).match_tokens == 0  # Y gone
+        assert tree.lookup(_seq(3000, 2 * B)).match_tokens == B  # W's last block gone
+    tree.check_invariants()
+
+
+def test_lmdeploy_admission_falls_back_to_the_insert_when_the_prompt_cannot_be_freed():
+    """Where the prompt's blocks cannot all be freed (the cached ones on its own path are guarded
+    in the tree; the engine could evict them), the insert still goes in with the room it adds,
+    counted once, not rejected."""
+    tree = _preset_trie("lmdeploy", kv_blocks=4)
+    x = _seq(1000, 3 * B)
+    tree.set_time(1.0)
+    assert tree.insert(x, len(x), [len(x)], 1.0).inserted
+    tree.set_time(1.5)
+    assert tree.evict_states(1) == 1
+    z = np.concatenate([x, _seq(4000, B)])
+    tree.set_time(2.0)
+    tree.admitting = (0, len(z))
+    inserts, rejected = tree.stats.inserts, tree.stats.rejected_inserts
+    assert tree.insert(z, len(z), [len(z)], 2.0).inserted
+    assert tree.stats.inserts == inserts + 1 and tree.stats.rejected_inserts == rejected
+    assert tree.kv_tokens == 4 * B and tree.admitting is None
     tree.check_invariants()
