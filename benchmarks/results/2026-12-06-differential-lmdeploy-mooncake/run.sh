@@ -6,6 +6,7 @@ set -u
 LMD=$1; DEPS=$2; OUT=$(dirname "$0")
 run() {
   name=$1; shift
+  rm -f "$OUT/$name.csv"  # the script opens --out with "x" (it never overwrites)
   PYTHONPATH=benchmarks:. python benchmarks/differential_lmdeploy.py --lmdeploy "$LMD" --deps "$DEPS" \
     "$@" --out "$OUT/$name.csv" > "$OUT/$name.txt" 2> "$OUT/$name.err" || echo "$name: exit $?"
   rm -f "$OUT/$name.err"
