@@ -285,6 +285,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "drivers": (
         ["sim/engine/drivers.py"],
         [
+            "tests/policies/test_trtllm_pools.py",  # fcfs with TensorRT-LLM's pools: running requests charged
             "tests/sim/cache/test_older_tree_rules.py",
             "tests/policies/test_sglang_engine_rules.py",
             "tests/policies/test_vllm_block_pool.py",
