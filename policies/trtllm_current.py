@@ -333,6 +333,30 @@ class TrtllmPoolEviction(TailFirstLRUEviction):
 POOL_REFRESH = RefreshRule(hit="to-hit", state="consumed")
 
 
+def pool_rules(block: int = TOKENS_PER_BLOCK) -> EngineRules:
+    """The tree's rules with ``--state-pool`` (the engine's two pool groups), blocks and pages of
+    ``block`` tokens (the engine's ``tokens_per_block``; tests use smaller ones)."""
+    return EngineRules(
+        kv_extent="state",
+        snapshot_block=block,
+        state_pool=True,
+        cascade=True,
+        refresh=POOL_REFRESH,
+        running_blocks=1,
+        # the live recurrent page: ``KvCache`` takes a private SSM page for the request's
+        # running state when it resumes and frees it at ``close`` (never committed), so
+        # while a request runs the pool holds one snapshot fewer (found by
+        # benchmarks/differential_trtllm.py --capacity: the engine held 28 of 29)
+        running_states=1,
+        # the attention pool is whole 32-token pages, one per radix-tree block, and a
+        # request's snapshots take their recurrent pages (a victim's blocks going with it)
+        # before its decode pages are allocated (found by benchmarks/differential_trtllm.py
+        # --capacity 2GB --additional-snapshot-offsets-from-end 0: 1,217 -> 1,221 of 1,235)
+        kv_page=block,
+        states_first=True,
+    )
+
+
 @dataclass(frozen=True)
 class TrtllmPreset(PolicyPreset):
     """The V2 manager's radix tree: KV committed up to the last snapshot point only
@@ -343,25 +367,7 @@ class TrtllmPreset(PolicyPreset):
 
     def engine_rules(self, spec, config) -> EngineRules:
         if getattr(config, "state_pool", ""):  # the engine's two pool groups (--state-pool)
-            return EngineRules(
-                kv_extent="state",
-                snapshot_block=TOKENS_PER_BLOCK,
-                state_pool=True,
-                cascade=True,
-                refresh=POOL_REFRESH,
-                running_blocks=1,
-                # the live recurrent page: ``KvCache`` takes a private SSM page for the request's
-                # running state when it resumes and frees it at ``close`` (never committed), so
-                # while a request runs the pool holds one snapshot fewer (found by
-                # benchmarks/differential_trtllm.py --capacity: the engine held 28 of 29)
-                running_states=1,
-                # the attention pool is whole 32-token pages, one per radix-tree block, and a
-                # request's snapshots take their recurrent pages (a victim's blocks going with it)
-                # before its decode pages are allocated (found by benchmarks/differential_trtllm.py
-                # --capacity 2GB --additional-snapshot-offsets-from-end 0: 1,217 -> 1,221 of 1,235)
-                kv_page=TOKENS_PER_BLOCK,
-                states_first=True,
-            )
+            return pool_rules()
         return EngineRules(kv_extent="state", snapshot_block=TOKENS_PER_BLOCK)
 
 

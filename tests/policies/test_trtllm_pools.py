@@ -467,17 +467,9 @@ def test_the_attention_pool_holds_whole_pages_one_per_block():
 def _paged_tree(pages: int, states: int) -> EngineTree:
     """The preset's tree with ``--state-pool``: 32-token blocks and pages, ``pages`` attention
     pages (1 byte of KV a token) and ``states`` recurrent pages (4 bytes each)."""
-    from policies.trtllm_current import POOL_REFRESH, TrtllmPoolEviction  # noqa: PLC0415
+    from policies.trtllm_current import TrtllmPoolEviction, pool_rules  # noqa: PLC0415
 
-    rules = EngineRules(
-        kv_extent="state",
-        snapshot_block=32,
-        state_pool=True,
-        cascade=True,
-        refresh=POOL_REFRESH,
-        kv_page=32,
-        states_first=True,
-    )
+    rules = pool_rules(32)
     return EngineTree(
         rules,
         state_capacity=states,

@@ -21,7 +21,7 @@ from policies.base import EngineRules
 from policies.eviction import LRULeafEviction, MarconiEviction
 from policies.lmdeploy import LMDEPLOY_REFRESH, TieredLRUEviction
 from policies.sglang import SGLANG_RULES, TwoListLRUEviction, UnifiedTwoListEviction
-from policies.trtllm_current import POOL_REFRESH, TrtllmPoolEviction
+from policies.trtllm_current import TrtllmPoolEviction, pool_rules
 from policies.vllm_current import VllmFreeQueueEviction
 from sim.cache.tree import HybridRadixTree
 from sim.cost import get_model
@@ -34,15 +34,7 @@ LMDEPLOY_RULES = EngineRules(
 )
 #: what ``policies.trtllm_current``'s preset asks for with ``--state-pool``, with 4-token blocks and
 #: pages (the sequences here are up to 24 tokens: several pages, a block's inner branches)
-TRTLLM_POOL_RULES = EngineRules(
-    kv_extent="state",
-    snapshot_block=4,
-    state_pool=True,
-    cascade=True,
-    refresh=POOL_REFRESH,
-    kv_page=4,
-    states_first=True,
-)
+TRTLLM_POOL_RULES = pool_rules(4)
 
 
 def _policy(name):
