@@ -293,7 +293,10 @@ class TrtllmPoolEviction(TailFirstLRUEviction):
       -> ``remove_subtree``), snapshot pages included;
     - a state victim on an inner node loses only its state (its block stays: it has children); on
       a leaf it goes with the KV back to the last state or branch (``EngineRules.cascade``): the
-      same function detaches the block, then each ancestor left a leaf without a recurrent page.
+      same function detaches the block, then each ancestor left a leaf without a recurrent page;
+    - a snapshot whose page, taken first, evicts the leaf below the tree block it goes into loses
+      that block with the leaf (the walk up), so it is freed with it: its KV stays, not its state
+      (``EngineTree._apply``; ``Block.replace_page`` after the new page).
 
     With one budget (no ``--state-pool``) it is ``lru-tail-first`` unchanged."""
 

@@ -155,6 +155,8 @@ class EngineTree(HybridRadixTree):
         self._pending = (0, 0)  # (KV bytes, states) the insert being planned needs
         self._planning = None  # (seq, span, checkpoints) of that insert, while it makes room
         self._state_drain = False  # a state pool's victims are being taken (``_detach_stale_blocks``)
+        self._lost: set[int] = set()  # ``pages_one_by_one``: snapshot points the insert being made loses
+        self.snapshots_lost = 0  # snapshots whose block went making room for their own page
         super().__init__(**settings)
         if state_capacity is not None:
             self.kv_capacity_bytes = self.capacity_bytes - state_capacity * self.state_bytes
@@ -258,6 +260,7 @@ class EngineTree(HybridRadixTree):
     def _room_needed(self, seq, span, checkpoints, need_bytes):
         kv_bytes, new_cps, walk_end = self._kv_need(seq, span, checkpoints)
         self._planning = (seq, span, checkpoints)
+        self._lost = set()
         if self.pages_one_by_one:
             # TensorRT-LLM: a request holds the pages of its match pruned to its hit, nothing of the
             # cached path past it (``_prune_match``), so the insert's path past the hit (``protect``)
@@ -1239,14 +1242,43 @@ class EngineTree(HybridRadixTree):
             # TensorRT-LLM commits snapshot by snapshot: the pages up to a snapshot point, then the
             # state there (``_stage_needs``), then the next chunk
             ok, new = True, self._plan_new(*planning)[1]
-            for c in new:
-                ok = ok and kv_drain(c) and state_drain(c)
+            for c in list(new):
+                ok = ok and kv_drain(c)
+                cached = ok and self._cached_to(planning, c)
+                ok = ok and state_drain(c)
+                if cached and not self._cached_to(planning, c):
+                    # the snapshot's page was taken for a block of the tree's, and that victim's
+                    # block going took the tree's block with it: the snapshot is lost
+                    self._lost.add(c)
+                    self.snapshots_lost += 1
+                    planning = (planning[0], planning[1], [x for x in planning[2] if x != c])
+                    self._planning = planning
+                    new = [x for x in new if x != c]
             ok = ok and state_drain() and kv_drain()
         elif self.states_first:
             ok = state_drain() and kv_drain()
         else:
             ok = kv_drain() and state_drain()
         return ok, evicted[0], evicted[1]
+
+    def _cached_to(self, planning, c: int) -> bool:
+        """``pages_one_by_one``: whether the tree's own path covers the planned insert's first ``c``
+        symbols, so its snapshot at ``c`` goes into a block the tree holds, not the request's."""
+        seq, span, _ = planning
+        cut = (span.k, span.k * span.B - span.short) if span.short else None
+        return self._plan_new(seq[:c], Span(c, self.block_tokens, span.tokens(c), cut), [])[0] == 0
+
+    def _apply(self, seq: np.ndarray, span: Span, checkpoints: list[int], now: float) -> Node:
+        if self._lost:
+            # TensorRT-LLM takes a snapshot's recurrent page before installing it in its block
+            # (a new page, then ``Block.replace_page``, ``_block_radix_tree.py`` L475-L487 at
+            # 065ff9e9); where the state victim that made room was the leaf below that block, the
+            # victim's block is detached with each ancestor left a leaf without a recurrent page
+            # (``clear_stale_blocks_after_page_unlink`` L572-L597), the snapshot's block among them,
+            # so the snapshot is freed with it: its KV is put back, not its state
+            checkpoints = [c for c in checkpoints if c not in self._lost]
+            self._lost = set()
+        return super()._apply(seq, span, checkpoints, now)
 
     def _evict_with_copies(self, need: float) -> tuple[bool, int, int]:
         """One budget with older KV copies held (``duplicate_kv``): whichever of the policy's next

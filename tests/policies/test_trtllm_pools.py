@@ -706,3 +706,24 @@ def test_fcfs_charges_running_requests_and_puts_back_no_evicted_prompt_state():
     sim.tree.check_invariants()
     # one budget: nothing is short, every prompt state stays
     assert run(trace, "trtllm", spec=TINY, **FCFS, **END0)[0] == [0, 0, 64, 64]
+
+
+def test_a_snapshot_whose_block_goes_making_room_for_its_page_is_lost():
+    """A snapshot's recurrent page is taken before it is installed in its block (a new page, then
+    ``Block.replace_page``, ``_block_radix_tree.py`` L475-L487 at 065ff9e9). Where the block is
+    one the tree already holds past the request's hit and the state victim is the leaf below it,
+    the victim's block is detached, then each ancestor left a leaf without a recurrent page
+    (``clear_stale_blocks_after_page_unlink`` L586-L597), the snapshot's block among them: the
+    snapshot is freed with it, its KV put back alone. One recurrent page: A (49 tokens, its
+    snapshot at 49, in its second block; the first holds no page), then B (A's first 9 tokens,
+    its snapshot at 9, in A's first block): the engine ends with B's 9 tokens and no snapshot,
+    where the preset kept 9. C (A's first 5 tokens, then 4 of its own) puts its snapshot in its
+    own block, which stays. (ShareGPT 100 sessions, 2GB, end offset 0, ``--scheduler fcfs``,
+    ``benchmarks/differential_trtllm.py``: event 135, request 254's prefill, a 9-token prompt on
+    the chat template's first block.)"""
+    for seq, states in ((toks(0, 9), []), (cat(toks(0, 5), toks(700, 4)), [9])):
+        t = _paged_tree(8, 1)
+        _ins(t, toks(0, 49), [49], 1.0)
+        _ins(t, seq, [9], 2.0)
+        assert state_depths(t) == states and t.kv_tokens == 9
+        assert t.snapshots_lost == (not states)
