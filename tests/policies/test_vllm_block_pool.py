@@ -889,8 +889,10 @@ def test_a_state_at_the_evicted_block_end_goes_with_it():
     c.tree.check_invariants()
 
 
-def test_block_eviction_is_the_vllm_presets_alone():
-    """Only ``vllm`` evicts a leaf a block at a time; every other preset evicts a leaf whole."""
+def test_block_eviction_is_vllms_and_lmdeploys_alone():
+    """Only ``vllm`` and ``lmdeploy`` evict a leaf a block at a time (LMDeploy's
+    ``block_trie/kv_lifecycle.py`` L131-L139 at 1263d5cd8, rule 9 of tests/policies/test_lmdeploy.py);
+    every other preset, their older versions included, evicts a leaf whole."""
     from policies.base import PRESETS
 
     spec = get_model("qwen3.5-9b")
@@ -904,4 +906,4 @@ def test_block_eviction_is_the_vllm_presets_alone():
             continue
         if rules is not None and rules.block_evict:
             on.append(name)
-    assert on == ["vllm"]
+    assert sorted(on) == ["lmdeploy", "vllm"]
