@@ -368,3 +368,23 @@ def test_lmdeploy_admission_falls_back_to_the_insert_when_the_prompt_cannot_be_f
     assert tree.stats.inserts == inserts + 1 and tree.stats.rejected_inserts == rejected
     assert tree.kv_tokens == 4 * B and tree.admitting is None
     tree.check_invariants()
+
+
+def test_lmdeploy_admission_fallback_reports_what_the_failed_attempt_evicted():
+    """The failed attempt's evictions stay done, so the insert that falls back reports them with
+    its own: Y (one block) goes while the prompt's blocks are being freed, X's blocks on Z's path
+    cannot, and Z goes in with the room that is left; Y's block is counted as evicted once."""
+    tree = _preset_trie("lmdeploy", kv_blocks=5)
+    y, x = _seq(2000, B), _seq(1000, 3 * B)
+    for t, seq in ((0.5, y), (1.0, x)):
+        tree.set_time(t)
+        assert tree.insert(seq, len(seq), [len(seq)], t).inserted
+    tree.set_time(1.5)
+    assert tree.evict_states(1) == 1  # Y's state (the least recent); its block stays
+    z = np.concatenate([x, _seq(4000, B)])
+    tree.set_time(2.0)
+    tree.admitting = (0, len(z))
+    res = tree.insert(z, len(z), [len(z)], 2.0)
+    assert res.inserted and res.evicted_kv_tokens == B
+    assert tree.lookup(y).match_tokens == 0 and tree.kv_tokens == 4 * B
+    tree.check_invariants()
