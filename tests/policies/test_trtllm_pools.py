@@ -727,3 +727,22 @@ def test_a_snapshot_whose_block_goes_making_room_for_its_page_is_lost():
         _ins(t, seq, [9], 2.0)
         assert state_depths(t) == states and t.kv_tokens == 9
         assert t.snapshots_lost == (not states)
+
+
+def test_a_hit_inside_a_block_leaves_a_longer_leaf_in_place_until_it_is_cut_back():
+    """The block a hit inside it holds ends at the next multiple of the block size (32 here), not
+    32 tokens past the hit: X (33 tokens, snapshots 3 and 33) runs one token into its second
+    block, so Y's hit at 3 moves only X's first block to the queue's back (the leaf's ``head``,
+    counted once the leaf is cut back to it): the leaf keeps its own place (last touched at 1).
+    Were the block's end taken as 3 - 1 + 32 = 34, the whole leaf would be touched at 3."""
+    t = _paged_tree(4, 4)
+    _ins(t, toks(0, 33), [3, 33], 1.0)
+    _ins(t, toks(300, 32), [32], 2.0)
+    m = t.lookup(cat(toks(0, 3), toks(500, 40)), now=t.set_time(3.0))
+    assert m.hit_tokens == 3
+    t.forget(m)
+    leaf = next(n for n in t.iter_nodes() if n.depth_tokens == 33)
+    assert (leaf.last_access, leaf.head) == (1.0, (32, 3.0))
+    _ins(t, toks(800, 40), [40], 4.0)
+    assert state_depths(t) == [3, 40] and 300 not in t.root.children
+    t.check_invariants()
