@@ -62,6 +62,19 @@ def anchor_step(step: int, block: int) -> int:
     return step - step % block
 
 
+def block_rules(block: int) -> EngineRules:
+    """The block trie's rules on ``block``-token blocks: KV kept in whole blocks, a state off the
+    block grid charging its frozen block, states anchored on blocks, a pool of state slots."""
+    return EngineRules(
+        refresh=LMDEPLOY_REFRESH,
+        kv_extent="blocks",
+        extent_block=block,
+        frozen_block=block,
+        anchor_block=block,
+        state_pool=True,
+    )
+
+
 @dataclass(frozen=True)
 class LmdeployPreset(EnginePreset):
     """LMDeploy: the block size comes from the engine config (``--block-size``, default 64)."""
@@ -73,15 +86,7 @@ class LmdeployPreset(EnginePreset):
         return self.block(config)
 
     def engine_rules(self, spec, config) -> EngineRules:
-        B = self.block(config)
-        return EngineRules(
-            refresh=LMDEPLOY_REFRESH,
-            kv_extent="blocks",
-            extent_block=B,
-            frozen_block=B,
-            anchor_block=B,
-            state_pool=True,
-        )
+        return block_rules(self.block(config))
 
     def check(self, spec, config) -> None:
         B = self.block(config)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from policies.base import EngineRules
-from policies.lmdeploy import LMDEPLOY_REFRESH, TieredLRUEviction
+from policies.lmdeploy import TieredLRUEviction, block_rules
 from policies.vllm_current import VllmFreeQueueEviction
 from sim.cache.engine_tree import EngineTree
 from sim.config import SimConfig
@@ -104,12 +104,5 @@ def lmdeploy_trie(states=None, kv_blocks=64) -> EngineTree:
         block_tokens=1,
         policy=TieredLRUEviction(),
         state_capacity=states,
-        rules=EngineRules(
-            refresh=LMDEPLOY_REFRESH,
-            kv_extent="blocks",
-            extent_block=B,
-            frozen_block=B,
-            anchor_block=B,
-            state_pool=True,
-        ),
+        rules=block_rules(B),
     )

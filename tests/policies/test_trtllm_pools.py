@@ -554,6 +554,13 @@ def test_the_copy_of_a_partial_block_goes_only_once_the_next_one_is_taken():
     assert state_depths(t) == [20] and t.kv_tokens == 20
 
 
+def _y_hits_3(t: EngineTree) -> None:
+    """Y (X's first 3 tokens, then its own 40) looks up at time 3 and hits X's snapshot at 3."""
+    m = t.lookup(cat(toks(0, 3), toks(500, 40)), now=t.set_time(3.0))
+    assert m.hit_tokens == 3
+    t.forget(m)
+
+
 def test_a_hit_inside_a_block_moves_that_blocks_page_to_the_queue_back():
     """A hit inside a block is that block's snapshot (the first created block through the
     point); the request holds the block's attention page until ``resume`` copies the partial
@@ -573,9 +580,7 @@ def test_a_hit_inside_a_block_moves_that_blocks_page_to_the_queue_back():
     t._state_drain = False
     assert state_depths(t) == [3] and t.kv_tokens == 32
     _ins(t, toks(300, 32), [32], 2.0)
-    m = t.lookup(cat(toks(0, 3), toks(500, 40)), now=t.set_time(3.0))
-    assert m.hit_tokens == 3
-    t.forget(m)
+    _y_hits_3(t)
     _ins(t, toks(800, 40), [40], 4.0)
     assert state_depths(t) == [3, 40] and t.kv_tokens == 32 + 40
     assert 300 not in t.root.children
@@ -611,9 +616,7 @@ def test_a_hit_on_a_blocks_first_page_counts_once_the_leaf_is_cut_back_to_it():
     t = _paged_tree(4, 4)
     _ins(t, toks(0, 96), [3, 96], 1.0)
     _ins(t, toks(300, 32), [32], 2.0)
-    m = t.lookup(cat(toks(0, 3), toks(500, 40)), now=t.set_time(3.0))
-    assert m.hit_tokens == 3
-    t.forget(m)
+    _y_hits_3(t)
     _ins(t, toks(800, 96), [96], 4.0)
     assert state_depths(t) == [3, 96] and t.kv_tokens == 32 + 96
     assert 300 not in t.root.children
@@ -738,9 +741,7 @@ def test_a_hit_inside_a_block_leaves_a_longer_leaf_in_place_until_it_is_cut_back
     t = _paged_tree(4, 4)
     _ins(t, toks(0, 33), [3, 33], 1.0)
     _ins(t, toks(300, 32), [32], 2.0)
-    m = t.lookup(cat(toks(0, 3), toks(500, 40)), now=t.set_time(3.0))
-    assert m.hit_tokens == 3
-    t.forget(m)
+    _y_hits_3(t)
     leaf = next(n for n in t.iter_nodes() if n.depth_tokens == 33)
     assert (leaf.last_access, leaf.head) == (1.0, (32, 3.0))
     _ins(t, toks(800, 40), [40], 4.0)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from policies.base import EngineRules
 from policies.eviction import LRULeafEviction, MarconiEviction
-from policies.lmdeploy import LMDEPLOY_REFRESH, TieredLRUEviction
+from policies.lmdeploy import TieredLRUEviction, block_rules
 from policies.sglang import SGLANG_RULES, TwoListLRUEviction, UnifiedTwoListEviction
 from policies.trtllm_current import TrtllmPoolEviction, pool_rules
 from policies.vllm_current import VllmFreeQueueEviction
@@ -29,9 +29,7 @@ from tree_cases import KV, STATE, engine_tree
 
 #: what ``policies.sglang_current``'s preset asks for with extra_buffer (``engine_rules``)
 SGLANG_CURRENT_RULES = replace(SGLANG_RULES, cascade=False, kv_extent="state")
-LMDEPLOY_RULES = EngineRules(
-    refresh=LMDEPLOY_REFRESH, kv_extent="blocks", extent_block=8, frozen_block=8, anchor_block=8, state_pool=True
-)
+LMDEPLOY_RULES = block_rules(8)
 #: what ``policies.trtllm_current``'s preset asks for with ``--state-pool``, with 4-token blocks and
 #: pages (the sequences here are up to 24 tokens: several pages, a block's inner branches)
 TRTLLM_POOL_RULES = pool_rules(4)

@@ -14,7 +14,7 @@ import numpy as np
 from tree_cases import KV, STATE, Clocked, engine_tree
 
 from policies.base import EngineRules
-from policies.lmdeploy import LMDEPLOY_REFRESH, TieredLRUEviction
+from policies.lmdeploy import TieredLRUEviction, block_rules
 from sim.config import SimConfig
 from sim.engine.drivers import run as drive
 from sim.simulate import build
@@ -35,9 +35,7 @@ def test_an_insert_reports_the_frozen_tail_a_state_victim_gives_back():
     the one token only A's frozen block held (the trie keeps whole blocks), so B's insert reports
     1 state and 1 KV token evicted. Mutation survivor ``-m engine_tree --seed 1``:
     ``drop_state``'s freed KV count (``kv += before - self.kv_tokens``) with the sign flipped."""
-    rules = EngineRules(
-        refresh=LMDEPLOY_REFRESH, kv_extent="blocks", extent_block=16, frozen_block=16, anchor_block=16, state_pool=True
-    )
+    rules = block_rules(16)
     tree = _tree(rules, capacity=64 * 16 * KV + STATE, states=1)
     a, b = np.full(33, 1, dtype=np.int64), np.full(32, 2, dtype=np.int64)
     assert tree.insert(a, 33, [33], tree.set_time(1.0)).evicted_kv_tokens == 0
