@@ -459,8 +459,8 @@ class Simulation:
         (``UnifiedRadixCache.touch_prefix``, ``unified_radix_cache.py`` L647-L652)."""
         if not self.preset.caching:
             return
-        seq_in, seq_full, tok_in, _ = self.symbols(r)
-        seq = seq_in if tokens <= tok_in else seq_full[: tokens // self.grid]
+        seq_in, _, tok_in, _, _ = self._lookup_symbols(r)  # a waiting request is touched every pass
+        seq = seq_in if tokens <= tok_in else self.symbols(r)[1][: tokens // self.grid]
         tree = self.tree
         tree.forget(tree.lookup(seq, now=tree.set_time(t)))
 
