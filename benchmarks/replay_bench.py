@@ -354,6 +354,11 @@ def main() -> None:
     from sim.replay.session import ReplaySettings, run_replay
     from sim.simulate import build
 
+    import torch
+
+    if not torch.cuda.is_available():
+        print("replay_bench: needs a CUDA GPU (steps 1-3 time the device)", file=sys.stderr)
+        sys.exit(2)
     out = Path(args.out) if args.out else None
     if out:
         out.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,10 @@ d_state, groups), one sequence, bf16 x / dt / B / C, fp32 A, D, dt_bias, dt soft
 kernel. Modes:
 
 - ``states``: ours (``kernels.chunk_ssd``) with the fp32 state at every 64-token boundary (what a
-  prefix cache needs), ``nostates``: ours without boundary states;
+  prefix cache needs), ``states128`` / ``states256``: the fp32 state at every 128 / 256 tokens
+  (``boundary_stride`` 2 / 4: the grid of Nemotron-H's ``chunk_size`` and of mamba_ssm's default
+  chunk, where the engines take a Mamba2 layer's prefix-cache states from the chunk scan's
+  intermediate states), ``nostates``: ours without boundary states;
 - ``mamba256`` / ``mamba128``: mamba_ssm's ``mamba_chunk_scan_combined`` at chunk 256 (mamba_ssm's
   default) / 128 (Nemotron-H's ``chunk_size``), final state returned, no chunk states emitted;
 - ``fla``: FLA's ``chunk_simple_gla`` with the same recurrence written as gated linear attention
@@ -113,8 +116,12 @@ def calls(torch, T, H, P, N, G, use_mamba=True, use_fla=True) -> dict:
 
     x, dt, A, B, C, D, bias = inputs(torch, T, H, P, N, G)
     meta = prepare_chunk_metadata([0, T], device="cuda")  # prepared once: the calls do not sync
+    meta2 = prepare_chunk_metadata([0, T], device="cuda", boundary_stride=2)
+    meta4 = prepare_chunk_metadata([0, T], device="cuda", boundary_stride=4)
     fns = {
         "states": lambda: chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, chunk_metadata=meta),
+        "states128": lambda: chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, chunk_metadata=meta2),
+        "states256": lambda: chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, chunk_metadata=meta4),
         "nostates": lambda: chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, chunk_metadata=meta, boundary_states=False),
     }
     scan = _mamba() if use_mamba else None

@@ -171,3 +171,23 @@ def test_replay_matrix_share_of_peak_is_a_percentage(monkeypatch):
     row = matrix.row("run", summary, peak)
     assert row[-1] == "494.5 (50.0 %)" and row[6] == "not compared"
     assert matrix.row("run", summary, 0.0)[-1] == "494.5"
+
+
+@pytest.mark.parametrize("script", ["replay_bench.py", "ssd_bench.py"])
+def test_gpu_benchmark_on_a_machine_without_cuda_says_so_in_one_line(script, tmp_path):
+    """A GPU benchmark run where torch has no CUDA (this CI's CPU build) ends with one line on
+    stderr and exit 2, not a traceback from its first device tensor (``replay_bench.py`` raised
+    "Torch not compiled with CUDA enabled" from its ceilings step)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is present: the benchmark would run")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.setdefault("OMP_NUM_THREADS", "1")
+    args = ["--model", "replay-tiny", "--requests", "2"] if script == "replay_bench.py" else ["--small"]
+    rc, out, err = shared_forks(env, ("numpy", "pandas", "torch")).run(
+        [str(BENCH / script), *args], timeout=300, cwd=tmp_path, script=BENCH / script
+    )
+    assert rc == 2, (out[-1000:], err[-1000:])
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and "CUDA" in err, err
