@@ -233,10 +233,21 @@ class TrtllmAdmission(AdmissionPolicy):
         (``_core/_kv_cache.py`` ``resize``: one page per ``tokens_per_block`` block), and only
         the whole blocks up to its last snapshot point (or its hit) are the tree's; the partial
         block there is its own page (the tree gets a copy, ``_snapshotPartialBlockToTree``)."""
-        n, full = input_tokens(ctx), full_tokens(ctx)
+        return self.own_blocks(hit, ctx, full_tokens(ctx))
+
+    def own_blocks(self, hit: int, ctx, capacity: int) -> int:
+        """Grid units of KV the request holds on pages of its own (not the tree's) while its
+        capacity is ``capacity`` tokens: one page per ``tokens_per_block`` block of the capacity
+        (``resize``), less the whole blocks up to its hit or the last snapshot point inside the
+        capacity, which are the tree's (committed, or matched and held). At the lookup
+        (``capacity`` = the hit) that is the private copy of a partially matched block
+        (``_setupForReuse`` / ``resume``); once the context has run (the prompt), the partial block
+        at the last snapshot point and the pages past it; at the end (input + output - 1) the decode's
+        pages too (``running_blocks``)."""
+        n = input_tokens(ctx)
         points = snapshot_points(n, self.params.periodic_snapshot_interval, self.from_start, self.from_end)
-        cached = max([hit, *points])
-        pages = -(-full // TOKENS_PER_BLOCK) - cached // TOKENS_PER_BLOCK
+        cached = max([hit, *(p for p in points if p <= capacity)])
+        pages = -(-capacity // TOKENS_PER_BLOCK) - cached // TOKENS_PER_BLOCK
         return max(0, -(-pages * TOKENS_PER_BLOCK // ctx.block_tokens))
 
     def decode_checkpoints(self, match, ctx):

@@ -284,15 +284,25 @@ class EngineTree(HybridRadixTree):
         path to ``c`` (the tree's blocks, the partial one's copy), its own partial block there,
         and the copy at the previous point when both sit in one block (the longer partial block
         adopts it and lets it go only once its own copy is taken: ``Block.__init__``,
-        ``replace_page``, ``_block_radix_tree.py`` L428-L441, L476-L488)."""
+        ``replace_page``, ``_block_radix_tree.py`` L428-L441, L476-L488). A partial block the tree
+        holds at the end of the cached path, a leaf's (a prompt end's copy), is a page the request's
+        whole block replaces when it is committed (``Block.__init__`` adopts the shorter sibling's
+        pages, then ``_commitBlock`` installs the request's page over its attention page, which
+        goes: ``can_replace_page`` / ``replace_page`` L457-L488): at a point past that block, off
+        the page grid, the copy there is taken after it went, so the point holds one page fewer
+        than the path counts (the path counts that block as new, the tree the partial page)."""
         P, out, last = self.kv_page, [], None
         cut = (span.k, span.k * span.B - span.short) if span.short else None
+        need_tok, _, end = self._plan_new(seq, span, checkpoints)
+        d = span.total - need_tok  # the cached path's end (tokens)
+        partial = d % P and end is not self.root and not end.children and end.depth_tokens == d
         for c in new_cps:
             t = span.tokens(c)
             sub = (seq[:c], Span(c, self.block_tokens, t, cut), [x for x in checkpoints if x <= c])
             own = P if t % P else 0
             held = P if last is not None and last % P and last // P == t // P else 0
-            out.append((c, self._kv_need(*sub)[0] + (own + held) * self.kv_bytes_per_token))
+            gone = P if partial and t % P and t // P > d // P else 0
+            out.append((c, self._kv_need(*sub)[0] + (own + held - gone) * self.kv_bytes_per_token))
             last = t
         return out
 
@@ -505,6 +515,35 @@ class EngineTree(HybridRadixTree):
             self._touched(owner)
         else:  # its blocks past this one keep their place; this one's counts once it is all it holds
             owner.head = (hi, now)
+
+    def partial_tail(self, node: Node | None, committed: float) -> tuple[Node, float] | None:
+        """``pages_one_by_one``: ``node`` (a running request's prompt end, at its last snapshot
+        point, committed at ``committed``, the prefill insert's time) with its recency, where it is
+        a leaf ending inside a page: that partial block is a copy the tree took when the point was
+        committed (``_snapshotPartialBlockToTree``: a new page, in the queue from then on, moved to
+        its back by a later hit inside it), not one of the request's pages, so its end leaves it
+        where it is (``keep_partial_tail``). None otherwise."""
+        if not self.pages_one_by_one or node is None or node.parent is None or node.children:
+            return None
+        if node.depth_tokens % self.kv_page == 0:
+            return None
+        return node, max(node.last_access, committed)
+
+    def keep_partial_tail(self, tail: tuple[Node, float] | None) -> None:
+        """After the request's end insert: its prompt's partial last block keeps the recency it had
+        (``partial_tail``), the whole blocks of the leaf take the end's (the request releases them
+        at ``close``, last block first: ``_core/_kv_cache.py`` ``_clear_blocks``), counted once the
+        leaf is cut back to them (``head``, as ``_touch_hit_block``)."""
+        if tail is None:
+            return
+        node, before = tail
+        if node.parent is None or node.children or node.last_access == before:
+            return
+        hi = node.depth_tokens // self.kv_page * self.kv_page
+        if hi > node.parent.depth_tokens:
+            node.head = (hi, node.last_access)
+        node.last_access = before
+        self._touched(node)
 
     def match(self, seq: np.ndarray, max_hit_sym: int | None = None) -> MatchResult:
         if self.future is not None:

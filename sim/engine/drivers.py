@@ -175,10 +175,16 @@ def run_des(sim: Simulation) -> None:
                 f = sim.lookup(r, start, lock=True)
                 if charge_running:
                     sim.hold_running(f, start)
+                    sim.hold_own_pages(f, start, f.hit_tokens)  # a partially matched block's copy
             prefill = sim.prefill_s(f)
             yield env.timeout(prefill)
             sim.served(f, start, prefill, env.now, 0.0, None)
+            if charge_running:  # the insert's need counts the prompt's pages from the hit's block on
+                sim.hold_own_pages(f, env.now, 0)
             prompt_in = sim.insert_prefill(f, env.now)
+            if charge_running:  # the prompt's pages past the tree's stay the request's to its end
+                committed = sim.tree.now  # the prefill insert's time: its snapshots' commit
+                sim.hold_own_pages(f, env.now, f.tok_in)
         decode = sim.decode_s(f)
         decode_start = env.now
         yield env.timeout(decode)
@@ -189,7 +195,9 @@ def run_des(sim: Simulation) -> None:
             if context_only and prompt_in:
                 _forget_lost_states(sim, f)
             if charge_running:  # the end insert, then the blocks it held go (``held_after`` first)
+                tail = sim.tree.partial_tail(f.locked, committed)  # a committed partial block is the tree's copy
                 sim.sequential_insert(f, env.now)
+                sim.tree.keep_partial_tail(tail)
             else:
                 sim.insert_decode(f, env.now)
         _tune_after(sim, r, env.now)

@@ -648,6 +648,28 @@ class Simulation:
         if self.tree.reserve(tokens, states, tag=(f, t)):
             f.held, f.held_states = tokens, states
 
+    def hold_own_pages(self, f: Flight, t: float, capacity: int) -> None:
+        """``--scheduler fcfs`` with the engine's page pools (``pages_one_by_one``): charge the KV
+        pages the running request holds of its own while its capacity is ``capacity`` tokens
+        (``own_blocks``: the private copy of a partially matched block from its lookup, the partial
+        block at its last snapshot point from its prefill's end), evicting for them as the engine
+        allocates them; ``capacity`` 0 gives them all back. The decode's pages come at the end
+        (``sequential_insert``: ``held_after`` less what is held already)."""
+        shape = getattr(self.admission, "own_blocks", None)
+        if shape is None or f.ctx is None or not getattr(self.tree, "running_blocks", 0):
+            return
+        B = self.tree.extent_block or self.grid
+        tokens = shape(f.hit_tokens, f.ctx, capacity) * B if capacity else 0
+        self.tree.set_time(t)
+        if tokens > f.held:
+            if self.tree.reserve(tokens - f.held, 0, tag=(f, t)):
+                f.held_after = max(0, f.held_after - (tokens - f.held))
+                f.held = tokens
+        elif tokens < f.held:
+            self.tree.release(f.held - tokens, 0)
+            f.held_after += f.held - tokens
+            f.held = tokens
+
     def sequential_insert(self, f: Flight, t: float) -> None:
         """Sequential mode, second half: one insert of input + output with every checkpoint, then
         the running request's own blocks are given back."""

@@ -747,3 +747,74 @@ def test_a_hit_inside_a_block_leaves_a_longer_leaf_in_place_until_it_is_cut_back
     _ins(t, toks(800, 40), [40], 4.0)
     assert state_depths(t) == [3, 40] and 300 not in t.root.children
     t.check_invariants()
+
+
+def test_a_partial_leaf_replaced_by_the_requests_block_frees_its_page_before_the_next_copy():
+    """Rule 25: the prefill commits the hit's block whole over the tree's partial leaf block that it
+    extends (``Block.__init__`` adopts the shorter sibling's pages, ``_block_radix_tree.py``
+    L429-L446 at 065ff9e9; the request's page then replaces its attention page, ``replace_page``
+    L476-L488, which goes), and only then takes the partial copy at its snapshot point off the
+    page grid: that point holds one page fewer than the path counts. Five attention pages: C (32,
+    snapshot 32), A (40, snapshot 40: two pages, the second a partial copy), then B (A + 30, snapshot
+    at 70): the engine peaks at five (A's partial page gone before B's copy at 70 is taken), so C
+    stays and C + 8 reuses 32. The preset counted six and evicted C (0). Checked with
+    ``benchmarks/differential_trtllm.py``'s harness driving TensorRT-LLM's own tree on this trace
+    (0, 0, 40, 32); with four pages both give 0 for the last."""
+    A, C = toks(0, 40), toks(500, 32)
+    trace = one_per_session(
+        (C, toks(5000, 1)),
+        (A, toks(5100, 1)),
+        (cat(A, toks(100, 30)), toks(5200, 1)),
+        (cat(C, toks(600, 8)), toks(5300, 1)),
+    )
+    for pages, last in ((5, 32), (4, 0)):
+        got, sim = run(trace, "trtllm", spec=TINY, capacity=pages * 32 * 2 + 5 * 16, state_pool="5", **END0)
+        assert got == [0, 0, 40, last]
+        sim.tree.check_invariants()
+
+
+def test_a_committed_partial_block_keeps_its_place_when_its_request_ends():
+    """Rule 26 (``--scheduler fcfs``): the partial block at a request's last snapshot point is a
+    copy the tree takes when the point is committed (``kvCache.cpp``
+    ``_snapshotPartialBlockToTree``: a new page no request holds, in the queue from then on); the
+    request's whole blocks go to the queue when it closes (``_core/_kv_cache.py`` ``_clear_blocks``).
+    A (40 tokens, snapshot 40) is committed at 1 and ends at 3; B (64) is served whole at 2; C (32)
+    then needs one of four pages: the queue's front is A's partial copy (1), so A loses its snapshot
+    and its 8 tokens past 32, and B keeps its snapshot. The preset stamped A's whole leaf with its
+    end (3) and took B's last block. (ShareGPT 100 sessions, 2GB, end offset 0, ``--scheduler
+    fcfs``: events 798 and 935, the engine's queue front was such copies of requests that had
+    ended later.)"""
+    t = _paged_tree(4, 4)
+    A = toks(0, 40)
+    res = t.insert(A, 40, [40], t.set_time(1.0), lock=True)
+    leaf = res.end_node
+    _ins(t, toks(500, 64), [64], 2.0)
+    tail = t.partial_tail(leaf, 1.0)
+    now = t.set_time(3.0)
+    end = t.insert(A, 40, [40], now, protect=leaf)
+    t.unlock(leaf)
+    t.refresh_inserted(end, now, final=True)
+    t.keep_partial_tail(tail)
+    assert (leaf.last_access, leaf.head) == (1.0, (32, 3.0))
+    _ins(t, toks(900, 32), [32], 4.0)
+    assert state_depths(t) == [32, 64] and t.kv_tokens == 32 + 64 + 32
+    # a leaf ending on the page grid, or with children, is the request's own: stamped at its end
+    assert t.partial_tail(next(n for n in t.iter_nodes() if n.depth_tokens == 64), 2.0) is None
+
+
+def test_a_running_request_holds_its_own_pages_from_its_lookup_to_its_end():
+    """Rule 27 (``--scheduler fcfs``): a running request's own pages, those its capacity has beyond
+    the tree's blocks (``_core/_kv_cache.py`` ``resize``: one page per 32-token block), are held
+    from its lookup: the private copy of a partially matched block (``resume``); from its prefill's
+    end: the partial block at its last snapshot point (the tree gets a copy); at its end: the
+    decode's pages (``running_blocks``). A 100-token prompt with a hit of 40 and a snapshot at 100:
+    one page at the lookup (block 1, 40 // 32), one after the context (block 3, past 96), and
+    ceil(129 / 32) - 3 = 2 at the end; a hit on the page grid holds none at its lookup."""
+    from policies.base import AdmissionContext
+    from policies.trtllm_current import TrtllmAdmission, TrtllmParams
+
+    ctx = AdmissionContext(n_input=100, n_full=130, block_tokens=1, full_tokens=129)
+    adm = TrtllmAdmission(TrtllmParams(additional_snapshot_offsets_from_end="0"))
+    assert [adm.own_blocks(40, ctx, c) for c in (40, 100, 129)] == [32, 32, 64]
+    assert adm.own_blocks(64, ctx, 64) == 0
+    assert adm.running_blocks(40, ctx, set(), 1) == adm.own_blocks(40, ctx, 129)
