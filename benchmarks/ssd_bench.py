@@ -1,7 +1,7 @@
 """Benchmark: the project's chunked SSD (Mamba2) forward vs mamba_ssm's and FLA's on a CUDA GPU.
 
     python benchmarks/ssd_bench.py [--small] [--lengths 4096,8192] [--json out.json]
-        [--no-mamba] [--no-fla]
+        [--no-mamba] [--no-fla] [--profile]
     python benchmarks/ssd_bench.py --sweep [--lengths 32768]    (ours at each state-loop config)
 
 Shapes: the Mamba2 layers of the presets (``SHAPES``: marconi-7b, Nemotron-H 8B; heads x head dim,
@@ -180,6 +180,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
     ap.add_argument("--no-mamba", action="store_true")
     ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="per-kernel device times (torch.profiler) at the longest T")
     ap.add_argument(
         "--sweep",
         action="store_true",
@@ -211,6 +212,10 @@ def main(argv=None) -> int:
                 with torch.cuda.stream(torch.cuda.Stream()):
                     graph = do_bench_cudagraph(fn, rep=100, return_mode="median")
                 times[mode] = (plain, graph)
+            if args.profile and T == max(lengths):
+                from kernel_bench import _profile  # this folder's, on sys.path above
+
+                _profile(torch, fns, H, f"{P}x{N} {name}", T)
             best = [min((times[p][i] for p in PEERS if p in times), default=None) for i in (0, 1)]
             for mode, (plain, graph) in times.items():
                 rows.append(
