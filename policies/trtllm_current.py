@@ -285,6 +285,9 @@ class _PoolQueues(LeafStateLists):
         # ``resume``), so a state on a locked path stays a state victim (it loses only its state)
         if node.lock and node.parent is not None and node.has_state:
             out["state"] = (getattr(node, "state_access", node.last_access), node.depth_tokens)
+        # nor a tree's partial block: a locked leaf's last block, a copy, stays an attention victim
+        if node.lock and getattr(self.tree, "partial_copy_free", None) and self.tree.partial_copy_free(node):
+            out["kv"] = (node.last_access, self.LEAF_TIE * node.depth_tokens)
         return out
 
     def pop_victim(self):  # not used: TrtllmPoolEviction answers one budget as lru-tail-first

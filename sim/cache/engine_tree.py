@@ -154,6 +154,7 @@ class EngineTree(HybridRadixTree):
         self.states_replaced = 0  # states given up to a later one on the same anchor
         self._pending = (0, 0)  # (KV bytes, states) the insert being planned needs
         self._planning = None  # (seq, span, checkpoints) of that insert, while it makes room
+        self._held_to = 0  # ``pages_one_by_one``: the tokens that insert's request holds (its hit)
         self._state_drain = False  # a state pool's victims are being taken (``_detach_stale_blocks``)
         self._lost: set[int] = set()  # ``pages_one_by_one``: snapshot points the insert being made loses
         self.snapshots_lost = 0  # snapshots whose block went making room for their own page
@@ -288,21 +289,29 @@ class EngineTree(HybridRadixTree):
         holds at the end of the cached path, a leaf's (a prompt end's copy), is a page the request's
         whole block replaces when it is committed (``Block.__init__`` adopts the shorter sibling's
         pages, then ``_commitBlock`` installs the request's page over its attention page, which
-        goes: ``can_replace_page`` / ``replace_page`` L457-L488): at a point past that block, off
+        goes: ``can_replace_page`` / ``replace_page`` L462-L487): at a point past that block, off
         the page grid, the copy there is taken after it went, so the point holds one page fewer
-        than the path counts (the path counts that block as new, the tree the partial page)."""
+        than the path counts (the path counts that block as new, the tree the partial page). The
+        request's own pages run from its hit's block (``_held_to``), not from the end of the path the
+        tree caches past it: ``resize`` takes a page for each block of the chunk before the commit
+        finds a block the tree holds and lets the request's page go (``_commitBlock``'s rebase), so
+        the cached path past the hit is counted again (the victims may be that path itself)."""
         P, out, last = self.kv_page, [], None
-        cut = (span.k, span.k * span.B - span.short) if span.short else None
         need_tok, _, end = self._plan_new(seq, span, checkpoints)
         d = span.total - need_tok  # the cached path's end (tokens)
         partial = d % P and end is not self.root and not end.children and end.depth_tokens == d
+        h = min(self._held_to, d) // P
         for c in new_cps:
             t = span.tokens(c)
-            sub = (seq[:c], Span(c, self.block_tokens, t, cut), [x for x in checkpoints if x <= c])
-            own = P if t % P else 0
-            held = P if last is not None and last % P and last // P == t // P else 0
-            gone = P if partial and t % P and t // P > d // P else 0
-            out.append((c, self._kv_need(*sub)[0] + (own + held - gone) * self.kv_bytes_per_token))
+            own = -(-t // P) - h  # the request's pages, the partial block at ``t`` among them
+            copy = 1 if t % P and d < t else 0  # the tree's copy of that partial block
+            held = 1 if last is not None and last % P and last // P == t // P else 0
+            gone = 1 if partial and t % P and t // P > d // P else 0
+            # the commit lets go the request's pages of the blocks the tree holds whole (rebased)
+            # and the partial leaf it replaces, then takes the copy: the peak is the larger
+            freed = max(0, min(d, t) // P - h) + gone
+            peak = max(own, own - freed + copy + held)
+            out.append((c, peak * P * self.kv_bytes_per_token))
             last = t
         return out
 
@@ -516,18 +525,57 @@ class EngineTree(HybridRadixTree):
         else:  # its blocks past this one keep their place; this one's counts once it is all it holds
             owner.head = (hi, now)
 
-    def partial_tail(self, node: Node | None, committed: float) -> tuple[Node, float] | None:
-        """``pages_one_by_one``: ``node`` (a running request's prompt end, at its last snapshot
-        point, committed at ``committed``, the prefill insert's time) with its recency, where it is
-        a leaf ending inside a page: that partial block is a copy the tree took when the point was
-        committed (``_snapshotPartialBlockToTree``: a new page, in the queue from then on, moved to
-        its back by a later hit inside it), not one of the request's pages, so its end leaves it
-        where it is (``keep_partial_tail``). None otherwise."""
-        if not self.pages_one_by_one or node is None or node.parent is None or node.children:
+    def _partial_leaf(self, node: Node | None) -> bool:
+        """``pages_one_by_one``: ``node`` is a leaf ending inside a page."""
+        return (
+            self.pages_one_by_one
+            and node is not None
+            and node.parent is not None
+            and not node.children
+            and node.depth_tokens % self.kv_page != 0
+        )
+
+    def stamp_partial_tail(self, node: Node | None) -> int | None:
+        """After a running request's prefill insert (``--scheduler fcfs``): where ``node``, its
+        prompt's end at its last snapshot point, is a leaf ending inside a page, that partial block
+        is a copy the tree took when the point was committed (``kvCache.cpp``
+        ``_snapshotPartialBlockToTree``: a new page no request holds, in the queue from then on):
+        it is stamped now (a leaf the insert extended keeps an older stamp otherwise). Returns the
+        point (symbols), or None."""
+        if not self._partial_leaf(node):
             return None
-        if node.depth_tokens % self.kv_page == 0:
-            return None
-        return node, max(node.last_access, committed)
+        node.last_access = max(node.last_access, self.now)
+        self._touched(node)
+        return node.depth_sym
+
+    def partial_tail(self, node: Node | None) -> tuple[Node, float] | None:
+        """Before a running request's end insert: ``node`` (its prompt's end) with its recency,
+        where it is a leaf ending inside a page (``stamp_partial_tail``): its end leaves that copy
+        where it is in the queue (``keep_partial_tail``). None otherwise."""
+        return (node, node.last_access) if self._partial_leaf(node) else None
+
+    def partial_copy_free(self, node: Node) -> bool:
+        """``pages_one_by_one``: a locked leaf's last block is a KV victim too where it is a partial
+        block of its own: no request holds a tree's partial block (the copy at a request's last
+        snapshot point, ``_snapshotPartialBlockToTree``; a partially matched block, let go by
+        ``resume``, ``_core/_kv_cache.py``), so it stays in the attention queue while its requests
+        run, and its eviction cuts the leaf back to its whole blocks (``_evict_last_block``)."""
+        if not self._partial_leaf(node) or node.lock == 0:
+            return False
+        P = self.kv_page
+        floor = node.depth_tokens // P * P
+        top = node.parent.depth_tokens
+        return floor > top and (floor - top) % self.block_tokens == 0
+
+    def release_path(self, node: Node | None, tail: tuple[Node, float] | None) -> None:
+        """After a running request's end insert (``--scheduler fcfs`` with the pools): the blocks it
+        held, its path to ``node``, go to the queue now (``close`` releases them, last block first:
+        ``_core/_kv_cache.py`` ``_clear_blocks``), also where the end insert added nothing (its
+        prompt's states all gone since its prefill); its partial last block keeps its place
+        (``keep_partial_tail``)."""
+        if self.pages_one_by_one and node is not None and node.parent is not None:
+            self.touch_path(node, self.now)
+        self.keep_partial_tail(tail)
 
     def keep_partial_tail(self, tail: tuple[Node, float] | None) -> None:
         """After the request's end insert: its prompt's partial last block keeps the recency it had
@@ -911,6 +959,9 @@ class EngineTree(HybridRadixTree):
 
     # ------------------------------------------------------------------ insert
     def _insert(self, seq, seq_tokens, checkpoints, now, lock, protect, need_bytes, cut=None):
+        # ``pages_one_by_one``: the request holds its match (``protect``, the node at its hit) and
+        # nothing past it; its own pages run from there (``_stage_needs``)
+        self._held_to = protect.depth_tokens if protect is not None and protect.parent is not None else 0
         span = Span(len(seq), self.block_tokens, seq_tokens, cut)
         keep = self._extent(span, checkpoints)
         if keep < len(seq):
@@ -949,6 +1000,7 @@ class EngineTree(HybridRadixTree):
                 )
         finally:
             self._planning = None
+            self._held_to = 0
             self.admitting = None  # one insert's
         if transient and res.inserted:  # this request's own snapshots a later one replaced
             gone = set(transient)
@@ -1175,7 +1227,7 @@ class EngineTree(HybridRadixTree):
         keep = parent.depth_tokens + k_sym * self.block_tokens
         if k_sym <= 0 or keep >= node.depth_tokens:
             return None
-        assert node.lock == 0
+        assert node.lock == 0 or self.partial_copy_free(node)
         if getattr(node, "head", None) is not None and keep <= node.head[0]:  # ``_touch_hit_block``
             node.last_access = max(node.last_access, node.head[1])
             node.head = None

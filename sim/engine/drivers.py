@@ -183,7 +183,7 @@ def run_des(sim: Simulation) -> None:
                 sim.hold_own_pages(f, env.now, 0)
             prompt_in = sim.insert_prefill(f, env.now)
             if charge_running:  # the prompt's pages past the tree's stay the request's to its end
-                committed = sim.tree.now  # the prefill insert's time: its snapshots' commit
+                sim.tree.stamp_partial_tail(f.locked)  # a committed partial block: the tree's copy
                 sim.hold_own_pages(f, env.now, f.tok_in)
         decode = sim.decode_s(f)
         decode_start = env.now
@@ -195,9 +195,10 @@ def run_des(sim: Simulation) -> None:
             if context_only and prompt_in:
                 _forget_lost_states(sim, f)
             if charge_running:  # the end insert, then the blocks it held go (``held_after`` first)
-                tail = sim.tree.partial_tail(f.locked, committed)  # a committed partial block is the tree's copy
-                sim.sequential_insert(f, env.now)
-                sim.tree.keep_partial_tail(tail)
+                held, kept = f.locked, sim.tree.partial_tail(f.locked)
+                sim.insert_decode(f, env.now)
+                sim.tree.release_path(held, kept)  # before the decode's pages evict
+                sim.finish_running(f, env.now)
             else:
                 sim.insert_decode(f, env.now)
         _tune_after(sim, r, env.now)

@@ -674,6 +674,11 @@ class Simulation:
         """Sequential mode, second half: one insert of input + output with every checkpoint, then
         the running request's own blocks are given back."""
         self.insert_decode(f, t)
+        self.finish_running(f, t)
+
+    def finish_running(self, f: Flight, t: float) -> None:
+        """The running request's own blocks charged only after its insert (``held_after``: the
+        decode's pages), then all it held given back."""
         if f.held_after:  # evicts for them, then they go with the request
             if self.tree.reserve(f.held_after, 0, tag=(f, t)):
                 f.held += f.held_after

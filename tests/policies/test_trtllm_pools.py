@@ -752,8 +752,8 @@ def test_a_hit_inside_a_block_leaves_a_longer_leaf_in_place_until_it_is_cut_back
 def test_a_partial_leaf_replaced_by_the_requests_block_frees_its_page_before_the_next_copy():
     """Rule 25: the prefill commits the hit's block whole over the tree's partial leaf block that it
     extends (``Block.__init__`` adopts the shorter sibling's pages, ``_block_radix_tree.py``
-    L429-L446 at 065ff9e9; the request's page then replaces its attention page, ``replace_page``
-    L476-L488, which goes), and only then takes the partial copy at its snapshot point off the
+    L429-L448 at 065ff9e9; the request's page then replaces its attention page, ``replace_page``
+    L475-L487, which goes), and only then takes the partial copy at its snapshot point off the
     page grid: that point holds one page fewer than the path counts. Five attention pages: C (32,
     snapshot 32), A (40, snapshot 40: two pages, the second a partial copy), then B (A + 30, snapshot
     at 70): the engine peaks at five (A's partial page gone before B's copy at 70 is taken), so C
@@ -786,10 +786,10 @@ def test_a_committed_partial_block_keeps_its_place_when_its_request_ends():
     ended later.)"""
     t = _paged_tree(4, 4)
     A = toks(0, 40)
-    res = t.insert(A, 40, [40], t.set_time(1.0), lock=True)
-    leaf = res.end_node
+    leaf = t.insert(A, 40, [40], t.set_time(1.0), lock=True).end_node
+    assert t.stamp_partial_tail(leaf) == 40  # committed at 1 (its symbol: a token here)
     _ins(t, toks(500, 64), [64], 2.0)
-    tail = t.partial_tail(leaf, 1.0)
+    tail = t.partial_tail(leaf)
     now = t.set_time(3.0)
     end = t.insert(A, 40, [40], now, protect=leaf)
     t.unlock(leaf)
@@ -799,7 +799,7 @@ def test_a_committed_partial_block_keeps_its_place_when_its_request_ends():
     _ins(t, toks(900, 32), [32], 4.0)
     assert state_depths(t) == [32, 64] and t.kv_tokens == 32 + 64 + 32
     # a leaf ending on the page grid, or with children, is the request's own: stamped at its end
-    assert t.partial_tail(next(n for n in t.iter_nodes() if n.depth_tokens == 64), 2.0) is None
+    assert t.partial_tail(next(n for n in t.iter_nodes() if n.depth_tokens == 64)) is None
 
 
 def test_a_running_request_holds_its_own_pages_from_its_lookup_to_its_end():
@@ -818,3 +818,78 @@ def test_a_running_request_holds_its_own_pages_from_its_lookup_to_its_end():
     assert [adm.own_blocks(40, ctx, c) for c in (40, 100, 129)] == [32, 32, 64]
     assert adm.own_blocks(64, ctx, 64) == 0
     assert adm.running_blocks(40, ctx, set(), 1) == adm.own_blocks(40, ctx, 129)
+
+
+def test_a_running_requests_partial_copy_stays_an_attention_victim():
+    """Rule 28 (``--scheduler fcfs``): no request holds a tree's partial block (the copy at its last
+    snapshot point is a new page, ``kvCache.cpp`` ``_snapshotPartialBlockToTree``; a partially
+    matched block's page is let go by ``resume``, ``_core/_kv_cache.py``), so a running request's
+    prompt-end copy stays in the attention queue while it decodes. Four attention pages: A (40
+    tokens, 24 output tokens) holds its first block, its own partial page, and the tree's copy at 40;
+    B (64) prefills while A decodes and needs two pages: one is free, the other is A's copy, with
+    A's snapshot. A + 8 then reuses nothing, B + 8 nothing (B's last block went for C). The preset
+    locked A's whole leaf: B's insert found no room and A + 8 reused 40. The harness driving
+    TensorRT-LLM's own code with these fcfs events gives 0, 0, 0, 0, 0 (five pages: 0, 0, 0, 40, 0
+    on both sides). (ShareGPT 100 sessions, 2GB, end offset 0, ``--scheduler fcfs``: event 1196,
+    the engine evicted the copy at 2,021 of a request still decoding.)"""
+    A, B, C = toks(0, 40), toks(1000, 64), toks(2000, 32)
+    rows = [(A, 24, 0.0), (B, 1, 0.002), (C, 1, 1.0), (cat(A, toks(3000, 8)), 1, 2.0), (cat(B, toks(4000, 8)), 1, 3.0)]
+    for pages, hits in ((4, [0, 0, 0, 0, 0]), (5, [0, 0, 0, 40, 0])):
+        got, sim = run(
+            arrivals(rows), "trtllm", spec=TINY, capacity=pages * 64 + 4 * 16, state_pool="4", **FCFS, **END0
+        )
+        assert got == hits
+        sim.tree.check_invariants()
+
+
+def test_a_requests_end_puts_its_blocks_in_the_queue_even_when_it_inserts_nothing():
+    """Rule 29 (``--scheduler fcfs``): a request's ``close`` releases the blocks it held, last block
+    first (``_core/_kv_cache.py`` ``_clear_blocks``), also where its end commits nothing (its
+    prompt's snapshot went since its prefill: the end insert adds no state, so nothing of its path
+    was touched), and before its decode's pages evict anything (``resize`` at its end, while it
+    still holds them: ``EngineTree.release_path`` then ``Simulation.finish_running``). One
+    recurrent page: A (64, snapshot 64) is committed at 1 and runs; B (32, snapshot 32) takes A's
+    snapshot page (A's KV stays: A holds it); A ends at 3; C (64, snapshot 64) needs a page more
+    than is free: the queue's front is B's block (2), not A's last (3). Left at A's commit (1), A's
+    last block went and A kept 32 tokens."""
+    t = _paged_tree(4, 1)
+    A = toks(0, 64)
+    leaf = t.insert(A, 64, [64], t.set_time(1.0), lock=True).end_node
+    _ins(t, toks(500, 32), [32], 2.0)
+    assert state_depths(t) == [32] and leaf.depth_tokens == 64 and not leaf.has_state
+    now = t.set_time(3.0)
+    end = t.insert(A, 64, [], now, protect=leaf)  # the end adds nothing: its state is gone
+    t.unlock(leaf)
+    t.refresh_inserted(end, now, final=True)
+    assert leaf.last_access == 1.0
+    t.release_path(leaf, None)
+    assert leaf.last_access == 3.0
+    _ins(t, toks(900, 64), [64], 4.0)
+    assert state_depths(t) == [64] and leaf.depth_tokens == 64 and t.kv_tokens == 64 + 64
+
+
+def test_a_request_takes_a_page_for_every_block_from_its_hit_before_it_rebases():
+    """Rule 30: a request holds its match pruned to its hit and nothing of the path the tree caches
+    past it, and ``resize`` takes a page for every block of a chunk from the hit's on before the
+    commit finds a block the tree holds whole and lets the request's own page go (``_commitBlock``,
+    ``allowSeqRebasing``; the harness's ``EngineKvCache._commit_block``): the room an insert needs
+    at a snapshot point counts the cached path past the hit again (``EngineTree._stage_needs``,
+    ``_held_to``). Seven attention pages, every prompt snapshotted at 32 and at its end: F (32), X
+    (100: four pages), then Y (X's first 96 tokens and 8 of its own) hits 32 and takes three pages
+    (blocks 1-3) though X holds blocks 1 and 2: two are free, so F's page goes and F + 8 reuses
+    nothing. The preset counted from the end of the cached path (96: two pages) and kept F (32).
+    The harness driving TensorRT-LLM's own code gives 0, 0, 32, 0 in sequential mode and under
+    fcfs. (ShareGPT 100 sessions, 2GB, end offset 0, ``--scheduler fcfs``: event 1336, a 432-token
+    prompt with no hit and a cached path of 192 tokens: the engine evicted five pages, the preset
+    one.)"""
+    F, X, Y = toks(500, 32), toks(0, 100), cat(toks(0, 96), toks(700, 8))
+    trace = one_per_session(
+        (F, toks(5000, 1)), (X, toks(5100, 1)), (Y, toks(5200, 1)), (cat(F, toks(600, 8)), toks(5300, 1))
+    )
+    knobs = {"additional_snapshot_offsets_from_start": "32", **END0}
+    for mode in ({}, FCFS):
+        got, sim = run(trace, "trtllm", spec=TINY, capacity=7 * 64 + 5 * 16, state_pool="5", **mode, **knobs)
+        assert got == [0, 0, 32, 0]
+        sim.tree.check_invariants()
+    got, _ = run(trace, "trtllm", spec=TINY, capacity=8 * 64 + 5 * 16, state_pool="5", **knobs)
+    assert got == [0, 0, 32, 32]
