@@ -59,6 +59,22 @@ def cpu_time_warning(spec, trace, requests, layers: int, kernel: str):
     )
 
 
+def out_of_memory_line(exc: BaseException, device: str) -> str:
+    """One line for a replay that ran out of device (or host) memory, empty for any other error:
+    torch's ``OutOfMemoryError`` (a ``RuntimeError``) on a GPU, its CPU allocator's "can't allocate
+    memory" on a CPU. The replay warns before it starts when its plan exceeds the free memory
+    (``sim.replay.pipeline.memory_warning``); this is the end of a run that went on anyway."""
+    text = str(exc)
+    if type(exc).__name__ != "OutOfMemoryError" and "can't allocate memory" not in text:
+        return ""
+    first = " ".join(text.strip().splitlines()[0].split()) if text.strip() else type(exc).__name__
+    first = first.split(". GPU ")[0].split(" (")[0].rstrip(".")
+    where = "the GPU" if device != "cpu" else "this machine"
+    return f"replay ran out of memory on {where} ({first}): lower --capacity or --requests" + (
+        ", or use --store host" if device != "cpu" else ""
+    )
+
+
 def _duration(secs: float) -> str:
     if secs < 90:
         return f"{max(1, round(secs))} s"
@@ -392,6 +408,11 @@ def register(main: click.Group) -> None:
         except ImportError as exc:
             if (exc.name or "").split(".")[0] in ("torch", "triton"):
                 raise UsageError(INSTALL_HINT) from None
+            raise
+        except RuntimeError as exc:
+            line = out_of_memory_line(exc, device)
+            if line:
+                raise UsageError(line) from None
             raise
         finally:
             bar.close()
