@@ -379,6 +379,10 @@ class EngineRules:
       radix tree (``EngineTree._page_pad``; TensorRT-LLM's attention pages, 0: tokens).
     - ``states_first``: with a state pool, an insert takes its states' room before its KV's
       (TensorRT-LLM commits a chunk's snapshots before the decode's pages are allocated).
+    - ``block_copies``: KV is held in whole blocks of this many tokens keyed by the path to them,
+      so two paths that part inside a block each hold a copy of it, the shared part above none
+      (LMDeploy's block trie; a leaf's partial last block counts its tokens, its frozen block
+      the rest: ``EngineTree._node_pad``; 0: tokens shared down to the token).
     """
 
     refresh: RefreshRule | None = None
@@ -404,6 +408,7 @@ class EngineRules:
     block_evict: bool = False
     kv_page: int = 0
     states_first: bool = False
+    block_copies: int = 0
 
     def __post_init__(self) -> None:
         if self.kv_extent not in ("all", "state", "blocks"):

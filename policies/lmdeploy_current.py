@@ -120,7 +120,14 @@ class Lmdeploy016Preset(LmdeployPreset):
     - admission frees every block of the prompt from the restored one on, cached or not
       (``admit_from_anchor``: ``_evict_for_ssm``, eviction_helper/recompute_eviction_helper.py
       L69-L118; ``num_required_blocks``, block_manager/default_block_manager.py L26-L34), in
-      sequential mode (the batching schedulers make room per step as before)."""
+      sequential mode (the batching schedulers make room per step as before); the trie then gives
+      back the prompt's blocks it holds already (none after a hit off the block grid: trie.py
+      L394-L399, L590-L597), the save's frozen block comes from free blocks only or the checkpoint
+      is not saved (checkpoint_lifecycle.py L397-L406, ``reserve_save`` L85-L88), and the decode
+      evicts for the sequence's own blocks, frozen checkpoints first, its own new one among them
+      (``BlockTrie.evict``, trie.py L634-L648);
+    - KV is held in whole blocks keyed by their path: paths that part inside a block each hold a
+      copy of it (``block_copies``: ``_extend_trie_path``, trie.py L545-L598)."""
 
     def engine_rules(self, spec, config) -> EngineRules:
         return replace(
@@ -129,6 +136,7 @@ class Lmdeploy016Preset(LmdeployPreset):
             frozen_whole=True,
             block_evict=True,
             admit_from_anchor=True,
+            block_copies=self.block(config),
         )
 
 

@@ -40,9 +40,12 @@ engine behaviour, named after the engine code it follows:
   ``eviction_helper/recompute_eviction_helper.py`` L60-L118, frees ``num_required_blocks``,
   ``block_manager/default_block_manager.py`` L26-L34: every block of the prompt past the ones the
   sequence restored, those the trie already holds included, which ``_extend_trie_path`` then
-  deduplicates): the driver says ``(hit, prompt tokens)`` (``admitting``) before a request's
-  sequential insert, and that insert makes room for at least the blocks from the hit's block to
-  the prompt's end; what it charges is what it adds.
+  deduplicates): the driver says ``(hit, prompt tokens, tokens the request runs to)``
+  (``admitting``) before a request's sequential insert, and that insert evicts what the
+  engine's admission, its save and its decode evict in turn (``_admission``: the trie gives back
+  the prompt's blocks it holds already, the save's frozen block is taken only from free blocks,
+  ``_saveable``, the decode evicts for the sequence's own blocks, its partial last one included);
+  what it charges is what it adds.
 - ``anchor_block`` (LMDeploy ``_reserve_checkpoint``): one state per full-block anchor
   (``checkpoint_anchor_step``); a new state replaces the one anchored on the same block (test
   ``test_ssm_checkpoint_replaces_partial_variant_at_same_anchor``).
@@ -128,7 +131,8 @@ class EngineTree(HybridRadixTree):
         self.frozen_block = rules.frozen_block
         self.frozen_whole = rules.frozen_whole and rules.frozen_block > 0
         self.admit_from_anchor = rules.admit_from_anchor and rules.frozen_block > 0
-        self.admitting: tuple[int, int] | None = None  # ``admit_from_anchor``: (hit, prompt tokens)
+        # ``admit_from_anchor``: (hit, prompt tokens[, tokens the request runs to])
+        self.admitting: tuple[int, ...] | None = None
         self.anchor_block = rules.anchor_block
         self.snapshot_block = rules.snapshot_block
         self._born = 0  # the clock of ``EngineNode.born`` (``snapshot_block`` only)
@@ -140,6 +144,7 @@ class EngineTree(HybridRadixTree):
         self.duplicate_kv = rules.duplicate_kv
         self.block_evict = rules.block_evict and rules.extent_block > 0
         self.kv_page = rules.kv_page  # KV held in whole pages of this many tokens (TensorRT-LLM)
+        self.block_copies = rules.block_copies  # KV in whole blocks, one copy per path (LMDeploy)
         self.states_first = rules.states_first
         # TensorRT-LLM's attention pool (``kv_page`` and snapshot blocks with a state pool): KV
         # victims go one page at a time, a leaf's last block first, and the rules of the module
@@ -213,16 +218,24 @@ class EngineTree(HybridRadixTree):
             if charge != node.frozen:
                 self.frozen_tokens += charge - node.frozen
                 node.frozen = charge
-        if self.kv_page:
+        if self.kv_page or self.block_copies:
             pad = self._node_pad(node) if node.parent is not None else 0
             if pad != node.pad:
                 self._pad += pad - node.pad
                 node.pad = pad
 
     def _node_pad(self, n: Node) -> int:
-        """The tokens ``n``'s whole pages hold beyond its edge's tokens (``_page_pad``)."""
-        P = self.kv_page
+        """The tokens ``n``'s whole pages hold beyond its edge's tokens (``_page_pad``). With
+        ``block_copies`` (LMDeploy's block trie) a node holds the whole blocks whose last token it
+        holds, and a leaf its partial last block's tokens (the trie keys full blocks only,
+        ``_extend_trie_path``; the frozen block of a checkpoint there is charged apart): a node
+        ending inside a block with children holds none of that block, each child a whole copy
+        (negative: tokens its children's copies hold)."""
         s, e = n.parent.depth_tokens, n.depth_tokens
+        if not self.kv_page:
+            P = self.block_copies
+            return (e // P - s // P) * P + (0 if n.children else e % P) - (e - s)
+        P = self.kv_page
         pages = e // P - s // P + (1 if e % P and not n.children else 0)
         return pages * P - (e - s)
 
@@ -269,10 +282,17 @@ class EngineTree(HybridRadixTree):
             # victim (``_evict_for``), and it needs room for its peak, at a snapshot point
             walk_end = None
             kv_bytes = max([kv_bytes, *(need for _, need in self._stage_needs(seq, span, checkpoints, new_cps))])
-        if self.admitting is not None:  # ``admit_from_anchor``: the prompt's blocks from the hit's on
+        if self.admitting is not None:  # ``admit_from_anchor``: LMDeploy's admission, save, decode
             B = self.frozen_block
-            hit, prompt = self.admitting
-            kv_bytes = max(kv_bytes, (-(-prompt // B) - hit // B) * B * self.kv_bytes_per_token)
+            prompt = self.admitting[1]
+            free, blocks, cached, decode = self._admission(seq, span)
+            saved = sum(1 for c in checkpoints if span.tokens(c) == prompt and prompt % B)
+            # admission evicts what the prompt's blocks from the restored one on lack (cached ones
+            # counted), the trie then gives back those it holds already, the save takes a free
+            # block without evicting, the decode evicts for its own blocks: the blocks evicted
+            evict = max(0, blocks - free) + max(0, decode + saved - (max(free, blocks) - blocks + cached))
+            if evict:
+                kv_bytes = max(kv_bytes, (free + evict) * B * self.kv_bytes_per_token)
         self._pending = (kv_bytes, len(new_cps))
         return kv_bytes + len(new_cps) * self.state_bytes, walk_end
 
@@ -334,6 +354,10 @@ class EngineTree(HybridRadixTree):
         if self.kv_page and need_kv:  # the blocks from the one the insert starts in to its end
             P, e = self.kv_page, span.total
             need_kv = P * (-(-e // P) - (e - need_kv) // P)
+        elif self.block_copies and new:  # a path leaving the tree inside a block copies its top
+            d = span.total - new
+            if d % self.block_copies and (walk_end.children or walk_end.depth_tokens > d):
+                need_kv += d % self.block_copies
         return need_kv * self.kv_bytes_per_token, new_cps, walk_end
 
     @staticmethod
@@ -963,6 +987,8 @@ class EngineTree(HybridRadixTree):
         # nothing past it; its own pages run from there (``_stage_needs``)
         self._held_to = protect.depth_tokens if protect is not None and protect.parent is not None else 0
         span = Span(len(seq), self.block_tokens, seq_tokens, cut)
+        if self.admitting is not None and self.frozen_whole and checkpoints:
+            checkpoints = self._saveable(seq, span, checkpoints)  # before the extent: an unsaved one keeps no KV
         keep = self._extent(span, checkpoints)
         if keep < len(seq):
             seq = seq[:keep]
@@ -1014,6 +1040,63 @@ class EngineTree(HybridRadixTree):
                 self._release_state(old)
         self.refresh_inserted(res, now, final=False)
         return res
+
+    def _admission(self, seq, span: Span) -> tuple[int, int, int, int]:
+        """``admit_from_anchor`` (LMDeploy, sequential mode; ``admitting`` is ``(hit, prompt
+        tokens, tokens the request runs to)``): the free blocks now; the blocks admission makes
+        room for, the prompt's from the restored one on, cached ones counted
+        (``_evict_for_ssm``, ``eviction_helper/recompute_eviction_helper.py`` L60-L118;
+        ``num_required_blocks``, ``block_manager/default_block_manager.py`` L26-L34); those the
+        trie holds already and gives back at once (``_finish_admission`` runs ``BlockTrie.allocate``
+        after ``block_manager.allocate``, ``scheduler.py`` L451-L453, which substitutes the trie's
+        block for an identical one of the sequence, ``block_trie/trie.py`` L590-L597, except the
+        fresh range: after a hit off the block grid, every complete block of the prompt,
+        L394-L399; so none then); and the decode's blocks past the prompt's
+        (``evict_for_seq`` before the decode's ``allocate``)."""
+        B = self.frozen_block
+        hit, prompt, *running = self.admitting
+        if self.state_capacity is None:
+            free = self.capacity_bytes - self.used_bytes
+        else:
+            free = self.kv_capacity_bytes - self.kv_bytes
+        free //= B * self.kv_bytes_per_token
+        blocks = -(-prompt // B) - hit // B
+        need_tok = self._plan_new(seq, span, [])[0]
+        cached = 0 if hit % B else max(0, min(span.total - need_tok, prompt) // B - hit // B)
+        decode = -(-max([prompt, *running]) // B) - -(-prompt // B)
+        return free, blocks, cached, decode
+
+    def _saveable(self, seq, span: Span, checkpoints: list[int]) -> list[int]:
+        """``admit_from_anchor`` (LMDeploy, sequential mode): the checkpoint at the prompt's end,
+        off the block grid, needs a frozen block taken from the free blocks left once the prompt's
+        blocks from the restored one on are allocated, without evicting anything
+        (``CheckpointLifecycle._create_checkpoint``, ``paging/block_trie/checkpoint_lifecycle.py``
+        L404-L406, raises ``MemoryError`` and ``reserve_save`` L85-L88 saves nothing): admission
+        evicts exactly what the prompt's blocks lack (``_evict_for_ssm``,
+        ``eviction_helper/recompute_eviction_helper.py`` L69-L118), so the checkpoint is saved
+        only where a block is free beyond them, or given back by the trie (``_admission``), once
+        they are allocated. Called before the extent: a checkpoint not saved keeps no KV past the
+        prompt's last whole block (its partial block is the sequence's own, freed at its end)."""
+        prompt = self.admitting[1]
+        if prompt % self.frozen_block == 0:
+            return checkpoints
+        free, blocks, cached, decode = self._admission(seq, span)
+        left = max(free, blocks) - blocks + cached  # free once the prompt's blocks are in
+        if left >= 1:
+            # the decode then evicts for its blocks, frozen checkpoints first, least recent first
+            # (``BlockTrie.evict``, ``block_trie/trie.py`` L634-L648): where fewer others are left
+            # than it evicts, this request's own, just saved, goes too
+            short = decode + 1 - left
+            if short <= 0 or self._frozen_evictable() - max(0, blocks - free) >= short:
+                return checkpoints
+        return [c for c in checkpoints if span.tokens(c) != prompt]
+
+    def _frozen_evictable(self) -> int:
+        """Checkpoints off the block grid the policy may evict now (its ``frozen`` list)."""
+        keys = getattr(self.policy, "keys", None)
+        if keys is None:
+            return 0
+        return sum(1 for n in self.iter_nodes() if n is not self.root and n.has_state and "frozen" in keys(n))
 
     def _extent(self, span: Span, checkpoints: list[int]) -> int:
         """Symbols of an inserted sequence whose KV the engine keeps."""
@@ -1430,7 +1513,7 @@ class EngineTree(HybridRadixTree):
             if n is not self.root and n.has_state
         )
         assert frozen == self.frozen_tokens, (frozen, self.frozen_tokens)
-        if self.kv_page:
+        if self.kv_page or self.block_copies:
             assert self._pad == self._page_pad(), (self._pad, self._page_pad())
         super().check_invariants()
 

@@ -617,7 +617,7 @@ class Simulation:
         f.decode_cps = sorted(set(f.prefill_cps) | set(f.decode_cps))
         f.prefill_cps = []
         if getattr(self.tree, "admit_from_anchor", False):  # its insert makes room as LMDeploy admits it
-            self.tree.admitting = (f.hit_tokens, f.tok_in)
+            self.tree.admitting = (f.hit_tokens, f.tok_in, f.tok_full)
         self.hold_running(f, t)
         self.served_at_once(f, t)
         return f

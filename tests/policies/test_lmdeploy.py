@@ -132,20 +132,23 @@ def test_lmdeploy_preset_block_from_config_and_anchor_replacement():
 
 
 def test_lmdeploy_evicts_frozen_partial_checkpoints_first():
-    # One budget, block 64, 64-token forwards. r0 (100 + 5 tokens): forwards end at 64 and 100,
-    # one anchor (64): the prompt-end checkpoint at 100 replaces the one at 64. The trie keeps
-    # [0, 64), the frozen block [64, 100): 100 tokens + 28 (frozen up to 128) = 256 B, a state:
-    # 272 B. r1 (unrelated 10 + 5): a frozen checkpoint at 10 (anchor 0): 10 + 54 tokens + a
-    # state = 144 B -> 416 > 400: r0's frozen checkpoint at 100 goes first, with the tail only
-    # it held (36 tokens + 28 frozen + the state = 144 B), not r0's older trie block: 272 B.
-    # r2 = r0's first 110 tokens: [0, 64) has no state -> no hit; its checkpoint at 110 (again
-    # replacing its own at 64): 46 + 18 tokens + a state = 144 B -> 416 > 400: r1's frozen
-    # checkpoint (t1) goes, and its whole 10-token tail with it.
-    trace = one_per_session((toks(0, 100), toks(100, 5)), (toks(500, 10), toks(510, 5)), (toks(0, 110), toks(0, 0)))
+    # One budget, block 64 (128 B a block, 16 B a state), 64-token forwards. r0 (100 + 5 tokens):
+    # forwards end at 64 and 100, one anchor (64): the prompt-end checkpoint at 100 replaces the
+    # one at 64. The trie keeps [0, 64), the frozen block [64, 100) (100 tokens + 28 = 256 B), a
+    # state: 272 B. r1 (unrelated 70 + 5): admission needs its two blocks, one is free, so one goes,
+    # frozen checkpoints first (``BlockTrie.evict``, block_trie/trie.py L634-L648): r0's at 100,
+    # with the tail only it held (36 tokens), not r0's older trie block. Its blocks then fill the
+    # freed room: its save at 70 finds no free block for its frozen copy (``_create_checkpoint``
+    # takes it without evicting, checkpoint_lifecycle.py L397-L406; ``reserve_save`` L85-L88 saves
+    # nothing) and r1 keeps its state at 64 on its one full block. r2 = r0's first 110 tokens: no
+    # state on [0, 64) -> no hit; admission evicts one block, r1's (its state with it: the least
+    # recent leaf; r0's block is on r2's path), the trie gives r0's block back (it holds it
+    # already), so r2's save at 110 finds a free block for its frozen copy.
+    trace = one_per_session((toks(0, 100), toks(100, 5)), (toks(500, 70), toks(600, 5)), (toks(0, 110), toks(0, 0)))
     got, sim = run(trace, "lmdeploy", spec=TINY, capacity=400, prefill_chunk_tokens=64)
     assert got == [0, 0, 0]
     st = sim.tree.stats
-    assert (st.states_evicted, st.kv_tokens_evicted) == (2, 36 + 10)
+    assert (st.states_evicted, st.kv_tokens_evicted) == (2, 36 + 64)
     assert state_depths(sim.tree) == [110]  # 64 never made it: one insert keeps one state per anchor
     assert sim.tree.kv_tokens == 110 and sim.tree.used_bytes == (110 + 18) * 2 + 16
     sim.tree.check_invariants()
@@ -388,3 +391,99 @@ def test_lmdeploy_admission_fallback_reports_what_the_failed_attempt_evicted():
     assert res.inserted and res.evicted_kv_tokens == B
     assert tree.lookup(y).match_tokens == 0 and tree.kv_tokens == 4 * B
     tree.check_invariants()
+
+
+# ---------------------------------------------------------------------- session 16 (issue 43)
+# Rules 7, 10-12 of benchmarks/results/2026-12-06-differential-s16: each trace's hits are the ones
+# ``benchmarks/differential_lmdeploy.py``'s harness gives driving LMDeploy 1263d5cd8's own
+# scheduler and block trie (block 16, the tiny model's bytes: 32 B a block, 16 B a state).
+
+
+def _pools(blocks, states=4):
+    return {"capacity": blocks * B * 2 + states * 16, "state_pool": str(states), "block_size": B}
+
+
+def test_lmdeploy_a_path_parting_inside_a_block_holds_its_own_copy_of_it():
+    """Rule 7: the trie keys a node by a full block (``_extend_trie_path``, block_trie/trie.py
+    L545-L598), so two paths that part inside a block each hold a whole copy of it and the
+    shared tokens above hold none (``EngineRules.block_copies``, ``EngineTree._node_pad``). Four
+    32-token prompts share their first 13 tokens: eight blocks, where the radix tree's tokens (89)
+    fill 5.6; with eight blocks in the pool P1's state is gone when P1 + 8 comes and it reuses
+    nothing (the harness: 0, 0, 0, 0, 32, 0; counting the shared tokens once: ..., 32, 32)."""
+    T = toks(0, 13)
+    P = [cat(T, toks(100 * (k + 1), 19)) for k in range(4)]
+    outs = [toks(5000 + 100 * k, 1) for k in range(6)]
+    trace = one_per_session(*zip([*P, cat(P[0], toks(900, 8)), cat(P[1], toks(910, 8))], outs))
+    got, sim = run(trace, "lmdeploy", spec=TINY, **_pools(8))
+    assert got == [0, 0, 0, 0, 32, 0]
+    sim.tree.check_invariants()
+    tree = _preset_trie("lmdeploy")
+    for k, p in enumerate(P[:2]):
+        _save(tree, p, len(p), 1.0 + k)
+    assert tree.kv_tokens == 32 + 19 and tree.kv_bytes == 4 * B * 2  # two blocks each
+    tree.check_invariants()
+
+
+def test_lmdeploy_a_save_takes_its_frozen_block_only_from_free_blocks():
+    """Rule 10: a checkpoint off the block grid needs a frozen block, which ``_create_checkpoint``
+    allocates without evicting (block_trie/checkpoint_lifecycle.py L397-L406); with none free it
+    raises ``MemoryError`` and ``reserve_save`` saves nothing (L85-L88), after the admission freed
+    only the prompt's blocks (``_evict_for_ssm``). Six blocks: A (40: two trie blocks and a frozen
+    one), then B (40): its three blocks take the three free ones, its save finds none, so B + 8
+    reuses nothing; A's state stays. The preset made room for B's frozen block too (A's went) and
+    gave 0, 0, 40, 0; the harness gives 0, 0, 0, 0 (seven blocks: 0, 0, 40, 40 on both sides)."""
+    A, Bq = toks(0, 40), toks(500, 40)
+    trace = one_per_session(
+        (A, toks(5000, 1)),
+        (Bq, toks(5100, 1)),
+        (cat(Bq, toks(600, 8)), toks(5200, 1)),
+        (cat(A, toks(700, 8)), toks(5300, 1)),
+    )
+    for blocks, hits in ((6, [0, 0, 0, 0]), (7, [0, 0, 40, 40])):
+        got, sim = run(trace, "lmdeploy", spec=TINY, **_pools(blocks))
+        assert got == hits
+        sim.tree.check_invariants()
+
+
+def test_lmdeploy_the_decode_evicts_for_the_blocks_the_sequence_holds():
+    """Rule 11: admission makes room for the prompt's blocks from the restored one on, cached ones
+    counted; ``_finish_admission`` then gives back those the trie holds already (``BlockTrie.allocate``
+    after ``block_manager.allocate``, scheduler.py L451-L453; block_trie/trie.py L590-L597, none
+    after a hit off the block grid, L394-L399), the save takes a free block, and the decode evicts
+    for its own blocks, its partial last one included (``evict_for_seq``), which the tree does not
+    keep. Eight blocks: Y and W (two each), Z (48 tokens, 25 output: 72 tokens, five blocks) finds
+    four free, takes three for its prompt and evicts one for its decode: Y's last block with Y's
+    state, so Y + 8 reuses nothing (the harness: 0, 0, 0, 0, 0; the preset made room for the
+    four whole blocks it keeps: ..., 32, 0). With 17 output tokens (64: four blocks) nothing goes."""
+    Y, W, Z = toks(0, 32), toks(300, 32), toks(600, 48)
+    for out, hits in ((25, [0, 0, 0, 0, 0]), (17, [0, 0, 0, 32, 0])):
+        trace = one_per_session(
+            (Y, toks(5000, 1)),
+            (W, toks(5100, 1)),
+            (Z, toks(5200, out)),
+            (cat(Y, toks(700, 8)), toks(5300, 1)),
+            (cat(W, toks(800, 8)), toks(5400, 1)),
+        )
+        got, sim = run(trace, "lmdeploy", spec=TINY, **_pools(8))
+        assert got == hits
+        sim.tree.check_invariants()
+
+
+def test_lmdeploy_the_decode_evicts_the_requests_own_new_checkpoint_first():
+    """Rule 12: the decode's eviction takes frozen checkpoints first, least recent first
+    (``BlockTrie.evict``, block_trie/trie.py L634-L648), the request's own, just saved, among them:
+    where no other is left, its own goes before any trie block. Eight blocks: X (48) and W (32)
+    hold five; R (X's first 32 tokens and 8 more, 40 output tokens) saves at 40 (a frozen block) and
+    its decode needs one block more: its own checkpoint goes, so W + 8 and X + 8 reuse 32 and 48
+    (the harness: 0, 0, 0, 32, 48). Rules 10-11 without this one gave up X's last block: ..., 0, 0."""
+    X, W = toks(0, 48), toks(300, 32)
+    trace = one_per_session(
+        (X, toks(5000, 1)),
+        (W, toks(5100, 1)),
+        (cat(toks(0, 32), toks(800, 8)), toks(5150, 40)),
+        (cat(W, toks(600, 8)), toks(5200, 1)),
+        (cat(X, toks(700, 8)), toks(5300, 1)),
+    )
+    got, sim = run(trace, "lmdeploy", spec=TINY, **_pools(8, 3))
+    assert got == [0, 0, 0, 32, 48]
+    sim.tree.check_invariants()
