@@ -160,6 +160,7 @@ class EngineTree(HybridRadixTree):
         self._pending = (0, 0)  # (KV bytes, states) the insert being planned needs
         self._planning = None  # (seq, span, checkpoints) of that insert, while it makes room
         self._held_to = 0  # ``pages_one_by_one``: the tokens that insert's request holds (its hit)
+        self._detached: set[Node] = set()  # ``pages_one_by_one``: running leaves a state victim detached
         self._state_drain = False  # a state pool's victims are being taken (``_detach_stale_blocks``)
         self._lost: set[int] = set()  # ``pages_one_by_one``: snapshot points the insert being made loses
         self.snapshots_lost = 0  # snapshots whose block went making room for their own page
@@ -591,15 +592,34 @@ class EngineTree(HybridRadixTree):
         top = node.parent.depth_tokens
         return floor > top and (floor - top) % self.block_tokens == 0
 
-    def release_path(self, node: Node | None, tail: tuple[Node, float] | None) -> None:
+    def release_path(self, node: Node | None, tail: tuple[Node, float] | None, *, tag: object = None) -> None:
         """After a running request's end insert (``--scheduler fcfs`` with the pools): the blocks it
         held, its path to ``node``, go to the queue now (``close`` releases them, last block first:
         ``_core/_kv_cache.py`` ``_clear_blocks``), also where the end insert added nothing (its
         prompt's states all gone since its prefill); its partial last block keeps its place
         (``keep_partial_tail``)."""
+        if node is not None and node in self._detached:
+            self._detached.discard(node)
+            if node.parent is not None and not node.children and not node.has_state and node.lock == 0:
+                outer, self._tag = self._tag, tag
+                try:
+                    self._free_detached(node)
+                finally:
+                    self._tag = outer
+                return
         if self.pages_one_by_one and node is not None and node.parent is not None:
             self.touch_path(node, self.now)
         self.keep_partial_tail(tail)
+
+    def _free_detached(self, node: Node) -> None:
+        """A running leaf a state victim detached (``drop_state``) goes at its request's end, with
+        each ancestor left a leaf without a state: its blocks left the engine's tree then, and
+        ``close`` frees their pages instead of queueing them (not ``in_tree``)."""
+        while node.parent is not None and not node.children and not node.has_state and not node.lock:
+            parent = node.parent
+            self._forget_frozen(node)
+            HybridRadixTree.evict(self, node)
+            node = parent
 
     def keep_partial_tail(self, tail: tuple[Node, float] | None) -> None:
         """After the request's end insert: its prompt's partial last block keeps the recency it had
@@ -1361,6 +1381,11 @@ class EngineTree(HybridRadixTree):
         return 1, freed_kv
 
     def drop_state(self, node: Node) -> tuple[int, int]:
+        if self.pages_one_by_one and self._state_drain and node.lock and not node.children:
+            # TensorRT-LLM: the recurrent page's block and each ancestor left a leaf without one
+            # are detached whether or not a request holds them (``clear_stale_blocks_after_page_unlink``,
+            # ``_block_radix_tree.py`` L572-L597); the running request keeps their pages to its end
+            self._detached.add(node)
         self._forget_frozen(node)
         s, kv = super().drop_state(node)
         if node.parent is not None:

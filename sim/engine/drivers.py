@@ -197,7 +197,7 @@ def run_des(sim: Simulation) -> None:
             if charge_running:  # the end insert, then the blocks it held go (``held_after`` first)
                 held, kept = f.locked, sim.tree.partial_tail(f.locked)
                 sim.insert_decode(f, env.now)
-                sim.tree.release_path(held, kept)  # before the decode's pages evict
+                sim.tree.release_path(held, kept, tag=(f, env.now))  # before the decode's pages evict
                 sim.finish_running(f, env.now)
             else:
                 sim.insert_decode(f, env.now)

@@ -847,25 +847,26 @@ def test_a_requests_end_puts_its_blocks_in_the_queue_even_when_it_inserts_nothin
     first (``_core/_kv_cache.py`` ``_clear_blocks``), also where its end commits nothing (its
     prompt's snapshot went since its prefill: the end insert adds no state, so nothing of its path
     was touched), and before its decode's pages evict anything (``resize`` at its end, while it
-    still holds them: ``EngineTree.release_path`` then ``Simulation.finish_running``). One
-    recurrent page: A (64, snapshot 64) is committed at 1 and runs; B (32, snapshot 32) takes A's
-    snapshot page (A's KV stays: A holds it); A ends at 3; C (64, snapshot 64) needs a page more
-    than is free: the queue's front is B's block (2), not A's last (3). Left at A's commit (1), A's
-    last block went and A kept 32 tokens."""
-    t = _paged_tree(4, 1)
-    A = toks(0, 64)
-    leaf = t.insert(A, 64, [64], t.set_time(1.0), lock=True).end_node
-    _ins(t, toks(500, 32), [32], 2.0)
-    assert state_depths(t) == [32] and leaf.depth_tokens == 64 and not leaf.has_state
+    still holds them: ``EngineTree.release_path`` then ``Simulation.finish_running``). Three
+    attention pages: A (40, snapshot 40) is committed at 1 and runs; B (64) takes A's partial copy
+    with A's snapshot (rule 28), A keeps its first block; A ends at 3; C (32) needs a page: the
+    queue's front is B's last block (2), not A's block (3). Left at A's commit (1), A's block went
+    and B kept its snapshot."""
+    t = _paged_tree(3, 4)
+    A = toks(0, 40)
+    leaf = t.insert(A, 40, [40], t.set_time(1.0), lock=True).end_node
+    _ins(t, toks(500, 64), [64], 2.0)
+    assert state_depths(t) == [64] and leaf.depth_tokens == 32 and not leaf.has_state
     now = t.set_time(3.0)
-    end = t.insert(A, 64, [], now, protect=leaf)  # the end adds nothing: its state is gone
+    end = t.insert(A[:32], 32, [], now, protect=leaf)  # the end adds nothing: its state is gone
     t.unlock(leaf)
     t.refresh_inserted(end, now, final=True)
     assert leaf.last_access == 1.0
     t.release_path(leaf, None)
     assert leaf.last_access == 3.0
-    _ins(t, toks(900, 64), [64], 4.0)
-    assert state_depths(t) == [64] and leaf.depth_tokens == 64 and t.kv_tokens == 64 + 64
+    _ins(t, toks(900, 32), [32], 4.0)
+    assert state_depths(t) == [32] and leaf.parent is not None and t.kv_tokens == 32 + 32 + 32
+    t.check_invariants()
 
 
 def test_a_request_takes_a_page_for_every_block_from_its_hit_before_it_rebases():
@@ -893,3 +894,28 @@ def test_a_request_takes_a_page_for_every_block_from_its_hit_before_it_rebases()
         sim.tree.check_invariants()
     got, _ = run(trace, "trtllm", spec=TINY, capacity=8 * 64 + 5 * 16, state_pool="5", **knobs)
     assert got == [0, 0, 32, 32]
+
+
+def test_a_state_victim_on_a_running_leaf_takes_its_chain_out_of_the_tree():
+    """Rule 31 (``--scheduler fcfs``): a recurrent page's eviction detaches its block and each
+    ancestor left a leaf without one whether or not a request holds them
+    (``clear_stale_blocks_after_page_unlink``, ``_block_radix_tree.py`` L572-L597 at 065ff9e9: the
+    walk asks only for a recurrent page and children), so a running request whose prompt-end
+    snapshot is taken loses its whole chain from the tree; it keeps the pages to its ``close``,
+    which frees them instead of queueing them (no longer in the tree). One recurrent page: A (64,
+    snapshot 64) runs; B (64, snapshot 64) takes A's page; A's KV stays charged while A runs (its
+    pages), and goes at its end (``EngineTree.release_path``). Queued there, it was a KV victim
+    later, after older blocks. (ShareGPT 100 sessions, 2GB, interval 256 + end 0, ``--scheduler
+    fcfs``: event 381, the snapshot at 459 of a request still decoding; with this rule the two
+    trees hold the same blocks outside each such request's run.)"""
+    t = _paged_tree(4, 1)
+    A = toks(0, 64)
+    leaf = t.insert(A, 64, [64], t.set_time(1.0), lock=True).end_node
+    _ins(t, toks(500, 64), [64], 2.0)
+    assert state_depths(t) == [64] and t.kv_tokens == 64 + 64 and leaf.parent is not None
+    now = t.set_time(3.0)
+    t.refresh_inserted(t.insert(A, 64, [], now, protect=leaf), now, final=True)
+    t.unlock(leaf)
+    t.release_path(leaf, None)
+    assert leaf.parent is None and t.kv_tokens == 64 and 0 not in t.root.children
+    t.check_invariants()
