@@ -1,7 +1,7 @@
 """Benchmark: the project's chunked SSD (Mamba2) forward vs mamba_ssm's and FLA's on a CUDA GPU.
 
     python benchmarks/ssd_bench.py [--small] [--lengths 4096,8192] [--json out.json]
-        [--no-mamba] [--no-fla] [--profile]
+        [--no-mamba] [--no-fla] [--profile] [--variant NAME:VAR=VALUE]
     python benchmarks/ssd_bench.py --sweep [--lengths 32768]    (ours at each state-loop config)
 
 Shapes: the Mamba2 layers of the presets (``SHAPES``: marconi-7b, Nemotron-H 8B; heads x head dim,
@@ -108,8 +108,42 @@ def _fla():
     return chunk_simple_gla
 
 
-def calls(torch, T, H, P, N, G, use_mamba=True, use_fla=True) -> dict:
-    """mode -> a no-argument call on the shape's inputs."""
+def _with_env(fn, env: dict):
+    """``fn`` called with ``env`` set (the kernels read their launch configurations per call)."""
+
+    def call():
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            return fn()
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    return call
+
+
+def parse_variants(text: str | None) -> list:
+    """``NAME:VAR=VALUE[;NAME:VAR=VALUE]`` -> [(name, {VAR: VALUE})] (a value may hold '=' and ',')."""
+    out = []
+    for item in (text or "").split(";"):
+        if not item.strip():
+            continue
+        name, sep, assign = item.partition(":")
+        var, eq, value = assign.partition("=")
+        if not sep or not eq or not name.strip() or not var.strip():
+            print(f"ssd_bench: --variant {item!r}: expected NAME:VAR=VALUE", file=sys.stderr)
+            sys.exit(2)
+        out.append((name.strip(), {var.strip(): value}))
+    return out
+
+
+def calls(torch, T, H, P, N, G, use_mamba=True, use_fla=True, variants=()) -> dict:
+    """mode -> a no-argument call on the shape's inputs (``variants``: extra ``states-NAME`` and
+    ``states256-NAME`` modes run with the variant's environment)."""
     import torch.nn.functional as F
 
     from kernels import chunk_ssd, prepare_chunk_metadata
@@ -124,6 +158,9 @@ def calls(torch, T, H, P, N, G, use_mamba=True, use_fla=True) -> dict:
         "states256": lambda: chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, chunk_metadata=meta4),
         "nostates": lambda: chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, chunk_metadata=meta, boundary_states=False),
     }
+    for name, env in variants:
+        fns[f"states-{name}"] = _with_env(fns["states"], env)
+        fns[f"states256-{name}"] = _with_env(fns["states256"], env)
     scan = _mamba() if use_mamba else None
     if scan is not None:
         for cs in (256, 128):
@@ -180,6 +217,12 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
     ap.add_argument("--no-mamba", action="store_true")
     ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument(
+        "--variant",
+        default=None,
+        help="extra 'states-NAME' / 'states256-NAME' rows run with launch configs from the environment, "
+        "e.g. 'prep:KERNELS_CONFIG_SSD_STATE=PREP=1' (several joined by ';')",
+    )
     ap.add_argument("--profile", action="store_true", help="per-kernel device times (torch.profiler) at the longest T")
     ap.add_argument(
         "--sweep",
@@ -187,6 +230,7 @@ def main(argv=None) -> int:
         help="instead: ours ('states') at each state-loop configuration of SWEEP (Nemotron-H 8B shape)",
     )
     args = ap.parse_args(argv)
+    variants = parse_variants(args.variant)
     mods = _cuda()
     if mods is None:
         return 2
@@ -203,7 +247,7 @@ def main(argv=None) -> int:
     rows = []
     for name, H, P, N, G in SHAPES:
         for T in lengths:
-            fns = calls(torch, T, H, P, N, G, not args.no_mamba, not args.no_fla)
+            fns = calls(torch, T, H, P, N, G, not args.no_mamba, not args.no_fla, variants)
             times = {}
             for mode, fn in fns.items():
                 fn()
@@ -225,12 +269,12 @@ def main(argv=None) -> int:
                         ratio_graph=graph / best[1] if best[1] else None,
                     )
                 )  # fmt: skip
-    print(f"{'shape':<14} {'T':>6} {'mode':<9} {'plain ms':>9} {'graph ms':>9} {'x best':>7} {'x best(g)':>9}")
+    print(f"{'shape':<14} {'T':>6} {'mode':<14} {'plain ms':>9} {'graph ms':>9} {'x best':>7} {'x best(g)':>9}")
     for r in rows:
         rp = f"{r['ratio_plain']:.2f}" if r["ratio_plain"] else "-"
         rg = f"{r['ratio_graph']:.2f}" if r["ratio_graph"] else "-"
         print(
-            f"{r['shape']:<14} {r['T']:>6} {r['mode']:<9} {r['plain_ms']:>9.3f} {r['graph_ms']:>9.3f} {rp:>7} {rg:>9}"
+            f"{r['shape']:<14} {r['T']:>6} {r['mode']:<14} {r['plain_ms']:>9.3f} {r['graph_ms']:>9.3f} {rp:>7} {rg:>9}"
         )
     if args.json:
         with open(args.json, "x") as fh:

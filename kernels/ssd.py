@@ -14,7 +14,8 @@ In 64-token chunks aligned to absolute multiples of 64 (the grid of ``chunk_gate
     output       Y   = diag(exp(gamma)) C S_{c-1}^T + (C B^T o Lmask) diag(dt) X + D X,
                  Lmask_ij = exp(gamma_i - gamma_j) for i >= j, else 0
 
-Two kernels:
+Two kernels (three with ``PREP``, the 16-bit default: ``_ssd_prep_kernel`` first computes every
+chunk's dt and gamma in parallel, which kernel 1 then reads):
   1. ``_ssd_state_kernel`` (sequence x head x P block, serial over the sequence's chunks): per
      chunk dt and gamma (stored for kernel 2), the chunk-start state S_{c-1} (input dtype, read by
      kernel 2), s_c as one product and S_c; the state at every emitted boundary (``state_dtype``,
@@ -55,12 +56,18 @@ __all__ = ["chunk_ssd", "SSD_CONFIGS"]
 #: of BP 64 (mma.sync products, not wgmma, and still the x tile by cp.async), 115-128 registers
 #: and no spills compiled for sm_90a on triton 3.6 and 3.9. The rest chosen by compiling for
 #: sm_90a at that shape (not measured): none spills; fp32's output spills at BP 64 with tf32x3's
-#: triple products. ``KERNELS_CONFIG_SSD_STATE`` / ``KERNELS_CONFIG_SSD_OUT`` (e.g.
+#: triple products. ``PREP`` (half inputs): each chunk's dt and gamma come from
+#: ``_ssd_prep_kernel`` (chunk x head, parallel) ahead of the loop instead of being computed inside
+#: it by each P block: the same bits, and 4.5-7 % off the call with the fp32 state at every 64
+#: tokens on the H200 (session 16, ``ssd_bench --variant prep:...``, graphed: 2.804 -> 2.660 ms
+#: marconi-7b and 2.891 -> 2.693 Nemotron-H 8B at 32K; 0.666 -> 0.635, 0.691 -> 0.646 at 8K); fp32
+#: keeps the loop's own (not measured). ``FUSE`` (the output inside the loop) is off: 1.3-1.4x
+#: slower. ``KERNELS_CONFIG_SSD_STATE`` / ``KERNELS_CONFIG_SSD_OUT`` (e.g.
 #: "BP=32,num_warps=4,num_stages=3") override them.
 SSD_CONFIGS = {
     "state": {
-        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0),
-        "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0),
+        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1),
+        "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0),
     },
     "out": {"half": dict(BP=64, num_warps=4, num_stages=2), "fp32": dict(BP=32, num_warps=8, num_stages=1)},
 }
@@ -96,6 +103,41 @@ def _chunk_rows(chunk_info, i_c):
 
 
 @triton.jit
+def _chunk_dt(dt, dt_bias, A, tc, m, i_h, sdt, sdh, dt_min, dt_max, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
+              CLAMP: tl.constexpr):  # fmt: skip
+    """A chunk's step sizes (bias, softplus, clamp; 0 on rows that are not real) and the
+    chunk-local cumsum of the log decay ``gamma``, both ``[64]`` fp32."""
+    d = tl.load(dt + tc * sdt + i_h * sdh, mask=m, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        d += tl.load(dt_bias + i_h).to(tl.float32)
+    if SOFTPLUS:
+        # log(1 + e^x), x itself above 20 as torch's softplus; e^x where 1 + e^x rounds to 1
+        e = tl.exp(tl.minimum(d, 20.0))
+        d = tl.where(d > 20.0, d, tl.where(d < -15.0, e, tl.log(1.0 + e)))
+    if CLAMP:
+        d = tl.minimum(tl.maximum(d, dt_min), dt_max)
+    d = tl.where(m, d, 0.0)
+    return d, tl.cumsum(d * tl.load(A + i_h).to(tl.float32), 0)
+
+
+@triton.jit(do_not_specialize=["dt_min", "dt_max"])
+def _ssd_prep_kernel(
+    dt, dt_bias, A, gam_out, dt_out, chunk_info, sdt, sdh, dt_min, dt_max,
+    H: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr,
+):  # fmt: skip
+    """``PREP``: every chunk's dt and gamma (chunk x head, parallel), which the state loop and the
+    output kernel then read, so that the serial loop holds no softplus or cumsum."""
+    i_c = tl.program_id(0)
+    i_h = tl.program_id(1)
+    m, tc = _chunk_rows(chunk_info, i_c)
+    d, gam = _chunk_dt(dt, dt_bias, A, tc, m, i_h, sdt, sdh, dt_min, dt_max, HAS_BIAS, SOFTPLUS, CLAMP)
+    r = tl.arange(0, 64)
+    row = (i_c * H + i_h).to(tl.int64) * 64
+    tl.store(gam_out + row + r, gam)
+    tl.store(dt_out + row + r, d)
+
+
+@triton.jit
 def _out_tile(Ct, Bt, Sp, X, g, d, Dv, i_h, oP, mP, P: tl.constexpr, HAS_D: tl.constexpr, D_PER_P: tl.constexpr,
               DOT: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
     """A chunk's output rows ``[64, BP]`` from C, B (``[64, BN]``), the chunk-start state ``Sp``
@@ -122,7 +164,7 @@ def _ssd_state_step(
     sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max,
     H: tl.constexpr, GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, HAS_BIAS: tl.constexpr,
     SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
-    FUSE: tl.constexpr, HAS_D: tl.constexpr, D_PER_P: tl.constexpr,
+    FUSE: tl.constexpr, HAS_D: tl.constexpr, D_PER_P: tl.constexpr, PREP: tl.constexpr,
 ):  # fmt: skip
     # the chunk's rows from its first (virtual) token ``ts``: affine in the chunk index, so that the
     # loop's loads can be issued ahead (a row table read per chunk would serialise them)
@@ -130,24 +172,20 @@ def _ssd_state_step(
     t = ts + r
     m = (t >= bos) & (t < eos)
     tc = tl.where(m, t, 0).to(tl.int64)
-    # the step sizes and the chunk-local cumsum of the log decay (every P block computes them; the
-    # first stores them for the output kernel)
-    d = tl.load(dt + tc * sdt + i_h * sdh, mask=m, other=0.0).to(tl.float32)
-    if HAS_BIAS:
-        d += tl.load(dt_bias + i_h).to(tl.float32)
-    if SOFTPLUS:
-        # log(1 + e^x), x itself above 20 as torch's softplus; e^x where 1 + e^x rounds to 1
-        e = tl.exp(tl.minimum(d, 20.0))
-        d = tl.where(d > 20.0, d, tl.where(d < -15.0, e, tl.log(1.0 + e)))
-    if CLAMP:
-        d = tl.minimum(tl.maximum(d, dt_min), dt_max)
-    d = tl.where(m, d, 0.0)
-    gam = tl.cumsum(d * tl.load(A + i_h).to(tl.float32), 0)
+    row = (c * H + i_h).to(tl.int64)
+    if PREP:
+        # the step sizes and gamma as ``_ssd_prep_kernel`` stored them
+        d = tl.load(dt_out + row * 64 + r)
+        gam = tl.load(gam_out + row * 64 + r)
+    else:
+        # the step sizes and the chunk-local cumsum of the log decay (every P block computes them;
+        # the first stores them for the output kernel)
+        d, gam = _chunk_dt(dt, dt_bias, A, tc, m, i_h, sdt, sdh, dt_min, dt_max, HAS_BIAS, SOFTPLUS, CLAMP)
     if not FUSE:
-        row = (c * H + i_h).to(tl.int64)
-        first = (r * 0 + i_p) == 0  # a full-shape mask (triton 3.9's interpreter)
-        tl.store(gam_out + row * 64 + r, gam, mask=first)
-        tl.store(dt_out + row * 64 + r, d, mask=first)
+        if not PREP:
+            first = (r * 0 + i_p) == 0  # a full-shape mask (triton 3.9's interpreter)
+            tl.store(gam_out + row * 64 + r, gam, mask=first)
+            tl.store(dt_out + row * 64 + r, d, mask=first)
         # the chunk-start state, read by the output kernel
         tl.store(hs + row * (P * N) + sidx, S.to(hs.dtype.element_ty), mask=mPN)
     last = tl.sum(tl.where(r == 63, gam, 0.0), 0)
@@ -186,7 +224,7 @@ def _ssd_state_kernel(
     H: tl.constexpr, GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr,
     DOT: tl.constexpr, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr, FUSE: tl.constexpr, HAS_D: tl.constexpr,
-    D_PER_P: tl.constexpr,
+    D_PER_P: tl.constexpr, PREP: tl.constexpr,
 ):  # fmt: skip
     i_n = tl.program_id(0)
     i_h = tl.program_id(1)
@@ -209,7 +247,7 @@ def _ssd_state_kernel(
             S = _ssd_state_step(
                 c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb,
                 store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
-                GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P,
+                GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P, PREP,
             )  # fmt: skip
             c += 1
     else:
@@ -217,7 +255,7 @@ def _ssd_state_kernel(
             S = _ssd_state_step(
                 c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb,
                 store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
-                GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P,
+                GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P, PREP,
             )  # fmt: skip
     tl.store(ht + sbase + sidx, S, mask=mPN)
 
@@ -348,6 +386,7 @@ def chunk_ssd(x, dt, A, B, C, **options):
     cfg = _config("state", f32_in)
     BP = min(cfg.pop("BP"), Pp, 32 if BN >= 256 else Pp)
     fuse = bool(cfg.pop("FUSE"))
+    prep = bool(cfg.pop("PREP")) and not fuse
     store = store_b and meta.num_boundaries > 0
     # scratch of the output kernel: each chunk's gamma and dt, its start state in the input dtype
     # (not made where the output is computed inside the loop, ``FUSE``)
@@ -355,13 +394,18 @@ def chunk_ssd(x, dt, A, B, C, **options):
     dtc = torch.empty_like(gam)
     hs = torch.empty(0 if fuse else NT * H * P * N, dtype=dtype, device=dev)
     has_d, d_per_p = D is not None, D is not None and D.dim() == 2
+    if prep:
+        _ssd_prep_kernel[(NT, H)](
+            dt2, bias, A32, gam, dtc, meta.chunk_info, dt2.stride(0), dt2.stride(1), lo, hi,
+            H=H, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp,
+        )  # fmt: skip
     _ssd_state_kernel[(S, H, triton.cdiv(P, BP))](
         x2, dt2, bias, A32, B2, C2, Dv, y, gam, dtc, hs, h0, ht, hb if store else ht, meta.seq_info, meta.chunk_info,
         meta.store_slot, x2.stride(0), x2.stride(1), dt2.stride(0), dt2.stride(1), B2.stride(0), B2.stride(1),
         C2.stride(0), C2.stride(1), lo, hi, int(initial_state is not None),
         H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
         CLAMP=clamp, STORE_B=store, DOT=dot, PREC=prec, WHILE_LOOP=INTERPRET, FUSE=fuse, HAS_D=has_d,
-        D_PER_P=d_per_p, **cfg,
+        D_PER_P=d_per_p, PREP=prep, **cfg,
     )  # fmt: skip
     if fuse:
         return y, ht, hb

@@ -190,10 +190,12 @@ def test_half_inputs(dtype):
 
 
 @COMPAT
-def test_output_inside_the_state_loop(monkeypatch):
-    """``FUSE=1`` (the output computed in the state loop, opt-in) against the oracle, and its
-    resume from an emitted state bit for bit, on varlen with ragged starts."""
-    monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", "FUSE=1")
+@pytest.mark.parametrize("variant", ["FUSE=1", "PREP=1"])
+def test_state_loop_variants(monkeypatch, variant):
+    """``FUSE=1`` (the output computed in the state loop, opt-in) and ``PREP=1`` (dt and gamma from
+    a parallel kernel ahead of the loop) against the oracle, and their resume from an emitted state
+    bit for bit, on varlen with ragged starts."""
+    monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", variant)
     gen = torch.Generator().manual_seed(11)
     H, P, N, G = 4, 32, 64, 2
     cu, starts = [0, 90, 200], [0, 30]
@@ -208,6 +210,27 @@ def test_output_inside_the_state_loop(monkeypatch):
         start_positions=[p],
     )  # fmt: skip
     assert torch.equal(y2, y[:, 124:]) and torch.equal(h2, ht[1:]) and torch.equal(hb2, hb[2:])
+    # the step size's options go through the variant's dt path too (clamped, then without softplus)
+    for opt in (dict(dt_limit=(0.05, 0.2)), dict(dt_softplus=False)):
+        check(chunk_ssd(x, dt.abs(), A, B, C, **kw, **opt), naive_ssd(x, dt.abs(), A, B, C, **kw, **opt), 2e-4)
+
+
+@COMPAT
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dt_from_the_prep_kernel_gives_the_loops_bits(monkeypatch, dtype):
+    """``PREP=1`` computes dt and gamma in a kernel of their own with the loop's own code
+    (``_chunk_dt``): the outputs, final and boundary states are the loop's bits (on the H200 too,
+    session 16), with a clamp, a bias and ragged varlen starts."""
+    gen = torch.Generator().manual_seed(12)
+    H, P, N, G = 4, 32, 64, 2
+    cu, starts = [0, 70, 230], [5, 64]
+    x, dt, A, B, C, D, bias, h0 = make(gen, 230, H, P, N, G, nseq=2, dtype=dtype)
+    kw = dict(D=D, dt_bias=bias, initial_state=h0, cu_seqlens=cu, start_positions=starts, dt_limit=(0.01, 2.0))
+    runs = []
+    for prep in ("PREP=0", "PREP=1"):
+        monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", prep)
+        runs.append(chunk_ssd(x, dt, A, B, C, **kw))
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
 @COMPAT
