@@ -320,6 +320,19 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ],
     ),
     "ssd_args": (["kernels/ssd_args.py"], ["tests/kernels/test_ssd.py"]),
+    # session 16: the SSD kernel's launcher and its dt-ahead-of-the-loop kernel (PREP)
+    "ssd": (["kernels/ssd.py"], ["tests/kernels/test_ssd.py", "tests/sim/replay/test_replay_mamba2.py"]),
+    # session 16: `marconi replay`'s command (its out-of-memory line among its checks and summary lines)
+    "replay_cli": (
+        ["sim/cli/replay.py"],
+        [
+            "tests/sim/cli/test_replay_out_of_memory.py",
+            "tests/sim/replay/test_replay_cli.py",
+            "tests/sim/replay/test_replay_batch.py",
+            "tests/sim/cli/test_bad_input_round2.py",
+            "tests/sim/cli/test_bad_input_round4.py",
+        ],
+    ),
     "chunk_segmented": (["kernels/chunk_segmented.py"], ["tests/kernels/test_state_segmented.py"]),
     "chunk_segmented_launch": (["kernels/chunk_segmented_launch.py"], ["tests/kernels/test_state_segmented.py"]),
     # session 10's replay memory and host-term changes, one module each with its most direct tests first
