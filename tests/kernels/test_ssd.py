@@ -234,6 +234,33 @@ def test_dt_from_the_prep_kernel_gives_the_loops_bits(monkeypatch, dtype):
 
 
 @COMPAT
+def test_inputs_with_a_strided_last_dim_give_the_contiguous_bits():
+    """x, B and C as views whose last dimension is not unit-strided (every second element of a
+    wider tensor, as a slice of a fused projection can be; or broadcast, stride 0) are made
+    contiguous before the kernels, which index that dimension as unit-strided: the contiguous
+    inputs' bits."""
+    gen = torch.Generator().manual_seed(13)
+    H, P, N, G, T = 2, 32, 32, 1, 70
+    x, dt, A, B, C, D, bias, _ = make(gen, T, H, P, N, G)
+
+    def strided(t):
+        wide = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype)
+        wide[..., ::2] = t
+        view = wide[..., ::2]
+        assert view.stride(-1) == 2
+        return view
+
+    want = chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias)
+    got = chunk_ssd(strided(x), dt, A, strided(B), strided(C), D=D, dt_bias=bias)
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+    # a last dimension broadcast (stride 0): C the same across N
+    c1 = C[..., :1]
+    want = chunk_ssd(x, dt, A, B, c1.expand_as(C).contiguous(), D=D, dt_bias=bias)
+    got = chunk_ssd(x, dt, A, B, c1.expand_as(C), D=D, dt_bias=bias)
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+
+
+@COMPAT
 def test_triton_equals_torch_on_shared_metadata():
     """Both implementations on one prepared metadata (as a model step shares it across layers)."""
     gen = torch.Generator().manual_seed(8)
