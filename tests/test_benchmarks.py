@@ -46,6 +46,11 @@ SMALLEST = {
         + ["--requests", "3", "--out", "matrix"],
         "| replay-tiny-agent-fcfs |",
     ),
+    # the time model's own share of peak per preset x trace (no GPU); a preset without hardware terms is said so
+    "replay_peak_share.py": (
+        ["--models", "replay-tiny,marconi-7b", "--trace", "synthetic:chat:sessions=1,turns=2", "--requests", "2"],
+        "marconi-7b           -                        its timing has no hardware terms",
+    ),
     # need a GPU (kernel_bench, kernel_host_probe, kernel_launch_floor, replay_bench) or compile kernels for minutes
     # (kernel_resources is run by tests/kernels/test_resources.py): their command line at least
     "kernel_bench.py": (["--help"], "usage"),
@@ -191,3 +196,23 @@ def test_gpu_benchmark_on_a_machine_without_cuda_says_so_in_one_line(script, tmp
     assert rc == 2, (out[-1000:], err[-1000:])
     assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1 and "CUDA" in err, err
+
+
+@pytest.mark.parametrize("model", ["replay-tiny", "qwen3.5-9b", "qwen3-next-80b-a3b", "nemotron-h-8b"])
+def test_peak_share_prices_what_the_time_model_prices(model, monkeypatch):
+    """``replay_peak_share.modelled_share``: its time per prefill is ``HardwareTiming.compute_ms``
+    (the FLOP terms over every layer, an independent sum) and, on whole 64-token chunks, its FLOPs
+    are the preset's ``flops(L)`` (the simulator's count); the preset's timing at one GPU."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    bench = __import__("replay_peak_share")
+    from sim.cost import default_timing, gdn_chunks, get_model
+
+    spec = get_model(model)
+    timing = bench.one_gpu(default_timing(model))
+    assert timing.gpus == 1
+    r = bench.modelled_share(spec, timing, [1024, 64])
+    want_ms = sum(timing.compute_ms(spec, 0, L, gdn_chunks(0, L)) for L in (1024, 64))
+    assert sum(r["ms"].values()) == pytest.approx(want_ms, rel=1e-12)
+    assert sum(r["flops"].values()) == pytest.approx(spec.flops(1024) + spec.flops(64), rel=1e-9)
+    assert r["quadratic"] == pytest.approx(spec.attn_layer_b * (1024**2 + 64**2) * spec.n_attn, rel=1e-12)
+    sys.modules.pop("replay_peak_share", None)
