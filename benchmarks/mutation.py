@@ -327,10 +327,13 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["sim/cli/replay.py"],
         [
             "tests/sim/cli/test_replay_out_of_memory.py",
+            "tests/sim/cli/test_replay_lines.py",
+            "tests/sim/replay/test_replay_flops.py",
             "tests/sim/replay/test_replay_cli.py",
             "tests/sim/replay/test_replay_batch.py",
             "tests/sim/cli/test_bad_input_round2.py",
             "tests/sim/cli/test_bad_input_round4.py",
+            "tests/sim/cli/test_bad_input_round3.py",
         ],
     ),
     "chunk_segmented": (["kernels/chunk_segmented.py"], ["tests/kernels/test_state_segmented.py"]),
