@@ -56,6 +56,16 @@ preset's prefill insert), its decode's growth, last commit and ``close`` at its 
 before the end insert); requests overlap as in the simulator, each running one holding its pages
 and live state in the engine's pools. Rows are written in the order the prefills ran.
 
+``--scheduler continuous`` runs it with continuous batching and drives the engine with its
+``Step`` events (``EngineHarness.run_steps``): per step, each context request's chunk as the
+simulator cut it (a first chunk is the request's match; the simulator ends chunks at the snapshot
+points, the scheduler's FORCE_CHUNK), each decoding request's capacity grown by its token, then
+``update_context_resources`` over the step's context requests, then ``finish`` for those whose last
+token was sampled. A step that preempts is not replayed (the script stops); with ``--capacity``
+the engine's pools may run dry where the simulator's charges for running requests (per token)
+are below the engine's pages (the script says so and stops). ``--sessions-per-second`` thins the
+load. Rows are written in the order the first chunks ran.
+
 Prints, for each preset compared, how many requests get the same hit as the engine; ``--out``
 writes the per-request hits (CSV).
 """
@@ -80,7 +90,7 @@ from sim.errors import UsageError
 from sim.replay.tokens import request_tokens
 from sim.simulate import build
 from traces.registry import TraceOptions, load_trace
-from differential_report import Agreement, add_hash_block_tokens, served_hits, sim_events  # this folder
+from differential_report import Agreement, add_hash_block_tokens, des_events, served_hits, sim_events  # this folder
 
 MODEL = "qwen3.5-9b"
 RADIX = "tensorrt_llm/runtime/kv_cache_manager_v2/_block_radix_tree.py"
@@ -692,6 +702,63 @@ class EngineHarness:
             raise RuntimeError(f"{len(self.live)} requests never finished")
         return hits
 
+    def run_steps(self, steps, prompts: list[list[int]], outs: list[int]) -> tuple[dict[int, int], Counter]:
+        """The simulator's ``--scheduler continuous`` steps (``Step`` events, in order) through the
+        manager. Per step, as the executor runs one (``prepare_resources``, the forward, then
+        ``update_resources``): each context request's chunk in the simulator's order (a request's
+        first chunk is its ``prepare_context`` match, ``begin``, so it sees what earlier steps
+        committed and nothing of this one), its capacity grown to the chunk's end; each decoding
+        request's capacity grown by its token; then ``update_context_resources`` over the step's
+        context requests (commits at the snapshot points a chunk ended on, ``stop_committing`` at
+        the prompt's end); a request whose last token was sampled in the step is freed
+        (``finish``). The chunks are the simulator's (its ``schedule_chunk`` ends them at the
+        snapshot points, the engine's FORCE_CHUNK). Returns the engine's hit per request id and the
+        odd cases (``start``: the engine's hit is not where the simulator's first chunk starts)."""
+        from sim.engine.events import Step  # noqa: PLC0415
+
+        hits: dict[int, int] = {}
+        odd: Counter = Counter()
+        decoded: dict[int, int] = {}  # decode steps run so far, per running request
+        for ev in steps:
+            if not isinstance(ev, Step):
+                continue
+            if ev.preempted:
+                raise RuntimeError(f"the simulator preempted requests at t = {ev.t_start:.3f} s (not replayed)")
+            for _ in range(ev.steps):
+                context, done = [], []
+                for rid, a, b in ev.prefills:
+                    if rid not in self.live:
+                        if rid in hits:
+                            raise RuntimeError(f"request {rid} looked up twice")
+                        hits[rid] = self.begin(rid, prompts[rid])
+                        odd["start"] += hits[rid] != a
+                        decoded[rid] = 0
+                    req = self.live[rid]
+                    if b <= req.context_current_position:  # the engine's hit lies past this chunk
+                        odd["skipped"] += 1
+                        continue
+                    self.self_.kv_cache_map[rid].resize(b)
+                    req.context_current_position = b
+                    context.append(req)
+                for rid, _ctx in ev.decodes:
+                    req = self.live[rid]
+                    decoded[rid] += 1
+                    # decode step d runs the d-th sampled token (capacity input + d) and samples
+                    # the (d + 1)-th: the request ends when that is its last
+                    self.self_.kv_cache_map[rid].resize(req.prompt_len + decoded[rid])
+                    if decoded[rid] + 1 >= outs[rid]:
+                        done.append(rid)
+                self.m["update_context_resources"](self.self_, SimpleNamespace(context_requests=context))
+                for req in context:
+                    if req.context_remaining_length == 0:  # the prompt's last chunk samples a token
+                        if outs[req.py_request_id] <= 1:
+                            done.append(req.py_request_id)
+                for rid in done:
+                    decoded.pop(rid)
+                    self.finish(rid, outs[rid])
+        odd["unfinished"] = len(self.live)
+        return hits, odd
+
 
 # ------------------------------------------------------------------ the two sides
 
@@ -735,8 +802,13 @@ def sim_hits(trace, config: SimConfig) -> tuple[list[int], np.ndarray, list | No
     if config.mode == "sequential":
         hits, order, _ = served_hits(trace, config)
         return hits, order, None
-    from sim.engine.events import Prefill  # noqa: PLC0415
+    from sim.engine.events import Prefill, Step  # noqa: PLC0415
 
+    if config.scheduler == "continuous":  # its steps; rows in the order the first chunks ran
+        by_id, events, _ = des_events(trace, config, (Step,))
+        first = dict.fromkeys(int(rid) for e in events for rid, _a, _b in e.prefills)
+        order = np.array([i for i in first if i in by_id])
+        return [by_id[i] for i in order], order, events
     by_id, events, _ = sim_events(trace, config)
     order = np.array([int(e.request.request_id) for e in events if isinstance(e, Prefill)])
     return [by_id[i] for i in order], order, events
@@ -790,8 +862,15 @@ def main() -> None:
     ap.add_argument(
         "--scheduler",
         default="sequential",
-        choices=("sequential", "fcfs"),
-        help="the simulator's mode: sequential, or des with the fcfs queue (one server)",
+        choices=("sequential", "fcfs", "continuous"),
+        help="the simulator's mode: sequential, or des with the fcfs queue (one server) or continuous batching "
+        "(its steps: chunks, decodes)",
+    )
+    ap.add_argument(
+        "--sessions-per-second",
+        type=float,
+        default=0,
+        help="fcfs / continuous: sessions started per second (0: the simulator's default); fewer run at once",
     )
     ap.add_argument(
         "--capacity",
@@ -819,6 +898,8 @@ def main() -> None:
         "additional_snapshot_offsets_from_start": args.additional_snapshot_offsets_from_start,
         "additional_snapshot_offsets_from_end": args.additional_snapshot_offsets_from_end,
     }
+    if args.sessions_per_second:
+        knobs["sessions_per_second"] = args.sessions_per_second
     capacity, slots = UNLIMITED, None
     B = trace.block_tokens
     outs = [r.n_output_tokens(B) for r in trace.requests]
@@ -846,8 +927,10 @@ def main() -> None:
         capacity = pools
         knobs["state_pool"] = str(slots[SSM])  # the recurrent pool; KV gets the rest, as the engine's pages
     results, order, events = {}, None, {}
-    if args.scheduler == "fcfs" and "," in args.policies:
-        raise SystemExit("--scheduler fcfs: one preset at a time (the engine follows that preset's events)")
+    if args.scheduler != "sequential" and "," in args.policies:
+        raise SystemExit(
+            f"--scheduler {args.scheduler}: one preset at a time (the engine follows that preset's events)"
+        )
     for policy in args.policies.split(","):
         config = sim_config(policy, knobs, args.prefill_chunk, capacity, args.scheduler)
         results[policy], order, events[policy] = sim_hits(trace, config)
@@ -867,6 +950,14 @@ def main() -> None:
         try:
             if events is None:
                 eng = [engine.serve(int(i), toks[i], outs[i], args.prefill_chunk) for i in order]
+            elif args.scheduler == "continuous":
+                by_id, odd = engine.run_steps(events, toks, outs)
+                n_steps = sum(e.steps for e in events)
+                print(
+                    f"{n_steps:,} steps; first chunks not at the engine's hit {odd['start']} (chunks skipped "
+                    f"{odd['skipped']}), unfinished {odd['unfinished']}"
+                )
+                eng = [by_id.get(int(i), -1) for i in order]
             else:
                 by_id = engine.run_events(events, toks, outs, args.prefill_chunk)
                 eng = [by_id[int(i)] for i in order]
