@@ -204,6 +204,13 @@ class ContinuousEngine:
         #: KV charged in whole blocks of this many tokens (an admission's ``running_kv_block``:
         #: vLLM allocates a running request's attention KV a block at a time); 1: per token
         self.kv_unit = sim.grid if getattr(sim.admission, "running_kv_block", False) else 1
+        #: TensorRT-LLM's page pools (``pages_one_by_one``): a running request holds whole pages of
+        #: its own (``own_pages``), not the tokens it computed
+        self.own_page = (
+            sim.tree.kv_page
+            if getattr(sim.tree, "pages_one_by_one", False) and hasattr(sim.admission, "own_blocks")
+            else 0
+        )
         #: the admission's engine inserts every prefill chunk that ends inside the prompt
         self.publish_chunks = getattr(sim.admission, "publishes_chunks", False)
         #: the admission's engine holds no lookup or lock for a request that waits for memory: it
@@ -272,6 +279,28 @@ class ContinuousEngine:
         whole blocks entered (block ``j`` is allocated when token ``j * unit`` is computed)."""
         u = self.kv_unit
         return b - a if u == 1 else -(-b // u) * u - -(-a // u) * u
+
+    def _own(self, s: Seq, capacity: int) -> int:
+        """``own_page``: the KV (grid units' tokens) running request ``s`` holds on pages of its own
+        while its capacity is ``capacity`` tokens (``_core/_kv_cache.py`` ``resize``: one page per
+        ``tokens_per_block`` block of the capacity). Before its prompt's insert every page from its
+        hit's block on (the private copy of a partially matched block, ``resume``, and the pages
+        its chunks computed: the simulator inserts them at the prompt's end); after it, the pages
+        past the tree's (``own_blocks``: the partial block at its last snapshot point, the
+        decode's)."""
+        f, g, P = s.f, self.sim.grid, self.own_page
+        hit = f.hit_tokens
+        if s.inserted:
+            return self.sim.admission.own_blocks(hit, f.ctx, capacity) * g
+        pages = max(0, -(-capacity // P) - hit // P)
+        return -(-pages * P // g) * g
+
+    def _need(self, s: Seq, a: int, b: int) -> int:
+        """KV charged to running request ``s`` for computing tokens ``[a, b)`` (``_kv``; with
+        ``own_page``, the pages of its own it takes: ``_own`` at ``b`` less what it holds)."""
+        if not self.own_page or s.f is None or s.f.ctx is None:
+            return self._kv(a, b)
+        return max(0, self._own(s, b) - s.held_kv)
 
     def _enters(self, s: Seq, n: int) -> int:
         """1 if computing ``n`` more tokens of running request ``s`` gives it a second state slot
@@ -454,12 +483,15 @@ class ContinuousEngine:
             batch.transient = [c.seq for c in prefills if self._enters(c.seq, c.end - c.start)]
             batch.transient += [s for s in decodes if self._enters(s, 1)]
             extra = len(batch.transient)
+        elif self.own_page:  # the pages each takes of its own (``_need``)
+            total = sum(self._need(s, a, b) for s, a, b in prefills)
+            total += sum(self._need(s, s.pos, s.pos + 1) for s in decodes)
         tag = ((prefills[0][0] if prefills else decodes[0]).f, self.env.now) if total or extra else None
         if not (total or extra) or self._room(total, extra, tag):
             for s, a, b in prefills:
-                s.charge(self._kv(a, b), 0)
+                s.charge(self._need(s, a, b), 0)
             for s in decodes:
-                s.charge(self._kv(s.pos, s.pos + 1), 0)
+                s.charge(self._need(s, s.pos, s.pos + 1), 0)
             for s in batch.transient:
                 s.charge(0, 1)
             self.held_bytes += total * self.charged_per_kv + extra * self.charged_per_state
@@ -479,7 +511,7 @@ class ContinuousEngine:
             if n <= 0:
                 i += 1
                 continue
-            kv, two = self._kv(s.pos, s.pos + n), self._enters(s, n)
+            kv, two = self._need(s, s.pos, s.pos + n), self._enters(s, n)
             while not self._reserve(s, kv, two):
                 if len(running) == 1:  # alone and still no room: run it anyway
                     self._force(s, kv, two)
@@ -515,7 +547,7 @@ class ContinuousEngine:
                 if fresh:
                     self._unlook(s)
                 break
-            kv = self._kv(s.pos, s.pos + n)
+            kv = self._need(s, s.pos, s.pos + n)
             need = self._admission_need(s, batch) if self.reserve_out and running else kv
             if self.rematch and running and self.sim.tree.could_reserve(need, self.slots) is False:
                 # the engine admits it only if it fits once what can be evicted is gone, and evicts
@@ -642,7 +674,7 @@ class ContinuousEngine:
         With ``kv_unit`` a run stops before the first step that enters a new block (``_run_cut``)."""
         decodes = batch.decodes
         k = min(s.n_out - s.decoded for s in decodes)
-        if self.kv_unit != 1:
+        if self.kv_unit != 1 or self.own_page:
             k = min(k, self._run_cut(decodes))
         if k <= 1 or self.waiting and len(self.running) < self.max_seqs:
             return 1
@@ -656,7 +688,7 @@ class ContinuousEngine:
                 ends.append(t)
             self._ends = ends
         # this step's token is charged already; charge the rest of the run now
-        extra = [self._kv(s.pos + 1, s.pos + k) for s in decodes]
+        extra = [self._need(s, s.pos + 1, s.pos + k) for s in decodes]
         # evictions it causes are stamped now
         if not self._room(sum(extra), 0, (decodes[0].f, self.env.now)):
             return 1
@@ -676,7 +708,7 @@ class ContinuousEngine:
         start evicted for blocks a later step takes (and for steps an arrival then cut off), and
         not for their second state slots. So that step starts an event of its own, scheduled and
         charged as every step is."""
-        u = self.kv_unit
+        u = self.own_page or self.kv_unit  # TensorRT-LLM: ``resize`` takes a page when a token enters it
         return min(u - s.pos % u if s.pos % u else u for s in decodes)
 
     def _kept_prefill_state(self, s: Seq, p: int) -> bool:
@@ -723,7 +755,12 @@ class ContinuousEngine:
                 yield env.timeout(end - env.now)
         self.coasting = False
         if done < k:
-            back = [self._kv(s.pos + done, s.pos + k) for s in decodes]
+            back = [
+                self._kv(s.pos + done, s.pos + k)
+                if not self.own_page
+                else self._own(s, s.pos + k) - self._own(s, s.pos + done)
+                for s in decodes
+            ]
             self.sim.tree.release(sum(back), 0)
             for s, x in zip(decodes, back):
                 s.charge(-x, 0)
@@ -863,6 +900,8 @@ class ContinuousEngine:
         end = s.n_in // u * u  # the cache keeps whole blocks: a partial one stays the request's
         start = max(f.hit_tokens, s.published)
         covered = max(0, min(end - start, s.held_kv))
+        if self.own_page:  # the insert counts the prompt's pages from the hit's block on
+            covered = s.held_kv
         self._release(s, covered, s.kept_prefill)  # the insert puts the kept states in the cache
         s.kept_prefill = 0
         if not sim.insert_prefill(f, now):  # no room: the KV stays the request's (the room is still free)
@@ -870,6 +909,11 @@ class ContinuousEngine:
             self._charged(s, covered, 0) if room else self._force(s, covered, 0)
             return
         s.prompt_in = True
+        if self.own_page:  # the prompt's pages past the tree's stay the request's to its end
+            sim.tree.stamp_partial_tail(f.locked)  # a committed partial block: the tree's copy
+            own = self._own(s, s.n_in)
+            room = self._room(own, 0, (f, now))
+            self._charged(s, own, 0) if room else self._force(s, own, 0)
         if u != 1:  # the prompt's states are in: the end inserts the decode ones (an evicted one stays gone)
             f.prefill_cps = []
         if u != 1 and f.match is not None and getattr(sim.tree, "duplicate_kv", False):
@@ -920,14 +964,22 @@ class ContinuousEngine:
         sim = self.sim
         self.running.remove(s)
         self.batch_full = False  # the running batch shrank
-        self._release(s, s.held_kv, s.held_states)
         f = s.f
+        if not self.own_page:
+            self._release(s, s.held_kv, s.held_states)
         sim.decoded(f, s.t_token, now - s.t_token, now)
         seq = f.seq_full
         if s.decode_in:  # the decode states up to there went in (one evicted since stays gone)
             f.decode_cps = [c for c in f.decode_cps if c * sim.grid > s.decode_in]
         if self.publish_chunks and sim.end_state(f, s.prompt_in) is None:
             sim.end_without_insert(f, now)  # no track since its last checkpoint: nothing inserted
+        elif self.own_page:  # TensorRT-LLM's pools, as ``run_des`` with fcfs (rules 26, 29)
+            if s.prompt_in:  # the context's snapshots only: one evicted since stays gone
+                sim.forget_lost_states(f)
+            held, kept = f.locked, sim.tree.partial_tail(f.locked)
+            sim.insert_decode(f, now)
+            sim.tree.release_path(held, kept, tag=(f, now))  # ``close``: its blocks, last first
+            self._release(s, s.held_kv, s.held_states)
         else:
             sim.insert_decode(f, now)
         if self.kv_unit != 1:

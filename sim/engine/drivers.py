@@ -108,17 +108,6 @@ def run_sequential(sim: Simulation) -> None:
         _tick(sim)
 
 
-def _forget_lost_states(sim: Simulation, f) -> None:
-    """After ``f``'s prefill insert: its prompt states evicted since are left out of its end insert
-    (an engine that snapshots the prompt only while it computes it cannot put one back)."""
-    node, kept = f.locked, set()
-    while node is not None and node is not sim.tree.root:
-        if node.has_state:
-            kept.add(node.depth_sym)
-        node = node.parent
-    f.prefill_cps = [c for c in f.prefill_cps if c in kept]
-
-
 def run_des(sim: Simulation) -> None:
     env = simpy.Environment()
     if sim.config.effective_scheduler == "continuous":
@@ -193,7 +182,7 @@ def run_des(sim: Simulation) -> None:
             sim.end_without_insert(f, env.now)
         else:
             if context_only and prompt_in:
-                _forget_lost_states(sim, f)
+                sim.forget_lost_states(f)
             if charge_running:  # the end insert, then the blocks it held go (``held_after`` first)
                 held, kept = f.locked, sim.tree.partial_tail(f.locked)
                 sim.insert_decode(f, env.now)

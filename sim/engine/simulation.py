@@ -676,6 +676,17 @@ class Simulation:
         self.insert_decode(f, t)
         self.finish_running(f, t)
 
+    def forget_lost_states(self, f: Flight) -> None:
+        """After ``f``'s prefill insert: its prompt states evicted since are left out of its end
+        insert (an engine that snapshots the prompt only while it computes it cannot put one back:
+        ``snapshots_in_context_only``)."""
+        node, kept = f.locked, set()
+        while node is not None and node is not self.tree.root:
+            if node.has_state:
+                kept.add(node.depth_sym)
+            node = node.parent
+        f.prefill_cps = [c for c in f.prefill_cps if c in kept]
+
     def finish_running(self, f: Flight, t: float) -> None:
         """The running request's own blocks charged only after its insert (``held_after``: the
         decode's pages), then all it held given back."""
