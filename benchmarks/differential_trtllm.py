@@ -702,7 +702,7 @@ class EngineHarness:
             raise RuntimeError(f"{len(self.live)} requests never finished")
         return hits
 
-    def run_steps(self, steps, prompts: list[list[int]], outs: list[int]) -> tuple[dict[int, int], Counter]:
+    def run_steps(self, steps, prompts: list[list[int]], outs: list[int], probe=None) -> tuple[dict[int, int], Counter]:
         """The simulator's ``--scheduler continuous`` steps (``Step`` events, in order) through the
         manager. Per step, as the executor runs one (``prepare_resources``, the forward, then
         ``update_resources``): each context request's chunk in the simulator's order (a request's
@@ -712,8 +712,9 @@ class EngineHarness:
         context requests (commits at the snapshot points a chunk ended on, ``stop_committing`` at
         the prompt's end); a request whose last token was sampled in the step is freed
         (``finish``). The chunks are the simulator's (its ``schedule_chunk`` ends them at the
-        snapshot points, the engine's FORCE_CHUNK). Returns the engine's hit per request id and the
-        odd cases (``start``: the engine's hit is not where the simulator's first chunk starts)."""
+        snapshot points, the engine's FORCE_CHUNK); ``probe(event, self)``, if given, after each
+        event. Returns the engine's hit per request id and the odd cases (``start``: the engine's
+        hit is not where the simulator's first chunk starts)."""
         from sim.engine.events import Step  # noqa: PLC0415
 
         hits: dict[int, int] = {}
@@ -756,6 +757,8 @@ class EngineHarness:
                 for rid in done:
                     decoded.pop(rid)
                     self.finish(rid, outs[rid])
+            if probe is not None:  # a caller's look at the engine after each step event
+                probe(ev, self)
         odd["unfinished"] = len(self.live)
         return hits, odd
 
