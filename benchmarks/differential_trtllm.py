@@ -61,10 +61,10 @@ and live state in the engine's pools. Rows are written in the order the prefills
 simulator cut it (a first chunk is the request's match; the simulator ends chunks at the snapshot
 points, the scheduler's FORCE_CHUNK), each decoding request's capacity grown by its token, then
 ``update_context_resources`` over the step's context requests, then ``finish`` for those whose last
-token was sampled. A step that preempts is not replayed (the script stops); with ``--capacity``
-the engine's pools may run dry where the simulator's charges for running requests (per token)
-are below the engine's pages (the script says so and stops). ``--sessions-per-second`` thins the
-load. Rows are written in the order the first chunks ran.
+token was sampled. A step that preempts is not replayed: the replay ends there and the requests
+looked up before it are compared (the simulator's preemption is vLLM's recompute; TensorRT-LLM's
+own capacity scheduler is not modelled). ``--sessions-per-second`` thins the load (fewer running
+at once, no preemption). Rows are written in the order the first chunks ran.
 
 Prints, for each preset compared, how many requests get the same hit as the engine; ``--out``
 writes the per-request hits (CSV).
@@ -711,8 +711,9 @@ class EngineHarness:
         request's capacity grown by its token; then ``update_context_resources`` over the step's
         context requests (commits at the snapshot points a chunk ended on, ``stop_committing`` at
         the prompt's end); a request whose last token was sampled in the step is freed
-        (``finish``). The chunks are the simulator's (its ``schedule_chunk`` ends them at the
-        snapshot points, the engine's FORCE_CHUNK); ``probe(event, self)``, if given, after each
+        (``finish``). A step that preempts ends the replay (odd ``preempted at``). The chunks are
+        the simulator's (its ``schedule_chunk`` ends them at the snapshot points, the engine's
+        FORCE_CHUNK); ``probe(event, self)``, if given, after each
         event. Returns the engine's hit per request id and the odd cases (``start``: the engine's
         hit is not where the simulator's first chunk starts)."""
         from sim.engine.events import Step  # noqa: PLC0415
@@ -723,8 +724,9 @@ class EngineHarness:
         for ev in steps:
             if not isinstance(ev, Step):
                 continue
-            if ev.preempted:
-                raise RuntimeError(f"the simulator preempted requests at t = {ev.t_start:.3f} s (not replayed)")
+            if ev.preempted:  # not replayed: the engine stops there (its live requests never finish)
+                odd["preempted at"] = ev.t_start
+                break
             for _ in range(ev.steps):
                 context, done = [], []
                 for rid, a, b in ev.prefills:
@@ -760,6 +762,8 @@ class EngineHarness:
             if probe is not None:  # a caller's look at the engine after each step event
                 probe(ev, self)
         odd["unfinished"] = len(self.live)
+        if "preempted at" in odd:  # the live requests' hits stand, the rest were never looked up
+            self.live.clear()
         return hits, odd
 
 
@@ -960,6 +964,11 @@ def main() -> None:
                     f"{n_steps:,} steps; first chunks not at the engine's hit {odd['start']} (chunks skipped "
                     f"{odd['skipped']}), unfinished {odd['unfinished']}"
                 )
+                if "preempted at" in odd:
+                    print(
+                        f"the simulator preempted requests at t = {odd['preempted at']:.3f} s (not replayed): "
+                        f"compared, the {len(by_id):,} requests looked up before"
+                    )
                 eng = [by_id.get(int(i), -1) for i in order]
             else:
                 by_id = engine.run_events(events, toks, outs, args.prefill_chunk)
@@ -980,9 +989,10 @@ def main() -> None:
     for policy, hits in results.items():
         if eng is None or events[policy] is not None:  # sequential: one engine run serves every preset
             eng = engine_run(events[policy])
-        agreement = Agreement.of(hits, eng)
+        kept = [k for k in range(len(eng)) if eng[k] >= 0]  # continuous: up to a preemption
+        agreement = Agreement.of([hits[k] for k in kept], [eng[k] for k in kept])
         print(agreement.line(policy, 24))
-        for k in agreement.differing[:8]:
+        for k in (kept[j] for j in agreement.differing[:8]):
             print(f"  request {order[k]} (input {len(toks[order[k]])}): simulator {hits[k]}, engine {eng[k]}")
     if args.out:
         with open(args.out, "x", newline="") as f:
