@@ -334,6 +334,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/cli/test_bad_input_round2.py",
             "tests/sim/cli/test_bad_input_round4.py",
             "tests/sim/cli/test_bad_input_round3.py",
+            "tests/sim/cli/test_bad_input_round6b.py",
         ],
     ),
     "chunk_segmented": (["kernels/chunk_segmented.py"], ["tests/kernels/test_state_segmented.py"]),

@@ -342,6 +342,8 @@ def test_batched_table_shows_the_batch_calls_and_its_folder_has_no_request_figur
     assert "batched calls" in out and "suffix" in out and "reference" in out
     assert "time model error" not in out and "measured prefill with cache" not in out
     assert "failures (KV)                   0 (0)" in out
+    wall = next(ln for ln in out.splitlines() if ln.startswith("wall "))
+    assert " TFLOP/s over the timed calls" in wall and "timed prefills" not in wall, wall
     p = marconi("plot", tmp_path / "run", "--kind", "replay", "--out", tmp_path / "fig", check=False)
     assert p.returncode == 2 and "a batched replay" in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "fig" / "replay.png").exists()
