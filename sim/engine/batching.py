@@ -292,7 +292,7 @@ class ContinuousEngine:
         hit = f.hit_tokens
         if s.inserted:
             return self.sim.admission.own_blocks(hit, f.ctx, capacity) * g
-        pages = max(0, -(-capacity // P) - hit // P)
+        pages = max(0, -(-capacity // P) - max(hit, s.published) // P)
         return -(-pages * P // g) * g
 
     def _need(self, s: Seq, a: int, b: int) -> int:
@@ -833,6 +833,8 @@ class ContinuousEngine:
                 self._prompt_done(s, now)
             elif self.publish_chunks and not s.inserted:
                 self._chunk_done(s, now)
+            elif self.own_page and not s.inserted:
+                self._commit_point(s, now)
             if b >= s.target:
                 if math.isnan(s.t_token):
                     s.t_token = now
@@ -984,6 +986,29 @@ class ContinuousEngine:
             return
         room = self._room(covered, 0, (f, now))  # nothing inserted: the KV stays the request's
         self._charged(s, covered, 0) if room else self._force(s, covered, 0)
+
+    def _commit_point(self, s: Seq, now: float) -> None:
+        """``own_page`` (TensorRT-LLM): a chunk that ended on a snapshot point inside the prompt is
+        committed there (``update_context_resources`` -> ``try_commit_blocks`` when
+        ``context_current_position`` is in ``expect_snapshot_points``): the prompt's KV so far and
+        its snapshots go into the tree, as the prompt's insert would put them (the request gives
+        back its pages first, the insert counting them again, rule 30), the partial block there a
+        copy stamped now (rule 26); the request keeps its own pages past the tree's."""
+        f = s.f
+        chunk = self.sim.chunk_checkpoints(f, s.step_ends, s.published)
+        if chunk is None or chunk[0] * self.sim.grid != s.pos or not chunk[1] or chunk[1][-1] != chunk[0]:
+            return
+        held = s.held_kv
+        self._release(s, held, 0)
+        if not self.sim.insert_chunk(f, *chunk, now):  # no room: the KV stays the request's
+            room = self._room(held, 0, (f, now))
+            self._charged(s, held, 0) if room else self._force(s, held, 0)
+            return
+        s.published = s.pos
+        self.sim.tree.stamp_partial_tail(f.locked)
+        own = self._own(s, s.pos)
+        room = self._room(own, 0, (f, now))
+        self._charged(s, own, 0) if room else self._force(s, own, 0)
 
     def _finish(self, s: Seq, now: float) -> None:
         sim = self.sim

@@ -988,6 +988,35 @@ def test_continuous_a_new_request_is_matched_before_the_decodes_take_their_pages
         sim.tree.check_invariants()
 
 
+def test_continuous_a_chunk_ending_on_a_snapshot_point_is_committed_there():
+    """Rule 34 (``--scheduler continuous`` with ``--state-pool``): a context chunk that ends on a
+    snapshot point inside the prompt is committed there, KV and snapshot
+    (``update_context_resources`` calls ``try_commit_blocks`` when ``context_current_position`` is
+    in ``expect_snapshot_points``, ``mamba_cache_manager_v2.py`` at 28295084972c), so a request
+    scheduled while the prompt still runs matches it. A (200 tokens, interval 64 + end 0, 64-token
+    chunks) commits 64 after its first chunk; B (A's first 64 tokens + 40) is scheduled two
+    steps later and reuses 64. The preset inserted A's prompt at its end only: B got 0. The
+    harness driving TensorRT-LLM's own tree with these steps gives 0, 64. (ShareGPT 100 sessions,
+    2GB pools, interval 256 + end 0, 0.25 sessions/s: requests 336, 1049 and 794 read 256 on the
+    engine's tree during other requests' prefills.)"""
+    A = toks(0, 200)
+    rows = [(A, 4, 0.0), (cat(A[:64], toks(5000, 40)), 1, 0.002)]
+    got, sim = run(
+        arrivals(rows),
+        "trtllm",
+        spec=TINY,
+        capacity=64 * 64 + 16 * 16,
+        state_pool="16",
+        periodic_snapshot_interval=64,
+        prefill_chunk_tokens=64,
+        **CONTINUOUS,
+        **END0,
+    )
+    assert got == [0, 64]
+    assert state_depths(sim.tree) == [64, 104, 128, 192, 200]
+    sim.tree.check_invariants()
+
+
 @pytest.mark.parametrize(
     ("interval", "hit_tokens"),
     [(0, 756_449), (256, 487_730)],
