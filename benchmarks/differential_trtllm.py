@@ -726,6 +726,10 @@ class EngineHarness:
                 continue
             if ev.preempted:  # not replayed: the engine stops there (its live requests never finish)
                 odd["preempted at"] = ev.t_start
+                # a request the simulator preempts, here or later, has its hit from its lookup after
+                again = {int(rid) for e in steps if isinstance(e, Step) for rid in e.preempted}
+                for rid in again:
+                    odd["preempted"] += hits.pop(rid, None) is not None
                 break
             for _ in range(ev.steps):
                 context, done = [], []
@@ -967,7 +971,8 @@ def main() -> None:
                 if "preempted at" in odd:
                     print(
                         f"the simulator preempted requests at t = {odd['preempted at']:.3f} s (not replayed): "
-                        f"compared, the {len(by_id):,} requests looked up before"
+                        f"compared, the {len(by_id):,} requests looked up before, less the {odd['preempted']} of them "
+                        "it preempts (looked up again after)"
                     )
                 eng = [by_id.get(int(i), -1) for i in order]
             else:
