@@ -45,7 +45,10 @@ engine behaviour, named after the engine code it follows:
   engine's admission, its save and its decode evict in turn (``_admission``: the trie gives back
   the prompt's blocks it holds already, the save's frozen block is taken only from free blocks,
   ``_saveable``, the decode evicts for the sequence's own blocks, its partial last one included);
-  what it charges is what it adds.
+  what it charges is what it adds. The admission's own evictions come first, one prefill chunk at
+  a time (``_admit``), with only the restored blocks and the earlier chunks' guarded: the cached
+  path past the hit is a victim like any leaf block the trie alone holds (``kv_lifecycle.py``
+  L118-L123), and a block of it that goes is added again by the insert.
 - ``anchor_block`` (LMDeploy ``_reserve_checkpoint``): one state per full-block anchor
   (``checkpoint_anchor_step``); a new state replaces the one anchored on the same block (test
   ``test_ssm_checkpoint_replaces_partial_variant_at_same_anchor``).
@@ -159,6 +162,7 @@ class EngineTree(HybridRadixTree):
         self.states_replaced = 0  # states given up to a later one on the same anchor
         self._pending = (0, 0)  # (KV bytes, states) the insert being planned needs
         self._planning = None  # (seq, span, checkpoints) of that insert, while it makes room
+        self._admitted: int | None = None  # ``admit_from_anchor``: the blocks that insert's sequence holds
         self._held_to = 0  # ``pages_one_by_one``: the tokens that insert's request holds (its hit)
         self._detached: set[Node] = set()  # ``pages_one_by_one``: running leaves a state victim detached
         self._state_drain = False  # a state pool's victims are being taken (``_detach_stale_blocks``)
@@ -1007,6 +1011,7 @@ class EngineTree(HybridRadixTree):
         # nothing past it; its own pages run from there (``_stage_needs``)
         self._held_to = protect.depth_tokens if protect is not None and protect.parent is not None else 0
         span = Span(len(seq), self.block_tokens, seq_tokens, cut)
+        admitted = self._admit(seq, span, checkpoints, protect) if self.admitting is not None else (0, 0)
         if self.admitting is not None and self.frozen_whole and checkpoints:
             checkpoints = self._saveable(seq, span, checkpoints)  # before the extent: an unsaved one keeps no KV
         keep = self._extent(span, checkpoints)
@@ -1044,9 +1049,16 @@ class EngineTree(HybridRadixTree):
                     evicted_states=res.evicted_states + first.evicted_states,
                     evicted_kv_tokens=res.evicted_kv_tokens + first.evicted_kv_tokens,
                 )
+            if any(admitted):
+                res = replace(
+                    res,
+                    evicted_states=res.evicted_states + admitted[0],
+                    evicted_kv_tokens=res.evicted_kv_tokens + admitted[1],
+                )
         finally:
             self._planning = None
             self._held_to = 0
+            self._admitted = None
             self.admitting = None  # one insert's
         if transient and res.inserted:  # this request's own snapshots a later one replaced
             gone = set(transient)
@@ -1060,6 +1072,75 @@ class EngineTree(HybridRadixTree):
                 self._release_state(old)
         self.refresh_inserted(res, now, final=False)
         return res
+
+    def _admit(self, seq, span: Span, checkpoints: list[int], protect: Node | None) -> tuple[int, int]:
+        """``admit_from_anchor`` (LMDeploy, sequential mode): the admission's own evictions, chunk by
+        chunk, before the save and the decode are sized. Each prefill chunk's blocks (the first's
+        at admission, ``kv_token_limit``, ``scheduler.py`` L140-L152, L580-L585; the next ones'
+        through ``reserve_long_context_chunk``, L608-L628; the chunk ends are the checkpoints past
+        the hit, the prompt's end last) are freed where the free blocks lack them
+        (``num_required_blocks``, ``block_manager/default_block_manager.py`` L26-L31: the blocks to
+        the chunk's end the sequence does not hold; ``_evict_for_ssm``,
+        ``eviction_helper/recompute_eviction_helper.py`` L69-L118), least recent leaf blocks first,
+        any the trie alone holds (ref count 1, ``KVBlockLifecycle.evict``,
+        ``block_trie/kv_lifecycle.py`` L80-L83, L118-L123): the sequence holds only the restored
+        blocks (``protect``; ``_apply_state_checkpoint_hit``, ``block_trie/trie.py`` L384-L386) and
+        those of its earlier chunks (the tree's node holding the last chunk's end is guarded), so
+        the cached path past them is a victim too; a block of it that goes is one the trie no
+        longer gives back (``BlockTrie.allocate`` after each chunk's, ``scheduler.py`` L451-L453,
+        L626-L627; none after a hit off the block grid, ``trie.py`` L394-L399) and one the insert
+        adds again. Leaves ``_admitted`` at the sequence's own blocks once the prompt is in (its
+        blocks past the hit less those the trie gave back), what ``_admission`` then counts.
+        Returns (states, KV tokens) evicted."""
+        B = self.frozen_block
+        hit, prompt = self.admitting[0], self.admitting[1]
+        ends = sorted({prompt, *(t for t in (span.tokens(c) for c in checkpoints) if hit < t < prompt)})
+        if self.state_capacity is None:
+            over = lambda room: self.used_bytes + room > self.capacity_bytes  # noqa: E731
+            pop = self.policy.pop_victim
+        else:
+            over = lambda room: self.kv_bytes + room > self.kv_capacity_bytes  # noqa: E731
+            pop = self.policy.pop_kv_victim
+        evicted = [0, 0]
+        held = hit // B  # the sequence's logical blocks
+        given = 0  # blocks the trie gave back
+        prev = hit
+        for end in ends:
+            need = -(-end // B) - held
+            own = held - hit // B - given  # blocks the sequence holds besides the trie's
+            room = (own + need) * B * self.kv_bytes_per_token
+            if need > 0 and over(room):
+                guard = protect if prev == hit else self._node_holding(seq, prev)
+                self.stats.eviction_calls += 1
+                if guard is not None:
+                    self.lock(guard)
+                try:
+                    self._drain(lambda room=room: over(room), pop, evicted)  # short: the insert's eviction goes on
+                finally:
+                    if guard is not None:
+                        self.unlock(guard)
+            held = max(held, -(-end // B))
+            if not hit % B:
+                covered = span.total - self._plan_new(seq, span, [])[0]
+                given = max(given, max(0, min(covered, end) // B - hit // B))
+            prev = end
+        self._admitted = held - hit // B - given
+        return evicted[0], evicted[1]
+
+    def _node_holding(self, seq, tokens: int) -> Node | None:
+        """The tree's node on ``seq``'s path holding its token ``tokens`` (the deepest the path
+        reaches where it is shorter); None where the path is empty."""
+        node, pos = self.root, 0
+        while pos < len(seq):
+            child = node.children.get(int(seq[pos]))
+            if child is None:
+                break
+            m = _edge_match(child.key, seq, pos)
+            pos += m
+            node = child
+            if node.depth_tokens >= tokens or m < len(child.key):
+                break
+        return None if node is self.root else node
 
     def _admission(self, seq, span: Span) -> tuple[int, int, int, int]:
         """``admit_from_anchor`` (LMDeploy, sequential mode; ``admitting`` is ``(hit, prompt
@@ -1084,6 +1165,8 @@ class EngineTree(HybridRadixTree):
         need_tok = self._plan_new(seq, span, [])[0]
         cached = 0 if hit % B else max(0, min(span.total - need_tok, prompt) // B - hit // B)
         decode = -(-max([prompt, *running]) // B) - -(-prompt // B)
+        if self._admitted is not None:  # ``_admit`` took the prompt's blocks: its own are what it holds
+            return free, self._admitted, 0, decode
         return free, blocks, cached, decode
 
     def _saveable(self, seq, span: Span, checkpoints: list[int]) -> list[int]:

@@ -143,14 +143,22 @@ def test_lmdeploy_evicts_frozen_partial_checkpoints_first():
     # nothing) and r1 keeps its state at 64 on its one full block. r2 = r0's first 110 tokens: no
     # state on [0, 64) -> no hit; admission evicts one block, r1's (its state with it: the least
     # recent leaf; r0's block is on r2's path), the trie gives r0's block back (it holds it
-    # already), so r2's save at 110 finds a free block for its frozen copy.
+    # already), so r2's save at 110 finds a free block for its frozen copy -- so the preset had it
+    # while its insert guarded the path it walked. LMDeploy admits r2 one 64-token chunk at a time
+    # (``kv_token_limit``, scheduler.py L140-L152, L580-L585; ``reserve_long_context_chunk``
+    # L608-L628): the first chunk needs one block and one is free, so nothing goes; the trie gives
+    # r0's block back (``BlockTrie.allocate``, trie.py L590-L597), the second chunk takes the free
+    # block, its save at 64 is on the grid, and the save at 110 finds no free block. The harness
+    # driving LMDeploy 1263d5cd8's own scheduler and trie (3 blocks of 64, 2 or 3 checkpoint rows)
+    # gives 64 to each of the probes r0's 110 + 10, r1's 64 + 10 and r0's 64 + 10: r1's state at 64
+    # and r2's at 64 stay, none at 110 (the guarded preset gave 110, 0, 0).
     trace = one_per_session((toks(0, 100), toks(100, 5)), (toks(500, 70), toks(600, 5)), (toks(0, 110), toks(0, 0)))
     got, sim = run(trace, "lmdeploy", spec=TINY, capacity=400, prefill_chunk_tokens=64)
     assert got == [0, 0, 0]
     st = sim.tree.stats
-    assert (st.states_evicted, st.kv_tokens_evicted) == (2, 36 + 64)
-    assert state_depths(sim.tree) == [110]  # 64 never made it: one insert keeps one state per anchor
-    assert sim.tree.kv_tokens == 110 and sim.tree.used_bytes == (110 + 18) * 2 + 16
+    assert (st.states_evicted, st.kv_tokens_evicted) == (1, 36)
+    assert state_depths(sim.tree) == [64, 64]  # r1's and r2's; 110 never saved
+    assert sim.tree.kv_tokens == 128 and sim.tree.used_bytes == 128 * 2 + 2 * 16
     sim.tree.check_invariants()
 
 
@@ -321,17 +329,24 @@ def test_lmdeploy_evicts_a_leaf_one_block_at_a_time(policy, kv_left):
     tree.check_invariants()
 
 
-@pytest.mark.parametrize(("policy", "evicted"), [("lmdeploy", 3 * B), ("lmdeploy-0.16-pytorch", 0)])
-def test_lmdeploy_admission_makes_room_for_the_prompt_from_the_restored_block_on(policy, evicted):
+@pytest.mark.parametrize(
+    ("policy", "evicted", "kv_left"), [("lmdeploy", 3 * B, 8 * B), ("lmdeploy-0.16-pytorch", 0, 8 * B)]
+)
+def test_lmdeploy_admission_makes_room_for_the_prompt_from_the_restored_block_on(policy, evicted, kv_left):
     """LMDeploy's SSM admission frees ``num_required_blocks`` before the forward
     (``_evict_for_ssm``, lmdeploy/pytorch/paging/eviction_helper/recompute_eviction_helper.py
     L69-L118): every block of the prompt past the blocks the sequence restored
     (block_manager/default_block_manager.py L26-L34), those the trie already holds included
     (``_extend_trie_path`` deduplicates them afterwards, block_trie/trie.py L557-L590). Eight
     blocks; X (three blocks) lost its state, Y and W hold two each (one block free). Z = X + one
-    block, no hit: the tree adds one block, the engine frees four first, so Y (two blocks, the
-    least recent) and W's last block go. The earlier preset evicts nothing. The simulation tells
-    the tree ``(hit, prompt tokens)`` before a request's sequential insert (``admitting``)."""
+    block, no hit: the engine frees three blocks first, the least recent leaf blocks the trie
+    alone holds (ref count 1, ``KVBlockLifecycle.evict``, block_trie/kv_lifecycle.py L80-L83,
+    L118-L123), X's own three (Z holds none of them: no checkpoint restored), and Z then holds four
+    new blocks: Y and W stay whole. (The preset once guarded the path Z's insert walked and took Y
+    and W's last block instead; the harness driving LMDeploy 1263d5cd8's own scheduler and trie on
+    X, Y, W, V (16 tokens), Z, then W + 8 tokens, 8 blocks of 16 and 3 checkpoint rows, gives W's
+    probe 32: W's state stayed.) The earlier preset evicts nothing. The simulation tells the tree
+    ``(hit, prompt tokens)`` before a request's sequential insert (``admitting``)."""
     tree = _preset_trie(policy, kv_blocks=8)
     x = _seq(1000, 3 * B)
     for t, seq in ((1.0, x), (2.0, _seq(2000, 2 * B)), (3.0, _seq(3000, 2 * B))):
@@ -346,23 +361,24 @@ def test_lmdeploy_admission_makes_room_for_the_prompt_from_the_restored_block_on
         tree.admitting = (0, len(z))
     res = tree.insert(z, len(z), [len(z)], 4.0)
     assert res.inserted and res.evicted_kv_tokens == evicted
-    assert tree.kv_tokens == 8 * B - evicted and tree.admitting is None
-    if evicted:
-        assert tree.lookup(_seq(2000, 2 * B)).match_tokens == 0  # Y gone
-        assert tree.lookup(_seq(3000, 2 * B)).match_tokens == B  # W's last block gone
+    assert tree.kv_tokens == kv_left and tree.admitting is None
+    assert tree.lookup(_seq(2000, 2 * B)).match_tokens == 2 * B  # Y stays
+    assert tree.lookup(_seq(3000, 2 * B)).match_tokens == 2 * B  # W stays
     tree.check_invariants()
 
 
 def test_lmdeploy_admission_falls_back_to_the_insert_when_the_prompt_cannot_be_freed():
-    """Where the prompt's blocks cannot all be freed (the cached ones on its own path are guarded
-    in the tree; the engine could evict them), the insert still goes in with the room it adds,
-    counted once, not rejected."""
+    """Where the prompt's blocks cannot all be freed (the cached ones on its own path are held by
+    a running request: ref count 2, not a victim, ``KVBlockLifecycle._try_evict_leaf``,
+    block_trie/kv_lifecycle.py L80-L83), the insert still goes in with the room it adds, counted
+    once, not rejected: the trie gives those blocks back (trie.py L590-L597)."""
     tree = _preset_trie("lmdeploy", kv_blocks=4)
     x = _seq(1000, 3 * B)
     tree.set_time(1.0)
-    assert tree.insert(x, len(x), [len(x)], 1.0).inserted
+    held = tree.insert(x, len(x), [len(x)], 1.0).end_node
     tree.set_time(1.5)
     assert tree.evict_states(1) == 1
+    tree.lock(held)
     z = np.concatenate([x, _seq(4000, B)])
     tree.set_time(2.0)
     tree.admitting = (0, len(z))
@@ -370,26 +386,35 @@ def test_lmdeploy_admission_falls_back_to_the_insert_when_the_prompt_cannot_be_f
     assert tree.insert(z, len(z), [len(z)], 2.0).inserted
     assert tree.stats.inserts == inserts + 1 and tree.stats.rejected_inserts == rejected
     assert tree.kv_tokens == 4 * B and tree.admitting is None
+    tree.unlock(held)
     tree.check_invariants()
 
 
 def test_lmdeploy_admission_fallback_reports_what_the_failed_attempt_evicted():
-    """The failed attempt's evictions stay done, so the insert that falls back reports them with
-    its own: Y (one block) goes while the prompt's blocks are being freed, X's blocks on Z's path
-    cannot, and Z goes in with the room that is left; Y's block is counted as evicted once."""
+    """The admission's evictions stay done where it cannot free all it needs, and the insert
+    reports them with its own: Y (one block) goes while the prompt's blocks are being freed, X's
+    blocks on Z's path cannot (a running request holds them: ref count 2, not a victim,
+    block_trie/kv_lifecycle.py L80-L83), and Z goes in with the room that is left; Y's block is
+    counted as evicted once. (With X's blocks the trie's alone, they go too, the least recent
+    leaf blocks, kv_lifecycle.py L118-L123.)"""
     tree = _preset_trie("lmdeploy", kv_blocks=5)
     y, x = _seq(2000, B), _seq(1000, 3 * B)
+    ends = []
     for t, seq in ((0.5, y), (1.0, x)):
         tree.set_time(t)
-        assert tree.insert(seq, len(seq), [len(seq)], t).inserted
+        res = tree.insert(seq, len(seq), [len(seq)], t)
+        assert res.inserted
+        ends.append(res.end_node)
     tree.set_time(1.5)
     assert tree.evict_states(1) == 1  # Y's state (the least recent); its block stays
+    tree.lock(ends[1])
     z = np.concatenate([x, _seq(4000, B)])
     tree.set_time(2.0)
     tree.admitting = (0, len(z))
     res = tree.insert(z, len(z), [len(z)], 2.0)
     assert res.inserted and res.evicted_kv_tokens == B
     assert tree.lookup(y).match_tokens == 0 and tree.kv_tokens == 4 * B
+    tree.unlock(ends[1])
     tree.check_invariants()
 
 
@@ -486,4 +511,28 @@ def test_lmdeploy_the_decode_evicts_the_requests_own_new_checkpoint_first():
     )
     got, sim = run(trace, "lmdeploy", spec=TINY, **_pools(8, 3))
     assert got == [0, 0, 0, 32, 48]
+    sim.tree.check_invariants()
+
+
+@pytest.mark.parametrize(("blocks", "out"), [(5, 2), (6, 20), (7, 40)])
+def test_lmdeploy_admission_evicts_the_cached_path_past_the_restored_blocks(blocks, out):
+    """Rule 13: LMDeploy's admission frees the prompt's blocks from the least recent leaf blocks
+    the trie alone holds (ref count 1, ``KVBlockLifecycle.evict``, block_trie/kv_lifecycle.py
+    L80-L83, L118-L123); a request holds only the blocks it restored (``_apply_state_checkpoint_hit``,
+    block_trie/trie.py L384-L386), so the cached path past its hit is a victim like any other
+    (``EngineTree._admit``). R (X's first 32 tokens and 8 more) restores nothing: X's blocks, the
+    least recent, go for R's, and R's insert adds the ones it shares again; W, saved after X, keeps
+    its state, so W + 8 reuses 32. The preset that guarded the path R's insert walked took W's
+    blocks instead (0 for W + 8 on each of these pools). The harness driving LMDeploy 1263d5cd8's
+    own scheduler and trie: 0, 0, 0, 32, 0 on 5, 6 and 7 blocks of 16, 3 checkpoint rows."""
+    X, W = toks(0, 48), toks(300, 32)
+    trace = one_per_session(
+        (X, toks(5000, 1)),
+        (W, toks(5100, 1)),
+        (cat(toks(0, 32), toks(800, 8)), toks(5150, out)),
+        (cat(W, toks(600, 8)), toks(5200, 1)),
+        (cat(X, toks(700, 8)), toks(5300, 1)),
+    )
+    got, sim = run(trace, "lmdeploy", spec=TINY, **_pools(blocks, 3))
+    assert got == [0, 0, 0, 32, 0]
     sim.tree.check_invariants()
