@@ -704,11 +704,11 @@ class EngineHarness:
 
     def run_steps(self, steps, prompts: list[list[int]], outs: list[int], probe=None) -> tuple[dict[int, int], Counter]:
         """The simulator's ``--scheduler continuous`` steps (``Step`` events, in order) through the
-        manager. Per step, as the executor runs one (``prepare_resources``, the forward, then
-        ``update_resources``): each context request's chunk in the simulator's order (a request's
-        first chunk is its ``prepare_context`` match, ``begin``, so it sees what earlier steps
-        committed and nothing of this one), its capacity grown to the chunk's end; each decoding
-        request's capacity grown by its token; then ``update_context_resources`` over the step's
+        manager. Per step, as ``KVCacheV2Scheduler._schedule_loop`` goes over the active requests
+        (the running ones in the order they came, then the new ones): a decoding request's capacity
+        grown by its token, a context request's chunk (a first chunk is its ``prepare_context``
+        match, ``begin``, so it sees what earlier steps committed and nothing of this one) with its
+        capacity grown to the chunk's end; after the forward ``update_context_resources`` over the step's
         context requests (commits at the snapshot points a chunk ended on, ``stop_committing`` at
         the prompt's end); a request whose last token was sampled in the step is freed
         (``finish``). A step that preempts ends the replay (odd ``preempted at``). The chunks are
@@ -721,6 +721,7 @@ class EngineHarness:
         hits: dict[int, int] = {}
         odd: Counter = Counter()
         decoded: dict[int, int] = {}  # decode steps run so far, per running request
+        admitted: dict[int, int] = {}  # the order requests were first scheduled (the active list's)
         for ev in steps:
             if not isinstance(ev, Step):
                 continue
@@ -733,13 +734,33 @@ class EngineHarness:
                 break
             for _ in range(ev.steps):
                 context, done = [], []
-                for rid, a, b in ev.prefills:
+                # ``KVCacheV2Scheduler._schedule_loop``: one pass over the active requests in the
+                # order they came (the running ones, then the new): a generation request's token
+                # allocated, a context request's ``prepare_context`` (its match, on its first
+                # chunk) and ``resize_context``, each in turn
+                work = sorted(
+                    [(admitted[rid], 0, rid, b) for rid, _a, b in ev.prefills if rid in self.live]
+                    + [(admitted[rid], 1, rid, 0) for rid, _ctx in ev.decodes]
+                )
+                work += [(None, 0, rid, b) for rid, _a, b in ev.prefills if rid not in self.live]
+                for _order, kind, rid, b in work:
+                    if kind == 1:
+                        req = self.live[rid]
+                        decoded[rid] += 1
+                        # decode step d runs the d-th sampled token (capacity input + d) and
+                        # samples the (d + 1)-th: the request ends when that is its last
+                        self.self_.kv_cache_map[rid].resize(req.prompt_len + decoded[rid])
+                        if decoded[rid] + 1 >= outs[rid]:
+                            done.append(rid)
+                        continue
                     if rid not in self.live:
                         if rid in hits:
                             raise RuntimeError(f"request {rid} looked up twice")
                         hits[rid] = self.begin(rid, prompts[rid])
-                        odd["start"] += hits[rid] != a
+                        first = next(a for r, a, _b in ev.prefills if r == rid)
+                        odd["start"] += hits[rid] != first
                         decoded[rid] = 0
+                        admitted[rid] = len(admitted)
                     req = self.live[rid]
                     if b <= req.context_current_position:  # the engine's hit lies past this chunk
                         odd["skipped"] += 1
@@ -747,14 +768,6 @@ class EngineHarness:
                     self.self_.kv_cache_map[rid].resize(b)
                     req.context_current_position = b
                     context.append(req)
-                for rid, _ctx in ev.decodes:
-                    req = self.live[rid]
-                    decoded[rid] += 1
-                    # decode step d runs the d-th sampled token (capacity input + d) and samples
-                    # the (d + 1)-th: the request ends when that is its last
-                    self.self_.kv_cache_map[rid].resize(req.prompt_len + decoded[rid])
-                    if decoded[rid] + 1 >= outs[rid]:
-                        done.append(rid)
                 self.m["update_context_resources"](self.self_, SimpleNamespace(context_requests=context))
                 for req in context:
                     if req.context_remaining_length == 0:  # the prompt's last chunk samples a token

@@ -476,8 +476,6 @@ class ContinuousEngine:
             else:
                 decodes.append(s)
                 budget -= 1
-        if self.own_page and open_ and not self.rematch:
-            self._match_first(budget)
         total = self.budget - budget
         extra = 0
         if self.kv_unit != 1:
@@ -573,29 +571,6 @@ class ContinuousEngine:
             budget -= n
         self._peak()
         return batch
-
-    def _match_first(self, budget: int) -> None:
-        """``own_page`` (TensorRT-LLM): the waiting requests this step schedules are matched before
-        the running requests' tokens take their pages: ``prepare_resources`` runs the context
-        requests (a first chunk's ``prepare_context`` matches it and holds its blocks) before the
-        generation requests' ``resize``, so what a decode's new page evicts is not taken from
-        under a match of the same step. The ones the token budget and ``--max-num-seqs`` leave
-        room for are looked up now (holding their lookup, as a waiting request of this admission
-        does); the waiting loop then takes them as looked up."""
-        n = len(self.running)
-        for s in self.waiting:
-            if budget <= 0 or n >= self.max_seqs:
-                return
-            fresh = s.f is None
-            if fresh:
-                self._lookup(s)
-            k = self._chunk(s, budget)
-            if k <= 0:
-                if fresh:
-                    self._unlook(s)
-                return
-            budget -= k
-            n += 1
 
     def _pass_open(self) -> bool:
         """Whether this step's pass tries the waiting queue, touching the waiting requests'

@@ -966,28 +966,6 @@ def test_continuous_a_running_request_holds_whole_pages_of_its_own(monkeypatch):
     assert seen == [(1, [(0, 40, 0)]), (39, [])]
 
 
-def test_continuous_a_new_request_is_matched_before_the_decodes_take_their_pages():
-    """Rule 33 (``--scheduler continuous`` with ``--state-pool``): the executor's
-    ``prepare_resources`` runs the step's context requests before its generation requests (a first
-    chunk's ``prepare_context`` matches the request and holds its blocks: ``kv_cache_manager_v2.py``
-    ``_prepare_context_impl``, ``if req.is_first_context_chunk``; then each generation request's
-    ``resize``), so a decode's new page does not evict the path a request of the same step
-    matches. Six attention pages: X, Y, Z (32 tokens each, a snapshot at 32) are cached, A (40, 40
-    output tokens) holds two blocks of the tree and its own partial page; at 1.025 s A's token 64
-    opens a page in the step that schedules B (X + 8): B matches X first (32), then B's page and
-    A's take Y and Z. The preset charged A's page first, evicting X (0). The harness driving
-    TensorRT-LLM's own tree with these steps gives 0, 0, 0, 0, 32 (seven pages: 32 on both sides
-    before too). (ShareGPT 100 sessions, 2GB pools, end offset 0, 0.25 sessions/s: request 359.)"""
-    X, Y, Z, A = toks(500, 32), toks(600, 32), toks(700, 32), toks(0, 40)
-    rows = [(X, 1, 0.0), (Y, 1, 0.5), (Z, 1, 0.7), (A, 40, 1.0), (cat(X, toks(3000, 8)), 1, 1.025)]
-    for pages in (6, 7):
-        got, sim = run(
-            arrivals(rows), "trtllm", spec=TINY, capacity=pages * 64 + 8 * 16, state_pool="8", **CONTINUOUS, **END0
-        )
-        assert got == [0, 0, 0, 0, 32]
-        sim.tree.check_invariants()
-
-
 def test_continuous_a_chunk_ending_on_a_snapshot_point_is_committed_there():
     """Rule 34 (``--scheduler continuous`` with ``--state-pool``): a context chunk that ends on a
     snapshot point inside the prompt is committed there, KV and snapshot
