@@ -43,7 +43,8 @@ scheduled on its own, as the engine allocates then.
 
 Simplifications: KV is charged per token, or in whole blocks where the admission says its engine
 allocates them so (``running_kv_block``: vLLM; the prompt's partial last block stays the
-request's, since its cache keeps whole blocks); a request's prompt KV, once
+request's, since its cache keeps whole blocks), or in the engine's own pages (``own_page``:
+TensorRT-LLM with its two pools, whose chunks ending on a snapshot point are committed there); a request's prompt KV, once
 inserted into the cache at prefill end, is the cache's (locked until the request ends), not the
 request's; the KV of a decode run is charged at the run's start.
 """

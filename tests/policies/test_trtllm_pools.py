@@ -970,7 +970,8 @@ def test_continuous_a_chunk_ending_on_a_snapshot_point_is_committed_there():
     """Rule 34 (``--scheduler continuous`` with ``--state-pool``): a context chunk that ends on a
     snapshot point inside the prompt is committed there, KV and snapshot
     (``update_context_resources`` calls ``try_commit_blocks`` when ``context_current_position`` is
-    in ``expect_snapshot_points``, ``mamba_cache_manager_v2.py`` at 28295084972c), so a request
+    in ``expect_snapshot_points``, ``mamba_cache_manager_v2.py`` at 28295084972c L71-L92; the
+    commit, ``kv_cache.commit(tokens)``, L50), so a request
     scheduled while the prompt still runs matches it. A (200 tokens, interval 64 + end 0, 64-token
     chunks) commits 64 after its first chunk; B (A's first 64 tokens + 40) is scheduled two
     steps later and reuses 64. The preset inserted A's prompt at its end only: B got 0. The
@@ -1006,11 +1007,11 @@ def test_continuous_sharegpt_rows_match_the_engines_hits(interval, hit_tokens):
     ``_snapshotPartialBlockToTree``), ``close`` queues the request's blocks last first also where it
     inserts nothing (``_core/_kv_cache.py`` ``_clear_blocks``), and the end puts back no prompt
     state evicted since the prefill (``try_commit_blocks``' ``stop_committing``,
-    ``mamba_cache_manager_v2.py`` at 28295084972c). ShareGPT 100 sessions, the engine's 2GB pools
+    ``mamba_cache_manager_v2.py`` at 28295084972c L58-L59). ShareGPT 100 sessions, the engine's 2GB pools
     (468 attention pages, 29 recurrent), 0.1 sessions/s: the hit tokens TensorRT-LLM's own tree and
     manager give on the simulator's steps (``benchmarks/differential_trtllm.py --scheduler
-    continuous``), every request equal; the preset gave 758,748 (end 0) before these rules, 760,240
-    before rule 32 too."""
+    continuous``), every request equal; the preset gave 758,748 (end 0) with rule 32's page charge
+    alone, 760,240 before rule 32 (485,013 with the interval before rules 32 and 34)."""
     from sim.config import SimConfig
     from sim.engine.drivers import run as drive_run
     from sim.simulate import build
