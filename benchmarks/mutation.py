@@ -203,6 +203,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/policies/test_sglang_engine_rules.py",
             "tests/sim/engine/test_misses.py",
             "tests/policies/test_vllm_block_pool.py",
+            "tests/policies/test_trtllm_pools.py",
         ],
     ),
     "timing": (
