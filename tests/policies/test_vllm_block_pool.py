@@ -697,23 +697,26 @@ def test_a_preempted_request_leaves_what_it_computed_in_the_cache(retention, kep
 
 
 @pytest.mark.parametrize(("retention", "kept"), [(0, [32]), (-1, [16, 32, 48])])
-def test_a_request_preempted_while_decoding_leaves_the_decode_states_it_passed(retention, kept):
+def test_a_request_preempted_while_decoding_leaves_the_decode_states_it_reached(retention, kept):
     """The same rule once the prompt is in and the request decodes: block 16, budget 16, a
-    40-token prompt, preempted at 52 after its decode passed the block boundary at 48. With
-    retention -1 vLLM keeps every block-aligned state the request reached (``MambaManager
-    .cache_blocks``), the decode's at 48 too, and ``_preempt_request`` leaves them cached; at 0
-    only the prompt's last cacheable block's. The prompt's states went in with the prompt; the
-    preemption adds the decode ones it passed (not the prompt's again)."""
-    trace = one_per_session((toks(0, 40), toks(500, 30)))
-    sim, eng = _engine(trace, max_num_batched_tokens=16, prefix_cache_retention_interval=retention)
-    eng.arrive(trace.requests[0])
-    while eng.running == [] or eng.running[0].pos < 52:
-        eng._apply(eng.schedule(), 1, 0.0, 0.0)
-    s = eng.running.pop()
-    assert (s.pos, s.inserted) == (52, True)
-    eng._preempt(s, [])
-    assert sorted(n.depth_tokens for n in sim.tree.iter_nodes() if n.has_state) == kept
-    assert (s.held_kv, s.held_states) == (0, 0)
+    40-token prompt, preempted when its decode reaches the block boundary at 48 (the step that
+    computed the block; the decode publishes its state only with the next step) and, again, past
+    it at 52. With retention -1 vLLM keeps every block-aligned state the request reached
+    (``MambaManager.cache_blocks``), the decode's at 48 too, and ``_preempt_request`` leaves them
+    cached; at 0 only the prompt's last cacheable block's. The prompt's states went in with the
+    prompt; the preemption adds the decode ones it reached (``f.decode_cps``), not the prompt's
+    again."""
+    for stop in (48, 52):
+        trace = one_per_session((toks(0, 40), toks(500, 30)))
+        sim, eng = _engine(trace, max_num_batched_tokens=16, prefix_cache_retention_interval=retention)
+        eng.arrive(trace.requests[0])
+        while eng.running == [] or eng.running[0].pos < stop:
+            eng._apply(eng.schedule(), 1, 0.0, 0.0)
+        s = eng.running.pop()
+        assert (s.pos, s.inserted) == (stop, True)
+        eng._preempt(s, [])
+        assert sorted(n.depth_tokens for n in sim.tree.iter_nodes() if n.has_state) == kept, stop
+        assert (s.held_kv, s.held_states) == (0, 0)
 
 
 def test_a_request_preempted_after_a_kept_prefill_state_holds_only_what_its_recompute_takes():
