@@ -34,6 +34,7 @@ device; raise HOST_SLEEP_CYCLES).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -130,6 +131,36 @@ def _flashqla(torch):
         print(f"# FlashQLA not importable ({type(exc).__name__}: {exc}); no FlashQLA column")
         return None
     return chunk_gated_delta_rule
+
+
+def parse_variants(specs) -> dict:
+    """``--variant`` values, each ``NAME:VAR=VALUE[;VAR=VALUE]`` (the flag repeated for several)
+    -> ``{NAME: {VAR: VALUE}}`` (a value may hold '=' and ','; ``ssd_bench.py`` takes the same)."""
+    out = {}
+    for spec in specs:
+        name, _, envs = spec.partition(":")
+        items = [e for e in envs.split(";") if e]
+        if not name.strip() or not items or not all("=" in e and e.split("=", 1)[0].strip() for e in items):
+            print(f"--variant {spec!r}: expected NAME:VAR=VALUE[;VAR=VALUE]", file=sys.stderr)
+            sys.exit(2)
+        out[name] = dict(e.split("=", 1) for e in items)
+    return out
+
+
+@contextlib.contextmanager
+def environ(env: dict):
+    """``env`` set for the block (the kernels read their launch configurations per call), the
+    previous values back after it."""
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, val in saved.items():
+            if val is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = val
 
 
 def _profile(torch, fns, h, hv, T, reps=5):
@@ -281,10 +312,7 @@ def main(argv=None) -> int:
     if args.T:
         Ts = [int(x) for x in args.T.split(",")]
     seg_sizes = [x if x == "auto" else int(x) for x in args.seg.split(",") if x]
-    variants = {}
-    for spec in args.variant:
-        name, _, envs = spec.partition(":")
-        variants[name] = dict(e.split("=", 1) for e in envs.split(";") if e)
+    variants = parse_variants(args.variant)
     rows = []
     print(
         f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}"
@@ -333,9 +361,7 @@ def main(argv=None) -> int:
             res, host = {}, {}
             for name, fn in fns.items():
                 env = variants.get(name[7:-1], {}) if name.startswith("states[") else {}
-                saved = {key: os.environ.get(key) for key in env}
-                os.environ.update(env)
-                try:
+                with environ(env):
                     fn()
                     torch.cuda.synchronize()  # compile outside the timed / captured region
                     plain = do_bench(fn, warmup=25, rep=args.rep, return_mode="median")
@@ -346,12 +372,6 @@ def main(argv=None) -> int:
                         graph = float("nan")
                     if args.host_calls > 0 and not name.startswith("states["):
                         host[name] = host_us_median(torch, fn, args.host_calls)
-                finally:
-                    for key, val in saved.items():
-                        if val is None:
-                            os.environ.pop(key, None)
-                        else:
-                            os.environ[key] = val
                 res[name] = (plain, graph)
             if seg_sizes:
                 _seg_errors(torch, fns, seg_sizes, h, hv, T)

@@ -47,7 +47,7 @@ def modelled_share(spec, timing, lengths) -> dict:
     """FLOPs and modelled FLOP-term time per layer kind for from-scratch prefills of ``lengths``."""
     from sim.cost import gdn_chunks
 
-    layers = {"attention": spec.n_attn, "gated_delta": spec.n_gdn or spec.n_mamba, "mlp": spec.n_mlp}
+    layers = timing._layers(spec)  # the timing's own layer counts per kind (Mamba2 in the mixer's)
     mixer_a = spec.gdn_layer_a if spec.n_gdn else spec.mamba_layer_a
     flops = dict.fromkeys(KINDS, 0.0)
     ms = dict.fromkeys(KINDS, 0.0)

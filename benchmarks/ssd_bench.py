@@ -108,40 +108,18 @@ def _fla():
     return chunk_simple_gla
 
 
-def _with_env(fn, env: dict):
-    """``fn`` called with ``env`` set (the kernels read their launch configurations per call)."""
+def _in_env(fn, env: dict):
+    """``fn`` called with ``env`` set (``kernel_bench.environ``)."""
+    from kernel_bench import environ  # this folder's, on sys.path above
 
     def call():
-        old = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
+        with environ(env):
             return fn()
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
 
     return call
 
 
-def parse_variants(text: str | None) -> list:
-    """``NAME:VAR=VALUE[;NAME:VAR=VALUE]`` -> [(name, {VAR: VALUE})] (a value may hold '=' and ',')."""
-    out = []
-    for item in (text or "").split(";"):
-        if not item.strip():
-            continue
-        name, sep, assign = item.partition(":")
-        var, eq, value = assign.partition("=")
-        if not sep or not eq or not name.strip() or not var.strip():
-            print(f"ssd_bench: --variant {item!r}: expected NAME:VAR=VALUE", file=sys.stderr)
-            sys.exit(2)
-        out.append((name.strip(), {var.strip(): value}))
-    return out
-
-
-def calls(torch, T, H, P, N, G, use_mamba=True, use_fla=True, variants=()) -> dict:
+def calls(torch, T, H, P, N, G, use_mamba=True, use_fla=True, variants=None) -> dict:
     """mode -> a no-argument call on the shape's inputs (``variants``: extra ``states-NAME`` and
     ``states256-NAME`` modes run with the variant's environment)."""
     import torch.nn.functional as F
@@ -158,9 +136,9 @@ def calls(torch, T, H, P, N, G, use_mamba=True, use_fla=True, variants=()) -> di
         "states256": lambda: chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, chunk_metadata=meta4),
         "nostates": lambda: chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, chunk_metadata=meta, boundary_states=False),
     }
-    for name, env in variants:
-        fns[f"states-{name}"] = _with_env(fns["states"], env)
-        fns[f"states256-{name}"] = _with_env(fns["states256"], env)
+    for name, env in (variants or {}).items():
+        fns[f"states-{name}"] = _in_env(fns["states"], env)
+        fns[f"states256-{name}"] = _in_env(fns["states256"], env)
     scan = _mamba() if use_mamba else None
     if scan is not None:
         for cs in (256, 128):
@@ -219,9 +197,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument(
         "--variant",
-        default=None,
+        action="append",
+        default=[],
         help="extra 'states-NAME' / 'states256-NAME' rows run with launch configs from the environment, "
-        "e.g. 'prep:KERNELS_CONFIG_SSD_STATE=PREP=1' (several joined by ';')",
+        "e.g. 'prep:KERNELS_CONFIG_SSD_STATE=PREP=1' (several VAR=... joined by ';'; repeat the flag for "
+        "several variants, as kernel_bench.py's)",
     )
     ap.add_argument("--profile", action="store_true", help="per-kernel device times (torch.profiler) at the longest T")
     ap.add_argument(
@@ -230,6 +210,8 @@ def main(argv=None) -> int:
         help="instead: ours ('states') at each state-loop configuration of SWEEP (Nemotron-H 8B shape)",
     )
     args = ap.parse_args(argv)
+    from kernel_bench import parse_variants  # this folder's, on sys.path above
+
     variants = parse_variants(args.variant)
     mods = _cuda()
     if mods is None:

@@ -216,3 +216,24 @@ def test_peak_share_prices_what_the_time_model_prices(model, monkeypatch):
     assert sum(r["flops"].values()) == pytest.approx(spec.flops(1024) + spec.flops(64), rel=1e-9)
     assert r["quadratic"] == pytest.approx(spec.attn_layer_b * (1024**2 + 64**2) * spec.n_attn, rel=1e-12)
     sys.modules.pop("replay_peak_share", None)
+
+
+def test_variant_specs_parse_the_same_for_both_kernel_benchmarks(monkeypatch, capsys):
+    """``kernel_bench.parse_variants`` (``--variant``, repeatable, also ``ssd_bench.py``'s):
+    ``NAME:VAR=VALUE[;VAR=VALUE]``, a value keeping its '=' and ','; a spec without a name or an
+    assignment is one line and exit 2; ``environ`` gives the variables back after its block."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    kb = __import__("kernel_bench")
+    got = kb.parse_variants(["prep:KERNELS_CONFIG_SSD_STATE=PREP=1,BP=64", "two:A=1;B=x=y"])
+    assert got == {"prep": {"KERNELS_CONFIG_SSD_STATE": "PREP=1,BP=64"}, "two": {"A": "1", "B": "x=y"}}
+    for bad in ("bad", "x:", ":A=1", "x:A"):
+        with pytest.raises(SystemExit) as exc:
+            kb.parse_variants([bad])
+        assert exc.value.code == 2
+        assert capsys.readouterr().err.strip() == f"--variant {bad!r}: expected NAME:VAR=VALUE[;VAR=VALUE]"
+    monkeypatch.setenv("MARCONI_TEST_KEPT", "before")
+    monkeypatch.delenv("MARCONI_TEST_NEW", raising=False)
+    with kb.environ({"MARCONI_TEST_KEPT": "inside", "MARCONI_TEST_NEW": "1"}):
+        assert (os.environ["MARCONI_TEST_KEPT"], os.environ["MARCONI_TEST_NEW"]) == ("inside", "1")
+    assert os.environ["MARCONI_TEST_KEPT"] == "before" and "MARCONI_TEST_NEW" not in os.environ
+    sys.modules.pop("kernel_bench", None)

@@ -920,21 +920,27 @@ class EngineTree(HybridRadixTree):
                 transient.extend(own)
         return sorted([c for c, _ in kept.values()] + (transient or []))
 
-    def _seq_path(self, seq: np.ndarray) -> list[tuple[Node, int, int]]:
-        """The nodes ``seq`` walks through, each as (node, its edge's first token, the last token of
-        it ``seq`` matches): the last one may be matched in part."""
-        out = []
+    def _walk(self, seq):
+        """The nodes ``seq`` walks through, root down, each with how many of its key's symbols
+        ``seq`` matches (the last one may be matched in part; the walk ends there)."""
         node, pos = self.root, 0
         while pos < len(seq):
             child = node.children.get(int(seq[pos]))
             if child is None:
-                break
+                return
             m = _edge_match(child.key, seq, pos)
+            yield child, m
+            if m < len(child.key):
+                return
+            node, pos = child, pos + m
+
+    def _seq_path(self, seq: np.ndarray) -> list[tuple[Node, int, int]]:
+        """The nodes ``seq`` walks through, each as (node, its edge's first token, the last token of
+        it ``seq`` matches): the last one may be matched in part."""
+        out = []
+        for child, m in self._walk(seq):
             top = child.depth_tokens - child.n_tokens
             out.append((child, top, top + min(m * self.block_tokens, child.n_tokens)))
-            if m < len(child.key):
-                break
-            node, pos = child, pos + m
         return out
 
     @staticmethod
@@ -1130,17 +1136,11 @@ class EngineTree(HybridRadixTree):
     def _node_holding(self, seq, tokens: int) -> Node | None:
         """The tree's node on ``seq``'s path holding its token ``tokens`` (the deepest the path
         reaches where it is shorter); None where the path is empty."""
-        node, pos = self.root, 0
-        while pos < len(seq):
-            child = node.children.get(int(seq[pos]))
-            if child is None:
+        node = None
+        for node, _ in self._walk(seq):
+            if node.depth_tokens >= tokens:
                 break
-            m = _edge_match(child.key, seq, pos)
-            pos += m
-            node = child
-            if node.depth_tokens >= tokens or m < len(child.key):
-                break
-        return None if node is self.root else node
+        return node
 
     def _admission(self, seq, span: Span) -> tuple[int, int, int, int]:
         """``admit_from_anchor`` (LMDeploy, sequential mode; ``admitting`` is ``(hit, prompt

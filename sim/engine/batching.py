@@ -347,6 +347,15 @@ class ContinuousEngine:
         self.sim.rec.overshoot()
         self._charged(s, kv, states)
 
+    def _keep(self, s: Seq, kv: int, states: int, tag) -> None:
+        """``s`` keeps ``kv`` tokens and ``states`` slots it held before an insert that did not
+        take them (or takes them again after one): made room for (evictions stamped with ``tag``),
+        else forced."""
+        if self._room(kv, states, tag):
+            self._charged(s, kv, states)
+        else:
+            self._force(s, kv, states)
+
     def _release(self, s: Seq, kv: int, states: int) -> None:
         self.sim.tree.release(kv, states)
         s.charge(-kv, -states)
@@ -876,8 +885,7 @@ class ContinuousEngine:
         t = tree.set_time(now)
         res = tree.insert(f.seq_full[: p // g], p, [p // g], t, lock=True, protect=f.locked, tag=(f, t))
         if not res.inserted:  # no room: the request keeps them (the room is still free)
-            room = self._room(covered, 1, (f, now))
-            self._charged(s, covered, 1) if room else self._force(s, covered, 1)
+            self._keep(s, covered, 1, (f, now))
             return
         if f.locked is not None:
             tree.unlock(f.locked)
@@ -908,15 +916,13 @@ class ContinuousEngine:
         self._release(s, covered, s.kept_prefill)  # the insert puts the kept states in the cache
         s.kept_prefill = 0
         if not sim.insert_prefill(f, now):  # no room: the KV stays the request's (the room is still free)
-            room = self._room(covered, 0, (f, now))
-            self._charged(s, covered, 0) if room else self._force(s, covered, 0)
+            self._keep(s, covered, 0, (f, now))
             return
         s.prompt_in = True
         if self.own_page:  # the prompt's pages past the tree's stay the request's to its end
             sim.tree.stamp_partial_tail(f.locked)  # a committed partial block: the tree's copy
             own = self._own(s, s.n_in)
-            room = self._room(own, 0, (f, now))
-            self._charged(s, own, 0) if room else self._force(s, own, 0)
+            self._keep(s, own, 0, (f, now))
         if u != 1:  # the prompt's states are in: the end inserts the decode ones (an evicted one stays gone)
             f.prefill_cps = []
         if u != 1 and f.match is not None and getattr(sim.tree, "duplicate_kv", False):
@@ -960,8 +966,7 @@ class ContinuousEngine:
         if self.sim.insert_chunk(f, *chunk, now):
             s.published = s.pos
             return
-        room = self._room(covered, 0, (f, now))  # nothing inserted: the KV stays the request's
-        self._charged(s, covered, 0) if room else self._force(s, covered, 0)
+        self._keep(s, covered, 0, (f, now))  # nothing inserted: the KV stays the request's
 
     def _commit_point(self, s: Seq, now: float) -> None:
         """``own_page`` (TensorRT-LLM): a chunk that ended on a snapshot point inside the prompt is
@@ -977,14 +982,12 @@ class ContinuousEngine:
         held = s.held_kv
         self._release(s, held, 0)
         if not self.sim.insert_chunk(f, *chunk, now):  # no room: the KV stays the request's
-            room = self._room(held, 0, (f, now))
-            self._charged(s, held, 0) if room else self._force(s, held, 0)
+            self._keep(s, held, 0, (f, now))
             return
         s.published = s.pos
         self.sim.tree.stamp_partial_tail(f.locked)
         own = self._own(s, s.pos)
-        room = self._room(own, 0, (f, now))
-        self._charged(s, own, 0) if room else self._force(s, own, 0)
+        self._keep(s, own, 0, (f, now))
 
     def _finish(self, s: Seq, now: float) -> None:
         sim = self.sim
