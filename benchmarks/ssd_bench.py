@@ -120,8 +120,8 @@ def _in_env(fn, env: dict):
 
 
 def calls(torch, T, H, P, N, G, use_mamba=True, use_fla=True, variants=None) -> dict:
-    """mode -> a no-argument call on the shape's inputs (``variants``: extra ``states-NAME`` and
-    ``states256-NAME`` modes run with the variant's environment)."""
+    """mode -> a no-argument call on the shape's inputs (``variants``: extra ``states-NAME``,
+    ``states256-NAME`` and ``nostates-NAME`` modes run with the variant's environment)."""
     import torch.nn.functional as F
 
     from kernels import chunk_ssd, prepare_chunk_metadata
@@ -139,6 +139,7 @@ def calls(torch, T, H, P, N, G, use_mamba=True, use_fla=True, variants=None) -> 
     for name, env in (variants or {}).items():
         fns[f"states-{name}"] = _in_env(fns["states"], env)
         fns[f"states256-{name}"] = _in_env(fns["states256"], env)
+        fns[f"nostates-{name}"] = _in_env(fns["nostates"], env)
     scan = _mamba() if use_mamba else None
     if scan is not None:
         for cs in (256, 128):

@@ -41,9 +41,11 @@ import os
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kernels._common import INTERPRET
 from kernels.ssd_args import ssd_call
+
 
 __all__ = ["chunk_ssd", "SSD_CONFIGS"]
 
@@ -66,15 +68,17 @@ __all__ = ["chunk_ssd", "SSD_CONFIGS"]
 #: "BP=32,num_warps=4,num_stages=3") override them.
 SSD_CONFIGS = {
     "state": {
-        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1),
-        "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0),
+        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1),
+        "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1),
     },
     "out": {"half": dict(BP=64, num_warps=4, num_stages=2), "fp32": dict(BP=32, num_warps=8, num_stages=1)},
 }
 
 
 def _config(kernel: str, f32: bool) -> dict:
-    cfg = dict(SSD_CONFIGS[kernel]["fp32" if f32 else "half"])
+    """The launch configuration of ``kernel`` ("state" or "out"), with the environment's override;
+    ``maxnreg`` (a register cap, 0: none) only where set."""
+    cfg = dict(SSD_CONFIGS[kernel]["fp32" if f32 else "half"], maxnreg=0)
     env = os.environ.get(f"KERNELS_CONFIG_SSD_{kernel.upper()}")
     if env:
         for item in env.split(","):
@@ -82,6 +86,8 @@ def _config(kernel: str, f32: bool) -> dict:
             if key.strip() not in cfg:
                 raise ValueError(f"KERNELS_CONFIG_SSD_{kernel.upper()}: unknown key {key.strip()!r}")
             cfg[key.strip()] = int(val)
+    if not cfg["maxnreg"]:
+        del cfg["maxnreg"]
     return cfg
 
 
@@ -122,11 +128,14 @@ def _chunk_dt(dt, dt_bias, A, tc, m, i_h, sdt, sdh, dt_min, dt_max, HAS_BIAS: tl
 
 @triton.jit(do_not_specialize=["dt_min", "dt_max"])
 def _ssd_prep_kernel(
-    dt, dt_bias, A, gam_out, dt_out, chunk_info, sdt, sdh, dt_min, dt_max,
-    H: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr,
+    dt, dt_bias, A, gam_out, dt_out, chunk_info, seq_info, prog, sdt, sdh, dt_min, dt_max,
+    H: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, OVL: tl.constexpr,
+    NPS: tl.constexpr,
 ):  # fmt: skip
     """``PREP``: every chunk's dt and gamma (chunk x head, parallel), which the state loop and the
-    output kernel then read, so that the serial loop holds no softplus or cumsum."""
+    output kernel then read, so that the serial loop holds no softplus or cumsum. With ``OVL`` the
+    program of a sequence's first chunk also zeroes that (sequence, head)'s ``NPS`` progress
+    counters, which the state loop then raises."""
     i_c = tl.program_id(0)
     i_h = tl.program_id(1)
     m, tc = _chunk_rows(chunk_info, i_c)
@@ -135,6 +144,20 @@ def _ssd_prep_kernel(
     row = (i_c * H + i_h).to(tl.int64) * 64
     tl.store(gam_out + row + r, gam)
     tl.store(dt_out + row + r, d)
+    if OVL:
+        n = tl.load(chunk_info + i_c * 4)
+        first = tl.load(seq_info + n * 4 + 2) == i_c
+        tl.store(prog + (n * H + i_h) * NPS + r, r * 0, mask=(r < NPS) & first)
+
+
+@triton.jit
+def _after_cta_barrier(v):
+    """``v`` as a ``[1]`` tensor once every thread of the program has reached this point
+    (``bar.sync 0`` as inline assembly: ``tl.debug_barrier`` in the state loop stops Triton from
+    pipelining its loads, sm_90a, triton 3.6: no cp.async left, 54 -> 16 KB of shared memory)."""
+    return tl.inline_asm_elementwise(
+        "bar.sync 0;\n mov.u32 $0, $1;", "=r,r", [tl.full([1], 0, tl.int32) + v], dtype=tl.int32, is_pure=False, pack=1
+    )
 
 
 @triton.jit
@@ -164,7 +187,8 @@ def _ssd_state_step(
     sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max,
     H: tl.constexpr, GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, HAS_BIAS: tl.constexpr,
     SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
-    FUSE: tl.constexpr, HAS_D: tl.constexpr, D_PER_P: tl.constexpr, PREP: tl.constexpr,
+    FUSE: tl.constexpr, HAS_D: tl.constexpr, D_PER_P: tl.constexpr, PREP: tl.constexpr, OVL: tl.constexpr,
+    prog_slot, signal,
 ):  # fmt: skip
     # the chunk's rows from its first (virtual) token ``ts``: affine in the chunk index, so that the
     # loop's loads can be issued ahead (a row table read per chunk would serialise them)
@@ -188,6 +212,12 @@ def _ssd_state_step(
             tl.store(dt_out + row * 64 + r, d, mask=first)
         # the chunk-start state, read by the output kernel
         tl.store(hs + row * (P * N) + sidx, S.to(hs.dtype.element_ty), mask=mPN)
+        if OVL:
+            if signal:
+                # the chunk-start states up to this chunk's are written (every thread past the
+                # barrier; the release orders their stores before the count the output kernel
+                # acquires)
+                tl.atomic_xchg(prog_slot + tl.arange(0, 1), _after_cta_barrier(c + 1), sem="release", scope="gpu")
     last = tl.sum(tl.where(r == 63, gam, 0.0), 0)
     wgt = tl.exp(last - gam) * d  # decay to the chunk's end x dt
     X = tl.load(x + tc[:, None] * sxt + i_h * sxh + oP[None, :], mask=m[:, None] & (oP < P)[None, :], other=0.0)
@@ -224,11 +254,16 @@ def _ssd_state_kernel(
     H: tl.constexpr, GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr,
     DOT: tl.constexpr, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr, FUSE: tl.constexpr, HAS_D: tl.constexpr,
-    D_PER_P: tl.constexpr, PREP: tl.constexpr,
+    D_PER_P: tl.constexpr, PREP: tl.constexpr, prog, OVL: tl.constexpr, SIG: tl.constexpr, NPS: tl.constexpr,
 ):  # fmt: skip
     i_n = tl.program_id(0)
     i_h = tl.program_id(1)
     i_p = tl.program_id(2)
+    if OVL:
+        # the output kernel (launched programmatically dependent) may start once every program of
+        # this loop is resident; it waits on ``prog`` for the chunks it reads
+        gdc_launch_dependents()
+    prog_slot = prog + (i_n * H + i_h) * NPS + i_p
     bos = tl.load(seq_info + i_n * 4)
     eos = tl.load(seq_info + i_n * 4 + 1)
     c0 = tl.load(seq_info + i_n * 4 + 2)
@@ -247,7 +282,8 @@ def _ssd_state_kernel(
             S = _ssd_state_step(
                 c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb,
                 store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
-                GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P, PREP,
+                GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P, PREP, OVL, prog_slot,
+                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1),
             )  # fmt: skip
             c += 1
     else:
@@ -255,7 +291,8 @@ def _ssd_state_kernel(
             S = _ssd_state_step(
                 c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb,
                 store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
-                GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P, PREP,
+                GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P, PREP, OVL, prog_slot,
+                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1),
             )  # fmt: skip
     tl.store(ht + sbase + sidx, S, mask=mPN)
 
@@ -287,10 +324,28 @@ def _ssd_output_kernel(
     D_PER_P: tl.constexpr,
     DOT: tl.constexpr,
     PREC: tl.constexpr,
+    seq_info,
+    prog,
+    OVL: tl.constexpr,
+    NPS: tl.constexpr,
+    NPO: tl.constexpr,
 ):
-    i_c = tl.program_id(0)
-    i_h = tl.program_id(1)
-    i_p = tl.program_id(2)
+    if OVL:
+        # a 1-d grid, chunk-major (the loop's programs advance through the chunks together), each
+        # program waiting until every loop program of its (sequence, head) has written this
+        # chunk's start state
+        pid = tl.program_id(0)
+        i_c = pid // (H * NPO)
+        i_h = (pid // NPO) % H
+        i_p = pid % NPO
+        pbase = prog + (tl.load(chunk_info + i_c * 4) * H + i_h) * NPS
+        for j in tl.static_range(NPS):
+            while tl.atomic_add(pbase + j, 0, sem="acquire", scope="gpu") <= i_c:
+                pass
+    else:
+        i_c = tl.program_id(0)
+        i_h = tl.program_id(1)
+        i_p = tl.program_id(2)
     m, tc = _chunk_rows(chunk_info, i_c)
     r = tl.arange(0, 64)
     row = (i_c * H + i_h).to(tl.int64) * 64
@@ -303,16 +358,28 @@ def _ssd_output_kernel(
     grp = i_h // GROUP
     Ct = tl.load(Cm + tc[:, None] * sct + grp * scg + oN[None, :], mask=m[:, None] & mN[None, :], other=0.0).to(DOT)
     Bt = tl.load(Bm + tc[:, None] * sbt + grp * sbg + oN[None, :], mask=m[:, None] & mN[None, :], other=0.0).to(DOT)
-    Sp = tl.load(
-        hs + (i_c * H + i_h).to(tl.int64) * (P * N) + oP[:, None] * N + oN[None, :],
-        mask=mP[:, None] & mN[None, :],
-        other=0.0,
-    ).to(DOT)
+    sp = hs + (i_c * H + i_h).to(tl.int64) * (P * N) + oP[:, None] * N + oN[None, :]
+    if OVL:  # from L2: the overlapped loop writes it while this kernel runs
+        Sp = tl.load(sp, mask=mP[:, None] & mN[None, :], other=0.0, cache_modifier=".cg").to(DOT)
+    else:
+        Sp = tl.load(sp, mask=mP[:, None] & mN[None, :], other=0.0).to(DOT)
     X = tl.load(x + tc[:, None] * sxt + i_h * sxh + oP[None, :], mask=m[:, None] & mP[None, :], other=0.0)
     acc = _out_tile(Ct, Bt, Sp, X, g, d, Dv, i_h, oP, mP, P, HAS_D, D_PER_P, DOT, PREC)
     tl.store(
         y + tc[:, None] * (H * P) + i_h * P + oP[None, :], acc.to(y.dtype.element_ty), mask=m[:, None] & mP[None, :]
     )
+    if OVL:
+        # the grid's last program waits for the loop to complete (its final and boundary states
+        # written), so that this kernel's completion, which the next work on the stream waits for,
+        # implies the loop's
+        if tl.program_id(0) == tl.num_programs(0) - 1:
+            gdc_wait()
+
+
+def _overlaps(dev: torch.device) -> bool:
+    """Whether the output kernel can run beside the state loop on ``dev`` (``OVL``): programmatic
+    dependent launch, compute capability 9.0 on, never in the interpreter."""
+    return not INTERPRET and dev.type == "cuda" and torch.cuda.get_device_capability(dev)[0] >= 9
 
 
 def _pow2(n: int) -> int:
@@ -387,6 +454,9 @@ def chunk_ssd(x, dt, A, B, C, **options):
     BP = min(cfg.pop("BP"), Pp, 32 if BN >= 256 else Pp)
     fuse = bool(cfg.pop("FUSE"))
     prep = bool(cfg.pop("PREP")) and not fuse
+    ovl = bool(cfg.pop("OVL")) and prep and _overlaps(dev)
+    sig = max(1, cfg.pop("SIG"))
+    nps = triton.cdiv(P, BP)
     store = store_b and meta.num_boundaries > 0
     # scratch of the output kernel: each chunk's gamma and dt, its start state in the input dtype
     # (not made where the output is computed inside the loop, ``FUSE``)
@@ -394,26 +464,30 @@ def chunk_ssd(x, dt, A, B, C, **options):
     dtc = torch.empty_like(gam)
     hs = torch.empty(0 if fuse else NT * H * P * N, dtype=dtype, device=dev)
     has_d, d_per_p = D is not None, D is not None and D.dim() == 2
+    # the overlapped output's progress counters: per (sequence, head) one per loop program
+    prog = torch.empty(S * H * nps, dtype=torch.int32, device=dev) if ovl else ht
     if prep:
         _ssd_prep_kernel[(NT, H)](
-            dt2, bias, A32, gam, dtc, meta.chunk_info, dt2.stride(0), dt2.stride(1), lo, hi,
-            H=H, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp,
+            dt2, bias, A32, gam, dtc, meta.chunk_info, meta.seq_info, prog, dt2.stride(0), dt2.stride(1), lo, hi,
+            H=H, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp, OVL=ovl, NPS=nps,
         )  # fmt: skip
-    _ssd_state_kernel[(S, H, triton.cdiv(P, BP))](
+    _ssd_state_kernel[(S, H, nps)](
         x2, dt2, bias, A32, B2, C2, Dv, y, gam, dtc, hs, h0, ht, hb if store else ht, meta.seq_info, meta.chunk_info,
         meta.store_slot, x2.stride(0), x2.stride(1), dt2.stride(0), dt2.stride(1), B2.stride(0), B2.stride(1),
         C2.stride(0), C2.stride(1), lo, hi, int(initial_state is not None),
         H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
         CLAMP=clamp, STORE_B=store, DOT=dot, PREC=prec, WHILE_LOOP=INTERPRET, FUSE=fuse, HAS_D=has_d,
-        D_PER_P=d_per_p, PREP=prep, **cfg,
+        D_PER_P=d_per_p, PREP=prep, prog=prog, OVL=ovl, SIG=sig, NPS=nps, **cfg,
     )  # fmt: skip
     if fuse:
         return y, ht, hb
     cfg = _config("out", f32_in)
     BP = min(cfg.pop("BP"), Pp, 32 if BN >= 256 else Pp)
-    _ssd_output_kernel[(NT, H, triton.cdiv(P, BP))](
+    npo = triton.cdiv(P, BP)
+    _ssd_output_kernel[(NT * H * npo, 1, 1) if ovl else (NT, H, npo)](
         x2, B2, C2, Dv, gam, dtc, hs, y, meta.chunk_info,
         x2.stride(0), x2.stride(1), B2.stride(0), B2.stride(1), C2.stride(0), C2.stride(1),
-        H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_D=has_d, D_PER_P=d_per_p, DOT=dot, PREC=prec, **cfg,
+        H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_D=has_d, D_PER_P=d_per_p, DOT=dot, PREC=prec,
+        seq_info=meta.seq_info, prog=prog, OVL=ovl, NPS=nps, NPO=npo, **({"launch_pdl": True} if ovl else {}), **cfg,
     )  # fmt: skip
     return y, ht, hb

@@ -405,3 +405,28 @@ def test_gpu_against_mamba_ssm(name, H, P, N, G):
     ry, rf, _, _ = naive_ssd(x, dt, A, B, C, **kw)
     assert rel(ym, ry) < 2e-2 and rel(y, ry) < 2e-2  # both against the oracle
     assert rel(y, ym) < 2e-2 and rel(ht, hm) < 2e-2
+
+
+#: the overlapped output (``OVL``: launched programmatically dependent on the state loop, each of
+#: its programs waiting on the loop's progress counters) at the signalling periods and loop
+#: configurations ``ssd_bench`` measures
+OVL_VARIANTS = ["OVL=1", "OVL=1,SIG=4", "OVL=1,BP=64,num_stages=2", "OVL=1,SIG=8,num_warps=4"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", OVL_VARIANTS)
+def test_gpu_overlapped_output_gives_the_plain_bits(monkeypatch, variant):
+    """The output kernel beside the state loop reads the chunk-start states as the loop writes
+    them: outputs, final and boundary states bit for bit those of the output run after the loop,
+    on varlen with a ragged start and initial states, with every boundary, a selection and none,
+    and the call repeated (the counters zeroed per call)."""
+    _, H, P, N, G = GPU_SHAPES[1]
+    args, kw = _cuda_case("overlap", H, P, N, G, torch.bfloat16, T=3000)
+    runs = {}
+    for v in ("OVL=0", variant):
+        monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", v)
+        runs[v] = [chunk_ssd(*args, **kw, **opt) for opt in ({}, {"boundary_stride": 4}, {"boundary_states": False})]
+        runs[v].append(chunk_ssd(*args, **kw))
+    for plain, ovl in zip(runs["OVL=0"], runs[variant]):
+        assert torch.equal(plain[0], ovl[0]) and torch.equal(plain[1], ovl[1])
+        assert (plain[2] is None and ovl[2] is None) or torch.equal(plain[2], ovl[2])
