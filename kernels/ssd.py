@@ -36,6 +36,7 @@ State layout: ``[num_seqs or num_boundaries, H, P, N]`` fp32 (mamba_ssm's ``ssm_
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -68,17 +69,20 @@ __all__ = ["chunk_ssd", "SSD_CONFIGS"]
 #: "BP=32,num_warps=4,num_stages=3") override them.
 SSD_CONFIGS = {
     "state": {
-        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1),
-        "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1),
+        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1, HB=1),
+        "half-ovl": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=1, OVL=1, SIG=4, HB=1),
+        "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1, HB=1),
     },
     "out": {"half": dict(BP=64, num_warps=4, num_stages=2), "fp32": dict(BP=32, num_warps=8, num_stages=1)},
 }
 
 
-def _config(kernel: str, f32: bool) -> dict:
-    """The launch configuration of ``kernel`` ("state" or "out"), with the environment's override;
+def _config(kernel: str, f32: bool, overlaps: bool = False) -> dict:
+    """The launch configuration of ``kernel`` ("state" or "out"; the state loop's "half-ovl" for
+    16-bit inputs where the output can run beside it), with the environment's override;
     ``maxnreg`` (a register cap, 0: none) only where set."""
-    cfg = dict(SSD_CONFIGS[kernel]["fp32" if f32 else "half"], maxnreg=0)
+    kind = "fp32" if f32 else ("half-ovl" if overlaps and "half-ovl" in SSD_CONFIGS[kernel] else "half")
+    cfg = dict(SSD_CONFIGS[kernel][kind], maxnreg=0)
     env = os.environ.get(f"KERNELS_CONFIG_SSD_{kernel.upper()}")
     if env:
         for item in env.split(","):
@@ -151,6 +155,18 @@ def _ssd_prep_kernel(
 
 
 @triton.jit
+def _needs_start_copy(store_slot, c, c0, HB: tl.constexpr):
+    """1 where chunk ``c``'s start state must be copied for the output kernel: always without
+    ``HB``; with it, at a sequence's first chunk and where the previous chunk's end is not an
+    emitted boundary (elsewhere the output kernel reads that boundary state)."""
+    if HB:
+        prev = tl.load(store_slot + tl.maximum(c - 1, 0))
+        return tl.where((c == c0) | (prev < 0), 1, 0)
+    else:
+        return 1
+
+
+@triton.jit
 def _after_cta_barrier(v):
     """``v`` as a ``[1]`` tensor once every thread of the program has reached this point
     (``bar.sync 0`` as inline assembly: ``tl.debug_barrier`` in the state loop stops Triton from
@@ -188,7 +204,7 @@ def _ssd_state_step(
     H: tl.constexpr, GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, HAS_BIAS: tl.constexpr,
     SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
     FUSE: tl.constexpr, HAS_D: tl.constexpr, D_PER_P: tl.constexpr, PREP: tl.constexpr, OVL: tl.constexpr,
-    prog_slot, signal,
+    prog_slot, signal, need_hs,
 ):  # fmt: skip
     # the chunk's rows from its first (virtual) token ``ts``: affine in the chunk index, so that the
     # loop's loads can be issued ahead (a row table read per chunk would serialise them)
@@ -210,8 +226,9 @@ def _ssd_state_step(
             first = (r * 0 + i_p) == 0  # a full-shape mask (triton 3.9's interpreter)
             tl.store(gam_out + row * 64 + r, gam, mask=first)
             tl.store(dt_out + row * 64 + r, d, mask=first)
-        # the chunk-start state, read by the output kernel
-        tl.store(hs + row * (P * N) + sidx, S.to(hs.dtype.element_ty), mask=mPN)
+        # the chunk-start state, read by the output kernel (``HB``: only where it is not the
+        # previous chunk's emitted boundary state, which the output kernel reads instead)
+        tl.store(hs + row * (P * N) + sidx, S.to(hs.dtype.element_ty), mask=mPN & ((sidx * 0 + need_hs) != 0))
         if OVL:
             if signal:
                 # the chunk-start states up to this chunk's are written (every thread past the
@@ -255,6 +272,7 @@ def _ssd_state_kernel(
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr,
     DOT: tl.constexpr, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr, FUSE: tl.constexpr, HAS_D: tl.constexpr,
     D_PER_P: tl.constexpr, PREP: tl.constexpr, prog, OVL: tl.constexpr, SIG: tl.constexpr, NPS: tl.constexpr,
+    HB: tl.constexpr,
 ):  # fmt: skip
     i_n = tl.program_id(0)
     i_h = tl.program_id(1)
@@ -283,7 +301,7 @@ def _ssd_state_kernel(
                 c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb,
                 store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
                 GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P, PREP, OVL, prog_slot,
-                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1),
+                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1), _needs_start_copy(store_slot, c, c0, HB),
             )  # fmt: skip
             c += 1
     else:
@@ -292,7 +310,7 @@ def _ssd_state_kernel(
                 c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb,
                 store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
                 GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P, PREP, OVL, prog_slot,
-                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1),
+                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1), _needs_start_copy(store_slot, c, c0, HB),
             )  # fmt: skip
     tl.store(ht + sbase + sidx, S, mask=mPN)
 
@@ -326,9 +344,12 @@ def _ssd_output_kernel(
     PREC: tl.constexpr,
     seq_info,
     prog,
+    hb,
+    store_slot,
     OVL: tl.constexpr,
     NPS: tl.constexpr,
     NPO: tl.constexpr,
+    HB: tl.constexpr,
 ):
     if OVL:
         # a 1-d grid, chunk-major (the loop's programs advance through the chunks together), each
@@ -358,11 +379,27 @@ def _ssd_output_kernel(
     grp = i_h // GROUP
     Ct = tl.load(Cm + tc[:, None] * sct + grp * scg + oN[None, :], mask=m[:, None] & mN[None, :], other=0.0).to(DOT)
     Bt = tl.load(Bm + tc[:, None] * sbt + grp * sbg + oN[None, :], mask=m[:, None] & mN[None, :], other=0.0).to(DOT)
-    sp = hs + (i_c * H + i_h).to(tl.int64) * (P * N) + oP[:, None] * N + oN[None, :]
-    if OVL:  # from L2: the overlapped loop writes it while this kernel runs
-        Sp = tl.load(sp, mask=mP[:, None] & mN[None, :], other=0.0, cache_modifier=".cg").to(DOT)
+    sidx = oP[:, None] * N + oN[None, :]
+    mPN = mP[:, None] & mN[None, :]
+    sp = hs + (i_c * H + i_h).to(tl.int64) * (P * N) + sidx
+    if HB:
+        # the previous chunk's emitted boundary state where there is one (the loop copied the
+        # chunk-start state only elsewhere), rounded to the input dtype as the copy is
+        ps = tl.load(store_slot + tl.maximum(i_c - 1, 0))
+        c0 = tl.load(seq_info + tl.load(chunk_info + i_c * 4) * 4 + 2)
+        fb = (sidx * 0 + tl.where((i_c != c0) & (ps >= 0), 1, 0)) != 0  # full shape (3.9's interpreter)
+        bp = hb + (tl.maximum(ps, 0) * H + i_h).to(tl.int64) * (P * N) + sidx
+        if OVL:  # from L2: the overlapped loop writes them while this kernel runs
+            a = tl.load(bp, mask=mPN & fb, other=0.0, cache_modifier=".cg")
+            b = tl.load(sp, mask=mPN & ~fb, other=0.0, cache_modifier=".cg")
+        else:
+            a = tl.load(bp, mask=mPN & fb, other=0.0)
+            b = tl.load(sp, mask=mPN & ~fb, other=0.0)
+        Sp = tl.where(fb, a.to(hs.dtype.element_ty), b).to(DOT)
+    elif OVL:  # from L2: the overlapped loop writes it while this kernel runs
+        Sp = tl.load(sp, mask=mPN, other=0.0, cache_modifier=".cg").to(DOT)
     else:
-        Sp = tl.load(sp, mask=mP[:, None] & mN[None, :], other=0.0).to(DOT)
+        Sp = tl.load(sp, mask=mPN, other=0.0).to(DOT)
     X = tl.load(x + tc[:, None] * sxt + i_h * sxh + oP[None, :], mask=m[:, None] & mP[None, :], other=0.0)
     acc = _out_tile(Ct, Bt, Sp, X, g, d, Dv, i_h, oP, mP, P, HAS_D, D_PER_P, DOT, PREC)
     tl.store(
@@ -379,7 +416,12 @@ def _ssd_output_kernel(
 def _overlaps(dev: torch.device) -> bool:
     """Whether the output kernel can run beside the state loop on ``dev`` (``OVL``): programmatic
     dependent launch, compute capability 9.0 on, never in the interpreter."""
-    return not INTERPRET and dev.type == "cuda" and torch.cuda.get_device_capability(dev)[0] >= 9
+    return not INTERPRET and dev.type == "cuda" and _capability(dev.index)[0] >= 9
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index) -> tuple:
+    return torch.cuda.get_device_capability(index)
 
 
 def _pow2(n: int) -> int:
@@ -450,14 +492,18 @@ def chunk_ssd(x, dt, A, B, C, **options):
     dot = tl.float32 if (f32_in or (INTERPRET and dtype == torch.bfloat16)) else (
         tl.bfloat16 if dtype == torch.bfloat16 else tl.float16
     )  # fmt: skip
-    cfg = _config("state", f32_in)
+    overlaps = _overlaps(dev)
+    cfg = _config("state", f32_in, overlaps)
     BP = min(cfg.pop("BP"), Pp, 32 if BN >= 256 else Pp)
     fuse = bool(cfg.pop("FUSE"))
     prep = bool(cfg.pop("PREP")) and not fuse
-    ovl = bool(cfg.pop("OVL")) and prep and _overlaps(dev)
+    ovl = bool(cfg.pop("OVL")) and prep and overlaps
     sig = max(1, cfg.pop("SIG"))
     nps = triton.cdiv(P, BP)
     store = store_b and meta.num_boundaries > 0
+    # the output kernel reads emitted boundary states as chunk-start states where their dtype
+    # rounds to the copy's bits (fp32, or the input dtype itself)
+    use_hb = bool(cfg.pop("HB")) and store and not fuse and state_dtype in (f32, dtype)
     # scratch of the output kernel: each chunk's gamma and dt, its start state in the input dtype
     # (not made where the output is computed inside the loop, ``FUSE``)
     gam = torch.empty(0 if fuse else NT * H * 64, dtype=f32, device=dev)
@@ -477,7 +523,7 @@ def chunk_ssd(x, dt, A, B, C, **options):
         C2.stride(0), C2.stride(1), lo, hi, int(initial_state is not None),
         H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
         CLAMP=clamp, STORE_B=store, DOT=dot, PREC=prec, WHILE_LOOP=INTERPRET, FUSE=fuse, HAS_D=has_d,
-        D_PER_P=d_per_p, PREP=prep, prog=prog, OVL=ovl, SIG=sig, NPS=nps, **cfg,
+        D_PER_P=d_per_p, PREP=prep, prog=prog, OVL=ovl, SIG=sig, NPS=nps, HB=use_hb, **cfg,
     )  # fmt: skip
     if fuse:
         return y, ht, hb
@@ -488,6 +534,7 @@ def chunk_ssd(x, dt, A, B, C, **options):
         x2, B2, C2, Dv, gam, dtc, hs, y, meta.chunk_info,
         x2.stride(0), x2.stride(1), B2.stride(0), B2.stride(1), C2.stride(0), C2.stride(1),
         H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_D=has_d, D_PER_P=d_per_p, DOT=dot, PREC=prec,
-        seq_info=meta.seq_info, prog=prog, OVL=ovl, NPS=nps, NPO=npo, **({"launch_pdl": True} if ovl else {}), **cfg,
+        seq_info=meta.seq_info, prog=prog, hb=hb if store else ht, store_slot=meta.store_slot, OVL=ovl, NPS=nps,
+        NPO=npo, HB=use_hb, **({"launch_pdl": True} if ovl else {}), **cfg,
     )  # fmt: skip
     return y, ht, hb
