@@ -8,9 +8,13 @@ as a share of the device's peak.
     python benchmarks/replay_matrix.py --out DIR                       # on a GPU: the real presets
     python benchmarks/replay_matrix.py --out DIR --device cpu --models replay-tiny --requests 20
 
-Each run writes DIR/<name>/summary.json (a run whose summary is already there is not run again,
-so a matrix cut short resumes); the table is printed and written to DIR/matrix.md. A run that
-fails (exit status not 0) is a row saying so, and the script's exit status is 1.
+Each run writes DIR/<name>/summary.json and its per-request table DIR/<name>/requests.parquet
+(with ``continuous``, the per-step DIR/<name>/steps.parquet too: every timed prefill and step,
+what the time model is re-scored on offline, ``benchmarks/reprice_requests.py``); a run whose
+summary is already there is not run again, so a matrix cut short resumes. The table is printed
+and written to DIR/matrix.md, and the tables each run kept are listed after it. A run that fails
+(exit status not 0, or stopped by ``--per-run-s``: it writes nothing) is a row saying so, and the
+script's exit status is 1.
 """
 
 from __future__ import annotations
@@ -45,8 +49,11 @@ COLUMNS = (
     "rest",
     "time error median / P95 (all)",
     "host-bound",
+    "re-timed",
     "TFLOP/s timed (of peak)",
 )
+#: the tables a run's folder holds beside its summary.json (sim.replay.output)
+TABLES = ("requests.parquet", "steps.parquet")
 
 
 def _pct(x) -> str:
@@ -56,7 +63,7 @@ def _pct(x) -> str:
 def row(name: str, summary: dict | None, peak_tflops: float) -> list[str]:
     """One table row from a run's summary (None: the run failed)."""
     if summary is None:
-        return [name, "failed", "", "", "", "", "", "", ""]
+        return [name, "failed"] + [""] * (len(COLUMNS) - 2)
     s = summary
     exe, sim, pad = s["measured_flops_saved"], s["simulated_flops_saved"], s.get("padding_flops_saved", 0.0)
     rest = exe - sim - pad
@@ -75,6 +82,8 @@ def row(name: str, summary: dict | None, peak_tflops: float) -> list[str]:
         f"{rest:.3g}",
         err,
         f"{s.get('host_bound_prefills', 0)}",
+        # prefills whose first call's host issue outran its sleep, timed again (measure.outran_sleep)
+        f"{s.get('retimed_prefills', 0)}",
         f"{tf:.1f}{share}",
     ]
 
@@ -116,12 +125,13 @@ def main(argv=None) -> int:
             return 2
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    rows, failed = [], 0
+    rows, failed, names = [], 0, []
     peak = peak_of(args.device)
     for model in args.models.split(","):
         for trace in args.traces.split(","):
             for sched in args.schedulers.split(","):
                 name = f"{model}-{trace}-{sched}"
+                names.append(name)
                 run_dir = out / name
                 summary_path = run_dir / "summary.json"
                 if not summary_path.exists():
@@ -157,7 +167,19 @@ def main(argv=None) -> int:
     text = table(rows)
     print(text)
     (out / "matrix.md").write_text(text + "\n")
+    for line in kept_tables(out, names):
+        print(line)
     return 1 if failed else 0
+
+
+def kept_tables(out: Path, names: list) -> list:
+    """One line per run: the per-request / per-step tables its folder kept (or that it kept none:
+    a failed or stopped run writes nothing)."""
+    lines = []
+    for name in names:
+        have = [t for t in TABLES if (out / name / t).is_file()]
+        lines.append(f"{name}: {', '.join(f'{name}/{t}' for t in have) if have else 'no tables kept'}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -40,6 +40,11 @@ SMALLEST = {
         + ["--trace", "synthetic:chat:sessions=1,turns=3,prompt_tokens=150,user_tokens=20,output_tokens=8,prompts=1"],
         "timed calls probed",
     ),
+    # kept replay runs re-priced with a timing file, the P95's requests and their causes (no GPU)
+    "reprice_requests.py": (
+        [str(ROOT / "benchmarks/results/2026-12-06-gpu-s16/matrix2"), "--quiet"],
+        "without the measurement causes",
+    ),
     # replay's contract per preset x trace x scheduler as a table (the real presets on a GPU)
     "replay_matrix.py": (
         ["--device", "cpu", "--models", "replay-tiny", "--traces", "agent", "--schedulers", "fcfs"]

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import torch
 
+from sim.replay.measure import outran_sleep
 from sim.replay.model import timestamp
 
 #: how timed prefills are timed on a GPU (Stopwatch): device (queued) or wall (as issued)
@@ -62,6 +63,16 @@ class SleepWindows:
     def record(self, kind: str, segments: int, host_ms: float) -> None:
         key = (kind, max(1, int(segments)))
         self._by[key] = (self._by.get(key, []) + [float(host_ms)])[-self.window :]
+
+    def drop(self, kind: str, segments: int, host_ms: float) -> None:
+        """Forget the most recent ``host_ms`` recorded for such a call (a call run again: its
+        stalled issue must not size the next sleeps)."""
+        key = (kind, max(1, int(segments)))
+        times = self._by.get(key, [])
+        for i in range(len(times) - 1, -1, -1):
+            if times[i] == float(host_ms):
+                del times[i]
+                return
 
     def longest(self, kind: str, segments: int = 1) -> float | None:
         """The longest recent host time of such a call (scaled from the kind's other segment
@@ -204,6 +215,17 @@ class Stopwatch:
         if self.cuda:
             return Timed(first, timestamp(True), host, before, kind, segments, ms, cycles)
         return Timed((time.perf_counter() - first) * 1e3, None, host, None, kind, segments, ms, cycles)
+
+    @staticmethod
+    def outran(handle) -> bool:
+        """Whether a queued call's host issue took longer than the sleep asked ahead of it
+        (``sim.replay.measure.outran_sleep``; False unqueued). No device sync."""
+        return handle is not None and outran_sleep(float(handle.host), float(handle.sleep_ms))
+
+    def forget(self, handle) -> None:
+        """Take a call's host time out of its sleep window (the call is run again)."""
+        if handle is not None and handle.before is not None:
+            self.windows.drop(handle.kind, handle.segments, handle.host)
 
     def ms(self, handle) -> float:
         """The call's device time (resolving its events: a sync); a queued call's measured

@@ -25,17 +25,19 @@ from sim.replay.tokens import page_keys
 @dataclass
 class PendingTimes:
     """A request's timed calls not resolved yet: the suffix prefill (``suffix``: its Stopwatch
-    handle, ``suffix_marks``: its per-layer-type marks), the from-scratch reference
-    (``full``, ``full_marks``) and the tail's calls (``tail``)."""
+    handle, ``suffix_marks``: its per-layer-type marks; ``suffix_first``: the handle of its first
+    call when it was re-timed), the from-scratch reference (``full``, ``full_marks``) and the
+    tail's calls (``tail``)."""
 
     suffix: object = None
+    suffix_first: object = None
     suffix_marks: Optional[Marks] = None
     full: object = None
     full_marks: Optional[Marks] = None
     tail: list = field(default_factory=list)
 
     def clear(self) -> None:
-        self.suffix = self.full = self.suffix_marks = self.full_marks = None
+        self.suffix = self.full = self.suffix_marks = self.full_marks = self.suffix_first = None
         self.tail = []
 
     def resolve(self, record: RequestRecord, clock) -> None:
@@ -52,6 +54,9 @@ class PendingTimes:
             suffix_by_type=self.suffix_marks.ms_by_type() if self.suffix_marks is not None else None,
             full_by_type=self.full_marks.ms_by_type() if self.full_marks is not None else None,
             tail_ms=sum(clock.ms(h) for h in self.tail) if self.tail else None,
+            first=(clock.ms(self.suffix_first), clock.host_ms(self.suffix_first))
+            if self.suffix_first is not None
+            else None,
         )
         self.clear()
 

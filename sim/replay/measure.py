@@ -44,6 +44,19 @@ HOST_BOUND_MARGIN_MS = 0.5
 HOST_WAITED_MS = 40.0
 
 
+def outran_sleep(host_ms: float, sleep_ms: float) -> bool:
+    """A queued call whose host issue took longer than the GPU sleep queued ahead of it
+    (``sleep_ms`` asked, > 0: ``sim.replay.clock.SleepRate`` runs a sleep at least that long): the
+    GPU may have run out of queued work inside the call, so its device time may hold host gaps.
+    Its host's steady issue is covered by a sleep sized from the kind's recent issue times
+    (``sim.replay.clock.SleepWindows``), so such a call paid something its peers did not: a
+    synchronisation inside the call (it then waits for the sleep itself: host time at the sleep
+    and over, ``HOST_WAITED_MS``) or a host pause. The replay runs it again (``Replayer._run``:
+    re-timed) and keeps the second time. Decided on the host, no device sync; never for an
+    unqueued call (``sleep_ms`` 0) or NaN."""
+    return bool(sleep_ms > 0 and host_ms == host_ms and host_ms > sleep_ms)
+
+
 def host_bound(slack_ms: float) -> bool:
     """A queued call's device time holds host gaps (``slack_ms`` below ``HOST_BOUND_MARGIN_MS``;
     never for NaN: unqueued calls and the CPU)."""
@@ -245,6 +258,11 @@ def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.D
             # measured times it gives how much of the host's issue the queued sleep covered
             suffix_slack_ms=r.suffix_slack_ms,
             full_slack_ms=r.full_slack_ms,
+            # its first call's host issue outran the sleep ahead of it (outran_sleep): run again,
+            # the second time kept; the first call's device and host ms beside
+            suffix_retimed=r.suffix_retimed,
+            suffix_first_ms=r.suffix_first_ms,
+            suffix_first_host_ms=r.suffix_first_host_ms,
             replay_flops=replayed_flops(spec, counts, r.suffix_segments),
             replay_full_flops=replayed_flops(spec, counts, [(0, n)]),
             replay_flops_simulated=rspec.prefill_flops(hit, n),
@@ -364,6 +382,7 @@ def summary(
         time_model_p95_error=p95,
         time_model_p95_error_all=error_stats(df, device_bound=False)[1],
         host_bound_prefills=int(held_up(df).sum()),
+        retimed_prefills=int(df["suffix_retimed"].sum()) if len(df) and "suffix_retimed" in df else 0,
         time_model_host_term=host_term,
         time_model_median_error_device_bound=dev_med,
         time_model_p95_error_device_bound=dev_p95,

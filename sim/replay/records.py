@@ -36,15 +36,26 @@ class RequestRecord:
     suffix_slack_ms: float = float("nan")  # its device end after the host's (Stopwatch.slack_ms)
     full_host_ms: float = float("nan")
     full_slack_ms: float = float("nan")
+    # the suffix prefill ran twice (its first call's host issue outran the sleep queued ahead of
+    # it: sim.replay.measure.outran_sleep); suffix_* are the second call's, these the first's
+    suffix_retimed: bool = False
+    suffix_first_ms: float = float("nan")
+    suffix_first_host_ms: float = float("nan")
     late_admits: int = 0
     suffix_ms_by_type: dict = field(default_factory=dict)  # layer type -> ms of the timed prefill
     full_ms_by_type: dict = field(default_factory=dict)
 
-    def timed(self, *, suffix=None, full=None, suffix_by_type=None, full_by_type=None, tail_ms=None) -> None:
+    def timed(
+        self, *, suffix=None, full=None, suffix_by_type=None, full_by_type=None, tail_ms=None, first=None
+    ) -> None:
         """The resolved times of its timed calls (None: not timed): ``suffix`` and ``full`` as
-        ``(ms, host ms, slack ms)``, the per-layer-type splits, the tail's ms."""
+        ``(ms, host ms, slack ms)``, the per-layer-type splits, the tail's ms; ``first``: a
+        re-timed suffix prefill's first call as ``(ms, host ms)``."""
         if suffix is not None:
             self.suffix_ms, self.suffix_host_ms, self.suffix_slack_ms = suffix
+        if first is not None:
+            self.suffix_retimed = True
+            self.suffix_first_ms, self.suffix_first_host_ms = first
         if full is not None:
             self.full_ms, self.full_host_ms, self.full_slack_ms = full
         if suffix_by_type is not None:

@@ -1,0 +1,138 @@
+"""A timed suffix prefill whose host issue outran the GPU sleep queued ahead of it is run again
+and timed the second time (issue 41, session 17): the rule (``measure.outran_sleep``), the sleep
+window that forgets the first call's stalled issue (``SleepWindows.drop``), and the replayer's
+second call (``Replayer._retime``: same state, same boundaries, nothing handed to the store, the
+first call's times kept beside). The stalls it answers: the H200 runs' host-bound prefills whose
+host waited 53-136 ms against a 5-9 ms issue (``docs/results-replay.md``, session 17)."""
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sim.cost import get_model  # noqa: E402
+from sim.replay.clock import QUEUE_CAP_MS, SleepWindows, Stopwatch, Timed  # noqa: E402
+from sim.replay.measure import outran_sleep, request_table, summary  # noqa: E402
+from sim.replay.records import RequestRecord  # noqa: E402
+from sim.replay.runner import Replayer  # noqa: E402
+from sim.replay.store import CheckpointStore  # noqa: E402
+
+rng = np.random.default_rng(11)
+P0 = rng.integers(0, 10_000, 100)
+O0 = rng.integers(0, 10_000, 30)
+U1 = rng.integers(0, 10_000, 40)
+O1 = rng.integers(0, 10_000, 20)
+REQS = {0: (np.concatenate([P0, O0]), 100), 1: (np.concatenate([P0, O0, U1, O1]), 170)}
+
+
+@pytest.mark.parametrize(
+    "host, asked, outran",
+    [
+        (9.0, 12.25, False),  # a steady issue under its sleep (window max 9 ms: 9 x 1.25 + 1)
+        (12.25, 12.25, False),  # exactly the sleep: covered
+        (12.26, 12.25, True),
+        (62.4, QUEUE_CAP_MS, True),  # waited for the sleep at its cap (H200 27b request 16)
+        (5.0, 0.0, False),  # unqueued (--measure wall, the tail, the CPU): never
+        (math.nan, 12.25, False),
+    ],
+)
+def test_a_call_is_run_again_when_its_host_issue_outran_the_sleep(host, asked, outran):
+    assert outran_sleep(host, asked) is outran
+    h = Timed(None, None, host, object(), "suffix", 1, asked, 1000)
+    assert Stopwatch.outran(h) is outran
+
+
+def test_the_first_calls_stalled_issue_leaves_the_sleep_window():
+    w = SleepWindows()
+    for t in (8.0, 62.4, 9.0):
+        w.record("suffix", 1, t)
+    assert w.sleep_ms("suffix") == QUEUE_CAP_MS  # 62.4 x 1.25 + 1 capped: 8 calls would sleep 50 ms
+    w.drop("suffix", 1, 62.4)
+    assert w.recent("suffix") == [8.0, 9.0]
+    assert w.sleep_ms("suffix") == pytest.approx(12.25)
+    w.drop("suffix", 1, 7.0)  # not there: nothing changes
+    w.drop("suffix", 2, 8.0)  # another segment count's window: nothing changes
+    assert w.recent("suffix") == [8.0, 9.0]
+    w.record("suffix", 1, 9.0)
+    w.drop("suffix", 1, 9.0)  # the latest of two equal times
+    assert w.recent("suffix") == [8.0, 9.0]
+
+
+def test_a_record_keeps_the_first_calls_times_beside_the_second():
+    r = RequestRecord(request=3, input_tokens=1053, output_tokens=26)
+    r.timed(suffix=(1.25, 6.1, 0.9))
+    assert not r.suffix_retimed and math.isnan(r.suffix_first_ms)
+    r.timed(suffix=(1.25, 6.1, 0.9), first=(14.57, 65.07))
+    assert r.suffix_retimed and (r.suffix_first_ms, r.suffix_first_host_ms) == (14.57, 65.07)
+    assert (r.suffix_ms, r.suffix_host_ms, r.suffix_slack_ms) == (1.25, 6.1, 0.9)
+
+
+def test_the_replayer_runs_an_outrun_suffix_again_from_the_same_state(tiny_model, tiny_shape, monkeypatch):
+    """Request 1 hits request 0's state at 130 and its suffix call is declared outrun: the
+    suffix runs twice from the restored state, the store gets its state once, the check passes
+    as without the second call, and the record keeps both calls' times."""
+    runs = []
+    real_run = tiny_model.run
+
+    def run(tokens, state, start, wanted=(), on_state=None, **kw):
+        runs.append((int(start), int(tokens.shape[0]), None if state is None else int(state.pos), on_state))
+        return real_run(tokens, state, start, wanted, on_state, **kw)
+
+    asked = []
+
+    def outran(h):  # the second suffix call asked about: request 1's (request 0's is the first)
+        asked.append(h.kind)
+        return h.kind == "suffix" and asked.count("suffix") == 2
+
+    monkeypatch.setattr(tiny_model, "run", run)
+    monkeypatch.setattr(Stopwatch, "outran", staticmethod(outran))
+    store = CheckpointStore(tiny_shape, torch.float32, device="cpu")
+    writes = []
+    real_write = store.write
+
+    def write(cp, layer, r, c):
+        writes.append((cp, layer))
+        real_write(cp, layer, r, c)
+
+    monkeypatch.setattr(store, "write", write)
+    rp = Replayer(tiny_model, store, lambda r: REQS[r])
+    rp.lookup(0, None, 0)
+    rp.prefill(0, 0, 100)
+    rp.admit(1, 0, 100, "prompt end")
+    rp.decode(0)
+    rp.admit(2, 0, 130, "tail")
+    rp.lookup(1, 2, 130)
+    rp.prefill(1, 130, 170)
+    rp.admit(3, 1, 170, "prompt end")
+    rp.decode(1)
+    recs = {r.request: r for r in rp.finish()}
+    assert rp.failures == []
+    r1 = recs[1]
+    assert r1.validated and r1.suffix_retimed and not recs[0].suffix_retimed
+    assert r1.suffix_first_ms > 0 and r1.suffix_ms > 0 and r1.suffix_host_ms > 0
+    assert r1.suffix_segments == [(130, 170)]  # one call's segments, not two
+    # the suffix [130, 170) ran twice, both times from the restored state at 130; the second
+    # call hands its states to no one (a no-op sink), so checkpoint 3 was written once per layer
+    suffix_runs = [x for x in runs if x[0] == 130 and x[1] == 40]
+    assert [x[2] for x in suffix_runs[:2]] == [130, 130]
+    assert writes.count((3, 0)) == writes.count((3, 1)) == 1
+    assert asked == ["suffix", "suffix"]  # asked once per call: the second call is not asked again
+
+
+def test_the_table_and_summary_count_the_retimed_prefills():
+    spec = get_model("replay-tiny")
+    recs = []
+    for i, (ms, first) in enumerate(((2.0, None), (1.5, (12.0, 61.0)), (3.0, None))):
+        r = RequestRecord(request=i, input_tokens=100 + i, output_tokens=5, suffix_segments=[(0, 100 + i)])
+        r.timed(suffix=(ms, 4.0, 2.0), first=first)
+        recs.append(r)
+    from sim.cost import default_timing
+
+    df = request_table(recs, spec, default_timing(spec.name), {"attention": 0, "gated_delta": 2, "mlp": 0})
+    assert df["suffix_retimed"].tolist() == [False, True, False]
+    assert df.loc[1, "suffix_first_ms"] == 12.0 and df.loc[1, "suffix_first_host_ms"] == 61.0
+    assert math.isnan(df.loc[0, "suffix_first_ms"])
+    s = summary(df, failures=0, store_peak_bytes=0, wall_s=1.0)
+    assert s["retimed_prefills"] == 1
