@@ -75,7 +75,7 @@ def stats(e: pd.Series) -> str:
     return f"{e.median():.1%} / {e.quantile(0.95):.1%}" if len(e) else "-"
 
 
-def fit(roots, fit_prefix: str = "fit", versions: str = ""):
+def fit(roots, fit_prefix: str = "fit", versions: str = "", resume: bool = False):
     roots = [roots] if isinstance(roots, Path) else list(roots)
     runs = [r for root in roots for r in load_runs(root)]
     root = roots[0]
@@ -101,7 +101,7 @@ def fit(roots, fit_prefix: str = "fit", versions: str = ""):
     )
     info_versions = versions
     timing, info = fit_across(
-        fit_runs, base, peak_tflops=device_peak(device, dtype), device="h200", dtype=dtype, source=src
+        fit_runs, base, peak_tflops=device_peak(device, dtype), device="h200", dtype=dtype, source=src, resume=resume
     )
     info["versions"] = info_versions
     return runs, base, timing, info
@@ -171,6 +171,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--before", type=Path, help="score this timing file as 'before' (default: the committed one)")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="fit the resumed-call term too (HardwareTiming.gdn_resume_ms_per_chunk, calibration.fit_resume)",
+    )
     ap.add_argument("--versions", default="", help='e.g. "torch 2.11.0+cu130, triton 3.6.0" (default: DIR/device.txt)')
     a = ap.parse_args(argv)
     try:
@@ -179,7 +184,7 @@ def main(argv=None) -> int:
                 raise UsageError(f"{d}: not a folder")
         if a.out is not None and a.out.exists() and not a.force:
             raise UsageError(f"{a.out} exists (pass --force to replace it)")
-        runs, base, timing, info = fit(a.dirs, a.fit_prefix, a.versions)
+        runs, base, timing, info = fit(a.dirs, a.fit_prefix, a.versions, a.resume)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -198,6 +203,13 @@ def main(argv=None) -> int:
         {k: round(v["median_ms"], 2) for k, v in info["host"]["depths"].items()},
     )
     print(host_report(runs, timing).to_string(index=False))
+    if a.resume:
+        r = info.get("resume", {})
+        print(
+            f"resumed gated-delta calls: {timing.gdn_resume_ms_per_chunk * 1e3:.2f} us a chunk and layer "
+            f"(median of {r.get('pairs', 0)} suffix / reference pairs, quartiles "
+            f"{r.get('q25', float('nan')) * 1e3:.2f}-{r.get('q75', float('nan')) * 1e3:.2f})"
+        )
     if a.out is not None:
         d = timing_to_dict(timing)
         a.out.write_text(json.dumps(dict(d, versions=info["versions"], fit=info), indent=2, default=float) + "\n")

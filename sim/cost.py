@@ -742,6 +742,12 @@ class HardwareTiming:
       stay device time (what an engine whose host keeps up runs; ``marconi run`` prices that);
       replay prices its host-bound calls with it (docs/replay-cost-model.md). 0 in a file fitted
       before it was measured.
+    * ``gdn_resume_ms_per_chunk``: per kernel chunk, per gated-delta layer, the extra device time
+      of a prefill that resumes from a restored state (``p > 0``) over one from scratch (H200,
+      Triton kernels: a suffix from a 512-token hit runs its gated-delta layers 1.11-1.26x the
+      same request's from-scratch reference per token; attention and MLP 1.0x). Priced by
+      ``prefill_time_s`` only: a continuous-batching step passes every sequence a state, and its
+      per-sequence terms were fitted with it. 0 in a file fitted before it was measured.
     Compute terms are divided by ``gpus`` (tensor parallel, ideal scaling assumed). ``dtype``
     and ``covers`` (the models, widths and call lengths it was fitted on) are what a calibrated
     file records; ``coverage_note`` says when a run leaves them."""
@@ -769,6 +775,8 @@ class HardwareTiming:
     # (an attention, gated-delta, Mamba or MLP layer each one); 0 in a file fitted without it
     host_ms_per_call: float = 0.0
     host_ms_per_layer: float = 0.0
+    # a gated-delta layer's extra device time per kernel chunk of a call resumed from a state
+    gdn_resume_ms_per_chunk: float = 0.0
     # per model: (the spec, {context: a one-token decode's work by kind}, its layer_fixed_ms);
     # memoized because a continuous-batching step prices every decoding sequence and a decode
     # run times up to VARIABLE_RUN steps of the same contexts (values equal to recomputing them)
@@ -796,6 +804,7 @@ class HardwareTiming:
             self.ms_per_kv_gb,
             self.host_ms_per_call,
             self.host_ms_per_layer,
+            self.gdn_resume_ms_per_chunk,
         ]
         if min(vals + fixed) < 0 or self.gpus < 1:
             raise UsageError("timing: every term must be non-negative")
@@ -939,7 +948,10 @@ class HardwareTiming:
     def prefill_time_s(self, spec: ModelSpec, p: int, L: int, splits: int = 0) -> float:
         """One request's prefill of [p, L) in ``1 + splits`` calls: the split-off calls are taken
         as short (a call at its floor and fixed time, plus a ragged chunk each)."""
-        work = self.work_tflop(spec, p, L, gdn_chunks(p, L) + splits)
+        chunks = gdn_chunks(p, L) + splits
+        work = self.work_tflop(spec, p, L, chunks)
+        if p > 0 and L > p and spec.n_gdn and self.gdn_resume_ms_per_chunk:  # resumed from a state
+            work["gated_delta"] += self.gdn_resume_ms_per_chunk * chunks / self.gpus
         t = (self.call_ms_for(spec, work) + splits * self.fixed_ms(spec)) * 1e-3
         if self.comm_ms_per_call or self.comm_ms_per_token:
             t += ((1 + splits) * self.comm_ms_per_call + max(L - p, 0) * self.comm_ms_per_token) * 1e-3
@@ -1249,6 +1261,7 @@ def timing_to_dict(timing) -> dict:
                 if timing.has_host_term
                 else {}
             ),
+            **({"gdn_resume_ms_per_chunk": timing.gdn_resume_ms_per_chunk} if timing.gdn_resume_ms_per_chunk else {}),
         )
     return dict(
         format=TIMING_FORMAT,
@@ -1271,6 +1284,7 @@ def _check_finite(d: dict, path) -> None:
         ("ms_per_kv_gb", False),
         ("host_ms_per_call", False),
         ("host_ms_per_layer", False),
+        ("gdn_resume_ms_per_chunk", False),
     ]
     for key, positive in rules:
         if key not in d:
@@ -1338,6 +1352,7 @@ def read_timing_file(path, model: str | None = None):
                 covers=dict(d.get("covers") or {}),
                 host_ms_per_call=float(d.get("host_ms_per_call", 0.0)),
                 host_ms_per_layer=float(d.get("host_ms_per_layer", 0.0)),
+                gdn_resume_ms_per_chunk=float(d.get("gdn_resume_ms_per_chunk", 0.0)),
             )
         return TimingModel(
             float(d["effective_tflops"]),

@@ -46,6 +46,7 @@ from sim.errors import UsageError
 from sim.gpus import catalogue_name
 from sim.replay.measure import (
     TYPE_TERMS,
+    held_up,
     call_model_ms,
     fit_host_depths,
     host_issue_times,
@@ -56,6 +57,9 @@ from sim.replay.measure import (
 
 #: fewest timed calls of a kind per term before a fit is attempted
 MIN_CALLS_PER_TERM = 3
+#: the resumed-call term (``fit_resume``) is fitted on resumed gated-delta calls of at least this
+#: many kernel chunks: below, a call's fixed time, not its chunks, sets its residual
+RESUME_MIN_CHUNKS = 16
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,47 @@ def _fit_columns(X: np.ndarray, y: np.ndarray, capped: list, cap: float, weight=
     return c
 
 
+def resume_extras(run: Run, timing: HardwareTiming) -> np.ndarray:
+    """Per validated hit of ``run`` whose suffix ran as one call from its restored state over at
+    least ``RESUME_MIN_CHUNKS`` kernel chunks, the suffix's extra gated-delta time per chunk and
+    layer over the same request's from-scratch reference (timed in the same run): the suffix's
+    per-layer time less the layer's fixed time (``timing.layer_fixed_ms``) less the reference's
+    per-chunk time (its time less the fixed time, over its chunks) times the suffix's chunks. A
+    difference of two measurements of the same prompt: the rest of the model does not enter it.
+    Calls whose measured time holds host gaps are left out."""
+    k = run.counts.get("gated_delta", 0)
+    t = run.table
+    need = ("suffix_ms_gated_delta", "full_ms_gated_delta", "validated", "restored")
+    if not k or not run.spec.n_gdn or not len(t) or any(c not in t for c in need):
+        return np.zeros(0)
+    fixed = timing.layer_fixed_ms(replayed_spec(run.spec, run.counts))["gated_delta"]
+    one = t["kernel_calls"] == 1 if "kernel_calls" in t else True
+    ok = t["validated"].astype(bool) & t["restored"].astype(bool) & one & ~held_up(t) & ~held_up(t, "full_host_bound")
+    out = []
+    for row in t[ok].itertuples(index=False):
+        p, L = int(row.hit_tokens), int(row.input_tokens)
+        c, c0 = gdn_chunks(p, L), gdn_chunks(0, L)
+        s, f = row.suffix_ms_gated_delta / k, row.full_ms_gated_delta / k
+        if p <= 0 or c < RESUME_MIN_CHUNKS or not (np.isfinite(s) and np.isfinite(f)):
+            continue
+        out.append((s - fixed - (f - fixed) * c / c0) / c)
+    return np.asarray(out, float)
+
+
+def fit_resume(runs: list[Run], timing: HardwareTiming) -> tuple[float, dict]:
+    """``HardwareTiming.gdn_resume_ms_per_chunk`` from ``runs``: the median, over their resumed
+    calls, of the extra per chunk each pays over its own from-scratch reference
+    (``resume_extras``), never negative; 0 where the runs hold none. Fitted apart from the
+    other terms, from pairs: the fit traces' resumed calls are few beside their from-scratch
+    ones, and a free column in the main fit trades the per-chunk term against them."""
+    e = np.concatenate([resume_extras(r, timing) for r in runs] or [np.zeros(0)])
+    if not len(e):
+        return 0.0, dict(pairs=0)
+    return max(0.0, float(np.median(e))), dict(
+        pairs=int(len(e)), q25=float(np.quantile(e, 0.25)), q75=float(np.quantile(e, 0.75))
+    )
+
+
 def host_calls(run: Run) -> tuple[int, np.ndarray]:
     """The layer calls of one call of ``run`` (every replayed layer of every kind) and the host
     issue times of its one-call timed prefills whose host did not wait for the GPU
@@ -155,8 +200,10 @@ def fit_across(
     device: str = "",
     dtype: str = "",
     source: str = "",
+    resume: bool = False,
 ) -> tuple[HardwareTiming, dict]:
-    """A HardwareTiming fitted to every run's timed prefills at once (module docstring). What
+    """A HardwareTiming fitted to every run's timed prefills at once (module docstring); with
+    ``resume``, the resumed-call term too (``fit_resume``, after the others). What
     the runs cannot show is kept from ``base``: the per-sequence step times, decode and the call
     time where no run has one. Floors are 0: device-time measurements (each call queued behind a
     sleep) show the device's time, never the host's."""
@@ -200,6 +247,10 @@ def fit_across(
         d_model=[min(r.spec.d_model for r in runs), max(r.spec.d_model for r in runs)],
         max_tokens=int(max(int(r.table["input_tokens"].max()) for r in runs if len(r.table))),
     )
+    resume_ms = 0.0
+    if resume:
+        fitted = replace(base, layer_call_ms=layer_ms, ms_per_weight_gb=per_gb, gpus=1)  # its layer_fixed_ms
+        resume_ms, info["resume"] = fit_resume(runs, fitted)
     host_call, host_layer, info["host"] = fit_host(runs)
     if info["host"]["depths"]:
         covers["host_layer_calls"] = [min(info["host"]["depths"]), max(info["host"]["depths"])]
@@ -221,6 +272,7 @@ def fit_across(
         uncalibrated=False,
         host_ms_per_call=host_call,
         host_ms_per_layer=host_layer,
+        gdn_resume_ms_per_chunk=resume_ms,
     )
     info["fraction_of_peak"] = t.fraction_of_peak()
     info["runs"] = [r.name for r in runs]
