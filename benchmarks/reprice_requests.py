@@ -18,7 +18,10 @@ host-bound flag, the error and its cause (first that applies):
   inside the call waited for the GPU sleep queued ahead of it, then issued the rest to an idle
   GPU): the device time holds host gaps no engine pays. Replay now runs such a call again
   (``measure.outran_sleep``).
-- ``host-bound``: flagged host-bound (the GPU ended just after the host's last launch), not waited.
+- ``host outran``: not waited, but the host's issue took longer than the sleep a steady window
+  gives (the run's median host issue x ``QUEUE_MARGIN`` + ``QUEUE_PAD_MS``: the kept tables do
+  not record the sleep asked), or the call is flagged host-bound (the GPU ended just after the
+  host's last launch): replay now runs these again too.
 - ``resumed``: a device-bound call from a restored state (the gated-delta layers' per-chunk extra
   of such calls, ``HardwareTiming.gdn_resume_ms_per_chunk``).
 - ``short``: a device-bound call from scratch of under 1,024 tokens.
@@ -47,13 +50,14 @@ sys.path.insert(0, str(ROOT))
 from sim.cost import HardwareTiming, get_model, read_timing_file  # noqa: E402
 from sim.errors import UsageError  # noqa: E402
 from sim.replay.calibration import Run, request_errors  # noqa: E402
+from sim.replay.clock import QUEUE_MARGIN, QUEUE_PAD_MS  # noqa: E402
 from sim.replay.measure import HOST_WAITED_MS, call_model_ms, replayed_spec  # noqa: E402
 
 DEFAULT_TIMING = ROOT / "sim" / "data" / "h200-timing.json"
 SHORT_TOKENS = 1024
-CAUSES = ("ran from scratch", "host waited", "host-bound", "resumed", "short", "device")
+CAUSES = ("ran from scratch", "host waited", "host outran", "resumed", "short", "device")
 #: causes of the measurement (a rerun re-times or runs them right), not of the model
-MEASUREMENT = ("ran from scratch", "host waited")
+MEASUREMENT = ("ran from scratch", "host waited", "host outran")
 
 
 def read_table(path: Path) -> pd.DataFrame:
@@ -76,13 +80,14 @@ def one_gpu(timing):
     return timing
 
 
-def cause_of(row) -> str:
+def cause_of(row, sleep: float) -> str:
+    """``row``'s cause (module docstring); ``sleep``: the sleep a steady window asks (ms)."""
     if row.restored_start != row.hit:
         return "ran from scratch"
     if row.host_ms >= HOST_WAITED_MS:
         return "host waited"
-    if row.host_bound:
-        return "host-bound"
+    if row.host_bound or row.host_ms > sleep:
+        return "host outran"
     if row.hit > 0:
         return "resumed"
     if row.tokens < SHORT_TOKENS:
@@ -108,7 +113,10 @@ def reprice(run: Run, timing, first: int = 0) -> pd.DataFrame:
         timing.host_issue_ms(rspec) if isinstance(timing, HardwareTiming) and timing.has_host_term else np.nan
     )
     e["restored_start"] = [int(s[0][0]) if len(s) else 0 for s in timed["segments"]]
-    e["cause"] = [cause_of(r) for r in e.itertuples(index=False)]
+    host = e["host_ms"].to_numpy(float)
+    steady = host[np.isfinite(host) & (host < HOST_WAITED_MS)]
+    sleep = float(np.median(steady)) * QUEUE_MARGIN + QUEUE_PAD_MS if len(steady) else np.inf
+    e["cause"] = [cause_of(r, sleep) for r in e.itertuples(index=False)]
     corrected = []
     for r in e.itertuples(index=False):
         if r.cause != "ran from scratch":
