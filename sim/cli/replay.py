@@ -151,6 +151,8 @@ def _error_line(s: dict) -> str:
             f"time; device-bound median {s['time_model_median_error_device_bound']:.1%}, "
             f"P95 {s['time_model_p95_error_device_bound']:.1%})"
         )
+    if s.get("retimed_prefills"):  # their first call's host issue outran its sleep (measure.outran_sleep)
+        text += f" ({s['retimed_prefills']} prefills timed again: their first call's host issue outran its sleep)"
     if s.get("time_model_note"):
         text += f" ({s['time_model_note']})"
     if s.get("host_bound_prefills") and not s.get("time_model_host_term"):

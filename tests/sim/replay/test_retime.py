@@ -136,3 +136,13 @@ def test_the_table_and_summary_count_the_retimed_prefills():
     assert math.isnan(df.loc[0, "suffix_first_ms"])
     s = summary(df, failures=0, store_peak_bytes=0, wall_s=1.0)
     assert s["retimed_prefills"] == 1
+
+
+def test_the_time_model_line_says_how_many_prefills_were_timed_again():
+    from sim.cli.replay import _error_line
+
+    s = dict(time_model_median_error=0.063, time_model_p95_error=0.098, retimed_prefills=17)
+    assert _error_line(s) == (
+        "median 6.3%, P95 9.8% (17 prefills timed again: their first call's host issue outran its sleep)"
+    )
+    assert _error_line(dict(s, retimed_prefills=0)) == "median 6.3%, P95 9.8%"
