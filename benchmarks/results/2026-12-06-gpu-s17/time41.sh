@@ -26,7 +26,10 @@ ls -d $OUT/matrix/*/ > /dev/null 2>&1 && {
     --timing benchmarks/results/2026-12-06-time41/h200-timing-resume.json > $OUT/reprice-resume.txt 2>&1
   grep "timed prefills" $OUT/reprice.txt $OUT/reprice-resume.txt | sed "s#$OUT/##"
 }
-# 5. if time is left: what waited inside the 80b's timed calls (sync sites, allocations, GC), first 30 requests
+# 5. the re-time's GPU test (a stalled queued call outran its sleep; timed again, back to back)
+[ $(left) -gt 20 ] && { timeout 40 python3 -m pytest -q -p no:cacheprovider -m gpu tests/sim/replay/test_replay_gpu.py \
+  -k outran > $OUT/retime-gpu-test.txt 2>&1; echo "retime gpu test rc=$?"; tail -1 $OUT/retime-gpu-test.txt; }
+# 6. if time is left: what waited inside the 80b's timed calls (sync sites, allocations, GC), first 30 requests
 if [ $(left) -gt 40 ]; then
   timeout $(left) python3 benchmarks/replay_stall_probe.py --out $OUT/stalls-80b.csv -- --trace mooncake:sample \
     --model qwen3-next-80b-a3b --layers 4 --requests 30 --capacity 40GB --mode des --scheduler fcfs --no-progress \

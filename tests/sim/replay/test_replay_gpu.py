@@ -294,3 +294,33 @@ def test_presize_leaves_no_device_allocation_to_a_longer_reference():
     grew = {k: after[k] - before[k] for k in ("segment.large_pool.allocated", "segment.small_pool.allocated")}
     print(f"PRESIZE segments allocated in the longer references: {grew}")
     assert grew["segment.large_pool.allocated"] == 0, grew
+
+
+def test_a_call_whose_host_outran_its_sleep_is_timed_again_clean():
+    """A queued call whose host stalls 30 ms past a ~1 ms sleep outran it (``Stopwatch.outran``:
+    decided on the host) and holds the gap in its device time; run again without the stall,
+    behind a sleep from the window with the stalled issue taken out, it is back to back and its
+    device time is the work's (issue 41, session 17: the H200's host-waited prefills)."""
+    import time
+
+    from sim.replay.clock import Stopwatch
+    from sim.replay.measure import host_bound
+
+    clock = Stopwatch(torch.device("cuda"), queued=True)
+    x = torch.randn(2048, 2048, device="cuda")
+    clock.windows.record("suffix", 1, 0.1)  # a ~1 ms sleep
+    h = clock.start(kind="suffix")
+    y = x @ x
+    time.sleep(0.03)
+    y = y @ x
+    first = clock.stop(h)
+    assert clock.outran(first)
+    clock.forget(first)
+    assert clock.windows.recent("suffix") == [0.1]
+    clock.windows.record("suffix", 1, 5.0)  # the kind's steady issue: a ~7 ms sleep covers the second call
+    h = clock.start(kind="suffix")
+    y = x @ x
+    y = y @ x
+    second = clock.stop(h)
+    assert not clock.outran(second) and not host_bound(clock.slack_ms(second))
+    assert clock.ms(first) > 25.0 and clock.ms(second) < 10.0
