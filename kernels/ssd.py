@@ -69,9 +69,9 @@ __all__ = ["chunk_ssd", "SSD_CONFIGS"]
 #: "BP=32,num_warps=4,num_stages=3") override them.
 SSD_CONFIGS = {
     "state": {
-        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1, HB=1),
-        "half-ovl": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=1, OVL=1, SIG=4, HB=1),
-        "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1, HB=1),
+        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1, CS=0),
+        "half-ovl": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=1, OVL=1, SIG=4, CS=0),
+        "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1, CS=0),
     },
     "out": {"half": dict(BP=64, num_warps=4, num_stages=2), "fp32": dict(BP=32, num_warps=8, num_stages=1)},
 }
@@ -155,18 +155,6 @@ def _ssd_prep_kernel(
 
 
 @triton.jit
-def _needs_start_copy(store_slot, c, c0, HB: tl.constexpr):
-    """1 where chunk ``c``'s start state must be copied for the output kernel: always without
-    ``HB``; with it, at a sequence's first chunk and where the previous chunk's end is not an
-    emitted boundary (elsewhere the output kernel reads that boundary state)."""
-    if HB:
-        prev = tl.load(store_slot + tl.maximum(c - 1, 0))
-        return tl.where((c == c0) | (prev < 0), 1, 0)
-    else:
-        return 1
-
-
-@triton.jit
 def _after_cta_barrier(v):
     """``v`` as a ``[1]`` tensor once every thread of the program has reached this point
     (``bar.sync 0`` as inline assembly: ``tl.debug_barrier`` in the state loop stops Triton from
@@ -204,7 +192,7 @@ def _ssd_state_step(
     H: tl.constexpr, GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, HAS_BIAS: tl.constexpr,
     SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
     FUSE: tl.constexpr, HAS_D: tl.constexpr, D_PER_P: tl.constexpr, PREP: tl.constexpr, OVL: tl.constexpr,
-    prog_slot, signal, need_hs,
+    prog_slot, signal, CS: tl.constexpr,
 ):  # fmt: skip
     # the chunk's rows from its first (virtual) token ``ts``: affine in the chunk index, so that the
     # loop's loads can be issued ahead (a row table read per chunk would serialise them)
@@ -226,9 +214,8 @@ def _ssd_state_step(
             first = (r * 0 + i_p) == 0  # a full-shape mask (triton 3.9's interpreter)
             tl.store(gam_out + row * 64 + r, gam, mask=first)
             tl.store(dt_out + row * 64 + r, d, mask=first)
-        # the chunk-start state, read by the output kernel (``HB``: only where it is not the
-        # previous chunk's emitted boundary state, which the output kernel reads instead)
-        tl.store(hs + row * (P * N) + sidx, S.to(hs.dtype.element_ty), mask=mPN & ((sidx * 0 + need_hs) != 0))
+        # the chunk-start state, read by the output kernel
+        tl.store(hs + row * (P * N) + sidx, S.to(hs.dtype.element_ty), mask=mPN)
         if OVL:
             if signal:
                 # the chunk-start states up to this chunk's are written (every thread past the
@@ -260,7 +247,11 @@ def _ssd_state_step(
     if STORE_B:
         slot = tl.load(store_slot + c)
         ok = ((sidx * 0 + slot) >= 0) & mPN  # full-shape mask (triton 3.9's interpreter)
-        tl.store(hb + (tl.maximum(slot, 0) * H + i_h).to(tl.int64) * (P * N) + sidx, S.to(hb.dtype.element_ty), mask=ok)
+        bp = hb + (tl.maximum(slot, 0) * H + i_h).to(tl.int64) * (P * N) + sidx
+        if CS:  # streamed: first out of L2, which then keeps the chunk-start copies the output reads
+            tl.store(bp, S.to(hb.dtype.element_ty), mask=ok, cache_modifier=".cs")
+        else:
+            tl.store(bp, S.to(hb.dtype.element_ty), mask=ok)
     return S
 
 
@@ -272,7 +263,7 @@ def _ssd_state_kernel(
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr,
     DOT: tl.constexpr, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr, FUSE: tl.constexpr, HAS_D: tl.constexpr,
     D_PER_P: tl.constexpr, PREP: tl.constexpr, prog, OVL: tl.constexpr, SIG: tl.constexpr, NPS: tl.constexpr,
-    HB: tl.constexpr,
+    CS: tl.constexpr,
 ):  # fmt: skip
     i_n = tl.program_id(0)
     i_h = tl.program_id(1)
@@ -301,7 +292,7 @@ def _ssd_state_kernel(
                 c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb,
                 store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
                 GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P, PREP, OVL, prog_slot,
-                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1), _needs_start_copy(store_slot, c, c0, HB),
+                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1), CS,
             )  # fmt: skip
             c += 1
     else:
@@ -310,7 +301,7 @@ def _ssd_state_kernel(
                 c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb,
                 store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
                 GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P, PREP, OVL, prog_slot,
-                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1), _needs_start_copy(store_slot, c, c0, HB),
+                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1), CS,
             )  # fmt: skip
     tl.store(ht + sbase + sidx, S, mask=mPN)
 
@@ -344,12 +335,9 @@ def _ssd_output_kernel(
     PREC: tl.constexpr,
     seq_info,
     prog,
-    hb,
-    store_slot,
     OVL: tl.constexpr,
     NPS: tl.constexpr,
     NPO: tl.constexpr,
-    HB: tl.constexpr,
 ):
     if OVL:
         # a 1-d grid, chunk-major (the loop's programs advance through the chunks together), each
@@ -379,24 +367,9 @@ def _ssd_output_kernel(
     grp = i_h // GROUP
     Ct = tl.load(Cm + tc[:, None] * sct + grp * scg + oN[None, :], mask=m[:, None] & mN[None, :], other=0.0).to(DOT)
     Bt = tl.load(Bm + tc[:, None] * sbt + grp * sbg + oN[None, :], mask=m[:, None] & mN[None, :], other=0.0).to(DOT)
-    sidx = oP[:, None] * N + oN[None, :]
     mPN = mP[:, None] & mN[None, :]
-    sp = hs + (i_c * H + i_h).to(tl.int64) * (P * N) + sidx
-    if HB:
-        # the previous chunk's emitted boundary state where there is one (the loop copied the
-        # chunk-start state only elsewhere), rounded to the input dtype as the copy is
-        ps = tl.load(store_slot + tl.maximum(i_c - 1, 0))
-        c0 = tl.load(seq_info + tl.load(chunk_info + i_c * 4) * 4 + 2)
-        fb = (sidx * 0 + tl.where((i_c != c0) & (ps >= 0), 1, 0)) != 0  # full shape (3.9's interpreter)
-        bp = hb + (tl.maximum(ps, 0) * H + i_h).to(tl.int64) * (P * N) + sidx
-        if OVL:  # from L2: the overlapped loop writes them while this kernel runs
-            a = tl.load(bp, mask=mPN & fb, other=0.0, cache_modifier=".cg")
-            b = tl.load(sp, mask=mPN & ~fb, other=0.0, cache_modifier=".cg")
-        else:
-            a = tl.load(bp, mask=mPN & fb, other=0.0)
-            b = tl.load(sp, mask=mPN & ~fb, other=0.0)
-        Sp = tl.where(fb, a.to(hs.dtype.element_ty), b).to(DOT)
-    elif OVL:  # from L2: the overlapped loop writes it while this kernel runs
+    sp = hs + (i_c * H + i_h).to(tl.int64) * (P * N) + oP[:, None] * N + oN[None, :]
+    if OVL:  # from L2: the overlapped loop writes it while this kernel runs
         Sp = tl.load(sp, mask=mPN, other=0.0, cache_modifier=".cg").to(DOT)
     else:
         Sp = tl.load(sp, mask=mPN, other=0.0).to(DOT)
@@ -499,11 +472,9 @@ def chunk_ssd(x, dt, A, B, C, **options):
     prep = bool(cfg.pop("PREP")) and not fuse
     ovl = bool(cfg.pop("OVL")) and prep and overlaps
     sig = max(1, cfg.pop("SIG"))
+    cs = bool(cfg.pop("CS"))
     nps = triton.cdiv(P, BP)
     store = store_b and meta.num_boundaries > 0
-    # the output kernel reads emitted boundary states as chunk-start states where their dtype
-    # rounds to the copy's bits (fp32, or the input dtype itself)
-    use_hb = bool(cfg.pop("HB")) and store and not fuse and state_dtype in (f32, dtype)
     # scratch of the output kernel: each chunk's gamma and dt, its start state in the input dtype
     # (not made where the output is computed inside the loop, ``FUSE``)
     gam = torch.empty(0 if fuse else NT * H * 64, dtype=f32, device=dev)
@@ -523,7 +494,7 @@ def chunk_ssd(x, dt, A, B, C, **options):
         C2.stride(0), C2.stride(1), lo, hi, int(initial_state is not None),
         H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
         CLAMP=clamp, STORE_B=store, DOT=dot, PREC=prec, WHILE_LOOP=INTERPRET, FUSE=fuse, HAS_D=has_d,
-        D_PER_P=d_per_p, PREP=prep, prog=prog, OVL=ovl, SIG=sig, NPS=nps, HB=use_hb, **cfg,
+        D_PER_P=d_per_p, PREP=prep, prog=prog, OVL=ovl, SIG=sig, NPS=nps, CS=cs, **cfg,
     )  # fmt: skip
     if fuse:
         return y, ht, hb
@@ -534,7 +505,6 @@ def chunk_ssd(x, dt, A, B, C, **options):
         x2, B2, C2, Dv, gam, dtc, hs, y, meta.chunk_info,
         x2.stride(0), x2.stride(1), B2.stride(0), B2.stride(1), C2.stride(0), C2.stride(1),
         H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_D=has_d, D_PER_P=d_per_p, DOT=dot, PREC=prec,
-        seq_info=meta.seq_info, prog=prog, hb=hb if store else ht, store_slot=meta.store_slot, OVL=ovl, NPS=nps,
-        NPO=npo, HB=use_hb, **({"launch_pdl": True} if ovl else {}), **cfg,
+        seq_info=meta.seq_info, prog=prog, OVL=ovl, NPS=nps, NPO=npo, **({"launch_pdl": True} if ovl else {}), **cfg,
     )  # fmt: skip
     return y, ht, hb
