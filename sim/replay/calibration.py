@@ -203,7 +203,9 @@ def fit_across(
     resume: bool = False,
 ) -> tuple[HardwareTiming, dict]:
     """A HardwareTiming fitted to every run's timed prefills at once (module docstring); with
-    ``resume``, the resumed-call term too (``fit_resume``, after the others). What
+    ``resume``, the resumed-call term too: ``fit_resume`` on a first fit's layer times, then the
+    gated-delta terms fitted again with each resumed call's term taken out of its time (the fixed
+    time a short resumed call held is then not its own). What
     the runs cannot show is kept from ``base``: the per-sequence step times, decode and the call
     time where no run has one. Floors are 0: device-time measurements (each call queued behind a
     sleep) show the device's time, never the host's."""
@@ -214,9 +216,18 @@ def fit_across(
     layer_ms, per_gb = dict(base.layer_call_ms), dict.fromkeys(LAYER_KINDS, 0.0)
     act, kv = dict.fromkeys(LAYER_KINDS, 0.0), 0.0
     info: dict = {"terms": {}}
+    held = 0.0
+    if resume:  # the term from pairs (a first fit's fixed times), then the gated-delta terms fitted around it
+        first, _ = fit_across(runs, base, peak_tflops=peak_tflops, device=device, dtype=dtype, source=source)
+        held, info["resume"] = fit_resume(runs, first)
     for kind in LAYER_KINDS:
         terms = TYPE_TERMS[kind]
         parts = [calls_of(r, kind) for r in runs]
+        if kind == "gated_delta" and held:
+            parts = [
+                (X, y - held * np.array([gdn_chunks(p, L) if p > 0 else 0 for p, L in wh], float), wh)
+                for X, y, wh in parts
+            ]
         Xs = [X for X, y, _ in parts if len(y)]
         if not Xs:
             continue
@@ -247,10 +258,7 @@ def fit_across(
         d_model=[min(r.spec.d_model for r in runs), max(r.spec.d_model for r in runs)],
         max_tokens=int(max(int(r.table["input_tokens"].max()) for r in runs if len(r.table))),
     )
-    resume_ms = 0.0
-    if resume:
-        fitted = replace(base, layer_call_ms=layer_ms, ms_per_weight_gb=per_gb, gpus=1)  # its layer_fixed_ms
-        resume_ms, info["resume"] = fit_resume(runs, fitted)
+    resume_ms = held
     host_call, host_layer, info["host"] = fit_host(runs)
     if info["host"]["depths"]:
         covers["host_layer_calls"] = [min(info["host"]["depths"]), max(info["host"]["depths"])]
