@@ -1,0 +1,5 @@
+# the kernel GPU tests tests.sh's 330 s cut (the last seven of test_state_variants.py), then time41.sh (carry .s16)
+source benchmarks/results/2026-12-06-gpu-s17/env.sh
+s=$(date +%s)
+timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu -n 4 tests/kernels/test_state_variants.py > $OUT/gpu-state-variants.txt 2>&1; echo "state variants rc=$? $(( $(date +%s)-s )) s"; tail -2 $OUT/gpu-state-variants.txt
+bash benchmarks/results/2026-12-06-gpu-s17/time41.sh
