@@ -70,7 +70,7 @@ __all__ = ["chunk_ssd", "SSD_CONFIGS"]
 SSD_CONFIGS = {
     "state": {
         "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1, CS=0),
-        "half-ovl": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=1, OVL=1, SIG=4, CS=0),
+        "half-ovl": dict(BP=64, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=1, SIG=4, CS=0),
         "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1, CS=0),
     },
     "out": {"half": dict(BP=64, num_warps=4, num_stages=2), "fp32": dict(BP=32, num_warps=8, num_stages=1)},
