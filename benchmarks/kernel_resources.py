@@ -42,6 +42,12 @@ FP32_SCALARS = {"scale"}
 # integer arguments the library passes as multiples of 16 at the production shapes (strides of
 # [T, heads, dim] tensors, HV = 32): Triton specialises those, so the compile does too
 DIV16_INTS = {"skt", "skh", "svt", "svh", "sqt", "sqh", "HV"}
+# the SSD (Mamba2) kernels' own (``--ssd``): x / dt / B / C / y and the chunk-start copy in the
+# input dtype, the rest fp32; the strides of Nemotron-H 8B's layer (H = 128, P = 64, G = 8, N = 128)
+HALF_PTRS |= {"x", "dt", "Bm", "Cm", "y", "hs"}
+FP32_PTRS |= {"A", "Dv", "gam_out", "dt_out", "gam", "dtc"}
+FP32_SCALARS |= {"dt_min", "dt_max"}
+DIV16_INTS |= {"sxt", "sxh", "sdt", "sbt", "sbg", "sct", "scg"}
 
 
 # constexprs that select code paths rather than shapes; the check compiles the common path
@@ -392,6 +398,53 @@ def _row(r: dict) -> str:
     )
 
 
+#: Nemotron-H 8B's Mamba2 layer, the shape ``--ssd`` compiles the SSD kernels at
+SSD_SHAPE = dict(H=128, P=64, N=128, G=8)
+
+
+def ssd_specs(dtype: str):
+    """(name, jit function, constexprs, launch options) of the SSD kernels as ``chunk_ssd``
+    launches them (``kernels.ssd.SSD_CONFIGS``) at ``SSD_SHAPE`` with the fp32 state at every
+    boundary: the dt / gamma kernel, the state loop and the output kernel, each where the output
+    runs after the loop ("ssd-state", "ssd-output") and, for 16-bit inputs, beside it on Hopper
+    ("ssd-state-ovl", "ssd-output-ovl": the loop's releases, the output's acquires)."""
+    import triton
+    import triton.language as tl
+
+    from kernels import ssd
+
+    H, P, N, G = (SSD_SHAPE[k] for k in "HPNG")
+    f32 = dtype == "fp32"
+    dot = {"bf16": tl.bfloat16, "fp16": tl.float16, "fp32": tl.float32}[dtype]
+    prec = ssd.FP32_PRECISION if f32 else "tf32"
+    base = dict(H=H, GROUP=H // G, P=P, N=N, BN=N)
+    opts_keys = ("num_warps", "num_stages")
+    specs = []
+    for suffix, overlaps in (("", False), ("-ovl", True)):
+        if overlaps and f32:
+            continue
+        cfg = ssd._config("state", f32, overlaps)
+        ovl = bool(cfg["OVL"]) and bool(cfg["PREP"]) and overlaps
+        nps = triton.cdiv(P, cfg["BP"])
+        consts = dict(
+            base, BP=cfg["BP"], HAS_BIAS=True, SOFTPLUS=True, CLAMP=False, STORE_B=True, DOT=dot, PREC=prec,
+            WHILE_LOOP=False, FUSE=bool(cfg["FUSE"]), HAS_D=True, D_PER_P=False, PREP=bool(cfg["PREP"]), OVL=ovl,
+            SIG=cfg["SIG"], NPS=nps, CS=bool(cfg["CS"]), sdh=1,
+        )  # fmt: skip
+        specs.append((f"ssd-state{suffix}", ssd._ssd_state_kernel, consts, {k: cfg[k] for k in opts_keys}))
+        if not suffix:
+            prep = dict(H=H, HAS_BIAS=True, SOFTPLUS=True, CLAMP=False, OVL=False, NPS=nps, sdh=1)
+            specs.append(("ssd-prep", ssd._ssd_prep_kernel, prep, dict(num_warps=4, num_stages=3)))  # the defaults
+        out = ssd._config("out", f32)
+        oconsts = dict(
+            base, BP=out["BP"], HAS_D=True, D_PER_P=False, DOT=dot, PREC=prec, OVL=ovl, NPS=nps,
+            NPO=triton.cdiv(P, out["BP"]),
+        )  # fmt: skip
+        oopts = {k: out[k] for k in opts_keys} | ({"launch_pdl": True} if ovl else {})
+        specs.append((f"ssd-output{suffix}", ssd._ssd_output_kernel, oconsts, oopts))
+    return specs
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
@@ -407,6 +460,11 @@ def main(argv=None) -> int:
         "--fla", action="store_true", help="also compile FLA's state loop at its Hopper configs (needs fla-core)"
     )
     ap.add_argument("--no-cache", action="store_true", help="assemble and disassemble every kernel, cached or not")
+    ap.add_argument(
+        "--ssd",
+        action="store_true",
+        help="the SSD (Mamba2) kernels instead, at Nemotron-H 8B's layer (--head-dim unused)",
+    )
     args = ap.parse_args(argv)
     global USE_CACHE
     USE_CACHE = not args.no_cache
@@ -421,26 +479,28 @@ def main(argv=None) -> int:
     from kernels import chunk_gdn
 
     prec = (args.precision or chunk_gdn.FP32_PRECISION) if args.dtype == "fp32" else "tf32"
-    print(f"# sm_90a, triton {triton.__version__}, {args.dtype} ({prec} products), K = V = {args.head_dim}")
+    shape = "SSD H = {H}, P = {P}, N = {N}, G = {G}".format(**SSD_SHAPE) if args.ssd else f"K = V = {args.head_dim}"
+    print(f"# sm_90a, triton {triton.__version__}, {args.dtype} ({prec} products), {shape}")
     print(
         f"{'kernel':>8} {'warps':>5} {'stages':>6} {'regs':>5} {'spill st/ld B':>14} "
         f"{'smem KB':>8} {'cp.async':>8} {'wgmma':>6} {'mma.sync':>8} {'sass':>6} {'stores':>6} {'fmul':>6}"
     )
     bad = []
-    for name, fn, consts, opts in kernel_specs(args.head_dim, args.dtype, args.precision):
+    specs = ssd_specs(args.dtype) if args.ssd else kernel_specs(args.head_dim, args.dtype, args.precision)
+    for name, fn, consts, opts in specs:
         r = measure(name, fn, consts, opts, args.dtype)
         print(_row(r))
         if r["spill_stores"] or r["spill_loads"]:
             bad.append(f"{name} spills {r['spill_stores']} B")
-        if name.startswith(("state", "gluon", "fused")) and r["cp_async"] == 0:
+        if name.startswith(("state", "gluon", "fused", "ssd-state")) and r["cp_async"] == 0:
             bad.append(f"the state kernel's loads are not pipelined (no cp.async): {name}")
         if name.startswith("gsolve") and r["fmul"] is not None and r["fmul"] > GSOLVE_MAX_FMUL:
             # the substitution's masked sums no longer fold to the triangle's multiply-adds
             bad.append(f"the Gluon solve runs {r['fmul']} fp32 multiplies (the triangle is {GSOLVE_TRIANGLE}): {name}")
         hs = r["handshake"]
-        if consts.get("OVL") and name.startswith("gluon") and not (hs["launch"] and hs["release"]):
+        if consts.get("OVL") and name.startswith(("gluon", "ssd-state")) and not (hs["launch"] and hs["release"]):
             bad.append(f"the overlapped loop releases no progress: {name} {hs}")
-        if consts.get("OVL") and name.startswith("output") and not (hs["acquire"] and hs["wait"]):
+        if consts.get("OVL") and name.startswith(("output", "ssd-output")) and not (hs["acquire"] and hs["wait"]):
             bad.append(f"the overlapped output acquires no progress: {name} {hs}")
     if args.fla:
         for name, fn, sig, cst, attrs, opts in fla_specs(args.head_dim, args.dtype) or []:

@@ -171,3 +171,16 @@ def test_the_cache_key_holds_the_ptx_the_tools_and_the_script(tmp_path, monkeypa
     copy.write_text(SCRIPT.read_text() + "\n# changed\n")
     monkeypatch.setattr(kr, "__file__", str(copy))
     assert kr._cache_key("PTX", str(bindir)) != key
+
+
+def test_ssd_kernels_spill_free_pipelined_and_overlapped():
+    """``--ssd``: the SSD (Mamba2) kernels at Nemotron-H 8B's layer, spill-free, the state loop's
+    loads pipelined (cp.async) where the output runs after it and where it runs beside it (the
+    loop's CTA barrier before each progress release is inline assembly: ``tl.debug_barrier`` there
+    left no cp.async, 54 -> 16 KB of shared memory, session 17), and --check holds the overlap's
+    handshake (the loop's launch trigger and releases, the output's acquires and final wait)."""
+    run = _run("--ssd", "--check", "--dtype", "bf16")
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()[2:]}
+    assert set(rows) == {"ssd-state", "ssd-prep", "ssd-output", "ssd-state-ovl", "ssd-output-ovl"}
+    assert int(rows["ssd-state"][6]) > 0 and int(rows["ssd-state-ovl"][6]) > 0  # cp.async column
