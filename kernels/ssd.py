@@ -22,7 +22,10 @@ chunk's dt and gamma in parallel, which kernel 1 then reads):
      fp32 by default) and the final state (fp32). Only the elementwise S update is serial: the
      product s_c reads inputs alone, so the loop's loads and products pipeline across chunks, and
      the chunk states never go through memory.
-  2. ``_ssd_output_kernel`` (chunk x head x P block, parallel): Y.
+  2. ``_ssd_output_kernel`` (chunk x head x P block, parallel): Y. With ``OVL`` (16-bit inputs on
+     Hopper on, the default there) it runs beside kernel 1: launched programmatically dependent on
+     it, a 1-d chunk-major grid whose programs wait on per-(sequence, head) progress counters
+     (zeroed by the prep kernel, raised by the loop after a CTA barrier every ``SIG`` chunks).
 
 A ragged first chunk (a sequence starting at p with p % 64 != 0) has virtual rows in front of
 the first token; they load dt = 0, so they add nothing and decay nothing. Resuming a call at an
@@ -65,8 +68,14 @@ __all__ = ["chunk_ssd", "SSD_CONFIGS"]
 #: tokens on the H200 (session 16, ``ssd_bench --variant prep:...``, graphed: 2.804 -> 2.660 ms
 #: marconi-7b and 2.891 -> 2.693 Nemotron-H 8B at 32K; 0.666 -> 0.635, 0.691 -> 0.646 at 8K); fp32
 #: keeps the loop's own (not measured). ``FUSE`` (the output inside the loop) is off: 1.3-1.4x
-#: slower. ``KERNELS_CONFIG_SSD_STATE`` / ``KERNELS_CONFIG_SSD_OUT`` (e.g.
-#: "BP=32,num_warps=4,num_stages=3") override them.
+#: slower. "half-ovl": 16-bit inputs where the output runs beside the loop (``OVL``, compute
+#: capability 9.0 on): a P block of 64 (one loop program an SM at 128 heads, the rest of each SM
+#: left to the output), 3 stages, a release every 4 chunks (``SIG``); on the H100 (session 17,
+#: graphed, Nemotron-H 8B, fp32 state every 64 tokens) 3.191 -> 2.493 ms at 32K tokens, 0.727 ->
+#: 0.622 at 8K, 0.368 -> 0.317 at 4K against "half"; 2 stages 2.674 / 0.675 / 0.344, a release every
+#: 8 chunks slower at every length. ``CS``: the boundary states stored with the streaming hint (off:
+#: within 1 %). ``KERNELS_CONFIG_SSD_STATE`` / ``KERNELS_CONFIG_SSD_OUT`` (e.g.
+#: "BP=32,num_warps=4,num_stages=3", and ``maxnreg``) override them.
 SSD_CONFIGS = {
     "state": {
         "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1, CS=0),
