@@ -11,4 +11,4 @@ timeout 120 python3 benchmarks/ssd_bench.py --profile --json $OUT/ssd.json > $OU
 s=$(date +%s)
 timeout 220 python3 benchmarks/kernel_bench.py --nometa --rep 20 --host-calls 0 --json $OUT/kernel.json > $OUT/kernel-bench.txt 2>&1; echo "kernel_bench rc=$? $(( $(date +%s)-s )) s"
 grep -v TileLang $OUT/kernel-bench.txt | grep -v "^# {" | tail -30
-tar -C $OUT -czf $OUT/../next1.tgz . 2>/dev/null && mv $OUT/../next1.tgz $OUT/ 2>/dev/null; ls $OUT
+tar -C $OUT -czf /tmp/next1.tgz . 2>/dev/null; mv /tmp/next1.tgz $OUT/; ls $OUT
