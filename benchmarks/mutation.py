@@ -54,7 +54,8 @@ from pathlib import Path
 # --------------------------------------------------------------------------- what is mutated
 # name -> (source globs, test paths). Globs and test paths are relative to the repository root;
 # those that do not exist are skipped, so one table serves the layout before and after the move
-# of sim/ into sub-packages. Tests run in the order listed, with -x: put the most direct first.
+# of sim/ into sub-packages. A test path may name one test (``path::test``). Tests run in the
+# order listed, with -x: put the most direct first.
 MODULES: dict[str, tuple[list[str], list[str]]] = {
     "tree": (
         ["sim/cache/tree.py", "sim/tree.py"],
@@ -164,6 +165,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         [
             "tests/sim/test_cost.py",
             "tests/sim/test_cost_rules.py",
+            "tests/sim/replay/test_resume_term.py",  # session 17: gdn_resume_ms_per_chunk
             "tests/sim/test_gpus.py",
             "tests/sim/test_model_config_exact.py",
             "tests/sim/engine",
@@ -210,6 +212,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["sim/cost.py"],
         [
             "tests/sim/test_cost_rules.py",
+            "tests/sim/replay/test_resume_term.py",  # session 17: gdn_resume_ms_per_chunk
             "tests/sim/test_step_time_memo.py",
             "tests/sim/test_cost.py",
             "tests/sim/replay/test_timing_carry.py",
@@ -221,13 +224,21 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "calibration": (
         ["sim/replay/calibration.py"],
-        ["tests/sim/replay/test_timing_carry.py", "tests/sim/test_cost_rules.py"],
+        [
+            "tests/sim/replay/test_resume_term.py",  # session 17: fit_resume / resume_extras
+            "tests/sim/replay/test_timing_carry.py",
+            "tests/sim/test_cost_rules.py",
+            "tests/sim/replay/test_host_term.py",
+            "tests/sim/replay/test_replay_calibrate.py",
+        ],
     ),
     "measure": (
         ["sim/replay/measure.py"],
         [
             "tests/sim/test_cost_rules.py",
             "tests/sim/replay/test_replay_measure.py",
+            "tests/sim/replay/test_retime.py",  # session 17: outran_sleep, suffix_retimed, retimed_prefills
+            "tests/sim/replay/test_host_term.py",
             "tests/sim/replay/test_replay_calibrate.py",
             "tests/sim/replay/test_replay_step_model.py",
         ],
@@ -242,6 +253,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_replay_runner.py",
             "tests/sim/replay/test_replay_validate.py",
             "tests/sim/replay/test_replay_flights.py",
+            "tests/sim/replay/test_retime.py",  # session 17: Replayer._retime
         ],
     ),
     # issue 46: the replayer's collaborators (hit checks, batched replay, flights) and the typed summary
@@ -261,6 +273,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_replay_runner.py",
             "tests/sim/replay/test_replay_validate.py",
             "tests/sim/replay/test_replay_batch.py",
+            "tests/sim/replay/test_retime.py",  # session 17: PendingTimes.suffix_first, RequestRecord.timed(first=)
         ],
     ),
     "current": (
@@ -322,7 +335,16 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "ssd_args": (["kernels/ssd_args.py"], ["tests/kernels/test_ssd.py"]),
     # session 16: the SSD kernel's launcher and its dt-ahead-of-the-loop kernel (PREP)
-    "ssd": (["kernels/ssd.py"], ["tests/kernels/test_ssd.py", "tests/sim/replay/test_replay_mamba2.py"]),
+    # session 17: the overlapped output (OVL) compiled for sm_90a (kernel_resources --ssd --check:
+    # spills, the loop's cp.async and the overlap's handshake; its bits need a GPU)
+    "ssd": (
+        ["kernels/ssd.py"],
+        [
+            "tests/kernels/test_ssd.py",
+            "tests/kernels/test_resources.py::test_ssd_kernels_spill_free_pipelined_and_overlapped",
+            "tests/sim/replay/test_replay_mamba2.py",
+        ],
+    ),
     # session 16: `marconi replay`'s command (its out-of-memory line among its checks and summary lines)
     "replay_cli": (
         ["sim/cli/replay.py"],
@@ -331,6 +353,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/cli/test_replay_lines.py",
             "tests/sim/replay/test_replay_flops.py",
             "tests/sim/replay/test_replay_cli.py",
+            "tests/sim/replay/test_retime.py",  # session 17: the "timed again" note of the time-model line
             "tests/sim/replay/test_replay_batch.py",
             "tests/sim/cli/test_bad_input_round2.py",
             "tests/sim/cli/test_bad_input_round4.py",
@@ -392,6 +415,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/test_cost_rules.py",
             "tests/sim/replay/test_replay_measure.py",
             "tests/sim/replay/test_replay_calibrate.py",
+            "tests/sim/replay/test_retime.py",  # session 17: outran_sleep, retimed_prefills
+            "tests/sim/replay/test_resume_term.py",  # session 17: fit_resume / resume_extras
         ],
     ),
     # the sleep ahead of a queued timed call, per call kind and segment count, and its measured rate
@@ -399,6 +424,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["sim/replay/clock.py", "sim/replay/warm.py"],
         [
             "tests/sim/replay/test_replay_clock.py",
+            "tests/sim/replay/test_retime.py",  # session 17: SleepWindows.drop, Stopwatch.outran / forget
             "tests/sim/replay/test_replay_warm.py",
             "tests/sim/replay/test_replay_runner.py",
         ],
@@ -822,7 +848,7 @@ def resolve(root: Path, globs: list[str], tests: list[str]) -> tuple[list[str], 
             rel = os.path.relpath(p, root)
             if os.path.basename(rel) not in SKIP_FILES and rel not in files:
                 files.append(rel)
-    return files, [t for t in tests if (root / t).exists()]
+    return files, [t for t in tests if (root / t.split("::")[0]).exists()]  # a path or a test's node id
 
 
 def run_tests(root: Path, tests: list[str], env: dict, timeout: float, python: str) -> tuple[str, float, str]:
