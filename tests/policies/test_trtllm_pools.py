@@ -412,6 +412,27 @@ def test_a_state_victims_leaf_keeps_the_block_that_holds_a_page_of_its_own():
         t.check_invariants()
 
 
+def test_a_state_victims_shortened_leaf_counts_its_state_and_kv_evicted():
+    """The leaf cut at its block that holds a page of its own (the test above) counts one state
+    and the leaf's KV past the cut evicted, taken by the state queue as a later insert needs a
+    recurrent page: T (48 tokens, snapshots at 1 and 48), U (T's first 3 tokens, then 20 of its
+    own, a snapshot at 23), a hit on the snapshot at 1, then V (10 tokens of its own, a snapshot
+    at 10) with three recurrent pages: 48, the least recently used, goes, T's leaf (3, 48] cut at
+    32. Every admitted state is then held or counted evicted (``TreeStats``: a run's summary
+    reports them); the count was not incremented on this path and no test saw it (mutation run,
+    session 17: ``stats.states_evicted += 1`` in ``EngineTree._detach_stale_blocks`` dropped)."""
+    t = _pool_tree(3)
+    t.insert(toks(0, 48), 48, [1, 48], t.set_time(1.0))
+    t.insert(cat(toks(0, 3), toks(600, 20)), 23, [23], t.set_time(2.0))
+    assert t.lookup(cat(toks(0, 1), toks(800, 5)), now=t.set_time(2.5)).hit_tokens == 1
+    assert t.insert(toks(900, 10), 10, [10], t.set_time(3.0)).inserted
+    assert state_depths(t) == [1, 10, 23] and t.kv_tokens == 32 + 20 + 10
+    st = t.stats
+    assert (st.evictions, st.states_evicted, st.kv_tokens_evicted) == (1, 1, 16)
+    assert st.states_admitted - st.states_evicted == len(state_depths(t)) == 3
+    t.check_invariants()
+
+
 def _page_tree(kv_tokens: int, page: int) -> EngineTree:
     from policies.trtllm_current import TrtllmPoolEviction  # noqa: PLC0415
 
