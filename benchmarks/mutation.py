@@ -3,6 +3,7 @@
     python benchmarks/mutation.py                       # every module, 12 mutants each, seed 0
     python benchmarks/mutation.py -m tree -m cost --per-module 5
     python benchmarks/mutation.py --list                # candidate counts only, runs nothing
+    python benchmarks/mutation.py -m ssd --changed-since 7c1ba78   # only lines changed since a commit
 
 How it works
 ------------
@@ -15,7 +16,9 @@ How it works
    ``and``/``or``, ``min``/``max``), constant tweaks (``0``/``1``, ``n`` -> ``n + 1``,
    ``True``/``False``), negated conditions, dropped statements, ``return x`` -> ``return None``,
    and swapped call arguments. A seeded sample of ``--per-module`` sites (one per line where
-   possible) is drawn, so a run is repeatable and the next seed probes other lines.
+   possible) is drawn, so a run is repeatable and the next seed probes other lines. With
+   ``--changed-since REV`` only sites on lines that ``git diff REV`` adds or changes are drawn
+   (a session's new code, which a sample of the whole module seldom reaches).
 3. The module's tests are run once unmutated (they must pass; their time sets the per-mutant
    timeout), then once per mutant with ``pytest -x``: a mutant is *caught* when a test fails or
    the run times out, and *survives* when every test passes. Only the mutated expression's
@@ -783,6 +786,22 @@ def list_mutants(root: Path, module: str, files: list[str]) -> list[Mutant]:
     return out
 
 
+def changed_lines(repo: Path, since: str, rev: str | None, files: list[str]) -> dict[str, set[int]]:
+    """Per file, the line numbers (as at ``rev``; None: the working tree) that ``git diff since``
+    adds or changes."""
+    cmd = ["git", "-C", str(repo), "diff", "-U0", "--no-color", "--no-ext-diff", since, *([rev] if rev else [])]
+    out = subprocess.run([*cmd, "--", *files], capture_output=True, text=True, check=True).stdout
+    lines: dict[str, set[int]] = {}
+    path = None
+    for ln in out.splitlines():
+        if ln.startswith("+++ "):
+            path = ln[6:] if ln.startswith("+++ b/") else None
+        elif ln.startswith("@@") and path is not None:
+            start, _, count = ln.split()[2][1:].partition(",")  # "+start[,count]"
+            lines.setdefault(path, set()).update(range(int(start), int(start) + (int(count) if count else 1)))
+    return lines
+
+
 def apply(source: str, m: Mutant) -> str:
     """``source`` with the mutant's span replaced (columns are UTF-8 byte offsets, as ast gives)."""
     lines = source.splitlines(keepends=True)
@@ -909,6 +928,9 @@ def run_module(name: str, root: Path, env: dict, args, log) -> ModuleResult:
         log(f"[{name}] skipped: {res.note}")
         return res
     all_mutants = list_mutants(root, name, files)
+    if args.changed_since:
+        changed = changed_lines(Path(args.repo), args.changed_since, None if args.worktree else args.rev, files)
+        all_mutants = [m for m in all_mutants if changed.get(m.path, set()) & set(range(m.line, m.end_line + 1))]
     res.candidates = len(all_mutants)
     chosen = sample(all_mutants, args.per_module, args.seed, name)
     log(f"[{name}] {', '.join(files)}: {len(all_mutants)} sites, {len(chosen)} sampled; tests: {' '.join(tests)}")
@@ -994,6 +1016,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--repo", default=str(Path(__file__).resolve().parents[1]), help="repository to copy")
     ap.add_argument("--tests", nargs="+", help="override the module's test paths")
+    ap.add_argument(
+        "--changed-since",
+        metavar="REV",
+        help="draw only sites on lines that git diff REV adds or changes (against --rev, or the working tree)",
+    )
     ap.add_argument("--min-timeout", type=float, default=60.0, help="per-mutant timeout floor in seconds (default 60)")
     ap.add_argument(
         "--timeout-factor", type=float, default=3.0, help="per-mutant timeout = factor x baseline (default 3)"
