@@ -343,6 +343,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "ssd": (
         ["kernels/ssd.py"],
         [
+            "tests/kernels/test_ssd_survivors.py",  # _config / _overlaps, B and C sliced from wider tensors
             "tests/kernels/test_ssd.py",
             "tests/kernels/test_resources.py::test_ssd_kernels_spill_free_pipelined_and_overlapped",
             "tests/sim/replay/test_replay_mamba2.py",
