@@ -290,3 +290,21 @@ def test_pinning_is_judged_on_the_rms_of_the_relative_residuals():
     worse = float(np.sqrt(np.mean(r**2)))
     assert worse == pytest.approx(0.01097, abs=5e-5) and worse > PIN_SLACK
     assert x[1] == pytest.approx(1.0) and x[0] == pytest.approx(held_c, rel=1e-9)
+
+
+def test_sub_millisecond_prefills_count_in_the_fit_error():
+    """The fit's error is taken over every timed prefill with a positive time, sub-millisecond
+    ones too (a small model's calls on a GPU: replay-tiny's take 0.05-0.6 ms on the H100): a
+    timing 100x faster than TRUE, its ten calls 0.047-3.6 ms, six of them under 1 ms, fitted back
+    exactly, all ten counted (mutation run, session 17: ``suffix_ms > 0`` -> ``> 1`` survived)."""
+    fast = HardwareTiming(
+        ms_per_tflop={k: v / 100 for k, v in TRUE.ms_per_tflop.items()},
+        layer_call_ms={k: v / 100 for k, v in TRUE.layer_call_ms.items()},
+        call_ms=TRUE.call_ms / 100,
+        decode_ms_per_token=5.0,
+        peak_tflops=1e6,
+    )
+    recs = records(fast)
+    assert sum(r.suffix_ms < 1.0 for r in recs) == 6 and min(r.suffix_ms for r in recs) > 0.04
+    t, info = calibrate(request_table(recs, SPEC, fast, COUNTS), SPEC, fast, COUNTS, peak_tflops=1e6)
+    assert info["requests"] == 10 and info["median_error"] < 1e-9
