@@ -8,12 +8,13 @@ pairs; a timing file without it loads with 0. Exact values on hand-made tables."
 import json
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from sim.cost import HardwareTiming, gdn_chunks, get_model, read_timing_file, timing_to_dict
+from sim.cost import LAYER_KINDS, HardwareTiming, gdn_chunks, get_model, read_timing_file, timing_to_dict
 from sim.errors import UsageError
-from sim.replay.calibration import RESUME_MIN_CHUNKS, Run, fit_resume, resume_extras
+from sim.replay.calibration import RESUME_MIN_CHUNKS, Run, features, fit_across, fit_resume, resume_extras
 from sim.replay.measure import replayed_spec
 
 KINDS = ("attention", "gated_delta", "mlp")
@@ -109,3 +110,83 @@ def test_the_term_is_the_median_extra_of_suffix_reference_pairs():
     assert fit_resume([fast], t)[0] == 0.0
     # no pairs (a table from before the per-layer columns, or no gated-delta layer replayed): 0
     assert fit_resume([Run(spec, {"attention": 1, "gated_delta": 0, "mlp": 1}, run.table)], t) == (0.0, {"pairs": 0})
+
+
+# a timing with every shape term (as tests/sim/replay/test_timing_carry.py's), each layer kind's
+# per-layer time its features' dot product with these coefficients
+SHAPED = HardwareTiming(
+    {"attn_linear": 2.0, "attn_quadratic": 5.0, "gdn_linear": 1.8, "gdn_chunk": 20.0, "mlp_linear": 1.5},
+    {"attention": 0.05, "gated_delta": 0.03, "mlp": 0.01},
+    0.02,
+    4.0,
+    989.0,
+    ms_per_weight_gb={"attention": 0.4, "gated_delta": 0.25, "mlp": 0.2},
+    ms_per_act_gb={"attention": 3.0, "gated_delta": 4.0, "mlp": 1.5},
+    ms_per_kv_gb=1.2,
+)
+LAYERS = {"attention": 1, "gated_delta": 3, "mlp": 4}
+
+
+def _per_layer(spec, kind, p, L, resumed_extra=0.0) -> float:
+    t, c = SHAPED, SHAPED.ms_per_tflop
+    coefs = [t.layer_call_ms[kind], t.ms_per_weight_gb[kind]] + {
+        "attention": [c["attn_linear"], c["attn_quadratic"], t.ms_per_act_gb[kind], t.ms_per_kv_gb],
+        "gated_delta": [c["gdn_linear"], c["gdn_chunk"], t.ms_per_act_gb[kind]],
+        "mlp": [c["mlp_linear"], t.ms_per_act_gb[kind]],
+    }[kind]
+    v = float(np.dot(features(spec, kind, p, L), coefs))
+    return v + (resumed_extra * gdn_chunks(p, L) if kind == "gated_delta" and p > 0 else 0.0)
+
+
+def _resumed_table(spec, calls, extra) -> pd.DataFrame:
+    """One-call prefills timed exactly by SHAPED, a resumed one's gated-delta layers ``extra`` ms
+    slower per chunk; a resumed call of >= RESUME_MIN_CHUNKS chunks validated, with its
+    from-scratch reference timed beside (a pair)."""
+    rows = []
+    for p, L in calls:
+        row = dict(request=len(rows), input_tokens=L, hit_tokens=p, restored=p > 0, validated=False, splits=0)
+        row.update(segments=[[p, L]], suffix_host_bound=False, full_host_bound=False, kernel_calls=1)
+        row.update(suffix_ms_other=0.02, full_ms_other=float("nan"), full_ms=float("nan"))
+        for k in LAYER_KINDS:
+            row[f"suffix_ms_{k}"] = _per_layer(spec, k, p, L, extra) * LAYERS[k]
+            row[f"full_ms_{k}"] = float("nan")
+        row["suffix_ms"] = sum(row[f"suffix_ms_{k}"] for k in LAYER_KINDS) + 0.02
+        if p > 0 and gdn_chunks(p, L) >= RESUME_MIN_CHUNKS:
+            row.update(validated=True, full_ms_other=0.02)
+            for k in LAYER_KINDS:
+                row[f"full_ms_{k}"] = _per_layer(spec, k, 0, L) * LAYERS[k]
+            row["full_ms"] = sum(row[f"full_ms_{k}"] for k in LAYER_KINDS) + 0.02
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_fit_across_with_resume_takes_the_term_out_of_the_gated_delta_calls_only():
+    """``fit_across(resume=True)``: the term from the pairs (a first fit's fixed times), then the
+    gated-delta terms fitted with each resumed call's term (its chunks x the term) taken out of
+    its time; attention and MLP times are left as measured. Three presets' tables whose resumed
+    calls pay 5 us a chunk and gated-delta layer: without --resume the fit folds it into the
+    chunk term (20.0 -> 20.8 ms per TFLOP); with it the chunk term is 20.0 within 0.1 % and the
+    term 4.93 us (the first fit's fixed time is a little off), attention and MLP exact either way
+    (mutation run, session 17: the correction applied to every kind but the gated-delta one, or
+    to none, survived)."""
+    calls = [(0, 2000), (2000, 2031), (0, 700), (640, 1400), (0, 6000), (6000, 6600), (12000, 12017), (0, 131)]
+    calls += [(p, p + n) for p in (0, 1024, 4096, 9000) for n in (1, 17, 64, 333, 1500)]
+    calls += [(p, p + 64 * c) for p in (512, 1024) for c in (16, 24, 40)]  # pairs: >= 16 chunks
+    models = ("qwen3.5-9b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b")
+    runs = [Run(get_model(m), LAYERS, _resumed_table(get_model(m), calls, 0.005), m) for m in models]
+    plain, plain_info = fit_across(runs, SHAPED, peak_tflops=989.0)
+    t, info = fit_across(runs, SHAPED, peak_tflops=989.0, resume=True)
+    assert plain.gdn_resume_ms_per_chunk == 0.0 and "resume" not in plain_info
+    assert plain.ms_per_tflop["gdn_chunk"] > 20.6
+    assert info["resume"]["pairs"] == 27
+    assert t.gdn_resume_ms_per_chunk == pytest.approx(0.005, rel=0.02)
+    assert t.ms_per_tflop["gdn_chunk"] == pytest.approx(20.0, rel=1e-3)
+    assert t.ms_per_tflop["gdn_linear"] == pytest.approx(1.8, rel=1e-3)
+    for k, term in (("attention", "attn_linear"), ("attention", "attn_quadratic"), ("mlp", "mlp_linear")):
+        assert t.ms_per_tflop[term] == pytest.approx(SHAPED.ms_per_tflop[term], rel=1e-9)
+        assert t.layer_call_ms[k] == pytest.approx(SHAPED.layer_call_ms[k], rel=1e-9)
+    # without resumed calls' pairs the term is 0 and the fit is the plain one
+    none = [Run(r.spec, r.counts, r.table.assign(validated=False), r.name) for r in runs]
+    t0, info0 = fit_across(none, SHAPED, peak_tflops=989.0, resume=True)
+    assert t0.gdn_resume_ms_per_chunk == 0.0 and info0["resume"] == {"pairs": 0}
+    assert t0.ms_per_tflop == fit_across(none, SHAPED, peak_tflops=989.0)[0].ms_per_tflop

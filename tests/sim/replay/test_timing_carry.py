@@ -113,6 +113,17 @@ def test_fit_across_holds_a_term_faster_than_the_peak_at_the_peak():
     assert all(f <= 1.0 + 1e-9 for f in t.fraction_of_peak().values())
 
 
+def test_fit_across_without_a_peak_holds_no_term():
+    """No ``peak_tflops`` (a device not in the catalogue, a base without one): no cap, so a term
+    faster than any device (2,000 TFLOP/s) is fitted as measured, every term exact (mutation run,
+    session 17: the default peak 0 -> 1 TFLOP/s survived)."""
+    fast = replace(TRUE, peak_tflops=0.0, ms_per_tflop=dict(TERMS, mlp_linear=0.5))
+    runs = [Run(get_model(m), COUNTS, _table(get_model(m), fast, CALLS), m) for m in ("qwen3.5-9b", "qwen3.5-27b")]
+    t, _ = fit_across(runs, fast)
+    assert t.ms_per_tflop == pytest.approx(dict(TERMS, mlp_linear=0.5), rel=1e-6)
+    assert t.peak_tflops == 0.0
+
+
 def test_a_fit_across_presets_carries_to_a_preset_it_did_not_see():
     """Fitted on three presets, the model prices a fourth (other widths, MoE) as the true one."""
     t, _ = fit_across(_runs(), TRUE, peak_tflops=989.0)
