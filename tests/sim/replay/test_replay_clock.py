@@ -70,6 +70,16 @@ def test_a_window_forgets_its_oldest_times():
         SleepWindows(window=0)
 
 
+def test_a_window_of_one_sizes_each_sleep_from_the_last_call_alone():
+    """The smallest window allowed (mutation run, session 17: ``window < 1`` -> ``<= 1`` refused
+    it): each call's time replaces the one before."""
+    w = SleepWindows(window=1)
+    for h in (40.0, 5.0):
+        w.record("suffix", 1, h)
+    assert w.recent("suffix") == [5.0]
+    assert w.sleep_ms("suffix") == pytest.approx(5.0 * 1.25 + 1.0)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
