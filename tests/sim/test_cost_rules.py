@@ -593,6 +593,23 @@ def test_batch_summary_by_hand():
     assert nopeak["replay_tflops_wall"] != nopeak["replay_tflops_wall"]
 
 
+def test_batch_summary_rates_sub_millisecond_calls():
+    """Timed calls of 0.2 and 0.3 ms (a small model's on a GPU) have a TFLOP/s, not NaN (mutation
+    run, session 17: ``ms_all > 0`` -> ``> 1`` survived)."""
+    from types import SimpleNamespace as C
+
+    from sim.replay.flops import replayed_flops
+
+    calls = [
+        C(kind="suffix", segments=[(0, 64)], ms=0.2, slack_ms=5.0),
+        C(kind="suffix", segments=[(0, 32)], ms=0.3, slack_ms=5.0),
+    ]
+    b = measure.batch_summary(calls, SPEC, COUNTS_R, wall_s=1.0, peak_tflops=989.0)
+    f = sum(replayed_flops(SPEC, COUNTS_R, c.segments) for c in calls)
+    assert f > 0 and b["replay_tflops_timed"] == pytest.approx(f / 0.5e-3 / 1e12)
+    assert b["batch_calls"]["suffix"]["tflops"] == pytest.approx(f / 0.5e-3 / 1e12)
+
+
 def test_a_mamba1_layer_by_hand():
     """Jamba 1.5 Mini's Mamba1 layer (d_model 4096, d_inner 8192, d_state 16, dt_rank 256, conv 4):
     in_proj 4096 x 16384, x_proj 8192 x (256 + 2 x 16), dt_proj 256 x 8192, out_proj 8192 x 4096

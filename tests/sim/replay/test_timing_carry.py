@@ -124,6 +124,19 @@ def test_fit_across_without_a_peak_holds_no_term():
     assert t.peak_tflops == 0.0
 
 
+def test_a_kind_no_run_replayed_keeps_the_bases_call_time_and_no_shape_terms():
+    """Runs without attention layers (``counts`` 0: a replay of the gated-delta and MLP layers
+    alone) leave attention's fixed time the base's and its activation and KV-read terms 0, not
+    made up (mutation run, session 17: the KV term's start 0.0 -> 1.0 survived)."""
+    counts = dict(COUNTS, attention=0)
+    runs = [Run(get_model(m), counts, _table(get_model(m), TRUE, CALLS), m) for m in ("qwen3.5-9b", "qwen3.5-27b")]
+    t, info = fit_across(runs, TRUE, peak_tflops=989.0)
+    assert "attention" not in info["terms"] and set(info["terms"]) == {"gated_delta", "mlp"}
+    assert t.ms_per_kv_gb == 0.0 and t.ms_per_act_gb["attention"] == 0.0 and t.ms_per_weight_gb["attention"] == 0.0
+    assert t.layer_call_ms["attention"] == TRUE.layer_call_ms["attention"]
+    assert t.ms_per_tflop["gdn_chunk"] == pytest.approx(TERMS["gdn_chunk"], rel=1e-6)
+
+
 def test_a_fit_across_presets_carries_to_a_preset_it_did_not_see():
     """Fitted on three presets, the model prices a fourth (other widths, MoE) as the true one."""
     t, _ = fit_across(_runs(), TRUE, peak_tflops=989.0)
