@@ -559,6 +559,10 @@ def test_request_table_and_summary_by_hand():
     # no time, no rate; an empty table
     z = measure.summary(df.iloc[:0], failures=0, store_peak_bytes=0, wall_s=0.0)
     assert z["requests"] == 0 and z["failures"] == 0 and z["tokens_per_s"] != z["tokens_per_s"]
+    # its sums are 0, not made up (mutation run, session 17: measured_ms_with_cache's 0.0 -> 1.0 survived)
+    sums = ("measured_ms_with_cache", "measured_ms_without_cache", "measured_flops_saved", "simulated_flops_saved")
+    sums += ("padding_flops_saved", "replay_flops_executed", "replay_flops_simulated", "hit_tokens", "retimed_prefills")
+    assert all(z[k] == 0 for k in sums), {k: z[k] for k in sums}
     # rows, none validated: every error statistic is 0, none is made up
     nv = measure.summary(df.iloc[[0, 2]], failures=[], store_peak_bytes=0, wall_s=1.0)
     for key in ("max_restore_error", "max_rec_error", "max_conv_error", "max_out_error", "max_kv_error"):
