@@ -96,3 +96,72 @@ def test_b_and_c_sliced_from_a_wider_projection_read_only_their_state_dim(N):
     got = chunk_ssd(x, dt, A, padded(B), padded(C), **kw)
     assert all(torch.isfinite(t).all() for t in got)
     assert all(torch.equal(a, b) for a, b in zip(want, got))
+
+
+class _Launches:
+    """A kernel stand-in recording each launch's grid, arguments and options (nothing runs)."""
+
+    def __init__(self, log: list, name: str):
+        self.log, self.name = log, name
+
+    def __getitem__(self, grid):
+        return lambda *args, **kw: self.log.append((self.name, grid, args, kw))
+
+
+KERNELS = ("_ssd_prep_kernel", "_ssd_state_kernel", "_ssd_output_kernel")
+
+
+def _launches(monkeypatch, overlaps: bool, dtype, env: str = ""):
+    """chunk_ssd's launches (prep, state loop, output) for 3 sequences of 70, 130 and 64 tokens,
+    4 heads of 128 (two P blocks of 64 in the loop and in the output) and a state dim of 64, on a
+    device whose ``_overlaps`` is ``overlaps``."""
+    if env:
+        monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", env)
+    else:
+        monkeypatch.delenv("KERNELS_CONFIG_SSD_STATE", raising=False)
+    monkeypatch.delenv("KERNELS_CONFIG_SSD_OUT", raising=False)
+    monkeypatch.setattr(ssd, "_overlaps", lambda dev: overlaps)
+    log: list = []
+    for name in KERNELS:
+        monkeypatch.setattr(ssd, name, _Launches(log, name))
+    gen = torch.Generator().manual_seed(5)
+    T, H, P, N = 264, 4, 128, 64
+    x = torch.randn(1, T, H, P, generator=gen).to(dtype)
+    dt = torch.randn(1, T, H, generator=gen).to(dtype)
+    B = torch.randn(1, T, 1, N, generator=gen).to(dtype)
+    chunk_ssd(x, dt, -torch.ones(H), B, B.clone(), cu_seqlens=[0, 70, 200, 264])
+    return {name: (grid, args, kw) for name, grid, args, kw in log}
+
+
+def test_the_overlapped_output_is_launched_beside_the_loop_with_its_progress_counters(monkeypatch):
+    """On a device that overlaps (Hopper on; here ``_overlaps`` patched: the kernels never run),
+    16-bit inputs: the loop's "half-ovl" config (P blocks of 64, a release every 4 chunks), one
+    int32 progress counter per (sequence, head, loop program) handed to all three kernels, the
+    output on a 1-d grid of chunks x heads x P blocks launched programmatically dependent
+    (``launch_pdl``). The GPU test checks the bits (tests/kernels/test_ssd.py
+    ``test_gpu_overlapped_output_gives_the_plain_bits``); this one the host's launch."""
+    got = _launches(monkeypatch, True, torch.float16)
+    (pgrid, pargs, pkw), (sgrid, _, skw), (ogrid, _, okw) = (got[k] for k in KERNELS)
+    NT = 2 + 3 + 1  # chunks: 70 tokens -> 2, 130 -> 3, 64 -> 1
+    assert pgrid == (NT, 4)
+    prog = pargs[7]
+    assert prog.dtype == torch.int32 and prog.numel() == 3 * 4 * 2
+    assert (pkw["OVL"], pkw["NPS"]) == (True, 2)
+    assert sgrid == (3, 4, 2) and skw["prog"] is prog
+    assert (skw["OVL"], skw["SIG"], skw["NPS"], skw["CS"], skw["BP"], skw["num_stages"]) == (True, 4, 2, False, 64, 3)
+    assert ogrid == (NT * 4 * 2, 1, 1) and okw["prog"] is prog and okw["launch_pdl"] is True
+    assert (okw["OVL"], okw["NPS"], okw["NPO"]) == (True, 2, 2)
+    # a release every chunk asked as 0 is every chunk (1), not a division by 0
+    assert _launches(monkeypatch, True, torch.float16, "SIG=0")["_ssd_state_kernel"][2]["SIG"] == 1
+
+
+@pytest.mark.parametrize("overlaps, dtype", [(False, torch.float16), (True, torch.float32)])
+def test_without_the_overlap_the_output_runs_after_the_loop_on_its_3d_grid(monkeypatch, overlaps, dtype):
+    """A device that cannot overlap, or fp32 inputs (no "half-ovl"): no counters (the final-state
+    buffer stands in as the argument), the output's (chunks, heads, P blocks) grid, launched plainly."""
+    got = _launches(monkeypatch, overlaps, dtype)
+    _, sargs, skw = got["_ssd_state_kernel"]
+    ogrid, _, okw = got["_ssd_output_kernel"]
+    assert skw["OVL"] is False and skw["prog"] is sargs[12]  # ht
+    assert ogrid == (2 + 3 + 1, 4, 128 // okw["BP"])  # chunks, heads, P blocks of the output's config
+    assert okw["OVL"] is False and "launch_pdl" not in okw and okw["prog"] is sargs[12]
