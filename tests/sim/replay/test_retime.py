@@ -34,6 +34,7 @@ REQS = {0: (np.concatenate([P0, O0]), 100), 1: (np.concatenate([P0, O0, U1, O1])
         (12.25, 12.25, False),  # exactly the sleep: covered
         (12.26, 12.25, True),
         (62.4, QUEUE_CAP_MS, True),  # waited for the sleep at its cap (H200 27b request 16)
+        (0.8, 0.5, True),  # any sleep asked, a sub-millisecond one too
         (5.0, 0.0, False),  # unqueued (--measure wall, the tail, the CPU): never
         (math.nan, 12.25, False),
     ],
@@ -58,6 +59,11 @@ def test_the_first_calls_stalled_issue_leaves_the_sleep_window():
     w.record("suffix", 1, 9.0)
     w.drop("suffix", 1, 9.0)  # the latest of two equal times
     assert w.recent("suffix") == [8.0, 9.0]
+    # the oldest time, then the only one left, go too; a segment count below one is one (as record's)
+    w.drop("suffix", 1, 8.0)
+    assert w.recent("suffix") == [9.0]
+    w.drop("suffix", 0, 9.0)
+    assert w.recent("suffix") == []
 
 
 def test_a_record_keeps_the_first_calls_times_beside_the_second():
@@ -136,6 +142,9 @@ def test_the_table_and_summary_count_the_retimed_prefills():
     assert math.isnan(df.loc[0, "suffix_first_ms"])
     s = summary(df, failures=0, store_peak_bytes=0, wall_s=1.0)
     assert s["retimed_prefills"] == 1
+    # a table from before the column (a kept run re-priced): none re-timed
+    old = summary(df.drop(columns=["suffix_retimed"]), failures=0, store_peak_bytes=0, wall_s=1.0)
+    assert old["retimed_prefills"] == 0 and old["requests"] == 3
 
 
 def test_the_time_model_line_says_how_many_prefills_were_timed_again():
