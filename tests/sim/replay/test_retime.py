@@ -66,6 +66,20 @@ def test_the_first_calls_stalled_issue_leaves_the_sleep_window():
     assert w.recent("suffix") == []
 
 
+def test_the_stopwatch_forgets_a_queued_calls_issue_only():
+    """``Stopwatch.forget``: a queued call's host time leaves its kind's window; an unqueued call
+    (no sleep ahead of it: ``before`` None) recorded nothing and takes nothing out; no handle is a
+    no-op (mutation run, session 17: each of forget's conditions flipped survived)."""
+    clock = Stopwatch(torch.device("cpu"))
+    for t in (8.0, 62.4, 8.0):
+        clock.windows.record("suffix", 2, t)
+    clock.forget(Timed(None, None, 8.0, None, "suffix", 2, 0.0, 0))  # unqueued
+    assert clock.windows.recent("suffix", 2) == [8.0, 62.4, 8.0]
+    clock.forget(None)
+    clock.forget(Timed(None, None, 62.4, object(), "suffix", 2, 12.25, 1000))
+    assert clock.windows.recent("suffix", 2) == [8.0, 8.0]
+
+
 def test_a_record_keeps_the_first_calls_times_beside_the_second():
     r = RequestRecord(request=3, input_tokens=1053, output_tokens=26)
     r.timed(suffix=(1.25, 6.1, 0.9))
