@@ -89,6 +89,25 @@ def test_a_record_keeps_the_first_calls_times_beside_the_second():
     assert (r.suffix_ms, r.suffix_host_ms, r.suffix_slack_ms) == (1.25, 6.1, 0.9)
 
 
+def test_resolving_a_flights_times_forgets_its_handles():
+    """``PendingTimes.resolve`` writes the times and drops every handle (the suffix, its first call
+    when re-timed, the reference, their marks, the tail): a queued check that still holds the
+    flight holds no events (mutation run, session 17: ``clear`` dropped survived)."""
+    from types import SimpleNamespace
+
+    from sim.replay.flight import PendingTimes
+
+    clock = SimpleNamespace(ms=lambda h: h[0], host_ms=lambda h: h[1], slack_ms=lambda h: h[2])
+    marks = SimpleNamespace(ms_by_type=lambda: {"gated_delta": 1.0})
+    t = PendingTimes(suffix=(1.5, 6.0, 0.9), suffix_first=(14.0, 65.0, -3.0), suffix_marks=marks)
+    t.full, t.full_marks, t.tail = (9.0, 7.0, 2.0), marks, [(0.5, 0.1, 0.0)]
+    r = RequestRecord(request=1, input_tokens=170, output_tokens=5)
+    t.resolve(r, clock)
+    assert (r.suffix_ms, r.suffix_first_ms, r.suffix_first_host_ms, r.full_ms) == (1.5, 14.0, 65.0, 9.0)
+    assert r.suffix_retimed and r.suffix_ms_by_type == {"gated_delta": 1.0}
+    assert (t.suffix, t.suffix_first, t.suffix_marks, t.full, t.full_marks, t.tail) == (None,) * 5 + ([],)
+
+
 def test_the_replayer_runs_an_outrun_suffix_again_from_the_same_state(tiny_model, tiny_shape, monkeypatch):
     """Request 1 hits request 0's state at 130 and its suffix call is declared outrun: the
     suffix runs twice from the restored state, the store gets its state once, the check passes
@@ -108,6 +127,14 @@ def test_the_replayer_runs_an_outrun_suffix_again_from_the_same_state(tiny_model
 
     monkeypatch.setattr(tiny_model, "run", run)
     monkeypatch.setattr(Stopwatch, "outran", staticmethod(outran))
+    forgotten = []
+    real_forget = Stopwatch.forget
+
+    def forget(self, h):  # the first call's issue taken out of its window (a no-op on the CPU: unqueued)
+        forgotten.append(h)
+        real_forget(self, h)
+
+    monkeypatch.setattr(Stopwatch, "forget", forget)
     store = CheckpointStore(tiny_shape, torch.float32, device="cpu")
     writes = []
     real_write = store.write
@@ -133,6 +160,7 @@ def test_the_replayer_runs_an_outrun_suffix_again_from_the_same_state(tiny_model
     assert r1.validated and r1.suffix_retimed and not recs[0].suffix_retimed
     assert r1.suffix_first_ms > 0 and r1.suffix_ms > 0 and r1.suffix_host_ms > 0
     assert r1.suffix_segments == [(130, 170)]  # one call's segments, not two
+    assert [(h.kind, rp.clock.host_ms(h)) for h in forgotten] == [("suffix", r1.suffix_first_host_ms)]
     # the suffix [130, 170) ran twice, both times from the restored state at 130; the second
     # call hands its states to no one (a no-op sink), so checkpoint 3 was written once per layer
     suffix_runs = [x for x in runs if x[0] == 130 and x[1] == 40]
