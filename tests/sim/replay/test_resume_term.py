@@ -42,6 +42,15 @@ def test_a_resumed_prefill_pays_the_term_per_chunk_and_gated_delta_layer():
     # a split adds its ragged chunk, also resumed
     extra = t1.prefill_time_s(spec, 512, 1024, 1) - t0.prefill_time_s(spec, 512, 1024, 1)
     assert extra == pytest.approx(3 * 9 * 0.004e-3, rel=1e-9)
+    # from a state at 1 (a hit of one token) too; on 2 GPUs (tensor parallel) half of it; a call
+    # with no tokens resumes nothing (mutation run, session 17: p > 0 -> p > 1, L > p -> L >= p and
+    # / gpus -> * gpus survived)
+    extra = t1.prefill_time_s(spec, 1, 1024) - t0.prefill_time_s(spec, 1, 1024)
+    assert gdn_chunks(1, 1024) == 16 and extra == pytest.approx(3 * 16 * 0.004e-3, rel=1e-9)
+    t2, t20 = replace(t1, gpus=2), replace(t0, gpus=2)
+    extra = t2.prefill_time_s(spec, 512, 1024) - t20.prefill_time_s(spec, 512, 1024)
+    assert extra == pytest.approx(3 * 8 * 0.004e-3 / 2, rel=1e-9)
+    assert t1.prefill_time_s(spec, 512, 512, 1) == t0.prefill_time_s(spec, 512, 512, 1)
     # a step is priced as before (its varlen call passes every sequence a state: seq_ms holds it)
     assert t1.step_time_s(spec, [(512, 1024)], [700]) == t0.step_time_s(spec, [(512, 1024)], [700])
     # a model without gated-delta layers does not pay it
