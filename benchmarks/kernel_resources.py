@@ -429,7 +429,7 @@ def ssd_specs(dtype: str):
         consts = dict(
             base, BP=cfg["BP"], HAS_BIAS=True, SOFTPLUS=True, CLAMP=False, STORE_B=True, DOT=dot, PREC=prec,
             WHILE_LOOP=False, FUSE=bool(cfg["FUSE"]), HAS_D=True, D_PER_P=False, PREP=bool(cfg["PREP"]), OVL=ovl,
-            SIG=cfg["SIG"], NPS=nps, CS=bool(cfg["CS"]), sdh=1,
+            SIG=cfg["SIG"], NPS=nps, sdh=1,
         )  # fmt: skip
         specs.append((f"ssd-state{suffix}", ssd._ssd_state_kernel, consts, {k: cfg[k] for k in opts_keys}))
         if not suffix:

@@ -7,9 +7,17 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_wait
 
-from kernels.chunk_tiles import _PROG_SLOTS, _chunk, _colmask, _dimmask, _inside, _rowmask
+from kernels.chunk_tiles import (
+    _PROG_SLOTS,
+    _await_chunk,
+    _chunk,
+    _colmask,
+    _dimmask,
+    _inside,
+    _last_waits_for_the_loop,
+    _rowmask,
+)
 
 
 @triton.jit(do_not_specialize=["l2norm"])
@@ -50,10 +58,7 @@ def _output_kernel(
         i_hv = (pid // NVO) % HV
         i_v = pid % NVO
         c0 = tl.load(seq_info + tl.load(chunk_info + i_c * 4) * 4 + 2)
-        pbase = prog + (c0 * HV + i_hv) * _PROG_SLOTS
-        for j in tl.static_range(NVS):
-            while tl.atomic_add(pbase + j, 0, sem="acquire", scope="gpu") <= i_c:
-                pass
+        _await_chunk(prog + (c0 * HV + i_hv) * _PROG_SLOTS, i_c, NVS)
     else:
         i_c = tl.program_id(0)
         i_hv = tl.program_id(1)
@@ -103,8 +108,4 @@ def _output_kernel(
     acc += tl.dot(P.to(dt), vc, input_precision=PREC)
     tl.store(o + row0 * V + off, acc.to(o.dtype.element_ty), mask=mV)
     if OVL:
-        # the grid's last program waits for the loop to complete (its final and boundary states
-        # written), so that this kernel's completion, which the next work on the stream waits
-        # for, implies the loop's
-        if tl.program_id(0) == tl.num_programs(0) - 1:
-            gdc_wait()
+        _last_waits_for_the_loop()

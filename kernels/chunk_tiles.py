@@ -1,16 +1,37 @@
 """Triton device helpers the four stages of the chunked gated delta rule share: tile masks that
-fold to compile-time constants at a power-of-two head dim, the chunk table's reads, and the
-progress-counter slot count of the overlapped output (``kernels.state_gluon.PROG_SLOTS``)."""
+fold to compile-time constants at a power-of-two head dim, the chunk table's reads, the
+progress-counter slot count of the overlapped output (``kernels.state_gluon.PROG_SLOTS``) and the
+overlapped output's two waits (shared with the SSD kernel's, ``kernels.ssd``)."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 from kernels.state_gluon import PROG_SLOTS
 
 #: ``PROG_SLOTS`` as the kernels read it
 _PROG_SLOTS = tl.constexpr(PROG_SLOTS)
+
+
+@triton.jit
+def _await_chunk(pbase, i_c, NS: tl.constexpr):
+    """An overlapped output program's wait: until each of the ``NS`` progress counters from
+    ``pbase`` (one per state-loop program of its sequence and head) has counted past chunk ``i_c``
+    (acquire, gpu scope: the loop released them after writing the chunk's start state)."""
+    for j in tl.static_range(NS):
+        while tl.atomic_add(pbase + j, 0, sem="acquire", scope="gpu") <= i_c:
+            pass
+
+
+@triton.jit
+def _last_waits_for_the_loop():
+    """The overlapped output grid's last program waits for the state loop it was launched
+    dependent on to complete (its final and boundary states written), so that the output kernel's
+    completion, which the next work on the stream waits for, implies the loop's."""
+    if tl.program_id(0) == tl.num_programs(0) - 1:
+        gdc_wait()
 
 
 @triton.jit

@@ -45,9 +45,10 @@ import os
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+from triton.language.extra.cuda import gdc_launch_dependents
 
 from kernels._common import INTERPRET
+from kernels.chunk_tiles import _await_chunk, _last_waits_for_the_loop
 from kernels.ssd_args import ssd_call
 
 
@@ -73,14 +74,14 @@ __all__ = ["chunk_ssd", "SSD_CONFIGS"]
 #: left to the output), 3 stages, a release every 4 chunks (``SIG``); on the H100 (session 17,
 #: graphed, Nemotron-H 8B, fp32 state every 64 tokens) 3.191 -> 2.493 ms at 32K tokens, 0.727 ->
 #: 0.622 at 8K, 0.368 -> 0.317 at 4K against "half"; 2 stages 2.674 / 0.675 / 0.344, a release every
-#: 8 chunks slower at every length. ``CS``: the boundary states stored with the streaming hint (off:
-#: within 1 %). ``KERNELS_CONFIG_SSD_STATE`` / ``KERNELS_CONFIG_SSD_OUT`` (e.g.
+#: 8 chunks slower at every length, the boundary states stored with the streaming hint level
+#: (within 1 %; taken out). ``KERNELS_CONFIG_SSD_STATE`` / ``KERNELS_CONFIG_SSD_OUT`` (e.g.
 #: "BP=32,num_warps=4,num_stages=3", and ``maxnreg``) override them.
 SSD_CONFIGS = {
     "state": {
-        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1, CS=0),
-        "half-ovl": dict(BP=64, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=1, SIG=4, CS=0),
-        "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1, CS=0),
+        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1),
+        "half-ovl": dict(BP=64, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=1, SIG=4),
+        "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1),
     },
     "out": {"half": dict(BP=64, num_warps=4, num_stages=2), "fp32": dict(BP=32, num_warps=8, num_stages=1)},
 }
@@ -201,7 +202,7 @@ def _ssd_state_step(
     H: tl.constexpr, GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, HAS_BIAS: tl.constexpr,
     SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
     FUSE: tl.constexpr, HAS_D: tl.constexpr, D_PER_P: tl.constexpr, PREP: tl.constexpr, OVL: tl.constexpr,
-    prog_slot, signal, CS: tl.constexpr,
+    prog_slot, signal,
 ):  # fmt: skip
     # the chunk's rows from its first (virtual) token ``ts``: affine in the chunk index, so that the
     # loop's loads can be issued ahead (a row table read per chunk would serialise them)
@@ -256,11 +257,7 @@ def _ssd_state_step(
     if STORE_B:
         slot = tl.load(store_slot + c)
         ok = ((sidx * 0 + slot) >= 0) & mPN  # full-shape mask (triton 3.9's interpreter)
-        bp = hb + (tl.maximum(slot, 0) * H + i_h).to(tl.int64) * (P * N) + sidx
-        if CS:  # streamed: first out of L2, which then keeps the chunk-start copies the output reads
-            tl.store(bp, S.to(hb.dtype.element_ty), mask=ok, cache_modifier=".cs")
-        else:
-            tl.store(bp, S.to(hb.dtype.element_ty), mask=ok)
+        tl.store(hb + (tl.maximum(slot, 0) * H + i_h).to(tl.int64) * (P * N) + sidx, S.to(hb.dtype.element_ty), mask=ok)
     return S
 
 
@@ -272,7 +269,6 @@ def _ssd_state_kernel(
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr,
     DOT: tl.constexpr, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr, FUSE: tl.constexpr, HAS_D: tl.constexpr,
     D_PER_P: tl.constexpr, PREP: tl.constexpr, prog, OVL: tl.constexpr, SIG: tl.constexpr, NPS: tl.constexpr,
-    CS: tl.constexpr,
 ):  # fmt: skip
     i_n = tl.program_id(0)
     i_h = tl.program_id(1)
@@ -301,7 +297,7 @@ def _ssd_state_kernel(
                 c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb,
                 store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
                 GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P, PREP, OVL, prog_slot,
-                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1), CS,
+                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1),
             )  # fmt: skip
             c += 1
     else:
@@ -310,7 +306,7 @@ def _ssd_state_kernel(
                 c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb,
                 store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
                 GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P, PREP, OVL, prog_slot,
-                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1), CS,
+                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1),
             )  # fmt: skip
     tl.store(ht + sbase + sidx, S, mask=mPN)
 
@@ -356,10 +352,7 @@ def _ssd_output_kernel(
         i_c = pid // (H * NPO)
         i_h = (pid // NPO) % H
         i_p = pid % NPO
-        pbase = prog + (tl.load(chunk_info + i_c * 4) * H + i_h) * NPS
-        for j in tl.static_range(NPS):
-            while tl.atomic_add(pbase + j, 0, sem="acquire", scope="gpu") <= i_c:
-                pass
+        _await_chunk(prog + (tl.load(chunk_info + i_c * 4) * H + i_h) * NPS, i_c, NPS)
     else:
         i_c = tl.program_id(0)
         i_h = tl.program_id(1)
@@ -388,11 +381,7 @@ def _ssd_output_kernel(
         y + tc[:, None] * (H * P) + i_h * P + oP[None, :], acc.to(y.dtype.element_ty), mask=m[:, None] & mP[None, :]
     )
     if OVL:
-        # the grid's last program waits for the loop to complete (its final and boundary states
-        # written), so that this kernel's completion, which the next work on the stream waits for,
-        # implies the loop's
-        if tl.program_id(0) == tl.num_programs(0) - 1:
-            gdc_wait()
+        _last_waits_for_the_loop()
 
 
 def _overlaps(dev: torch.device) -> bool:
@@ -481,7 +470,6 @@ def chunk_ssd(x, dt, A, B, C, **options):
     prep = bool(cfg.pop("PREP")) and not fuse
     ovl = bool(cfg.pop("OVL")) and prep and overlaps
     sig = max(1, cfg.pop("SIG"))
-    cs = bool(cfg.pop("CS"))
     nps = triton.cdiv(P, BP)
     store = store_b and meta.num_boundaries > 0
     # scratch of the output kernel: each chunk's gamma and dt, its start state in the input dtype
@@ -503,7 +491,7 @@ def chunk_ssd(x, dt, A, B, C, **options):
         C2.stride(0), C2.stride(1), lo, hi, int(initial_state is not None),
         H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
         CLAMP=clamp, STORE_B=store, DOT=dot, PREC=prec, WHILE_LOOP=INTERPRET, FUSE=fuse, HAS_D=has_d,
-        D_PER_P=d_per_p, PREP=prep, prog=prog, OVL=ovl, SIG=sig, NPS=nps, CS=cs, **cfg,
+        D_PER_P=d_per_p, PREP=prep, prog=prog, OVL=ovl, SIG=sig, NPS=nps, **cfg,
     )  # fmt: skip
     if fuse:
         return y, ht, hb

@@ -148,7 +148,7 @@ def test_the_overlapped_output_is_launched_beside_the_loop_with_its_progress_cou
     assert prog.dtype == torch.int32 and prog.numel() == 3 * 4 * 2
     assert (pkw["OVL"], pkw["NPS"]) == (True, 2)
     assert sgrid == (3, 4, 2) and skw["prog"] is prog
-    assert (skw["OVL"], skw["SIG"], skw["NPS"], skw["CS"], skw["BP"], skw["num_stages"]) == (True, 4, 2, False, 64, 3)
+    assert (skw["OVL"], skw["SIG"], skw["NPS"], skw["BP"], skw["num_stages"]) == (True, 4, 2, 64, 3)
     assert ogrid == (NT * 4 * 2, 1, 1) and okw["prog"] is prog and okw["launch_pdl"] is True
     assert (okw["OVL"], okw["NPS"], okw["NPO"]) == (True, 2, 2)
     # a release every chunk asked as 0 is every chunk (1), not a division by 0

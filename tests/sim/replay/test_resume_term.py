@@ -16,6 +16,7 @@ from sim.cost import LAYER_KINDS, HardwareTiming, gdn_chunks, get_model, read_ti
 from sim.errors import UsageError
 from sim.replay.calibration import RESUME_MIN_CHUNKS, Run, features, fit_across, fit_resume, resume_extras
 from sim.replay.measure import replayed_spec
+from test_timing_carry import COUNTS, TRUE
 
 KINDS = ("attention", "gated_delta", "mlp")
 
@@ -121,19 +122,9 @@ def test_the_term_is_the_median_extra_of_suffix_reference_pairs():
     assert fit_resume([Run(spec, {"attention": 1, "gated_delta": 0, "mlp": 1}, run.table)], t) == (0.0, {"pairs": 0})
 
 
-# a timing with every shape term (as tests/sim/replay/test_timing_carry.py's), each layer kind's
-# per-layer time its features' dot product with these coefficients
-SHAPED = HardwareTiming(
-    {"attn_linear": 2.0, "attn_quadratic": 5.0, "gdn_linear": 1.8, "gdn_chunk": 20.0, "mlp_linear": 1.5},
-    {"attention": 0.05, "gated_delta": 0.03, "mlp": 0.01},
-    0.02,
-    4.0,
-    989.0,
-    ms_per_weight_gb={"attention": 0.4, "gated_delta": 0.25, "mlp": 0.2},
-    ms_per_act_gb={"attention": 3.0, "gated_delta": 4.0, "mlp": 1.5},
-    ms_per_kv_gb=1.2,
-)
-LAYERS = {"attention": 1, "gated_delta": 3, "mlp": 4}
+# test_timing_carry.py's timing with every shape term, each layer kind's per-layer time its
+# features' dot product with these coefficients, and its layer counts
+SHAPED, LAYERS = TRUE, COUNTS
 
 
 def _per_layer(spec, kind, p, L, resumed_extra=0.0) -> float:
