@@ -8,7 +8,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.chunk_tiles import _PROG_SLOTS, _chunk, _colmask, _inside, _rowmask
+from kernels.chunk_tiles import _PROG_SLOTS, _chunk, _colmask, _inside, _rowmask, _softplus
 
 
 @triton.jit
@@ -17,9 +17,7 @@ def _load_gate_beta(
 ):
     gr = tl.load(gbase + r * sgt, mask=m, other=0.0).to(tl.float32)
     if USE_GATE:
-        x = gr + dt_bias_h
-        sp = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
-        gr = tl.where(m, -tl.exp(A_log_h) * sp, 0.0)
+        gr = tl.where(m, -tl.exp(A_log_h) * _softplus(gr + dt_bias_h), 0.0)
     b = tl.load(bbase + r * sbt, mask=m, other=0.0).to(tl.float32)
     if BETA_SIGMOID:
         b = tl.where(m, tl.sigmoid(b), 0.0)

@@ -1,7 +1,8 @@
 """Triton device helpers the four stages of the chunked gated delta rule share: tile masks that
 fold to compile-time constants at a power-of-two head dim, the chunk table's reads, the
-progress-counter slot count of the overlapped output (``kernels.state_gluon.PROG_SLOTS``) and the
-overlapped output's two waits (shared with the SSD kernel's, ``kernels.ssd``)."""
+progress-counter slot count of the overlapped output (``kernels.state_gluon.PROG_SLOTS``), the
+overlapped output's two waits and the gate's softplus (both shared with the SSD kernel's,
+``kernels.ssd``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,22 @@ from kernels.state_gluon import PROG_SLOTS
 
 #: ``PROG_SLOTS`` as the kernels read it
 _PROG_SLOTS = tl.constexpr(PROG_SLOTS)
+
+
+#: softplus's threshold, torch's and mamba_ssm's: ``x`` itself above it
+SOFTPLUS_THRESHOLD = tl.constexpr(20.0)
+
+
+@triton.jit
+def _softplus(x):
+    """``log(1 + e^x)`` in fp32 to a few ulps at every ``x`` (``x`` itself above 20, as torch's).
+    ``log(1 + u)`` alone loses the bits of ``u`` that ``1 + u`` rounds away (17 % high at x = -15,
+    0.1 % at -10); ``log(w) * u / (w - 1)`` with ``w = 1 + u`` puts them back (Goldberg's log1p),
+    and ``u`` itself where ``w`` rounds to 1."""
+    u = tl.exp(tl.minimum(x, SOFTPLUS_THRESHOLD))
+    w = 1.0 + u
+    lp = tl.where(w == 1.0, u, tl.log(w) * (u / tl.where(w == 1.0, 1.0, w - 1.0)))
+    return tl.where(x > SOFTPLUS_THRESHOLD, x, lp)
 
 
 @triton.jit

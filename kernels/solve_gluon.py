@@ -58,6 +58,15 @@ if gluon is not None:
         return a + b
 
     @gluon.jit
+    def _softplus(x):
+        """``kernels.chunk_tiles._softplus`` in Gluon: ``log(1 + e^x)`` to a few ulps (Goldberg's
+        log1p), ``x`` itself above 20."""
+        u = ttgl.exp(ttgl.minimum(x, 20.0))
+        w = 1.0 + u
+        lp = ttgl.where(w == 1.0, u, ttgl.log(w) * (u / ttgl.where(w == 1.0, 1.0, w - 1.0)))
+        return ttgl.where(x > 20.0, x, lp)
+
+    @gluon.jit
     def _keys(kbuf, k, t0, tstart, lo, hi, i_h, skt, skh, K: ttgl.constexpr, BK: ttgl.constexpr, LOAD: ttgl.constexpr):
         """cp.async of the chunk's key rows of key head ``i_h`` (``[64, BK]``) into ``kbuf``;
         rows outside the sequence zero-filled."""
@@ -82,9 +91,7 @@ if gluon is not None:
         if USE_GATE:
             A_log_h = ttgl.load(A_log + i_hv, mask=ok, other=0.0).to(ttgl.float32)
             dt_bias_h = ttgl.load(dt_bias + i_hv, mask=ok, other=0.0).to(ttgl.float32)
-            x = gr + dt_bias_h
-            sp = ttgl.where(x > 20.0, x, ttgl.log(1.0 + ttgl.exp(ttgl.minimum(x, 20.0))))
-            gr = ttgl.where(m, -ttgl.exp(A_log_h) * sp, 0.0)
+            gr = ttgl.where(m, -ttgl.exp(A_log_h) * _softplus(gr + dt_bias_h), 0.0)
         b = ttgl.load(beta + t0 * sbt + i_hv * sbh + r * sbt, mask=m, other=0.0).to(ttgl.float32)
         if BETA_SIGMOID:
             b = ttgl.where(m, 1 / (1 + ttgl.exp(-b)), 0.0)

@@ -48,7 +48,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 
 from kernels._common import INTERPRET
-from kernels.chunk_tiles import _await_chunk, _last_waits_for_the_loop
+from kernels.chunk_tiles import _await_chunk, _last_waits_for_the_loop, _softplus
 from kernels.ssd_args import ssd_call
 
 
@@ -131,9 +131,7 @@ def _chunk_dt(dt, dt_bias, A, tc, m, i_h, sdt, sdh, dt_min, dt_max, HAS_BIAS: tl
     if HAS_BIAS:
         d += tl.load(dt_bias + i_h).to(tl.float32)
     if SOFTPLUS:
-        # log(1 + e^x), x itself above 20 as torch's softplus; e^x where 1 + e^x rounds to 1
-        e = tl.exp(tl.minimum(d, 20.0))
-        d = tl.where(d > 20.0, d, tl.where(d < -15.0, e, tl.log(1.0 + e)))
+        d = _softplus(d)
     if CLAMP:
         d = tl.minimum(tl.maximum(d, dt_min), dt_max)
     d = tl.where(m, d, 0.0)
