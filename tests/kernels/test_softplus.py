@@ -26,7 +26,9 @@ def _softplus_kernel(x, y, n, BLOCK: tl.constexpr):
 
 def _points() -> torch.Tensor:
     dense = torch.linspace(-40.0, 30.0, 1401)
-    edges = torch.tensor([-87.0, -60.0, -17.0, -16.0, -15.5, -15.0, -14.9, -10.0, -1e-3, 0.0, 1e-3, 19.999, 20.0, 20.001])
+    edges = torch.tensor(
+        [-87.0, -60.0, -17.0, -16.0, -15.5, -15.0, -14.9, -10.0, -1e-3, 0.0, 1e-3, 19.999, 20.0, 20.001]
+    )
     return torch.cat([dense, edges]).float()
 
 
