@@ -155,6 +155,12 @@ def _signature(fn, consts: dict, dtype: str):
         if name in consts:
             sig[name] = "constexpr"
             continue
+        if name == "hb_desc":  # the SSD loop's boundary-state descriptor (``TMA_B``), else None
+            if consts.get("TMA_B"):
+                sig[name] = "tensordesc<fp32[{BP},{BN}]>".format(**consts)
+            else:
+                sig[name], consts = "constexpr", dict(consts, hb_desc=None)
+            continue
         if name in HALF_PTRS:
             sig[name] = half
         elif name in FP32_PTRS:
@@ -377,6 +383,8 @@ def _compile_stats(name, fn, sig, cst, attrs, opts):
         fmul=fmul,
         # the overlapped output's handshake (``OVL``): the loop's launch trigger and releases, the
         # output's acquires and its wait for the loop's completion
+        # bulk tensor copies out of shared memory (the SSD loop's ``TMA_B`` boundary states)
+        tma_stores=len(re.findall(r"\bcp\.async\.bulk\.tensor\.\dd\.global\.shared", ptx)),
         handshake=dict(
             launch=ptx.count("griddepcontrol.launch_dependents"),
             wait=ptx.count("griddepcontrol.wait"),
@@ -429,9 +437,14 @@ def ssd_specs(dtype: str):
         consts = dict(
             base, BP=cfg["BP"], HAS_BIAS=True, SOFTPLUS=True, CLAMP=False, STORE_B=True, DOT=dot, PREC=prec,
             WHILE_LOOP=False, FUSE=bool(cfg["FUSE"]), HAS_D=True, D_PER_P=False, PREP=bool(cfg["PREP"]), OVL=ovl,
-            SIG=cfg["SIG"], NPS=nps, sdh=1,
+            SIG=cfg["SIG"], NPS=nps, sdh=1, TMA_B=bool(cfg["TMA_B"]) and cfg["BP"] == P and overlaps,
         )  # fmt: skip
         specs.append((f"ssd-state{suffix}", ssd._ssd_state_kernel, consts, {k: cfg[k] for k in opts_keys}))
+        if overlaps and not consts["TMA_B"] and cfg["BP"] == P:
+            # the boundary states by bulk tensor copies (``TMA_B``, opt-in): no layout conversion
+            specs.append(
+                ("ssd-state-tma", ssd._ssd_state_kernel, dict(consts, TMA_B=True), {k: cfg[k] for k in opts_keys})
+            )
         if not suffix:
             prep = dict(H=H, HAS_BIAS=True, SOFTPLUS=True, CLAMP=False, OVL=False, NPS=nps, sdh=1)
             specs.append(("ssd-prep", ssd._ssd_prep_kernel, prep, dict(num_warps=4, num_stages=3)))  # the defaults
@@ -497,6 +510,8 @@ def main(argv=None) -> int:
         if name.startswith("gsolve") and r["fmul"] is not None and r["fmul"] > GSOLVE_MAX_FMUL:
             # the substitution's masked sums no longer fold to the triangle's multiply-adds
             bad.append(f"the Gluon solve runs {r['fmul']} fp32 multiplies (the triangle is {GSOLVE_TRIANGLE}): {name}")
+        if consts.get("TMA_B") and not r["tma_stores"]:
+            bad.append(f"the boundary states go out by no bulk tensor copy: {name}")
         hs = r["handshake"]
         if consts.get("OVL") and name.startswith(("gluon", "ssd-state")) and not (hs["launch"] and hs["release"]):
             bad.append(f"the overlapped loop releases no progress: {name} {hs}")

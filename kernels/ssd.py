@@ -46,6 +46,7 @@ import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels._common import INTERPRET
 from kernels.chunk_tiles import _await_chunk, _last_waits_for_the_loop, _softplus
@@ -79,9 +80,9 @@ __all__ = ["chunk_ssd", "SSD_CONFIGS"]
 #: "BP=32,num_warps=4,num_stages=3", and ``maxnreg``) override them.
 SSD_CONFIGS = {
     "state": {
-        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1),
-        "half-ovl": dict(BP=64, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=1, SIG=4),
-        "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1),
+        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1, TMA_B=0),
+        "half-ovl": dict(BP=64, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=1, SIG=4, TMA_B=0),
+        "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1, TMA_B=0),
     },
     "out": {"half": dict(BP=64, num_warps=4, num_stages=2), "fp32": dict(BP=32, num_warps=8, num_stages=1)},
 }
@@ -195,12 +196,12 @@ def _out_tile(Ct, Bt, Sp, X, g, d, Dv, i_h, oP, mP, P: tl.constexpr, HAS_D: tl.c
 
 @triton.jit
 def _ssd_state_step(
-    c, ts, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb, store_slot, i_h, i_p, oP, oN,
+    c, ts, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb, hb_desc, store_slot, i_h, i_p, oP, oN,
     sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max,
     H: tl.constexpr, GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, HAS_BIAS: tl.constexpr,
     SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
     FUSE: tl.constexpr, HAS_D: tl.constexpr, D_PER_P: tl.constexpr, PREP: tl.constexpr, OVL: tl.constexpr,
-    prog_slot, signal,
+    prog_slot, signal, TMA_B: tl.constexpr,
 ):  # fmt: skip
     # the chunk's rows from its first (virtual) token ``ts``: affine in the chunk index, so that the
     # loop's loads can be issued ahead (a row table read per chunk would serialise them)
@@ -254,19 +255,30 @@ def _ssd_state_step(
     S = S * tl.exp(last) + tl.dot(tl.trans(X.to(DOT)), Bw, input_precision=PREC)
     if STORE_B:
         slot = tl.load(store_slot + c)
-        ok = ((sidx * 0 + slot) >= 0) & mPN  # full-shape mask (triton 3.9's interpreter)
-        tl.store(hb + (tl.maximum(slot, 0) * H + i_h).to(tl.int64) * (P * N) + sidx, S.to(hb.dtype.element_ty), mask=ok)
+        if TMA_B:
+            # ``TMA_B``: the boundary state goes from the product's register layout to shared memory
+            # and out by one bulk tensor copy (``[P, N]`` rows of ``hb`` seen as ``[NB * H * P, N]``),
+            # only at chunks that end on an emitted boundary; the plain store below converts the
+            # layout through shared memory first and is issued at every chunk, masked
+            if slot >= 0:
+                hb_desc.store([(slot * H + i_h) * P, 0], S.to(hb.dtype.element_ty))
+        else:
+            ok = ((sidx * 0 + slot) >= 0) & mPN  # full-shape mask (triton 3.9's interpreter)
+            tl.store(
+                hb + (tl.maximum(slot, 0) * H + i_h).to(tl.int64) * (P * N) + sidx, S.to(hb.dtype.element_ty), mask=ok
+            )
     return S
 
 
 @triton.jit(do_not_specialize=["has_h0", "dt_min", "dt_max"])
 def _ssd_state_kernel(
-    x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, h0, ht, hb, seq_info, chunk_info, store_slot,
+    x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, h0, ht, hb, hb_desc, seq_info, chunk_info, store_slot,
     sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, has_h0,
     H: tl.constexpr, GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr,
     DOT: tl.constexpr, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr, FUSE: tl.constexpr, HAS_D: tl.constexpr,
     D_PER_P: tl.constexpr, PREP: tl.constexpr, prog, OVL: tl.constexpr, SIG: tl.constexpr, NPS: tl.constexpr,
+    TMA_B: tl.constexpr = False,
 ):  # fmt: skip
     i_n = tl.program_id(0)
     i_h = tl.program_id(1)
@@ -293,18 +305,18 @@ def _ssd_state_kernel(
         while c < c1:
             S = _ssd_state_step(
                 c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb,
-                store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
+                hb_desc, store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
                 GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P, PREP, OVL, prog_slot,
-                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1),
+                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1), TMA_B,
             )  # fmt: skip
             c += 1
     else:
         for c in range(c0, c1):
             S = _ssd_state_step(
                 c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb,
-                store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
+                hb_desc, store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
                 GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P, PREP, OVL, prog_slot,
-                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1),
+                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1), TMA_B,
             )  # fmt: skip
     tl.store(ht + sbase + sidx, S, mask=mPN)
 
@@ -393,6 +405,17 @@ def _capability(index) -> tuple:
     return torch.cuda.get_device_capability(index)
 
 
+def _boundary_descriptor(hb: torch.Tensor, BP: int, BN: int, P: int, N: int):
+    """``TMA_B``'s descriptor of the boundary states ``hb`` ``[NB, H, P, N]`` as ``[NB * H * P, N]``
+    rows, a block one program's state (``[P, N]``); None where a block is not exactly one state
+    (a P block under P, N not a power of two: a block would cross into the next state). Rows of a
+    power-of-two N >= 16 are whole 16-byte multiples, as the copy engine needs; ``hb`` is made
+    contiguous by the caller."""
+    if BP != P or BN != N:
+        return None
+    return TensorDescriptor.from_tensor(hb.view(-1, N), [BP, BN])
+
+
 def _pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
@@ -468,6 +491,7 @@ def chunk_ssd(x, dt, A, B, C, **options):
     prep = bool(cfg.pop("PREP")) and not fuse
     ovl = bool(cfg.pop("OVL")) and prep and overlaps
     sig = max(1, cfg.pop("SIG"))
+    tma_b = bool(cfg.pop("TMA_B"))
     nps = triton.cdiv(P, BP)
     store = store_b and meta.num_boundaries > 0
     # scratch of the output kernel: each chunk's gamma and dt, its start state in the input dtype
@@ -483,13 +507,15 @@ def chunk_ssd(x, dt, A, B, C, **options):
             dt2, bias, A32, gam, dtc, meta.chunk_info, meta.seq_info, prog, dt2.stride(0), dt2.stride(1), lo, hi,
             H=H, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp, OVL=ovl, NPS=nps,
         )  # fmt: skip
+    hb_desc = _boundary_descriptor(hb, BP, BN, P, N) if tma_b and store and (INTERPRET or overlaps) else None
     _ssd_state_kernel[(S, H, nps)](
-        x2, dt2, bias, A32, B2, C2, Dv, y, gam, dtc, hs, h0, ht, hb if store else ht, meta.seq_info, meta.chunk_info,
+        x2, dt2, bias, A32, B2, C2, Dv, y, gam, dtc, hs, h0, ht, hb if store else ht, hb_desc, meta.seq_info,
+        meta.chunk_info,
         meta.store_slot, x2.stride(0), x2.stride(1), dt2.stride(0), dt2.stride(1), B2.stride(0), B2.stride(1),
         C2.stride(0), C2.stride(1), lo, hi, int(initial_state is not None),
         H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
         CLAMP=clamp, STORE_B=store, DOT=dot, PREC=prec, WHILE_LOOP=INTERPRET, FUSE=fuse, HAS_D=has_d,
-        D_PER_P=d_per_p, PREP=prep, prog=prog, OVL=ovl, SIG=sig, NPS=nps, **cfg,
+        D_PER_P=d_per_p, PREP=prep, prog=prog, OVL=ovl, SIG=sig, NPS=nps, TMA_B=hb_desc is not None, **cfg,
     )  # fmt: skip
     if fuse:
         return y, ht, hb

@@ -25,6 +25,7 @@ pytest.importorskip("triton")
 
 from kernels import prepare_chunk_metadata  # noqa: E402
 from kernels.conv import causal_conv1d  # noqa: E402
+import kernels.ssd as ssd  # noqa: E402
 from kernels.ssd import chunk_ssd  # noqa: E402
 from kernels.ssd_reference import naive_ssd  # noqa: E402
 from kernels.torch_ssd import chunk_ssd as torch_chunk_ssd  # noqa: E402
@@ -213,6 +214,39 @@ def test_state_loop_variants(monkeypatch, variant):
     # the step size's options go through the variant's dt path too (clamped, then without softplus)
     for opt in (dict(dt_limit=(0.05, 0.2)), dict(dt_softplus=False)):
         check(chunk_ssd(x, dt.abs(), A, B, C, **kw, **opt), naive_ssd(x, dt.abs(), A, B, C, **kw, **opt), 2e-4)
+
+
+@COMPAT
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_boundary_states_by_bulk_copies_give_the_plain_bits(monkeypatch, dtype):
+    """``TMA_B=1`` (opt-in): the loop writes each emitted boundary state by a bulk tensor copy
+    through a descriptor of ``hb`` (skipping the chunks that emit none) instead of a masked store at
+    every chunk: the same outputs, final and boundary states bit for bit, on ragged varlen with
+    initial states, every boundary, every second one (chunks with no slot), bf16 states and none;
+    the descriptor is made only where one program's block is one whole state."""
+    gen = torch.Generator().manual_seed(21)
+    H, P, N, G = 4, 64, 64, 2
+    cu, starts = [0, 150, 330], [0, 40]
+    x, dt, A, B, C, D, bias, h0 = make(gen, 330, H, P, N, G, nseq=2, dtype=dtype)
+    kw = dict(D=D, dt_bias=bias, initial_state=h0, cu_seqlens=cu, start_positions=starts)
+    opts = ({}, {"boundary_stride": 2}, {"state_dtype": torch.bfloat16}, {"boundary_states": False})
+    made = []
+    real = ssd._boundary_descriptor
+    monkeypatch.setattr(ssd, "_boundary_descriptor", lambda *a: made.append(real(*a)) or made[-1])
+    runs = {}
+    for v in ("BP=64", "BP=64,TMA_B=1"):
+        monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", v)
+        runs[v] = [chunk_ssd(x, dt, A, B, C, **kw, **opt) for opt in opts]
+    assert len(made) == 3 and all(d is not None for d in made)  # not made without boundaries
+    for plain, tma in zip(runs["BP=64"], runs["BP=64,TMA_B=1"]):
+        assert torch.equal(plain[0], tma[0]) and torch.equal(plain[1], tma[1])
+        assert (plain[2] is None and tma[2] is None) or torch.equal(plain[2], tma[2])
+    assert runs["BP=64"][1][2].shape[0] == 2 and runs["BP=64"][2][2].dtype == torch.bfloat16
+    # a block that is not one whole state: no descriptor (the plain store)
+    hb = torch.empty(3, H, 48, 40)
+    assert ssd._boundary_descriptor(hb, 32, 64, 48, 40) is None
+    assert ssd._boundary_descriptor(hb, 64, 64, 48, 40) is None  # BN 64 over N 40
+    assert ssd._boundary_descriptor(torch.empty(3, H, 32, 64), 32, 64, 32, 64) is not None
 
 
 @COMPAT
@@ -410,7 +444,14 @@ def test_gpu_against_mamba_ssm(name, H, P, N, G):
 #: the overlapped output (``OVL``: launched programmatically dependent on the state loop, each of
 #: its programs waiting on the loop's progress counters; the 16-bit default on Hopper) at the
 #: signalling periods and loop configurations ``ssd_bench`` measures
-OVL_VARIANTS = ["OVL=1", "OVL=1,SIG=1", "OVL=1,BP=32,num_stages=3", "OVL=1,SIG=8,num_warps=4", "OVL=1,num_stages=2"]
+OVL_VARIANTS = [
+    "OVL=1",
+    "OVL=1,SIG=1",
+    "OVL=1,BP=32,num_stages=3",
+    "OVL=1,SIG=8,num_warps=4",
+    "OVL=1,num_stages=2",
+    "OVL=1,TMA_B=1",
+]
 
 
 @pytest.mark.gpu
