@@ -228,6 +228,8 @@ def main(argv=None) -> int:
     if args.sweep:
         return sweep(torch, do_bench, do_bench_cudagraph, lengths)
     rows = []
+    # rows print as each shape and length is measured (a run cut by a time limit keeps what it did)
+    print(f"{'shape':<14} {'T':>6} {'mode':<14} {'plain ms':>9} {'graph ms':>9} {'x best':>7} {'x best(g)':>9}")
     for name, H, P, N, G in SHAPES:
         for T in lengths:
             fns = calls(torch, T, H, P, N, G, not args.no_mamba, not args.no_fla, variants)
@@ -239,10 +241,6 @@ def main(argv=None) -> int:
                 with torch.cuda.stream(torch.cuda.Stream()):
                     graph = do_bench_cudagraph(fn, rep=100, return_mode="median")
                 times[mode] = (plain, graph)
-            if args.profile and T == max(lengths):
-                from kernel_bench import _profile  # this folder's, on sys.path above
-
-                _profile(torch, fns, H, f"{P}x{N} {name}", T)
             best = [min((times[p][i] for p in PEERS if p in times), default=None) for i in (0, 1)]
             for mode, (plain, graph) in times.items():
                 rows.append(
@@ -252,17 +250,22 @@ def main(argv=None) -> int:
                         ratio_graph=graph / best[1] if best[1] else None,
                     )
                 )  # fmt: skip
-    print(f"{'shape':<14} {'T':>6} {'mode':<14} {'plain ms':>9} {'graph ms':>9} {'x best':>7} {'x best(g)':>9}")
-    for r in rows:
-        rp = f"{r['ratio_plain']:.2f}" if r["ratio_plain"] else "-"
-        rg = f"{r['ratio_graph']:.2f}" if r["ratio_graph"] else "-"
-        print(
-            f"{r['shape']:<14} {r['T']:>6} {r['mode']:<14} {r['plain_ms']:>9.3f} {r['graph_ms']:>9.3f} {rp:>7} {rg:>9}"
-        )
+                print(_table_row(rows[-1]), flush=True)
+            if args.profile and T == max(lengths):
+                # after the shape's rows: the profile takes longer than the timings
+                from kernel_bench import _profile  # this folder's, on sys.path above
+
+                _profile(torch, fns, H, f"{P}x{N} {name}", T)
     if args.json:
         with open(args.json, "x") as fh:
             json.dump(rows, fh, indent=1)
     return 0
+
+
+def _table_row(r: dict) -> str:
+    rp = f"{r['ratio_plain']:.2f}" if r["ratio_plain"] else "-"
+    rg = f"{r['ratio_graph']:.2f}" if r["ratio_graph"] else "-"
+    return f"{r['shape']:<14} {r['T']:>6} {r['mode']:<14} {r['plain_ms']:>9.3f} {r['graph_ms']:>9.3f} {rp:>7} {rg:>9}"
 
 
 if __name__ == "__main__":

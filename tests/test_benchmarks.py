@@ -242,3 +242,15 @@ def test_variant_specs_parse_the_same_for_both_kernel_benchmarks(monkeypatch, ca
         assert (os.environ["MARCONI_TEST_KEPT"], os.environ["MARCONI_TEST_NEW"]) == ("inside", "1")
     assert os.environ["MARCONI_TEST_KEPT"] == "before" and "MARCONI_TEST_NEW" not in os.environ
     sys.modules.pop("kernel_bench", None)
+
+
+def test_ssd_bench_table_rows(monkeypatch):
+    """``ssd_bench``'s rows print as each shape and length is measured (a run cut by its time limit
+    keeps them, session 18): one row's columns, ratios to two places, '-' where no peer ran."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    bench = __import__("ssd_bench")
+    r = dict(shape="marconi-7b", T=4096, mode="states", plain_ms=0.3191, graph_ms=0.308, ratio_plain=0.7168)
+    line = bench._table_row(dict(r, ratio_graph=1.0402))
+    assert line.split() == ["marconi-7b", "4096", "states", "0.319", "0.308", "0.72", "1.04"]
+    assert bench._table_row(dict(r, ratio_plain=None, ratio_graph=None)).split()[-2:] == ["-", "-"]
+    sys.modules.pop("ssd_bench", None)
