@@ -383,6 +383,8 @@ def _compile_stats(name, fn, sig, cst, attrs, opts):
         fmul=fmul,
         # the overlapped output's handshake (``OVL``): the loop's launch trigger and releases, the
         # output's acquires and its wait for the loop's completion
+        # L2 lines dropped unwritten (the SSD output's ``DISCARD``)
+        discards=ptx.count("discard.global.L2"),
         # bulk tensor copies out of shared memory (the SSD loop's ``TMA_B`` boundary states)
         tma_stores=len(re.findall(r"\bcp\.async\.bulk\.tensor\.\dd\.global\.shared", ptx)),
         handshake=dict(
@@ -451,10 +453,15 @@ def ssd_specs(dtype: str):
         out = ssd._config("out", f32)
         oconsts = dict(
             base, BP=out["BP"], HAS_D=True, D_PER_P=False, DOT=dot, PREC=prec, OVL=ovl, NPS=nps,
-            NPO=triton.cdiv(P, out["BP"]),
+            NPO=triton.cdiv(P, out["BP"]), DISCARD=False, LINES=1,
         )  # fmt: skip
         oopts = {k: out[k] for k in opts_keys} | ({"launch_pdl": True} if ovl else {})
         specs.append((f"ssd-output{suffix}", ssd._ssd_output_kernel, oconsts, oopts))
+        if overlaps and oconsts["NPO"] == 1:
+            # the chunk-start copy's L2 lines dropped after their one reader (``DISCARD``, opt-in)
+            lines = P * N * (4 if f32 else 2) // 128
+            dconsts = dict(oconsts, DISCARD=True, LINES=lines)
+            specs.append(("ssd-output-discard", ssd._ssd_output_kernel, dconsts, oopts))
     return specs
 
 
@@ -510,6 +517,8 @@ def main(argv=None) -> int:
         if name.startswith("gsolve") and r["fmul"] is not None and r["fmul"] > GSOLVE_MAX_FMUL:
             # the substitution's masked sums no longer fold to the triangle's multiply-adds
             bad.append(f"the Gluon solve runs {r['fmul']} fp32 multiplies (the triangle is {GSOLVE_TRIANGLE}): {name}")
+        if consts.get("DISCARD") and not r["discards"]:
+            bad.append(f"the output drops no L2 line: {name}")
         if consts.get("TMA_B") and not r["tma_stores"]:
             bad.append(f"the boundary states go out by no bulk tensor copy: {name}")
         hs = r["handshake"]

@@ -84,7 +84,10 @@ SSD_CONFIGS = {
         "half-ovl": dict(BP=64, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=1, SIG=4, TMA_B=0),
         "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1, TMA_B=0),
     },
-    "out": {"half": dict(BP=64, num_warps=4, num_stages=2), "fp32": dict(BP=32, num_warps=8, num_stages=1)},
+    "out": {
+        "half": dict(BP=64, num_warps=4, num_stages=2, DISCARD=0),
+        "fp32": dict(BP=32, num_warps=8, num_stages=1, DISCARD=0),
+    },
 }
 
 
@@ -170,6 +173,17 @@ def _after_cta_barrier(v):
     pipelining its loads, sm_90a, triton 3.6: no cp.async left, 54 -> 16 KB of shared memory)."""
     return tl.inline_asm_elementwise(
         "bar.sync 0;\n mov.u32 $0, $1;", "=r,r", [tl.full([1], 0, tl.int32) + v], dtype=tl.int32, is_pure=False, pack=1
+    )
+
+
+@triton.jit
+def _discard_lines(base, LINES: tl.constexpr):
+    """``discard.global.L2`` of the ``LINES`` 128-byte lines from ``base`` (128-byte aligned), a
+    line a thread, after a CTA barrier (every thread's loads of them consumed)."""
+    go = _after_cta_barrier(0)
+    lines = base.to(tl.pointer_type(tl.int8)) + tl.arange(0, LINES).to(tl.int64) * 128
+    tl.inline_asm_elementwise(
+        "discard.global.L2 [$1], 128;\n mov.u32 $0, $2;", "=r,l,r", [lines, go], dtype=tl.int32, is_pure=False, pack=1
     )
 
 
@@ -353,6 +367,8 @@ def _ssd_output_kernel(
     OVL: tl.constexpr,
     NPS: tl.constexpr,
     NPO: tl.constexpr,
+    DISCARD: tl.constexpr,
+    LINES: tl.constexpr,
 ):
     if OVL:
         # a 1-d grid, chunk-major (the loop's programs advance through the chunks together), each
@@ -390,6 +406,11 @@ def _ssd_output_kernel(
     tl.store(
         y + tc[:, None] * (H * P) + i_h * P + oP[None, :], acc.to(y.dtype.element_ty), mask=m[:, None] & mP[None, :]
     )
+    if DISCARD:
+        # ``DISCARD``: this program was the chunk-start copy's only reader; once every thread is
+        # past its use, its ``LINES`` 128-byte L2 lines are dropped unwritten (scratch: a dirty
+        # line written back to memory is bandwidth the loop's state writes want)
+        _discard_lines(hs + (i_c * H + i_h).to(tl.int64) * (P * N), LINES)
     if OVL:
         _last_waits_for_the_loop()
 
@@ -522,10 +543,15 @@ def chunk_ssd(x, dt, A, B, C, **options):
     cfg = _config("out", f32_in)
     BP = min(cfg.pop("BP"), Pp, 32 if BN >= 256 else Pp)
     npo = triton.cdiv(P, BP)
+    lines = P * N * hs.element_size() // 128
+    # ``DISCARD`` (opt-in): where one program reads a whole chunk-start copy of whole lines
+    discard = bool(cfg.pop("DISCARD")) and not INTERPRET and dev.type == "cuda" and npo == 1
+    discard = discard and lines * 128 == P * N * hs.element_size() and lines == _pow2(lines)
     _ssd_output_kernel[(NT * H * npo, 1, 1) if ovl else (NT, H, npo)](
         x2, B2, C2, Dv, gam, dtc, hs, y, meta.chunk_info,
         x2.stride(0), x2.stride(1), B2.stride(0), B2.stride(1), C2.stride(0), C2.stride(1),
         H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_D=has_d, D_PER_P=d_per_p, DOT=dot, PREC=prec,
-        seq_info=meta.seq_info, prog=prog, OVL=ovl, NPS=nps, NPO=npo, **({"launch_pdl": True} if ovl else {}), **cfg,
+        seq_info=meta.seq_info, prog=prog, OVL=ovl, NPS=nps, NPO=npo, DISCARD=discard, LINES=lines if discard else 1,
+        **({"launch_pdl": True} if ovl else {}), **cfg,
     )  # fmt: skip
     return y, ht, hb

@@ -182,7 +182,9 @@ def test_ssd_kernels_spill_free_pipelined_and_overlapped():
     run = _run("--ssd", "--check", "--dtype", "bf16")
     assert run.returncode == 0, run.stdout + run.stderr
     rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()[2:]}
-    assert set(rows) == {"ssd-state", "ssd-prep", "ssd-output", "ssd-state-ovl", "ssd-state-tma", "ssd-output-ovl"}
+    assert set(rows) == {
+        "ssd-state", "ssd-prep", "ssd-output", "ssd-state-ovl", "ssd-state-tma", "ssd-output-ovl", "ssd-output-discard"
+    }  # fmt: skip
     assert all(int(rows[k][6]) > 0 for k in ("ssd-state", "ssd-state-ovl", "ssd-state-tma"))  # cp.async column
     # the opt-in bulk copies of the boundary states (``TMA_B``): fewer global stores in the loop
     # than the overlapped loop's (its fp32 states leave by the copy engine, --check: at least one)

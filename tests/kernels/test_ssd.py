@@ -250,6 +250,23 @@ def test_boundary_states_by_bulk_copies_give_the_plain_bits(monkeypatch, dtype):
 
 
 @COMPAT
+def test_discard_is_a_gpu_option_the_interpreter_leaves_out(monkeypatch):
+    """``KERNELS_CONFIG_SSD_OUT=DISCARD=1`` (opt-in: the output drops the chunk-start copy's L2
+    lines after reading them, PTX ``discard.global.L2``, which the interpreter does not run): on the
+    CPU the call runs without it and gives the default's bits; an unknown key is still refused."""
+    gen = torch.Generator().manual_seed(22)
+    x, dt, A, B, C, D, bias, _ = make(gen, 140, 2, 64, 64, 1)
+    runs = []
+    for v in ("DISCARD=0", "DISCARD=1"):
+        monkeypatch.setenv("KERNELS_CONFIG_SSD_OUT", v)
+        runs.append(chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias))
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    monkeypatch.setenv("KERNELS_CONFIG_SSD_OUT", "DISCARDS=1")
+    with pytest.raises(ValueError, match="unknown key 'DISCARDS'"):
+        chunk_ssd(x, dt, A, B, C)
+
+
+@COMPAT
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_dt_from_the_prep_kernel_gives_the_loops_bits(monkeypatch, dtype):
     """``PREP=1`` computes dt and gamma in a kernel of their own with the loop's own code
@@ -452,6 +469,25 @@ OVL_VARIANTS = [
     "OVL=1,num_stages=2",
     "OVL=1,TMA_B=1",
 ]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("state", ["OVL=0", "OVL=1"])
+def test_gpu_discarded_start_copies_give_the_plain_bits(monkeypatch, state):
+    """``DISCARD=1``: the output kernel drops each chunk-start copy's L2 lines after its one read;
+    outputs, final and boundary states are the default's bits, with the output after the loop and
+    beside it, over repeated calls (the scratch reused), with every boundary, a stride and none."""
+    _, H, P, N, G = GPU_SHAPES[1]
+    args, kw = _cuda_case("discard", H, P, N, G, torch.bfloat16, T=3000)
+    monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", state)
+    runs = {}
+    for v in ("DISCARD=0", "DISCARD=1"):
+        monkeypatch.setenv("KERNELS_CONFIG_SSD_OUT", v)
+        runs[v] = [chunk_ssd(*args, **kw, **opt) for opt in ({}, {"boundary_stride": 4}, {"boundary_states": False})]
+        runs[v] += [chunk_ssd(*args, **kw) for _ in range(2)]
+    for plain, dropped in zip(runs["DISCARD=0"], runs["DISCARD=1"]):
+        assert torch.equal(plain[0], dropped[0]) and torch.equal(plain[1], dropped[1])
+        assert (plain[2] is None and dropped[2] is None) or torch.equal(plain[2], dropped[2])
 
 
 @pytest.mark.gpu

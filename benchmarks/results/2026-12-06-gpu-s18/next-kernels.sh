@@ -6,4 +6,4 @@ nvidia-smi --query-gpu=name --format=csv,noheader; python3 -c "import fla, mamba
 s=$(date +%s)
 timeout 220 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 tests/kernels > $OUT/gpu-kernels.txt 2>&1; echo "kernels rc=$? $(( $(date +%s)-s )) s"; tail -2 $OUT/gpu-kernels.txt
 s=$(date +%s)
-timeout 300 python3 benchmarks/ssd_bench.py --variant "tma:KERNELS_CONFIG_SSD_STATE=TMA_B=1" --json $OUT/ssd.json > $OUT/ssd.txt 2>&1; echo "ssd_bench rc=$? $(( $(date +%s)-s )) s"; grep -v "^# {" $OUT/ssd.txt | tail -70
+timeout 300 python3 benchmarks/ssd_bench.py --variant "tma:KERNELS_CONFIG_SSD_STATE=TMA_B=1" --variant "disc:KERNELS_CONFIG_SSD_OUT=DISCARD=1" --json $OUT/ssd.json > $OUT/ssd.txt 2>&1; echo "ssd_bench rc=$? $(( $(date +%s)-s )) s"; grep -v "^# {" $OUT/ssd.txt | tail -70
