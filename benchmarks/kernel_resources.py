@@ -134,6 +134,9 @@ def kernel_specs(dim: int, dtype: str, precision=None):
     if out["OVL"]:
         consts, opts = split(out)
         specs.append(("output-ovl", fns["out"], consts, opts))
+        # ... dropping its scratch's L2 lines after their read (``DISCARD``, opt-in)
+        if out["BV"] == dim and (dim * (4 if dtype == "fp32" else 2)) % 128 == 0:
+            specs.append(("output-discard", fns["out"], dict(consts, DISCARD=1), opts))
     # the segmented state pass (opt-in, kernels.chunk_segmented): pass 1 (each segment's
     # zero-start state and transition) at the loop's default and wide V blocks, and the combine
     from kernels import chunk_segmented as seg

@@ -10,10 +10,12 @@ import triton.language as tl
 
 from kernels.chunk_tiles import (
     _PROG_SLOTS,
+    _after_cta_barrier,
     _await_chunk,
     _chunk,
     _colmask,
     _dimmask,
+    _discard_lines,
     _inside,
     _last_waits_for_the_loop,
     _rowmask,
@@ -47,6 +49,7 @@ def _output_kernel(
     OVL: tl.constexpr,
     l2norm,
     PREC: tl.constexpr,
+    DISCARD: tl.constexpr,
 ):
     if OVL:
         # a 1-d grid, chunk-major (a chunk's programs of every head are adjacent: the loop's
@@ -107,5 +110,19 @@ def _output_kernel(
     acc = qh * (rq * tl.exp(gam))[:, None]
     acc += tl.dot(P.to(dt), vc, input_precision=PREC)
     tl.store(o + row0 * V + off, acc.to(o.dtype.element_ty), mask=mV)
+    if DISCARD:
+        # ``DISCARD`` (opt-in; a V block of the whole V, whole 128-byte rows): this program was the
+        # only reader of its chunk-start state and of its rows of v'; once every thread is past
+        # their use, their L2 lines are dropped unwritten (scratch: a dirty line written back is
+        # bandwidth the loop's state writes want). Rows outside the sequence are another chunk's.
+        ES: tl.constexpr = h.dtype.element_ty.primitive_bitwidth // 8
+        LPR: tl.constexpr = V * ES // 128
+        go = _after_cta_barrier(0)
+        hl = hbase.to(tl.pointer_type(tl.int8)) + tl.arange(0, K * LPR).to(tl.int64) * 128
+        _discard_lines(hl, go, go == 0)
+        j = tl.arange(0, 64 * LPR)
+        rows = j // LPR
+        vrow = (row0 + rows.to(tl.int64) * HV) * V * ES + (j % LPR) * 128
+        _discard_lines(vn.to(tl.pointer_type(tl.int8)) + vrow, go, _inside(tstart, rows, lo, hi))
     if OVL:
         _last_waits_for_the_loop()

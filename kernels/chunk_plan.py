@@ -35,7 +35,7 @@ CONFIGS = {
     "solve": dict(num_warps=2, num_stages=1, TRANS=1, BKS=64, TF32M=0, GLUON=1),
     "wu": dict(num_warps=4, num_stages=1, BCV=128, KONCE=1),
     "state": dict(BV=16, num_warps=4, num_stages=3, VFAST=1, GLUON=1, SIG=16, FUSE=0),
-    "out": dict(BV=128, num_warps=4, num_stages=2, OVL=1),
+    "out": dict(BV=128, num_warps=4, num_stages=2, OVL=1, DISCARD=0),
 }
 
 
@@ -209,6 +209,11 @@ def _launch_params(
     ovl = int(bool(out["OVL"]) and bool(state["GLUON"]) and not state["FUSE"])
     out["OVL"] = state["OVL"] = ovl
     out["NVS"] = -(-V // state["BV"])
+    # the output dropping its chunk-start state's and v' rows' L2 lines after their one read
+    # (``DISCARD``, opt-in): a V block of the whole V, rows of whole 128-byte lines, compiled on a GPU
+    out["DISCARD"] = int(
+        bool(out["DISCARD"]) and gluon and out["BV"] == V == BVF and K == BK and (V * bits // 8) % 128 == 0
+    )
     if ovl:
         out["launch_pdl"] = True
     solve = _solve_config(K, BK, prec)

@@ -33,6 +33,32 @@ def _softplus(x):
 
 
 @triton.jit
+def _after_cta_barrier(v):
+    """``v`` as a ``[1]`` tensor once every thread of the program has reached this point
+    (``bar.sync 0`` as inline assembly: ``tl.debug_barrier`` in the state loop stops Triton from
+    pipelining its loads, sm_90a, triton 3.6: no cp.async left, 54 -> 16 KB of shared memory)."""
+    return tl.inline_asm_elementwise(
+        "bar.sync 0;\n mov.u32 $0, $1;", "=r,r", [tl.full([1], 0, tl.int32) + v], dtype=tl.int32, is_pure=False, pack=1
+    )
+
+
+@triton.jit
+def _discard_lines(lines, go, ok):
+    """``discard.global.L2`` of the 128-byte lines at the byte pointers ``lines`` (128-byte
+    aligned) where ``ok``: their data dropped from L2 unwritten (scratch whose last reader is
+    done). ``go``: a value from ``_after_cta_barrier``, which orders the drops after every
+    thread's reads of the lines."""
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.s32 p, $2, 0; @p discard.global.L2 [$1], 128; }\n mov.u32 $0, $3;",
+        "=r,l,r,r",
+        [lines, ok.to(tl.int32), go],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@triton.jit
 def _await_chunk(pbase, i_c, NS: tl.constexpr):
     """An overlapped output program's wait: until each of the ``NS`` progress counters from
     ``pbase`` (one per state-loop program of its sequence and head) has counted past chunk ``i_c``

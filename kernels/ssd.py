@@ -49,7 +49,7 @@ from triton.language.extra.cuda import gdc_launch_dependents
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels._common import INTERPRET
-from kernels.chunk_tiles import _await_chunk, _last_waits_for_the_loop, _softplus
+from kernels.chunk_tiles import _after_cta_barrier, _await_chunk, _discard_lines, _last_waits_for_the_loop, _softplus
 from kernels.ssd_args import ssd_call
 
 
@@ -164,27 +164,6 @@ def _ssd_prep_kernel(
         n = tl.load(chunk_info + i_c * 4)
         first = tl.load(seq_info + n * 4 + 2) == i_c
         tl.store(prog + (n * H + i_h) * NPS + r, r * 0, mask=(r < NPS) & first)
-
-
-@triton.jit
-def _after_cta_barrier(v):
-    """``v`` as a ``[1]`` tensor once every thread of the program has reached this point
-    (``bar.sync 0`` as inline assembly: ``tl.debug_barrier`` in the state loop stops Triton from
-    pipelining its loads, sm_90a, triton 3.6: no cp.async left, 54 -> 16 KB of shared memory)."""
-    return tl.inline_asm_elementwise(
-        "bar.sync 0;\n mov.u32 $0, $1;", "=r,r", [tl.full([1], 0, tl.int32) + v], dtype=tl.int32, is_pure=False, pack=1
-    )
-
-
-@triton.jit
-def _discard_lines(base, LINES: tl.constexpr):
-    """``discard.global.L2`` of the ``LINES`` 128-byte lines from ``base`` (128-byte aligned), a
-    line a thread, after a CTA barrier (every thread's loads of them consumed)."""
-    go = _after_cta_barrier(0)
-    lines = base.to(tl.pointer_type(tl.int8)) + tl.arange(0, LINES).to(tl.int64) * 128
-    tl.inline_asm_elementwise(
-        "discard.global.L2 [$1], 128;\n mov.u32 $0, $2;", "=r,l,r", [lines, go], dtype=tl.int32, is_pure=False, pack=1
-    )
 
 
 @triton.jit
@@ -410,7 +389,9 @@ def _ssd_output_kernel(
         # ``DISCARD``: this program was the chunk-start copy's only reader; once every thread is
         # past its use, its ``LINES`` 128-byte L2 lines are dropped unwritten (scratch: a dirty
         # line written back to memory is bandwidth the loop's state writes want)
-        _discard_lines(hs + (i_c * H + i_h).to(tl.int64) * (P * N), LINES)
+        go = _after_cta_barrier(0)
+        lines = (hs + (i_c * H + i_h).to(tl.int64) * (P * N)).to(tl.pointer_type(tl.int8))
+        _discard_lines(lines + tl.arange(0, LINES).to(tl.int64) * 128, go, go == 0)
     if OVL:
         _last_waits_for_the_loop()
 

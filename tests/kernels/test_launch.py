@@ -390,6 +390,7 @@ def test_per_call_names_cover_every_buffer_of_the_kernels():
         "KONCE",
         "OVL",
         "NVS",
+        "DISCARD",
     }
     assert len(chunk_gdn._KERNELS) == len(chunk_gdn._KERNEL_KEYS) == 4
 

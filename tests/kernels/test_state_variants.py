@@ -132,8 +132,30 @@ def test_gpu_fused_output_loop_matches_the_four_kernels(dtype, heads, monkeypatc
                 assert err < 1e-2, (sel, err.item())
 
 
+def test_discard_is_planned_only_where_one_program_owns_whole_lines(monkeypatch):
+    """``KERNELS_CONFIG_OUT=DISCARD=1`` (opt-in: the output kernel drops its chunk-start state's and
+    v' rows' L2 lines after reading them, ``discard.global.L2``): planned only on a compiled GPU
+    (the Gluon flag; never in the interpreter) with a V block of the whole V and rows of whole
+    128-byte lines; off by default."""
+    from kernels import chunk_gdn
+
+    bf16 = torch.bfloat16
+    assert chunk_gdn.launch_params(128, 128, bf16, None, True, True)["out"]["DISCARD"] == 0  # default
+    monkeypatch.setenv("KERNELS_CONFIG_OUT", "DISCARD=1")
+    gpu = chunk_gdn.launch_params(128, 128, bf16, None, True, True)["out"]
+    assert gpu["DISCARD"] == 1 and gpu["BV"] == 128
+    assert chunk_gdn.launch_params(128, 128, bf16)["out"]["DISCARD"] == 0  # no GPU: the interpreter
+    assert chunk_gdn.launch_params(128, 128, torch.float32, None, True, True)["out"]["DISCARD"] == 0  # BV 64
+    assert chunk_gdn.launch_params(32, 32, bf16, None, True, True)["out"]["DISCARD"] == 0  # 64-byte rows
+    assert chunk_gdn.launch_params(128, 100, bf16, None, True, True)["out"]["DISCARD"] == 0  # V padded
+    assert chunk_gdn.launch_params(100, 128, bf16, None, True, True)["out"]["DISCARD"] == 0  # K padded
+    monkeypatch.setenv("KERNELS_CONFIG_OUT", "DISCARD=1,BV=64")
+    assert chunk_gdn.launch_params(128, 128, bf16, None, True, True)["out"]["DISCARD"] == 0  # two V blocks
+
+
 @pytest.mark.gpu
-def test_gpu_overlapped_output_equals_the_sequential_one(monkeypatch):
+@pytest.mark.parametrize("out", ["OVL=1", "OVL=1,DISCARD=1"])
+def test_gpu_overlapped_output_equals_the_sequential_one(monkeypatch, out):
     """The output kernel beside the Gluon loop (``OVL``: launched programmatically dependent,
     waiting on progress counters) gives the bits of the one launched after it (``OVL=0``):
     - with a workspace reused from a call on other data, whose counters that call left at its
@@ -147,6 +169,9 @@ def test_gpu_overlapped_output_equals_the_sequential_one(monkeypatch):
 
     if not chunk_gdn.gluon_device(torch.device("cuda")):
         pytest.skip("needs a Hopper GPU and a Triton with Gluon")
+    # ``DISCARD=1``: the same bits with the scratch's L2 lines dropped after the output's reads
+    # (ragged starts below: rows of a chunk outside its sequence are kept)
+    monkeypatch.setenv("KERNELS_CONFIG_OUT", out)
     dt = torch.bfloat16
     T, N = 48 * 160, 48
     cu = [i * 160 for i in range(N + 1)]
@@ -154,7 +179,8 @@ def test_gpu_overlapped_output_equals_the_sequential_one(monkeypatch):
     h0 = rand_state(N, hv=32, dk=128, dv=128, seed=23, device="cuda")
     meta = chunk_gdn.prepare_chunk_metadata(cu, [i % 3 * 50 for i in range(N)], device="cuda")
     dev = torch.device("cuda")
-    assert chunk_gdn.launch_params(128, 128, dt, None, chunk_gdn.state_wide(N, 32, 128, dev), True)["out"]["OVL"] == 1
+    lp_out = chunk_gdn.launch_params(128, 128, dt, None, chunk_gdn.state_wide(N, 32, 128, dev), True)["out"]
+    assert lp_out["OVL"] == 1 and lp_out["DISCARD"] == int("DISCARD=1" in out)
     ws = torch.empty(workspace_bytes(data[0][0], data[0][2], meta), dtype=torch.uint8, device=dev)
     kw = dict(initial_state=h0, use_qk_l2norm=True, chunk_metadata=meta)
 

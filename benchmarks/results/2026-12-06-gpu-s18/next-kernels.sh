@@ -7,3 +7,5 @@ s=$(date +%s)
 timeout 220 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 tests/kernels > $OUT/gpu-kernels.txt 2>&1; echo "kernels rc=$? $(( $(date +%s)-s )) s"; tail -2 $OUT/gpu-kernels.txt
 s=$(date +%s)
 timeout 300 python3 benchmarks/ssd_bench.py --variant "tma:KERNELS_CONFIG_SSD_STATE=TMA_B=1" --variant "disc:KERNELS_CONFIG_SSD_OUT=DISCARD=1" --json $OUT/ssd.json > $OUT/ssd.txt 2>&1; echo "ssd_bench rc=$? $(( $(date +%s)-s )) s"; grep -v "^# {" $OUT/ssd.txt | tail -70
+s=$(date +%s)
+timeout 110 python3 benchmarks/kernel_bench.py --no-flashqla --shapes 16/32 --rep 20 --host-calls 0 --variant "disc:KERNELS_CONFIG_OUT=DISCARD=1" --json $OUT/kernel.json > $OUT/kernel-bench.txt 2>&1; echo "kernel_bench rc=$? $(( $(date +%s)-s )) s"; grep -v "^# {" $OUT/kernel-bench.txt | tail -16
