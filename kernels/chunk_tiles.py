@@ -1,8 +1,8 @@
 """Triton device helpers the four stages of the chunked gated delta rule share: tile masks that
 fold to compile-time constants at a power-of-two head dim, the chunk table's reads, the
 progress-counter slot count of the overlapped output (``kernels.state_gluon.PROG_SLOTS``), the
-overlapped output's two waits and the gate's softplus (both shared with the SSD kernel's,
-``kernels.ssd``)."""
+overlapped output's two waits, the gate's softplus, a CTA barrier as inline assembly and the
+output's drop of scratch lines from L2 (all shared with the SSD kernel, ``kernels.ssd``)."""
 
 from __future__ import annotations
 
