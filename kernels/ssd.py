@@ -525,8 +525,10 @@ def chunk_ssd(x, dt, A, B, C, **options):
     BP = min(cfg.pop("BP"), Pp, 32 if BN >= 256 else Pp)
     npo = triton.cdiv(P, BP)
     lines = P * N * hs.element_size() // 128
-    # ``DISCARD`` (opt-in): where one program reads a whole chunk-start copy of whole lines
+    # ``DISCARD`` (opt-in): where one program reads a whole chunk-start copy of whole lines, on a
+    # GPU with ``discard.global.L2`` (compute capability 8.0 on)
     discard = bool(cfg.pop("DISCARD")) and not INTERPRET and dev.type == "cuda" and npo == 1
+    discard = discard and _capability(dev.index)[0] >= 8
     discard = discard and lines * 128 == P * N * hs.element_size() and lines == _pow2(lines)
     _ssd_output_kernel[(NT * H * npo, 1, 1) if ovl else (NT, H, npo)](
         x2, B2, C2, Dv, gam, dtc, hs, y, meta.chunk_info,
