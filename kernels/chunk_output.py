@@ -119,7 +119,7 @@ def _output_kernel(
         LPR: tl.constexpr = V * ES // 128
         go = _after_cta_barrier(0)
         hl = hbase.to(tl.pointer_type(tl.int8)) + tl.arange(0, K * LPR).to(tl.int64) * 128
-        _discard_lines(hl, go, go == 0)
+        _discard_lines(hl, go, tl.full([1], 1, tl.int32))
         j = tl.arange(0, 64 * LPR)
         rows = j // LPR
         vrow = (row0 + rows.to(tl.int64) * HV) * V * ES + (j % LPR) * 128

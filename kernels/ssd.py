@@ -391,7 +391,7 @@ def _ssd_output_kernel(
         # line written back to memory is bandwidth the loop's state writes want)
         go = _after_cta_barrier(0)
         lines = (hs + (i_c * H + i_h).to(tl.int64) * (P * N)).to(tl.pointer_type(tl.int8))
-        _discard_lines(lines + tl.arange(0, LINES).to(tl.int64) * 128, go, go == 0)
+        _discard_lines(lines + tl.arange(0, LINES).to(tl.int64) * 128, go, tl.full([1], 1, tl.int32))
     if OVL:
         _last_waits_for_the_loop()
 
