@@ -407,6 +407,17 @@ def _capability(index) -> tuple:
     return torch.cuda.get_device_capability(index)
 
 
+def _discarded_lines(dev: torch.device, npo: int, nbytes: int) -> int:
+    """``DISCARD``'s 128-byte lines a chunk-start copy of ``nbytes`` drops after its read, 0 where
+    it does not apply: the interpreter, a device without ``discard.global.L2`` (CUDA compute
+    capability 8.0 on), a copy read by more than one output program (``npo`` P blocks), or one that
+    is not a power-of-two count of whole lines (a line shared with the next copy)."""
+    if INTERPRET or dev.type != "cuda" or npo != 1 or _capability(dev.index)[0] < 8:
+        return 0
+    lines = nbytes // 128
+    return lines if lines * 128 == nbytes and lines == _pow2(lines) else 0
+
+
 def _boundary_descriptor(hb: torch.Tensor, BP: int, BN: int, P: int, N: int):
     """``TMA_B``'s descriptor of the boundary states ``hb`` ``[NB, H, P, N]`` as ``[NB * H * P, N]``
     rows, a block one program's state (``[P, N]``); None where a block is not exactly one state
@@ -524,17 +535,12 @@ def chunk_ssd(x, dt, A, B, C, **options):
     cfg = _config("out", f32_in)
     BP = min(cfg.pop("BP"), Pp, 32 if BN >= 256 else Pp)
     npo = triton.cdiv(P, BP)
-    lines = P * N * hs.element_size() // 128
-    # ``DISCARD`` (opt-in): where one program reads a whole chunk-start copy of whole lines, on a
-    # GPU with ``discard.global.L2`` (compute capability 8.0 on)
-    discard = bool(cfg.pop("DISCARD")) and not INTERPRET and dev.type == "cuda" and npo == 1
-    discard = discard and _capability(dev.index)[0] >= 8
-    discard = discard and lines * 128 == P * N * hs.element_size() and lines == _pow2(lines)
+    lines = _discarded_lines(dev, npo, P * N * hs.element_size()) if cfg.pop("DISCARD") else 0
     _ssd_output_kernel[(NT * H * npo, 1, 1) if ovl else (NT, H, npo)](
         x2, B2, C2, Dv, gam, dtc, hs, y, meta.chunk_info,
         x2.stride(0), x2.stride(1), B2.stride(0), B2.stride(1), C2.stride(0), C2.stride(1),
         H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_D=has_d, D_PER_P=d_per_p, DOT=dot, PREC=prec,
-        seq_info=meta.seq_info, prog=prog, OVL=ovl, NPS=nps, NPO=npo, DISCARD=discard, LINES=lines if discard else 1,
+        seq_info=meta.seq_info, prog=prog, OVL=ovl, NPS=nps, NPO=npo, DISCARD=lines > 0, LINES=max(lines, 1),
         **({"launch_pdl": True} if ovl else {}), **cfg,
     )  # fmt: skip
     return y, ht, hb

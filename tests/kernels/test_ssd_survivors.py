@@ -165,3 +165,26 @@ def test_without_the_overlap_the_output_runs_after_the_loop_on_its_3d_grid(monke
     assert skw["OVL"] is False and skw["prog"] is sargs[12]  # ht
     assert ogrid == (2 + 3 + 1, 4, 128 // okw["BP"])  # chunks, heads, P blocks of the output's config
     assert okw["OVL"] is False and "launch_pdl" not in okw and okw["prog"] is sargs[12]
+
+
+def test_discard_applies_on_a_gpu_to_whole_copies_of_whole_lines(monkeypatch):
+    """``DISCARD``'s host gate (``_discarded_lines``, mutation survivors of session 18: the kernel
+    side only runs on a GPU): the line count of one chunk-start copy where one output program reads
+    a whole copy of a power-of-two count of whole 128-byte lines on a compiled CUDA GPU of compute
+    capability 8.0 on; 0 elsewhere."""
+    monkeypatch.setattr(ssd, "INTERPRET", False)
+    monkeypatch.setattr(ssd, "_capability", lambda index: (9, 0))
+    gpu = torch.device("cuda", 0)
+    assert ssd._discarded_lines(gpu, 1, 64 * 128 * 2) == 128  # Mamba2's 64 x 128 bf16 copy
+    assert ssd._discarded_lines(gpu, 1, 128) == 1
+    assert ssd._discarded_lines(gpu, 2, 64 * 128 * 2) == 0  # two readers of a copy
+    assert ssd._discarded_lines(torch.device("cpu"), 1, 64 * 128 * 2) == 0
+    assert ssd._discarded_lines(gpu, 1, 48 * 40 * 2) == 0  # 30 lines: not a power of two
+    assert ssd._discarded_lines(gpu, 1, 128 * 128 + 64) == 0  # 128 whole lines and a part one
+    assert ssd._discarded_lines(gpu, 1, 64) == 0
+    monkeypatch.setattr(ssd, "_capability", lambda index: (7, 5))
+    assert ssd._discarded_lines(gpu, 1, 64 * 128 * 2) == 0  # no discard.global.L2 before sm_80
+    monkeypatch.setattr(ssd, "_capability", lambda index: (8, 0))
+    assert ssd._discarded_lines(gpu, 1, 64 * 128 * 2) == 128
+    monkeypatch.setattr(ssd, "INTERPRET", True)
+    assert ssd._discarded_lines(gpu, 1, 64 * 128 * 2) == 0
