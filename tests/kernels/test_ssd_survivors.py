@@ -111,7 +111,7 @@ class _Launches:
 KERNELS = ("_ssd_prep_kernel", "_ssd_state_kernel", "_ssd_output_kernel")
 
 
-def _launches(monkeypatch, overlaps: bool, dtype, env: str = ""):
+def _launches(monkeypatch, overlaps: bool, dtype, env: str = "", out_env: str = ""):
     """chunk_ssd's launches (prep, state loop, output) for 3 sequences of 70, 130 and 64 tokens,
     4 heads of 128 (two P blocks of 64 in the loop and in the output) and a state dim of 64, on a
     device whose ``_overlaps`` is ``overlaps``."""
@@ -119,7 +119,10 @@ def _launches(monkeypatch, overlaps: bool, dtype, env: str = ""):
         monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", env)
     else:
         monkeypatch.delenv("KERNELS_CONFIG_SSD_STATE", raising=False)
-    monkeypatch.delenv("KERNELS_CONFIG_SSD_OUT", raising=False)
+    if out_env:
+        monkeypatch.setenv("KERNELS_CONFIG_SSD_OUT", out_env)
+    else:
+        monkeypatch.delenv("KERNELS_CONFIG_SSD_OUT", raising=False)
     monkeypatch.setattr(ssd, "_overlaps", lambda dev: overlaps)
     log: list = []
     for name in KERNELS:
@@ -176,6 +179,7 @@ def test_discard_applies_on_a_gpu_to_whole_copies_of_whole_lines(monkeypatch):
     monkeypatch.setattr(ssd, "_capability", lambda index: (9, 0))
     gpu = torch.device("cuda", 0)
     assert ssd._discarded_lines(gpu, 1, 64 * 128 * 2) == 128  # Mamba2's 64 x 128 bf16 copy
+    assert type(ssd._discarded_lines(gpu, 1, 64 * 128 * 2)) is int  # a constexpr of tl.arange
     assert ssd._discarded_lines(gpu, 1, 128) == 1
     assert ssd._discarded_lines(gpu, 2, 64 * 128 * 2) == 0  # two readers of a copy
     assert ssd._discarded_lines(torch.device("cpu"), 1, 64 * 128 * 2) == 0
@@ -188,3 +192,19 @@ def test_discard_applies_on_a_gpu_to_whole_copies_of_whole_lines(monkeypatch):
     assert ssd._discarded_lines(gpu, 1, 64 * 128 * 2) == 128
     monkeypatch.setattr(ssd, "INTERPRET", True)
     assert ssd._discarded_lines(gpu, 1, 64 * 128 * 2) == 0
+
+
+def test_discard_reaches_the_output_launch_with_its_line_count(monkeypatch):
+    """``KERNELS_CONFIG_SSD_OUT=DISCARD=1``: the launcher asks ``_discarded_lines`` about one
+    chunk-start copy (P x N in the input dtype, the output's P blocks) and launches the output with
+    ``DISCARD`` and the line count it gives (one line included); not asked, or 0 lines: off."""
+    seen = []
+    monkeypatch.setattr(ssd, "_discarded_lines", lambda dev, npo, nbytes: seen.append((npo, nbytes)) or 1)
+    okw = _launches(monkeypatch, True, torch.float16, out_env="DISCARD=1")["_ssd_output_kernel"][2]
+    assert seen == [(2, 128 * 64 * 2)] and okw["DISCARD"] is True and okw["LINES"] == 1
+    seen.clear()
+    okw = _launches(monkeypatch, True, torch.float16)["_ssd_output_kernel"][2]
+    assert seen == [] and okw["DISCARD"] is False and okw["LINES"] == 1
+    monkeypatch.setattr(ssd, "_discarded_lines", lambda dev, npo, nbytes: 0)
+    okw = _launches(monkeypatch, False, torch.float16, out_env="DISCARD=1")["_ssd_output_kernel"][2]
+    assert okw["DISCARD"] is False and okw["LINES"] == 1
