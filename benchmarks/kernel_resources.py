@@ -135,7 +135,7 @@ def kernel_specs(dim: int, dtype: str, precision=None):
         consts, opts = split(out)
         specs.append(("output-ovl", fns["out"], consts, opts))
         # ... dropping its scratch's L2 lines after their read (``DISCARD``, opt-in)
-        if out["BV"] == dim and (dim * (4 if dtype == "fp32" else 2)) % 128 == 0:
+        if m.discard_applies(dim, dim, out["BV"], torch.finfo(tdtype).bits):
             specs.append(("output-discard", fns["out"], dict(consts, DISCARD=1), opts))
     # the segmented state pass (opt-in, kernels.chunk_segmented): pass 1 (each segment's
     # zero-start state and transition) at the loop's default and wide V blocks, and the combine
@@ -460,9 +460,9 @@ def ssd_specs(dtype: str):
         )  # fmt: skip
         oopts = {k: out[k] for k in opts_keys} | ({"launch_pdl": True} if ovl else {})
         specs.append((f"ssd-output{suffix}", ssd._ssd_output_kernel, oconsts, oopts))
-        if overlaps and oconsts["NPO"] == 1:
+        lines = ssd._whole_lines(P * N * (4 if f32 else 2))
+        if overlaps and oconsts["NPO"] == 1 and lines:
             # the chunk-start copy's L2 lines dropped after their one reader (``DISCARD``, opt-in)
-            lines = P * N * (4 if f32 else 2) // 128
             dconsts = dict(oconsts, DISCARD=True, LINES=lines)
             specs.append(("ssd-output-discard", ssd._ssd_output_kernel, dconsts, oopts))
     return specs

@@ -110,6 +110,7 @@ from kernels.chunk_plan import (  # noqa: F401
     _kernel_fns,
     _scratch_layout,
     _scratch_shapes,
+    discard_applies,
     gluon_device,
     launch_params,
     state_wide,

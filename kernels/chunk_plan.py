@@ -209,11 +209,8 @@ def _launch_params(
     ovl = int(bool(out["OVL"]) and bool(state["GLUON"]) and not state["FUSE"])
     out["OVL"] = state["OVL"] = ovl
     out["NVS"] = -(-V // state["BV"])
-    # the output dropping its chunk-start state's and v' rows' L2 lines after their one read
-    # (``DISCARD``, opt-in): a V block of the whole V, rows of whole 128-byte lines, compiled on a GPU
-    out["DISCARD"] = int(
-        bool(out["DISCARD"]) and gluon and out["BV"] == V == BVF and K == BK and (V * bits // 8) % 128 == 0
-    )
+    # the output dropping its scratch's L2 lines after their one read (``DISCARD``, opt-in), on a GPU
+    out["DISCARD"] = int(bool(out["DISCARD"]) and gluon and discard_applies(K, V, out["BV"], bits))
     if ovl:
         out["launch_pdl"] = True
     solve = _solve_config(K, BK, prec)
@@ -234,6 +231,13 @@ def _launch_params(
         "state": dict(K=K, V=V, BK=BK, PREC=prec, **state),
         "out": dict(K=K, V=V, BK=BK, BC=min(BK, 64), PREC=prec, **out),
     }
+
+
+def discard_applies(K: int, V: int, BV: int, bits: int) -> bool:
+    """Whether the output kernel can drop its chunk-start state's and v' rows' L2 lines after its
+    read (``DISCARD``): one program reads a whole V (its block ``BV``), K and V are powers of two
+    (no padding) and a row is whole 128-byte lines in ``bits``-bit elements."""
+    return BV == V == _pow2(V) and K == _pow2(K) and (V * bits // 8) % 128 == 0
 
 
 def _solve_config(K: int, BK: int, prec: str) -> dict:

@@ -414,6 +414,12 @@ def _discarded_lines(dev: torch.device, npo: int, nbytes: int) -> int:
     is not a power-of-two count of whole lines (a line shared with the next copy)."""
     if INTERPRET or dev.type != "cuda" or npo != 1 or _capability(dev.index)[0] < 8:
         return 0
+    return _whole_lines(nbytes)
+
+
+def _whole_lines(nbytes: int) -> int:
+    """The 128-byte lines of a copy of ``nbytes``, 0 where they are not a power-of-two count of
+    whole lines."""
     lines = nbytes // 128
     return lines if lines * 128 == nbytes and lines == _pow2(lines) else 0
 
