@@ -442,11 +442,12 @@ def ssd_specs(dtype: str):
         consts = dict(
             base, BP=cfg["BP"], HAS_BIAS=True, SOFTPLUS=True, CLAMP=False, STORE_B=True, DOT=dot, PREC=prec,
             WHILE_LOOP=False, FUSE=bool(cfg["FUSE"]), HAS_D=True, D_PER_P=False, PREP=bool(cfg["PREP"]), OVL=ovl,
-            SIG=cfg["SIG"], NPS=nps, sdh=1, TMA_B=bool(cfg["TMA_B"]) and cfg["BP"] == P and overlaps,
+            SIG=cfg["SIG"], NPS=nps, sdh=1, TMA_B=cfg["TMA_B"] == ssd.TMA_ALWAYS and cfg["BP"] == P and overlaps,
         )  # fmt: skip
         specs.append((f"ssd-state{suffix}", ssd._ssd_state_kernel, consts, {k: cfg[k] for k in opts_keys}))
         if overlaps and not consts["TMA_B"] and cfg["BP"] == P:
-            # the boundary states by bulk tensor copies (``TMA_B``, opt-in): no layout conversion
+            # the boundary states by bulk tensor copies (``TMA_B``: the default where at most one chunk
+            # in ``ssd.TMA_SPARSE_CHUNKS`` emits a state, ``TMA_SPARSE``): no layout conversion
             specs.append(
                 ("ssd-state-tma", ssd._ssd_state_kernel, dict(consts, TMA_B=True), {k: cfg[k] for k in opts_keys})
             )

@@ -76,12 +76,20 @@ __all__ = ["chunk_ssd", "SSD_CONFIGS"]
 #: graphed, Nemotron-H 8B, fp32 state every 64 tokens) 3.191 -> 2.493 ms at 32K tokens, 0.727 ->
 #: 0.622 at 8K, 0.368 -> 0.317 at 4K against "half"; 2 stages 2.674 / 0.675 / 0.344, a release every
 #: 8 chunks slower at every length, the boundary states stored with the streaming hint level
-#: (within 1 %; taken out). ``KERNELS_CONFIG_SSD_STATE`` / ``KERNELS_CONFIG_SSD_OUT`` (e.g.
-#: "BP=32,num_warps=4,num_stages=3", and ``maxnreg``) override them.
+#: (within 1 %; taken out). ``TMA_B`` (the boundary states stored by bulk tensor copies, Hopper):
+#: 0 never, 1 always, 2 ("half-ovl"'s default) where at most one chunk in ``TMA_SPARSE_CHUNKS``
+#: emits a state: on the H100 (session 19, ``ssd_bench --variant tma:...``, graphed, one run) the
+#: call took 0.94x / 0.95x / 0.97x the plain stores' time at 4K / 8K / 32K tokens with a state
+#: every 256 tokens (marconi-7b; Nemotron-H 8B 0.95x / 0.96x / 0.98x) and 1.03-1.05x with one
+#: every 64 (a copy issued and waited for at every chunk). ``KERNELS_CONFIG_SSD_STATE`` / ``KERNELS_CONFIG_SSD_OUT``
+#: (e.g. "BP=32,num_warps=4,num_stages=3", and ``maxnreg``) override them.
+TMA_NEVER, TMA_ALWAYS, TMA_SPARSE = 0, 1, 2  # ``TMA_B``'s values
+#: ``TMA_SPARSE``: bulk copies where the call emits at most one boundary state per this many chunks
+TMA_SPARSE_CHUNKS = 4
 SSD_CONFIGS = {
     "state": {
         "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1, TMA_B=0),
-        "half-ovl": dict(BP=64, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=1, SIG=4, TMA_B=0),
+        "half-ovl": dict(BP=64, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=1, SIG=4, TMA_B=TMA_SPARSE),
         "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1, TMA_B=0),
     },
     "out": {
@@ -435,6 +443,16 @@ def _boundary_descriptor(hb: torch.Tensor, BP: int, BN: int, P: int, N: int):
     return TensorDescriptor.from_tensor(hb.view(-1, N), [BP, BN])
 
 
+def _bulk_boundaries(mode: int, num_boundaries: int, num_chunks: int) -> bool:
+    """Whether ``TMA_B`` ``mode`` stores a call's ``num_boundaries`` states over ``num_chunks``
+    chunks by bulk copies (``TMA_SPARSE``: one state per ``TMA_SPARSE_CHUNKS`` chunks or fewer)."""
+    if mode == TMA_SPARSE:
+        return 0 < num_boundaries and num_boundaries * TMA_SPARSE_CHUNKS <= num_chunks
+    if mode not in (TMA_NEVER, TMA_ALWAYS):
+        raise ValueError(f"KERNELS_CONFIG_SSD_STATE: TMA_B is {mode}, not 0, 1 or 2")
+    return mode == TMA_ALWAYS
+
+
 def _pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
@@ -510,7 +528,7 @@ def chunk_ssd(x, dt, A, B, C, **options):
     prep = bool(cfg.pop("PREP")) and not fuse
     ovl = bool(cfg.pop("OVL")) and prep and overlaps
     sig = max(1, cfg.pop("SIG"))
-    tma_b = bool(cfg.pop("TMA_B"))
+    tma_b = _bulk_boundaries(cfg.pop("TMA_B"), meta.num_boundaries, NT)
     nps = triton.cdiv(P, BP)
     store = store_b and meta.num_boundaries > 0
     # scratch of the output kernel: each chunk's gamma and dt, its start state in the input dtype

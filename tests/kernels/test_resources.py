@@ -187,6 +187,6 @@ def test_ssd_kernels_spill_free_pipelined_and_overlapped():
         "ssd-state", "ssd-prep", "ssd-output", "ssd-state-ovl", "ssd-state-tma", "ssd-output-ovl", "ssd-output-discard"
     }  # fmt: skip
     assert all(int(rows[k][6]) > 0 for k in ("ssd-state", "ssd-state-ovl", "ssd-state-tma"))  # cp.async column
-    # the opt-in bulk copies of the boundary states (``TMA_B``): fewer global stores in the loop
-    # than the overlapped loop's (its fp32 states leave by the copy engine, --check: at least one)
+    # the bulk copies of the boundary states (``TMA_B``, the default where few chunks emit one): fewer
+    # global stores in the loop than the overlapped loop's (its fp32 states leave by the copy engine)
     assert int(rows["ssd-state-tma"][10]) < int(rows["ssd-state-ovl"][10])

@@ -249,6 +249,40 @@ def test_boundary_states_by_bulk_copies_give_the_plain_bits(monkeypatch, dtype):
     assert ssd._boundary_descriptor(torch.empty(3, H, 32, 64), 32, 64, 32, 64) is not None
 
 
+def test_bulk_copies_are_chosen_where_few_chunks_emit_a_state():
+    """``TMA_B=2``, the overlapped loop's default: bulk copies only where at most one chunk in
+    ``TMA_SPARSE_CHUNKS`` (4) emits a boundary state (measured faster there, slower at every
+    chunk); 0 never, 1 wherever a state is stored; any other value is refused."""
+    assert ssd.SSD_CONFIGS["state"]["half-ovl"]["TMA_B"] == ssd.TMA_SPARSE == 2
+    assert ssd.SSD_CONFIGS["state"]["half"]["TMA_B"] == ssd.SSD_CONFIGS["state"]["fp32"]["TMA_B"] == 0
+    assert ssd.TMA_SPARSE_CHUNKS == 4
+    assert ssd._bulk_boundaries(2, 4, 16) and ssd._bulk_boundaries(2, 1, 4)
+    assert not ssd._bulk_boundaries(2, 5, 16) and not ssd._bulk_boundaries(2, 2, 7)
+    assert not ssd._bulk_boundaries(2, 0, 16)  # nothing stored
+    assert ssd._bulk_boundaries(1, 16, 16) and not ssd._bulk_boundaries(0, 1, 16)
+    with pytest.raises(ValueError, match="TMA_B is 3, not 0, 1 or 2"):
+        ssd._bulk_boundaries(3, 1, 16)
+
+
+@COMPAT
+def test_sparse_bulk_copies_follow_the_emitted_count(monkeypatch):
+    """``TMA_B=2`` end to end: over 16 chunks the descriptor is made for a state every 4th chunk
+    (4 of 16) and not for every 2nd (8) or every chunk; each gives the plain store's bits."""
+    gen = torch.Generator().manual_seed(23)
+    x, dt, A, B, C, D, bias, _ = make(gen, 1024, 2, 64, 64, 1, dtype=torch.bfloat16)
+    made = []
+    real = ssd._boundary_descriptor
+    monkeypatch.setattr(ssd, "_boundary_descriptor", lambda *a: made.append(a[0].shape[0]) or real(*a))
+    for stride in (1, 2, 4):
+        runs = []
+        for v in ("BP=64", "BP=64,TMA_B=2"):
+            monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", v)
+            runs.append(chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, boundary_stride=stride))
+        assert all(torch.equal(a, b) for a, b in zip(*runs))
+        assert runs[0][2].shape[0] == 16 // stride
+    assert made == [4]
+
+
 @COMPAT
 def test_discard_is_a_gpu_option_the_interpreter_leaves_out(monkeypatch):
     """``KERNELS_CONFIG_SSD_OUT=DISCARD=1`` (opt-in: the output drops the chunk-start copy's L2
