@@ -342,12 +342,18 @@ def replay_timing(
 ):
     """The timing a replay compares its measurements with, and one line on how far to trust the
     comparison (empty when the timing describes this run): ``timing`` given (``--timing``) or the
-    preset's default, at one GPU (replay runs the whole model on one device). Refused: the default
-    timing fitted in another dtype than the replay's on a GPU (a ``--timing`` file is the user's
-    choice, said in the line). Not compared: a CPU (but a ``--timing`` file that names no GPU, as
-    one calibrated on a CPU), or a GPU other than the one it was fitted on."""
+    preset's default, at one GPU (replay runs the whole model on one device). On a catalogue GPU
+    the default is the one ``marconi run --gpu`` prices that GPU with: its committed calibration,
+    else the home device's scaled by the datasheets, compared and said ("uncalibrated for GPU
+    h100: ..."). Refused: the default timing fitted in another dtype than the replay's on a GPU (a
+    ``--timing`` file is the user's choice, said in the line). Not compared: a CPU (but a
+    ``--timing`` file that names no GPU, as one calibrated on a CPU), a ``--timing`` file fitted
+    on another GPU, or a GPU the catalogue does not know."""
     explicit = timing is not None
     t = timing if explicit else default_timing(spec.name)
+    home = getattr(t, "device", "")
+    if not explicit and device_kind == "cuda" and home and catalogue_name(device_name) not in ("", home):
+        t = default_timing(spec.name, gpu=catalogue_name(device_name), tensor_parallel=1)
     if isinstance(t, HardwareTiming) and t.gpus != 1:
         t = replace(t, gpus=1, comm_ms_per_call=0.0, comm_ms_per_token=0.0)
     fitted = getattr(t, "device", "")
@@ -362,6 +368,11 @@ def replay_timing(
             "(fit one here: --calibrate FILE, then --timing FILE)"
         )
     notes = []
+    if getattr(t, "uncalibrated", False):
+        notes.append(
+            f"uncalibrated for GPU {t.device}: the {home} calibration scaled by the datasheets "
+            "(fit one here: --calibrate FILE, then --timing FILE)"
+        )
     t_dtype = getattr(t, "dtype", "")
     if t_dtype and t_dtype != dtype:
         if not explicit:

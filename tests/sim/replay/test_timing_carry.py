@@ -217,6 +217,28 @@ def test_replay_timing_on_a_cpu_or_another_gpu_is_not_compared():
     assert replay_timing(None, spec, "fp32", "cpu")[1].startswith(NOT_COMPARED)
 
 
+def test_replay_timing_on_another_catalogue_gpu_prices_it_by_the_datasheet():
+    """The default timing on an H100 (no committed H100 calibration): the H200 fit carried to the
+    H100 as ``marconi run --gpu h100`` carries it (compute terms at the same share of the peak, the
+    per-layer call times at the bandwidth ratio 4.8 / 3.35), at one GPU, compared and said; a
+    GPU the catalogue does not know stays "not compared", the dtype rule still holds."""
+    spec = get_model("qwen3-next-80b-a3b")
+    h200, _ = replay_timing(None, spec, "bf16", "cuda", "NVIDIA H200")
+    t, note = replay_timing(None, spec, "bf16", "cuda", "NVIDIA H100 80GB HBM3")
+    assert (t.device, t.uncalibrated, t.gpus) == ("h100", True, 1)
+    assert note.startswith("uncalibrated for GPU h100: the h200 calibration scaled by the datasheets")
+    assert "--calibrate FILE" in note and not note.startswith(NOT_COMPARED)
+    assert t.ms_per_tflop == h200.ms_per_tflop  # the same 989 TFLOP/s peak
+    for kind, ms in h200.layer_call_ms.items():
+        assert t.layer_call_ms[kind] == pytest.approx(ms * 4.8 / 3.35, rel=1e-12)
+    assert t.prefill_time_s(spec, 0, 4096) > h200.prefill_time_s(spec, 0, 4096)
+    assert replay_timing(None, spec, "bf16", "cuda", "NVIDIA H200")[1] == ""  # its own device
+    _, other = replay_timing(None, spec, "bf16", "cuda", "Some Future GPU")
+    assert other.startswith(NOT_COMPARED)
+    with pytest.raises(UsageError, match="fitted in bf16"):
+        replay_timing(None, spec, "fp32", "cuda", "NVIDIA H100 80GB HBM3")
+
+
 def test_replay_timing_refuses_the_default_in_another_dtype():
     spec = get_model("qwen3.5-9b")
     with pytest.raises(UsageError, match="fitted in bf16.*--timing FILE"):
