@@ -368,7 +368,7 @@ def replay_timing(
             "(fit one here: --calibrate FILE, then --timing FILE)"
         )
     notes = []
-    if getattr(t, "uncalibrated", False):
+    if t.uncalibrated:
         notes.append(
             f"uncalibrated for GPU {t.device}: the {home} calibration scaled by the datasheets "
             "(fit one here: --calibrate FILE, then --timing FILE)"

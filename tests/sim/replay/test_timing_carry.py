@@ -231,6 +231,9 @@ def test_replay_timing_on_another_catalogue_gpu_prices_it_by_the_datasheet():
     assert t.ms_per_tflop == h200.ms_per_tflop  # the same 989 TFLOP/s peak
     for kind, ms in h200.layer_call_ms.items():
         assert t.layer_call_ms[kind] == pytest.approx(ms * 4.8 / 3.35, rel=1e-12)
+    # one GPU's decode (the weights read at the bandwidth ratio), not a group's share of it
+    assert t.decode_ms_per_token == pytest.approx(h200.decode_ms_per_token * 4.8 / 3.35, rel=1e-12)
+    assert (t.comm_ms_per_call, t.comm_ms_per_token) == (0.0, 0.0)
     assert t.prefill_time_s(spec, 0, 4096) > h200.prefill_time_s(spec, 0, 4096)
     assert replay_timing(None, spec, "bf16", "cuda", "NVIDIA H200")[1] == ""  # its own device
     _, other = replay_timing(None, spec, "bf16", "cuda", "Some Future GPU")
