@@ -950,12 +950,19 @@ class HardwareTiming:
         as short (a call at its floor and fixed time, plus a ragged chunk each)."""
         chunks = gdn_chunks(p, L) + splits
         work = self.work_tflop(spec, p, L, chunks)
-        if p > 0 and L > p and spec.n_gdn and self.gdn_resume_ms_per_chunk:  # resumed from a state
-            work["gated_delta"] += self.gdn_resume_ms_per_chunk * chunks / self.gpus
+        work["gated_delta"] += self.resume_ms(spec, p, L, chunks)
         t = (self.call_ms_for(spec, work) + splits * self.fixed_ms(spec)) * 1e-3
         if self.comm_ms_per_call or self.comm_ms_per_token:
             t += ((1 + splits) * self.comm_ms_per_call + max(L - p, 0) * self.comm_ms_per_token) * 1e-3
         return t
+
+    def resume_ms(self, spec: ModelSpec, p: int, L: int, chunks: int) -> float:
+        """Per gated-delta layer, the extra time of tokens [p, L) in ``chunks`` kernel chunks run
+        from a state (``p > 0``: a restored hit, or a chunked prefill's next piece) over the same
+        chunks from zero (``gdn_resume_ms_per_chunk``); 0 from scratch."""
+        if p > 0 and L > p and spec.n_gdn and self.gdn_resume_ms_per_chunk:
+            return self.gdn_resume_ms_per_chunk * chunks / self.gpus
+        return 0.0
 
     def decode_time_s(self, n_tokens: int) -> float:
         return n_tokens * (self.decode_ms_per_token + self.comm_ms_per_call + self.comm_ms_per_token) * 1e-3
@@ -965,15 +972,18 @@ class HardwareTiming:
         engine's varlen forward): every prefill chunk's work, and every decoding request as a
         one-token sequence at its context (its projections and MLP rows, its attention over the
         context, one ragged kernel chunk); the per-call and per-layer times once, the
-        per-sequence time for each sequence after the first. One request alone is its prefill."""
+        per-sequence time for each sequence after the first; a prefill from a state its resumed
+        chunks' extra (``resume_ms``; decodes are priced by their own fitted terms). One request
+        alone is its prefill."""
         if not prefills and not decode_contexts:
             return 0.0
         # each kind summed in the order of the sequences (prefills, then decodes), as one dict did
         wa = wg = wm = 0.0
         for p, L in prefills:
-            w = self.work_tflop(spec, p, L, gdn_chunks(p, L))
+            chunks = gdn_chunks(p, L)
+            w = self.work_tflop(spec, p, L, chunks)
             wa += w["attention"]
-            wg += w["gated_delta"]
+            wg += w["gated_delta"] + self.resume_ms(spec, p, L, chunks)
             wm += w["mlp"]
         if decode_contexts:
             table = self._model_memo(spec)[1]

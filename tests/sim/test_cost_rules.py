@@ -430,11 +430,14 @@ def test_the_committed_h200_timing_is_refitted_exactly_from_its_raw_runs():
         sys.path.remove(str(ROOT / "benchmarks"))
     committed = read_timing_file(ROOT / "sim" / "data" / "h200-timing.json")
     raw = json.loads((ROOT / "sim" / "data" / "h200-timing.json").read_text())
-    _, _, t, info = timing_fit.fit([CAMPAIGN, FULL_DEPTH], versions=raw["versions"])
+    _, _, t, info = timing_fit.fit([CAMPAIGN, FULL_DEPTH], versions=raw["versions"], resume=True)
     for group in ("ms_per_tflop", "layer_call_ms", "ms_per_weight_gb", "ms_per_act_gb", "seq_ms"):
         assert getattr(t, group) == pytest.approx(getattr(committed, group), rel=1e-9, abs=1e-12), group
     assert t.ms_per_kv_gb == pytest.approx(committed.ms_per_kv_gb, rel=1e-9)
     assert t.call_ms == pytest.approx(committed.call_ms, rel=1e-9)
+    # the resumed-call term (fitted from 51 resumed / from-scratch pairs, ``timing_fit.py --resume``)
+    assert t.gdn_resume_ms_per_chunk == pytest.approx(committed.gdn_resume_ms_per_chunk, rel=1e-9)
+    assert committed.gdn_resume_ms_per_chunk > 0 and raw["fit"]["resume"]["pairs"] == 51
     # the host term: the host issue times' medians at 8 and 64 layer calls (issue 41 item 3)
     assert (t.host_ms_per_call, t.host_ms_per_layer) == pytest.approx(
         (committed.host_ms_per_call, committed.host_ms_per_layer), rel=1e-9
@@ -449,7 +452,11 @@ def test_the_committed_h200_timing_is_refitted_exactly_from_its_raw_runs():
     assert info["runs"] == raw["fit"]["runs"] and len(info["runs"]) == 14
     for k in LAYER_KINDS:
         assert info["terms"][k]["calls"] == raw["fit"]["terms"][k]["calls"] > 100
-    assert all(0 < f <= 1.0 for f in t.fraction_of_peak().values())
+    # every FLOP term at a share of the peak, but the gated-delta chunk term: with the resumed-call
+    # term beside it the fit gives it none (0 ms a TFLOP: "not known")
+    frac = t.fraction_of_peak()
+    assert frac["gdn_chunk"] is None and t.ms_per_tflop["gdn_chunk"] == 0.0
+    assert all(0 < f <= 1.0 for k, f in frac.items() if k != "gdn_chunk")
 
 
 def test_without_a_committed_file_the_default_timing_is_the_documented_estimate(monkeypatch):

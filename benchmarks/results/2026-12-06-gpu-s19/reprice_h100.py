@@ -3,7 +3,9 @@
 holds: reproduced here to 1e-9 before anything else), the H200 timing carried to the H100 by
 the datasheets as ``marconi run --gpu h100`` and now ``marconi replay`` on an H100 price it
 (``sim.replay.calibration.replay_timing``), and the same with the fitted per-GB terms also scaled
-by the bandwidth ratio (a candidate, not adopted). The CSV does not record a call's splits: each
+by the bandwidth ratio (a candidate, not adopted), and session 17's candidate with the resumed-call
+term (``../2026-12-06-time41/h200-timing-resume.json``, committed as ``sim/data/h200-timing.json``
+in session 19) carried the same way. The CSV does not record a call's splits: each
 row takes the split count (0-2) that reproduces its recorded H200 price.
 
     .venv/bin/python benchmarks/results/2026-12-06-gpu-s19/reprice_h100.py
@@ -30,7 +32,11 @@ kept = RES / "2026-12-04-timing-campaign-h200" / "after-moe-fix"
 # the layers a 4-layer replay of each preset runs (the same pattern for both)
 counts = {m: json.loads((kept / f"mooncake-{m}" / "summary.json").read_text())["summary"]["layers_replayed"]
           for m in ("qwen3-next-80b-a3b", "qwen3.5-27b")}  # fmt: skip
-h200 = replace(read_timing_file(ROOT / "sim" / "data" / "h200-timing.json"), gpus=1)
+# the committed timing before session 19 (what the CSV was priced with), and the resume candidate
+# that session 19 committed in its place (sim/data/h200-timing.json since)
+h200 = replace(read_timing_file(Path(__file__).with_name("h200-timing-before-s19.json")), gpus=1)
+resume = replace(read_timing_file(RES / "2026-12-06-time41" / "h200-timing-resume.json"), gpus=1)
+resume_h100 = scale_timing(resume, get_gpu("h200"), get_gpu("h100"))
 
 
 def gb_scaled(t):
@@ -48,13 +54,19 @@ rows = []
 for run, g in df.groupby("run", sort=True):
     m = g["model"].iloc[0]
     rs = replayed_spec(get_model(m), counts[m])
-    h100, note = replay_timing(None, get_model(m), "bf16", "cuda", "NVIDIA H100 80GB HBM3")
+    h100 = scale_timing(h200, get_gpu("h200"), get_gpu("h100"))  # as replay_timing carries it
+    _, note = replay_timing(None, get_model(m), "bf16", "cuda", "NVIDIA H100 80GB HBM3")
     splits = []
     for h, n, rec in zip(g.hit, g.tokens, g.modelled_ms):
         s = min(range(3), key=lambda k: abs(h200.prefill_time_s(rs, int(h), int(n), k) * 1e3 - rec))
         assert abs(h200.prefill_time_s(rs, int(h), int(n), s) * 1e3 - rec) <= 1e-9 * rec, (run, h, n)
         splits.append(s)
-    for name, t in (("H200 as is", h200), ("H200 -> H100, datasheets", h100), ("... GB terms too", gb_scaled(h200))):
+    for name, t in (
+        ("H200 as is", h200),
+        ("H200 -> H100, datasheets", h100),
+        ("... GB terms too", gb_scaled(h200)),
+        ("resume file -> H100", resume_h100),
+    ):
         dev = [t.prefill_time_s(rs, int(h), int(n), s) * 1e3 for h, n, s in zip(g.hit, g.tokens, splits)]
         priced = np.array([call_model_ms(t, rs, d, s, bool(b)) for d, s, b in zip(dev, splits, g.host_bound)])
         e = (priced - g.measured_ms.values) / g.measured_ms.values

@@ -188,11 +188,12 @@ def test_the_committed_h200_timing_prices_host_bound_calls():
     assert (held["modelled_call_ms"] == np.maximum(held["modelled_ms"], t.host_issue_ms(rspec))).all()
     free = e[~e["host_bound"]]
     assert (free["modelled_call_ms"] == free["modelled_ms"]).all()
-    # all prefills counted: P95 67.7 % with device time alone, 53.6 % with the host term
-    # (benchmarks/results/2026-12-05-time-model-host-term/timing_fit-after-moe-fix.txt)
+    # all prefills counted: P95 67.0 % with device time alone, 53.2 % with the host term (the
+    # committed timing with its resumed-call term, session 19; without that term 67.7 / 53.6 %:
+    # benchmarks/results/2026-12-05-time-model-host-term/timing_fit-after-moe-fix.txt)
     before = request_errors(run, replace(t, host_ms_per_call=0.0, host_ms_per_layer=0.0))
-    assert before["error"].abs().quantile(0.95) == pytest.approx(0.677, abs=5e-4)
-    assert e["error"].abs().quantile(0.95) == pytest.approx(0.536, abs=5e-4)
+    assert before["error"].abs().quantile(0.95) == pytest.approx(0.670, abs=5e-4)
+    assert e["error"].abs().quantile(0.95) == pytest.approx(0.532, abs=5e-4)
 
 
 def test_the_request_table_carries_each_requests_shadow_and_the_summary_the_simulated_flops_saved():

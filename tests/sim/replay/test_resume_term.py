@@ -2,7 +2,8 @@
 state runs its gated-delta layers slower per kernel chunk than the same prompt from scratch (H200:
 +4.1 us a chunk and layer on qwen3-next-80b-a3b, +5.2 on qwen3.5-27b, over the same request's
 from-scratch reference; attention and MLP 1.0x). ``HardwareTiming.gdn_resume_ms_per_chunk``
-prices it in ``prefill_time_s`` only; ``calibration.fit_resume`` takes it from suffix / reference
+prices it in ``prefill_time_s`` and, for each prefill that starts from a state, in
+``step_time_s`` (session 19: one rule, ``resume_ms``); ``calibration.fit_resume`` takes it from suffix / reference
 pairs; a timing file without it loads with 0. Exact values on hand-made tables."""
 
 import json
@@ -52,8 +53,17 @@ def test_a_resumed_prefill_pays_the_term_per_chunk_and_gated_delta_layer():
     extra = t2.prefill_time_s(spec, 512, 1024) - t20.prefill_time_s(spec, 512, 1024)
     assert extra == pytest.approx(3 * 8 * 0.004e-3 / 2, rel=1e-9)
     assert t1.prefill_time_s(spec, 512, 512, 1) == t0.prefill_time_s(spec, 512, 512, 1)
-    # a step is priced as before (its varlen call passes every sequence a state: seq_ms holds it)
-    assert t1.step_time_s(spec, [(512, 1024)], [700]) == t0.step_time_s(spec, [(512, 1024)], [700])
+    # a step: each prefill from a state pays it as its prefill would (a request alone in a step
+    # is its prefill), one from scratch and the decodes (their own fitted terms) do not
+    assert t1.step_time_s(spec, [(512, 1024)], []) == pytest.approx(t1.prefill_time_s(spec, 512, 1024), rel=1e-12)
+    extra = t1.step_time_s(spec, [(512, 1024), (0, 300), (64, 200)], [700, 90])
+    extra -= t0.step_time_s(spec, [(512, 1024), (0, 300), (64, 200)], [700, 90])
+    assert gdn_chunks(64, 200) == 3 and extra == pytest.approx(3 * (8 + 3) * 0.004e-3, rel=1e-9)
+    assert t1.step_time_s(spec, [(0, 300)], [700]) == t0.step_time_s(spec, [(0, 300)], [700])
+    assert t1.step_time_s(spec, [], [700, 5]) == t0.step_time_s(spec, [], [700, 5])
+    assert t1.step_time_s(dense := replace(spec, n_gdn=0, n_attn=4), [(512, 1024)], []) == t0.step_time_s(
+        dense, [(512, 1024)], []
+    )
     # a model without gated-delta layers does not pay it
     dense = replace(spec, n_gdn=0, n_attn=4)
     assert t1.prefill_time_s(dense, 512, 1024) == t0.prefill_time_s(dense, 512, 1024)
