@@ -983,7 +983,8 @@ class HardwareTiming:
             chunks = gdn_chunks(p, L)
             w = self.work_tflop(spec, p, L, chunks)
             wa += w["attention"]
-            wg += w["gated_delta"] + self.resume_ms(spec, p, L, chunks)
+            wg += w["gated_delta"]
+            wg += self.resume_ms(spec, p, L, chunks)
             wm += w["mlp"]
         if decode_contexts:
             table = self._model_memo(spec)[1]

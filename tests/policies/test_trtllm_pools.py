@@ -9,6 +9,8 @@ on tiny traces: end offset 0 puts one state at each prompt's end."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from engine_cases import TINY, arrivals, cat, one_per_session, run, state_depths, toks
@@ -1039,9 +1041,13 @@ def test_continuous_sharegpt_rows_match_the_engines_hits(interval, hit_tokens):
     from traces.registry import TraceOptions, load_trace
 
     trace = load_trace("sharegpt", TraceOptions(sessions=100))
+    # the steps TensorRT-LLM's tree was run on were timed by the H200 timing of 2026-12-04 (the
+    # committed one until session 19 added the resumed-call term): the same file here, so that
+    # the schedule, and so the engine's count, is the one the differential checked
     config = SimConfig(
         policy="trtllm",
         model="qwen3.5-9b",
+        timing_file=str(Path(__file__).resolve().parents[1] / "data" / "h200-timing-2026-12-04.json"),
         capacity_bytes=1_984_561_152,
         state_pool="29",
         sessions_per_second=0.1,

@@ -1,7 +1,8 @@
 """``HardwareTiming.step_time_s`` remembers each model's one-token decode work by context
 (``_memo``): the step times it gives must be the very floats the plain sum gives, for every model
 on one timing, with the table cleared when it fills, and a copy of the timing (``with_gpus``)
-must not read another's table."""
+must not read another's table. The committed timing carries the resumed-call term, which the plain
+sum adds for every prefill from a state."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from sim.cost import LAYER_KINDS, default_timing, gdn_chunks, get_model
 
 TIMING = default_timing("qwen3.5-9b")
+assert TIMING.gdn_resume_ms_per_chunk > 0  # so that the term's path is exercised
 SPECS = [get_model("qwen3.5-9b"), get_model("qwen3.5-27b"), get_model("qwen3-next-80b-a3b")]
 
 
@@ -22,6 +24,8 @@ def plain_step_time_s(t, spec, prefills, contexts) -> float:
     for p, L in prefills:
         for k, v in t.work_tflop(spec, p, L, gdn_chunks(p, L)).items():
             work[k] += v
+        if p > 0 and L > p and spec.n_gdn:  # from a state: the resumed chunks' extra, per gated-delta layer
+            work["gated_delta"] += t.gdn_resume_ms_per_chunk * gdn_chunks(p, L) / t.gpus
     for c in contexts:
         for k, v in t.work_tflop(spec, c, c + 1, 1).items():
             work[k] += v

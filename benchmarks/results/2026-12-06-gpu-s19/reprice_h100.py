@@ -34,7 +34,7 @@ counts = {m: json.loads((kept / f"mooncake-{m}" / "summary.json").read_text())["
           for m in ("qwen3-next-80b-a3b", "qwen3.5-27b")}  # fmt: skip
 # the committed timing before session 19 (what the CSV was priced with), and the resume candidate
 # that session 19 committed in its place (sim/data/h200-timing.json since)
-h200 = replace(read_timing_file(Path(__file__).with_name("h200-timing-before-s19.json")), gpus=1)
+h200 = replace(read_timing_file(ROOT / "tests" / "data" / "h200-timing-2026-12-04.json"), gpus=1)
 resume = replace(read_timing_file(RES / "2026-12-06-time41" / "h200-timing-resume.json"), gpus=1)
 resume_h100 = scale_timing(resume, get_gpu("h200"), get_gpu("h100"))
 

@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 from sim.cost import get_model, read_timing_file  # noqa: E402
 from sim.replay import steps  # noqa: E402
 
-before = read_timing_file(Path(__file__).with_name("h200-timing-before-s19.json"))
+before = read_timing_file(ROOT / "tests" / "data" / "h200-timing-2026-12-04.json")
 now = read_timing_file(ROOT / "sim" / "data" / "h200-timing.json")
 nine = ROOT / "tests" / "data" / "h200-2026-12-02" / "marconi-exact-continuous"
 moon = (
