@@ -47,6 +47,7 @@ from sim.gpus import catalogue_name
 from sim.replay.measure import (
     TYPE_TERMS,
     held_up,
+    calibrate as measure_calibrate,
     call_model_ms,
     fit_host_depths,
     host_issue_times,
@@ -173,6 +174,21 @@ def fit_resume(runs: list[Run], timing: HardwareTiming) -> tuple[float, dict]:
     return max(0.0, float(np.median(e))), dict(
         pairs=int(len(e)), q25=float(np.quantile(e, 0.25)), q75=float(np.quantile(e, 0.75))
     )
+
+
+def calibrate_run(df: pd.DataFrame, spec: ModelSpec, base, counts, **options) -> tuple[HardwareTiming, dict]:
+    """``marconi replay --calibrate``'s fit of one replay's request table: ``measure.calibrate``,
+    then, for a gated-delta model whose run holds resumed suffix / reference pairs, the resumed-call
+    term (``fit_resume`` on that first fit) and the fit again around it, as ``fit_across(...,
+    resume=True)`` fits the committed file; ``info["resume"]`` says what it found."""
+    t, info = measure_calibrate(df, spec, base, counts, **options)
+    if not spec.n_gdn:
+        return t, info
+    held, found = fit_resume([Run(spec, counts, df, "calibrate")], t)
+    if held > 0:
+        t, info = measure_calibrate(df, spec, base, counts, resume_ms_per_chunk=held, **options)
+    info["resume"] = found
+    return t, info
 
 
 def host_calls(run: Run) -> tuple[int, np.ndarray]:

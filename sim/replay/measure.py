@@ -681,13 +681,24 @@ def calibrate(
     peak_tflops: float = 0.0,
     decode_ms_per_token: float | None = None,
     host: bool = False,
+    resume_ms_per_chunk: float = 0.0,
 ):
     """A HardwareTiming for the whole preset fitted to the measured per-layer-type times; with
     ``host`` (timed on a GPU, queued: host issue times that are the host's), the host term from
-    the calls' host issue times (``fit_host_depths``: one depth, so all of it per layer call)."""
+    the calls' host issue times (``fit_host_depths``: one depth, so all of it per layer call);
+    with ``resume_ms_per_chunk`` (``calibration.fit_resume``'s term), that term in the timing and
+    taken out of each resumed one-call prefill's gated-delta time before the fit."""
     if isinstance(counts, int):
         counts = {"attention": 0, "gated_delta": counts, "mlp": 0}
     calls = timed_calls(df)
+    if resume_ms_per_chunk:
+        k = counts.get("gated_delta", 0)
+        calls = [
+            (segs, dict(by, gated_delta=by["gated_delta"] - resume_ms_per_chunk * gdn_chunks(*segs[0]) * k))
+            if len(segs) == 1 and segs[0][0] > 0 and by.get("gated_delta") is not None
+            else (segs, by)
+            for segs, by in calls
+        ]
     decode = base.decode_ms_per_token if decode_ms_per_token is None else decode_ms_per_token
     src = (
         f"marconi replay --calibrate ({', '.join(f'{v} {k}' for k, v in counts.items() if v)} layers of "
@@ -697,6 +708,8 @@ def calibrate(
     if host:
         call, layer, info["host"] = fit_host_depths({sum(counts.values()): host_issue_times(df)})
         t = replace(t, host_ms_per_call=call, host_ms_per_layer=layer)
+    if resume_ms_per_chunk:
+        t = replace(t, gdn_resume_ms_per_chunk=float(resume_ms_per_chunk))
     timed = df[df["suffix_ms"].notna() & (df["suffix_ms"] > 0) & ~held_up(df)]
     fitted = np.array(
         [

@@ -19,6 +19,7 @@ from sim.config import SimConfig, refuse_bad_choices, setting
 from sim.cost import ModelSpec, TimingModel, get_model
 from sim.errors import UsageError
 from sim.replay import measure
+from sim.replay.calibration import calibrate_run
 from sim.replay.backends import CPU_SMALL_D_MODEL, GDN_BACKENDS, device_problem, kernel_choices, resolve_kernel
 from sim.replay.summary import ReplaySummary, cost_counts
 from sim.replay.tokens import request_tokens
@@ -331,13 +332,14 @@ def _replay(
 def calibrate(
     result: ReplayResult, config: SimConfig, path=None, decode_ms_per_token: Optional[float] = None
 ) -> ReplayResult:
-    """Fit the hardware cost model to ``result``'s per-layer-type measurements; write the timing
+    """Fit the hardware cost model to ``result``'s per-layer-type measurements (with the
+    resumed-call term where the run shows one: ``calibration.calibrate_run``); write the timing
     file to ``path``. A fit that puts a term above the device's peak is refused (UsageError)."""
     spec = get_model(config.model)
     counts = cost_counts(result.settings["layers_replayed"])
     dev = result.settings.get("device_name", "")
     peak = measure.device_peak(dev, result.settings.get("dtype", "bf16"))
-    t, info = measure.calibrate(
+    t, info = calibrate_run(
         result.requests,
         spec,
         result.timing,

@@ -200,3 +200,36 @@ def test_fit_across_with_resume_takes_the_term_out_of_the_gated_delta_calls_only
     t0, info0 = fit_across(none, SHAPED, peak_tflops=989.0, resume=True)
     assert t0.gdn_resume_ms_per_chunk == 0.0 and info0["resume"] == {"pairs": 0}
     assert t0.ms_per_tflop == fit_across(none, SHAPED, peak_tflops=989.0)[0].ms_per_tflop
+
+
+def test_replay_calibrate_fits_the_resumed_call_term_as_the_committed_file_does():
+    """``marconi replay --calibrate`` (``calibration.calibrate_run``) on one run whose resumed calls
+    pay 5 us a chunk and gated-delta layer: the term from its pairs, the fit again around it
+    (the chunk term back to SHAPED's 20 ms a TFLOP within 1 %, where the plain fit folds the term
+    into it: 27.6),
+    the timing priced with it reproducing the run better; a run without pairs gives the plain
+    fit."""
+    from sim.replay import measure
+    from sim.replay.calibration import calibrate_run
+
+    calls = [(0, 2000), (2000, 2031), (0, 700), (640, 1400), (0, 6000), (6000, 6600), (12000, 12017), (0, 131)]
+    calls += [(p, p + n) for p in (0, 1024, 4096, 9000) for n in (1, 17, 64, 333, 1500)]
+    calls += [(p, p + 64 * c) for p in (512, 1024) for c in (16, 24, 40)]  # pairs: >= 16 chunks
+    spec = get_model("qwen3.5-9b")
+    df = _resumed_table(spec, calls, 0.005)
+    plain, plain_info = measure.calibrate(df, spec, SHAPED, LAYERS, peak_tflops=989.0)
+    t, info = calibrate_run(df, spec, SHAPED, LAYERS, peak_tflops=989.0)
+    assert plain.gdn_resume_ms_per_chunk == 0.0 and plain.ms_per_tflop["gdn_chunk"] > 27.0
+    assert info["resume"]["pairs"] == 9
+    assert t.gdn_resume_ms_per_chunk == pytest.approx(0.005, rel=0.02)
+    assert t.ms_per_tflop["gdn_chunk"] == pytest.approx(20.0, rel=0.01)
+    for term in ("attn_linear", "attn_quadratic", "mlp_linear"):
+        assert t.ms_per_tflop[term] == pytest.approx(plain.ms_per_tflop[term], rel=1e-9)
+    # the run reproduced better: median 2.4 % -> 0.3 %, P95 4.5 % -> 3.7 %
+    assert info["median_error"] < plain_info["median_error"] / 5 and info["p95_error"] < plain_info["p95_error"]
+    # no pairs: the plain fit, and it says so
+    t0, info0 = calibrate_run(df.assign(validated=False), spec, SHAPED, LAYERS, peak_tflops=989.0)
+    assert t0.gdn_resume_ms_per_chunk == 0.0 and info0["resume"] == {"pairs": 0}
+    assert t0.ms_per_tflop == measure.calibrate(df.assign(validated=False), spec, SHAPED, LAYERS, peak_tflops=989.0)[
+        0
+    ].ms_per_tflop
