@@ -230,6 +230,7 @@ def test_replay_calibrate_fits_the_resumed_call_term_as_the_committed_file_does(
     # no pairs: the plain fit, and it says so
     t0, info0 = calibrate_run(df.assign(validated=False), spec, SHAPED, LAYERS, peak_tflops=989.0)
     assert t0.gdn_resume_ms_per_chunk == 0.0 and info0["resume"] == {"pairs": 0}
-    assert t0.ms_per_tflop == measure.calibrate(df.assign(validated=False), spec, SHAPED, LAYERS, peak_tflops=989.0)[
-        0
-    ].ms_per_tflop
+    assert (
+        t0.ms_per_tflop
+        == measure.calibrate(df.assign(validated=False), spec, SHAPED, LAYERS, peak_tflops=989.0)[0].ms_per_tflop
+    )
