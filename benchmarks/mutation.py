@@ -241,6 +241,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/test_cost_rules.py",
             "tests/sim/replay/test_replay_measure.py",
             "tests/sim/replay/test_retime.py",  # session 17: outran_sleep, suffix_retimed, retimed_prefills
+            "tests/sim/replay/test_resume_term.py",  # session 19: calibrate's resumed-call term
             "tests/sim/replay/test_host_term.py",
             "tests/sim/replay/test_replay_calibrate.py",
             "tests/sim/replay/test_replay_step_model.py",

@@ -234,3 +234,20 @@ def test_replay_calibrate_fits_the_resumed_call_term_as_the_committed_file_does(
         t0.ms_per_tflop
         == measure.calibrate(df.assign(validated=False), spec, SHAPED, LAYERS, peak_tflops=989.0)[0].ms_per_tflop
     )
+
+
+def test_replay_calibrate_of_a_model_without_gated_delta_layers_fits_no_term():
+    """A preset whose linear layers are not gated-delta ones (here a dense attention model's
+    layers alone) gets ``measure.calibrate``'s plain fit: no term, no resume report."""
+    from sim.replay import measure
+    from sim.replay.calibration import calibrate_run
+
+    calls = [(0, 2000), (2000, 2031), (0, 700), (640, 1400), (0, 6000), (6000, 6600), (0, 131)]
+    calls += [(p, p + n) for p in (0, 1024, 4096) for n in (17, 64, 333, 1500)]
+    calls += [(p, p + 64 * c) for p in (512, 1024) for c in (16, 24, 40)]
+    df = _resumed_table(get_model("qwen3.5-9b"), calls, 0.005)
+    dense, counts = get_model("llama-7b"), {"attention": 8, "gated_delta": 0, "mlp": 32}
+    assert dense.n_gdn == 0
+    t, info = calibrate_run(df, dense, SHAPED, counts)  # (no peak: the times are another model's)
+    assert t.gdn_resume_ms_per_chunk == 0.0 and "resume" not in info
+    assert t == measure.calibrate(df, dense, SHAPED, counts)[0]
