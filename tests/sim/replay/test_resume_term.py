@@ -251,3 +251,20 @@ def test_replay_calibrate_of_a_model_without_gated_delta_layers_fits_no_term():
     t, info = calibrate_run(df, dense, SHAPED, counts)  # (no peak: the times are another model's)
     assert t.gdn_resume_ms_per_chunk == 0.0 and "resume" not in info
     assert t == measure.calibrate(df, dense, SHAPED, counts)[0]
+
+
+def test_calibrate_takes_the_term_out_of_calls_resumed_from_a_one_token_hit():
+    """A state at position 1 is a resumed call too (``p > 0``): with the term given,
+    ``measure.calibrate`` takes it out of such calls before fitting, so a run whose resumed calls
+    all start at token 1 gets the chunk term back (mutation run, session 19: ``p > 0 -> p > 1``
+    survived)."""
+    from sim.replay import measure
+
+    calls = [(0, 2000), (0, 700), (0, 6000), (0, 131), (0, 4000), (0, 9000)]
+    calls += [(1, 1 + n) for n in (17, 64, 333, 1500, 3000, 64 * 16, 64 * 40)]
+    spec = get_model("qwen3.5-9b")
+    df = _resumed_table(spec, calls, 0.005)
+    plain, _ = measure.calibrate(df, spec, SHAPED, LAYERS, peak_tflops=989.0)
+    t, _ = measure.calibrate(df, spec, SHAPED, LAYERS, peak_tflops=989.0, resume_ms_per_chunk=0.005)
+    assert plain.ms_per_tflop["gdn_chunk"] > 24.0
+    assert t.ms_per_tflop["gdn_chunk"] == pytest.approx(20.0, rel=0.01) and t.gdn_resume_ms_per_chunk == 0.005
