@@ -368,8 +368,9 @@ def replay_timing(
     explicit = timing is not None
     t = timing if explicit else default_timing(spec.name)
     home = getattr(t, "device", "")
-    if not explicit and device_kind == "cuda" and home and catalogue_name(device_name) not in ("", home):
-        t = default_timing(spec.name, gpu=catalogue_name(device_name), tensor_parallel=1)
+    here = catalogue_name(device_name) if device_kind == "cuda" else ""
+    if not explicit and home and here not in ("", home):
+        t = default_timing(spec.name, gpu=here, tensor_parallel=1)
     if isinstance(t, HardwareTiming) and t.gpus != 1:
         t = replace(t, gpus=1, comm_ms_per_call=0.0, comm_ms_per_token=0.0)
     fitted = getattr(t, "device", "")
@@ -377,10 +378,9 @@ def replay_timing(
         if explicit and not fitted:  # a file calibrated here, on a CPU (it names no GPU)
             return t, ""
         return t, f"{NOT_COMPARED}: the timing describes {fitted or 'a GPU'}, this replay runs on the CPU"
-    here = catalogue_name(device_name)
-    if getattr(t, "device", "") and here != t.device:
+    if fitted and here != fitted:
         return t, (
-            f"{NOT_COMPARED}: the timing was fitted on {t.device}, this GPU is {here or device_name} "
+            f"{NOT_COMPARED}: the timing was fitted on {fitted}, this GPU is {here or device_name} "
             "(fit one here: --calibrate FILE, then --timing FILE)"
         )
     notes = []
