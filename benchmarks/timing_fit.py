@@ -28,14 +28,16 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.cost import _h200_calibrated, get_model, read_timing_file, timing_to_dict  # noqa: E402
+from sim.cost import _h200_calibrated, get_model, read_timing_file, scale_timing, timing_to_dict  # noqa: E402
 from sim.errors import UsageError  # noqa: E402
+from sim.gpus import catalogue_name, get_gpu  # noqa: E402
 from sim.replay.calibration import Run, fit_across, host_calls, request_errors  # noqa: E402
 from sim.replay.measure import HOST_WAITED_MS, device_peak, held_up, replayed_spec  # noqa: E402
 from sim.replay.steps import with_model  # noqa: E402
 
 
 FEW_LAYERS = 4  # the campaign's --layers
+HOME_GPU = "h200"  # the GPU of the committed calibration (sim/data/h200-timing.json)
 #: what the fit keeps from the committed file: the replays it reads are one-request prefills
 STEPS_SOURCE = (
     "per-sequence step times (seq_ms) and decode kept from the H200 calibration of 2026-12-02 "
@@ -92,16 +94,31 @@ def fit(roots, fit_prefix: str = "fit", versions: str = "", resume: bool = False
     base = _h200_calibrated()
     dtype = settings.get("dtype", "bf16")
     device = settings.get("device_name", "NVIDIA H200")
+    gpu = catalogue_name(device)
+    if not gpu:
+        raise UsageError(f"{device!r} is not in the GPU catalogue (sim/gpus.py): a timing file names its GPU")
     if not versions and (root / "device.txt").is_file():  # the campaign's `torch.__version__ device-name`
         versions = "torch " + (root / "device.txt").read_text().split()[0]
-    src = (
-        f"benchmarks/timing_fit.py across {', '.join(sorted({r.spec.name for r in fit_runs}))} "
-        f"({len(fit_runs)} replays on {device}, {dtype}{', ' + versions if versions else ''}; "
-        f"benchmarks/timing_campaign.sh and the qwen3.5-9b full-depth fit traces); {STEPS_SOURCE}"
-    )
+    models = ", ".join(sorted({r.spec.name for r in fit_runs}))
+    on = f"{len(fit_runs)} replays on {device}, {dtype}{', ' + versions if versions else ''}"
+    if gpu == HOME_GPU:
+        src = (
+            f"benchmarks/timing_fit.py across {models} ({on}; "
+            f"benchmarks/timing_campaign.sh and the qwen3.5-9b full-depth fit traces); {STEPS_SOURCE}"
+        )
+    else:
+        # what the runs cannot show (steps, decode) comes from the H200 file carried to this GPU by the
+        # datasheets, as `marconi run --gpu` prices an uncalibrated GPU (sim.cost.scale_timing)
+        base = scale_timing(base, get_gpu(HOME_GPU), get_gpu(gpu))
+        deep = any(sum(r.counts.values()) > 2 * FEW_LAYERS for r in fit_runs)
+        src = (
+            f"benchmarks/timing_fit.py across {models} ({on}; benchmarks/timing_campaign.sh"
+            f"{' and qwen3.5-9b full-depth fit runs' if deep else ''}); {STEPS_SOURCE}, carried to {gpu} by the "
+            "datasheets (decode at the memory-bandwidth ratio)"
+        )
     info_versions = versions
     timing, info = fit_across(
-        fit_runs, base, peak_tflops=device_peak(device, dtype), device="h200", dtype=dtype, source=src, resume=resume
+        fit_runs, base, peak_tflops=device_peak(device, dtype), device=gpu, dtype=dtype, source=src, resume=resume
     )
     info["versions"] = info_versions
     return runs, base, timing, info

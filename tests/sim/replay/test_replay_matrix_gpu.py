@@ -8,6 +8,10 @@ hit and per split). The CPU matrix (test_replay_matrix.py) covers every trace ki
 on the toy presets; this one the shapes and dtype that broke on the H200 (MoE presets under
 continuous batching, Mooncake's long prompts waiting in a queue)."""
 
+import json
+import os
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -44,6 +48,16 @@ def trace_of(kind):
     return _loaded[kind]
 
 
+def keep_summary(name: str, summary: dict) -> None:
+    """With MARCONI_GPU_ROWS=DIR, each run's summary is kept as DIR/<name>/summary.json, the layout
+    ``benchmarks/replay_matrix.py`` reads, so a GPU test run also yields the matrix's table."""
+    rows = os.environ.get("MARCONI_GPU_ROWS")
+    if rows:
+        out = Path(rows) / name
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps({"summary": summary}, default=str, indent=1))
+
+
 @pytest.mark.parametrize("scheduler", ["fcfs", "continuous"])
 @pytest.mark.parametrize("kind", list(TRACES))
 @pytest.mark.parametrize("model", PRESETS)
@@ -61,6 +75,7 @@ def test_contract_at_preset_shapes(model, kind, scheduler):
     settings = ReplaySettings(layers=4, device="cuda", dtype="bf16", requests=TRACES[kind][2], check_steps=8)
     res = run_replay(trace, config, settings, build=build)
     s = res.summary
+    keep_summary(f"{model}-{kind}-{scheduler}", s)
     assert res.failures == [], [f.message() for f in res.failures[:5]]
     assert s["hits"] > 0
     assert s["hits_validated"] == s["hits"] == s["kv_hits_validated"], s["hits_unvalidated"]
