@@ -459,6 +459,59 @@ def test_the_committed_h200_timing_is_refitted_exactly_from_its_raw_runs():
     assert all(0 < f <= 1.0 for k, f in frac.items() if k != "gdn_chunk")
 
 
+H100_RUNS = ROOT / "benchmarks" / "results" / "2026-12-06-gpu-s20"
+H100_FOLDERS = [H100_RUNS / "campaign"]
+
+
+def _timing_fit():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import timing_fit
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return timing_fit
+
+
+@pytest.mark.skipif(not all(d.is_dir() for d in H100_FOLDERS), reason="the committed H100 campaign runs are absent")
+def test_the_committed_h100_timing_is_refitted_exactly_from_its_raw_runs():
+    """``sim/data/h100-timing.json`` is ``benchmarks/timing_fit.py --resume`` over the H100 campaign
+    (the four fit presets at 4 layers): it names the H100 as its device,
+    and what the runs cannot show (per-sequence step times, decode) is the H200 file's carried to
+    the H100 by the datasheets (decode at the bandwidth ratio 4.8 / 3.35), said in its source."""
+    path = ROOT / "sim" / "data" / "h100-timing.json"
+    committed, raw = read_timing_file(path), json.loads(path.read_text())
+    _, base, t, info = _timing_fit().fit(H100_FOLDERS, versions=raw["versions"], resume=True)
+    for group in ("ms_per_tflop", "layer_call_ms", "ms_per_weight_gb", "ms_per_act_gb", "seq_ms"):
+        assert getattr(t, group) == pytest.approx(getattr(committed, group), rel=1e-9, abs=1e-12), group
+    assert (t.ms_per_kv_gb, t.call_ms, t.gdn_resume_ms_per_chunk) == pytest.approx(
+        (committed.ms_per_kv_gb, committed.call_ms, committed.gdn_resume_ms_per_chunk), rel=1e-9
+    )
+    assert (t.host_ms_per_call, t.host_ms_per_layer) == pytest.approx(
+        (committed.host_ms_per_call, committed.host_ms_per_layer), rel=1e-9
+    )
+    assert (t.source, t.dtype, t.device, t.covers) == (committed.source, "bf16", "h100", committed.covers)
+    assert info["runs"] == raw["fit"]["runs"]
+    h200 = read_timing_file(ROOT / "sim" / "data" / "h200-timing.json")
+    assert t.decode_ms_per_token == pytest.approx(h200.decode_ms_per_token * 4.8 / 3.35, rel=1e-12)
+    assert base.decode_ms_per_token == t.decode_ms_per_token and t.seq_ms == h200.seq_ms
+    assert "NVIDIA H100 80GB HBM3" in t.source and "carried to h100 by the datasheets" in t.source
+
+
+@pytest.mark.skipif(not H100_FOLDERS[0].is_dir(), reason="the committed H100 campaign runs are absent")
+def test_a_campaign_on_a_gpu_the_catalogue_lacks_is_refused(tmp_path):
+    import shutil
+
+    run = tmp_path / "fit1-qwen3.5-9b"
+    shutil.copytree(H100_FOLDERS[0] / run.name, run)
+    s = json.loads((run / "summary.json").read_text())
+    s["settings"]["device_name"] = "Some Future GPU"
+    (run / "summary.json").write_text(json.dumps(s))
+    with pytest.raises(UsageError, match="'Some Future GPU' is not in the GPU catalogue"):
+        _timing_fit().fit([tmp_path], resume=True)
+
+
 def test_without_a_committed_file_the_default_timing_is_the_documented_estimate(monkeypatch):
     """40 % of 989 TFLOP/s per GPU, a 10 ms overhead, decode = the active bf16 weights read at 60 %
     of 4.8 TB/s per GPU."""

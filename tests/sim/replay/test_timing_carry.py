@@ -16,13 +16,16 @@ from sim.cost import (
     MODELS,
     HardwareTiming,
     act_gb,
+    calibrated_file,
     get_model,
     kv_gb_per_layer_token,
     read_timing_file,
+    scale_timing,
     timing_to_dict,
     weight_gb,
 )
 from sim.errors import UsageError
+from sim.gpus import get_gpu
 from sim.replay.calibration import NOT_COMPARED, Run, features, fit_across, replay_timing
 
 COUNTS = {"attention": 1, "gated_delta": 3, "mlp": 4}
@@ -218,28 +221,50 @@ def test_replay_timing_on_a_cpu_or_another_gpu_is_not_compared():
 
 
 def test_replay_timing_on_another_catalogue_gpu_prices_it_by_the_datasheet():
-    """The default timing on an H100 (no committed H100 calibration): the H200 fit carried to the
-    H100 as ``marconi run --gpu h100`` carries it (compute terms at the same share of the peak, the
-    per-layer call times at the bandwidth ratio 4.8 / 3.35), at one GPU, compared and said; a
+    """The default timing on a B200 (no committed B200 calibration): the H200 fit carried to the
+    B200 as ``marconi run --gpu b200`` carries it (compute terms at the same share of the peak, the
+    per-layer call times at the bandwidth ratio 4.8 / 7.7), at one GPU, compared and said; a
     GPU the catalogue does not know stays "not compared", the dtype rule still holds."""
     spec = get_model("qwen3-next-80b-a3b")
     h200, _ = replay_timing(None, spec, "bf16", "cuda", "NVIDIA H200")
-    t, note = replay_timing(None, spec, "bf16", "cuda", "NVIDIA H100 80GB HBM3")
-    assert (t.device, t.uncalibrated, t.gpus) == ("h100", True, 1)
-    assert note.startswith("uncalibrated for GPU h100: the h200 calibration scaled by the datasheets")
+    t, note = replay_timing(None, spec, "bf16", "cuda", "NVIDIA B200")
+    assert (t.device, t.uncalibrated, t.gpus) == ("b200", True, 1)
+    assert note.startswith("uncalibrated for GPU b200: the h200 calibration scaled by the datasheets")
     assert "--calibrate FILE" in note and not note.startswith(NOT_COMPARED)
-    assert t.ms_per_tflop == h200.ms_per_tflop  # the same 989 TFLOP/s peak
+    for kind, ms in h200.ms_per_tflop.items():  # the same share of a 2250 TFLOP/s peak
+        assert t.ms_per_tflop[kind] == pytest.approx(ms * 989 / 2250, rel=1e-12)
     for kind, ms in h200.layer_call_ms.items():
-        assert t.layer_call_ms[kind] == pytest.approx(ms * 4.8 / 3.35, rel=1e-12)
+        assert t.layer_call_ms[kind] == pytest.approx(ms * 4.8 / 7.7, rel=1e-12)
     # one GPU's decode (the weights read at the bandwidth ratio), not a group's share of it
-    assert t.decode_ms_per_token == pytest.approx(h200.decode_ms_per_token * 4.8 / 3.35, rel=1e-12)
+    assert t.decode_ms_per_token == pytest.approx(h200.decode_ms_per_token * 4.8 / 7.7, rel=1e-12)
     assert (t.comm_ms_per_call, t.comm_ms_per_token) == (0.0, 0.0)
-    assert t.prefill_time_s(spec, 0, 4096) > h200.prefill_time_s(spec, 0, 4096)
+    assert t.prefill_time_s(spec, 0, 4096) < h200.prefill_time_s(spec, 0, 4096)
     assert replay_timing(None, spec, "bf16", "cuda", "NVIDIA H200")[1] == ""  # its own device
     _, other = replay_timing(None, spec, "bf16", "cuda", "Some Future GPU")
     assert other.startswith(NOT_COMPARED)
     with pytest.raises(UsageError, match="fitted in bf16"):
-        replay_timing(None, spec, "fp32", "cuda", "NVIDIA H100 80GB HBM3")
+        replay_timing(None, spec, "fp32", "cuda", "NVIDIA B200")
+
+
+def test_replay_timing_on_an_h100_is_its_committed_calibration():
+    """An H100 has its own committed fit (``sim/data/h100-timing.json``, ``benchmarks/timing_fit.py``
+    over an H100 campaign): a replay there is compared with it, as calibrated (no note), at one GPU,
+    and its terms are the file's, not the H200's carried by the datasheets."""
+    spec = get_model("qwen3-next-80b-a3b")
+    own = calibrated_file("h100")
+    assert own is not None and own.device == "h100"
+    t, note = replay_timing(None, spec, "bf16", "cuda", "NVIDIA H100 80GB HBM3")
+    assert note == "" and (t.device, t.uncalibrated, t.gpus) == ("h100", False, 1)
+    assert t.ms_per_tflop == own.ms_per_tflop and t.layer_call_ms == own.layer_call_ms
+    assert t.gdn_resume_ms_per_chunk == own.gdn_resume_ms_per_chunk > 0
+    carried = scale_timing(calibrated_file("h200"), get_gpu("h200"), get_gpu("h100"))
+    assert t.layer_call_ms != carried.layer_call_ms
+    # what the H100 runs could not show is the H200 file's, carried by the datasheets
+    assert own.seq_ms == carried.seq_ms
+    assert own.decode_ms_per_token == pytest.approx(carried.decode_ms_per_token, rel=1e-12)
+    # the PCIe H100 is another catalogue entry: carried from the H200, said
+    _, pcie = replay_timing(None, spec, "bf16", "cuda", "NVIDIA H100 PCIe")
+    assert pcie.startswith("uncalibrated for GPU h100-pcie")
 
 
 def test_replay_timing_refuses_the_default_in_another_dtype():
