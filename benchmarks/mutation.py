@@ -508,6 +508,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["kernels/reference.py"],
         ["tests/kernels/test_reference.py", "tests/kernels/test_conv.py", "tests/kernels/test_chunk_gdn.py"],
     ),
+    # the script that writes the committed timing files (sim/data/<gpu>-timing.json); their exact refits
+    "timing_fit": (["benchmarks/timing_fit.py"], ["tests/sim/test_cost_rules.py", "tests/test_benchmarks.py"]),
 }
 SKIP_FILES = ("__init__.py",)
 

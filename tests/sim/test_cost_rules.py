@@ -460,7 +460,7 @@ def test_the_committed_h200_timing_is_refitted_exactly_from_its_raw_runs():
 
 
 H100_RUNS = ROOT / "benchmarks" / "results" / "2026-12-06-gpu-s20"
-H100_FOLDERS = [H100_RUNS / "campaign"]
+H100_FOLDERS = [H100_RUNS / "campaign", H100_RUNS / "fulldepth"]
 
 
 def _timing_fit():
@@ -477,7 +477,7 @@ def _timing_fit():
 @pytest.mark.skipif(not all(d.is_dir() for d in H100_FOLDERS), reason="the committed H100 campaign runs are absent")
 def test_the_committed_h100_timing_is_refitted_exactly_from_its_raw_runs():
     """``sim/data/h100-timing.json`` is ``benchmarks/timing_fit.py --resume`` over the H100 campaign
-    (the four fit presets at 4 layers): it names the H100 as its device,
+    (the four fit presets at 4 layers, qwen3.5-9b at full depth): it names the H100 as its device,
     and what the runs cannot show (per-sequence step times, decode) is the H200 file's carried to
     the H100 by the datasheets (decode at the bandwidth ratio 4.8 / 3.35), said in its source."""
     path = ROOT / "sim" / "data" / "h100-timing.json"
@@ -497,6 +497,9 @@ def test_the_committed_h100_timing_is_refitted_exactly_from_its_raw_runs():
     assert t.decode_ms_per_token == pytest.approx(h200.decode_ms_per_token * 4.8 / 3.35, rel=1e-12)
     assert base.decode_ms_per_token == t.decode_ms_per_token and t.seq_ms == h200.seq_ms
     assert "NVIDIA H100 80GB HBM3" in t.source and "carried to h100 by the datasheets" in t.source
+    # the full-depth runs give the host term its second depth (64 layer calls beside the campaign's 8)
+    assert "qwen3.5-9b full-depth fit runs" in t.source and t.covers["host_layer_calls"] == [8, 64]
+    assert t.host_ms_per_call > 0 and t.host_ms_per_layer > 0
 
 
 @pytest.mark.skipif(not H100_FOLDERS[0].is_dir(), reason="the committed H100 campaign runs are absent")
