@@ -26,18 +26,19 @@ from sim.replay.tokens import page_keys
 class PendingTimes:
     """A request's timed calls not resolved yet: the suffix prefill (``suffix``: its Stopwatch
     handle, ``suffix_marks``: its per-layer-type marks; ``suffix_first``: the handle of its first
-    call when it was re-timed), the from-scratch reference (``full``, ``full_marks``) and the
-    tail's calls (``tail``)."""
+    call when it was re-timed), the from-scratch reference (``full``, ``full_marks``;
+    ``full_first``: its first call's handle when re-timed) and the tail's calls (``tail``)."""
 
     suffix: object = None
     suffix_first: object = None
     suffix_marks: Optional[Marks] = None
     full: object = None
     full_marks: Optional[Marks] = None
+    full_first: object = None
     tail: list = field(default_factory=list)
 
     def clear(self) -> None:
-        self.suffix = self.full = self.suffix_marks = self.full_marks = self.suffix_first = None
+        self.suffix = self.full = self.suffix_marks = self.full_marks = self.suffix_first = self.full_first = None
         self.tail = []
 
     def resolve(self, record: RequestRecord, clock) -> None:
@@ -56,6 +57,9 @@ class PendingTimes:
             tail_ms=sum(clock.ms(h) for h in self.tail) if self.tail else None,
             first=(clock.ms(self.suffix_first), clock.host_ms(self.suffix_first))
             if self.suffix_first is not None
+            else None,
+            full_first=(clock.ms(self.full_first), clock.host_ms(self.full_first))
+            if self.full_first is not None
             else None,
         )
         self.clear()

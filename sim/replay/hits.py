@@ -196,7 +196,10 @@ class HitChecker:
         ref, _, _ = model.run(  # each layer's suffix rows compared as they come, none kept
             tok[: f.n_in], None, 0, [b] if b > 0 else [], capture, marks=marks, on_output=compare
         )
-        f.times.full = self.clock.stop(t0)
+        h = self.clock.stop(t0)
+        if self.clock.outran(h):
+            h, marks = self._retime_reference(f, tok, b, h)
+        f.times.full = h
         f.times.full_marks = marks
         rec.full_segments = [(0, f.n_in)]
         rec.validated = True
@@ -215,6 +218,22 @@ class HitChecker:
             base, _, _ = model.run(tok[b : f.hit], base, b)
         ref_kv = ref.kv[:, :, : f.hit] if ref.kv is not None else None
         self.judge(f, f.running, suffix.error(), ref, base, ref_kv)
+
+    def _retime_reference(self, f: Flight, tok, b: int, first):
+        """The reference's host issue outran the sleep queued ahead of it (``Stopwatch.outran``,
+        as a suffix call's can: ``Replayer._retime``): its device time may hold the host's gap,
+        which a from-scratch prefill does not cost, and the time saved would be measured high.
+        Run it again (the same tokens and boundary, nothing captured or compared, its states
+        handed to no one) behind a sleep of its kind with the first call's issue taken out of the
+        window; the second time is the request's ``full`` time, the first kept in
+        ``f.times.full_first``. Returns ``(handle, marks)`` of the second call."""
+        self.clock.forget(first)
+        marks = Marks(self.model.device)
+        t0 = self.clock.start(kind="reference")
+        self.model.run(tok[: f.n_in], None, 0, [b] if b > 0 else [], lambda *a: None, marks=marks)
+        h = self.clock.stop(t0)
+        f.times.full_first = first
+        return h, marks
 
     def judge(self, f: Flight, end, e_out: float, ref_end, base, ref_kv) -> None:
         """The hit's check once both sides ran: the end state (``end`` against the from-scratch

@@ -263,6 +263,10 @@ def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.D
             suffix_retimed=r.suffix_retimed,
             suffix_first_ms=r.suffix_first_ms,
             suffix_first_host_ms=r.suffix_first_host_ms,
+            # the from-scratch reference likewise (HitChecker._retime_reference)
+            full_retimed=r.full_retimed,
+            full_first_ms=r.full_first_ms,
+            full_first_host_ms=r.full_first_host_ms,
             replay_flops=replayed_flops(spec, counts, r.suffix_segments),
             replay_full_flops=replayed_flops(spec, counts, [(0, n)]),
             replay_flops_simulated=rspec.prefill_flops(hit, n),
@@ -383,6 +387,7 @@ def summary(
         time_model_p95_error_all=error_stats(df, device_bound=False)[1],
         host_bound_prefills=int(held_up(df).sum()),
         retimed_prefills=int(df["suffix_retimed"].sum()) if len(df) and "suffix_retimed" in df else 0,
+        retimed_references=int(df["full_retimed"].sum()) if len(df) and "full_retimed" in df else 0,
         time_model_host_term=host_term,
         time_model_median_error_device_bound=dev_med,
         time_model_p95_error_device_bound=dev_p95,

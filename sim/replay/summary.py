@@ -82,6 +82,8 @@ class ReplaySummary(SummaryReads):
     # prefills whose first call's host issue outran the sleep queued ahead of it, run again and
     # timed the second time (sim.replay.measure.outran_sleep)
     retimed_prefills: int = 0
+    # from-scratch references (the time saved's other half) timed again for the same reason
+    retimed_references: int = 0
     # the timing prices host-bound prefills (a host term): time_model_median_error and
     # time_model_p95_error then count every prefill, and these two the device-bound ones
     time_model_host_term: bool

@@ -503,6 +503,16 @@ def test_the_committed_h100_timing_is_refitted_exactly_from_its_raw_runs():
 
 
 @pytest.mark.skipif(not H100_FOLDERS[0].is_dir(), reason="the committed H100 campaign runs are absent")
+def test_a_campaign_without_full_depth_runs_says_so():
+    """The campaign's 4-layer runs alone (8 layer calls a call, the replayed depth's threshold):
+    the source does not claim full-depth runs, and the host term covers 8 layer calls only."""
+    _, _, t, _ = _timing_fit().fit([H100_FOLDERS[0]])
+    assert "full-depth" not in t.source and t.device == "h100"
+    assert t.source.endswith("carried to h100 by the datasheets (decode at the memory-bandwidth ratio)")
+    assert t.covers["host_layer_calls"] == [8, 8]
+
+
+@pytest.mark.skipif(not H100_FOLDERS[0].is_dir(), reason="the committed H100 campaign runs are absent")
 def test_a_campaign_on_a_gpu_the_catalogue_lacks_is_refused(tmp_path):
     import shutil
 
@@ -625,6 +635,7 @@ def test_request_table_and_summary_by_hand():
     # its sums are 0, not made up (mutation run, session 17: measured_ms_with_cache's 0.0 -> 1.0 survived)
     sums = ("measured_ms_with_cache", "measured_ms_without_cache", "measured_flops_saved", "simulated_flops_saved")
     sums += ("padding_flops_saved", "replay_flops_executed", "replay_flops_simulated", "hit_tokens", "retimed_prefills")
+    sums += ("retimed_references",)
     assert all(z[k] == 0 for k in sums), {k: z[k] for k in sums}
     # rows, none validated: every error statistic is 0, none is made up
     nv = measure.summary(df.iloc[[0, 2]], failures=[], store_peak_bytes=0, wall_s=1.0)
