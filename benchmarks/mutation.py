@@ -400,6 +400,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_store_rules.py",
             "tests/sim/replay/test_replay_runner.py",
             "tests/sim/replay/test_replay_batch.py",
+            "tests/sim/replay/test_retime.py",  # session 20: HitChecker._retime_reference
         ],
     ),
     "pipeline": (
