@@ -6,6 +6,7 @@ first call's times kept beside). The stalls it answers: the H200 runs' host-boun
 host waited 53-136 ms against a 5-9 ms issue (``docs/results-replay.md``, session 17)."""
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -93,8 +94,6 @@ def test_resolving_a_flights_times_forgets_its_handles():
     """``PendingTimes.resolve`` writes the times and drops every handle (the suffix, its first call
     when re-timed, the reference, their marks, the tail): a queued check that still holds the
     flight holds no events (mutation run, session 17: ``clear`` dropped survived)."""
-    from types import SimpleNamespace
-
     from sim.replay.flight import PendingTimes
 
     clock = SimpleNamespace(ms=lambda h: h[0], host_ms=lambda h: h[1], slack_ms=lambda h: h[2])
@@ -108,39 +107,36 @@ def test_resolving_a_flights_times_forgets_its_handles():
     assert (t.suffix, t.suffix_first, t.suffix_marks, t.full, t.full_marks, t.tail) == (None,) * 5 + ([],)
 
 
-def test_the_replayer_runs_an_outrun_suffix_again_from_the_same_state(tiny_model, tiny_shape, monkeypatch):
-    """Request 1 hits request 0's state at 130 and its suffix call is declared outrun: the
-    suffix runs twice from the restored state, the store gets its state once, the check passes
-    as without the second call, and the record keeps both calls' times."""
-    runs = []
-    real_run = tiny_model.run
+def replay_with_an_outrun_call(tiny_model, tiny_shape, monkeypatch, outrun_kind: str, nth: int):
+    """Request 0 runs (a miss), request 1 hits its state at 130; the ``nth`` call of
+    ``outrun_kind`` the stopwatch is asked about is declared outrun. Returns what was seen: the
+    model's calls ``(start, tokens, state position, wanted, sink, keywords)``, the kinds asked,
+    the handles forgotten (the first call's issue leaving its sleep window; a no-op on the CPU,
+    which queues nothing), the store's writes, the replayer and its records."""
+    seen = SimpleNamespace(runs=[], asked=[], forgotten=[], writes=[])
+    real_run, real_forget = tiny_model.run, Stopwatch.forget
 
     def run(tokens, state, start, wanted=(), on_state=None, **kw):
-        runs.append((int(start), int(tokens.shape[0]), None if state is None else int(state.pos), on_state))
+        pos = None if state is None else int(state.pos)
+        seen.runs.append((int(start), int(tokens.shape[0]), pos, list(wanted), on_state, sorted(kw)))
         return real_run(tokens, state, start, wanted, on_state, **kw)
 
-    asked = []
+    def outran(h):
+        seen.asked.append(h.kind)
+        return h.kind == outrun_kind and seen.asked.count(outrun_kind) == nth
 
-    def outran(h):  # the second suffix call asked about: request 1's (request 0's is the first)
-        asked.append(h.kind)
-        return h.kind == "suffix" and asked.count("suffix") == 2
+    def forget(self, h):
+        seen.forgotten.append(h)
+        real_forget(self, h)
 
     monkeypatch.setattr(tiny_model, "run", run)
     monkeypatch.setattr(Stopwatch, "outran", staticmethod(outran))
-    forgotten = []
-    real_forget = Stopwatch.forget
-
-    def forget(self, h):  # the first call's issue taken out of its window (a no-op on the CPU: unqueued)
-        forgotten.append(h)
-        real_forget(self, h)
-
     monkeypatch.setattr(Stopwatch, "forget", forget)
     store = CheckpointStore(tiny_shape, torch.float32, device="cpu")
-    writes = []
     real_write = store.write
 
     def write(cp, layer, r, c):
-        writes.append((cp, layer))
+        seen.writes.append((cp, layer))
         real_write(cp, layer, r, c)
 
     monkeypatch.setattr(store, "write", write)
@@ -154,7 +150,17 @@ def test_the_replayer_runs_an_outrun_suffix_again_from_the_same_state(tiny_model
     rp.prefill(1, 130, 170)
     rp.admit(3, 1, 170, "prompt end")
     rp.decode(1)
-    recs = {r.request: r for r in rp.finish()}
+    seen.rp, seen.recs = rp, {r.request: r for r in rp.finish()}
+    return seen
+
+
+def test_the_replayer_runs_an_outrun_suffix_again_from_the_same_state(tiny_model, tiny_shape, monkeypatch):
+    """Request 1 hits request 0's state at 130 and its suffix call is declared outrun: the
+    suffix runs twice from the restored state, the store gets its state once, the check passes
+    as without the second call, and the record keeps both calls' times."""
+    # the second suffix call asked about: request 1's (request 0's is the first)
+    seen = replay_with_an_outrun_call(tiny_model, tiny_shape, monkeypatch, "suffix", 2)
+    rp, recs, runs, asked, forgotten, writes = seen.rp, seen.recs, seen.runs, seen.asked, seen.forgotten, seen.writes
     assert rp.failures == []
     r1 = recs[1]
     assert r1.validated and r1.suffix_retimed and not recs[0].suffix_retimed
@@ -218,8 +224,6 @@ def test_a_record_keeps_the_first_reference_call_beside_the_second():
 
 
 def test_resolving_writes_the_first_reference_call_and_forgets_it():
-    from types import SimpleNamespace
-
     from sim.replay.flight import PendingTimes
 
     clock = SimpleNamespace(ms=lambda h: h[0], host_ms=lambda h: h[1], slack_ms=lambda h: h[2])
@@ -238,41 +242,8 @@ def test_the_checker_times_an_outrun_reference_again(tiny_model, tiny_shape, mon
     the reference [0, 170) runs twice from nothing, the check passes as without the second call,
     the second call captures and compares nothing and hands its states to no one, the first
     call's issue leaves its sleep window, and the record keeps both calls' times."""
-    runs = []
-    real_run = tiny_model.run
-
-    def run(tokens, state, start, wanted=(), on_state=None, **kw):
-        runs.append((int(start), int(tokens.shape[0]), state, list(wanted), on_state, sorted(kw)))
-        return real_run(tokens, state, start, wanted, on_state, **kw)
-
-    asked = []
-
-    def outran(h):
-        asked.append(h.kind)
-        return h.kind == "reference" and asked.count("reference") == 1
-
-    monkeypatch.setattr(tiny_model, "run", run)
-    monkeypatch.setattr(Stopwatch, "outran", staticmethod(outran))
-    forgotten = []
-    real_forget = Stopwatch.forget
-
-    def forget(self, h):
-        forgotten.append(h)
-        real_forget(self, h)
-
-    monkeypatch.setattr(Stopwatch, "forget", forget)
-    store = CheckpointStore(tiny_shape, torch.float32, device="cpu")
-    rp = Replayer(tiny_model, store, lambda r: REQS[r])
-    rp.lookup(0, None, 0)
-    rp.prefill(0, 0, 100)
-    rp.admit(1, 0, 100, "prompt end")
-    rp.decode(0)
-    rp.admit(2, 0, 130, "tail")
-    rp.lookup(1, 2, 130)
-    rp.prefill(1, 130, 170)
-    rp.admit(3, 1, 170, "prompt end")
-    rp.decode(1)
-    recs = {r.request: r for r in rp.finish()}
+    seen = replay_with_an_outrun_call(tiny_model, tiny_shape, monkeypatch, "reference", 1)
+    rp, recs, runs, asked, forgotten = seen.rp, seen.recs, seen.runs, seen.asked, seen.forgotten
     assert rp.failures == []
     r1 = recs[1]
     assert r1.validated and r1.full_retimed and not r1.suffix_retimed
@@ -281,6 +252,7 @@ def test_the_checker_times_an_outrun_reference_again(tiny_model, tiny_shape, mon
     assert r1.full_segments == [(0, 170)]
     assert [(h.kind, rp.clock.host_ms(h)) for h in forgotten] == [("reference", r1.full_first_host_ms)]
     refs = [x for x in runs if x[0] == 0 and x[1] == 170 and x[2] is None]
+    assert seen.writes.count((3, 0)) == seen.writes.count((3, 1)) == 1  # the suffix's states, once
     assert len(refs) == 2
     first, second = refs
     assert first[3] == second[3] == [128]  # the same boundary (the 64-multiple under the hit)
