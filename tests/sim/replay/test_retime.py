@@ -254,6 +254,10 @@ def test_the_checker_times_an_outrun_reference_again(tiny_model, tiny_shape, mon
     refs = [x for x in runs if x[0] == 0 and x[1] == 170 and x[2] is None]
     assert seen.writes.count((3, 0)) == seen.writes.count((3, 1)) == 1  # the suffix's states, once
     assert len(refs) == 2
+    # the second ran after the check (the untimed call carrying the reference's state from 128 to
+    # the hit at 130 comes between them): one reference's results in memory at a time
+    carry = [x for x in runs if x[0] == 128 and x[1] == 2]
+    assert len(carry) == 1 and runs.index(refs[0]) < runs.index(carry[0]) < runs.index(refs[1])
     first, second = refs
     assert first[3] == second[3] == [128]  # the same boundary (the 64-multiple under the hit)
     assert "on_output" in first[5] and "on_output" not in second[5]  # the second compares nothing
