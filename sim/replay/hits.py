@@ -193,8 +193,9 @@ class HitChecker:
 
         marks = Marks(model.device)
         t0 = self.clock.start(kind="reference")  # its own sleep window: not the suffix calls'
+        bounds = [b] if b > 0 else []
         ref, _, _ = model.run(  # each layer's suffix rows compared as they come, none kept
-            tok[: f.n_in], None, 0, [b] if b > 0 else [], capture, marks=marks, on_output=compare
+            tok[: f.n_in], None, 0, bounds, capture, marks=marks, on_output=compare
         )
         h = self.clock.stop(t0)
         f.times.full = h
@@ -221,20 +222,20 @@ class HitChecker:
             # activations, states and KV in memory at a time
             del ref, base, ref_kv, kv_b
             at_b.clear()
-            f.times.full, f.times.full_marks = self._retime_reference(f, tok, b, h)
+            f.times.full, f.times.full_marks = self._retime_reference(f, tok, bounds, h)
 
-    def _retime_reference(self, f: Flight, tok, b: int, first):
+    def _retime_reference(self, f: Flight, tok, bounds: list, first):
         """The reference's host issue outran the sleep queued ahead of it (``Stopwatch.outran``,
         as a suffix call's can: ``Replayer._retime``): its device time may hold the host's gap,
         which a from-scratch prefill does not cost, and the time saved would be measured high.
-        Run it again, after the hit's check (the same tokens and boundary, nothing captured or
+        Run it again, after the hit's check (the same tokens and boundary ``bounds``, nothing captured or
         compared, its states handed to no one), behind a sleep of its kind with the first call's
         issue taken out of the window; the second time is the request's ``full`` time, the first kept in
         ``f.times.full_first``. Returns ``(handle, marks)`` of the second call."""
         self.clock.forget(first)
         marks = Marks(self.model.device)
         t0 = self.clock.start(kind="reference")
-        self.model.run(tok[: f.n_in], None, 0, [b] if b > 0 else [], lambda *a: None, marks=marks)
+        self.model.run(tok[: f.n_in], None, 0, bounds, lambda *a: None, marks=marks)
         h = self.clock.stop(t0)
         f.times.full_first = first
         return h, marks
