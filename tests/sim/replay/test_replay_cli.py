@@ -333,3 +333,23 @@ def test_requests_the_engine_aborts_are_said_not_replayed(tmp_path):
     assert s["hits"] == s["hits_validated"] == s["kv_hits_validated"] > 0
     p = marconi(*args, "--capacity", "50KB", "--scheduler", "fcfs", "--no-progress", "--format", "json")
     assert json.loads(p.stdout)["aborted_requests"] == 0 and json.loads(p.stdout)["requests"] == 6
+
+
+def test_the_table_holds_the_timed_prefills_rows_unless_batched(replay_out):
+    """The summary table of a per-request replay has the measured prefill times with and without
+    the cache and the time saved (``saved_line``: what the hits saved, measured against
+    modelled); a batched replay times batches, not requests, and has none of the three (mutation
+    run, session 20: the three rows dropped survived)."""
+    from sim.cli.replay import format_summary, saved_line
+
+    out, s = replay_out
+    settings = json.loads((out / "summary.json").read_text())["settings"]
+    text = format_summary(s, settings)
+    saved = [line for line in text.splitlines() if "saved on validated hits" in line]
+    assert len(saved) == 1 and saved[0].rstrip().endswith(saved_line(s))
+    assert f"{s['measured_ms_with_cache']:,.1f} ms" in text and "measured prefill without cache" in text
+    assert f"({s['requests_full_measured']} requests timed in full)" in text
+    calls = {"suffix": dict(calls=3, sequences_per_call=2.0, tokens_per_call=900, ms=4.0, tflops=1.5)}
+    batched = format_summary(dict(s, batch_calls=calls), settings)
+    assert "suffix 3 (2.0 requests, 900 tokens per call, 4 ms, 1.5 TFLOP/s)" in batched
+    assert "saved on validated hits" not in batched and "measured prefill with cache" not in batched
