@@ -6,6 +6,7 @@ first call's times kept beside). The stalls it answers: the H200 runs' host-boun
 host waited 53-136 ms against a 5-9 ms issue (``docs/results-replay.md``, session 17)."""
 
 import math
+import weakref
 from types import SimpleNamespace
 
 import numpy as np
@@ -113,13 +114,17 @@ def replay_with_an_outrun_call(tiny_model, tiny_shape, monkeypatch, outrun_kind:
     model's calls ``(start, tokens, state position, wanted, sink, keywords)``, the kinds asked,
     the handles forgotten (the first call's issue leaving its sleep window; a no-op on the CPU,
     which queues nothing), the store's writes, the replayer and its records."""
-    seen = SimpleNamespace(runs=[], asked=[], forgotten=[], writes=[])
+    seen = SimpleNamespace(runs=[], asked=[], forgotten=[], writes=[], outputs=[], alive=[])
     real_run, real_forget = tiny_model.run, Stopwatch.forget
 
     def run(tokens, state, start, wanted=(), on_state=None, **kw):
         pos = None if state is None else int(state.pos)
         seen.runs.append((int(start), int(tokens.shape[0]), pos, list(wanted), on_state, sorted(kw)))
-        return real_run(tokens, state, start, wanted, on_state, **kw)
+        # which earlier calls' end states are still held as this one starts (weak references)
+        seen.alive.append([w() is not None for w in seen.outputs])
+        out = real_run(tokens, state, start, wanted, on_state, **kw)
+        seen.outputs.append(weakref.ref(out[0].rec))
+        return out
 
     def outran(h):
         seen.asked.append(h.kind)
@@ -164,6 +169,7 @@ def test_the_replayer_runs_an_outrun_suffix_again_from_the_same_state(tiny_model
     assert rp.failures == []
     r1 = recs[1]
     assert r1.validated and r1.suffix_retimed and not recs[0].suffix_retimed
+    assert r1.full_ms > 0 and not r1.full_retimed  # the reference, not outrun, timed once
     assert r1.suffix_first_ms > 0 and r1.suffix_ms > 0 and r1.suffix_host_ms > 0
     assert r1.suffix_segments == [(130, 170)]  # one call's segments, not two
     assert [(h.kind, rp.clock.host_ms(h)) for h in forgotten] == [("suffix", r1.suffix_first_host_ms)]
@@ -263,6 +269,12 @@ def test_the_checker_times_an_outrun_reference_again(tiny_model, tiny_shape, mon
     assert "on_output" in first[5] and "on_output" not in second[5]  # the second compares nothing
     # its sink takes states and keeps none (the first call's captured the boundary state)
     assert second[4] is not first[4] and second[4](128, 0, None, None) is None
+    # as the second starts, the first call's end state is gone, and so are the boundary states
+    # its sink captured (the check's): one reference's results in memory at a time
+    i, k = runs.index(first), runs.index(second)
+    assert seen.alive[k][i] is False
+    captured = [c.cell_contents for c in first[4].__closure__ if isinstance(c.cell_contents, dict)]
+    assert captured == [{}]
     assert asked.count("reference") == 1  # the second call is not asked again
 
 
