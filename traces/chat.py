@@ -18,6 +18,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from multiprocessing import get_context
+from multiprocessing.pool import TERMINATE
 
 import numpy as np
 
@@ -58,6 +59,35 @@ def _start_pool(procs: int, init_args: tuple):
         return ctx.Pool(procs, initializer=_init_pool_worker, initargs=init_args)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _abandon_pool(pool) -> None:
+    """End a pool mid-work (Ctrl-C, or an error) without ``Pool.terminate()``, whose clean-up can
+    deadlock: it ends workers that may be writing a result, then joins its task handler, which
+    can wait forever for the result queue's lock such a worker held (CPython issues #78178,
+    #96995; seen here once as a Ctrl-C that hung for 30 s on a loaded 2-core runner). Here the
+    worker handler is stopped first (it would start new workers for the dead ones), the workers
+    are killed and reaped, and the pool's finalizer, which would run the same clean-up at exit, is
+    cancelled; nothing of the pool's queues is used again, and its handler threads are daemons
+    that end with the process. Falls back to ``terminate()`` on a pool without these parts."""
+    handler = getattr(pool, "_worker_handler", None)
+    finalizer = getattr(pool, "_terminate", None)
+    workers = getattr(pool, "_pool", None)
+    if handler is None or workers is None or not hasattr(finalizer, "cancel"):
+        pool.terminate()
+        pool.join()
+        return
+    pool._state = handler._state = TERMINATE
+    notifier = getattr(pool, "_change_notifier", None)
+    if notifier is not None:
+        notifier.put(None)  # wake it from its wait: it sees TERMINATE and leaves its loop
+    handler.join(timeout=5)
+    for w in list(workers):
+        if w.exitcode is None:
+            w.kill()
+    for w in list(workers):
+        w.join(timeout=5)
+    finalizer.cancel()
 
 
 def _tokenize_one(messages: list[tuple[str, str]]):
@@ -165,9 +195,9 @@ def build_chat_trace(
         if pool is not None:
             if finished:
                 pool.close()
+                pool.join()
             else:  # Ctrl-C or an error: drop the queued work instead of waiting for it
-                pool.terminate()
-            pool.join()
+                _abandon_pool(pool)
         if bar is not None:
             bar.close()
     if not ids:

@@ -73,3 +73,32 @@ def test_ctrl_c_while_tokenizing_exits_promptly(tmp_path, group, delay):
     assert proc.returncode == 130 and lines == ["Interrupted."], (proc.returncode, text[-500:])
     for w in workers:  # no orphaned tokenizer process keeps running
         assert not Path(f"/proc/{w}").exists() or "zombie" in Path(f"/proc/{w}/status").read_text()
+
+
+def _alive(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "zombie" not in status.read_text()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux /proc")
+def test_an_abandoned_pool_ends_its_workers_and_starts_no_new_ones():
+    """``chat._abandon_pool`` (the Ctrl-C / error path, instead of ``Pool.terminate()``, whose
+    clean-up can wait forever for a queue lock a killed worker held): with tasks still running,
+    every worker is killed and reaped, the worker handler has stopped (it would start new workers
+    for the dead ones), and the pool's finalizer no longer runs the terminate clean-up at exit."""
+    from multiprocessing.pool import TERMINATE
+
+    from traces import chat
+
+    pool = chat._start_pool(2, ("qwen3.5", None, None, 90.0))
+    pending = pool.map_async(time.sleep, [5.0] * 4)  # the workers busy, tasks queued behind them
+    time.sleep(1.0)
+    pids = [w.pid for w in pool._pool]
+    assert len(pids) == 2 and all(_alive(p) for p in pids)
+    chat._abandon_pool(pool)
+    assert not pool._worker_handler.is_alive() and pool._state == TERMINATE
+    assert not any(_alive(p) for p in pids)
+    time.sleep(0.5)  # a live worker handler would have started replacements by now
+    assert [w.pid for w in pool._pool if w.exitcode is None] == []
+    assert not pool._terminate.still_active()
+    assert not pending.ready()  # the queued work was dropped, not waited for
