@@ -509,6 +509,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["kernels/reference.py"],
         ["tests/kernels/test_reference.py", "tests/kernels/test_conv.py", "tests/kernels/test_chunk_gdn.py"],
     ),
+    # the tokenizer pool's Ctrl-C / error path (session 20: _abandon_pool)
+    "chat_pool": (["traces/chat.py"], ["tests/traces/test_interrupt.py", "tests/traces/test_tokenizers.py"]),
     # the script that writes the committed timing files (sim/data/<gpu>-timing.json); their exact refits
     "timing_fit": (
         ["benchmarks/timing_fit.py"],
