@@ -95,10 +95,90 @@ def test_an_abandoned_pool_ends_its_workers_and_starts_no_new_ones():
     time.sleep(1.0)
     pids = [w.pid for w in pool._pool]
     assert len(pids) == 2 and all(_alive(p) for p in pids)
+
+    def no_terminate():
+        raise AssertionError("Pool.terminate()'s clean-up is what _abandon_pool avoids")
+
+    pool.terminate = no_terminate
+    handler_alive_at_kill = []
+    for w in pool._pool:  # the handler must be gone before a worker dies (or it starts another)
+        real_kill = w.kill
+
+        def kill(real_kill=real_kill):
+            handler_alive_at_kill.append(pool._worker_handler.is_alive())
+            real_kill()
+
+        w.kill = kill
     chat._abandon_pool(pool)
+    assert handler_alive_at_kill == [False, False]  # woken at once, not after its 5 s join
     assert not pool._worker_handler.is_alive() and pool._state == TERMINATE
     assert not any(_alive(p) for p in pids)
     time.sleep(0.5)  # a live worker handler would have started replacements by now
     assert [w.pid for w in pool._pool if w.exitcode is None] == []
     assert not pool._terminate.still_active()
     assert not pending.ready()  # the queued work was dropped, not waited for
+
+
+def test_a_pool_without_the_parts_abandon_uses_is_terminated():
+    """A pool object without the worker handler, workers list or finalizer ``_abandon_pool``
+    relies on (another Python's) is ended by its own ``terminate()`` and ``join()``."""
+    from traces import chat
+
+    calls = []
+
+    class Other:
+        def terminate(self):
+            calls.append("terminate")
+
+        def join(self):
+            calls.append("join")
+
+    chat._abandon_pool(Other())
+    assert calls == ["terminate", "join"]
+
+
+_REAL_TOKENIZE: list = []
+
+
+def _failing_on_question_7(messages):
+    """A worker's tokenization that fails on one conversation (module level: the pool pickles it
+    by name)."""
+    if messages[0][1] == "question 7":
+        raise ValueError("a tokenizer error")
+    return _REAL_TOKENIZE[0](messages)
+
+
+def test_a_worker_error_abandons_the_pool_and_a_finished_trace_closes_it(monkeypatch):
+    """``build_chat_trace`` with enough conversations for the pool (``POOL_MIN_CONVERSATIONS``):
+    a worker's error reaches the caller and the pool is abandoned (no waiting for its queued
+    work); a trace that finishes closes and joins the pool instead."""
+    from traces import chat
+
+    convs = [
+        (f"c{i}", [("user", f"question {i}"), ("assistant", f"answer {i}")]) for i in range(chat.POOL_MIN_CONVERSATIONS)
+    ]
+    abandoned, closed = [], []
+    real_abandon, real_start = chat._abandon_pool, chat._start_pool
+
+    def start(procs, init_args):
+        pool = real_start(procs, init_args)
+        real_close = pool.close
+
+        def close():
+            closed.append(pool)
+            real_close()
+
+        pool.close = close
+        return pool
+
+    monkeypatch.setattr(chat, "_start_pool", start)
+    monkeypatch.setattr(chat, "_abandon_pool", lambda pool: (abandoned.append(pool), real_abandon(pool)))
+    trace = chat.build_chat_trace("t", iter(convs), "qwen3.5", num_proc=2)
+    assert len(closed) == 1 and abandoned == [] and trace.meta.get("dropped_sessions", 0) == 0
+
+    _REAL_TOKENIZE.append(chat._tokenize_one)
+    monkeypatch.setattr(chat, "_tokenize_one", _failing_on_question_7)  # the workers fork after: they run it
+    with pytest.raises(ValueError, match="a tokenizer error"):
+        chat.build_chat_trace("t", iter(convs), "qwen3.5", num_proc=2)
+    assert len(abandoned) == 1 and len(closed) == 1
+    assert all(w.exitcode is not None for w in abandoned[0]._pool)
