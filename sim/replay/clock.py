@@ -222,6 +222,16 @@ class Stopwatch:
         (``sim.replay.measure.outran_sleep``; False unqueued). No device sync."""
         return handle is not None and outran_sleep(float(handle.host), float(handle.sleep_ms))
 
+    def again(self, first: Timed, call) -> Timed:
+        """A queued call whose host issue outran its sleep (``outran``) timed once more: its
+        stalled issue taken out of its kind's sleep window (``forget``), then ``call()`` run behind
+        a fresh sleep of the same kind and segment count. Returns the second call's handle (the
+        caller keeps ``first``'s: ``Replayer._retime``, ``HitChecker._retime_reference``)."""
+        self.forget(first)
+        t0 = self.start(kind=first.kind, segments=first.segments)
+        call()
+        return self.stop(t0)
+
     def forget(self, handle) -> None:
         """Take a call's host time out of its sleep window (the call is run again)."""
         if handle is not None and handle.before is not None:

@@ -421,11 +421,8 @@ class Replayer:
         kind's other calls (the first call's host time taken out of the window): its second time
         is the request's. Returns ``(handle, marks)`` of the second call; the first's handle is
         kept in ``f.times.suffix_first``."""
-        self.clock.forget(first)
         marks = Marks(self.model.device)
-        t0 = self.clock.start(kind="suffix", segments=first.segments)
-        self.model.run(tokens, begin, f.pos, wanted, lambda *a: None, marks=marks)
-        h = self.clock.stop(t0)
+        h = self.clock.again(first, lambda: self.model.run(tokens, begin, f.pos, wanted, lambda *a: None, marks=marks))
         f.times.suffix_first = first
         return h, marks
 

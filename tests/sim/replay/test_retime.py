@@ -82,13 +82,36 @@ def test_the_stopwatch_forgets_a_queued_calls_issue_only():
     assert clock.windows.recent("suffix", 2) == [8.0, 8.0]
 
 
-def test_a_record_keeps_the_first_calls_times_beside_the_second():
+@pytest.mark.parametrize(
+    "call, first_arg, times, first, other",
+    [
+        ("suffix", "first", (1.25, 6.1, 0.9), (14.57, 65.07), "full"),  # a suffix prefill (session 17)
+        ("full", "full_first", (2.0, 5.0, 1.0), (10.16, 64.03), "suffix"),  # its reference (session 20)
+    ],
+)
+def test_a_record_keeps_the_first_calls_times_beside_the_second(call, first_arg, times, first, other):
+    """``RequestRecord.timed``: a call timed once has no first call; one timed again keeps its
+    first call's device and host ms beside the second's times, and flags only its own kind."""
     r = RequestRecord(request=3, input_tokens=1053, output_tokens=26)
-    r.timed(suffix=(1.25, 6.1, 0.9))
-    assert not r.suffix_retimed and math.isnan(r.suffix_first_ms)
-    r.timed(suffix=(1.25, 6.1, 0.9), first=(14.57, 65.07))
-    assert r.suffix_retimed and (r.suffix_first_ms, r.suffix_first_host_ms) == (14.57, 65.07)
-    assert (r.suffix_ms, r.suffix_host_ms, r.suffix_slack_ms) == (1.25, 6.1, 0.9)
+    r.timed(**{call: times})
+    assert not getattr(r, f"{call}_retimed") and math.isnan(getattr(r, f"{call}_first_ms"))
+    r.timed(**{call: times, first_arg: first})
+    assert getattr(r, f"{call}_retimed") and not getattr(r, f"{other}_retimed")
+    assert (getattr(r, f"{call}_first_ms"), getattr(r, f"{call}_first_host_ms")) == first
+    assert tuple(getattr(r, f"{call}_{k}") for k in ("ms", "host_ms", "slack_ms")) == times
+
+
+def test_the_stopwatch_times_an_outrun_call_again_in_its_place():
+    """``Stopwatch.again``: the first call's issue leaves its window, the call runs once more,
+    and the second handle is of the first's kind and segment count (unqueued on the CPU)."""
+    clock = Stopwatch(torch.device("cpu"))
+    forgotten, ran = [], []
+    clock.forget = forgotten.append
+    first = Timed(None, None, 62.4, object(), "reference", 3, 12.25, 1000)
+    second = clock.again(first, lambda: ran.append(1))
+    assert forgotten == [first] and ran == [1]
+    assert (second.kind, second.segments, second.before) == ("reference", 3, None)
+    assert clock.ms(second) >= 0
 
 
 def test_resolving_a_flights_times_forgets_its_handles():
@@ -217,16 +240,6 @@ def test_the_time_model_line_says_how_many_prefills_were_timed_again():
 # ShareGPT runs (4 layers, short prompts) 40-51 of ~197 references were host-bound and the time
 # saved measured 16-39 % over the model, against +6 / +8 % over the pairs where neither call was
 # (docs/results-replay.md, session 20). It is now timed again like a suffix call.
-
-
-def test_a_record_keeps_the_first_reference_call_beside_the_second():
-    r = RequestRecord(request=4, input_tokens=960, output_tokens=12)
-    r.timed(full=(2.0, 5.0, 1.0))
-    assert not r.full_retimed and math.isnan(r.full_first_ms)
-    r.timed(full=(2.0, 5.0, 1.0), full_first=(10.16, 64.03))
-    assert r.full_retimed and (r.full_first_ms, r.full_first_host_ms) == (10.16, 64.03)
-    assert (r.full_ms, r.full_host_ms, r.full_slack_ms) == (2.0, 5.0, 1.0)
-    assert not r.suffix_retimed  # the suffix's flag is its own
 
 
 def test_resolving_writes_the_first_reference_call_and_forgets_it():
