@@ -103,15 +103,34 @@ def memory_warning(shape: ReplayShape, dtype, store_bytes: int, queued_bytes: in
     )
 
 
+def free_for_replay(device) -> int:
+    """Bytes the replay can still take on ``device``: the driver's free memory and what torch's
+    caching allocator holds reserved but unused (an earlier run in the same process, e.g.
+    replay_bench's fit runs before its held-out ones, leaves tens of GB there)."""
+    return torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+
+
+STATE_BOUNDARY = 64  # admission places states on 64-token boundaries, at a request's branch point and its last token
+
+
+def produced_bytes(lengths, shape: ReplayShape, dtype) -> int:
+    """What a store could ever hold of a trace whose requests are ``lengths`` tokens long (input
+    and output): every token's KV and, per request, a state at every ``STATE_BOUNDARY`` plus its
+    branch point and last token. The store's plan is the lower of this and the capacity: a run
+    with ``--capacity inf`` plans what its trace can fill, not the sentinel's 4.6e9 GB."""
+    kv, state = shape.kv_bytes_per_token(dtype), shape.state_bytes(dtype)
+    return sum(n * kv + (n // STATE_BOUNDARY + 2) * state for n in lengths)
+
+
 def planned_memory_note(trace: Trace, config: SimConfig, settings, n_shadows: int, shape, dtype, free: int) -> str:
-    """``memory_warning`` for a replay of ``trace``: the store's capacity on the GPU (once per
-    store there: the replayer's with ``--store gpu``, each shadow's), the batch queues' budget when
-    batched, the longest request (input and output tokens)."""
-    longest = max(
-        (r.n_input_tokens(trace.block_tokens) + r.n_output_tokens(trace.block_tokens) for r in trace.requests),
-        default=0,
-    )
-    on_gpu = config.capacity_bytes * ((settings.store == "gpu") + n_shadows)
+    """``memory_warning`` for a replay of ``trace``: the store's capacity on the GPU, or what the
+    trace can fill (``produced_bytes``) where that is less (once per store there: the replayer's
+    with ``--store gpu``, each shadow's), the batch queues' budget when batched, the longest request
+    (input and output tokens)."""
+    lengths = [r.n_input_tokens(trace.block_tokens) + r.n_output_tokens(trace.block_tokens) for r in trace.requests]
+    per_store = min(config.capacity_bytes, produced_bytes(lengths, shape, dtype))
+    on_gpu = per_store * ((settings.store == "gpu") + n_shadows)
+    longest = max(lengths, default=0)
     return memory_warning(shape, dtype, on_gpu, HELD_BYTES if settings.batch > 1 else 0, longest, free)
 
 
@@ -200,7 +219,7 @@ def build(
         )
     if device.type == "cuda":
         note = planned_memory_note(
-            trace, config, settings, len(shadows), shape, dtype, torch.cuda.mem_get_info(device)[0]
+            trace, config, settings, len(shadows), shape, dtype, free_for_replay(device)
         )
         if note:
             print(note, file=sys.stderr)

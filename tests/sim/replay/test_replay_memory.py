@@ -250,3 +250,51 @@ def test_the_memory_plan_of_a_real_trace_counts_its_longest_request_and_the_stor
     assert "store up to 120.0 GB" in planned_memory_note(trace, cfg, batched, 2, s, bf16, 0)
     host = ReplaySettings(device="cuda", store="host")
     assert "store up to 0.0 GB, batch queues 0.0 GB" in planned_memory_note(trace, cfg, host, 0, s, bf16, 0)
+
+
+def test_an_unbounded_store_plans_what_its_trace_can_fill_not_the_sentinel():
+    """``--capacity inf`` (replay_bench's fit runs) printed "4611686020.3 GB planned": the store's
+    plan is the lower of the capacity and every token's KV plus a state at every 64-token boundary
+    and two more per request, hand-counted here on a 2-request trace of replay-tiny's shape."""
+    from sim.config import UNLIMITED, SimConfig
+    from sim.cost import get_model
+    from sim.replay.model import ReplayShape
+    from sim.replay.pipeline import planned_memory_note, produced_bytes
+    from sim.replay.session import ReplaySettings
+    import numpy as np
+
+    from traces.base import Request, Trace
+
+    s = ReplayShape.from_spec(get_model("replay-tiny"))
+    f32 = torch.float32
+    kv, state = s.kv_bytes_per_token(f32), s.state_bytes(f32)
+    assert kv > 0 and state > 0
+    # 200 tokens: 3 boundaries + 2; 64 tokens: 1 + 2
+    assert produced_bytes([200, 64], s, f32) == 264 * kv + (5 + 3) * state
+    assert produced_bytes([], s, f32) == 0
+    trace = Trace(
+        name="two",
+        requests=[
+            Request(0, 0, np.arange(150), np.arange(50)),
+            Request(1, 0, np.arange(60), np.arange(4)),
+        ],
+    )
+    fill = produced_bytes([200, 64], s, f32)
+    gpu = ReplaySettings(device="cuda", store="gpu")
+    inf = SimConfig(policy="marconi", model="replay-tiny", capacity_bytes=UNLIMITED)
+    assert f"store up to {fill / 1e9:.1f} GB" in planned_memory_note(trace, inf, gpu, 0, s, f32, 0)
+    small = SimConfig(policy="marconi", model="replay-tiny", capacity_bytes=fill - 1)
+    note = planned_memory_note(trace, small, gpu, 1, s, f32, 0)
+    assert f"store up to {2 * (fill - 1) / 1e9:.1f} GB" in note
+
+
+def test_the_free_memory_counts_what_torch_holds_reserved_but_unused(monkeypatch):
+    """replay_bench's held-out run after its fit runs was told "42.3 GB free" on an 80 GB H100 with
+    2 GB of weights: the fit runs' blocks sat in torch's cache, which the replay's own tensors
+    reuse. The plan's free memory is the driver's plus reserved minus allocated."""
+    from sim.replay.pipeline import free_for_replay
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d: (42 * 10**9, 80 * 10**9))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d: 36 * 10**9)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d: 2 * 10**9)
+    assert free_for_replay("cuda") == 76 * 10**9
