@@ -218,9 +218,7 @@ def build(
             ),
         )
     if device.type == "cuda":
-        note = planned_memory_note(
-            trace, config, settings, len(shadows), shape, dtype, free_for_replay(device)
-        )
+        note = planned_memory_note(trace, config, settings, len(shadows), shape, dtype, free_for_replay(device))
         if note:
             print(note, file=sys.stderr)
     warm_s = 0.0
