@@ -1004,6 +1004,10 @@ class HardwareTiming:
     def with_gpus(self, gpus: int, source: str = "") -> "HardwareTiming":
         return replace(self, gpus=int(gpus), source=source or self.source)
 
+    # --ttft-model jamba prices a prefill by the paper's table whatever the timing (the engine
+    # calls ``timing.jamba_ttft_s``; without it every preset timed by a calibration crashed)
+    jamba_ttft_s = staticmethod(TimingModel.jamba_ttft_s)
+
 
 # Hardware: (dense bf16 peak TFLOP/s, HBM bytes/s). A100-40GB: 312 TFLOP/s, 1.555 TB/s (spec sheet);
 # H200: ~989 TFLOP/s, 4.8 TB/s (spec sheet; docs/cost-model.md §5).

@@ -266,6 +266,25 @@ def test_summary_json_of_a_jamba_ttft_run_has_no_timing_device(runner, tmp_path)
     assert row["timing_device"] is None and row["timing_note"] == "" and row["ttft_model"] == "jamba"
 
 
+@pytest.mark.parametrize("extra", [[], ["--gpu", "h100"], ["--tensor-parallel", "2"]])
+def test_jamba_ttft_prices_a_calibrated_presets_prefills_by_the_table(runner, tmp_path, extra):
+    """--ttft-model jamba on a preset timed by a calibration (qwen3.5-9b: HardwareTiming) crashed
+    with AttributeError 'jamba_ttft_s'; each vanilla prefill in sequential mode now takes the
+    table's 17.8 ms + 0.0530 ms a token (612 tokens: 50.236 ms)."""
+    args = ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "vanilla"]
+    out = tmp_path / "o"
+    res = runner.invoke(
+        main,
+        [*args, "--model", "qwen3.5-9b", "--ttft-model", "jamba", "--mode", "sequential", "--out", str(out), *extra],
+    )
+    assert res.exit_code == 0, res.output
+    req = pd.read_parquet(out / "requests.parquet")
+    assert len(req) == 4 and (req["hit_tokens"] == 0).all()
+    want = (17.8 + 0.0530 * req["input_tokens"]) * 1e-3
+    assert req["ttft_s"].tolist() == pytest.approx(want.tolist(), rel=1e-9)
+    assert req["input_tokens"].iloc[0] == 612 and req["ttft_s"].iloc[0] == pytest.approx(0.050236)
+
+
 def test_json_says_whether_the_engine_kept_up_and_at_what_rate():
     """``saturated`` / ``sustainable_rps``: null / null with fewer than 6 finished requests (no
     verdict), false / null for a run that keeps up, true / the sustained rate for one that does not
