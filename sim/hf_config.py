@@ -111,6 +111,25 @@ class _Fields:
         v = self.d.get(name)
         return default if v is None else v
 
+    def flag(self, name: str, default: bool, d: dict | None = None) -> bool:
+        """A true / false field (``d``: the dict to read, the fields' own by default): a string such
+        as "false" is refused, not read as true."""
+        v = (self.d if d is None else d).get(name)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise UsageError(f"model config {self.where}: field {name!r} must be true or false, not {v!r}")
+        return v
+
+    def types(self, types, layers: int, known: tuple) -> list:
+        """A ``layer_types`` list: ``layers`` entries, each one of the ``known`` names."""
+        if not isinstance(types, list) or len(types) != layers:
+            raise UsageError(f"model config {self.where}: field 'layer_types' must list {layers} layers")
+        bad = [t for t in types if not isinstance(t, str) or t not in known]
+        if bad:
+            raise UsageError(f"model config {self.where}: field 'layer_types' has unknown type {bad[0]!r}")
+        return types
+
     def int(self, *names, default=None, low: int = 0) -> int:
         """A whole number in ``low``..``MAX_FIELD`` (the message states ``low``: a field that must
         be >= 1 says so for -5 too)."""
@@ -258,7 +277,7 @@ def read_config(path) -> dict:
     dtype = cfg.get("torch_dtype") or cfg.get("dtype") or raw.get("torch_dtype") or raw.get("dtype") or "bfloat16"
     act_bytes = _dtype_bytes(dtype, where, "torch_dtype")
     vocab = f.pos("vocab_size")
-    tied = bool(cfg.get("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
+    tied = f.flag("tie_word_embeddings", f.flag("tie_word_embeddings", False, raw))
     out: dict = dict(name=str(path), d_model=d, kv_dtype_bytes=act_bytes, conv_dtype_bytes=act_bytes)
     ssm_dtype = cfg.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_cache_dtype")
     mlp_blocks: list[tuple[int, int]] = []
@@ -286,19 +305,14 @@ def read_config(path) -> dict:
     if family in ("qwen3_next", "qwen3_5", "qwen3_5_moe"):
         types = cfg.get("layer_types")
         if types is not None:
-            if not isinstance(types, list) or len(types) != layers:
-                raise UsageError(f"model config {where}: field 'layer_types' must list {layers} layers")
-            is_attn = [t == "full_attention" for t in types]
-            bad = sorted({t for t in types if t not in ("full_attention", "linear_attention")})
-            if bad:
-                raise UsageError(f"model config {where}: field 'layer_types' has unknown type {bad[0]!r}")
+            is_attn = [t == "full_attention" for t in f.types(types, layers, ("full_attention", "linear_attention"))]
         else:
             k = f.int("full_attention_interval")
             if k < 1:
                 raise UsageError(f"model config {where}: field 'full_attention_interval' must be >= 1, not {k}")
             is_attn = [(i + 1) % k == 0 for i in range(layers)]
         n_attn = sum(is_attn)
-        attention(n_attn, gate=bool(cfg.get("attn_output_gate", True)))
+        attention(n_attn, gate=f.flag("attn_output_gate", True))
         hk, hv = f.pos("linear_num_key_heads"), f.pos("linear_num_value_heads")
         f.divides("linear_num_key_heads", hk, "linear_num_value_heads", hv)  # value heads share key heads
         dk, dv = f.pos("linear_key_head_dim"), f.pos("linear_value_head_dim")
@@ -399,12 +413,7 @@ def read_config(path) -> dict:
         other += params
         mlp_blocks += [swiglu(f.pos("intermediate_size"))] * layers
     elif family == "granitemoehybrid":
-        types = f.need("layer_types", "layers_block_type")
-        if not isinstance(types, list) or len(types) != layers:
-            raise UsageError(f"model config {where}: field 'layer_types' must list {layers} layers")
-        bad = sorted({t for t in types if t not in ("mamba", "attention")})
-        if bad:
-            raise UsageError(f"model config {where}: field 'layer_types' has unknown type {bad[0]!r}")
+        types = f.types(f.need("layer_types", "layers_block_type"), layers, ("mamba", "attention"))
         n_attn = types.count("attention")
         attention(n_attn)
         n_m = layers - n_attn

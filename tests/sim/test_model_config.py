@@ -166,6 +166,40 @@ def test_bad_config_is_one_line(tmp_path, edit, message):
     assert len(r.output.strip().splitlines()) == 1 and message.split("'")[0] in r.output
 
 
+@pytest.mark.parametrize(
+    "fixture, edit, message",
+    [
+        # a list inside layer_types was a TypeError traceback (unhashable list in a set)
+        (
+            "qwen3.5-9b.json",
+            {"layer_types": [["linear_attention"]] * 32},
+            "'layer_types' has unknown type ['linear_attention']",
+        ),
+        ("granite-4.0-h-small.json", {"layer_types": [{"t": 1}] * 40}, "'layer_types' has unknown type {'t': 1}"),
+        # the string "false" was read as true (bool("false")): an output gate priced, a tied table counted twice
+        ("qwen3.5-9b.json", {"attn_output_gate": "false"}, "'attn_output_gate' must be true or false, not 'false'"),
+        ("qwen3.5-9b.json", {"tie_word_embeddings": "false"}, "'tie_word_embeddings' must be true or false"),
+        ("llama-2-7b.json", {"tie_word_embeddings": 0}, "'tie_word_embeddings' must be true or false, not 0"),
+    ],
+)
+def test_a_wrongly_typed_list_entry_or_flag_is_one_line(tmp_path, fixture, edit, message):
+    d = json.loads((CONFIGS / fixture).read_text())
+    (d.get("text_config") or d).update(edit)
+    path = _write(tmp_path, d)
+    r = CliRunner().invoke(main, ["models", path])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1 and message in r.output
+
+
+def test_real_flags_still_count(tmp_path):
+    """attn_output_gate false drops the gate's projection (d x heads x head_dim per attention
+    layer: 8 x 4096 x 16 x 256); tie_word_embeddings true counts the vocabulary table once."""
+    base = json.loads((CONFIGS / "qwen3.5-9b.json").read_text())
+    base["text_config"].update(attn_output_gate=False, tie_word_embeddings=True)
+    a, b = get_model(str(CONFIGS / "qwen3.5-9b.json")), get_model(_write(tmp_path, base))
+    assert a.total_params - b.total_params == 8 * 4096 * 16 * 256 + 248320 * 4096
+
+
 def test_missing_file_and_not_json(tmp_path):
     with pytest.raises(UsageError, match="no such file"):
         get_model(str(tmp_path / "nope.json"))
