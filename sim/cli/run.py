@@ -179,7 +179,9 @@ def json_row(cfg: SimConfig, summary: RunSummary, sat: table.Saturation | None =
     rejected inserts, whether the engine was saturated and the rate it sustains (``saturated``,
     ``sustainable_rps``: null for fewer than 6 finished requests; the rate only when saturated),
     and the alpha used (the static one, or the one the tuner chose; null where alpha does not apply
-    or the tuner chose SGLang+'s LRU, see ``tuned_choice``)."""
+    or the tuner chose SGLang+'s LRU, see ``tuned_choice``), and the timing's device as summary.json
+    has it (``timing_device``, ``timing_note``: "uncalibrated for GPU x" where the table's header says
+    so)."""
     row = {k: getattr(summary, k) for k in SUMMARY_KEYS}
     row["rejected"] = int(summary.rejected_inserts)
     row["saturated"] = None if sat is None else bool(sat.saturated)
@@ -194,6 +196,7 @@ def json_row(cfg: SimConfig, summary: RunSummary, sat: table.Saturation | None =
         alpha = None if isinstance(cfg.alpha, str) else float(cfg.alpha)
     row["alpha"] = alpha
     row["tuned_choice"] = choice
+    row.update(timing_row(cfg))  # summary.json's words on the GPU priced: "uncalibrated for GPU x"
     return row
 
 

@@ -43,6 +43,8 @@ JSON_KEYS = [
     "sustainable_rps",
     "alpha",
     "tuned_choice",
+    "timing_device",
+    "timing_note",
 ]
 
 
@@ -283,6 +285,19 @@ def test_jamba_ttft_prices_a_calibrated_presets_prefills_by_the_table(runner, tm
     want = (17.8 + 0.0530 * req["input_tokens"]) * 1e-3
     assert req["ttft_s"].tolist() == pytest.approx(want.tolist(), rel=1e-9)
     assert req["input_tokens"].iloc[0] == 612 and req["ttft_s"].iloc[0] == pytest.approx(0.050236)
+
+
+def test_json_says_a_gpu_is_uncalibrated_as_the_header_does(runner):
+    """--format json had no header and no word that --gpu b200 is priced by a datasheet scaling;
+    its rows carry summary.json's timing_device / timing_note."""
+    args = ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "marconi"]
+    for gpu, note in (("b200", "uncalibrated for GPU b200"), ("h100", "")):
+        res = runner.invoke(main, [*args, "--model", "qwen3.5-9b", "--gpu", gpu, "--format", "json"])
+        assert res.exit_code == 0, res.output
+        (row,) = json.loads(res.stdout)
+        assert (row["timing_device"], row["timing_note"]) == (gpu, note)
+        table = runner.invoke(main, [*args, "--model", "qwen3.5-9b", "--gpu", gpu])
+        assert (note in table.output.splitlines()[0]) and ("uncalibrated" in table.output) == bool(note)
 
 
 def test_json_says_whether_the_engine_kept_up_and_at_what_rate():
