@@ -136,7 +136,9 @@ def _splits(spec, tp: int) -> bool:
 def refuse_cache_beyond_gpus(cfg: SimConfig) -> None:
     """With --gpu, a model whose bf16 weights the group cannot hold (qwen3.5-397b-a17b on one L40S
     ran), or a --capacity larger than the group's memory (100GB on one H100 ran), is refused in one
-    line; the group's memory bounds --gpu-memory the same way (``check_memory_split``)."""
+    line, and so is a --capacity that fits beside the weights no more (a 60GB cache and qwen3.5-27b's
+    54GB of weights on one H100 ran); the group's memory bounds --gpu-memory the same way
+    (``check_memory_split``)."""
     from sim.config import UNLIMITED  # noqa: PLC0415
     from sim.cost import get_model, gpu_memory_limit  # noqa: PLC0415
     from sim.experiments.advise.space import weight_bytes  # noqa: PLC0415
@@ -162,6 +164,14 @@ def refuse_cache_beyond_gpus(cfg: SimConfig) -> None:
         raise UsageError(
             f"--capacity {format_size(cfg.capacity_bytes)} is more than the memory of {n}x {cfg.gpu} "
             f"({format_size(most)}): lower it, or give --tensor-parallel for a larger group"
+        )
+    if not cfg.gpu_memory and cfg.capacity_bytes < UNLIMITED and cfg.capacity_bytes + weights > most:
+        # each fits alone, not both: qwen3.5-27b's 54GB of weights and a 60GB cache on one 80GB H100 ran
+        raise UsageError(
+            f"--capacity {format_size(cfg.capacity_bytes)} and {get_model(cfg.model).name}'s bf16 weights "
+            f"({format_size(weights)}) are more than the memory of {n}x {cfg.gpu} ({format_size(most)}): at "
+            f"most {format_size(most - weights)} is left for the cache; lower it, or give --tensor-parallel "
+            "for a larger group"
         )
 
 
