@@ -1069,6 +1069,16 @@ def default_timing(name: str, gpu: str | None = None, tensor_parallel: int = 0):
     calibrated = dev.name == home
     if not calibrated:
         base = scale_timing(base, get_gpu(home), dev)
+    note = (
+        "" if calibrated else f"; uncalibrated for GPU {dev.name}: scaled from {home} by the datasheet ({dev.source})"
+    )
+    return split_timing(base, spec, dev, tp, note, uncalibrated=not calibrated)
+
+
+def split_timing(base, spec: ModelSpec, dev, tp: int, note: str = "", uncalibrated: bool = False):
+    """``base`` (the timing of one GPU ``dev``) on a tensor-parallel group of ``tp`` of them:
+    compute and decode divided by ``tp``, plus one all-reduce of the activations after every block
+    (docs/cost-model.md §5)."""
     # one all-reduce of the token's activations (bf16) after each block of attention, linear
     # attention, Mamba and MLP
     blocks = spec.n_attn + spec.n_gdn + spec.n_mamba + spec.n_mlp
@@ -1078,10 +1088,7 @@ def default_timing(name: str, gpu: str | None = None, tensor_parallel: int = 0):
     what = f"{tp}x {dev.name}" + (
         f", {blocks} all-reduces a call over {dev.link_bytes_per_s / 1e9:g} GB/s links" if tp > 1 else ""
     )
-    note = (
-        "" if calibrated else f"; uncalibrated for GPU {dev.name}: scaled from {home} by the datasheet ({dev.source})"
-    )
-    extra = dict(comm_ms_per_token=comm_tok, comm_ms_per_call=comm_call, device=dev.name, uncalibrated=not calibrated)
+    extra = dict(comm_ms_per_token=comm_tok, comm_ms_per_call=comm_call, device=dev.name, uncalibrated=uncalibrated)
     if isinstance(base, HardwareTiming):
         return replace(
             base,

@@ -12,11 +12,12 @@ from __future__ import annotations
 from policies.base import PolicyError, PolicyPreset, find_preset
 from sim.compat.artifact import ArtifactSimulation
 from sim.config import SimConfig
-from sim.cost import ModelSpec, TimingModel
+from sim.cost import ModelSpec, TimingModel, get_model, split_timing
 from sim.engine.drivers import run
 from sim.engine.metrics import SimResult
 from sim.engine.simulation import Simulation
 from sim.errors import UsageError
+from sim.gpus import get_gpu
 from sim.replay.measure import read_timing
 from sim.tuning.duel import DuelTuner
 from sim.tuning.oracle import run_oracle
@@ -60,6 +61,7 @@ def build(
                 f"--gpu {config.gpu} does nothing with timing file {config.timing_file} (it names no GPU: "
                 "its times are used as they are): leave out one of them"
             )
+        timing = _file_on_group(timing, config)
     kw = dict(spec=spec, timing=timing, progress=progress, observers=observers)
     if config.compat == "corrected":
         sim = Simulation(trace, config, **kw)
@@ -75,6 +77,26 @@ def build(
             lru = tp.tuning_lru if tp.tuning_lru is not None else not paper
             sim.tuner = AlphaTuner(sim, build, lru)
     return sim
+
+
+def _file_on_group(timing, config: SimConfig):
+    """A timing file's (one GPU's) times on the --tensor-parallel group: compute split, all-reduces
+    over its device's links, as the default timing does (a file's run at --tensor-parallel 8 timed
+    one GPU's prefills: only the bytes changed)."""
+    tp, have = int(config.tensor_parallel or 0), int(getattr(timing, "gpus", 1) or 1)
+    if tp in (0, have):
+        return timing
+    if have != 1:
+        raise UsageError(
+            f"timing file {config.timing_file} was calibrated on {have} GPUs, not --tensor-parallel {tp}: "
+            "leave out one of them"
+        )
+    if not timing.device:  # no catalogue GPU: no links to price the all-reduces over
+        raise UsageError(
+            f"--tensor-parallel {tp} needs the GPU timing file {config.timing_file} was calibrated on (to "
+            "price its all-reduces), and the file names none: leave out one of them"
+        )
+    return split_timing(timing, get_model(config.model), get_gpu(timing.device), tp)
 
 
 def simulate(

@@ -228,8 +228,9 @@ def run_gpu_words(cfg: SimConfig) -> str:
     """The header's word on the GPUs priced when --gpu or --tensor-parallel is given ("GPU 2x h100"),
     or on the --timing file that prices them ("timing FILE"); "" for the preset's default timing
     (its header said nothing of them before either)."""
-    if cfg.timing_file:  # the user's own timing: its file is named
-        return f"timing {cfg.timing_file}"
+    if cfg.timing_file:  # the user's own timing: its file is named (and the group it is split over)
+        tp = int(cfg.tensor_parallel or 0)
+        return f"timing {cfg.timing_file}" + (f" on {tp} GPUs (tensor parallel)" if tp > 1 else "")
     if not (cfg.gpu or cfg.tensor_parallel):
         return ""
     n = int(cfg.tensor_parallel) or gpu_count(get_model(cfg.model), cfg.gpu)

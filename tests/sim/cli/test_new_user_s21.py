@@ -35,3 +35,47 @@ def test_the_group_holds_the_cache_beside_its_weights(runner):
     args = ["run", *SMALL, "--model", "qwen3.5-27b", "--gpu", "h100", "--tensor-parallel", "2"]
     res = runner.invoke(main, [*args, "--capacity", "60GB"])
     assert res.exit_code == 0, res.output
+
+
+def _ttft(runner, tmp_path, name, extra):
+    import pandas as pd
+
+    out = tmp_path / name
+    args = ["run", *SMALL[:-2], "--policy", "vanilla", "--model", "qwen3.5-9b", "--mode", "sequential"]
+    res = runner.invoke(main, [*args, "--out", str(out), *extra])
+    assert res.exit_code == 0, res.output
+    return res.output.splitlines()[0], pd.read_parquet(out / "requests.parquet")["ttft_s"].tolist()
+
+
+def test_a_timing_file_is_split_over_the_tensor_parallel_group(runner, tmp_path):
+    """--timing FILE with --tensor-parallel 8 timed one GPU's prefills (the same TTFT at 1, 2 and
+    8 GPUs: only the KV bytes changed); the file's one-GPU times are now split over the group as
+    the default timing of its device is: the committed H200 file at 8 GPUs times every request as
+    --gpu h200 --tensor-parallel 8 does, and faster than on one GPU."""
+    from sim.cost import H200_TIMING_FILE
+
+    head, file8 = _ttft(runner, tmp_path, "f8", ["--timing", str(H200_TIMING_FILE), "--tensor-parallel", "8"])
+    assert f"timing {H200_TIMING_FILE} on 8 GPUs (tensor parallel) |" in head
+    _, gpu8 = _ttft(runner, tmp_path, "g8", ["--gpu", "h200", "--tensor-parallel", "8"])
+    _, file1 = _ttft(runner, tmp_path, "f1", ["--timing", str(H200_TIMING_FILE)])
+    assert file8 == pytest.approx(gpu8, rel=1e-12)
+    assert all(a < 0.6 * b for a, b in zip(file8, file1))
+
+
+def test_a_timing_file_without_a_gpu_cannot_price_a_groups_all_reduces(runner, tmp_path):
+    import json
+
+    f = tmp_path / "cpu.json"
+    f.write_text(
+        json.dumps({"format": "marconi-timing/1", "effective_tflops": 1.0, "overhead_ms": 1, "decode_ms_per_token": 1})
+    )
+    res = runner.invoke(main, ["run", *SMALL, "--model", "qwen3.5-9b", "--timing", str(f), "--tensor-parallel", "2"])
+    one_line(
+        res,
+        f"--tensor-parallel 2 needs the GPU timing file {f} was calibrated on (to price its all-reduces), and the "
+        "file names none: leave out one of them",
+    )
+    # on one GPU (or --tensor-parallel 1) the file's times are used as they are
+    for extra in ([], ["--tensor-parallel", "1"]):
+        ok = runner.invoke(main, ["run", *SMALL, "--model", "qwen3.5-9b", "--timing", str(f), *extra])
+        assert ok.exit_code == 0, ok.output
