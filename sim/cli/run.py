@@ -523,8 +523,12 @@ def register(main: click.Group) -> None:
                         f"{t.tuned_at_request}; {getattr(t, 'tuning_switches', 0)} switches in "
                         f"{t.tuning_rounds} tuning rounds)"
                     )
-                else:
+                elif hindsight_preset(r.policy) is not None:
                     click.echo(f"{r.policy}: best static alpha in hindsight {t.tuned_choice}")
+                else:  # the live tuner never decided: it said "best static alpha in hindsight" (no oracle ran)
+                    first = getattr(t, "first_eviction_request", None)
+                    why = "the cache never evicted" if first is None else "too few requests after the first eviction"
+                    click.echo(f"{r.policy}: alpha auto stayed at {t.tuned_choice} (not tuned: {why})")
             if warning:
                 click.echo(warning)
         if out is not None:

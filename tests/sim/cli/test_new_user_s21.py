@@ -79,3 +79,15 @@ def test_a_timing_file_without_a_gpu_cannot_price_a_groups_all_reduces(runner, t
     for extra in ([], ["--tensor-parallel", "1"]):
         ok = runner.invoke(main, ["run", *SMALL, "--model", "qwen3.5-9b", "--timing", str(f), *extra])
         assert ok.exit_code == 0, ok.output
+
+
+def test_an_untuned_auto_alpha_is_not_called_a_hindsight_optimum(runner):
+    """alpha auto on a run whose cache never evicted (the duel tuner never decided) printed
+    "marconi: best static alpha in hindsight 0", the oracle's words, though no oracle ran; the
+    oracle keeps them."""
+    res = runner.invoke(main, ["run", *SMALL[:-2], "--policy", "marconi,marconi-oracle"])
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[-2:] == [
+        "marconi: alpha auto stayed at 0 (not tuned: the cache never evicted)",
+        "marconi-oracle: best static alpha in hindsight 0",
+    ]
