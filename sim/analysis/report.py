@@ -28,6 +28,7 @@ from sim.errors import UsageError
 from sim.experiments.grid import expand_grid
 from sim.experiments.runners import run_sweep
 from sim.experiments.store import load_results, replay_folder_words, row_files, summary_kind
+from sim.gpus import canonical_gpu
 from sim.trace_options import TRACE_OPTION_KEYS
 
 #: the columns that are neither knobs of the configuration nor metrics
@@ -386,6 +387,8 @@ def _where_value(df: pd.DataFrame, key: str, value: str):
             return parse_size(value)
         except UsageError as exc:
             raise UsageError(f"--where {key}={value}: {exc}") from None
+    if key == "gpu":  # spelled as --gpu takes it ("H100", "nvidia-h100"): the rows hold the catalogue name
+        return canonical_gpu(value)
     if pd.api.types.is_bool_dtype(col):
         if value.lower() not in ("true", "false", "1", "0"):
             raise UsageError(f"--where {key}={value}: {key} is true or false")

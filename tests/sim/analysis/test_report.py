@@ -154,3 +154,10 @@ def test_auto_alphas_and_alpha_grid_by_hand():
 def test_order_variants_puts_the_paper_baselines_first():
     got = report.order_variants(["x", "marconi α=1", "vllm+", "belady", "vanilla", "sglang+", "marconi (auto α)", "x"])
     assert got == ["vanilla", "vllm+", "sglang+", "marconi α=1", "marconi (auto α)", "x", "belady"]
+
+
+@pytest.mark.parametrize("spelled", ["h100", "H100", "nvidia-h100", "NVIDIA H100 SXM5 80GB"])
+def test_where_reads_a_gpu_as_gpu_does(spelled):
+    """--gpu H100 runs as h100, but `report --where gpu=H100` selected no rows (compared as text)."""
+    df = pd.DataFrame({"policy": ["marconi", "marconi"], "gpu": ["h100", "b200"], "token_hit_rate": [0.5, 0.6]})
+    assert report.select(df, [f"gpu={spelled}"])["token_hit_rate"].tolist() == [0.5]
