@@ -338,6 +338,9 @@ def register(main: click.Group) -> None:
                 click.echo(f"note: no figure: {exc}", err=True)
                 adv.figure = None
             data = advice_json(adv)
+            # the header's words on the GPUs priced ("2x b200", "uncalibrated for GPU b200"): JSON had none
+            data["gpus"] = _gpu_words(adv.problem).removeprefix(" | GPU ") or None
+            data["timing_note"] = _timing_note(adv.problem).removeprefix(" | ")
             text = json.dumps(data, indent=2)
             atomic_write(out / "advice.json", lambda tmp: tmp.write_text(text))
         for number, err in adv.report.failed if adv.report else ():

@@ -91,3 +91,21 @@ def test_an_untuned_auto_alpha_is_not_called_a_hindsight_optimum(runner):
         "marconi: alpha auto stayed at 0 (not tuned: the cache never evicted)",
         "marconi-oracle: best static alpha in hindsight 0",
     ]
+
+
+@pytest.mark.parametrize(
+    "gpu, gpus, note", [(["--gpu", "b200"], "1x b200", "uncalibrated for GPU b200"), ([], None, "")]
+)
+def test_advise_json_says_which_gpus_priced_it(runner, tmp_path, gpu, gpus, note):
+    """advise --format json (and advice.json) named no GPU and said nothing of a datasheet scaling
+    the table's header reports ("| GPU 1x b200 | ... | uncalibrated for GPU b200")."""
+    import json
+
+    pytest.importorskip("optuna")
+    out = tmp_path / "adv"
+    args = ["advise", "--for", "vllm", "--model", "qwen3.5-9b", "--gpu-memory", "80GB", "--trials", "2"]
+    args += ["--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--format", "json", "--out", str(out)]
+    res = runner.invoke(main, [*args, *gpu])
+    assert res.exit_code == 0, res.output
+    for data in (json.loads(res.stdout), json.loads((out / "advice.json").read_text())):
+        assert (data["gpus"], data["timing_note"]) == (gpus, note)
