@@ -31,6 +31,30 @@ def columns_of(text: str) -> list[str]:
         ) from None
 
 
+def timing_line(df) -> str:
+    """A note naming the rows' GPUs priced by another device's datasheet ("uncalibrated for GPU
+    b200"), as the run's and the sweep's headers say (a table of those rows said nothing): a run's
+    summary.json records it, a sweep's rows are priced again from their model, GPU and group."""
+    from sim.cost import default_timing, timing_note  # noqa: PLC0415
+
+    notes: set = set()
+    if "timing_note" in df.columns:  # `marconi run --out`: the note it wrote
+        notes |= {n for n in df["timing_note"].dropna() if n}
+    elif "gpu" in df.columns:
+        keys = [c for c in ("model", "gpu", "tensor_parallel", "timing_file") if c in df.columns]
+        for _, r in df[keys].astype(object).drop_duplicates().iterrows():  # each group priced once
+            if not isinstance(r.get("gpu"), str) or not r["gpu"] or r.get("timing_file"):
+                continue
+            tp = r.get("tensor_parallel")
+            try:
+                tp = 0 if tp is None or (isinstance(tp, float) and math.isnan(tp)) else int(tp)
+                notes.add(timing_note(default_timing(r["model"], r["gpu"], tp)))
+            except (UsageError, KeyError, TypeError, ValueError):  # a config.json moved since: no word
+                continue
+    notes.discard("")
+    return f"note: {'; '.join(sorted(notes))}" if notes else ""
+
+
 def _plain(value):
     if isinstance(value, float) and math.isnan(value):
         return None
@@ -72,6 +96,9 @@ def register(main: click.Group) -> None:
         df = report.select(report.load_folder(results), list(where))
         if fmt == "table":
             click.echo(report.format_report(df, metric, cols, limit))
+            note = timing_line(df)
+            if note:
+                click.echo(note)
             return
         records, knobs, metrics = report.report_rows(df, metric, cols)
         records = records[:limit] if limit else records

@@ -109,3 +109,21 @@ def test_advise_json_says_which_gpus_priced_it(runner, tmp_path, gpu, gpus, note
     assert res.exit_code == 0, res.output
     for data in (json.loads(res.stdout), json.loads((out / "advice.json").read_text())):
         assert (data["gpus"], data["timing_note"]) == (gpus, note)
+
+
+def test_report_says_which_rows_gpus_are_uncalibrated(runner, tmp_path):
+    """The sweep's and the run's headers say "uncalibrated for GPU b200"; `marconi report` of their
+    folders printed the rows alone. It now ends with that note where its rows hold such a GPU."""
+    sweep = tmp_path / "sweep"
+    args = ["sweep", *SMALL, "--alpha", "0", "--model", "qwen3.5-9b", "--gpu", "h100,b200", "--workers", "1"]
+    res = runner.invoke(main, [*args, "--out", str(sweep)])
+    assert res.exit_code == 0, res.output
+    rep = runner.invoke(main, ["report", str(sweep)])
+    assert rep.exit_code == 0 and rep.output.splitlines()[-1] == "note: uncalibrated for GPU b200", rep.output
+    h100 = runner.invoke(main, ["report", str(sweep), "--where", "gpu=h100"])
+    assert h100.exit_code == 0 and "uncalibrated" not in h100.output, h100.output
+    run = tmp_path / "run"
+    res = runner.invoke(main, ["run", *SMALL, "--model", "qwen3.5-9b", "--gpu", "l40s", "--out", str(run)])
+    assert res.exit_code == 0, res.output
+    rep = runner.invoke(main, ["report", str(run)])
+    assert rep.output.splitlines()[-1] == "note: uncalibrated for GPU l40s", rep.output
