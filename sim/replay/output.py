@@ -20,10 +20,15 @@ STEPS = "steps.parquet"
 
 def write(out, summary: dict, settings: dict, requests: pd.DataFrame, steps: pd.DataFrame | None = None) -> list[Path]:
     """``summary.json`` and ``requests.parquet`` under ``out``, and ``steps.parquet`` (one row per
-    executed engine step, ``--scheduler continuous``) when ``steps`` is given."""
+    executed engine step, ``--scheduler continuous``) when ``steps`` is given. Without ``steps`` an
+    earlier run's ``steps.parquet`` there (``--force`` replaced its other files) is removed first:
+    left beside this run's summary it would read as this run's steps (``benchmarks/timing_fit.py``
+    fits any ``steps.parquet`` of a folder)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     s, r = out / SUMMARY, out / REQUESTS
+    if steps is None:
+        (out / STEPS).unlink(missing_ok=True)
     # each written under a temporary name and renamed when complete: never a truncated file
     requests.to_parquet(out / f".tmp-{REQUESTS}", index=False)
     (out / f".tmp-{REQUESTS}").replace(r)
