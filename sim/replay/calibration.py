@@ -375,8 +375,11 @@ def replay_timing(
         t = replace(t, gpus=1, comm_ms_per_call=0.0, comm_ms_per_token=0.0)
     fitted = getattr(t, "device", "")
     if device_kind != "cuda":
-        if explicit and not fitted:  # a file calibrated here, on a CPU (it names no GPU)
-            return t, ""
+        if explicit and not fitted:  # a file calibrated here, on a CPU (it names no GPU): compared
+            t_dtype = getattr(t, "dtype", "")
+            return t, (
+                f"the timing was fitted in {t_dtype}, this replay runs {dtype}" if t_dtype not in ("", dtype) else ""
+            )
         return t, f"{NOT_COMPARED}: the timing describes {fitted or 'a GPU'}, this replay runs on the CPU"
     if fitted and here != fitted:
         return t, (

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Optional
 
 import numpy as np
@@ -359,6 +359,9 @@ def calibrate(
         result.report = result.report.with_calibration(
             step_time_error_calibrated=dict(median=step_info["median_error"], p95=step_info["p95_error"])
         )
+    # the file says which dtype it was fitted in: a replay in another dtype compared with it says so
+    # (calibration.replay_timing), as one compared with the committed fits does
+    t = replace(t, dtype=str(result.settings.get("dtype") or t.dtype))
     result.calibrated = t
     result.calibration = info
     result.report = result.report.with_calibration(

@@ -157,6 +157,23 @@ def test_timing_file_drives_marconi_run(replay_out, tmp_path):
     assert p.returncode == 2 and "calibrated for replay-tiny" in p.stderr
 
 
+def test_a_timing_file_in_another_dtype_is_said(replay_out):
+    """--calibrate records the dtype it fitted in (fp32, a CPU's default); a replay in bf16 given
+    that file is compared with it (the user chose it) and says so in its time model line (before,
+    the file named no dtype and the CPU path returned no note: the bf16 errors read as the fit's)."""
+    out, _ = replay_out
+    assert json.loads((out / "timing.json").read_text())["dtype"] == "fp32"
+    common = ("replay", "--device", "cpu", "--model", "replay-tiny", "--layers", "1", "--requests", "3")
+    common += ("--trace", TRACE, "--no-progress", "--timing", out / "timing.json")
+    s = json.loads(marconi(*common, "--dtype", "bf16", "--format", "json").stdout)
+    assert s["time_model_compared"] and s["time_model_note"] == "the timing was fitted in fp32, this replay runs bf16"
+    p = marconi(*common, "--dtype", "bf16")
+    line = [x for x in p.stdout.splitlines() if x.startswith("time model error")]
+    assert len(line) == 1 and "(the timing was fitted in fp32, this replay runs bf16)" in line[0]
+    s = json.loads(marconi(*common, "--format", "json").stdout)  # its own dtype: nothing to say
+    assert s["time_model_compared"] and s["time_model_note"] == ""
+
+
 def test_plot_kind_replay(replay_out, tmp_path):
     out, _ = replay_out
     p = marconi("plot", out, "--kind", "replay", "--out", tmp_path / "figs")
