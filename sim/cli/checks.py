@@ -148,16 +148,17 @@ def refuse_cache_beyond_gpus(cfg: SimConfig) -> None:
         return
     n, most = gpu_memory_limit(cfg.model, cfg.gpu, cfg.tensor_parallel)
     weights = weight_bytes(get_model(cfg.model))
-    if weights > most:
+    if weights >= most:  # equal: no byte left for any cache (qwen3-next-80b-a3b's 160GB on 2x h100)
         each, spec = get_gpu(cfg.gpu).memory_bytes, get_model(cfg.model)
-        fits = [k for k in range(1, MAX_NODE_GPUS + 1) if k * each >= weights and _splits(spec, k)]
+        fits = [k for k in range(1, MAX_NODE_GPUS + 1) if k * each > weights and _splits(spec, k)]
         group = (
             f"give --tensor-parallel {fits[0]} (the smallest group that holds them and splits its heads)"
             if fits
             else f"no tensor-parallel group of {cfg.gpu} that splits its heads holds them"
         )
         raise UsageError(
-            f"{get_model(cfg.model).name}'s bf16 weights ({format_size(weights)}) are more than the memory of "
+            f"{get_model(cfg.model).name}'s bf16 weights ({format_size(weights)}) "
+            f"{'fill' if weights == most else 'are more than'} the memory of "
             f"{n}x {cfg.gpu} ({format_size(most)}): {group}"
         )
     if not cfg.gpu_memory and cfg.capacity_bytes < UNLIMITED and cfg.capacity_bytes > most:

@@ -127,3 +127,19 @@ def test_report_says_which_rows_gpus_are_uncalibrated(runner, tmp_path):
     assert res.exit_code == 0, res.output
     rep = runner.invoke(main, ["report", str(run)])
     assert rep.output.splitlines()[-1] == "note: uncalibrated for GPU l40s", rep.output
+
+
+def test_weights_that_fill_the_group_leave_no_cache(runner):
+    """qwen3-next-80b-a3b's bf16 weights are 160GB exactly: its preset's 2 GPUs of H100 (2 x 80GB)
+    passed the weights check (not more than the memory) and then said "at most 0B is left for the
+    cache"; the weights filling the group is refused with the group that holds them."""
+    res = runner.invoke(main, ["run", *SMALL, "--model", "qwen3-next-80b-a3b", "--gpu", "h100"])
+    one_line(
+        res,
+        "qwen3-next-80b-a3b's bf16 weights (160GB) fill the memory of 2x h100 (160GB): give --tensor-parallel 4 "
+        "(the smallest group that holds them and splits its heads)",
+    )
+    ok = runner.invoke(
+        main, ["run", *SMALL, "--model", "qwen3-next-80b-a3b", "--gpu", "h100", "--tensor-parallel", "4"]
+    )
+    assert ok.exit_code == 0, ok.output
