@@ -166,10 +166,12 @@ def refuse_cache_beyond_gpus(cfg: SimConfig) -> None:
             f"--capacity {format_size(cfg.capacity_bytes)} is more than the memory of {n}x {cfg.gpu} "
             f"({format_size(most)}): lower it, or give --tensor-parallel for a larger group"
         )
-    if not cfg.gpu_memory and cfg.capacity_bytes < UNLIMITED and cfg.capacity_bytes + weights > most:
-        # each fits alone, not both: qwen3.5-27b's 54GB of weights and a 60GB cache on one 80GB H100 ran
+    # --gpu-memory, like --capacity, is the memory after the weights: each fits alone, not both
+    # (qwen3.5-27b's 54GB of weights and a 60GB cache, or --gpu-memory 70GB, on one 80GB H100 ran)
+    flag, cache = ("--gpu-memory", parse_size(cfg.gpu_memory)) if cfg.gpu_memory else ("--capacity", cfg.capacity_bytes)
+    if cache < UNLIMITED and cache + weights > most:
         raise UsageError(
-            f"--capacity {format_size(cfg.capacity_bytes)} and {get_model(cfg.model).name}'s bf16 weights "
+            f"{flag} {format_size(cache)} and {get_model(cfg.model).name}'s bf16 weights "
             f"({format_size(weights)}) are more than the memory of {n}x {cfg.gpu} ({format_size(most)}): at "
             f"most {format_size(most - weights)} is left for the cache; lower it, or give --tensor-parallel "
             "for a larger group"

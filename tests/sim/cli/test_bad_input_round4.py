@@ -218,13 +218,15 @@ def test_gpu_memory_beyond_the_gpus_is_refused(runner, tmp_path, args, message):
 
 
 def test_gpu_memory_within_the_group_and_the_default_group(runner, tmp_path):
-    """80GB on one H100 runs; 150GB on --tensor-parallel 2 of them too. advise's default
-    --gpu-memory on --gpu is the memory of the group the timing prices (the preset's count when
-    --tensor-parallel is 0): qwen3.5-397b-a17b on H200 is 8 of them (was one: 'leaves no cache')."""
+    """What is left beside the weights runs (run's --gpu-memory is the memory after them): 66GB
+    beside marconi-7b's 14GB on one H100, 142GB beside qwen3.5-9b's 18GB on --tensor-parallel 2 of
+    them (80GB and 150GB ran before session 21, more than the GPUs hold with the weights). advise's
+    default --gpu-memory on --gpu is the memory of the group the timing prices (the preset's count
+    when --tensor-parallel is 0): qwen3.5-397b-a17b on H200 is 8 of them (was one: 'leaves no cache')."""
     small = ["--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress"]
     for extra in (
-        ["--gpu-memory", "80GB"],
-        ["--model", "qwen3.5-9b", "--tensor-parallel", "2", "--gpu-memory", "150GB"],
+        ["--gpu-memory", "66GB"],
+        ["--model", "qwen3.5-9b", "--tensor-parallel", "2", "--gpu-memory", "142GB"],
     ):
         res = runner.invoke(main, ["run", *small, "--policy", "sglang", "--gpu", "h100", *extra])
         assert res.exit_code == 0, res.output

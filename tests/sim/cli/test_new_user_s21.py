@@ -143,3 +143,17 @@ def test_weights_that_fill_the_group_leave_no_cache(runner):
         main, ["run", *SMALL, "--model", "qwen3-next-80b-a3b", "--gpu", "h100", "--tensor-parallel", "4"]
     )
     assert ok.exit_code == 0, ok.output
+
+
+def test_gpu_memory_after_the_weights_must_fit_beside_them(runner):
+    """sglang's --gpu-memory is the memory the engine splits after the weights (as --capacity is the
+    cache): 70GB beside qwen3.5-27b's 54GB of weights on one 80GB H100 ran; the 16.4GB advise
+    derives for that GPU runs."""
+    args = ["run", *SMALL[:-2], "--policy", "sglang", "--model", "qwen3.5-27b", "--gpu", "h100"]
+    one_line(
+        runner.invoke(main, [*args, "--gpu-memory", "70GB"]),
+        "--gpu-memory 70GB and qwen3.5-27b's bf16 weights (54GB) are more than the memory of 1x h100 (80GB): "
+        "at most 26GB is left for the cache",
+    )
+    ok = runner.invoke(main, [*args, "--gpu-memory", "16.4GB"])
+    assert ok.exit_code == 0, ok.output
