@@ -355,6 +355,11 @@ def read_config(path) -> dict:
         bad = sorted(set(pattern) - set("M*-E"))
         if bad:
             raise UsageError(f"model config {where}: field 'hybrid_override_pattern' has unknown block {bad[0]!r}")
+        if not set(pattern) & set("M*"):  # MLPs alone: no KV, no state, nothing to cache (marconi divided by 0)
+            raise UsageError(
+                f"model config {where}: field 'hybrid_override_pattern' has no attention ('*') or Mamba ('M') "
+                "block: nothing to cache"
+            )
         attention(pattern.count("*"))
         n_m = pattern.count("M")
         m, params = _mamba2(f, family, d, n_m)

@@ -146,6 +146,8 @@ def _write(tmp_path, d) -> str:
         ({"hybrid_override_pattern": None}, "'hybrid_override_pattern'"),
         ({"hybrid_override_pattern": "M*-X" * 13}, "unknown block 'X'"),
         ({"hybrid_override_pattern": "M*-"}, "52 characters"),
+        # MLP blocks alone: 0 bytes a cached node, marconi's FLOP efficiency divided by zero (a traceback)
+        ({"hybrid_override_pattern": "-E" * 26}, "block: nothing to cache"),
         ({"mamba_num_heads": None}, "'mamba_num_heads'"),
         ({"hidden_size": "big"}, "'hidden_size' must be a whole number"),
         ({"torch_dtype": "int4"}, "dtype 'int4'"),
