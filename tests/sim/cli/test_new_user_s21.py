@@ -157,3 +157,10 @@ def test_gpu_memory_after_the_weights_must_fit_beside_them(runner):
     )
     ok = runner.invoke(main, [*args, "--gpu-memory", "16.4GB"])
     assert ok.exit_code == 0, ok.output
+
+
+def test_the_header_counts_one_session_in_the_singular(runner):
+    """`--session-range 4:5` ran "13 requests, 1 sessions"."""
+    res = runner.invoke(main, ["run", *SMALL, "--session-range", "1:2"])
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith("trace synthetic:chat: 2 requests, 1 session | "), res.output
