@@ -93,6 +93,16 @@ def check_before_work(spec, calibrate_path, out, force: bool, trace_spec, timing
     if calibrate_path is not None:
         files.append((Path(calibrate_path), "--calibrate"))  # a list: one path for two outputs is refused
     refuse_other_kind(out, "run")
+    if out is not None and calibrate_path is not None:
+        # the --calibrate file at the --out folder or above it: the folder made now, the timing file
+        # written onto it after the whole replay (an IsADirectoryError traceback, the replay lost)
+        folder, timing_file = Path(out).expanduser().resolve(), Path(calibrate_path).expanduser().resolve()
+        if timing_file == folder or timing_file in folder.parents:
+            where = "is" if timing_file == folder else "is a folder above"
+            raise UsageError(
+                f"--calibrate {calibrate_path}: {where} the --out folder {out} of this command; "
+                "give each output its own name"
+            )
     check_output_files(files, force=force, inputs=input_paths(trace_spec, timing_path) + model_inputs(model))
     for folder, flag in ((out, "--out"), (Path(calibrate_path).parent if calibrate_path else None, "--calibrate")):
         with output_folder(folder, flag):

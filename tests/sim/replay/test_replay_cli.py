@@ -74,6 +74,20 @@ def test_bad_options_exit_2():
     assert p.returncode == 2 and "--validate-every" in p.stderr
 
 
+@pytest.mark.parametrize("out", ["x/t.json", "x/t.json/sub"])
+def test_calibrate_file_at_or_above_the_out_folder_is_refused(out, tmp_path):
+    """--calibrate x/t.json --out x/t.json: the --out folder was made first, the replay ran, and the
+    timing file was written onto that folder at the end (IsADirectoryError, a traceback, exit 1).
+    Refused up front in one line, nothing made."""
+    p = marconi(
+        "replay", "--device", "cpu", "--model", "replay-tiny", "--trace", TRACE, "--requests", "2",
+        "--calibrate", tmp_path / "x" / "t.json", "--out", tmp_path / out, "--no-progress", check=False,
+    )  # fmt: skip
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "--calibrate" in p.stderr and "--out folder" in p.stderr
+    assert not (tmp_path / "x").exists()
+
+
 @pytest.fixture(scope="module")
 def replay_out(tmp_path_factory):
     pytest.importorskip("torch")
