@@ -351,6 +351,23 @@ def aborted_note(rows) -> str:
     )
 
 
+def overshoot_note(rows, configs) -> str:
+    """One line when the continuous scheduler ran requests beyond --capacity (a request too large
+    to fit even alone runs anyway, docs/batching.md): the table said nothing of the memory no such
+    engine has (qwen3.5-9b at 100MB: 132MB charged, 4,799 steps over)."""
+    parts = [
+        f"{r.policy} {r.memory_overshoots:,} steps, peak {format_size(r.peak_charged_bytes)}"
+        for r, c in zip(rows, configs)
+        if r.memory_overshoots and c.effective_scheduler == "continuous"
+    ]
+    if not parts:
+        return ""
+    return (
+        f"note: running requests too large to fit even alone ran beyond --capacity "
+        f"{format_size(configs[0].capacity_bytes)} (charged, not refused): {', '.join(parts)}"
+    )
+
+
 #: the sections of `marconi run --help`, in order
 RUN_SECTIONS = (
     "Trace",
@@ -492,6 +509,7 @@ def register(main: click.Group) -> None:
                 preemption_note(rows),
                 running_cap_note(rows, [cfg for cfg, _ in results]),
                 aborted_note(rows),
+                overshoot_note(rows, [cfg for cfg, _ in results]),
             )
             if w
         )
