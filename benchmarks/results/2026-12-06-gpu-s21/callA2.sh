@@ -21,5 +21,5 @@ s=$(date +%s); timeout 60 python3 benchmarks/attn_bench.py --json /tmp/pack/attn
 echo "attn_bench rc=$? $(( $(date +%s)-s )) s"; tail -22 /tmp/pack/attn.txt
 tar -C /tmp -czf $OUT/all.tgz pack
 s=$(date +%s)
-PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout $(( $(left) - 10 )) python3 benchmarks/replay_bench.py --trace mooncake:sample --model qwen3-next-80b-a3b --capacity 8GB --requests 150 --runs marconi/exact/sequential@16 --out /tmp/pack/rb80 > /tmp/pack/replay-bench-80b.txt 2>&1; echo "replay_bench rc=$? $(( $(date +%s)-s )) s"; grep -v "^\s" /tmp/pack/replay-bench-80b.txt | grep -v "^{" | cut -c1-400 | tail -10
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout $(( $(left) - 10 )) python3 benchmarks/replay_bench.py --trace mooncake:sample --model qwen3-next-80b-a3b --timing sim/data/h100-timing.json --capacity 8GB --requests 150 --runs marconi/exact/sequential@16 --out /tmp/pack/rb80 > /tmp/pack/replay-bench-80b.txt 2>&1; echo "replay_bench rc=$? $(( $(date +%s)-s )) s"; grep -v "^\s" /tmp/pack/replay-bench-80b.txt | grep -v "^{" | cut -c1-400 | tail -10
 tar -C /tmp -czf $OUT/all.tgz pack; echo "total $(( $(date +%s)-s0 )) s"

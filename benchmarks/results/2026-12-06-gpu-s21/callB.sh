@@ -8,7 +8,7 @@ source benchmarks/results/2026-12-06-gpu-s16/env.sh > /tmp/env.txt 2>&1; cat /tm
 s0=$(date +%s); left() { local l=$(( 585 - ($(date +%s) - s0) )); echo $(( l > 5 ? l : 5 )); }
 mkdir -p /tmp/pack; cp /tmp/env.txt /tmp/pack/
 s=$(date +%s)
-PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 300 python3 benchmarks/replay_bench.py --trace mooncake:sample --model qwen3-next-80b-a3b --capacity 8GB --requests 150 --runs marconi/exact/sequential@16 --out /tmp/pack/rb80 > /tmp/pack/replay-bench-80b.txt 2>&1; echo "replay_bench rc=$? $(( $(date +%s)-s )) s"; grep -v "^\s" /tmp/pack/replay-bench-80b.txt | grep -v "^{" | cut -c1-400 | tail -12
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 300 python3 benchmarks/replay_bench.py --trace mooncake:sample --model qwen3-next-80b-a3b --timing sim/data/h100-timing.json --capacity 8GB --requests 150 --runs marconi/exact/sequential@16 --out /tmp/pack/rb80 > /tmp/pack/replay-bench-80b.txt 2>&1; echo "replay_bench rc=$? $(( $(date +%s)-s )) s"; grep -v "^\s" /tmp/pack/replay-bench-80b.txt | grep -v "^{" | cut -c1-400 | tail -12
 tar -C /tmp -czf $OUT/all.tgz pack
 s=$(date +%s)
 timeout $(( $(left) - 10 )) python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/sim/replay/test_replay_peers_gpu.py > /tmp/pack/gpu-peers.txt 2>&1; echo "peers rc=$? $(( $(date +%s)-s )) s"; tail -3 /tmp/pack/gpu-peers.txt
