@@ -31,7 +31,9 @@ from sim.cli.report import SORT_HELP, sort_key
 from sim.cli.traces import say_short_session_range
 from sim.cli.run import explicit_settings, fits_trace_blocks, refuse_unread_knobs, refuse_unusable_blocks
 from sim.config import SimConfig, format_size
-from sim.cost import default_timing, timing_note
+from sim.cost import default_timing, model_for, timing_note
+from sim.engine.simulation import off_grid_message
+from policies.base import get_preset
 from sim.errors import UsageError, stop_exit_code
 from sim.experiments.grid import check_grid_size, expand_grid, grid_size, parse_values
 from sim.experiments.runners import describe, run_sweep, task_trace
@@ -157,6 +159,22 @@ class SweepSpec:
             sim_axes[name] = values
         elif raw or values != [_default(p)]:
             raise UsageError(f"{flag} is not supported by `marconi sweep` yet")
+
+
+def off_block_message(task) -> str:
+    """Why the task's policy cannot run on its hash-block trace (checkpoints finer than, or off,
+    its blocks), as `marconi run` refuses it before anything runs; "" when it can. The sweep met it
+    only when its turn came, the configurations before it simulated (--trace
+    synthetic:chat,mooncake:sample --policy sglang+,vllm+, or the default policy list)."""
+    spec = str(task.trace_kwargs.get("trace", ""))
+    kind = split_spec(spec)[0]
+    if kind not in BLOCK_TOKENS or task.trace_kwargs.get("hash_block_tokens"):
+        return ""
+    block = BLOCK_TOKENS[kind]
+    if fits_trace_blocks(task.config, block):
+        return ""
+    step = get_preset(task.config.policy).grid_for(model_for(task.config), task.config)
+    return f"--trace {spec}: {off_grid_message(task.config.policy, step, block)}"
 
 
 def _fit_default_policies(trace_axes: dict, sim_axes: dict) -> str:
@@ -306,13 +324,25 @@ def register(main: click.Group) -> None:
         trace_axes, sim_axes = spec.axes(kwargs)
         refuse_unread_knobs(sim_axes["policy"], explicit_settings(click.get_current_context(), _RENAME))
         left_out = ""
-        if click.get_current_context().get_parameter_source("policies") == ParameterSource.DEFAULT:
+        default_policies = click.get_current_context().get_parameter_source("policies") == ParameterSource.DEFAULT
+        if default_policies:
             left_out = _fit_default_policies(trace_axes, sim_axes)
         if check_grid_size(trace_axes, sim_axes) > SLOW_GRID:  # counted before building: say what takes a while
             click.echo(f"building {grid_size(trace_axes, sim_axes):,} configurations...", err=True)
         tasks = expand_grid(trace_axes, sim_axes)
         for task in tasks:
             refuse_unusable_blocks(task.config)
+        # a policy off a hash-block trace's blocks: the default list leaves it out on that trace (it
+        # stayed for a grid that holds a token trace too, and stopped the sweep when its turn came);
+        # a named one is refused before anything runs
+        off = [t for t in tasks if off_block_message(t)]
+        if off and not default_policies:
+            raise UsageError(off_block_message(off[0]))
+        if off:
+            tasks = [t for t in tasks if not off_block_message(t)]
+            pairs = sorted({(t.config.policy, str(t.trace_kwargs.get("trace"))) for t in off})
+            words = f"{', '.join(f'{p} on {s}' for p, s in pairs)} left out: checkpoints finer than the trace's blocks"
+            left_out = f"{left_out}; {words}" if left_out else words
         ctx = click.get_current_context()  # options that cannot act, timing files: before any configuration runs
         check_configs(
             explicit_settings(ctx, _RENAME),

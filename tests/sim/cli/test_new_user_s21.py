@@ -185,3 +185,33 @@ def test_requests_run_beyond_the_capacity_are_said(runner, tmp_path):
     )
     ample = runner.invoke(main, [*args, "--capacity", "1GB"])
     assert ample.exit_code == 0 and "beyond --capacity" not in ample.output, ample.output
+
+
+def test_a_sweep_refuses_a_policy_off_its_hash_block_traces_blocks_before_running(runner, tmp_path):
+    """--trace synthetic:chat,mooncake:sample --policy sglang+,vllm+ simulated the synthetic
+    configurations, then stopped on vllm+'s 32-token checkpoints on Mooncake's 512-token blocks
+    (a rerun stopped there again); it is refused before anything runs, as `marconi run` does, and
+    --hash-block-tokens (the trace spelled out as tokens) runs it."""
+    out = tmp_path / "sweep"
+    args = ["sweep", "--trace", "synthetic:chat:sessions=2,turns=2,mooncake:sample", "--session-range", "0:4"]
+    args += ["--policy", "sglang+,vllm+", "--model", "qwen3.5-9b", "--capacity", "40GB", "--workers", "1"]
+    res = runner.invoke(main, [*args, "--no-progress", "--out", str(out)])
+    one_line(
+        res,
+        "--trace mooncake:sample: policy vllm+ checkpoints every 32 tokens, finer than (or not a multiple of) the "
+        "trace's 512-token blocks",
+    )
+    assert not out.exists()
+
+
+def test_a_default_sweep_over_a_token_and_a_hash_block_trace_runs_whole(runner, tmp_path):
+    """The default policy list keeps vllm+ when the grid holds a token trace; on Mooncake's
+    512-token blocks its configuration stopped the sweep (exit 2, the rest unrun, again on a rerun).
+    It is left out there alone, and every other configuration runs."""
+    out = tmp_path / "sweep"
+    args = ["sweep", "--trace", "synthetic:chat:sessions=2,turns=2,mooncake:sample", "--session-range", "0:2"]
+    args += ["--alpha", "0", "--model", "qwen3.5-9b", "--capacity", "40GB", "--workers", "1", "--no-progress"]
+    res = runner.invoke(main, [*args, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[0] == "vllm+ on mooncake:sample left out: checkpoints finer than the trace's blocks"
+    assert "ran 5 configurations" in res.output and len(list(out.glob("*.parquet"))) == 5
