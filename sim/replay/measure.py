@@ -362,7 +362,9 @@ def summary(
         hits=int(len(hits)),
         hit_tokens=int(hits["hit_tokens"].sum()) if len(hits) else 0,
         hits_validated=int(len(val)),
-        kv_hits_validated=int(kv_hits_validated),
+        # per request, as hits and hits_validated (the checker's count is per lookup: a request
+        # preempted and looked up again is checked again, its record is the last lookup's)
+        kv_hits_validated=int(val["kv_validated"].sum()) if "kv_validated" in val else int(kv_hits_validated),
         failures=int(n_fail),
         kv_failures=int(sum(k.startswith("kv") for k in kinds)),
         max_restore_error=worst,

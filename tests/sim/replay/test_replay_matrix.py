@@ -311,3 +311,23 @@ def test_repeated_prompt_with_a_partial_last_block(tmp_path):
     res = replay(trace)
     check_contract(res, continuous=False)
     assert list(res.requests["hit_tokens"]) == [0, 0, 0, 1300]
+
+
+def test_a_request_preempted_and_hit_again_counts_its_kv_check_once(tmp_path_factory):
+    """ShareGPT under continuous batching at a tight capacity: a running request is preempted and
+    looked up again, and hits again (request 11, the 3-token shared prefix both times). Its hit is
+    checked at each lookup; its record is the last lookup's, so hits and hits_validated count it
+    once, and kv_hits_validated counted it twice (10 against 9 hits: the contract's hits =
+    hits_validated = kv_hits_validated broken by the bookkeeping alone)."""
+    trace = trace_of("sharegpt", tmp_path_factory)
+    config = SimConfig(
+        policy="marconi", model="replay-tiny", capacity_bytes=60_000, state_alignment="exact", mode="des",
+        scheduler="continuous", max_num_batched_tokens=8192, sessions_per_second=1.0,
+    )  # fmt: skip
+    settings = ReplaySettings(device="cpu", dtype="fp32", check_steps=CHECK_STEPS, coast_steps=2)
+    res = run_replay(trace, config, settings, build=build)
+    df = res.requests
+    again = df[(df["lookups"] > 1) & (df["hit_tokens"] > 0)]
+    assert len(again) >= 1 and again["kv_validated"].all()
+    s = check_contract(res, continuous=True)
+    assert s["kv_hits_validated"] == int(df["kv_validated"].sum()) == s["hits"]
