@@ -308,3 +308,48 @@ def test_sub_millisecond_prefills_count_in_the_fit_error():
     assert sum(r.suffix_ms < 1.0 for r in recs) == 6 and min(r.suffix_ms for r in recs) > 0.04
     t, info = calibrate(request_table(recs, SPEC, fast, COUNTS), SPEC, fast, COUNTS, peak_tflops=1e6)
     assert info["requests"] == 10 and info["median_error"] < 1e-9
+
+
+def test_a_mamba2_presets_linear_layers_are_fitted_on_their_flops():
+    """A Mamba2 preset replays Mamba2 layers in the gated-delta slot, priced by the timing at the
+    Mamba2 layer's FLOPs (``HardwareTiming.work_tflop``). The fit's features used the gated-delta
+    layer's FLOPs, 0 on such a preset: its layers were fitted as a per-call time alone (a
+    tiny Nemotron-H config on the CPU: gdn_linear 0, that term's fit error 42 % median, 61 % P95)
+    and a RuntimeWarning (a division by zero) reached the user."""
+    import warnings
+
+    from sim.cost import LAYER_KINDS
+    from sim.replay.steps import step_features
+
+    spec = get_model("marconi-7b")
+    assert spec.n_gdn == 0 and spec.mamba_layer_a > 0
+    counts = {"attention": 4, "gated_delta": 24, "mlp": 28}
+    recs = []
+    for i, segs in enumerate(CALLS):
+        hit, n = segs[0][0], segs[-1][1]
+        r = RequestRecord(i, n, 10, hit_tokens=hit, restored=hit > 0)
+        r.suffix_segments = segs
+        r.suffix_ms_by_type = {
+            k: counts[k]
+            * sum(TRUE.layer_call_ms[k] + TRUE.work_tflop(spec, s, e, gdn_chunks(s, e))[k] for s, e in segs)
+            for k in LAYER_KINDS
+        }
+        r.suffix_ms_by_type["other"] = TRUE.call_ms * len(segs)
+        r.suffix_ms = sum(r.suffix_ms_by_type.values())
+        recs.append(r)
+    df = request_table(recs, spec, TRUE, counts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no division by zero on the way
+        t, info = calibrate(df, spec, TRUE, counts, peak_tflops=989.0)
+    assert t.ms_per_tflop["gdn_linear"] == pytest.approx(2.5, rel=1e-6)
+    assert t.layer_call_ms["gated_delta"] == pytest.approx(0.09, rel=1e-6)
+    assert info["terms"]["gated_delta"]["median_error"] < 1e-6 and info["p95_error"] < 1e-6
+    # the step features price the same work: the Mamba2 layers' FLOPs in the gated-delta terms
+    f = step_features(spec, [(0, 1000)], [500])
+    ms = sum(TRUE.ms_per_tflop[x] * (f[f"tflop_{x}"] + f[f"decode_tflop_{x}"]) for x in ("gdn_linear", "gdn_chunk"))
+    want = (
+        TRUE.work_tflop(spec, 0, 1000, gdn_chunks(0, 1000))["gated_delta"]
+        + TRUE.work_tflop(spec, 500, 501, 1)["gated_delta"]
+    )
+    assert f["work_tflop_gated_delta"] == pytest.approx(spec.mamba_layer_a * 1001 * 1e-12)
+    assert ms == pytest.approx(want, rel=1e-9) and ms > 0
