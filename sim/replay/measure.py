@@ -140,7 +140,10 @@ def replayed_spec(spec: ModelSpec, counts) -> ModelSpec:
 def replayed_weight_bytes(spec: ModelSpec, counts, dtype_bytes: int = 2) -> float:
     """Bytes of the weight matrices of the replayed layers (each read once by every call)."""
     r = replayed_spec(spec, counts)
-    params = (r.n_attn * r.attn_layer_a + r.n_gdn * r.gdn_layer_a + r.n_mlp * r.mlp_layer_a) / 2
+    # a Mamba2 model's linear layers are n_mamba (sim.cost.weight_gb's per-layer weights)
+    params = (
+        r.n_attn * r.attn_layer_a + r.n_gdn * r.gdn_layer_a + r.n_mamba * r.mamba_layer_a + r.n_mlp * r.mlp_layer_a
+    ) / 2
     return params * dtype_bytes
 
 

@@ -353,3 +353,16 @@ def test_a_mamba2_presets_linear_layers_are_fitted_on_their_flops():
     )
     assert f["work_tflop_gated_delta"] == pytest.approx(spec.mamba_layer_a * 1001 * 1e-12)
     assert ms == pytest.approx(want, rel=1e-9) and ms > 0
+
+
+def test_replayed_weight_bytes_count_a_mamba2_models_linear_layers():
+    """The roofline's weight reads (benchmarks/replay_bench.py) of the replayed layers: a Mamba2
+    preset's Mamba2 layers are read too (they were left out: n_gdn is 0 there)."""
+    from sim.cost import weight_gb
+    from sim.replay.measure import replayed_weight_bytes
+
+    for name, counts in (("marconi-7b", {"attention": 1, "gated_delta": 3, "mlp": 4}), ("qwen3.5-9b", COUNTS)):
+        spec = get_model(name)
+        per_layer = weight_gb(spec)  # GB a layer reads per call at 2 bytes a parameter
+        want = sum(counts[k] * per_layer[k] for k in counts) * 1e9
+        assert replayed_weight_bytes(spec, counts) == pytest.approx(want, rel=1e-12), name
