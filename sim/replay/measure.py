@@ -159,7 +159,7 @@ def modelled_ms(spec: ModelSpec, timing, counts, hit: int, n: int, splits: int =
     rspec = replayed_spec(spec, counts)
     if isinstance(timing, HardwareTiming):
         return timing.prefill_time_s(rspec, hit, n, splits) * 1e3
-    share = (rspec.n_attn + rspec.n_gdn) / max(1, mixing_layers(spec))
+    share = mixing_layers(rspec) / max(1, mixing_layers(spec))  # a Mamba2 model's n_mamba too
     return timing.overhead_ms * share + rspec.prefill_flops(hit, n) * 1e3 / (timing.effective_tflops * 1e12)
 
 

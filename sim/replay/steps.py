@@ -111,7 +111,7 @@ def modelled_step_ms(spec: ModelSpec, timing, counts, prefills, contexts) -> flo
     ctx = [int(c) for c in contexts]
     if isinstance(timing, HardwareTiming):
         return timing.step_time_s(rspec, pre, ctx) * 1e3
-    share = (rspec.n_attn + rspec.n_gdn) / max(1, mixing_layers(spec))
+    share = mixing_layers(rspec) / max(1, mixing_layers(spec))  # a Mamba2 model's n_mamba too
     flops = rspec.decode_flops(len(ctx), sum(ctx)) if ctx else 0.0
     flops += sum(rspec.prefill_flops(a, b) for a, b in pre)
     ms = flops * 1e3 / (timing.effective_tflops * 1e12) + (timing.overhead_ms * share if pre else 0.0)

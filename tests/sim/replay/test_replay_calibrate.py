@@ -366,3 +366,22 @@ def test_replayed_weight_bytes_count_a_mamba2_models_linear_layers():
         per_layer = weight_gb(spec)  # GB a layer reads per call at 2 bytes a parameter
         want = sum(counts[k] * per_layer[k] for k in counts) * 1e9
         assert replayed_weight_bytes(spec, counts) == pytest.approx(want, rel=1e-12), name
+
+
+def test_a_mamba2_presets_modelled_times_share_the_overhead_by_all_its_mixer_layers():
+    """marconi-7b's default timing is a one-rate TimingModel: a replay at full depth prices a
+    prefill (and a step) as the simulator does. Its per-call overhead was shared by the replayed
+    attention and gated-delta layers only, leaving out the Mamba2 ones: 53.7 ms against the
+    simulator's 69.0 ms for 1,000 tokens."""
+    from sim.replay.measure import model_counts, modelled_ms
+    from sim.replay.steps import modelled_step_ms
+
+    spec = get_model("marconi-7b")
+    timing = default_timing("marconi-7b")
+    assert isinstance(timing, TimingModel) and spec.n_mamba and not spec.n_gdn
+    full = model_counts(spec)
+    assert modelled_ms(spec, timing, full, 0, 1000) == pytest.approx(timing.prefill_time_s(spec, 0, 1000) * 1e3)
+    assert modelled_ms(spec, timing, full, 256, 1000) == pytest.approx(timing.prefill_time_s(spec, 256, 1000) * 1e3)
+    for pre, ctx in (([(0, 1000)], [300, 500]), ([(128, 900)], [])):
+        want = timing.step_time_s(spec, pre, ctx) * 1e3
+        assert modelled_step_ms(spec, timing, full, pre, ctx) == pytest.approx(want, rel=1e-9)
