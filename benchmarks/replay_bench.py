@@ -325,6 +325,12 @@ def main() -> None:
     )
     ap.add_argument("--sessions-per-second", type=float, default=1.0, help="closed-loop session starts (default 1)")
     ap.add_argument("--dtype", default="bf16")
+    ap.add_argument(
+        "--attention",
+        default="sdpa",
+        choices=("sdpa", "cudnn"),
+        help="prefills' attention (marconi replay --attention)",
+    )
     ap.add_argument("--out", default=None)
     ap.add_argument(
         "--budget-s",
@@ -388,7 +394,13 @@ def main() -> None:
         tables, names = [], []
         for i, spec_fit in enumerate(args.fit_trace.split(";")):
             fit = load(spec_fit)
-            st = ReplaySettings(layers=args.layers, dtype=args.dtype, requests=args.fit_requests, warmup=not warmed)
+            st = ReplaySettings(
+                layers=args.layers,
+                dtype=args.dtype,
+                requests=args.fit_requests,
+                warmup=not warmed,
+                attention=args.attention,
+            )
             print(f"--- fit run {i} on {spec_fit}", flush=True)
             res = run_replay(fit, cfg, st, build=build)
             warmed = True
@@ -465,6 +477,7 @@ def main() -> None:
             coast_steps=args.coast_steps,
             batch=batch,
             batch_tokens=args.batch_tokens,
+            attention=args.attention,
         )
         import torch
 

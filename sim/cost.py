@@ -770,6 +770,8 @@ class HardwareTiming:
     ms_per_act_gb: dict = field(default_factory=lambda: dict.fromkeys(LAYER_KINDS, 0.0))
     ms_per_kv_gb: float = 0.0
     dtype: str = field(default="", compare=False)  # the activations' dtype it was fitted in
+    # how the replay it was fitted on ran attention (sim.replay.model.ATTENTION_BACKENDS)
+    attention: str = field(default="sdpa", compare=False)
     covers: dict = field(default_factory=dict, compare=False)  # models, d_model, tokens fitted on
     # the host's time to issue a call (Python, dispatch, launches): per call and per layer call
     # (an attention, gated-delta, Mamba or MLP layer each one); 0 in a file fitted without it
@@ -1277,6 +1279,7 @@ def timing_to_dict(timing) -> dict:
                 else {}
             ),
             **({"dtype": timing.dtype} if timing.dtype else {}),
+            **({"attention": timing.attention} if timing.attention != "sdpa" else {}),
             **({"covers": dict(timing.covers)} if timing.covers else {}),
             **(
                 {"host_ms_per_call": timing.host_ms_per_call, "host_ms_per_layer": timing.host_ms_per_layer}
@@ -1371,6 +1374,7 @@ def read_timing_file(path, model: str | None = None):
                 ms_per_act_gb={k: float(v) for k, v in d.get("ms_per_act_gb", dict.fromkeys(LAYER_KINDS, 0.0)).items()},
                 ms_per_kv_gb=float(d.get("ms_per_kv_gb", 0.0)),
                 dtype=str(d.get("dtype") or ""),
+                attention=str(d.get("attention") or "sdpa"),
                 covers=dict(d.get("covers") or {}),
                 host_ms_per_call=float(d.get("host_ms_per_call", 0.0)),
                 host_ms_per_layer=float(d.get("host_ms_per_layer", 0.0)),

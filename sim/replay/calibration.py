@@ -355,6 +355,7 @@ def replay_timing(
     device_name: str = "",
     max_tokens: int = 0,
     layer_calls: int = 0,
+    attention: str = "sdpa",
 ):
     """The timing a replay compares its measurements with, and one line on how far to trust the
     comparison (empty when the timing describes this run): ``timing`` given (``--timing``) or the
@@ -364,7 +365,8 @@ def replay_timing(
     h100: ..."). Refused: the default timing fitted in another dtype than the replay's on a GPU (a
     ``--timing`` file is the user's choice, said in the line). Not compared: a CPU (but a
     ``--timing`` file that names no GPU, as one calibrated on a CPU), a ``--timing`` file fitted
-    on another GPU, or a GPU the catalogue does not know."""
+    on another GPU, or a GPU the catalogue does not know. A timing fitted with another
+    ``attention`` backend than the replay's is said in the line."""
     explicit = timing is not None
     t = timing if explicit else default_timing(spec.name)
     home = getattr(t, "device", "")
@@ -401,6 +403,8 @@ def replay_timing(
                 f"(marconi replay --dtype {dtype} --calibrate FILE)"
             )
         notes.append(f"the timing was fitted in {t_dtype}, this replay runs {dtype}")
+    if isinstance(t, HardwareTiming) and t.attention != attention:
+        notes.append(f"the timing was fitted with {t.attention} attention, this replay runs {attention}")
     if isinstance(t, HardwareTiming):
         cover = t.coverage_note(spec, max_tokens, layer_calls)
         if cover:

@@ -29,7 +29,15 @@ import torch.nn.functional as F
 
 from sim.errors import UsageError
 from sim.replay.backends import resolve_kernel
-from sim.replay.model import GDN, HybridModel, ReplayShape, attention_weights, mlp_weights, subsample
+from sim.replay.model import (
+    GDN,
+    HybridModel,
+    ReplayShape,
+    attention_backend,
+    attention_weights,
+    mlp_weights,
+    subsample,
+)
 
 #: the Mamba2 head dim where a preset does not give its head count (mamba_ssm's default)
 DEFAULT_HEAD_DIM = 64
@@ -279,7 +287,10 @@ class Mamba2Model(HybridModel):
     a ``replay_shape``. Attention, MLPs, states, boundaries, restores and the varlen batch are
     the parent's."""
 
-    def __init__(self, shape, *, device="cpu", dtype=torch.float32, seed: int = 0, kernel=None) -> None:
+    def __init__(
+        self, shape, *, device="cpu", dtype=torch.float32, seed: int = 0, kernel=None, attention: str = "sdpa"
+    ) -> None:
+        self.attention = attention_backend(attention, device, dtype)
         self.shape = shape
         self.mamba = mamba2_of(shape)
         self.device = torch.device(device)

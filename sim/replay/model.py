@@ -52,6 +52,20 @@ LAYER_TYPES = (ATTN, GDN, MLP)
 ROPE_THETA = 1e7
 ROTARY_FRACTION = 4  # rotary embedding on head_dim / 4 dimensions (Qwen3.5: factor 0.25)
 SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+#: how replay runs a prefill's attention (``marconi replay --attention``): ``sdpa``, SDPA's flash /
+#: memory-efficient kernels (what the committed timing files were fitted with); ``cudnn``, SDPA's
+#: cuDNN kernel on lengths padded to a few buckets (``attend_bucketed``): 2.2x faster at head dim
+#: 256 and 8K-32K tokens on an H100 (61-67 % of the bf16 peak against 27-30 %,
+#: benchmarks/attn_bench.py), bf16 / fp16 on a GPU only (elsewhere it runs as ``sdpa``)
+ATTENTION_BACKENDS = ("sdpa", "cudnn")
+CUDNN_BACKENDS = [SDPBackend.CUDNN_ATTENTION]
+#: cuDNN builds a plan per new length (40-50 ms on an H100): lengths are padded up to a multiple
+#: of this, or of an eighth of their power of two when that is larger (at most 12.5 % padded)
+ATTENTION_BUCKET = 1024
+#: a suffix of Tq queries over Tk keys runs as a whole prompt (queries ahead padded with zeros)
+#: when its own work is at least 1 / this of the whole prompt's x the cuDNN kernel's speed-up
+#: (~2): Tk^2 / 2 < WHOLE_PROMPT_RATIO x Tq x (Tk - Tq / 2)
+WHOLE_PROMPT_RATIO = 4
 
 
 def spread(n_attn: int, n_gdn: int) -> list[str]:
@@ -346,6 +360,62 @@ def _attend(q, k, v):
     return o[0].transpose(0, 1)
 
 
+def attention_bucket(n: int) -> int:
+    """``n`` tokens padded up to ``ATTENTION_BUCKET``'s multiple, or to a multiple of an eighth of
+    ``n``'s power of two where that is coarser: few lengths, at most 12.5 % padding."""
+    if n <= 0:
+        return 0
+    step = max(ATTENTION_BUCKET, (1 << (n.bit_length() - 1)) // 8)
+    return -(-n // step) * step
+
+
+def attend_bucketed(q, k, v, backends=None):
+    """``_attend``'s result with ``backends`` (default ``CUDNN_BACKENDS``) on a bucketed length, or
+    None where that does not pay (``WHOLE_PROMPT_RATIO``). Exact by construction: a suffix's
+    queries are put behind zero queries for the prefix's positions (a whole prompt, top-left
+    causal; each row's result is its own), then queries, keys and values are padded at the end
+    by the same count up to ``attention_bucket``: no real query sees a padded key, and the real
+    rows are kept. The key / value heads are shared by SDPA (``enable_gqa``), not copied."""
+    Tq, H, hd = q.shape
+    Tk, KVH, _ = k.shape
+    if Tq != Tk:
+        if Tk * Tk >= 2 * WHOLE_PROMPT_RATIO * Tq * (Tk - Tq / 2):
+            return None
+        q = torch.cat([q.new_zeros(Tk - Tq, H, hd), q])
+    n = attention_bucket(Tk)
+    pad = (0, 0, 0, 0, 0, n - Tk)
+    qh, kh, vh = (F.pad(x, pad).transpose(0, 1)[None] for x in (q, k, v))
+    with sdpa_kernel(CUDNN_BACKENDS if backends is None else backends):
+        o = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, enable_gqa=H != KVH)
+    return o[0].transpose(0, 1)[Tk - Tq : Tk]
+
+
+def attention_backend(name: str, device=None, dtype=None) -> str:
+    """The backend a model on ``device`` in ``dtype`` runs for ``name`` (one of
+    ``ATTENTION_BACKENDS``, else a ``UsageError``): ``cudnn`` only in bf16 / fp16 on a GPU (None:
+    not known yet), else ``sdpa``."""
+    if name not in ATTENTION_BACKENDS:
+        raise UsageError(f"attention must be one of {', '.join(ATTENTION_BACKENDS)}, not {name!r}")
+    if name == "cudnn" and device is not None and not cudnn_runs(torch.device(device), dtype):
+        return "sdpa"
+    return name
+
+
+def cudnn_runs(device: torch.device, dtype) -> bool:
+    """Whether SDPA's cuDNN kernel serves a model on ``device`` in ``dtype``."""
+    return device.type == "cuda" and dtype in (torch.bfloat16, torch.float16)
+
+
+def attend(q, k, v, backend: str = "sdpa"):
+    """A prefill's attention by ``backend`` (``ATTENTION_BACKENDS``): ``cudnn`` where it runs
+    (bf16 / fp16 on a GPU, ``attend_bucketed``), else ``_attend``."""
+    if backend == "cudnn" and cudnn_runs(q.device, q.dtype):
+        o = attend_bucketed(q, k, v)
+        if o is not None:
+            return o
+    return _attend(q, k, v)
+
+
 def _attend_one(q, k, v):
     """A single query ``[1, H, hd]`` (a decode token) over its whole context ``[Tk, KVH, hd]``: no
     mask, and the key / value heads shared by SDPA itself (``enable_gqa``), not copied per query
@@ -446,7 +516,7 @@ def _load_backend(name: str, device, dtype, shape: ReplayShape) -> tuple[Callabl
 class HybridModel:
     """Weights of the replayed model, drawn from ``seed`` on ``device``, and its forward pass.
     ``kernel``: the gated-delta backend (``GDN_BACKENDS``; None or "auto": ``triton`` on CUDA,
-    ``torch`` elsewhere)."""
+    ``torch`` elsewhere); ``attention``: how prefills run attention (``ATTENTION_BACKENDS``)."""
 
     def __init__(
         self,
@@ -456,7 +526,9 @@ class HybridModel:
         dtype: torch.dtype = torch.float32,
         seed: int = 0,
         kernel: Optional[str] = None,
+        attention: str = "sdpa",
     ) -> None:
+        self.attention = attention_backend(attention, device, dtype)  # how prefills run attention (``attend``)
         self.shape = shape
         self.device = torch.device(device)
         self.dtype = dtype
@@ -604,7 +676,7 @@ class HybridModel:
         qg, q, k, v = self._attn_in(l, x, rope)
         new = torch.stack([k, v])
         kv = new if kv0 is None or kv0.shape[1] == 0 else torch.cat([kv0, new], dim=1)
-        return self._attn_out(l, x, qg, _attend(q, kv[0], kv[1])), kv
+        return self._attn_out(l, x, qg, attend(q, kv[0], kv[1], self.attention)), kv
 
     def _attn_in(self, l: int, x: torch.Tensor, rope):
         """Attention layer ``l``'s inputs for tokens ``x``: the query (and gate) projection ``qg``,
@@ -830,7 +902,7 @@ class HybridModel:
             buf[l, 0, p:e] = k[a:b]
             buf[l, 1, p:e] = v[a:b]
             kk, vv = buf[l, 0, :e], buf[l, 1, :e]
-            o[a:b] = _attend_one(q[a:b], kk, vv) if b - a == 1 else _attend(q[a:b], kk, vv)
+            o[a:b] = _attend_one(q[a:b], kk, vv) if b - a == 1 else attend(q[a:b], kk, vv, self.attention)
         return self._attn_out(l, x, qg, o)
 
     def run(

@@ -157,10 +157,14 @@ def build(
         from sim.replay.mamba2 import Mamba2Model, replay_shape
 
         shape = replay_shape(spec, layers, vocab_rows=vocab_rows)
-        model = Mamba2Model(shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel)
+        model = Mamba2Model(
+            shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel, attention=settings.attention
+        )
     else:
         shape = ReplayShape.from_spec(spec, layers, vocab_rows=vocab_rows)
-        model = HybridModel(shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel)
+        model = HybridModel(
+            shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel, attention=settings.attention
+        )
     longest_prompt = max((r.n_input_tokens(trace.block_tokens) for r in trace.requests), default=0)
     # the timing the measurements are compared with (after the model: its kernel's checks first)
     timing, timing_note = replay_timing(
@@ -171,6 +175,7 @@ def build(
         torch.cuda.get_device_name(device) if device.type == "cuda" else "",
         longest_prompt,
         sum(shape.counts().values()),  # a replayed call's layer calls: the host term's depth
+        model.attention,  # how the model runs its prefills' attention (sim.replay.model.attend)
     )
     store = CheckpointStore(shape, dtype, where=settings.store, device=device)
     continuous = config.effective_scheduler == "continuous"
@@ -330,6 +335,8 @@ def summarize(parts: Parts, run: Executed, trace: Trace, config: SimConfig, sett
         layers_replayed=labelled(counts, parts.mamba2),
         kernel=model.kernel,
         kernel_requested=settings.kernel,
+        attention=model.attention,  # what ran: cudnn only in bf16 / fp16 on a GPU
+        attention_requested=settings.attention,
         mlp_note=(
             f"MoE MLP replayed dense at its active width ({shape.mlp_inter})"
             if shape.mlp_moe

@@ -70,6 +70,14 @@ class ReplaySettings:
         "CUDA only; boundary states by split calls: docs/replay.md); auto: triton on cuda, torch on cpu.",
         choices=kernel_choices(),
     )
+    attention: str = setting(  # sim.replay.model.attend
+        "sdpa",
+        "How prefills run attention: sdpa (SDPA's flash / memory-efficient kernels, what the committed "
+        "timing files were fitted with) or cudnn (SDPA's cuDNN kernel on lengths padded to a few "
+        "buckets, exact under the causal mask; ~2x faster at head dim 256 on Hopper; bf16 / fp16 on a "
+        "GPU, elsewhere as sdpa).",
+        choices=("sdpa", "cudnn"),
+    )
     measure: str = setting(  # sim.replay.clock.Stopwatch
         "device",
         "How a GPU times prefills: device queues each timed call behind a GPU sleep as long as the "
@@ -361,7 +369,11 @@ def calibrate(
         )
     # the file says which dtype it was fitted in: a replay in another dtype compared with it says so
     # (calibration.replay_timing), as one compared with the committed fits does
-    t = replace(t, dtype=str(result.settings.get("dtype") or t.dtype))
+    t = replace(
+        t,
+        dtype=str(result.settings.get("dtype") or t.dtype),
+        attention=str(result.settings.get("attention") or "sdpa"),
+    )
     result.calibrated = t
     result.calibration = info
     result.report = result.report.with_calibration(

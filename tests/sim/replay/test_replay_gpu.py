@@ -324,3 +324,36 @@ def test_a_call_whose_host_outran_its_sleep_is_timed_again_clean():
     second = clock.stop(h)
     assert not clock.outran(second) and not host_bound(clock.slack_ms(second))
     assert clock.ms(first) > 25.0 and clock.ms(second) < 10.0
+
+
+@pytest.mark.parametrize("T,Tk", [(2048, 2048), (3000, 3000), (2500, 2600), (64, 5000)])
+def test_cudnn_attention_matches_the_replays_at_head_dim_256(T, Tk):
+    """``--attention cudnn`` (sim.replay.model.attend_bucketed: SDPA's cuDNN kernel on a
+    bucketed length; a suffix over a short prefix as a whole prompt) against the replay's flash /
+    memory-efficient path at qwen3-next-80b-a3b's attention shape (16 query heads, 2 key / value
+    heads, head dim 256), bf16: within bf16's rounding (attn_bench measured 3.9e-3 at most on
+    unit-normal inputs). A short suffix over a long prefix runs the replay's own path."""
+    from sim.replay.model import _attend, attend
+
+    g = torch.Generator(device="cuda").manual_seed(T + Tk)
+    q = torch.randn(T, 16, 256, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(Tk, 2, 256, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(Tk, 2, 256, device="cuda", dtype=torch.bfloat16, generator=g)
+    ref = _attend(q, k, v).float()
+    got = attend(q, k, v, "cudnn").float()
+    assert got.shape == ref.shape
+    assert float((got - ref).abs().max()) < 1.6e-2
+    assert float((got - ref).norm() / ref.norm()) < 4e-3
+
+
+def test_cudnn_attention_replay_validates_every_hit(chat):
+    """A whole replay with ``attention="cudnn"``: every hit validated with its KV, no failure, the
+    summary saying cudnn ran, the time model's line saying its timing was fitted with sdpa."""
+    cfg = SimConfig(policy="marconi", model="qwen3-next-80b-a3b", capacity_bytes=2 * 10**9, alpha=0.5)
+    st = ReplaySettings(layers=4, dtype="bf16", device="cuda", attention="cudnn")
+    res = run_replay(chat, cfg, st, build=build)
+    s = res.summary
+    assert res.failures == [], [f.message() for f in res.failures[:5]]
+    assert s["hits"] > 0 and s["hits_validated"] == s["hits"] == s["kv_hits_validated"]
+    assert res.settings["attention"] == "cudnn" and res.settings["attention_requested"] == "cudnn"
+    assert "fitted with sdpa attention, this replay runs cudnn" in s["time_model_note"]
