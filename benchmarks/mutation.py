@@ -412,6 +412,17 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_store_rules.py",
         ],
     ),
+    # session 21: replay --attention (the cuDNN path's buckets, padding and whole-prompt rule, the
+    # warm-up's plans, the timing file's attention and its note)
+    "attention": (
+        ["sim/replay/model.py", "sim/replay/warm.py", "sim/replay/calibration.py", "sim/cost.py"],
+        [
+            "tests/sim/replay/test_attention_backend.py",
+            "tests/sim/replay/test_replay_model.py",
+            "tests/sim/replay/test_replay_warm.py",
+            "tests/sim/replay/test_timing_carry.py",
+        ],
+    ),
     "host_term": (
         ["sim/replay/measure.py", "sim/replay/calibration.py", "sim/replay/summary.py"],
         [
