@@ -301,6 +301,10 @@ class EngineTree(HybridRadixTree):
         self._pending = (kv_bytes, len(new_cps))
         return kv_bytes + len(new_cps) * self.state_bytes, walk_end
 
+    def _planned_bytes(self, seq, span, checkpoints) -> float:
+        kv_bytes, new_cps, _ = self._kv_need(seq, span, checkpoints)
+        return kv_bytes + len(new_cps) * self.state_bytes
+
     def _stage_needs(self, seq, span, checkpoints, new_cps) -> list[tuple[int, int]]:
         """``pages_one_by_one``: the KV bytes the insert holds at each new snapshot point ``c``,
         as ``(c, bytes)``. TensorRT-LLM runs the prefill in chunks ending at the snapshot points:
@@ -1568,7 +1572,9 @@ class EngineTree(HybridRadixTree):
         leaves the tree)."""
         self.stats.eviction_calls += 1
         evicted = [0, 0]  # states, KV tokens
-        ok = self._drain(lambda: self.used_bytes + need > self.capacity_bytes, self._pop_copy_or_victim, evicted)
+        ok = self._drain(
+            lambda: self.used_bytes + need + self._grown() > self.capacity_bytes, self._pop_copy_or_victim, evicted
+        )
         return ok, evicted[0], evicted[1]
 
     def _pop_copy_or_victim(self):

@@ -208,6 +208,9 @@ class HybridRadixTree:
         self.now = 0.0  # set by the engine before each operation (set_time); policies read it
         self.listener: CacheListener | None = None
         self._tag: object = None  # the tag of the insert / reserve under way (set only for its duration)
+        # while an insert makes room: ``[seq, span, checkpoints, bytes planned, extra bytes, stale]``
+        # (``_grown``: a victim on the insert's own path is one ``_apply`` adds again)
+        self._replan: list | None = None
         self._created = 0
         self._next_ckpt = 0
         self.root = self._new_node(np.empty(0, dtype=np.int64), None, 0, 0, 0, 0.0)
@@ -509,9 +512,12 @@ class HybridRadixTree:
                 self.lock(guard)
             if protect is not None:
                 self.lock(protect)
+            plan = [seq, span, checkpoints, self._planned_bytes(seq, span, checkpoints), 0, guard is None]
+            outer, self._replan = self._replan, plan
             try:
                 ok, ev_states, ev_kv = self._evict_for(need)
             finally:
+                self._replan = outer
                 if guard is not None:
                     self.unlock(guard)
                 if protect is not None:
@@ -537,6 +543,24 @@ class HybridRadixTree:
         """Hook: (bytes the insert needs, node whose root path eviction must spare)."""
         need_kv, need_states, walk_end = self._plan(seq, span, checkpoints)
         return need_kv * self.kv_bytes_per_token + need_states * self.state_bytes, walk_end
+
+    def _planned_bytes(self, seq: np.ndarray, span: Span, checkpoints: list[int]) -> float:
+        """Hook: the bytes ``_apply`` would add to the tree as it is now (no mutation)."""
+        need_kv, need_states, _ = self._plan(seq, span, checkpoints)
+        return need_kv * self.kv_bytes_per_token + need_states * self.state_bytes
+
+    def _grown(self) -> float:
+        """Bytes the insert making room needs beyond its plan: a victim on its own path (a locked
+        node's state where the policy's ``keys`` lists it, as vLLM's free queue holds a cached state
+        apart from the blocks a running request holds) is one ``_apply`` adds again, so what the
+        insert adds is planned again after such a victim (0 outside an insert's eviction)."""
+        r = self._replan
+        if r is None:
+            return 0
+        if r[5]:
+            r[4] = max(0, self._planned_bytes(r[0], r[1], r[2]) - r[3])
+            r[5] = False
+        return r[4]
 
     def _fits(self, need: float) -> bool:
         """Hook: whether ``need`` more bytes fit without evicting (a pooled cache checks each pool)."""
@@ -750,6 +774,9 @@ class HybridRadixTree:
     def _apply_victim(self, victim) -> tuple[int, int]:
         """Free what the policy chose: an inner node's state only, or the node with its KV.
         Returns (states freed, KV tokens freed)."""
+        r = self._replan
+        if r is not None and victim.node.lock > 0:
+            r[5] = True  # the insert's path is locked (its walk is guarded): only a locked victim is on it
         if victim.drop_state_only:
             return self.drop_state(victim.node)
         return self.evict(victim.node)
@@ -758,7 +785,9 @@ class HybridRadixTree:
         """Evict until ``need`` more bytes fit. Returns (fits, states evicted, KV tokens evicted)."""
         self.stats.eviction_calls += 1
         evicted = [0, 0]  # states, KV tokens
-        ok = self._drain(lambda: self.used_bytes + need > self.capacity_bytes, self.policy.pop_victim, evicted)
+        ok = self._drain(
+            lambda: self.used_bytes + need + self._grown() > self.capacity_bytes, self.policy.pop_victim, evicted
+        )
         return ok, evicted[0], evicted[1]
 
     def _drain(self, over, pop, evicted: list) -> bool:

@@ -930,3 +930,45 @@ def test_block_eviction_is_vllms_and_lmdeploys_alone():
         if rules is not None and rules.block_evict:
             on.append(name)
     assert sorted(on) == ["lmdeploy", "vllm"]
+
+
+def test_a_state_victim_on_the_inserts_own_path_is_room_planned_again():
+    """A running request's path holds its attention blocks, not its states (``keys``: the state of
+    a locked node stays in the free queue, ``remove_skipped_blocks``), so the insert that makes room
+    may evict the very state it planned as cached; ``_apply`` then adds it again, and the room is
+    counted again after such a victim. Capacity 9 (1 byte a token, 4-byte states): [1,2,3] with its
+    state (7) and [9] (1) hold 8; [1..5] with the state at 3, its path locked, needs 2 more.
+    The oldest entry, the state at 3, goes (4 used, 4 + 2 <= 9 by the first plan), but adding it
+    back needs 4 + 2: [9]'s KV goes too, and the tree ends at exactly 9 bytes (5 KV + one state),
+    not 10 (the capacity assertion)."""
+    c = _Pool(capacity=9)
+    c.insert([1, 2, 3], [3])
+    c.insert([9], [])
+    assert c.tree.used_bytes == 8
+    m = c.tree.match(np.array([1, 2, 3, 4, 5], dtype=np.int64))  # no refresh: the state stays the oldest
+    assert m.hit_tokens == 3
+    c.tree.lock(m.hit_node)
+    res = c.tree.insert(np.array([1, 2, 3, 4, 5], dtype=np.int64), 5, [3], c.tick(), protect=m.hit_node)
+    c.tree.unlock(m.hit_node)
+    assert res.inserted and (res.evicted_states, res.evicted_kv_tokens) == (1, 1)
+    assert (c.tree.used_bytes, c.tree.kv_tokens, c.tree.n_states) == (9, 5, 1)
+    assert c.lookup([1, 2, 3, 4]).hit_tokens == 3 and c.lookup([9]).match_tokens == 0
+    c.tree.check_invariants()
+
+
+def test_vllm_fcfs_agent_trace_at_60kb_stays_within_capacity():
+    """The tester's command: under ``--scheduler fcfs`` a finished request's insert evicted the
+    state of its own hit (its path locked, its state in the free queue) and added it back, 61440
+    bytes in a 58368-byte cache (the capacity assertion); it now runs to the end."""
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    trace = (
+        "synthetic:agent:sessions=2,turns=6,prompt_tokens=400,task_tokens=120,output_tokens=10,obs_tokens=60,prompts=1"
+    )
+    args = ["run", "--model", "replay-tiny", "--trace", trace, "--policy", "vllm", "--capacity", "60KB"]
+    for extra in (["--scheduler", "fcfs"], ["--scheduler", "continuous"], ["--mode", "sequential"]):
+        res = CliRunner().invoke(main, args + extra)
+        assert res.exit_code == 0, (extra, res.output, res.exception)
+        assert "vllm" in res.output
