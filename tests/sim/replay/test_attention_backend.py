@@ -134,3 +134,59 @@ def test_warm_up_plans_every_bucketed_length_up_to_the_longest_prompt(monkeypatc
     assert W.warm_attention(model, 3000) == 3
     H, KVH, hd = shape.attn_heads, shape.attn_kv_heads, shape.attn_head_dim
     assert seen == [((n, H, hd), (n, KVH, hd)) for n in (1024, 2048, 3072)]
+
+
+def _oracle_attention(q, k, v):
+    """Causal attention written out per head (query i at absolute position Tk - Tq + i sees keys
+    0..that position; query head h reads key / value head h // (H / KVH)), in float64."""
+    Tq, H, hd = q.shape
+    Tk, KVH, _ = k.shape
+    out = torch.empty(Tq, H, hd, dtype=torch.float64)
+    for h in range(H):
+        kh, vh = k[:, h // (H // KVH)].double(), v[:, h // (H // KVH)].double()
+        s = q[:, h].double() @ kh.T / hd**0.5
+        mask = torch.arange(Tk)[None, :] > (Tk - Tq + torch.arange(Tq))[:, None]
+        out[:, h] = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1) @ vh
+    return out
+
+
+@pytest.mark.parametrize("start", [0, 37])
+def test_an_attention_layer_equals_attention_written_out(start):
+    """The model's attention layer (its q / k / v, the prefix's KV, the mask's alignment, the GQA
+    head map) against ``_oracle_attention`` on the same inputs: a key and value swapped, or a mask
+    shifted, would pass every replay check (hit and reference run the same layer) but not this."""
+    from sim.cost import get_model
+    from sim.replay.model import HybridModel, ReplayShape
+
+    shape = ReplayShape.from_spec(get_model("replay-tiny"), None, vocab_rows=64)
+    model = HybridModel(shape, seed=3)
+    g = torch.Generator().manual_seed(start)
+    x_pre = torch.randn(start, shape.hidden, generator=g)
+    x = torch.randn(23, shape.hidden, generator=g)
+    kv0 = None
+    if start:
+        _, _, kp, vp = model._attn_in(0, x_pre, model._rope_tables(0, start))
+        kv0 = torch.stack([kp, vp])
+    got, kv = model._attention(0, x, start, kv0)
+    qg, q, k, v = model._attn_in(0, x, model._rope_tables(start, 23))
+    keys = k if kv0 is None else torch.cat([kv0[0], k])
+    vals = v if kv0 is None else torch.cat([kv0[1], v])
+    assert torch.equal(kv[0], keys) and torch.equal(kv[1], vals)
+    want = model._attn_out(0, x, qg, _oracle_attention(q, keys, vals).to(q.dtype))
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_cudnn_path_pads_to_its_bucket_and_no_further(monkeypatch):
+    """The padded length SDPA is called with is ``attention_bucket(Tk)``: a few cuDNN plans, and
+    no more work than the bucket's."""
+    seen = []
+    real = M.F.scaled_dot_product_attention
+
+    def spy(q, k, v, **kw):
+        seen.append((q.shape[2], k.shape[2]))
+        return real(q, k, v, **kw)
+
+    monkeypatch.setattr(M.F, "scaled_dot_product_attention", spy)
+    for Tq, Tk in ((300, 300), (1500, 1600), (1024, 1024)):
+        M.attend_bucketed(torch.randn(Tq, 2, 8), torch.randn(Tk, 1, 8), torch.randn(Tk, 1, 8), backends=MATH)
+    assert seen == [(1024, 1024), (2048, 2048), (1024, 1024)]
