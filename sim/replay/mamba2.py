@@ -33,9 +33,9 @@ from sim.replay.model import (
     GDN,
     HybridModel,
     ReplayShape,
-    attention_backend,
     attention_weights,
     mlp_weights,
+    model_attention,
     subsample,
 )
 
@@ -290,7 +290,7 @@ class Mamba2Model(HybridModel):
     def __init__(
         self, shape, *, device="cpu", dtype=torch.float32, seed: int = 0, kernel=None, attention: str = "sdpa"
     ) -> None:
-        self.attention = attention_backend(attention, device, dtype)
+        self.attention = model_attention(attention, device, dtype, shape)
         self.shape = shape
         self.mamba = mamba2_of(shape)
         self.device = torch.device(device)

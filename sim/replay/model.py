@@ -401,6 +401,31 @@ def attention_backend(name: str, device=None, dtype=None) -> str:
     return name
 
 
+def cudnn_problem(device, dtype, heads: int, kv_heads: int, head_dim: int, backends=None) -> str:
+    """Why SDPA's cuDNN kernel cannot run a model's attention (``heads`` / ``kv_heads`` of
+    ``head_dim``) on ``device`` in ``dtype``, from one 16-token call (``attend_bucketed``); empty
+    when it runs (a GPU or build without it: torch's first line, for one line of the CLI)."""
+    q = torch.zeros(16, heads, head_dim, device=device, dtype=dtype)
+    k = torch.zeros(16, kv_heads, head_dim, device=device, dtype=dtype)
+    try:
+        attend_bucketed(q, k, k, backends)
+    except RuntimeError as exc:
+        return f"--attention cudnn: SDPA's cuDNN kernel does not run here ({str(exc).splitlines()[0][:160]}); use sdpa"
+    return ""
+
+
+def model_attention(name: str, device, dtype, shape) -> str:
+    """The attention backend a model of ``shape`` on ``device`` in ``dtype`` runs for ``name``
+    (``attention_backend``); with cudnn chosen there, a ``UsageError`` where cuDNN cannot run its
+    attention (``cudnn_problem``)."""
+    backend = attention_backend(name, device, dtype)
+    if backend == "cudnn" and shape.attn_layers:
+        problem = cudnn_problem(device, dtype, shape.attn_heads, shape.attn_kv_heads, shape.attn_head_dim)
+        if problem:
+            raise UsageError(problem)
+    return backend
+
+
 def cudnn_runs(device: torch.device, dtype) -> bool:
     """Whether SDPA's cuDNN kernel serves a model on ``device`` in ``dtype``."""
     return device.type == "cuda" and dtype in (torch.bfloat16, torch.float16)
@@ -528,7 +553,7 @@ class HybridModel:
         kernel: Optional[str] = None,
         attention: str = "sdpa",
     ) -> None:
-        self.attention = attention_backend(attention, device, dtype)  # how prefills run attention (``attend``)
+        self.attention = model_attention(attention, device, dtype, shape)  # how prefills run attention (``attend``)
         self.shape = shape
         self.device = torch.device(device)
         self.dtype = dtype

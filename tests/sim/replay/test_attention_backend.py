@@ -190,3 +190,22 @@ def test_the_cudnn_path_pads_to_its_bucket_and_no_further(monkeypatch):
     for Tq, Tk in ((300, 300), (1500, 1600), (1024, 1024)):
         M.attend_bucketed(torch.randn(Tq, 2, 8), torch.randn(Tk, 1, 8), torch.randn(Tk, 1, 8), backends=MATH)
     assert seen == [(1024, 1024), (2048, 2048), (1024, 1024)]
+
+
+def test_where_cudnn_cannot_run_the_model_is_refused_in_one_line(monkeypatch):
+    """``cudnn_problem`` runs one 16-token call: where SDPA has no cuDNN kernel (here the CPU,
+    which has none), torch's first line in the reason; with a kernel that runs, nothing. A model
+    that would run cudnn and cannot is a ``UsageError`` (one line of the CLI, exit 2)."""
+    from sim.cost import get_model
+    from sim.replay.model import HybridModel, ReplayShape
+
+    why = M.cudnn_problem("cpu", torch.float32, 2, 1, 8)
+    assert why.startswith("--attention cudnn: SDPA's cuDNN kernel does not run here (") and why.endswith("use sdpa")
+    assert "\n" not in why
+    assert M.cudnn_problem("cpu", torch.float32, 2, 1, 8, backends=MATH) == ""
+    shape = ReplayShape.from_spec(get_model("replay-tiny"), None, vocab_rows=64)
+    monkeypatch.setattr(M, "cudnn_runs", lambda device, dtype: True)  # as on a GPU in bf16
+    with pytest.raises(UsageError, match="cuDNN kernel does not run here"):
+        HybridModel(shape, attention="cudnn")
+    monkeypatch.setattr(M, "cudnn_problem", lambda *a, **k: "")
+    assert HybridModel(shape, attention="cudnn").attention == "cudnn"
