@@ -1333,6 +1333,26 @@ def _check_finite(d: dict, path) -> None:
                 raise UsageError(f"timing file {path}: {group}.{k} must be a finite number >= 0, not {v!r}")
 
 
+def same_model(recorded, given) -> bool:
+    """Whether the ``--model`` value ``given`` names the model a timing file records (``recorded``:
+    the name its model had when it was fitted). A preset by its name (in any case). A model read
+    from a config.json (its name is its path as the user spelled it: ``DIR/config.json``, ``DIR``,
+    ``./DIR/``, an absolute path) by what is read there: the two config files read as the same
+    model (``ModelSpec``, its name and source aside: the same file in any spelling, or a copy). A
+    recorded path that reads no config now (moved, removed) matches only its own spelling; a
+    relative one is read from the current folder. A preset never matches a config."""
+    if recorded == given:
+        return True
+    a, b = str(recorded).strip().lower(), str(given).strip().lower()
+    if a in MODELS or b in MODELS:
+        return a == b
+    try:
+        ra, rb = get_model(str(recorded)), get_model(str(given))
+    except UsageError:  # not a preset and no config read there (moved, removed, not a path)
+        return False
+    return replace(ra, name="", source="") == replace(rb, name="", source="")  # both say where it was read
+
+
 def read_timing_file(path, model: str | None = None):
     """A timing file written by ``marconi replay --calibrate`` (bad input, or a file fitted for
     another model than ``model``: UsageError). A hardware-term file's terms are priced per FLOP
@@ -1350,7 +1370,7 @@ def read_timing_file(path, model: str | None = None):
             f"timing file {path} is not a {TIMING_FORMAT} or {HARDWARE_FORMAT} file "
             "(write one with marconi replay --calibrate FILE)"
         )
-    if model is not None and d.get("model") not in (None, model):
+    if model is not None and d.get("model") is not None and not same_model(d["model"], model):
         raise UsageError(f"timing file {path} was calibrated for {d.get('model')}, not {model}")
     _check_finite(d, path)
     try:

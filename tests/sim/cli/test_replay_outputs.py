@@ -1,0 +1,71 @@
+"""What `marconi replay` (and `marconi run`, its folder kind) leaves on disk and reads back: a timing
+file held to its model whatever the spelling of the model's path, an output folder that holds one
+run's files after ``--force``, and no empty folders after Ctrl-C. Each test is a tester's report
+(session 21), reproduced on the CPU before its fix."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+from sim.cost import TimingModel, read_timing_file, timing_to_dict
+from sim.errors import UsageError
+
+TOY = Path(__file__).resolve().parents[2] / "data" / "configs" / "toy-mamba2-hybrid.json"
+CHAT = "synthetic:chat:sessions=2,turns=2,prompt_tokens=40,user_tokens=24,output_tokens=16,prompts=1"
+RUN = ["run", "--trace", CHAT, "--model", "replay-tiny", "--capacity", "10MB", "--policy", "marconi"]
+RUN += ["--no-progress"]
+REPLAY = ["replay", "--trace", CHAT, "--model", "replay-tiny", "--capacity", "10MB", "--device", "cpu"]
+REPLAY += ["--requests", "2", "--no-progress"]
+
+
+@pytest.fixture
+def cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+# ---- 1. a timing file of a model read from a config.json, whichever way its path is spelled ----
+
+
+def test_a_timing_file_of_a_config_model_is_accepted_in_every_spelling_of_its_path(cwd):
+    """Written by `marconi replay --model m/config.json --calibrate t.json` (the file records the
+    model's name, its path as given), it was refused for `--model m`, `./m/` and the absolute path
+    of the same file ("calibrated for m/config.json, not m"). The same config read is the same
+    model; another config (another width), a preset, or a recorded path that no longer reads is
+    still refused."""
+    (cwd / "m").mkdir()
+    shutil.copy(TOY, cwd / "m" / "config.json")
+    d = dict(timing_to_dict(TimingModel(123.0, 4.5, 6.7, source="hand")), model="m/config.json")
+    (cwd / "t.json").write_text(json.dumps(d))
+    (cwd / "sub").mkdir()
+    for spelling in ("m/config.json", "m", "./m/", str(cwd / "m"), str(cwd / "m" / "config.json"), "sub/../m"):
+        assert read_timing_file("t.json", model=spelling).effective_tflops == 123.0, spelling
+    # a copy of the same config elsewhere reads as the same model
+    (cwd / "copy").mkdir()
+    shutil.copy(TOY, cwd / "copy" / "config.json")
+    assert read_timing_file("t.json", model="copy").effective_tflops == 123.0
+    # another model: refused, in its own spelling
+    wide = json.loads(TOY.read_text())
+    wide["hidden_size"] = 128
+    (cwd / "wide").mkdir()
+    (cwd / "wide" / "config.json").write_text(json.dumps(wide))
+    for other in ("wide", "replay-tiny", "nemotron-h-8b"):
+        with pytest.raises(UsageError, match=rf"calibrated for m/config.json, not {other}$"):
+            read_timing_file("t.json", model=other)
+    # the recorded path gone: only the same spelling is that model
+    (cwd / "t2.json").write_text(json.dumps(dict(d, model="gone/config.json")))
+    with pytest.raises(UsageError, match="calibrated for gone/config.json, not m$"):
+        read_timing_file("t2.json", model="m")
+    # `marconi run --timing` reads it through the same check
+    res = CliRunner().invoke(main, ["run", "--trace", CHAT, "--model", "m", "--capacity", "10MB", "--timing", "t.json"])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(
+        main, ["run", "--trace", CHAT, "--model", "wide", "--capacity", "10MB", "--timing", "t.json"]
+    )
+    assert res.exit_code == 2 and "calibrated for m/config.json, not wide" in res.output, res.output
