@@ -176,6 +176,29 @@ _KINDS = {
 }
 
 
+#: every file `marconi run` or `marconi replay` writes in its ``--out`` folder: the two share a folder
+#: kind ("run" in ``_KINDS``), so ``--force`` lets either replace the other's results there
+RUN_FOLDER_FILES = ("summary.json", "requests.parquet", "occupancy.parquet", "steps.parquet")
+
+
+def remove_earlier_outputs(folder: Path, writes) -> list[Path]:
+    """Removes the files of ``RUN_FOLDER_FILES`` in ``folder`` that this command does not write
+    (``writes``: their names): an earlier run's ``occupancy.parquet`` left beside a replay's files
+    by ``--force`` (or a replay's ``steps.parquet`` beside a run's) would be read as this one's.
+    Called just before the new files are written (a run that fails leaves the earlier results
+    whole); any other file (the user's own) is kept. ``check_output_files`` was given the whole
+    list, so a file removed here existed only under ``--force``. Returns what it removed."""
+    gone = []
+    for name in RUN_FOLDER_FILES:
+        if name in writes:
+            continue
+        p = Path(folder) / name
+        if p.is_file() or p.is_symlink():
+            p.unlink()
+            gone.append(p)
+    return gone
+
+
 def refuse_other_kind(folder: Path | None, kind: str, flag: str = "--out") -> None:
     """Refuses an output folder that holds another command's results (``kind``: this command's,
     one of sweep / run / advise): written into, it would mix them, and ``marconi report`` shows the

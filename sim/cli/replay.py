@@ -11,7 +11,16 @@ from pathlib import Path
 import click
 
 from sim.cli.checks import check_replay
-from sim.cli.outdir import OutputPath, check_output_files, input_paths, model_inputs, output_folder, refuse_other_kind
+from sim.cli.outdir import (
+    RUN_FOLDER_FILES,
+    OutputPath,
+    check_output_files,
+    input_paths,
+    model_inputs,
+    output_folder,
+    refuse_other_kind,
+    remove_earlier_outputs,
+)
 from sim.cli.options import option, with_options
 from sim.cli.run import parse_alpha
 from sim.cli.run import _scheduler as _scheduler_word
@@ -96,8 +105,9 @@ def check_before_work(spec, calibrate_path, out, force: bool, trace_spec, timing
     an input, not existing unless --force) and their folders (created now, or refused). The settings
     (the tolerance among them) are ``ReplaySettings.validate``'s, run before this. (A model too wide
     for the CPU is warned of, not refused: ``cpu_time_warning`` once the trace is loaded.)"""
-    names = ("summary.json", "requests.parquet", "steps.parquet")
-    files = [(Path(out) / name, "--out") for name in names] if out is not None else []
+    # every file of the folder kind replay shares with `run` (its occupancy.parquet too: removed at the
+    # end, so it is replaced only under --force)
+    files = [(Path(out) / name, "--out") for name in RUN_FOLDER_FILES] if out is not None else []
     if calibrate_path is not None:
         files.append((Path(calibrate_path), "--calibrate"))  # a list: one path for two outputs is refused
     refuse_other_kind(out, "run")
@@ -457,6 +467,9 @@ def register(main: click.Group) -> None:
         if out is not None:
             from sim.replay import output  # noqa: PLC0415
 
+            # an earlier run's occupancy.parquet (--force) is not this replay's: removed, as output.write
+            # removes an earlier replay's steps.parquet when this one has none
+            remove_earlier_outputs(out, (output.SUMMARY, output.REQUESTS, output.STEPS))
             output.write(out, res.summary, res.settings, res.requests, steps=res.steps)
         if fmt == "json":
             click.echo(json.dumps(res.summary, indent=2))

@@ -18,8 +18,10 @@ from sim.cli.outdir import (
     check_output_files,
     input_paths,
     model_inputs,
+    RUN_FOLDER_FILES,
     output_folder,
     refuse_other_kind,
+    remove_earlier_outputs,
 )
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.cli.options import with_fields
@@ -34,7 +36,8 @@ from sim.simulate import hindsight_preset, simulate
 
 #: the policies `run` compares when --policy is not given
 DEFAULT_POLICIES = SimConfig.knob("policy").metadata["lead"]["default"]
-#: the files ``run --out DIR`` writes (refused when they exist, unless --force)
+#: the files ``run --out DIR`` writes; any of ``RUN_FOLDER_FILES`` there (a replay's steps.parquet
+#: too) is refused when it exists, unless --force, and the ones not written are then removed
 RUN_OUTPUTS = ("summary.json", "requests.parquet", "occupancy.parquet")
 _FIELDS = {f.name: f for f in SimConfig.knobs()}
 
@@ -455,7 +458,7 @@ def register(main: click.Group) -> None:
         """
         # outputs are checked (existing files, inputs) and their folders created (or refused) before
         # the trace is loaded and simulated
-        files = [(out / name, "--out") for name in RUN_OUTPUTS] if out is not None else []
+        files = [(out / name, "--out") for name in RUN_FOLDER_FILES] if out is not None else []
         if events_path is not None:
             files.append((events_path, "--events"))  # a list: --events D/summary.json is refused, not merged
         refuse_other_kind(out, "run")
@@ -563,6 +566,7 @@ def register(main: click.Group) -> None:
         import pandas as pd  # noqa: PLC0415 - only --out writes tables
 
         out.mkdir(parents=True, exist_ok=True)
+        remove_earlier_outputs(out, RUN_OUTPUTS)  # a replay's steps.parquet (--force) is not this run's
         summary = [
             _finite({**cfg.as_row(), "trace": trace.name, **timing_row(cfg), **res.summary.to_dict()})
             for cfg, res in results

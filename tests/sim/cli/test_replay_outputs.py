@@ -69,3 +69,39 @@ def test_a_timing_file_of_a_config_model_is_accepted_in_every_spelling_of_its_pa
         main, ["run", "--trace", CHAT, "--model", "wide", "--capacity", "10MB", "--timing", "t.json"]
     )
     assert res.exit_code == 2 and "calibrated for m/config.json, not wide" in res.output, res.output
+
+
+# ---- 2. --force over the other command's folder: none of its files left as this one's ----------
+
+
+def test_force_over_the_other_commands_folder_leaves_none_of_its_files(cwd):
+    """`marconi replay --out o --force` over a folder `marconi run --out o` wrote kept the run's
+    occupancy.parquet beside the replay's summary (to be read as the replay's), and `marconi run
+    --out o --force` over a replay's folder kept its steps.parquet. Files the user put there stay;
+    without --force a leftover of the other command is refused, never silently removed."""
+    pytest.importorskip("torch")
+    r = CliRunner()
+    res = r.invoke(main, [*RUN, "--out", "o"])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in (cwd / "o").iterdir()) == ["occupancy.parquet", "requests.parquet", "summary.json"]
+    (cwd / "o" / "notes.txt").write_text("mine")
+    res = r.invoke(main, [*REPLAY, "--out", "o", "--force"])
+    assert res.exit_code == 0, res.output
+    names = sorted(p.name for p in (cwd / "o").iterdir())
+    assert names == ["notes.txt", "requests.parquet", "steps.parquet", "summary.json"], names
+    assert "wall_s" in json.loads((cwd / "o" / "summary.json").read_text())["summary"]  # the replay's
+    res = r.invoke(main, [*RUN, "--out", "o", "--force"])
+    assert res.exit_code == 0, res.output
+    names = sorted(p.name for p in (cwd / "o").iterdir())
+    assert names == ["notes.txt", "occupancy.parquet", "requests.parquet", "summary.json"], names
+    assert (cwd / "o" / "notes.txt").read_text() == "mine"
+    # a leftover of the other command alone (no summary.json) is not removed without --force
+    (cwd / "p").mkdir()
+    (cwd / "p" / "occupancy.parquet").write_text("run's")
+    res = r.invoke(main, [*REPLAY, "--out", "p"])
+    assert res.exit_code == 2 and "p/occupancy.parquet already exists; pass --force" in res.output, res.output
+    (cwd / "q").mkdir()
+    (cwd / "q" / "steps.parquet").write_text("replay's")
+    res = r.invoke(main, [*RUN, "--out", "q"])
+    assert res.exit_code == 2 and "q/steps.parquet already exists; pass --force" in res.output, res.output
+    assert (cwd / "p" / "occupancy.parquet").read_text() == "run's" and (cwd / "q" / "steps.parquet").is_file()
