@@ -102,9 +102,11 @@ def _duration(secs: float) -> str:
 
 def check_before_work(spec, calibrate_path, out, force: bool, trace_spec, timing_path=None, model=None) -> None:
     """The outputs of a replay, checked before the trace is loaded and replayed: the output files (not
-    an input, not existing unless --force) and their folders (created now, or refused). The settings
-    (the tolerance among them) are ``ReplaySettings.validate``'s, run before this. (A model too wide
-    for the CPU is warned of, not refused: ``cpu_time_warning`` once the trace is loaded.)"""
+    an input, not existing unless --force). Their folders are created (or refused) right after, by
+    the command's ``output_folder``s, which hold them for the whole replay and remove the ones they
+    made that are still empty when it fails or is interrupted. The settings (the tolerance among
+    them) are ``ReplaySettings.validate``'s, run before this. (A model too wide for the CPU is
+    warned of, not refused: ``cpu_time_warning`` once the trace is loaded.)"""
     # every file of the folder kind replay shares with `run` (its occupancy.parquet too: removed at the
     # end, so it is replaced only under --force)
     files = [(Path(out) / name, "--out") for name in RUN_FOLDER_FILES] if out is not None else []
@@ -122,9 +124,6 @@ def check_before_work(spec, calibrate_path, out, force: bool, trace_spec, timing
                 "give each output its own name"
             )
     check_output_files(files, force=force, inputs=input_paths(trace_spec, timing_path) + model_inputs(model))
-    for folder, flag in ((out, "--out"), (Path(calibrate_path).parent if calibrate_path else None, "--calibrate")):
-        with output_folder(folder, flag):
-            pass  # created now (kept: the replay writes there at the end)
 
 
 def _validation_line(s: dict) -> str:
@@ -420,81 +419,83 @@ def register(main: click.Group) -> None:
         check_batch(settings, config, calibrating=calibrate_path is not None)
         check_replay(click.get_current_context(), config, kwargs.get("trace"))
         check_before_work(get_model(model), calibrate_path, out, force, kwargs.get("trace"), timing_path, model)
-        timing = None
-        if timing_path is not None:
-            from sim.cost import read_timing_file  # noqa: PLC0415
+        # the output folders, created (or refused) now, before the trace is loaded, and locked until
+        # this command ends: a second replay (or run) into one of them is refused in one line, never
+        # interleaved with this one's files. A `with`, not ctx.with_resource: click closes its
+        # resources without the exception, so a folder made here and still empty after an error or
+        # Ctrl-C (exit 130) stayed behind; output_folder removes those (never one holding a file)
+        calibrate_folder = Path(calibrate_path).parent if calibrate_path is not None else None
+        with output_folder(out, "--out"), output_folder(calibrate_folder, "--calibrate"):
+            timing = None
+            if timing_path is not None:
+                from sim.cost import read_timing_file  # noqa: PLC0415
 
-            timing = read_timing_file(timing_path, model=model)
-        # the output folders stay locked until this command ends: a second replay (or run) into
-        # one of them is refused in one line, never interleaved with this one's files
-        ctx = click.get_current_context()
-        ctx.with_resource(output_folder(out, "--out"))
-        if calibrate_path is not None:
-            ctx.with_resource(output_folder(Path(calibrate_path).parent, "--calibrate"))
-        trace = trace_from_cli(kwargs, progress)
-        if device == "cpu":
-            warning = cpu_time_warning(
-                get_model(model),
-                trace,
-                requests,
-                check_model(get_model(model), layers),
-                settings.backend,
-                steps=config.effective_scheduler == "continuous",
-            )
-            if warning:
-                click.echo(warning, err=True)
-        total = min(len(trace.requests), requests or len(trace.requests))
-        if requests and requests > total:  # the replay is of every request there is: said, not refused
-            click.echo(
-                f"note: --requests {requests:,}: the trace has {total:,} requests; replaying all {total:,}", err=True
-            )
-        bar = tqdm(total=total, unit="req", disable=not progress, desc="replaying", leave=False)
-        try:
-            res = run_replay(trace, config, settings, build=build, progress=bar, timing=timing)
-        except ImportError as exc:
-            if (exc.name or "").split(".")[0] in ("torch", "triton"):
-                raise UsageError(INSTALL_HINT) from None
-            raise
-        except RuntimeError as exc:
-            line = out_of_memory_line(exc, device)
-            if line:
-                raise UsageError(line) from None
-            raise
-        finally:
-            bar.close()
-        if calibrate_path is not None:
-            calibrate(res, config, calibrate_path)
-        if out is not None:
-            from sim.replay import output  # noqa: PLC0415
-
-            # an earlier run's occupancy.parquet (--force) is not this replay's: removed, as output.write
-            # removes an earlier replay's steps.parquet when this one has none
-            remove_earlier_outputs(out, (output.SUMMARY, output.REQUESTS, output.STEPS))
-            output.write(out, res.summary, res.settings, res.requests, steps=res.steps)
-        if fmt == "json":
-            click.echo(json.dumps(res.summary, indent=2))
-        else:
-            click.echo(
-                f"replay {trace.name} | {config.policy} | {config.model}, {res.settings['layers']} "
-                f"layers | {format_size(config.capacity_bytes)} | {config.state_alignment} "
-                f"alignment | {config.mode}{_scheduler_word(config)} | {settings.dtype} on {res.settings['device_name']} | "
-                f"{res.settings['kernel']} kernels | store {settings.store if settings.device == 'cuda' else 'cpu'}"
-            )
-            click.echo(format_summary(res.summary, res.settings))
-            if calibrate_path is not None:
-                t = res.calibrated
-                frac = t.fraction_of_peak()
-                terms = ", ".join(
-                    f"{k} {v:.1f} ms/TFLOP" + (f" ({frac[k]:.0%} of peak)" if frac[k] else "")
-                    for k, v in t.ms_per_tflop.items()
+                timing = read_timing_file(timing_path, model=model)
+            trace = trace_from_cli(kwargs, progress)
+            if device == "cpu":
+                warning = cpu_time_warning(
+                    get_model(model),
+                    trace,
+                    requests,
+                    check_model(get_model(model), layers),
+                    settings.backend,
+                    steps=config.effective_scheduler == "continuous",
                 )
-                calls = ", ".join(f"{k} {v:.3f}" for k, v in t.layer_call_ms.items())
+                if warning:
+                    click.echo(warning, err=True)
+            total = min(len(trace.requests), requests or len(trace.requests))
+            if requests and requests > total:  # the replay is of every request there is: said, not refused
                 click.echo(
-                    f"timing file {calibrate_path}: {terms}; per layer call (ms): {calls}; "
-                    f"fit median / P95 error {res.calibration['median_error']:.1%} / "
-                    f"{res.calibration['p95_error']:.1%}"
+                    f"note: --requests {requests:,}: the trace has {total:,} requests; replaying all {total:,}",
+                    err=True,
                 )
-        for f in res.failures[:20]:
-            click.echo(f.message(), err=True)
-        if res.failures:
-            raise SystemExit(1)
+            bar = tqdm(total=total, unit="req", disable=not progress, desc="replaying", leave=False)
+            try:
+                res = run_replay(trace, config, settings, build=build, progress=bar, timing=timing)
+            except ImportError as exc:
+                if (exc.name or "").split(".")[0] in ("torch", "triton"):
+                    raise UsageError(INSTALL_HINT) from None
+                raise
+            except RuntimeError as exc:
+                line = out_of_memory_line(exc, device)
+                if line:
+                    raise UsageError(line) from None
+                raise
+            finally:
+                bar.close()
+            if calibrate_path is not None:
+                calibrate(res, config, calibrate_path)
+            if out is not None:
+                from sim.replay import output  # noqa: PLC0415
+
+                # an earlier run's occupancy.parquet (--force) is not this replay's: removed, as output.write
+                # removes an earlier replay's steps.parquet when this one has none
+                remove_earlier_outputs(out, (output.SUMMARY, output.REQUESTS, output.STEPS))
+                output.write(out, res.summary, res.settings, res.requests, steps=res.steps)
+            if fmt == "json":
+                click.echo(json.dumps(res.summary, indent=2))
+            else:
+                click.echo(
+                    f"replay {trace.name} | {config.policy} | {config.model}, {res.settings['layers']} "
+                    f"layers | {format_size(config.capacity_bytes)} | {config.state_alignment} "
+                    f"alignment | {config.mode}{_scheduler_word(config)} | {settings.dtype} on {res.settings['device_name']} | "
+                    f"{res.settings['kernel']} kernels | store {settings.store if settings.device == 'cuda' else 'cpu'}"
+                )
+                click.echo(format_summary(res.summary, res.settings))
+                if calibrate_path is not None:
+                    t = res.calibrated
+                    frac = t.fraction_of_peak()
+                    terms = ", ".join(
+                        f"{k} {v:.1f} ms/TFLOP" + (f" ({frac[k]:.0%} of peak)" if frac[k] else "")
+                        for k, v in t.ms_per_tflop.items()
+                    )
+                    calls = ", ".join(f"{k} {v:.3f}" for k, v in t.layer_call_ms.items())
+                    click.echo(
+                        f"timing file {calibrate_path}: {terms}; per layer call (ms): {calls}; "
+                        f"fit median / P95 error {res.calibration['median_error']:.1%} / "
+                        f"{res.calibration['p95_error']:.1%}"
+                    )
+            for f in res.failures[:20]:
+                click.echo(f.message(), err=True)
+            if res.failures:
+                raise SystemExit(1)

@@ -665,6 +665,8 @@ def test_replay_holds_its_output_folders_locked_while_it_replays(runner, tmp_pat
     from sim.errors import UsageError
 
     out, cal = tmp_path / "out", tmp_path / "cal"
+    out.mkdir()  # there before the replay: kept when it fails (folders it made, still empty, are removed)
+    cal.mkdir()
     seen = []
 
     def probe(*args, **kwargs):

@@ -105,3 +105,36 @@ def test_force_over_the_other_commands_folder_leaves_none_of_its_files(cwd):
     res = r.invoke(main, [*RUN, "--out", "q"])
     assert res.exit_code == 2 and "q/steps.parquet already exists; pass --force" in res.output, res.output
     assert (cwd / "p" / "occupancy.parquet").read_text() == "run's" and (cwd / "q" / "steps.parquet").is_file()
+
+
+# ---- 3. Ctrl-C: the folders the command made, still empty, removed -----------------------------
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, UsageError])
+def test_an_interrupted_replay_removes_the_empty_folders_it_made(cwd, monkeypatch, stop):
+    """Ctrl-C during `marconi replay --out new/a/b --calibrate new/c/t.json` (exit 130) left new/,
+    new/a/b and new/c behind, empty: the folders were made by one check and locked by a click
+    resource, which is closed without the exception. A folder that existed before, or holds a
+    file, stays. An error after the folders were made (here a stand-in for the replay's) is the
+    same path."""
+    pytest.importorskip("torch")
+    import sim.replay.session as session
+
+    def run_replay(*a, **k):
+        raise stop("stopped") if stop is UsageError else stop()
+
+    monkeypatch.setattr(session, "run_replay", run_replay)
+    (cwd / "old").mkdir()
+    (cwd / "kept").mkdir()
+    (cwd / "kept" / "mine.txt").write_text("mine")
+    args = [*REPLAY, "--out", "new/a/b", "--calibrate", "new/c/t.json"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == (130 if stop is KeyboardInterrupt else 2), res.output
+    assert not (cwd / "new").exists()
+    res = CliRunner().invoke(main, [*REPLAY, "--out", "old/x", "--calibrate", "kept/sub/t.json"])
+    assert res.exit_code != 0
+    assert sorted(p.name for p in cwd.iterdir()) == ["kept", "old"]
+    assert list((cwd / "old").iterdir()) == [] and [p.name for p in (cwd / "kept").iterdir()] == ["mine.txt"]
+    # the folders are still made (or refused) before the replay: an unwritable place is one line
+    res = CliRunner().invoke(main, [*REPLAY, "--out", "/proc/marconi-out"])
+    assert res.exit_code == 2 and "--out /proc/marconi-out: cannot create or write the folder" in res.output
