@@ -480,6 +480,11 @@ def register(main: click.Group) -> None:
                     f"layers | {format_size(config.capacity_bytes)} | {config.state_alignment} "
                     f"alignment | {config.mode}{_scheduler_word(config)} | {settings.dtype} on {res.settings['device_name']} | "
                     f"{res.settings['kernel']} kernels | store {settings.store if settings.device == 'cuda' else 'cpu'}"
+                    + (
+                        f" | attention {res.settings['attention']}"
+                        if res.settings.get("attention", "sdpa") != "sdpa"
+                        else ""
+                    )
                 )
                 click.echo(format_summary(res.summary, res.settings))
                 if calibrate_path is not None:

@@ -209,3 +209,37 @@ def test_where_cudnn_cannot_run_the_model_is_refused_in_one_line(monkeypatch):
         HybridModel(shape, attention="cudnn")
     monkeypatch.setattr(M, "cudnn_problem", lambda *a, **k: "")
     assert HybridModel(shape, attention="cudnn").attention == "cudnn"
+
+
+def test_a_whole_replay_through_the_bucketed_path_validates_every_hit(monkeypatch):
+    """``marconi replay --attention cudnn`` end to end on the CPU, with SDPA's math kernel in
+    cuDNN's place (``CUDNN_BACKENDS``) and the device check answered as on a GPU: every prefill's
+    attention goes through ``attend_bucketed`` (whole prompts padded to their bucket, suffixes as
+    whole prompts where that pays), every hit is validated with its KV and none fails; the header
+    says which attention ran."""
+    import json
+
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    calls = []
+    real = M.attend_bucketed
+
+    def counted(q, k, v, backends=None):
+        out = real(q, k, v, backends)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(M, "CUDNN_BACKENDS", MATH)
+    monkeypatch.setattr(M, "cudnn_runs", lambda device, dtype: True)
+    monkeypatch.setattr(M, "attend_bucketed", counted)
+    trace = "synthetic:chat:sessions=2,turns=3,prompt_tokens=300,user_tokens=40,output_tokens=16,prompts=1"
+    args = ["replay", "--device", "cpu", "--model", "replay-tiny", "--trace", trace, "--no-progress"]
+    res = CliRunner().invoke(main, [*args, "--attention", "cudnn", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.stdout)
+    assert s["hits"] > 0 and s["hits"] == s["hits_validated"] == s["kv_hits_validated"] and s["failures"] == 0
+    assert any(calls)  # the bucketed path ran (and fell back where a suffix is short)
+    res = CliRunner().invoke(main, [*args, "--attention", "cudnn"])
+    assert res.exit_code == 0 and res.stdout.splitlines()[0].endswith(" | attention cudnn"), res.output
