@@ -536,3 +536,24 @@ def test_lmdeploy_admission_evicts_the_cached_path_past_the_restored_blocks(bloc
     got, sim = run(trace, "lmdeploy", spec=TINY, **_pools(blocks, 3))
     assert got == [0, 0, 0, 32, 0]
     sim.tree.check_invariants()
+
+
+def test_lmdeploy_continuous_insert_that_evicts_its_own_paths_checkpoint_stays_within_capacity():
+    """A checkpoint on a running path where no lock ends is a victim (``Lmdeploy016Eviction.keys``):
+    a running request's insert under ``--scheduler continuous`` evicted the
+    checkpoint at 256 tokens on its own path and added it back, 122112 bytes in a 119896-byte cache
+    (the capacity assertion, found by a seeded random search of ``marconi run``); the room is now
+    counted again after such a victim (``HybridRadixTree._grown``) and the run ends."""
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    trace = (
+        "synthetic:agent:sessions=2,turns=7,prompt_tokens=473,task_tokens=126,output_tokens=30,obs_tokens=103,prompts=1"
+    )
+    args = ["run", "--model", "replay-tiny", "--trace", trace, "--trace-seed", "9", "--policy", "lmdeploy"]
+    args += ["--capacity", "135KB", "--scheduler", "continuous", "--max-num-batched-tokens", "64"]
+    args += ["--max-num-seqs", "3", "--sessions-per-second", "100", "--no-progress"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, (res.output, res.exception)
+    assert "lmdeploy" in res.output
