@@ -972,3 +972,31 @@ def test_vllm_fcfs_agent_trace_at_60kb_stays_within_capacity():
         res = CliRunner().invoke(main, args + extra)
         assert res.exit_code == 0, (extra, res.output, res.exception)
         assert "vllm" in res.output
+
+
+def test_with_older_kv_copies_a_state_victim_on_the_inserts_path_is_planned_again_too():
+    """The same rule where older KV copies share the budget (``duplicate_kv``: the eviction takes
+    the oldest of a copy and the policy's victim, ``_evict_with_copies``). Capacity 14: [1..4] with
+    a state at 2 (8 bytes); [1..5] looked up (hit 2, match 4: tokens 3, 4 recomputed) is cached
+    with states at 2 and 5 (13) and its recomputed blocks a second time (15: the oldest copy goes,
+    14). [1..7] with states at 2 and 5, its path locked, needs 7 KV and 2 states, 15 bytes alone:
+    the copy and both states on its path go and it is refused (5 bytes left); planned once, it
+    was applied, 15 bytes in 14."""
+    c = _Pool(capacity=14, duplicate_kv=True)
+    c.insert([1, 2, 3, 4], [2])
+    m = c.lookup([1, 2, 3, 4, 5])
+    assert (m.hit_tokens, m.match_tokens) == (2, 4)
+    now = c.tick()
+    res = c.tree.insert(np.array([1, 2, 3, 4, 5], dtype=np.int64), 5, [2, 5], now)
+    c.tree.cache_again(m)
+    c.tree.refresh_inserted(res, now, final=True)
+    assert (c.tree.used_bytes, c.tree.copy_tokens) == (14, 1)
+    seq = np.array([1, 2, 3, 4, 5, 6, 7], dtype=np.int64)
+    m = c.tree.match(seq)
+    assert m.hit_tokens == 5
+    c.tree.lock(m.hit_node)
+    res = c.tree.insert(seq, 7, [2, 5], c.tick(), protect=m.hit_node)
+    c.tree.unlock(m.hit_node)
+    assert not res.inserted and res.evicted_states == 2
+    assert (c.tree.used_bytes, c.tree.kv_tokens, c.tree.n_states, c.tree.copy_tokens) == (5, 5, 0, 0)
+    c.tree.check_invariants()
