@@ -48,7 +48,7 @@ def modelled_share(spec, timing, lengths) -> dict:
     from sim.cost import gdn_chunks
 
     layers = timing._layers(spec)  # the timing's own layer counts per kind (Mamba2 in the mixer's)
-    mixer_a = spec.gdn_layer_a if spec.n_gdn else spec.mamba_layer_a
+    mixer_a = spec.linear_layer_a
     flops = dict.fromkeys(KINDS, 0.0)
     ms = dict.fromkeys(KINDS, 0.0)
     quadratic = 0.0
@@ -57,7 +57,7 @@ def modelled_share(spec, timing, lengths) -> dict:
         work = timing.work_tflop(spec, 0, L, chunks)
         per_layer = {
             "attention": spec.attn_layer_a * L + spec.attn_layer_b * L * L,
-            "gated_delta": mixer_a * L + (spec.gdn_chunk_flops if spec.n_gdn else 0.0) * chunks,
+            "gated_delta": mixer_a * L + spec.linear_chunk_flops * chunks,
             "mlp": spec.mlp_layer_a * L,
         }
         quadratic += spec.attn_layer_b * L * L * layers["attention"]

@@ -100,6 +100,10 @@ class ModelSpec:
     gdn_layer_a: float = field(init=False, repr=False, compare=False, default=0.0)
     gdn_chunk_flops: float = field(init=False, repr=False, compare=False, default=0.0)
     mamba_layer_a: float = field(init=False, repr=False, compare=False, default=0.0)
+    # the linear mixer as the timing prices it in its gated-delta slot: a gated-delta layer's
+    # per-token and per-chunk FLOPs, or a Mamba2 model's per-token FLOPs and no chunk term
+    linear_layer_a: float = field(init=False, repr=False, compare=False, default=0.0)
+    linear_chunk_flops: float = field(init=False, repr=False, compare=False, default=0.0)
     _kv: int = field(init=False, repr=False, compare=False, default=0)
     _state: int = field(init=False, repr=False, compare=False, default=0)
 
@@ -147,6 +151,8 @@ class ModelSpec:
         set_(self, "gdn_layer_a", gdn1_a - gdn_core)
         set_(self, "gdn_chunk_flops", gdn_core * GDN_CHUNK)
         set_(self, "mamba_layer_a", mamba1_a)
+        set_(self, "linear_layer_a", self.gdn_layer_a if self.n_gdn else mamba1_a)
+        set_(self, "linear_chunk_flops", self.gdn_chunk_flops if self.n_gdn else 0.0)
 
         set_(self, "_kv", self.n_attn * 2 * KVH * hd * self.kv_dtype_bytes)
         gdn_state = (
@@ -690,8 +696,11 @@ LAYER_KINDS = ("attention", "gated_delta", "mlp")
 def weight_gb(spec: ModelSpec) -> dict:
     """GB of weights one layer of each kind reads per call: its linear FLOPs per token (2 per
     parameter) are its bytes at 2 bytes a parameter (bf16 / fp16 weights)."""
-    mixer = spec.gdn_layer_a if spec.n_gdn else spec.mamba_layer_a
-    return {"attention": spec.attn_layer_a * 1e-9, "gated_delta": mixer * 1e-9, "mlp": spec.mlp_layer_a * 1e-9}
+    return {
+        "attention": spec.attn_layer_a * 1e-9,
+        "gated_delta": spec.linear_layer_a * 1e-9,
+        "mlp": spec.mlp_layer_a * 1e-9,
+    }
 
 
 def kv_gb_per_layer_token(spec: ModelSpec) -> float:
@@ -918,7 +927,7 @@ class HardwareTiming:
             return dict.fromkeys(LAYER_KINDS, 0.0)
         n = L - p
         c, a = self.ms_per_tflop, self.ms_per_act_gb
-        mixer_a = spec.gdn_layer_a if spec.n_gdn else spec.mamba_layer_a
+        mixer_a = spec.linear_layer_a
         # activations: a layer's weight GB (act_gb) over the hidden size, per token; inline, as this
         # runs for every request and every decoding sequence of a step
         act = 1e-9 * n / spec.d_model
@@ -927,9 +936,9 @@ class HardwareTiming:
         ) * 1e-12 + a["attention"] * spec.attn_layer_a * act
         if n > 1:  # a one-token query (a decode) splits the context across programs: not bound by it
             attn += self.ms_per_kv_gb * kv_gb_per_layer_token(spec) * L
-        gdn = (
-            c["gdn_linear"] * mixer_a * n + c["gdn_chunk"] * (spec.gdn_chunk_flops if spec.n_gdn else 0.0) * chunks
-        ) * 1e-12 + a["gated_delta"] * mixer_a * act
+        gdn = (c["gdn_linear"] * mixer_a * n + c["gdn_chunk"] * spec.linear_chunk_flops * chunks) * 1e-12 + a[
+            "gated_delta"
+        ] * mixer_a * act
         mlp = c["mlp_linear"] * spec.mlp_layer_a * n * 1e-12 + a["mlp"] * spec.mlp_layer_a * act
         g = 1.0 / self.gpus
         return {"attention": attn * g, "gated_delta": gdn * g, "mlp": mlp * g}

@@ -87,9 +87,8 @@ def features(spec: ModelSpec, kind: str, p: int, L: int) -> list[float]:
         quad = spec.attn_layer_b * (L * L - p * p) * 1e-12
         return [1.0, w, lin, quad, act, kv_gb_per_layer_token(spec) * L if n > 1 else 0.0]
     if kind == "gated_delta":
-        a = spec.gdn_layer_a if spec.n_gdn else spec.mamba_layer_a
-        chunk = (spec.gdn_chunk_flops if spec.n_gdn else 0.0) * gdn_chunks(p, L)
-        return [1.0, w, a * n * 1e-12, chunk * 1e-12, act]
+        chunk = spec.linear_chunk_flops * gdn_chunks(p, L)
+        return [1.0, w, spec.linear_layer_a * n * 1e-12, chunk * 1e-12, act]
     return [1.0, w, spec.mlp_layer_a * n * 1e-12, act]
 
 

@@ -528,9 +528,8 @@ def _features(spec: ModelSpec, kind: str, segments) -> list[float]:
         quad = sum(spec.attn_layer_b * (e * e - s * s) for s, e in segments)
         return [calls, lin, quad]
     if kind == "gated_delta":  # a Mamba2 model's mixer in this slot: its per-token FLOPs, no chunk term
-        a, per_chunk = _mixer_flops(spec)
-        lin = sum(a * (e - s) for s, e in segments)
-        chunk = sum(per_chunk * gdn_chunks(s, e) for s, e in segments)
+        lin = sum(spec.linear_layer_a * (e - s) for s, e in segments)
+        chunk = sum(spec.linear_chunk_flops * gdn_chunks(s, e) for s, e in segments)
         return [calls, lin, chunk]
     return [calls, sum(spec.mlp_layer_a * (e - s) for s, e in segments)]
 
@@ -555,19 +554,9 @@ def timed_calls(df: pd.DataFrame) -> list[tuple[list, dict]]:
     return out
 
 
-def _mixer_flops(spec: ModelSpec) -> tuple[float, float]:
-    """The linear layer's FLOPs per token and per kernel chunk, as ``HardwareTiming.work_tflop``
-    prices them: a gated-delta layer's, or a Mamba2 model's (its per-token FLOPs, no chunk term;
-    with the gated-delta ones, 0 on a Mamba2 preset, its layers were fitted as per-call time alone
-    and the calibration divided by zero)."""
-    if spec.n_gdn:
-        return spec.gdn_layer_a, spec.gdn_chunk_flops
-    return spec.mamba_layer_a, 0.0
-
-
 def _tokens(spec: ModelSpec, kind: str, X: np.ndarray) -> np.ndarray:
     """Tokens of each one-call row, from its linear-FLOPs feature."""
-    per = {"attention": spec.attn_layer_a, "gated_delta": _mixer_flops(spec)[0], "mlp": spec.mlp_layer_a}[kind]
+    per = {"attention": spec.attn_layer_a, "gated_delta": spec.linear_layer_a, "mlp": spec.mlp_layer_a}[kind]
     return X[:, 1] / per
 
 

@@ -61,12 +61,11 @@ def term_flops(spec: ModelSpec, start: int, end: int) -> dict:
     if end <= start:
         return dict.fromkeys(TERMS, 0.0)
     n = end - start
-    mixer, per_chunk = (spec.gdn_layer_a, spec.gdn_chunk_flops) if spec.n_gdn else (spec.mamba_layer_a, 0.0)
     return {  # a Mamba2 model's mixer in the gated-delta terms, as work_tflop prices it
         "attn_linear": spec.attn_layer_a * n,
         "attn_quadratic": spec.attn_layer_b * (end * end - start * start),
-        "gdn_linear": mixer * n,
-        "gdn_chunk": per_chunk * gdn_chunks(start, end),
+        "gdn_linear": spec.linear_layer_a * n,
+        "gdn_chunk": spec.linear_chunk_flops * gdn_chunks(start, end),
         "mlp_linear": spec.mlp_layer_a * n,
     }
 
