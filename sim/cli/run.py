@@ -248,9 +248,10 @@ def timing_row(cfg: SimConfig) -> dict:
     return {"timing_device": t.device or None, "timing_note": timing_note(t)}
 
 
-def _count(n: int, noun: str) -> str:
-    """``1 session``, ``2 sessions`` (the header said "1 sessions")."""
-    return f"{n} {noun}" + ("" if n == 1 else "s")
+def counted(n: int, noun: str, thousands: bool = False) -> str:
+    """``1 session``, ``2 sessions`` (the header said "1 sessions"); ``thousands``: ``1,235``."""
+    number = f"{n:,}" if thousands else str(n)
+    return f"{number} {noun}" + ("" if n == 1 else "s")
 
 
 def _scheduler(cfg: SimConfig) -> str:
@@ -530,7 +531,7 @@ def register(main: click.Group) -> None:
             note = run_timing_note(cfg0)
             gpus = run_gpu_words(cfg0)
             click.echo(
-                f"trace {trace.name}: {_count(len(trace.requests), 'request')}, {_count(trace.n_sessions, 'session')} | "
+                f"trace {trace.name}: {counted(len(trace.requests), 'request')}, {counted(trace.n_sessions, 'session')} | "
                 f"model {cfg0.model} | capacity {format_size(cfg0.capacity_bytes)} | "
                 + (f"{gpus} | " if gpus else "")
                 + f"{cfg0.mode}{_scheduler(cfg0)} | {arrivals}"

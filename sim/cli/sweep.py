@@ -29,7 +29,7 @@ from sim.cli.outdir import (
 )
 from sim.cli.report import SORT_HELP, sort_key
 from sim.cli.traces import say_short_session_range
-from sim.cli.run import explicit_settings, fits_trace_blocks, refuse_unread_knobs, refuse_unusable_blocks
+from sim.cli.run import counted, explicit_settings, fits_trace_blocks, refuse_unread_knobs, refuse_unusable_blocks
 from sim.config import SimConfig, format_size
 from sim.cost import default_timing, model_for, timing_note
 from sim.engine.simulation import off_grid_message
@@ -207,8 +207,9 @@ def grid_summary(trace_axes: dict, sim_axes: dict, n_configs: int) -> str:
         points *= len(v)
     head = " x ".join(varying) if varying else "one point"
     note = "" if points == n_configs else f" ({points:,} grid points; policies that ignore alpha run once)"
-    return f"grid: {head} = {_count(n_configs, 'configuration')}{note}{_fixed_words(trace_axes, sim_axes)}" + (
-        _timing_notes(sim_axes)
+    return (
+        f"grid: {head} = {counted(n_configs, 'configuration', thousands=True)}{note}{_fixed_words(trace_axes, sim_axes)}"
+        + (_timing_notes(sim_axes))
     )
 
 
@@ -275,11 +276,6 @@ def summary_table(out: Path, tasks, metric: str) -> str:
     text = format_report(df, metric, limit=TABLE_ROWS)
     head = f"best first by {metric} (all rows, CSV or JSON: marconi report {out} --sort {metric}):"
     return head + "\n" + text
-
-
-def _count(n: int, noun: str) -> str:
-    """'1 configuration', '2 configurations'."""
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def say_short_session_ranges(tasks) -> None:
@@ -382,13 +378,13 @@ def register(main: click.Group) -> None:
         click.echo(f"already done: {done:,}, to run: {len(tasks) - done:,} -> {out}")
         if status.count(STALE):
             click.echo(
-                f"note: {_count(status.count(STALE), 'stored result')} computed from other inputs (the trace or "
+                f"note: {counted(status.count(STALE), 'stored result', thousands=True)} computed from other inputs (the trace or "
                 "timing file changed, or the model's config.json, or an older simulator): recomputed and replaced",
                 err=True,
             )
         if status.count(BAD):
             click.echo(
-                f"note: {_count(status.count(BAD), 'stored result')} unreadable or incomplete (truncated, "
+                f"note: {counted(status.count(BAD), 'stored result', thousands=True)} unreadable or incomplete (truncated, "
                 "emptied, another configuration's): recomputed and replaced",
                 err=True,
             )
@@ -412,7 +408,7 @@ def register(main: click.Group) -> None:
             digest=digest,
         )
         click.echo(
-            f"ran {_count(report.ran, 'configuration')} in {report.wall_s:.1f} s "
+            f"ran {counted(report.ran, 'configuration', thousands=True)} in {report.wall_s:.1f} s "
             f"({report.skipped:,} skipped as done, {len(report.failed):,} failed) -> {out}"
         )
         for task, err in report.failed:
