@@ -952,6 +952,7 @@ def test_a_state_victim_on_the_inserts_own_path_is_room_planned_again():
     c.tree.unlock(m.hit_node)
     assert res.inserted and (res.evicted_states, res.evicted_kv_tokens) == (1, 1)
     assert (c.tree.used_bytes, c.tree.kv_tokens, c.tree.n_states) == (9, 5, 1)
+    assert c.tree._grown() == 0  # the insert's replan ended with it: a later eviction plans no extra room
     assert c.lookup([1, 2, 3, 4]).hit_tokens == 3 and c.lookup([9]).match_tokens == 0
     c.tree.check_invariants()
 
