@@ -331,6 +331,12 @@ def main() -> None:
         choices=("sdpa", "cudnn"),
         help="prefills' attention (marconi replay --attention)",
     )
+    ap.add_argument(
+        "--elementwise",
+        default="torch",
+        choices=("torch", "fused"),
+        help="norms, gates and activations (marconi replay --elementwise)",
+    )
     ap.add_argument("--out", default=None)
     ap.add_argument(
         "--budget-s",
@@ -400,6 +406,7 @@ def main() -> None:
                 requests=args.fit_requests,
                 warmup=not warmed,
                 attention=args.attention,
+                elementwise=args.elementwise,
             )
             print(f"--- fit run {i} on {spec_fit}", flush=True)
             res = run_replay(fit, cfg, st, build=build)
@@ -478,6 +485,7 @@ def main() -> None:
             batch=batch,
             batch_tokens=args.batch_tokens,
             attention=args.attention,
+            elementwise=args.elementwise,
         )
         import torch
 

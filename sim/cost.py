@@ -781,6 +781,8 @@ class HardwareTiming:
     dtype: str = field(default="", compare=False)  # the activations' dtype it was fitted in
     # how the replay it was fitted on ran attention (sim.replay.model.ATTENTION_BACKENDS)
     attention: str = field(default="sdpa", compare=False)
+    # how it ran the norms, gates and activations (sim.replay.model.ELEMENTWISE)
+    elementwise: str = field(default="torch", compare=False)
     covers: dict = field(default_factory=dict, compare=False)  # models, d_model, tokens fitted on
     # the host's time to issue a call (Python, dispatch, launches): per call and per layer call
     # (an attention, gated-delta, Mamba or MLP layer each one); 0 in a file fitted without it
@@ -1289,6 +1291,7 @@ def timing_to_dict(timing) -> dict:
             ),
             **({"dtype": timing.dtype} if timing.dtype else {}),
             **({"attention": timing.attention} if timing.attention != "sdpa" else {}),
+            **({"elementwise": timing.elementwise} if timing.elementwise != "torch" else {}),
             **({"covers": dict(timing.covers)} if timing.covers else {}),
             **(
                 {"host_ms_per_call": timing.host_ms_per_call, "host_ms_per_layer": timing.host_ms_per_layer}
@@ -1404,6 +1407,7 @@ def read_timing_file(path, model: str | None = None):
                 ms_per_kv_gb=float(d.get("ms_per_kv_gb", 0.0)),
                 dtype=str(d.get("dtype") or ""),
                 attention=str(d.get("attention") or "sdpa"),
+                elementwise=str(d.get("elementwise") or "torch"),
                 covers=dict(d.get("covers") or {}),
                 host_ms_per_call=float(d.get("host_ms_per_call", 0.0)),
                 host_ms_per_layer=float(d.get("host_ms_per_layer", 0.0)),

@@ -341,7 +341,7 @@ def replay_options(fn):
             *(option(own[name]) for name in ("validate_every", "store")),
             option(own["dtype"], default=None),  # by --device: bf16 on cuda, fp32 on cpu
             *(option(own[name]) for name in ("device", "kernel", "requests", "seed", "validation")),
-            *(option(own[name]) for name in ("tolerance", "attention", "measure")),
+            *(option(own[name]) for name in ("tolerance", "attention", "elementwise", "measure")),
         ],
     )
 
@@ -483,6 +483,11 @@ def register(main: click.Group) -> None:
                     + (
                         f" | attention {res.settings['attention']}"
                         if res.settings.get("attention", "sdpa") != "sdpa"
+                        else ""
+                    )
+                    + (
+                        f" | elementwise {res.settings['elementwise']}"
+                        if res.settings.get("elementwise", "torch") != "torch"
                         else ""
                     )
                 )

@@ -355,6 +355,7 @@ def replay_timing(
     max_tokens: int = 0,
     layer_calls: int = 0,
     attention: str = "sdpa",
+    elementwise: str = "torch",
 ):
     """The timing a replay compares its measurements with, and one line on how far to trust the
     comparison (empty when the timing describes this run): ``timing`` given (``--timing``) or the
@@ -365,7 +366,7 @@ def replay_timing(
     ``--timing`` file is the user's choice, said in the line). Not compared: a CPU (but a
     ``--timing`` file that names no GPU, as one calibrated on a CPU), a ``--timing`` file fitted
     on another GPU, or a GPU the catalogue does not know. A timing fitted with another
-    ``attention`` backend than the replay's is said in the line."""
+    ``attention`` backend or ``elementwise`` ops than the replay's is said in the line."""
     explicit = timing is not None
     t = timing if explicit else default_timing(spec.name)
     home = getattr(t, "device", "")
@@ -404,6 +405,10 @@ def replay_timing(
         notes.append(f"the timing was fitted in {t_dtype}, this replay runs {dtype}")
     if isinstance(t, HardwareTiming) and t.attention != attention:
         notes.append(f"the timing was fitted with {t.attention} attention, this replay runs {attention}")
+    if isinstance(t, HardwareTiming) and t.elementwise != elementwise:
+        notes.append(
+            f"the timing was fitted with {t.elementwise} norms and activations, this replay runs {elementwise}"
+        )
     if isinstance(t, HardwareTiming):
         cover = t.coverage_note(spec, max_tokens, layer_calls)
         if cover:

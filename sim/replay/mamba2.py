@@ -288,10 +288,19 @@ class Mamba2Model(HybridModel):
     the parent's."""
 
     def __init__(
-        self, shape, *, device="cpu", dtype=torch.float32, seed: int = 0, kernel=None, attention: str = "sdpa"
+        self,
+        shape,
+        *,
+        device="cpu",
+        dtype=torch.float32,
+        seed: int = 0,
+        kernel=None,
+        attention: str = "sdpa",
+        elementwise: str = "torch",
     ) -> None:
         self.attention = model_attention(attention, device, dtype, shape)
         self.shape = shape
+        self._set_elementwise(elementwise, device)  # its attention and MLPs: the parent's
         self.mamba = mamba2_of(shape)
         self.device = torch.device(device)
         self.dtype = dtype

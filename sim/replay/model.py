@@ -51,6 +51,7 @@ ATTN, GDN, MLP = "attention", "gated_delta", "mlp"
 LAYER_TYPES = (ATTN, GDN, MLP)
 ROPE_THETA = 1e7
 ROTARY_FRACTION = 4  # rotary embedding on head_dim / 4 dimensions (Qwen3.5: factor 0.25)
+NORM_EPS = 1e-6  # every RMS norm of the replayed model
 SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 #: how replay runs a prefill's attention (``marconi replay --attention``): ``sdpa``, SDPA's flash /
 #: memory-efficient kernels (what the committed timing files were fitted with); ``cudnn``, SDPA's
@@ -58,6 +59,12 @@ SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDP
 #: 256 and 8K-32K tokens on an H100 (61-67 % of the bf16 peak against 27-30 %,
 #: benchmarks/attn_bench.py), bf16 / fp16 on a GPU only (elsewhere it runs as ``sdpa``)
 ATTENTION_BACKENDS = ("sdpa", "cudnn")
+#: how replay runs the norms, gates and activations around a layer's products (``marconi replay
+#: --elementwise``): ``torch``, torch's ops, two to six passes over the activations each (what the
+#: committed timing files were fitted with); ``fused``, one Triton kernel each (``kernels.norms``:
+#: the sublayers' input norms, the gated-delta output gate, the SwiGLU activation, the q / k norm
+#: and rotary embedding), on a GPU only (elsewhere it runs as ``torch``)
+ELEMENTWISE = ("torch", "fused")
 CUDNN_BACKENDS = [SDPBackend.CUDNN_ATTENTION]
 #: cuDNN builds a plan per new length (40-50 ms on an H100): lengths are padded up to a multiple
 #: of this, or of an eighth of their power of two when that is larger (at most 12.5 % padded)
@@ -426,6 +433,25 @@ def model_attention(name: str, device, dtype, shape) -> str:
     return backend
 
 
+def rotary_half(head_dim: int) -> int:
+    """Half the rotary width of a head of ``head_dim`` (``ROTARY_FRACTION`` of it, at least 2)."""
+    return max(2, head_dim // ROTARY_FRACTION // 2 * 2) // 2
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and not n & (n - 1)
+
+
+def elementwise_backend(name: str, device=None) -> str:
+    """How a model on ``device`` runs ``name`` (one of ``ELEMENTWISE``, else a ``UsageError``):
+    ``fused`` only on a GPU (None: not known yet), else ``torch``."""
+    if name not in ELEMENTWISE:
+        raise UsageError(f"elementwise must be one of {', '.join(ELEMENTWISE)}, not {name!r}")
+    if name == "fused" and device is not None and torch.device(device).type != "cuda":
+        return "torch"
+    return name
+
+
 def cudnn_runs(device: torch.device, dtype) -> bool:
     """Whether SDPA's cuDNN kernel serves a model on ``device`` in ``dtype``."""
     return device.type == "cuda" and dtype in (torch.bfloat16, torch.float16)
@@ -541,7 +567,8 @@ def _load_backend(name: str, device, dtype, shape: ReplayShape) -> tuple[Callabl
 class HybridModel:
     """Weights of the replayed model, drawn from ``seed`` on ``device``, and its forward pass.
     ``kernel``: the gated-delta backend (``GDN_BACKENDS``; None or "auto": ``triton`` on CUDA,
-    ``torch`` elsewhere); ``attention``: how prefills run attention (``ATTENTION_BACKENDS``)."""
+    ``torch`` elsewhere); ``attention``: how prefills run attention (``ATTENTION_BACKENDS``);
+    ``elementwise``: how the norms, gates and activations run (``ELEMENTWISE``)."""
 
     def __init__(
         self,
@@ -552,9 +579,11 @@ class HybridModel:
         seed: int = 0,
         kernel: Optional[str] = None,
         attention: str = "sdpa",
+        elementwise: str = "torch",
     ) -> None:
         self.attention = model_attention(attention, device, dtype, shape)  # how prefills run attention (``attend``)
         self.shape = shape
+        self._set_elementwise(elementwise, device)
         self.device = torch.device(device)
         self.dtype = dtype
         self.kernel = resolve_kernel(kernel, self.device)  # the gated-delta backend's name
@@ -636,8 +665,7 @@ class HybridModel:
     def _gdn(self, l: int, x: torch.Tensor, meta, rec0, conv0, want_boundaries: bool, varlen: bool = False):
         s, w = self.shape, self.layers[l]
         T = x.shape[0]
-        h = F.rms_norm(x, (s.hidden,), eps=1e-6).to(self.dtype)
-        proj = h @ w["w_in"]
+        proj = self._in_norm(x) @ w["w_in"]
         c, v = s.conv_dim, s.value_dim
         z = proj[:, c : c + v]
         o, rec_end, conv_end, rec_b, conv_b = gated_delta(
@@ -658,18 +686,40 @@ class HybridModel:
             backend=self._backend,
             varlen=varlen,
         )
-        o = F.rms_norm(o.float(), (s.head_v_dim,), weight=w["norm_w"], eps=1e-6)
-        o = o * F.silu(z.float().view(T, s.v_heads, s.head_v_dim))
-        x = x + o.to(self.dtype).reshape(T, v) @ w["w_out"]  # fp32 + bf16 adds in fp32: one kernel, no cast
+        if self._fused_gate:
+            o = self._norms().gated_rms_norm(o, z, w["norm_w"], eps=NORM_EPS, out_dtype=self.dtype)
+        else:
+            o = F.rms_norm(o.float(), (s.head_v_dim,), weight=w["norm_w"], eps=NORM_EPS)
+            o = (o * F.silu(z.float().view(T, s.v_heads, s.head_v_dim))).to(self.dtype).reshape(T, v)
+        x = x + o @ w["w_out"]  # fp32 + bf16 adds in fp32: one kernel, no cast
         return x, rec_end, conv_end, rec_b, conv_b
+
+    def _set_elementwise(self, name: str, device) -> None:
+        """``self.elementwise`` (``elementwise_backend``) and which ops run fused: the gate and the
+        q / k norm need power-of-two head sizes (``kernels.norms``); others run as torch."""
+        self.elementwise = elementwise_backend(name, device)
+        fused, s = self.elementwise == "fused", self.shape
+        self._fused_gate = fused and _pow2(s.head_v_dim)
+        self._fused_qk = fused and _pow2(s.attn_head_dim) and _pow2(rotary_half(s.attn_head_dim))
+
+    def _norms(self):
+        """``kernels.norms`` (imported on first use: the torch path needs no triton)."""
+        from kernels import norms
+
+        return norms
+
+    def _in_norm(self, x: torch.Tensor) -> torch.Tensor:
+        """A sublayer's input: the fp32 residual ``x`` RMS-normed, in the model's dtype."""
+        if self.elementwise == "fused":
+            return self._norms().rms_norm_cast(x, eps=NORM_EPS, out_dtype=self.dtype)
+        return F.rms_norm(x, (self.shape.hidden,), eps=NORM_EPS).to(self.dtype)
 
     def _rope_tables(self, start: int, T: int):
         return self._rope_at(torch.arange(start, start + T, device=self.device, dtype=torch.float32))
 
     def _rope_at(self, pos: torch.Tensor):
         """cos / sin tables ``[T, 1, rot / 2]`` of the rotary embedding at fp32 positions ``pos``."""
-        hd = self.shape.attn_head_dim
-        half = max(2, hd // ROTARY_FRACTION // 2 * 2) // 2
+        half = rotary_half(self.shape.attn_head_dim)
         inv = ROPE_THETA ** (-torch.arange(half, device=self.device, dtype=torch.float32) / half)
         ang = pos[:, None] * inv[None]
         return ang.cos()[:, None, :], ang.sin()[:, None, :]
@@ -709,13 +759,18 @@ class HybridModel:
         s, w = self.shape, self.attn[l]
         T = x.shape[0]
         H, KVH, hd = s.attn_heads, s.attn_kv_heads, s.attn_head_dim
-        h = F.rms_norm(x, (s.hidden,), eps=1e-6).to(self.dtype)
+        h = self._in_norm(x)
         qg = h @ w["w_q"]
         kvp = (h @ w["w_kv"]).view(T, 2, KVH, hd)
         q = qg.view(T, H, -1)[..., :hd]
         cos, sin = rope
-        q = _rope(F.rms_norm(q.float(), (hd,), weight=w["q_norm"], eps=1e-6).to(self.dtype), cos, sin)
-        k = _rope(F.rms_norm(kvp[:, 0].float(), (hd,), weight=w["k_norm"], eps=1e-6).to(self.dtype), cos, sin)
+        if self._fused_qk:
+            qk = self._norms().qk_norm_rope
+            q = qk(q, w["q_norm"], cos, sin, eps=NORM_EPS, out_dtype=self.dtype)
+            k = qk(kvp[:, 0], w["k_norm"], cos, sin, eps=NORM_EPS, out_dtype=self.dtype)
+            return qg, q, k, kvp[:, 1]
+        q = _rope(F.rms_norm(q.float(), (hd,), weight=w["q_norm"], eps=NORM_EPS).to(self.dtype), cos, sin)
+        k = _rope(F.rms_norm(kvp[:, 0].float(), (hd,), weight=w["k_norm"], eps=NORM_EPS).to(self.dtype), cos, sin)
         return qg, q, k, kvp[:, 1]
 
     def _attn_out(self, l: int, x: torch.Tensor, qg: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
@@ -729,9 +784,11 @@ class HybridModel:
 
     def _mlp(self, l: int, x: torch.Tensor) -> torch.Tensor:
         s, w = self.shape, self.mlp[l]
-        h = F.rms_norm(x, (s.hidden,), eps=1e-6).to(self.dtype)
-        gu = h @ w["w_gu"]
-        act = F.silu(gu[:, : s.mlp_inter]) * gu[:, s.mlp_inter :]
+        gu = self._in_norm(x) @ w["w_gu"]
+        if self.elementwise == "fused":
+            act = self._norms().silu_mul(gu, s.mlp_inter)
+        else:
+            act = F.silu(gu[:, : s.mlp_inter]) * gu[:, s.mlp_inter :]
         return x + act @ w["w_down"]
 
     # ---- forward -----------------------------------------------------------------------------

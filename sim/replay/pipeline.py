@@ -158,12 +158,24 @@ def build(
 
         shape = replay_shape(spec, layers, vocab_rows=vocab_rows)
         model = Mamba2Model(
-            shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel, attention=settings.attention
+            shape,
+            device=device,
+            dtype=dtype,
+            seed=settings.seed,
+            kernel=kernel,
+            attention=settings.attention,
+            elementwise=settings.elementwise,
         )
     else:
         shape = ReplayShape.from_spec(spec, layers, vocab_rows=vocab_rows)
         model = HybridModel(
-            shape, device=device, dtype=dtype, seed=settings.seed, kernel=kernel, attention=settings.attention
+            shape,
+            device=device,
+            dtype=dtype,
+            seed=settings.seed,
+            kernel=kernel,
+            attention=settings.attention,
+            elementwise=settings.elementwise,
         )
     longest_prompt = max((r.n_input_tokens(trace.block_tokens) for r in trace.requests), default=0)
     # the timing the measurements are compared with (after the model: its kernel's checks first)
@@ -176,6 +188,7 @@ def build(
         longest_prompt,
         sum(shape.counts().values()),  # a replayed call's layer calls: the host term's depth
         model.attention,  # how the model runs its prefills' attention (sim.replay.model.attend)
+        model.elementwise,  # and its norms, gates and activations
     )
     store = CheckpointStore(shape, dtype, where=settings.store, device=device)
     continuous = config.effective_scheduler == "continuous"
@@ -337,6 +350,8 @@ def summarize(parts: Parts, run: Executed, trace: Trace, config: SimConfig, sett
         kernel_requested=settings.kernel,
         attention=model.attention,  # what ran: cudnn only in bf16 / fp16 on a GPU
         attention_requested=settings.attention,
+        elementwise=model.elementwise,  # what ran: fused only on a GPU
+        elementwise_requested=settings.elementwise,
         mlp_note=(
             f"MoE MLP replayed dense at its active width ({shape.mlp_inter})"
             if shape.mlp_moe

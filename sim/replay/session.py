@@ -78,6 +78,14 @@ class ReplaySettings:
         "GPU, elsewhere as sdpa).",
         choices=("sdpa", "cudnn"),
     )
+    elementwise: str = setting(  # sim.replay.model.ELEMENTWISE
+        "torch",
+        "How the norms, gates and activations around the layers' products run: torch (torch's ops, "
+        "what the committed timing files were fitted with) or fused (one Triton kernel each: the "
+        "sublayers' input norms, the gated-delta output gate, the SwiGLU activation, q / k norm and "
+        "rotary; a GPU only, elsewhere as torch).",
+        choices=("torch", "fused"),
+    )
     measure: str = setting(  # sim.replay.clock.Stopwatch
         "device",
         "How a GPU times prefills: device queues each timed call behind a GPU sleep as long as the "
@@ -373,6 +381,7 @@ def calibrate(
         t,
         dtype=str(result.settings.get("dtype") or t.dtype),
         attention=str(result.settings.get("attention") or "sdpa"),
+        elementwise=str(result.settings.get("elementwise") or "torch"),
     )
     result.calibrated = t
     result.calibration = info
