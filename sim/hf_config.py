@@ -9,7 +9,8 @@ spec; this module sits below ``sim.cost`` and imports nothing of it):
   dense SwiGLU or MoE (routed top-k + shared expert + router) per ``decoder_sparse_step`` /
   ``mlp_only_layers``;
 * ``nemotron_h``: ``hybrid_override_pattern``, one block a character: ``M`` Mamba2, ``*``
-  attention, ``-`` MLP (squared ReLU: up and down only), ``E`` MoE;
+  attention, ``-`` MLP (squared ReLU: up and down only), ``E`` MoE (or transformers' list of
+  them, ``layers_block_type``);
 * ``jamba``: attention every ``attn_layer_period`` from ``attn_layer_offset``, Mamba (v1) elsewhere;
   MoE every ``expert_layer_period`` from ``expert_layer_offset``, a dense SwiGLU elsewhere;
 * ``falcon_h1``: attention and Mamba2 side by side in every layer, then a SwiGLU MLP;
@@ -18,7 +19,8 @@ spec; this module sits below ``sim.cost`` and imports nothing of it):
 * ``mamba2`` (Codestral Mamba): Mamba2 layers only, no MLP;
 * ``llama`` and its plain relatives (``mistral``, ``qwen2``, ``qwen3``): attention + SwiGLU.
 
-Conventions (docs/models.md): the KV cache takes the config's dtype (bf16 / fp16: 2 bytes); a
+Conventions (docs/models.md): a field left out takes its family's transformers default
+(``_FAMILY_DEFAULTS``); the KV cache takes the config's dtype (bf16 / fp16: 2 bytes); a
 Mamba conv window takes it too; the recurrent state is fp32 for gated delta (what the Qwen presets
 keep) and the config's dtype for Mamba (the engines' ``--mamba-ssm-cache-dtype auto``), unless the
 config names one (``mamba_ssm_dtype``, ``mamba_ssm_cache_dtype``). MoE blocks of different widths
@@ -121,13 +123,17 @@ class _Fields:
             raise UsageError(f"model config {self.where}: field {name!r} must be true or false, not {v!r}")
         return v
 
-    def types(self, types, layers: int, known: tuple) -> list:
-        """A ``layer_types`` list: ``layers`` entries, each one of the ``known`` names."""
+    def types(self, types, layers: int, known: tuple, field: str = "layer_types") -> list:
+        """A ``layer_types`` list (or another ``field``): ``layers`` entries, each one of the
+        ``known`` names."""
         if not isinstance(types, list) or len(types) != layers:
-            raise UsageError(f"model config {self.where}: field 'layer_types' must list {layers} layers")
+            what = f"{layers} layers" if layers >= 0 else "a layer type a layer"
+            raise UsageError(f"model config {self.where}: field {field!r} must list {what}")
         bad = [t for t in types if not isinstance(t, str) or t not in known]
         if bad:
-            raise UsageError(f"model config {self.where}: field 'layer_types' has unknown type {bad[0]!r}")
+            raise UsageError(
+                f"model config {self.where}: field {field!r} has unknown type {bad[0]!r} (known: {', '.join(known)})"
+            )
         return types
 
     def int(self, *names, default=None, low: int = 0) -> int:
@@ -198,7 +204,8 @@ def _attn_params(d, heads, kv, hd, gate=False) -> int:
 
 
 #: each family's config.json names of its Mamba2 mixer's heads, head dim, state, groups and conv
-#: width (the first name present is read; groups default to 1, the conv width to 4)
+#: width (the first name present is read; groups default to 1 or the family's
+#: ``_FAMILY_DEFAULTS``, the conv width to 4)
 _MAMBA2_FIELDS = {
     "nemotron_h": (
         ("mamba_num_heads",),
@@ -212,6 +219,28 @@ _MAMBA2_FIELDS = {
 }
 _MAMBA2_FIELDS["granitemoehybrid"] = _MAMBA2_FIELDS["falcon_h1"]
 
+#: Nemotron-H's blocks as its pattern's characters, by the names transformers' NemotronHConfig lists
+#: them in ``layers_block_type`` (``mamba`` / ``attention``: the names before its rename)
+_NEMOTRON_BLOCKS = {
+    "mamba": "M",
+    "linear_attention": "M",
+    "attention": "*",
+    "full_attention": "*",
+    "mlp": "-",
+    "moe": "E",
+}
+
+#: what a family's transformers config class takes for a field the config.json leaves out, where
+#: that differs from the generic rule (KV heads: the heads; head dim: hidden / heads; Mamba
+#: groups: 1). Nemotron-H's head dim is ``head_dim`` or (NVIDIA's own config class)
+#: ``attention_head_dim``, 128 when neither is given: hidden / heads is 96 for Nemotron-H 4B.
+_FAMILY_DEFAULTS = {
+    "qwen3_next": {"head_dim": 256, "num_key_value_heads": 2},
+    "nemotron_h": {"head_dim": 128, "num_key_value_heads": 8, "n_groups": 8},
+    "jamba": {"num_key_value_heads": 8},
+    "mamba2": {"n_groups": 8},
+}
+
 
 def _mamba2(f: _Fields, family: str, d: int, n: int, d_inner=None) -> tuple[dict, int]:
     """``n`` Mamba2 layers of a ``family`` config: their ``ModelSpec`` fields (``n_mamba`` and the
@@ -220,8 +249,14 @@ def _mamba2(f: _Fields, family: str, d: int, n: int, d_inner=None) -> tuple[dict
     n_heads = f.pos(*heads)
     hdim = f.pos(*head_dim)
     di = int(d_inner) if d_inner else n_heads * hdim
-    n_groups = f.pos(*groups) if any(g in f.d for g in groups) else 1
-    f.divides(next((g for g in groups if g in f.d), groups[0]), n_groups, heads[0], n_heads)
+    given = next((g for g in groups if g in f.d), None)
+    n_groups = f.pos(*groups) if given else _FAMILY_DEFAULTS.get(family, {}).get("n_groups", 1)
+    if given is None and n_heads % n_groups:
+        raise UsageError(
+            f"model config {f.where}: field {groups[0]!r} is left out, and {family}'s default of {n_groups} groups "
+            f"does not divide {heads[0]!r} ({n_heads}): give it"
+        )
+    f.divides(given or groups[0], n_groups, heads[0], n_heads)
     m = dict(
         mamba_version=2,
         mamba_heads=n_heads,
@@ -273,9 +308,27 @@ def read_config(path) -> dict:
         )
     f = _Fields(cfg, where, family)
     d = f.pos("hidden_size", "d_model")
+    block_list = next((k for k in ("layers_block_type", "layer_types") if cfg.get(k) is not None), None)
+    if family == "nemotron_h" and "hybrid_override_pattern" not in cfg and block_list:
+        # transformers' own NemotronHConfig writes the pattern as a list (its length the layer
+        # count, num_hidden_layers deprecated): one character a block, as the pattern spells it
+        blocks = f.types(
+            cfg[block_list],
+            len(cfg[block_list]) if isinstance(cfg[block_list], list) else -1,
+            tuple(_NEMOTRON_BLOCKS),
+            field=block_list,
+        )
+        cfg = {**cfg, "hybrid_override_pattern": "".join(_NEMOTRON_BLOCKS[b] for b in blocks)}
+        cfg["num_hidden_layers"] = len(blocks)
+        f = _Fields(cfg, where, family)
     layers = f.pos("num_hidden_layers", "n_layer", "n_layers")
-    dtype = cfg.get("torch_dtype") or cfg.get("dtype") or raw.get("torch_dtype") or raw.get("dtype") or "bfloat16"
-    act_bytes = _dtype_bytes(dtype, where, "torch_dtype")
+    # ``dtype`` (transformers >= 4.56) wins over the older ``torch_dtype`` where a config has both,
+    # as transformers reads it; the text model's own before its wrapper's
+    dtype_field = next(
+        ((k, d[k]) for d in (cfg, raw) for k in ("dtype", "torch_dtype") if d.get(k)), ("torch_dtype", "bfloat16")
+    )
+    dtype = dtype_field[1]
+    act_bytes = _dtype_bytes(dtype, where, dtype_field[0])
     vocab = f.pos("vocab_size")
     tied = f.flag("tie_word_embeddings", f.flag("tie_word_embeddings", False, raw))
     out: dict = dict(name=str(path), d_model=d, kv_dtype_bytes=act_bytes, conv_dtype_bytes=act_bytes)
@@ -286,8 +339,15 @@ def read_config(path) -> dict:
     def attention(n: int, *, gate=False) -> None:
         nonlocal other
         heads = f.int("num_attention_heads")
-        kv = f.int("num_key_value_heads") if "num_key_value_heads" in cfg else heads
-        hd = f.int("head_dim") if cfg.get("head_dim") else (d // heads if heads else 0)
+        default = _FAMILY_DEFAULTS.get(family, {})
+        # a KV head count of null is the heads (transformers' backward compatibility); one left out
+        # is the family's default, where its config class has one
+        if cfg.get("num_key_value_heads") is not None:
+            kv = f.int("num_key_value_heads")
+        else:
+            kv = heads if "num_key_value_heads" in cfg else default.get("num_key_value_heads", heads)
+        hd_field = next((k for k in ("head_dim", "attention_head_dim") if cfg.get(k)), None)
+        hd = f.int(hd_field) if hd_field else default.get("head_dim", d // heads if heads else 0)
         if heads == 0 or hd == 0:
             raise UsageError(f"model config {where}: {family} needs field 'num_attention_heads' > 0")
         if kv == 0 or heads % kv:  # each KV head serves a whole group of query heads
@@ -418,8 +478,10 @@ def read_config(path) -> dict:
         other += params
         mlp_blocks += [swiglu(f.pos("intermediate_size"))] * layers
     elif family == "granitemoehybrid":
-        types = f.types(f.need("layer_types", "layers_block_type"), layers, ("mamba", "attention"))
-        n_attn = types.count("attention")
+        names = ("mamba", "attention", "linear_attention", "full_attention")  # the last two: transformers' new names
+        field = "layer_types" if cfg.get("layer_types") is not None else "layers_block_type"
+        types = f.types(f.need("layer_types", "layers_block_type"), layers, names, field=field)
+        n_attn = sum(t in ("attention", "full_attention") for t in types)
         attention(n_attn)
         n_m = layers - n_attn
         if n_m:

@@ -554,11 +554,17 @@ def test_toy_nemotron_defaults_and_state_dtype(tmp_path):
     # no shared expert: MoE 48 + 16 = 64 active, 96 + 16 = 112 in all; (40 + 128) / 3 = 56
     r = read_config(_write(tmp_path, _toy_nemotron(moe_shared_expert_intermediate_size=None)))
     assert r["mlp_active_params"] == 56 and r["total_params"] == 662 - 2 * 48
-    # no groups, no conv width: 1 and 4 -> Mamba 4*(16 + 6 + 2) + 32 + (8 + 6)*4 + 6 + 8 = 198
-    path = _write(tmp_path, _toy_nemotron(n_groups=None, conv_kernel=None))
+    # no conv width: 4 -> Mamba 4*(16 + 12 + 2) + 32 + (8 + 12)*4 + 6 + 8 = 246
+    path = _write(tmp_path, _toy_nemotron(conv_kernel=None))
     r = read_config(path)
-    assert (r["mamba_n_groups"], r["mamba_conv_width"], r["total_params"]) == (1, 4, 662 - 226 + 198)
-    assert get_model(path).state_bytes() == 48 + (8 + 6) * 3 * 2 == 132
+    assert (r["mamba_n_groups"], r["mamba_conv_width"], r["total_params"]) == (2, 4, 662 - 226 + 246)
+    assert get_model(path).state_bytes() == 48 + (8 + 12) * 3 * 2 == 168
+    # no groups: NemotronHConfig's default, 8, which the 2 heads cannot split (refused, said so);
+    # with 8 heads of 1 (di 8 as before) -> Mamba 4*(16 + 48 + 8) + 32 + (8 + 48)*3 + 24 + 8 = 520
+    with pytest.raises(UsageError, match="'n_groups' is left out, and nemotron_h's default of 8 groups"):
+        read_config(_write(tmp_path, _toy_nemotron(n_groups=None)))
+    r = read_config(_write(tmp_path, _toy_nemotron(n_groups=None, mamba_num_heads=8, mamba_head_dim=1)))
+    assert (r["mamba_n_groups"], r["total_params"]) == (8, 662 - 226 + 520)
     # the state's dtype named by the config (either spelling): fp32, 2*4*3*4 = 96 + conv 80
     for field in ("mamba_ssm_dtype", "mamba_ssm_cache_dtype"):
         path = _write(tmp_path, _toy_nemotron(**{field: "float32"}))
@@ -608,13 +614,17 @@ def test_granite_dense_all_attention_and_other_spellings(tmp_path):
     assert r["total_params"] == 40 * 41_943_040 + 40 * 698_646_528 + 100352 * 4096
 
 
-def test_mamba2_groups_default_to_one(tmp_path):
+def test_mamba2_groups_default_to_the_config_class(tmp_path):
+    # Mamba2Config's n_groups is 8 when left out (1 priced 2 of Codestral's 8 x 128 x 2 B/C channels)
     path = _write(tmp_path, _edit("mamba-codestral-7b.json", n_groups=None))
     r = read_config(path)
-    # G 1: in_proj 4096*(16384 + 256 + 128), conv (8192 + 256)*4
-    mamba = 4096 * (16384 + 256 + 128) + 8192 * 4096 + (8192 + 256) * 4 + 3 * 128 + 8192
-    assert r["mamba_n_groups"] == 1 and r["total_params"] == 64 * mamba + 2 * 32768 * 4096
-    assert get_model(path).state_bytes() == 64 * (128 * 64 * 128 * 2 + (8192 + 256) * 3 * 2)
+    # G 8: in_proj 4096*(16384 + 2048 + 128), conv (8192 + 2048)*4
+    mamba = 4096 * (16384 + 2048 + 128) + 8192 * 4096 + (8192 + 2048) * 4 + 3 * 128 + 8192
+    assert r["mamba_n_groups"] == 8 and r["total_params"] == 64 * mamba + 2 * 32768 * 4096
+    assert get_model(path).state_bytes() == 64 * (128 * 64 * 128 * 2 + (8192 + 2048) * 3 * 2) == 138_149_888
+    # Falcon-H1's and Granite's config classes take 1
+    r = read_config(_write(tmp_path, _edit("falcon-h1-7b.json", mamba_n_groups=None)))
+    assert r["mamba_n_groups"] == 1
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,123 @@
+"""A config.json as transformers reads it: fields left out take the family's config-class default,
+the layer patterns in each spelling the families write, ``dtype`` before ``torch_dtype``
+(sim/hf_config.py). Numbers hand-checked in the comments."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.cost import get_model
+from sim.errors import UsageError
+from sim.hf_config import read_config
+
+CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
+
+
+def _cfg(name: str, drop=(), **edits) -> dict:
+    cfg = json.loads((CONFIGS / name).read_text())
+    for k in drop:
+        cfg.pop(k)
+    cfg.update(edits)
+    return cfg
+
+
+def _write(tmp_path, cfg: dict, name: str = "config.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def _nemotron_h_4b(**edits) -> dict:
+    # nvidia/Nemotron-H-4B-Base-8K: hidden 3072, 32 heads, 8 KV heads of 128 (not 3072 / 32 = 96),
+    # 112 Mamba heads of 64, the 8B's pattern; NVIDIA's config class names the head dim
+    # attention_head_dim
+    fields = dict(hidden_size=3072, intermediate_size=12288, mamba_num_heads=112, attention_head_dim=128)
+    fields.update(edits)
+    cfg = _cfg("nemotron-h-8b.json", drop=("head_dim",), **fields)
+    return {k: v for k, v in cfg.items() if v is not None}
+
+
+def test_nemotron_h_head_dim_spellings_and_default(tmp_path):
+    # 4 attention layers x 8 KV heads x 128 x (K, V) x 2 bytes
+    kv = 4 * 8 * 128 * 2 * 2
+    assert kv == 16_384
+    spec = get_model(_write(tmp_path, _nemotron_h_4b()))
+    assert (spec.attn_head_dim, spec.kv_bytes_per_token()) == (128, kv)
+    # per Mamba layer: 112 x 64 x 128 state + (7168 + 2 x 8 x 128) x 3 conv, bf16
+    assert spec.state_bytes() == 24 * (112 * 64 * 128 * 2 + (7168 + 2048) * 3 * 2) == 45_367_296
+    # neither spelling: NemotronHConfig's 128, not hidden / heads
+    spec = get_model(_write(tmp_path, _nemotron_h_4b(attention_head_dim=None)))
+    assert (spec.attn_head_dim, spec.kv_bytes_per_token()) == (128, kv)
+    # head_dim given wins
+    assert get_model(_write(tmp_path, _nemotron_h_4b(head_dim=64))).attn_head_dim == 64
+
+
+@pytest.mark.parametrize(
+    "name, field, expect",
+    [
+        # the family's config class default where it is not the generic rule
+        ("nemotron-h-8b.json", "num_key_value_heads", 8),  # not the 32 heads
+        ("jamba-1.5-mini.json", "num_key_value_heads", 8),  # not the 32 heads
+        ("qwen3-next-80b-a3b.json", "num_key_value_heads", 2),  # not the 16 heads
+        ("llama-2-7b.json", "num_key_value_heads", 32),  # LlamaConfig: the heads
+        ("granite-4.0-h-small.json", "num_key_value_heads", 32),  # GraniteMoeHybridConfig: the heads
+    ],
+)
+def test_kv_heads_left_out_take_the_config_class_default(tmp_path, name, field, expect):
+    r = read_config(_write(tmp_path, _cfg(name, drop=(field,) if field in _cfg(name) else ())))
+    assert r["attn_kv_heads"] == expect
+    # null is the heads in every family (transformers' backward compatibility)
+    r = read_config(_write(tmp_path, _cfg(name, **{field: None})))
+    assert r["attn_kv_heads"] == r["attn_heads"]
+
+
+def test_qwen3_next_head_dim_left_out_is_256(tmp_path):
+    # Qwen3NextConfig's head_dim is 256 (2048 / 16 = 128 priced half the KV): 12 x 2 x 256 x 2 x 2
+    spec = get_model(_write(tmp_path, _cfg("qwen3-next-80b-a3b.json", drop=("head_dim",))))
+    assert spec.kv_bytes_per_token() == 24_576 == get_model("qwen3-next-80b-a3b").kv_bytes_per_token()
+    assert spec.flops(1024) == get_model("qwen3-next-80b-a3b").flops(1024)
+
+
+def test_dtype_wins_over_torch_dtype(tmp_path):
+    # transformers keeps `dtype` where a config has both: bf16 KV, 24,576 B a token, not fp32's
+    cfg = _cfg("qwen3-next-80b-a3b.json", torch_dtype="float32", dtype="bfloat16")
+    assert get_model(_write(tmp_path, cfg)).kv_bytes_per_token() == 24_576
+    cfg = _cfg("qwen3-next-80b-a3b.json", torch_dtype="bfloat16", dtype="float32")
+    assert get_model(_write(tmp_path, cfg)).kv_bytes_per_token() == 2 * 24_576
+    # a bad one is named by its own field
+    with pytest.raises(UsageError, match="field 'dtype' names dtype 'int4'"):
+        read_config(_write(tmp_path, _cfg("qwen3-next-80b-a3b.json", dtype="int4")))
+
+
+_NEW = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+_OLD = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+
+
+@pytest.mark.parametrize("names", [_NEW, _OLD])
+@pytest.mark.parametrize("field", ["layers_block_type", "layer_types"])
+def test_nemotron_h_pattern_as_a_list(tmp_path, names, field):
+    # transformers' NemotronHConfig writes the pattern as a list, num_hidden_layers deprecated
+    cfg = _cfg("nemotron-h-8b.json", drop=("hybrid_override_pattern", "num_hidden_layers"))
+    cfg[field] = [names[c] for c in _cfg("nemotron-h-8b.json")["hybrid_override_pattern"]]
+    path = _write(tmp_path, cfg)
+    ref = read_config(str(CONFIGS / "nemotron-h-8b.json"))
+    r = read_config(path)
+    assert {k: v for k, v in r.items() if k not in ("name", "source")} == {
+        k: v for k, v in ref.items() if k not in ("name", "source")
+    }
+    assert (r["n_attn"], r["n_mamba"], r["n_mlp"]) == (4, 24, 24)
+    cfg[field] = cfg[field][:-1] + ["sliding_attention"]
+    with pytest.raises(UsageError, match=f"field '{field}' has unknown type 'sliding_attention'"):
+        read_config(_write(tmp_path, cfg))
+
+
+def test_granite_layer_types_in_the_new_names(tmp_path):
+    cfg = _cfg("granite-4.0-h-small.json")
+    new = {"mamba": "linear_attention", "attention": "full_attention"}
+    cfg["layer_types"] = [new[t] for t in cfg["layer_types"]]
+    r = read_config(_write(tmp_path, cfg))
+    assert (r["n_attn"], r["n_mamba"]) == (4, 36)
+    assert get_model(_write(tmp_path, cfg)).state_bytes() == get_model("granite-4.0-h-small").state_bytes()
