@@ -1385,40 +1385,55 @@ def read_timing_file(path, model: str | None = None):
     if model is not None and d.get("model") is not None and not same_model(d["model"], model):
         raise UsageError(f"timing file {path} was calibrated for {d.get('model')}, not {model}")
     _check_finite(d, path)
-    try:
-        if fmt == HARDWARE_FORMAT:
-            return HardwareTiming(
-                {k: float(v) for k, v in d["ms_per_tflop"].items()},
-                {k: float(v) for k, v in d["layer_call_ms"].items()},
-                float(d["call_ms"]),
-                float(d["decode_ms_per_token"]),
-                float(d.get("peak_tflops", 0.0)),
-                int(d.get("gpus", 1)),
-                source=str(d.get("source", path)),
-                layer_floor_ms={
-                    k: float(v) for k, v in d.get("layer_floor_ms", dict.fromkeys(LAYER_KINDS, 0.0)).items()
-                },
-                seq_ms={k: float(v) for k, v in d.get("seq_ms", dict.fromkeys(LAYER_KINDS, 0.0)).items()},
-                device=str(d.get("device") or ""),
-                ms_per_weight_gb={
-                    k: float(v) for k, v in d.get("ms_per_weight_gb", dict.fromkeys(LAYER_KINDS, 0.0)).items()
-                },
-                ms_per_act_gb={k: float(v) for k, v in d.get("ms_per_act_gb", dict.fromkeys(LAYER_KINDS, 0.0)).items()},
-                ms_per_kv_gb=float(d.get("ms_per_kv_gb", 0.0)),
-                dtype=str(d.get("dtype") or ""),
-                attention=str(d.get("attention") or "sdpa"),
-                elementwise=str(d.get("elementwise") or "torch"),
-                covers=dict(d.get("covers") or {}),
-                host_ms_per_call=float(d.get("host_ms_per_call", 0.0)),
-                host_ms_per_layer=float(d.get("host_ms_per_layer", 0.0)),
-                gdn_resume_ms_per_chunk=float(d.get("gdn_resume_ms_per_chunk", 0.0)),
-            )
-        return TimingModel(
-            float(d["effective_tflops"]),
-            float(d["overhead_ms"]),
-            float(d["decode_ms_per_token"]),
+    missing = object()
+
+    def get(key: str, conv, default=missing):
+        """Field ``key`` through ``conv`` (``terms``: a dict of numbers by layer kind); a field
+        missing or of the wrong kind is one line naming it."""
+        v = d.get(key, default)
+        if v is missing:
+            raise UsageError(f"timing file {path}: missing field {key!r}")
+        try:
+            return conv(v)
+        except (TypeError, ValueError, AttributeError):
+            raise UsageError(f"timing file {path}: bad field {key!r}: {v!r}") from None
+
+    def terms(v) -> dict:
+        return {str(k): float(x) for k, x in v.items()}
+
+    def count(v) -> int:  # a whole number of GPUs, >= 1 (2.5 was read as 2, 0 as "a negative term")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 1:
+            raise ValueError(v)
+        return int(v)
+
+    zeros = dict.fromkeys(LAYER_KINDS, 0.0)
+    if fmt == HARDWARE_FORMAT:
+        return HardwareTiming(
+            get("ms_per_tflop", terms),
+            get("layer_call_ms", terms),
+            get("call_ms", float),
+            get("decode_ms_per_token", float),
+            get("peak_tflops", float, 0.0),
+            get("gpus", count, 1),
             source=str(d.get("source", path)),
+            layer_floor_ms=get("layer_floor_ms", terms, zeros),
+            seq_ms=get("seq_ms", terms, zeros),
             device=str(d.get("device") or ""),
+            ms_per_weight_gb=get("ms_per_weight_gb", terms, zeros),
+            ms_per_act_gb=get("ms_per_act_gb", terms, zeros),
+            ms_per_kv_gb=get("ms_per_kv_gb", float, 0.0),
+            dtype=str(d.get("dtype") or ""),
+            attention=str(d.get("attention") or "sdpa"),
+            elementwise=str(d.get("elementwise") or "torch"),
+            covers=get("covers", lambda v: dict(v or {}), {}),
+            host_ms_per_call=get("host_ms_per_call", float, 0.0),
+            host_ms_per_layer=get("host_ms_per_layer", float, 0.0),
+            gdn_resume_ms_per_chunk=get("gdn_resume_ms_per_chunk", float, 0.0),
         )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise UsageError(f"timing file {path}: missing or bad field {exc}") from None
+    return TimingModel(
+        get("effective_tflops", float),
+        get("overhead_ms", float),
+        get("decode_ms_per_token", float),
+        source=str(d.get("source", path)),
+        device=str(d.get("device") or ""),
+    )
