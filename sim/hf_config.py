@@ -236,6 +236,8 @@ _NEMOTRON_BLOCKS = {
 #: ``attention_head_dim``, 128 when neither is given: hidden / heads is 96 for Nemotron-H 4B.
 _FAMILY_DEFAULTS = {
     "qwen3_next": {"head_dim": 256, "num_key_value_heads": 2},
+    "qwen3_5": {"head_dim": 256, "num_key_value_heads": 4},
+    "qwen3_5_moe": {"head_dim": 256, "num_key_value_heads": 2},
     "nemotron_h": {"head_dim": 128, "num_key_value_heads": 8, "n_groups": 8},
     "jamba": {"num_key_value_heads": 8},
     "mamba2": {"n_groups": 8},
@@ -367,7 +369,7 @@ def read_config(path) -> dict:
         if types is not None:
             is_attn = [t == "full_attention" for t in f.types(types, layers, ("full_attention", "linear_attention"))]
         else:
-            k = f.int("full_attention_interval")
+            k = f.int("full_attention_interval", default=4)  # the Qwen config classes' default
             if k < 1:
                 raise UsageError(f"model config {where}: field 'full_attention_interval' must be >= 1, not {k}")
             is_attn = [(i + 1) % k == 0 for i in range(layers)]

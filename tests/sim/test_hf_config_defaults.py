@@ -121,3 +121,21 @@ def test_granite_layer_types_in_the_new_names(tmp_path):
     r = read_config(_write(tmp_path, cfg))
     assert (r["n_attn"], r["n_mamba"]) == (4, 36)
     assert get_model(_write(tmp_path, cfg)).state_bytes() == get_model("granite-4.0-h-small").state_bytes()
+
+
+def test_qwen_attention_interval_and_heads_left_out(tmp_path):
+    # no full_attention_interval and no layer_types: the Qwen config classes' interval 4, as the
+    # published 80B-A3B (layers 3, 7, ..., 47 attention): 12 attention, 36 gated delta
+    r = read_config(_write(tmp_path, _cfg("qwen3-next-80b-a3b.json", drop=("full_attention_interval",))))
+    assert (r["n_attn"], r["n_gdn"]) == (12, 36)
+    # Qwen3.5's text config: head dim 256, 4 KV heads (Qwen3.5-9B's own): 8 x 4 x 256 x 2 x 2
+    cfg = _cfg("qwen3.5-9b.json")
+    for k in ("head_dim", "num_key_value_heads"):
+        cfg["text_config"].pop(k)
+    spec = get_model(_write(tmp_path, cfg))
+    assert spec.kv_bytes_per_token() == 32_768 == get_model("qwen3.5-9b").kv_bytes_per_token()
+    # Qwen3.5-MoE's: 256 and 2 (Qwen3.5-35B-A3B's): 10 x 2 x 256 x 2 x 2
+    cfg = _cfg("qwen3.5-35b-a3b.json")
+    for k in ("head_dim", "num_key_value_heads"):
+        cfg["text_config"].pop(k)
+    assert get_model(_write(tmp_path, cfg)).kv_bytes_per_token() == 20_480

@@ -636,7 +636,7 @@ def test_mamba2_groups_default_to_the_config_class(tmp_path):
         (_toy_qwen(hidden_size=True), "'hidden_size' must be a whole number"),
         (_toy_qwen(hidden_size=6.5), "'hidden_size' must be a whole number"),
         (_toy_qwen(num_experts=-1), "'num_experts' must be a whole number"),
-        (_toy_qwen(full_attention_interval=None), "needs field 'full_attention_interval'"),
+        (_toy_qwen(full_attention_interval=0), "'full_attention_interval' must be >= 1"),
         (_toy_nemotron(hybrid_override_pattern="ME*E"), "must have 5 characters"),
     ],
 )
