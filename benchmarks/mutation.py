@@ -423,6 +423,16 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_timing_carry.py",
         ],
     ),
+    # session 22: replay --elementwise fused (kernels.norms, the model's fused paths, the choice and
+    # its timing-file field and note)
+    "elementwise": (
+        ["kernels/norms.py", "sim/replay/model.py", "sim/replay/calibration.py", "sim/cost.py"],
+        [
+            "tests/kernels/test_norms.py",
+            "tests/sim/replay/test_elementwise.py",
+            "tests/sim/replay/test_timing_carry.py",
+        ],
+    ),
     "host_term": (
         ["sim/replay/measure.py", "sim/replay/calibration.py", "sim/replay/summary.py"],
         [

@@ -83,3 +83,58 @@ def test_elementwise_choice():
     fused.shape = odd
     fused._set_elementwise("fused", None)
     assert fused._fused_gate and not fused._fused_qk
+
+
+def test_a_timing_file_records_its_elementwise_ops_and_a_replay_on_the_other_says_so(tmp_path):
+    """A file fitted with ``--elementwise fused`` says so (``"elementwise": "fused"``; the
+    default torch is not written: the committed files stay byte-equal); a GPU replay compared
+    with a timing of the other ops says it in its time model line (after a note on attention,
+    where both differ), one with the same says nothing."""
+    import json
+    from dataclasses import replace
+
+    from sim.cost import default_timing, read_timing_file, timing_to_dict
+    from sim.replay.calibration import replay_timing
+
+    spec = get_model("qwen3.5-9b")
+    base = default_timing("qwen3.5-9b", gpu="h100", tensor_parallel=1)
+    assert base.elementwise == "torch" and "elementwise" not in timing_to_dict(base)
+    fused = replace(base, elementwise="fused")
+    assert timing_to_dict(fused)["elementwise"] == "fused"
+    (tmp_path / "t.json").write_text(json.dumps(timing_to_dict(fused)))
+    assert read_timing_file(tmp_path / "t.json").elementwise == "fused"
+    h100 = "NVIDIA H100 80GB HBM3"
+    _, note = replay_timing(None, spec, "bf16", "cuda", h100, 1000, 8, elementwise="fused")
+    assert note == "the timing was fitted with torch norms and activations, this replay runs fused"
+    _, note = replay_timing(None, spec, "bf16", "cuda", h100, 1000, 8, elementwise="torch")
+    assert note == ""
+    _, note = replay_timing(fused, spec, "bf16", "cuda", h100, 1000, 8, attention="cudnn")
+    assert note == (
+        "the timing was fitted with sdpa attention, this replay runs cudnn; "
+        "the timing was fitted with fused norms and activations, this replay runs torch"
+    )
+    _, note = replay_timing(fused, spec, "bf16", "cuda", h100, 1000, 8, elementwise="fused")
+    assert note == ""
+
+
+def test_replay_settings_record_what_ran(tmp_path):
+    """On a CPU ``--elementwise fused`` runs as torch, and the summary's settings say both
+    (``elementwise`` what ran, ``elementwise_requested`` what was asked); a calibration written
+    from a run records the ops that ran."""
+    from sim.config import SimConfig
+    from sim.cost import read_timing_file
+    from sim.replay.session import ReplaySettings, calibrate, run_replay
+    from sim.simulate import build
+    from traces.registry import TraceOptions, load_trace
+
+    trace = load_trace("synthetic:chat", TraceOptions(sessions=3, seed=1))
+    cfg = SimConfig(policy="marconi", model="replay-tiny", capacity_bytes=10**8)
+    st = ReplaySettings(layers=2, dtype="fp32", device="cpu", elementwise="fused", requests=6)
+    res = run_replay(trace, cfg, st, build=build)
+    assert res.settings["elementwise"] == "torch" and res.settings["elementwise_requested"] == "fused"
+    assert res.summary["hits"] > 0 and res.summary["hits_validated"] == res.summary["hits"]
+    calibrate(res, cfg, tmp_path / "t.json")
+    assert read_timing_file(tmp_path / "t.json").elementwise == "torch"
+    res.settings["elementwise"] = "fused"  # as a GPU run's settings say
+    calibrate(res, cfg, tmp_path / "f.json")
+    assert read_timing_file(tmp_path / "f.json").elementwise == "fused"
