@@ -175,8 +175,9 @@ def check_model(spec: ModelSpec, layers: Optional[int]) -> int:
         kind = "Mamba1" if spec.n_mamba else "attention-only"
         raise UsageError(
             f"model {spec.name} has no gated-delta or Mamba2 layers ({kind}): replay runs the "
-            "gated-delta and Mamba2 kernels only; pick a qwen3.5-* / qwen3-next-* / marconi-7b "
-            "preset or replay-tiny"
+            "gated-delta and Mamba2 kernels only; pick a gated-delta preset (qwen3.5-*, qwen3-next-*, "
+            "replay-tiny), a Mamba2 one (marconi-7b, nemotron-h-*, falcon-h1-7b, granite-4.0-h-small), "
+            "or a config.json of those families"
         )
     linear = spec.n_mamba if mamba2 else spec.n_gdn
     total = linear + spec.n_attn

@@ -176,6 +176,12 @@ def test_replay_accepts_mamba2_presets():
         check_model(MODELS["marconi-7b"], 29)
     with pytest.raises(UsageError, match="no gated-delta or Mamba2 layers"):
         check_model(MODELS["llama-7b"], None)
+    # the refusal names every kind of preset replay runs: the Mamba2 hybrids too, not only
+    # qwen3.5-* / qwen3-next-* / marconi-7b
+    with pytest.raises(UsageError, match=r"\(Mamba1\).*nemotron-h-\*, falcon-h1-7b, granite-4.0-h-small"):
+        check_model(MODELS["jamba-1.5-mini"], None)
+    for name in ("nemotron-h-8b", "falcon-h1-7b", "granite-4.0-h-small"):
+        assert check_model(MODELS[name], None) == MODELS[name].n_attn + MODELS[name].n_mamba
 
 
 # ---- a replay of a Mamba2 hybrid: its linear layers labelled and priced as Mamba2 layers --------
