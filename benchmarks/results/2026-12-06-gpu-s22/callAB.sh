@@ -14,7 +14,7 @@ s=$(date +%s)
 timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/sim/replay/test_replay_gpu.py -k "fused" > /tmp/pack/gpu-fused.txt 2>&1; echo "fused tests rc=$? $(( $(date +%s)-s )) s"; tail -2 /tmp/pack/gpu-fused.txt
 tar -C /tmp -czf $OUT/all.tgz pack
 for E in torch fused; do s=$(date +%s)
-  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 90 python3 benchmarks/replay_bench.py --trace mooncake:sample --model qwen3-next-80b-a3b --timing $TIMING --capacity $CAP --requests $N --runs marconi/exact/sequential@16 --attention cudnn --elementwise $E --out /tmp/pack/rb80-$E > /tmp/pack/replay-bench-80b-$E.txt 2>&1; echo "replay_bench $E rc=$? $(( $(date +%s)-s )) s"; grep -E "TFLOP|peak|hits|wall" /tmp/pack/replay-bench-80b-$E.txt | grep -v "^{" | cut -c1-250 | tail -4
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 120 python3 benchmarks/replay_bench.py --trace mooncake:sample --model qwen3-next-80b-a3b --timing $TIMING --capacity $CAP --requests $N --runs marconi/exact/sequential@16 --attention cudnn --elementwise $E --out /tmp/pack/rb80-$E > /tmp/pack/replay-bench-80b-$E.txt 2>&1; echo "replay_bench $E rc=$? $(( $(date +%s)-s )) s"; grep -E "TFLOP|peak|hits|wall" /tmp/pack/replay-bench-80b-$E.txt | grep -v "^{" | cut -c1-250 | tail -4
   tar -C /tmp -czf $OUT/all.tgz pack
 done
 s=$(date +%s)
