@@ -145,6 +145,43 @@ def require_file(path: str | os.PathLike, what: str) -> Path:
     return p
 
 
+#: the first bytes of the compressed formats a trace file may come in (gzip is read as it is)
+_MAGIC = {
+    b"\x1f\x8b": "gzip",
+    b"\x28\xb5\x2f\xfd": "zstd",
+    b"\xfd7zXZ\x00": "xz",
+    b"BZh": "bzip2",
+    b"PK\x03\x04": "zip",
+}
+
+
+def compression(path: Path) -> str | None:
+    """The compression of a trace file by its first bytes, whatever its name ends in (a gzip file
+    named ``trace.jsonl`` is gzip; a plain file named ``trace.jsonl.gz`` is plain): 'gzip',
+    another format's name, or None for an uncompressed file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError as exc:
+        raise TraceError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return next((name for magic, name in _MAGIC.items() if head.startswith(magic)), None)
+
+
+def open_binary(path: Path):
+    """A binary stream of a trace file's content: a gzip file (told by its first bytes, not its
+    name) decompressed; another compression is one TraceError saying to decompress it first."""
+    kind = compression(path)
+    if kind == "gzip":
+        import gzip  # noqa: PLC0415 - only for a gzip file
+
+        return gzip.open(path, "rb")
+    if kind is not None:
+        raise TraceError(
+            f"cannot read {path}: it is {kind}-compressed; decompress it first (a gzip file is read as it is)"
+        )
+    return open(path, "rb")
+
+
 # --------------------------------------------------------------------------------------------
 # Limits that protect memory from a malformed or hostile trace
 

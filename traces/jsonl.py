@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import gzip
+import io
 import json
 import math
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from traces.base import RowProblem, TraceError, require_file
+from traces.base import RowProblem, TraceError, compression, open_binary, require_file
 
 __all__ = [
     "JsonlReader",
@@ -65,17 +65,17 @@ class JsonlReader:
         self.skipped += 1
 
     def __iter__(self) -> Iterator[tuple[int, object]]:
-        opener = gzip.open if self.path.suffix == ".gz" else open
+        gz = compression(self.path) == "gzip"  # by its first bytes, not its name
         bar = None
         if self.progress:
             from tqdm import tqdm  # noqa: PLC0415 - only for a large file
 
-            gz = self.path.suffix == ".gz"  # the size read is of the text, the file's of the compressed bytes
+            # the size read is of the text, the file's of the compressed bytes
             total = None if gz else self.path.stat().st_size
             bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"reading {self.path.name}", leave=False)
         try:
             # utf-8-sig: a byte-order mark (what Windows tools write first) is no part of row 1
-            with opener(self.path, "rt", encoding="utf-8-sig", errors="replace") as f:
+            with io.TextIOWrapper(open_binary(self.path), encoding="utf-8-sig", errors="replace") as f:
                 done = 0
                 first = True  # the first line with text: a CSV or a JSON array is said to be one
                 for line_no, line in enumerate(f, 1):
@@ -86,8 +86,8 @@ class JsonlReader:
                     if not line.strip():
                         continue
                     hint, first = (self._format_hint(line) if first else ""), False
-                    try:
-                        obj = json.loads(line)
+                    try:  # without its newline: an error at the line's end names its column there
+                        obj = json.loads(line.rstrip("\r\n"))
                     except json.JSONDecodeError as exc:
                         self.bad(line_no, f"bad JSON: {exc.msg} (column {exc.colno}){hint}")
                         continue

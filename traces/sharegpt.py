@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from traces.base import TraceError, require_file
+from traces.base import TraceError, open_binary, require_file
 from traces.chat import build_chat_trace
 from traces.packing import PackedTrace, file_identity
 
@@ -202,12 +202,7 @@ def open_source(path: str | None):
             f.close()
         return
     p = require_file(path, "ShareGPT")
-    if p.suffix == ".gz":
-        import gzip
-
-        f = gzip.open(p, "rb")
-    else:
-        f = open(p, "rb")
+    f = open_binary(p)  # a gzip file told by its first bytes, not its name
     try:
         yield f, str(p)
     finally:

@@ -189,3 +189,31 @@ def test_real_mooncake(shared_dir, name, n, n_in, duration):
     assert tr.input_tokens_total() == n_in
     assert tr.requests[-1].arrival == pytest.approx(duration)
     assert all(len(r.input_tokens) == math.ceil(r.input_len / 512) for r in tr.requests)
+
+
+def test_a_gzip_file_is_read_by_its_content_not_its_name(tmp_path):
+    """A gzip file named like a plain one (``trace.jsonl``) is read as gzip (it was 'bad JSON:
+    Expecting value (column 1)' on row 1), a plain file named ``.gz`` as plain text (it was
+    'Not a gzipped file'), and another compression is one line saying to decompress it."""
+    import gzip
+
+    text = "".join(json.dumps(r) + "\n" for r in MOONCAKE)
+    for name, data in (("gz.jsonl", gzip.compress(text.encode())), ("plain.jsonl.gz", text.encode())):
+        p = tmp_path / name
+        p.write_bytes(data)
+        tr = load_trace(f"mooncake:{p}", TraceOptions())
+        assert [r.input_tokens.tolist() for r in tr.requests] == [[0, 1, 2], [0, 1], [0, 3]]
+        assert [r.input_len for r in tr.requests] == [1100, 1024, 600]
+    for magic, kind in ((b"\x28\xb5\x2f\xfd", "zstd"), (b"\xfd7zXZ\x00", "xz"), (b"BZh91AY", "bzip2")):
+        p = tmp_path / f"t.{kind}"
+        p.write_bytes(magic + b"\x00" * 32)
+        with pytest.raises(TraceError, match=rf"cannot read .*t\.{kind}: it is {kind}-compressed; decompress it first"):
+            load_trace(f"mooncake:{p}", TraceOptions())
+
+
+def test_bad_json_at_the_end_of_a_line_names_its_column(tmp_path):
+    """A row cut short: the error is at the end of its text (column 36), not at 'column 1' of the
+    line after (the newline was parsed with the row)."""
+    p = _write(tmp_path / "m.jsonl", [MOONCAKE[0], '{"timestamp": 9, "input_length": 15'])
+    with pytest.raises(TraceError, match=r"m\.jsonl:2: bad JSON: Expecting ',' delimiter \(column 36\)$"):
+        load_trace(f"mooncake:{p}", TraceOptions())

@@ -138,3 +138,12 @@ def test_empty_after_filter_and_missing_file(tmp_path):
         load_trace(f"sharegpt:{p}", TraceOptions(use_cache=False))
     with pytest.raises(TraceError, match="ShareGPT file not found"):
         load_trace(f"sharegpt:{tmp_path / 'nope.json'}", TraceOptions())
+
+
+def test_a_gzip_file_is_read_whatever_its_name(tmp_path):
+    """A gzip ShareGPT file without the .gz suffix is read as gzip (it was bad JSON on line 1)."""
+    text = json.dumps([_conv("a", 2), _conv("b", 1), _conv("c", 3)])
+    p = tmp_path / "share.json"
+    p.write_bytes(gzip.compress(text.encode()))
+    opts = TraceOptions(min_rounds=2, sessions=0, use_cache=False)
+    assert load_trace(f"sharegpt:{p}", opts).meta["conversation_ids"] == ["a", "c"]
