@@ -754,7 +754,9 @@ def advise(
         make_trial_task(dict(problem.trace_kwargs), space, space.defaults(), problem), spec, trace.block_tokens
     )
     if why is not None:
-        raise UsageError(f"--for {problem.engine}: the engine's defaults cannot run here: {why}")
+        # on hash blocks the way out is the trace spelled out as tokens, as `marconi run` says
+        spell = "; --hash-block-tokens runs it on the trace spelled out as tokens" if trace.block_tokens > 1 else ""
+        raise UsageError(f"--for {problem.engine}: the engine's defaults cannot run here: {why}{spell}")
     parts = None
     tune_kwargs, hold_kwargs = dict(problem.trace_kwargs), None
     if problem.holdout:

@@ -595,3 +595,33 @@ def test_throughput_is_measured_by_the_default_scheduler_not_by_fcfs():
     for fixed in ({"scheduler": "fcfs"}, {"mode": "sequential"}, {"servers": 2}):
         with pytest.raises(UsageError, match="does not measure it"):
             check_objective("throughput", fixed)
+
+
+def test_an_engine_off_the_hash_block_grid_names_the_way_to_run_it(tmp_path):
+    """vLLM's 528-token blocks on Mooncake's 512-token hash blocks: the refusal names
+    --hash-block-tokens, as `marconi run --policy vllm` does (it named no way out)."""
+    trace = tmp_path / "m.jsonl"
+    rows = [
+        {"timestamp": 0, "input_length": 1024, "output_length": 10, "hash_ids": [1, 2]},
+        {"timestamp": 1000, "input_length": 1536, "output_length": 10, "hash_ids": [1, 2, 3]},
+    ]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "o"
+    p = cli(
+        "advise",
+        "--for",
+        "vllm",
+        "--trace",
+        f"mooncake:{trace}",
+        "--model",
+        "qwen3.5-9b",
+        "--out",
+        out,
+        "--no-progress",
+    )
+    assert p.exit_code == 2, p.output
+    assert p.stderr.strip().splitlines() == [
+        "Error: --for vllm: the engine's defaults cannot run here: a 528-token grid (vllm) does not line up with "
+        "the trace's 512-token blocks; --hash-block-tokens runs it on the trace spelled out as tokens"
+    ]
+    assert not out.exists()
