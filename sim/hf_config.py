@@ -41,6 +41,8 @@ from sim.errors import UsageError
 
 _DTYPE_BYTES = {"float32": 4, "fp32": 4, "float": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
 _FP8 = ("float8", "fp8")
+#: the largest config.json read (published ones are a few kB; a layer list of 1,000 layers ~20 kB)
+MAX_CONFIG_BYTES = 16 * 2**20
 #: the largest width or count a config field may hold (int32's: no model comes near it)
 MAX_FIELD = 2**31 - 1
 FAMILIES = (
@@ -282,6 +284,15 @@ def read_config(path) -> dict:
     ``path`` as given; ``total_params``: every weight, all experts, both vocabulary tables unless
     tied, for the weight bytes ``advise`` and the tensor-parallel default read)."""
     p = config_file(path)
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        raise UsageError(f"cannot read model config {p}: {exc.strerror or exc}") from None
+    if size > MAX_CONFIG_BYTES:  # a weights shard given by mistake was read whole (GBs of memory)
+        raise UsageError(
+            f"model config {p} is {size / 1e6:,.0f} MB: no config.json is that large (a weights file?); "
+            "give the config.json beside it, or its folder"
+        )
     try:
         raw = json.loads(p.read_text(encoding="utf-8-sig"))  # a byte-order mark skipped
     except OSError as exc:

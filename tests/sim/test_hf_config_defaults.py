@@ -139,3 +139,13 @@ def test_qwen_attention_interval_and_heads_left_out(tmp_path):
     for k in ("head_dim", "num_key_value_heads"):
         cfg["text_config"].pop(k)
     assert get_model(_write(tmp_path, cfg)).kv_bytes_per_token() == 20_480
+
+
+def test_a_weights_file_is_refused_unread(tmp_path, monkeypatch):
+    # a 17 MiB file (a weights shard given by mistake: GBs were read whole, and decoded)
+    path = tmp_path / "model-00001-of-00004.safetensors"
+    with open(path, "wb") as fh:
+        fh.truncate(17 * 2**20)
+    monkeypatch.setattr(Path, "read_text", lambda *a, **k: pytest.fail("read"))
+    with pytest.raises(UsageError, match=r"is 18 MB: no config\.json is that large \(a weights file\?\)"):
+        read_config(str(path))
