@@ -554,7 +554,9 @@ def register(main: click.Group) -> None:
                     click.echo(f"{r.policy}: best static alpha in hindsight {t.tuned_choice}")
                 else:  # the live tuner never decided: it said "best static alpha in hindsight" (no oracle ran)
                     first = getattr(t, "first_eviction_request", None)
-                    why = "the cache never evicted" if first is None else "too few requests after the first eviction"
+                    why = (
+                        "the cache never evicted" if first is None else "too few requests after the cache first filled"
+                    )
                     click.echo(f"{r.policy}: alpha auto stayed at {t.tuned_choice} (not tuned: {why})")
             if warning:
                 click.echo(warning)
