@@ -66,14 +66,24 @@ def replay_order(trace: Trace, rate: float = 1.0) -> np.ndarray:
     return np.argsort(sequential_timestamps(trace, rate), kind="stable")
 
 
-def upper_bounds(trace: Trace, rate: float = 1.0, boundary: int = 64) -> dict:
+#: traces of this many requests or more show a progress bar while their bounds are computed (with
+#: ``progress``): 640,000 Mooncake rows took 13-20 s with nothing on the screen after the reading bar
+PROGRESS_REQUESTS = 50_000
+
+
+def upper_bounds(trace: Trace, rate: float = 1.0, boundary: int = 64, progress: bool = False) -> dict:
     seen: set[int] = set()
     powers = _Powers()
     bt = trace.block_tokens
     kv = b64 = 0
     hit_requests = 0
     total_in = 0
-    for rid in replay_order(trace, rate):
+    order = replay_order(trace, rate)
+    if progress and len(order) >= PROGRESS_REQUESTS:
+        from tqdm import tqdm  # noqa: PLC0415 - only for a large trace
+
+        order = tqdm(order, desc="infinite-cache bounds", unit="req", leave=False, miniters=10_000)
+    for rid in order:
         r = trace.requests[int(rid)]
         inp, out = r.input_tokens, r.output_tokens
         seq = np.concatenate([inp, out]) if len(out) else inp
@@ -105,7 +115,7 @@ def upper_bounds(trace: Trace, rate: float = 1.0, boundary: int = 64) -> dict:
     }
 
 
-def trace_stats(trace: Trace, rate: float = 1.0) -> dict:
+def trace_stats(trace: Trace, rate: float = 1.0, progress: bool = False) -> dict:
     bt = trace.block_tokens
     ins = np.array([r.n_input_tokens(bt) for r in trace.requests], dtype=np.int64)
     outs = np.array([r.n_output_tokens(bt) for r in trace.requests], dtype=np.int64)
@@ -128,5 +138,5 @@ def trace_stats(trace: Trace, rate: float = 1.0) -> dict:
     if not trace.closed_loop:
         arr = np.array([r.arrival for r in trace.requests], dtype=np.float64)
         out["duration_s"] = float(arr.max() - arr.min())
-    out.update(upper_bounds(trace, rate))
+    out.update(upper_bounds(trace, rate, progress=progress))
     return out

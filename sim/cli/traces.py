@@ -154,7 +154,7 @@ def register(main: click.Group) -> None:
         _one_trace(spec, kwargs)
         _refuse_unread(kwargs, rate_flag="--sessions-per-second")
         trace = trace_from_cli(kwargs, progress, say_skipped=False)
-        st = trace_stats(trace, rate)
+        st = trace_stats(trace, rate, progress=progress)
         if trace.meta.get("skipped_rows"):
             st["skipped_rows"] = trace.meta["skipped_rows"]
         if fmt == "json":
