@@ -9,7 +9,12 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from sim.cli.checks import check_advise, refuse_memory_beyond_gpus, refuse_ray_address_without_ray
+from sim.cli.checks import (
+    check_advise,
+    refuse_memory_beyond_gpus,
+    refuse_ray_address_without_ray,
+    refuse_weights_beyond_gpus,
+)
 from sim.cli.outdir import (
     OutputPath,
     atomic_write,
@@ -273,6 +278,8 @@ def register(main: click.Group) -> None:
         model = kwargs.get("model")
         fixed = _fixed(kwargs)
         if gpu_memory is None:  # the catalogue GPU's memory, once per GPU of the group
+            if fixed.get("gpu") and model:  # weights the group cannot hold: the group that does, as run says
+                refuse_weights_beyond_gpus(model, fixed["gpu"], fixed.get("tensor_parallel", 0))
             gpu_memory = default_gpu_memory(fixed.get("gpu"), fixed.get("tensor_parallel", 0), model)
         else:
             from sim.experiments.advise.space import gpu_memory_count, parse_gpu_memory  # noqa: PLC0415

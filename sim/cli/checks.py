@@ -133,6 +133,31 @@ def _splits(spec, tp: int) -> bool:
     return True
 
 
+def refuse_weights_beyond_gpus(model: str, gpu: str, tensor_parallel: int) -> None:
+    """A model whose bf16 weights its --gpu group cannot hold (or fill it, leaving no byte of
+    cache) is refused in one line naming the smallest --tensor-parallel group that holds them."""
+    from sim.cost import get_model, gpu_memory_limit  # noqa: PLC0415
+    from sim.experiments.advise.space import weight_bytes  # noqa: PLC0415
+    from sim.gpus import get_gpu  # noqa: PLC0415
+
+    n, most = gpu_memory_limit(model, gpu, tensor_parallel)
+    spec = get_model(model)
+    weights = weight_bytes(spec)
+    if weights >= most:  # equal: no byte left for any cache (qwen3-next-80b-a3b's 160GB on 2x h100)
+        each = get_gpu(gpu).memory_bytes
+        fits = [k for k in range(1, MAX_NODE_GPUS + 1) if k * each > weights and _splits(spec, k)]
+        group = (
+            f"give --tensor-parallel {fits[0]} (the smallest group that holds them and splits its heads)"
+            if fits
+            else f"no tensor-parallel group of {gpu} that splits its heads holds them"
+        )
+        raise UsageError(
+            f"{spec.name}'s bf16 weights ({format_size(weights)}) "
+            f"{'fill' if weights == most else 'are more than'} the memory of "
+            f"{n}x {gpu} ({format_size(most)}): {group}"
+        )
+
+
 def refuse_cache_beyond_gpus(cfg: SimConfig) -> None:
     """With --gpu, a model whose bf16 weights the group cannot hold (qwen3.5-397b-a17b on one L40S
     ran), or a --capacity larger than the group's memory (100GB on one H100 ran), is refused in one
@@ -142,25 +167,12 @@ def refuse_cache_beyond_gpus(cfg: SimConfig) -> None:
     from sim.config import UNLIMITED  # noqa: PLC0415
     from sim.cost import get_model, gpu_memory_limit  # noqa: PLC0415
     from sim.experiments.advise.space import weight_bytes  # noqa: PLC0415
-    from sim.gpus import get_gpu  # noqa: PLC0415
 
     if not cfg.gpu:
         return
     n, most = gpu_memory_limit(cfg.model, cfg.gpu, cfg.tensor_parallel)
     weights = weight_bytes(get_model(cfg.model))
-    if weights >= most:  # equal: no byte left for any cache (qwen3-next-80b-a3b's 160GB on 2x h100)
-        each, spec = get_gpu(cfg.gpu).memory_bytes, get_model(cfg.model)
-        fits = [k for k in range(1, MAX_NODE_GPUS + 1) if k * each > weights and _splits(spec, k)]
-        group = (
-            f"give --tensor-parallel {fits[0]} (the smallest group that holds them and splits its heads)"
-            if fits
-            else f"no tensor-parallel group of {cfg.gpu} that splits its heads holds them"
-        )
-        raise UsageError(
-            f"{get_model(cfg.model).name}'s bf16 weights ({format_size(weights)}) "
-            f"{'fill' if weights == most else 'are more than'} the memory of "
-            f"{n}x {cfg.gpu} ({format_size(most)}): {group}"
-        )
+    refuse_weights_beyond_gpus(cfg.model, cfg.gpu, cfg.tensor_parallel)
     if not cfg.gpu_memory and cfg.capacity_bytes < UNLIMITED and cfg.capacity_bytes > most:
         raise UsageError(
             f"--capacity {format_size(cfg.capacity_bytes)} is more than the memory of {n}x {cfg.gpu} "
