@@ -1191,7 +1191,7 @@ def _preset_timing(name: str, gpus: int = 0):
 
 def group_spec(spec: ModelSpec, tp: int) -> ModelSpec:
     """The model as ``tp`` GPUs hold it under tensor parallelism, bytes and FLOPs summed over the
-    group: heads, Mamba channels and experts split evenly (so those totals do not change), KV heads
+    group: heads, Mamba channels and each expert's width split evenly (so those totals do not change), KV heads
     fewer than ``tp`` replicated (each GPU keeps one), as are Mamba B/C groups fewer than ``tp``
     (vLLM's and SGLang's sharding). A head count ``tp`` does not divide is one UsageError line."""
     if tp <= 1:
