@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from itertools import product
+from pathlib import Path
 from typing import Iterable
 
 from policies.base import get_preset
@@ -43,6 +44,8 @@ MAX_RANGE_VALUES = 100_000
 
 
 def _split_list(text: str, kind: str, flag: str = "value") -> list[str]:
+    if kind == "str" and "," in str(text) and Path(str(text).strip()).exists():
+        return [str(text).strip()]  # a file or folder whose name holds a comma (--model my,model/): one value
     parts = [p.strip() for p in str(text).split(",")]
     if kind == "trace":
         # synthetic:KIND:k=v,k2=v2 -> keep the k=v continuations with their spec
