@@ -242,6 +242,7 @@ _FAMILY_DEFAULTS = {
     "qwen3_5_moe": {"head_dim": 256, "num_key_value_heads": 2},
     "nemotron_h": {"head_dim": 128, "num_key_value_heads": 8, "n_groups": 8},
     "jamba": {"num_key_value_heads": 8},
+    "falcon_h1": {"num_key_value_heads": 8},
     "mamba2": {"n_groups": 8},
 }
 
@@ -251,7 +252,18 @@ def _mamba2(f: _Fields, family: str, d: int, n: int, d_inner=None) -> tuple[dict
     mixer's shape; ``d_inner``: heads x head dim unless given) and their weights."""
     heads, head_dim, state, groups, conv = _MAMBA2_FIELDS[family]
     n_heads = f.pos(*heads)
-    hdim = f.pos(*head_dim)
+    if d_inner and all(f.d.get(h) in (None, "auto") for h in head_dim):
+        # head dim left out or "auto" (Falcon-H1's and Granite's config classes): the family's
+        # intermediate width over the heads
+        if d_inner % n_heads:
+            raise UsageError(
+                f"model config {f.where}: field {head_dim[0]!r} is "
+                f"{'auto' if f.d.get(head_dim[0]) == 'auto' else 'left out'}, and {heads[0]!r} ({n_heads}) does not "
+                f"divide the Mamba width ({d_inner}): give it"
+            )
+        hdim = d_inner // n_heads
+    else:
+        hdim = f.pos(*head_dim)
     di = int(d_inner) if d_inner else n_heads * hdim
     given = next((g for g in groups if g in f.d), None)
     n_groups = f.pos(*groups) if given else _FAMILY_DEFAULTS.get(family, {}).get("n_groups", 1)
@@ -364,8 +376,12 @@ def read_config(path) -> dict:
         if heads == 0 or hd == 0:
             raise UsageError(f"model config {where}: {family} needs field 'num_attention_heads' > 0")
         if kv == 0 or heads % kv:  # each KV head serves a whole group of query heads
+            given = "num_key_value_heads" in cfg
             raise UsageError(
                 f"model config {where}: field 'num_key_value_heads' ({kv}) must divide 'num_attention_heads' ({heads})"
+                if given
+                else f"model config {where}: field 'num_key_value_heads' is left out, and {family}'s default of {kv} "
+                f"does not divide 'num_attention_heads' ({heads}): give it"
             )
         out.update(
             n_attn=n, attn_heads=heads, attn_kv_heads=kv, attn_head_dim=hd, attn_causal=True, attn_output_gate=gate
@@ -486,7 +502,13 @@ def read_config(path) -> dict:
                 mlp_blocks.append(swiglu(inter))
     elif family == "falcon_h1":
         attention(layers)
-        m, params = _mamba2(f, family, d, layers, d_inner=f.int("mamba_d_ssm", default=0) or None)
+        if cfg.get("mamba_d_ssm") is not None:
+            d_ssm = f.pos("mamba_d_ssm")
+        elif cfg.get("mamba_d_head") not in (None, "auto"):
+            d_ssm = None  # the heads x their dim
+        else:  # FalconH1Config: 1024 left out, mamba_expand x hidden when null
+            d_ssm = f.pos("mamba_expand", default=2) * d if "mamba_d_ssm" in cfg else 1024
+        m, params = _mamba2(f, family, d, layers, d_inner=d_ssm)
         out.update(m)
         other += params
         mlp_blocks += [swiglu(f.pos("intermediate_size"))] * layers
@@ -499,7 +521,8 @@ def read_config(path) -> dict:
         n_m = layers - n_attn
         if n_m:
             expand = f.pos("mamba_expand", default=2)
-            m, params = _mamba2(f, family, d, n_m, d_inner=expand * d if "mamba_d_head" not in cfg else None)
+            auto = cfg.get("mamba_d_head") in (None, "auto")  # GraniteMoeHybridConfig: expand x hidden / heads
+            m, params = _mamba2(f, family, d, n_m, d_inner=expand * d if auto else None)
             out.update(m)
             other += params
         experts = f.int("num_local_experts", default=0)

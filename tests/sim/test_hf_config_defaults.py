@@ -149,3 +149,39 @@ def test_a_weights_file_is_refused_unread(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "read_text", lambda *a, **k: pytest.fail("read"))
     with pytest.raises(UsageError, match=r"is 18 MB: no config\.json is that large \(a weights file\?\)"):
         read_config(str(path))
+
+
+@pytest.mark.parametrize("value", ["auto", None])
+def test_mamba_head_dim_auto_or_left_out(tmp_path, value):
+    # Granite: "auto" (or left out) is mamba_expand x hidden / heads = 2 x 4096 / 128 = 64, as published
+    ref = get_model("granite-4.0-h-small")
+    cfg = _cfg("granite-4.0-h-small.json", drop=("mamba_d_head",) if value is None else ())
+    if value:
+        cfg["mamba_d_head"] = value
+    spec = get_model(_write(tmp_path, cfg))
+    assert (spec.mamba_d_inner, spec.state_bytes(), spec.flops(1024)) == (8192, ref.state_bytes(), ref.flops(1024))
+    # Falcon-H1: mamba_d_ssm / heads = 3072 / 24 = 128, as published
+    ref = get_model("falcon-h1-7b")
+    cfg = _cfg("falcon-h1-7b.json", drop=("mamba_d_head",) if value is None else ())
+    if value:
+        cfg["mamba_d_head"] = value
+    spec = get_model(_write(tmp_path, cfg, "f.json"))
+    assert (spec.mamba_d_inner, spec.state_bytes()) == (3072, ref.state_bytes()) == (3072, 70_152_192)
+    # mamba_d_ssm null: FalconH1Config's mamba_expand x hidden = 6144, heads of 256: 24 x 256 x 256 x 2
+    # state + (6144 + 512) x 3 x 2 conv, per layer
+    cfg["mamba_d_ssm"] = None
+    spec = get_model(_write(tmp_path, cfg, "g.json"))
+    assert spec.state_bytes() == 44 * (24 * 256 * 256 * 2 + (6144 + 512) * 3 * 2) == 140_169_216
+    # heads that do not divide the width: refused, naming the field to give
+    cfg = _cfg("granite-4.0-h-small.json", drop=("mamba_d_head",), mamba_n_heads=100)
+    with pytest.raises(UsageError, match="'mamba_d_head' is left out, and 'mamba_n_heads' \\(100\\) does not divide"):
+        read_config(_write(tmp_path, cfg, "h.json"))
+
+
+def test_a_default_that_does_not_fit_is_named_as_left_out(tmp_path):
+    # Falcon-H1's config class takes 8 KV heads; 7B's 12 heads do not split into 8 groups
+    cfg = _cfg("falcon-h1-7b.json", drop=("num_key_value_heads",))
+    with pytest.raises(UsageError, match="'num_key_value_heads' is left out, and falcon_h1's default of 8 does not"):
+        read_config(_write(tmp_path, cfg))
+    cfg["num_attention_heads"] = 16  # 16 heads of 128 (head_dim given), 8 KV heads: 44 x 8 x 128 x 2 x 2
+    assert get_model(_write(tmp_path, cfg, "b.json")).kv_bytes_per_token() == 180_224
