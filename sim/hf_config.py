@@ -81,15 +81,25 @@ def config_file(path, presets=()) -> Path:
 
 
 def _refuse_hub_id(name: str, presets) -> None:
-    m = re.fullmatch(r"([A-Za-z0-9][\w.-]*)/([A-Za-z0-9][\w.-]*)", name.strip())
-    if m is None or name.endswith(".json") or Path(m[1]).is_dir() or Path(name).exists():
+    repo, what = name.strip(), "a Hugging Face repo id"
+    if "://" in name and not Path(name).exists():  # a URL: the Hub's page of a config.json, hf://...
+        hub = re.fullmatch(r"\s*(?:https?://(?:www\.)?huggingface\.co|hf:/)/([\w.-]+)/([\w.-]+)(?:/.*)?", name)
+        if hub is None or hub[1] in ("datasets", "spaces"):
+            raise UsageError(
+                f"model {name!r} is a URL, and nothing is fetched: download the config.json and give its path"
+            )
+        repo, what = f"{hub[1]}/{hub[2]}", "a Hugging Face URL"
+    m = re.fullmatch(r"([A-Za-z0-9][\w.-]*)/([A-Za-z0-9][\w.-]*)", repo)
+    if m is None or (
+        what != "a Hugging Face URL" and (name.endswith(".json") or Path(m[1]).is_dir() or Path(name).exists())
+    ):
         return  # a path (in a folder here, or a file): its own error, if any
     # the preset of that model: the longest preset name in the repo's ("...-Instruct", "AI21-...")
     preset = max((k for k in presets if k in m[2].lower()), key=len, default=None)
     use = f"use the preset {preset!r}, or " if preset else ""
     raise UsageError(
-        f"model {name!r} is no file or folder here, and a Hugging Face repo id is not fetched: {use}download "
-        f"its config.json (huggingface-cli download {name} config.json) and give that path"
+        f"model {name!r} is no file or folder here, and {what} is not fetched: {use}download "
+        f"its config.json (huggingface-cli download {repo} config.json) and give that path"
     )
 
 

@@ -185,3 +185,27 @@ def test_a_default_that_does_not_fit_is_named_as_left_out(tmp_path):
         read_config(_write(tmp_path, cfg))
     cfg["num_attention_heads"] = 16  # 16 heads of 128 (head_dim given), 8 KV heads: 44 x 8 x 128 x 2 x 2
     assert get_model(_write(tmp_path, cfg, "b.json")).kv_bytes_per_token() == 180_224
+
+
+@pytest.mark.parametrize(
+    "url, repo",
+    [
+        ("https://huggingface.co/Qwen/Qwen3.5-9B/resolve/main/config.json", "Qwen/Qwen3.5-9B"),
+        ("https://huggingface.co/nvidia/Nemotron-H-8B-Base-8K/blob/main/config.json", "nvidia/Nemotron-H-8B-Base-8K"),
+        ("hf://Qwen/Qwen3.5-9B", "Qwen/Qwen3.5-9B"),
+    ],
+)
+def test_a_hub_url_says_it_is_not_fetched(url, repo):
+    # a pasted Hub URL said "no such file (give a config.json or a folder holding one)"
+    with pytest.raises(UsageError) as exc:
+        get_model(url)
+    text = str(exc.value)
+    assert text.startswith(
+        f"model {url!r} is no file or folder here, and a Hugging Face URL is not fetched: use the preset"
+    )
+    assert f"huggingface-cli download {repo} config.json" in text
+
+
+def test_another_url_says_it_is_not_fetched():
+    with pytest.raises(UsageError, match="is a URL, and nothing is fetched: download the config.json"):
+        get_model("https://example.com/models/config.json")
