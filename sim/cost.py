@@ -85,6 +85,10 @@ class ModelSpec:
     embedding_params: int = 0  # vocab x d_model, one table
     nominal_active_params: float = 0.0  # what the model's name / card says (e.g. 3e9 for A3B)
     total_params: float = 0.0  # every weight (all experts), for weight bytes; 0: not known
+    # a quantized checkpoint's weights (sim/hf_config.py: its quantization_config): their bytes and
+    # what to call them; 0 / "bf16": total_params x 2 bytes
+    weight_bytes: float = 0.0
+    weight_dtype: str = "bf16"
     source: str = ""
 
     # precomputed (see __post_init__)
@@ -1159,7 +1163,7 @@ def gpu_count(spec: ModelSpec, gpu: str | None = None) -> int:
         )
     mem = get_gpu(gpu or "h200").memory_bytes
     n = 1
-    while spec.total_params * 2 > 0.75 * mem * n and n < 64:
+    while (spec.weight_bytes or spec.total_params * 2) > 0.75 * mem * n and n < 64:
         n *= 2
     return n
 

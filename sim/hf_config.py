@@ -190,6 +190,38 @@ def _dtype_bytes(name, where: str, field: str) -> int:
     return _DTYPE_BYTES[s]
 
 
+def _quantized(q) -> tuple[str, int] | None:
+    """A ``quantization_config``'s weights: (what to call them, bits a weight), or None where it
+    names none this reader knows (the weights are then priced as bf16, and said to be)."""
+    if not isinstance(q, dict):
+        return None
+    method = str(q.get("quant_method") or "").lower()
+
+    def bits(v) -> int | None:
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v in (2, 3, 4, 8) else None
+
+    if method in ("fp8", "fbgemm_fp8"):
+        return "fp8", 8
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "auto-round", "hqq") and bits(q.get("bits")):
+        return f"int{bits(q['bits'])}", bits(q["bits"])
+    if method == "bitsandbytes":
+        return ("4-bit", 4) if q.get("load_in_4bit") else ("int8", 8) if q.get("load_in_8bit") else None
+    if method == "mxfp4":
+        return "mxfp4", 4
+    if method == "modelopt":
+        algo = str(q.get("quant_algo") or "").upper()
+        return (
+            ("fp8", 8) if algo == "FP8" else ("nvfp4", 4) if algo == "NVFP4" else ("int4", 4) if "W4A" in algo else None
+        )
+    if method == "compressed-tensors":
+        for group in (q.get("config_groups") or {}).values():
+            w = group.get("weights") if isinstance(group, dict) else None
+            if isinstance(w, dict) and bits(w.get("num_bits")):
+                n = bits(w["num_bits"])
+                return f"{'fp' if w.get('type') == 'float' else 'int'}{n}", n
+    return None
+
+
 def _moe(d: int, inter: int, top_k: int, shared_inter: int, n_experts: int) -> int:
     """Active parameters of one MoE block per token: top-k SwiGLU experts, a shared SwiGLU expert
     and the linear router (as ``sim.cost._moe``)."""
@@ -562,6 +594,12 @@ def read_config(path) -> dict:
     mlp, mlp_total = _mlp_fields(mlp_blocks)
     out.update(mlp)
     out["embedding_params"] = vocab * d
-    out["total_params"] = float(other + mlp_total + vocab * d * (1 if tied else 2))
+    tables = vocab * d * (1 if tied else 2)
+    out["total_params"] = float(other + mlp_total + tables)
+    quant = _quantized(cfg.get("quantization_config") or raw.get("quantization_config"))
+    if quant is not None:  # a quantized checkpoint: its layers' weights at their bits, the vocabulary
+        # tables (which these checkpoints leave unquantized) at 2 bytes
+        out["weight_dtype"] = quant[0]
+        out["weight_bytes"] = float((other + mlp_total) * quant[1] / 8 + tables * 2)
     out["source"] = f"{p} ({family})"
     return out

@@ -110,7 +110,8 @@ def format_advice(adv, out: Path) -> str:
     p, sp = adv.problem, adv.space
     mem = sp.engine.memory
     lines = [
-        f"advise --for {p.engine} | model {p.model}{_gpu_words(p)} | --gpu-memory {format_size(adv.gpu_bytes)}: bf16 weights "
+        f"advise --for {p.engine} | model {p.model}{_gpu_words(p)} | --gpu-memory {format_size(adv.gpu_bytes)}: "
+        f"{sp.ctx.spec.weight_dtype} weights "
         f"{format_size(adv.weight_bytes)}, {mem.flag} {mem.fraction:g} -> cache {format_size(sp.ctx.capacity_bytes)} | "
         f"objective {p.objective} | {adv.trials} trials"
         + (f" | tuned on sessions {adv.parts[0]}, held out {adv.parts[1]}" if adv.parts else "")

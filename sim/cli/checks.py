@@ -152,7 +152,7 @@ def refuse_weights_beyond_gpus(model: str, gpu: str, tensor_parallel: int) -> No
             else f"no tensor-parallel group of {gpu} that splits its heads holds them"
         )
         raise UsageError(
-            f"{spec.name}'s bf16 weights ({format_size(weights)}) "
+            f"{spec.name}'s {spec.weight_dtype} weights ({format_size(weights)}) "
             f"{'fill' if weights == most else 'are more than'} the memory of "
             f"{n}x {gpu} ({format_size(most)}): {group}"
         )
@@ -183,7 +183,7 @@ def refuse_cache_beyond_gpus(cfg: SimConfig) -> None:
     flag, cache = ("--gpu-memory", parse_size(cfg.gpu_memory)) if cfg.gpu_memory else ("--capacity", cfg.capacity_bytes)
     if cache < UNLIMITED and cache + weights > most:
         raise UsageError(
-            f"{flag} {format_size(cache)} and {get_model(cfg.model).name}'s bf16 weights "
+            f"{flag} {format_size(cache)} and {get_model(cfg.model).name}'s {get_model(cfg.model).weight_dtype} weights "
             f"({format_size(weights)}) are more than the memory of {n}x {cfg.gpu} ({format_size(most)}): at "
             f"most {format_size(most - weights)} is left for the cache; lower it, or give --tensor-parallel "
             "for a larger group"

@@ -209,3 +209,55 @@ def test_a_hub_url_says_it_is_not_fetched(url, repo):
 def test_another_url_says_it_is_not_fetched():
     with pytest.raises(UsageError, match="is a URL, and nothing is fetched: download the config.json"):
         get_model("https://example.com/models/config.json")
+
+
+@pytest.mark.parametrize(
+    "quant, dtype, bits",
+    [
+        ({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}, "fp8", 8),
+        ({"quant_method": "awq", "bits": 4, "group_size": 128}, "int4", 4),
+        ({"quant_method": "gptq", "bits": 8}, "int8", 8),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}, "targets": ["Linear"]}},
+            },
+            "fp8",
+            8,
+        ),
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "nvfp4", 4),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "4-bit", 4),
+    ],
+)
+def test_quantized_weights_take_their_bytes(tmp_path, quant, dtype, bits):
+    # Nemotron-H 8B: 8,067,805,184 weights, 2 x 131072 x 4096 of them the vocabulary tables (kept
+    # bf16 by these checkpoints); the rest at `bits`: the bf16 price was 16.1GB whatever the checkpoint
+    ref = read_config(str(CONFIGS / "nemotron-h-8b.json"))
+    tables = 2 * 131072 * 4096
+    r = read_config(_write(tmp_path, _cfg("nemotron-h-8b.json", quantization_config=quant)))
+    assert r["weight_dtype"] == dtype
+    assert r["weight_bytes"] == (ref["total_params"] - tables) * bits / 8 + tables * 2
+    # everything else as the bf16 checkpoint's
+    assert {k: v for k, v in r.items() if k not in ("name", "source", "weight_dtype", "weight_bytes")} == {
+        k: v for k, v in ref.items() if k not in ("name", "source")
+    }
+
+
+def test_unknown_quantization_is_priced_as_bf16(tmp_path):
+    r = read_config(_write(tmp_path, _cfg("nemotron-h-8b.json", quantization_config={"quant_method": "eetq"})))
+    assert "weight_bytes" not in r and "weight_dtype" not in r
+    assert get_model(_write(tmp_path, _cfg("nemotron-h-8b.json"), "b.json")).weight_dtype == "bf16"
+
+
+def test_quantized_weights_in_the_memory_checks(tmp_path):
+    from sim.cost import gpu_count
+    from sim.experiments.advise.space import weight_bytes
+
+    # Qwen3-Next-80B-A3B in fp8: 80GB of weights, not 160GB; its default group on H100 is 2, not 4
+    fp8 = {"quant_method": "fp8", "fmt": "e4m3"}
+    spec = get_model(_write(tmp_path, _cfg("qwen3-next-80b-a3b.json", quantization_config=fp8)))
+    bf16 = get_model(_write(tmp_path, _cfg("qwen3-next-80b-a3b.json"), "b.json"))
+    tables = 2 * 151936 * 2048
+    assert weight_bytes(spec) == int((bf16.total_params - tables) + 2 * tables)
+    assert weight_bytes(bf16) == int(bf16.total_params * 2)
+    assert (gpu_count(spec, "h100"), gpu_count(bf16, "h100")) == (2, 4)

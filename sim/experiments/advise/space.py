@@ -192,7 +192,10 @@ def parse_gpu_memory(text: str) -> int:
 
 
 def weight_bytes(spec: ModelSpec) -> int:
-    """bf16 weights of the model: total parameters x 2 bytes."""
+    """The model's weights: total parameters x 2 bytes (bf16), or a quantized config.json's own
+    (``spec.weight_bytes``, named by ``spec.weight_dtype``)."""
+    if getattr(spec, "weight_bytes", 0):
+        return int(spec.weight_bytes)
     total = getattr(spec, "total_params", 0) or TOTAL_PARAMS.get(spec.name) or spec.active_params()
     return int(total * WEIGHT_BYTES_PER_PARAM)
 
@@ -591,7 +594,7 @@ def build_space(
     if cache <= 0:
         raise UsageError(
             f"--gpu-memory {format_size(gpu_bytes)} leaves no cache for {spec.name} under {engine.name}: "
-            f"bf16 weights {format_size(weights)}, {engine.memory.flag} {engine.memory.fraction:g}"
+            f"{spec.weight_dtype} weights {format_size(weights)}, {engine.memory.flag} {engine.memory.fraction:g}"
         )
     ctx = Context(spec, cache, max(int(block_tokens), 1))
     knobs = [k for k in (*engine.knobs, *derived_knobs(engine)) if spec.is_hybrid or not k.hybrid_only]

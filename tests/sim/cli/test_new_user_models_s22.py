@@ -20,3 +20,25 @@ def test_advise_weights_beyond_the_default_group_name_the_group_that_holds_them(
         "(the smallest group that holds them and splits its heads)",
     )
     assert not (tmp_path / "a").exists()
+
+
+def test_a_quantized_config_is_priced_at_its_weights(runner, tmp_path):
+    """An fp8 checkpoint of Nemotron-H 8B (compressed-tensors) was priced at 16.2GB of bf16 weights;
+    its layers' 7.03B weights take a byte each, the 1.07B of vocabulary tables two: 9.17GB."""
+    import json
+    from pathlib import Path
+
+    cfg = json.loads((Path(__file__).resolve().parents[2] / "data" / "configs" / "nemotron-h-8b.json").read_text())
+    cfg["quantization_config"] = {
+        "quant_method": "compressed-tensors",
+        "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}, "targets": ["Linear"]}},
+        "ignore": ["lm_head"],
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    args = ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "sglang"]
+    res = runner.invoke(main, [*args, "--model", str(tmp_path), "--gpu", "l40s", "--gpu-memory", "45GB"])
+    one_line(
+        res,
+        f"--gpu-memory 45GB and {tmp_path}'s fp8 weights (9.17GB) are more than the memory of 1x l40s (48GB): "
+        "at most 38.8GB is left for the cache",
+    )
