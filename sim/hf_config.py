@@ -376,9 +376,10 @@ def read_config(path) -> dict:
     f = _Fields(cfg, where, family)
     d = f.pos("hidden_size", "d_model")
     block_list = next((k for k in ("layers_block_type", "layer_types") if cfg.get(k) is not None), None)
-    if family == "nemotron_h" and "hybrid_override_pattern" not in cfg and block_list:
+    if family == "nemotron_h" and block_list:
         # transformers' own NemotronHConfig writes the pattern as a list (its length the layer
-        # count, num_hidden_layers deprecated): one character a block, as the pattern spells it
+        # count, num_hidden_layers deprecated; the list wins over a hybrid_override_pattern beside
+        # it, as transformers reads them): one character a block, as the pattern spells it
         blocks = f.types(
             cfg[block_list],
             len(cfg[block_list]) if isinstance(cfg[block_list], list) else -1,

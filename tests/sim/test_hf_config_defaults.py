@@ -109,6 +109,9 @@ def test_nemotron_h_pattern_as_a_list(tmp_path, names, field):
         k: v for k, v in ref.items() if k not in ("name", "source")
     }
     assert (r["n_attn"], r["n_mamba"], r["n_mlp"]) == (4, 24, 24)
+    # beside a hybrid_override_pattern the list wins, as transformers reads them
+    r = read_config(_write(tmp_path, {**cfg, "hybrid_override_pattern": "M*" * 26, "num_hidden_layers": 52}, "b.json"))
+    assert (r["n_attn"], r["n_mamba"], r["n_mlp"]) == (4, 24, 24)
     cfg[field] = cfg[field][:-1] + ["sliding_attention"]
     with pytest.raises(UsageError, match=f"field '{field}' has unknown type 'sliding_attention'"):
         read_config(_write(tmp_path, cfg))
