@@ -393,7 +393,7 @@ def read_config(path) -> dict:
     # ``dtype`` (transformers >= 4.56) wins over the older ``torch_dtype`` where a config has both,
     # as transformers reads it; the text model's own before its wrapper's
     dtype_field = next(
-        ((k, d[k]) for d in (cfg, raw) for k in ("dtype", "torch_dtype") if d.get(k)), ("torch_dtype", "bfloat16")
+        ((k, src[k]) for src in (cfg, raw) for k in ("dtype", "torch_dtype") if src.get(k)), ("torch_dtype", "bfloat16")
     )
     dtype = dtype_field[1]
     act_bytes = _dtype_bytes(dtype, where, dtype_field[0])
