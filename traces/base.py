@@ -112,6 +112,30 @@ class Trace:
         return sum(r.n_output_tokens(self.block_tokens) for r in self.requests)
 
 
+def joined(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a`` then ``b``, as ``np.concatenate((a, b))`` gives it, but a read-only view of their
+    buffer, not a copy, where ``b`` starts where ``a`` ends in one array: a request's prompt and
+    reply in the trace's buffer (a chat turn, a hash-block row). Every cache of a run (the live one
+    and the duel tuner's nine shadows) kept its own copy of each request's sequence: ten copies of
+    the trace, which took a 155 MB spelled-out Mooncake slice to 2 GB."""
+    if not len(b):
+        return a
+    owner = a.base
+    if (
+        owner is not None
+        and b.base is owner
+        and a.dtype == b.dtype
+        and a.ndim == b.ndim == 1
+        and a.flags.c_contiguous
+        and b.flags.c_contiguous
+        and a.ctypes.data + a.nbytes == b.ctypes.data
+    ):
+        # both lie in ``owner``'s memory and meet: the span from a's start to b's end is in it too
+        view = np.lib.stride_tricks.as_strided(a, shape=(len(a) + len(b),), strides=(a.itemsize,), writeable=False)
+        return view
+    return np.concatenate((a, b))
+
+
 def as_symbols(tokens) -> np.ndarray:
     return np.asarray(tokens, dtype=SYMBOL_DTYPE)
 

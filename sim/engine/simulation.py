@@ -46,7 +46,7 @@ from sim.engine.events import EVENTS, listeners
 from sim.engine.metrics import DuelTuning, Recorder, ReplayTuning
 from sim.engine.misses import MissLedger
 from sim.errors import UsageError
-from traces.base import Request, Trace
+from traces.base import Request, Trace, joined
 
 
 class Tuner(Protocol):
@@ -315,7 +315,7 @@ class Simulation:
         out = r.output_tokens
         if B > 1 and not len(out) and tok_full > tok_in:
             out = self.output_symbols(r, tok_full - tok_in)
-        full = np.concatenate((r.input_tokens, out)) if len(out) else r.input_tokens
+        full = joined(r.input_tokens, out)  # a view of the trace's buffer where they meet in it
         if self.regrid == 1:
             return r.input_tokens, full, tok_in, tok_full
         g = self.regrid
@@ -367,7 +367,7 @@ class Simulation:
         if self.preset.stores_last_token or tok_full <= r.n_input_tokens(self.trace.block_tokens):
             return seq_full, tok_full
         if self.trace.block_tokens == 1 and len(r.output_tokens):
-            full = np.concatenate((r.input_tokens, r.output_tokens[:-1]))
+            full = joined(r.input_tokens, r.output_tokens[:-1])
             return (full if self.regrid == 1 else block_symbols(full, self.regrid)), tok_full - 1
         # hash blocks: the last output block holds a token less; a block left empty goes
         n, tok = len(seq_full), tok_full - 1
