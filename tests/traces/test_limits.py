@@ -162,8 +162,8 @@ def test_request_token_limit_from_the_environment(main, tmp_path):
 @pytest.mark.parametrize("kind", ["mooncake", "marconi-jsonl"])
 def test_trace_larger_than_memory_stops_at_the_row(main, tmp_path, monkeypatch, kind):
     """Rows within the per-request limit whose sum would not fit: stopped before the buffer is
-    built, naming the row where the total crosses the memory available (here set to 800 bytes =
-    100 int64 symbols)."""
+    built, naming the row where the total and a run's as much again cross the memory available
+    (here set to 800 bytes = 100 int64 symbols: row 2 holds 80, 640 bytes, 1,280 with a run's)."""
     monkeypatch.setattr(traces.base, "available_memory", lambda: 800)
     if kind == "mooncake":  # 20 input + 20 output blocks = 40 symbols a row
         rows = [_moon(ts=i, il=512 * 20, ol=512 * 20, hashes=range(20 * i, 20 * i + 20)) for i in range(4)]
@@ -173,12 +173,12 @@ def test_trace_larger_than_memory_stops_at_the_row(main, tmp_path, monkeypatch, 
     code, out = _stats(main, f"{kind}:{path}")
     assert code == 2
     assert out == (
-        f"Error: {path}:3: the trace would need 960 bytes for its symbols up to this row, "
-        "more than the 800 bytes of memory available"
+        f"Error: {path}:2: the trace would need 640 bytes for its symbols up to this row, and a run of it "
+        "about as much again (1,280 bytes in all), more than the 800 bytes of memory available"
     )
     # skipping bad rows does not skip this: the trace would be silently cut short
     res = CliRunner().invoke(main, ["traces", "stats", f"{kind}:{path}", "--skip-bad-rows"])
-    assert res.exit_code == 2 and f"{path}:3: the trace would need" in res.output
+    assert res.exit_code == 2 and f"{path}:2: the trace would need" in res.output
 
 
 def test_hash_block_buffers_int32_when_ids_fit(tmp_path):
@@ -189,3 +189,17 @@ def test_hash_block_buffers_int32_when_ids_fit(tmp_path):
         r = tr.requests[0]
         assert r.input_tokens.dtype == dtype and r.output_tokens.dtype == dtype
         assert r.input_tokens.tolist()[1] in (2**31 - 1, 2**31) and r.output_tokens.tolist() == [-1]
+
+
+def test_a_trace_that_fits_but_whose_run_would_not_stops_at_the_row(tmp_path, monkeypatch):
+    """The buffer alone fitting was enough: a 50 MB Mooncake file spelled out with
+    --hash-block-tokens (16.5 GB of symbols) was built in 20 GB available and its run filled the
+    machine. 1,000 bytes available: row 1's 40 symbols (320 bytes) and a run's as much again fit,
+    rows 1-2 (640 bytes, 1,280 with the run) do not, though their buffer alone would."""
+    monkeypatch.setattr(traces.base, "available_memory", lambda: 1000)
+    rows = [_moon(ts=i, il=512 * 20, ol=512 * 20, hashes=range(20 * i, 20 * i + 20)) for i in range(2)]
+    one = _write(tmp_path / "one.jsonl", rows[:1])
+    assert len(load_trace(f"mooncake:{one}", TraceOptions()).requests) == 1
+    two = _write(tmp_path / "two.jsonl", rows)
+    with pytest.raises(TraceError, match=r"two\.jsonl:2: the trace would need 640 bytes .* \(1,280 bytes in all\)"):
+        load_trace(f"mooncake:{two}", TraceOptions())
