@@ -128,7 +128,9 @@ def load(kind: str, path: str, options) -> Trace:
                     f"{len(hashes)} hash_ids for input_length {il} (expected ceil({il}/{block}) = {n_blocks})"
                 )
             if last_ts is not None and ts < last_ts:
-                raise RowProblem(f"timestamp {ts} goes backwards (previous {last_ts})")
+                raise RowProblem(
+                    f"timestamp {ts} goes backwards (previous {last_ts}): rows must be in time order, sort the file by timestamp"
+                )
             if kind == "bailian":
                 chat = require_int(row, "chat_id")
                 parent = require_int(row, "parent_chat_id")

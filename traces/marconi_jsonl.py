@@ -44,7 +44,9 @@ def load(path: str, options) -> Trace:
             if len(out) != n_out:
                 raise RowProblem(f"num_output_tokens {n_out} but {len(out)} output_tokens")
             if last_ts is not None and ts < last_ts:
-                raise RowProblem(f"ts {ts} goes backwards (previous {last_ts})")
+                raise RowProblem(
+                    f"ts {ts} goes backwards (previous {last_ts}): rows must be in time order, sort the file by ts"
+                )
             if (sid_raw, turn) in seen:
                 raise RowProblem(f"session_id {sid_raw!r} turn_id {turn} again (first on line {seen[sid_raw, turn]})")
             try:

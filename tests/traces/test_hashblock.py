@@ -124,7 +124,8 @@ def test_bailian_sessions(tmp_path):
         ),
         (
             {"timestamp": -1, "input_length": 5, "output_length": 1, "hash_ids": [0]},
-            r"m\.jsonl:2: timestamp -1 goes backwards \(previous 0\)",
+            r"m\.jsonl:2: timestamp -1 goes backwards \(previous 0\): rows must be in time order, sort the file by "
+            r"timestamp$",
         ),
         (
             {"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": ["a"]},

@@ -63,7 +63,10 @@ def test_load_small(tmp_path, gz):
         ({k: v for k, v in ROWS[1].items() if k != "ts"}, r"t\.jsonl:2: missing field 'ts'"),
         ({**ROWS[1], "num_input_tokens": -3}, r"t\.jsonl:2: negative num_input_tokens -3"),
         ({**ROWS[1], "num_input_tokens": 4}, r"t\.jsonl:2: num_input_tokens 4 but 3 input_tokens"),
-        ({**ROWS[1], "ts": -1.0}, r"t\.jsonl:2: ts -1.0 goes backwards \(previous 0.0\)"),
+        (
+            {**ROWS[1], "ts": -1.0},
+            r"t\.jsonl:2: ts -1.0 goes backwards \(previous 0.0\): rows must be in time order, sort the file by ts$",
+        ),
     ],
 )
 def test_bad_rows(tmp_path, row, message):
