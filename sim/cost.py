@@ -1150,7 +1150,8 @@ def gpu_memory_limit(model: str, gpu: str, tensor_parallel: int = 0) -> tuple[in
 
 def gpu_count(spec: ModelSpec, gpu: str | None = None) -> int:
     """The preset's GPU count (``_GPUS``), or for a model with a known weight count the smallest
-    power-of-two group whose memory holds its bf16 weights in 3/4 of it (the rest for cache)."""
+    power-of-two group whose memory holds its weights in 3/4 of it (the rest for cache) and whose
+    GPUs split its heads (``group_spec``), else the smallest such group of any size."""
     if spec.name in ("marconi-7b", "llama-7b"):
         return 1
     g = _GPUS.get(spec.name)
@@ -1162,8 +1163,24 @@ def gpu_count(spec: ModelSpec, gpu: str | None = None) -> int:
             f"give a timing file: --timing FILE, or --tensor-parallel N"
         )
     mem = get_gpu(gpu or "h200").memory_bytes
+    need = spec.weight_bytes or spec.total_params * 2
+
+    def serves(n: int) -> bool:  # holds the weights in 3/4 of its memory, and splits the heads
+        if need > 0.75 * mem * n:
+            return False
+        try:
+            group_spec(spec, n)
+        except UsageError:
+            return False
+        return True
+
+    # the smallest power-of-two group that serves it (an 8-GPU group of a 12-head model was priced),
+    # else the smallest group of any size that does, else (no group splits it) the power of two
+    n = next((k for k in (1, 2, 4, 8, 16, 32, 64) if serves(k)), 0) or next((k for k in range(1, 65) if serves(k)), 0)
+    if n:
+        return n
     n = 1
-    while (spec.weight_bytes or spec.total_params * 2) > 0.75 * mem * n and n < 64:
+    while need > 0.75 * mem * n and n < 64:
         n *= 2
     return n
 

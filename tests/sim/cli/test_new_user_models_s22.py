@@ -42,3 +42,18 @@ def test_a_quantized_config_is_priced_at_its_weights(runner, tmp_path):
         f"--gpu-memory 45GB and {tmp_path}'s fp8 weights (9.17GB) are more than the memory of 1x l40s (48GB): "
         "at most 38.8GB is left for the cache",
     )
+
+
+def test_run_header_names_a_group_that_splits_the_heads(runner, tmp_path):
+    """A 127B Falcon-H1-shaped config (12 attention heads) on H100 with no --tensor-parallel was
+    priced on "GPU 8x h100", a group vLLM refuses (12 heads do not split 8 ways)."""
+    import json
+    from pathlib import Path
+
+    cfg = json.loads((Path(__file__).resolve().parents[2] / "data" / "configs" / "falcon-h1-7b.json").read_text())
+    cfg["intermediate_size"] = 12288 * 25
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    args = ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "sglang+"]
+    res = runner.invoke(main, [*args, "--model", str(tmp_path), "--gpu", "h100"])
+    assert res.exit_code == 0, res.output
+    assert " | GPU 6x h100 | " in res.output.splitlines()[0]
