@@ -342,6 +342,8 @@ def read_config(path) -> dict:
         size = p.stat().st_size
     except OSError as exc:
         raise UsageError(f"cannot read model config {p}: {exc.strerror or exc}") from None
+    if size == 0:  # it said "is not JSON: Expecting value: line 1 column 1 (char 0)"
+        raise UsageError(f"model config {p} is empty (a download that did not finish?)")
     if size > MAX_CONFIG_BYTES:  # a weights shard given by mistake was read whole (GBs of memory)
         raise UsageError(
             f"model config {p} is {size / 1e6:,.0f} MB: no config.json is that large (a weights file?); "

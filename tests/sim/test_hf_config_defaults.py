@@ -277,3 +277,9 @@ def test_default_group_splits_the_heads(tmp_path):
     assert (gpu_count(spec, "h100"), gpu_count(spec, "h200"), gpu_count(spec, "l40s")) == (6, 4, 12)
     # a power of two that splits the heads stays the choice (Qwen3-Next: 16 heads; 160GB on H100: 4)
     assert gpu_count(get_model(_write(tmp_path, _cfg("qwen3-next-80b-a3b.json"), "q.json")), "h100") == 4
+
+
+def test_an_empty_config_says_so(tmp_path):
+    (tmp_path / "config.json").write_text("")
+    with pytest.raises(UsageError, match=r"config\.json is empty \(a download that did not finish\?\)$"):
+        read_config(str(tmp_path))
