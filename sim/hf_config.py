@@ -547,11 +547,10 @@ def read_config(path) -> dict:
                 mlp_blocks.append(swiglu(inter))
     elif family == "falcon_h1":
         attention(layers)
-        if cfg.get("mamba_d_ssm") is not None:
-            d_ssm = f.pos("mamba_d_ssm")
-        elif cfg.get("mamba_d_head") not in (None, "auto"):
-            d_ssm = None  # the heads x their dim
-        else:  # FalconH1Config: 1024 left out, mamba_expand x hidden when null
+        d_ssm = f.int("mamba_d_ssm", default=0) or None  # 0: as null
+        if d_ssm is None and cfg.get("mamba_d_head") in (None, "auto"):
+            # FalconH1Config: 1024 left out, mamba_expand x hidden when null; with a head dim
+            # given, the heads x their dim
             d_ssm = f.pos("mamba_expand", default=2) * d if "mamba_d_ssm" in cfg else 1024
         m, params = _mamba2(f, family, d, layers, d_inner=d_ssm)
         out.update(m)
