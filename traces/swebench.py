@@ -2,7 +2,9 @@
 
 Sources: a folder of SWE-agent ``.traj`` files (sorted by name, searched recursively), a single
 ``.traj``, a dataset of trajectories: ``.jsonl`` (one trajectory per line) or ``.parquet`` (one per
-row; list or JSON-string columns), or a Hugging Face dataset (``swebench:hf:DATASET[:SPLIT]``,
+row; list or JSON-string columns) or a folder of such files without ``.traj`` ones (a downloaded
+dataset's shards, in path order; any of these files may be gzip, told by its first bytes), or a
+Hugging Face dataset (``swebench:hf:DATASET[:SPLIT]``,
 streamed; ``HF_TOKEN`` honoured; without a split the dataset's own split list decides: ``train``,
 else its only split, e.g. ``train.raw`` of SWE-Gym/OpenHands-Sampled-Trajectories).
 
@@ -65,7 +67,9 @@ draw (one seeded stream across sessions, as the artifact's ``np.random.seed(42)`
 
 from __future__ import annotations
 
+import io
 import json
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +77,7 @@ from pathlib import Path
 import numpy as np
 
 from traces.arrivals import poisson_response_times
-from traces.base import SizeBudget, TraceError
+from traces.base import SizeBudget, TraceError, open_binary
 from traces.hub import stream_dataset
 from traces.packing import PackedTrace, TraceBuilder, file_identity
 from traces.tokenizers import get_tokenizer
@@ -307,9 +311,20 @@ def _files(p: Path, construction: str) -> list[Path]:
         files = sorted(q for q in p.iterdir() if q.is_file() and not q.name.startswith("."))
     else:
         files = sorted((q for q in p.rglob("*.traj") if q.is_file()), key=lambda q: q.name)
+        if not files:  # a dataset's folder (a hub download: data/train-00000-of-00002.parquet): its shards
+            files = sorted(q for q in p.rglob("*") if q.is_file() and _dataset_suffix(q) in (".jsonl", ".parquet"))
     if not files:
-        raise TraceError(f"no {'' if construction == 'marconi' else '.traj '}files under {p}")
+        kinds = "" if construction == "marconi" else ".traj, .jsonl or .parquet "
+        raise TraceError(f"no {kinds}files under {p}")
     return files
+
+
+def _dataset_suffix(f: Path) -> str:
+    """A file's kind by its name, a ``.gz`` after it left out (``d.jsonl.gz`` is JSON Lines)."""
+    suffixes = [s.lower() for s in f.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes.pop()
+    return suffixes[-1] if suffixes else ""
 
 
 def iter_trajectories(
@@ -319,20 +334,25 @@ def iter_trajectories(
         yield from _iter_hub(path[len(HUB_PREFIX) :])
         return
     for f in _files(Path(path).expanduser(), construction):
-        if f.suffix == ".jsonl":
-            with open(f, "rb") as fh:  # lines decoded one by one: a non-UTF-8 line is named, not a traceback
-                for line_no, raw in enumerate(fh, 1):
-                    if raw.strip():
-                        try:
-                            yield f"{f}:{line_no}", json.loads(raw.decode("utf-8"))
-                        except (ValueError, RecursionError) as exc:  # also a 5,000-digit number, deep nesting
-                            if not skip_bad_rows:
-                                if isinstance(exc, UnicodeDecodeError):
-                                    raise TraceError(f"{f}:{line_no}: not UTF-8 text ({exc.reason})") from None
-                                msg = exc.msg if isinstance(exc, json.JSONDecodeError) else _first_line(exc)
-                                raise TraceError(f"{f}:{line_no}: bad JSON: {msg}") from None
-                            stats["skipped_rows"] += 1
-        elif f.suffix == ".parquet":
+        kind = _dataset_suffix(f)
+        if kind == ".jsonl":
+            # lines decoded one by one: a non-UTF-8 line is named, not a traceback; gzip read as it is
+            try:
+                with open_binary(f) as fh:
+                    for line_no, raw in enumerate(fh, 1):
+                        if raw.strip():
+                            try:
+                                yield f"{f}:{line_no}", json.loads(raw.decode("utf-8"))
+                            except (ValueError, RecursionError) as exc:  # also a 5,000-digit number, deep nesting
+                                if not skip_bad_rows:
+                                    if isinstance(exc, UnicodeDecodeError):
+                                        raise TraceError(f"{f}:{line_no}: not UTF-8 text ({exc.reason})") from None
+                                    msg = exc.msg if isinstance(exc, json.JSONDecodeError) else _first_line(exc)
+                                    raise TraceError(f"{f}:{line_no}: bad JSON: {msg}") from None
+                                stats["skipped_rows"] += 1
+            except (OSError, EOFError, zlib.error) as exc:  # a corrupt or cut .gz stream
+                raise TraceError(f"cannot read {f}: {exc}") from None
+        elif kind == ".parquet":
             import pyarrow.parquet as pq
 
             try:
@@ -343,8 +363,15 @@ def iter_trajectories(
                 yield f"{f}: row {row}", _decode_json_columns(rec)
         else:
             try:
-                with open(f, encoding="utf-8-sig") as fh:  # a byte-order mark skipped
+                with io.TextIOWrapper(open_binary(f), encoding="utf-8-sig") as fh:  # a byte-order mark skipped
                     obj = json.load(fh)
+            except TraceError:  # compressed in another format than gzip: said, or skipped as a bad file
+                if not skip_bad_rows:
+                    raise
+                stats["skipped_rows"] += 1
+                continue
+            except (OSError, EOFError, zlib.error) as exc:  # a corrupt or cut .gz stream
+                raise TraceError(f"cannot read {f}: {exc}") from None
             except (ValueError, RecursionError) as exc:  # JSON and UTF-8 errors, huge numbers, deep nesting
                 if not skip_bad_rows:
                     if isinstance(exc, json.JSONDecodeError):

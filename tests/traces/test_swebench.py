@@ -703,3 +703,39 @@ def test_json_python_cannot_parse_is_one_trace_error(tmp_path, body, suffix):
         load_trace(spec, TraceOptions())
     tr = load_trace(spec, TraceOptions(skip_bad_rows=True))
     assert tr.meta["skipped_rows"] == 1 and tr.n_sessions == 1
+
+
+def test_a_dataset_folder_and_gzip_files_load(tmp_path):
+    """A hub dataset downloaded as a folder of shards (data/train-0000k-of-00002.parquet) was 'no
+    .traj files under DIR'; a gzip .jsonl.gz was 'not UTF-8 text (invalid start byte)', a gzip .traj
+    likewise. Each loads as its plain copy does (shards in path order), and a cut gzip is one line."""
+    import gzip
+
+    rows = [_nebius_row(f"a__a-{i}", system_in_text=False) for i in range(3)]
+    d = tmp_path / "ds"
+    (d / "data").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows[:2], schema=NEBIUS_SCHEMA), d / "data" / "train-00000-of-00002.parquet")
+    pq.write_table(pa.Table.from_pylist(rows[2:], schema=NEBIUS_SCHEMA), d / "data" / "train-00001-of-00002.parquet")
+    whole = tmp_path / "whole.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=NEBIUS_SCHEMA), whole)
+    opts = TraceOptions(use_cache=False)
+    expected = [r.input_tokens.tolist() for r in load_trace(f"swebench:{whole}", opts).requests]
+    assert len(expected) > 3
+    assert [r.input_tokens.tolist() for r in load_trace(f"swebench:{d}", opts).requests] == expected
+    traj = json.loads(FC.read_text())
+    plain = tmp_path / "rows.jsonl"
+    plain.write_text(json.dumps(traj) + "\n")
+    want = [r.input_tokens.tolist() for r in load_trace(f"swebench:{plain}", opts).requests]
+    packed = tmp_path / "rows.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert [r.input_tokens.tolist() for r in load_trace(f"swebench:{packed}", opts).requests] == want
+    g = tmp_path / "t" / "fc__marshmallow-1867.traj"
+    g.parent.mkdir()
+    g.write_bytes(gzip.compress(FC.read_bytes()))
+    assert [r.input_tokens.tolist() for r in load_trace(f"swebench:{g.parent}", opts).requests] == want
+    packed.write_bytes(gzip.compress(plain.read_bytes())[:100])
+    with pytest.raises(TraceError, match=r"^cannot read .*rows\.jsonl\.gz: Compressed file ended"):
+        load_trace(f"swebench:{packed}", opts)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TraceError, match=r"^no \.traj, \.jsonl or \.parquet files under "):
+        load_trace(f"swebench:{tmp_path / 'empty'}", opts)
