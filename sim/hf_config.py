@@ -214,7 +214,8 @@ def _quantized(q) -> tuple[str, int] | None:
             ("fp8", 8) if algo == "FP8" else ("nvfp4", 4) if algo == "NVFP4" else ("int4", 4) if "W4A" in algo else None
         )
     if method == "compressed-tensors":
-        for group in (q.get("config_groups") or {}).values():
+        groups = q.get("config_groups")
+        for group in groups.values() if isinstance(groups, dict) else ():
             w = group.get("weights") if isinstance(group, dict) else None
             if isinstance(w, dict) and bits(w.get("num_bits")):
                 n = bits(w["num_bits"])

@@ -249,6 +249,16 @@ def test_quantized_weights_take_their_bytes(tmp_path, quant, dtype, bits):
 def test_unknown_quantization_is_priced_as_bf16(tmp_path):
     r = read_config(_write(tmp_path, _cfg("nemotron-h-8b.json", quantization_config={"quant_method": "eetq"})))
     assert "weight_bytes" not in r and "weight_dtype" not in r
+    # odd shapes of known methods: bf16 too, no traceback
+    for q in (
+        {"quant_method": "compressed-tensors", "config_groups": [1, 2]},
+        {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": "8"}}}},
+        {"quant_method": "awq", "bits": True},
+        {"quant_method": None},
+        "fp8",
+    ):
+        r = read_config(_write(tmp_path, _cfg("nemotron-h-8b.json", quantization_config=q), "q.json"))
+        assert "weight_bytes" not in r, q
     assert get_model(_write(tmp_path, _cfg("nemotron-h-8b.json"), "b.json")).weight_dtype == "bf16"
 
 
