@@ -396,7 +396,8 @@ def read_config(path) -> dict:
     # ``dtype`` (transformers >= 4.56) wins over the older ``torch_dtype`` where a config has both,
     # as transformers reads it; the text model's own before its wrapper's
     dtype_field = next(
-        ((k, src[k]) for src in (cfg, raw) for k in ("dtype", "torch_dtype") if src.get(k)), ("torch_dtype", "bfloat16")
+        ((k, src[k]) for src in (cfg, raw) for k in ("dtype", "torch_dtype") if src.get(k) is not None),
+        ("torch_dtype", "bfloat16"),
     )
     dtype = dtype_field[1]
     act_bytes = _dtype_bytes(dtype, where, dtype_field[0])
@@ -417,8 +418,8 @@ def read_config(path) -> dict:
             kv = f.int("num_key_value_heads")
         else:
             kv = heads if "num_key_value_heads" in cfg else default.get("num_key_value_heads", heads)
-        hd_field = next((k for k in ("head_dim", "attention_head_dim") if cfg.get(k)), None)
-        hd = f.int(hd_field) if hd_field else default.get("head_dim", d // heads if heads else 0)
+        hd_field = next((k for k in ("head_dim", "attention_head_dim") if cfg.get(k) is not None), None)
+        hd = f.pos(hd_field) if hd_field else default.get("head_dim", d // heads if heads else 0)
         if heads == 0 or hd == 0:
             raise UsageError(f"model config {where}: {family} needs field 'num_attention_heads' > 0")
         if kv == 0 or heads % kv:  # each KV head serves a whole group of query heads

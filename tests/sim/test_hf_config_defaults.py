@@ -87,6 +87,10 @@ def test_dtype_wins_over_torch_dtype(tmp_path):
     assert get_model(_write(tmp_path, cfg)).kv_bytes_per_token() == 24_576
     cfg = _cfg("qwen3-next-80b-a3b.json", torch_dtype="bfloat16", dtype="float32")
     assert get_model(_write(tmp_path, cfg)).kv_bytes_per_token() == 2 * 24_576
+    # an empty one is refused, not read as left out (it priced bf16)
+    for value in ([], ""):
+        with pytest.raises(UsageError, match="field 'torch_dtype' names dtype"):
+            read_config(_write(tmp_path, _cfg("qwen3-next-80b-a3b.json", torch_dtype=value)))
     # a bad one is named by its own field
     with pytest.raises(UsageError, match="field 'dtype' names dtype 'int4'"):
         read_config(_write(tmp_path, _cfg("qwen3-next-80b-a3b.json", dtype="int4")))
@@ -293,3 +297,12 @@ def test_an_empty_config_says_so(tmp_path):
     (tmp_path / "config.json").write_text("")
     with pytest.raises(UsageError, match=r"config\.json is empty \(a download that did not finish\?\)$"):
         read_config(str(tmp_path))
+
+
+@pytest.mark.parametrize("value", [[], 0, "", False])
+def test_a_bad_head_dim_is_refused_not_defaulted(tmp_path, value):
+    # an empty list (or 0) was falsy and read as left out: Falcon-H1 7B's heads priced at 3072 / 12 = 256
+    with pytest.raises(UsageError, match="field 'head_dim' must be"):
+        read_config(_write(tmp_path, _cfg("falcon-h1-7b.json", head_dim=value)))
+    # null is left out: hidden / heads for Falcon-H1 (256; the published 128 given, 45,056 B a token)
+    assert read_config(_write(tmp_path, _cfg("falcon-h1-7b.json", head_dim=None), "n.json"))["attn_head_dim"] == 256
