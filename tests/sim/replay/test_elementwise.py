@@ -83,6 +83,9 @@ def test_elementwise_choice():
     fused.shape = odd
     fused._set_elementwise("fused", None)
     assert fused._fused_gate and not fused._fused_qk
+    from sim.replay.model import _pow2
+
+    assert [n for n in range(0, 70) if _pow2(n)] == [1, 2, 4, 8, 16, 32, 64]
 
 
 def test_a_timing_file_records_its_elementwise_ops_and_a_replay_on_the_other_says_so(tmp_path):
