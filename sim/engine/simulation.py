@@ -739,5 +739,7 @@ class Simulation:
         return sum(1 for c in cps if f.hit_tokens < c * g < f.tok_in and (c * g) % GDN_CHUNK)
 
     def decode_s(self, f: Flight) -> float:
+        """The decode after the prefill: the prefill samples the first output token (TTFT is its
+        end), each later token takes a decode step, as the continuous engine's steps do."""
         end = f.tok_done if f.tok_done >= 0 else f.tok_full
-        return self.timing.decode_time_s(end - f.tok_in)
+        return self.timing.decode_time_s(max(end - f.tok_in - 1, 0))

@@ -58,7 +58,7 @@ def test_hand_worked_event_list_with_a_branch_a_hit_and_an_eviction():
     r0, r1, r2 = trace.requests
     p = timing.prefill_time_s(M7, 0, 120)
     p2 = timing.prefill_time_s(M7, 100, 120)
-    d = timing.decode_time_s(10)
+    d = timing.decode_time_s(9)  # 10 output tokens: the prefill samples the first, 9 decode steps
     assert log.events == [
         Lookup(r0, 0.0, None, 0, 120),
         Prefill(r0, 0.0, p, 0, 120, p),

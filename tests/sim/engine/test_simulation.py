@@ -178,7 +178,8 @@ def test_hit_request_prefills_only_its_uncached_tokens(mode):
     # ~13.1 GFLOP per token x 20 tokens + the attention's quadratic part: 2.62 ms of compute
     assert hit == pytest.approx(5e-3 + 2.6203e-3, rel=1e-4)
     assert list(res["prefill_s"]) == pytest.approx([miss, miss, hit], rel=1e-12)
-    assert list(res["decode_s"]) == pytest.approx([10 * 2e-3] * 3, rel=1e-12)
+    # 10 output tokens: the prefill samples the first (TTFT), the other 9 take a decode step each
+    assert list(res["decode_s"]) == pytest.approx([9 * 2e-3] * 3, rel=1e-12)
     if mode == "des":  # sessions start 1 s apart: nobody queues, the TTFT is the prefill time
         assert list(res["queue_s"]) == [0.0, 0.0, 0.0]
         assert list(res["ttft_s"]) == pytest.approx([miss, miss, hit], rel=1e-12)
@@ -260,3 +261,22 @@ def test_each_cache_keeps_views_of_the_trace_not_copies(policy):
     assert hits == simulate(Trace("copies", copies), cfg).requests["hit_tokens"].tolist()
     if policy in ("sglang+", "marconi"):  # the second request makes the branch at 100 the next three hit
         assert hits == [0, 0, 100, 100, 100]
+
+
+@pytest.mark.parametrize("out", [1, 2, 10])
+def test_fcfs_decodes_the_tokens_after_the_first_as_continuous_batching_does(out):
+    """The prefill samples the first output token (TTFT ends there); fcfs then decoded all `out`
+    tokens again: a 1-token reply ended a decode step after its TTFT, and a 10-token reply's TPOT
+    was 10/9 of the per-token time (13.3 ms for marconi-7b's 12). Each scheduler now takes
+    out - 1 decode steps, and the TPOT is the per-token time."""
+    trace = shared_prompt_trace(n_req=2, out=out)
+    timing = _timing()
+    ends = {}
+    for scheduler in ("fcfs", "continuous"):
+        cfg = SimConfig(policy="sglang+", capacity_bytes=BIG, scheduler=scheduler, sessions_per_second=0.5)
+        req = simulate(trace, cfg, timing=timing).requests
+        assert list(req["e2e_s"] - req["ttft_s"]) == pytest.approx([(out - 1) * 2e-3] * 2, abs=1e-12)
+        if out > 1:
+            assert list(req["tpot_s"]) == pytest.approx([2e-3] * 2, rel=1e-9)
+        ends[scheduler] = list(req["e2e_s"])
+    assert ends["fcfs"] == pytest.approx(ends["continuous"], rel=1e-9)
