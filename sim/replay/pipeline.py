@@ -156,27 +156,18 @@ def build(
         # the shape's gated-delta fields, so the store and the restores need nothing else)
         from sim.replay.mamba2 import Mamba2Model, replay_shape
 
-        shape = replay_shape(spec, layers, vocab_rows=vocab_rows)
-        model = Mamba2Model(
-            shape,
-            device=device,
-            dtype=dtype,
-            seed=settings.seed,
-            kernel=kernel,
-            attention=settings.attention,
-            elementwise=settings.elementwise,
-        )
+        shape, model_cls = replay_shape(spec, layers, vocab_rows=vocab_rows), Mamba2Model
     else:
-        shape = ReplayShape.from_spec(spec, layers, vocab_rows=vocab_rows)
-        model = HybridModel(
-            shape,
-            device=device,
-            dtype=dtype,
-            seed=settings.seed,
-            kernel=kernel,
-            attention=settings.attention,
-            elementwise=settings.elementwise,
-        )
+        shape, model_cls = ReplayShape.from_spec(spec, layers, vocab_rows=vocab_rows), HybridModel
+    model = model_cls(
+        shape,
+        device=device,
+        dtype=dtype,
+        seed=settings.seed,
+        kernel=kernel,
+        attention=settings.attention,
+        elementwise=settings.elementwise,
+    )
     longest_prompt = max((r.n_input_tokens(trace.block_tokens) for r in trace.requests), default=0)
     # the timing the measurements are compared with (after the model: its kernel's checks first)
     timing, timing_note = replay_timing(
