@@ -14,5 +14,5 @@ s=$(date +%s)
 timeout $(( $(left) - 5 )) python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/sim/replay/test_replay_peers_gpu.py > /tmp/pack/gpu-peers.txt 2>&1; echo "peers rc=$? $(( $(date +%s)-s )) s"; tail -4 /tmp/pack/gpu-peers.txt
 tar -C /tmp -czf $OUT/all.tgz pack
 s=$(date +%s)
-timeout $(( $(left) - 5 )) python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/sim/replay/test_replay_gpu.py tests/sim/replay/test_replay_mamba2.py -k "fused or gpu" > /tmp/pack/gpu-replay-final.txt 2>&1; echo "replay final rc=$? $(( $(date +%s)-s )) s"; tail -3 /tmp/pack/gpu-replay-final.txt
+timeout $(( $(left) - 5 )) python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/sim/replay/test_replay_gpu.py -k "fused or full_depth or batched_replay" > /tmp/pack/gpu-replay-final.txt 2>&1; echo "replay final rc=$? $(( $(date +%s)-s )) s"; tail -3 /tmp/pack/gpu-replay-final.txt
 tar -C /tmp -czf $OUT/all.tgz pack; echo "total $(( $(date +%s)-s0 )) s"
