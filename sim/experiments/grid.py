@@ -46,6 +46,10 @@ MAX_RANGE_VALUES = 100_000
 def _split_list(text: str, kind: str, flag: str = "value") -> list[str]:
     if kind == "str" and "," in str(text) and Path(str(text).strip()).exists():
         return [str(text).strip()]  # a file or folder whose name holds a comma (--model my,model/): one value
+    if kind == "trace" and "," in str(text):  # mooncake:my,trace.jsonl (swebench:marconi:DIR too): one spec
+        spec = str(text).strip()
+        if any(Path(path).exists() for path in spec.split(":", 2)[1:] if "," in path):
+            return [spec]
     parts = [p.strip() for p in str(text).split(",")]
     if kind == "trace":
         # synthetic:KIND:k=v,k2=v2 -> keep the k=v continuations with their spec

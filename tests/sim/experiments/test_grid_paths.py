@@ -18,3 +18,18 @@ def test_a_path_with_a_comma_is_one_value(tmp_path, monkeypatch):
     # relative to the working folder too
     monkeypatch.chdir(tmp_path)
     assert parse_values("my,model", "str") == ["my,model"]
+
+
+def test_a_trace_spec_whose_path_holds_a_comma_is_one_value(tmp_path):
+    """sweep --trace mooncake:a,b.jsonl ran 'mooncake:a' and 'b.jsonl' (mooncake file not found: a)."""
+    f = tmp_path / "a,b.jsonl"
+    f.write_text("")
+    d = tmp_path / "tr,ajs"
+    d.mkdir()
+    assert parse_values(f"mooncake:{f}", "trace", "--trace") == [f"mooncake:{f}"]
+    assert parse_values(f"swebench:marconi:{d}", "trace") == [f"swebench:marconi:{d}"]
+    assert parse_values([f"mooncake:{f}", "synthetic:chat"], "trace") == [f"mooncake:{f}", "synthetic:chat"]
+    # a list of specs, a synthetic spec's k=v pairs and a comma path that is no file stay as before
+    assert parse_values("mooncake:sample,synthetic:chat", "trace") == ["mooncake:sample", "synthetic:chat"]
+    assert parse_values("synthetic:chat:sessions=2,turns=3", "trace") == ["synthetic:chat:sessions=2,turns=3"]
+    assert parse_values(f"mooncake:{tmp_path / 'no,such'}", "trace") == [f"mooncake:{tmp_path / 'no'}", "such"]
