@@ -49,6 +49,11 @@ _UNITS = {
 UNLIMITED = 2**62  # `--capacity inf`: a cache that never evicts (the `infinite` bound)
 
 
+class SizeTooLarge(UsageError):
+    """A size past ``UNLIMITED`` (``1e30GB``): its message suggests ``inf``, which an option that
+    takes no unlimited size (``--gpu-memory`` with ``--gpu``) words otherwise."""
+
+
 def refuse_unitless_memory(text: str, flag: str = "--gpu-memory") -> None:
     """A GPU's memory given as a bare number under 1000 (``--gpu-memory 80``) is bytes, which no GPU
     has: one line asking for the unit, not a run with 80 bytes of memory ("leaves 80B for KV")."""
@@ -90,7 +95,7 @@ def parse_size(text: str | int | float) -> int:
     unit = m.group(2).lower() if m.group(2) else None
     value = float(m.group(1)) * _UNITS[unit]
     if not value < UNLIMITED:  # 1e999 reads as inf: say so instead of an OverflowError
-        raise UsageError(f"size {text!r} is too large (use inf for a cache that never evicts)")
+        raise SizeTooLarge(f"size {text!r} is too large (use inf for a cache that never evicts)")
     return int(value)
 
 
@@ -461,7 +466,18 @@ class SimConfig:
             )
         if self.gpu_memory:
             refuse_unitless_memory(self.gpu_memory)
-            if engine_memory_bytes(self.gpu_memory) <= 0:  # the split's "leaves 0B for KV" blamed the ratio
+            try:
+                nbytes = engine_memory_bytes(self.gpu_memory)
+            except SizeTooLarge:  # it said "use inf", which --gpu refuses as more than its memory
+                g = GPUS.get(canonical_gpu(self.gpu)) if self.gpu else None
+                each = f" ({format_size(g.memory_bytes)} a GPU)" if g else ""
+                most = (
+                    f"at most the memory of the --gpu {self.gpu} group{each}"
+                    if self.gpu
+                    else "a size, or inf for no limit"
+                )
+                raise UsageError(f"--gpu-memory {self.gpu_memory} is too large: give {most}") from None
+            if nbytes <= 0:  # the split's "leaves 0B for KV" blamed the ratio
                 raise UsageError(f"--gpu-memory must be a size > 0 (bytes with a unit), not {self.gpu_memory!r}")
         try:  # TensorRT-LLM's offset lists: refused before anything is loaded
             snapshot_offsets(self.additional_snapshot_offsets_from_start, FROM_START_FLAG, 1)

@@ -89,6 +89,11 @@ class ModelSpec:
     # what to call them; 0 / "bf16": total_params x 2 bytes
     weight_bytes: float = 0.0
     weight_dtype: str = "bf16"
+    # the activations' dtype the engines serve it in (KV, conv windows; what a timing file fitted
+    # in another dtype is checked against) and, where that is not the checkpoint's, why (an fp32
+    # config.json: "fp32 checkpoint served in bf16", vLLM's and SGLang's --dtype auto)
+    dtype: str = field(default="bf16", compare=False)
+    dtype_note: str = field(default="", compare=False)
     source: str = ""
 
     # precomputed (see __post_init__)

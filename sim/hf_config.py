@@ -20,9 +20,10 @@ spec; this module sits below ``sim.cost`` and imports nothing of it):
 * ``llama`` and its plain relatives (``mistral``, ``qwen2``, ``qwen3``): attention + SwiGLU.
 
 Conventions (docs/models.md): a field left out takes its family's transformers default
-(``_FAMILY_DEFAULTS``); the KV cache takes the config's dtype (bf16 / fp16: 2 bytes); a
+(``_FAMILY_DEFAULTS``); the KV cache takes the dtype the engines serve the config's in (bf16 /
+fp16: 2 bytes; an fp32 checkpoint is served in bf16, vLLM's and SGLang's ``--dtype auto``); a
 Mamba conv window takes it too; the recurrent state is fp32 for gated delta (what the Qwen presets
-keep) and the config's dtype for Mamba (the engines' ``--mamba-ssm-cache-dtype auto``), unless the
+keep) and the served dtype for Mamba (the engines' ``--mamba-ssm-cache-dtype auto``), unless the
 config names one (``mamba_ssm_dtype``, ``mamba_ssm_cache_dtype``). MoE blocks of different widths
 in one model (Jamba: MoE every other layer) are averaged over the MLP blocks, which keeps every
 per-token FLOP and byte exact. A missing field or an unknown family is one ``UsageError`` line
@@ -41,6 +42,8 @@ from sim.errors import UsageError
 
 _DTYPE_BYTES = {"float32": 4, "fp32": 4, "float": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
 _FP8 = ("float8", "fp8")
+#: a 16-bit dtype's short name (what a timing file and the outputs call it)
+_DTYPE_NAMES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16"}
 #: the largest config.json read (published ones are a few kB; a layer list of 1,000 layers ~20 kB)
 MAX_CONFIG_BYTES = 16 * 2**20
 #: the largest width or count a config field may hold (int32's: no model comes near it)
@@ -277,13 +280,15 @@ _NEMOTRON_BLOCKS = {
 
 #: what a family's transformers config class takes for a field the config.json leaves out, where
 #: that differs from the generic rule (KV heads: the heads; head dim: hidden / heads; Mamba
-#: groups: 1). Nemotron-H's head dim is ``head_dim`` or (NVIDIA's own config class)
-#: ``attention_head_dim``, 128 when neither is given: hidden / heads is 96 for Nemotron-H 4B.
+#: groups: 1; an MoE block's shared expert, ``shared``: none). Nemotron-H's head dim is
+#: ``head_dim`` or (NVIDIA's own config class) ``attention_head_dim``, 128 when neither is given:
+#: hidden / heads is 96 for Nemotron-H 4B.
 _FAMILY_DEFAULTS = {
-    "qwen3_next": {"head_dim": 256, "num_key_value_heads": 2},
+    "qwen3_next": {"head_dim": 256, "num_key_value_heads": 2, "shared": 512},
     "qwen3_5": {"head_dim": 256, "num_key_value_heads": 4},
-    "qwen3_5_moe": {"head_dim": 256, "num_key_value_heads": 2},
-    "nemotron_h": {"head_dim": 128, "num_key_value_heads": 8, "n_groups": 8},
+    "qwen3_5_moe": {"head_dim": 256, "num_key_value_heads": 2, "shared": 512},
+    "nemotron_h": {"head_dim": 128, "num_key_value_heads": 8, "n_groups": 8, "shared": 7688},
+    "granitemoehybrid": {"shared": 1024},
     "jamba": {"num_key_value_heads": 8},
     "falcon_h1": {"num_key_value_heads": 8},
     "mamba2": {"n_groups": 8},
@@ -401,9 +406,16 @@ def read_config(path) -> dict:
     )
     dtype = dtype_field[1]
     act_bytes = _dtype_bytes(dtype, where, dtype_field[0])
+    # an fp32 checkpoint is served in 16 bits (vLLM's and SGLang's --dtype auto: bf16): its KV,
+    # conv windows and a Mamba state that follows the model dtype at 2 bytes, as its weights
+    fp32 = act_bytes == 4
+    served = "bf16" if fp32 else _DTYPE_NAMES.get(str(dtype).lower().replace("torch.", ""), "fp8")
+    act_bytes = 2 if fp32 else act_bytes
     vocab = f.pos("vocab_size")
     tied = f.flag("tie_word_embeddings", f.flag("tie_word_embeddings", False, raw))
-    out: dict = dict(name=str(path), d_model=d, kv_dtype_bytes=act_bytes, conv_dtype_bytes=act_bytes)
+    out: dict = dict(name=str(path), d_model=d, kv_dtype_bytes=act_bytes, conv_dtype_bytes=act_bytes, dtype=served)
+    if fp32:
+        out["dtype_note"] = "fp32 checkpoint served in bf16"
     ssm_dtype = cfg.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_cache_dtype")
     mlp_blocks: list[tuple[int, int]] = []
     other = 0  # weights outside the MLP blocks (attention, linear layers)
@@ -475,7 +487,8 @@ def read_config(path) -> dict:
         for i in range(layers):
             if experts > 0 and sparse_step > 0 and (i + 1) % sparse_step == 0 and i not in dense_only:
                 inter, top = f.pos("moe_intermediate_size"), f.pos("num_experts_per_tok")
-                shared = f.int("shared_expert_intermediate_size", default=0)
+                # left out: the family's config class's shared expert (Qwen3-Next, Qwen3.5-MoE: 512)
+                shared = f.int("shared_expert_intermediate_size", default=_FAMILY_DEFAULTS[family].get("shared", 0))
                 mlp_blocks.append((_moe(d, inter, top, shared, experts), _moe_total(d, inter, shared, experts)))
             else:
                 mlp_blocks.append(swiglu(f.pos("intermediate_size")))
@@ -511,7 +524,7 @@ def read_config(path) -> dict:
                     f.pos("num_experts_per_tok"),
                     f.pos("n_routed_experts"),
                 )
-                shared = f.int("moe_shared_expert_intermediate_size", default=0)
+                shared = f.int("moe_shared_expert_intermediate_size", default=_FAMILY_DEFAULTS[family]["shared"])
                 mlp_blocks.append(
                     (2 * d * inter * top + 2 * d * shared + d * n_e, 2 * d * inter * n_e + 2 * d * shared + d * n_e)
                 )
@@ -574,7 +587,7 @@ def read_config(path) -> dict:
         experts = f.int("num_local_experts", default=0)
         if experts > 0:
             inter, top = f.pos("intermediate_size"), f.pos("num_experts_per_tok")
-            shared = f.int("shared_intermediate_size", default=0)
+            shared = f.int("shared_intermediate_size", default=_FAMILY_DEFAULTS[family]["shared"])
             block = (_moe(d, inter, top, shared, experts), _moe_total(d, inter, shared, experts))
         else:
             block = swiglu(f.pos("shared_intermediate_size", "intermediate_size"))
@@ -594,7 +607,7 @@ def read_config(path) -> dict:
             f"model config {where}: field 'num_experts_per_tok' ({top}) is more than the {n_experts} experts"
         )
     if out.get("n_mamba"):
-        out["state_dtype_bytes"] = _dtype_bytes(ssm_dtype or dtype, where, "mamba_ssm_dtype")
+        out["state_dtype_bytes"] = _dtype_bytes(ssm_dtype, where, "mamba_ssm_dtype") if ssm_dtype else act_bytes
     mlp, mlp_total = _mlp_fields(mlp_blocks)
     out.update(mlp)
     out["embedding_params"] = vocab * d

@@ -30,6 +30,9 @@ def _rows(names=()) -> list[dict]:
                 else 0.0,
                 "flops_per_token_1k": spec.flops(1024) / 1024,
                 "active_params": spec.active_params(),
+                # where the engines serve it in another dtype than its checkpoint's (an fp32
+                # config.json: "fp32 checkpoint served in bf16"), null elsewhere
+                "note": spec.dtype_note or None,
             }
         )
     return rows
@@ -72,3 +75,6 @@ def register(main: click.Group) -> None:
             )
             if j == 0:
                 click.echo("  ".join("-" * w for w in widths))
+        for r in rows:  # what the row's bytes assume, where it is not the checkpoint's own dtype
+            if r["note"]:
+                click.echo(f"note: {r['name']}: {r['note']} (vLLM's and SGLang's --dtype auto; docs/models.md)")

@@ -82,11 +82,14 @@ def test_qwen3_next_head_dim_left_out_is_256(tmp_path):
 
 
 def test_dtype_wins_over_torch_dtype(tmp_path):
-    # transformers keeps `dtype` where a config has both: bf16 KV, 24,576 B a token, not fp32's
-    cfg = _cfg("qwen3-next-80b-a3b.json", torch_dtype="float32", dtype="bfloat16")
+    # transformers keeps `dtype` where a config has both: bf16 KV, 24,576 B a token, not fp8's
+    # (an fp32 one is served in bf16 and no longer tells them apart by its bytes)
+    cfg = _cfg("qwen3-next-80b-a3b.json", torch_dtype="float8_e4m3fn", dtype="bfloat16")
     assert get_model(_write(tmp_path, cfg)).kv_bytes_per_token() == 24_576
+    cfg = _cfg("qwen3-next-80b-a3b.json", torch_dtype="bfloat16", dtype="float8_e4m3fn")
+    assert get_model(_write(tmp_path, cfg)).kv_bytes_per_token() == 24_576 // 2
     cfg = _cfg("qwen3-next-80b-a3b.json", torch_dtype="bfloat16", dtype="float32")
-    assert get_model(_write(tmp_path, cfg)).kv_bytes_per_token() == 2 * 24_576
+    assert get_model(_write(tmp_path, cfg)).dtype_note == "fp32 checkpoint served in bf16"
     # an empty one is refused, not read as left out (it priced bf16)
     for value in ([], ""):
         with pytest.raises(UsageError, match="field 'torch_dtype' names dtype"):
@@ -306,3 +309,28 @@ def test_a_bad_head_dim_is_refused_not_defaulted(tmp_path, value):
         read_config(_write(tmp_path, _cfg("falcon-h1-7b.json", head_dim=value)))
     # null is left out: hidden / heads for Falcon-H1 (256; the published 128 given, 45,056 B a token)
     assert read_config(_write(tmp_path, _cfg("falcon-h1-7b.json", head_dim=None), "n.json"))["attn_head_dim"] == 256
+
+
+def test_shared_expert_left_out_takes_the_family_default(tmp_path):
+    # Qwen3NextConfig's and Qwen3_5MoeTextConfig's shared expert is 512 wide (it read none): the
+    # published 80B-A3B (512) reads the same without the field
+    full = read_config(_write(tmp_path, _cfg("qwen3-next-80b-a3b.json")))
+    left_out = read_config(_write(tmp_path, _cfg("qwen3-next-80b-a3b.json", drop=("shared_expert_intermediate_size",))))
+    assert (left_out["mlp_active_params"], left_out["total_params"]) == (
+        full["mlp_active_params"],
+        full["total_params"],
+    )
+    # Qwen3.5-397B-A17B's 1024 left out: 512, 3 x 4096 x 512 fewer in each of its 60 MoE blocks
+    cfg = _cfg("qwen3.5-397b-a17b.json")
+    full = read_config(_write(tmp_path, cfg))
+    del cfg["text_config"]["shared_expert_intermediate_size"]
+    r = read_config(_write(tmp_path, cfg))
+    assert full["mlp_active_params"] - r["mlp_active_params"] == 3 * 4096 * 512
+    assert full["total_params"] - r["total_params"] == 60 * 3 * 4096 * 512
+    # GraniteMoeHybridConfig's 1024 (granite-4.0-h-small gives 1536): 3 x 4096 x 512 fewer a layer
+    full = read_config(_write(tmp_path, _cfg("granite-4.0-h-small.json")))
+    r = read_config(_write(tmp_path, _cfg("granite-4.0-h-small.json", drop=("shared_intermediate_size",))))
+    assert full["mlp_active_params"] - r["mlp_active_params"] == 3 * 4096 * 512
+    # given as 0: no shared expert (Qwen3-Next: 3 x 2048 x 512 a block fewer)
+    r = read_config(_write(tmp_path, _cfg("qwen3-next-80b-a3b.json", shared_expert_intermediate_size=0)))
+    assert left_out["mlp_active_params"] - r["mlp_active_params"] == 3 * 2048 * 512

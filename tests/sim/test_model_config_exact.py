@@ -489,9 +489,21 @@ def test_toy_qwen_dtypes(tmp_path):
     r, s = read_config(path), get_model(path)
     assert (r["kv_dtype_bytes"], r["conv_dtype_bytes"], r["state_dtype_bytes"]) == (1, 1, 4)
     assert (s.kv_bytes_per_token(), s.state_bytes()) == (16, 136)
-    # "torch.float32" as some exports spell it: 4 bytes a KV element
+    # an fp32 checkpoint ("torch.float32" as some exports spell it) is served in bf16 (vLLM's and
+    # SGLang's --dtype auto): KV and conv at 2 bytes as the bf16 toy's (it priced 4, 64 B a token),
+    # the gated-delta state still fp32: 2 x (48 + 10*2*2) = 176, and the spec says so
+    bf16 = get_model(_write(tmp_path, _toy_qwen(), name="bf16.json"))
     path = _write(tmp_path, _toy_qwen(torch_dtype="torch.float32"))
-    assert get_model(path).kv_bytes_per_token() == 64
+    r, s = read_config(path), get_model(path)
+    assert (r["kv_dtype_bytes"], r["conv_dtype_bytes"], r["state_dtype_bytes"]) == (2, 2, 4)
+    assert (s.kv_bytes_per_token(), s.state_bytes()) == (bf16.kv_bytes_per_token(), bf16.state_bytes()) == (32, 176)
+    assert (s.dtype, s.dtype_note, bf16.dtype, bf16.dtype_note) == (
+        "bf16",
+        "fp32 checkpoint served in bf16",
+        "bf16",
+        "",
+    )
+    assert get_model(_write(tmp_path, _toy_qwen(torch_dtype="float16"))).dtype == "fp16"
 
 
 def test_qwen3_5_wrapper_fields_outside_text_config(tmp_path):
@@ -499,7 +511,9 @@ def test_qwen3_5_wrapper_fields_outside_text_config(tmp_path):
     cfg = _edit("qwen3.5-9b.json", dtype=None)
     cfg["torch_dtype"], cfg["tie_word_embeddings"] = "float32", True
     r = read_config(_write(tmp_path, cfg))
-    assert r["kv_dtype_bytes"] == 4 and r["state_dtype_bytes"] == 4
+    # read from beside text_config: an fp32 checkpoint, served in bf16 (KV 2 bytes; the gated-delta
+    # state fp32 as always)
+    assert (r["kv_dtype_bytes"], r["state_dtype_bytes"], r["dtype_note"]) == (2, 4, "fp32 checkpoint served in bf16")
     # one vocabulary table fewer than test_qwen3_5_9b_exact: 8,953,528,320 - 1,017,118,720
     assert r["total_params"] == 8_953_528_320 - 248320 * 4096 == 7_936_409_600
 
@@ -551,9 +565,13 @@ def test_toy_nemotron_moe_blocks(tmp_path):
 
 
 def test_toy_nemotron_defaults_and_state_dtype(tmp_path):
-    # no shared expert: MoE 48 + 16 = 64 active, 96 + 16 = 112 in all; (40 + 128) / 3 = 56
-    r = read_config(_write(tmp_path, _toy_nemotron(moe_shared_expert_intermediate_size=None)))
+    # no shared expert (0): MoE 48 + 16 = 64 active, 96 + 16 = 112 in all; (40 + 128) / 3 = 56
+    r = read_config(_write(tmp_path, _toy_nemotron(moe_shared_expert_intermediate_size=0)))
     assert r["mlp_active_params"] == 56 and r["total_params"] == 662 - 2 * 48
+    # left out: NemotronHConfig's 7688 (it read none): 2*4*7688 = 61,504 a block in place of 48
+    r = read_config(_write(tmp_path, _toy_nemotron(moe_shared_expert_intermediate_size=None)))
+    assert r["mlp_active_params"] == (40 + 2 * (64 + 61_504)) / 3
+    assert r["total_params"] == 662 - 2 * 48 + 2 * 61_504
     # no conv width: 4 -> Mamba 4*(16 + 12 + 2) + 32 + (8 + 12)*4 + 6 + 8 = 246
     path = _write(tmp_path, _toy_nemotron(conv_kernel=None))
     r = read_config(path)
@@ -569,6 +587,12 @@ def test_toy_nemotron_defaults_and_state_dtype(tmp_path):
     for field in ("mamba_ssm_dtype", "mamba_ssm_cache_dtype"):
         path = _write(tmp_path, _toy_nemotron(**{field: "float32"}))
         assert read_config(path)["state_dtype_bytes"] == 4 and get_model(path).state_bytes() == 176
+    # an fp32 checkpoint without a named state dtype: served in bf16, the state too (the engines'
+    # --mamba-ssm-cache-dtype auto follows the served dtype; it priced 4 bytes: 96 + conv 160)
+    path = _write(tmp_path, _toy_nemotron(torch_dtype="float32"))
+    assert (get_model(path).kv_bytes_per_token(), get_model(path).state_bytes()) == (8, 128)
+    path = _write(tmp_path, _toy_nemotron(torch_dtype="float32", mamba_ssm_dtype="float32"))
+    assert (get_model(path).kv_bytes_per_token(), get_model(path).state_bytes()) == (8, 176)
     # an fp8 checkpoint without a named state dtype: KV, conv and state in one byte
     path = _write(tmp_path, _toy_nemotron(torch_dtype="fp8"))
     assert (get_model(path).kv_bytes_per_token(), get_model(path).state_bytes()) == (4, 24 + 40)

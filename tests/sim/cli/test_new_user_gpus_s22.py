@@ -1,0 +1,54 @@
+"""A new user's config.json and GPU name (session 22, second round): an fp32 checkpoint, a
+--gpu-memory too large to read, the NVL / GH200 GPUs, a timing file of another dtype; through the
+real CLI in process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from refusals import one_line
+from sim.cli import main
+
+CONFIGS = Path(__file__).resolve().parents[2] / "data" / "configs"
+RUN = ["run", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress"]
+
+
+def _config(tmp_path, name: str, **edits) -> str:
+    cfg = json.loads((CONFIGS / name).read_text())
+    cfg.update(edits)
+    path = tmp_path / f"{name.removesuffix('.json')}-{len(list(tmp_path.iterdir()))}.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def test_models_says_an_fp32_checkpoint_is_served_in_bf16(runner, tmp_path):
+    """An fp32 Nemotron-H 8B was priced at 4 bytes a KV, conv and state element (32,768 B a token,
+    twice the bf16 row) without a word; the engines serve it in bf16 (--dtype auto): the bf16 row's
+    bytes, and a note saying so."""
+    fp32, bf16 = _config(tmp_path, "nemotron-h-8b.json", torch_dtype="float32"), str(CONFIGS / "nemotron-h-8b.json")
+    res = runner.invoke(main, ["models", fp32, bf16])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[2].split()[-4:] == lines[3].split()[-4:] == ["16,384", "51,806,208", "3,162", "1.43e+10"]
+    assert lines[4:] == [
+        f"note: {fp32}: fp32 checkpoint served in bf16 (vLLM's and SGLang's --dtype auto; docs/models.md)"
+    ]
+    rows = json.loads(runner.invoke(main, ["models", fp32, bf16, "--format", "json"]).output)
+    assert [r["note"] for r in rows] == ["fp32 checkpoint served in bf16", None]
+
+
+def test_gpu_memory_too_large_names_what_the_option_takes(runner):
+    """--gpu h100 --gpu-memory 1e30GB said "use inf for a cache that never evicts", and --gpu-memory
+    inf was then refused as more than the memory of 1x h100."""
+    one_line(
+        runner.invoke(main, [*RUN, "--policy", "sglang", "--gpu", "h100", "--gpu-memory", "1e30GB"]),
+        "--gpu-memory 1e30GB is too large: give at most the memory of the --gpu h100 group (80GB a GPU)",
+    )
+    # without --gpu, inf is what it says, and run takes it
+    one_line(
+        runner.invoke(main, [*RUN, "--policy", "sglang", "--gpu-memory", "1e30GB"]),
+        "--gpu-memory 1e30GB is too large: give a size, or inf for no limit",
+    )
+    res = runner.invoke(main, [*RUN, "--policy", "sglang", "--gpu-memory", "inf"])
+    assert res.exit_code == 0 and " | capacity inf | " in res.output.splitlines()[0], res.output
