@@ -36,8 +36,33 @@ GPUS: dict[str, GPU] = {
         GPU("a100", 312.0, 80 * GB, 2.039 * TB, 600 * GB, "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB)"),
         GPU("h100", 989.0, 80 * GB, 3.35 * TB, 900 * GB, "NVIDIA H100 Tensor Core GPU datasheet (SXM5)"),
         GPU("h100-pcie", 756.0, 80 * GB, 2.0 * TB, 600 * GB, "NVIDIA H100 datasheet (PCIe; NVLink bridge)"),
+        GPU(
+            "h100-nvl",
+            835.0,
+            94 * GB,
+            3.9 * TB,
+            600 * GB,
+            "NVIDIA H100 Tensor Core GPU datasheet (H100 NVL: 1,671 TFLOPS bf16 with sparsity; NVLink bridge)",
+        ),
         GPU("h20", 148.0, 96 * GB, 4.0 * TB, 900 * GB, "NVIDIA H20 product brief (SXM)"),
         GPU("h200", 989.0, 141 * GB, 4.8 * TB, 900 * GB, "NVIDIA H200 Tensor Core GPU datasheet (SXM)"),
+        GPU(
+            "h200-nvl",
+            835.0,
+            141 * GB,
+            4.8 * TB,
+            900 * GB,
+            "NVIDIA H200 Tensor Core GPU datasheet (H200 NVL: 1,671 TFLOPS bf16 with sparsity; NVLink bridge)",
+        ),
+        GPU("gh200", 990.0, 96 * GB, 4.0 * TB, 900 * GB, "NVIDIA GH200 Grace Hopper Superchip datasheet (96GB HBM3)"),
+        GPU(
+            "gh200-144gb",
+            990.0,
+            144 * GB,
+            4.9 * TB,
+            900 * GB,
+            "NVIDIA GH200 Grace Hopper Superchip datasheet (144GB HBM3e)",
+        ),
         GPU("b200", 2250.0, 180 * GB, 7.7 * TB, 1800 * GB, "NVIDIA HGX B200 datasheet (per GPU of 8)"),
         GPU("l40s", 362.0, 48 * GB, 0.864 * TB, 64 * GB, "NVIDIA L40S datasheet (no NVLink: PCIe Gen4 x16)"),
         GPU("mi300x", 1307.0, 192 * GB, 5.3 * TB, 896 * GB, "AMD Instinct MI300X datasheet (Infinity Fabric)"),
@@ -52,6 +77,7 @@ def canonical_gpu(name: str) -> str:
     a spelling of no entry comes back lowercased, for the caller to refuse."""
     s = re.sub(r"[\s_]+", "-", str(name).strip().lower())
     s = re.sub(r"^(nvidia|amd)-(instinct-)?", "", s)
+    s = {"gh200-480gb": "gh200"}.get(s, s)  # nvidia-smi's name of it: 480GB is the Grace CPU's memory
     if s in GPUS:
         return s
     s = re.sub(r"-(sxm\d*|hbm\d*e?)(?=-|$)", "", s)  # the usual form factor, the memory's kind
@@ -83,6 +109,10 @@ def allreduce_s(gpu: GPU, nbytes: float, tp: int) -> float:
 
 _CUDA_NAMES = (  # fragment of torch.cuda.get_device_name -> catalogue name, most specific first
     ("H100 PCIe", "h100-pcie"),
+    ("H100 NVL", "h100-nvl"),
+    ("H200 NVL", "h200-nvl"),
+    ("GH200 144G", "gh200-144gb"),  # "NVIDIA GH200 144G HBM3e"
+    ("GH200", "gh200"),  # "NVIDIA GH200 480GB" (96GB HBM3; 480GB is the Grace CPU's memory)
     ("A100-SXM4-40GB", "a100-40gb"),
     ("A100-PCIE-40GB", "a100-40gb"),
     ("A100", "a100"),

@@ -145,3 +145,41 @@ def test_a_timing_file_of_another_device_than_gpu_is_refused(tmp_path):
     with pytest.raises(UsageError, match="calibrated on h200, not --gpu h100"):
         simulate(trace, SimConfig(model="qwen3.5-9b", timing_file=str(path), gpu="h100"))
     assert simulate(trace, SimConfig(model="qwen3.5-9b", timing_file=str(path), gpu="h200")).summary.requests == 2
+
+
+def test_nvl_and_gh200_are_their_own_entries_and_uncalibrated():
+    """torch's "NVIDIA H100 NVL", "NVIDIA H200 NVL" and "NVIDIA GH200 ..." were read as the SXM
+    entries (a replay on an H100 NVL compared with the H100 SXM calibration as calibrated), while
+    --gpu h100-nvl was refused. The datasheets: H100 NVL 94GB at 3.9 TB/s, H200 NVL 141GB at
+    4.8 TB/s, both 1,671 TFLOPS bf16 with sparsity (835 dense); GH200 96GB HBM3 at 4 TB/s or 144GB
+    HBM3e at 4.9 TB/s, 990 TFLOPS."""
+    from sim.gpus import catalogue_name
+
+    names = {
+        "NVIDIA H100 NVL": "h100-nvl",
+        "NVIDIA H200 NVL": "h200-nvl",
+        "NVIDIA GH200 480GB": "gh200",
+        "NVIDIA GH200 144G HBM3e": "gh200-144gb",
+        "NVIDIA H100 80GB HBM3": "h100",
+        "NVIDIA H200": "h200",
+    }
+    assert {n: catalogue_name(n) for n in names} == names
+    figures = {
+        g: (GPUS[g].bf16_tflops, GPUS[g].memory_bytes / 1e9, GPUS[g].hbm_bytes_per_s / 1e12) for g in names.values()
+    }
+    assert figures["h100-nvl"] == (835.0, 94, 3.9) and figures["h200-nvl"] == (835.0, 141, 4.8)
+    assert figures["gh200"] == (990.0, 96, 4.0) and figures["gh200-144gb"] == (990.0, 144, 4.9)
+    for spelling in ("h100-nvl", "H100 NVL", "NVIDIA H100 NVL 94GB"):
+        assert get_gpu(spelling).name == "h100-nvl"
+    assert get_gpu("NVIDIA GH200 480GB").name == "gh200" and get_gpu("gh200 144gb").name == "gh200-144gb"
+    # no calibration of their own: the H200's, scaled by the datasheets (prefill at 989 / 835 of its time)
+    for gpu in ("h100-nvl", "h200-nvl", "gh200", "gh200-144gb"):
+        t = default_timing("qwen3.5-9b", gpu=gpu, tensor_parallel=1)
+        assert t.uncalibrated and t.device == gpu and f"uncalibrated for GPU {gpu}" in t.source
+    # a replay on an H100 NVL compares with that scaled timing and says so (it took the H100 SXM
+    # calibration as this GPU's, with no note)
+    from sim.replay.calibration import replay_timing
+
+    t, note = replay_timing(None, get_model("qwen3.5-9b"), "bf16", "cuda", "NVIDIA H100 NVL")
+    assert t.device == "h100-nvl" and note.startswith("uncalibrated for GPU h100-nvl: the h200 calibration scaled")
+    assert replay_timing(None, get_model("qwen3.5-9b"), "bf16", "cuda", "NVIDIA H100 80GB HBM3")[1] == ""
