@@ -327,4 +327,6 @@ def load_packed(path: str | None, options) -> PackedTrace:
         skipped_rows=stats.get("skipped_rows", 0),
         think_time="typing at 90 wpm; first turn 0",
     )
+    if path is not None and stats.get("truncated"):  # a user's file cut short (the package's copy is, by design)
+        packed.meta["truncated_after_records"] = stats.get("records", 0)
     return packed

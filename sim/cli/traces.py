@@ -45,6 +45,13 @@ def trace_from_cli(kwargs: dict, progress: bool = True, say_skipped: bool = True
     if say_skipped and skipped:  # the run is of what is left: how much was left out is said
         rows = "row" if skipped == 1 else "rows"
         click.echo(f"note: {skipped:,} bad {rows} of {trace.name} skipped (--skip-bad-rows)", err=True)
+    cut = trace.meta.get("truncated_after_records")
+    if cut is not None:  # the file stops inside a record: what came before it is run, and that is said
+        click.echo(
+            f"note: {trace.name} ends inside a record (the file is cut short): its {cut:,} complete "
+            f"record{'' if cut == 1 else 's'} before it are read",
+            err=True,
+        )
     say_short_session_range(trace)
     return trace
 

@@ -35,3 +35,29 @@ def test_an_untuned_alpha_whose_cache_rejected_but_never_evicted_says_so(runner,
     assert res.output.splitlines()[-1] == (
         "marconi: alpha auto stayed at 0 (not tuned: too few requests after the cache first filled)"
     )
+
+
+def _conv(cid, rounds):
+    msgs = []
+    for k in range(rounds):
+        msgs += [{"from": "human", "value": f"question {k} of {cid}"}, {"from": "gpt", "value": f"answer {k}"}]
+    return {"id": cid, "conversations": msgs}
+
+
+def test_a_sharegpt_file_cut_short_is_said(runner, tmp_path):
+    """A user's ShareGPT JSON array that stops inside a record (a download cut short) ran its
+    complete records and said nothing; the package's own copy is cut by design. Now a note on
+    stderr says the file is cut and how many records were read; a whole file has none."""
+    text = json.dumps([_conv("a", 2), _conv("b", 2), _conv("c", 2)])
+    whole, cut = tmp_path / "whole.json", tmp_path / "cut.json"
+    whole.write_text(text)
+    cut.write_text(text[: text.index('"c"') + 10])
+    args = ["run", "--min-rounds", "1", "--policy", "sglang+", "--no-progress"]
+    res = runner.invoke(main, [*args, "--trace", f"sharegpt:{cut}"])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines() == [
+        f"note: sharegpt:{cut} ends inside a record (the file is cut short): its 2 complete records before it are read"
+    ]
+    assert res.stdout.startswith(f"trace sharegpt:{cut}: 4 requests, 2 sessions")
+    res = runner.invoke(main, [*args, "--trace", f"sharegpt:{whole}"])
+    assert res.exit_code == 0 and res.stderr == "", res.output
