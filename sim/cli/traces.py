@@ -45,6 +45,14 @@ def trace_from_cli(kwargs: dict, progress: bool = True, say_skipped: bool = True
     if say_skipped and skipped:  # the run is of what is left: how much was left out is said
         rows = "row" if skipped == 1 else "rows"
         click.echo(f"note: {skipped:,} bad {rows} of {trace.name} skipped (--skip-bad-rows)", err=True)
+    dropped = trace.meta.get("non_ascii_dropped") or 0
+    if dropped:  # lmsys: the paper's selection leaves out mostly non-ASCII conversations, said as skipped rows are
+        share = trace.meta.get("max_non_ascii", 0.5)
+        click.echo(
+            f"note: {dropped:,} conversation{'' if dropped == 1 else 's'} of {trace.name} left out: more than {share:.0%} "
+            "non-ASCII text (the Marconi paper's LMSys selection)",
+            err=True,
+        )
     cut = trace.meta.get("truncated_after_records")
     if cut is not None:  # the file stops inside a record: what came before it is run, and that is said
         click.echo(

@@ -61,3 +61,28 @@ def test_a_sharegpt_file_cut_short_is_said(runner, tmp_path):
     assert res.stdout.startswith(f"trace sharegpt:{cut}: 4 requests, 2 sessions")
     res = runner.invoke(main, [*args, "--trace", f"sharegpt:{whole}"])
     assert res.exit_code == 0 and res.stderr == "", res.output
+
+
+def test_lmsys_conversations_left_out_as_non_ascii_are_said(runner, tmp_path):
+    """lmsys:FILE drops conversations of more than 50% non-ASCII text (the paper's selection): a
+    user's Chinese conversations vanished from the run without a word. Now a note counts them."""
+    import pandas as pd
+
+    def conv(cid, user, reply):
+        return {
+            "conversation_id": cid,
+            "turn": 1,
+            "conversation": [{"role": "user", "content": user}, {"role": "assistant", "content": reply}],
+        }
+
+    p = tmp_path / "lm.parquet"
+    rows = [conv("en", "hello there", "hi"), conv("zh", "你好" * 10, "世界" * 10), conv("en2", "héllo", "ok")]
+    pd.DataFrame(rows).to_parquet(p)
+    res = runner.invoke(
+        main, ["run", "--trace", f"lmsys:{p}", "--min-rounds", "1", "--policy", "sglang+", "--no-progress"]
+    )
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines() == [
+        f"note: 1 conversation of lmsys:{p} left out: more than 50% non-ASCII text (the Marconi paper's LMSys selection)"
+    ]
+    assert res.stdout.startswith(f"trace lmsys:{p}: 2 requests, 2 sessions")
