@@ -545,3 +545,21 @@ def check_advise(ctx, trace_spec: str | None, fixed: dict) -> None:
             f"--sessions-per-second must be in {RATE_RANGE[0]:g}..{RATE_RANGE[1]:g} (sessions started per "
             f"second), not {rate!r}"
         )
+
+
+def timing_dtype_warning(path, timing, model: str | None) -> str:
+    """One line where a ``--timing`` file was fitted in another dtype than the one the model runs in
+    (an fp32 CPU calibration priced a bf16 model's times without a word, while replay says it);
+    "" where they agree or the file names no dtype. The file is still used as it is."""
+    from dataclasses import fields  # noqa: PLC0415
+
+    from sim.cost import get_model  # noqa: PLC0415
+
+    name = model or next(f.default for f in fields(SimConfig) if f.name == "model")
+    fitted, runs = getattr(timing, "dtype", ""), get_model(name).dtype
+    if not fitted or fitted == runs:
+        return ""
+    return (
+        f"warning: timing file {path} was fitted in {fitted}, and {name} runs in {runs}: its times are the "
+        f"{fitted} fit's as they are (fit one in {runs}: marconi replay --dtype {runs} --calibrate FILE)"
+    )

@@ -11,7 +11,7 @@ from click.core import ParameterSource
 from policies.base import get_preset, policy_knobs
 from sim.analysis import table
 from sim.cli.help import SectionedCommand
-from sim.cli.checks import check_run, simulated_capacities
+from sim.cli.checks import check_run, simulated_capacities, timing_dtype_warning
 from sim.cli.outdir import (
     OutputPath,
     atomic_write,
@@ -467,7 +467,10 @@ def register(main: click.Group) -> None:
             inputs = input_paths(kwargs.get("trace"), kwargs.get("timing_file")) + model_inputs(kwargs.get("model"))
             check_output_files(files, force=force, inputs=inputs)
             if kwargs.get("timing_file"):  # a bad timing file is refused before the trace is loaded
-                read_timing(kwargs["timing_file"], model=kwargs.get("model"))
+                timing = read_timing(kwargs["timing_file"], model=kwargs.get("model"))
+                warning = timing_dtype_warning(kwargs["timing_file"], timing, kwargs.get("model"))
+                if warning:  # used as it is (exit unchanged), as replay says it
+                    click.echo(warning, err=True)
             _run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, columns, progress, **kwargs)
 
     def _run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, columns, progress, **kwargs):

@@ -52,3 +52,25 @@ def test_gpu_memory_too_large_names_what_the_option_takes(runner):
     )
     res = runner.invoke(main, [*RUN, "--policy", "sglang", "--gpu-memory", "inf"])
     assert res.exit_code == 0 and " | capacity inf | " in res.output.splitlines()[0], res.output
+
+
+def test_a_timing_file_of_another_dtype_is_said_on_stderr(runner, tmp_path):
+    """run --timing with a file fitted in fp32 (a CPU calibration) priced a bf16 model without a
+    word (replay says it): one warning line on stderr, the exit and the header as before."""
+    h200 = json.loads((Path(__file__).resolve().parents[3] / "sim" / "data" / "h200-timing.json").read_text())
+    assert h200["dtype"] == "bf16"
+    (tmp_path / "bf16.json").write_text(json.dumps(h200))
+    (tmp_path / "fp32.json").write_text(json.dumps({**h200, "dtype": "fp32"}))
+    args = [*RUN, "--model", "qwen3.5-9b", "--policy", "marconi", "--timing"]
+    same = runner.invoke(main, [*args, str(tmp_path / "bf16.json")])
+    other = runner.invoke(main, [*args, str(tmp_path / "fp32.json")])
+    assert same.exit_code == other.exit_code == 0 and same.stderr == "", (same.output, other.output)
+    assert other.stderr.splitlines() == [
+        f"warning: timing file {tmp_path / 'fp32.json'} was fitted in fp32, and qwen3.5-9b runs in bf16: its times "
+        "are the fp32 fit's as they are (fit one in bf16: marconi replay --dtype bf16 --calibrate FILE)"
+    ]
+    assert other.stdout.replace("fp32.json", "bf16.json") == same.stdout
+    # an fp16 checkpoint runs in fp16: the bf16 file is the other dtype there
+    fp16 = _config(tmp_path, "nemotron-h-8b.json", torch_dtype="float16")
+    res = runner.invoke(main, [*RUN, "--model", fp16, "--policy", "marconi", "--timing", str(tmp_path / "bf16.json")])
+    assert res.exit_code == 0 and "was fitted in bf16, and " in res.stderr and "runs in fp16" in res.stderr, res.output
