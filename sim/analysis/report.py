@@ -27,7 +27,7 @@ from sim.config import SimConfig, format_size, parse_size
 from sim.errors import UsageError
 from sim.experiments.grid import expand_grid
 from sim.experiments.runners import run_sweep
-from sim.experiments.store import load_results, replay_folder_words, row_files, summary_kind
+from sim.experiments.store import advise_folder_words, load_results, replay_folder_words, row_files, summary_kind
 from sim.gpus import canonical_gpu
 from sim.trace_options import TRACE_OPTION_KEYS
 
@@ -364,6 +364,8 @@ def load_folder(path: str | os.PathLike) -> pd.DataFrame:
     df = _run_summary_rows(p)  # a run's folder: summary.json beside requests.parquet
     if df is not None:
         return df
+    if not row_files(p) and advise_folder_words(p, ""):
+        raise UsageError(advise_folder_words(path, "the results of `marconi sweep` or `marconi run`"))
     if not row_files(p):
         raise UsageError(f"no results in {path}: neither `marconi sweep` rows (*.parquet) nor a run's summary.json")
     return load(p)

@@ -204,11 +204,25 @@ def replay_folder_words(folder: str | os.PathLike, isnt: str) -> str:
     return f"{folder} holds a `marconi replay --out` result, not {isnt}: `marconi plot {folder} --kind replay` draws it"
 
 
+def advise_folder_words(folder: str | os.PathLike, isnt: str) -> str:
+    """What a `marconi advise --out` folder given to report or plot holds ("" where it is no such
+    folder; ``isnt``: what the command wanted): it said "no results in" the folder."""
+    f = Path(folder)
+    if not ((f / "advice.json").is_file() or (f / "study.journal").is_file()):
+        return ""
+    return (
+        f"{folder} holds a `marconi advise` study, not {isnt}: its recommendation is {f / 'advice.json'} "
+        "(rerun the same `marconi advise --out` to print it again)"
+    )
+
+
 def load_results(out: str | os.PathLike):
     """All rows of a results folder as one DataFrame (columns unioned across files)."""
     import pandas as pd  # noqa: PLC0415 - pandas is slow to import; only readers need it
 
     files = row_files(out)
+    if not files and advise_folder_words(out, ""):
+        raise UsageError(advise_folder_words(out, "the rows of `marconi sweep`"))
     if not files:
         raise UsageError(f"no results in {out} (expected <config_id>.parquet files from `marconi sweep`)")
     if (Path(out) / "summary.json").is_file() and not any(f.stem.isalnum() and len(f.stem) == 20 for f in files):

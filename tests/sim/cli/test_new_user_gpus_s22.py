@@ -74,3 +74,22 @@ def test_a_timing_file_of_another_dtype_is_said_on_stderr(runner, tmp_path):
     fp16 = _config(tmp_path, "nemotron-h-8b.json", torch_dtype="float16")
     res = runner.invoke(main, [*RUN, "--model", fp16, "--policy", "marconi", "--timing", str(tmp_path / "bf16.json")])
     assert res.exit_code == 0 and "was fitted in bf16, and " in res.stderr and "runs in fp16" in res.stderr, res.output
+
+
+def test_report_and_plot_on_an_advise_folder_say_what_it_holds(runner, tmp_path):
+    """`marconi report A` / `marconi plot A` on an `advise --out A` folder said "no results in A"
+    (as of an empty folder); they name the advise study and where its recommendation is."""
+    out = tmp_path / "a"
+    args = ["advise", "--for", "vllm", "--trace", "synthetic:chat:sessions=2,turns=2", "--trials", "2"]
+    res = runner.invoke(main, [*args, "--no-progress", "--out", str(out)])
+    assert res.exit_code == 0 and (out / "advice.json").is_file(), res.output
+    tail = f"its recommendation is {out / 'advice.json'} (rerun the same `marconi advise --out` to print it again)"
+    one_line(
+        runner.invoke(main, ["report", str(out)]),
+        f"{out} holds a `marconi advise` study, not the results of `marconi sweep` or `marconi run`: {tail}",
+    )
+    one_line(
+        runner.invoke(main, ["plot", str(out), "--out", str(tmp_path / "figs")]),
+        f"{out} holds a `marconi advise` study, not the rows of `marconi sweep`: {tail}",
+    )
+    assert not (tmp_path / "figs").exists()
