@@ -53,6 +53,16 @@ def trace_from_cli(kwargs: dict, progress: bool = True, say_skipped: bool = True
             "non-ASCII text (the Marconi paper's LMSys selection)",
             err=True,
         )
+    empty = trace.meta.get("dropped_sessions") or 0
+    if empty:  # chat traces: a selected conversation that made no request is no session (fewer than --sessions)
+        meta = trace.meta
+        cap = meta.get("max_input_tokens") or meta.get("max_total_tokens") or meta.get("max_tokens")
+        over = f"its first is over --max-tokens {cap:,}, or it has none" if cap else "its first is over --max-tokens, or it has none"
+        click.echo(
+            f"note: {empty:,} conversation{'' if empty == 1 else 's'} of {trace.name} left out: it makes no request "
+            f"({over})",
+            err=True,
+        )
     cut = trace.meta.get("truncated_after_records")
     if cut is not None:  # the file stops inside a record: what came before it is run, and that is said
         click.echo(

@@ -86,3 +86,20 @@ def test_lmsys_conversations_left_out_as_non_ascii_are_said(runner, tmp_path):
         f"note: 1 conversation of lmsys:{p} left out: more than 50% non-ASCII text (the Marconi paper's LMSys selection)"
     ]
     assert res.stdout.startswith(f"trace lmsys:{p}: 2 requests, 2 sessions")
+
+
+def test_a_selected_conversation_that_makes_no_request_is_said(runner, tmp_path):
+    """--sessions 3 of a ShareGPT file whose second conversation opens with a 40,000-word message
+    (over --max-tokens 32,768) ran 2 sessions without a word; now a note says one was left out."""
+    recs = [_conv("a", 2), _conv("b", 2), _conv("c", 2)]
+    recs[1]["conversations"][0]["value"] = "word " * 40_000
+    p = tmp_path / "long.json"
+    p.write_text(json.dumps(recs))
+    args = ["run", "--trace", f"sharegpt:{p}", "--min-rounds", "2", "--sessions", "3", "--policy", "sglang+"]
+    res = runner.invoke(main, [*args, "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines() == [
+        f"note: 1 conversation of sharegpt:{p} left out: it makes no request (its first is over --max-tokens "
+        "32,768, or it has none)"
+    ]
+    assert res.stdout.startswith(f"trace sharegpt:{p}: 4 requests, 2 sessions")
