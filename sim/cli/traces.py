@@ -57,7 +57,8 @@ def trace_from_cli(kwargs: dict, progress: bool = True, say_skipped: bool = True
     if empty:  # chat traces: a selected conversation that made no request is no session (fewer than --sessions)
         meta = trace.meta
         cap = meta.get("max_input_tokens") or meta.get("max_total_tokens") or meta.get("max_tokens")
-        over = f"its first is over --max-tokens {cap:,}, or it has none" if cap else "its first is over --max-tokens, or it has none"
+        limit = f"--max-tokens {cap:,}" if cap else "--max-tokens"
+        over = f"its first is over {limit}, or it has none"
         click.echo(
             f"note: {empty:,} conversation{'' if empty == 1 else 's'} of {trace.name} left out: it makes no request "
             f"({over})",
