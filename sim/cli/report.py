@@ -35,7 +35,8 @@ def timing_line(df) -> str:
     """A note naming the rows' GPUs priced by another device's datasheet ("uncalibrated for GPU
     b200"), as the run's and the sweep's headers say (a table of those rows said nothing): a run's
     summary.json records it, a sweep's rows are priced again from their model, GPU and group."""
-    from sim.cost import default_timing, timing_note  # noqa: PLC0415
+    from sim.cost import calibrated_file, default_timing, timing_note  # noqa: PLC0415
+    from sim.gpus import GPUS, canonical_gpu  # noqa: PLC0415
 
     notes: set = set()
     if "timing_note" in df.columns:  # `marconi run --out`: the note it wrote
@@ -49,7 +50,13 @@ def timing_line(df) -> str:
             try:
                 tp = 0 if tp is None or (isinstance(tp, float) and math.isnan(tp)) else int(tp)
                 notes.add(timing_note(default_timing(r["model"], r["gpu"], tp)))
-            except (UsageError, KeyError, TypeError, ValueError):  # a config.json moved since: no word
+            except (UsageError, KeyError, TypeError, ValueError):
+                # a config.json not found from here (a relative path, read from another folder; moved
+                # since): the GPU alone says it, as a model read from a config has no calibration of
+                # its own (only the presets' A100 fit is; said nothing)
+                dev = GPUS.get(canonical_gpu(r["gpu"]))
+                if dev is not None and calibrated_file(dev.name) is None:
+                    notes.add(f"uncalibrated for GPU {dev.name}")
                 continue
     notes.discard("")
     return f"note: {'; '.join(sorted(notes))}" if notes else ""

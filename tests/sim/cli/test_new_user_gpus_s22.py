@@ -93,3 +93,20 @@ def test_report_and_plot_on_an_advise_folder_say_what_it_holds(runner, tmp_path)
         f"{out} holds a `marconi advise` study, not the rows of `marconi sweep`: {tail}",
     )
     assert not (tmp_path / "figs").exists()
+
+
+def test_report_of_a_sweep_read_from_another_folder_names_the_uncalibrated_gpu(runner, tmp_path, monkeypatch):
+    """A sweep of `--model m.json --gpu h100-nvl` reported from another folder (m.json not found from
+    there) dropped the "uncalibrated for GPU h100-nvl" note the sweep's header had."""
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "m.json").write_text((CONFIGS / "nemotron-h-8b.json").read_text())
+    monkeypatch.chdir(work)
+    args = ["sweep", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "sglang+"]
+    res = runner.invoke(main, [*args, "--model", "m.json", "--gpu", "h100-nvl,h100", "--workers", "1", "--out", "s"])
+    assert res.exit_code == 0, res.output
+    here = runner.invoke(main, ["report", "s"])
+    monkeypatch.chdir(tmp_path)
+    there = runner.invoke(main, ["report", "w/s"])
+    assert here.exit_code == there.exit_code == 0, there.output
+    assert here.output.splitlines()[-1] == there.output.splitlines()[-1] == "note: uncalibrated for GPU h100-nvl"
