@@ -116,7 +116,15 @@ def load(kind: str, path: str, options) -> Trace:
             ol = require_length(row, "output_length")
             budget.check_request(il + ol)
             # ids >= 0: negative symbols stand for the outputs (below)
-            hashes = require_int_list(row, "hash_ids", lo=0, hi=INT64_MAX)
+            try:
+                hashes = require_int_list(row, "hash_ids", lo=0, hi=INT64_MAX)
+            except RowProblem as exc:  # a signed or unsigned 64-bit hash: the way out said with it
+                if "out of range" not in str(exc):
+                    raise
+                raise RowProblem(
+                    f"{exc}: ids are only compared for equality, so number them 0, 1, 2, ... (in order of first "
+                    "appearance, say)"
+                ) from None
             if spelled and hashes and max(hashes) > hash_hi:
                 raise RowProblem(
                     f"hash id {max(hashes)} is too large for --hash-block-tokens (its {block} tokens would "

@@ -218,3 +218,16 @@ def test_bad_json_at_the_end_of_a_line_names_its_column(tmp_path):
     p = _write(tmp_path / "m.jsonl", [MOONCAKE[0], '{"timestamp": 9, "input_length": 15'])
     with pytest.raises(TraceError, match=r"m\.jsonl:2: bad JSON: Expecting ',' delimiter \(column 36\)$"):
         load_trace(f"mooncake:{p}", TraceOptions())
+
+
+@pytest.mark.parametrize("bad, shown", [(-1, "-1"), (2**64 - 1, "1.845e+19")])
+def test_a_64_bit_hash_id_says_how_to_number_them(tmp_path, bad, shown):
+    """A user's own hashes (Python's hash(), a signed or unsigned 64-bit digest) are out of the
+    ids' range: the error says they only need to be equal where the blocks are."""
+    p = _write(tmp_path / "m.jsonl", [{"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [1, bad]}])
+    with pytest.raises(TraceError) as exc:
+        load_trace(f"mooncake:{p}", TraceOptions())
+    assert str(exc.value) == (
+        f"{p}:1: hash_ids holds {shown}, out of range [0, 2^63-1]: ids are only compared for equality, so number "
+        "them 0, 1, 2, ... (in order of first appearance, say)"
+    )
