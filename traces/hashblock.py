@@ -182,8 +182,14 @@ def load(kind: str, path: str, options) -> Trace:
     if late:  # --skip-bad-rows: those rows left out (their children keep the session they started)
         drop = {ln for ln, _, _ in late}
         rows = [r for r in rows if r[-1] not in drop]
-    if not rows:
-        raise TraceError(f"trace {kind}:{path} has no requests (after filtering)")
+    if not rows:  # why: an empty file, or every row bad (--skip-bad-rows left none)
+        why = (
+            ("its only row is" if reader.skipped == 1 else f"all {reader.skipped:,} of its rows are")
+            + " bad (skipped: --skip-bad-rows)"
+            if reader.skipped
+            else "the file holds no rows"
+        )
+        raise TraceError(f"trace {kind}:{path} has no requests: {why}")
     t0 = rows[0][3]
     n_out = [-(-ol // block) for *_, ol, _ in rows]
     n_in = [len(h) for _, _, h, *_ in rows]

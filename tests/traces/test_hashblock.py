@@ -231,3 +231,17 @@ def test_a_64_bit_hash_id_says_how_to_number_them(tmp_path, bad, shown):
         f"{p}:1: hash_ids holds {shown}, out of range [0, 2^63-1]: ids are only compared for equality, so number "
         "them 0, 1, 2, ... (in order of first appearance, say)"
     )
+
+
+def test_a_trace_left_with_no_request_says_why(tmp_path):
+    """An empty file and a file whose rows were all skipped said 'has no requests (after
+    filtering)', though nothing filters these traces: now which of the two it is."""
+    empty = tmp_path / "e.jsonl"
+    empty.write_text("\n \n")
+    with pytest.raises(TraceError, match=r"e\.jsonl has no requests: the file holds no rows$"):
+        load_trace(f"mooncake:{empty}", TraceOptions())
+    bad = {"timestamp": 0, "input_length": 5, "hash_ids": [0]}
+    for n, why in ((1, "its only row is bad"), (2, "all 2 of its rows are bad")):
+        p = _write(tmp_path / f"b{n}.jsonl", [bad] * n)
+        with pytest.raises(TraceError, match=rf"b{n}\.jsonl has no requests: {why} \(skipped: --skip-bad-rows\)$"):
+            load_trace(f"mooncake:{p}", TraceOptions(skip_bad_rows=True))
