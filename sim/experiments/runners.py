@@ -201,6 +201,22 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def ray_init(ray, address: str | None, workers: int) -> None:
+    """Starts a local Ray of ``workers`` CPUs, or joins the cluster at ``address``; a cluster that
+    is not there (``--ray-address auto`` with none running) is one line, not Ray's traceback."""
+    if not address:
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        return
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except (ConnectionError, TimeoutError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(
+            f"--ray-address {address}: no Ray cluster reached ({first}); start one (ray start --head) or "
+            "leave --ray-address out for a local Ray"
+        ) from None
+
+
 def _ray_results(todo: list[Task], workers: int, save_requests: bool, address: str | None):
     try:
         import ray  # noqa: PLC0415 - optional extra (marconi-sim[ray]), loaded only for --engine ray
@@ -213,13 +229,12 @@ def _ray_results(todo: list[Task], workers: int, save_requests: bool, address: s
         # ours come back after it, so SIGTERM / SIGHUP stop a Ray sweep as they stop a local one
         # (finished rows kept, one line, exit 143 / 129; ray.shutdown below ends Ray's processes)
         mine = {s: signal.getsignal(s) for s in (signal.SIGINT, *STOP_SIGNALS)} if _main_thread() else {}
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
-        for sig, handler in mine.items():
-            if handler is not None:
-                signal.signal(sig, handler)
+        try:
+            ray_init(ray, address, workers)
+        finally:
+            for sig, handler in mine.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
         started = True
     remote = ray.remote(num_cpus=1)(execute)
     pending = {remote.remote(task, save_requests): task for task in todo}

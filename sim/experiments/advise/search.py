@@ -40,7 +40,7 @@ from sim.errors import STOP_SIGNALS, Terminated, UsageError, interrupted, note_s
 from policies.base import PolicyError
 from sim.experiments.advise.space import Space, build_space, pool_states
 from sim.experiments.grid import Task, make_task
-from sim.experiments.runners import execute
+from sim.experiments.runners import execute, ray_init
 from sim.trace_options import TRACE_OPTIONS
 
 STUDY_FILE = "study.journal"
@@ -292,10 +292,7 @@ class Evaluator:
             except ImportError:
                 raise UsageError("--engine ray needs Ray: pip install 'marconi-sim[ray]'") from None
             if not ray.is_initialized():
-                if self.ray_address:
-                    ray.init(address=self.ray_address, log_to_driver=False)
-                else:
-                    ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False)
+                ray_init(ray, self.ray_address, self.workers)
                 self._ray_started = True
             self._ray = ray
             self._remote = ray.remote(num_cpus=1)(execute)
@@ -766,8 +763,8 @@ def advise(
         tune_kwargs = {**problem.trace_kwargs, "session_range": parts[0]}
         hold_kwargs = {**problem.trace_kwargs, "session_range": parts[1]}
     direction = OBJECTIVES[problem.objective][1]
-    study, _ = open_study(out, problem, direction)
-    with Evaluator(engine, workers, ray_address) as ev:
+    with Evaluator(engine, workers, ray_address) as ev:  # a Ray cluster not there: refused before the study is written
+        study, _ = open_study(out, problem, direction)
         rep = run_study(study, space, problem, tune_kwargs, n_trials, ev, progress)
         rows = completed(study)
         if rep.interrupted and not rows:  # stopped before a trial finished: the CLI says so (exit 130 / 143)

@@ -110,3 +110,25 @@ def test_report_of_a_sweep_read_from_another_folder_names_the_uncalibrated_gpu(r
     there = runner.invoke(main, ["report", "w/s"])
     assert here.exit_code == there.exit_code == 0, there.output
     assert here.output.splitlines()[-1] == there.output.splitlines()[-1] == "note: uncalibrated for GPU h100-nvl"
+
+
+def test_a_ray_address_with_no_cluster_is_one_line(runner, tmp_path, monkeypatch):
+    """`sweep` / `advise --engine ray --ray-address auto` with no Ray cluster running ended in Ray's
+    ConnectionError traceback (advise left a study.journal of no trial behind)."""
+    import pytest
+
+    pytest.importorskip("ray")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    trace = ["--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress"]
+    ray = ["--engine", "ray", "--ray-address", "auto"]
+    for args, out in (
+        (["sweep", *trace, "--policy", "sglang+", *ray], tmp_path / "s"),
+        (["advise", "--for", "vllm", *trace, "--trials", "2", *ray], tmp_path / "a"),
+    ):
+        res = runner.invoke(main, [*args, "--out", str(out)])
+        assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+        assert res.output.splitlines()[-1].startswith("Error: --ray-address auto: no Ray cluster reached ("), res.output
+        assert res.output.splitlines()[-1].endswith(
+            "start one (ray start --head) or leave --ray-address out for a local Ray"
+        )
+        assert not out.exists()
