@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from traces.arrivals import sequential_timestamps
-from traces.base import Trace
+from traces.base import Trace, TraceError, available_memory
 
 _B = np.uint64(0x9E3779B97F4A7C15 | 1)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -71,8 +71,16 @@ def replay_order(trace: Trace, rate: float = 1.0) -> np.ndarray:
 PROGRESS_REQUESTS = 50_000
 
 
+#: memory of one distinct prefix in the bounds' set (a Python int in a set: 70 bytes measured)
+PREFIX_BYTES = 80
+
+
 def upper_bounds(trace: Trace, rate: float = 1.0, boundary: int = 64, progress: bool = False) -> dict:
     seen: set[int] = set()
+    # the set holds every distinct prefix: one per token of a spelled-out hash-block trace, which
+    # filled the machine; stopped in one line once it would outgrow the memory available at the start
+    memory = available_memory()
+    most = int(memory * 0.9) // PREFIX_BYTES
     powers = _Powers()
     bt = trace.block_tokens
     kv = b64 = 0
@@ -104,6 +112,14 @@ def upper_bounds(trace: Trace, rate: float = 1.0, boundary: int = 64, progress: 
         b64 += (hit // boundary) * boundary
         hit_requests += hit > 0
         seen.update(h[k:].tolist())
+        if len(seen) > most:
+            spelled = trace.meta.get("hash_block_tokens")
+            raise TraceError(
+                f"{trace.name}: the infinite-cache bounds keep every distinct prefix, {len(seen):,} after "
+                f"{total_in:,} prompt tokens, about {len(seen) * PREFIX_BYTES / 1e9:,.1f} GB: more than the "
+                f"{memory / 1e9:,.1f} GB of memory available"
+                + ("; without --hash-block-tokens they keep one a hash block, not one a token" if spelled else "")
+            )
     return {
         "kv_hit_rate": kv / total_in if total_in else 0.0,
         "hybrid_every_hit_rate": kv / total_in if total_in else 0.0,

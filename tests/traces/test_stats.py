@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from traces.base import Request, Trace
+from traces.base import Request, Trace, TraceError
 from traces.stats import prefix_hashes, trace_stats, upper_bounds
 
 
@@ -98,3 +98,23 @@ def test_a_large_trace_shows_a_progress_bar_while_its_bounds_are_computed(monkey
     assert "infinite-cache bounds" not in capsys.readouterr().err
     assert trace_stats(tr, progress=True)["kv_hit_tokens"] == quiet["kv_hit_tokens"] == 6 + 2
     assert "infinite-cache bounds" in capsys.readouterr().err
+
+
+def test_bounds_that_would_outgrow_memory_stop_in_one_line(monkeypatch):
+    """The bounds keep every distinct prefix in a set (~70 bytes each): a token each for a trace
+    spelled out with --hash-block-tokens, which filled the machine. Once the set would outgrow the
+    memory available at the start, one TraceError says so (and, spelled, the way out)."""
+    import traces.stats as stats
+
+    # 4 requests of 10 fresh symbols: 10, 20, 30, 40 distinct prefixes; room for 25
+    tr = _open([(i, list(range(100 * i, 100 * i + 10)), []) for i in range(4)])
+    monkeypatch.setattr(stats, "available_memory", lambda: int(25 * stats.PREFIX_BYTES / 0.9) + 1)
+    with pytest.raises(
+        TraceError, match=r"^t: the infinite-cache bounds keep every distinct prefix, 30 after 30 prompt"
+    ):
+        upper_bounds(tr)
+    tr.meta["hash_block_tokens"] = 512
+    with pytest.raises(TraceError, match=r"without --hash-block-tokens they keep one a hash block, not one a token$"):
+        upper_bounds(tr)
+    monkeypatch.setattr(stats, "available_memory", lambda: int(40 * stats.PREFIX_BYTES / 0.9) + 1)
+    assert upper_bounds(tr)["distinct_prefixes"] == 40
