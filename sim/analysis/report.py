@@ -411,7 +411,7 @@ def select(df: pd.DataFrame, where: list[str] | tuple[str, ...] = ()) -> pd.Data
         key, value = key.strip(), value.strip()
         if not sep or not key:
             raise UsageError(f"--where {cond!r}: write KEY=VALUE, e.g. policy=marconi or capacity=2GB")
-        key = WHERE_ALIASES.get(key, key)
+        given, key = key, WHERE_ALIASES.get(key, key)
         if key not in df.columns:
             shown = ["policy", "variant", *(KNOB_LABELS.get(k, k) for k in varying_knobs(df))]
             raise UsageError(f"--where {cond!r}: no column {key!r} in these results (e.g. {', '.join(shown)})")
@@ -421,9 +421,15 @@ def select(df: pd.DataFrame, where: list[str] | tuple[str, ...] = ()) -> pd.Data
             mask = np.isclose(col.astype(float), want)
         else:
             mask = col.astype(str) == str(want) if not isinstance(want, bool) else col == want
+        if not mask.any():  # the values there are, as stored (a config.json path as the sweep was given it)
+            sizes = key.endswith("_bytes") and pd.api.types.is_numeric_dtype(col)  # capacity=2GB: said as sizes
+            held = [
+                format_size(int(v)) if sizes else str(v)
+                for v in sorted(col.dropna().unique(), key=float if sizes else str)
+            ]
+            shown = ", ".join(held[:8]) + (f", ... ({len(held)} in all)" if len(held) > 8 else "")
+            raise UsageError(f"--where {cond!r} selects no rows ({given} holds: {shown or 'nothing'})")
         df = df[mask]
-        if df.empty:
-            raise UsageError(f"--where {cond!r} selects no rows")
     return df
 
 

@@ -132,3 +132,17 @@ def test_a_ray_address_with_no_cluster_is_one_line(runner, tmp_path, monkeypatch
             "start one (ray start --head) or leave --ray-address out for a local Ray"
         )
         assert not out.exists()
+
+
+def test_where_that_selects_no_rows_names_the_values_there(runner, tmp_path, monkeypatch):
+    """`report --where model=./m.json` on a sweep of `--model m.json` said only "selects no rows":
+    the values the column holds are named (a size column as sizes, under the key as given)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.json").write_text((CONFIGS / "nemotron-h-8b.json").read_text())
+    args = ["sweep", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "sglang+"]
+    res = runner.invoke(main, [*args, "--model", "m.json", "--capacity", "2GB,10GB", "--workers", "1", "--out", "s"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(main, ["report", "s", "--where", "model=./m.json"])
+    one_line(res, "--where 'model=./m.json' selects no rows (model holds: m.json)")
+    res = runner.invoke(main, ["report", "s", "--where", "capacity=3GB"])
+    one_line(res, "--where 'capacity=3GB' selects no rows (capacity holds: 2GB, 10GB)")
