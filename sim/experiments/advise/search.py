@@ -680,8 +680,28 @@ class Advice:
     report: StudyReport | None = None
 
     def command(self) -> str:
-        """The engine started with the recommendation, as its own command line."""
-        return self.space.command(self.recommended.params)
+        """The engine started with the recommendation, as its own command line (on the group of
+        GPUs the cache was sized for: its tensor-parallel flag where more than one)."""
+        return self.space.command(self.recommended.params, gpus=group_gpus(self.problem))
+
+
+def group_gpus(problem: Problem) -> int:
+    """The GPUs the advice's memory is of: --tensor-parallel, the count of ``--gpu-memory NxSIZE``,
+    or the group --gpu prices the model on (1 where none is named)."""
+    from sim.cost import gpu_memory_limit  # noqa: PLC0415
+    from sim.experiments.advise.space import gpu_memory_count  # noqa: PLC0415
+
+    tp = int(problem.fixed.get("tensor_parallel") or 0)
+    count = tp or gpu_memory_count(problem.gpu_memory)
+    if count:
+        return int(count)
+    gpu = problem.fixed.get("gpu")
+    if not gpu or problem.fixed.get("timing_file"):
+        return 1
+    try:
+        return gpu_memory_limit(problem.model, gpu, 0)[0]
+    except UsageError:  # a config.json without a parameter count: no group known
+        return 1
 
 
 def side(

@@ -297,6 +297,7 @@ class Engine:
     exclude: tuple = ()
     render: Callable = _flags_cli
     version: str = "today"
+    tp_flag: str = ""  # the engine's tensor-parallel flag: the recommendation on a group of GPUs names it
 
 
 _SGLANG_MEMORY = Memory("--mem-fraction-static", 0.88)
@@ -345,6 +346,7 @@ ENGINES: dict[str, Engine] = {
             _prefill_knob("--chunked-prefill-size"),
         ),
         command="python -m sglang.launch_server",
+        tp_flag="--tp-size",
     ),
     "vllm": Engine(
         "vllm",
@@ -364,6 +366,7 @@ ENGINES: dict[str, Engine] = {
         ),
         command="vllm serve --enable-prefix-caching",
         exclude=("speculative_method",),
+        tp_flag="--tensor-parallel-size",
     ),
     "lmdeploy": Engine(
         "lmdeploy",
@@ -385,6 +388,7 @@ ENGINES: dict[str, Engine] = {
             _prefill_knob("--max-prefill-token-num"),
         ),
         command="lmdeploy serve api_server --backend pytorch --enable-prefix-caching",
+        tp_flag="--tp",
     ),
     "trtllm": Engine(
         "trtllm",
@@ -401,6 +405,7 @@ ENGINES: dict[str, Engine] = {
         ),
         command="trtllm-serve --extra_llm_api_options extra.yaml",
         render=_flags_trtllm,
+        tp_flag="--tp_size",
     ),
     "marconi": Engine(
         "marconi",
@@ -440,6 +445,7 @@ ENGINES: dict[str, Engine] = {
         ),
         command="python -m sglang.launch_server",
         version="0.5.9",
+        tp_flag="--tp-size",
     ),
     "vllm-0.11": Engine(
         "vllm-0.11",
@@ -452,6 +458,7 @@ ENGINES: dict[str, Engine] = {
         ),
         command="vllm serve --enable-prefix-caching",
         version="0.11",
+        tp_flag="--tensor-parallel-size",
     ),
 }
 
@@ -570,9 +577,13 @@ class Space:
             out.append((k.flag, _show(v)))
         return out
 
-    def command(self, point: dict) -> str:
-        """The engine's command line with ``point``'s settings."""
-        return self.engine.render(self.engine.command, self.flags(point))
+    def command(self, point: dict, gpus: int = 1) -> str:
+        """The engine's command line with ``point``'s settings, on a group of ``gpus`` (its
+        tensor-parallel flag where more than one: the cache was sized for the group)."""
+        command = self.engine.command
+        if gpus > 1 and self.engine.tp_flag:
+            command = f"{command} {self.engine.tp_flag} {gpus}"
+        return self.engine.render(command, self.flags(point))
 
 
 def _show(v) -> str:

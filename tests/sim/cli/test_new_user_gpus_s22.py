@@ -146,3 +146,23 @@ def test_where_that_selects_no_rows_names_the_values_there(runner, tmp_path, mon
     one_line(res, "--where 'model=./m.json' selects no rows (model holds: m.json)")
     res = runner.invoke(main, ["report", "s", "--where", "capacity=3GB"])
     one_line(res, "--where 'capacity=3GB' selects no rows (capacity holds: 2GB, 10GB)")
+
+
+def test_advise_on_a_group_names_the_engine_s_tensor_parallel_flag(runner, tmp_path):
+    """advise --gpu h100 on Qwen3.5-35B-A3B (70GB of weights: a group of 2) sized the cache for 2
+    GPUs, and recommended `vllm serve ...` without --tensor-parallel-size: copied as it is, the
+    engine runs on one GPU, where that cache does not fit."""
+    cfg = str(CONFIGS / "qwen3.5-35b-a3b.json")
+    args = ["--trace", "synthetic:chat:sessions=2,turns=2", "--trials", "2", "--no-progress", "--model", cfg]
+    for engine, words in (
+        ("vllm", "recommended: vllm serve --enable-prefix-caching --tensor-parallel-size 2 "),
+        ("sglang", "recommended: python -m sglang.launch_server --tp-size 2 "),
+        ("trtllm", "recommended: trtllm-serve --extra_llm_api_options extra.yaml --tp_size 2  # extra.yaml:"),
+    ):
+        res = runner.invoke(main, ["advise", "--for", engine, *args, "--gpu", "h100", "--out", str(tmp_path / engine)])
+        assert res.exit_code == 0 and " | GPU 2x h100 | " in res.output.splitlines()[0], res.output
+        assert res.output.splitlines()[2].startswith(words), res.output
+        assert json.loads((tmp_path / engine / "advice.json").read_text())["command"] == res.output.splitlines()[2][13:]
+    # one GPU (an H200 holds the weights): no flag
+    res = runner.invoke(main, ["advise", "--for", "vllm", *args, "--gpu", "h200", "--out", str(tmp_path / "one")])
+    assert res.exit_code == 0 and "--tensor-parallel-size" not in res.output, res.output
