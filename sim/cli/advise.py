@@ -61,9 +61,20 @@ def _fixed(kwargs: dict) -> dict:
     return out
 
 
-def default_gpu_memory(gpu: str | None, tensor_parallel: int = 0, model: str | None = None) -> str:
-    """``--gpu-memory``'s default: 80GB, or the memory of ``--gpu`` times the group's GPUs (the
-    preset's count when ``tensor_parallel`` is 0, as the timing prices it)."""
+def default_gpu_memory(
+    gpu: str | None, tensor_parallel: int = 0, model: str | None = None, timing_file: str | None = None
+) -> str:
+    """``--gpu-memory``'s default: the memory of ``--gpu`` times the group's GPUs (the preset's
+    count when ``tensor_parallel`` is 0, as the timing prices it); with ``--tensor-parallel`` alone,
+    that many of the GPU the timing prices (the header's "GPU 4x h200": a group of 4 was given 80GB
+    in all, 2.7GB of cache beside 70GB of weights), or of the --timing file's GPU; else 80GB."""
+    if not gpu and tensor_parallel and model:
+        from sim.cost import read_timing_file  # noqa: PLC0415
+
+        timing = (
+            read_timing_file(timing_file, model=model) if timing_file else default_timing(model, None, tensor_parallel)
+        )
+        gpu = getattr(timing, "device", "") or None
     if not gpu:
         return "80GB"
     n = gpu_memory_limit(model, gpu, tensor_parallel)[0] if model else int(tensor_parallel or 1)
@@ -199,7 +210,7 @@ def register(main: click.Group) -> None:
         default=None,
         help="Memory of the serving instance (80GB; 2x80GB for two GPUs); the engine's memory fraction "
         "and the bf16 weights are taken off (docs/advise.md) [default: --gpu's memory times "
-        "--tensor-parallel, else 80GB].",
+        "--tensor-parallel (with --tensor-parallel alone, of the GPU the timing prices), else 80GB].",
     )
     @click.option(
         "--objective",
@@ -281,7 +292,9 @@ def register(main: click.Group) -> None:
         if gpu_memory is None:  # the catalogue GPU's memory, once per GPU of the group
             if fixed.get("gpu") and model:  # weights the group cannot hold: the group that does, as run says
                 refuse_weights_beyond_gpus(model, fixed["gpu"], fixed.get("tensor_parallel", 0))
-            gpu_memory = default_gpu_memory(fixed.get("gpu"), fixed.get("tensor_parallel", 0), model)
+            gpu_memory = default_gpu_memory(
+                fixed.get("gpu"), fixed.get("tensor_parallel", 0), model, fixed.get("timing_file")
+            )
         else:
             from sim.experiments.advise.space import gpu_memory_count, parse_gpu_memory  # noqa: PLC0415
 

@@ -166,3 +166,18 @@ def test_advise_on_a_group_names_the_engine_s_tensor_parallel_flag(runner, tmp_p
     # one GPU (an H200 holds the weights): no flag
     res = runner.invoke(main, ["advise", "--for", "vllm", *args, "--gpu", "h200", "--out", str(tmp_path / "one")])
     assert res.exit_code == 0 and "--tensor-parallel-size" not in res.output, res.output
+
+
+def test_advise_tensor_parallel_alone_takes_the_memory_of_the_group_it_prices(runner, tmp_path):
+    """advise --tensor-parallel 4 (no --gpu, no --gpu-memory) said "GPU 4x h200 | --gpu-memory
+    80GB": 80GB for the four GPUs, 2.68GB of cache beside Qwen3.5-35B-A3B's 69.3GB of weights; the
+    memory is now that of the group priced (4 x 141GB), or of a --timing file's GPU."""
+    cfg = str(CONFIGS / "qwen3.5-35b-a3b.json")
+    args = ["advise", "--for", "vllm", "--trace", "synthetic:chat:sessions=2,turns=2", "--trials", "2", "--no-progress"]
+    res = runner.invoke(main, [*args, "--model", cfg, "--tensor-parallel", "4", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert f"model {cfg} | GPU 4x h200 | --gpu-memory 564GB: bf16 weights 69.3GB, " in res.output.splitlines()[0]
+    h100 = Path(__file__).resolve().parents[3] / "sim" / "data" / "h100-timing.json"
+    extra = ["--tensor-parallel", "2", "--timing", str(h100), "--out", str(tmp_path / "b")]
+    res = runner.invoke(main, [*args, "--model", cfg, *extra])
+    assert res.exit_code == 0 and f"model {cfg} | --gpu-memory 160GB: " in res.output.splitlines()[0], res.output
