@@ -464,11 +464,15 @@ def given_trace_options(ctx) -> list[str]:
 def check_run(ctx, policies: str, capacity: str, alpha: str, sessions_per_second: float, kwargs: dict) -> None:
     """`marconi run`'s options, before the trace is loaded: settings no configuration reads, trace
     options the trace does not read, the timing file, numbers out of range."""
+    from click.core import ParameterSource  # noqa: PLC0415
+
     from sim.cli.run import build_configs, explicit_settings  # noqa: PLC0415
     from sim.trace_options import TRACE_OPTION_KEYS  # noqa: PLC0415
 
     knobs = {k: v for k, v in kwargs.items() if k not in TRACE_OPTION_KEYS}
-    configs = build_configs(policies, capacity, alpha, sessions_per_second, **knobs)
+    # the default list's blocks are checked once the trace says which of its policies run (run._run)
+    named = ctx.get_parameter_source("policies") != ParameterSource.DEFAULT
+    configs = build_configs(policies, capacity, alpha, sessions_per_second, check_blocks=named, **knobs)
     refuse_inert_settings(explicit_settings(ctx, {"capacity": "capacity_bytes"}), configs)
     refuse_seed_without_draws(explicit_settings(ctx), configs)
     refuse_unread_trace_options([kwargs.get("trace") or "sharegpt"], given_trace_options(ctx))

@@ -126,14 +126,21 @@ def refuse_unusable_blocks(cfg: SimConfig) -> None:
     unit = preset.unit_tokens(spec, cfg)
     need = unit * spec.kv_bytes_per_token() + spec.state_bytes()
     if unit > 1 and spec.state_bytes() <= cfg.capacity_bytes < need:  # below one state: the simulator says so
+        # a smaller block only where the preset's block is a knob (vllm+'s 32 tokens are not)
+        smaller = "a smaller --block-size or " if any(k.name == "block_size" for k in preset.knobs()) else ""
         raise UsageError(
             f"capacity {format_size(cfg.capacity_bytes)} cannot hold one {unit}-token block of "
             f"{cfg.model} with its state ({format_size(need)}) for {cfg.policy}: every insert would be "
-            "rejected; use a smaller --block-size or a larger --capacity"
+            f"rejected; use {smaller}a larger --capacity"
         )
 
 
-def build_configs(policies: str, capacity: str, alpha: str, sessions_per_second: float, **knobs) -> list[SimConfig]:
+def build_configs(
+    policies: str, capacity: str, alpha: str, sessions_per_second: float, check_blocks: bool = True, **knobs
+) -> list[SimConfig]:
+    """One configuration per policy; ``check_blocks``: each refused when its cache cannot hold one
+    of its blocks (off for the default list, which leaves out what the trace's blocks cannot carry
+    first: ``_fitting_default_policies``)."""
     names = policy_names(policies)
     cap = parse_size(capacity)
     configs = []
@@ -142,7 +149,8 @@ def build_configs(policies: str, capacity: str, alpha: str, sessions_per_second:
             policy=name, capacity_bytes=cap, alpha=parse_alpha(alpha), sessions_per_second=sessions_per_second, **knobs
         )
         cfg.validate()
-        refuse_unusable_blocks(cfg)
+        if check_blocks:
+            refuse_unusable_blocks(cfg)
         configs.append(cfg)
     return configs
 
@@ -483,11 +491,14 @@ def register(main: click.Group) -> None:
         columns = parse_columns(columns)
         time_scale = kwargs.get("time_scale")  # a trace option: trace_from_cli pops it
         trace = trace_from_cli(kwargs, progress)
-        configs = build_configs(policies, capacity, alpha, sessions_per_second, **kwargs)
+        default = click.get_current_context().get_parameter_source("policies") == ParameterSource.DEFAULT
+        configs = build_configs(policies, capacity, alpha, sessions_per_second, check_blocks=not default, **kwargs)
         simulated_capacities(configs, trace)  # --gpu-memory's bytes where the engine splits it
         left_out = ""
-        if click.get_current_context().get_parameter_source("policies") == ParameterSource.DEFAULT:
+        if default:  # the policies the trace's blocks carry, then each one's block against the capacity
             configs, left_out = _fitting_default_policies(configs, trace)
+            for cfg in configs:
+                refuse_unusable_blocks(cfg)
         else:  # a named policy the trace's blocks cannot carry is refused before any policy runs
             refuse_unfitting_policies(configs, trace)
         bound = next((b for b in map(hindsight_preset, (c.policy for c in configs)) if b is not None), None)

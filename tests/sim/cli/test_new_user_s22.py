@@ -103,3 +103,22 @@ def test_a_selected_conversation_that_makes_no_request_is_said(runner, tmp_path)
         "32,768, or it has none)"
     ]
     assert res.stdout.startswith(f"trace sharegpt:{p}: 4 requests, 2 sessions")
+
+
+def test_the_default_list_checks_the_blocks_of_the_policies_it_runs(runner, tmp_path):
+    """On a Mooncake trace the default list leaves vllm+ out (32-token checkpoints in 512-token
+    blocks), yet a 27MB capacity was refused for vllm+'s block, with 'use a smaller --block-size',
+    a knob vllm+ refuses. The default list now runs what it keeps; a named vllm+ is still refused,
+    naming only what it can change; a policy whose block is a knob still names --block-size."""
+    spec = _mooncake(tmp_path)
+    res = runner.invoke(main, ["run", "--trace", spec, "--capacity", "27MB", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "vllm+ left out: checkpoints finer than the trace's 512-token blocks" in res.stdout.splitlines()[0]
+    res = runner.invoke(main, ["run", "--trace", "synthetic:chat", "--capacity", "27MB", "--policy", "vllm+"])
+    assert res.exit_code == 2 and res.output.strip().splitlines() == [
+        "Error: capacity 27MB cannot hold one 32-token block of marconi-7b with its state (28.9MB) for vllm+: "
+        "every insert would be rejected; use a larger --capacity"
+    ]
+    args = ["run", "--trace", "synthetic:chat", "--capacity", "200MB", "--policy", "lmdeploy", "--block-size", "4096"]
+    res = runner.invoke(main, args)
+    assert res.exit_code == 2 and res.output.strip().endswith("use a smaller --block-size or a larger --capacity")
