@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from sim.cli.checks import check_configs, given_trace_options, refuse_ray_address_without_ray
+from sim.cli.checks import check_configs, given_trace_options, refuse_ray_address_without_ray, timing_dtype_warning
 from sim.cli.outdir import (
     OutputPath,
     check_output_folder,
@@ -31,7 +31,7 @@ from sim.cli.report import SORT_HELP, sort_key
 from sim.cli.traces import say_short_session_range
 from sim.cli.run import counted, explicit_settings, fits_trace_blocks, refuse_unread_knobs, refuse_unusable_blocks
 from sim.config import SimConfig, format_size
-from sim.cost import default_timing, model_for, timing_note
+from sim.cost import default_timing, model_for, read_timing_file, timing_note
 from sim.engine.simulation import off_grid_message
 from policies.base import get_preset
 from sim.errors import UsageError, stop_exit_code
@@ -346,6 +346,11 @@ def register(main: click.Group) -> None:
             [str(t) for t in trace_axes.get("trace", [])],
             [t.config for t in tasks],
         )
+        pairs = dict.fromkeys((t.config.timing_file, t.config.model) for t in tasks if t.config.timing_file)
+        for path, model in pairs:  # a timing file fitted in another dtype than a model runs in: said, used
+            warning = timing_dtype_warning(path, read_timing_file(path, model=model), model)
+            if warning:
+                click.echo(warning, err=True)
         if workers is not None and workers < 1:
             raise UsageError("--workers must be >= 1")
         refuse_ray_address_without_ray(engine, ray_address)

@@ -181,3 +181,21 @@ def test_advise_tensor_parallel_alone_takes_the_memory_of_the_group_it_prices(ru
     extra = ["--tensor-parallel", "2", "--timing", str(h100), "--out", str(tmp_path / "b")]
     res = runner.invoke(main, [*args, "--model", cfg, *extra])
     assert res.exit_code == 0 and f"model {cfg} | --gpu-memory 160GB: " in res.output.splitlines()[0], res.output
+
+
+def test_sweep_says_a_timing_file_of_another_dtype_too(runner, tmp_path):
+    """sweep --timing with an fp32 file on bf16 models said nothing (run says it now): one line on
+    stderr per model, the sweep run as before."""
+    h200 = json.loads((Path(__file__).resolve().parents[3] / "sim" / "data" / "h200-timing.json").read_text())
+    (tmp_path / "fp32.json").write_text(json.dumps({**h200, "dtype": "fp32"}))
+    args = ["sweep", "--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--policy", "sglang+"]
+    res = runner.invoke(
+        main,
+        [*args, "--model", "qwen3.5-9b,qwen3.5-27b", "--timing", str(tmp_path / "fp32.json"), "--workers", "1"]
+        + ["--out", str(tmp_path / "s")],
+    )
+    assert res.exit_code == 0, res.output
+    assert [line.split(": its times")[0] for line in res.stderr.splitlines()] == [
+        f"warning: timing file {tmp_path / 'fp32.json'} was fitted in fp32, and {m} runs in bf16"
+        for m in ("qwen3.5-9b", "qwen3.5-27b")
+    ]
