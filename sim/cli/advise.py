@@ -14,6 +14,7 @@ from sim.cli.checks import (
     refuse_memory_beyond_gpus,
     refuse_ray_address_without_ray,
     refuse_weights_beyond_gpus,
+    timing_dtype_warning,
 )
 from sim.cli.outdir import (
     OutputPath,
@@ -320,6 +321,13 @@ def register(main: click.Group) -> None:
             fixed["sessions_per_second"] = sessions_per_second
         trace_kwargs = {k: kwargs.pop(k) for k in TRACE_OPTION_KEYS if k in kwargs}
         check_advise(click.get_current_context(), trace_kwargs.get("trace"), fixed)
+        if fixed.get("timing_file"):  # fitted in another dtype than the model runs in: said, used (as run)
+            from sim.cost import read_timing_file  # noqa: PLC0415
+
+            path = fixed["timing_file"]
+            warning = timing_dtype_warning(path, read_timing_file(path, model=model), model)
+            if warning:
+                click.echo(warning, err=True)
         problem = Problem(trace_kwargs, engine_name, model, gpu_memory, objective, holdout, study_seed, fixed)
         inputs = input_paths(trace_kwargs.get("trace"), fixed.get("timing_file"), *model_files(model))
         problem.digest = inputs_digest(inputs, ROW_VERSION)

@@ -199,3 +199,19 @@ def test_sweep_says_a_timing_file_of_another_dtype_too(runner, tmp_path):
         f"warning: timing file {tmp_path / 'fp32.json'} was fitted in fp32, and {m} runs in bf16"
         for m in ("qwen3.5-9b", "qwen3.5-27b")
     ]
+
+
+def test_advise_says_a_timing_file_of_another_dtype_too(runner, tmp_path):
+    h200 = json.loads((Path(__file__).resolve().parents[3] / "sim" / "data" / "h200-timing.json").read_text())
+    (tmp_path / "fp32.json").write_text(json.dumps({**h200, "dtype": "fp32"}))
+    args = ["advise", "--for", "vllm", "--trace", "synthetic:chat:sessions=2,turns=2", "--trials", "2"]
+    res = runner.invoke(
+        main,
+        [*args, "--no-progress", "--model", "qwen3.5-9b", "--timing", str(tmp_path / "fp32.json")]
+        + ["--out", str(tmp_path / "a")],
+    )
+    assert res.exit_code == 0, res.output
+    assert res.stderr.startswith(
+        f"warning: timing file {tmp_path / 'fp32.json'} was fitted in fp32, and qwen3.5-9b runs in bf16: its times"
+    ), res.stderr
+    assert res.stdout.startswith("advise --for vllm | model qwen3.5-9b | ")
