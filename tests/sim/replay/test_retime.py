@@ -314,3 +314,14 @@ def test_the_table_summary_and_saved_line_count_the_retimed_references():
         "issue outran its sleep)"
     )
     assert saved_line(dict(line, retimed_references=0)) == "measured 2.0 ms, modelled 1.5 ms"
+
+
+def test_a_saving_under_a_twentieth_of_a_millisecond_keeps_its_digits():
+    """A hit the model prices 6 microseconds dearer than the full prefill (replay-tiny's 2 layers,
+    a 1,024-token hit of 1,100) printed 'modelled -0.0 ms': a negative zero."""
+    from sim.cli.replay import saved_line
+
+    line = {"measured_ms_saved_validated": 7.5, "modelled_ms_saved_validated": -0.00588}
+    assert saved_line(line) == "measured 7.5 ms, modelled -0.0059 ms"
+    assert saved_line(dict(line, modelled_ms_saved_validated=0.0)) == "measured 7.5 ms, modelled 0.0 ms"
+    assert saved_line(dict(line, modelled_ms_saved_validated=0.05)) == "measured 7.5 ms, modelled 0.1 ms"
