@@ -215,3 +215,30 @@ def test_advise_says_a_timing_file_of_another_dtype_too(runner, tmp_path):
         f"warning: timing file {tmp_path / 'fp32.json'} was fitted in fp32, and qwen3.5-9b runs in bf16: its times"
     ), res.stderr
     assert res.stdout.startswith("advise --for vllm | model qwen3.5-9b | ")
+
+
+def test_ttft_panels_of_a_narrow_range_carry_numbers(runner, tmp_path):
+    """`plot --kind ttft` on a small sweep (TTFTs of 15 to 50 ms) drew its log x axis with no
+    number at all: no power of ten in view, and the minor labels hidden. Each panel's axis now
+    shows at least two numbers, inside its range."""
+    import pytest
+
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from sim.analysis import plot
+
+    args = ["sweep", "--trace", "synthetic:chat:sessions=3,turns=2", "--no-progress", "--policy", "sglang+"]
+    res = runner.invoke(
+        main, [*args, "--gpu", "h100-nvl,h200", "--save-requests", "--workers", "1", "--out", str(tmp_path)]
+    )
+    assert res.exit_code == 0, res.output
+    for kind, axis in (("ttft", "xaxis"), ("ttft-load", "yaxis")):
+        fig = plot.make_figure(tmp_path, kind)
+        fig.canvas.draw()
+        for ax in fig.axes:
+            lo, hi = sorted(getattr(ax, axis).get_view_interval())
+            assert hi / lo < 10, (kind, lo, hi)  # the case in question: less than a decade
+            ticks = [*getattr(ax, axis).get_major_ticks(), *getattr(ax, axis).get_minor_ticks()]
+            shown = [t.label1.get_text() for t in ticks if t.label1.get_text() and lo <= t.get_loc() <= hi]
+            assert len(shown) >= 2 and all(float(s) > 0 for s in shown), (kind, shown)
+        matplotlib.pyplot.close(fig)
