@@ -157,6 +157,13 @@ def column_names() -> str:
     return ", ".join(c.key for c in METRICS)
 
 
+def applies(key: str, record: Mapping) -> bool:
+    """Whether metric ``key`` means anything for ``record`` (the table's ``-``): a batch size needs
+    engine steps, which an fcfs run has none of."""
+    col = next((c for c in METRICS if c.key == key), None)
+    return col is None or col.applies is None or col.applies(record)
+
+
 def _cell(col: Column | None, value, record: Mapping) -> str:
     if col is not None and col.applies is not None and not col.applies(record):
         return "-"

@@ -110,7 +110,8 @@ def register(main: click.Group) -> None:
         records, knobs, metrics = report.report_rows(df, metric, cols)
         records = records[:limit] if limit else records
         keys = ["config_id", "variant", *knobs, *metrics]
-        rows = [{k: _plain(r[k]) for k in keys} for r in records]
+        # a metric the table shows as '-' (an fcfs row's batch size) is empty / null, not 0.0
+        rows = [{k: _plain(r[k]) if table.applies(k, r) else None for k in keys} for r in records]
         if fmt == "json":
             click.echo(json.dumps(rows, indent=2))
         else:

@@ -194,6 +194,8 @@ def json_row(cfg: SimConfig, summary: RunSummary, sat: table.Saturation | None =
     has it (``timing_device``, ``timing_note``: "uncalibrated for GPU x" where the table's header says
     so)."""
     row = {k: getattr(summary, k) for k in SUMMARY_KEYS}
+    if not summary.steps:  # fcfs steps no batches: a mean batch size of 0.0 read as a number (the table's '-')
+        row["batch_size_mean"] = None
     row["rejected"] = int(summary.rejected_inserts)
     row["saturated"] = None if sat is None else bool(sat.saturated)
     row["sustainable_rps"] = float(sat.served_rps) if sat is not None and sat.saturated else None

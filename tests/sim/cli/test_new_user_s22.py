@@ -122,3 +122,21 @@ def test_the_default_list_checks_the_blocks_of_the_policies_it_runs(runner, tmp_
     args = ["run", "--trace", "synthetic:chat", "--capacity", "200MB", "--policy", "lmdeploy", "--block-size", "4096"]
     res = runner.invoke(main, args)
     assert res.exit_code == 2 and res.output.strip().endswith("use a smaller --block-size or a larger --capacity")
+
+
+def test_an_fcfs_batch_size_is_null_where_the_table_shows_a_dash(runner, tmp_path):
+    """fcfs steps no batches: the table shows '-', but run --format json and report's CSV / JSON
+    gave a mean batch size of 0.0, a number a spreadsheet averages in. Now null / empty there;
+    continuous batching's stays a number (here 1.0: the three requests run one at a time)."""
+    spec = _mooncake(tmp_path)
+    base = ["--trace", spec, "--policy", "sglang+", "--no-progress"]
+    for scheduler, want in (("fcfs", None), ("continuous", 1.0)):
+        out = tmp_path / scheduler
+        res = runner.invoke(main, ["run", *base, "--scheduler", scheduler, "--format", "json", "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.stdout)[0]["batch_size_mean"] == want
+        rep = runner.invoke(main, ["report", str(out), "--format", "json"])
+        assert rep.exit_code == 0, rep.output
+        assert json.loads(rep.stdout)[0]["batch_size_mean"] == want
+        csv = runner.invoke(main, ["report", str(out), "--format", "csv"]).stdout.splitlines()
+        assert csv[1].split(",")[csv[0].split(",").index("batch_size_mean")] == ("" if want is None else "1.0")
