@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.gpus import catalogue_name
+from sim.gpus import GPUS, catalogue_name
 from sim.cost import LAYER_KINDS, HardwareTiming, ModelSpec, gdn_chunks, read_timing_file, timing_to_dict
 from sim.errors import UsageError
 from sim.replay.flops import mamba2_linear, model_flops, padding_flops, replayed_flops
@@ -109,6 +109,12 @@ TYPE_TERMS = {
 
 
 def device_peak(device_name: str, dtype: str) -> float:
+    """The device's dense tensor peak in ``dtype`` (TFLOP/s; 0: not known): the catalogue's bf16 /
+    fp16 figure where torch's name maps to an entry (an H100 NVL's 835, not the SXM's 989, which
+    the name fragment "H100" gave it), else ``PEAKS`` by name fragment."""
+    entry = GPUS.get(catalogue_name(str(device_name or "")))
+    if entry is not None and dtype in ("bf16", "fp16"):
+        return entry.bf16_tflops
     for (frag, dt), peak in PEAKS.items():
         if frag in (device_name or "") and dt == dtype:
             return peak

@@ -183,3 +183,14 @@ def test_nvl_and_gh200_are_their_own_entries_and_uncalibrated():
     t, note = replay_timing(None, get_model("qwen3.5-9b"), "bf16", "cuda", "NVIDIA H100 NVL")
     assert t.device == "h100-nvl" and note.startswith("uncalibrated for GPU h100-nvl: the h200 calibration scaled")
     assert replay_timing(None, get_model("qwen3.5-9b"), "bf16", "cuda", "NVIDIA H100 80GB HBM3")[1] == ""
+
+
+def test_a_replay_s_peak_is_its_catalogue_entry_s():
+    """The fit's ceiling on an H100 NVL was the SXM's 989 TFLOP/s (the name fragment "H100"); a
+    device the catalogue knows takes its bf16 / fp16 figure, fp32 its PEAKS row as before."""
+    from sim.replay.measure import device_peak
+
+    assert device_peak("NVIDIA H100 NVL", "bf16") == device_peak("NVIDIA H200 NVL", "fp16") == 835.0
+    assert device_peak("NVIDIA H100 PCIe", "bf16") == 756.0 and device_peak("NVIDIA GH200 480GB", "bf16") == 990.0
+    assert device_peak("NVIDIA H100 80GB HBM3", "bf16") == device_peak("NVIDIA H200", "bf16") == 989.0
+    assert device_peak("NVIDIA H100 NVL", "fp32") == 67.0 and device_peak("NVIDIA H200", "fp8") == 0.0
