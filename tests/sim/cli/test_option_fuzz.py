@@ -340,7 +340,7 @@ TIMING_VALUE = st.one_of(
 def test_fuzz_timing_file_values(tmp_path_factory, field, value):
     """A timing file is accepted exactly when it describes a machine, read independently: terms and
     times finite and non-negative, a term at most 1e9 ms per TFLOP and no faster than the peak (the
-    file's 989 TFLOP/s, the H200's when 0), a call at most 1e6 ms, 1 to 64 GPUs."""
+    file's 989 TFLOP/s, the H200's when 0), a call at most 1e6 ms, a whole number of 1 to 64 GPUs."""
     d = json.loads(json.dumps(_H200))
     if field == "mlp_linear":
         d["ms_per_tflop"]["mlp_linear"] = value
@@ -355,7 +355,7 @@ def test_fuzz_timing_file_values(tmp_path_factory, field, value):
         peak = value if fin and value > 0 else 989.0
         ok = fin and value >= 0 and 1e3 / (fastest * peak) <= 1 + 1e-9
     elif field == "gpus":
-        ok = fin and value >= 0 and 1 <= int(value) <= 64
+        ok = fin and value == int(value) and 1 <= value <= 64  # a whole number (2.5 is no GPU count)
     elif field == "mlp_linear":
         ok = fin and 0 <= value <= 1e9 and (value == 0 or 1e3 / (value * 989.0) <= 1 + 1e-9)
     else:
