@@ -522,10 +522,19 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         [
             "tests/sim/test_model_config_exact.py",
             "tests/sim/test_model_config.py",
+            "tests/sim/test_hf_config_defaults.py",  # session 22: the families' defaults, dtypes, quantization
             "tests/sim/cli/test_bad_input_round5.py",
+            "tests/sim/cli/test_new_user_models_s22.py",
         ],
     ),
-    "gpus": (["sim/gpus.py"], ["tests/sim/test_gpus.py", "tests/sim/cli/test_bad_input_round5.py"]),
+    "gpus": (
+        ["sim/gpus.py"],
+        [
+            "tests/sim/test_gpus.py",
+            "tests/sim/cli/test_bad_input_round5.py",
+            "tests/sim/cli/test_new_user_gpus_s22.py",  # session 22: NVL / GH200 entries, --gpu-memory
+        ],
+    ),
     "reference": (
         ["kernels/reference.py"],
         ["tests/kernels/test_reference.py", "tests/kernels/test_conv.py", "tests/kernels/test_chunk_gdn.py"],
