@@ -681,8 +681,9 @@ class Advice:
 
     def command(self) -> str:
         """The engine started with the recommendation, as its own command line (on the group of
-        GPUs the cache was sized for: its tensor-parallel flag where more than one)."""
-        return self.space.command(self.recommended.params, gpus=group_gpus(self.problem))
+        GPUs the cache was sized for: its tensor-parallel flag where more than one; the checkpoint
+        a config.json's folder, else ``MODEL``)."""
+        return self.space.command(self.recommended.params, gpus=group_gpus(self.problem), model=self.problem.model)
 
 
 def group_gpus(problem: Problem) -> int:

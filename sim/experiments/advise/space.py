@@ -345,7 +345,7 @@ ENGINES: dict[str, Engine] = {
             ),
             _prefill_knob("--chunked-prefill-size"),
         ),
-        command="python -m sglang.launch_server",
+        command="python -m sglang.launch_server --model-path {model}",
         tp_flag="--tp-size",
     ),
     "vllm": Engine(
@@ -364,7 +364,7 @@ ENGINES: dict[str, Engine] = {
             Knob("block_size", "--block-size", 0, choices=_vllm_blocks, help="0: derived per model"),
             _prefill_knob("--max-num-batched-tokens"),
         ),
-        command="vllm serve --enable-prefix-caching",
+        command="vllm serve {model} --enable-prefix-caching",
         exclude=("speculative_method",),
         tp_flag="--tensor-parallel-size",
     ),
@@ -387,7 +387,7 @@ ENGINES: dict[str, Engine] = {
             ),
             _prefill_knob("--max-prefill-token-num"),
         ),
-        command="lmdeploy serve api_server --backend pytorch --enable-prefix-caching",
+        command="lmdeploy serve api_server {model} --backend pytorch --enable-prefix-caching",
         tp_flag="--tp",
     ),
     "trtllm": Engine(
@@ -403,7 +403,7 @@ ENGINES: dict[str, Engine] = {
                 help="tokens between recurrent-state snapshots (0: none, so no hybrid block reuse)",
             ),
         ),
-        command="trtllm-serve --extra_llm_api_options extra.yaml",
+        command="trtllm-serve {model} --extra_llm_api_options extra.yaml",
         render=_flags_trtllm,
         tp_flag="--tp_size",
     ),
@@ -421,7 +421,7 @@ ENGINES: dict[str, Engine] = {
                 help="FLOP-efficiency weight of the eviction score",
             ),
         ),
-        command="marconi",
+        command="marconi run --model {preset} --policy marconi",
     ),
     # the earlier versions the project also models (their presets, their flags)
     "sglang-0.5.9": Engine(
@@ -443,7 +443,7 @@ ENGINES: dict[str, Engine] = {
             ),
             _prefill_knob("--chunked-prefill-size"),
         ),
-        command="python -m sglang.launch_server",
+        command="python -m sglang.launch_server --model-path {model}",
         version="0.5.9",
         tp_flag="--tp-size",
     ),
@@ -456,7 +456,7 @@ ENGINES: dict[str, Engine] = {
             Knob("block_size", "--block-size", 0, choices=_vllm_blocks, help="0: derived per model"),
             _prefill_knob("--max-num-batched-tokens"),
         ),
-        command="vllm serve --enable-prefix-caching",
+        command="vllm serve {model} --enable-prefix-caching",
         version="0.11",
         tp_flag="--tensor-parallel-size",
     ),
@@ -577,13 +577,32 @@ class Space:
             out.append((k.flag, _show(v)))
         return out
 
-    def command(self, point: dict, gpus: int = 1) -> str:
+    def command(self, point: dict, gpus: int = 1, model: str = "") -> str:
         """The engine's command line with ``point``'s settings, on a group of ``gpus`` (its
-        tensor-parallel flag where more than one: the cache was sized for the group)."""
-        command = self.engine.command
+        tensor-parallel flag where more than one: the cache was sized for the group), serving
+        ``model`` (``served_model``: a config.json's folder, else ``MODEL``, the checkpoint to name)."""
+        command = self.engine.command.replace("{model}", served_model(model)).replace("{preset}", quoted(model))
         if gpus > 1 and self.engine.tp_flag:
             command = f"{command} {self.engine.tp_flag} {gpus}"
         return self.engine.render(command, self.flags(point))
+
+
+def quoted(word: str) -> str:
+    """``word`` as one shell word (quoted where it holds a space or a shell character)."""
+    import shlex  # noqa: PLC0415
+
+    return shlex.quote(word) if word else "MODEL"
+
+
+def served_model(model: str) -> str:
+    """What an engine's command serves for ``--model`` ``model``: the folder of a config.json
+    (the checkpoint's, where its weights lie beside it), else ``MODEL`` (a preset names no
+    checkpoint: the user's own path or Hub id goes there)."""
+    if not model or not re.search(r"[/\\]|\.json$", model):
+        return "MODEL"
+    import os.path  # noqa: PLC0415
+
+    return quoted((os.path.dirname(model) or ".") if model.endswith(".json") else model)
 
 
 def _show(v) -> str:

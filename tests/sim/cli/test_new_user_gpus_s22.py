@@ -5,6 +5,7 @@ real CLI in process."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from refusals import one_line
@@ -154,10 +155,11 @@ def test_advise_on_a_group_names_the_engine_s_tensor_parallel_flag(runner, tmp_p
     engine runs on one GPU, where that cache does not fit."""
     cfg = str(CONFIGS / "qwen3.5-35b-a3b.json")
     args = ["--trace", "synthetic:chat:sessions=2,turns=2", "--trials", "2", "--no-progress", "--model", cfg]
+    ckpt = shlex.quote(str(CONFIGS))  # the config's folder: the checkpoint served (served_model)
     for engine, words in (
-        ("vllm", "recommended: vllm serve --enable-prefix-caching --tensor-parallel-size 2 "),
-        ("sglang", "recommended: python -m sglang.launch_server --tp-size 2 "),
-        ("trtllm", "recommended: trtllm-serve --extra_llm_api_options extra.yaml --tp_size 2  # extra.yaml:"),
+        ("vllm", f"recommended: vllm serve {ckpt} --enable-prefix-caching --tensor-parallel-size 2 "),
+        ("sglang", f"recommended: python -m sglang.launch_server --model-path {ckpt} --tp-size 2 "),
+        ("trtllm", f"recommended: trtllm-serve {ckpt} --extra_llm_api_options extra.yaml --tp_size 2  # extra.yaml:"),
     ):
         res = runner.invoke(main, ["advise", "--for", engine, *args, "--gpu", "h100", "--out", str(tmp_path / engine)])
         assert res.exit_code == 0 and " | GPU 2x h100 | " in res.output.splitlines()[0], res.output
@@ -242,3 +244,26 @@ def test_ttft_panels_of_a_narrow_range_carry_numbers(runner, tmp_path):
             shown = [t.label1.get_text() for t in ticks if t.label1.get_text() and lo <= t.get_loc() <= hi]
             assert len(shown) >= 2 and all(float(s) > 0 for s in shown), (kind, shown)
         matplotlib.pyplot.close(fig)
+
+
+def test_the_recommendation_names_what_it_serves():
+    """The recommendation's command line serves the model: a config.json's folder (the
+    checkpoint's, quoted for the shell), ``MODEL`` for a preset (it names no checkpoint); the
+    marconi line is the simulator's own run of the preset or config (it was ``marconi --alpha
+    auto``, no command)."""
+    from sim.cost import get_model
+    from sim.experiments.advise.space import ENGINES, build_space, served_model
+
+    assert served_model("qwen3.5-9b") == "MODEL" and served_model("") == "MODEL"
+    assert served_model("ckpt/config.json") == "ckpt" and served_model("cfg.json") == "."
+    assert served_model("my models/q/config.json") == "'my models/q'" and served_model("./q") == "./q"
+    assert ENGINES["vllm"].command.startswith("vllm serve {model} ")
+    assert ENGINES["lmdeploy"].command.startswith("lmdeploy serve api_server {model} ")
+    assert ENGINES["marconi"].command == "marconi run --model {preset} --policy marconi"
+    spec = get_model("qwen3.5-9b")
+    space = build_space("marconi", spec, 80 * 10**9)
+    line = space.command(space.defaults(), model="qwen3.5-9b")
+    assert line.startswith("marconi run --model qwen3.5-9b --policy marconi --alpha "), line
+    space = build_space("vllm", spec, 80 * 10**9)
+    line = space.command(space.defaults(), gpus=2, model="my ckpt/config.json")
+    assert line.startswith("vllm serve 'my ckpt' --enable-prefix-caching --tensor-parallel-size 2"), line
