@@ -503,6 +503,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/experiments/test_resume.py",
             "tests/sim/cli/test_sweep_interrupt.py",
             "tests/sim/cli/test_stop_signals.py",
+            "tests/sim/cli/test_new_user_gpus_s22.py",  # session 22: ray_init's one line
         ],
     ),
     # executed FLOPs and the chunks' padding (issue 41's FLOPs contract)
