@@ -687,7 +687,7 @@ class HybridModel:
             varlen=varlen,
         )
         if self._fused_gate:
-            o = self._norms().gated_rms_norm(o, z, w["norm_w"], eps=NORM_EPS, out_dtype=self.dtype)
+            o = self._ops.gated_rms_norm(o, z, w["norm_w"], eps=NORM_EPS, out_dtype=self.dtype)
         else:
             o = F.rms_norm(o.float(), (s.head_v_dim,), weight=w["norm_w"], eps=NORM_EPS)
             o = (o * F.silu(z.float().view(T, s.v_heads, s.head_v_dim))).to(self.dtype).reshape(T, v)
@@ -701,17 +701,16 @@ class HybridModel:
         fused, s = self.elementwise == "fused", self.shape
         self._fused_gate = fused and _pow2(s.head_v_dim)
         self._fused_qk = fused and _pow2(s.attn_head_dim) and _pow2(rotary_half(s.attn_head_dim))
+        self._ops = None  # kernels.norms, resolved once here (the torch path needs no triton)
+        if fused:
+            from kernels import norms
 
-    def _norms(self):
-        """``kernels.norms`` (imported on first use: the torch path needs no triton)."""
-        from kernels import norms
-
-        return norms
+            self._ops = norms
 
     def _in_norm(self, x: torch.Tensor) -> torch.Tensor:
         """A sublayer's input: the fp32 residual ``x`` RMS-normed, in the model's dtype."""
         if self.elementwise == "fused":
-            return self._norms().rms_norm_cast(x, eps=NORM_EPS, out_dtype=self.dtype)
+            return self._ops.rms_norm_cast(x, eps=NORM_EPS, out_dtype=self.dtype)
         return F.rms_norm(x, (self.shape.hidden,), eps=NORM_EPS).to(self.dtype)
 
     def _rope_tables(self, start: int, T: int):
@@ -765,7 +764,7 @@ class HybridModel:
         q = qg.view(T, H, -1)[..., :hd]
         cos, sin = rope
         if self._fused_qk:
-            qk = self._norms().qk_norm_rope
+            qk = self._ops.qk_norm_rope
             q = qk(q, w["q_norm"], cos, sin, eps=NORM_EPS, out_dtype=self.dtype)
             k = qk(kvp[:, 0], w["k_norm"], cos, sin, eps=NORM_EPS, out_dtype=self.dtype)
             return qg, q, k, kvp[:, 1]
@@ -786,7 +785,7 @@ class HybridModel:
         s, w = self.shape, self.mlp[l]
         gu = self._in_norm(x) @ w["w_gu"]
         if self.elementwise == "fused":
-            act = self._norms().silu_mul(gu, s.mlp_inter)
+            act = self._ops.silu_mul(gu, s.mlp_inter)
         else:
             act = F.silu(gu[:, : s.mlp_inter]) * gu[:, s.mlp_inter :]
         return x + act @ w["w_down"]
