@@ -12,6 +12,7 @@ import fcntl
 import importlib.util
 import os
 import re
+import signal
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -324,6 +325,46 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def atomic_write_all(writes, before_commit: Callable[[], object] | None = None) -> None:
+    """``atomic_write`` for a set of files that belong together (a run's summary.json,
+    requests.parquet, occupancy.parquet and --events file): every ``write(tmp)`` first, then, with
+    Ctrl-C, SIGTERM and SIGHUP held back, ``before_commit()`` and every rename. A command stopped
+    while it writes leaves every file of the set old (or absent) or every file new, never the new
+    summary.json beside the old requests.parquet, nor a summary.json whose tables are missing (a
+    rerun would refuse it as an existing output, and ``report`` would read it as complete). A
+    signal held back is raised once the renames are done."""
+    temps: list[tuple[Path, Path]] = []
+    try:
+        for path, write in writes:
+            path = Path(path)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".tmp-{path.stem}-", suffix=path.suffix)
+            os.close(fd)
+            temps.append((Path(tmp), path))
+            write(Path(tmp))
+            os.chmod(tmp, 0o666 & ~current_umask())
+        with stop_signals_held():
+            if before_commit is not None:
+                before_commit()
+            for tmp, path in temps:
+                os.replace(tmp, path)
+    finally:
+        for tmp, _ in temps:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
+@contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """Holds back SIGINT, SIGTERM and SIGHUP for the body (a few renames); one that came meanwhile
+    is delivered, and its handler runs, when the body ends."""
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def current_umask() -> int:

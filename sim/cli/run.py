@@ -14,7 +14,7 @@ from sim.cli.help import SectionedCommand
 from sim.cli.checks import check_run, simulated_capacities, timing_dtype_warning
 from sim.cli.outdir import (
     OutputPath,
-    atomic_write,
+    atomic_write_all,
     check_output_files,
     input_paths,
     model_inputs,
@@ -576,24 +576,28 @@ def register(main: click.Group) -> None:
                     click.echo(f"{r.policy}: alpha auto stayed at {t.tuned_choice} (not tuned: {why})")
             if warning:
                 click.echo(warning)
-        if out is not None:
-            _write_outputs(out, trace, results)
+        # every output as one set: an interrupted run leaves all of them or none (sim.cli.outdir)
+        writes = _output_writes(out, trace, results) if out is not None else []
         if events_path is not None:
-            atomic_write(events_path, lambda tmp: write_events(event_rows, tmp))
+            writes.append((events_path, lambda tmp: write_events(event_rows, tmp)))
+        if writes:
+            # a replay's steps.parquet (--force) is not this run's
+            earlier = (lambda: remove_earlier_outputs(out, RUN_OUTPUTS)) if out is not None else None
+            atomic_write_all(writes, before_commit=earlier)
 
-    def _write_outputs(out: Path, trace, results) -> None:
+    def _output_writes(out: Path, trace, results) -> list:
         import pandas as pd  # noqa: PLC0415 - only --out writes tables
 
         out.mkdir(parents=True, exist_ok=True)
-        remove_earlier_outputs(out, RUN_OUTPUTS)  # a replay's steps.parquet (--force) is not this run's
         summary = [
             _finite({**cfg.as_row(), "trace": trace.name, **timing_row(cfg), **res.summary.to_dict()})
             for cfg, res in results
         ]
         text = json.dumps(summary, indent=2, allow_nan=False)
-        atomic_write(out / "summary.json", lambda tmp: tmp.write_text(text))
+        writes = [(out / "summary.json", lambda tmp: tmp.write_text(text))]
         for name in ("requests", "occupancy"):  # one table each, all policies, policy column first
             frames = [getattr(res, name).assign(policy=cfg.policy) for cfg, res in results]
             table = pd.concat(frames, ignore_index=True)
             table = table[["policy", *[c for c in table.columns if c != "policy"]]]
-            atomic_write(out / f"{name}.parquet", lambda tmp, t=table: t.to_parquet(tmp, index=False))
+            writes.append((out / f"{name}.parquet", lambda tmp, t=table: t.to_parquet(tmp, index=False)))
+        return writes

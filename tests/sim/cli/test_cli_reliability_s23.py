@@ -1,0 +1,69 @@
+"""Session 23: what users see of `run`, `sweep`, `report`, `plot`, `traces`, `models`, `policies`
+and `kernels` when they are interrupted, rerun, or given input they cannot use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+
+SMALL = ["--trace", "synthetic:chat:sessions=3,turns=2", "--no-progress", "--policy", "sglang+"]
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return CliRunner()
+
+
+def _snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _interrupt_the_occupancy_write(monkeypatch):
+    """Ctrl-C arriving while `run --out` writes occupancy.parquet (summary.json and
+    requests.parquet already written before it, in the order run writes them)."""
+    real = pd.DataFrame.to_parquet
+
+    def to_parquet(self, path, *args, **kwargs):
+        if "occupancy" in Path(path).name:
+            raise KeyboardInterrupt
+        return real(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", to_parquet)
+
+
+def test_run_interrupted_while_writing_leaves_no_partial_output_set(runner, tmp_path, monkeypatch):
+    """An interrupted `run --out D --events E` left D/summary.json and D/requests.parquet without
+    occupancy.parquet or the events file: a folder `report` reads as a finished run, which the rerun
+    of the same command then refused as existing outputs. Now the set is renamed into place at once,
+    with the stop signals held back: nothing of it is left, and the rerun runs."""
+    out, events = tmp_path / "r", tmp_path / "events.jsonl"
+    args = ["run", *SMALL, "--out", str(out), "--events", str(events)]
+    with monkeypatch.context() as m:
+        _interrupt_the_occupancy_write(m)
+        res = runner.invoke(main, args)
+    assert res.exit_code == 130, res.output
+    assert not events.exists()
+    assert not out.exists() or _snapshot(out) == {}, sorted(_snapshot(out))
+    res = runner.invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert sorted(_snapshot(out)) == ["occupancy.parquet", "requests.parquet", "summary.json"]
+    assert events.is_file()
+
+
+def test_run_force_interrupted_while_writing_keeps_the_earlier_set_whole(runner, tmp_path, monkeypatch):
+    """`run --force` over an earlier run's folder, interrupted while it wrote: the new summary.json
+    sat beside the earlier run's requests.parquet (another policy's rows). Now the earlier files are
+    all kept, byte for byte."""
+    out = tmp_path / "r"
+    assert runner.invoke(main, ["run", *SMALL, "--out", str(out)]).exit_code == 0
+    before = _snapshot(out)
+    with monkeypatch.context() as m:
+        _interrupt_the_occupancy_write(m)
+        res = runner.invoke(main, ["run", *SMALL[:-1], "marconi", "--alpha", "1", "--out", str(out), "--force"])
+    assert res.exit_code == 130, res.output
+    assert _snapshot(out) == before
