@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 
@@ -175,8 +174,13 @@ def register(main: click.Group) -> None:
     @click.option("--progress/--no-progress", default=True, show_default=True)
     def stats_cmd(spec, rate, fmt, progress, **kwargs) -> None:
         """Sessions, requests, tokens and infinite-cache hit-rate upper bounds of SPEC."""
-        if not 0 < rate < math.inf:
-            raise TraceError(f"--sessions-per-second must be a finite number > 0 (got {rate})")
+        from sim.cli.checks import RATE_RANGE  # noqa: PLC0415 - the range run and sweep take
+
+        if not RATE_RANGE[0] <= rate <= RATE_RANGE[1]:  # 1e-320 ordered the sessions on an infinite clock
+            raise TraceError(
+                f"--sessions-per-second must be in {RATE_RANGE[0]:g}..{RATE_RANGE[1]:g} (sessions started per "
+                f"second), not {rate!r}"
+            )
         _one_trace(spec, kwargs)
         _refuse_unread(kwargs, rate_flag="--sessions-per-second")
         trace = trace_from_cli(kwargs, progress, say_skipped=False)

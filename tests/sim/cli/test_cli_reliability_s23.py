@@ -67,3 +67,17 @@ def test_run_force_interrupted_while_writing_keeps_the_earlier_set_whole(runner,
         res = runner.invoke(main, ["run", *SMALL[:-1], "marconi", "--alpha", "1", "--out", str(out), "--force"])
     assert res.exit_code == 130, res.output
     assert _snapshot(out) == before
+
+
+@pytest.mark.parametrize("rate", ["1e-320", "1e300", "0", "nan"])
+def test_traces_stats_takes_the_session_rates_run_takes(runner, rate):
+    """`traces stats --sessions-per-second 1e-320` ordered the sessions on a clock of infinities
+    (numpy's overflow warning on stderr, exit 0) though `run` refuses any rate outside 1e-6..1e6."""
+    res = runner.invoke(main, ["traces", "stats", "synthetic:chat:sessions=3", "--sessions-per-second", rate])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == (
+        f"Error: --sessions-per-second must be in 1e-06..1e+06 (sessions started per second), not {float(rate)!r}"
+    )
+    for edge in ("1e-6", "1e6"):
+        res = runner.invoke(main, ["traces", "stats", "synthetic:chat:sessions=3", "--sessions-per-second", edge])
+        assert res.exit_code == 0, res.output
