@@ -128,7 +128,7 @@ class SglangParams(ChunkedPrefill, Speculation):
     gpu_memory: str = knob(
         "",
         "sglang: the memory the engine splits between its KV and mamba pools (after weights; "
-        "bytes with a unit); replaces --capacity. Empty: --capacity, no split.",
+        "a size: 40GB = 40e9 B, 40GiB = 40*2^30 B); replaces --capacity. Empty: --capacity, no split.",
     )
     max_mamba_cache_size: int = knob(
         0,

@@ -68,7 +68,7 @@ def engine_memory_bytes(text: str) -> int:
     m = re.fullmatch(r"\s*(\d+)\s*[x*]\s*(.+)", str(text), re.IGNORECASE)
     if m is not None:
         try:
-            total = format_size(int(m[1]) * parse_size(m[2]))
+            total = format_memory(int(m[1]) * parse_size(m[2]))
         except UsageError:
             total = None
         if total is not None:
@@ -97,6 +97,14 @@ def parse_size(text: str | int | float) -> int:
     if not value < UNLIMITED:  # 1e999 reads as inf: say so instead of an OverflowError
         raise SizeTooLarge(f"size {text!r} is too large (use inf for a cache that never evicts)")
     return int(value)
+
+
+def format_memory(n: int) -> str:
+    """A memory size in whole GiB where it is one (a GPU's, as its datasheet counts it: 80GiB; a
+    group of 2: 160GiB), else as ``format_size`` writes it."""
+    if 0 < n < UNLIMITED and n % 2**30 == 0:
+        return f"{n // 2**30}GiB"
+    return format_size(n)
 
 
 def format_size(n: int) -> str:
@@ -470,7 +478,7 @@ class SimConfig:
                 nbytes = engine_memory_bytes(self.gpu_memory)
             except SizeTooLarge:  # it said "use inf", which --gpu refuses as more than its memory
                 g = GPUS.get(canonical_gpu(self.gpu)) if self.gpu else None
-                each = f" ({format_size(g.memory_bytes)} a GPU)" if g else ""
+                each = f" ({format_memory(g.memory_bytes)} a GPU)" if g else ""
                 most = (
                     f"at most the memory of the --gpu {self.gpu} group{each}"
                     if self.gpu

@@ -27,47 +27,68 @@ class GPU:
 
 
 GB = 10**9
+GiB = 2**30
 TB = 10**12
 
+#: Memory: the datasheet's figure ("80GB HBM3") is a binary one, as memory is counted (JEDEC: 1 GB
+#: of a memory part = 2**30 bytes; an H100's 80GB is 5 stacks of 16 GiB, and nvidia-smi reports
+#: 81,559 MiB of it usable): each entry holds the datasheet's number of GiB, so ``--gpu-memory 80GiB``
+#: on an H100 is its whole memory and ``80GB`` (80e9 bytes) a little less. Bandwidths are decimal
+#: (TB/s, GB/s), as the datasheets quote them.
 GPUS: dict[str, GPU] = {
     g.name: g
     for g in (
-        GPU("a100-40gb", 312.0, 40 * GB, 1.555 * TB, 600 * GB, "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB)"),
-        GPU("a100", 312.0, 80 * GB, 2.039 * TB, 600 * GB, "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB)"),
-        GPU("h100", 989.0, 80 * GB, 3.35 * TB, 900 * GB, "NVIDIA H100 Tensor Core GPU datasheet (SXM5)"),
-        GPU("h100-pcie", 756.0, 80 * GB, 2.0 * TB, 600 * GB, "NVIDIA H100 datasheet (PCIe; NVLink bridge)"),
+        # datasheet: 40GB HBM2 (5 x 8 GiB)
+        GPU("a100-40gb", 312.0, 40 * GiB, 1.555 * TB, 600 * GB, "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB)"),
+        # datasheet: 80GB HBM2e
+        GPU("a100", 312.0, 80 * GiB, 2.039 * TB, 600 * GB, "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB)"),
+        # datasheet: 80GB HBM3 (nvidia-smi: 81,559 MiB)
+        GPU("h100", 989.0, 80 * GiB, 3.35 * TB, 900 * GB, "NVIDIA H100 Tensor Core GPU datasheet (SXM5)"),
+        # datasheet: 80GB HBM2e
+        GPU("h100-pcie", 756.0, 80 * GiB, 2.0 * TB, 600 * GB, "NVIDIA H100 datasheet (PCIe; NVLink bridge)"),
         GPU(
             "h100-nvl",
             835.0,
-            94 * GB,
+            94 * GiB,  # datasheet: 94GB HBM3
             3.9 * TB,
             600 * GB,
             "NVIDIA H100 Tensor Core GPU datasheet (H100 NVL: 1,671 TFLOPS bf16 with sparsity; NVLink bridge)",
         ),
-        GPU("h20", 148.0, 96 * GB, 4.0 * TB, 900 * GB, "NVIDIA H20 product brief (SXM)"),
-        GPU("h200", 989.0, 141 * GB, 4.8 * TB, 900 * GB, "NVIDIA H200 Tensor Core GPU datasheet (SXM)"),
+        # product brief: 96GB HBM3
+        GPU("h20", 148.0, 96 * GiB, 4.0 * TB, 900 * GB, "NVIDIA H20 product brief (SXM)"),
+        # datasheet: 141GB HBM3e (nvidia-smi: 143,771 MiB)
+        GPU("h200", 989.0, 141 * GiB, 4.8 * TB, 900 * GB, "NVIDIA H200 Tensor Core GPU datasheet (SXM)"),
         GPU(
             "h200-nvl",
             835.0,
-            141 * GB,
+            141 * GiB,  # datasheet: 141GB HBM3e
             4.8 * TB,
             900 * GB,
             "NVIDIA H200 Tensor Core GPU datasheet (H200 NVL: 1,671 TFLOPS bf16 with sparsity; NVLink bridge)",
         ),
-        GPU("gh200", 990.0, 96 * GB, 4.0 * TB, 900 * GB, "NVIDIA GH200 Grace Hopper Superchip datasheet (96GB HBM3)"),
+        # datasheet: 96GB HBM3 (the GPU's; the Grace CPU's 480GB LPDDR5X is not counted)
+        GPU("gh200", 990.0, 96 * GiB, 4.0 * TB, 900 * GB, "NVIDIA GH200 Grace Hopper Superchip datasheet (96GB HBM3)"),
         GPU(
             "gh200-144gb",
             990.0,
-            144 * GB,
+            144 * GiB,  # datasheet: 144GB HBM3e
             4.9 * TB,
             900 * GB,
             "NVIDIA GH200 Grace Hopper Superchip datasheet (144GB HBM3e)",
         ),
-        GPU("b200", 2250.0, 180 * GB, 7.7 * TB, 1800 * GB, "NVIDIA HGX B200 datasheet (per GPU of 8)"),
-        GPU("l40s", 362.0, 48 * GB, 0.864 * TB, 64 * GB, "NVIDIA L40S datasheet (no NVLink: PCIe Gen4 x16)"),
-        GPU("mi300x", 1307.0, 192 * GB, 5.3 * TB, 896 * GB, "AMD Instinct MI300X datasheet (Infinity Fabric)"),
+        # datasheet: 180GB HBM3e a GPU (1,440GB per HGX B200 of 8; nvidia-smi: 183,359 MiB)
+        GPU("b200", 2250.0, 180 * GiB, 7.7 * TB, 1800 * GB, "NVIDIA HGX B200 datasheet (per GPU of 8)"),
+        # datasheet: 48GB GDDR6 with ECC
+        GPU("l40s", 362.0, 48 * GiB, 0.864 * TB, 64 * GB, "NVIDIA L40S datasheet (no NVLink: PCIe Gen4 x16)"),
+        # datasheet: 192GB HBM3 (8 x 24 GiB)
+        GPU("mi300x", 1307.0, 192 * GiB, 5.3 * TB, 896 * GB, "AMD Instinct MI300X datasheet (Infinity Fabric)"),
     )
 }
+
+
+def datasheet_memory(gpu: GPU) -> str:
+    """The memory of ``gpu`` as its datasheet's figure, in the unit it is counted in: "80GiB"."""
+    return f"{gpu.memory_bytes // GiB}GiB"
 
 
 def canonical_gpu(name: str) -> str:
@@ -81,10 +102,10 @@ def canonical_gpu(name: str) -> str:
     if s in GPUS:
         return s
     s = re.sub(r"-(sxm\d*|hbm\d*e?)(?=-|$)", "", s)  # the usual form factor, the memory's kind
-    m = re.fullmatch(r"(.+?)-?(\d+)gb", s)
+    m = re.fullmatch(r"(.+?)-?(\d+)gi?b", s)  # "80GB" or "80GiB": the datasheet's figure either way
     if m and f"{m[1]}-{m[2]}gb" in GPUS:
         return f"{m[1]}-{m[2]}gb"
-    if m and m[1] in GPUS and GPUS[m[1]].memory_bytes == int(m[2]) * GB:
+    if m and m[1] in GPUS and GPUS[m[1]].memory_bytes == int(m[2]) * GiB:
         return m[1]  # the memory the entry has: another name of it
     return s if s in GPUS else str(name).strip().lower()
 

@@ -30,14 +30,14 @@ from sim.cli.outdir import (
 from sim.cli.options import with_fields
 from sim.cli.run import refuse_unread_knobs
 from sim.cli.traces import say_short_session_range, trace_options
-from sim.config import SimConfig, format_size
+from sim.config import SimConfig, format_memory, format_size
 from sim.errors import UsageError, stop_exit_code
 from sim.experiments.advise import ENGINES, OBJECTIVES, Problem, advice_json, advise, differences
 from sim.experiments.advise.search import STUDY_FILE, cpu_count
 from sim.experiments.grid import ROW_VERSION
 from traces.packing import inputs_digest
 from sim.cost import default_timing, gpu_memory_limit, timing_note
-from sim.gpus import get_gpu
+from sim.gpus import datasheet_memory, get_gpu
 from sim.trace_options import TRACE_OPTION_KEYS
 
 #: the simulation settings advise takes (as `marconi run`), less --seed (here the study's seed) and
@@ -79,8 +79,38 @@ def default_gpu_memory(
     if not gpu:
         return "80GB"
     n = gpu_memory_limit(model, gpu, tensor_parallel)[0] if model else int(tensor_parallel or 1)
-    mem = f"{get_gpu(gpu).memory_bytes // 10**9}GB"
+    mem = datasheet_memory(get_gpu(gpu))
     return f"{n}x{mem}" if n > 1 else mem
+
+
+def refuse_no_cache_on_the_group(engine_name: str, model: str, gpu: str, tensor_parallel: int) -> None:
+    """The default --gpu-memory (the --gpu group's) whose engine fraction the weights fill is refused
+    naming the smallest --tensor-parallel group that leaves a cache (qwen3-next-80b-a3b's 160GB on
+    2x h100, 160GiB: vLLM's 0.9 of it is 154.6GB): it said "--gpu-memory 160GiB leaves no cache", a
+    --gpu-memory the user never gave, and no way out."""
+    from sim.cli.checks import MAX_NODE_GPUS, _splits  # noqa: PLC0415
+    from sim.cost import get_model  # noqa: PLC0415
+    from sim.experiments.advise.space import get_engine, weight_bytes  # noqa: PLC0415
+
+    memory = get_engine(engine_name).memory
+    n, most = gpu_memory_limit(model, gpu, tensor_parallel)
+    spec = get_model(model)
+    weights = weight_bytes(spec)
+    if memory.cache_bytes(most, weights) > 0:
+        return
+    each = get_gpu(gpu).memory_bytes
+    fits = [
+        k for k in range(n + 1, MAX_NODE_GPUS + 1) if memory.cache_bytes(k * each, weights) > 0 and _splits(spec, k)
+    ]
+    group = (
+        f"give --tensor-parallel {fits[0]} (the smallest group that leaves a cache and splits its heads)"
+        if fits
+        else f"no tensor-parallel group of {gpu} that splits its heads leaves one"
+    )
+    raise UsageError(
+        f"{spec.name}'s {spec.weight_dtype} weights ({format_size(weights)}) leave no cache in "
+        f"{memory.flag} {memory.fraction:g} of {n}x {gpu} ({format_memory(most)}): {group}"
+    )
 
 
 def _preset_group(model: str | None, gpu: str) -> int:
@@ -122,7 +152,7 @@ def format_advice(adv, out: Path) -> str:
     p, sp = adv.problem, adv.space
     mem = sp.engine.memory
     lines = [
-        f"advise --for {p.engine} | model {p.model}{_gpu_words(p)} | --gpu-memory {format_size(adv.gpu_bytes)}: "
+        f"advise --for {p.engine} | model {p.model}{_gpu_words(p)} | --gpu-memory {format_memory(adv.gpu_bytes)}: "
         f"{sp.ctx.spec.weight_dtype} weights "
         f"{format_size(adv.weight_bytes)}, {mem.flag} {mem.fraction:g} -> cache {format_size(sp.ctx.capacity_bytes)} | "
         f"objective {p.objective} | {adv.trials} trials"
@@ -209,8 +239,9 @@ def register(main: click.Group) -> None:
     @click.option(
         "--gpu-memory",
         default=None,
-        help="Memory of the serving instance (80GB; 2x80GB for two GPUs); the engine's memory fraction "
-        "and the bf16 weights are taken off (docs/advise.md) [default: --gpu's memory times "
+        help="Memory of the serving instance (80GB = 80e9 B, 80GiB = 80*2^30 B, an H100's; 2x80GiB for two "
+        "GPUs); the engine's memory fraction and the bf16 weights are taken off (docs/advise.md) [default: "
+        "--gpu's memory (sim/gpus.py, in GiB as its datasheet counts it) times "
         "--tensor-parallel (with --tensor-parallel alone, of the GPU the timing prices), else 80GB].",
     )
     @click.option(
@@ -296,6 +327,8 @@ def register(main: click.Group) -> None:
             gpu_memory = default_gpu_memory(
                 fixed.get("gpu"), fixed.get("tensor_parallel", 0), model, fixed.get("timing_file")
             )
+            if fixed.get("gpu") and model:  # the engine's memory fraction of the group: the group that leaves a cache
+                refuse_no_cache_on_the_group(engine_name, model, fixed["gpu"], fixed.get("tensor_parallel", 0))
         else:
             from sim.experiments.advise.space import gpu_memory_count, parse_gpu_memory  # noqa: PLC0415
 
@@ -312,7 +345,7 @@ def register(main: click.Group) -> None:
             if count and tp and count != tp:  # 2x80GB on a group of 4: which group is priced?
                 raise UsageError(
                     f"--gpu-memory {gpu_memory} is the memory of {count} GPUs, --tensor-parallel {tp} a group of "
-                    f"{tp}: give the same count (or the total memory, e.g. {format_size(parse_gpu_memory(gpu_memory))})"
+                    f"{tp}: give the same count (or the total memory, e.g. {format_memory(parse_gpu_memory(gpu_memory))})"
                 )
             refuse_memory_beyond_gpus(gpu_memory, parse_gpu_memory(gpu_memory), gpu, tp, model)
         if engine_name in ENGINES:  # a knob none of the engine's presets reads would be dropped silently

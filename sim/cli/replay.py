@@ -328,7 +328,7 @@ def replay_options(fn):
         fn,
         [
             option(knob("policy"), help="One policy."),
-            option(knob("capacity_bytes"), lead=True, help="Cache capacity."),
+            option(knob("capacity_bytes"), lead=True),
             option(knob("alpha"), lead=True, help="Marconi's alpha (a number or auto)."),
             option(
                 knob("model"),

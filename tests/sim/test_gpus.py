@@ -19,7 +19,7 @@ def test_catalogue_entries_are_sane_and_cited():
     for g in GPUS.values():
         assert g.source and 50 < g.bf16_tflops < 5000 and g.memory_bytes >= 24 * 10**9
         assert g.hbm_bytes_per_s > 5e11 and g.link_bytes_per_s > 0
-    assert get_gpu("H200").memory_bytes == 141 * 10**9 and get_gpu("a100-40gb").hbm_bytes_per_s == 1.555e12
+    assert get_gpu("H200").memory_bytes == 141 * 2**30 and get_gpu("a100-40gb").hbm_bytes_per_s == 1.555e12
     with pytest.raises(UsageError, match="unknown GPU 'tpu'"):
         get_gpu("tpu")
 
@@ -165,7 +165,7 @@ def test_nvl_and_gh200_are_their_own_entries_and_uncalibrated():
     }
     assert {n: catalogue_name(n) for n in names} == names
     figures = {
-        g: (GPUS[g].bf16_tflops, GPUS[g].memory_bytes / 1e9, GPUS[g].hbm_bytes_per_s / 1e12) for g in names.values()
+        g: (GPUS[g].bf16_tflops, GPUS[g].memory_bytes / 2**30, GPUS[g].hbm_bytes_per_s / 1e12) for g in names.values()
     }
     assert figures["h100-nvl"] == (835.0, 94, 3.9) and figures["h200-nvl"] == (835.0, 141, 4.8)
     assert figures["gh200"] == (990.0, 96, 4.0) and figures["gh200-144gb"] == (990.0, 144, 4.9)

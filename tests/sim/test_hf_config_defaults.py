@@ -286,11 +286,11 @@ def test_quantized_weights_in_the_memory_checks(tmp_path):
 def test_default_group_splits_the_heads(tmp_path):
     from sim.cost import gpu_count
 
-    # Falcon-H1 7B's shapes with a 25x MLP: 127B weights, 254GB bf16; 12 attention heads, 2 KV heads,
-    # 24 Mamba heads. On H100 (60GB each at 3/4) 5 GPUs hold it; no power of two <= 64 splits 12
-    # heads and holds it (8 was priced: "GPU 8x h100"); 6 does
-    spec = get_model(_write(tmp_path, _cfg("falcon-h1-7b.json", intermediate_size=12288 * 25)))
-    assert 254e9 < spec.total_params * 2 < 255e9
+    # Falcon-H1 7B's shapes with a 26x MLP: 132B weights, 264GB bf16; 12 attention heads, 2 KV heads,
+    # 24 Mamba heads. On H100 (80GiB: 64.4GB each at 3/4) 5 GPUs hold it; no power of two <= 64
+    # splits 12 heads and holds it (8 was priced: "GPU 8x h100"); 6 does
+    spec = get_model(_write(tmp_path, _cfg("falcon-h1-7b.json", intermediate_size=12288 * 26)))
+    assert 264e9 < spec.total_params * 2 < 265e9
     assert (gpu_count(spec, "h100"), gpu_count(spec, "h200"), gpu_count(spec, "l40s")) == (6, 4, 12)
     # a power of two that splits the heads stays the choice (Qwen3-Next: 16 heads; 160GB on H100: 4)
     assert gpu_count(get_model(_write(tmp_path, _cfg("qwen3-next-80b-a3b.json"), "q.json")), "h100") == 4

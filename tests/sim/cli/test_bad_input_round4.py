@@ -199,7 +199,7 @@ def test_plot_of_a_run_folder_points_to_report(runner, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["run", "--policy", "sglang", "--gpu", "h100", "--gpu-memory", "81GB"], "--gpu-memory 81GB is more than"),
+        (["run", "--policy", "sglang", "--gpu", "h100", "--gpu-memory", "81GiB"], "--gpu-memory 81GiB is more than"),
         (["sweep", "--policy", "sglang", "--gpu", "h200,h100", "--gpu-memory", "100GB"], "--gpu-memory 100GB is more"),
         (
             ["advise", "--for", "sglang", "--model", "qwen3.5-9b", "--gpu", "h100", "--gpu-memory", "500GB"],
@@ -213,7 +213,7 @@ def test_gpu_memory_beyond_the_gpus_is_refused(runner, tmp_path, args, message):
     small = ["--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress"]
     res = runner.invoke(main, [*args, *small, "--out", str(tmp_path / "o")])
     _one_line(res, message)
-    assert "the memory of 1x h100 (80GB): lower it, or give --tensor-parallel for a larger group" in res.output
+    assert "the memory of 1x h100 (80GiB): lower it, or give --tensor-parallel for a larger group" in res.output
     assert not (tmp_path / "o").exists()
 
 
@@ -233,7 +233,7 @@ def test_gpu_memory_within_the_group_and_the_default_group(runner, tmp_path):
     args = ["advise", "--for", "sglang", *small, "--model", "qwen3.5-397b-a17b", "--gpu", "h200", "--trials", "1"]
     res = runner.invoke(main, [*args, "--workers", "1", "--out", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
-    assert "| model qwen3.5-397b-a17b | GPU 8x h200 | --gpu-memory 1.13TB: " in res.output.splitlines()[0]
+    assert "| model qwen3.5-397b-a17b | GPU 8x h200 | --gpu-memory 1128GiB: " in res.output.splitlines()[0]
 
 
 def test_a_sweep_row_whose_model_config_was_edited_is_recomputed(runner, tmp_path):

@@ -44,7 +44,7 @@ def test_gpu_memory_too_large_names_what_the_option_takes(runner):
     inf was then refused as more than the memory of 1x h100."""
     one_line(
         runner.invoke(main, [*RUN, "--policy", "sglang", "--gpu", "h100", "--gpu-memory", "1e30GB"]),
-        "--gpu-memory 1e30GB is too large: give at most the memory of the --gpu h100 group (80GB a GPU)",
+        "--gpu-memory 1e30GB is too large: give at most the memory of the --gpu h100 group (80GiB a GPU)",
     )
     # without --gpu, inf is what it says, and run takes it
     one_line(
@@ -178,11 +178,11 @@ def test_advise_tensor_parallel_alone_takes_the_memory_of_the_group_it_prices(ru
     args = ["advise", "--for", "vllm", "--trace", "synthetic:chat:sessions=2,turns=2", "--trials", "2", "--no-progress"]
     res = runner.invoke(main, [*args, "--model", cfg, "--tensor-parallel", "4", "--out", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
-    assert f"model {cfg} | GPU 4x h200 | --gpu-memory 564GB: bf16 weights 69.3GB, " in res.output.splitlines()[0]
+    assert f"model {cfg} | GPU 4x h200 | --gpu-memory 564GiB: bf16 weights 69.3GB, " in res.output.splitlines()[0]
     h100 = Path(__file__).resolve().parents[3] / "sim" / "data" / "h100-timing.json"
     extra = ["--tensor-parallel", "2", "--timing", str(h100), "--out", str(tmp_path / "b")]
     res = runner.invoke(main, [*args, "--model", cfg, *extra])
-    assert res.exit_code == 0 and f"model {cfg} | --gpu-memory 160GB: " in res.output.splitlines()[0], res.output
+    assert res.exit_code == 0 and f"model {cfg} | --gpu-memory 160GiB: " in res.output.splitlines()[0], res.output
 
 
 def test_sweep_says_a_timing_file_of_another_dtype_too(runner, tmp_path):

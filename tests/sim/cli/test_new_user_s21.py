@@ -13,11 +13,11 @@ SMALL = ["--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress", "--pol
 
 @pytest.mark.parametrize(
     "capacity, ok",
-    [("60GB", False), ("26.1GB", False), ("26GB", True), ("inf", True)],
+    [("60GB", False), ("31.9GB", False), ("31899345920", True), ("inf", True)],
 )
 def test_a_cache_that_fits_beside_the_weights_no_more_is_refused(runner, capacity, ok):
-    """qwen3.5-27b's bf16 weights are 53.9GB: on one 80GB H100 a 60GB cache fits alone but not
-    beside them (it ran); 26GB still fits, and inf (no limit) is not a size."""
+    """qwen3.5-27b's bf16 weights are 54GB: on one 80GiB H100 (85,899,345,920 B) a 60GB cache fits
+    alone but not beside them (it ran); 31,899,345,920 B still fits, and inf (no limit) is not a size."""
     args = ["run", *SMALL, "--model", "qwen3.5-27b", "--gpu", "h100", "--capacity", capacity]
     res = runner.invoke(main, args)
     if ok:
@@ -26,7 +26,7 @@ def test_a_cache_that_fits_beside_the_weights_no_more_is_refused(runner, capacit
         one_line(
             res,
             f"--capacity {capacity} and qwen3.5-27b's bf16 weights (54GB) are more than the memory of 1x h100 "
-            "(80GB): at most 26GB is left for the cache; lower it, or give --tensor-parallel for a larger group",
+            "(80GiB): at most 31.9GB is left for the cache; lower it, or give --tensor-parallel for a larger group",
         )
 
 
@@ -130,19 +130,29 @@ def test_report_says_which_rows_gpus_are_uncalibrated(runner, tmp_path):
 
 
 def test_weights_that_fill_the_group_leave_no_cache(runner):
-    """qwen3-next-80b-a3b's bf16 weights are 160GB exactly: its preset's 2 GPUs of H100 (2 x 80GB)
-    passed the weights check (not more than the memory) and then said "at most 0B is left for the
-    cache"; the weights filling the group is refused with the group that holds them."""
-    res = runner.invoke(main, ["run", *SMALL, "--model", "qwen3-next-80b-a3b", "--gpu", "h100"])
-    one_line(
-        res,
-        "qwen3-next-80b-a3b's bf16 weights (160GB) fill the memory of 2x h100 (160GB): give --tensor-parallel 4 "
-        "(the smallest group that holds them and splits its heads)",
-    )
-    ok = runner.invoke(
-        main, ["run", *SMALL, "--model", "qwen3-next-80b-a3b", "--gpu", "h100", "--tensor-parallel", "4"]
-    )
+    """qwen3-next-80b-a3b's bf16 weights are 160GB exactly: its preset's 2 GPUs of H100 (2 x 80GiB,
+    171.8GB) hold them and 11.8GB of cache. Weights that fill the group exactly passed the weights
+    check (not more than the memory) and then said "at most 0B is left for the cache"; they are
+    refused with the group that holds them."""
+    res = runner.invoke(main, ["run", *SMALL, "--model", "qwen3-next-80b-a3b", "--gpu", "h100", "--capacity", "12GB"])
+    one_line(res, "--capacity 12GB and qwen3-next-80b-a3b's bf16 weights (160GB) are more than the memory of 2x h100")
+    assert "at most 11.8GB is left for the cache" in res.output
+    ok = runner.invoke(main, ["run", *SMALL, "--model", "qwen3-next-80b-a3b", "--gpu", "h100", "--capacity", "11GB"])
     assert ok.exit_code == 0, ok.output
+    import sim.experiments.advise.space as space
+
+    with pytest.MonkeyPatch.context() as mp:  # weights of exactly 2 x 80GiB
+        mp.setattr(space, "weight_bytes", lambda spec: 160 * 2**30)
+        res = runner.invoke(main, ["run", *SMALL, "--model", "qwen3-next-80b-a3b", "--gpu", "h100"])
+        one_line(
+            res,
+            "qwen3-next-80b-a3b's bf16 weights (172GB) fill the memory of 2x h100 (160GiB): give --tensor-parallel 4 "
+            "(the smallest group that holds them and splits its heads)",
+        )
+        ok = runner.invoke(
+            main, ["run", *SMALL, "--model", "qwen3-next-80b-a3b", "--gpu", "h100", "--tensor-parallel", "4"]
+        )
+        assert ok.exit_code == 0, ok.output
 
 
 def test_gpu_memory_after_the_weights_must_fit_beside_them(runner):
@@ -152,8 +162,8 @@ def test_gpu_memory_after_the_weights_must_fit_beside_them(runner):
     args = ["run", *SMALL[:-2], "--policy", "sglang", "--model", "qwen3.5-27b", "--gpu", "h100"]
     one_line(
         runner.invoke(main, [*args, "--gpu-memory", "70GB"]),
-        "--gpu-memory 70GB and qwen3.5-27b's bf16 weights (54GB) are more than the memory of 1x h100 (80GB): "
-        "at most 26GB is left for the cache",
+        "--gpu-memory 70GB and qwen3.5-27b's bf16 weights (54GB) are more than the memory of 1x h100 (80GiB): "
+        "at most 31.9GB is left for the cache",
     )
     ok = runner.invoke(main, [*args, "--gpu-memory", "16.4GB"])
     assert ok.exit_code == 0, ok.output

@@ -1,0 +1,95 @@
+"""The open decisions session 22's helpers left (session 23): GPU memory in GB and GiB, the Granite
+and Nemotron-H defaults, NVL bridge groups, attention-only MoE configs, an unknown --gpu, sweep's
+memory check, plot styles; through the real CLI in process where the CLI is what changed."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from refusals import one_line
+from sim.cli import main
+from sim.gpus import GPUS, get_gpu
+
+SMALL = ["--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress"]
+ADVISE = ["advise", "--for", "sglang", "--model", "qwen3.5-9b", *SMALL, "--trials", "1", "--workers", "1"]
+
+
+def test_the_catalogue_holds_the_datasheets_memory_in_gib():
+    """The datasheets' "80GB HBM3" is a binary figure (80 x 2^30 B; nvidia-smi: 81,559 MiB); the
+    catalogue held 80e9 B, so an H100's own 80GiB was more than its memory."""
+    datasheet = {
+        "a100-40gb": 40,
+        "a100": 80,
+        "h100": 80,
+        "h100-pcie": 80,
+        "h100-nvl": 94,
+        "h20": 96,
+        "h200": 141,
+        "h200-nvl": 141,
+        "gh200": 96,
+        "gh200-144gb": 144,
+        "b200": 180,
+        "l40s": 48,
+        "mi300x": 192,
+    }
+    assert {name: g.memory_bytes for name, g in GPUS.items()} == {k: v * 2**30 for k, v in datasheet.items()}
+    from sim.gpus import datasheet_memory
+
+    assert datasheet_memory(get_gpu("h100")) == "80GiB"
+    # the entry's memory as a spelling of it, in either unit
+    assert get_gpu("H100 80GB").name == get_gpu("h100-80gib").name == "h100"
+    assert get_gpu("A100 40GiB").name == "a100-40gb"
+
+
+def test_advise_takes_a_gpus_whole_memory_in_gib(runner, tmp_path):
+    """`advise --gpu h100 --gpu-memory 80GiB` said "more than the memory of 1x h100 (80GB)"."""
+    res = runner.invoke(main, [*ADVISE, "--gpu", "h100", "--gpu-memory", "80GiB", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert "| GPU 1x h100 | --gpu-memory 80GiB: bf16 weights 18GB" in res.output.splitlines()[0]
+    res = runner.invoke(main, [*ADVISE, "--gpu", "h100", "--gpu-memory", "2x80GiB", "--out", str(tmp_path / "b")])
+    assert res.exit_code == 0, res.output
+    assert "| GPU 2x h100 | --gpu-memory 160GiB: " in res.stdout.splitlines()[0]
+    # the default is the catalogue's figure, in its unit; a byte more is refused, in the same unit
+    res = runner.invoke(main, [*ADVISE, "--gpu", "h100", "--out", str(tmp_path / "c")])
+    assert res.exit_code == 0 and "| GPU 1x h100 | --gpu-memory 80GiB: " in res.output.splitlines()[0], res.output
+    one_line(
+        runner.invoke(main, [*ADVISE, "--gpu", "h100", "--gpu-memory", "85899345921", "--out", str(tmp_path / "d")]),
+        "--gpu-memory 85899345921 is more than the memory of 1x h100 (80GiB): lower it",
+    )
+
+
+def test_run_takes_capacity_and_gpu_memory_in_gib_exactly(runner):
+    """run: --capacity and --gpu-memory in GiB are exact (80GiB = 85,899,345,920 B): the cache left
+    beside qwen3.5-27b's 54e9 B of weights on one H100 is 31,899,345,920 B, no byte more."""
+    args = ["run", *SMALL, "--model", "qwen3.5-27b", "--gpu", "h100"]
+    assert runner.invoke(main, [*args, "--capacity", "29.708GiB"]).exit_code == 0  # 31,898,722,107 B
+    one_line(
+        runner.invoke(main, [*args, "--capacity", "29.709GiB"]),  # 31,899,795,849 B
+        "--capacity 31.9GB and qwen3.5-27b's bf16 weights (54GB) are more than the memory of 1x h100 (80GiB)",
+    )
+    one_line(
+        runner.invoke(main, [*args, "--capacity", "81GiB"]),
+        "--capacity 81GiB is more than the memory of 1x h100 (80GiB): lower it",
+    )
+    sglang = ["run", *SMALL, "--model", "qwen3.5-9b", "--gpu", "h100", "--policy", "sglang"]
+    assert runner.invoke(main, [*sglang, "--gpu-memory", "62GiB"]).exit_code == 0
+    one_line(
+        runner.invoke(main, [*sglang, "--gpu-memory", "64GiB"]),
+        "--gpu-memory 64GiB and qwen3.5-9b's bf16 weights (18GB) are more than the memory of 1x h100 (80GiB)",
+    )
+
+
+@pytest.mark.parametrize("command, flag", [("run", "--capacity"), ("sweep", "--capacity"), ("replay", "--capacity")])
+def test_every_size_option_says_both_units(runner, command, flag):
+    """replay's --capacity said only "Cache capacity." where run's and sweep's say what GB and GiB are."""
+    res = runner.invoke(main, [command, "--help"])
+    text = re.sub(r"\s+", " ", re.split(rf"{flag} (?:TEXT|LIST)", res.output)[1].split(" --", 1)[0])
+    assert "5GB = 5e9 B, 5GiB = 5*2^30 B" in text, text
+
+
+def test_gpu_memory_options_say_both_units(runner):
+    for command in ("run", "advise"):
+        text = re.sub(r"\s+", " ", runner.invoke(main, [command, "--help"]).output)
+        assert re.search(r"--gpu-memory TEXT [^-]*(\d+)GB = \1e9 B, \1GiB = \1\*2\^30 B", text), command
