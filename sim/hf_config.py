@@ -288,7 +288,8 @@ _FAMILY_DEFAULTS = {
     "qwen3_5": {"head_dim": 256, "num_key_value_heads": 4},
     "qwen3_5_moe": {"head_dim": 256, "num_key_value_heads": 2, "shared": 512},
     "nemotron_h": {"head_dim": 128, "num_key_value_heads": 8, "n_groups": 8, "shared": 7688},
-    "granitemoehybrid": {"shared": 1024},
+    # GraniteMoeHybridConfig: 8 experts, top-2 (0 given: a dense model, the shared MLP alone)
+    "granitemoehybrid": {"shared": 1024, "experts": 8, "top_k": 2},
     "jamba": {"num_key_value_heads": 8},
     "falcon_h1": {"num_key_value_heads": 8},
     "mamba2": {"n_groups": 8},
@@ -584,9 +585,17 @@ def read_config(path) -> dict:
             m, params = _mamba2(f, family, d, n_m, d_inner=expand * d if auto else None)
             out.update(m)
             other += params
-        experts = f.int("num_local_experts", default=0)
+        # left out: GraniteMoeHybridConfig's 8 experts, top-2 (it was read as 0, a dense model);
+        # 0 given is a dense one (Granite 4.0 H 1B / 350M), as transformers builds it
+        experts = f.int("num_local_experts", default=_FAMILY_DEFAULTS[family]["experts"])
         if experts > 0:
-            inter, top = f.pos("intermediate_size"), f.pos("num_experts_per_tok")
+            inter = f.pos("intermediate_size")
+            top = f.pos("num_experts_per_tok", default=_FAMILY_DEFAULTS[family]["top_k"])
+            if cfg.get("num_local_experts") is None and top > experts:
+                raise UsageError(
+                    f"model config {where}: field 'num_local_experts' is left out, and {family}'s default of "
+                    f"{experts} experts is fewer than 'num_experts_per_tok' ({top}): give it"
+                )
             shared = f.int("shared_intermediate_size", default=_FAMILY_DEFAULTS[family]["shared"])
             block = (_moe(d, inter, top, shared, experts), _moe_total(d, inter, shared, experts))
         else:

@@ -622,10 +622,11 @@ def test_falcon_h1_d_inner_from_heads_without_mamba_d_ssm(tmp_path):
 
 
 def test_granite_dense_all_attention_and_other_spellings(tmp_path):
-    # no experts: a dense SwiGLU of shared_intermediate_size (1536), else intermediate_size (768)
-    r = read_config(_write(tmp_path, _edit("granite-4.0-h-small.json", num_local_experts=None)))
+    # no experts (0: Granite 4.0 H 1B's): a dense SwiGLU of shared_intermediate_size (1536), else
+    # intermediate_size (768)
+    r = read_config(_write(tmp_path, _edit("granite-4.0-h-small.json", num_local_experts=0)))
     assert r["mlp_active_params"] == 3 * 4096 * 1536
-    cfg = _edit("granite-4.0-h-small.json", num_local_experts=None, shared_intermediate_size=None)
+    cfg = _edit("granite-4.0-h-small.json", num_local_experts=0, shared_intermediate_size=None)
     assert read_config(_write(tmp_path, cfg))["mlp_active_params"] == 3 * 4096 * 768
     # the older spelling layers_block_type reads the same
     cfg = _edit("granite-4.0-h-small.json")

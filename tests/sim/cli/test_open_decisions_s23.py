@@ -93,3 +93,46 @@ def test_gpu_memory_options_say_both_units(runner):
     for command in ("run", "advise"):
         text = re.sub(r"\s+", " ", runner.invoke(main, [command, "--help"]).output)
         assert re.search(r"--gpu-memory TEXT [^-]*(\d+)GB = \1e9 B, \1GiB = \1\*2\^30 B", text), command
+
+
+def _granite(tmp_path, drop=(), **edits) -> str:
+    import json
+    from pathlib import Path
+
+    cfg = json.loads((Path(__file__).resolve().parents[2] / "data" / "configs" / "granite-4.0-h-small.json").read_text())
+    for k in drop:
+        del cfg[k]
+    cfg.update(edits)
+    path = tmp_path / f"granite-{len(list(tmp_path.iterdir()))}.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def test_granite_without_num_local_experts_takes_the_config_class_default(tmp_path):
+    """A Granite 4.0 hybrid config.json without num_local_experts was read as a dense model (the
+    shared MLP alone); GraniteMoeHybridConfig takes 8 experts, top-2 (num_experts_per_tok left out)."""
+    from sim.cost import get_model
+    from sim.errors import UsageError
+    from sim.hf_config import read_config
+
+    # d 4096, experts 768 wide, shared 1536, 40 layers: top-2 of 8 SwiGLU experts, the shared one, the router
+    r = read_config(_granite(tmp_path, drop=("num_local_experts", "num_experts_per_tok")))
+    assert r["mlp_active_params"] == 3 * 4096 * 768 * 2 + 3 * 4096 * 1536 + 4096 * 8 == 37_781_504
+    full = read_config(_granite(tmp_path))  # 72 experts, top-10 as published
+    block_72 = 3 * 4096 * 768 * 72 + 3 * 4096 * 1536 + 4096 * 72
+    block_8 = 3 * 4096 * 768 * 8 + 3 * 4096 * 1536 + 4096 * 8
+    assert full["total_params"] - r["total_params"] == 40 * (block_72 - block_8)
+    # FLOPs: 2 a weight, the MLP's share of a token
+    spec, published = get_model(_granite(tmp_path, drop=("num_local_experts", "num_experts_per_tok"))), get_model(
+        _granite(tmp_path)
+    )
+    assert spec.mlp_active_params == 37_781_504 and published.mlp_active_params == 3 * 4096 * 768 * 10 + 3 * 4096 * 1536 + 4096 * 72
+    # 0 given: dense, the shared MLP alone (Granite 4.0 H 1B / 350M write it so)
+    assert read_config(_granite(tmp_path, num_local_experts=0))["mlp_active_params"] == 3 * 4096 * 1536
+    # the published top-10 with the default 8 experts: refused, naming the field to give
+    with pytest.raises(UsageError) as err:
+        read_config(_granite(tmp_path, drop=("num_local_experts",)))
+    assert str(err.value).endswith(
+        "field 'num_local_experts' is left out, and granitemoehybrid's default of 8 experts is fewer than "
+        "'num_experts_per_tok' (10): give it"
+    )
