@@ -99,7 +99,9 @@ def _granite(tmp_path, drop=(), **edits) -> str:
     import json
     from pathlib import Path
 
-    cfg = json.loads((Path(__file__).resolve().parents[2] / "data" / "configs" / "granite-4.0-h-small.json").read_text())
+    cfg = json.loads(
+        (Path(__file__).resolve().parents[2] / "data" / "configs" / "granite-4.0-h-small.json").read_text()
+    )
     for k in drop:
         del cfg[k]
     cfg.update(edits)
@@ -123,10 +125,10 @@ def test_granite_without_num_local_experts_takes_the_config_class_default(tmp_pa
     block_8 = 3 * 4096 * 768 * 8 + 3 * 4096 * 1536 + 4096 * 8
     assert full["total_params"] - r["total_params"] == 40 * (block_72 - block_8)
     # FLOPs: 2 a weight, the MLP's share of a token
-    spec, published = get_model(_granite(tmp_path, drop=("num_local_experts", "num_experts_per_tok"))), get_model(
-        _granite(tmp_path)
-    )
-    assert spec.mlp_active_params == 37_781_504 and published.mlp_active_params == 3 * 4096 * 768 * 10 + 3 * 4096 * 1536 + 4096 * 72
+    spec = get_model(_granite(tmp_path, drop=("num_local_experts", "num_experts_per_tok")))
+    published = get_model(_granite(tmp_path))
+    assert spec.mlp_active_params == 37_781_504
+    assert published.mlp_active_params == 3 * 4096 * 768 * 10 + 3 * 4096 * 1536 + 4096 * 72
     # 0 given: dense, the shared MLP alone (Granite 4.0 H 1B / 350M write it so)
     assert read_config(_granite(tmp_path, num_local_experts=0))["mlp_active_params"] == 3 * 4096 * 1536
     # the published top-10 with the default 8 experts: refused, naming the field to give
