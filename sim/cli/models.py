@@ -33,6 +33,8 @@ def _rows(names=()) -> list[dict]:
                 # where the engines serve it in another dtype than its checkpoint's (an fp32
                 # config.json: "fp32 checkpoint served in bf16"), null elsewhere
                 "note": spec.dtype_note or None,
+                # where the state's dtype is the engines' default, not the config's (Nemotron-H: fp32)
+                "state_note": spec.state_note or None,
             }
         )
     return rows
@@ -64,7 +66,7 @@ def register(main: click.Group) -> None:
                 f"{r['kv_bytes_per_token']:,}",
                 f"{r['state_bytes']:,}",
                 f"{r['state_kv_tokens']:,.0f}" if r["is_hybrid"] and r["state_kv_tokens"] is not None else "-",
-                f"{r['flops_per_token_1k']:.3g}",
+                f"{r['flops_per_token_1k']:.2e}",  # three digits in every row (.3g gave 1.4e+10 beside 1.32e+10)
             )
             for r in rows
         ]
@@ -78,3 +80,5 @@ def register(main: click.Group) -> None:
         for r in rows:  # what the row's bytes assume, where it is not the checkpoint's own dtype
             if r["note"]:
                 click.echo(f"note: {r['name']}: {r['note']} (vLLM's and SGLang's --dtype auto; docs/models.md)")
+            if r["state_note"]:
+                click.echo(f"note: {r['name']}: {r['state_note']} (docs/models.md)")

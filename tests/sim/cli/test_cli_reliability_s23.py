@@ -81,3 +81,12 @@ def test_traces_stats_takes_the_session_rates_run_takes(runner, rate):
     for edge in ("1e-6", "1e6"):
         res = runner.invoke(main, ["traces", "stats", "synthetic:chat:sessions=3", "--sessions-per-second", edge])
         assert res.exit_code == 0, res.output
+
+
+def test_models_prints_flops_per_token_with_three_digits_in_every_row(runner):
+    """`marconi models`' last column was `.3g`: qwen3.5-9b's 1.4e+10 beside marconi-7b's 1.32e+10
+    (and falcon-h1-7b's 1.4e+10), two digits where the others had three."""
+    res = runner.invoke(main, ["models", "marconi-7b", "qwen3.5-9b", "replay-tiny"])
+    assert res.exit_code == 0, res.output
+    last = [line.split()[-1] for line in res.output.splitlines()[2:5]]
+    assert last == ["1.32e+10", "1.40e+10", "2.16e+05"], res.output
