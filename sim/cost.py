@@ -34,7 +34,7 @@ from typing import Sequence
 
 from sim.errors import UsageError
 from sim.gpus import ALLREDUCE_LATENCY_S, allreduce_s, get_gpu
-from sim.hf_config import config_file, looks_like_path, read_config
+from sim.hf_config import NEMOTRON_H_STATE_NOTE, config_file, looks_like_path, read_config
 
 GDN_CHUNK = 64  # chunk length the per-token cost of docs/cost-model.md §2 is derived for
 
@@ -94,6 +94,9 @@ class ModelSpec:
     # config.json: "fp32 checkpoint served in bf16", vLLM's and SGLang's --dtype auto)
     dtype: str = field(default="bf16", compare=False)
     dtype_note: str = field(default="", compare=False)
+    # where the recurrent state's dtype is an engine's default rather than the config's (Nemotron-H:
+    # fp32, sim/hf_config.NEMOTRON_H_STATE_NOTE): what `marconi models` says under its row
+    state_note: str = field(default="", compare=False)
     source: str = ""
 
     # precomputed (see __post_init__)
@@ -411,6 +414,7 @@ def _mamba2_hybrid(
     version=2,
     dt_rank=0,
     d_inner=0,
+    state_note="",
 ):
     """A Mamba + attention hybrid read the way ``sim/hf_config.py`` reads its config (docs/models.md):
     real Mamba2 projections (in_proj D -> 2*d_inner + 2*G*N + heads) or Mamba1 (``version=1``:
@@ -441,6 +445,7 @@ def _mamba2_hybrid(
         nominal_active_params=nominal,
         total_params=total,
         source=source,
+        state_note=state_note,
     )
 
 
@@ -465,6 +470,8 @@ MODELS.update(
             total=8_100_389_888,
             nominal=8e9,
             source="HF nvidia/Nemotron-H-8B-Base-8K config.json (tests/data/configs/nemotron-h-8b.json)",
+            state_bytes=4,  # the engines' fp32 Mamba state for Nemotron-H (NEMOTRON_H_STATE_NOTE)
+            state_note=NEMOTRON_H_STATE_NOTE,
         ),
         "nemotron-h-56b": _mamba2_hybrid(
             "nemotron-h-56b",
@@ -483,6 +490,8 @@ MODELS.update(
             total=56_322_269_696,
             nominal=56e9,
             source="HF nvidia/Nemotron-H-56B-Base-8K config.json (tests/data/configs/nemotron-h-56b.json)",
+            state_bytes=4,  # the engines' fp32 Mamba state for Nemotron-H (NEMOTRON_H_STATE_NOTE)
+            state_note=NEMOTRON_H_STATE_NOTE,
         ),
         # Jamba 1.5 Mini: attention at layers 4, 12, 20, 28 (period 8, offset 4), Mamba1 elsewhere;
         # MoE (16 experts, top-2, SwiGLU 14336) at odd layers, a dense SwiGLU 14336 at even ones,

@@ -23,12 +23,13 @@ Conventions (docs/models.md): a field left out takes its family's transformers d
 (``_FAMILY_DEFAULTS``); the KV cache takes the dtype the engines serve the config's in (bf16 /
 fp16: 2 bytes; an fp32 checkpoint is served in bf16, vLLM's and SGLang's ``--dtype auto``); a
 Mamba conv window takes it too; the recurrent state is fp32 for gated delta (what the Qwen presets
-keep) and the served dtype for Mamba (the engines' ``--mamba-ssm-cache-dtype auto``), unless the
-config names one (``mamba_ssm_dtype``, ``mamba_ssm_cache_dtype``). MoE blocks of different widths
-in one model (Jamba: MoE every other layer) are averaged over the MLP blocks, which keeps every
-per-token FLOP and byte exact. A missing field or an unknown family is one ``UsageError`` line
-naming it; so is a width, count or period of 0 (0 Mamba heads priced a model doing no work), heads
-that do not split into their groups, and a Jamba offset past its period (no such layer at all).
+keep) and Nemotron-H (``NEMOTRON_H_STATE_NOTE``), the served dtype for the other Mamba families
+(vLLM's ``--mamba-ssm-cache-dtype auto``), unless the config names one (``mamba_ssm_dtype``,
+``mamba_ssm_cache_dtype``). MoE blocks of different widths in one model (Jamba: MoE every other
+layer) are averaged over the MLP blocks, which keeps every per-token FLOP and byte exact. A
+missing field or an unknown family is one ``UsageError`` line naming it; so is a width, count or
+period of 0 (0 Mamba heads priced a model doing no work), heads that do not split into their
+groups, and a Jamba offset past its period (no such layer at all).
 """
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ from sim.errors import UsageError
 
 _DTYPE_BYTES = {"float32": 4, "fp32": 4, "float": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
 _FP8 = ("float8", "fp8")
+#: what `marconi models` says of a Nemotron-H whose config names no state dtype: the engines keep its
+#: Mamba state in fp32 (vLLM: NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE, "only float32
+#: is known to have no accuracy issues", for --mamba-ssm-cache-dtype auto; SGLang: --mamba-ssm-dtype
+#: float32), not in the model dtype as for the other Mamba families
+NEMOTRON_H_STATE_NOTE = (
+    "Mamba state in fp32: no mamba_ssm_cache_dtype in the config, and vLLM (its Nemotron-H default for "
+    "--mamba-ssm-cache-dtype auto) and SGLang (--mamba-ssm-dtype float32) keep it so"
+)
 #: a 16-bit dtype's short name (what a timing file and the outputs call it)
 _DTYPE_NAMES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16"}
 #: the largest config.json read (published ones are a few kB; a layer list of 1,000 layers ~20 kB)
@@ -617,6 +626,8 @@ def read_config(path) -> dict:
         )
     if out.get("n_mamba"):
         out["state_dtype_bytes"] = _dtype_bytes(ssm_dtype, where, "mamba_ssm_dtype") if ssm_dtype else act_bytes
+        if family == "nemotron_h" and not ssm_dtype:  # the engines' fp32 (NEMOTRON_H_STATE_NOTE)
+            out["state_dtype_bytes"], out["state_note"] = 4, NEMOTRON_H_STATE_NOTE
     mlp, mlp_total = _mlp_fields(mlp_blocks)
     out.update(mlp)
     out["embedding_params"] = vocab * d

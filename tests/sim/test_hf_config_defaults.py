@@ -46,8 +46,9 @@ def test_nemotron_h_head_dim_spellings_and_default(tmp_path):
     assert kv == 16_384
     spec = get_model(_write(tmp_path, _nemotron_h_4b()))
     assert (spec.attn_head_dim, spec.kv_bytes_per_token()) == (128, kv)
-    # per Mamba layer: 112 x 64 x 128 state + (7168 + 2 x 8 x 128) x 3 conv, bf16
-    assert spec.state_bytes() == 24 * (112 * 64 * 128 * 2 + (7168 + 2048) * 3 * 2) == 45_367_296
+    # per Mamba layer: 112 x 64 x 128 fp32 state (the engines' Nemotron-H default) + (7168 + 2 x 8 x
+    # 128) x 3 bf16 conv
+    assert spec.state_bytes() == 24 * (112 * 64 * 128 * 4 + (7168 + 2048) * 3 * 2) == 89_407_488
     # neither spelling: NemotronHConfig's 128, not hidden / heads
     spec = get_model(_write(tmp_path, _nemotron_h_4b(attention_head_dim=None)))
     assert (spec.attn_head_dim, spec.kv_bytes_per_token()) == (128, kv)

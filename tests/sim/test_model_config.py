@@ -62,9 +62,10 @@ def test_nemotron_h_8b_by_hand():
     s = get_model("nemotron-h-8b")
     assert s.layers_by_type() == {"attention": 4, "gated_delta": 0, "mamba2": 24, "mlp": 24}
     assert s.kv_bytes_per_token() == 4 * 2 * 8 * 128 * 2 == 16_384
-    # per Mamba2 layer: 128 heads x 64 x N 128 bf16 state, conv (8192 + 2*8*128) x 3 bf16
-    per = 128 * 64 * 128 * 2 + (8192 + 2 * 8 * 128) * 3 * 2
-    assert s.state_bytes() == 24 * per == 51_806_208
+    # per Mamba2 layer: 128 heads x 64 x N 128 fp32 state (the engines' Nemotron-H default), conv
+    # (8192 + 2*8*128) x 3 bf16
+    per = 128 * 64 * 128 * 4 + (8192 + 2 * 8 * 128) * 3 * 2
+    assert s.state_bytes() == 24 * per == 102_137_856
     D, di, N, G, H = 4096, 8192, 128, 8, 128
     mamba = 2 * (D * (2 * di + 2 * G * N + H) + di * D) + 2 * (di + 2 * G * N) * 4 + 8 * di * N + 5 * di
     attn = 2 * (D * 32 * 128 + 2 * D * 8 * 128 + 32 * 128 * D) + 2 * 32 * 128  # + causal linear term

@@ -237,7 +237,8 @@ def test_nemotron_h_8b_exact():
         | dict(mlp_active_params=mlp, embedding_params=emb),
         total=4 * attn + 24 * mamba + 24 * mlp + 2 * emb,  # 167,772,160 + 2,631,017,472 + 4,227,858,432 + 1,073,741,824
         kv=4 * 2 * 8 * 128 * 2,  # 16,384
-        state=24 * (128 * 64 * 128 * 2 + (8192 + 2048) * 3 * 2),  # 24 x 2,158,592 = 51,806,208
+        # fp32 state (no mamba_ssm_cache_dtype: the engines' Nemotron-H default), bf16 conv
+        state=24 * (128 * 64 * 128 * 4 + (8192 + 2048) * 3 * 2),  # 24 x 4,255,744 = 102,137,856
     )
     assert r["total_params"] == 8_100_389_888
 
@@ -258,7 +259,7 @@ def test_nemotron_h_56b_exact():
         # 1,509,949,440 + 23,673,807,360 + 28,991,029,248 + 2,147,483,648
         total=10 * attn + 54 * mamba + 54 * mlp + 2 * emb,
         kv=10 * 2 * 8 * 128 * 2,  # 40,960
-        state=54 * (256 * 64 * 256 * 2 + (16384 + 4096) * 3 * 2),  # 54 x 8,511,488 = 459,620,352
+        state=54 * (256 * 64 * 256 * 4 + (16384 + 4096) * 3 * 2),  # 54 x 16,900,096 = 912,605,184
     )
     assert r["total_params"] == 56_322_269_696
 
@@ -277,7 +278,7 @@ def test_toy_mamba2_hybrid_exact():
         | dict(n_mlp=2, mlp_active_params=mlp, embedding_params=512 * 64),
         total=attn + 3 * mamba + 2 * mlp + 2 * 512 * 64,  # 12,288 + 89,508 + 32,768 + 65,536
         kv=2 * 2 * 16 * 2,  # 128
-        state=3 * (4 * 32 * 16 * 2 + (128 + 64) * 3 * 2),  # 3 x 5,248 = 15,744
+        state=3 * (4 * 32 * 16 * 4 + (128 + 64) * 3 * 2),  # fp32 state, bf16 conv: 3 x 9,344 = 28,032
     )
     assert r["total_params"] == 200_100
 
@@ -561,7 +562,7 @@ def test_toy_nemotron_moe_blocks(tmp_path):
     assert r["total_params"] == attn + mamba + mlp + 2 * moe_tot + 7 * 4 == 662  # one table (tied)
     assert (r["mamba_d_inner"], r["mamba_n_groups"], r["mamba_conv_width"]) == (8, 2, 3)
     assert s.kv_bytes_per_token() == 2 * 1 * 2 * 2 == 8
-    assert s.state_bytes() == 2 * 4 * 3 * 2 + (8 + 12) * 2 * 2 == 128  # state 48 + conv 80
+    assert s.state_bytes() == 2 * 4 * 3 * 4 + (8 + 12) * 2 * 2 == 176  # fp32 state 96 + bf16 conv 80
 
 
 def test_toy_nemotron_defaults_and_state_dtype(tmp_path):
@@ -576,26 +577,27 @@ def test_toy_nemotron_defaults_and_state_dtype(tmp_path):
     path = _write(tmp_path, _toy_nemotron(conv_kernel=None))
     r = read_config(path)
     assert (r["mamba_n_groups"], r["mamba_conv_width"], r["total_params"]) == (2, 4, 662 - 226 + 246)
-    assert get_model(path).state_bytes() == 48 + (8 + 12) * 3 * 2 == 168
+    assert get_model(path).state_bytes() == 96 + (8 + 12) * 3 * 2 == 216
     # no groups: NemotronHConfig's default, 8, which the 2 heads cannot split (refused, said so);
     # with 8 heads of 1 (di 8 as before) -> Mamba 4*(16 + 48 + 8) + 32 + (8 + 48)*3 + 24 + 8 = 520
     with pytest.raises(UsageError, match="'n_groups' is left out, and nemotron_h's default of 8 groups"):
         read_config(_write(tmp_path, _toy_nemotron(n_groups=None)))
     r = read_config(_write(tmp_path, _toy_nemotron(n_groups=None, mamba_num_heads=8, mamba_head_dim=1)))
     assert (r["mamba_n_groups"], r["total_params"]) == (8, 662 - 226 + 520)
-    # the state's dtype named by the config (either spelling): fp32, 2*4*3*4 = 96 + conv 80
+    # the state's dtype named by the config (either spelling): bf16, 2*4*3*2 = 48 + conv 80
     for field in ("mamba_ssm_dtype", "mamba_ssm_cache_dtype"):
-        path = _write(tmp_path, _toy_nemotron(**{field: "float32"}))
-        assert read_config(path)["state_dtype_bytes"] == 4 and get_model(path).state_bytes() == 176
-    # an fp32 checkpoint without a named state dtype: served in bf16, the state too (the engines'
-    # --mamba-ssm-cache-dtype auto follows the served dtype; it priced 4 bytes: 96 + conv 160)
+        path = _write(tmp_path, _toy_nemotron(**{field: "bfloat16"}))
+        assert read_config(path)["state_dtype_bytes"] == 2 and get_model(path).state_bytes() == 128
+        assert get_model(path).state_note == ""
+    # none named: fp32 (vLLM's Nemotron-H default for --mamba-ssm-cache-dtype auto, SGLang's
+    # --mamba-ssm-dtype), whatever the checkpoint's dtype: an fp32 checkpoint served in bf16 keeps
+    # 96 + conv 80, an fp8 one 96 + conv 40 (KV and conv in one byte)
     path = _write(tmp_path, _toy_nemotron(torch_dtype="float32"))
-    assert (get_model(path).kv_bytes_per_token(), get_model(path).state_bytes()) == (8, 128)
+    assert (get_model(path).kv_bytes_per_token(), get_model(path).state_bytes()) == (8, 176)
     path = _write(tmp_path, _toy_nemotron(torch_dtype="float32", mamba_ssm_dtype="float32"))
     assert (get_model(path).kv_bytes_per_token(), get_model(path).state_bytes()) == (8, 176)
-    # an fp8 checkpoint without a named state dtype: KV, conv and state in one byte
     path = _write(tmp_path, _toy_nemotron(torch_dtype="fp8"))
-    assert (get_model(path).kv_bytes_per_token(), get_model(path).state_bytes()) == (4, 24 + 40)
+    assert (get_model(path).kv_bytes_per_token(), get_model(path).state_bytes()) == (4, 96 + 40)
 
 
 def test_jamba_without_experts_and_bad_periods(tmp_path):

@@ -31,10 +31,11 @@ def test_models_says_an_fp32_checkpoint_is_served_in_bf16(runner, tmp_path):
     res = runner.invoke(main, ["models", fp32, bf16])
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
-    assert lines[2].split()[-4:] == lines[3].split()[-4:] == ["16,384", "51,806,208", "3,162", "1.43e+10"]
-    assert lines[4:] == [
-        f"note: {fp32}: fp32 checkpoint served in bf16 (vLLM's and SGLang's --dtype auto; docs/models.md)"
-    ]
+    assert lines[2].split()[-4:] == lines[3].split()[-4:] == ["16,384", "102,137,856", "6,234", "1.43e+10"]
+    assert (
+        lines[4] == f"note: {fp32}: fp32 checkpoint served in bf16 (vLLM's and SGLang's --dtype auto; docs/models.md)"
+    )
+    assert [line.split(": Mamba state in fp32")[0] for line in lines[5:]] == [f"note: {fp32}", f"note: {bf16}"]
     rows = json.loads(runner.invoke(main, ["models", fp32, bf16, "--format", "json"]).output)
     assert [r["note"] for r in rows] == ["fp32 checkpoint served in bf16", None]
 

@@ -138,3 +138,34 @@ def test_granite_without_num_local_experts_takes_the_config_class_default(tmp_pa
         "field 'num_local_experts' is left out, and granitemoehybrid's default of 8 experts is fewer than "
         "'num_experts_per_tok' (10): give it"
     )
+
+
+def test_nemotron_h_state_is_fp32_unless_the_config_names_a_dtype(runner, tmp_path):
+    """A Nemotron-H config without mamba_ssm_cache_dtype was priced with its Mamba state in the model
+    dtype (bf16); vLLM's --mamba-ssm-cache-dtype auto takes fp32 for Nemotron-H
+    (NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE) and SGLang's --mamba-ssm-dtype is
+    float32: 24 layers x (128 x 64 x 128 x 4 B state + (8192 + 2 x 8 x 128) x 3 x 2 B conv)."""
+    import json
+    from pathlib import Path
+
+    from sim.cost import get_model
+
+    res = runner.invoke(main, ["models", "nemotron-h-8b", "docs/examples/nemotron-h-8b"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    state = 24 * (128 * 64 * 128 * 4 + (8192 + 2 * 8 * 128) * 3 * 2)
+    assert lines[2].split()[-3] == lines[3].split()[-3] == f"{state:,}" == "102,137,856"
+    note = (
+        "Mamba state in fp32: no mamba_ssm_cache_dtype in the config, and vLLM (its Nemotron-H default for "
+        "--mamba-ssm-cache-dtype auto) and SGLang (--mamba-ssm-dtype float32) keep it so (docs/models.md)"
+    )
+    assert lines[4:] == [f"note: nemotron-h-8b: {note}", f"note: docs/examples/nemotron-h-8b: {note}"]
+    rows = json.loads(runner.invoke(main, ["models", "nemotron-h-8b", "jamba-1.5-mini", "--format", "json"]).output)
+    assert [bool(r["state_note"]) for r in rows] == [True, False]
+    # a dtype the config names is kept, and nothing said
+    cfg = json.loads((Path(__file__).resolve().parents[2] / "data" / "configs" / "nemotron-h-8b.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "mamba_ssm_cache_dtype": "bfloat16"}))
+    spec = get_model(str(tmp_path))
+    assert spec.state_bytes() == 24 * (128 * 64 * 128 * 2 + 10240 * 3 * 2) and spec.state_note == ""
+    res = runner.invoke(main, ["models", str(tmp_path)])
+    assert not any(line.startswith("note:") for line in res.output.splitlines())
