@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Sequence
 
 from sim.errors import UsageError
-from sim.gpus import ALLREDUCE_LATENCY_S, allreduce_s, get_gpu
+from sim.gpus import ALLREDUCE_LATENCY_S, allreduce_s, get_gpu, group_link_bytes_per_s
 from sim.hf_config import NEMOTRON_H_STATE_NOTE, config_file, looks_like_path, read_config
 
 GDN_CHUNK = 64  # chunk length the per-token cost of docs/cost-model.md §2 is derived for
@@ -1117,7 +1117,14 @@ def split_timing(base, spec: ModelSpec, dev, tp: int, note: str = "", uncalibrat
     comm_tok = blocks * per_token * 1e3
     comm_call = blocks * ALLREDUCE_LATENCY_S * 1e3 if tp > 1 else 0.0
     what = f"{tp}x {dev.name}" + (
-        f", {blocks} all-reduces a call over {dev.link_bytes_per_s / 1e9:g} GB/s links" if tp > 1 else ""
+        f", {blocks} all-reduces a call over {group_link_bytes_per_s(dev, tp) / 1e9:g} GB/s links"
+        + (
+            f" (PCIe: {tp} GPUs span {dev.name}'s NVLink bridges of {dev.bridge_group})"
+            if dev.bridge_group and tp > dev.bridge_group
+            else ""
+        )
+        if tp > 1
+        else ""
     )
     extra = dict(comm_ms_per_token=comm_tok, comm_ms_per_call=comm_call, device=dev.name, uncalibrated=uncalibrated)
     if isinstance(base, HardwareTiming):

@@ -24,6 +24,11 @@ class GPU:
     hbm_bytes_per_s: float  # memory bandwidth
     link_bytes_per_s: float  # NVLink / Infinity Fabric / PCIe total per GPU, both directions
     source: str
+    # GPUs joined by NVLink bridges rather than a switch (H100 PCIe / NVL in pairs, H200 NVL in 2s or
+    # 4s): a tensor-parallel group larger than ``bridge_group`` reaches its other GPUs over PCIe,
+    # ``pcie_bytes_per_s`` (total, both directions); 0: every GPU of the node on ``link_bytes_per_s``
+    bridge_group: int = 0
+    pcie_bytes_per_s: float = 0.0
 
 
 GB = 10**9
@@ -45,7 +50,17 @@ GPUS: dict[str, GPU] = {
         # datasheet: 80GB HBM3 (nvidia-smi: 81,559 MiB)
         GPU("h100", 989.0, 80 * GiB, 3.35 * TB, 900 * GB, "NVIDIA H100 Tensor Core GPU datasheet (SXM5)"),
         # datasheet: 80GB HBM2e
-        GPU("h100-pcie", 756.0, 80 * GiB, 2.0 * TB, 600 * GB, "NVIDIA H100 datasheet (PCIe; NVLink bridge)"),
+        # NVLink bridge of 2 (600 GB/s), PCIe Gen5 x16 (128 GB/s) to the rest
+        GPU(
+            "h100-pcie",
+            756.0,
+            80 * GiB,
+            2.0 * TB,
+            600 * GB,
+            "NVIDIA H100 datasheet (PCIe; NVLink bridge)",
+            bridge_group=2,
+            pcie_bytes_per_s=128 * GB,
+        ),
         GPU(
             "h100-nvl",
             835.0,
@@ -53,6 +68,8 @@ GPUS: dict[str, GPU] = {
             3.9 * TB,
             600 * GB,
             "NVIDIA H100 Tensor Core GPU datasheet (H100 NVL: 1,671 TFLOPS bf16 with sparsity; NVLink bridge)",
+            bridge_group=2,  # datasheet: NVLink 600 GB/s between a bridged pair, PCIe Gen5 128 GB/s
+            pcie_bytes_per_s=128 * GB,
         ),
         # product brief: 96GB HBM3
         GPU("h20", 148.0, 96 * GiB, 4.0 * TB, 900 * GB, "NVIDIA H20 product brief (SXM)"),
@@ -65,6 +82,10 @@ GPUS: dict[str, GPU] = {
             4.8 * TB,
             900 * GB,
             "NVIDIA H200 Tensor Core GPU datasheet (H200 NVL: 1,671 TFLOPS bf16 with sparsity; NVLink bridge)",
+            # datasheet: "2- or 4-way NVIDIA NVLink bridge: 900GB/s per GPU", PCIe Gen5 128 GB/s; the
+            # 4-way bridge taken (a server of 8 is two bridged 4s)
+            bridge_group=4,
+            pcie_bytes_per_s=128 * GB,
         ),
         # datasheet: 96GB HBM3 (the GPU's; the Grace CPU's 480GB LPDDR5X is not counted)
         GPU("gh200", 990.0, 96 * GiB, 4.0 * TB, 900 * GB, "NVIDIA GH200 Grace Hopper Superchip datasheet (96GB HBM3)"),
@@ -120,12 +141,22 @@ def get_gpu(name: str) -> GPU:
 ALLREDUCE_LATENCY_S = 10e-6  # one small NCCL all-reduce within a node (estimate, docs/cost-model.md §5)
 
 
+def group_link_bytes_per_s(gpu: GPU, tp: int) -> float:
+    """The link a tensor-parallel group of ``tp`` GPUs all-reduces over (total, both directions):
+    NVLink within a bridge group, PCIe once the group spans bridges (its ring crosses PCIe, the
+    slowest hop paces it)."""
+    if gpu.bridge_group and tp > gpu.bridge_group:
+        return gpu.pcie_bytes_per_s
+    return gpu.link_bytes_per_s
+
+
 def allreduce_s(gpu: GPU, nbytes: float, tp: int) -> float:
     """A ring all-reduce of ``nbytes`` over ``tp`` GPUs: each GPU sends and receives
-    2 (tp - 1) / tp of the buffer at half its link's total bandwidth, plus a fixed latency."""
+    2 (tp - 1) / tp of the buffer at half its link's total bandwidth (``group_link_bytes_per_s``),
+    plus a fixed latency."""
     if tp <= 1:
         return 0.0
-    return ALLREDUCE_LATENCY_S + 2 * (tp - 1) / tp * nbytes / (gpu.link_bytes_per_s / 2)
+    return ALLREDUCE_LATENCY_S + 2 * (tp - 1) / tp * nbytes / (group_link_bytes_per_s(gpu, tp) / 2)
 
 
 _CUDA_NAMES = (  # fragment of torch.cuda.get_device_name -> catalogue name, most specific first

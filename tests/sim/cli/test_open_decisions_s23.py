@@ -169,3 +169,26 @@ def test_nemotron_h_state_is_fp32_unless_the_config_names_a_dtype(runner, tmp_pa
     assert spec.state_bytes() == 24 * (128 * 64 * 128 * 2 + 10240 * 3 * 2) and spec.state_note == ""
     res = runner.invoke(main, ["models", str(tmp_path)])
     assert not any(line.startswith("note:") for line in res.output.splitlines())
+
+
+def test_nvl_groups_beyond_their_nvlink_bridge_all_reduce_over_pcie():
+    """H100 NVL (and PCIe) GPUs are NVLink-bridged in pairs, H200 NVL in 2s or 4s: --tensor-parallel 4
+    on h100-nvl priced every all-reduce at the bridge's 600 GB/s; past the bridge the ring crosses
+    PCIe Gen5 (128 GB/s both ways, 64 GB/s each way)."""
+    from sim.cost import default_timing
+    from sim.gpus import ALLREDUCE_LATENCY_S, allreduce_s
+
+    nvl, h200nvl, sxm = get_gpu("h100-nvl"), get_gpu("h200-nvl"), get_gpu("h100")
+    mb = 1e6
+    assert allreduce_s(nvl, mb, 2) == ALLREDUCE_LATENCY_S + 2 * (1 / 2) * mb / 300e9  # the pair's NVLink
+    assert allreduce_s(nvl, mb, 4) == ALLREDUCE_LATENCY_S + 2 * (3 / 4) * mb / 64e9  # PCIe
+    assert allreduce_s(get_gpu("h100-pcie"), mb, 4) == allreduce_s(nvl, mb, 4)
+    assert allreduce_s(h200nvl, mb, 4) == ALLREDUCE_LATENCY_S + 2 * (3 / 4) * mb / 450e9  # a 4-way bridge
+    assert allreduce_s(h200nvl, mb, 8) == ALLREDUCE_LATENCY_S + 2 * (7 / 8) * mb / 64e9
+    assert allreduce_s(sxm, mb, 8) == ALLREDUCE_LATENCY_S + 2 * (7 / 8) * mb / 450e9  # NVSwitch: no bridge
+    # nemotron-h-8b: 52 blocks, each token's 4096 bf16 activations all-reduced after each
+    two, four = default_timing("nemotron-h-8b", "h100-nvl", 2), default_timing("nemotron-h-8b", "h100-nvl", 4)
+    assert two.comm_ms_per_token == pytest.approx(52 * 2 * (1 / 2) * 8192 / 300e9 * 1e3, rel=1e-12)  # 0.00142
+    assert four.comm_ms_per_token == pytest.approx(52 * 2 * (3 / 4) * 8192 / 64e9 * 1e3, rel=1e-12)  # 0.009984
+    assert "over 600 GB/s links;" in two.source
+    assert "over 128 GB/s links (PCIe: 4 GPUs span h100-nvl's NVLink bridges of 2)" in four.source
