@@ -325,6 +325,11 @@ def fig_occupancy(rows, occupancy):
     return fig
 
 
+def save_to(fig, path: str | Path, fmt: str) -> None:
+    """One figure as ``fmt`` (png, svg) at ``path``, as every figure of `marconi plot` is saved."""
+    fig.savefig(path, dpi=120, bbox_inches="tight", format=fmt)
+
+
 def save(fig, out: str | Path, name: str, formats=("png", "svg")) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -332,8 +337,11 @@ def save(fig, out: str | Path, name: str, formats=("png", "svg")) -> list[Path]:
     for fmt in formats:
         p = out / f"{name}.{fmt}"
         tmp = out / f".tmp-{name}.{fmt}"  # renamed when complete: never a truncated figure
-        fig.savefig(tmp, dpi=120, bbox_inches="tight", format=fmt)
-        tmp.replace(p)
+        try:
+            save_to(fig, tmp, fmt)
+            tmp.replace(p)
+        finally:
+            tmp.unlink(missing_ok=True)  # an interrupted save leaves no hidden file behind
         paths.append(p)
     return paths
 

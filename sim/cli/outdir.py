@@ -329,21 +329,35 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
 def atomic_write_all(writes, before_commit: Callable[[], object] | None = None) -> None:
     """``atomic_write`` for a set of files that belong together (a run's summary.json,
-    requests.parquet, occupancy.parquet and --events file): every ``write(tmp)`` first, then, with
-    Ctrl-C, SIGTERM and SIGHUP held back, ``before_commit()`` and every rename. A command stopped
-    while it writes leaves every file of the set old (or absent) or every file new, never the new
-    summary.json beside the old requests.parquet, nor a summary.json whose tables are missing (a
-    rerun would refuse it as an existing output, and ``report`` would read it as complete). A
-    signal held back is raised once the renames are done."""
-    temps: list[tuple[Path, Path]] = []
-    try:
+    requests.parquet, occupancy.parquet and --events file): ``written_together`` with each
+    ``(path, write)`` of ``writes``."""
+    with written_together(before_commit) as put:
         for path, write in writes:
-            path = Path(path)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".tmp-{path.stem}-", suffix=path.suffix)
-            os.close(fd)
-            temps.append((Path(tmp), path))
-            write(Path(tmp))
-            os.chmod(tmp, 0o666 & ~current_umask())
+            put(path, write)
+
+
+@contextmanager
+def written_together(before_commit: Callable[[], object] | None = None) -> Iterator[Callable]:
+    """Yields ``put(path, write)``, which calls ``write(tmp)`` on a hidden temporary name beside
+    ``path`` at once; when the body ends, every file put is renamed onto its path together, with
+    Ctrl-C, SIGTERM and SIGHUP held back (``before_commit()`` first, inside the same window). A
+    command stopped while it writes leaves every file of the set old (or absent) or every file new:
+    never the new summary.json beside the old requests.parquet, a summary.json whose tables are
+    missing, or the figures of `plot --kind all` up to the interrupted one (whose png stood without
+    its svg), which the rerun of the same command refused as existing outputs. A signal held back
+    is raised once the renames are done; a body that fails leaves no temporary file."""
+    temps: list[tuple[Path, Path]] = []
+
+    def put(path: Path, write: Callable[[Path], None]) -> None:
+        path = Path(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".tmp-{path.stem}-", suffix=path.suffix)
+        os.close(fd)
+        temps.append((Path(tmp), path))
+        write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp made it 0600: the mode a plain open gives
+
+    try:
+        yield put
         with stop_signals_held():
             if before_commit is not None:
                 before_commit()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from sim.analysis.plot import KINDS, NotInRows, make_figure, pyplot, save
-from sim.cli.outdir import OutputPath, check_output_files, output_folder
+from sim.analysis.plot import KINDS, NotInRows, make_figure, pyplot, save_to
+from sim.cli.outdir import OutputPath, check_output_files, output_folder, written_together
 from sim.errors import UsageError
 from sim.experiments.store import NoRecords
 
@@ -72,23 +72,29 @@ def register(main: click.Group) -> None:
             # the figures' files: never an existing one without --force (nor a file of the package)
             files = {out / f"{kind}.{fmt}": "--out" for kind in todo for fmt in ("png", "svg")}
             check_output_files(files, force=force, inputs=[])
-            undrawn = []
-            for kind in todo:
-                try:
-                    fig = _figure(results, kind, where, static)
-                except NoRecords:
-                    if "all" not in kinds:
-                        raise
-                    undrawn.append(kind)  # --kind all: every figure the folder has the records of
-                    continue
-                except NotInRows as exc:  # --kind all: the rows hold nothing this figure draws
-                    if "all" not in kinds:
-                        raise
-                    click.echo(f"note: {kind} not drawn: {exc}", err=True)
-                    continue
-                for p in save(fig, out, kind):
-                    click.echo(str(p))
-                plt.close(fig)
+            undrawn, drawn = [], []
+            # the figures as one set, renamed into place when the last is drawn: an interrupted plot
+            # leaves none of them (its rerun refused the ones drawn before as existing files)
+            with written_together() as put:
+                for kind in todo:
+                    try:
+                        fig = _figure(results, kind, where, static)
+                    except NoRecords:
+                        if "all" not in kinds:
+                            raise
+                        undrawn.append(kind)  # --kind all: every figure the folder has the records of
+                        continue
+                    except NotInRows as exc:  # --kind all: the rows hold nothing this figure draws
+                        if "all" not in kinds:
+                            raise
+                        click.echo(f"note: {kind} not drawn: {exc}", err=True)
+                        continue
+                    for fmt in ("png", "svg"):
+                        put(out / f"{kind}.{fmt}", lambda tmp, fig=fig, fmt=fmt: save_to(fig, tmp, fmt))
+                        drawn.append(out / f"{kind}.{fmt}")
+                    plt.close(fig)
+            for p in drawn:
+                click.echo(str(p))
             if undrawn:
                 click.echo(
                     f"note: {', '.join(undrawn)} not drawn: {results} has no per-request records (rerun the sweep "

@@ -90,3 +90,41 @@ def test_models_prints_flops_per_token_with_three_digits_in_every_row(runner):
     assert res.exit_code == 0, res.output
     last = [line.split()[-1] for line in res.output.splitlines()[2:5]]
     assert last == ["1.32e+10", "1.40e+10", "2.16e+05"], res.output
+
+
+@pytest.fixture(scope="module")
+def small_sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep") / "s"
+    res = CliRunner().invoke(
+        main, ["sweep", *SMALL[:-1], "sglang+,marconi", "--alpha", "0,1", "--save-requests", "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_plot_interrupted_leaves_no_figure_and_its_rerun_draws_them_all(runner, small_sweep, tmp_path, monkeypatch):
+    """`plot --kind all` interrupted at its third figure left the first two (and a hidden
+    `.tmp-alpha.svg` when it came inside a save): the rerun of the same command refused them as
+    existing files. Now the figures are renamed into place together when the last is drawn."""
+    import sim.cli.plot as plot_cli
+
+    figs = tmp_path / "figs"
+    real, calls = plot_cli.make_figure, []
+
+    def third_interrupted(*args, **kwargs):
+        calls.append(args[1])
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(plot_cli, "make_figure", third_interrupted)
+        res = runner.invoke(main, ["plot", str(small_sweep), "--kind", "all", "--out", str(figs)])
+    assert res.exit_code == 130, res.output
+    assert not figs.exists() or list(figs.iterdir()) == [], sorted(p.name for p in figs.iterdir())
+    res = runner.invoke(main, ["plot", str(small_sweep), "--kind", "all", "--out", str(figs)])
+    assert res.exit_code == 0, res.output
+    kinds = ("hit-rate", "alpha", "ttft", "occupancy", "ttft-load", "misses")
+    expected = sorted(f"{k}.{fmt}" for k in kinds for fmt in ("png", "svg"))
+    assert sorted(p.name for p in figs.iterdir()) == expected
+    assert sorted(Path(line).name for line in res.output.split()) == expected  # each path printed once it exists
