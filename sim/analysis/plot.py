@@ -326,8 +326,16 @@ def fig_occupancy(rows, occupancy):
 
 
 def save_to(fig, path: str | Path, fmt: str) -> None:
-    """One figure as ``fmt`` (png, svg) at ``path``, as every figure of `marconi plot` is saved."""
-    fig.savefig(path, dpi=120, bbox_inches="tight", format=fmt)
+    """One figure as ``fmt`` (png, svg) at ``path``, as every figure of `marconi plot` is saved:
+    the same bytes for the same figure (an SVG carried the time it was saved and ids salted with a
+    random UUID, so two plots of one results folder differed on every line that names a clip path)."""
+    import matplotlib  # noqa: PLC0415 - optional extra, loaded only to draw
+
+    if fmt != "svg":
+        fig.savefig(path, dpi=120, bbox_inches="tight", format=fmt)
+        return
+    with matplotlib.rc_context({"svg.hashsalt": "marconi-sim"}):
+        fig.savefig(path, dpi=120, bbox_inches="tight", format=fmt, metadata={"Date": None})
 
 
 def save(fig, out: str | Path, name: str, formats=("png", "svg")) -> list[Path]:

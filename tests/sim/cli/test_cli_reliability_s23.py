@@ -128,3 +128,15 @@ def test_plot_interrupted_leaves_no_figure_and_its_rerun_draws_them_all(runner, 
     expected = sorted(f"{k}.{fmt}" for k in kinds for fmt in ("png", "svg"))
     assert sorted(p.name for p in figs.iterdir()) == expected
     assert sorted(Path(line).name for line in res.output.split()) == expected  # each path printed once it exists
+
+
+def test_plot_draws_the_same_bytes_twice(runner, small_sweep, tmp_path):
+    """Two `plot` runs of one results folder wrote different SVGs: the save time in the metadata and
+    clip-path / image ids salted with a random UUID. The PNGs were equal already."""
+    for name in ("a", "b"):
+        res = runner.invoke(main, ["plot", str(small_sweep), "--kind", "hit-rate", "--out", str(tmp_path / name)])
+        assert res.exit_code == 0, res.output
+    for fmt in ("png", "svg"):
+        a, b = (tmp_path / name / f"hit-rate.{fmt}" for name in ("a", "b"))
+        assert a.read_bytes() == b.read_bytes(), fmt
+    assert b"<dc:date>" not in a.read_bytes()
