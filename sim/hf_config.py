@@ -17,7 +17,9 @@ spec; this module sits below ``sim.cost`` and imports nothing of it):
 * ``granitemoehybrid`` (Granite 4.0): ``layer_types`` of ``mamba`` / ``attention``, each layer
   with an MoE block (experts + shared expert) or a dense one when there are no experts;
 * ``mamba2`` (Codestral Mamba): Mamba2 layers only, no MLP;
-* ``llama`` and its plain relatives (``mistral``, ``qwen2``, ``qwen3``): attention + SwiGLU.
+* ``llama`` and its plain relatives (``mistral``, ``qwen2``, ``qwen3``): attention + SwiGLU;
+* ``qwen3_moe`` and ``mixtral``: attention + MoE of SwiGLU experts (no shared expert), no
+  recurrent layer: priced as the dense models are, for comparison.
 
 Conventions (docs/models.md): a field left out takes its family's transformers default
 (``_FAMILY_DEFAULTS``); the KV cache takes the dtype the engines serve the config's in (bf16 /
@@ -70,6 +72,8 @@ FAMILIES = (
     "mistral",
     "qwen2",
     "qwen3",
+    "qwen3_moe",
+    "mixtral",
 )
 
 
@@ -302,6 +306,10 @@ _FAMILY_DEFAULTS = {
     "jamba": {"num_key_value_heads": 8},
     "falcon_h1": {"num_key_value_heads": 8},
     "mamba2": {"n_groups": 8},
+    # attention-only MoE: Qwen3MoeConfig (4 KV heads; 128 experts, top-8, every layer sparse) and
+    # MixtralConfig (8 KV heads; 8 experts, top-2)
+    "qwen3_moe": {"num_key_value_heads": 4, "experts": 128, "top_k": 8},
+    "mixtral": {"num_key_value_heads": 8, "experts": 8, "top_k": 2},
 }
 
 
@@ -614,6 +622,31 @@ def read_config(path) -> dict:
         m, params = _mamba2(f, family, d, layers)
         out.update(m)
         other += params
+    elif family in ("qwen3_moe", "mixtral"):
+        # attention-only MoE: Qwen3-MoE's layer i is sparse where (i + 1) % decoder_sparse_step == 0
+        # and i is not in mlp_only_layers (else a SwiGLU of intermediate_size); every Mixtral layer
+        # is sparse, its experts intermediate_size wide
+        attention(layers)
+        default = _FAMILY_DEFAULTS[family]
+        qwen = family == "qwen3_moe"
+        experts = f.int("num_experts" if qwen else "num_local_experts", default=default["experts"])
+        step = f.pos("decoder_sparse_step", default=1) if qwen else 1
+        dense_only = (cfg.get("mlp_only_layers") or []) if qwen else []
+        if not isinstance(dense_only, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in dense_only
+        ):
+            raise UsageError(f"model config {where}: field 'mlp_only_layers' must be a list of layer numbers")
+        for i in range(layers):
+            if experts > 0 and (i + 1) % step == 0 and i not in dense_only:
+                inter = f.pos("moe_intermediate_size" if qwen else "intermediate_size")
+                top = f.pos("num_experts_per_tok", default=default["top_k"])
+                if top > experts:
+                    raise UsageError(
+                        f"model config {where}: field 'num_experts_per_tok' ({top}) is more than the {experts} experts"
+                    )
+                mlp_blocks.append((_moe(d, inter, top, 0, experts), _moe_total(d, inter, 0, experts)))
+            else:
+                mlp_blocks.append(swiglu(f.pos("intermediate_size")))
     else:  # llama and plain relatives
         attention(layers)
         mlp_blocks += [swiglu(f.pos("intermediate_size"))] * layers

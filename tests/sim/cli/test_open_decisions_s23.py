@@ -192,3 +192,96 @@ def test_nvl_groups_beyond_their_nvlink_bridge_all_reduce_over_pcie():
     assert four.comm_ms_per_token == pytest.approx(52 * 2 * (3 / 4) * 8192 / 64e9 * 1e3, rel=1e-12)  # 0.009984
     assert "over 600 GB/s links;" in two.source
     assert "over 128 GB/s links (PCIe: 4 GPUs span h100-nvl's NVLink bridges of 2)" in four.source
+
+
+QWEN3_30B_A3B = {  # Qwen/Qwen3-30B-A3B config.json, the fields the reader uses
+    "model_type": "qwen3_moe",
+    "hidden_size": 2048,
+    "num_hidden_layers": 48,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "vocab_size": 151936,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+MIXTRAL_8X7B = {  # mistralai/Mixtral-8x7B-v0.1 config.json, the fields the reader uses (no head_dim)
+    "model_type": "mixtral",
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+    "vocab_size": 32000,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+
+def _json(tmp_path, cfg: dict, name: str) -> str:
+    import json
+
+    path = tmp_path / name
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def test_attention_only_moe_configs_read_by_hand(runner, tmp_path):
+    """qwen3_moe and mixtral configs were refused ("model_type ... is not one this reader knows"):
+    attention-only MoE models, read as the dense llama path is, to compare with the hybrids."""
+    from sim.cost import get_model
+
+    q = get_model(_json(tmp_path, QWEN3_30B_A3B, "qwen3.json"))
+    # KV: 48 layers x (K, V) x 4 KV heads x 128 x 2 B
+    assert q.kv_bytes_per_token() == 48 * 2 * 4 * 128 * 2 == 98_304 and q.state_bytes() == 0 and not q.is_hybrid
+    # a layer: q, k, v, o; score + value products 2 x 32 x 128 a token (causal: the linear half);
+    # MoE: top-8 of 128 SwiGLU experts 768 wide and the router
+    attn = 2048 * 32 * 128 + 2 * 2048 * 4 * 128 + 32 * 128 * 2048  # 18,874,368
+    qmoe = 3 * 2048 * 768 * 8 + 2048 * 128  # 38,010,880
+    assert q.flops(1) == 48 * (2 * attn + 2 * 32 * 128 + 2 * qmoe + 2 * 32 * 128)
+    assert q.flops(1024) / 1024 == 48 * (2 * attn + 2 * 32 * 128 + 2 * qmoe) + 48 * 2 * 32 * 128 * 1024
+    # 30.5B weights in all (Qwen3-30B-A3B)
+    assert q.total_params == 48 * (attn + 3 * 2048 * 768 * 128 + 2048 * 128) + 2 * 151936 * 2048 == 30_531_911_680
+
+    m = get_model(_json(tmp_path, MIXTRAL_8X7B, "mixtral.json"))
+    assert m.attn_head_dim == 4096 // 32 == 128  # MixtralConfig: hidden / heads
+    assert m.kv_bytes_per_token() == 32 * 2 * 8 * 128 * 2 == 131_072
+    attn = 4096 * 4096 + 2 * 4096 * 8 * 128 + 4096 * 4096  # 41,943,040
+    moe = 3 * 4096 * 14336 * 2 + 4096 * 8  # 352,354,304
+    assert m.flops(1) == 32 * (2 * attn + 2 * 32 * 128 + 2 * moe + 2 * 32 * 128)
+    assert m.total_params == 32 * (attn + 3 * 4096 * 14336 * 8 + 4096 * 8) + 2 * 32000 * 4096 == 46_702_526_464
+    # left out: the config classes' KV heads and experts (Qwen3MoeConfig 4, 128 top-8; Mixtral 8, 8 top-2)
+    lean = {k: v for k, v in QWEN3_30B_A3B.items() if k not in ("num_key_value_heads", "num_experts")}
+    assert get_model(_json(tmp_path, lean, "lean.json")).kv_bytes_per_token() == 98_304
+    lean = {k: v for k, v in MIXTRAL_8X7B.items() if k not in ("num_local_experts", "num_experts_per_tok")}
+    assert get_model(_json(tmp_path, lean, "lean-m.json")).flops(1) == m.flops(1)
+    # Qwen3-MoE's dense layers: mlp_only_layers [0] -> layer 0 a SwiGLU 6144 wide, 47 MoE blocks
+    dense0 = get_model(_json(tmp_path, {**QWEN3_30B_A3B, "mlp_only_layers": [0]}, "d0.json"))
+    assert dense0.flops(1) - q.flops(1) == 2 * (3 * 2048 * 6144 - qmoe) == -524_288
+    # and the CLI: models lists them, run compares them with a hybrid
+    res = runner.invoke(main, ["models", str(tmp_path / "qwen3.json"), str(tmp_path / "mixtral.json")])
+    assert res.exit_code == 0, res.output
+    assert [line.split()[1:6] for line in res.output.splitlines()[2:]] == [
+        ["48", "attn", "+", "48", "mlp"],
+        ["32", "attn", "+", "32", "mlp"],
+    ]
+    res = runner.invoke(main, ["run", *SMALL, "--policy", "sglang+", "--model", str(tmp_path / "mixtral.json")])
+    assert res.exit_code == 0, res.output
+
+
+def test_a_model_type_still_unknown_is_one_line_naming_it(runner, tmp_path):
+    path = _json(tmp_path, {**MIXTRAL_8X7B, "model_type": "deepseek_v3"}, "ds.json")
+    one_line(
+        runner.invoke(main, ["models", path]),
+        f"model config {path}: model_type 'deepseek_v3' is not one this reader knows (qwen3_next, qwen3_5, "
+        "qwen3_5_moe, nemotron_h, jamba, falcon_h1, granitemoehybrid, mamba2, llama, mistral, qwen2, qwen3, "
+        "qwen3_moe, mixtral)",
+    )
