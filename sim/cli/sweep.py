@@ -267,7 +267,10 @@ def summary_table(out: Path, tasks, metric: str) -> str:
     """The sweep's configurations as a table, best first by ``metric`` (at most TABLE_ROWS lines;
     `marconi report OUT` prints them all, and as CSV or JSON)."""
     from sim.analysis.report import format_report, load  # noqa: PLC0415 - pandas, after the runs
+    from sim.experiments.store import row_files  # noqa: PLC0415
 
+    if not row_files(out):  # `--limit 0` on a new folder: nothing ran (load's "no results" was exit 2)
+        return "no finished configuration to show"
     ids = {t.config_id for t in tasks}
     df = load(out)
     df = df[df["config_id"].isin(ids)]
@@ -363,7 +366,7 @@ def register(main: click.Group) -> None:
         inputs += model_inputs(*sim_axes.get("model", []))
         check_output_folder(out, "--out", inputs)
         refuse_other_kind(out, "sweep")
-        with output_folder(out, keep=not dry_run):
+        with output_folder(out, keep=not (dry_run or limit == 0)):  # nothing runs: no folder left
             if left_out:
                 click.echo(left_out)
             _execute(

@@ -140,3 +140,17 @@ def test_plot_draws_the_same_bytes_twice(runner, small_sweep, tmp_path):
         a, b = (tmp_path / name / f"hit-rate.{fmt}" for name in ("a", "b"))
         assert a.read_bytes() == b.read_bytes(), fmt
     assert b"<dc:date>" not in a.read_bytes()
+
+
+def test_sweep_limit_zero_on_a_new_folder_runs_nothing_and_says_so(runner, tmp_path):
+    """`sweep --limit 0 --out NEW` printed `ran 0 configurations`, then `Error: no results in NEW`
+    with exit 2 (the closing table read an empty folder). Now it ends with the table's own line,
+    exit 0, and leaves no empty folder behind (as --dry-run)."""
+    out = tmp_path / "new"
+    res = runner.invoke(main, ["sweep", *SMALL, "--out", str(out), "--limit", "0"])
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[-2:] == [
+        f"ran 0 configurations in 0.0 s (0 skipped as done, 0 failed) -> {out}",
+        "no finished configuration to show",
+    ]
+    assert not out.exists()
