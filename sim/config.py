@@ -19,7 +19,7 @@ from policies.trtllm_current import FROM_END_FLAG, FROM_START_FLAG, TrtllmParams
 from policies.vllm_current import VllmParams
 from policies.eviction import MarconiEviction
 from sim.errors import UsageError
-from sim.gpus import GPUS, canonical_gpu
+from sim.gpus import GPUS, canonical_gpu, unknown_gpu
 from sim.tuning_options import LRU, MAX_ALPHAS, parse_candidates, parse_grid  # noqa: F401  (re-exported)
 from sim.tuning_options import TunerParams, tuner_params
 
@@ -134,6 +134,7 @@ def setting(
     lead: dict | None = None,
     spelling=None,
     above: float | None = None,
+    unknown=None,
 ):
     """A settings field with its help, allowed values and flag (``--`` + the name with dashes
     unless given): the one place its default and help are written; the CLI generates its option
@@ -141,10 +142,11 @@ def setting(
     ``type``: the option's value type where the default (None) does not say it; ``lead``: the
     knob is one of `run`'s first options, in a form of its own (``name``: the parameter's name,
     ``default``: the flag's default where it differs from the library's, as text); ``spelling``:
-    maps another spelling of a choice to it (``sim.gpus.canonical_gpu``)."""
+    maps another spelling of a choice to it (``sim.gpus.canonical_gpu``); ``unknown``: the line
+    refusing a value of no choice (``sim.gpus.unknown_gpu``: the close entries, the catalogue)."""
     meta = {"help": help, "choices": tuple(choices) if choices else None, "flag": flag}
     extra = (("section", section), ("min", min), ("max", max), ("type", type), ("lead", lead), ("spelling", spelling))
-    extra += (("above", above),)
+    extra += (("above", above), ("unknown", unknown))
     meta.update({k: v for k, v in extra if v is not None})
     return field(default=default, metadata=meta)
 
@@ -316,6 +318,7 @@ class TimingSettings:
         "[default: the preset's calibrated device, H200; A100 40GB (a100-40gb) for marconi-7b and llama-7b].",
         choices=tuple(GPUS),
         spelling=canonical_gpu,
+        unknown=unknown_gpu,
     )
     tensor_parallel: int = setting(
         0,

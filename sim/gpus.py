@@ -10,6 +10,7 @@ scales the calibrated hardware model by these figures and says "uncalibrated for
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 
@@ -131,11 +132,23 @@ def canonical_gpu(name: str) -> str:
     return s if s in GPUS else str(name).strip().lower()
 
 
+def unknown_gpu(name: str) -> str:
+    """The line refusing a GPU the catalogue lacks: the entries its spelling is close to (difflib,
+    on the name without vendor, form factor and memory: "h800" -> h100, h200, h20), then the
+    catalogue."""
+    s = re.sub(r"[\s_]+", "-", str(name).strip().lower())
+    s = re.sub(r"^(nvidia|amd)-(instinct-)?", "", s)
+    s = re.sub(r"-(sxm\d*|pcie|hbm\d*e?|\d+gi?b)(?=-|$)", "", s) or s
+    close = difflib.get_close_matches(s, list(GPUS), n=3, cutoff=0.6)
+    near = f" (close: {', '.join(close)})" if close else ""
+    return f"unknown GPU {name!r}{near}; the catalogue (sim/gpus.py): {', '.join(GPUS)}"
+
+
 def get_gpu(name: str) -> GPU:
     try:
         return GPUS[canonical_gpu(name)]
     except KeyError:
-        raise UsageError(f"unknown GPU {name!r}; valid: {', '.join(GPUS)}") from None
+        raise UsageError(unknown_gpu(name)) from None
 
 
 ALLREDUCE_LATENCY_S = 10e-6  # one small NCCL all-reduce within a node (estimate, docs/cost-model.md §5)

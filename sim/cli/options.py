@@ -24,7 +24,7 @@ def option(f, *, lead: bool = False, **override) -> Callable:
     if help_:
         kw["help"] = help_
     if meta.get("choices"):
-        kind = _Spelled(meta["spelling"]) if meta.get("spelling") else click.Choice
+        kind = _Spelled(meta["spelling"], meta.get("unknown")) if meta.get("spelling") else click.Choice
         kw["type"] = kind(list(meta["choices"]), case_sensitive=False)  # `--gpu H200` is h200
     elif meta.get("type") is not None:
         kw["type"] = meta["type"]
@@ -35,12 +35,17 @@ def option(f, *, lead: bool = False, **override) -> Callable:
     return click.option(flag_of(f), form.get("name", f.name), **kw)
 
 
-def _Spelled(spelling: Callable[[str], str]) -> type:
-    """A ``click.Choice`` that reads another spelling of a choice as it (``--gpu "H100 SXM"``)."""
+def _Spelled(spelling: Callable[[str], str], unknown: Callable[[str], str] | None = None) -> type:
+    """A ``click.Choice`` that reads another spelling of a choice as it (``--gpu "H100 SXM"``);
+    ``unknown``: the message refusing a value of no choice (``--gpu h800``: the close entries and
+    the catalogue, ``sim.gpus.unknown_gpu``), click's list of choices without it."""
 
     class Spelled(click.Choice):
         def convert(self, value, param, ctx):
-            return super().convert(spelling(value) if isinstance(value, str) else value, param, ctx)
+            spelled = spelling(value) if isinstance(value, str) else value
+            if unknown is not None and isinstance(value, str) and spelled not in self.choices:
+                self.fail(unknown(value), param, ctx)
+            return super().convert(spelled, param, ctx)
 
     return Spelled
 

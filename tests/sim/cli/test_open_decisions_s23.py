@@ -285,3 +285,36 @@ def test_a_model_type_still_unknown_is_one_line_naming_it(runner, tmp_path):
         "qwen3_5_moe, nemotron_h, jamba, falcon_h1, granitemoehybrid, mamba2, llama, mistral, qwen2, qwen3, "
         "qwen3_moe, mixtral)",
     )
+
+
+CATALOGUE = (
+    "the catalogue (sim/gpus.py): a100-40gb, a100, h100, h100-pcie, h100-nvl, h20, h200, h200-nvl, gh200, "
+    "gh200-144gb, b200, l40s, mi300x"
+)
+
+
+@pytest.mark.parametrize(
+    "command, gpu, close",
+    [
+        (["run", *SMALL], "h800", " (close: h200, h100, gh200)"),
+        (["advise", "--for", "sglang", *SMALL], "NVIDIA H100 96GB", " (close: h100, h200, a100)"),
+        (["run", *SMALL], "L40", " (close: l40s)"),
+        (["run", *SMALL], "tpu-v5", ""),
+    ],
+)
+def test_an_unknown_gpu_names_the_close_entries_and_the_catalogue(runner, tmp_path, command, gpu, close):
+    """`--gpu h800` printed click's list of choices alone; now the entries its spelling is close to
+    (difflib, on the name without vendor, form factor and memory), then the catalogue: one line, exit 2."""
+    res = runner.invoke(main, [*command, "--gpu", gpu, "--out", str(tmp_path / "o")])
+    one_line(res, f"Invalid value for '--gpu': unknown GPU {gpu!r}{close}; {CATALOGUE}")
+    assert not (tmp_path / "o").exists()
+
+
+def test_sweep_and_the_library_name_the_close_entries_too(runner, tmp_path):
+    from sim.errors import UsageError
+
+    res = runner.invoke(main, ["sweep", *SMALL, "--gpu", "h100,h10", "--out", str(tmp_path / "s")])
+    one_line(res, f"--gpu: Invalid value for '--gpu': unknown GPU 'h10' (close: h100, h20); {CATALOGUE}")
+    with pytest.raises(UsageError) as err:
+        get_gpu("a10")
+    assert str(err.value) == f"unknown GPU 'a10' (close: a100); {CATALOGUE}"
