@@ -44,6 +44,19 @@ from sim.errors import USER_ERRORS, interrupted, stop_exit_code, stop_message, s
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
+def _tolerant_output() -> None:
+    """stdout and stderr in an encoding without the outputs' characters (α in a variant's label,
+    ≥ in messages: ``PYTHONIOENCODING=latin-1``, a Latin-1 locale) write them as ``\\u03b1``
+    escapes: the table printed up to the first α, then a UnicodeEncodeError traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("_", "-")
+        if encoding not in ("utf-8", "utf8") and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a stream that cannot change: left as it is
+                pass
+
+
 class Main(click.Group):
     """Turns our known user errors, and click's own usage errors of a command (a bad type, a
     missing value), into one clear line and exit code 2 (no traceback), and Ctrl-C into one line
@@ -51,6 +64,7 @@ class Main(click.Group):
     is (``sim.errors.Terminated``), exit codes 143 and 129."""
 
     def invoke(self, ctx):
+        _tolerant_output()
         with stop_signals_as_interrupts():
             return self._invoke(ctx)
 

@@ -396,6 +396,16 @@ def current_umask() -> int:
     return mask
 
 
+def _utf8(name: str) -> bool:
+    """Whether a file name (as Python decoded it, undecodable bytes as surrogates) is UTF-8 text:
+    pyarrow encodes every path it opens as UTF-8, and stopped a whole run's --out at its end."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class OutputPath(click.Path):
     """``click.Path`` for a command's outputs (``--out``, ``--events``, ``--calibrate``): an empty
     name is refused (click would make it the current folder: ``--out ""`` wrote there)."""
@@ -403,4 +413,7 @@ class OutputPath(click.Path):
     def convert(self, value, param, ctx):
         if isinstance(value, str) and not value.strip():
             self.fail("needs a name (got an empty one)", param, ctx)
+        if isinstance(value, str) and not _utf8(value):  # bytes that are no UTF-8, as the shell passed them
+            shown = os.fsencode(value).decode("utf-8", "backslashreplace")
+            self.fail(f"{shown} is not a UTF-8 name (pyarrow opens only those): choose another", param, ctx)
         return super().convert(value, param, ctx)

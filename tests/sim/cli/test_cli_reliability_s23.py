@@ -154,3 +154,37 @@ def test_sweep_limit_zero_on_a_new_folder_runs_nothing_and_says_so(runner, tmp_p
         "no finished configuration to show",
     ]
     assert not out.exists()
+
+
+def test_output_names_that_are_not_utf8_are_refused_before_any_work(runner, tmp_path):
+    r"""`run --out $'\xff'` simulated the whole trace, then stopped with pyarrow's
+    UnicodeEncodeError traceback (`surrogates not allowed`) writing requests.parquet; a sweep
+    the same at its first row. Now the name is refused in one line, exit 2, nothing created."""
+    import os
+
+    bad = os.fsdecode(os.fsencode(str(tmp_path)) + b"/r\xff")
+    for args in (
+        ["run", *SMALL, "--out", bad],
+        ["sweep", *SMALL, "--out", bad],
+        ["run", *SMALL, "--events", bad + ".jsonl"],
+    ):
+        res = runner.invoke(main, args)
+        assert res.exit_code == 2, res.output
+        assert (
+            len(res.output.strip().splitlines()) == 1 and "r\\xff" in res.output and "is not a UTF-8 name" in res.output
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_encoding_without_alpha_prints_escapes_not_a_traceback(small_sweep):
+    """`PYTHONIOENCODING=latin-1 marconi report DIR` printed the table up to the first `marconi α=0`
+    row, then a UnicodeEncodeError traceback (exit 1)."""
+    import os
+    import subprocess
+    import sys
+
+    marconi = str(Path(sys.executable).parent / "marconi")
+    env = {**os.environ, "PYTHONIOENCODING": "latin-1"}
+    res = subprocess.run([marconi, "report", str(small_sweep)], capture_output=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr.decode("latin-1")
+    assert b"marconi \\u03b1=1" in res.stdout and b"Traceback" not in res.stderr
