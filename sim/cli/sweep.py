@@ -9,6 +9,7 @@ without touching this file.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from itertools import product
@@ -36,7 +37,7 @@ from sim.engine.simulation import off_grid_message
 from policies.base import get_preset
 from sim.errors import UsageError, stop_exit_code
 from sim.experiments.grid import check_grid_size, expand_grid, grid_size, parse_values
-from sim.experiments.runners import describe, run_sweep, task_trace
+from sim.experiments.runners import describe, fit_workers, run_sweep, task_trace
 from sim.experiments.grid import ROW_VERSION
 from sim.experiments.store import BAD, DONE, STALE, check_layout, stored_status
 from traces.packing import inputs_digest
@@ -382,6 +383,14 @@ def register(main: click.Group) -> None:
         check_layout(out, tasks)
         status = [stored_status(out, t, save_requests, digest(t)) for t in tasks] if out.exists() else []
         done = status.count(DONE)
+        note = ""
+        if not dry_run and (engine == "local" or not ray_address):  # the workers share this machine
+            # their traces and runs together, once, before they start (each checked alone)
+            todo = [t for t, s in zip(tasks, status) if s != DONE] if status else list(tasks)
+            todo = todo if limit is None else todo[:limit]
+            count = max(1, min(workers or os.cpu_count() or 1, max(1, len(todo))))
+            fitted, note = fit_workers(todo, count, explicit=workers is not None)
+            workers = fitted if fitted < count else workers
         click.echo(grid_summary(trace_axes, sim_axes, len(tasks)))
         click.echo(f"already done: {done:,}, to run: {len(tasks) - done:,} -> {out}")
         if status.count(STALE):
@@ -404,6 +413,8 @@ def register(main: click.Group) -> None:
             except ImportError:
                 raise UsageError("--engine ray needs Ray: pip install 'marconi-sim[ray]'") from None
         say_short_session_ranges([t for t, s in zip(tasks, status) if s != DONE] if status else tasks)
+        if note:
+            click.echo(note, err=True)
         report = run_sweep(
             tasks,
             out,
@@ -414,6 +425,7 @@ def register(main: click.Group) -> None:
             progress=progress,
             limit=limit,
             digest=digest,
+            check_memory=False,
         )
         click.echo(
             f"ran {counted(report.ran, 'configuration', thousands=True)} in {report.wall_s:.1f} s "

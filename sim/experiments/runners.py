@@ -21,6 +21,7 @@ from sim.experiments.grid import Task
 from sim.experiments.store import is_done, write_result
 from sim.simulate import simulate
 from sim.trace_options import options_from_kwargs
+from traces.base import RUN_MEMORY_FACTOR, available_memory
 from traces.registry import load_trace, spec_stamp
 
 TRACE_CACHE_SIZE = 4  # traces kept per worker process
@@ -265,6 +266,61 @@ def _ray_results(todo: list[Task], workers: int, save_requests: bool, address: s
                     signal.signal(sig, handler)
 
 
+def _trace_bytes(trace) -> int:
+    return sum(r.input_tokens.nbytes + r.output_tokens.nbytes for r in trace.requests)
+
+
+def fit_workers(todo: list[Task], workers: int, explicit: bool, memory: int | None = None) -> tuple[int, str]:
+    """The worker count whose traces and runs fit in the memory available together, checked once
+    before the workers start (each worker ran the trace reader's memory check alone, against the
+    whole machine's memory: N workers of one large trace could fill it): each worker holds the
+    traces its cache keeps (``TRACE_CACHE_SIZE``, the largest counted) and a run of the largest
+    (``RUN_MEMORY_FACTOR`` times its buffer, as the reader counts it). ``explicit`` (``--workers``
+    given): more than fit is refused in one line naming the most that do; the default (a worker a
+    CPU) is lowered to them, and the returned note says so. ``memory``: the bytes available (now's)."""
+    if workers <= 1:
+        return workers, ""
+    sizes, names = [], {}
+    seen: set[str] = set()
+    for task in todo:
+        key = json.dumps(task.trace_kwargs, sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            trace = task_trace(task.trace_kwargs)
+        except ValueError:  # TraceError / UsageError: the configuration's run reports it
+            continue
+        sizes.append(_trace_bytes(trace))
+        names[sizes[-1]] = trace.name
+    if not sizes:
+        return workers, ""
+    sizes.sort(reverse=True)
+    per_worker = sum(sizes[:TRACE_CACHE_SIZE]) + (RUN_MEMORY_FACTOR - 1) * sizes[0]
+    memory = available_memory() if memory is None else memory
+    if workers * per_worker <= memory:
+        return workers, ""
+    fits = max(0, memory // per_worker) if per_worker else workers
+    each = (
+        f"each worker holds {_gb(per_worker)} (trace {names[sizes[0]]}: {_gb(sizes[0])} of symbols, and a run of "
+        f"it as much again{', beside the other traces it keeps' if len(sizes) > 1 else ''})"
+    )
+    if explicit or fits < 1:
+        most = f"give --workers {fits} or fewer" if fits >= 1 else "not even one fits: free memory, or a smaller trace"
+        raise UsageError(
+            f"{workers} sweep workers: {each}, {_gb(workers * per_worker)} in all, more than the {_gb(memory)} of "
+            f"memory available: {most}"
+        )
+    return int(fits), (
+        f"note: {fits} sweep worker{'s' if fits > 1 else ''}, not {workers} (one a CPU): {each}, and "
+        f"{_gb(memory)} is available"
+    )
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:,.2f} GB" if n >= 1e7 else f"{n / 1e6:,.3f} MB"
+
+
 def run_sweep(
     tasks: list[Task],
     out: str | os.PathLike,
@@ -277,13 +333,16 @@ def run_sweep(
     limit: int | None = None,
     on_result: Callable | None = None,
     digest: Callable[[Task], str] | None = None,
+    check_memory: bool = True,
 ) -> SweepReport:
     """Run the tasks not yet done under ``out``; writes each row as it finishes.
 
     A UsageError in any configuration stops the sweep (bad settings); other failures are
     reported per configuration and the rest carries on. ``limit`` runs at most that many
     configurations (then stops, as an interrupted sweep would). ``digest(task)``: what the task's
-    result is computed from (``sim.experiments.store``): a stored row of other inputs is rerun."""
+    result is computed from (``sim.experiments.store``): a stored row of other inputs is rerun.
+    ``check_memory``: the workers' traces and runs are checked against the memory available
+    together (``fit_workers``; `marconi sweep` checks before it prints anything, and passes False)."""
     from tqdm import tqdm  # noqa: PLC0415 - progress bar, loaded only when a sweep runs
 
     out = Path(out)
@@ -293,10 +352,15 @@ def run_sweep(
     report = SweepReport(total=len(tasks), skipped=len(tasks) - len(todo), ran=0)
     if limit is not None:
         todo = todo[:limit]
+    explicit = workers is not None
     workers = max(1, min(workers or os.cpu_count() or 1, max(1, len(todo))))
     t0 = time.perf_counter()
     if not todo:
         return report
+    if check_memory and (engine == "local" or (engine == "ray" and not ray_address)):  # one machine
+        workers, note = fit_workers(todo, workers, explicit)
+        if note:
+            print(note, file=sys.stderr)
     if engine == "local":
         results = _local_results(todo, workers, save_requests)
     elif engine == "ray":

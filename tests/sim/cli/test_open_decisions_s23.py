@@ -318,3 +318,29 @@ def test_sweep_and_the_library_name_the_close_entries_too(runner, tmp_path):
     with pytest.raises(UsageError) as err:
         get_gpu("a10")
     assert str(err.value) == f"unknown GPU 'a10' (close: a100); {CATALOGUE}"
+
+
+def test_sweep_checks_the_memory_of_all_its_workers_once(runner, tmp_path, monkeypatch):
+    """Each sweep worker ran the trace reader's memory check alone, against the whole machine's
+    memory: N workers of one large trace could fill it. The parent now checks them together before
+    they start: each holds the trace (its symbols) and a run of it as much again."""
+    import sim.experiments.runners as runners
+
+    trace = runners.task_trace({"trace": "synthetic:chat:sessions=2,turns=2"})
+    per_worker = 2 * sum(r.input_tokens.nbytes + r.output_tokens.nbytes for r in trace.requests)
+    monkeypatch.setattr(runners, "available_memory", lambda: int(2.5 * per_worker), raising=False)  # room for 2
+    args = ["sweep", *SMALL, "--policy", "sglang+", "--capacity", "1GB,2GB,3GB,4GB", "--out", str(tmp_path / "s")]
+    res = runner.invoke(main, [*args, "--workers", "4"])
+    one_line(res, "4 sweep workers: each worker holds ")
+    assert res.output.strip().endswith("of memory available: give --workers 2 or fewer"), res.output
+    assert not list((tmp_path / "s").glob("**/*.parquet"))  # refused before any worker ran
+    # the default (a worker a CPU) is lowered to what fits, and said
+    monkeypatch.setattr(runners.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(runners, "available_memory", lambda: int(1.5 * per_worker))  # room for 1
+    res = runner.invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert res.stderr.startswith("note: 1 sweep worker, not 4 (one a CPU): each worker holds "), res.stderr
+    assert "ran 4 configurations" in res.stdout
+    # within the memory: no word
+    monkeypatch.setattr(runners, "available_memory", lambda: 4 * per_worker)
+    assert runners.fit_workers([], 4, explicit=True) == (4, "")
