@@ -410,7 +410,14 @@ def register(main: click.Group) -> None:
         from tqdm import tqdm  # noqa: PLC0415 - progress bar, loaded only when running
 
         from sim.cost import get_model
-        from sim.replay.session import ReplaySettings, calibrate, check_batch, check_model, run_replay
+        from sim.replay.session import (
+            ReplaySettings,
+            calibrate,
+            check_batch,
+            check_calibrate,
+            check_model,
+            run_replay,
+        )
         from sim.simulate import build
 
         own, knobs = replay_settings(kwargs, ReplaySettings)  # kwargs keeps the trace options
@@ -423,6 +430,8 @@ def register(main: click.Group) -> None:
         config = replay_config(knobs)
         config.validate()
         check_batch(settings, config, calibrating=calibrate_path is not None)
+        if calibrate_path is not None:
+            check_calibrate(get_model(model), layers)
         check_replay(click.get_current_context(), config, kwargs.get("trace"))
         check_before_work(get_model(model), calibrate_path, out, force, kwargs.get("trace"), timing_path, model)
         # the output folders, created (or refused) now, before the trace is loaded, and locked until

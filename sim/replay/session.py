@@ -190,6 +190,30 @@ def check_model(spec: ModelSpec, layers: Optional[int]) -> int:
     return n
 
 
+def check_calibrate(spec: ModelSpec, layers: Optional[int]) -> None:
+    """``--calibrate`` prices every layer type of ``spec`` from this replay's measurements: a
+    ``--layers`` that replays none of a type the model has (``--layers 1`` leaves attention out)
+    is refused, since the timing file would price that type at nothing (its terms unfitted, 0 on
+    a CPU, the device's peak on a GPU, no per-call time)."""
+    if layers is None:
+        return
+    try:
+        from sim.replay.model import subsample  # noqa: PLC0415 - torch: the replay needs it anyway
+    except ImportError:  # the replay itself says what to install
+        return
+    mamba2 = not spec.n_gdn and spec.n_mamba and spec.mamba_version == 2
+    linear = spec.n_mamba if mamba2 else spec.n_gdn
+    a, g = subsample(spec.n_attn, linear, layers)
+    kind = "Mamba2" if mamba2 else "gated-delta"
+    for present, replayed, name in ((spec.n_attn, a, "attention"), (linear, g, kind)):
+        if present and not replayed:
+            raise UsageError(
+                f"--calibrate with --layers {layers}: {spec.name}'s {name} layers would not be replayed "
+                f"({a} attention + {g} {kind} of its {spec.n_attn} + {linear}), so the timing file could "
+                f"not price them; give --layers {2 if spec.n_attn and linear else 1} or more, or leave it out"
+            )
+
+
 def check_batch(settings: ReplaySettings, config: SimConfig, calibrating: bool = False) -> None:
     """``--batch`` > 1 batches a sequential stream only (a request's admits after its decode), and
     times batches, so it cannot feed ``--calibrate`` (``calibrating``)."""

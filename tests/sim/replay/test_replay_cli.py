@@ -99,7 +99,7 @@ def replay_out(tmp_path_factory):
         "--model",
         "replay-tiny",
         "--layers",
-        "1",
+        "2",  # a --calibrate replay needs each layer type: --layers 1 leaves attention out (refused)
         "--requests",
         "8",
         "--trace",
