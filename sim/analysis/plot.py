@@ -101,6 +101,26 @@ def _grid(plt, n: int, width: float = 4.2, height: float = 3.3, sharey: bool = F
     return fig, flat[:n]
 
 
+#: a scheduler's line style where the rows mix schedulers (``report.scheduler_tag``'s labels)
+_SCHEDULER_LINES = {"continuous": "-", "fcfs": "--"}
+
+
+def _series_styles(variants) -> dict[str, dict]:
+    """One style per series of a figure, the same in every panel: a colour per policy variant
+    (the label without its `` [scheduler]`` tag; one policy under two schedulers drew the same
+    colour and line twice, and a panel without some variant shifted the others' colours), a line
+    style per scheduler (continuous solid, fcfs dashed)."""
+    bases: dict[str, int] = {}
+    out = {}
+    for v in order_variants(variants):
+        m = re.fullmatch(r"(.*) \[([\w-]+)\]", v)
+        base, sched = (m[1], m[2]) if m else (v, "")
+        i = bases.setdefault(base, len(bases))
+        line = _SCHEDULER_LINES.get(sched, ":") if sched else "-"
+        out[v] = {"color": f"C{i % 10}", "linestyle": line}
+    return out
+
+
 def _figure_legend(fig, axes, top: float = 0.9) -> None:
     """One legend for the whole figure, every line's label once, above the panels."""
     seen: dict = {}
@@ -119,11 +139,12 @@ def fig_hit_rate(df, metric: str = "token_hit_rate"):
     panels = _families(df, exclude=("capacity_bytes",))
     fig, axes = _grid(plt, len(panels), 3.8, 3.0, sharey=True)
     variants = order_variants(df["variant"])
+    styles = _series_styles(variants)
     for ax, (title, sub) in zip(axes, panels):
         for v in variants:
             g = sub[sub["variant"] == v].groupby("capacity_gb")[metric].mean()
             if len(g):
-                ax.plot(g.index, g.values * 100, marker="o", label=v)
+                ax.plot(g.index, g.values * 100, marker="o", label=v, **styles[v])
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("cache capacity (GB)")
         ax.set_ylabel(metric.replace("_", " ") + " (%)")
@@ -213,9 +234,10 @@ def fig_ttft(rows, requests):
     plt = pyplot()
     panels = _families(rows)
     fig, axes = _grid(plt, len(panels), 4.4, 3.4, sharey=True)
+    styles = _series_styles(rows["variant"])
     for ax, (title, sub) in zip(axes, panels):
         for variant, (x, y) in ttft_cdf(sub, requests).items():
-            ax.step(np.maximum(x, 1e-3), y, where="post", label=variant)
+            ax.step(np.maximum(x, 1e-3), y, where="post", label=variant, **styles.get(variant, {}))
         ax.set_xscale("log")
         _label_log_axis(plt, ax.xaxis)
         ax.set_xlabel("TTFT (ms, log scale)")
@@ -309,13 +331,14 @@ def fig_occupancy(rows, occupancy):
     panels = _families(rows)
     fig, axes = _grid(plt, len(panels), 4.4, 3.2, sharey=True)
     occ = occupancy.merge(rows[["config_id", "variant", "capacity_bytes"]], on="config_id")
+    styles = _series_styles(rows["variant"])
     for ax, (title, sub) in zip(axes, panels):
         mine = occ[occ["config_id"].isin(sub["config_id"])]
         for v in order_variants(sub["variant"]):
             for _cid, g in mine[mine["variant"] == v].groupby("config_id", sort=True):
                 g = g.sort_values("t_s", kind="stable")
                 pct = (g["kv_bytes"] + g["state_bytes"]) / g["capacity_bytes"] * 100
-                ax.plot(g["t_s"], pct, lw=1, label=v)
+                ax.plot(g["t_s"], pct, lw=1, label=v, **styles[v])
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("simulated time (s)")
         ax.set_ylabel("cache occupancy (% of capacity)")

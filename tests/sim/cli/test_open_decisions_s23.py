@@ -344,3 +344,42 @@ def test_sweep_checks_the_memory_of_all_its_workers_once(runner, tmp_path, monke
     # within the memory: no word
     monkeypatch.setattr(runners, "available_memory", lambda: 4 * per_worker)
     assert runners.fit_workers([], 4, explicit=True) == (4, "")
+
+
+def test_plot_gives_each_policy_and_scheduler_its_own_style(runner, tmp_path):
+    """A sweep of one policy under two schedulers: `plot` drew sglang+ [fcfs] and sglang+ [continuous]
+    in the same colour and line (panels coloured by their own cycle; the hit-rate figure's one legend
+    then showed both alike). Now each (policy, scheduler) series has one style across the figure: a
+    colour per policy, a line style per scheduler (continuous solid, fcfs dashed)."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.colors import to_hex
+
+    from sim.analysis.plot import make_figure
+
+    out = tmp_path / "s"
+    args = ["sweep", *SMALL, "--policy", "sglang+,marconi", "--alpha", "0", "--scheduler", "fcfs,continuous"]
+    res = runner.invoke(main, [*args, "--capacity", "1GB,2GB", "--save-requests", "--workers", "1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    for kind in ("hit-rate", "ttft", "occupancy"):
+        figs = make_figure(out, kind)
+        figs = figs if isinstance(figs, (list, tuple)) else [figs]
+        styles: dict = {}
+        for fig in (f[-1] if isinstance(f, tuple) else f for f in figs):
+            for ax in fig.axes:
+                for line in ax.get_lines():
+                    style = (to_hex(line.get_color()), line.get_linestyle())
+                    assert styles.setdefault(line.get_label(), style) == style, (kind, line.get_label())
+        assert set(styles) == {
+            "sglang+ [fcfs]",
+            "sglang+ [continuous]",
+            "marconi [fcfs]",
+            "marconi [continuous]",
+        }, (kind, styles)
+        assert len(set(styles.values())) == 4, (kind, styles)  # every series its own
+        for policy in ("sglang+", "marconi"):  # a colour per policy, a line per scheduler
+            fcfs, cont = styles[f"{policy} [fcfs]"], styles[f"{policy} [continuous]"]
+            assert fcfs[0] == cont[0] and (cont[1], fcfs[1]) == ("-", "--"), (kind, styles)
+        assert styles["sglang+ [fcfs]"][0] != styles["marconi [fcfs]"][0]
