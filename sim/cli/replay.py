@@ -145,9 +145,11 @@ def _validation_line(s: dict) -> str:
 
 
 def _unvalidated(s: dict) -> str:
-    """Why hits went unvalidated, counted by reason (every hit is validated or has one)."""
-    why = s.get("hits_unvalidated") or {}
-    return "; not validated: " + ", ".join(f"{k} {v:,}" for k, v in why.items()) if why else ""
+    """Why hits went unvalidated, counted by reason (every hit is validated or has one), and why
+    validated hits had no KV to check (a replay of no attention layer)."""
+    why, kv = s.get("hits_unvalidated") or {}, s.get("kv_hits_unvalidated") or {}
+    line = "; not validated: " + ", ".join(f"{k} {v:,}" for k, v in why.items()) if why else ""
+    return line + ("; KV not checked: " + ", ".join(f"{k} {v:,}" for k, v in kv.items()) if kv else "")
 
 
 def flops_line(s) -> str:

@@ -413,6 +413,14 @@ def summary(
         hits.loc[~hits["validated"], "unvalidated"] if len(hits) and "unvalidated" in hits else pd.Series([], dtype=str)
     )
     out["hits_unvalidated"] = {str(k): int(v) for k, v in why.replace("", "never checked").value_counts().items()}
+    # every validated hit whose KV went unchecked, by reason: kv_hits_validated + these = hits_validated
+    if len(val) and "kv_validated" in val:
+        no_kv = int((~val["kv_validated"].astype(bool)).sum())
+        no_attention = counts is not None and not dict(counts).get("attention", 0)
+        reason = "no attention layer replayed" if no_attention else "never checked"
+        out["kv_hits_unvalidated"] = {reason: no_kv} if no_kv else {}
+    else:
+        out["kv_hits_unvalidated"] = {}
     # the host's time to issue a timed prefill (Python, dispatch, launches): what a wall-clock
     # measurement of short calls sees instead of the device's work (sim.replay.clock.Stopwatch)
     host = df["suffix_host_ms"].dropna() if len(df) and "suffix_host_ms" in df else pd.Series([], dtype=float)

@@ -343,8 +343,10 @@ def summarize(parts: Parts, run: Executed, trace: Trace, config: SimConfig, sett
         attention_requested=settings.attention,
         elementwise=model.elementwise,  # what ran: fused only on a GPU
         elementwise_requested=settings.elementwise,
-        mlp_note=(
-            f"MoE MLP replayed dense at its active width ({shape.mlp_inter})"
+        mlp_note=(  # none for a model without MLPs (a pure Mamba2 config): "dense MLP (0)" before
+            ""
+            if not shape.mlp_inter
+            else f"MoE MLP replayed dense at its active width ({shape.mlp_inter})"
             if shape.mlp_moe
             else f"dense MLP ({shape.mlp_inter})"
         ),

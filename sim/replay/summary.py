@@ -95,6 +95,9 @@ class ReplaySummary(SummaryReads):
     tokens_per_s: float
     splits: int
     hits_unvalidated: dict  # reason -> hits not validated
+    # reason -> validated hits whose restored KV was not checked (no attention layer replayed):
+    # kv_hits_validated + these = hits_validated
+    kv_hits_unvalidated: dict = field(default_factory=dict)
     host_issue_ms: dict  # p50 / p95 / max of the host's issue time of a timed prefill
     restore_errors: dict  # kind -> p50 / p95 / max over validated hits
     integrity_checked: Optional[int] = field(default=None, metadata=_OPTIONAL)

@@ -79,3 +79,67 @@ def test_calibrate_check_on_a_mamba2_config_and_the_depths_that_replay_every_typ
     for layers in (None, 2, 3, 4):  # every type replayed: nothing to say
         check_calibrate(spec, layers)
         check_calibrate(get_model("replay-tiny"), layers)
+
+
+# ------------------------------------------------ validated hits with no KV to check, and no MLP
+
+# a pure Mamba2 model (Codestral-like): no attention, no MLP
+MAMBA2 = {
+    "architectures": ["Mamba2ForCausalLM"],
+    "model_type": "mamba2",
+    "torch_dtype": "bfloat16",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_heads": 4,
+    "head_dim": 32,
+    "state_size": 16,
+    "n_groups": 2,
+    "conv_kernel": 4,
+    "expand": 2,
+    "vocab_size": 512,
+    "tie_word_embeddings": False,
+}
+
+
+def _replay(runner, *args):
+    pytest.importorskip("torch")
+    res = runner.invoke(main, ["replay", *SMALL, *args])
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+@pytest.mark.parametrize("model, layers", [("replay-tiny", ["--layers", "1"]), ("mamba2", [])])
+def test_hits_validated_without_kv_say_why(runner, tmp_path, model, layers):
+    """A replay of no attention layer (`--layers 1` of replay-tiny, a pure Mamba2 config) validated
+    every hit's states but had no KV to check: the table said "hits (validated, KV validated) 1 (1,
+    0)" with no reason, which reads as the KV check skipped or failed, and summary.json counted no
+    reason either (issue 41: every hit's checks validated, or a reason the summary counts). Now
+    ``kv_hits_unvalidated`` counts them by reason and the line says it; the pure Mamba2 model's
+    layers line said "mlp 0 (dense MLP (0))", now "mlp 0"."""
+    if model == "mamba2":
+        (tmp_path / "m2").mkdir()
+        (tmp_path / "m2" / "config.json").write_text(json.dumps(MAMBA2))
+        model = str(tmp_path / "m2")
+    s = json.loads(_replay(runner, "--model", model, *layers, "--format", "json"))
+    assert s["hits"] == s["hits_validated"] > 0 and s["kv_hits_validated"] == 0
+    assert s["kv_hits_unvalidated"] == {"no attention layer replayed": s["hits"]}
+    lines = _replay(runner, "--model", model, *layers).splitlines()
+    hits = [x for x in lines if x.startswith("hits (validated, KV validated)")]
+    n = s["hits"]
+    assert hits[0].split("  ")[-1].strip() == f"{n} ({n}, 0); KV not checked: no attention layer replayed {n}"
+    if model != "replay-tiny":
+        layer_line = [x for x in lines if x.startswith("layers replayed")][0]
+        assert layer_line.split("  ")[-1].strip() == "attention 0, mamba2 2, mlp 0"
+
+
+def test_a_replay_with_attention_counts_no_kv_reason(runner):
+    s = json.loads(_replay(runner, "--model", "replay-tiny", "--layers", "2", "--format", "json"))
+    assert s["hits"] == s["hits_validated"] == s["kv_hits_validated"] > 0 and s["kv_hits_unvalidated"] == {}
+
+
+def test_the_hits_line_names_both_reasons():
+    from sim.cli.replay import _unvalidated
+
+    s = {"hits_unvalidated": {"validate-every": 2}, "kv_hits_unvalidated": {"no attention layer replayed": 3}}
+    assert _unvalidated(s) == "; not validated: validate-every 2; KV not checked: no attention layer replayed 3"
+    assert _unvalidated({"kv_hits_unvalidated": {"never checked": 1}}) == "; KV not checked: never checked 1"
