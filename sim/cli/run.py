@@ -422,7 +422,7 @@ def register(main: click.Group) -> None:
         "--out",
         type=OutputPath(file_okay=False, path_type=Path),
         default=None,
-        help="Write summary.json and per-request requests.parquet here.",
+        help="Write summary.json, per-request requests.parquet and the cache's occupancy.parquet here.",
     )
     @click.option(
         "--events",
@@ -430,7 +430,8 @@ def register(main: click.Group) -> None:
         type=OutputPath(dir_okay=False, path_type=Path),
         default=None,
         help="Write the engine's event stream (lookup, prefill, decode, admit, evict, evict_kv, "
-        "reject; one row per event, a policy column) as JSON Lines (.jsonl) or parquet (.parquet).",
+        "reject, and with continuous batching arrive and step; one row per event, a policy column) as JSON Lines "
+        "(.jsonl) or parquet (.parquet).",
     )
     @click.option(
         "--force",

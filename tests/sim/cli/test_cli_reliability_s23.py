@@ -3,6 +3,7 @@ and `kernels` when they are interrupted, rerun, or given input they cannot use."
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -188,3 +189,23 @@ def test_an_output_encoding_without_alpha_prints_escapes_not_a_traceback(small_s
     res = subprocess.run([marconi, "report", str(small_sweep)], capture_output=True, env=env, timeout=120)
     assert res.returncode == 0, res.stderr.decode("latin-1")
     assert b"marconi \\u03b1=1" in res.stdout and b"Traceback" not in res.stderr
+
+
+def test_run_help_names_every_file_and_event_kind_it_writes(runner, tmp_path):
+    """`run --help` said --out writes summary.json and requests.parquet (it writes occupancy.parquet
+    too) and listed the event kinds without arrive and step, which the default scheduler writes."""
+    from sim.cli.run import RUN_OUTPUTS
+    from sim.engine.events import EVENT_NAMES
+
+    out, events = tmp_path / "r", tmp_path / "e.jsonl"
+    res = runner.invoke(main, ["run", *SMALL, "--out", str(out), "--events", str(events)])
+    assert res.exit_code == 0, res.output
+    written = {line.split('"event": "')[1].split('"')[0] for line in events.read_text().splitlines()}
+    assert {"arrive", "step"} <= written <= set(EVENT_NAMES.values())
+    text = " ".join(runner.invoke(main, ["run", "--help"]).output.split())
+    out_help = text.split("--out DIRECTORY", 1)[1].split("--events FILE", 1)[0]
+    assert all(name in out_help for name in RUN_OUTPUTS) and sorted(p.name for p in out.iterdir()) == sorted(
+        RUN_OUTPUTS
+    )
+    events_help = text.split("--events FILE", 1)[1].split("--force", 1)[0]
+    assert set(EVENT_NAMES.values()) <= set(re.findall(r"[a-z_]+", events_help)), events_help
