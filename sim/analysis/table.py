@@ -35,7 +35,8 @@ def _sci(v) -> str:
 
 
 def _rate(v) -> str:
-    return f"{v:.3g}" if v < 100 else f"{v:.0f}"
+    """Three significant digits, trailing zeros kept (``.3g`` printed 0.26 above 0.259 in one column)."""
+    return f"{v:#.3g}".rstrip(".") if v < 100 else f"{v:.0f}"
 
 
 def _one(v) -> str:

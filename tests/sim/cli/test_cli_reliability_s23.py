@@ -209,3 +209,12 @@ def test_run_help_names_every_file_and_event_kind_it_writes(runner, tmp_path):
     )
     events_help = text.split("--events FILE", 1)[1].split("--force", 1)[0]
     assert set(EVENT_NAMES.values()) <= set(re.findall(r"[a-z_]+", events_help)), events_help
+
+
+def test_served_rates_keep_three_significant_digits():
+    """The `served req/s` column was `.3g`: 0.26 printed above 0.259, 1.2 beside 1.21."""
+    from sim.analysis import table
+
+    recs = [{"policy": p, "throughput_rps": v} for p, v in (("a", 0.26), ("b", 0.259), ("c", 1.2), ("d", 99.96))]
+    lines = table.format_table(recs, ["throughput_rps"]).splitlines()[3:]
+    assert [line.split()[-1] for line in lines] == ["0.260", "0.259", "1.20", "100"]
