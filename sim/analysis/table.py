@@ -300,22 +300,33 @@ def saturation_warning(
     names = ", ".join(p for p, _ in sat)
     worst = max(sat, key=lambda ps: ps[1].queue_last_s)[1]
     low, high = (f(s.served_rps for _, s in sat) for f in (min, max))
-    served = f"{low:.3g}" if f"{low:.3g}" == f"{high:.3g}" else f"{low:.3g}-{high:.3g}"
+    served = _plain(low) if _plain(low) == _plain(high) else f"{_plain(low)}-{_plain(high)}"
     text = (
         f"warning: offered load exceeds what the engine serves ({names}): the mean queueing delay grows "
-        f"from {worst.queue_first_s:.3g} s to {worst.queue_last_s:.3g} s (first vs last third of arrivals); "
+        f"from {_plain(worst.queue_first_s)} s to {_plain(worst.queue_last_s)} s (first vs last third of arrivals); "
         f"the engine sustains about {served} requests/s of busy time against "
     )
     if math.isinf(offered_rps) and not sessions_per_second:  # an open-loop burst: no gap to stretch
         return text + "requests that all arrive at once (the trace's arrivals: no --time-scale spreads them)"
-    text += f"{offered_rps:.3g} offered"
+    text += f"{_plain(offered_rps)} offered"
     if sessions_per_second:
         keep_up = low / per_session
         text += (
             f" ({sessions_per_second:g} session{'' if sessions_per_second == 1 else 's'}/s x "
-            f"{per_session:.3g} requests a session): about --sessions-per-second {keep_up:.2g} or less keeps up"
+            f"{_plain(per_session)} requests a session): about --sessions-per-second {_plain(keep_up, 2)} or less "
+            "keeps up"
         )
     else:
         scale = time_scale * offered_rps / low
-        text += f" (the trace's arrivals): about --time-scale {scale:.2g} or more keeps up"
+        text += f" (the trace's arrivals): about --time-scale {_plain(scale, 2)} or more keeps up"
     return text
+
+
+def _plain(v: float, digits: int = 3) -> str:
+    """``v`` to ``digits`` significant digits without an exponent between 1e-4 and 1e9 (``.3g``
+    wrote a queue of 1390 s as ``1.39e+03 s`` and a time scale of 180 as ``--time-scale 1.8e+02``)."""
+    if not math.isfinite(v) or v == 0 or not 1e-4 <= abs(v) < 1e9:
+        return f"{v:.{digits}g}"
+    r = float(f"{v:.{digits}g}")
+    text = f"{r:.{max(digits - 1 - math.floor(math.log10(abs(r))), 0)}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text

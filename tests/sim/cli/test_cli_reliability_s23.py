@@ -218,3 +218,15 @@ def test_served_rates_keep_three_significant_digits():
     recs = [{"policy": p, "throughput_rps": v} for p, v in (("a", 0.26), ("b", 0.259), ("c", 1.2), ("d", 99.96))]
     lines = table.format_table(recs, ["throughput_rps"]).splitlines()[3:]
     assert [line.split()[-1] for line in lines] == ["0.260", "0.259", "1.20", "100"]
+
+
+def test_the_saturation_warning_writes_plain_numbers():
+    """`run --trace mooncake:sample --policy sglang+` warned of a queue growing `from 232 s to
+    1.39e+03 s`; a time scale of 180 was suggested as `--time-scale 1.8e+02`."""
+    from sim.analysis import table
+
+    sat = table.Saturation(True, 232.1, 1390.4, 100.0, 0.0163)
+    line = table.saturation_warning([("sglang+", sat)], 2.94, None, 1.0)
+    assert "grows from 232 s to 1390 s" in line and "sustains about 0.0163 requests/s" in line, line
+    assert line.endswith("about --time-scale 180 or more keeps up"), line
+    assert "e+" not in line
