@@ -5,6 +5,8 @@ their plain-torch twin on a CPU) against a real checkpoint store, checked and ti
 from __future__ import annotations
 
 import json
+import sys
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 
@@ -20,13 +22,14 @@ from sim.cli.outdir import (
     output_folder,
     refuse_other_kind,
     remove_earlier_outputs,
+    written_together,
 )
 from sim.cli.options import option, with_options
 from sim.cli.run import parse_alpha
 from sim.cli.run import _scheduler as _scheduler_word
 from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, format_size, parse_size
-from sim.errors import UsageError
+from sim.errors import UsageError, interrupted, stop_exit_code, stop_message
 from sim.replay.backends import CPU_SMALL_D_MODEL
 
 INSTALL_HINT = "marconi replay needs torch (and triton for --kernel triton): pip install 'marconi-sim[kernels]'"
@@ -246,6 +249,27 @@ def _aborted(s: dict) -> str:
     return f"; {n:,} more aborted at arrival (prompt longer than the engine takes), not replayed" if n else ""
 
 
+@contextmanager
+def said_if_interrupted(out, calibrate_path, written: list):
+    """Ctrl-C (SIGTERM, SIGHUP) before this replay's outputs were committed (``written`` still
+    empty): one line that says nothing was written and that a replay does not resume (a rerun
+    starts over), exit 130 (143, 129). It said "Interrupted." alone, which left a user to find out
+    whether the rerun would resume or find half a folder; after the commit, the plain line."""
+    try:
+        yield
+    except BaseException as exc:
+        if isinstance(exc, SystemExit) or not interrupted(exc) or written:
+            raise
+        targets = [f"--out {out}"] if out is not None else []
+        targets += [f"--calibrate {calibrate_path}"] if calibrate_path is not None else []
+        where = f"nothing was written to {' or '.join(targets)}; " if targets else ""
+        click.echo(
+            f"{stop_message().rstrip('.')}: {where}a replay does not resume: rerun the same command to start over",
+            err=True,
+        )
+        sys.exit(stop_exit_code())
+
+
 def format_summary(s: dict, settings: dict) -> str:
     rows = [
         ("requests", f"{s['requests']:,} ({s['input_tokens']:,} input tokens)" + _aborted(s)),
@@ -442,7 +466,12 @@ def register(main: click.Group) -> None:
         # resources without the exception, so a folder made here and still empty after an error or
         # Ctrl-C (exit 130) stayed behind; output_folder removes those (never one holding a file)
         calibrate_folder = Path(calibrate_path).parent if calibrate_path is not None else None
-        with output_folder(out, "--out"), output_folder(calibrate_folder, "--calibrate"):
+        written = []  # set when the outputs are committed (renamed into place, signals held back)
+        with (
+            output_folder(out, "--out"),
+            output_folder(calibrate_folder, "--calibrate"),
+            said_if_interrupted(out, calibrate_path, written),
+        ):
             timing = None
             if timing_path is not None:
                 from sim.cost import read_timing_file  # noqa: PLC0415
@@ -480,15 +509,27 @@ def register(main: click.Group) -> None:
                 raise
             finally:
                 bar.close()
-            if calibrate_path is not None:
-                calibrate(res, config, calibrate_path)
-            if out is not None:
-                from sim.replay import output  # noqa: PLC0415
+            from sim.replay import output  # noqa: PLC0415
 
-                # an earlier run's occupancy.parquet (--force) is not this replay's: removed, as output.write
-                # removes an earlier replay's steps.parquet when this one has none
-                remove_earlier_outputs(out, (output.SUMMARY, output.REQUESTS, output.STEPS))
-                output.write(out, res.summary, res.settings, res.requests, steps=res.steps)
+            # the timing file and --out's files as one set, renamed together with Ctrl-C held back:
+            # an interrupt while they were written left requests.parquet (and the timing file)
+            # without summary.json, which the rerun of the same command refused as existing outputs
+            # (with --force: this replay's requests beside the earlier summary)
+            ours = (output.SUMMARY, output.REQUESTS) + ((output.STEPS,) if res.steps is not None else ())
+
+            def commit():
+                written.append(True)
+                if out is not None:
+                    remove_earlier_outputs(out, ours)
+
+            with written_together(before_commit=commit) as put:
+                if calibrate_path is not None:
+                    calibrate(res, config, calibrate_path, put=put)
+                if out is not None:
+                    # an earlier run's occupancy.parquet (--force) is not this replay's, nor an
+                    # earlier replay's steps.parquet when this one has none: removed at the commit
+                    for path, write in output.files(out, res.summary, res.settings, res.requests, steps=res.steps):
+                        put(path, write)
             if fmt == "json":
                 click.echo(json.dumps(res.summary, indent=2))
             else:

@@ -18,6 +18,20 @@ REQUESTS = "requests.parquet"
 STEPS = "steps.parquet"
 
 
+def files(out, summary: dict, settings: dict, requests: pd.DataFrame, steps: pd.DataFrame | None = None) -> list:
+    """The files of a replay output folder under ``out``, each with what writes it to a given path
+    (``[(path, write(tmp))]``): ``requests.parquet``, ``steps.parquet`` when ``steps`` is given,
+    then ``summary.json``. The CLI writes them with its other outputs as one set
+    (``sim.cli.outdir.written_together``: an interrupt leaves all of them or none)."""
+    out = Path(out)
+    text = json.dumps({"settings": settings, "summary": summary}, indent=2, default=str) + "\n"
+    out_files = [(out / REQUESTS, lambda tmp: requests.to_parquet(tmp, index=False))]
+    if steps is not None:
+        out_files.append((out / STEPS, lambda tmp: steps.to_parquet(tmp, index=False)))
+    out_files.append((out / SUMMARY, lambda tmp: Path(tmp).write_text(text)))
+    return out_files
+
+
 def write(out, summary: dict, settings: dict, requests: pd.DataFrame, steps: pd.DataFrame | None = None) -> list[Path]:
     """``summary.json`` and ``requests.parquet`` under ``out``, and ``steps.parquet`` (one row per
     executed engine step, ``--scheduler continuous``) when ``steps`` is given. Without ``steps`` an
@@ -26,22 +40,14 @@ def write(out, summary: dict, settings: dict, requests: pd.DataFrame, steps: pd.
     fits any ``steps.parquet`` of a folder)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    s, r = out / SUMMARY, out / REQUESTS
     if steps is None:
         (out / STEPS).unlink(missing_ok=True)
-    # each written under a temporary name and renamed when complete: never a truncated file
-    requests.to_parquet(out / f".tmp-{REQUESTS}", index=False)
-    (out / f".tmp-{REQUESTS}").replace(r)
-    written = [s, r]
-    if steps is not None:
-        steps.to_parquet(out / f".tmp-{STEPS}", index=False)
-        (out / f".tmp-{STEPS}").replace(out / STEPS)
-        written.append(out / STEPS)
-    (out / f".tmp-{SUMMARY}").write_text(
-        json.dumps({"settings": settings, "summary": summary}, indent=2, default=str) + "\n"
-    )
-    (out / f".tmp-{SUMMARY}").replace(s)
-    return written
+    for path, put in files(out, summary, settings, requests, steps):
+        # each written under a temporary name and renamed when complete: never a truncated file
+        tmp = path.with_name(f".tmp-{path.name}")
+        put(tmp)
+        tmp.replace(path)
+    return [out / SUMMARY, out / REQUESTS] + ([out / STEPS] if steps is not None else [])
 
 
 def load(path) -> tuple[dict, dict, pd.DataFrame]:

@@ -371,11 +371,13 @@ def _replay(
 
 
 def calibrate(
-    result: ReplayResult, config: SimConfig, path=None, decode_ms_per_token: Optional[float] = None
+    result: ReplayResult, config: SimConfig, path=None, decode_ms_per_token: Optional[float] = None, put=None
 ) -> ReplayResult:
     """Fit the hardware cost model to ``result``'s per-layer-type measurements (with the
     resumed-call term where the run shows one: ``calibration.calibrate_run``); write the timing
-    file to ``path``. A fit that puts a term above the device's peak is refused (UsageError)."""
+    file to ``path`` (through ``put(path, write(tmp))`` where given: the CLI's
+    ``sim.cli.outdir.written_together``, which renames it with the --out files as one set). A fit
+    that puts a term above the device's peak is refused (UsageError)."""
     spec = get_model(config.model)
     counts = cost_counts(result.settings["layers_replayed"])
     dev = result.settings.get("device_name", "")
@@ -414,18 +416,17 @@ def calibrate(
         time_model_median_error_calibrated=info["median_error"], time_model_p95_error_calibrated=info["p95_error"]
     )
     if path is not None:
-        measure.write_timing(
-            path,
-            t,
-            spec,
-            dict(
-                info,
-                trace=result.settings.get("trace"),
-                device=dev,
-                policy=config.policy,
-                state_alignment=config.state_alignment,
-            ),
+        record = dict(
+            info,
+            trace=result.settings.get("trace"),
+            device=dev,
+            policy=config.policy,
+            state_alignment=config.state_alignment,
         )
+        if put is None:
+            measure.write_timing(path, t, spec, record)
+        else:
+            put(path, lambda tmp: measure.write_timing(tmp, t, spec, record))
     return result
 
 

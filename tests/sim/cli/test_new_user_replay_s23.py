@@ -143,3 +143,88 @@ def test_the_hits_line_names_both_reasons():
     s = {"hits_unvalidated": {"validate-every": 2}, "kv_hits_unvalidated": {"no attention layer replayed": 3}}
     assert _unvalidated(s) == "; not validated: validate-every 2; KV not checked: no attention layer replayed 3"
     assert _unvalidated({"kv_hits_unvalidated": {"never checked": 1}}) == "; KV not checked: never checked 1"
+
+
+# ------------------------------------------------------------ interrupted, then run again
+
+
+def _snapshot(folder) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _interrupt_the_steps_write(monkeypatch):
+    """Ctrl-C arriving while replay writes steps.parquet (requests.parquet written before it, the
+    timing file before both, in the order replay writes them)."""
+    import pandas as pd
+
+    real = pd.DataFrame.to_parquet
+
+    def to_parquet(self, path, *args, **kwargs):
+        if "steps" in str(path).rsplit("/", 1)[-1]:
+            raise KeyboardInterrupt
+        return real(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", to_parquet)
+
+
+def test_replay_interrupted_while_writing_leaves_no_partial_output_set(runner, tmp_path, monkeypatch):
+    """`replay --out D --calibrate T` interrupted while it wrote D/steps.parquet left
+    D/requests.parquet and T without D/summary.json: the rerun of the same command was refused
+    ("--out: D/requests.parquet already exist; pass --force"), and `marconi plot D --kind replay`
+    said D was no replay output. Now the set is renamed into place at once, with the stop signals
+    held back: nothing of it is left, the line says so, and the rerun runs."""
+    pytest.importorskip("torch")
+    out, cal = tmp_path / "r", tmp_path / "t.json"
+    args = ["replay", *SMALL, "--model", "replay-tiny", "--out", str(out), "--calibrate", str(cal)]
+    with monkeypatch.context() as m:
+        _interrupt_the_steps_write(m)
+        res = runner.invoke(main, args)
+    assert res.exit_code == 130, res.output
+    assert res.output.strip().splitlines()[-1] == (
+        f"Interrupted: nothing was written to --out {out} or --calibrate {cal}; a replay does not resume: "
+        "rerun the same command to start over"
+    )
+    assert not cal.exists() and (not out.exists() or _snapshot(out) == {}), sorted(_snapshot(out))
+    res = runner.invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert sorted(_snapshot(out)) == ["requests.parquet", "steps.parquet", "summary.json"] and cal.is_file()
+
+
+def test_replay_force_interrupted_while_writing_keeps_the_earlier_set_whole(runner, tmp_path, monkeypatch):
+    """`replay --out D --force` over an earlier replay's D, interrupted while it wrote: the new
+    requests.parquet stood beside the earlier summary.json (a folder that reads as one run and is
+    two). Now D is the earlier set, byte for byte."""
+    pytest.importorskip("torch")
+    out = tmp_path / "r"
+    args = ["replay", *SMALL, "--model", "replay-tiny", "--out", str(out)]
+    assert runner.invoke(main, args).exit_code == 0
+    before = _snapshot(out)
+    with monkeypatch.context() as m:
+        _interrupt_the_steps_write(m)
+        res = runner.invoke(main, [*args, "--force", "--requests", "3"])
+    assert res.exit_code == 130, res.output
+    assert _snapshot(out) == before
+
+
+def test_a_replay_interrupted_while_it_runs_says_a_rerun_starts_over(runner, tmp_path, monkeypatch):
+    """Ctrl-C during the replay itself printed "Interrupted." alone: nothing said whether the rerun
+    would resume (sweep and advise say they do) or what was left. Now the line says; without an
+    output, that a rerun starts over."""
+    pytest.importorskip("torch")
+    import sim.replay.session as session
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(session, "run_replay", stop)
+    res = runner.invoke(main, ["replay", *SMALL, "--model", "replay-tiny", "--out", str(tmp_path / "new" / "r")])
+    assert res.exit_code == 130
+    assert res.output.strip() == (
+        f"Interrupted: nothing was written to --out {tmp_path / 'new' / 'r'}; a replay does not resume: "
+        "rerun the same command to start over"
+    )
+    assert not (tmp_path / "new").exists()
+    res = runner.invoke(main, ["replay", *SMALL, "--model", "replay-tiny"])
+    assert res.exit_code == 130 and res.output.strip() == (
+        "Interrupted: a replay does not resume: rerun the same command to start over"
+    )
