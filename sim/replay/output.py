@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -101,12 +102,22 @@ def fig_replay(requests: pd.DataFrame, summary: dict | None = None):
     a.set_ylabel("measured prefill time (ms)")
     a.set_title("suffix prefill per request", fontsize=10)
     a.legend(fontsize=8)
-    err = clean["model_error"].replace([np.inf, -np.inf], np.nan).dropna() * 100 if len(clean) else []
-    b.hist(err, bins=40)
-    b.set_xlabel("(modelled - measured) / measured (%)")
-    b.set_ylabel("requests")
+    compared = not summary or summary.get("time_model_compared", True)
+    if compared:
+        err = clean["model_error"].replace([np.inf, -np.inf], np.nan).dropna() * 100 if len(clean) else []
+        b.hist(err, bins=40)
+        b.set_xlabel("(modelled - measured) / measured (%)")
+        b.set_ylabel("requests")
     title = "time-model error"
-    if summary and summary.get("time_model_median_error") == summary.get("time_model_median_error"):
+    if not compared:
+        # the timing does not describe the run (a CPU replay against the H200 fit): the table says
+        # "not compared", and the histogram with a median error in its title (98.5 % on a CPU) read
+        # as the model's error; the note instead
+        title += ": not compared"
+        b.set_axis_off()
+        note = summary.get("time_model_note") or "the timing does not describe this run"
+        b.text(0.5, 0.5, textwrap.fill(note, 44), transform=b.transAxes, ha="center", va="center", fontsize=9)
+    elif summary and summary.get("time_model_median_error") == summary.get("time_model_median_error"):
         title += f" (median |err| {summary['time_model_median_error'] * 100:.1f} %)"
     b.set_title(title, fontsize=10)
     fig.tight_layout()

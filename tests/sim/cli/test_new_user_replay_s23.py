@@ -228,3 +228,35 @@ def test_a_replay_interrupted_while_it_runs_says_a_rerun_starts_over(runner, tmp
     assert res.exit_code == 130 and res.output.strip() == (
         "Interrupted: a replay does not resume: rerun the same command to start over"
     )
+
+
+# ------------------------------------------------------------ the replay figure on a CPU
+
+
+def test_the_replay_figure_of_an_uncompared_run_shows_no_error():
+    """`marconi plot DIR --kind replay` of a CPU replay titled its histogram "time-model error
+    (median |err| 98.5 %)", the error against the H200 fit the table calls "not compared: the
+    timing describes h200, this replay runs on the CPU". Now the panel says not compared, with the
+    note, and draws no histogram; a compared run keeps both."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from sim.replay.output import fig_replay
+
+    df = pd.DataFrame(
+        dict(
+            suffix_ms=[40.0, 20.0, 18.0], modelled_ms=[0.3, 0.28, 0.29], hit_tokens=[0, 100, 120],
+            model_error=[-0.99, -0.986, -0.984], suffix_host_bound=[False, False, False],
+        )
+    )  # fmt: skip
+    note = "not compared: the timing describes h200, this replay runs on the CPU"
+    summary = {"time_model_median_error": 0.986, "time_model_compared": False, "time_model_note": note}
+    _, panel = fig_replay(df, summary).axes
+    assert panel.get_title() == "time-model error: not compared" and not panel.patches
+    assert [" ".join(t.get_text().split()) for t in panel.texts] == [note]
+    _, panel = fig_replay(df, dict(summary, time_model_compared=True, time_model_note="")).axes
+    assert panel.get_title() == "time-model error (median |err| 98.6 %)"
+    assert sum(p.get_height() for p in panel.patches) == 3
