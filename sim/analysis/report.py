@@ -23,7 +23,7 @@ import pandas as pd
 
 from policies.base import get_preset
 from sim.analysis import table
-from sim.config import SimConfig, format_size, parse_size
+from sim.config import UNLIMITED, SimConfig, format_size, parse_size
 from sim.errors import UsageError
 from sim.experiments.grid import expand_grid
 from sim.experiments.runners import run_sweep
@@ -423,9 +423,9 @@ def select(df: pd.DataFrame, where: list[str] | tuple[str, ...] = ()) -> pd.Data
             mask = col.astype(str) == str(want) if not isinstance(want, bool) else col == want
         if not mask.any():  # the values there are, as stored (a config.json path as the sweep was given it)
             sizes = key.endswith("_bytes") and pd.api.types.is_numeric_dtype(col)  # capacity=2GB: said as sizes
+            labels = size_labels(col.dropna().unique()) if sizes else {}
             held = [
-                format_size(int(v)) if sizes else str(v)
-                for v in sorted(col.dropna().unique(), key=float if sizes else str)
+                labels[int(v)] if sizes else str(v) for v in sorted(col.dropna().unique(), key=float if sizes else str)
             ]
             shown = ", ".join(held[:8]) + (f", ... ({len(held)} in all)" if len(held) > 8 else "")
             raise UsageError(f"--where {cond!r} selects no rows ({given} holds: {shown or 'nothing'})")
@@ -433,14 +433,34 @@ def select(df: pd.DataFrame, where: list[str] | tuple[str, ...] = ()) -> pd.Data
     return df
 
 
-def _knob_text(key: str, value) -> str:
+def _knob_text(key: str, value, sizes: dict | None = None) -> str:
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return "-"
     if key == "capacity_bytes":
-        return format_size(int(value))
+        return (sizes or {}).get(int(value)) or format_size(int(value))
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)
+
+
+def size_labels(values) -> dict[int, str]:
+    """Each distinct byte count of ``values`` as a size, with as many significant digits as tell
+    them apart: ``format_size``'s three printed 5GiB, 5.37GB and 5.371GB as three rows of 5.37GB."""
+    distinct = sorted({int(v) for v in values if v is not None and not (isinstance(v, float) and np.isnan(v))})
+    for digits in range(3, 16):
+        labels = {n: _size(n, digits) for n in distinct}
+        if len(set(labels.values())) == len(distinct):
+            return labels
+    return {n: f"{n}B" for n in distinct}
+
+
+def _size(n: int, digits: int) -> str:
+    if digits == 3 or n >= UNLIMITED:
+        return format_size(n)
+    for unit, scale in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.{digits}g}{unit}"
+    return f"{n}B"
 
 
 def report_rows(
@@ -470,10 +490,11 @@ def format_report(
     many more)."""
     records, knobs, metrics = report_rows(df, sort, columns)
     shown = records if limit is None else records[:limit]
+    sizes = size_labels(r["capacity_bytes"] for r in records) if "capacity_bytes" in knobs else None
     text_rows = []
     for r in shown:
         row = {"policy": r["variant"], **{m: r[m] for m in metrics}, "steps": r.get("steps", 1)}
-        row.update({KNOB_LABELS.get(k, k): _knob_text(k, r[k]) for k in knobs})
+        row.update({KNOB_LABELS.get(k, k): _knob_text(k, r[k], sizes) for k in knobs})
         text_rows.append(row)
     out = table.format_table(text_rows, [KNOB_LABELS.get(k, k) for k in knobs] + metrics)
     if limit is not None and len(records) > limit:

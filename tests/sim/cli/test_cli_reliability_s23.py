@@ -230,3 +230,20 @@ def test_the_saturation_warning_writes_plain_numbers():
     assert "grows from 232 s to 1390 s" in line and "sustains about 0.0163 requests/s" in line, line
     assert line.endswith("about --time-scale 180 or more keeps up"), line
     assert "e+" not in line
+
+
+def test_report_tells_capacities_apart_that_round_to_one_size(runner, tmp_path):
+    """`sweep --capacity 5GiB,5.37GB,5.371GB` ended with three rows labelled 5.37GB (and
+    `report --where` listed `5.37GB, 5.37GB, 5.37GB`): sizes are printed to as many digits as tell
+    them apart; three digits where they suffice."""
+    out = tmp_path / "s"
+    res = runner.invoke(main, ["sweep", *SMALL, "--capacity", "5GiB,5.37GB,5.371GB", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(main, ["report", str(out)])
+    labels = [line.split()[1] for line in res.output.splitlines()[3:]]
+    assert sorted(labels) == sorted(["5.369GB", "5.37GB", "5.371GB"]), res.output
+    res = runner.invoke(main, ["report", str(out), "--where", "capacity=1GB"])
+    assert res.output.strip().endswith("(capacity holds: 5.369GB, 5.37GB, 5.371GB)"), res.output
+    from sim.analysis.report import size_labels
+
+    assert size_labels([1e9, 2e9, 5 * 2**30]) == {10**9: "1GB", 2 * 10**9: "2GB", 5 * 2**30: "5.37GB"}
