@@ -507,6 +507,25 @@ def check_configs(given: list[str], given_trace: list[str], trace_specs: list[st
         check_timing(path, model=model)
 
 
+def refuse_missing_trace_paths(specs: list[str]) -> None:
+    """A trace of a grid whose file or folder does not exist, refused before any configuration
+    runs: `sweep --trace synthetic:chat,mooncake:typo.jsonl` ran every configuration of the first
+    trace, then stopped at the second's first with `mooncake file not found` (the workers load the
+    traces, each when its turn comes). Hub datasets (``swebench:hf:``, ``lmsys``) are left to their
+    loader, as are a bundled sample's names and stdin (``-``, refused there)."""
+    from traces.registry import spec_paths, split_spec, trace_source  # noqa: PLC0415
+
+    for spec in dict.fromkeys(specs):
+        source = trace_source(spec)
+        kind, arg = split_spec(str(spec))
+        if source is None or not source.path_arg or not arg or arg == "-" or arg.startswith("hf:"):
+            continue
+        if spec_paths(spec):
+            continue
+        path = arg.split(":", 1)[1] if kind == "swebench" and arg.startswith("marconi:") else arg
+        raise UsageError(f"--trace {spec}: no such file or folder: {path}")
+
+
 def check_replay(ctx, config: SimConfig, trace_spec: str | None) -> None:
     """`marconi replay`'s options that cannot act (its scheduler knobs under fcfs, ``--coast-steps``
     without the continuous scheduler, trace options the trace does not read)."""

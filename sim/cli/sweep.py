@@ -18,7 +18,13 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from sim.cli.checks import check_configs, given_trace_options, refuse_ray_address_without_ray, timing_dtype_warning
+from sim.cli.checks import (
+    check_configs,
+    given_trace_options,
+    refuse_missing_trace_paths,
+    refuse_ray_address_without_ray,
+    timing_dtype_warning,
+)
 from sim.cli.outdir import (
     OutputPath,
     check_output_folder,
@@ -368,6 +374,8 @@ def register(main: click.Group) -> None:
         check_output_folder(out, "--out", inputs)
         refuse_other_kind(out, "sweep")
         with output_folder(out, keep=not (dry_run or limit == 0)):  # nothing runs: no folder left
+            # a trace file that is not there: now, not when its turn comes in a worker
+            refuse_missing_trace_paths([str(t) for t in trace_axes.get("trace", [])])
             if left_out:
                 click.echo(left_out)
             _execute(

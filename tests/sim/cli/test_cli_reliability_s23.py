@@ -247,3 +247,20 @@ def test_report_tells_capacities_apart_that_round_to_one_size(runner, tmp_path):
     from sim.analysis.report import size_labels
 
     assert size_labels([1e9, 2e9, 5 * 2**30]) == {10**9: "1GB", 2 * 10**9: "2GB", 5 * 2**30: "5.37GB"}
+
+
+def test_sweep_refuses_a_missing_trace_file_before_any_configuration_runs(runner, tmp_path):
+    """`sweep --trace synthetic:chat,mooncake:typo.jsonl` ran the synthetic configurations, then
+    stopped at the Mooncake one with `mooncake file not found` (exit 2, a results folder left half
+    done): the workers load each trace when its turn comes. Now it stops before anything runs."""
+    out, typo = tmp_path / "s", tmp_path / "typo.jsonl"
+    spec = f"synthetic:chat:sessions=3,turns=2,mooncake:{typo}"
+    res = runner.invoke(
+        main,
+        ["sweep", "--trace", spec, "--policy", "sglang+", "--model", "qwen3.5-9b", "--no-progress", "--out", str(out)],
+    )
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == f"Error: --trace mooncake:{typo}: no such file or folder: {typo}"
+    assert not out.exists()
+    res = runner.invoke(main, ["sweep", "--trace", "swebench:marconi:no-such-dir", "--out", str(out), "--dry-run"])
+    assert res.output.strip() == "Error: --trace swebench:marconi:no-such-dir: no such file or folder: no-such-dir"
