@@ -376,6 +376,11 @@ def register(main: click.Group) -> None:
         with output_folder(out, keep=not (dry_run or limit == 0)):  # nothing runs: no folder left
             # a trace file that is not there: now, not when its turn comes in a worker
             refuse_missing_trace_paths([str(t) for t in trace_axes.get("trace", [])])
+            for tok in dict.fromkeys(str(t) for t in trace_axes.get("tokenizer", [])):
+                file = Path(tok[3:]).expanduser() if tok.startswith("hf:") else None
+                file = file / "tokenizer.json" if file is not None and file.is_dir() else file  # as the loader
+                if file is not None and not file.is_file():
+                    raise UsageError(f"--tokenizer {tok}: no such file: {file}")
             if left_out:
                 click.echo(left_out)
             _execute(
