@@ -264,8 +264,7 @@ def test_sweep_refuses_a_missing_trace_file_before_any_configuration_runs(runner
     assert not out.exists()
     res = runner.invoke(main, ["sweep", "--trace", "swebench:marconi:no-such-dir", "--out", str(out), "--dry-run"])
     assert res.output.strip() == "Error: --trace swebench:marconi:no-such-dir: no such file or folder: no-such-dir"
-    res = runner.invoke(
-        main, ["sweep", *SMALL, "--tokenizer", f"qwen3.5,hf:{typo}", "--out", str(out)]
-    )  # a tokenizer file the same
+    tok = ["--trace", "sharegpt", "--sessions", "2", "--policy", "sglang+", "--tokenizer", f"qwen3.5,hf:{typo}"]
+    res = runner.invoke(main, ["sweep", *tok, "--no-progress", "--out", str(out)])  # a tokenizer file the same
     assert res.output.strip() == f"Error: --tokenizer hf:{typo}: no such file: {typo}"
     assert not out.exists()
