@@ -190,6 +190,32 @@ def check_model(spec: ModelSpec, layers: Optional[int]) -> int:
     return n
 
 
+#: the widest causal conv the Triton conv kernel runs (``kernels.conv.causal_conv1d``: 2 <= W <= 5),
+#: which the triton backend and the peers (FLA, FlashQLA: the project's conv) call
+TRITON_CONV_MAX_WIDTH = 5
+
+
+def check_conv(spec: ModelSpec, backend: str) -> None:
+    """The linear layers' causal conv width against what replay's conv kernels run: at least 2
+    (a window of W - 1 >= 1 tokens) everywhere, at most ``TRITON_CONV_MAX_WIDTH`` on the Triton
+    conv (``backend`` resolved). A config.json with ``linear_conv_kernel_dim`` (or Mamba2's
+    ``conv_kernel``) 1, or 6 on a GPU, stopped inside the replay with the kernel's ValueError (a
+    traceback) after the trace was loaded."""
+    mamba2 = not spec.n_gdn and spec.n_mamba and spec.mamba_version == 2
+    width = spec.mamba_conv_width if mamba2 else spec.gdn_conv_width
+    kind = "Mamba2" if mamba2 else "gated-delta"
+    if width < 2:
+        raise UsageError(
+            f"model {spec.name}: its {kind} layers' conv width is {width}; replay's causal conv needs a "
+            "width of at least 2 (a conv window of one token or more)"
+        )
+    if width > TRITON_CONV_MAX_WIDTH and GDN_BACKENDS[backend].triton:
+        raise UsageError(
+            f"model {spec.name}: its {kind} layers' conv width is {width}, and the Triton conv kernel "
+            f"(--kernel {backend}) runs widths 2 to {TRITON_CONV_MAX_WIDTH}; use --kernel torch"
+        )
+
+
 def check_calibrate(spec: ModelSpec, layers: Optional[int]) -> None:
     """``--calibrate`` prices every layer type of ``spec`` from this replay's measurements: a
     ``--layers`` that replays none of a type the model has (``--layers 1`` leaves attention out)
@@ -311,6 +337,7 @@ def run_replay(
     check_batch(settings, config)
     trace = first_requests(trace, settings.requests)
     kernel = settings.backend
+    check_conv(spec, kernel)
     if settings.device == "cpu" and GDN_BACKENDS[kernel].triton:
         # Triton kernels on a CPU run in the interpreter, chosen before triton is first imported
         if "triton" not in sys.modules:

@@ -260,3 +260,84 @@ def test_the_replay_figure_of_an_uncompared_run_shows_no_error():
     _, panel = fig_replay(df, dict(summary, time_model_compared=True, time_model_note="")).axes
     assert panel.get_title() == "time-model error (median |err| 98.6 %)"
     assert sum(p.get_height() for p in panel.patches) == 3
+
+
+# ------------------------------------------------------------ conv widths the kernels cannot run
+
+# a Qwen3-Next-like toy, as a user shrinks the published config
+QNEXT = {
+    "architectures": ["Qwen3NextForCausalLM"],
+    "model_type": "qwen3_next",
+    "torch_dtype": "bfloat16",
+    "hidden_size": 128,
+    "num_hidden_layers": 4,
+    "full_attention_interval": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 32,
+    "linear_value_head_dim": 32,
+    "linear_conv_kernel_dim": 4,
+    "intermediate_size": 256,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 64,
+    "vocab_size": 1000,
+    "tie_word_embeddings": False,
+}
+
+
+def _config(tmp_path, name: str, fields: dict) -> str:
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "config.json").write_text(json.dumps(fields))
+    return str(tmp_path / name)
+
+
+@pytest.mark.parametrize(
+    "base, field, width, kernel, says",
+    [
+        (QNEXT, "linear_conv_kernel_dim", 1, [], "its gated-delta layers' conv width is 1; replay's causal conv"),
+        (NEMO, "conv_kernel", 1, [], "its Mamba2 layers' conv width is 1; replay's causal conv"),
+        (
+            QNEXT,
+            "linear_conv_kernel_dim",
+            6,
+            ["--kernel", "triton"],
+            "its gated-delta layers' conv width is 6, and the Triton conv kernel (--kernel triton) runs widths 2 to 5; "
+            "use --kernel torch",
+        ),
+        (
+            NEMO,
+            "conv_kernel",
+            8,
+            ["--kernel", "ours"],
+            "its Mamba2 layers' conv width is 8, and the Triton conv kernel (--kernel triton) runs widths 2 to 5",
+        ),
+    ],
+    ids=["gdn-1", "mamba2-1", "gdn-6-triton", "mamba2-8-triton"],
+)
+def test_a_conv_width_the_kernels_cannot_run_is_one_line(runner, tmp_path, base, field, width, kernel, says):
+    """A config.json whose conv width is 1 (no conv window), or above the Triton conv kernel's 5
+    (the GPU's default backend; --kernel triton on a CPU), loaded the trace and stopped inside the
+    replay with the kernel's ValueError ("weight must be [D, W] with 2 <= W <= 5"): a traceback,
+    exit 1. `marconi models` reads these configs, `run` simulates them; replay now refuses them up
+    front in one line, before any output folder is made."""
+    model = _config(tmp_path, "m", dict(base, **{field: width}))
+    out = tmp_path / "o"
+    res = runner.invoke(main, ["replay", *SMALL, "--model", model, *kernel, "--out", str(out)])
+    _one_line(res, f"model {model}: {says}")
+    assert not out.exists()
+
+
+def test_a_wide_conv_runs_on_the_torch_backend(tmp_path):
+    from sim.replay.session import check_conv
+
+    spec = get_model(_config(tmp_path, "m", dict(QNEXT, linear_conv_kernel_dim=6)))
+    check_conv(spec, "torch")  # plain torch runs any width >= 2
+    with pytest.raises(UsageError, match="runs widths 2 to 5"):
+        check_conv(spec, "fla")  # the peers keep the project's Triton conv
+    for w in (2, 5):
+        check_conv(get_model(_config(tmp_path, f"w{w}", dict(QNEXT, linear_conv_kernel_dim=w))), "triton")
