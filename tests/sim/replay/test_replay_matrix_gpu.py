@@ -1,6 +1,7 @@
 """Replay's contract at the real presets' shapes on a CUDA GPU (issue 41; run with `pytest -m gpu`,
 `make test-gpu`): qwen3.5-9b, qwen3.5-27b, qwen3-next-80b-a3b and qwen3.5-35b-a3b at 4 layers
-(1 attention + 3 gated-delta, each with its MLP; the MoE presets' MLP at its active width), bf16,
+(1 attention + 3 gated-delta, each with its MLP; the MoE presets' MLP at its active width), and the
+Mamba2 presets marconi-7b and nemotron-h-8b (1 attention + 3 Mamba2 layers: issue 42), bf16,
 on the Mooncake sample and a ShareGPT slice, fcfs and continuous: no failure (the step-batch
 cross-check included), every hit validated with its KV, executed FLOPs saved equal to the
 simulated ones but for the ragged-chunk padding (at most one chunk of every gated-delta layer per
@@ -28,7 +29,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-PRESETS = ["qwen3.5-9b", "qwen3.5-27b", "qwen3-next-80b-a3b", "qwen3.5-35b-a3b"]
+PRESETS = ["qwen3.5-9b", "qwen3.5-27b", "qwen3-next-80b-a3b", "qwen3.5-35b-a3b", "marconi-7b", "nemotron-h-8b"]
 # the Mooncake sample's first hits come after its first 26 rows (they arrive together); 60 rows
 # hold ~34 hits and a queue longer than the replayer's 16 open flights
 TRACES = {
