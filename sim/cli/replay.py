@@ -441,7 +441,7 @@ def register(main: click.Group) -> None:
             calibrate,
             check_batch,
             check_calibrate,
-            check_conv,
+            check_kernel_shapes,
             check_model,
             run_replay,
         )
@@ -454,7 +454,7 @@ def register(main: click.Group) -> None:
             own["dtype"] = "fp32" if device == "cpu" else "bf16"
         settings = ReplaySettings(**own)
         settings.validate()  # before any output folder is made (the config too, below)
-        check_conv(get_model(model), settings.backend)  # a conv width its kernel cannot run
+        check_kernel_shapes(get_model(model), settings.backend)  # a conv width or head dim its kernels cannot run
         config = replay_config(knobs)
         config.validate()
         check_batch(settings, config, calibrating=calibrate_path is not None)

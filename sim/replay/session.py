@@ -193,14 +193,18 @@ def check_model(spec: ModelSpec, layers: Optional[int]) -> int:
 #: the widest causal conv the Triton conv kernel runs (``kernels.conv.causal_conv1d``: 2 <= W <= 5),
 #: which the triton backend and the peers (FLA, FlashQLA: the project's conv) call
 TRITON_CONV_MAX_WIDTH = 5
+#: the largest head dims of the Triton kernels: gated delta's K and V (``kernels._common``), the
+#: SSD's head dim and state dim (``kernels.ssd_args.MAX_SSD_DIM``)
+TRITON_MAX_HEAD_DIM = 256
 
 
-def check_conv(spec: ModelSpec, backend: str) -> None:
-    """The linear layers' causal conv width against what replay's conv kernels run: at least 2
-    (a window of W - 1 >= 1 tokens) everywhere, at most ``TRITON_CONV_MAX_WIDTH`` on the Triton
-    conv (``backend`` resolved). A config.json with ``linear_conv_kernel_dim`` (or Mamba2's
-    ``conv_kernel``) 1, or 6 on a GPU, stopped inside the replay with the kernel's ValueError (a
-    traceback) after the trace was loaded."""
+def check_kernel_shapes(spec: ModelSpec, backend: str) -> None:
+    """``spec``'s linear layers against what replay's kernels run (``backend`` resolved): a causal
+    conv width of at least 2 (a window of W - 1 >= 1 tokens) everywhere, at most
+    ``TRITON_CONV_MAX_WIDTH`` on the Triton conv, and on the Triton backend head dims (and a
+    Mamba2 state dim) of at most ``TRITON_MAX_HEAD_DIM``. A config.json outside them (a
+    ``linear_conv_kernel_dim`` of 1, or 6 on a GPU; a ``linear_key_head_dim`` of 288) stopped inside
+    the replay with the kernel's ValueError (a traceback) after the trace was loaded."""
     mamba2 = not spec.n_gdn and spec.n_mamba and spec.mamba_version == 2
     width = spec.mamba_conv_width if mamba2 else spec.gdn_conv_width
     kind = "Mamba2" if mamba2 else "gated-delta"
@@ -209,11 +213,24 @@ def check_conv(spec: ModelSpec, backend: str) -> None:
             f"model {spec.name}: its {kind} layers' conv width is {width}; replay's causal conv needs a "
             "width of at least 2 (a conv window of one token or more)"
         )
-    if width > TRITON_CONV_MAX_WIDTH and GDN_BACKENDS[backend].triton:
+    triton = GDN_BACKENDS[backend].triton
+    if width > TRITON_CONV_MAX_WIDTH and triton:
         raise UsageError(
             f"model {spec.name}: its {kind} layers' conv width is {width}, and the Triton conv kernel "
             f"(--kernel {backend}) runs widths 2 to {TRITON_CONV_MAX_WIDTH}; use --kernel torch"
         )
+    if backend != "triton":  # torch: any size; the peers check their own (sim.replay.peers)
+        return
+    if mamba2:
+        dims = {"head dim": spec.mamba_d_inner // max(1, spec.mamba_heads), "state dim": spec.mamba_d_state}
+    else:
+        dims = {"key head dim": spec.gdn_head_k_dim, "value head dim": spec.gdn_head_v_dim}
+    for name, d in dims.items():
+        if d > TRITON_MAX_HEAD_DIM:
+            raise UsageError(
+                f"model {spec.name}: its {kind} layers' {name} is {d}, and the Triton kernels (--kernel "
+                f"{backend}) run up to {TRITON_MAX_HEAD_DIM}; use --kernel torch"
+            )
 
 
 def check_calibrate(spec: ModelSpec, layers: Optional[int]) -> None:
@@ -337,7 +354,7 @@ def run_replay(
     check_batch(settings, config)
     trace = first_requests(trace, settings.requests)
     kernel = settings.backend
-    check_conv(spec, kernel)
+    check_kernel_shapes(spec, kernel)
     if settings.device == "cpu" and GDN_BACKENDS[kernel].triton:
         # Triton kernels on a CPU run in the interpreter, chosen before triton is first imported
         if "triton" not in sys.modules:

@@ -333,11 +333,35 @@ def test_a_conv_width_the_kernels_cannot_run_is_one_line(runner, tmp_path, base,
 
 
 def test_a_wide_conv_runs_on_the_torch_backend(tmp_path):
-    from sim.replay.session import check_conv
+    from sim.replay.session import check_kernel_shapes
 
     spec = get_model(_config(tmp_path, "m", dict(QNEXT, linear_conv_kernel_dim=6)))
-    check_conv(spec, "torch")  # plain torch runs any width >= 2
+    check_kernel_shapes(spec, "torch")  # plain torch runs any width >= 2
     with pytest.raises(UsageError, match="runs widths 2 to 5"):
-        check_conv(spec, "fla")  # the peers keep the project's Triton conv
+        check_kernel_shapes(spec, "fla")  # the peers keep the project's Triton conv
     for w in (2, 5):
-        check_conv(get_model(_config(tmp_path, f"w{w}", dict(QNEXT, linear_conv_kernel_dim=w))), "triton")
+        check_kernel_shapes(get_model(_config(tmp_path, f"w{w}", dict(QNEXT, linear_conv_kernel_dim=w))), "triton")
+
+
+@pytest.mark.parametrize(
+    "base, fields, says",
+    [
+        (QNEXT, {"linear_key_head_dim": 288}, "its gated-delta layers' key head dim is 288"),
+        (QNEXT, {"linear_value_head_dim": 320}, "its gated-delta layers' value head dim is 320"),
+        (NEMO, {"mamba_head_dim": 320, "mamba_num_heads": 2}, "its Mamba2 layers' head dim is 320"),
+        (NEMO, {"ssm_state_size": 300}, "its Mamba2 layers' state dim is 300"),
+    ],
+    ids=["gdn-k", "gdn-v", "mamba2-p", "mamba2-n"],
+)
+def test_a_head_dim_the_triton_kernels_cannot_run_is_one_line(runner, tmp_path, base, fields, says):
+    """The Triton kernels (a GPU's default) run head dims up to 256 (and a Mamba2 state dim up to
+    256): a config.json with a 288-wide key head stopped inside the replay with "ValueError: head
+    dim K=288 is not supported" (the SSD's "headdim=320 is not supported"), a traceback. Refused
+    up front in one line; the torch backend runs them."""
+    model = _config(tmp_path, "m", dict(base, **fields))
+    res = runner.invoke(main, ["replay", *SMALL, "--model", model, "--kernel", "triton"])
+    text = _one_line(res, f"model {model}: {says}")
+    assert text.endswith("and the Triton kernels (--kernel triton) run up to 256; use --kernel torch")
+    from sim.replay.session import check_kernel_shapes
+
+    check_kernel_shapes(get_model(model), "torch")
