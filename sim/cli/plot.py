@@ -79,10 +79,14 @@ def register(main: click.Group) -> None:
                 for kind in todo:
                     try:
                         fig = _figure(results, kind, where, static)
-                    except NoRecords:
+                    except NoRecords as exc:
                         if "all" not in kinds:
                             raise
-                        undrawn.append(kind)  # --kind all: every figure the folder has the records of
+                        # --kind all: every figure the folder has the records of
+                        why = str(exc)
+                        if why.startswith("no "):  # none at all (else some configurations' are missing)
+                            why = f"{results} has no per-request records (rerun the sweep with --save-requests)"
+                        undrawn.append((kind, why))
                         continue
                     except NotInRows as exc:  # --kind all: the rows hold nothing this figure draws
                         if "all" not in kinds:
@@ -95,9 +99,5 @@ def register(main: click.Group) -> None:
                     plt.close(fig)
             for p in drawn:
                 click.echo(str(p))
-            if undrawn:
-                click.echo(
-                    f"note: {', '.join(undrawn)} not drawn: {results} has no per-request records (rerun the sweep "
-                    "with --save-requests)",
-                    err=True,
-                )
+            for why in dict.fromkeys(w for _, w in undrawn):
+                click.echo(f"note: {', '.join(k for k, w in undrawn if w == why)} not drawn: {why}", err=True)

@@ -267,8 +267,14 @@ def load_details(out: str | os.PathLike, kind: str = "requests", config_ids: Ite
     if config_ids is None:
         files = row_files(folder)
     else:
-        files = [folder / f"{c}.parquet" for c in config_ids]
-        files = [f for f in files if f.exists()]
+        wanted = [folder / f"{c}.parquet" for c in dict.fromkeys(config_ids)]
+        files = [f for f in wanted if f.exists()]
+        if files and len(files) < len(wanted):  # drawn without them, a variant's curve went missing unsaid
+            raise NoRecords(
+                f"{len(wanted) - len(files)} of {len(wanted)} configurations have no {kind} records in {folder} "
+                "(rows written without --save-requests): rerun the same sweep with --save-requests to add them, "
+                "or leave those rows out with --where"
+            )
     if not files:
         raise NoRecords(f"no {kind} records in {folder}: rerun the sweep with --save-requests")
     return pd.concat([_read(f) for f in files], ignore_index=True)

@@ -268,3 +268,26 @@ def test_sweep_refuses_a_missing_trace_file_before_any_configuration_runs(runner
     res = runner.invoke(main, ["sweep", *tok, "--no-progress", "--out", str(out)])  # a tokenizer file the same
     assert res.output.strip() == f"Error: --tokenizer hf:{typo}: no such file: {typo}"
     assert not out.exists()
+
+
+def test_plot_of_records_some_configurations_lack_says_so(runner, small_sweep, tmp_path):
+    """A sweep run without --save-requests, then rerun with it and interrupted, holds records for
+    some configurations only: `plot --kind ttft` drew the others and left a variant's curve out of
+    its panel without a word. Now it names how many lack them and the way to add them."""
+    import shutil
+
+    folder = tmp_path / "s"
+    shutil.copytree(small_sweep, folder)
+    gone = sorted((folder / "_requests").iterdir())[0]
+    gone.unlink()
+    (folder / "_occupancy" / gone.name).unlink()
+    res = runner.invoke(main, ["plot", str(folder), "--kind", "ttft", "--out", str(tmp_path / "f")])
+    assert res.exit_code == 2, res.output
+    assert "configurations have no requests records in" in res.output
+    assert "rerun the same sweep with --save-requests to add them, or leave those rows out with --where" in res.output
+    assert not (tmp_path / "f").exists()
+    res = runner.invoke(main, ["plot", str(folder), "--kind", "all", "--out", str(tmp_path / "g")])
+    assert res.exit_code == 0, res.output
+    notes = [line for line in res.output.splitlines() if line.startswith("note: ")]
+    assert [n.split(" not drawn: ")[0] for n in notes] == ["note: ttft", "note: occupancy"], notes
+    assert not (tmp_path / "g" / "ttft.png").exists() and (tmp_path / "g" / "hit-rate.png").exists()
