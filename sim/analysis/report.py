@@ -438,6 +438,8 @@ def _knob_text(key: str, value, sizes: dict | None = None) -> str:
         return "-"
     if key == "capacity_bytes":
         return (sizes or {}).get(int(value)) or format_size(int(value))
+    if key == "session_range" and not str(value).strip():  # run's "empty = all", not a blank cell
+        return "all"
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)

@@ -132,7 +132,12 @@ class SweepSpec:
             if raw and _kind(p) == "raw":
                 values = list(dict.fromkeys(raw))
             elif raw:
-                values = parse_values(list(raw), _kind(p), flag)
+                texts, values = list(raw), []
+                if _default(p) == "" and any(not str(t).strip() for t in texts):
+                    # run's "empty = all" (--session-range, --state-pool, --gpu-memory) is a point of the
+                    # grid too: `--session-range ''` said "no values given", beside another was dropped
+                    values, texts = [""], [t for t in texts if str(t).strip()]
+                values += parse_values(texts, _kind(p), flag) if texts else []
                 # two spellings of one value (--gpu h100,H100) are one point of the grid
                 values = list(dict.fromkeys(self._convert(p, v, flag) for v in values))
             else:

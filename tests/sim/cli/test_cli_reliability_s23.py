@@ -291,3 +291,18 @@ def test_plot_of_records_some_configurations_lack_says_so(runner, small_sweep, t
     notes = [line for line in res.output.splitlines() if line.startswith("note: ")]
     assert [n.split(" not drawn: ")[0] for n in notes] == ["note: ttft", "note: occupancy"], notes
     assert not (tmp_path / "g" / "ttft.png").exists() and (tmp_path / "g" / "hit-rate.png").exists()
+
+
+def test_sweep_takes_an_empty_session_range_as_run_does(runner, tmp_path):
+    """`sweep --session-range ''` said `no values given` though its help (run's) says `empty =
+    all`, and `--session-range 0:1 --session-range ''` ran one point, the empty one dropped. Both
+    are points of the grid now; the table says `all` where the cell was blank."""
+    out = tmp_path / "s"
+    res = runner.invoke(main, ["sweep", *SMALL, "--out", str(out), "--session-range", ""])
+    assert res.exit_code == 0, res.output
+    assert "grid: one point = 1 configuration" in res.output
+    res = runner.invoke(main, ["sweep", *SMALL, "--out", str(out), "--session-range", "0:1", "--session-range", ""])
+    assert res.exit_code == 0, res.output
+    assert "= 2 configurations" in res.output and "already done: 1, to run: 1" in res.output
+    ranges = sorted(line.split()[1] for line in res.output.splitlines() if line.startswith("sglang+ "))
+    assert ranges == ["0:1", "all"], res.output
