@@ -50,18 +50,7 @@ def build(
     stream (``sim.engine.events``)."""
     config.validate()
     if timing is None and config.timing_file:
-        timing = read_timing(config.timing_file, model=config.model)
-        if config.gpu and timing.device and timing.device != config.gpu:  # a file records its device
-            raise UsageError(
-                f"timing file {config.timing_file} was calibrated on {timing.device}, not --gpu {config.gpu}: "
-                "leave out one of them"
-            )
-        if config.gpu and not timing.device:  # a CPU calibration (or an older file): --gpu would be inert
-            raise UsageError(
-                f"--gpu {config.gpu} does nothing with timing file {config.timing_file} (it names no GPU: "
-                "its times are used as they are): leave out one of them"
-            )
-        timing = _file_on_group(timing, config)
+        timing = file_timing(config.timing_file, config.model, config.gpu, config.tensor_parallel)
     kw = dict(spec=spec, timing=timing, progress=progress, observers=observers)
     if config.compat == "corrected":
         sim = Simulation(trace, config, **kw)
@@ -79,24 +68,41 @@ def build(
     return sim
 
 
-def _file_on_group(timing, config: SimConfig):
+def file_timing(path, model: str, gpu: str | None = None, tensor_parallel: int = 0) -> TimingModel:
+    """The timing a ``--timing`` file prices ``model`` with under ``--gpu`` / ``--tensor-parallel``
+    (``build`` uses it; the CLI calls it before the trace is loaded, so a file that cannot go with
+    those options is one line before any work: `sweep` had started its grid and `advise` its
+    search, and `run` had printed the file's dtype warning above the error)."""
+    timing = read_timing(path, model=model)
+    if gpu and timing.device and timing.device != gpu:  # a file records its device
+        raise UsageError(
+            f"timing file {path} was calibrated on {timing.device}, not --gpu {gpu}: leave out one of them"
+        )
+    if gpu and not timing.device:  # a CPU calibration (or an older file): --gpu would be inert
+        raise UsageError(
+            f"--gpu {gpu} does nothing with timing file {path} (it names no GPU: its times are used as they are): "
+            "leave out one of them"
+        )
+    return _file_on_group(timing, path, model, int(tensor_parallel or 0))
+
+
+def _file_on_group(timing, path, model: str, tp: int):
     """A timing file's (one GPU's) times on the --tensor-parallel group: compute split, all-reduces
     over its device's links, as the default timing does (a file's run at --tensor-parallel 8 timed
     one GPU's prefills: only the bytes changed)."""
-    tp, have = int(config.tensor_parallel or 0), int(getattr(timing, "gpus", 1) or 1)
+    have = int(getattr(timing, "gpus", 1) or 1)
     if tp in (0, have):
         return timing
     if have != 1:
         raise UsageError(
-            f"timing file {config.timing_file} was calibrated on {have} GPUs, not --tensor-parallel {tp}: "
-            "leave out one of them"
+            f"timing file {path} was calibrated on {have} GPUs, not --tensor-parallel {tp}: leave out one of them"
         )
     if not timing.device:  # no catalogue GPU: no links to price the all-reduces over
         raise UsageError(
-            f"--tensor-parallel {tp} needs the GPU timing file {config.timing_file} was calibrated on (to "
+            f"--tensor-parallel {tp} needs the GPU timing file {path} was calibrated on (to "
             "price its all-reduces), and the file names none: leave out one of them"
         )
-    return split_timing(timing, get_model(config.model), get_gpu(timing.device), tp)
+    return split_timing(timing, get_model(model), get_gpu(timing.device), tp)
 
 
 def simulate(

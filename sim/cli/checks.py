@@ -480,6 +480,21 @@ def check_run(ctx, policies: str, capacity: str, alpha: str, sessions_per_second
     refuse_rate_on_open_loop([kwargs.get("trace") or "sharegpt"], _given(ctx, "arrival"), "--arrival")
     if kwargs.get("timing_file"):
         check_timing(kwargs["timing_file"], model=kwargs.get("model"))
+    check_timing_files(configs)
+
+
+def check_timing_files(configs) -> None:
+    """Each configuration's ``--timing`` file against its ``--gpu`` and ``--tensor-parallel``
+    (``sim.simulate.file_timing``), each combination once, before the trace is loaded: the
+    refusal came from building the simulation (`sweep` had printed its grid and started it,
+    `advise` its search, `run` the file's dtype warning above the error line)."""
+    from sim.simulate import file_timing  # noqa: PLC0415
+
+    combos = dict.fromkeys(
+        (c.timing_file, c.model, c.gpu, int(c.tensor_parallel or 0)) for c in configs if c.timing_file
+    )
+    for path, model, gpu, tp in combos:
+        file_timing(path, model, gpu, tp)
 
 
 def simulated_capacities(configs: list[SimConfig], trace=None) -> None:
@@ -505,6 +520,7 @@ def check_configs(given: list[str], given_trace: list[str], trace_specs: list[st
     refuse_rate_on_open_loop(specs, "arrival" in given, "--arrival")
     for path, model in dict.fromkeys((c.timing_file, c.model) for c in configs if c.timing_file):
         check_timing(path, model=model)
+    check_timing_files(configs)
 
 
 def refuse_missing_trace_paths(specs: list[str]) -> None:
@@ -561,7 +577,10 @@ def check_advise(ctx, trace_spec: str | None, fixed: dict) -> None:
     refuse_rate_on_open_loop([trace_spec or "sharegpt"], _given(ctx, "sessions_per_second"))
     refuse_rate_on_open_loop([trace_spec or "sharegpt"], _given(ctx, "arrival"), "--arrival")
     if fixed.get("timing_file"):
+        from sim.simulate import file_timing  # noqa: PLC0415
+
         check_timing(fixed["timing_file"], model=ctx.params.get("model"))
+        file_timing(fixed["timing_file"], ctx.params.get("model"), fixed.get("gpu"), fixed.get("tensor_parallel", 0))
     rate = fixed.get("sessions_per_second", 1.0)
     if not RATE_RANGE[0] <= rate <= RATE_RANGE[1]:
         raise UsageError(

@@ -478,10 +478,7 @@ def register(main: click.Group) -> None:
             inputs = input_paths(kwargs.get("trace"), kwargs.get("timing_file")) + model_inputs(kwargs.get("model"))
             check_output_files(files, force=force, inputs=inputs)
             if kwargs.get("timing_file"):  # a bad timing file is refused before the trace is loaded
-                timing = read_timing(kwargs["timing_file"], model=kwargs.get("model"))
-                warning = timing_dtype_warning(kwargs["timing_file"], timing, kwargs.get("model"))
-                if warning:  # used as it is (exit unchanged), as replay says it
-                    click.echo(warning, err=True)
+                read_timing(kwargs["timing_file"], model=kwargs.get("model"))
             _run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, columns, progress, **kwargs)
 
     def _run(policies, capacity, alpha, sessions_per_second, out, events_path, fmt, columns, progress, **kwargs):
@@ -491,6 +488,12 @@ def register(main: click.Group) -> None:
             raise UsageError(f"--events {events_path}: the name must end in .jsonl or .parquet")
         refuse_unread_knobs(policy_names(policies), explicit_settings(click.get_current_context()))
         check_run(click.get_current_context(), policies, capacity, alpha, sessions_per_second, kwargs)
+        if kwargs.get("timing_file"):  # fitted in another dtype: used as it is (exit unchanged), as replay says
+            # it; after the checks, so that a refusal (--tensor-parallel with a CPU fit) is one line
+            path = kwargs["timing_file"]
+            warning = timing_dtype_warning(path, read_timing(path, model=kwargs.get("model")), kwargs.get("model"))
+            if warning:
+                click.echo(warning, err=True)
         columns = parse_columns(columns)
         time_scale = kwargs.get("time_scale")  # a trace option: trace_from_cli pops it
         trace = trace_from_cli(kwargs, progress)

@@ -365,3 +365,64 @@ def test_a_head_dim_the_triton_kernels_cannot_run_is_one_line(runner, tmp_path, 
     from sim.replay.session import check_kernel_shapes
 
     check_kernel_shapes(get_model(model), "torch")
+
+
+# ------------------------------------------------ a CPU-fitted timing file with --gpu / --tensor-parallel
+
+
+@pytest.fixture
+def cpu_fit(tmp_path):
+    """A timing file as `marconi replay --device cpu --calibrate` writes one: no GPU named, fitted
+    in fp32 (the committed H200 fit with its device taken out and its dtype changed)."""
+    from pathlib import Path
+
+    import sim
+
+    d = json.loads((Path(sim.__file__).parent / "data" / "h200-timing.json").read_text())
+    d.pop("device")
+    d["dtype"] = "fp32"
+    path = tmp_path / "cpu-fit.json"
+    path.write_text(json.dumps(d))
+    return path
+
+
+NO_GROUP = "--tensor-parallel 2 needs the GPU timing file {f} was calibrated on (to price its all-reduces), "
+NO_GPU = "--gpu h100 does nothing with timing file {f} (it names no GPU: its times are used as they are)"
+
+
+@pytest.mark.parametrize(
+    "flags, says", [(["--tensor-parallel", "2"], NO_GROUP), (["--gpu", "h100"], NO_GPU)], ids=["tp", "gpu"]
+)
+def test_a_cpu_fit_with_a_gpu_group_is_one_line_before_any_work(runner, tmp_path, cpu_fit, flags, says):
+    """`marconi replay --device cpu --calibrate t.json`, then `run --timing t.json --tensor-parallel
+    2` (or `--gpu h100`): the refusal came from building the simulation, so `run` printed the
+    file's fp32 warning above it (two lines; with --gpu a progress bar too), `sweep` printed its
+    grid and "already done: 0, to run: 3" and made its --out folder, `advise` started its search.
+    Now each refuses in one line before the trace is loaded."""
+    common = ["--model", "qwen3.5-9b", "--trace", TINY, "--timing", str(cpu_fit), *flags, "--no-progress"]
+    says = says.format(f=cpu_fit)
+    res = runner.invoke(main, ["run", *common, "--policy", "marconi"])
+    _one_line(res, says)
+    out = tmp_path / "sw"
+    res = runner.invoke(main, ["sweep", *common, "--policy", "sglang+,marconi", "--out", str(out)])
+    _one_line(res, says)
+    assert not out.exists()
+
+
+def test_advise_refuses_a_cpu_fit_on_a_gpu_group_before_its_search(runner, cpu_fit):
+    pytest.importorskip("optuna")
+    args = ["advise", "--for", "sglang", "--model", "qwen3.5-9b", "--trace", TINY, "--timing", str(cpu_fit)]
+    res = runner.invoke(main, [*args, "--tensor-parallel", "2", "--trials", "2", "--no-progress"])
+    _one_line(res, NO_GROUP.format(f=cpu_fit))
+
+
+def test_a_cpu_fit_alone_is_used_and_its_dtype_said_once(runner, cpu_fit):
+    res = runner.invoke(
+        main, ["run", "--model", "qwen3.5-9b", "--trace", TINY, "--timing", str(cpu_fit), "--no-progress"]
+    )
+    assert res.exit_code == 0, res.output
+    lines = [x for x in res.output.splitlines() if x.startswith("warning: timing file")]
+    assert lines == [
+        f"warning: timing file {cpu_fit} was fitted in fp32, and qwen3.5-9b runs in bf16: its times are the fp32 "
+        "fit's as they are (fit one in bf16: marconi replay --dtype bf16 --calibrate FILE)"
+    ]
