@@ -384,3 +384,22 @@ def test_the_table_holds_the_timed_prefills_rows_unless_batched(replay_out):
     batched = format_summary(dict(s, batch_calls=calls), settings)
     assert "suffix 3 (2.0 requests, 900 tokens per call, 4 ms, 1.5 TFLOP/s)" in batched
     assert "saved on validated hits" not in batched and "measured prefill with cache" not in batched
+
+
+def test_a_saving_small_beside_the_totals_says_so():
+    """Session 23's H200 matrix: on the Mooncake sample the hits saved 0.6-2 % of the prefill time
+    (67 ms measured of 3,195, -58 ms modelled); the line says the saving's share of the time
+    without the cache when it is under SMALL_SAVING, and nothing more at or above it."""
+    from sim.cli.replay import SMALL_SAVING, saved_line
+
+    s = dict(measured_ms_saved_validated=67.0, modelled_ms_saved_validated=-58.0, measured_ms_without_cache=3195.0)
+    line = saved_line(s)
+    assert line.startswith("measured 67.0 ms, modelled -58.0 ms (2.1% of the prefill time without the cache")
+    assert "may differ even in sign" in line
+    big = dict(s, measured_ms_saved_validated=SMALL_SAVING * 3195.0)
+    assert saved_line(big) == f"measured {SMALL_SAVING * 3195.0:,.1f} ms, modelled -58.0 ms"
+    just_under = dict(s, measured_ms_saved_validated=0.999 * SMALL_SAVING * 3195.0)
+    assert "of the prefill time without the cache" in saved_line(just_under)
+    negative = dict(s, measured_ms_saved_validated=-30.0)
+    assert "(-0.9% of the prefill time" in saved_line(negative)
+    assert saved_line(dict(s, measured_ms_without_cache=0.0)) == "measured 67.0 ms, modelled -58.0 ms"
