@@ -221,7 +221,15 @@ def _label_log_axis(plt, axis) -> None:
     keeps its powers of ten alone."""
     lo, hi = sorted(axis.get_view_interval())
     if lo > 0 and np.floor(np.log10(hi)) - np.ceil(np.log10(lo)) < 1:
-        plain = plt.FuncFormatter(lambda v, _: f"{v:g}")
+        wide = hi / lo > 4  # 17 to 110 ms: 20, 30, 50, 100 (every tick's number ran 80 90 100 together)
+
+        def plain_text(v, _):
+            if v <= 0:
+                return ""
+            lead = round(v / 10 ** np.floor(np.log10(v)), 6)
+            return f"{v:g}" if not wide or lead in (1, 2, 3, 5) else ""
+
+        plain = plt.FuncFormatter(plain_text)
         axis.set_major_formatter(plain)
         axis.set_minor_formatter(plain)
     else:

@@ -306,3 +306,23 @@ def test_sweep_takes_an_empty_session_range_as_run_does(runner, tmp_path):
     assert "= 2 configurations" in res.output and "already done: 1, to run: 1" in res.output
     ranges = sorted(line.split()[1] for line in res.output.splitlines() if line.startswith("sglang+ "))
     assert ranges == ["0:1", "all"], res.output
+
+
+@pytest.mark.parametrize(("lim", "labels"), [((17, 110), ["20", "30", "50", "100"]), ((15, 45), ["20", "30", "40"])])
+def test_a_log_axis_within_a_decade_labels_ticks_that_do_not_run_together(lim, labels):
+    """The TTFT panels of a small sweep (17 to 110 ms) carried a number on every tick: `80 90100`
+    ran together at the top of the decade. An axis spanning more than 4x labels 1, 2, 3 and 5 of each
+    decade; a narrower one (4x or less) keeps every number."""
+    from sim.analysis.plot import _label_log_axis, pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots()
+    ax.set_xscale("log")
+    ax.plot([lim[0], lim[1]], [0, 1])
+    ax.set_xlim(*lim)
+    _label_log_axis(plt, ax.xaxis)
+    fig.canvas.draw()
+    ticks = [*ax.xaxis.get_minor_ticks(), *ax.xaxis.get_major_ticks()]
+    shown = {t.label1.get_text() for t in ticks if lim[0] <= t.get_loc() <= lim[1] and t.label1.get_text()}
+    plt.close(fig)
+    assert sorted(shown, key=float) == labels
