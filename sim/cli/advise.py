@@ -27,7 +27,7 @@ from sim.cli.outdir import (
     output_folder,
     refuse_other_kind,
 )
-from sim.cli.options import with_fields
+from sim.cli.options import PROGRESS_HELP, with_fields
 from sim.cli.run import refuse_unread_knobs
 from sim.cli.traces import say_short_session_range, trace_options
 from sim.config import SimConfig, format_memory, format_size
@@ -285,7 +285,7 @@ def register(main: click.Group) -> None:
     @click.option("--workers", type=int, default=None, help="Trials run at once [default: all cores].")
     @click.option("--ray-address", default=None, help="Address of an existing Ray cluster.")
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-    @click.option("--progress/--no-progress", default=True, show_default=True)
+    @click.option("--progress/--no-progress", default=True, show_default=True, help=PROGRESS_HELP)
     @click.option(
         "--force",
         is_flag=True,

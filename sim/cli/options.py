@@ -11,6 +11,9 @@ import click
 
 from sim.config import flag_of
 
+#: every command's --progress/--no-progress (a bar on stderr: stdout stays the results alone)
+PROGRESS_HELP = "A progress bar on stderr."
+
 
 def option(f, *, lead: bool = False, **override) -> Callable:
     """The click option of settings field ``f``. ``lead``: the form of `run`'s first options

@@ -24,7 +24,7 @@ from sim.cli.outdir import (
     remove_earlier_outputs,
 )
 from sim.cli.traces import trace_from_cli, trace_options
-from sim.cli.options import with_fields
+from sim.cli.options import PROGRESS_HELP, with_fields
 from sim.config import SECTIONS, SimConfig, flag_of, format_size, parse_size, section_of
 from sim.cost import get_model, gpu_count, model_for, timing_for, timing_note
 from sim.engine.metrics import SUMMARY_KEYS, RunSummary
@@ -448,7 +448,7 @@ def register(main: click.Group) -> None:
         + ", ".join(c.key for c in table.METRICS)
         + ".",
     )
-    @click.option("--progress/--no-progress", default=True, show_default=True)
+    @click.option("--progress/--no-progress", default=True, show_default=True, help=PROGRESS_HELP)
     def run(policies, capacity, alpha, sessions_per_second, out, events_path, force, fmt, columns, progress, **kwargs):
         """Replay a trace (default: 100 real ShareGPT sessions) under each policy.
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from sim.cli.options import PROGRESS_HELP
 from sim.cli.checks import (
     check_configs,
     given_trace_options,
@@ -485,7 +486,7 @@ def register(main: click.Group) -> None:
             show_default=True,
             help="Also write per-request records and occupancy (needed by plot --kind ttft|occupancy).",
         ),
-        click.Option(["--progress/--no-progress"], default=True, show_default=True),
+        click.Option(["--progress/--no-progress"], default=True, show_default=True, help=PROGRESS_HELP),
         click.Option(["--limit"], type=int, default=None, help="Run at most this many configurations, then stop."),
         click.Option(
             ["--sort"],

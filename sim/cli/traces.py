@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from sim.cli.options import PROGRESS_HELP
 from sim.errors import UsageError
 from sim.trace_options import TRACE_OPTIONS, options_from_kwargs
 from traces.base import TraceError
@@ -141,7 +142,7 @@ def register(main: click.Group) -> None:
     @traces_group.command("prepare")
     @click.argument("spec", required=False, default="sharegpt")
     @trace_options
-    @click.option("--progress/--no-progress", default=True, show_default=True)
+    @click.option("--progress/--no-progress", default=True, show_default=True, help=PROGRESS_HELP)
     def prepare_cmd(spec, progress, **kwargs) -> None:
         """Load (tokenize) SPEC and store it in the trace cache."""
         _one_trace(spec, kwargs)
@@ -171,7 +172,7 @@ def register(main: click.Group) -> None:
         help="Session rate defining the replay order of closed-loop traces.",
     )
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-    @click.option("--progress/--no-progress", default=True, show_default=True)
+    @click.option("--progress/--no-progress", default=True, show_default=True, help=PROGRESS_HELP)
     def stats_cmd(spec, rate, fmt, progress, **kwargs) -> None:
         """Sessions, requests, tokens and infinite-cache hit-rate upper bounds of SPEC."""
         from sim.cli.checks import RATE_RANGE  # noqa: PLC0415 - the range run and sweep take

@@ -326,3 +326,11 @@ def test_a_log_axis_within_a_decade_labels_ticks_that_do_not_run_together(lim, l
     shown = {t.label1.get_text() for t in ticks if lim[0] <= t.get_loc() <= lim[1] and t.label1.get_text()}
     plt.close(fig)
     assert sorted(shown, key=float) == labels
+
+
+@pytest.mark.parametrize("cmd", [["run"], ["sweep"], ["advise"], ["traces", "stats"], ["traces", "prepare"]])
+def test_every_progress_switch_says_what_it_is(runner, cmd):
+    """--progress/--no-progress had no help in any command: where the bar goes (stderr, so stdout
+    piped elsewhere stays the results alone) was left to guess."""
+    text = " ".join(runner.invoke(main, [*cmd, "--help"]).output.split())
+    assert "--progress / --no-progress A progress bar on stderr. [default: progress]" in text
