@@ -546,8 +546,8 @@ def register(main: click.Group) -> None:
                     # earlier replay's steps.parquet when this one has none: removed at the commit
                     for path, write in output.files(out, res.summary, res.settings, res.requests, steps=res.steps):
                         put(path, write)
-            if fmt == "json":
-                click.echo(json.dumps(res.summary, indent=2))
+            if fmt == "json":  # standard JSON: NaN (a figure the run has none of) as null, as summary.json
+                click.echo(json.dumps(output.finite(res.summary), indent=2, allow_nan=False))
             else:
                 click.echo(
                     f"replay {trace.name} | {config.policy} | {config.model}, {res.settings['layers']} "

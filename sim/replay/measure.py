@@ -310,6 +310,14 @@ def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.D
             else float("nan")
         )
         rows.append(row)
+    if not rows:
+        # no request replayed (an engine preset aborted every prompt at arrival: a capacity below
+        # each): the columns without rows, so the summary's reads are of an empty table, not a
+        # KeyError ('full_ms') from a frame without columns
+        from sim.replay.records import RequestRecord  # noqa: PLC0415
+
+        stub = request_table([RequestRecord(0, 1, 0)], spec, timing, counts, [] if shadow is not None else None)
+        return stub.iloc[0:0]
     df = pd.DataFrame(rows)
     if len(df):
         # a host-bound prefill against the later of its device time and the host's issue time

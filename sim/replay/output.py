@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import math
 import textwrap
 from pathlib import Path
 
@@ -19,13 +20,27 @@ REQUESTS = "requests.parquet"
 STEPS = "steps.parquet"
 
 
+def finite(value):
+    """``value`` with every NaN or infinite float as None (JSON null), through dicts and lists:
+    summary.json and ``--format json`` stay standard JSON (a replay with no timed prefill, a
+    batched one, or none replayed wrote ``NaN``, which strict parsers refuse), as `marconi run`'s."""
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def files(out, summary: dict, settings: dict, requests: pd.DataFrame, steps: pd.DataFrame | None = None) -> list:
     """The files of a replay output folder under ``out``, each with what writes it to a given path
     (``[(path, write(tmp))]``): ``requests.parquet``, ``steps.parquet`` when ``steps`` is given,
     then ``summary.json``. The CLI writes them with its other outputs as one set
     (``sim.cli.outdir.written_together``: an interrupt leaves all of them or none)."""
     out = Path(out)
-    text = json.dumps({"settings": settings, "summary": summary}, indent=2, default=str) + "\n"
+    payload = finite(json.loads(json.dumps({"settings": settings, "summary": summary}, default=str)))
+    text = json.dumps(payload, indent=2, allow_nan=False) + "\n"
     out_files = [(out / REQUESTS, lambda tmp: requests.to_parquet(tmp, index=False))]
     if steps is not None:
         out_files.append((out / STEPS, lambda tmp: steps.to_parquet(tmp, index=False)))
@@ -117,7 +132,11 @@ def fig_replay(requests: pd.DataFrame, summary: dict | None = None):
         b.set_axis_off()
         note = summary.get("time_model_note") or "the timing does not describe this run"
         b.text(0.5, 0.5, textwrap.fill(note, 44), transform=b.transAxes, ha="center", va="center", fontsize=9)
-    elif summary and summary.get("time_model_median_error") == summary.get("time_model_median_error"):
+    elif (
+        summary
+        and isinstance(summary.get("time_model_median_error"), (int, float))
+        and math.isfinite(summary["time_model_median_error"])
+    ):  # NaN in an older summary.json, null since
         title += f" (median |err| {summary['time_model_median_error'] * 100:.1f} %)"
     b.set_title(title, fontsize=10)
     fig.tight_layout()

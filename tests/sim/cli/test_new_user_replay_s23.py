@@ -426,3 +426,51 @@ def test_a_cpu_fit_alone_is_used_and_its_dtype_said_once(runner, cpu_fit):
         f"warning: timing file {cpu_fit} was fitted in fp32, and qwen3.5-9b runs in bf16: its times are the fp32 "
         "fit's as they are (fit one in bf16: marconi replay --dtype bf16 --calibrate FILE)"
     ]
+
+
+# ------------------------------------------------ a replay of nothing, and standard JSON
+
+
+def _strict(text: str) -> dict:
+    """JSON as strict parsers read it (NaN and Infinity are not JSON)."""
+
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("scheduler", ["fcfs", "continuous"])
+def test_a_replay_whose_engine_aborts_every_request_summarises_none(runner, tmp_path, scheduler):
+    """`--policy sglang --capacity 20KB`: the engine preset aborts every prompt at arrival (longer
+    than its KV pool), so no request is replayed, and the summary stopped with "KeyError: 'full_ms'"
+    (a traceback, exit 1) reading a request table without columns. Now it is a summary of 0
+    requests that names the 4 aborted, and its JSON is standard (null where it wrote NaN)."""
+    pytest.importorskip("torch")
+    out = tmp_path / "r"
+    args = ["replay", *SMALL, "--model", "replay-tiny", "--policy", "sglang", "--capacity", "20KB"]
+    res = runner.invoke(main, [*args, "--scheduler", scheduler, "--out", str(out), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    s = _strict(res.output)
+    assert s["requests"] == s["hits"] == s["failures"] == 0 and s["aborted_requests"] == 4
+    assert s["time_model_median_error"] is None
+    assert _strict((out / "summary.json").read_text())["summary"] == s
+    res = runner.invoke(main, [*args, "--scheduler", scheduler])
+    assert res.exit_code == 0, res.output
+    line = [x for x in res.output.splitlines() if x.startswith("requests")][0]
+    assert line.split("  ")[-1].strip() == (
+        "0 (0 input tokens); 4 more aborted at arrival (prompt longer than the engine takes), not replayed"
+    )
+
+
+def test_a_batched_replays_json_is_standard(runner, tmp_path):
+    """A batched replay (--mode sequential --batch 4) times no request alone: its time-model
+    errors are NaN, written as `NaN` in --format json and summary.json; now null."""
+    pytest.importorskip("torch")
+    out = tmp_path / "b"
+    args = ["replay", *SMALL, "--model", "replay-tiny", "--mode", "sequential", "--batch", "4", "--out", str(out)]
+    res = runner.invoke(main, [*args, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    s = _strict(res.output)
+    assert s["time_model_median_error"] is None and s["hits"] > 0
+    assert _strict((out / "summary.json").read_text())["summary"]["time_model_p95_error"] is None
