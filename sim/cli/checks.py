@@ -397,7 +397,13 @@ def refuse_unread_trace_options(specs: list[str], given: list[str]) -> None:
     if any(s is None for s in sources):
         return  # an unknown kind: loading says so
     for key in given:
-        if key == "trace" or any(key in s.reads for s in sources):
+        if key == "trace":
+            continue
+        if any(key in s.reads for s in sources):
+            # a synthetic spec's own parameters and kind (every spec of the grid passing them by)
+            why = [_synthetic_unread(str(spec or ""), key) for spec in specs]
+            if all(why):
+                raise UsageError(f"{flags.get(key, key)} does nothing for {why[0]}")
             continue
         readers = [name for name, s in SOURCES.items() if key in s.reads]
         kinds = ", ".join(dict.fromkeys(s.name for s in sources))
@@ -405,6 +411,34 @@ def refuse_unread_trace_options(specs: list[str], given: list[str]) -> None:
         raise UsageError(
             f"{flags.get(key, key)} does nothing for {kinds} traces (it is read by {', '.join(readers)}){hint}"
         )
+
+
+def _synthetic_unread(spec: str, key: str) -> str:
+    """Why a synthetic spec does not read trace option ``key`` ("" where it does, or the spec is not
+    synthetic): its own ``sessions=`` / ``seed=`` win over ``--sessions`` / ``--trace-seed``, and only
+    the agent kind draws think times from ``--response-time`` (a chat's are its ``think=``).
+    `sweep --trace synthetic:chat:seed=3 --trace-seed 0,1,2` gave three identical rows."""
+    from traces.registry import split_spec  # noqa: PLC0415
+    from traces.synthetic import DEFAULTS, parse_spec  # noqa: PLC0415
+
+    source, arg = split_spec(spec)
+    if source != "synthetic" or not arg:
+        return ""
+    try:
+        kind, params = parse_spec(arg)
+    except ValueError:  # TraceError: loading says what is wrong with the spec
+        return ""
+    own = {"sessions": ("sessions", "the session count"), "trace_seed": ("seed", "the trace seed")}.get(key)
+    if own is not None and own[0] in params:
+        return f"{spec} (its {own[0]}={params[own[0]]} sets {own[1]}): give one of them"
+    if key == "response_time" and kind != "agent":
+        why = (
+            f"its think times are drawn from think=, {DEFAULTS[kind]['think']:g} s by default"
+            if "think" in DEFAULTS[kind]
+            else "one request a session: no think time"
+        )
+        return f"{spec} ({why}; --response-time is read by synthetic:agent and swebench)"
+    return ""
 
 
 def refuse_rate_on_open_loop(specs: list[str], given: bool, flag: str = "--sessions-per-second") -> None:

@@ -334,3 +334,28 @@ def test_every_progress_switch_says_what_it_is(runner, cmd):
     piped elsewhere stays the results alone) was left to guess."""
     text = " ".join(runner.invoke(main, [*cmd, "--help"]).output.split())
     assert "--progress / --no-progress A progress bar on stderr. [default: progress]" in text
+
+
+@pytest.mark.parametrize(
+    ("spec", "option", "said"),
+    [
+        ("synthetic:chat:seed=3", ["--trace-seed", "5"], "(its seed=3 sets the trace seed): give one of them"),
+        (
+            "synthetic:chat:sessions=3",
+            ["--sessions", "10"],
+            "(its sessions=3 sets the session count): give one of them",
+        ),
+        ("synthetic:chat", ["--response-time", "5"], "(its think times are drawn from think=, 10 s by default;"),
+        ("synthetic:few-shot", ["--response-time", "5"], "(one request a session: no think time;"),
+    ],
+)
+def test_synthetic_specs_refuse_the_options_they_do_not_read(runner, tmp_path, spec, option, said):
+    """A synthetic spec's own `seed=` / `sessions=` won over `--trace-seed` / `--sessions` without a
+    word (`sweep --trace synthetic:chat:seed=3 --trace-seed 0,1,2`: three identical rows), and only
+    the agent kind draws think times from `--response-time` (chat's come from its `think=`)."""
+    for cmd in (["run", "--no-progress"], ["traces", "stats"], ["sweep", "--out", str(tmp_path / "s"), "--dry-run"]):
+        res = runner.invoke(main, [*cmd, "--trace", spec, *option])
+        assert res.exit_code == 2, (cmd, res.output)
+        assert res.output.startswith(f"Error: {option[0]} does nothing for {spec} {said}"), res.output
+    res = runner.invoke(main, ["traces", "stats", "--trace", "synthetic:agent:sessions=2", "--response-time", "3"])
+    assert res.exit_code == 0, res.output  # the agent kind reads it
