@@ -72,7 +72,26 @@ def trace_from_cli(kwargs: dict, progress: bool = True, say_skipped: bool = True
             err=True,
         )
     say_short_session_range(trace)
+    say_fewer_sessions(trace)
     return trace
+
+
+def say_fewer_sessions(trace) -> None:
+    """A chat trace with fewer sessions than ``--sessions`` asked for (``--min-rounds`` left fewer
+    conversations): said in one line on stderr, as a ``--session-range`` past the trace is
+    (`--sessions 1000 --min-rounds 40` ran ShareGPT's 2 without a word)."""
+    asked, meta = trace.meta.get("sessions_requested") or 0, trace.meta
+    have = meta.get("sessions_total", trace.n_sessions)
+    ctx = click.get_current_context(silent=True)
+    given = ctx is not None and ctx.get_parameter_source("sessions") not in (ParameterSource.DEFAULT, None)
+    if not asked or have >= asked or not given:  # the default 100 of a small file of one's own: nothing to say
+        return
+    rounds = meta.get("min_rounds")
+    which = f" of at least {rounds} rounds (--min-rounds {rounds})" if rounds else ""
+    click.echo(
+        f"note: --sessions {asked:,}: {trace.name} has only {have:,} session{'' if have == 1 else 's'}{which}",
+        err=True,
+    )
 
 
 def say_short_session_range(trace) -> None:

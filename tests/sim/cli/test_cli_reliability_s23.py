@@ -359,3 +359,14 @@ def test_synthetic_specs_refuse_the_options_they_do_not_read(runner, tmp_path, s
         assert res.output.startswith(f"Error: {option[0]} does nothing for {spec} {said}"), res.output
     res = runner.invoke(main, ["traces", "stats", "--trace", "synthetic:agent:sessions=2", "--response-time", "3"])
     assert res.exit_code == 0, res.output  # the agent kind reads it
+
+
+def test_fewer_sessions_than_asked_for_are_said(runner):
+    """`run --sessions 1000 --min-rounds 40` ran ShareGPT's 2 such conversations without a word (a
+    --session-range past the trace is said); the default --sessions 100 says nothing."""
+    args = ["traces", "stats", "sharegpt", "--min-rounds", "40", "--no-progress", "--format", "json"]
+    res = runner.invoke(main, [*args, "--sessions", "1000"])
+    assert res.exit_code == 0, res.output
+    assert "note: --sessions 1,000: sharegpt has only 2 sessions of at least 40 rounds (--min-rounds 40)" in res.output
+    res = runner.invoke(main, args)
+    assert res.exit_code == 0 and "note:" not in res.output, res.output
