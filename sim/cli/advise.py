@@ -29,7 +29,7 @@ from sim.cli.outdir import (
 )
 from sim.cli.options import PROGRESS_HELP, with_fields
 from sim.cli.run import refuse_unread_knobs
-from sim.cli.traces import say_short_session_range, trace_options
+from sim.cli.traces import say_fewer_sessions, say_short_session_range, trace_options
 from sim.config import SimConfig, format_memory, format_size
 from sim.errors import UsageError, stop_exit_code
 from sim.experiments.advise import ENGINES, OBJECTIVES, Problem, advice_json, advise, differences
@@ -382,7 +382,7 @@ def register(main: click.Group) -> None:
                 engine=engine,
                 ray_address=ray_address,
                 progress=progress,
-                on_trace=say_short_session_range,
+                on_trace=lambda trace: (say_short_session_range(trace), say_fewer_sessions(trace)),
             )
             if adv.report is not None and adv.report.interrupted:
                 click.echo(

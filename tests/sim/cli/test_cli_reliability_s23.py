@@ -370,3 +370,10 @@ def test_fewer_sessions_than_asked_for_are_said(runner):
     assert "note: --sessions 1,000: sharegpt has only 2 sessions of at least 40 rounds (--min-rounds 40)" in res.output
     res = runner.invoke(main, args)
     assert res.exit_code == 0 and "note:" not in res.output, res.output
+
+
+def test_advise_says_fewer_sessions_than_asked_for_too(runner, tmp_path):
+    args = ["advise", "--for", "sglang", "--model", "qwen3.5-9b", "--min-rounds", "40", "--sessions", "1000"]
+    res = runner.invoke(main, [*args, "--trials", "1", "--workers", "1", "--no-progress", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert "note: --sessions 1,000: sharegpt has only 2 sessions of at least 40 rounds (--min-rounds 40)" in res.output
