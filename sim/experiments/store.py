@@ -247,7 +247,8 @@ def _read(path: Path):
     import pandas as pd
 
     try:
-        return pd.read_parquet(path)
+        with open(path, "rb") as f:  # a handle: pyarrow opens only UTF-8 names (a folder renamed by hand)
+            return pd.read_parquet(f)
     except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ... for a bad file
         first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
         raise UsageError(

@@ -377,3 +377,17 @@ def test_advise_says_fewer_sessions_than_asked_for_too(runner, tmp_path):
     res = runner.invoke(main, [*args, "--trials", "1", "--workers", "1", "--no-progress", "--out", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
     assert "note: --sessions 1,000: sharegpt has only 2 sessions of at least 40 rounds (--min-rounds 40)" in res.output
+
+
+def test_report_reads_a_results_folder_whose_name_is_not_utf8(runner, small_sweep, tmp_path):
+    r"""A sweep folder renamed by hand to a name that is not UTF-8 (`res\xff`): `report` said
+    `cannot read results file ...: surrogates not allowed (delete it and rerun the sweep ...)`,
+    advice that would delete good results. The files are opened by handle now."""
+    import os
+    import shutil
+
+    folder = os.fsdecode(os.fsencode(str(tmp_path)) + b"/res\xff")
+    shutil.copytree(small_sweep, folder)
+    res = runner.invoke(main, ["report", folder, "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    assert len(res.output.strip().splitlines()) == 1 + len(list(Path(small_sweep).glob("*.parquet")))
