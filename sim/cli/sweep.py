@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sys
 from itertools import product
@@ -290,7 +291,8 @@ def summary_table(out: Path, tasks, metric: str) -> str:
     if df.empty:
         return "no finished configuration to show"
     text = format_report(df, metric, limit=TABLE_ROWS)
-    head = f"best first by {metric} (all rows, CSV or JSON: marconi report {out} --sort {metric}):"
+    # the command as it pastes: a folder name with a space quoted
+    head = f"best first by {metric} (all rows, CSV or JSON: marconi report {shlex.quote(str(out))} --sort {metric}):"
     return head + "\n" + text
 
 

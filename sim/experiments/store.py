@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Iterable
@@ -201,7 +202,8 @@ def summary_kind(folder: str | os.PathLike) -> str | None:
 def replay_folder_words(folder: str | os.PathLike, isnt: str) -> str:
     """What to do with a `marconi replay --out` folder given to report or plot (``isnt``: what the
     command wanted)."""
-    return f"{folder} holds a `marconi replay --out` result, not {isnt}: `marconi plot {folder} --kind replay` draws it"
+    command = f"marconi plot {shlex.quote(str(folder))} --kind replay"  # as it pastes: a space quoted
+    return f"{folder} holds a `marconi replay --out` result, not {isnt}: `{command}` draws it"
 
 
 def advise_folder_words(folder: str | os.PathLike, isnt: str) -> str:
@@ -230,7 +232,7 @@ def load_results(out: str | os.PathLike):
             raise UsageError(replay_folder_words(out, "the rows of `marconi sweep`"))
         raise UsageError(
             f"{out} holds the results of `marconi run` / `replay` (summary.json), not the rows of `marconi sweep`: "
-            f"`marconi report {out}` prints them"
+            f"`marconi report {shlex.quote(str(out))}` prints them"
         )
     frames = [_read(f) for f in files]
     for f, df in zip(files, frames):

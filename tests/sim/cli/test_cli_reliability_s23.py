@@ -391,3 +391,20 @@ def test_report_reads_a_results_folder_whose_name_is_not_utf8(runner, small_swee
     res = runner.invoke(main, ["report", folder, "--format", "csv"])
     assert res.exit_code == 0, res.output
     assert len(res.output.strip().splitlines()) == 1 + len(list(Path(small_sweep).glob("*.parquet")))
+
+
+def test_commands_printed_for_pasting_quote_a_folder_with_a_space(runner, tmp_path):
+    """`sweep --out 'my results'` ended with `CSV or JSON: marconi report my results --sort ...`,
+    which pasted reports a folder `my`; `plot` of a run folder named it the same way."""
+    import shlex
+
+    out = tmp_path / "my results"
+    res = runner.invoke(main, ["sweep", *SMALL, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    line = next(ln for ln in res.output.splitlines() if "CSV or JSON: " in ln)
+    command = line.split("CSV or JSON: ", 1)[1].rstrip("):")
+    assert shlex.split(command) == ["marconi", "report", str(out), "--sort", "token_hit_rate"]
+    run = tmp_path / "a run"
+    assert runner.invoke(main, ["run", *SMALL, "--out", str(run)]).exit_code == 0
+    res = runner.invoke(main, ["plot", str(run), "--out", str(tmp_path / "f")])
+    assert res.exit_code == 2 and f"`marconi report {shlex.quote(str(run))}` prints them" in res.output, res.output
