@@ -3,6 +3,7 @@ and `kernels` when they are interrupted, rerun, or given input they cannot use."
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -408,3 +409,15 @@ def test_commands_printed_for_pasting_quote_a_folder_with_a_space(runner, tmp_pa
     assert runner.invoke(main, ["run", *SMALL, "--out", str(run)]).exit_code == 0
     res = runner.invoke(main, ["plot", str(run), "--out", str(tmp_path / "f")])
     assert res.exit_code == 2 and f"`marconi report {shlex.quote(str(run))}` prints them" in res.output, res.output
+
+
+def test_traces_stats_prints_hit_rates_as_run_does(runner):
+    """`traces stats` printed `kv_hit_rate 0.9195` (run prints 91.95%) and `mean_turns_per_session
+    8.0000`; JSON keeps the fractions."""
+    res = runner.invoke(main, ["traces", "stats", "synthetic:chat:sessions=5"])
+    assert res.exit_code == 0, res.output
+    rows = dict(line.split(None, 1) for line in res.output.strip().splitlines())
+    assert rows["kv_hit_rate"] == "91.95%" and rows["request_hit_rate"] == "95.00%", rows
+    assert rows["mean_turns_per_session"] == "8.00" and rows["mean_input_tokens"] == "2,261.0"
+    res = runner.invoke(main, ["traces", "stats", "synthetic:chat:sessions=5", "--format", "json"])
+    assert round(json.loads(res.output)["kv_hit_rate"], 4) == 0.9195
