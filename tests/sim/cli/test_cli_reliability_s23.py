@@ -421,3 +421,12 @@ def test_traces_stats_prints_hit_rates_as_run_does(runner):
     assert rows["mean_turns_per_session"] == "8.00" and rows["mean_input_tokens"] == "2,261.0"
     res = runner.invoke(main, ["traces", "stats", "synthetic:chat:sessions=5", "--format", "json"])
     assert round(json.loads(res.output)["kv_hit_rate"], 4) == 0.9195
+
+
+def test_long_latencies_print_whole_milliseconds():
+    """A saturated run's TTFT p50 printed `2037224.4` ms; under a second keeps its tenth."""
+    from sim.analysis import table
+
+    recs = [{"policy": "a", "ttft_p50_ms": 2037224.44, "ttft_p95_ms": 999.94}]
+    line = table.format_table(recs, ["ttft_p50_ms", "ttft_p95_ms"]).splitlines()[-1]
+    assert line.split()[1:] == ["2,037,224", "999.9"], line
