@@ -116,7 +116,10 @@ def fig_replay(requests: pd.DataFrame, summary: dict | None = None):
     a.set_xlabel("modelled prefill time (ms)")
     a.set_ylabel("measured prefill time (ms)")
     a.set_title("suffix prefill per request", fontsize=10)
-    a.legend(fontsize=8)
+    if a.get_legend_handles_labels()[0]:
+        a.legend(fontsize=8)
+    else:  # no timed prefill (every request aborted at arrival): said, not matplotlib's "no artists" warning
+        a.text(0.5, 0.5, "no timed prefill", transform=a.transAxes, ha="center", va="center", fontsize=9)
     compared = not summary or summary.get("time_model_compared", True)
     if compared:
         err = clean["model_error"].replace([np.inf, -np.inf], np.nan).dropna() * 100 if len(clean) else []

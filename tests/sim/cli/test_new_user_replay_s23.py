@@ -474,3 +474,21 @@ def test_a_batched_replays_json_is_standard(runner, tmp_path):
     s = _strict(res.output)
     assert s["time_model_median_error"] is None and s["hits"] > 0
     assert _strict((out / "summary.json").read_text())["summary"]["time_model_p95_error"] is None
+
+
+def test_the_replay_figure_of_no_timed_prefill_says_so_without_a_warning(recwarn):
+    """`marconi plot DIR --kind replay` of a replay that replayed no request (every one aborted at
+    arrival) printed matplotlib's "UserWarning: No artists with labels found to put in legend" on
+    stderr; now the panel says there was no timed prefill."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from sim.replay.output import fig_replay
+
+    cols = ["suffix_ms", "modelled_ms", "hit_tokens", "model_error", "suffix_host_bound"]
+    scatter, _ = fig_replay(pd.DataFrame(columns=cols), {"time_model_compared": False}).axes
+    assert [t.get_text() for t in scatter.texts] == ["no timed prefill"] and scatter.get_legend() is None
+    assert not [w for w in recwarn if "legend" in str(w.message)]
