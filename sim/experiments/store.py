@@ -212,6 +212,11 @@ def advise_folder_words(folder: str | os.PathLike, isnt: str) -> str:
     f = Path(folder)
     if not ((f / "advice.json").is_file() or (f / "study.journal").is_file()):
         return ""
+    if not (f / "advice.json").is_file():  # an interrupted study: it named an advice.json that is not there
+        return (
+            f"{folder} holds a `marconi advise` study, not {isnt}, and no recommendation yet (no advice.json: "
+            "the study was stopped); rerun the same `marconi advise --out` to finish it"
+        )
     return (
         f"{folder} holds a `marconi advise` study, not {isnt}: its recommendation is {f / 'advice.json'} "
         "(rerun the same `marconi advise --out` to print it again)"

@@ -430,3 +430,16 @@ def test_long_latencies_print_whole_milliseconds():
     recs = [{"policy": "a", "ttft_p50_ms": 2037224.44, "ttft_p95_ms": 999.94}]
     line = table.format_table(recs, ["ttft_p50_ms", "ttft_p95_ms"]).splitlines()[-1]
     assert line.split()[1:] == ["2,037,224", "999.9"], line
+
+
+def test_report_of_a_stopped_advise_study_names_no_missing_advice(runner, tmp_path):
+    """`report A` of an `advise --out A` interrupted before its end pointed to `A/advice.json`,
+    which was not there."""
+    folder = tmp_path / "a"
+    folder.mkdir()
+    (folder / "study.journal").write_text("")
+    for cmd in (["report", str(folder)], ["plot", str(folder), "--out", str(tmp_path / "f")]):
+        res = runner.invoke(main, cmd)
+        assert res.exit_code == 2, res.output
+        assert "advice.json" not in res.output.replace("(no advice.json:", ""), res.output
+        assert "no recommendation yet" in res.output and "to finish it" in res.output, res.output
