@@ -26,7 +26,11 @@ class TraceOption:
 TRACE_OPTIONS = (
     TraceOption("--trace", "trace", "sharegpt", "Trace spec: " + ", ".join(SPECS) + " (see `marconi traces list`)."),
     TraceOption(
-        "--sessions", "sessions", _DEFAULTS.sessions, "First N sessions of a text or synthetic trace (0 = all).", int
+        "--sessions",
+        "sessions",
+        _DEFAULTS.sessions,
+        "First N sessions of a text trace (0 = all); a synthetic trace makes N (0: 100).",
+        int,
     ),
     TraceOption(
         "--min-rounds",

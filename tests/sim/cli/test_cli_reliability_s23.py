@@ -443,3 +443,12 @@ def test_report_of_a_stopped_advise_study_names_no_missing_advice(runner, tmp_pa
         assert res.exit_code == 2, res.output
         assert "advice.json" not in res.output.replace("(no advice.json:", ""), res.output
         assert "no recommendation yet" in res.output and "to finish it" in res.output, res.output
+
+
+def test_sessions_help_says_what_zero_does_to_a_synthetic_trace(runner):
+    """`--sessions` said `0 = all` for text and synthetic traces; a synthetic trace has no `all`:
+    `--sessions 0` made its default 100 sessions."""
+    res = runner.invoke(main, ["traces", "stats", "synthetic:chat", "--sessions", "0", "--format", "json"])
+    assert json.loads(res.output)["sessions"] == 100
+    text = " ".join(runner.invoke(main, ["run", "--help"]).output.split())
+    assert "First N sessions of a text trace (0 = all); a synthetic trace makes N (0: 100)." in text
