@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -1394,7 +1394,8 @@ def same_model(recorded, given) -> bool:
     ``./DIR/``, an absolute path) by what is read there: the two config files read as the same
     model (``ModelSpec``, its name and source aside: the same file in any spelling, or a copy). A
     recorded path that reads no config now (moved, removed) matches only its own spelling; a
-    relative one is read from the current folder. A preset never matches a config."""
+    relative one is read from the current folder (``read_timing_file`` then compares the shapes a
+    newer file records, ``model_spec``). A preset never matches a config."""
     if recorded == given:
         return True
     a, b = str(recorded).strip().lower(), str(given).strip().lower()
@@ -1405,6 +1406,27 @@ def same_model(recorded, given) -> bool:
     except UsageError:  # not a preset and no config read there (moved, removed, not a path)
         return False
     return replace(ra, name="", source="") == replace(rb, name="", source="")  # both say where it was read
+
+
+def spec_fields(spec: ModelSpec) -> dict:
+    """What identifies a model's shapes and bytes (``ModelSpec``'s compared fields, its name and
+    source aside): a timing file fitted on a model read from a config.json records them
+    (``model_spec``), so the file goes with that model however its path is spelled later, from
+    another folder, or after the config moved (``read_timing_file``)."""
+    return {
+        f.name: getattr(spec, f.name) for f in fields(spec) if f.init and f.compare and f.name not in ("name", "source")
+    }
+
+
+def _same_spec(recorded, given) -> bool:
+    """The ``model_spec`` a timing file records (``spec_fields``) is the model ``given`` reads as."""
+    if not isinstance(recorded, dict) or str(given).strip().lower() in MODELS:
+        return False
+    try:
+        spec = get_model(str(given))
+    except UsageError:
+        return False
+    return spec_fields(spec) == recorded
 
 
 def read_timing_file(path, model: str | None = None):
@@ -1424,7 +1446,12 @@ def read_timing_file(path, model: str | None = None):
             f"timing file {path} is not a {TIMING_FORMAT} or {HARDWARE_FORMAT} file "
             "(write one with marconi replay --calibrate FILE)"
         )
-    if model is not None and d.get("model") is not None and not same_model(d["model"], model):
+    if (
+        model is not None
+        and d.get("model") is not None
+        and not same_model(d["model"], model)
+        and not _same_spec(d.get("model_spec"), model)  # the recorded path spelled from another folder, moved
+    ):
         raise UsageError(f"timing file {path} was calibrated for {d.get('model')}, not {model}")
     _check_finite(d, path)
     missing = object()

@@ -26,7 +26,16 @@ import numpy as np
 import pandas as pd
 
 from sim.gpus import GPUS, catalogue_name
-from sim.cost import LAYER_KINDS, HardwareTiming, ModelSpec, gdn_chunks, read_timing_file, timing_to_dict
+from sim.cost import (
+    LAYER_KINDS,
+    MODELS,
+    HardwareTiming,
+    ModelSpec,
+    gdn_chunks,
+    read_timing_file,
+    spec_fields,
+    timing_to_dict,
+)
 from sim.errors import UsageError
 from sim.replay.flops import mamba2_linear, model_flops, padding_flops, replayed_flops
 
@@ -766,7 +775,10 @@ def write_timing(path, timing, spec: ModelSpec, info: dict) -> None:
     device = catalogue_name(str(info.get("device", "")))  # the file records its device (sim/gpus.py)
     if device:
         d["device"] = device
-    tmp.write_text(json.dumps(dict(d, model=spec.name, fit=info), indent=2, default=float) + "\n")
+    d["model"] = spec.name
+    if spec.name.strip().lower() not in MODELS:  # a config.json's model: its shapes, not only its path as spelled
+        d["model_spec"] = spec_fields(spec)
+    tmp.write_text(json.dumps(dict(d, fit=info), indent=2, default=float) + "\n")
     tmp.replace(path)
 
 

@@ -492,3 +492,50 @@ def test_the_replay_figure_of_no_timed_prefill_says_so_without_a_warning(recwarn
     scatter, _ = fig_replay(pd.DataFrame(columns=cols), {"time_model_compared": False}).axes
     assert [t.get_text() for t in scatter.texts] == ["no timed prefill"] and scatter.get_legend() is None
     assert not [w for w in recwarn if "legend" in str(w.message)]
+
+
+# ------------------------------------------------ a timing file of a config, used from another folder
+
+
+def test_a_config_fit_goes_with_its_model_from_another_folder(tmp_path, monkeypatch):
+    """`marconi replay --model cfg/qnext --calibrate t.json` in one folder, then from another
+    `marconi run --model /abs/cfg/qnext --timing /abs/t.json`: "timing file t.json was calibrated for
+    cfg/qnext, not /abs/cfg/qnext" (the file recorded the path as spelled, read from the current
+    folder). The file now records the model's shapes too, so the same model matches in any
+    spelling, from anywhere, after the config moved; another model is still refused."""
+    from sim.cost import HardwareTiming, read_timing_file
+    from sim.replay.measure import write_timing
+
+    work = tmp_path / "work"
+    work.mkdir()
+    _config(work, "qnext", QNEXT)
+    _config(work, "other", dict(QNEXT, hidden_size=256))
+    monkeypatch.chdir(work)
+    t = HardwareTiming(
+        ms_per_tflop={
+            "attn_linear": 2.0,
+            "attn_quadratic": 4.0,
+            "gdn_linear": 2.5,
+            "gdn_chunk": 9.0,
+            "mlp_linear": 1.6,
+        },
+        layer_call_ms={"attention": 0.05, "gated_delta": 0.09, "mlp": 0.03},
+        call_ms=0.4,
+        decode_ms_per_token=5.0,
+    )
+    path = work / "t.json"
+    write_timing(path, t, get_model("qnext"), {"median_error": 0.1})
+    assert json.loads(path.read_text())["model"] == "qnext"
+    read_timing_file(path, model="qnext")  # as spelled
+    monkeypatch.chdir(tmp_path)  # elsewhere: the recorded "qnext" reads nothing here
+    assert read_timing_file(path, model=str(work / "qnext")).ms_per_tflop["gdn_chunk"] == 9.0
+    assert read_timing_file(path, model=str(work / "qnext" / "config.json")).call_ms == 0.4
+    (work / "qnext").rename(work / "moved")
+    read_timing_file(path, model=str(work / "moved"))
+    with pytest.raises(UsageError, match=r"was calibrated for qnext, not .*other$"):
+        read_timing_file(path, model=str(work / "other"))
+    with pytest.raises(UsageError, match="was calibrated for qnext, not qwen3.5-9b$"):
+        read_timing_file(path, model="qwen3.5-9b")
+    # a preset's file records no shapes: its name is its identity
+    write_timing(tmp_path / "p.json", t, get_model("replay-tiny"), {})
+    assert "model_spec" not in json.loads((tmp_path / "p.json").read_text())
