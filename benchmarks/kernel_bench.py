@@ -18,7 +18,10 @@ are checked against "states" and the relative errors printed), and FlashQLA with
 by default FlashQLA segments a long sequence and drops history older than a decay of e^-10,
 docs/kernels.md). Ratios: each row over FLA (x FLA), over FlashQLA (x FQLA) and over FlashQLA exact
 (x FQLAx). With ``--nometa`` the "states" and "seg<N>" calls again without ``chunk_metadata``
-("-nometa" rows: the plain call as FLA's users make it, issue 48 item 2).
+("-nometa" rows: the plain call as FLA's users make it, issue 48 item 2). With ``--resumed`` the
+"states" call as a prefix hit runs it: from an fp32 initial state ("h0"), from absolute position
+512 ("start512"), both ("resumed") and both without states ("resumed-nostates"): a replayed
+gated-delta layer resumed from a restored state runs 11-21 % slower per chunk than from scratch.
 Timing: triton.testing.do_bench (median) and do_bench_cudagraph (median; short shapes are
 launch-bound without graphs). TFLOP/s uses 174,080 FLOP per token x value head.
 
@@ -116,6 +119,33 @@ def bench_inputs(torch, h: int, hv: int, T: int, gate_scale: float = GATE_SCALE)
     g = F.logsigmoid(torch.randn(1, T, hv, device=dev)) * gate_scale
     beta = torch.rand(1, T, hv, device=dev).to(torch.bfloat16)
     return q, k, v, g, beta
+
+
+#: the resumed rows' start: a 512-token prefix hit (Mooncake's block), chunk-aligned as replay's are
+RESUME_AT = 512
+
+
+def resumed_calls(torch, gdn, prepare, q, k, v, g, beta) -> dict:
+    """``--resumed``'s calls, each with the fp32 state at every 64-token boundary unless named
+    ``-nostates``: from an initial state (seed 1, the scale of a real state's entries), from
+    absolute position ``RESUME_AT``, both, and both without states."""
+    T, hv = q.shape[1], v.shape[2]
+    torch.manual_seed(1)
+    h0 = torch.randn(1, hv, q.shape[3], v.shape[3], device=q.device) * 0.05
+    at0 = prepare([0, T], device=q.device)
+    at = prepare([0, T], [RESUME_AT], device=q.device)
+
+    def call(meta, state, **kw):
+        return functools.partial(
+            gdn, q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta, initial_state=state, **kw
+        )
+
+    return {
+        "h0": call(at0, h0),
+        "start512": call(at, None),
+        "resumed": call(at, h0),
+        "resumed-nostates": call(at, h0, boundary_states=False),
+    }
 
 
 def _flashqla(torch):
@@ -272,6 +302,14 @@ def main(argv=None) -> int:
         help="also 'states-nometa' and 'seg<N>-nometa' rows: the calls without chunk_metadata, as FLA's users "
         "make them (the layout's metadata is remembered by the first)",
     )
+    ap.add_argument(
+        "--resumed",
+        action="store_true",
+        help="also the 'states' call resumed, as a prefix hit runs it: 'h0' (an fp32 initial state), 'start512' (the "
+        "sequence starting at absolute position 512, no initial state), 'resumed' (both) and 'resumed-nostates'. A "
+        "replayed gated-delta layer from a restored state runs 11-21 %% slower per chunk than from scratch "
+        "(docs/replay-cost-model.md, 'A prefill resumed from a state'): these rows say whether the kernel is where",
+    )
     ap.add_argument("--shapes", default="16/32,4/8", help="H/HV list")
     ap.add_argument(
         "--gate-scale",
@@ -338,6 +376,8 @@ def main(argv=None) -> int:
                     q, k, v, g, beta, use_qk_l2norm=True, chunk_metadata=meta_all, boundary_states=False
                 ),
             }
+            if args.resumed:
+                fns.update(resumed_calls(torch, chunk_gated_delta_rule, prepare_chunk_metadata, q, k, v, g, beta))
             for vname in variants:
                 fns[f"states[{vname}]"] = fns["states"]
             for n in seg_sizes:
@@ -387,7 +427,7 @@ def main(argv=None) -> int:
                     ms_plain=plain,
                     ms_graph=graph,
                     tflops_graph=flop / graph / 1e9,
-                    state_bytes=sbytes if name.startswith(("states", "seg")) else 0,
+                    state_bytes=sbytes if name.startswith(("states", "seg", "h0", "start")) or name == "resumed" else 0,
                 )
                 if name in host:
                     row["host_us"], row["host_clean"] = host[name]
