@@ -553,7 +553,7 @@ def register(main: click.Group) -> None:
                     f"replay {trace.name} | {config.policy} | {config.model}, {res.settings['layers']} "
                     f"layers | {format_size(config.capacity_bytes)} | {config.state_alignment} "
                     f"alignment | {config.mode}{_scheduler_word(config)} | {settings.dtype} on {res.settings['device_name']} | "
-                    f"{res.settings['kernel']} kernels | store {settings.store if settings.device == 'cuda' else 'cpu'}"
+                    f"{res.settings['kernel']} kernels | store {res.settings['store']}"
                     + (
                         f" | attention {res.settings['attention']}"
                         if res.settings.get("attention", "sdpa") != "sdpa"

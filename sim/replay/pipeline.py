@@ -343,6 +343,10 @@ def summarize(parts: Parts, run: Executed, trace: Trace, config: SimConfig, sett
         attention_requested=settings.attention,
         elementwise=model.elementwise,  # what ran: fused only on a GPU
         elementwise_requested=settings.elementwise,
+        # where the store ran: "gpu" on a CPU is the CPU's memory, as the table's header says ("store
+        # cpu"); summary.json said "gpu" (the option's default)
+        store=settings.store if device.type == "cuda" else "cpu",
+        store_requested=settings.store,
         mlp_note=(  # none for a model without MLPs (a pure Mamba2 config): "dense MLP (0)" before
             ""
             if not shape.mlp_inter

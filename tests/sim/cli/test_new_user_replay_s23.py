@@ -539,3 +539,17 @@ def test_a_config_fit_goes_with_its_model_from_another_folder(tmp_path, monkeypa
     # a preset's file records no shapes: its name is its identity
     write_timing(tmp_path / "p.json", t, get_model("replay-tiny"), {})
     assert "model_spec" not in json.loads((tmp_path / "p.json").read_text())
+
+
+@pytest.mark.parametrize("store", ["gpu", "host"])
+def test_summary_json_names_the_store_the_header_names(runner, tmp_path, store):
+    """A CPU replay's header says "store cpu" (the checkpoints sit in the CPU's memory whatever
+    --store asks), and summary.json's settings said "store": "gpu" (the option's default): the two
+    outputs disagreed. Now settings["store"] is where it ran, ``store_requested`` what was asked."""
+    pytest.importorskip("torch")
+    out = tmp_path / "r"
+    res = runner.invoke(main, ["replay", *SMALL, "--model", "replay-tiny", "--store", store, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[0].endswith("| store cpu")
+    settings = json.loads((out / "summary.json").read_text())["settings"]
+    assert (settings["store"], settings["store_requested"]) == ("cpu", store)
