@@ -285,7 +285,10 @@ def test_readers_skip_temp_files_and_refuse_unreadable_rows(tmp_path):
     assert store.row_files(out) == [paths(out, TASK)["row"]]
     assert list(store.load_results(out)["config_id"]) == [TASK.config_id]
     assert len(store.load_details(out, "requests")) == 3
-    assert len(store.load_details(out, "occupancy", [TASK.config_id, "absent"])) == 2
+    assert len(store.load_details(out, "occupancy", [TASK.config_id])) == 2
+    # some of the asked configurations without records: said, not drawn without them (6893fe4)
+    with pytest.raises(UsageError, match="1 of 2 configurations have no occupancy records"):
+        store.load_details(out, "occupancy", [TASK.config_id, "absent"])
     (out / "foreign.parquet").write_bytes(b"garbage")
     with pytest.raises(UsageError, match="cannot read results file .*foreign.parquet"):
         store.load_results(out)
