@@ -200,6 +200,20 @@ def remove_earlier_outputs(folder: Path, writes) -> list[Path]:
     return gone
 
 
+def refuse_parquet_among_sweep_rows(path: Path | None, flag: str) -> None:
+    """A parquet output (``run --events E.parquet``) refused in a `marconi sweep` results folder:
+    every parquet file there is read as a row, so `report`, `plot` and the sweep's closing table
+    stopped at it (`... is not a row of marconi sweep: move it out`)."""
+    if path is None or Path(path).suffix != ".parquet" or not Path(path).parent.is_dir():
+        return
+    folder = Path(path).parent
+    if _KINDS["sweep"][1](folder):
+        raise UsageError(
+            f"{flag} {path}: {folder} holds the rows of `marconi sweep`, which read every parquet file there "
+            "as a row: write it elsewhere (or as .jsonl)"
+        )
+
+
 def refuse_other_kind(folder: Path | None, kind: str, flag: str = "--out") -> None:
     """Refuses an output folder that holds another command's results (``kind``: this command's,
     one of sweep / run / advise): written into, it would mix them, and ``marconi report`` shows the

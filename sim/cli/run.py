@@ -21,6 +21,7 @@ from sim.cli.outdir import (
     RUN_FOLDER_FILES,
     output_folder,
     refuse_other_kind,
+    refuse_parquet_among_sweep_rows,
     remove_earlier_outputs,
 )
 from sim.cli.traces import trace_from_cli, trace_options
@@ -474,6 +475,7 @@ def register(main: click.Group) -> None:
         if events_path is not None:
             files.append((events_path, "--events"))  # a list: --events D/summary.json is refused, not merged
         refuse_other_kind(out, "run")
+        refuse_parquet_among_sweep_rows(events_path, "--events")
         with output_folder(out), output_folder(events_path.parent if events_path else None, "--events"):
             inputs = input_paths(kwargs.get("trace"), kwargs.get("timing_file")) + model_inputs(kwargs.get("model"))
             check_output_files(files, force=force, inputs=inputs)

@@ -452,3 +452,20 @@ def test_sessions_help_says_what_zero_does_to_a_synthetic_trace(runner):
     assert json.loads(res.output)["sessions"] == 100
     text = " ".join(runner.invoke(main, ["run", "--help"]).output.split())
     assert "First N sessions of a text trace (0 = all); a synthetic trace makes N (0: 100)." in text
+
+
+def test_run_events_parquet_is_not_written_among_a_sweeps_rows(runner, small_sweep, tmp_path):
+    """`run --events SWEEP/events.parquet` wrote it among the sweep's rows: `report SWEEP`, `plot`
+    and the sweep's rerun then stopped at `events.parquet is not a row of marconi sweep`."""
+    import shutil
+
+    folder = tmp_path / "s"
+    shutil.copytree(small_sweep, folder)
+    res = runner.invoke(main, ["run", *SMALL, "--events", str(folder / "events.parquet")])
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(
+        f"Error: --events {folder / 'events.parquet'}: {folder} holds the rows of `marconi sweep`"
+    )
+    assert not (folder / "events.parquet").exists()
+    assert runner.invoke(main, ["run", *SMALL, "--events", str(folder / "events.jsonl")]).exit_code == 0
+    assert runner.invoke(main, ["report", str(folder)]).exit_code == 0
