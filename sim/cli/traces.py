@@ -81,7 +81,8 @@ def say_fewer_sessions(trace) -> None:
     conversations): said in one line on stderr, as a ``--session-range`` past the trace is
     (`--sessions 1000 --min-rounds 40` ran ShareGPT's 2 without a word)."""
     asked, meta = trace.meta.get("sessions_requested") or 0, trace.meta
-    have = meta.get("sessions_total", trace.n_sessions)
+    # the conversations the filters kept: sessions, and those left out for making no request (said)
+    have = meta.get("sessions_total", trace.n_sessions) + (meta.get("dropped_sessions") or 0)
     ctx = click.get_current_context(silent=True)
     given = ctx is not None and ctx.get_parameter_source("sessions") not in (ParameterSource.DEFAULT, None)
     if not asked or have >= asked or not given:  # the default 100 of a small file of one's own: nothing to say
@@ -89,7 +90,7 @@ def say_fewer_sessions(trace) -> None:
     rounds = meta.get("min_rounds")
     which = f" of at least {rounds} rounds (--min-rounds {rounds})" if rounds else ""
     click.echo(
-        f"note: --sessions {asked:,}: {trace.name} has only {have:,} session{'' if have == 1 else 's'}{which}",
+        f"note: --sessions {asked:,}: {trace.name} has only {have:,} conversation{'' if have == 1 else 's'}{which}",
         err=True,
     )
 

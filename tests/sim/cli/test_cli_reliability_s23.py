@@ -368,7 +368,10 @@ def test_fewer_sessions_than_asked_for_are_said(runner):
     args = ["traces", "stats", "sharegpt", "--min-rounds", "40", "--no-progress", "--format", "json"]
     res = runner.invoke(main, [*args, "--sessions", "1000"])
     assert res.exit_code == 0, res.output
-    assert "note: --sessions 1,000: sharegpt has only 2 sessions of at least 40 rounds (--min-rounds 40)" in res.output
+    assert (
+        "note: --sessions 1,000: sharegpt has only 2 conversations of at least 40 rounds (--min-rounds 40)"
+        in res.output
+    )
     res = runner.invoke(main, args)
     assert res.exit_code == 0 and "note:" not in res.output, res.output
 
@@ -377,7 +380,10 @@ def test_advise_says_fewer_sessions_than_asked_for_too(runner, tmp_path):
     args = ["advise", "--for", "sglang", "--model", "qwen3.5-9b", "--min-rounds", "40", "--sessions", "1000"]
     res = runner.invoke(main, [*args, "--trials", "1", "--workers", "1", "--no-progress", "--out", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
-    assert "note: --sessions 1,000: sharegpt has only 2 sessions of at least 40 rounds (--min-rounds 40)" in res.output
+    assert (
+        "note: --sessions 1,000: sharegpt has only 2 conversations of at least 40 rounds (--min-rounds 40)"
+        in res.output
+    )
 
 
 def test_report_reads_a_results_folder_whose_name_is_not_utf8(runner, small_sweep, tmp_path):
