@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shlex
 import time
 from pathlib import Path
@@ -143,6 +144,14 @@ def check_layout(out: Path, tasks: Iterable[Task]) -> None:
     for d in (REQUESTS_DIR, OCCUPANCY_DIR):
         if (out / d).exists() and not (out / d).is_dir():
             raise UsageError(f"{out / d} is a file where the sweep keeps a folder: move it away and rerun")
+    # a parquet file of one's own there is read as a row by report, plot and the closing table: the
+    # sweep ran every configuration, then stopped at it ("... is not a row of marconi sweep")
+    foreign = [f for f in row_files(out) if not re.fullmatch(r"[0-9a-f]{20}", f.stem)]
+    if foreign:
+        raise UsageError(
+            f"{foreign[0]} is not a row of `marconi sweep`, and report, plot and the sweep's table read every "
+            f"parquet file in {out}: move it out, or give another --out"
+        )
     for task in tasks:
         for p in (row_path(out, task.config_id), *_detail_paths(out, task.config_id)):
             _clear(p)

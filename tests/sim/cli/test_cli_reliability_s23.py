@@ -475,3 +475,22 @@ def test_run_events_parquet_is_not_written_among_a_sweeps_rows(runner, small_swe
     assert not (folder / "events.parquet").exists()
     assert runner.invoke(main, ["run", *SMALL, "--events", str(folder / "events.jsonl")]).exit_code == 0
     assert runner.invoke(main, ["report", str(folder)]).exit_code == 0
+
+
+def test_sweep_into_a_folder_holding_a_parquet_of_ones_own_stops_before_it_runs(runner, tmp_path):
+    """`sweep --out D` where D holds `mine.parquet` ran every configuration, then ended with
+    `Error: D/mine.parquet is not a row of marconi sweep` (exit 2), and report / plot stopped the
+    same. Now it is refused before anything runs; rows of a sweep there are fine."""
+    out = tmp_path / "d"
+    out.mkdir()
+    pd.DataFrame({"a": [1]}).to_parquet(out / "mine.parquet")
+    res = runner.invoke(main, ["sweep", *SMALL, "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == (
+        f"Error: {out / 'mine.parquet'} is not a row of `marconi sweep`, and report, plot and the sweep's table "
+        f"read every parquet file in {out}: move it out, or give another --out"
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["mine.parquet"]
+    (out / "mine.parquet").unlink()
+    assert runner.invoke(main, ["sweep", *SMALL, "--out", str(out)]).exit_code == 0
+    assert runner.invoke(main, ["sweep", *SMALL, "--out", str(out)]).exit_code == 0  # its own rows: resumed
