@@ -26,6 +26,8 @@ from sim.replay.tokens import request_tokens
 from traces.base import Trace
 
 VOCAB_ROWS = 1 << 16  # embedding rows of the replayed model (token ids index it modulo this)
+#: torch's generators take a 64-bit seed (``torch.Generator.manual_seed``: an overflow beyond)
+SEED_LIMIT = 1 << 64
 
 
 @dataclass
@@ -128,6 +130,11 @@ class ReplaySettings:
             raise UsageError(f"--coast-steps must be >= 1, not {self.coast_steps}")
         if self.batch < 1:
             raise UsageError(f"--batch must be >= 1, not {self.batch}")
+        if self.seed >= SEED_LIMIT:  # (a negative one: SimConfig's check, the same --seed)
+            raise UsageError(
+                f"--seed must be below 2^64 = {SEED_LIMIT} (torch seeds the replayed weights with 64 bits), "
+                f"not {self.seed}"
+            )
         if self.batch_tokens < 1:
             raise UsageError(f"--batch-tokens must be >= 1, not {self.batch_tokens}")
         if self.check_steps < 0:

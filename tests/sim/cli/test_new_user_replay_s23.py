@@ -553,3 +553,18 @@ def test_summary_json_names_the_store_the_header_names(runner, tmp_path, store):
     assert res.output.splitlines()[0].endswith("| store cpu")
     settings = json.loads((out / "summary.json").read_text())["settings"]
     assert (settings["store"], settings["store_requested"]) == ("cpu", store)
+
+
+def test_a_seed_beyond_64_bits_is_one_line(runner, tmp_path):
+    """`--seed 99999999999999999999` reached torch's generator and stopped with "ValueError:
+    Overflow when unpacking long long" (a traceback) after the trace was loaded; the largest seed
+    torch takes, 2^64 - 1, runs."""
+    out = tmp_path / "o"
+    res = runner.invoke(main, ["replay", *SMALL, "--model", "replay-tiny", "--seed", str(1 << 64), "--out", str(out)])
+    _one_line(res, f"--seed must be below 2^64 = {1 << 64} (torch seeds the replayed weights with 64 bits)")
+    assert not out.exists()
+    pytest.importorskip("torch")
+    res = runner.invoke(
+        main, ["replay", *SMALL, "--model", "replay-tiny", "--seed", str((1 << 64) - 1), "--requests", "2"]
+    )
+    assert res.exit_code == 0, res.output
