@@ -186,7 +186,7 @@ def saved_line(s: dict) -> str:
     text = f"measured {_saved_ms(s['measured_ms_saved_validated'])} ms, modelled {_saved_ms(s['modelled_ms_saved_validated'])} ms"
     total = s.get("measured_ms_without_cache") or 0.0
     share = s["measured_ms_saved_validated"] / total if total > 0 else None
-    if share is not None and abs(share) < SMALL_SAVING:
+    if s.get("hits_validated", 1) and share is not None and abs(share) < SMALL_SAVING:  # no hit: nothing to qualify
         # a Mooncake hit is a few blocks of a prompt of tens of thousands of tokens: the saving is a
         # difference of two totals, each modelled within a few per cent, so its sign can differ
         text += (

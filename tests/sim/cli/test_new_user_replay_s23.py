@@ -568,3 +568,21 @@ def test_a_seed_beyond_64_bits_is_one_line(runner, tmp_path):
         main, ["replay", *SMALL, "--model", "replay-tiny", "--seed", str((1 << 64) - 1), "--requests", "2"]
     )
     assert res.exit_code == 0, res.output
+
+
+def test_the_saved_line_of_a_replay_without_hits_has_no_share_note():
+    """A replay with no validated hit (trtllm's default placements: no reuse) printed "measured 0.0
+    ms, modelled 0.0 ms (0.0% of the prefill time without the cache: a difference of two totals, each
+    within the time model's error, so the two may differ even in sign)": nothing was saved, and
+    nothing differs in sign. The note stays for a small saving of real hits."""
+    from sim.cli.replay import saved_line
+
+    none = dict(
+        measured_ms_saved_validated=0.0,
+        modelled_ms_saved_validated=0.0,
+        measured_ms_without_cache=900.0,
+        hits_validated=0,
+    )
+    assert saved_line(none) == "measured 0.0 ms, modelled 0.0 ms"
+    small = dict(none, measured_ms_saved_validated=9.0, modelled_ms_saved_validated=-2.0, hits_validated=3)
+    assert saved_line(small).startswith("measured 9.0 ms, modelled -2.0 ms (1.0% of the prefill time without the cache")
