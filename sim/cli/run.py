@@ -266,9 +266,13 @@ def counted(n: int, noun: str, thousands: bool = False) -> str:
 
 
 def _scheduler(cfg: SimConfig) -> str:
-    """The header's word on a continuous-batching run (nothing for fcfs, the default)."""
-    if cfg.effective_scheduler == "fcfs":
+    """The header's word on the scheduler of a des run: continuous batching (the default) or fcfs
+    with its servers (an fcfs run said `des` alone, as when fcfs was the default); nothing for
+    ``--mode sequential``, the artifact's replay, which has none."""
+    if cfg.mode != "des":
         return ""
+    if cfg.effective_scheduler == "fcfs":
+        return f", fcfs ({cfg.servers} server{'' if cfg.servers == 1 else 's'})"
     return f", continuous batching ({cfg.max_num_batched_tokens} tokens, {cfg.max_num_seqs} seqs per step)"
 
 

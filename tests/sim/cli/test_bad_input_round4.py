@@ -341,7 +341,7 @@ def test_run_header_with_the_jamba_ttft_table_names_it_and_the_gpu(runner):
     res = runner.invoke(main, [*args, "--ttft-model", "jamba", "--gpu", "l40s"])
     assert res.exit_code == 0, res.output
     header = res.output.splitlines()[0]
-    assert "| capacity 5GB | GPU 1x l40s | des |" in header, header
+    assert "| capacity 5GB | GPU 1x l40s | des, fcfs (1 server) |" in header, header  # jamba's table: fcfs
     assert header.endswith("| TTFT from the paper's Jamba-1.5-Mini table (A100); uncalibrated for GPU l40s"), header
 
 

@@ -516,3 +516,18 @@ def test_reading_a_results_folder_of_many_rows_shows_a_bar_on_a_terminal(small_s
     monkeypatch.setattr(store, "MANY_ROWS", n + 1)  # fewer files than that: quick, no bar
     store.load_results(small_sweep)
     assert "reading rows" not in capsys.readouterr().err
+
+
+def test_the_run_header_names_an_fcfs_scheduler_and_its_servers(runner):
+    """`run --scheduler fcfs --servers 3` said `des` alone in its header, as when fcfs was the
+    default (continuous batching is, and is named)."""
+    heads = {}
+    for extra in (["--scheduler", "fcfs", "--servers", "3"], [], ["--mode", "sequential"]):
+        res = runner.invoke(main, ["run", *SMALL, *extra])
+        assert res.exit_code == 0, res.output
+        heads[" ".join(extra)] = res.output.splitlines()[0].split(" | ")[3]
+    assert heads == {
+        "--scheduler fcfs --servers 3": "des, fcfs (3 servers)",
+        "": "des, continuous batching (8192 tokens, 256 seqs per step)",
+        "--mode sequential": "sequential",
+    }
