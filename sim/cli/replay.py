@@ -24,7 +24,7 @@ from sim.cli.outdir import (
     remove_earlier_outputs,
     written_together,
 )
-from sim.cli.options import option, with_options
+from sim.cli.options import PROGRESS_HELP, option, with_options
 from sim.cli.run import parse_alpha
 from sim.cli.run import _scheduler as _scheduler_word
 from sim.cli.traces import trace_from_cli, trace_options
@@ -443,7 +443,7 @@ def register(main: click.Group) -> None:
     )
     @click.option("--force", is_flag=True, help="Replace the files of --out and --calibrate when they exist.")
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-    @click.option("--progress/--no-progress", default=True, show_default=True)
+    @click.option("--progress/--no-progress", default=True, show_default=True, help=PROGRESS_HELP)
     def replay(timing_path, calibrate_path, out, force, fmt, progress, **kwargs):
         """Simulate a trace with GPU replay attached: every hit restored from a real checkpoint store,
         checked (prefix hash, numerics vs a from-scratch prefill) and timed."""

@@ -586,3 +586,9 @@ def test_the_saved_line_of_a_replay_without_hits_has_no_share_note():
     assert saved_line(none) == "measured 0.0 ms, modelled 0.0 ms"
     small = dict(none, measured_ms_saved_validated=9.0, modelled_ms_saved_validated=-2.0, hits_validated=3)
     assert saved_line(small).startswith("measured 9.0 ms, modelled -2.0 ms (1.0% of the prefill time without the cache")
+
+
+def test_replays_progress_switch_says_what_it_is(runner):
+    """91c577d gave every command's --progress/--no-progress its help but replay's."""
+    text = " ".join(runner.invoke(main, ["replay", "--help"]).output.split())
+    assert "--progress / --no-progress A progress bar on stderr. [default: progress]" in text
