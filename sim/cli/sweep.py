@@ -61,6 +61,20 @@ TABLE_ROWS = 20
 _RENAME = {"policies": "policy", "capacity": "capacity_bytes"}
 # grids at least this large print a line before they are built (about a second per thousand)
 SLOW_GRID = 2_000
+#: stored results from which a rerun's check of them (about 8 ms each: every row file read, its
+#: details too with --save-requests) shows a bar: 40,000 were minutes before `already done` was said
+CHECK_BAR = 500
+
+
+def _checking(tasks, progress: bool):
+    """``tasks``, with a bar on stderr while their stored results are checked (a long rerun)."""
+    if not progress or len(tasks) < CHECK_BAR:
+        return tasks
+    from tqdm import tqdm  # noqa: PLC0415
+
+    return tqdm(tasks, desc="checking stored results", unit="cfg", leave=False)
+
+
 # string knobs whose value is itself a list or range: taken verbatim (repeat the flag to sweep them)
 # (TensorRT-LLM's snapshot offsets are one comma list each)
 _VERBATIM = {"alpha_grid", "additional_snapshot_offsets_from_start", "additional_snapshot_offsets_from_end"}
@@ -402,7 +416,11 @@ def register(main: click.Group) -> None:
     ):
         digest = _digests()
         check_layout(out, tasks)
-        status = [stored_status(out, t, save_requests, digest(t)) for t in tasks] if out.exists() else []
+        status = (
+            [stored_status(out, t, save_requests, digest(t)) for t in _checking(tasks, progress)]
+            if out.exists()
+            else []
+        )
         done = status.count(DONE)
         note = ""
         if not dry_run and (engine == "local" or not ray_address):  # the workers share this machine
