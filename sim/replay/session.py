@@ -229,7 +229,15 @@ def check_kernel_shapes(spec: ModelSpec, backend: str) -> None:
     if backend != "triton":  # torch: any size; the peers check their own (sim.replay.peers)
         return
     if mamba2:
-        dims = {"head dim": spec.mamba_d_inner // max(1, spec.mamba_heads), "state dim": spec.mamba_d_state}
+        try:  # the replayed shape: a preset without heads (marconi-7b) gets 64-wide ones there
+            from sim.replay.mamba2 import Mamba2Shape  # noqa: PLC0415 - torch: the replay needs it anyway
+        except ImportError:  # the replay itself says what to install
+            return
+        try:
+            m = Mamba2Shape.from_spec(spec)
+        except ValueError as exc:
+            raise UsageError(f"model {spec.name}: {exc}") from None
+        dims = {"head dim": m.head_dim, "state dim": m.d_state}
     else:
         dims = {"key head dim": spec.gdn_head_k_dim, "value head dim": spec.gdn_head_v_dim}
     for name, d in dims.items():

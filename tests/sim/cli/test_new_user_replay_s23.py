@@ -592,3 +592,15 @@ def test_replays_progress_switch_says_what_it_is(runner):
     """91c577d gave every command's --progress/--no-progress its help but replay's."""
     text = " ".join(runner.invoke(main, ["replay", "--help"]).output.split())
     assert "--progress / --no-progress A progress bar on stderr. [default: progress]" in text
+
+
+def test_every_preset_passes_the_kernel_shape_check():
+    """The presets a GPU replays on the Triton backend pass ``check_kernel_shapes`` (8c26017 read
+    marconi-7b's Mamba2 head dim as its whole d_inner, 8192, where the preset names no heads and
+    the replay makes 64-wide ones: it refused the preset on a GPU)."""
+    from sim.cost import MODELS
+    from sim.replay.session import check_kernel_shapes
+
+    for name in MODELS:
+        for backend in ("triton", "torch"):
+            check_kernel_shapes(get_model(name), backend)
