@@ -191,7 +191,12 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "report": (
         ["sim/analysis/report.py", "sim/report.py"],
-        ["tests/sim/analysis", "tests/sim/experiments/test_plot_notebooks.py", "tests/sweep/test_plot_notebooks.py"],
+        [
+            "tests/sim/analysis",
+            "tests/sim/experiments/test_plot_notebooks.py",
+            "tests/sweep/test_plot_notebooks.py",
+            "tests/sim/cli/test_cli_reliability_s23.py",
+        ],
     ),
     # hash-block traces and their spelling as tokens (--hash-block-tokens)
     "hashblock": (
@@ -325,6 +330,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/cli/test_default_output.py",
             "tests/sim/cli/test_no_data_loss.py",
             "tests/sim/experiments/test_resume.py",
+            "tests/sim/cli/test_cli_reliability_s23.py",  # session 23: files renamed together, non-UTF-8 names
         ],
     ),
     "config": (
@@ -336,6 +342,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/cli/test_run_help.py",
             "tests/sim/experiments/test_old_results.py",
             "tests/sim/cli/test_new_user_gpus_s22.py",  # session 22: --gpu-memory's too-large line
+            "tests/sim/cli/test_open_decisions_s23.py",  # session 23: GB / GiB
+            "tests/sim/cli/test_cli_reliability_s23.py",  # session 23: sizes that tell apart
         ],
     ),
     "ssd_args": (["kernels/ssd_args.py"], ["tests/kernels/test_ssd.py"]),
@@ -467,6 +475,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/cli/test_run_help.py",
             "tests/sim/engine/test_misses.py",
             "tests/sim/cli/test_bad_input_round5.py",
+            "tests/sim/cli/test_cli_reliability_s23.py",  # session 23: interrupted while writing, headers, notes
         ],
     ),
     # the CLI's options built from settings fields, and an option given twice (bad input round 6)
@@ -493,6 +502,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/cli/test_bad_input_round2.py",
             "tests/sim/cli/test_bad_input.py",
             "tests/sim/cli/test_option_fuzz.py",
+            "tests/sim/cli/test_cli_reliability_s23.py",  # session 23: synthetic specs' own options, missing grid paths, --events
+            "tests/sim/cli/test_open_decisions_s23.py",
         ],
     ),
     # the sweep engines: local pool and Ray, how each stops on a signal, and the resume they serve
@@ -519,6 +530,30 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["kernels/_common.py"],
         ["tests/kernels/test_metadata.py", "tests/kernels/test_state_segmented.py", "tests/kernels/test_api.py"],
     ),
+    # session 23: modules no entry owned, each with the tests that pin them
+    "plot": (
+        ["sim/analysis/plot.py", "sim/cli/plot.py"],
+        [
+            "tests/sim/cli/test_cli_reliability_s23.py",
+            "tests/sim/cli/test_open_decisions_s23.py",
+            "tests/sim/analysis/test_plot_labels.py",
+            "tests/sim/experiments/test_plot_notebooks.py",
+        ],
+    ),
+    "sweep_cli": (
+        ["sim/cli/sweep.py"],
+        [
+            "tests/sim/cli/test_cli_reliability_s23.py",
+            "tests/sim/cli/test_open_decisions_s23.py",
+            "tests/sim/cli/test_sweep_interrupt.py",
+            "tests/sim/cli/test_bad_input_round7.py",
+            "tests/sim/experiments/test_resume.py",
+        ],
+    ),
+    "table": (
+        ["sim/analysis/table.py"],
+        ["tests/sim/cli/test_cli_reliability_s23.py", "tests/sim/analysis/test_table.py", "tests/sim/cli/test_run.py"],
+    ),
     "hf_config": (
         ["sim/hf_config.py"],
         [
@@ -527,6 +562,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/test_hf_config_defaults.py",  # session 22: the families' defaults, dtypes, quantization
             "tests/sim/cli/test_bad_input_round5.py",
             "tests/sim/cli/test_new_user_models_s22.py",
+            "tests/sim/cli/test_open_decisions_s23.py",  # session 23: Granite, Nemotron-H, qwen3_moe
         ],
     ),
     "gpus": (
@@ -535,6 +571,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/test_gpus.py",
             "tests/sim/cli/test_bad_input_round5.py",
             "tests/sim/cli/test_new_user_gpus_s22.py",  # session 22: NVL / GH200 entries, --gpu-memory
+            "tests/sim/cli/test_open_decisions_s23.py",  # session 23: GiB sizes, NVL bridge groups, unknown GPUs
         ],
     ),
     "reference": (
