@@ -1476,33 +1476,39 @@ def read_timing_file(path, model: str | None = None):
         return int(v)
 
     zeros = dict.fromkeys(LAYER_KINDS, 0.0)
-    if fmt == HARDWARE_FORMAT:
-        return HardwareTiming(
-            get("ms_per_tflop", terms),
-            get("layer_call_ms", terms),
-            get("call_ms", float),
+    try:
+        if fmt == HARDWARE_FORMAT:
+            return HardwareTiming(
+                get("ms_per_tflop", terms),
+                get("layer_call_ms", terms),
+                get("call_ms", float),
+                get("decode_ms_per_token", float),
+                get("peak_tflops", float, 0.0),
+                get("gpus", count, 1),
+                source=str(d.get("source", path)),
+                layer_floor_ms=get("layer_floor_ms", terms, zeros),
+                seq_ms=get("seq_ms", terms, zeros),
+                device=str(d.get("device") or ""),
+                ms_per_weight_gb=get("ms_per_weight_gb", terms, zeros),
+                ms_per_act_gb=get("ms_per_act_gb", terms, zeros),
+                ms_per_kv_gb=get("ms_per_kv_gb", float, 0.0),
+                dtype=str(d.get("dtype") or ""),
+                attention=str(d.get("attention") or "sdpa"),
+                elementwise=str(d.get("elementwise") or "torch"),
+                covers=get("covers", lambda v: dict(v or {}), {}),
+                host_ms_per_call=get("host_ms_per_call", float, 0.0),
+                host_ms_per_layer=get("host_ms_per_layer", float, 0.0),
+                gdn_resume_ms_per_chunk=get("gdn_resume_ms_per_chunk", float, 0.0),
+            )
+        return TimingModel(
+            get("effective_tflops", float),
+            get("overhead_ms", float),
             get("decode_ms_per_token", float),
-            get("peak_tflops", float, 0.0),
-            get("gpus", count, 1),
             source=str(d.get("source", path)),
-            layer_floor_ms=get("layer_floor_ms", terms, zeros),
-            seq_ms=get("seq_ms", terms, zeros),
             device=str(d.get("device") or ""),
-            ms_per_weight_gb=get("ms_per_weight_gb", terms, zeros),
-            ms_per_act_gb=get("ms_per_act_gb", terms, zeros),
-            ms_per_kv_gb=get("ms_per_kv_gb", float, 0.0),
-            dtype=str(d.get("dtype") or ""),
-            attention=str(d.get("attention") or "sdpa"),
-            elementwise=str(d.get("elementwise") or "torch"),
-            covers=get("covers", lambda v: dict(v or {}), {}),
-            host_ms_per_call=get("host_ms_per_call", float, 0.0),
-            host_ms_per_layer=get("host_ms_per_layer", float, 0.0),
-            gdn_resume_ms_per_chunk=get("gdn_resume_ms_per_chunk", float, 0.0),
         )
-    return TimingModel(
-        get("effective_tflops", float),
-        get("overhead_ms", float),
-        get("decode_ms_per_token", float),
-        source=str(d.get("source", path)),
-        device=str(d.get("device") or ""),
-    )
+    except UsageError as exc:  # the timing's own checks ("timing: terms must be ..."): name the file
+        text = str(exc)
+        if not text.startswith("timing: "):
+            raise
+        raise UsageError(f"timing file {path}: {text.removeprefix('timing: ')}") from None

@@ -604,3 +604,20 @@ def test_every_preset_passes_the_kernel_shape_check():
     for name in MODELS:
         for backend in ("triton", "torch"):
             check_kernel_shapes(get_model(name), backend)
+
+
+def test_a_timing_file_missing_a_term_is_named(runner, tmp_path):
+    """A timing file without one of its terms (gdn_chunk taken out) said "Error: timing: terms must
+    be attn_linear, ..." without naming the file (run, replay, sweep and advise read it)."""
+    from pathlib import Path
+
+    import sim
+
+    d = json.loads((Path(sim.__file__).parent / "data" / "h200-timing.json").read_text())
+    del d["ms_per_tflop"]["gdn_chunk"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(d))
+    res = runner.invoke(main, ["run", "--trace", TINY, "--no-progress", "--timing", str(bad)])
+    _one_line(res, f"timing file {bad}: terms must be attn_linear, attn_quadratic, gdn_linear, gdn_chunk, mlp_linear")
+    res = runner.invoke(main, ["replay", *SMALL, "--model", "replay-tiny", "--timing", str(bad)])
+    _one_line(res, f"timing file {bad}: terms must be")
