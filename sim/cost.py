@@ -77,6 +77,10 @@ class ModelSpec:
     # -- MLP / MoE blocks
     n_mlp: int = 0
     mlp_active_params: int = 0  # per layer per token (MoE: routed top-k + shared expert + router)
+    # the MLP blocks are mixtures of experts (some or all of them): replay runs them as one dense
+    # SwiGLU at their active width and says so ("MoE at active width"); the name says nothing
+    # (Granite 4.0 H-Small and Jamba are MoE, a config.json's model is named by its path)
+    mlp_moe: bool = False
     # -- dtypes (bytes per element)
     kv_dtype_bytes: int = 2
     state_dtype_bytes: int = 4
@@ -234,7 +238,7 @@ class ModelSpec:
 # ---------------------------------------------------------------------------------------------
 
 
-def _qwen_hybrid(name, *, layers, d, hv, heads, kv_heads, mlp_params, vocab, nominal, source):
+def _qwen_hybrid(name, *, layers, d, hv, heads, kv_heads, mlp_params, vocab, nominal, source, moe=False):
     """Qwen3-Next / Qwen3.5 layout (docs/cost-model.md §4): 3 GDN : 1 full attention, Hk = 16, head dims
     128 (GDN) and 256 (attention, output-gated), conv width 4, fp32 SSM state, bf16 conv and KV;
     every layer has an MLP/MoE block."""
@@ -255,6 +259,7 @@ def _qwen_hybrid(name, *, layers, d, hv, heads, kv_heads, mlp_params, vocab, nom
         gdn_conv_width=4,
         n_mlp=layers,
         mlp_active_params=mlp_params,
+        mlp_moe=moe,
         kv_dtype_bytes=2,
         state_dtype_bytes=4,
         conv_dtype_bytes=2,
@@ -307,6 +312,7 @@ MODELS: dict[str, ModelSpec] = {
         heads=16,
         kv_heads=2,
         mlp_params=_moe(2048, 512, 10, 512, 512),
+        moe=True,
         vocab=151_936,
         nominal=3e9,
         source="transformers Qwen3NextConfig defaults; MoE 512 experts top-10 x 512 + shared 512",
@@ -343,6 +349,7 @@ MODELS: dict[str, ModelSpec] = {
         heads=16,
         kv_heads=2,
         mlp_params=_moe(2048, 512, 8, 512, 256),
+        moe=True,
         vocab=_QWEN_VOCAB,
         nominal=3e9,
         source="docs/cost-model.md §4; MoE 256 experts top-8 x 512 + shared 512 (slime Megatron script)",
@@ -355,6 +362,7 @@ MODELS: dict[str, ModelSpec] = {
         heads=32,
         kv_heads=2,
         mlp_params=_moe(3072, 1024, 8, 1024, 256),
+        moe=True,
         vocab=_QWEN_VOCAB,
         nominal=10e9,
         source="docs/cost-model.md §4; MoE 256 x top-8 x 1024 + shared 1024 is an ESTIMATE (not seen in a "
@@ -368,6 +376,7 @@ MODELS: dict[str, ModelSpec] = {
         heads=32,
         kv_heads=2,
         mlp_params=_moe(4096, 1024, 10, 1024, 512),
+        moe=True,
         vocab=_QWEN_VOCAB,
         nominal=17e9,
         source="docs/cost-model.md §4; MoE 512 experts top-10 x 1024 + shared 1024 (slime Megatron script)",
@@ -415,6 +424,7 @@ def _mamba2_hybrid(
     dt_rank=0,
     d_inner=0,
     state_note="",
+    moe=False,
 ):
     """A Mamba + attention hybrid read the way ``sim/hf_config.py`` reads its config (docs/models.md):
     real Mamba2 projections (in_proj D -> 2*d_inner + 2*G*N + heads) or Mamba1 (``version=1``:
@@ -438,6 +448,7 @@ def _mamba2_hybrid(
         mamba_n_groups=groups,
         n_mlp=n_mlp,
         mlp_active_params=mlp_params,
+        mlp_moe=moe,
         kv_dtype_bytes=2,
         state_dtype_bytes=state_bytes,
         conv_dtype_bytes=2,
@@ -516,6 +527,7 @@ MODELS.update(
             version=1,
             dt_rank=256,
             source="HF ai21labs/AI21-Jamba-1.5-Mini config.json (tests/data/configs/jamba-1.5-mini.json)",
+            moe=True,
         ),
         # Falcon-H1 7B: attention (12 heads, 2 KV heads) and Mamba2 (24 heads x 128, d_state 256)
         # side by side in each of 44 layers, then a SwiGLU MLP 12288
@@ -552,6 +564,7 @@ MODELS.update(
             groups=1,
             n_mlp=40,
             mlp_params=_moe(4096, 768, 10, 1536, 72),
+            moe=True,
             vocab=100_352,
             total=32_206_702_080,
             nominal=9e9,
@@ -603,6 +616,7 @@ def _replay_tiny_moe() -> ModelSpec:
         attn_heads=8,
         attn_kv_heads=1,
         mlp_active_params=_moe(32, 8, 4, 8, 6),
+        mlp_moe=True,
         source="toy MoE shapes for CPU replay tests (marconi replay --device cpu)",
     )
     return replace(spec, nominal_active_params=float(spec.active_params()))

@@ -251,13 +251,16 @@ def _moe_total(d: int, inter: int, shared_inter: int, n_experts: int) -> int:
 
 def _mlp_fields(blocks: list[tuple[int, int]]) -> dict:
     """``blocks``: (active, total) parameters of each MLP / MoE block; the spec takes their mean
-    active width (a whole number where they are equal)."""
+    active width (a whole number where they are equal), and ``mlp_moe`` where any block has more
+    weights than it runs a token through (its experts)."""
     if not blocks:
         return {"n_mlp": 0, "mlp_active_params": 0}, 0
     act = sum(a for a, _ in blocks)
     n = len(blocks)
     mean = act // n if act % n == 0 else act / n
-    return {"n_mlp": n, "mlp_active_params": mean}, sum(t for _, t in blocks)
+    # a block whose weights are more than it runs a token through is a mixture of experts
+    moe = any(t > a for a, t in blocks)
+    return {"n_mlp": n, "mlp_active_params": mean, "mlp_moe": moe}, sum(t for _, t in blocks)
 
 
 def _attn_params(d, heads, kv, hd, gate=False) -> int:

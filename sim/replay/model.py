@@ -163,7 +163,7 @@ class ReplayShape:
         inter = 0
         if not gdn_only and spec.n_mlp and spec.mlp_active_params:
             inter = mlp_width(spec.mlp_active_params, spec.d_model)
-        moe = bool(spec.nominal_active_params and ("-a" in spec.name or spec.name.endswith("-moe")))
+        moe = bool(spec.mlp_moe and inter)  # a config.json's MoE is named by its path: the spec says
         return cls(
             hidden=spec.d_model,
             layers=g,

@@ -239,3 +239,34 @@ def test_a_mamba2_replay_labels_its_linear_layers_mamba2(mode, scheduler):
     if scheduler == "continuous":
         assert s["step_layers_replayed"] == counts and s["steps_executed"] > 0
         assert list(s["step_measured_ms_by_layer_type"]) == ["attention", "mamba2", "mlp", "other"]
+
+
+def test_a_moe_is_told_by_its_spec_not_its_name():
+    """``ReplayShape.mlp_moe`` (the summary's ``mlp_moe_at_active_width``, the header's "MoE MLP
+    replayed dense at its active width") comes from the spec: it was read from the preset's name
+    ("-a" / "-moe"), so Granite 4.0 H-Small's 72 experts and Qwen3.5-35B-A3B read from its own
+    config.json (named by its path) were called a dense MLP."""
+    from dataclasses import replace
+
+    from sim.cost import MODELS, get_model
+    from sim.replay.model import ReplayShape
+
+    configs = Path(__file__).resolve().parents[2] / "data" / "configs"
+    moe = {n for n, s in MODELS.items() if s.mlp_moe}
+    assert moe == {
+        "qwen3-next-80b-a3b",
+        "qwen3.5-35b-a3b",
+        "qwen3.5-122b-a10b",
+        "qwen3.5-397b-a17b",
+        "jamba-1.5-mini",
+        "granite-4.0-h-small",
+        "replay-tiny-moe",
+    }
+    for name in ("granite-4.0-h-small", "qwen3.5-35b-a3b", "nemotron-h-8b", "qwen3.5-9b"):
+        from_config = get_model(str(configs / f"{name}.json"))
+        assert from_config.mlp_moe == MODELS[name].mlp_moe
+        assert ReplayShape.from_spec(from_config, layers=4).mlp_moe == (name in moe)
+    # Mamba2 layers ride in the gated-delta slot (sim.replay.mamba2); a model without MLPs is no MoE
+    granite, codestral = (get_model(str(configs / f"{n}.json")) for n in ("granite-4.0-h-small", "mamba-codestral-7b"))
+    assert ReplayShape.from_spec(replace(granite, n_gdn=granite.n_mamba), layers=4).mlp_moe
+    assert not ReplayShape.from_spec(replace(codestral, n_gdn=codestral.n_mamba), layers=2).mlp_moe
