@@ -409,11 +409,13 @@ def test_a_cpu_fit_with_a_gpu_group_is_one_line_before_any_work(runner, tmp_path
     assert not out.exists()
 
 
-def test_advise_refuses_a_cpu_fit_on_a_gpu_group_before_its_search(runner, cpu_fit):
+def test_advise_refuses_a_cpu_fit_on_a_gpu_group_before_its_search(runner, cpu_fit, tmp_path):
     pytest.importorskip("optuna")
     args = ["advise", "--for", "sglang", "--model", "qwen3.5-9b", "--trace", TINY, "--timing", str(cpu_fit)]
-    res = runner.invoke(main, [*args, "--tensor-parallel", "2", "--trials", "2", "--no-progress"])
+    out = tmp_path / "advise"  # where a search would go (the default ./advise: the repository, when the check failed)
+    res = runner.invoke(main, [*args, "--tensor-parallel", "2", "--trials", "2", "--no-progress", "--out", str(out)])
     _one_line(res, NO_GROUP.format(f=cpu_fit))
+    assert not out.exists()  # refused before the search made its folder
 
 
 def test_a_cpu_fit_alone_is_used_and_its_dtype_said_once(runner, cpu_fit):
