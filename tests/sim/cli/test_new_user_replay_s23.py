@@ -228,6 +228,21 @@ def test_a_replay_interrupted_while_it_runs_says_a_rerun_starts_over(runner, tmp
     assert res.exit_code == 130 and res.output.strip() == (
         "Interrupted: a replay does not resume: rerun the same command to start over"
     )
+    # both outputs named, the timing file alone too (mutation run, session 23: the --calibrate
+    # half of the line survived)
+    fit = tmp_path / "fit.json"
+    res = runner.invoke(
+        main, ["replay", *SMALL, "--model", "replay-tiny", "--out", str(tmp_path / "r2"), "--calibrate", str(fit)]
+    )
+    assert res.exit_code == 130 and res.output.strip() == (
+        f"Interrupted: nothing was written to --out {tmp_path / 'r2'} or --calibrate {fit}; a replay does not "
+        "resume: rerun the same command to start over"
+    )
+    res = runner.invoke(main, ["replay", *SMALL, "--model", "replay-tiny", "--calibrate", str(fit)])
+    assert res.exit_code == 130 and res.output.strip().startswith(
+        f"Interrupted: nothing was written to --calibrate {fit};"
+    )
+    assert not fit.exists() and not (tmp_path / "r2").exists()
 
 
 # ------------------------------------------------------------ the replay figure on a CPU
@@ -623,3 +638,21 @@ def test_a_timing_file_missing_a_term_is_named(runner, tmp_path):
     _one_line(res, f"timing file {bad}: terms must be attn_linear, attn_quadratic, gdn_linear, gdn_chunk, mlp_linear")
     res = runner.invoke(main, ["replay", *SMALL, "--model", "replay-tiny", "--timing", str(bad)])
     _one_line(res, f"timing file {bad}: terms must be")
+
+
+def test_a_forced_rerun_under_fcfs_removes_the_earlier_continuous_steps(runner, tmp_path):
+    """``--force`` into a folder of a continuous replay: its steps.parquet is the earlier run's, and
+    an fcfs replay writes none, so it goes (mutation run, session 23: ``res.steps is not None``
+    negated survived); the continuous rerun writes its own."""
+    pytest.importorskip("torch")
+    out = tmp_path / "r"
+    res = runner.invoke(
+        main, ["replay", *SMALL, "--model", "replay-tiny", "--scheduler", "continuous", "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    assert (out / "steps.parquet").is_file()
+    res = runner.invoke(
+        main, ["replay", *SMALL, "--model", "replay-tiny", "--scheduler", "fcfs", "--out", str(out), "--force"]
+    )
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["requests.parquet", "summary.json"]
