@@ -623,7 +623,16 @@ def test_request_table_and_summary_by_hand():
     assert s["time_model_p95_error_all"] == pytest.approx(float(errs.quantile(0.95)))
     assert s["measured_ms_by_layer_type"]["attention"] == pytest.approx(2.0 + 1.0 + 2.0)
     assert s["measured_model_ms_by_layer_type"]["gated_delta"] == pytest.approx((3.0 + 1.5 + 3.0) * 4)
-    assert s["measured_model_ms_by_layer_type"]["other"] == pytest.approx(0.5 + 0.25 + 0.5)
+    # "other" is what the layer marks leave of the prefills' 45.5 ms (the marks' own 0.5 + 0.25 + 0.5
+    # and the rest: the parts add to the total, session 23), unscaled
+    by = s["measured_ms_by_layer_type"]
+    assert sum(by.values()) == pytest.approx(45.5) and by["other"] == pytest.approx(45.5 - 5.0 - 7.5 - by["mlp"])
+    assert by["other"] > 0.5 + 0.25 + 0.5
+    assert s["measured_model_ms_by_layer_type"]["other"] == pytest.approx(by["other"])
+    # prefills re-timed below their marks (outran_sleep): "other" keeps the marks' own
+    short = df.assign(suffix_ms=df["suffix_ms"] * 0.1)
+    s2 = measure.summary(short, failures=fails, store_peak_bytes=123, wall_s=2.0, counts=COUNTS_R, spec=SPEC)
+    assert s2["measured_ms_by_layer_type"]["other"] == pytest.approx(0.5 + 0.25 + 0.5)
     assert s["replay_tflops_timed"] == pytest.approx(s["replay_flops_executed"] / 45.5e-3 / 1e12)
     wall = s["replay_flops_executed"] + df["replay_full_flops"].iloc[1]
     assert s["replay_tflops_wall"] == pytest.approx(wall / 2.0 / 1e12)
