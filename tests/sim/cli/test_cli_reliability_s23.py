@@ -546,3 +546,20 @@ def test_a_long_rerun_shows_a_bar_while_it_checks_the_stored_results(runner, sma
     assert "checking stored results" in res.output
     res = runner.invoke(main, [*args, "--save-requests", "--out", str(small_sweep), "--dry-run", "--no-progress"])
     assert "already done: 3, to run: 0" in res.output and "checking stored results" not in res.output
+
+
+def test_files_written_together_get_the_mode_a_plain_open_gives(runner, tmp_path):
+    """The set renamed into place (``written_together``) is made by mkstemp (0600), then given the
+    mode a plain ``open`` gives: 0666 less the umask, never executable (mutation run, session 23:
+    0o667 survived)."""
+    import os
+
+    from sim.cli.outdir import current_umask
+
+    out = tmp_path / "r"
+    res = runner.invoke(main, ["run", *SMALL, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+    assert modes and set(modes.values()) == {0o666 & ~current_umask()}, modes
+    assert not any(m & 0o111 for m in modes.values())
+    assert os.access(out / "summary.json", os.R_OK | os.W_OK)

@@ -383,3 +383,40 @@ def test_plot_gives_each_policy_and_scheduler_its_own_style(runner, tmp_path):
             fcfs, cont = styles[f"{policy} [fcfs]"], styles[f"{policy} [continuous]"]
             assert fcfs[0] == cont[0] and (cont[1], fcfs[1]) == ("-", "--"), (kind, styles)
         assert styles["sglang+ [fcfs]"][0] != styles["marconi [fcfs]"][0]
+
+
+def test_sweep_checks_the_memory_of_the_configurations_left_to_run(runner, tmp_path, monkeypatch):
+    """The memory check weighs the configurations this command runs: not those already stored, and
+    no more than --limit (mutation run, session 23: the stored ones counted, or --limit ignored,
+    survived)."""
+    import sim.cli.sweep as sweep_cli
+
+    seen = []
+
+    def fit(todo, count, explicit):
+        seen.append(list(todo))
+        return count, ""
+
+    monkeypatch.setattr(sweep_cli, "fit_workers", fit)
+    args = ["sweep", *SMALL, "--policy", "sglang+", "--capacity", "1GB,2GB,3GB,4GB", "--out", str(tmp_path / "s")]
+    assert runner.invoke(main, [*args, "--limit", "2", "--workers", "1"]).exit_code == 0
+    assert len(seen[-1]) == 2
+    assert runner.invoke(main, [*args, "--limit", "1", "--workers", "1"]).exit_code == 0
+    third = seen[-1]
+    assert len(third) == 1 and all(t not in seen[0] for t in third)
+    assert runner.invoke(main, [*args, "--workers", "1"]).exit_code == 0
+    assert len(seen[-1]) == 1 and seen[-1] != third  # the last one left
+
+
+def test_sweep_takes_a_tokenizer_folder_holding_its_file(runner, tmp_path):
+    """`--tokenizer hf:DIR` names DIR/tokenizer.json, as the loader reads it: a folder holding it
+    passes the sweep's up-front check, one without it is refused naming the file (mutation run,
+    session 23: reading the folder as the file survived)."""
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    args = ["sweep", "--trace", "sharegpt", "--sessions", "2", "--policy", "sglang+", "--no-progress", "--dry-run"]
+    res = runner.invoke(main, [*args, "--tokenizer", f"hf:{tok}", "--out", str(tmp_path / "a")])
+    one_line(res, f"--tokenizer hf:{tok}: no such file: {tok / 'tokenizer.json'}")
+    (tok / "tokenizer.json").write_text("{}")
+    res = runner.invoke(main, [*args, "--tokenizer", f"hf:{tok}", "--out", str(tmp_path / "b")])
+    assert res.exit_code == 0, res.output
