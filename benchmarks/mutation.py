@@ -220,6 +220,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["sim/cost.py"],
         [
             "tests/sim/test_cost_rules.py",
+            "tests/sim/cli/test_new_user_replay_s23.py",  # session 23: a config fit from another folder
             "tests/sim/replay/test_resume_term.py",  # session 17: gdn_resume_ms_per_chunk
             "tests/sim/test_step_time_memo.py",
             "tests/sim/test_cost.py",
@@ -250,6 +251,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_host_term.py",
             "tests/sim/replay/test_replay_calibrate.py",
             "tests/sim/replay/test_replay_step_model.py",
+            "tests/sim/cli/test_new_user_replay_s23.py",  # session 23: aborted runs, standard JSON, KV reasons
         ],
     ),
     "replay_store": (
@@ -373,6 +375,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/cli/test_bad_input_round4.py",
             "tests/sim/cli/test_bad_input_round3.py",
             "tests/sim/cli/test_bad_input_round6b.py",
+            "tests/sim/cli/test_new_user_replay_s23.py",  # session 23: interrupts, the saved line, --seed
         ],
     ),
     "chunk_segmented": (["kernels/chunk_segmented.py"], ["tests/kernels/test_state_segmented.py"]),
@@ -419,6 +422,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_replay_session.py",
             "tests/sim/replay/test_replay_batch.py",
             "tests/sim/replay/test_store_rules.py",
+            "tests/sim/cli/test_new_user_replay_s23.py",  # session 23: the store named, the MLP note
         ],
     ),
     # session 21: replay --attention (the cuDNN path's buckets, padding and whole-prompt rule, the
@@ -553,6 +557,15 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "table": (
         ["sim/analysis/table.py"],
         ["tests/sim/cli/test_cli_reliability_s23.py", "tests/sim/analysis/test_table.py", "tests/sim/cli/test_run.py"],
+    ),
+    # session 23: replay's checks before any work and its outputs written as one set
+    "replay_session": (
+        ["sim/replay/session.py", "sim/replay/output.py"],
+        [
+            "tests/sim/cli/test_new_user_replay_s23.py",
+            "tests/sim/replay/test_replay_session.py",
+            "tests/sim/replay/test_replay_output.py",
+        ],
     ),
     "hf_config": (
         ["sim/hf_config.py"],
