@@ -508,6 +508,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/cli/test_option_fuzz.py",
             "tests/sim/cli/test_cli_reliability_s23.py",  # session 23: synthetic specs' own options, missing grid paths, --events
             "tests/sim/cli/test_open_decisions_s23.py",
+            "tests/sim/cli/test_new_user_replay_s23.py",  # session 23: timing files checked before any work
         ],
     ),
     # the sweep engines: local pool and Ray, how each stops on a signal, and the resume they serve
