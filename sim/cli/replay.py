@@ -373,11 +373,25 @@ def replay_options(fn):
             option(
                 knob("model"),
                 default="qwen3.5-9b",
-                help="Model preset with gated-delta layers (replay-tiny for CPU runs).",
+                help="Model preset, or a config.json (or a folder holding one), with gated-delta or Mamba2 layers "
+                "(replay-tiny for CPU runs; `marconi models` lists the presets).",
             ),
             option(own["layers"]),
-            *(option(knob(name)) for name in ("state_alignment", "chunk_size", "mode")),
-            *(option(knob(name)) for name in ("scheduler", "max_num_batched_tokens", "max_num_seqs")),
+            *(option(knob(name)) for name in ("state_alignment", "chunk_size")),
+            # replay has one engine and the FLOPs model: no --servers or --ttft-model to name
+            option(
+                knob("mode"),
+                help="des: discrete-event (arrivals, queueing, --scheduler); sequential: the artifact's replay, "
+                "one request after another.",
+            ),
+            option(
+                knob("scheduler"),
+                help="continuous: one engine stepping batches of decode tokens and prefill chunks (vLLM-style "
+                "chunked prefill), running requests' KV and states charged to --capacity; fcfs: each request "
+                "prefills alone, first come first served, then decodes; auto: continuous in --mode des, fcfs in "
+                "--mode sequential.",
+            ),
+            *(option(knob(name)) for name in ("max_num_batched_tokens", "max_num_seqs")),
             *(option(own[name]) for name in ("coast_steps", "batch", "batch_tokens")),
             option(
                 knob("sessions_per_second"),

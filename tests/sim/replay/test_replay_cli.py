@@ -403,3 +403,21 @@ def test_a_saving_small_beside_the_totals_says_so():
     negative = dict(s, measured_ms_saved_validated=-30.0)
     assert "(-0.9% of the prefill time" in saved_line(negative)
     assert saved_line(dict(s, measured_ms_without_cache=0.0)) == "measured 67.0 ms, modelled -58.0 ms"
+
+
+def test_replay_help_names_only_what_replay_takes():
+    """`replay --help`'s --mode and --scheduler were run's: they named --servers and --ttft-model,
+    which replay lacks (one engine, the FLOPs model), and --model said "with gated-delta layers"
+    (replay takes Mamba2 presets and config.json files too). Each help now says what replay does,
+    and auto resolves as it says."""
+    from click.testing import CliRunner
+
+    from sim.cli import main
+    from sim.config import SimConfig
+
+    text = " ".join(CliRunner().invoke(main, ["replay", "--help"]).output.split())
+    assert "--servers" not in text and "--ttft-model" not in text
+    assert "a config.json (or a folder holding one), with gated-delta or Mamba2 layers" in text
+    assert "auto: continuous in --mode des, fcfs in --mode sequential." in text
+    assert SimConfig(mode="des").effective_scheduler == "continuous"
+    assert SimConfig(mode="sequential").effective_scheduler == "fcfs"
