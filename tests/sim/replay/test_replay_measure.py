@@ -58,3 +58,23 @@ def test_replayed_weight_bytes_follow_the_layers_replayed():
     half = replayed_weight_bytes(spec, {"attention": 4, "gated_delta": 12, "mlp": 16})
     assert half == pytest.approx(full / 2)
     assert replayed_weight_bytes(spec, {"attention": 0, "gated_delta": 0, "mlp": 0}) == 0
+
+
+def test_an_empty_request_table_has_the_columns_of_a_full_one():
+    """No request replayed (an engine preset aborting every prompt): the table has every column a
+    replayed one has, the shadow replay's too where ``--validate shadow`` ran, so the summary reads
+    an empty table (mutation run, session 23: the stub's shadow columns survived)."""
+    from sim.cost import default_timing, get_model
+    from sim.replay.measure import request_table
+    from sim.replay.records import RequestRecord
+
+    spec, counts = get_model("replay-tiny"), {"attention": 1, "gated_delta": 3, "mlp": 4}
+    timing = default_timing("replay-tiny")
+    full = request_table([RequestRecord(0, 100, 0)], spec, timing, counts)
+    empty = request_table([], spec, timing, counts)
+    assert len(empty) == 0 and list(empty.columns) == list(full.columns)
+    assert not any(c.startswith("shadow_") for c in empty.columns)
+    with_shadow = request_table([], spec, timing, counts, shadow=[])
+    shadowed = request_table([RequestRecord(0, 100, 0)], spec, timing, counts, shadow=[])
+    assert len(with_shadow) == 0 and list(with_shadow.columns) == list(shadowed.columns)
+    assert {"shadow_validated", "shadow_failed"} <= set(with_shadow.columns)
