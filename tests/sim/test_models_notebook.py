@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from notebook_kernel import kernel_env
 
 from sim.config import SimConfig, parse_size
 from sim.cost import get_model
@@ -24,7 +25,7 @@ def test_models_notebook_prints_the_simulated_numbers(tmp_path, monkeypatch):
     nb = nbformat.read(ROOT / "notebooks" / "models.ipynb", as_version=4)
     nbclient.NotebookClient(
         nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "notebooks")}}
-    ).execute()
+    ).execute(env=kernel_env())
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert [o for o in outputs if "image/png" in o.get("data", {})], "no figure"

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from notebook_kernel import kernel_env
 
 from sim.analysis import report
 from sim.experiments.grid import expand_grid
@@ -130,7 +131,7 @@ def _run_notebook(name: str, tmp_path: Path):
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
     nbclient.NotebookClient(
         nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
+    ).execute(env=kernel_env())
     cells = [c for c in nb.cells if c.cell_type == "code"]
     outputs = [o for c in cells for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from notebook_kernel import kernel_env
 from forked_cli import shared_forks
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -205,7 +206,7 @@ def test_notebook_runs_on_replay_output(replay_out, tmp_path, monkeypatch):
     nb = nbformat.read(ROOT / "notebooks" / "replay.ipynb", as_version=4)
     nbclient.NotebookClient(
         nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
+    ).execute(env=kernel_env())
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert [o for o in outputs if "image/png" in o.get("data", {})]
