@@ -161,3 +161,12 @@ def test_where_reads_a_gpu_as_gpu_does(spelled):
     """--gpu H100 runs as h100, but `report --where gpu=H100` selected no rows (compared as text)."""
     df = pd.DataFrame({"policy": ["marconi", "marconi"], "gpu": ["h100", "b200"], "token_hit_rate": [0.5, 0.6]})
     assert report.select(df, [f"gpu={spelled}"])["token_hit_rate"].tolist() == [0.5]
+
+
+def test_size_labels_pass_over_missing_capacities():
+    """A results table's capacity column may hold NaN or None (a row of another kind): no label
+    for them, the rest labelled as usual (mutation run, session 23: reading NaN as a size survived)."""
+    from sim.analysis.report import size_labels
+
+    assert size_labels([5 * 10**9, float("nan"), None, 5 * 10**9]) == {5 * 10**9: "5GB"}
+    assert size_labels([float("nan")]) == {}
