@@ -125,8 +125,13 @@ def test_replay_help_says_each_field_help_once():
     for f in dataclasses.fields(ReplaySettings):
         if f.metadata.get("help"):
             assert text.count(f.metadata["help"]) == 1, f.name
-    for name in ("state_alignment", "chunk_size", "mode", "scheduler"):
+    for name in ("state_alignment", "chunk_size"):
         assert SimConfig.knob(name).metadata["help"] in text, name
+    # --mode and --scheduler say what replay does (one engine, the FLOPs model: run's help names its
+    # --servers and --ttft-model; tests/sim/replay/test_replay_cli.py), once each
+    for name in ("mode", "scheduler"):
+        assert SimConfig.knob(name).metadata["help"] not in text, name
+    assert text.count("auto: continuous in --mode des, fcfs in --mode sequential.") == 1
 
 
 def test_replay_settings_refuse_a_bad_choice_naming_the_flag():
