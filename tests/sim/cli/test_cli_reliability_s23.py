@@ -563,3 +563,34 @@ def test_files_written_together_get_the_mode_a_plain_open_gives(runner, tmp_path
     assert modes and set(modes.values()) == {0o666 & ~current_umask()}, modes
     assert not any(m & 0o111 for m in modes.values())
     assert os.access(out / "summary.json", os.R_OK | os.W_OK)
+
+
+def test_a_figure_asked_for_alone_that_the_rows_cannot_draw_is_refused(runner, small_sweep, tmp_path):
+    """`plot --kind alpha` of a folder without Marconi's static-alpha rows: one line, exit 2, no
+    figure; under --kind all the same figure is a note and the others are drawn (mutation run,
+    session 23: the note taken for the single kind survived)."""
+    only = small_sweep.parent / "only"
+    res = runner.invoke(main, ["sweep", *SMALL, "--out", str(only)])  # sglang+ alone: no alpha rows
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(main, ["plot", str(only), "--kind", "alpha", "--out", str(tmp_path / "f")])
+    assert res.exit_code == 2 and res.output.startswith("Error: no static-alpha rows of policy 'marconi'"), res.output
+    assert not (tmp_path / "f").exists() or not list((tmp_path / "f").iterdir())
+    res = runner.invoke(main, ["plot", str(only), "--kind", "all", "--out", str(tmp_path / "g")])
+    assert res.exit_code == 0, res.output
+    assert "note: alpha not drawn: no static-alpha rows" in res.stderr
+    assert (tmp_path / "g" / "hit-rate.png").is_file() and not (tmp_path / "g" / "alpha.png").exists()
+
+
+def test_figures_are_saved_at_120_dpi(tmp_path):
+    """`plot`'s PNGs carry 120 dpi (mutation run, session 23: 121 survived)."""
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    from sim.analysis.plot import pyplot, save_to
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(2, 1))
+    ax.plot([0, 1], [0, 1])
+    save_to(fig, tmp_path / "f.png", "png")
+    plt.close(fig)
+    assert [round(d) for d in Image.open(tmp_path / "f.png").info["dpi"]] == [120, 120]
