@@ -329,16 +329,7 @@ def check_output_files(files: dict[Path, str] | list[tuple[Path, str]], *, force
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """``write(tmp)`` to a hidden temporary name beside ``path``, then rename it onto ``path``: a
     crash or Ctrl-C leaves either the old file or the complete new one, never a truncated file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".tmp-{path.stem}-", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp made it 0600: the mode a plain open gives
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    atomic_write_all([(path, write)])
 
 
 def atomic_write_all(writes, before_commit: Callable[[], object] | None = None) -> None:

@@ -20,6 +20,7 @@ from sim.cost import ModelSpec, TimingModel, get_model
 from sim.errors import UsageError
 from sim.replay import measure
 from sim.replay.calibration import calibrate_run
+from sim.replay.flops import mamba2_linear
 from sim.replay.backends import CPU_SMALL_D_MODEL, GDN_BACKENDS, device_problem, kernel_choices, resolve_kernel
 from sim.replay.summary import ReplaySummary, cost_counts
 from sim.replay.tokens import request_tokens
@@ -177,7 +178,7 @@ class ReplayResult:
 def check_model(spec: ModelSpec, layers: Optional[int]) -> int:
     """The number of mixer layers (attention + gated delta or Mamba2) to replay; a preset with
     neither gated-delta nor Mamba2 layers is refused."""
-    mamba2 = not spec.n_gdn and spec.n_mamba and spec.mamba_version == 2
+    mamba2 = mamba2_linear(spec)
     if spec.n_gdn == 0 and not mamba2:
         kind = "Mamba1" if spec.n_mamba else "attention-only"
         raise UsageError(
@@ -212,7 +213,7 @@ def check_kernel_shapes(spec: ModelSpec, backend: str) -> None:
     Mamba2 state dim) of at most ``TRITON_MAX_HEAD_DIM``. A config.json outside them (a
     ``linear_conv_kernel_dim`` of 1, or 6 on a GPU; a ``linear_key_head_dim`` of 288) stopped inside
     the replay with the kernel's ValueError (a traceback) after the trace was loaded."""
-    mamba2 = not spec.n_gdn and spec.n_mamba and spec.mamba_version == 2
+    mamba2 = mamba2_linear(spec)
     width = spec.mamba_conv_width if mamba2 else spec.gdn_conv_width
     kind = "Mamba2" if mamba2 else "gated-delta"
     if width < 2:
@@ -259,7 +260,7 @@ def check_calibrate(spec: ModelSpec, layers: Optional[int]) -> None:
         from sim.replay.model import subsample  # noqa: PLC0415 - torch: the replay needs it anyway
     except ImportError:  # the replay itself says what to install
         return
-    mamba2 = not spec.n_gdn and spec.n_mamba and spec.mamba_version == 2
+    mamba2 = mamba2_linear(spec)
     linear = spec.n_mamba if mamba2 else spec.n_gdn
     a, g = subsample(spec.n_attn, linear, layers)
     kind = "Mamba2" if mamba2 else "gated-delta"
