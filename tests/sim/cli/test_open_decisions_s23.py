@@ -420,3 +420,16 @@ def test_sweep_takes_a_tokenizer_folder_holding_its_file(runner, tmp_path):
     (tok / "tokenizer.json").write_text("{}")
     res = runner.invoke(main, [*args, "--tokenizer", f"hf:{tok}", "--out", str(tmp_path / "b")])
     assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("bad", [3, [0, "1"], [True], [0.5]])
+def test_qwen3_moe_mlp_only_layers_must_be_layer_numbers(tmp_path, bad):
+    """``mlp_only_layers`` is a list of layer numbers (Qwen3MoeConfig): a number, a string, a bool
+    or a float among them is one line naming the field (mutation run, session 23: the check's
+    ``or`` / ``and`` swapped survived)."""
+    from sim.cost import get_model
+    from sim.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"field 'mlp_only_layers' must be a list of layer numbers$"):
+        get_model(_json(tmp_path, {**QWEN3_30B_A3B, "mlp_only_layers": bad}, "bad.json"))
+    assert get_model(_json(tmp_path, {**QWEN3_30B_A3B, "mlp_only_layers": [0, 47]}, "ok.json")).n_mlp == 48
