@@ -3,6 +3,7 @@ timing files): what it printed wrong, and the fix of each."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -556,6 +557,13 @@ def test_a_config_fit_goes_with_its_model_from_another_folder(tmp_path, monkeypa
     # a preset's file records no shapes: its name is its identity
     write_timing(tmp_path / "p.json", t, get_model("replay-tiny"), {})
     assert "model_spec" not in json.loads((tmp_path / "p.json").read_text())
+    # and a config's file never goes with a preset, even one of the same shapes (mutation run,
+    # session 23: the preset rule's "or" as "and" survived)
+    twin = dataclasses.replace(get_model("replay-tiny"), name=str(work / "twin"))
+    write_timing(tmp_path / "c.json", t, twin, {})
+    assert "model_spec" in json.loads((tmp_path / "c.json").read_text())
+    with pytest.raises(UsageError, match="was calibrated for .*twin, not replay-tiny$"):
+        read_timing_file(tmp_path / "c.json", model="replay-tiny")
 
 
 @pytest.mark.parametrize("store", ["gpu", "host"])
