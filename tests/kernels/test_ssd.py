@@ -541,3 +541,82 @@ def test_gpu_overlapped_output_gives_the_plain_bits(monkeypatch, variant):
     for plain, ovl in zip(runs["OVL=0"], runs[variant]):
         assert torch.equal(plain[0], ovl[0]) and torch.equal(plain[1], ovl[1])
         assert (plain[2] is None and ovl[2] is None) or torch.equal(plain[2], ovl[2])
+
+
+@COMPAT
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_shared_chunk_start_states_give_the_copies_bits(monkeypatch, dtype):
+    """``SHARE`` (the default where every chunk but a sequence's last emits its fp32 state): the
+    output reads each chunk's start state from the boundary state of the chunk before (a
+    sequence's first chunk from its initial state, zero without one) instead of the loop's
+    chunk-start copy; outputs, final and boundary states are the copies' bits, on varlen with
+    ragged starts, initial states, an empty sequence and one of a single ragged chunk."""
+    gen = torch.Generator().manual_seed(41)
+    H, P, N, G = 4, 64, 64, 2
+    cu, starts = [0, 150, 150, 190, 330], [0, 70, 100, 64]
+    x, dt, A, B, C, D, bias, h0 = make(gen, 330, H, P, N, G, dtype=dtype, nseq=4)
+    h0[0] = 0
+    runs = {}
+    for v in ("SHARE=0", "SHARE=1"):
+        monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", v)
+        runs[v] = [
+            chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, cu_seqlens=cu, start_positions=starts, **opt)
+            for opt in ({"initial_state": h0}, {})
+        ]
+    for copied, shared in zip(runs["SHARE=0"], runs["SHARE=1"]):
+        for a, b in zip(copied, shared):
+            assert torch.equal(a, b)
+    ref = naive_ssd(x, dt, A, B, C, D=D, dt_bias=bias, initial_state=h0, cu_seqlens=cu, start_positions=starts)
+    check(runs["SHARE=1"][0], ref, 2e-4 if dtype == torch.float32 else 2e-2)
+
+
+def test_chunk_starts_emitted_only_where_every_inner_boundary_is():
+    """``ChunkMetadata.starts_emitted``: every chunk but each sequence's last ends on an emitted
+    boundary (the 64-token grid, a selection naming every inner boundary); not with a stride that
+    skips one or a selection that leaves one out; a sequence of one chunk has none to emit."""
+
+    def emitted(cu, starts=None, **kw):
+        return prepare_chunk_metadata(cu, starts, **kw).starts_emitted
+
+    assert emitted([0, 300, 500], [0, 10])
+    assert emitted([0, 40], [0])
+    assert emitted([0, 300], [0], boundary_stride=1)
+    assert not emitted([0, 300], [0], boundary_stride=2)
+    assert not emitted([0, 100], [0], boundary_stride=2)  # the inner boundary at 64: 64 // 64 is odd
+    assert emitted([0, 100], [64], boundary_stride=2)  # at 128: even
+    assert emitted([0, 200], [0], boundary_indices=[64, 128, 192]) is True
+    assert not emitted([0, 200], [0], boundary_indices=[64, 192])
+    assert emitted([0, 192], [0], boundary_indices=[64, 128])  # 192 ends the last chunk: not needed
+
+
+def test_shared_starts_only_on_the_plain_every_chunk_path():
+    """``ssd._shares_starts``: on only with the mode on, states stored, every inner boundary
+    emitted, fp32 states, the output in its own kernel and plain stores."""
+    every = prepare_chunk_metadata([0, 300], [0])
+    sparse = prepare_chunk_metadata([0, 300], [0], boundary_stride=4)
+    f32 = torch.float32
+    assert ssd._shares_starts(1, True, every, f32, False, False)
+    assert not ssd._shares_starts(0, True, every, f32, False, False)
+    assert not ssd._shares_starts(1, False, every, f32, False, False)
+    assert not ssd._shares_starts(1, True, sparse, f32, False, False)
+    assert not ssd._shares_starts(1, True, every, torch.bfloat16, False, False)
+    assert not ssd._shares_starts(1, True, every, f32, True, False)
+    assert not ssd._shares_starts(1, True, every, f32, False, True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("state", ["OVL=0", "OVL=1", "OVL=1,SIG=1"])
+def test_gpu_shared_chunk_start_states_give_the_copies_bits(monkeypatch, state):
+    """``SHARE``: the output (after the loop and beside it) reading the chunk-start states from the
+    emitted boundary states gives the chunk-start copies' bits, over repeated calls, with every
+    boundary (shared), a stride and none (copies either way)."""
+    _, H, P, N, G = GPU_SHAPES[1]
+    args, kw = _cuda_case("share", H, P, N, G, torch.bfloat16, T=3000)
+    runs = {}
+    for v in ("SHARE=0", "SHARE=1"):
+        monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", f"{state},{v}")
+        runs[v] = [chunk_ssd(*args, **kw, **opt) for opt in ({}, {"boundary_stride": 4}, {"boundary_states": False})]
+        runs[v] += [chunk_ssd(*args, **kw) for _ in range(2)]
+    for copied, shared in zip(runs["SHARE=0"], runs["SHARE=1"]):
+        assert torch.equal(copied[0], shared[0]) and torch.equal(copied[1], shared[1])
+        assert (copied[2] is None and shared[2] is None) or torch.equal(copied[2], shared[2])
