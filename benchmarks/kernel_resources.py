@@ -443,19 +443,13 @@ def ssd_specs(dtype: str):
             base, BP=cfg["BP"], HAS_BIAS=True, SOFTPLUS=True, CLAMP=False, STORE_B=True, DOT=dot, PREC=prec,
             WHILE_LOOP=False, FUSE=bool(cfg["FUSE"]), HAS_D=True, D_PER_P=False, PREP=bool(cfg["PREP"]), OVL=ovl,
             SIG=cfg["SIG"], NPS=nps, sdh=1, TMA_B=cfg["TMA_B"] == ssd.TMA_ALWAYS and cfg["BP"] == P and overlaps,
-            SHARE=bool(cfg["SHARE"]),
         )  # fmt: skip
         specs.append((f"ssd-state{suffix}", ssd._ssd_state_kernel, consts, {k: cfg[k] for k in opts_keys}))
         if overlaps and not consts["TMA_B"] and cfg["BP"] == P:
             # the boundary states by bulk tensor copies (``TMA_B``: the default where at most one chunk
             # in ``ssd.TMA_SPARSE_CHUNKS`` emits a state, ``TMA_SPARSE``): no layout conversion
             specs.append(
-                (
-                    "ssd-state-tma",
-                    ssd._ssd_state_kernel,
-                    dict(consts, TMA_B=True, SHARE=False),
-                    {k: cfg[k] for k in opts_keys},
-                )
+                ("ssd-state-tma", ssd._ssd_state_kernel, dict(consts, TMA_B=True), {k: cfg[k] for k in opts_keys})
             )
         if not suffix:
             prep = dict(H=H, HAS_BIAS=True, SOFTPLUS=True, CLAMP=False, OVL=False, NPS=nps, sdh=1)
@@ -463,14 +457,14 @@ def ssd_specs(dtype: str):
         out = ssd._config("out", f32)
         oconsts = dict(
             base, BP=out["BP"], HAS_D=True, D_PER_P=False, DOT=dot, PREC=prec, OVL=ovl, NPS=nps,
-            NPO=triton.cdiv(P, out["BP"]), DISCARD=False, LINES=1, SHARE=bool(cfg["SHARE"]),
+            NPO=triton.cdiv(P, out["BP"]), DISCARD=False, LINES=1,
         )  # fmt: skip
         oopts = {k: out[k] for k in opts_keys} | ({"launch_pdl": True} if ovl else {})
         specs.append((f"ssd-output{suffix}", ssd._ssd_output_kernel, oconsts, oopts))
         lines = ssd._whole_lines(P * N * (4 if f32 else 2))
         if overlaps and oconsts["NPO"] == 1 and lines:
             # the chunk-start copy's L2 lines dropped after their one reader (``DISCARD``, opt-in)
-            dconsts = dict(oconsts, DISCARD=True, LINES=lines, SHARE=False)
+            dconsts = dict(oconsts, DISCARD=True, LINES=lines)
             specs.append(("ssd-output-discard", ssd._ssd_output_kernel, dconsts, oopts))
     return specs
 

@@ -50,10 +50,6 @@ class ChunkMetadata:
     max_chunks: int
     has_empty: bool = False
     device: Optional[torch.device] = field(default=None)
-    #: every chunk that is not its sequence's last ends on an emitted boundary, so every chunk's
-    #: start state is an emitted state (or the sequence's initial state): ``kernels.ssd`` then
-    #: reads the output's chunk-start states from the boundary states instead of a scratch copy
-    starts_emitted: bool = False
     #: calls bound to this metadata by ``kernels.chunk_gdn`` (its direct path), by call options:
     #: a later call with the same options and input layout (a model step's next layer) skips the
     #: argument checks and the plan key
@@ -136,7 +132,6 @@ def prepare_chunk_metadata(
     positions = [emitted[offs[n] : offs[n + 1]].tolist() for n in range(N)]
     max_chunks = int(nc.max()) if N else 0
     has_empty = bool((lens == 0).any())
-    starts_emitted = bool(emit[local < nc[seq] - 1].all())
     chunk_info = np.stack([seq, ts, lo, hi], axis=1)
     seq_info = np.stack([bos, eos, c0, c_end], axis=1)
     if device is None:
@@ -157,7 +152,6 @@ def prepare_chunk_metadata(
         max_chunks=max_chunks,
         has_empty=has_empty,
         device=torch.device(device),
-        starts_emitted=starts_emitted,
     )
 
 

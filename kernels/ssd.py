@@ -27,12 +27,6 @@ chunk's dt and gamma in parallel, which kernel 1 then reads):
      it, a 1-d chunk-major grid whose programs wait on per-(sequence, head) progress counters
      (zeroed by the prep kernel, raised by the loop after a CTA barrier every ``SIG`` chunks).
 
-``SHARE`` (on where every chunk but a sequence's last ends on an emitted fp32 boundary state: the
-engines' every-64-token grid): the loop writes no chunk-start copy; the output kernel reads chunk
-c's start state from the boundary state of chunk c - 1 (a sequence's first chunk from its initial
-state, zero without one), rounded to the input dtype as the copy was: the same bits, one state
-store a chunk in the serial loop instead of two.
-
 A ragged first chunk (a sequence starting at p with p % 64 != 0) has virtual rows in front of
 the first token; they load dt = 0, so they add nothing and decay nothing. Resuming a call at an
 emitted boundary b (``initial_state`` = the boundary state, ``start_positions`` = b) runs every
@@ -94,9 +88,9 @@ TMA_NEVER, TMA_ALWAYS, TMA_SPARSE = 0, 1, 2  # ``TMA_B``'s values
 TMA_SPARSE_CHUNKS = 4
 SSD_CONFIGS = {
     "state": {
-        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1, TMA_B=0, SHARE=1),
-        "half-ovl": dict(BP=64, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=1, SIG=4, TMA_B=TMA_SPARSE, SHARE=1),
-        "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1, TMA_B=0, SHARE=1),
+        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1, TMA_B=0),
+        "half-ovl": dict(BP=64, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=1, SIG=4, TMA_B=TMA_SPARSE),
+        "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1, TMA_B=0),
     },
     "out": {
         "half": dict(BP=64, num_warps=4, num_stages=2, DISCARD=0),
@@ -208,7 +202,7 @@ def _ssd_state_step(
     H: tl.constexpr, GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, HAS_BIAS: tl.constexpr,
     SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
     FUSE: tl.constexpr, HAS_D: tl.constexpr, D_PER_P: tl.constexpr, PREP: tl.constexpr, OVL: tl.constexpr,
-    prog_slot, signal, TMA_B: tl.constexpr, SHARE: tl.constexpr,
+    prog_slot, signal, TMA_B: tl.constexpr,
 ):  # fmt: skip
     # the chunk's rows from its first (virtual) token ``ts``: affine in the chunk index, so that the
     # loop's loads can be issued ahead (a row table read per chunk would serialise them)
@@ -230,10 +224,8 @@ def _ssd_state_step(
             first = (r * 0 + i_p) == 0  # a full-shape mask (triton 3.9's interpreter)
             tl.store(gam_out + row * 64 + r, gam, mask=first)
             tl.store(dt_out + row * 64 + r, d, mask=first)
-        if not SHARE:
-            # the chunk-start state, read by the output kernel (``SHARE``: it reads the emitted
-            # boundary state of the chunk before instead)
-            tl.store(hs + row * (P * N) + sidx, S.to(hs.dtype.element_ty), mask=mPN)
+        # the chunk-start state, read by the output kernel
+        tl.store(hs + row * (P * N) + sidx, S.to(hs.dtype.element_ty), mask=mPN)
         if OVL:
             if signal:
                 # the chunk-start states up to this chunk's are written (every thread past the
@@ -287,7 +279,7 @@ def _ssd_state_kernel(
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_B: tl.constexpr,
     DOT: tl.constexpr, PREC: tl.constexpr, WHILE_LOOP: tl.constexpr, FUSE: tl.constexpr, HAS_D: tl.constexpr,
     D_PER_P: tl.constexpr, PREP: tl.constexpr, prog, OVL: tl.constexpr, SIG: tl.constexpr, NPS: tl.constexpr,
-    TMA_B: tl.constexpr, SHARE: tl.constexpr,
+    TMA_B: tl.constexpr,
 ):  # fmt: skip
     i_n = tl.program_id(0)
     i_h = tl.program_id(1)
@@ -316,7 +308,7 @@ def _ssd_state_kernel(
                 c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb,
                 hb_desc, store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
                 GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P, PREP, OVL, prog_slot,
-                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1), TMA_B, SHARE,
+                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1), TMA_B,
             )  # fmt: skip
             c += 1
     else:
@@ -325,7 +317,7 @@ def _ssd_state_kernel(
                 c, ts0 + (c - c0) * 64, bos, eos, S, x, dt, dt_bias, A, Bm, Cm, Dv, y, gam_out, dt_out, hs, hb,
                 hb_desc, store_slot, i_h, i_p, oP, oN, sidx, mPN, sxt, sxh, sdt, sdh, sbt, sbg, sct, scg, dt_min, dt_max, H,
                 GROUP, P, N, HAS_BIAS, SOFTPLUS, CLAMP, STORE_B, DOT, PREC, FUSE, HAS_D, D_PER_P, PREP, OVL, prog_slot,
-                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1), TMA_B, SHARE,
+                ((c - c0 + 1) % SIG == 0) | (c + 1 == c1), TMA_B,
             )  # fmt: skip
     tl.store(ht + sbase + sidx, S, mask=mPN)
 
@@ -364,11 +356,6 @@ def _ssd_output_kernel(
     NPO: tl.constexpr,
     DISCARD: tl.constexpr,
     LINES: tl.constexpr,
-    h0,
-    hb,
-    store_slot,
-    has_h0,
-    SHARE: tl.constexpr,
 ):
     if OVL:
         # a 1-d grid, chunk-major (the loop's programs advance through the chunks together), each
@@ -396,24 +383,11 @@ def _ssd_output_kernel(
     Ct = tl.load(Cm + tc[:, None] * sct + grp * scg + oN[None, :], mask=m[:, None] & mN[None, :], other=0.0).to(DOT)
     Bt = tl.load(Bm + tc[:, None] * sbt + grp * sbg + oN[None, :], mask=m[:, None] & mN[None, :], other=0.0).to(DOT)
     mPN = mP[:, None] & mN[None, :]
-    sidx = oP[:, None] * N + oN[None, :]
-    if SHARE:
-        # the chunk-start state is the emitted boundary state of the chunk before (fp32), or the
-        # sequence's initial state (zero without one) for its first chunk: rounded to the input
-        # dtype as the loop rounds its chunk-start copy, so the same operands
-        i_n = tl.load(chunk_info + i_c * 4)
-        if tl.load(seq_info + i_n * 4 + 2) == i_c:
-            sp = h0 + (i_n * H + i_h).to(tl.int64) * (P * N) + sidx
-            mPN = mPN & ((sidx * 0 + has_h0) != 0)  # full-shape mask (triton 3.9's interpreter)
-        else:
-            slot = tl.load(store_slot + i_c - 1)
-            sp = hb + (slot * H + i_h).to(tl.int64) * (P * N) + sidx
-    else:
-        sp = hs + (i_c * H + i_h).to(tl.int64) * (P * N) + sidx
+    sp = hs + (i_c * H + i_h).to(tl.int64) * (P * N) + oP[:, None] * N + oN[None, :]
     if OVL:  # from L2: the overlapped loop writes it while this kernel runs
-        Sp = tl.load(sp, mask=mPN, other=0.0, cache_modifier=".cg").to(y.dtype.element_ty).to(DOT)
+        Sp = tl.load(sp, mask=mPN, other=0.0, cache_modifier=".cg").to(DOT)
     else:
-        Sp = tl.load(sp, mask=mPN, other=0.0).to(y.dtype.element_ty).to(DOT)
+        Sp = tl.load(sp, mask=mPN, other=0.0).to(DOT)
     X = tl.load(x + tc[:, None] * sxt + i_h * sxh + oP[None, :], mask=m[:, None] & mP[None, :], other=0.0)
     acc = _out_tile(Ct, Bt, Sp, X, g, d, Dv, i_h, oP, mP, P, HAS_D, D_PER_P, DOT, PREC)
     tl.store(
@@ -477,16 +451,6 @@ def _bulk_boundaries(mode: int, num_boundaries: int, num_chunks: int) -> bool:
     if mode not in (TMA_NEVER, TMA_ALWAYS):
         raise ValueError(f"KERNELS_CONFIG_SSD_STATE: TMA_B is {mode}, not 0, 1 or 2")
     return mode == TMA_ALWAYS
-
-
-def _shares_starts(mode: int, store: bool, meta, state_dtype, fuse: bool, tma_b: bool) -> bool:
-    """``SHARE``: whether the output kernel reads each chunk's start state from the boundary
-    states the loop emits (and the loop writes no chunk-start copy): ``mode`` on, the call stores
-    fp32 boundary states at the end of every chunk but its sequence's last
-    (``ChunkMetadata.starts_emitted``: the engines' every-64-token grid), the output in its own
-    kernel, and the states stored by plain stores (a bulk copy is not ordered before the loop's
-    progress counters)."""
-    return bool(mode) and store and meta.starts_emitted and state_dtype == torch.float32 and not fuse and not tma_b
 
 
 def _pow2(n: int) -> int:
@@ -567,12 +531,11 @@ def chunk_ssd(x, dt, A, B, C, **options):
     tma_b = _bulk_boundaries(cfg.pop("TMA_B"), meta.num_boundaries, NT)
     nps = triton.cdiv(P, BP)
     store = store_b and meta.num_boundaries > 0
-    share = _shares_starts(cfg.pop("SHARE"), store, meta, state_dtype, fuse, tma_b)
     # scratch of the output kernel: each chunk's gamma and dt, its start state in the input dtype
     # (not made where the output is computed inside the loop, ``FUSE``)
     gam = torch.empty(0 if fuse else NT * H * 64, dtype=f32, device=dev)
     dtc = torch.empty_like(gam)
-    hs = torch.empty(0 if fuse or share else NT * H * P * N, dtype=dtype, device=dev)
+    hs = torch.empty(0 if fuse else NT * H * P * N, dtype=dtype, device=dev)
     has_d, d_per_p = D is not None, D is not None and D.dim() == 2
     # the overlapped output's progress counters: per (sequence, head) one per loop program
     prog = torch.empty(S * H * nps, dtype=torch.int32, device=dev) if ovl else ht
@@ -589,21 +552,19 @@ def chunk_ssd(x, dt, A, B, C, **options):
         C2.stride(0), C2.stride(1), lo, hi, int(initial_state is not None),
         H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
         CLAMP=clamp, STORE_B=store, DOT=dot, PREC=prec, WHILE_LOOP=INTERPRET, FUSE=fuse, HAS_D=has_d,
-        D_PER_P=d_per_p, PREP=prep, prog=prog, OVL=ovl, SIG=sig, NPS=nps, TMA_B=hb_desc is not None, SHARE=share,
-        **cfg,
+        D_PER_P=d_per_p, PREP=prep, prog=prog, OVL=ovl, SIG=sig, NPS=nps, TMA_B=hb_desc is not None, **cfg,
     )  # fmt: skip
     if fuse:
         return y, ht, hb
     cfg = _config("out", f32_in)
     BP = min(cfg.pop("BP"), Pp, 32 if BN >= 256 else Pp)
     npo = triton.cdiv(P, BP)
-    lines = _discarded_lines(dev, npo, P * N * hs.element_size()) if cfg.pop("DISCARD") and not share else 0
+    lines = _discarded_lines(dev, npo, P * N * hs.element_size()) if cfg.pop("DISCARD") else 0
     _ssd_output_kernel[(NT * H * npo, 1, 1) if ovl else (NT, H, npo)](
         x2, B2, C2, Dv, gam, dtc, hs, y, meta.chunk_info,
         x2.stride(0), x2.stride(1), B2.stride(0), B2.stride(1), C2.stride(0), C2.stride(1),
         H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_D=has_d, D_PER_P=d_per_p, DOT=dot, PREC=prec,
         seq_info=meta.seq_info, prog=prog, OVL=ovl, NPS=nps, NPO=npo, DISCARD=lines > 0, LINES=max(lines, 1),
-        h0=h0, hb=hb if share else ht, store_slot=meta.store_slot, has_h0=int(initial_state is not None),
-        SHARE=share, **({"launch_pdl": True} if ovl else {}), **cfg,
+        **({"launch_pdl": True} if ovl else {}), **cfg,
     )  # fmt: skip
     return y, ht, hb

@@ -200,14 +200,11 @@ def test_discard_reaches_the_output_launch_with_its_line_count(monkeypatch):
     ``DISCARD`` and the line count it gives (one line included); not asked, or 0 lines: off."""
     seen = []
     monkeypatch.setattr(ssd, "_discarded_lines", lambda dev, npo, nbytes: seen.append((npo, nbytes)) or 1)
-    okw = _launches(monkeypatch, True, torch.float16, env="SHARE=0", out_env="DISCARD=1")["_ssd_output_kernel"][2]
+    okw = _launches(monkeypatch, True, torch.float16, out_env="DISCARD=1")["_ssd_output_kernel"][2]
     assert seen == [(2, 128 * 64 * 2)] and okw["DISCARD"] is True and okw["LINES"] == 1
     seen.clear()
-    okw = _launches(monkeypatch, True, torch.float16, env="SHARE=0")["_ssd_output_kernel"][2]
+    okw = _launches(monkeypatch, True, torch.float16)["_ssd_output_kernel"][2]
     assert seen == [] and okw["DISCARD"] is False and okw["LINES"] == 1
-    # with the chunk-start states shared there is no copy to drop: not asked
-    okw = _launches(monkeypatch, True, torch.float16, out_env="DISCARD=1")["_ssd_output_kernel"][2]
-    assert seen == [] and okw["DISCARD"] is False and okw["SHARE"] is True
     monkeypatch.setattr(ssd, "_discarded_lines", lambda dev, npo, nbytes: 0)
-    okw = _launches(monkeypatch, False, torch.float16, env="SHARE=0", out_env="DISCARD=1")["_ssd_output_kernel"][2]
+    okw = _launches(monkeypatch, False, torch.float16, out_env="DISCARD=1")["_ssd_output_kernel"][2]
     assert okw["DISCARD"] is False and okw["LINES"] == 1
