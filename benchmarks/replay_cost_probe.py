@@ -96,6 +96,26 @@ def measure(model, tokens, state, start: int, reps: int, cuda: bool) -> dict:
     )
 
 
+def profile_call(model, tokens, state, start: int, label: str, reps: int = 3, top: int = 12) -> None:
+    """One shape's kernels by device time per call (``reps`` calls under torch.profiler), the
+    ``top`` longest printed as ``#`` lines."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    model.run(tokens, state, start)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            model.run(tokens, state, start)
+        torch.cuda.synchronize()
+    evs = [e for e in prof.key_averages() if getattr(e, "self_device_time_total", 0) > 0]
+    evs.sort(key=lambda e: -e.self_device_time_total)
+    total = sum(e.self_device_time_total for e in evs) / reps / 1e3
+    print(f"# profile {label}: {total:.3f} ms of kernels per call", flush=True)
+    for e in evs[:top]:
+        print(f"#   {e.self_device_time_total / reps / 1e3:8.3f} ms  x{e.count // reps:<4} {e.key[:90]}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="qwen3.5-9b")
@@ -107,6 +127,11 @@ def main() -> None:
     ap.add_argument("--prefixes", default=None, help="comma-separated prefix lengths")
     ap.add_argument("--small", action="store_true", help="a few shapes (smoke test)")
     ap.add_argument("--out", default=None, help="append one JSON row per shape to this file")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="also each shape's kernels by device time (torch.profiler, CUDA): which kernel a resumed call spends more in",
+    )
     args = ap.parse_args()
 
     import torch
@@ -155,6 +180,8 @@ def main() -> None:
                 if out:
                     out.write(json.dumps(dict(info, prefix=start, suffix=t, **r)) + "\n")
                     out.flush()
+                if args.profile and cuda:
+                    profile_call(model, tokens, state, start, f"start {start} suffix {t}")
             del state
     if out:
         out.close()
