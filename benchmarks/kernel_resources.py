@@ -45,6 +45,9 @@ DIV16_INTS = {"skt", "skh", "svt", "svh", "sqt", "sqh", "HV"}
 # the SSD (Mamba2) kernels' own (``--ssd``): x / dt / B / C / y and the chunk-start copy in the
 # input dtype, the rest fp32; the strides of Nemotron-H 8B's layer (H = 128, P = 64, G = 8, N = 128)
 HALF_PTRS |= {"x", "dt", "Bm", "Cm", "y", "hs"}
+# the causal conv1d's (``--conv``): weights, inputs, outputs and conv states in the input dtype
+HALF_PTRS |= {"wt", "bias", "cs_in", "cs_out", "cb"}
+DIV16_INTS |= {"D"}
 FP32_PTRS |= {"A", "Dv", "gam_out", "dt_out", "gam", "dtc"}
 FP32_SCALARS |= {"dt_min", "dt_max"}
 DIV16_INTS |= {"sxt", "sxh", "sdt", "sbt", "sbg", "sct", "scg"}
@@ -388,6 +391,10 @@ def _compile_stats(name, fn, sig, cst, attrs, opts):
         # output's acquires and its wait for the loop's completion
         # L2 lines dropped unwritten (the SSD output's ``DISCARD``)
         discards=ptx.count("discard.global.L2"),
+        # register-layout conversions (through shared memory) and CTA barriers (the conv kernel's
+        # path with an incoming state must add none: ``--conv``)
+        converts=compiled.asm["ttgir"].count("ttg.convert_layout"),
+        barriers=ptx.count("bar.sync"),
         # bulk tensor copies out of shared memory (the SSD loop's ``TMA_B`` boundary states)
         tma_stores=len(re.findall(r"\bcp\.async\.bulk\.tensor\.\dd\.global\.shared", ptx)),
         handshake=dict(
@@ -469,6 +476,26 @@ def ssd_specs(dtype: str):
     return specs
 
 
+#: the replay's gated-delta conv (qwen3-next's conv_dim 8192 = 2 x 16 x 128 + 32 x 128, width 4)
+CONV_SHAPE = dict(W=4)
+
+
+def conv_specs(dtype: str):
+    """(name, jit function, constexprs, launch options) of the causal conv1d kernel as
+    ``kernels.conv.causal_conv1d`` launches it (``CONV_CONFIG``), silu, no bias, without
+    boundary windows: from zeros ("conv") and from an incoming conv state ("conv-state", a resumed
+    call), whose extra reads must add no layout conversion or barrier (``--check``)."""
+    from kernels import conv
+
+    cfg = dict(conv.CONV_CONFIG)
+    opts = {"num_warps": cfg.pop("num_warps"), "num_stages": 3}  # the launch leaves Triton's default
+    base = dict(W=CONV_SHAPE["W"], HAS_BIAS=False, SILU=True, STORE_B=False, **cfg)
+    return [
+        ("conv", conv._conv_kernel, dict(base, HAS_STATE=False), opts),
+        ("conv-state", conv._conv_kernel, dict(base, HAS_STATE=True), opts),
+    ]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
@@ -488,6 +515,11 @@ def main(argv=None) -> int:
         "--ssd",
         action="store_true",
         help="the SSD (Mamba2) kernels instead, at Nemotron-H 8B's layer (--head-dim unused)",
+    )
+    ap.add_argument(
+        "--conv",
+        action="store_true",
+        help="the causal conv1d kernel instead, from zeros and from a conv state (--head-dim unused)",
     )
     args = ap.parse_args(argv)
     global USE_CACHE
@@ -510,9 +542,16 @@ def main(argv=None) -> int:
         f"{'smem KB':>8} {'cp.async':>8} {'wgmma':>6} {'mma.sync':>8} {'sass':>6} {'stores':>6} {'fmul':>6}"
     )
     bad = []
-    specs = ssd_specs(args.dtype) if args.ssd else kernel_specs(args.head_dim, args.dtype, args.precision)
+    if args.conv:
+        specs = conv_specs(args.dtype)
+    elif args.ssd:
+        specs = ssd_specs(args.dtype)
+    else:
+        specs = kernel_specs(args.head_dim, args.dtype, args.precision)
+    got = {}
     for name, fn, consts, opts in specs:
         r = measure(name, fn, consts, opts, args.dtype)
+        got[name] = r
         print(_row(r))
         if r["spill_stores"] or r["spill_loads"]:
             bad.append(f"{name} spills {r['spill_stores']} B")
@@ -530,6 +569,12 @@ def main(argv=None) -> int:
             bad.append(f"the overlapped loop releases no progress: {name} {hs}")
         if consts.get("OVL") and name.startswith(("output", "ssd-output")) and not (hs["acquire"] and hs["wait"]):
             bad.append(f"the overlapped output acquires no progress: {name} {hs}")
+    if "conv-state" in got:
+        plain, resumed = got["conv"], got["conv-state"]
+        print(f"# conv layout conversions {plain['converts']} / {resumed['converts']}, barriers {plain['barriers']} / "
+              f"{resumed['barriers']} (from zeros / from a state)")  # fmt: skip
+        if (resumed["converts"], resumed["barriers"]) > (plain["converts"], plain["barriers"]):
+            bad.append("the conv from a state converts layouts the conv from zeros does not (every chunk pays it)")
     if args.fla:
         for name, fn, sig, cst, attrs, opts in fla_specs(args.head_dim, args.dtype) or []:
             r = _compile_stats(name, fn, sig, cst, attrs, opts)

@@ -21,20 +21,27 @@ __all__ = ["causal_conv1d"]
 
 
 @triton.jit
-def _xload(x, cs, src, rowm, d, md, bos, n, sxt, D, W: tl.constexpr, HAS_STATE: tl.constexpr):
-    """Pre-conv inputs at token rows ``src`` (may reach before ``bos``) for channels ``d``."""
+def _xload(x, cs, src, rowm, d, md, bos, n, sxt, D, W: tl.constexpr, HAS_STATE: tl.constexpr, before):
+    """Pre-conv inputs at token rows ``src`` (may reach before ``bos``) for channels ``d``; the
+    inputs before ``bos`` from ``cs``, the incoming conv states transposed to ``[N, W-1, D]``
+    (channels contiguous, as in x: the two loads share one register layout). ``before``: whether
+    any row of ``src`` may lie before ``bos`` (a scalar: a sequence's first chunk, or a window
+    within its first W - 1 tokens); only then is ``cs`` read. Read as ``[N, D, W-1]`` on every
+    chunk, the gather cost each tap a layout conversion and a scalar load an element: a resumed
+    gated-delta layer ran 11-21 % slower per chunk (sessions 20-24)."""
     inx = rowm & (src >= bos)
     val = tl.load(
         x + tl.where(inx, src, 0).to(tl.int64)[:, None] * sxt + d[None, :], mask=inx[:, None] & md[None, :], other=0.0
     ).to(tl.float32)
     if HAS_STATE:
-        j = (W - 1) + (src - bos)  # column in conv_state
-        ins = rowm & (src < bos) & (j >= 0)
-        val += tl.load(
-            cs + (n * D + d[None, :]).to(tl.int64) * (W - 1) + tl.where(ins, j, 0)[:, None],
-            mask=ins[:, None] & md[None, :],
-            other=0.0,
-        ).to(tl.float32)
+        if before:
+            j = (W - 1) + (src - bos)  # row in the state's W - 1 inputs
+            ins = rowm & (src < bos) & (j >= 0)
+            val += tl.load(
+                cs + (n * (W - 1) + tl.where(ins, j, 0)).to(tl.int64)[:, None] * D + d[None, :],
+                mask=ins[:, None] & md[None, :],
+                other=0.0,
+            ).to(tl.float32)
     return val
 
 
@@ -74,8 +81,9 @@ def _conv_kernel(
     acc = tl.zeros([64, BD], dtype=tl.float32)
     if HAS_BIAS:
         acc += tl.load(bias + d, mask=md, other=0.0).to(tl.float32)[None, :]
+    early = tstart - (W - 1) < bos  # the chunk's taps reach before its sequence (its first chunk)
     for i in tl.static_range(W):
-        xi = _xload(x, cs_in, t - (W - 1) + i, m, d, md, bos, n, sxt, D, W, HAS_STATE)
+        xi = _xload(x, cs_in, t - (W - 1) + i, m, d, md, bos, n, sxt, D, W, HAS_STATE, early)
         wi = tl.load(wt + d * W + i, mask=md, other=0.0).to(tl.float32)
         acc += xi * wi[None, :]
     if SILU:
@@ -85,7 +93,7 @@ def _conv_kernel(
     # window of the W-1 inputs before the chunk end ``hi``
     j = tl.arange(0, 4)
     jm = j < (W - 1)
-    win = _xload(x, cs_in, hi - (W - 1) + j, jm, d, md, bos, n, sxt, D, W, HAS_STATE)
+    win = _xload(x, cs_in, hi - (W - 1) + j, jm, d, md, bos, n, sxt, D, W, HAS_STATE, hi - (W - 1) < bos)
     widx = d[None, :] * (W - 1) + j[:, None]
     if STORE_B:
         slot = tl.load(store_slot + i_c)
@@ -97,7 +105,10 @@ def _conv_kernel(
 
 
 # One fixed launch configuration (no autotuning: a new shape must not re-benchmark candidates).
-CONV_CONFIG = dict(BD=128, num_warps=4)
+# 8 warps: compiled for sm_90a (``kernel_resources.py --conv``) 95 registers and one layout
+# conversion from zeros, 102 from a conv state, no spills; at 4 warps 210 / 255 registers, five
+# conversions, and the state's path spilled.
+CONV_CONFIG = dict(BD=128, num_warps=8)
 
 
 def causal_conv1d(
@@ -134,9 +145,14 @@ def causal_conv1d(
     if conv_state is not None:
         if conv_state.shape != (N, D, W - 1):
             raise ValueError(f"conv_state must be {(N, D, W - 1)}")
-        conv_state = conv_state.contiguous()
+        # [N, W-1, D] for the kernel's reads (channels contiguous, as in x); the returned states
+        # keep [N, D, W-1]
+        cs_in = conv_state.transpose(1, 2).contiguous()
     if meta.has_empty:
-        cs_out = conv_state.clone() if conv_state is not None else torch.zeros(N, D, W - 1, dtype=cs_dtype, device=dev)
+        if conv_state is not None:
+            cs_out = conv_state.clone(memory_format=torch.contiguous_format)
+        else:
+            cs_out = torch.zeros(N, D, W - 1, dtype=cs_dtype, device=dev)
     else:
         cs_out = torch.empty(N, D, W - 1, dtype=cs_dtype, device=dev)
     store_b = bool(boundary_conv_states)
@@ -147,7 +163,7 @@ def causal_conv1d(
             x2,
             weight.contiguous(),
             bias if bias is not None else x2,
-            conv_state if conv_state is not None else x2,
+            cs_in if conv_state is not None else x2,
             y,
             cs_out,
             cb if store_b else cs_out,
