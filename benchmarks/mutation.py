@@ -588,6 +588,14 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/cli/test_open_decisions_s23.py",  # session 23: GiB sizes, NVL bridge groups, unknown GPUs
         ],
     ),
+    # the causal conv (session 24: the incoming state read as [N, W-1, D], only where a chunk reaches it)
+    "conv": (
+        ["kernels/conv.py"],
+        [
+            "tests/kernels/test_conv.py",
+            "tests/kernels/test_resources.py::test_conv_from_a_state_converts_no_layouts_and_spills_nothing",
+        ],
+    ),
     "reference": (
         ["kernels/reference.py"],
         ["tests/kernels/test_reference.py", "tests/kernels/test_conv.py", "tests/kernels/test_chunk_gdn.py"],
