@@ -25,7 +25,10 @@ def main() -> None:
     ap.add_argument("--gpu", default="h100")
     ap.add_argument("--strip", action="store_true", help="take the measured resumed extra out (pre-fix rows)")
     a = ap.parse_args()
-    print(f"{'row':<42} {'hits':>4} {'measured':>9} {'with term':>9} {'err':>7} {'no term':>9} {'err':>7}" + ("  stripped meas / err" if a.strip else ""))
+    print(
+        f"{'row':<42} {'hits':>4} {'measured':>9} {'with term':>9} {'err':>7} {'no term':>9} {'err':>7}"
+        + ("  stripped meas / err" if a.strip else "")
+    )
     for f in sorted(glob.glob(os.path.join(a.rows, "*", "requests.parquet"))):
         name = os.path.basename(os.path.dirname(f))
         model = name.split("-mooncake")[0].split("-sharegpt")[0]
@@ -42,7 +45,8 @@ def main() -> None:
         h = out[0][np.isfinite(out[0].saved_ms)]
         meas = h.saved_ms.sum()
         w, n = h.modelled_saved_ms.sum(), out[1][np.isfinite(out[1].saved_ms)].modelled_saved_ms.sum()
-        line = f"{name:<42} {len(h):>4} {meas:>9.1f} {w:>9.1f} {(w - meas) / abs(meas):>+7.1%} {n:>9.1f} {(n - meas) / abs(meas):>+7.1%}"
+        ew, en = (w - meas) / abs(meas), (n - meas) / abs(meas)
+        line = f"{name:<42} {len(h):>4} {meas:>9.1f} {w:>9.1f} {ew:>+7.1%} {n:>9.1f} {en:>+7.1%}"
         if a.strip:
             v = df[df.validated & np.isfinite(df.full_ms)]
             sfx = v.input_tokens - v.hit_tokens
