@@ -79,6 +79,21 @@ def test_strided_input_stride_and_empty_sequence():
         causal_conv1d(x, w[:, :1])
 
 
+def test_empty_sequence_without_a_state_ends_at_zeros():
+    """An empty sequence of a call without incoming conv states: its final state is W - 1 zeros a
+    channel, the shape every other sequence's has (mutation run, session 24: the zeros' width
+    survived)."""
+    gen = torch.Generator().manual_seed(4)
+    D = 32
+    x = rnd(gen, 1, 90, D)
+    w = rnd(gen, D, 4)
+    y, cf, _ = causal_conv1d(x, w, cu_seqlens=[0, 40, 40, 90])
+    _, rcf, _, _ = naive_causal_conv1d(x, w, cu_seqlens=[0, 40, 40, 90])
+    assert cf.shape == (3, D, 3)
+    assert torch.equal(cf[1], torch.zeros(D, 3, dtype=cf.dtype))
+    assert torch.equal(cf, rcf)
+
+
 def test_noncontiguous_conv_state_is_read_by_its_strides():
     """A conv state that is a view (a transposed [N, W-1, D] buffer, as an engine's state pool may
     hold it) gives the same outputs and states as its contiguous copy and the reference."""
