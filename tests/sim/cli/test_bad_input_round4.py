@@ -297,8 +297,8 @@ def test_a_hub_trace_without_a_dataset_name_is_one_line(runner, spec, command):
             "grid: model(2) = 2 configurations | trace {t} | capacity 2GB | GPU h200",
         ),
         (
-            ["--policy", "sglang", "--gpu-memory", "40GB,60GB", "--gpu", "h100"],
-            "grid: gpu_memory(2) = 2 configurations | trace {t} | model marconi-7b | GPU h100 | uncalibrated for GPU h100",
+            ["--policy", "sglang", "--gpu-memory", "40GB,60GB", "--gpu", "b200"],
+            "grid: gpu_memory(2) = 2 configurations | trace {t} | model marconi-7b | GPU b200 | uncalibrated for GPU b200",
         ),
     ],
     ids=["policies", "models", "gpu-memory"],
