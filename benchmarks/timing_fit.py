@@ -34,6 +34,7 @@ from sim.gpus import catalogue_name, get_gpu  # noqa: E402
 from sim.replay.calibration import Run, fit_across, host_calls, request_errors  # noqa: E402
 from sim.replay.measure import HOST_WAITED_MS, device_peak, held_up, replayed_spec  # noqa: E402
 from sim.replay.steps import with_model  # noqa: E402
+from sim.replay.summary import cost_counts  # noqa: E402
 
 
 FEW_LAYERS = 4  # the campaign's --layers
@@ -65,9 +66,10 @@ def load_runs(root: Path) -> list[tuple[Run, dict, pd.DataFrame | None]]:
         s = json.loads((d / "summary.json").read_text())
         settings, summ = s["settings"], s["summary"]
         steps = read_table(d / "steps.parquet") if _has(d, "steps.parquet") else None
-        run = Run(
-            get_model(settings["model"]), dict(summ["layers_replayed"]), read_table(d / "requests.parquet"), d.name
-        )
+        # a Mamba2 model's summary names its linear layers ``mamba2``; the cost model keys them
+        # as the gated-delta slot
+        counts = cost_counts(summ["layers_replayed"])
+        run = Run(get_model(settings["model"]), counts, read_table(d / "requests.parquet"), d.name)
         out.append((run, settings, steps))
     return out
 

@@ -4,6 +4,7 @@ print are not checked here (they are measurements); only that the script runs to
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -255,3 +256,22 @@ def test_ssd_bench_table_rows(monkeypatch):
     assert line.split() == ["marconi-7b", "4096", "states", "0.319", "0.308", "0.72", "1.04"]
     assert bench._table_row(dict(r, ratio_plain=None, ratio_graph=None)).split()[-2:] == ["-", "-"]
     sys.modules.pop("ssd_bench", None)
+
+
+def test_timing_fit_reads_a_mamba2_replays_layer_counts(tmp_path):
+    """``timing_fit.load_runs`` on a Mamba2 model's replay folder: its summary names the linear
+    layers ``mamba2`` (``layers_replayed``), which the cost model keys as the gated-delta slot; the
+    fit stopped on a KeyError there (session 24, nemotron-h-8b's H100 rows)."""
+    pd = pytest.importorskip("pandas")
+    tf = _load_benchmark("timing_fit.py")
+    d = tmp_path / "nemotron"
+    d.mkdir()
+    summary = {
+        "settings": {"model": "nemotron-h-8b"},
+        "summary": {"layers_replayed": {"attention": 1, "mamba2": 3, "mlp": 4}},
+    }
+    (d / "summary.json").write_text(json.dumps(summary))
+    pd.DataFrame({"request": [0]}).to_parquet(d / "requests.parquet")
+    ((run, settings, steps),) = tf.load_runs(tmp_path)
+    assert run.counts == {"attention": 1, "gated_delta": 3, "mlp": 4} and steps is None
+    assert tf.replayed_spec(run.spec, run.counts).n_mamba == 3
