@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from sim.cost import default_timing, get_model  # noqa: E402
 from sim.replay.calibration import Run, request_errors  # noqa: E402
+from sim.replay.summary import cost_counts  # noqa: E402
 
 
 def main() -> None:
@@ -33,7 +34,7 @@ def main() -> None:
         name = os.path.basename(os.path.dirname(f))
         model = name.split("-mooncake")[0].split("-sharegpt")[0]
         s = json.load(open(os.path.join(os.path.dirname(f), "summary.json")))["summary"]
-        counts = s["layers_replayed"]
+        counts = cost_counts(s["layers_replayed"])
         spec = get_model(model)
         df = pd.read_parquet(f)
         t = default_timing(model, gpu=a.gpu, tensor_parallel=1)
