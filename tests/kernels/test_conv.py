@@ -109,3 +109,38 @@ def test_noncontiguous_conv_state_is_read_by_its_strides():
     assert torch.equal(y, y2) and torch.equal(cf, cf2) and torch.equal(cb, cb2)
     close(y, ry)
     close(cf, rcf)
+
+
+def _gpu():
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU and compiled Triton (TRITON_INTERPRET unset)")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_conv_from_a_state_matches_the_oracle_and_resumes_exactly(dtype):
+    """Compiled, at a replay's width (qwen3-next's 8192 channels, 4 taps, silu): from incoming conv
+    states read only where a chunk's taps reach before its sequence (a first chunk, and a second
+    behind a 1- or 2-token first), varlen with ragged starts and sequences shorter than the state
+    window; outputs against the oracle, final states and windows exact, and a call resumed from an
+    emitted window equal to the run through (session 24's state read path)."""
+    _gpu()
+    gen = torch.Generator().manual_seed(24)
+    D, cu, starts = 8192, [0, 2, 70, 71, 200, 600], [0, 62, 5, 100, 63]
+    x = rnd(gen, 1, 600, D).to("cuda", dtype)
+    w = (rnd(gen, D, 4) * 0.5).to("cuda", dtype)
+    cs = rnd(gen, 5, D, 3).to("cuda", dtype)
+    y, cf, cb = causal_conv1d(x, w, conv_state=cs, cu_seqlens=cu, start_positions=starts)
+    ry, rcf, rcb, _ = naive_causal_conv1d(
+        x.float().cpu(), w.float().cpu(), conv_state=cs.float().cpu(), cu_seqlens=cu, start_positions=starts
+    )
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(y.float().cpu(), ry, atol=tol, rtol=tol)
+    assert torch.equal(cf.float().cpu(), rcf) and torch.equal(cb.float().cpu(), rcb)
+    # the last sequence (positions 63..462) through, and resumed from its window at position 128
+    # (its second emitted boundary, 65 tokens in)
+    y1, cf1, cb1 = causal_conv1d(x[:, 200:], w, conv_state=cs[4:], start_positions=[63])
+    y2, cf2, _ = causal_conv1d(x[:, 265:], w, conv_state=cb1[1:2], start_positions=[128])
+    assert torch.equal(y2, y1[:, 65:]) and torch.equal(cf2, cf1)
