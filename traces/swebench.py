@@ -1,7 +1,8 @@
 """Agent trajectories (``swebench:PATH``): one trajectory = one session, one agent step = one request.
 
 Sources: a folder of SWE-agent ``.traj`` files (sorted by name, searched recursively), a single
-``.traj``, a dataset of trajectories: ``.jsonl`` (one trajectory per line) or ``.parquet`` (one per
+``.traj`` (or ``.json``: one trajectory, or a JSON array of them), a dataset of trajectories:
+``.jsonl`` (one trajectory per line) or ``.parquet`` (one per
 row; list or JSON-string columns) or a folder of such files without ``.traj`` ones (a downloaded
 dataset's shards, in path order; any of these files may be gzip, told by its first bytes), or a
 Hugging Face dataset (``swebench:hf:DATASET[:SPLIT]``,
@@ -341,8 +342,9 @@ def iter_trajectories(
                 with open_binary(f) as fh:
                     for line_no, raw in enumerate(fh, 1):
                         if raw.strip():
-                            try:
-                                yield f"{f}:{line_no}", json.loads(raw.decode("utf-8"))
+                            try:  # utf-8-sig on line 1: a byte-order mark (Windows tools write one) is no JSON
+                                text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+                                yield f"{f}:{line_no}", json.loads(text)
                             except (ValueError, RecursionError) as exc:  # also a 5,000-digit number, deep nesting
                                 if not skip_bad_rows:
                                     if isinstance(exc, UnicodeDecodeError):
@@ -381,7 +383,26 @@ def iter_trajectories(
                     raise TraceError(f"{f}: bad JSON: {_first_line(exc)}") from None
                 stats["skipped_rows"] += 1
                 continue
+            if _is_trajectory_list(obj):  # a JSON array of trajectories (a dataset saved as one .json)
+                for k, one in enumerate(obj):
+                    yield f"{f}: trajectory {k}", one
+                continue
             yield str(f), obj
+
+
+def _is_trajectory_list(obj) -> bool:
+    """A JSON array whose items are trajectories (objects with a message list and no ``role``), not
+    one trajectory's bare message list."""
+    return (
+        isinstance(obj, list)
+        and bool(obj)
+        and all(
+            isinstance(x, dict)
+            and "role" not in x
+            and (_message_list(x) is not None or isinstance(x.get("trajectory"), list))
+            for x in obj
+        )
+    )
 
 
 # --------------------------------------------------------------------------------------------
