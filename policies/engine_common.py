@@ -57,8 +57,8 @@ class VllmBlocks(ChunkedPrefill):
 
     block_size: int = knob(
         0,
-        "Block of block-based engine presets in tokens (vllm-align, vllm-all: 0 = derived "
-        "per model; lmdeploy: 0 = 64).",
+        "Block of block-based engine presets in tokens (vllm, vllm-0.11-*: 0 = derived per model, "
+        "528 for qwen3.5-9b; lmdeploy, lmdeploy-0.16-pytorch: 0 = 64).",
     )
 
 
@@ -109,7 +109,7 @@ class StatePool:
 
     state_pool: str = knob(
         "",
-        "States' own pool for engine presets that have one (sglang*, lmdeploy*): a count of "
+        "States' own pool for engine presets that have one (sglang*, lmdeploy*, trtllm): a count of "
         "states, or bytes with a unit, carved out of --capacity; empty = one budget.",
     )
 

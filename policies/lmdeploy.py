@@ -115,7 +115,7 @@ class LmdeployParams(VllmBlocks):
 
     prefix_cache_decode_state_interval: int = knob(
         0,
-        "lmdeploy: prefix_cache_decode_state_interval, decode tokens between SSM checkpoints (a multiple of the "
+        "lmdeploy*: prefix_cache_decode_state_interval, decode tokens between SSM checkpoints (a multiple of the "
         "block; 0 = off).",
         min=0,
     )

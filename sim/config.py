@@ -307,8 +307,9 @@ class TimingSettings:
     )
     timing_file: str | None = setting(
         None,
-        "Timing file written by `marconi replay --calibrate FILE` (prefill throughput and overhead measured "
-        "with the project's kernels) [default: the preset's estimate].",
+        "Timing file written by `marconi replay --calibrate FILE` (the hardware model fitted to a replay "
+        "with the project's kernels) [default: the committed H200 calibration, sim/data/h200-timing.json, "
+        "carried to --gpu; the paper's A100 fit for marconi-7b and llama-7b].",
         flag="--timing",
     )
     gpu: str | None = setting(

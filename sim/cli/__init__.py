@@ -57,7 +57,24 @@ def _tolerant_output() -> None:
                 pass
 
 
-class Main(click.Group):
+class WholeCommandHelp(click.Group):
+    """A group whose help lists each command with the whole first paragraph of its help, wrapped
+    (click cuts it at 45 characters or so: `marconi traces --help` showed "...hit-rate upper...")."""
+
+    def format_commands(self, ctx, formatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is None or cmd.hidden:
+                continue
+            text = cmd.short_help or (cmd.help or "").split("\n\n")[0]
+            rows.append((name, " ".join(text.replace("\b", "").split())))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+class Main(WholeCommandHelp):
     """Turns our known user errors, and click's own usage errors of a command (a bad type, a
     missing value), into one clear line and exit code 2 (no traceback), and Ctrl-C into one line
     and exit code 130 (128 + SIGINT, what shells report); SIGTERM and SIGHUP are handled as Ctrl-C
@@ -87,19 +104,8 @@ class Main(click.Group):
             click.echo(stop_message(), err=True)
             sys.exit(stop_exit_code())
 
-    def format_commands(self, ctx, formatter) -> None:
-        """Each command with the whole first paragraph of its help, wrapped (click cuts it at 45
-        characters or so)."""
-        rows = []
-        for name in self.list_commands(ctx):
-            cmd = self.get_command(ctx, name)
-            if cmd is None or cmd.hidden:
-                continue
-            text = cmd.short_help or (cmd.help or "").split("\n\n")[0]
-            rows.append((name, " ".join(text.replace("\b", "").split())))
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+    #: the command groups made by ``main.group`` (traces, kernels) list their commands as main does
+    group_class = WholeCommandHelp
 
 
 @click.group(cls=Main)

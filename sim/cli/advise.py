@@ -284,7 +284,14 @@ def register(main: click.Group) -> None:
     )
     @click.option("--workers", type=int, default=None, help="Trials run at once [default: all cores].")
     @click.option("--ray-address", default=None, help="Address of an existing Ray cluster.")
-    @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+    @click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help="table: the recommendation and its evidence; json: what DIR/advice.json holds.",
+    )
     @click.option("--progress/--no-progress", default=True, show_default=True, help=PROGRESS_HELP)
     @click.option(
         "--force",

@@ -48,7 +48,14 @@ def _layers_text(layers: dict[str, int]) -> str:
 def register(main: click.Group) -> None:
     @main.command("models")
     @click.argument("configs", nargs=-1)
-    @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+    @click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help="table: a row per model; json: every figure of each model (layers, bytes, FLOPs, parameters).",
+    )
     def models(configs, fmt: str) -> None:
         """List model presets: layers by type, KV bytes per token, state bytes per checkpoint.
 

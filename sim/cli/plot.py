@@ -34,7 +34,13 @@ def register(main: click.Group) -> None:
         show_default=True,
         help="Figure(s) to draw (repeat the flag, or all); replay: RESULTS is a `marconi replay --out` folder.",
     )
-    @click.option("--out", type=OutputPath(file_okay=False, path_type=Path), default=Path("figures"), show_default=True)
+    @click.option(
+        "--out",
+        type=OutputPath(file_okay=False, path_type=Path),
+        default=Path("figures"),
+        show_default=True,
+        help="Folder the figures are written to (KIND.png and KIND.svg).",
+    )
     @click.option(
         "--where",
         default=None,

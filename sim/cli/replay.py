@@ -453,10 +453,21 @@ def register(main: click.Group) -> None:
         "--out",
         type=OutputPath(file_okay=False, path_type=Path),
         default=None,
-        help="Write summary.json and requests.parquet here.",
+        help="Write summary.json, requests.parquet and (continuous batching) steps.parquet here.",
     )
-    @click.option("--force", is_flag=True, help="Replace the files of --out and --calibrate when they exist.")
-    @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+    @click.option(
+        "--force",
+        is_flag=True,
+        help="Replace the files of --out and --calibrate when they exist (never an input of the run).",
+    )
+    @click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help="table: the summary, a figure a line; json: the summary's figures (summary.json's summary).",
+    )
     @click.option("--progress/--no-progress", default=True, show_default=True, help=PROGRESS_HELP)
     def replay(timing_path, calibrate_path, out, force, fmt, progress, **kwargs):
         """Simulate a trace with GPU replay attached: every hit restored from a real checkpoint store,

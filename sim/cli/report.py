@@ -71,7 +71,14 @@ def _plain(value):
 def register(main: click.Group) -> None:
     @main.command("report")
     @click.argument("results", type=click.Path(path_type=Path))
-    @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+    @click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "csv", "json"]),
+        default="table",
+        show_default=True,
+        help="table: the rows as `marconi sweep` prints them; csv / json: config id, variant, knobs and metrics.",
+    )
     @click.option("--sort", "sort", default="token_hit_rate", show_default=True, help=SORT_HELP + ".")
     @click.option(
         "--where",

@@ -443,7 +443,14 @@ def register(main: click.Group) -> None:
         is_flag=True,
         help="Replace the files of --out and --events when they exist (never an input of the run).",
     )
-    @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+    @click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help="table: a row per policy, the --columns; json: every summary key, an object per policy.",
+    )
     @click.option(
         "--columns",
         default="default",

@@ -196,7 +196,14 @@ def register(main: click.Group) -> None:
         show_default=True,
         help="Session rate defining the replay order of closed-loop traces.",
     )
-    @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+    @click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help="table: a statistic a line; json: the same statistics as one object.",
+    )
     @click.option("--progress/--no-progress", default=True, show_default=True, help=PROGRESS_HELP)
     def stats_cmd(spec, rate, fmt, progress, **kwargs) -> None:
         """Sessions, requests, tokens and infinite-cache hit-rate upper bounds of SPEC."""
