@@ -1,4 +1,5 @@
-"""LMSys-Chat-1M (``lmsys`` from the Hugging Face hub, ``lmsys:PATH`` for local parquet).
+"""LMSys-Chat-1M (``lmsys`` from the Hugging Face hub, ``lmsys:PATH`` for local parquet, or the same
+rows as a JSON array or JSON Lines: ``.json`` / ``.jsonl``, gzip allowed).
 
 Rows: ``conversation_id, model, conversation [{role, content}], turn, language, ...``. Selection
 (the Marconi paper's): conversations with ``turn >= min_rounds`` (default 10), drop sessions whose
@@ -26,16 +27,61 @@ HUB_ID = "lmsys/lmsys-chat-1m"
 COLUMNS = ("conversation_id", "conversation", "turn")
 
 
+def _json_suffix(q: Path) -> bool:
+    """A JSON or JSON Lines file by its name (``.json``, ``.jsonl``, either with ``.gz``)."""
+    suffixes = [s.lower() for s in q.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes.pop()
+    return bool(suffixes) and suffixes[-1] in (".json", ".jsonl")
+
+
 def parquet_files(path: str) -> list[Path]:
+    """The files of ``lmsys:PATH``: the file, or a folder's ``.parquet`` files (else its ``.json`` /
+    ``.jsonl`` files), in path order."""
     p = Path(path).expanduser()
     if p.is_file():
         return [p]
     if p.is_dir():
         files = sorted(q for q in p.rglob("*.parquet") if q.is_file())
+        if not files:  # the rows saved as JSON (datasets' to_json writes JSON Lines)
+            files = sorted(q for q in p.rglob("*") if q.is_file() and _json_suffix(q))
         if files:
             return files
-        raise TraceError(f"no .parquet files under {p}")
+        raise TraceError(f"no .parquet (or .json / .jsonl) files under {p}")
     raise TraceError(f"LMSys path not found: {p}")
+
+
+def _is_parquet(f: Path) -> bool:
+    """A parquet file by its first bytes (``PAR1``), whatever its name ends in."""
+    try:
+        with open(f, "rb") as fh:
+            return fh.read(4) == b"PAR1"
+    except OSError as exc:
+        raise TraceError(f"cannot read {f}: {exc.strerror or exc}") from None
+
+
+def _iter_json(f: Path, skip_bad_rows: bool, stats: dict) -> Iterator[tuple[str, str, dict]]:
+    """The rows of a JSON array or JSON Lines file (gzip allowed): ``(FILE:LINE, FILE#ROW, record)``;
+    lines that are not JSON stop the load, or with ``skip_bad_rows`` are counted in ``stats``."""
+    import zlib  # noqa: PLC0415
+
+    from traces.base import open_binary  # noqa: PLC0415
+    from traces.sharegpt import JsonRecordReader  # noqa: PLC0415 - the same JSON array / JSON Lines reader
+
+    with open_binary(f) as fh:
+        reader = JsonRecordReader(fh, str(f), skip_bad_rows)
+        try:
+            for row, (rec, line) in enumerate(reader):
+                if not isinstance(rec, dict):
+                    rec = {"conversation": None}  # said as the row's error: not a list of messages
+                yield f"{f}:{line}", f"{f}#{row}", rec
+        except (OSError, EOFError, zlib.error) as exc:  # a corrupt or cut .gz stream
+            raise TraceError(f"cannot read {f}: {exc}") from None
+        finally:
+            stats["skipped_rows"] += reader.skipped  # lines that are not JSON: rows, skipped
+            stats["rows"] += reader.skipped
+        if reader.truncated:
+            raise TraceError(f"{f}: the file ends inside a record (cut short?)")
 
 
 def source_identity(path: str | None) -> dict:
@@ -45,10 +91,14 @@ def source_identity(path: str | None) -> dict:
     return file_identity(Path(path).expanduser())
 
 
-def _iter_local(path: str) -> Iterator[tuple[str, int, dict]]:
+def _iter_local(path: str, skip_bad_rows: bool, stats: dict) -> Iterator[tuple[str, str, dict]]:
+    """``(where, default id, record)`` of every row of the parquet or JSON files of ``path``."""
     import pyarrow.parquet as pq
 
     for f in parquet_files(path):
+        if not _is_parquet(f):  # JSON / JSON Lines (told by the first bytes, not the name)
+            yield from _iter_json(f, skip_bad_rows, stats)
+            continue
         try:
             pf = pq.ParquetFile(f)
             names = set(pf.schema_arrow.names)
@@ -69,7 +119,7 @@ def _iter_local(path: str) -> Iterator[tuple[str, int, dict]]:
             if recs is None:
                 break
             for rec in recs:
-                yield str(f), row, rec
+                yield f"{f}: row {row}", f"{f}#{row}", rec
                 row += 1
 
 
@@ -80,10 +130,10 @@ def _unreadable(f: Path, exc: Exception, row: int | None = None) -> TraceError:
     return TraceError(f"{f}: row {row}: cannot read the file from here on: {first}")
 
 
-def _iter_hub() -> Iterator[tuple[str, int, dict]]:
+def _iter_hub() -> Iterator[tuple[str, str, dict]]:
     hint = "it is gated: accept its licence and set HF_TOKEN, or download it and use --trace lmsys:PATH"
     for row, rec in stream_dataset(HUB_ID, "train", what="LMSys-Chat-1M", local_hint=hint):
-        yield HUB_ID, row, rec
+        yield f"{HUB_ID}: row {row}", f"{HUB_ID}#{row}", rec
 
 
 def non_ascii_fraction(texts: list[str]) -> float:
@@ -107,10 +157,10 @@ def _messages(rec: dict) -> list[tuple[str, str]]:
 
 
 def iter_selected(path: str | None, options, stats: dict) -> Iterator[tuple[str, list[tuple[str, str]]]]:
-    source = _iter_hub() if path is None else _iter_local(path)
-    kept = 0
     stats.update(skipped_rows=0, rows=0, non_ascii_dropped=0, most_rounds=0)
-    for fname, row, rec in source:
+    source = _iter_hub() if path is None else _iter_local(path, options.skip_bad_rows, stats)
+    kept = 0
+    for where, default_id, rec in source:
         stats["rows"] += 1
         try:
             msgs = _messages(rec)
@@ -121,7 +171,7 @@ def iter_selected(path: str | None, options, stats: dict) -> Iterator[tuple[str,
                 raise ValueError(f"bad turn {turn!r}")
         except ValueError as exc:
             if not options.skip_bad_rows:
-                raise TraceError(f"{fname}: row {row}: {exc}") from None
+                raise TraceError(f"{where}: {exc}") from None
             stats["skipped_rows"] += 1
             continue
         stats["most_rounds"] = max(stats["most_rounds"], turn)
@@ -130,7 +180,7 @@ def iter_selected(path: str | None, options, stats: dict) -> Iterator[tuple[str,
         if non_ascii_fraction([t for _, t in msgs]) > options.max_non_ascii:
             stats["non_ascii_dropped"] += 1
             continue
-        yield str(rec.get("conversation_id", f"{fname}#{row}")), msgs
+        yield str(rec.get("conversation_id", default_id)), msgs
         kept += 1
         if options.sessions and kept >= options.sessions:
             return

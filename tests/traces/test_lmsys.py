@@ -104,7 +104,7 @@ def test_bad_inputs(tmp_path, shard):
         load_trace(f"lmsys:{tmp_path / 'missing'}", TraceOptions())
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(TraceError, match="no .parquet files under"):
+    with pytest.raises(TraceError, match=r"no \.parquet \(or \.json / \.jsonl\) files under"):
         load_trace(f"lmsys:{empty}", TraceOptions())
     bad = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"conversation_id": ["x"], "turn": [10]}), bad)
