@@ -91,6 +91,15 @@ def unspell(tokens, block: int) -> tuple[np.ndarray, np.ndarray]:
     return t // block - SPELL_OFFSET, t % block
 
 
+def _other_kind(kind: str, input_length: int, n_hashes: int, path: str) -> str:
+    """The hint for a row whose hash_ids count fits the other kind's block (a Bailian file read as
+    Mooncake, or the reverse): which spec reads it; '' when it fits neither."""
+    for other, block in BLOCK_TOKENS.items():
+        if other != kind and n_hashes == -(-input_length // block):
+            return f": {block}-token blocks, a {other.capitalize()} trace? --trace {other}:{path}"
+    return ""
+
+
 def load(kind: str, path: str, options) -> Trace:
     if kind not in BLOCK_TOKENS:
         raise TraceError(f"unknown hash-block trace kind {kind!r}")
@@ -134,6 +143,7 @@ def load(kind: str, path: str, options) -> Trace:
             if len(hashes) != n_blocks:
                 raise RowProblem(
                     f"{len(hashes)} hash_ids for input_length {il} (expected ceil({il}/{block}) = {n_blocks})"
+                    + _other_kind(kind, il, len(hashes), path)
                 )
             if last_ts is not None and ts < last_ts:
                 raise RowProblem(
