@@ -38,6 +38,7 @@ SUMMARY_KEYS = [
     "aborted_requests",
     "evictions",
     *(f"missed_{c}" for c in CAUSES),
+    "hit_after_preemption",
 ]
 
 _OCCUPANCY_POINTS = 2000  # occupancy series kept at most this many samples (reservoir by stride)

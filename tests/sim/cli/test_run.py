@@ -38,6 +38,8 @@ JSON_KEYS = [
     "missed_insert_rejected",
     "missed_held_by_running",
     "missed_speculative",
+    # hit tokens of preempted requests past what they shared at their first lookup (docs/misses.md)
+    "hit_after_preemption",
     "rejected",
     "saturated",
     "sustainable_rps",
