@@ -84,6 +84,8 @@ from traces.packing import PackedTrace, TraceBuilder, file_identity
 from traces.tokenizers import get_tokenizer
 
 PLACEHOLDER = "Old environment output: ({n} lines omitted)"
+#: seconds a load runs before its progress bar shows (with ``progress``): a short one shows none
+PROGRESS_DELAY = 1.0
 HUB_PREFIX = "hf:"
 MARCONI_PREFIX = "marconi:"
 ROLES = {
@@ -618,38 +620,56 @@ def load_packed(path: str, options) -> PackedTrace:
     sessions: list[tuple[str, list, int]] = []  # (where, requests, Poisson draws consumed)
     dropped = read = 0
     budget = SizeBudget(options.max_request_tokens)
-    for where, obj in iter_trajectories(src, options.skip_bad_rows, stats, construction):
-        try:
-            if construction == "marconi":
-                reqs, attempted = build_marconi_session(
-                    tok, obj, options.keep_observations, options.max_turns, options.max_tokens
-                )
-                draws = max(attempted - 1, 0)
+    bar = None
+    if options.progress:  # a folder of long trajectories tokenizes for minutes (4 MB/s on one core)
+        from tqdm import tqdm  # noqa: PLC0415
+
+        bar = tqdm(
+            total=options.sessions or None,
+            desc=f"tokenizing {name}",
+            unit="traj",
+            leave=False,
+            dynamic_ncols=True,
+            delay=PROGRESS_DELAY,
+        )
+    try:
+        for where, obj in iter_trajectories(src, options.skip_bad_rows, stats, construction):
+            if bar is not None:
+                bar.update(1)
+            try:
+                if construction == "marconi":
+                    reqs, attempted = build_marconi_session(
+                        tok, obj, options.keep_observations, options.max_turns, options.max_tokens
+                    )
+                    draws = max(attempted - 1, 0)
+                else:
+                    prompt, steps = parse_trajectory(obj)
+                    reqs = build_session(
+                        tpl, prompt, steps, options.keep_observations, options.max_turns, options.max_tokens
+                    )
+                    draws = max(len(reqs) - 1, 0)
+                for inp, out in reqs:
+                    budget.check_request(len(inp) + len(out))
+            except (ValueError, TypeError, AttributeError) as exc:
+                if not options.skip_bad_rows:
+                    raise TraceError(f"{where}: {exc}") from None
+                stats["skipped_rows"] += 1
+                continue
+            read += 1
+            # an upper bound of what the builder stores: requests that extend their predecessor share it
+            budget.add(sum(len(inp) + len(out) for inp, out in reqs), where)
+            if reqs:
+                sessions.append((where, reqs, draws))
             else:
-                prompt, steps = parse_trajectory(obj)
-                reqs = build_session(
-                    tpl, prompt, steps, options.keep_observations, options.max_turns, options.max_tokens
-                )
-                draws = max(len(reqs) - 1, 0)
-            for inp, out in reqs:
-                budget.check_request(len(inp) + len(out))
-        except (ValueError, TypeError, AttributeError) as exc:
-            if not options.skip_bad_rows:
-                raise TraceError(f"{where}: {exc}") from None
-            stats["skipped_rows"] += 1
-            continue
-        read += 1
-        # an upper bound of what the builder stores: requests that extend their predecessor share it
-        budget.add(sum(len(inp) + len(out) for inp, out in reqs), where)
-        if reqs:
-            sessions.append((where, reqs, draws))
-        else:
-            dropped += 1
-            if construction == "marconi":
-                sessions.append((where, reqs, draws))  # its draws still come off the stream
-        # the artifact counts trajectories read; the default counts sessions kept
-        if options.sessions and (read if construction == "marconi" else len(sessions)) >= options.sessions:
-            break
+                dropped += 1
+                if construction == "marconi":
+                    sessions.append((where, reqs, draws))  # its draws still come off the stream
+            # the artifact counts trajectories read; the default counts sessions kept
+            if options.sessions and (read if construction == "marconi" else len(sessions)) >= options.sessions:
+                break
+    finally:
+        if bar is not None:
+            bar.close()
     draws = poisson_response_times(sum(d for _, _, d in sessions), options.response_time, options.seed).tolist()
     base = 0
     kept: list[str] = []

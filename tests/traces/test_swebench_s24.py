@@ -57,3 +57,22 @@ def test_bare_message_list_is_still_one_trajectory(tmp_path):
     f.write_text(json.dumps(history))
     trace = load_trace(f"swebench:{f}", _opts(tmp_path))
     assert trace.n_sessions == 1 and trace.meta["trajectories"] == [str(f)]
+
+
+def test_tokenizing_shows_a_progress_bar(tmp_path, monkeypatch, capsys, reference):
+    """A folder of long trajectories tokenized for minutes (about 4 MB of text a second) with
+    nothing on the screen; with progress on, a bar counts the trajectories (after PROGRESS_DELAY
+    seconds, so a short load shows none), and the trace is the same with or without it."""
+    import traces.swebench as swebench
+
+    folder = tmp_path / "trajs"
+    folder.mkdir()
+    for p in TRAJS:
+        (folder / p.name).write_text(p.read_text())
+    monkeypatch.setattr(swebench, "PROGRESS_DELAY", 0)
+    quiet = load_trace(f"swebench:{folder}", TraceOptions(use_cache=False, sessions=0, progress=False))
+    assert "tokenizing" not in capsys.readouterr().err
+    shown = load_trace(f"swebench:{folder}", TraceOptions(use_cache=False, sessions=0, progress=True))
+    err = capsys.readouterr().err
+    assert f"tokenizing swebench:{folder}" in err
+    assert _tokens(shown) == _tokens(quiet) == reference
