@@ -223,7 +223,7 @@ def load_packed(path: str | None, options) -> PackedTrace:
         min_rounds=options.min_rounds,
         sessions_requested=options.sessions,
         max_non_ascii=options.max_non_ascii,
-        think_time="typing at 90 wpm; first turn 0",
+        think_time=f"typing at {options.words_per_minute:g} wpm; first turn 0",
         **stats,
     )
     return packed

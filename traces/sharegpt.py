@@ -338,6 +338,7 @@ def load_packed(path: str | None, options) -> PackedTrace:
         selected(),
         options.tokenizer,
         max_input_tokens=options.max_tokens,
+        words_per_minute=options.words_per_minute,
         num_proc=options.num_proc,
         expected=options.sessions or None,
         progress=options.progress,
@@ -348,7 +349,7 @@ def load_packed(path: str | None, options) -> PackedTrace:
         min_rounds=options.min_rounds,
         sessions_requested=options.sessions,
         skipped_rows=stats.get("skipped_rows", 0),
-        think_time="typing at 90 wpm; first turn 0",
+        think_time=f"typing at {options.words_per_minute:g} wpm; first turn 0",
     )
     if path is not None and stats.get("truncated"):  # a user's file cut short (the package's copy is, by design)
         packed.meta["truncated_after_records"] = stats.get("records", 0)

@@ -66,3 +66,15 @@ def test_second_array_after_the_first_is_an_error(tmp_path):
     h = tmp_path / "ok.json"
     h.write_text(one + "\n\n \r\n")
     assert len(load_trace(f"sharegpt:{h}", _opts(tmp_path)).requests) == 4
+
+
+def test_words_per_minute_sets_the_think_times(tmp_path):
+    """``TraceOptions.words_per_minute`` was in ShareGPT's cache key but never reached the
+    tokenizer: think times stayed at 90 wpm whatever it said (LMSys passed it on)."""
+    f = tmp_path / "a.json"
+    f.write_text(json.dumps([_sharegpt("a")]))
+    # turn 1's user message "Und auf Deutsch? 你好" has 3 spaces: 3 words at 45 wpm = 4 s (90 wpm: 2 s)
+    slow = load_trace(f"sharegpt:{f}", _opts(tmp_path, words_per_minute=45.0))
+    assert [r.think_time for r in slow.requests] == [0.0, 4.0]
+    assert slow.meta["think_time"] == "typing at 45 wpm; first turn 0"
+    assert [r.think_time for r in load_trace(f"sharegpt:{f}", _opts(tmp_path)).requests] == [0.0, 2.0]
