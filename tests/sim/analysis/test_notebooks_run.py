@@ -81,3 +81,45 @@ def test_execute_refuses_an_unknown_notebook(tmp_path):
         text=True,
     )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no notebook nope" in proc.stderr
+
+
+def _stderr_of(nb: dict) -> list[str]:
+    return [
+        "".join(o.get("text", ""))
+        for c in nb["cells"]
+        if c["cell_type"] == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "stream" and o.get("name") == "stderr"
+    ]
+
+
+def test_committed_notebooks_show_no_warning():
+    """A reader's first look is the committed outputs: no warning or traceback on stderr there (the
+    advise notebook showed tqdm's "IProgress not found" TqdmWarning, from Optuna's import of
+    tqdm.auto in a kernel without ipywidgets)."""
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        noisy = [t for t in _stderr_of(json.loads(path.read_text())) if re.search(r"Warning|Traceback", t)]
+        assert not noisy, f"{path.name}: {noisy[0][:300]}"
+
+
+def test_the_replay_notebook_keeps_its_own_replay_out_of_the_terminal(tmp_path):
+    """Without REPLAY_DIR the replay notebook runs a tiny CPU replay in a subprocess, whose table
+    went to the terminal that started the kernel (past `python notebooks/execute.py`'s own lines),
+    not into the notebook; it is captured now, and the notebook still reads the folder it wrote."""
+    pytest.importorskip("nbclient")
+    pytest.importorskip("torch")
+    env = {k: v for k, v in os.environ.items() if k not in ("REPLAY_DIR", "MPLBACKEND")}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "notebooks" / "execute.py"), "replay", "--out", str(tmp_path)],
+        cwd=tmp_path,
+        env=dict(env, MARCONI_CACHE_DIR=str(tmp_path / "cache")),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == [proc.stdout.strip()] and proc.stdout.startswith("replay: "), proc.stdout
+    nb = json.loads((tmp_path / "replay.ipynb").read_text())
+    text = "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
+    assert "synthetic:chat" in text and "from " in text
+    assert not _stderr_of(nb)
