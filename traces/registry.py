@@ -120,8 +120,73 @@ _HASH_BLOCK = _TIMESTAMPED | {"hash_block_tokens"}
 _SYNTHETIC = frozenset({"sessions", "response_time", "trace_seed", "session_range"})
 
 
+def unknown_trace(spec: str) -> TraceError:
+    """The error for a spec of no known kind (a file given without its kind: which kind it looks
+    like)."""
+    return _unknown(spec)
+
+
 def _unknown(spec: str) -> TraceError:
+    from pathlib import Path  # noqa: PLC0415
+
+    p = Path(spec).expanduser()
+    if spec and p.exists():  # `--trace trace.jsonl`: a file given without its format
+        kind = guess_kind(p)
+        kinds = ", ".join(k for k in SOURCES if k != "synthetic")
+        how = (
+            f"it looks like a trace of kind {kind}: --trace {kind}:{spec}"
+            if kind
+            else f"--trace KIND:{spec}, KIND one of {kinds}"
+        )
+        return TraceError(f"unknown trace {spec!r}: a trace file is given with its format before it; {how}")
     return TraceError(f"unknown trace {spec!r}; valid: {', '.join(SPECS)}")
+
+
+#: (kind, keys that must all appear in the first record) in the order they are tried: the keys
+#: that tell a file's format apart (Bailian's rows carry Mooncake's keys and more)
+_KIND_KEYS = (
+    ("bailian", ("hash_ids", "parent_chat_id")),
+    ("mooncake", ("hash_ids", "input_length")),
+    ("marconi-jsonl", ("turn_id", "input_tokens")),
+    ("swebench", ("history",)),
+    ("swebench", ("trajectory",)),
+    ("sharegpt", ("conversations",)),
+    ("lmsys", ("conversation",)),
+    ("swebench", ("messages", "instance_id")),
+    ("sharegpt", ("messages",)),
+)
+
+
+def guess_kind(path) -> str | None:
+    """The trace kind a file (or folder) looks like, from the keys of its first record: for the
+    hint when a path is given without its kind; None when it is not clear."""
+    import json  # noqa: PLC0415
+    import re  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from traces.base import open_binary  # noqa: PLC0415
+
+    p = Path(path)
+    if p.is_dir():
+        return "swebench" if any(q.suffix == ".traj" for q in p.rglob("*.traj")) else None
+    if p.suffix == ".traj":
+        return "swebench"
+    try:
+        with open_binary(p) as f:
+            head = f.read(1 << 16)
+    except (OSError, EOFError, TraceError, ValueError):
+        return None
+    if head.startswith(b"PAR1"):
+        return None  # parquet: LMSys rows or trajectories alike
+    text = head.decode("utf-8", "replace")
+    keys = set(re.findall(r'"([A-Za-z_]+)"\s*:', text))  # a JSON array's or a long line's first 64 KB
+    try:  # a whole first line: its own keys only (not those of nested messages)
+        first = json.loads(text.splitlines()[0]) if text.strip() else None
+        if isinstance(first, dict):
+            keys = set(first)
+    except (ValueError, IndexError, RecursionError):
+        pass
+    return next((kind for kind, need in _KIND_KEYS if all(k in keys for k in need)), None)
 
 
 def _cached(name: str, key_parts: dict, build, options: TraceOptions) -> Trace:
