@@ -560,8 +560,9 @@ def check_configs(given: list[str], given_trace: list[str], trace_specs: list[st
 def refuse_missing_trace_paths(specs: list[str]) -> None:
     """A trace of a grid of no known kind (a file given without its kind), or whose file or folder
     does not exist, refused before any configuration runs: `sweep --trace
-    synthetic:chat,mooncake:typo.jsonl` ran every configuration of the first trace, then stopped at the second's first with `mooncake file not found` (the workers load the
-    traces, each when its turn comes). Hub datasets (``swebench:hf:``, ``lmsys``) are left to their
+    synthetic:chat,mooncake:typo.jsonl` ran every configuration of the first trace, then stopped
+    at the second's first with `mooncake file not found` (the workers load the traces, each when
+    its turn comes). Hub datasets (``swebench:hf:``, ``lmsys``) are left to their
     loader, as are a bundled sample's names and stdin (``-``, refused there)."""
     from traces.registry import spec_paths, split_spec, trace_source, unknown_trace  # noqa: PLC0415
 
