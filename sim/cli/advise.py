@@ -265,7 +265,8 @@ def register(main: click.Group) -> None:
         type=float,
         default=1.0,
         show_default=True,
-        help="Closed-loop traces: sessions started per second.",
+        help="Closed-loop traces: sessions started per second (session i at i / rate, or Poisson with "
+        "--arrival poisson); open-loop traces (mooncake, bailian, marconi-jsonl) keep their own timestamps.",
     )
     @sim_options
     @click.option(
@@ -283,7 +284,9 @@ def register(main: click.Group) -> None:
         help="local: a process pool; ray: Ray tasks (as `marconi sweep`).",
     )
     @click.option("--workers", type=int, default=None, help="Trials run at once [default: all cores].")
-    @click.option("--ray-address", default=None, help="Address of an existing Ray cluster.")
+    @click.option(
+        "--ray-address", default=None, help="Address of an existing Ray cluster (e.g. auto, ray://host:10001)."
+    )
     @click.option(
         "--format",
         "fmt",

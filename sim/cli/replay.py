@@ -369,7 +369,12 @@ def replay_options(fn):
         [
             option(knob("policy"), help="One policy."),
             option(knob("capacity_bytes"), lead=True),
-            option(knob("alpha"), lead=True, help="Marconi's alpha (a number or auto)."),
+            option(
+                knob("alpha"),
+                lead=True,
+                help="Marconi's FLOP-efficiency weight (a number >= 0), or auto: tuned while the trace runs, "
+                "as `marconi run` tunes it.",
+            ),
             option(
                 knob("model"),
                 default="qwen3.5-9b",

@@ -53,7 +53,7 @@ class ReplaySettings:
         choices=("cuda", "cpu"),
     )
     requests: Optional[int] = setting(None, "Replay the first N requests.", type=int)
-    seed: int = setting(0, "Weights and hash-block tokens.")
+    seed: int = setting(0, "Seed of the replayed layers' weights and of a hash-block trace's token ids.")
     tolerance: Optional[float] = setting(  # None: by dtype (sim.replay.checks.TOLERANCE)
         None, "Relative error allowed in states and outputs [default: by dtype, see sim.replay.checks].", type=float
     )

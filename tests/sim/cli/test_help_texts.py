@@ -78,3 +78,18 @@ def test_a_command_group_lists_each_command_with_its_whole_first_sentence():
             first = " ".join(cmd.help.split("\n\n")[0].split())
             assert f"{name} {first}" in listing, (group, name, listing)
         assert "..." not in listing
+
+
+def _help_of(command: str, flag: str) -> str:
+    (param,) = [p for p in main.commands[command].params if flag in p.opts]
+    return param.help
+
+
+def test_the_same_option_reads_the_same_in_run_sweep_and_advise():
+    """advise's `--sessions-per-second` said only "sessions started per second" (not how they start,
+    nor that open-loop traces keep their timestamps, both true there), its `--ray-address` gave no
+    example where sweep's did."""
+    rate = _help_of("run", "--sessions-per-second")
+    assert _help_of("advise", "--sessions-per-second") == rate
+    assert _help_of("sweep", "--sessions-per-second").startswith(rate)  # sweep adds its Values: line
+    assert _help_of("advise", "--ray-address") == _help_of("sweep", "--ray-address")
