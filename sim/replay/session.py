@@ -52,7 +52,7 @@ class ReplaySettings:
         "cpu runs the gated-delta layers in plain torch by default (small presets in practice).",
         choices=("cuda", "cpu"),
     )
-    requests: Optional[int] = setting(None, "Replay the first N requests.", type=int)
+    requests: Optional[int] = setting(None, "Replay the first N requests [default: all of the trace's].", type=int)
     seed: int = setting(0, "Seed of the replayed layers' weights and of a hash-block trace's token ids.")
     tolerance: Optional[float] = setting(  # None: by dtype (sim.replay.checks.TOLERANCE)
         None, "Relative error allowed in states and outputs [default: by dtype, see sim.replay.checks].", type=float
