@@ -89,7 +89,7 @@ class JsonlReader:
                     try:  # without its newline: an error at the line's end names its column there
                         obj = json.loads(line.rstrip("\r\n"))
                     except json.JSONDecodeError as exc:
-                        self.bad(line_no, f"bad JSON: {exc.msg} (column {exc.colno}){hint}")
+                        self.bad(line_no, f"bad JSON: {exc.msg} (column {exc.colno}){hint}{_cut(line)}")
                         continue
                     except (ValueError, RecursionError) as exc:  # a 5,000-digit number, deep nesting
                         self.bad(line_no, f"bad JSON: {str(exc).splitlines()[0] or type(exc).__name__}")
@@ -103,6 +103,14 @@ class JsonlReader:
         finally:
             if bar is not None:
                 bar.close()
+
+
+def _cut(line: str) -> str:
+    """The hint for a bad last line with no newline after it: a file cut short (a download or a
+    ``head -c`` that stopped inside a row)."""
+    if line.endswith(("\n", "\r")):
+        return ""
+    return "; the file's last line, with no newline after it: the file is cut short? (--skip-bad-rows leaves it out)"
 
 
 def require(row: dict, name: str, kind=(int, float)):

@@ -52,7 +52,9 @@ def parquet_files(path: str) -> list[Path]:
 
 
 def _is_parquet(f: Path) -> bool:
-    """A parquet file by its first bytes (``PAR1``), whatever its name ends in."""
+    """A parquet file: named ``.parquet``, or starting with ``PAR1`` whatever its name ends in."""
+    if f.suffix.lower() == ".parquet":
+        return True
     try:
         with open(f, "rb") as fh:
             return fh.read(4) == b"PAR1"
@@ -96,7 +98,7 @@ def _iter_local(path: str, skip_bad_rows: bool, stats: dict) -> Iterator[tuple[s
     import pyarrow.parquet as pq
 
     for f in parquet_files(path):
-        if not _is_parquet(f):  # JSON / JSON Lines (told by the first bytes, not the name)
+        if not _is_parquet(f):  # JSON / JSON Lines
             yield from _iter_json(f, skip_bad_rows, stats)
             continue
         try:

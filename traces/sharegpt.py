@@ -175,10 +175,11 @@ class JsonRecordReader:
             rest = self._read(_READ, line_no)
             if not rest:
                 break
-        yield from self._json_line("".join(pending), line_no)
+        yield from self._json_line("".join(pending), line_no, last=True)
 
-    def _json_line(self, text: str, line_no: int):
-        """One JSON Lines record (nothing for a blank line; a bad one is an error or skipped)."""
+    def _json_line(self, text: str, line_no: int, last: bool = False):
+        """One JSON Lines record (nothing for a blank line; a bad one is an error or skipped).
+        ``last``: the file's last line, with no newline after it (a bad one: the file cut short?)."""
         s = text.strip()
         if not s:
             return
@@ -186,7 +187,15 @@ class JsonRecordReader:
             obj = json.loads(s)
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, a 5,000-digit number, deep nesting
             if not self.skip_bad_rows:
-                msg = exc.msg if isinstance(exc, json.JSONDecodeError) else _first_line(exc)
+                if isinstance(exc, json.JSONDecodeError):  # the column where it went wrong, as in the other loaders
+                    msg = f"{exc.msg} (column {exc.colno + len(text) - len(text.lstrip())})"
+                else:
+                    msg = _first_line(exc)
+                if last:  # no newline after it: a download or a `head -c` that stopped inside the record
+                    msg += (
+                        "; the file's last line, with no newline after it: the file is cut short? "
+                        "(--skip-bad-rows leaves it out)"
+                    )
                 raise self.error(line_no, f"bad JSON: {msg}") from None
             self.skipped += 1
             return

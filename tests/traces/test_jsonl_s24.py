@@ -1,0 +1,50 @@
+"""JSON Lines files cut short (session 24's new-user hunt): a last row with no newline after it that
+is not JSON says the file may be cut short, and how to run what is there."""
+
+import json
+
+import pytest
+
+from traces.base import TraceError
+from traces.registry import TraceOptions, load_trace
+
+ROWS = [
+    {"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]},
+    {"timestamp": 1000, "input_length": 1100, "output_length": 5, "hash_ids": [1, 2, 3]},
+]
+CUT = "; the file's last line, with no newline after it: the file is cut short? (--skip-bad-rows leaves it out)"
+
+
+def test_mooncake_last_row_cut_short(tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_text(json.dumps(ROWS[0]) + "\n" + json.dumps(ROWS[1])[:30])
+    with pytest.raises(TraceError) as err:
+        load_trace(f"mooncake:{f}", TraceOptions())
+    assert str(err.value) == f"{f}:2: bad JSON: Unterminated string starting at (column 21){CUT}"
+    trace = load_trace(f"mooncake:{f}", TraceOptions(skip_bad_rows=True))
+    assert len(trace.requests) == 1 and trace.meta["skipped_rows"] == 1
+
+
+def test_bad_row_followed_by_a_newline_has_no_hint(tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_text(json.dumps(ROWS[0]) + "\n" + json.dumps(ROWS[1])[:30] + "\n")
+    with pytest.raises(TraceError) as err:
+        load_trace(f"mooncake:{f}", TraceOptions())
+    assert str(err.value) == f"{f}:2: bad JSON: Unterminated string starting at (column 21)"
+
+
+def test_sharegpt_jsonl_last_record_cut_short(tmp_path):
+    rec = {"id": "a", "conversations": [{"from": "human", "value": "hello there"}, {"from": "gpt", "value": "hi"}]}
+    f = tmp_path / "s.jsonl"
+    f.write_text(json.dumps(rec) + "\n" + json.dumps(rec)[:60])
+    opts = dict(cache_dir=str(tmp_path / "cache"), min_rounds=1, sessions=0, num_proc=1)
+    with pytest.raises(TraceError) as err:
+        load_trace(f"sharegpt:{f}", TraceOptions(**opts))
+    # the column is where the cut string starts (it was 'Unterminated string starting at', no place)
+    assert str(err.value) == f"{f}:2: bad JSON: Unterminated string starting at (column 58){CUT}"
+    assert len(load_trace(f"sharegpt:{f}", TraceOptions(skip_bad_rows=True, **opts)).requests) == 1
+    g = tmp_path / "t.jsonl"
+    g.write_text(json.dumps(rec) + "\n  {bad\n" + json.dumps(rec) + "\n")
+    with pytest.raises(TraceError) as err:
+        load_trace(f"sharegpt:{g}", TraceOptions(**opts))
+    assert str(err.value) == f"{g}:2: bad JSON: Expecting property name enclosed in double quotes (column 4)"
