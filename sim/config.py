@@ -308,8 +308,9 @@ class TimingSettings:
     timing_file: str | None = setting(
         None,
         "Timing file written by `marconi replay --calibrate FILE` (the hardware model fitted to a replay "
-        "with the project's kernels) [default: the committed H200 calibration, sim/data/h200-timing.json, "
-        "carried to --gpu; the paper's A100 fit for marconi-7b and llama-7b].",
+        "with the project's kernels) [default: the committed calibration of the GPU priced, "
+        "sim/data/h200-timing.json without --gpu (see --gpu); the paper's A100 fit for marconi-7b and "
+        "llama-7b on the A100 or without --gpu].",
         flag="--timing",
     )
     gpu: str | None = setting(
