@@ -251,6 +251,17 @@ class TraceSource:
     def _require_path(self, arg: str | None) -> None:
         if self.path_required and not arg:
             raise TraceError(self.missing_path or f"{self.name} needs a path: --trace {self.name}:PATH")
+        if self.path_arg and arg is not None and not arg.strip():
+            # `sharegpt:` read the working folder (a directory), `lmsys:` every parquet file under it
+            raise TraceError(
+                f"--trace {self.name}:{arg} names no file after the ':': --trace {self.name}:PATH "
+                f"(--trace {self.name} alone: {self.specs[0][1]})"
+            )
+
+    def check_arg(self, arg: str | None) -> None:
+        """TraceError when ``arg`` cannot name what the source reads (no path where one is needed,
+        or an empty one after the ':'), before anything is read."""
+        self._require_path(arg)
 
     def cache_key(self, arg: str | None, options: TraceOptions) -> dict | None:
         """The parts the trace-cache file name is hashed from; None for a source that is not cached.

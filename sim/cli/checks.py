@@ -571,6 +571,8 @@ def refuse_missing_trace_paths(specs: list[str]) -> None:
         kind, arg = split_spec(str(spec))
         if source is None and str(spec).strip():  # `--trace synthetic:chat,trace.jsonl`: refused before any run
             raise UsageError(str(unknown_trace(str(spec).strip())))
+        if source is not None:  # `sharegpt:` (no path after the ':'), before the first trace's runs
+            source.check_arg(arg)
         if source is None or not source.path_arg or not arg or arg == "-" or arg.startswith("hf:"):
             continue
         if spec_paths(spec):

@@ -101,3 +101,19 @@ def test_sweep_refuses_an_unknown_trace_before_any_run(runner, tmp_path, second)
     assert res.exit_code == 2, res.output
     assert res.output.startswith(f"Error: unknown trace '{spec}'") and len(res.output.strip().splitlines()) == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["sharegpt", "lmsys"])
+def test_kind_and_colon_without_a_path(runner, tmp_path, monkeypatch, kind):
+    """`--trace lmsys:` read every parquet file under the working folder (from the venv's pyarrow
+    test data: "missing column 'conversation' (columns: carat, clarity, ...)") and `sharegpt:` said
+    "path is a directory, not a file: ."; now one line says the path is missing."""
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.Table.from_pylist([LMSYS]), tmp_path / "stray.parquet")  # what `lmsys:` picked up
+    res = runner.invoke(main, ["traces", "stats", f"{kind}:", "--no-progress"])
+    assert res.exit_code == 2, res.output
+    want = f"Error: --trace {kind}: names no file after the ':': --trace {kind}:PATH (--trace {kind} alone: "
+    assert res.output.startswith(want)
+    out = tmp_path / "out"
+    res = runner.invoke(main, ["sweep", "--out", str(out), "--trace", f"synthetic:chat,{kind}:", "--no-progress"])
+    assert res.exit_code == 2 and "names no file after the ':'" in res.output and not out.exists()
