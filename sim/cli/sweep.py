@@ -38,7 +38,16 @@ from sim.cli.outdir import (
 )
 from sim.cli.report import SORT_HELP, sort_key
 from sim.cli.traces import say_short_session_range
-from sim.cli.run import counted, explicit_settings, fits_trace_blocks, refuse_unread_knobs, refuse_unusable_blocks
+from sim.cli.help import SectionedCommand
+from sim.cli.run import (
+    RUN_SECTIONS,
+    counted,
+    explicit_settings,
+    fits_trace_blocks,
+    refuse_unread_knobs,
+    refuse_unusable_blocks,
+    run_section,
+)
 from sim.config import SimConfig, format_size
 from sim.cost import default_timing, model_for, read_timing_file, timing_note
 from sim.engine.simulation import off_grid_message
@@ -334,6 +343,24 @@ def say_short_session_ranges(tasks) -> None:
         say_short_session_range(trace)
 
 
+#: the sections of `marconi sweep --help`: run's knob sections, then the sweep's own options
+SWEEP_SECTIONS = (*RUN_SECTIONS[:5], "Results and execution")
+
+
+def sweep_section(run_cmd: click.Command):
+    """The `--help` section of a sweep option: the section of the `run` option it lists values of,
+    and for the sweep's own options (and run's output ones, --out, --progress) the last one."""
+    by_name = {p.name: p for p in run_cmd.params}
+
+    def section(param: click.Parameter) -> str:
+        knob = by_name.get(param.name)
+        if knob is None or run_section(knob) == RUN_SECTIONS[5]:
+            return SWEEP_SECTIONS[5]
+        return run_section(knob)
+
+    return section
+
+
 def register(main: click.Group) -> None:
     spec = SweepSpec(main.commands["run"])  # registered after `run`: its knobs are derived from it
 
@@ -516,11 +543,13 @@ def register(main: click.Group) -> None:
         ),
     ]
     main.add_command(
-        click.Command(
+        SectionedCommand(
             "sweep",
             callback=sweep,
             params=params,
             help=sweep.__doc__,
             short_help="Run a grid of configurations (lists and ranges for every knob).",
+            section_of=sweep_section(main.commands["run"]),
+            section_order=SWEEP_SECTIONS,
         )
     )
