@@ -310,7 +310,7 @@ class TimingSettings:
         "Timing file written by `marconi replay --calibrate FILE` (the hardware model fitted to a replay "
         "with the project's kernels) [default: the committed calibration of the GPU priced, "
         "sim/data/h200-timing.json without --gpu (see --gpu); the paper's A100 fit for marconi-7b and "
-        "llama-7b on the A100 or without --gpu].",
+        "llama-7b on the paper's GPU (--gpu a100-40gb) or without --gpu].",
         flag="--timing",
     )
     gpu: str | None = setting(
