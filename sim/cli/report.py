@@ -90,7 +90,8 @@ def register(main: click.Group) -> None:
         "--columns",
         default="default",
         show_default=True,
-        help="Metric columns: default, all, or a comma list of summary keys (as `marconi run --columns`).",
+        help="Metric columns: default, all, misses (missed tokens by cause), or a comma list of summary keys "
+        "(as `marconi run --columns`).",
     )
     @click.option("--limit", type=click.IntRange(min=1), default=None, help="Print at most this many rows.")
     def report_cmd(results, fmt, sort, where, columns, limit):

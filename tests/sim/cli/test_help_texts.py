@@ -93,3 +93,10 @@ def test_the_same_option_reads_the_same_in_run_sweep_and_advise():
     assert _help_of("advise", "--sessions-per-second") == rate
     assert _help_of("sweep", "--sessions-per-second").startswith(rate)  # sweep adds its Values: line
     assert _help_of("advise", "--ray-address") == _help_of("sweep", "--ray-address")
+
+
+def test_report_columns_help_names_the_sets_run_names():
+    """`report --columns misses` works as `run --columns misses` does; report's help left it out."""
+    for command in ("run", "report"):
+        text = _help_of(command, "--columns")
+        assert all(word in text for word in ("default", "all", "misses")), (command, text)
