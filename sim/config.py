@@ -245,7 +245,8 @@ class EngineSettings:
 
     mode: str = setting(
         "des",
-        "des: discrete-event with servers and pinning; sequential: the artifact's replay.",
+        "des: discrete-event (arrivals, queueing, --scheduler, paths pinned while in use); sequential: the "
+        "artifact's replay, one request after another.",
         choices=("des", "sequential"),
     )
     # corrected | paper (the artifact as published: its replay semantics, logical clock and two
