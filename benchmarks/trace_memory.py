@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,7 +56,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args.trace, args.sessions, args.min_rounds)))
         return
-    cache = tempfile.mkdtemp(prefix="marconi-trace-memory-")
+    cache = tempfile.mkdtemp(prefix="marconi-trace-memory-")  # the trace cache of these two runs only
     env = dict(os.environ, MARCONI_CACHE_DIR=cache)
     cmd = [
         sys.executable,
@@ -68,13 +69,16 @@ def main() -> None:
         "--min-rounds",
         str(args.min_rounds),
     ]
-    for label in ("cold build", "cached load"):
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-        m = json.loads(out.strip().splitlines()[-1])
-        print(
-            f"{label:<12} {m['requests']:,} requests, {m['dtype']} buffers {m['buffers_mb']:.1f} MB, "
-            f"peak RSS {m['peak_rss_mb']:.0f} MB (interpreter {m['rss_before_mb']:.0f} MB), {m['seconds']:.1f} s"
-        )
+    try:
+        for label in ("cold build", "cached load"):
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+            m = json.loads(out.strip().splitlines()[-1])
+            print(
+                f"{label:<12} {m['requests']:,} requests, {m['dtype']} buffers {m['buffers_mb']:.1f} MB, "
+                f"peak RSS {m['peak_rss_mb']:.0f} MB (interpreter {m['rss_before_mb']:.0f} MB), {m['seconds']:.1f} s"
+            )
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 if __name__ == "__main__":
