@@ -367,7 +367,7 @@ def replay_options(fn):
     return with_options(
         fn,
         [
-            option(knob("policy"), help="One policy."),
+            option(knob("policy"), help="One policy (`marconi policies` lists them; vllm+, sglang+, marconi, ...)."),
             option(knob("capacity_bytes"), lead=True),
             option(
                 knob("alpha"),
