@@ -55,6 +55,8 @@ class JsonlReader:
         lines = f"a {self.what} trace is JSON Lines (one JSON object a line)"
         if text.startswith("["):
             return f"; the file is a JSON array: {lines}"
+        if text == "{":  # `json.dump(row, f, indent=2)`: an object spread over lines
+            return f"; the file is pretty-printed JSON (an object over several lines): {lines}, e.g. `jq -c . FILE`"
         if not text.startswith("{") and ("," in text or "\t" in text):
             return f"; the file looks like CSV: {lines}"
         return ""

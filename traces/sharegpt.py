@@ -192,6 +192,11 @@ class JsonRecordReader:
                     msg = f"{exc.msg} (column {exc.colno + len(text) - len(text.lstrip())})"
                 else:
                     msg = _first_line(exc)
+                if self.records == 0 and s == "{":  # `json.dump(conv, f, indent=2)`: an object over lines
+                    msg += (
+                        "; the file is pretty-printed JSON (an object over several lines): a ShareGPT file is "
+                        "a JSON array of conversations, or JSON Lines (one a line)"
+                    )
                 if last:  # no newline after it: a download or a `head -c` that stopped inside the record
                     msg += (
                         "; the file's last line, with no newline after it: the file is cut short? "
@@ -281,6 +286,12 @@ def _messages(rec: object, reader: JsonRecordReader, line: int) -> list[tuple[st
         problem = "record is not a JSON object"
     elif key is None:
         problem = "missing field 'conversations' (or 'messages')"
+        inner = [k for k, v in rec.items() if isinstance(v, list) and v and isinstance(v[0], dict)]
+        if len(inner) == 1 and any(k in rec[inner[0]][0] for k in LIST_KEYS):  # {"data": [records]}
+            problem += (
+                f"; its {inner[0]!r} holds {len(rec[inner[0]]):,} conversation records: a ShareGPT file is "
+                "that list itself (a JSON array), or JSON Lines"
+            )
     elif not isinstance(rec[key], list):
         problem = f"field {key!r} is not a list"
     else:

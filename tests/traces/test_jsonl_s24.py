@@ -48,3 +48,39 @@ def test_sharegpt_jsonl_last_record_cut_short(tmp_path):
     with pytest.raises(TraceError) as err:
         load_trace(f"sharegpt:{g}", TraceOptions(**opts))
     assert str(err.value) == f"{g}:2: bad JSON: Expecting property name enclosed in double quotes (column 4)"
+
+
+def test_pretty_printed_rows_say_what_the_file_is(tmp_path):
+    """`json.dump(row, f, indent=2)` per row: line 1 is a lone '{', and the error said only
+    "Expecting property name enclosed in double quotes"; now it says the file is pretty-printed
+    JSON and that a trace is JSON Lines."""
+    f = tmp_path / "m.json"
+    f.write_text("".join(json.dumps(r, indent=2) + "\n" for r in ROWS))
+    with pytest.raises(TraceError) as err:
+        load_trace(f"mooncake:{f}", TraceOptions())
+    assert str(err.value) == (
+        f"{f}:1: bad JSON: Expecting property name enclosed in double quotes (column 2); the file is pretty-printed "
+        "JSON (an object over several lines): a mooncake trace is JSON Lines (one JSON object a line), e.g. `jq -c . FILE`"
+    )
+    rec = {"id": "a", "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}
+    g = tmp_path / "s.json"
+    g.write_text(json.dumps(rec, indent=2))
+    opts = TraceOptions(cache_dir=str(tmp_path / "cache"), min_rounds=1, sessions=0, num_proc=1)
+    with pytest.raises(
+        TraceError, match=r"s\.json:1: bad JSON: .*; the file is pretty-printed JSON .*: a ShareGPT file"
+    ):
+        load_trace(f"sharegpt:{g}", opts)
+
+
+def test_sharegpt_records_wrapped_in_an_object(tmp_path):
+    """{"data": [records]}: 'missing field 'conversations'' said nothing of the list inside."""
+    rec = {"id": "a", "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}
+    g = tmp_path / "wrapped.json"
+    g.write_text(json.dumps({"version": 2, "data": [rec, rec]}))
+    opts = TraceOptions(cache_dir=str(tmp_path / "cache"), min_rounds=1, sessions=0, num_proc=1)
+    with pytest.raises(TraceError) as err:
+        load_trace(f"sharegpt:{g}", opts)
+    assert str(err.value) == (
+        f"{g}:1: missing field 'conversations' (or 'messages'); its 'data' holds 2 conversation records: a ShareGPT "
+        "file is that list itself (a JSON array), or JSON Lines"
+    )
