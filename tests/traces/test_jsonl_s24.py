@@ -84,3 +84,26 @@ def test_sharegpt_records_wrapped_in_an_object(tmp_path):
         f"{g}:1: missing field 'conversations' (or 'messages'); its 'data' holds 2 conversation records: a ShareGPT "
         "file is that list itself (a JSON array), or JSON Lines"
     )
+
+
+def test_a_large_gzip_trace_shows_its_reading_bar(tmp_path, monkeypatch, capsys):
+    """The reading bar came for files of PROGRESS_BYTES or more on disk, so a .gz holding 4 times
+    that (10^6 Mooncake rows, 100 MB of text in a 26 MB .gz: 15 s) was read with nothing on the
+    screen; a gzip file now counts about GZIP_RATIO times its size."""
+    import gzip
+
+    import traces.jsonl as jsonl
+
+    rows = [{"timestamp": i, "input_length": 600, "output_length": 5, "hash_ids": [i, i + 1]} for i in range(200)]
+    text = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    f = tmp_path / "m.jsonl.gz"
+    f.write_bytes(gzip.compress(text))
+    size = f.stat().st_size
+    assert size * jsonl.GZIP_RATIO < len(text)  # this file compresses better than the ratio assumed
+    monkeypatch.setattr(jsonl, "PROGRESS_BYTES", size * 2)  # the .gz under it, its text over it
+    trace = load_trace(f"mooncake:{f}", TraceOptions(progress=True))
+    assert len(trace.requests) == 200
+    assert "reading m.jsonl.gz" in capsys.readouterr().err
+    monkeypatch.setattr(jsonl, "PROGRESS_BYTES", size * jsonl.GZIP_RATIO + 1)  # under the threshold: no bar
+    load_trace(f"mooncake:{f}", TraceOptions(progress=True))
+    assert "reading" not in capsys.readouterr().err
