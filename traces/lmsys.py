@@ -149,6 +149,8 @@ def non_ascii_fraction(texts: list[str]) -> float:
 def _messages(rec: dict) -> list[tuple[str, str]]:
     conv = rec.get("conversation")
     if not isinstance(conv, list):
+        if "conversation" not in rec and isinstance(rec.get("conversations"), list):
+            raise ValueError("no 'conversation', but ShareGPT's 'conversations': --trace sharegpt:PATH reads it")
         raise ValueError("'conversation' is not a list of messages")
     out = []
     for k, m in enumerate(conv):

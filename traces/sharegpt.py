@@ -286,6 +286,8 @@ def _messages(rec: object, reader: JsonRecordReader, line: int) -> list[tuple[st
         problem = "record is not a JSON object"
     elif key is None:
         problem = "missing field 'conversations' (or 'messages')"
+        if isinstance(rec.get("conversation"), list):  # an LMSys-Chat-1M row
+            problem += "; its 'conversation' is LMSys-Chat-1M's: --trace lmsys:PATH reads it"
         inner = [k for k, v in rec.items() if isinstance(v, list) and v and isinstance(v[0], dict)]
         if len(inner) == 1 and any(k in rec[inner[0]][0] for k in LIST_KEYS):  # {"data": [records]}
             problem += (

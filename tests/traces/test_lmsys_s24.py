@@ -82,3 +82,22 @@ def test_folder_without_rows_names_both_kinds(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(TraceError, match=r"no \.parquet \(or \.json / \.jsonl\) files under"):
         load_trace(f"lmsys:{tmp_path}", _opts(tmp_path))
+
+
+def test_sharegpt_and_lmsys_files_swapped_name_the_other_spec(tmp_path):
+    rows = _rows(1)
+    lm = tmp_path / "lm.jsonl"
+    lm.write_text(json.dumps(rows[0]) + "\n")
+    with pytest.raises(TraceError) as err:
+        load_trace(f"sharegpt:{lm}", _opts(tmp_path))
+    assert str(err.value) == (
+        f"{lm}:1: missing field 'conversations' (or 'messages'); its 'conversation' is LMSys-Chat-1M's: "
+        "--trace lmsys:PATH reads it"
+    )
+    sg = tmp_path / "sg.jsonl"
+    sg.write_text(json.dumps({"id": "a", "conversations": [{"from": "human", "value": "hi"}]}) + "\n")
+    with pytest.raises(TraceError) as err:
+        load_trace(f"lmsys:{sg}", _opts(tmp_path))
+    assert (
+        str(err.value) == f"{sg}:1: no 'conversation', but ShareGPT's 'conversations': --trace sharegpt:PATH reads it"
+    )
