@@ -49,6 +49,10 @@ def parse_spec(arg: str) -> tuple[str, dict]:
         key = key.strip().replace("-", "_")
         if not eq or key not in allowed:
             raise TraceError(f"synthetic:{kind}: bad parameter {item!r} (valid: {', '.join(sorted(allowed))})")
+        if key in out:  # 'turns=3,turns=4' ran with 4, the 3 dropped without a word
+            raise TraceError(
+                f"synthetic:{kind}: {key} is given twice ({item!r} after {key}={out[key]:g}): give it once"
+            )
         try:
             num = float(val)
         except ValueError:
