@@ -21,6 +21,7 @@ Timing comes in one of two shapes:
 from __future__ import annotations
 
 import os
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -195,15 +196,40 @@ def open_binary(path: Path):
     """A binary stream of a trace file's content: a gzip file (told by its first bytes, not its
     name) decompressed; another compression is one TraceError saying to decompress it first."""
     kind = compression(path)
-    if kind == "gzip":
-        import gzip  # noqa: PLC0415 - only for a gzip file
-
-        return gzip.open(path, "rb")
-    if kind is not None:
+    if kind is not None and kind != "gzip":
         raise TraceError(
             f"cannot read {path}: it is {kind}-compressed; decompress it first (a gzip file is read as it is)"
         )
-    return open(path, "rb")
+    if kind == "gzip":
+        import gzip  # noqa: PLC0415 - only for a gzip file
+
+        f = gzip.open(path, "rb")
+    else:
+        f = open(path, "rb")
+    try:
+        head = f.peek(4)[:4]
+    except (OSError, EOFError, zlib.error):  # a corrupt .gz: said by the reader, where it reads
+        head = b""
+    wide = _wide_text(head)
+    if wide:
+        f.close()
+        windows = " (what Windows PowerShell's '>' writes)" if wide.startswith("UTF-16") else ""
+        raise TraceError(
+            f"cannot read {path}: it is {wide} text{windows}; convert it to UTF-8, e.g. iconv -f {wide.lower()} -t utf-8"
+        )
+    return f
+
+
+def _wide_text(head: bytes) -> str | None:
+    """'UTF-16' / 'UTF-32' when the first bytes are a byte-order mark of either, 'UTF-16LE' for JSON's
+    first character followed by NUL bytes (UTF-16 without a mark); None for UTF-8 and anything else."""
+    if head.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        return "UTF-32"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "UTF-16"
+    if len(head) >= 4 and head[:1] in (b"{", b"[") and head[1:2] == b"\x00" and head[3:4] == b"\x00":
+        return "UTF-16LE"
+    return None
 
 
 # --------------------------------------------------------------------------------------------
