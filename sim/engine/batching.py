@@ -90,6 +90,10 @@ class Seq:
     #: block boundary -> end of the step that computed the token there (``kv_unit`` engines: the
     #: state block before it is freed at the next step)
     free_at: dict[int, float] = field(default_factory=dict)
+    #: ``free_at`` indexed by time: time -> boundaries set to it (an entry set again since stays
+    #: in its old list; ``due``, which finds the boundaries due at a step's end without a scan
+    #: over all of ``free_at``, skips it)
+    free_by_time: dict[float, list[int]] = field(default_factory=dict)
     inserted: bool = False  # the prompt's insert of this prefill is done
     prompt_in: bool = False  # ... and put the prompt's states into the cache
     published: int = 0  # prompt tokens whose KV a chunk's insert handed to the cache (publishes_chunks)
@@ -123,6 +127,20 @@ class Seq:
         if self.decoded < self.n_out:
             self.decoded += 1
 
+    def set_free_at(self, p: int, t: float) -> None:
+        """The state block before boundary ``p`` is freed at ``t`` (``free_at``, with its index)."""
+        self.free_at[p] = t
+        self.free_by_time.setdefault(t, []).append(p)
+
+    def due(self, now: float) -> list[int]:
+        """The boundaries whose ``free_at`` is ``now`` (the list of ``free_by_time`` for ``now``
+        is taken off the index: the caller sets them to another time or leaves them past)."""
+        ps = self.free_by_time.pop(now, None)
+        if not ps:
+            return []
+        free_at = self.free_at
+        return [p for p in dict.fromkeys(ps) if free_at.get(p) == now]
+
     def decoded_run(self, k: int) -> None:
         """``k`` decode steps ran (one token each)."""
         self.pos += k
@@ -137,6 +155,7 @@ class Seq:
         self.target = max(self.n_in + self.decoded, 1)
         self.step_ends = []
         self.free_at = {}
+        self.free_by_time = {}
         self.inserted = False
         self.prompt_in = False
         self.published = 0
@@ -801,13 +820,13 @@ class ContinuousEngine:
         if u != 1:  # when the state block at each boundary passed is freed (``_age_states``)
             for s, a, b in batch.prefills:
                 for p in range(-(-a // u) * u, b, u):
-                    s.free_at[p] = now
+                    s.set_free_at(p, now)
             ends = self._ends if k > 1 else None  # a varying run's step ends (``_run_length``)
             for s in batch.decodes:
                 first = -(-s.pos // u) * u
                 for p in range(first, s.pos + k, u):
                     j = p - s.pos + 1  # the run's step that computes token p
-                    s.free_at[p] = t0 + (ends[j - 1] if ends is not None else j * dt) if k > 1 else now
+                    s.set_free_at(p, t0 + (ends[j - 1] if ends is not None else j * dt) if k > 1 else now)
         hits = {
             id(s): s.f.match.hit_node for s, _, _ in batch.prefills if u != 1 and not s.step_ends and s.f.hit_tokens
         }
@@ -853,11 +872,12 @@ class ContinuousEngine:
         stamp = {}
         for s in (*finished, *self.running):
             node = hits.get(id(s))
-            due = [p for p, v in s.free_at.items() if v == now]
+            due = s.due(now)
             if not due and node is None:
                 continue
             t = stamp[id(s)] = tree.set_time(now)  # after everything before it
-            s.free_at.update(dict.fromkeys(due, t))
+            for p in due:
+                s.set_free_at(p, t)
             if node is not None and freed is not None:
                 freed(node, t)
         for s in self.running:
