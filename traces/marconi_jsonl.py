@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from traces.base import SizeBudget, Trace
+from traces.base import SizeBudget, Trace, TraceError
 from traces.jsonl import JsonlReader, RowProblem, require, require_int, require_int_list, require_length, require_time
 from traces.packing import TraceBuilder
 
@@ -68,6 +68,14 @@ def load(path: str, options) -> Trace:
         before = builder.n_symbols
         builder.add_request(sid, turn, inp, out, arrival=arrival)
         budget.add(builder.n_symbols - before, reader.where(line_no))
+    if not builder.n_requests:  # why: an empty file, or every row bad (--skip-bad-rows left none)
+        n = reader.skipped
+        why = (
+            ("its only row is" if n == 1 else f"all {n:,} of its rows are") + " bad (skipped: --skip-bad-rows)"
+            if n
+            else "the file holds no rows"
+        )
+        raise TraceError(f"trace {name} has no requests: {why}")
     builder.meta.update(
         source=name, skipped_rows=reader.skipped, t0=t0, time_scale=options.time_scale, session_ids=list(sessions)
     )

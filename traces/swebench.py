@@ -346,6 +346,8 @@ def iter_trajectories(
                         if raw.strip():
                             try:  # utf-8-sig on line 1: a byte-order mark (Windows tools write one) is no JSON
                                 text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+                                if not text.strip():  # the mark alone on line 1
+                                    continue
                                 yield f"{f}:{line_no}", json.loads(text)
                             except (ValueError, RecursionError) as exc:  # also a 5,000-digit number, deep nesting
                                 if not skip_bad_rows:
@@ -670,6 +672,21 @@ def load_packed(path: str, options) -> PackedTrace:
     finally:
         if bar is not None:
             bar.close()
+    if not any(reqs for _, reqs, _ in sessions):  # why no trajectory made a request
+        skipped = stats["skipped_rows"]
+        if read:
+            which = "its trajectory makes no" if read == 1 else f"none of the {read:,} trajectories read makes a"
+            why = (
+                f"{which} request within --max-tokens {options.max_tokens:,} (the first request is longer, "
+                "or there is no step)"
+            )
+        elif skipped:
+            why = ("its only trajectory is" if skipped == 1 else f"all {skipped:,} of its trajectories are") + (
+                " bad (skipped: --skip-bad-rows)"
+            )
+        else:
+            why = "it holds no trajectories"
+        raise TraceError(f"trace {name} has no requests: {why}")
     draws = poisson_response_times(sum(d for _, _, d in sessions), options.response_time, options.seed).tolist()
     base = 0
     kept: list[str] = []

@@ -107,3 +107,21 @@ def test_a_large_gzip_trace_shows_its_reading_bar(tmp_path, monkeypatch, capsys)
     monkeypatch.setattr(jsonl, "PROGRESS_BYTES", size * jsonl.GZIP_RATIO + 1)  # under the threshold: no bar
     load_trace(f"mooncake:{f}", TraceOptions(progress=True))
     assert "reading" not in capsys.readouterr().err
+
+
+def test_marconi_jsonl_without_requests_says_why(tmp_path):
+    """'has no requests (after filtering)': an empty file, or every row skipped, is said as the
+    hash-block traces say it."""
+    empty = tmp_path / "e.jsonl"
+    empty.write_bytes(b"\xef\xbb\xbf\n  \n")
+    with pytest.raises(TraceError) as err:
+        load_trace(f"marconi-jsonl:{empty}", TraceOptions())
+    assert str(err.value) == f"trace marconi-jsonl:{empty} has no requests: the file holds no rows"
+    bad = tmp_path / "b.jsonl"
+    bad.write_text('{"session_id": 1}\n{"session_id": 2}\n')
+    with pytest.raises(TraceError) as err:
+        load_trace(f"marconi-jsonl:{bad}", TraceOptions(skip_bad_rows=True))
+    assert (
+        str(err.value)
+        == f"trace marconi-jsonl:{bad} has no requests: all 2 of its rows are bad (skipped: --skip-bad-rows)"
+    )

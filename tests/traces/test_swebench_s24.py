@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from traces.base import TraceError
+
 from traces.registry import TraceOptions, load_trace
 
 FIXTURES = Path(__file__).parent / "swebench_fixtures"
@@ -76,3 +78,30 @@ def test_tokenizing_shows_a_progress_bar(tmp_path, monkeypatch, capsys, referenc
     err = capsys.readouterr().err
     assert f"tokenizing swebench:{folder}" in err
     assert _tokens(shown) == _tokens(quiet) == reference
+
+
+def test_no_request_says_why(tmp_path):
+    """'has no requests (after filtering)' named no filter: now the cap, the bad rows or the empty
+    file, whichever it is."""
+    folder = tmp_path / "trajs"
+    folder.mkdir()
+    for p in TRAJS:
+        (folder / p.name).write_text(p.read_text())
+    with pytest.raises(TraceError) as err:
+        load_trace(f"swebench:{folder}", TraceOptions(use_cache=False, max_tokens=10))
+    assert str(err.value) == (
+        f"trace swebench:{folder} has no requests: none of the 2 trajectories read makes a request within "
+        "--max-tokens 10 (the first request is longer, or there is no step)"
+    )
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"a": 1}\n{"b": 2}\n')
+    with pytest.raises(TraceError) as err:
+        load_trace(f"swebench:{bad}", TraceOptions(use_cache=False, skip_bad_rows=True))
+    assert str(err.value) == (
+        f"trace swebench:{bad} has no requests: all 2 of its trajectories are bad (skipped: --skip-bad-rows)"
+    )
+    mark = tmp_path / "mark.jsonl"
+    mark.write_bytes(b"\xef\xbb\xbf\n\n")  # a byte-order mark alone was 'bad JSON: Expecting value'
+    with pytest.raises(TraceError) as err:
+        load_trace(f"swebench:{mark}", TraceOptions(use_cache=False))
+    assert str(err.value) == f"trace swebench:{mark} has no requests: it holds no trajectories"
