@@ -243,13 +243,24 @@ def _json_name(q: Path) -> bool:
     return bool(suffixes) and suffixes[-1] in (".json", ".jsonl")
 
 
+#: JSON files a downloaded dataset's folder holds beside its records (``datasets``' save_to_disk)
+_NOT_RECORDS = frozenset({"dataset_info.json", "state.json", "dataset_dict.json"})
+
+
 def source_files(path: str) -> list[Path]:
     """The files ``sharegpt:PATH`` reads: the file, or a folder's ``.json`` / ``.jsonl`` files
     (``.gz`` too, searched recursively) in path order: a dataset in shards (``sg_90k_part1.json``,
     ``sg_90k_part2.json``)."""
     p = Path(path).expanduser()
     if p.is_dir():
-        files = sorted(q for q in p.rglob("*") if q.is_file() and _json_name(q))
+        files = sorted(
+            q
+            for q in p.rglob("*")
+            if q.is_file()
+            and _json_name(q)
+            and q.name not in _NOT_RECORDS
+            and not any(part.startswith(".") for part in q.relative_to(p).parts)  # .cache/, .git/
+        )
         if not files:
             raise TraceError(f"no .json or .jsonl files under {p} (a ShareGPT folder holds its JSON files)")
         return files

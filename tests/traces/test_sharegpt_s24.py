@@ -97,6 +97,9 @@ def test_folder_of_shards_reads_as_one_file(tmp_path):
     )
     (folder / "part3.jsonl").write_text(json.dumps(_openai("e")) + "\n")
     (folder / "README.md").write_text("not a shard")
+    (folder / "dataset_info.json").write_text('{"features": {}}')  # a saved dataset's metadata: not records
+    (folder / ".cache").mkdir()
+    (folder / ".cache" / "x.json").write_text("[]")
     ta = load_trace(f"sharegpt:{whole}", _opts(tmp_path))
     tb = load_trace(f"sharegpt:{folder}", _opts(tmp_path))
     # path order: more/part2.jsonl.gz, part1.json, part3.jsonl
