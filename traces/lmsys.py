@@ -44,7 +44,14 @@ def parquet_files(path: str) -> list[Path]:
     if p.is_dir():
         files = sorted(q for q in p.rglob("*.parquet") if q.is_file())
         if not files:  # the rows saved as JSON (datasets' to_json writes JSON Lines)
-            files = sorted(q for q in p.rglob("*") if q.is_file() and _json_suffix(q))
+            files = sorted(
+                q
+                for q in p.rglob("*")
+                if q.is_file()
+                and _json_suffix(q)
+                and q.name not in ("dataset_info.json", "state.json", "dataset_dict.json")  # save_to_disk's
+                and not any(part.startswith(".") for part in q.relative_to(p).parts)  # .cache/, .git/
+            )
         if files:
             return files
         raise TraceError(f"no .parquet (or .json / .jsonl) files under {p}")

@@ -59,6 +59,9 @@ def test_json_rows_read_as_parquet_rows(tmp_path, parquet_trace, form):
         f.mkdir()
         (f / "part-0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
         (f / "part-1.jsonl").write_text(json.dumps(rows[2]) + "\n")
+        (f / "dataset_info.json").write_text('{"features": {}}')  # metadata beside the rows: not read
+        (f / ".cache").mkdir()
+        (f / ".cache" / "x.jsonl").write_text("{}\n")
     trace = load_trace(f"lmsys:{f}", _opts(tmp_path))
     assert _tokens(trace) == parquet_trace
     assert trace.meta["conversation_ids"] == ["c0", "c1", "c2"]
