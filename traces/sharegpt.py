@@ -288,6 +288,18 @@ LIST_KEYS = ("conversations", "messages")
 MESSAGE_KEYS = (("from", "value"), ("role", "content"))
 
 
+def _text(value) -> str | None:
+    """A message's text: a string, or the OpenAI list of content parts (``{type: text, text}``, and
+    images, which carry no text); None for anything else."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(p, (str, dict)) for p in value):
+        parts = [p if isinstance(p, str) else p.get("text") for p in value]
+        if all(t is None or isinstance(t, str) for t in parts):
+            return "".join(t for t in parts if t)
+    return None
+
+
 def _messages(rec: object, reader: JsonRecordReader, line: int) -> list[tuple[str, str]] | None:
     """The (role, text) messages of one record; None (counted) or TraceError when malformed. The
     list is ``conversations`` (else ``messages``); a message is ``{from, value}`` or ``{role, content}``."""
@@ -316,10 +328,11 @@ def _messages(rec: object, reader: JsonRecordReader, line: int) -> list[tuple[st
             if not isinstance(m, dict) or role_key not in m or text_key not in m:
                 problem = f"message {k} lacks 'from' and 'value' (or 'role' and 'content')"
                 break
-            if not isinstance(m[text_key], str):
-                problem = f"message {k}: {text_key!r} is not a string"
+            text = _text(m[text_key])
+            if text is None:
+                problem = f"message {k}: {text_key!r} is not a string (or a list of text parts)"
                 break
-            out.append((str(m[role_key]), m[text_key]))
+            out.append((str(m[role_key]), text))
         else:
             return out
     if reader.skip_bad_rows:

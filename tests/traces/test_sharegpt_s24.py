@@ -111,3 +111,29 @@ def test_folder_of_shards_reads_as_one_file(tmp_path):
     empty.mkdir()
     with pytest.raises(TraceError, match=r"no \.json or \.jsonl files under .*empty"):
         load_trace(f"sharegpt:{empty}", _opts(tmp_path))
+
+
+def test_openai_content_parts_are_joined(tmp_path):
+    """OpenAI-style content as a list of parts ({type: text, text}; an image part has no text) is the
+    parts' text joined: the same tokens as the plain string (it stopped: "'content' is not a string")."""
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(json.dumps(_openai("a")) + "\n")
+    rec = _openai("a")
+    text = rec["messages"][2]["content"]
+    rec["messages"][2]["content"] = [
+        {"type": "text", "text": text[:5]},
+        {"type": "image_url", "image_url": {"url": "http://x/y.png"}},
+        {"type": "text", "text": text[5:]},
+    ]
+    parts = tmp_path / "parts.jsonl"
+    parts.write_text(json.dumps(rec) + "\n")
+    ta = load_trace(f"sharegpt:{plain}", _opts(tmp_path))
+    tb = load_trace(f"sharegpt:{parts}", _opts(tmp_path))
+    assert [r.input_tokens.tolist() for r in ta.requests] == [r.input_tokens.tolist() for r in tb.requests]
+    rec["messages"][2]["content"] = {"text": "a dict is no content"}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rec) + "\n")
+    with pytest.raises(
+        TraceError, match=r"bad\.jsonl:1: message 2: 'content' is not a string \(or a list of text parts\)"
+    ):
+        load_trace(f"sharegpt:{bad}", _opts(tmp_path))
