@@ -449,9 +449,10 @@ SPECS: dict[str, str] = {form: doc for src in SOURCES.values() for form, doc in 
 
 def split_spec(spec: str) -> tuple[str, str | None]:
     """(kind, arg) of a trace spec: ``"mooncake:x.jsonl"`` -> ``("mooncake", "x.jsonl")``; the
-    kind is case-insensitive, arg is None when the spec has no ``:``."""
+    kind is case-insensitive, arg is None when the spec has no ``:``; spaces around either are
+    dropped (``"mooncake: trace.jsonl"`` was 'file not found:  trace.jsonl')."""
     kind, sep, arg = spec.partition(":")
-    return kind.strip().lower(), (arg if sep else None)
+    return kind.strip().lower(), (arg.strip() if sep else None)
 
 
 def trace_source(spec: str) -> TraceSource | None:

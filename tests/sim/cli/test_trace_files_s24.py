@@ -117,3 +117,17 @@ def test_kind_and_colon_without_a_path(runner, tmp_path, monkeypatch, kind):
     out = tmp_path / "out"
     res = runner.invoke(main, ["sweep", "--out", str(out), "--trace", f"synthetic:chat,{kind}:", "--no-progress"])
     assert res.exit_code == 2 and "names no file after the ':'" in res.output and not out.exists()
+
+
+def test_spaces_around_the_path_are_dropped(runner, tmp_path):
+    """`--trace "mooncake: trace.jsonl"` (a space after the colon, or a newline pasted after the
+    path) was 'mooncake file not found:  trace.jsonl'."""
+    from traces.registry import split_spec
+
+    assert split_spec(" Mooncake : x.jsonl \n") == ("mooncake", "x.jsonl")
+    assert split_spec("sharegpt") == ("sharegpt", None)
+    p = _jsonl(tmp_path / "m.jsonl", [MOONCAKE])
+    for spec in (f"mooncake: {p}", f"mooncake:{p} ", "mooncake: sample"):
+        res = runner.invoke(main, ["traces", "stats", spec, "--format", "json", "--no-progress"])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.stdout)["requests"] == (300 if spec.endswith("sample") else 1)
