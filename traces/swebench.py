@@ -699,6 +699,7 @@ def load_packed(path: str, options) -> PackedTrace:
         base += n_draws
     builder.meta.update(
         source=name,
+        sessions_requested=options.sessions,
         construction=construction,
         trajectories=kept,
         dropped_sessions=dropped,

@@ -89,10 +89,9 @@ def say_fewer_sessions(trace) -> None:
         return
     rounds = meta.get("min_rounds")
     which = f" of at least {rounds} rounds (--min-rounds {rounds})" if rounds else ""
-    click.echo(
-        f"note: --sessions {asked:,}: {trace.name} has only {have:,} conversation{'' if have == 1 else 's'}{which}",
-        err=True,
-    )
+    noun = "trajector" if "construction" in meta else "conversation"  # swebench: trajectories
+    plural = ("y" if have == 1 else "ies") if noun == "trajector" else ("" if have == 1 else "s")
+    click.echo(f"note: --sessions {asked:,}: {trace.name} has only {have:,} {noun}{plural}{which}", err=True)
 
 
 def say_short_session_range(trace) -> None:

@@ -131,3 +131,20 @@ def test_spaces_around_the_path_are_dropped(runner, tmp_path):
         res = runner.invoke(main, ["traces", "stats", spec, "--format", "json", "--no-progress"])
         assert res.exit_code == 0, res.output
         assert json.loads(res.stdout)["requests"] == (300 if spec.endswith("sample") else 1)
+
+
+def test_swebench_with_fewer_trajectories_than_sessions_asked(runner, tmp_path):
+    """`--sessions 10` of a folder of 2 trajectories ran 2 without a word (chat traces say it)."""
+    from pathlib import Path
+
+    fixtures = Path(__file__).resolve().parents[2] / "traces" / "swebench_fixtures"
+    folder = tmp_path / "trajs"
+    folder.mkdir()
+    for p in sorted(fixtures.glob("*.traj")):
+        (folder / p.name).write_text(p.read_text())
+    env = {"MARCONI_CACHE_DIR": str(tmp_path / "cache")}
+    res = runner.invoke(main, ["traces", "stats", f"swebench:{folder}", "--sessions", "10", "--no-progress"], env=env)
+    assert res.exit_code == 0, res.output
+    assert f"note: --sessions 10: swebench:{folder} has only 2 trajectories\n" in res.output
+    res = runner.invoke(main, ["traces", "stats", f"swebench:{folder}", "--sessions", "2", "--no-progress"], env=env)
+    assert res.exit_code == 0 and "note:" not in res.output
