@@ -149,6 +149,16 @@ class ShadowTrie:
                 return None
         return node
 
+    def path_to(self, seq: np.ndarray, depth: int) -> list[_Node]:
+        """The nodes from the root's child to the one whose edge holds position ``depth`` of
+        ``seq``, which the trie holds up to ``depth`` (a sequence inserted before, or a prefix of
+        one): ``walk(seq)``'s path cut there, found by first symbols alone ([] for depth 0)."""
+        node, path = self.root, []
+        while node.depth < depth:
+            node = node.children[int(seq[node.depth])]
+            path.append(node)
+        return path
+
     def mark(self, seq: np.ndarray, depth: int, kind: str, t: float) -> None:
         node = self.node_at(seq, depth)
         if node is None or depth <= 0:
@@ -201,15 +211,18 @@ class MissLedger:
             seq = r.input_tokens if not len(r.output_tokens) else np.concatenate((r.input_tokens, r.output_tokens))
         else:
             seq = r.input_tokens
-        M_sym, walked = self.trie.walk(seq)
         if first:
+            M_sym, walked = self.trie.walk(seq)
             S_sym = min(M_sym, len(r.input_tokens))
+            k = 0  # the walked nodes up to the one holding the prompt's point S
+            while k < len(walked) and (k == 0 or walked[k - 1].depth < S_sym):
+                k += 1
+            path = walked[:k] if S_sym else []
         else:  # a lookup after a preemption: the trie holds the request itself now; keep the first answer
             S_sym, ends = self._first[i]
-        k = 0  # the walked nodes up to the one holding the prompt's point S
-        while k < len(walked) and (k == 0 or walked[k - 1].depth < S_sym):
-            k += 1
-        path = walked[:k] if S_sym else []
+            # the nodes down to S, followed by their first symbol: no compare along the prompt again
+            # (a waiting request is looked up again at every pass of the engine presets)
+            path = self.trie.path_to(seq, S_sym)
         if first:  # every earlier sequence through S ends there: its last token was never stored
             ends = bool(path) and path[-1].max_end <= S_sym
             self._first[i] = (S_sym, ends)
