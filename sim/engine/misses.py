@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from traces.base import joined
+
 CAUSES = (
     "never_shared",
     "no_checkpoint",
@@ -208,7 +210,7 @@ class MissLedger:
         B = self.B
         first = i not in self._seen
         if first:  # walk the whole sequence once: the prompt is its prefix, the walk places the insert
-            seq = r.input_tokens if not len(r.output_tokens) else np.concatenate((r.input_tokens, r.output_tokens))
+            seq = joined(r.input_tokens, r.output_tokens)  # a view of the trace's buffer where they meet in it
         else:
             seq = r.input_tokens
         if first:
