@@ -132,6 +132,13 @@ def joined(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         and a.ctypes.data + a.nbytes == b.ctypes.data
     ):
         # both lie in ``owner``'s memory and meet: the span from a's start to b's end is in it too
+        if owner.ndim == 1 and owner.dtype == a.dtype and owner.flags.c_contiguous:
+            # a slice of the owner: no per-call wrapper object as ``as_strided`` leaves (~0.7 KB a
+            # request kept by the miss ledger, more than a copy of a short hash-block row)
+            start = (a.ctypes.data - owner.ctypes.data) // a.itemsize
+            view = owner[start : start + len(a) + len(b)]
+            view.flags.writeable = False
+            return view
         view = np.lib.stride_tricks.as_strided(a, shape=(len(a) + len(b),), strides=(a.itemsize,), writeable=False)
         return view
     return np.concatenate((a, b))
