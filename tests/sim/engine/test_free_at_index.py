@@ -54,3 +54,15 @@ def test_due_hand_checked():
     assert sorted(s.due(2.0)) == [32, 48]
     s.preempt()
     assert s.due(5.0) == [] and s.free_at == {}
+
+
+def test_a_preempted_request_keeps_no_index_entries():
+    """A preempted request starts over: its ``free_at`` and the index of it are both empty (an
+    index kept across the preemption would only be filtered out by ``due``, but it holds memory for
+    every boundary of the run before; mutation run, session 24: the index's reset survived)."""
+    s = _seq()
+    for p in range(8):
+        s.set_free_at(p, 1.0 + p)
+    s.preempt()
+    assert s.free_at == {} and s.free_by_time == {}
+    assert s.due(1.0) == []
