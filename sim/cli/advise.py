@@ -27,7 +27,7 @@ from sim.cli.outdir import (
     output_folder,
     refuse_other_kind,
 )
-from sim.cli.options import PROGRESS_HELP, with_fields
+from sim.cli.options import PROGRESS_HELP, format_option, with_fields
 from sim.cli.run import refuse_unread_knobs
 from sim.cli.traces import say_fewer_sessions, say_short_session_range, trace_options
 from sim.config import SimConfig, format_memory, format_size
@@ -287,14 +287,7 @@ def register(main: click.Group) -> None:
     @click.option(
         "--ray-address", default=None, help="Address of an existing Ray cluster (e.g. auto, ray://host:10001)."
     )
-    @click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(["table", "json"]),
-        default="table",
-        show_default=True,
-        help="table: the recommendation and its evidence; json: what DIR/advice.json holds.",
-    )
+    @format_option("table: the recommendation and its evidence; json: what DIR/advice.json holds.")
     @click.option("--progress/--no-progress", default=True, show_default=True, help=PROGRESS_HELP)
     @click.option(
         "--force",

@@ -7,6 +7,7 @@ import json
 
 import click
 
+from sim.cli.options import format_option
 from sim.cost import MODELS, get_model
 
 
@@ -48,14 +49,7 @@ def _layers_text(layers: dict[str, int]) -> str:
 def register(main: click.Group) -> None:
     @main.command("models")
     @click.argument("configs", nargs=-1)
-    @click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(["table", "json"]),
-        default="table",
-        show_default=True,
-        help="table: a row per model; json: every figure of each model (layers, bytes, FLOPs, parameters).",
-    )
+    @format_option("table: a row per model; json: every figure of each model (layers, bytes, FLOPs, parameters).")
     def models(configs, fmt: str) -> None:
         """List model presets: layers by type, KV bytes per token, state bytes per checkpoint.
 

@@ -15,6 +15,14 @@ from sim.config import flag_of
 PROGRESS_HELP = "A progress bar on stderr."
 
 
+def format_option(help: str, choices: tuple = ("table", "json")) -> Callable:
+    """``--format`` (into ``fmt``) of a command that prints a table by default: its ``choices``,
+    and ``help`` saying what each gives."""
+    return click.option(
+        "--format", "fmt", type=click.Choice(list(choices)), default="table", show_default=True, help=help
+    )
+
+
 def option(f, *, lead: bool = False, **override) -> Callable:
     """The click option of settings field ``f``. ``lead``: the form of `run`'s first options
     (``setting(lead=...)``: another parameter name, a default given as text). ``override``:

@@ -8,6 +8,7 @@ from dataclasses import asdict
 import click
 
 from policies.base import ALIASES, PRESETS
+from sim.cli.options import format_option
 
 
 def _rows() -> list[dict]:
@@ -37,14 +38,7 @@ def _one_line(text: str, width: int) -> str:
 
 def register(main: click.Group) -> None:
     @main.command("policies")
-    @click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(["table", "json"]),
-        default="table",
-        show_default=True,
-        help="json: every preset with its knobs (name, flag, type, default, choices or min/max).",
-    )
+    @format_option("json: every preset with its knobs (name, flag, type, default, choices or min/max).")
     def policies(fmt: str) -> None:
         """List the policy presets (--policy): engine, engine version, what each stores, one line each."""
         rows = _rows()

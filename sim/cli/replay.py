@@ -24,7 +24,7 @@ from sim.cli.outdir import (
     remove_earlier_outputs,
     written_together,
 )
-from sim.cli.options import PROGRESS_HELP, option, with_options
+from sim.cli.options import PROGRESS_HELP, format_option, option, with_options
 from sim.cli.run import parse_alpha
 from sim.cli.run import _scheduler as _scheduler_word
 from sim.cli.traces import trace_from_cli, trace_options
@@ -465,14 +465,7 @@ def register(main: click.Group) -> None:
         is_flag=True,
         help="Replace the files of --out and --calibrate when they exist (never an input of the run).",
     )
-    @click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(["table", "json"]),
-        default="table",
-        show_default=True,
-        help="table: the summary, a figure a line; json: the summary's figures (summary.json's summary).",
-    )
+    @format_option("table: the summary, a figure a line; json: the summary's figures (summary.json's summary).")
     @click.option("--progress/--no-progress", default=True, show_default=True, help=PROGRESS_HELP)
     def replay(timing_path, calibrate_path, out, force, fmt, progress, **kwargs):
         """Simulate a trace with GPU replay attached: every hit restored from a real checkpoint store,

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from sim.analysis import table
+from sim.cli.options import format_option
 from sim.errors import UsageError
 
 SORT_HELP = "Metric to sort by, best first (higher hit rates and throughput, lower latencies and counts)"
@@ -71,13 +72,9 @@ def _plain(value):
 def register(main: click.Group) -> None:
     @main.command("report")
     @click.argument("results", type=click.Path(path_type=Path))
-    @click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(["table", "csv", "json"]),
-        default="table",
-        show_default=True,
-        help="table: the rows as `marconi sweep` prints them; csv / json: config id, variant, knobs and metrics.",
+    @format_option(
+        "table: the rows as `marconi sweep` prints them; csv / json: config id, variant, knobs and metrics.",
+        choices=("table", "csv", "json"),
     )
     @click.option("--sort", "sort", default="token_hit_rate", show_default=True, help=SORT_HELP + ".")
     @click.option(

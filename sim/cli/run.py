@@ -25,7 +25,7 @@ from sim.cli.outdir import (
     remove_earlier_outputs,
 )
 from sim.cli.traces import trace_from_cli, trace_options
-from sim.cli.options import PROGRESS_HELP, with_fields
+from sim.cli.options import PROGRESS_HELP, format_option, with_fields
 from sim.config import SECTIONS, SimConfig, flag_of, format_size, parse_size, section_of
 from sim.cost import get_model, gpu_count, model_for, timing_for, timing_note
 from sim.engine.metrics import SUMMARY_KEYS, RunSummary
@@ -443,14 +443,7 @@ def register(main: click.Group) -> None:
         is_flag=True,
         help="Replace the files of --out and --events when they exist (never an input of the run).",
     )
-    @click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(["table", "json"]),
-        default="table",
-        show_default=True,
-        help="table: a row per policy, the --columns; json: every summary key, an object per policy.",
-    )
+    @format_option("table: a row per policy, the --columns; json: every summary key, an object per policy.")
     @click.option(
         "--columns",
         default="default",

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from sim.cli.options import PROGRESS_HELP
+from sim.cli.options import PROGRESS_HELP, format_option
 from sim.errors import UsageError
 from sim.trace_options import TRACE_OPTIONS, options_from_kwargs
 from traces.base import TraceError
@@ -195,14 +195,7 @@ def register(main: click.Group) -> None:
         show_default=True,
         help="Session rate defining the replay order of closed-loop traces.",
     )
-    @click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(["table", "json"]),
-        default="table",
-        show_default=True,
-        help="table: a statistic a line; json: the same statistics as one object.",
-    )
+    @format_option("table: a statistic a line; json: the same statistics as one object.")
     @click.option("--progress/--no-progress", default=True, show_default=True, help=PROGRESS_HELP)
     def stats_cmd(spec, rate, fmt, progress, **kwargs) -> None:
         """Sessions, requests, tokens and infinite-cache hit-rate upper bounds of SPEC."""
