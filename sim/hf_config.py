@@ -437,7 +437,9 @@ def read_config(path) -> dict:
     out: dict = dict(name=str(path), d_model=d, kv_dtype_bytes=act_bytes, conv_dtype_bytes=act_bytes, dtype=served)
     if fp32:
         out["dtype_note"] = "fp32 checkpoint served in bf16"
-    ssm_dtype = cfg.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_cache_dtype")
+    # the field that names the recurrent state's dtype, where one does (its name goes in an error)
+    ssm_field = next((k for k in ("mamba_ssm_dtype", "mamba_ssm_cache_dtype") if cfg.get(k)), "mamba_ssm_dtype")
+    ssm_dtype = cfg.get(ssm_field)
     mlp_blocks: list[tuple[int, int]] = []
     other = 0  # weights outside the MLP blocks (attention, linear layers)
 
@@ -493,7 +495,7 @@ def read_config(path) -> dict:
             gdn_head_k_dim=dk,
             gdn_head_v_dim=dv,
             gdn_conv_width=w,
-            state_dtype_bytes=_dtype_bytes(ssm_dtype or "float32", where, "mamba_ssm_dtype"),
+            state_dtype_bytes=_dtype_bytes(ssm_dtype or "float32", where, ssm_field),
         )
         conv_dim = 2 * hk * dk + hv * dv
         other += (layers - n_attn) * (d * (2 * hk * dk + 2 * hv * dv) + d * 2 * hv + hv * dv * d + conv_dim * w)
@@ -661,7 +663,7 @@ def read_config(path) -> dict:
             f"model config {where}: field 'num_experts_per_tok' ({top}) is more than the {n_experts} experts"
         )
     if out.get("n_mamba"):
-        out["state_dtype_bytes"] = _dtype_bytes(ssm_dtype, where, "mamba_ssm_dtype") if ssm_dtype else act_bytes
+        out["state_dtype_bytes"] = _dtype_bytes(ssm_dtype, where, ssm_field) if ssm_dtype else act_bytes
         if family == "nemotron_h" and not ssm_dtype:  # the engines' fp32 (NEMOTRON_H_STATE_NOTE)
             out["state_dtype_bytes"], out["state_note"] = 4, NEMOTRON_H_STATE_NOTE
     mlp, mlp_total = _mlp_fields(mlp_blocks)
