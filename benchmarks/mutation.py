@@ -203,6 +203,76 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["traces/hashblock.py"],
         ["tests/traces/test_hash_block_tokens.py", "tests/traces/test_hashblock.py", "tests/traces"],
     ),
+    # session 25: the text-trace loaders, the session slice, arrivals and the CLI's trace options,
+    # each with its direct tests first, then the rest of tests/traces (about 40 s in all)
+    "sharegpt": (
+        ["traces/sharegpt.py"],
+        [
+            "tests/traces/test_sharegpt.py",
+            "tests/traces/test_sharegpt_s24.py",
+            "tests/traces/test_encoding_s24.py",
+            "tests/traces/test_limits.py",
+            "tests/sim/cli/test_trace_files_s24.py",
+            "tests/traces",
+        ],
+    ),
+    "lmsys": (
+        ["traces/lmsys.py"],
+        [
+            "tests/traces/test_lmsys.py",
+            "tests/traces/test_lmsys_s24.py",
+            "tests/traces/test_encoding_s24.py",
+            "tests/sim/cli/test_trace_files_s24.py",
+            "tests/traces",
+        ],
+    ),
+    "swebench": (
+        ["traces/swebench.py"],
+        [
+            "tests/traces/test_swebench_s24.py",
+            "tests/traces/test_swebench.py",
+            "tests/traces/test_encoding_s24.py",
+            "tests/sim/cli/test_trace_files_s24.py",
+            "tests/traces",
+        ],
+    ),
+    "jsonl": (
+        ["traces/jsonl.py"],
+        [
+            "tests/traces/test_jsonl_s24.py",
+            "tests/traces/test_marconi_jsonl.py",
+            "tests/traces/test_encoding_s24.py",
+            "tests/traces/test_limits.py",
+            "tests/sim/cli/test_trace_files_s24.py",
+            "tests/traces",
+        ],
+    ),
+    "marconi_jsonl": (
+        ["traces/marconi_jsonl.py"],
+        [
+            "tests/traces/test_marconi_jsonl.py",
+            "tests/traces/test_jsonl_s24.py",
+            "tests/sim/cli/test_trace_files_s24.py",
+            "tests/traces",
+        ],
+    ),
+    "sessions": (
+        ["traces/sessions.py"],
+        [
+            "tests/traces/test_cli_traces.py",
+            "tests/sim/cli/test_bad_input_round7.py",
+            "tests/sim/experiments/test_advise_rules.py",
+        ],
+    ),
+    "arrivals": (["traces/arrivals.py"], ["tests/traces/test_arrivals.py", "tests/traces"]),
+    "trace_options": (
+        ["sim/trace_options.py"],
+        [
+            "tests/traces/test_cli_traces.py",
+            "tests/sim/cli/test_option_fuzz.py",
+            "tests/sim/cli/test_trace_files_s24.py",
+        ],
+    ),
     # issue 44's areas: the newest code, each with its rule tests first, then its direct tests
     "batching": (
         ["sim/engine/batching.py"],
