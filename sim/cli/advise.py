@@ -113,10 +113,15 @@ def refuse_no_cache_on_the_group(engine_name: str, model: str, gpu: str, tensor_
     )
 
 
-def _preset_group(model: str | None, gpu: str) -> int:
-    """The GPUs the timing prices ``model`` on with ``gpu`` and no --tensor-parallel (0: none known)."""
+def _preset_group(model: str | None, gpu: str | None) -> int:
+    """The GPUs the timing prices ``model`` on with ``gpu`` (or none) and no --tensor-parallel (0:
+    none known)."""
+    from sim.cost import get_model, gpu_count  # noqa: PLC0415
+
     try:
-        return gpu_memory_limit(model, gpu, 0)[0] if model else 1
+        if not model:
+            return 1
+        return gpu_memory_limit(model, gpu, 0)[0] if gpu else gpu_count(get_model(model))
     except UsageError:  # a config.json without a parameter count has no default group
         return 0
 
@@ -337,12 +342,16 @@ def register(main: click.Group) -> None:
 
             gpu, tp = fixed.get("gpu"), fixed.get("tensor_parallel", 0)
             count = gpu_memory_count(gpu_memory)
-            if count and gpu and not tp and count != _preset_group(model, gpu):
-                # 2x80GB is a two-GPU group (docs/advise.md): with --gpu it is that group that is
-                # priced, not the preset's count of GPUs (it was refused as more than 1x h100)
+            timed = gpu or not fixed.get("timing_file")  # a --timing file alone prices its own group
+            if count and timed and not tp and count != _preset_group(model, gpu):
+                # 2x80GB is a two-GPU group (docs/advise.md): it is that group that is priced, not
+                # the preset's count of GPUs (with --gpu it was refused as more than 1x h100;
+                # without, the recommendation named --tensor-parallel-size 2 and its TTFT was one GPU's)
                 tp = fixed["tensor_parallel"] = count
+                device = gpu or default_timing(model, None, count).device
                 click.echo(
-                    f"note: --gpu-memory {gpu_memory}: priced as a group of {count}x {gpu} (--tensor-parallel {count})",
+                    f"note: --gpu-memory {gpu_memory}: priced as a group of {count}x {device} "
+                    f"(--tensor-parallel {count})",
                     err=True,
                 )
             if count and tp and count != tp:  # 2x80GB on a group of 4: which group is priced?

@@ -33,3 +33,23 @@ def test_a_bad_state_dtype_names_the_field_the_config_gives(runner, tmp_path):
         runner.invoke(main, ["models", path]),
         f"model config {path}: field 'mamba_ssm_cache_dtype' names dtype 'int8', not one of float32, bfloat16, float16",
     )
+
+
+SMALL = ["--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress"]
+ADVISE = ["advise", "--for", "sglang", "--model", "qwen3.5-9b", *SMALL, "--trials", "1", "--workers", "1"]
+
+
+def test_advise_gpu_memory_with_a_count_and_no_gpu_prices_that_group(runner, tmp_path):
+    """`advise --gpu-memory 2x80GiB` without --gpu recommended `--tp-size 2` (the cache sized for
+    two GPUs) while its TTFT was priced on one GPU (the preset's), and its `marconi run` line had
+    no --tensor-parallel: the group it spells is priced, as with --gpu."""
+    res = runner.invoke(main, [*ADVISE, "--gpu-memory", "2x80GiB", "--out", str(tmp_path / "two")])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.strip() == "note: --gpu-memory 2x80GiB: priced as a group of 2x h200 (--tensor-parallel 2)"
+    assert "| GPU 2x h200 | --gpu-memory 160GiB" in res.stdout
+    assert "--tp-size 2" in res.stdout
+    assert "--model qwen3.5-9b --tensor-parallel 2 " in res.stdout  # the reproducing run line
+    # the preset's own count (1 for qwen3.5-9b) spelled out: no note, no group
+    res = runner.invoke(main, [*ADVISE, "--gpu-memory", "1x80GiB", "--out", str(tmp_path / "one")])
+    assert res.exit_code == 0 and res.stderr == "", res.output
+    assert "| GPU" not in res.stdout and "--tensor-parallel" not in res.stdout
