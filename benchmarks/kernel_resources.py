@@ -414,7 +414,7 @@ def _row(r: dict) -> str:
         f"{r['kernel']:>8} {r['warps']:>5} {r['stages']:>6} {r['registers']:>5} "
         f"{r['spill_stores']:>6}/{r['spill_loads']:<7} {r['shared_kb']:>8.1f} "
         f"{r['cp_async']:>8} {r['wgmma']:>6} {r['mma_sync']:>8} {n(r['sass']):>6} {n(r['stores']):>6}"
-        f" {n(r['fmul']):>6}"
+        f" {n(r['fmul']):>6} {r['converts']:>5} {r['barriers']:>4}"
     )
 
 
@@ -431,7 +431,7 @@ def ssd_specs(dtype: str):
     import triton
     import triton.language as tl
 
-    from kernels import ssd
+    from kernels import ssd, ssd_gluon
 
     H, P, N, G = (SSD_SHAPE[k] for k in "HPNG")
     f32 = dtype == "fp32"
@@ -461,6 +461,12 @@ def ssd_specs(dtype: str):
         if not suffix:
             prep = dict(H=H, HAS_BIAS=True, SOFTPLUS=True, CLAMP=False, OVL=False, NPS=nps, sdh=1)
             specs.append(("ssd-prep", ssd._ssd_prep_kernel, prep, dict(num_warps=4, num_stages=3)))  # the defaults
+        if overlaps and ssd_gluon.applies(P, N, 16, bool(cfg["PREP"])):
+            # the Gluon loop (``GLUON``, kernels.ssd_gluon): both state stores from the accumulator
+            gconsts = dict(H=H, GROUP=H // G, P=P, N=N, STORE_B=True, OVL=ovl, SIG=cfg["SIG"])
+            specs.append(
+                ("ssd-state-gluon", ssd_gluon._gluon_ssd_state_kernel, gconsts, dict(num_warps=4, num_stages=1))
+            )
         out = ssd._config("out", f32)
         oconsts = dict(
             base, BP=out["BP"], HAS_D=True, D_PER_P=False, DOT=dot, PREC=prec, OVL=ovl, NPS=nps,
@@ -540,6 +546,7 @@ def main(argv=None) -> int:
     print(
         f"{'kernel':>8} {'warps':>5} {'stages':>6} {'regs':>5} {'spill st/ld B':>14} "
         f"{'smem KB':>8} {'cp.async':>8} {'wgmma':>6} {'mma.sync':>8} {'sass':>6} {'stores':>6} {'fmul':>6}"
+        f" {'conv':>5} {'bar':>4}"
     )
     bad = []
     if args.conv:
@@ -562,6 +569,8 @@ def main(argv=None) -> int:
             bad.append(f"the Gluon solve runs {r['fmul']} fp32 multiplies (the triangle is {GSOLVE_TRIANGLE}): {name}")
         if consts.get("DISCARD") and not r["discards"]:
             bad.append(f"the output drops no L2 line: {name}")
+        if name == "ssd-state-gluon" and r["converts"]:
+            bad.append(f"the Gluon SSD loop converts {r['converts']} layouts (it stores from the accumulator)")
         if consts.get("TMA_B") and not r["tma_stores"]:
             bad.append(f"the boundary states go out by no bulk tensor copy: {name}")
         hs = r["handshake"]

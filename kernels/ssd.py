@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 
 import torch
 import triton
@@ -48,6 +49,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from kernels import ssd_gluon
 from kernels._common import INTERPRET
 from kernels.chunk_tiles import _after_cta_barrier, _await_chunk, _discard_lines, _last_waits_for_the_loop, _softplus
 from kernels.ssd_args import ssd_call
@@ -88,8 +90,8 @@ TMA_NEVER, TMA_ALWAYS, TMA_SPARSE = 0, 1, 2  # ``TMA_B``'s values
 TMA_SPARSE_CHUNKS = 4
 SSD_CONFIGS = {
     "state": {
-        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1, TMA_B=0),
-        "half-ovl": dict(BP=64, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=1, SIG=4, TMA_B=TMA_SPARSE),
+        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1, TMA_B=0, GLUON=0),
+        "half-ovl": dict(BP=64, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=1, SIG=4, TMA_B=TMA_SPARSE, GLUON=0),
         "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1, TMA_B=0),
     },
     "out": {
@@ -415,6 +417,41 @@ def _capability(index) -> tuple:
     return torch.cuda.get_device_capability(index)
 
 
+#: exceptions of Gluon SSD loops that failed to compile in this process (then the Triton loop runs)
+_GLUON_FAILED: list = []
+
+
+def _gluon_fits(dev: torch.device, x2: torch.Tensor, B2: torch.Tensor, P: int, N: int) -> bool:
+    """Whether the Gluon state loop (``kernels.ssd_gluon``) can take this call: a Hopper GPU
+    (compute capability 9.0: wgmma), Gluon present and its shape family, no failed compile in this
+    process, and x / B rows whose 16-byte pieces are aligned (its ``cp.async`` copies 16 bytes a
+    thread)."""
+    if INTERPRET or dev.type != "cuda" or _GLUON_FAILED or _capability(dev.index)[0] != 9:
+        return False
+    if not ssd_gluon.applies(P, N, x2.element_size() * 8, True):
+        return False
+    return all(t.data_ptr() % 16 == 0 and t.stride(0) % 8 == 0 and t.stride(1) % 8 == 0 for t in (x2, B2))
+
+
+def _gluon_loop(x2, B2, gam, dtc, hs, h0, ht, hb, meta, has_h0: int, prog, **consts) -> bool:
+    """Launch the Gluon state loop (one program a sequence and head); False where it did not
+    compile (a warning, and the Triton loop runs from then on)."""
+    try:
+        ssd_gluon._gluon_ssd_state_kernel[(meta.num_seqs, consts["H"])](
+            x2, B2, gam, dtc, hs, h0, ht, hb, meta.seq_info, meta.chunk_info, meta.store_slot,
+            x2.stride(0), x2.stride(1), B2.stride(0), B2.stride(1), has_h0, prog,
+            **consts, num_warps=ssd_gluon.GLUON_WARPS,
+        )  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - any compile error of the Gluon loop: fall back
+        first = (str(exc).strip().splitlines() or [""])[-1]
+        warnings.warn(
+            f"the Gluon SSD loop did not compile ({type(exc).__name__}: {first}); using the Triton loop", stacklevel=3
+        )
+        _GLUON_FAILED.append(exc)
+        return False
+    return True
+
+
 def _discarded_lines(dev: torch.device, npo: int, nbytes: int) -> int:
     """``DISCARD``'s 128-byte lines a chunk-start copy of ``nbytes`` drops after its read, 0 where
     it does not apply: the interpreter, a device without ``discard.global.L2`` (CUDA compute
@@ -529,6 +566,7 @@ def chunk_ssd(x, dt, A, B, C, **options):
     ovl = bool(cfg.pop("OVL")) and prep and overlaps
     sig = max(1, cfg.pop("SIG"))
     tma_b = _bulk_boundaries(cfg.pop("TMA_B"), meta.num_boundaries, NT)
+    glu = bool(cfg.pop("GLUON")) and ovl and BP == P and _gluon_fits(dev, x2, B2, P, N)
     nps = triton.cdiv(P, BP)
     store = store_b and meta.num_boundaries > 0
     # scratch of the output kernel: each chunk's gamma and dt, its start state in the input dtype
@@ -544,16 +582,22 @@ def chunk_ssd(x, dt, A, B, C, **options):
             dt2, bias, A32, gam, dtc, meta.chunk_info, meta.seq_info, prog, dt2.stride(0), dt2.stride(1), lo, hi,
             H=H, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp, OVL=ovl, NPS=nps,
         )  # fmt: skip
+    if glu:
+        glu = _gluon_loop(
+            x2, B2, gam, dtc, hs, h0, ht, hb if store else ht, meta, int(initial_state is not None), prog,
+            H=H, GROUP=H // G, P=P, N=N, STORE_B=store, OVL=ovl, SIG=sig,
+        )  # fmt: skip
     hb_desc = _boundary_descriptor(hb, BP, BN, P, N) if tma_b and store and (INTERPRET or overlaps) else None
-    _ssd_state_kernel[(S, H, nps)](
-        x2, dt2, bias, A32, B2, C2, Dv, y, gam, dtc, hs, h0, ht, hb if store else ht, hb_desc, meta.seq_info,
-        meta.chunk_info,
-        meta.store_slot, x2.stride(0), x2.stride(1), dt2.stride(0), dt2.stride(1), B2.stride(0), B2.stride(1),
-        C2.stride(0), C2.stride(1), lo, hi, int(initial_state is not None),
-        H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
-        CLAMP=clamp, STORE_B=store, DOT=dot, PREC=prec, WHILE_LOOP=INTERPRET, FUSE=fuse, HAS_D=has_d,
-        D_PER_P=d_per_p, PREP=prep, prog=prog, OVL=ovl, SIG=sig, NPS=nps, TMA_B=hb_desc is not None, **cfg,
-    )  # fmt: skip
+    if not glu:
+        _ssd_state_kernel[(S, H, nps)](
+            x2, dt2, bias, A32, B2, C2, Dv, y, gam, dtc, hs, h0, ht, hb if store else ht, hb_desc, meta.seq_info,
+            meta.chunk_info,
+            meta.store_slot, x2.stride(0), x2.stride(1), dt2.stride(0), dt2.stride(1), B2.stride(0), B2.stride(1),
+            C2.stride(0), C2.stride(1), lo, hi, int(initial_state is not None),
+            H=H, GROUP=H // G, P=P, N=N, BP=BP, BN=BN, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
+            CLAMP=clamp, STORE_B=store, DOT=dot, PREC=prec, WHILE_LOOP=INTERPRET, FUSE=fuse, HAS_D=has_d,
+            D_PER_P=d_per_p, PREP=prep, prog=prog, OVL=ovl, SIG=sig, NPS=nps, TMA_B=hb_desc is not None, **cfg,
+        )  # fmt: skip
     if fuse:
         return y, ht, hb
     cfg = _config("out", f32_in)

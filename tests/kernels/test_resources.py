@@ -184,9 +184,14 @@ def test_ssd_kernels_spill_free_pipelined_and_overlapped():
     assert run.returncode == 0, run.stdout + run.stderr
     rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()[2:]}
     assert set(rows) == {
-        "ssd-state", "ssd-prep", "ssd-output", "ssd-state-ovl", "ssd-state-tma", "ssd-output-ovl", "ssd-output-discard"
+        "ssd-state", "ssd-prep", "ssd-output", "ssd-state-ovl", "ssd-state-tma", "ssd-state-gluon", "ssd-output-ovl",
+        "ssd-output-discard",
     }  # fmt: skip
-    assert all(int(rows[k][6]) > 0 for k in ("ssd-state", "ssd-state-ovl", "ssd-state-tma"))  # cp.async column
+    assert all(int(rows[k][6]) > 0 for k in ("ssd-state", "ssd-state-ovl", "ssd-state-tma", "ssd-state-gluon"))
+    # the Gluon loop (``GLUON``) stores both states from the accumulator: no layout conversion (the
+    # Triton loop converts each through shared memory) and fewer barriers
+    assert int(rows["ssd-state-gluon"][12]) == 0 < int(rows["ssd-state-ovl"][12])
+    assert int(rows["ssd-state-gluon"][13]) < int(rows["ssd-state-ovl"][13])
     # the bulk copies of the boundary states (``TMA_B``, the default where few chunks emit one): fewer
     # global stores in the loop than the overlapped loop's (its fp32 states leave by the copy engine)
     assert int(rows["ssd-state-tma"][10]) < int(rows["ssd-state-ovl"][10])

@@ -541,3 +541,73 @@ def test_gpu_overlapped_output_gives_the_plain_bits(monkeypatch, variant):
     for plain, ovl in zip(runs["OVL=0"], runs[variant]):
         assert torch.equal(plain[0], ovl[0]) and torch.equal(plain[1], ovl[1])
         assert (plain[2] is None and ovl[2] is None) or torch.equal(plain[2], ovl[2])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,H,P,N,G", GPU_SHAPES)
+@pytest.mark.parametrize("sig", [1, 4])
+def test_gpu_gluon_loop_gives_the_triton_loops_bits(monkeypatch, name, H, P, N, G, sig):
+    """``GLUON=1`` (``kernels.ssd_gluon``: both state stores straight from the wgmma accumulator)
+    runs the Triton loop's recurrence with the decayed state as the product's accumulator, as
+    Triton folds it: outputs, final and boundary states bit for bit the Triton loop's, beside the
+    output kernel (releases every chunk and every 4), on varlen with a ragged start and initial
+    states, with every boundary, a stride and none, the call repeated; and it ran (no fallback)."""
+    args, kw = _cuda_case(f"gluon-{name}", H, P, N, G, torch.bfloat16, T=3000)
+    runs = {}
+    for v in ("GLUON=0", "GLUON=1"):
+        monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", f"{v},SIG={sig}")
+        runs[v] = [chunk_ssd(*args, **kw, **opt) for opt in ({}, {"boundary_stride": 4}, {"boundary_states": False})]
+        runs[v].append(chunk_ssd(*args, **kw))
+    assert not ssd._GLUON_FAILED, ssd._GLUON_FAILED
+    for tri, glu in zip(runs["GLUON=0"], runs["GLUON=1"]):
+        assert torch.equal(tri[0], glu[0]) and torch.equal(tri[1], glu[1])
+        assert (tri[2] is None and glu[2] is None) or torch.equal(tri[2], glu[2])
+
+
+@pytest.mark.gpu
+def test_gpu_gluon_loop_resumes_exactly_and_takes_unaligned_rows(monkeypatch):
+    """The Gluon loop resumed from an emitted state gives the uninterrupted run's bits; x rows that
+    are not 16-byte aligned (a slice one element in) run the Triton loop instead, with its bits."""
+    monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", "GLUON=1")
+    _, H, P, N, G = GPU_SHAPES[1]
+    args, kw = _cuda_case("gluon-resume", H, P, N, G, torch.bfloat16, T=1000)
+    x, dt, A, B, C = args
+    kw = dict(D=kw["D"], dt_bias=kw["dt_bias"])
+    y, ht, hb = chunk_ssd(x, dt, A, B, C, **kw)
+    for i in (0, 6, 14):
+        p = 64 * (i + 1)
+        y2, h2, hb2 = chunk_ssd(
+            *(t[:, p:] for t in (x, dt)), A, *(t[:, p:] for t in (B, C)), initial_state=hb[i : i + 1],
+            start_positions=[p], **kw,
+        )  # fmt: skip
+        assert torch.equal(y2, y[:, p:]) and torch.equal(h2, ht) and torch.equal(hb2, hb[i + 1 :])
+    wide = torch.zeros(*x.shape[:3], P + 1, dtype=x.dtype, device=x.device)
+    wide[..., 1:] = x
+    xs = wide[..., 1:]  # rows of 65 elements, each starting 2 bytes in
+    assert not ssd._gluon_fits(xs.device, xs.reshape(-1, H, P), B.reshape(-1, G, N), P, N)
+    res = chunk_ssd(xs, dt, A, B, C, **kw)
+    monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", "GLUON=0")
+    ref = chunk_ssd(xs, dt, A, B, C, **kw)
+    assert all(torch.equal(a, b) for a, b in zip(res, ref))
+    assert all(torch.equal(a, b) for a, b in zip(res, (y, ht, hb)))
+
+
+@COMPAT
+def test_the_gluon_loop_is_a_hopper_option_the_interpreter_leaves_out(monkeypatch):
+    """``KERNELS_CONFIG_SSD_STATE=GLUON=1`` (the Gluon loop, sm_90a only): on the CPU the call runs
+    the Triton loop and gives the default's bits; the loop takes 16-bit inputs, P = 64, N of 64 or
+    128, the prep kernel's dt, and nothing else."""
+    from kernels import ssd_gluon
+
+    gen = torch.Generator().manual_seed(23)
+    x, dt, A, B, C, D, bias, _ = make(gen, 140, 2, 64, 64, 1, dtype=torch.float16)
+    runs = []
+    for v in ("GLUON=0", "GLUON=1"):
+        monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", v)
+        runs.append(chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias))
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    assert not ssd._gluon_fits(x.device, x.reshape(-1, 2, 64), B.reshape(-1, 1, 64), 64, 64)
+    if ssd_gluon.gluon is not None:
+        assert ssd_gluon.applies(64, 128, 16, True) and ssd_gluon.applies(64, 64, 16, True)
+    for args in ((64, 128, 32, True), (48, 128, 16, True), (64, 256, 16, True), (64, 128, 16, False)):
+        assert not ssd_gluon.applies(*args)

@@ -1,0 +1,176 @@
+"""The SSD (Mamba2) state loop in Gluon for Hopper (sm_90a): the recurrence of
+``ssd._ssd_state_kernel`` with the layouts written out, for the overlapped 16-bit path.
+
+Why: the Triton loop stores two tiles a chunk (the bf16 chunk-start state the output kernel reads,
+and, at emitted boundaries, the fp32 state), and Triton converts each from the product's
+accumulator layout to a coalescing one through shared memory, with barriers, on the serial path.
+Here both are stored straight from the wgmma accumulator's registers (a thread holds pairs of
+adjacent columns: every 32-byte sector of the fp32 state is written whole by one warp store), and
+both stores are issued while the chunk's product runs.
+
+Per chunk c of a (sequence, head) program (P = 64 rows of the state, N its columns):
+
+    Bw = B diag-scaled by exp(gamma_last - gamma) dt     (registers, from the ring; bf16 into smem)
+    S' = S exp(gamma_last) + X^T Bw                      (one wgmma, the decayed S its accumulator,
+                                                          as Triton folds the loop's expression)
+    hs[c] = S (bf16), hb[slot of c - 1] = S (fp32)       (while the product runs)
+
+x and B tiles arrive by ``cp.async`` into a ring of ``RING`` stages; dt and gamma (from
+``ssd._ssd_prep_kernel``) one chunk ahead in registers. With ``OVL`` it lets the output kernel
+start beside it and releases its progress every ``SIG`` chunks (a thread barrier, then the count of
+chunks whose start state is written, stored with a release at GPU scope), as the Triton loop does.
+
+It takes one shape family only (``applies``): 16-bit inputs, P = ``GLUON_P`` (one program a head),
+N in ``GLUON_N``, the prep kernel's dt and gamma. Everything else runs the Triton loop. ``gluon``
+is None where this Triton has no Gluon.
+"""
+
+from __future__ import annotations
+
+try:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as ttgl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.language.extra.cuda import gdc_launch_dependents
+except ImportError:  # a Triton without Gluon: the Triton loop runs everywhere
+    gluon = None
+
+#: the head dim this loop is written for (the accumulator's rows: one warpgroup's 64)
+GLUON_P = 64
+#: the state sizes it takes (the accumulator's instruction width)
+GLUON_N = (64, 128)
+#: warps: one warpgroup, which every layout below assumes
+GLUON_WARPS = 4
+#: stages of the x / B ring
+RING = 3
+
+
+def applies(P: int, N: int, dtype_bits: int, prep: bool) -> bool:
+    """Whether a call's SSD state loop can run here (Gluon present, the shape family)."""
+    return gluon is not None and dtype_bits == 16 and P == GLUON_P and N in GLUON_N and prep
+
+
+if gluon is not None:
+    _WARPS = ttgl.constexpr(GLUON_WARPS)
+    _RING = ttgl.constexpr(RING)
+    # cp.async global -> shared: ``async_load`` from Triton 3.7 on, ``async_copy_global_to_shared``
+    # in 3.6; the same arguments
+    _cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+    # a barrier among the program's threads: ``thread_barrier`` in 3.6, ``barrier`` in 3.9
+    _cta_barrier = getattr(ttgl, "thread_barrier", None) or ttgl.barrier
+
+    @gluon.jit
+    def _ring_load(xbuf, bbuf, stage, x, Bm, ts, ok, bos, eos, i_h, grp, sxt, sxh, sbt, sbg, rx, oP, rb, oN):
+        """cp.async of one chunk's x rows ``[64, P]`` and B rows ``[64, N]`` into ring ``stage``;
+        rows outside the sequence (or past its last chunk: ``ok`` false) are zero-filled."""
+        mx = (ts + rx >= bos) & (ts + rx < eos) & ok
+        tx = (ts + rx).to(ttgl.int64)
+        _cp_async(xbuf.index(stage), x + tx[:, None] * sxt + i_h * sxh + oP[None, :], mask=mx[:, None])
+        mb = (ts + rb >= bos) & (ts + rb < eos) & ok
+        tb = (ts + rb).to(ttgl.int64)
+        _cp_async(bbuf.index(stage), Bm + tb[:, None] * sbt + grp * sbg + oN[None, :], mask=mb[:, None])
+        async_copy.commit_group()
+
+    @gluon.jit
+    def _chunk_gates(gam, dtc, c, ok, i_h, H, r):
+        """One chunk's step sizes and gamma (as the prep kernel stored them) and its last gamma."""
+        row = (c * H + i_h).to(ttgl.int64) * 64
+        d = ttgl.load(dtc + row + r, mask=(r >= 0) & ok, other=0.0)
+        g = ttgl.load(gam + row + r, mask=(r >= 0) & ok, other=0.0)
+        last = ttgl.load(gam + row + 63, mask=ok, other=0.0)
+        return d, g, last
+
+    @gluon.jit(do_not_specialize=["has_h0"])
+    def _gluon_ssd_state_kernel(
+        x, Bm, gam, dtc, hs, h0, ht, hb, seq_info, chunk_info, store_slot, sxt, sxh, sbt, sbg, has_h0, prog,
+        H: ttgl.constexpr, GROUP: ttgl.constexpr, P: ttgl.constexpr, N: ttgl.constexpr, STORE_B: ttgl.constexpr,
+        OVL: ttgl.constexpr, SIG: ttgl.constexpr,
+    ):  # fmt: skip
+        ACC: ttgl.constexpr = ttgl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[_WARPS, 1], instr_shape=[16, N, 16]
+        )
+        # 16 bytes a thread: the x ring's [64, P] rows and the B ring's [64, N] rows
+        XL: ttgl.constexpr = ttgl.BlockedLayout([1, 8], [32 // (P // 8), P // 8], [_WARPS, 1], [1, 0])
+        BL: ttgl.constexpr = ttgl.BlockedLayout([1, 8], [32 // (N // 8), N // 8], [_WARPS, 1], [1, 0])
+        dt: ttgl.constexpr = x.dtype.element_ty
+        X_L: ttgl.constexpr = ttgl.NVMMASharedLayout.get_default_for([64, P], dt)
+        B_L: ttgl.constexpr = ttgl.NVMMASharedLayout.get_default_for([64, N], dt)
+        i_n = ttgl.program_id(0)
+        i_h = ttgl.program_id(1)
+        grp = i_h // GROUP
+        bos = ttgl.load(seq_info + i_n * 4)
+        eos = ttgl.load(seq_info + i_n * 4 + 1)
+        c0 = ttgl.load(seq_info + i_n * 4 + 2)
+        c1 = ttgl.load(seq_info + i_n * 4 + 3)
+        ts0 = ttgl.load(chunk_info + c0 * 4 + 1, mask=c0 < c1, other=0)  # first (virtual) token
+        if OVL:
+            # the output kernel (launched programmatically dependent) may start once every program
+            # of this loop is resident; it waits on ``prog`` for the chunks it reads
+            gdc_launch_dependents()
+        pslot = i_n * H + i_h  # the (sequence, head)'s one progress counter (one P block)
+        # index vectors: the state [P, N] in the accumulator's layout, the rings' rows
+        oP_a = ttgl.arange(0, P, layout=ttgl.SliceLayout(1, ACC))
+        oN_a = ttgl.arange(0, N, layout=ttgl.SliceLayout(0, ACC))
+        sidx = oP_a[:, None] * N + oN_a[None, :]
+        rx = ttgl.arange(0, 64, layout=ttgl.SliceLayout(1, XL))
+        oP = ttgl.arange(0, P, layout=ttgl.SliceLayout(0, XL))
+        rb = ttgl.arange(0, 64, layout=ttgl.SliceLayout(1, BL))
+        oN = ttgl.arange(0, N, layout=ttgl.SliceLayout(0, BL))
+        sbase = (i_n * H + i_h).to(ttgl.int64) * (P * N)
+        S = ttgl.load(h0 + sbase + sidx, mask=(ttgl.full([P, N], 0, ttgl.int32, ACC) + has_h0) != 0, other=0.0)
+        xbuf = ttgl.allocate_shared_memory(dt, [_RING, 64, P], X_L)
+        bbuf = ttgl.allocate_shared_memory(dt, [_RING, 64, N], B_L)
+        wbuf = ttgl.allocate_shared_memory(dt, [64, N], B_L)  # the product's B operand, scaled
+        for j in ttgl.static_range(_RING - 1):
+            _ring_load(
+                xbuf, bbuf, j, x, Bm, ts0 + j * 64, c0 + j < c1, bos, eos, i_h, grp, sxt, sxh, sbt, sbg, rx, oP, rb, oN
+            )  # fmt: skip
+        d_c, g_c, last_c = _chunk_gates(gam, dtc, c0, c0 < c1, i_h, H, rb)
+        prev_slot = -1  # the slot of the previous chunk's end: its state is S at this chunk's start
+        for c in range(c0, c1):
+            i = c - c0
+            ts = ts0 + i * 64
+            stage = i % _RING
+            _ring_load(
+                xbuf, bbuf, (i + _RING - 1) % _RING, x, Bm, ts + (_RING - 1) * 64, c + _RING - 1 < c1, bos, eos, i_h,
+                grp, sxt, sxh, sbt, sbg, rx, oP, rb, oN,
+            )  # fmt: skip
+            d_n, g_n, last_n = _chunk_gates(gam, dtc, c + 1, c + 1 < c1, i_h, H, rb)
+            slot = ttgl.load(store_slot + c)
+            async_copy.wait_group(_RING - 1)  # this chunk's x / B tiles have landed
+            # B scaled by each row's decay to the chunk's end x dt, as the Triton loop rounds it
+            wgt = ttgl.exp(last_c - g_c) * d_c
+            bw = bbuf.index(stage).load(BL).to(ttgl.float32) * wgt[:, None]
+            wbuf.store(bw.to(dt))
+            fence_async_shared()
+            # the decayed state is the product's accumulator (Triton folds ``S * e + dot`` so too)
+            acc = warpgroup_mma(xbuf.index(stage).permute([1, 0]), wbuf, S * ttgl.exp(last_c), is_async=True)
+            # while X^T Bw runs: the chunk-start state (bf16, for the output kernel) and the previous
+            # chunk's boundary state (fp32), both from the registers
+            ttgl.store(hs + (c * H + i_h).to(ttgl.int64) * (P * N) + sidx, S.to(dt))
+            if STORE_B:
+                if prev_slot >= 0:
+                    ttgl.store(hb + (prev_slot * H + i_h).to(ttgl.int64) * (P * N) + sidx, S)
+            S = warpgroup_mma_wait(0, deps=[acc])
+            if OVL:
+                if ((i + 1) % SIG == 0) | (c + 1 == c1):
+                    # every SIG chunks and at the last: this program's chunk-start states up to
+                    # chunk c are written (all threads past the barrier; the release orders them
+                    # before the count the output kernel acquires)
+                    _cta_barrier()
+                    ttgl.atomic_xchg(prog + pslot, c + 1, sem="release", scope="gpu")
+            prev_slot = slot
+            d_c, g_c, last_c = d_n, g_n, last_n
+        async_copy.wait_group(0)
+        if STORE_B:
+            if prev_slot >= 0:
+                ttgl.store(hb + (prev_slot * H + i_h).to(ttgl.int64) * (P * N) + sidx, S)
+        ttgl.store(ht + sbase + sidx, S)
+
+else:
+    _gluon_ssd_state_kernel = None
