@@ -70,10 +70,14 @@ if gluon is not None:
         rows outside the sequence (or past its last chunk: ``ok`` false) are zero-filled."""
         mx = (ts + rx >= bos) & (ts + rx < eos) & ok
         tx = (ts + rx).to(ttgl.int64)
-        _cp_async(xbuf.index(stage), x + tx[:, None] * sxt + i_h * sxh + oP[None, :], mask=mx[:, None])
+        _cp_async(
+            xbuf.index(stage), x + tx[:, None] * sxt + i_h * sxh + oP[None, :], mask=mx[:, None] & (oP[None, :] >= 0)
+        )
         mb = (ts + rb >= bos) & (ts + rb < eos) & ok
         tb = (ts + rb).to(ttgl.int64)
-        _cp_async(bbuf.index(stage), Bm + tb[:, None] * sbt + grp * sbg + oN[None, :], mask=mb[:, None])
+        _cp_async(
+            bbuf.index(stage), Bm + tb[:, None] * sbt + grp * sbg + oN[None, :], mask=mb[:, None] & (oN[None, :] >= 0)
+        )
         async_copy.commit_group()
 
     @gluon.jit
