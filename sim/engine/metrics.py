@@ -174,17 +174,18 @@ class RunSummary(_Summary):
     """KV cache held at the end (bytes)."""
     final_state_bytes: int
     """Recurrent states held at the end (bytes)."""
-    e2e_p50_ms: float
+    e2e_p50_ms: float | None
     """End-to-end latency (arrival to last token), median over finished requests (ms)."""
-    e2e_p95_ms: float
+    e2e_p95_ms: float | None
     """End-to-end latency, 95th percentile over finished requests (ms)."""
-    tpot_p50_ms: float
-    """Time per output token after the first, median (ms; requests with one output token left out)."""
-    tpot_p95_ms: float
+    tpot_p50_ms: float | None
+    """Time per output token after the first, median (ms; requests with one output token left out;
+    None when no finished request has two)."""
+    tpot_p95_ms: float | None
     """Time per output token after the first, 95th percentile (ms)."""
-    queue_p50_ms: float
+    queue_p50_ms: float | None
     """Queueing delay (arrival to prefill start), median over finished requests (ms)."""
-    queue_p95_ms: float
+    queue_p95_ms: float | None
     """Queueing delay, 95th percentile over finished requests (ms)."""
     throughput_rps: float
     """Finished requests per second of simulated time, first arrival to last token (1/s)."""
@@ -439,9 +440,11 @@ class Recorder:
         """End-to-end latency, TPOT, queueing delay and throughput of the finished requests."""
         out = {}
         for name, v in (("e2e", e2e[done]), ("tpot", tpot[done]), ("queue", self.queue_s[done])):
+            # none to measure (no request decoded a second token: TPOT of prompts with 0 or 1
+            # output tokens) is None, the tables' "-", not a 0.0 that reads as instant decoding
             v = v[~np.isnan(v)] * 1e3
-            out[f"{name}_p50_ms"] = float(np.percentile(v, 50)) if len(v) else 0.0
-            out[f"{name}_p95_ms"] = float(np.percentile(v, 95)) if len(v) else 0.0
+            out[f"{name}_p50_ms"] = float(np.percentile(v, 50)) if len(v) else None
+            out[f"{name}_p95_ms"] = float(np.percentile(v, 95)) if len(v) else None
         span = float(np.nanmax(self.finish) - np.nanmin(self.arrival)) if done.any() else 0.0
         out["throughput_rps"] = float(done.sum() / span) if span > 0 else 0.0
         out["output_tokens_per_s"] = float(self.output_tokens[done].sum() / span) if span > 0 else 0.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from refusals import one_line
 from sim.cli import main
 
@@ -53,3 +54,32 @@ def test_advise_gpu_memory_with_a_count_and_no_gpu_prices_that_group(runner, tmp
     res = runner.invoke(main, [*ADVISE, "--gpu-memory", "1x80GiB", "--out", str(tmp_path / "one")])
     assert res.exit_code == 0 and res.stderr == "", res.output
     assert "| GPU" not in res.stdout and "--tensor-parallel" not in res.stdout
+
+
+def test_tpot_of_requests_without_a_second_output_token_is_absent(runner, tmp_path):
+    """A trace whose requests ask for no output tokens printed TPOT p50 0.0 (and 0.0 in JSON), a
+    time per output token no request had: it is "-" in the table, null in JSON."""
+    path = tmp_path / "zero.jsonl"
+    rows = [
+        {
+            "session_id": s,
+            "turn_id": t,
+            "ts": s + 5.0 * t,
+            "num_input_tokens": 100 * (t + 1),
+            "num_output_tokens": 0,
+            "input_tokens": list(range(100 * (t + 1))),
+            "output_tokens": [],
+        }
+        for t in range(2)
+        for s in range(3)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["run", "--trace", f"marconi-jsonl:{path}", "--model", "qwen3.5-9b", "--policy", "sglang+", "--no-progress"]
+    res = runner.invoke(main, [*args, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(res.stdout)
+    assert (row["tpot_p50_ms"], row["tpot_p95_ms"]) == (None, None)
+    assert row["ttft_p50_ms"] > 0 and row["e2e_p50_ms"] == pytest.approx(row["ttft_p50_ms"])  # prefill only
+    res = runner.invoke(main, [*args, "--columns", "tpot_p50_ms,tpot_p95_ms"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[-1].split() == ["sglang+", "-", "-"]

@@ -125,9 +125,10 @@ def test_histogram_percentiles_on_a_skewed_histogram():
     assert metrics._hist_stats("x", {}) == {"x_mean": 0.0, "x_p50": 0.0, "x_p95": 0.0, "x_max": 0}
 
 
-def test_latency_percentiles_without_values_are_zero():
-    """A percentile over no values is 0: one finished request with a single output token has no
-    TPOT (p50 and p95 0), while its end-to-end latency (1.5 s) and queueing (0.5 s) are counted."""
+def test_latency_percentiles_without_values_are_none():
+    """A percentile over no values is None (the tables' "-"; it was 0.0, which read as instant
+    decoding): one finished request with a single output token has no TPOT, while its end-to-end
+    latency (1.5 s) and queueing (0.5 s) are counted."""
     from types import SimpleNamespace
 
     from sim.cost import get_model
@@ -149,6 +150,6 @@ def test_latency_percentiles_without_values_are_zero():
     )
     tree = SimpleNamespace(stats=stats, kv_tokens=0, kv_bytes_per_token=1, n_states=0, state_bytes=1)
     s = rec.result(SimpleNamespace(requests=[r]), tree, "p").summary
-    assert (s["tpot_p50_ms"], s["tpot_p95_ms"]) == (0.0, 0.0)
+    assert (s["tpot_p50_ms"], s["tpot_p95_ms"]) == (None, None)
     assert s["e2e_p50_ms"] == pytest.approx(1500.0) and s["queue_p95_ms"] == pytest.approx(500.0)
     assert (s["steps"], s["batch_size_p50"], s["step_tokens_max"]) == (0, 0.0, 0)
