@@ -107,6 +107,15 @@ def format_memory(n: int) -> str:
     return format_size(n)
 
 
+def format_gpu_memory(n: int) -> str:
+    """A GPU group's memory printed beside other sizes: its datasheet's whole GiB and the same in GB
+    (1e9 B, the unit every other size prints in, as --capacity reads GB): "160GiB = 171.8GB", so
+    the sums beside it add up (0.9 of it is 154.6GB, not 144); else as ``format_size`` writes it."""
+    if 0 < n < UNLIMITED and n % 2**30 == 0:
+        return f"{n // 2**30}GiB = {n / 1e9:.4g}GB"
+    return format_size(n)
+
+
 def format_size(n: int) -> str:
     if n >= UNLIMITED:
         return "inf"

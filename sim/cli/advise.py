@@ -30,7 +30,7 @@ from sim.cli.outdir import (
 from sim.cli.options import PROGRESS_HELP, format_option, with_fields
 from sim.cli.run import refuse_unread_knobs
 from sim.cli.traces import say_fewer_sessions, say_short_session_range, trace_options
-from sim.config import SimConfig, format_memory, format_size
+from sim.config import SimConfig, format_gpu_memory, format_memory, format_size
 from sim.errors import UsageError, stop_exit_code
 from sim.experiments.advise import ENGINES, OBJECTIVES, Problem, advice_json, advise, differences
 from sim.experiments.advise.search import STUDY_FILE, cpu_count
@@ -109,7 +109,7 @@ def refuse_no_cache_on_the_group(engine_name: str, model: str, gpu: str, tensor_
     )
     raise UsageError(
         f"{spec.name}'s {spec.weight_dtype} weights ({format_size(weights)}) leave no cache in "
-        f"{memory.flag} {memory.fraction:g} of {n}x {gpu} ({format_memory(most)}): {group}"
+        f"{memory.flag} {memory.fraction:g} of {n}x {gpu} ({format_gpu_memory(most)}): {group}"
     )
 
 
@@ -157,7 +157,7 @@ def format_advice(adv, out: Path) -> str:
     p, sp = adv.problem, adv.space
     mem = sp.engine.memory
     lines = [
-        f"advise --for {p.engine} | model {p.model}{_gpu_words(p)} | --gpu-memory {format_memory(adv.gpu_bytes)}: "
+        f"advise --for {p.engine} | model {p.model}{_gpu_words(p)} | --gpu-memory {format_gpu_memory(adv.gpu_bytes)}: "
         f"{sp.ctx.spec.weight_dtype} weights "
         f"{format_size(adv.weight_bytes)}, {mem.flag} {mem.fraction:g} -> cache {format_size(sp.ctx.capacity_bytes)} | "
         f"objective {p.objective} | {adv.trials} trials"

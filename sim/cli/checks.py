@@ -23,7 +23,7 @@ import json
 import math
 from pathlib import Path
 
-from sim.config import SimConfig, flag_of, format_memory, format_size, parse_size
+from sim.config import SimConfig, flag_of, format_gpu_memory, format_memory, format_size, parse_size
 from sim.errors import UsageError
 
 #: sessions per second a closed-loop run may start (below: one session in 11.6 days or fewer)
@@ -154,7 +154,7 @@ def refuse_weights_beyond_gpus(model: str, gpu: str, tensor_parallel: int) -> No
         raise UsageError(
             f"{spec.name}'s {spec.weight_dtype} weights ({format_size(weights)}) "
             f"{'fill' if weights == most else 'are more than'} the memory of "
-            f"{n}x {gpu} ({format_memory(most)}): {group}"
+            f"{n}x {gpu} ({format_gpu_memory(most)}): {group}"
         )
 
 
@@ -176,7 +176,7 @@ def refuse_cache_beyond_gpus(cfg: SimConfig) -> None:
     if not cfg.gpu_memory and cfg.capacity_bytes < UNLIMITED and cfg.capacity_bytes > most:
         raise UsageError(
             f"--capacity {format_memory(cfg.capacity_bytes)} is more than the memory of {n}x {cfg.gpu} "
-            f"({format_memory(most)}): lower it, or give --tensor-parallel for a larger group"
+            f"({format_gpu_memory(most)}): lower it, or give --tensor-parallel for a larger group"
         )
     # --gpu-memory, like --capacity, is the memory after the weights: each fits alone, not both
     # (qwen3.5-27b's 54GB of weights and a 60GB cache, or --gpu-memory 70GB, on one 80GB H100 ran)
@@ -184,7 +184,7 @@ def refuse_cache_beyond_gpus(cfg: SimConfig) -> None:
     if cache < UNLIMITED and cache + weights > most:
         raise UsageError(
             f"{flag} {format_memory(cache)} and {get_model(cfg.model).name}'s {get_model(cfg.model).weight_dtype} weights "
-            f"({format_size(weights)}) are more than the memory of {n}x {cfg.gpu} ({format_memory(most)}): at "
+            f"({format_size(weights)}) are more than the memory of {n}x {cfg.gpu} ({format_gpu_memory(most)}): at "
             f"most {format_size(most - weights)} is left for the cache; lower it, or give --tensor-parallel "
             "for a larger group"
         )
@@ -261,7 +261,7 @@ def refuse_memory_beyond_gpus(gpu_memory: str, nbytes: int, gpu: str | None, ten
     n, most = gpu_memory_limit(model, gpu, tensor_parallel)
     if nbytes > most:
         raise UsageError(
-            f"--gpu-memory {gpu_memory} is more than the memory of {n}x {gpu} ({format_memory(most)}): "
+            f"--gpu-memory {gpu_memory} is more than the memory of {n}x {gpu} ({format_gpu_memory(most)}): "
             "lower it, or give --tensor-parallel for a larger group"
         )
 

@@ -36,7 +36,7 @@ from policies.base import get_preset
 from policies.sglang_current import DEFAULT_MEMORY_RATIO, DEFAULT_TRACK_INTERVAL
 from policies.vllm import MAX_BLOCK, vllm_block_tokens
 from policies.vllm_current import DENSE
-from sim.config import SimConfig, format_memory, format_size, parse_size, refuse_unitless_memory
+from sim.config import SimConfig, format_gpu_memory, format_size, parse_size, refuse_unitless_memory
 from sim.cost import ModelSpec
 from sim.errors import UsageError
 
@@ -623,7 +623,7 @@ def build_space(
     cache = engine.memory.cache_bytes(gpu_bytes, weights)
     if cache <= 0:
         raise UsageError(
-            f"--gpu-memory {format_memory(gpu_bytes)} leaves no cache for {spec.name} under {engine.name}: "
+            f"--gpu-memory {format_gpu_memory(gpu_bytes)} leaves no cache for {spec.name} under {engine.name}: "
             f"{spec.weight_dtype} weights {format_size(weights)}, {engine.memory.flag} {engine.memory.fraction:g}"
         )
     ctx = Context(spec, cache, max(int(block_tokens), 1))

@@ -213,7 +213,9 @@ def test_gpu_memory_beyond_the_gpus_is_refused(runner, tmp_path, args, message):
     small = ["--trace", "synthetic:chat:sessions=2,turns=2", "--no-progress"]
     res = runner.invoke(main, [*args, *small, "--out", str(tmp_path / "o")])
     _one_line(res, message)
-    assert "the memory of 1x h100 (80GiB): lower it, or give --tensor-parallel for a larger group" in res.output
+    assert (
+        "the memory of 1x h100 (80GiB = 85.9GB): lower it, or give --tensor-parallel for a larger group" in res.output
+    )
     assert not (tmp_path / "o").exists()
 
 
@@ -233,7 +235,7 @@ def test_gpu_memory_within_the_group_and_the_default_group(runner, tmp_path):
     args = ["advise", "--for", "sglang", *small, "--model", "qwen3.5-397b-a17b", "--gpu", "h200", "--trials", "1"]
     res = runner.invoke(main, [*args, "--workers", "1", "--out", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
-    assert "| model qwen3.5-397b-a17b | GPU 8x h200 | --gpu-memory 1128GiB: " in res.output.splitlines()[0]
+    assert "| model qwen3.5-397b-a17b | GPU 8x h200 | --gpu-memory 1128GiB = 1211GB: " in res.output.splitlines()[0]
 
 
 def test_a_sweep_row_whose_model_config_was_edited_is_recomputed(runner, tmp_path):

@@ -334,17 +334,17 @@ def test_trtllm_on_a_dense_model_is_refused(runner, extra):
     [
         (
             ["--gpu", "a100-40gb", "--model", "qwen3.5-27b", "--tensor-parallel", "1"],
-            "qwen3.5-27b's bf16 weights (54GB) are more than the memory of 1x a100-40gb (40GiB): give "
+            "qwen3.5-27b's bf16 weights (54GB) are more than the memory of 1x a100-40gb (40GiB = 42.95GB): give "
             "--tensor-parallel 2 (the smallest group that holds them and splits its heads)",
         ),
         (
             ["--gpu", "l40s", "--model", "qwen3.5-397b-a17b"],  # the preset's 8 GPUs are H200s
-            "qwen3.5-397b-a17b's bf16 weights (794GB) are more than the memory of 8x l40s (384GiB): give "
+            "qwen3.5-397b-a17b's bf16 weights (794GB) are more than the memory of 8x l40s (384GiB = 412.3GB): give "
             "--tensor-parallel 16 (the smallest group that holds them and splits its heads)",
         ),
         (
             ["--gpu", "h100", "--model", "llama-7b", "--capacity", "100GB"],
-            "--capacity 100GB is more than the memory of 1x h100 (80GiB): lower it, or give --tensor-parallel",
+            "--capacity 100GB is more than the memory of 1x h100 (80GiB = 85.9GB): lower it, or give --tensor-parallel",
         ),
     ],
     ids=["weights-27b-on-a100-40gb", "weights-397b-on-l40s", "capacity-over-the-gpu"],

@@ -83,3 +83,21 @@ def test_tpot_of_requests_without_a_second_output_token_is_absent(runner, tmp_pa
     res = runner.invoke(main, [*args, "--columns", "tpot_p50_ms,tpot_p95_ms"])
     assert res.exit_code == 0, res.output
     assert res.stdout.splitlines()[-1].split() == ["sglang+", "-", "-"]
+
+
+def test_a_gpu_memory_in_gib_is_also_printed_in_gb_where_gb_sums_use_it(runner, tmp_path):
+    """advise printed `--gpu-memory 80GiB: bf16 weights 18GB, --mem-fraction-static 0.88 -> cache
+    57.6GB`, and 0.88 x 80 - 18 is 52.4, not 57.6: the memory was GiB, every other size GB. The
+    memory is now given in GB too (80GiB = 85.9GB: 0.88 x 85.9 - 18 = 57.6), and so are the
+    refusals that set a GPU's memory beside weights in GB."""
+    res = runner.invoke(main, [*ADVISE, "--gpu", "h100", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    head = res.stdout.splitlines()[0]
+    assert "| --gpu-memory 80GiB = 85.9GB: bf16 weights 18GB, --mem-fraction-static 0.88 -> cache 57.6GB |" in head
+    assert round(0.88 * 80 * 2**30 / 1e9 - 18, 1) == 57.6
+    res = runner.invoke(main, ["run", *SMALL, "--model", "qwen3.5-27b", "--gpu", "a100-40gb", "--tensor-parallel", "1"])
+    one_line(
+        res,
+        "qwen3.5-27b's bf16 weights (54GB) are more than the memory of 1x a100-40gb (40GiB = 42.95GB): give "
+        "--tensor-parallel 2",
+    )

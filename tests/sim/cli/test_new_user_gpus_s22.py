@@ -179,11 +179,16 @@ def test_advise_tensor_parallel_alone_takes_the_memory_of_the_group_it_prices(ru
     args = ["advise", "--for", "vllm", "--trace", "synthetic:chat:sessions=2,turns=2", "--trials", "2", "--no-progress"]
     res = runner.invoke(main, [*args, "--model", cfg, "--tensor-parallel", "4", "--out", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
-    assert f"model {cfg} | GPU 4x h200 | --gpu-memory 564GiB: bf16 weights 69.3GB, " in res.output.splitlines()[0]
+    assert (
+        f"model {cfg} | GPU 4x h200 | --gpu-memory 564GiB = 605.6GB: bf16 weights 69.3GB, "
+        in res.output.splitlines()[0]
+    )
     h100 = Path(__file__).resolve().parents[3] / "sim" / "data" / "h100-timing.json"
     extra = ["--tensor-parallel", "2", "--timing", str(h100), "--out", str(tmp_path / "b")]
     res = runner.invoke(main, [*args, "--model", cfg, *extra])
-    assert res.exit_code == 0 and f"model {cfg} | --gpu-memory 160GiB: " in res.output.splitlines()[0], res.output
+    assert res.exit_code == 0 and f"model {cfg} | --gpu-memory 160GiB = 171.8GB: " in res.output.splitlines()[0], (
+        res.output
+    )
 
 
 def test_sweep_says_a_timing_file_of_another_dtype_too(runner, tmp_path):

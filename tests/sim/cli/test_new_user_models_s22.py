@@ -18,7 +18,7 @@ def test_advise_weights_beyond_the_default_group_name_the_group_that_holds_them(
     one_line(
         res,
         "qwen3-next-80b-a3b's bf16 weights (160GB) leave no cache in --gpu-memory-utilization 0.9 of 2x h100 "
-        "(160GiB): give --tensor-parallel 4 (the smallest group that leaves a cache and splits its heads)",
+        "(160GiB = 171.8GB): give --tensor-parallel 4 (the smallest group that leaves a cache and splits its heads)",
     )
     assert not (tmp_path / "a").exists()
 
@@ -40,7 +40,7 @@ def test_a_quantized_config_is_priced_at_its_weights(runner, tmp_path):
     res = runner.invoke(main, [*args, "--model", str(tmp_path), "--gpu", "l40s", "--gpu-memory", "45GB"])
     one_line(
         res,
-        f"--gpu-memory 45GB and {tmp_path}'s fp8 weights (9.17GB) are more than the memory of 1x l40s (48GiB): "
+        f"--gpu-memory 45GB and {tmp_path}'s fp8 weights (9.17GB) are more than the memory of 1x l40s (48GiB = 51.54GB): "
         "at most 42.4GB is left for the cache",
     )
 

@@ -26,7 +26,7 @@ def test_a_cache_that_fits_beside_the_weights_no_more_is_refused(runner, capacit
         one_line(
             res,
             f"--capacity {capacity} and qwen3.5-27b's bf16 weights (54GB) are more than the memory of 1x h100 "
-            "(80GiB): at most 31.9GB is left for the cache; lower it, or give --tensor-parallel for a larger group",
+            "(80GiB = 85.9GB): at most 31.9GB is left for the cache; lower it, or give --tensor-parallel for a larger group",
         )
 
 
@@ -146,7 +146,7 @@ def test_weights_that_fill_the_group_leave_no_cache(runner):
         res = runner.invoke(main, ["run", *SMALL, "--model", "qwen3-next-80b-a3b", "--gpu", "h100"])
         one_line(
             res,
-            "qwen3-next-80b-a3b's bf16 weights (172GB) fill the memory of 2x h100 (160GiB): give --tensor-parallel 4 "
+            "qwen3-next-80b-a3b's bf16 weights (172GB) fill the memory of 2x h100 (160GiB = 171.8GB): give --tensor-parallel 4 "
             "(the smallest group that holds them and splits its heads)",
         )
         ok = runner.invoke(
@@ -162,7 +162,7 @@ def test_gpu_memory_after_the_weights_must_fit_beside_them(runner):
     args = ["run", *SMALL[:-2], "--policy", "sglang", "--model", "qwen3.5-27b", "--gpu", "h100"]
     one_line(
         runner.invoke(main, [*args, "--gpu-memory", "70GB"]),
-        "--gpu-memory 70GB and qwen3.5-27b's bf16 weights (54GB) are more than the memory of 1x h100 (80GiB): "
+        "--gpu-memory 70GB and qwen3.5-27b's bf16 weights (54GB) are more than the memory of 1x h100 (80GiB = 85.9GB): "
         "at most 31.9GB is left for the cache",
     )
     ok = runner.invoke(main, [*args, "--gpu-memory", "16.4GB"])

@@ -47,16 +47,18 @@ def test_advise_takes_a_gpus_whole_memory_in_gib(runner, tmp_path):
     """`advise --gpu h100 --gpu-memory 80GiB` said "more than the memory of 1x h100 (80GB)"."""
     res = runner.invoke(main, [*ADVISE, "--gpu", "h100", "--gpu-memory", "80GiB", "--out", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
-    assert "| GPU 1x h100 | --gpu-memory 80GiB: bf16 weights 18GB" in res.output.splitlines()[0]
+    assert "| GPU 1x h100 | --gpu-memory 80GiB = 85.9GB: bf16 weights 18GB" in res.output.splitlines()[0]
     res = runner.invoke(main, [*ADVISE, "--gpu", "h100", "--gpu-memory", "2x80GiB", "--out", str(tmp_path / "b")])
     assert res.exit_code == 0, res.output
-    assert "| GPU 2x h100 | --gpu-memory 160GiB: " in res.stdout.splitlines()[0]
+    assert "| GPU 2x h100 | --gpu-memory 160GiB = 171.8GB: " in res.stdout.splitlines()[0]
     # the default is the catalogue's figure, in its unit; a byte more is refused, in the same unit
     res = runner.invoke(main, [*ADVISE, "--gpu", "h100", "--out", str(tmp_path / "c")])
-    assert res.exit_code == 0 and "| GPU 1x h100 | --gpu-memory 80GiB: " in res.output.splitlines()[0], res.output
+    assert res.exit_code == 0 and "| GPU 1x h100 | --gpu-memory 80GiB = 85.9GB: " in res.output.splitlines()[0], (
+        res.output
+    )
     one_line(
         runner.invoke(main, [*ADVISE, "--gpu", "h100", "--gpu-memory", "85899345921", "--out", str(tmp_path / "d")]),
-        "--gpu-memory 85899345921 is more than the memory of 1x h100 (80GiB): lower it",
+        "--gpu-memory 85899345921 is more than the memory of 1x h100 (80GiB = 85.9GB): lower it",
     )
 
 
@@ -67,17 +69,17 @@ def test_run_takes_capacity_and_gpu_memory_in_gib_exactly(runner):
     assert runner.invoke(main, [*args, "--capacity", "29.708GiB"]).exit_code == 0  # 31,898,722,107 B
     one_line(
         runner.invoke(main, [*args, "--capacity", "29.709GiB"]),  # 31,899,795,849 B
-        "--capacity 31.9GB and qwen3.5-27b's bf16 weights (54GB) are more than the memory of 1x h100 (80GiB)",
+        "--capacity 31.9GB and qwen3.5-27b's bf16 weights (54GB) are more than the memory of 1x h100 (80GiB = 85.9GB)",
     )
     one_line(
         runner.invoke(main, [*args, "--capacity", "81GiB"]),
-        "--capacity 81GiB is more than the memory of 1x h100 (80GiB): lower it",
+        "--capacity 81GiB is more than the memory of 1x h100 (80GiB = 85.9GB): lower it",
     )
     sglang = ["run", *SMALL, "--model", "qwen3.5-9b", "--gpu", "h100", "--policy", "sglang"]
     assert runner.invoke(main, [*sglang, "--gpu-memory", "62GiB"]).exit_code == 0
     one_line(
         runner.invoke(main, [*sglang, "--gpu-memory", "64GiB"]),
-        "--gpu-memory 64GiB and qwen3.5-9b's bf16 weights (18GB) are more than the memory of 1x h100 (80GiB)",
+        "--gpu-memory 64GiB and qwen3.5-9b's bf16 weights (18GB) are more than the memory of 1x h100 (80GiB = 85.9GB)",
     )
 
 
