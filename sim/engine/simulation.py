@@ -156,9 +156,16 @@ class Simulation:
             and not self.preset.unlimited
             and config.capacity_bytes < self.spec.state_bytes()
         ):
+            rules = self.preset.engine_rules(self.spec, config) if config.gpu_memory else None
+            # the engine's own memory knob replaces --capacity (sglang's --gpu-memory): name it
+            given = (
+                f"--gpu-memory {config.gpu_memory}"
+                if rules is not None and rules.memory
+                else f"capacity {format_size(config.capacity_bytes)}"
+            )
             raise UsageError(
-                f"capacity {format_size(config.capacity_bytes)} is smaller than one state checkpoint of "
-                f"{config.model} ({format_size(self.spec.state_bytes())})"
+                f"{given} is smaller than one state checkpoint of {config.model} "
+                f"({format_size(self.spec.state_bytes())})"
             )
         self.admission = self.make_admission(self.preset.admission)
         self.tree = self.make_tree(self.make_eviction(self.preset.eviction, self.alpha0))

@@ -101,3 +101,17 @@ def test_a_gpu_memory_in_gib_is_also_printed_in_gb_where_gb_sums_use_it(runner, 
         "qwen3.5-27b's bf16 weights (54GB) are more than the memory of 1x a100-40gb (40GiB = 42.95GB): give "
         "--tensor-parallel 2",
     )
+
+
+def test_a_gpu_memory_below_one_state_names_gpu_memory(runner):
+    """`run --policy sglang --gpu-memory 1MB` said `capacity 1MB is smaller than one state
+    checkpoint`, a --capacity the user never gave (--gpu-memory replaces it for sglang)."""
+    args = ["run", "--sessions", "3", "--no-progress", "--model", "nemotron-h-8b", "--policy", "sglang"]
+    one_line(
+        runner.invoke(main, [*args, "--gpu-memory", "1MB"]),
+        "--gpu-memory 1MB is smaller than one state checkpoint of nemotron-h-8b (102MB)",
+    )
+    one_line(
+        runner.invoke(main, [*args, "--capacity", "1MB"]),
+        "capacity 1MB is smaller than one state checkpoint of nemotron-h-8b (102MB)",
+    )
