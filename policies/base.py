@@ -250,6 +250,11 @@ class AdmissionPolicy(ABC):
     #: (today's align mode; a second in a step entering a new block; 2 for vllm-0.11-*), LMDeploy 2
     #: (runtime + reserved save slot)
     running_state_slots: ClassVar[int] = 1
+    #: whether ``schedule_chunk`` cuts steps only for a model with recurrent layers (vLLM's
+    #: ``_mamba_block_aligned_split`` runs where ``need_mamba_block_aligned_split``:
+    #: ``has_mamba_layers`` and align mode, ``vllm/v1/core/sched/scheduler.py``): a dense model's
+    #: prefill steps then take the whole budget, as the engine's do
+    splits_for_states: ClassVar[bool] = False
 
     @staticmethod
     def scheduled_ends(match: MatchView, ctx: AdmissionContext) -> list[int]:

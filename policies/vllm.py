@@ -98,6 +98,7 @@ class VllmAlignAdmission(AdmissionPolicy):
     cut by ``_mamba_block_aligned_split``) and at each block boundary crossed in decode."""
 
     Params = VllmBlocks
+    splits_for_states = True  # the block-aligned split needs Mamba layers (a dense model: none)
     uses_prefill_steps = True
     running_state_slots = 2  # the running state + the last step's checkpoint
 

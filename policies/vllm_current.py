@@ -45,7 +45,8 @@ of ``--speculative-config``), ``--prefill-chunk`` (``--max-num-batched-tokens``)
 
 - Prefill: steps cut by ``_mamba_block_aligned_split`` (``step_ends`` one request at a time,
   ``schedule_chunk`` under ``--scheduler continuous``); the states at step ends on the block grid,
-  thinned by retention.
+  thinned by retention. A dense model's steps are not cut (the split runs where
+  ``need_mamba_block_aligned_split``: Mamba layers and align mode).
 - Decode: the block boundaries decode crosses; under retention only those on the grid.
 - EAGLE / MTP on: every kept state sits one block earlier (the block dropped for the draft
   model's hidden states; ``reachable_block_mask`` shifts by one block), and retention is dense.
@@ -151,6 +152,7 @@ class VllmAdmission(AdmissionPolicy):
 
     Params = VllmParams
     uses_prefill_steps = True
+    splits_for_states = True  # the block-aligned split needs Mamba layers (a dense model: none)
     #: a running request's attention KV is allocated a block at a time (``allocate_slots``,
     #: ``kv_cache_manager.py``; ``SingleTypeKVCacheManager.get_num_blocks_to_allocate``): the
     #: continuous scheduler charges it in whole blocks (``sim.engine.batching``)

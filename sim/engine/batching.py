@@ -454,9 +454,10 @@ class ContinuousEngine:
     # ------------------------------------------------------------------ scheduling
     def _chunk(self, s: Seq, budget: int) -> int:
         ctx = s.f.ctx if s.f is not None else None
-        if ctx is None:
+        admission = self.sim.admission
+        if ctx is None or (admission.splits_for_states and not self.sim.spec.is_hybrid):
             return min(budget, s.target - s.pos)
-        return self.sim.admission.schedule_chunk(s.pos, s.target, budget, self.budget, ctx)
+        return admission.schedule_chunk(s.pos, s.target, budget, self.budget, ctx)
 
     def _lookup(self, s: Seq) -> None:
         sim, now = self.sim, self.env.now

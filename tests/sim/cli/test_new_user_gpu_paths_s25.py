@@ -115,3 +115,27 @@ def test_a_gpu_memory_below_one_state_names_gpu_memory(runner):
         runner.invoke(main, [*args, "--capacity", "1MB"]),
         "capacity 1MB is smaller than one state checkpoint of nemotron-h-8b (102MB)",
     )
+
+
+def _first_prefill_steps(runner, events, model: str, policy: str) -> tuple[int, list]:
+    """The prompt length of request 0 and the prefill chunks its steps ran."""
+    events.unlink(missing_ok=True)
+    res = runner.invoke(main, ["run", *SMALL, "--model", model, "--policy", policy, "--events", str(events)])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in events.read_text().splitlines()]
+    n = next(r["input_tokens"] for r in rows if r["event"] == "lookup" and r["request_id"] == 0)
+    return n, [p for r in rows if r["event"] == "step" for p in r["prefills"] if p[0] == 0]
+
+
+def test_vllm_on_a_dense_model_prefills_without_the_mamba_block_split(runner, tmp_path):
+    """`run --policy vllm` on a dense config.json (llama-2-7b) cut every prefill at the last block
+    boundary before the prompt's end (vLLM's _mamba_block_aligned_split): two steps for one
+    prompt, so its TTFT was twice SGLang's at the same hits; vLLM runs that split only for a model
+    with Mamba layers (need_mamba_block_aligned_split), so a dense prompt is one step."""
+    events = tmp_path / "ev.jsonl"
+    for policy in ("vllm", "vllm-0.11-align"):
+        n, steps = _first_prefill_steps(runner, events, str(CONFIGS / "llama-2-7b.json"), policy)
+        assert steps == [[0, 0, n]], (policy, steps)
+    # a hybrid model keeps it: qwen3.5-9b's 528-token block cuts the prompt at 528
+    n, steps = _first_prefill_steps(runner, events, "qwen3.5-9b", "vllm")
+    assert n > 528 and steps == [[0, 0, 528], [0, 528, n]], steps
