@@ -1,0 +1,83 @@
+"""Session 25's mutation run on the trace loaders: one test per surviving mutant that was no
+equivalent, each with exact values on a hand-made file of a few records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from traces.base import TraceError
+from traces.registry import TraceOptions, load_trace
+
+
+def _opts(tmp_path, **kw):
+    kw.setdefault("min_rounds", 1)
+    kw.setdefault("sessions", 0)
+    return TraceOptions(cache_dir=str(tmp_path / "cache"), num_proc=1, **kw)
+
+
+def _conv(cid: str, n_rounds: int) -> dict:
+    msgs = []
+    for i in range(n_rounds):
+        msgs += [{"from": "human", "value": f"question {i} of {cid}"}, {"from": "gpt", "value": f"answer {i}"}]
+    return {"id": cid, "conversations": msgs}
+
+
+# --------------------------------------------------------------------------- sharegpt
+def test_sharegpt_none_selected_names_the_most_rounds(tmp_path):
+    """sharegpt.py:397 (``read[1] = max(...)`` dropped): the line said "the most is 0"."""
+    f = tmp_path / "few.json"
+    f.write_text(json.dumps([_conv("a", 1), _conv("b", 3), _conv("c", 2)]))
+    with pytest.raises(TraceError) as exc:
+        load_trace(f"sharegpt:{f}", _opts(tmp_path, min_rounds=5))
+    assert "none of its 3 conversations has 5 or more rounds (a round: a message and its reply; the most is 3)" in str(
+        exc.value
+    )
+
+
+def test_sharegpt_cut_file_counts_its_complete_records(tmp_path):
+    """sharegpt.py:434 (``stats.get(0, "records")``): the count of complete records before the cut
+    (the CLI's note) was the string "records"."""
+    text = json.dumps([_conv("a", 2), _conv("b", 1), _conv("c", 2)], indent=1)
+    f = tmp_path / "cut.json"
+    f.write_text(text[: text.index('"c"') + 5])  # stops inside record c
+    tr = load_trace(f"sharegpt:{f}", _opts(tmp_path))
+    assert tr.meta["conversation_ids"] == ["a", "b"]
+    assert tr.meta["truncated_after_records"] == 2
+
+
+# --------------------------------------------------------------------------- lmsys
+def _lmsys_rows(n: int, rounds: int = 2) -> list[dict]:
+    out = []
+    for k in range(n):
+        conv = []
+        for i in range(rounds):
+            conv += [{"role": "user", "content": f"question {i} of chat {k}"}, {"role": "assistant", "content": "ok"}]
+        out.append({"conversation_id": f"c{k}", "conversation": conv, "turn": rounds})
+    return out
+
+
+def test_lmsys_sessions_keeps_exactly_that_many(tmp_path):
+    """lmsys.py:173 (``kept = 1``): --sessions 2 kept one conversation."""
+    f = tmp_path / "rows.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in _lmsys_rows(4)))
+    tr = load_trace(f"lmsys:{f}", _opts(tmp_path, sessions=2))
+    assert tr.meta["conversation_ids"] == ["c0", "c1"] and tr.n_sessions == 2 and len(tr.requests) == 4
+
+
+def test_lmsys_none_selected_says_which_filter(tmp_path):
+    """lmsys.py:208 (``not short``): rounds too few read as "mostly non-ASCII", and the reverse."""
+    russian = {"conversation_id": "r", "conversation": [{"role": "user", "content": "привет"}], "turn": 3}
+    f = tmp_path / "rows.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in [*_lmsys_rows(2, rounds=1), russian]))
+    with pytest.raises(TraceError) as exc:
+        load_trace(f"lmsys:{f}", _opts(tmp_path, min_rounds=2))
+    assert str(exc.value).endswith(
+        "has no requests: none of its 3 conversations has 2 or more rounds and at most 50% non-ASCII text "
+        "(2 have fewer rounds, the most 3: lower --min-rounds)"
+    )
+    f.write_text(json.dumps(russian) + "\n")
+    with pytest.raises(TraceError) as exc:
+        load_trace(f"lmsys:{f}", _opts(tmp_path, min_rounds=2))
+    assert str(exc.value).endswith("has no requests: each of its 1 conversations is more than 50% non-ASCII text")
