@@ -465,18 +465,7 @@ class SimConfig:
                 f"--block-size must be 0 (the engine's default) or 1 to {MAX_BLOCK_TOKENS} tokens, "
                 f"not {self.block_size}"
             )
-        for f in self.knobs():  # a knob's own range (policies' Params: min / max)
-            lo, hi, value = f.metadata.get("min"), f.metadata.get("max"), getattr(self, f.name)
-            if (
-                isinstance(value, (int, float))
-                and not isinstance(value, bool)
-                and ((lo is not None and not value >= lo) or (hi is not None and not value <= hi))
-            ):
-                bound = f">= {lo:g}" if hi is None else f"in {lo:g}..{hi:g}" if lo is not None else f"<= {hi:g}"
-                raise UsageError(f"{flag_of(f)} must be {bound}, not {value!r}")
-            above = f.metadata.get("above")  # an open bound: 0 itself is refused too
-            if above is not None and isinstance(value, (int, float)) and not above < value < math.inf:
-                raise UsageError(f"{flag_of(f)} must be a finite number > {above:g}, not {value!r}")
+        self.check_ranges({f.name: getattr(self, f.name) for f in self.knobs()})
         if self.speculative_tokens >= self.max_num_batched_tokens:
             # a verify step runs a request's K draft tokens and its sampled one in one engine step;
             # vLLM refuses a step budget that leaves no room past them (max_num_batched_tokens <=
@@ -520,6 +509,27 @@ class SimConfig:
     def knobs(cls) -> list:
         """Every knob's field (each group's dataclass field), in the flat order."""
         return [f for _, f in _KNOBS.values()]
+
+    @classmethod
+    def check_ranges(cls, values: dict) -> None:
+        """Each knob of ``values`` (name -> value) within its own range (policies' Params: min /
+        max, above), else one UsageError line naming its flag: ``validate`` does it, and so can a
+        command that uses a knob before it builds its configurations (advise's --tensor-parallel)."""
+        for name, value in values.items():
+            if name not in _KNOBS:
+                continue
+            f = cls.knob(name)
+            lo, hi = f.metadata.get("min"), f.metadata.get("max")
+            if (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and ((lo is not None and not value >= lo) or (hi is not None and not value <= hi))
+            ):
+                bound = f">= {lo:g}" if hi is None else f"in {lo:g}..{hi:g}" if lo is not None else f"<= {hi:g}"
+                raise UsageError(f"{flag_of(f)} must be {bound}, not {value!r}")
+            above = f.metadata.get("above")  # an open bound: 0 itself is refused too
+            if above is not None and isinstance(value, (int, float)) and not above < value < math.inf:
+                raise UsageError(f"{flag_of(f)} must be a finite number > {above:g}, not {value!r}")
 
     @classmethod
     def knob(cls, name: str):

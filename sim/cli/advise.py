@@ -329,6 +329,7 @@ def register(main: click.Group) -> None:
             raise UsageError(f"--holdout must be in [0, 1), not {holdout}")
         model = kwargs.get("model")
         fixed = _fixed(kwargs)
+        SimConfig.check_ranges(fixed)  # before the memory's default reads --tensor-parallel
         if gpu_memory is None:  # the catalogue GPU's memory, once per GPU of the group
             if fixed.get("gpu") and model:  # weights the group cannot hold: the group that does, as run says
                 refuse_weights_beyond_gpus(model, fixed["gpu"], fixed.get("tensor_parallel", 0))

@@ -139,3 +139,12 @@ def test_vllm_on_a_dense_model_prefills_without_the_mamba_block_split(runner, tm
     # a hybrid model keeps it: qwen3.5-9b's 528-token block cuts the prompt at 528
     n, steps = _first_prefill_steps(runner, events, "qwen3.5-9b", "vllm")
     assert n > 528 and steps == [[0, 0, 528], [0, 528, n]], steps
+
+
+def test_advise_tensor_parallel_out_of_range_is_named(runner, tmp_path):
+    """`advise --tensor-parallel -2` said `timing: every term must be non-negative` (its memory's
+    default priced a group of -2 GPUs before any check); it is refused as run refuses it."""
+    for tp in ("-2", "65"):
+        res = runner.invoke(main, [*ADVISE, "--tensor-parallel", tp, "--out", str(tmp_path / "a")])
+        one_line(res, f"--tensor-parallel must be in 0..64, not {tp}")
+        assert not (tmp_path / "a").exists()
