@@ -1258,8 +1258,9 @@ def _preset_timing(name: str, gpus: int = 0):
 def group_spec(spec: ModelSpec, tp: int) -> ModelSpec:
     """The model as ``tp`` GPUs hold it under tensor parallelism, bytes and FLOPs summed over the
     group: heads, Mamba channels and each expert's width split evenly (so those totals do not change), KV heads
-    fewer than ``tp`` replicated (each GPU keeps one), as are Mamba B/C groups fewer than ``tp``
-    (vLLM's and SGLang's sharding). A head count ``tp`` does not divide is one UsageError line."""
+    fewer than ``tp`` replicated (each GPU keeps one), as is a single Mamba B/C group (vLLM's and
+    SGLang's sharding; several groups must split evenly). A head or group count ``tp`` does not
+    divide is one UsageError line."""
     if tp <= 1:
         return spec
     name = spec.name
@@ -1286,10 +1287,18 @@ def group_spec(spec: ModelSpec, tp: int) -> ModelSpec:
             raise UsageError(f"--tensor-parallel {tp} neither divides nor is a multiple of the {n} {what} of {name}")
         return tp  # one per GPU
 
+    groups = spec.mamba_n_groups
+    if spec.n_mamba and groups > 1 and groups % tp:
+        # MambaMixer2 (vLLM, and SGLang's port of it) asserts "n_groups % tp_size == 0 or
+        # n_groups == 1": a single group is replicated on every GPU, several are split, never both
+        raise UsageError(
+            f"--tensor-parallel {tp} does not divide the {groups} Mamba groups of {name} (vLLM and SGLang "
+            f"replicate a single group only): give a divisor of {groups}"
+        )
     return replace(
         spec,
         attn_kv_heads=replicated(spec.attn_kv_heads, "KV heads"),
-        mamba_n_groups=replicated(spec.mamba_n_groups, "Mamba groups") if spec.n_mamba else spec.mamba_n_groups,
+        mamba_n_groups=replicated(groups, "Mamba groups") if spec.n_mamba else groups,
     )
 
 

@@ -148,3 +148,19 @@ def test_advise_tensor_parallel_out_of_range_is_named(runner, tmp_path):
         res = runner.invoke(main, [*ADVISE, "--tensor-parallel", tp, "--out", str(tmp_path / "a")])
         one_line(res, f"--tensor-parallel must be in 0..64, not {tp}")
         assert not (tmp_path / "a").exists()
+
+
+def test_a_group_that_splits_several_mamba_groups_unevenly_is_refused(runner):
+    """`run --model nemotron-h-8b --tensor-parallel 16` ran, its 8 Mamba groups replicated to 16;
+    vLLM's and SGLang's MambaMixer2 assert n_groups % tp == 0 or n_groups == 1, so no engine serves
+    it. A single group (Granite 4.0-H) is still replicated."""
+    from sim.cost import get_model, group_spec
+
+    res = runner.invoke(main, ["run", *SMALL, "--model", "nemotron-h-8b", "--tensor-parallel", "16"])
+    one_line(
+        res,
+        "--tensor-parallel 16 does not divide the 8 Mamba groups of nemotron-h-8b (vLLM and SGLang replicate a "
+        "single group only): give a divisor of 8",
+    )
+    assert group_spec(get_model("nemotron-h-8b"), 8).mamba_n_groups == 8
+    assert group_spec(get_model("granite-4.0-h-small"), 16).mamba_n_groups == 16
