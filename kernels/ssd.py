@@ -566,7 +566,7 @@ def chunk_ssd(x, dt, A, B, C, **options):
     ovl = bool(cfg.pop("OVL")) and prep and overlaps
     sig = max(1, cfg.pop("SIG"))
     tma_b = _bulk_boundaries(cfg.pop("TMA_B"), meta.num_boundaries, NT)
-    glu = bool(cfg.pop("GLUON")) and ovl and BP == P and _gluon_fits(dev, x2, B2, P, N)
+    glu = bool(cfg.pop("GLUON", 0)) and ovl and BP == P and _gluon_fits(dev, x2, B2, P, N)
     nps = triton.cdiv(P, BP)
     store = store_b and meta.num_boundaries > 0
     # scratch of the output kernel: each chunk's gamma and dt, its start state in the input dtype
