@@ -28,7 +28,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.cost import _h200_calibrated, get_model, read_timing_file, scale_timing, timing_to_dict  # noqa: E402
+from sim.cost import MODELS, _h200_calibrated, get_model, read_timing_file, scale_timing, timing_to_dict  # noqa: E402
 from sim.errors import UsageError  # noqa: E402
 from sim.gpus import catalogue_name, get_gpu  # noqa: E402
 from sim.replay.calibration import Run, fit_across, host_calls, request_errors  # noqa: E402
@@ -60,11 +60,21 @@ def _has(d: Path, name: str) -> bool:
     return (d / name).is_file() or (d / (name + ".xz")).is_file()
 
 
+def _preset_of(name: str) -> str:
+    """The longest preset name that starts the folder name ``name``."""
+    found = [m for m in MODELS if name.startswith(m + "-")]
+    if not found:
+        raise UsageError(f"{name}: no settings in its summary.json and no preset name starts it")
+    return max(found, key=len)
+
+
 def load_runs(root: Path) -> list[tuple[Run, dict, pd.DataFrame | None]]:
     out = []
     for d in sorted(p for p in root.iterdir() if (p / "summary.json").is_file() and _has(p, "requests.parquet")):
         s = json.loads((d / "summary.json").read_text())
-        settings, summ = s["settings"], s["summary"]
+        # a preset matrix row (``MARCONI_GPU_ROWS``) written before rows kept their settings: its
+        # folder is named ``<preset>-<trace>-<scheduler>``
+        settings, summ = s.get("settings") or {"model": _preset_of(d.name)}, s["summary"]
         steps = read_table(d / "steps.parquet") if _has(d, "steps.parquet") else None
         # a Mamba2 model's summary names its linear layers ``mamba2``; the cost model keys them
         # as the gated-delta slot
@@ -79,7 +89,7 @@ def stats(e: pd.Series) -> str:
     return f"{e.median():.1%} / {e.quantile(0.95):.1%}" if len(e) else "-"
 
 
-def fit(roots, fit_prefix: str = "fit", versions: str = "", resume: bool = False):
+def fit(roots, fit_prefix: str = "fit", versions: str = "", resume: bool = False, bandwidth_cap: bool = True):
     roots = [roots] if isinstance(roots, Path) else list(roots)
     runs = [r for root in roots for r in load_runs(root)]
     root = roots[0]
@@ -120,8 +130,9 @@ def fit(roots, fit_prefix: str = "fit", versions: str = "", resume: bool = False
         )
     info_versions = versions
     timing, info = fit_across(
-        fit_runs, base, peak_tflops=device_peak(device, dtype), device=gpu, dtype=dtype, source=src, resume=resume
-    )
+        fit_runs, base, peak_tflops=device_peak(device, dtype), device=gpu, dtype=dtype, source=src, resume=resume,
+        bandwidth_tbs=get_gpu(gpu).hbm_bytes_per_s * 1e-12 if bandwidth_cap else 0.0,
+    )  # fmt: skip
     info["versions"] = info_versions
     return runs, base, timing, info
 
@@ -195,6 +206,11 @@ def main(argv=None) -> int:
         action="store_true",
         help="fit the resumed-call term too (HardwareTiming.gdn_resume_ms_per_chunk, calibration.fit_resume)",
     )
+    ap.add_argument(
+        "--no-bandwidth-cap",
+        action="store_true",
+        help="let the weights-read term fit faster than the GPU's datasheet memory bandwidth (the old fit)",
+    )
     ap.add_argument("--versions", default="", help='e.g. "torch 2.11.0+cu130, triton 3.6.0" (default: DIR/device.txt)')
     a = ap.parse_args(argv)
     try:
@@ -203,7 +219,7 @@ def main(argv=None) -> int:
                 raise UsageError(f"{d}: not a folder")
         if a.out is not None and a.out.exists() and not a.force:
             raise UsageError(f"{a.out} exists (pass --force to replace it)")
-        runs, base, timing, info = fit(a.dirs, a.fit_prefix, a.versions, a.resume)
+        runs, base, timing, info = fit(a.dirs, a.fit_prefix, a.versions, a.resume, not a.no_bandwidth_cap)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -275,3 +275,25 @@ def test_timing_fit_reads_a_mamba2_replays_layer_counts(tmp_path):
     ((run, settings, steps),) = tf.load_runs(tmp_path)
     assert run.counts == {"attention": 1, "gated_delta": 3, "mlp": 4} and steps is None
     assert tf.replayed_spec(run.spec, run.counts).n_mamba == 3
+
+
+def test_timing_fit_reads_a_matrix_row_by_its_folder_name(tmp_path):
+    """A preset matrix row (``MARCONI_GPU_ROWS``: ``{"summary": ...}`` only, no settings) is read
+    as the preset its folder name starts with (the longest such name); a folder no preset name
+    starts is one line, exit 2."""
+    pd = pytest.importorskip("pandas")
+    tf = _load_benchmark("timing_fit.py")
+    for name in ("qwen3.5-35b-a3b-mooncake-fcfs", "nemotron-h-8b-sharegpt-continuous"):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "summary.json").write_text(json.dumps({"summary": {"layers_replayed": {"attention": 1, "mlp": 4}}}))
+        pd.DataFrame({"request": [0]}).to_parquet(d / "requests.parquet")
+    runs = tf.load_runs(tmp_path)
+    assert [(r.name, r.spec.name, s["model"]) for r, s, _ in runs] == [
+        ("nemotron-h-8b-sharegpt-continuous", "nemotron-h-8b", "nemotron-h-8b"),
+        ("qwen3.5-35b-a3b-mooncake-fcfs", "qwen3.5-35b-a3b", "qwen3.5-35b-a3b"),
+    ]
+    (tmp_path / "my-model-row").mkdir()
+    (tmp_path / "my-model-row" / "summary.json").write_text(json.dumps({"summary": {}}))
+    pd.DataFrame({"request": [0]}).to_parquet(tmp_path / "my-model-row" / "requests.parquet")
+    assert tf.main([str(tmp_path)]) == 2

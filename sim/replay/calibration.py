@@ -110,24 +110,24 @@ def calls_of(run: Run, kind: str) -> tuple[np.ndarray, np.ndarray, list]:
     return np.asarray(X, float), np.asarray(y, float), where
 
 
-def _fit_columns(X: np.ndarray, y: np.ndarray, capped: list, cap: float, weight=None) -> np.ndarray:
-    """Relative-residual NNLS of ``y ~ X c``; the columns in ``capped`` (FLOP terms, ms per
-    TFLOP) held at ``cap`` or slower (the device's peak), the rest refitted around them."""
+def _fit_columns(X: np.ndarray, y: np.ndarray, caps: dict, weight=None) -> np.ndarray:
+    """Relative-residual NNLS of ``y ~ X c``; each column ``j`` in ``caps`` (a FLOP term in ms per
+    TFLOP, the weights read in ms per GB) held at ``caps[j]`` or slower (the device's peak, its
+    memory bandwidth) where the free fit is faster, the rest refitted around them."""
     w = (1.0 if weight is None else np.sqrt(weight)) / y
     ones = y * w
     c = nnls(X * w[:, None], ones)
-    if not cap:
-        return c
-    held = {j for j in capped if 0 < c[j] < cap}
+    caps = {j: v for j, v in caps.items() if v > 0}
+    held = {j for j, v in caps.items() if 0 < c[j] < v}
     while held:
         lo = np.zeros(X.shape[1])
         for j in held:
-            lo[j] = cap
+            lo[j] = caps[j]
         free = [j for j in range(X.shape[1]) if j not in held]
         sub = nnls((X[:, free] * w[:, None]), ones - (X @ lo) * w)
         c = lo.copy()
         c[free] = sub
-        more = {j for j in capped if j not in held and 0 < c[j] < cap}
+        more = {j for j, v in caps.items() if j not in held and 0 < c[j] < v}
         if not more:
             break
         held |= more
@@ -216,6 +216,7 @@ def fit_across(
     dtype: str = "",
     source: str = "",
     resume: bool = False,
+    bandwidth_tbs: float = 0.0,
 ) -> tuple[HardwareTiming, dict]:
     """A HardwareTiming fitted to every run's timed prefills at once (module docstring); with
     ``resume``, the resumed-call term too: ``fit_resume`` on a first fit's layer times, then the
@@ -227,13 +228,16 @@ def fit_across(
     if not runs:
         raise UsageError("timing fit: no runs given")
     cap = 1e3 / peak_tflops if peak_tflops > 0 else 0.0
+    weight_cap = 1.0 / bandwidth_tbs if bandwidth_tbs > 0 else 0.0  # ms per GB at the datasheet's TB/s
     ms_per_tflop = dict(base.ms_per_tflop)
     layer_ms, per_gb = dict(base.layer_call_ms), dict.fromkeys(LAYER_KINDS, 0.0)
     act, kv = dict.fromkeys(LAYER_KINDS, 0.0), 0.0
     info: dict = {"terms": {}}
     held = 0.0
     if resume:  # the term from pairs (a first fit's fixed times), then the gated-delta terms fitted around it
-        first, _ = fit_across(runs, base, peak_tflops=peak_tflops, device=device, dtype=dtype, source=source)
+        first, _ = fit_across(
+            runs, base, peak_tflops=peak_tflops, device=device, dtype=dtype, source=source, bandwidth_tbs=bandwidth_tbs
+        )
         held, info["resume"] = fit_resume(runs, first)
     for kind in LAYER_KINDS:
         terms = TYPE_TERMS[kind]
@@ -251,7 +255,9 @@ def fit_across(
         wt = np.concatenate([np.full(len(y), r.weight) for r, (_, y, _) in zip(runs, parts) if len(y)])
         if len(y) < MIN_CALLS_PER_TERM * (len(terms) + 2):
             raise UsageError(f"timing fit: {len(y)} timed calls with {kind} layers are too few")
-        c = _fit_columns(X, y, list(range(2, 2 + len(terms))), cap, wt)
+        caps = dict.fromkeys(range(2, 2 + len(terms)), cap)
+        caps[1] = weight_cap  # a call reads its layer's weights no faster than the memory's bandwidth
+        c = _fit_columns(X, y, caps, wt)
         layer_ms[kind], per_gb[kind] = float(c[0]), float(c[1])
         for j, t in enumerate(terms, start=2):
             ms_per_tflop[t] = float(c[j])

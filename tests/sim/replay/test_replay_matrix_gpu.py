@@ -49,15 +49,18 @@ def trace_of(kind):
     return _loaded[kind]
 
 
-def keep_summary(name: str, summary: dict, requests=None) -> None:
+def keep_summary(name: str, summary: dict, requests=None, settings=None) -> None:
     """With MARCONI_GPU_ROWS=DIR, each run's summary is kept as DIR/<name>/summary.json, the layout
     ``benchmarks/replay_matrix.py`` reads, so a GPU test run also yields the matrix's table; its
-    per-request table beside it (requests.parquet: what the time saved is re-scored on offline)."""
+    per-request table beside it (requests.parquet: what the time saved is re-scored on offline,
+    and ``benchmarks/timing_fit.py`` scores as a held-out run: ``settings`` names its model and
+    device)."""
     rows = os.environ.get("MARCONI_GPU_ROWS")
     if rows:
         out = Path(rows) / name
         out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps({"summary": summary}, default=str, indent=1))
+        kept = {"summary": summary, **({"settings": settings} if settings else {})}
+        (out / "summary.json").write_text(json.dumps(kept, default=str, indent=1))
         if requests is not None:
             requests.to_parquet(out / "requests.parquet", index=False)
 
@@ -79,7 +82,10 @@ def test_contract_at_preset_shapes(model, kind, scheduler):
     settings = ReplaySettings(layers=4, device="cuda", dtype="bf16", requests=TRACES[kind][2], check_steps=8)
     res = run_replay(trace, config, settings, build=build)
     s = res.summary
-    keep_summary(f"{model}-{kind}-{scheduler}", s, res.requests)
+    keep_summary(
+        f"{model}-{kind}-{scheduler}", s, res.requests,
+        dict(model=model, dtype="bf16", scheduler=scheduler, device_name=torch.cuda.get_device_name()),
+    )  # fmt: skip
     assert res.failures == [], [f.message() for f in res.failures[:5]]
     assert s["hits"] > 0
     assert s["hits_validated"] == s["hits"] == s["kv_hits_validated"], s["hits_unvalidated"]

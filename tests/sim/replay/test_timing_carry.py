@@ -116,6 +116,23 @@ def test_fit_across_holds_a_term_faster_than_the_peak_at_the_peak():
     assert all(f <= 1.0 + 1e-9 for f in t.fraction_of_peak().values())
 
 
+def test_fit_across_holds_a_weight_read_faster_than_the_bandwidth_at_the_bandwidth():
+    """``bandwidth_tbs``: a layer's weights are read no faster than the memory's bandwidth. Tables
+    whose MLP reads its weights at 10 TB/s (0.1 ms a GB) fit at 1 / 4.8 ms a GB on an H200's
+    4.8 TB/s, the MLP's other terms refitted around it; the kinds that read slower than the
+    bandwidth come back exact, and without the option the fast read is fitted as measured."""
+    fast = replace(TRUE, ms_per_weight_gb=dict(TRUE.ms_per_weight_gb, mlp=0.1))
+    runs = [Run(get_model(m), COUNTS, _table(get_model(m), fast, CALLS), m) for m in ("qwen3.5-9b", "qwen3.5-27b")]
+    t, info = fit_across(runs, TRUE, peak_tflops=989.0, bandwidth_tbs=4.8)
+    assert t.ms_per_weight_gb["mlp"] == pytest.approx(1 / 4.8, rel=1e-12)
+    assert t.ms_per_weight_gb["attention"] == pytest.approx(0.4, rel=1e-6)
+    assert t.ms_per_weight_gb["gated_delta"] == pytest.approx(0.25, rel=1e-6)
+    assert t.layer_call_ms["mlp"] < TRUE.layer_call_ms["mlp"]  # the fixed time gave way to the read
+    assert info["terms"]["mlp"]["median_error"] > 1e-6 > info["terms"]["attention"]["median_error"]
+    free, _ = fit_across(runs, TRUE, peak_tflops=989.0)
+    assert free.ms_per_weight_gb["mlp"] == pytest.approx(0.1, rel=1e-6)
+
+
 def test_fit_across_without_a_peak_holds_no_term():
     """No ``peak_tflops`` (a device not in the catalogue, a base without one): no cap, so a term
     faster than any device (2,000 TFLOP/s) is fitted as measured, every term exact (mutation run,
