@@ -81,3 +81,52 @@ def test_lmsys_none_selected_says_which_filter(tmp_path):
     with pytest.raises(TraceError) as exc:
         load_trace(f"lmsys:{f}", _opts(tmp_path, min_rounds=2))
     assert str(exc.value).endswith("has no requests: each of its 1 conversations is more than 50% non-ASCII text")
+
+
+# --------------------------------------------------------------------------- swebench
+def _swe_messages(first_obs) -> list[dict]:
+    """A system prompt, the task, then four steps; the first step's observation is ``first_obs``."""
+    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "the task"}]
+    for i, obs in enumerate([first_obs, "o1", "o2", "o3"]):
+        msgs += [{"role": "assistant", "content": f"act {i}"}, {"role": "user", "content": obs}]
+    return msgs
+
+
+def test_swebench_text_parts_collapse_like_a_string(tmp_path, qwen):
+    """swebench.py:162 (images counted from 1): an elided observation given as a list of text parts
+    became "Old environment output: (2 lines omitted) (1 images omitted)"; it is the same request as
+    the same text given as a string."""
+    traces = []
+    for name, obs in [("str", "line one\nline two"), ("parts", [{"type": "text", "text": "line one\nline two"}])]:
+        f = tmp_path / f"{name}.json"
+        f.write_text(json.dumps({"messages": _swe_messages(obs)}))
+        traces.append(load_trace(f"swebench:{f}", _opts(tmp_path, keep_observations=1)))
+    a, b = traces
+    assert [r.input_tokens.tolist() for r in a.requests] == [r.input_tokens.tolist() for r in b.requests]
+    last = qwen._qwen.decode(b.requests[3].input_tokens.tolist())  # step 3: observations 0 and 1 elided
+    assert "<|im_start|>user\nOld environment output: (2 lines omitted)<|im_end|>\n" in last
+    assert "images omitted" not in last and last.count("lines omitted") == 2
+
+
+def test_swebench_huge_number_names_the_error(tmp_path):
+    """swebench.py:287 (``_first_line`` returning None): "bad JSON: None" for a 5,000-digit number,
+    in a .traj file and on a JSON Lines line."""
+    big = "1" * 5000
+    f = tmp_path / "big.traj"
+    f.write_text('{"history": [{"role": "user", "content": "x", "n": ' + big + "}]}")
+    with pytest.raises(TraceError, match=r"big\.traj: bad JSON: Exceeds the limit \(4300 digits\) for integer string"):
+        load_trace(f"swebench:{f}", _opts(tmp_path))
+    g = tmp_path / "rows.jsonl"
+    g.write_text(json.dumps({"messages": _swe_messages("o")}) + '\n{"n": ' + big + "}\n")
+    with pytest.raises(TraceError, match=r"rows\.jsonl:2: bad JSON: Exceeds the limit \(4300 digits\)"):
+        load_trace(f"swebench:{g}", _opts(tmp_path))
+
+
+def test_swebench_json_array_of_step_trajectories(tmp_path):
+    """swebench.py:406 (``isinstance(list, x.get("trajectory"))``): a JSON array of trajectories
+    that have only ``trajectory`` steps (response / observation) was a TypeError."""
+    one = {"trajectory": [{"response": f"r{i}", "observation": f"o{i}"} for i in range(3)]}
+    f = tmp_path / "steps.json"
+    f.write_text(json.dumps([one, {"trajectory": one["trajectory"][:2]}]))
+    tr = load_trace(f"swebench:{f}", _opts(tmp_path))
+    assert [len(v) for v in tr.sessions().values()] == [3, 2]
