@@ -113,6 +113,20 @@ def refuse_no_cache_on_the_group(engine_name: str, model: str, gpu: str, tensor_
     )
 
 
+def refuse_group_of_count(gpu_memory: str, count: int, model: str | None) -> None:
+    """The group a --gpu-memory NxSIZE spells, refused in one line naming the --gpu-memory where no
+    engine runs it (more GPUs than a node holds, heads or Mamba groups it does not split): it said
+    "--tensor-parallel 3 does not divide ...", a flag the user never gave, under a note."""
+    from sim.cost import get_model, group_spec  # noqa: PLC0415
+
+    try:
+        SimConfig.check_ranges({"tensor_parallel": count})
+        if model:
+            group_spec(get_model(model), count)
+    except UsageError as exc:
+        raise UsageError(f"--gpu-memory {gpu_memory} spells a group of {count} GPUs: {exc}") from None
+
+
 def _preset_group(model: str | None, gpu: str | None) -> int:
     """The GPUs the timing prices ``model`` on with ``gpu`` (or none) and no --tensor-parallel (0:
     none known)."""
@@ -329,6 +343,7 @@ def register(main: click.Group) -> None:
             raise UsageError(f"--holdout must be in [0, 1), not {holdout}")
         model = kwargs.get("model")
         fixed = _fixed(kwargs)
+        group_note = ""
         SimConfig.check_ranges(fixed)  # before the memory's default reads --tensor-parallel
         if gpu_memory is None:  # the catalogue GPU's memory, once per GPU of the group
             if fixed.get("gpu") and model:  # weights the group cannot hold: the group that does, as run says
@@ -343,17 +358,19 @@ def register(main: click.Group) -> None:
 
             gpu, tp = fixed.get("gpu"), fixed.get("tensor_parallel", 0)
             count = gpu_memory_count(gpu_memory)
+            parse_gpu_memory(gpu_memory)  # a memory that is none (2x0GB) is refused before any note
             timed = gpu or not fixed.get("timing_file")  # a --timing file alone prices its own group
             if count and timed and not tp and count != _preset_group(model, gpu):
                 # 2x80GB is a two-GPU group (docs/advise.md): it is that group that is priced, not
                 # the preset's count of GPUs (with --gpu it was refused as more than 1x h100;
                 # without, the recommendation named --tensor-parallel-size 2 and its TTFT was one GPU's)
+                refuse_group_of_count(gpu_memory, count, model)
                 tp = fixed["tensor_parallel"] = count
                 device = gpu or default_timing(model, None, count).device
-                click.echo(
+                # said once the search ran: a refusal after it (no cache left) stays one line
+                group_note = (
                     f"note: --gpu-memory {gpu_memory}: priced as a group of {count}x {device} "
-                    f"(--tensor-parallel {count})",
-                    err=True,
+                    f"(--tensor-parallel {count})"
                 )
             if count and tp and count != tp:  # 2x80GB on a group of 4: which group is priced?
                 raise UsageError(
@@ -397,6 +414,8 @@ def register(main: click.Group) -> None:
                 progress=progress,
                 on_trace=lambda trace: (say_short_session_range(trace), say_fewer_sessions(trace)),
             )
+            if group_note:
+                click.echo(group_note, err=True)
             if adv.report is not None and adv.report.interrupted:
                 click.echo(
                     f"interrupted after {adv.trials} finished trials (kept in {out / 'study.journal'}): "

@@ -164,3 +164,21 @@ def test_a_group_that_splits_several_mamba_groups_unevenly_is_refused(runner):
     )
     assert group_spec(get_model("nemotron-h-8b"), 8).mamba_n_groups == 8
     assert group_spec(get_model("granite-4.0-h-small"), 16).mamba_n_groups == 16
+
+
+def test_advise_gpu_memory_group_refusals_are_one_line(runner, tmp_path):
+    """A --gpu-memory NxSIZE whose group no engine runs, or that leaves no cache, printed its
+    'priced as a group' note and then the refusal, which named --tensor-parallel 3, a flag never
+    given: one line naming the --gpu-memory."""
+    out = str(tmp_path / "a")
+    for memory, gpu, message in (
+        ("3x80GiB", [], "--gpu-memory 3x80GiB spells a group of 3 GPUs: --tensor-parallel 3 does not divide the 16"),
+        ("3x80GiB", ["--gpu", "h100"], "--gpu-memory 3x80GiB spells a group of 3 GPUs: --tensor-parallel 3 does not"),
+        ("100x80GB", [], "--gpu-memory 100x80GB spells a group of 100 GPUs: --tensor-parallel must be in 0..64"),
+        ("2x0GB", ["--gpu", "h100"], "--gpu-memory must be a finite size > 0, not '2x0GB'"),
+    ):
+        res = runner.invoke(main, [*ADVISE, "--gpu-memory", memory, *gpu, "--out", out])
+        one_line(res, message)
+    big = [a if a != "qwen3.5-9b" else "qwen3.5-397b-a17b" for a in ADVISE]
+    res = runner.invoke(main, [*big, "--gpu-memory", "4x141GiB", "--out", out])
+    one_line(res, "--gpu-memory 564GiB = 605.6GB leaves no cache for qwen3.5-397b-a17b under sglang")
