@@ -130,3 +130,64 @@ def test_swebench_json_array_of_step_trajectories(tmp_path):
     f.write_text(json.dumps([one, {"trajectory": one["trajectory"][:2]}]))
     tr = load_trace(f"swebench:{f}", _opts(tmp_path))
     assert [len(v) for v in tr.sessions().values()] == [3, 2]
+
+
+# --------------------------------------------------------------------------- jsonl (the JSON Lines reader)
+def _bad_first_row(tmp_path, first_line: str) -> str:
+    f = tmp_path / "t.jsonl"
+    f.write_text(first_line + "\n")
+    with pytest.raises(TraceError) as exc:
+        load_trace(f"marconi-jsonl:{f}", _opts(tmp_path))
+    return str(exc.value).removeprefix(f"{f}:")
+
+
+def test_jsonl_csv_hint_for_tabs_not_for_plain_text(tmp_path):
+    """jsonl.py:66 (``"\\t" not in text``): a tab-separated header lost its hint, and a line of
+    plain words was called CSV."""
+    lines = "a marconi-jsonl trace is JSON Lines (one JSON object a line)"
+    assert _bad_first_row(tmp_path, "session_id\tturn_id\tts") == (
+        f"1: bad JSON: Expecting value (column 1); the file looks like CSV: {lines}"
+    )
+    assert _bad_first_row(tmp_path, "hello") == "1: bad JSON: Expecting value (column 1)"
+
+
+def test_jsonl_bad_row_without_hint_ends_at_its_column(tmp_path):
+    """jsonl.py:68 (``return None``): a bad first row that is no CSV or array ended "(column 18)None"."""
+    assert _bad_first_row(tmp_path, '{"session_id": 1,}') == (
+        "1: bad JSON: Expecting property name enclosed in double quotes (column 18)"
+    )
+
+
+class _Bar:
+    """tqdm's stand-in: records what the reader sets the bar to."""
+
+    made: list = []
+
+    def __init__(self, total=None, **kw):
+        self.total, self.n, self.updates, self.closed = total, 0, [], False
+        _Bar.made.append(self)
+
+    def update(self, k):
+        self.n += k
+        self.updates.append(k)
+
+    def close(self):
+        self.closed = True
+
+
+def test_jsonl_progress_bar_counts_characters_every_20000_lines(tmp_path, monkeypatch):
+    """jsonl.py:92-93 (the bar updated on every other line than each 20,000th; ``done + bar.n``): the
+    bar moves by the characters read, once every 20,000 lines."""
+    import tqdm
+
+    from traces import jsonl
+
+    monkeypatch.setattr(tqdm, "tqdm", _Bar)
+    monkeypatch.setattr(jsonl, "PROGRESS_BYTES", 1)
+    monkeypatch.setattr(_Bar, "made", [])
+    f = tmp_path / "rows.jsonl"
+    f.write_text("{}\n" * 45_000)  # 3 characters a line
+    rows = list(jsonl.JsonlReader(f, progress=True))
+    assert len(rows) == 45_000
+    (bar,) = _Bar.made
+    assert bar.total == 135_000 and bar.updates == [60_000, 60_000] and bar.n == 120_000 and bar.closed
