@@ -208,6 +208,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "sharegpt": (
         ["traces/sharegpt.py"],
         [
+            "tests/traces/test_loader_survivors_s25.py",  # session 25: the survivors' tests
             "tests/traces/test_sharegpt.py",
             "tests/traces/test_sharegpt_s24.py",
             "tests/traces/test_encoding_s24.py",
@@ -219,6 +220,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "lmsys": (
         ["traces/lmsys.py"],
         [
+            "tests/traces/test_loader_survivors_s25.py",  # session 25: the survivors' tests
             "tests/traces/test_lmsys.py",
             "tests/traces/test_lmsys_s24.py",
             "tests/traces/test_encoding_s24.py",
@@ -229,6 +231,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "swebench": (
         ["traces/swebench.py"],
         [
+            "tests/traces/test_loader_survivors_s25.py",  # session 25: the survivors' tests
             "tests/traces/test_swebench_s24.py",
             "tests/traces/test_swebench.py",
             "tests/traces/test_encoding_s24.py",
@@ -239,6 +242,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "jsonl": (
         ["traces/jsonl.py"],
         [
+            "tests/traces/test_loader_survivors_s25.py",  # session 25: the survivors' tests
             "tests/traces/test_jsonl_s24.py",
             "tests/traces/test_marconi_jsonl.py",
             "tests/traces/test_encoding_s24.py",
@@ -250,6 +254,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "marconi_jsonl": (
         ["traces/marconi_jsonl.py"],
         [
+            "tests/traces/test_loader_survivors_s25.py",  # session 25: the survivors' tests
             "tests/traces/test_marconi_jsonl.py",
             "tests/traces/test_jsonl_s24.py",
             "tests/sim/cli/test_trace_files_s24.py",
