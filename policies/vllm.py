@@ -66,8 +66,12 @@ class VllmPreset(EnginePreset):
 
     def check(self, spec, config) -> None:
         block = self.grid_for(spec, config)
-        if block > MAX_BLOCK:
-            raise PolicyError(f"a {block}-token block is larger than the simulator hashes ({MAX_BLOCK} tokens)")
+        if block > MAX_BLOCK:  # vLLM's own block (--block-size is capped at MAX_BLOCK before this)
+            raise PolicyError(
+                f"{self.name}: vLLM's block for {spec.name} is {block} tokens (one layer's state page over "
+                f"its attention page per token), more than the {MAX_BLOCK} the simulator hashes: pick "
+                "another policy"
+            )
 
 
 def align_step_ends(hit_tokens: int, n: int, B: int, budget: int) -> list[int]:

@@ -182,3 +182,15 @@ def test_advise_gpu_memory_group_refusals_are_one_line(runner, tmp_path):
     big = [a if a != "qwen3.5-9b" else "qwen3.5-397b-a17b" for a in ADVISE]
     res = runner.invoke(main, [*big, "--gpu-memory", "4x141GiB", "--out", out])
     one_line(res, "--gpu-memory 564GiB = 605.6GB leaves no cache for qwen3.5-397b-a17b under sglang")
+
+
+def test_a_vllm_block_beyond_the_hash_names_the_policy_and_model(runner):
+    """`run --policy sglang,vllm --model nemotron-h-56b.json` said only `a 4128-token block is
+    larger than the simulator hashes (4096 tokens)`: which policy, and what to do, went unsaid."""
+    path = str(CONFIGS / "nemotron-h-56b.json")
+    res = runner.invoke(main, ["run", *SMALL, "--model", path, "--policy", "sglang,vllm"])
+    one_line(
+        res,
+        f"vllm: vLLM's block for {path} is 4128 tokens (one layer's state page over its attention page per "
+        "token), more than the 4096 the simulator hashes: pick another policy",
+    )
