@@ -33,7 +33,7 @@ from sim.cli.traces import say_fewer_sessions, say_short_session_range, trace_op
 from sim.config import SimConfig, format_gpu_memory, format_memory, format_size
 from sim.errors import UsageError, stop_exit_code
 from sim.experiments.advise import ENGINES, OBJECTIVES, Problem, advice_json, advise, differences
-from sim.experiments.advise.search import STUDY_FILE, cpu_count
+from sim.experiments.advise.search import STUDY_FILE, cpu_count, objective_value
 from sim.experiments.grid import ROW_VERSION
 from traces.packing import inputs_digest
 from sim.cost import default_timing, gpu_memory_limit, timing_note
@@ -205,6 +205,10 @@ def format_advice(adv, out: Path) -> str:
                 f"{dd['ttft_p95_ms']:+.1f} ms ({_rel(dd['ttft_p95_rel'])})",
             )
         )
+        if p.objective == "throughput":  # the objective itself (the rows above were all it showed)
+            a, b = objective_value("throughput", d), objective_value("throughput", r)
+            rel = (b - a) / a if a else None
+            rows.append((f"output tok/s ({label})", f"{a:,.1f}", f"{b:,.1f}", f"{b - a:+,.1f} ({_rel(rel)})"))
     lines += _table(head, rows)
     lines += ["engine defaults: " + flag_text(adv.defaults.flags)]
     lines += ["", "why (tuned part):"]

@@ -194,3 +194,16 @@ def test_a_vllm_block_beyond_the_hash_names_the_policy_and_model(runner):
         f"vllm: vLLM's block for {path} is 4128 tokens (one layer's state page over its attention page per "
         "token), more than the 4096 the simulator hashes: pick another policy",
     )
+
+
+def test_advise_for_throughput_shows_the_throughput_it_compared(runner, tmp_path):
+    """`advise --objective throughput` printed token hit and TTFT p95 beside the defaults, never the
+    throughput it chose by: a row of output tokens per second now does, as advice.json holds it."""
+    res = runner.invoke(main, [*ADVISE, "--objective", "throughput", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "a" / "advice.json").read_text())
+    d, r = data["defaults"]["tuned"]["output_tokens_per_s"], data["recommended"]["tuned"]["output_tokens_per_s"]
+    (row,) = [line for line in res.stdout.splitlines() if line.startswith("output tok/s (whole trace)")]
+    assert row.split()[4:6] == [f"{d:,.1f}", f"{r:,.1f}"]
+    res = runner.invoke(main, [*ADVISE, "--out", str(tmp_path / "b")])
+    assert res.exit_code == 0 and "output tok/s" not in res.stdout
