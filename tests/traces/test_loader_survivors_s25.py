@@ -191,3 +191,30 @@ def test_jsonl_progress_bar_counts_characters_every_20000_lines(tmp_path, monkey
     assert len(rows) == 45_000
     (bar,) = _Bar.made
     assert bar.total == 135_000 and bar.updates == [60_000, 60_000] and bar.n == 120_000 and bar.closed
+
+
+# --------------------------------------------------------------------------- marconi-jsonl
+def _marconi_row(sid, turn, ts, inp, out) -> str:
+    return json.dumps(
+        {
+            "session_id": sid,
+            "turn_id": turn,
+            "ts": ts,
+            "num_input_tokens": len(inp),
+            "num_output_tokens": len(out),
+            "input_tokens": inp,
+            "output_tokens": out,
+        }
+    )
+
+
+def test_marconi_jsonl_one_input_token_is_a_request_none_is_refused(tmp_path):
+    """marconi_jsonl.py:36 (``n_in == 1``): a one-token prompt was refused, and an empty one read."""
+    f = tmp_path / "t.jsonl"
+    f.write_text(_marconi_row(0, 0, 0.0, [7], [8, 9]) + "\n" + _marconi_row(1, 0, 1.0, [], [5]) + "\n")
+    with pytest.raises(TraceError) as exc:
+        load_trace(f"marconi-jsonl:{f}", _opts(tmp_path))
+    assert str(exc.value) == f"{f}:2: num_input_tokens 0: a request needs at least one input token"
+    tr = load_trace(f"marconi-jsonl:{f}", _opts(tmp_path, skip_bad_rows=True))
+    assert [(r.input_tokens.tolist(), r.output_tokens.tolist()) for r in tr.requests] == [([7], [8, 9])]
+    assert tr.meta["skipped_rows"] == 1
