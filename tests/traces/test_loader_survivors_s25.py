@@ -218,3 +218,78 @@ def test_marconi_jsonl_one_input_token_is_a_request_none_is_refused(tmp_path):
     tr = load_trace(f"marconi-jsonl:{f}", _opts(tmp_path, skip_bad_rows=True))
     assert [(r.input_tokens.tolist(), r.output_tokens.tolist()) for r in tr.requests] == [([7], [8, 9])]
     assert tr.meta["skipped_rows"] == 1
+
+
+def test_marconi_jsonl_one_bad_row_and_nothing_else(tmp_path):
+    """marconi_jsonl.py:74 (``n == 0``): one skipped row was "all 1 of its rows are bad"."""
+    f = tmp_path / "one.jsonl"
+    f.write_text('{"session_id": 1}\n')
+    with pytest.raises(TraceError) as exc:
+        load_trace(f"marconi-jsonl:{f}", _opts(tmp_path, skip_bad_rows=True))
+    assert str(exc.value) == f"trace marconi-jsonl:{f} has no requests: its only row is bad (skipped: --skip-bad-rows)"
+
+
+# --------------------------------------------------------------------------- sessions (--session-range)
+def test_session_range_parsed_start_left_out_is_zero():
+    """sessions.py:22 (``else 1``): ":2" kept sessions 1:2, not the first two."""
+    from traces.sessions import parse_session_range
+
+    assert parse_session_range(":2") == (0, 2)
+    assert parse_session_range(" 3 : ") == (3, None)
+
+
+@pytest.mark.parametrize("text", ["-1:2", "-1:", "2:2", "3:1"])
+def test_session_range_refuses_a_negative_start_or_an_empty_slice(text):
+    """sessions.py:26 (``and`` for ``or``): -1:2 and 3:1 were taken (a negative start, a stop
+    before the start) and -1: too."""
+    from traces.sessions import parse_session_range
+
+    with pytest.raises(TraceError) as exc:
+        parse_session_range(text)
+    assert str(exc.value) == f"--session-range {text!r}: need 0 <= START < STOP"
+
+
+def _small_trace(closed_loop: bool = True):
+    import numpy as np
+
+    from traces.base import Request, Trace
+
+    def req(sid, turn):
+        return Request(sid, turn, np.array([sid, turn]), np.array([1]), think_time=1.0 + turn, arrival=float(turn))
+
+    # sessions in order of first appearance: 5, 9, 7
+    reqs = [req(5, 0), req(9, 0), req(5, 1), req(7, 0), req(9, 1), req(7, 1)]
+    return Trace("t", reqs, block_tokens=2, closed_loop=closed_loop, meta={"source": "x"})
+
+
+def test_select_sessions_keeps_a_slice_by_first_appearance():
+    """sessions.py:36-43: START:STOP counts sessions in order of first appearance, STOP exclusive."""
+    from traces.sessions import select_sessions
+
+    tr = select_sessions(_small_trace(), "1:")
+    assert [(r.session_id, r.turn) for r in tr.requests] == [(9, 0), (7, 0), (9, 1), (7, 1)]  # file order
+    assert tr.name == "t" and tr.block_tokens == 2 and tr.closed_loop
+    assert tr.meta == {"source": "x", "session_range": "1:", "sessions_total": 3}
+    tr = select_sessions(_small_trace(closed_loop=False), "0:2")
+    assert [(r.session_id, r.turn) for r in tr.requests] == [(5, 0), (9, 0), (5, 1), (9, 1)]
+    assert not tr.closed_loop
+    with pytest.raises(TraceError) as exc:
+        select_sessions(_small_trace(), "3:5")
+    assert str(exc.value) == "--session-range 3:5: the trace has only 3 sessions"
+
+
+# --------------------------------------------------------------------------- arrivals
+def test_session_starts_default_seed_is_zero_and_no_sessions_is_empty():
+    """arrivals.py:18 (the default ``seed`` 1): Poisson starts drawn without a seed are seed 0's."""
+    import numpy as np
+
+    from traces.arrivals import session_starts
+
+    gaps = np.random.default_rng(0).exponential(0.5, size=4)
+    expected = [0.0, *np.cumsum(gaps[:-1]).tolist()]
+    assert session_starts(4, 2.0, poisson=True).tolist() == expected
+    assert session_starts(4, 2.0, poisson=True, seed=0).tolist() == expected
+    assert session_starts(0, 2.0).tolist() == [] and session_starts(0, 2.0, poisson=True).tolist() == []
+    with pytest.raises(TraceError) as exc:
+        session_starts(-1, 2.0)
+    assert str(exc.value) == "number of sessions must be >= 0"
