@@ -264,15 +264,20 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "sessions": (
         ["traces/sessions.py"],
         [
+            "tests/traces/test_loader_survivors_s25.py",  # session 25: the survivors' tests
             "tests/traces/test_cli_traces.py",
             "tests/sim/cli/test_bad_input_round7.py",
             "tests/sim/experiments/test_advise_rules.py",
         ],
     ),
-    "arrivals": (["traces/arrivals.py"], ["tests/traces/test_arrivals.py", "tests/traces"]),
+    "arrivals": (
+        ["traces/arrivals.py"],
+        ["tests/traces/test_loader_survivors_s25.py", "tests/traces/test_arrivals.py", "tests/traces"],
+    ),
     "trace_options": (
         ["sim/trace_options.py"],
         [
+            "tests/sim/test_trace_options_s25.py",  # session 25: the survivors' tests
             "tests/traces/test_cli_traces.py",
             "tests/sim/cli/test_option_fuzz.py",
             "tests/sim/cli/test_trace_files_s24.py",
