@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Sequence
 
 from sim.errors import UsageError
-from sim.gpus import ALLREDUCE_LATENCY_S, allreduce_s, get_gpu, group_link_bytes_per_s
+from sim.gpus import ALLREDUCE_LATENCY_S, allreduce_s, get_gpu, group_link_bytes_per_s, node_words
 from sim.hf_config import NEMOTRON_H_STATE_NOTE, config_file, looks_like_path, read_config
 
 GDN_CHUNK = 64  # chunk length the per-token cost of docs/cost-model.md §2 is derived for
@@ -1140,10 +1140,13 @@ def split_timing(base, spec: ModelSpec, dev, tp: int, note: str = "", uncalibrat
     per_token = allreduce_s(dev, spec.d_model * 2, tp) - (ALLREDUCE_LATENCY_S if tp > 1 else 0.0)
     comm_tok = blocks * per_token * 1e3
     comm_call = blocks * ALLREDUCE_LATENCY_S * 1e3 if tp > 1 else 0.0
+    nodes = node_words(dev, tp)
     what = f"{tp}x {dev.name}" + (
         f", {blocks} all-reduces a call over {group_link_bytes_per_s(dev, tp) / 1e9:g} GB/s links"
         + (
-            f" (PCIe: {tp} GPUs span {dev.name}'s NVLink bridges of {dev.bridge_group})"
+            f" ({nodes})"
+            if nodes
+            else f" (PCIe: {tp} GPUs span {dev.name}'s NVLink bridges of {dev.bridge_group})"
             if dev.bridge_group and tp > dev.bridge_group
             else ""
         )
@@ -1193,10 +1196,19 @@ def gpu_memory_limit(model: str, gpu: str, tensor_parallel: int = 0) -> tuple[in
     return n, n * get_gpu(gpu).memory_bytes
 
 
+#: the share of one server's memory the weights of a model may fill before its default group
+#: (``gpu_count``) spans servers: below SGLang's --mem-fraction-static 0.88, the smallest fraction
+#: of the whole memory an engine preset takes (vLLM: 0.9; LMDeploy, TensorRT-LLM: of what the
+#: weights leave), so every engine keeps a cache
+NODE_WEIGHT_SHARE = 0.88
+
+
 def gpu_count(spec: ModelSpec, gpu: str | None = None) -> int:
     """The preset's GPU count (``_GPUS``), or for a model with a known weight count the smallest
     power-of-two group whose memory holds its weights in 3/4 of it (the rest for cache) and whose
-    GPUs split its heads (``group_spec``), else the smallest such group of any size."""
+    GPUs split its heads (``group_spec``), else the smallest such group of any size; where that
+    group spans servers (more than ``node_gpus``), the smallest group of one server that holds the
+    weights in ``NODE_WEIGHT_SHARE`` of its memory and splits the heads, if one does."""
     if spec.name in ("marconi-7b", "llama-7b"):
         return 1
     g = _GPUS.get(spec.name)
@@ -1207,11 +1219,12 @@ def gpu_count(spec: ModelSpec, gpu: str | None = None) -> int:
             f"model {spec.name!r} has no GPU count for its default timing (sim/cost.py _GPUS); "
             f"give a timing file: --timing FILE, or --tensor-parallel N"
         )
-    mem = get_gpu(gpu or "h200").memory_bytes
+    dev = get_gpu(gpu or "h200")
+    mem = dev.memory_bytes
     need = spec.weight_bytes or spec.total_params * 2
 
-    def serves(n: int) -> bool:  # holds the weights in 3/4 of its memory, and splits the heads
-        if need > 0.75 * mem * n:
+    def serves(n: int, share: float = 0.75) -> bool:  # holds the weights in 3/4 of its memory, splits the heads
+        if need > share * mem * n:
             return False
         try:
             group_spec(spec, n)
@@ -1222,6 +1235,11 @@ def gpu_count(spec: ModelSpec, gpu: str | None = None) -> int:
     # the smallest power-of-two group that serves it (an 8-GPU group of a 12-head model was priced),
     # else the smallest group of any size that does, else (no group splits it) the power of two
     n = next((k for k in (1, 2, 4, 8, 16, 32, 64) if serves(k)), 0) or next((k for k in range(1, 65) if serves(k)), 0)
+    if n > dev.node_gpus:
+        # a group beyond one server all-reduces over the network (sim.gpus.group_link_bytes_per_s): one
+        # server's group that holds the weights with a cache left under every engine's memory fraction
+        # is served instead (550GB on H100s: 8, not 16 across two servers)
+        n = next((k for k in range(1, dev.node_gpus + 1) if serves(k, NODE_WEIGHT_SHARE)), n)
     if n:
         return n
     n = 1

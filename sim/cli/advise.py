@@ -37,7 +37,7 @@ from sim.experiments.advise.search import STUDY_FILE, cpu_count, objective_value
 from sim.experiments.grid import ROW_VERSION
 from traces.packing import inputs_digest
 from sim.cost import default_timing, gpu_memory_limit, timing_note
-from sim.gpus import datasheet_memory, get_gpu
+from sim.gpus import datasheet_memory, get_gpu, node_words
 from sim.trace_options import TRACE_OPTION_KEYS
 
 #: the simulation settings advise takes (as `marconi run`), less --seed (here the study's seed) and
@@ -88,7 +88,7 @@ def refuse_no_cache_on_the_group(engine_name: str, model: str, gpu: str, tensor_
     naming the smallest --tensor-parallel group that leaves a cache (qwen3-next-80b-a3b's 160GB on
     2x h100, 160GiB: vLLM's 0.9 of it is 154.6GB): it said "--gpu-memory 160GiB leaves no cache", a
     --gpu-memory the user never gave, and no way out."""
-    from sim.cli.checks import MAX_NODE_GPUS, _splits  # noqa: PLC0415
+    from sim.cli.checks import MAX_NODE_GPUS, _splits, group_nodes  # noqa: PLC0415
     from sim.cost import get_model  # noqa: PLC0415
     from sim.experiments.advise.space import get_engine, weight_bytes  # noqa: PLC0415
 
@@ -103,7 +103,8 @@ def refuse_no_cache_on_the_group(engine_name: str, model: str, gpu: str, tensor_
         k for k in range(n + 1, MAX_NODE_GPUS + 1) if memory.cache_bytes(k * each, weights) > 0 and _splits(spec, k)
     ]
     group = (
-        f"give --tensor-parallel {fits[0]} (the smallest group that leaves a cache and splits its heads)"
+        f"give --tensor-parallel {fits[0]} (the smallest group that leaves a cache and splits its heads"
+        f"{group_nodes(get_gpu(gpu), fits[0])})"
         if fits
         else f"no tensor-parallel group of {gpu} that splits its heads leaves one"
     )
@@ -148,13 +149,17 @@ def _timing_note(p) -> str:
     return f" | {note}" if note else ""
 
 
-def _gpu_words(p) -> str:
-    """The header's "| GPU 8x h200" where --gpu or --tensor-parallel names the group priced."""
+def _gpu_words(p, nodes: bool = True) -> str:
+    """The header's "| GPU 8x h200" where --gpu or --tensor-parallel names the group priced, and
+    (``nodes``) where the group spans servers, what that is: "| GPU 16x h100 = 2 nodes of 8:
+    all-reduce over the inter-node link, 50 GB/s each way"."""
     gpu, tp = p.fixed.get("gpu"), p.fixed.get("tensor_parallel", 0)
     if p.fixed.get("timing_file") or not (gpu or tp):
         return ""
     device = default_timing(p.model, gpu, tp).device
-    return f" | GPU {gpu_memory_limit(p.model, device, tp)[0]}x {device}"
+    n = gpu_memory_limit(p.model, device, tp)[0]
+    words = node_words(get_gpu(device), n) if nodes else ""
+    return f" | GPU {n}x {device}" + (f" = {words}" if words else "")
 
 
 def _pct(v) -> str:
@@ -437,7 +442,9 @@ def register(main: click.Group) -> None:
                 adv.figure = None
             data = advice_json(adv)
             # the header's words on the GPUs priced ("2x b200", "uncalibrated for GPU b200"): JSON had none
-            data["gpus"] = _gpu_words(adv.problem).removeprefix(" | GPU ") or None
+            data["gpus"] = _gpu_words(adv.problem, nodes=False).removeprefix(" | GPU ") or None
+            # a group beyond one server: what its all-reduce runs over (the header's words)
+            data["gpu_nodes"] = _gpu_words(adv.problem).partition(" = ")[2] or None
             data["timing_note"] = _timing_note(adv.problem).removeprefix(" | ")
             text = json.dumps(data, indent=2)
             atomic_write(out / "advice.json", lambda tmp: tmp.write_text(text))

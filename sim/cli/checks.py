@@ -28,7 +28,8 @@ from sim.errors import UsageError
 
 #: sessions per second a closed-loop run may start (below: one session in 11.6 days or fewer)
 RATE_RANGE = (1e-6, 1e6)
-#: GPUs of one node a timing file or --tensor-parallel may describe
+#: the most GPUs a timing file or --tensor-parallel may describe (a group beyond one server's
+#: ``sim.gpus.GPU.node_gpus`` all-reduces over the network between servers)
 MAX_NODE_GPUS = 64
 #: the slowest compute term a timing file may hold (ms per TFLOP: 1e9 is one GFLOP/s)
 MAX_MS_PER_TFLOP = 1e9
@@ -133,6 +134,15 @@ def _splits(spec, tp: int) -> bool:
     return True
 
 
+def group_nodes(gpu, tp: int) -> str:
+    """A refusal's words on the group it names where that group spans servers ("; 16 GPUs = 2 nodes
+    of 8: all-reduce over the inter-node link, 50 GB/s each way"), else ""."""
+    from sim.gpus import node_words  # noqa: PLC0415
+
+    words = node_words(gpu, tp)
+    return f"; {tp} GPUs = {words}" if words else ""
+
+
 def refuse_weights_beyond_gpus(model: str, gpu: str, tensor_parallel: int) -> None:
     """A model whose bf16 weights its --gpu group cannot hold (or fill it, leaving no byte of
     cache) is refused in one line naming the smallest --tensor-parallel group that holds them."""
@@ -147,7 +157,8 @@ def refuse_weights_beyond_gpus(model: str, gpu: str, tensor_parallel: int) -> No
         each = get_gpu(gpu).memory_bytes
         fits = [k for k in range(1, MAX_NODE_GPUS + 1) if k * each > weights and _splits(spec, k)]
         group = (
-            f"give --tensor-parallel {fits[0]} (the smallest group that holds them and splits its heads)"
+            f"give --tensor-parallel {fits[0]} (the smallest group that holds them and splits its heads"
+            f"{group_nodes(get_gpu(gpu), fits[0])})"
             if fits
             else f"no tensor-parallel group of {gpu} that splits its heads holds them"
         )

@@ -30,6 +30,7 @@ from sim.config import SECTIONS, SimConfig, flag_of, format_size, parse_size, se
 from sim.cost import get_model, gpu_count, model_for, timing_for, timing_note
 from sim.engine.metrics import SUMMARY_KEYS, RunSummary
 from sim.errors import UsageError
+from sim.gpus import get_gpu, node_words
 from sim.engine.events import EventLog, event_row, write_events
 from sim.engine.simulation import off_grid_message
 from sim.replay.measure import read_timing
@@ -248,7 +249,10 @@ def run_gpu_words(cfg: SimConfig) -> str:
     if not (cfg.gpu or cfg.tensor_parallel):
         return ""
     n = int(cfg.tensor_parallel) or gpu_count(get_model(cfg.model), cfg.gpu)
-    return f"GPU {n}x {timing_for(cfg).device}"
+    device = timing_for(cfg).device
+    # a group beyond one server says so: its all-reduce runs over the network, not NVLink
+    nodes = node_words(get_gpu(device), n) if device else ""
+    return f"GPU {n}x {device}" + (f" = {nodes}" if nodes else "")
 
 
 def timing_row(cfg: SimConfig) -> dict:

@@ -292,7 +292,9 @@ def test_default_group_splits_the_heads(tmp_path):
     # splits 12 heads and holds it (8 was priced: "GPU 8x h100"); 6 does
     spec = get_model(_write(tmp_path, _cfg("falcon-h1-7b.json", intermediate_size=12288 * 26)))
     assert 264e9 < spec.total_params * 2 < 265e9
-    assert (gpu_count(spec, "h100"), gpu_count(spec, "h200"), gpu_count(spec, "l40s")) == (6, 4, 12)
+    # on L40S (48GiB) 12 hold it in 3/4, across two servers of 8: 6 in one server hold it in 0.88
+    # of their memory (264GB of 309GB: every engine keeps a cache), and are served instead
+    assert (gpu_count(spec, "h100"), gpu_count(spec, "h200"), gpu_count(spec, "l40s")) == (6, 4, 6)
     # a power of two that splits the heads stays the choice (Qwen3-Next: 16 heads; 160GB on H100: 4)
     assert gpu_count(get_model(_write(tmp_path, _cfg("qwen3-next-80b-a3b.json"), "q.json")), "h100") == 4
 

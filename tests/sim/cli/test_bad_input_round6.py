@@ -340,7 +340,8 @@ def test_trtllm_on_a_dense_model_is_refused(runner, extra):
         (
             ["--gpu", "l40s", "--model", "qwen3.5-397b-a17b"],  # the preset's 8 GPUs are H200s
             "qwen3.5-397b-a17b's bf16 weights (794GB) are more than the memory of 8x l40s (384GiB = 412.3GB): give "
-            "--tensor-parallel 16 (the smallest group that holds them and splits its heads)",
+            "--tensor-parallel 16 (the smallest group that holds them and splits its heads; 16 GPUs = 2 nodes of "
+            "8: all-reduce over the inter-node link, 25 GB/s each way)",
         ),
         (
             ["--gpu", "h100", "--model", "llama-7b", "--capacity", "100GB"],
