@@ -48,12 +48,12 @@ from sim.cli.run import (
     refuse_unusable_blocks,
     run_section,
 )
-from sim.config import SimConfig, format_size
+from sim.config import SimConfig, flag_of, format_size
 from sim.cost import default_timing, model_for, read_timing_file, timing_note
 from sim.engine.simulation import off_grid_message
 from policies.base import get_preset
 from sim.errors import UsageError, stop_exit_code
-from sim.experiments.grid import check_grid_size, expand_grid, grid_size, parse_values
+from sim.experiments.grid import check_grid_size, expand_grid, grid_size, parse_values, unread_knobs
 from sim.experiments.runners import describe, fit_workers, run_sweep, task_trace
 from sim.experiments.grid import ROW_VERSION
 from sim.experiments.store import BAD, DONE, STALE, check_layout, stored_status
@@ -243,11 +243,32 @@ def grid_summary(trace_axes: dict, sim_axes: dict, n_configs: int) -> str:
     for v in axes.values():
         points *= len(v)
     head = " x ".join(varying) if varying else "one point"
-    note = "" if points == n_configs else f" ({points:,} grid points; policies that ignore alpha run once)"
+    unread = _unread_words(sim_axes)
+    why = "; ".join(unread) if unread else "policies that ignore alpha run once"
+    note = "" if points == n_configs else f" ({points:,} grid points; {why})"
     return (
         f"grid: {head} = {counted(n_configs, 'configuration', thousands=True)}{note}{_fixed_words(trace_axes, sim_axes)}"
         + (_timing_notes(sim_axes))
     )
+
+
+def _unread_words(sim_axes: dict) -> list[str]:
+    """Each policy of the grid that runs once over a knob's values because it does not read that
+    knob ("vllm runs once over --gpu-memory, which it does not read"), policies without alpha
+    over an alpha axis ("policies that ignore alpha run once")."""
+    policies = sim_axes.get("policy", [SimConfig().policy])
+    words = []
+    if len(sim_axes.get("alpha", [])) > 1 and not all(get_preset(p).uses_alpha for p in policies):
+        words.append("policies that ignore alpha run once")
+    fields_ = {f.name: f for f in SimConfig.knobs()}
+    for name, values in sim_axes.items():
+        if name in ("alpha", "policy") or len(values) < 2 or name not in fields_:
+            continue
+        idle = [p for p in policies if name in unread_knobs(p)]
+        if idle:
+            verb = "runs once over {}, which it does not" if len(idle) == 1 else "run once over {}, which they do not"
+            words.append(f"{', '.join(idle)} {verb.format(flag_of(fields_[name]))} read")
+    return words
 
 
 def _fixed_words(trace_axes: dict, sim_axes: dict) -> str:

@@ -16,7 +16,7 @@ from itertools import product
 from pathlib import Path
 from typing import Iterable
 
-from policies.base import get_preset
+from policies.base import get_preset, policy_knobs
 from sim.config import SimConfig, parse_size
 from sim.errors import UsageError
 from sim.trace_options import TRACE_OPTIONS
@@ -159,6 +159,17 @@ class Task:
         return json.dumps(self.trace_kwargs, sort_keys=True, default=str)
 
 
+def unread_knobs(policy: str) -> list[str]:
+    """The policy knobs (``policies.base.policy_knobs``: read by some presets, not all) that
+    ``policy``'s preset does not read, alpha and the tuning knobs left to ``make_task``'s own rules."""
+    name = get_preset(policy).name
+    return [
+        k
+        for k, readers in policy_knobs().items()
+        if name not in readers and k != "alpha" and k not in TUNING_KNOBS and k in SimConfig.field_names()
+    ]
+
+
 def make_task(trace_kwargs: dict, **knobs) -> Task:
     """A Task from trace options (``trace``, ``sessions``, ... as `marconi run` names them; missing
     ones take the CLI defaults) and SimConfig fields. A policy that ignores alpha gets alpha 0 to
@@ -192,6 +203,11 @@ def make_task(trace_kwargs: dict, **knobs) -> Task:
     if cfg.effective_scheduler == "fcfs":  # the batching knobs mean nothing to fcfs: one run, not one per value
         for k in BATCHING_KNOBS:
             setattr(cfg, k, getattr(base, k))
+    # a policy knob this preset does not read (vllm of --gpu-memory, SGLang's) runs at its default:
+    # one run and one row, not one identical row per value of it (`sweep --policy sglang,vllm
+    # --gpu-memory 20GB,40GB` showed two vllm rows of the same numbers); its cell is the default's
+    for k in unread_knobs(cfg.policy):
+        setattr(cfg, k, getattr(base, k))
     cfg.validate()
     row = cfg.as_row()
     if mode != "static":

@@ -237,7 +237,15 @@ def test_every_simulation_knob_is_part_of_the_config_id_except_speed_knobs(knob)
     # tuning knobs count only for an auto-tuned policy (they are reset otherwise: next test); the
     # artifact's replay (--compat paper-fixed) runs in sequential mode; batching knobs count only
     # for --scheduler continuous
-    base = {"policy": "marconi", "alpha": "auto" if knob in TUNING_KNOBS else 1.0}
+    from policies.base import policy_knobs
+
+    # a policy knob counts for the policies that read it (the others run once at its default: next
+    # tests); marconi reads most, the engines' own knobs are priced on their first reader
+    readers = policy_knobs().get(knob, ["marconi"])
+    base = {
+        "policy": "marconi" if "marconi" in readers else readers[0],
+        "alpha": "auto" if knob in TUNING_KNOBS else 1.0,
+    }
     if knob == "compat":
         base["mode"] = "sequential"
     if knob in BATCHING_KNOBS:
@@ -249,6 +257,22 @@ def test_every_simulation_knob_is_part_of_the_config_id_except_speed_knobs(knob)
         assert a.config_id == b.config_id  # changes how fast, not what
     else:
         assert a.config_id != b.config_id, knob
+
+
+def _policy_knobs() -> dict:
+    from policies.base import policy_knobs
+
+    return {k: v for k, v in policy_knobs().items() if k != "alpha"}  # alpha: its own rule (make_task)
+
+
+@pytest.mark.parametrize("knob", sorted(_policy_knobs()))
+def test_a_policy_knob_its_policy_does_not_read_does_not_split_its_rows(knob):
+    """`sweep --policy sglang,vllm --gpu-memory 20GB,40GB` ran vllm (which reads --capacity) once
+    per value: two rows of the same numbers."""
+    readers = _policy_knobs()[knob]
+    idle = next(p for p in ("marconi", "vllm", "sglang", "lmdeploy", "trtllm") if p not in readers)
+    a = make_task({}, policy=idle)
+    assert make_task({}, policy=idle, **{knob: sim_alternative(knob)}).config_id == a.config_id, (knob, idle)
 
 
 def test_batching_knobs_do_not_split_fcfs_rows():
