@@ -10,8 +10,8 @@ in one line before any work, for every command that simulates (run, sweep, advis
 - ``--gpu-memory`` with ``--capacity`` (the engine's memory replaces the capacity: one of them
   would be silently ignored); a split of ``--gpu-memory`` that leaves no KV room.
 - Timing files that describe no machine: every compute term zero, a term of more than
-  ``MAX_MS_PER_TFLOP``, a negative or non-finite peak, more GPUs than a node holds
-  (``MAX_NODE_GPUS``), a term faster than the device's peak (its catalogue figure when the file
+  ``MAX_MS_PER_TFLOP``, a negative or non-finite peak, more GPUs than a tensor-parallel group
+  may have (``MAX_NODE_GPUS``), a term faster than the device's peak (its catalogue figure when the file
   names a device and gives no peak).
 - ``--sessions-per-second`` outside ``RATE_RANGE`` (1e-320 made the arrival clock NaN), and on
   open-loop traces, whose requests arrive at their own times.
@@ -354,7 +354,10 @@ def check_timing(path, model: str | None = None):
                         f"timing file {path}: {name}.{k} {float(v):g} ms is beyond any machine (at most {MAX_CALL_MS:g})"
                     )
         if t.gpus > MAX_NODE_GPUS:
-            raise UsageError(f"timing file {path}: gpus {t.gpus:,} is more than a node holds (at most {MAX_NODE_GPUS})")
+            raise UsageError(
+                f"timing file {path}: gpus {t.gpus:,} is more than a tensor-parallel group may have "
+                f"(at most {MAX_NODE_GPUS})"
+            )
         peak = t.peak_tflops
         where = "its peak"
         if not peak > 0 and t.device in GPUS:

@@ -523,7 +523,10 @@ def _timing(tmp_path: Path, name: str, edit) -> Path:
 TIMING_CASES = {
     "all-zero": (lambda d: d.update(ms_per_tflop=dict.fromkeys(d["ms_per_tflop"], 0.0)), "every compute term is 0"),
     "1e300-term": (lambda d: d["ms_per_tflop"].update(mlp_linear=1e300), "term mlp_linear of 1e+300 ms per TFLOP"),
-    "1e9-gpus": (lambda d: d.update(gpus=10**9), "gpus 1,000,000,000 is more than a node holds (at most 64)"),
+    "1e9-gpus": (
+        lambda d: d.update(gpus=10**9),
+        "gpus 1,000,000,000 is more than a tensor-parallel group may have (at most 64)",
+    ),
     "negative-peak": (lambda d: d.update(peak_tflops=-5), "peak_tflops must be a finite number >= 0, not -5"),
     "nan-peak": (lambda d: d.update(peak_tflops="NAN"), "peak_tflops must be a finite number >= 0, not nan"),
     "faster-than-device": (
