@@ -26,6 +26,7 @@ from sim.cost import (
 )
 from sim.errors import UsageError
 from sim.gpus import get_gpu
+from sim.replay import calibration
 from sim.replay.calibration import NOT_COMPARED, Run, features, fit_across, replay_timing
 
 COUNTS = {"attention": 1, "gated_delta": 3, "mlp": 4}
@@ -106,6 +107,9 @@ def test_fit_across_recovers_known_terms_exactly():
     }
     assert (t.device, t.dtype, t.gpus) == ("h200", "bf16", 1)
     assert all(v["median_error"] < 1e-6 for v in info["terms"].values())
+    # what timing_fit.py prints: each FLOP term's share of the peak (mutation run, session 25)
+    assert info["fraction_of_peak"] == t.fraction_of_peak()
+    assert info["fraction_of_peak"]["mlp_linear"] == pytest.approx(1e3 / (TERMS["mlp_linear"] * 989.0))
 
 
 def test_fit_across_holds_a_term_faster_than_the_peak_at_the_peak():
@@ -396,3 +400,13 @@ def test_the_kv_read_feature_is_zero_for_a_one_token_call_and_the_whole_context_
     assert features(spec, "attention", 4096, 4097)[-1] == 0.0
     assert features(spec, "attention", 4096, 4098)[-1] == pytest.approx(per * 4098)
     assert features(spec, "attention", 0, 2)[-1] == pytest.approx(per * 2)
+
+
+def test_request_errors_take_a_table_without_host_times_as_device_bound():
+    """A request table kept before replay recorded host times (no ``suffix_host_bound`` column)
+    is scored as device-bound: each request's priced time is its device time."""
+    spec = get_model("qwen3.5-9b")
+    table = _table(spec, TRUE, CALLS[:4]).drop(columns=["suffix_host_bound"])
+    e = calibration.request_errors(Run(spec, COUNTS, table, "old"), TRUE)
+    assert len(e) == 4 and not e["host_bound"].any()
+    assert (e["modelled_call_ms"] == e["modelled_ms"]).all()
