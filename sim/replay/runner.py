@@ -38,7 +38,11 @@ from sim.replay.records import RequestRecord
 from sim.replay.store import CheckpointStore
 from sim.replay.tokens import prefix_hash
 
-__all__ = ["BATCH_TOKENS", "BatchCall", "Replayer"]
+__all__ = ["BATCH_TOKENS", "BatchCall", "PositionOutsideRequest", "Replayer"]
+
+
+class PositionOutsideRequest(ValueError):
+    """The event stream placed a state outside its request's tokens (``Replayer.admit``)."""
 
 
 class Replayer:
@@ -179,7 +183,7 @@ class Replayer:
         f = self._flight(request)
         p = int(position)
         if not 0 < p <= len(f.tokens):
-            raise ValueError(
+            raise PositionOutsideRequest(
                 f"admit of checkpoint {checkpoint} at position {p} outside request {request} (0, {len(f.tokens)}]"
             )
         self.store.reserve(checkpoint, p, prefix_hash(f.tokens, p), request)

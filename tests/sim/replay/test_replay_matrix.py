@@ -331,3 +331,24 @@ def test_a_request_preempted_and_hit_again_counts_its_kv_check_once(tmp_path_fac
     assert len(again) >= 1 and again["kv_validated"].all()
     s = check_contract(res, continuous=True)
     assert s["kv_hits_validated"] == int(df["kv_validated"].sum()) == s["hits"]
+
+
+def test_a_hash_id_of_two_lengths_is_refused_in_one_line(tmp_path):
+    """Hash id 0 as a whole 512-token prompt (no output), then as a 1-token prompt: the cache
+    tree counts the block whole where the first path ends, so the second request's decode state
+    was admitted at 515 of its 4 tokens and replay stopped with a ValueError traceback (exit 1).
+    Refused as bad input (one line, exit 2), naming the fix; spelled out, the trace replays."""
+    from sim.errors import UsageError
+
+    p = tmp_path / "two-lengths.jsonl"
+    rows = [(5000, 512, 0, [0]), (6000, 1, 3, [0])]
+    p.write_text(
+        "".join(
+            json.dumps(dict(timestamp=t, input_length=n, output_length=o, hash_ids=h)) + "\n" for t, n, o, h in rows
+        )
+    )
+    for scheduler in ("fcfs", "continuous"):
+        with pytest.raises(UsageError, match=r"position 515 outside request 1 \(0, 4\].*--hash-block-tokens$"):
+            replay(load_trace(f"mooncake:{p}", TraceOptions()), scheduler=scheduler, capacity=300_000)
+    spelled = load_trace(f"mooncake:{p}", TraceOptions(hash_block_tokens=True))
+    check_contract(replay(spelled, scheduler="continuous", capacity=300_000), continuous=True, want_hits=False)
