@@ -454,8 +454,10 @@ class EngineTree(HybridRadixTree):
             self._touched(node)
 
     # ------------------------------------------------------------------ lookup and refresh
-    def lookup(self, seq: np.ndarray, max_hit_sym: int | None = None, now: float | None = None) -> MatchResult:
-        m = super().lookup(seq, max_hit_sym, now)
+    def lookup(
+        self, seq: np.ndarray, max_hit_sym: int | None = None, now: float | None = None, *, tokens: int | None = None
+    ) -> MatchResult:
+        m = super().lookup(seq, max_hit_sym, now, tokens=tokens)
         if self.duplicate_kv:
             self._note_recomputed(m, max_hit_sym)
         return m
@@ -645,10 +647,10 @@ class EngineTree(HybridRadixTree):
         node.last_access = before
         self._touched(node)
 
-    def match(self, seq: np.ndarray, max_hit_sym: int | None = None) -> MatchResult:
+    def match(self, seq: np.ndarray, max_hit_sym: int | None = None, *, tokens: int | None = None) -> MatchResult:
         if self.future is not None:
             self.future.arrived(seq)
-        m = super().match(seq, max_hit_sym)
+        m = super().match(seq, max_hit_sym, tokens=tokens)
         if self.snapshot_block and self.hybrid and m.hit_sym:
             self._reachable_hit(m, seq, max_hit_sym)
         return m

@@ -243,9 +243,12 @@ class HybridRadixTree:
         return Node(key, parent, n_tokens, depth_sym, depth_tokens, now, self._created)
 
     # ------------------------------------------------------------------ lookup
-    def match(self, seq: np.ndarray, max_hit_sym: int | None = None) -> MatchResult:
+    def match(self, seq: np.ndarray, max_hit_sym: int | None = None, *, tokens: int | None = None) -> MatchResult:
         """Walk ``seq`` down the tree. ``max_hit_sym`` caps the usable hit (e.g. SGLang's
-        input_len - 1 rule); states deeper than it are not used."""
+        input_len - 1 rule); states deeper than it are not used. ``tokens``: ``seq``'s own token
+        count; a state past it is not used either (a trace that gave a hash id two lengths: a
+        whole block where the state was taken, this prompt's partial last block here)."""
+        tok_cap = math.inf if tokens is None else tokens
         node = self.root
         hit = self.root
         pos = 0
@@ -262,7 +265,7 @@ class HybridRadixTree:
                 pos += m
                 node = child
                 path.append(child)
-                if child.has_state and child.depth_sym <= limit:
+                if child.has_state and child.depth_sym <= limit and child.depth_tokens <= tok_cap:
                     hit = child
                 continue
             split_node, split_off = child, m
@@ -288,10 +291,12 @@ class HybridRadixTree:
         """The refresh rule in force: the eviction policy's (a tuner may switch policies)."""
         return self.policy.refresh
 
-    def lookup(self, seq: np.ndarray, max_hit_sym: int | None = None, now: float | None = None) -> MatchResult:
-        """A lookup as an engine does it: ``match``, then the refresh rule's hit refresh (at
-        ``now``, default the tree's clock)."""
-        m = self.match(seq, max_hit_sym)
+    def lookup(
+        self, seq: np.ndarray, max_hit_sym: int | None = None, now: float | None = None, *, tokens: int | None = None
+    ) -> MatchResult:
+        """A lookup as an engine does it: ``match`` (``tokens``: ``seq``'s own token count), then
+        the refresh rule's hit refresh (at ``now``, default the tree's clock)."""
+        m = self.match(seq, max_hit_sym, tokens=tokens)
         now = self.now if now is None else now
         self.refresh_hit(m, now)
         if getattr(self.policy, "touch_walk_end", False):
@@ -582,11 +587,15 @@ class HybridRadixTree:
         pos = 0
         n = len(seq)
         ends_with_state: set[int] = set()
+        stop = n + 1  # checkpoints from here on are not added (_longer)
         while pos < n:
             child = node.children.get(int(seq[pos]))
             if child is None:
                 break
             m = _edge_match(child.key, seq, pos)
+            if m == len(child.key) and self._longer(child, span, pos + m):
+                node, stop, pos = child, pos + m, n  # _apply stops here: nothing more is added
+                break
             pos += m
             node = child  # on a partial match: the edge the insert will split, to protect too
             if m == len(child.key):
@@ -595,7 +604,7 @@ class HybridRadixTree:
                 continue
             break
         need_kv = span.total - span.tokens(pos)
-        new_cps = [c for c in checkpoints if c not in ends_with_state] if self.hybrid else []
+        new_cps = [c for c in checkpoints if c not in ends_with_state and c < stop] if self.hybrid else []
         return need_kv, new_cps, node
 
     def _apply(self, seq: np.ndarray, span: Span, checkpoints: list[int], now: float) -> Node:
@@ -618,6 +627,8 @@ class HybridRadixTree:
                 pos = c
                 self._add_state(node)
                 continue
+            if m == klen and self._longer(child, span, pos + klen):
+                return child  # nothing of seq can hang under it: see _longer
             if m == klen:
                 pos += klen
                 node = child
@@ -656,6 +667,16 @@ class HybridRadixTree:
             if ci < len(cps) and pos == cps[ci]:
                 self._add_state(node)
         return node
+
+    @staticmethod
+    def _longer(child: Node, span: Span, end: int) -> bool:
+        """Whether the whole-matched edge ``child`` (the inserted sequence's symbols up to ``end``)
+        holds more tokens than the sequence does there: a trace gave a hash id two lengths (a
+        whole block where the edge was cached, this sequence's partial block here). The sequence
+        is covered up to that symbol (its tokens are the block's first ones) but nothing of it can
+        hang below, nor a state sit at the edge's end: both would lie past its own tokens. Never
+        true where each hash id has one length."""
+        return child.depth_tokens > span.tokens(end)
 
     def _after_split(self, node: Node, at_checkpoint: bool) -> None:
         """Hook: an insert diverged inside an edge and split it; ``node`` ends at the divergence."""

@@ -421,7 +421,7 @@ class Simulation:
         # retracted request's prompt + output capped at their count - 1, rule 20): the whole prompt
         # may hit (the walk stays in the prompt: past it lie this request's output tokens, which
         # the engine freed at the preemption)
-        m = tree.lookup(seq_in, max_hit_sym=cap, now=now)
+        m = tree.lookup(seq_in, max_hit_sym=cap, now=now, tokens=tok_in)
         hit_tokens = min(m.hit_tokens, tok_in)
         ctx = self.admission_context(m, seq_in, seq_full, tok_in)
         ctx.full_tokens = tok_full
