@@ -423,24 +423,9 @@ def _replay(
         vocab_rows=VOCAB_ROWS,
         tokens_of=token_source(trace, settings.seed),
     )
-    from sim.replay.runner import PositionOutsideRequest
-
-    try:
-        run = pipeline.execute(
-            parts, trace, config, build=build, progress=progress, after_event=after_event, on_ready=on_ready
-        )
-    except PositionOutsideRequest as exc:
-        if trace.block_tokens <= 1:
-            raise
-        # a hash id standing for a whole block in one prompt and a partial last block in a later
-        # one, where the first prompt's path ends: the cache tree counts the block whole, so the
-        # later request's states land past its own tokens (a 1-token prompt of hash 0 after a
-        # 512-token prompt of hash 0 and no output: its decode state at 515 of its 4 tokens)
-        raise UsageError(
-            f"trace {trace.name}: {exc}: a hash id stands for a whole block in one prompt and a partial last "
-            "block in another, which the simulation counts block by block (Mooncake and Bailian hash a partial "
-            "last block on its own); replay it with --hash-block-tokens"
-        ) from exc
+    run = pipeline.execute(
+        parts, trace, config, build=build, progress=progress, after_event=after_event, on_ready=on_ready
+    )
     summary, table, info, step_rows = pipeline.summarize(parts, run, trace, config, settings, layers)
     return ReplayResult(summary, table, run.failures, info, run.sim_result, parts.timing, steps=step_rows)
 

@@ -333,22 +333,34 @@ def test_a_request_preempted_and_hit_again_counts_its_kv_check_once(tmp_path_fac
     assert s["kv_hits_validated"] == int(df["kv_validated"].sum()) == s["hits"]
 
 
-def test_a_hash_id_of_two_lengths_is_refused_in_one_line(tmp_path):
+def test_a_hash_id_of_two_lengths_replays_with_every_hit_validated(tmp_path):
     """Hash id 0 as a whole 512-token prompt (no output), then as a 1-token prompt: the cache
-    tree counts the block whole where the first path ends, so the second request's decode state
-    was admitted at 515 of its 4 tokens and replay stopped with a ValueError traceback (exit 1).
-    Refused as bad input (one line, exit 2), naming the fix; spelled out, the trace replays."""
-    from sim.errors import UsageError
-
+    tree counted the block whole where the first path ends, so the second request's decode state
+    was admitted at 515 of its 4 tokens and replay stopped with a ValueError (then refused the
+    trace). Now it adds nothing past its tokens and has no state to hit; later prompts with the
+    whole block hit request 0's state at 512, [2] taken as 1 token and then whole takes the
+    shorter length, and every hit replays validated, under both schedulers and capacities."""
     p = tmp_path / "two-lengths.jsonl"
-    rows = [(5000, 512, 0, [0]), (6000, 1, 3, [0])]
+    rows = [
+        (5000, 512, 0, [0]),
+        (6000, 1, 3, [0]),
+        (7000, 600, 2, [0, 1]),
+        (8000, 1, 2, [2]),
+        (9000, 1000, 2, [2, 3]),
+        (10000, 1, 1, [2]),
+        (11000, 1100, 1, [2, 3, 4]),
+        (12000, 512, 1, [0]),
+    ]
     p.write_text(
         "".join(
             json.dumps(dict(timestamp=t, input_length=n, output_length=o, hash_ids=h)) + "\n" for t, n, o, h in rows
         )
     )
+    trace = load_trace(f"mooncake:{p}", TraceOptions())
     for scheduler in ("fcfs", "continuous"):
-        with pytest.raises(UsageError, match=r"position 515 outside request 1 \(0, 4\].*--hash-block-tokens$"):
-            replay(load_trace(f"mooncake:{p}", TraceOptions()), scheduler=scheduler, capacity=300_000)
-    spelled = load_trace(f"mooncake:{p}", TraceOptions(hash_block_tokens=True))
-    check_contract(replay(spelled, scheduler="continuous", capacity=300_000), continuous=True, want_hits=False)
+        for capacity in (300_000, AMPLE):
+            res = replay(trace, scheduler=scheduler, capacity=capacity)
+            s = check_contract(res, continuous=scheduler == "continuous")
+            hits = [int(h) for h in res.requests["hit_tokens"]]
+            assert hits[:4] == [0, 0, 512, 0] and hits[7] == 512, (scheduler, capacity, hits)
+            assert s["hits"] == sum(h > 0 for h in hits) and hits[5] == 0
