@@ -244,7 +244,7 @@ class ArtifactSimulation(Simulation):
         seq_in, seq_full, tok_in, tok_full = self.symbols(r)
         tree = self.tree
         now = tree.set_time(t)
-        m = tree.match(seq_in)
+        m = tree.match(seq_in, tokens=tok_in)
         hit_tokens = min(m.hit_tokens, tok_in)
         self._refresh(m, now)
         hit_ckpt = m.hit_node.ckpt if m.hit_sym > 0 and self.spec.is_hybrid else None

@@ -186,6 +186,22 @@ def test_a_transformer_hits_the_shorter_length(tmp_path):
     assert sim.tree.kv_tokens == 512
 
 
+@pytest.mark.parametrize("compat", ["paper", "paper-fixed"])
+def test_the_artifact_replay_of_the_two_rows_hits_nothing_past_a_prompt(compat, tmp_path):
+    """The Marconi artifact's replay (``sim.compat``, its own lookup) on the two rows: request 1
+    finds no state within its one token (it hit request 0's state at 512, counted 1 token), and
+    its tail state is not admitted past its 4 tokens."""
+    p = write_rows(tmp_path / "two.jsonl", ROWS)
+    trace = load_trace(f"mooncake:{p}", TraceOptions())
+    log = EventLog()
+    sim = build(trace, SimConfig(policy="marconi", mode="sequential", compat=compat), observers=(log,))
+    res = drive(sim)
+    sim.tree.check_invariants()
+    assert list(res.requests["hit_tokens"]) == [0, 0]
+    assert [(e.request.request_id, e.position) for e in log.events if isinstance(e, Admit)] == [(0, 512)]
+    assert [e.hit_checkpoint for e in log.events if isinstance(e, Lookup)] == [None, None]
+
+
 # ------------------------------------------------------------------------------ the invariant
 
 B = 16
