@@ -300,18 +300,22 @@ class HybridRadixTree:
         now = self.now if now is None else now
         self.refresh_hit(m, now)
         if getattr(self.policy, "touch_walk_end", False):
-            self._touch_walk_end(m, max_hit_sym, now)
+            self._touch_walk_end(
+                m, max_hit_sym, now, None if tokens is None else Span(len(seq), self.block_tokens, tokens)
+            )
         return m
 
     def forget(self, m: MatchResult) -> None:
         """Hook: the lookup that returned ``m`` was given back (its request waits or was
         preempted) and nothing will be inserted for it."""
 
-    def _touch_walk_end(self, m: MatchResult, max_hit_sym: int | None, now: float) -> None:
+    def _touch_walk_end(self, m: MatchResult, max_hit_sym: int | None, now: float, span: Span | None = None) -> None:
         """The lookup's walk (up to ``max_hit_sym``) ended inside an edge: the engine splits that
         node there and both halves become most recent (SGLang's ``_split_node`` in its match), even
         when no hit reaches them. A tree that keeps the engine's structure (``merges`` False) splits
-        it too; one that merges keeps the node whole and touches all of it."""
+        it too; one that merges keeps the node whole and touches all of it. ``span``: the looked-up
+        sequence's tokens (a walk ending after its partial last block cuts there, not a whole
+        block on); None: whole blocks."""
         end = m.match_sym if max_hit_sym is None else min(m.match_sym, max_hit_sym)
         node = m.split_node if end == m.match_sym else None
         if end < m.match_sym:
@@ -321,7 +325,8 @@ class HybridRadixTree:
         if self.merges:
             self.touch(node, now)
             return
-        upper = self._split(node, end - (node.depth_sym - len(node.key)), now)
+        up = None if span is None else span.tokens(end) - (node.depth_tokens - node.n_tokens)
+        upper = self._split(node, end - (node.depth_sym - len(node.key)), now, up)
         self.touch(upper, now)
         self.touch(node, now)
         if node is m.split_node:

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies.eviction import LRULeafEviction, MarconiEviction
+from policies.sglang import SGLANG_RULES, UnifiedTwoListEviction
 from sim.cache.engine_tree import EngineTree
 from sim.cache.tree import HybridRadixTree, Span
 from sim.cli import main
@@ -114,6 +115,29 @@ def test_the_same_hash_partial_then_whole_keeps_the_shorter_block(tree):
     assert tree.kv_tokens == 4
     m = tree.match(seq(0), tokens=512)
     assert (m.hit_sym, m.hit_tokens) == (1, 1)
+
+
+def test_a_lookup_ending_after_a_partial_block_splits_the_edge_there():
+    """SGLang's lookup splits the edge its walk ends inside; uncapped (a preempted request's
+    re-lookup), a prompt [1, 2 (8 tokens)] ends after its partial block inside the stored
+    [1, 2, -1, -2] (43 tokens). The cut went a whole block on (at 32, not 24), so the same prompt's
+    next insert hung its output at 32 + 5, past its 29 tokens, with ids of one length throughout.
+    The cut is at 24 and the request's state at its end, 29."""
+    tree = EngineTree(
+        SGLANG_RULES,
+        capacity_bytes=10**6,
+        kv_bytes_per_token=1,
+        state_bytes=10,
+        block_tokens=16,
+        policy=UnifiedTwoListEviction(),
+    )
+    tree.insert(seq(1, 2, -1, -2), 43, [4], now=1, cut=(2, 24))
+    tree.lookup(seq(1, 2), None, now=2, tokens=24)
+    assert sorted((n.depth_sym, n.depth_tokens) for n in tree.iter_nodes()) == [(0, 0), (2, 24), (4, 43)]
+    res = tree.insert(seq(1, 2, -3), 29, [3], now=3, cut=(2, 24))
+    tree.check_invariants()
+    assert (res.new_kv_tokens, res.new_states) == (5, 1)
+    assert sorted(tree.checkpoints().values()) == [29, 43]
 
 
 def test_a_pure_transformer_reuses_the_shorter_length_only():
@@ -282,18 +306,22 @@ def test_no_state_or_hit_lies_past_its_request(trace, policy, mode, capacity, mo
         max_size=10,
     ),
     st.sampled_from([10**9, 60, 25]),
-    st.booleans(),
+    st.sampled_from(["lru", "marconi", "sglang", "engine-lru"]),
     st.booleans(),
 )
-def test_random_inserts_of_two_length_ids_keep_the_tree_exact(ops, capacity, marconi, engine):
+def test_random_inserts_of_two_length_ids_keep_the_tree_exact(ops, capacity, kind, capped):
     """Direct inserts (4-token blocks) of prompts whose ids take any length as the last block, with
-    output symbols after it (``cut``): each insert adds exactly the bytes it planned, admits no
-    state past its own tokens, and a lookup with the prompt's token count never hits past it."""
-    policy = (
-        MarconiEviction(get_model("marconi-7b"), MarconiEviction.Params(alpha=1.0)) if marconi else LRULeafEviction()
-    )
-    cls = EngineTree if engine else HybridRadixTree
-    tree = cls(capacity_bytes=capacity, kv_bytes_per_token=1, state_bytes=3, block_tokens=4, policy=policy)
+    output symbols after it (``cut``), each after its lookup (SGLang's splits the edge its walk
+    ends inside; ``capped``: at input_len - 1): each insert adds exactly the bytes it planned,
+    admits no state past its own tokens, and a lookup with the prompt's token count never hits
+    past it."""
+    kw = dict(capacity_bytes=capacity, kv_bytes_per_token=1, state_bytes=3, block_tokens=4)
+    if kind == "marconi":
+        tree = HybridRadixTree(policy=MarconiEviction(get_model("marconi-7b"), MarconiEviction.Params(alpha=1.0)), **kw)
+    elif kind == "sglang":
+        tree = EngineTree(SGLANG_RULES, policy=UnifiedTwoListEviction(), **kw)
+    else:
+        tree = (EngineTree if kind == "engine-lru" else HybridRadixTree)(policy=LRULeafEviction(), **kw)
     log = Admits()
     tree.listener = log
     out = -1
@@ -304,7 +332,7 @@ def test_random_inserts_of_two_length_ids_keep_the_tree_exact(ops, capacity, mar
         s = seq(*ids, *outs)
         total = tok_in + (max(n_out_sym - 1, 0) * 4 + out_last if n_out_sym else 0)
         cut = (len(ids), tok_in) if n_out_sym else None
-        m = tree.lookup(seq(*ids), tokens=tok_in, now=float(i))
+        m = tree.lookup(seq(*ids), (tok_in - 1) // 4 if capped else None, tokens=tok_in, now=float(i))
         assert m.hit_tokens <= tok_in
         cps = sorted({len(ids), len(s)} if prompt_state else {len(s)})
         planned = tree._planned_bytes(s, Span(len(s), 4, total, cut), cps)
