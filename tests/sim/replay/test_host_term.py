@@ -190,11 +190,12 @@ def test_the_committed_h200_timing_prices_host_bound_calls():
     assert (free["modelled_call_ms"] == free["modelled_ms"]).all()
     # all prefills counted: P95 67.0 % with device time alone, 53.2 % with the host term (the
     # committed timing with its resumed-call term, session 19; without that term 67.7 / 53.6 %:
-    # benchmarks/results/2026-12-05-time-model-host-term/timing_fit-after-moe-fix.txt; 66.7 % with
-    # device time alone since the MLP's weights read is held at the bandwidth, session 25)
+    # benchmarks/results/2026-12-05-time-model-host-term/timing_fit-after-moe-fix.txt; session 25,
+    # the MLP's weights read held at the bandwidth and the resumed-call term not priced (these runs'
+    # resumed calls carried the conv's extra, fixed since): 67.7 / 53.7 %)
     before = request_errors(run, replace(t, host_ms_per_call=0.0, host_ms_per_layer=0.0))
-    assert before["error"].abs().quantile(0.95) == pytest.approx(0.667, abs=5e-4)
-    assert e["error"].abs().quantile(0.95) == pytest.approx(0.532, abs=5e-4)
+    assert before["error"].abs().quantile(0.95) == pytest.approx(0.677, abs=5e-4)
+    assert e["error"].abs().quantile(0.95) == pytest.approx(0.537, abs=5e-4)
 
 
 def test_the_request_table_carries_each_requests_shadow_and_the_summary_the_simulated_flops_saved():

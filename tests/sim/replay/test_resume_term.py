@@ -200,6 +200,14 @@ def test_fit_across_with_resume_takes_the_term_out_of_the_gated_delta_calls_only
     t0, info0 = fit_across(none, SHAPED, peak_tflops=989.0, resume=True)
     assert t0.gdn_resume_ms_per_chunk == 0.0 and info0["resume"] == {"pairs": 0}
     assert t0.ms_per_tflop == fit_across(none, SHAPED, peak_tflops=989.0)[0].ms_per_tflop
+    # ``drop_resume``: the same fit (the term taken out of the resumed calls), the term not priced
+    # (runs measured before the conv fix: their resumed calls carried an extra the kernels no longer
+    # have); the term's value kept in the info
+    d, dinfo = fit_across(runs, SHAPED, peak_tflops=989.0, resume=True, drop_resume=True)
+    assert d.gdn_resume_ms_per_chunk == 0.0 and dinfo["resume"]["dropped"] is True
+    assert dinfo["resume"]["median"] == t.gdn_resume_ms_per_chunk
+    assert d.ms_per_tflop == t.ms_per_tflop and d.layer_call_ms == t.layer_call_ms
+    assert "dropped" not in info["resume"]
 
 
 def test_replay_calibrate_fits_the_resumed_call_term_as_the_committed_file_does():
