@@ -297,3 +297,11 @@ def test_timing_fit_reads_a_matrix_row_by_its_folder_name(tmp_path):
     (tmp_path / "my-model-row" / "summary.json").write_text(json.dumps({"summary": {}}))
     pd.DataFrame({"request": [0]}).to_parquet(tmp_path / "my-model-row" / "requests.parquet")
     assert tf.main([str(tmp_path)]) == 2
+
+
+def test_timing_fit_drop_resume_needs_resume(tmp_path, capsys):
+    """``--drop-resume`` takes out the term ``--resume`` fits: alone it is one line, exit 2."""
+    tf = _load_benchmark("timing_fit.py")
+    assert tf.main([str(tmp_path), "--drop-resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --drop-resume takes the term --resume fits out of the runs: give both"]
