@@ -50,6 +50,7 @@ from triton.language.extra.cuda import gdc_launch_dependents
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels import ssd_gluon
+from kernels.state_gluon import GLUON_WARPS
 from kernels._common import INTERPRET
 from kernels.chunk_tiles import _after_cta_barrier, _await_chunk, _discard_lines, _last_waits_for_the_loop, _softplus
 from kernels.ssd_args import ssd_call
@@ -440,7 +441,7 @@ def _gluon_loop(x2, B2, gam, dtc, hs, h0, ht, hb, meta, has_h0: int, prog, **con
         ssd_gluon._gluon_ssd_state_kernel[(meta.num_seqs, consts["H"])](
             x2, B2, gam, dtc, hs, h0, ht, hb, meta.seq_info, meta.chunk_info, meta.store_slot,
             x2.stride(0), x2.stride(1), B2.stride(0), B2.stride(1), has_h0, prog,
-            **consts, num_warps=ssd_gluon.GLUON_WARPS,
+            **consts, num_warps=GLUON_WARPS,
         )  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - any compile error of the Gluon loop: fall back
         first = (str(exc).strip().splitlines() or [""])[-1]

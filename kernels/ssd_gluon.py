@@ -27,8 +27,9 @@ is None where this Triton has no Gluon.
 
 from __future__ import annotations
 
-try:
-    from triton.experimental import gluon
+from kernels.state_gluon import gluon
+
+if gluon is not None:
     from triton.experimental.gluon import language as ttgl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
     from triton.experimental.gluon.language.nvidia.hopper import (
@@ -37,15 +38,15 @@ try:
         warpgroup_mma_wait,
     )
     from triton.language.extra.cuda import gdc_launch_dependents
-except ImportError:  # a Triton without Gluon: the Triton loop runs everywhere
-    gluon = None
+
+    # the gated-delta loop's: its warp count and the Triton-version shims for cp.async and the
+    # CTA barrier
+    from kernels.state_gluon import _WARPS, _cp_async, _cta_barrier
 
 #: the head dim this loop is written for (the accumulator's rows: one warpgroup's 64)
 GLUON_P = 64
 #: the state sizes it takes (the accumulator's instruction width)
 GLUON_N = (64, 128)
-#: warps: one warpgroup, which every layout below assumes
-GLUON_WARPS = 4
 #: stages of the x / B ring
 RING = 3
 
@@ -56,13 +57,7 @@ def applies(P: int, N: int, dtype_bits: int, prep: bool) -> bool:
 
 
 if gluon is not None:
-    _WARPS = ttgl.constexpr(GLUON_WARPS)
     _RING = ttgl.constexpr(RING)
-    # cp.async global -> shared: ``async_load`` from Triton 3.7 on, ``async_copy_global_to_shared``
-    # in 3.6; the same arguments
-    _cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
-    # a barrier among the program's threads: ``thread_barrier`` in 3.6, ``barrier`` in 3.9
-    _cta_barrier = getattr(ttgl, "thread_barrier", None) or ttgl.barrier
 
     @gluon.jit
     def _ring_load(xbuf, bbuf, stage, x, Bm, ts, ok, bos, eos, i_h, grp, sxt, sxh, sbt, sbg, rx, oP, rb, oN):

@@ -440,13 +440,11 @@ def test_gpu_preset_shapes(name, H, P, N, G, dtype):
     check(torch_chunk_ssd(*args, **kw), ref, tol)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gpu_resume_is_bit_exact(dtype):
-    _, H, P, N, G = GPU_SHAPES[1]
-    args, kw = _cuda_case("resume", H, P, N, G, dtype, T=1000)
+def _assert_resumes_exactly(args, kw):
+    """A call of one sequence resumed at its 1st, 7th and 15th emitted boundary from that state gives
+    the uninterrupted call's outputs, later boundary states and final state bit for bit; returns
+    the uninterrupted call's (y, final state, boundary states)."""
     x, dt, A, B, C = args
-    kw = dict(D=kw["D"], dt_bias=kw["dt_bias"])
     y, ht, hb = chunk_ssd(x, dt, A, B, C, **kw)
     for i in (0, 6, 14):
         p = 64 * (i + 1)
@@ -455,6 +453,15 @@ def test_gpu_resume_is_bit_exact(dtype):
             start_positions=[p], **kw,
         )  # fmt: skip
         assert torch.equal(y2, y[:, p:]) and torch.equal(h2, ht) and torch.equal(hb2, hb[i + 1 :])
+    return y, ht, hb
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_resume_is_bit_exact(dtype):
+    _, H, P, N, G = GPU_SHAPES[1]
+    args, kw = _cuda_case("resume", H, P, N, G, dtype, T=1000)
+    _assert_resumes_exactly(args, dict(D=kw["D"], dt_bias=kw["dt_bias"]))
 
 
 def _mamba_ssm():
@@ -573,14 +580,7 @@ def test_gpu_gluon_loop_resumes_exactly_and_takes_unaligned_rows(monkeypatch):
     args, kw = _cuda_case("gluon-resume", H, P, N, G, torch.bfloat16, T=1000)
     x, dt, A, B, C = args
     kw = dict(D=kw["D"], dt_bias=kw["dt_bias"])
-    y, ht, hb = chunk_ssd(x, dt, A, B, C, **kw)
-    for i in (0, 6, 14):
-        p = 64 * (i + 1)
-        y2, h2, hb2 = chunk_ssd(
-            *(t[:, p:] for t in (x, dt)), A, *(t[:, p:] for t in (B, C)), initial_state=hb[i : i + 1],
-            start_positions=[p], **kw,
-        )  # fmt: skip
-        assert torch.equal(y2, y[:, p:]) and torch.equal(h2, ht) and torch.equal(hb2, hb[i + 1 :])
+    y, ht, hb = _assert_resumes_exactly(args, kw)
     wide = torch.zeros(*x.shape[:3], P + 1, dtype=x.dtype, device=x.device)
     wide[..., 1:] = x
     xs = wide[..., 1:]  # rows of 65 elements, each starting 2 bytes in
