@@ -560,6 +560,10 @@ def test_gpu_gluon_loop_gives_the_triton_loops_bits(monkeypatch, name, H, P, N, 
     output kernel (releases every chunk and every 4), on varlen with a ragged start and initial
     states, with every boundary, a stride and none, the call repeated; and it ran (no fallback)."""
     args, kw = _cuda_case(f"gluon-{name}", H, P, N, G, torch.bfloat16, T=3000)
+    x, _, _, B, _ = args
+    # the Gluon loop takes these inputs on this GPU (else GLUON=1 would run the Triton loop and the
+    # comparison below hold trivially: mutation run, session 25, the capability check 9 -> 10 survived)
+    assert ssd._gluon_fits(x.device, x.reshape(-1, H, P), B.reshape(-1, G, N), P, N)
     runs = {}
     for v in ("GLUON=0", "GLUON=1"):
         monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", f"{v},SIG={sig}")
