@@ -253,8 +253,10 @@ def test_ssd_bench_table_rows(monkeypatch):
     bench = __import__("ssd_bench")
     r = dict(shape="marconi-7b", T=4096, mode="states", plain_ms=0.3191, graph_ms=0.308, ratio_plain=0.7168)
     line = bench._table_row(dict(r, ratio_graph=1.0402))
-    assert line.split() == ["marconi-7b", "4096", "states", "0.319", "0.308", "0.72", "1.04"]
-    assert bench._table_row(dict(r, ratio_plain=None, ratio_graph=None)).split()[-2:] == ["-", "-"]
+    assert line.split() == ["marconi-7b", "4096", "states", "0.319", "0.308", "0.72", "1.04", "-"]
+    assert bench._table_row(dict(r, ratio_plain=None, ratio_graph=None)).split()[-3:] == ["-", "-", "-"]
+    # the ratio to the faster state-emitting peer (graphed), session 26
+    assert bench._table_row(dict(r, ratio_graph=1.0402, ratio_state_peer_graph=0.8751)).split()[-1] == "0.88"
     sys.modules.pop("ssd_bench", None)
 
 

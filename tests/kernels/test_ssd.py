@@ -499,6 +499,29 @@ def test_gpu_against_mamba_ssm(name, H, P, N, G):
     assert rel(y, ym) < 2e-2 and rel(ht, hm) < 2e-2
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,H,P,N,G", GPU_SHAPES[:2])
+def test_gpu_state_emitting_peers_agree(name, H, P, N, G):
+    """``ssd_bench``'s state-emitting peers (mamba_ssm's and FLA's forward pieces at chunk 64 with
+    the fp32 chunk states kept) compute what ours does: output, final state and the state at every
+    64 tokens within bf16 rounding of ours, so the benchmark's "x st-peer" ratio compares the same
+    job. Skips a peer that is not importable."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import ssd_bench
+
+        errs = ssd_bench.state_peer_errors(torch, 1024, H, P, N, G)
+    finally:
+        sys.path.pop(0)
+    if not errs:
+        pytest.skip("neither mamba_ssm nor FLA is importable")
+    for peer, e in errs.items():
+        assert max(e.values()) < 2e-2, (peer, e)
+
+
 #: the overlapped output (``OVL``: launched programmatically dependent on the state loop, each of
 #: its programs waiting on the loop's progress counters; the 16-bit default on Hopper) at the
 #: signalling periods and loop configurations ``ssd_bench`` measures
