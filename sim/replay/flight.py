@@ -17,9 +17,16 @@ import torch
 
 from kernels._common import upload
 from sim.replay.model import Marks, StackState
+from sim.replay.records import CHECK
 from sim.replay.records import RequestRecord
 from sim.replay.store import CheckpointStore
 from sim.replay.tokens import page_keys
+
+
+def checked_out(ms: float, by_type: Optional[dict]) -> float:
+    """A timed call's ``ms`` less the hit check's work inside it (``by_type``: its marks'
+    ``ms_by_type()``, the ``CHECK`` bucket; None: no marks): the time of the prefill alone."""
+    return ms - by_type.get(CHECK, 0.0) if by_type else ms
 
 
 @dataclass
@@ -45,15 +52,21 @@ class PendingTimes:
         """Write the resolved times into ``record`` (``clock``: the Stopwatch that took them)
         and forget the handles."""
         suffix = full = None
+        by_suffix = self.suffix_marks.ms_by_type() if self.suffix_marks is not None else None
+        by_full = self.full_marks.ms_by_type() if self.full_marks is not None else None
         if self.suffix is not None:
-            suffix = (clock.ms(self.suffix), clock.host_ms(self.suffix), clock.slack_ms(self.suffix))
+            suffix = (
+                checked_out(clock.ms(self.suffix), by_suffix),
+                clock.host_ms(self.suffix),
+                clock.slack_ms(self.suffix),
+            )
         if self.full is not None:
-            full = (clock.ms(self.full), clock.host_ms(self.full), clock.slack_ms(self.full))
+            full = (checked_out(clock.ms(self.full), by_full), clock.host_ms(self.full), clock.slack_ms(self.full))
         record.timed(
             suffix=suffix,
             full=full,
-            suffix_by_type=self.suffix_marks.ms_by_type() if self.suffix_marks is not None else None,
-            full_by_type=self.full_marks.ms_by_type() if self.full_marks is not None else None,
+            suffix_by_type=by_suffix,
+            full_by_type=by_full,
             tail_ms=sum(clock.ms(h) for h in self.tail) if self.tail else None,
             first=(clock.ms(self.suffix_first), clock.host_ms(self.suffix_first))
             if self.suffix_first is not None

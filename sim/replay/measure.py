@@ -37,6 +37,7 @@ from sim.cost import (
     timing_to_dict,
 )
 from sim.errors import UsageError
+from sim.replay.records import CHECK
 from sim.replay.flops import mamba2_linear, model_flops, padding_flops, replayed_flops
 
 #: a queued call whose last kernel ended less than this after the host finished issuing it had
@@ -311,7 +312,7 @@ def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.D
             for c in ERROR_COLUMNS:
                 row["shadow_" + c] = getattr(sh, c) if sh is not None else float("nan")
         for which, by in (("suffix", r.suffix_ms_by_type), ("full", r.full_ms_by_type)):
-            for k in LAYER_KINDS + ("other",):
+            for k in LAYER_KINDS + ("other", CHECK):
                 row[f"{which}_ms_{k}"] = by.get(k, float("nan")) if by else float("nan")
         row["measured_model_ms"] = (
             (sum(row[f"suffix_ms_{k}"] * scale[k] for k in LAYER_KINDS) + row["suffix_ms_other"])

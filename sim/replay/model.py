@@ -45,6 +45,7 @@ from torch.nn.attention.bias import causal_lower_right
 from kernels._common import CHUNK, prepare_chunk_metadata, upload
 from sim.errors import UsageError
 from sim.replay.backends import GDN_BACKENDS, default_kernel, resolve_kernel
+from sim.replay.records import CHECK
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 ATTN, GDN, MLP = "attention", "gated_delta", "mlp"
@@ -536,15 +537,23 @@ class Marks:
         self.labels: list[str] = []
 
     def start(self) -> None:
-        self.points.append(timestamp(self.cuda))
+        """The start of a marked call, or of a later piece of it (a call split at a position off
+        the 64-token grid marks each ``forward_segment`` into the same marks): the time since the
+        last mark goes to "other" then, so every label keeps its own interval."""
+        if self.points:
+            self.mark("other")
+        else:
+            self.points.append(timestamp(self.cuda))
 
     def mark(self, label: str) -> None:
         self.labels.append(label)
         self.points.append(timestamp(self.cuda))
 
     def ms_by_type(self) -> dict[str, float]:
+        """ms per layer type, "other", and ``CHECK`` (a hit check's work inside the call)."""
         out = {t: 0.0 for t in LAYER_TYPES}
         out["other"] = 0.0
+        out[CHECK] = 0.0
         if self.cuda and self.points:
             self.points[-1].synchronize()
         for i, lab in enumerate(self.labels):
@@ -846,6 +855,8 @@ class HybridModel:
             x = self._mlp_after(mi, kind, x, marks, outs, rows)
             if on_output is not None:
                 on_output(mi, x, start)
+                if marks is not None:
+                    marks.mark(CHECK)
         z = self.zero_state() if not recs or not kvs else None
         final = StackState(
             start + T,
@@ -968,6 +979,8 @@ class HybridModel:
             x = self._mlp_after(mi, kind, x, marks, outs, rows)
             if on_output is not None:
                 on_output(mi, x)
+                if marks is not None:
+                    marks.mark(CHECK)
         kv_out = [b[:, :, :e] for b, e in zip(bufs, ends)] if bufs is not None else [None] * N
         return BatchOut(x, recs, convs, kv_out, outs)
 

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: the per-type time bucket (``model.Marks``) of a hit check's work inside a timed from-scratch
+#: reference (``on_output``: each layer's outputs compared with the suffix's as they come); taken
+#: out of the reference's time, which would otherwise hold it (session 26: ~13 ns a token and layer
+#: at qwen3-next-80b-a3b's width on the H200, the measured time saved twice the skipped layers'
+#: time on the Mooncake sample). Torch-free here: the tables read it without the model.
+CHECK = "check"
+
 
 @dataclass
 class RequestRecord:
