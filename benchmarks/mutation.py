@@ -505,6 +505,23 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/cli/test_new_user_replay_s23.py",  # session 23: the store named, the MLP note
         ],
     ),
+    # session 26: a hit check's compares out of the timed reference (the marks' CHECK bucket) and
+    # the marks of a split call
+    "check_time": (
+        [
+            "sim/replay/flight.py",
+            "sim/replay/batched.py",
+            "sim/replay/model.py",
+            "sim/replay/measure.py",
+            "sim/replay/records.py",
+        ],
+        [
+            "tests/sim/replay/test_check_out_of_time.py",
+            "tests/sim/replay/test_retime.py",
+            "tests/sim/replay/test_replay_batch.py",
+            "tests/sim/replay/test_replay_measure.py",
+        ],
+    ),
     # session 21: replay --attention (the cuDNN path's buckets, padding and whole-prompt rule, the
     # warm-up's plans, the timing file's attention and its note)
     "attention": (

@@ -36,7 +36,7 @@ rng = np.random.default_rng(26)
 P0, O0, U1 = rng.integers(0, 10_000, 100), rng.integers(0, 10_000, 30), rng.integers(0, 10_000, 40)
 REQS = {0: (np.concatenate([P0, O0]), 100), 1: (np.concatenate([P0, O0, U1]), 170)}
 #: the compare's stand-in cost a layer (s): far above a tiny layer's time on a CPU
-SLOW = 0.03
+SLOW = 0.25
 
 
 def _ticks(monkeypatch, values):
