@@ -111,6 +111,17 @@ def _conv_kernel(
 CONV_CONFIG = dict(BD=128, num_warps=8)
 
 
+def _conv_config() -> dict:
+    """``CONV_CONFIG`` with ``KERNELS_CONFIG_CONV`` over it (experiments: "BD=64,num_warps=4")."""
+    from kernels.chunk_plan import _env_config
+
+    cfg = {**CONV_CONFIG, **_env_config("conv")}
+    unknown = set(cfg) - {"BD", "num_warps", "num_stages", "maxnreg"}
+    if unknown:
+        raise ValueError(f"KERNELS_CONFIG_CONV: unknown key(s) {sorted(unknown)}")
+    return cfg
+
+
 def causal_conv1d(
     x,
     weight,
@@ -177,6 +188,6 @@ def causal_conv1d(
             HAS_STATE=conv_state is not None,
             SILU=activation in ("silu", "swish"),
             STORE_B=store_b and meta.num_boundaries > 0,
-            **CONV_CONFIG,
+            **_conv_config(),
         )
     return y.reshape(B, T, D), cs_out, cb

@@ -65,6 +65,7 @@ SMALLEST = {
     "kernel_host_probe.py": (["--help"], "usage"),
     "kernel_launch_floor.py": (["--help"], "usage"),
     "ssd_bench.py": (["--help"], "usage"),
+    "conv_bench.py": (["--help"], "usage"),  # the conv from zeros and from a state (a GPU), session 26
     "attn_bench.py": (["--help"], "usage"),  # the replay's attention against SDPA's other kernels (a GPU)
     # the peer backends' GPU check: its commands (the run needs a GPU and the peers)
     "peer_check.py": (["--dry-run"], "kernel_bench.py"),

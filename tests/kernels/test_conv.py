@@ -144,3 +144,22 @@ def test_gpu_conv_from_a_state_matches_the_oracle_and_resumes_exactly(dtype):
     y1, cf1, cb1 = causal_conv1d(x[:, 200:], w, conv_state=cs[4:], start_positions=[63])
     y2, cf2, _ = causal_conv1d(x[:, 265:], w, conv_state=cb1[1:2], start_positions=[128])
     assert torch.equal(y2, y1[:, 65:]) and torch.equal(cf2, cf1)
+
+
+def test_a_launch_config_from_the_environment_gives_the_same_bits(monkeypatch):
+    """``KERNELS_CONFIG_CONV`` (session 26: the conv's launch sweeps) changes the launch, not the
+    result: a 64-channel block over 200 channels (four blocks, the last partial) gives the default's
+    bits; an unknown key is refused."""
+    gen = torch.Generator().manual_seed(26)
+    D = 200
+    x, w, b = rnd(gen, 1, 130, D), rnd(gen, D, 4), rnd(gen, D)
+    cs = rnd(gen, 1, D, 3)
+    base = causal_conv1d(x, w, b, conv_state=cs)
+    monkeypatch.setenv("KERNELS_CONFIG_CONV", "BD=64,num_warps=4")
+    got = causal_conv1d(x, w, b, conv_state=cs)
+    assert all(torch.equal(u, v) for u, v in zip(base, got))
+    ry, rcf, _, _ = naive_causal_conv1d(torch.cat([cs.transpose(1, 2), x], 1), w, b)
+    close(got[0], ry[:, 3:])
+    monkeypatch.setenv("KERNELS_CONFIG_CONV", "BT=32")
+    with pytest.raises(ValueError, match="KERNELS_CONFIG_CONV"):
+        causal_conv1d(x, w, b)
