@@ -225,6 +225,8 @@ class BatchedReplay:
         keep = any(j.validate for j in jobs)
         # only the validated requests' rows are kept (their suffixes: what their checks compare)
         keep_from = [j.flight.pos if j.validate else j.end for j in jobs]
+        # the rows kept for the checks are copied inside the call: their copies leave its time
+        marks = Marks(self.model.device) if keep else None
         t0 = self.clock.start(kind="batch")
         out = self.model.forward_batch(
             torch.cat(toks),
@@ -237,10 +239,11 @@ class BatchedReplay:
             boundaries=bounds,
             on_state=on_state,
             keep_from=keep_from if keep else None,
+            marks=marks,
         )
         h = self.clock.stop(t0)
         del rec0, conv0, kv, toks
-        self.log.append(BatchCall("suffix", [(j.flight.pos, j.end) for j in jobs], h))
+        self.log.append(BatchCall("suffix", [(j.flight.pos, j.end) for j in jobs], h, marks=marks))
         k = kept_rows(cu, starts, keep_from)
         # each validated request's suffix rows, layer by layer, each batch layer let go once split
         # (copies: a view would keep the whole batch's outputs alive until the last check; a lone

@@ -746,10 +746,10 @@ class HybridModel:
         if outs is not None:
             if rows is None:
                 outs.append(x)
-            elif isinstance(rows, int):
-                outs.append(x[rows:].clone())
             else:
-                outs.append(x.index_select(0, rows))
+                outs.append(x[rows:].clone() if isinstance(rows, int) else x.index_select(0, rows))
+                if marks is not None:
+                    marks.mark(CHECK)  # the copy kept for a hit's check: not the prefill's time
         return x
 
     def _attention(self, l: int, x: torch.Tensor, start: int, kv0, rope=None):
