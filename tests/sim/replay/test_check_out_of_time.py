@@ -162,3 +162,5 @@ def test_a_batched_references_check_is_out_of_its_time(monkeypatch):
     (sfx,) = [c for c in rp.batch_log if c.kind == "suffix" and (130, 170) in c.segments]
     assert sfx.segments == [(130, 170), (0, 60)]
     assert sfx.marks is not None and sfx.marks.ms_by_type()[CHECK] > 0 and sfx.ms > 0
+    # the host's issue time resolved beside (mutation run, session 26: its line dropped survived)
+    assert ref.host_ms > 0 and sfx.host_ms > 0
