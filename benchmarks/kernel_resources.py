@@ -175,7 +175,7 @@ def _signature(fn, consts: dict, dtype: str):
             sig[name] = "*i32"
         elif name in FP32_SCALARS:
             sig[name] = "fp32"
-        elif name in ("GROUP", "l2norm", "has_h0", "sgt", "sgh", "sbt", "sbh"):
+        elif name in ("GROUP", "l2norm", "has_h0", "use_state", "sgt", "sgh", "sbt", "sbh"):
             sig[name] = "i32"
         elif name in DIV16_INTS:
             sig[name] = "i32"
@@ -191,19 +191,23 @@ def _signature(fn, consts: dict, dtype: str):
 
 
 def _sass_counts(cubin_path: str) -> tuple:
-    """(SASS instructions, global stores, fp32 multiplies: FFMA and FMUL) of a cubin, from the
-    wheel's ``nvdisasm``; (None, None, None) where it is missing or fails."""
+    """(SASS instructions, global stores, fp32 multiplies: FFMA and FMUL, global loads scheduled
+    after the first exponential: MUFU) of a cubin, from the wheel's ``nvdisasm``; Nones where it is
+    missing or fails. The late loads: ptxas interleaves loads with arithmetic in straight-line code,
+    each one's latency then exposed (the conv from zeros, session 26)."""
     import triton
 
     exe = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
     if not os.path.exists(exe):
-        return None, None, None
+        return None, None, None, None
     run = subprocess.run([exe, "-c", cubin_path], capture_output=True, text=True)
     if run.returncode != 0:
-        return None, None, None
+        return None, None, None, None
     ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", run.stdout)
     heads = [op.split(".")[0] for op in ops]
-    return len(ops), heads.count("STG"), heads.count("FFMA") + heads.count("FMUL")
+    first = heads.index("MUFU") if "MUFU" in heads else len(heads)
+    late = heads[first:].count("LDG")
+    return len(ops), heads.count("STG"), heads.count("FFMA") + heads.count("FMUL"), late
 
 
 def _ptxas_info(ptx_path: str, out_path: str) -> str:
@@ -234,7 +238,7 @@ def measure(name, fn, consts, opts, dtype):
 #: False: assemble and disassemble every kernel (``--no-cache``)
 USE_CACHE = True
 #: bumped when what a cache entry holds changes
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
 
 
 def _cache_dir() -> str:
@@ -370,7 +374,7 @@ def _compile_stats(name, fn, sig, cst, attrs, opts):
     src = ASTSource(fn=fn, signature=sig, constexprs=cst, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(opts))
     ptx = compiled.asm["ptx"]
-    out, (sass, stores, fmul) = _assembled(name, ptx)
+    out, (sass, stores, fmul, late) = _assembled(name, ptx)
     regs = int(re.search(r"Used (\d+) registers", out).group(1))
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
     return dict(
@@ -387,6 +391,7 @@ def _compile_stats(name, fn, sig, cst, attrs, opts):
         sass=sass,
         stores=stores,
         fmul=fmul,
+        late_loads=late,
         # the overlapped output's handshake (``OVL``): the loop's launch trigger and releases, the
         # output's acquires and its wait for the loop's completion
         # L2 lines dropped unwritten (the SSD output's ``DISCARD``)
@@ -414,7 +419,7 @@ def _row(r: dict) -> str:
         f"{r['kernel']:>8} {r['warps']:>5} {r['stages']:>6} {r['registers']:>5} "
         f"{r['spill_stores']:>6}/{r['spill_loads']:<7} {r['shared_kb']:>8.1f} "
         f"{r['cp_async']:>8} {r['wgmma']:>6} {r['mma_sync']:>8} {n(r['sass']):>6} {n(r['stores']):>6}"
-        f" {n(r['fmul']):>6} {r['converts']:>5} {r['barriers']:>4}"
+        f" {n(r['fmul']):>6} {r['converts']:>5} {r['barriers']:>4} {n(r['late_loads']):>5}"
     )
 
 
@@ -488,17 +493,22 @@ CONV_SHAPE = dict(W=4)
 
 def conv_specs(dtype: str):
     """(name, jit function, constexprs, launch options) of the causal conv1d kernel as
-    ``kernels.conv.causal_conv1d`` launches it (``CONV_CONFIG``), silu, no bias, without
-    boundary windows: from zeros ("conv") and from an incoming conv state ("conv-state", a resumed
-    call), whose extra reads must add no layout conversion or barrier (``--check``)."""
+    ``kernels.conv.causal_conv1d`` launches it (``CONV_CONFIG``), silu, no bias, the boundary
+    windows kept: from zeros ("conv": with ``ONE_BINARY`` the binary of a call from a state),
+    from an incoming conv state ("conv-state", a resumed call), whose extra reads must add no
+    layout conversion or barrier, and the zeros' own binary ("conv-own", ``ONE_BINARY=0``), whose
+    straight-line code ptxas schedules with loads after the exponentials (``late``): the launched
+    conv from zeros must have no more late loads than the conv from a state (``--check``)."""
     from kernels import conv
 
     cfg = dict(conv.CONV_CONFIG)
+    one = bool(cfg.pop("ONE_BINARY"))
     opts = {"num_warps": cfg.pop("num_warps"), "num_stages": 3}  # the launch leaves Triton's default
-    base = dict(W=CONV_SHAPE["W"], HAS_BIAS=False, SILU=True, STORE_B=False, **cfg)
+    base = dict(W=CONV_SHAPE["W"], HAS_BIAS=False, SILU=True, STORE_B=True, **cfg)
     return [
-        ("conv", conv._conv_kernel, dict(base, HAS_STATE=False), opts),
+        ("conv", conv._conv_kernel, dict(base, HAS_STATE=one), opts),
         ("conv-state", conv._conv_kernel, dict(base, HAS_STATE=True), opts),
+        ("conv-own", conv._conv_kernel, dict(base, HAS_STATE=False), opts),
     ]
 
 
@@ -546,7 +556,7 @@ def main(argv=None) -> int:
     print(
         f"{'kernel':>8} {'warps':>5} {'stages':>6} {'regs':>5} {'spill st/ld B':>14} "
         f"{'smem KB':>8} {'cp.async':>8} {'wgmma':>6} {'mma.sync':>8} {'sass':>6} {'stores':>6} {'fmul':>6}"
-        f" {'conv':>5} {'bar':>4}"
+        f" {'conv':>5} {'bar':>4} {'late':>5}"
     )
     bad = []
     if args.conv:
@@ -584,6 +594,11 @@ def main(argv=None) -> int:
               f"{resumed['barriers']} (from zeros / from a state)")  # fmt: skip
         if (resumed["converts"], resumed["barriers"]) > (plain["converts"], plain["barriers"]):
             bad.append("the conv from a state converts layouts the conv from zeros does not (every chunk pays it)")
+        if None not in (plain["late_loads"], resumed["late_loads"]) and plain["late_loads"] > resumed["late_loads"]:
+            bad.append(
+                f"the conv from zeros schedules {plain['late_loads']} loads after its exponentials, the conv from a "
+                f"state {resumed['late_loads']} (their latency exposed on every chunk)"
+            )
     if args.fla:
         for name, fn, sig, cst, attrs, opts in fla_specs(args.head_dim, args.dtype) or []:
             r = _compile_stats(name, fn, sig, cst, attrs, opts)

@@ -45,7 +45,7 @@ def _xload(x, cs, src, rowm, d, md, bos, n, sxt, D, W: tl.constexpr, HAS_STATE: 
     return val
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["use_state"])
 def _conv_kernel(
     x,
     wt,
@@ -59,6 +59,7 @@ def _conv_kernel(
     store_slot,
     sxt,
     D,
+    use_state,
     W: tl.constexpr,
     BD: tl.constexpr,
     HAS_BIAS: tl.constexpr,
@@ -81,7 +82,10 @@ def _conv_kernel(
     acc = tl.zeros([64, BD], dtype=tl.float32)
     if HAS_BIAS:
         acc += tl.load(bias + d, mask=md, other=0.0).to(tl.float32)[None, :]
-    early = tstart - (W - 1) < bos  # the chunk's taps reach before its sequence (its first chunk)
+    # the chunk's taps reach before its sequence (its first chunk) and the call has a state to read
+    # there (``use_state``: a runtime flag, so that a call from zeros runs the binary of one from a
+    # state, ``ONE_BINARY``)
+    early = (tstart - (W - 1) < bos) & (use_state != 0)
     for i in tl.static_range(W):
         xi = _xload(x, cs_in, t - (W - 1) + i, m, d, md, bos, n, sxt, D, W, HAS_STATE, early)
         wi = tl.load(wt + d * W + i, mask=md, other=0.0).to(tl.float32)
@@ -93,7 +97,9 @@ def _conv_kernel(
     # window of the W-1 inputs before the chunk end ``hi``
     j = tl.arange(0, 4)
     jm = j < (W - 1)
-    win = _xload(x, cs_in, hi - (W - 1) + j, jm, d, md, bos, n, sxt, D, W, HAS_STATE, hi - (W - 1) < bos)
+    win = _xload(
+        x, cs_in, hi - (W - 1) + j, jm, d, md, bos, n, sxt, D, W, HAS_STATE, (hi - (W - 1) < bos) & (use_state != 0)
+    )
     widx = d[None, :] * (W - 1) + j[:, None]
     if STORE_B:
         slot = tl.load(store_slot + i_c)
@@ -107,8 +113,17 @@ def _conv_kernel(
 # One fixed launch configuration (no autotuning: a new shape must not re-benchmark candidates).
 # 8 warps: compiled for sm_90a (``kernel_resources.py --conv``) 95 registers and one layout
 # conversion from zeros, 102 from a conv state, no spills; at 4 warps 210 / 255 registers, five
-# conversions, and the state's path spilled.
-CONV_CONFIG = dict(BD=128, num_warps=8)
+# conversions, and the state's path spilled. ``ONE_BINARY`` (a host key): a call from zeros runs the
+# binary of a call from a state (``HAS_STATE`` on, ``use_state`` 0 at run time: the state is never
+# read) instead of its own. Its own (``ONE_BINARY=0``) is straight-line code, which ptxas schedules
+# with a third of the tap and window loads interleaved with the silu's exponentials, each one's
+# latency exposed (the SASS, session 26); the state's branches keep every x load ahead of the
+# arithmetic. On the H200 the replay's gated-delta layers ran ~6 ns a token and layer slower from
+# position 0 than from a state (session 25's probe: the conv 0.60 ms for three qwen3-next-80b-a3b
+# layers of 8,192 tokens from 0, under 0.45 from a state), which every from-scratch prefill paid.
+CONV_CONFIG = dict(BD=128, num_warps=8, ONE_BINARY=1)
+#: ``CONV_CONFIG`` keys the host reads and the kernel does not take
+CONV_HOST_KEYS = ("ONE_BINARY",)
 
 
 def _conv_config() -> dict:
@@ -116,7 +131,7 @@ def _conv_config() -> dict:
     from kernels.chunk_plan import _env_config
 
     cfg = {**CONV_CONFIG, **_env_config("conv")}
-    unknown = set(cfg) - {"BD", "num_warps", "num_stages", "maxnreg"}
+    unknown = set(cfg) - {"BD", "num_warps", "num_stages", "maxnreg", *CONV_HOST_KEYS}
     if unknown:
         raise ValueError(f"KERNELS_CONFIG_CONV: unknown key(s) {sorted(unknown)}")
     return cfg
@@ -169,6 +184,8 @@ def causal_conv1d(
     store_b = bool(boundary_conv_states)
     cb = torch.empty(meta.num_boundaries, D, W - 1, dtype=cs_dtype, device=dev) if store_b else None
     if NT > 0:
+        cfg = _conv_config()
+        one = bool(cfg.pop("ONE_BINARY"))
         grid = lambda META: (NT, triton.cdiv(D, META["BD"]))  # noqa: E731
         _conv_kernel[grid](
             x2,
@@ -183,11 +200,12 @@ def causal_conv1d(
             meta.store_slot,
             x2.stride(0),
             D,
+            int(conv_state is not None),
             W=W,
             HAS_BIAS=bias is not None,
-            HAS_STATE=conv_state is not None,
+            HAS_STATE=one or conv_state is not None,
             SILU=activation in ("silu", "swish"),
             STORE_B=store_b and meta.num_boundaries > 0,
-            **_conv_config(),
+            **cfg,
         )
     return y.reshape(B, T, D), cs_out, cb

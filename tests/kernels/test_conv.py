@@ -160,6 +160,13 @@ def test_a_launch_config_from_the_environment_gives_the_same_bits(monkeypatch):
     assert all(torch.equal(u, v) for u, v in zip(base, got))
     ry, rcf, _, _ = naive_causal_conv1d(torch.cat([cs.transpose(1, 2), x], 1), w, b)
     close(got[0], ry[:, 3:])
+    # from zeros: the binary of a call from a state (``ONE_BINARY``, the default) and its own give
+    # the same bits
+    zero = causal_conv1d(x, w, b)
+    monkeypatch.setenv("KERNELS_CONFIG_CONV", "ONE_BINARY=0")
+    assert all(torch.equal(u, v) for u, v in zip(zero, causal_conv1d(x, w, b)))
+    ry0, _, _, _ = naive_causal_conv1d(x, w, b)
+    close(zero[0], ry0)
     monkeypatch.setenv("KERNELS_CONFIG_CONV", "BT=32")
     with pytest.raises(ValueError, match="KERNELS_CONFIG_CONV"):
         causal_conv1d(x, w, b)
