@@ -170,3 +170,42 @@ def test_a_launch_config_from_the_environment_gives_the_same_bits(monkeypatch):
     monkeypatch.setenv("KERNELS_CONFIG_CONV", "BT=32")
     with pytest.raises(ValueError, match="KERNELS_CONFIG_CONV"):
         causal_conv1d(x, w, b)
+
+
+@pytest.mark.parametrize(
+    "env, with_state, has_state, use_state",
+    [
+        (None, False, True, 0),  # from zeros on the state's binary (ONE_BINARY, the default)
+        (None, True, True, 1),
+        ("ONE_BINARY=0", False, False, 0),  # the zeros' own binary
+        ("ONE_BINARY=0", True, True, 1),
+    ],
+)
+def test_which_binary_a_call_launches(monkeypatch, env, with_state, has_state, use_state):
+    """The launch's ``HAS_STATE`` (the binary) and ``use_state`` (the runtime flag) per call kind
+    and ``ONE_BINARY`` (mutation run, session 26: ``one or ...`` -> ``one and ...`` ran the slow
+    binary from zeros with the same bits, unseen)."""
+    from kernels import conv
+
+    seen = []
+    real = conv._conv_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                seen.append((kw["HAS_STATE"], int(args[12])))
+                return real[grid](*args, **kw)
+
+            return launch
+
+    monkeypatch.setattr(conv, "_conv_kernel", Spy())
+    if env:
+        monkeypatch.setenv("KERNELS_CONFIG_CONV", env)
+    gen = torch.Generator().manual_seed(7)
+    x, w = rnd(gen, 1, 70, 24), rnd(gen, 24, 4)
+    cs = rnd(gen, 1, 24, 3) if with_state else None
+    y, _, _ = causal_conv1d(x, w, conv_state=cs)
+    assert seen == [(has_state, use_state)]
+    full = x if cs is None else torch.cat([cs.transpose(1, 2), x], 1)
+    ry, _, _, _ = naive_causal_conv1d(full, w, None)
+    close(y, ry[:, full.shape[1] - 70 :])
