@@ -30,19 +30,6 @@ ROW_EXTRA = 4160
 MODES = {"zero": (0, False), "state": (4096, True), "start17": (17, True)}
 
 
-def _cuda():
-    try:
-        import torch
-        import triton
-    except ImportError:
-        print("needs torch and triton: pip install 'marconi-sim[kernels]'", file=sys.stderr)
-        return None
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
-        return None
-    return torch, triton
-
-
 def calls(torch, D: int, T: int) -> dict:
     """mode -> a no-argument conv call on seeded inputs of ``D`` channels and ``T`` tokens."""
     from kernels import prepare_chunk_metadata
@@ -74,7 +61,7 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true", help="the conv kernel's device time from torch.profiler too")
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file (refuses an existing file)")
     args = ap.parse_args(argv)
-    from kernel_bench import environ, parse_variants  # this folder's, on sys.path above
+    from kernel_bench import cuda_modules, environ, parse_variants  # this folder's, on sys.path above
 
     variants = {"default": {}, **parse_variants(args.variant)}
     try:
@@ -89,7 +76,7 @@ def main(argv=None) -> int:
     if args.json and os.path.exists(args.json):
         print(f"--json {args.json}: exists (not replaced)", file=sys.stderr)
         return 2
-    mods = _cuda()
+    mods = cuda_modules()
     if mods is None:
         return 2
     torch, triton = mods

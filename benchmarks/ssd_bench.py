@@ -56,19 +56,6 @@ STATE_CHUNK = 64
 CHECK_T = 1024
 
 
-def _cuda():
-    try:
-        import torch
-        import triton
-    except ImportError:
-        print("needs torch and triton: pip install 'marconi-sim[kernels]'", file=sys.stderr)
-        return None
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
-        return None
-    return torch, triton
-
-
 def inputs(torch, T: int, H: int, P: int, N: int, G: int):
     """Seeded inputs scaled like a trained layer's (dt near softplus(-1), A in [-8, -1])."""
     import math
@@ -319,10 +306,10 @@ def main(argv=None) -> int:
         help="instead: ours ('states') at each state-loop configuration of SWEEP (Nemotron-H 8B shape)",
     )
     args = ap.parse_args(argv)
-    from kernel_bench import parse_variants  # this folder's, on sys.path above
+    from kernel_bench import cuda_modules, parse_variants  # this folder's, on sys.path above
 
     variants = parse_variants(args.variant)
-    mods = _cuda()
+    mods = cuda_modules()
     if mods is None:
         return 2
     torch, triton = mods

@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from kernels._common import ChunkMetadata, resolve_metadata
+from kernels.chunk_plan import _env_config
 
 __all__ = ["causal_conv1d"]
 
@@ -128,8 +129,6 @@ CONV_HOST_KEYS = ("ONE_BINARY",)
 
 def _conv_config() -> dict:
     """``CONV_CONFIG`` with ``KERNELS_CONFIG_CONV`` over it (experiments: "BD=64,num_warps=4")."""
-    from kernels.chunk_plan import _env_config
-
     cfg = {**CONV_CONFIG, **_env_config("conv")}
     unknown = set(cfg) - {"BD", "num_warps", "num_stages", "maxnreg", *CONV_HOST_KEYS}
     if unknown:

@@ -10,6 +10,8 @@ import pytest
 from traces.base import TraceError
 from traces.registry import TraceOptions, load_trace
 
+from tests.traces.test_marconi_jsonl import _row
+
 
 def _opts(tmp_path, **kw):
     kw.setdefault("min_rounds", 1)
@@ -195,17 +197,7 @@ def test_jsonl_progress_bar_counts_characters_every_20000_lines(tmp_path, monkey
 
 # --------------------------------------------------------------------------- marconi-jsonl
 def _marconi_row(sid, turn, ts, inp, out) -> str:
-    return json.dumps(
-        {
-            "session_id": sid,
-            "turn_id": turn,
-            "ts": ts,
-            "num_input_tokens": len(inp),
-            "num_output_tokens": len(out),
-            "input_tokens": inp,
-            "output_tokens": out,
-        }
-    )
+    return json.dumps(_row(sid, turn, ts, inp, out))
 
 
 def test_marconi_jsonl_one_input_token_is_a_request_none_is_refused(tmp_path):

@@ -43,6 +43,20 @@ REQS = {
 SLOW = 0.25
 
 
+@pytest.fixture
+def slow_compare(monkeypatch):
+    """Each hit check's per-layer compare sleeps ``SLOW`` first (a stand-in for its GPU work)."""
+    from sim.replay import hits
+
+    real = hits.SuffixOutputs.compare
+
+    def slow(self, layer, rows):
+        time.sleep(SLOW)
+        return real(self, layer, rows)
+
+    monkeypatch.setattr(hits.SuffixOutputs, "compare", slow)
+
+
 def _ticks(monkeypatch, values):
     it = iter(values)
     monkeypatch.setattr(model_mod, "timestamp", lambda cuda: next(it))
@@ -91,18 +105,9 @@ def test_resolving_takes_the_check_out_of_the_reference_and_the_suffix():
 
 
 @pytest.mark.parametrize("kernel", ["torch"])
-def test_a_slow_compare_lands_in_the_check_bucket_not_in_the_reference(monkeypatch, kernel):
+def test_a_slow_compare_lands_in_the_check_bucket_not_in_the_reference(slow_compare, kernel):
     """A validated hit's reference with a compare that sleeps ``SLOW`` a layer: the sleeps are its
     ``full_ms_check`` (each layer's, 3 here), every layer type's time and ``full_ms`` hold none."""
-    from sim.replay import hits
-
-    real = hits.SuffixOutputs.compare
-
-    def slow(self, layer, rows):
-        time.sleep(SLOW)
-        return real(self, layer, rows)
-
-    monkeypatch.setattr(hits.SuffixOutputs, "compare", slow)
     model = HybridModel(SHAPE, device="cpu", dtype=torch.float32, seed=3, kernel=kernel)
     store = CheckpointStore(SHAPE, model.dtype, device="cpu", page_tokens=16)
     rp = Replayer(model, store, lambda r: REQS[r])
@@ -125,18 +130,9 @@ def test_a_slow_compare_lands_in_the_check_bucket_not_in_the_reference(monkeypat
     assert rest - 0.5 * SLOW * 1e3 < r.full_ms < rest + 0.5 * SLOW * 1e3
 
 
-def test_a_batched_references_check_is_out_of_its_time(monkeypatch):
+def test_a_batched_references_check_is_out_of_its_time(slow_compare):
     """Batched replay (``--batch``): the reference call that checks queued hits takes its
     compares out of its logged ``ms`` the same way (its marks' ``CHECK`` bucket)."""
-    from sim.replay import hits
-
-    real = hits.SuffixOutputs.compare
-
-    def slow(self, layer, rows):
-        time.sleep(SLOW)
-        return real(self, layer, rows)
-
-    monkeypatch.setattr(hits.SuffixOutputs, "compare", slow)
     model = HybridModel(SHAPE, device="cpu", dtype=torch.float32, seed=3, kernel="torch")
     store = CheckpointStore(SHAPE, model.dtype, device="cpu", page_tokens=16)
     rp = Replayer(model, store, lambda r: REQS[r], batch=8, eager=False)
