@@ -169,6 +169,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/test_cost.py",
             "tests/sim/test_cost_rules.py",
             "tests/sim/replay/test_resume_term.py",  # session 17: gdn_resume_ms_per_chunk
+            "tests/sim/replay/test_overlap_form.py",  # session 27: layer_form, kv_query_heads
+            "tests/sim/test_step_time_memo.py",
             "tests/sim/test_gpus.py",
             "tests/sim/test_model_config_exact.py",
             "tests/sim/engine",
@@ -316,6 +318,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         [
             "tests/sim/replay/test_resume_term.py",  # session 17: fit_resume / resume_extras
             "tests/sim/replay/test_timing_carry.py",
+            "tests/sim/replay/test_overlap_form.py",  # session 27: fit_overlap, fit_across(form=)
             "tests/sim/test_cost_rules.py",
             "tests/sim/replay/test_host_term.py",
             "tests/sim/replay/test_replay_calibrate.py",

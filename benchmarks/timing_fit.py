@@ -28,7 +28,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.cost import MODELS, _h200_calibrated, get_model, read_timing_file, scale_timing, timing_to_dict  # noqa: E402
+from sim.cost import LAYER_FORMS, MODELS, _h200_calibrated, get_model, read_timing_file, scale_timing, timing_to_dict  # noqa: E402
 from sim.errors import UsageError  # noqa: E402
 from sim.gpus import catalogue_name, get_gpu  # noqa: E402
 from sim.replay.calibration import Run, fit_across, host_calls, request_errors  # noqa: E402
@@ -96,6 +96,7 @@ def fit(
     resume: bool = False,
     bandwidth_cap: bool = True,
     drop_resume: bool = False,
+    form: str = "overlap",
 ):
     roots = [roots] if isinstance(roots, Path) else list(roots)
     runs = [r for root in roots for r in load_runs(root)]
@@ -140,10 +141,13 @@ def fit(
             "; the resumed-call extra these runs measured (the conv's state read, fixed in e855240) taken out of "
             "their resumed calls and not priced (--drop-resume)"
         )
+    if form != "additive":
+        src += f"; layer form {form!r} (sim.replay.calibration.fit_overlap)"
     info_versions = versions
     timing, info = fit_across(
         fit_runs, base, peak_tflops=device_peak(device, dtype), device=gpu, dtype=dtype, source=src, resume=resume,
         bandwidth_tbs=get_gpu(gpu).hbm_bytes_per_s * 1e-12 if bandwidth_cap else 0.0, drop_resume=drop_resume,
+        form=form,
     )  # fmt: skip
     info["versions"] = info_versions
     return runs, base, timing, info
@@ -229,6 +233,14 @@ def main(argv=None) -> int:
         action="store_true",
         help="let the weights-read term fit faster than the GPU's datasheet memory bandwidth (the old fit)",
     )
+    ap.add_argument(
+        "--form",
+        choices=LAYER_FORMS,
+        default="overlap",
+        help="how a layer's terms combine (sim.cost.HardwareTiming.layer_form): overlap (default), the larger of "
+        "the weights read and the per-token terms, then the core; additive, every term summed (the files "
+        "fitted before 2026-12-07)",
+    )
     ap.add_argument("--versions", default="", help='e.g. "torch 2.11.0+cu130, triton 3.6.0" (default: DIR/device.txt)')
     a = ap.parse_args(argv)
     try:
@@ -240,7 +252,7 @@ def main(argv=None) -> int:
         if a.drop_resume and not a.resume:
             raise UsageError("--drop-resume takes the term --resume fits out of the runs: give both")
         runs, base, timing, info = fit(
-            a.dirs, a.fit_prefix, a.versions, a.resume, not a.no_bandwidth_cap, a.drop_resume
+            a.dirs, a.fit_prefix, a.versions, a.resume, not a.no_bandwidth_cap, a.drop_resume, a.form
         )
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

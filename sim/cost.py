@@ -723,6 +723,8 @@ def gdn_chunks(start: int, end: int) -> int:
 
 TERMS = ("attn_linear", "attn_quadratic", "gdn_linear", "gdn_chunk", "mlp_linear")
 LAYER_KINDS = ("attention", "gated_delta", "mlp")
+#: how a HardwareTiming's per-layer terms combine (``HardwareTiming.layer_form``)
+LAYER_FORMS = ("additive", "overlap")
 
 
 def weight_gb(spec: ModelSpec) -> dict:
@@ -738,6 +740,24 @@ def weight_gb(spec: ModelSpec) -> dict:
 def kv_gb_per_layer_token(spec: ModelSpec) -> float:
     """GB of keys and values one attention layer holds per token of context."""
     return 2 * spec.attn_kv_heads * spec.attn_head_dim * spec.kv_dtype_bytes * 1e-9
+
+
+def kv_read_gb_per_layer_token(spec: ModelSpec, query_heads: bool) -> float:
+    """GB per token of context one attention call reads as its keys and values: the key / value
+    heads' (``kv_gb_per_layer_token``), or with ``query_heads`` those plus, where the query heads
+    outnumber them, their copy at every query head (the replay's SDPA path repeats each key / value
+    head for its query heads before the kernel reads them): ``2 x (kv heads + query heads) x head
+    dim x bytes``; nothing is copied where the heads are equal."""
+    if not query_heads or spec.attn_heads <= spec.attn_kv_heads:
+        return kv_gb_per_layer_token(spec)
+    return 2 * (spec.attn_kv_heads + spec.attn_heads) * spec.attn_head_dim * spec.kv_dtype_bytes * 1e-9
+
+
+def attn_run_b(spec: ModelSpec) -> float:
+    """Per ``L^2 - p^2``, the FLOPs of the attention core a causal kernel runs: ``spec.attn_layer_b``,
+    halved for a preset counted by the paper's full-square convention (``attn_causal=False``), as
+    every engine and the replay run attention causal whatever the FLOP count's convention."""
+    return spec.attn_layer_b if spec.attn_causal else 0.5 * spec.attn_layer_b
 
 
 def act_gb(spec: ModelSpec) -> dict:
@@ -822,6 +842,13 @@ class HardwareTiming:
     host_ms_per_layer: float = 0.0
     # a gated-delta layer's extra device time per kernel chunk of a call resumed from a state
     gdn_resume_ms_per_chunk: float = 0.0
+    # how a layer's terms combine (LAYER_FORMS): "additive", every term summed (a file fitted before
+    # 2026-12-07); "overlap", the projections' GEMMs stream the layer's weights while they compute
+    # (the larger of the two), the attention / chunk core after them (docs/replay-cost-model.md)
+    layer_form: str = "additive"
+    # the kv term per context token counts the replay's copy of the key / value heads at every query
+    # head (``sim.replay.model``'s SDPA path repeats them where the query heads outnumber them)
+    kv_query_heads: bool = False
     # per model: (the spec, {context: a one-token decode's work by kind}, its layer_fixed_ms);
     # memoized because a continuous-batching step prices every decoding sequence and a decode
     # run times up to VARIABLE_RUN steps of the same contexts (values equal to recomputing them)
@@ -835,6 +862,8 @@ class HardwareTiming:
             raise UsageError(f"timing: per-layer floors and per-sequence times must be {', '.join(LAYER_KINDS)}")
         if set(self.ms_per_weight_gb) != set(LAYER_KINDS) or set(self.ms_per_act_gb) != set(LAYER_KINDS):
             raise UsageError(f"timing: per-weight-GB and per-activation-GB times must be {', '.join(LAYER_KINDS)}")
+        if self.layer_form not in LAYER_FORMS:
+            raise UsageError(f"timing: layer_form must be one of {', '.join(LAYER_FORMS)}, not {self.layer_form!r}")
         vals = (
             list(self.ms_per_tflop.values())
             + list(self.layer_call_ms.values())
@@ -884,30 +913,37 @@ class HardwareTiming:
     def layer_fixed_ms(self, spec: ModelSpec) -> dict:
         """Per layer of each kind, the device time of one call that computes nothing: its fixed
         time and its weights read (tensor parallel: each GPU reads its share)."""
+        r = self.weights_read_ms(spec)
+        return {k: self.layer_call_ms[k] + r[k] for k in LAYER_KINDS}
+
+    def weights_read_ms(self, spec: ModelSpec) -> dict:
+        """Per layer of each kind, the time of one call's read of its weights (tensor parallel:
+        each GPU reads its share)."""
         w = weight_gb(spec)
-        return {k: self.layer_call_ms[k] + self.ms_per_weight_gb[k] * w[k] / self.gpus for k in LAYER_KINDS}
+        return {k: self.ms_per_weight_gb[k] * w[k] / self.gpus for k in LAYER_KINDS}
 
     _MEMO_CONTEXTS = 1 << 18  # contexts remembered per model before the table starts again
     _MEMO_MODELS = 8  # models remembered (a replay prices a fresh copy of its spec at every step)
 
     def _model_memo(self, spec: ModelSpec) -> tuple:
-        """(spec, decode work by context, layer_fixed_ms) of ``spec``: keyed by the object, which
-        the entry keeps alive so its id is not reused while cached."""
+        """(spec, decode work by context, layer_fixed_ms, weights_read_ms) of ``spec``: keyed by
+        the object, which the entry keeps alive so its id is not reused while cached."""
         m = self._memo.get(id(spec))
         if m is None or m[0] is not spec:
             if len(self._memo) >= self._MEMO_MODELS:
                 self._memo.clear()
-            m = self._memo[id(spec)] = (spec, {}, self.layer_fixed_ms(spec))
+            m = self._memo[id(spec)] = (spec, {}, self.layer_fixed_ms(spec), self.weights_read_ms(spec))
         return m
 
-    def _decode_work(self, spec: ModelSpec, c: int, table: dict) -> tuple[float, float, float]:
-        """``work_tflop(spec, c, c + 1, 1)`` as (attention, gated_delta, mlp), remembered."""
+    def _decode_work(self, spec: ModelSpec, c: int, table: dict) -> tuple:
+        """``work_parts(spec, c, c + 1, 1)`` as (attention, gated_delta, mlp) per-token terms then
+        the same kinds' cores, remembered."""
         w = table.get(c)
         if w is None:
             if len(table) >= self._MEMO_CONTEXTS:
                 table.clear()
-            d = self.work_tflop(spec, c, c + 1, 1)
-            w = table[c] = (d["attention"], d["gated_delta"], d["mlp"])
+            lin, core = self.work_parts(spec, c, c + 1, 1)
+            w = table[c] = tuple(lin[k] for k in LAYER_KINDS) + tuple(core[k] for k in LAYER_KINDS)
         return w
 
     def fixed_ms(self, spec: ModelSpec) -> float:
@@ -956,34 +992,59 @@ class HardwareTiming:
 
     def work_tflop(self, spec: ModelSpec, p: int, L: int, chunks: int) -> dict:
         """Per layer of each kind: its FLOP terms' time in ms for tokens [p, L) in ``chunks``
-        kernel chunks (tensor parallel applied)."""
+        kernel chunks (tensor parallel applied): ``work_parts``' two parts summed."""
+        lin, core = self.work_parts(spec, p, L, chunks)
+        return {k: lin[k] + core[k] for k in LAYER_KINDS}
+
+    def work_parts(self, spec: ModelSpec, p: int, L: int, chunks: int) -> tuple[dict, dict]:
+        """``(per_token, core)``: per layer of each kind, the ms of its per-token terms (the
+        projections' FLOPs and the activations they write) and of its core (attention: the
+        context-quadratic FLOPs and the keys and values read; gated delta or Mamba2: the per-chunk
+        term; MLP: none) for tokens [p, L) in ``chunks`` kernel chunks (tensor parallel applied).
+        The "overlap" form prices the attention core as the causal kernel runs it (``attn_run_b``)
+        and, with ``kv_query_heads``, the keys and values at the query heads too."""
         if L <= p:
-            return dict.fromkeys(LAYER_KINDS, 0.0)
+            zero = dict.fromkeys(LAYER_KINDS, 0.0)
+            return zero, dict(zero)
         n = L - p
         c, a = self.ms_per_tflop, self.ms_per_act_gb
         mixer_a = spec.linear_layer_a
+        overlap = self.layer_form == "overlap"
         # activations: a layer's weight GB (act_gb) over the hidden size, per token; inline, as this
         # runs for every request and every decoding sequence of a step
         act = 1e-9 * n / spec.d_model
-        attn = (
-            c["attn_linear"] * spec.attn_layer_a * n + c["attn_quadratic"] * spec.attn_layer_b * (L * L - p * p)
-        ) * 1e-12 + a["attention"] * spec.attn_layer_a * act
-        if n > 1:  # a one-token query (a decode) splits the context across programs: not bound by it
-            attn += self.ms_per_kv_gb * kv_gb_per_layer_token(spec) * L
-        gdn = (c["gdn_linear"] * mixer_a * n + c["gdn_chunk"] * spec.linear_chunk_flops * chunks) * 1e-12 + a[
-            "gated_delta"
-        ] * mixer_a * act
-        mlp = c["mlp_linear"] * spec.mlp_layer_a * n * 1e-12 + a["mlp"] * spec.mlp_layer_a * act
         g = 1.0 / self.gpus
-        return {"attention": attn * g, "gated_delta": gdn * g, "mlp": mlp * g}
-
-    def call_ms_for(self, spec: ModelSpec, work: dict, seqs: int = 1) -> float:
-        """One call of the model doing ``work`` (per-layer ms by kind) over ``seqs`` sequences."""
-        n, fixed = self._layers(spec), self._model_memo(spec)[2]
-        more = max(0, int(seqs) - 1)
-        return self.call_ms + sum(
-            n[k] * max(self.layer_floor_ms[k], fixed[k] + more * self.seq_ms[k] + work[k]) for k in LAYER_KINDS
+        attn = c["attn_linear"] * spec.attn_layer_a * n * 1e-12 + a["attention"] * spec.attn_layer_a * act
+        b = attn_run_b(spec) if overlap else spec.attn_layer_b
+        quad = c["attn_quadratic"] * b * (L * L - p * p) * 1e-12
+        if n > 1:  # a one-token query (a decode) splits the context across programs: not bound by it
+            quad += self.ms_per_kv_gb * kv_read_gb_per_layer_token(spec, self.kv_query_heads) * L
+        gdn = c["gdn_linear"] * mixer_a * n * 1e-12 + a["gated_delta"] * mixer_a * act
+        chunk = c["gdn_chunk"] * spec.linear_chunk_flops * chunks * 1e-12
+        mlp = c["mlp_linear"] * spec.mlp_layer_a * n * 1e-12 + a["mlp"] * spec.mlp_layer_a * act
+        return (
+            {"attention": attn * g, "gated_delta": gdn * g, "mlp": mlp * g},
+            {"attention": quad * g, "gated_delta": chunk * g, "mlp": 0.0},
         )
+
+    def call_ms_for(self, spec: ModelSpec, work: dict, seqs: int = 1, core: dict | None = None) -> float:
+        """One call of the model over ``seqs`` sequences doing ``work`` (per-layer ms by kind: the
+        per-token terms, ``work_parts``' first part) and ``core`` (its second; none: 0). Per layer:
+        additive, the fixed time, weights read, per-sequence time and both parts summed;
+        overlap, the fixed and per-sequence times, the larger of the weights read and the
+        per-token terms (the projections stream the weights while they compute), then the core
+        (its own kernels, after them); either at least the layer's floor."""
+        m = self._model_memo(spec)
+        n, floor, seq = self._layers(spec), self.layer_floor_ms, self.seq_ms
+        more = max(0, int(seqs) - 1)
+        cr = core or dict.fromkeys(LAYER_KINDS, 0.0)
+        if self.layer_form == "overlap":
+            base, read = self.layer_call_ms, m[3]
+            return self.call_ms + sum(
+                n[k] * max(floor[k], base[k] + more * seq[k] + max(read[k], work[k]) + cr[k]) for k in LAYER_KINDS
+            )
+        fixed = m[2]
+        return self.call_ms + sum(n[k] * max(floor[k], fixed[k] + more * seq[k] + work[k] + cr[k]) for k in LAYER_KINDS)
 
     def compute_ms(self, spec: ModelSpec, p: int, L: int, chunks: int) -> float:
         """The FLOP terms of tokens [p, L) in ``chunks`` kernel chunks over every layer."""
@@ -994,9 +1055,9 @@ class HardwareTiming:
         """One request's prefill of [p, L) in ``1 + splits`` calls: the split-off calls are taken
         as short (a call at its floor and fixed time, plus a ragged chunk each)."""
         chunks = gdn_chunks(p, L) + splits
-        work = self.work_tflop(spec, p, L, chunks)
-        work["gated_delta"] += self.resume_ms(spec, p, L, chunks)
-        t = (self.call_ms_for(spec, work) + splits * self.fixed_ms(spec)) * 1e-3
+        work, core = self.work_parts(spec, p, L, chunks)
+        core["gated_delta"] += self.resume_ms(spec, p, L, chunks)
+        t = (self.call_ms_for(spec, work, 1, core) + splits * self.fixed_ms(spec)) * 1e-3
         if self.comm_ms_per_call or self.comm_ms_per_token:
             t += ((1 + splits) * self.comm_ms_per_call + max(L - p, 0) * self.comm_ms_per_token) * 1e-3
         return t
@@ -1023,24 +1084,29 @@ class HardwareTiming:
         if not prefills and not decode_contexts:
             return 0.0
         # each kind summed in the order of the sequences (prefills, then decodes), as one dict did
-        wa = wg = wm = 0.0
+        wa = wg = wm = ca = cg = cm = 0.0
         for p, L in prefills:
             chunks = gdn_chunks(p, L)
-            w = self.work_tflop(spec, p, L, chunks)
+            w, c = self.work_parts(spec, p, L, chunks)
             wa += w["attention"]
             wg += w["gated_delta"]
-            wg += self.resume_ms(spec, p, L, chunks)
             wm += w["mlp"]
+            ca += c["attention"]
+            cg += c["gated_delta"] + self.resume_ms(spec, p, L, chunks)
         if decode_contexts:
             table = self._model_memo(spec)[1]
             for c in decode_contexts:
                 w = table.get(c)  # inline: this loop runs for every decoding sequence of every step
-                a, g, m = w if w is not None else self._decode_work(spec, int(c), table)
-                wa += a
-                wg += g
-                wm += m
+                la, lg, lm, qa, qg, qm = w if w is not None else self._decode_work(spec, int(c), table)
+                wa += la
+                wg += lg
+                wm += lm
+                ca += qa
+                cg += qg
+                cm += qm
         work = {"attention": wa, "gated_delta": wg, "mlp": wm}
-        t = self.call_ms_for(spec, work, len(prefills) + len(decode_contexts)) * 1e-3
+        core = {"attention": ca, "gated_delta": cg, "mlp": cm}
+        t = self.call_ms_for(spec, work, len(prefills) + len(decode_contexts), core) * 1e-3
         if self.comm_ms_per_call or self.comm_ms_per_token:
             tokens = sum(max(L - p, 0) for p, L in prefills) + len(decode_contexts)
             t += (self.comm_ms_per_call + tokens * self.comm_ms_per_token) * 1e-3
@@ -1392,6 +1458,8 @@ def timing_to_dict(timing) -> dict:
                 else {}
             ),
             **({"gdn_resume_ms_per_chunk": timing.gdn_resume_ms_per_chunk} if timing.gdn_resume_ms_per_chunk else {}),
+            **({"layer_form": timing.layer_form} if timing.layer_form != "additive" else {}),
+            **({"kv_query_heads": True} if timing.kv_query_heads else {}),
         )
     return dict(
         format=TIMING_FORMAT,
@@ -1480,6 +1548,13 @@ def _same_spec(recorded, given) -> bool:
     return spec_fields(spec) == recorded
 
 
+def _flag(v) -> bool:
+    """A timing file's true / false field (a string or a number is a bad field)."""
+    if not isinstance(v, bool):
+        raise ValueError(v)
+    return v
+
+
 def read_timing_file(path, model: str | None = None):
     """A timing file written by ``marconi replay --calibrate`` (bad input, or a file fitted for
     another model than ``model``: UsageError). A hardware-term file's terms are priced per FLOP
@@ -1550,6 +1625,8 @@ def read_timing_file(path, model: str | None = None):
                 host_ms_per_call=get("host_ms_per_call", float, 0.0),
                 host_ms_per_layer=get("host_ms_per_layer", float, 0.0),
                 gdn_resume_ms_per_chunk=get("gdn_resume_ms_per_chunk", float, 0.0),
+                layer_form=get("layer_form", str, "additive"),
+                kv_query_heads=get("kv_query_heads", _flag, False),
             )
         return TimingModel(
             get("effective_tflops", float),

@@ -22,6 +22,16 @@ median, then a line over the depths (layer calls per call), the calls whose host
 GPU left out. ``request_errors`` prices a host-bound call with the later of its device and host
 times (``sim.replay.measure.call_model_ms``).
 
+The "overlap" form (``form="overlap"``, ``HardwareTiming.layer_form``) prices a layer as its fixed
+time, the larger of its weights read and its per-token terms (linear FLOPs, activations: the
+projections' GEMMs stream the weights while they compute), then its core (attention's quadratic
+FLOPs and keys and values read, the gated-delta chunk term: kernels of their own after the
+projections). Its fit (``fit_overlap``) alternates: mark each call weight-bound or compute-bound
+under the current terms, fit the terms by bounded least squares with the other regime's columns
+zeroed, until the marking repeats; the iterate of least true (max-form) residual is kept. The
+additive form priced 512-4K-token calls 1.07-1.14x on clean H100 rows while long calls came out
+right (docs/replay-cost-model.md).
+
 ``benchmarks/timing_fit.py`` runs it on the folders of ``benchmarks/timing_campaign.sh``.
 """
 
@@ -33,13 +43,15 @@ import numpy as np
 import pandas as pd
 
 from sim.cost import (
+    LAYER_FORMS,
     LAYER_KINDS,
     HardwareTiming,
     ModelSpec,
     default_timing,
     gdn_chunks,
     act_gb,
-    kv_gb_per_layer_token,
+    attn_run_b,
+    kv_read_gb_per_layer_token,
     weight_gb,
 )
 from sim.errors import UsageError
@@ -75,26 +87,39 @@ class Run:
     weight: float = 1.0  # of each of its calls in the fit
 
 
-def features(spec: ModelSpec, kind: str, p: int, L: int) -> list[float]:
+def features(spec: ModelSpec, kind: str, p: int, L: int, form: str = "additive") -> list[float]:
     """Per layer of ``kind``, the fit's columns for one call prefilling tokens ``[p, L)``: a
     constant, the weights read (GB), each FLOP term (TFLOP) and, for attention, the context's
-    keys and values read (GB)."""
+    keys and values read (GB). The "overlap" form's attention core is what the causal kernel runs
+    (``sim.cost.attn_run_b``) and its keys and values are read at the query heads too, as the
+    replay's SDPA path copies them (``HardwareTiming.kv_query_heads``)."""
     n = L - p
     w = weight_gb(spec)[kind]
     act = act_gb(spec)[kind] * n  # activations its products write
     if kind == "attention":
+        overlap = form == "overlap"
         lin = spec.attn_layer_a * n * 1e-12
-        quad = spec.attn_layer_b * (L * L - p * p) * 1e-12
-        return [1.0, w, lin, quad, act, kv_gb_per_layer_token(spec) * L if n > 1 else 0.0]
+        quad = (attn_run_b(spec) if overlap else spec.attn_layer_b) * (L * L - p * p) * 1e-12
+        kv = kv_read_gb_per_layer_token(spec, overlap) * L if n > 1 else 0.0
+        return [1.0, w, lin, quad, act, kv]
     if kind == "gated_delta":
         chunk = spec.linear_chunk_flops * gdn_chunks(p, L)
         return [1.0, w, spec.linear_layer_a * n * 1e-12, chunk * 1e-12, act]
     return [1.0, w, spec.mlp_layer_a * n * 1e-12, act]
 
 
-def calls_of(run: Run, kind: str) -> tuple[np.ndarray, np.ndarray, list]:
-    """The one-call prefills of ``run`` with ``kind`` layers: features, measured ms per layer and
-    ``(p, L)`` of each."""
+#: per kind, the columns of ``features`` that are per-token terms (the overlap form's max with the
+#: weights read, column 1) and those of the core (added after it)
+PER_TOKEN_COLUMNS = {"attention": [2, 4], "gated_delta": [2, 4], "mlp": [2, 3]}
+CORE_COLUMNS = {"attention": [3, 5], "gated_delta": [3], "mlp": []}
+#: the overlap fit's alternations at most, and its seeded restarts around the additive fit
+OVERLAP_ITERATIONS = 100
+OVERLAP_STARTS = 8
+
+
+def calls_of(run: Run, kind: str, form: str = "additive") -> tuple[np.ndarray, np.ndarray, list]:
+    """The one-call prefills of ``run`` with ``kind`` layers: features (of ``form``), measured ms
+    per layer and ``(p, L)`` of each."""
     k = run.counts.get(kind, 0)
     X, y, where = [], [], []
     if not k:
@@ -104,10 +129,50 @@ def calls_of(run: Run, kind: str) -> tuple[np.ndarray, np.ndarray, list]:
         if len(segs) != 1 or v is None or not np.isfinite(v) or v <= 0:
             continue
         p, L = int(segs[0][0]), int(segs[0][1])
-        X.append(features(run.spec, kind, p, L))
+        X.append(features(run.spec, kind, p, L, form))
         y.append(v / k)
         where.append((p, L))
     return np.asarray(X, float), np.asarray(y, float), where
+
+
+def overlap_predict(X: np.ndarray, c: np.ndarray, kind: str) -> np.ndarray:
+    """The overlap form's per-layer ms of calls with ``features`` ``X`` under terms ``c``: the
+    constant, the larger of the weights read and the per-token terms, then the core."""
+    lin, core = PER_TOKEN_COLUMNS[kind], CORE_COLUMNS[kind]
+    out = c[0] + np.maximum(c[1] * X[:, 1], X[:, lin] @ c[lin])
+    return out + X[:, core] @ c[core] if core else out
+
+
+def fit_overlap(X: np.ndarray, y: np.ndarray, kind: str, lo: np.ndarray, start: np.ndarray, weight=None, seed=0):
+    """The overlap form's terms for ``kind`` (``overlap_predict``) by relative-residual least
+    squares, each term at least ``lo`` (FLOP terms no faster than the peak, the weights no faster
+    than the bandwidth, the rest non-negative): from ``start`` (the additive fit) and
+    ``OVERLAP_STARTS`` seeded starts around it, alternate marking each call weight-bound
+    (weights read >= per-token terms) or compute-bound and solving the bounded least squares with
+    the other regime's columns zeroed, until a marking repeats; the iterate of least true
+    residual. Returns ``(terms, cost)``."""
+    lin = PER_TOKEN_COLUMNS[kind]
+    s = (1.0 if weight is None else np.sqrt(weight)) / y
+    rng = np.random.default_rng(seed)
+    starts = [np.maximum(start, lo)]
+    starts += [np.maximum(start * np.exp(rng.normal(0.0, 0.5, len(start))), lo) for _ in range(OVERLAP_STARTS)]
+    best, best_cost = None, np.inf
+    for c in starts:
+        seen: set = set()
+        for _ in range(OVERLAP_ITERATIONS):
+            bound = c[1] * X[:, 1] >= X[:, lin] @ c[lin]
+            key = bound.tobytes()
+            if key in seen:
+                break
+            seen.add(key)
+            Z = X.copy()
+            Z[np.ix_(bound, lin)] = 0.0  # weight-bound calls: the weights read, not the per-token terms
+            Z[~bound, 1] = 0.0  # compute-bound calls: the per-token terms, not the weights read
+            c = lo + nnls(Z * s[:, None], (y - Z @ lo) * s)
+            cost = float(np.sum(((overlap_predict(X, c, kind) - y) * s) ** 2))
+            if cost < best_cost:
+                best, best_cost = c.copy(), cost
+    return best, best_cost
 
 
 def _fit_columns(X: np.ndarray, y: np.ndarray, caps: dict, weight=None) -> np.ndarray:
@@ -217,6 +282,7 @@ def fit_across(
     resume: bool = False,
     bandwidth_tbs: float = 0.0,
     drop_resume: bool = False,
+    form: str = "additive",
 ) -> tuple[HardwareTiming, dict]:
     """A HardwareTiming fitted to every run's timed prefills at once (module docstring); with
     ``resume``, the resumed-call term too: ``fit_resume`` on a first fit's layer times, then the
@@ -224,9 +290,12 @@ def fit_across(
     time a short resumed call held is then not its own). What
     the runs cannot show is kept from ``base``: the per-sequence step times, decode and the call
     time where no run has one. Floors are 0: device-time measurements (each call queued behind a
-    sleep) show the device's time, never the host's."""
+    sleep) show the device's time, never the host's. ``form``: the layer form fitted
+    (``sim.cost.LAYER_FORMS``; "overlap": ``fit_overlap`` from the additive fit's terms)."""
     if not runs:
         raise UsageError("timing fit: no runs given")
+    if form not in LAYER_FORMS:
+        raise UsageError(f"timing fit: form must be one of {', '.join(LAYER_FORMS)}, not {form!r}")
     cap = 1e3 / peak_tflops if peak_tflops > 0 else 0.0
     weight_cap = 1.0 / bandwidth_tbs if bandwidth_tbs > 0 else 0.0  # ms per GB at the datasheet's TB/s
     ms_per_tflop = dict(base.ms_per_tflop)
@@ -236,12 +305,13 @@ def fit_across(
     held = 0.0
     if resume:  # the term from pairs (a first fit's fixed times), then the gated-delta terms fitted around it
         first, _ = fit_across(
-            runs, base, peak_tflops=peak_tflops, device=device, dtype=dtype, source=source, bandwidth_tbs=bandwidth_tbs
-        )
+            runs, base, peak_tflops=peak_tflops, device=device, dtype=dtype, source=source,
+            bandwidth_tbs=bandwidth_tbs, form=form,
+        )  # fmt: skip
         held, info["resume"] = fit_resume(runs, first)
     for kind in LAYER_KINDS:
         terms = TYPE_TERMS[kind]
-        parts = [calls_of(r, kind) for r in runs]
+        parts = [calls_of(r, kind, form) for r in runs]
         if kind == "gated_delta" and held:
             parts = [
                 (X, y - held * np.array([gdn_chunks(p, L) if p > 0 else 0 for p, L in wh], float), wh)
@@ -258,13 +328,18 @@ def fit_across(
         caps = dict.fromkeys(range(2, 2 + len(terms)), cap)
         caps[1] = weight_cap  # a call reads its layer's weights no faster than the memory's bandwidth
         c = _fit_columns(X, y, caps, wt)
+        if form == "overlap":  # from the additive fit's terms, each held within the same bounds
+            lo = np.zeros(X.shape[1])
+            for j, v in caps.items():
+                lo[j] = v
+            c, _ = fit_overlap(X, y, kind, lo, c, wt)
         layer_ms[kind], per_gb[kind] = float(c[0]), float(c[1])
         for j, t in enumerate(terms, start=2):
             ms_per_tflop[t] = float(c[j])
         act[kind] = float(c[2 + len(terms)])
         if kind == "attention":
             kv = float(c[3 + len(terms)])
-        err = np.abs(X @ c - y) / y
+        err = np.abs((overlap_predict(X, c, kind) if form == "overlap" else X @ c) - y) / y
         info["terms"][kind] = dict(
             calls=int(len(y)), median_error=float(np.median(err)), p95_error=float(np.quantile(err, 0.95))
         )
@@ -306,7 +381,10 @@ def fit_across(
         host_ms_per_call=host_call,
         host_ms_per_layer=host_layer,
         gdn_resume_ms_per_chunk=resume_ms,
+        layer_form=form,
+        kv_query_heads=form == "overlap",
     )
+    info["form"] = form
     info["fraction_of_peak"] = t.fraction_of_peak()
     info["runs"] = [r.name for r in runs]
     return t, info

@@ -11,7 +11,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cost import LAYER_KINDS, default_timing, gdn_chunks, get_model
+from sim.cost import LAYER_KINDS, default_timing, gdn_chunks, get_model, weight_gb
 
 # the committed files price none since the conv fix (session 25): the term set here so that its
 # path is exercised
@@ -20,21 +20,28 @@ SPECS = [get_model("qwen3.5-9b"), get_model("qwen3.5-27b"), get_model("qwen3-nex
 
 
 def plain_step_time_s(t, spec, prefills, contexts) -> float:
-    """The step time summed without the table: every sequence's work_tflop in order."""
+    """The step time summed without the table: every sequence's work_parts in order, per layer
+    the additive or the overlap form."""
     if not prefills and not contexts:
         return 0.0
-    work = dict.fromkeys(LAYER_KINDS, 0.0)
-    for p, L in prefills:
-        for k, v in t.work_tflop(spec, p, L, gdn_chunks(p, L)).items():
-            work[k] += v
-        if p > 0 and L > p and spec.n_gdn:  # from a state: the resumed chunks' extra, per gated-delta layer
-            work["gated_delta"] += t.gdn_resume_ms_per_chunk * gdn_chunks(p, L) / t.gpus
-    for c in contexts:
-        for k, v in t.work_tflop(spec, c, c + 1, 1).items():
-            work[k] += v
-    n, fixed = t._layers(spec), t.layer_fixed_ms(spec)
-    more = max(0, len(prefills) + len(contexts) - 1)
-    ms = t.call_ms + sum(n[k] * max(t.layer_floor_ms[k], fixed[k] + more * t.seq_ms[k] + work[k]) for k in LAYER_KINDS)
+    work, core = dict.fromkeys(LAYER_KINDS, 0.0), dict.fromkeys(LAYER_KINDS, 0.0)
+    seqs = [(p, L, gdn_chunks(p, L)) for p, L in prefills] + [(c, c + 1, 1) for c in contexts]
+    for i, (p, L, chunks) in enumerate(seqs):
+        lin, cr = t.work_parts(spec, p, L, chunks)
+        for k in LAYER_KINDS:
+            work[k] += lin[k]
+            core[k] += cr[k]
+        if i < len(prefills) and 0 < p < L and spec.n_gdn:  # a prefill from a state: the resumed chunks' extra
+            core["gated_delta"] += t.gdn_resume_ms_per_chunk * chunks / t.gpus
+    n, more = t._layers(spec), max(0, len(seqs) - 1)
+    read = {k: t.ms_per_weight_gb[k] * weight_gb(spec)[k] / t.gpus for k in LAYER_KINDS}
+    layer = {}
+    for k in LAYER_KINDS:
+        if t.layer_form == "overlap":
+            layer[k] = t.layer_call_ms[k] + more * t.seq_ms[k] + max(read[k], work[k]) + core[k]
+        else:
+            layer[k] = t.layer_call_ms[k] + read[k] + more * t.seq_ms[k] + work[k] + core[k]
+    ms = t.call_ms + sum(n[k] * max(t.layer_floor_ms[k], layer[k]) for k in LAYER_KINDS)
     s = ms * 1e-3
     if t.comm_ms_per_call or t.comm_ms_per_token:
         tokens = sum(max(L - p, 0) for p, L in prefills) + len(contexts)
@@ -54,9 +61,9 @@ steps = st.lists(
 
 
 @settings(max_examples=60, deadline=None)
-@given(steps, st.sampled_from([1, 2, 4]))
-def test_remembered_step_times_are_the_plain_sums(seq, gpus):
-    t = TIMING.with_gpus(gpus)
+@given(steps, st.sampled_from([1, 2, 4]), st.sampled_from(["additive", "overlap"]))
+def test_remembered_step_times_are_the_plain_sums(seq, gpus, form):
+    t = replace(TIMING, layer_form=form, kv_query_heads=form == "overlap").with_gpus(gpus)
     for i, pre, ctx in seq:  # the same few contexts again and again, across models: table hits
         spec = SPECS[i]
         prefills = [(p, p + n) for p, n in pre]

@@ -392,8 +392,6 @@ def test_the_kv_read_feature_is_zero_for_a_one_token_call_and_the_whole_context_
     """``features``' last attention column: the context's keys and values read, L tokens of KV a
     layer for a call of two tokens or more, none for a one-token call (mutation -m host_term
     --seed 1 survivor calibration.py L86)."""
-    from sim.replay.calibration import kv_gb_per_layer_token
-
     spec = get_model("qwen3.5-9b")
     per = kv_gb_per_layer_token(spec)
     assert per > 0
