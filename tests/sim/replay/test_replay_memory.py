@@ -298,3 +298,27 @@ def test_the_free_memory_counts_what_torch_holds_reserved_but_unused(monkeypatch
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d: 36 * 10**9)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d: 2 * 10**9)
     assert free_for_replay("cuda") == 76 * 10**9
+
+
+
+def test_a_one_call_prefill_keeps_its_outputs_without_copying_them(model, monkeypatch):
+    """A suffix prefill kept for its hit's check (``keep_outputs``) in one call returns the
+    forward's own output tensors: no copy of every layer's output after the last time mark, which
+    the from-scratch reference never makes (session 27: it was timed as the suffix's prefill). A
+    split call joins its pieces, with the same values."""
+    toks = torch.as_tensor(LONG[:150])
+    joined = []
+    real_cat = torch.cat
+
+    def counting_cat(tensors, *a, **k):
+        joined.append(len(tensors))
+        return real_cat(tensors, *a, **k)
+
+    monkeypatch.setattr(torch, "cat", counting_cat)
+    _, outs, calls = model.run(toks, None, 0, [128], keep_outputs=True)
+    assert calls == 1 and all(o.shape == (150, SHAPE.hidden) for o in outs)
+    assert 1 not in joined  # no layer's output "joined" from a single piece: a copy
+    _, split, calls = model.run(toks, None, 0, [100], keep_outputs=True)
+    assert calls == 2 and len(split) == len(SHAPE.order)
+    for a, b in zip(outs, split):
+        torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-5)
