@@ -300,7 +300,6 @@ def test_the_free_memory_counts_what_torch_holds_reserved_but_unused(monkeypatch
     assert free_for_replay("cuda") == 76 * 10**9
 
 
-
 def test_a_one_call_prefill_keeps_its_outputs_without_copying_them(model, monkeypatch):
     """A suffix prefill kept for its hit's check (``keep_outputs``) in one call returns the
     forward's own output tensors: no copy of every layer's output after the last time mark, which
