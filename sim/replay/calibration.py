@@ -405,7 +405,7 @@ def request_errors(run: Run, timing: HardwareTiming) -> pd.DataFrame:
         n = int(d["input_tokens"])
         model = timing.prefill_time_s(rspec, hit, n, int(d["splits"])) * 1e3
         held = bool(d.get("suffix_host_bound", False))
-        priced = call_model_ms(timing, rspec, model, int(d["splits"]), held)
+        priced = call_model_ms(timing, rspec, model, int(d["splits"]), held, float(d.get("suffix_sleep_ms", 0.0)))
         full = d.get("full_ms", float("nan"))
         rows.append(
             dict(

@@ -268,5 +268,12 @@ class Stopwatch:
         return float(handle[3].elapsed_time(handle[1])) - float(handle[2])
 
     @staticmethod
+    def sleep_ms(handle) -> float:
+        """The GPU sleep asked ahead of a timed call (0 unqueued: the CPU, a tail; NaN: none).
+        A queued call's device time starts when the sleep ends, so the sleep hides that much of
+        the host's issue: a call whose host outran it shows the rest as device time."""
+        return float("nan") if handle is None else float(handle.sleep_ms if hasattr(handle, "sleep_ms") else 0.0)
+
+    @staticmethod
     def host_ms(handle) -> float:
         return float("nan") if handle is None else float(handle[2])

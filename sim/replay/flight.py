@@ -74,6 +74,8 @@ class PendingTimes:
             full_first=(clock.ms(self.full_first), clock.host_ms(self.full_first))
             if self.full_first is not None
             else None,
+            suffix_sleep=clock.sleep_ms(self.suffix) if self.suffix is not None else None,
+            full_sleep=clock.sleep_ms(self.full) if self.full is not None else None,
         )
         self.clear()
 

@@ -179,14 +179,16 @@ def modelled_ms(spec: ModelSpec, timing, counts, hit: int, n: int, splits: int =
     return timing.overhead_ms * share + rspec.prefill_flops(hit, n) * 1e3 / (timing.effective_tflops * 1e12)
 
 
-def call_model_ms(timing, rspec: ModelSpec, device_ms: float, splits: int, held: bool) -> float:
+def call_model_ms(timing, rspec: ModelSpec, device_ms: float, splits: int, held: bool, sleep_ms: float = 0.0) -> float:
     """What a timed prefill's measured time is compared with: its modelled device time
     (``device_ms``, on the replayed layers ``rspec``), or for a host-bound call (``held``: the GPU
     ran out of queued work and ended just after the host's last launch) the later of that and
-    the host's issue of its ``1 + splits`` calls, where the timing has a host term
-    (``HardwareTiming.host_issue_ms``)."""
+    the host's issue of its ``1 + splits`` calls less the GPU sleep queued ahead of it
+    (``sleep_ms``: the measured time starts when the sleep ends, so the sleep hid that much of the
+    issue; 0 or NaN: none), where the timing has a host term (``HardwareTiming.host_issue_ms``)."""
     if held and isinstance(timing, HardwareTiming) and timing.has_host_term:
-        return max(device_ms, timing.host_issue_ms(rspec, 1 + splits))
+        hidden = sleep_ms if sleep_ms == sleep_ms and sleep_ms > 0 else 0.0
+        return max(device_ms, timing.host_issue_ms(rspec, 1 + splits) - hidden)
     return device_ms
 
 
@@ -277,6 +279,9 @@ def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.D
             # measured times it gives how much of the host's issue the queued sleep covered
             suffix_slack_ms=r.suffix_slack_ms,
             full_slack_ms=r.full_slack_ms,
+            # the GPU sleep asked ahead of the call (0 unqueued): the host issue it hid
+            suffix_sleep_ms=r.suffix_sleep_ms,
+            full_sleep_ms=r.full_sleep_ms,
             # its first call's host issue outran the sleep ahead of it (outran_sleep): run again,
             # the second time kept; the first call's device and host ms beside
             suffix_retimed=r.suffix_retimed,
@@ -330,10 +335,14 @@ def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.D
         return stub.iloc[0:0]
     df = pd.DataFrame(rows)
     if len(df):
-        # a host-bound prefill against the later of its device time and the host's issue time
-        # (call_model_ms), where the timing has a host term; every other one against its device time
+        # a host-bound prefill against the later of its device time and the host's issue time less
+        # the sleep queued ahead of it (call_model_ms), where the timing has a host term; every
+        # other one against its device time
         held = df["suffix_host_bound"] & df["modelled_host_ms"].notna()
-        df["modelled_call_ms"] = df["modelled_ms"].where(~held, np.maximum(df["modelled_ms"], df["modelled_host_ms"]))
+        hidden = df["suffix_sleep_ms"].fillna(0.0).clip(lower=0.0)
+        df["modelled_call_ms"] = df["modelled_ms"].where(
+            ~held, np.maximum(df["modelled_ms"], df["modelled_host_ms"] - hidden)
+        )
         df["model_error"] = (df["modelled_call_ms"] - df["suffix_ms"]) / df["suffix_ms"]
     return df
 

@@ -43,6 +43,9 @@ class RequestRecord:
     suffix_slack_ms: float = float("nan")  # its device end after the host's (Stopwatch.slack_ms)
     full_host_ms: float = float("nan")
     full_slack_ms: float = float("nan")
+    # the GPU sleep asked ahead of each (Stopwatch.sleep_ms; 0 unqueued): the host issue it hid
+    suffix_sleep_ms: float = float("nan")
+    full_sleep_ms: float = float("nan")
     # the suffix prefill ran twice (its first call's host issue outran the sleep queued ahead of
     # it: sim.replay.measure.outran_sleep); suffix_* are the second call's, these the first's
     suffix_retimed: bool = False
@@ -67,10 +70,13 @@ class RequestRecord:
         tail_ms=None,
         first=None,
         full_first=None,
+        suffix_sleep=None,
+        full_sleep=None,
     ) -> None:
         """The resolved times of its timed calls (None: not timed): ``suffix`` and ``full`` as
         ``(ms, host ms, slack ms)``, the per-layer-type splits, the tail's ms; ``first`` /
-        ``full_first``: a re-timed suffix prefill's / reference's first call as ``(ms, host ms)``."""
+        ``full_first``: a re-timed suffix prefill's / reference's first call as ``(ms, host ms)``;
+        ``suffix_sleep`` / ``full_sleep``: the GPU sleep asked ahead of the kept call (ms)."""
         if suffix is not None:
             self.suffix_ms, self.suffix_host_ms, self.suffix_slack_ms = suffix
         if first is not None:
@@ -87,6 +93,10 @@ class RequestRecord:
             self.full_ms_by_type = full_by_type
         if tail_ms is not None:
             self.tail_ms = tail_ms
+        if suffix_sleep is not None:
+            self.suffix_sleep_ms = suffix_sleep
+        if full_sleep is not None:
+            self.full_sleep_ms = full_sleep
 
     def judged(self, rec: float, conv: float, out: float, kv: float, kv_checked: bool) -> None:
         """Its hit's numerical check ran: the worst relative errors of each kind."""

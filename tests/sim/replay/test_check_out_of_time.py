@@ -91,7 +91,9 @@ def test_checked_out_takes_the_check_bucket_out(by, want):
 
 
 def test_resolving_takes_the_check_out_of_the_reference_and_the_suffix():
-    clock = SimpleNamespace(ms=lambda h: h[0], host_ms=lambda h: h[1], slack_ms=lambda h: h[2])
+    clock = SimpleNamespace(
+        ms=lambda h: h[0], host_ms=lambda h: h[1], slack_ms=lambda h: h[2], sleep_ms=lambda h: 10 * h[0]
+    )
     plain = SimpleNamespace(ms_by_type=lambda: {"gated_delta": 1.0, CHECK: 0.0})
     checked = SimpleNamespace(ms_by_type=lambda: {"gated_delta": 5.0, CHECK: 2.0})
     t = PendingTimes(suffix=(4.0, 1.0, 0.5), suffix_marks=checked, full=(9.0, 7.0, 2.0), full_marks=checked)

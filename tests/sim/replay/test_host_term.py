@@ -139,6 +139,28 @@ def test_replay_prices_a_host_bound_prefill_with_the_host_and_counts_it():
     assert e["error"].tolist() == pytest.approx(errs)
 
 
+@pytest.mark.parametrize("sleep,hidden", [(float("nan"), 0.0), (0.0, 0.0), (2.5, 2.5), (50.0, 50.0)])
+def test_a_host_bound_prefill_is_priced_less_the_sleep_queued_ahead_of_it(sleep, hidden):
+    """A queued call's device time starts when the GPU sleep ahead of it ends, so the sleep hid
+    that much of the host's issue: a host-bound call is priced at the later of its device time
+    and the host's issue less the sleep (session 27: a full-depth qwen3.5-9b call issued in 59 ms
+    behind a 50 ms sleep measured its 9.7 ms device time, priced at the 26.7 ms host term). No
+    sleep recorded (a table of before, the CPU): the host's issue whole."""
+    recs = _records()
+    for r in recs:
+        r.suffix_sleep_ms = sleep
+    dev = [measure.modelled_ms(TINY, HOSTED, COUNTS, 0, 100), measure.modelled_ms(TINY, HOSTED, COUNTS, 100, 140)]
+    df = measure.request_table(recs, TINY, HOSTED, COUNTS)
+    want = [dev[0], max(dev[1], 6.0 - hidden)]  # the device-bound miss: its device time whatever the sleep
+    assert df["modelled_call_ms"].tolist() == pytest.approx(want)
+    assert df["model_error"].tolist() == pytest.approx([(want[0] - 1.0) / 1.0, (want[1] - 8.0) / 8.0])
+    e = request_errors(Run(TINY, COUNTS, df), HOSTED)
+    assert e["modelled_call_ms"].tolist() == pytest.approx(want)
+    held = measure.call_model_ms(HOSTED, TINY, dev[1], 0, True, sleep)
+    assert held == pytest.approx(want[1])
+    assert measure.call_model_ms(HOSTED, TINY, dev[1], 0, False, sleep) == dev[1]
+
+
 def test_the_error_line_counts_every_prefill_with_a_host_term():
     from sim.cli.replay import _error_line
 

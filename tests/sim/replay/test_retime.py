@@ -120,7 +120,9 @@ def test_resolving_a_flights_times_forgets_its_handles():
     flight holds no events (mutation run, session 17: ``clear`` dropped survived)."""
     from sim.replay.flight import PendingTimes
 
-    clock = SimpleNamespace(ms=lambda h: h[0], host_ms=lambda h: h[1], slack_ms=lambda h: h[2])
+    clock = SimpleNamespace(
+        ms=lambda h: h[0], host_ms=lambda h: h[1], slack_ms=lambda h: h[2], sleep_ms=lambda h: 10 * h[0]
+    )
     marks = SimpleNamespace(ms_by_type=lambda: {"gated_delta": 1.0})
     t = PendingTimes(suffix=(1.5, 6.0, 0.9), suffix_first=(14.0, 65.0, -3.0), suffix_marks=marks)
     t.full, t.full_marks, t.tail = (9.0, 7.0, 2.0), marks, [(0.5, 0.1, 0.0)]
@@ -128,6 +130,8 @@ def test_resolving_a_flights_times_forgets_its_handles():
     t.resolve(r, clock)
     assert (r.suffix_ms, r.suffix_first_ms, r.suffix_first_host_ms, r.full_ms) == (1.5, 14.0, 65.0, 9.0)
     assert r.suffix_retimed and r.suffix_ms_by_type == {"gated_delta": 1.0}
+    # the sleeps asked ahead of the kept calls (the clock's, here 10x their ms)
+    assert (r.suffix_sleep_ms, r.full_sleep_ms) == (15.0, 90.0)
     assert (t.suffix, t.suffix_first, t.suffix_marks, t.full, t.full_marks, t.tail) == (None,) * 5 + ([],)
 
 
@@ -245,7 +249,9 @@ def test_the_time_model_line_says_how_many_prefills_were_timed_again():
 def test_resolving_writes_the_first_reference_call_and_forgets_it():
     from sim.replay.flight import PendingTimes
 
-    clock = SimpleNamespace(ms=lambda h: h[0], host_ms=lambda h: h[1], slack_ms=lambda h: h[2])
+    clock = SimpleNamespace(
+        ms=lambda h: h[0], host_ms=lambda h: h[1], slack_ms=lambda h: h[2], sleep_ms=lambda h: 10 * h[0]
+    )
     t = PendingTimes(suffix=(1.5, 6.0, 0.9), full=(2.0, 5.0, 1.0), full_first=(10.0, 64.0, -3.9))
     r = RequestRecord(request=1, input_tokens=170, output_tokens=5)
     t.resolve(r, clock)
