@@ -139,7 +139,9 @@ def test_replay_prices_a_host_bound_prefill_with_the_host_and_counts_it():
     assert e["error"].tolist() == pytest.approx(errs)
 
 
-@pytest.mark.parametrize("sleep,hidden", [(float("nan"), 0.0), (0.0, 0.0), (2.5, 2.5), (50.0, 50.0)])
+@pytest.mark.parametrize(
+    "sleep,hidden", [(float("nan"), 0.0), (0.0, 0.0), (-3.0, 0.0), (0.5, 0.5), (2.5, 2.5), (50.0, 50.0)]
+)
 def test_a_host_bound_prefill_is_priced_less_the_sleep_queued_ahead_of_it(sleep, hidden):
     """A queued call's device time starts when the GPU sleep ahead of it ends, so the sleep hid
     that much of the host's issue: a host-bound call is priced at the later of its device time
@@ -159,6 +161,14 @@ def test_a_host_bound_prefill_is_priced_less_the_sleep_queued_ahead_of_it(sleep,
     held = measure.call_model_ms(HOSTED, TINY, dev[1], 0, True, sleep)
     assert held == pytest.approx(want[1])
     assert measure.call_model_ms(HOSTED, TINY, dev[1], 0, False, sleep) == dev[1]
+    # a split call (two calls issued): twice the issue, less the one sleep ahead of the first
+    assert measure.call_model_ms(HOSTED, TINY, 0.0, 1, True, sleep) == pytest.approx(max(0.0, 12.0 - hidden))
+
+
+def test_without_a_sleep_a_host_bound_prefill_is_priced_at_the_whole_issue():
+    dev = measure.modelled_ms(TINY, HOSTED, COUNTS, 100, 140)
+    assert measure.call_model_ms(HOSTED, TINY, dev, 0, True) == pytest.approx(max(dev, 6.0))
+    assert measure.call_model_ms(DEVICE, TINY, dev, 0, True, 2.0) == dev  # no host term: the device time
 
 
 def test_the_error_line_counts_every_prefill_with_a_host_term():

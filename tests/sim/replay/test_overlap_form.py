@@ -241,3 +241,22 @@ def test_a_bad_form_field_is_one_line(tmp_path, field, value, message):
     path.write_text(json.dumps(dict(timing_to_dict(TRUE), **{field: value})))
     with pytest.raises(UsageError, match=message):
         read_timing_file(path)
+
+
+def test_the_seeded_restarts_reach_the_optimum_a_poor_start_misses(monkeypatch):
+    """From a start whose weights read is far too fast, the alternation alone settles on a marking
+    that is not the truth's (every call compute-bound); the seeded restarts around the start reach
+    the truth (mutation run, session 27: the restarts dropped survived)."""
+    from sim.replay import calibration
+
+    spec = get_model("qwen3.5-9b")
+    calls = [(0, n) for n in (1, 8, 40, 100, 300, 700, 1500, 3000, 6000, 12000, 24000)]
+    X = np.array([features(spec, "mlp", p, L, "overlap") for p, L in calls])
+    truth = np.array([0.01, 0.35, 1.5, 1.5])
+    y = overlap_predict(X, truth, "mlp")
+    start = np.array([3.12549347e-03, 3.56213925e-03, 4.93603436e00, 5.94268780e-01])
+    c, cost = fit_overlap(X, y, "mlp", np.zeros(4), start)
+    assert cost < 1e-20 and overlap_predict(X, c, "mlp") == pytest.approx(y, rel=1e-9)
+    monkeypatch.setattr(calibration, "OVERLAP_STARTS", 0)
+    _, alone = fit_overlap(X, y, "mlp", np.zeros(4), start)
+    assert alone > 0.1
