@@ -260,3 +260,13 @@ def test_the_seeded_restarts_reach_the_optimum_a_poor_start_misses(monkeypatch):
     monkeypatch.setattr(calibration, "OVERLAP_STARTS", 0)
     _, alone = fit_overlap(X, y, "mlp", np.zeros(4), start)
     assert alone > 0.1
+
+
+@pytest.mark.parametrize("form", ["additive", "overlap"])
+def test_a_call_without_a_core_prices_none(form):
+    """``call_ms_for(spec, work)`` (no ``core``): the per-token work alone, as with a zero core."""
+    spec, t = get_model("qwen3.5-9b"), replace(TRUE, layer_form=form)
+    work, _ = t.work_parts(spec, 0, 3000, gdn_chunks(0, 3000))
+    zero = dict.fromkeys(LAYER_KINDS, 0.0)
+    assert t.call_ms_for(spec, work) == t.call_ms_for(spec, work, 1, zero)
+    assert t.call_ms_for(spec, zero) == pytest.approx(t.fixed_ms(spec))
