@@ -252,7 +252,7 @@ def step_row(res, spec, timing_before, timing_after, counts) -> dict:
     after = steps.error_stats(steps.with_model(res.steps, spec, timing_after, counts))
     # the per-sequence term fitted on the run's first half of steps, errors on the second half
     seq = {}
-    if hasattr(timing_after, "seq_ms"):
+    if steps.seq_fittable(timing_after):  # a one-preset additive fit (a committed --timing file keeps its own)
         _, seq = steps.calibrate_steps(res.steps, spec, timing_after, counts)
     return dict(
         step_events=s["step_events"],

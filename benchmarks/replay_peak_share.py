@@ -45,10 +45,13 @@ def prompt_tokens(request) -> int:
 
 def modelled_share(spec, timing, lengths) -> dict:
     """FLOPs and modelled FLOP-term time per layer kind for from-scratch prefills of ``lengths``."""
-    from sim.cost import gdn_chunks
+    from sim.cost import attn_run_b, gdn_chunks
 
     layers = timing._layers(spec)  # the timing's own layer counts per kind (Mamba2 in the mixer's)
     mixer_a = spec.linear_layer_a
+    # the attention core's FLOPs as the timing prices them: an overlap-form timing prices what the
+    # causal kernel runs (half the paper's full square for marconi-7b), an additive one the count
+    quad_b = attn_run_b(spec) if getattr(timing, "layer_form", "additive") == "overlap" else spec.attn_layer_b
     flops = dict.fromkeys(KINDS, 0.0)
     ms = dict.fromkeys(KINDS, 0.0)
     quadratic = 0.0
@@ -56,11 +59,11 @@ def modelled_share(spec, timing, lengths) -> dict:
         chunks = gdn_chunks(0, L)
         work = timing.work_tflop(spec, 0, L, chunks)
         per_layer = {
-            "attention": spec.attn_layer_a * L + spec.attn_layer_b * L * L,
+            "attention": spec.attn_layer_a * L + quad_b * L * L,
             "gated_delta": mixer_a * L + spec.linear_chunk_flops * chunks,
             "mlp": spec.mlp_layer_a * L,
         }
-        quadratic += spec.attn_layer_b * L * L * layers["attention"]
+        quadratic += quad_b * L * L * layers["attention"]
         for k in KINDS:
             flops[k] += per_layer[k] * layers[k]
             ms[k] += work[k] * layers[k]

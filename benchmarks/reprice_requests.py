@@ -112,6 +112,8 @@ def reprice(run: Run, timing, first: int = 0) -> pd.DataFrame:
     e["modelled_host_ms"] = (
         timing.host_issue_ms(rspec) if isinstance(timing, HardwareTiming) and timing.has_host_term else np.nan
     )
+    # the GPU sleep asked ahead of each call (tables from session 27 on; before: none, NaN)
+    e["sleep_ms"] = timed["suffix_sleep_ms"].to_numpy(float) if "suffix_sleep_ms" in timed else np.nan
     e["restored_start"] = [int(s[0][0]) if len(s) else 0 for s in timed["segments"]]
     host = e["host_ms"].to_numpy(float)
     steady = host[np.isfinite(host) & (host < HOST_WAITED_MS)]
@@ -124,7 +126,7 @@ def reprice(run: Run, timing, first: int = 0) -> pd.DataFrame:
             continue
         # what ran: one call from its real start (the second segment of these rows is the prompt run again)
         dev = timing.prefill_time_s(rspec, r.restored_start, r.tokens) * 1e3
-        priced = call_model_ms(timing, rspec, dev, 0, r.host_bound)
+        priced = call_model_ms(timing, rspec, dev, 0, r.host_bound, r.sleep_ms)
         corrected.append((priced - r.measured_ms) / r.measured_ms)
     e["corrected"] = corrected
     return e

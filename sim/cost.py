@@ -1239,14 +1239,20 @@ def split_timing(base, spec: ModelSpec, dev, tp: int, note: str = "", uncalibrat
 
 def scale_timing(timing, home, dev):
     """A timing measured (or fitted) on GPU ``home`` carried to ``dev`` by the datasheets: compute
-    terms at the same fraction of the peak, the per-layer call time and decode (weights read) at
-    the ratio of memory bandwidths; the host's launch floors and per-call times unchanged."""
+    terms at the same fraction of the peak; the per-layer call time, decode and every per-GB term
+    (the weights read, the activations written, the keys and values read) at the ratio of memory
+    bandwidths; the host's launch floors and per-call times unchanged."""
     flop, bw = home.bf16_tflops / dev.bf16_tflops, home.hbm_bytes_per_s / dev.hbm_bytes_per_s
     if isinstance(timing, HardwareTiming):
         return replace(
             timing,
             ms_per_tflop={k: v * flop for k, v in timing.ms_per_tflop.items()},
             layer_call_ms={k: v * bw for k, v in timing.layer_call_ms.items()},
+            # per GB moved: a slower memory reads the same bytes slower (session 27: the weights
+            # read stayed at the home GPU's rate, faster than an A100's or L40S's memory delivers)
+            ms_per_weight_gb={k: v * bw for k, v in timing.ms_per_weight_gb.items()},
+            ms_per_act_gb={k: v * bw for k, v in timing.ms_per_act_gb.items()},
+            ms_per_kv_gb=timing.ms_per_kv_gb * bw,
             decode_ms_per_token=timing.decode_ms_per_token * bw,
             peak_tflops=dev.bf16_tflops,
         )

@@ -206,13 +206,24 @@ def resume_extras(run: Run, timing: HardwareTiming) -> np.ndarray:
     per-layer time less the layer's fixed time (``timing.layer_fixed_ms``) less the reference's
     per-chunk time (its time less the fixed time, over its chunks) times the suffix's chunks. A
     difference of two measurements of the same prompt: the rest of the model does not enter it.
-    Calls whose measured time holds host gaps are left out."""
+    In the overlap form a call's fixed part is its fixed time and whatever of the weights read its
+    per-token terms do not hide (``call + max(read, per-token) - per-token``: a compute-bound call
+    hides the whole read); in the additive form that is ``layer_fixed_ms``. Calls whose measured
+    time holds host gaps are left out."""
     k = run.counts.get("gated_delta", 0)
     t = run.table
     need = ("suffix_ms_gated_delta", "full_ms_gated_delta", "validated", "restored")
     if not k or not run.spec.n_gdn or not len(t) or any(c not in t for c in need):
         return np.zeros(0)
-    fixed = timing.layer_fixed_ms(replayed_spec(run.spec, run.counts))["gated_delta"]
+    rspec = replayed_spec(run.spec, run.counts)
+    call, read = timing.layer_call_ms["gated_delta"], timing.weights_read_ms(rspec)["gated_delta"]
+
+    def fixed(p: int, L: int) -> float:
+        if timing.layer_form != "overlap":
+            return call + read
+        lin = timing.work_parts(rspec, p, L, gdn_chunks(p, L))[0]["gated_delta"]
+        return call + max(read, lin) - lin
+
     one = t["kernel_calls"] == 1 if "kernel_calls" in t else True
     ok = t["validated"].astype(bool) & t["restored"].astype(bool) & one & ~held_up(t) & ~held_up(t, "full_host_bound")
     out = []
@@ -222,7 +233,7 @@ def resume_extras(run: Run, timing: HardwareTiming) -> np.ndarray:
         s, f = row.suffix_ms_gated_delta / k, row.full_ms_gated_delta / k
         if p <= 0 or c < RESUME_MIN_CHUNKS or not (np.isfinite(s) and np.isfinite(f)):
             continue
-        out.append((s - fixed - (f - fixed) * c / c0) / c)
+        out.append((s - fixed(p, L) - (f - fixed(0, L)) * c / c0) / c)
     return np.asarray(out, float)
 
 

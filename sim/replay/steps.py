@@ -235,11 +235,27 @@ __all__ = [
 STEP_FIT_FRACTION = 0.5
 
 
+def seq_fittable(timing) -> bool:
+    """Whether ``fit_seq_ms`` can fit ``timing``'s per-sequence times: a hardware timing in the
+    additive form without per-GB terms (one preset's, as ``marconi replay --calibrate`` fits it)."""
+    return (
+        isinstance(timing, HardwareTiming)
+        and timing.layer_form == "additive"
+        and not any(v for d in (timing.ms_per_weight_gb, timing.ms_per_act_gb) for v in d.values())
+        and not timing.ms_per_kv_gb
+    )
+
+
 def fit_seq_ms(table: pd.DataFrame, spec: ModelSpec, timing: HardwareTiming, counts) -> dict:
     """The per-sequence time of each layer kind (``HardwareTiming.seq_ms``) that best explains the
     measured per-type step times of ``table`` beyond ``timing``'s other terms: per kind, the
     residual ``measured / layers - (call + FLOP terms)`` regressed on ``n_seqs - 1`` through the
-    origin, weighted for relative error, clipped at 0; host-bound steps left out."""
+    origin, weighted for relative error, clipped at 0; host-bound steps left out. The residual is
+    the additive form without shape terms: a one-preset timing as ``marconi replay --calibrate``
+    fits it (a timing in the overlap form, or with per-GB terms, is refused: its step would be
+    mispriced here)."""
+    if not seq_fittable(timing):
+        raise ValueError("fit_seq_ms fits a one-preset additive timing (no per-GB terms, layer_form 'additive')")
     out = dict.fromkeys(LAYER_KINDS, 0.0)
     table = table[~held_up(table, "host_bound")]  # their times hold host gaps
     if not len(table):

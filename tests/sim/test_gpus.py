@@ -202,3 +202,23 @@ def test_a_replay_s_peak_is_its_catalogue_entry_s():
     assert device_peak("NVIDIA H100 PCIe", "bf16") == 756.0 and device_peak("NVIDIA GH200 480GB", "bf16") == 990.0
     assert device_peak("NVIDIA H100 80GB HBM3", "bf16") == device_peak("NVIDIA H200", "bf16") == 989.0
     assert device_peak("NVIDIA H100 NVL", "fp32") == 67.0 and device_peak("NVIDIA H200", "fp8") == 0.0
+
+
+@pytest.mark.parametrize("gpu", ["a100", "l40s", "h20", "b200"])
+def test_a_timing_carried_to_another_gpu_moves_every_byte_at_its_memorys_rate(gpu):
+    """``scale_timing`` (an uncalibrated GPU priced from the H200 file): the per-layer call time,
+    decode and every per-GB term (weights read, activations written, keys and values read) at the
+    memory-bandwidth ratio, so a GB of weights takes at least the GPU's datasheet time (session
+    27 review: the weights were read at the H200's 4.8 TB/s on an A100's 2.0 and an L40S's 0.86)."""
+    from sim.cost import default_timing
+
+    t = default_timing("qwen3.5-9b", gpu=gpu, tensor_parallel=1)
+    home = default_timing("qwen3.5-9b", gpu="h200", tensor_parallel=1)
+    assert t.uncalibrated and not home.uncalibrated
+    bw = get_gpu("h200").hbm_bytes_per_s / get_gpu(gpu).hbm_bytes_per_s
+    for k in ("attention", "gated_delta", "mlp"):
+        assert t.layer_call_ms[k] == pytest.approx(home.layer_call_ms[k] * bw)
+        assert t.ms_per_weight_gb[k] == pytest.approx(home.ms_per_weight_gb[k] * bw)
+        assert t.ms_per_act_gb[k] == pytest.approx(home.ms_per_act_gb[k] * bw)
+        assert t.ms_per_weight_gb[k] >= 1e12 / get_gpu(gpu).hbm_bytes_per_s * (1 - 1e-12)
+    assert t.ms_per_kv_gb == pytest.approx(home.ms_per_kv_gb * bw)

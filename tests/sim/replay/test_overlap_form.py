@@ -82,15 +82,17 @@ def test_a_prefill_is_priced_by_hand(name, p, L):
 
 
 def test_short_calls_read_the_weights_and_long_calls_compute():
-    """qwen3.5-9b's MLP layer (0.2 GB of weights): 16 tokens are bound by the weights read, 8,192
-    by the per-token terms, so the layer's time is flat below the crossing and linear above it."""
-    spec, t = get_model("qwen3.5-9b"), TRUE
-    read = t.ms_per_weight_gb["mlp"] * weight_gb(spec)["mlp"]
-    assert layer_by_hand(t, spec, "mlp", 0, 16) == pytest.approx(t.layer_call_ms["mlp"] + read)
-    assert layer_by_hand(t, spec, "mlp", 0, 32) == layer_by_hand(t, spec, "mlp", 0, 16)
-    long = layer_by_hand(t, spec, "mlp", 0, 8192)
-    assert long > t.layer_call_ms["mlp"] + read
-    assert layer_by_hand(t, spec, "mlp", 0, 16384) - long == pytest.approx(long - t.layer_call_ms["mlp"])
+    """qwen3.5-9b's MLP layers alone (0.2 GB of weights a layer): 16 and 32 tokens cost the same,
+    the weights read; from 8,192 tokens the per-token terms, linear in the tokens."""
+    spec = replace(get_model("qwen3.5-9b"), name="mlp-only", n_attn=0, n_gdn=0)
+    t = TRUE
+    ms = {n: t.prefill_time_s(spec, 0, n) * 1e3 for n in (16, 32, 8192, 16384)}
+    fixed = t.call_ms + spec.n_mlp * (t.layer_call_ms["mlp"] + t.weights_read_ms(spec)["mlp"])
+    assert ms[16] == ms[32] == pytest.approx(fixed)
+    lin = t.work_parts(spec, 0, 8192, 0)[0]["mlp"]
+    assert lin > t.weights_read_ms(spec)["mlp"]
+    assert ms[8192] == pytest.approx(t.call_ms + spec.n_mlp * (t.layer_call_ms["mlp"] + lin))
+    assert ms[16384] - ms[8192] == pytest.approx(ms[8192] - t.call_ms - spec.n_mlp * t.layer_call_ms["mlp"])
 
 
 @settings(max_examples=80, deadline=None)
@@ -270,3 +272,63 @@ def test_a_call_without_a_core_prices_none(form):
     zero = dict.fromkeys(LAYER_KINDS, 0.0)
     assert t.call_ms_for(spec, work) == t.call_ms_for(spec, work, 1, zero)
     assert t.call_ms_for(spec, zero) == pytest.approx(t.fixed_ms(spec))
+
+
+@pytest.mark.parametrize("form", ["additive", "overlap"])
+def test_the_resumed_term_comes_back_from_pairs_in_either_form(form):
+    """``fit_resume`` on suffix / reference pairs built from a known timing (in its own form) plus
+    a known extra per resumed chunk gives that extra back: in the overlap form a compute-bound
+    call hides its weights read, so its fixed part is not ``layer_fixed_ms`` (session 27 review:
+    the additive fixed part gave 0.0019 for 0.002, 0 for 5e-5)."""
+    from sim.replay.calibration import fit_resume
+
+    spec, held = get_model("qwen3.5-9b"), 0.002
+    t = replace(TRUE, layer_form=form)
+
+    def layer(k, p, L):
+        lin, core = t.work_parts(spec, p, L, gdn_chunks(p, L))
+        read = t.weights_read_ms(spec)[k]
+        return t.layer_call_ms[k] + (max(read, lin[k]) if form == "overlap" else read + lin[k]) + core[k]
+
+    rows = []
+    for p in (1024, 2048, 4096):
+        for L in (p + 2048, p + 8192, p + 16384):
+            row = dict(request=len(rows), input_tokens=L, hit_tokens=p, restored=True, validated=True, splits=0)
+            row.update(segments=[[p, L]], kernel_calls=1, suffix_host_bound=False, full_host_bound=False)
+            for k in LAYER_KINDS:
+                extra = held * gdn_chunks(p, L) if k == "gated_delta" else 0.0
+                row[f"suffix_ms_{k}"] = (layer(k, p, L) + extra) * COUNTS[k]
+                row[f"full_ms_{k}"] = layer(k, 0, L) * COUNTS[k]
+            rows.append(row)
+    got, info = fit_resume([Run(spec, COUNTS, pd.DataFrame(rows), "pairs")], t)
+    assert got == pytest.approx(held, rel=1e-6) and info["pairs"] == 9
+
+
+def test_the_per_sequence_fit_takes_a_one_preset_additive_timing_only():
+    """``steps.fit_seq_ms`` prices a step's residual additively without per-GB terms (what
+    ``--calibrate`` fits): an overlap-form or cross-preset timing is refused, not misfitted
+    (session 27 review: the overlap H100 file gave {.006, .022, .028} for {0, .012, .014})."""
+    from sim.replay.steps import fit_seq_ms, seq_fittable
+
+    one = replace(
+        TRUE,
+        layer_form="additive",
+        kv_query_heads=False,
+        ms_per_weight_gb=dict.fromkeys(LAYER_KINDS, 0.0),
+        ms_per_act_gb=dict.fromkeys(LAYER_KINDS, 0.0),
+        ms_per_kv_gb=0.0,
+    )
+    assert seq_fittable(one)
+    for bad in (
+        TRUE,
+        replace(one, layer_form="overlap"),
+        replace(one, ms_per_kv_gb=1.0),
+        replace(one, ms_per_act_gb=dict(one.ms_per_act_gb, mlp=1.0)),
+        replace(one, ms_per_weight_gb=dict(one.ms_per_weight_gb, attention=0.3)),
+    ):
+        assert not seq_fittable(bad)
+        with pytest.raises(ValueError, match="one-preset additive timing"):
+            fit_seq_ms(pd.DataFrame(), get_model("qwen3.5-9b"), bad, COUNTS)
+    from pathlib import Path
+
+    assert not seq_fittable(read_timing_file(Path(__file__).resolve().parents[3] / "sim" / "data" / "h100-timing.json"))

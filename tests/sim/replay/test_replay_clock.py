@@ -355,3 +355,15 @@ def test_a_segment_count_below_one_counts_as_one(fake_gpu):
     assert w.sleep_ms("suffix", 0) == w.sleep_ms("suffix", 1) == 11.0
     clock = Stopwatch(torch.device("cpu"))
     assert clock.stop(clock.start(segments=0)).segments == 1
+
+
+def test_a_handle_says_the_sleep_asked_ahead_of_its_call():
+    """``Stopwatch.sleep_ms``: the GPU sleep asked ahead of a timed call (what replay records as
+    ``suffix_sleep_ms`` and a host-bound call's price takes off the host's issue); NaN without a
+    handle; 0 for a CPU call (nothing queued)."""
+    from sim.replay.clock import Stopwatch, Timed
+
+    assert Stopwatch.sleep_ms(Timed(None, None, 3.0, None, "suffix", 1, 12.5, 100)) == 12.5
+    assert Stopwatch.sleep_ms(None) != Stopwatch.sleep_ms(None)  # NaN
+    clock = Stopwatch(torch.device("cpu"), queued=True)
+    assert Stopwatch.sleep_ms(clock.stop(clock.start(kind="suffix"))) == 0.0

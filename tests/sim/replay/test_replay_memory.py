@@ -314,9 +314,13 @@ def test_a_one_call_prefill_keeps_its_outputs_without_copying_them(model, monkey
         return real_cat(tensors, *a, **k)
 
     monkeypatch.setattr(torch, "cat", counting_cat)
-    _, outs, calls = model.run(toks, None, 0, [128], keep_outputs=True)
+    seen = {}
+    _, outs, calls = model.run(
+        toks, None, 0, [128], keep_outputs=True, on_output=lambda layer, x, start: seen.setdefault(layer, x)
+    )
     assert calls == 1 and all(o.shape == (150, SHAPE.hidden) for o in outs)
     assert 1 not in joined  # no layer's output "joined" from a single piece: a copy
+    assert all(outs[layer] is seen[layer] for layer in range(len(outs)))  # the very tensors, no clone either
     _, split, calls = model.run(toks, None, 0, [100], keep_outputs=True)
     assert calls == 2 and len(split) == len(SHAPE.order)
     for a, b in zip(outs, split):
