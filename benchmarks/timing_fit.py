@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from sim.cost import LAYER_FORMS, MODELS, _h200_calibrated, get_model, read_timing_file, scale_timing, timing_to_dict  # noqa: E402
 from sim.errors import UsageError  # noqa: E402
 from sim.gpus import catalogue_name, get_gpu  # noqa: E402
-from sim.replay.calibration import Run, fit_across, host_calls, request_errors  # noqa: E402
+from sim.replay.calibration import Run, calls_of, fit_across, host_calls, request_errors  # noqa: E402
 from sim.replay.measure import HOST_WAITED_MS, device_peak, held_up, replayed_spec  # noqa: E402
 from sim.replay.steps import with_model  # noqa: E402
 from sim.replay.summary import cost_counts  # noqa: E402
@@ -175,6 +175,37 @@ def report(runs, base, timing, fit_prefix: str = "fit") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: call lengths (new tokens) of ``length_report``'s bins: a fit whose form follows one regime only
+#: prices the other's calls off (the additive form's 512-4K-token calls at 1.07-1.14x, session 26)
+LENGTH_BINS = ((0, 512, "<512"), (512, 4096, "512-4k"), (4096, 1 << 62, "4k+"))
+
+
+def length_report(runs, timing, fit_prefix: str = "fit") -> pd.DataFrame:
+    """Per layer kind and call length (``LENGTH_BINS``), the median modelled / measured per-layer
+    time of the one-call prefills (``calibration.calls_of``: host-bound calls out), of the fit runs
+    and of the held-out ones apart, with their counts: where a form misprices a length regime."""
+    got: dict = {}
+    for run, _, _ in runs:
+        part = "fit" if run.name.startswith(fit_prefix) else "held-out"
+        rspec = replayed_spec(run.spec, run.counts)
+        for kind in ("attention", "gated_delta", "mlp"):
+            _, y, where = calls_of(run, kind)
+            for v, (p, L) in zip(y, where):
+                label = next(b for lo, hi, b in LENGTH_BINS if lo <= L - p < hi)
+                ratio = timing.prefill_layer_ms(rspec, p, L)[kind] / v
+                got.setdefault((kind, label, part), []).append(ratio)
+    rows = []
+    for kind in ("attention", "gated_delta", "mlp"):
+        for _, _, label in LENGTH_BINS:
+            row = dict(kind=kind, length=label)
+            for part in ("fit", "held-out"):
+                r = got.get((kind, label, part), [])
+                row[f"{part} calls"] = len(r)
+                row[f"{part} modelled/measured"] = round(float(np.median(r)), 3) if r else float("nan")
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def host_report(runs, timing) -> pd.DataFrame:
     """Per run, what its timed prefills' host did: the layer calls of a call, the host issue time
     (median of the calls whose host did not wait for the GPU: ``HOST_WAITED_MS``) against the
@@ -272,6 +303,8 @@ def main(argv=None) -> int:
         {k: round(v["median_ms"], 2) for k, v in info["host"]["depths"].items()},
     )
     print(host_report(runs, timing).to_string(index=False))
+    print(f"modelled / measured per layer by call length ({timing.layer_form} form):")
+    print(length_report(runs, timing, a.fit_prefix).to_string(index=False))
     if a.resume:
         r = info.get("resume", {})
         held_us = r.get("median", timing.gdn_resume_ms_per_chunk) * 1e3

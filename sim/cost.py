@@ -1034,17 +1034,31 @@ class HardwareTiming:
         overlap, the fixed and per-sequence times, the larger of the weights read and the
         per-token terms (the projections stream the weights while they compute), then the core
         (its own kernels, after them); either at least the layer's floor."""
+        n = self._layers(spec)
+        per = self.layer_times(spec, work, seqs, core)
+        return self.call_ms + sum(n[k] * per[k] for k in LAYER_KINDS)
+
+    def layer_times(self, spec: ModelSpec, work: dict, seqs: int = 1, core: dict | None = None) -> dict:
+        """Per layer of each kind, its ms in one call over ``seqs`` sequences doing ``work`` and
+        ``core`` (``call_ms_for``'s terms, before the layer counts and the call's own time)."""
         m = self._model_memo(spec)
-        n, floor, seq = self._layers(spec), self.layer_floor_ms, self.seq_ms
+        floor, seq = self.layer_floor_ms, self.seq_ms
         more = max(0, int(seqs) - 1)
         cr = core or dict.fromkeys(LAYER_KINDS, 0.0)
         if self.layer_form == "overlap":
             base, read = self.layer_call_ms, m[3]
-            return self.call_ms + sum(
-                n[k] * max(floor[k], base[k] + more * seq[k] + max(read[k], work[k]) + cr[k]) for k in LAYER_KINDS
-            )
+            return {k: max(floor[k], base[k] + more * seq[k] + max(read[k], work[k]) + cr[k]) for k in LAYER_KINDS}
         fixed = m[2]
-        return self.call_ms + sum(n[k] * max(floor[k], fixed[k] + more * seq[k] + work[k] + cr[k]) for k in LAYER_KINDS)
+        return {k: max(floor[k], fixed[k] + more * seq[k] + work[k] + cr[k]) for k in LAYER_KINDS}
+
+    def prefill_layer_ms(self, spec: ModelSpec, p: int, L: int) -> dict:
+        """Per layer of each kind, its ms in a one-call prefill of ``[p, L)`` (``prefill_time_s``'s
+        layers, the resumed-call extra included): what a replay's per-layer-type times are
+        compared with, layer by layer."""
+        chunks = gdn_chunks(p, L)
+        work, core = self.work_parts(spec, p, L, chunks)
+        core["gated_delta"] += self.resume_ms(spec, p, L, chunks)
+        return self.layer_times(spec, work, 1, core)
 
     def compute_ms(self, spec: ModelSpec, p: int, L: int, chunks: int) -> float:
         """The FLOP terms of tokens [p, L) in ``chunks`` kernel chunks over every layer."""

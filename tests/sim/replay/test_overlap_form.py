@@ -332,3 +332,29 @@ def test_the_per_sequence_fit_takes_a_one_preset_additive_timing_only():
     from pathlib import Path
 
     assert not seq_fittable(read_timing_file(Path(__file__).resolve().parents[3] / "sim" / "data" / "h100-timing.json"))
+
+
+def test_the_length_report_finds_the_form_that_made_the_runs():
+    """``timing_fit.length_report``: per kind and call length, the median modelled / measured
+    per-layer time of the one-call prefills, fit and held-out runs apart. Runs made by a known
+    overlap-form timing: exactly 1 under it in every bin; under the same terms summed (the additive
+    form) above 1 where the weights read and the per-token terms are both there to add."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        import timing_fit
+    finally:
+        sys.path.remove(str(root / "benchmarks"))
+    runs = [(r, {}, None) for r in _runs()]
+    got = timing_fit.length_report(runs, TRUE, fit_prefix="qwen3.5-9b")
+    assert list(got["length"][:3]) == ["<512", "512-4k", "4k+"] and len(got) == 9
+    per_bin = {"<512": 17, "512-4k": 6, "4k+": 6}  # CALLS' new tokens: 1-333 (5 + 3 x 4), 700-3000, 5000+
+    for row in got.itertuples(index=False):
+        assert row[2] == per_bin[row.length] and row[4] == 2 * per_bin[row.length]  # one fit run, two held out
+    assert got["fit modelled/measured"].to_numpy() == pytest.approx(1.0, rel=1e-9)
+    assert got["held-out modelled/measured"].to_numpy() == pytest.approx(1.0, rel=1e-9)
+    summed = timing_fit.length_report(runs, replace(TRUE, layer_form="additive"), fit_prefix="qwen3.5-9b")
+    assert (summed["held-out modelled/measured"] > 1.0).all()
