@@ -33,7 +33,9 @@ def saved_error(e) -> float:
     return 100 * (e["modelled_saved_ms"].sum() / e["saved_ms"].sum() - 1)
 
 
-print("| rows | row | hits | extra gap, median ms | copy estimate, median ms | ratio | saved error | without the extra gap |")
+print(
+    "| rows | row | hits | extra gap, median ms | copy estimate, median ms | ratio | saved error | without the extra gap |"
+)
 print("|---|---|---:|---:|---:|---:|---:|---:|")
 for label, root in ROOTS.items():
     for run, _, _ in tf.load_runs(root):
