@@ -149,35 +149,11 @@ CALLS = [(0, n) for n in (1, 8, 40, 100, 300, 700, 1500, 3000, 6000, 12000, 2400
 CALLS += [(p, p + n) for p in (1024, 4096, 9000) for n in (2, 17, 64, 333, 1500, 5000)]
 
 
-def _table(spec, timing, calls) -> pd.DataFrame:
-    """A replay's request table whose per-layer times are exactly ``layer_by_hand``'s."""
-    rows = []
-    for p, L in calls:
-        row = dict(
-            request=len(rows),
-            input_tokens=L,
-            hit_tokens=p,
-            restored=p > 0,
-            validated=False,
-            splits=0,
-            segments=[[p, L]],
-            suffix_host_bound=False,
-            full_host_bound=False,
-            full_ms=float("nan"),
-            full_ms_other=float("nan"),
-            suffix_ms_other=0.02,
-        )
-        total = 0.0
-        for k in LAYER_KINDS:
-            row[f"suffix_ms_{k}"] = layer_by_hand(timing, spec, k, p, L) * COUNTS[k]
-            total += row[f"suffix_ms_{k}"]
-        row["suffix_ms"] = total + 0.02
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def _runs(timing=TRUE):
-    return [Run(get_model(m), COUNTS, _table(get_model(m), timing, CALLS), m) for m in PRESETS]
+    """Three presets' replays whose per-layer times are exactly ``layer_by_hand``'s."""
+    from test_timing_carry import _table
+
+    return [Run(get_model(m), COUNTS, _table(get_model(m), timing, CALLS, layer_by_hand), m) for m in PRESETS]
 
 
 def test_fit_across_in_the_overlap_form_recovers_known_terms():

@@ -43,8 +43,9 @@ TRUE = HardwareTiming(
 )
 
 
-def _table(spec, timing, calls) -> pd.DataFrame:
-    """A replay's request table whose per-layer times are exactly ``timing``'s (no host gaps)."""
+def _table(spec, timing, calls, layer=None) -> pd.DataFrame:
+    """A replay's request table whose per-layer times are exactly ``timing``'s (no host gaps):
+    the additive form's terms over ``features``, or ``layer(timing, spec, kind, p, L)``."""
     rows = []
     for p, L in calls:
         row = dict(
@@ -63,7 +64,7 @@ def _table(spec, timing, calls) -> pd.DataFrame:
         )
         total = 0.0
         for k in LAYER_KINDS:
-            per = float(np.dot(features(spec, k, p, L), _coefs(timing, k)))
+            per = layer(timing, spec, k, p, L) if layer else float(np.dot(features(spec, k, p, L), _coefs(timing, k)))
             row[f"suffix_ms_{k}"] = per * COUNTS[k]
             total += per * COUNTS[k]
         row["suffix_ms"] = total + 0.02
