@@ -523,7 +523,14 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_retime.py",
             "tests/sim/replay/test_replay_batch.py",
             "tests/sim/replay/test_replay_measure.py",
+            "tests/sim/replay/test_replay_memory.py",  # session 27: a one-call suffix's outputs not copied
+            "tests/sim/replay/test_host_term.py",  # session 27: the sleep recorded, priced off the host's issue
         ],
+    ),
+    # session 27: the per-sequence step fit's guard (seq_fittable)
+    "steps": (
+        ["sim/replay/steps.py"],
+        ["tests/sim/replay/test_replay_step_model.py", "tests/sim/replay/test_overlap_form.py"],
     ),
     # session 21: replay --attention (the cuDNN path's buckets, padding and whole-prompt rule, the
     # warm-up's plans, the timing file's attention and its note)
