@@ -725,6 +725,7 @@ TERMS = ("attn_linear", "attn_quadratic", "gdn_linear", "gdn_chunk", "mlp_linear
 LAYER_KINDS = ("attention", "gated_delta", "mlp")
 #: how a HardwareTiming's per-layer terms combine (``HardwareTiming.layer_form``)
 LAYER_FORMS = ("additive", "overlap")
+_NO_CORE = dict.fromkeys(LAYER_KINDS, 0.0)  # a call priced without a core (read only)
 
 
 def weight_gb(spec: ModelSpec) -> dict:
@@ -1034,9 +1035,18 @@ class HardwareTiming:
         overlap, the fixed and per-sequence times, the larger of the weights read and the
         per-token terms (the projections stream the weights while they compute), then the core
         (its own kernels, after them); either at least the layer's floor."""
-        n = self._layers(spec)
-        per = self.layer_times(spec, work, seqs, core)
-        return self.call_ms + sum(n[k] * per[k] for k in LAYER_KINDS)
+        # on every priced step: summed inline (``layer_times`` is the same per kind, as a dict)
+        m, n = self._model_memo(spec), self._layers(spec)
+        floor, seq = self.layer_floor_ms, self.seq_ms
+        more = max(0, int(seqs) - 1)
+        cr = core or _NO_CORE
+        if self.layer_form == "overlap":
+            base, read = self.layer_call_ms, m[3]
+            return self.call_ms + sum(
+                n[k] * max(floor[k], base[k] + more * seq[k] + max(read[k], work[k]) + cr[k]) for k in LAYER_KINDS
+            )
+        fixed = m[2]
+        return self.call_ms + sum(n[k] * max(floor[k], fixed[k] + more * seq[k] + work[k] + cr[k]) for k in LAYER_KINDS)
 
     def layer_times(self, spec: ModelSpec, work: dict, seqs: int = 1, core: dict | None = None) -> dict:
         """Per layer of each kind, its ms in one call over ``seqs`` sequences doing ``work`` and
@@ -1044,7 +1054,7 @@ class HardwareTiming:
         m = self._model_memo(spec)
         floor, seq = self.layer_floor_ms, self.seq_ms
         more = max(0, int(seqs) - 1)
-        cr = core or dict.fromkeys(LAYER_KINDS, 0.0)
+        cr = core or _NO_CORE
         if self.layer_form == "overlap":
             base, read = self.layer_call_ms, m[3]
             return {k: max(floor[k], base[k] + more * seq[k] + max(read[k], work[k]) + cr[k]) for k in LAYER_KINDS}
