@@ -216,13 +216,11 @@ def resume_extras(run: Run, timing: HardwareTiming) -> np.ndarray:
     if not k or not run.spec.n_gdn or not len(t) or any(c not in t for c in need):
         return np.zeros(0)
     rspec = replayed_spec(run.spec, run.counts)
-    call, read = timing.layer_call_ms["gated_delta"], timing.weights_read_ms(rspec)["gated_delta"]
 
-    def fixed(p: int, L: int) -> float:
-        if timing.layer_form != "overlap":
-            return call + read
-        lin = timing.work_parts(rspec, p, L, gdn_chunks(p, L))[0]["gated_delta"]
-        return call + max(read, lin) - lin
+    def fixed(p: int, L: int) -> float:  # the layer's priced time less its FLOP terms, in the timing's own form
+        work, core = timing.work_parts(rspec, p, L, gdn_chunks(p, L))
+        k = "gated_delta"
+        return timing.layer_times(rspec, work, 1, core)[k] - work[k] - core[k]
 
     one = t["kernel_calls"] == 1 if "kernel_calls" in t else True
     ok = t["validated"].astype(bool) & t["restored"].astype(bool) & one & ~held_up(t) & ~held_up(t, "full_host_bound")
