@@ -272,7 +272,7 @@ class Stopwatch:
         """The GPU sleep asked ahead of a timed call (0 unqueued: the CPU, a tail; NaN: none).
         A queued call's device time starts when the sleep ends, so the sleep hides that much of
         the host's issue: a call whose host outran it shows the rest as device time."""
-        return float("nan") if handle is None else float(handle.sleep_ms if hasattr(handle, "sleep_ms") else 0.0)
+        return float("nan") if handle is None else float(handle.sleep_ms)
 
     @staticmethod
     def host_ms(handle) -> float:
