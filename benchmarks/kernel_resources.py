@@ -161,8 +161,13 @@ def _signature(fn, consts: dict, dtype: str):
         if name in consts:
             sig[name] = "constexpr"
             continue
-        if name == "hb_desc":  # the SSD loop's boundary-state descriptor (``TMA_B``), else None
-            if consts.get("TMA_B"):
+        if name == "hb_desc":  # the SSD loop's boundary-state descriptor (``TMA_B``; Gluon's ``TMA``), else None
+            if consts.get("TMA"):  # the Gluon loop's: its block carries the shared layout
+                from triton.experimental.gluon import language as ttgl
+
+                layout = ttgl.NVMMASharedLayout.get_default_for([consts["P"], consts["N"]], ttgl.float32)
+                sig[name] = "tensordesc<fp32[{P},{N}],{layout!r}>".format(layout=layout, **consts)
+            elif consts.get("TMA_B"):
                 sig[name] = "tensordesc<fp32[{BP},{BN}]>".format(**consts)
             else:
                 sig[name], consts = "constexpr", dict(consts, hb_desc=None)
@@ -469,9 +474,16 @@ def ssd_specs(dtype: str):
         if overlaps and ssd_gluon.applies(P, N, 16, bool(cfg["PREP"])):
             # the Gluon loop (``GLUON``, kernels.ssd_gluon): both state stores from the accumulator
             gconsts = dict(H=H, GROUP=H // G, P=P, N=N, STORE_B=True, OVL=ovl, SIG=cfg["SIG"])
-            specs.append(
-                ("ssd-state-gluon", ssd_gluon._gluon_ssd_state_kernel, gconsts, dict(num_warps=4, num_stages=1))
-            )
+            # one warpgroup a program ("ssd-state-gluon"), two ("-wg2"); the boundary states by bulk
+            # copies from a ring of shared buffers ("-tma")
+            for wg, tma in ((1, False), (2, False), (2, True)):
+                specs.append(
+                    (
+                        "ssd-state-gluon" + ("" if wg == 1 else f"-wg{wg}") + ("-tma" if tma else ""),
+                        ssd_gluon._gluon_ssd_state_kernel, dict(gconsts, WG=wg, TMA=tma),
+                        dict(num_warps=4 * wg, num_stages=1),
+                    )
+                )  # fmt: skip
         out = ssd._config("out", f32)
         oconsts = dict(
             base, BP=out["BP"], HAS_D=True, D_PER_P=False, DOT=dot, PREC=prec, OVL=ovl, NPS=nps,
@@ -579,9 +591,9 @@ def main(argv=None) -> int:
             bad.append(f"the Gluon solve runs {r['fmul']} fp32 multiplies (the triangle is {GSOLVE_TRIANGLE}): {name}")
         if consts.get("DISCARD") and not r["discards"]:
             bad.append(f"the output drops no L2 line: {name}")
-        if name == "ssd-state-gluon" and r["converts"]:
+        if name.startswith("ssd-state-gluon") and r["converts"]:
             bad.append(f"the Gluon SSD loop converts {r['converts']} layouts (it stores from the accumulator)")
-        if consts.get("TMA_B") and not r["tma_stores"]:
+        if (consts.get("TMA_B") or consts.get("TMA")) and not r["tma_stores"]:
             bad.append(f"the boundary states go out by no bulk tensor copy: {name}")
         hs = r["handshake"]
         if consts.get("OVL") and name.startswith(("gluon", "ssd-state")) and not (hs["launch"] and hs["release"]):

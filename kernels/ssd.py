@@ -436,12 +436,14 @@ def _gluon_fits(dev: torch.device, x2: torch.Tensor, B2: torch.Tensor, P: int, N
 
 def _gluon_loop(x2, B2, gam, dtc, hs, h0, ht, hb, meta, has_h0: int, prog, **consts) -> bool:
     """Launch the Gluon state loop (one program a sequence and head); False where it did not
-    compile (a warning, and the Triton loop runs from then on)."""
+    compile (a warning, and the Triton loop runs from then on). ``TMA``: the boundary states by
+    bulk copies from a ring of shared buffers (``hb`` contiguous fp32)."""
     try:
+        desc = ssd_gluon.boundary_descriptor(hb, consts["P"], consts["N"]) if consts["TMA"] else None
         ssd_gluon._gluon_ssd_state_kernel[(meta.num_seqs, consts["H"])](
-            x2, B2, gam, dtc, hs, h0, ht, hb, meta.seq_info, meta.chunk_info, meta.store_slot,
+            x2, B2, gam, dtc, hs, h0, ht, hb, desc, meta.seq_info, meta.chunk_info, meta.store_slot,
             x2.stride(0), x2.stride(1), B2.stride(0), B2.stride(1), has_h0, prog,
-            **consts, num_warps=GLUON_WARPS,
+            **consts, num_warps=GLUON_WARPS * consts["WG"],
         )  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - any compile error of the Gluon loop: fall back
         first = (str(exc).strip().splitlines() or [""])[-1]
@@ -567,7 +569,10 @@ def chunk_ssd(x, dt, A, B, C, **options):
     ovl = bool(cfg.pop("OVL")) and prep and overlaps
     sig = max(1, cfg.pop("SIG"))
     tma_b = _bulk_boundaries(cfg.pop("TMA_B"), meta.num_boundaries, NT)
-    glu = bool(cfg.pop("GLUON", 0)) and ovl and BP == P and _gluon_fits(dev, x2, B2, P, N)
+    wg = cfg.pop("GLUON", 0)
+    if wg and wg not in ssd_gluon.GLUON_WARPGROUPS:
+        raise ValueError(f"KERNELS_CONFIG_SSD_STATE: GLUON={wg}, expected 0 or one of {ssd_gluon.GLUON_WARPGROUPS}")
+    glu = bool(wg) and ovl and BP == P and _gluon_fits(dev, x2, B2, P, N)
     nps = triton.cdiv(P, BP)
     store = store_b and meta.num_boundaries > 0
     # scratch of the output kernel: each chunk's gamma and dt, its start state in the input dtype
@@ -586,7 +591,7 @@ def chunk_ssd(x, dt, A, B, C, **options):
     if glu:
         glu = _gluon_loop(
             x2, B2, gam, dtc, hs, h0, ht, hb if store else ht, meta, int(initial_state is not None), prog,
-            H=H, GROUP=H // G, P=P, N=N, STORE_B=store, OVL=ovl, SIG=sig,
+            H=H, GROUP=H // G, P=P, N=N, STORE_B=store, OVL=ovl, SIG=sig, WG=wg, TMA=tma_b and store,
         )  # fmt: skip
     hb_desc = _boundary_descriptor(hb, BP, BN, P, N) if tma_b and store and (INTERPRET or overlaps) else None
     if not glu:

@@ -34,9 +34,11 @@ if gluon is not None:
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
     from triton.experimental.gluon.language.nvidia.hopper import (
         fence_async_shared,
+        tma,
         warpgroup_mma,
         warpgroup_mma_wait,
     )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
     from triton.language.extra.cuda import gdc_launch_dependents
 
     # the gated-delta loop's: its warp count and the Triton-version shims for cp.async and the
@@ -49,6 +51,21 @@ GLUON_P = 64
 GLUON_N = (64, 128)
 #: stages of the x / B ring
 RING = 3
+#: warpgroups a program may run (``GLUON``'s value): 1, the whole state in one; 2, its columns split
+#: between two (the Triton loop's 8 warps), the B scaling and the stores shared between them
+GLUON_WARPGROUPS = (1, 2)
+
+
+#: buffers of the fp32 boundary states on their way out by bulk copies (``TMA``): a copy is waited
+#: for only two stores later, so the chunk's loop does not wait on the one it just issued
+TMA_BUFFERS = 2
+
+
+def boundary_descriptor(hb, P: int, N: int):
+    """``TMA``'s descriptor of the boundary states ``hb`` ``[NB, H, P, N]`` (contiguous, fp32) as
+    ``[NB * H * P, N]`` rows, a block one state, in the shared layout the loop stores it in."""
+    layout = ttgl.NVMMASharedLayout.get_default_for([P, N], ttgl.float32)
+    return GluonDescriptor.from_tensor(hb.view(-1, N), [P, N], layout)
 
 
 def applies(P: int, N: int, dtype_bits: int, prep: bool) -> bool:
@@ -75,6 +92,23 @@ if gluon is not None:
         )
         async_copy.commit_group()
 
+    _TMA_BUFFERS = ttgl.constexpr(TMA_BUFFERS)
+
+    @gluon.jit
+    def _bulk_store(obuf, desc, nout, S, row):
+        """Hand the fp32 state ``S`` (the accumulator's registers) to the copy engine for rows
+        ``row ..`` of the boundary states: wait until the copy issued ``TMA_BUFFERS`` stores ago has
+        read its buffer (every thread past a barrier), write the buffer, fence it for the async
+        proxy, issue; returns the count of copies issued."""
+        k = nout % _TMA_BUFFERS
+        tma.store_wait(_TMA_BUFFERS - 1)
+        _cta_barrier()
+        obuf.index(k).store(S)
+        fence_async_shared()
+        _cta_barrier()
+        tma.async_copy_shared_to_global(desc, [row, 0], obuf.index(k))
+        return nout + 1
+
     @gluon.jit
     def _chunk_gates(gam, dtc, c, ok, i_h, H, r):
         """One chunk's step sizes and gamma (as the prep kernel stored them) and its last gamma."""
@@ -86,16 +120,18 @@ if gluon is not None:
 
     @gluon.jit(do_not_specialize=["has_h0"])
     def _gluon_ssd_state_kernel(
-        x, Bm, gam, dtc, hs, h0, ht, hb, seq_info, chunk_info, store_slot, sxt, sxh, sbt, sbg, has_h0, prog,
-        H: ttgl.constexpr, GROUP: ttgl.constexpr, P: ttgl.constexpr, N: ttgl.constexpr, STORE_B: ttgl.constexpr,
-        OVL: ttgl.constexpr, SIG: ttgl.constexpr,
+        x, Bm, gam, dtc, hs, h0, ht, hb, hb_desc, seq_info, chunk_info, store_slot, sxt, sxh, sbt, sbg, has_h0,
+        prog, H: ttgl.constexpr, GROUP: ttgl.constexpr, P: ttgl.constexpr, N: ttgl.constexpr,
+        STORE_B: ttgl.constexpr, OVL: ttgl.constexpr, SIG: ttgl.constexpr, WG: ttgl.constexpr = 1,
+        TMA: ttgl.constexpr = False,
     ):  # fmt: skip
+        # WG warpgroups: each holds the state's rows whole and N / WG of its columns
         ACC: ttgl.constexpr = ttgl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[_WARPS, 1], instr_shape=[16, N, 16]
+            version=[3, 0], warps_per_cta=[_WARPS, WG], instr_shape=[16, N // WG, 16]
         )
         # 16 bytes a thread: the x ring's [64, P] rows and the B ring's [64, N] rows
-        XL: ttgl.constexpr = ttgl.BlockedLayout([1, 8], [32 // (P // 8), P // 8], [_WARPS, 1], [1, 0])
-        BL: ttgl.constexpr = ttgl.BlockedLayout([1, 8], [32 // (N // 8), N // 8], [_WARPS, 1], [1, 0])
+        XL: ttgl.constexpr = ttgl.BlockedLayout([1, 8], [32 // (P // 8), P // 8], [_WARPS * WG, 1], [1, 0])
+        BL: ttgl.constexpr = ttgl.BlockedLayout([1, 8], [32 // (N // 8), N // 8], [_WARPS * WG, 1], [1, 0])
         dt: ttgl.constexpr = x.dtype.element_ty
         X_L: ttgl.constexpr = ttgl.NVMMASharedLayout.get_default_for([64, P], dt)
         B_L: ttgl.constexpr = ttgl.NVMMASharedLayout.get_default_for([64, N], dt)
@@ -125,6 +161,10 @@ if gluon is not None:
         xbuf = ttgl.allocate_shared_memory(dt, [_RING, 64, P], X_L)
         bbuf = ttgl.allocate_shared_memory(dt, [_RING, 64, N], B_L)
         wbuf = ttgl.allocate_shared_memory(dt, [64, N], B_L)  # the product's B operand, scaled
+        if TMA:
+            # the fp32 boundary states' way out: a ring of TMA_BUFFERS the copy engine reads
+            obuf = ttgl.allocate_shared_memory(ttgl.float32, [_TMA_BUFFERS, P, N], hb_desc.layout)
+        nout = 0  # boundary states handed to the copy engine
         for j in ttgl.static_range(_RING - 1):
             _ring_load(
                 xbuf, bbuf, j, x, Bm, ts0 + j * 64, c0 + j < c1, bos, eos, i_h, grp, sxt, sxh, sbt, sbg, rx, oP, rb, oN
@@ -154,7 +194,10 @@ if gluon is not None:
             ttgl.store(hs + (c * H + i_h).to(ttgl.int64) * (P * N) + sidx, S.to(dt))
             if STORE_B:
                 if prev_slot >= 0:
-                    ttgl.store(hb + (prev_slot * H + i_h).to(ttgl.int64) * (P * N) + sidx, S)
+                    if TMA:
+                        nout = _bulk_store(obuf, hb_desc, nout, S, (prev_slot * H + i_h) * P)
+                    else:
+                        ttgl.store(hb + (prev_slot * H + i_h).to(ttgl.int64) * (P * N) + sidx, S)
             S = warpgroup_mma_wait(0, deps=[acc])
             if OVL:
                 if ((i + 1) % SIG == 0) | (c + 1 == c1):
@@ -169,6 +212,8 @@ if gluon is not None:
         if STORE_B:
             if prev_slot >= 0:
                 ttgl.store(hb + (prev_slot * H + i_h).to(ttgl.int64) * (P * N) + sidx, S)
+        if TMA:
+            tma.store_wait(0)  # the copies read their buffers before the program's shared memory goes
         ttgl.store(ht + sbase + sidx, S)
 
 else:

@@ -576,33 +576,37 @@ def test_gpu_overlapped_output_gives_the_plain_bits(monkeypatch, variant):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,H,P,N,G", GPU_SHAPES)
 @pytest.mark.parametrize("sig", [1, 4])
-def test_gpu_gluon_loop_gives_the_triton_loops_bits(monkeypatch, name, H, P, N, G, sig):
+@pytest.mark.parametrize("variant", ["GLUON=1", "GLUON=2", "GLUON=2,TMA_B=1"])
+def test_gpu_gluon_loop_gives_the_triton_loops_bits(monkeypatch, name, H, P, N, G, sig, variant):
     """``GLUON=1`` (``kernels.ssd_gluon``: both state stores straight from the wgmma accumulator)
     runs the Triton loop's recurrence with the decayed state as the product's accumulator, as
     Triton folds it: outputs, final and boundary states bit for bit the Triton loop's, beside the
     output kernel (releases every chunk and every 4), on varlen with a ragged start and initial
-    states, with every boundary, a stride and none, the call repeated; and it ran (no fallback)."""
+    states, with every boundary, a stride and none, the call repeated; and it ran (no fallback).
+    So too with the state's columns over two warpgroups (``GLUON=2``) and with the boundary states
+    by bulk copies from the two-buffer ring (``TMA_B=1``)."""
     args, kw = _cuda_case(f"gluon-{name}", H, P, N, G, torch.bfloat16, T=3000)
     x, _, _, B, _ = args
     # the Gluon loop takes these inputs on this GPU (else GLUON=1 would run the Triton loop and the
     # comparison below hold trivially: mutation run, session 25, the capability check 9 -> 10 survived)
     assert ssd._gluon_fits(x.device, x.reshape(-1, H, P), B.reshape(-1, G, N), P, N)
     runs = {}
-    for v in ("GLUON=0", "GLUON=1"):
+    for v in ("GLUON=0", variant):
         monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", f"{v},SIG={sig}")
         runs[v] = [chunk_ssd(*args, **kw, **opt) for opt in ({}, {"boundary_stride": 4}, {"boundary_states": False})]
         runs[v].append(chunk_ssd(*args, **kw))
     assert not ssd._GLUON_FAILED, ssd._GLUON_FAILED
-    for tri, glu in zip(runs["GLUON=0"], runs["GLUON=1"]):
+    for tri, glu in zip(runs["GLUON=0"], runs[variant]):
         assert torch.equal(tri[0], glu[0]) and torch.equal(tri[1], glu[1])
         assert (tri[2] is None and glu[2] is None) or torch.equal(tri[2], glu[2])
 
 
 @pytest.mark.gpu
-def test_gpu_gluon_loop_resumes_exactly_and_takes_unaligned_rows(monkeypatch):
+@pytest.mark.parametrize("variant", ["GLUON=1", "GLUON=2,TMA_B=1"])
+def test_gpu_gluon_loop_resumes_exactly_and_takes_unaligned_rows(monkeypatch, variant):
     """The Gluon loop resumed from an emitted state gives the uninterrupted run's bits; x rows that
     are not 16-byte aligned (a slice one element in) run the Triton loop instead, with its bits."""
-    monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", "GLUON=1")
+    monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", variant)
     _, H, P, N, G = GPU_SHAPES[1]
     args, kw = _cuda_case("gluon-resume", H, P, N, G, torch.bfloat16, T=1000)
     x, dt, A, B, C = args
@@ -638,3 +642,7 @@ def test_the_gluon_loop_is_a_hopper_option_the_interpreter_leaves_out(monkeypatc
         assert ssd_gluon.applies(64, 128, 16, True) and ssd_gluon.applies(64, 64, 16, True)
     for args in ((64, 128, 32, True), (48, 128, 16, True), (64, 256, 16, True), (64, 128, 16, False)):
         assert not ssd_gluon.applies(*args)
+    # a warpgroup count the loop is not written for is refused, naming the key
+    monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", "GLUON=3")
+    with pytest.raises(ValueError, match="GLUON=3"):
+        chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias)
