@@ -7,7 +7,7 @@ mkdir -p /tmp/pack2/fulldepth
 FIT1=synthetic:chat:sessions=24,turns=6,prompt_tokens=2000,user_tokens=30,output_tokens=150,prompts=4
 FIT2=synthetic:chat:sessions=12,turns=4,prompt_tokens=6000,user_tokens=600,output_tokens=100,prompts=6
 for i in 1 2; do eval T=\$FIT$i; s=$(date +%s)
-  timeout 75 /tmp/marconi replay --model qwen3.5-9b --trace $T --mode sequential --capacity 40GB --no-progress --format json \
+  timeout 90 /tmp/marconi replay --model qwen3.5-9b --trace $T --mode sequential --capacity 40GB --no-progress --format json \
     --out /tmp/pack2/fulldepth/fit-fd$i-qwen3.5-9b > /tmp/pack2/fulldepth/fit-fd$i-qwen3.5-9b.json 2> /tmp/pack2/fulldepth/fit-fd$i-qwen3.5-9b.err
   echo "fit-fd$i rc=$? $(( $(date +%s)-s )) s"
 done
