@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from sim.cost import LAYER_FORMS, MODELS, _h200_calibrated, get_model, read_timing_file, scale_timing, timing_to_dict  # noqa: E402
 from sim.errors import UsageError  # noqa: E402
 from sim.gpus import catalogue_name, get_gpu  # noqa: E402
-from sim.replay.calibration import Run, calls_of, fit_across, host_calls, request_errors  # noqa: E402
+from sim.replay.calibration import Run, calls_of, fit_across, host_calls, request_errors, saved_error  # noqa: E402
 from sim.replay.measure import HOST_WAITED_MS, device_peak, held_up, replayed_spec  # noqa: E402
 from sim.replay.steps import with_model  # noqa: E402
 from sim.replay.summary import cost_counts  # noqa: E402
@@ -164,8 +164,9 @@ def report(runs, base, timing, fit_prefix: str = "fit") -> pd.DataFrame:
             row[f"{label} device-bound"] = stats(e.loc[~e["host_bound"], "error"])
             row[f"{label} all"] = stats(e["error"])
             row[f"{label} host-bound"] = stats(e.loc[e["host_bound"], "error"])
-            saved = e["saved_ms"].sum()
-            row[f"{label} saved"] = f"{e['modelled_saved_ms'].sum() / saved - 1:+.1%}" if saved > 0 else "-"
+            err, lo, hi = saved_error(e)
+            # with its 95 % bootstrap interval over the hits: what the measurement can pin
+            row[f"{label} saved"] = f"{err:+.1%} [{lo:+.0%}, {hi:+.0%}]" if np.isfinite(err) else "-"
             if steps is not None and len(steps):
                 st = with_model(steps, run.spec, t, run.counts)
                 row[f"{label} steps"] = stats(st.loc[~st["host_bound"].astype(bool), "error"])
