@@ -322,6 +322,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/test_cost_rules.py",
             "tests/sim/replay/test_host_term.py",
             "tests/sim/replay/test_replay_calibrate.py",
+            "tests/sim/replay/test_saved_error.py",  # session 28: saved_error
         ],
     ),
     "measure": (
