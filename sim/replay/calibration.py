@@ -451,11 +451,13 @@ def saved_error(errors: pd.DataFrame, seed: int = 0, draws: int = SAVED_DRAWS) -
     hit saves a small part of a long call (a Mooncake block of 512 tokens out of 80K), the two
     calls' own run-to-run spread is many times the time saved, and a few hits set the sum: the
     interval says so. NaNs where no hit saved a measured positive total."""
-    h = errors[np.isfinite(errors["saved_ms"])] if len(errors) else errors
-    measured = h["saved_ms"].to_numpy(float) if len(h) else np.zeros(0)
-    modelled = h["modelled_saved_ms"].to_numpy(float) if len(h) else np.zeros(0)
+    nan = (float("nan"),) * 3
+    if not len(errors):  # request_errors' frame of a run without timed requests has no columns
+        return nan
+    h = errors[np.isfinite(errors["saved_ms"])]
+    measured, modelled = h["saved_ms"].to_numpy(float), h["modelled_saved_ms"].to_numpy(float)
     if not len(measured) or measured.sum() <= 0:
-        return float("nan"), float("nan"), float("nan")
+        return nan
     point = modelled.sum() / measured.sum() - 1
     pick = np.random.default_rng(seed).integers(0, len(measured), size=(draws, len(measured)))
     m = measured[pick].sum(axis=1)
