@@ -5,6 +5,7 @@ Needs torch.
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import NamedTuple
 
@@ -15,6 +16,8 @@ from sim.replay.model import timestamp
 
 #: how timed prefills are timed on a GPU (Stopwatch): device (queued) or wall (as issued)
 MEASURE_MODES = ("device", "wall")
+#: Python's cyclic garbage collector is off while a timed call is issued (Stopwatch._pause_gc)
+PAUSE_GC = True
 #: host issue time assumed for the first timed call, before any was measured (ms)
 HOST_GUESS_MS = 30.0
 #: a queued call waits behind a GPU sleep of this many times the longest recent host issue
@@ -179,6 +182,26 @@ class Stopwatch:
         self.queued = queued and self.cuda
         self.windows = SleepWindows()  # recent host issue times, per call kind and segments
         self.rate = SleepRate()  # the sleep's cycles per ms, refined by every measured sleep
+        self._open = 0  # timed calls started and not yet stopped
+        self._gc_paused = False  # whether this stopwatch turned Python's cyclic collector off
+
+    def _pause_gc(self) -> None:
+        """Python's cyclic garbage collector off while a timed call is issued (``PAUSE_GC``): a
+        collection that falls inside a call's issue (the replay's heap holds the trace, the
+        records and the test session's objects) stalls the host for 10-50 ms, which no engine's
+        issue pays (they freeze the collector once loaded), and makes the call host-bound (session
+        28's H100 rows: three calls of 24-1,209 tokens issued in 18-47 ms against 5-8 ms typical,
+        one twice). Collections wait for the call's stop; a collector already off stays off."""
+        if self._open == 0 and PAUSE_GC and gc.isenabled():
+            gc.disable()
+            self._gc_paused = True
+        self._open += 1
+
+    def _resume_gc(self) -> None:
+        self._open = max(0, self._open - 1)
+        if self._open == 0 and self._gc_paused:
+            self._gc_paused = False
+            gc.enable()
 
     def _calibrate(self) -> None:
         """The sleep's first rate: ``CALIBRATE_RUNS`` sleeps of ``CALIBRATE_CYCLES``, timed
@@ -195,6 +218,7 @@ class Stopwatch:
         """The start of a timed call of ``kind`` (``suffix``, ``reference``, ``batch``, ``step``
         ...) split into ``segments`` calls: with ``queue`` (and queued timing) behind a GPU sleep
         sized from such calls' recent host issue times (``SleepWindows``)."""
+        self._pause_gc()
         t0 = time.perf_counter()
         before, ms, cycles = None, 0.0, 0
         if self.queued and queue:
@@ -210,6 +234,7 @@ class Stopwatch:
     def stop(self, started) -> Timed:
         first, t0, before, kind, segments, ms, cycles = started
         host = (time.perf_counter() - t0) * 1e3
+        self._resume_gc()
         if before is not None:  # a queued call: its host time sizes the next such call's sleep
             self.windows.record(kind, segments, host)
         if self.cuda:

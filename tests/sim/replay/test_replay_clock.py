@@ -154,6 +154,39 @@ def test_a_cpu_stopwatch_hands_back_the_calls_kind_and_queues_nothing():
     assert not clock.rate.known  # never calibrated off a GPU
 
 
+def test_the_cyclic_collector_is_off_while_a_timed_call_is_issued(monkeypatch):
+    """``Stopwatch._pause_gc``: Python's cyclic collector is off from a timed call's start to its
+    stop (a collection inside a call's issue stalled session 28's H100 rows by 10-40 ms), off
+    until the outermost of nested calls stops, and a collector the caller had turned off stays off."""
+    import gc
+
+    import sim.replay.clock as clock_mod
+
+    assert gc.isenabled()
+    clock = Stopwatch(torch.device("cpu"))
+    outer = clock.start(kind="reference")
+    assert not gc.isenabled()
+    inner = clock.start(kind="suffix")
+    clock.stop(inner)
+    assert not gc.isenabled()  # the outer call is still being issued
+    clock.stop(outer)
+    assert gc.isenabled()
+    # again(): the second call is paused too, and the collector back on after it
+    seen = []
+    clock.again(clock.stop(clock.start(kind="suffix")), lambda: seen.append(gc.isenabled()))
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        clock.stop(clock.start())
+        assert not gc.isenabled()  # not this stopwatch's to turn on
+    finally:
+        gc.enable()
+    monkeypatch.setattr(clock_mod, "PAUSE_GC", False)
+    h = clock.start()
+    assert gc.isenabled()
+    clock.stop(h)
+
+
 def test_the_replayer_names_each_timed_calls_kind_and_segments(tiny_model, tiny_shape):
     """The suffix prefill is started as a ``suffix`` call of as many segments as it runs (the
     split at an exact-alignment checkpoint), the hit's check as a ``reference`` of one, the
