@@ -187,11 +187,12 @@ class Stopwatch:
 
     def _pause_gc(self) -> None:
         """Python's cyclic garbage collector off while a timed call is issued (``PAUSE_GC``): a
-        collection that falls inside a call's issue (the replay's heap holds the trace, the
-        records and the test session's objects) stalls the host for 10-50 ms, which no engine's
-        issue pays (they freeze the collector once loaded), and makes the call host-bound (session
-        28's H100 rows: three calls of 24-1,209 tokens issued in 18-47 ms against 5-8 ms typical,
-        one twice). Collections wait for the call's stop; a collector already off stays off."""
+        collection that falls inside a call's issue stalls the host (a full one over the replay's
+        heap, ~340K objects with the CLI and torch loaded, takes 160-190 ms on a 2-core CI
+        machine; the younger generations' a few ms), which no engine's issue pays (engines freeze
+        the collector once loaded), and makes the call host-bound: the likely cause of session
+        28's H100 rows' three calls of 24-1,209 tokens issued in 18-47 ms against 5-8 ms typical,
+        one of them twice. Collections wait for the call's stop; a collector already off stays off."""
         if self._open == 0 and PAUSE_GC and gc.isenabled():
             gc.disable()
             self._gc_paused = True
