@@ -349,6 +349,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_replay_validate.py",
             "tests/sim/replay/test_replay_flights.py",
             "tests/sim/replay/test_retime.py",  # session 17: Replayer._retime
+            "tests/sim/replay/test_saved_timing.py",  # session 28: Replayer._time_again
         ],
     ),
     # issue 46: the replayer's collaborators (hit checks, batched replay, flights) and the typed summary
@@ -369,6 +370,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_replay_validate.py",
             "tests/sim/replay/test_replay_batch.py",
             "tests/sim/replay/test_retime.py",  # session 17: PendingTimes.suffix_first, RequestRecord.timed(first=)
+            "tests/sim/replay/test_saved_timing.py",  # session 28: --saved-timing alternate
         ],
     ),
     "current": (
@@ -575,6 +577,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_retime.py",  # session 17: SleepWindows.drop, Stopwatch.outran / forget
             "tests/sim/replay/test_replay_warm.py",
             "tests/sim/replay/test_replay_runner.py",
+            "tests/sim/replay/test_saved_timing.py",  # session 28: the collector paused (test_replay_clock too)
         ],
     ),
     # why a request missed, and the hits of preempted requests counted apart (issue 43 item 3)

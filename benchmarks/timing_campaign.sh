@@ -8,7 +8,9 @@
 # EXTRA: replay options for every run (a fit for the opt-in paths: EXTRA="--attention cudnn
 # --elementwise fused"); FIT4_REQUESTS > 0 adds fit runs of prompts of ~80K tokens (the Mooncake
 # sample's longest is 87,169; the 2026-12-04 fit reached 33,905); HELD=0 leaves the held-out runs out
-# (a fit split over several device calls: FIT_MODELS one or two presets a call).
+# (a fit split over several device calls: FIT_MODELS one or two presets a call). The Mooncake runs time
+# each validated hit's two prefills alternated (MOONCAKE_SAVED, default alternate: suffix, reference,
+# reference, suffix), since a 512-token block saves less than a long call's run-to-run drift.
 set -u
 OUT=${1:?usage: timing_campaign.sh OUTDIR [MARCONI]}
 MARCONI=${2:-marconi}
@@ -20,6 +22,7 @@ FIT2=synthetic:chat:sessions=12,turns=4,prompt_tokens=6000,user_tokens=600,outpu
 FIT3=synthetic:chat:sessions=6,turns=3,prompt_tokens=24000,user_tokens=3000,output_tokens=100,prompts=3
 FIT4=synthetic:chat:sessions=3,turns=2,prompt_tokens=80000,user_tokens=4000,output_tokens=50,prompts=3
 EXTRA=${EXTRA:-}
+MOONCAKE_SAVED=${MOONCAKE_SAVED:-alternate}
 run() {  # name, then replay options
   local name=$1; shift
   local t0=$SECONDS
@@ -39,10 +42,12 @@ for m in $FIT_MODELS; do
 done
 [ "${HELD:-1}" = 0 ] && exit 0
 for m in $HELD_MODELS; do
-  run "mooncake-$m" --model "$m" --trace mooncake:sample --requests "${HELD_REQUESTS:-150}" --scheduler fcfs
+  run "mooncake-$m" --model "$m" --trace mooncake:sample --requests "${HELD_REQUESTS:-150}" --scheduler fcfs \
+    --saved-timing "$MOONCAKE_SAVED"
   run "agent-$m" --model "$m" --trace synthetic:agent --requests "${HELD_REQUESTS:-150}" --mode sequential
 done
-run "cont-mooncake-qwen3.5-27b" --model qwen3.5-27b --trace mooncake:sample --requests "${CONT_REQUESTS:-60}" --scheduler continuous
+run "cont-mooncake-qwen3.5-27b" --model qwen3.5-27b --trace mooncake:sample --requests "${CONT_REQUESTS:-60}" --scheduler continuous \
+  --saved-timing "$MOONCAKE_SAVED"
 run "cont-agent-qwen3-next-80b-a3b" --model qwen3-next-80b-a3b --trace synthetic:agent --requests "${CONT_REQUESTS:-60}" --scheduler continuous
 for m in $HELD_MODELS; do
   run "sharegpt-$m" --model "$m" --trace sharegpt --session-range 60:100 --requests 200 --mode sequential

@@ -308,3 +308,33 @@ def test_timing_fit_drop_resume_needs_resume(tmp_path, capsys):
     assert tf.main([str(tmp_path), "--drop-resume"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: --drop-resume takes the term --resume fits out of the runs: give both"]
+
+
+def test_every_timing_campaign_replay_parses_and_mooncake_alternates(tmp_path):
+    """``benchmarks/timing_campaign.sh`` with a stand-in CLI that logs its arguments: every replay
+    it asks for parses with the real ``marconi replay`` options (choices included, nothing run), and
+    the Mooncake runs time their hits' prefills alternated (``--saved-timing alternate``)."""
+    import shlex
+    import subprocess
+
+    from sim.cli import main
+
+    log = tmp_path / "calls.txt"
+    fake = tmp_path / "fake-marconi"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {shlex.quote(str(log))}\n')
+    fake.chmod(0o755)
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run(
+        ["bash", str(root / "benchmarks" / "timing_campaign.sh"), str(tmp_path / "out"), str(fake)],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "FIT4_REQUESTS": "2"},
+    )
+    calls = [shlex.split(line) for line in log.read_text().splitlines()]
+    assert len(calls) == 4 * 4 + 2 * 2 + 2 + 2  # fit runs, held-out, continuous, ShareGPT
+    replay = main.commands["replay"]
+    for args in calls:
+        assert args[0] == "replay"
+        replay.make_context("replay", args[1:], resilient_parsing=False)  # raises on a bad option
+        moon = "mooncake:sample" in args
+        assert (args[args.index("--saved-timing") + 1] == "alternate") if moon else "--saved-timing" not in args

@@ -406,7 +406,7 @@ def replay_options(fn):
             *(option(own[name]) for name in ("validate_every", "store")),
             option(own["dtype"], default=None),  # by --device: bf16 on cuda, fp32 on cpu
             *(option(own[name]) for name in ("device", "kernel", "requests", "seed", "validation")),
-            *(option(own[name]) for name in ("tolerance", "attention", "elementwise", "measure")),
+            *(option(own[name]) for name in ("tolerance", "attention", "elementwise", "measure", "saved_timing")),
         ],
     )
 

@@ -42,10 +42,14 @@ class PendingTimes:
     full: object = None
     full_marks: Optional[Marks] = None
     full_first: object = None
+    # --saved-timing alternate: the second suffix and reference calls' (handle, marks)
+    suffix_again: Optional[tuple] = None
+    full_again: Optional[tuple] = None
     tail: list = field(default_factory=list)
 
     def clear(self) -> None:
         self.suffix = self.full = self.suffix_marks = self.full_marks = self.suffix_first = self.full_first = None
+        self.suffix_again = self.full_again = None
         self.tail = []
 
     def resolve(self, record: RequestRecord, clock) -> None:
@@ -62,6 +66,13 @@ class PendingTimes:
             )
         if self.full is not None:
             full = (checked_out(clock.ms(self.full), by_full), clock.host_ms(self.full), clock.slack_ms(self.full))
+        again = None
+        if suffix is not None and full is not None and self.suffix_again is not None and self.full_again is not None:
+            # alternated (suffix, reference, reference, suffix): each call's time and splits the mean
+            # of its two; the host issue and slack stay the first calls' (what host-bound marks)
+            (s_ms, by_suffix), s2 = _mean_call(suffix[0], by_suffix, self.suffix_again, clock)
+            (f_ms, by_full), f2 = _mean_call(full[0], by_full, self.full_again, clock)
+            suffix, full, again = (s_ms, *suffix[1:]), (f_ms, *full[1:]), (s2, f2)
         record.timed(
             suffix=suffix,
             full=full,
@@ -76,8 +87,25 @@ class PendingTimes:
             else None,
             suffix_sleep=clock.sleep_ms(self.suffix) if self.suffix is not None else None,
             full_sleep=clock.sleep_ms(self.full) if self.full is not None else None,
+            again=again,
         )
         self.clear()
+
+
+def _mean_call(ms: float, by: Optional[dict], again: tuple, clock) -> tuple[tuple, float]:
+    """``((mean ms, mean per-type splits), second ms)`` of a call timed ``ms`` (splits ``by``) and
+    its second run ``again`` (``(handle, marks)``); a type either call lacks counts 0 in it. The
+    hit check's bucket (``CHECK``, out of both times) stays the first call's: the check ran once."""
+    handle, marks = again
+    by2 = marks.ms_by_type() if marks is not None else None
+    ms2 = checked_out(clock.ms(handle), by2)
+    mean_by = None
+    if by is not None or by2 is not None:
+        a, b = by or {}, by2 or {}
+        mean_by = {
+            k: a.get(k, 0.0) if k == CHECK else (a.get(k, 0.0) + b.get(k, 0.0)) / 2 for k in sorted(set(a) | set(b))
+        }
+    return ((ms + ms2) / 2, mean_by), ms2
 
 
 class Flight:

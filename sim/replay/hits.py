@@ -224,6 +224,16 @@ class HitChecker:
             at_b.clear()
             f.times.full, f.times.full_marks = self._retime_reference(f, tok, bounds, h)
 
+    def time_reference(self, f: Flight, tok) -> tuple:
+        """The hit's from-scratch reference timed once more (``--saved-timing alternate``): the
+        whole prompt in one call with the check's boundary (the 64-multiple below the hit), behind
+        a sleep of its kind, nothing captured or compared. Returns ``(handle, marks)``."""
+        b = f.hit // 64 * 64
+        marks = Marks(self.model.device)
+        t0 = self.clock.start(kind="reference")
+        self.model.run(tok[: f.n_in], None, 0, [b] if b > 0 else [], lambda *a: None, marks=marks)
+        return self.clock.stop(t0), marks
+
     def _retime_reference(self, f: Flight, tok, bounds: list, first):
         """The reference's host issue outran the sleep queued ahead of it (``Stopwatch.outran``,
         as a suffix call's can: ``Replayer._retime``): its device time may hold the host's gap,

@@ -291,6 +291,11 @@ def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.D
             full_retimed=r.full_retimed,
             full_first_ms=r.full_first_ms,
             full_first_host_ms=r.full_first_host_ms,
+            # --saved-timing alternate: suffix, reference, reference, suffix; suffix_ms / full_ms
+            # are each pair's mean, these the second calls' own
+            alternated=r.alternated,
+            suffix_again_ms=r.suffix_again_ms,
+            full_again_ms=r.full_again_ms,
             replay_flops=replayed_flops(spec, counts, r.suffix_segments),
             replay_full_flops=replayed_flops(spec, counts, [(0, n)]),
             replay_flops_simulated=rspec.prefill_flops(hit, n),

@@ -193,6 +193,7 @@ def build(
         measure=settings.measure,
         batch=settings.batch,
         batch_tokens=settings.batch_tokens,
+        alternate=settings.saved_timing == "alternate",
         # every running request's flight stays open until it ends (a batch runs up to
         # --max-num-seqs of them at once)
         max_open=max(16, config.max_num_seqs + 8) if continuous else 16,

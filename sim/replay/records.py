@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 #: at qwen3-next-80b-a3b's width on the H200, the measured time saved twice the skipped layers'
 #: time on the Mooncake sample). Torch-free here: the tables read it without the model.
 CHECK = "check"
+#: how a validated hit's suffix prefill and from-scratch reference are timed (``--saved-timing``):
+#: once each, or alternated (suffix, reference, reference, suffix; each the mean of its two)
+SAVED_TIMINGS = ("once", "alternate")
 
 
 @dataclass
@@ -56,6 +59,12 @@ class RequestRecord:
     full_retimed: bool = False
     full_first_ms: float = float("nan")
     full_first_host_ms: float = float("nan")
+    # --saved-timing alternate: the hit's suffix prefill and reference each ran a second time after
+    # the check (suffix, reference, reference, suffix); suffix_ms / full_ms and their per-type splits
+    # are then the means of the two calls, these the second calls' own ms
+    alternated: bool = False
+    suffix_again_ms: float = float("nan")
+    full_again_ms: float = float("nan")
     late_admits: int = 0
     suffix_ms_by_type: dict = field(default_factory=dict)  # layer type -> ms of the timed prefill
     full_ms_by_type: dict = field(default_factory=dict)
@@ -72,11 +81,14 @@ class RequestRecord:
         full_first=None,
         suffix_sleep=None,
         full_sleep=None,
+        again=None,
     ) -> None:
         """The resolved times of its timed calls (None: not timed): ``suffix`` and ``full`` as
         ``(ms, host ms, slack ms)``, the per-layer-type splits, the tail's ms; ``first`` /
         ``full_first``: a re-timed suffix prefill's / reference's first call as ``(ms, host ms)``;
-        ``suffix_sleep`` / ``full_sleep``: the GPU sleep asked ahead of the kept call (ms)."""
+        ``suffix_sleep`` / ``full_sleep``: the GPU sleep asked ahead of the kept call (ms);
+        ``again``: the alternated second calls' ``(suffix ms, reference ms)`` (``suffix`` / ``full`` and
+        the splits are then already the means)."""
         if suffix is not None:
             self.suffix_ms, self.suffix_host_ms, self.suffix_slack_ms = suffix
         if first is not None:
@@ -97,6 +109,9 @@ class RequestRecord:
             self.suffix_sleep_ms = suffix_sleep
         if full_sleep is not None:
             self.full_sleep_ms = full_sleep
+        if again is not None:
+            self.alternated = True
+            self.suffix_again_ms, self.full_again_ms = again
 
     def judged(self, rec: float, conv: float, out: float, kv: float, kv_checked: bool) -> None:
         """Its hit's numerical check ran: the worst relative errors of each kind."""

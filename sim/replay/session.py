@@ -22,6 +22,7 @@ from sim.replay import measure
 from sim.replay.calibration import calibrate_run
 from sim.replay.flops import mamba2_linear
 from sim.replay.backends import CPU_SMALL_D_MODEL, GDN_BACKENDS, device_problem, kernel_choices, resolve_kernel
+from sim.replay.records import SAVED_TIMINGS
 from sim.replay.summary import ReplaySummary, cost_counts
 from sim.replay.tokens import request_tokens
 from traces.base import Trace
@@ -96,6 +97,14 @@ class ReplaySettings:
         "it as issued to an idle GPU (short calls then time this harness's Python). Both record the "
         "host's issue time.",
         choices=("device", "wall"),
+    )
+    saved_timing: str = setting(  # sim.replay.runner.Replayer(alternate=)
+        "once",
+        "How a validated hit's two prefills are timed: once (its suffix, then its from-scratch "
+        "reference) or alternate (suffix, reference, reference again, suffix again: each the mean of "
+        "its two calls, so a drift between back-to-back long calls cancels out of the time saved; the "
+        "hit's timed work twice over). Per-request timing only (--batch 1).",
+        choices=SAVED_TIMINGS,
     )
     # --scheduler continuous (sim.replay.stepper): steps timed per coasted decode run (the rest
     # computed untimed), and first steps cross-checked against per-sequence forwards
