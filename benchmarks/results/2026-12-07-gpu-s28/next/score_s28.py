@@ -1,7 +1,7 @@
 """Session 28: the H200 time model in the overlap form, scored on every clean measurement (CPU).
 From the repository root:
 
-    .venv/bin/python benchmarks/results/2026-12-07-gpu-s28/score_s28.py
+    .venv/bin/python benchmarks/results/2026-12-07-gpu-s28/next/score_s28.py
 
 Fits (``benchmarks/timing_fit.py`` over this session's H200 campaign, call2/campaign, and its
 full-depth fit runs, call2/fulldepth): the additive form and the overlap form (``--form``). Scores
@@ -23,13 +23,13 @@ from pathlib import Path
 import pandas as pd
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[2]
+ROOT = HERE.parents[3]  # next/ of a results folder
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import timing_fit as tf  # noqa: E402
 
-sys.path.insert(0, str(HERE.parent / "2026-12-07-gpu-s27"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "results" / "2026-12-07-gpu-s27"))
 from score_s27 import markdown, score  # noqa: E402  (session 27's scoring, the same rules)
 from sim.cost import read_timing_file, timing_to_dict  # noqa: E402
 
