@@ -45,6 +45,10 @@ if gluon is not None:
     # CTA barrier
     from kernels.state_gluon import _WARPS, _cp_async, _cta_barrier
 
+    # a bulk tensor copy shared -> global: ``async_store`` from Triton 3.7 on (3.9 refuses the old
+    # name), ``async_copy_shared_to_global`` in 3.6; the same arguments
+    _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+
 #: the head dim this loop is written for (the accumulator's rows: one warpgroup's 64)
 GLUON_P = 64
 #: the state sizes it takes (the accumulator's instruction width)
@@ -106,7 +110,7 @@ if gluon is not None:
         obuf.index(k).store(S)
         fence_async_shared()
         _cta_barrier()
-        tma.async_copy_shared_to_global(desc, [row, 0], obuf.index(k))
+        _tma_store(desc, [row, 0], obuf.index(k))
         return nout + 1
 
     @gluon.jit

@@ -193,6 +193,10 @@ def saved_line(s: dict) -> str:
             f" ({share:.1%} of the prefill time without the cache: a difference of two totals, each within "
             "the time model's error, so the two may differ even in sign)"
         )
+    iv = s.get("time_saved_interval")
+    if iv and s.get("time_model_compared", True):
+        # how far these hits pin the figure: a few long calls' spread can swamp a small saving
+        text += f" (modelled {iv[0]:+.1%}, 95 % interval over the hits {iv[1]:+.0%} to {iv[2]:+.0%})"
     if s.get("retimed_references"):
         n = s["retimed_references"]
         text += f" ({n} from-scratch references timed again: their first call's host issue outran its sleep)"

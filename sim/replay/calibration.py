@@ -57,6 +57,7 @@ from sim.cost import (
 from sim.errors import UsageError
 from sim.gpus import catalogue_name
 from sim.replay.measure import (
+    SAVED_DRAWS,
     TYPE_TERMS,
     held_up,
     calibrate as measure_calibrate,
@@ -65,6 +66,7 @@ from sim.replay.measure import (
     host_issue_times,
     nnls,
     replayed_spec,
+    saved_interval,
     timed_calls,
 )
 
@@ -439,31 +441,14 @@ def request_errors(run: Run, timing: HardwareTiming) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-#: bootstrap draws of ``saved_error``'s interval, and the share of them it spans
-SAVED_DRAWS = 2000
-SAVED_LEVEL = 0.95
-
-
 def saved_error(errors: pd.DataFrame, seed: int = 0, draws: int = SAVED_DRAWS) -> tuple[float, float, float]:
     """The time saved's error over the validated hits of ``request_errors``' frame (modelled over
-    measured, minus 1) and its ``SAVED_LEVEL`` bootstrap interval (``draws`` resamples of the
-    hits with replacement, ``seed``): how far the measurement itself pins the figure. Where each
-    hit saves a small part of a long call (a Mooncake block of 512 tokens out of 80K), the two
-    calls' own run-to-run spread is many times the time saved, and a few hits set the sum: the
-    interval says so. NaNs where no hit saved a measured positive total."""
-    nan = (float("nan"),) * 3
+    measured, minus 1) and its ``SAVED_LEVEL`` bootstrap interval (``measure.saved_interval``): how
+    far the measurement itself pins the figure. NaNs where no hit saved a measured positive total."""
     if not len(errors):  # request_errors' frame of a run without timed requests has no columns
-        return nan
+        return (float("nan"),) * 3
     h = errors[np.isfinite(errors["saved_ms"])]
-    measured, modelled = h["saved_ms"].to_numpy(float), h["modelled_saved_ms"].to_numpy(float)
-    if not len(measured) or measured.sum() <= 0:
-        return nan
-    point = modelled.sum() / measured.sum() - 1
-    pick = np.random.default_rng(seed).integers(0, len(measured), size=(draws, len(measured)))
-    m = measured[pick].sum(axis=1)
-    ratio = np.where(m > 0, modelled[pick].sum(axis=1) / np.where(m > 0, m, 1.0) - 1, np.inf)
-    lo, hi = np.quantile(ratio, [(1 - SAVED_LEVEL) / 2, (1 + SAVED_LEVEL) / 2])
-    return float(point), float(lo), float(hi)
+    return saved_interval(h["saved_ms"].to_numpy(float), h["modelled_saved_ms"].to_numpy(float), seed, draws)
 
 
 #: how a time-model note that replaces the error lines starts (the comparison means nothing)

@@ -110,6 +110,9 @@ class ReplaySummary(SummaryReads):
     measured_model_ms_by_layer_type: Optional[dict] = field(default=None, metadata=_OPTIONAL)
     replay_tflops_timed: Optional[float] = field(default=None, metadata=_OPTIONAL)
     replay_tflops_wall: Optional[float] = field(default=None, metadata=_OPTIONAL)
+    # the time saved's error on the validated hits (modelled / measured - 1) and its 95 % bootstrap
+    # interval over them, [error, low, high] (sim.replay.measure.saved_interval); None: no saving
+    time_saved_interval: Optional[list] = field(default=None, metadata=_OPTIONAL)
     # ---- the run
     validation: str  # exact | shadow | tolerance
     time_model_note: str

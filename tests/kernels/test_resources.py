@@ -183,15 +183,21 @@ def test_ssd_kernels_spill_free_pipelined_and_overlapped():
     run = _run("--ssd", "--check", "--dtype", "bf16")
     assert run.returncode == 0, run.stdout + run.stderr
     rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()[2:]}
+    gluons = ("ssd-state-gluon", "ssd-state-gluon-wg2", "ssd-state-gluon-wg2-tma")
     assert set(rows) == {
-        "ssd-state", "ssd-prep", "ssd-output", "ssd-state-ovl", "ssd-state-tma", "ssd-state-gluon", "ssd-output-ovl",
+        "ssd-state", "ssd-prep", "ssd-output", "ssd-state-ovl", "ssd-state-tma", *gluons, "ssd-output-ovl",
         "ssd-output-discard",
     }  # fmt: skip
-    assert all(int(rows[k][6]) > 0 for k in ("ssd-state", "ssd-state-ovl", "ssd-state-tma", "ssd-state-gluon"))
-    # the Gluon loop (``GLUON``) stores both states from the accumulator: no layout conversion (the
-    # Triton loop converts each through shared memory) and fewer barriers
-    assert int(rows["ssd-state-gluon"][12]) == 0 < int(rows["ssd-state-ovl"][12])
-    assert int(rows["ssd-state-gluon"][13]) < int(rows["ssd-state-ovl"][13])
+    assert all(int(rows[k][6]) > 0 for k in ("ssd-state", "ssd-state-ovl", "ssd-state-tma", *gluons))
+    # the Gluon loop (``GLUON``, one warpgroup or two) stores both states from the accumulator: no
+    # layout conversion (the Triton loop converts each through shared memory) and fewer barriers
+    for g in gluons:
+        assert int(rows[g][12]) == 0 < int(rows["ssd-state-ovl"][12])
+        assert int(rows[g][13]) < int(rows["ssd-state-ovl"][13])
+    # two warpgroups: as many warps as the Triton loop; with ``TMA_B`` its fp32 boundary states leave
+    # by bulk copies from the shared ring (fewer global stores than the register stores' loop)
+    assert rows["ssd-state-gluon-wg2"][1] == rows["ssd-state-ovl"][1] == "8"
+    assert int(rows["ssd-state-gluon-wg2-tma"][10]) < int(rows["ssd-state-gluon-wg2"][10])
     # the bulk copies of the boundary states (``TMA_B``, the default where few chunks emit one): fewer
     # global stores in the loop than the overlapped loop's (its fp32 states leave by the copy engine)
     assert int(rows["ssd-state-tma"][10]) < int(rows["ssd-state-ovl"][10])

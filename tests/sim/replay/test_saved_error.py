@@ -1,5 +1,7 @@
-"""``sim.replay.calibration.saved_error``: the time saved's error over a run's validated hits and
-its seeded bootstrap interval (how far the measurement pins the figure)."""
+"""``sim.replay.calibration.saved_error`` (``sim.replay.measure.saved_interval`` over a
+``request_errors`` frame): the time saved's error over a run's validated hits and its seeded
+bootstrap interval (how far the measurement pins the figure); the replay summary's
+``time_saved_interval`` and the "saved on validated hits" line that prints it."""
 
 from __future__ import annotations
 
@@ -69,3 +71,32 @@ def test_the_interval_lies_between_the_hits_own_ratios(pairs, seed):
     ratios = np.array(modelled) / np.array(measured) - 1
     assert ratios.min() - 1e-9 <= lo and hi <= ratios.max() + 1e-9
     assert ratios.min() - 1e-9 <= err <= ratios.max() + 1e-9
+
+
+def test_the_summary_carries_it_and_the_saved_line_prints_it():
+    from test_host_term import COUNTS, DEVICE, TINY
+
+    from sim.cli.replay import saved_line
+    from sim.replay import measure
+    from sim.replay.records import RequestRecord
+
+    def hit(rid, suffix, full):
+        r = RequestRecord(rid, 140, 4, hit_tokens=100, restored=True, validated=True, suffix_segments=[(100, 140)])
+        r.suffix_ms, r.full_ms, r.suffix_slack_ms, r.full_slack_ms = suffix, full, 5.0, 5.0
+        return r
+
+    df = measure.request_table([hit(0, 1.0, 3.0), hit(1, 1.0, 3.0), hit(2, 1.0, 3.0)], TINY, DEVICE, COUNTS)
+    out = measure.summary(df, failures=0, store_peak_bytes=0, wall_s=1.0)
+    modelled = float((df["modelled_full_ms"] - df["modelled_ms"]).iloc[0])
+    point = modelled / 2.0 - 1  # each hit saved 2 ms measured: identical hits, a degenerate interval
+    assert out["time_saved_interval"] == pytest.approx([point, point, point])
+    line = saved_line(dict(out, time_model_compared=True))
+    assert line.endswith(f"(modelled {point:+.1%}, 95 % interval over the hits {point:+.0%} to {point:+.0%})")
+    # not compared (a CPU, another GPU's timing): no error to qualify
+    assert "interval" not in saved_line(dict(out, time_model_compared=False))
+    # no validated hit: no interval
+    miss = RequestRecord(3, 100, 4, suffix_segments=[(0, 100)], suffix_ms=1.0)
+    none = measure.summary(
+        measure.request_table([miss], TINY, DEVICE, COUNTS), failures=0, store_peak_bytes=0, wall_s=1.0
+    )
+    assert none["time_saved_interval"] is None
