@@ -336,6 +336,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_replay_calibrate.py",
             "tests/sim/replay/test_replay_step_model.py",
             "tests/sim/cli/test_new_user_replay_s23.py",  # session 23: aborted runs, standard JSON, KV reasons
+            "tests/sim/replay/test_saved_error.py",  # session 28: saved_interval, the summary field
         ],
     ),
     "replay_store": (

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 import torch
 
 from sim.replay.flight import Flight, checked_out, put_kv
-from sim.replay.hits import HitChecker, SuffixOutputs
+from sim.replay.hits import HitChecker, SuffixOutputs, check_boundary
 from sim.replay.model import CHUNK, HybridModel, Marks, StackState, kept_rows
 from sim.replay.store import CheckpointStore
 
@@ -328,7 +328,7 @@ class BatchedReplay:
         for c in group:
             toks.append(c.flight.ids(model.device)[: c.end])
             cu.append(cu[-1] + c.end)
-        base_at = [c.flight.hit // CHUNK * CHUNK for c in group]
+        base_at = [check_boundary(c.flight.hit) for c in group]
         at_b: dict = {}
 
         def capture(n, p, layer, r, c):

@@ -17,9 +17,15 @@ import torch
 
 from sim.replay.checks import VALIDATE_MODES, Failure, rel_error, rel_error_t, state_error, tolerance_for
 from sim.replay.flight import Flight
-from sim.replay.model import HybridModel, Marks, StackState
+from sim.replay.model import CHUNK, HybridModel, Marks, StackState
 from sim.replay.store import CheckpointStore
 from sim.replay.tokens import page_keys, prefix_hash
+
+
+def check_boundary(hit: int) -> int:
+    """The kernel boundary a hit's from-scratch reference stops at (the chunk multiple at or below
+    the hit): its state there is carried to the hit and compared with the restored one."""
+    return hit // CHUNK * CHUNK
 
 
 class SuffixOutputs:
@@ -179,7 +185,7 @@ class HitChecker:
         tok = f.ids(model.device)
         L = model.shape.layers
         at_b: dict = {}
-        b = f.hit // 64 * 64
+        b = check_boundary(f.hit)
 
         def capture(p, layer, r, c):
             at_b[layer] = (r.clone(), c.clone())
@@ -228,7 +234,7 @@ class HitChecker:
         """The hit's from-scratch reference timed once more (``--saved-timing alternate``): the
         whole prompt in one call with the check's boundary (the 64-multiple below the hit), behind
         a sleep of its kind, nothing captured or compared. Returns ``(handle, marks)``."""
-        b = f.hit // 64 * 64
+        b = check_boundary(f.hit)
         marks = Marks(self.model.device)
         t0 = self.clock.start(kind="reference")
         self.model.run(tok[: f.n_in], None, 0, [b] if b > 0 else [], lambda *a: None, marks=marks)

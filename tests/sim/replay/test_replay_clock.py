@@ -179,6 +179,9 @@ def test_the_cyclic_collector_is_off_while_a_timed_call_is_issued(monkeypatch):
     try:
         clock.stop(clock.start())
         assert not gc.isenabled()  # not this stopwatch's to turn on
+        fresh = Stopwatch(torch.device("cpu"))  # nor a new one's
+        fresh.stop(fresh.start())
+        assert not gc.isenabled()
     finally:
         gc.enable()
     monkeypatch.setattr(clock_mod, "PAUSE_GC", False)

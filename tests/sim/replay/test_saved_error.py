@@ -36,7 +36,13 @@ def test_the_sum_not_the_mean_of_ratios_and_unvalidated_rows_left_out():
 
 
 def test_nothing_saved_is_nan():
-    for f in (pd.DataFrame([]), frame([], []), frame([float("nan")], [1.0]), frame([-1.0, 0.5], [1.0, 1.0])):
+    for f in (
+        pd.DataFrame([]),
+        frame([], []),
+        frame([float("nan")], [1.0]),
+        frame([-1.0, 0.5], [1.0, 1.0]),
+        frame([1.0, -1.0], [1.0, 1.0]),  # a measured total of exactly 0: no ratio
+    ):
         assert all(math.isnan(x) for x in saved_error(f))
 
 

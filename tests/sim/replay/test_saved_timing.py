@@ -101,6 +101,47 @@ def test_each_call_and_its_splits_are_the_means_the_check_the_first_calls():
     assert t.suffix_again is None and t.full_again is None and t.suffix is None
 
 
+def test_splits_from_the_second_calls_alone_where_the_first_had_none():
+    t = PendingTimes()
+    t.suffix, t.full = 10.0, 20.0  # the first calls unmarked
+    t.suffix_again = (14.0, _Marks({"attention": 6.0}))
+    t.full_again = (24.0, None)
+    rec = RequestRecord(request=0, input_tokens=100, output_tokens=1)
+    t.resolve(rec, _Clock())
+    assert rec.suffix_ms_by_type == {"attention": 3.0} and rec.full_ms_by_type == {}
+    assert rec.suffix_ms == 12.0 and rec.full_ms == 22.0
+
+
+def test_the_second_reference_stops_at_the_checks_boundary(tiny_model, tiny_shape):
+    """``HitChecker.time_reference`` runs the whole prompt with the check's kernel boundary (the
+    chunk multiple below the hit), as the checked reference did."""
+    from sim.replay.flight import Flight
+    from sim.replay.hits import HitChecker, check_boundary
+    from sim.replay.runner import Replayer
+    from sim.replay.store import CheckpointStore
+
+    assert [check_boundary(h) for h in (0, 63, 64, 130, 191, 192)] == [0, 0, 64, 128, 128, 192]
+    store = CheckpointStore(tiny_shape, torch.float32, device="cpu")
+    clock = Replayer(tiny_model, store, lambda r: None).clock
+    checker = HitChecker(tiny_model, store, clock)
+    seen = []
+    real = tiny_model.run
+
+    def spy(tokens, start, pos, bounds, *a, **k):
+        seen.append((len(tokens), start, pos, list(bounds)))
+        return real(tokens, start, pos, bounds, *a, **k)
+
+    tiny_model.run = spy
+    try:
+        for hit in (40, 130):
+            f = Flight(0, torch.arange(170).numpy() % 50, 170)
+            f.hit = hit
+            checker.time_reference(f, f.ids(tiny_model.device))
+    finally:
+        del tiny_model.run
+    assert seen == [(170, None, 0, []), (170, None, 0, [128])]
+
+
 def test_without_a_second_pair_nothing_is_averaged():
     t = PendingTimes()
     t.suffix, t.full = 10.0, 21.0
