@@ -20,7 +20,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[3]  # next/ of a results folder
@@ -30,7 +29,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import timing_fit as tf  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks" / "results" / "2026-12-07-gpu-s27"))
-from score_s27 import markdown, score  # noqa: E402  (session 27's scoring, the same rules)
+from score_s27 import print_scores  # noqa: E402  (session 27's scoring and tables, the same rules)
 from sim.cost import read_timing_file, timing_to_dict  # noqa: E402
 
 VERSIONS = "torch 2.11.0+cu130, triton 3.6.0"
@@ -57,45 +56,7 @@ def main() -> int:
             json.dumps(dict(d, versions=info["versions"], fit=info), indent=2, default=float) + "\n"
         )
         timings[f"s28 {form}"] = t
-    rows = []
-    for group, roots in SETS.items():
-        for root in roots if isinstance(roots, list) else [roots]:
-            if not root.is_dir():
-                continue
-            for run, _, _ in tf.load_runs(root):
-                if group == "held-out" and (run.name.startswith("fit") or run.name.startswith("fit-")):
-                    continue
-                for name, t in timings.items():
-                    rows.append(dict(set=group, run=run.name, timing=name, **score(run, t.with_gpus(1))))
-    df = pd.DataFrame(rows)
-    df.to_csv(HERE / "scores.csv", index=False)
-    pd.set_option("display.width", 250)
-    for group in SETS:
-        g = df[df["set"] == group]
-        wide = g.pivot_table(index="run", columns="timing", values=["median", "p95", "saved"], sort=False)
-        cells = {
-            t: wide["median"][t].map("{:.1f}".format)
-            + " / "
-            + wide["p95"][t].map("{:.1f}".format)
-            + " / "
-            + wide["saved"][t].map("{:+.0f}".format)
-            for t in timings
-        }
-        print(f"\n## {group}: median / P95 / saved (%)\n")
-        print(markdown(pd.DataFrame(cells)))
-        s = g.groupby("timing", sort=False).agg(
-            med_mean=("median", "mean"),
-            med_max=("median", "max"),
-            p95_max=("p95", "max"),
-            saved_absmax=("saved", lambda x: x.abs().max()),
-            ok=("median", lambda x: int(((x < 10) & (g.loc[x.index, "p95"] < 20)).sum())),
-            rows=("median", "size"),
-        )
-        print()
-        print(markdown(s.round(1)))
-    g = df[df["timing"] == "s28 overlap"]
-    print("\n## the committed overlap timing: time saved against the measured calls and against their buckets (%)\n")
-    print(markdown(g.set_index("run")[["set", "saved", "saved_buckets"]].round(1)))
+    print_scores(SETS, timings, "s28 overlap", HERE / "scores.csv")
     return 0
 
 
