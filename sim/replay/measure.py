@@ -371,6 +371,9 @@ def _quantiles(x: pd.Series) -> dict:
 #: bootstrap draws of ``saved_interval``, and the share of them its interval spans
 SAVED_DRAWS = 2000
 SAVED_LEVEL = 0.95
+#: resampled hit indices ``saved_interval`` holds at once (a run of 100K validated hits would take
+#: 2000 x 100K at once)
+SAVED_BLOCK = 1 << 20
 
 
 def _saved_fields(paired: pd.DataFrame) -> list | None:
@@ -395,9 +398,14 @@ def saved_interval(measured, modelled, seed: int = 0, draws: int = SAVED_DRAWS) 
     if not len(measured) or measured.sum() <= 0:
         return (float("nan"),) * 3
     point = modelled.sum() / measured.sum() - 1
-    pick = np.random.default_rng(seed).integers(0, len(measured), size=(draws, len(measured)))
-    m = measured[pick].sum(axis=1)
-    ratio = np.where(m > 0, modelled[pick].sum(axis=1) / np.where(m > 0, m, 1.0) - 1, np.inf)
+    rng, n = np.random.default_rng(seed), len(measured)
+    # resamples a block at a time: at most SAVED_BLOCK indices held, whatever the hit count
+    step = max(1, SAVED_BLOCK // n)
+    ratio = np.empty(draws)
+    for i in range(0, draws, step):
+        pick = rng.integers(0, n, size=(min(step, draws - i), n))
+        m = measured[pick].sum(axis=1)
+        ratio[i : i + len(pick)] = np.where(m > 0, modelled[pick].sum(axis=1) / np.where(m > 0, m, 1.0) - 1, np.inf)
     lo, hi = np.quantile(ratio, [(1 - SAVED_LEVEL) / 2, (1 + SAVED_LEVEL) / 2])
     return float(point), float(lo), float(hi)
 

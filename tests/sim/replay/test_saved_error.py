@@ -106,3 +106,18 @@ def test_the_summary_carries_it_and_the_saved_line_prints_it():
         measure.request_table([miss], TINY, DEVICE, COUNTS), failures=0, store_peak_bytes=0, wall_s=1.0
     )
     assert none["time_saved_interval"] is None
+
+
+def test_resampled_a_block_at_a_time_gives_the_same_interval(monkeypatch):
+    """``SAVED_BLOCK`` bounds the resampled indices held at once (a run of many hits); the draws
+    are the same stream, so the interval is the one drawn whole."""
+    import sim.replay.measure as measure
+
+    rng = np.random.default_rng(1)
+    measured = rng.gamma(2.0, 1.0, 300)
+    modelled = measured * (1 + 0.1 * rng.standard_normal(300))
+    whole = measure.saved_interval(measured, modelled, seed=4)
+    monkeypatch.setattr(measure, "SAVED_BLOCK", 300 * 7)  # 7 draws a block, the last one short
+    assert measure.saved_interval(measured, modelled, seed=4) == whole
+    monkeypatch.setattr(measure, "SAVED_BLOCK", 1)  # fewer indices than one draw: a draw a block
+    assert measure.saved_interval(measured, modelled, seed=4) == whole
