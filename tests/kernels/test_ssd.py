@@ -590,12 +590,16 @@ def test_gpu_gluon_loop_gives_the_triton_loops_bits(monkeypatch, name, H, P, N, 
     # the Gluon loop takes these inputs on this GPU (else GLUON=1 would run the Triton loop and the
     # comparison below hold trivially: mutation run, session 25, the capability check 9 -> 10 survived)
     assert ssd._gluon_fits(x.device, x.reshape(-1, H, P), B.reshape(-1, G, N), P, N)
+    launched = []  # the Gluon loop's launches: it ran, not the Triton loop on both sides
+    real = ssd._gluon_loop
+    monkeypatch.setattr(ssd, "_gluon_loop", lambda *a, **k: launched.append(k) or real(*a, **k))
     runs = {}
     for v in ("GLUON=0", variant):
         monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", f"{v},SIG={sig}")
         runs[v] = [chunk_ssd(*args, **kw, **opt) for opt in ({}, {"boundary_stride": 4}, {"boundary_states": False})]
         runs[v].append(chunk_ssd(*args, **kw))
     assert not ssd._GLUON_FAILED, ssd._GLUON_FAILED
+    assert len(launched) == 4 and {k["WG"] for k in launched} == {int(variant.split(",")[0].split("=")[1])}
     for tri, glu in zip(runs["GLUON=0"], runs[variant]):
         assert torch.equal(tri[0], glu[0]) and torch.equal(tri[1], glu[1])
         assert (tri[2] is None and glu[2] is None) or torch.equal(tri[2], glu[2])
