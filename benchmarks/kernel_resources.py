@@ -441,7 +441,7 @@ def ssd_specs(dtype: str):
     import triton
     import triton.language as tl
 
-    from kernels import ssd, ssd_gluon
+    from kernels import ssd, ssd_fused_gluon, ssd_gluon
 
     H, P, N, G = (SSD_SHAPE[k] for k in "HPNG")
     f32 = dtype == "fp32"
@@ -484,6 +484,11 @@ def ssd_specs(dtype: str):
                         dict(num_warps=4 * wg, num_stages=1),
                     )
                 )  # fmt: skip
+            # the loop and its output in one warp-specialised program (``WS``, kernels.ssd_fused_gluon)
+            fconsts = dict(H=H, GROUP=H // G, P=P, N=N, STORE_B=True, HAS_D=True, D_PER_P=False)
+            specs.append(
+                ("ssd-fused-gluon", ssd_fused_gluon._gluon_ssd_fused_kernel, fconsts, dict(num_warps=4, num_stages=1))
+            )
         out = ssd._config("out", f32)
         oconsts = dict(
             base, BP=out["BP"], HAS_D=True, D_PER_P=False, DOT=dot, PREC=prec, OVL=ovl, NPS=nps,

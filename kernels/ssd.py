@@ -49,7 +49,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from kernels import ssd_gluon
+from kernels import ssd_fused_gluon, ssd_gluon
 from kernels.state_gluon import GLUON_WARPS
 from kernels._common import INTERPRET
 from kernels.chunk_tiles import _after_cta_barrier, _await_chunk, _discard_lines, _last_waits_for_the_loop, _softplus
@@ -91,8 +91,10 @@ TMA_NEVER, TMA_ALWAYS, TMA_SPARSE = 0, 1, 2  # ``TMA_B``'s values
 TMA_SPARSE_CHUNKS = 4
 SSD_CONFIGS = {
     "state": {
-        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1, TMA_B=0, GLUON=0),
-        "half-ovl": dict(BP=64, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=1, SIG=4, TMA_B=TMA_SPARSE, GLUON=0),
+        "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1, TMA_B=0, GLUON=0, WS=0),
+        "half-ovl": dict(
+            BP=64, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=1, SIG=4, TMA_B=TMA_SPARSE, GLUON=0, WS=0
+        ),
         "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1, TMA_B=0),
     },
     "out": {
@@ -434,6 +436,27 @@ def _gluon_fits(dev: torch.device, x2: torch.Tensor, B2: torch.Tensor, P: int, N
     return all(t.data_ptr() % 16 == 0 and t.stride(0) % 8 == 0 and t.stride(1) % 8 == 0 for t in (x2, B2))
 
 
+def _fused_gluon(x2, B2, C2, Dv, gam, dtc, y, h0, ht, hb, meta, has_h0: int, **consts) -> bool:
+    """Launch the warp-specialised Gluon program of the state loop and its output (``WS``,
+    ``kernels.ssd_fused_gluon``; one program a sequence and head); False where it did not compile
+    (a warning, and the two-kernel call runs from then on)."""
+    try:
+        ssd_fused_gluon._gluon_ssd_fused_kernel[(meta.num_seqs, consts["H"])](
+            x2, B2, C2, Dv, gam, dtc, y, h0, ht, hb, meta.seq_info, meta.chunk_info, meta.store_slot,
+            x2.stride(0), x2.stride(1), B2.stride(0), B2.stride(1), C2.stride(0), C2.stride(1), has_h0,
+            **consts, num_warps=GLUON_WARPS,
+        )  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - any compile error of the Gluon program: fall back
+        first = (str(exc).strip().splitlines() or [""])[-1]
+        warnings.warn(
+            f"the fused Gluon SSD program did not compile ({type(exc).__name__}: {first}); using the two kernels",
+            stacklevel=3,
+        )
+        _GLUON_FAILED.append(exc)
+        return False
+    return True
+
+
 def _gluon_loop(x2, B2, gam, dtc, hs, h0, ht, hb, meta, has_h0: int, prog, **consts) -> bool:
     """Launch the Gluon state loop (one program a sequence and head); False where it did not
     compile (a warning, and the Triton loop runs from then on). ``TMA``: the boundary states by
@@ -573,14 +596,18 @@ def chunk_ssd(x, dt, A, B, C, **options):
     if wg and wg not in ssd_gluon.GLUON_WARPGROUPS:
         raise ValueError(f"KERNELS_CONFIG_SSD_STATE: GLUON={wg}, expected 0 or one of {ssd_gluon.GLUON_WARPGROUPS}")
     glu = bool(wg) and ovl and BP == P and _gluon_fits(dev, x2, B2, P, N)
+    # ``WS``: the loop and its output in one warp-specialised Gluon program (no chunk-start copies)
+    ws = bool(cfg.pop("WS", 0)) and ovl and _gluon_fits(dev, x2, B2, P, N) and _gluon_fits(dev, x2, C2, P, N)
     nps = triton.cdiv(P, BP)
     store = store_b and meta.num_boundaries > 0
     # scratch of the output kernel: each chunk's gamma and dt, its start state in the input dtype
     # (not made where the output is computed inside the loop, ``FUSE``)
     gam = torch.empty(0 if fuse else NT * H * 64, dtype=f32, device=dev)
     dtc = torch.empty_like(gam)
-    hs = torch.empty(0 if fuse else NT * H * P * N, dtype=dtype, device=dev)
+    hs = torch.empty(0 if fuse or ws else NT * H * P * N, dtype=dtype, device=dev)
     has_d, d_per_p = D is not None, D is not None and D.dim() == 2
+    if ws:
+        ovl = False  # one program: no progress counters, no dependent launch
     # the overlapped output's progress counters: per (sequence, head) one per loop program
     prog = torch.empty(S * H * nps, dtype=torch.int32, device=dev) if ovl else ht
     if prep:
@@ -588,6 +615,16 @@ def chunk_ssd(x, dt, A, B, C, **options):
             dt2, bias, A32, gam, dtc, meta.chunk_info, meta.seq_info, prog, dt2.stride(0), dt2.stride(1), lo, hi,
             H=H, HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp, OVL=ovl, NPS=nps,
         )  # fmt: skip
+    if ws:
+        ws = _fused_gluon(
+            x2, B2, C2, Dv, gam, dtc, y, h0, ht, hb if store else ht, meta, int(initial_state is not None),
+            H=H, GROUP=H // G, P=P, N=N, STORE_B=store, HAS_D=has_d, D_PER_P=d_per_p,
+        )  # fmt: skip
+        if ws:
+            return y, ht, hb
+        # it did not compile: the two-kernel call, the loop beside nothing (``ovl`` was given up)
+        hs = torch.empty(NT * H * P * N, dtype=dtype, device=dev)
+        glu = False
     if glu:
         glu = _gluon_loop(
             x2, B2, gam, dtc, hs, h0, ht, hb if store else ht, meta, int(initial_state is not None), prog,

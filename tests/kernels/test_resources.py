@@ -185,9 +185,16 @@ def test_ssd_kernels_spill_free_pipelined_and_overlapped():
     rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()[2:]}
     gluons = ("ssd-state-gluon", "ssd-state-gluon-wg2", "ssd-state-gluon-wg2-tma")
     assert set(rows) == {
-        "ssd-state", "ssd-prep", "ssd-output", "ssd-state-ovl", "ssd-state-tma", *gluons, "ssd-output-ovl",
-        "ssd-output-discard",
+        "ssd-state", "ssd-prep", "ssd-output", "ssd-state-ovl", "ssd-state-tma", *gluons, "ssd-fused-gluon",
+        "ssd-output-ovl", "ssd-output-discard",
     }  # fmt: skip
+    # the loop and its output in one warp-specialised program (``WS``): spill-free (--check), its loads
+    # pipelined, the products of both partitions on wgmma (the loop's and the output's three), no
+    # layout conversion, and no chunk-start copy through memory: fewer global stores than the loop
+    # and the output kernel together
+    f = rows["ssd-fused-gluon"]
+    assert int(f[6]) > 0 and int(f[7]) > int(rows["ssd-state-gluon"][7]) and int(f[12]) == 0
+    assert int(f[10]) < int(rows["ssd-state-gluon"][10]) + int(rows["ssd-output-ovl"][10])
     assert all(int(rows[k][6]) > 0 for k in ("ssd-state", "ssd-state-ovl", "ssd-state-tma", *gluons))
     # the Gluon loop (``GLUON``, one warpgroup or two) stores both states from the accumulator: no
     # layout conversion (the Triton loop converts each through shared memory) and fewer barriers

@@ -627,6 +627,72 @@ def test_gpu_gluon_loop_resumes_exactly_and_takes_unaligned_rows(monkeypatch, va
     assert all(torch.equal(a, b) for a, b in zip(res, (y, ht, hb)))
 
 
+def _close_in_the_last_place(a, b):
+    """``a`` and ``b`` (16-bit) equal but for a few elements a rounding apart: at most 2 % differ, none by
+    more than two units in the last place of the larger (bf16: 2^-7 relative) plus 1e-3."""
+    a, b = a.float(), b.float()
+    diff = (a - b).abs()
+    assert (diff > 0).float().mean().item() <= 0.02, (diff > 0).float().mean().item()
+    bound = 2.0**-7 * torch.maximum(a.abs(), b.abs()) + 1e-3
+    assert bool((diff <= bound).all()), (diff - bound).max().item()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,H,P,N,G", GPU_SHAPES)
+@pytest.mark.parametrize("dper", [False, True])
+def test_gpu_fused_gluon_program_gives_the_loops_states(monkeypatch, name, H, P, N, G, dper):
+    """``WS=1`` (``kernels.ssd_fused_gluon``: the loop and its output in one warp-specialised program,
+    the chunk-start states through shared memory): final and boundary states bit for bit the
+    default's (its state partition is the Gluon loop, whose bits are the Triton loop's), outputs the
+    default's but for the last place of a few (it adds the output's two products instead of
+    accumulating one onto the other), on varlen with a ragged start and initial states, D per head
+    and per channel, with every boundary, a stride and none, the call repeated; and it ran."""
+    args, kw = _cuda_case(f"fused-{name}", H, P, N, G, torch.bfloat16, T=3000)
+    if dper:
+        kw["D"] = torch.linspace(-1.0, 1.0, H * P, device="cuda").reshape(H, P)
+    x, _, _, B, C = args
+    assert ssd._gluon_fits(x.device, x.reshape(-1, H, P), C.reshape(-1, G, N), P, N)
+    launched = []
+    real = ssd._fused_gluon
+    monkeypatch.setattr(ssd, "_fused_gluon", lambda *a, **k: launched.append(k) or real(*a, **k))
+    runs = {}
+    for v in ("WS=0", "WS=1"):
+        monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", v)
+        runs[v] = [chunk_ssd(*args, **kw, **opt) for opt in ({}, {"boundary_stride": 4}, {"boundary_states": False})]
+        runs[v].append(chunk_ssd(*args, **kw))
+    assert not ssd._GLUON_FAILED, ssd._GLUON_FAILED
+    assert len(launched) == 4 and all(k["D_PER_P"] == dper for k in launched)
+    for ref, ws in zip(runs["WS=0"], runs["WS=1"]):
+        _close_in_the_last_place(ws[0], ref[0])
+        assert torch.equal(ref[1], ws[1])
+        assert (ref[2] is None and ws[2] is None) or torch.equal(ref[2], ws[2])
+    # and against the per-token oracle, as the default is checked
+    check(runs["WS=1"][0], naive_ssd(*args, **kw), 2e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_fused_gluon_program_resumes_exactly(monkeypatch):
+    """The fused program resumed from an emitted state gives the uninterrupted run's bits (its
+    outputs too: the same program on both sides)."""
+    monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", "WS=1")
+    _, H, P, N, G = GPU_SHAPES[1]
+    args, kw = _cuda_case("fused-resume", H, P, N, G, torch.bfloat16, T=1000)
+    _assert_resumes_exactly(args, dict(D=kw["D"], dt_bias=kw["dt_bias"]))
+
+
+@COMPAT
+def test_the_fused_gluon_program_is_a_hopper_option_the_interpreter_leaves_out(monkeypatch):
+    """``KERNELS_CONFIG_SSD_STATE=WS=1``: on the CPU the call runs the two kernels and gives the
+    default's bits."""
+    gen = torch.Generator().manual_seed(29)
+    x, dt, A, B, C, D, bias, _ = make(gen, 140, 2, 64, 64, 1, dtype=torch.float16)
+    runs = []
+    for v in ("WS=0", "WS=1"):
+        monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", v)
+        runs.append(chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias))
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
 @COMPAT
 def test_the_gluon_loop_is_a_hopper_option_the_interpreter_leaves_out(monkeypatch):
     """``KERNELS_CONFIG_SSD_STATE=GLUON=1`` (the Gluon loop, sm_90a only): on the CPU the call runs
