@@ -50,7 +50,7 @@ NBUF = 2
 #: stages of the output partition's C / B / x ring (chunk c's and chunk c + 1's)
 OUT_RING = 2
 #: registers a thread of the output partition gets (the state partition gets the rest)
-OUT_REGS = 240
+OUT_REGS = 232
 
 if gluon is not None:
     _RING = ttgl.constexpr(RING)
@@ -194,7 +194,6 @@ if gluon is not None:
         _out_load(cbuf, obuf, xbuf, 1, x, Bm, Cm, ts0 + 64, c0 + 1 < c1, bos, eos, i_h, grp, sxt, sxh, sbt, sbg,
                   sct, scg, rx, oP, rb, oN)  # fmt: skip
         gr, gcol, dcol = _out_gates(gam, dtc, c0, c0 < c1, i_h, H, r_p, c_p)
-        gr_n, gcol_n, dcol_n = _out_gates(gam, dtc, c0 + 1, c0 + 1 < c1, i_h, H, r_p, c_p)
         async_copy.wait_group(1)
         fence_async_shared()
         cb = warpgroup_mma(cbuf.index(0), obuf.index(0).permute([1, 0]), zero, use_acc=False, is_async=True)
@@ -208,12 +207,15 @@ if gluon is not None:
             async_copy.wait_group(0)  # chunk c + 1's rows have landed
             fence_async_shared()
             cbn = warpgroup_mma(cbuf.index(st1), obuf.index(st1).permute([1, 0]), zero, use_acc=False, is_async=True)
+            # chunk c + 1's gates (for its scores, at the end of this step), loaded while the
+            # products run: only the rows' gamma is carried from step to step (registers: the
+            # columns' vectors are 16 a thread each)
+            gr_n, gcol_n, dcol_n = _out_gates(gam, dtc, c + 1, c + 1 < c1, i_h, H, r_p, c_p)
             b = i % _NBUF
             mbarrier.wait(full.index(b), (i // _NBUF) & 1)
             # C [64, N] by the chunk-start state's transpose [N, P]
             oh = warpgroup_mma(cbuf.index(st), sbuf.index(b).permute([1, 0]), zero, use_acc=False, is_async=True)
             pv = warpgroup_mma(pbuf, xbuf.index(st), zero, use_acc=False, is_async=True)
-            gr_nn, gcol_nn, dcol_nn = _out_gates(gam, dtc, c + 2, c + 2 < c1, i_h, H, r_p, c_p)
             cbn, oh, pv = warpgroup_mma_wait(0, deps=[cbn, oh, pv])
             yv = oh * ttgl.exp(gr)[:, None] + pv
             if HAS_D:
@@ -228,8 +230,7 @@ if gluon is not None:
             yoff = (ts + r_p).to(ttgl.int64)[:, None] * (H * P) + i_h * P + oP_a[None, :]
             ttgl.store(y + yoff, yv.to(dt), mask=m_o[:, None] & (oP_a[None, :] < P))
             _scores(cbn, gr_n, gcol_n, dcol_n, causal, pbuf, dt)
-            gr, gcol, dcol = gr_n, gcol_n, dcol_n
-            gr_n, gcol_n, dcol_n = gr_nn, gcol_nn, dcol_nn
+            gr = gr_n
         async_copy.wait_group(0)
 
     @gluon.jit(do_not_specialize=["has_h0"])
