@@ -84,7 +84,11 @@ __all__ = ["chunk_ssd", "SSD_CONFIGS"]
 #: emits a state: on the H100 (session 19, ``ssd_bench --variant tma:...``, graphed, one run) the
 #: call took 0.94x / 0.95x / 0.97x the plain stores' time at 4K / 8K / 32K tokens with a state
 #: every 256 tokens (marconi-7b; Nemotron-H 8B 0.95x / 0.96x / 0.98x) and 1.03-1.05x with one
-#: every 64 (a copy issued and waited for at every chunk). ``KERNELS_CONFIG_SSD_STATE`` / ``KERNELS_CONFIG_SSD_OUT``
+#: every 64 (a copy issued and waited for at every chunk). ``WS`` (opt-in, Hopper): the loop and its output in one
+#: warp-specialised Gluon program (``kernels.ssd_fused_gluon``), no chunk-start copies through memory: on the H100
+#: (session 29, graphed, marconi-7b, a state every 64 tokens) 0.220 / 0.434 / 1.751 ms at 4K / 8K / 32K tokens
+#: against 0.309 / 0.610 / 2.431 (0.66-0.75x the faster of mamba_ssm and FLA).
+#: ``KERNELS_CONFIG_SSD_STATE`` / ``KERNELS_CONFIG_SSD_OUT``
 #: (e.g. "BP=32,num_warps=4,num_stages=3", and ``maxnreg``) override them.
 TMA_NEVER, TMA_ALWAYS, TMA_SPARSE = 0, 1, 2  # ``TMA_B``'s values
 #: ``TMA_SPARSE``: bulk copies where the call emits at most one boundary state per this many chunks
