@@ -440,6 +440,12 @@ def _gluon_fits(dev: torch.device, x2: torch.Tensor, B2: torch.Tensor, P: int, N
     return all(t.data_ptr() % 16 == 0 and t.stride(0) % 8 == 0 and t.stride(1) % 8 == 0 for t in (x2, B2))
 
 
+def _fused_fits(dev: torch.device, x2: torch.Tensor, B2: torch.Tensor, C2: torch.Tensor, P: int, N: int) -> bool:
+    """Whether the fused Gluon program (``WS``) can take this call: the Gluon loop's conditions for x
+    and B, and C's rows aligned as B's (its output partition copies C by ``cp.async`` too)."""
+    return _gluon_fits(dev, x2, B2, P, N) and _gluon_fits(dev, x2, C2, P, N)
+
+
 def _fused_gluon(x2, B2, C2, Dv, gam, dtc, y, h0, ht, hb, meta, has_h0: int, **consts) -> bool:
     """Launch the warp-specialised Gluon program of the state loop and its output (``WS``,
     ``kernels.ssd_fused_gluon``; one program a sequence and head); False where it did not compile
@@ -601,7 +607,7 @@ def chunk_ssd(x, dt, A, B, C, **options):
         raise ValueError(f"KERNELS_CONFIG_SSD_STATE: GLUON={wg}, expected 0 or one of {ssd_gluon.GLUON_WARPGROUPS}")
     glu = bool(wg) and ovl and BP == P and _gluon_fits(dev, x2, B2, P, N)
     # ``WS``: the loop and its output in one warp-specialised Gluon program (no chunk-start copies)
-    ws = bool(cfg.pop("WS", 0)) and ovl and _gluon_fits(dev, x2, B2, P, N) and _gluon_fits(dev, x2, C2, P, N)
+    ws = bool(cfg.pop("WS", 0)) and ovl and _fused_fits(dev, x2, B2, C2, P, N)
     nps = triton.cdiv(P, BP)
     store = store_b and meta.num_boundaries > 0
     # scratch of the output kernel: each chunk's gamma and dt, its start state in the input dtype

@@ -694,6 +694,48 @@ def test_the_fused_gluon_program_is_a_hopper_option_the_interpreter_leaves_out(m
 
 
 @COMPAT
+@pytest.mark.parametrize("compiles", [True, False])
+def test_the_fused_program_is_launched_where_it_fits_and_falls_back_whole(monkeypatch, compiles):
+    """The host path of ``WS=1``, in the interpreter with the GPU's checks stubbed: where the call
+    overlaps and x, B and C fit the Gluon program, ``_fused_gluon`` gets the call's shape and flags (the
+    boundary states, D per channel) and its result is the call's (nothing else launched); where it
+    does not compile, the two kernels run after each other (not beside: no progress counters) and
+    give the oracle's result; C's rows are checked as B's."""
+    gen = torch.Generator().manual_seed(31)
+    H, P, N, G = 2, 64, 64, 1
+    x, dt, A, B, C, D, bias, _ = make(gen, 150, H, P, N, G, dtype=torch.float16)
+    D = torch.linspace(-1.0, 1.0, H * P).reshape(H, P)
+    ref = naive_ssd(x, dt, A, B, C, D=D, dt_bias=bias)
+    calls = []
+
+    def fused(*a, **k):
+        calls.append(k)
+        if compiles:
+            a[6].fill_(7.0)  # y: the program's output stands for the call's
+        return compiles
+
+    monkeypatch.setattr(ssd, "_overlaps", lambda dev: True)
+    monkeypatch.setattr(ssd, "_gluon_fits", lambda dev, x2, t2, P, N: True)
+    monkeypatch.setattr(ssd, "_fused_gluon", fused)
+    monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", "WS=1")
+    y, ht, hb = chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias)
+    assert len(calls) == 1
+    assert calls[0] == dict(H=H, GROUP=H // G, P=P, N=N, STORE_B=True, HAS_D=True, D_PER_P=True)
+    if compiles:
+        assert bool((y == 7.0).all())
+    else:
+        check((y, ht, hb), ref, 2e-2)
+    # no boundary states asked for: the program stores none
+    chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, boundary_states=False)
+    assert calls[-1]["STORE_B"] is False and len(calls) == 2
+    # the program takes C's rows by cp.async too: rows that do not fit (the B check alone would pass)
+    # keep the call off it
+    x2, B2, C2 = (t.reshape(-1, *t.shape[2:]) for t in (x, B, C))
+    monkeypatch.setattr(ssd, "_gluon_fits", lambda dev, xx, t2, P, N: t2 is not C2)
+    assert not ssd._fused_fits(x.device, x2, B2, C2, P, N) and ssd._fused_fits(x.device, x2, B2, B2, P, N)
+
+
+@COMPAT
 def test_the_gluon_loop_is_a_hopper_option_the_interpreter_leaves_out(monkeypatch):
     """``KERNELS_CONFIG_SSD_STATE=GLUON=1`` (the Gluon loop, sm_90a only): on the CPU the call runs
     the Triton loop and gives the default's bits; the loop takes 16-bit inputs, P = 64, N of 64 or
