@@ -15,6 +15,7 @@ fp32 operands (its bf16 products are wrong, triton-lang/triton#11584), fp16 ones
 """
 
 import math
+import warnings
 import zlib
 
 import pytest
@@ -696,11 +697,14 @@ def test_the_fused_gluon_program_is_a_hopper_option_the_interpreter_leaves_out(m
 @COMPAT
 @pytest.mark.parametrize("compiles", [True, False])
 def test_the_fused_program_is_launched_where_it_fits_and_falls_back_whole(monkeypatch, compiles):
-    """The host path of ``WS=1``, in the interpreter with the GPU's checks stubbed: where the call
-    overlaps and x, B and C fit the Gluon program, ``_fused_gluon`` gets the call's shape and flags (the
-    boundary states, D per channel) and its result is the call's (nothing else launched); where it
-    does not compile, the two kernels run after each other (not beside: no progress counters) and
-    give the oracle's result; C's rows are checked as B's."""
+    """The host path of ``WS=1``, in the interpreter with the GPU's checks and the Gluon program stubbed:
+    where the call overlaps and x, B and C fit the program, it is launched once, a program a sequence
+    and head, with the call's strides, shape and flags (the boundary states, D per channel), and its
+    output is the call's (nothing else launched); where it does not compile, one warning names the
+    error's last line, the failure is remembered, and the two kernels run after each other (not
+    beside: no progress counters) and give the oracle's result; C's rows are checked as B's."""
+    from kernels import ssd_fused_gluon
+
     gen = torch.Generator().manual_seed(31)
     H, P, N, G = 2, 64, 64, 1
     x, dt, A, B, C, D, bias, _ = make(gen, 150, H, P, N, G, dtype=torch.float16)
@@ -708,26 +712,39 @@ def test_the_fused_program_is_launched_where_it_fits_and_falls_back_whole(monkey
     ref = naive_ssd(x, dt, A, B, C, D=D, dt_bias=bias)
     calls = []
 
-    def fused(*a, **k):
-        calls.append(k)
-        if compiles:
-            a[6].fill_(7.0)  # y: the program's output stands for the call's
-        return compiles
+    class Program:  # the Gluon program as launched: ``kernel[grid](*args, **consts)``
+        def __getitem__(self, grid):
+            def launch(*a, **k):
+                calls.append((grid, a, k))
+                if not compiles:
+                    raise RuntimeError("ptxas failed\nout of registers")
+                a[6].fill_(7.0)  # y: the program's output stands for the call's
 
+            return launch
+
+    failed = []
+    monkeypatch.setattr(ssd, "_GLUON_FAILED", failed)
     monkeypatch.setattr(ssd, "_overlaps", lambda dev: True)
     monkeypatch.setattr(ssd, "_gluon_fits", lambda dev, x2, t2, P, N: True)
-    monkeypatch.setattr(ssd, "_fused_gluon", fused)
+    monkeypatch.setattr(ssd_fused_gluon, "_gluon_ssd_fused_kernel", Program())
     monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", "WS=1")
-    y, ht, hb = chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias)
-    assert len(calls) == 1
-    assert calls[0] == dict(H=H, GROUP=H // G, P=P, N=N, STORE_B=True, HAS_D=True, D_PER_P=True)
     if compiles:
-        assert bool((y == 7.0).all())
+        y, ht, hb = chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias)
+        assert bool((y == 7.0).all()) and not failed
     else:
+        with pytest.warns(UserWarning, match=r"did not compile \(RuntimeError: out of registers\)") as rec:
+            y, ht, hb = chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias)
+        assert len(rec) == 1 and len(failed) == 1
         check((y, ht, hb), ref, 2e-2)
+    assert len(calls) == 1
+    grid, a, k = calls[0]
+    assert grid == (1, H) and a[13:20] == (H * P, P, G * N, N, G * N, N, 0)
+    assert k == dict(H=H, GROUP=H // G, P=P, N=N, STORE_B=True, HAS_D=True, D_PER_P=True, num_warps=4)
     # no boundary states asked for: the program stores none
-    chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, boundary_states=False)
-    assert calls[-1]["STORE_B"] is False and len(calls) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, boundary_states=False)
+    assert calls[-1][2]["STORE_B"] is False and len(calls) == 2
     # the program takes C's rows by cp.async too: rows that do not fit (the B check alone would pass)
     # keep the call off it
     x2, B2, C2 = (t.reshape(-1, *t.shape[2:]) for t in (x, B, C))
