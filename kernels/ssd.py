@@ -99,7 +99,7 @@ SSD_CONFIGS = {
         "half-ovl": dict(
             BP=64, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=1, SIG=4, TMA_B=TMA_SPARSE, GLUON=0, WS=0
         ),
-        "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1, TMA_B=0),
+        "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1, TMA_B=0, GLUON=0, WS=0),
     },
     "out": {
         "half": dict(BP=64, num_warps=4, num_stages=2, DISCARD=0),

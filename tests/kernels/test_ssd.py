@@ -684,14 +684,16 @@ def test_gpu_fused_gluon_program_resumes_exactly(monkeypatch):
 @COMPAT
 def test_the_fused_gluon_program_is_a_hopper_option_the_interpreter_leaves_out(monkeypatch):
     """``KERNELS_CONFIG_SSD_STATE=WS=1``: on the CPU the call runs the two kernels and gives the
-    default's bits."""
+    default's bits; fp32 inputs (which neither Gluon program takes) accept the keys and ignore them,
+    so one setting serves a process's calls of every dtype."""
     gen = torch.Generator().manual_seed(29)
-    x, dt, A, B, C, D, bias, _ = make(gen, 140, 2, 64, 64, 1, dtype=torch.float16)
-    runs = []
-    for v in ("WS=0", "WS=1"):
-        monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", v)
-        runs.append(chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias))
-    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    for dtype in (torch.float16, torch.float32):
+        x, dt, A, B, C, D, bias, _ = make(gen, 140, 2, 64, 64, 1, dtype=dtype)
+        runs = []
+        for v in ("WS=0", "WS=1,GLUON=1"):
+            monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", v)
+            runs.append(chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias))
+        assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
 @COMPAT
