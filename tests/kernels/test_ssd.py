@@ -708,7 +708,7 @@ def test_the_fused_program_is_launched_where_it_fits_and_falls_back_whole(monkey
     from kernels import ssd_fused_gluon
 
     gen = torch.Generator().manual_seed(31)
-    H, P, N, G = 2, 64, 64, 1
+    H, P, N, G = 4, 64, 64, 2  # two groups: B's and C's row strides (G * N) differ from their column's
     x, dt, A, B, C, D, bias, _ = make(gen, 150, H, P, N, G, dtype=torch.float16)
     D = torch.linspace(-1.0, 1.0, H * P).reshape(H, P)
     ref = naive_ssd(x, dt, A, B, C, D=D, dt_bias=bias)
@@ -741,12 +741,14 @@ def test_the_fused_program_is_launched_where_it_fits_and_falls_back_whole(monkey
     assert len(calls) == 1
     grid, a, k = calls[0]
     assert grid == (1, H) and a[13:20] == (H * P, P, G * N, N, G * N, N, 0)
+    assert a[6] is y and a[8] is ht and a[9] is hb  # the program writes the call's own tensors
     assert k == dict(H=H, GROUP=H // G, P=P, N=N, STORE_B=True, HAS_D=True, D_PER_P=True, num_warps=4)
     # no boundary states asked for: the program stores none
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         chunk_ssd(x, dt, A, B, C, D=D, dt_bias=bias, boundary_states=False)
     assert calls[-1][2]["STORE_B"] is False and len(calls) == 2
+    assert calls[-1][1][9] is calls[-1][1][8]  # no boundary tensor: the final state's stands in
     # the program takes C's rows by cp.async too: rows that do not fit (the B check alone would pass)
     # keep the call off it
     x2, B2, C2 = (t.reshape(-1, *t.shape[2:]) for t in (x, B, C))
