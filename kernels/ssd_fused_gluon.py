@@ -42,7 +42,7 @@ if gluon is not None:
         warpgroup_mma_wait,
     )
 
-    from kernels.ssd_gluon import _chunk_gates, _ring_load
+    from kernels.ssd_gluon import _issue_product, _ring_ahead, _ring_start, _sequence, _state_start
     from kernels.state_gluon import _WARPS, _cp_async, _cta_barrier
 
 #: shared buffers of chunk-start states between the two partitions
@@ -72,37 +72,20 @@ if gluon is not None:
         XL: ttgl.constexpr = ttgl.BlockedLayout([1, 8], [32 // (P // 8), P // 8], [_WARPS, 1], [1, 0])
         BL: ttgl.constexpr = ttgl.BlockedLayout([1, 8], [32 // (N // 8), N // 8], [_WARPS, 1], [1, 0])
         dt: ttgl.constexpr = x.dtype.element_ty
-        oP_a = ttgl.arange(0, P, layout=ttgl.SliceLayout(1, ACC))
-        oN_a = ttgl.arange(0, N, layout=ttgl.SliceLayout(0, ACC))
-        sidx = oP_a[:, None] * N + oN_a[None, :]
-        rx = ttgl.arange(0, 64, layout=ttgl.SliceLayout(1, XL))
-        oP = ttgl.arange(0, P, layout=ttgl.SliceLayout(0, XL))
-        rb = ttgl.arange(0, 64, layout=ttgl.SliceLayout(1, BL))
-        oN = ttgl.arange(0, N, layout=ttgl.SliceLayout(0, BL))
-        sbase = (i_n * H + i_h).to(ttgl.int64) * (P * N)
-        S = ttgl.load(h0 + sbase + sidx, mask=(ttgl.full([P, N], 0, ttgl.int32, ACC) + has_h0) != 0, other=0.0)
-        for j in ttgl.static_range(_RING - 1):
-            _ring_load(
-                xbuf, bbuf, j, x, Bm, ts0 + j * 64, c0 + j < c1, bos, eos, i_h, grp, sxt, sxh, sbt, sbg, rx, oP, rb, oN
-            )  # fmt: skip
-        d_c, g_c, last_c = _chunk_gates(gam, dtc, c0, c0 < c1, i_h, H, rb)
+        sidx, rx, oP, rb, oN, sbase, S = _state_start(h0, has_h0, i_n, i_h, H, P, N, ACC, XL, BL)
+        d_c, g_c, last_c = _ring_start(
+            xbuf, bbuf, x, Bm, gam, dtc, c0, c1, ts0, bos, eos, i_h, grp, sxt, sxh, sbt, sbg, H, rx, oP, rb, oN
+        )  # fmt: skip
         prev_slot = -1  # the slot of the previous chunk's end: its state is S at this chunk's start
         for c in range(c0, c1):
             i = c - c0
             ts = ts0 + i * 64
             stage = i % _RING
-            _ring_load(
-                xbuf, bbuf, (i + _RING - 1) % _RING, x, Bm, ts + (_RING - 1) * 64, c + _RING - 1 < c1, bos, eos, i_h,
-                grp, sxt, sxh, sbt, sbg, rx, oP, rb, oN,
+            d_n, g_n, last_n, slot = _ring_ahead(
+                xbuf, bbuf, x, Bm, gam, dtc, store_slot, c, i, ts, c1, bos, eos, i_h, grp, sxt, sxh, sbt, sbg, H,
+                rx, oP, rb, oN,
             )  # fmt: skip
-            d_n, g_n, last_n = _chunk_gates(gam, dtc, c + 1, c + 1 < c1, i_h, H, rb)
-            slot = ttgl.load(store_slot + c)
-            async_copy.wait_group(_RING - 1)  # this chunk's x / B tiles have landed
-            wgt = ttgl.exp(last_c - g_c) * d_c
-            bw = bbuf.index(stage).load(BL).to(ttgl.float32) * wgt[:, None]
-            wbuf.store(bw.to(dt))
-            fence_async_shared()
-            acc = warpgroup_mma(xbuf.index(stage).permute([1, 0]), wbuf, S * ttgl.exp(last_c), is_async=True)
+            acc = _issue_product(xbuf, bbuf, wbuf, stage, S, d_c, g_c, last_c, BL, dt)
             # while X^T Bw runs: the chunk-start state to the output partition (once it is done with
             # this buffer's chunk NBUF back; the first NBUF waits pass: an mbarrier starts with its
             # phase 1 complete) and the previous chunk's boundary state (fp32) to memory
@@ -248,11 +231,7 @@ if gluon is not None:
         i_n = ttgl.program_id(0)
         i_h = ttgl.program_id(1)
         grp = i_h // GROUP
-        bos = ttgl.load(seq_info + i_n * 4)
-        eos = ttgl.load(seq_info + i_n * 4 + 1)
-        c0 = ttgl.load(seq_info + i_n * 4 + 2)
-        c1 = ttgl.load(seq_info + i_n * 4 + 3)
-        ts0 = ttgl.load(chunk_info + c0 * 4 + 1, mask=c0 < c1, other=0)  # first (virtual) token
+        bos, eos, c0, c1, ts0 = _sequence(seq_info, chunk_info, i_n)
         # the state partition's ring and scaled B
         xbuf = ttgl.allocate_shared_memory(dt, [_RING, 64, P], X_L)
         bbuf = ttgl.allocate_shared_memory(dt, [_RING, 64, N], B_L)

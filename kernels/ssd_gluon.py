@@ -122,6 +122,73 @@ if gluon is not None:
         last = ttgl.load(gam + row + 63, mask=ok, other=0.0)
         return d, g, last
 
+    @gluon.jit
+    def _sequence(seq_info, chunk_info, i_n):
+        """Sequence ``i_n``'s first token, its end, its chunk range and its first chunk's first
+        (virtual) token."""
+        bos = ttgl.load(seq_info + i_n * 4)
+        eos = ttgl.load(seq_info + i_n * 4 + 1)
+        c0 = ttgl.load(seq_info + i_n * 4 + 2)
+        c1 = ttgl.load(seq_info + i_n * 4 + 3)
+        ts0 = ttgl.load(chunk_info + c0 * 4 + 1, mask=c0 < c1, other=0)
+        return bos, eos, c0, c1, ts0
+
+    @gluon.jit
+    def _state_start(
+        h0, has_h0, i_n, i_h, H: ttgl.constexpr, P: ttgl.constexpr, N: ttgl.constexpr, ACC: ttgl.constexpr,
+        XL: ttgl.constexpr, BL: ttgl.constexpr,
+    ):  # fmt: skip
+        """The index vectors (the state ``[P, N]`` in the accumulator's layout, the rings' rows),
+        the (sequence, head)'s state offset and its initial state (zeros without ``has_h0``)."""
+        oP_a = ttgl.arange(0, P, layout=ttgl.SliceLayout(1, ACC))
+        oN_a = ttgl.arange(0, N, layout=ttgl.SliceLayout(0, ACC))
+        sidx = oP_a[:, None] * N + oN_a[None, :]
+        rx = ttgl.arange(0, 64, layout=ttgl.SliceLayout(1, XL))
+        oP = ttgl.arange(0, P, layout=ttgl.SliceLayout(0, XL))
+        rb = ttgl.arange(0, 64, layout=ttgl.SliceLayout(1, BL))
+        oN = ttgl.arange(0, N, layout=ttgl.SliceLayout(0, BL))
+        sbase = (i_n * H + i_h).to(ttgl.int64) * (P * N)
+        S = ttgl.load(h0 + sbase + sidx, mask=(ttgl.full([P, N], 0, ttgl.int32, ACC) + has_h0) != 0, other=0.0)
+        return sidx, rx, oP, rb, oN, sbase, S
+
+    @gluon.jit
+    def _ring_start(
+        xbuf, bbuf, x, Bm, gam, dtc, c0, c1, ts0, bos, eos, i_h, grp, sxt, sxh, sbt, sbg, H, rx, oP, rb, oN
+    ):
+        """The ring's first ``RING - 1`` chunks on their way, and the first chunk's gates."""
+        for j in ttgl.static_range(_RING - 1):
+            _ring_load(
+                xbuf, bbuf, j, x, Bm, ts0 + j * 64, c0 + j < c1, bos, eos, i_h, grp, sxt, sxh, sbt, sbg, rx, oP, rb, oN
+            )  # fmt: skip
+        return _chunk_gates(gam, dtc, c0, c0 < c1, i_h, H, rb)
+
+    @gluon.jit
+    def _ring_ahead(
+        xbuf, bbuf, x, Bm, gam, dtc, store_slot, c, i, ts, c1, bos, eos, i_h, grp, sxt, sxh, sbt, sbg, H, rx, oP, rb, oN
+    ):  # fmt: skip
+        """At chunk ``c`` (the program's ``i``-th, from token ``ts``): chunk ``c + RING - 1``'s rows on
+        their way into the ring, chunk ``c + 1``'s gates, and the boundary slot of chunk ``c``'s end."""
+        _ring_load(
+            xbuf, bbuf, (i + _RING - 1) % _RING, x, Bm, ts + (_RING - 1) * 64, c + _RING - 1 < c1, bos, eos, i_h,
+            grp, sxt, sxh, sbt, sbg, rx, oP, rb, oN,
+        )  # fmt: skip
+        d_n, g_n, last_n = _chunk_gates(gam, dtc, c + 1, c + 1 < c1, i_h, H, rb)
+        slot = ttgl.load(store_slot + c)
+        return d_n, g_n, last_n, slot
+
+    @gluon.jit
+    def _issue_product(xbuf, bbuf, wbuf, stage, S, d_c, g_c, last_c, BL: ttgl.constexpr, dt: ttgl.constexpr):
+        """Once ring ``stage``'s tiles have landed: B scaled by each row's decay to the chunk's end
+        x dt (as the Triton loop rounds it) into ``wbuf``, and ``S exp(gamma_last) + X^T Bw`` issued
+        on wgmma, the decayed state its accumulator (Triton folds ``S * e + dot`` so too); returns
+        the product's token."""
+        async_copy.wait_group(_RING - 1)
+        wgt = ttgl.exp(last_c - g_c) * d_c
+        bw = bbuf.index(stage).load(BL).to(ttgl.float32) * wgt[:, None]
+        wbuf.store(bw.to(dt))
+        fence_async_shared()
+        return warpgroup_mma(xbuf.index(stage).permute([1, 0]), wbuf, S * ttgl.exp(last_c), is_async=True)
+
     @gluon.jit(do_not_specialize=["has_h0"])
     def _gluon_ssd_state_kernel(
         x, Bm, gam, dtc, hs, h0, ht, hb, hb_desc, seq_info, chunk_info, store_slot, sxt, sxh, sbt, sbg, has_h0,
@@ -142,26 +209,13 @@ if gluon is not None:
         i_n = ttgl.program_id(0)
         i_h = ttgl.program_id(1)
         grp = i_h // GROUP
-        bos = ttgl.load(seq_info + i_n * 4)
-        eos = ttgl.load(seq_info + i_n * 4 + 1)
-        c0 = ttgl.load(seq_info + i_n * 4 + 2)
-        c1 = ttgl.load(seq_info + i_n * 4 + 3)
-        ts0 = ttgl.load(chunk_info + c0 * 4 + 1, mask=c0 < c1, other=0)  # first (virtual) token
+        bos, eos, c0, c1, ts0 = _sequence(seq_info, chunk_info, i_n)
         if OVL:
             # the output kernel (launched programmatically dependent) may start once every program
             # of this loop is resident; it waits on ``prog`` for the chunks it reads
             gdc_launch_dependents()
         pslot = i_n * H + i_h  # the (sequence, head)'s one progress counter (one P block)
-        # index vectors: the state [P, N] in the accumulator's layout, the rings' rows
-        oP_a = ttgl.arange(0, P, layout=ttgl.SliceLayout(1, ACC))
-        oN_a = ttgl.arange(0, N, layout=ttgl.SliceLayout(0, ACC))
-        sidx = oP_a[:, None] * N + oN_a[None, :]
-        rx = ttgl.arange(0, 64, layout=ttgl.SliceLayout(1, XL))
-        oP = ttgl.arange(0, P, layout=ttgl.SliceLayout(0, XL))
-        rb = ttgl.arange(0, 64, layout=ttgl.SliceLayout(1, BL))
-        oN = ttgl.arange(0, N, layout=ttgl.SliceLayout(0, BL))
-        sbase = (i_n * H + i_h).to(ttgl.int64) * (P * N)
-        S = ttgl.load(h0 + sbase + sidx, mask=(ttgl.full([P, N], 0, ttgl.int32, ACC) + has_h0) != 0, other=0.0)
+        sidx, rx, oP, rb, oN, sbase, S = _state_start(h0, has_h0, i_n, i_h, H, P, N, ACC, XL, BL)
         xbuf = ttgl.allocate_shared_memory(dt, [_RING, 64, P], X_L)
         bbuf = ttgl.allocate_shared_memory(dt, [_RING, 64, N], B_L)
         wbuf = ttgl.allocate_shared_memory(dt, [64, N], B_L)  # the product's B operand, scaled
@@ -169,30 +223,19 @@ if gluon is not None:
             # the fp32 boundary states' way out: a ring of TMA_BUFFERS the copy engine reads
             obuf = ttgl.allocate_shared_memory(ttgl.float32, [_TMA_BUFFERS, P, N], hb_desc.layout)
         nout = 0  # boundary states handed to the copy engine
-        for j in ttgl.static_range(_RING - 1):
-            _ring_load(
-                xbuf, bbuf, j, x, Bm, ts0 + j * 64, c0 + j < c1, bos, eos, i_h, grp, sxt, sxh, sbt, sbg, rx, oP, rb, oN
-            )  # fmt: skip
-        d_c, g_c, last_c = _chunk_gates(gam, dtc, c0, c0 < c1, i_h, H, rb)
+        d_c, g_c, last_c = _ring_start(
+            xbuf, bbuf, x, Bm, gam, dtc, c0, c1, ts0, bos, eos, i_h, grp, sxt, sxh, sbt, sbg, H, rx, oP, rb, oN
+        )  # fmt: skip
         prev_slot = -1  # the slot of the previous chunk's end: its state is S at this chunk's start
         for c in range(c0, c1):
             i = c - c0
             ts = ts0 + i * 64
             stage = i % _RING
-            _ring_load(
-                xbuf, bbuf, (i + _RING - 1) % _RING, x, Bm, ts + (_RING - 1) * 64, c + _RING - 1 < c1, bos, eos, i_h,
-                grp, sxt, sxh, sbt, sbg, rx, oP, rb, oN,
+            d_n, g_n, last_n, slot = _ring_ahead(
+                xbuf, bbuf, x, Bm, gam, dtc, store_slot, c, i, ts, c1, bos, eos, i_h, grp, sxt, sxh, sbt, sbg, H,
+                rx, oP, rb, oN,
             )  # fmt: skip
-            d_n, g_n, last_n = _chunk_gates(gam, dtc, c + 1, c + 1 < c1, i_h, H, rb)
-            slot = ttgl.load(store_slot + c)
-            async_copy.wait_group(_RING - 1)  # this chunk's x / B tiles have landed
-            # B scaled by each row's decay to the chunk's end x dt, as the Triton loop rounds it
-            wgt = ttgl.exp(last_c - g_c) * d_c
-            bw = bbuf.index(stage).load(BL).to(ttgl.float32) * wgt[:, None]
-            wbuf.store(bw.to(dt))
-            fence_async_shared()
-            # the decayed state is the product's accumulator (Triton folds ``S * e + dot`` so too)
-            acc = warpgroup_mma(xbuf.index(stage).permute([1, 0]), wbuf, S * ttgl.exp(last_c), is_async=True)
+            acc = _issue_product(xbuf, bbuf, wbuf, stage, S, d_c, g_c, last_c, BL, dt)
             # while X^T Bw runs: the chunk-start state (bf16, for the output kernel) and the previous
             # chunk's boundary state (fp32), both from the registers
             ttgl.store(hs + (c * H + i_h).to(ttgl.int64) * (P * N) + sidx, S.to(dt))
