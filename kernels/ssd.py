@@ -446,46 +446,49 @@ def _fused_fits(dev: torch.device, x2: torch.Tensor, B2: torch.Tensor, C2: torch
     return _gluon_fits(dev, x2, B2, P, N) and _gluon_fits(dev, x2, C2, P, N)
 
 
+def _compiled(what: str, instead: str, launch) -> bool:
+    """Run ``launch`` (a Gluon program's launch); False where it raised: one warning naming
+    ``what`` and the error's last line (``instead`` runs from then on: the failure is remembered in
+    ``_GLUON_FAILED``, which turns the Gluon programs off for the process)."""
+    try:
+        launch()
+    except Exception as exc:  # noqa: BLE001 - any compile error of a Gluon program: fall back
+        first = (str(exc).strip().splitlines() or [""])[-1]
+        warnings.warn(f"{what} did not compile ({type(exc).__name__}: {first}); {instead}", stacklevel=4)
+        _GLUON_FAILED.append(exc)
+        return False
+    return True
+
+
 def _fused_gluon(x2, B2, C2, Dv, gam, dtc, y, h0, ht, hb, meta, has_h0: int, **consts) -> bool:
     """Launch the warp-specialised Gluon program of the state loop and its output (``WS``,
     ``kernels.ssd_fused_gluon``; one program a sequence and head); False where it did not compile
     (a warning, and the two-kernel call runs from then on)."""
-    try:
+
+    def launch():
         ssd_fused_gluon._gluon_ssd_fused_kernel[(meta.num_seqs, consts["H"])](
             x2, B2, C2, Dv, gam, dtc, y, h0, ht, hb, meta.seq_info, meta.chunk_info, meta.store_slot,
             x2.stride(0), x2.stride(1), B2.stride(0), B2.stride(1), C2.stride(0), C2.stride(1), has_h0,
             **consts, num_warps=GLUON_WARPS,
         )  # fmt: skip
-    except Exception as exc:  # noqa: BLE001 - any compile error of the Gluon program: fall back
-        first = (str(exc).strip().splitlines() or [""])[-1]
-        warnings.warn(
-            f"the fused Gluon SSD program did not compile ({type(exc).__name__}: {first}); using the two kernels",
-            stacklevel=3,
-        )
-        _GLUON_FAILED.append(exc)
-        return False
-    return True
+
+    return _compiled("the fused Gluon SSD program", "using the two kernels", launch)
 
 
 def _gluon_loop(x2, B2, gam, dtc, hs, h0, ht, hb, meta, has_h0: int, prog, **consts) -> bool:
     """Launch the Gluon state loop (one program a sequence and head); False where it did not
     compile (a warning, and the Triton loop runs from then on). ``TMA``: the boundary states by
     bulk copies from a ring of shared buffers (``hb`` contiguous fp32)."""
-    try:
+
+    def launch():
         desc = ssd_gluon.boundary_descriptor(hb, consts["P"], consts["N"]) if consts["TMA"] else None
         ssd_gluon._gluon_ssd_state_kernel[(meta.num_seqs, consts["H"])](
             x2, B2, gam, dtc, hs, h0, ht, hb, desc, meta.seq_info, meta.chunk_info, meta.store_slot,
             x2.stride(0), x2.stride(1), B2.stride(0), B2.stride(1), has_h0, prog,
             **consts, num_warps=GLUON_WARPS * consts["WG"],
         )  # fmt: skip
-    except Exception as exc:  # noqa: BLE001 - any compile error of the Gluon loop: fall back
-        first = (str(exc).strip().splitlines() or [""])[-1]
-        warnings.warn(
-            f"the Gluon SSD loop did not compile ({type(exc).__name__}: {first}); using the Triton loop", stacklevel=3
-        )
-        _GLUON_FAILED.append(exc)
-        return False
-    return True
+
+    return _compiled("the Gluon SSD loop", "using the Triton loop", launch)
 
 
 def _discarded_lines(dev: torch.device, npo: int, nbytes: int) -> int:

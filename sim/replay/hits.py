@@ -28,6 +28,12 @@ def check_boundary(hit: int) -> int:
     return hit // CHUNK * CHUNK
 
 
+def reference_bounds(hit: int) -> list:
+    """The from-scratch reference's kernel boundaries: the check's boundary, none at 0."""
+    b = check_boundary(hit)
+    return [b] if b > 0 else []
+
+
 class SuffixOutputs:
     """A hit's suffix outputs (``outs[layer]``: rows of positions ``[hit, end)``), compared with a
     from-scratch run's layer by layer as that run makes them (``compare``): each layer's pair is
@@ -199,7 +205,7 @@ class HitChecker:
 
         marks = Marks(model.device)
         t0 = self.clock.start(kind="reference")  # its own sleep window: not the suffix calls'
-        bounds = [b] if b > 0 else []
+        bounds = reference_bounds(f.hit)
         ref, _, _ = model.run(  # each layer's suffix rows compared as they come, none kept
             tok[: f.n_in], None, 0, bounds, capture, marks=marks, on_output=compare
         )
@@ -234,11 +240,15 @@ class HitChecker:
         """The hit's from-scratch reference timed once more (``--saved-timing alternate``): the
         whole prompt in one call with the check's boundary (the 64-multiple below the hit), behind
         a sleep of its kind, nothing captured or compared. Returns ``(handle, marks)``."""
-        b = check_boundary(f.hit)
         marks = Marks(self.model.device)
         t0 = self.clock.start(kind="reference")
-        self.model.run(tok[: f.n_in], None, 0, [b] if b > 0 else [], lambda *a: None, marks=marks)
+        self._unchecked(f, tok, reference_bounds(f.hit), marks)
         return self.clock.stop(t0), marks
+
+    def _unchecked(self, f: Flight, tok, bounds: list, marks: Marks) -> None:
+        """The hit's from-scratch reference run for its time alone: the whole prompt in one call
+        with the check's boundaries, nothing captured or compared, its states handed to no one."""
+        self.model.run(tok[: f.n_in], None, 0, bounds, lambda *a: None, marks=marks)
 
     def _retime_reference(self, f: Flight, tok, bounds: list, first):
         """The reference's host issue outran the sleep queued ahead of it (``Stopwatch.outran``,
@@ -249,9 +259,7 @@ class HitChecker:
         issue taken out of the window; the second time is the request's ``full`` time, the first kept in
         ``f.times.full_first``. Returns ``(handle, marks)`` of the second call."""
         marks = Marks(self.model.device)
-        h = self.clock.again(
-            first, lambda: self.model.run(tok[: f.n_in], None, 0, bounds, lambda *a: None, marks=marks)
-        )
+        h = self.clock.again(first, lambda: self._unchecked(f, tok, bounds, marks))
         f.times.full_first = first
         return h, marks
 

@@ -410,7 +410,7 @@ class Replayer:
             self._done_wanted(f, end1)
             if timed and f.validate and f.hit > 0:
                 self._validate(f, outs)
-                if self.alternate and f.record.validated and self.batched is None:
+                if self.alternate and f.record.validated:  # per-request timing only: no batched replay
                     self._time_again(f, tok, begin, wanted, segments)
         if upto > f.pos:
             wanted = [p for p in f.wanted if f.pos < p <= upto]
