@@ -727,7 +727,8 @@ def test_the_fused_program_is_launched_where_it_fits_and_falls_back_whole(monkey
     failed = []
     monkeypatch.setattr(ssd, "_GLUON_FAILED", failed)
     monkeypatch.setattr(ssd, "_overlaps", lambda dev: True)
-    monkeypatch.setattr(ssd, "_gluon_fits", lambda dev, x2, t2, P, N: True)
+    # the device first (a call that swapped it with x would not take the program)
+    monkeypatch.setattr(ssd, "_gluon_fits", lambda dev, x2, t2, P, N: isinstance(dev, torch.device))
     monkeypatch.setattr(ssd_fused_gluon, "_gluon_ssd_fused_kernel", Program())
     monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", "WS=1")
     if compiles:

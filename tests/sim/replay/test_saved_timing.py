@@ -36,12 +36,26 @@ def test_a_validated_hit_is_timed_suffix_reference_reference_suffix(tiny_model, 
 
     rp.clock.start = spy
     first_turn(rp)  # request 0 (no hit): its suffix and tail, nothing timed again
-    rp.lookup(1, 4, 130)
-    rp.prefill(1, 130, 170)
-    rp.decode(1)
+    runs = []  # (tokens, position) of each model call of request 1
+    real = tiny_model.run
+
+    def run(tokens, start, pos, *a, **k):
+        runs.append((len(tokens), pos))
+        return real(tokens, start, pos, *a, **k)
+
+    tiny_model.run = run
+    try:
+        rp.lookup(1, 4, 130)
+        rp.prefill(1, 130, 170)
+        rp.decode(1)
+    finally:
+        del tiny_model.run
     recs = {r.request: r for r in rp.finish()}
     assert rp.failures == [] and recs[1].validated
     assert seen == ["suffix", "tail", "suffix", "reference", "reference", "suffix"]
+    # the second suffix call runs the suffix again (from the hit), as the first did
+    hit, n_in = recs[1].hit_tokens, recs[1].input_tokens
+    assert hit > 0 and runs.count((n_in - hit, hit)) == 2 and runs.count((n_in, 0)) == 2
     assert recs[1].alternated and not recs[0].alternated
     r = recs[1]
     assert all(math.isfinite(x) and x > 0 for x in (r.suffix_ms, r.full_ms, r.suffix_again_ms, r.full_again_ms))
