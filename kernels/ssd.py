@@ -84,10 +84,12 @@ __all__ = ["chunk_ssd", "SSD_CONFIGS"]
 #: emits a state: on the H100 (session 19, ``ssd_bench --variant tma:...``, graphed, one run) the
 #: call took 0.94x / 0.95x / 0.97x the plain stores' time at 4K / 8K / 32K tokens with a state
 #: every 256 tokens (marconi-7b; Nemotron-H 8B 0.95x / 0.96x / 0.98x) and 1.03-1.05x with one
-#: every 64 (a copy issued and waited for at every chunk). ``WS`` (opt-in, Hopper): the loop and its output in one
-#: warp-specialised Gluon program (``kernels.ssd_fused_gluon``), no chunk-start copies through memory: on the H100
-#: (session 29, graphed, marconi-7b, a state every 64 tokens) 0.220 / 0.434 / 1.751 ms at 4K / 8K / 32K tokens
-#: against 0.309 / 0.610 / 2.431 (0.66-0.75x the faster of mamba_ssm and FLA).
+#: every 64 (a copy issued and waited for at every chunk). ``WS`` ("half-ovl"'s default, so Hopper's; ``WS=0``: the
+#: two kernels): the loop and its output in one warp-specialised Gluon program (``kernels.ssd_fused_gluon``), no
+#: chunk-start copies through memory, where the call fits it (16-bit, P = 64, N of 64 or 128; else the two kernels):
+#: on the H100 (session 29, graphed, marconi-7b, a state every 64 tokens) 0.220 / 0.434 / 1.751 ms at 4K / 8K / 32K
+#: tokens against 0.309 / 0.610 / 2.431 (0.66-0.75x the faster of mamba_ssm and FLA); the same states bit for bit,
+#: a few outputs a rounding apart (``make test-gpu`` with it as the default: session 30).
 #: ``KERNELS_CONFIG_SSD_STATE`` / ``KERNELS_CONFIG_SSD_OUT``
 #: (e.g. "BP=32,num_warps=4,num_stages=3", and ``maxnreg``) override them.
 TMA_NEVER, TMA_ALWAYS, TMA_SPARSE = 0, 1, 2  # ``TMA_B``'s values
@@ -97,7 +99,7 @@ SSD_CONFIGS = {
     "state": {
         "half": dict(BP=32, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=0, SIG=1, TMA_B=0, GLUON=0, WS=0),
         "half-ovl": dict(
-            BP=64, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=1, SIG=4, TMA_B=TMA_SPARSE, GLUON=0, WS=0
+            BP=64, num_warps=8, num_stages=3, FUSE=0, PREP=1, OVL=1, SIG=4, TMA_B=TMA_SPARSE, GLUON=0, WS=1
         ),
         "fp32": dict(BP=64, num_warps=8, num_stages=2, FUSE=0, PREP=0, OVL=0, SIG=1, TMA_B=0, GLUON=0, WS=0),
     },

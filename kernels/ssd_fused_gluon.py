@@ -1,5 +1,6 @@
 """The SSD (Mamba2) state loop and its output in one warp-specialised Gluon program for Hopper
-(sm_90a): ``KERNELS_CONFIG_SSD_STATE=WS=1`` (opt-in).
+(sm_90a): the default of 16-bit calls on Hopper where the call fits it (``KERNELS_CONFIG_SSD_STATE=WS=0``: the
+two kernels).
 
 Why: the overlapped call (``ssd_gluon`` or the Triton loop, the output kernel beside it) writes
 each chunk's start state in bf16 for the output kernel to read back, and reads x twice. At

@@ -256,6 +256,9 @@ def test_bulk_copies_are_chosen_where_few_chunks_emit_a_state():
     chunk); 0 never, 1 wherever a state is stored; any other value is refused."""
     assert ssd.SSD_CONFIGS["state"]["half-ovl"]["TMA_B"] == ssd.TMA_SPARSE == 2
     assert ssd.SSD_CONFIGS["state"]["half"]["TMA_B"] == ssd.SSD_CONFIGS["state"]["fp32"]["TMA_B"] == 0
+    # the fused program (WS) is the overlapped (Hopper) call's default, nowhere else's
+    assert ssd.SSD_CONFIGS["state"]["half-ovl"]["WS"] == 1
+    assert ssd.SSD_CONFIGS["state"]["half"]["WS"] == ssd.SSD_CONFIGS["state"]["fp32"]["WS"] == 0
     assert ssd.TMA_SPARSE_CHUNKS == 4
     assert ssd._bulk_boundaries(2, 4, 16) and ssd._bulk_boundaries(2, 1, 4)
     assert not ssd._bulk_boundaries(2, 5, 16) and not ssd._bulk_boundaries(2, 2, 7)
@@ -544,7 +547,7 @@ def test_gpu_discarded_start_copies_give_the_plain_bits(monkeypatch, state):
     beside it, over repeated calls (the scratch reused), with every boundary, a stride and none."""
     _, H, P, N, G = GPU_SHAPES[1]
     args, kw = _cuda_case("discard", H, P, N, G, torch.bfloat16, T=3000)
-    monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", state)
+    monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", f"{state},WS=0")  # the two kernels (WS: no copies to drop)
     runs = {}
     for v in ("DISCARD=0", "DISCARD=1"):
         monkeypatch.setenv("KERNELS_CONFIG_SSD_OUT", v)
@@ -566,7 +569,7 @@ def test_gpu_overlapped_output_gives_the_plain_bits(monkeypatch, variant):
     args, kw = _cuda_case("overlap", H, P, N, G, torch.bfloat16, T=3000)
     runs = {}
     for v in ("OVL=0", variant):
-        monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", v)
+        monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", f"{v},WS=0")  # the two kernels, not the fused program
         runs[v] = [chunk_ssd(*args, **kw, **opt) for opt in ({}, {"boundary_stride": 4}, {"boundary_states": False})]
         runs[v].append(chunk_ssd(*args, **kw))
     for plain, ovl in zip(runs["OVL=0"], runs[variant]):
@@ -596,7 +599,7 @@ def test_gpu_gluon_loop_gives_the_triton_loops_bits(monkeypatch, name, H, P, N, 
     monkeypatch.setattr(ssd, "_gluon_loop", lambda *a, **k: launched.append(k) or real(*a, **k))
     runs = {}
     for v in ("GLUON=0", variant):
-        monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", f"{v},SIG={sig}")
+        monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", f"{v},SIG={sig},WS=0")
         runs[v] = [chunk_ssd(*args, **kw, **opt) for opt in ({}, {"boundary_stride": 4}, {"boundary_states": False})]
         runs[v].append(chunk_ssd(*args, **kw))
     assert not ssd._GLUON_FAILED, ssd._GLUON_FAILED
@@ -611,7 +614,7 @@ def test_gpu_gluon_loop_gives_the_triton_loops_bits(monkeypatch, name, H, P, N, 
 def test_gpu_gluon_loop_resumes_exactly_and_takes_unaligned_rows(monkeypatch, variant):
     """The Gluon loop resumed from an emitted state gives the uninterrupted run's bits; x rows that
     are not 16-byte aligned (a slice one element in) run the Triton loop instead, with its bits."""
-    monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", variant)
+    monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", f"{variant},WS=0")
     _, H, P, N, G = GPU_SHAPES[1]
     args, kw = _cuda_case("gluon-resume", H, P, N, G, torch.bfloat16, T=1000)
     x, dt, A, B, C = args
@@ -622,7 +625,7 @@ def test_gpu_gluon_loop_resumes_exactly_and_takes_unaligned_rows(monkeypatch, va
     xs = wide[..., 1:]  # rows of 65 elements, each starting 2 bytes in
     assert not ssd._gluon_fits(xs.device, xs.reshape(-1, H, P), B.reshape(-1, G, N), P, N)
     res = chunk_ssd(xs, dt, A, B, C, **kw)
-    monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", "GLUON=0")
+    monkeypatch.setenv("KERNELS_CONFIG_SSD_STATE", "GLUON=0,WS=0")
     ref = chunk_ssd(xs, dt, A, B, C, **kw)
     assert all(torch.equal(a, b) for a, b in zip(res, ref))
     assert all(torch.equal(a, b) for a, b in zip(res, (y, ht, hb)))
