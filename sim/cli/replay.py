@@ -179,10 +179,14 @@ def _saved_ms(ms: float) -> str:
     return f"{ms:,.1f}" if ms == 0 or abs(ms) >= 0.05 else f"{ms:.2g}"
 
 
+#: why a timed call ran again (``Stopwatch.outran`` / ``Stopwatch.stalled``): the summary lines' words
+RETIMED_WHY = "their first call's host issue outran its sleep, or the GPU stalled outside its layers"
+
+
 def saved_line(s: dict) -> str:
     """Time saved on the validated hits, measured (each from-scratch reference less its suffix
-    call) against modelled, and how many references were timed again (their first call's host
-    issue outran its sleep: ``HitChecker._retime_reference``)."""
+    call) against modelled, and how many references were timed again (``RETIMED_WHY``:
+    ``HitChecker._retime_reference``)."""
     text = f"measured {_saved_ms(s['measured_ms_saved_validated'])} ms, modelled {_saved_ms(s['modelled_ms_saved_validated'])} ms"
     total = s.get("measured_ms_without_cache") or 0.0
     share = s["measured_ms_saved_validated"] / total if total > 0 else None
@@ -199,7 +203,7 @@ def saved_line(s: dict) -> str:
         text += f" (modelled {iv[0]:+.1%}, 95 % interval over the hits {iv[1]:+.0%} to {iv[2]:+.0%})"
     if s.get("retimed_references"):
         n = s["retimed_references"]
-        text += f" ({n} from-scratch references timed again: their first call's host issue outran its sleep)"
+        text += f" ({n} from-scratch references timed again: {RETIMED_WHY})"
     return text
 
 
@@ -218,8 +222,8 @@ def _error_line(s: dict) -> str:
             f"time; device-bound median {s['time_model_median_error_device_bound']:.1%}, "
             f"P95 {s['time_model_p95_error_device_bound']:.1%})"
         )
-    if s.get("retimed_prefills"):  # their first call's host issue outran its sleep (measure.outran_sleep)
-        text += f" ({s['retimed_prefills']} prefills timed again: their first call's host issue outran its sleep)"
+    if s.get("retimed_prefills"):  # measure.outran_sleep / measure.stalled_outside
+        text += f" ({s['retimed_prefills']} prefills timed again: {RETIMED_WHY})"
     if s.get("time_model_note"):
         text += f" ({s['time_model_note']})"
     if s.get("host_bound_prefills") and not s.get("time_model_host_term"):

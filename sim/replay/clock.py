@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import torch
 
-from sim.replay.measure import outran_sleep
+from sim.replay.measure import outran_sleep, stalled_outside
 from sim.replay.model import timestamp
 
 #: how timed prefills are timed on a GPU (Stopwatch): device (queued) or wall (as issued)
@@ -248,11 +248,24 @@ class Stopwatch:
         (``sim.replay.measure.outran_sleep``; False unqueued). No device sync."""
         return handle is not None and outran_sleep(float(handle.host), float(handle.sleep_ms))
 
+    def stalled(self, handle, marks) -> bool:
+        """Whether a queued call's device time outside its layers' ``marks`` says the GPU stalled
+        outside the model (``sim.replay.measure.stalled_outside``; False unqueued: the CPU, whose
+        ``perf_counter`` times hold the host's pauses, and ``--measure wall``). Resolves the call's
+        events: ask it only where the call is known done (after the hit's check), so that it adds
+        no wait."""
+        if handle is None or marks is None or handle.before is None:
+            return False
+        handle[1].synchronize()
+        call = float(handle[0].elapsed_time(handle[1]))
+        return stalled_outside(call, sum(marks.ms_by_type().values()))
+
     def again(self, first: Timed, call) -> Timed:
-        """A queued call whose host issue outran its sleep (``outran``) timed once more: its
-        stalled issue taken out of its kind's sleep window (``forget``), then ``call()`` run behind
-        a fresh sleep of the same kind and segment count. Returns the second call's handle (the
-        caller keeps ``first``'s: ``Replayer._retime``, ``HitChecker._retime_reference``)."""
+        """A queued call whose host issue outran its sleep (``outran``), or that stalled outside its
+        layers (``stalled``), timed once more: its issue taken out of its kind's sleep window
+        (``forget``), then ``call()`` run behind a fresh sleep of the same kind and segment count.
+        Returns the second call's handle (the caller keeps ``first``'s: ``Replayer._retime``,
+        ``HitChecker._retime_reference``)."""
         self.forget(first)
         t0 = self.start(kind=first.kind, segments=first.segments)
         call()

@@ -229,7 +229,8 @@ class HitChecker:
             base, _, _ = model.run(tok[b : f.hit], base, b)
         ref_kv = ref.kv[:, :, : f.hit] if ref.kv is not None else None
         self.judge(f, f.running, suffix.error(), ref, base, ref_kv)
-        if self.clock.outran(h):
+        # its host issue outran its sleep, or (the check synced: no wait) it stalled outside its layers
+        if self.clock.outran(h) or self.clock.stalled(h, marks):
             # timed again once the check has let the first call's results go: one reference's
             # activations, states and KV in memory at a time
             del ref, base, ref_kv, kv_b
@@ -252,8 +253,9 @@ class HitChecker:
 
     def _retime_reference(self, f: Flight, tok, bounds: list, first):
         """The reference's host issue outran the sleep queued ahead of it (``Stopwatch.outran``,
-        as a suffix call's can: ``Replayer._retime``): its device time may hold the host's gap,
-        which a from-scratch prefill does not cost, and the time saved would be measured high.
+        as a suffix call's can: ``Replayer._retime``), or it stalled outside its layers
+        (``Stopwatch.stalled``): its device time may hold a gap that a from-scratch prefill does
+        not cost, and the time saved would be measured high.
         Run it again, after the hit's check (the same tokens and boundary ``bounds``, nothing captured or
         compared, its states handed to no one), behind a sleep of its kind with the first call's
         issue taken out of the window; the second time is the request's ``full`` time, the first kept in

@@ -396,7 +396,7 @@ class Replayer:
             h = self.clock.stop(t0)
             rec.suffix_segments += segments
             if timed and self.clock.outran(h):
-                h, marks = self._retime(f, tok[f.pos : end1], begin, wanted, h)
+                h, marks = self._retime(f, tok[f.pos : end1], begin, f.pos, wanted, h)
             if timed:
                 f.times.suffix = h
                 f.times.suffix_marks = marks
@@ -410,6 +410,10 @@ class Replayer:
             self._done_wanted(f, end1)
             if timed and f.validate and f.hit > 0:
                 self._validate(f, outs)
+                if f.record.validated and f.times.suffix_first is None and self.clock.stalled(h, marks):
+                    # the check ran, so the call is done: asking adds no wait (batched replay queues
+                    # the check: not asked there)
+                    f.times.suffix, f.times.suffix_marks = self._retime(f, tok[f.hit : end1], begin, f.hit, wanted, h)
                 if self.alternate and f.record.validated:  # per-request timing only: no batched replay
                     self._time_again(f, tok, begin, wanted, segments)
         if upto > f.pos:
@@ -422,17 +426,18 @@ class Replayer:
             self._hold(f)
             self._done_wanted(f, upto)
 
-    def _retime(self, f: Flight, tokens, begin, wanted, first):
+    def _retime(self, f: Flight, tokens, begin, start: int, wanted, first):
         """A timed suffix prefill whose host issue outran the sleep queued ahead of it
         (``Stopwatch.outran``: its device time may hold host gaps, from something the call paid
-        that its peers did not, such as a synchronisation inside it) run again from the same
-        state ``begin`` with the same boundaries, its states handed to no one and its outputs not
+        that its peers did not, such as a synchronisation inside it), or that stalled outside its
+        layers (``Stopwatch.stalled``, asked after the hit's check), run again from the same
+        state ``begin`` at ``start`` with the same boundaries, its states handed to no one and its outputs not
         kept (the first call's serve the store and the checks), behind a sleep sized from the
         kind's other calls (the first call's host time taken out of the window): its second time
         is the request's. Returns ``(handle, marks)`` of the second call; the first's handle is
         kept in ``f.times.suffix_first``."""
         marks = Marks(self.model.device)
-        h = self.clock.again(first, lambda: self.model.run(tokens, begin, f.pos, wanted, lambda *a: None, marks=marks))
+        h = self.clock.again(first, lambda: self.model.run(tokens, begin, start, wanted, lambda *a: None, marks=marks))
         f.times.suffix_first = first
         return h, marks
 

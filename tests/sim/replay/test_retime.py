@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from sim.cost import get_model  # noqa: E402
 from sim.replay.clock import QUEUE_CAP_MS, SleepWindows, Stopwatch, Timed  # noqa: E402
-from sim.replay.measure import outran_sleep, request_table, summary  # noqa: E402
+from sim.replay.measure import outran_sleep, request_table, stalled_outside, summary  # noqa: E402
 from sim.replay.records import RequestRecord  # noqa: E402
 from sim.replay.runner import Replayer  # noqa: E402
 from sim.replay.store import CheckpointStore  # noqa: E402
@@ -135,13 +135,15 @@ def test_resolving_a_flights_times_forgets_its_handles():
     assert (t.suffix, t.suffix_first, t.suffix_marks, t.full, t.full_marks, t.tail) == (None,) * 5 + ([],)
 
 
-def replay_with_an_outrun_call(tiny_model, tiny_shape, monkeypatch, outrun_kind: str, nth: int):
+def replay_with_an_outrun_call(tiny_model, tiny_shape, monkeypatch, outrun_kind: str, nth: int, rule: str = "outran"):
     """Request 0 runs (a miss), request 1 hits its state at 130; the ``nth`` call of
-    ``outrun_kind`` the stopwatch is asked about is declared outrun. Returns what was seen: the
+    ``outrun_kind`` the stopwatch is asked about is declared outrun (``rule`` "outran"), or stalled
+    outside its layers ("stalled": ``Stopwatch.stalled``, asked with the call's marks, kept in
+    ``seen.marks``; the CPU's calls are never outrun). Returns what was seen: the
     model's calls ``(start, tokens, state position, wanted, sink, keywords)``, the kinds asked,
     the handles forgotten (the first call's issue leaving its sleep window; a no-op on the CPU,
     which queues nothing), the store's writes, the replayer and its records."""
-    seen = SimpleNamespace(runs=[], asked=[], forgotten=[], writes=[], outputs=[], alive=[])
+    seen = SimpleNamespace(runs=[], asked=[], forgotten=[], writes=[], outputs=[], alive=[], marks=[])
     real_run, real_forget = tiny_model.run, Stopwatch.forget
 
     def run(tokens, state, start, wanted=(), on_state=None, **kw):
@@ -161,8 +163,15 @@ def replay_with_an_outrun_call(tiny_model, tiny_shape, monkeypatch, outrun_kind:
         seen.forgotten.append(h)
         real_forget(self, h)
 
+    def stalled(self, h, marks):
+        seen.marks.append(marks)
+        return outran(h)
+
     monkeypatch.setattr(tiny_model, "run", run)
-    monkeypatch.setattr(Stopwatch, "outran", staticmethod(outran))
+    if rule == "outran":
+        monkeypatch.setattr(Stopwatch, "outran", staticmethod(outran))
+    else:
+        monkeypatch.setattr(Stopwatch, "stalled", stalled)
     monkeypatch.setattr(Stopwatch, "forget", forget)
     store = CheckpointStore(tiny_shape, torch.float32, device="cpu")
     real_write = store.write
@@ -234,7 +243,8 @@ def test_the_time_model_line_says_how_many_prefills_were_timed_again():
 
     s = dict(time_model_median_error=0.063, time_model_p95_error=0.098, retimed_prefills=17)
     assert _error_line(s) == (
-        "median 6.3%, P95 9.8% (17 prefills timed again: their first call's host issue outran its sleep)"
+        "median 6.3%, P95 9.8% (17 prefills timed again: their first call's host issue outran its sleep, or the "
+        "GPU stalled outside its layers)"
     )
     assert _error_line(dict(s, retimed_prefills=0)) == "median 6.3%, P95 9.8%"
 
@@ -317,7 +327,7 @@ def test_the_table_summary_and_saved_line_count_the_retimed_references():
     line = dict(measured_ms_saved_validated=2.0, modelled_ms_saved_validated=1.5, retimed_references=2)
     assert saved_line(line) == (
         "measured 2.0 ms, modelled 1.5 ms (2 from-scratch references timed again: their first call's host "
-        "issue outran its sleep)"
+        "issue outran its sleep, or the GPU stalled outside its layers)"
     )
     assert saved_line(dict(line, retimed_references=0)) == "measured 2.0 ms, modelled 1.5 ms"
 
@@ -331,3 +341,121 @@ def test_a_saving_under_a_twentieth_of_a_millisecond_keeps_its_digits():
     assert saved_line(line) == "measured 7.5 ms, modelled -0.0059 ms"
     assert saved_line(dict(line, modelled_ms_saved_validated=0.0)) == "measured 7.5 ms, modelled 0.0 ms"
     assert saved_line(dict(line, modelled_ms_saved_validated=0.05)) == "measured 7.5 ms, modelled 0.1 ms"
+
+
+# ------------------------------------------------------------------ a stall outside the layers, session 30
+# One reference on session 30's H100 matrix rows (qwen3.5-35b-a3b, Mooncake, fcfs; request 28, 7,238 tokens) took
+# 288.6 ms, 275 ms of it outside every layer's mark, its host issue (5.1 ms) under its sleep (7.6 ms): not outrun,
+# so kept, and its row's time saved was measured 12x the model's. Such a call is now timed again too.
+
+
+@pytest.mark.parametrize(
+    "call, marked, stalled",
+    [
+        (288.6, 13.4, True),  # the H100 reference
+        (527.6, 525.0, False),  # the rows' largest time outside the marks otherwise: 2.6 ms
+        (30.0, 9.0, True),  # 21 ms outside, 70 % of the call
+        (50.0, 29.0, False),  # 21 ms outside, 42 %: under half
+        (20.0, 0.0, False),  # 20 ms outside: not over STALL_MS
+        (20.5, 0.0, True),
+        (8.0, 1.0, False),  # most of a short call, but 7 ms
+        (math.nan, 1.0, False),
+    ],
+)
+def test_a_call_that_stalled_outside_its_layers_is_run_again(call, marked, stalled):
+    assert stalled_outside(call, marked) is stalled
+
+
+class _Event:
+    """A CUDA event's stand-in: ``elapsed_time`` from its own ms stamp; ``synchronize`` counted."""
+
+    def __init__(self, at: float, synced: list):
+        self.at, self.synced = at, synced
+
+    def elapsed_time(self, other) -> float:
+        return other.at - self.at
+
+    def synchronize(self) -> None:
+        self.synced.append(self.at)
+
+
+def test_the_stopwatch_asks_queued_calls_only_from_their_events_and_marks():
+    """``Stopwatch.stalled``: a queued call's device time from its two events (the end event
+    synchronised first) against its marks' sum, the hit check's bucket included; never for an
+    unqueued call (the CPU's: ``before`` None), nor without a handle or marks; the sleep's rate is
+    not refined by it (``ms`` does that, once)."""
+    clock = Stopwatch(torch.device("cpu"))
+    synced: list = []
+    h = Timed(_Event(100.0, synced), _Event(388.6, synced), 5.1, object(), "reference", 1, 7.6, 1000)
+    marks = SimpleNamespace(ms_by_type=lambda: {"attention": 3.3, "gated_delta": 6.1, "mlp": 3.5, "check": 0.5})
+    observed = []
+    clock.rate.observe = lambda *a: observed.append(a)
+    assert clock.stalled(h, marks) is True and synced == [388.6] and observed == []
+    busy = SimpleNamespace(ms_by_type=lambda: {"gated_delta": 200.0, "mlp": 70.0, "check": 10.0})
+    assert clock.stalled(h, busy) is False  # 8.6 ms outside
+    assert clock.stalled(h._replace(before=None), marks) is False  # unqueued
+    assert clock.stalled(None, marks) is False and clock.stalled(h, None) is False
+
+
+def test_the_checker_times_a_stalled_reference_again(tiny_model, tiny_shape, monkeypatch):
+    """Request 1's reference is declared stalled once its check has run: it runs a second time,
+    comparing and capturing nothing, after the check's untimed carry; the record keeps both
+    calls' times; asked with the reference's own marks, and about the suffix after the check."""
+    seen = replay_with_an_outrun_call(tiny_model, tiny_shape, monkeypatch, "reference", 1, rule="stalled")
+    rp, recs, runs = seen.rp, seen.recs, seen.runs
+    assert rp.failures == []
+    r1 = recs[1]
+    assert r1.validated and r1.full_retimed and not r1.suffix_retimed and not recs[0].full_retimed
+    assert r1.full_first_ms > 0 and r1.full_ms > 0
+    refs = [x for x in runs if x[0] == 0 and x[1] == 170 and x[2] is None]
+    carry = [x for x in runs if x[0] == 128 and x[1] == 2]
+    assert len(refs) == 2 and runs.index(refs[0]) < runs.index(carry[0]) < runs.index(refs[1])
+    assert "on_output" in refs[0][5] and "on_output" not in refs[1][5]
+    # asked once each: the reference (in the check), then the suffix (after the check); the miss
+    # (request 0, no check) never
+    assert seen.asked == ["reference", "suffix"]
+    assert all(m is not None and m.labels for m in seen.marks)
+    assert [(h.kind, rp.clock.host_ms(h)) for h in seen.forgotten] == [("reference", r1.full_first_host_ms)]
+
+
+def test_the_replayer_times_a_stalled_suffix_again_after_its_check(tiny_model, tiny_shape, monkeypatch):
+    """Request 1's suffix prefill is declared stalled: asked after the hit's check (the reference
+    ran), it runs once more from the restored state at the hit with the same boundaries, hands its
+    states to no one, and the record keeps both calls' times."""
+    seen = replay_with_an_outrun_call(tiny_model, tiny_shape, monkeypatch, "suffix", 1, rule="stalled")
+    rp, recs, runs, writes = seen.rp, seen.recs, seen.runs, seen.writes
+    assert rp.failures == []
+    r1 = recs[1]
+    assert r1.validated and r1.suffix_retimed and not r1.full_retimed
+    assert r1.suffix_first_ms > 0 and r1.suffix_ms > 0 and r1.suffix_segments == [(130, 170)]
+    suffix_runs = [x for x in runs if x[0] == 130 and x[1] == 40]
+    ref = next(x for x in runs if x[0] == 0 and x[1] == 170)
+    assert [x[2] for x in suffix_runs] == [130, 130]
+    assert runs.index(suffix_runs[0]) < runs.index(ref) < runs.index(suffix_runs[1])  # after the check
+    assert suffix_runs[0][3] == suffix_runs[1][3]  # the same boundaries
+    assert suffix_runs[1][4] is not suffix_runs[0][4] and suffix_runs[1][4](150, 0, None, None) is None
+    assert writes.count((3, 0)) == writes.count((3, 1)) == 1
+    assert seen.asked == ["reference", "suffix"]  # the second call is not asked again
+
+
+def test_a_batched_replay_asks_no_suffix_about_a_stall(tiny_model, tiny_shape, monkeypatch):
+    """Batched replay queues a hit's check (``BatchedReplay.queue_check``), so a request run alone
+    there (a state wanted off the 64-token grid: not batchable) is not asked after its suffix
+    call, which would wait for the GPU."""
+    asked = []
+    monkeypatch.setattr(Stopwatch, "stalled", lambda self, h, marks: asked.append(h.kind) or False)
+    store = CheckpointStore(tiny_shape, torch.float32, device="cpu")
+    rp = Replayer(tiny_model, store, lambda r: REQS[r], batch=2, eager=False)
+    rp.lookup(0, None, 0)
+    rp.prefill(0, 0, 100)
+    rp.decode(0)
+    rp.admit(1, 0, 100, "prompt end")
+    rp.lookup(1, 1, 100)
+    rp.prefill(1, 100, 170)
+    rp.decode(1)
+    rp.admit(2, 1, 150, "off the grid")  # not batchable: request 1 runs alone
+    recs = {r.request: r for r in rp.finish()}
+    assert rp.failures == [] and recs[1].validated
+    # request 0 in a batch, request 1 alone (its timed call in the log), the check's reference batched
+    assert [c.kind for c in rp.batch_log] == ["suffix", "single", "reference"]
+    assert asked == []  # its check ran queued, its reference in a batch: nothing to ask about
