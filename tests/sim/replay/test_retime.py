@@ -356,6 +356,8 @@ def test_a_saving_under_a_twentieth_of_a_millisecond_keeps_its_digits():
         (527.6, 525.0, False),  # the rows' largest time outside the marks otherwise: 2.6 ms
         (30.0, 9.0, True),  # 21 ms outside, 70 % of the call
         (50.0, 29.0, False),  # 21 ms outside, 42 %: under half
+        (50.0, 25.0, False),  # 25 ms outside, exactly half: not over STALL_SHARE
+        (50.0, 24.5, True),
         (20.0, 0.0, False),  # 20 ms outside: not over STALL_MS
         (20.5, 0.0, True),
         (8.0, 1.0, False),  # most of a short call, but 7 ms
