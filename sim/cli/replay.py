@@ -144,6 +144,11 @@ def _validation_line(s: dict) -> str:
     e = s.get("restore_errors", {})
     if e:
         text += "; error p50 / p95: " + ", ".join(f"{k} {v['p50']:.2g} / {v['p95']:.2g}" for k, v in e.items())
+    if s.get("outputs_grouped"):
+        text += (
+            f"; {s['outputs_grouped']:,} checks compared their outputs in groups of layers (too large for the "
+            "GPU at once: suffix and reference ran again, untimed, per group)"
+        )
     return text
 
 
@@ -411,7 +416,7 @@ def replay_options(fn):
                 help="Closed-loop traces: sessions started per second (session i at i / rate); open-loop "
                 "traces (mooncake, bailian, marconi-jsonl) keep their own timestamps.",
             ),
-            *(option(own[name]) for name in ("validate_every", "store")),
+            *(option(own[name]) for name in ("validate_every", "store", "check_memory")),
             option(own["dtype"], default=None),  # by --device: bf16 on cuda, fp32 on cpu
             *(option(own[name]) for name in ("device", "kernel", "requests", "seed", "validation")),
             *(option(own[name]) for name in ("tolerance", "attention", "elementwise", "measure", "saved_timing")),

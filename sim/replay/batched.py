@@ -46,6 +46,9 @@ class Job:
     end: int
     wanted: dict
     validate: bool
+    # its suffix's per-layer outputs are kept in the batch for its check (False: they would not
+    # fit HitChecker.output_bytes, the check compares them in groups of layers, run again)
+    held: bool = False
 
 
 @dataclass
@@ -57,6 +60,7 @@ class Check:
     end: int
     state: StackState
     outs: list
+    cuts: tuple = ()  # where its suffix call was split (a request run alone): a rerun splits there too
 
     def nbytes(self) -> int:
         """Device bytes the queued check holds: the restored state (and its KV), the end state
@@ -151,6 +155,7 @@ class BatchedReplay:
         """Queue ``f``'s work up to ``upto``; its wanted checkpoints move from ``pending`` (the
         replayer's producers) to this queue. A full queue runs."""
         job = Job(f, upto, {p: cps for p, cps in f.wanted.items() if p > f.pos}, f.validate and f.hit > 0)
+        job.held = job.validate and self.checker.keeps(f, upto) is True
         nbytes = self._job_nbytes(job)
         if self._jobs and self._job_bytes + nbytes > self.held_bytes:
             self.flush("memory")  # what is queued runs first: the batch would hold more than the budget
@@ -172,7 +177,7 @@ class BatchedReplay:
         its hit is checked, its suffix's per-layer outputs (fp32 rows of the residual stream)."""
         m = self.model
         s = m.shape
-        outs = (job.end - job.flight.pos) * len(s.order) * s.hidden * 4 if job.validate else 0
+        outs = (job.end - job.flight.pos) * len(s.order) * s.hidden * 4 if job.held else 0
         return job.end * s.kv_bytes_per_token(m.dtype) + 2 * s.state_bytes(m.dtype) + outs
 
     def single(self, f: Flight, upto: int, run: Callable[[Flight, int], None]) -> None:
@@ -222,9 +227,10 @@ class BatchedReplay:
             for cp in jobs[n].wanted.get(p, ()):
                 self.store.write(cp, layer, r, c)
 
-        keep = any(j.validate for j in jobs)
-        # only the validated requests' rows are kept (their suffixes: what their checks compare)
-        keep_from = [j.flight.pos if j.validate else j.end for j in jobs]
+        keep = any(j.held for j in jobs)
+        # only the validated requests' rows are kept (their suffixes: what their checks compare),
+        # but those too large to hold (their checks run the suffix again, layers in groups)
+        keep_from = [j.flight.pos if j.held else j.end for j in jobs]
         # the rows kept for the checks are copied inside the call: their copies leave its time
         marks = Marks(self.model.device) if keep else None
         t0 = self.clock.start(kind="batch")
@@ -248,12 +254,13 @@ class BatchedReplay:
         # each validated request's suffix rows, layer by layer, each batch layer let go once split
         # (copies: a view would keep the whole batch's outputs alive until the last check; a lone
         # request's rows are the layer's tensor itself)
-        job_outs: list = [[] for _ in jobs]
+        n_layers = len(self.model.shape.order)
+        job_outs: list = [[] if j.held else [None] * n_layers for j in jobs]
         if keep:
             for layer in range(len(out.outs)):
                 o, out.outs[layer] = out.outs[layer], None
                 for n, j in enumerate(jobs):
-                    if j.validate:
+                    if j.held:
                         whole = k[n] == 0 and k[n + 1] == o.shape[0]
                         job_outs[n].append(o if whole else o[k[n] : k[n + 1]].clone())
                 del o
@@ -381,6 +388,8 @@ class BatchedReplay:
             ref_state = ref.state(n, c.end)
             ref_kv = ref.kv[n][:, :, : f.hit] if ref.kv[n] is not None else None
             f.record.validated = True
+            # the layers not held in the batch (outputs over the checker's bound), group by group
+            self.checker.compare_rest(f, suffixes[n], c.end, c.cuts)
             self.checker.judge(f, c.state, suffixes[n].error(), ref_state, base[n], ref_kv)
 
     def finish(self) -> None:

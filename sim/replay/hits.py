@@ -34,29 +34,63 @@ def reference_bounds(hit: int) -> list:
     return [b] if b > 0 else []
 
 
+def output_groups(layers, rows: int, hidden: int, budget: Optional[int]) -> list:
+    """``layers`` (mixer layer indices) in the groups a hit's check holds the suffix outputs of at
+    once: one group where every layer's ``rows`` fp32 rows of width ``hidden`` fit ``budget``
+    bytes (None: no bound), else consecutive groups of as many layers as fit, one at least
+    (``HitChecker.compare_rest`` runs the suffix and the reference again for each)."""
+    layers = list(layers)
+    per = rows * hidden * 4
+    if budget is None or per * len(layers) <= budget:
+        return [layers] if layers else []
+    k = max(1, budget // max(per, 1))
+    return [layers[i : i + k] for i in range(0, len(layers), k)]
+
+
 class SuffixOutputs:
-    """A hit's suffix outputs (``outs[layer]``: rows of positions ``[hit, end)``), compared with a
-    from-scratch run's layer by layer as that run makes them (``compare``): each layer's pair is
-    measured (``rel_error``, on the device: no sync inside the timed call) and let go, so neither
-    side holds layers x suffix rows at once (issue 41: 34 GB a side for an 87K-token suffix at
-    qwen3-next-80b-a3b's 48 layers). ``error()``: the worst over the layers compared."""
+    """A hit's suffix outputs (``outs[layer]``: rows of positions ``[hit, end)``; None for a
+    layer not held now), compared with a from-scratch run's layer by layer as that run makes them
+    (``compare``): each layer's pair is measured (``rel_error``, on the device: no sync inside the
+    timed call) and let go, so neither side holds layers x suffix rows at once (issue 41: 34 GB a
+    side for an 87K-token suffix at qwen3-next-80b-a3b's 48 layers). A layer not held is left for
+    a later group (``hold``, ``missing``). ``error()``: the worst over the layers, once every
+    layer was compared exactly once."""
 
     def __init__(self, outs: list, hit: int) -> None:
-        self.outs = outs
+        self.outs = list(outs)
         self.hit = hit
         self._err = None
-        self.compared = 0
+        self.done = [False] * len(self.outs)
+
+    @property
+    def compared(self) -> int:
+        return sum(self.done)
+
+    def missing(self) -> list:
+        """The layers compared with nothing yet and not held."""
+        return [l for l, (o, d) in enumerate(zip(self.outs, self.done)) if o is None and not d]
+
+    def hold(self, outs: list) -> None:
+        """Take one group's suffix outputs (``outs[layer]``, None for the others)."""
+        for l, o in enumerate(outs):
+            if o is not None:
+                if self.done[l] or self.outs[l] is not None:
+                    raise RuntimeError(f"layer {l}'s suffix outputs held twice")
+                self.outs[l] = o
 
     def compare(self, layer: int, ref_rows: torch.Tensor) -> None:
         """Layer ``layer``'s suffix outputs against ``ref_rows`` (the reference's rows of the
-        same positions); the suffix's tensor is released."""
-        o, self.outs[layer] = self.outs[layer], None
+        same positions), where they are held; the suffix's tensor is released."""
+        o = self.outs[layer]
+        if o is None:
+            return
+        self.outs[layer] = None
         e = rel_error_t(o, ref_rows)
         self._err = e if self._err is None else torch.maximum(self._err, e)
-        self.compared += 1
+        self.done[layer] = True
 
     def error(self) -> float:
-        if self.compared != len(self.outs):
+        if not all(self.done):
             raise RuntimeError(f"{self.compared} of {len(self.outs)} layers' outputs compared")
         return 0.0 if self._err is None else float(self._err)
 
@@ -64,7 +98,11 @@ class SuffixOutputs:
 class HitChecker:
     """Checks ``model``'s restores from ``store`` (the ``Replayer``'s arguments of the same
     names: ``validate``, ``validate_every``, ``tolerance``, ``check_hash``); ``clock`` times the
-    from-scratch references."""
+    from-scratch references. ``output_bytes``: the device bytes a check may hold of a suffix's
+    per-layer outputs at once (None: no bound; a callable: of the call's tokens, asked per check,
+    as replay on a GPU asks what is free there); a hit whose outputs exceed it is compared in groups
+    of layers (``output_groups``): the timed calls hold the first group, and the suffix and the
+    reference run again, untimed, for each other group (``compare_rest``)."""
 
     def __init__(
         self,
@@ -76,6 +114,7 @@ class HitChecker:
         validate_every: int = 1,
         tolerance: Optional[float] = None,
         check_hash: bool = True,
+        output_bytes=None,
     ) -> None:
         if validate_every < 1:
             raise ValueError("validate_every must be >= 1")
@@ -94,6 +133,10 @@ class HitChecker:
         # (recurrent states, outputs + conv windows); one number given applies to both
         self.tolerance = (tolerance, tolerance) if tolerance is not None else tolerance_for(model.dtype)
         self.check_hash = check_hash
+        if isinstance(output_bytes, int) and output_bytes < 1:
+            raise ValueError("output_bytes must be >= 1 (None: no bound)")
+        self.output_bytes = output_bytes
+        self.grouped = 0  # checks whose outputs were compared in groups of layers
         self.failures: list[Failure] = []
         self.hits = 0
         self.kv_hits_validated = 0
@@ -102,6 +145,45 @@ class HitChecker:
     def fail(self, kind, f: Flight, checkpoint, stored, hit, detail) -> None:
         f.record.failed = True
         self.failures.append(Failure(kind, f.rid, int(checkpoint), int(stored), int(hit), detail))
+
+    def groups(self, f: Flight, end: int, layers=None) -> list:
+        """``output_groups`` of a check of ``f``'s suffix ``[f.hit, end)`` (``layers``: those
+        still to compare; None: every mixer layer)."""
+        s = self.model.shape
+        budget = self.output_bytes(end) if callable(self.output_bytes) else self.output_bytes
+        return output_groups(range(len(s.order)) if layers is None else layers, end - f.hit, s.hidden, budget)
+
+    def keeps(self, f: Flight, end: int):
+        """What ``f``'s timed suffix call to ``end`` keeps for its check: True (every layer's
+        outputs) where they fit ``output_bytes``, else the first group's layers."""
+        g = self.groups(f, end)
+        return True if len(g) <= 1 else g[0]
+
+    def compare_rest(self, f: Flight, suffix: SuffixOutputs, end: int, cuts=()) -> None:
+        """The layers of ``suffix`` the timed calls did not compare (``SuffixOutputs.missing``),
+        group by group (``groups``): the suffix ``[f.hit, end)`` again from the restored state
+        ``f.start`` (split at ``cuts`` as the timed call was, its states to no one), holding the
+        group's outputs, then the from-scratch reference of ``[0, end)`` again, comparing them as it
+        makes them; both untimed. Nothing to do where every layer was compared."""
+        rest = suffix.missing()
+        if not rest:
+            return
+        self.grouped += 1
+        groups = self.groups(f, end, rest)
+        f.record.output_groups = (suffix.compared > 0) + len(groups)  # the timed calls' group, if any
+        model = self.model
+        tok = f.ids(model.device)[:end]
+        cuts = sorted({int(c) for c in cuts if f.hit < c < end})
+        none = lambda *a: None  # noqa: E731 (the states go to no one)
+
+        def compare(layer, x, start):
+            suffix.compare(layer, x[f.hit :])
+
+        for group in groups:
+            _, outs, _ = model.run(tok[f.hit :], f.start, f.hit, cuts, none, keep_outputs=group, keep_from=f.hit)
+            suffix.hold(outs)
+            del outs
+            model.run(tok, None, 0, reference_bounds(f.hit), none, on_output=compare)
 
     def restore(self, f: Flight, checkpoint: int) -> bool:
         """A hit of ``f`` on ``checkpoint`` (its producer has run): count it, check its
@@ -228,6 +310,8 @@ class HitChecker:
         if f.hit > b:
             base, _, _ = model.run(tok[b : f.hit], base, b)
         ref_kv = ref.kv[:, :, : f.hit] if ref.kv is not None else None
+        # the layers the timed calls did not hold (outputs over ``output_bytes``), group by group
+        self.compare_rest(f, suffix, f.n_in, [e for _, e in rec.suffix_segments])
         self.judge(f, f.running, suffix.error(), ref, base, ref_kv)
         # its host issue outran its sleep, or (the check synced: no wait) it stalled outside its layers
         if self.clock.outran(h) or self.clock.stalled(h, marks):

@@ -331,6 +331,7 @@ def request_table(records, spec: ModelSpec, timing, counts, shadow=None) -> pd.D
             if isinstance(timing, HardwareTiming) and timing.has_host_term
             else float("nan"),
             integrity_checked=r.integrity_checked,
+            output_groups=r.output_groups,
             unvalidated=r.unvalidated if sim_hit > 0 and not r.validated else "",
             lookups=r.lookups,
         )
@@ -525,6 +526,9 @@ def summary(
     if len(df) and "integrity_checked" in df:
         out["integrity_checked"] = int(df["integrity_checked"].sum())
         out["integrity_failures"] = int(sum(k.endswith("integrity") and not k.startswith("shadow") for k in kinds))
+    if len(df) and "output_groups" in df:
+        # checks whose suffix outputs did not fit HitChecker.output_bytes: compared in groups of layers
+        out["outputs_grouped"] = int((df["output_groups"] > 1).sum())
     if len(df) and "shadow_validated" in df:
         sv = df[df["shadow_validated"]]
         out["shadow_hits_validated"] = int(len(sv))

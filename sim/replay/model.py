@@ -480,6 +480,20 @@ def _attend_one(q, k, v):
     return o[0].transpose(0, 1)
 
 
+def kept_layers(keep_outputs, n_layers: int) -> Optional[frozenset]:
+    """The mixer layers whose outputs a forward keeps (``keep_outputs``): every one for True, none
+    for False (None), else the layer indices given (a hit's check holding one group of layers at a
+    time, ``sim.replay.hits.output_groups``)."""
+    if keep_outputs is True:
+        return frozenset(range(n_layers))
+    if keep_outputs is False or keep_outputs is None:
+        return None
+    kept = frozenset(int(layer) for layer in keep_outputs)
+    if any(not 0 <= layer < n_layers for layer in kept):
+        raise ValueError(f"kept layers {sorted(kept)} outside the model's {n_layers}")
+    return kept
+
+
 def kept_rows(cu_seqlens, starts, keep_from) -> list[int]:
     """Offsets of each sequence's kept rows in ``forward_batch``'s outputs with ``keep_from``:
     sequence n's rows are ``[k[n], k[n + 1])``, its positions ``max(keep_from[n], start)`` up to
@@ -752,6 +766,15 @@ class HybridModel:
                     marks.mark(CHECK)  # the copy kept for a hit's check: not the prefill's time
         return x
 
+    def _layer_out(self, mi: int, kind: str, x: torch.Tensor, marks, outs, keep, rows) -> torch.Tensor:
+        """``_mlp_after`` for layer ``mi``, its output kept in ``outs`` when ``keep`` (the kept
+        layers, ``kept_layers``) names it, a None in its place when not (None: nothing kept)."""
+        held = outs is not None and mi in keep
+        x = self._mlp_after(mi, kind, x, marks, outs if held else None, rows)
+        if outs is not None and not held:
+            outs.append(None)
+        return x
+
     def _attention(self, l: int, x: torch.Tensor, start: int, kv0, rope=None):
         """One attention layer over tokens at ``[start, start + T)``; ``kv0 [2, start, KVH, hd]``
         is the prefix's KV. Returns ``(x, kv [2, start + T, KVH, hd])``."""
@@ -807,7 +830,7 @@ class HybridModel:
         start: int,
         boundaries: list[int],
         on_state: Optional[StateSink] = None,
-        keep_outputs: bool = False,
+        keep_outputs=False,
         marks: Optional[Marks] = None,
         keep_from: Optional[int] = None,
         on_output=None,
@@ -831,7 +854,8 @@ class HybridModel:
         )
         rope = self._rope_tables(start, T) if s.attn_layers else None
         want = bool(boundaries)
-        recs, convs, kvs, outs = [], [], [], [] if keep_outputs else None
+        keep = kept_layers(keep_outputs, len(s.order))
+        recs, convs, kvs, outs = [], [], [], [] if keep is not None else None
         rows = None if keep_from is None or keep_from <= start else min(int(keep_from) - start, T)
         if marks is not None:
             marks.mark("other")
@@ -852,7 +876,7 @@ class HybridModel:
                 x, kv = self._attention(ai, x, start, kv0, rope)
                 kvs.append(kv)
                 ai += 1
-            x = self._mlp_after(mi, kind, x, marks, outs, rows)
+            x = self._layer_out(mi, kind, x, marks, outs, keep, rows)
             if on_output is not None:
                 on_output(mi, x, start)
                 if marks is not None:
@@ -874,7 +898,7 @@ class HybridModel:
         rec0=None,
         conv0=None,
         kv=None,
-        keep_outputs: bool = False,
+        keep_outputs=False,
         boundaries=None,
         on_state=None,
         marks: Optional[Marks] = None,
@@ -947,7 +971,8 @@ class HybridModel:
             off = np.arange(T) - np.repeat(cu[:-1], lens) + np.repeat(starts, lens)
             rope = self._rope_at(upload(off.astype(np.float32), self.device, torch.float32))
         rows = None
-        if keep_outputs and keep_from is not None:
+        keep = kept_layers(keep_outputs, len(s.order))
+        if keep is not None and keep_from is not None:
             if len(keep_from) != N:
                 raise ValueError("forward_batch needs one keep_from position per sequence")
             segs = kept_rows(cu, starts, keep_from)
@@ -958,7 +983,7 @@ class HybridModel:
                 rows = upload(idx, self.device)
         if marks is not None:
             marks.mark("other")
-        recs, convs, outs = [], [], [] if keep_outputs else None
+        recs, convs, outs = [], [], [] if keep is not None else None
         gi = ai = 0
         for mi, kind in enumerate(s.order):
             if kind == GDN:
@@ -976,7 +1001,7 @@ class HybridModel:
             else:
                 x = self._attention_batch(ai, x, cu, starts, ends, bufs, rope)
                 ai += 1
-            x = self._mlp_after(mi, kind, x, marks, outs, rows)
+            x = self._layer_out(mi, kind, x, marks, outs, keep, rows)
             if on_output is not None:
                 on_output(mi, x)
                 if marks is not None:
@@ -1006,7 +1031,7 @@ class HybridModel:
         start: int,
         wanted=(),
         on_state: Optional[StateSink] = None,
-        keep_outputs: bool = False,
+        keep_outputs=False,
         marks: Optional[Marks] = None,
         keep_from: Optional[int] = None,
         on_output=None,
@@ -1016,8 +1041,10 @@ class HybridModel:
         to ``on_state``: 64-aligned positions come from the kernels' boundary states; others
         split the call there (the state is handed over between the two calls); the end comes
         from the final state; ``marks``: the timed call's per-layer-type marks, every
-        ``forward_segment`` of it marked (None: untimed). ``keep_from``: with ``keep_outputs``,
-        the outputs' rows from this absolute position on only (None: every row). ``on_output(layer,
+        ``forward_segment`` of it marked (None: untimed). ``keep_outputs``: True keeps every layer's
+        outputs, a collection of layer indices those layers' (the others' None: ``kept_layers``).
+        ``keep_from``: with ``keep_outputs``, the outputs' rows from this absolute position on only
+        (None: every row). ``on_output(layer,
         x, start)``: each call's layer outputs as they come (``forward_segment``'s). Returns
         ``(final StackState (with the KV of every position so far), per-layer outputs
         [layers][T, hidden] (``[end - keep_from, hidden]``) or None, number of calls)``."""
@@ -1028,13 +1055,15 @@ class HybridModel:
             if not start < p <= end:
                 raise ValueError(f"position {p} is outside the call range ({start}, {end}]")
         n_layers = len(self.shape.order)
+        keep = kept_layers(keep_outputs, n_layers)
         if T == 0:
             st = state if state is not None else self.zero_state()
-            empty = [self.embed(tokens)] * n_layers if keep_outputs else None  # no rows
+            # no rows
+            empty = None if keep is None else [self.embed(tokens) if l in keep else None for l in range(n_layers)]
             return StackState(start, st.rec, st.conv, st.kv), empty, 0
         cuts = [p for p in wanted if p % CHUNK and p < end] + [end]
         x_all = self.embed(tokens)
-        outs = [[] for _ in range(n_layers)] if keep_outputs else None
+        outs = [[] for _ in range(n_layers)] if keep is not None else None
         s0 = start
         calls = 0
         for cut in cuts:
@@ -1045,25 +1074,25 @@ class HybridModel:
                 s0,
                 bnd,
                 on_state,
-                keep_outputs,
+                keep,
                 marks=marks,
                 keep_from=keep_from,
                 on_output=on_output,
             )
             calls += 1
-            if keep_outputs:
+            if keep is not None:
                 for l in range(n_layers):
                     outs[l].append(o[l])
             if cut in wanted and on_state is not None:
                 for l in range(self.shape.layers):
                     on_state(cut, l, state.rec[l], state.conv[l])
             s0 = cut
-        if keep_outputs:
+        if keep is not None:
             # one call's outputs are the forward's own tensors: a copy of every layer's output
             # here, inside a timed suffix call and in no from-scratch reference, was timed as the
             # suffix's prefill (0.1-0.4 ms on an 8K-token Mooncake suffix, session 27); a split
             # call's pieces are joined
-            outs = [o[0] if len(o) == 1 else torch.cat(o) for o in outs]
+            outs = [o[0] if len(o) == 1 or o[0] is None else torch.cat(o) for o in outs]
         return state, outs, calls
 
 

@@ -88,9 +88,9 @@ def memory_warning(shape: ReplayShape, dtype, store_bytes: int, queued_bytes: in
     """One line when what replay plans to hold on the GPU exceeds what is free there (after the
     weights): the store up to the simulator's capacity (``store_bytes``), the batched queues'
     budget (``queued_bytes``) and the longest request's from-scratch call (``longest`` tokens,
-    ``call_bytes_per_token``) with its check's suffix outputs (at most every layer's fp32 rows of
-    the whole request); empty when it fits."""
-    call = longest * (call_bytes_per_token(shape, dtype) + len(shape.order) * shape.hidden * 4)
+    ``call_bytes_per_token``) with one layer of its check's suffix outputs (fp32 rows of the whole
+    request: a check holds as many layers as fit, ``output_room``); empty when it fits."""
+    call = longest * (call_bytes_per_token(shape, dtype) + shape.hidden * 4)
     planned = store_bytes + queued_bytes + call
     if planned <= free:
         return ""
@@ -101,6 +101,33 @@ def memory_warning(shape: ReplayShape, dtype, store_bytes: int, queued_bytes: in
         f"call and check ~{call / gb:.1f} GB at {longest} tokens), {free / gb:.1f} GB free: lower --capacity or "
         "--requests, or use --store host"
     )
+
+
+#: device bytes a hit's check leaves free beside one call of its tokens (``call_bytes_per_token``)
+#: and the suffix outputs it holds: the allocator's fragmentation, what the figure leaves out
+CHECK_MARGIN = 2 << 30
+
+
+def output_room(shape: ReplayShape, dtype, device):
+    """``HitChecker``'s ``output_bytes`` on a GPU, asked per check of ``tokens`` tokens: what is
+    free there (``free_for_replay``) less one call of those tokens and ``CHECK_MARGIN``. A long
+    prompt's suffix outputs (every layer's fp32 rows: 40 GB for marconi-7b's 87K-token Mooncake
+    request) that do not fit are compared in groups of layers, each run again untimed, rather than
+    run out of memory."""
+    per = call_bytes_per_token(shape, dtype)
+
+    def room(tokens: int) -> int:
+        return max(1, free_for_replay(device) - tokens * per - CHECK_MARGIN)
+
+    return room
+
+
+def check_bound(settings, shape: ReplayShape, dtype, device):
+    """``HitChecker``'s ``output_bytes``: ``--check-memory`` where given, else ``output_room`` on a
+    GPU and no bound on a CPU."""
+    if settings.check_memory is not None:
+        return max(1, int(settings.check_memory * 1e9))
+    return output_room(shape, dtype, device) if device.type == "cuda" else None
 
 
 def free_for_replay(device) -> int:
@@ -194,6 +221,7 @@ def build(
         batch=settings.batch,
         batch_tokens=settings.batch_tokens,
         alternate=settings.saved_timing == "alternate",
+        output_bytes=check_bound(settings, shape, dtype, device),
         # every running request's flight stays open until it ends (a batch runs up to
         # --max-num-seqs of them at once)
         max_open=max(16, config.max_num_seqs + 8) if continuous else 16,
@@ -225,6 +253,7 @@ def build(
                 validate="tolerance",
                 batch=settings.batch,
                 batch_tokens=settings.batch_tokens,
+                output_bytes=check_bound(settings, shape, torch.float32, device),
             ),
         )
     if device.type == "cuda":

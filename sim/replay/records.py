@@ -33,6 +33,9 @@ class RequestRecord:
     max_kv_error: float = 0.0
     kv_validated: bool = False  # the restored KV was checked too (attention layers replayed)
     integrity_checked: bool = False  # the restored bits were compared with the produced ones
+    # the groups of layers the check compared the suffix's outputs in (1: all in the timed calls;
+    # more: they would not fit HitChecker.output_bytes, the rest ran again untimed per group)
+    output_groups: int = 1
     # a hit not validated: why ("validate-every": sampled out by --validate-every; "failed a
     # check": a failure is reported; "never checked": none of these, a replay bug)
     unvalidated: str = ""

@@ -74,6 +74,7 @@ class Replayer:
         batch: int = 1,
         batch_tokens: int = BATCH_TOKENS,
         alternate: bool = False,
+        output_bytes=None,
     ) -> None:
         if validate_every < 1:
             raise ValueError("validate_every must be >= 1")
@@ -93,6 +94,7 @@ class Replayer:
             validate_every=validate_every,
             tolerance=tolerance,
             check_hash=check_hash,
+            output_bytes=output_bytes,
         )
         self.model = model
         self.store = store
@@ -381,6 +383,8 @@ class Replayer:
             timed = f.pos == f.hit and end1 == f.n_in
             marks = Marks(model.device) if timed else None
             segments = self._segments(f.pos, end1, wanted)
+            # every layer's outputs for the check, or the first group's where they would not fit
+            keep = self.checker.keeps(f, end1) if timed and f.validate else False
             # its sleep sized from suffix calls of as many segments (each runs every layer)
             t0 = self.clock.start(kind="suffix", segments=len(segments))
             begin = state
@@ -390,7 +394,7 @@ class Replayer:
                 f.pos,
                 wanted,
                 self._sink(f),
-                keep_outputs=timed and f.validate,
+                keep_outputs=keep,
                 marks=marks,
             )
             h = self.clock.stop(t0)
@@ -467,7 +471,8 @@ class Replayer:
         """The hit's numerical check (``HitChecker.validate``); batched replay queues it instead
         (``BatchedReplay.queue_check``)."""
         if self.batched is not None:
-            self.batched.queue_check(Check(f, f.n_in, f.running, outs))
+            cuts = tuple(e for _, e in f.record.suffix_segments)
+            self.batched.queue_check(Check(f, f.n_in, f.running, outs, cuts))
         else:
             self.checker.validate(f, outs)
 

@@ -45,6 +45,13 @@ class ReplaySettings:
     )
     validate_every: int = setting(1, "Numerically check every k-th hit (the prefix-hash check runs on every hit).")
     store: str = setting("gpu", "Checkpoint store on the GPU or in pinned host memory.", choices=("gpu", "host"))
+    check_memory: Optional[float] = setting(  # None: sim.replay.pipeline.output_room on a GPU, no bound on a CPU
+        None,
+        "GB a hit's check may hold of its suffix's per-layer outputs at once; a check over it compares "
+        "them in groups of layers, running its suffix and reference again, untimed, per group [default: "
+        "what the GPU has free beside the check's call; no bound on a CPU].",
+        type=float,
+    )
     dtype: str = setting(  # the CLI's default is by device: fp32 on a CPU
         "bf16", "Activations and weights [default: bf16 on cuda, fp32 on cpu].", choices=("bf16", "fp16", "fp32")
     )
@@ -140,6 +147,8 @@ class ReplaySettings:
             raise UsageError(f"--coast-steps must be >= 1, not {self.coast_steps}")
         if self.batch < 1:
             raise UsageError(f"--batch must be >= 1, not {self.batch}")
+        if self.check_memory is not None and not 0 < self.check_memory < float("inf"):  # NaN fails both
+            raise UsageError(f"--check-memory must be a finite number of GB > 0, not {self.check_memory}")
         if self.seed >= SEED_LIMIT:  # (a negative one: SimConfig's check, the same --seed)
             raise UsageError(
                 f"--seed must be below 2^64 = {SEED_LIMIT} (torch seeds the replayed weights with 64 bits), "

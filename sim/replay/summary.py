@@ -102,6 +102,8 @@ class ReplaySummary(SummaryReads):
     restore_errors: dict  # kind -> p50 / p95 / max over validated hits
     integrity_checked: Optional[int] = field(default=None, metadata=_OPTIONAL)
     integrity_failures: Optional[int] = field(default=None, metadata=_OPTIONAL)
+    # validated hits whose suffix outputs were compared in groups of layers (run again, untimed)
+    outputs_grouped: Optional[int] = field(default=None, metadata=_OPTIONAL)
     shadow_hits_validated: Optional[int] = field(default=None, metadata=_OPTIONAL)  # --validate shadow
     shadow_failures: Optional[int] = field(default=None, metadata=_OPTIONAL)
     shadow_restore_errors: Optional[dict] = field(default=None, metadata=_OPTIONAL)

@@ -153,13 +153,14 @@ def test_the_memory_plan_warns_in_one_line_only_when_it_does_not_fit():
     # KV 24,576 (12 attention layers x K, V x 2 heads x 256 bf16) + residual 12 x 2,048 + projection
     # and conv output 2 x (12,352 + 8,192) + core 16 x 4,096 + MLP 3 x 2 x 5,824
     assert call_bytes_per_token(s, bf16) == 24_576 + 24_576 + 41_088 + 65_536 + 34_944 == 190_720
-    # the call and the check's suffix outputs: 48 layers x 2,048 fp32 = 393,216 B a token more
-    fits = 40 * 10**9 + 10 * 10**9 + 100_000 * (190_720 + 393_216)  # 108.3936 GB
+    # the call and one layer of the check's suffix outputs (a check holds as many layers as fit):
+    # 2,048 fp32 = 8,192 B a token more
+    fits = 40 * 10**9 + 10 * 10**9 + 100_000 * (190_720 + 8_192)  # 69.8912 GB
     assert memory_warning(s, bf16, 40 * 10**9, 10 * 10**9, 100_000, fits) == ""
     note = memory_warning(s, bf16, 40 * 10**9, 10 * 10**9, 100_000, fits - 1)
     assert len(note.splitlines()) == 1 and note.startswith("warning: replay may run out of GPU memory")
-    assert "108.4 GB planned" in note and "call and check ~58.4 GB at 100000 tokens" in note
-    assert "108.4 GB free" in note
+    assert "69.9 GB planned" in note and "call and check ~19.9 GB at 100000 tokens" in note
+    assert "69.9 GB free" in note
 
 
 def test_suffix_outputs_measure_each_layer_as_rel_error_does_and_let_it_go():
@@ -240,7 +241,7 @@ def test_the_memory_plan_of_a_real_trace_counts_its_longest_request_and_the_stor
     s = ReplayShape.from_spec(get_model("qwen3-next-80b-a3b"))
     bf16 = torch.bfloat16
     cfg = SimConfig(policy="marconi", model="qwen3-next-80b-a3b", capacity_bytes=40 * 10**9)
-    call = longest * (call_bytes_per_token(s, bf16) + 48 * 2_048 * 4)
+    call = longest * (call_bytes_per_token(s, bf16) + 2_048 * 4)
     batched = ReplaySettings(device="cuda", batch=16, store="gpu")
     planned = 40 * 10**9 + HELD_BYTES + call
     assert planned_memory_note(trace, cfg, batched, 0, s, bf16, planned) == ""
@@ -325,3 +326,119 @@ def test_a_one_call_prefill_keeps_its_outputs_without_copying_them(model, monkey
     assert calls == 2 and len(split) == len(SHAPE.order)
     for a, b in zip(outs, split):
         torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-5)
+
+
+# ---- a check whose suffix outputs do not fit: compared in groups of layers ---------------------
+
+
+def test_output_groups_hold_as_many_consecutive_layers_as_fit():
+    from sim.replay.hits import output_groups
+
+    # 10 rows x 8 wide fp32: 320 B a layer, 1,600 B for 5 layers
+    assert output_groups(range(5), 10, 8, None) == [[0, 1, 2, 3, 4]]
+    assert output_groups(range(5), 10, 8, 1_600) == [[0, 1, 2, 3, 4]]
+    assert output_groups(range(5), 10, 8, 1_599) == [[0, 1, 2, 3], [4]]
+    assert output_groups(range(5), 10, 8, 640) == [[0, 1], [2, 3], [4]]
+    assert output_groups(range(5), 10, 8, 1) == [[0], [1], [2], [3], [4]]  # one layer at least
+    assert output_groups([1, 3, 4], 10, 8, 700) == [[1, 3], [4]]  # the layers still to compare
+    assert output_groups([], 10, 8, 1) == []
+    assert output_groups(range(3), 0, 8, 1) == [[0, 1, 2]]  # no rows: nothing to hold
+
+
+def test_run_keeps_the_named_layers_outputs_the_same_bits_and_none_for_the_others(model):
+    toks = torch.as_tensor(np.concatenate([LONG[:300], USER]))
+    _, every, _ = model.run(toks, None, 0, [100, 250], lambda *a: None, keep_outputs=True, keep_from=90)
+    _, some, calls = model.run(toks, None, 0, [100, 250], lambda *a: None, keep_outputs=[0, 2], keep_from=90)
+    assert calls == 3 and some[1] is None  # split at 100 and 250: the kept rows joined
+    for l in (0, 2):
+        assert torch.equal(some[l], every[l]) and some[l].shape == (340 - 90, SHAPE.hidden)
+    _, none_kept, _ = model.run(toks, None, 0, [], lambda *a: None, keep_outputs=[])
+    assert none_kept == [None, None, None]
+    _, empty, _ = model.run(toks[:0], None, 0, [], None, keep_outputs=[1])
+    assert empty[0] is None and empty[2] is None and empty[1].shape == (0, SHAPE.hidden)
+    with pytest.raises(ValueError, match="outside the model's 3"):
+        model.run(toks, None, 0, [], None, keep_outputs=[3])
+
+
+def test_suffix_outputs_held_in_groups_are_each_compared_once():
+    from sim.replay.hits import SuffixOutputs
+
+    g = torch.Generator().manual_seed(1)
+    ref = [torch.randn(30, 8, generator=g) for _ in range(3)]
+    outs = [r[10:] + 0.01 * (l + 1) for l, r in enumerate(ref)]
+    s = SuffixOutputs([outs[0], None, None], 10)
+    for l in range(3):  # the timed reference: layer 0 held, the others left for later
+        s.compare(l, ref[l][10:])
+    assert s.missing() == [1, 2] and s.compared == 1
+    with pytest.raises(RuntimeError, match="1 of 3"):
+        s.error()
+    s.hold([None, outs[1], None])
+    with pytest.raises(RuntimeError, match="layer 1's suffix outputs held twice"):
+        s.hold([None, outs[1], None])
+    with pytest.raises(RuntimeError, match="layer 0's suffix outputs held twice"):
+        s.hold([outs[0], None, None])  # compared already
+    for l in range(3):
+        s.compare(l, ref[l][10:])
+    assert s.missing() == [2]
+    s.hold([None, None, outs[2]])
+    s.compare(2, ref[2][10:])
+    from sim.replay.checks import rel_error
+
+    assert s.missing() == [] and s.error() == max(rel_error(o, r[10:]) for o, r in zip(outs, ref))
+
+
+def _grouped_replay(model, batch, output_bytes, spoil=None):
+    """Requests 0 and 1 (its hit at 2016, a 40-token suffix: 40 x 32 fp32 = 5,120 B a layer's
+    outputs) under a bound on what a check holds of them (``output_bytes``)."""
+    store = CheckpointStore(SHAPE, model.dtype, device="cpu", page_tokens=16)
+    rp = Replayer(model, store, lambda r: REQS[r], batch=batch, eager=False, output_bytes=output_bytes)
+    if spoil is not None:
+        rp.model = rp.checker.model = spoil
+        if rp.batched is not None:
+            rp.batched.model = spoil
+    _turns(rp)
+    rp.finish()
+    return rp
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("output_bytes, groups", [(None, 1), (15_360, 1), (15_359, 2), (10_240, 2), (5_120, 3), (1, 3)])
+def test_a_check_compares_its_outputs_in_groups_where_they_do_not_fit_with_the_same_result(
+    model, batch, output_bytes, groups
+):
+    """Per-request (``batch`` 1) and batched replay: the hit's check under each bound validates
+    with the same worst output error as holding every layer (the suffix and the reference run
+    again for each group but the timed calls'; on the CPU the same bits); ``output_groups``
+    counts the groups, and the checker the grouped checks."""
+    rp = _grouped_replay(model, batch, output_bytes)
+    want = _grouped_replay(model, batch, None).records[1]
+    rec = rp.records[1]
+    assert rp.failures == [] and rec.validated and rec.kv_validated
+    assert rec.max_out_error == want.max_out_error and rec.max_rec_error == want.max_rec_error
+    assert rec.output_groups == groups and rp.checker.grouped == (groups > 1)
+    assert rp.records[0].output_groups == 1  # no hit: no check
+
+
+class _Spoiled:
+    """``model`` whose group reruns (a list of kept layers) return the last layer's outputs off by
+    0.5: a later group's comparison is what catches it."""
+
+    def __init__(self, model):
+        self._m = model
+
+    def __getattr__(self, name):
+        return getattr(self._m, name)
+
+    def run(self, *a, keep_outputs=False, **k):
+        st, outs, calls = self._m.run(*a, keep_outputs=keep_outputs, **k)
+        if isinstance(keep_outputs, list) and 2 in keep_outputs:
+            outs[2] = outs[2] + 0.5
+        return st, outs, calls
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_a_later_groups_outputs_are_judged(model, batch):
+    spoiled = _Spoiled(model)
+    assert _grouped_replay(model, batch, 10_240, spoil=spoiled).failures[0].kind == "numerics"
+    # held at once, the rerun never runs: nothing is spoiled
+    assert _grouped_replay(model, batch, None, spoil=spoiled).failures == []
