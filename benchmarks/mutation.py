@@ -512,6 +512,23 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/cli/test_new_user_replay_s23.py",  # session 23: the store named, the MLP note
         ],
     ),
+    # session 31: a check's suffix outputs held in groups of layers where they would not fit
+    "check_groups": (
+        [
+            "sim/replay/hits.py",
+            "sim/replay/batched.py",
+            "sim/replay/model.py",
+            "sim/replay/runner.py",
+            "sim/replay/pipeline.py",
+            "sim/replay/session.py",
+            "sim/replay/measure.py",
+            "sim/cli/replay.py",
+        ],
+        [
+            "tests/sim/replay/test_replay_memory.py",
+            "tests/sim/replay/test_replay_cli.py::test_check_memory_compares_outputs_in_groups_and_says_so",
+        ],
+    ),
     # session 26: a hit check's compares out of the timed reference (the marks' CHECK bucket) and
     # the marks of a split call
     "check_time": (

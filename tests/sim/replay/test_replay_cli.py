@@ -426,13 +426,15 @@ def test_replay_help_names_only_what_replay_takes():
 
 def test_check_memory_compares_outputs_in_groups_and_says_so(tmp_path):
     """``--check-memory`` (GB a check holds of its suffix outputs at once): at 1 kB every validated
-    hit's check runs in groups of layers, every hit still validated with its KV, 0 failures, the
-    table says how many, and the column and summary count them; a bad value is one line, exit 2."""
+    hit's check runs in groups of layers, every hit still validated with its KV, 0 failures (the
+    fp32 shadow's checks under the same bound too), the table says how many, and the column and
+    summary count them; a bad value is one line, exit 2."""
     pytest.importorskip("torch")
     args = ("replay", "--model", "replay-tiny", "--device", "cpu", "--trace", "synthetic:agent", "--requests", "12")
-    p = marconi(*args, "--check-memory", "0.000001", "--no-progress", "--out", tmp_path / "out")
+    p = marconi(*args, "--check-memory", "0.000001", "--validate", "shadow", "--no-progress", "--out", tmp_path / "out")
     s = json.loads((tmp_path / "out" / "summary.json").read_text())["summary"]
     assert s["failures"] == 0 and s["hits"] > 0 and s["hits_validated"] == s["kv_hits_validated"] == s["hits"]
+    assert s["shadow_hits_validated"] == s["hits"] and s["shadow_failures"] == 0
     assert s["outputs_grouped"] == s["hits_validated"]
     assert f"{s['outputs_grouped']} checks compared their outputs in groups of layers" in p.stdout
     import pandas as pd

@@ -442,3 +442,60 @@ def test_a_later_groups_outputs_are_judged(model, batch):
     assert _grouped_replay(model, batch, 10_240, spoil=spoiled).failures[0].kind == "numerics"
     # held at once, the rerun never runs: nothing is spoiled
     assert _grouped_replay(model, batch, None, spoil=spoiled).failures == []
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_a_split_suffix_is_split_again_where_its_check_runs_it_again(model, batch):
+    """Request 1's suffix ``[2016, 2056)`` split at 2040 (a state wanted there, off a 64-multiple;
+    batched replay runs it alone and queues its check): each group's rerun splits there too, so
+    the grouped check measures the same worst output error as the check that held every layer
+    from the timed (split) call."""
+
+    def run(output_bytes):
+        store = CheckpointStore(SHAPE, model.dtype, device="cpu", page_tokens=16)
+        rp = Replayer(model, store, lambda r: REQS[r], eager=False, output_bytes=output_bytes, batch=batch)
+        rp.lookup(0, None, 0)
+        rp.prefill(0, 0, 2000)
+        rp.decode(0)
+        rp.admit(4, 0, 2016, "")
+        rp.lookup(1, 4, 2016)
+        rp.admit(6, 1, 2040, "")
+        rp.prefill(1, 2016, 2056)
+        rp.decode(1)
+        rp.finish()
+        assert rp.failures == [] and rp.records[1].suffix_segments == [(2016, 2040), (2040, 2056)]
+        assert rp.records[1].validated
+        return rp.records[1]
+
+    held, grouped = run(None), run(5_120)
+    assert grouped.output_groups == 3 and held.output_groups == 1
+    assert grouped.max_out_error == held.max_out_error > 0
+
+
+def test_the_job_budget_counts_a_held_suffixs_outputs_only(model):
+    """``_job_nbytes``: KV to the end, two states and, when its check holds them in the batch,
+    the suffix's outputs (40 rows x 3 layers x 32 fp32 = 15,360 B); a check compared in groups
+    holds none there."""
+    from sim.replay.batched import Job
+
+    store = CheckpointStore(SHAPE, model.dtype, device="cpu", page_tokens=16)
+    rp = Replayer(model, store, lambda r: REQS[r], batch=8, eager=False)
+    f = type("F", (), {"pos": 2016})()
+    base = 2056 * 128 + 2 * (4096 + 1536)
+    assert rp.batched._job_nbytes(Job(f, 2056, {}, True, held=True)) == base + 15_360
+    assert rp.batched._job_nbytes(Job(f, 2056, {}, True, held=False)) == base
+
+
+def test_a_gpus_check_bound_is_what_is_free_less_one_call_and_the_margin(monkeypatch):
+    from sim.replay import pipeline
+    from sim.replay.session import ReplaySettings
+
+    monkeypatch.setattr(pipeline, "free_for_replay", lambda device: 40 * 10**9)
+    per = pipeline.call_bytes_per_token(SHAPE, torch.float32)
+    room = pipeline.output_room(SHAPE, torch.float32, torch.device("cpu"))
+    assert room(1_000) == 40 * 10**9 - 1_000 * per - pipeline.CHECK_MARGIN
+    assert room(10**9) == 1  # nothing free: one layer a group all the same
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert pipeline.check_bound(ReplaySettings(), SHAPE, torch.float32, cpu) is None
+    assert pipeline.check_bound(ReplaySettings(check_memory=0.5), SHAPE, torch.float32, cpu) == 500_000_000
+    assert pipeline.check_bound(ReplaySettings(), SHAPE, torch.float32, cuda)(1_000) == room(1_000)
