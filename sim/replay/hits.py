@@ -162,7 +162,7 @@ class HitChecker:
     def compare_rest(self, f: Flight, suffix: SuffixOutputs, end: int, cuts=()) -> None:
         """The layers of ``suffix`` the timed calls did not compare (``SuffixOutputs.missing``),
         group by group (``groups``): the suffix ``[f.hit, end)`` again from the restored state
-        ``f.start`` (split at ``cuts`` as the timed call was, its states to no one), holding the
+        ``f.start`` (split at ``cuts``, positions inside it, as the timed call was; its states to no one), holding the
         group's outputs, then the from-scratch reference of ``[0, end)`` again, comparing them as it
         makes them; both untimed. Nothing to do where every layer was compared."""
         rest = suffix.missing()
@@ -173,7 +173,6 @@ class HitChecker:
         f.record.output_groups = (suffix.compared > 0) + len(groups)  # the timed calls' group, if any
         model = self.model
         tok = f.ids(model.device)[:end]
-        cuts = sorted({int(c) for c in cuts if f.hit < c < end})
         none = lambda *a: None  # noqa: E731 (the states go to no one)
 
         def compare(layer, x, start):
@@ -260,8 +259,9 @@ class HitChecker:
             self.fail("integrity", f, cp, f.hit, f.hit, "restored bits changed while its request waited")
         return f.start
 
-    def validate(self, f: Flight, outs) -> None:
-        """Restore + suffix prefill (already run, ``outs``: its per-layer outputs) against one
+    def validate(self, f: Flight, outs, cuts=()) -> None:
+        """Restore + suffix prefill (already run, ``outs``: its per-layer outputs, ``cuts``: where
+        it was split) against one
         unsplit from-scratch prefill of the whole prompt (timed: the request's ``full`` time):
         every layer's final recurrent and conv state and every layer's suffix outputs. The
         restored state itself is compared with the reference's state at the hit (its boundary
@@ -311,7 +311,7 @@ class HitChecker:
             base, _, _ = model.run(tok[b : f.hit], base, b)
         ref_kv = ref.kv[:, :, : f.hit] if ref.kv is not None else None
         # the layers the timed calls did not hold (outputs over ``output_bytes``), group by group
-        self.compare_rest(f, suffix, f.n_in, [e for _, e in rec.suffix_segments])
+        self.compare_rest(f, suffix, f.n_in, cuts)
         self.judge(f, f.running, suffix.error(), ref, base, ref_kv)
         # its host issue outran its sleep, or (the check synced: no wait) it stalled outside its layers
         if self.clock.outran(h) or self.clock.stalled(h, marks):

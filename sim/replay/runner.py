@@ -413,7 +413,8 @@ class Replayer:
             self._hold(f)
             self._done_wanted(f, end1)
             if timed and f.validate and f.hit > 0:
-                self._validate(f, outs)
+                # the call's split points (a group's rerun splits there too)
+                self._validate(f, outs, [e for _, e in segments[:-1]])
                 if f.record.validated and f.times.suffix_first is None and self.clock.stalled(h, marks):
                     # the check ran, so the call is done: asking adds no wait (batched replay queues
                     # the check: not asked there)
@@ -467,14 +468,13 @@ class Replayer:
             s = c
         return segs
 
-    def _validate(self, f: Flight, outs) -> None:
-        """The hit's numerical check (``HitChecker.validate``); batched replay queues it instead
-        (``BatchedReplay.queue_check``)."""
+    def _validate(self, f: Flight, outs, cuts=()) -> None:
+        """The hit's numerical check (``HitChecker.validate``; ``cuts``: where its suffix call was
+        split); batched replay queues it instead (``BatchedReplay.queue_check``)."""
         if self.batched is not None:
-            cuts = tuple(e for _, e in f.record.suffix_segments)
-            self.batched.queue_check(Check(f, f.n_in, f.running, outs, cuts))
+            self.batched.queue_check(Check(f, f.n_in, f.running, outs, tuple(cuts)))
         else:
-            self.checker.validate(f, outs)
+            self.checker.validate(f, outs, cuts)
 
     def _late(self, f: Flight, checkpoint: int, p: int) -> None:
         """Produce a state for a position already run past: recompute up to it (untimed)."""
