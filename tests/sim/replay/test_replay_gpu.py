@@ -125,6 +125,33 @@ def test_batched_replay_validates_every_hit_at_qwen_shapes(chat, store):
     print(store, {k: s[k] for k in ("hits", "max_restore_error", "wall_s", "replay_tflops_timed")})
 
 
+@pytest.mark.parametrize("batch", [1, 8])
+def test_checks_in_groups_of_layers_validate_as_held_ones_at_qwen_shapes(chat, batch):
+    """``--check-memory``: under a bound of 1 MB (a 150-token suffix of qwen3.5-9b's 4 layers
+    holds 2.4 MB of fp32 outputs) every check compares its outputs in groups of layers, rerunning
+    its suffix (the Triton kernels from the restored bf16 state) and reference per group: every
+    hit validated with its KV, 0 failures, the worst output error within 1 % of the run that held
+    every layer (the same calls on the GPU, up to kernel nondeterminism). The default (what the
+    GPU has free) groups none of these short prompts."""
+    cfg = SimConfig(policy="marconi", model="qwen3.5-9b", capacity_bytes=2 * 10**9, alpha=0.5, mode="sequential")
+    runs = {}
+    for gb in (None, 0.001):
+        st = ReplaySettings(layers=4, dtype="bf16", device="cuda", batch=batch, check_memory=gb)
+        res = run_replay(chat, cfg, st, build=build)
+        s = res.summary
+        assert res.failures == [], [f.message() for f in res.failures[:5]]
+        assert s["hits"] > 0 and s["hits_validated"] == s["hits"] == s["kv_hits_validated"]
+        runs[gb] = (s, res.requests)
+    assert runs[None][0]["outputs_grouped"] == 0
+    grouped, df = runs[0.001]
+    groups = df[df["validated"]]["output_groups"]
+    # 4 layers: one a group (2.4 MB each), or one group where no suffix rows are left (a whole-prompt hit)
+    assert groups.isin([1, 4]).all() and grouped["outputs_grouped"] == int((groups == 4).sum()) > 0
+    a, b = runs[None][1], df
+    v = a["validated"]
+    assert np.allclose(a[v]["max_out_error"], b[v]["max_out_error"], rtol=0.01, atol=1e-4)
+
+
 @pytest.mark.parametrize("validate", ["tolerance", "exact"])
 def test_planted_corruption_is_caught_on_gpu(validate):
     from sim.replay.model import GDNStack, ReplayShape
