@@ -162,9 +162,10 @@ class HitChecker:
     def compare_rest(self, f: Flight, suffix: SuffixOutputs, end: int, cuts=()) -> None:
         """The layers of ``suffix`` the timed calls did not compare (``SuffixOutputs.missing``),
         group by group (``groups``): the suffix ``[f.hit, end)`` again from the restored state
-        ``f.start`` (split at ``cuts``, positions inside it, as the timed call was; its states to no one), holding the
-        group's outputs, then the from-scratch reference of ``[0, end)`` again, comparing them as it
-        makes them; both untimed. Nothing to do where every layer was compared."""
+        ``f.start`` (split at ``cuts``, positions inside it, as the timed call was; its states to
+        no one), holding the group's outputs, then the from-scratch reference of ``[0, end)``
+        again, comparing them as it makes them; both untimed. Nothing to do where every layer
+        was compared."""
         rest = suffix.missing()
         if not rest:
             return
@@ -261,9 +262,9 @@ class HitChecker:
 
     def validate(self, f: Flight, outs, cuts=()) -> None:
         """Restore + suffix prefill (already run, ``outs``: its per-layer outputs, ``cuts``: where
-        it was split) against one
-        unsplit from-scratch prefill of the whole prompt (timed: the request's ``full`` time):
-        every layer's final recurrent and conv state and every layer's suffix outputs. The
+        it was split) against one unsplit from-scratch prefill of the whole prompt (timed: the
+        request's ``full`` time): every layer's final recurrent and conv state and every layer's
+        suffix outputs (in groups of layers where they do not fit at once: ``compare_rest``). The
         restored state itself is compared with the reference's state at the hit (its boundary
         state at the 64-multiple below the hit, carried to the hit by a short untimed call when
         the hit is not 64-aligned): a per-head RMS norm after the core and decay along the suffix
