@@ -512,6 +512,14 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/cli/test_new_user_replay_s23.py",  # session 23: the store named, the MLP note
         ],
     ),
+    # session 31: replay's event observer (the progress bar: each request once, at its end)
+    "observer": (
+        ["sim/replay/observer.py"],
+        [
+            "tests/sim/replay/test_replay_matrix.py::test_a_request_preempted_and_hit_again_counts_its_kv_check_once",
+            "tests/sim/replay/test_replay_session.py",
+        ],
+    ),
     # session 31: a check's suffix outputs held in groups of layers where they would not fit
     "check_groups": (
         [

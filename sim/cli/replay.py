@@ -31,6 +31,7 @@ from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, format_size, parse_size
 from sim.errors import UsageError, interrupted, stop_exit_code, stop_message
 from sim.replay.backends import CPU_SMALL_D_MODEL
+from sim.replay.records import AT_REQUEST
 
 INSTALL_HINT = "marconi replay needs torch (and triton for --kernel triton): pip install 'marconi-sim[kernels]'"
 #: widest model `--device cpu` replays without a warning: a wider one takes minutes per request there
@@ -90,6 +91,9 @@ def out_of_memory_line(exc: BaseException, device: str) -> str:
     first = " ".join(text.strip().splitlines()[0].split()) if text.strip() else type(exc).__name__
     first = first.split(". GPU ")[0].split(" (")[0].rstrip(".")
     where = "the GPU" if device != "cpu" else "this machine"
+    # the request the run had last looked up (sim.replay.pipeline.execute's note)
+    at = [n.removeprefix(AT_REQUEST) for n in getattr(exc, "__notes__", ()) if n.startswith(AT_REQUEST)]
+    where += f", the last request looked up {at[-1]}" if at else ""
     return f"replay ran out of memory on {where} ({first}): lower --capacity or --requests" + (
         ", or use --store host" if device != "cpu" else ""
     )

@@ -42,6 +42,7 @@ class ReplayObserver:
         self._looked_up: set = set()
         self._done_requests: set = set()
         self.looked_up_again = 0
+        self.last_lookup: Optional[tuple] = None  # (request id, prompt tokens): where an error is said to be
         self.after_event = after_event  # tests: called after every event
         self.stepper = stepper  # sim.replay.stepper.StepExecutor (continuous scheduler) or None
 
@@ -56,6 +57,7 @@ class ReplayObserver:
             self.after_event(name)
 
     def lookup(self, request, t, hit_checkpoint, hit_tokens, input_tokens) -> None:
+        self.last_lookup = (request.request_id, int(input_tokens))
         for r in self.replayers:
             r.lookup(request.request_id, hit_checkpoint, hit_tokens)
         if self.stepper is not None:

@@ -30,6 +30,7 @@ from sim.replay.calibration import NOT_COMPARED, replay_timing
 from sim.replay.flops import mamba2_linear
 from sim.replay.model import DTYPES, HybridModel, ReplayShape
 from sim.replay.observer import ReplayObserver
+from sim.replay.records import AT_REQUEST
 from sim.replay.runner import Replayer
 from sim.replay.store import CheckpointStore
 from sim.replay.summary import ReplaySummary, labelled
@@ -285,8 +286,14 @@ def execute(
     if on_ready is not None:
         on_ready(replayer)
     t0 = time.perf_counter()
-    sim_result = run_simulation(sim)
-    records = replayer.finish()
+    try:
+        sim_result = run_simulation(sim)
+        records = replayer.finish()
+    except RuntimeError as exc:  # out of memory above all: where the run was, for the one line said of it
+        if obs.last_lookup is not None:
+            rid, n = obs.last_lookup
+            exc.add_note(f"{AT_REQUEST}{rid} ({n:,} prompt tokens)")
+        raise
     failures = list(replayer.failures)
     shadow_records = None
     for sh in shadows:

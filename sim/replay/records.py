@@ -15,6 +15,11 @@ CHECK = "check"
 SAVED_TIMINGS = ("once", "alternate")
 
 
+#: the note an error of a replay's run carries (``sim.replay.pipeline.execute``), then the request
+#: it had last looked up: "replay's last lookup: request 11 (87,571 prompt tokens)"
+AT_REQUEST = "replay's last lookup: request "
+
+
 @dataclass
 class RequestRecord:
     """What replay did for one request (one row of the per-request table)."""

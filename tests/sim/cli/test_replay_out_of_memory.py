@@ -76,3 +76,47 @@ def test_another_runtime_error_still_raises(runner, monkeypatch):
     res = runner.invoke(main, ARGS)
     assert res.exit_code == 1
     assert isinstance(res.exception, RuntimeError) and str(res.exception) == "shape mismatch"
+
+
+def test_the_line_says_the_request_the_run_had_reached():
+    """marconi-7b at full depth on the Mooncake sample ran out of an H100's memory (session 31) and
+    the line said nothing of where: the run's error now carries the request last looked up, and the
+    line names it."""
+    from sim.cli.replay import out_of_memory_line
+
+    exc = torch.OutOfMemoryError(GPU_OOM)
+    exc.add_note("replay's last lookup: request 11 (87,571 prompt tokens)")
+    assert out_of_memory_line(exc, "cuda") == (
+        "replay ran out of memory on the GPU, the last request looked up 11 (87,571 prompt tokens) (CUDA out of "
+        "memory. Tried to allocate 3.48 GiB): lower --capacity or --requests, or use --store host"
+    )
+
+
+def test_a_runs_error_carries_the_request_it_was_at(monkeypatch):
+    """``execute``: an allocator error inside the run (stood in for at the third request's prefill)
+    is raised with the request last looked up, its prompt length from the trace."""
+    from sim.config import SimConfig
+    from sim.replay.runner import Replayer
+    from sim.replay.session import ReplaySettings, run_replay
+    from sim.simulate import build
+    from traces.registry import TraceOptions, load_trace
+
+    trace = load_trace(
+        "synthetic:chat:sessions=2,turns=2,prompt_tokens=300,user_tokens=20,output_tokens=8", TraceOptions()
+    )
+    prefill = Replayer.prefill
+    seen = []
+
+    def failing(self, rid, start, end):
+        seen.append(rid)
+        if len(seen) == 3:
+            raise torch.OutOfMemoryError(GPU_OOM)
+        return prefill(self, rid, start, end)
+
+    monkeypatch.setattr(Replayer, "prefill", failing)
+    cfg = SimConfig(policy="marconi", model="replay-tiny", capacity_bytes=10**9)
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        run_replay(trace, cfg, ReplaySettings(device="cpu", dtype="fp32", kernel="torch"), build=build)
+    rid = seen[-1]
+    n = trace.requests[rid].n_input_tokens(trace.block_tokens)
+    assert info.value.__notes__ == [f"replay's last lookup: request {rid} ({n:,} prompt tokens)"]
