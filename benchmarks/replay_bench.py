@@ -107,6 +107,25 @@ def ceilings(dev="cuda") -> dict:
     )
 
 
+def print_device_memory(when: str) -> None:
+    """Print what the GPU's caching allocator holds ``when`` (after a run, its result still
+    referenced): session 31's H100 saw the free memory the replay plans with fall 77.5 -> 57.4 ->
+    43.9 GB over three runs of qwen3-next-80b-a3b in one process. Nothing without CUDA."""
+    import gc
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return
+    gc.collect()
+    gb = 1e9
+    print(
+        f"device memory {when}: allocated {torch.cuda.memory_allocated() / gb:.1f} GB, reserved "
+        f"{torch.cuda.memory_reserved() / gb:.1f} GB, driver free {torch.cuda.mem_get_info()[0] / gb:.1f} GB",
+        flush=True,
+    )
+
+
 def old_estimate(spec):
     """The estimate the simulator used before calibration (40 % of 989 TFLOP/s + 10 ms)."""
     from sim.cost import TimingModel
@@ -414,6 +433,7 @@ def main() -> None:
             tables.append(res.requests)
             names.append(spec_fit)
             print("fit run summary:", json.dumps(res.summary, default=float), flush=True)
+            print_device_memory(f"after fit run {i}")
             if out:
                 output.write(out / f"fit-run-{i}", res.summary, res.settings, res.requests)
         counts = res.settings["layers_replayed"]
@@ -492,6 +512,7 @@ def main() -> None:
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         res = run_replay(trace, config, settings, build=build, timing=calibrated)
+        print_device_memory(f"after {spec_run}")
         warmed = True
         counts = res.settings["layers_replayed"]
         if batch > 1:
