@@ -518,6 +518,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         [
             "tests/sim/replay/test_replay_matrix.py::test_a_request_preempted_and_hit_again_counts_its_kv_check_once",
             "tests/sim/replay/test_replay_session.py",
+            "tests/sim/replay/test_replay_observer.py",
         ],
     ),
     # session 31: a check's suffix outputs held in groups of layers where they would not fit
