@@ -510,6 +510,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_replay_batch.py",
             "tests/sim/replay/test_store_rules.py",
             "tests/sim/cli/test_new_user_replay_s23.py",  # session 23: the store named, the MLP note
+            "tests/sim/cli/test_replay_out_of_memory.py",  # session 31: the run's error carries its request
         ],
     ),
     # session 31: replay's event observer (the progress bar: each request once, at its end)
