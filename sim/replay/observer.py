@@ -39,7 +39,6 @@ class ReplayObserver:
         # (preempted under continuous batching) is said beside it, not counted twice (a run of 40
         # requests with 265 preemptions read "replaying: 305req" past its total)
         self.progress = progress
-        self._looked_up: set = set()
         self._done_requests: set = set()
         self.looked_up_again = 0
         self.last_lookup: Optional[tuple] = None  # (request id, prompt tokens): where an error is said to be
@@ -62,12 +61,11 @@ class ReplayObserver:
             r.lookup(request.request_id, hit_checkpoint, hit_tokens)
         if self.stepper is not None:
             self.stepper.lookup(request.request_id, *self.replayer.restored(request.request_id))
-        if request.request_id in self._looked_up:
+        rec = self.replayer.records.get(request.request_id)  # its lookups counted there
+        if rec is not None and rec.lookups > 1:
             self.looked_up_again += 1
             if self.progress is not None and hasattr(self.progress, "set_postfix_str"):
                 self.progress.set_postfix_str(f"{self.looked_up_again:,} lookups again (preempted)", refresh=False)
-        else:
-            self._looked_up.add(request.request_id)
         self._done("lookup")
 
     def prefill(self, request, t_start, t_end, start_pos, end_pos, seconds) -> None:

@@ -12,11 +12,18 @@ from sim.replay.observer import ReplayObserver  # noqa: E402
 
 
 class _Replayer:
-    """What the observer calls on a replayer, recorded."""
+    """What the observer calls on a replayer, recorded; its records count each request's lookups
+    (``Replayer._flight``: a new lookup's record carries the old one's count on)."""
 
     def __init__(self):
         self.calls = []
         self.eager = False
+        self.records = {}
+
+    def lookup(self, rid, *a):
+        old = self.records.get(rid)
+        self.records[rid] = SimpleNamespace(lookups=1 + (old.lookups if old else 0))
+        self.calls.append(("lookup", rid, *a))
 
     def __getattr__(self, name):
         return lambda *a: self.calls.append((name, *a))
