@@ -140,6 +140,13 @@ class Flight:
             self.tok_t = upload(self.tokens, device)
         return self.tok_t
 
+    def device_bytes(self) -> int:
+        """Bytes of the device tensors it holds: its restored and running states (with their KV)
+        and its token ids."""
+        held = {id(st): st for st in (self.start, self.running) if st is not None}
+        n = sum(t.nbytes for st in held.values() for t in (st.rec, st.conv, st.kv) if t is not None)
+        return n + (self.tok_t.nbytes if self.tok_t is not None else 0)
+
     def upto(self) -> int:
         """The position its work must reach: its prefill's end or its last wanted state."""
         return max([self.prefill_end] + list(self.wanted))

@@ -15,6 +15,7 @@ are checked). Needs torch.
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -85,20 +86,25 @@ def call_bytes_per_token(shape: ReplayShape, dtype) -> int:
     return s.kv_bytes_per_token(dtype) + 12 * s.hidden + gdn + 3 * elt * s.mlp_inter
 
 
-def memory_warning(shape: ReplayShape, dtype, store_bytes: int, queued_bytes: int, longest: int, free: int) -> str:
+def memory_warning(
+    shape: ReplayShape, dtype, store_bytes: int, queued_bytes: int, longest: int, free: int, running_bytes: int = 0
+) -> str:
     """One line when what replay plans to hold on the GPU exceeds what is free there (after the
     weights): the store up to the simulator's capacity (``store_bytes``), the batched queues'
-    budget (``queued_bytes``) and the longest request's from-scratch call (``longest`` tokens,
-    ``call_bytes_per_token``) with one layer of its check's suffix outputs (fp32 rows of the whole
-    request: a check holds as many layers as fit, ``output_room``); empty when it fits."""
+    budget (``queued_bytes``), under continuous batching the running requests' (``running_bytes``:
+    the step executor's peak and the open flights' bound) and the longest request's from-scratch
+    call (``longest`` tokens, ``call_bytes_per_token``) with one layer of its check's suffix outputs
+    (fp32 rows of the whole request: a check holds as many layers as fit, ``output_room``); empty
+    when it fits."""
     call = longest * (call_bytes_per_token(shape, dtype) + shape.hidden * 4)
-    planned = store_bytes + queued_bytes + call
+    planned = store_bytes + queued_bytes + running_bytes + call
     if planned <= free:
         return ""
     gb = 1e9
+    running = f", running requests {running_bytes / gb:.1f} GB" if running_bytes else ""
     return (
         f"warning: replay may run out of GPU memory: {planned / gb:.1f} GB planned (store up to "
-        f"{store_bytes / gb:.1f} GB, batch queues {queued_bytes / gb:.1f} GB, the longest request's "
+        f"{store_bytes / gb:.1f} GB, batch queues {queued_bytes / gb:.1f} GB{running}, the longest request's "
         f"call and check ~{call / gb:.1f} GB at {longest} tokens), {free / gb:.1f} GB free: lower --capacity or "
         "--requests, or use --store host"
     )
@@ -150,16 +156,42 @@ def produced_bytes(lengths, shape: ReplayShape, dtype) -> int:
     return sum(n * kv + (n // STATE_BOUNDARY + 2) * state for n in lengths)
 
 
-def planned_memory_note(trace: Trace, config: SimConfig, settings, n_shadows: int, shape, dtype, free: int) -> str:
+#: device bytes the per-request replay's open flights may hold under continuous batching (their
+#: restored and running states with their KV, ``Replayer(max_open_bytes=)``) before the oldest give
+#: theirs back (parked: restored again at their prefill; dropped: recomputed, untimed)
+FLIGHT_BYTES = 8 << 30
+
+
+def running_bytes(trace: Trace, config: SimConfig, settings, shape, dtype, *, simulate, timing) -> int:
+    """What a continuous replay holds for its running requests beside the store: the step
+    executor's peak (``sim.replay.stepper.StepSizer`` on a simulation of the same events, without
+    the model: ``simulate`` is the assembly's ``build``) and the open flights' ``FLIGHT_BYTES``."""
+    from sim.engine.drivers import run as run_simulation
+    from sim.replay.stepper import StepSizer, slot_bytes
+
+    whole = {
+        r.request_id: r.n_input_tokens(trace.block_tokens) + r.n_output_tokens(trace.block_tokens)
+        for r in trace.requests
+    }
+    sizer = StepSizer(
+        whole.__getitem__, shape.kv_bytes_per_token(dtype), slot_bytes(shape, dtype), coast_steps=settings.coast_steps
+    )
+    run_simulation(simulate(trace, config, timing=timing, observers=(sizer,)))
+    return sizer.peak_bytes + FLIGHT_BYTES
+
+
+def planned_memory_note(
+    trace: Trace, config: SimConfig, settings, n_shadows: int, shape, dtype, free: int, running: int = 0
+) -> str:
     """``memory_warning`` for a replay of ``trace``: the store's capacity on the GPU, or what the
     trace can fill (``produced_bytes``) where that is less (once per store there: the replayer's
-    with ``--store gpu``, each shadow's), the batch queues' budget when batched, the longest request
-    (input and output tokens)."""
+    with ``--store gpu``, each shadow's), the batch queues' budget when batched, the running
+    requests' ``running`` bytes (``running_bytes``), the longest request (input and output tokens)."""
     lengths = [r.n_input_tokens(trace.block_tokens) + r.n_output_tokens(trace.block_tokens) for r in trace.requests]
     per_store = min(config.capacity_bytes, produced_bytes(lengths, shape, dtype))
     on_gpu = per_store * ((settings.store == "gpu") + n_shadows)
     longest = max(lengths, default=0)
-    return memory_warning(shape, dtype, on_gpu, HELD_BYTES if settings.batch > 1 else 0, longest, free)
+    return memory_warning(shape, dtype, on_gpu, HELD_BYTES if settings.batch > 1 else 0, longest, free, running)
 
 
 def build(
@@ -174,9 +206,11 @@ def build(
     timing,
     vocab_rows: int,
     tokens_of,
+    simulate=None,
 ) -> Parts:
     """Step 1 (module docstring). ``tokens_of(request) -> (prompt + response ids, prompt
-    length)``; ``vocab_rows``: the embedding's rows."""
+    length)``; ``vocab_rows``: the embedding's rows; ``simulate``: the assembly's ``build``, for
+    the memory plan of a continuous replay on a GPU (``running_bytes``)."""
     dtype = DTYPES[settings.dtype]
     mamba2 = mamba2_linear(spec)
     if mamba2:
@@ -224,8 +258,9 @@ def build(
         alternate=settings.saved_timing == "alternate",
         output_bytes=check_bound(settings, shape, dtype, device),
         # every running request's flight stays open until it ends (a batch runs up to
-        # --max-num-seqs of them at once)
+        # --max-num-seqs of them at once), up to FLIGHT_BYTES of them on a GPU
         max_open=max(16, config.max_num_seqs + 8) if continuous else 16,
+        max_open_bytes=FLIGHT_BYTES if continuous and device.type == "cuda" else None,
     )
     stepper = None
     if continuous:
@@ -258,7 +293,17 @@ def build(
             ),
         )
     if device.type == "cuda":
-        note = planned_memory_note(trace, config, settings, len(shadows), shape, dtype, free_for_replay(device))
+        # what an earlier run in this process left in torch's cache goes back to the driver: a
+        # replay's long calls need whole blocks, and replay_bench's held-out run after its fit runs
+        # ran out of memory with 40 GB of them reserved in smaller ones
+        gc.collect()
+        torch.cuda.empty_cache()
+        running = 0
+        if continuous and simulate is not None:
+            running = running_bytes(trace, config, settings, shape, dtype, simulate=simulate, timing=timing)
+        note = planned_memory_note(
+            trace, config, settings, len(shadows), shape, dtype, free_for_replay(device), running
+        )
         if note:
             print(note, file=sys.stderr)
     warm_s = 0.0

@@ -75,6 +75,7 @@ class Replayer:
         batch_tokens: int = BATCH_TOKENS,
         alternate: bool = False,
         output_bytes=None,
+        max_open_bytes: Optional[int] = None,
     ) -> None:
         if validate_every < 1:
             raise ValueError("validate_every must be >= 1")
@@ -100,6 +101,11 @@ class Replayer:
         self.store = store
         self.tokens_of = tokens_of
         self.max_open = max_open
+        # and at most ``max_open_bytes`` of device tensors among them (None: no bound): under
+        # continuous batching every running request's flight is open, and 17 running Mooncake
+        # requests' restored states and KV beside the store and the step executor's buffers ran
+        # marconi-7b out of an H100's memory at 20 GB
+        self.max_open_bytes = max_open_bytes
         # eager (DES streams): a prompt runs at its decode, a decode-time state when admitted;
         # lazy (sequential streams, where admits follow the decode): at the next lookup
         self.eager = eager
@@ -270,7 +276,7 @@ class Replayer:
         hit lost its restored state (it ran from scratch, never checked)."""
         self._holding.pop(f.rid, None)
         self._holding[f.rid] = f
-        if self._shedding or len(self._holding) <= self.max_open:
+        if self._shedding or not self._over():
             return
         self._shedding = True
         try:
@@ -278,9 +284,18 @@ class Replayer:
         finally:
             self._shedding = False
 
+    def _over(self) -> bool:
+        """Whether the flights holding device tensors are more than ``max_open`` or hold more
+        than ``max_open_bytes``."""
+        if len(self._holding) > self.max_open:
+            return True
+        if self.max_open_bytes is None:
+            return False
+        return sum(g.device_bytes() for g in self._holding.values()) > self.max_open_bytes
+
     def _shed(self, f: Flight) -> None:
         for g in list(self._holding.values()):
-            if len(self._holding) <= self.max_open:
+            if not self._over():
                 break
             if g is f:
                 continue

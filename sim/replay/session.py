@@ -440,6 +440,7 @@ def _replay(
         timing=timing,
         vocab_rows=VOCAB_ROWS,
         tokens_of=token_source(trace, settings.seed),
+        simulate=build,
     )
     run = pipeline.execute(
         parts, trace, config, build=build, progress=progress, after_event=after_event, on_ready=on_ready

@@ -45,6 +45,31 @@ from sim.replay.steps import ExecutedStep
 #: executed steps whose timing events are resolved together (one synchronisation per batch of them)
 RESOLVE_EVERY = 512
 
+#: a running request's KV buffer grows to its segment's end, or by this share of its length where
+#: that is more (amortized copies over a decode run), never past its prompt and response: a
+#: buffer of the whole length from the request's first step held 22.6 GB for 17 running
+#: Mooncake requests of marconi-7b at 20 GB (the engine charges the tokens computed), and with
+#: the store and the per-request replay's flights ran an H100 out of memory
+KV_GROWTH = 0.5
+
+
+def grown_length(have: int, end: int, whole: int) -> int:
+    """The length a running request's KV buffer of ``have`` positions grows to for a segment
+    ending at ``end`` (``KV_GROWTH``; ``whole``: its prompt, response and one)."""
+    return max(end, min(have + int(have * KV_GROWTH), whole))
+
+
+#: state slots the executor's pool starts with; it doubles when they are all taken
+FIRST_SLOTS = 8
+
+
+def slot_bytes(shape, dtype) -> int:
+    """One slot of the executor's state pool: every gated-delta layer's fp32 recurrent state and
+    its conv window in ``dtype``."""
+    elt = torch.empty((), dtype=dtype).element_size()
+    per_layer = shape.v_heads * shape.head_k_dim * shape.head_v_dim * 4 + shape.conv_dim * (shape.conv_width - 1) * elt
+    return shape.layers * per_layer
+
 
 @dataclass
 class _Running:
@@ -52,7 +77,7 @@ class _Running:
     tokens: torch.Tensor  # prompt + response ids on the device
     slot: int
     pos: int  # tokens whose state / KV this executor holds
-    kv: Optional[torch.Tensor]  # [A, 2, len(tokens) + 1, KVH, hd]
+    kv: Optional[torch.Tensor]  # [A, 2, C, KVH, hd]: C >= pos, grown as it runs (``StepExecutor._room``)
 
 
 class StepExecutor:
@@ -98,9 +123,12 @@ class StepExecutor:
         self.coasted_untimed_steps = 0
         self.coasted_untimed_tokens = 0
         self.preempted_dropped = 0
+        # the running requests' KV buffers (``_room``) and, at their most, with the state pool
+        self.kv_bytes = 0
+        self.peak_bytes = 0
         self.checked = 0
         self._layers = s.layers
-        self._grow(8)
+        self._grow(FIRST_SLOTS)
 
     # ---- state pool --------------------------------------------------------------------------
     def _grow(self, cap: int) -> None:
@@ -116,6 +144,7 @@ class StepExecutor:
         self.rec, self.conv = rec, conv
         self.free += list(range(cap - 1, old - 1, -1))
         self._cap = cap
+        self._peak()
 
     def _slot(self) -> int:
         if not self.free:
@@ -126,6 +155,8 @@ class StepExecutor:
         r = self.running.pop(rid, None)
         if r is not None:
             self.free.append(r.slot)
+            if r.kv is not None:
+                self.kv_bytes -= r.kv.nbytes
 
     # ---- events ------------------------------------------------------------------------------
     def lookup(self, request: int, hit_tokens: int, restored: Optional[StackState]) -> None:
@@ -173,9 +204,7 @@ class StepExecutor:
         s, m = self.model.shape, self.model
         kv = None
         if s.attn_layers:
-            kv = torch.zeros(
-                s.attn_layers, 2, len(tokens) + 1, s.attn_kv_heads, s.attn_head_dim, dtype=m.dtype, device=m.device
-            )
+            kv = torch.zeros(s.attn_layers, 2, 0, s.attn_kv_heads, s.attn_head_dim, dtype=m.dtype, device=m.device)
         r = _Running(rid, tok, self._slot(), 0, kv)
         for l in range(s.layers):
             self.rec[l][r.slot].zero_()
@@ -191,8 +220,25 @@ class StepExecutor:
             self.rec[l][r.slot].copy_(st.rec[l])
             self.conv[l][r.slot].copy_(st.conv[l])
         if r.kv is not None and pos:
+            self._room(r, pos)
             r.kv[:, :, :pos] = st.kv[:, :, :pos]
         r.pos = pos
+
+    def _room(self, r: _Running, end: int) -> None:
+        """``r``'s KV buffer holds positions up to ``end`` (grown, untimed: ``KV_GROWTH``)."""
+        kv = r.kv
+        if kv is None or kv.shape[2] >= end:
+            return
+        n = grown_length(kv.shape[2], end, r.tokens.shape[0] + 1)
+        new = torch.zeros(kv.shape[:2] + (n,) + kv.shape[3:], dtype=kv.dtype, device=kv.device)
+        new[:, :, : r.pos] = kv[:, :, : r.pos]
+        r.kv = new
+        self.kv_bytes += new.nbytes - kv.nbytes
+        self._peak()
+
+    def _peak(self) -> None:
+        pool = sum(t.nbytes for t in self.rec + self.conv)
+        self.peak_bytes = max(self.peak_bytes, self.kv_bytes + pool)
 
     def _at(self, rid: int, p: int) -> None:
         """Make the request's state the one at position ``p`` (untimed work when it is not)."""
@@ -215,9 +261,10 @@ class StepExecutor:
         ``start``), timed into ``record`` when given; the states move to the segments' ends."""
         m = self.model
         runs = [self.running[r] for r, _, _ in segs]
-        for (r, a, _), run in zip(segs, runs):
+        for (r, a, b), run in zip(segs, runs):
             if run.pos != a:
                 raise RuntimeError(f"step executor: request {r} is at {run.pos}, its segment starts at {a}")
+            self._room(run, b)
         cu = [0]
         for _, a, b in segs:
             cu.append(cu[-1] + b - a)
@@ -330,6 +377,7 @@ class StepExecutor:
             step_coasted_untimed_tokens=self.coasted_untimed_tokens,
             step_catchup_tokens=self.catchup_tokens,
             step_preempted_dropped=self.preempted_dropped,
+            step_peak_bytes=self.peak_bytes,
             steps_cross_checked=self.checked,
             step_check_failures=len(self.failures),
         )
@@ -343,3 +391,90 @@ class _Gather:
 
     def __getitem__(self, l: int) -> torch.Tensor:
         return self.pool[l].index_select(0, self.slots)
+
+
+class StepSizer:
+    """The step executor's device bytes over a run, without its model: an engine observer that
+    follows ``StepExecutor``'s bookkeeping (requests started at their hit, caught up, grown by
+    ``grown_length``, freed at their end or preemption; the state pool doubled from
+    ``FIRST_SLOTS``) on the simulation's events alone. ``peak_bytes``: the most its KV buffers
+    and state pool hold at once, what a continuous replay plans beside the store
+    (``sim.replay.pipeline``). ``whole(request id)``: its prompt and response tokens;
+    ``kv_per_token`` and ``slot_bytes``: one token's KV and one slot's states."""
+
+    def __init__(self, whole: Callable[[int], int], kv_per_token: int, slot_bytes: int, coast_steps: int = 4) -> None:
+        self.whole = whole
+        self.kv_per_token = kv_per_token
+        self.slot_bytes = slot_bytes
+        self.coast_steps = coast_steps
+        self.starts: dict[int, int] = {}
+        self.pos: dict[int, int] = {}
+        self.length: dict[int, int] = {}
+        self.kv_tokens = 0
+        self.slots = FIRST_SLOTS
+        self.peak_bytes = self.slots * slot_bytes
+
+    def _drop(self, rid: int) -> None:
+        if rid in self.pos:
+            del self.pos[rid]
+            self.kv_tokens -= self.length.pop(rid)
+
+    def _room(self, rid: int, end: int) -> None:
+        have = self.length[rid]
+        if have < end:
+            n = grown_length(have, end, self.whole(rid) + 1)
+            self.length[rid] = n
+            self.kv_tokens += n - have
+            self.peak_bytes = max(self.peak_bytes, self.kv_tokens * self.kv_per_token + self.slots * self.slot_bytes)
+
+    def _at(self, rid: int, p: int) -> None:
+        if rid not in self.pos:
+            if len(self.pos) >= self.slots:
+                self.slots *= 2
+                self.peak_bytes = max(
+                    self.peak_bytes, self.kv_tokens * self.kv_per_token + self.slots * self.slot_bytes
+                )
+            self.pos[rid], self.length[rid] = 0, 0
+            hit = self.starts.pop(rid, 0)
+            if hit > 0:
+                self._room(rid, hit)
+                self.pos[rid] = hit
+        if self.pos[rid] > p:
+            self.pos[rid] = 0
+        if p > self.pos[rid]:
+            self._room(rid, p)
+            self.pos[rid] = p
+
+    def _run(self, rid: int, end: int) -> None:
+        self._room(rid, end)
+        self.pos[rid] = end
+
+    def lookup(self, request, t, hit_checkpoint, hit_tokens, input_tokens) -> None:
+        rid = request.request_id
+        self._drop(rid)
+        self.starts[rid] = int(hit_tokens) if hit_checkpoint is not None else 0
+
+    def decode(self, request, t_start, t_end, start_pos, end_pos, seconds) -> None:
+        self._drop(request.request_id)
+        self.starts.pop(request.request_id, None)
+
+    def step(self, t_start, t_end, seconds, steps, prefills, decodes, tokens, preempted) -> None:
+        k = max(1, int(steps))
+        busy = {p[0] for p in prefills} | {d[0] for d in decodes}
+        for rid in preempted:
+            if rid not in busy:
+                self._drop(int(rid))
+        for rid, a, _ in prefills:
+            self._at(int(rid), int(a))
+        for rid, c in decodes:
+            self._at(int(rid), int(c))
+        timed = min(k, self.coast_steps)
+        for i in range(timed):
+            if i == 0:
+                for rid, _, b in prefills:
+                    self._run(int(rid), int(b))
+            for rid, c in decodes:
+                self._run(int(rid), int(c) + i + 1)
+        if k > timed:
+            for rid, c in decodes:
+                self._run(int(rid), int(c) + k)

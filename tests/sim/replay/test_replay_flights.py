@@ -70,6 +70,35 @@ def test_waiting_hits_beyond_max_open_are_restored_and_checked(tiny_model, tiny_
     assert max(state_error(*store.tensors(6), rec, conv)) < 1e-4
 
 
+@pytest.mark.parametrize("room", ["one flight", "two flights"])
+def test_open_flights_past_their_byte_bound_give_their_states_back(tiny_model, tiny_shape, room):
+    """``max_open_bytes`` bounds the device bytes the open flights hold (their restored and
+    running states with KV, and token ids), whatever ``max_open`` allows: under continuous
+    batching every running request's flight is open. Two waiting hits of one flight's bytes each:
+    with room for one, the older gives its restore back (parked) and is restored again and checked
+    at its prefill; with room for both, neither does."""
+    rp, store = make(tiny_model, tiny_shape, max_open=100)
+    first_turn(rp)
+    rp.lookup(1, 4, 130)
+    st = rp.flights[1].start
+    assert st.kv is None  # gated-delta layers only here (KV counted in the matrix's continuous runs)
+    assert rp.flights[1].device_bytes() == st.rec.nbytes + st.conv.nbytes  # its ids not uploaded yet
+    one = rp.flights[1].device_bytes() + rp.flights[1].ids(tiny_model.device).nbytes
+    assert rp.flights[1].device_bytes() == one
+    rp.max_open_bytes = one + one // 2 if room == "one flight" else 2 * one
+    rp.lookup(3, 4, 130)
+    assert rp.parked == (1 if room == "one flight" else 0)
+    rp.prefill(1, 130, 170)
+    rp.admit(6, 1, 170, "prompt end")
+    rp.decode(1)
+    rp.prefill(3, 130, 155)
+    rp.decode(3)
+    recs = {r.request: r for r in rp.finish()}
+    assert rp.failures == [] and rp.flights == {}
+    for r, n in ((1, 170), (3, 155)):
+        assert recs[r].restored and recs[r].validated and recs[r].suffix_segments == [(130, n)], r
+
+
 def test_a_dropped_request_runs_its_prompt_once_and_recomputes_for_a_later_state(tiny_model, tiny_shape):
     rp, store = make(tiny_model, tiny_shape, max_open=1)
     first_turn(rp)

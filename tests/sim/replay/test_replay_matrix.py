@@ -379,3 +379,32 @@ def test_a_hash_id_of_two_lengths_replays_with_every_hit_validated(tmp_path):
             hits = [int(h) for h in res.requests["hit_tokens"]]
             assert hits[:4] == [0, 0, 512, 0] and hits[7] == 512, (scheduler, capacity, hits)
             assert s["hits"] == sum(h > 0 for h in hits) and hits[5] == 0
+
+
+def test_running_flights_past_their_byte_bound_keep_the_contract(tmp_path_factory):
+    """Under continuous batching every running request's flight is open; on a GPU their device
+    bytes are bounded (``FLIGHT_BYTES``: marconi-7b ran an H100 out of memory at 20 GB without it).
+    Bounded at one flight's worth here, flights give their states back (parked, or run and dropped)
+    and the contract holds: every hit validated, each prompt run once from its hit."""
+    from sim.replay import session
+
+    trace = trace_of("mooncake", tmp_path_factory)
+    config = SimConfig(
+        policy="marconi",
+        model="replay-tiny",
+        capacity_bytes=AMPLE,
+        scheduler="continuous",
+        max_num_batched_tokens=1024,
+        sessions_per_second=50.0,
+    )
+    settings = ReplaySettings(device="cpu", dtype="fp32", check_steps=CHECK_STEPS, coast_steps=2)
+    seen = {}
+
+    def small(replayer):
+        replayer.max_open_bytes = 1
+        seen["r"] = replayer
+
+    res = session.run_replay(trace, config, settings, build=build, on_ready=small)
+    check_contract(res, continuous=True)
+    assert seen["r"].parked + seen["r"].dropped > 0
+    assert res.summary["flights_parked"] == seen["r"].parked and res.summary["flights_dropped"] == seen["r"].dropped

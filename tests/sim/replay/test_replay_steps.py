@@ -221,3 +221,99 @@ def test_executor_starts_from_the_restored_state_and_catches_up_where_it_is_not(
     ex.done(0)
     ex.step(2.0, 3.0, 1.0, 1, (), ((1, 303),), 1, (0,))  # finished and preempted ids are freed
     assert set(ex.running) == {1} and len(ex.free) == ex._cap - 1
+
+
+def test_executor_grows_each_requests_kv_as_it_runs_not_to_its_whole_length(whole_tiny):
+    """A running request's KV buffer covers the tokens computed, grown by half its length at a
+    step past it (never past prompt + response): a buffer of the whole length from the first step
+    ran an H100 out of memory under continuous batching (marconi-7b, Mooncake, 20 GB). The states
+    and KV stay those of a from-scratch run; the peak and the live bytes are counted, and the
+    memory plan's ``StepSizer`` fed the same events holds the same lengths after every step."""
+    from types import SimpleNamespace
+
+    from sim.replay.stepper import FIRST_SLOTS, KV_GROWTH, StepExecutor, StepSizer, slot_bytes
+
+    m = whole_tiny
+    toks = np.arange(2000, 3000)  # 1,000 tokens: a 600-token prompt and its response
+    ex = StepExecutor(m, lambda rid: (toks, 600), coast_steps=1)
+    per_token = m.shape.kv_bytes_per_token(m.dtype)
+    pool = FIRST_SLOTS * slot_bytes(m.shape, m.dtype)
+    sz = StepSizer(lambda rid: 1000, per_token, slot_bytes(m.shape, m.dtype), coast_steps=1)
+
+    def step(prefills, decodes, preempted=()):
+        ex.step(0.0, 1.0, 1.0, 1, prefills, decodes, 1, preempted)
+        sz.step(0.0, 1.0, 1.0, 1, prefills, decodes, 1, preempted)
+        assert sz.length == {rid: r.kv.shape[2] for rid, r in ex.running.items()}
+        assert sz.peak_bytes == ex.peak_bytes
+
+    for rid in (0, 1):
+        ex.lookup(rid, 0, None)
+        sz.lookup(SimpleNamespace(request_id=rid), 0.0, None, 0, 600)
+    step(((0, 0, 200),), ())
+    r = ex.running[0]
+    assert r.kv.shape[2] == 200 and ex.kv_bytes == 200 * per_token  # the chunk's end, nothing more
+    step(((0, 200, 250),), ())
+    assert r.kv.shape[2] == 200 + int(200 * KV_GROWTH) == 300  # half again: fewer copies over a decode run
+    step(((0, 250, 600),), ())
+    assert r.kv.shape[2] == 600  # a chunk past the growth: its end
+    for i in range(3):  # decodes up to the whole length (1,001: prompt, response and one)
+        step((), ((0, 600 + i),))
+    assert r.kv.shape[2] == 900 and r.pos == 603
+    ref = m.run(torch.as_tensor(toks[:603]), None, 0)[0]
+    assert rel_error(r.kv[:, :, :603], ref.kv) < 1e-5
+    assert rel_error(torch.stack([ex.rec[l][r.slot] for l in range(m.shape.layers)]), ref.rec) < 1e-5
+    step(((1, 0, 990),), ((0, 603),))
+    assert ex.running[1].kv.shape[2] == 990 and ex.kv_bytes == (900 + 990) * per_token
+    step((), ((1, 990),))
+    assert ex.running[1].kv.shape[2] == 1001  # capped at the whole length
+    assert ex.peak_bytes == (900 + 1001) * per_token + pool
+    ex.done(0)
+    sz.decode(SimpleNamespace(request_id=0), 0.0, 1.0, 600, 1000, 1.0)
+    assert ex.kv_bytes == 1001 * per_token and ex.counts()["step_peak_bytes"] == ex.peak_bytes
+    assert sz.kv_tokens == 1001 and list(sz.length) == [1]
+
+
+@pytest.mark.parametrize("case", ["hits-coasted", "preempted"])
+def test_memory_plan_sizes_the_executor_as_it_runs(case):
+    """``running_bytes`` plans a continuous replay's running requests on the simulation's events
+    alone (``StepSizer``: no model): its executor peak is the bytes the step executor held at its
+    most in the real replay (KV buffers and state pool), to the byte, through hits, catch-ups,
+    coasted decode runs and a preemption; the open flights' bound comes on top."""
+    from sim.cost import get_model
+    from sim.replay.pipeline import FLIGHT_BYTES, running_bytes
+
+    if case == "preempted":
+        spec = get_model("replay-tiny")
+        S, K = spec.state_bytes(), spec.kv_bytes_per_token()
+        reqs = [
+            Request(
+                session_id=i,
+                turn=0,
+                input_tokens=np.arange(10_000 * (i + 1), 10_000 * (i + 1) + 100),
+                output_tokens=np.arange(10_000 * (i + 1) + 5_000, 10_000 * (i + 1) + 5_050),
+                arrival=0.0,
+            )
+            for i in range(2)
+        ]
+        trace = Trace("tiny", reqs, closed_loop=False)
+        config = SimConfig(
+            policy="sglang+",
+            model="replay-tiny",
+            scheduler="continuous",
+            sessions_per_second=1000.0,
+            capacity_bytes=2 * S + 230 * K,
+        )
+    else:
+        trace = load_trace(CHAT, TraceOptions())
+        config = SimConfig(policy="marconi", model="replay-tiny", scheduler="continuous", sessions_per_second=0.5)
+    settings = ReplaySettings(device="cpu", dtype="fp32", coast_steps=2)
+    res = run_replay(trace, config, settings, build=build)
+    s = res.summary
+    assert s["failures"] == 0 and s["hits_validated"] == s["hits"]
+    if case == "preempted":
+        assert s["step_preempted_dropped"] == 1
+    else:
+        assert s["hits"] > 0 and s["steps_coasted_untimed"] > 0 and s["step_catchup_tokens"] >= 0
+    shape = ReplayShape.from_spec(get_model("replay-tiny"))
+    planned = running_bytes(trace, config, settings, shape, torch.float32, simulate=build, timing=res.timing)
+    assert planned - FLIGHT_BYTES == s["step_peak_bytes"] > 0
