@@ -513,6 +513,17 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/cli/test_replay_out_of_memory.py",  # session 31: the run's error carries its request
         ],
     ),
+    # session 32: continuous replay's memory (the executor's KV grown as it runs, the open flights
+    # bounded in bytes, the plan's running requests sized on the simulation's events)
+    "running_memory": (
+        ["sim/replay/stepper.py", "sim/replay/runner.py", "sim/replay/flight.py", "sim/replay/pipeline.py"],
+        [
+            "tests/sim/replay/test_replay_steps.py",
+            "tests/sim/replay/test_replay_flights.py",
+            "tests/sim/replay/test_replay_memory.py",
+            "tests/sim/replay/test_replay_matrix.py::test_running_flights_past_their_byte_bound_keep_the_contract",
+        ],
+    ),
     # session 31: replay's event observer (the progress bar: each request once, at its end)
     "observer": (
         ["sim/replay/observer.py"],

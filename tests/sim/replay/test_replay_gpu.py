@@ -198,7 +198,12 @@ def test_planted_corruption_is_caught_on_gpu(validate):
 def test_continuous_scheduler_steps_batched_and_timed(chat):
     """``--scheduler continuous`` at qwen3.5-9b shapes, 4 layers: every step event executed as one
     batched forward (Triton varlen gated delta, flash attention per sequence), CUDA-event timed,
-    the first steps cross-checked against per-sequence forwards in bf16; every hit validated."""
+    the first steps cross-checked against per-sequence forwards in bf16; every hit validated. The
+    memory plan's executor peak (``running_bytes``) is what the executor held at its most, and
+    the open flights are bounded in bytes on a GPU."""
+    from sim.replay.model import ReplayShape
+    from sim.replay.pipeline import FLIGHT_BYTES, running_bytes
+
     cfg = SimConfig(
         policy="marconi",
         model="qwen3.5-9b",
@@ -219,6 +224,10 @@ def test_continuous_scheduler_steps_batched_and_timed(chat):
     assert len(df) == s["steps_executed"] > 0
     assert (df["measured_ms"] > 0).all() and (df["modelled_ms"] > 0).all() and (df["n_seqs"] > 1).any()
     assert s["steps_executed"] + s["steps_coasted_untimed"] == s["steps_simulated"]
+    shape = ReplayShape.from_spec(get_model("qwen3.5-9b"), 4)
+    settings = ReplaySettings(layers=4, dtype="bf16", device="cuda", coast_steps=4)
+    planned = running_bytes(chat, cfg, settings, shape, torch.bfloat16, simulate=build, timing=res.timing)
+    assert planned - FLIGHT_BYTES == s["step_peak_bytes"] > 0
     print("continuous", {k: s[k] for k in ("steps_executed", "step_time_error", "step_tflops_timed", "wall_s")})
 
 

@@ -160,7 +160,12 @@ def test_the_memory_plan_warns_in_one_line_only_when_it_does_not_fit():
     note = memory_warning(s, bf16, 40 * 10**9, 10 * 10**9, 100_000, fits - 1)
     assert len(note.splitlines()) == 1 and note.startswith("warning: replay may run out of GPU memory")
     assert "69.9 GB planned" in note and "call and check ~19.9 GB at 100000 tokens" in note
-    assert "69.9 GB free" in note
+    assert "69.9 GB free" in note and "running requests" not in note
+    # continuous batching: the running requests' bytes (the step executor's peak and the open
+    # flights' bound) on top, named in the line
+    assert memory_warning(s, bf16, 40 * 10**9, 10 * 10**9, 100_000, fits + 7 * 10**9, 7 * 10**9) == ""
+    note = memory_warning(s, bf16, 40 * 10**9, 10 * 10**9, 100_000, fits + 7 * 10**9 - 1, 7 * 10**9)
+    assert "76.9 GB planned" in note and "batch queues 10.0 GB, running requests 7.0 GB, the longest" in note
 
 
 def test_suffix_outputs_measure_each_layer_as_rel_error_does_and_let_it_go():
@@ -251,6 +256,9 @@ def test_the_memory_plan_of_a_real_trace_counts_its_longest_request_and_the_stor
     assert "store up to 120.0 GB" in planned_memory_note(trace, cfg, batched, 2, s, bf16, 0)
     host = ReplaySettings(device="cuda", store="host")
     assert "store up to 0.0 GB, batch queues 0.0 GB" in planned_memory_note(trace, cfg, host, 0, s, bf16, 0)
+    # the running requests' bytes (``running_bytes``) are added as given
+    assert planned_memory_note(trace, cfg, batched, 0, s, bf16, planned + 5, 5) == ""
+    assert "running requests 0.0 GB" in planned_memory_note(trace, cfg, batched, 0, s, bf16, planned + 4, 5)
 
 
 def test_an_unbounded_store_plans_what_its_trace_can_fill_not_the_sentinel():
