@@ -79,7 +79,18 @@ def test_contract_at_preset_shapes(model, kind, scheduler):
         scheduler=scheduler,
         sessions_per_second=2.0,
     )
-    settings = ReplaySettings(layers=4, device="cuda", dtype="bf16", requests=TRACES[kind][2], check_steps=8)
+    # the Mooncake rows time each hit's two prefills alternated (suffix, reference, reference,
+    # suffix): a 512-token hit of an 87K-token prompt saves 1-3 ms, and in session 32's H100 runs
+    # the order alone moved the time saved's error from -8, -14, -8 % to +5, -6, +1 % (qwen3.5-9b,
+    # qwen3.5-27b, qwen3-next-80b-a3b)
+    settings = ReplaySettings(
+        layers=4,
+        device="cuda",
+        dtype="bf16",
+        requests=TRACES[kind][2],
+        check_steps=8,
+        saved_timing="alternate" if kind == "mooncake" else "once",
+    )
     res = run_replay(trace, config, settings, build=build)
     s = res.summary
     keep_summary(
