@@ -33,7 +33,7 @@ from sim.replay.model import DTYPES, HybridModel, ReplayShape
 from sim.replay.observer import ReplayObserver
 from sim.replay.records import AT_REQUEST
 from sim.replay.runner import Replayer
-from sim.replay.store import CheckpointStore
+from sim.replay.store import PAGE_TOKENS, CheckpointStore
 from sim.replay.summary import ReplaySummary, labelled
 from sim.replay.warm import warm
 from traces.base import Trace
@@ -162,36 +162,112 @@ def produced_bytes(lengths, shape: ReplayShape, dtype) -> int:
 FLIGHT_BYTES = 8 << 30
 
 
-def running_bytes(trace: Trace, config: SimConfig, settings, shape, dtype, *, simulate, timing) -> int:
-    """What a continuous replay holds for its running requests beside the store: the step
-    executor's peak (``sim.replay.stepper.StepSizer`` on a simulation of the same events, without
-    the model: ``simulate`` is the assembly's ``build``) and the open flights' ``FLIGHT_BYTES``."""
+class StorePeak:
+    """An engine observer: the most the replay's store holds over a simulation, at the replay's
+    shape and dtype (``shape``). The tree's KV tokens and states (``occupancy``, sent after every
+    insert) at their most, each priced as the store holds them: its pools never shrink (its peak
+    is its most slots and its most pages, ``CheckpointStore.peak_bytes``), and each checkpoint's
+    prefix ends in a page of its own, up to ``PAGE_TOKENS`` - 1 tokens more than the tree counts.
+    A replay of fewer layers holds less than the preset's bytes the capacity counts."""
+
+    def __init__(self, spec: ModelSpec, shape: ReplayShape, dtype) -> None:
+        self.kv_unit, self.state_unit = spec.kv_bytes_per_token(), spec.state_bytes()
+        self.kv, self.state = shape.kv_bytes_per_token(dtype), shape.state_bytes(dtype)
+        self.peak_tokens = self.peak_states = 0
+
+    def occupancy(self, t: float, kv_bytes: int, state_bytes: int) -> None:
+        if self.kv_unit:
+            self.peak_tokens = max(self.peak_tokens, kv_bytes // self.kv_unit)
+        if self.state_unit:
+            self.peak_states = max(self.peak_states, state_bytes // self.state_unit)
+
+    @property
+    def peak_bytes(self) -> int:
+        per_state = self.state + (PAGE_TOKENS - 1) * self.kv
+        return self.peak_tokens * self.kv + self.peak_states * per_state
+
+
+@dataclass
+class SimulatedPlan:
+    """``simulated_plan``: the store's peak (``StorePeak``) and, under continuous batching, what the
+    running requests hold beside it (the step executor's peak and the open flights' bound; 0
+    otherwise)."""
+
+    store_bytes: int
+    running_bytes: int
+
+
+def simulated_plan(
+    trace: Trace, config: SimConfig, settings, spec: ModelSpec, shape, dtype, *, simulate, timing
+) -> SimulatedPlan:
+    """The memory plan's figures from one simulation of the replay's events, without the model
+    (``simulate``: the assembly's ``build``; ``timing``: the replay's, so the events are the
+    replay's): ``StorePeak`` and, under continuous batching, ``sim.replay.stepper.StepSizer`` (the
+    executor's bookkeeping on the events alone) plus ``FLIGHT_BYTES``."""
     from sim.engine.drivers import run as run_simulation
     from sim.replay.stepper import StepSizer, slot_bytes
 
-    whole = {
-        r.request_id: r.n_input_tokens(trace.block_tokens) + r.n_output_tokens(trace.block_tokens)
-        for r in trace.requests
-    }
-    sizer = StepSizer(
-        whole.__getitem__, shape.kv_bytes_per_token(dtype), slot_bytes(shape, dtype), coast_steps=settings.coast_steps
-    )
-    run_simulation(simulate(trace, config, timing=timing, observers=(sizer,)))
-    return sizer.peak_bytes + FLIGHT_BYTES
+    store = StorePeak(spec, shape, dtype)
+    observers: list = [store]
+    sizer = None
+    if config.effective_scheduler == "continuous":
+        whole = {
+            r.request_id: r.n_input_tokens(trace.block_tokens) + r.n_output_tokens(trace.block_tokens)
+            for r in trace.requests
+        }
+        sizer = StepSizer(
+            whole.__getitem__,
+            shape.kv_bytes_per_token(dtype),
+            slot_bytes(shape, dtype),
+            coast_steps=settings.coast_steps,
+        )
+        observers.append(sizer)
+    run_simulation(simulate(trace, config, timing=timing, observers=tuple(observers)))
+    return SimulatedPlan(store.peak_bytes, sizer.peak_bytes + FLIGHT_BYTES if sizer is not None else 0)
 
 
 def planned_memory_note(
-    trace: Trace, config: SimConfig, settings, n_shadows: int, shape, dtype, free: int, running: int = 0
+    trace: Trace,
+    config: SimConfig,
+    settings,
+    n_shadows: int,
+    shape,
+    dtype,
+    free: int,
+    simulated: Optional[SimulatedPlan] = None,
 ) -> str:
     """``memory_warning`` for a replay of ``trace``: the store's capacity on the GPU, or what the
-    trace can fill (``produced_bytes``) where that is less (once per store there: the replayer's
-    with ``--store gpu``, each shadow's), the batch queues' budget when batched, the running
-    requests' ``running`` bytes (``running_bytes``), the longest request (input and output tokens)."""
+    trace can fill (``produced_bytes``) or the simulation shows it holding at most
+    (``simulated.store_bytes``) where that is less (once per store there: the replayer's with
+    ``--store gpu``, each shadow's), the batch queues' budget when batched, the running requests'
+    bytes (``simulated.running_bytes``), the longest request (input and output tokens)."""
     lengths = [r.n_input_tokens(trace.block_tokens) + r.n_output_tokens(trace.block_tokens) for r in trace.requests]
     per_store = min(config.capacity_bytes, produced_bytes(lengths, shape, dtype))
+    running = 0
+    if simulated is not None:
+        per_store = min(per_store, simulated.store_bytes)
+        running = simulated.running_bytes
     on_gpu = per_store * ((settings.store == "gpu") + n_shadows)
     longest = max(lengths, default=0)
     return memory_warning(shape, dtype, on_gpu, HELD_BYTES if settings.batch > 1 else 0, longest, free, running)
+
+
+def flight_bound(continuous: bool, device) -> Optional[int]:
+    """``Replayer(max_open_bytes=)``: ``FLIGHT_BYTES`` under continuous batching on a GPU (every
+    running request's flight is open there), else no bound (``max_open`` bounds the count)."""
+    return FLIGHT_BYTES if continuous and device.type == "cuda" else None
+
+
+def plan_note(
+    trace: Trace, config: SimConfig, settings, n_shadows: int, spec, shape, dtype, *, free: int, simulate, timing
+) -> str:
+    """The memory plan's line for a replay with ``free`` bytes to take (``planned_memory_note``),
+    with a simulation's figures (``simulated_plan``) where ``simulate`` (the assembly's ``build``)
+    is given."""
+    simulated = None
+    if simulate is not None:
+        simulated = simulated_plan(trace, config, settings, spec, shape, dtype, simulate=simulate, timing=timing)
+    return planned_memory_note(trace, config, settings, n_shadows, shape, dtype, free, simulated)
 
 
 def build(
@@ -210,7 +286,7 @@ def build(
 ) -> Parts:
     """Step 1 (module docstring). ``tokens_of(request) -> (prompt + response ids, prompt
     length)``; ``vocab_rows``: the embedding's rows; ``simulate``: the assembly's ``build``, for
-    the memory plan of a continuous replay on a GPU (``running_bytes``)."""
+    the memory plan of a replay on a GPU (``simulated_plan``)."""
     dtype = DTYPES[settings.dtype]
     mamba2 = mamba2_linear(spec)
     if mamba2:
@@ -260,7 +336,7 @@ def build(
         # every running request's flight stays open until it ends (a batch runs up to
         # --max-num-seqs of them at once), up to FLIGHT_BYTES of them on a GPU
         max_open=max(16, config.max_num_seqs + 8) if continuous else 16,
-        max_open_bytes=FLIGHT_BYTES if continuous and device.type == "cuda" else None,
+        max_open_bytes=flight_bound(continuous, device),
     )
     stepper = None
     if continuous:
@@ -298,11 +374,17 @@ def build(
         # ran out of memory with 40 GB of them reserved in smaller ones
         gc.collect()
         torch.cuda.empty_cache()
-        running = 0
-        if continuous and simulate is not None:
-            running = running_bytes(trace, config, settings, shape, dtype, simulate=simulate, timing=timing)
-        note = planned_memory_note(
-            trace, config, settings, len(shadows), shape, dtype, free_for_replay(device), running
+        note = plan_note(
+            trace,
+            config,
+            settings,
+            len(shadows),
+            spec,
+            shape,
+            dtype,
+            free=free_for_replay(device),
+            simulate=simulate,
+            timing=timing,
         )
         if note:
             print(note, file=sys.stderr)

@@ -70,6 +70,26 @@ def test_waiting_hits_beyond_max_open_are_restored_and_checked(tiny_model, tiny_
     assert max(state_error(*store.tensors(6), rec, conv)) < 1e-4
 
 
+@pytest.mark.parametrize("max_open, parked", [(2, 1), (3, 0)])
+def test_as_many_flights_as_max_open_keep_their_states(tiny_model, tiny_shape, max_open, parked):
+    """``max_open`` flights hold their restored states; one more, and the oldest parks: three
+    waiting hits (two of request 0's tail, one of its prompt end) park one under ``max_open`` 2,
+    none under 3, and all three are restored and checked at their prefills."""
+    rp, store = make(tiny_model, tiny_shape, max_open=max_open)
+    first_turn(rp)
+    rp.lookup(1, 4, 130)
+    rp.lookup(3, 4, 130)
+    rp.lookup(5, 3, 100)
+    assert rp.parked == parked
+    for r, a, n in ((1, 130, 170), (3, 130, 155), (5, 100, 107)):
+        rp.prefill(r, a, n)
+        rp.decode(r)
+    recs = {r.request: r for r in rp.finish()}
+    assert rp.failures == [] and rp.flights == {}
+    for r in (1, 3, 5):
+        assert recs[r].restored and recs[r].validated, r
+
+
 @pytest.mark.parametrize("room", ["one flight", "two flights"])
 def test_open_flights_past_their_byte_bound_give_their_states_back(tiny_model, tiny_shape, room):
     """``max_open_bytes`` bounds the device bytes the open flights hold (their restored and

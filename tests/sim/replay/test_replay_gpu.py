@@ -199,10 +199,10 @@ def test_continuous_scheduler_steps_batched_and_timed(chat):
     """``--scheduler continuous`` at qwen3.5-9b shapes, 4 layers: every step event executed as one
     batched forward (Triton varlen gated delta, flash attention per sequence), CUDA-event timed,
     the first steps cross-checked against per-sequence forwards in bf16; every hit validated. The
-    memory plan's executor peak (``running_bytes``) is what the executor held at its most, and
+    memory plan's executor peak (``simulated_plan``) is what the executor held at its most, and
     the open flights are bounded in bytes on a GPU."""
     from sim.replay.model import ReplayShape
-    from sim.replay.pipeline import FLIGHT_BYTES, running_bytes
+    from sim.replay.pipeline import FLIGHT_BYTES, simulated_plan
 
     cfg = SimConfig(
         policy="marconi",
@@ -226,8 +226,10 @@ def test_continuous_scheduler_steps_batched_and_timed(chat):
     assert s["steps_executed"] + s["steps_coasted_untimed"] == s["steps_simulated"]
     shape = ReplayShape.from_spec(get_model("qwen3.5-9b"), 4)
     settings = ReplaySettings(layers=4, dtype="bf16", device="cuda", coast_steps=4)
-    planned = running_bytes(chat, cfg, settings, shape, torch.bfloat16, simulate=build, timing=res.timing)
-    assert planned - FLIGHT_BYTES == s["step_peak_bytes"] > 0
+    plan = simulated_plan(
+        chat, cfg, settings, get_model("qwen3.5-9b"), shape, torch.bfloat16, simulate=build, timing=res.timing
+    )
+    assert plan.running_bytes - FLIGHT_BYTES == s["step_peak_bytes"] > 0
     print("continuous", {k: s[k] for k in ("steps_executed", "step_time_error", "step_tflops_timed", "wall_s")})
 
 

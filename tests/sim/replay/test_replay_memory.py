@@ -256,9 +256,17 @@ def test_the_memory_plan_of_a_real_trace_counts_its_longest_request_and_the_stor
     assert "store up to 120.0 GB" in planned_memory_note(trace, cfg, batched, 2, s, bf16, 0)
     host = ReplaySettings(device="cuda", store="host")
     assert "store up to 0.0 GB, batch queues 0.0 GB" in planned_memory_note(trace, cfg, host, 0, s, bf16, 0)
-    # the running requests' bytes (``running_bytes``) are added as given
-    assert planned_memory_note(trace, cfg, batched, 0, s, bf16, planned + 5, 5) == ""
-    assert "running requests 0.0 GB" in planned_memory_note(trace, cfg, batched, 0, s, bf16, planned + 4, 5)
+    # a simulation's figures (``simulated_plan``): the running requests' bytes added as given, the
+    # store's peak where it is less than the capacity
+    from sim.replay.pipeline import SimulatedPlan
+
+    ample = SimulatedPlan(store_bytes=50 * 10**9, running_bytes=5)
+    assert planned_memory_note(trace, cfg, batched, 0, s, bf16, planned + 5, ample) == ""
+    assert "running requests 0.0 GB" in planned_memory_note(trace, cfg, batched, 0, s, bf16, planned + 4, ample)
+    small = SimulatedPlan(store_bytes=3 * 10**9, running_bytes=0)
+    assert planned_memory_note(trace, cfg, batched, 0, s, bf16, planned - 37 * 10**9, small) == ""
+    note = planned_memory_note(trace, cfg, batched, 0, s, bf16, planned - 37 * 10**9 - 1, small)
+    assert "store up to 3.0 GB" in note and "running requests" not in note
 
 
 def test_an_unbounded_store_plans_what_its_trace_can_fill_not_the_sentinel():
@@ -507,3 +515,85 @@ def test_a_gpus_check_bound_is_what_is_free_less_one_call_and_the_margin(monkeyp
     assert pipeline.check_bound(ReplaySettings(), SHAPE, torch.float32, cpu) is None
     assert pipeline.check_bound(ReplaySettings(check_memory=0.5), SHAPE, torch.float32, cpu) == 500_000_000
     assert pipeline.check_bound(ReplaySettings(), SHAPE, torch.float32, cuda)(1_000) == room(1_000)
+
+
+@pytest.mark.parametrize("scheduler, layers", [("fcfs", None), ("fcfs", 2), ("continuous", 2)])
+def test_the_plans_store_is_what_the_store_held_at_its_most(scheduler, layers):
+    """``simulated_plan``'s store figure (``StorePeak`` on the tree's occupancy, priced at the
+    replay's shape) against the store's own peak in the replay it plans: never below it, within
+    10 %, at full depth and at 2 of replay-tiny's 4 mixer layers (the capacity counts the
+    preset's bytes: a subsampled replay holds less). ``--capacity inf`` planned "482.4 GB" for
+    replay_bench's fit runs of the 80b, which held a few."""
+    from sim.config import SimConfig
+    from sim.cost import get_model
+    from sim.replay.model import ReplayShape
+    from sim.replay.pipeline import simulated_plan
+    from sim.replay.session import ReplaySettings, run_replay
+    from sim.simulate import build
+    from traces.registry import TraceOptions, load_trace
+
+    trace = load_trace(
+        "synthetic:chat:sessions=4,turns=3,prompt_tokens=300,user_tokens=20,output_tokens=10,prompts=2", TraceOptions()
+    )
+    config = SimConfig(policy="marconi", model="replay-tiny", scheduler=scheduler, sessions_per_second=0.5)
+    settings = ReplaySettings(device="cpu", dtype="fp32", layers=layers)
+    res = run_replay(trace, config, settings, build=build)
+    s = res.summary
+    assert s["failures"] == 0 and s["hits"] > 0
+    spec = get_model("replay-tiny")
+    shape = ReplayShape.from_spec(spec, layers)
+    plan = simulated_plan(trace, config, settings, spec, shape, torch.float32, simulate=build, timing=res.timing)
+    assert s["store_peak_bytes"] <= plan.store_bytes <= 1.1 * s["store_peak_bytes"]
+    assert plan.running_bytes == 0 if scheduler == "fcfs" else plan.running_bytes > 0
+
+
+def test_open_flights_are_bounded_in_bytes_under_continuous_batching_on_a_gpu():
+    from sim.replay.pipeline import FLIGHT_BYTES, flight_bound
+
+    gpu, cpu = torch.device("cuda"), torch.device("cpu")  # a device object, no GPU needed
+    assert flight_bound(True, gpu) == FLIGHT_BYTES == 8 << 30
+    assert flight_bound(False, gpu) is None and flight_bound(True, cpu) is None and flight_bound(False, cpu) is None
+
+
+@pytest.mark.parametrize("scheduler", ["fcfs", "continuous"])
+def test_the_plans_line_counts_the_simulated_store_and_running_requests(scheduler):
+    """``plan_note`` (what a GPU replay prints before it starts) with the simulation's figures:
+    the store at its simulated peak, not the capacity, and under continuous batching the running
+    requests; without ``simulate``, the capacity and no running requests."""
+    from sim.config import SimConfig
+    from sim.cost import get_model
+    from sim.replay.model import ReplayShape
+    from sim.replay.pipeline import FLIGHT_BYTES, call_bytes_per_token, plan_note, produced_bytes, simulated_plan
+    from sim.replay.session import ReplaySettings
+    from sim.simulate import build
+    from traces.registry import TraceOptions, load_trace
+
+    trace = load_trace(
+        "synthetic:chat:sessions=4,turns=3,prompt_tokens=300,user_tokens=20,output_tokens=10,prompts=2", TraceOptions()
+    )
+    config = SimConfig(policy="marconi", model="replay-tiny", scheduler=scheduler, capacity_bytes=10**9)
+    settings = ReplaySettings(device="cpu", dtype="fp32")
+    spec = get_model("replay-tiny")
+    shape = ReplayShape.from_spec(spec)
+    f32 = torch.float32
+    plan = simulated_plan(trace, config, settings, spec, shape, f32, simulate=build, timing=None)
+    assert 0 < plan.store_bytes < 10**6
+    note = plan_note(trace, config, settings, 0, spec, shape, f32, free=0, simulate=build, timing=None)
+    assert f"store up to {plan.store_bytes / 1e9:.1f} GB" in note
+    assert ("running requests" in note) == (scheduler == "continuous")
+    if scheduler == "continuous":
+        assert plan.running_bytes > FLIGHT_BYTES and f"running requests {plan.running_bytes / 1e9:.1f} GB" in note
+    bare = plan_note(trace, config, settings, 0, spec, shape, f32, free=0, simulate=None, timing=None)
+    lengths = [r.n_input_tokens(trace.block_tokens) + r.n_output_tokens(trace.block_tokens) for r in trace.requests]
+    fill = produced_bytes(lengths, shape, f32)  # a state every 64 tokens: more than the store held
+    assert fill > plan.store_bytes
+    assert f"store up to {fill / 1e9:.1f} GB" in bare and "running requests" not in bare
+    # to the byte: the plan is the simulated store, the running requests and the longest call
+    call = max(lengths) * (call_bytes_per_token(shape, f32) + shape.hidden * 4)
+    edge = plan.store_bytes + plan.running_bytes + call
+    assert plan_note(trace, config, settings, 0, spec, shape, f32, free=edge, simulate=build, timing=None) == ""
+    assert plan_note(trace, config, settings, 0, spec, shape, f32, free=edge - 1, simulate=build, timing=None) != ""
+    assert plan_note(trace, config, settings, 0, spec, shape, f32, free=fill + call, simulate=None, timing=None) == ""
+    assert plan_note(trace, config, settings, 0, spec, shape, f32, free=fill + call - 1, simulate=None, timing=None)
+    # what fits is not said
+    assert plan_note(trace, config, settings, 0, spec, shape, f32, free=10**11, simulate=build, timing=None) == ""

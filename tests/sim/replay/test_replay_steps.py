@@ -275,12 +275,12 @@ def test_executor_grows_each_requests_kv_as_it_runs_not_to_its_whole_length(whol
 
 @pytest.mark.parametrize("case", ["hits-coasted", "preempted"])
 def test_memory_plan_sizes_the_executor_as_it_runs(case):
-    """``running_bytes`` plans a continuous replay's running requests on the simulation's events
+    """``simulated_plan`` plans a continuous replay's running requests on the simulation's events
     alone (``StepSizer``: no model): its executor peak is the bytes the step executor held at its
     most in the real replay (KV buffers and state pool), to the byte, through hits, catch-ups,
     coasted decode runs and a preemption; the open flights' bound comes on top."""
     from sim.cost import get_model
-    from sim.replay.pipeline import FLIGHT_BYTES, running_bytes
+    from sim.replay.pipeline import FLIGHT_BYTES, simulated_plan
 
     if case == "preempted":
         spec = get_model("replay-tiny")
@@ -315,5 +315,9 @@ def test_memory_plan_sizes_the_executor_as_it_runs(case):
     else:
         assert s["hits"] > 0 and s["steps_coasted_untimed"] > 0 and s["step_catchup_tokens"] >= 0
     shape = ReplayShape.from_spec(get_model("replay-tiny"))
-    planned = running_bytes(trace, config, settings, shape, torch.float32, simulate=build, timing=res.timing)
-    assert planned - FLIGHT_BYTES == s["step_peak_bytes"] > 0
+    spec = get_model("replay-tiny")
+    plan = simulated_plan(trace, config, settings, spec, shape, torch.float32, simulate=build, timing=res.timing)
+    assert plan.running_bytes - FLIGHT_BYTES == s["step_peak_bytes"] > 0
+    # and the store's peak from the tree's occupancy: at least what the store held at its most,
+    # within 10 % (each checkpoint's partial last page is what it adds)
+    assert s["store_peak_bytes"] <= plan.store_bytes <= 1.1 * s["store_peak_bytes"]
