@@ -273,17 +273,13 @@ def test_executor_grows_each_requests_kv_as_it_runs_not_to_its_whole_length(whol
     assert sz.kv_tokens == 1001 and list(sz.length) == [1]
 
 
-@pytest.mark.parametrize("case", ["hits-coasted", "preempted"])
-def test_memory_plan_sizes_the_executor_as_it_runs(case):
-    """``simulated_plan`` plans a continuous replay's running requests on the simulation's events
-    alone (``StepSizer``: no model): its executor peak is the bytes the step executor held at its
-    most in the real replay (KV buffers and state pool), to the byte, through hits, catch-ups,
-    coasted decode runs and a preemption; the open flights' bound comes on top."""
+def _case_trace(case):
+    """The traces of the sizing test: hits and coasted decode runs (a chat trace), a preemption,
+    whole-prompt hits (a prompt asked again: the executor recomputes its last token, a catch-up)."""
     from sim.cost import get_model
-    from sim.replay.pipeline import FLIGHT_BYTES, simulated_plan
 
+    spec = get_model("replay-tiny")
     if case == "preempted":
-        spec = get_model("replay-tiny")
         S, K = spec.state_bytes(), spec.kv_bytes_per_token()
         reqs = [
             Request(
@@ -295,29 +291,71 @@ def test_memory_plan_sizes_the_executor_as_it_runs(case):
             )
             for i in range(2)
         ]
-        trace = Trace("tiny", reqs, closed_loop=False)
-        config = SimConfig(
-            policy="sglang+",
-            model="replay-tiny",
-            scheduler="continuous",
-            sessions_per_second=1000.0,
-            capacity_bytes=2 * S + 230 * K,
-        )
-    else:
-        trace = load_trace(CHAT, TraceOptions())
-        config = SimConfig(policy="marconi", model="replay-tiny", scheduler="continuous", sessions_per_second=0.5)
+        config = dict(policy="sglang+", sessions_per_second=1000.0, capacity_bytes=2 * S + 230 * K)
+        return Trace("tiny", reqs, closed_loop=False), config
+    if case == "whole-prompt":
+        prompt = np.arange(20_000, 20_300)
+        reqs = [
+            Request(
+                session_id=i,
+                turn=0,
+                input_tokens=prompt,
+                output_tokens=np.arange(30_000 + 100 * i, 30_000 + 100 * i + 12),
+                arrival=float(i),
+            )
+            for i in range(4)
+        ]
+        return Trace("again", reqs, closed_loop=False), dict(policy="marconi")
+    return load_trace(CHAT, TraceOptions()), dict(policy="marconi", sessions_per_second=0.5)
+
+
+@pytest.mark.parametrize("case", ["hits-coasted", "preempted", "whole-prompt"])
+def test_memory_plan_sizes_the_executor_as_it_runs(case):
+    """``simulated_plan`` plans a continuous replay's running requests on the simulation's events
+    alone (``StepSizer``: no model). Run beside the real replay on the same events, it holds what
+    the step executor holds after every event (each running request's position and KV buffer
+    length, the state pool's slots), through hits, catch-ups, coasted decode runs and a
+    preemption; its peak is the executor's ``step_peak_bytes`` to the byte, and the plan adds the
+    open flights' bound."""
+    from sim.cost import get_model
+    from sim.replay.observer import ReplayObserver
+    from sim.replay.pipeline import FLIGHT_BYTES, simulated_plan
+    from sim.replay.stepper import StepSizer, slot_bytes
+
+    trace, extra = _case_trace(case)
+    config = SimConfig(model="replay-tiny", scheduler="continuous", **extra)
     settings = ReplaySettings(device="cpu", dtype="fp32", coast_steps=2)
-    res = run_replay(trace, config, settings, build=build)
+    spec = get_model("replay-tiny")
+    shape = ReplayShape.from_spec(spec)
+    whole = {
+        r.request_id: r.n_input_tokens(trace.block_tokens) + r.n_output_tokens(trace.block_tokens)
+        for r in trace.requests
+    }
+    sizer = StepSizer(whole.__getitem__, shape.kv_bytes_per_token(torch.float32), slot_bytes(shape, torch.float32), 2)
+    compared = []
+
+    def beside(trace, config, timing=None, observers=()):
+        return build(trace, config, timing=timing, observers=(sizer, *observers))  # the sizer first
+
+    def after(name, sim, replayer):
+        ex = next(o for o in sim.observers if isinstance(o, ReplayObserver)).stepper
+        assert sizer.pos == {rid: r.pos for rid, r in ex.running.items()}, name
+        assert sizer.length == {rid: r.kv.shape[2] for rid, r in ex.running.items()}, name
+        assert sizer.slots == ex._cap and sizer.peak_bytes == ex.peak_bytes, name
+        compared.append(name)
+
+    res = run_replay(trace, config, settings, build=beside, after_event=after)
     s = res.summary
     assert s["failures"] == 0 and s["hits_validated"] == s["hits"]
+    assert compared.count("step") == s["step_events"] > 0
     if case == "preempted":
         assert s["step_preempted_dropped"] == 1
+    elif case == "whole-prompt":
+        assert s["hits"] >= 2 and s["step_catchup_tokens"] > 0
     else:
-        assert s["hits"] > 0 and s["steps_coasted_untimed"] > 0 and s["step_catchup_tokens"] >= 0
-    shape = ReplayShape.from_spec(get_model("replay-tiny"))
-    spec = get_model("replay-tiny")
+        assert s["hits"] > 0 and s["steps_coasted_untimed"] > 0
     plan = simulated_plan(trace, config, settings, spec, shape, torch.float32, simulate=build, timing=res.timing)
-    assert plan.running_bytes - FLIGHT_BYTES == s["step_peak_bytes"] > 0
+    assert plan.running_bytes - FLIGHT_BYTES == s["step_peak_bytes"] == sizer.peak_bytes > 0
     # and the store's peak from the tree's occupancy: at least what the store held at its most,
     # within 10 % (each checkpoint's partial last page is what it adds)
     assert s["store_peak_bytes"] <= plan.store_bytes <= 1.1 * s["store_peak_bytes"]
