@@ -142,7 +142,10 @@ def test_coasted_runs_are_timed_up_to_the_cap_and_computed_in_full():
     assert s["steps_executed"] + s["steps_coasted_untimed"] == s["steps_simulated"]
 
 
-def test_preempted_request_replays_and_finishes():
+def preempting_trace():
+    """Two 100-token prompts of 50 output tokens each, arriving together, and a capacity with room
+    for 2 state slots and 230 tokens of KV: the newer request is preempted mid-decode
+    (tests/sim/engine/test_batching.py), recomputes its prompt + generated tokens and finishes."""
     from sim.cost import get_model
 
     spec = get_model("replay-tiny")
@@ -157,10 +160,12 @@ def test_preempted_request_replays_and_finishes():
         )
         for i in range(2)
     ]
-    trace = Trace("tiny", reqs, closed_loop=False)
-    # room for 2 state slots and 230 tokens of KV: the newer request is preempted mid-decode
-    # (tests/sim/engine/test_batching.py), recomputes its prompt + generated tokens and finishes
-    res, _ = replay_continuous(trace, policy="sglang+", capacity_bytes=2 * S + 230 * K)
+    return Trace("tiny", reqs, closed_loop=False), 2 * S + 230 * K
+
+
+def test_preempted_request_replays_and_finishes():
+    trace, capacity = preempting_trace()
+    res, _ = replay_continuous(trace, policy="sglang+", capacity_bytes=capacity)
     assert res.sim_result.summary["preemptions"] == 1
     s = res.summary
     assert s["failures"] == 0 and s["step_preempted_dropped"] == 1
@@ -276,23 +281,9 @@ def test_executor_grows_each_requests_kv_as_it_runs_not_to_its_whole_length(whol
 def _case_trace(case):
     """The traces of the sizing test: hits and coasted decode runs (a chat trace), a preemption,
     whole-prompt hits (a prompt asked again: the executor recomputes its last token, a catch-up)."""
-    from sim.cost import get_model
-
-    spec = get_model("replay-tiny")
     if case == "preempted":
-        S, K = spec.state_bytes(), spec.kv_bytes_per_token()
-        reqs = [
-            Request(
-                session_id=i,
-                turn=0,
-                input_tokens=np.arange(10_000 * (i + 1), 10_000 * (i + 1) + 100),
-                output_tokens=np.arange(10_000 * (i + 1) + 5_000, 10_000 * (i + 1) + 5_050),
-                arrival=0.0,
-            )
-            for i in range(2)
-        ]
-        config = dict(policy="sglang+", sessions_per_second=1000.0, capacity_bytes=2 * S + 230 * K)
-        return Trace("tiny", reqs, closed_loop=False), config
+        trace, capacity = preempting_trace()
+        return trace, dict(policy="sglang+", sessions_per_second=1000.0, capacity_bytes=capacity)
     if case == "whole-prompt":
         prompt = np.arange(20_000, 20_300)
         reqs = [
