@@ -439,9 +439,7 @@ class StepSizer:
             if hit > 0:
                 self._room(rid, hit)
                 self.pos[rid] = hit
-        if self.pos[rid] > p:
-            self.pos[rid] = 0
-        if p > self.pos[rid]:
+        if self.pos[rid] != p:  # caught up (from scratch where it is past p): a buffer up to p
             self._room(rid, p)
             self.pos[rid] = p
 

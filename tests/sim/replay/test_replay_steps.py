@@ -267,7 +267,7 @@ def test_executor_grows_each_requests_kv_as_it_runs_not_to_its_whole_length(whol
     ref = m.run(torch.as_tensor(toks[:603]), None, 0)[0]
     assert rel_error(r.kv[:, :, :603], ref.kv) < 1e-5
     assert rel_error(torch.stack([ex.rec[l][r.slot] for l in range(m.shape.layers)]), ref.rec) < 1e-5
-    step(((1, 0, 990),), ((0, 603),))
+    step(((1, 0, 990),), ((0, 603),), preempted=(0,))  # said preempted while it runs in the step: kept
     assert ex.running[1].kv.shape[2] == 990 and ex.kv_bytes == (900 + 990) * per_token
     step((), ((1, 990),))
     assert ex.running[1].kv.shape[2] == 1001  # capped at the whole length
