@@ -369,9 +369,9 @@ def build(
             ),
         )
     if device.type == "cuda":
-        # what an earlier run in this process left in torch's cache goes back to the driver: a
-        # replay's long calls need whole blocks, and replay_bench's held-out run after its fit runs
-        # ran out of memory with 40 GB of them reserved in smaller ones
+        # what an earlier run in this process left in torch's cache goes back to the driver: the
+        # plan counts it as free (free_for_replay), but a long call takes a cached block only where
+        # one is large enough (replay_bench's fit runs leave ~30 GB there)
         gc.collect()
         torch.cuda.empty_cache()
         note = plan_note(
