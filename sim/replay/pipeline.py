@@ -156,6 +156,12 @@ def produced_bytes(lengths, shape: ReplayShape, dtype) -> int:
     return sum(n * kv + (n // STATE_BOUNDARY + 2) * state for n in lengths)
 
 
+def request_lengths(trace: Trace) -> dict:
+    """Each request's prompt and response tokens, by request id, in the trace's order."""
+    bt = trace.block_tokens
+    return {r.request_id: r.n_input_tokens(bt) + r.n_output_tokens(bt) for r in trace.requests}
+
+
 #: device bytes the per-request replay's open flights may hold under continuous batching (their
 #: restored and running states with their KV, ``Replayer(max_open_bytes=)``) before the oldest give
 #: theirs back (parked: restored again at their prefill; dropped: recomputed, untimed)
@@ -211,12 +217,8 @@ def simulated_plan(
     observers: list = [store]
     sizer = None
     if config.effective_scheduler == "continuous":
-        whole = {
-            r.request_id: r.n_input_tokens(trace.block_tokens) + r.n_output_tokens(trace.block_tokens)
-            for r in trace.requests
-        }
         sizer = StepSizer(
-            whole.__getitem__,
+            request_lengths(trace).__getitem__,
             shape.kv_bytes_per_token(dtype),
             slot_bytes(shape, dtype),
             coast_steps=settings.coast_steps,
@@ -241,7 +243,7 @@ def planned_memory_note(
     (``simulated.store_bytes``) where that is less (once per store there: the replayer's with
     ``--store gpu``, each shadow's), the batch queues' budget when batched, the running requests'
     bytes (``simulated.running_bytes``), the longest request (input and output tokens)."""
-    lengths = [r.n_input_tokens(trace.block_tokens) + r.n_output_tokens(trace.block_tokens) for r in trace.requests]
+    lengths = list(request_lengths(trace).values())
     per_store = min(config.capacity_bytes, produced_bytes(lengths, shape, dtype))
     running = 0
     if simulated is not None:

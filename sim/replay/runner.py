@@ -284,34 +284,50 @@ class Replayer:
         finally:
             self._shedding = False
 
-    def _over(self) -> bool:
+    def _held_bytes(self) -> int:
+        """Device bytes of the flights holding tensors (0 without ``max_open_bytes``: not asked)."""
+        if self.max_open_bytes is None:
+            return 0
+        return sum(g.device_bytes() for g in self._holding.values())
+
+    def _over(self, held_bytes: Optional[int] = None) -> bool:
         """Whether the flights holding device tensors are more than ``max_open`` or hold more
-        than ``max_open_bytes``."""
+        than ``max_open_bytes`` (``held_bytes``: their bytes, where the caller keeps the count)."""
         if len(self._holding) > self.max_open:
             return True
         if self.max_open_bytes is None:
             return False
-        return sum(g.device_bytes() for g in self._holding.values()) > self.max_open_bytes
+        return (self._held_bytes() if held_bytes is None else held_bytes) > self.max_open_bytes
 
     def _shed(self, f: Flight) -> None:
+        # the bytes summed once, then less each flight let go (shedding one changes no other's)
+        held = self._held_bytes()
         for g in list(self._holding.values()):
-            if not self._over():
+            if not self._over(held):
                 break
             if g is f:
                 continue
-            if g.decoded:
-                self._finalize(g)
-            elif g.running is None and g.pos == g.hit and g.prefill_end == 0:
-                g.start = g.tok_t = None
-                g.parked = g.checkpoint is not None
-                self.parked += 1
-                self._holding.pop(g.rid, None)
-            elif self.eager:
-                self._run(g, g.upto())
-                g.start = g.running = g.tok_t = None
-                g.dropped = True
-                self.dropped += 1
-                self._holding.pop(g.rid, None)
+            before = g.device_bytes() if self.max_open_bytes is not None else 0
+            self._let_go(g)
+            if g.rid not in self._holding:
+                held -= before
+
+    def _let_go(self, g: Flight) -> None:
+        """``g`` gives its device tensors back (``_hold``): finalized, parked or run and dropped,
+        as far as it can."""
+        if g.decoded:
+            self._finalize(g)
+        elif g.running is None and g.pos == g.hit and g.prefill_end == 0:
+            g.start = g.tok_t = None
+            g.parked = g.checkpoint is not None
+            self.parked += 1
+            self._holding.pop(g.rid, None)
+        elif self.eager:
+            self._run(g, g.upto())
+            g.start = g.running = g.tok_t = None
+            g.dropped = True
+            self.dropped += 1
+            self._holding.pop(g.rid, None)
 
     def _start(self, f: Flight) -> Optional[StackState]:
         """The state ``f``'s lookup restored (None: from scratch), restored again if parked."""

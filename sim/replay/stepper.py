@@ -144,6 +144,7 @@ class StepExecutor:
         self.rec, self.conv = rec, conv
         self.free += list(range(cap - 1, old - 1, -1))
         self._cap = cap
+        self._pool_bytes = sum(t.nbytes for t in self.rec + self.conv)
         self._peak()
 
     def _slot(self) -> int:
@@ -237,8 +238,7 @@ class StepExecutor:
         self._peak()
 
     def _peak(self) -> None:
-        pool = sum(t.nbytes for t in self.rec + self.conv)
-        self.peak_bytes = max(self.peak_bytes, self.kv_bytes + pool)
+        self.peak_bytes = max(self.peak_bytes, self.kv_bytes + self._pool_bytes)
 
     def _at(self, rid: int, p: int) -> None:
         """Make the request's state the one at position ``p`` (untimed work when it is not)."""
