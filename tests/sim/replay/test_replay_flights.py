@@ -90,6 +90,42 @@ def test_as_many_flights_as_max_open_keep_their_states(tiny_model, tiny_shape, m
         assert recs[r].restored and recs[r].validated, r
 
 
+def test_a_flight_run_and_dropped_leaves_room_for_the_next(tiny_model, tiny_shape):
+    """Past ``max_open`` (2), the oldest flight is past its prefill: it runs its prompt and drops
+    its state, and that is room enough: the waiting hits keep their restores (nothing parked)."""
+    rp, store = make(tiny_model, tiny_shape, max_open=2)
+    first_turn(rp)
+    rp.lookup(1, 4, 130)
+    rp.prefill(1, 130, 170)
+    rp.admit(6, 1, 170, "prompt end")
+    rp.lookup(3, 4, 130)
+    rp.lookup(5, 3, 100)
+    assert (rp.dropped, rp.parked) == (1, 0) and store.info(6).filled
+    rp.decode(1)
+    for r, a, n in ((3, 130, 155), (5, 100, 107)):
+        rp.prefill(r, a, n)
+        rp.decode(r)
+    recs = {r.request: r for r in rp.finish()}
+    assert rp.failures == [] and rp.flights == {}
+    for r in (1, 3, 5):
+        assert recs[r].restored and recs[r].validated, r
+
+
+def test_flights_let_go_count_off_the_byte_bound(tiny_model, tiny_shape):
+    """Three waiting hits of one flight's bytes each, room for two and a half: the oldest parks,
+    and the bytes it gave back are counted off, so the second keeps its restore."""
+    rp, store = make(tiny_model, tiny_shape, max_open=100)
+    first_turn(rp)
+    rp.lookup(1, 4, 130)
+    one = rp.flights[1].device_bytes()
+    rp.lookup(3, 4, 130)
+    assert rp.flights[3].device_bytes() == one
+    rp.max_open_bytes = 2 * one + one // 2
+    rp.lookup(5, 3, 100)  # a restore at 100 of the same layers' states: one flight's bytes too
+    assert rp.flights[5].device_bytes() == one
+    assert rp.parked == 1 and rp.flights[1].parked and not rp.flights[3].parked
+
+
 @pytest.mark.parametrize("room", ["one flight", "two flights"])
 def test_open_flights_past_their_byte_bound_give_their_states_back(tiny_model, tiny_shape, room):
     """``max_open_bytes`` bounds the device bytes the open flights hold (their restored and
