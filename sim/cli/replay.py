@@ -31,7 +31,7 @@ from sim.cli.traces import trace_from_cli, trace_options
 from sim.config import SimConfig, format_size, parse_size
 from sim.errors import UsageError, interrupted, stop_exit_code, stop_message
 from sim.replay.backends import CPU_SMALL_D_MODEL
-from sim.replay.records import AT_REQUEST
+from sim.replay.records import AT_REQUEST, HELD_AT
 
 INSTALL_HINT = "marconi replay needs torch (and triton for --kernel triton): pip install 'marconi-sim[kernels]'"
 #: widest model `--device cpu` replays without a warning: a wider one takes minutes per request there
@@ -84,7 +84,9 @@ def out_of_memory_line(exc: BaseException, device: str) -> str:
     """One line for a replay that ran out of device (or host) memory, empty for any other error:
     torch's ``OutOfMemoryError`` (a ``RuntimeError``) on a GPU, its CPU allocator's "can't allocate
     memory" on a CPU. The replay warns before it starts when its plan exceeds the free memory
-    (``sim.replay.pipeline.memory_warning``); this is the end of a run that went on anyway."""
+    (``sim.replay.pipeline.memory_warning``); this is the end of a run that went on anyway. It
+    names the request last looked up and what the replay held then, as the run's error notes
+    them (``AT_REQUEST``, ``HELD_AT``)."""
     text = str(exc)
     if type(exc).__name__ != "OutOfMemoryError" and "can't allocate memory" not in text:
         return ""
@@ -92,8 +94,12 @@ def out_of_memory_line(exc: BaseException, device: str) -> str:
     first = first.split(". GPU ")[0].split(" (")[0].rstrip(".")
     where = "the GPU" if device != "cpu" else "this machine"
     # the request the run had last looked up (sim.replay.pipeline.execute's note)
-    at = [n.removeprefix(AT_REQUEST) for n in getattr(exc, "__notes__", ()) if n.startswith(AT_REQUEST)]
+    notes = getattr(exc, "__notes__", ())
+    at = [n.removeprefix(AT_REQUEST) for n in notes if n.startswith(AT_REQUEST)]
     where += f", the last request looked up {at[-1]}" if at else ""
+    # and what the replay held then (sim.replay.pipeline.memory_at_failure), beside torch's figure
+    held = [n.removeprefix(HELD_AT) for n in notes if n.startswith(HELD_AT)]
+    first += f"; {held[-1]}" if held else ""
     return f"replay ran out of memory on {where} ({first}): lower --capacity or --requests" + (
         ", or use --store host" if device != "cpu" else ""
     )

@@ -42,6 +42,7 @@ class ReplayObserver:
         self._done_requests: set = set()
         self.looked_up_again = 0
         self.last_lookup: Optional[tuple] = None  # (request id, prompt tokens): where an error is said to be
+        self.during = ""  # the event being handled ("" between events): what an error was doing
         self.after_event = after_event  # tests: called after every event
         self.stepper = stepper  # sim.replay.stepper.StepExecutor (continuous scheduler) or None
 
@@ -54,8 +55,10 @@ class ReplayObserver:
     def _done(self, name: str) -> None:
         if self.after_event is not None:
             self.after_event(name)
+        self.during = ""
 
     def lookup(self, request, t, hit_checkpoint, hit_tokens, input_tokens) -> None:
+        self.during = f"request {request.request_id}'s lookup"
         self.last_lookup = (request.request_id, int(input_tokens))
         for r in self.replayers:
             r.lookup(request.request_id, hit_checkpoint, hit_tokens)
@@ -69,11 +72,13 @@ class ReplayObserver:
         self._done("lookup")
 
     def prefill(self, request, t_start, t_end, start_pos, end_pos, seconds) -> None:
+        self.during = f"request {request.request_id}'s prefill"
         for r in self.replayers:
             r.prefill(request.request_id, start_pos, end_pos)
         self._done("prefill")
 
     def decode(self, request, t_start, t_end, start_pos, end_pos, seconds) -> None:
+        self.during = f"request {request.request_id}'s decode"
         for r in self.replayers:
             r.decode(request.request_id)
         if self.stepper is not None:
@@ -82,21 +87,25 @@ class ReplayObserver:
         self._done("decode")
 
     def step(self, t_start, t_end, seconds, steps, prefills, decodes, tokens, preempted) -> None:
+        self.during = f"a step of {int(tokens):,} tokens"
         if self.stepper is not None:
             self.stepper.step(t_start, t_end, seconds, steps, prefills, decodes, tokens, preempted)
         self._done("step")
 
     def admit(self, t, checkpoint, request, position, phase) -> None:
+        self.during = f"request {request.request_id}'s admission of a state"
         for r in self.replayers:
             r.admit(checkpoint, request.request_id, position, phase)
         self._done("admit")
 
     def evict(self, t, checkpoint, position) -> None:
+        self.during = "an eviction"
         for r in self.replayers:
             r.evict(checkpoint)
         self._done("evict")
 
     def reject(self, request, t, reason) -> None:
+        self.during = f"request {request.request_id}'s rejection"
         for r in self.replayers:
             r.reject(request.request_id)
         self._finished(request.request_id)

@@ -31,9 +31,9 @@ from sim.replay.calibration import NOT_COMPARED, replay_timing
 from sim.replay.flops import mamba2_linear
 from sim.replay.model import DTYPES, HybridModel, ReplayShape
 from sim.replay.observer import ReplayObserver
-from sim.replay.records import AT_REQUEST
+from sim.replay.records import AT_REQUEST, HELD_AT
 from sim.replay.runner import Replayer
-from sim.replay.store import PAGE_TOKENS, CheckpointStore
+from sim.replay.store import PAGE_TOKENS, CheckpointStore, pool_pages_for
 from sim.replay.summary import ReplaySummary, labelled
 from sim.replay.warm import warm
 from traces.base import Trace
@@ -192,6 +192,17 @@ class StorePeak:
         per_state = self.state + (PAGE_TOKENS - 1) * self.kv
         return self.peak_tokens * self.kv + self.peak_states * per_state
 
+    @property
+    def device_bytes(self) -> int:
+        """``peak_bytes`` with the KV pages as the pool allocates them (``pool_pages_for``: it
+        grows by chunks of up to ``POOL_CHUNK_BYTES``, so it holds up to a chunk more): what the
+        store has allocated on the device at the end (``CheckpointStore.device_bytes``)."""
+        if not self.kv:
+            return self.peak_bytes
+        pages = -(-(self.peak_tokens + self.peak_states * (PAGE_TOKENS - 1)) // PAGE_TOKENS)
+        page = PAGE_TOKENS * self.kv
+        return self.peak_states * self.state + pool_pages_for(pages, page) * page
+
 
 @dataclass
 class SimulatedPlan:
@@ -225,7 +236,7 @@ def simulated_plan(
         )
         observers.append(sizer)
     run_simulation(simulate(trace, config, timing=timing, observers=tuple(observers)))
-    return SimulatedPlan(store.peak_bytes, sizer.peak_bytes + FLIGHT_BYTES if sizer is not None else 0)
+    return SimulatedPlan(store.device_bytes, sizer.peak_bytes + FLIGHT_BYTES if sizer is not None else 0)
 
 
 def planned_memory_note(
@@ -239,15 +250,18 @@ def planned_memory_note(
     simulated: Optional[SimulatedPlan] = None,
 ) -> str:
     """``memory_warning`` for a replay of ``trace``: the store's capacity on the GPU, or what the
-    trace can fill (``produced_bytes``) or the simulation shows it holding at most
-    (``simulated.store_bytes``) where that is less (once per store there: the replayer's with
+    trace can fill (``produced_bytes``) where that is less, or where a simulation was run what it
+    shows the store allocating (``simulated.store_bytes``) (once per store there: the replayer's with
     ``--store gpu``, each shadow's), the batch queues' budget when batched, the running requests'
     bytes (``simulated.running_bytes``), the longest request (input and output tokens)."""
     lengths = list(request_lengths(trace).values())
     per_store = min(config.capacity_bytes, produced_bytes(lengths, shape, dtype))
     running = 0
     if simulated is not None:
-        per_store = min(per_store, simulated.store_bytes)
+        # the simulation keeps the capacity; its figure is the store's allocation at the replay's
+        # shape, past the capacity by the pages' and the pool's rounding (marconi-7b at 10 GB:
+        # 11.3 GB), so it is not capped by it
+        per_store = simulated.store_bytes
         running = simulated.running_bytes
     on_gpu = per_store * ((settings.store == "gpu") + n_shadows)
     longest = max(lengths, default=0)
@@ -397,6 +411,29 @@ def build(
     return Parts(spec, shape, model, mamba2, store, timing, timing_note, replayer, shadows, stepper, warm_s)
 
 
+def memory_at_failure(parts: Parts, during: str) -> str:
+    """What the replay held on its device when a run failed, for the out-of-memory line: the
+    event it was handling (``during``: "" after the stream, in the last requests' work), the
+    stores on the device (``CheckpointStore.device_bytes``: the replayer's and the shadows'), the
+    running requests' KV buffers and state pool (the step executor's), the open flights
+    (``Replayer.open_bytes``) and, on a GPU, what torch's allocator had allocated and reserved:
+    the plan (``memory_warning``) set beside what was there."""
+    gb = 1e9
+    replayers = (parts.replayer, *parts.shadows)
+    store = sum(r.store.device_bytes for r in replayers)
+    parts_held = [f"store {store / gb:.1f} GB"]
+    if parts.stepper is not None:
+        running = parts.stepper.kv_bytes + parts.stepper.pool_bytes
+        parts_held.append(f"running requests {running / gb:.1f} GB")
+    parts_held.append(f"open flights {sum(r.open_bytes() for r in replayers) / gb:.1f} GB")
+    device = parts.model.device
+    if device.type == "cuda":
+        allocated, reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
+        parts_held.append(f"torch allocated {allocated / gb:.1f} GB, reserved {reserved / gb:.1f} GB")
+    what = during or "the last requests' work"
+    return f"during {what}; " + ", ".join(parts_held)
+
+
 def execute(
     parts: Parts, trace: Trace, config: SimConfig, *, build, progress=None, after_event=None, on_ready=None
 ) -> Executed:
@@ -422,6 +459,7 @@ def execute(
         if obs.last_lookup is not None:
             rid, n = obs.last_lookup
             exc.add_note(f"{AT_REQUEST}{rid} ({n:,} prompt tokens)")
+        exc.add_note(HELD_AT + memory_at_failure(parts, obs.during))
         raise
     failures = list(replayer.failures)
     shadow_records = None
@@ -487,6 +525,7 @@ def summarize(parts: Parts, run: Executed, trace: Trace, config: SimConfig, sett
         time_model_note=parts.timing_note,
         time_model_compared=not parts.timing_note.startswith(NOT_COMPARED),
         kv_tokens_live=int(store.kv_tokens),
+        store_device_bytes=int(store.device_bytes),
         mlp_moe_at_active_width=bool(shape.mlp_moe),
         warmup_s=parts.warm_s,
         simulated_hit_tokens=int(sum(r.hit_tokens for r in run.records)),

@@ -18,6 +18,9 @@ SAVED_TIMINGS = ("once", "alternate")
 #: the note an error of a replay's run carries (``sim.replay.pipeline.execute``), then the request
 #: it had last looked up: "replay's last lookup: request 11 (87,571 prompt tokens)"
 AT_REQUEST = "replay's last lookup: request "
+#: and then what it held when it failed (``sim.replay.pipeline.memory_at_failure``): "replay's
+#: memory at the failure: during a step of 8,192 tokens; store 10.2 GB, ..."
+HELD_AT = "replay's memory at the failure: "
 
 
 @dataclass

@@ -284,11 +284,15 @@ class Replayer:
         finally:
             self._shedding = False
 
+    def open_bytes(self) -> int:
+        """Device bytes of the flights holding tensors now."""
+        return sum(g.device_bytes() for g in self._holding.values())
+
     def _held_bytes(self) -> int:
-        """Device bytes of the flights holding tensors (0 without ``max_open_bytes``: not asked)."""
+        """``open_bytes`` where ``max_open_bytes`` bounds them (0 without it: not asked)."""
         if self.max_open_bytes is None:
             return 0
-        return sum(g.device_bytes() for g in self._holding.values())
+        return self.open_bytes()
 
     def _over(self, held_bytes: Optional[int] = None) -> bool:
         """Whether the flights holding device tensors are more than ``max_open`` or hold more

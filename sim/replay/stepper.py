@@ -141,11 +141,12 @@ class StepExecutor:
         conv = [torch.zeros(cap, s.conv_dim, s.conv_width - 1, dtype=m.dtype, device=m.device) for _ in range(s.layers)]
         for new, cur in zip(rec + conv, self.rec + self.conv):
             new[:old] = cur
+        before = self._pool_bytes if old else 0
         self.rec, self.conv = rec, conv
         self.free += list(range(cap - 1, old - 1, -1))
         self._cap = cap
         self._pool_bytes = sum(t.nbytes for t in self.rec + self.conv)
-        self._peak()
+        self._peak(before)  # the old pool is held until its slots are copied over
 
     def _slot(self) -> int:
         if not self.free:
@@ -235,10 +236,17 @@ class StepExecutor:
         new[:, :, : r.pos] = kv[:, :, : r.pos]
         r.kv = new
         self.kv_bytes += new.nbytes - kv.nbytes
-        self._peak()
+        self._peak(kv.nbytes)  # the old buffer is held until it is copied over
 
-    def _peak(self) -> None:
-        self.peak_bytes = max(self.peak_bytes, self.kv_bytes + self._pool_bytes)
+    @property
+    def pool_bytes(self) -> int:
+        """Bytes of the state pool (every slot, taken or free)."""
+        return self._pool_bytes
+
+    def _peak(self, transient: int = 0) -> None:
+        """The peak with what is held now, and ``transient`` bytes more (a buffer or pool being
+        copied into its grown one: both are held at once)."""
+        self.peak_bytes = max(self.peak_bytes, self.kv_bytes + self._pool_bytes + transient)
 
     def _at(self, rid: int, p: int) -> None:
         """Make the request's state the one at position ``p`` (untimed work when it is not)."""
@@ -398,7 +406,8 @@ class StepSizer:
     follows ``StepExecutor``'s bookkeeping (requests started at their hit, caught up, grown by
     ``grown_length``, freed at their end or preemption; the state pool doubled from
     ``FIRST_SLOTS``) on the simulation's events alone. ``peak_bytes``: the most its KV buffers
-    and state pool hold at once, what a continuous replay plans beside the store
+    and state pool hold at once (a buffer or the pool being grown counted twice while it is
+    copied), what a continuous replay plans beside the store
     (``sim.replay.pipeline``). ``whole(request id)``: its prompt and response tokens;
     ``kv_per_token`` and ``slot_bytes``: one token's KV and one slot's states."""
 
@@ -414,6 +423,12 @@ class StepSizer:
         self.slots = FIRST_SLOTS
         self.peak_bytes = self.slots * slot_bytes
 
+    def _peak(self, transient: int) -> None:
+        """As ``StepExecutor._peak``: what is held, and the buffer or pool being copied."""
+        self.peak_bytes = max(
+            self.peak_bytes, self.kv_tokens * self.kv_per_token + self.slots * self.slot_bytes + transient
+        )
+
     def _drop(self, rid: int) -> None:
         if rid in self.pos:
             del self.pos[rid]
@@ -425,15 +440,13 @@ class StepSizer:
             n = grown_length(have, end, self.whole(rid) + 1)
             self.length[rid] = n
             self.kv_tokens += n - have
-            self.peak_bytes = max(self.peak_bytes, self.kv_tokens * self.kv_per_token + self.slots * self.slot_bytes)
+            self._peak(have * self.kv_per_token)
 
     def _at(self, rid: int, p: int) -> None:
         if rid not in self.pos:
             if len(self.pos) >= self.slots:
                 self.slots *= 2
-                self.peak_bytes = max(
-                    self.peak_bytes, self.kv_tokens * self.kv_per_token + self.slots * self.slot_bytes
-                )
+                self._peak(self.slots // 2 * self.slot_bytes)
             self.pos[rid], self.length[rid] = 0, 0
             hit = self.starts.pop(rid, 0)
             if hit > 0:

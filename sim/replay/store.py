@@ -63,6 +63,20 @@ class SlotInfo:
     _kv: bool = False
 
 
+def pool_growth(pages: int, page_bytes: int) -> int:
+    """The pages a KV page pool of ``pages`` grows by when it is full: as many as it has, at
+    least 16, at most ``POOL_CHUNK_BYTES`` of them."""
+    return max(16, min(pages, POOL_CHUNK_BYTES // max(1, page_bytes)))
+
+
+def pool_pages_for(pages: int, page_bytes: int) -> int:
+    """The pages a pool holds once ``pages`` of them have been live at once (``pool_growth``)."""
+    n = 0
+    while n < pages:
+        n += pool_growth(n, page_bytes)
+    return n
+
+
 class CheckpointStore:
     def __init__(
         self,
@@ -122,6 +136,14 @@ class CheckpointStore:
     @property
     def live_bytes(self) -> int:
         return len(self._info) * self.slot_bytes
+
+    @property
+    def device_bytes(self) -> int:
+        """Bytes the store has allocated on the compute device (its slots and pages: the pools
+        never shrink); 0 for a host store of a GPU run."""
+        if self.device != self.compute_device:
+            return 0
+        return len(self._rec) * self.slot_bytes + self.pool_pages * self.page_bytes
 
     @property
     def peak_bytes(self) -> int:
@@ -239,7 +261,7 @@ class CheckpointStore:
             return self._free_pages.pop()
         s = self.shape
         n = self.pool_pages
-        grow = max(16, min(n, POOL_CHUNK_BYTES // max(1, self.page_bytes)))
+        grow = pool_growth(n, self.page_bytes)
         chunk = torch.empty(
             grow,
             s.attn_layers,

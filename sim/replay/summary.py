@@ -120,6 +120,9 @@ class ReplaySummary(SummaryReads):
     time_model_note: str
     time_model_compared: bool
     kv_tokens_live: int  # KV tokens in the store at the end
+    # what the store allocated on the device (its slots and its page pool, grown by chunks and
+    # never shrunk: ``CheckpointStore.device_bytes``; 0 for --store host), what the plan counts
+    store_device_bytes: int
     mlp_moe_at_active_width: bool
     warmup_s: float
     simulated_hit_tokens: int

@@ -119,4 +119,100 @@ def test_a_runs_error_carries_the_request_it_was_at(monkeypatch):
         run_replay(trace, cfg, ReplaySettings(device="cpu", dtype="fp32", kernel="torch"), build=build)
     rid = seen[-1]
     n = trace.requests[rid].n_input_tokens(trace.block_tokens)
-    assert info.value.__notes__ == [f"replay's last lookup: request {rid} ({n:,} prompt tokens)"]
+    assert info.value.__notes__[0] == f"replay's last lookup: request {rid} ({n:,} prompt tokens)"
+    # and what it held then: the event it was handling, the store, the step executor (continuous
+    # batching, the default), the open flights (no torch allocator on a CPU)
+    assert info.value.__notes__[1] == (
+        f"replay's memory at the failure: during request {rid}'s prefill; store 0.0 GB, running requests 0.0 GB, "
+        "open flights 0.0 GB"
+    )
+
+
+def test_the_line_says_what_the_replay_held_when_it_failed():
+    """marconi-7b at full depth on the Mooncake sample under continuous batching at 10 GB planned
+    65 GB of an H100's 70 GB free, warned nothing and ran out of memory (session 33): the line now
+    sets what the replay held beside torch's figure, for the next run to say which part the plan
+    missed."""
+    from sim.cli.replay import out_of_memory_line
+
+    exc = torch.OutOfMemoryError(GPU_OOM)
+    exc.add_note("replay's last lookup: request 20 (26,353 prompt tokens)")
+    exc.add_note(
+        "replay's memory at the failure: during a step of 8,192 tokens; store 10.2 GB, running requests 12.9 GB, "
+        "open flights 7.8 GB, torch allocated 66.1 GB, reserved 70.0 GB"
+    )
+    assert out_of_memory_line(exc, "cuda") == (
+        "replay ran out of memory on the GPU, the last request looked up 20 (26,353 prompt tokens) (CUDA out of "
+        "memory. Tried to allocate 3.48 GiB; during a step of 8,192 tokens; store 10.2 GB, running requests "
+        "12.9 GB, open flights 7.8 GB, torch allocated 66.1 GB, reserved 70.0 GB): lower --capacity or "
+        "--requests, or use --store host"
+    )
+
+
+@pytest.mark.parametrize("scheduler", ["fcfs", "continuous"])
+def test_the_held_figures_are_the_replays_own_at_the_failure(monkeypatch, scheduler):
+    """``memory_at_failure`` at a failure stood in for at the first event after the store holds
+    something (and, continuous, the executor runs requests): its figures are the store's device
+    bytes, the executor's buffers and pool, the open flights' bytes, each read off the parts at
+    that moment (a CPU store is on the compute device, so it counts)."""
+    from sim.config import SimConfig
+    from sim.replay import pipeline
+    from sim.replay.session import ReplaySettings, run_replay
+    from sim.simulate import build
+    from traces.registry import TraceOptions, load_trace
+
+    trace = load_trace(
+        "synthetic:chat:sessions=3,turns=3,prompt_tokens=300,user_tokens=20,output_tokens=8", TraceOptions()
+    )
+    seen = {}
+    build_parts = pipeline.build
+
+    def capture(*a, **k):
+        parts = build_parts(*a, **k)
+        seen["parts"] = parts
+        return parts
+
+    monkeypatch.setattr(pipeline, "build", capture)
+
+    def after(name, sim, replayer):
+        parts = seen["parts"]
+        busy = parts.stepper is None or parts.stepper.kv_bytes > 0
+        if name in ("step", "prefill") and parts.store.device_bytes > 0 and busy:
+            seen["at"] = (
+                name,
+                parts.store.device_bytes,
+                parts.stepper.kv_bytes + parts.stepper.pool_bytes if parts.stepper is not None else None,
+                replayer.open_bytes(),
+            )
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: stood in")
+
+    cfg = SimConfig(policy="marconi", model="replay-tiny", capacity_bytes=10**9, scheduler=scheduler)
+    settings = ReplaySettings(device="cpu", dtype="fp32", kernel="torch")
+    with pytest.raises(RuntimeError) as info:
+        run_replay(trace, cfg, settings, build=build, after_event=after)
+    name, store, running, flights = seen["at"]
+    held = [n for n in info.value.__notes__ if n.startswith("replay's memory at the failure: ")]
+    gb = 1e9
+    expect = f"store {store / gb:.1f} GB"
+    if running is not None:
+        expect += f", running requests {running / gb:.1f} GB"
+    expect += f", open flights {flights / gb:.1f} GB"
+    # the hook runs as the event's last part: the note names the event
+    (note,) = held
+    during = note.removeprefix("replay's memory at the failure: during ").split("; ")[0]
+    if name == "step":
+        assert during.startswith("a step of ") and during.endswith(" tokens")
+    else:
+        assert during.startswith("request ") and during.endswith("'s prefill")
+    assert note.endswith(f"; {expect}")
+    assert store > 0 and (running is None or running > 0)
+    # a failure after the event stream (the last requests' work, ``Replayer.finish``) says so
+    from sim.replay.runner import Replayer
+
+    def finish(self):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: stood in")
+
+    monkeypatch.setattr(Replayer, "finish", finish)
+    with pytest.raises(RuntimeError) as info:
+        run_replay(trace, cfg, settings, build=build)
+    assert info.value.__notes__[-1].startswith("replay's memory at the failure: during the last requests' work; store ")
