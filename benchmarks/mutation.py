@@ -524,6 +524,24 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_replay_matrix.py::test_running_flights_past_their_byte_bound_keep_the_contract",
         ],
     ),
+    # session 33: what a replay that ran out of memory says it held (the event, the store as
+    # allocated, the running requests, the open flights), the plan's store by the pool's chunks
+    # and a grown buffer counted twice while it is copied
+    "memory_failure": (
+        [
+            "sim/replay/pipeline.py",
+            "sim/replay/observer.py",
+            "sim/replay/store.py",
+            "sim/replay/stepper.py",
+            "sim/replay/runner.py",
+            "sim/cli/replay.py",
+        ],
+        [
+            "tests/sim/cli/test_replay_out_of_memory.py",
+            "tests/sim/replay/test_replay_memory.py",
+            "tests/sim/replay/test_replay_steps.py",
+        ],
+    ),
     # session 31: replay's event observer (the progress bar: each request once, at its end)
     "observer": (
         ["sim/replay/observer.py"],
@@ -572,7 +590,12 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # session 27: the per-sequence step fit's guard (seq_fittable)
     "steps": (
         ["sim/replay/steps.py"],
-        ["tests/sim/replay/test_replay_step_model.py", "tests/sim/replay/test_overlap_form.py"],
+        [
+            "tests/sim/replay/test_replay_step_model.py",
+            "tests/sim/replay/test_overlap_form.py",
+            # the step table's per-kind work (session 33: its mutant survived the two above)
+            "tests/sim/replay/test_replay_steps.py",
+        ],
     ),
     # session 21: replay --attention (the cuDNN path's buckets, padding and whole-prompt rule, the
     # warm-up's plans, the timing file's attention and its note)

@@ -209,3 +209,39 @@ def test_committed_h200_timing_on_the_runs_it_was_checked_on(run):
     saved_mod = float((full[val] - mod[val]).sum())
     saved_meas = float((req["full_ms"].to_numpy()[val] - req["suffix_ms"].to_numpy()[val]).sum())
     assert abs(saved_mod - saved_meas) / saved_meas < 0.15
+
+
+def test_step_summary_counts_host_bound_steps_in_its_all_figures_and_short_totals():
+    """``step_summary`` on a hand-made table: ``step_time_error`` leaves the host-bound step out,
+    ``step_time_error_all`` keeps it, and a run whose timed steps total under a millisecond still
+    has its executed rate (a guard on the total, not on one millisecond)."""
+    from sim.replay.steps import step_summary
+
+    kinds = {f"measured_ms_{k}": [0.1, 0.1, 0.1] for k in LAYER_KINDS + ("other",)}
+    table = pd.DataFrame(
+        dict(
+            error=[0.01, 0.02, -0.9],
+            host_bound=[False, False, True],
+            measured_ms=[0.2, 0.3, 0.1],
+            modelled_ms=[0.2, 0.3, 0.2],
+            replay_flops=[1e9, 2e9, 1e9],
+            tokens=[10, 20, 5],
+            **kinds,
+        )
+    )
+    s = step_summary(table, counts=dict(COUNTS), wall_s=2.0, peak_tflops=100.0)
+    assert s["steps_host_bound"] == 1 and s["steps_executed"] == 3
+    assert s["step_time_error"]["p95"] < 0.05 and s["step_time_error_all"]["p95"] > 0.5
+    # 4e9 FLOPs in 0.6 ms: 6.67 TFLOP/s, 6.7 % of a 100 TFLOP/s peak; over 2 s of wall time
+    assert s["step_tflops_timed"] == pytest.approx(4e9 / 0.6e-3 / 1e12)
+    assert s["step_peak_share"] == pytest.approx(s["step_tflops_timed"] / 100.0)
+    assert s["step_tflops_wall"] == pytest.approx(4e9 / 2.0 / 1e12)
+
+
+def test_a_fit_of_only_host_bound_steps_is_zero_not_none():
+    """Every step host-bound: nothing to fit from, so every per-sequence time is 0 (a dict, as a
+    timing file keeps it), not None."""
+    table = step_table(synthetic_steps(TRUE, n=6), SPEC, TRUE, COUNTS)
+    table["host_bound"] = True
+    blind = replace(TRUE, seq_ms=dict.fromkeys(LAYER_KINDS, 0.0))
+    assert fit_seq_ms(table, SPEC, blind, COUNTS) == dict.fromkeys(LAYER_KINDS, 0.0)
