@@ -337,6 +337,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_replay_step_model.py",
             "tests/sim/cli/test_new_user_replay_s23.py",  # session 23: aborted runs, standard JSON, KV reasons
             "tests/sim/replay/test_saved_error.py",  # session 28: saved_interval, the summary field
+            "tests/sim/replay/test_saved_timing.py",  # session 33: saved_spread, the line's spread
         ],
     ),
     "replay_store": (

@@ -200,9 +200,13 @@ RETIMED_WHY = "their first call's host issue outran its sleep, or the GPU stalle
 
 def saved_line(s: dict) -> str:
     """Time saved on the validated hits, measured (each from-scratch reference less its suffix
-    call) against modelled, and how many references were timed again (``RETIMED_WHY``:
-    ``HitChecker._retime_reference``)."""
-    text = f"measured {_saved_ms(s['measured_ms_saved_validated'])} ms, modelled {_saved_ms(s['modelled_ms_saved_validated'])} ms"
+    call; timed alternated, with its spread: ``measure.saved_spread``) against modelled, and how
+    many references were timed again (``RETIMED_WHY``: ``HitChecker._retime_reference``)."""
+    text = f"measured {_saved_ms(s['measured_ms_saved_validated'])} ms"
+    spread = s.get("time_saved_spread_ms")
+    if spread is not None:  # --saved-timing alternate: each hit measured twice
+        text += f" +/- {_saved_ms(spread)} ms (the spread of each hit's two alternated pairs)"
+    text += f", modelled {_saved_ms(s['modelled_ms_saved_validated'])} ms"
     total = s.get("measured_ms_without_cache") or 0.0
     share = s["measured_ms_saved_validated"] / total if total > 0 else None
     if s.get("hits_validated", 1) and share is not None and abs(share) < SMALL_SAVING:  # no hit: nothing to qualify

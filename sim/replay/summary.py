@@ -115,6 +115,9 @@ class ReplaySummary(SummaryReads):
     # the time saved's error on the validated hits (modelled / measured - 1) and its 95 % bootstrap
     # interval over them, [error, low, high] (sim.replay.measure.saved_interval); None: no saving
     time_saved_interval: Optional[list] = field(default=None, metadata=_OPTIONAL)
+    # the measured time saved's standard error from the alternated hits' two pairs, ms
+    # (sim.replay.measure.saved_spread); None: no hit timed alternated
+    time_saved_spread_ms: Optional[float] = field(default=None, metadata=_OPTIONAL)
     # ---- the run
     validation: str  # exact | shadow | tolerance
     time_model_note: str

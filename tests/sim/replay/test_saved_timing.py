@@ -182,3 +182,51 @@ def test_the_cli_option_and_its_table(tmp_path):
     assert not t.loc[~t["validated"].astype(bool), "alternated"].any()
     bad = CliRunner().invoke(main, [*ARGS, "--saved-timing", "twice"])
     assert bad.exit_code == 2 and "--saved-timing" in bad.output and "Traceback" not in bad.output
+
+
+def test_the_saved_spread_is_each_hits_two_pairs_in_quadrature():
+    """``measure.saved_spread`` on hand-made hits. Hit A: suffix 9 then 11 ms (mean 10),
+    reference 22 then 18 (mean 20): pairs save 13 and 7, spread 3. Hit B: suffix 5 and 5,
+    reference 7 then 9: pairs save 2 and 4, spread 1. Together sqrt(9 + 1); a hit timed once
+    adds nothing, and none alternated is None."""
+    from sim.replay.measure import saved_spread
+
+    df = pd.DataFrame(
+        dict(
+            suffix_ms=[10.0, 5.0, 3.0],
+            full_ms=[20.0, 8.0, 9.0],
+            suffix_again_ms=[11.0, 5.0, float("nan")],
+            full_again_ms=[18.0, 9.0, float("nan")],
+            alternated=[True, True, False],
+        )
+    )
+    assert saved_spread(df) == pytest.approx(10**0.5)
+    assert saved_spread(df.iloc[[0]]) == pytest.approx(3.0)
+    assert saved_spread(df.iloc[[2]]) is None and saved_spread(df.iloc[:0]) is None
+    assert saved_spread(df.drop(columns=["alternated"])) is None
+
+
+def test_the_saved_line_says_the_spread_where_hits_were_alternated():
+    from sim.cli.replay import saved_line
+
+    s = dict(measured_ms_saved_validated=52.3, modelled_ms_saved_validated=40.8, time_saved_spread_ms=7.94)
+    assert saved_line(s).startswith(
+        "measured 52.3 ms +/- 7.9 ms (the spread of each hit's two alternated pairs), modelled 40.8 ms"
+    )
+    assert saved_line(dict(s, time_saved_spread_ms=None)).startswith("measured 52.3 ms, modelled 40.8 ms")
+
+
+def test_an_alternated_run_reports_its_spread_and_a_once_run_none(tmp_path):
+    """The summary's ``time_saved_spread_ms`` from a real alternated replay equals the spread of
+    its own requests' table; a run timed once has none."""
+    from sim.replay.measure import saved_spread
+
+    out = tmp_path / "alt"
+    res = CliRunner().invoke(main, [*ARGS, "--saved-timing", "alternate", "--format", "json", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.stdout)
+    t = pd.read_parquet(out / "requests.parquet")
+    v = t[t["validated"].astype(bool) & t["full_ms"].notna() & t["suffix_ms"].notna()]
+    assert s["time_saved_spread_ms"] == pytest.approx(saved_spread(v)) and s["time_saved_spread_ms"] > 0
+    once = CliRunner().invoke(main, [*ARGS, "--format", "json"])
+    assert once.exit_code == 0 and "time_saved_spread_ms" not in json.loads(once.stdout)
