@@ -216,3 +216,28 @@ def test_the_held_figures_are_the_replays_own_at_the_failure(monkeypatch, schedu
     with pytest.raises(RuntimeError) as info:
         run_replay(trace, cfg, settings, build=build)
     assert info.value.__notes__[-1].startswith("replay's memory at the failure: during the last requests' work; store ")
+
+
+def test_on_a_gpu_the_held_figures_add_torchs_allocated_and_reserved(monkeypatch):
+    """``memory_at_failure`` of a GPU run (torch's figures stood in for: no GPU here): a host
+    store counts nothing, a shadow's store on the device counts, the executor's buffers and pool,
+    every replayer's open flights, then torch's allocated and reserved bytes."""
+    from types import SimpleNamespace
+
+    from sim.replay.pipeline import memory_at_failure
+
+    def replayer(store_bytes, flights):
+        return SimpleNamespace(store=SimpleNamespace(device_bytes=store_bytes), open_bytes=lambda: flights)
+
+    parts = SimpleNamespace(
+        replayer=replayer(0, 5 * 10**9),
+        shadows=(replayer(2 * 10**9, 10**9),),
+        stepper=SimpleNamespace(kv_bytes=12 * 10**9, pool_bytes=9 * 10**8),
+        model=SimpleNamespace(device=torch.device("cuda")),
+    )
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 66_149_000_000)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 70_000_000_000)
+    assert memory_at_failure(parts, "a step of 8,192 tokens") == (
+        "during a step of 8,192 tokens; store 2.0 GB, running requests 12.9 GB, open flights 6.0 GB, "
+        "torch allocated 66.1 GB, reserved 70.0 GB"
+    )
