@@ -204,6 +204,9 @@ def test_the_saved_spread_is_each_hits_two_pairs_in_quadrature():
     assert saved_spread(df.iloc[[0]]) == pytest.approx(3.0)
     assert saved_spread(df.iloc[[2]]) is None and saved_spread(df.iloc[:0]) is None
     assert saved_spread(df.drop(columns=["alternated"])) is None
+    # a row without the mark (None: tables of runs before it, concatenated) is not alternated
+    unmarked = df.assign(alternated=pd.Series([True, True, None], dtype=object))
+    assert saved_spread(unmarked) == pytest.approx(10**0.5)
 
 
 def test_the_saved_line_says_the_spread_where_hits_were_alternated():
