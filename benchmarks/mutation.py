@@ -512,6 +512,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_store_rules.py",
             "tests/sim/cli/test_new_user_replay_s23.py",  # session 23: the store named, the MLP note
             "tests/sim/cli/test_replay_out_of_memory.py",  # session 31: the run's error carries its request
+            # session 33: the shadow replayer's assembly and its records (--validate shadow end to end)
+            "tests/sim/replay/test_replay_cli.py::test_check_memory_compares_outputs_in_groups_and_says_so",
         ],
     ),
     # session 32: continuous replay's memory (the executor's KV grown as it runs, the open flights
@@ -523,6 +525,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/sim/replay/test_replay_flights.py",
             "tests/sim/replay/test_replay_memory.py",
             "tests/sim/replay/test_replay_matrix.py::test_running_flights_past_their_byte_bound_keep_the_contract",
+            # session 33: seed 7's survivors there were caught by these (batched eviction, a late
+            # admit's writes, the alternated mean's check bucket)
+            "tests/sim/replay/test_replay_batch.py",
+            "tests/sim/replay/test_replay_runner.py",
+            "tests/sim/replay/test_saved_timing.py",
         ],
     ),
     # session 33: what a replay that ran out of memory says it held (the event, the store as
