@@ -411,13 +411,19 @@ def build(
     return Parts(spec, shape, model, mamba2, store, timing, timing_note, replayer, shadows, stepper, warm_s)
 
 
+#: reserved but unallocated bytes of torch's cache at an out-of-memory error past which the line
+#: names fragmentation and the allocator setting that avoids it
+FRAGMENTED_BYTES = 1 << 30
+
+
 def memory_at_failure(parts: Parts, during: str) -> str:
     """What the replay held on its device when a run failed, for the out-of-memory line: the
     event it was handling (``during``: "" after the stream, in the last requests' work), the
     stores on the device (``CheckpointStore.device_bytes``: the replayer's and the shadows'), the
     running requests' KV buffers and state pool (the step executor's), the open flights
-    (``Replayer.open_bytes``) and, on a GPU, what torch's allocator had allocated and reserved:
-    the plan (``memory_warning``) set beside what was there."""
+    (``Replayer.open_bytes``) and, on a GPU, what torch's allocator had allocated and reserved
+    (with ``FRAGMENTED_BYTES`` or more reserved unallocated, the setting that avoids that): the
+    plan (``memory_warning``) set beside what was there."""
     gb = 1e9
     replayers = (parts.replayer, *parts.shadows)
     store = sum(r.store.device_bytes for r in replayers)
@@ -430,6 +436,13 @@ def memory_at_failure(parts: Parts, during: str) -> str:
     if device.type == "cuda":
         allocated, reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
         parts_held.append(f"torch allocated {allocated / gb:.1f} GB, reserved {reserved / gb:.1f} GB")
+        if reserved - allocated >= FRAGMENTED_BYTES:
+            # torch's cache held that much in blocks too small for the allocation (torch says so in
+            # the part of its message the one line leaves out)
+            parts_held.append(
+                f"{(reserved - allocated) / gb:.1f} GB of it cached in pieces: "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may help"
+            )
     what = during or "the last requests' work"
     return f"during {what}; " + ", ".join(parts_held)
 

@@ -239,5 +239,16 @@ def test_on_a_gpu_the_held_figures_add_torchs_allocated_and_reserved(monkeypatch
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 70_000_000_000)
     assert memory_at_failure(parts, "a step of 8,192 tokens") == (
         "during a step of 8,192 tokens; store 2.0 GB, running requests 12.9 GB, open flights 6.0 GB, "
-        "torch allocated 66.1 GB, reserved 70.0 GB"
+        "torch allocated 66.1 GB, reserved 70.0 GB, 3.9 GB of it cached in pieces: "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may help"
+    )
+    # under a GiB cached unallocated: no word of it (1 GiB is where it is said)
+    from sim.replay.pipeline import FRAGMENTED_BYTES
+
+    assert FRAGMENTED_BYTES == 1 << 30
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 66_149_000_000 + (1 << 30) - 1)
+    assert memory_at_failure(parts, "").endswith("torch allocated 66.1 GB, reserved 67.2 GB")
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 66_149_000_000 + (1 << 30))
+    assert memory_at_failure(parts, "").endswith(
+        "1.1 GB of it cached in pieces: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may help"
     )
