@@ -49,6 +49,14 @@ def reference_state(model, tokens, p):
     return torch.stack([got[i][0] for i in range(L)]), torch.stack([got[i][1] for i in range(L)])
 
 
+def finish_validated(rp, requests) -> None:
+    """The replay finished without a failure or an open flight, ``requests`` restored and validated."""
+    recs = {r.request: r for r in rp.finish()}
+    assert rp.failures == [] and rp.flights == {}
+    for r in requests:
+        assert recs[r].restored and recs[r].validated, r
+
+
 def test_waiting_hits_beyond_max_open_are_restored_and_checked(tiny_model, tiny_shape):
     rp, store = make(tiny_model, tiny_shape, max_open=1)
     first_turn(rp)
@@ -84,10 +92,7 @@ def test_as_many_flights_as_max_open_keep_their_states(tiny_model, tiny_shape, m
     for r, a, n in ((1, 130, 170), (3, 130, 155), (5, 100, 107)):
         rp.prefill(r, a, n)
         rp.decode(r)
-    recs = {r.request: r for r in rp.finish()}
-    assert rp.failures == [] and rp.flights == {}
-    for r in (1, 3, 5):
-        assert recs[r].restored and recs[r].validated, r
+    finish_validated(rp, (1, 3, 5))
 
 
 def test_a_flight_run_and_dropped_leaves_room_for_the_next(tiny_model, tiny_shape):
@@ -105,10 +110,7 @@ def test_a_flight_run_and_dropped_leaves_room_for_the_next(tiny_model, tiny_shap
     for r, a, n in ((3, 130, 155), (5, 100, 107)):
         rp.prefill(r, a, n)
         rp.decode(r)
-    recs = {r.request: r for r in rp.finish()}
-    assert rp.failures == [] and rp.flights == {}
-    for r in (1, 3, 5):
-        assert recs[r].restored and recs[r].validated, r
+    finish_validated(rp, (1, 3, 5))
 
 
 def test_flights_let_go_count_off_the_byte_bound(tiny_model, tiny_shape):
